@@ -1,0 +1,165 @@
+package tier
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/tierstore/tierstore/backend"
+)
+
+// Errors of the tier engine. Check with errors.Is.
+var (
+	// ErrInvalidKey: a key is empty or longer than MaxKeyLen (Mooncake
+	// INVALID_KEY, -400).
+	ErrInvalidKey = errors.New("tier: invalid key")
+	// ErrNotFound: the key is not on this node's SSD (OBJECT_NOT_FOUND, -704).
+	ErrNotFound = errors.New("tier: object not found")
+	// ErrChecksum: the stored bytes fail their CRC32C or do not decode
+	// (CHECKSUM_MISMATCH, -801). The entry has been dropped from the index.
+	ErrChecksum = errors.New("tier: checksum mismatch")
+	// ErrTooLarge: the object is larger than a bucket may be.
+	ErrTooLarge = errors.New("tier: object larger than the bucket size limit")
+	// ErrNoSpace: the object cannot fit even after evicting every evictable
+	// bucket, or the device is full.
+	ErrNoSpace = errors.New("tier: no space")
+	// ErrNotifyFailed: the notify callback refused the bucket; the keys were
+	// rolled back and may be offloaded again.
+	ErrNotifyFailed = errors.New("tier: notify failed")
+	// ErrClosed: the engine was closed.
+	ErrClosed = errors.New("tier: closed")
+	// ErrBadOptions: Options are invalid; the message names the field.
+	ErrBadOptions = errors.New("tier: invalid options")
+)
+
+// MaxKeyLen is the longest key accepted, in bytes.
+const MaxKeyLen = 4096
+
+// Task is one object to move to SSD.
+type Task struct {
+	Key   []byte
+	Value []byte
+}
+
+// Status is how an offload task ended.
+type Status int
+
+const (
+	// Persisted: the object was written by this call, committed to the index
+	// and announced through notify.
+	Persisted Status = iota + 1
+	// AlreadyPresent: the key was already on this node's SSD (committed by an
+	// earlier or concurrent call); nothing was written. Not an error
+	// (reference 002).
+	AlreadyPresent
+	// Failed: the object is not on SSD. Err says why; Retryable says whether
+	// the same task may succeed later.
+	Failed
+)
+
+func (s Status) String() string {
+	switch s {
+	case Persisted:
+		return "persisted"
+	case AlreadyPresent:
+		return "already-present"
+	case Failed:
+		return "failed"
+	}
+	return "unknown"
+}
+
+// Outcome answers one Task. Offload returns exactly one per task, in order.
+type Outcome struct {
+	Key       []byte
+	Status    Status
+	Err       error
+	Retryable bool
+}
+
+// Committed describes one object of a bucket that was made durable and
+// committed to the index, as passed to NotifyFunc.
+type Committed struct {
+	Key    []byte
+	Size   int64  // value length in bytes
+	CRC    uint32 // CRC32C (Castagnoli) of the value
+	Bucket uint64
+}
+
+// NotifyFunc announces committed objects to their owner (the master). It is
+// called once per bucket with exactly the keys that bucket committed, after
+// they are durable and readable through Load. If it returns an error the
+// engine rolls those keys back and deletes the bucket.
+type NotifyFunc func(ctx context.Context, committed []Committed) error
+
+// EvictFunc is told which keys are about to disappear from SSD, before the
+// bytes are deleted (invariant 7). An error aborts that eviction round; the
+// keys stay.
+type EvictFunc func(ctx context.Context, keys [][]byte) error
+
+// Options configure an Engine. The zero value of each field takes the
+// documented default.
+type Options struct {
+	// Backend stores bucket files. Default: a pwrite backend on Dir/buckets.
+	Backend backend.Backend
+	// Capacity is the byte capacity of the tier (bucket file bytes). 0 means
+	// no limit.
+	Capacity int64
+	// HighWatermark and LowWatermark are fractions of Capacity: a commit that
+	// would cross High evicts whole buckets down to Low. Defaults 0.90, 0.80.
+	HighWatermark, LowWatermark float64
+	// Eviction is the bucket eviction policy: "lru" (by last read, the
+	// default) or "fifo".
+	Eviction string
+	// Compression is "none" (default) or "lz4"; lz4 is kept for an object
+	// only when it saves at least 10%.
+	Compression string
+	// BucketKeysLimit and BucketBytesLimit bound one bucket. Defaults 500 and
+	// 256 MiB.
+	BucketKeysLimit  int
+	BucketBytesLimit int64
+	// OnEvict is called before evicted buckets are deleted. May be nil.
+	OnEvict EvictFunc
+	// IndexFS is the filesystem of the pebble index (tests inject errorfs or
+	// a crashable memory FS). Default: the OS filesystem.
+	IndexFS vfs.FS
+	// IndexCacheSize is pebble's block cache in bytes. Default 8 MiB.
+	IndexCacheSize int64
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// LoadResult answers one key of Load.
+type LoadResult struct {
+	Value []byte
+	Err   error
+}
+
+// KeyInfo is what Keys yields for each object on SSD.
+type KeyInfo struct {
+	Size   int64
+	CRC    uint32
+	Bucket uint64
+}
+
+// Stats is a snapshot of the engine's counters.
+type Stats struct {
+	Objects        int64
+	Buckets        int64
+	BytesUsed      int64 // bucket file bytes
+	Capacity       int64
+	BucketsWritten int64
+	BytesWritten   int64
+	ObjectsLoaded  int64
+	BytesRead      int64
+	Evictions      int64 // buckets evicted
+	EvictedKeys    int64
+	ChecksumErrors int64
+	NotifyFailures int64
+	// Repaired at the last Open: orphan bucket files removed and index
+	// entries dropped because their bucket was missing or invalid.
+	OrphanFilesRemoved int64
+	EntriesDropped     int64
+}
