@@ -1,0 +1,108 @@
+package client
+
+import (
+	"fmt"
+	"os"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Segment is a node's DRAM segment: an off-heap, page-aligned anonymous
+// memory mapping of a fixed size. The master allocates object ranges inside
+// it; peers write and read those ranges through the node's peer service.
+//
+// Reads and writes are bounds-checked against the segment. The segment does
+// not arbitrate between writers and readers of one range: the master hands a
+// range to one writer (PutStart .. PutEnd) and lets readers at it only once it
+// is complete, and every reader verifies the object's CRC32C.
+type Segment struct {
+	// mu protects mem against Close: readers and writers hold it shared for
+	// the duration of a copy, Close holds it exclusively to unmap.
+	mu   sync.RWMutex
+	mem  []byte // the usable size bytes of full; nil after Close
+	full []byte // the whole mapping as returned by mmap
+	size int64
+}
+
+// NewSegment maps size bytes of anonymous memory (rounded up to the page
+// size). The pages are committed lazily by the kernel on first touch.
+func NewSegment(size int64) (*Segment, error) {
+	if size <= 0 {
+		return nil, fmt.Errorf("%w: segment size %d must be positive", ErrBadConfig, size)
+	}
+	page := int64(os.Getpagesize())
+	mapped := (size + page - 1) / page * page
+	if mapped != int64(int(mapped)) {
+		return nil, fmt.Errorf("%w: segment size %d too large", ErrBadConfig, size)
+	}
+	mem, err := unix.Mmap(-1, 0, int(mapped), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		return nil, fmt.Errorf("client: mmap %d bytes for the segment: %w", mapped, err)
+	}
+	return &Segment{mem: mem[:size:size], full: mem, size: size}, nil
+}
+
+// Size is the usable length of the segment in bytes.
+func (s *Segment) Size() int64 { return s.size }
+
+func (s *Segment) check(off int64, n int) error {
+	if off < 0 || n < 0 || off > s.size || int64(n) > s.size-off {
+		return fmt.Errorf("%w: [%d, %d+%d) outside segment of %d bytes", ErrOutOfRange, off, off, n, s.size)
+	}
+	return nil
+}
+
+// WriteAt copies p into the segment at off.
+func (s *Segment) WriteAt(p []byte, off int64) error {
+	if err := s.check(off, len(p)); err != nil {
+		return err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.mem == nil {
+		return ErrClosed
+	}
+	copy(s.mem[off:], p)
+	return nil
+}
+
+// ReadAt copies len(p) bytes at off into p.
+func (s *Segment) ReadAt(p []byte, off int64) error {
+	if err := s.check(off, len(p)); err != nil {
+		return err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.mem == nil {
+		return ErrClosed
+	}
+	copy(p, s.mem[off:off+int64(len(p))])
+	return nil
+}
+
+// Read returns a copy of n bytes at off.
+func (s *Segment) Read(off int64, n int) ([]byte, error) {
+	if err := s.check(off, n); err != nil {
+		return nil, err
+	}
+	p := make([]byte, n)
+	if err := s.ReadAt(p, off); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Close unmaps the segment; later reads and writes return ErrClosed.
+func (s *Segment) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mem == nil {
+		return nil
+	}
+	s.mem = nil
+	full := s.full
+	s.full = nil
+	// Munmap needs the slice exactly as returned by Mmap.
+	return unix.Munmap(full)
+}
