@@ -1,0 +1,84 @@
+package codes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	grpccodes "google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func TestMooncakeNumbers(t *testing.T) {
+	want := map[Code]int32{
+		OK: 0, InvalidKey: -400, NoAvailableHandle: -200, SegmentNotFound: -101,
+		ReplicaNotReady: -703, ObjectNotFound: -704, ObjectExists: -705,
+		ObjectHasLease: -706, ReplicaIsGone: -712, ChecksumMismatch: -801,
+		KeysUltraLimit: -1203, UnableOffload: -1300, InvalidParams: -600,
+		ClientNotFound: -103, InternalError: -1,
+	}
+	for c, n := range want {
+		if int32(c) != n {
+			t.Errorf("%s = %d, want %d", c, int32(c), n)
+		}
+	}
+	if ObjectNotFound.String() != "OBJECT_NOT_FOUND" || ReplicaIsGone.String() != "REPLICA_IS_GONE" {
+		t.Fatalf("names: %s %s", ObjectNotFound, ReplicaIsGone)
+	}
+}
+
+func TestOfAndErr(t *testing.T) {
+	if Of(nil) != OK || Err(OK) != nil {
+		t.Fatal("OK must map to nil")
+	}
+	for _, c := range All() {
+		e := Err(c)
+		if Of(e) != c {
+			t.Errorf("Of(Err(%s)) = %s", c, Of(e))
+		}
+		w := fmt.Errorf("ctx: %w", Errorf(c, "key %q", "k"))
+		if !errors.Is(w, e) || Of(w) != c {
+			t.Errorf("wrapped %s lost its code: %v", c, w)
+		}
+	}
+	if Of(errors.New("x")) != InternalError {
+		t.Fatal("plain error must be INTERNAL_ERROR")
+	}
+	if Of(fmt.Errorf("a: %w", context.Canceled)) != ContextCanceled {
+		t.Fatal("context error")
+	}
+	if err := Err(Code(-99999)); !errors.Is(err, ErrInternal) {
+		t.Fatalf("unknown code: %v", err)
+	}
+}
+
+func TestStatusRoundTrip(t *testing.T) {
+	for _, c := range All() {
+		orig := Errorf(c, "while doing %s", "thing")
+		st := ToStatus(orig)
+		if _, ok := status.FromError(st); !ok {
+			t.Fatalf("%s: not a status", c)
+		}
+		back := FromStatus(st)
+		if !errors.Is(back, Err(c)) {
+			t.Errorf("%s: round trip lost the sentinel: %v", c, back)
+		}
+		if back.Error() != orig.Error() {
+			t.Errorf("%s: message %q, want %q", c, back.Error(), orig.Error())
+		}
+	}
+	// Plain gRPC statuses without our detail.
+	if err := FromStatus(status.Error(grpccodes.Unavailable, "conn refused")); !errors.Is(err, ErrRPCFail) {
+		t.Fatalf("unavailable: %v", err)
+	}
+	if err := FromStatus(status.Error(grpccodes.DeadlineExceeded, "slow")); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrContextCanceled) {
+		t.Fatalf("deadline: %v", err)
+	}
+	if FromStatus(nil) != nil || ToStatus(nil) != nil {
+		t.Fatal("nil")
+	}
+	if status.Code(ToStatus(ErrObjectNotFound)) != grpccodes.NotFound {
+		t.Fatal("grpc code mapping")
+	}
+}
