@@ -1,0 +1,181 @@
+package client
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Defaults of NodeConfig (and of the tierstore-node flags).
+const (
+	DefaultListen            = "127.0.0.1:0"
+	DefaultMemory            = 1 << 30
+	DefaultBackend           = "uring"
+	DefaultBucketKeysLimit   = 500
+	DefaultBucketSizeLimit   = 256 << 20
+	DefaultBucketEviction    = "lru"
+	DefaultCompression       = "none"
+	DefaultHeartbeatInterval = time.Second
+	DefaultPingInterval      = time.Second
+	DefaultReconcileInterval = time.Minute
+	DefaultOffloadBatch      = 1024
+)
+
+// NodeConfig configures a store node. Flag names of tierstore-node are given
+// in brackets; Validate's errors name the flag.
+type NodeConfig struct {
+	// Listen is the peer gRPC address [--listen]. Ignored by embedded nodes.
+	Listen string
+	// Memory is the DRAM segment size in bytes [--memory].
+	Memory int64
+	// EnableOffload turns on the SSD tier and the offload heartbeat
+	// [--enable_offload]; it needs SSDDir.
+	EnableOffload bool
+	// SSDDir is the SSD tier directory: absolute, existing, writable
+	// [--ssd_dir].
+	SSDDir string
+	// SSDCapacity bounds the SSD tier in bytes; 0 is unlimited
+	// [--ssd_capacity].
+	SSDCapacity int64
+	// Backend is "uring" (falls back to pwrite when io_uring is not
+	// available) or "pwrite" [--backend].
+	Backend string
+	// DirectIO opens bucket files with O_DIRECT [--direct_io].
+	DirectIO bool
+	// BucketKeysLimit and BucketSizeLimit bound one bucket
+	// [--bucket_keys_limit, --bucket_size_limit].
+	BucketKeysLimit int
+	BucketSizeLimit int64
+	// BucketEviction is "lru" or "fifo" [--bucket_eviction].
+	BucketEviction string
+	// Compression is "none" or "lz4" [--compression].
+	Compression string
+	// MetricsPort serves Prometheus metrics on 127.0.0.1:port; 0 turns it
+	// off [--metrics_port].
+	MetricsPort int
+	// HeartbeatInterval is the offload heartbeat period
+	// [--heartbeat_interval].
+	HeartbeatInterval time.Duration
+	// PingInterval is the liveness ping period [--ping_interval].
+	PingInterval time.Duration
+	// ReconcileInterval is the period of the SSD key-list reconcile
+	// [--reconcile_interval].
+	ReconcileInterval time.Duration
+	// OffloadBatch is the most tasks drained per heartbeat.
+	OffloadBatch int
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultNodeConfig returns a NodeConfig holding every default.
+func DefaultNodeConfig() NodeConfig {
+	return NodeConfig{
+		Listen:            DefaultListen,
+		Memory:            DefaultMemory,
+		Backend:           DefaultBackend,
+		BucketKeysLimit:   DefaultBucketKeysLimit,
+		BucketSizeLimit:   DefaultBucketSizeLimit,
+		BucketEviction:    DefaultBucketEviction,
+		Compression:       DefaultCompression,
+		HeartbeatInterval: DefaultHeartbeatInterval,
+		PingInterval:      DefaultPingInterval,
+		ReconcileInterval: DefaultReconcileInterval,
+		OffloadBatch:      DefaultOffloadBatch,
+	}
+}
+
+func badFlag(flag, format string, args ...any) error {
+	return fmt.Errorf("%w: --%s: %s", ErrBadConfig, flag, fmt.Sprintf(format, args...))
+}
+
+// Validate checks every field and every combination, returning an error
+// wrapping ErrBadConfig that names the offending flag.
+func (c *NodeConfig) Validate() error {
+	if c.Memory <= 0 {
+		return badFlag("memory", "must be positive, got %d", c.Memory)
+	}
+	if c.SSDCapacity < 0 {
+		return badFlag("ssd_capacity", "must not be negative, got %d", c.SSDCapacity)
+	}
+	switch c.Backend {
+	case "uring", "pwrite":
+	default:
+		return badFlag("backend", "%q is not one of uring, pwrite", c.Backend)
+	}
+	if c.BucketKeysLimit <= 0 {
+		return badFlag("bucket_keys_limit", "must be positive, got %d", c.BucketKeysLimit)
+	}
+	if c.BucketSizeLimit <= 0 {
+		return badFlag("bucket_size_limit", "must be positive, got %d", c.BucketSizeLimit)
+	}
+	switch c.BucketEviction {
+	case "lru", "fifo":
+	default:
+		return badFlag("bucket_eviction", "%q is not one of lru, fifo", c.BucketEviction)
+	}
+	switch c.Compression {
+	case "none", "lz4":
+	default:
+		return badFlag("compression", "%q is not one of none, lz4", c.Compression)
+	}
+	if c.MetricsPort < 0 || c.MetricsPort > 65535 {
+		return badFlag("metrics_port", "%d is not a port (0 turns metrics off)", c.MetricsPort)
+	}
+	if c.HeartbeatInterval <= 0 {
+		return badFlag("heartbeat_interval", "must be positive, got %v", c.HeartbeatInterval)
+	}
+	if c.PingInterval <= 0 {
+		return badFlag("ping_interval", "must be positive, got %v", c.PingInterval)
+	}
+	if c.ReconcileInterval <= 0 {
+		return badFlag("reconcile_interval", "must be positive, got %v", c.ReconcileInterval)
+	}
+	if c.OffloadBatch <= 0 {
+		return badFlag("offload_batch", "must be positive, got %d", c.OffloadBatch)
+	}
+	if c.EnableOffload && c.SSDDir == "" {
+		return badFlag("enable_offload", "needs --ssd_dir")
+	}
+	if c.SSDDir != "" {
+		if err := checkSSDDir(c.SSDDir); err != nil {
+			return err
+		}
+		if !c.EnableOffload {
+			return badFlag("ssd_dir", "given without --enable_offload")
+		}
+	}
+	return nil
+}
+
+// checkSSDDir: absolute, an existing directory, writable by this process.
+func checkSSDDir(dir string) error {
+	if !filepath.IsAbs(dir) {
+		return badFlag("ssd_dir", "%q is not an absolute path", dir)
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return badFlag("ssd_dir", "%q: %v", dir, err)
+	}
+	if !st.IsDir() {
+		return badFlag("ssd_dir", "%q is not a directory", dir)
+	}
+	if err := unix.Access(dir, unix.W_OK|unix.X_OK); err != nil {
+		return badFlag("ssd_dir", "%q is not writable: %v", dir, err)
+	}
+	// access(2) ignores read-only mounts for root in some setups; prove it
+	// by creating and removing a probe file.
+	f, err := os.CreateTemp(dir, ".tierstore-probe-*")
+	if err != nil {
+		return badFlag("ssd_dir", "%q is not writable: %v", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	if err := os.Remove(name); err != nil {
+		return badFlag("ssd_dir", "%q: removing probe file: %v", dir, err)
+	}
+	return nil
+}

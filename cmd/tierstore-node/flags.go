@@ -1,0 +1,73 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/tierstore/tierstore/client"
+)
+
+// sizeFlag is a flag.Value of a byte size ("4GiB", "256MiB", "1048576").
+type sizeFlag struct{ p *int64 }
+
+func (s sizeFlag) String() string {
+	if s.p == nil {
+		return ""
+	}
+	return client.FormatSize(*s.p)
+}
+
+func (s sizeFlag) Set(v string) error {
+	n, err := client.ParseSize(v)
+	if err != nil {
+		return err
+	}
+	*s.p = n
+	return nil
+}
+
+// options are the parsed command line of tierstore-node.
+type options struct {
+	master string
+	node   client.NodeConfig
+}
+
+// parseFlags parses args (without the program name) into options. Every bad
+// value or combination is an error naming the flag; usage goes to out.
+func parseFlags(args []string, out io.Writer) (options, error) {
+	o := options{node: client.DefaultNodeConfig()}
+	fs := flag.NewFlagSet("tierstore-node", flag.ContinueOnError)
+	fs.SetOutput(out)
+	c := &o.node
+	fs.StringVar(&o.master, "master", "", "master gRPC address host:port (required)")
+	fs.StringVar(&c.Listen, "listen", c.Listen, "peer gRPC listen address; port 0 picks one, printed at start")
+	fs.Var(sizeFlag{&c.Memory}, "memory", "DRAM segment size (4GiB, 256MiB or bytes)")
+	fs.BoolVar(&c.EnableOffload, "enable_offload", false, "open the SSD tier and run the offload heartbeat (needs --ssd_dir)")
+	fs.StringVar(&c.SSDDir, "ssd_dir", "", "SSD tier directory: absolute, existing, writable")
+	fs.Var(sizeFlag{&c.SSDCapacity}, "ssd_capacity", "SSD tier capacity (0 = unlimited)")
+	fs.StringVar(&c.Backend, "backend", c.Backend, "bucket I/O backend: uring (falls back to pwrite) or pwrite")
+	fs.BoolVar(&c.DirectIO, "direct_io", false, "open bucket files with O_DIRECT")
+	fs.IntVar(&c.BucketKeysLimit, "bucket_keys_limit", c.BucketKeysLimit, "most objects in one bucket")
+	fs.Var(sizeFlag{&c.BucketSizeLimit}, "bucket_size_limit", "most bytes in one bucket")
+	fs.StringVar(&c.BucketEviction, "bucket_eviction", c.BucketEviction, "SSD bucket eviction: lru or fifo")
+	fs.StringVar(&c.Compression, "compression", c.Compression, "object compression on SSD: none or lz4")
+	fs.IntVar(&c.MetricsPort, "metrics_port", 0, "Prometheus metrics port on 127.0.0.1 (0 = off)")
+	fs.DurationVar(&c.HeartbeatInterval, "heartbeat_interval", c.HeartbeatInterval, "offload heartbeat period")
+	fs.DurationVar(&c.PingInterval, "ping_interval", c.PingInterval, "liveness ping period")
+	fs.DurationVar(&c.ReconcileInterval, "reconcile_interval", c.ReconcileInterval, "period of the SSD key-list reconcile with the master")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	if o.master == "" {
+		return o, fmt.Errorf("--master: required (host:port of tierstore-master)")
+	}
+	if err := c.Validate(); err != nil {
+		return o, err
+	}
+	return o, nil
+}

@@ -1,0 +1,4 @@
+// Command tierstore-node runs a tierstore store node.
+package main
+
+func main() {}
