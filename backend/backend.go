@@ -29,6 +29,9 @@ var (
 	ErrShortRead = errors.New("backend: read past end of bucket file")
 	// ErrInjected: a failure injected by a test (see package faulty).
 	ErrInjected = errors.New("backend: injected fault")
+	// ErrBadRange: a ReadOp with a negative offset or length (set in the
+	// op's Err).
+	ErrBadRange = errors.New("backend: invalid read range")
 )
 
 // ReadOp is one byte range to read from a bucket file. Off and Len need no

@@ -1,0 +1,62 @@
+// Package backend is the I/O seam of the SSD tier: it creates, writes, makes
+// durable, reads and deletes bucket files. The Backend interface (backend.go)
+// is the contract; the implementations live in sub-packages:
+//
+//   - pwrite: pwritev + fdatasync, optionally O_DIRECT (real disks);
+//   - uring: io_uring with O_DIRECT and a queue depth;
+//   - mem: in memory, with crash simulation (tests of the layers above);
+//   - faulty: a wrapper that injects failures into another backend;
+//   - backendtest: the conformance suite every implementation runs.
+//
+// # Files
+//
+// A backend owns one directory. Bucket file id is named FileName(id), sixteen
+// lower-case hex digits and ".bucket" ("00000000000000ff.bucket"), so that
+// the lexical order of names is the numeric order of ids. Keys never become
+// file names. Any other entry in the directory (temporary files, upper-case
+// names, sub-directories) is not a bucket file: List and Allocated ignore it
+// and no backend removes it.
+//
+// Every bucket file is a multiple of Alignment (4096) bytes long; WriteBucket
+// refuses other lengths with ErrUnaligned before creating anything, so O_DIRECT
+// reads of whole blocks are always inside the file.
+//
+// # Durability
+//
+// Bucket files are write-once. WriteBucket has exactly one durable point, at
+// its end: the file data (fdatasync) and its directory entry (fsync of the
+// directory) are durable before it returns nil. Before that point a crash may
+// leave nothing, a truncated file, or a file of the full length with
+// arbitrary contents; the layer above treats any file it has not committed to
+// its index as an orphan and deletes it at open. When WriteBucket fails it
+// removes the partial file (best effort) and reports ErrNoSpace for ENOSPC or
+// EDQUOT. Delete is durable when it returns (unlink + fsync of the
+// directory). Nothing else needs a sync: reads have no durable effect.
+//
+// # Reads
+//
+// Read takes many byte ranges of one file; offsets and lengths need no
+// alignment (an O_DIRECT backend reads the enclosing aligned blocks and copies
+// out). A range past the end of the file fails alone with ErrShortRead, a
+// negative one with ErrBadRange; the call as a whole fails only when the file
+// cannot be read at all (ErrNotFound, ErrClosed, a done context). Returned
+// Data is owned by the caller.
+//
+// # Errors
+//
+// The sentinels are declared together in backend.go. Implementations wrap
+// them with their package prefix, the operation and the bucket id
+// ("pwrite: read bucket 00000000000000ff: backend: bucket file not found"),
+// and keep the underlying errno in the chain where there is one. Check them
+// with errors.Is.
+//
+// # Concurrency
+//
+// Every Backend is safe for concurrent use. Operations on different bucket
+// ids never wait for each other for longer than an I/O. The caller guarantees
+// that a bucket id is written once at a time and is not deleted or read while
+// it is being written; reads and deletes of one id may race (a read that
+// loses the race gets ErrNotFound or the full bytes, never partial ones, on
+// POSIX file systems because an open file survives its unlink). Close waits
+// for no operation; operations after Close fail with ErrClosed.
+package backend
