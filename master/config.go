@@ -1,0 +1,122 @@
+package master
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/tierstore/tierstore/admission"
+)
+
+// Config configures a Service (and the tierstore-master binary; the flag of
+// each field is in its comment, units as in Mooncake). DefaultConfig returns
+// the defaults; Validate checks a Config.
+type Config struct {
+	RPCAddress  string // rpc_address (binary only)
+	RPCPort     int    // rpc_port (binary only)
+	MetricsPort int    // metrics_port, 0 = off (binary only)
+
+	DefaultKVLeaseTTL   time.Duration // default_kv_lease_ttl (ms), read lease granted by lookups
+	DefaultKVSoftPinTTL time.Duration // default_kv_soft_pin_ttl (ms)
+	ClientTTL           time.Duration // client_ttl (s): a node silent this long is expired
+
+	EvictionHighWatermarkRatio float64 // eviction_high_watermark_ratio, (0,1]
+	EvictionRatio              float64 // eviction_ratio, (0,1]
+
+	EnableOffload                 bool          // enable_offload
+	OffloadOnEvict                bool          // offload_on_evict
+	OffloadReadAdmissionThreshold int64         // offload_read_admission_threshold, 0 = off
+	OffloadingQueueLimit          int           // offloading_queue_limit: tasks per node (queued + in flight)
+	OffloadTaskTimeout            time.Duration // offload_task_timeout (s): unanswered task is dropped, pin released
+
+	PutStartDiscardTimeout time.Duration // put_start_discard_timeout_sec (s): abandoned PROCESSING replica reclaimed
+
+	// MonitorInterval is the period of the background loop (liveness,
+	// sweep, reclaim, watermark eviction). 0 disables the loop: tests call
+	// Service.Tick themselves.
+	MonitorInterval time.Duration
+	// Shards is the number of metadata shards (rounded up to a power of 2).
+	Shards int
+
+	// Admission overrides the policy chosen by the offload flags.
+	Admission admission.Policy
+	Clock     Clock
+	Logger    *slog.Logger
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		RPCAddress:                 "127.0.0.1",
+		RPCPort:                    50051,
+		MetricsPort:                9003,
+		DefaultKVLeaseTTL:          5 * time.Second,
+		DefaultKVSoftPinTTL:        30 * time.Minute,
+		ClientTTL:                  10 * time.Second,
+		EvictionHighWatermarkRatio: 0.90,
+		EvictionRatio:              0.05,
+		OffloadingQueueLimit:       50000,
+		OffloadTaskTimeout:         300 * time.Second,
+		PutStartDiscardTimeout:     30 * time.Second,
+		MonitorInterval:            time.Second,
+		Shards:                     1024,
+	}
+}
+
+// Validate checks c and returns an error wrapping ErrBadConfig that names the
+// offending flag.
+func (c Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrBadConfig}, args...)...)
+	}
+	if c.RPCPort < 0 || c.RPCPort > 65535 {
+		return bad("rpc_port must be in 0..65535, got %d", c.RPCPort)
+	}
+	if c.MetricsPort < 0 || c.MetricsPort > 65535 {
+		return bad("metrics_port must be in 0..65535, got %d", c.MetricsPort)
+	}
+	if c.DefaultKVLeaseTTL <= 0 {
+		return bad("default_kv_lease_ttl must be > 0, got %v", c.DefaultKVLeaseTTL)
+	}
+	if c.DefaultKVSoftPinTTL <= 0 {
+		return bad("default_kv_soft_pin_ttl must be > 0, got %v", c.DefaultKVSoftPinTTL)
+	}
+	if c.ClientTTL <= 0 {
+		return bad("client_ttl must be > 0, got %v", c.ClientTTL)
+	}
+	if !(c.EvictionHighWatermarkRatio > 0 && c.EvictionHighWatermarkRatio <= 1) {
+		return bad("eviction_high_watermark_ratio must be in (0, 1], got %v", c.EvictionHighWatermarkRatio)
+	}
+	if !(c.EvictionRatio > 0 && c.EvictionRatio <= 1) {
+		return bad("eviction_ratio must be in (0, 1], got %v", c.EvictionRatio)
+	}
+	if c.OffloadingQueueLimit <= 0 {
+		return bad("offloading_queue_limit must be > 0, got %d", c.OffloadingQueueLimit)
+	}
+	if c.OffloadTaskTimeout <= 0 {
+		return bad("offload_task_timeout must be > 0, got %v", c.OffloadTaskTimeout)
+	}
+	if c.PutStartDiscardTimeout <= 0 {
+		return bad("put_start_discard_timeout_sec must be > 0, got %v", c.PutStartDiscardTimeout)
+	}
+	if c.MonitorInterval < 0 {
+		return bad("monitor interval must be >= 0, got %v", c.MonitorInterval)
+	}
+	if c.Shards <= 0 || c.Shards > 1<<16 {
+		return bad("shards must be in 1..65536, got %d", c.Shards)
+	}
+	if c.Admission == nil {
+		if _, err := admission.FromSettings(c.admissionSettings()); err != nil {
+			return fmt.Errorf("%w: %w", ErrBadConfig, err)
+		}
+	}
+	return nil
+}
+
+func (c Config) admissionSettings() admission.Settings {
+	return admission.Settings{
+		EnableOffload:  c.EnableOffload,
+		OffloadOnEvict: c.OffloadOnEvict,
+		ReadThreshold:  c.OffloadReadAdmissionThreshold,
+	}
+}

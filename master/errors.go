@@ -1,0 +1,18 @@
+package master
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/tierstore/tierstore/internal/codes"
+)
+
+// Errors of package master itself. Errors about objects, segments and nodes
+// wrap the sentinels of package internal/codes (codes.ErrObjectNotFound, ...)
+// so that they keep their Mooncake code across gRPC.
+var (
+	// ErrBadConfig: a Config field is invalid; the message names the flag.
+	ErrBadConfig = errors.New("master: invalid configuration")
+	// ErrClosed: the Service or Remote was closed.
+	ErrClosed = fmt.Errorf("master: closed: %w", codes.ErrShuttingDown)
+)
