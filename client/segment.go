@@ -106,3 +106,21 @@ func (s *Segment) Close() error {
 	// Munmap needs the slice exactly as returned by Mmap.
 	return unix.Munmap(full)
 }
+
+// pin holds the segment mapped (Close waits) until the returned release is
+// called, and returns a view function giving direct, uncopied access to a
+// range. The offload round uses it: the master keeps a task's source range
+// pinned until the task is answered, so the bytes do not change under it.
+func (s *Segment) pin() (view func(off int64, n int) ([]byte, error), release func()) {
+	s.mu.RLock()
+	view = func(off int64, n int) ([]byte, error) {
+		if err := s.check(off, n); err != nil {
+			return nil, err
+		}
+		if s.mem == nil {
+			return nil, ErrClosed
+		}
+		return s.mem[off : off+int64(n) : off+int64(n)], nil
+	}
+	return view, s.mu.RUnlock
+}

@@ -1,0 +1,444 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/rpcpb"
+	"github.com/tierstore/tierstore/master"
+	"github.com/tierstore/tierstore/tier"
+)
+
+// SSDTier is what a node needs of the SSD tier engine (*tier.Engine
+// implements it). Tests of the node may substitute their own.
+type SSDTier interface {
+	Offload(ctx context.Context, tasks []tier.Task, notify tier.NotifyFunc) []tier.Outcome
+	Load(ctx context.Context, keys [][]byte) []tier.LoadResult
+	Exists(key []byte) (bool, error)
+	Remove(key []byte) error
+	Keys(fn func(key []byte, info tier.KeyInfo) bool) error
+	Stats() tier.Stats
+	Close() error
+}
+
+// NodeStats is a snapshot of a node's state and counters.
+type NodeStats struct {
+	Name, Endpoint, Segment string
+	SegmentSize             int64
+	OffloadEnabled          bool
+	Backend                 string
+	Tier                    tier.Stats
+	OffloadRounds           int64 // heartbeats that returned tasks
+	OffloadPersisted        int64 // tasks answered persisted (incl. already present)
+	OffloadFailed           int64 // tasks answered failed
+	PeerWrites              int64
+	PeerReadsDRAM           int64
+	PeerReadsSSD            int64
+	Remounts                int64
+	Reconciles              int64
+}
+
+type nodeMetrics struct {
+	offloadRounds, offloadPersisted, offloadFailed atomic.Int64
+	peerWrites, peerReadsDRAM, peerReadsSSD        atomic.Int64
+	remounts, reconciles                           atomic.Int64
+}
+
+// Node is a store node: a DRAM segment mounted at the master, a peer data
+// service, and optionally an SSD tier fed by the offload heartbeat.
+type Node struct {
+	cfg      NodeConfig
+	log      *slog.Logger
+	m        master.API
+	name     string
+	segName  string
+	endpoint string
+	seg      *Segment
+	tier     SSDTier // nil without offload
+	backend  string
+
+	lis net.Listener
+	srv *grpc.Server
+
+	metrics nodeMetrics
+
+	// roundMu serialises the SSD-side conversations with the master that
+	// must not interleave: offload rounds, re-registration and reconcile
+	// (a reconcile key list taken before an offload commit must not reach
+	// the master after that commit's notify).
+	roundMu sync.Mutex
+	// reregister is set by the ping loop after a remount; the heartbeat
+	// loop re-registers the SSD objects under roundMu.
+	reregister atomic.Bool
+
+	ctx    context.Context // cancelled by Close: stops the loops
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the loops
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// NodeOption adjusts StartNode (tests).
+type NodeOption func(*nodeOptions)
+
+type nodeOptions struct {
+	tier SSDTier
+	name string
+}
+
+// WithTier makes the node use t as its SSD tier instead of opening one in
+// NodeConfig.SSDDir. The node closes t.
+func WithTier(t SSDTier) NodeOption { return func(o *nodeOptions) { o.tier = t } }
+
+// WithName sets the node id (default: host-pid-random, new at every start,
+// so a restarted process never inherits a dead process's DRAM replicas).
+func WithName(name string) NodeOption { return func(o *nodeOptions) { o.name = name } }
+
+func randomID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// StartNode creates the DRAM segment, opens the SSD tier when offload is
+// enabled, starts the peer service on cfg.Listen (no socket when Listen is
+// ""; embedded clients then reach the node in-process), mounts the segment at
+// m, re-registers the objects already on SSD and starts the ping, offload and
+// reconcile loops. Close drains and stops it.
+func StartNode(ctx context.Context, cfg NodeConfig, m master.API, opts ...NodeOption) (_ *Node, err error) {
+	var o nodeOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.tier != nil && cfg.SSDDir == "" {
+		cfg.EnableOffload = true // a tier was given: validation of the directory is moot
+	}
+	if o.tier == nil || cfg.SSDDir != "" {
+		if err := cfg.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	if m == nil {
+		return nil, fmt.Errorf("%w: no master", ErrBadConfig)
+	}
+	n := &Node{cfg: cfg, m: m, log: cfg.Logger}
+	if n.log == nil {
+		n.log = slog.Default()
+	}
+	n.name = o.name
+	if n.name == "" {
+		host, _ := os.Hostname()
+		n.name = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomID())
+	}
+	n.segName = "seg-" + randomID()
+	n.log = n.log.With("node", n.name)
+
+	defer func() {
+		if err != nil {
+			n.release()
+		}
+	}()
+	if n.seg, err = NewSegment(cfg.Memory); err != nil {
+		return nil, err
+	}
+	switch {
+	case o.tier != nil:
+		n.tier, n.backend = o.tier, "injected"
+	case cfg.EnableOffload:
+		n.tier, n.backend, err = openTier(cfg, n.onEvict, n.log)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Listen != "" {
+		if n.lis, err = net.Listen("tcp", cfg.Listen); err != nil {
+			return nil, fmt.Errorf("%w: --listen %q: %v", ErrBadConfig, cfg.Listen, err)
+		}
+		n.endpoint = n.lis.Addr().String()
+		n.srv = grpc.NewServer(grpc.MaxRecvMsgSize(maxMsgSize), grpc.MaxSendMsgSize(maxMsgSize))
+		rpcpb.RegisterNodePeerServer(n.srv, &peerServer{n: n})
+		go func() { _ = n.srv.Serve(n.lis) }()
+	} else {
+		n.endpoint = "inproc:" + n.name
+	}
+	if err = n.mount(ctx); err != nil {
+		return nil, err
+	}
+	n.roundMu.Lock()
+	n.reRegister(ctx)
+	n.roundMu.Unlock()
+
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.wg.Add(1)
+	go n.pingLoop()
+	if n.tier != nil {
+		n.wg.Add(2)
+		go n.heartbeatLoop()
+		go n.reconcileLoop()
+	}
+	n.log.Info("node started", "endpoint", n.endpoint, "segment", n.segName,
+		"memory", cfg.Memory, "offload", n.tier != nil, "backend", n.backend)
+	return n, nil
+}
+
+// Name is the node id registered at the master.
+func (n *Node) Name() string { return n.name }
+
+// Endpoint is the peer service address ("inproc:<name>" without a socket).
+func (n *Node) Endpoint() string { return n.endpoint }
+
+// SegmentName is the name of the node's DRAM segment.
+func (n *Node) SegmentName() string { return n.segName }
+
+// Stats returns the node's counters and, with offload, the tier's.
+func (n *Node) Stats() NodeStats {
+	st := NodeStats{
+		Name: n.name, Endpoint: n.endpoint, Segment: n.segName, SegmentSize: n.seg.Size(),
+		OffloadEnabled: n.tier != nil, Backend: n.backend,
+		OffloadRounds:    n.metrics.offloadRounds.Load(),
+		OffloadPersisted: n.metrics.offloadPersisted.Load(),
+		OffloadFailed:    n.metrics.offloadFailed.Load(),
+		PeerWrites:       n.metrics.peerWrites.Load(),
+		PeerReadsDRAM:    n.metrics.peerReadsDRAM.Load(),
+		PeerReadsSSD:     n.metrics.peerReadsSSD.Load(),
+		Remounts:         n.metrics.remounts.Load(),
+		Reconciles:       n.metrics.reconciles.Load(),
+	}
+	if n.tier != nil {
+		st.Tier = n.tier.Stats()
+	}
+	return st
+}
+
+func (n *Node) checkSegment(name string) error {
+	if name != n.segName {
+		return codes.Errorf(codes.SegmentNotFound, "client: node %s has no segment %q", n.name, name)
+	}
+	return nil
+}
+
+func (n *Node) readRange(segment string, off, length int64) ([]byte, error) {
+	if err := n.checkSegment(segment); err != nil {
+		return nil, err
+	}
+	if length < 0 || length > n.seg.Size() {
+		return nil, toCode(fmt.Errorf("%w: length %d", ErrOutOfRange, length))
+	}
+	v, err := n.seg.Read(off, int(length))
+	return v, toCode(err)
+}
+
+func (n *Node) readSSD(ctx context.Context, key []byte) ([]byte, error) {
+	if n.tier == nil {
+		return nil, codes.Errorf(codes.UnableOffload, "client: node %s has no SSD tier", n.name)
+	}
+	r := n.tier.Load(ctx, [][]byte{key})
+	if len(r) != 1 {
+		return nil, codes.Errorf(codes.InternalError, "client: tier answered %d results for 1 key", len(r))
+	}
+	if r[0].Err != nil {
+		return nil, toCode(r[0].Err)
+	}
+	return r[0].Value, nil
+}
+
+// mount announces the segment to the master.
+func (n *Node) mount(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := n.m.MountSegment(ctx, master.MountRequest{Node: n.name, Endpoint: n.endpoint, Segment: n.segName, Size: n.seg.Size()})
+	if err != nil {
+		return fmt.Errorf("client: mount segment %s at the master: %w", n.segName, err)
+	}
+	return nil
+}
+
+// diskObjects lists what the SSD tier holds.
+func (n *Node) diskObjects() ([]master.DiskObject, error) {
+	var objs []master.DiskObject
+	err := n.tier.Keys(func(key []byte, info tier.KeyInfo) bool {
+		objs = append(objs, master.DiskObject{Key: string(key), Size: info.Size, CRC: info.CRC})
+		return true
+	})
+	return objs, err
+}
+
+// reRegister tells the master every object the SSD tier holds. Objects the
+// master refuses as conflicting (the key was re-put with other bytes) are
+// stale and removed from SSD. Caller holds roundMu.
+func (n *Node) reRegister(ctx context.Context) {
+	if n.tier == nil {
+		return
+	}
+	objs, err := n.diskObjects()
+	if err != nil {
+		n.log.Error("re-register: listing SSD keys", "err", err)
+		n.reregister.Store(true)
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	const batch = 4096
+	for len(objs) > 0 {
+		part := objs[:min(batch, len(objs))]
+		objs = objs[len(part):]
+		errs, err := n.m.ReRegisterDiskObjects(ctx, n.name, part)
+		if err != nil {
+			n.log.Warn("re-register SSD objects failed; will retry", "err", err)
+			n.reregister.Store(true)
+			return
+		}
+		n.dropConflicts(part, errs)
+	}
+	n.log.Info("re-registered SSD objects", "objects", n.tier.Stats().Objects)
+}
+
+// dropConflicts removes from SSD the objects the master refused because
+// their size or CRC differ from the object's current metadata.
+func (n *Node) dropConflicts(objs []master.DiskObject, errs []error) {
+	for i, e := range errs {
+		if i < len(objs) && errors.Is(e, codes.ErrChecksumConflict) {
+			if err := n.tier.Remove([]byte(objs[i].Key)); err != nil && !errors.Is(err, tier.ErrNotFound) {
+				n.log.Warn("removing stale SSD object", "key", objs[i].Key, "err", err)
+			}
+		}
+	}
+}
+
+func (n *Node) onEvict(ctx context.Context, keys [][]byte) error {
+	ks := make([]string, len(keys))
+	for i, k := range keys {
+		ks[i] = string(k)
+	}
+	_, err := n.m.EvictDiskReplica(ctx, n.name, ks)
+	if err != nil {
+		return fmt.Errorf("client: telling the master about %d evicted SSD keys: %w", len(keys), err)
+	}
+	return nil
+}
+
+func (n *Node) pingLoop() {
+	defer n.wg.Done()
+	t := time.NewTicker(n.cfg.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(n.ctx, max(n.cfg.PingInterval, time.Second))
+		rep, err := n.m.Ping(ctx, n.name)
+		cancel()
+		if err != nil && !errors.Is(err, codes.ErrNeedRemount) && !errors.Is(err, codes.ErrClientNotFound) {
+			n.log.Debug("ping failed", "err", err)
+			continue
+		}
+		if err == nil && rep.Status != master.NeedRemount {
+			continue
+		}
+		n.log.Warn("master asks for a remount (node expired or master restarted)")
+		if err := n.mount(n.ctx); err != nil {
+			n.log.Warn("remount failed; will retry", "err", err)
+			continue
+		}
+		n.metrics.remounts.Add(1)
+		n.reregister.Store(true)
+	}
+}
+
+func (n *Node) heartbeatLoop() {
+	defer n.wg.Done()
+	t := time.NewTicker(n.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		n.roundMu.Lock()
+		if n.reregister.Swap(false) {
+			n.reRegister(n.ctx)
+		}
+		// Drain: keep fetching while the master hands out full batches.
+		for n.ctx.Err() == nil {
+			got := n.offloadRound()
+			if got < n.cfg.OffloadBatch {
+				break
+			}
+		}
+		n.roundMu.Unlock()
+	}
+}
+
+func (n *Node) reconcileLoop() {
+	defer n.wg.Done()
+	t := time.NewTicker(n.cfg.ReconcileInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := n.Reconcile(n.ctx); err != nil {
+			n.log.Warn("reconcile failed", "err", err)
+		}
+	}
+}
+
+// Reconcile sends the master the full list of keys on SSD, so that it drops
+// LocalDisk replicas of this node the SSD no longer holds. It runs
+// periodically; tests and operators may call it directly.
+func (n *Node) Reconcile(ctx context.Context) error {
+	if n.tier == nil {
+		return nil
+	}
+	n.roundMu.Lock()
+	defer n.roundMu.Unlock()
+	var keys []string
+	if err := n.tier.Keys(func(k []byte, _ tier.KeyInfo) bool {
+		keys = append(keys, string(k))
+		return true
+	}); err != nil {
+		return fmt.Errorf("client: reconcile: listing SSD keys: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	dropped, err := n.m.ReconcileDiskObjects(ctx, n.name, keys)
+	if err != nil {
+		return fmt.Errorf("client: reconcile: %w", err)
+	}
+	n.metrics.reconciles.Add(1)
+	if dropped > 0 {
+		n.log.Info("reconcile dropped replicas the SSD no longer holds", "dropped", dropped)
+	}
+	return nil
+}
+
+// OffloadNow runs one offload round at once (fetch tasks, offload, answer
+// them) and returns how many tasks it handled. The heartbeat loop does the
+// same every HeartbeatInterval; the embedded demo and tests use this to
+// avoid waiting for the next tick.
+func (n *Node) OffloadNow() int {
+	if n.tier == nil {
+		return 0
+	}
+	n.roundMu.Lock()
+	defer n.roundMu.Unlock()
+	return n.offloadRound()
+}
