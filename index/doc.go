@@ -1,0 +1,60 @@
+// Package index is the local object index of a tierstore SSD tier: a pebble
+// database that maps each object key to its location in a bucket file, each
+// bucket to the keys it holds, and keeps the next bucket id.
+//
+// # Records
+//
+// Four record kinds share the pebble key space, told apart by a one-byte
+// prefix (the layout is documented in docs/format/index.md):
+//
+//	'k' key              -> object location (bucket, offset, lengths, codec, CRC32C)
+//	'b' be64(bucket) key -> membership: key lives in bucket
+//	'm' be64(bucket)     -> bucket metadata (size, keys, creation time)
+//	'n'                  -> next bucket id
+//
+// Object keys are opaque bytes of 1 to MaxKeyLen bytes. Because the object
+// key only ever follows the prefix (or a fixed-width bucket id), no choice of
+// key bytes can make two records collide. Every value starts with a version
+// byte; a value that does not decode is reported as a *CorruptError, which
+// matches ErrCorrupt and names the key or bucket.
+//
+// # Invariants
+//
+//  1. One bucket, one batch. CommitBucket writes every object record, every
+//     membership record, the bucket record and the next bucket id in one
+//     pebble batch committed with a WAL sync: after it returns nil the whole
+//     bucket survives a crash; after a crash before that, none of it is
+//     visible. DeleteBucket and DeleteKeys are single synced batches too.
+//  2. Membership follows the object record. A key has exactly one object
+//     record and one membership record, in the bucket its location names.
+//     Re-committing a key into a newer bucket moves its membership record, and
+//     DeleteBucket removes only object records that still point at the
+//     deleted bucket, so a key re-committed elsewhere survives the eviction of
+//     its old bucket.
+//  3. NextBucketID is greater than every committed bucket id, across reopens.
+//  4. Count equals the number of object records (computed at Open, then kept
+//     in step by every write).
+//  5. A failed write (pebble cannot write or sync its WAL) is never silent:
+//     the call returns ErrFailed and every later call does too, because pebble
+//     cannot continue and its memory may hold the failed batch. The owner
+//     closes and reopens the index; after the reopen the batch is wholly
+//     present or wholly absent.
+//
+// # Concurrency
+//
+// An Index is safe for concurrent use. Reads run in parallel. Writes
+// (CommitBucket, DeleteBucket, DeleteKeys) are serialised by the index itself
+// so that Count and NextBucketID stay exact; the tier engine additionally
+// serialises its duplicate check and its commit under its own lock, which the
+// index does not replace. Close waits for operations in progress; calls after
+// Close return ErrClosed. Keys calls its callback without holding any lock,
+// so the callback may use the index.
+//
+// # Caveats
+//
+// pebble reports a failed WAL write or sync through its logger's Fatalf. The
+// index installs a logger whose Fatalf panics and recovers that panic in the
+// committing goroutine, turning it into ErrFailed. A fatal error raised in one
+// of pebble's background goroutines (a failed flush or MANIFEST sync) still
+// ends the process, exactly as with pebble's default logger.
+package index

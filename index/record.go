@@ -1,0 +1,182 @@
+package index
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Record layout (documented in docs/format/index.md). Every pebble key starts
+// with a one-byte prefix naming its kind; the object key follows the prefix
+// verbatim (object records) or after a fixed-width bucket id (membership
+// records), so arbitrary key bytes can never make two kinds collide.
+const (
+	prefixObject     = 'k' // 'k' key                 -> objectValue
+	prefixMembership = 'b' // 'b' be64(bucket) key    -> membershipValue
+	prefixBucket     = 'm' // 'm' be64(bucket)        -> bucketValue
+	prefixNext       = 'n' // 'n'                     -> nextValue
+
+	// recordVersion is the first byte of every value.
+	recordVersion = 1
+
+	objectValueLen     = 1 + 8 + 8 + 4 + 4 + 1 + 4 // 30
+	membershipValueLen = 1
+	bucketValueLen     = 1 + 8 + 8 + 8 // 25
+	nextValueLen       = 1 + 8
+
+	kindObject     = "object"
+	kindMembership = "membership"
+	kindBucket     = "bucket"
+	kindNext       = "next-bucket-id"
+)
+
+// MaxKeyLen is the longest object key accepted, in bytes.
+const MaxKeyLen = 4096
+
+func checkKey(key []byte) error {
+	if len(key) == 0 {
+		return fmt.Errorf("%w: empty key", ErrInvalidKey)
+	}
+	if len(key) > MaxKeyLen {
+		return fmt.Errorf("%w: key of %d bytes exceeds the limit of %d", ErrInvalidKey, len(key), MaxKeyLen)
+	}
+	return nil
+}
+
+func objectKey(key []byte) []byte {
+	k := make([]byte, 1+len(key))
+	k[0] = prefixObject
+	copy(k[1:], key)
+	return k
+}
+
+func membershipPrefix(id uint64) []byte {
+	k := make([]byte, 9)
+	k[0] = prefixMembership
+	binary.BigEndian.PutUint64(k[1:], id)
+	return k
+}
+
+func membershipKey(id uint64, key []byte) []byte {
+	k := make([]byte, 9+len(key))
+	k[0] = prefixMembership
+	binary.BigEndian.PutUint64(k[1:], id)
+	copy(k[9:], key)
+	return k
+}
+
+func bucketKey(id uint64) []byte {
+	k := make([]byte, 9)
+	k[0] = prefixBucket
+	binary.BigEndian.PutUint64(k[1:], id)
+	return k
+}
+
+var nextKey = []byte{prefixNext}
+
+// prefixUpperBound returns the smallest key greater than every key that has
+// prefix p (p must not be all 0xff bytes).
+func prefixUpperBound(p []byte) []byte {
+	u := append([]byte(nil), p...)
+	for i := len(u) - 1; i >= 0; i-- {
+		if u[i] != 0xff {
+			u[i]++
+			return u[:i+1]
+		}
+	}
+	panic("index: prefixUpperBound of an all-0xff prefix")
+}
+
+func encodeObject(loc Location) []byte {
+	v := make([]byte, objectValueLen)
+	v[0] = recordVersion
+	binary.BigEndian.PutUint64(v[1:], loc.Bucket)
+	binary.BigEndian.PutUint64(v[9:], uint64(loc.Offset))
+	binary.BigEndian.PutUint32(v[17:], loc.StoredLen)
+	binary.BigEndian.PutUint32(v[21:], loc.ValueLen)
+	v[25] = loc.Codec
+	binary.BigEndian.PutUint32(v[26:], loc.CRC)
+	return v
+}
+
+func decodeObject(key, v []byte) (Location, error) {
+	if err := checkValue(v, objectValueLen); err != "" {
+		return Location{}, &CorruptError{Kind: kindObject, Key: clone(key), Reason: err}
+	}
+	loc := Location{
+		Bucket:    binary.BigEndian.Uint64(v[1:]),
+		Offset:    int64(binary.BigEndian.Uint64(v[9:])),
+		StoredLen: binary.BigEndian.Uint32(v[17:]),
+		ValueLen:  binary.BigEndian.Uint32(v[21:]),
+		Codec:     v[25],
+		CRC:       binary.BigEndian.Uint32(v[26:]),
+	}
+	if loc.Offset < 0 {
+		return Location{}, &CorruptError{Kind: kindObject, Key: clone(key), Reason: fmt.Sprintf("negative offset %d", loc.Offset)}
+	}
+	return loc, nil
+}
+
+func encodeBucket(m BucketMeta) []byte {
+	v := make([]byte, bucketValueLen)
+	v[0] = recordVersion
+	binary.BigEndian.PutUint64(v[1:], uint64(m.Size))
+	binary.BigEndian.PutUint64(v[9:], uint64(m.Keys))
+	binary.BigEndian.PutUint64(v[17:], uint64(m.Created))
+	return v
+}
+
+func decodeBucket(id uint64, v []byte) (BucketMeta, error) {
+	if err := checkValue(v, bucketValueLen); err != "" {
+		return BucketMeta{}, &CorruptError{Kind: kindBucket, Bucket: id, Reason: err}
+	}
+	m := BucketMeta{
+		ID:      id,
+		Size:    int64(binary.BigEndian.Uint64(v[1:])),
+		Keys:    int(binary.BigEndian.Uint64(v[9:])),
+		Created: int64(binary.BigEndian.Uint64(v[17:])),
+	}
+	if m.Size < 0 || m.Keys < 0 {
+		return BucketMeta{}, &CorruptError{Kind: kindBucket, Bucket: id, Reason: fmt.Sprintf("negative size %d or key count %d", m.Size, m.Keys)}
+	}
+	return m, nil
+}
+
+var membershipValue = []byte{recordVersion}
+
+func decodeMembership(id uint64, key, v []byte) error {
+	if err := checkValue(v, membershipValueLen); err != "" {
+		return &CorruptError{Kind: kindMembership, Bucket: id, Key: clone(key), Reason: err}
+	}
+	return nil
+}
+
+func encodeNext(n uint64) []byte {
+	v := make([]byte, nextValueLen)
+	v[0] = recordVersion
+	binary.BigEndian.PutUint64(v[1:], n)
+	return v
+}
+
+func decodeNext(v []byte) (uint64, error) {
+	if err := checkValue(v, nextValueLen); err != "" {
+		return 0, &CorruptError{Kind: kindNext, Reason: err}
+	}
+	return binary.BigEndian.Uint64(v[1:]), nil
+}
+
+// checkValue returns "" when v has the current version byte and length want,
+// else the reason it is not.
+func checkValue(v []byte, want int) string {
+	if len(v) == 0 {
+		return "empty value"
+	}
+	if v[0] != recordVersion {
+		return fmt.Sprintf("unknown record version %d (want %d)", v[0], recordVersion)
+	}
+	if len(v) != want {
+		return fmt.Sprintf("value is %d bytes, want %d", len(v), want)
+	}
+	return ""
+}
+
+func clone(b []byte) []byte { return append([]byte(nil), b...) }
