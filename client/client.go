@@ -1,0 +1,343 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/master"
+)
+
+// Config configures a Client.
+type Config struct {
+	// MasterAddr is the master's gRPC address (host:port). Ignored when
+	// Master is set.
+	MasterAddr string
+	// Master is an in-process master (embedded mode, tests).
+	Master master.API
+	// LocalNode is a node in this process: puts prefer its segment, and its
+	// replicas are read without a socket and ranked first.
+	LocalNode *Node
+	// Timeout bounds each operation when the caller's context has no
+	// deadline. Default 30s.
+	Timeout time.Duration
+	// SoftPin / HardPin are passed with every Put.
+	SoftPin, HardPin bool
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// ReadStats counts Get results by the tier that served them.
+type ReadStats struct {
+	LocalDRAM, RemoteDRAM, LocalSSD, RemoteSSD int64
+	// Fallbacks counts replicas that failed (transport, missing, checksum)
+	// before another one served the read.
+	Fallbacks int64
+	// ChecksumFailures counts replicas whose bytes failed the CRC32C.
+	ChecksumFailures int64
+}
+
+// Client reads and writes objects of a tierstore cluster. It is safe for
+// concurrent use.
+type Client struct {
+	cfg    Config
+	log    *slog.Logger
+	m      master.API
+	closeM func() error // closes a master connection this client opened
+	local  *Node
+	peers  peerPool
+	closed atomic.Bool
+
+	localDRAM, remoteDRAM, localSSD, remoteSSD atomic.Int64
+	fallbacks, checksumFailures                atomic.Int64
+}
+
+// New connects to the master (cfg.Master, or dials cfg.MasterAddr).
+func New(ctx context.Context, cfg Config) (*Client, error) {
+	c := &Client{cfg: cfg, log: cfg.Logger, local: cfg.LocalNode}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	if c.cfg.Timeout <= 0 {
+		c.cfg.Timeout = 30 * time.Second
+	}
+	switch {
+	case cfg.Master != nil:
+		c.m = cfg.Master
+	case cfg.MasterAddr != "":
+		r, err := master.Dial(ctx, cfg.MasterAddr)
+		if err != nil {
+			return nil, fmt.Errorf("client: connecting to master %s: %w", cfg.MasterAddr, err)
+		}
+		c.m, c.closeM = r, r.Close
+	default:
+		return nil, fmt.Errorf("%w: Config needs Master or MasterAddr", ErrBadConfig)
+	}
+	return c, nil
+}
+
+// Master is the master API this client talks to.
+func (c *Client) Master() master.API { return c.m }
+
+// Close releases the client's connections. It does not close LocalNode or
+// an in-process Master.
+func (c *Client) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	c.peers.close()
+	if c.closeM != nil {
+		return c.closeM()
+	}
+	return nil
+}
+
+func (c *Client) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, c.cfg.Timeout)
+}
+
+func (c *Client) check(key string) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	if len(key) == 0 || len(key) > master.MaxKeyLen {
+		return codes.Errorf(codes.InvalidKey, "client: key of %d bytes (1..%d allowed)", len(key), master.MaxKeyLen)
+	}
+	return nil
+}
+
+func (c *Client) peerFor(r master.Replica) (peer, error) {
+	if c.local != nil && r.Node == c.local.Name() {
+		return localPeer{c.local}, nil
+	}
+	if len(r.Endpoint) > 7 && r.Endpoint[:7] == "inproc:" {
+		return nil, codes.Errorf(codes.TransferFail, "client: node %s is in another process's embedded mode", r.Node)
+	}
+	return c.peers.get(r.Endpoint)
+}
+
+// Put stores value under key: the master allocates a DRAM range (on the
+// local node when it has room), the bytes are written there and the put is
+// completed. On a write failure the put is revoked. ErrObjectExists when
+// the key already exists.
+func (c *Client) Put(ctx context.Context, key string, value []byte) error {
+	if err := c.check(key); err != nil {
+		return err
+	}
+	if len(value) == 0 {
+		return codes.Errorf(codes.InvalidParams, "client: empty value for key %q", key)
+	}
+	ctx, cancel := c.opCtx(ctx)
+	defer cancel()
+	crc := CRC32C(value)
+	req := master.PutStartRequest{Key: key, Size: int64(len(value)), CRC: crc, SoftPin: c.cfg.SoftPin, HardPin: c.cfg.HardPin}
+	if c.local != nil {
+		req.PreferredNode = c.local.Name()
+	}
+	r, err := c.m.PutStart(ctx, req)
+	if err != nil {
+		return fmt.Errorf("client: put %q: %w", key, err)
+	}
+	if err := c.writeReplica(ctx, r, value, crc); err != nil {
+		c.revoke(key)
+		return fmt.Errorf("client: put %q: writing to node %s: %w", key, r.Node, err)
+	}
+	if err := c.m.PutEnd(ctx, key); err != nil {
+		c.revoke(key)
+		return fmt.Errorf("client: put %q: %w", key, err)
+	}
+	return nil
+}
+
+func (c *Client) revoke(key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.m.PutRevoke(ctx, key); err != nil {
+		c.log.Debug("put revoke failed", "key", key, "err", err)
+	}
+}
+
+func (c *Client) writeReplica(ctx context.Context, r master.Replica, value []byte, crc uint32) error {
+	if r.Kind != master.Memory || r.Length != int64(len(value)) {
+		return codes.Errorf(codes.InternalError, "client: master allocated a %v replica of %d bytes for %d", r.Kind, r.Length, len(value))
+	}
+	p, err := c.peerFor(r)
+	if err != nil {
+		return err
+	}
+	return p.writeRange(ctx, r.Segment, r.Offset, value, crc)
+}
+
+// rank orders replicas best first: local DRAM, remote DRAM, local SSD,
+// remote SSD.
+func (c *Client) rank(r master.Replica) int {
+	local := c.local != nil && r.Node == c.local.Name()
+	switch {
+	case r.Kind == master.Memory && local:
+		return 0
+	case r.Kind == master.Memory:
+		return 1
+	case local:
+		return 2
+	}
+	return 3
+}
+
+// Get returns the value of key, read from the best replica that answers
+// with bytes matching the object's CRC32C; on any failure it falls back to
+// the next replica. Errors: ErrObjectNotFound (never existed, removed or
+// expired), ErrReplicaGone (it existed but every node holding it died),
+// ErrReplicaNotReady (put in progress), ErrTransferFail or
+// ErrChecksumMismatch (every replica failed).
+func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
+	if err := c.check(key); err != nil {
+		return nil, err
+	}
+	ctx, cancel := c.opCtx(ctx)
+	defer cancel()
+	info, err := c.m.GetReplicaList(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("client: get %q: %w", key, err)
+	}
+	return c.readBest(ctx, info)
+}
+
+func (c *Client) readBest(ctx context.Context, info master.ObjectInfo) ([]byte, error) {
+	reps := make([]master.Replica, 0, len(info.Replicas))
+	for _, r := range info.Replicas {
+		if r.Status == master.Complete {
+			reps = append(reps, r)
+		}
+	}
+	// Stable insertion sort by rank: keeps the master's order within a rank.
+	for i := 1; i < len(reps); i++ {
+		for j := i; j > 0 && c.rank(reps[j]) < c.rank(reps[j-1]); j-- {
+			reps[j], reps[j-1] = reps[j-1], reps[j]
+		}
+	}
+	var last error
+	sawChecksum := false
+	for _, r := range reps {
+		val, err := c.readReplica(ctx, info, r)
+		if err == nil {
+			if int64(len(val)) != info.Size || CRC32C(val) != info.CRC {
+				c.checksumFailures.Add(1)
+				sawChecksum = true
+				err = codes.Errorf(codes.ChecksumMismatch, "client: %v replica on %s: %d bytes with CRC32C %08x, object has %d bytes, %08x",
+					r.Kind, r.Node, len(val), CRC32C(val), info.Size, info.CRC)
+			}
+		}
+		if err == nil {
+			c.countRead(r)
+			return val, nil
+		}
+		if errors.Is(err, codes.ErrChecksumMismatch) {
+			sawChecksum = true
+		}
+		c.log.Debug("replica read failed; trying the next", "key", info.Key, "node", r.Node, "kind", r.Kind, "err", err)
+		c.fallbacks.Add(1)
+		last = err
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if last == nil {
+		return nil, codes.Errorf(codes.ReplicaNotReady, "client: get %q: no complete replica", info.Key)
+	}
+	code := codes.TransferFail
+	if sawChecksum {
+		code = codes.ChecksumMismatch
+	}
+	if ctx.Err() != nil {
+		code = codes.ContextCanceled
+	}
+	return nil, codes.Errorf(code, "client: get %q: all %d replicas failed, last: %v", info.Key, len(reps), last)
+}
+
+func (c *Client) readReplica(ctx context.Context, info master.ObjectInfo, r master.Replica) ([]byte, error) {
+	p, err := c.peerFor(r)
+	if err != nil {
+		return nil, err
+	}
+	if r.Kind == master.Memory {
+		return p.readRange(ctx, r.Segment, r.Offset, r.Length)
+	}
+	return p.readSSD(ctx, []byte(info.Key))
+}
+
+func (c *Client) countRead(r master.Replica) {
+	switch c.rank(r) {
+	case 0:
+		c.localDRAM.Add(1)
+	case 1:
+		c.remoteDRAM.Add(1)
+	case 2:
+		c.localSSD.Add(1)
+	default:
+		c.remoteSSD.Add(1)
+	}
+}
+
+// ReadStats returns the per-tier read counters of this client.
+func (c *Client) ReadStats() ReadStats {
+	return ReadStats{
+		LocalDRAM: c.localDRAM.Load(), RemoteDRAM: c.remoteDRAM.Load(),
+		LocalSSD: c.localSSD.Load(), RemoteSSD: c.remoteSSD.Load(),
+		Fallbacks: c.fallbacks.Load(), ChecksumFailures: c.checksumFailures.Load(),
+	}
+}
+
+// Exists reports whether key has a readable replica (and grants a read
+// lease, so a Get inside the lease finds it).
+func (c *Client) Exists(ctx context.Context, key string) (bool, error) {
+	if err := c.check(key); err != nil {
+		return false, err
+	}
+	ctx, cancel := c.opCtx(ctx)
+	defer cancel()
+	ok, err := c.m.ExistKey(ctx, key)
+	if err != nil {
+		return false, fmt.Errorf("client: exists %q: %w", key, err)
+	}
+	return ok, nil
+}
+
+// Remove deletes key. ErrObjectHasLease while a read lease is active,
+// unless force.
+func (c *Client) Remove(ctx context.Context, key string, force bool) error {
+	if err := c.check(key); err != nil {
+		return err
+	}
+	ctx, cancel := c.opCtx(ctx)
+	defer cancel()
+	if err := c.m.Remove(ctx, key, force); err != nil {
+		return fmt.Errorf("client: remove %q: %w", key, err)
+	}
+	return nil
+}
+
+// EvictMemory drops the DRAM replicas of keys (or of every object when all)
+// that also have an SSD replica, and returns how many were dropped.
+func (c *Client) EvictMemory(ctx context.Context, keys []string, all bool) (int64, error) {
+	ctx, cancel := c.opCtx(ctx)
+	defer cancel()
+	n, err := c.m.EvictMemory(ctx, keys, all)
+	if err != nil {
+		return 0, fmt.Errorf("client: evict memory: %w", err)
+	}
+	return n, nil
+}
+
+// Stats returns the master's counters.
+func (c *Client) Stats(ctx context.Context) (master.Stats, error) {
+	ctx, cancel := c.opCtx(ctx)
+	defer cancel()
+	return c.m.Stats(ctx)
+}

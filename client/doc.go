@@ -1,0 +1,65 @@
+// Package client is tierstore's client library and store node.
+//
+// # Store node
+//
+// A Node (StartNode) owns a DRAM segment: an off-heap, page-aligned
+// anonymous mapping (Segment) that the master allocates object ranges in.
+// It mounts the segment at the master and pings it; when the master answers
+// NEED_REMOUNT (the node expired, or the master restarted) it mounts again
+// and re-registers everything its SSD tier holds. It serves peers over gRPC
+// (internal/rpcpb NodePeer): WriteRange and ReadRange of its segment, and
+// ReadSSD of objects on its SSD tier; values travel in chunks of at most
+// MaxChunk (1 MiB).
+//
+// With offload enabled the node opens the SSD tier engine (package tier) and
+// runs the offload heartbeat: every HeartbeatInterval it drains its task
+// queue at the master, reads each task's source bytes from its own segment
+// (checking their CRC32C), calls tier.Offload, and answers every task
+// through NotifyOffloadSuccess. Every ReconcileInterval it sends the master
+// the full list of keys on SSD. Bucket eviction tells the master
+// (EvictDiskReplica) before the bytes disappear. Close drains: the offload
+// round in progress finishes and answers its tasks, the segment is
+// unmounted, in-flight peer calls finish, then the tier is closed.
+//
+// # Client
+//
+// New connects a Client to a master (in-process master.API or a gRPC
+// address). Put asks the master for a DRAM range (on the local node when
+// there is one), writes the bytes and completes the put; Get asks for the
+// replica list (which grants a read lease) and reads the best replica
+// first: local DRAM, remote DRAM, local SSD, remote SSD, verifying size and
+// CRC32C and falling back to the next replica on any failure. Exists,
+// Remove, EvictMemory and the batch forms complete the API. Errors are the
+// sentinels of internal/codes (codes.ErrObjectNotFound, codes.ErrReplicaGone,
+// ...), checked with errors.Is, whether the master is local or remote.
+//
+// NewEmbedded runs a master, one node and a client in one process with no
+// sockets; the demo and the quick start use it.
+//
+// # Invariants
+//
+//   - Commit before publish (DESIGN.md invariant 1): a LOCAL_DISK replica is
+//     announced only from the tier's per-bucket notify, which runs after the
+//     bucket is durable and indexed; keys the master refuses there are
+//     removed from SSD again, so the node never keeps an unannounced object.
+//   - Every offload task handed to the node is answered exactly once
+//     (invariant 3): persisted (bucket notify), already present (after its
+//     SSD bytes are checked against the task's CRC) or failed with a
+//     retryable flag and a reason. Tasks whose source range is invalid or
+//     fails its CRC are failed without touching the SSD.
+//   - A read never returns bytes whose length or CRC32C differ from the
+//     object's metadata (invariant 5): such a replica is a miss.
+//   - A reconcile never races an offload commit: both run under roundMu, so
+//     a key list sent to the master is never older than a notify already
+//     sent.
+//
+// # Concurrency
+//
+// Client and Node are safe for concurrent use. A node runs three loops
+// (ping, offload heartbeat, reconcile); offload rounds, re-registration and
+// reconcile are serialised by Node.roundMu; the ping loop never waits for
+// them (a long offload round must not make the node miss its TTL), it only
+// remounts and flags a re-registration for the heartbeat loop. Segment
+// reads and writes copy under a read lock that Close takes exclusively
+// before unmapping.
+package client

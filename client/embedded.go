@@ -1,0 +1,96 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/tierstore/tierstore/master"
+)
+
+// EmbeddedConfig configures Embedded: a master, one node and a client in
+// one process.
+type EmbeddedConfig struct {
+	// Master configures the in-process master. Its RPC and metrics ports
+	// are not used.
+	Master master.Config
+	// Node configures the node. Listen "" (the default here) serves no
+	// socket: the client reaches the node in-process. With EnableOffload
+	// and an empty SSDDir, a temporary directory is created and removed by
+	// Close.
+	Node NodeConfig
+}
+
+// DefaultEmbeddedConfig is master.DefaultConfig with offload on, and
+// DefaultNodeConfig with 256 MiB of DRAM, offload on, no socket.
+func DefaultEmbeddedConfig() EmbeddedConfig {
+	mc := master.DefaultConfig()
+	mc.EnableOffload = true
+	nc := DefaultNodeConfig()
+	nc.Listen = ""
+	nc.Memory = 256 << 20
+	nc.EnableOffload = true
+	return EmbeddedConfig{Master: mc, Node: nc}
+}
+
+// Embedded is a whole single-process tierstore: Master, Node and Client
+// share one address space and talk without sockets; Client has the same API
+// as a networked one.
+type Embedded struct {
+	Master *master.Service
+	Node   *Node
+	Client *Client
+	// SSDDir is the node's SSD directory ("" without offload).
+	SSDDir string
+	tmpDir string // created by NewEmbedded, removed by Close
+}
+
+// NewEmbedded starts a master, a node and a client in this process.
+func NewEmbedded(ctx context.Context, cfg EmbeddedConfig) (_ *Embedded, err error) {
+	e := &Embedded{}
+	defer func() {
+		if err != nil {
+			e.Close()
+		}
+	}()
+	if cfg.Node.EnableOffload && cfg.Node.SSDDir == "" {
+		if e.tmpDir, err = os.MkdirTemp("", "tierstore-ssd-*"); err != nil {
+			return nil, fmt.Errorf("client: embedded: temporary SSD directory: %w", err)
+		}
+		cfg.Node.SSDDir = e.tmpDir
+	}
+	e.SSDDir = cfg.Node.SSDDir
+	if err := cfg.Node.Validate(); err != nil {
+		return nil, err
+	}
+	if e.Master, err = master.New(cfg.Master); err != nil {
+		return nil, fmt.Errorf("client: embedded master: %w", err)
+	}
+	if e.Node, err = StartNode(ctx, cfg.Node, e.Master); err != nil {
+		return nil, fmt.Errorf("client: embedded node: %w", err)
+	}
+	if e.Client, err = New(ctx, Config{Master: e.Master, LocalNode: e.Node, Logger: cfg.Node.Logger}); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// Close stops the client, the node (draining) and the master, and removes
+// a temporary SSD directory.
+func (e *Embedded) Close() error {
+	var errs []error
+	if e.Client != nil {
+		errs = append(errs, e.Client.Close())
+	}
+	if e.Node != nil {
+		errs = append(errs, e.Node.Close())
+	}
+	if e.Master != nil {
+		errs = append(errs, e.Master.Close())
+	}
+	if e.tmpDir != "" {
+		errs = append(errs, os.RemoveAll(e.tmpDir))
+	}
+	return errors.Join(errs...)
+}
