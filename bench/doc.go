@@ -1,0 +1,36 @@
+// Command bench measures what the SSD tier does on an operator's disk and
+// access pattern, over the real engine (no model of it):
+//
+//	go run ./bench throughput|churn|peers|master|all [--dir D] [--quick] [--json FILE] [--plot DIR] [--trace FILE]
+//
+// Scenarios:
+//
+//   - throughput: Offload and Load of 64 KiB, 256 KiB and 1 MiB objects
+//     through the tier engine for each backend (uring O_DIRECT, pwrite
+//     buffered, pwrite O_DIRECT), next to fio on the same directory when fio
+//     is installed (sequential write 1 MiB O_DIRECT io_uring iodepth 16;
+//     random read at the object size, iodepth 32), with ratios to fio.
+//   - churn: access traces replayed through a real master and a real store
+//     node with the tier engine, embedded in-process, with scaled-down DRAM
+//     and SSD capacities, for each admission and eviction policy; hit ratios,
+//     SSD write amplification, evictions, and Belady's MIN as upper bound.
+//   - peers: the same ingest and random-read workload against the tier
+//     engine, pebble v2 holding the values itself, and badger v4 with its
+//     value log holding them.
+//   - master: lookups and put pairs per second, in-process and over gRPC.
+//
+// Output: a table per scenario on stdout with a header naming the machine,
+// disk, Go version and options; --json writes every figure; --plot writes PNG
+// charts. Progress bars go to stderr, only when it is a terminal. --quick
+// shrinks every scenario to run in well under a minute (the smoke test uses
+// it); it checks that the output is well formed, never the speed.
+//
+// Invariants: every figure printed comes from a measured run on the --dir
+// directory (default: a temporary directory next to the working directory, on
+// the same disk); scratch data is removed at the end; nothing listens on a
+// non-loopback address.
+//
+// Concurrency: scenarios run one after the other; inside one, the measured
+// workload may use several goroutines, which the scenario joins before it
+// reports.
+package main

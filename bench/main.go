@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// scenario is one benchmark.
+type scenario struct {
+	name string
+	help string
+	run  func(ctx context.Context, e *env) (*result, error)
+}
+
+// scenarios in the order "all" runs them.
+var scenarios []scenario
+
+func register(s scenario) { scenarios = append(scenarios, s) }
+
+func findScenario(name string) (scenario, bool) {
+	for _, s := range scenarios {
+		if s.name == name {
+			return s, true
+		}
+	}
+	return scenario{}, false
+}
+
+// env is what a scenario gets: the parsed options and the output channels.
+type env struct {
+	dir       string // scratch directory for this scenario (exists, empty)
+	quick     bool
+	traceFile string
+	stderr    io.Writer
+	progress  progressFactory
+}
+
+func usage(w io.Writer, fs *flag.FlagSet) {
+	names := make([]string, 0, len(scenarios))
+	for _, s := range scenarios {
+		names = append(names, s.name)
+	}
+	fmt.Fprintf(w, "usage: go run ./bench %s|all [flags]\n\nscenarios:\n", strings.Join(names, "|"))
+	for _, s := range scenarios {
+		fmt.Fprintf(w, "  %-11s %s\n", s.name, s.help)
+	}
+	fmt.Fprintln(w, "\nflags:")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+}
+
+// run is main without the process: it parses args (scenario first, flags
+// after, or flags first), runs the scenarios and writes the report.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	dir := fs.String("dir", "", "directory to benchmark on (default: a temporary directory under the working directory's disk)")
+	quick := fs.Bool("quick", false, "small sizes: the whole run takes well under a minute")
+	jsonFile := fs.String("json", "", "write every figure as JSON to this file")
+	plotDir := fs.String("plot", "", "write PNG charts to this directory")
+	traceFile := fs.String("trace", "", "churn: also replay this trace file (one \"key size\" per line)")
+	keep := fs.Bool("keep", false, "keep the scratch directory")
+
+	// Accept the scenario name before or after the flags.
+	var names []string
+	rest := args
+	for len(rest) > 0 {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				usage(stdout, fs)
+				return nil
+			}
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
+		rest = fs.Args()
+		if len(rest) > 0 {
+			names = append(names, rest[0])
+			rest = rest[1:]
+		}
+	}
+	if len(names) == 0 {
+		var b strings.Builder
+		usage(&b, fs)
+		return fmt.Errorf("%w: name a scenario\n%s", errUsage, b.String())
+	}
+	var todo []scenario
+	for _, n := range names {
+		if n == "all" {
+			todo = append(todo, scenarios...)
+			continue
+		}
+		s, ok := findScenario(n)
+		if !ok {
+			valid := make([]string, 0, len(scenarios))
+			for _, s := range scenarios {
+				valid = append(valid, s.name)
+			}
+			sort.Strings(valid)
+			return fmt.Errorf("%w: unknown scenario %q (valid: %s, all)", errUsage, n, strings.Join(valid, ", "))
+		}
+		todo = append(todo, s)
+	}
+	if *traceFile != "" {
+		if _, err := os.Stat(*traceFile); err != nil {
+			return fmt.Errorf("%w: --trace: %v", errUsage, err)
+		}
+	}
+
+	base, cleanup, err := scratchDir(*dir, *keep)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+
+	hdr := collectHeader(base)
+	rep := &report{Header: hdr}
+	prog := newProgressFactory(stderr)
+	for _, s := range todo {
+		sdir := filepath.Join(base, s.name)
+		if err := os.MkdirAll(sdir, 0o755); err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		e := &env{dir: sdir, quick: *quick, traceFile: *traceFile, stderr: stderr, progress: prog}
+		res, err := s.run(ctx, e)
+		os.RemoveAll(sdir)
+		if err != nil {
+			if errors.Is(err, errUnavailable) {
+				fmt.Fprintf(stdout, "== %s: skipped: %v\n\n", s.name, err)
+				rep.Skipped = append(rep.Skipped, skipped{Scenario: s.name, Reason: err.Error()})
+				continue
+			}
+			return fmt.Errorf("scenario %s: %w", s.name, err)
+		}
+		res.Scenario = s.name
+		res.Quick = *quick
+		printResult(stdout, hdr, res)
+		rep.Results = append(rep.Results, res)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	if *jsonFile != "" {
+		if err := writeJSON(*jsonFile, rep); err != nil {
+			return err
+		}
+	}
+	if *plotDir != "" {
+		files, err := writePlots(*plotDir, rep)
+		if err != nil {
+			return err
+		}
+		for _, f := range files {
+			fmt.Fprintf(stdout, "chart: %s\n", f)
+		}
+	}
+	return nil
+}
+
+// scratchDir returns the directory scenarios work in and a function that
+// removes what bench created. With dir == "" it is a new temporary directory
+// under the working directory (the same disk the operator runs from).
+func scratchDir(dir string, keep bool) (string, func(), error) {
+	if dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return "", nil, fmt.Errorf("bench: %w", err)
+		}
+		dir = wd
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: --dir %q: %v", errUsage, dir, err)
+	}
+	st, err := os.Stat(abs)
+	if err != nil || !st.IsDir() {
+		return "", nil, fmt.Errorf("%w: --dir %q is not an existing directory", errUsage, dir)
+	}
+	base, err := os.MkdirTemp(abs, ".tierstore-bench-")
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: --dir %q is not writable: %v", errUsage, dir, err)
+	}
+	return base, func() {
+		if !keep {
+			os.RemoveAll(base)
+		}
+	}, nil
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		if errors.Is(err, errUsage) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// latencies collects durations and reports percentiles.
+type latencies []time.Duration
+
+func (l latencies) pct(p float64) time.Duration {
+	if len(l) == 0 {
+		return 0
+	}
+	s := slices.Clone(l)
+	slices.Sort(s)
+	i := int(p / 100 * float64(len(s)-1))
+	return s[i]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// diskUsage sums the allocated bytes (st_blocks*512) of every file under dir.
+func diskUsage(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		if info, err := d.Info(); err == nil {
+			if st, ok := info.Sys().(*syscall.Stat_t); ok {
+				n += st.Blocks * 512
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// dropCache asks the kernel to drop the page cache of every file under dir
+// (posix_fadvise DONTNEED), so reads that follow come from the disk, not
+// from memory, for buffered and direct I/O alike. Dirty pages are written
+// first (fdatasync) since DONTNEED skips them.
+func dropCache(dir string) {
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return nil
+		}
+		_ = unix.Fdatasync(int(f.Fd()))
+		_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+		f.Close()
+		return nil
+	})
+}
+
+// valueSource hands out incompressible values without allocating one per
+// object: value i is a window of a random buffer, so every object is
+// distinct and checkable.
+type valueSource struct {
+	buf  []byte
+	size int
+}
+
+func newValueSource(size int, seed uint64) *valueSource {
+	buf := make([]byte, 2*size+64<<10)
+	r := rand.New(rand.NewPCG(seed, 1))
+	for i := 0; i+8 <= len(buf); i += 8 {
+		v := r.Uint64()
+		for j := 0; j < 8; j++ {
+			buf[i+j] = byte(v >> (8 * j))
+		}
+	}
+	return &valueSource{buf: buf, size: size}
+}
+
+// value returns object i's bytes (shared; do not modify).
+func (v *valueSource) value(i int) []byte {
+	off := (i * 4093) % (len(v.buf) - v.size)
+	return v.buf[off : off+v.size]
+}
