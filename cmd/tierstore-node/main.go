@@ -1,4 +1,84 @@
-// Command tierstore-node runs a tierstore store node.
+// Command tierstore-node runs a tierstore store node: a DRAM segment mounted
+// at a tierstore master, a peer data service, and (with --enable_offload) an
+// SSD tier fed by the offload heartbeat. See docs/node.md for the flags.
+//
+// It prints "tierstore-node listening on HOST:PORT" once it serves, and on
+// SIGTERM or SIGINT drains in-flight work, unmounts and exits 0.
 package main
 
-func main() {}
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/tierstore/tierstore/client"
+	"github.com/tierstore/tierstore/master"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "tierstore-node: %v\n", err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	o.node.Logger = log
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	m, err := master.Dial(dctx, o.master)
+	cancel()
+	if err != nil {
+		fmt.Fprintf(stderr, "tierstore-node: --master %s: %v\n", o.master, err)
+		return 1
+	}
+	defer m.Close()
+	n, err := client.StartNode(ctx, o.node, m)
+	if err != nil {
+		fmt.Fprintf(stderr, "tierstore-node: %v\n", err)
+		return 1
+	}
+	if o.node.MetricsPort != 0 {
+		lis, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(o.node.MetricsPort)))
+		if err != nil {
+			n.Close()
+			fmt.Fprintf(stderr, "tierstore-node: --metrics_port %d: %v\n", o.node.MetricsPort, err)
+			return 1
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", n.MetricsHandler())
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(lis) }()
+		defer srv.Close()
+	}
+	fmt.Fprintf(stdout, "tierstore-node listening on %s node=%s segment=%s\n", n.Endpoint(), n.Name(), n.SegmentName())
+	if f, ok := stdout.(*os.File); ok {
+		_ = f.Sync()
+	}
+	<-ctx.Done()
+	log.Info("signal received: draining")
+	if err := n.Close(); err != nil {
+		fmt.Fprintf(stderr, "tierstore-node: close: %v\n", err)
+		return 1
+	}
+	return 0
+}

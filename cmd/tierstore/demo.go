@@ -1,0 +1,240 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/tierstore/tierstore/client"
+)
+
+// demoResult is what the demo measured; PASS needs every check to hold.
+type demoResult struct {
+	objects, size     int
+	putDRAMBytes      int64
+	ssdBytes          int64
+	dramAfterEvict    int64
+	ssdAfterEvict     int64
+	dropped           int64
+	buckets           int64
+	reads             client.ReadStats
+	matched           int
+	writeBytes        int64
+	writeDur, readDur time.Duration
+	readBytes         int64
+	backend, dir      string
+	failures          []string
+}
+
+func (r *demoResult) failf(format string, a ...any) {
+	r.failures = append(r.failures, fmt.Sprintf(format, a...))
+}
+
+func throughput(n int64, d time.Duration) string {
+	if d <= 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f MiB/s (%s in %v)", float64(n)/float64(1<<20)/d.Seconds(), client.HumanSize(n), d.Round(time.Microsecond))
+}
+
+func runDemo(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("tierstore demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("dir", "", "SSD directory (created if missing; default: a temporary directory, removed afterwards)")
+	objects := fs.Int("objects", 11, "number of objects")
+	size := fs.String("size", "1MiB", "object size (1MiB, 256KiB or bytes)")
+	backendName := fs.String("backend", "uring", "bucket I/O backend: uring (falls back to pwrite) or pwrite")
+	timeout := fs.Duration("timeout", 2*time.Minute, "bound on the whole demo")
+	verbose := fs.Bool("v", false, "log the master's and node's activity to stderr")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	sz, err := client.ParseSize(*size)
+	if err != nil || sz <= 0 || sz > 64<<20 {
+		fmt.Fprintf(stderr, "tierstore demo: --size %q: want 1 byte .. 64MiB (%v)\n", *size, err)
+		return 2
+	}
+	if *objects <= 0 || *objects > 100000 || int64(*objects)*sz > 8<<30 {
+		fmt.Fprintf(stderr, "tierstore demo: --objects %d: want 1..100000 and at most 8GiB in total\n", *objects)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	res, err := demo(ctx, *dir, *objects, int(sz), *backendName, *verbose, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "tierstore demo: %v\n", err)
+		fmt.Fprintln(stdout, "FAIL")
+		return 1
+	}
+	printDemo(stdout, res)
+	if len(res.failures) > 0 {
+		return 1
+	}
+	return 0
+}
+
+func demo(ctx context.Context, dir string, objects, size int, backendName string, verbose bool, stderr io.Writer) (*demoResult, error) {
+	cfg := client.DefaultEmbeddedConfig()
+	level := slog.LevelWarn
+	if verbose {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	cfg.Master.Logger = log
+	cfg.Node.Logger = log
+	cfg.Node.Backend = backendName
+	total := int64(objects) * int64(size)
+	// Room for every object at well under the DRAM eviction watermark.
+	cfg.Node.Memory = max(64<<20, 2*total+16<<20)
+	if dir != "" {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return nil, fmt.Errorf("--dir %q: %w", dir, err)
+		}
+		if err := os.MkdirAll(abs, 0o755); err != nil {
+			return nil, fmt.Errorf("--dir %q: %w", dir, err)
+		}
+		cfg.Node.SSDDir = abs
+	}
+	e, err := client.NewEmbedded(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer e.Close()
+	c := e.Client
+	r := &demoResult{objects: objects, size: size, backend: e.Node.Stats().Backend, dir: e.SSDDir}
+
+	// 1. Put objects with known SHA-256. Keys are unique to this run so that
+	// a reused --dir cannot satisfy the checks with old objects.
+	run := make([]byte, 4)
+	_, _ = rand.Read(run)
+	keys := make([]string, objects)
+	sums := make([][32]byte, objects)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("demo-%x-%04d", run, i)
+		val := make([]byte, size)
+		_, _ = rand.Read(val)
+		sums[i] = sha256.Sum256(val)
+		if err := c.Put(ctx, keys[i], val); err != nil {
+			return nil, fmt.Errorf("put %s: %w", keys[i], err)
+		}
+	}
+	st, err := c.Stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.putDRAMBytes = st.MemoryBytes
+
+	// 2. Wait until every object is on SSD: run offload rounds now rather
+	// than waiting for heartbeat ticks.
+	before := e.Node.Stats()
+	start := time.Now()
+	for {
+		e.Node.OffloadNow()
+		ns := e.Node.Stats()
+		if ns.OffloadPersisted-before.OffloadPersisted >= int64(objects) {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("only %d of %d objects reached SSD before the deadline (%d failed tasks)",
+				ns.OffloadPersisted-before.OffloadPersisted, objects, ns.OffloadFailed-before.OffloadFailed)
+		}
+		time.Sleep(20 * time.Millisecond) // poll interval of a bounded wait
+	}
+	r.writeDur = time.Since(start)
+	after := e.Node.Stats()
+	r.writeBytes = after.Tier.BytesWritten - before.Tier.BytesWritten
+	r.buckets = after.Tier.BucketsWritten - before.Tier.BucketsWritten
+	if st, err = c.Stats(ctx); err != nil {
+		return nil, err
+	}
+	r.ssdBytes = st.DiskBytes
+
+	// 3. Drop every DRAM replica (they all have an SSD replica now).
+	if r.dropped, err = c.EvictMemory(ctx, keys, false); err != nil {
+		return nil, err
+	}
+	if st, err = c.Stats(ctx); err != nil {
+		return nil, err
+	}
+	r.dramAfterEvict, r.ssdAfterEvict = st.MemoryBytes, st.DiskBytes
+
+	// 4. Read back from SSD and verify every checksum.
+	r0 := c.ReadStats()
+	start = time.Now()
+	for i, k := range keys {
+		val, err := c.Get(ctx, k)
+		if err != nil {
+			r.failf("get %s: %v", k, err)
+			continue
+		}
+		r.readBytes += int64(len(val))
+		if sha256.Sum256(val) == sums[i] && len(val) == size {
+			r.matched++
+		} else {
+			r.failf("get %s: SHA-256 mismatch", k)
+		}
+	}
+	r.readDur = time.Since(start)
+	r1 := c.ReadStats()
+	r.reads = client.ReadStats{
+		LocalDRAM: r1.LocalDRAM - r0.LocalDRAM, RemoteDRAM: r1.RemoteDRAM - r0.RemoteDRAM,
+		LocalSSD: r1.LocalSSD - r0.LocalSSD, RemoteSSD: r1.RemoteSSD - r0.RemoteSSD,
+		Fallbacks: r1.Fallbacks - r0.Fallbacks, ChecksumFailures: r1.ChecksumFailures - r0.ChecksumFailures,
+	}
+
+	if r.dropped != int64(objects) {
+		r.failf("evict dropped %d DRAM replicas, want %d", r.dropped, objects)
+	}
+	if r.dramAfterEvict != 0 {
+		r.failf("%d DRAM bytes left after the evict", r.dramAfterEvict)
+	}
+	if r.ssdAfterEvict < total {
+		r.failf("master counts %d SSD bytes, want at least %d", r.ssdAfterEvict, total)
+	}
+	if r.reads.LocalSSD != int64(objects) {
+		r.failf("%d reads served from SSD, want %d", r.reads.LocalSSD, objects)
+	}
+	if r.buckets < 1 {
+		r.failf("no bucket written")
+	}
+	return r, nil
+}
+
+func printDemo(w io.Writer, r *demoResult) {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "tierstore demo: %d objects x %s, backend %s, SSD dir %s\n", r.objects, client.HumanSize(int64(r.size)), r.backend, r.dir)
+	row := func(name, format string, a ...any) { fmt.Fprintf(&b, "  %-28s %s\n", name, fmt.Sprintf(format, a...)) }
+	row("objects", "%d", r.objects)
+	row("bytes in DRAM after put", "%s", client.HumanSize(r.putDRAMBytes))
+	row("bytes on SSD (master)", "%s", client.HumanSize(r.ssdBytes))
+	row("buckets written", "%d", r.buckets)
+	row("DRAM replicas dropped", "%d", r.dropped)
+	row("bytes in DRAM after evict", "%s", client.HumanSize(r.dramAfterEvict))
+	row("reads: local/remote DRAM", "%d / %d", r.reads.LocalDRAM, r.reads.RemoteDRAM)
+	row("reads: local/remote SSD", "%d / %d", r.reads.LocalSSD, r.reads.RemoteSSD)
+	row("SSD write throughput", "%s", throughput(r.writeBytes, r.writeDur))
+	row("SSD read throughput", "%s", throughput(r.readBytes, r.readDur))
+	row("SHA-256 verified", "%d / %d", r.matched, r.objects)
+	for _, f := range r.failures {
+		fmt.Fprintf(&b, "  FAILED: %s\n", f)
+	}
+	if len(r.failures) == 0 {
+		b.WriteString("PASS\n")
+	} else {
+		b.WriteString("FAIL\n")
+	}
+	_, _ = w.Write(b.Bytes())
+}

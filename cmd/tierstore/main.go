@@ -1,0 +1,60 @@
+// Command tierstore is the tierstore command-line tool:
+//
+//	tierstore demo [--dir D] [--objects 11] [--size 1MiB]   embedded end-to-end check (reference 004)
+//	tierstore serve --dir D [--port 50051]                  master + node in one process over gRPC
+//	tierstore put    --master ADDR KEY [FILE]               store FILE (or stdin)
+//	tierstore get    --master ADDR KEY [FILE]               write the value to FILE (or stdout)
+//	tierstore exists --master ADDR KEY                      exit 0 if the key exists, 1 if not
+//	tierstore rm     --master ADDR [--force] KEY
+//	tierstore stats  --master ADDR                          objects and bytes per tier
+//	tierstore evict  --master ADDR --tier memory [KEY...|--all]
+//
+// See docs/node.md.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+const usage = `usage: tierstore <command> [flags] [args]
+
+commands:
+  demo     embedded master+node: put objects, offload to SSD, drop DRAM, read back, verify (PASS/FAIL)
+  serve    master and node in one process over gRPC on 127.0.0.1, until SIGTERM
+  put      --master ADDR KEY [FILE]      store FILE (stdin if absent or "-")
+  get      --master ADDR KEY [FILE]      write the value to FILE (stdout if absent or "-")
+  exists   --master ADDR KEY             print true/false; exit 0 if it exists, 1 if not
+  rm       --master ADDR [--force] KEY   remove an object
+  stats    --master ADDR                 objects and bytes per tier
+  evict    --master ADDR --tier memory [KEY...|--all]
+                                          drop DRAM replicas of objects that also have an SSD replica
+Run "tierstore <command> -h" for the flags of a command.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run executes one command and returns the process exit status.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "demo":
+		return runDemo(rest, stdout, stderr)
+	case "serve":
+		return runServe(rest, stdout, stderr)
+	case "put", "get", "exists", "rm", "stats", "evict":
+		return runOp(cmd, rest, stdin, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "tierstore: unknown command %q\n%s", cmd, usage)
+	return 2
+}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/tierstore/tierstore/client"
+	"github.com/tierstore/tierstore/internal/codes"
+)
+
+// runOp runs put, get, exists, rm, stats and evict against a master.
+func runOp(cmd string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("tierstore "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("master", "127.0.0.1:50051", "master gRPC address host:port")
+	timeout := fs.Duration("timeout", 30*time.Second, "bound on the whole command")
+	force := fs.Bool("force", false, "rm: remove even while a read lease is active")
+	tierName := fs.String("tier", "", "evict: the tier to drop replicas from (only \"memory\")")
+	all := fs.Bool("all", false, "evict: every object")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	pos := fs.Args()
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "tierstore %s: %s\n", cmd, fmt.Sprintf(format, a...))
+		return 2
+	}
+	switch cmd {
+	case "put", "get":
+		if len(pos) < 1 || len(pos) > 2 {
+			return fail("want KEY [FILE], got %d arguments", len(pos))
+		}
+	case "exists", "rm":
+		if len(pos) != 1 {
+			return fail("want KEY, got %d arguments", len(pos))
+		}
+	case "stats":
+		if len(pos) != 0 {
+			return fail("takes no arguments")
+		}
+	case "evict":
+		if *tierName != "memory" {
+			return fail("--tier: %q is not supported (only memory)", *tierName)
+		}
+		if *all == (len(pos) > 0) {
+			return fail("give keys or --all (not both)")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	c, err := client.New(ctx, client.Config{MasterAddr: *addr})
+	if err != nil {
+		fmt.Fprintf(stderr, "tierstore %s: --master %s: %v\n", cmd, *addr, err)
+		return 1
+	}
+	defer c.Close()
+	errOut := func(err error) int {
+		fmt.Fprintf(stderr, "tierstore %s: %v (%s)\n", cmd, err, codes.Of(err))
+		return 1
+	}
+	switch cmd {
+	case "put":
+		var val []byte
+		if len(pos) == 2 && pos[1] != "-" {
+			val, err = os.ReadFile(pos[1])
+		} else {
+			val, err = io.ReadAll(stdin)
+		}
+		if err != nil {
+			return errOut(err)
+		}
+		if err := c.Put(ctx, pos[0], val); err != nil {
+			return errOut(err)
+		}
+		fmt.Fprintf(stderr, "stored %q: %d bytes, crc32c %08x\n", pos[0], len(val), client.CRC32C(val))
+	case "get":
+		val, err := c.Get(ctx, pos[0])
+		if err != nil {
+			return errOut(err)
+		}
+		if len(pos) == 2 && pos[1] != "-" {
+			if err := os.WriteFile(pos[1], val, 0o644); err != nil {
+				return errOut(err)
+			}
+		} else if _, err := stdout.Write(val); err != nil {
+			return errOut(err)
+		}
+	case "exists":
+		ok, err := c.Exists(ctx, pos[0])
+		if err != nil {
+			return errOut(err)
+		}
+		fmt.Fprintln(stdout, ok)
+		if !ok {
+			return 1
+		}
+	case "rm":
+		if err := c.Remove(ctx, pos[0], *force); err != nil {
+			return errOut(err)
+		}
+	case "stats":
+		st, err := c.Stats(ctx)
+		if err != nil {
+			return errOut(err)
+		}
+		fmt.Fprintf(stdout, "nodes              %d\n", st.Nodes)
+		fmt.Fprintf(stdout, "segments           %d (%s capacity, %s used)\n", st.Segments, client.HumanSize(st.SegmentCapacity), client.HumanSize(st.SegmentUsed))
+		fmt.Fprintf(stdout, "objects            %d\n", st.Objects)
+		fmt.Fprintf(stdout, "memory replicas    %d (%s)\n", st.MemoryReplicas, client.HumanSize(st.MemoryBytes))
+		fmt.Fprintf(stdout, "disk replicas      %d (%s)\n", st.DiskReplicas, client.HumanSize(st.DiskBytes))
+		fmt.Fprintf(stdout, "offload            queued %d, in flight %d, persisted %d, failed %d\n", st.OffloadQueued, st.OffloadInFlight, st.OffloadPersisted, st.OffloadFailed)
+		fmt.Fprintf(stdout, "dram evictions     %d\n", st.Evictions)
+		fmt.Fprintf(stdout, "expired nodes      %d\n", st.ExpiredNodes)
+	case "evict":
+		n, err := c.EvictMemory(ctx, pos, *all)
+		if err != nil {
+			return errOut(err)
+		}
+		fmt.Fprintf(stdout, "dropped %d memory replicas\n", n)
+	}
+	return 0
+}
