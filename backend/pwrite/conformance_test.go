@@ -2,6 +2,7 @@ package pwrite_test
 
 import (
 	"errors"
+	"log/slog"
 	"os"
 	"testing"
 
@@ -14,6 +15,9 @@ import (
 
 func openFunc(opts pwrite.Options) backendtest.OpenFunc {
 	return func(t *testing.T, dir string) backend.Backend {
+		if opts.Logger == nil {
+			opts.Logger = slog.New(slog.DiscardHandler)
+		}
 		b, err := pwrite.Open(dir, opts)
 		if err != nil {
 			t.Fatalf("pwrite.Open(%s): %v", dir, err)

@@ -222,6 +222,11 @@ func (b *Backend) writeFile(ctx context.Context, name string, data [][]byte, dir
 	case errors.Is(err, unix.EEXIST):
 		return backend.ErrExists
 	case direct && errors.Is(err, unix.EINVAL):
+		// Some file systems (ramfs) create the file before they refuse
+		// O_DIRECT. It is ours: with O_EXCL an existing file is EEXIST.
+		if unix.Unlink(name) == nil {
+			_ = unix.Fsync(b.dirFD)
+		}
 		return fmt.Errorf("%w: open: %w", errDirectUnsupported, err)
 	case err != nil:
 		return fmt.Errorf("create: %w", noSpace(err))
