@@ -1,6 +1,81 @@
-// Package master is tierstore's metadata service (see doc comment in
-// service.go once implemented): objects, replicas, leases, pins, DRAM
-// segments and their allocator, eviction, node liveness and the offload
-// mailbox. API is the interface; *Service implements it in-process and
-// *Remote over gRPC.
+// Package master is tierstore's metadata service: the compact process that
+// store nodes and clients talk to. It keeps each object's size, CRC32C and
+// replicas (MEMORY in a node's DRAM segment, LOCAL_DISK on a node's SSD),
+// allocates DRAM ranges inside the segments nodes mount, grants read leases,
+// evicts DRAM under pressure, expires silent nodes, and tells each node which
+// objects to offload to its SSD (the offload mailbox). It never touches SSD
+// files: it knows the SSD tier only through what nodes report.
+//
+// API is the interface. *Service implements it in-process (embedded
+// deployments call it without a socket); NewServer exposes a Service over
+// gRPC (service tierstore.rpc.Master) and Dial returns a *Remote that
+// implements API over that service. Errors wrap the sentinels of package
+// internal/codes and keep them across gRPC.
+//
+// # Metadata
+//
+// Objects live in Config.Shards shards (a power of two), each a map under one
+// mutex, so operations on keys of different shards do not contend. Segments
+// are allocated by a best-fit, coalescing offset allocator (alloc.go,
+// O(log n)); PutStart picks the preferred node's segment when it has room,
+// else the segment with the most free bytes whose largest free extent fits.
+//
+// # Leases (reference 000, invariant 4)
+//
+// ExistKey and GetReplicaList grant a read lease of default_kv_lease_ttl on a
+// hit. Every removal path honours it:
+//   - DRAM eviction never picks a leased object and re-checks the lease under
+//     the shard lock before dropping a victim;
+//   - Remove fails with OBJECT_HAS_LEASE unless forced;
+//   - the stale-handle sweep (after a node expires or a segment is
+//     unmounted) removes unreadable replicas, and objects left without
+//     replicas, only once the lease has expired;
+//   - EvictDiskReplica and ReconcileDiskObjects remove the replica at once
+//     (the node is deleting the bytes) but keep a leased object's metadata
+//     until the lease expires.
+//
+// A replica on a dead node or unmounted segment is unreadable at once. A
+// lookup of an object whose every replica is unreadable answers
+// REPLICA_IS_GONE (-712), never OBJECT_NOT_FOUND (-704): within a lease, a
+// lookup hit is followed either by a successful GetReplicaList or by
+// REPLICA_IS_GONE. If another replica is readable (LOCAL_DISK on a live node)
+// the read succeeds from it.
+//
+// # Eviction
+//
+// When a segment's use passes eviction_high_watermark_ratio (background
+// loop) or an allocation fails (synchronously, then retried), one round
+// drops about eviction_ratio of the evictable DRAM replicas: unpinned before
+// soft-pinned, oldest lease first. Never evicted: hard-pinned objects, leased
+// objects, replicas pinned by an offload task, incomplete puts. Objects that
+// keep a LOCAL_DISK replica keep their metadata. With offload_on_evict a
+// victim without an SSD copy is queued for offload instead of dropped.
+//
+// # Offload mailbox
+//
+// Each node has a bounded mailbox (offloading_queue_limit tasks, queued plus
+// in flight; KEYS_ULTRA_LIMIT beyond). A key is queued at most once. Queuing
+// pins the DRAM replica until NotifyOffloadSuccess answers the key (persisted
+// or failed), the node expires, the task times out (offload_task_timeout),
+// or the object is removed (which also deletes the task). When to queue is
+// the admission policy's decision (package admission).
+// NotifyOffloadSuccess is idempotent: one LOCAL_DISK replica per node and
+// key. ReconcileDiskObjects drops the node's LOCAL_DISK replicas of keys not
+// in its list.
+//
+// # Liveness
+//
+// Nodes Ping (OffloadHeartbeat and mounts count too). A node silent for
+// client_ttl is expired by the background loop: its segments are unmounted,
+// its replicas become unreadable, its mailbox is dropped and the lease-aware
+// sweep runs. A returning node's Ping answers NEED_REMOUNT; it mounts again
+// and re-registers its SSD objects (ReRegisterDiskObjects).
+//
+// # Concurrency
+//
+// *Service and *Remote are safe for concurrent use. Lock order: shard.mu,
+// then segment.mu or mailbox.mu; Service.nodesMu is never held while taking
+// a shard lock, and evictMu (one eviction round at a time) is taken before
+// shard locks. Counters are atomics. Time comes from Config.Clock, so tests
+// drive leases and TTLs with a ManualClock and call Tick instead of sleeping.
 package master

@@ -161,3 +161,25 @@ func All() []Code {
 	}
 	return out
 }
+
+// messageError is an error with a given text that wraps a sentinel.
+type messageError struct {
+	msg      string
+	sentinel error
+}
+
+func (e *messageError) Error() string { return e.msg }
+func (e *messageError) Unwrap() error { return e.sentinel }
+
+// WithMessage returns an error whose text is msg (the whole text, as produced
+// by the other side of an RPC) and that wraps the sentinel of c. OK gives
+// nil; an empty msg gives the sentinel itself.
+func WithMessage(c Code, msg string) error {
+	if c == OK {
+		return nil
+	}
+	if msg == "" {
+		return Err(c)
+	}
+	return &messageError{msg: msg, sentinel: Err(c)}
+}

@@ -82,3 +82,16 @@ func TestStatusRoundTrip(t *testing.T) {
 		t.Fatal("grpc code mapping")
 	}
 }
+
+func TestWithMessage(t *testing.T) {
+	if WithMessage(OK, "x") != nil {
+		t.Fatal("OK")
+	}
+	e := WithMessage(ObjectHasLease, "remove: lease until t: tierstore: object has a lease")
+	if !errors.Is(e, ErrObjectHasLease) || Of(e) != ObjectHasLease || e.Error() != "remove: lease until t: tierstore: object has a lease" {
+		t.Fatalf("%v", e)
+	}
+	if WithMessage(ReplicaIsGone, "") != ErrReplicaGone {
+		t.Fatal("empty message")
+	}
+}

@@ -1,0 +1,119 @@
+package master
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tierstore/tierstore/internal/codes"
+)
+
+// metrics are the master's Prometheus collectors, in a registry of their own
+// (never the global one).
+type metrics struct {
+	reg              *prometheus.Registry
+	evictions        prometheus.Counter
+	offloadPersisted prometheus.Counter
+	offloadFailed    prometheus.Counter
+	errs             *prometheus.CounterVec
+	byCode           map[codes.Code]prometheus.Counter // pre-resolved children of errs
+}
+
+func newMetrics(s *Service) *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	f := prometheus.NewGaugeFunc
+	m.reg.MustRegister(
+		f(prometheus.GaugeOpts{Name: "tierstore_master_objects", Help: "Objects in the master's metadata."},
+			func() float64 { return float64(s.cnt.objects.Load()) }),
+		f(prometheus.GaugeOpts{Name: "tierstore_master_bytes", Help: "Object bytes per tier (one count per replica).", ConstLabels: prometheus.Labels{"tier": "memory"}},
+			func() float64 { return float64(s.cnt.memBytes.Load()) }),
+		f(prometheus.GaugeOpts{Name: "tierstore_master_bytes", Help: "Object bytes per tier (one count per replica).", ConstLabels: prometheus.Labels{"tier": "local_disk"}},
+			func() float64 { return float64(s.cnt.diskBytes.Load()) }),
+		f(prometheus.GaugeOpts{Name: "tierstore_master_replicas", Help: "Replicas per tier.", ConstLabels: prometheus.Labels{"tier": "memory"}},
+			func() float64 { return float64(s.cnt.memReplicas.Load()) }),
+		f(prometheus.GaugeOpts{Name: "tierstore_master_replicas", Help: "Replicas per tier.", ConstLabels: prometheus.Labels{"tier": "local_disk"}},
+			func() float64 { return float64(s.cnt.diskReplicas.Load()) }),
+		f(prometheus.GaugeOpts{Name: "tierstore_master_offload_queue_depth", Help: "Offload tasks queued or in flight, all nodes."},
+			func() float64 { q, i := s.queueDepth(); return float64(q + i) }),
+		f(prometheus.GaugeOpts{Name: "tierstore_master_nodes", Help: "Live store nodes."},
+			func() float64 { s.nodesMu.RLock(); defer s.nodesMu.RUnlock(); return float64(len(s.nodes)) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_expired_nodes_total", Help: "Nodes expired for silence (client_ttl)."},
+			func() float64 { return float64(s.cnt.expiredNodes.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_offload_queued_total", Help: "Offload tasks queued."},
+			func() float64 { return float64(s.cnt.offloadQueued.Load()) }),
+	)
+	m.evictions = prometheus.NewCounter(prometheus.CounterOpts{Name: "tierstore_master_evictions_total", Help: "DRAM replicas evicted."})
+	m.offloadPersisted = prometheus.NewCounter(prometheus.CounterOpts{Name: "tierstore_master_offload_persisted_total", Help: "Offload tasks answered as persisted."})
+	m.offloadFailed = prometheus.NewCounter(prometheus.CounterOpts{Name: "tierstore_master_offload_failed_total", Help: "Offload tasks answered as failed."})
+	m.errs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tierstore_master_errors_total", Help: "Errors returned, by Mooncake error code name."}, []string{"code"})
+	m.reg.MustRegister(m.evictions, m.offloadPersisted, m.offloadFailed, m.errs)
+	m.byCode = map[codes.Code]prometheus.Counter{}
+	for _, c := range codes.All() {
+		m.byCode[c] = m.errs.WithLabelValues(c.String())
+	}
+	return m
+}
+
+func (m *metrics) countErr(err error) {
+	if errors.Is(err, ErrClosed) {
+		return
+	}
+	if c, ok := m.byCode[codes.Of(err)]; ok {
+		c.Inc()
+	}
+}
+
+// Registry returns the Prometheus registry holding the master's metrics.
+func (s *Service) Registry() *prometheus.Registry { return s.met.reg }
+
+// MetricsHandler serves the master's metrics in the Prometheus text format.
+func (s *Service) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(s.met.reg, promhttp.HandlerOpts{})
+}
+
+func (s *Service) queueDepth() (queued, inflight int) {
+	s.nodesMu.RLock()
+	defer s.nodesMu.RUnlock()
+	for _, n := range s.nodes {
+		q, i := n.box.counts()
+		queued += q
+		inflight += i
+	}
+	return
+}
+
+// Stats implements API.
+func (s *Service) Stats(ctx context.Context) (Stats, error) {
+	if err := s.check(ctx); err != nil {
+		return Stats{}, err
+	}
+	st := Stats{
+		Objects:          s.cnt.objects.Load(),
+		MemoryReplicas:   s.cnt.memReplicas.Load(),
+		DiskReplicas:     s.cnt.diskReplicas.Load(),
+		MemoryBytes:      s.cnt.memBytes.Load(),
+		DiskBytes:        s.cnt.diskBytes.Load(),
+		Evictions:        s.cnt.evictions.Load(),
+		OffloadQueuedTot: s.cnt.offloadQueued.Load(),
+		OffloadPersisted: s.cnt.offloadPersisted.Load(),
+		OffloadFailed:    s.cnt.offloadFailed.Load(),
+		ExpiredNodes:     s.cnt.expiredNodes.Load(),
+	}
+	s.nodesMu.RLock()
+	st.Nodes = int64(len(s.nodes))
+	for _, n := range s.nodes {
+		for _, g := range n.segments {
+			st.Segments++
+			st.SegmentCapacity += g.size
+			st.SegmentUsed += g.used()
+		}
+		q, i := n.box.counts()
+		st.OffloadQueued += int64(q)
+		st.OffloadInFlight += int64(i)
+	}
+	s.nodesMu.RUnlock()
+	return st, nil
+}

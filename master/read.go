@@ -1,0 +1,267 @@
+package master
+
+import (
+	"context"
+	"time"
+
+	"github.com/tierstore/tierstore/internal/codes"
+)
+
+// grantLease extends o's read lease (and its soft pin) to now + ttl. Caller
+// holds the shard lock.
+func (s *Service) grantLease(o *object, now int64) {
+	if d := now + s.cfg.DefaultKVLeaseTTL.Nanoseconds(); d > o.leaseUntil {
+		o.leaseUntil = d
+	}
+	if o.softPin {
+		if d := now + s.cfg.DefaultKVSoftPinTTL.Nanoseconds(); d > o.softPinUntil {
+			o.softPinUntil = d
+		}
+	}
+}
+
+// countLookup applies read admission to one demand lookup. Caller holds the
+// shard lock.
+func (s *Service) countLookup(key string, o *object) {
+	v := s.admissionView(key, o)
+	q := s.policy.OnLookup(&v)
+	o.reads = v.Reads
+	if q {
+		s.enqueue(key, o)
+	}
+}
+
+// exist answers one ExistKey. count says whether it is a counted demand
+// lookup.
+func (s *Service) exist(key string, now int64, count bool) (bool, error) {
+	if err := validKey(key); err != nil {
+		return false, err
+	}
+	sh := s.shardOf(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	o := sh.objs[key]
+	if o == nil || !o.readable() {
+		return false, nil
+	}
+	s.grantLease(o, now)
+	if count {
+		s.countLookup(key, o)
+	}
+	return true, nil
+}
+
+// replicaList answers one GetReplicaList.
+func (s *Service) replicaList(key string, now int64, count bool) (ObjectInfo, error) {
+	if err := validKey(key); err != nil {
+		return ObjectInfo{}, err
+	}
+	sh := s.shardOf(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	o := sh.objs[key]
+	if o == nil {
+		return ObjectInfo{}, codes.Errorf(codes.ObjectNotFound, "master: get_replica_list")
+	}
+	info := ObjectInfo{Key: key, Size: o.size, CRC: o.crc}
+	n := 0
+	if o.readableMem() {
+		n++
+	}
+	for _, d := range o.disk {
+		if !d.node.dead.Load() {
+			n++
+		}
+	}
+	if n == 0 {
+		if o.mem != nil && !o.mem.complete && o.mem.seg.live() {
+			return ObjectInfo{}, codes.Errorf(codes.ReplicaNotReady, "master: get_replica_list: put in progress")
+		}
+		// Every replica is on a dead node or was dropped while the object
+		// was leased: it existed, it is gone (reference 000).
+		return ObjectInfo{}, codes.Errorf(codes.ReplicaIsGone, "master: get_replica_list")
+	}
+	info.Replicas = make([]Replica, 0, n)
+	if o.readableMem() {
+		info.Replicas = append(info.Replicas, s.memDescriptor(o))
+	}
+	for _, d := range o.disk {
+		if !d.node.dead.Load() {
+			info.Replicas = append(info.Replicas, Replica{Kind: LocalDisk, Status: Complete, Node: d.node.id, Endpoint: d.node.endpoint})
+		}
+	}
+	s.grantLease(o, now)
+	info.LeaseDeadline = time.Unix(0, o.leaseUntil)
+	if count {
+		s.countLookup(key, o)
+	}
+	return info, nil
+}
+
+// ExistKey implements API.
+func (s *Service) ExistKey(ctx context.Context, key string) (bool, error) {
+	if err := s.check(ctx); err != nil {
+		return false, err
+	}
+	ok, err := s.exist(key, s.now(), s.countLookups && !IsOffloadPath(ctx))
+	return ok, s.observe(err)
+}
+
+// GetReplicaList implements API.
+func (s *Service) GetReplicaList(ctx context.Context, key string) (ObjectInfo, error) {
+	if err := s.check(ctx); err != nil {
+		return ObjectInfo{}, err
+	}
+	info, err := s.replicaList(key, s.now(), s.countLookups && !IsOffloadPath(ctx))
+	return info, s.observe(err)
+}
+
+// batchCounter returns a function that says whether the i-th key of a batch
+// is a counted demand lookup: only when the policy counts lookups, the
+// caller is not the offload path, and the key did not occur earlier in the
+// batch.
+func (s *Service) batchCounter(ctx context.Context, keys []string) func(string) bool {
+	if !s.countLookups || IsOffloadPath(ctx) {
+		return func(string) bool { return false }
+	}
+	seen := make(map[string]struct{}, len(keys))
+	return func(k string) bool {
+		if _, dup := seen[k]; dup {
+			return false
+		}
+		seen[k] = struct{}{}
+		return true
+	}
+}
+
+// BatchExistKey implements API.
+func (s *Service) BatchExistKey(ctx context.Context, keys []string) ([]ExistResult, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	now := s.now()
+	count := s.batchCounter(ctx, keys)
+	out := make([]ExistResult, len(keys))
+	for i, k := range keys {
+		out[i].Exists, out[i].Err = s.exist(k, now, count(k))
+		s.observe(out[i].Err)
+	}
+	return out, nil
+}
+
+// BatchGetReplicaList implements API.
+func (s *Service) BatchGetReplicaList(ctx context.Context, keys []string) ([]ReplicaListResult, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	now := s.now()
+	count := s.batchCounter(ctx, keys)
+	out := make([]ReplicaListResult, len(keys))
+	for i, k := range keys {
+		out[i].Info, out[i].Err = s.replicaList(k, now, count(k))
+		s.observe(out[i].Err)
+	}
+	return out, nil
+}
+
+// ---- removal ----
+
+// Remove implements API.
+func (s *Service) Remove(ctx context.Context, key string, force bool) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if err := validKey(key); err != nil {
+		return s.observe(err)
+	}
+	now := s.now()
+	sh := s.shardOf(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	o := sh.objs[key]
+	if o == nil {
+		return s.observe(codes.Errorf(codes.ObjectNotFound, "master: remove"))
+	}
+	if !force {
+		if o.leased(now) {
+			return s.observe(codes.Errorf(codes.ObjectHasLease, "master: remove: lease until %v", time.Unix(0, o.leaseUntil).UTC()))
+		}
+		if o.offload != nil {
+			return s.observe(codes.Errorf(codes.ObjectHasLease, "master: remove: pinned by an offload task on node %q", o.offload.id))
+		}
+	}
+	s.deleteObj(sh, key, o)
+	return nil
+}
+
+// RemoveAll implements API.
+func (s *Service) RemoveAll(ctx context.Context, force bool) (int64, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	now := s.now()
+	var n int64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, o := range sh.objs {
+			if !force && (o.leased(now) || o.offload != nil) {
+				continue
+			}
+			s.deleteObj(sh, k, o)
+			n++
+		}
+		sh.mu.Unlock()
+	}
+	return n, nil
+}
+
+// EvictMemory implements API.
+func (s *Service) EvictMemory(ctx context.Context, keys []string, all bool) (int64, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	if all && len(keys) > 0 {
+		return 0, s.observe(codes.Errorf(codes.InvalidParams, "master: evict_memory: give keys or all, not both"))
+	}
+	now := s.now()
+	var n int64
+	try := func(o *object) {
+		if o.readableMem() && o.readableDisk() && s.evictable(o, now) {
+			s.dropMem(o, true)
+			s.cnt.evictions.Add(1)
+			s.met.evictions.Inc()
+			n++
+		}
+	}
+	if all {
+		for i := range s.shards {
+			sh := &s.shards[i]
+			sh.mu.Lock()
+			for _, o := range sh.objs {
+				try(o)
+			}
+			sh.mu.Unlock()
+		}
+		return n, nil
+	}
+	for _, k := range keys {
+		if err := validKey(k); err != nil {
+			return n, s.observe(err)
+		}
+		sh := s.shardOf(k)
+		sh.mu.Lock()
+		if o := sh.objs[k]; o != nil {
+			try(o)
+		}
+		sh.mu.Unlock()
+	}
+	return n, nil
+}
+
+// evictable reports whether o's complete DRAM replica may be dropped now:
+// not hard-pinned, no read lease, no offload task pinning it. (Soft pins
+// only order victims.) Caller holds the shard lock.
+func (s *Service) evictable(o *object, now int64) bool {
+	return o.mem != nil && o.mem.complete && !o.hardPin && !o.leased(now) && o.offload == nil
+}

@@ -1,0 +1,331 @@
+package master
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tierstore/tierstore/internal/codes"
+	pb "github.com/tierstore/tierstore/internal/rpcpb"
+)
+
+// Remote is a client of a master over gRPC. It implements API; errors carry
+// the server's codes (errors.Is(err, codes.ErrObjectNotFound) works), and
+// transport failures wrap codes.ErrRPCFail. Safe for concurrent use.
+type Remote struct {
+	cc *grpc.ClientConn
+	c  pb.MasterClient
+}
+
+var _ API = (*Remote)(nil)
+
+// Dial returns a Remote for the master at addr ("host:port"). It does not
+// wait for the connection: the first call connects (and fails with
+// codes.ErrRPCFail if the master is unreachable). Without options it uses an
+// insecure (plaintext) connection; opts are appended to the defaults.
+func Dial(ctx context.Context, addr string, opts ...grpc.DialOption) (*Remote, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("master: dial %s: %w", addr, err)
+	}
+	all := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)),
+	}, opts...)
+	cc, err := grpc.NewClient(addr, all...)
+	if err != nil {
+		return nil, fmt.Errorf("master: dial %s: %w: %w", addr, codes.ErrRPCFail, err)
+	}
+	return &Remote{cc: cc, c: pb.NewMasterClient(cc)}, nil
+}
+
+// Close closes the connection.
+func (r *Remote) Close() error { return r.cc.Close() }
+
+func fs(err error) error { return codes.FromStatus(err) }
+
+func bs(keys []string) [][]byte {
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		out[i] = []byte(k)
+	}
+	return out
+}
+
+func itemErr(code int32, msg string) error { return codes.WithMessage(codes.Code(code), msg) }
+
+func replicaFromPB(p *pb.Replica) Replica {
+	return Replica{Kind: ReplicaKind(p.GetKind()), Status: ReplicaStatus(p.GetStatus()), Node: p.GetNode(),
+		Endpoint: p.GetEndpoint(), Segment: p.GetSegment(), Offset: p.GetOffset(), Length: p.GetLength()}
+}
+
+func infoFromPB(p *pb.ObjectInfo) ObjectInfo {
+	in := ObjectInfo{Key: string(p.GetKey()), Size: p.GetSize(), CRC: p.GetCrc(), Replicas: make([]Replica, len(p.GetReplicas()))}
+	if n := p.GetLeaseDeadlineUnixNano(); n != 0 {
+		in.LeaseDeadline = time.Unix(0, n)
+	}
+	for i, r := range p.GetReplicas() {
+		in.Replicas[i] = replicaFromPB(r)
+	}
+	return in
+}
+
+func keyErrs(r *pb.KeyResults, n int) ([]error, error) {
+	if len(r.GetResults()) != n {
+		return nil, fmt.Errorf("master: %d results for %d items: %w", len(r.GetResults()), n, codes.ErrRPCFail)
+	}
+	out := make([]error, n)
+	for i, x := range r.GetResults() {
+		out[i] = itemErr(x.GetCode(), x.GetMessage())
+	}
+	return out, nil
+}
+
+// MountSegment implements API.
+func (r *Remote) MountSegment(ctx context.Context, req MountRequest) error {
+	_, err := r.c.MountSegment(ctx, &pb.MountSegmentRequest{Node: req.Node, Endpoint: req.Endpoint, Segment: req.Segment, Size: req.Size})
+	return fs(err)
+}
+
+// UnmountSegment implements API.
+func (r *Remote) UnmountSegment(ctx context.Context, node, segment string) error {
+	_, err := r.c.UnmountSegment(ctx, &pb.UnmountSegmentRequest{Node: node, Segment: segment})
+	return fs(err)
+}
+
+// Ping implements API.
+func (r *Remote) Ping(ctx context.Context, node string) (PingReply, error) {
+	p, err := r.c.Ping(ctx, &pb.PingRequest{Node: node})
+	if err != nil {
+		return PingReply{}, fs(err)
+	}
+	return PingReply{Status: NodeStatus(p.GetStatus()), ClientTTL: time.Duration(p.GetClientTtlMs()) * time.Millisecond}, nil
+}
+
+func putPB(q PutStartRequest) *pb.PutStartRequest {
+	return &pb.PutStartRequest{Key: []byte(q.Key), Size: q.Size, Crc: q.CRC, PreferredNode: q.PreferredNode, SoftPin: q.SoftPin, HardPin: q.HardPin}
+}
+
+// PutStart implements API.
+func (r *Remote) PutStart(ctx context.Context, req PutStartRequest) (Replica, error) {
+	p, err := r.c.PutStart(ctx, putPB(req))
+	if err != nil {
+		return Replica{}, fs(err)
+	}
+	return replicaFromPB(p.GetReplica()), nil
+}
+
+// PutEnd implements API.
+func (r *Remote) PutEnd(ctx context.Context, key string) error {
+	_, err := r.c.PutEnd(ctx, &pb.KeyRequest{Key: []byte(key)})
+	return fs(err)
+}
+
+// PutRevoke implements API.
+func (r *Remote) PutRevoke(ctx context.Context, key string) error {
+	_, err := r.c.PutRevoke(ctx, &pb.KeyRequest{Key: []byte(key)})
+	return fs(err)
+}
+
+// BatchPutStart implements API.
+func (r *Remote) BatchPutStart(ctx context.Context, reqs []PutStartRequest) ([]PutStartResult, error) {
+	in := &pb.BatchPutStartRequest{Items: make([]*pb.PutStartRequest, len(reqs))}
+	for i, q := range reqs {
+		in.Items[i] = putPB(q)
+	}
+	p, err := r.c.BatchPutStart(ctx, in)
+	if err != nil {
+		return nil, fs(err)
+	}
+	if len(p.GetResults()) != len(reqs) {
+		return nil, fmt.Errorf("master: %d results for %d items: %w", len(p.GetResults()), len(reqs), codes.ErrRPCFail)
+	}
+	out := make([]PutStartResult, len(reqs))
+	for i, x := range p.GetResults() {
+		if x.GetCode() != 0 {
+			out[i].Err = itemErr(x.GetCode(), x.GetMessage())
+		} else {
+			out[i].Replica = replicaFromPB(x.GetReplica())
+		}
+	}
+	return out, nil
+}
+
+// BatchPutEnd implements API.
+func (r *Remote) BatchPutEnd(ctx context.Context, keys []string) ([]error, error) {
+	p, err := r.c.BatchPutEnd(ctx, &pb.KeysRequest{Keys: bs(keys)})
+	if err != nil {
+		return nil, fs(err)
+	}
+	return keyErrs(p, len(keys))
+}
+
+// BatchPutRevoke implements API.
+func (r *Remote) BatchPutRevoke(ctx context.Context, keys []string) ([]error, error) {
+	p, err := r.c.BatchPutRevoke(ctx, &pb.KeysRequest{Keys: bs(keys)})
+	if err != nil {
+		return nil, fs(err)
+	}
+	return keyErrs(p, len(keys))
+}
+
+// ExistKey implements API.
+func (r *Remote) ExistKey(ctx context.Context, key string) (bool, error) {
+	p, err := r.c.ExistKey(ctx, &pb.LookupRequest{Key: []byte(key), OffloadPath: IsOffloadPath(ctx)})
+	if err != nil {
+		return false, fs(err)
+	}
+	return p.GetExists(), nil
+}
+
+// GetReplicaList implements API.
+func (r *Remote) GetReplicaList(ctx context.Context, key string) (ObjectInfo, error) {
+	p, err := r.c.GetReplicaList(ctx, &pb.LookupRequest{Key: []byte(key), OffloadPath: IsOffloadPath(ctx)})
+	if err != nil {
+		return ObjectInfo{}, fs(err)
+	}
+	return infoFromPB(p.GetInfo()), nil
+}
+
+// BatchExistKey implements API.
+func (r *Remote) BatchExistKey(ctx context.Context, keys []string) ([]ExistResult, error) {
+	p, err := r.c.BatchExistKey(ctx, &pb.BatchLookupRequest{Keys: bs(keys), OffloadPath: IsOffloadPath(ctx)})
+	if err != nil {
+		return nil, fs(err)
+	}
+	if len(p.GetResults()) != len(keys) {
+		return nil, fmt.Errorf("master: %d results for %d keys: %w", len(p.GetResults()), len(keys), codes.ErrRPCFail)
+	}
+	out := make([]ExistResult, len(keys))
+	for i, x := range p.GetResults() {
+		out[i] = ExistResult{Exists: x.GetExists(), Err: itemErr(x.GetCode(), x.GetMessage())}
+	}
+	return out, nil
+}
+
+// BatchGetReplicaList implements API.
+func (r *Remote) BatchGetReplicaList(ctx context.Context, keys []string) ([]ReplicaListResult, error) {
+	p, err := r.c.BatchGetReplicaList(ctx, &pb.BatchLookupRequest{Keys: bs(keys), OffloadPath: IsOffloadPath(ctx)})
+	if err != nil {
+		return nil, fs(err)
+	}
+	if len(p.GetResults()) != len(keys) {
+		return nil, fmt.Errorf("master: %d results for %d keys: %w", len(p.GetResults()), len(keys), codes.ErrRPCFail)
+	}
+	out := make([]ReplicaListResult, len(keys))
+	for i, x := range p.GetResults() {
+		if x.GetCode() != 0 {
+			out[i].Err = itemErr(x.GetCode(), x.GetMessage())
+		} else {
+			out[i].Info = infoFromPB(x.GetInfo())
+		}
+	}
+	return out, nil
+}
+
+// Remove implements API.
+func (r *Remote) Remove(ctx context.Context, key string, force bool) error {
+	_, err := r.c.Remove(ctx, &pb.RemoveRequest{Key: []byte(key), Force: force})
+	return fs(err)
+}
+
+// RemoveAll implements API.
+func (r *Remote) RemoveAll(ctx context.Context, force bool) (int64, error) {
+	p, err := r.c.RemoveAll(ctx, &pb.RemoveAllRequest{Force: force})
+	if err != nil {
+		return 0, fs(err)
+	}
+	return p.GetCount(), nil
+}
+
+// EvictMemory implements API.
+func (r *Remote) EvictMemory(ctx context.Context, keys []string, all bool) (int64, error) {
+	p, err := r.c.EvictMemory(ctx, &pb.EvictMemoryRequest{Keys: bs(keys), All: all})
+	if err != nil {
+		return 0, fs(err)
+	}
+	return p.GetCount(), nil
+}
+
+// OffloadHeartbeat implements API.
+func (r *Remote) OffloadHeartbeat(ctx context.Context, node string, max int) ([]OffloadTask, error) {
+	if max < 0 {
+		max = 0
+	}
+	if max > maxHeartbeatTasks {
+		max = maxHeartbeatTasks
+	}
+	p, err := r.c.OffloadHeartbeat(ctx, &pb.OffloadHeartbeatRequest{Node: node, MaxTasks: int32(max)})
+	if err != nil {
+		return nil, fs(err)
+	}
+	out := make([]OffloadTask, len(p.GetTasks()))
+	for i, t := range p.GetTasks() {
+		out[i] = OffloadTask{Key: string(t.GetKey()), Segment: t.GetSegment(), Offset: t.GetOffset(), Length: t.GetLength(), Size: t.GetSize(), CRC: t.GetCrc()}
+	}
+	return out, nil
+}
+
+func diskPB(objs []DiskObject) []*pb.DiskObject {
+	out := make([]*pb.DiskObject, len(objs))
+	for i, d := range objs {
+		out[i] = &pb.DiskObject{Key: []byte(d.Key), Size: d.Size, Crc: d.CRC}
+	}
+	return out
+}
+
+// NotifyOffloadSuccess implements API.
+func (r *Remote) NotifyOffloadSuccess(ctx context.Context, req NotifyRequest) ([]error, error) {
+	in := &pb.NotifyOffloadSuccessRequest{Node: req.Node, Persisted: diskPB(req.Persisted), Failed: make([]*pb.OffloadFailure, len(req.Failed))}
+	for i, f := range req.Failed {
+		in.Failed[i] = &pb.OffloadFailure{Key: []byte(f.Key), Retryable: f.Retryable, Reason: f.Reason}
+	}
+	p, err := r.c.NotifyOffloadSuccess(ctx, in)
+	if err != nil {
+		return nil, fs(err)
+	}
+	return keyErrs(p, len(req.Persisted))
+}
+
+// ReRegisterDiskObjects implements API.
+func (r *Remote) ReRegisterDiskObjects(ctx context.Context, node string, objs []DiskObject) ([]error, error) {
+	p, err := r.c.ReRegisterDiskObjects(ctx, &pb.RegisterDiskObjectsRequest{Node: node, Objects: diskPB(objs)})
+	if err != nil {
+		return nil, fs(err)
+	}
+	return keyErrs(p, len(objs))
+}
+
+// EvictDiskReplica implements API.
+func (r *Remote) EvictDiskReplica(ctx context.Context, node string, keys []string) (int64, error) {
+	p, err := r.c.EvictDiskReplica(ctx, &pb.EvictDiskReplicaRequest{Node: node, Keys: bs(keys)})
+	if err != nil {
+		return 0, fs(err)
+	}
+	return p.GetCount(), nil
+}
+
+// ReconcileDiskObjects implements API.
+func (r *Remote) ReconcileDiskObjects(ctx context.Context, node string, keys []string) (int64, error) {
+	p, err := r.c.ReconcileDiskObjects(ctx, &pb.ReconcileDiskObjectsRequest{Node: node, Keys: bs(keys)})
+	if err != nil {
+		return 0, fs(err)
+	}
+	return p.GetCount(), nil
+}
+
+// Stats implements API.
+func (r *Remote) Stats(ctx context.Context) (Stats, error) {
+	p, err := r.c.Stats(ctx, &pb.StatsRequest{})
+	if err != nil {
+		return Stats{}, fs(err)
+	}
+	return Stats{Objects: p.GetObjects(), MemoryReplicas: p.GetMemoryReplicas(), DiskReplicas: p.GetDiskReplicas(),
+		MemoryBytes: p.GetMemoryBytes(), DiskBytes: p.GetDiskBytes(), Segments: p.GetSegments(),
+		SegmentCapacity: p.GetSegmentCapacity(), SegmentUsed: p.GetSegmentUsed(), Nodes: p.GetNodes(),
+		OffloadQueued: p.GetOffloadQueued(), OffloadInFlight: p.GetOffloadInFlight(), Evictions: p.GetEvictions(),
+		OffloadQueuedTot: p.GetOffloadQueuedTotal(), OffloadPersisted: p.GetOffloadPersistedTotal(),
+		OffloadFailed: p.GetOffloadFailedTotal(), ExpiredNodes: p.GetExpiredNodesTotal()}, nil
+}

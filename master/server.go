@@ -1,0 +1,292 @@
+package master
+
+import (
+	"context"
+	"net"
+
+	"google.golang.org/grpc"
+
+	"github.com/tierstore/tierstore/internal/codes"
+	pb "github.com/tierstore/tierstore/internal/rpcpb"
+)
+
+// MaxMessageSize bounds one gRPC message of the master service (both ways).
+// Reconcile of a node holding a few hundred thousand keys fits.
+const MaxMessageSize = 64 << 20
+
+// Server exposes an API (normally a *Service) as the gRPC service
+// tierstore.rpc.Master.
+type Server struct {
+	pb.UnimplementedMasterServer
+	api API
+	gs  *grpc.Server
+}
+
+// NewServer returns a gRPC server for api. Extra options are appended to the
+// defaults (message size limit MaxMessageSize).
+func NewServer(api API, opts ...grpc.ServerOption) *Server {
+	all := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize)}, opts...)
+	s := &Server{api: api, gs: grpc.NewServer(all...)}
+	pb.RegisterMasterServer(s.gs, s)
+	return s
+}
+
+// Serve accepts connections on lis until Stop or GracefulStop.
+func (s *Server) Serve(lis net.Listener) error { return s.gs.Serve(lis) }
+
+// GracefulStop stops accepting connections and waits for pending RPCs.
+func (s *Server) GracefulStop() { s.gs.GracefulStop() }
+
+// Stop closes every connection at once.
+func (s *Server) Stop() { s.gs.Stop() }
+
+// GRPC returns the underlying grpc.Server (to register more services on the
+// same port).
+func (s *Server) GRPC() *grpc.Server { return s.gs }
+
+func st(err error) error { return codes.ToStatus(err) }
+
+func keyResults(errs []error) *pb.KeyResults {
+	out := &pb.KeyResults{Results: make([]*pb.KeyResult, len(errs))}
+	for i, e := range errs {
+		r := &pb.KeyResult{}
+		if e != nil {
+			r.Code, r.Message = int32(codes.Of(e)), e.Error()
+		}
+		out.Results[i] = r
+	}
+	return out
+}
+
+func strs(keys [][]byte) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = string(k)
+	}
+	return out
+}
+
+func replicaPB(r Replica) *pb.Replica {
+	return &pb.Replica{Kind: pb.ReplicaKind(r.Kind), Status: pb.ReplicaStatus(r.Status), Node: r.Node,
+		Endpoint: r.Endpoint, Segment: r.Segment, Offset: r.Offset, Length: r.Length}
+}
+
+func infoPB(in ObjectInfo) *pb.ObjectInfo {
+	out := &pb.ObjectInfo{Key: []byte(in.Key), Size: in.Size, Crc: in.CRC, Replicas: make([]*pb.Replica, len(in.Replicas))}
+	if !in.LeaseDeadline.IsZero() {
+		out.LeaseDeadlineUnixNano = in.LeaseDeadline.UnixNano()
+	}
+	for i, r := range in.Replicas {
+		out.Replicas[i] = replicaPB(r)
+	}
+	return out
+}
+
+func lookupCtx(ctx context.Context, offload bool) context.Context {
+	if offload {
+		return WithOffloadPath(ctx)
+	}
+	return ctx
+}
+
+func (s *Server) MountSegment(ctx context.Context, r *pb.MountSegmentRequest) (*pb.MountSegmentResponse, error) {
+	err := s.api.MountSegment(ctx, MountRequest{Node: r.GetNode(), Endpoint: r.GetEndpoint(), Segment: r.GetSegment(), Size: r.GetSize()})
+	return &pb.MountSegmentResponse{}, st(err)
+}
+
+func (s *Server) UnmountSegment(ctx context.Context, r *pb.UnmountSegmentRequest) (*pb.UnmountSegmentResponse, error) {
+	return &pb.UnmountSegmentResponse{}, st(s.api.UnmountSegment(ctx, r.GetNode(), r.GetSegment()))
+}
+
+func (s *Server) Ping(ctx context.Context, r *pb.PingRequest) (*pb.PingResponse, error) {
+	p, err := s.api.Ping(ctx, r.GetNode())
+	if err != nil {
+		return nil, st(err)
+	}
+	return &pb.PingResponse{Status: pb.NodeStatus(p.Status), ClientTtlMs: p.ClientTTL.Milliseconds()}, nil
+}
+
+func putReq(r *pb.PutStartRequest) PutStartRequest {
+	return PutStartRequest{Key: string(r.GetKey()), Size: r.GetSize(), CRC: r.GetCrc(), PreferredNode: r.GetPreferredNode(),
+		SoftPin: r.GetSoftPin(), HardPin: r.GetHardPin()}
+}
+
+func (s *Server) PutStart(ctx context.Context, r *pb.PutStartRequest) (*pb.PutStartResponse, error) {
+	rep, err := s.api.PutStart(ctx, putReq(r))
+	if err != nil {
+		return nil, st(err)
+	}
+	return &pb.PutStartResponse{Replica: replicaPB(rep)}, nil
+}
+
+func (s *Server) PutEnd(ctx context.Context, r *pb.KeyRequest) (*pb.Empty, error) {
+	return &pb.Empty{}, st(s.api.PutEnd(ctx, string(r.GetKey())))
+}
+
+func (s *Server) PutRevoke(ctx context.Context, r *pb.KeyRequest) (*pb.Empty, error) {
+	return &pb.Empty{}, st(s.api.PutRevoke(ctx, string(r.GetKey())))
+}
+
+func (s *Server) BatchPutStart(ctx context.Context, r *pb.BatchPutStartRequest) (*pb.BatchPutStartResponse, error) {
+	reqs := make([]PutStartRequest, len(r.GetItems()))
+	for i, it := range r.GetItems() {
+		reqs[i] = putReq(it)
+	}
+	res, err := s.api.BatchPutStart(ctx, reqs)
+	if err != nil {
+		return nil, st(err)
+	}
+	out := &pb.BatchPutStartResponse{Results: make([]*pb.PutStartResult, len(res))}
+	for i, x := range res {
+		p := &pb.PutStartResult{}
+		if x.Err != nil {
+			p.Code, p.Message = int32(codes.Of(x.Err)), x.Err.Error()
+		} else {
+			p.Replica = replicaPB(x.Replica)
+		}
+		out.Results[i] = p
+	}
+	return out, nil
+}
+
+func (s *Server) BatchPutEnd(ctx context.Context, r *pb.KeysRequest) (*pb.KeyResults, error) {
+	errs, err := s.api.BatchPutEnd(ctx, strs(r.GetKeys()))
+	if err != nil {
+		return nil, st(err)
+	}
+	return keyResults(errs), nil
+}
+
+func (s *Server) BatchPutRevoke(ctx context.Context, r *pb.KeysRequest) (*pb.KeyResults, error) {
+	errs, err := s.api.BatchPutRevoke(ctx, strs(r.GetKeys()))
+	if err != nil {
+		return nil, st(err)
+	}
+	return keyResults(errs), nil
+}
+
+func (s *Server) ExistKey(ctx context.Context, r *pb.LookupRequest) (*pb.ExistKeyResponse, error) {
+	ok, err := s.api.ExistKey(lookupCtx(ctx, r.GetOffloadPath()), string(r.GetKey()))
+	if err != nil {
+		return nil, st(err)
+	}
+	return &pb.ExistKeyResponse{Exists: ok}, nil
+}
+
+func (s *Server) BatchExistKey(ctx context.Context, r *pb.BatchLookupRequest) (*pb.BatchExistKeyResponse, error) {
+	res, err := s.api.BatchExistKey(lookupCtx(ctx, r.GetOffloadPath()), strs(r.GetKeys()))
+	if err != nil {
+		return nil, st(err)
+	}
+	out := &pb.BatchExistKeyResponse{Results: make([]*pb.ExistResult, len(res))}
+	for i, x := range res {
+		p := &pb.ExistResult{Exists: x.Exists}
+		if x.Err != nil {
+			p.Code, p.Message = int32(codes.Of(x.Err)), x.Err.Error()
+		}
+		out.Results[i] = p
+	}
+	return out, nil
+}
+
+func (s *Server) GetReplicaList(ctx context.Context, r *pb.LookupRequest) (*pb.GetReplicaListResponse, error) {
+	info, err := s.api.GetReplicaList(lookupCtx(ctx, r.GetOffloadPath()), string(r.GetKey()))
+	if err != nil {
+		return nil, st(err)
+	}
+	return &pb.GetReplicaListResponse{Info: infoPB(info)}, nil
+}
+
+func (s *Server) BatchGetReplicaList(ctx context.Context, r *pb.BatchLookupRequest) (*pb.BatchGetReplicaListResponse, error) {
+	res, err := s.api.BatchGetReplicaList(lookupCtx(ctx, r.GetOffloadPath()), strs(r.GetKeys()))
+	if err != nil {
+		return nil, st(err)
+	}
+	out := &pb.BatchGetReplicaListResponse{Results: make([]*pb.ReplicaListResult, len(res))}
+	for i, x := range res {
+		p := &pb.ReplicaListResult{}
+		if x.Err != nil {
+			p.Code, p.Message = int32(codes.Of(x.Err)), x.Err.Error()
+		} else {
+			p.Info = infoPB(x.Info)
+		}
+		out.Results[i] = p
+	}
+	return out, nil
+}
+
+func (s *Server) Remove(ctx context.Context, r *pb.RemoveRequest) (*pb.Empty, error) {
+	return &pb.Empty{}, st(s.api.Remove(ctx, string(r.GetKey()), r.GetForce()))
+}
+
+func (s *Server) RemoveAll(ctx context.Context, r *pb.RemoveAllRequest) (*pb.CountResponse, error) {
+	n, err := s.api.RemoveAll(ctx, r.GetForce())
+	return &pb.CountResponse{Count: n}, st(err)
+}
+
+func (s *Server) EvictMemory(ctx context.Context, r *pb.EvictMemoryRequest) (*pb.CountResponse, error) {
+	n, err := s.api.EvictMemory(ctx, strs(r.GetKeys()), r.GetAll())
+	return &pb.CountResponse{Count: n}, st(err)
+}
+
+func (s *Server) OffloadHeartbeat(ctx context.Context, r *pb.OffloadHeartbeatRequest) (*pb.OffloadHeartbeatResponse, error) {
+	tasks, err := s.api.OffloadHeartbeat(ctx, r.GetNode(), int(r.GetMaxTasks()))
+	if err != nil {
+		return nil, st(err)
+	}
+	out := &pb.OffloadHeartbeatResponse{Tasks: make([]*pb.OffloadTask, len(tasks))}
+	for i, t := range tasks {
+		out.Tasks[i] = &pb.OffloadTask{Key: []byte(t.Key), Segment: t.Segment, Offset: t.Offset, Length: t.Length, Size: t.Size, Crc: t.CRC}
+	}
+	return out, nil
+}
+
+func diskObjs(in []*pb.DiskObject) []DiskObject {
+	out := make([]DiskObject, len(in))
+	for i, d := range in {
+		out[i] = DiskObject{Key: string(d.GetKey()), Size: d.GetSize(), CRC: d.GetCrc()}
+	}
+	return out
+}
+
+func (s *Server) NotifyOffloadSuccess(ctx context.Context, r *pb.NotifyOffloadSuccessRequest) (*pb.KeyResults, error) {
+	req := NotifyRequest{Node: r.GetNode(), Persisted: diskObjs(r.GetPersisted()), Failed: make([]OffloadFailure, len(r.GetFailed()))}
+	for i, f := range r.GetFailed() {
+		req.Failed[i] = OffloadFailure{Key: string(f.GetKey()), Retryable: f.GetRetryable(), Reason: f.GetReason()}
+	}
+	errs, err := s.api.NotifyOffloadSuccess(ctx, req)
+	if err != nil {
+		return nil, st(err)
+	}
+	return keyResults(errs), nil
+}
+
+func (s *Server) ReRegisterDiskObjects(ctx context.Context, r *pb.RegisterDiskObjectsRequest) (*pb.KeyResults, error) {
+	errs, err := s.api.ReRegisterDiskObjects(ctx, r.GetNode(), diskObjs(r.GetObjects()))
+	if err != nil {
+		return nil, st(err)
+	}
+	return keyResults(errs), nil
+}
+
+func (s *Server) EvictDiskReplica(ctx context.Context, r *pb.EvictDiskReplicaRequest) (*pb.CountResponse, error) {
+	n, err := s.api.EvictDiskReplica(ctx, r.GetNode(), strs(r.GetKeys()))
+	return &pb.CountResponse{Count: n}, st(err)
+}
+
+func (s *Server) ReconcileDiskObjects(ctx context.Context, r *pb.ReconcileDiskObjectsRequest) (*pb.CountResponse, error) {
+	n, err := s.api.ReconcileDiskObjects(ctx, r.GetNode(), strs(r.GetKeys()))
+	return &pb.CountResponse{Count: n}, st(err)
+}
+
+func (s *Server) Stats(ctx context.Context, _ *pb.StatsRequest) (*pb.StatsResponse, error) {
+	x, err := s.api.Stats(ctx)
+	if err != nil {
+		return nil, st(err)
+	}
+	return &pb.StatsResponse{Objects: x.Objects, MemoryReplicas: x.MemoryReplicas, DiskReplicas: x.DiskReplicas,
+		MemoryBytes: x.MemoryBytes, DiskBytes: x.DiskBytes, Segments: x.Segments, SegmentCapacity: x.SegmentCapacity,
+		SegmentUsed: x.SegmentUsed, Nodes: x.Nodes, OffloadQueued: x.OffloadQueued, OffloadInFlight: x.OffloadInFlight,
+		Evictions: x.Evictions, OffloadQueuedTotal: x.OffloadQueuedTot, OffloadPersistedTotal: x.OffloadPersisted,
+		OffloadFailedTotal: x.OffloadFailed, ExpiredNodesTotal: x.ExpiredNodes}, nil
+}

@@ -1,0 +1,429 @@
+package master
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tierstore/tierstore/admission"
+	"github.com/tierstore/tierstore/internal/codes"
+)
+
+// Service is the master, in-process. It implements API. Create it with New;
+// Close stops its background loop.
+type Service struct {
+	cfg    Config
+	clock  Clock
+	log    *slog.Logger
+	policy admission.Policy
+	// countLookups is policy.WantsLookups(), cached.
+	countLookups bool
+
+	seed   maphash.Seed
+	shards []shard
+	mask   uint64
+
+	nodesMu sync.RWMutex // protects nodes and every node.segments map
+	nodes   map[string]*node
+
+	evictMu sync.Mutex // serialises eviction rounds
+
+	// sweepDirty is set when replicas became unreadable (unmount, expiry,
+	// lost disk replica) and cleared by a sweep that left nothing behind.
+	sweepDirty atomic.Bool
+	// processing counts objects whose DRAM replica is not complete yet.
+	processing atomic.Int64
+
+	cnt counters
+	met *metrics
+
+	evictCh chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	closed  atomic.Bool
+	once    sync.Once
+}
+
+// counters are the live totals reported by Stats and the metrics.
+type counters struct {
+	objects, memReplicas, diskReplicas atomic.Int64
+	memBytes, diskBytes                atomic.Int64
+	evictions                          atomic.Int64
+	offloadQueued, offloadPersisted    atomic.Int64
+	offloadFailed, expiredNodes        atomic.Int64
+}
+
+var _ API = (*Service)(nil)
+
+// New returns a Service for cfg. Zero-valued Clock and Logger take
+// SystemClock and slog.Default(). With cfg.MonitorInterval > 0 a background
+// loop runs Tick at that period and evicts when a segment passes the high
+// watermark.
+func New(cfg Config) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Service{cfg: cfg, clock: cfg.Clock, log: cfg.Logger, policy: cfg.Admission}
+	if s.clock == nil {
+		s.clock = SystemClock{}
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.policy == nil {
+		p, err := admission.FromSettings(cfg.admissionSettings())
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
+		}
+		s.policy = p
+	}
+	s.countLookups = s.policy.WantsLookups()
+	n := 1 << bits.Len(uint(cfg.Shards-1))
+	s.shards = make([]shard, n)
+	for i := range s.shards {
+		s.shards[i].objs = map[string]*object{}
+	}
+	s.mask = uint64(n - 1)
+	s.seed = maphash.MakeSeed()
+	s.nodes = map[string]*node{}
+	s.met = newMetrics(s)
+	s.evictCh = make(chan struct{}, 1)
+	s.stop = make(chan struct{})
+	s.done = make(chan struct{})
+	if cfg.MonitorInterval > 0 {
+		go s.loop()
+	} else {
+		close(s.done)
+	}
+	s.log.Info("master started", "policy", s.policy.Name(), "lease_ttl", cfg.DefaultKVLeaseTTL,
+		"client_ttl", cfg.ClientTTL, "high_watermark", cfg.EvictionHighWatermarkRatio,
+		"eviction_ratio", cfg.EvictionRatio, "shards", n)
+	return s, nil
+}
+
+// Close stops the background loop. Calls made after Close fail with
+// ErrClosed.
+func (s *Service) Close() error {
+	s.once.Do(func() {
+		s.closed.Store(true)
+		close(s.stop)
+	})
+	<-s.done
+	return nil
+}
+
+// Config returns the configuration the Service runs with.
+func (s *Service) Config() Config { return s.cfg }
+
+// Policy returns the admission policy in use.
+func (s *Service) Policy() admission.Policy { return s.policy }
+
+func (s *Service) loop() {
+	defer close(s.done)
+	t := time.NewTicker(s.cfg.MonitorInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.Tick()
+			s.evictIfAboveWatermark()
+		case <-s.evictCh:
+			s.evictIfAboveWatermark()
+		}
+	}
+}
+
+// Tick runs one round of background work: expire silent nodes, time out
+// unanswered offload tasks, reclaim abandoned puts and sweep unreadable
+// replicas whose lease has expired. The background loop calls it; tests with
+// a ManualClock call it directly.
+func (s *Service) Tick() {
+	now := s.now()
+	s.expireNodes(now)
+	s.timeoutTasks(now)
+	if s.sweepDirty.Load() || s.processing.Load() > 0 {
+		s.sweep(now)
+	}
+}
+
+func (s *Service) now() int64 { return s.clock.Now().UnixNano() }
+
+func (s *Service) shardOf(key string) *shard {
+	return &s.shards[maphash.String(s.seed, key)&s.mask]
+}
+
+// check returns ErrClosed after Close and the context's error.
+func (s *Service) check(ctx context.Context) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("master: %w", err)
+	}
+	return nil
+}
+
+func validKey(key string) error {
+	if len(key) == 0 {
+		return codes.Errorf(codes.InvalidKey, "master: empty key")
+	}
+	if len(key) > MaxKeyLen {
+		return codes.Errorf(codes.InvalidKey, "master: key of %d bytes exceeds %d", len(key), MaxKeyLen)
+	}
+	return nil
+}
+
+// done records err in the error metrics and returns it.
+func (s *Service) observe(err error) error {
+	if err != nil {
+		s.met.countErr(err)
+	}
+	return err
+}
+
+// ---- nodes and segments ----
+
+func (s *Service) lookupNode(id string) *node {
+	s.nodesMu.RLock()
+	n := s.nodes[id]
+	s.nodesMu.RUnlock()
+	return n
+}
+
+// MountSegment implements API.
+func (s *Service) MountSegment(ctx context.Context, req MountRequest) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	switch {
+	case req.Node == "":
+		return s.observe(codes.Errorf(codes.InvalidParams, "master: mount: empty node id"))
+	case req.Segment == "":
+		return s.observe(codes.Errorf(codes.InvalidParams, "master: mount: empty segment name"))
+	case req.Size < allocAlign:
+		return s.observe(codes.Errorf(codes.InvalidParams, "master: mount: segment size %d below %d bytes", req.Size, allocAlign))
+	}
+	now := s.now()
+	s.nodesMu.Lock()
+	defer s.nodesMu.Unlock()
+	n := s.nodes[req.Node]
+	if n == nil {
+		n = &node{id: req.Node, endpoint: req.Endpoint, segments: map[string]*segment{}}
+		n.box.init()
+		s.nodes[req.Node] = n
+		s.log.Info("node joined", "node", req.Node, "endpoint", req.Endpoint)
+	}
+	n.lastPing.Store(now)
+	if req.Endpoint != "" {
+		n.endpoint = req.Endpoint
+	}
+	if g, ok := n.segments[req.Segment]; ok {
+		if g.size != req.Size {
+			return s.observe(codes.Errorf(codes.SegmentExists, "master: segment %q of node %q is mounted with size %d, not %d", req.Segment, req.Node, g.size, req.Size))
+		}
+		return nil
+	}
+	n.segments[req.Segment] = &segment{node: n, name: req.Segment, size: req.Size, alloc: newAllocator(req.Size)}
+	s.log.Info("segment mounted", "node", req.Node, "segment", req.Segment, "size", req.Size)
+	return nil
+}
+
+// UnmountSegment implements API.
+func (s *Service) UnmountSegment(ctx context.Context, nodeID, seg string) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	s.nodesMu.Lock()
+	n := s.nodes[nodeID]
+	if n == nil {
+		s.nodesMu.Unlock()
+		return s.observe(codes.Errorf(codes.ClientNotFound, "master: unmount: node %q", nodeID))
+	}
+	g := n.segments[seg]
+	if g == nil {
+		s.nodesMu.Unlock()
+		return s.observe(codes.Errorf(codes.SegmentNotFound, "master: unmount: segment %q of node %q", seg, nodeID))
+	}
+	delete(n.segments, seg)
+	g.dead.Store(true)
+	s.nodesMu.Unlock()
+	s.sweepDirty.Store(true)
+	s.log.Info("segment unmounted", "node", nodeID, "segment", seg)
+	s.sweep(s.now())
+	return nil
+}
+
+// Ping implements API.
+func (s *Service) Ping(ctx context.Context, nodeID string) (PingReply, error) {
+	if err := s.check(ctx); err != nil {
+		return PingReply{}, err
+	}
+	r := PingReply{Status: NeedRemount, ClientTTL: s.cfg.ClientTTL}
+	if n := s.lookupNode(nodeID); n != nil {
+		n.lastPing.Store(s.now())
+		r.Status = NodeOK
+	}
+	return r, nil
+}
+
+// expireNodes expires every node silent for longer than client_ttl.
+func (s *Service) expireNodes(now int64) {
+	ttl := s.cfg.ClientTTL.Nanoseconds()
+	var dead []*node
+	s.nodesMu.Lock()
+	for id, n := range s.nodes {
+		if now-n.lastPing.Load() > ttl {
+			delete(s.nodes, id)
+			n.dead.Store(true)
+			for _, g := range n.segments {
+				g.dead.Store(true)
+			}
+			dead = append(dead, n)
+		}
+	}
+	s.nodesMu.Unlock()
+	if len(dead) == 0 {
+		return
+	}
+	for _, n := range dead {
+		s.cnt.expiredNodes.Add(1)
+		s.log.Warn("node expired", "node", n.id, "client_ttl", s.cfg.ClientTTL)
+	}
+	s.sweepDirty.Store(true)
+	s.sweep(now)
+}
+
+// ExpireNode expires nodeID now, as if it had been silent for client_ttl
+// (tests and operators). It reports whether the node was known.
+func (s *Service) ExpireNode(nodeID string) bool {
+	s.nodesMu.Lock()
+	n := s.nodes[nodeID]
+	if n == nil {
+		s.nodesMu.Unlock()
+		return false
+	}
+	delete(s.nodes, nodeID)
+	n.dead.Store(true)
+	for _, g := range n.segments {
+		g.dead.Store(true)
+	}
+	s.nodesMu.Unlock()
+	s.cnt.expiredNodes.Add(1)
+	s.log.Warn("node expired by request", "node", nodeID)
+	s.sweepDirty.Store(true)
+	s.sweep(s.now())
+	return true
+}
+
+// sweep is the lease-aware stale-handle sweep (reference 000): replicas that
+// became unreadable (segment unmounted, node expired) are removed only once
+// the object's lease has expired; an object left without replicas is removed
+// only then too. Abandoned puts (PROCESSING longer than
+// put_start_discard_timeout) are reclaimed. Offload pins held by dead nodes
+// are released.
+func (s *Service) sweep(now int64) {
+	left := false
+	discard := s.cfg.PutStartDiscardTimeout.Nanoseconds()
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for key, o := range sh.objs {
+			if o.offload != nil && o.offload.dead.Load() {
+				o.offload = nil // the dead node's mailbox went with it
+			}
+			if o.mem != nil && !o.mem.complete && o.mem.seg.live() && now-o.putStart > discard {
+				s.log.Info("reclaiming abandoned put", "key_len", len(key), "node", o.mem.seg.node.id)
+				s.dropMem(o, true)
+			}
+			if !s.clearDead(o, now) {
+				left = true
+			}
+			if o.empty() && !o.leased(now) {
+				s.deleteObj(sh, key, o)
+			} else if o.empty() {
+				left = true
+			}
+		}
+		sh.mu.Unlock()
+	}
+	if !left {
+		s.sweepDirty.Store(false)
+	}
+}
+
+// clearDead drops o's unreadable replicas if o's lease has expired; it
+// reports false when dead replicas remain (kept for the lease). Caller holds
+// the shard lock.
+func (s *Service) clearDead(o *object, now int64) bool {
+	deadMem := o.mem != nil && !o.mem.seg.live()
+	deadDisk := false
+	for _, d := range o.disk {
+		if d.node.dead.Load() {
+			deadDisk = true
+			break
+		}
+	}
+	if !deadMem && !deadDisk {
+		return true
+	}
+	if o.leased(now) {
+		return false
+	}
+	if deadMem {
+		s.dropMem(o, false)
+	}
+	if deadDisk {
+		kept := o.disk[:0]
+		for _, d := range o.disk {
+			if d.node.dead.Load() {
+				s.cnt.diskReplicas.Add(-1)
+				s.cnt.diskBytes.Add(-o.size)
+				continue
+			}
+			kept = append(kept, d)
+		}
+		o.disk = kept
+	}
+	return true
+}
+
+// dropMem removes o's DRAM replica, freeing its range when the segment is
+// still mounted (free=false skips the free for a dead segment). Caller holds
+// the shard lock.
+func (s *Service) dropMem(o *object, free bool) {
+	m := o.mem
+	if m == nil {
+		return
+	}
+	if !m.complete {
+		s.processing.Add(-1)
+	}
+	if free || m.seg.live() {
+		m.seg.mu.Lock()
+		m.seg.alloc.Free(m.off, m.len)
+		m.seg.mu.Unlock()
+	}
+	o.mem = nil
+	o.reads = 0
+	s.cnt.memReplicas.Add(-1)
+	s.cnt.memBytes.Add(-o.size)
+}
+
+// deleteObj removes o from its shard, dropping its replicas and its offload
+// task. Caller holds the shard lock.
+func (s *Service) deleteObj(sh *shard, key string, o *object) {
+	s.cancelTask(key, o)
+	s.dropMem(o, false)
+	s.cnt.diskReplicas.Add(-int64(len(o.disk)))
+	s.cnt.diskBytes.Add(-o.size * int64(len(o.disk)))
+	o.disk = nil
+	delete(sh.objs, key)
+	s.cnt.objects.Add(-1)
+}
