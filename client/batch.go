@@ -53,9 +53,7 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte) [
 		}
 		crcs[i] = CRC32C(values[i])
 		r := master.PutStartRequest{Key: k, Size: int64(len(values[i])), CRC: crcs[i], SoftPin: c.cfg.SoftPin, HardPin: c.cfg.HardPin}
-		if c.local != nil {
-			r.PreferredNode = c.local.Name()
-		}
+		r.PreferredNode = c.preferred()
 		reqs = append(reqs, r)
 		idx = append(idx, i)
 	}

@@ -22,6 +22,9 @@ type Config struct {
 	// LocalNode is a node in this process: puts prefer its segment, and its
 	// replicas are read without a socket and ranked first.
 	LocalNode *Node
+	// PreferredNode asks the master to place puts on this node's segment
+	// when it has room (default: LocalNode's name, if any).
+	PreferredNode string
 	// Timeout bounds each operation when the caller's context has no
 	// deadline. Default 30s.
 	Timeout time.Duration
@@ -78,6 +81,16 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("%w: Config needs Master or MasterAddr", ErrBadConfig)
 	}
 	return c, nil
+}
+
+func (c *Client) preferred() string {
+	if c.cfg.PreferredNode != "" {
+		return c.cfg.PreferredNode
+	}
+	if c.local != nil {
+		return c.local.Name()
+	}
+	return ""
 }
 
 // Master is the master API this client talks to.
@@ -138,9 +151,7 @@ func (c *Client) Put(ctx context.Context, key string, value []byte) error {
 	defer cancel()
 	crc := CRC32C(value)
 	req := master.PutStartRequest{Key: key, Size: int64(len(value)), CRC: crc, SoftPin: c.cfg.SoftPin, HardPin: c.cfg.HardPin}
-	if c.local != nil {
-		req.PreferredNode = c.local.Name()
-	}
+	req.PreferredNode = c.preferred()
 	r, err := c.m.PutStart(ctx, req)
 	if err != nil {
 		return fmt.Errorf("client: put %q: %w", key, err)

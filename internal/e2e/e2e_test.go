@@ -1,0 +1,308 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tierstore/tierstore/client"
+	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/rpcpb"
+	"github.com/tierstore/tierstore/master"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+func putAll(t *testing.T, c *client.Client, prefix string, n, size int) (map[string][]byte, []string) {
+	t.Helper()
+	vals := map[string][]byte{}
+	keys := make([]string, n)
+	ctx := context.Background()
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s-%03d", prefix, i)
+		vals[keys[i]] = randomValue(size)
+		if err := c.Put(ctx, keys[i], vals[keys[i]]); err != nil {
+			t.Fatalf("put %s: %v", keys[i], err)
+		}
+	}
+	return vals, keys
+}
+
+func waitDiskReplicas(t *testing.T, c *client.Client, n int64) {
+	t.Helper()
+	eventually(t, 30*time.Second, "objects offloaded", func() error {
+		st, err := c.Stats(context.Background())
+		if err != nil {
+			return err
+		}
+		if st.DiskReplicas < n {
+			return fmt.Errorf("%d of %d disk replicas", st.DiskReplicas, n)
+		}
+		return nil
+	})
+}
+
+func nodeStats(t *testing.T, endpoint string) *rpcpb.PeerStatsReply {
+	t.Helper()
+	cc, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := rpcpb.NewNodePeerClient(cc).NodeStats(ctx, &rpcpb.PeerStatsRequest{})
+	if err != nil {
+		t.Fatalf("node stats of %s: %v", endpoint, err)
+	}
+	return st
+}
+
+// Two nodes, two clients: objects put through one are read through the
+// other (from DRAM, then, after `tierstore evict --tier memory --all`,
+// from the SSD of whichever node holds them), and the CLI reads them too.
+func TestTwoNodesCrossRead(t *testing.T) {
+	m := startMaster(t, 0)
+	a := startNode(t, m.addr, t.TempDir())
+	b := startNode(t, m.addr, t.TempDir())
+	const n, size = 12, 96 << 10
+	// Half the objects on each node.
+	ca := newClient(t, m.addr, a.node)
+	cb := newClient(t, m.addr, b.node)
+	va, ka := putAll(t, ca, "a", n/2, size)
+	vb, kb := putAll(t, cb, "b", n/2, size)
+	vals := map[string][]byte{}
+	for k, v := range va {
+		vals[k] = v
+	}
+	for k, v := range vb {
+		vals[k] = v
+	}
+	keys := append(ka, kb...)
+
+	reader := newClient(t, m.addr, "")
+	ctx := context.Background()
+	for _, k := range keys {
+		got, err := reader.Get(ctx, k)
+		if err != nil || !bytes.Equal(got, vals[k]) {
+			t.Fatalf("DRAM read of %s through another client: %v (equal=%v)", k, err, bytes.Equal(got, vals[k]))
+		}
+	}
+	if rs := reader.ReadStats(); rs.RemoteDRAM != n {
+		t.Fatalf("read stats after DRAM reads: %+v", rs)
+	}
+	waitDiskReplicas(t, reader, n)
+
+	out, errOut, code := cli(t, "evict", "--master", m.addr, "--tier", "memory", "--all")
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("dropped %d", n)) {
+		t.Fatalf("evict: code %d, out %q, err %q", code, out, errOut)
+	}
+	st, err := reader.Stats(ctx)
+	if err != nil || st.MemoryReplicas != 0 {
+		t.Fatalf("after evict: %+v, %v", st, err)
+	}
+	for _, k := range keys {
+		got, err := reader.Get(ctx, k)
+		if err != nil || !bytes.Equal(got, vals[k]) {
+			t.Fatalf("SSD read of %s: %v", k, err)
+		}
+	}
+	if rs := reader.ReadStats(); rs.RemoteSSD != n {
+		t.Fatalf("read stats after SSD reads: %+v", rs)
+	}
+	// Each node served the SSD reads of the objects it holds.
+	for _, p := range []*proc{a, b} {
+		if s := nodeStats(t, p.addr); s.PeerReadsSsd < n/2 || s.SsdObjects != n/2 {
+			t.Fatalf("node %s: %d SSD reads served, %d SSD objects", p.node, s.PeerReadsSsd, s.SsdObjects)
+		}
+	}
+	// The CLI reads an object held by node a from SSD, byte for byte.
+	file := t.TempDir() + "/v"
+	if _, errOut, code := cli(t, "get", "--master", m.addr, ka[0], file); code != 0 {
+		t.Fatalf("cli get: %d %s", code, errOut)
+	}
+	if got, _ := os.ReadFile(file); !bytes.Equal(got, vals[ka[0]]) {
+		t.Fatal("cli get returned other bytes")
+	}
+	// A key that never existed is OBJECT_NOT_FOUND, through the library and the CLI.
+	if _, err := reader.Get(ctx, "never-put"); !errors.Is(err, codes.ErrObjectNotFound) {
+		t.Fatalf("missing key: %v", err)
+	}
+	if _, errOut, code := cli(t, "get", "--master", m.addr, "never-put"); code != 1 || !strings.Contains(errOut, "OBJECT_NOT_FOUND") {
+		t.Fatalf("cli get of a missing key: %d %q", code, errOut)
+	}
+}
+
+// kill -9 of a node in the middle of offloading, restart on the same
+// --ssd_dir: everything the master reported on SSD before the kill is
+// readable afterwards, and nothing is ever read with wrong bytes.
+func TestNodeKill9MidOffload(t *testing.T) {
+	m := startMaster(t, 0)
+	dir := t.TempDir()
+	// One object per bucket so that buckets commit one by one while the
+	// kill lands.
+	a := startNode(t, m.addr, dir, "--bucket_keys_limit=1", "--heartbeat_interval=20ms")
+	c := newClient(t, m.addr, a.node)
+	const n, size = 60, 128 << 10
+	vals, keys := putAll(t, c, "k", n, size)
+	ctx := context.Background()
+
+	// Wait until some, but not all, objects are on SSD, then kill -9.
+	var onDisk []string
+	eventually(t, 30*time.Second, "partial offload", func() error {
+		st, err := c.Stats(ctx)
+		if err != nil {
+			return err
+		}
+		if st.DiskReplicas == 0 {
+			return errors.New("nothing on SSD yet")
+		}
+		return nil
+	})
+	// Record what the master says is on SSD, then kill at once.
+	res, err := c.Master().BatchGetReplicaList(ctx, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		if r.Err != nil {
+			continue
+		}
+		for _, rep := range r.Info.Replicas {
+			if rep.Kind == master.LocalDisk {
+				onDisk = append(onDisk, keys[i])
+				break
+			}
+		}
+	}
+	a.kill(syscall.SIGKILL)
+	t.Logf("killed the node with %d of %d objects reported on SSD", len(onDisk), n)
+	if len(onDisk) == 0 {
+		t.Fatal("no object reported on SSD before the kill")
+	}
+
+	a2 := startNode(t, m.addr, dir, "--bucket_keys_limit=1")
+	_ = a2
+	for _, k := range onDisk {
+		eventually(t, 20*time.Second, "read after restart of "+k, func() error {
+			got, err := c.Get(ctx, k)
+			if err != nil {
+				return err
+			}
+			if !bytes.Equal(got, vals[k]) {
+				t.Fatalf("%s read with wrong bytes after the restart", k)
+			}
+			return nil
+		})
+	}
+	// No key is ever served with wrong bytes (the others may be lost: their
+	// only replica was the dead node's DRAM).
+	for _, k := range keys {
+		if got, err := c.Get(ctx, k); err == nil && !bytes.Equal(got, vals[k]) {
+			t.Fatalf("%s read with wrong bytes", k)
+		}
+	}
+}
+
+// kill -9 of the master, restart on the same port: the node remounts and
+// re-registers its SSD objects, which are readable again.
+func TestMasterKill9Restart(t *testing.T) {
+	port := freePort(t)
+	m := startMaster(t, port)
+	a := startNode(t, m.addr, t.TempDir())
+	c := newClient(t, m.addr, a.node)
+	const n, size = 10, 64 << 10
+	vals, keys := putAll(t, c, "m", n, size)
+	waitDiskReplicas(t, c, n)
+
+	m.kill(syscall.SIGKILL)
+	m2 := startMaster(t, port)
+	c2 := newClient(t, m2.addr, "")
+	ctx := context.Background()
+	for _, k := range keys {
+		eventually(t, 20*time.Second, "read after master restart of "+k, func() error {
+			got, err := c2.Get(ctx, k)
+			if err != nil {
+				return err
+			}
+			if !bytes.Equal(got, vals[k]) {
+				t.Fatalf("%s read with wrong bytes", k)
+			}
+			return nil
+		})
+	}
+	if rs := c2.ReadStats(); rs.RemoteSSD != n {
+		t.Fatalf("reads after the master restart should all come from SSD: %+v", rs)
+	}
+	if s := nodeStats(t, a.addr); s.SsdObjects != n {
+		t.Fatalf("node holds %d SSD objects, want %d", s.SsdObjects, n)
+	}
+}
+
+// A node that stops pinging (SIGSTOP): after client_ttl its objects answer
+// REPLICA_IS_GONE inside their read lease and OBJECT_NOT_FOUND after it;
+// objects held by a live node stay readable.
+func TestNodeStopsPinging(t *testing.T) {
+	m := startMaster(t, 0, "--client_ttl=1", "--default_kv_lease_ttl=4000")
+	a := startNode(t, m.addr, "")
+	b := startNode(t, m.addr, "")
+	ca := newClient(t, m.addr, a.node)
+	cb := newClient(t, m.addr, b.node)
+	ctx := context.Background()
+	va := randomValue(4096)
+	vb := randomValue(4096)
+	if err := ca.Put(ctx, "on-a", va); err != nil {
+		t.Fatal(err)
+	}
+	if err := cb.Put(ctx, "on-b", vb); err != nil {
+		t.Fatal(err)
+	}
+	// A lookup grants a read lease of default_kv_lease_ttl.
+	if ok, err := ca.Exists(ctx, "on-a"); err != nil || !ok {
+		t.Fatalf("exists: %v %v", ok, err)
+	}
+	leased := time.Now()
+	a.kill(syscall.SIGSTOP)
+	t.Cleanup(func() { a.kill(syscall.SIGCONT) })
+
+	var gone time.Time
+	eventually(t, 10*time.Second, "REPLICA_IS_GONE after client_ttl", func() error {
+		_, err := cb.Get(ctx, "on-a")
+		if errors.Is(err, codes.ErrReplicaGone) {
+			gone = time.Now()
+			return nil
+		}
+		return fmt.Errorf("got %v", err)
+	})
+	if d := gone.Sub(leased); d > 4*time.Second {
+		t.Logf("REPLICA_IS_GONE seen %v after the lease was granted (lease 4s); lookups may renew it", d)
+	}
+	eventually(t, 15*time.Second, "OBJECT_NOT_FOUND after the lease", func() error {
+		_, err := cb.Get(ctx, "on-a")
+		if errors.Is(err, codes.ErrObjectNotFound) {
+			return nil
+		}
+		return fmt.Errorf("got %v", err)
+	})
+	got, err := ca.Get(ctx, "on-b")
+	if err != nil || !bytes.Equal(got, vb) {
+		t.Fatalf("object on the live node: %v", err)
+	}
+}
+
+// The demo command exits 0 and prints PASS.
+func TestDemoPrintsPASS(t *testing.T) {
+	out, errOut, code := cli(t, "demo", "--dir", t.TempDir(), "--objects", "11", "--size", "256KiB", "--backend", "pwrite")
+	if code != 0 || !strings.Contains(out, "PASS") {
+		t.Fatalf("demo: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if !strings.Contains(out, "reads: local/remote SSD") || !strings.Contains(out, "11 / 0") {
+		t.Fatalf("demo table lacks the SSD reads:\n%s", out)
+	}
+}
