@@ -1,0 +1,51 @@
+// Package uring is the io_uring implementation of backend.Backend, built on
+// tierstore's own ring (internal/uring). It is the default backend where the
+// kernel allows io_uring.
+//
+// # Writes
+//
+// WriteBucket creates the bucket file with O_CREAT|O_EXCL|O_DIRECT, copies
+// the caller's slices into page-aligned staging slots of ChunkSize (1 MiB by
+// default) and keeps WriteDepth (8) chunk writes in flight, each submitted as
+// soon as its slot is filled so that copying overlaps the device. The slots
+// are one anonymous mapping per ring, registered as a fixed buffer when the
+// kernel accepts it (WRITE_FIXED / READ_FIXED then skip the per-I/O page
+// pinning). After the last write completes, one FSYNC with DATASYNC goes
+// through the ring, then the directory is fsynced: exactly one durable
+// point, at the end. Short writes are resubmitted for the rest. On any error
+// the partial file is removed.
+//
+// # Reads
+//
+// Read opens the file O_DIRECT and reads each op as the aligned range that
+// holds it, cut into pieces of at most ChunkSize, QueueDepth (32) pieces in
+// flight on one ring, then copies the op's bytes into a fresh slice owned by
+// the caller. Ranges past the end of the file fail alone (ErrShortRead),
+// negative ones with ErrBadRange.
+//
+// # Fallbacks
+//
+//   - io_uring unusable (io_uring_setup fails with ENOSYS, EPERM, ENOMEM;
+//     the kernel.io_uring_disabled sysctl; missing opcodes): Open returns a
+//     pwrite backend instead and logs why, once per process.
+//   - O_DIRECT refused (EINVAL at open or at the first write, e.g. tmpfs
+//     before Linux 6.6 or FUSE): the backend switches to buffered I/O for
+//     good, logs why once, and Name reports "uring" instead of
+//     "uring+direct". Buffered writes go out as WRITEV straight from the
+//     caller's slices (no copy), buffered reads land directly in Data.
+//
+// Directory rules (absolute path, created when missing, writable) are those
+// of package pwrite, whose Open validates the directory; Delete, List and
+// Allocated are pwrite's.
+//
+// # Concurrency
+//
+// Every method is safe for concurrent use. Each WriteBucket or Read call
+// takes a worker (one ring plus its slots) from a pool for its whole
+// duration and holds runtime.LockOSThread meanwhile; a worker is returned
+// only with nothing in flight, so rings share no lock and are never used by
+// two goroutines at once. At most MaxRings workers exist; further calls wait
+// for one. Backend.mu (a RWMutex) is held for reading by every operation and
+// for writing by Close, which therefore waits for operations in flight
+// before closing the rings.
+package uring

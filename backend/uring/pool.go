@@ -1,0 +1,136 @@
+package uring
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+
+	iuring "github.com/tierstore/tierstore/internal/uring"
+)
+
+// newRing creates a ring; tests replace it to simulate io_uring_setup
+// failures.
+var newRing = iuring.New
+
+// worker is one ring with its staging memory: slots chunk-sized, page-aligned
+// slices of one anonymous mapping, registered as fixed buffer 0 when the
+// kernel allows it. A worker is owned by one goroutine at a time (taken from
+// and returned to the pool's idle channel), which holds LockOSThread while
+// it uses the ring. It is only returned with nothing in flight.
+type worker struct {
+	ring  *iuring.Ring
+	mem   *iuring.Buffer
+	fixed bool // mem registered as fixed buffer 0
+	chunk int
+	slots int
+	free  []int // indices of unused slots
+	// maxInFlight is the most requests this worker has had in flight at
+	// once (tests check the queue depth with it).
+	maxInFlight int
+}
+
+func (w *worker) noteInFlight() {
+	if n := w.ring.InFlight(); n > w.maxInFlight {
+		w.maxInFlight = n
+	}
+}
+
+func (w *worker) slot(i int) []byte { return w.mem.Bytes()[i*w.chunk : (i+1)*w.chunk] }
+
+func (w *worker) close() error {
+	err := w.ring.Close()
+	if ferr := w.mem.Free(); ferr != nil && err == nil {
+		err = ferr
+	}
+	return err
+}
+
+// pool hands out workers; at most cap(sem) exist at once.
+type pool struct {
+	idle  chan *worker  // workers nobody owns
+	sem   chan struct{} // one token per existing worker
+	depth int           // ring SQ entries and number of slots
+	chunk int
+}
+
+func newPool(maxRings, depth, chunk int) *pool {
+	return &pool{
+		idle:  make(chan *worker, maxRings),
+		sem:   make(chan struct{}, maxRings),
+		depth: depth,
+		chunk: chunk,
+	}
+}
+
+// create makes a worker: ring, slots, fixed-buffer registration (best
+// effort: without it the plain READ/WRITE opcodes are used).
+func (p *pool) create() (*worker, error) {
+	r, err := newRing(iuring.Config{Entries: uint32(p.depth)})
+	if err != nil {
+		return nil, err
+	}
+	mem, err := iuring.NewBuffer(p.depth * p.chunk)
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	w := &worker{ring: r, mem: mem, chunk: p.chunk, slots: p.depth}
+	w.fixed = r.RegisterBuffers([]*iuring.Buffer{mem}) == nil
+	w.free = make([]int, 0, p.depth)
+	for i := p.depth - 1; i >= 0; i-- {
+		w.free = append(w.free, i)
+	}
+	return w, nil
+}
+
+// get takes an idle worker or creates one, waiting for one to be returned
+// when the limit is reached. The caller's goroutine is locked to its thread
+// until put.
+func (p *pool) get(ctx context.Context) (*worker, error) {
+	var w *worker
+	select {
+	case w = <-p.idle:
+	default:
+		select {
+		case w = <-p.idle:
+		case p.sem <- struct{}{}:
+			var err error
+			if w, err = p.create(); err != nil {
+				<-p.sem
+				return nil, fmt.Errorf("create ring: %w", err)
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	runtime.LockOSThread()
+	return w, nil
+}
+
+// put returns w, which has nothing in flight, to the pool. A worker whose
+// ring failed is closed instead.
+func (p *pool) put(w *worker, broken bool) {
+	runtime.UnlockOSThread()
+	if broken || w.ring.InFlight() != 0 || len(w.free) != w.slots {
+		w.close()
+		<-p.sem
+		return
+	}
+	p.idle <- w
+}
+
+// close closes every idle worker. The caller guarantees no worker is in use.
+func (p *pool) close() error {
+	var first error
+	for {
+		select {
+		case w := <-p.idle:
+			if err := w.close(); err != nil && first == nil {
+				first = err
+			}
+			<-p.sem
+		default:
+			return first
+		}
+	}
+}

@@ -1,0 +1,255 @@
+package uring
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tierstore/tierstore/backend"
+	iuring "github.com/tierstore/tierstore/internal/uring"
+)
+
+// Read implements backend.Backend. With O_DIRECT each op is read as the
+// aligned range that holds it, in pieces of at most ChunkSize (one staging
+// slot each), QueueDepth pieces in flight, and copied out. Without O_DIRECT
+// the pieces are read straight into the caller's Data.
+func (b *Backend) Read(ctx context.Context, id uint64, ops []backend.ReadOp) error {
+	if err := b.lock(); err != nil {
+		return fmt.Errorf("uring: read bucket %016x: %w", id, err)
+	}
+	defer b.mu.RUnlock()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("uring: read bucket %016x: %w", id, err)
+	}
+	name := b.path(id)
+	direct := b.direct.Load()
+	fd, err := openRead(name, direct)
+	if direct && errors.Is(err, unix.EINVAL) {
+		b.fallback(fmt.Errorf("open for reading with O_DIRECT: %w", err))
+		direct = false
+		fd, err = openRead(name, false)
+	}
+	if errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("uring: read bucket %016x: %w", id, backend.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("uring: read bucket %016x: open: %w", id, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("uring: read bucket %016x: fstat: %w", id, err)
+	}
+	rd := &reader{id: id, fd: fd, size: st.Size, direct: direct, ops: ops, chunk: b.opts.ChunkSize}
+	rd.plan()
+	if len(rd.pieces) > 0 {
+		w, err := b.pool.get(ctx)
+		if err != nil {
+			rd.failAll(err)
+			return fmt.Errorf("uring: read bucket %016x: %w", id, err)
+		}
+		rd.w = w
+		rd.depth = b.opts.QueueDepth
+		err = rd.run(ctx)
+		b.pool.put(w, rd.broken)
+		if err != nil {
+			rd.failAll(err)
+		}
+	}
+	for i := range ops {
+		if ops[i].Err != nil {
+			ops[i].Data = nil
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("uring: read bucket %016x: %w", id, err)
+	}
+	return nil
+}
+
+func openRead(name string, direct bool) (int, error) {
+	flags := unix.O_RDONLY | unix.O_CLOEXEC
+	if direct {
+		flags |= unix.O_DIRECT
+	}
+	return unix.Open(name, flags, 0)
+}
+
+// piece is one read request: file range [off, off+n) into a slot (direct) or
+// into dst (buffered). got counts the bytes read so far.
+type piece struct {
+	op   int
+	off  int64
+	n    int
+	got  int
+	slot int    // direct: staging slot while in flight
+	dst  []byte // buffered: where the bytes go
+}
+
+type reader struct {
+	id     uint64
+	fd     int
+	size   int64
+	direct bool
+	chunk  int
+	depth  int
+	ops    []backend.ReadOp
+	pieces []*piece
+	w      *worker
+	broken bool
+	comps  []iuring.Completion
+}
+
+// plan validates the ops, allocates their Data and cuts them into pieces.
+func (rd *reader) plan() {
+	const A = backend.Alignment
+	for i := range rd.ops {
+		op := &rd.ops[i]
+		op.Data, op.Err = nil, nil
+		switch {
+		case op.Off < 0 || op.Len < 0:
+			op.Err = fmt.Errorf("uring: read bucket %016x [%d,+%d): %w", rd.id, op.Off, op.Len, backend.ErrBadRange)
+			continue
+		case op.Off+int64(op.Len) > rd.size:
+			op.Err = fmt.Errorf("uring: read bucket %016x [%d,+%d) of %d bytes: %w", rd.id, op.Off, op.Len, rd.size, backend.ErrShortRead)
+			continue
+		case op.Len == 0:
+			op.Data = []byte{}
+			continue
+		}
+		op.Data = make([]byte, op.Len)
+		lo, hi := op.Off, op.Off+int64(op.Len)
+		if rd.direct {
+			lo, hi = lo&^(A-1), (hi+A-1)&^(A-1)
+		}
+		for p := lo; p < hi; p += int64(rd.chunk) {
+			pc := &piece{op: i, off: p, n: int(min(int64(rd.chunk), hi-p)), slot: -1}
+			if !rd.direct {
+				pc.dst = op.Data[p-op.Off : p-op.Off+int64(pc.n)]
+			}
+			rd.pieces = append(rd.pieces, pc)
+		}
+	}
+}
+
+func (rd *reader) failAll(err error) {
+	for i := range rd.ops {
+		if op := &rd.ops[i]; op.Err == nil && op.Len > 0 && op.Data != nil {
+			op.Err = fmt.Errorf("uring: read bucket %016x [%d,+%d): %w", rd.id, op.Off, op.Len, err)
+		}
+	}
+}
+
+func (rd *reader) prepare(pc *piece) error {
+	var op iuring.Op
+	if rd.direct {
+		buf := rd.w.slot(pc.slot)[pc.got:pc.n]
+		op = iuring.Op{Opcode: iuring.OpRead, Fd: rd.fd, Off: pc.off + int64(pc.got), Buf: buf, Tag: pc}
+		if rd.w.fixed {
+			op.Opcode = iuring.OpReadFixed
+		}
+	} else {
+		op = iuring.Op{Opcode: iuring.OpRead, Fd: rd.fd, Off: pc.off + int64(pc.got), Buf: pc.dst[pc.got:], Tag: pc}
+	}
+	_, err := rd.w.ring.Prepare(op)
+	return err
+}
+
+// run keeps up to depth pieces in flight until every piece is done. Per-op
+// failures go to the op's Err; the returned error is for the ring or ctx.
+func (rd *reader) run(ctx context.Context) error {
+	next, inflight := 0, 0
+	var stop error
+	for {
+		for stop == nil && next < len(rd.pieces) && inflight < rd.depth && (!rd.direct || len(rd.w.free) > 0) {
+			if err := ctx.Err(); err != nil {
+				stop = err
+				break
+			}
+			pc := rd.pieces[next]
+			if rd.direct {
+				pc.slot = rd.w.free[len(rd.w.free)-1]
+				rd.w.free = rd.w.free[:len(rd.w.free)-1]
+			}
+			if err := rd.prepare(pc); err != nil {
+				if rd.direct {
+					rd.w.free = append(rd.w.free, pc.slot)
+				}
+				stop = err
+				break
+			}
+			next++
+			inflight++
+		}
+		if inflight == 0 {
+			return stop
+		}
+		rd.w.noteInFlight()
+		if err := rd.w.ring.Wait(1); err != nil {
+			rd.broken = true
+			return err
+		}
+		rd.comps = rd.w.ring.Reap(rd.comps[:0])
+		for _, c := range rd.comps {
+			pc := c.Tag.(*piece)
+			if rd.complete(pc, c) {
+				inflight--
+				if rd.direct {
+					rd.w.free = append(rd.w.free, pc.slot)
+				}
+			} else if err := rd.prepare(pc); err != nil {
+				rd.fail(pc, err)
+				inflight--
+				if rd.direct {
+					rd.w.free = append(rd.w.free, pc.slot)
+				}
+			}
+		}
+		clear(rd.comps)
+	}
+}
+
+func (rd *reader) fail(pc *piece, err error) {
+	if op := &rd.ops[pc.op]; op.Err == nil {
+		op.Err = fmt.Errorf("uring: read bucket %016x [%d,+%d) at %d: %w", rd.id, op.Off, op.Len, pc.off+int64(pc.got), err)
+	}
+}
+
+// complete accounts for one completion of pc. It returns false when pc must
+// be resubmitted for the rest of its range (short read).
+func (rd *reader) complete(pc *piece, c iuring.Completion) bool {
+	if c.Res < 0 {
+		rd.fail(pc, c.Err())
+		return true
+	}
+	n := int(c.Res)
+	op := &rd.ops[pc.op]
+	if rd.direct && n > 0 {
+		// Copy the part of [pc.off+got, +n) that lies inside the op.
+		from, to := pc.off+int64(pc.got), pc.off+int64(pc.got+n)
+		lo, hi := max(from, op.Off), min(to, op.Off+int64(op.Len))
+		if lo < hi {
+			src := rd.w.slot(pc.slot)[pc.got+int(lo-from) : pc.got+int(hi-from)]
+			copy(op.Data[lo-op.Off:hi-op.Off], src)
+		}
+	}
+	pc.got += n
+	if pc.got >= pc.n {
+		return true
+	}
+	// Short: done if what the op needs is covered (a direct read of the
+	// block holding the end of an unaligned file stops at end of file).
+	if end := pc.off + int64(pc.got); end >= op.Off+int64(op.Len) || end >= rd.size {
+		if end < min(pc.off+int64(pc.n), op.Off+int64(op.Len)) {
+			rd.fail(pc, backend.ErrShortRead)
+		}
+		return true
+	}
+	if n == 0 {
+		rd.fail(pc, backend.ErrShortRead)
+		return true
+	}
+	return false
+}

@@ -1,0 +1,266 @@
+package uring
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tierstore/tierstore/backend"
+	"github.com/tierstore/tierstore/backend/pwrite"
+	iuring "github.com/tierstore/tierstore/internal/uring"
+)
+
+// Defaults of Options; DefaultOptions returns them with Direct set.
+const (
+	DefaultQueueDepth = 32
+	DefaultWriteDepth = 8
+	DefaultChunkSize  = 1 << 20
+	// MaxQueueDepth bounds QueueDepth (ring entries and staging slots).
+	MaxQueueDepth = 1024
+	// MaxChunkSize bounds ChunkSize.
+	MaxChunkSize = 16 << 20
+)
+
+// Options configure Open. Zero numeric fields take the defaults above.
+type Options struct {
+	// Direct opens bucket files with O_DIRECT. Recommended (DefaultOptions
+	// sets it); the zero value means buffered I/O, as in package pwrite.
+	// When the file system refuses O_DIRECT (EINVAL at open or at the first
+	// write, e.g. tmpfs) the backend switches to buffered I/O and logs why,
+	// once.
+	Direct bool
+	// QueueDepth is the number of reads one Read call keeps in flight, the
+	// size of each ring and its number of staging slots. Default 32.
+	QueueDepth int
+	// WriteDepth is the number of chunk writes one WriteBucket keeps in
+	// flight (<= QueueDepth). Default 8.
+	WriteDepth int
+	// ChunkSize is the size of one write and of one staging slot; a
+	// multiple of backend.Alignment. Default 1 MiB.
+	ChunkSize int
+	// MaxRings bounds the rings (one per concurrent call). Default
+	// 2*GOMAXPROCS, at least 4.
+	MaxRings int
+	// Logger receives the fallback warnings; default slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultOptions returns the recommended options: O_DIRECT, queue depth 32,
+// 8 writes of 1 MiB in flight.
+func DefaultOptions() Options {
+	return Options{Direct: true, QueueDepth: DefaultQueueDepth, WriteDepth: DefaultWriteDepth, ChunkSize: DefaultChunkSize}
+}
+
+func (o *Options) fill() error {
+	if o.QueueDepth == 0 {
+		o.QueueDepth = DefaultQueueDepth
+	}
+	if o.WriteDepth == 0 {
+		o.WriteDepth = min(DefaultWriteDepth, o.QueueDepth)
+	}
+	if o.ChunkSize == 0 {
+		o.ChunkSize = DefaultChunkSize
+	}
+	if o.MaxRings == 0 {
+		o.MaxRings = max(4, 2*runtime.GOMAXPROCS(0))
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	switch {
+	case o.QueueDepth < 1 || o.QueueDepth > MaxQueueDepth:
+		return fmt.Errorf("%w: QueueDepth %d not in 1..%d", ErrBadOptions, o.QueueDepth, MaxQueueDepth)
+	case o.WriteDepth < 1 || o.WriteDepth > o.QueueDepth:
+		return fmt.Errorf("%w: WriteDepth %d not in 1..QueueDepth(%d)", ErrBadOptions, o.WriteDepth, o.QueueDepth)
+	case o.ChunkSize < backend.Alignment || o.ChunkSize > MaxChunkSize || o.ChunkSize%backend.Alignment != 0:
+		return fmt.Errorf("%w: ChunkSize %d not a multiple of %d in %d..%d", ErrBadOptions, o.ChunkSize, backend.Alignment, backend.Alignment, MaxChunkSize)
+	case o.MaxRings < 1:
+		return fmt.Errorf("%w: MaxRings %d < 1", ErrBadOptions, o.MaxRings)
+	}
+	return nil
+}
+
+// fallbackOnce makes the "io_uring unavailable" warning appear once per
+// process, not once per Open.
+var fallbackOnce sync.Once
+
+// Open returns a backend storing bucket files in dir with io_uring. dir must
+// be absolute; it is created when missing and must be writable (the same
+// rules and errors as pwrite.Open, which validates it).
+//
+// When io_uring cannot be used (io_uring_setup fails with ENOSYS, EPERM,
+// ENOMEM, ... — an iuring.SetupError), Open logs why, once per process, and
+// returns a pwrite backend with the same Direct setting instead.
+func Open(dir string, opts Options) (backend.Backend, error) {
+	if err := opts.fill(); err != nil {
+		return nil, err
+	}
+	pw, err := pwrite.Open(dir, pwrite.Options{Direct: opts.Direct, Logger: opts.Logger})
+	if err != nil {
+		return nil, err
+	}
+	p := newPool(opts.MaxRings, opts.QueueDepth, opts.ChunkSize)
+	w, err := p.create() // proves io_uring works here; kept as the first idle ring
+	if err != nil {
+		if errors.Is(err, iuring.ErrUnavailable) {
+			fallbackOnce.Do(func() {
+				opts.Logger.Warn("uring: io_uring unavailable, using the pwrite backend", "dir", dir, "err", err)
+			})
+			return pw, nil
+		}
+		pw.Close()
+		return nil, fmt.Errorf("uring: open %s: %w", dir, err)
+	}
+	if err := checkOpcodes(w.ring); err != nil {
+		w.close()
+		opts.Logger.Warn("uring: kernel lacks opcodes, using the pwrite backend", "dir", dir, "err", err)
+		return pw, nil
+	}
+	dirFD, err := unix.Open(pw.Dir(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		w.close()
+		pw.Close()
+		return nil, fmt.Errorf("uring: open %s: %w", dir, err)
+	}
+	p.sem <- struct{}{}
+	p.idle <- w
+	b := &Backend{pw: pw, dir: pw.Dir(), dirFD: dirFD, log: opts.Logger, opts: opts, pool: p}
+	b.direct.Store(pw.Direct())
+	return b, nil
+}
+
+// checkOpcodes probes the kernel for the opcodes the backend uses.
+func checkOpcodes(r *iuring.Ring) error {
+	pr, err := r.Probe()
+	if err != nil {
+		return err
+	}
+	for _, op := range []iuring.Opcode{iuring.OpRead, iuring.OpWrite, iuring.OpWritev, iuring.OpFsync} {
+		if !pr.Supported(op) {
+			return fmt.Errorf("uring: opcode %v not supported", op)
+		}
+	}
+	return nil
+}
+
+// Backend stores bucket files with io_uring: see the package documentation.
+type Backend struct {
+	pw    *pwrite.Backend // directory rules, Delete, List, Allocated
+	dir   string
+	dirFD int // the directory, for fsync after a bucket is written
+	log   *slog.Logger
+	opts  Options
+	pool  *pool
+
+	// direct is true while bucket files are opened with O_DIRECT; it only
+	// goes from true to false (fallback), logged once.
+	direct atomic.Bool
+
+	// mu protects closed and the pool's existence: every operation holds
+	// the read lock for its whole duration; Close takes the write lock.
+	mu     sync.RWMutex
+	closed bool
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// Name is "uring+direct" while O_DIRECT is in use, else "uring".
+func (b *Backend) Name() string {
+	if b.direct.Load() {
+		return "uring+direct"
+	}
+	return "uring"
+}
+
+// Direct reports whether bucket files are currently opened with O_DIRECT.
+func (b *Backend) Direct() bool { return b.direct.Load() }
+
+// Dir is the directory of the bucket files.
+func (b *Backend) Dir() string { return b.dir }
+
+func (b *Backend) fallback(why error) {
+	if b.direct.CompareAndSwap(true, false) {
+		b.log.Warn("uring: O_DIRECT is not supported by the file system; using buffered I/O", "dir", b.dir, "err", why)
+	}
+}
+
+func (b *Backend) lock() error {
+	b.mu.RLock()
+	if b.closed {
+		b.mu.RUnlock()
+		return backend.ErrClosed
+	}
+	return nil
+}
+
+// Delete implements backend.Backend (unlink, fsync of the directory).
+func (b *Backend) Delete(id uint64) error {
+	if err := b.lock(); err != nil {
+		return fmt.Errorf("uring: delete bucket %016x: %w", id, err)
+	}
+	defer b.mu.RUnlock()
+	if err := b.pw.Delete(id); err != nil {
+		return fmt.Errorf("uring: %w", err)
+	}
+	return nil
+}
+
+// List implements backend.Backend.
+func (b *Backend) List() ([]backend.FileInfo, error) {
+	if err := b.lock(); err != nil {
+		return nil, fmt.Errorf("uring: list: %w", err)
+	}
+	defer b.mu.RUnlock()
+	l, err := b.pw.List()
+	if err != nil {
+		return nil, fmt.Errorf("uring: %w", err)
+	}
+	return l, nil
+}
+
+// Allocated implements backend.Backend.
+func (b *Backend) Allocated() (int64, error) {
+	if err := b.lock(); err != nil {
+		return 0, fmt.Errorf("uring: allocated: %w", err)
+	}
+	defer b.mu.RUnlock()
+	n, err := b.pw.Allocated()
+	if err != nil {
+		return 0, fmt.Errorf("uring: %w", err)
+	}
+	return n, nil
+}
+
+// Close waits for the operations in flight, then closes the rings.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return fmt.Errorf("uring: close: %w", backend.ErrClosed)
+	}
+	b.closed = true
+	err := b.pool.close()
+	if cerr := unix.Close(b.dirFD); cerr != nil && err == nil {
+		err = cerr
+	}
+	if perr := b.pw.Close(); perr != nil && err == nil {
+		err = perr
+	}
+	if err != nil {
+		return fmt.Errorf("uring: close %s: %w", b.dir, err)
+	}
+	return nil
+}
+
+// noSpace wraps ENOSPC and EDQUOT with backend.ErrNoSpace.
+func noSpace(err error) error {
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+		return fmt.Errorf("%w: %w", backend.ErrNoSpace, err)
+	}
+	return err
+}

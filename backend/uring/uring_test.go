@@ -1,0 +1,197 @@
+package uring
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierstore/tierstore/backend"
+	"github.com/tierstore/tierstore/backend/backendtest"
+	"github.com/tierstore/tierstore/backend/pwrite"
+	iuring "github.com/tierstore/tierstore/internal/uring"
+)
+
+// small keeps the rings and slots small for tests: 64 KiB chunks, so that
+// buckets of a few hundred KiB already take many chunks and pieces.
+func small(direct bool) Options {
+	return Options{Direct: direct, QueueDepth: 32, WriteDepth: 4, ChunkSize: 64 << 10}
+}
+
+func openOrFail(t *testing.T, dir string, opts Options) backend.Backend {
+	t.Helper()
+	b, err := Open(dir, opts)
+	require.NoError(t, err)
+	if _, ok := b.(*Backend); !ok {
+		t.Skipf("io_uring unavailable here: got backend %s", b.Name())
+	}
+	return b
+}
+
+func TestConformanceDirect(t *testing.T) {
+	backendtest.Run(t, func(t *testing.T, dir string) backend.Backend {
+		b := openOrFail(t, dir, small(true))
+		require.Equal(t, "uring+direct", b.Name())
+		return b
+	})
+}
+
+func TestConformanceDefaultOptions(t *testing.T) {
+	backendtest.Run(t, func(t *testing.T, dir string) backend.Backend {
+		return openOrFail(t, dir, DefaultOptions())
+	})
+}
+
+func TestConformanceBuffered(t *testing.T) {
+	backendtest.Run(t, func(t *testing.T, dir string) backend.Backend {
+		b := openOrFail(t, dir, small(false))
+		require.Equal(t, "uring", b.Name())
+		return b
+	})
+}
+
+// tmpfsDir returns a directory on a file system known to be tmpfs, or skips.
+func tmpfsDir(t *testing.T) string {
+	t.Helper()
+	var st syscall.Statfs_t
+	if err := syscall.Statfs("/dev/shm", &st); err != nil || st.Type != 0x01021994 {
+		t.Skip("no tmpfs at /dev/shm")
+	}
+	d, err := os.MkdirTemp("/dev/shm", "uring-test-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+// TestConformanceOnTmpfs runs the suite on tmpfs with Direct set: whether
+// the kernel's tmpfs accepts O_DIRECT (Linux >= 6.6) or refuses it (the
+// backend must then fall back to buffered I/O), every test must pass.
+func TestConformanceOnTmpfs(t *testing.T) {
+	shm := tmpfsDir(t)
+	backendtest.Run(t, func(t *testing.T, dir string) backend.Backend {
+		if fi, err := os.Lstat(dir); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			d, err := os.MkdirTemp(shm, "b-")
+			require.NoError(t, err)
+			require.NoError(t, os.Remove(dir))
+			require.NoError(t, os.Symlink(d, dir))
+		}
+		return openOrFail(t, dir, small(true))
+	})
+}
+
+// syncBuffer is a goroutine-safe log sink.
+type syncBuffer struct {
+	mu sync.Mutex // protects b
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestFallbackToPwrite simulates io_uring_setup failing (as with
+// kernel.io_uring_disabled=2, or seccomp): Open must return a working pwrite
+// backend and say why.
+func TestFallbackToPwrite(t *testing.T) {
+	for _, errno := range []syscall.Errno{syscall.ENOSYS, syscall.EPERM, syscall.ENOMEM} {
+		t.Run(errno.Error(), func(t *testing.T) {
+			orig := newRing
+			t.Cleanup(func() { newRing = orig })
+			newRing = func(iuring.Config) (*iuring.Ring, error) {
+				return nil, &iuring.SetupError{Errno: errno, Reason: "simulated"}
+			}
+			fallbackOnce = sync.Once{}
+			var logs syncBuffer
+			opts := small(true)
+			opts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			b, err := Open(t.TempDir(), opts)
+			require.NoError(t, err)
+			defer b.Close()
+			_, isPwrite := b.(*pwrite.Backend)
+			require.True(t, isPwrite, "got %T", b)
+			require.Equal(t, "pwrite+direct", b.Name())
+			require.Contains(t, logs.String(), "io_uring unavailable")
+			require.Contains(t, logs.String(), "simulated")
+			want := backendtest.Pattern(1, 3*backend.Alignment)
+			require.NoError(t, b.WriteBucket(context.Background(), 1, [][]byte{want}))
+			ops := []backend.ReadOp{{Off: 5, Len: 9000}}
+			require.NoError(t, b.Read(context.Background(), 1, ops))
+			require.NoError(t, ops[0].Err)
+			require.Equal(t, want[5:9005], ops[0].Data)
+			// A second Open does not log again.
+			b2, err := Open(t.TempDir(), opts)
+			require.NoError(t, err)
+			b2.Close()
+			require.Equal(t, 1, strings.Count(logs.String(), "io_uring unavailable"))
+		})
+	}
+	// Errors that do not mean "io_uring unavailable" are not hidden.
+	orig := newRing
+	t.Cleanup(func() { newRing = orig })
+	newRing = func(iuring.Config) (*iuring.Ring, error) { return nil, syscall.EINVAL }
+	_, err := Open(t.TempDir(), small(true))
+	require.ErrorIs(t, err, syscall.EINVAL)
+}
+
+func TestOpenBadInput(t *testing.T) {
+	for _, o := range []Options{
+		{QueueDepth: -1}, {QueueDepth: MaxQueueDepth + 1}, {QueueDepth: 4, WriteDepth: 5},
+		{ChunkSize: 1000}, {ChunkSize: MaxChunkSize + backend.Alignment}, {MaxRings: -1},
+	} {
+		_, err := Open(t.TempDir(), o)
+		require.ErrorIs(t, err, ErrBadOptions, "%+v", o)
+	}
+	_, err := Open("relative/dir", small(true))
+	require.ErrorIs(t, err, pwrite.ErrRelativeDir)
+	f := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(f, nil, 0o644))
+	_, err = Open(f, small(true))
+	require.ErrorIs(t, err, pwrite.ErrNotDirectory)
+	// A missing directory is created.
+	d := filepath.Join(t.TempDir(), "a", "b")
+	b := openOrFail(t, d, small(true))
+	require.NoError(t, b.Close())
+	fi, err := os.Stat(d)
+	require.NoError(t, err)
+	require.True(t, fi.IsDir())
+}
+
+// TestReadQueueDepth checks that one Read of many objects really keeps
+// QueueDepth reads in flight on its ring.
+func TestReadQueueDepth(t *testing.T) {
+	b := openOrFail(t, t.TempDir(), small(true)).(*Backend)
+	defer b.Close()
+	const obj, n = 16 << 10, 128
+	want := backendtest.Pattern(7, obj*n)
+	require.NoError(t, b.WriteBucket(context.Background(), 7, [][]byte{want}))
+	ops := make([]backend.ReadOp, n)
+	for i := range ops {
+		ops[i] = backend.ReadOp{Off: int64(i*obj + 100), Len: obj - 200}
+	}
+	w := <-b.pool.idle // observe the single ring the Read will use
+	before := w.ring.Stats()
+	b.pool.idle <- w
+	require.NoError(t, b.Read(context.Background(), 7, ops))
+	for _, op := range ops {
+		require.NoError(t, op.Err)
+		require.Equal(t, want[op.Off:op.Off+int64(op.Len)], op.Data)
+	}
+	after := w.ring.Stats()
+	require.Equal(t, uint64(n), after.Completed-before.Completed)
+	require.GreaterOrEqual(t, w.maxInFlight, 32)
+}

@@ -1,0 +1,318 @@
+package uring
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tierstore/tierstore/backend"
+	iuring "github.com/tierstore/tierstore/internal/uring"
+)
+
+// maxIovecs bounds one WRITEV (IOV_MAX).
+const maxIovecs = 1024
+
+func (b *Backend) path(id uint64) string { return filepath.Join(b.dir, backend.FileName(id)) }
+
+// WriteBucket implements backend.Backend: with O_DIRECT the data is copied
+// into the ring's aligned slots, ChunkSize at a time, with WriteDepth writes
+// in flight; then one FSYNC(DATASYNC) and an fsync of the directory.
+func (b *Backend) WriteBucket(ctx context.Context, id uint64, data [][]byte) error {
+	if err := b.lock(); err != nil {
+		return fmt.Errorf("uring: write bucket %016x: %w", id, err)
+	}
+	defer b.mu.RUnlock()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("uring: write bucket %016x: %w", id, err)
+	}
+	total := backend.TotalLen(data)
+	if total%backend.Alignment != 0 {
+		return fmt.Errorf("uring: write bucket %016x: %d bytes: %w", id, total, backend.ErrUnaligned)
+	}
+	direct := b.direct.Load()
+	err := b.writeFile(ctx, b.path(id), data, direct)
+	if direct && errors.Is(err, errDirectUnsupported) {
+		b.fallback(err)
+		err = b.writeFile(ctx, b.path(id), data, false)
+	}
+	if err != nil {
+		return fmt.Errorf("uring: write bucket %016x: %w", id, err)
+	}
+	return nil
+}
+
+// writeFile creates name, writes data through a ring, fdatasyncs it and
+// fsyncs the directory. On failure after the file was created it removes it.
+func (b *Backend) writeFile(ctx context.Context, name string, data [][]byte, direct bool) (err error) {
+	flags := unix.O_CREAT | unix.O_EXCL | unix.O_WRONLY | unix.O_CLOEXEC
+	if direct {
+		flags |= unix.O_DIRECT
+	}
+	fd, err := unix.Open(name, flags, 0o644)
+	switch {
+	case errors.Is(err, unix.EEXIST):
+		return backend.ErrExists
+	case direct && errors.Is(err, unix.EINVAL):
+		return fmt.Errorf("%w: open: %w", errDirectUnsupported, err)
+	case err != nil:
+		return fmt.Errorf("create: %w", noSpace(err))
+	}
+	defer func() {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		if err != nil && unix.Unlink(name) == nil {
+			_ = unix.Fsync(b.dirFD)
+		}
+	}()
+	w, err := b.pool.get(ctx)
+	if err != nil {
+		return err
+	}
+	s := &writer{w: w, fd: fd, depth: b.opts.WriteDepth, direct: direct}
+	data = slices.Clone(data) // consumed below; the caller's slice stays intact
+	if direct {
+		err = s.writeDirect(ctx, data)
+	} else {
+		err = s.writeBuffered(ctx, data)
+	}
+	if err == nil {
+		err = s.fdatasync()
+	}
+	b.pool.put(w, s.broken)
+	if err != nil {
+		return err
+	}
+	cerr := unix.Close(fd)
+	fd = -1
+	if cerr != nil {
+		return fmt.Errorf("close: %w", noSpace(cerr))
+	}
+	if err := unix.Fsync(b.dirFD); err != nil {
+		return fmt.Errorf("fsync directory: %w", noSpace(err))
+	}
+	return nil
+}
+
+// writer runs the writes of one bucket file on one worker.
+type writer struct {
+	w      *worker
+	fd     int
+	depth  int
+	direct bool
+	broken bool // the ring failed; the worker must not be reused
+	comps  []iuring.Completion
+}
+
+// wreq is the tag of one write in flight: what remains to be written.
+type wreq struct {
+	slot int      // staging slot (direct), -1 for WRITEV from caller memory
+	off  int64    // file offset of buf / bufs
+	buf  []byte   // direct: rest of the slot's data
+	bufs [][]byte // buffered: rest of the iovecs
+}
+
+func (s *writer) prepare(r *wreq) error {
+	op := iuring.Op{Opcode: iuring.OpWritev, Fd: s.fd, Off: r.off, Bufs: r.bufs, Tag: r}
+	if r.slot >= 0 {
+		op = iuring.Op{Opcode: iuring.OpWrite, Fd: s.fd, Off: r.off, Buf: r.buf, Tag: r}
+		if s.w.fixed {
+			op.Opcode = iuring.OpWriteFixed
+		}
+	}
+	if _, err := s.w.ring.Prepare(op); err != nil {
+		return err
+	}
+	if _, err := s.w.ring.Submit(); err != nil {
+		s.broken = true
+		return err
+	}
+	s.w.noteInFlight()
+	return nil
+}
+
+// complete handles one write completion: done (true), resubmitted after a
+// short write, or failed.
+func (s *writer) complete(c iuring.Completion) (done bool, err error) {
+	r := c.Tag.(*wreq)
+	if c.Res < 0 {
+		err := c.Err()
+		if s.direct && r.off == 0 && errors.Is(err, unix.EINVAL) {
+			return true, fmt.Errorf("%w: first write: %w", errDirectUnsupported, err)
+		}
+		return true, fmt.Errorf("write at %d: %w", r.off, noSpace(err))
+	}
+	n := int(c.Res)
+	if n == 0 {
+		return true, fmt.Errorf("write at %d: wrote nothing: %w", r.off, noSpace(unix.ENOSPC))
+	}
+	r.off += int64(n)
+	if r.slot >= 0 {
+		r.buf = r.buf[n:]
+		if len(r.buf) == 0 {
+			return true, nil
+		}
+	} else {
+		r.bufs = advance(r.bufs, n)
+		if len(r.bufs) == 0 {
+			return true, nil
+		}
+	}
+	if err := s.prepare(r); err != nil { // short write: the rest
+		return true, fmt.Errorf("write at %d: %w", r.off, err)
+	}
+	return false, nil
+}
+
+// advance drops the first n bytes of bufs.
+func advance(bufs [][]byte, n int) [][]byte {
+	for n > 0 && len(bufs) > 0 {
+		if n >= len(bufs[0]) {
+			n -= len(bufs[0])
+			bufs = bufs[1:]
+		} else {
+			bufs[0] = bufs[0][n:]
+			n = 0
+		}
+	}
+	return bufs
+}
+
+// reap waits for at least one completion and handles them; slots of
+// finished direct writes go back to the free list. It returns the number of
+// writes that finished and the first error.
+func (s *writer) reap() (finished int, first error) {
+	if err := s.w.ring.Wait(1); err != nil {
+		s.broken = true
+		return 0, err
+	}
+	s.comps = s.w.ring.Reap(s.comps[:0])
+	for _, c := range s.comps {
+		done, err := s.complete(c)
+		if err != nil && first == nil {
+			first = err
+		}
+		if done {
+			finished++
+			if r := c.Tag.(*wreq); r.slot >= 0 {
+				s.w.free = append(s.w.free, r.slot)
+			}
+		}
+	}
+	clear(s.comps)
+	return finished, first
+}
+
+// drain waits for every write in flight, keeping the first error.
+func (s *writer) drain(inflight int, first error) error {
+	for inflight > 0 && !s.broken {
+		n, err := s.reap()
+		inflight -= n
+		if first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// writeDirect copies data into the aligned slots and writes them, up to
+// depth at once, each submitted as soon as it is filled so that the copy of
+// the next chunk overlaps the writes in flight.
+func (s *writer) writeDirect(ctx context.Context, data [][]byte) error {
+	var off int64
+	inflight := 0
+	for {
+		for len(data) > 0 && inflight < s.depth && len(s.w.free) > 0 {
+			if err := ctx.Err(); err != nil {
+				return s.drain(inflight, err)
+			}
+			slot := s.w.free[len(s.w.free)-1]
+			s.w.free = s.w.free[:len(s.w.free)-1]
+			buf := s.w.slot(slot)
+			fill := 0
+			for len(data) > 0 && fill < len(buf) {
+				n := copy(buf[fill:], data[0])
+				fill += n
+				if data[0] = data[0][n:]; len(data[0]) == 0 {
+					data = data[1:]
+				}
+			}
+			if err := s.prepare(&wreq{slot: slot, off: off, buf: buf[:fill]}); err != nil {
+				s.w.free = append(s.w.free, slot)
+				return s.drain(inflight, fmt.Errorf("write at %d: %w", off, err))
+			}
+			off += int64(fill)
+			inflight++
+		}
+		if inflight == 0 {
+			return nil
+		}
+		n, err := s.reap()
+		inflight -= n
+		if err != nil {
+			return s.drain(inflight, err)
+		}
+	}
+}
+
+// writeBuffered writes the caller's slices with WRITEV (no copy), about a
+// chunk per request, depth requests in flight.
+func (s *writer) writeBuffered(ctx context.Context, data [][]byte) error {
+	var off int64
+	inflight := 0
+	chunk := s.w.chunk
+	for {
+		for len(data) > 0 && inflight < s.depth {
+			if err := ctx.Err(); err != nil {
+				return s.drain(inflight, err)
+			}
+			var iov [][]byte
+			n := 0
+			for len(data) > 0 && len(iov) < maxIovecs && n < chunk {
+				if len(data[0]) > 0 {
+					iov = append(iov, data[0])
+					n += len(data[0])
+				}
+				data = data[1:]
+			}
+			if len(iov) == 0 {
+				break
+			}
+			if err := s.prepare(&wreq{slot: -1, off: off, bufs: iov}); err != nil {
+				return s.drain(inflight, fmt.Errorf("write at %d: %w", off, err))
+			}
+			off += int64(n)
+			inflight++
+		}
+		if inflight == 0 {
+			return nil
+		}
+		n, err := s.reap()
+		inflight -= n
+		if err != nil {
+			return s.drain(inflight, err)
+		}
+	}
+}
+
+// fdatasync issues FSYNC with DATASYNC through the ring and waits for it.
+func (s *writer) fdatasync() error {
+	if _, err := s.w.ring.Prepare(iuring.Op{Opcode: iuring.OpFsync, Fd: s.fd, Datasync: true}); err != nil {
+		return fmt.Errorf("fdatasync: %w", err)
+	}
+	if err := s.w.ring.Wait(1); err != nil {
+		s.broken = true
+		return fmt.Errorf("fdatasync: %w", err)
+	}
+	s.comps = s.w.ring.Reap(s.comps[:0])
+	for _, c := range s.comps {
+		if err := c.Err(); err != nil {
+			return fmt.Errorf("fdatasync: %w", noSpace(err))
+		}
+	}
+	return nil
+}
