@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSmoke runs every scenario with --quick and checks that the output is
+// well formed: a table with the machine header on stdout, every figure in the
+// JSON, PNG charts. It says nothing about speed.
+func TestSmoke(t *testing.T) {
+	for _, s := range scenarios {
+		t.Run(s.name, func(t *testing.T) {
+			dir := t.TempDir()
+			jsonPath := filepath.Join(dir, "out.json")
+			plotDir := filepath.Join(dir, "plots")
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+			defer cancel()
+			var stdout, stderr bytes.Buffer
+			err := run(ctx, []string{s.name, "--quick", "--dir", dir, "--json", jsonPath, "--plot", plotDir}, &stdout, &stderr)
+			if err != nil {
+				t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+			}
+			out := stdout.String()
+			var rep report
+			b, err := os.ReadFile(jsonPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(b, &rep); err != nil {
+				t.Fatalf("json: %v", err)
+			}
+			if len(rep.Skipped) == 1 && len(rep.Results) == 0 {
+				if !strings.Contains(out, "skipped") {
+					t.Errorf("skipped scenario not reported on stdout:\n%s", out)
+				}
+				t.Skipf("scenario %s unavailable: %s", s.name, rep.Skipped[0].Reason)
+			}
+			for _, want := range []string{"== " + s.name, "machine: ", "disk: ", "go: ", "options: "} {
+				if !strings.Contains(out, want) {
+					t.Errorf("stdout lacks %q:\n%s", want, out)
+				}
+			}
+			if stderr.Len() != 0 {
+				t.Errorf("stderr is not a terminal, yet got output:\n%s", stderr.String())
+			}
+			checkReport(t, &rep, s.name)
+			for _, tb := range rep.Results[0].Tables {
+				if !strings.Contains(out, tb.Title) {
+					t.Errorf("table %q not printed", tb.Title)
+				}
+			}
+			pngs, _ := filepath.Glob(filepath.Join(plotDir, "*.png"))
+			for _, p := range pngs {
+				b, err := os.ReadFile(p)
+				if err != nil || len(b) < 1000 || !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) {
+					t.Errorf("chart %s is not a PNG (%d bytes, %v)", p, len(b), err)
+				}
+				if !strings.Contains(out, "chart: "+p) {
+					t.Errorf("chart %s not announced on stdout", p)
+				}
+			}
+			if s.name != "master" && len(pngs) == 0 {
+				t.Errorf("no chart written to %s", plotDir)
+			}
+			// Scratch data is removed.
+			left, _ := filepath.Glob(filepath.Join(dir, ".tierstore-bench-*"))
+			if len(left) != 0 {
+				t.Errorf("scratch directory left behind: %v", left)
+			}
+		})
+	}
+}
+
+func checkReport(t *testing.T, rep *report, name string) {
+	t.Helper()
+	h := rep.Header
+	if h.GoVersion == "" || h.CPUs <= 0 || h.Dir == "" || h.FSType == "" || h.Kernel == "" {
+		t.Errorf("header incomplete: %+v", h)
+	}
+	if len(rep.Results) != 1 || rep.Results[0].Scenario != name || !rep.Results[0].Quick {
+		t.Fatalf("results = %+v", rep.Results)
+	}
+	r := rep.Results[0]
+	if len(r.Options) == 0 || r.Elapsed <= 0 {
+		t.Errorf("options %v elapsed %v", r.Options, r.Elapsed)
+	}
+	if len(r.Tables) == 0 {
+		t.Fatal("no table")
+	}
+	numbers := 0
+	for _, tb := range r.Tables {
+		if tb.Title == "" || len(tb.Columns) == 0 || len(tb.Rows) == 0 {
+			t.Errorf("table %+v is empty", tb)
+		}
+		for i, row := range tb.Rows {
+			if len(row) != len(tb.Columns) {
+				t.Errorf("table %q row %d has %d cells for %d columns", tb.Title, i, len(row), len(tb.Columns))
+			}
+			for _, c := range row {
+				switch v := c.(type) {
+				case float64:
+					numbers++
+					if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+						t.Errorf("table %q row %d: bad figure %v", tb.Title, i, v)
+					}
+				case string, nil:
+				default:
+					t.Errorf("table %q row %d: cell of type %T", tb.Title, i, c)
+				}
+			}
+		}
+	}
+	if numbers == 0 {
+		t.Error("no figure in any table")
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	ctx := context.Background()
+	var out bytes.Buffer
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{nil, "name a scenario"},
+		{[]string{"nope"}, `unknown scenario "nope"`},
+		{[]string{"peers", "--dir", "/nonexistent/x"}, "--dir"},
+		{[]string{"peers", "--bogus"}, "bogus"},
+		{[]string{"peers", "--trace", "/nonexistent/t"}, "--trace"},
+	}
+	for _, c := range cases {
+		err := run(ctx, c.args, &out, &out)
+		if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("run(%q) = %v, want usage error mentioning %q", c.args, err, c.want)
+		}
+	}
+	out.Reset()
+	if err := run(ctx, []string{"-h"}, &out, &out); err != nil || !strings.Contains(out.String(), "scenarios:") {
+		t.Errorf("-h: %v %q", err, out.String())
+	}
+}
+
+func TestFormatCell(t *testing.T) {
+	for in, want := range map[any]string{nil: "-", "x": "x", 3: "3", int64(4): "4", 1234.5: "1234",
+		12.345: "12.3", 1.2345: "1.23", 0.12345: "0.123", 0.0: "0"} {
+		if got := formatCell(in); got != want {
+			t.Errorf("formatCell(%v) = %q, want %q", in, got, want)
+		}
+	}
+}
