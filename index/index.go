@@ -1,7 +1,6 @@
 package index
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -177,7 +176,12 @@ func (ix *Index) load() error {
 // The slices are valid only during the call. The caller holds mu (or owns ix
 // exclusively).
 func (ix *Index) scan(prefix []byte, fn func(k, v []byte) error) error {
-	it, err := ix.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixUpperBound(prefix)})
+	return ix.scanRange(prefix, prefixUpperBound(prefix), fn)
+}
+
+// scanRange calls fn for every record with lower <= key < upper.
+func (ix *Index) scanRange(lower, upper []byte, fn func(k, v []byte) error) error {
+	it, err := ix.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return err
 	}
@@ -600,10 +604,7 @@ func (ix *Index) keysChunk(lower, upper []byte) ([]KeyLoc, error) {
 	}
 	out := make([]KeyLoc, 0, keysChunk)
 	errStop := errors.New("stop")
-	err := ix.scan(lower, func(k, v []byte) error {
-		if !bytes.HasPrefix(k, []byte{prefixObject}) || bytes.Compare(k, upper) >= 0 {
-			return errStop
-		}
+	err := ix.scanRange(lower, upper, func(k, v []byte) error {
 		key := clone(k[1:])
 		loc, err := decodeObject(key, v)
 		if err != nil {

@@ -1,0 +1,421 @@
+package index
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"sync"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/stretchr/testify/require"
+)
+
+// Keys chosen to look like other record kinds, to contain 0x00 and 0xff, and
+// to reach the length limit: none may collide with another record.
+var trickyKeys = []string{
+	"a",
+	"k",
+	"b\x00\x00\x00\x00\x00\x00\x00\x01a", // looks like a membership record
+	"m\x00\x00\x00\x00\x00\x00\x00\x01",  // looks like a bucket record
+	"n",                                  // looks like the next-id record
+	"\x00",
+	"\xff",
+	"\xff\xff\xff",
+	string(bytes.Repeat([]byte{0xff}, MaxKeyLen)),
+	string(bytes.Repeat([]byte{'x'}, MaxKeyLen)),
+}
+
+func TestRoundTripAndReopen(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "index")
+	ix := open(t, dir, nil)
+	require.Equal(t, uint64(1), ix.NextBucketID())
+	require.Equal(t, int64(0), ix.Count())
+
+	meta1, e1 := bucketOf(1, trickyKeys...)
+	require.NoError(t, ix.CommitBucket(meta1, e1))
+	meta7, e7 := bucketOf(7, "p", "q")
+	require.NoError(t, ix.CommitBucket(meta7, e7))
+
+	verify := func(ix *Index) {
+		t.Helper()
+		for i, k := range trickyKeys {
+			loc, found, err := ix.Get([]byte(k))
+			require.NoError(t, err)
+			require.True(t, found, "key %d", i)
+			require.Equal(t, locFor(1, i), loc)
+		}
+		_, found, err := ix.Get([]byte("absent"))
+		require.NoError(t, err)
+		require.False(t, found)
+
+		require.Equal(t, int64(len(trickyKeys)+2), ix.Count())
+		require.Equal(t, uint64(8), ix.NextBucketID())
+		bs, err := ix.Buckets()
+		require.NoError(t, err)
+		require.Equal(t, []BucketMeta{meta1, meta7}, bs)
+
+		members, err := ix.BucketKeys(1)
+		require.NoError(t, err)
+		want := append([]string(nil), trickyKeys...)
+		sort.Strings(want)
+		got := make([]string, len(members))
+		for i, m := range members {
+			got[i] = string(m)
+		}
+		require.Equal(t, want, got, "BucketKeys in key order")
+		n, err := ix.BucketLiveKeys(7)
+		require.NoError(t, err)
+		require.Equal(t, 2, n)
+		n, err = ix.BucketLiveKeys(3)
+		require.NoError(t, err)
+		require.Equal(t, 0, n)
+
+		var order []string
+		require.NoError(t, ix.Keys(func(k []byte, _ Location) bool {
+			order = append(order, string(k))
+			return true
+		}))
+		want = append(want, "p", "q")
+		sort.Strings(want)
+		require.Equal(t, want, order, "Keys in key order")
+		require.NoError(t, ix.Check())
+	}
+	verify(ix)
+	require.NoError(t, ix.Close())
+	verify(open(t, dir, nil))
+}
+
+func TestInvalidInput(t *testing.T) {
+	ix := open(t, filepath.Join(t.TempDir(), "index"), nil)
+	long := bytes.Repeat([]byte{'x'}, MaxKeyLen+1)
+
+	for _, key := range [][]byte{nil, {}, long} {
+		_, _, err := ix.Get(key)
+		require.ErrorIs(t, err, ErrInvalidKey)
+		require.ErrorIs(t, ix.DeleteKeys([][]byte{[]byte("ok"), key}), ErrInvalidKey)
+		err = ix.CommitBucket(BucketMeta{ID: 1}, []KeyLoc{{Key: key, Loc: Location{Bucket: 1}}})
+		require.ErrorIs(t, err, ErrInvalidKey)
+	}
+
+	err := ix.CommitBucket(BucketMeta{ID: 1}, []KeyLoc{{Key: []byte("a"), Loc: Location{Bucket: 2}}})
+	require.ErrorIs(t, err, ErrInvalidEntry)
+	require.ErrorContains(t, err, "bucket 2")
+	err = ix.CommitBucket(BucketMeta{ID: 1}, []KeyLoc{{Key: []byte("a"), Loc: Location{Bucket: 1, Offset: -1}}})
+	require.ErrorIs(t, err, ErrInvalidEntry)
+	err = ix.CommitBucket(BucketMeta{ID: 1}, []KeyLoc{
+		{Key: []byte("a"), Loc: Location{Bucket: 1}},
+		{Key: []byte("a"), Loc: Location{Bucket: 1, Offset: 4096}},
+	})
+	require.ErrorIs(t, err, ErrInvalidEntry)
+	require.ErrorContains(t, err, "twice")
+	require.ErrorIs(t, ix.CommitBucket(BucketMeta{ID: 1, Size: -1}, nil), ErrInvalidEntry)
+	require.ErrorIs(t, ix.CommitBucket(BucketMeta{ID: ^uint64(0)}, nil), ErrInvalidEntry)
+
+	// Nothing above was committed.
+	require.Equal(t, int64(0), ix.Count())
+	require.Equal(t, uint64(1), ix.NextBucketID())
+	bs, err := ix.Buckets()
+	require.NoError(t, err)
+	require.Empty(t, bs)
+
+	commit(t, ix, 1, "a")
+	meta, entries := bucketOf(1, "b")
+	require.ErrorIs(t, ix.CommitBucket(meta, entries), ErrBucketExists)
+	_, found, err := ix.Get([]byte("b"))
+	require.NoError(t, err)
+	require.False(t, found)
+	require.NoError(t, ix.Check())
+}
+
+// A key re-committed into a newer bucket moves there; deleting its old bucket
+// removes only the keys that still live in it.
+func TestDeleteBucketKeepsRecommittedKeys(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "index")
+	ix := open(t, dir, nil)
+	commit(t, ix, 1, "a", "b", "c")
+	commit(t, ix, 2, "b", "d")
+	require.Equal(t, int64(4), ix.Count())
+
+	n, err := ix.BucketLiveKeys(1)
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "b moved to bucket 2")
+	loc, found, err := ix.Get([]byte("b"))
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, locFor(2, 0), loc)
+	require.NoError(t, ix.Check())
+
+	removed, err := ix.DeleteBucket(1)
+	require.NoError(t, err)
+	require.Equal(t, [][]byte{[]byte("a"), []byte("c")}, removed)
+	require.Equal(t, int64(2), ix.Count())
+	for _, k := range []string{"a", "c"} {
+		_, found, err := ix.Get([]byte(k))
+		require.NoError(t, err)
+		require.False(t, found, k)
+	}
+	for _, k := range []string{"b", "d"} {
+		loc, found, err := ix.Get([]byte(k))
+		require.NoError(t, err)
+		require.True(t, found, k)
+		require.Equal(t, uint64(2), loc.Bucket)
+	}
+	bs, err := ix.Buckets()
+	require.NoError(t, err)
+	require.Len(t, bs, 1)
+	require.Equal(t, uint64(2), bs[0].ID)
+	require.NoError(t, ix.Check())
+
+	// Deleting it again, or a bucket that never existed, removes nothing.
+	removed, err = ix.DeleteBucket(1)
+	require.NoError(t, err)
+	require.Empty(t, removed)
+	removed, err = ix.DeleteBucket(99)
+	require.NoError(t, err)
+	require.Empty(t, removed)
+
+	require.NoError(t, ix.Close())
+	ix = open(t, dir, nil)
+	require.Equal(t, int64(2), ix.Count(), "count recomputed at Open")
+	require.Equal(t, uint64(3), ix.NextBucketID(), "next id survives deleting the bucket")
+	require.NoError(t, ix.Check())
+}
+
+func TestDeleteKeys(t *testing.T) {
+	ix := open(t, filepath.Join(t.TempDir(), "index"), nil)
+	commit(t, ix, 1, "a", "b", "c")
+	commit(t, ix, 2, "d")
+	require.NoError(t, ix.DeleteKeys([][]byte{[]byte("a"), []byte("missing"), []byte("a"), []byte("d")}))
+	require.Equal(t, int64(2), ix.Count())
+	require.Equal(t, map[string]Location{"b": locFor(1, 1), "c": locFor(1, 2)}, allKeys(t, ix))
+	n, err := ix.BucketLiveKeys(1)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	n, err = ix.BucketLiveKeys(2)
+	require.NoError(t, err)
+	require.Equal(t, 0, n)
+	// The bucket record stays until DeleteBucket.
+	bs, err := ix.Buckets()
+	require.NoError(t, err)
+	require.Len(t, bs, 2)
+	require.NoError(t, ix.DeleteKeys(nil))
+	require.NoError(t, ix.Check())
+
+	removed, err := ix.DeleteBucket(2)
+	require.NoError(t, err)
+	require.Empty(t, removed)
+	require.NoError(t, ix.Check())
+}
+
+func TestKeysChunksStopAndReentrancy(t *testing.T) {
+	ix := open(t, filepath.Join(t.TempDir(), "index"), nil)
+	// More than two chunks, with keys that share prefixes across a chunk
+	// boundary ("k00255" and "k00255\x00").
+	keys := keysN("k", 2*keysChunk+3)
+	keys = append(keys, fmt.Sprintf("k%05d\x00", keysChunk-1))
+	commit(t, ix, 1, keys...)
+
+	got := allKeys(t, ix)
+	require.Len(t, got, len(keys))
+
+	// Stop early.
+	n := 0
+	require.NoError(t, ix.Keys(func([]byte, Location) bool { n++; return n < 10 }))
+	require.Equal(t, 10, n)
+
+	// The callback may use the index, including writing to it.
+	seen := 0
+	require.NoError(t, ix.Keys(func(k []byte, loc Location) bool {
+		seen++
+		l, found, err := ix.Get(k)
+		require.NoError(t, err)
+		require.True(t, found)
+		require.Equal(t, loc, l)
+		require.NoError(t, ix.DeleteKeys([][]byte{k}))
+		return true
+	}))
+	require.Equal(t, len(keys), seen)
+	require.Equal(t, int64(0), ix.Count())
+	require.NoError(t, ix.Check())
+}
+
+func TestClosed(t *testing.T) {
+	ix := open(t, filepath.Join(t.TempDir(), "index"), nil)
+	commit(t, ix, 1, "a")
+	require.NoError(t, ix.Close())
+	require.ErrorIs(t, ix.Close(), ErrClosed)
+	_, _, err := ix.Get([]byte("a"))
+	require.ErrorIs(t, err, ErrClosed)
+	meta, entries := bucketOf(2, "b")
+	require.ErrorIs(t, ix.CommitBucket(meta, entries), ErrClosed)
+	_, err = ix.DeleteBucket(1)
+	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, ix.DeleteKeys([][]byte{[]byte("a")}), ErrClosed)
+	_, err = ix.Buckets()
+	require.ErrorIs(t, err, ErrClosed)
+	_, err = ix.BucketKeys(1)
+	require.ErrorIs(t, err, ErrClosed)
+	_, err = ix.BucketLiveKeys(1)
+	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, ix.Keys(func([]byte, Location) bool { return true }), ErrClosed)
+	require.ErrorIs(t, ix.Check(), ErrClosed)
+}
+
+func TestReadOnly(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "index")
+	_, err := Open(dir, Options{ReadOnly: true, Logger: quietLogger})
+	require.Error(t, err, "read-only open of a missing index")
+
+	ix := open(t, dir, nil)
+	commit(t, ix, 1, "a", "b")
+	require.NoError(t, ix.Close())
+
+	ro, err := Open(dir, Options{ReadOnly: true, Logger: quietLogger})
+	require.NoError(t, err)
+	defer ro.Close()
+	loc, found, err := ro.Get([]byte("a"))
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, locFor(1, 0), loc)
+	require.Equal(t, int64(2), ro.Count())
+	meta, entries := bucketOf(2, "c")
+	require.ErrorIs(t, ro.CommitBucket(meta, entries), ErrReadOnly)
+	_, err = ro.DeleteBucket(1)
+	require.ErrorIs(t, err, ErrReadOnly)
+	require.ErrorIs(t, ro.DeleteKeys([][]byte{[]byte("a")}), ErrReadOnly)
+}
+
+func TestOpenRejectsBadOptions(t *testing.T) {
+	_, err := Open("", Options{})
+	require.ErrorContains(t, err, "empty directory")
+	_, err = Open(t.TempDir(), Options{CacheSize: -1})
+	require.ErrorContains(t, err, "CacheSize")
+}
+
+// Writers committing distinct buckets and readers running at once: the
+// index stays consistent and Count exact (run with -race).
+func TestConcurrentUse(t *testing.T) {
+	ix := open(t, "index", vfs.NewMem())
+	const writers, perWriter = 4, 10
+	var wg sync.WaitGroup
+	ids := make(chan uint64, writers*perWriter)
+	for i := uint64(1); i <= writers*perWriter; i++ {
+		ids <- i
+	}
+	close(ids)
+	for w := 0; w < writers; w++ {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for id := range ids {
+				meta, entries := bucketOf(id, keysN(fmt.Sprintf("b%d-", id), 5)...)
+				if err := ix.CommitBucket(meta, entries); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 50; i++ {
+				if _, _, err := ix.Get([]byte(fmt.Sprintf("b%d-00001", i%40+1))); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := ix.Buckets(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, int64(writers*perWriter*5), ix.Count())
+	require.Equal(t, uint64(writers*perWriter+1), ix.NextBucketID())
+	require.NoError(t, ix.Check())
+}
+
+// Check itself must catch a broken index: write an object record without
+// its membership record directly into pebble.
+func TestCheckDetectsInconsistency(t *testing.T) {
+	fs := vfs.NewMem()
+	ix := open(t, "index", fs)
+	commit(t, ix, 1, "a")
+	require.NoError(t, ix.Close())
+	rawSet(t, fs, "index", objectKey([]byte("stray")), encodeObject(locFor(1, 5)))
+	ix = open(t, "index", fs)
+	err := ix.Check()
+	require.ErrorIs(t, err, ErrInconsistent)
+	require.ErrorContains(t, err, "stray")
+}
+
+// rawSet writes one record straight into the pebble database in dir.
+func rawSet(t *testing.T, fs vfs.FS, dir string, k, v []byte) {
+	t.Helper()
+	db, err := pebble.Open(dir, &pebble.Options{FS: fs, Logger: pebbleLogger{quietLogger}})
+	require.NoError(t, err)
+	require.NoError(t, db.Set(k, v, pebble.Sync))
+	require.NoError(t, db.Close())
+}
+
+func TestCorruptRecords(t *testing.T) {
+	fs := vfs.NewMem()
+	ix := open(t, "index", fs)
+	commit(t, ix, 1, "a", "b", "c")
+	require.NoError(t, ix.Close())
+
+	// A garbage object record for key "b" (wrong version, wrong length).
+	rawSet(t, fs, "index", objectKey([]byte("b")), []byte("garbage"))
+	ix = open(t, "index", fs)
+	_, _, err := ix.Get([]byte("b"))
+	require.ErrorIs(t, err, ErrCorrupt)
+	var ce *CorruptError
+	require.True(t, errors.As(err, &ce))
+	require.Equal(t, []byte("b"), ce.Key)
+	require.Equal(t, "object", ce.Kind)
+	require.Contains(t, err.Error(), `"b"`)
+	_, found, err := ix.Get([]byte("a"))
+	require.NoError(t, err, "other keys still readable")
+	require.True(t, found)
+	require.ErrorIs(t, ix.Keys(func([]byte, Location) bool { return true }), ErrCorrupt)
+	require.ErrorIs(t, ix.Check(), ErrCorrupt)
+	// The engine can drop the bad record.
+	require.NoError(t, ix.DeleteKeys([][]byte{[]byte("b")}))
+	_, found, err = ix.Get([]byte("b"))
+	require.NoError(t, err)
+	require.False(t, found)
+	require.NoError(t, ix.Close())
+
+	// A right-length record with an unknown version byte.
+	bad := encodeObject(locFor(1, 0))
+	bad[0] = 9
+	rawSet(t, fs, "index", objectKey([]byte("a")), bad)
+	ix = open(t, "index", fs)
+	_, _, err = ix.Get([]byte("a"))
+	require.ErrorIs(t, err, ErrCorrupt)
+	require.ErrorContains(t, err, "version 9")
+	// DeleteBucket removes (and reports) the undecodable member too.
+	removed, err := ix.DeleteBucket(1)
+	require.NoError(t, err)
+	require.Equal(t, [][]byte{[]byte("a"), []byte("c")}, removed)
+	require.Equal(t, int64(0), ix.Count())
+	require.NoError(t, ix.Close())
+
+	// A garbage bucket record.
+	rawSet(t, fs, "index", bucketKey(5), []byte{1, 2})
+	ix = open(t, "index", fs)
+	_, err = ix.Buckets()
+	require.ErrorIs(t, err, ErrCorrupt)
+	require.ErrorContains(t, err, "bucket 5")
+	require.NoError(t, ix.Close())
+
+	// A garbage next-bucket-id record stops Open.
+	rawSet(t, fs, "index", nextKey, []byte{1})
+	_, err = Open("index", Options{FS: fs, Logger: quietLogger})
+	require.ErrorIs(t, err, ErrCorrupt)
+	require.ErrorContains(t, err, "next-bucket-id")
+}
