@@ -217,9 +217,16 @@ func (rd *reader) fail(pc *piece, err error) {
 	}
 }
 
+// testHookRead, when set by a test, replaces the result of every read
+// completion (to simulate short reads). It is nil outside tests.
+var testHookRead func(off int64, res int32) int32
+
 // complete accounts for one completion of pc. It returns false when pc must
 // be resubmitted for the rest of its range (short read).
 func (rd *reader) complete(pc *piece, c iuring.Completion) bool {
+	if testHookRead != nil {
+		c.Res = testHookRead(pc.off+int64(pc.got), c.Res)
+	}
 	if c.Res < 0 {
 		rd.fail(pc, c.Err())
 		return true

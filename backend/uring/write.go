@@ -57,6 +57,11 @@ func (b *Backend) writeFile(ctx context.Context, name string, data [][]byte, dir
 	case errors.Is(err, unix.EEXIST):
 		return backend.ErrExists
 	case direct && errors.Is(err, unix.EINVAL):
+		// Some file systems (ramfs) create the file before refusing
+		// O_DIRECT. With O_EXCL the file is ours: remove it.
+		if unix.Unlink(name) == nil {
+			_ = unix.Fsync(b.dirFD)
+		}
 		return fmt.Errorf("%w: open: %w", errDirectUnsupported, err)
 	case err != nil:
 		return fmt.Errorf("create: %w", noSpace(err))
@@ -97,6 +102,11 @@ func (b *Backend) writeFile(ctx context.Context, name string, data [][]byte, dir
 	}
 	return nil
 }
+
+// testHookWrite, when set by a test, replaces the result of every write
+// completion (to simulate short writes or EINVAL from O_DIRECT). It is nil
+// outside tests.
+var testHookWrite func(off int64, res int32) int32
 
 // writer runs the writes of one bucket file on one worker.
 type writer struct {
@@ -139,6 +149,9 @@ func (s *writer) prepare(r *wreq) error {
 // short write, or failed.
 func (s *writer) complete(c iuring.Completion) (done bool, err error) {
 	r := c.Tag.(*wreq)
+	if testHookWrite != nil {
+		c.Res = testHookWrite(r.off, c.Res)
+	}
 	if c.Res < 0 {
 		err := c.Err()
 		if s.direct && r.off == 0 && errors.Is(err, unix.EINVAL) {

@@ -1,0 +1,109 @@
+package uring
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/tierstore/tierstore/backend"
+	"github.com/tierstore/tierstore/backend/backendtest"
+)
+
+// mountRamfs mounts ramfs (which refuses O_DIRECT with EINVAL) on dir until
+// the end of the test, or skips without the privilege.
+func mountRamfs(t *testing.T, dir string) {
+	t.Helper()
+	if err := unix.Mount("ramfs", dir, "ramfs", 0, ""); err != nil {
+		t.Skipf("cannot mount ramfs on %s: %v", dir, err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+}
+
+// TestConformanceDirectRefusedRamfs: on ramfs O_DIRECT is refused at open;
+// the backend must run the whole suite in its buffered fallback.
+func TestConformanceDirectRefusedRamfs(t *testing.T) {
+	backendtest.Run(t, func(t *testing.T, dir string) backend.Backend {
+		var fs unix.Statfs_t
+		require.NoError(t, unix.Statfs(dir, &fs))
+		if fs.Type != unix.RAMFS_MAGIC {
+			mountRamfs(t, dir)
+		}
+		b := openOrFail(t, dir, small(true))
+		require.Equal(t, "uring", b.Name(), "on ramfs the backend must fall back to buffered I/O")
+		return b
+	})
+}
+
+// TestFallbackAtFirstWrite: a file system that opens O_DIRECT files but
+// refuses the first write with EINVAL (simulated) makes the backend rewrite
+// the bucket with buffered I/O, switch for good and log it once.
+func TestFallbackAtFirstWrite(t *testing.T) {
+	t.Cleanup(func() { testHookWrite = nil })
+	calls, refused := 0, 0
+	var b *Backend
+	testHookWrite = func(off int64, res int32) int32 {
+		calls++
+		if off == 0 && b.Direct() { // refuse only O_DIRECT writes
+			refused++
+			return -int32(syscall.EINVAL)
+		}
+		return res
+	}
+	var logs syncBuffer
+	opts := small(true)
+	opts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	b = openOrFail(t, t.TempDir(), opts).(*Backend)
+	defer b.Close()
+	require.True(t, b.Direct())
+	ctx := context.Background()
+	for id := uint64(1); id <= 3; id++ {
+		want := backendtest.Pattern(id, 5*64<<10)
+		require.NoError(t, b.WriteBucket(ctx, id, backendtest.Split(want, []int{1000, 70000})))
+		require.False(t, b.Direct())
+		require.Equal(t, "uring", b.Name())
+		ops := []backend.ReadOp{{Off: 0, Len: len(want)}, {Off: 12345, Len: 100000}}
+		require.NoError(t, b.Read(ctx, id, ops))
+		for _, op := range ops {
+			require.NoError(t, op.Err)
+			require.Equal(t, want[op.Off:op.Off+int64(op.Len)], op.Data)
+		}
+	}
+	require.Positive(t, calls)
+	require.Equal(t, 1, refused)
+	require.Equal(t, 1, strings.Count(logs.String(), "O_DIRECT is not supported"))
+}
+
+// TestShortTransfers: completions that report fewer bytes than asked (as the
+// kernel may) are resubmitted for the rest, in both modes.
+func TestShortTransfers(t *testing.T) {
+	t.Cleanup(func() { testHookWrite, testHookRead = nil, nil })
+	short := func(off int64, res int32) int32 {
+		if res > 2*backend.Alignment {
+			return res / 2 &^ (backend.Alignment - 1)
+		}
+		return res
+	}
+	testHookWrite, testHookRead = short, short
+	for _, direct := range []bool{true, false} {
+		b := openOrFail(t, t.TempDir(), small(direct))
+		ctx := context.Background()
+		want := backendtest.Pattern(9, 7*64<<10)
+		require.NoError(t, b.WriteBucket(ctx, 9, backendtest.Split(want, []int{4096 * 3, 1, 99999})))
+		ops := []backend.ReadOp{{Off: 0, Len: len(want)}, {Off: 3, Len: 200000}, {Off: 70000, Len: 1}}
+		require.NoError(t, b.Read(ctx, 9, ops))
+		for _, op := range ops {
+			require.NoError(t, op.Err)
+			require.Equal(t, want[op.Off:op.Off+int64(op.Len)], op.Data, "direct=%v [%d,+%d)", direct, op.Off, op.Len)
+		}
+		require.NoError(t, b.Close())
+	}
+}
