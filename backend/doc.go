@@ -57,6 +57,7 @@
 // that a bucket id is written once at a time and is not deleted or read while
 // it is being written; reads and deletes of one id may race (a read that
 // loses the race gets ErrNotFound or the full bytes, never partial ones, on
-// POSIX file systems because an open file survives its unlink). Close waits
-// for no operation; operations after Close fail with ErrClosed.
+// POSIX file systems because an open file survives its unlink). Close may wait
+// for operations in flight (pwrite does); operations after Close fail with
+// ErrClosed.
 package backend
