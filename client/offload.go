@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/tier"
 )
@@ -26,6 +27,18 @@ func (n *Node) offloadRound() int {
 	ctx, cancel := context.WithTimeout(context.Background(), offloadRoundTimeout)
 	defer cancel()
 	tasks, err := n.m.OffloadHeartbeat(ctx, n.name, n.cfg.OffloadBatch)
+	if errors.Is(err, codes.ErrNeedRemount) || errors.Is(err, codes.ErrClientNotFound) {
+		// The master does not know this node (it restarted or expired us):
+		// remount and re-register now rather than at the next ping.
+		if err := n.mount(ctx); err != nil {
+			n.log.Warn("remount failed; will retry", "err", err)
+			return 0
+		}
+		n.metrics.remounts.Add(1)
+		n.reregister.Store(false)
+		n.reRegister(ctx)
+		return 0
+	}
 	if err != nil {
 		n.log.Debug("offload heartbeat failed", "err", err)
 		return 0

@@ -1,0 +1,495 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/master"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func testMasterConfig() master.Config {
+	mc := master.DefaultConfig()
+	mc.EnableOffload = true
+	mc.MonitorInterval = 0 // tests call Tick when they need it
+	mc.Logger = quiet
+	return mc
+}
+
+func newMaster(t *testing.T, mc master.Config) *master.Service {
+	t.Helper()
+	m, err := master.New(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// testNodeConfig: small segment; heartbeat and reconcile effectively off
+// (tests drive OffloadNow / Reconcile), fast ping.
+func testNodeConfig(listen string) NodeConfig {
+	c := DefaultNodeConfig()
+	c.Listen = listen
+	c.Memory = 16 << 20
+	c.HeartbeatInterval = time.Hour
+	c.ReconcileInterval = time.Hour
+	c.PingInterval = 20 * time.Millisecond
+	c.Logger = quiet
+	return c
+}
+
+func startTestNode(t *testing.T, m master.API, listen string, tr SSDTier) *Node {
+	t.Helper()
+	var opts []NodeOption
+	if tr != nil {
+		opts = append(opts, WithTier(tr))
+	}
+	n, err := StartNode(context.Background(), testNodeConfig(listen), m, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+func newTestClient(t *testing.T, cfg Config) *Client {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = quiet
+	}
+	c, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func rnd(n int) []byte {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return b
+}
+
+// serveMaster exposes m over gRPC on 127.0.0.1 and returns its address.
+func serveMaster(t *testing.T, m master.API) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := master.NewServer(m)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String()
+}
+
+func TestInProcessPutGetExistsRemove(t *testing.T) {
+	m := newMaster(t, testMasterConfig())
+	n := startTestNode(t, m, "", nil)
+	c := newTestClient(t, Config{Master: m, LocalNode: n})
+	ctx := context.Background()
+	val := rnd(100 << 10)
+	if err := c.Put(ctx, "k1", val); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Put(ctx, "k1", val); !errors.Is(err, codes.ErrObjectExists) {
+		t.Fatalf("second put: %v", err)
+	}
+	got, err := c.Get(ctx, "k1")
+	if err != nil || !bytes.Equal(got, val) {
+		t.Fatalf("get: %v", err)
+	}
+	if rs := c.ReadStats(); rs.LocalDRAM != 1 {
+		t.Fatalf("read stats %+v", rs)
+	}
+	if ok, err := c.Exists(ctx, "k1"); !ok || err != nil {
+		t.Fatalf("exists: %v %v", ok, err)
+	}
+	if ok, err := c.Exists(ctx, "nope"); ok || err != nil {
+		t.Fatalf("exists of a missing key: %v %v", ok, err)
+	}
+	if _, err := c.Get(ctx, "nope"); !errors.Is(err, codes.ErrObjectNotFound) {
+		t.Fatalf("get of a missing key: %v", err)
+	}
+	if err := c.Remove(ctx, "k1", false); !errors.Is(err, codes.ErrObjectHasLease) {
+		t.Fatalf("remove inside the lease: %v", err)
+	}
+	if err := c.Remove(ctx, "k1", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Get(ctx, "k1"); !errors.Is(err, codes.ErrObjectNotFound) {
+		t.Fatalf("get after remove: %v", err)
+	}
+	for _, bad := range []string{"", string(make([]byte, master.MaxKeyLen+1))} {
+		if err := c.Put(ctx, bad, val); !errors.Is(err, codes.ErrInvalidKey) {
+			t.Fatalf("put with a key of %d bytes: %v", len(bad), err)
+		}
+	}
+	if err := c.Put(ctx, "empty", nil); !errors.Is(err, codes.ErrInvalidParams) {
+		t.Fatalf("empty value: %v", err)
+	}
+}
+
+// Two nodes with real peer sockets, a master over gRPC, clients without a
+// local node: values larger than one chunk cross both ways intact, batch
+// forms work, and reads are counted as remote DRAM.
+func TestRemoteNodesOverGRPC(t *testing.T) {
+	m := newMaster(t, testMasterConfig())
+	addr := serveMaster(t, m)
+	a := startTestNode(t, m, "127.0.0.1:0", nil)
+	b := startTestNode(t, m, "127.0.0.1:0", nil)
+	ca := newTestClient(t, Config{MasterAddr: addr, PreferredNode: a.Name()})
+	cb := newTestClient(t, Config{MasterAddr: addr, PreferredNode: b.Name()})
+	ctx := context.Background()
+	big := rnd(2*MaxChunk + 12345)
+	if err := ca.Put(ctx, "big", big); err != nil {
+		t.Fatal(err)
+	}
+	got, err := cb.Get(ctx, "big")
+	if err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("cross-node get of a 3-chunk value: %v", err)
+	}
+	if a.Stats().PeerWrites != 1 || a.Stats().PeerReadsDRAM != 1 {
+		t.Fatalf("node a should hold the object: %+v", a.Stats())
+	}
+	keys := []string{"b0", "b1", "b2", "", "b4"}
+	vals := [][]byte{rnd(10), rnd(70000), rnd(1), rnd(5), rnd(MaxChunk + 1)}
+	errs := cb.BatchPut(ctx, keys, vals)
+	for i, e := range errs {
+		if (i == 3) != (e != nil) {
+			t.Fatalf("batch put item %d: %v", i, e)
+		}
+	}
+	if !errors.Is(errs[3], codes.ErrInvalidKey) {
+		t.Fatalf("empty key in batch: %v", errs[3])
+	}
+	gv, gerrs := ca.BatchGet(ctx, append(keys, "missing"))
+	for i := range keys {
+		if i == 3 {
+			continue
+		}
+		if gerrs[i] != nil || !bytes.Equal(gv[i], vals[i]) {
+			t.Fatalf("batch get item %d: %v", i, gerrs[i])
+		}
+	}
+	if !errors.Is(gerrs[5], codes.ErrObjectNotFound) {
+		t.Fatalf("batch get of a missing key: %v", gerrs[5])
+	}
+	ex, eerrs := ca.BatchExists(ctx, []string{"b0", "missing"})
+	if !ex[0] || ex[1] || eerrs[0] != nil || eerrs[1] != nil {
+		t.Fatalf("batch exists: %v %v", ex, eerrs)
+	}
+	if rs := ca.ReadStats(); rs.RemoteDRAM != 4 || rs.LocalDRAM != 0 {
+		t.Fatalf("read stats %+v", rs)
+	}
+}
+
+// The peer service refuses writes outside the segment, to another segment,
+// or whose bytes do not match the announced CRC.
+func TestPeerWriteRangeChecks(t *testing.T) {
+	m := newMaster(t, testMasterConfig())
+	n := startTestNode(t, m, "127.0.0.1:0", nil)
+	var pp peerPool
+	defer pp.close()
+	p, err := pp.get(n.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	val := rnd(MaxChunk + 10)
+	if err := p.writeRange(ctx, n.SegmentName(), 4096, val, CRC32C(val)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := p.readRange(ctx, n.SegmentName(), 4096, int64(len(val)))
+	if err != nil || !bytes.Equal(got, val) {
+		t.Fatalf("read back: %v", err)
+	}
+	if err := p.writeRange(ctx, n.SegmentName(), 0, val, CRC32C(val)^1); !errors.Is(err, codes.ErrChecksumMismatch) {
+		t.Fatalf("bad crc: %v", err)
+	}
+	if err := p.writeRange(ctx, n.SegmentName(), n.seg.Size()-5, val, CRC32C(val)); !errors.Is(err, codes.ErrInvalidParams) {
+		t.Fatalf("past the end: %v", err)
+	}
+	if err := p.writeRange(ctx, "other", 0, val, CRC32C(val)); !errors.Is(err, codes.ErrSegmentNotFound) {
+		t.Fatalf("other segment: %v", err)
+	}
+	if _, err := p.readRange(ctx, n.SegmentName(), n.seg.Size(), 1); !errors.Is(err, codes.ErrInvalidParams) {
+		t.Fatalf("read past the end: %v", err)
+	}
+	if _, err := p.readSSD(ctx, []byte("k")); !errors.Is(err, codes.ErrUnableOffload) {
+		t.Fatalf("SSD read on a node without a tier: %v", err)
+	}
+}
+
+// Offload: every task is answered (nothing left in flight at the master),
+// persisted keys get a LOCAL_DISK replica, failed ones do not and are
+// queued again, and Get falls back from a corrupt DRAM replica to SSD.
+func TestOffloadAnswersEveryTaskAndReadFallsBack(t *testing.T) {
+	m := newMaster(t, testMasterConfig())
+	tr := newMemTier()
+	tr.failKeys["f"] = true
+	n := startTestNode(t, m, "", tr)
+	c := newTestClient(t, Config{Master: m, LocalNode: n})
+	ctx := context.Background()
+	vals := map[string][]byte{"p1": rnd(5000), "p2": rnd(7000), "f": rnd(100)}
+	for k, v := range vals {
+		if err := c.Put(ctx, k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := n.OffloadNow(); got != 3 {
+		t.Fatalf("offload round handled %d tasks, want 3", got)
+	}
+	st, err := m.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.OffloadInFlight != 0 {
+		t.Fatalf("%d offload tasks left unanswered", st.OffloadInFlight)
+	}
+	if st.DiskReplicas != 2 {
+		t.Fatalf("%d disk replicas, want 2", st.DiskReplicas)
+	}
+	if ns := n.Stats(); ns.OffloadPersisted != 2 || ns.OffloadFailed != 1 {
+		t.Fatalf("node stats %+v", ns)
+	}
+	// Corrupt p1's DRAM bytes: Get must serve SSD's bytes, never the
+	// corrupt ones.
+	info, err := m.GetReplicaList(ctx, "p1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mem master.Replica
+	for _, r := range info.Replicas {
+		if r.Kind == master.Memory {
+			mem = r
+		}
+	}
+	if err := n.seg.WriteAt([]byte("garbage"), mem.Offset); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Get(ctx, "p1")
+	if err != nil || !bytes.Equal(got, vals["p1"]) {
+		t.Fatalf("get with a corrupt DRAM replica: %v", err)
+	}
+	if rs := c.ReadStats(); rs.ChecksumFailures != 1 || rs.LocalSSD != 1 {
+		t.Fatalf("read stats %+v", rs)
+	}
+	// f has only its DRAM replica; corrupt it: the read fails with
+	// CHECKSUM_MISMATCH rather than returning wrong bytes.
+	info, err = m.GetReplicaList(ctx, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.seg.WriteAt([]byte("garbage"), info.Replicas[0].Offset); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Get(ctx, "f"); !errors.Is(err, codes.ErrChecksumMismatch) {
+		t.Fatalf("get of a corrupt only replica: %v", err)
+	}
+}
+
+// An object already on SSD (AlreadyPresent) is reported as persisted when
+// its bytes match, and removed and failed when they are a stale copy.
+func TestOffloadAlreadyPresent(t *testing.T) {
+	m := newMaster(t, testMasterConfig())
+	tr := newMemTier()
+	good, stale := rnd(3000), rnd(3000)
+	n := startTestNode(t, m, "", tr)
+	c := newTestClient(t, Config{Master: m, LocalNode: n})
+	ctx := context.Background()
+	tr.put("same", good)
+	tr.put("stale", rnd(3000))
+	if err := c.Put(ctx, "same", good); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Put(ctx, "stale", stale); err != nil {
+		t.Fatal(err)
+	}
+	n.OffloadNow()
+	info, err := m.GetReplicaList(ctx, "same")
+	if err != nil || len(info.Replicas) != 2 {
+		t.Fatalf("already-present object should have a disk replica: %+v %v", info, err)
+	}
+	if tr.has("stale") {
+		t.Fatal("stale SSD copy was not removed")
+	}
+	if st, _ := m.Stats(ctx); st.OffloadInFlight != 0 || st.DiskReplicas != 1 {
+		t.Fatalf("master stats %+v", st)
+	}
+	// The stale key was answered failed (retryable): no disk replica for it.
+	info, err = m.GetReplicaList(ctx, "stale")
+	if err != nil || len(info.Replicas) != 1 || info.Replicas[0].Kind != master.Memory {
+		t.Fatalf("stale object replicas: %+v %v", info, err)
+	}
+	if ns := n.Stats(); ns.OffloadPersisted != 1 || ns.OffloadFailed != 1 {
+		t.Fatalf("node stats %+v", ns)
+	}
+}
+
+// switchable is a master.API whose target can be replaced (a master
+// restart, in-process).
+type switchable struct {
+	master.API
+	cur atomic.Pointer[master.Service]
+}
+
+func (s *switchable) get() master.API { return s.cur.Load() }
+
+// The methods the node uses, forwarded to the current master.
+func (s *switchable) MountSegment(ctx context.Context, r master.MountRequest) error {
+	return s.get().MountSegment(ctx, r)
+}
+func (s *switchable) UnmountSegment(ctx context.Context, node, seg string) error {
+	return s.get().UnmountSegment(ctx, node, seg)
+}
+func (s *switchable) Ping(ctx context.Context, node string) (master.PingReply, error) {
+	return s.get().Ping(ctx, node)
+}
+func (s *switchable) OffloadHeartbeat(ctx context.Context, node string, max int) ([]master.OffloadTask, error) {
+	return s.get().OffloadHeartbeat(ctx, node, max)
+}
+func (s *switchable) NotifyOffloadSuccess(ctx context.Context, r master.NotifyRequest) ([]error, error) {
+	return s.get().NotifyOffloadSuccess(ctx, r)
+}
+func (s *switchable) ReRegisterDiskObjects(ctx context.Context, node string, objs []master.DiskObject) ([]error, error) {
+	return s.get().ReRegisterDiskObjects(ctx, node, objs)
+}
+func (s *switchable) EvictDiskReplica(ctx context.Context, node string, keys []string) (int64, error) {
+	return s.get().EvictDiskReplica(ctx, node, keys)
+}
+func (s *switchable) ReconcileDiskObjects(ctx context.Context, node string, keys []string) (int64, error) {
+	return s.get().ReconcileDiskObjects(ctx, node, keys)
+}
+
+// Start-up re-registers what the SSD holds; after a master restart the node
+// remounts on NEED_REMOUNT and re-registers again, so SSD objects are
+// readable through the new master.
+func TestReRegisterAtStartAndAfterMasterRestart(t *testing.T) {
+	m1 := newMaster(t, testMasterConfig())
+	sw := &switchable{}
+	sw.cur.Store(m1)
+	tr := newMemTier()
+	val := rnd(4000)
+	tr.put("old", val) // on SSD from an earlier run
+	cfg := testNodeConfig("")
+	cfg.HeartbeatInterval = 10 * time.Millisecond
+	n, err := StartNode(context.Background(), cfg, sw, WithTier(tr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	ctx := context.Background()
+	c1 := newTestClient(t, Config{Master: m1, LocalNode: n})
+	got, err := c1.Get(ctx, "old")
+	if err != nil || !bytes.Equal(got, val) {
+		t.Fatalf("object on SSD at start-up not re-registered: %v", err)
+	}
+
+	m2 := newMaster(t, testMasterConfig()) // the "restarted" master: empty
+	sw.cur.Store(m2)
+	c2 := newTestClient(t, Config{Master: m2, LocalNode: n})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := c2.Get(ctx, "old")
+		if err == nil {
+			if !bytes.Equal(got, val) {
+				t.Fatal("wrong bytes")
+			}
+			break
+		}
+		if !errors.Is(err, codes.ErrObjectNotFound) || time.Now().After(deadline) {
+			t.Fatalf("after the master restart: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond) // poll interval of a bounded wait
+	}
+	if n.Stats().Remounts < 1 {
+		t.Fatalf("no remount counted: %+v", n.Stats())
+	}
+	// The new master can place puts on the remounted segment.
+	if err := c2.Put(ctx, "new", rnd(100)); err != nil {
+		t.Fatalf("put after remount: %v", err)
+	}
+}
+
+// Reconcile prunes LOCAL_DISK replicas the SSD no longer holds; the evict
+// callback removes the replica at the master before the bytes go.
+func TestReconcileAndEvictCallback(t *testing.T) {
+	m := newMaster(t, testMasterConfig())
+	tr := newMemTier()
+	n := startTestNode(t, m, "", tr)
+	c := newTestClient(t, Config{Master: m, LocalNode: n})
+	ctx := context.Background()
+	for _, k := range []string{"a", "b", "c"} {
+		if err := c.Put(ctx, k, rnd(1000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.OffloadNow()
+	if st, _ := m.Stats(ctx); st.DiskReplicas != 3 {
+		t.Fatalf("stats %+v", st)
+	}
+	// "a" vanishes from the SSD behind the node's back.
+	if err := tr.Remove([]byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := m.Stats(ctx); st.DiskReplicas != 2 {
+		t.Fatalf("reconcile did not prune: %+v", st)
+	}
+	// The tier's eviction callback tells the master first.
+	if err := n.onEvict(ctx, [][]byte{[]byte("b")}); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := m.Stats(ctx); st.DiskReplicas != 1 {
+		t.Fatalf("evict callback did not drop the replica: %+v", st)
+	}
+}
+
+// Close drains: an offload round in progress when Close is called finishes
+// on its own context and answers its tasks.
+func TestCloseDrainsOffloadRound(t *testing.T) {
+	m := newMaster(t, testMasterConfig())
+	tr := newMemTier()
+	tr.block, tr.entered = make(chan struct{}), make(chan struct{})
+	block, entered := tr.block, tr.entered
+	cfg := testNodeConfig("")
+	cfg.HeartbeatInterval = 5 * time.Millisecond
+	n, err := StartNode(context.Background(), cfg, m, WithTier(tr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newTestClient(t, Config{Master: m, LocalNode: n})
+	ctx := context.Background()
+	if err := c.Put(ctx, "k", rnd(2000)); err != nil {
+		t.Fatal(err)
+	}
+	<-entered // the heartbeat loop is inside tier.Offload
+	closed := make(chan error)
+	go func() { closed <- n.Close() }()
+	close(block)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if !tr.has("k") {
+		t.Fatal("the round in progress did not commit")
+	}
+	st, _ := m.Stats(ctx)
+	if st.OffloadInFlight != 0 {
+		t.Fatalf("task left in flight after the drain: %+v", st)
+	}
+}
