@@ -86,16 +86,21 @@ func TestFallbackAtFirstWrite(t *testing.T) {
 // kernel may) are resubmitted for the rest, in both modes.
 func TestShortTransfers(t *testing.T) {
 	t.Cleanup(func() { testHookWrite, testHookRead = nil, nil })
-	short := func(off int64, res int32) int32 {
-		if res > 2*backend.Alignment {
-			return res / 2 &^ (backend.Alignment - 1)
+	var writes, reads int
+	short := func(n *int) func(off int64, res int32) int32 {
+		return func(off int64, res int32) int32 {
+			*n++
+			if res > 2*backend.Alignment {
+				return res / 2 &^ (backend.Alignment - 1)
+			}
+			return res
 		}
-		return res
 	}
-	testHookWrite, testHookRead = short, short
+	testHookWrite, testHookRead = short(&writes), short(&reads)
 	for _, direct := range []bool{true, false} {
 		b := openOrFail(t, t.TempDir(), small(direct))
 		ctx := context.Background()
+		writes, reads = 0, 0
 		want := backendtest.Pattern(9, 7*64<<10)
 		require.NoError(t, b.WriteBucket(ctx, 9, backendtest.Split(want, []int{4096 * 3, 1, 99999})))
 		ops := []backend.ReadOp{{Off: 0, Len: len(want)}, {Off: 3, Len: 200000}, {Off: 70000, Len: 1}}
@@ -104,6 +109,10 @@ func TestShortTransfers(t *testing.T) {
 			require.NoError(t, op.Err)
 			require.Equal(t, want[op.Off:op.Off+int64(op.Len)], op.Data, "direct=%v [%d,+%d)", direct, op.Off, op.Len)
 		}
+		// 7 chunk writes and 8 read pieces (4+4+1 direct) without
+		// resubmission; halving each result at least triples that.
+		require.Greater(t, writes, 3*7, "direct=%v: short writes were not resubmitted", direct)
+		require.Greater(t, reads, 3*8, "direct=%v: short reads were not resubmitted", direct)
 		require.NoError(t, b.Close())
 	}
 }
