@@ -1,0 +1,72 @@
+package master
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+)
+
+var bg = context.Background()
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// testService returns a Service on a ManualClock with no background loop.
+func testService(t testing.TB, mut func(*Config)) (*Service, *ManualClock) {
+	t.Helper()
+	clk := NewManualClock(t0)
+	cfg := DefaultConfig()
+	cfg.Clock = clk
+	cfg.MonitorInterval = 0
+	cfg.Shards = 16
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if mut != nil {
+		mut(&cfg)
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, clk
+}
+
+func mount(t testing.TB, api API, node string, size int64) {
+	t.Helper()
+	if err := api.MountSegment(bg, MountRequest{Node: node, Endpoint: node + ":1", Segment: "seg0", Size: size}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// put stores key (PutStart + PutEnd) and returns its Memory replica.
+func put(t testing.TB, api API, key string, size int64, node string) Replica {
+	t.Helper()
+	r, err := api.PutStart(bg, PutStartRequest{Key: key, Size: size, CRC: crcOf(key), PreferredNode: node})
+	if err != nil {
+		t.Fatalf("PutStart(%q): %v", key, err)
+	}
+	if err := api.PutEnd(bg, key); err != nil {
+		t.Fatalf("PutEnd(%q): %v", key, err)
+	}
+	return r
+}
+
+func crcOf(key string) uint32 { return uint32(len(key))*2654435761 + 7 }
+
+func mustIs(t testing.TB, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("got %v, want %v", err, target)
+	}
+}
+
+func kinds(info ObjectInfo) string {
+	s := ""
+	for _, r := range info.Replicas {
+		s += fmt.Sprintf("%s@%s ", r.Kind, r.Node)
+	}
+	return s
+}

@@ -1,0 +1,402 @@
+package master
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tierstore/tierstore/internal/codes"
+)
+
+func TestPutLookupBasics(t *testing.T) {
+	s, _ := testService(t, nil)
+	mount(t, s, "a", 1<<20)
+	r, err := s.PutStart(bg, PutStartRequest{Key: "k", Size: 1000, CRC: 42})
+	if err != nil || r.Kind != Memory || r.Status != Processing || r.Node != "a" || r.Length != 1000 {
+		t.Fatalf("PutStart = %+v, %v", r, err)
+	}
+	if ok, _ := s.ExistKey(bg, "k"); ok {
+		t.Fatal("processing object must not exist for readers")
+	}
+	_, err = s.GetReplicaList(bg, "k")
+	mustIs(t, err, codes.ErrReplicaNotReady)
+	_, err = s.PutStart(bg, PutStartRequest{Key: "k", Size: 1000})
+	mustIs(t, err, codes.ErrObjectExists)
+	if err := s.PutEnd(bg, "k"); err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.GetReplicaList(bg, "k")
+	if err != nil || info.Size != 1000 || info.CRC != 42 || len(info.Replicas) != 1 || info.Replicas[0].Status != Complete {
+		t.Fatalf("GetReplicaList = %+v, %v", info, err)
+	}
+	_, err = s.PutStart(bg, PutStartRequest{Key: "k", Size: 1000})
+	mustIs(t, err, codes.ErrObjectExists)
+	_, err = s.GetReplicaList(bg, "missing")
+	mustIs(t, err, codes.ErrObjectNotFound)
+	_, err = s.PutStart(bg, PutStartRequest{Key: "", Size: 1})
+	mustIs(t, err, codes.ErrInvalidKey)
+	_, err = s.PutStart(bg, PutStartRequest{Key: string(make([]byte, MaxKeyLen+1)), Size: 1})
+	mustIs(t, err, codes.ErrInvalidKey)
+	_, err = s.PutStart(bg, PutStartRequest{Key: "z", Size: 0})
+	mustIs(t, err, codes.ErrInvalidParams)
+
+	// Revoke frees the space.
+	if _, err := s.PutStart(bg, PutStartRequest{Key: "r", Size: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutRevoke(bg, "r"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.GetReplicaList(bg, "r")
+	mustIs(t, err, codes.ErrObjectNotFound)
+	st, _ := s.Stats(bg)
+	if st.Objects != 1 || st.SegmentUsed != alignUp(1000) {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestAbandonedPutReclaimed(t *testing.T) {
+	s, clk := testService(t, func(c *Config) { c.PutStartDiscardTimeout = 30 * time.Second; c.ClientTTL = time.Hour })
+	mount(t, s, "a", 1<<20)
+	if _, err := s.PutStart(bg, PutStartRequest{Key: "k", Size: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(29 * time.Second)
+	s.Tick()
+	_, err := s.GetReplicaList(bg, "k")
+	mustIs(t, err, codes.ErrReplicaNotReady)
+	clk.Advance(2 * time.Second)
+	s.Tick()
+	_, err = s.GetReplicaList(bg, "k")
+	mustIs(t, err, codes.ErrObjectNotFound)
+	if st, _ := s.Stats(bg); st.SegmentUsed != 0 || st.Objects != 0 {
+		t.Fatalf("space not reclaimed: %+v", st)
+	}
+}
+
+// TestLeaseBlocksRemoveAndEviction: an object under lease survives eviction
+// and non-forced Remove; forced Remove succeeds; after the lease it goes.
+func TestLeaseBlocksRemoveAndEviction(t *testing.T) {
+	s, clk := testService(t, func(c *Config) { c.EvictionRatio = 1 })
+	mount(t, s, "a", 1<<20)
+	put(t, s, "leased", 100, "")
+	put(t, s, "free", 100, "")
+	if ok, _ := s.ExistKey(bg, "leased"); !ok {
+		t.Fatal("lookup miss")
+	}
+	err := s.Remove(bg, "leased", false)
+	mustIs(t, err, codes.ErrObjectHasLease)
+	if n := s.EvictNow(); n != 1 {
+		t.Fatalf("evicted %d, want only the unleased one", n)
+	}
+	if _, err := s.GetReplicaList(bg, "leased"); err != nil { // renews the lease
+		t.Fatalf("leased object evicted: %v", err)
+	}
+	_, err = s.GetReplicaList(bg, "free")
+	mustIs(t, err, codes.ErrObjectNotFound)
+	if err := s.Remove(bg, "leased", true); err != nil {
+		t.Fatalf("forced remove: %v", err)
+	}
+	_, err = s.GetReplicaList(bg, "leased")
+	mustIs(t, err, codes.ErrObjectNotFound)
+
+	put(t, s, "x", 100, "")
+	s.ExistKey(bg, "x")
+	mustIs(t, s.Remove(bg, "x", false), codes.ErrObjectHasLease)
+	clk.Advance(s.cfg.DefaultKVLeaseTTL + time.Millisecond)
+	if err := s.Remove(bg, "x", false); err != nil {
+		t.Fatalf("remove after lease expiry: %v", err)
+	}
+}
+
+// TestPinsOrderEviction: soft-pinned objects go after unpinned ones; hard
+// pinned objects never go.
+func TestPinsOrderEviction(t *testing.T) {
+	s, _ := testService(t, func(c *Config) { c.EvictionRatio = 0.34 })
+	mount(t, s, "a", 1<<20)
+	for i := 0; i < 3; i++ {
+		for _, kind := range []string{"soft", "plain", "hard"} {
+			k := fmt.Sprintf("%s%d", kind, i)
+			_, err := s.PutStart(bg, PutStartRequest{Key: k, Size: 64, SoftPin: kind == "soft", HardPin: kind == "hard"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.PutEnd(bg, k); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	alive := func(k string) bool { _, err := s.GetReplicaList(WithOffloadPath(bg), k); return err == nil }
+	// 6 evictable (3 plain, 3 soft): ratio 0.34 -> 3 per round.
+	if n := s.EvictNow(); n != 3 {
+		t.Fatalf("round 1 evicted %d", n)
+	}
+	for i := 0; i < 3; i++ {
+		if alive(fmt.Sprintf("plain%d", i)) {
+			t.Fatalf("plain%d survived while soft-pinned objects remain", i)
+		}
+		if !alive(fmt.Sprintf("soft%d", i)) {
+			t.Fatalf("soft%d evicted before unpinned objects", i)
+		}
+	}
+}
+
+func TestHardPinNeverEvicted(t *testing.T) {
+	s, clk := testService(t, func(c *Config) { c.EvictionRatio = 1 })
+	mount(t, s, "a", 1<<20)
+	for i := 0; i < 5; i++ {
+		k := fmt.Sprintf("hard%d", i)
+		if _, err := s.PutStart(bg, PutStartRequest{Key: k, Size: 64, HardPin: true}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.PutEnd(bg, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for r := 0; r < 3; r++ {
+		clk.Advance(time.Hour)
+		if n := s.EvictNow(); n != 0 {
+			t.Fatalf("evicted %d hard-pinned objects", n)
+		}
+	}
+}
+
+// TestOldestLeaseFirst: among unpinned objects, the oldest lease goes first.
+func TestOldestLeaseFirst(t *testing.T) {
+	s, clk := testService(t, func(c *Config) { c.EvictionRatio = 0.5 })
+	mount(t, s, "a", 1<<20)
+	for i := 0; i < 4; i++ {
+		put(t, s, fmt.Sprint(i), 64, "")
+	}
+	// Leases granted in order 3,2,1,0; all expired by the time we evict.
+	for i := 3; i >= 0; i-- {
+		s.ExistKey(bg, fmt.Sprint(i))
+		clk.Advance(time.Second)
+	}
+	clk.Advance(time.Hour)
+	if n := s.EvictNow(); n != 2 {
+		t.Fatalf("evicted %d", n)
+	}
+	for _, k := range []string{"3", "2"} {
+		if _, err := s.GetReplicaList(bg, k); err == nil {
+			t.Fatalf("%s (oldest lease) survived", k)
+		}
+	}
+	for _, k := range []string{"1", "0"} {
+		if _, err := s.GetReplicaList(bg, k); err != nil {
+			t.Fatalf("%s (newest lease) evicted: %v", k, err)
+		}
+	}
+}
+
+// TestPutsBeyondSegmentEvict: puts totalling far more than the segment
+// succeed by evicting older objects.
+func TestPutsBeyondSegmentEvict(t *testing.T) {
+	s, _ := testService(t, nil)
+	const seg, obj = 64 << 10, 4 << 10
+	mount(t, s, "a", seg)
+	for i := 0; i < 10*seg/obj; i++ {
+		put(t, s, fmt.Sprint("k", i), obj, "")
+	}
+	st, _ := s.Stats(bg)
+	if st.Evictions == 0 || st.SegmentUsed > seg {
+		t.Fatalf("stats %+v", st)
+	}
+	if _, err := s.GetReplicaList(bg, fmt.Sprint("k", 10*seg/obj-1)); err != nil {
+		t.Fatalf("newest object missing: %v", err)
+	}
+	// Everything leased: the next put cannot evict and fails cleanly.
+	s.BatchExistKey(bg, allKeys(s))
+	_, err := s.PutStart(bg, PutStartRequest{Key: "big", Size: seg})
+	mustIs(t, err, codes.ErrNoAvailableHandle)
+}
+
+func allKeys(s *Service) []string {
+	var out []string
+	for i := range s.shards {
+		s.shards[i].mu.Lock()
+		for k := range s.shards[i].objs {
+			out = append(out, k)
+		}
+		s.shards[i].mu.Unlock()
+	}
+	return out
+}
+
+// TestReference000Replay replays the report: lookup hit, the node holding
+// the only replica expires and the stale-handle sweep runs, then load. Within
+// the lease the load answers REPLICA_IS_GONE (-712), not OBJECT_NOT_FOUND
+// (-704); with a LOCAL_DISK replica on a live node it succeeds from it; after
+// the lease the metadata goes.
+func TestReference000Replay(t *testing.T) {
+	s, clk := testService(t, func(c *Config) {
+		c.EnableOffload = true
+		c.ClientTTL = 2 * time.Second
+		c.DefaultKVLeaseTTL = 5 * time.Second
+	})
+	mount(t, s, "a", 1<<20)
+	mount(t, s, "b", 1<<20)
+	put(t, s, "only-dram", 1000, "a")
+	put(t, s, "also-ssd", 1000, "a")
+	// Node b holds "also-ssd" on its SSD too.
+	if errs, err := s.ReRegisterDiskObjects(bg, "b", []DiskObject{{Key: "also-ssd", Size: 1000, CRC: crcOf("also-ssd")}}); err != nil || errs[0] != nil {
+		t.Fatal(err, errs)
+	}
+
+	for _, k := range []string{"only-dram", "also-ssd"} { // lookup hit
+		if ok, err := s.ExistKey(bg, k); !ok || err != nil {
+			t.Fatalf("lookup %s: %v %v", k, ok, err)
+		}
+	}
+	// Node a goes silent; b keeps pinging.
+	clk.Advance(s.cfg.ClientTTL/2 + time.Millisecond)
+	s.Ping(bg, "b")
+	clk.Advance(s.cfg.ClientTTL/2 + time.Millisecond)
+	s.Tick() // expires a, runs the sweep
+	if st, _ := s.Stats(bg); st.ExpiredNodes != 1 {
+		t.Fatalf("node a not expired: %+v", st)
+	}
+	_, err := s.GetReplicaList(bg, "only-dram") // load
+	if errors.Is(err, codes.ErrObjectNotFound) || !errors.Is(err, codes.ErrReplicaGone) {
+		t.Fatalf("load after hit and node death: %v, want REPLICA_IS_GONE", err)
+	}
+	if codes.Of(err) != -712 {
+		t.Fatalf("code %d", codes.Of(err))
+	}
+	info, err := s.GetReplicaList(bg, "also-ssd")
+	if err != nil || len(info.Replicas) != 1 || info.Replicas[0].Kind != LocalDisk || info.Replicas[0].Node != "b" {
+		t.Fatalf("load with a live SSD replica: %s %v", kinds(info), err)
+	}
+	// Once the lease expires the sweep clears the dead replica and the
+	// metadata of the object that has nothing else.
+	clk.Advance(s.cfg.DefaultKVLeaseTTL + time.Millisecond)
+	s.Ping(bg, "b")
+	s.Tick()
+	_, err = s.GetReplicaList(bg, "only-dram")
+	mustIs(t, err, codes.ErrObjectNotFound)
+	if _, err := s.GetReplicaList(bg, "also-ssd"); err != nil {
+		t.Fatalf("object with a live SSD replica lost: %v", err)
+	}
+	// Node a comes back: told to remount.
+	if p, _ := s.Ping(bg, "a"); p.Status != NeedRemount {
+		t.Fatalf("ping from expired node: %v", p.Status)
+	}
+}
+
+// TestReference000Stress interleaves lookups, loads, node expiries, sweeps
+// and remounts on many goroutines and counts contradictions: a load inside
+// the lease of a lookup hit that answers OBJECT_NOT_FOUND.
+func TestReference000Stress(t *testing.T) {
+	s, _ := testService(t, func(c *Config) {
+		c.Clock = SystemClock{}
+		c.DefaultKVLeaseTTL = time.Hour // every hit's lease outlives the test
+		c.ClientTTL = time.Hour
+	})
+	nodes := []string{"n0", "n1", "n2", "n3"}
+	for _, n := range nodes {
+		mount(t, s, n, 1<<20)
+	}
+	const keys = 200
+	for i := 0; i < keys; i++ {
+		put(t, s, fmt.Sprint("k", i), 256, nodes[i%len(nodes)])
+	}
+	var contradictions, hits, gone atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for g := 0; g < 6; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			// Like vLLM's KV pool: a batch lookup, then loads of the hits.
+			for i := 0; i < 300; i++ {
+				batch := make([]string, 16)
+				for j := range batch {
+					batch[j] = fmt.Sprint("k", (i*16+j*7+g)%keys)
+				}
+				res, err := s.BatchExistKey(bg, batch)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for j, r := range res {
+					if !r.Exists {
+						continue
+					}
+					hits.Add(1)
+					_, err := s.GetReplicaList(bg, batch[j])
+					switch {
+					case errors.Is(err, codes.ErrObjectNotFound):
+						contradictions.Add(1)
+					case errors.Is(err, codes.ErrReplicaGone):
+						gone.Add(1)
+					}
+				}
+			}
+		}(g)
+	}
+	var killers sync.WaitGroup
+	killers.Add(1)
+	go func() { // kill, sweep, remount, re-put, in a loop
+		defer killers.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			n := nodes[i%len(nodes)]
+			s.ExpireNode(n)
+			s.Tick()
+			runtime.Gosched()
+			mount(t, s, n, 1<<20)
+			for j := i % len(nodes); j < keys; j += len(nodes) {
+				k := fmt.Sprint("k", j)
+				if _, err := s.PutStart(bg, PutStartRequest{Key: k, Size: 256, PreferredNode: n}); err == nil {
+					s.PutEnd(bg, k)
+				}
+			}
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	killers.Wait()
+	t.Logf("hits %d, replica-gone %d, contradictions %d", hits.Load(), gone.Load(), contradictions.Load())
+	if hits.Load() == 0 || gone.Load() == 0 {
+		t.Fatalf("stress did not exercise the race: hits %d gone %d", hits.Load(), gone.Load())
+	}
+	if contradictions.Load() != 0 {
+		t.Fatalf("%d lookup hits followed by OBJECT_NOT_FOUND inside the lease", contradictions.Load())
+	}
+}
+
+// TestExpiryLeavesOtherNodesAlone: a node's expiry removes only its own
+// replicas.
+func TestExpiryLeavesOtherNodesAlone(t *testing.T) {
+	s, clk := testService(t, nil)
+	mount(t, s, "a", 1<<20)
+	mount(t, s, "b", 1<<20)
+	put(t, s, "ka", 100, "a")
+	put(t, s, "kb", 100, "b")
+	s.ReRegisterDiskObjects(bg, "b", []DiskObject{{Key: "ka", Size: 100, CRC: crcOf("ka")}})
+	s.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "kb", Size: 100, CRC: crcOf("kb")}})
+	clk.Advance(s.cfg.ClientTTL / 2)
+	s.Ping(bg, "b")
+	clk.Advance(s.cfg.ClientTTL/2 + time.Second)
+	s.Tick()
+	ia, err := s.GetReplicaList(bg, "ka")
+	if err != nil || kinds(ia) != "LOCAL_DISK@b " {
+		t.Fatalf("ka: %s %v", kinds(ia), err)
+	}
+	ib, err := s.GetReplicaList(bg, "kb")
+	if err != nil || kinds(ib) != "MEMORY@b " {
+		t.Fatalf("kb: %s %v", kinds(ib), err)
+	}
+	st, _ := s.Stats(bg)
+	if st.MemoryReplicas != 1 || st.DiskReplicas != 1 || st.Nodes != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
