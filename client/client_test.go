@@ -481,6 +481,7 @@ func TestCloseDrainsOffloadRound(t *testing.T) {
 	<-entered // the heartbeat loop is inside tier.Offload
 	closed := make(chan error)
 	go func() { closed <- n.Close() }()
+	<-n.ctx.Done() // Close has begun: the loops are told to stop
 	close(block)
 	if err := <-closed; err != nil {
 		t.Fatal(err)
