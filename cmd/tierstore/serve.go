@@ -1,11 +1,108 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"github.com/tierstore/tierstore/client"
+	"github.com/tierstore/tierstore/master"
 )
 
+// runServe runs a master and one node in one process: the master serves
+// gRPC on 127.0.0.1:--port, the node its peer service on 127.0.0.1 (any
+// port), the SSD tier in --dir. It stops cleanly on SIGTERM or SIGINT.
 func runServe(args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "tierstore serve: not implemented yet")
-	return 1
+	fs := flag.NewFlagSet("tierstore serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("dir", "", "SSD directory of the node (required; created if missing)")
+	port := fs.Int("port", 50051, "master gRPC port on 127.0.0.1 (0 picks one)")
+	memory := fs.String("memory", "1GiB", "DRAM segment size of the node")
+	ssdCap := fs.String("ssd_capacity", "0", "SSD tier capacity (0 = unlimited)")
+	backendName := fs.String("backend", "uring", "bucket I/O backend: uring (falls back to pwrite) or pwrite")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	bad := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "tierstore serve: %s\n", fmt.Sprintf(format, a...))
+		return 2
+	}
+	if *dir == "" {
+		return bad("--dir: required")
+	}
+	if fs.NArg() > 0 {
+		return bad("unexpected arguments %v", fs.Args())
+	}
+	if *port < 0 || *port > 65535 {
+		return bad("--port: %d is not a port", *port)
+	}
+	nc := client.DefaultNodeConfig()
+	var err error
+	if nc.Memory, err = client.ParseSize(*memory); err != nil {
+		return bad("--memory: %v", err)
+	}
+	if nc.SSDCapacity, err = client.ParseSize(*ssdCap); err != nil {
+		return bad("--ssd_capacity: %v", err)
+	}
+	abs, err := filepath.Abs(*dir)
+	if err != nil {
+		return bad("--dir: %v", err)
+	}
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return bad("--dir: %v", err)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	nc.EnableOffload, nc.SSDDir, nc.Backend, nc.Logger = true, abs, *backendName, log
+	nc.Listen = "127.0.0.1:0"
+	if err := nc.Validate(); err != nil {
+		return bad("%v", err)
+	}
+
+	mc := master.DefaultConfig()
+	mc.EnableOffload = true
+	mc.Logger = log
+	svc, err := master.New(mc)
+	if err != nil {
+		fmt.Fprintf(stderr, "tierstore serve: master: %v\n", err)
+		return 1
+	}
+	defer svc.Close()
+	lis, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(*port)))
+	if err != nil {
+		return bad("--port %d: %v", *port, err)
+	}
+	srv := master.NewServer(svc)
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	n, err := client.StartNode(ctx, nc, svc)
+	if err != nil {
+		fmt.Fprintf(stderr, "tierstore serve: node: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "tierstore serve: master listening on %s; node %s serving peers on %s; SSD %s\n",
+		lis.Addr(), n.Name(), n.Endpoint(), abs)
+	<-ctx.Done()
+	log.Info("signal received: draining")
+	code := 0
+	if err := n.Close(); err != nil {
+		fmt.Fprintf(stderr, "tierstore serve: node close: %v\n", err)
+		code = 1
+	}
+	srv.GracefulStop()
+	return code
 }
