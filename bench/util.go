@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"syscall"
 	"time"
@@ -89,3 +90,5 @@ func (v *valueSource) value(i int) []byte {
 	off := (i * 4093) % (len(v.buf) - v.size)
 	return v.buf[off : off+v.size]
 }
+
+func runtimeProcs() int { return runtime.GOMAXPROCS(0) }

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tierstore/tierstore/master"
+)
+
+func init() {
+	register(scenario{
+		name: "master",
+		help: "master lookups and put pairs per second, in-process and over gRPC on 127.0.0.1",
+		run:  runMaster,
+	})
+}
+
+// masterOp is one measured operation kind: do performs op number i and
+// returns how many keys it covered.
+type masterOp struct {
+	name    string
+	workers int
+	ops     int
+	do      func(ctx context.Context, api master.API, i int, r *rand.Rand) (int, error)
+}
+
+func runMaster(ctx context.Context, e *env) (*result, error) {
+	start := time.Now()
+	objects, lookups, batch := 200_000, 200_000, 1000
+	budget := 15 * time.Second
+	if e.quick {
+		objects, lookups, budget = 20_000, 20_000, 2*time.Second
+	}
+	const objSize = 64 << 10
+	cfg := master.DefaultConfig()
+	cfg.MonitorInterval = 0 // no background loop: nothing but the measured calls
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.DefaultKVLeaseTTL = time.Minute
+	svc, err := master.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer svc.Close()
+	// Two segments, one per "mode", each big enough for every object: the
+	// allocator does bookkeeping only, no memory is touched.
+	segSize := int64(4*objects) * objSize
+	for _, seg := range []string{"inproc", "grpc"} {
+		if err := svc.MountSegment(ctx, master.MountRequest{Node: "bench-" + seg, Endpoint: "127.0.0.1:1",
+			Segment: seg, Size: segSize}); err != nil {
+			return nil, err
+		}
+	}
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	srv := master.NewServer(svc)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	defer func() {
+		srv.Stop()
+		<-served
+	}()
+	remote, err := master.Dial(ctx, lis.Addr().String())
+	if err != nil {
+		return nil, err
+	}
+	defer remote.Close()
+
+	res := &result{Options: map[string]string{
+		"objects":    fmt.Sprint(objects),
+		"lookups":    fmt.Sprint(lookups),
+		"batch":      fmt.Sprint(batch),
+		"object":     sizeName(objSize),
+		"budget":     budget.String(),
+		"shards":     fmt.Sprint(cfg.Shards),
+		"grpc":       "loopback 127.0.0.1, one connection",
+		"gomaxprocs": fmt.Sprint(runtimeProcs()),
+	}}
+	t := &table{
+		Title:   "master operations (keys/s counts every key of a batch)",
+		Columns: []string{"operation", "mode", "workers", "keys", "keys/s", "calls/s", "p50 us", "p99 us"},
+	}
+	for _, mode := range []struct {
+		name    string
+		api     master.API
+		seg     string
+		workers int
+	}{
+		{"in-process", svc, "inproc", 4},
+		{"gRPC", remote, "grpc", 16},
+	} {
+		keyList := make([]string, objects)
+		for i := range keyList {
+			keyList[i] = fmt.Sprintf("%s/obj/%09d", mode.seg, i)
+		}
+		key := func(i int) string { return keyList[i] }
+		node := "bench-" + mode.seg
+		// Lookups pick among the keys the put phase managed to store within
+		// its budget.
+		populated := objects
+		rnd := func(r *rand.Rand) int { return r.IntN(populated) }
+		ops := []masterOp{
+			{"put pair (PutStart+PutEnd)", mode.workers, objects, func(ctx context.Context, api master.API, i int, r *rand.Rand) (int, error) {
+				if _, err := api.PutStart(ctx, master.PutStartRequest{Key: key(i), Size: objSize, CRC: uint32(i), PreferredNode: node}); err != nil {
+					return 0, err
+				}
+				return 1, api.PutEnd(ctx, key(i))
+			}},
+			{"ExistKey", mode.workers, lookups, func(ctx context.Context, api master.API, i int, r *rand.Rand) (int, error) {
+				k := key(rnd(r))
+				ok, err := api.ExistKey(ctx, k)
+				if err == nil && !ok {
+					err = fmt.Errorf("%w: ExistKey(%s) = false", errVerify, k)
+				}
+				return 1, err
+			}},
+			{"GetReplicaList", mode.workers, lookups, func(ctx context.Context, api master.API, i int, r *rand.Rand) (int, error) {
+				k := key(rnd(r))
+				info, err := api.GetReplicaList(ctx, k)
+				if err == nil && len(info.Replicas) == 0 {
+					err = fmt.Errorf("%w: no replica for %s", errVerify, k)
+				}
+				return 1, err
+			}},
+			{fmt.Sprintf("BatchGetReplicaList x%d", batch), mode.workers, lookups / batch, func(ctx context.Context, api master.API, i int, r *rand.Rand) (int, error) {
+				keys := make([]string, batch)
+				for j := range keys {
+					keys[j] = key(rnd(r))
+				}
+				rs, err := api.BatchGetReplicaList(ctx, keys)
+				if err != nil {
+					return 0, err
+				}
+				for _, r := range rs {
+					if r.Err != nil {
+						return 0, r.Err
+					}
+				}
+				return len(rs), nil
+			}},
+		}
+		for _, op := range ops {
+			f, err := measureMasterOp(ctx, e, mode.api, op, budget)
+			if err != nil {
+				return nil, fmt.Errorf("%s %s: %w", mode.name, op.name, err)
+			}
+			if op.ops == objects && op.name[:3] == "put" {
+				populated = int(f.keys)
+				if populated == 0 {
+					return nil, fmt.Errorf("%s: no put finished within %v", mode.name, budget)
+				}
+			}
+			t.add(op.name, mode.name, op.workers, f.keys, f.keysPerSec, f.callsPerSec, f.p50, f.p99)
+		}
+	}
+	res.Tables = append(res.Tables, t)
+	res.Notes = append(res.Notes, "each phase stops at its count or its time budget, whichever comes first; keys shows how many were done")
+	res.Elapsed = time.Since(start).Seconds()
+	return res, nil
+}
+
+type opFigures struct {
+	keys                    int64
+	keysPerSec, callsPerSec float64
+	p50, p99                float64
+}
+
+func measureMasterOp(ctx context.Context, e *env, api master.API, op masterOp, budget time.Duration) (opFigures, error) {
+	var f opFigures
+	ctx, cancel := context.WithTimeout(ctx, budget+10*time.Second)
+	defer cancel()
+	deadline := time.Now().Add(budget)
+	var next, keys, calls atomic.Int64
+	var mu sync.Mutex // protects lat and firstErr
+	var lat latencies
+	var firstErr error
+	bar := e.progress("master "+op.name, int64(op.ops))
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for w := 0; w < op.workers; w++ {
+		wg.Add(1)
+		go func(seed uint64) {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(seed, 3))
+			var mine latencies
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= op.ops || time.Now().After(deadline) {
+					break
+				}
+				c0 := time.Now()
+				n, err := op.do(ctx, api, i, r)
+				// Sample latency (every call up to 64k per worker).
+				if len(mine) < 1<<16 {
+					mine = append(mine, time.Since(c0))
+				}
+				if err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					break
+				}
+				keys.Add(int64(n))
+				calls.Add(1)
+				bar.Add(1)
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		}(uint64(w))
+	}
+	wg.Wait()
+	el := time.Since(t0)
+	bar.Finish()
+	if firstErr != nil {
+		return f, firstErr
+	}
+	f.keys = keys.Load()
+	f.keysPerSec = float64(f.keys) / el.Seconds()
+	f.callsPerSec = float64(calls.Load()) / el.Seconds()
+	f.p50 = float64(lat.pct(50)) / float64(time.Microsecond)
+	f.p99 = float64(lat.pct(99)) / float64(time.Microsecond)
+	return f, nil
+}
