@@ -1,0 +1,312 @@
+package master
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tierstore/tierstore/admission"
+	"github.com/tierstore/tierstore/internal/codes"
+)
+
+func offloadService(t *testing.T, mut func(*Config)) (*Service, *ManualClock) {
+	return testService(t, func(c *Config) {
+		c.EnableOffload = true
+		c.ClientTTL = time.Hour
+		if mut != nil {
+			mut(c)
+		}
+	})
+}
+
+func taskKeys(ts []OffloadTask) []string {
+	var out []string
+	for _, t := range ts {
+		out = append(out, t.Key)
+	}
+	return out
+}
+
+// TestMailboxEagerDedupeAndTask: eager queues at PutEnd, once; the task
+// names the source range and the object's size and CRC.
+func TestMailboxEagerDedupeAndTask(t *testing.T) {
+	s, _ := offloadService(t, nil)
+	mount(t, s, "a", 1<<20)
+	r := put(t, s, "k", 1000, "a")
+	if err := s.Enqueue("k"); err != nil { // duplicate: accepted, not queued twice
+		t.Fatal(err)
+	}
+	s.PutEnd(bg, "k") // repeated PutEnd does not queue again either
+	ts, err := s.OffloadHeartbeat(bg, "a", 0)
+	if err != nil || len(ts) != 1 {
+		t.Fatalf("tasks %v %v", ts, err)
+	}
+	want := OffloadTask{Key: "k", Segment: r.Segment, Offset: r.Offset, Length: 1000, Size: 1000, CRC: crcOf("k")}
+	if ts[0] != want {
+		t.Fatalf("task %+v, want %+v", ts[0], want)
+	}
+	if err := s.Enqueue("k"); err != nil { // in flight: still not twice
+		t.Fatal(err)
+	}
+	if ts, _ := s.OffloadHeartbeat(bg, "a", 0); len(ts) != 0 {
+		t.Fatalf("duplicate task delivered: %v", taskKeys(ts))
+	}
+	if _, err := s.OffloadHeartbeat(bg, "nobody", 0); !codesIs(err, codes.ErrNeedRemount) {
+		t.Fatalf("unknown node: %v", err)
+	}
+}
+
+func codesIs(err, target error) bool { return err != nil && codes.Of(err) == codes.Of(target) }
+
+func TestMailboxQueueLimit(t *testing.T) {
+	s, _ := offloadService(t, func(c *Config) { c.OffloadingQueueLimit = 3; c.Admission = admission.OnEvict{} })
+	mount(t, s, "a", 1<<20)
+	for i := 0; i < 5; i++ {
+		put(t, s, fmt.Sprint(i), 64, "a")
+	}
+	for i := 0; i < 3; i++ {
+		if err := s.Enqueue(fmt.Sprint(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustIs(t, s.Enqueue("3"), codes.ErrKeysUltraLimit)
+	// In-flight tasks count toward the limit too.
+	if ts, _ := s.OffloadHeartbeat(bg, "a", 2); len(ts) != 2 {
+		t.Fatalf("got %d", len(ts))
+	}
+	mustIs(t, s.Enqueue("3"), codes.ErrKeysUltraLimit)
+	// Answering one frees one slot.
+	s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Persisted: []DiskObject{{Key: "0", Size: 64, CRC: crcOf("0")}}})
+	if err := s.Enqueue("3"); err != nil {
+		t.Fatal(err)
+	}
+	mustIs(t, s.Enqueue("4"), codes.ErrKeysUltraLimit)
+}
+
+// TestMailboxPinUntilAnswer: the source replica cannot be evicted (or
+// removed without force) from queueing until the node answers; a NACK
+// releases the pin, as does a timeout or the node's death.
+func TestMailboxPinUntilAnswer(t *testing.T) {
+	s, clk := offloadService(t, func(c *Config) { c.EvictionRatio = 1; c.OffloadTaskTimeout = time.Minute })
+	mount(t, s, "a", 1<<20)
+	put(t, s, "k", 64, "a")
+	put(t, s, "other", 64, "a")
+	clk.Advance(time.Hour)
+	// "other" was queued too (eager); answer it so only "k" stays pinned.
+	ts, _ := s.OffloadHeartbeat(bg, "a", 0)
+	if len(ts) != 2 {
+		t.Fatalf("tasks %v", taskKeys(ts))
+	}
+	s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Persisted: []DiskObject{{Key: "other", Size: 64, CRC: crcOf("other")}}})
+	if n := s.EvictNow(); n != 1 {
+		t.Fatalf("evicted %d, want 1 (other's DRAM copy)", n)
+	}
+	mustIs(t, s.Remove(bg, "k", false), codes.ErrObjectHasLease)
+	if _, err := s.GetReplicaList(bg, "k"); err != nil {
+		t.Fatalf("pinned object evicted: %v", err)
+	}
+	clk.Advance(time.Hour) // lease from the lookup expired; pin remains
+	if n := s.EvictNow(); n != 0 {
+		t.Fatalf("pinned object evicted (%d)", n)
+	}
+	// NACK: pin released, object evictable.
+	if _, err := s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: []OffloadFailure{{Key: "k", Retryable: true, Reason: "disk full"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.EvictNow(); n != 1 {
+		t.Fatalf("after NACK evicted %d, want 1", n)
+	}
+
+	// Timeout releases the pin.
+	put(t, s, "t", 64, "a")
+	if ts, _ := s.OffloadHeartbeat(bg, "a", 0); len(ts) != 1 {
+		t.Fatal("no task")
+	}
+	clk.Advance(30 * time.Second)
+	s.Tick()
+	if n := s.EvictNow(); n != 0 {
+		t.Fatal("pin released before the timeout")
+	}
+	clk.Advance(31 * time.Second)
+	s.Tick()
+	if n := s.EvictNow(); n != 1 {
+		t.Fatal("pin not released by the timeout")
+	}
+}
+
+// TestRemovedObjectTaskDisappears: removing an object deletes its queued
+// task; the node never sees it.
+func TestRemovedObjectTaskDisappears(t *testing.T) {
+	s, _ := offloadService(t, nil)
+	mount(t, s, "a", 1<<20)
+	put(t, s, "gone", 64, "a")
+	put(t, s, "kept", 64, "a")
+	if err := s.Remove(bg, "gone", true); err != nil {
+		t.Fatal(err)
+	}
+	ts, _ := s.OffloadHeartbeat(bg, "a", 0)
+	if len(ts) != 1 || ts[0].Key != "kept" {
+		t.Fatalf("tasks %v", taskKeys(ts))
+	}
+	st, _ := s.Stats(bg)
+	if st.OffloadQueued != 0 || st.OffloadInFlight != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	// Removing an in-flight task's object forgets it too.
+	if err := s.Remove(bg, "kept", true); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := s.Stats(bg); st.OffloadInFlight != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestNotifyIdempotent: NotifyOffloadSuccess twice leaves one LOCAL_DISK
+// replica; a registration without a task creates the object; a size/CRC
+// mismatch is refused per key.
+func TestNotifyIdempotent(t *testing.T) {
+	s, _ := offloadService(t, nil)
+	mount(t, s, "a", 1<<20)
+	put(t, s, "k", 100, "a")
+	s.OffloadHeartbeat(bg, "a", 0)
+	req := NotifyRequest{Node: "a", Persisted: []DiskObject{{Key: "k", Size: 100, CRC: crcOf("k")}}}
+	for i := 0; i < 2; i++ {
+		errs, err := s.NotifyOffloadSuccess(bg, req)
+		if err != nil || errs[0] != nil {
+			t.Fatal(err, errs)
+		}
+	}
+	info, _ := s.GetReplicaList(bg, "k")
+	if kinds(info) != "MEMORY@a LOCAL_DISK@a " {
+		t.Fatalf("replicas %s", kinds(info))
+	}
+	if st, _ := s.Stats(bg); st.DiskReplicas != 1 || st.OffloadInFlight != 0 || st.OffloadPersisted != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	// Registration without a task.
+	errs, _ := s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Persisted: []DiskObject{{Key: "new", Size: 7, CRC: 9}, {Key: "k", Size: 100, CRC: 1}}})
+	if errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	mustIs(t, errs[1], codes.ErrChecksumConflict)
+	info, err := s.GetReplicaList(bg, "new")
+	if err != nil || kinds(info) != "LOCAL_DISK@a " || info.Size != 7 || info.CRC != 9 {
+		t.Fatalf("registered object: %+v %v", info, err)
+	}
+	_, err = s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "ghost", Persisted: req.Persisted})
+	mustIs(t, err, codes.ErrNeedRemount)
+}
+
+// TestReconcile drops exactly the node's replicas missing from its list.
+func TestReconcile(t *testing.T) {
+	s, _ := offloadService(t, nil)
+	mount(t, s, "a", 1<<20)
+	mount(t, s, "b", 1<<20)
+	var objs []DiskObject
+	for i := 0; i < 6; i++ {
+		objs = append(objs, DiskObject{Key: fmt.Sprint("d", i), Size: 10, CRC: 1})
+	}
+	s.ReRegisterDiskObjects(bg, "a", objs)
+	s.ReRegisterDiskObjects(bg, "b", objs[:3])
+	n, err := s.ReconcileDiskObjects(bg, "a", []string{"d0", "d2", "d4", "unknown"})
+	if err != nil || n != 3 {
+		t.Fatalf("dropped %d, %v", n, err)
+	}
+	want := map[string]string{
+		"d0": "LOCAL_DISK@a LOCAL_DISK@b ", "d1": "LOCAL_DISK@b ", "d2": "LOCAL_DISK@a LOCAL_DISK@b ",
+		"d4": "LOCAL_DISK@a ",
+	}
+	for k, w := range want {
+		info, err := s.GetReplicaList(WithOffloadPath(bg), k)
+		if err != nil || kinds(info) != w {
+			t.Errorf("%s: %s %v, want %s", k, kinds(info), err, w)
+		}
+	}
+	for _, k := range []string{"d3", "d5"} {
+		if _, err := s.GetReplicaList(bg, k); !codesIs(err, codes.ErrObjectNotFound) {
+			t.Errorf("%s: %v, want not found", k, err)
+		}
+	}
+	if st, _ := s.Stats(bg); st.DiskReplicas != 6 || st.Objects != 4 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestEvictDiskReplicaHonoursLease(t *testing.T) {
+	s, clk := offloadService(t, nil)
+	mount(t, s, "a", 1<<20)
+	s.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "x", Size: 10, CRC: 1}, {Key: "y", Size: 10, CRC: 1}})
+	s.ExistKey(bg, "x")
+	if n, _ := s.EvictDiskReplica(bg, "a", []string{"x", "y"}); n != 2 {
+		t.Fatalf("dropped %d", n)
+	}
+	_, err := s.GetReplicaList(bg, "x")
+	mustIs(t, err, codes.ErrReplicaGone) // leased: gone, not "never existed"
+	_, err = s.GetReplicaList(bg, "y")
+	mustIs(t, err, codes.ErrObjectNotFound)
+	clk.Advance(time.Hour)
+	s.Tick()
+	_, err = s.GetReplicaList(bg, "x")
+	mustIs(t, err, codes.ErrObjectNotFound)
+}
+
+// TestOnEvictOffloadsInsteadOfDropping: with offload_on_evict a victim
+// without an SSD copy is queued, kept until persisted, then dropped from DRAM
+// by a later round while its metadata stays.
+func TestOnEvictOffloadsInsteadOfDropping(t *testing.T) {
+	s, clk := offloadService(t, func(c *Config) { c.OffloadOnEvict = true; c.EvictionRatio = 1 })
+	mount(t, s, "a", 1<<20)
+	put(t, s, "k", 64, "a")
+	if ts, _ := s.OffloadHeartbeat(bg, "a", 0); len(ts) != 0 {
+		t.Fatal("on-evict queued at PutEnd")
+	}
+	clk.Advance(time.Hour)
+	if n := s.EvictNow(); n != 0 {
+		t.Fatal("dropped instead of offloading")
+	}
+	ts, _ := s.OffloadHeartbeat(bg, "a", 0)
+	if len(ts) != 1 {
+		t.Fatalf("tasks %v", ts)
+	}
+	s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Persisted: []DiskObject{{Key: "k", Size: 64, CRC: crcOf("k")}}})
+	if n := s.EvictNow(); n != 1 {
+		t.Fatal("not dropped after persisting")
+	}
+	info, err := s.GetReplicaList(bg, "k")
+	if err != nil || kinds(info) != "LOCAL_DISK@a " {
+		t.Fatalf("%s %v", kinds(info), err)
+	}
+	// EvictMemory skips objects without an SSD copy.
+	put(t, s, "m", 64, "a")
+	if n, _ := s.EvictMemory(bg, nil, true); n != 0 {
+		t.Fatalf("EvictMemory dropped %d", n)
+	}
+}
+
+// TestReadThresholdCounting: the master applies the counting rules of the
+// read threshold: duplicates within a batch count once, offload-path
+// lookups do not count, queued and on-SSD objects are skipped.
+func TestReadThresholdCounting(t *testing.T) {
+	s, _ := offloadService(t, func(c *Config) { c.OffloadReadAdmissionThreshold = 3 })
+	mount(t, s, "a", 1<<20)
+	put(t, s, "k", 64, "a")
+	queued := func() int { st, _ := s.Stats(bg); return int(st.OffloadQueued + st.OffloadInFlight) }
+	s.BatchExistKey(bg, []string{"k", "k", "k", "k"}) // counts once
+	s.GetReplicaList(WithOffloadPath(bg), "k")        // not counted
+	s.BatchGetReplicaList(WithOffloadPath(bg), []string{"k"})
+	if queued() != 0 {
+		t.Fatal("queued too early")
+	}
+	s.BatchGetReplicaList(bg, []string{"k", "k"}) // 2
+	if queued() != 0 {
+		t.Fatal("queued at 2 lookups")
+	}
+	s.ExistKey(bg, "k") // 3
+	if queued() != 1 {
+		t.Fatal("not queued at the 3rd counted lookup")
+	}
+	s.ExistKey(bg, "k")
+	if q := queued(); q != 1 {
+		t.Fatalf("queued %d", q)
+	}
+}
