@@ -35,6 +35,9 @@ const (
 	syncEvery = 8 << 20
 	// readWorkers is how many goroutines serve the ops of one Read.
 	readWorkers = 4
+	// writeDepth is how many O_DIRECT chunk writes of one WriteBucket are
+	// in flight at once.
+	writeDepth = 4
 )
 
 // Backend stores bucket files in one directory with pwritev/pread, see the
@@ -242,6 +245,13 @@ func (b *Backend) writeFile(ctx context.Context, name string, data [][]byte, dir
 			}
 		}
 	}()
+	if total := backend.TotalLen(data); total > 0 {
+		// Reserve the space first: a full device fails here, before any
+		// byte is written, and the extents are laid out in one go.
+		if ferr := unix.Fallocate(fd, 0, 0, total); ferr != nil && !errors.Is(ferr, unix.EOPNOTSUPP) {
+			return fmt.Errorf("fallocate %d bytes: %w", total, noSpace(ferr))
+		}
+	}
 	if direct {
 		err = writeDirect(ctx, fd, data)
 	} else {
@@ -333,45 +343,81 @@ func pwriteFull(fd int, p []byte, off int64) error {
 	return nil
 }
 
-// writeDirect copies data into aligned chunkSize buffers and writes each with
-// pwrite; the file was opened with O_DIRECT.
+// writeDirect copies data into aligned chunkSize buffers and writes them with
+// pwrite from writeDepth goroutines, so that several writes are in flight
+// (the device's queue depth matters far more for O_DIRECT than for buffered
+// writes, which the page cache absorbs). The file was opened with O_DIRECT.
 func writeDirect(ctx context.Context, fd int, data [][]byte) error {
-	c := getChunk()
-	defer putChunk(c)
-	buf := *c
-	var off int64
-	fill := 0
-	flush := func() error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		err := pwriteFull(fd, buf[:fill], off)
-		if off == 0 && errors.Is(err, unix.EINVAL) {
-			return fmt.Errorf("%w: first write: %w", errDirectUnsupported, err)
-		}
-		if err != nil {
-			return fmt.Errorf("pwrite at %d: %w", off, noSpace(err))
-		}
-		off += int64(fill)
-		fill = 0
-		return nil
+	type chunk struct {
+		buf *[]byte
+		n   int
+		off int64
 	}
+	var (
+		wg       sync.WaitGroup
+		failed   atomic.Bool
+		errMu    sync.Mutex // protects firstErr
+		firstErr error
+	)
+	fail := func(err error) {
+		errMu.Lock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		errMu.Unlock()
+		failed.Store(true)
+	}
+	work := make(chan chunk)
+	for range writeDepth {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c := range work {
+				if !failed.Load() {
+					err := pwriteFull(fd, (*c.buf)[:c.n], c.off)
+					if errors.Is(err, unix.EINVAL) {
+						fail(fmt.Errorf("%w: write at %d: %w", errDirectUnsupported, c.off, err))
+					} else if err != nil {
+						fail(fmt.Errorf("pwrite at %d: %w", c.off, noSpace(err)))
+					}
+				}
+				putChunk(c.buf)
+			}
+		}()
+	}
+	var off int64
+	cur := chunk{buf: getChunk()}
+	send := func() bool {
+		if err := ctx.Err(); err != nil {
+			fail(err)
+		}
+		if failed.Load() {
+			return false
+		}
+		cur.off = off
+		off += int64(cur.n)
+		work <- cur
+		cur = chunk{buf: getChunk()}
+		return true
+	}
+produce:
 	for _, d := range data {
 		for len(d) > 0 {
-			n := copy(buf[fill:], d)
-			fill += n
+			n := copy((*cur.buf)[cur.n:], d)
+			cur.n += n
 			d = d[n:]
-			if fill == len(buf) {
-				if err := flush(); err != nil {
-					return err
-				}
+			if cur.n == chunkSize && !send() {
+				break produce
 			}
 		}
 	}
-	if fill > 0 {
-		return flush()
+	if cur.n > 0 && !failed.Load() {
+		send()
 	}
-	return nil
+	putChunk(cur.buf)
+	close(work)
+	wg.Wait()
+	return firstErr
 }
 
 // Read implements backend.Backend.
