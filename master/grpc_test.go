@@ -1,0 +1,167 @@
+package master
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/tierstore/tierstore/internal/codes"
+)
+
+// remoteService serves s on a real 127.0.0.1 listener and dials it.
+func remoteService(t testing.TB, s *Service) *Remote {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(s)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(lis) }()
+	r, err := Dial(bg, lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		r.Close()
+		srv.GracefulStop()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return r
+}
+
+// TestRemoteMatchesService runs the main flows through *Remote over gRPC and
+// checks that errors keep their codes (errors.Is) across the wire.
+func TestRemoteMatchesService(t *testing.T) {
+	s, clk := testService(t, func(c *Config) { c.EnableOffload = true; c.OffloadReadAdmissionThreshold = 2; c.ClientTTL = time.Hour })
+	r := remoteService(t, s)
+	var api API = r
+	ctx, cancel := context.WithTimeout(bg, 20*time.Second)
+	defer cancel()
+
+	if p, err := api.Ping(ctx, "a"); err != nil || p.Status != NeedRemount || p.ClientTTL != time.Hour {
+		t.Fatalf("ping unknown: %+v %v", p, err)
+	}
+	mount(t, api, "a", 1<<20)
+	if p, _ := api.Ping(ctx, "a"); p.Status != NodeOK {
+		t.Fatal("ping after mount")
+	}
+	err := api.MountSegment(ctx, MountRequest{Node: "a", Segment: "seg0", Size: 1 << 21})
+	mustIs(t, err, codes.ErrSegmentExists)
+
+	rep := put(t, api, "k", 1000, "a")
+	if rep.Node != "a" || rep.Endpoint != "a:1" || rep.Segment != "seg0" || rep.Length != 1000 || rep.Status != Processing {
+		t.Fatalf("replica %+v", rep)
+	}
+	_, err = api.PutStart(ctx, PutStartRequest{Key: "k", Size: 1})
+	mustIs(t, err, codes.ErrObjectExists)
+	if codes.Of(err) != codes.ObjectExists {
+		t.Fatal("code lost")
+	}
+	_, err = api.GetReplicaList(ctx, "nope")
+	mustIs(t, err, codes.ErrObjectNotFound)
+	if errors.Is(err, codes.ErrReplicaGone) {
+		t.Fatal("wrong sentinel matched")
+	}
+
+	info, err := api.GetReplicaList(ctx, "k")
+	if err != nil || info.Size != 1000 || info.CRC != crcOf("k") || kinds(info) != "MEMORY@a " || info.LeaseDeadline.IsZero() {
+		t.Fatalf("info %+v %v", info, err)
+	}
+	mustIs(t, api.Remove(ctx, "k", false), codes.ErrObjectHasLease)
+
+	// Batches: per-item codes.
+	res, err := api.BatchGetReplicaList(ctx, []string{"k", "nope", ""})
+	if err != nil || res[0].Err != nil || !errors.Is(res[1].Err, codes.ErrObjectNotFound) || !errors.Is(res[2].Err, codes.ErrInvalidKey) {
+		t.Fatalf("batch %+v %v", res, err)
+	}
+	ex, err := api.BatchExistKey(ctx, []string{"k", "nope"})
+	if err != nil || !ex[0].Exists || ex[1].Exists || ex[1].Err != nil {
+		t.Fatalf("batch exist %+v %v", ex, err)
+	}
+	// The k lookups above counted (threshold 2): one task queued.
+	ts, err := api.OffloadHeartbeat(ctx, "a", 10)
+	if err != nil || len(ts) != 1 || ts[0].Key != "k" || ts[0].CRC != crcOf("k") {
+		t.Fatalf("tasks %+v %v", ts, err)
+	}
+	// Offload-path lookups over the wire do not count.
+	put(t, api, "q", 10, "a")
+	for i := 0; i < 3; i++ {
+		api.ExistKey(WithOffloadPath(ctx), "q")
+		api.BatchGetReplicaList(WithOffloadPath(ctx), []string{"q"})
+	}
+	if ts, _ := api.OffloadHeartbeat(ctx, "a", 10); len(ts) != 0 {
+		t.Fatalf("offload-path lookups counted: %v", taskKeys(ts))
+	}
+	errs, err := api.NotifyOffloadSuccess(ctx, NotifyRequest{Node: "a",
+		Persisted: []DiskObject{{Key: "k", Size: 1000, CRC: crcOf("k")}, {Key: "q", Size: 10, CRC: 0xbad}},
+		Failed:    []OffloadFailure{{Key: "zz", Retryable: true}}})
+	if err != nil || errs[0] != nil || !errors.Is(errs[1], codes.ErrChecksumConflict) {
+		t.Fatalf("notify %v %v", errs, err)
+	}
+	_, err = api.NotifyOffloadSuccess(ctx, NotifyRequest{Node: "ghost"})
+	mustIs(t, err, codes.ErrNeedRemount)
+
+	bp, err := api.BatchPutStart(ctx, []PutStartRequest{{Key: "b1", Size: 10}, {Key: "k", Size: 10}})
+	if err != nil || bp[0].Err != nil || bp[0].Replica.Node != "a" || !errors.Is(bp[1].Err, codes.ErrObjectExists) {
+		t.Fatalf("batch put %+v %v", bp, err)
+	}
+	be, err := api.BatchPutEnd(ctx, []string{"b1", "none"})
+	if err != nil || be[0] != nil || !errors.Is(be[1], codes.ErrObjectNotFound) {
+		t.Fatalf("batch put end %v %v", be, err)
+	}
+	if _, err := api.BatchPutStart(ctx, []PutStartRequest{{Key: "b2", Size: 10}}); err != nil {
+		t.Fatal(err)
+	}
+	if bv, err := api.BatchPutRevoke(ctx, []string{"b2"}); err != nil || bv[0] != nil {
+		t.Fatal(bv, err)
+	}
+	if errs, err := api.ReRegisterDiskObjects(ctx, "a", []DiskObject{{Key: "d", Size: 5, CRC: 5}}); err != nil || errs[0] != nil {
+		t.Fatal(errs, err)
+	}
+	if n, err := api.EvictDiskReplica(ctx, "a", []string{"d"}); err != nil || n != 1 {
+		t.Fatal(n, err)
+	}
+	if n, err := api.ReconcileDiskObjects(ctx, "a", nil); err != nil || n != 1 { // drops k's disk replica
+		t.Fatal(n, err)
+	}
+	clk.Advance(2 * time.Hour)
+	if n, err := api.EvictMemory(ctx, nil, true); err != nil || n != 0 {
+		t.Fatal(n, err)
+	}
+	st, err := api.Stats(ctx)
+	if err != nil || st.Objects != 3 || st.Nodes != 1 || st.SegmentCapacity != 1<<20 {
+		t.Fatalf("stats %+v %v", st, err)
+	}
+	if n, err := api.RemoveAll(ctx, false); err != nil || n != 3 {
+		t.Fatalf("remove all %d %v", n, err)
+	}
+	if err := api.UnmountSegment(ctx, "a", "seg0"); err != nil {
+		t.Fatal(err)
+	}
+	mustIs(t, api.UnmountSegment(ctx, "a", "seg0"), codes.ErrSegmentNotFound)
+}
+
+func TestRemoteTransportError(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close() // nothing listens there now
+	r, err := Dial(bg, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(bg, 5*time.Second)
+	defer cancel()
+	_, err = r.Ping(ctx, "a")
+	if !errors.Is(err, codes.ErrRPCFail) && !errors.Is(err, codes.ErrContextCanceled) {
+		t.Fatalf("got %v", err)
+	}
+}
