@@ -18,6 +18,9 @@ type Policy interface {
 	Name() string
 	// AtPutEnd: queue o when its put completes?
 	AtPutEnd(o Object) bool
+	// WantsLookups reports whether OnLookup can ever answer true; the master
+	// skips the per-batch bookkeeping of lookups when it cannot.
+	WantsLookups() bool
 	// OnLookup records one demand lookup of o (the master has already
 	// removed duplicates within a batch and lookups by the offload path) and
 	// says whether to queue o now. It may advance o.Reads.
@@ -36,6 +39,7 @@ func (Eager) Name() string            { return "eager" }
 func (Eager) AtPutEnd(o Object) bool  { return eligible(o) }
 func (Eager) OnLookup(o *Object) bool { return false }
 func (Eager) OnEvict(o Object) bool   { return false }
+func (Eager) WantsLookups() bool      { return false }
 
 // OnEvict queues an object only when DRAM eviction picks it.
 type OnEvict struct{}
@@ -44,6 +48,7 @@ func (OnEvict) Name() string            { return "on-evict" }
 func (OnEvict) AtPutEnd(o Object) bool  { return false }
 func (OnEvict) OnLookup(o *Object) bool { return false }
 func (OnEvict) OnEvict(o Object) bool   { return eligible(o) }
+func (OnEvict) WantsLookups() bool      { return false }
 
 // ReadThreshold queues a DRAM-resident object at its N-th counted demand
 // lookup.
@@ -52,6 +57,7 @@ type ReadThreshold struct{ N uint32 }
 func (p ReadThreshold) Name() string           { return fmt.Sprintf("read-threshold(%d)", p.N) }
 func (p ReadThreshold) AtPutEnd(o Object) bool { return false }
 func (p ReadThreshold) OnEvict(o Object) bool  { return false }
+func (p ReadThreshold) WantsLookups() bool     { return true }
 
 // OnLookup counts the lookup if o is eligible and answers true when the count
 // reaches N.
@@ -72,6 +78,7 @@ func (None) Name() string            { return "none" }
 func (None) AtPutEnd(o Object) bool  { return false }
 func (None) OnLookup(o *Object) bool { return false }
 func (None) OnEvict(o Object) bool   { return false }
+func (None) WantsLookups() bool      { return false }
 
 // Settings are the master flags that choose a policy.
 type Settings struct {
