@@ -168,7 +168,7 @@ func StartNode(ctx context.Context, cfg NodeConfig, m master.API, opts ...NodeOp
 			return nil, fmt.Errorf("%w: --listen %q: %v", ErrBadConfig, cfg.Listen, err)
 		}
 		n.endpoint = n.lis.Addr().String()
-		n.srv = grpc.NewServer(grpc.MaxRecvMsgSize(maxMsgSize), grpc.MaxSendMsgSize(maxMsgSize))
+		n.srv = grpc.NewServer(serverOptions()...)
 		rpcpb.RegisterNodePeerServer(n.srv, &peerServer{n: n})
 		go func() { _ = n.srv.Serve(n.lis) }()
 	} else {

@@ -1,0 +1,152 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/tierstore/tierstore/master"
+)
+
+// benchCluster: a master over gRPC on 127.0.0.1, one node with a real peer
+// socket (and an SSD tier in a temp dir when ssd), and a client that has no
+// local node, so every byte crosses loopback gRPC.
+func benchCluster(b *testing.B, ssd bool) (*Client, *Node, *master.Service) {
+	b.Helper()
+	mc := master.DefaultConfig()
+	mc.EnableOffload = ssd
+	mc.Logger = quiet
+	m, err := master.New(mc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { m.Close() })
+	addr := serveMasterB(b, m)
+	nc := DefaultNodeConfig()
+	nc.Listen = "127.0.0.1:0"
+	nc.Memory = 512 << 20
+	nc.Logger = quiet
+	nc.HeartbeatInterval = time.Hour
+	if ssd {
+		nc.EnableOffload = true
+		nc.SSDDir = b.TempDir()
+		nc.Backend = "uring"
+		nc.DirectIO = true
+	}
+	n, err := StartNode(context.Background(), nc, m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { n.Close() })
+	c, err := New(context.Background(), Config{MasterAddr: addr, Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	return c, n, m
+}
+
+func serveMasterB(b *testing.B, m master.API) string {
+	b.Helper()
+	lis, err := listenLoopback()
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := master.NewServer(m)
+	go func() { _ = srv.Serve(lis) }()
+	b.Cleanup(srv.Stop)
+	return lis.Addr().String()
+}
+
+var benchSizes = []int{256 << 10, 1 << 20}
+
+// BenchmarkE2EPut: Put over loopback (PutStart, WriteRange stream, PutEnd).
+// Each object is removed again so the segment never fills.
+func BenchmarkE2EPut(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(FormatSize(int64(size)), func(b *testing.B) {
+			c, _, _ := benchCluster(b, false)
+			ctx := context.Background()
+			val := rnd(size)
+			b.SetBytes(int64(size))
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				k := fmt.Sprintf("put-%d", i)
+				if err := c.Put(ctx, k, val); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				if err := c.Remove(ctx, k, true); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+		})
+	}
+}
+
+// BenchmarkE2EGetDRAM: Get over loopback of objects in the node's DRAM.
+func BenchmarkE2EGetDRAM(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(FormatSize(int64(size)), func(b *testing.B) {
+			c, _, _ := benchCluster(b, false)
+			keys := benchPut(b, c, size, 64)
+			benchGet(b, c, keys, size)
+			if rs := c.ReadStats(); rs.RemoteDRAM == 0 || rs.RemoteSSD != 0 {
+				b.Fatalf("not served from DRAM: %+v", rs)
+			}
+		})
+	}
+}
+
+// BenchmarkE2EGetSSD: Get over loopback of objects on the node's SSD (the
+// DRAM replicas were dropped): PeerReadSSD -> tier.Load -> bucket read.
+func BenchmarkE2EGetSSD(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(FormatSize(int64(size)), func(b *testing.B) {
+			c, n, _ := benchCluster(b, true)
+			keys := benchPut(b, c, size, 64)
+			ctx := context.Background()
+			for n.Stats().OffloadPersisted < int64(len(keys)) {
+				if n.OffloadNow() == 0 && n.Stats().OffloadPersisted < int64(len(keys)) {
+					b.Fatalf("offload stalled: %+v", n.Stats())
+				}
+			}
+			if d, err := c.EvictMemory(ctx, keys, false); err != nil || d != int64(len(keys)) {
+				b.Fatalf("evict: %d %v", d, err)
+			}
+			benchGet(b, c, keys, size)
+			if rs := c.ReadStats(); rs.RemoteSSD == 0 || rs.RemoteDRAM != 0 {
+				b.Fatalf("not served from SSD: %+v", rs)
+			}
+		})
+	}
+}
+
+func benchPut(b *testing.B, c *Client, size, n int) []string {
+	b.Helper()
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("obj-%d", i)
+		if err := c.Put(context.Background(), keys[i], rnd(size)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return keys
+}
+
+func benchGet(b *testing.B, c *Client, keys []string, size int) {
+	b.Helper()
+	ctx := context.Background()
+	b.SetBytes(int64(size))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := c.Get(ctx, keys[i%len(keys)]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func listenLoopback() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
