@@ -1,0 +1,125 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tierstore/tierstore/client"
+	"github.com/tierstore/tierstore/master"
+)
+
+func runCLI(stdin string, args ...string) (string, string, int) {
+	var out, errb bytes.Buffer
+	code := run(args, strings.NewReader(stdin), &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+func TestUsageErrors(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{nil, "usage"},
+		{[]string{"frobnicate"}, "unknown command"},
+		{[]string{"put", "--master", "x:1"}, "want KEY [FILE]"},
+		{[]string{"get", "--master", "x:1", "a", "b", "c"}, "want KEY [FILE]"},
+		{[]string{"exists", "--master", "x:1"}, "want KEY"},
+		{[]string{"stats", "--master", "x:1", "extra"}, "no arguments"},
+		{[]string{"evict", "--master", "x:1", "--all"}, "--tier"},
+		{[]string{"evict", "--master", "x:1", "--tier", "ssd", "--all"}, "--tier"},
+		{[]string{"evict", "--master", "x:1", "--tier", "memory"}, "keys or --all"},
+		{[]string{"evict", "--master", "x:1", "--tier", "memory", "--all", "k"}, "keys or --all"},
+		{[]string{"demo", "--size", "lots"}, "--size"},
+		{[]string{"demo", "--objects", "0"}, "--objects"},
+		{[]string{"serve"}, "--dir"},
+	}
+	for _, c := range cases {
+		_, errOut, code := runCLI("", c.args...)
+		if code != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 mentioning %q", c.args, code, errOut, c.want)
+		}
+	}
+}
+
+// The object commands against a real master (gRPC on 127.0.0.1) and a real
+// node (DRAM only).
+func TestObjectCommands(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	mc := master.DefaultConfig()
+	mc.Logger = quiet
+	m, err := master.New(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := master.NewServer(m)
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	addr := lis.Addr().String()
+	nc := client.DefaultNodeConfig()
+	nc.Memory, nc.Logger = 8<<20, quiet
+	n, err := client.StartNode(context.Background(), nc, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in")
+	val := bytes.Repeat([]byte("tierstore "), 50000)
+	if err := os.WriteFile(in, val, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, e, code := runCLI("", "put", "--master", addr, "k1", in); code != 0 {
+		t.Fatalf("put: %d %s", code, e)
+	}
+	if _, e, code := runCLI("from stdin", "put", "--master", addr, "k2"); code != 0 {
+		t.Fatalf("put from stdin: %d %s", code, e)
+	}
+	if _, e, code := runCLI("", "put", "--master", addr, "k1", in); code != 1 || !strings.Contains(e, "OBJECT_ALREADY_EXISTS") {
+		t.Fatalf("second put: %d %s", code, e)
+	}
+	out := filepath.Join(dir, "out")
+	if _, e, code := runCLI("", "get", "--master", addr, "k1", out); code != 0 {
+		t.Fatalf("get: %d %s", code, e)
+	}
+	if got, _ := os.ReadFile(out); !bytes.Equal(got, val) {
+		t.Fatal("get wrote other bytes")
+	}
+	if o, _, code := runCLI("", "get", "--master", addr, "k2"); code != 0 || o != "from stdin" {
+		t.Fatalf("get to stdout: %d %q", code, o)
+	}
+	if o, _, code := runCLI("", "exists", "--master", addr, "k1"); code != 0 || strings.TrimSpace(o) != "true" {
+		t.Fatalf("exists: %d %q", code, o)
+	}
+	if o, _, code := runCLI("", "exists", "--master", addr, "nope"); code != 1 || strings.TrimSpace(o) != "false" {
+		t.Fatalf("exists of a missing key: %d %q", code, o)
+	}
+	if o, _, code := runCLI("", "stats", "--master", addr); code != 0 || !strings.Contains(o, "objects            2") || !strings.Contains(o, "nodes              1") {
+		t.Fatalf("stats: %d\n%s", code, o)
+	}
+	// No SSD replica: nothing to drop.
+	if o, e, code := runCLI("", "evict", "--master", addr, "--tier", "memory", "--all"); code != 0 || !strings.Contains(o, "dropped 0") {
+		t.Fatalf("evict: %d %q %q", code, o, e)
+	}
+	if _, e, code := runCLI("", "rm", "--master", addr, "k1"); code != 1 || !strings.Contains(e, "OBJECT_HAS_LEASE") {
+		t.Fatalf("rm inside the lease: %d %s", code, e)
+	}
+	if _, e, code := runCLI("", "rm", "--master", addr, "--force", "k1"); code != 0 {
+		t.Fatalf("rm --force: %d %s", code, e)
+	}
+	if _, e, code := runCLI("", "get", "--master", addr, "k1"); code != 1 || !strings.Contains(e, "OBJECT_NOT_FOUND") {
+		t.Fatalf("get after rm: %d %s", code, e)
+	}
+}
