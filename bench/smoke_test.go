@@ -17,8 +17,12 @@ import (
 // well formed: a table with the machine header on stdout, every figure in the
 // JSON, PNG charts. It says nothing about speed.
 func TestSmoke(t *testing.T) {
-	for _, s := range scenarios {
-		t.Run(s.name, func(t *testing.T) {
+	for _, name := range []string{"throughput", "churn", "peers", "master"} {
+		s, ok := findScenario(name)
+		t.Run(name, func(t *testing.T) {
+			if !ok {
+				t.Skipf("scenario %s is not built: it needs the tier engine (package tier, with eviction and the client), built with -tags tierengine until it lands", name)
+			}
 			dir := t.TempDir()
 			jsonPath := filepath.Join(dir, "out.json")
 			plotDir := filepath.Join(dir, "plots")

@@ -92,3 +92,5 @@ func (v *valueSource) value(i int) []byte {
 }
 
 func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
+
+func mkdir(dir string) error { return os.MkdirAll(dir, 0o755) }

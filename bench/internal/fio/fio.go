@@ -26,6 +26,9 @@ type Job struct {
 	Size      int64         // file size / bytes to transfer
 	Runtime   time.Duration // if > 0, time-based run of this length
 	EndFsync  bool          // fsync the file at the end (counted in the run)
+	// FdatasyncEvery issues an fdatasync after this many writes (0: never),
+	// to match a store that makes every N blocks durable.
+	FdatasyncEvery int
 }
 
 // Result is the parsed outcome of one job.
@@ -66,6 +69,8 @@ func (j Job) Args() ([]string, error) {
 		return nil, fmt.Errorf("%w: BlockSize %d must be a positive multiple of 512", ErrBadJob, j.BlockSize)
 	case j.IODepth <= 0:
 		return nil, fmt.Errorf("%w: IODepth %d must be > 0", ErrBadJob, j.IODepth)
+	case j.FdatasyncEvery < 0:
+		return nil, fmt.Errorf("%w: FdatasyncEvery %d must be >= 0", ErrBadJob, j.FdatasyncEvery)
 	case j.Size < j.BlockSize:
 		return nil, fmt.Errorf("%w: Size %d must be >= BlockSize %d", ErrBadJob, j.Size, j.BlockSize)
 	}
@@ -98,6 +103,9 @@ func (j Job) Args() ([]string, error) {
 	}
 	if j.EndFsync {
 		args = append(args, "--end_fsync=1")
+	}
+	if j.FdatasyncEvery > 0 {
+		args = append(args, "--fdatasync="+strconv.Itoa(j.FdatasyncEvery))
 	}
 	return args, nil
 }

@@ -49,6 +49,7 @@ func TestBadJob(t *testing.T) {
 		"BlockSize": func(j *Job) { j.BlockSize = 100 },
 		"IODepth":   func(j *Job) { j.IODepth = 0 },
 		"Size":      func(j *Job) { j.Size = 1 },
+		"Fdatasync": func(j *Job) { j.FdatasyncEvery = -1 },
 	} {
 		j := good
 		mut(&j)
@@ -66,7 +67,7 @@ func TestRunReal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	w, err := Run(ctx, Job{Name: "w", Dir: dir, FileName: "f", RW: "write", BlockSize: 1 << 20, IODepth: 4,
-		Direct: true, Size: 8 << 20, EndFsync: true})
+		Direct: true, Size: 8 << 20, EndFsync: true, FdatasyncEvery: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

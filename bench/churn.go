@@ -1,0 +1,342 @@
+//go:build tierengine
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"path/filepath"
+	"time"
+
+	"github.com/tierstore/tierstore/bench/internal/belady"
+	"github.com/tierstore/tierstore/bench/internal/trace"
+	"github.com/tierstore/tierstore/client"
+	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/master"
+)
+
+func init() {
+	register(scenario{
+		name: "churn",
+		help: "hit ratio and SSD writes per admission+eviction policy on scan/conversation/mixed traces, vs Belady's MIN",
+		run:  runChurn,
+	})
+}
+
+// churnPolicy is one admission (master flags) + eviction (node bucket
+// policy) combination.
+type churnPolicy struct {
+	name      string
+	onEvict   bool
+	threshold int64
+	eviction  string
+}
+
+var churnPolicies = []churnPolicy{
+	{name: "eager+lru", eviction: "lru"},
+	{name: "eager+fifo", eviction: "fifo"},
+	{name: "on-evict+lru", onEvict: true, eviction: "lru"},
+	{name: "read>=2+lru", threshold: 2, eviction: "lru"},
+}
+
+type churnSizes struct {
+	dram, ssd, block int64
+	convRequests     int
+	scanPasses       int
+	sessions         int
+}
+
+type churnFigures struct {
+	trace, policy                string
+	requests                     int64
+	dramHits, ssdHits, misses    int64
+	getErrors, putFailures       int64
+	ssdWritten, ssdRead          int64
+	bucketEvictions, evictedKeys int64
+	dramEvictions                int64
+	offloaded                    int64
+	elapsed                      time.Duration
+}
+
+func (f churnFigures) ssdHitRatio() float64 { return float64(f.ssdHits) / float64(f.requests) }
+func (f churnFigures) hitRatio() float64 {
+	return float64(f.dramHits+f.ssdHits) / float64(f.requests)
+}
+
+func runChurn(ctx context.Context, e *env) (*result, error) {
+	start := time.Now()
+	sz := churnSizes{dram: 16 << 20, ssd: 64 << 20, block: 64 << 10, convRequests: 12000, scanPasses: 4, sessions: 200}
+	if e.quick {
+		sz = churnSizes{dram: 2 << 20, ssd: 8 << 20, block: 64 << 10, convRequests: 1500, scanPasses: 3, sessions: 30}
+	}
+	var traces []*trace.Trace
+	scan, err := trace.Scan(trace.ScanConfig{WorkingSet: 2 * sz.ssd, ObjectSize: sz.block, Passes: sz.scanPasses})
+	if err != nil {
+		return nil, err
+	}
+	conv := trace.ConvConfig{Seed: 42, Requests: sz.convRequests, BlockSize: sz.block, Sessions: sz.sessions}
+	conversations, err := trace.Conversations(conv)
+	if err != nil {
+		return nil, err
+	}
+	mixed, err := trace.Mixed(conv)
+	if err != nil {
+		return nil, err
+	}
+	traces = append(traces, scan, conversations, mixed)
+	if e.traceFile != "" {
+		tf, err := trace.ReadFile(e.traceFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --trace: %v", errUsage, err)
+		}
+		traces = append(traces, tf)
+	}
+	res := &result{Options: map[string]string{
+		"dram":          fmtBytes(sz.dram),
+		"ssd_capacity":  fmtBytes(sz.ssd),
+		"block":         sizeName(sz.block),
+		"scan":          fmt.Sprintf("working set %s x %d passes", fmtBytes(2*sz.ssd), sz.scanPasses),
+		"conversations": fmt.Sprintf("%d requests, %d sessions, zipf 1.2, seed 42", sz.convRequests, sz.sessions),
+		"mixed":         "conversations + 50% one-hit-wonder requests",
+		"mode":          "embedded master+node+client, pwrite backend",
+	}}
+	tt := &table{
+		Title:   "traces",
+		Columns: []string{"trace", "requests", "unique keys", "unique MiB", "MIN ssd hit", "MIN dram+ssd hit", "MIN exact"},
+	}
+	type bound struct{ ssd, all belady.Result }
+	bounds := map[string]bound{}
+	for _, tr := range traces {
+		st := tr.Stats()
+		bs, err := belady.MIN(tr.Requests, sz.ssd)
+		if err != nil {
+			return nil, err
+		}
+		ba, err := belady.MIN(tr.Requests, sz.ssd+sz.dram)
+		if err != nil {
+			return nil, err
+		}
+		bounds[tr.Name] = bound{bs, ba}
+		exact := "yes"
+		if !bs.Exact {
+			exact = "no (heuristic)"
+		}
+		tt.add(tr.Name, st.Requests, st.UniqueKeys, float64(st.UniqueBytes)/(1<<20), bs.HitRatio(), ba.HitRatio(), exact)
+	}
+	var figs []churnFigures
+	for _, tr := range traces {
+		for _, p := range churnPolicies {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			dir := filepath.Join(e.dir, fmt.Sprintf("%s-%s", sanitize(tr.Name), sanitize(p.name)))
+			f, err := replay(ctx, e, tr, p, sz, dir)
+			if err != nil {
+				return nil, fmt.Errorf("%s %s: %w", tr.Name, p.name, err)
+			}
+			figs = append(figs, f)
+		}
+	}
+	t := &table{
+		Title: "replay per policy (hit ratios are per request; 'of MIN' = hit ratio / Belady's MIN at the same capacity)",
+		Columns: []string{"trace", "policy", "ssd hit", "ssd of MIN", "overall hit", "overall of MIN",
+			"SSD W/R bytes", "SSD MiB written", "bucket evictions", "keys evicted", "DRAM evictions", "put fails"},
+	}
+	for _, f := range figs {
+		b := bounds[f.trace]
+		var wr any
+		if f.ssdRead > 0 {
+			wr = float64(f.ssdWritten) / float64(f.ssdRead)
+		}
+		t.add(f.trace, f.policy, f.ssdHitRatio(), ratio(f.ssdHitRatio(), b.ssd.HitRatio()),
+			f.hitRatio(), ratio(f.hitRatio(), b.all.HitRatio()), wr, float64(f.ssdWritten)/(1<<20),
+			f.bucketEvictions, f.evictedKeys, f.dramEvictions, f.putFailures)
+	}
+	res.Tables = append(res.Tables, tt, t)
+	res.Notes = append(res.Notes,
+		"a request is a Get; a miss is followed by a Put of the block (prefix-cache replay); SSD W/R '-' means nothing was read from SSD",
+		"the replayer waits for the offload queue to drain every 16 puts, so admission decisions, not offload lag, decide the figures",
+		"Belady's MIN is exact for single-size traces; for variable sizes it is the furthest-next-use heuristic (see bench/internal/belady)")
+	res.Elapsed = time.Since(start).Seconds()
+	res.charts = func(dir string) ([]string, error) {
+		var files []string
+		for _, which := range []string{"ssd", "overall"} {
+			var groups []string
+			for _, tr := range traces {
+				groups = append(groups, tr.Name)
+			}
+			var ss []series
+			for _, p := range churnPolicies {
+				s := series{name: p.name}
+				for _, tr := range traces {
+					v := math.NaN()
+					for _, f := range figs {
+						if f.trace == tr.Name && f.policy == p.name {
+							v = f.ssdHitRatio()
+							if which == "overall" {
+								v = f.hitRatio()
+							}
+						}
+					}
+					s.values = append(s.values, v)
+				}
+				ss = append(ss, s)
+			}
+			ref := refLine{name: "Belady MIN"}
+			for _, tr := range traces {
+				b := bounds[tr.Name]
+				v := b.ssd.HitRatio()
+				if which == "overall" {
+					v = b.all.HitRatio()
+				}
+				ref.values = append(ref.values, v)
+			}
+			path := filepath.Join(dir, "churn-"+which+"-hit.png")
+			title := "churn: SSD hit ratio per policy vs Belady's MIN (SSD capacity)"
+			if which == "overall" {
+				title = "churn: overall hit ratio per policy vs Belady's MIN (DRAM+SSD capacity)"
+			}
+			if err := groupedBars(path, title, "hit ratio", groups, ss, []refLine{ref}); err != nil {
+				return nil, err
+			}
+			files = append(files, path)
+		}
+		return files, nil
+	}
+	return res, nil
+}
+
+func sanitize(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+			b[i] = '_'
+		}
+	}
+	if len(b) > 40 {
+		b = b[len(b)-40:]
+	}
+	return string(b)
+}
+
+// replay runs tr through a fresh embedded master+node+client configured for
+// policy p.
+func replay(ctx context.Context, e *env, tr *trace.Trace, p churnPolicy, sz churnSizes, dir string) (churnFigures, error) {
+	f := churnFigures{trace: tr.Name, policy: p.name}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg := client.DefaultEmbeddedConfig()
+	cfg.Master.Logger = quiet
+	cfg.Master.EnableOffload = true
+	cfg.Master.OffloadOnEvict = p.onEvict
+	cfg.Master.OffloadReadAdmissionThreshold = p.threshold
+	cfg.Master.MonitorInterval = 0 // eviction happens inline at PutStart
+	cfg.Master.DefaultKVLeaseTTL = time.Millisecond
+	cfg.Node.Logger = quiet
+	cfg.Node.Memory = sz.dram
+	cfg.Node.SSDDir = dir
+	cfg.Node.SSDCapacity = sz.ssd
+	cfg.Node.Backend = "pwrite"
+	cfg.Node.BucketEviction = p.eviction
+	cfg.Node.BucketSizeLimit = sz.ssd / 16
+	cfg.Node.HeartbeatInterval = time.Millisecond
+	cfg.Node.ReconcileInterval = time.Hour
+	if err := mkdir(dir); err != nil {
+		return f, err
+	}
+	emb, err := client.NewEmbedded(ctx, cfg)
+	if err != nil {
+		return f, err
+	}
+	defer emb.Close()
+	c := emb.Client
+	vs := newValueSource(int(sz.block), 99)
+	bar := e.progress(fmt.Sprintf("churn %s %s", tr.Name, p.name), int64(len(tr.Requests)))
+	defer bar.Finish()
+	t0 := time.Now()
+	puts := 0
+	for i, r := range tr.Requests {
+		if i%256 == 0 && ctx.Err() != nil {
+			return f, ctx.Err()
+		}
+		f.requests++
+		before := c.ReadStats()
+		v, err := c.Get(ctx, r.Key)
+		switch {
+		case err == nil:
+			after := c.ReadStats()
+			if int64(len(v)) != r.Size && !(r.Size > int64(len(vs.buf))/2) {
+				return f, fmt.Errorf("%w: %s: %d bytes, want %d", errVerify, r.Key, len(v), r.Size)
+			}
+			if after.LocalSSD+after.RemoteSSD > before.LocalSSD+before.RemoteSSD {
+				f.ssdHits++
+			} else {
+				f.dramHits++
+			}
+		default:
+			f.misses++
+			if !errors.Is(err, codes.ErrObjectNotFound) {
+				f.getErrors++
+			}
+			val := vs.value(i)
+			if r.Size != sz.block {
+				val = make([]byte, r.Size)
+			}
+			if err := c.Put(ctx, r.Key, val); err != nil {
+				if errors.Is(err, codes.ErrObjectExists) {
+					break
+				}
+				f.putFailures++
+			}
+			puts++
+			if puts%16 == 0 {
+				if err := drainOffload(ctx, emb.Master); err != nil {
+					return f, err
+				}
+			}
+		}
+		bar.Add(1)
+	}
+	if err := drainOffload(ctx, emb.Master); err != nil {
+		return f, err
+	}
+	f.elapsed = time.Since(t0)
+	ns := emb.Node.Stats()
+	f.ssdWritten = ns.Tier.BytesWritten
+	f.ssdRead = ns.Tier.BytesRead
+	f.bucketEvictions = ns.Tier.Evictions
+	f.evictedKeys = ns.Tier.EvictedKeys
+	f.offloaded = ns.OffloadPersisted
+	ms, err := emb.Master.Stats(ctx)
+	if err != nil {
+		return f, err
+	}
+	f.dramEvictions = ms.Evictions
+	return f, nil
+}
+
+// drainOffload waits (polling, bounded) until the master has no offload
+// task queued or in flight.
+func drainOffload(ctx context.Context, m master.API) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := m.Stats(ctx)
+		if err != nil {
+			return err
+		}
+		if st.OffloadQueued == 0 && st.OffloadInFlight == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("offload queue did not drain in 30s: %d queued, %d in flight", st.OffloadQueued, st.OffloadInFlight)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Microsecond):
+		}
+	}
+}

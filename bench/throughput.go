@@ -1,0 +1,337 @@
+//go:build tierengine
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tierstore/tierstore/backend"
+	"github.com/tierstore/tierstore/backend/pwrite"
+	"github.com/tierstore/tierstore/backend/uring"
+	"github.com/tierstore/tierstore/bench/internal/fio"
+	"github.com/tierstore/tierstore/tier"
+)
+
+func init() {
+	register(scenario{
+		name: "throughput",
+		help: "tier engine Offload/Load of 64K/256K/1M objects per backend, as ratios to fio on the same directory",
+		run:  runThroughput,
+	})
+}
+
+// tierBackend names a backend configuration and opens it.
+type tierBackend struct {
+	name string
+	open func(dir string, log *slog.Logger) (backend.Backend, error)
+}
+
+var tierBackends = []tierBackend{
+	{"uring+direct", func(dir string, log *slog.Logger) (backend.Backend, error) {
+		return uring.Open(dir, uring.Options{Direct: true, Logger: log})
+	}},
+	{"pwrite", func(dir string, log *slog.Logger) (backend.Backend, error) {
+		return pwrite.Open(dir, pwrite.Options{Logger: log})
+	}},
+	{"pwrite+direct", func(dir string, log *slog.Logger) (backend.Backend, error) {
+		return pwrite.Open(dir, pwrite.Options{Direct: true, Logger: log})
+	}},
+}
+
+type tpFigures struct {
+	backend, size        string
+	actual               string // backend.Name() after fallbacks
+	writeMBps, readMBps  float64
+	readIOPS             float64
+	offP50, offP99       float64 // ms per Offload call (one bucket)
+	loadP50, loadP99     float64 // ms per Load call
+	objects, readObjects int
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func runThroughput(ctx context.Context, e *env) (*result, error) {
+	start := time.Now()
+	total := int64(512 << 20)
+	bucketBytes := int64(64 << 20)
+	readBudget := 15 * time.Second
+	fioRuntime := 5 * time.Second
+	if e.quick {
+		total, bucketBytes, readBudget, fioRuntime = 32<<20, 8<<20, 2*time.Second, time.Second
+	}
+	const readers, perLoad = 4, 8 // 32 object reads in flight, as fio's iodepth 32
+	sizes := []int64{64 << 10, 256 << 10, 1 << 20}
+	res := &result{Options: map[string]string{
+		"bytes_per_run": fmtBytes(total),
+		"bucket":        fmtBytes(bucketBytes) + " (one Offload call = one bucket)",
+		"readers":       fmt.Sprintf("%d goroutines x %d keys per Load", readers, perLoad),
+		"read_budget":   readBudget.String(),
+		"compression":   "none",
+	}}
+
+	// fio on the same directory first: sequential write, then random reads
+	// at each object size on the file it wrote.
+	fioDir := filepath.Join(e.dir, "fio")
+	if err := mkdir(fioDir); err != nil {
+		return nil, err
+	}
+	var fioW *fio.Result
+	fioR := map[int64]*fio.Result{}
+	ft := &table{Title: "fio on the same directory", Columns: []string{"job", "MB/s", "IOPS", "p50 ms", "p99 ms", "command"}}
+	if _, _, err := fio.Available(); err != nil {
+		res.Notes = append(res.Notes, "fio is not installed: absolute figures only (install fio for ratios)")
+	} else {
+		w, err := fio.Run(ctx, fio.Job{Name: "seqwrite", Dir: fioDir, FileName: "data", RW: "write", BlockSize: 1 << 20,
+			IODepth: 16, Direct: true, Size: total, FdatasyncEvery: int(bucketBytes >> 20), EndFsync: true})
+		if err != nil {
+			return nil, err
+		}
+		fioW = &w
+		ft.add("write 1M qd16 direct", w.BytesPerSec/mb, w.IOPS, ms(w.LatP50), ms(w.LatP99), joinArgs(w.Args))
+		for _, s := range sizes {
+			r, err := fio.Run(ctx, fio.Job{Name: "randread" + sizeName(s), Dir: fioDir, FileName: "data", RW: "randread",
+				BlockSize: s, IODepth: 32, Direct: true, Size: total, Runtime: fioRuntime})
+			if err != nil {
+				return nil, err
+			}
+			fioR[s] = &r
+			ft.add("randread "+sizeName(s)+" qd32 direct", r.BytesPerSec/mb, r.IOPS, ms(r.LatP50), ms(r.LatP99), joinArgs(r.Args))
+		}
+		res.Options["fio"] = fioW.Version
+	}
+	os.RemoveAll(fioDir)
+
+	var figs []tpFigures
+	for _, s := range sizes {
+		for _, b := range tierBackends {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			dir := filepath.Join(e.dir, b.name+"-"+sizeName(s))
+			f, err := tpRun(ctx, e, b, dir, s, total, bucketBytes, readBudget, readers, perLoad)
+			os.RemoveAll(dir)
+			if err != nil {
+				return nil, fmt.Errorf("%s %s: %w", b.name, sizeName(s), err)
+			}
+			figs = append(figs, f)
+		}
+	}
+	t := &table{
+		Title: "tier engine Offload (write) and Load (random read); x fio = engine / fio",
+		Columns: []string{"backend", "size", "write MB/s", "write x fio", "read MB/s", "read IOPS", "read x fio",
+			"offload p50 ms", "offload p99 ms", "load p50 ms", "load p99 ms"},
+	}
+	for _, f := range figs {
+		var wx, rx any
+		if fioW != nil {
+			wx = ratio(f.writeMBps, fioW.BytesPerSec/mb)
+		}
+		for _, s := range sizes {
+			if sizeName(s) == f.size && fioR[s] != nil {
+				rx = ratio(f.readMBps, fioR[s].BytesPerSec/mb)
+			}
+		}
+		name := f.backend
+		if f.actual != "" && f.actual != f.backend {
+			name += " (as " + f.actual + ")"
+		}
+		t.add(name, f.size, f.writeMBps, wx, f.readMBps, f.readIOPS, rx, f.offP50, f.offP99, f.loadP50, f.loadP99)
+	}
+	res.Tables = append(res.Tables, t)
+	if len(ft.Rows) > 0 {
+		res.Tables = append(res.Tables, ft)
+	}
+	res.Notes = append(res.Notes,
+		"write = Offload calls of one bucket each (encode, write, fdatasync, synced index commit); fio fdatasyncs at the same bucket size",
+		"reads follow posix_fadvise(DONTNEED) of every file, so the buffered backend starts cold too")
+	res.Elapsed = time.Since(start).Seconds()
+	res.charts = func(dir string) ([]string, error) {
+		var groups []string
+		for _, s := range sizes {
+			groups = append(groups, sizeName(s))
+		}
+		var ws, rs []series
+		for _, b := range tierBackends {
+			sw, sr := series{name: b.name}, series{name: b.name}
+			for _, g := range groups {
+				vw, vr := math.NaN(), math.NaN()
+				for _, f := range figs {
+					if f.backend == b.name && f.size == g {
+						vw, vr = f.writeMBps, f.readMBps
+					}
+				}
+				sw.values = append(sw.values, vw)
+				sr.values = append(sr.values, vr)
+			}
+			ws = append(ws, sw)
+			rs = append(rs, sr)
+		}
+		var wref, rref []refLine
+		if fioW != nil {
+			l := refLine{name: "fio write 1M qd16"}
+			r := refLine{name: "fio randread qd32"}
+			for _, s := range sizes {
+				l.values = append(l.values, fioW.BytesPerSec/mb)
+				r.values = append(r.values, fioR[s].BytesPerSec/mb)
+			}
+			wref, rref = []refLine{l}, []refLine{r}
+		}
+		p1 := filepath.Join(dir, "throughput-write.png")
+		if err := groupedBars(p1, "throughput: Offload per object size and backend", "MB/s", groups, ws, wref); err != nil {
+			return nil, err
+		}
+		p2 := filepath.Join(dir, "throughput-read.png")
+		if err := groupedBars(p2, "throughput: random Load per object size and backend", "MB/s", groups, rs, rref); err != nil {
+			return nil, err
+		}
+		return []string{p1, p2}, nil
+	}
+	return res, nil
+}
+
+func joinArgs(a []string) string {
+	var b bytes.Buffer
+	for i, s := range a {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(s)
+	}
+	return b.String()
+}
+
+func tpRun(ctx context.Context, e *env, tb tierBackend, dir string, size, total, bucketBytes int64,
+	readBudget time.Duration, readers, perLoad int) (tpFigures, error) {
+	f := tpFigures{backend: tb.name, size: sizeName(size)}
+	log := quietLogger()
+	be, err := tb.open(filepath.Join(dir, "buckets"), log)
+	if err != nil {
+		return f, err
+	}
+	f.actual = be.Name()
+	eng, err := tier.Open(dir, tier.Options{Backend: be, Logger: log, BucketBytesLimit: bucketBytes})
+	if err != nil {
+		be.Close()
+		return f, err
+	}
+	defer eng.Close()
+	n := int(total / size)
+	per := int(min(int64(500), bucketBytes/size))
+	vs := newValueSource(int(size), uint64(size)+1)
+	keys := make([][]byte, n)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "tp/%s/%08d", sizeName(size), i)
+	}
+	notify := func(context.Context, []tier.Committed) error { return nil }
+	bar := e.progress(fmt.Sprintf("throughput %s %s offload", tb.name, sizeName(size)), int64(n))
+	var olat latencies
+	t0 := time.Now()
+	for i := 0; i < n; i += per {
+		end := min(i+per, n)
+		tasks := make([]tier.Task, 0, end-i)
+		for j := i; j < end; j++ {
+			tasks = append(tasks, tier.Task{Key: keys[j], Value: vs.value(j)})
+		}
+		c0 := time.Now()
+		out := eng.Offload(ctx, tasks, notify)
+		olat = append(olat, time.Since(c0))
+		for _, o := range out {
+			if o.Status != tier.Persisted {
+				bar.Finish()
+				return f, fmt.Errorf("offload %s: %s: %w", o.Key, o.Status, o.Err)
+			}
+		}
+		bar.Add(end - i)
+	}
+	write := time.Since(t0)
+	bar.Finish()
+	f.objects = n
+	f.writeMBps = mbps(int64(n)*size, write)
+	f.offP50, f.offP99 = ms(olat.pct(50)), ms(olat.pct(99))
+
+	dropCache(dir)
+	order := rand.New(rand.NewPCG(uint64(n), 11)).Perm(n)
+	var next, done atomic.Int64
+	var mu sync.Mutex // protects llat and firstErr
+	var llat latencies
+	var firstErr error
+	deadline := time.Now().Add(readBudget)
+	bar = e.progress(fmt.Sprintf("throughput %s %s load", tb.name, sizeName(size)), int64(n))
+	var wg sync.WaitGroup
+	t0 = time.Now()
+	for r := 0; r < readers; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine latencies
+			batch := make([][]byte, 0, perLoad)
+			idx := make([]int, 0, perLoad)
+			for ctx.Err() == nil && time.Now().Before(deadline) {
+				i := int(next.Add(int64(perLoad)) - int64(perLoad))
+				if i >= n {
+					break
+				}
+				batch, idx = batch[:0], idx[:0]
+				for j := i; j < min(i+perLoad, n); j++ {
+					batch = append(batch, keys[order[j]])
+					idx = append(idx, order[j])
+				}
+				c0 := time.Now()
+				out := eng.Load(ctx, batch)
+				mine = append(mine, time.Since(c0))
+				var err error
+				for j, r := range out {
+					if r.Err != nil {
+						err = fmt.Errorf("load %s: %w", batch[j], r.Err)
+					} else if !bytes.Equal(r.Value, vs.value(idx[j])) {
+						err = fmt.Errorf("%w: %s", errVerify, batch[j])
+					}
+				}
+				if err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					break
+				}
+				done.Add(int64(len(batch)))
+				bar.Add(len(batch))
+			}
+			mu.Lock()
+			llat = append(llat, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	read := time.Since(t0)
+	bar.Finish()
+	if firstErr != nil {
+		return f, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return f, err
+	}
+	f.readObjects = int(done.Load())
+	f.readMBps = mbps(done.Load()*size, read)
+	f.readIOPS = float64(done.Load()) / read.Seconds()
+	f.loadP50, f.loadP99 = ms(llat.pct(50)), ms(llat.pct(99))
+	if st := eng.Stats(); st.ChecksumErrors != 0 {
+		return f, fmt.Errorf("%w: %d checksum errors", errVerify, st.ChecksumErrors)
+	}
+	return f, nil
+}
+
+var _ = errors.Is
