@@ -332,3 +332,28 @@ func (pp *peerPool) close() {
 	}
 	pp.conns = nil
 }
+
+// PeerStats asks the node serving peers at endpoint for its NodeStats.
+func PeerStats(ctx context.Context, endpoint string) (NodeStats, error) {
+	cc, err := grpc.NewClient(endpoint, dialOptions()...)
+	if err != nil {
+		return NodeStats{}, codes.Errorf(codes.RPCFail, "client: dial node %s: %v", endpoint, err)
+	}
+	defer cc.Close()
+	r, err := rpcpb.NewNodePeerClient(cc).NodeStats(ctx, &rpcpb.PeerStatsRequest{})
+	if err != nil {
+		return NodeStats{}, fmt.Errorf("client: node stats of %s: %w", endpoint, codes.FromStatus(err))
+	}
+	return NodeStats{
+		Endpoint: endpoint, Segment: r.GetSegment(), SegmentSize: int64(r.GetSegmentSize()),
+		OffloadEnabled: r.GetOffloadEnabled(), Backend: r.GetBackend(),
+		Tier: tier.Stats{
+			Objects: r.GetSsdObjects(), Buckets: r.GetSsdBuckets(), BytesUsed: r.GetSsdBytesUsed(),
+			Capacity: r.GetSsdCapacity(), BucketsWritten: r.GetSsdBucketsWritten(),
+			BytesWritten: r.GetSsdBytesWritten(), ObjectsLoaded: r.GetSsdObjectsLoaded(),
+			BytesRead: r.GetSsdBytesRead(), Evictions: r.GetSsdEvictions(), ChecksumErrors: r.GetSsdChecksumErrors(),
+		},
+		OffloadPersisted: r.GetOffloadPersisted(), OffloadFailed: r.GetOffloadFailed(),
+		PeerReadsDRAM: r.GetPeerReadsDram(), PeerReadsSSD: r.GetPeerReadsSsd(),
+	}, nil
+}

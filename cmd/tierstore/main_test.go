@@ -106,7 +106,8 @@ func TestObjectCommands(t *testing.T) {
 	if o, _, code := runCLI("", "exists", "--master", addr, "nope"); code != 1 || strings.TrimSpace(o) != "false" {
 		t.Fatalf("exists of a missing key: %d %q", code, o)
 	}
-	if o, _, code := runCLI("", "stats", "--master", addr); code != 0 || !strings.Contains(o, "objects            2") || !strings.Contains(o, "nodes              1") {
+	if o, _, code := runCLI("", "stats", "--master", addr, "--node", n.Endpoint()); code != 0 || !strings.Contains(o, "objects            2") ||
+		!strings.Contains(o, "nodes              1") || !strings.Contains(o, "node "+n.Endpoint()) {
 		t.Fatalf("stats: %d\n%s", code, o)
 	}
 	// No SSD replica: nothing to drop.

@@ -13,6 +13,12 @@ import (
 	"github.com/tierstore/tierstore/internal/codes"
 )
 
+// listFlag is a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return fmt.Sprint(*l) }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
 // runOp runs put, get, exists, rm, stats and evict against a master.
 func runOp(cmd string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("tierstore "+cmd, flag.ContinueOnError)
@@ -22,6 +28,8 @@ func runOp(cmd string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 	force := fs.Bool("force", false, "rm: remove even while a read lease is active")
 	tierName := fs.String("tier", "", "evict: the tier to drop replicas from (only \"memory\")")
 	all := fs.Bool("all", false, "evict: every object")
+	var nodes listFlag
+	fs.Var(&nodes, "node", "stats: also report this node's segment and SSD tier (peer address host:port; repeatable)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -119,6 +127,15 @@ func runOp(cmd string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 		fmt.Fprintf(stdout, "offload            queued %d, in flight %d, persisted %d, failed %d\n", st.OffloadQueued, st.OffloadInFlight, st.OffloadPersisted, st.OffloadFailed)
 		fmt.Fprintf(stdout, "dram evictions     %d\n", st.Evictions)
 		fmt.Fprintf(stdout, "expired nodes      %d\n", st.ExpiredNodes)
+		for _, addr := range nodes {
+			ns, err := client.PeerStats(ctx, addr)
+			if err != nil {
+				return errOut(err)
+			}
+			fmt.Fprintf(stdout, "node %s (%s): segment %s %s; SSD %d objects, %d buckets, %s used; offload persisted %d, failed %d; reads served DRAM %d, SSD %d\n",
+				addr, ns.Backend, ns.Segment, client.HumanSize(ns.SegmentSize), ns.Tier.Objects, ns.Tier.Buckets,
+				client.HumanSize(ns.Tier.BytesUsed), ns.OffloadPersisted, ns.OffloadFailed, ns.PeerReadsDRAM, ns.PeerReadsSSD)
+		}
 	case "evict":
 		n, err := c.EvictMemory(ctx, pos, *all)
 		if err != nil {
