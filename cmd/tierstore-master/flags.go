@@ -1,0 +1,120 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tierstore/tierstore/master"
+)
+
+// errUsage: the command line is invalid; the message names the flag.
+var errUsage = errors.New("tierstore-master: invalid command line")
+
+// durationFlag accepts a plain number in the flag's Mooncake unit
+// (milliseconds or seconds) or a Go duration string ("11s", "1500ms").
+type durationFlag struct {
+	d    *time.Duration
+	unit time.Duration
+}
+
+func (f durationFlag) String() string {
+	if f.d == nil {
+		return ""
+	}
+	return strconv.FormatInt(int64(*f.d/f.unit), 10)
+}
+
+func (f durationFlag) Set(s string) error {
+	s = strings.TrimSpace(s)
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		if n < 0 || n > int64(1<<62)/int64(f.unit) {
+			return fmt.Errorf("%q out of range", s)
+		}
+		*f.d = time.Duration(n) * f.unit
+		return nil
+	}
+	if n, err := strconv.ParseFloat(s, 64); err == nil {
+		if n < 0 || n*float64(f.unit) > float64(1<<62) {
+			return fmt.Errorf("%q out of range", s)
+		}
+		*f.d = time.Duration(n * float64(f.unit))
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		unit := "milliseconds"
+		if f.unit == time.Second {
+			unit = "seconds"
+		}
+		return fmt.Errorf("%q is neither a number of %s nor a duration like 11s", s, unit)
+	}
+	*f.d = d
+	return nil
+}
+
+// options are the settings of the binary that are not master.Config fields.
+type options struct {
+	logLevel slog.Level
+}
+
+// parseFlags parses the command line (without the program name) into a
+// master.Config, with Mooncake's flag names and units. Every error is one
+// line that names the flag.
+func parseFlags(args []string) (master.Config, error) {
+	cfg, _, err := parseAll(args)
+	return cfg, err
+}
+
+func parseAll(args []string) (master.Config, options, error) {
+	cfg := master.DefaultConfig()
+	opt := options{logLevel: slog.LevelInfo}
+	fs := flag.NewFlagSet("tierstore-master", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+
+	fs.StringVar(&cfg.RPCAddress, "rpc_address", cfg.RPCAddress, "address the gRPC service binds")
+	fs.IntVar(&cfg.RPCPort, "rpc_port", cfg.RPCPort, "gRPC port (0: any free port)")
+	fs.IntVar(&cfg.MetricsPort, "metrics_port", cfg.MetricsPort, "Prometheus /metrics port on rpc_address (0: off)")
+	fs.Var(durationFlag{&cfg.DefaultKVLeaseTTL, time.Millisecond}, "default_kv_lease_ttl", "read lease granted by lookups, in ms or as a duration")
+	fs.Var(durationFlag{&cfg.DefaultKVSoftPinTTL, time.Millisecond}, "default_kv_soft_pin_ttl", "soft pin TTL, in ms or as a duration")
+	fs.Var(durationFlag{&cfg.ClientTTL, time.Second}, "client_ttl", "a node silent this long is expired, in s or as a duration")
+	fs.Float64Var(&cfg.EvictionHighWatermarkRatio, "eviction_high_watermark_ratio", cfg.EvictionHighWatermarkRatio, "segment use that starts DRAM eviction, (0,1]")
+	fs.Float64Var(&cfg.EvictionRatio, "eviction_ratio", cfg.EvictionRatio, "fraction of evictable objects dropped per round, (0,1]")
+	fs.BoolVar(&cfg.EnableOffload, "enable_offload", cfg.EnableOffload, "queue offload tasks to nodes' SSD tier")
+	fs.BoolVar(&cfg.OffloadOnEvict, "offload_on_evict", cfg.OffloadOnEvict, "offload objects when DRAM eviction picks them instead of at put")
+	fs.Int64Var(&cfg.OffloadReadAdmissionThreshold, "offload_read_admission_threshold", cfg.OffloadReadAdmissionThreshold, "offload after N demand lookups (0: off)")
+	fs.IntVar(&cfg.OffloadingQueueLimit, "offloading_queue_limit", cfg.OffloadingQueueLimit, "offload tasks per node, queued plus in flight")
+	fs.Var(durationFlag{&cfg.OffloadTaskTimeout, time.Second}, "offload_task_timeout", "unanswered offload task is dropped after this, in s or as a duration")
+	fs.Var(durationFlag{&cfg.PutStartDiscardTimeout, time.Second}, "put_start_discard_timeout_sec", "abandoned put is reclaimed after this, in s or as a duration")
+	fs.IntVar(&cfg.Shards, "metadata_shards", cfg.Shards, "metadata shards")
+	logLevel := fs.String("log_level", "info", "debug, info, warn or error")
+
+	if err := fs.Parse(args); err != nil {
+		return cfg, opt, fmt.Errorf("%w: %s", errUsage, oneLine(err))
+	}
+	if fs.NArg() > 0 {
+		return cfg, opt, fmt.Errorf("%w: unexpected argument %q (flags are --name=value)", errUsage, fs.Arg(0))
+	}
+	if err := opt.logLevel.UnmarshalText([]byte(*logLevel)); err != nil {
+		return cfg, opt, fmt.Errorf("%w: log_level: %q is not debug, info, warn or error", errUsage, *logLevel)
+	}
+	if cfg.RPCAddress == "" {
+		return cfg, opt, fmt.Errorf("%w: rpc_address must not be empty", errUsage)
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, opt, fmt.Errorf("%w: %s", errUsage, oneLine(err))
+	}
+	return cfg, opt, nil
+}
+
+// oneLine strips the flag package's "-" before names and joins lines.
+func oneLine(err error) string {
+	s := strings.ReplaceAll(err.Error(), "\n", "; ")
+	s = strings.ReplaceAll(s, "flag -", "flag ")
+	return strings.ReplaceAll(s, "defined: -", "defined: ")
+}

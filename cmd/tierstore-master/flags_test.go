@@ -1,0 +1,162 @@
+package main
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tierstore/tierstore/admission"
+	"github.com/tierstore/tierstore/master"
+)
+
+// TestReference001CommandLine: the command line of reference 001 starts the
+// master unchanged.
+func TestReference001CommandLine(t *testing.T) {
+	cfg, err := parseFlags(strings.Fields("--rpc_port=39486 --eviction_high_watermark_ratio=0.7 --eviction_ratio=0.2 --default_kv_lease_ttl=11000 --enable_offload=true --offload_on_evict=true"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.RPCPort != 39486 || cfg.EvictionHighWatermarkRatio != 0.7 || cfg.EvictionRatio != 0.2 ||
+		cfg.DefaultKVLeaseTTL != 11*time.Second || !cfg.EnableOffload || !cfg.OffloadOnEvict {
+		t.Fatalf("cfg %+v", cfg)
+	}
+	s, err := master.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, ok := s.Policy().(admission.OnEvict); !ok {
+		t.Fatalf("policy %s", s.Policy().Name())
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := parseFlags(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := master.DefaultConfig()
+	if cfg.RPCPort != 50051 || cfg.RPCAddress != "127.0.0.1" || cfg.MetricsPort != 9003 || cfg.ClientTTL != 10*time.Second ||
+		cfg.EvictionHighWatermarkRatio != 0.90 || cfg.EvictionRatio != 0.05 || cfg.OffloadingQueueLimit != 50000 ||
+		cfg.DefaultKVLeaseTTL != want.DefaultKVLeaseTTL || cfg.EnableOffload || cfg.OffloadOnEvict {
+		t.Fatalf("defaults %+v", cfg)
+	}
+}
+
+// TestEveryFlag sets every flag to a non-default value.
+func TestEveryFlag(t *testing.T) {
+	cases := []struct {
+		arg   string
+		check func(master.Config) bool
+	}{
+		{"--rpc_port=1234", func(c master.Config) bool { return c.RPCPort == 1234 }},
+		{"--rpc_address=0.0.0.0", func(c master.Config) bool { return c.RPCAddress == "0.0.0.0" }},
+		{"--metrics_port=0", func(c master.Config) bool { return c.MetricsPort == 0 }},
+		{"--metrics_port=9100", func(c master.Config) bool { return c.MetricsPort == 9100 }},
+		{"--default_kv_lease_ttl=11000", func(c master.Config) bool { return c.DefaultKVLeaseTTL == 11*time.Second }},
+		{"--default_kv_lease_ttl=2s", func(c master.Config) bool { return c.DefaultKVLeaseTTL == 2*time.Second }},
+		{"--default_kv_lease_ttl=1.5", func(c master.Config) bool { return c.DefaultKVLeaseTTL == 1500*time.Microsecond }},
+		{"--default_kv_soft_pin_ttl=60000", func(c master.Config) bool { return c.DefaultKVSoftPinTTL == time.Minute }},
+		{"--default_kv_soft_pin_ttl=1h", func(c master.Config) bool { return c.DefaultKVSoftPinTTL == time.Hour }},
+		{"--client_ttl=20", func(c master.Config) bool { return c.ClientTTL == 20*time.Second }},
+		{"--client_ttl=2s", func(c master.Config) bool { return c.ClientTTL == 2*time.Second }},
+		{"--client_ttl=500ms", func(c master.Config) bool { return c.ClientTTL == 500*time.Millisecond }},
+		{"--eviction_high_watermark_ratio=1", func(c master.Config) bool { return c.EvictionHighWatermarkRatio == 1 }},
+		{"--eviction_ratio=0.5", func(c master.Config) bool { return c.EvictionRatio == 0.5 }},
+		{"--enable_offload", func(c master.Config) bool { return c.EnableOffload }},
+		{"--enable_offload=false", func(c master.Config) bool { return !c.EnableOffload }},
+		{"--offloading_queue_limit=7", func(c master.Config) bool { return c.OffloadingQueueLimit == 7 }},
+		{"--offload_task_timeout=60", func(c master.Config) bool { return c.OffloadTaskTimeout == time.Minute }},
+		{"--put_start_discard_timeout_sec=5", func(c master.Config) bool { return c.PutStartDiscardTimeout == 5*time.Second }},
+		{"--metadata_shards=64", func(c master.Config) bool { return c.Shards == 64 }},
+		{"-rpc_port=1", func(c master.Config) bool { return c.RPCPort == 1 }},
+	}
+	for _, c := range cases {
+		cfg, err := parseFlags([]string{c.arg})
+		if err != nil || !c.check(cfg) {
+			t.Errorf("%s: %v (cfg %+v)", c.arg, err, cfg)
+		}
+	}
+	for _, args := range [][]string{
+		{"--enable_offload=true", "--offload_read_admission_threshold=3"},
+		{"--enable_offload=true", "--offload_on_evict=true"},
+		{"--log_level=debug"},
+		{"--rpc_port", "4000"}, // gflags-style separate value
+	} {
+		if _, err := parseFlags(args); err != nil {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
+	cfg, _ := parseFlags([]string{"--enable_offload", "--offload_read_admission_threshold=3"})
+	if cfg.OffloadReadAdmissionThreshold != 3 {
+		t.Fatal("threshold")
+	}
+}
+
+// TestBadFlags: every bad value or combination is refused with one line
+// naming the flag.
+func TestBadFlags(t *testing.T) {
+	cases := []struct{ arg, name string }{
+		{"--rpc_port=x", "rpc_port"},
+		{"--rpc_port=70000", "rpc_port"},
+		{"--rpc_port=-1", "rpc_port"},
+		{"--rpc_address=", "rpc_address"},
+		{"--metrics_port=-5", "metrics_port"},
+		{"--metrics_port=99999", "metrics_port"},
+		{"--default_kv_lease_ttl=abc", "default_kv_lease_ttl"},
+		{"--default_kv_lease_ttl=0", "default_kv_lease_ttl"},
+		{"--default_kv_lease_ttl=-5", "default_kv_lease_ttl"},
+		{"--default_kv_lease_ttl=99999999999999999999", "default_kv_lease_ttl"},
+		{"--default_kv_soft_pin_ttl=0", "default_kv_soft_pin_ttl"},
+		{"--default_kv_soft_pin_ttl=x", "default_kv_soft_pin_ttl"},
+		{"--client_ttl=abc", "client_ttl"},
+		{"--client_ttl=0", "client_ttl"},
+		{"--client_ttl=-1s", "client_ttl"},
+		{"--eviction_high_watermark_ratio=0", "eviction_high_watermark_ratio"},
+		{"--eviction_high_watermark_ratio=1.5", "eviction_high_watermark_ratio"},
+		{"--eviction_high_watermark_ratio=NaN", "eviction_high_watermark_ratio"},
+		{"--eviction_high_watermark_ratio=x", "eviction_high_watermark_ratio"},
+		{"--eviction_ratio=0", "eviction_ratio"},
+		{"--eviction_ratio=2", "eviction_ratio"},
+		{"--eviction_ratio=-0.1", "eviction_ratio"},
+		{"--enable_offload=maybe", "enable_offload"},
+		{"--offload_on_evict=2", "offload_on_evict"},
+		{"--offloading_queue_limit=0", "offloading_queue_limit"},
+		{"--offloading_queue_limit=x", "offloading_queue_limit"},
+		{"--offload_read_admission_threshold=-1", "offload_read_admission_threshold"},
+		{"--offload_read_admission_threshold=x", "offload_read_admission_threshold"},
+		{"--offload_task_timeout=0", "offload_task_timeout"},
+		{"--put_start_discard_timeout_sec=0", "put_start_discard_timeout_sec"},
+		{"--metadata_shards=0", "shards"},
+		{"--log_level=loud", "log_level"},
+		{"--no_such_flag=1", "no_such_flag"},
+		{"stray", "stray"},
+	}
+	for _, c := range cases {
+		_, err := parseFlags([]string{c.arg})
+		if err == nil {
+			t.Errorf("%s accepted", c.arg)
+			continue
+		}
+		msg := err.Error()
+		if !strings.Contains(msg, c.name) || strings.Contains(msg, "\n") || !errors.Is(err, errUsage) {
+			t.Errorf("%s: message %q does not name %s on one line", c.arg, msg, c.name)
+		}
+	}
+	// Invalid combinations name both flags.
+	for _, args := range [][]string{
+		{"--enable_offload=true", "--offload_on_evict=true", "--offload_read_admission_threshold=2"},
+	} {
+		_, err := parseFlags(args)
+		if err == nil || !strings.Contains(err.Error(), "offload_on_evict") || !strings.Contains(err.Error(), "offload_read_admission_threshold") {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
+	for _, args := range [][]string{{"--offload_on_evict=true"}, {"--offload_read_admission_threshold=2"}} {
+		_, err := parseFlags(args)
+		if err == nil || !strings.Contains(err.Error(), "enable_offload") {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
+}
