@@ -99,47 +99,50 @@ func dropCache(b *testing.B, path string) {
 func BenchmarkRead(b *testing.B) {
 	const fileSize = 256 << 20
 	for _, m := range modes {
-		be := benchOpen(b, m.direct)
-		src := backendtest.Pattern(2, fileSize)
-		if err := be.WriteBucket(context.Background(), 1, backendtest.Split(src, []int{1 << 20})); err != nil {
-			b.Fatal(err)
+		b.Run(m.name, func(b *testing.B) { benchRead(b, m.direct, fileSize) })
+	}
+}
+
+func benchRead(b *testing.B, direct bool, fileSize int64) {
+	be := benchOpen(b, direct)
+	src := backendtest.Pattern(2, int(fileSize))
+	if err := be.WriteBucket(context.Background(), 1, backendtest.Split(src, []int{1 << 20})); err != nil {
+		b.Fatal(err)
+	}
+	path := filepath.Join(be.Dir(), backend.FileName(1))
+	for _, c := range []struct {
+		size, ops int
+	}{{64 << 10, 1}, {1 << 20, 1}, {64 << 10, 16}} {
+		name := fmt.Sprintf("%dKiB", c.size>>10)
+		if c.ops > 1 {
+			name += fmt.Sprintf("x%d", c.ops)
 		}
-		src = nil
-		path := filepath.Join(be.Dir(), backend.FileName(1))
-		for _, c := range []struct {
-			size, ops int
-		}{{64 << 10, 1}, {1 << 20, 1}, {64 << 10, 16}} {
-			name := fmt.Sprintf("%s/%dKiB", m.name, c.size>>10)
-			if c.ops > 1 {
-				name += fmt.Sprintf("x%d", c.ops)
-			}
-			b.Run(name, func(b *testing.B) {
-				r := rand.New(rand.NewPCG(1, 2))
-				ops := make([]backend.ReadOp, c.ops)
-				dropCache(b, path)
-				var sinceDrop int64
-				b.SetBytes(int64(c.size * c.ops))
-				b.ResetTimer()
-				for range b.N {
-					for j := range ops {
-						ops[j] = backend.ReadOp{Off: r.Int64N(fileSize/int64(c.size)) * int64(c.size), Len: c.size}
-					}
-					if err := be.Read(context.Background(), 1, ops); err != nil {
-						b.Fatal(err)
-					}
-					for j := range ops {
-						if ops[j].Err != nil {
-							b.Fatal(ops[j].Err)
-						}
-					}
-					if sinceDrop += int64(c.size * c.ops); sinceDrop >= 32<<20 && !m.direct {
-						b.StopTimer()
-						dropCache(b, path)
-						sinceDrop = 0
-						b.StartTimer()
+		b.Run(name, func(b *testing.B) {
+			r := rand.New(rand.NewPCG(1, 2))
+			ops := make([]backend.ReadOp, c.ops)
+			dropCache(b, path)
+			var sinceDrop int64
+			b.SetBytes(int64(c.size * c.ops))
+			b.ResetTimer()
+			for range b.N {
+				for j := range ops {
+					ops[j] = backend.ReadOp{Off: r.Int64N(fileSize/int64(c.size)) * int64(c.size), Len: c.size}
+				}
+				if err := be.Read(context.Background(), 1, ops); err != nil {
+					b.Fatal(err)
+				}
+				for j := range ops {
+					if ops[j].Err != nil {
+						b.Fatal(ops[j].Err)
 					}
 				}
-			})
-		}
+				if sinceDrop += int64(c.size * c.ops); sinceDrop >= 32<<20 && !direct {
+					b.StopTimer()
+					dropCache(b, path)
+					sinceDrop = 0
+					b.StartTimer()
+				}
+			}
+		})
 	}
 }
