@@ -1,0 +1,233 @@
+package master
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// benchObjects is the population of the lookup benchmarks.
+const benchObjects = 1_000_000
+
+var (
+	benchOnce sync.Once
+	benchSvc  *Service
+	benchKeys []string
+	benchMem  float64 // heap bytes per object measured while filling
+)
+
+func benchKey(i int) string { return fmt.Sprintf("kv/%016x/%08d", uint64(i)*0x9E3779B97F4A7C15, i) }
+
+// benchService returns a Service holding benchObjects complete objects
+// (64 B each in DRAM, every 4th also on SSD), built once per process.
+func benchService(b *testing.B) (*Service, []string) {
+	benchOnce.Do(func() {
+		cfg := DefaultConfig()
+		cfg.MonitorInterval = 0
+		cfg.ClientTTL = time.Hour
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		s, err := New(cfg)
+		if err != nil {
+			panic(err)
+		}
+		for n := 0; n < 4; n++ {
+			if err := s.MountSegment(bg, MountRequest{Node: fmt.Sprint("n", n), Endpoint: "e", Segment: "s", Size: 32 << 20}); err != nil {
+				panic(err)
+			}
+		}
+		keys := make([]string, benchObjects)
+		for i := range keys {
+			keys[i] = benchKey(i)
+		}
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for i, k := range keys {
+			if _, err := s.PutStart(bg, PutStartRequest{Key: k, Size: 64, CRC: uint32(i), PreferredNode: fmt.Sprint("n", i%4)}); err != nil {
+				panic(err)
+			}
+			if err := s.PutEnd(bg, k); err != nil {
+				panic(err)
+			}
+			if i%4 == 0 {
+				s.ReRegisterDiskObjects(bg, fmt.Sprint("n", (i+1)%4), []DiskObject{{Key: k, Size: 64, CRC: uint32(i)}})
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		// Keys were allocated before the measurement: add their bytes.
+		keyBytes := float64(len(keys[0]) + 16)
+		benchMem = float64(after.HeapAlloc-before.HeapAlloc)/float64(len(keys)) + keyBytes
+		benchSvc, benchKeys = s, keys
+	})
+	return benchSvc, benchKeys
+}
+
+// BenchmarkMemoryPerObject reports the master's heap per object (metadata,
+// key, replicas) with 1M objects resident.
+func BenchmarkMemoryPerObject(b *testing.B) {
+	benchService(b)
+	for i := 0; i < b.N; i++ {
+	}
+	b.ReportMetric(benchMem, "heapB/object")
+	b.ReportMetric(benchMem*benchObjects/(1<<20), "MiB/1M-objects")
+}
+
+func BenchmarkExistKey(b *testing.B) {
+	s, keys := benchService(b)
+	var ctr atomic.Uint64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(ctr.Add(1) * 7919)
+		for pb.Next() {
+			i++
+			if ok, err := s.ExistKey(bg, keys[i%len(keys)]); !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+		}
+	})
+}
+
+func BenchmarkGetReplicaList(b *testing.B) {
+	s, keys := benchService(b)
+	var ctr atomic.Uint64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(ctr.Add(1) * 7919)
+		for pb.Next() {
+			i++
+			if _, err := s.GetReplicaList(bg, keys[i%len(keys)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+func batches(keys []string, size int) [][]string {
+	var out [][]string
+	for i := 0; i+size <= len(keys) && len(out) < 256; i += len(keys) / 256 {
+		out = append(out, keys[i:i+size])
+	}
+	return out
+}
+
+// BenchmarkBatchExistKey1000: one op is a batch of 1000 keys; keys/s is
+// reported.
+func BenchmarkBatchExistKey1000(b *testing.B) {
+	s, keys := benchService(b)
+	bs := batches(keys, 1000)
+	var ctr atomic.Uint64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(ctr.Add(1))
+		for pb.Next() {
+			i++
+			if _, err := s.BatchExistKey(bg, bs[i%len(bs)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)*1000/b.Elapsed().Seconds(), "keys/s")
+}
+
+func BenchmarkBatchGetReplicaList1000(b *testing.B) {
+	s, keys := benchService(b)
+	bs := batches(keys, 1000)
+	var ctr atomic.Uint64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(ctr.Add(1))
+		for pb.Next() {
+			i++
+			if _, err := s.BatchGetReplicaList(bg, bs[i%len(bs)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)*1000/b.Elapsed().Seconds(), "keys/s")
+}
+
+// BenchmarkPutStartEnd: one op is a PutStart + PutEnd pair of a new 4 KiB
+// object into a 256 MiB segment; eviction runs whenever it fills.
+func BenchmarkPutStartEnd(b *testing.B) {
+	cfg := DefaultConfig()
+	cfg.MonitorInterval = 0
+	cfg.ClientTTL = time.Hour
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	s, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	for n := 0; n < 2; n++ {
+		if err := s.MountSegment(bg, MountRequest{Node: fmt.Sprint("n", n), Endpoint: "e", Segment: "s", Size: 128 << 20}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var ctr atomic.Uint64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			k := benchKey(int(ctr.Add(1)))
+			if _, err := s.PutStart(bg, PutStartRequest{Key: k, Size: 4096}); err != nil {
+				b.Fatal(err)
+			}
+			if err := s.PutEnd(bg, k); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	st, _ := s.Stats(bg)
+	b.ReportMetric(float64(st.Evictions)/float64(b.N), "evictions/op")
+}
+
+// BenchmarkGRPCBatchGetReplicaList1000: batch lookups of 1000 keys through
+// *Remote over a real 127.0.0.1 gRPC connection.
+func BenchmarkGRPCBatchGetReplicaList1000(b *testing.B) {
+	s, keys := benchService(b)
+	r := remoteService(b, s)
+	bs := batches(keys, 1000)
+	var ctr atomic.Uint64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(ctr.Add(1))
+		for pb.Next() {
+			i++
+			res, err := r.BatchGetReplicaList(bg, bs[i%len(bs)])
+			if err != nil || res[0].Err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)*1000/b.Elapsed().Seconds(), "keys/s")
+}
+
+func BenchmarkGRPCBatchExistKey1000(b *testing.B) {
+	s, keys := benchService(b)
+	r := remoteService(b, s)
+	bs := batches(keys, 1000)
+	var ctr atomic.Uint64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(ctr.Add(1))
+		for pb.Next() {
+			i++
+			if _, err := r.BatchExistKey(bg, bs[i%len(bs)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)*1000/b.Elapsed().Seconds(), "keys/s")
+}
