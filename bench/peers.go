@@ -82,7 +82,15 @@ func (s *pebbleStore) get(_ context.Context, key []byte) ([]byte, error) {
 	return out, nil
 }
 
-func (s *pebbleStore) close() error { return s.db.Close() }
+// close flushes the memtable first, so that a reopened store reads values
+// from its sstables rather than replaying them from the WAL into memory.
+func (s *pebbleStore) close() error {
+	if err := s.db.Flush(); err != nil {
+		s.db.Close()
+		return fmt.Errorf("pebble flush: %w", err)
+	}
+	return s.db.Close()
+}
 
 // badger v4 with its value log holding the values (ValueThreshold 1 KiB) and
 // a synced value log write per transaction.

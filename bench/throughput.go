@@ -89,7 +89,7 @@ func runThroughput(ctx context.Context, e *env) (*result, error) {
 	}
 	var fioW *fio.Result
 	fioR := map[int64]*fio.Result{}
-	ft := &table{Title: "fio on the same directory", Columns: []string{"job", "MB/s", "IOPS", "p50 ms", "p99 ms", "command"}}
+	ft := &table{Title: "fio on the same directory (commands below)", Columns: []string{"job", "MB/s", "IOPS", "p50 ms", "p99 ms"}}
 	if _, _, err := fio.Available(); err != nil {
 		res.Notes = append(res.Notes, "fio is not installed: absolute figures only (install fio for ratios)")
 	} else {
@@ -99,7 +99,8 @@ func runThroughput(ctx context.Context, e *env) (*result, error) {
 			return nil, err
 		}
 		fioW = &w
-		ft.add("write 1M qd16 direct", w.BytesPerSec/mb, w.IOPS, ms(w.LatP50), ms(w.LatP99), joinArgs(w.Args))
+		ft.add("write 1M qd16 direct", w.BytesPerSec/mb, w.IOPS, ms(w.LatP50), ms(w.LatP99))
+		res.Notes = append(res.Notes, "fio: "+joinArgs(w.Args))
 		for _, s := range sizes {
 			r, err := fio.Run(ctx, fio.Job{Name: "randread" + sizeName(s), Dir: fioDir, FileName: "data", RW: "randread",
 				BlockSize: s, IODepth: 32, Direct: true, Size: total, Runtime: fioRuntime})
@@ -107,7 +108,8 @@ func runThroughput(ctx context.Context, e *env) (*result, error) {
 				return nil, err
 			}
 			fioR[s] = &r
-			ft.add("randread "+sizeName(s)+" qd32 direct", r.BytesPerSec/mb, r.IOPS, ms(r.LatP50), ms(r.LatP99), joinArgs(r.Args))
+			ft.add("randread "+sizeName(s)+" qd32 direct", r.BytesPerSec/mb, r.IOPS, ms(r.LatP50), ms(r.LatP99))
+			res.Notes = append(res.Notes, "fio: "+joinArgs(r.Args))
 		}
 		res.Options["fio"] = fioW.Version
 	}
