@@ -1,15 +1,18 @@
 package index
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
+	"sort"
 	"sync"
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -114,6 +117,11 @@ func Open(dir string, opts Options) (ix *Index, err error) {
 		ErrorIfNotExists:   opts.ReadOnly,
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             pebbleLogger{log},
+	}
+	// Bloom filters: CommitBucket looks up every key it commits, and the
+	// engine's duplicate checks look up keys that are mostly absent.
+	for i := range popts.Levels {
+		popts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
 	defer func() {
 		if ferr := recoverFatal(recover()); ferr != nil {
@@ -256,6 +264,58 @@ func (ix *Index) get(key []byte) (Location, bool, error) {
 	return loc, true, nil
 }
 
+// lookupResult is the state of one key found by lookup.
+type lookupResult struct {
+	found   bool
+	corrupt bool // found, but the record does not decode
+	loc     Location
+}
+
+// lookup returns the current state of each key, in the order given. It uses
+// one iterator that consults the bloom filters of every level (a plain Get
+// skips them on the bottom level, where most records of a small index live),
+// so keys that are absent, the common case for a commit, cost a filter probe
+// instead of index and data block reads. The caller holds mu.
+func (ix *Index) lookup(keys [][]byte) ([]lookupResult, error) {
+	out := make([]lookupResult, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	lower := []byte{prefixObject}
+	it, err := ix.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixUpperBound(lower), UseL6Filters: true})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	// Seek in key order: neighbouring seeks then share cached blocks.
+	order := make([]int, len(keys))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool { return bytes.Compare(keys[order[a]], keys[order[b]]) < 0 })
+	for _, i := range order {
+		k := objectKey(keys[i])
+		if !it.SeekPrefixGE(k) || !bytes.Equal(it.Key(), k) {
+			if err := it.Error(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return nil, err
+		}
+		out[i].found = true
+		loc, err := decodeObject(keys[i], v)
+		if err != nil {
+			out[i].corrupt = true
+			continue
+		}
+		out[i].loc = loc
+	}
+	return out, nil
+}
+
 // has reports whether pebble holds key. The caller holds mu.
 func (ix *Index) has(k []byte) (bool, error) {
 	_, closer, err := ix.db.Get(k)
@@ -301,26 +361,28 @@ func (ix *Index) CommitBucket(meta BucketMeta, entries []KeyLoc) error {
 		return fmt.Errorf("index: commit bucket %d: %w", meta.ID, ErrBucketExists)
 	}
 
+	keys := make([][]byte, len(entries))
+	for i, e := range entries {
+		keys[i] = e.Key
+	}
+	olds, err := ix.lookup(keys)
+	if err != nil {
+		return fmt.Errorf("index: commit bucket %d: %w", meta.ID, err)
+	}
 	b := ix.db.NewBatch()
 	defer b.Close()
 	var added int64
-	for _, e := range entries {
-		old, found, err := ix.get(e.Key)
-		var ce *CorruptError
-		switch {
-		case errors.As(err, &ce):
+	for i, e := range entries {
+		switch old := olds[i]; {
+		case !old.found:
+			added++
+		case old.corrupt:
 			// The old record is unreadable: overwrite it. Its membership
 			// record (if any) cannot be found and is left to DeleteBucket.
-			found = true
-		case err != nil:
-			return fmt.Errorf("index: commit bucket %d: read %s: %w", meta.ID, showKey(e.Key), err)
-		case found && old.Bucket != meta.ID:
-			if err := b.Delete(membershipKey(old.Bucket, e.Key), nil); err != nil {
+		case old.loc.Bucket != meta.ID:
+			if err := b.Delete(membershipKey(old.loc.Bucket, e.Key), nil); err != nil {
 				return fmt.Errorf("index: commit bucket %d: %w", meta.ID, err)
 			}
-		}
-		if !found {
-			added++
 		}
 		if err := b.Set(objectKey(e.Key), encodeObject(e.Loc), nil); err != nil {
 			return fmt.Errorf("index: commit bucket %d: %w", meta.ID, err)

@@ -419,3 +419,26 @@ func TestCorruptRecords(t *testing.T) {
 	require.ErrorIs(t, err, ErrCorrupt)
 	require.ErrorContains(t, err, "next-bucket-id")
 }
+
+// DeleteBucket checks each member's current location, so a stale membership
+// record (left, say, by overwriting an undecodable object record) never
+// makes it delete a key that lives in another bucket.
+func TestDeleteBucketIgnoresStaleMembership(t *testing.T) {
+	fs := vfs.NewMem()
+	ix := open(t, "index", fs)
+	commit(t, ix, 1, "a", "b")
+	commit(t, ix, 2, "b")
+	require.NoError(t, ix.Close())
+	rawSet(t, fs, "index", membershipKey(1, []byte("b")), membershipValue)
+
+	ix = open(t, "index", fs)
+	require.ErrorIs(t, ix.Check(), ErrInconsistent, "the stale record is visible to Check")
+	removed, err := ix.DeleteBucket(1)
+	require.NoError(t, err)
+	require.Equal(t, [][]byte{[]byte("a")}, removed)
+	loc, found, err := ix.Get([]byte("b"))
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, uint64(2), loc.Bucket)
+	require.NoError(t, ix.Check(), "DeleteBucket removed the stale record")
+}

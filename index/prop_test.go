@@ -1,0 +1,190 @@
+package index
+
+import (
+	"errors"
+	"sort"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"pgregory.net/rapid"
+)
+
+// propModel is the reference the index is compared with: a map from key to
+// location and the committed buckets.
+type propModel struct {
+	objs    map[string]Location
+	buckets map[uint64]BucketMeta
+	next    uint64
+}
+
+var propKeys = []string{"a", "b", "c", "d", "e", "f", "k", "n", "\x00", "\xff", "b\x00\x00\x00\x00\x00\x00\x00\x01a", "m\x00\x00\x00\x00\x00\x00\x00\x02"}
+
+// Random sequences of commits, bucket deletions, key deletions and
+// crash-reopens keep the index equal to the model. Every reopen is on a
+// crash clone holding only synced data, so a write that was acknowledged but
+// not synced would show up as a difference.
+func TestPropertyIndexMatchesModel(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		mem := vfs.NewCrashableMem()
+		ix, err := Open("index", Options{FS: mem, Logger: quietLogger, CacheSize: 1 << 20})
+		if err != nil {
+			rt.Fatal(err)
+		}
+		rt.Cleanup(func() { _ = ix.Close() })
+		m := &propModel{objs: map[string]Location{}, buckets: map[uint64]BucketMeta{}, next: 1}
+		keyGen := rapid.SampledFrom(propKeys)
+
+		rt.Repeat(map[string]func(*rapid.T){
+			"commit": func(rt *rapid.T) {
+				id := ix.NextBucketID() + rapid.Uint64Range(0, 3).Draw(rt, "gap")
+				if len(m.buckets) > 0 && rapid.IntRange(0, 9).Draw(rt, "reuse") == 0 {
+					id = rapid.SampledFrom(bucketIDs(m)).Draw(rt, "existing")
+				}
+				keys := rapid.SliceOfNDistinct(keyGen, 0, 6, func(s string) string { return s }).Draw(rt, "keys")
+				meta := BucketMeta{ID: id, Size: rapid.Int64Range(0, 1<<30).Draw(rt, "size"), Keys: len(keys), Created: rapid.Int64().Draw(rt, "created")}
+				entries := make([]KeyLoc, len(keys))
+				for i, k := range keys {
+					entries[i] = KeyLoc{Key: []byte(k), Loc: Location{
+						Bucket:    id,
+						Offset:    int64(i) * 4096,
+						StoredLen: rapid.Uint32().Draw(rt, "stored"),
+						ValueLen:  rapid.Uint32().Draw(rt, "vlen"),
+						Codec:     rapid.Uint8Range(0, 1).Draw(rt, "codec"),
+						CRC:       rapid.Uint32().Draw(rt, "crc"),
+					}}
+				}
+				err := ix.CommitBucket(meta, entries)
+				if _, exists := m.buckets[id]; exists {
+					if !errors.Is(err, ErrBucketExists) {
+						rt.Fatalf("commit of existing bucket %d: got %v, want ErrBucketExists", id, err)
+					}
+					return
+				}
+				if err != nil {
+					rt.Fatalf("commit bucket %d: %v", id, err)
+				}
+				for _, e := range entries {
+					m.objs[string(e.Key)] = e.Loc
+				}
+				m.buckets[id] = meta
+				m.next = max(m.next, id+1)
+			},
+			"deleteBucket": func(rt *rapid.T) {
+				id := rapid.Uint64Range(0, m.next).Draw(rt, "any")
+				if len(m.buckets) > 0 && rapid.Bool().Draw(rt, "existing") {
+					id = rapid.SampledFrom(bucketIDs(m)).Draw(rt, "id")
+				}
+				removed, err := ix.DeleteBucket(id)
+				if err != nil {
+					rt.Fatalf("delete bucket %d: %v", id, err)
+				}
+				var want []string
+				for k, loc := range m.objs {
+					if loc.Bucket == id {
+						want = append(want, k)
+					}
+				}
+				sort.Strings(want)
+				got := make([]string, len(removed))
+				for i, k := range removed {
+					got[i] = string(k)
+				}
+				if !equalStrings(got, want) {
+					rt.Fatalf("delete bucket %d removed %q, want %q", id, got, want)
+				}
+				for _, k := range want {
+					delete(m.objs, k)
+				}
+				delete(m.buckets, id)
+			},
+			"deleteKeys": func(rt *rapid.T) {
+				keys := rapid.SliceOfN(keyGen, 0, 5).Draw(rt, "keys")
+				bs := make([][]byte, len(keys))
+				for i, k := range keys {
+					bs[i] = []byte(k)
+				}
+				if err := ix.DeleteKeys(bs); err != nil {
+					rt.Fatalf("delete keys: %v", err)
+				}
+				for _, k := range keys {
+					delete(m.objs, k)
+				}
+			},
+			"crashReopen": func(rt *rapid.T) {
+				mem = mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+				_ = ix.Close()
+				ix, err = Open("index", Options{FS: mem, Logger: quietLogger, CacheSize: 1 << 20})
+				if err != nil {
+					rt.Fatalf("reopen: %v", err)
+				}
+			},
+			"": func(rt *rapid.T) { checkModel(rt, ix, m) },
+		})
+	})
+}
+
+func checkModel(rt *rapid.T, ix *Index, m *propModel) {
+	for _, k := range propKeys {
+		loc, found, err := ix.Get([]byte(k))
+		if err != nil {
+			rt.Fatalf("get %q: %v", k, err)
+		}
+		want, wantFound := m.objs[k]
+		if found != wantFound || loc != want {
+			rt.Fatalf("get %q = %+v %v, want %+v %v", k, loc, found, want, wantFound)
+		}
+	}
+	if got := ix.Count(); got != int64(len(m.objs)) {
+		rt.Fatalf("Count = %d, want %d", got, len(m.objs))
+	}
+	if got := ix.NextBucketID(); got != m.next {
+		rt.Fatalf("NextBucketID = %d, want %d", got, m.next)
+	}
+	bs, err := ix.Buckets()
+	if err != nil {
+		rt.Fatal(err)
+	}
+	ids := bucketIDs(m)
+	if len(bs) != len(ids) {
+		rt.Fatalf("Buckets has %d, want %d", len(bs), len(ids))
+	}
+	for i, b := range bs {
+		if b != m.buckets[ids[i]] {
+			rt.Fatalf("bucket %d = %+v, want %+v", i, b, m.buckets[ids[i]])
+		}
+		live := 0
+		for _, loc := range m.objs {
+			if loc.Bucket == b.ID {
+				live++
+			}
+		}
+		n, err := ix.BucketLiveKeys(b.ID)
+		if err != nil || n != live {
+			rt.Fatalf("BucketLiveKeys(%d) = %d, %v; want %d", b.ID, n, err, live)
+		}
+	}
+	if err := ix.Check(); err != nil {
+		rt.Fatal(err)
+	}
+}
+
+func bucketIDs(m *propModel) []uint64 {
+	ids := make([]uint64, 0, len(m.buckets))
+	for id := range m.buckets {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
