@@ -1,0 +1,143 @@
+package eviction
+
+import (
+	"container/list"
+	"fmt"
+	"strings"
+)
+
+// Policy orders SSD buckets for eviction. See the package documentation for
+// the contract of each method.
+type Policy interface {
+	// Add starts tracking bucket id of size bytes. Adding an id already
+	// tracked replaces its size; lru and lru2 count it as a use, fifo keeps
+	// its place.
+	Add(id uint64, size int64)
+	// Touch records a read of bucket id. Unknown ids are ignored.
+	Touch(id uint64)
+	// Remove stops tracking bucket id. Unknown ids are ignored.
+	Remove(id uint64)
+	// Victims returns ids in eviction order until their sizes sum to at
+	// least need, leaving out ids for which skip (may be nil) is true; all
+	// such ids if they do not reach need. It changes nothing.
+	Victims(need int64, skip func(id uint64) bool) []uint64
+	// Len is the number of tracked ids.
+	Len() int
+	// Size is the summed size of the tracked ids.
+	Size() int64
+}
+
+// Names lists the policies New accepts.
+var Names = []string{"lru", "fifo", "lru2"}
+
+// New returns the policy named name: "lru" (also ""), "fifo" or "lru2".
+func New(name string) (Policy, error) {
+	switch name {
+	case "lru", "":
+		return NewLRU(), nil
+	case "fifo":
+		return NewFIFO(), nil
+	case "lru2":
+		return NewLRU2(), nil
+	}
+	return nil, fmt.Errorf("%w %q (valid: %s)", ErrUnknownPolicy, name, strings.Join(Names, ", "))
+}
+
+func checkSize(id uint64, size int64) {
+	if size < 0 {
+		panic(fmt.Sprintf("eviction: Add of bucket %d with negative size %d", id, size))
+	}
+}
+
+// item is one tracked bucket, the value of a list element.
+type item struct {
+	id   uint64
+	size int64
+	// hits counts reads while in probation (lru2 only).
+	hits int
+	// protected says which segment holds the item (lru2 only).
+	protected bool
+}
+
+// queue is a list of items, most recently used (or newest) at the front,
+// with a running size.
+type queue struct {
+	l    list.List
+	size int64
+}
+
+// collect appends to out, from the back of q, the ids not skipped, adding
+// their sizes to *sum, until *sum >= need. It reports whether need was met.
+func (q *queue) collect(out []uint64, sum *int64, need int64, skip func(uint64) bool) ([]uint64, bool) {
+	for e := q.l.Back(); e != nil; e = e.Prev() {
+		if *sum >= need {
+			return out, true
+		}
+		it := e.Value.(*item)
+		if skip != nil && skip(it.id) {
+			continue
+		}
+		out = append(out, it.id)
+		*sum += it.size
+	}
+	return out, *sum >= need
+}
+
+// listPolicy implements lru (touchMoves) and fifo (!touchMoves).
+type listPolicy struct {
+	touchMoves bool
+	q          queue
+	items      map[uint64]*list.Element
+}
+
+// NewLRU returns a policy that evicts the least recently added or touched
+// bucket first.
+func NewLRU() Policy { return &listPolicy{touchMoves: true, items: map[uint64]*list.Element{}} }
+
+// NewFIFO returns a policy that evicts the oldest added bucket first; Touch
+// does nothing.
+func NewFIFO() Policy { return &listPolicy{items: map[uint64]*list.Element{}} }
+
+func (p *listPolicy) Add(id uint64, size int64) {
+	checkSize(id, size)
+	if e, ok := p.items[id]; ok {
+		it := e.Value.(*item)
+		p.q.size += size - it.size
+		it.size = size
+		if p.touchMoves {
+			p.q.l.MoveToFront(e)
+		}
+		return
+	}
+	p.items[id] = p.q.l.PushFront(&item{id: id, size: size})
+	p.q.size += size
+}
+
+func (p *listPolicy) Touch(id uint64) {
+	if !p.touchMoves {
+		return
+	}
+	if e, ok := p.items[id]; ok {
+		p.q.l.MoveToFront(e)
+	}
+}
+
+func (p *listPolicy) Remove(id uint64) {
+	if e, ok := p.items[id]; ok {
+		p.q.size -= e.Value.(*item).size
+		p.q.l.Remove(e)
+		delete(p.items, id)
+	}
+}
+
+func (p *listPolicy) Victims(need int64, skip func(uint64) bool) []uint64 {
+	if need <= 0 {
+		return nil
+	}
+	var sum int64
+	out, _ := p.q.collect(nil, &sum, need, skip)
+	return out
+}
+
+func (p *listPolicy) Len() int    { return len(p.items) }
+func (p *listPolicy) Size() int64 { return p.q.size }
