@@ -1,7 +1,5 @@
 package eviction
 
-import "container/list"
-
 const (
 	// promoteHits is the number of reads in probation that promote a bucket
 	// to the protected segment.
@@ -14,12 +12,12 @@ const (
 // lru2 is the segmented LRU described in the package documentation.
 type lru2 struct {
 	probation, protected queue
-	items                map[uint64]*list.Element
+	items                map[uint64]*item
 }
 
 // NewLRU2 returns the "lru2" policy: a segmented LRU in which a bucket read
 // twice is protected from one-hit traffic (see the package documentation).
-func NewLRU2() Policy { return &lru2{items: map[uint64]*list.Element{}} }
+func NewLRU2() Policy { return &lru2{items: map[uint64]*item{}} }
 
 func (p *lru2) seg(it *item) *queue {
 	if it.protected {
@@ -30,38 +28,34 @@ func (p *lru2) seg(it *item) *queue {
 
 func (p *lru2) Add(id uint64, size int64) {
 	checkSize(id, size)
-	if e, ok := p.items[id]; ok {
-		it := e.Value.(*item)
-		p.seg(it).size += size - it.size
-		it.size = size
+	if it, ok := p.items[id]; ok {
+		p.seg(it).resize(it, size)
 		p.Touch(id)
 		return
 	}
-	p.items[id] = p.probation.l.PushFront(&item{id: id, size: size})
-	p.probation.size += size
+	it := &item{id: id, size: size}
+	p.items[id] = it
+	p.probation.pushFront(it)
 	p.rebalance()
 }
 
 func (p *lru2) Touch(id uint64) {
-	e, ok := p.items[id]
+	it, ok := p.items[id]
 	if !ok {
 		return
 	}
-	it := e.Value.(*item)
 	if it.protected {
-		p.protected.l.MoveToFront(e)
+		p.protected.moveToFront(it)
 		return
 	}
 	it.hits++
 	if it.hits < promoteHits {
-		p.probation.l.MoveToFront(e)
+		p.probation.moveToFront(it)
 		return
 	}
-	p.probation.l.Remove(e)
-	p.probation.size -= it.size
+	p.probation.remove(it)
 	it.protected = true
-	p.items[id] = p.protected.l.PushFront(it)
-	p.protected.size += it.size
+	p.protected.pushFront(it)
 	p.rebalance()
 }
 
@@ -72,27 +66,21 @@ func (p *lru2) Touch(id uint64) {
 // one more read promotes it again.
 func (p *lru2) rebalance() {
 	total := p.probation.size + p.protected.size
-	for p.protected.l.Len() > 1 && p.protected.size*100 > total*protectedPercent {
-		e := p.protected.l.Back()
-		it := e.Value.(*item)
-		p.protected.l.Remove(e)
-		p.protected.size -= it.size
+	for p.protected.n > 1 && p.protected.size*100 > total*protectedPercent {
+		it := p.protected.back
+		p.protected.remove(it)
 		it.protected = false
 		it.hits = promoteHits - 1
-		p.items[it.id] = p.probation.l.PushFront(it)
-		p.probation.size += it.size
+		p.probation.pushFront(it)
 	}
 }
 
 func (p *lru2) Remove(id uint64) {
-	e, ok := p.items[id]
+	it, ok := p.items[id]
 	if !ok {
 		return
 	}
-	it := e.Value.(*item)
-	q := p.seg(it)
-	q.l.Remove(e)
-	q.size -= it.size
+	p.seg(it).remove(it)
 	delete(p.items, id)
 	// Removing probation bytes can leave protected above its share; it
 	// is corrected at the next Add or promotion, since Remove is usually

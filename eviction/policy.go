@@ -1,7 +1,6 @@
 package eviction
 
 import (
-	"container/list"
 	"fmt"
 	"strings"
 )
@@ -49,83 +48,47 @@ func checkSize(id uint64, size int64) {
 	}
 }
 
-// item is one tracked bucket, the value of a list element.
-type item struct {
-	id   uint64
-	size int64
-	// hits counts reads while in probation (lru2 only).
-	hits int
-	// protected says which segment holds the item (lru2 only).
-	protected bool
-}
-
-// queue is a list of items, most recently used (or newest) at the front,
-// with a running size.
-type queue struct {
-	l    list.List
-	size int64
-}
-
-// collect appends to out, from the back of q, the ids not skipped, adding
-// their sizes to *sum, until *sum >= need. It reports whether need was met.
-func (q *queue) collect(out []uint64, sum *int64, need int64, skip func(uint64) bool) ([]uint64, bool) {
-	for e := q.l.Back(); e != nil; e = e.Prev() {
-		if *sum >= need {
-			return out, true
-		}
-		it := e.Value.(*item)
-		if skip != nil && skip(it.id) {
-			continue
-		}
-		out = append(out, it.id)
-		*sum += it.size
-	}
-	return out, *sum >= need
-}
-
 // listPolicy implements lru (touchMoves) and fifo (!touchMoves).
 type listPolicy struct {
 	touchMoves bool
 	q          queue
-	items      map[uint64]*list.Element
+	items      map[uint64]*item
 }
 
 // NewLRU returns a policy that evicts the least recently added or touched
 // bucket first.
-func NewLRU() Policy { return &listPolicy{touchMoves: true, items: map[uint64]*list.Element{}} }
+func NewLRU() Policy { return &listPolicy{touchMoves: true, items: map[uint64]*item{}} }
 
 // NewFIFO returns a policy that evicts the oldest added bucket first; Touch
 // does nothing.
-func NewFIFO() Policy { return &listPolicy{items: map[uint64]*list.Element{}} }
+func NewFIFO() Policy { return &listPolicy{items: map[uint64]*item{}} }
 
 func (p *listPolicy) Add(id uint64, size int64) {
 	checkSize(id, size)
-	if e, ok := p.items[id]; ok {
-		it := e.Value.(*item)
-		p.q.size += size - it.size
-		it.size = size
+	if it, ok := p.items[id]; ok {
+		p.q.resize(it, size)
 		if p.touchMoves {
-			p.q.l.MoveToFront(e)
+			p.q.moveToFront(it)
 		}
 		return
 	}
-	p.items[id] = p.q.l.PushFront(&item{id: id, size: size})
-	p.q.size += size
+	it := &item{id: id, size: size}
+	p.items[id] = it
+	p.q.pushFront(it)
 }
 
 func (p *listPolicy) Touch(id uint64) {
 	if !p.touchMoves {
 		return
 	}
-	if e, ok := p.items[id]; ok {
-		p.q.l.MoveToFront(e)
+	if it, ok := p.items[id]; ok {
+		p.q.moveToFront(it)
 	}
 }
 
 func (p *listPolicy) Remove(id uint64) {
-	if e, ok := p.items[id]; ok {
-		p.q.size -= e.Value.(*item).size
-		p.q.l.Remove(e)
+	if it, ok := p.items[id]; ok {
+		p.q.remove(it)
 		delete(p.items, id)
 	}
 }

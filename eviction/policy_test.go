@@ -324,6 +324,6 @@ func TestLRU2Demotion(t *testing.T) {
 	q.Add(1, 1000)
 	q.Touch(1)
 	q.Touch(1)
-	require.True(t, q.(*lru2).protected.l.Len() == 1)
+	require.Equal(t, 1, q.(*lru2).protected.n)
 	require.Equal(t, []uint64{1}, q.Victims(1, nil))
 }
