@@ -19,8 +19,12 @@
 //
 // Read opens the file O_DIRECT and reads each op as the aligned range that
 // holds it, cut into pieces of at most ChunkSize, QueueDepth (32) pieces in
-// flight on one ring, then copies the op's bytes into a fresh slice owned by
-// the caller. Ranges past the end of the file fail alone (ErrShortRead),
+// flight on one ring. The kernel reads straight into an aligned Go heap
+// buffer that the op's Data is cut from: no staging copy (a copy from
+// off-heap slots cost about a quarter of the CPU of a 64 KiB read). This is
+// safe because the Go collector never moves heap objects and the ring's
+// in-flight table keeps the buffer reachable until the read completes; the
+// returned Data has its capacity clipped to its length. Ranges past the end of the file fail alone (ErrShortRead),
 // negative ones with ErrBadRange.
 //
 // # Fallbacks

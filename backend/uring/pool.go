@@ -12,9 +12,10 @@ import (
 // failures.
 var newRing = iuring.New
 
-// worker is one ring with its staging memory: slots chunk-sized, page-aligned
-// slices of one anonymous mapping, registered as fixed buffer 0 when the
-// kernel allows it. A worker is owned by one goroutine at a time (taken from
+// worker is one ring with the staging memory of its writes: slots
+// chunk-sized, page-aligned slices of one anonymous mapping, registered as
+// fixed buffer 0 when the kernel allows it (reads need no slots: they land in
+// the caller's aligned Data). A worker is owned by one goroutine at a time (taken from
 // and returned to the pool's idle channel), which holds LockOSThread while
 // it uses the ring. It is only returned with nothing in flight.
 type worker struct {
@@ -49,15 +50,17 @@ func (w *worker) close() error {
 type pool struct {
 	idle  chan *worker  // workers nobody owns
 	sem   chan struct{} // one token per existing worker
-	depth int           // ring SQ entries and number of slots
+	depth int           // ring SQ entries
+	slots int           // staging slots per worker (the write depth)
 	chunk int
 }
 
-func newPool(maxRings, depth, chunk int) *pool {
+func newPool(maxRings, depth, slots, chunk int) *pool {
 	return &pool{
 		idle:  make(chan *worker, maxRings),
 		sem:   make(chan struct{}, maxRings),
 		depth: depth,
+		slots: slots,
 		chunk: chunk,
 	}
 }
@@ -69,15 +72,15 @@ func (p *pool) create() (*worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	mem, err := iuring.NewBuffer(p.depth * p.chunk)
+	mem, err := iuring.NewBuffer(p.slots * p.chunk)
 	if err != nil {
 		r.Close()
 		return nil, err
 	}
-	w := &worker{ring: r, mem: mem, chunk: p.chunk, slots: p.depth}
+	w := &worker{ring: r, mem: mem, chunk: p.chunk, slots: p.slots}
 	w.fixed = r.RegisterBuffers([]*iuring.Buffer{mem}) == nil
-	w.free = make([]int, 0, p.depth)
-	for i := p.depth - 1; i >= 0; i-- {
+	w.free = make([]int, 0, p.slots)
+	for i := p.slots - 1; i >= 0; i-- {
 		w.free = append(w.free, i)
 	}
 	return w, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -12,9 +13,10 @@ import (
 )
 
 // Read implements backend.Backend. With O_DIRECT each op is read as the
-// aligned range that holds it, in pieces of at most ChunkSize (one staging
-// slot each), QueueDepth pieces in flight, and copied out. Without O_DIRECT
-// the pieces are read straight into the caller's Data.
+// aligned range that holds it, into an aligned heap buffer that its Data is
+// cut from (no copy), in pieces of at most ChunkSize, QueueDepth pieces in
+// flight on one ring. Without O_DIRECT the pieces are read straight into
+// Data.
 func (b *Backend) Read(ctx context.Context, id uint64, ops []backend.ReadOp) error {
 	if err := b.lock(); err != nil {
 		return fmt.Errorf("uring: read bucket %016x: %w", id, err)
@@ -77,15 +79,15 @@ func openRead(name string, direct bool) (int, error) {
 	return unix.Open(name, flags, 0)
 }
 
-// piece is one read request: file range [off, off+n) into a slot (direct) or
-// into dst (buffered). got counts the bytes read so far.
+// piece is one read request: file range [off, off+n) into dst, which is
+// part of the op's Data (buffered) or of the aligned buffer Data is cut from
+// (direct). got counts the bytes read so far.
 type piece struct {
-	op   int
-	off  int64
-	n    int
-	got  int
-	slot int    // direct: staging slot while in flight
-	dst  []byte // buffered: where the bytes go
+	op  int
+	off int64
+	n   int
+	got int
+	dst []byte
 }
 
 type reader struct {
@@ -119,19 +121,35 @@ func (rd *reader) plan() {
 			op.Data = []byte{}
 			continue
 		}
-		op.Data = make([]byte, op.Len)
 		lo, hi := op.Off, op.Off+int64(op.Len)
+		var buf []byte // receives [lo, hi)
 		if rd.direct {
 			lo, hi = lo&^(A-1), (hi+A-1)&^(A-1)
+			buf = alignedAlloc(int(hi - lo))
+			s := op.Off - lo
+			op.Data = buf[s : s+int64(op.Len) : s+int64(op.Len)]
+		} else {
+			buf = make([]byte, op.Len)
+			op.Data = buf
 		}
 		for p := lo; p < hi; p += int64(rd.chunk) {
-			pc := &piece{op: i, off: p, n: int(min(int64(rd.chunk), hi-p)), slot: -1}
-			if !rd.direct {
-				pc.dst = op.Data[p-op.Off : p-op.Off+int64(pc.n)]
-			}
-			rd.pieces = append(rd.pieces, pc)
+			n := min(int64(rd.chunk), hi-p)
+			rd.pieces = append(rd.pieces, &piece{op: i, off: p, n: int(n), dst: buf[p-lo : p-lo+n]})
 		}
 	}
+}
+
+// alignedAlloc returns n bytes of Go heap memory starting on an Alignment
+// boundary (over-allocated and cut). The kernel reads into it directly: the
+// collector never moves heap objects, and the ring's in-flight table keeps
+// it reachable until the read completes.
+func alignedAlloc(n int) []byte {
+	raw := make([]byte, n+backend.Alignment)
+	skip := 0
+	if r := int(uintptr(unsafe.Pointer(&raw[0])) & (backend.Alignment - 1)); r != 0 {
+		skip = backend.Alignment - r
+	}
+	return raw[skip : skip+n : skip+n]
 }
 
 func (rd *reader) failAll(err error) {
@@ -143,17 +161,7 @@ func (rd *reader) failAll(err error) {
 }
 
 func (rd *reader) prepare(pc *piece) error {
-	var op iuring.Op
-	if rd.direct {
-		buf := rd.w.slot(pc.slot)[pc.got:pc.n]
-		op = iuring.Op{Opcode: iuring.OpRead, Fd: rd.fd, Off: pc.off + int64(pc.got), Buf: buf, Tag: pc}
-		if rd.w.fixed {
-			op.Opcode = iuring.OpReadFixed
-		}
-	} else {
-		op = iuring.Op{Opcode: iuring.OpRead, Fd: rd.fd, Off: pc.off + int64(pc.got), Buf: pc.dst[pc.got:], Tag: pc}
-	}
-	_, err := rd.w.ring.Prepare(op)
+	_, err := rd.w.ring.Prepare(iuring.Op{Opcode: iuring.OpRead, Fd: rd.fd, Off: pc.off + int64(pc.got), Buf: pc.dst[pc.got:], Tag: pc})
 	return err
 }
 
@@ -163,20 +171,13 @@ func (rd *reader) run(ctx context.Context) error {
 	next, inflight := 0, 0
 	var stop error
 	for {
-		for stop == nil && next < len(rd.pieces) && inflight < rd.depth && (!rd.direct || len(rd.w.free) > 0) {
+		for stop == nil && next < len(rd.pieces) && inflight < rd.depth {
 			if err := ctx.Err(); err != nil {
 				stop = err
 				break
 			}
 			pc := rd.pieces[next]
-			if rd.direct {
-				pc.slot = rd.w.free[len(rd.w.free)-1]
-				rd.w.free = rd.w.free[:len(rd.w.free)-1]
-			}
 			if err := rd.prepare(pc); err != nil {
-				if rd.direct {
-					rd.w.free = append(rd.w.free, pc.slot)
-				}
 				stop = err
 				break
 			}
@@ -196,15 +197,9 @@ func (rd *reader) run(ctx context.Context) error {
 			pc := c.Tag.(*piece)
 			if rd.complete(pc, c) {
 				inflight--
-				if rd.direct {
-					rd.w.free = append(rd.w.free, pc.slot)
-				}
 			} else if err := rd.prepare(pc); err != nil {
 				rd.fail(pc, err)
 				inflight--
-				if rd.direct {
-					rd.w.free = append(rd.w.free, pc.slot)
-				}
 			}
 		}
 		clear(rd.comps)
@@ -233,15 +228,6 @@ func (rd *reader) complete(pc *piece, c iuring.Completion) bool {
 	}
 	n := int(c.Res)
 	op := &rd.ops[pc.op]
-	if rd.direct && n > 0 {
-		// Copy the part of [pc.off+got, +n) that lies inside the op.
-		from, to := pc.off+int64(pc.got), pc.off+int64(pc.got+n)
-		lo, hi := max(from, op.Off), min(to, op.Off+int64(op.Len))
-		if lo < hi {
-			src := rd.w.slot(pc.slot)[pc.got+int(lo-from) : pc.got+int(hi-from)]
-			copy(op.Data[lo-op.Off:hi-op.Off], src)
-		}
-	}
 	pc.got += n
 	if pc.got >= pc.n {
 		return true

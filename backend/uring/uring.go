@@ -34,11 +34,12 @@ type Options struct {
 	// write, e.g. tmpfs) the backend switches to buffered I/O and logs why,
 	// once.
 	Direct bool
-	// QueueDepth is the number of reads one Read call keeps in flight, the
-	// size of each ring and its number of staging slots. Default 32.
+	// QueueDepth is the number of reads one Read call keeps in flight and
+	// the size of each ring. Default 32.
 	QueueDepth int
 	// WriteDepth is the number of chunk writes one WriteBucket keeps in
-	// flight (<= QueueDepth). Default 8.
+	// flight (<= QueueDepth), and so the number of ChunkSize staging slots
+	// of each ring. Default 8.
 	WriteDepth int
 	// ChunkSize is the size of one write and of one staging slot; a
 	// multiple of backend.Alignment. Default 1 MiB.
@@ -104,7 +105,7 @@ func Open(dir string, opts Options) (backend.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := newPool(opts.MaxRings, opts.QueueDepth, opts.ChunkSize)
+	p := newPool(opts.MaxRings, opts.QueueDepth, opts.WriteDepth, opts.ChunkSize)
 	w, err := p.create() // proves io_uring works here; kept as the first idle ring
 	if err != nil {
 		if errors.Is(err, iuring.ErrUnavailable) {

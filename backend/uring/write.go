@@ -74,6 +74,17 @@ func (b *Backend) writeFile(ctx context.Context, name string, data [][]byte, dir
 			_ = unix.Fsync(b.dirFD)
 		}
 	}()
+	if direct {
+		// Allocate the whole file first: O_DIRECT writes inside i_size
+		// run in parallel, while ext4 serialises (and io_uring punts to
+		// its workers) writes that extend the file. ENOSPC shows up here,
+		// before any data is written.
+		if total := backend.TotalLen(data); total > 0 {
+			if err := unix.Fallocate(fd, 0, 0, total); err != nil && !errors.Is(err, unix.EOPNOTSUPP) {
+				return fmt.Errorf("fallocate %d bytes: %w", total, noSpace(err))
+			}
+		}
+	}
 	w, err := b.pool.get(ctx)
 	if err != nil {
 		return err
