@@ -1,6 +1,7 @@
 package master
 
 import (
+	"container/heap"
 	"math"
 	"sort"
 )
@@ -26,28 +27,45 @@ type victim struct {
 func (s *Service) evict(need int64) int {
 	s.evictMu.Lock()
 	defer s.evictMu.Unlock()
+	defer s.evictGen.Add(1)
 	now := s.now()
-	var cands []victim
+	// Pass 1: count the evictable objects, which sets the round's size.
+	total := 0
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, o := range sh.objs {
+		for _, o := range sh.objs {
 			if s.evictable(o, now) && o.mem.seg.live() {
-				cands = append(cands, victim{key: k, o: o, sh: sh, lease: o.leaseUntil, soft: o.softPinned(now)})
+				total++
 			}
 		}
 		sh.mu.Unlock()
 	}
-	if len(cands) == 0 {
+	if total == 0 {
 		return 0
 	}
-	target := int(math.Ceil(s.cfg.EvictionRatio * float64(len(cands))))
-	sort.Slice(cands, func(i, j int) bool {
-		if cands[i].soft != cands[j].soft {
-			return !cands[i].soft
+	target := int(math.Ceil(s.cfg.EvictionRatio * float64(total)))
+	// Pass 2: keep the target best victims in a max-heap (worst on top).
+	h := victimHeap(make([]victim, 0, target))
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, o := range sh.objs {
+			if !s.evictable(o, now) || !o.mem.seg.live() {
+				continue
+			}
+			v := victim{key: k, o: o, sh: sh, lease: o.leaseUntil, soft: o.softPinned(now)}
+			if len(h) < target {
+				heap.Push(&h, v)
+			} else if v.before(h[0]) {
+				h[0] = v
+				heap.Fix(&h, 0)
+			}
 		}
-		return cands[i].lease < cands[j].lease
-	})
+		sh.mu.Unlock()
+	}
+	cands := []victim(h)
+	sort.Slice(cands, func(i, j int) bool { return cands[i].before(cands[j]) })
 	var freed int64
 	dropped, queued := 0, 0
 	for _, c := range cands {
@@ -76,9 +94,47 @@ func (s *Service) evict(need int64) int {
 	s.cnt.evictions.Add(int64(dropped))
 	s.met.evictions.Add(float64(dropped))
 	if dropped+queued > 0 {
-		s.log.Debug("dram eviction", "candidates", len(cands), "dropped", dropped, "queued_for_offload", queued, "freed_bytes", freed)
+		s.log.Debug("dram eviction", "evictable", total, "dropped", dropped, "queued_for_offload", queued, "freed_bytes", freed)
 	}
 	return dropped
+}
+
+// before orders victims: unpinned before soft-pinned, then oldest lease.
+func (v victim) before(w victim) bool {
+	if v.soft != w.soft {
+		return !v.soft
+	}
+	return v.lease < w.lease
+}
+
+// victimHeap is a max-heap by before: the worst kept victim is at [0].
+type victimHeap []victim
+
+func (h victimHeap) Len() int           { return len(h) }
+func (h victimHeap) Less(i, j int) bool { return h[j].before(h[i]) }
+func (h victimHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *victimHeap) Push(x any)        { *h = append(*h, x.(victim)) }
+func (h *victimHeap) Pop() any {
+	old := *h
+	v := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return v
+}
+
+// evictAfter runs an eviction round for an allocation of need bytes that
+// failed while the eviction generation was gen; if another round finished
+// since, it returns at once (the caller retries its allocation).
+func (s *Service) evictAfter(gen uint64, need int64) bool {
+	if s.evictGen.Load() != gen {
+		return true
+	}
+	s.evictMu.Lock()
+	if s.evictGen.Load() != gen {
+		s.evictMu.Unlock()
+		return true
+	}
+	s.evictMu.Unlock()
+	return s.evict(need) > 0
 }
 
 // EvictNow runs one eviction round as if an allocation had failed (tests,

@@ -62,7 +62,7 @@ func (s *Service) putStart(req PutStartRequest) (Replica, error) {
 		o.gone = false
 	}
 	o.size, o.crc = req.Size, req.CRC
-	o.mem = &memReplica{seg: seg, off: off, len: req.Size}
+	o.mem = memReplica{seg: seg, off: off, len: req.Size}
 	o.putStart = now
 	o.softPin, o.hardPin = req.SoftPin, req.HardPin
 	s.processing.Add(1)
@@ -77,7 +77,7 @@ func (s *Service) blocksPut(o *object) bool {
 	if o.readable() {
 		return true
 	}
-	return o.mem != nil && !o.mem.complete && o.mem.seg.live()
+	return o.mem.seg != nil && !o.mem.complete && o.mem.seg.live()
 }
 
 func (s *Service) memDescriptor(o *object) Replica {
@@ -93,6 +93,7 @@ func (s *Service) memDescriptor(o *object) Replica {
 // has room.
 func (s *Service) allocate(size int64, preferred string) (*segment, int64, error) {
 	for round := 0; ; round++ {
+		gen := s.evictGen.Load()
 		if seg, off, ok := s.tryAllocate(size, preferred); ok {
 			if float64(seg.used()) > s.cfg.EvictionHighWatermarkRatio*float64(seg.size) {
 				select {
@@ -105,7 +106,7 @@ func (s *Service) allocate(size int64, preferred string) (*segment, int64, error
 		if round == evictRounds {
 			break
 		}
-		if s.evict(size) == 0 {
+		if !s.evictAfter(gen, size) {
 			break
 		}
 	}
@@ -191,7 +192,7 @@ func (s *Service) putEnd(key string) error {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	o := sh.objs[key]
-	if o == nil || o.mem == nil {
+	if o == nil || o.mem.seg == nil {
 		return codes.Errorf(codes.ObjectNotFound, "master: put_end: no put in progress")
 	}
 	if !o.mem.seg.live() {
@@ -227,7 +228,7 @@ func (s *Service) putRevoke(key string) error {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	o := sh.objs[key]
-	if o == nil || o.mem == nil {
+	if o == nil || o.mem.seg == nil {
 		return codes.Errorf(codes.ObjectNotFound, "master: put_revoke: no put in progress")
 	}
 	if o.mem.complete {

@@ -52,7 +52,9 @@ func (s *Service) exist(key string, now int64, count bool) (bool, error) {
 }
 
 // replicaList answers one GetReplicaList.
-func (s *Service) replicaList(key string, now int64, count bool) (ObjectInfo, error) {
+// slab, when not nil, is a shared backing array for the Replicas of a batch
+// (one allocation per batch instead of one per key).
+func (s *Service) replicaList(key string, now int64, count bool, slab *[]Replica) (ObjectInfo, error) {
 	if err := validKey(key); err != nil {
 		return ObjectInfo{}, err
 	}
@@ -74,14 +76,20 @@ func (s *Service) replicaList(key string, now int64, count bool) (ObjectInfo, er
 		}
 	}
 	if n == 0 {
-		if o.mem != nil && !o.mem.complete && o.mem.seg.live() {
+		if o.mem.seg != nil && !o.mem.complete && o.mem.seg.live() {
 			return ObjectInfo{}, codes.Errorf(codes.ReplicaNotReady, "master: get_replica_list: put in progress")
 		}
 		// Every replica is on a dead node or was dropped while the object
 		// was leased: it existed, it is gone (reference 000).
 		return ObjectInfo{}, codes.Errorf(codes.ReplicaIsGone, "master: get_replica_list")
 	}
-	info.Replicas = make([]Replica, 0, n)
+	if slab != nil && cap(*slab)-len(*slab) >= n {
+		l := len(*slab)
+		info.Replicas = (*slab)[l : l : l+n]
+		*slab = (*slab)[:l+n]
+	} else {
+		info.Replicas = make([]Replica, 0, n)
+	}
 	if o.readableMem() {
 		info.Replicas = append(info.Replicas, s.memDescriptor(o))
 	}
@@ -112,7 +120,7 @@ func (s *Service) GetReplicaList(ctx context.Context, key string) (ObjectInfo, e
 	if err := s.check(ctx); err != nil {
 		return ObjectInfo{}, err
 	}
-	info, err := s.replicaList(key, s.now(), s.countLookups && !IsOffloadPath(ctx))
+	info, err := s.replicaList(key, s.now(), s.countLookups && !IsOffloadPath(ctx), nil)
 	return info, s.observe(err)
 }
 
@@ -157,8 +165,9 @@ func (s *Service) BatchGetReplicaList(ctx context.Context, keys []string) ([]Rep
 	now := s.now()
 	count := s.batchCounter(ctx, keys)
 	out := make([]ReplicaListResult, len(keys))
+	slab := make([]Replica, 0, 2*len(keys))
 	for i, k := range keys {
-		out[i].Info, out[i].Err = s.replicaList(k, now, count(k))
+		out[i].Info, out[i].Err = s.replicaList(k, now, count(k), &slab)
 		s.observe(out[i].Err)
 	}
 	return out, nil
@@ -263,5 +272,5 @@ func (s *Service) EvictMemory(ctx context.Context, keys []string, all bool) (int
 // not hard-pinned, no read lease, no offload task pinning it. (Soft pins
 // only order victims.) Caller holds the shard lock.
 func (s *Service) evictable(o *object, now int64) bool {
-	return o.mem != nil && o.mem.complete && !o.hardPin && !o.leased(now) && o.offload == nil
+	return o.mem.seg != nil && o.mem.complete && !o.hardPin && !o.leased(now) && o.offload == nil
 }

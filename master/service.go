@@ -31,7 +31,8 @@ type Service struct {
 	nodesMu sync.RWMutex // protects nodes and every node.segments map
 	nodes   map[string]*node
 
-	evictMu sync.Mutex // serialises eviction rounds
+	evictMu  sync.Mutex    // serialises eviction rounds
+	evictGen atomic.Uint64 // incremented after every eviction round
 
 	// sweepDirty is set when replicas became unreadable (unmount, expiry,
 	// lost disk replica) and cleared by a sweep that left nothing behind.
@@ -338,7 +339,7 @@ func (s *Service) sweep(now int64) {
 			if o.offload != nil && o.offload.dead.Load() {
 				o.offload = nil // the dead node's mailbox went with it
 			}
-			if o.mem != nil && !o.mem.complete && o.mem.seg.live() && now-o.putStart > discard {
+			if o.mem.seg != nil && !o.mem.complete && o.mem.seg.live() && now-o.putStart > discard {
 				s.log.Info("reclaiming abandoned put", "key_len", len(key), "node", o.mem.seg.node.id)
 				s.dropMem(o, true)
 			}
@@ -362,7 +363,7 @@ func (s *Service) sweep(now int64) {
 // reports false when dead replicas remain (kept for the lease). Caller holds
 // the shard lock.
 func (s *Service) clearDead(o *object, now int64) bool {
-	deadMem := o.mem != nil && !o.mem.seg.live()
+	deadMem := o.mem.seg != nil && !o.mem.seg.live()
 	deadDisk := false
 	for _, d := range o.disk {
 		if d.node.dead.Load() {
@@ -398,8 +399,8 @@ func (s *Service) clearDead(o *object, now int64) bool {
 // still mounted (free=false skips the free for a dead segment). Caller holds
 // the shard lock.
 func (s *Service) dropMem(o *object, free bool) {
-	m := o.mem
-	if m == nil {
+	m := &o.mem
+	if m.seg == nil {
 		return
 	}
 	if !m.complete {
@@ -410,7 +411,7 @@ func (s *Service) dropMem(o *object, free bool) {
 		m.seg.alloc.Free(m.off, m.len)
 		m.seg.mu.Unlock()
 	}
-	o.mem = nil
+	o.mem = memReplica{}
 	o.reads = 0
 	s.cnt.memReplicas.Add(-1)
 	s.cnt.memBytes.Add(-o.size)

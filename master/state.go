@@ -51,7 +51,7 @@ type object struct {
 	size int64
 	crc  uint32
 
-	mem  *memReplica   // at most one DRAM replica
+	mem  memReplica    // the DRAM replica when mem.seg != nil
 	disk []diskReplica // at most one per node id
 
 	leaseUntil   int64 // unix ns: read lease; removal paths wait for it
@@ -73,7 +73,7 @@ func (o *object) softPinned(now int64) bool { return o.softPin && o.softPinUntil
 
 // readableMem reports whether the DRAM replica can be read.
 func (o *object) readableMem() bool {
-	return o.mem != nil && o.mem.complete && o.mem.seg.live()
+	return o.mem.seg != nil && o.mem.complete && o.mem.seg.live()
 }
 
 func (o *object) readableDisk() bool {
@@ -87,7 +87,7 @@ func (o *object) readableDisk() bool {
 
 func (o *object) readable() bool { return o.readableMem() || o.readableDisk() }
 
-func (o *object) empty() bool { return o.mem == nil && len(o.disk) == 0 }
+func (o *object) empty() bool { return o.mem.seg == nil && len(o.disk) == 0 }
 
 // diskIndex returns the index of node id's disk replica, or -1.
 func (o *object) diskIndex(id string) int {
