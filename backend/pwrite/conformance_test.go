@@ -26,12 +26,55 @@ func openFunc(opts pwrite.Options) backendtest.OpenFunc {
 	}
 }
 
+// onRealDisk wraps open so that the suite's directory is on a real disk: when
+// t.TempDir() is on tmpfs or ramfs (some CI machines mount /tmp so) it is
+// replaced by a symlink to a directory next to this package's sources.
+func onRealDisk(open backendtest.OpenFunc) backendtest.OpenFunc {
+	return func(t *testing.T, dir string) backend.Backend {
+		if fi, err := os.Lstat(dir); err == nil && fi.Mode()&os.ModeSymlink == 0 && !isRealDisk(t, dir) {
+			wd, err := os.Getwd()
+			if err != nil {
+				t.Fatal(err)
+			}
+			real, err := os.MkdirTemp(wd, ".testdisk-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(real) })
+			if !isRealDisk(t, real) {
+				t.Skipf("neither %s nor %s is on a real disk", dir, real)
+			}
+			if err := os.Remove(dir); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(real, dir); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return open(t, dir)
+	}
+}
+
+func isRealDisk(t *testing.T, dir string) bool {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		t.Fatal(err)
+	}
+	return fs.Type != unix.TMPFS_MAGIC && fs.Type != unix.RAMFS_MAGIC
+}
+
 func TestConformanceBuffered(t *testing.T) {
-	backendtest.Run(t, openFunc(pwrite.Options{}))
+	backendtest.Run(t, onRealDisk(openFunc(pwrite.Options{})))
 }
 
 func TestConformanceDirect(t *testing.T) {
-	backendtest.Run(t, openFunc(pwrite.Options{Direct: true}))
+	backendtest.Run(t, onRealDisk(func(t *testing.T, dir string) backend.Backend {
+		b := openFunc(pwrite.Options{Direct: true})(t, dir)
+		if b.Name() != "pwrite+direct" {
+			t.Fatalf("on a real disk Name() = %q, want O_DIRECT in use", b.Name())
+		}
+		return b
+	}))
 }
 
 // TestConformanceDirectOnTmpfs runs the suite with Direct on tmpfs (the

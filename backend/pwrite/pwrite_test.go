@@ -29,15 +29,6 @@ func open(t *testing.T, dir string, opts pwrite.Options) *pwrite.Backend {
 	return b
 }
 
-func fsType(t *testing.T, dir string) int64 {
-	t.Helper()
-	var fs unix.Statfs_t
-	if err := unix.Statfs(dir, &fs); err != nil {
-		t.Fatal(err)
-	}
-	return fs.Type
-}
-
 func TestOpenRelativeDir(t *testing.T) {
 	_, err := pwrite.Open("relative/buckets", pwrite.Options{})
 	if !errors.Is(err, pwrite.ErrRelativeDir) || !strings.Contains(err.Error(), "relative/buckets") {
@@ -106,11 +97,30 @@ func TestOpenUnwritable(t *testing.T) {
 	}
 }
 
-func TestDirectOnRealDisk(t *testing.T) {
-	dir := t.TempDir()
-	if typ := fsType(t, dir); typ == unix.TMPFS_MAGIC || typ == unix.RAMFS_MAGIC {
-		t.Skipf("%s is not on a real disk", dir)
+// realDiskDir returns a fresh directory on a real disk (t.TempDir(), or one
+// next to the package sources when that is on tmpfs).
+func realDiskDir(t *testing.T) string {
+	t.Helper()
+	if dir := t.TempDir(); isRealDisk(t, dir) {
+		return dir
 	}
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp(wd, ".testdisk-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if !isRealDisk(t, dir) {
+		t.Skipf("no real disk: %s is on tmpfs", dir)
+	}
+	return dir
+}
+
+func TestDirectOnRealDisk(t *testing.T) {
+	dir := realDiskDir(t)
 	b := open(t, dir, pwrite.Options{Direct: true})
 	if !b.Direct() || b.Name() != "pwrite+direct" {
 		t.Fatalf("Direct on %s: Direct()=%v Name()=%q, want O_DIRECT in use", dir, b.Direct(), b.Name())
@@ -223,7 +233,7 @@ func (c *countdownCtx) Err() error {
 
 func TestCancelMidWriteRemovesFile(t *testing.T) {
 	for _, direct := range []bool{false, true} {
-		dir := t.TempDir()
+		dir := realDiskDir(t)
 		b := open(t, dir, pwrite.Options{Direct: direct})
 		data := backendtest.Split(backendtest.Pattern(1, 4<<20), []int{1000})
 		ctx := &countdownCtx{Context: context.Background()}
@@ -246,7 +256,7 @@ func TestCancelMidWriteRemovesFile(t *testing.T) {
 // its tail correctly.
 func TestReadUnalignedForeignFile(t *testing.T) {
 	for _, direct := range []bool{false, true} {
-		dir := t.TempDir()
+		dir := realDiskDir(t)
 		want := backendtest.Pattern(5, 3*backend.Alignment+100)
 		if err := os.WriteFile(filepath.Join(dir, backend.FileName(5)), want, 0o644); err != nil {
 			t.Fatal(err)
