@@ -108,3 +108,35 @@ func BenchmarkGet(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkLookupAbsent500 checks 500 absent keys against an index of 50
+// buckets of 500, as an offload's duplicate check does: a Get per key, or
+// one GetMany.
+func BenchmarkLookupAbsent500(b *testing.B) {
+	ix := openBench(b, filepath.Join(b.TempDir(), "index"))
+	for id := uint64(1); id <= 50; id++ {
+		meta, entries := benchBucket(id, 500)
+		require.NoError(b, ix.CommitBucket(meta, entries))
+	}
+	_, probe := benchBucket(1000, 500)
+	keys := make([][]byte, len(probe))
+	for i, e := range probe {
+		keys[i] = e.Key
+	}
+	b.Run("Get", func(b *testing.B) {
+		for b.Loop() {
+			for _, k := range keys {
+				if _, found, err := ix.Get(k); err != nil || found {
+					b.Fatal(err, found)
+				}
+			}
+		}
+	})
+	b.Run("GetMany", func(b *testing.B) {
+		for b.Loop() {
+			if _, _, err := ix.GetMany(keys); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

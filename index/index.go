@@ -47,7 +47,8 @@ type KeyLoc struct {
 type Options struct {
 	// FS is the filesystem of the pebble database. Default vfs.Default.
 	FS vfs.FS
-	// CacheSize is pebble's block cache in bytes. Default 8 MiB.
+	// CacheSize is pebble's block cache in bytes, not counting the memtables
+	// (two of 4 MiB at most, plus any an iterator keeps alive). Default 8 MiB.
 	CacheSize int64
 	// Logger receives pebble's messages (informational ones at Debug level).
 	// Default slog.Default().
@@ -60,6 +61,9 @@ type Options struct {
 const (
 	defaultCacheSize = 8 << 20
 	memTableSize     = 4 << 20
+	// memTableReserve is how many memtables' worth of bytes the block cache
+	// is enlarged by (see Open).
+	memTableReserve = 3
 	// keysChunk is how many objects Keys reads under the lock before it
 	// calls fn for them without the lock.
 	keysChunk = 256
@@ -107,7 +111,12 @@ func Open(dir string, opts Options) (ix *Index, err error) {
 	}
 	log := opts.Logger.With("component", "index", "dir", dir)
 
-	cache := pebble.NewCache(opts.CacheSize)
+	// pebble charges every memtable (the mutable one, one being flushed and
+	// zombies kept alive by iterators) against the block cache's capacity.
+	// Without headroom a small cache holds no blocks at all, and every
+	// lookup goes to the disk. The headroom is accounting, not memory: the
+	// memtables exist either way.
+	cache := pebble.NewCache(opts.CacheSize + memTableReserve*memTableSize)
 	defer cache.Unref() // the DB holds its own reference
 	popts := &pebble.Options{
 		FS:                 opts.FS,
@@ -247,6 +256,36 @@ func (ix *Index) Get(key []byte) (loc Location, found bool, err error) {
 	return loc, found, nil
 }
 
+// GetMany looks up many keys at once: locs[i] and found[i] answer keys[i]. It
+// sorts the keys and probes them through one iterator that uses the bloom
+// filters of every level, which is cheaper than a Get per key when many keys
+// are absent (the duplicate check of an offload). A record that does not
+// decode fails the call with an error wrapping ErrCorrupt naming the key.
+func (ix *Index) GetMany(keys [][]byte) (locs []Location, found []bool, err error) {
+	for i, k := range keys {
+		if err := checkKey(k); err != nil {
+			return nil, nil, fmt.Errorf("index: get many: key %d: %w", i, err)
+		}
+	}
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	if err := ix.usable(); err != nil {
+		return nil, nil, fmt.Errorf("index: get many: %w", err)
+	}
+	res, err := ix.lookup(keys)
+	if err != nil {
+		return nil, nil, fmt.Errorf("index: get many: %w", err)
+	}
+	locs, found = make([]Location, len(keys)), make([]bool, len(keys))
+	for i, r := range res {
+		if r.corrupt != nil {
+			return nil, nil, fmt.Errorf("index: get many: %w", r.corrupt)
+		}
+		locs[i], found[i] = r.loc, r.found
+	}
+	return locs, found, nil
+}
+
 // get reads and decodes the object record of key. The caller holds mu.
 func (ix *Index) get(key []byte) (Location, bool, error) {
 	v, closer, err := ix.db.Get(objectKey(key))
@@ -267,7 +306,7 @@ func (ix *Index) get(key []byte) (Location, bool, error) {
 // lookupResult is the state of one key found by lookup.
 type lookupResult struct {
 	found   bool
-	corrupt bool // found, but the record does not decode
+	corrupt error // found, but the record does not decode (*CorruptError)
 	loc     Location
 }
 
@@ -308,7 +347,7 @@ func (ix *Index) lookup(keys [][]byte) ([]lookupResult, error) {
 		out[i].found = true
 		loc, err := decodeObject(keys[i], v)
 		if err != nil {
-			out[i].corrupt = true
+			out[i].corrupt = err
 			continue
 		}
 		out[i].loc = loc
@@ -376,7 +415,7 @@ func (ix *Index) CommitBucket(meta BucketMeta, entries []KeyLoc) error {
 		switch old := olds[i]; {
 		case !old.found:
 			added++
-		case old.corrupt:
+		case old.corrupt != nil:
 			// The old record is unreadable: overwrite it. Its membership
 			// record (if any) cannot be found and is left to DeleteBucket.
 		case old.loc.Bucket != meta.ID:

@@ -442,3 +442,35 @@ func TestDeleteBucketIgnoresStaleMembership(t *testing.T) {
 	require.Equal(t, uint64(2), loc.Bucket)
 	require.NoError(t, ix.Check(), "DeleteBucket removed the stale record")
 }
+
+func TestGetMany(t *testing.T) {
+	fs := vfs.NewMem()
+	ix := open(t, "index", fs)
+	commit(t, ix, 1, "a", "b", "c")
+	commit(t, ix, 2, "b", "z")
+	keys := [][]byte{[]byte("z"), []byte("absent"), []byte("a"), []byte("b"), []byte("a")}
+	locs, found, err := ix.GetMany(keys)
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, false, true, true, true}, found)
+	require.Equal(t, []Location{locFor(2, 1), {}, locFor(1, 0), locFor(2, 0), locFor(1, 0)}, locs)
+	for i, k := range keys {
+		loc, ok, err := ix.Get(k)
+		require.NoError(t, err)
+		require.Equal(t, found[i], ok)
+		require.Equal(t, locs[i], loc)
+	}
+	locs, found, err = ix.GetMany(nil)
+	require.NoError(t, err)
+	require.Empty(t, locs)
+	require.Empty(t, found)
+	_, _, err = ix.GetMany([][]byte{[]byte("a"), nil})
+	require.ErrorIs(t, err, ErrInvalidKey)
+	require.NoError(t, ix.Close())
+
+	rawSet(t, fs, "index", objectKey([]byte("c")), []byte{1, 2, 3})
+	ix = open(t, "index", fs)
+	_, _, err = ix.GetMany([][]byte{[]byte("a"), []byte("c")})
+	var ce *CorruptError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, []byte("c"), ce.Key)
+}
