@@ -1,0 +1,169 @@
+package master
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tierstore/tierstore/internal/codes"
+)
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond) // polling interval, not synchronisation
+	}
+}
+
+// TestBackgroundLoop: with MonitorInterval set, the loop expires a silent
+// node and evicts above the high watermark without anyone calling Tick.
+func TestBackgroundLoop(t *testing.T) {
+	s, clk := testService(t, func(c *Config) {
+		c.MonitorInterval = time.Millisecond
+		c.EvictionHighWatermarkRatio = 0.5
+		c.EvictionRatio = 0.5
+	})
+	mount(t, s, "a", 64<<10)
+	mount(t, s, "b", 64<<10)
+	for i := 0; i < 12; i++ { // 12 x 4 KiB = 75% of a's segment
+		put(t, s, fmt.Sprint("k", i), 4<<10, "a")
+	}
+	waitFor(t, "watermark eviction", func() bool {
+		st, _ := s.Stats(bg)
+		return st.Evictions > 0 && st.SegmentUsed <= 32<<10
+	})
+	clk.Advance(s.cfg.ClientTTL / 2)
+	s.Ping(bg, "b")
+	clk.Advance(s.cfg.ClientTTL/2 + time.Second)
+	waitFor(t, "node expiry", func() bool { st, _ := s.Stats(bg); return st.ExpiredNodes == 1 && st.Nodes == 1 })
+	if p, _ := s.Ping(bg, "a"); p.Status != NeedRemount {
+		t.Fatal("expired node not told to remount")
+	}
+	if p, _ := s.Ping(bg, "b"); p.Status != NodeOK {
+		t.Fatal("live node expired")
+	}
+}
+
+// TestMasterRestartRecovery: a new master learns SSD objects from nodes that
+// remount and re-register (invariant 6).
+func TestMasterRestartRecovery(t *testing.T) {
+	s1, _ := testService(t, nil)
+	mount(t, s1, "a", 1<<20)
+	s1.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "x", Size: 10, CRC: 3}})
+	s1.Close()
+	if _, err := s1.Stats(bg); !codesIs(err, codes.ErrShuttingDown) {
+		t.Fatalf("after close: %v", err)
+	}
+
+	s2, _ := testService(t, nil)
+	_, err := s2.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "x", Size: 10, CRC: 3}})
+	mustIs(t, err, codes.ErrNeedRemount)
+	if p, _ := s2.Ping(bg, "a"); p.Status != NeedRemount {
+		t.Fatal("new master knows the node")
+	}
+	mount(t, s2, "a", 1<<20)
+	if errs, err := s2.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "x", Size: 10, CRC: 3}}); err != nil || errs[0] != nil {
+		t.Fatal(err, errs)
+	}
+	info, err := s2.GetReplicaList(bg, "x")
+	if err != nil || kinds(info) != "LOCAL_DISK@a " || info.Replicas[0].Endpoint != "a:1" {
+		t.Fatalf("%+v %v", info, err)
+	}
+}
+
+// TestNodeDeathReleasesOffloadPin: the expired node's tasks vanish with it.
+func TestNodeDeathReleasesOffloadPin(t *testing.T) {
+	s, clk := offloadService(t, func(c *Config) { c.ClientTTL = 10 * time.Second })
+	mount(t, s, "a", 1<<20)
+	put(t, s, "k", 64, "a")
+	if ts, _ := s.OffloadHeartbeat(bg, "a", 0); len(ts) != 1 {
+		t.Fatal("no task")
+	}
+	clk.Advance(time.Minute)
+	s.Tick()
+	if st, _ := s.Stats(bg); st.OffloadInFlight != 0 || st.Objects != 0 {
+		t.Fatalf("stats after expiry %+v", st)
+	}
+	// The node returns and answers the old task: it is a registration.
+	mount(t, s, "a", 1<<20)
+	errs, err := s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Persisted: []DiskObject{{Key: "k", Size: 64, CRC: crcOf("k")}}})
+	if err != nil || errs[0] != nil {
+		t.Fatal(err, errs)
+	}
+	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "LOCAL_DISK@a " {
+		t.Fatalf("%s %v", kinds(info), err)
+	}
+}
+
+// metricValue returns the value of the metric name whose labels include
+// label=value ("" matches an unlabelled metric).
+func metricValue(t *testing.T, s *Service, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := s.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			ok := label == ""
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label && lp.GetValue() == value {
+					ok = true
+				}
+			}
+			if !ok {
+				continue
+			}
+			switch {
+			case m.GetGauge() != nil:
+				return m.GetGauge().GetValue()
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("metric %s{%s=%q} not found", name, label, value)
+	return 0
+}
+
+func TestMetrics(t *testing.T) {
+	s, clk := offloadService(t, func(c *Config) { c.EvictionRatio = 1 })
+	mount(t, s, "a", 1<<20)
+	put(t, s, "k", 100, "a")
+	s.GetReplicaList(bg, "nope")
+	s.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "d", Size: 50, CRC: 1}})
+	for _, c := range []struct {
+		name, label, value string
+		want               float64
+	}{
+		{"tierstore_master_objects", "", "", 2},
+		{"tierstore_master_bytes", "tier", "memory", 100},
+		{"tierstore_master_bytes", "tier", "local_disk", 50},
+		{"tierstore_master_offload_queue_depth", "", "", 1},
+		{"tierstore_master_errors_total", "code", "OBJECT_NOT_FOUND", 1},
+		{"tierstore_master_nodes", "", "", 1},
+		{"tierstore_master_evictions_total", "", "", 0},
+	} {
+		if got := metricValue(t, s, c.name, c.label, c.value); got != c.want {
+			t.Errorf("%s{%s=%q} = %v, want %v", c.name, c.label, c.value, got, c.want)
+		}
+	}
+	s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: []OffloadFailure{{Key: "k"}}})
+	clk.Advance(time.Hour)
+	s.Ping(bg, "a")
+	s.EvictNow()
+	if got := metricValue(t, s, "tierstore_master_evictions_total", "", ""); got != 1 {
+		t.Fatalf("evictions %v", got)
+	}
+	if got := metricValue(t, s, "tierstore_master_offload_failed_total", "", ""); got != 1 {
+		t.Fatalf("offload failed %v", got)
+	}
+}
