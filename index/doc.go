@@ -50,6 +50,19 @@
 // Close return ErrClosed. Keys calls its callback without holding any lock,
 // so the callback may use the index.
 //
+// # Lookups
+//
+// Every level of the LSM carries bloom filters. A plain Get skips the filters
+// of the bottom level (pebble's default, because most keys found live there),
+// so for keys that are mostly absent, such as the duplicate check of an
+// offload, GetMany is several times cheaper than a Get per key: it sorts the
+// keys and probes them through one iterator that consults every filter.
+// CommitBucket uses the same path to find the keys it overwrites.
+//
+// pebble charges its memtables against the block cache's capacity; Open
+// enlarges the cache by that much so that Options.CacheSize bytes remain for
+// blocks.
+//
 // # Caveats
 //
 // pebble reports a failed WAL write or sync through its logger's Fatalf. The
