@@ -86,9 +86,9 @@ type Index struct {
 	// order: mu (read) before writeMu.
 	writeMu sync.Mutex
 
-	count  atomic.Int64  // objects in the index; written under writeMu
-	next   atomic.Uint64 // next unused bucket id; written under writeMu
-	failed atomic.Value  // error: set once when a pebble commit failed fatally
+	count  atomic.Int64          // objects in the index; written under writeMu
+	next   atomic.Uint64         // next unused bucket id; written under writeMu
+	failed atomic.Pointer[error] // set once, when a pebble commit failed fatally
 }
 
 // Open opens (creating if needed, unless opts.ReadOnly) the pebble database in
@@ -222,7 +222,7 @@ func (ix *Index) usable() error {
 		return ErrClosed
 	}
 	if f := ix.failed.Load(); f != nil {
-		return f.(error)
+		return *f
 	}
 	return nil
 }
@@ -587,7 +587,7 @@ func (ix *Index) DeleteKeys(keys [][]byte) error {
 func (ix *Index) commit(b *pebble.Batch) (err error) {
 	defer func() {
 		if ferr := recoverFatal(recover()); ferr != nil {
-			ix.failed.CompareAndSwap(nil, error(ferr))
+			ix.failed.CompareAndSwap(nil, &ferr)
 			ix.log.Error("index commit failed; the index must be reopened", "err", ferr)
 			err = ferr
 		}

@@ -474,3 +474,55 @@ func TestGetMany(t *testing.T) {
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, []byte("c"), ce.Key)
 }
+
+// Close while readers and a writer are running: every call either succeeds
+// or returns ErrClosed, nothing panics, and the committed data is intact.
+func TestCloseDuringUse(t *testing.T) {
+	fs := vfs.NewMem()
+	ix := open(t, "index", fs)
+	commit(t, ix, 1, keysN("k", 50)...)
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	for g := 0; g < 3; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 200; i++ {
+				_, _, err := ix.Get([]byte(fmt.Sprintf("k%05d", i%50)))
+				if err == nil {
+					err = ix.Keys(func([]byte, Location) bool { return true })
+				}
+				if err != nil {
+					if !errors.Is(err, ErrClosed) {
+						errs <- err
+					}
+					return
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for id := uint64(2); id < 50; id++ {
+			meta, entries := bucketOf(id, fmt.Sprintf("w%d", id))
+			if err := ix.CommitBucket(meta, entries); err != nil {
+				if !errors.Is(err, ErrClosed) {
+					errs <- err
+				}
+				return
+			}
+		}
+	}()
+	require.NoError(t, ix.Close())
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	ix = open(t, "index", fs)
+	require.NoError(t, ix.Check())
+	n, err := ix.BucketLiveKeys(1)
+	require.NoError(t, err)
+	require.Equal(t, 50, n)
+}
