@@ -69,7 +69,8 @@ func TestAbandonedPutReclaimed(t *testing.T) {
 	s.Tick()
 	_, err := s.GetReplicaList(bg, "k")
 	mustIs(t, err, codes.ErrReplicaNotReady)
-	clk.Advance(2 * time.Second)
+	// Reclaimed by a sweep within a quarter timeout after the deadline.
+	clk.Advance(30*time.Second/4 + time.Second)
 	s.Tick()
 	_, err = s.GetReplicaList(bg, "k")
 	mustIs(t, err, codes.ErrObjectNotFound)

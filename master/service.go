@@ -39,6 +39,8 @@ type Service struct {
 	sweepDirty atomic.Bool
 	// processing counts objects whose DRAM replica is not complete yet.
 	processing atomic.Int64
+	// lastReclaim is the time (unix ns) of the last sweep.
+	lastReclaim atomic.Int64
 
 	cnt counters
 	met *metrics
@@ -149,7 +151,12 @@ func (s *Service) Tick() {
 	now := s.now()
 	s.expireNodes(now)
 	s.timeoutTasks(now)
-	if s.sweepDirty.Load() || s.processing.Load() > 0 {
+	// Abandoned puts need a full scan; do it at most every quarter of
+	// put_start_discard_timeout, and at once when replicas became
+	// unreadable.
+	reclaimDue := s.processing.Load() > 0 && now-s.lastReclaim.Load() >= s.cfg.PutStartDiscardTimeout.Nanoseconds()/4
+	if s.sweepDirty.Load() || reclaimDue {
+		s.lastReclaim.Store(now)
 		s.sweep(now)
 	}
 }
@@ -340,7 +347,7 @@ func (s *Service) sweep(now int64) {
 				o.offload = nil // the dead node's mailbox went with it
 			}
 			if o.mem.seg != nil && !o.mem.complete && o.mem.seg.live() && now-o.putStart > discard {
-				s.log.Info("reclaiming abandoned put", "key_len", len(key), "node", o.mem.seg.node.id)
+				s.log.Debug("reclaiming abandoned put", "key_len", len(key), "node", o.mem.seg.node.id)
 				s.dropMem(o, true)
 			}
 			if !s.clearDead(o, now) {
