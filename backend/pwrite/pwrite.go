@@ -93,6 +93,12 @@ func Open(dir string, opts Options) (*Backend, error) {
 			return nil, fmt.Errorf("pwrite: open %s: fsync parent directory: %w", dir, err)
 		}
 	}
+	// Probe files of an Open that crashed; they are never bucket files.
+	if stale, err := filepath.Glob(filepath.Join(dir, probePrefix+"*")); err == nil {
+		for _, name := range stale {
+			_ = os.Remove(name)
+		}
+	}
 	directOK, why, err := probe(dir, opts.Direct)
 	if err != nil {
 		return nil, err
@@ -111,11 +117,14 @@ func Open(dir string, opts Options) (*Backend, error) {
 	return b, nil
 }
 
+// probePrefix starts the names of the files Open creates to probe dir.
+const probePrefix = ".pwrite-probe-"
+
 // probe creates, writes and removes a file in dir to check that it is
 // writable and, when direct is set, whether O_DIRECT works there (directOK;
 // why says why not).
 func probe(dir string, direct bool) (directOK bool, why error, err error) {
-	f, err := os.CreateTemp(dir, ".pwrite-probe-*")
+	f, err := os.CreateTemp(dir, probePrefix+"*")
 	if err != nil {
 		return false, nil, fmt.Errorf("pwrite: open %s: %w: %w", dir, ErrNotWritable, err)
 	}

@@ -52,6 +52,24 @@ func TestOpenCreatesDir(t *testing.T) {
 	}
 }
 
+func TestOpenRemovesStaleProbeFiles(t *testing.T) {
+	dir := t.TempDir()
+	stale := filepath.Join(dir, ".pwrite-probe-123456")
+	other := filepath.Join(dir, "keep.txt")
+	for _, p := range []string{stale, other} {
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open(t, dir, pwrite.Options{Direct: true})
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("stale probe file survives Open: %v", err)
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Fatalf("Open removed a foreign file: %v", err)
+	}
+}
+
 func umask() os.FileMode {
 	m := unix.Umask(0)
 	unix.Umask(m)
