@@ -65,6 +65,18 @@ func reportCPU(b *testing.B, start time.Duration) {
 	b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
 }
 
+// objects returns bucket/obj iovecs of obj bytes, all views of one 4 MiB
+// pattern (cheap to set up, and the same bytes every run).
+func objects(bucket, obj int) [][]byte {
+	pat := backendtest.Pattern(42, 4<<20)
+	out := make([][]byte, 0, bucket/obj)
+	for off := 0; off < bucket; off += obj {
+		p := off % len(pat)
+		out = append(out, pat[p:p+obj:p+obj])
+	}
+	return out
+}
+
 func sizeName(n int) string {
 	if n >= 1<<20 {
 		return fmt.Sprintf("%dMiB", n>>20)
@@ -80,7 +92,7 @@ func BenchmarkWriteBucket(b *testing.B) {
 	bes := benchBackends(b)
 	for _, bucket := range []int{64 << 20, 256 << 20} {
 		for _, obj := range []int{256 << 10, 1 << 20} {
-			data := backendtest.Split(backendtest.Pattern(uint64(obj), bucket), []int{obj})
+			data := objects(bucket, obj)
 			for _, be := range bes {
 				name := fmt.Sprintf("bucket=%s/obj=%s/%s", sizeName(bucket), sizeName(obj), be.Name())
 				b.Run(name, func(b *testing.B) {
@@ -113,7 +125,7 @@ func BenchmarkWriteBucket(b *testing.B) {
 func BenchmarkRead(b *testing.B) {
 	const bucket = 256 << 20
 	bes := benchBackends(b)
-	data := backendtest.Split(backendtest.Pattern(3, bucket), []int{1 << 20})
+	data := objects(bucket, 1<<20)
 	for _, be := range bes {
 		if err := be.WriteBucket(context.Background(), 1, data); err != nil {
 			b.Fatal(err)
@@ -149,6 +161,42 @@ func benchRead(b *testing.B, be backend.Backend, bucket, obj, perCall int) {
 							b.Fatal(ops[i].Err)
 						}
 					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkWriteTuning writes 256 MiB buckets of 1 MiB objects with the uring
+// backend at several chunk sizes and write depths (how the defaults were
+// chosen).
+func BenchmarkWriteTuning(b *testing.B) {
+	const bucket = 256 << 20
+	data := objects(bucket, 1<<20)
+	for _, chunk := range []int{256 << 10, 1 << 20, 4 << 20} {
+		for _, depth := range []int{2, 8, 16} {
+			b.Run(fmt.Sprintf("chunk=%s/depth=%d", sizeName(chunk), depth), func(b *testing.B) {
+				opts := DefaultOptions()
+				opts.ChunkSize, opts.WriteDepth = chunk, depth
+				be, err := Open(benchDir(b), opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer be.Close()
+				b.SetBytes(bucket)
+				cpu0 := cpuTime()
+				defer func() { reportCPU(b, cpu0) }()
+				id := uint64(0)
+				for b.Loop() {
+					id++
+					if err := be.WriteBucket(context.Background(), id, data); err != nil {
+						b.Fatal(err)
+					}
+					b.StopTimer()
+					if err := be.Delete(id); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
 				}
 			})
 		}

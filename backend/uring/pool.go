@@ -40,6 +40,10 @@ func (w *worker) slot(i int) []byte { return w.mem.Bytes()[i*w.chunk : (i+1)*w.c
 
 func (w *worker) close() error {
 	err := w.ring.Close()
+	if w.ring.Abandoned() {
+		// The kernel may still write into the slots: leak them.
+		return err
+	}
 	if ferr := w.mem.Free(); ferr != nil && err == nil {
 		err = ferr
 	}

@@ -3,6 +3,7 @@ package uring
 import (
 	"fmt"
 	"math"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"unsafe"
@@ -121,8 +122,28 @@ type Ring struct {
 	overSeen uint32              // last value of the CQ overflow counter
 	err      error               // sticky failure (ErrCQOverflow)
 	closed   bool
-	stats    Stats
+	// abandonedAtClose: Close left requests in flight (see Abandoned).
+	abandonedAtClose bool
+	stats            Stats
 }
+
+// abandoned holds the in-flight tables of rings closed with requests whose
+// completion never arrived (see Close); it only grows.
+var abandoned struct {
+	mu     sync.Mutex // protects tables
+	tables []map[uint64]inflight
+}
+
+func abandon(t map[uint64]inflight) {
+	abandoned.mu.Lock()
+	abandoned.tables = append(abandoned.tables, t)
+	abandoned.mu.Unlock()
+}
+
+// Abandoned reports whether Close had to give up on requests still in
+// flight. Their buffers are then leaked on purpose: callers must not unmap
+// or reuse memory of a ring whose Close returned with Abandoned() true.
+func (r *Ring) Abandoned() bool { return r.closed && r.abandonedAtClose }
 
 // New creates a ring. When io_uring cannot be used in this process the error
 // is a *SetupError matching ErrUnavailable.
@@ -522,6 +543,9 @@ func (r *Ring) UnregisterBuffers() error {
 // Close waits for every request in flight (their memory must stay valid
 // until the kernel is done with it), then unmaps the rings and closes the
 // ring fd. Prepared but unsubmitted SQEs are submitted and waited for too.
+// If that wait fails (completions lost to ErrCQOverflow), the buffers of the
+// requests left in flight are kept reachable forever and Abandoned reports
+// true: a Buffer they point into must then never be freed.
 func (r *Ring) Close() error {
 	if r.closed {
 		return ErrClosed
@@ -529,6 +553,18 @@ func (r *Ring) Close() error {
 	var err error
 	if len(r.inflight) > 0 && r.err == nil {
 		err = r.Wait(len(r.done) + len(r.inflight))
+	}
+	if len(r.inflight) > 0 {
+		// Completions were lost (or waiting failed): the kernel may
+		// still read or write these buffers, even after the ring fd is
+		// closed, until it has torn the requests down. Keep them
+		// reachable for the life of the process rather than let the
+		// collector reuse them.
+		abandon(r.inflight)
+		r.abandonedAtClose = true
+		if err == nil {
+			err = r.err
+		}
 	}
 	r.closed = true
 	r.unmap()

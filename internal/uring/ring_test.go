@@ -469,3 +469,28 @@ func TestCloseWaitsForInFlight(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(4*4096), st.Size())
 }
+
+// TestCloseAbandonsLostRequests: when completions were lost (simulated by
+// setting the sticky ErrCQOverflow), Close cannot wait for the requests in
+// flight and must keep their buffers reachable instead of letting the
+// collector reuse memory the kernel may still write.
+func TestCloseAbandonsLostRequests(t *testing.T) {
+	r := newRing(t, Config{Entries: 2})
+	var p [2]int
+	require.NoError(t, unix.Pipe(p[:]))
+	defer unix.Close(p[0])
+	defer unix.Close(p[1])
+	buf := new([4096]byte)
+	w := weak.Make(buf)
+	_, err := r.Prepare(Op{Opcode: OpRead, Fd: p[0], Buf: buf[:]}) // blocks: nothing is written
+	require.NoError(t, err)
+	buf = nil
+	_, err = r.Submit()
+	require.NoError(t, err)
+	r.err = ErrCQOverflow
+	require.ErrorIs(t, r.Close(), ErrCQOverflow)
+	require.True(t, r.Abandoned())
+	runtime.GC()
+	runtime.GC()
+	require.NotNil(t, w.Value(), "buffer of an abandoned request was collected")
+}
