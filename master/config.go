@@ -21,7 +21,11 @@ type Config struct {
 	ClientTTL           time.Duration // client_ttl (s): a node silent this long is expired
 
 	EvictionHighWatermarkRatio float64 // eviction_high_watermark_ratio, (0,1]
-	EvictionRatio              float64 // eviction_ratio, (0,1]
+	// AllowEvictSoftPinned (allow_evict_soft_pinned_objects): soft-pinned
+	// objects may be evicted (after every unpinned candidate). When false
+	// they are never evicted while the pin lasts.
+	AllowEvictSoftPinned bool
+	EvictionRatio        float64 // eviction_ratio, (0,1]
 
 	EnableOffload                 bool          // enable_offload
 	OffloadOnEvict                bool          // offload_on_evict
@@ -55,6 +59,7 @@ func DefaultConfig() Config {
 		ClientTTL:                  10 * time.Second,
 		EvictionHighWatermarkRatio: 0.90,
 		EvictionRatio:              0.05,
+		AllowEvictSoftPinned:       true,
 		OffloadingQueueLimit:       50000,
 		OffloadTaskTimeout:         300 * time.Second,
 		PutStartDiscardTimeout:     30 * time.Second,

@@ -35,7 +35,7 @@ func (s *Service) evict(need int64) int {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for _, o := range sh.objs {
-			if s.evictable(o, now) && o.mem.seg.live() {
+			if s.victimOK(o, now) {
 				total++
 			}
 		}
@@ -51,7 +51,7 @@ func (s *Service) evict(need int64) int {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for k, o := range sh.objs {
-			if !s.evictable(o, now) || !o.mem.seg.live() {
+			if !s.victimOK(o, now) {
 				continue
 			}
 			v := victim{key: k, o: o, sh: sh, lease: o.leaseUntil, soft: o.softPinned(now)}
@@ -74,7 +74,7 @@ func (s *Service) evict(need int64) int {
 		}
 		c.sh.mu.Lock()
 		o := c.o
-		if c.sh.objs[c.key] != o || !s.evictable(o, now) || !o.mem.seg.live() {
+		if c.sh.objs[c.key] != o || !s.victimOK(o, now) {
 			c.sh.mu.Unlock()
 			continue
 		}
@@ -97,6 +97,15 @@ func (s *Service) evict(need int64) int {
 		s.log.Debug("dram eviction", "evictable", total, "dropped", dropped, "queued_for_offload", queued, "freed_bytes", freed)
 	}
 	return dropped
+}
+
+// victimOK reports whether o may be an eviction victim now. Caller holds the
+// shard lock.
+func (s *Service) victimOK(o *object, now int64) bool {
+	if !s.evictable(o, now) || !o.mem.seg.live() {
+		return false
+	}
+	return s.cfg.AllowEvictSoftPinned || !o.softPinned(now)
 }
 
 // before orders victims: unpinned before soft-pinned, then oldest lease.

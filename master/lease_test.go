@@ -401,3 +401,25 @@ func TestExpiryLeavesOtherNodesAlone(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// TestSoftPinNotEvictedWhenDisallowed: allow_evict_soft_pinned_objects=false
+// keeps soft-pinned objects until the pin expires.
+func TestSoftPinNotEvictedWhenDisallowed(t *testing.T) {
+	s, clk := testService(t, func(c *Config) { c.EvictionRatio = 1; c.AllowEvictSoftPinned = false; c.ClientTTL = 100 * time.Hour })
+	mount(t, s, "a", 1<<20)
+	if _, err := s.PutStart(bg, PutStartRequest{Key: "soft", Size: 64, SoftPin: true}); err != nil {
+		t.Fatal(err)
+	}
+	s.PutEnd(bg, "soft")
+	put(t, s, "plain", 64, "")
+	if n := s.EvictNow(); n != 1 {
+		t.Fatalf("evicted %d", n)
+	}
+	if n := s.EvictNow(); n != 0 {
+		t.Fatal("soft-pinned object evicted")
+	}
+	clk.Advance(s.cfg.DefaultKVSoftPinTTL + time.Second)
+	if n := s.EvictNow(); n != 1 {
+		t.Fatal("expired soft pin still protects")
+	}
+}

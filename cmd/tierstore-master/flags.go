@@ -61,6 +61,9 @@ func (f durationFlag) Set(s string) error {
 // options are the settings of the binary that are not master.Config fields.
 type options struct {
 	logLevel slog.Level
+	// ignored lists Mooncake flags that were given but have no effect here
+	// (logged at start-up).
+	ignored []string
 }
 
 // parseFlags parses the command line (without the program name) into a
@@ -92,10 +95,37 @@ func parseAll(args []string) (master.Config, options, error) {
 	fs.Var(durationFlag{&cfg.OffloadTaskTimeout, time.Second}, "offload_task_timeout", "unanswered offload task is dropped after this, in s or as a duration")
 	fs.Var(durationFlag{&cfg.PutStartDiscardTimeout, time.Second}, "put_start_discard_timeout_sec", "abandoned put is reclaimed after this, in s or as a duration")
 	fs.IntVar(&cfg.Shards, "metadata_shards", cfg.Shards, "metadata shards")
+	fs.BoolVar(&cfg.AllowEvictSoftPinned, "allow_evict_soft_pinned_objects", cfg.AllowEvictSoftPinned, "soft-pinned objects may be evicted after unpinned ones")
 	logLevel := fs.String("log_level", "info", "debug, info, warn or error")
+
+	// Mooncake master flags accepted for command-line compatibility.
+	port := fs.Int("port", 0, "deprecated alias of rpc_port (Mooncake)")
+	fs.Int("rpc_thread_num", 0, "accepted, no effect: gRPC serves each call on its own goroutine")
+	fs.Int("max_threads", 0, "accepted, no effect (deprecated in Mooncake)")
+	fs.Bool("enable_metric_reporting", true, "accepted, no effect: metrics are served on metrics_port")
+	fs.Bool("rpc_enable_tcp_no_delay", true, "accepted, no effect: Go sets TCP_NODELAY")
+	fs.Int("rpc_conn_timeout_seconds", 0, "accepted, no effect")
+	allocator := fs.String("memory_allocator", "offset", "segment allocator: offset (the only one)")
+	enableHA := fs.Bool("enable_ha", false, "high availability: not supported, must be false")
 
 	if err := fs.Parse(args); err != nil {
 		return cfg, opt, fmt.Errorf("%w: %s", errUsage, oneLine(err))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, n := range []string{"rpc_thread_num", "max_threads", "enable_metric_reporting", "rpc_enable_tcp_no_delay", "rpc_conn_timeout_seconds"} {
+		if set[n] {
+			opt.ignored = append(opt.ignored, n)
+		}
+	}
+	if set["port"] && !set["rpc_port"] {
+		cfg.RPCPort = *port
+	}
+	if *allocator != "offset" {
+		return cfg, opt, fmt.Errorf("%w: memory_allocator: only \"offset\" is supported, got %q", errUsage, *allocator)
+	}
+	if *enableHA {
+		return cfg, opt, fmt.Errorf("%w: enable_ha: high availability is not supported", errUsage)
 	}
 	if fs.NArg() > 0 {
 		return cfg, opt, fmt.Errorf("%w: unexpected argument %q (flags are --name=value)", errUsage, fs.Arg(0))

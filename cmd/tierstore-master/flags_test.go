@@ -71,6 +71,15 @@ func TestEveryFlag(t *testing.T) {
 		{"--put_start_discard_timeout_sec=5", func(c master.Config) bool { return c.PutStartDiscardTimeout == 5*time.Second }},
 		{"--metadata_shards=64", func(c master.Config) bool { return c.Shards == 64 }},
 		{"-rpc_port=1", func(c master.Config) bool { return c.RPCPort == 1 }},
+		{"--port=4321", func(c master.Config) bool { return c.RPCPort == 4321 }},
+		{"--allow_evict_soft_pinned_objects=false", func(c master.Config) bool { return !c.AllowEvictSoftPinned }},
+		{"--rpc_thread_num=8", func(c master.Config) bool { return c.RPCPort == 50051 }},
+		{"--max_threads=8", func(c master.Config) bool { return true }},
+		{"--enable_metric_reporting=false", func(c master.Config) bool { return c.MetricsPort == 9003 }},
+		{"--rpc_enable_tcp_no_delay=true", func(c master.Config) bool { return true }},
+		{"--rpc_conn_timeout_seconds=5", func(c master.Config) bool { return true }},
+		{"--memory_allocator=offset", func(c master.Config) bool { return true }},
+		{"--enable_ha=false", func(c master.Config) bool { return true }},
 	}
 	for _, c := range cases {
 		cfg, err := parseFlags([]string{c.arg})
@@ -91,6 +100,13 @@ func TestEveryFlag(t *testing.T) {
 	cfg, _ := parseFlags([]string{"--enable_offload", "--offload_read_admission_threshold=3"})
 	if cfg.OffloadReadAdmissionThreshold != 3 {
 		t.Fatal("threshold")
+	}
+	// rpc_port wins over the deprecated port.
+	if cfg, _ := parseFlags([]string{"--port=1", "--rpc_port=2"}); cfg.RPCPort != 2 {
+		t.Fatalf("port vs rpc_port: %d", cfg.RPCPort)
+	}
+	if _, opt, _ := parseAll([]string{"--rpc_thread_num=4"}); len(opt.ignored) != 1 || opt.ignored[0] != "rpc_thread_num" {
+		t.Fatalf("ignored %v", opt.ignored)
 	}
 }
 
@@ -130,6 +146,11 @@ func TestBadFlags(t *testing.T) {
 		{"--put_start_discard_timeout_sec=0", "put_start_discard_timeout_sec"},
 		{"--metadata_shards=0", "shards"},
 		{"--log_level=loud", "log_level"},
+		{"--memory_allocator=cachelib", "memory_allocator"},
+		{"--enable_ha=true", "enable_ha"},
+		{"--allow_evict_soft_pinned_objects=x", "allow_evict_soft_pinned_objects"},
+		{"--port=x", "port"},
+		{"--rpc_thread_num=x", "rpc_thread_num"},
 		{"--no_such_flag=1", "no_such_flag"},
 		{"stray", "stray"},
 	}

@@ -40,6 +40,9 @@ func run(args []string) int {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: opt.logLevel}))
 	cfg.Logger = log
+	for _, n := range opt.ignored {
+		log.Warn("flag accepted for Mooncake compatibility, no effect", "flag", n)
+	}
 	svc, err := master.New(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "tierstore-master:", err)
