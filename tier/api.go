@@ -117,7 +117,8 @@ type Options struct {
 	// only when it saves at least 10%.
 	Compression string
 	// BucketKeysLimit and BucketBytesLimit bound one bucket. Defaults 500 and
-	// 256 MiB.
+	// 256 MiB (or a tenth of Capacity when that is smaller). BucketBytesLimit
+	// may not exceed Capacity.
 	BucketKeysLimit  int
 	BucketBytesLimit int64
 	// OnEvict is called before evicted buckets are deleted. May be nil.

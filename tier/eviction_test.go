@@ -1,0 +1,222 @@
+package tier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierstore/tierstore/backend"
+	"github.com/tierstore/tierstore/backend/mem"
+	"github.com/tierstore/tierstore/bucket"
+)
+
+// capacityGuard fails the test if the bucket files would ever exceed limit.
+type capacityGuard struct {
+	backend.Backend
+	t     testing.TB
+	limit int64
+	mu    sync.Mutex
+	peak  int64
+}
+
+func (g *capacityGuard) WriteBucket(ctx context.Context, id uint64, data [][]byte) error {
+	g.mu.Lock()
+	files, err := g.Backend.List()
+	require.NoError(g.t, err)
+	total := backend.TotalLen(data)
+	for _, f := range files {
+		total += f.Size
+	}
+	g.peak = max(g.peak, total)
+	g.mu.Unlock()
+	if total > g.limit {
+		g.t.Errorf("writing bucket %d would use %d bytes, capacity %d", id, total, g.limit)
+	}
+	return g.Backend.WriteBucket(ctx, id, data)
+}
+
+const objSize = 15 * 4096 // 4 objects + header + trailer block = 17 blocks
+
+var bucketBytes = bucket.Size(4, 4*int64(len("b00-0000")), 4*objSize)
+
+type evictRecorder struct {
+	mu     sync.Mutex
+	rounds [][][]byte
+	e      *Engine
+	// loadOK records whether every evicted key was still loadable when
+	// the callback ran (the owner is told before the bytes disappear).
+	loadOK bool
+	fail   error
+}
+
+func (r *evictRecorder) onEvict(ctx context.Context, keys [][]byte) error {
+	if r.fail != nil {
+		return r.fail
+	}
+	ok := true
+	for _, res := range r.e.Load(ctx, keys) {
+		if res.Err != nil {
+			ok = false
+		}
+	}
+	r.mu.Lock()
+	r.rounds = append(r.rounds, keys)
+	r.loadOK = ok
+	r.mu.Unlock()
+	return nil
+}
+
+func fillBuckets(t *testing.T, e *Engine, first, n int) [][]Task {
+	var out [][]Task
+	for b := first; b < first+n; b++ {
+		tasks := makeTasks(fmt.Sprintf("b%02d", b), 4, objSize, uint64(b))
+		requireStatus(t, e.Offload(bg, tasks, nil), Persisted)
+		out = append(out, tasks)
+	}
+	return out
+}
+
+func loaded(e *Engine, tasks []Task) bool {
+	for _, r := range e.Load(bg, keysOf(tasks)) {
+		if r.Err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// Filling past the high watermark evicts the least recently read buckets
+// down to the low watermark, tells the owner first, and never exceeds the
+// capacity.
+func TestEvictionLRU(t *testing.T) {
+	capacity := 10 * bucketBytes
+	guard := &capacityGuard{Backend: mem.New(), t: t, limit: capacity}
+	rec := &evictRecorder{}
+	e := openEngine(t, t.TempDir(), Options{
+		Backend: guard, Capacity: capacity, BucketKeysLimit: 4, OnEvict: rec.onEvict,
+	})
+	rec.e = e
+	buckets := fillBuckets(t, e, 0, 9) // 90%: at the high watermark
+	require.Zero(t, e.Stats().Evictions)
+	requireLoads(t, e, buckets[0]) // bucket 0 is now the most recently read
+	buckets = append(buckets, fillBuckets(t, e, 9, 1)...)
+	// 10 buckets would cross 90%: evict down to 80% = 8 buckets, the least
+	// recently read first: buckets 1 and 2.
+	require.EqualValues(t, 2, e.Stats().Evictions)
+	require.Len(t, rec.rounds, 1)
+	require.Len(t, rec.rounds[0], 8)
+	require.True(t, rec.loadOK, "evicted keys must be readable while the owner is told")
+	want := append(keysOf(buckets[1]), keysOf(buckets[2])...)
+	require.ElementsMatch(t, want, rec.rounds[0])
+	for b, tasks := range buckets {
+		require.Equal(t, b != 1 && b != 2, loaded(e, tasks), "bucket %d", b)
+	}
+	// Keep going: the capacity is never exceeded.
+	fillBuckets(t, e, 10, 20)
+	require.LessOrEqual(t, e.Stats().BytesUsed, capacity)
+	require.LessOrEqual(t, guard.peak, capacity)
+}
+
+func TestEvictionFIFO(t *testing.T) {
+	capacity := 10 * bucketBytes
+	e := openEngine(t, t.TempDir(), Options{Backend: mem.New(), Capacity: capacity, BucketKeysLimit: 4, Eviction: "fifo"})
+	buckets := fillBuckets(t, e, 0, 9)
+	requireLoads(t, e, buckets[0]) // reading does not protect under fifo
+	buckets = append(buckets, fillBuckets(t, e, 9, 1)...)
+	for b, tasks := range buckets {
+		require.Equal(t, b >= 2, loaded(e, tasks), "bucket %d", b)
+	}
+}
+
+// A bucket being read is not chosen as a victim and is not deleted under
+// its reader.
+func TestEvictionSkipsBucketUnderRead(t *testing.T) {
+	bb := &blockingBackend{Backend: mem.New(), block: map[uint64]chan struct{}{}, entered: make(chan uint64, 1)}
+	capacity := 10 * bucketBytes
+	e := openEngine(t, t.TempDir(), Options{Backend: bb, Capacity: capacity, BucketKeysLimit: 4, Eviction: "fifo"})
+	buckets := fillBuckets(t, e, 0, 9)
+	loc, _, err := e.ix.Get(buckets[0][0].Key)
+	require.NoError(t, err)
+	release := bb.hold(loc.Bucket)
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	defer unblock() // a failing assertion must not leave Close waiting
+	done := make(chan LoadResult, 1)
+	go func() { done <- e.Load(bg, [][]byte{buckets[0][0].Key})[0] }()
+	<-bb.entered
+	// If eviction picked the bucket under read it would wait for the reader,
+	// which this test releases only afterwards: bound that wait.
+	ctx, cancel := context.WithTimeout(bg, 20*time.Second)
+	defer cancel()
+	next := makeTasks("b09", 4, objSize, 9)
+	requireStatus(t, e.Offload(ctx, next, nil), Persisted)
+	buckets = append(buckets, next)
+	require.Contains(t, fileIDs(t, bb), loc.Bucket, "the bucket under read must survive")
+	unblock()
+	r := <-done
+	require.NoError(t, r.Err)
+	require.Equal(t, buckets[0][0].Value, r.Value)
+	// fifo would have taken buckets 0 and 1; 0 was being read, so 1 and 2 went.
+	for b, tasks := range buckets {
+		require.Equal(t, b == 0 || b >= 3, loaded(e, tasks), "bucket %d", b)
+	}
+}
+
+// When the owner refuses the eviction, nothing is deleted and the offload
+// fails with a retryable no-space error.
+func TestEvictionCallbackFailureKeepsData(t *testing.T) {
+	capacity := 10 * bucketBytes
+	rec := &evictRecorder{fail: errors.New("master unreachable")}
+	e := openEngine(t, t.TempDir(), Options{Backend: mem.New(), Capacity: capacity, BucketKeysLimit: 4, OnEvict: rec.onEvict})
+	buckets := fillBuckets(t, e, 0, 9)
+	out := e.Offload(bg, makeTasks("b09", 4, objSize, 9), nil)
+	for _, o := range out {
+		require.Equal(t, Failed, o.Status)
+		require.True(t, o.Retryable)
+		require.ErrorIs(t, o.Err, ErrNoSpace)
+	}
+	for _, tasks := range buckets {
+		require.True(t, loaded(e, tasks))
+	}
+	rec.fail = nil
+	rec.e = e
+	requireStatus(t, e.Offload(bg, makeTasks("b09", 4, objSize, 9), nil), Persisted)
+}
+
+// A write that cannot fit even after evicting every evictable bucket (here
+// both are being read) fails with a retryable no-space error.
+func TestNoEvictableSpace(t *testing.T) {
+	bb := &blockingBackend{Backend: mem.New(), block: map[uint64]chan struct{}{}, entered: make(chan uint64, 2)}
+	capacity := 2*bucketBytes + bucketBytes/2
+	e := openEngine(t, t.TempDir(), Options{Backend: bb, Capacity: capacity, BucketKeysLimit: 4, BucketBytesLimit: bucketBytes})
+	buckets := fillBuckets(t, e, 0, 2)
+	var releases []chan struct{}
+	for _, ts := range buckets {
+		loc, _, err := e.ix.Get(ts[0].Key)
+		require.NoError(t, err)
+		releases = append(releases, bb.hold(loc.Bucket))
+	}
+	done := make(chan []LoadResult)
+	go func() { done <- e.Load(bg, [][]byte{buckets[0][0].Key, buckets[1][0].Key}) }()
+	<-bb.entered
+	<-bb.entered
+	out := e.Offload(bg, makeTasks("b02", 4, objSize, 2), nil)
+	for _, o := range out {
+		require.Equal(t, Failed, o.Status)
+		require.True(t, o.Retryable)
+		require.ErrorIs(t, o.Err, ErrNoSpace)
+	}
+	for _, r := range releases {
+		close(r)
+	}
+	for _, r := range <-done {
+		require.NoError(t, r.Err)
+	}
+	requireStatus(t, e.Offload(bg, makeTasks("b02", 4, objSize, 2), nil), Persisted)
+	require.LessOrEqual(t, e.Stats().BytesUsed, capacity)
+}
