@@ -14,6 +14,13 @@ import (
 // socket (and an SSD tier in a temp dir when ssd), and a client that has no
 // local node, so every byte crosses loopback gRPC.
 func benchCluster(b *testing.B, ssd bool) (*Client, *Node, *master.Service) {
+	return benchClusterWith(b, ssd, true, "uring")
+}
+
+// benchClusterWith: remote=false is embedded mode (no sockets at all: the
+// client reaches master and node in-process), which isolates the cost of
+// the RPC layer.
+func benchClusterWith(b *testing.B, ssd, remote bool, backendName string) (*Client, *Node, *master.Service) {
 	b.Helper()
 	mc := master.DefaultConfig()
 	mc.EnableOffload = ssd
@@ -23,16 +30,18 @@ func benchCluster(b *testing.B, ssd bool) (*Client, *Node, *master.Service) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { m.Close() })
-	addr := serveMasterB(b, m)
 	nc := DefaultNodeConfig()
 	nc.Listen = "127.0.0.1:0"
+	if !remote {
+		nc.Listen = ""
+	}
 	nc.Memory = 512 << 20
 	nc.Logger = quiet
 	nc.HeartbeatInterval = time.Hour
 	if ssd {
 		nc.EnableOffload = true
 		nc.SSDDir = b.TempDir()
-		nc.Backend = "uring"
+		nc.Backend = backendName
 		nc.DirectIO = true
 	}
 	n, err := StartNode(context.Background(), nc, m)
@@ -40,7 +49,11 @@ func benchCluster(b *testing.B, ssd bool) (*Client, *Node, *master.Service) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { n.Close() })
-	c, err := New(context.Background(), Config{MasterAddr: addr, Logger: quiet})
+	cfg := Config{Master: m, LocalNode: n, Logger: quiet}
+	if remote {
+		cfg = Config{MasterAddr: serveMasterB(b, m), Logger: quiet}
+	}
+	c, err := New(context.Background(), cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -102,26 +115,55 @@ func BenchmarkE2EGetDRAM(b *testing.B) {
 }
 
 // BenchmarkE2EGetSSD: Get over loopback of objects on the node's SSD (the
-// DRAM replicas were dropped): PeerReadSSD -> tier.Load -> bucket read.
+// DRAM replicas were dropped): ReadSSD stream -> tier.Load -> bucket read,
+// O_DIRECT, per backend.
 func BenchmarkE2EGetSSD(b *testing.B) {
+	for _, be := range []string{"uring", "pwrite"} {
+		for _, size := range benchSizes {
+			b.Run(be+"/"+FormatSize(int64(size)), func(b *testing.B) {
+				benchGetSSD(b, true, be, size)
+			})
+		}
+	}
+}
+
+// BenchmarkEmbeddedGetSSD: the same reads in embedded mode (no sockets):
+// the difference to BenchmarkE2EGetSSD is the RPC layer.
+func BenchmarkEmbeddedGetSSD(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run("uring/"+FormatSize(int64(size)), func(b *testing.B) {
+			benchGetSSD(b, false, "uring", size)
+		})
+	}
+}
+
+// BenchmarkEmbeddedGetDRAM: Get of DRAM objects in embedded mode.
+func BenchmarkEmbeddedGetDRAM(b *testing.B) {
 	for _, size := range benchSizes {
 		b.Run(FormatSize(int64(size)), func(b *testing.B) {
-			c, n, _ := benchCluster(b, true)
+			c, _, _ := benchClusterWith(b, false, false, "")
 			keys := benchPut(b, c, size, 64)
-			ctx := context.Background()
-			for n.Stats().OffloadPersisted < int64(len(keys)) {
-				if n.OffloadNow() == 0 && n.Stats().OffloadPersisted < int64(len(keys)) {
-					b.Fatalf("offload stalled: %+v", n.Stats())
-				}
-			}
-			if d, err := c.EvictMemory(ctx, keys, false); err != nil || d != int64(len(keys)) {
-				b.Fatalf("evict: %d %v", d, err)
-			}
 			benchGet(b, c, keys, size)
-			if rs := c.ReadStats(); rs.RemoteSSD == 0 || rs.RemoteDRAM != 0 {
-				b.Fatalf("not served from SSD: %+v", rs)
-			}
 		})
+	}
+}
+
+func benchGetSSD(b *testing.B, remote bool, be string, size int) {
+	c, n, _ := benchClusterWith(b, true, remote, be)
+	keys := benchPut(b, c, size, 64)
+	ctx := context.Background()
+	for n.Stats().OffloadPersisted < int64(len(keys)) {
+		if n.OffloadNow() == 0 && n.Stats().OffloadPersisted < int64(len(keys)) {
+			b.Fatalf("offload stalled: %+v", n.Stats())
+		}
+	}
+	if d, err := c.EvictMemory(ctx, keys, false); err != nil || d != int64(len(keys)) {
+		b.Fatalf("evict: %d %v", d, err)
+	}
+	benchGet(b, c, keys, size)
+	rs := c.ReadStats()
+	if rs.RemoteSSD+rs.LocalSSD == 0 || rs.RemoteDRAM+rs.LocalDRAM != 0 {
+		b.Fatalf("not served from SSD: %+v", rs)
 	}
 }
 
