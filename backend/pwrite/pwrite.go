@@ -35,6 +35,9 @@ const (
 	syncEvery = 8 << 20
 	// readWorkers is how many goroutines serve the ops of one Read.
 	readWorkers = 4
+	// splitSize is the piece size of a large O_DIRECT read op (see
+	// preadDirectSplit).
+	splitSize = 256 << 10
 	// writeDepth is how many O_DIRECT chunk writes of one WriteBucket are
 	// in flight at once.
 	writeDepth = 4
@@ -568,7 +571,7 @@ func (r *reader) readDirect(off int64, n int) ([]byte, error) {
 	}
 	if slack := span - n; slack <= n/8 || span > chunkSize {
 		buf := alignedAlloc(int(hi - lo))
-		if err := r.preadDirect(buf[:span], lo); err != nil {
+		if err := r.preadDirectSplit(buf[:span], lo); err != nil {
 			return nil, err
 		}
 		s := int(off - lo)
@@ -582,6 +585,38 @@ func (r *reader) readDirect(off int64, n int) ([]byte, error) {
 	}
 	s := int(off - lo)
 	return slices.Clone(buf[s : s+n]), nil
+}
+
+// preadDirectSplit is preadDirect for large ranges: a range of at least
+// 2*splitSize is cut into splitSize pieces read by up to readWorkers
+// goroutines, so that a single large op keeps several requests in flight.
+func (r *reader) preadDirectSplit(p []byte, off int64) error {
+	if len(p) < 2*splitSize {
+		return r.preadDirect(p, off)
+	}
+	pieces := (len(p) + splitSize - 1) / splitSize
+	var next atomic.Int64
+	errs := make([]error, pieces)
+	var wg sync.WaitGroup
+	for range min(readWorkers, pieces) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= pieces {
+					return
+				}
+				lo := i * splitSize
+				hi := min(lo+splitSize, len(p))
+				// The last piece keeps p's capacity for the rounded-up
+				// tail of an unaligned file.
+				errs[i] = r.preadDirect(p[lo:hi:max(hi, min(cap(p), lo+splitSize))], off+int64(lo))
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // preadDirect is preadFull for O_DIRECT, whose transfer length must be a
