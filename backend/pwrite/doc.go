@@ -40,8 +40,9 @@
 // a sub-slice of that buffer, otherwise the bytes are copied out of a pooled
 // staging buffer. An O_DIRECT op of 512 KiB or more is cut into 256 KiB pieces
 // read by up to 4 goroutines, so that one large op keeps several requests in
-// flight (about +15% for 1 MiB ops on the benchmark disk). Because an open file survives its unlink, a Read that has
-// opened the file is not disturbed by a concurrent Delete.
+// flight (about +15% for 1 MiB ops on the benchmark disk). Because an open
+// file survives its unlink, a Read that has opened the file is not disturbed
+// by a concurrent Delete.
 //
 // # Concurrency
 //
