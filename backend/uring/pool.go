@@ -12,6 +12,12 @@ import (
 // failures.
 var newRing = iuring.New
 
+// registerFixed: try to register the slots as a fixed buffer. Without
+// CAP_IPC_LOCK the kernel charges registered memory to RLIMIT_MEMLOCK
+// (WriteDepth*ChunkSize per ring); when that is exhausted registration fails
+// and the worker uses plain WRITE. Tests turn it off to cover that path.
+var registerFixed = true
+
 // worker is one ring with the staging memory of its writes: slots
 // chunk-sized, page-aligned slices of one anonymous mapping, registered as
 // fixed buffer 0 when the kernel allows it (reads need no slots: they land in
@@ -82,7 +88,7 @@ func (p *pool) create() (*worker, error) {
 		return nil, err
 	}
 	w := &worker{ring: r, mem: mem, chunk: p.chunk, slots: p.slots}
-	w.fixed = r.RegisterBuffers([]*iuring.Buffer{mem}) == nil
+	w.fixed = registerFixed && r.RegisterBuffers([]*iuring.Buffer{mem}) == nil
 	w.free = make([]int, 0, p.slots)
 	for i := p.slots - 1; i >= 0; i-- {
 		w.free = append(w.free, i)

@@ -144,6 +144,11 @@ func (rd *reader) plan() {
 // collector never moves heap objects, and the ring's in-flight table keeps
 // it reachable until the read completes.
 func alignedAlloc(n int) []byte {
+	// Large allocations start on a runtime page (8 KiB): try the exact
+	// size first, over-allocate only when it is not aligned.
+	if b := make([]byte, n); uintptr(unsafe.Pointer(&b[0]))&(backend.Alignment-1) == 0 {
+		return b[:n:n]
+	}
 	raw := make([]byte, n+backend.Alignment)
 	skip := 0
 	if r := int(uintptr(unsafe.Pointer(&raw[0])) & (backend.Alignment - 1)); r != 0 {

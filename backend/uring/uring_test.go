@@ -43,6 +43,20 @@ func TestConformanceDirect(t *testing.T) {
 	})
 }
 
+// TestConformanceNoFixedBuffers covers plain WRITE from the slots, used when
+// registering them fails (RLIMIT_MEMLOCK without CAP_IPC_LOCK).
+func TestConformanceNoFixedBuffers(t *testing.T) {
+	registerFixed = false
+	t.Cleanup(func() { registerFixed = true })
+	backendtest.Run(t, func(t *testing.T, dir string) backend.Backend {
+		b := openOrFail(t, dir, small(true))
+		w := <-b.(*Backend).pool.idle
+		require.False(t, w.fixed)
+		b.(*Backend).pool.idle <- w
+		return b
+	})
+}
+
 func TestConformanceDefaultOptions(t *testing.T) {
 	backendtest.Run(t, func(t *testing.T, dir string) backend.Backend {
 		return openOrFail(t, dir, DefaultOptions())
