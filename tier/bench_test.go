@@ -8,6 +8,7 @@ import (
 
 	"github.com/tierstore/tierstore/backend"
 	"github.com/tierstore/tierstore/backend/pwrite"
+	"github.com/tierstore/tierstore/backend/uring"
 )
 
 // benchDir is where benchmarks put bucket files: $TIERSTORE_BENCH_DIR, or a
@@ -30,6 +31,7 @@ var benchBackends = []struct {
 }{
 	{"pwrite", func(dir string) (backend.Backend, error) { return pwrite.Open(dir, pwrite.Options{}) }},
 	{"pwrite+direct", func(dir string) (backend.Backend, error) { return pwrite.Open(dir, pwrite.Options{Direct: true}) }},
+	{"uring+direct", func(dir string) (backend.Backend, error) { return uring.Open(dir, uring.Options{Direct: true}) }},
 }
 
 var benchSizes = []int{64 << 10, 256 << 10, 1 << 20}
