@@ -8,6 +8,9 @@ import (
 // Errors returned by the index. Check them with errors.Is; they are wrapped
 // with the operation and the key or bucket concerned.
 var (
+	// ErrInvalidOptions: Open was given an empty directory name or invalid
+	// Options; the message names the field.
+	ErrInvalidOptions = errors.New("index: invalid options")
 	// ErrInvalidKey: a key is empty or longer than MaxKeyLen bytes.
 	ErrInvalidKey = errors.New("index: invalid key")
 	// ErrInvalidEntry: CommitBucket was given an entry that does not belong

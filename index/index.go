@@ -95,13 +95,13 @@ type Index struct {
 // dir and loads the object count and the next bucket id.
 func Open(dir string, opts Options) (ix *Index, err error) {
 	if dir == "" {
-		return nil, errors.New("index: open: empty directory name")
+		return nil, fmt.Errorf("index: open: %w: empty directory name", ErrInvalidOptions)
 	}
 	if opts.FS == nil {
 		opts.FS = vfs.Default
 	}
 	if opts.CacheSize < 0 {
-		return nil, fmt.Errorf("index: open: negative CacheSize %d", opts.CacheSize)
+		return nil, fmt.Errorf("index: open: %w: negative CacheSize %d", ErrInvalidOptions, opts.CacheSize)
 	}
 	if opts.CacheSize == 0 {
 		opts.CacheSize = defaultCacheSize
@@ -134,7 +134,7 @@ func Open(dir string, opts Options) (ix *Index, err error) {
 	}
 	defer func() {
 		if ferr := recoverFatal(recover()); ferr != nil {
-			err = fmt.Errorf("index: open %s: %w", dir, ferr)
+			ix, err = nil, fmt.Errorf("index: open %s: %w", dir, ferr)
 		}
 	}()
 	db, err := pebble.Open(dir, popts)

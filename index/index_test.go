@@ -291,8 +291,10 @@ func TestReadOnly(t *testing.T) {
 
 func TestOpenRejectsBadOptions(t *testing.T) {
 	_, err := Open("", Options{})
+	require.ErrorIs(t, err, ErrInvalidOptions)
 	require.ErrorContains(t, err, "empty directory")
 	_, err = Open(t.TempDir(), Options{CacheSize: -1})
+	require.ErrorIs(t, err, ErrInvalidOptions)
 	require.ErrorContains(t, err, "CacheSize")
 }
 
