@@ -28,6 +28,10 @@ type Config struct {
 	// Timeout bounds each operation when the caller's context has no
 	// deadline. Default 30s.
 	Timeout time.Duration
+	// ReplicaTimeout bounds the read of one replica, so that a stalled node
+	// (stopped process, partition) leaves time to fall back to the next
+	// replica. Default 5s.
+	ReplicaTimeout time.Duration
 	// SoftPin / HardPin are passed with every Put.
 	SoftPin, HardPin bool
 	// Logger; default slog.Default().
@@ -67,6 +71,9 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	if c.cfg.Timeout <= 0 {
 		c.cfg.Timeout = 30 * time.Second
+	}
+	if c.cfg.ReplicaTimeout <= 0 {
+		c.cfg.ReplicaTimeout = 5 * time.Second
 	}
 	switch {
 	case cfg.Master != nil:
@@ -273,6 +280,8 @@ func (c *Client) readBest(ctx context.Context, info master.ObjectInfo) ([]byte, 
 }
 
 func (c *Client) readReplica(ctx context.Context, info master.ObjectInfo, r master.Replica) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReplicaTimeout)
+	defer cancel()
 	p, err := c.peerFor(r)
 	if err != nil {
 		return nil, err

@@ -494,3 +494,35 @@ func TestCloseDrainsOffloadRound(t *testing.T) {
 		t.Fatalf("task left in flight after the drain: %+v", st)
 	}
 }
+
+// A corrupt SSD replica is a miss, never wrong bytes, and the node drops
+// the replica at the master.
+func TestCorruptSSDReplicaIsDropped(t *testing.T) {
+	m := newMaster(t, testMasterConfig())
+	tr := newMemTier()
+	n := startTestNode(t, m, "127.0.0.1:0", tr)
+	addr := serveMaster(t, m)
+	c := newTestClient(t, Config{MasterAddr: addr})
+	ctx := context.Background()
+	if err := c.Put(ctx, "k", rnd(5000)); err != nil {
+		t.Fatal(err)
+	}
+	n.OffloadNow()
+	if d, err := c.EvictMemory(ctx, []string{"k"}, false); err != nil || d != 1 {
+		t.Fatalf("evict: %d %v", d, err)
+	}
+	tr.mu.Lock()
+	tr.corrupt["k"] = true
+	tr.mu.Unlock()
+	if _, err := c.Get(ctx, "k"); !errors.Is(err, codes.ErrChecksumMismatch) {
+		t.Fatalf("get of a corrupt SSD-only object: %v", err)
+	}
+	if st, _ := m.Stats(ctx); st.DiskReplicas != 0 {
+		t.Fatalf("the corrupt replica is still listed: %+v", st)
+	}
+	// Inside the lease of the last lookup the master says the replica is
+	// gone; it never hands out the dropped replica again.
+	if _, err := c.Get(ctx, "k"); !errors.Is(err, codes.ErrReplicaGone) && !errors.Is(err, codes.ErrObjectNotFound) {
+		t.Fatalf("after the drop: %v", err)
+	}
+}

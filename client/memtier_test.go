@@ -16,6 +16,7 @@ type memTier struct {
 	mu       sync.Mutex // protects everything below
 	objs     map[string][]byte
 	failKeys map[string]bool // Offload answers these Failed (retryable)
+	corrupt  map[string]bool // Load answers these ErrChecksum and drops them
 	// block, when set, is closed by the test to let Offload proceed; entered
 	// is closed when Offload starts waiting on it.
 	block, entered chan struct{}
@@ -24,7 +25,7 @@ type memTier struct {
 }
 
 func newMemTier() *memTier {
-	return &memTier{objs: map[string][]byte{}, failKeys: map[string]bool{}}
+	return &memTier{objs: map[string][]byte{}, failKeys: map[string]bool{}, corrupt: map[string]bool{}}
 }
 
 func (m *memTier) Offload(ctx context.Context, tasks []tier.Task, notify tier.NotifyFunc) []tier.Outcome {
@@ -83,6 +84,11 @@ func (m *memTier) Load(_ context.Context, keys [][]byte) []tier.LoadResult {
 	out := make([]tier.LoadResult, len(keys))
 	for i, k := range keys {
 		v, ok := m.objs[string(k)]
+		if ok && m.corrupt[string(k)] {
+			delete(m.objs, string(k))
+			out[i].Err = fmt.Errorf("memtier: %w", tier.ErrChecksum)
+			continue
+		}
 		if !ok {
 			out[i].Err = tier.ErrNotFound
 			continue

@@ -250,9 +250,25 @@ func (n *Node) readSSD(ctx context.Context, key []byte) ([]byte, error) {
 		return nil, codes.Errorf(codes.InternalError, "client: tier answered %d results for 1 key", len(r))
 	}
 	if r[0].Err != nil {
+		if errors.Is(r[0].Err, tier.ErrChecksum) {
+			// The tier dropped the corrupt entry; the master must stop
+			// listing this replica (invariant 5: a mismatch is a miss and
+			// drops the replica).
+			n.dropDiskReplica(ctx, key)
+		}
 		return nil, toCode(r[0].Err)
 	}
 	return r[0].Value, nil
+}
+
+// dropDiskReplica tells the master that this node no longer holds key on
+// SSD. A failure is left to the next reconcile.
+func (n *Node) dropDiskReplica(ctx context.Context, key []byte) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := n.m.EvictDiskReplica(ctx, n.name, []string{string(key)}); err != nil {
+		n.log.Warn("dropping a corrupt SSD replica at the master failed; reconcile will", "key", string(key), "err", err)
+	}
 }
 
 // mount announces the segment to the master.

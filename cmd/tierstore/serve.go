@@ -94,7 +94,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tierstore serve: node: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "tierstore serve: master listening on %s; node %s serving peers on %s; SSD %s\n",
+	fmt.Fprintf(stdout, "tierstore serve: master listening on %s node=%s peers=%s ssd=%s\n",
 		lis.Addr(), n.Name(), n.Endpoint(), abs)
 	<-ctx.Done()
 	log.Info("signal received: draining")

@@ -368,3 +368,28 @@ func TestNodeSIGTERM(t *testing.T) {
 		})
 	}
 }
+
+// tierstore serve: master and node in one process; the CLI stores and reads
+// through it; SIGTERM stops it with exit 0.
+func TestServe(t *testing.T) {
+	s := start(t, "tierstore", "serve", "--dir", t.TempDir(), "--port", "0", "--memory", "32MiB", "--backend", "pwrite")
+	in := t.TempDir() + "/in"
+	val := randomValue(300 << 10)
+	if err := os.WriteFile(in, val, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, e, code := cli(t, "put", "--master", s.addr, "served", in); code != 0 {
+		t.Fatalf("put: %d %s", code, e)
+	}
+	out := t.TempDir() + "/out"
+	if _, e, code := cli(t, "get", "--master", s.addr, "served", out); code != 0 {
+		t.Fatalf("get: %d %s", code, e)
+	}
+	if got, _ := os.ReadFile(out); !bytes.Equal(got, val) {
+		t.Fatal("get returned other bytes")
+	}
+	s.kill(syscall.SIGTERM)
+	if err := s.wait(30 * time.Second); err != nil {
+		t.Fatalf("serve exit after SIGTERM: %v", err)
+	}
+}
