@@ -30,7 +30,12 @@ func testService(t testing.TB, mut func(*Config)) (*Service, *ManualClock) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() {
+		if err := s.Check(); err != nil {
+			t.Errorf("after test: %v", err)
+		}
+		s.Close()
+	})
 	return s, clk
 }
 
