@@ -50,9 +50,10 @@ const (
 	// Persisted: the object was written by this call, committed to the index
 	// and announced through notify.
 	Persisted Status = iota + 1
-	// AlreadyPresent: the key was already on this node's SSD (committed by an
-	// earlier or concurrent call); nothing was written. Not an error
-	// (reference 002).
+	// AlreadyPresent: the key was already on this node's SSD with the same
+	// bytes (same length and CRC32C), committed by an earlier or concurrent
+	// call; nothing new was committed. Not an error (reference 002). A key on
+	// SSD with other bytes is replaced by the new value (Persisted).
 	AlreadyPresent
 	// Failed: the object is not on SSD. Err says why; Retryable says whether
 	// the same task may succeed later.

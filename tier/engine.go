@@ -351,7 +351,8 @@ func (e *Engine) Offload(ctx context.Context, tasks []Task, notify NotifyFunc) [
 	kept := cand[:0]
 	for _, i := range cand {
 		if _, pending := e.pending[string(tasks[i].Key)]; !pending {
-			if _, ok, err := e.ix.Get(tasks[i].Key); err == nil && ok {
+			loc, ok, err := e.ix.Get(tasks[i].Key)
+			if err == nil && ok && sameObject(loc, tasks[i].Value) {
 				out[i] = Outcome{Status: AlreadyPresent}
 				continue
 			}
@@ -444,11 +445,18 @@ func (e *Engine) offloadBucket(ctx context.Context, tasks []Task, idx []int, not
 
 	// Under the engine lock: the duplicate check and the index commit.
 	var commit []int // positions in idx
+	type staleEntry struct {
+		key    []byte
+		bucket uint64
+	}
+	var stale []staleEntry // committed keys that replace other bytes
+	var staleFiles []*bucketState
 	pb := &pendingBucket{done: make(chan struct{})}
 	for {
 		e.mu.Lock()
 		var wait []chan struct{}
 		commit = commit[:0]
+		stale = stale[:0]
 		var ixErr error
 		for k, i := range idx {
 			key := tasks[i].Key
@@ -456,14 +464,20 @@ func (e *Engine) offloadBucket(ctx context.Context, tasks []Task, idx []int, not
 				wait = append(wait, p.done)
 				continue
 			}
-			_, ok, err := e.ix.Get(key)
+			loc, ok, err := e.ix.Get(key)
 			if err != nil {
 				ixErr = err
 				break
 			}
 			if ok {
-				out[i] = Outcome{Status: AlreadyPresent}
-				continue
+				en := enc.Entries[k]
+				if loc.CRC == en.CRC && loc.ValueLen == en.ValueLen {
+					out[i] = Outcome{Status: AlreadyPresent}
+					continue
+				}
+				// Other bytes under this key (the object was removed and
+				// put again): the new version replaces the stale one.
+				stale = append(stale, staleEntry{key, loc.Bucket})
 			}
 			commit = append(commit, k)
 		}
@@ -504,6 +518,23 @@ func (e *Engine) offloadBucket(ctx context.Context, tasks []Task, idx []int, not
 				ValueLen: en.ValueLen, Codec: uint8(en.Codec), CRC: en.CRC,
 			}}
 		}
+		if len(stale) > 0 {
+			keys := make([][]byte, len(stale))
+			for n, st := range stale {
+				keys[n] = st.key
+			}
+			if err := e.ix.DeleteKeys(keys); err != nil {
+				e.mu.Unlock()
+				e.discardWritten(id, enc.Size)
+				failAll(fmt.Errorf("tier: index: replacing stale versions: %w", err), true)
+				return
+			}
+			for _, st := range stale {
+				if d := e.decLive(st.bucket); d != nil {
+					staleFiles = append(staleFiles, d)
+				}
+			}
+		}
 		meta := index.BucketMeta{ID: id, Size: enc.Size, Keys: len(entries), Created: created}
 		if err := e.ix.CommitBucket(meta, entries); err != nil {
 			e.mu.Unlock()
@@ -519,6 +550,9 @@ func (e *Engine) offloadBucket(ctx context.Context, tasks []Task, idx []int, not
 		}
 		e.mu.Unlock()
 		break
+	}
+	for _, d := range staleFiles {
+		e.deleteFile(d)
 	}
 
 	committed := make([]Committed, len(commit))
@@ -567,6 +601,12 @@ func (e *Engine) offloadBucket(ctx context.Context, tasks []Task, idx []int, not
 			out[idx[k]] = fail(fmt.Errorf("%w: %w", ErrNotifyFailed, nerr), true)
 		}
 	}
+}
+
+// sameObject reports whether the object at loc holds exactly value (same
+// length and CRC32C), so that offloading value again is a no-op.
+func sameObject(loc index.Location, value []byte) bool {
+	return int64(loc.ValueLen) == int64(len(value)) && loc.CRC == bucket.Checksum(value)
 }
 
 // discardWritten deletes a bucket file that was written but not committed
@@ -893,6 +933,26 @@ func (e *Engine) Exists(key []byte) (bool, error) {
 	defer e.ops.Done()
 	_, ok, err := e.ix.Get(key)
 	return ok, err
+}
+
+// Stat returns what the index records of key (size, CRC32C, bucket) without
+// reading the object. ErrNotFound when absent.
+func (e *Engine) Stat(key []byte) (KeyInfo, error) {
+	if err := validKey(key); err != nil {
+		return KeyInfo{}, err
+	}
+	if err := e.begin(); err != nil {
+		return KeyInfo{}, err
+	}
+	defer e.ops.Done()
+	loc, ok, err := e.ix.Get(key)
+	if err != nil {
+		return KeyInfo{}, err
+	}
+	if !ok {
+		return KeyInfo{}, fmt.Errorf("%w: %q", ErrNotFound, key)
+	}
+	return KeyInfo{Size: int64(loc.ValueLen), CRC: loc.CRC, Bucket: loc.Bucket}, nil
 }
 
 // Remove deletes key from the tier. The bucket file goes when its last key

@@ -455,3 +455,28 @@ func TestClose(t *testing.T) {
 	_, err = e.Exists([]byte("k"))
 	require.ErrorIs(t, err, ErrClosed)
 }
+
+// A key on SSD with other bytes (removed and put again at the master) is not
+// "already present": the new version replaces the stale one.
+func TestReoffloadWithOtherBytesReplaces(t *testing.T) {
+	e := openEngine(t, t.TempDir(), Options{})
+	v1 := makeTasks("ver", 2, 5000, 1)
+	requireStatus(t, e.Offload(bg, v1, nil), Persisted)
+	v2 := makeTasks("ver", 2, 6000, 2)
+	var announced []Committed
+	out := e.Offload(bg, v2, func(_ context.Context, c []Committed) error {
+		announced = append(announced, c...)
+		return nil
+	})
+	requireStatus(t, out, Persisted)
+	require.Len(t, announced, 2)
+	require.Equal(t, bucket.Checksum(v2[0].Value), announced[0].CRC)
+	requireLoads(t, e, v2)
+	info, err := e.Stat(v2[1].Key)
+	require.NoError(t, err)
+	require.EqualValues(t, 6000, info.Size)
+	require.Len(t, fileIDs(t, e.Backend()), 1, "the bucket of the stale versions is deleted")
+	require.EqualValues(t, 2, e.Stats().Objects)
+	_, err = e.Stat([]byte("nope"))
+	require.ErrorIs(t, err, ErrNotFound)
+}
