@@ -73,7 +73,7 @@ func runChurn(ctx context.Context, e *env) (*result, error) {
 	start := time.Now()
 	sz := churnSizes{dram: 16 << 20, ssd: 64 << 20, block: 64 << 10, convRequests: 12000, scanPasses: 4, sessions: 200}
 	if e.quick {
-		sz = churnSizes{dram: 2 << 20, ssd: 8 << 20, block: 64 << 10, convRequests: 1500, scanPasses: 3, sessions: 30}
+		sz = churnSizes{dram: 1 << 20, ssd: 4 << 20, block: 64 << 10, convRequests: 400, scanPasses: 2, sessions: 16}
 	}
 	var traces []*trace.Trace
 	scan, err := trace.Scan(trace.ScanConfig{WorkingSet: 2 * sz.ssd, ObjectSize: sz.block, Passes: sz.scanPasses})
@@ -171,7 +171,7 @@ func runChurn(ctx context.Context, e *env) (*result, error) {
 	res.Tables = append(res.Tables, tt, t)
 	res.Notes = append(res.Notes,
 		"a request is a Get; a miss is followed by a Put of the block (prefix-cache replay); SSD W/R '-' means nothing was read from SSD",
-		"the replayer waits for the offload queue to drain every 16 puts, so admission decisions, not offload lag, decide the figures",
+		fmt.Sprintf("the replayer waits for the offload queue to drain every %d puts (a quarter of DRAM), so admission decisions, not offload lag, decide the figures", max(16, int(sz.dram/sz.block/4))),
 		"Belady's MIN is exact for single-size traces; for variable sizes it is the furthest-next-use heuristic (see bench/internal/belady)")
 	res.Elapsed = time.Since(start).Seconds()
 	res.charts = func(dir string) ([]string, error) {
@@ -256,7 +256,7 @@ func replay(ctx context.Context, e *env, tr *trace.Trace, p churnPolicy, sz chur
 	cfg.Node.SSDCapacity = sz.ssd
 	cfg.Node.Backend = "pwrite"
 	cfg.Node.BucketEviction = p.eviction
-	cfg.Node.BucketSizeLimit = sz.ssd / 16
+	cfg.Node.BucketSizeLimit = sz.ssd / 8
 	cfg.Node.HeartbeatInterval = time.Millisecond
 	cfg.Node.ReconcileInterval = time.Hour
 	if err := mkdir(dir); err != nil {
@@ -280,6 +280,9 @@ func replay(ctx context.Context, e *env, tr *trace.Trace, p churnPolicy, sz chur
 	}
 	bar := e.progress(fmt.Sprintf("churn %s %s", tr.Name, p.name), int64(len(tr.Requests)))
 	defer bar.Finish()
+	// Drain the offload queue every quarter of the DRAM capacity in blocks
+	// (at least 16): offload keeps up, and buckets are not tiny.
+	drainEvery := max(16, int(sz.dram/sz.block/4))
 	t0 := time.Now()
 	puts := 0
 	for i, r := range tr.Requests {
@@ -316,7 +319,7 @@ func replay(ctx context.Context, e *env, tr *trace.Trace, p churnPolicy, sz chur
 				f.putFailures++
 			}
 			puts++
-			if puts%16 == 0 {
+			if puts%drainEvery == 0 {
 				if err := drainOffload(ctx, emb.Master); err != nil {
 					return f, err
 				}

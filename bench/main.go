@@ -42,6 +42,7 @@ type env struct {
 	traceFile string
 	stderr    io.Writer
 	progress  progressFactory
+	sizes     []int64 // tests only: object sizes of throughput (nil: all)
 }
 
 func usage(w io.Writer, fs *flag.FlagSet) {
@@ -61,6 +62,11 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 // run is main without the process: it parses args (scenario first, flags
 // after, or flags first), runs the scenarios and writes the report.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runWith(ctx, args, stdout, stderr, nil)
+}
+
+// runWith is run with a hook that adjusts each scenario's env (tests).
+func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjust func(*env)) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	dir := fs.String("dir", "", "directory to benchmark on (default: a temporary directory under the working directory's disk)")
@@ -130,6 +136,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("bench: %w", err)
 		}
 		e := &env{dir: sdir, quick: *quick, traceFile: *traceFile, stderr: stderr, progress: prog}
+		if adjust != nil {
+			adjust(e)
+		}
 		res, err := s.run(ctx, e)
 		os.RemoveAll(sdir)
 		if err != nil {

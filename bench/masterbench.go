@@ -36,7 +36,7 @@ func runMaster(ctx context.Context, e *env) (*result, error) {
 	objects, lookups, batch := 200_000, 200_000, 1000
 	budget := 15 * time.Second
 	if e.quick {
-		objects, lookups, budget = 20_000, 20_000, 2*time.Second
+		objects, lookups, budget = 10_000, 10_000, time.Second
 	}
 	const objSize = 64 << 10
 	cfg := master.DefaultConfig()

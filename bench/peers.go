@@ -44,12 +44,16 @@ var peerStores = []storeKind{
 	{"badger", openBadger},
 }
 
+// peerMemTable is the memtable size of pebble and badger: 64 MiB, 8 MiB with
+// --quick (both allocate it up front).
+var peerMemTable int64 = 64 << 20
+
 // pebble v2 storing the values itself (in its WAL, memtables and sstables).
 type pebbleStore struct{ db *pebble.DB }
 
 func openPebble(dir string) (kvStore, error) {
 	db, err := pebble.Open(dir, &pebble.Options{
-		MemTableSize: 64 << 20,
+		MemTableSize: uint64(peerMemTable),
 		Logger:       quietPebbleLog{},
 	})
 	if err != nil {
@@ -100,7 +104,8 @@ func openBadger(dir string) (kvStore, error) {
 	opts := badger.DefaultOptions(dir).
 		WithSyncWrites(true).
 		WithValueThreshold(1 << 10).
-		WithMemTableSize(64 << 20).
+		WithMemTableSize(peerMemTable).
+		WithBlockCacheSize(peerMemTable).
 		WithNumVersionsToKeep(1).
 		WithLogger(nil)
 	db, err := badger.Open(opts)
@@ -156,7 +161,10 @@ func runPeers(ctx context.Context, e *env) (*result, error) {
 	batchBytes := int64(16 << 20)
 	readers := 4
 	if e.quick {
-		total, batchBytes = 24<<20, 8<<20
+		total, batchBytes = 8<<20, 2<<20
+		peerMemTable = 8 << 20
+	} else {
+		peerMemTable = 64 << 20
 	}
 	sizes := []int64{256 << 10, 1 << 20}
 	res := &result{Options: map[string]string{
@@ -164,6 +172,7 @@ func runPeers(ctx context.Context, e *env) (*result, error) {
 		"batch_bytes":    fmtBytes(batchBytes),
 		"readers":        fmt.Sprint(readers),
 		"sync":           "one durable sync per batch",
+		"memtable":       fmtBytes(peerMemTable) + " (pebble, badger)",
 	}}
 	var figs []peerFigures
 	for _, size := range sizes {

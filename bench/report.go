@@ -86,7 +86,7 @@ func formatCell(c any) string {
 
 func printHeader(w io.Writer, h header, res *result) {
 	fmt.Fprintf(w, "== %s  (%s)\n", res.Scenario, time.Now().UTC().Format(time.RFC3339))
-	fmt.Fprintf(w, "machine: %s, %d CPUs, %s RAM, %s\n", h.CPU, h.CPUs, fmtBytes(h.MemBytes), h.Kernel)
+	fmt.Fprintf(w, "machine: %s, %d CPUs, %s RAM, %s, load %s at start\n", h.CPU, h.CPUs, fmtBytes(h.MemBytes), h.Kernel, h.LoadAvg)
 	fmt.Fprintf(w, "disk:    %s (%s on %s, model %s, rotational %s)\n", h.Dir, h.FSType, h.Device, h.DiskModel, h.Rotational)
 	fmt.Fprintf(w, "go:      %s %s; fio: %s\n", h.GoVersion, h.Arch, h.Fio)
 	if len(res.Options) > 0 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -29,7 +30,11 @@ func TestSmoke(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
 			defer cancel()
 			var stdout, stderr bytes.Buffer
-			err := run(ctx, []string{s.name, "--quick", "--dir", dir, "--json", jsonPath, "--plot", plotDir}, &stdout, &stderr)
+			args := []string{s.name, "--quick", "--dir", dir, "--json", jsonPath, "--plot", plotDir}
+			if name == "churn" {
+				args = append(args, "--trace", writeTraceFile(t))
+			}
+			err := run(ctx, args, &stdout, &stderr)
 			if err != nil {
 				t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 			}
@@ -75,12 +80,77 @@ func TestSmoke(t *testing.T) {
 			if s.name != "master" && len(pngs) == 0 {
 				t.Errorf("no chart written to %s", plotDir)
 			}
+			if name == "churn" && !strings.Contains(out, "file:") {
+				t.Errorf("the --trace file was not replayed:\n%s", out)
+			}
 			// Scratch data is removed.
 			left, _ := filepath.Glob(filepath.Join(dir, ".tierstore-bench-*"))
 			if len(left) != 0 {
 				t.Errorf("scratch directory left behind: %v", left)
 			}
 		})
+	}
+}
+
+// writeTraceFile writes a small user trace: two sizes, some reuse.
+func writeTraceFile(t *testing.T) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("# key size\n")
+	for i := 0; i < 120; i++ {
+		k := i % 40
+		size := 65536
+		if k%4 == 0 {
+			size = 131072
+		}
+		fmt.Fprintf(&b, "user/%d %d\n", k, size)
+	}
+	p := filepath.Join(t.TempDir(), "user.trace")
+	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestThroughputWithoutFio: with no fio in PATH the throughput scenario says
+// so and prints absolute figures, with no ratio.
+func TestThroughputWithoutFio(t *testing.T) {
+	if _, ok := findScenario("throughput"); !ok {
+		t.Skip("scenario throughput is not built: it needs the tier engine (-tags tierengine until it lands)")
+	}
+	t.Setenv("PATH", t.TempDir())
+	dir := t.TempDir()
+	jsonPath := filepath.Join(dir, "out.json")
+	var stdout bytes.Buffer
+	err := runWith(context.Background(), []string{"throughput", "--quick", "--dir", dir, "--json", jsonPath}, &stdout, &stdout,
+		func(e *env) { e.sizes = []int64{64 << 10} })
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, stdout.String())
+	}
+	if !strings.Contains(stdout.String(), "fio is not installed") {
+		t.Errorf("no word about the missing fio:\n%s", stdout.String())
+	}
+	var rep report
+	b, _ := os.ReadFile(jsonPath)
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	checkReport(t, &rep, "throughput")
+	tb := rep.Results[0].Tables[0]
+	if len(rep.Results[0].Tables) != 1 {
+		t.Errorf("a fio table without fio: %+v", rep.Results[0].Tables)
+	}
+	for _, row := range tb.Rows {
+		for i, c := range tb.Columns {
+			if strings.Contains(c, "x fio") && row[i] != nil {
+				t.Errorf("ratio %q = %v without fio", c, row[i])
+			}
+			if strings.HasSuffix(c, "MB/s") {
+				if v, ok := row[i].(float64); !ok || v <= 0 {
+					t.Errorf("absolute figure %q = %v", c, row[i])
+				}
+			}
+		}
 	}
 }
 

@@ -28,6 +28,7 @@ type header struct {
 	DiskModel  string   `json:"disk_model"`
 	Rotational string   `json:"rotational"`
 	Fio        string   `json:"fio"`
+	LoadAvg    string   `json:"load_avg"` // 1/5/15-minute load when the run started
 	Args       []string `json:"args"`
 }
 
@@ -61,6 +62,11 @@ func collectHeader(dir string) header {
 	var u unix.Utsname
 	if unix.Uname(&u) == nil {
 		h.Kernel = "Linux " + unix.ByteSliceToString(u.Release[:])
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) >= 3 {
+			h.LoadAvg = strings.Join(f[:3], " ")
+		}
 	}
 	h.FSType = fsType(dir)
 	h.Device = mountDevice(dir)

@@ -69,10 +69,13 @@ func runThroughput(ctx context.Context, e *env) (*result, error) {
 	readBudget := 15 * time.Second
 	fioRuntime := 5 * time.Second
 	if e.quick {
-		total, bucketBytes, readBudget, fioRuntime = 32<<20, 8<<20, 2*time.Second, time.Second
+		total, bucketBytes, readBudget, fioRuntime = 16<<20, 4<<20, 500*time.Millisecond, 500*time.Millisecond
 	}
 	const readers, perLoad = 4, 8 // 32 object reads in flight, as fio's iodepth 32
 	sizes := []int64{64 << 10, 256 << 10, 1 << 20}
+	if e.sizes != nil {
+		sizes = e.sizes
+	}
 	res := &result{Options: map[string]string{
 		"bytes_per_run": fmtBytes(total),
 		"bucket":        fmtBytes(bucketBytes) + " (one Offload call = one bucket)",
