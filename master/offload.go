@@ -45,9 +45,13 @@ func (s *Service) cancelTask(key string, o *object) {
 }
 
 // Enqueue queues an offload task for key as an admission policy would
-// (operators, tests). It fails with ErrObjectNotFound when key has no
+// (operators, tests). It fails with ErrUnableOffload when offload is not
+// enabled, ErrObjectNotFound when key has no
 // readable DRAM replica and ErrKeysUltraLimit when the node's queue is full.
 func (s *Service) Enqueue(key string) error {
+	if !s.cfg.EnableOffload && s.cfg.Admission == nil {
+		return codes.Errorf(codes.UnableOffload, "master: enqueue: enable_offload is off")
+	}
 	sh := s.shardOf(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

@@ -136,6 +136,16 @@ func TestMailboxPinUntilAnswer(t *testing.T) {
 
 // TestRemovedObjectTaskDisappears: removing an object deletes its queued
 // task; the node never sees it.
+func TestEnqueueNeedsOffload(t *testing.T) {
+	s, _ := testService(t, nil)
+	mount(t, s, "a", 1<<20)
+	put(t, s, "k", 64, "a")
+	mustIs(t, s.Enqueue("k"), codes.ErrUnableOffload)
+	if ts, _ := s.OffloadHeartbeat(bg, "a", 0); len(ts) != 0 {
+		t.Fatal("task without enable_offload")
+	}
+}
+
 func TestRemovedObjectTaskDisappears(t *testing.T) {
 	s, _ := offloadService(t, nil)
 	mount(t, s, "a", 1<<20)
