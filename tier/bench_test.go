@@ -1,8 +1,10 @@
 package tier
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -134,4 +136,53 @@ func BenchmarkLoad(b *testing.B) {
 // buffered reads come from the disk, as fio's O_DIRECT reads do.
 func dropCaches() {
 	_ = os.WriteFile("/proc/sys/vm/drop_caches", []byte("1"), 0)
+}
+
+// BenchmarkFio runs fio on the benchmark directory in the same run, so the
+// engine's figures can be read as ratios of the disk's: sequential 1 MiB
+// O_DIRECT writes at iodepth 16 with an fdatasync every 64 MiB (one bucket),
+// and O_DIRECT random reads at each object size, iodepth 32. It reports fio's
+// own bandwidth as fio-MB/s (ns/op includes fio's start-up and file layout,
+// ignore it); skipped when fio is not installed.
+func BenchmarkFio(b *testing.B) {
+	fio, err := exec.LookPath("fio")
+	if err != nil {
+		b.Skip("fio not installed (apt-get install fio)")
+	}
+	run := func(b *testing.B, args ...string) {
+		dir := benchDir(b)
+		args = append([]string{"--name=tierstore", "--directory=" + dir, "--output-format=json",
+			"--ioengine=io_uring", "--direct=1", "--size=256M", "--numjobs=1"}, args...)
+		var bw float64
+		for b.Loop() {
+			out, err := exec.Command(fio, args...).Output()
+			if err != nil {
+				b.Fatalf("fio %v: %v", args, err)
+			}
+			var res struct {
+				Jobs []struct {
+					Read struct {
+						BwBytes float64 `json:"bw_bytes"`
+					} `json:"read"`
+					Write struct {
+						BwBytes float64 `json:"bw_bytes"`
+					} `json:"write"`
+				} `json:"jobs"`
+			}
+			if err := json.Unmarshal(out, &res); err != nil || len(res.Jobs) == 0 {
+				b.Fatalf("fio output: %v", err)
+			}
+			bw = res.Jobs[0].Read.BwBytes + res.Jobs[0].Write.BwBytes
+		}
+		// fio's own bandwidth, independent of process start-up time.
+		b.ReportMetric(bw/1e6, "fio-MB/s")
+	}
+	b.Run("write/1MiB/qd16", func(b *testing.B) {
+		run(b, "--rw=write", "--bs=1M", "--iodepth=16", "--fdatasync=64")
+	})
+	for _, size := range benchSizes {
+		b.Run(fmt.Sprintf("randread/%dKiB/qd32", size>>10), func(b *testing.B) {
+			run(b, "--rw=randread", fmt.Sprintf("--bs=%d", size), "--iodepth=32")
+		})
+	}
 }
