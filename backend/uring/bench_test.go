@@ -173,8 +173,8 @@ func benchRead(b *testing.B, be backend.Backend, bucket, obj, perCall int) {
 func BenchmarkWriteTuning(b *testing.B) {
 	const bucket = 256 << 20
 	data := objects(bucket, 1<<20)
-	for _, chunk := range []int{256 << 10, 1 << 20, 4 << 20} {
-		for _, depth := range []int{2, 8, 16} {
+	for _, chunk := range []int{256 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20} {
+		for _, depth := range []int{2, 4, 8, 16} {
 			b.Run(fmt.Sprintf("chunk=%s/depth=%d", sizeName(chunk), depth), func(b *testing.B) {
 				opts := DefaultOptions()
 				opts.ChunkSize, opts.WriteDepth = chunk, depth

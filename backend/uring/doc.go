@@ -45,11 +45,12 @@
 // # Concurrency
 //
 // Every method is safe for concurrent use. Each WriteBucket or Read call
-// takes a worker (one ring plus its slots) from a pool for its whole
+// takes a worker (one ring plus its write slots) from a pool for its whole
 // duration and holds runtime.LockOSThread meanwhile; a worker is returned
 // only with nothing in flight, so rings share no lock and are never used by
-// two goroutines at once. At most MaxRings workers exist; further calls wait
-// for one. Backend.mu (a RWMutex) is held for reading by every operation and
+// two goroutines at once. A call that finds no idle worker creates one, so
+// a Load never waits behind a long bucket write; only past MaxRings (64)
+// concurrent calls does a call wait for a ring. Backend.mu (a RWMutex) is held for reading by every operation and
 // for writing by Close, which therefore waits for operations in flight
 // before closing the rings.
 package uring

@@ -18,16 +18,18 @@ var newRing = iuring.New
 // and the worker uses plain WRITE. Tests turn it off to cover that path.
 var registerFixed = true
 
-// worker is one ring with the staging memory of its writes: slots
-// chunk-sized, page-aligned slices of one anonymous mapping, registered as
-// fixed buffer 0 when the kernel allows it (reads need no slots: they land in
-// the caller's aligned Data). A worker is owned by one goroutine at a time (taken from
-// and returned to the pool's idle channel), which holds LockOSThread while
-// it uses the ring. It is only returned with nothing in flight.
+// worker is one ring, plus the staging memory of its writes: slots
+// chunk-sized, page-aligned slices of one anonymous mapping, made on the
+// first write and registered as fixed buffer 0 when the kernel allows it.
+// Reads need no slots (they land in the caller's aligned Data).
+//
+// A worker is owned by one goroutine at a time (taken from and returned to
+// the pool), which holds LockOSThread while it uses the ring. It is returned
+// only with nothing in flight.
 type worker struct {
 	ring  *iuring.Ring
-	mem   *iuring.Buffer
-	fixed bool // mem registered as fixed buffer 0
+	mem   *iuring.Buffer // nil until the first write
+	fixed bool           // mem registered as fixed buffer 0
 	chunk int
 	slots int
 	free  []int // indices of unused slots
@@ -42,7 +44,30 @@ func (w *worker) noteInFlight() {
 	}
 }
 
+// ensureSlots maps (and tries to register) the staging slots.
+func (w *worker) ensureSlots() error {
+	if w.mem != nil {
+		return nil
+	}
+	mem, err := iuring.NewBuffer(w.slots * w.chunk)
+	if err != nil {
+		return err
+	}
+	w.mem = mem
+	w.fixed = registerFixed && w.ring.RegisterBuffers([]*iuring.Buffer{mem}) == nil
+	w.free = make([]int, 0, w.slots)
+	for i := w.slots - 1; i >= 0; i-- {
+		w.free = append(w.free, i)
+	}
+	return nil
+}
+
 func (w *worker) slot(i int) []byte { return w.mem.Bytes()[i*w.chunk : (i+1)*w.chunk] }
+
+// idle reports whether nothing is in flight and every slot is free.
+func (w *worker) idle() bool {
+	return w.ring.InFlight() == 0 && (w.mem == nil || len(w.free) == w.slots)
+}
 
 func (w *worker) close() error {
 	err := w.ring.Close()
@@ -50,13 +75,17 @@ func (w *worker) close() error {
 		// The kernel may still write into the slots: leak them.
 		return err
 	}
-	if ferr := w.mem.Free(); ferr != nil && err == nil {
-		err = ferr
+	if w.mem != nil {
+		if ferr := w.mem.Free(); ferr != nil && err == nil {
+			err = ferr
+		}
 	}
 	return err
 }
 
-// pool hands out workers; at most cap(sem) exist at once.
+// pool hands out workers. At most cap(sem) exist at once (calls beyond that
+// wait for one); at most cap(idle) are kept when unused, the others are
+// closed when returned.
 type pool struct {
 	idle  chan *worker  // workers nobody owns
 	sem   chan struct{} // one token per existing worker
@@ -65,9 +94,9 @@ type pool struct {
 	chunk int
 }
 
-func newPool(maxRings, depth, slots, chunk int) *pool {
+func newPool(maxRings, maxIdle, depth, slots, chunk int) *pool {
 	return &pool{
-		idle:  make(chan *worker, maxRings),
+		idle:  make(chan *worker, min(maxIdle, maxRings)),
 		sem:   make(chan struct{}, maxRings),
 		depth: depth,
 		slots: slots,
@@ -75,30 +104,18 @@ func newPool(maxRings, depth, slots, chunk int) *pool {
 	}
 }
 
-// create makes a worker: ring, slots, fixed-buffer registration (best
-// effort: without it the plain READ/WRITE opcodes are used).
+// create makes a worker (its slots come with its first write).
 func (p *pool) create() (*worker, error) {
 	r, err := newRing(iuring.Config{Entries: uint32(p.depth)})
 	if err != nil {
 		return nil, err
 	}
-	mem, err := iuring.NewBuffer(p.slots * p.chunk)
-	if err != nil {
-		r.Close()
-		return nil, err
-	}
-	w := &worker{ring: r, mem: mem, chunk: p.chunk, slots: p.slots}
-	w.fixed = registerFixed && r.RegisterBuffers([]*iuring.Buffer{mem}) == nil
-	w.free = make([]int, 0, p.slots)
-	for i := p.slots - 1; i >= 0; i-- {
-		w.free = append(w.free, i)
-	}
-	return w, nil
+	return &worker{ring: r, chunk: p.chunk, slots: p.slots}, nil
 }
 
-// get takes an idle worker or creates one, waiting for one to be returned
-// when the limit is reached. The caller's goroutine is locked to its thread
-// until put.
+// get takes an idle worker or creates one; only when MaxRings exist does it
+// wait for one to be returned. The caller's goroutine is locked to its
+// thread until put.
 func (p *pool) get(ctx context.Context) (*worker, error) {
 	var w *worker
 	select {
@@ -120,16 +137,19 @@ func (p *pool) get(ctx context.Context) (*worker, error) {
 	return w, nil
 }
 
-// put returns w, which has nothing in flight, to the pool. A worker whose
-// ring failed is closed instead.
+// put returns w to the pool, or closes it when it failed, still has work in
+// flight, or the idle list is full.
 func (p *pool) put(w *worker, broken bool) {
 	runtime.UnlockOSThread()
-	if broken || w.ring.InFlight() != 0 || len(w.free) != w.slots {
-		w.close()
-		<-p.sem
-		return
+	if !broken && w.idle() {
+		select {
+		case p.idle <- w:
+			return
+		default:
+		}
 	}
-	p.idle <- w
+	w.close()
+	<-p.sem
 }
 
 // close closes every idle worker. The caller guarantees no worker is in use.

@@ -20,6 +20,7 @@ const (
 	DefaultQueueDepth = 32
 	DefaultWriteDepth = 8
 	DefaultChunkSize  = 1 << 20
+	DefaultMaxRings   = 64
 	// MaxQueueDepth bounds QueueDepth (ring entries and staging slots).
 	MaxQueueDepth = 1024
 	// MaxChunkSize bounds ChunkSize.
@@ -44,8 +45,9 @@ type Options struct {
 	// ChunkSize is the size of one write and of one staging slot; a
 	// multiple of backend.Alignment. Default 1 MiB.
 	ChunkSize int
-	// MaxRings bounds the rings (one per concurrent call). Default
-	// 2*GOMAXPROCS, at least 4.
+	// MaxRings bounds the rings, one per WriteBucket or Read in progress;
+	// calls beyond it wait for a ring. Default 64. At most
+	// max(4, 2*GOMAXPROCS) unused rings are kept open.
 	MaxRings int
 	// Logger receives the fallback warnings; default slog.Default().
 	Logger *slog.Logger
@@ -68,7 +70,7 @@ func (o *Options) fill() error {
 		o.ChunkSize = DefaultChunkSize
 	}
 	if o.MaxRings == 0 {
-		o.MaxRings = max(4, 2*runtime.GOMAXPROCS(0))
+		o.MaxRings = DefaultMaxRings
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -105,7 +107,7 @@ func Open(dir string, opts Options) (backend.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := newPool(opts.MaxRings, opts.QueueDepth, opts.WriteDepth, opts.ChunkSize)
+	p := newPool(opts.MaxRings, max(4, 2*runtime.GOMAXPROCS(0)), opts.QueueDepth, opts.WriteDepth, opts.ChunkSize)
 	w, err := p.create() // proves io_uring works here; kept as the first idle ring
 	if err != nil {
 		if errors.Is(err, iuring.ErrUnavailable) {

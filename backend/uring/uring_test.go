@@ -10,6 +10,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -208,4 +209,46 @@ func TestReadQueueDepth(t *testing.T) {
 	after := w.ring.Stats()
 	require.Equal(t, uint64(n), after.Completed-before.Completed)
 	require.GreaterOrEqual(t, w.maxInFlight, 32)
+}
+
+// TestReadsDoNotWaitForRings: calls holding rings (long bucket writes,
+// simulated by taking workers) do not make a Read wait, up to MaxRings;
+// past MaxRings a call waits for a ring and honours its context.
+func TestReadsDoNotWaitForRings(t *testing.T) {
+	for _, maxRings := range []int{0, 1} { // the default (64), and 1
+		opts := small(true)
+		opts.MaxRings = maxRings
+		b := openOrFail(t, t.TempDir(), opts).(*Backend)
+		want := backendtest.Pattern(1, 8*backend.Alignment)
+		require.NoError(t, b.WriteBucket(context.Background(), 1, [][]byte{want}))
+		ops := []backend.ReadOp{{Off: 10, Len: 5000}}
+		hold := 8 // more than the idle list keeps
+		if maxRings == 1 {
+			hold = 1
+		}
+		var held []*worker
+		hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		for range hold {
+			w, err := b.pool.get(hctx)
+			require.NoError(t, err, "taking ring %d of %d", len(held)+1, hold)
+			held = append(held, w)
+		}
+		hcancel()
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		err := b.Read(ctx, 1, ops)
+		cancel()
+		if maxRings == 1 {
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+		} else {
+			require.NoError(t, err)
+			require.NoError(t, ops[0].Err)
+			require.Equal(t, want[10:5010], ops[0].Data)
+		}
+		for _, w := range held {
+			b.pool.put(w, false)
+		}
+		require.NoError(t, b.Read(context.Background(), 1, ops))
+		require.Equal(t, want[10:5010], ops[0].Data)
+		require.NoError(t, b.Close())
+	}
 }

@@ -89,6 +89,12 @@ func (b *Backend) writeFile(ctx context.Context, name string, data [][]byte, dir
 	if err != nil {
 		return err
 	}
+	if direct {
+		if err := w.ensureSlots(); err != nil {
+			b.pool.put(w, false)
+			return fmt.Errorf("staging buffers: %w", err)
+		}
+	}
 	s := &writer{w: w, fd: fd, depth: b.opts.WriteDepth, direct: direct}
 	data = slices.Clone(data) // consumed below; the caller's slice stays intact
 	if direct {
