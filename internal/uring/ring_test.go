@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 	"weak"
 
 	"github.com/stretchr/testify/require"
@@ -493,4 +494,47 @@ func TestCloseAbandonsLostRequests(t *testing.T) {
 	runtime.GC()
 	runtime.GC()
 	require.NotNil(t, w.Value(), "buffer of an abandoned request was collected")
+}
+
+// TestWaitRetriesEINTR: signals delivered to the thread blocked in
+// io_uring_enter (here SIGURG, the Go runtime's own preemption signal, which
+// it tolerates at any time) make the kernel return EINTR; Wait must retry
+// and still deliver the completion.
+func TestWaitRetriesEINTR(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	r := newRing(t, Config{Entries: 2})
+	var p [2]int
+	require.NoError(t, unix.Pipe(p[:]))
+	defer unix.Close(p[0])
+	defer unix.Close(p[1])
+	buf := make([]byte, 8)
+	_, err := r.Prepare(Op{Opcode: OpRead, Fd: p[0], Buf: buf})
+	require.NoError(t, err)
+	tid, pid := unix.Gettid(), unix.Getpid()
+	waitDone := make(chan struct{})
+	go func() {
+		// Keep signalling the waiting thread until the read is fed
+		// (after 50 signals) and the wait is over.
+		for i := 0; ; i++ {
+			select {
+			case <-waitDone:
+				return
+			default:
+			}
+			_ = unix.Tgkill(pid, tid, unix.SIGURG)
+			if i == 50 {
+				_, _ = unix.Write(p[1], []byte("wake-up!"))
+			}
+			time.Sleep(time.Millisecond) // pacing between signals, not synchronisation
+		}
+	}()
+	err = r.Wait(1)
+	close(waitDone)
+	require.NoError(t, err)
+	c := r.Reap(nil)
+	require.Len(t, c, 1)
+	require.Equal(t, int32(8), c[0].Res)
+	require.Equal(t, "wake-up!", string(buf))
+	require.Positive(t, r.Stats().EINTR, "no EINTR seen: the signals did not interrupt io_uring_enter")
 }
