@@ -230,3 +230,30 @@ func BenchmarkE2EPutToSSD(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTierLoadOne: the tier engine alone, one key per Load, on the
+// same objects and backend as BenchmarkE2EGetSSD/uring and
+// BenchmarkEmbeddedGetSSD: the baseline the RPC and client layers add to.
+func BenchmarkTierLoadOne(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run("uring/"+FormatSize(int64(size)), func(b *testing.B) {
+			c, n, _ := benchClusterWith(b, true, false, "uring")
+			keys := benchPut(b, c, size, 64)
+			for n.Stats().OffloadPersisted < int64(len(keys)) {
+				if n.OffloadNow() == 0 && n.Stats().OffloadPersisted < int64(len(keys)) {
+					b.Fatalf("offload stalled: %+v", n.Stats())
+				}
+			}
+			ctx := context.Background()
+			b.SetBytes(int64(size))
+			i := 0
+			for b.Loop() {
+				r := n.tier.Load(ctx, [][]byte{[]byte(keys[i%len(keys)])})
+				if r[0].Err != nil {
+					b.Fatal(r[0].Err)
+				}
+				i++
+			}
+		})
+	}
+}
