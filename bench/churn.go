@@ -1,5 +1,3 @@
-//go:build tierengine
-
 package main
 
 import (
@@ -10,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/tierstore/tierstore/bench/internal/belady"
@@ -152,6 +151,9 @@ func runChurn(ctx context.Context, e *env) (*result, error) {
 			}
 			figs = append(figs, f)
 		}
+	}
+	if len(figs) == 0 {
+		return nil, fmt.Errorf("%w: the node refused every policy: %s", errUnavailable, strings.Join(res.Notes, "; "))
 	}
 	t := &table{
 		Title: "replay per policy (hit ratios are per request; 'of MIN' = hit ratio / Belady's MIN at the same capacity)",

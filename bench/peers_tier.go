@@ -1,5 +1,3 @@
-//go:build tierengine
-
 package main
 
 import (
