@@ -114,7 +114,7 @@ func (rd *reader) plan() {
 		case op.Off < 0 || op.Len < 0:
 			op.Err = fmt.Errorf("uring: read bucket %016x [%d,+%d): %w", rd.id, op.Off, op.Len, backend.ErrBadRange)
 			continue
-		case op.Off+int64(op.Len) > rd.size:
+		case op.Off > rd.size || int64(op.Len) > rd.size-op.Off: // no overflow
 			op.Err = fmt.Errorf("uring: read bucket %016x [%d,+%d) of %d bytes: %w", rd.id, op.Off, op.Len, rd.size, backend.ErrShortRead)
 			continue
 		case op.Len == 0:
