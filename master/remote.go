@@ -215,12 +215,27 @@ func (r *Remote) BatchGetReplicaList(ctx context.Context, keys []string) ([]Repl
 		return nil, fmt.Errorf("master: %d results for %d keys: %w", len(p.GetResults()), len(keys), codes.ErrRPCFail)
 	}
 	out := make([]ReplicaListResult, len(keys))
+	nrep := 0
+	for _, x := range p.GetResults() {
+		nrep += len(x.GetInfo().GetReplicas())
+	}
+	slab := make([]Replica, nrep) // one backing array for the batch
 	for i, x := range p.GetResults() {
 		if x.GetCode() != 0 {
 			out[i].Err = itemErr(x.GetCode(), x.GetMessage())
-		} else {
-			out[i].Info = infoFromPB(x.GetInfo())
+			continue
 		}
+		in := x.GetInfo()
+		info := ObjectInfo{Key: keys[i], Size: in.GetSize(), CRC: in.GetCrc()}
+		if n := in.GetLeaseDeadlineUnixNano(); n != 0 {
+			info.LeaseDeadline = time.Unix(0, n)
+		}
+		n := len(in.GetReplicas())
+		info.Replicas, slab = slab[:n:n], slab[n:]
+		for j, r := range in.GetReplicas() {
+			info.Replicas[j] = replicaFromPB(r)
+		}
+		out[i].Info = info
 	}
 	return out, nil
 }

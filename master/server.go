@@ -178,9 +178,11 @@ func (s *Server) BatchExistKey(ctx context.Context, r *pb.BatchLookupRequest) (*
 	if err != nil {
 		return nil, st(err)
 	}
+	results := make([]pb.ExistResult, len(res))
 	out := &pb.BatchExistKeyResponse{Results: make([]*pb.ExistResult, len(res))}
 	for i, x := range res {
-		p := &pb.ExistResult{Exists: x.Exists}
+		p := &results[i]
+		p.Exists = x.Exists
 		if x.Err != nil {
 			p.Code, p.Message = int32(codes.Of(x.Err)), x.Err.Error()
 		}
@@ -202,15 +204,38 @@ func (s *Server) BatchGetReplicaList(ctx context.Context, r *pb.BatchLookupReque
 	if err != nil {
 		return nil, st(err)
 	}
+	// One backing array per message type for the whole batch.
+	nrep := 0
+	for _, x := range res {
+		nrep += len(x.Info.Replicas)
+	}
+	results := make([]pb.ReplicaListResult, len(res))
+	infos := make([]pb.ObjectInfo, len(res))
+	reps := make([]pb.Replica, nrep)
+	repPtrs := make([]*pb.Replica, nrep)
 	out := &pb.BatchGetReplicaListResponse{Results: make([]*pb.ReplicaListResult, len(res))}
 	for i, x := range res {
-		p := &pb.ReplicaListResult{}
+		p := &results[i]
+		out.Results[i] = p
 		if x.Err != nil {
 			p.Code, p.Message = int32(codes.Of(x.Err)), x.Err.Error()
-		} else {
-			p.Info = infoPB(x.Info)
+			continue
 		}
-		out.Results[i] = p
+		in := &infos[i]
+		in.Key, in.Size, in.Crc = r.GetKeys()[i], x.Info.Size, x.Info.CRC
+		if !x.Info.LeaseDeadline.IsZero() {
+			in.LeaseDeadlineUnixNano = x.Info.LeaseDeadline.UnixNano()
+		}
+		n := len(x.Info.Replicas)
+		in.Replicas, repPtrs = repPtrs[:n:n], repPtrs[n:]
+		for j, rp := range x.Info.Replicas {
+			q := &reps[0]
+			reps = reps[1:]
+			q.Kind, q.Status, q.Node, q.Endpoint = pb.ReplicaKind(rp.Kind), pb.ReplicaStatus(rp.Status), rp.Node, rp.Endpoint
+			q.Segment, q.Offset, q.Length = rp.Segment, rp.Offset, rp.Length
+			in.Replicas[j] = q
+		}
+		p.Info = in
 	}
 	return out, nil
 }
