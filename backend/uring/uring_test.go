@@ -252,3 +252,25 @@ func TestReadsDoNotWaitForRings(t *testing.T) {
 		require.NoError(t, b.Close())
 	}
 }
+
+// TestOneDurablePoint: a bucket of N chunks is N writes in flight at the
+// write depth, then exactly one FSYNC (DATASYNC), issued after every write
+// completed.
+func TestOneDurablePoint(t *testing.T) {
+	b := openOrFail(t, t.TempDir(), small(true)).(*Backend)
+	defer b.Close()
+	w := <-b.pool.idle // the only ring; observe it
+	b.pool.idle <- w
+	before := w.ring.Stats()
+	const chunks = 10
+	want := backendtest.Pattern(5, chunks*b.opts.ChunkSize)
+	require.NoError(t, b.WriteBucket(context.Background(), 5, backendtest.Split(want, []int{5000, 100000})))
+	after := w.ring.Stats()
+	writes := after.ByOpcode[iuring.OpWriteFixed] + after.ByOpcode[iuring.OpWrite] - before.ByOpcode[iuring.OpWriteFixed] - before.ByOpcode[iuring.OpWrite]
+	require.Equal(t, uint64(chunks), writes)
+	require.Equal(t, uint64(1), after.ByOpcode[iuring.OpFsync]-before.ByOpcode[iuring.OpFsync])
+	require.Equal(t, b.opts.WriteDepth, w.maxInFlight, "writes were not kept in flight at WriteDepth")
+	got, err := os.ReadFile(filepath.Join(b.Dir(), backend.FileName(5)))
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+}

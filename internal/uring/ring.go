@@ -77,6 +77,8 @@ type Stats struct {
 	EINTR           uint64 // io_uring_enter calls retried after EINTR
 	Busy            uint64 // EBUSY/EAGAIN answers (CQ backlog, no memory)
 	OverflowFlushes uint64 // times the CQ overflow flag made us flush
+	// ByOpcode counts reaped completions per opcode (opcodes < 64).
+	ByOpcode [64]uint64
 }
 
 // inflight keeps everything the kernel may touch for one request reachable
@@ -458,6 +460,9 @@ func (r *Ring) harvest() error {
 			}
 			r.done = append(r.done, Completion{UserData: c.UserData, Opcode: fl.op, Res: c.Res, Flags: c.Flags, Tag: fl.tag})
 			r.stats.Completed++
+			if int(fl.op) < len(r.stats.ByOpcode) {
+				r.stats.ByOpcode[fl.op]++
+			}
 		}
 		atomic.StoreUint32(r.cqHead, head)
 		if ov := atomic.LoadUint32(r.cqOver); ov != r.overSeen {

@@ -90,6 +90,7 @@ func TestNopRoundTrip(t *testing.T) {
 	st := r.Stats()
 	require.Equal(t, uint64(3), st.Submitted)
 	require.Equal(t, uint64(3), st.Completed)
+	require.Equal(t, uint64(3), st.ByOpcode[OpNop])
 }
 
 func tempFile(t testing.TB, flag int) *os.File {
