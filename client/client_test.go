@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -524,5 +526,46 @@ func TestCorruptSSDReplicaIsDropped(t *testing.T) {
 	// gone; it never hands out the dropped replica again.
 	if _, err := c.Get(ctx, "k"); !errors.Is(err, codes.ErrReplicaGone) && !errors.Is(err, codes.ErrObjectNotFound) {
 		t.Fatalf("after the drop: %v", err)
+	}
+}
+
+func TestMetricsHandler(t *testing.T) {
+	m := newMaster(t, testMasterConfig())
+	n := startTestNode(t, m, "", newMemTier())
+	c := newTestClient(t, Config{Master: m, LocalNode: n})
+	if err := c.Put(context.Background(), "k", rnd(100)); err != nil {
+		t.Fatal(err)
+	}
+	n.OffloadNow()
+	rec := httptest.NewRecorder()
+	n.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	for _, want := range []string{
+		"tierstore_node_offload_persisted_total{node=\"" + n.Name() + "\"} 1",
+		"tierstore_node_ssd_objects{node=\"" + n.Name() + "\"} 1",
+		"tierstore_node_segment_bytes",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
+	}
+}
+
+func TestStartNodeRefusesBadConfig(t *testing.T) {
+	m := newMaster(t, testMasterConfig())
+	cfg := testNodeConfig("256.0.0.1:99999")
+	if _, err := StartNode(context.Background(), cfg, m); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "--listen") {
+		t.Fatalf("bad listen address: %v", err)
+	}
+	cfg = testNodeConfig("")
+	cfg.EnableOffload = true
+	if _, err := StartNode(context.Background(), cfg, m); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "--enable_offload") {
+		t.Fatalf("offload without a directory: %v", err)
+	}
+	if _, err := StartNode(context.Background(), testNodeConfig(""), nil); !errors.Is(err, ErrBadConfig) {
+		t.Fatalf("no master: %v", err)
+	}
+	if _, err := New(context.Background(), Config{}); !errors.Is(err, ErrBadConfig) {
+		t.Fatalf("client without a master: %v", err)
 	}
 }

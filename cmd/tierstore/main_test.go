@@ -124,3 +124,16 @@ func TestObjectCommands(t *testing.T) {
 		t.Fatalf("get after rm: %d %s", code, e)
 	}
 }
+
+// The demo, in-process: a small run passes and prints the table.
+func TestDemoSmall(t *testing.T) {
+	out, errOut, code := runCLI("", "demo", "--dir", t.TempDir(), "--objects", "5", "--size", "64KiB", "--backend", "pwrite")
+	if code != 0 || !strings.HasSuffix(out, "PASS\n") {
+		t.Fatalf("demo: exit %d\n%s\n%s", code, out, errOut)
+	}
+	for _, want := range []string{"objects                      5", "DRAM replicas dropped        5", "reads: local/remote SSD      5 / 0", "SHA-256 verified             5 / 5"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+}
