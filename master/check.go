@@ -1,13 +1,9 @@
 package master
 
 import (
-	"errors"
 	"fmt"
 	"sort"
 )
-
-// ErrInconsistent is wrapped by the errors of Check.
-var ErrInconsistent = errors.New("master: inconsistent state")
 
 // Check verifies the Service's internal invariants and returns the first
 // violation found (wrapping ErrInconsistent), or nil. It locks every shard,

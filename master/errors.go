@@ -15,4 +15,6 @@ var (
 	ErrBadConfig = errors.New("master: invalid configuration")
 	// ErrClosed: the Service or Remote was closed.
 	ErrClosed = fmt.Errorf("master: closed: %w", codes.ErrShuttingDown)
+	// ErrInconsistent: Check found a violated internal invariant.
+	ErrInconsistent = errors.New("master: inconsistent state")
 )

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,9 +11,6 @@ import (
 
 	"github.com/tierstore/tierstore/master"
 )
-
-// errUsage: the command line is invalid; the message names the flag.
-var errUsage = errors.New("tierstore-master: invalid command line")
 
 // durationFlag accepts a plain number in the flag's Mooncake unit
 // (milliseconds or seconds) or a Go duration string ("11s", "1500ms").
