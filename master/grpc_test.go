@@ -165,3 +165,29 @@ func TestRemoteTransportError(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// TestRemoteReference000: the replay's answers survive the wire: after a
+// lookup hit and the holder's death, a remote load gets REPLICA_IS_GONE
+// (-712), not OBJECT_NOT_FOUND.
+func TestRemoteReference000(t *testing.T) {
+	s, _ := testService(t, func(c *Config) { c.ClientTTL = time.Hour })
+	r := remoteService(t, s)
+	mount(t, r, "a", 1<<20)
+	put(t, r, "k", 100, "a")
+	res, err := r.BatchExistKey(bg, []string{"k"})
+	if err != nil || !res[0].Exists {
+		t.Fatalf("lookup: %+v %v", res, err)
+	}
+	s.ExpireNode("a")
+	_, err = r.GetReplicaList(bg, "k")
+	if !errors.Is(err, codes.ErrReplicaGone) || codes.Of(err) != -712 {
+		t.Fatalf("single load: %v", err)
+	}
+	br, err := r.BatchGetReplicaList(bg, []string{"k"})
+	if err != nil || !errors.Is(br[0].Err, codes.ErrReplicaGone) {
+		t.Fatalf("batch load: %+v %v", br, err)
+	}
+	if p, _ := r.Ping(bg, "a"); p.Status != NeedRemount {
+		t.Fatal("no NEED_REMOUNT")
+	}
+}
