@@ -123,13 +123,12 @@ func StartNode(ctx context.Context, cfg NodeConfig, m master.API, opts ...NodeOp
 	for _, f := range opts {
 		f(&o)
 	}
-	if o.tier != nil && cfg.SSDDir == "" {
-		cfg.EnableOffload = true // a tier was given: validation of the directory is moot
+	if o.tier != nil {
+		cfg.EnableOffload = true
 	}
-	if o.tier == nil || cfg.SSDDir != "" {
-		if err := cfg.Validate(); err != nil {
-			return nil, err
-		}
+	// With an injected tier the SSD directory is not the node's business.
+	if err := cfg.validate(o.tier == nil); err != nil {
+		return nil, err
 	}
 	if m == nil {
 		return nil, fmt.Errorf("%w: no master", ErrBadConfig)

@@ -94,7 +94,9 @@ func badFlag(flag, format string, args ...any) error {
 
 // Validate checks every field and every combination, returning an error
 // wrapping ErrBadConfig that names the offending flag.
-func (c *NodeConfig) Validate() error {
+func (c *NodeConfig) Validate() error { return c.validate(true) }
+
+func (c *NodeConfig) validate(checkDir bool) error {
 	if c.Memory <= 0 {
 		return badFlag("memory", "must be positive, got %d", c.Memory)
 	}
@@ -136,6 +138,9 @@ func (c *NodeConfig) Validate() error {
 	}
 	if c.OffloadBatch <= 0 {
 		return badFlag("offload_batch", "must be positive, got %d", c.OffloadBatch)
+	}
+	if !checkDir {
+		return nil
 	}
 	if c.EnableOffload && c.SSDDir == "" {
 		return badFlag("enable_offload", "needs --ssd_dir")
