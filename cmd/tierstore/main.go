@@ -1,15 +1,3 @@
-// Command tierstore is the tierstore command-line tool:
-//
-//	tierstore demo [--dir D] [--objects 11] [--size 1MiB]   embedded end-to-end check (reference 004)
-//	tierstore serve --dir D [--port 50051]                  master + node in one process over gRPC
-//	tierstore put    --master ADDR KEY [FILE]               store FILE (or stdin)
-//	tierstore get    --master ADDR KEY [FILE]               write the value to FILE (or stdout)
-//	tierstore exists --master ADDR KEY                      exit 0 if the key exists, 1 if not
-//	tierstore rm     --master ADDR [--force] KEY
-//	tierstore stats  --master ADDR                          objects and bytes per tier
-//	tierstore evict  --master ADDR --tier memory [KEY...|--all]
-//
-// See docs/node.md.
 package main
 
 import (
