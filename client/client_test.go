@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -567,5 +568,64 @@ func TestStartNodeRefusesBadConfig(t *testing.T) {
 	}
 	if _, err := New(context.Background(), Config{}); !errors.Is(err, ErrBadConfig) {
 		t.Fatalf("client without a master: %v", err)
+	}
+}
+
+// Invariant 7 with the real tier engine: when SSD capacity forces bucket
+// eviction, the master is told first, so it never lists an SSD replica the
+// node cannot serve; every object stays readable from its remaining replica.
+func TestSSDEvictionTellsMasterRealTier(t *testing.T) {
+	m := newMaster(t, testMasterConfig())
+	cfg := testNodeConfig("")
+	cfg.EnableOffload = true
+	cfg.SSDDir = t.TempDir()
+	cfg.Backend = "pwrite"
+	cfg.BucketKeysLimit = 1
+	cfg.SSDCapacity = 2 << 20
+	cfg.BucketSizeLimit = 1 << 20
+	n, err := StartNode(context.Background(), cfg, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	c := newTestClient(t, Config{Master: m, LocalNode: n})
+	ctx := context.Background()
+	vals := map[string][]byte{}
+	var keys []string
+	for i := 0; i < 16; i++ {
+		k := fmt.Sprintf("e%02d", i)
+		keys = append(keys, k)
+		vals[k] = rnd(200 << 10)
+		if err := c.Put(ctx, k, vals[k]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.OffloadNow()
+	ts := n.Stats().Tier
+	if ts.Evictions == 0 {
+		t.Fatalf("capacity did not force an eviction: %+v", ts)
+	}
+	if ts.BytesUsed > cfg.SSDCapacity {
+		t.Fatalf("SSD use %d over capacity %d", ts.BytesUsed, cfg.SSDCapacity)
+	}
+	st, err := m.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.DiskReplicas != ts.Objects {
+		t.Fatalf("master lists %d SSD replicas, the tier holds %d objects", st.DiskReplicas, ts.Objects)
+	}
+	if _, err := c.EvictMemory(ctx, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		got, err := c.Get(ctx, k)
+		if err != nil || !bytes.Equal(got, vals[k]) {
+			t.Fatalf("get %s: %v", k, err)
+		}
+	}
+	rs := c.ReadStats()
+	if rs.Fallbacks != 0 || rs.LocalSSD != ts.Objects || rs.LocalDRAM != int64(len(keys))-ts.Objects {
+		t.Fatalf("reads %+v with %d objects on SSD", rs, ts.Objects)
 	}
 }

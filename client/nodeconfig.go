@@ -114,6 +114,9 @@ func (c *NodeConfig) validate(checkDir bool) error {
 	if c.BucketSizeLimit <= 0 {
 		return badFlag("bucket_size_limit", "must be positive, got %d", c.BucketSizeLimit)
 	}
+	if c.SSDCapacity > 0 && c.BucketSizeLimit > c.SSDCapacity {
+		return badFlag("bucket_size_limit", "%s exceeds --ssd_capacity %s", FormatSize(c.BucketSizeLimit), FormatSize(c.SSDCapacity))
+	}
 	switch c.BucketEviction {
 	case "lru", "fifo":
 	default:

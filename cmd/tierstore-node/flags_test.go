@@ -73,6 +73,7 @@ func TestParseFlagsRefusesBadValues(t *testing.T) {
 		{[]string{m, "--bucket_keys_limit=0"}, "bucket_keys_limit"},
 		{[]string{m, "--bucket_size_limit=0"}, "bucket_size_limit"},
 		{[]string{m, "--bucket_size_limit=lots"}, "bucket_size_limit"},
+		{[]string{m, "--ssd_capacity=64MiB"}, "bucket_size_limit"}, // the 256MiB default bucket does not fit
 		{[]string{m, "--bucket_eviction=random"}, "bucket_eviction"},
 		{[]string{m, "--compression=zstd"}, "compression"},
 		{[]string{m, "--metrics_port=70000"}, "metrics_port"},
