@@ -52,15 +52,15 @@ type churnSizes struct {
 }
 
 type churnFigures struct {
-	trace, policy                string
-	requests                     int64
-	dramHits, ssdHits, misses    int64
-	getErrors, putFailures       int64
-	ssdWritten, ssdRead          int64
-	bucketEvictions, evictedKeys int64
-	dramEvictions                int64
-	offloaded                    int64
-	elapsed                      time.Duration
+	trace, policy                      string
+	requests                           int64
+	dramHits, ssdHits, misses          int64
+	getErrors, putFailures, putRetries int64
+	ssdWritten, ssdRead                int64
+	bucketEvictions, evictedKeys       int64
+	dramEvictions                      int64
+	offloaded                          int64
+	elapsed                            time.Duration
 }
 
 func (f churnFigures) ssdHitRatio() float64 { return float64(f.ssdHits) / float64(f.requests) }
@@ -158,7 +158,7 @@ func runChurn(ctx context.Context, e *env) (*result, error) {
 	t := &table{
 		Title: "replay per policy (hit ratios are per request; 'of MIN' = hit ratio / Belady's MIN at the same capacity)",
 		Columns: []string{"trace", "policy", "ssd hit", "ssd of MIN", "overall hit", "overall of MIN",
-			"SSD W/R bytes", "SSD MiB written", "bucket evictions", "keys evicted", "DRAM evictions", "put fails"},
+			"SSD W/R bytes", "SSD MiB written", "bucket evictions", "keys evicted", "DRAM evictions", "put retries", "put fails"},
 	}
 	for _, f := range figs {
 		b := bounds[f.trace]
@@ -168,11 +168,12 @@ func runChurn(ctx context.Context, e *env) (*result, error) {
 		}
 		t.add(f.trace, f.policy, f.ssdHitRatio(), ratio(f.ssdHitRatio(), b.ssd.HitRatio()),
 			f.hitRatio(), ratio(f.hitRatio(), b.all.HitRatio()), wr, float64(f.ssdWritten)/(1<<20),
-			f.bucketEvictions, f.evictedKeys, f.dramEvictions, f.putFailures)
+			f.bucketEvictions, f.evictedKeys, f.dramEvictions, f.putRetries, f.putFailures)
 	}
 	res.Tables = append(res.Tables, tt, t)
 	res.Notes = append(res.Notes,
 		"a request is a Get; a miss is followed by a Put of the block (prefix-cache replay); SSD W/R '-' means nothing was read from SSD",
+		"put retries: Puts refused with NO_AVAILABLE_HANDLE (DRAM full of objects pinned by offload tasks), retried once after the offload queue drained; put fails: still refused",
 		fmt.Sprintf("the replayer waits for the offload queue to drain every %d puts (a quarter of DRAM), so admission decisions, not offload lag, decide the figures", max(16, int(sz.dram/sz.block/4))),
 		"Belady's MIN is exact for single-size traces; for variable sizes it is the furthest-next-use heuristic (see bench/internal/belady)")
 	res.Elapsed = time.Since(start).Seconds()
@@ -314,10 +315,18 @@ func replay(ctx context.Context, e *env, tr *trace.Trace, p churnPolicy, sz chur
 			if r.Size != sz.block {
 				val = make([]byte, r.Size)
 			}
-			if err := c.Put(ctx, r.Key, val); err != nil {
-				if errors.Is(err, codes.ErrObjectExists) {
-					break
+			err := c.Put(ctx, r.Key, val)
+			if errors.Is(err, codes.ErrNoAvailableHandle) {
+				// DRAM is full of objects pinned by offload tasks (on-evict
+				// keeps victims until they reach SSD): let offload catch up
+				// and retry once, as a client backing off would.
+				f.putRetries++
+				if derr := drainOffload(ctx, emb.Master); derr != nil {
+					return f, derr
 				}
+				err = c.Put(ctx, r.Key, val)
+			}
+			if err != nil && !errors.Is(err, codes.ErrObjectExists) {
 				f.putFailures++
 			}
 			puts++
