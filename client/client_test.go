@@ -629,3 +629,52 @@ func TestSSDEvictionTellsMasterRealTier(t *testing.T) {
 		t.Fatalf("reads %+v with %d objects on SSD", rs, ts.Objects)
 	}
 }
+
+// failNotify makes the first NotifyOffloadSuccess fail, as if the master
+// were unreachable at that moment.
+type failNotify struct {
+	master.API
+	failed atomic.Bool
+}
+
+func (f *failNotify) NotifyOffloadSuccess(ctx context.Context, r master.NotifyRequest) ([]error, error) {
+	if !f.failed.Swap(true) {
+		return nil, codes.Errorf(codes.RPCFail, "injected: master unreachable")
+	}
+	return f.API.NotifyOffloadSuccess(ctx, r)
+}
+
+// Invariant 1 with the real tier engine: when the announcement of a bucket
+// fails, the keys are rolled back (the SSD does not keep objects the master
+// was never told about) and the tasks are answered as failed.
+func TestNotifyFailureRollsBackRealTier(t *testing.T) {
+	m := newMaster(t, testMasterConfig())
+	fm := &failNotify{API: m}
+	cfg := testNodeConfig("")
+	cfg.EnableOffload = true
+	cfg.SSDDir = t.TempDir()
+	cfg.Backend = "pwrite"
+	n, err := StartNode(context.Background(), cfg, fm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	c := newTestClient(t, Config{Master: m, LocalNode: n})
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		if err := c.Put(ctx, fmt.Sprintf("r%d", i), rnd(10000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := n.OffloadNow(); got != 3 {
+		t.Fatalf("round handled %d tasks", got)
+	}
+	ns := n.Stats()
+	if ns.Tier.Objects != 0 || ns.OffloadFailed != 3 || ns.OffloadPersisted != 0 {
+		t.Fatalf("after a failed announcement: %+v", ns)
+	}
+	st, _ := m.Stats(ctx)
+	if st.DiskReplicas != 0 || st.OffloadInFlight != 0 {
+		t.Fatalf("master after a failed announcement: %+v", st)
+	}
+}
