@@ -83,11 +83,13 @@ func openRead(name string, direct bool) (int, error) {
 // part of the op's Data (buffered) or of the aligned buffer Data is cut from
 // (direct). got counts the bytes read so far.
 type piece struct {
-	op  int
-	off int64
-	n   int
-	got int
-	dst []byte
+	op        int
+	off       int64
+	n         int
+	got       int
+	first     bool  // first piece of its op: allocate the op's buffer
+	base, end int64 // file range of the op's buffer
+	dst       []byte
 }
 
 type reader struct {
@@ -102,9 +104,10 @@ type reader struct {
 	w      *worker
 	broken bool
 	comps  []iuring.Completion
+	cur    []byte // buffer of the op whose pieces are being submitted
 }
 
-// plan validates the ops, allocates their Data and cuts them into pieces.
+// plan validates the ops and cuts them into pieces.
 func (rd *reader) plan() {
 	const A = backend.Alignment
 	for i := range rd.ops {
@@ -122,20 +125,28 @@ func (rd *reader) plan() {
 			continue
 		}
 		lo, hi := op.Off, op.Off+int64(op.Len)
-		var buf []byte // receives [lo, hi)
 		if rd.direct {
 			lo, hi = lo&^(A-1), (hi+A-1)&^(A-1)
-			buf = alignedAlloc(int(hi - lo))
-			s := op.Off - lo
-			op.Data = buf[s : s+int64(op.Len) : s+int64(op.Len)]
-		} else {
-			buf = make([]byte, op.Len)
-			op.Data = buf
 		}
 		for p := lo; p < hi; p += int64(rd.chunk) {
-			n := min(int64(rd.chunk), hi-p)
-			rd.pieces = append(rd.pieces, &piece{op: i, off: p, n: int(n), dst: buf[p-lo : p-lo+n]})
+			rd.pieces = append(rd.pieces, &piece{op: i, off: p, n: int(min(int64(rd.chunk), hi-p)), first: p == lo, base: lo, end: hi})
 		}
+	}
+}
+
+// allocate gives op pc.op its Data, when its first piece is about to be
+// submitted: allocating (and zeroing) while earlier reads are in flight
+// keeps the device busy, where allocating every op up front left it idle.
+func (rd *reader) allocate(pc *piece) {
+	op := &rd.ops[pc.op]
+	if rd.direct {
+		buf := alignedAlloc(int(pc.end - pc.base))
+		s := op.Off - pc.base
+		op.Data = buf[s : s+int64(op.Len) : s+int64(op.Len)]
+		rd.cur = buf
+	} else {
+		op.Data = make([]byte, op.Len)
+		rd.cur = op.Data
 	}
 }
 
@@ -159,7 +170,7 @@ func alignedAlloc(n int) []byte {
 
 func (rd *reader) failAll(err error) {
 	for i := range rd.ops {
-		if op := &rd.ops[i]; op.Err == nil && op.Len > 0 && op.Data != nil {
+		if op := &rd.ops[i]; op.Err == nil && op.Len > 0 {
 			op.Err = fmt.Errorf("uring: read bucket %016x [%d,+%d): %w", rd.id, op.Off, op.Len, err)
 		}
 	}
@@ -182,6 +193,10 @@ func (rd *reader) run(ctx context.Context) error {
 				break
 			}
 			pc := rd.pieces[next]
+			if pc.first {
+				rd.allocate(pc)
+			}
+			pc.dst = rd.cur[pc.off-pc.base : pc.off-pc.base+int64(pc.n)]
 			if err := rd.prepare(pc); err != nil {
 				stop = err
 				break
