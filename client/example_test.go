@@ -1,0 +1,37 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/tierstore/tierstore/client"
+)
+
+// Embedded mode: master, node and client in one process. The object is put
+// into DRAM, offloaded to SSD, its DRAM replica dropped, and read back from
+// SSD.
+func ExampleNewEmbedded() {
+	ctx := context.Background()
+	cfg := client.DefaultEmbeddedConfig() // offload on, temporary SSD directory
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Master.Logger, cfg.Node.Logger = quiet, quiet
+	cfg.Node.Memory = 64 << 20
+	e, err := client.NewEmbedded(ctx, cfg)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer e.Close()
+
+	if err := e.Client.Put(ctx, "layer0/block42", []byte("kv-cache bytes")); err != nil {
+		fmt.Println(err)
+		return
+	}
+	e.Node.OffloadNow() // the heartbeat would do it within --heartbeat_interval
+	dropped, _ := e.Client.EvictMemory(ctx, nil, true)
+	v, err := e.Client.Get(ctx, "layer0/block42")
+	fmt.Printf("dropped %d DRAM replica; read %q from SSD (%d SSD reads)\n", dropped, v, e.Client.ReadStats().LocalSSD)
+	// Output: dropped 1 DRAM replica; read "kv-cache bytes" from SSD (1 SSD reads)
+}
