@@ -1,6 +1,8 @@
 package index
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -151,4 +153,58 @@ func TestFailedDeleteBucketLeavesBucket(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 	require.NoError(t, ixc.Check())
+}
+
+// Crashes taken while commits are in flight, keeping a random half of the
+// unsynced data: every acknowledged bucket survives, every surviving bucket
+// is whole, and the survivors are a prefix of the commit order.
+func TestCrashDuringCommits(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	ix := open(t, "index", mem)
+	const buckets, perBucket = 40, 30
+	acked := make(chan uint64, buckets)
+	done := make(chan error, 1)
+	go func() {
+		for id := uint64(1); id <= buckets; id++ {
+			meta, entries := bucketOf(id, keysN(fmt.Sprintf("b%02d-", id), perBucket)...)
+			if err := ix.CommitBucket(meta, entries); err != nil {
+				done <- err
+				return
+			}
+			acked <- id
+		}
+		done <- nil
+	}()
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	var last uint64
+	var clones []*vfs.MemFS
+	var ackedAt []uint64
+	for last < buckets {
+		last = <-acked
+		if last%8 == 3 {
+			// Crash now: last is acknowledged; the next may be in flight.
+			clones = append(clones, mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: rng}))
+			ackedAt = append(ackedAt, last)
+		}
+	}
+	require.NoError(t, <-done)
+	require.NotEmpty(t, clones)
+
+	for i, fs := range clones {
+		c := open(t, "index", fs)
+		require.NoError(t, c.Check(), "crash %d", i)
+		bs, err := c.Buckets()
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, len(bs), int(ackedAt[i]), "crash %d lost an acknowledged bucket", i)
+		for j, b := range bs {
+			require.Equal(t, uint64(j+1), b.ID, "crash %d: survivors are not a prefix", i)
+			n, err := c.BucketLiveKeys(b.ID)
+			require.NoError(t, err)
+			require.Equal(t, perBucket, n, "crash %d: bucket %d is partial", i, b.ID)
+		}
+		require.Equal(t, int64(len(bs)*perBucket), c.Count())
+		require.Equal(t, uint64(len(bs)+1), c.NextBucketID())
+		require.NoError(t, c.Close())
+	}
 }
