@@ -1,0 +1,119 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tierstore/tierstore/internal/codes"
+)
+
+// versioned returns the value of version v of key: a header naming both,
+// then bytes derived from them, so a reader can tell a right value from a
+// stale or foreign one without shared state.
+func versioned(key string, v uint64, size int) []byte {
+	b := make([]byte, size)
+	copy(b, key)
+	binary.LittleEndian.PutUint64(b[32:], v)
+	r := rand.New(rand.NewPCG(v, uint64(len(key))*7919+uint64(key[len(key)-1])))
+	for i := 40; i < size; i++ {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+func checkVersioned(key string, b []byte) error {
+	if len(b) < 40 || string(bytes.TrimRight(b[:32], "\x00")) != key {
+		return fmt.Errorf("value of %q names another key", key)
+	}
+	v := binary.LittleEndian.Uint64(b[32:])
+	if !bytes.Equal(b, versioned(key, v, len(b))) {
+		return fmt.Errorf("value of %q version %d is corrupt", key, v)
+	}
+	return nil
+}
+
+// Concurrent puts, gets, removes and re-puts of a few keys while the
+// offload heartbeat runs every few milliseconds and DRAM replicas are
+// evicted, with the real tier engine: a Get either fails with a code or
+// returns exactly some version of the key, never other bytes (invariants 2
+// and 5: a key removed and put again with other bytes finds its stale SSD
+// copy, which must not be announced).
+func TestConcurrentChurnNeverWrongBytes(t *testing.T) {
+	m := newMaster(t, testMasterConfig())
+	cfg := testNodeConfig("")
+	cfg.EnableOffload = true
+	cfg.SSDDir = t.TempDir()
+	cfg.Backend = "pwrite"
+	cfg.HeartbeatInterval = 3 * time.Millisecond
+	cfg.BucketKeysLimit = 4
+	n, err := StartNode(context.Background(), cfg, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	c := newTestClient(t, Config{Master: m, LocalNode: n})
+	ctx := context.Background()
+	keys := []string{"ka", "kb", "kc", "kd", "ke", "kf"}
+	var version atomic.Uint64
+	var gets, hits atomic.Int64
+	deadline := time.Now().Add(2 * time.Second)
+	var wg sync.WaitGroup
+	errc := make(chan error, 16)
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 1))
+			for i := 0; i < 3000 && time.Now().Before(deadline); i++ {
+				k := keys[r.IntN(len(keys))]
+				switch op := r.IntN(10); {
+				case op < 3:
+					err := c.Put(ctx, k, versioned(k, version.Add(1), 2048+r.IntN(4096)))
+					if err != nil && !errors.Is(err, codes.ErrObjectExists) && !errors.Is(err, codes.ErrNoAvailableHandle) {
+						errc <- fmt.Errorf("put %s: %w", k, err)
+						return
+					}
+				case op < 4:
+					_ = c.Remove(ctx, k, true)
+				case op < 5:
+					_, _ = c.EvictMemory(ctx, []string{k}, false)
+				default:
+					gets.Add(1)
+					v, err := c.Get(ctx, k)
+					if err == nil {
+						hits.Add(1)
+						if cerr := checkVersioned(k, v); cerr != nil {
+							errc <- cerr
+							return
+						}
+					} else if errors.Is(err, codes.ErrChecksumMismatch) {
+						// Never wrong bytes; a checksum miss is allowed
+						// only as an error, and is counted.
+						t.Logf("get %s: %v", k, err)
+					}
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+	if hits.Load() == 0 {
+		t.Fatalf("no Get succeeded out of %d", gets.Load())
+	}
+	ns := n.Stats()
+	t.Logf("%d gets, %d hits; node %+v", gets.Load(), hits.Load(), ns)
+	if ns.OffloadPersisted == 0 {
+		t.Fatal("nothing was offloaded during the churn")
+	}
+}
