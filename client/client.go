@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -276,7 +277,9 @@ func (c *Client) readBest(ctx context.Context, info master.ObjectInfo) ([]byte, 
 	if ctx.Err() != nil {
 		code = codes.ContextCanceled
 	}
-	return nil, codes.Errorf(code, "client: get %q: all %d replicas failed, last: %v", info.Key, len(reps), last)
+	// The sentinel's text ends the returned error once, not twice.
+	lastMsg := strings.TrimSuffix(last.Error(), ": "+codes.Err(codes.Of(last)).Error())
+	return nil, codes.Errorf(code, "client: get %q: all %d replicas failed, last: %s", info.Key, len(reps), lastMsg)
 }
 
 func (c *Client) readReplica(ctx context.Context, info master.ObjectInfo, r master.Replica) ([]byte, error) {
