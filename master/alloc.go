@@ -19,6 +19,7 @@ type allocator struct {
 	byStart map[int64]int64 // free extent start -> length
 	byEnd   map[int64]int64 // free extent end -> start
 	tree    *tnode          // free extents by (length, start)
+	spare   *tnode          // removed treap nodes for reuse (linked by right)
 	seed    uint64          // treap priorities
 }
 
@@ -97,13 +98,26 @@ func (a *allocator) addFree(start, length int64) {
 	a.seed ^= a.seed << 13
 	a.seed ^= a.seed >> 7
 	a.seed ^= a.seed << 17
-	a.tree = insert(a.tree, &tnode{length: length, start: start, prio: a.seed})
+	n := a.spare
+	if n != nil {
+		a.spare = n.right
+		*n = tnode{}
+	} else {
+		n = &tnode{}
+	}
+	n.length, n.start, n.prio = length, start, a.seed
+	a.tree = insert(a.tree, n)
 }
 
 func (a *allocator) removeFree(start, length int64) {
 	delete(a.byStart, start)
 	delete(a.byEnd, start+length)
-	a.tree = remove(a.tree, length, start)
+	var gone *tnode
+	a.tree, gone = remove(a.tree, length, start)
+	if gone != nil {
+		gone.left, gone.right = nil, a.spare
+		a.spare = gone
+	}
 }
 
 // tnode is a treap node keyed by (length, start), heap-ordered by prio.
@@ -162,19 +176,21 @@ func insert(t, n *tnode) *tnode {
 	return t
 }
 
-func remove(t *tnode, l, s int64) *tnode {
+// remove deletes key (l, s) and returns the new root and the removed node.
+func remove(t *tnode, l, s int64) (*tnode, *tnode) {
 	if t == nil {
-		return nil
+		return nil, nil
 	}
 	if t.length == l && t.start == s {
-		return merge(t.left, t.right)
+		return merge(t.left, t.right), t
 	}
+	var gone *tnode
 	if less(l, s, t.length, t.start) {
-		t.left = remove(t.left, l, s)
+		t.left, gone = remove(t.left, l, s)
 	} else {
-		t.right = remove(t.right, l, s)
+		t.right, gone = remove(t.right, l, s)
 	}
-	return t
+	return t, gone
 }
 
 // ceil returns the node with the smallest (length, start) whose length >= n.

@@ -100,6 +100,13 @@ type MountRequest struct {
 	Endpoint string // the node's peer data service address (host:port)
 	Segment  string // segment name, unique on the node
 	Size     int64  // bytes
+	// Incarnation identifies the node process (for example a random id
+	// chosen at start-up). A mount whose Incarnation or Endpoint differs
+	// from the known node's means the node restarted with an empty DRAM
+	// segment: the old incarnation is retired like an expired node (its
+	// replicas unreadable at once, lease-aware sweep) and the mount starts a
+	// new one. "" disables the incarnation check.
+	Incarnation string
 }
 
 // PingReply answers Ping.
@@ -202,7 +209,8 @@ type Stats struct {
 type API interface {
 	// MountSegment registers node (if new) and its DRAM segment. Mounting a
 	// segment that is already mounted with the same size is a no-op;
-	// a different size is ErrSegmentExists. A mount counts as a ping.
+	// a different size is ErrSegmentExists. A mount counts as a ping. A new
+	// Incarnation or Endpoint retires the node's previous incarnation first.
 	MountSegment(ctx context.Context, req MountRequest) error
 	// UnmountSegment removes a segment: its Memory replicas become
 	// unreadable at once and are cleared by the lease-aware sweep.

@@ -167,3 +167,38 @@ func TestMetrics(t *testing.T) {
 		t.Fatalf("offload failed %v", got)
 	}
 }
+
+// TestRestartedNodeRetiresOldIncarnation: a node that restarts (new
+// incarnation or new endpoint) and mounts again before client_ttl does not
+// get its old, now empty, DRAM replicas back.
+func TestRestartedNodeRetiresOldIncarnation(t *testing.T) {
+	s, _ := testService(t, func(c *Config) { c.ClientTTL = time.Hour })
+	inc := func(n, e, i string) error {
+		return s.MountSegment(bg, MountRequest{Node: n, Endpoint: e, Segment: "seg0", Size: 1 << 20, Incarnation: i})
+	}
+	if err := inc("a", "a:1", "p1"); err != nil {
+		t.Fatal(err)
+	}
+	put(t, s, "k", 100, "a")
+	s.ExistKey(bg, "k")
+	if err := inc("a", "a:1", "p1"); err != nil { // same process: no-op
+		t.Fatal(err)
+	}
+	if _, err := s.GetReplicaList(bg, "k"); err != nil {
+		t.Fatalf("same incarnation lost the replica: %v", err)
+	}
+	if err := inc("a", "a:1", "p2"); err != nil { // restarted
+		t.Fatal(err)
+	}
+	_, err := s.GetReplicaList(bg, "k")
+	mustIs(t, err, codes.ErrReplicaGone) // leased: gone, not not-found
+	put(t, s, "k2", 100, "a")
+	if err := inc("a", "a:2", "p2"); err != nil { // new endpoint: restarted too
+		t.Fatal(err)
+	}
+	_, err = s.GetReplicaList(bg, "k2")
+	mustIs(t, err, codes.ErrObjectNotFound) // never looked up: no lease
+	if st, _ := s.Stats(bg); st.ExpiredNodes != 2 || st.Nodes != 1 || st.SegmentUsed != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}

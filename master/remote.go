@@ -85,7 +85,7 @@ func keyErrs(r *pb.KeyResults, n int) ([]error, error) {
 
 // MountSegment implements API.
 func (r *Remote) MountSegment(ctx context.Context, req MountRequest) error {
-	_, err := r.c.MountSegment(ctx, &pb.MountSegmentRequest{Node: req.Node, Endpoint: req.Endpoint, Segment: req.Segment, Size: req.Size})
+	_, err := r.c.MountSegment(ctx, &pb.MountSegmentRequest{Node: req.Node, Endpoint: req.Endpoint, Segment: req.Segment, Size: req.Size, Incarnation: req.Incarnation})
 	return fs(err)
 }
 

@@ -90,7 +90,7 @@ func lookupCtx(ctx context.Context, offload bool) context.Context {
 }
 
 func (s *Server) MountSegment(ctx context.Context, r *pb.MountSegmentRequest) (*pb.MountSegmentResponse, error) {
-	err := s.api.MountSegment(ctx, MountRequest{Node: r.GetNode(), Endpoint: r.GetEndpoint(), Segment: r.GetSegment(), Size: r.GetSize()})
+	err := s.api.MountSegment(ctx, MountRequest{Node: r.GetNode(), Endpoint: r.GetEndpoint(), Segment: r.GetSegment(), Size: r.GetSize(), Incarnation: r.GetIncarnation()})
 	return &pb.MountSegmentResponse{}, st(err)
 }
 

@@ -220,21 +220,36 @@ func (s *Service) MountSegment(ctx context.Context, req MountRequest) error {
 	}
 	now := s.now()
 	s.nodesMu.Lock()
-	defer s.nodesMu.Unlock()
 	n := s.nodes[req.Node]
+	replaced := false
+	if n != nil && ((req.Incarnation != "" && req.Incarnation != n.incarnation) ||
+		(req.Endpoint != "" && req.Endpoint != n.endpoint)) {
+		// The node restarted (new process, empty DRAM) before it was
+		// expired: retire the old incarnation as if it had expired.
+		s.retireLocked(n)
+		n, replaced = nil, true
+	}
 	if n == nil {
-		n = &node{id: req.Node, endpoint: req.Endpoint, segments: map[string]*segment{}}
+		n = &node{id: req.Node, endpoint: req.Endpoint, incarnation: req.Incarnation, segments: map[string]*segment{}}
 		n.box.init()
 		s.nodes[req.Node] = n
-		s.log.Info("node joined", "node", req.Node, "endpoint", req.Endpoint)
+		s.log.Info("node joined", "node", req.Node, "endpoint", req.Endpoint, "incarnation", req.Incarnation, "replaced_old", replaced)
 	}
 	n.lastPing.Store(now)
-	if req.Endpoint != "" {
-		n.endpoint = req.Endpoint
+	err := s.mountLocked(n, req)
+	s.nodesMu.Unlock()
+	if replaced {
+		s.sweepDirty.Store(true)
+		s.sweep(now)
 	}
+	return s.observe(err)
+}
+
+// mountLocked adds req's segment to n. Caller holds nodesMu.
+func (s *Service) mountLocked(n *node, req MountRequest) error {
 	if g, ok := n.segments[req.Segment]; ok {
 		if g.size != req.Size {
-			return s.observe(codes.Errorf(codes.SegmentExists, "master: segment %q of node %q is mounted with size %d, not %d", req.Segment, req.Node, g.size, req.Size))
+			return codes.Errorf(codes.SegmentExists, "master: segment %q of node %q is mounted with size %d, not %d", req.Segment, req.Node, g.size, req.Size)
 		}
 		return nil
 	}
@@ -281,18 +296,26 @@ func (s *Service) Ping(ctx context.Context, nodeID string) (PingReply, error) {
 	return r, nil
 }
 
+// retireLocked removes node n: it is marked dead with its segments, so its
+// replicas are unreadable at once; the caller runs the lease-aware sweep
+// after releasing nodesMu. Caller holds nodesMu.
+func (s *Service) retireLocked(n *node) {
+	delete(s.nodes, n.id)
+	n.dead.Store(true)
+	for _, g := range n.segments {
+		g.dead.Store(true)
+	}
+	s.cnt.expiredNodes.Add(1)
+}
+
 // expireNodes expires every node silent for longer than client_ttl.
 func (s *Service) expireNodes(now int64) {
 	ttl := s.cfg.ClientTTL.Nanoseconds()
 	var dead []*node
 	s.nodesMu.Lock()
-	for id, n := range s.nodes {
+	for _, n := range s.nodes {
 		if now-n.lastPing.Load() > ttl {
-			delete(s.nodes, id)
-			n.dead.Store(true)
-			for _, g := range n.segments {
-				g.dead.Store(true)
-			}
+			s.retireLocked(n)
 			dead = append(dead, n)
 		}
 	}
@@ -301,7 +324,6 @@ func (s *Service) expireNodes(now int64) {
 		return
 	}
 	for _, n := range dead {
-		s.cnt.expiredNodes.Add(1)
 		s.log.Warn("node expired", "node", n.id, "client_ttl", s.cfg.ClientTTL)
 	}
 	s.sweepDirty.Store(true)
@@ -317,13 +339,8 @@ func (s *Service) ExpireNode(nodeID string) bool {
 		s.nodesMu.Unlock()
 		return false
 	}
-	delete(s.nodes, nodeID)
-	n.dead.Store(true)
-	for _, g := range n.segments {
-		g.dead.Store(true)
-	}
+	s.retireLocked(n)
 	s.nodesMu.Unlock()
-	s.cnt.expiredNodes.Add(1)
 	s.log.Warn("node expired by request", "node", nodeID)
 	s.sweepDirty.Store(true)
 	s.sweep(s.now())

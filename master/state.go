@@ -9,10 +9,11 @@ import (
 // is marked dead and dropped; a returning node gets a new value, so replicas
 // that point at the old one stay unreadable.
 type node struct {
-	id       string
-	endpoint string
-	lastPing atomic.Int64 // unix nanoseconds of the last ping, mount or heartbeat
-	dead     atomic.Bool  // set once, when the node expires
+	id          string
+	endpoint    string       // immutable
+	incarnation string       // immutable; "" when the node does not send one
+	lastPing    atomic.Int64 // unix nanoseconds of the last ping, mount or heartbeat
+	dead        atomic.Bool  // set once, when the node expires
 
 	// segments is protected by Service.nodesMu.
 	segments map[string]*segment

@@ -343,11 +343,14 @@ func (x *ObjectInfo) GetLeaseDeadlineUnixNano() int64 {
 }
 
 type MountSegmentRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Endpoint      string                 `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
-	Segment       string                 `protobuf:"bytes,3,opt,name=segment,proto3" json:"segment,omitempty"`
-	Size          int64                  `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Node     string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Endpoint string                 `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	Segment  string                 `protobuf:"bytes,3,opt,name=segment,proto3" json:"segment,omitempty"`
+	Size     int64                  `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	// incarnation identifies the node process; a new value (or a new
+	// endpoint) retires the node's previous incarnation.
+	Incarnation   string `protobuf:"bytes,5,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -408,6 +411,13 @@ func (x *MountSegmentRequest) GetSize() int64 {
 		return x.Size
 	}
 	return 0
+}
+
+func (x *MountSegmentRequest) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
 }
 
 type MountSegmentResponse struct {
@@ -2455,12 +2465,13 @@ const file_master_proto_rawDesc = "" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x10\n" +
 	"\x03crc\x18\x03 \x01(\rR\x03crc\x122\n" +
 	"\breplicas\x18\x04 \x03(\v2\x16.tierstore.rpc.ReplicaR\breplicas\x127\n" +
-	"\x18lease_deadline_unix_nano\x18\x05 \x01(\x03R\x15leaseDeadlineUnixNano\"s\n" +
+	"\x18lease_deadline_unix_nano\x18\x05 \x01(\x03R\x15leaseDeadlineUnixNano\"\x95\x01\n" +
 	"\x13MountSegmentRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12\x18\n" +
 	"\asegment\x18\x03 \x01(\tR\asegment\x12\x12\n" +
-	"\x04size\x18\x04 \x01(\x03R\x04size\"\x16\n" +
+	"\x04size\x18\x04 \x01(\x03R\x04size\x12 \n" +
+	"\vincarnation\x18\x05 \x01(\tR\vincarnation\"\x16\n" +
 	"\x14MountSegmentResponse\"E\n" +
 	"\x15UnmountSegmentRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
