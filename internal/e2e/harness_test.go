@@ -41,7 +41,11 @@ func buildAndRun(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/tierstore-master", "./cmd/tierstore-node", "./cmd/tierstore")
+	args := []string{"build", "-o", dir + "/"}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "./cmd/tierstore-master", "./cmd/tierstore-node", "./cmd/tierstore")...)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: go build: %v\n%s", err, out)
@@ -116,6 +120,9 @@ func start(t *testing.T, binary string, args ...string) *proc {
 	}()
 	t.Cleanup(func() {
 		p.kill(syscall.SIGKILL)
+		if strings.Contains(p.output(), "WARNING: DATA RACE") {
+			t.Errorf("%s reported a data race", binary)
+		}
 		if t.Failed() {
 			t.Logf("---- %s %v output:\n%s", binary, args, p.output())
 		}
@@ -208,6 +215,9 @@ func cli(t *testing.T, args ...string) (string, string, int) {
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
+	if strings.Contains(errb.String(), "WARNING: DATA RACE") {
+		t.Errorf("tierstore %v reported a data race:\n%s", args, errb.String())
+	}
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()
