@@ -84,7 +84,7 @@ func (s *Service) evict(need int64) int {
 			continue
 		}
 		freed += alignUp(o.mem.len)
-		s.dropMem(o, true)
+		s.dropMem(o)
 		if o.empty() {
 			s.deleteObj(c.sh, c.key, o)
 		}

@@ -55,7 +55,7 @@ func (s *Service) putStart(req PutStartRequest) (Replica, error) {
 		s.cnt.objects.Add(1)
 	} else {
 		// Only unreadable leftovers (replicas of dead nodes): start over.
-		s.dropMem(o, false)
+		s.dropMem(o)
 		s.cnt.diskReplicas.Add(-int64(len(o.disk)))
 		s.cnt.diskBytes.Add(-o.size * int64(len(o.disk)))
 		o.disk = nil
@@ -234,7 +234,7 @@ func (s *Service) putRevoke(key string) error {
 	if o.mem.complete {
 		return codes.Errorf(codes.InvalidParams, "master: put_revoke: put already ended")
 	}
-	s.dropMem(o, true)
+	s.dropMem(o)
 	if o.empty() {
 		s.deleteObj(sh, key, o)
 	}

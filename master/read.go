@@ -237,7 +237,7 @@ func (s *Service) EvictMemory(ctx context.Context, keys []string, all bool) (int
 	var n int64
 	try := func(o *object) {
 		if o.readableMem() && o.readableDisk() && s.evictable(o, now) {
-			s.dropMem(o, true)
+			s.dropMem(o)
 			s.cnt.evictions.Add(1)
 			s.met.evictions.Inc()
 			n++

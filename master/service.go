@@ -188,7 +188,7 @@ func validKey(key string) error {
 	return nil
 }
 
-// done records err in the error metrics and returns it.
+// observe records err in the error metrics and returns it.
 func (s *Service) observe(err error) error {
 	if err != nil {
 		s.met.countErr(err)
@@ -365,7 +365,7 @@ func (s *Service) sweep(now int64) {
 			}
 			if o.mem.seg != nil && !o.mem.complete && o.mem.seg.live() && now-o.putStart > discard {
 				s.log.Debug("reclaiming abandoned put", "key_len", len(key), "node", o.mem.seg.node.id)
-				s.dropMem(o, true)
+				s.dropMem(o)
 			}
 			if !s.clearDead(o, now) {
 				left = true
@@ -402,7 +402,7 @@ func (s *Service) clearDead(o *object, now int64) bool {
 		return false
 	}
 	if deadMem {
-		s.dropMem(o, false)
+		s.dropMem(o)
 	}
 	if deadDisk {
 		kept := o.disk[:0]
@@ -420,9 +420,9 @@ func (s *Service) clearDead(o *object, now int64) bool {
 }
 
 // dropMem removes o's DRAM replica, freeing its range when the segment is
-// still mounted (free=false skips the free for a dead segment). Caller holds
-// the shard lock.
-func (s *Service) dropMem(o *object, free bool) {
+// still mounted (a dead segment's allocator is discarded with it). Caller
+// holds the shard lock.
+func (s *Service) dropMem(o *object) {
 	m := &o.mem
 	if m.seg == nil {
 		return
@@ -430,7 +430,7 @@ func (s *Service) dropMem(o *object, free bool) {
 	if !m.complete {
 		s.processing.Add(-1)
 	}
-	if free || m.seg.live() {
+	if m.seg.live() {
 		m.seg.mu.Lock()
 		m.seg.alloc.Free(m.off, m.len)
 		m.seg.mu.Unlock()
@@ -445,7 +445,7 @@ func (s *Service) dropMem(o *object, free bool) {
 // task. Caller holds the shard lock.
 func (s *Service) deleteObj(sh *shard, key string, o *object) {
 	s.cancelTask(key, o)
-	s.dropMem(o, false)
+	s.dropMem(o)
 	s.cnt.diskReplicas.Add(-int64(len(o.disk)))
 	s.cnt.diskBytes.Add(-o.size * int64(len(o.disk)))
 	o.disk = nil
