@@ -42,6 +42,14 @@
 //
 // Keys are opaque bytes of 1 to MaxKeyLen bytes and never become file names.
 //
+// # Storage failures
+//
+// When the index cannot write or sync its WAL (a failing disk), the offload
+// in progress fails retryably and its bucket file is removed, and every later
+// call returns an error wrapping index.ErrFailed: the failed batch may sit in
+// pebble's memory and must not be served. Close the engine and Open it again;
+// Open finds exactly what was committed before the failure.
+//
 // # Concurrency
 //
 // An Engine is safe for concurrent use. Engine.mu guards the in-memory bucket

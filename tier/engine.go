@@ -457,18 +457,26 @@ func (e *Engine) offloadBucket(ctx context.Context, tasks []Task, idx []int, not
 		var wait []chan struct{}
 		commit = commit[:0]
 		stale = stale[:0]
-		var ixErr error
+		// One batched lookup (bloom filters on every level) for the keys
+		// whose fate is not waiting on another call's notify.
+		var check [][]byte
+		for _, i := range idx {
+			if _, ok := e.pending[string(tasks[i].Key)]; !ok {
+				check = append(check, tasks[i].Key)
+			}
+		}
+		locs, found, ixErr := e.ix.GetMany(check)
 		for k, i := range idx {
+			if ixErr != nil {
+				break
+			}
 			key := tasks[i].Key
 			if p, ok := e.pending[string(key)]; ok {
 				wait = append(wait, p.done)
 				continue
 			}
-			loc, ok, err := e.ix.Get(key)
-			if err != nil {
-				ixErr = err
-				break
-			}
+			loc, ok := locs[0], found[0]
+			locs, found = locs[1:], found[1:]
 			if ok {
 				en := enc.Entries[k]
 				if loc.CRC == en.CRC && loc.ValueLen == en.ValueLen {

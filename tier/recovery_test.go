@@ -6,14 +6,17 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierstore/tierstore/backend"
 	"github.com/tierstore/tierstore/backend/mem"
 	"github.com/tierstore/tierstore/bucket"
+	"github.com/tierstore/tierstore/index"
 )
 
 // crashRun runs a fixed offload workload on a mem backend and pebble's
@@ -271,3 +274,47 @@ func (b *failDelete) Delete(id uint64) error {
 }
 
 func (b *failDelete) Close() error { return nil }
+
+// When the index cannot write its WAL, the offload fails retryably and its
+// bucket file is removed; every later call reports the storage failure
+// (index.ErrFailed) until the engine is reopened, which finds exactly the
+// objects committed before the failure.
+func TestIndexWriteFailure(t *testing.T) {
+	memfs := vfs.NewCrashableMem()
+	fault := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if strings.HasSuffix(op.Path, ".log") && (op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData) {
+			return errorfs.ErrInjected
+		}
+		return nil
+	})}
+	mb := mem.New()
+	be := &failDelete{Backend: mb, ok: true}
+	e, err := Open("/tier", Options{Backend: be, IndexFS: errorfs.Wrap(memfs, fault)})
+	require.NoError(t, err)
+	before := makeTasks("before", 3, 5000, 1)
+	requireStatus(t, e.Offload(bg, before, nil), Persisted)
+
+	fault.On()
+	out := e.Offload(bg, makeTasks("during", 3, 5000, 2), func(context.Context, []Committed) error {
+		t.Error("notify must not run for an uncommitted bucket")
+		return nil
+	})
+	fault.Off()
+	for _, o := range out {
+		require.Equal(t, Failed, o.Status)
+		require.True(t, o.Retryable)
+		require.ErrorIs(t, o.Err, index.ErrFailed)
+	}
+	files, err := mb.List()
+	require.NoError(t, err)
+	require.Len(t, files, 1, "the uncommitted bucket file is removed")
+	require.ErrorIs(t, e.Load(bg, keysOf(before))[0].Err, index.ErrFailed)
+	_ = e.Close()
+
+	e2, err := Open("/tier", Options{Backend: be, IndexFS: memfs})
+	require.NoError(t, err)
+	defer e2.Close()
+	requireLoads(t, e2, before)
+	require.EqualValues(t, 3, e2.Stats().Objects)
+	requireStatus(t, e2.Offload(bg, makeTasks("during", 3, 5000, 2), nil), Persisted)
+}
