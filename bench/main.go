@@ -21,8 +21,11 @@ type scenario struct {
 	run  func(ctx context.Context, e *env) (*result, error)
 }
 
-// scenarios in the order "all" runs them.
+// scenarios registered by the scenario files' init functions.
 var scenarios []scenario
+
+// allOrder is the order "all" runs the scenarios in.
+var allOrder = []string{"throughput", "churn", "peers", "master"}
 
 func register(s scenario) { scenarios = append(scenarios, s) }
 
@@ -101,7 +104,11 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 	var todo []scenario
 	for _, n := range names {
 		if n == "all" {
-			todo = append(todo, scenarios...)
+			for _, name := range allOrder {
+				if s, ok := findScenario(name); ok {
+					todo = append(todo, s)
+				}
+			}
 			continue
 		}
 		s, ok := findScenario(n)

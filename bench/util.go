@@ -9,6 +9,7 @@ import (
 	"slices"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -94,3 +95,47 @@ func (v *valueSource) value(i int) []byte {
 func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
 
 func mkdir(dir string) error { return os.MkdirAll(dir, 0o755) }
+
+// residentBytes is how many bytes of the files under dir are in the page
+// cache (mincore over a read-only mapping of each file). It tells whether a
+// read phase will come from memory rather than the disk.
+func residentBytes(dir string) int64 {
+	var total, resident int64
+	page := int64(os.Getpagesize())
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return nil
+		}
+		defer f.Close()
+		st, err := f.Stat()
+		if err != nil || st.Size() == 0 {
+			return nil
+		}
+		m, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
+		if err != nil {
+			return nil
+		}
+		defer unix.Munmap(m)
+		vec := make([]byte, (st.Size()+page-1)/page)
+		if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)),
+			uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+			return nil
+		}
+		for i, v := range vec {
+			n := page
+			if i == len(vec)-1 {
+				n = st.Size() - int64(i)*page
+			}
+			total += n
+			if v&1 != 0 {
+				resident += n
+			}
+		}
+		return nil
+	})
+	return resident
+}
