@@ -27,12 +27,13 @@ var registerFixed = true
 // the pool), which holds LockOSThread while it uses the ring. It is returned
 // only with nothing in flight.
 type worker struct {
-	ring  *iuring.Ring
-	mem   *iuring.Buffer // nil until the first write
-	fixed bool           // mem registered as fixed buffer 0
-	chunk int
-	slots int
-	free  []int // indices of unused slots
+	ring    *iuring.Ring
+	mem     *iuring.Buffer // nil until the first write
+	fixed   bool           // mem registered as fixed buffer 0
+	fixedOK bool           // the kernel supports WRITE_FIXED (probed)
+	chunk   int
+	slots   int
+	free    []int // indices of unused slots
 	// maxInFlight is the most requests this worker has had in flight at
 	// once (tests check the queue depth with it).
 	maxInFlight int
@@ -54,7 +55,7 @@ func (w *worker) ensureSlots() error {
 		return err
 	}
 	w.mem = mem
-	w.fixed = registerFixed && w.ring.RegisterBuffers([]*iuring.Buffer{mem}) == nil
+	w.fixed = registerFixed && w.fixedOK && w.ring.RegisterBuffers([]*iuring.Buffer{mem}) == nil
 	w.free = make([]int, 0, w.slots)
 	for i := w.slots - 1; i >= 0; i-- {
 		w.free = append(w.free, i)
@@ -92,6 +93,9 @@ type pool struct {
 	depth int           // ring SQ entries
 	slots int           // staging slots per worker (the write depth)
 	chunk int
+	// fixedOK: the kernel supports WRITE_FIXED (probed at Open, before
+	// the pool is shared; read-only afterwards).
+	fixedOK bool
 }
 
 func newPool(maxRings, maxIdle, depth, slots, chunk int) *pool {
@@ -110,7 +114,7 @@ func (p *pool) create() (*worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &worker{ring: r, chunk: p.chunk, slots: p.slots}, nil
+	return &worker{ring: r, chunk: p.chunk, slots: p.slots, fixedOK: p.fixedOK}, nil
 }
 
 // get takes an idle worker or creates one; only when MaxRings exist does it

@@ -119,7 +119,8 @@ func Open(dir string, opts Options) (backend.Backend, error) {
 		pw.Close()
 		return nil, fmt.Errorf("uring: open %s: %w", dir, err)
 	}
-	if err := checkOpcodes(w.ring); err != nil {
+	fixedOK, err := checkOpcodes(w.ring)
+	if err != nil {
 		w.close()
 		opts.Logger.Warn("uring: kernel lacks opcodes, using the pwrite backend", "dir", dir, "err", err)
 		return pw, nil
@@ -130,6 +131,8 @@ func Open(dir string, opts Options) (backend.Backend, error) {
 		pw.Close()
 		return nil, fmt.Errorf("uring: open %s: %w", dir, err)
 	}
+	p.fixedOK = fixedOK
+	w.fixedOK = fixedOK
 	p.sem <- struct{}{}
 	p.idle <- w
 	b := &Backend{pw: pw, dir: pw.Dir(), dirFD: dirFD, log: opts.Logger, opts: opts, pool: p}
@@ -137,18 +140,19 @@ func Open(dir string, opts Options) (backend.Backend, error) {
 	return b, nil
 }
 
-// checkOpcodes probes the kernel for the opcodes the backend uses.
-func checkOpcodes(r *iuring.Ring) error {
+// checkOpcodes probes the kernel for the opcodes the backend needs, and
+// reports whether WRITE_FIXED is there too.
+func checkOpcodes(r *iuring.Ring) (fixedOK bool, err error) {
 	pr, err := r.Probe()
 	if err != nil {
-		return err
+		return false, err
 	}
 	for _, op := range []iuring.Opcode{iuring.OpRead, iuring.OpWrite, iuring.OpWritev, iuring.OpFsync} {
 		if !pr.Supported(op) {
-			return fmt.Errorf("uring: opcode %v not supported", op)
+			return false, fmt.Errorf("uring: opcode %v not supported", op)
 		}
 	}
-	return nil
+	return pr.Supported(iuring.OpWriteFixed), nil
 }
 
 // Backend stores bucket files with io_uring: see the package documentation.
