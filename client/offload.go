@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
@@ -52,9 +53,16 @@ func (n *Node) offloadRound() int {
 	fail := func(key string, retryable bool, reason string) {
 		failed = append(failed, master.OffloadFailure{Key: key, Retryable: retryable, Reason: reason})
 	}
-	view, release := n.seg.pin()
-	defer release()
-	tt := make([]tier.Task, 0, len(tasks))
+	// Validate the tasks; the values are copied out of the segment chunk by
+	// chunk below. They are copied, not viewed in place: the master pins a
+	// task's source range, but a forced Remove may still free it and a new
+	// put reuse it, and the tier must only ever see (and checksum) bytes
+	// that matched the task's CRC.
+	type job struct {
+		t   master.OffloadTask
+		out tier.Outcome
+	}
+	jobs := make([]job, 0, len(tasks))
 	byKey := make(map[string]master.OffloadTask, len(tasks))
 	for _, t := range tasks {
 		if _, dup := byKey[t.Key]; dup {
@@ -66,35 +74,37 @@ func (n *Node) offloadRound() int {
 			fail(t.Key, false, fmt.Sprintf("segment %q is not mounted on this node", t.Segment))
 			continue
 		}
-		if t.Length != t.Size {
+		if t.Length != t.Size || t.Length <= 0 {
 			fail(t.Key, false, fmt.Sprintf("task range length %d differs from object size %d", t.Length, t.Size))
 			continue
 		}
-		val, err := view(t.Offset, int(t.Length))
-		if err != nil {
-			fail(t.Key, false, err.Error())
-			continue
-		}
-		if CRC32C(val) != t.CRC {
-			fail(t.Key, false, "DRAM replica fails its CRC32C")
-			continue
-		}
 		byKey[t.Key] = t
-		tt = append(tt, tier.Task{Key: []byte(t.Key), Value: val})
+		jobs = append(jobs, job{t: t})
 	}
 
 	// refused: keys the master answered with an error in a bucket notify;
 	// they are on SSD but unannounced, so they are removed again below.
+	// refusedMu guards refused: the tier may announce buckets from several
+	// goroutines.
+	var refusedMu sync.Mutex
 	refused := map[string]error{}
 	notify := func(ctx context.Context, committed []tier.Committed) error {
 		objs := make([]master.DiskObject, len(committed))
 		for i, c := range committed {
+			if t, ok := byKey[string(c.Key)]; !ok || t.CRC != c.CRC || t.Size != c.Size {
+				// Never announce bytes other than the task's: refuse the
+				// whole bucket, the tier rolls it back.
+				return fmt.Errorf("client: tier committed %q with size %d CRC %08x, the task says %d, %08x",
+					c.Key, c.Size, c.CRC, t.Size, t.CRC)
+			}
 			objs[i] = master.DiskObject{Key: string(c.Key), Size: c.Size, CRC: c.CRC}
 		}
 		errs, err := n.m.NotifyOffloadSuccess(ctx, master.NotifyRequest{Node: n.name, Persisted: objs})
 		if err != nil {
 			return err
 		}
+		refusedMu.Lock()
+		defer refusedMu.Unlock()
 		for i, e := range errs {
 			if e != nil && i < len(objs) {
 				refused[objs[i].Key] = e
@@ -102,24 +112,53 @@ func (n *Node) offloadRound() int {
 		}
 		return nil
 	}
-	var outs []tier.Outcome
-	if len(tt) > 0 {
-		outs = n.tier.Offload(ctx, tt, notify)
+
+	// Offload in chunks of about one bucket, so the copies stay bounded;
+	// each Offload call writes all its buckets, the tail included.
+	var tt []tier.Task
+	var tj []int // index into jobs of each task in tt
+	var chunkBytes int64
+	flush := func() {
+		if len(tt) == 0 {
+			return
+		}
+		outs := n.tier.Offload(ctx, tt, notify)
+		for i, j := range tj {
+			if i < len(outs) {
+				jobs[j].out = outs[i]
+			} else {
+				jobs[j].out = tier.Outcome{Status: tier.Failed, Err: errors.New("no outcome from the tier"), Retryable: true}
+			}
+		}
+		if len(outs) != len(tt) {
+			n.log.Error("tier answered the wrong number of outcomes", "tasks", len(tt), "outcomes", len(outs))
+		}
+		tt, tj, chunkBytes = tt[:0], tj[:0], 0
 	}
-	if len(outs) != len(tt) {
-		n.log.Error("tier answered the wrong number of outcomes", "tasks", len(tt), "outcomes", len(outs))
+	for j := range jobs {
+		t := jobs[j].t
+		val, err := n.seg.Read(t.Offset, int(t.Length))
+		switch {
+		case err != nil:
+			jobs[j].out = tier.Outcome{Status: tier.Failed, Err: err}
+			continue
+		case CRC32C(val) != t.CRC:
+			jobs[j].out = tier.Outcome{Status: tier.Failed, Err: errors.New("DRAM replica fails its CRC32C")}
+			continue
+		}
+		tt = append(tt, tier.Task{Key: []byte(t.Key), Value: val})
+		tj = append(tj, j)
+		chunkBytes += t.Length
+		if chunkBytes >= n.cfg.BucketSizeLimit {
+			flush()
+		}
 	}
+	flush()
 
 	var persisted []master.DiskObject
 	var nPersisted int64
-	for i := range tt {
-		key := string(tt[i].Key)
-		if i >= len(outs) {
-			fail(key, true, "no outcome from the tier")
-			continue
-		}
-		o := outs[i]
-		t := byKey[key]
+	for _, jb := range jobs {
+		key, t, o := jb.t.Key, jb.t, jb.out
 		switch o.Status {
 		case tier.Persisted:
 			if e, ok := refused[key]; ok {
@@ -132,7 +171,7 @@ func (n *Node) offloadRound() int {
 			// Reference 002: not an error. The bytes on SSD must still be
 			// this object's (the key may have been removed and put again
 			// with other bytes since they were written).
-			if n.ssdMatches(ctx, tt[i].Key, t.CRC, t.Size) {
+			if n.ssdMatches(ctx, []byte(key), t.CRC, t.Size) {
 				persisted = append(persisted, master.DiskObject{Key: key, Size: t.Size, CRC: t.CRC})
 			} else {
 				n.removeFromSSD(key)

@@ -109,8 +109,10 @@ func (s *Segment) Close() error {
 
 // pin holds the segment mapped (Close waits) until the returned release is
 // called, and returns a view function giving direct, uncopied access to a
-// range. The offload round uses it: the master keeps a task's source range
-// pinned until the task is answered, so the bytes do not change under it.
+// range. The bytes may change under the caller (a range freed by a forced
+// Remove can be reused by a new put at any time), so a view may only feed
+// a consumer that checks the CRC32C afterwards (the peer ReadRange stream,
+// whose reader verifies it); the offload round copies instead.
 func (s *Segment) pin() (view func(off int64, n int) ([]byte, error), release func()) {
 	s.mu.RLock()
 	view = func(off int64, n int) ([]byte, error) {

@@ -77,7 +77,10 @@ func TestConcurrentChurnNeverWrongBytes(t *testing.T) {
 				switch op := r.IntN(10); {
 				case op < 3:
 					err := c.Put(ctx, k, versioned(k, version.Add(1), 2048+r.IntN(4096)))
-					if err != nil && !errors.Is(err, codes.ErrObjectExists) && !errors.Is(err, codes.ErrNoAvailableHandle) {
+					// ObjectNotFound: a concurrent force Remove cancelled
+					// the put between PutStart and PutEnd.
+					if err != nil && !errors.Is(err, codes.ErrObjectExists) && !errors.Is(err, codes.ErrNoAvailableHandle) &&
+						!errors.Is(err, codes.ErrObjectNotFound) {
 						errc <- fmt.Errorf("put %s: %w", k, err)
 						return
 					}
@@ -94,11 +97,10 @@ func TestConcurrentChurnNeverWrongBytes(t *testing.T) {
 							errc <- cerr
 							return
 						}
-					} else if errors.Is(err, codes.ErrChecksumMismatch) {
-						// Never wrong bytes; a checksum miss is allowed
-						// only as an error, and is counted.
-						t.Logf("get %s: %v", k, err)
 					}
+					// A failed Get is allowed (a force Remove may free a
+					// range under a reader: the CRC turns that into a
+					// miss); wrong bytes are not.
 				}
 			}
 		}(w)
