@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // scenario is one benchmark.
@@ -146,6 +147,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 		if adjust != nil {
 			adjust(e)
 		}
+		started := time.Now()
 		res, err := s.run(ctx, e)
 		os.RemoveAll(sdir)
 		if err != nil {
@@ -158,6 +160,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 		}
 		res.Scenario = s.name
 		res.Quick = *quick
+		res.Started = started
 		printResult(stdout, hdr, res)
 		rep.Results = append(rep.Results, res)
 		if ctx.Err() != nil {

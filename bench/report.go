@@ -30,6 +30,7 @@ type result struct {
 	Options  map[string]string `json:"options"`
 	Tables   []*table          `json:"tables"`
 	Notes    []string          `json:"notes,omitempty"`
+	Started  time.Time         `json:"started"`
 	Elapsed  float64           `json:"elapsed_seconds"`
 	// Charts draws this result's charts into dir (nil: none).
 	charts func(dir string) ([]string, error)
@@ -85,7 +86,7 @@ func formatCell(c any) string {
 }
 
 func printHeader(w io.Writer, h header, res *result) {
-	fmt.Fprintf(w, "== %s  (%s)\n", res.Scenario, time.Now().UTC().Format(time.RFC3339))
+	fmt.Fprintf(w, "== %s  (started %s)\n", res.Scenario, res.Started.UTC().Format(time.RFC3339))
 	fmt.Fprintf(w, "machine: %s, %d CPUs, %s RAM, %s, load %s at start\n", h.CPU, h.CPUs, fmtBytes(h.MemBytes), h.Kernel, h.LoadAvg)
 	fmt.Fprintf(w, "disk:    %s (%s on %s, model %s, rotational %s)\n", h.Dir, h.FSType, h.Device, h.DiskModel, h.Rotational)
 	fmt.Fprintf(w, "go:      %s %s; fio: %s\n", h.GoVersion, h.Arch, h.Fio)
