@@ -1,7 +1,7 @@
 // Command bench measures what the SSD tier does on an operator's disk and
 // access pattern, over the real engine (no model of it):
 //
-//	go run ./bench throughput|churn|peers|master|all [--dir D] [--quick] [--json FILE] [--plot DIR] [--trace FILE]
+//	go run ./bench throughput|churn|peers|master|all [--dir D] [--quick] [--json FILE] [--plot DIR] [--trace FILE] [--keep]
 //
 // Scenarios:
 //
@@ -12,8 +12,14 @@
 //     random read at the object size, iodepth 32), with ratios to fio.
 //   - churn: access traces replayed through a real master and a real store
 //     node with the tier engine, embedded in-process, with scaled-down DRAM
-//     and SSD capacities, for each admission and eviction policy; hit ratios,
-//     SSD write amplification, evictions, and Belady's MIN as upper bound.
+//     and SSD capacities, for each admission and eviction policy (eager+lru,
+//     eager+fifo, on-evict+lru, read>=2+lru, and the lru2 variants when the
+//     node accepts them); hit ratios, SSD bytes written per byte read,
+//     evictions, and Belady's MIN (package bench/internal/belady) as upper
+//     bound. Traces come from bench/internal/trace: repeated scans over twice
+//     the SSD capacity, Zipf multi-turn conversations with a shared prefix,
+//     the same mixed with one-hit wonders, and --trace FILE ("key size" per
+//     line).
 //   - peers: the same ingest and random-read workload against the tier
 //     engine, pebble v2 holding the values itself, and badger v4 with its
 //     value log holding them.
