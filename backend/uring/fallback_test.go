@@ -116,3 +116,30 @@ func TestShortTransfers(t *testing.T) {
 		require.NoError(t, b.Close())
 	}
 }
+
+// TestNoSpace: on a full device WriteBucket fails with ErrNoSpace (at
+// fallocate with O_DIRECT, at a write without), removes the partial file,
+// and the backend keeps working for buckets that fit.
+func TestNoSpace(t *testing.T) {
+	for _, direct := range []bool{true, false} {
+		dir := t.TempDir()
+		if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+			t.Skipf("cannot mount a small tmpfs: %v", err)
+		}
+		t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+		b := openOrFail(t, dir, small(direct))
+		ctx := context.Background()
+		err := b.WriteBucket(ctx, 1, [][]byte{make([]byte, 2<<20)})
+		require.ErrorIs(t, err, backend.ErrNoSpace, "direct=%v", direct)
+		require.ErrorIs(t, err, syscall.ENOSPC)
+		list, err := b.List()
+		require.NoError(t, err)
+		require.Empty(t, list, "partial bucket file left behind")
+		want := backendtest.Pattern(2, 64<<10)
+		require.NoError(t, b.WriteBucket(ctx, 2, [][]byte{want}))
+		ops := []backend.ReadOp{{Off: 0, Len: len(want)}}
+		require.NoError(t, b.Read(ctx, 2, ops))
+		require.Equal(t, want, ops[0].Data)
+		require.NoError(t, b.Close())
+	}
+}
