@@ -47,6 +47,13 @@
 //     SSD bytes are checked against the task's CRC) or failed with a
 //     retryable flag and a reason. Tasks whose source range is invalid or
 //     fails its CRC are failed without touching the SSD.
+//   - The tier only ever sees a copy of a task's source bytes whose CRC32C
+//     matched the task, and a bucket whose committed size or CRC differs
+//     from its tasks is refused (rolled back): a DRAM range reused under
+//     the offload (a forced Remove frees it at once) can never reach SSD
+//     under the old key.
+//   - A corrupt SSD object found by a read is dropped at the master
+//     (EvictDiskReplica) as well as from the tier's index.
 //   - A read never returns bytes whose length or CRC32C differ from the
 //     object's metadata (invariant 5): such a replica is a miss.
 //   - A reconcile never races an offload commit: both run under roundMu, so
