@@ -143,3 +143,37 @@ func TestNoSpace(t *testing.T) {
 		require.NoError(t, b.Close())
 	}
 }
+
+// TestCancelMidWrite: a context canceled while chunk writes are in flight
+// stops the bucket: the writes in flight are waited for (their slots are
+// reused afterwards), the partial file is removed, the ring goes back to the
+// pool, and the next bucket is written normally.
+func TestCancelMidWrite(t *testing.T) {
+	t.Cleanup(func() { testHookWrite = nil })
+	b := openOrFail(t, t.TempDir(), small(true)).(*Backend)
+	defer b.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	seen := 0
+	testHookWrite = func(off int64, res int32) int32 {
+		if seen++; seen == 2 {
+			cancel()
+		}
+		return res
+	}
+	data := backendtest.Pattern(3, 40*b.opts.ChunkSize)
+	err := b.WriteBucket(ctx, 3, [][]byte{data})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Less(t, seen, 40, "the write went on after cancel")
+	list, err := b.List()
+	require.NoError(t, err)
+	require.Empty(t, list)
+	w := <-b.pool.idle
+	require.True(t, w.idle(), "ring returned with work in flight or slots taken")
+	b.pool.idle <- w
+	testHookWrite = nil
+	require.NoError(t, b.WriteBucket(context.Background(), 3, [][]byte{data}))
+	ops := []backend.ReadOp{{Off: 0, Len: len(data)}}
+	require.NoError(t, b.Read(context.Background(), 3, ops))
+	require.Equal(t, data, ops[0].Data)
+}
