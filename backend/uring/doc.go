@@ -4,7 +4,9 @@
 //
 // # Writes
 //
-// WriteBucket creates the bucket file with O_CREAT|O_EXCL|O_DIRECT, copies
+// WriteBucket creates the bucket file with O_CREAT|O_EXCL|O_DIRECT,
+// fallocates its full length (ext4 serialises O_DIRECT writes that extend a
+// file, which cost 2-3x; ENOSPC also shows up before any data moves), copies
 // the caller's slices into page-aligned staging slots of ChunkSize (1 MiB by
 // default) and keeps WriteDepth (8) chunk writes in flight, each submitted as
 // soon as its slot is filled so that copying overlaps the device. The slots
