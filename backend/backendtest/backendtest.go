@@ -129,8 +129,15 @@ func Pattern(seed uint64, n int) []byte {
 // a zero size yields an empty iovec); the last iovec takes the rest.
 func Split(b []byte, sizes []int) [][]byte {
 	var out [][]byte
+	positive := false
+	for _, n := range sizes {
+		positive = positive || n > 0
+	}
+	if !positive {
+		panic("backendtest: Split needs at least one positive size")
+	}
 	for i := 0; len(b) > 0; i++ {
-		n := sizes[i%len(sizes)]
+		n := max(sizes[i%len(sizes)], 0)
 		if n > len(b) {
 			n = len(b)
 		}
