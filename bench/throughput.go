@@ -82,42 +82,35 @@ func runThroughput(ctx context.Context, e *env) (*result, error) {
 		"compression":   "none",
 	}}
 
-	// fio on the same directory first: sequential write, then random reads
-	// at each object size on the file it wrote.
-	fioDir := filepath.Join(e.dir, "fio")
-	if err := mkdir(fioDir); err != nil {
-		return nil, err
-	}
-	var fioW *fio.Result
+	// For each object size: fio on the same directory (sequential write,
+	// then random reads at the object size on the file it wrote), right
+	// before the engine runs of that size, so that each ratio compares
+	// figures taken minutes apart at most on a disk that may be shared.
+	fioW := map[int64]*fio.Result{}
 	fioR := map[int64]*fio.Result{}
-	ft := &table{Title: "fio on the same directory (commands below)", Columns: []string{"job", "MB/s", "IOPS", "p50 ms", "p99 ms"}}
-	if _, _, err := fio.Available(); err != nil {
+	ft := &table{Title: "fio on the same directory, run before each size group (commands below)",
+		Columns: []string{"job", "for size", "MB/s", "IOPS", "p50 ms", "p99 ms"}}
+	_, fioVersion, fioErr := fio.Available()
+	if fioErr != nil {
 		res.Notes = append(res.Notes, "fio is not installed: absolute figures only (install fio for ratios)")
 	} else {
-		w, err := fio.Run(ctx, fio.Job{Name: "seqwrite", Dir: fioDir, FileName: "data", RW: "write", BlockSize: 1 << 20,
-			IODepth: 16, Direct: true, Size: total, FdatasyncEvery: int(bucketBytes >> 20), EndFsync: true})
-		if err != nil {
-			return nil, err
-		}
-		fioW = &w
-		ft.add("write 1M qd16 direct", w.BytesPerSec/mb, w.IOPS, ms(w.LatP50), ms(w.LatP99))
-		res.Notes = append(res.Notes, "fio: "+joinArgs(w.Args))
-		for _, s := range sizes {
-			r, err := fio.Run(ctx, fio.Job{Name: "randread" + sizeName(s), Dir: fioDir, FileName: "data", RW: "randread",
-				BlockSize: s, IODepth: 32, Direct: true, Size: total, Runtime: fioRuntime})
+		res.Options["fio"] = fioVersion
+	}
+	var figs []tpFigures
+	for _, s := range sizes {
+		if fioErr == nil {
+			w, r, err := fioPair(ctx, filepath.Join(e.dir, "fio"), s, total, bucketBytes, fioRuntime)
 			if err != nil {
 				return nil, err
 			}
-			fioR[s] = &r
-			ft.add("randread "+sizeName(s)+" qd32 direct", r.BytesPerSec/mb, r.IOPS, ms(r.LatP50), ms(r.LatP99))
+			fioW[s], fioR[s] = w, r
+			ft.add("write 1M qd16 direct", sizeName(s), w.BytesPerSec/mb, w.IOPS, ms(w.LatP50), ms(w.LatP99))
+			ft.add("randread "+sizeName(s)+" qd32 direct", sizeName(s), r.BytesPerSec/mb, r.IOPS, ms(r.LatP50), ms(r.LatP99))
+			if s == sizes[0] {
+				res.Notes = append(res.Notes, "fio: "+joinArgs(w.Args))
+			}
 			res.Notes = append(res.Notes, "fio: "+joinArgs(r.Args))
 		}
-		res.Options["fio"] = fioW.Version
-	}
-	os.RemoveAll(fioDir)
-
-	var figs []tpFigures
-	for _, s := range sizes {
 		for _, b := range tierBackends {
 			if err := ctx.Err(); err != nil {
 				return nil, err
@@ -138,11 +131,9 @@ func runThroughput(ctx context.Context, e *env) (*result, error) {
 	}
 	for _, f := range figs {
 		var wx, rx any
-		if fioW != nil {
-			wx = ratio(f.writeMBps, fioW.BytesPerSec/mb)
-		}
 		for _, s := range sizes {
 			if sizeName(s) == f.size && fioR[s] != nil {
+				wx = ratio(f.writeMBps, fioW[s].BytesPerSec/mb)
 				rx = ratio(f.readMBps, fioR[s].BytesPerSec/mb)
 			}
 		}
@@ -182,11 +173,11 @@ func runThroughput(ctx context.Context, e *env) (*result, error) {
 			rs = append(rs, sr)
 		}
 		var wref, rref []refLine
-		if fioW != nil {
-			l := refLine{name: "fio write 1M qd16"}
-			r := refLine{name: "fio randread qd32"}
+		if len(fioW) > 0 {
+			l := refLine{name: "fio write 1M qd16 (run before the group)"}
+			r := refLine{name: "fio randread at the size, qd32"}
 			for _, s := range sizes {
-				l.values = append(l.values, fioW.BytesPerSec/mb)
+				l.values = append(l.values, fioW[s].BytesPerSec/mb)
 				r.values = append(r.values, fioR[s].BytesPerSec/mb)
 			}
 			wref, rref = []refLine{l}, []refLine{r}
@@ -202,6 +193,27 @@ func runThroughput(ctx context.Context, e *env) (*result, error) {
 		return []string{p1, p2}, nil
 	}
 	return res, nil
+}
+
+// fioPair runs fio's sequential write (1 MiB, qd16, O_DIRECT, fdatasync at
+// the bucket size) and then random reads at size (qd32, O_DIRECT) on the
+// written file, in dir, and removes the file.
+func fioPair(ctx context.Context, dir string, size, total, bucketBytes int64, runtime time.Duration) (*fio.Result, *fio.Result, error) {
+	if err := mkdir(dir); err != nil {
+		return nil, nil, err
+	}
+	defer os.RemoveAll(dir)
+	w, err := fio.Run(ctx, fio.Job{Name: "seqwrite", Dir: dir, FileName: "data", RW: "write", BlockSize: 1 << 20,
+		IODepth: 16, Direct: true, Size: total, FdatasyncEvery: int(max(bucketBytes>>20, 1)), EndFsync: true})
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := fio.Run(ctx, fio.Job{Name: "randread" + sizeName(size), Dir: dir, FileName: "data", RW: "randread",
+		BlockSize: size, IODepth: 32, Direct: true, Size: total, Runtime: runtime})
+	if err != nil {
+		return nil, nil, err
+	}
+	return &w, &r, nil
 }
 
 func joinArgs(a []string) string {
