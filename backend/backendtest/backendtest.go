@@ -27,6 +27,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -400,11 +401,12 @@ func (s *suite) testReadPastEOF(t *testing.T) {
 		{Off: size + backend.Alignment, Len: backend.Alignment},
 		{Off: 0, Len: size + 1},
 		{Off: size - 10, Len: 10},
+		{Off: math.MaxInt64 - 10, Len: 100}, // Off+Len overflows
 	}
 	if err := b.Read(context.Background(), 12, ops); err != nil {
 		t.Fatalf("Read with some ops past EOF returned %v; want nil (errors go to the ops)", err)
 	}
-	for _, i := range []int{0, 2, 3, 4} {
+	for _, i := range []int{0, 2, 3, 4, 6} {
 		if !errors.Is(ops[i].Err, backend.ErrShortRead) {
 			t.Fatalf("op %d [%d,+%d) on a %d-byte file: Err = %v, want ErrShortRead", i, ops[i].Off, ops[i].Len, size, ops[i].Err)
 		}

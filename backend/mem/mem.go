@@ -150,7 +150,7 @@ func (b *Backend) Read(ctx context.Context, id uint64, ops []backend.ReadOp) err
 		switch {
 		case op.Off < 0 || op.Len < 0:
 			op.Err = fmt.Errorf("mem: read bucket %016x [%d,+%d): %w", id, op.Off, op.Len, backend.ErrBadRange)
-		case op.Off+int64(op.Len) > size:
+		case op.Off > size || int64(op.Len) > size-op.Off: // no overflow
 			op.Err = fmt.Errorf("mem: read bucket %016x [%d,+%d) of %d bytes: %w", id, op.Off, op.Len, size, backend.ErrShortRead)
 		default:
 			op.Data = slices.Clone(f.data[op.Off : op.Off+int64(op.Len)])

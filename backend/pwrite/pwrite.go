@@ -515,7 +515,7 @@ func (r *reader) do(ctx context.Context, op *backend.ReadOp) {
 	case op.Off < 0 || op.Len < 0:
 		op.Err = fmt.Errorf("pwrite: read bucket %016x [%d,+%d): %w", r.id, op.Off, op.Len, backend.ErrBadRange)
 		return
-	case op.Off+int64(op.Len) > r.size:
+	case op.Off > r.size || int64(op.Len) > r.size-op.Off: // no overflow
 		op.Err = fmt.Errorf("pwrite: read bucket %016x [%d,+%d) of %d bytes: %w", r.id, op.Off, op.Len, r.size, backend.ErrShortRead)
 		return
 	case op.Len == 0:
