@@ -180,6 +180,18 @@ type NotifyRequest struct {
 	Failed    []OffloadFailure
 }
 
+// ReconcileResult answers ReconcileDiskObjects.
+type ReconcileResult struct {
+	// Dropped counts the node's LocalDisk replicas the master dropped
+	// because the node's list no longer has their key.
+	Dropped int64
+	// Unwanted lists the keys of the node's list that the master does not
+	// want on that node: no such object (never known, or removed), or an
+	// object that lists no replica of the node and has no offload task of
+	// it. The node deletes them from its SSD.
+	Unwanted []string
+}
+
 // Stats is a snapshot of the master's state and counters.
 type Stats struct {
 	Objects          int64
@@ -261,22 +273,40 @@ type API interface {
 	OffloadHeartbeat(ctx context.Context, node string, max int) ([]OffloadTask, error)
 	// NotifyOffloadSuccess answers tasks: each Persisted key gets (or
 	// refreshes) a LocalDisk replica on node and its source is unpinned;
-	// each Failed key's task is dropped and its source unpinned. It is
-	// idempotent, and a Persisted key without a task is a registration. The
-	// result has one error per Persisted item (nil: recorded;
-	// ErrChecksumConflict: size/CRC differ from the object's metadata).
+	// each Failed key's task is dropped and its source unpinned, and a
+	// Retryable failure queues the task again (at most 3 attempts in all,
+	// timeouts included). It is idempotent. The result has one error per
+	// Persisted item: nil (recorded), ErrChecksumConflict (size/CRC differ
+	// from the object's metadata) or ErrObjectNotFound (the key is unknown,
+	// or its object was removed while node offloaded it): the node must
+	// delete the SSD copy of every refused key. Only ReRegisterDiskObjects
+	// creates objects.
 	NotifyOffloadSuccess(ctx context.Context, req NotifyRequest) ([]error, error)
 	// ReRegisterDiskObjects records objects a node holds on SSD (after a
-	// node or master restart): same per-item rules as Persisted above.
+	// node or master restart), creating unknown ones; an existing object
+	// with another size/CRC is refused per item (ErrChecksumConflict).
 	ReRegisterDiskObjects(ctx context.Context, node string, objs []DiskObject) ([]error, error)
 	// EvictDiskReplica removes node's LocalDisk replicas of keys (the node
 	// is about to delete them); objects left with no replica are removed.
 	// Returns how many replicas were removed.
 	EvictDiskReplica(ctx context.Context, node string, keys []string) (int64, error)
-	// ReconcileDiskObjects takes the full list of keys node holds on SSD and
-	// drops node's LocalDisk replicas of every other key. Returns how many
-	// were dropped.
-	ReconcileDiskObjects(ctx context.Context, node string, keys []string) (int64, error)
+	// ReconcileDiskObjects takes the full list of keys node holds on SSD,
+	// drops node's LocalDisk replicas of every other key, and answers the
+	// keys of the list the node must delete (ReconcileResult.Unwanted).
+	// ErrNeedRemount for a node the master does not know: it must remount
+	// and re-register before it reconciles. The node must not send a
+	// notify or re-registration while its reconcile is in flight, and must
+	// ignore Unwanted if it remounted meanwhile.
+	ReconcileDiskObjects(ctx context.Context, node string, keys []string) (ReconcileResult, error)
+	// ReportBadReplica tells the master that replica r of key failed its
+	// size or CRC32C check (crc is the CRC32C the reader expected, from its
+	// lookup). The master drops that replica (a DRAM range pinned by a
+	// fetched offload task is freed only when the task ends); an object
+	// left with no replica keeps its metadata while leased (lookups answer
+	// ErrReplicaGone) and is removed after. ErrObjectNotFound for an
+	// unknown key; ErrReplicaNotFound when the object has no such replica
+	// (already dropped, or the key was put again with other bytes).
+	ReportBadReplica(ctx context.Context, key string, crc uint32, r Replica) error
 
 	// Stats returns a snapshot of counters.
 	Stats(ctx context.Context) (Stats, error)

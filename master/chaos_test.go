@@ -12,7 +12,7 @@ import (
 )
 
 // TestConcurrentChaos runs puts, lookups, removes, evictions, offload
-// round trips, reconciles, node expiries and remounts on many goroutines,
+// round trips, bad-replica reports, reconciles, node expiries and remounts on many goroutines,
 // then verifies every internal invariant with Check. Errors returned along
 // the way must all be documented codes.
 func TestConcurrentChaos(t *testing.T) {
@@ -28,7 +28,7 @@ func TestConcurrentChaos(t *testing.T) {
 	}
 	allowed := []error{codes.ErrObjectExists, codes.ErrObjectNotFound, codes.ErrNoAvailableHandle,
 		codes.ErrReplicaNotReady, codes.ErrReplicaGone, codes.ErrObjectHasLease, codes.ErrNeedRemount,
-		codes.ErrKeysUltraLimit, codes.ErrChecksumConflict, codes.ErrInvalidParams, codes.ErrSegmentExists}
+		codes.ErrKeysUltraLimit, codes.ErrChecksumConflict, codes.ErrInvalidParams, codes.ErrSegmentExists, codes.ErrReplicaNotFound}
 	var mu sync.Mutex
 	var unexpected []error
 	note := func(err error) {
@@ -66,8 +66,12 @@ func TestConcurrentChaos(t *testing.T) {
 						}
 					}
 				case 2:
-					_, err := s.BatchGetReplicaList(bg, []string{k, k, fmt.Sprint("k", r.IntN(300))})
+					res, err := s.BatchGetReplicaList(bg, []string{k, k, fmt.Sprint("k", r.IntN(300))})
 					note(err)
+					if err == nil && res[0].Err == nil && len(res[0].Info.Replicas) > 0 && r.IntN(8) == 0 {
+						info := res[0].Info
+						note(s.ReportBadReplica(bg, k, info.CRC, info.Replicas[r.IntN(len(info.Replicas))]))
+					}
 				case 3:
 					_, err := s.ExistKey(bg, k)
 					note(err)

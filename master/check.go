@@ -86,6 +86,14 @@ func (s *Service) Check() error {
 		}
 	}
 	for _, n := range s.nodes {
+		for _, orph := range n.box.orphanList() {
+			if orph.seg.node != n {
+				return bad("orphan %q of node %q holds a range of node %q", orph.key, n.id, orph.seg.node.id)
+			}
+			if orph.seg.live() {
+				ranges[orph.seg] = append(ranges[orph.seg], rng{orph.off, alignUp(orph.len), "orphan:" + orph.key})
+			}
+		}
 		for _, g := range n.segments {
 			rs := ranges[g]
 			sort.Slice(rs, func(i, j int) bool { return rs[i].off < rs[j].off })

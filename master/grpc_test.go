@@ -126,9 +126,17 @@ func TestRemoteMatchesService(t *testing.T) {
 	if n, err := api.EvictDiskReplica(ctx, "a", []string{"d"}); err != nil || n != 1 {
 		t.Fatal(n, err)
 	}
-	if n, err := api.ReconcileDiskObjects(ctx, "a", nil); err != nil || n != 1 { // drops k's disk replica
-		t.Fatal(n, err)
+	// Drops k's disk replica; "zz" is unknown, so the node must delete it.
+	if res, err := api.ReconcileDiskObjects(ctx, "a", []string{"zz"}); err != nil || res.Dropped != 1 ||
+		len(res.Unwanted) != 1 || res.Unwanted[0] != "zz" {
+		t.Fatal(res, err)
 	}
+	_, err = api.ReconcileDiskObjects(ctx, "ghost", nil)
+	mustIs(t, err, codes.ErrNeedRemount)
+	// ReportBadReplica over the wire: a wrong replica is REPLICA_NOT_FOUND,
+	// an unknown key OBJECT_NOT_FOUND.
+	mustIs(t, api.ReportBadReplica(ctx, "k", crcOf("k"), Replica{Kind: LocalDisk, Node: "a"}), codes.ErrReplicaNotFound)
+	mustIs(t, api.ReportBadReplica(ctx, "nope", 1, Replica{Kind: Memory, Node: "a"}), codes.ErrObjectNotFound)
 	clk.Advance(2 * time.Hour)
 	if n, err := api.EvictMemory(ctx, nil, true); err != nil || n != 0 {
 		t.Fatal(n, err)

@@ -89,10 +89,16 @@ func TestNodeDeathReleasesOffloadPin(t *testing.T) {
 	if st, _ := s.Stats(bg); st.OffloadInFlight != 0 || st.Objects != 0 {
 		t.Fatalf("stats after expiry %+v", st)
 	}
-	// The node returns and answers the old task: it is a registration.
+	// The node returns and answers the old task: the object is gone, so
+	// the answer is refused (the node deletes the copy)...
 	mount(t, s, "a", 1<<20)
 	errs, err := s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Persisted: []DiskObject{{Key: "k", Size: 64, CRC: crcOf("k")}}})
-	if err != nil || errs[0] != nil {
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustIs(t, errs[0], codes.ErrObjectNotFound)
+	// ...while re-registration after the remount creates it.
+	if errs, err := s.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "k", Size: 64, CRC: crcOf("k")}}); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}
 	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "LOCAL_DISK@a " {

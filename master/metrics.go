@@ -44,6 +44,12 @@ func newMetrics(s *Service) *metrics {
 			func() float64 { return float64(s.cnt.expiredNodes.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_offload_queued_total", Help: "Offload tasks queued."},
 			func() float64 { return float64(s.cnt.offloadQueued.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_offload_retried_total", Help: "Offload tasks queued again after a retryable failure or a timeout."},
+			func() float64 { return float64(s.cnt.offloadRetried.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_offload_abandoned_total", Help: "Offload tasks dropped after their last retryable attempt failed."},
+			func() float64 { return float64(s.cnt.offloadAbandoned.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_bad_replicas_total", Help: "Replicas dropped because a reader reported a size or CRC32C mismatch."},
+			func() float64 { return float64(s.cnt.badReplicas.Load()) }),
 	)
 	m.evictions = prometheus.NewCounter(prometheus.CounterOpts{Name: "tierstore_master_evictions_total", Help: "DRAM replicas evicted."})
 	m.offloadPersisted = prometheus.NewCounter(prometheus.CounterOpts{Name: "tierstore_master_offload_persisted_total", Help: "Offload tasks answered as persisted."})

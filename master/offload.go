@@ -13,14 +13,32 @@ const (
 	maxHeartbeatTasks     = 16384
 )
 
+// maxOffloadAttempts bounds the deliveries of one offload task: a task
+// answered with a retryable failure, or unanswered past
+// offload_task_timeout, is queued again until it has failed this many times,
+// then dropped (logged, tierstore_master_offload_abandoned_total). A
+// permanent failure is never retried.
+const maxOffloadAttempts = 3
+
 // enqueue queues an offload task for o's DRAM replica on the node that
-// holds it and pins the replica. It reports whether o is (now) queued; false
+// holds it and pins the replica, as an admission decision: a new task starts
+// with a fresh attempt count. It reports whether o is (now) queued; false
 // when o is not offloadable or the node's mailbox is full
 // (offloading_queue_limit). Caller holds the shard lock.
 func (s *Service) enqueue(key string, o *object) bool {
 	if o.offload != nil {
 		return true // never twice
 	}
+	if !s.queueTask(key, o) {
+		return false
+	}
+	o.offloadFails = 0
+	return true
+}
+
+// queueTask queues o's task without touching its attempt count. Caller holds
+// the shard lock; o has no task.
+func (s *Service) queueTask(key string, o *object) bool {
 	if !o.readableMem() {
 		return false
 	}
@@ -35,6 +53,30 @@ func (s *Service) enqueue(key string, o *object) bool {
 	return true
 }
 
+// retryTask is called after o's task ended without reaching SSD for a
+// reason that may pass (retryable failure, timeout): it queues the task
+// again unless it has failed maxOffloadAttempts times. Caller holds the
+// shard lock; o has no task.
+func (s *Service) retryTask(key string, o *object, node, why string) {
+	if o.offloadFails < 255 {
+		o.offloadFails++
+	}
+	attempts := int(o.offloadFails)
+	if attempts >= maxOffloadAttempts {
+		s.cnt.offloadAbandoned.Add(1)
+		s.log.Warn("offload abandoned after repeated failures", "node", node, "key_len", len(key),
+			"attempts", attempts, "last_reason", why)
+		return
+	}
+	if !s.queueTask(key, o) {
+		s.cnt.offloadAbandoned.Add(1)
+		s.log.Warn("offload not re-queued (no DRAM replica or queue full)", "node", node, "attempts", attempts, "last_reason", why)
+		return
+	}
+	s.cnt.offloadRetried.Add(1)
+	s.log.Info("offload re-queued", "node", node, "attempt", attempts+1, "max_attempts", maxOffloadAttempts, "last_reason", why)
+}
+
 // cancelTask forgets o's offload task and releases its pin. Caller holds the
 // shard lock.
 func (s *Service) cancelTask(key string, o *object) {
@@ -43,6 +85,33 @@ func (s *Service) cancelTask(key string, o *object) {
 		o.offload = nil
 	}
 }
+
+// dropMemAndTask removes o's DRAM replica and its offload task (gap 1). If
+// the node has already fetched the task it may be copying the source range
+// right now, so the range is not freed: it becomes an orphan of the node's
+// mailbox, freed when the node answers the task (a persisted answer is
+// refused per key with code, and the node deletes its SSD copy), when the
+// node dies, or when the task times out. Caller holds the shard lock.
+func (s *Service) dropMemAndTask(key string, o *object, code codes.Code) {
+	n := o.offload
+	if n == nil {
+		s.dropMem(o)
+		return
+	}
+	o.offload = nil
+	m := o.mem
+	if m.seg != nil && m.seg.node == n && m.seg.live() &&
+		n.box.orphan(key, orphan{seg: m.seg, off: m.off, len: m.len, code: code}) {
+		s.forgetMem(o, false)
+		s.log.Debug("offload source range kept until the node answers", "node", n.id, "segment", m.seg.name, "offset", m.off)
+		return
+	}
+	n.box.drop(key)
+	s.dropMem(o)
+}
+
+// freeOrphan releases an orphan's range.
+func freeOrphan(o orphan) { freeRange(o.seg, o.off, o.len) }
 
 // Enqueue queues an offload task for key as an admission policy would
 // (operators, tests). It fails with ErrUnableOffload when offload is not
@@ -91,6 +160,12 @@ func (s *Service) OffloadHeartbeat(ctx context.Context, nodeID string, max int) 
 		switch {
 		case o == nil || o.offload != n:
 			n.box.drop(k) // the object went away or is pinned by another task
+			// A forced Remove between take and here orphaned this very
+			// task (take never hands out a key with an older orphan); it
+			// is not delivered, so its range is free at once.
+			if orph, ok := n.box.takeOrphan(k); ok {
+				freeOrphan(orph)
+			}
 		case !o.readableMem() || o.mem.seg.node != n:
 			s.cancelTask(k, o)
 		default:
@@ -114,25 +189,50 @@ func (s *Service) NotifyOffloadSuccess(ctx context.Context, req NotifyRequest) (
 	n.lastPing.Store(s.now())
 	out := make([]error, len(req.Persisted))
 	for i, d := range req.Persisted {
-		out[i] = s.observe(s.registerDisk(n, d))
+		out[i] = s.observe(s.answerPersisted(n, d))
 	}
 	for _, f := range req.Failed {
 		if validKey(f.Key) != nil {
+			continue
+		}
+		s.cnt.offloadFailed.Add(1)
+		s.met.offloadFailed.Inc()
+		if orph, ok := n.box.takeOrphan(f.Key); ok {
+			freeOrphan(orph) // the object went away during the task
 			continue
 		}
 		sh := s.shardOf(f.Key)
 		sh.mu.Lock()
 		if o := sh.objs[f.Key]; o != nil && o.offload == n {
 			s.cancelTask(f.Key, o)
+			if f.Retryable {
+				s.retryTask(f.Key, o, n.id, f.Reason)
+			} else {
+				s.log.Info("offload failed permanently; not retried", "node", n.id, "reason", f.Reason)
+			}
 		} else {
 			n.box.drop(f.Key)
 		}
 		sh.mu.Unlock()
-		s.cnt.offloadFailed.Add(1)
-		s.met.offloadFailed.Inc()
-		s.log.Debug("offload failed", "node", n.id, "retryable", f.Retryable, "reason", f.Reason)
 	}
 	return out, nil
+}
+
+// answerPersisted records one Persisted item of a notify. The key must have
+// a task of n or an object: a key whose object was removed while n offloaded
+// it (an orphan) or that the master does not know is refused per key with
+// OBJECT_NOT_FOUND (the node deletes its SSD copy); only
+// ReRegisterDiskObjects creates objects (gap 2: a notify must not resurrect
+// a removed key).
+func (s *Service) answerPersisted(n *node, d DiskObject) error {
+	if err := validKey(d.Key); err != nil {
+		return err
+	}
+	if orph, ok := n.box.takeOrphan(d.Key); ok {
+		freeOrphan(orph)
+		return codes.Errorf(orph.code, "master: notify: the object was removed while node %q offloaded it; delete the SSD copy", n.id)
+	}
+	return s.registerDisk(n, d, false)
 }
 
 // ReRegisterDiskObjects implements API.
@@ -147,15 +247,16 @@ func (s *Service) ReRegisterDiskObjects(ctx context.Context, nodeID string, objs
 	n.lastPing.Store(s.now())
 	out := make([]error, len(objs))
 	for i, d := range objs {
-		out[i] = s.observe(s.registerDisk(n, d))
+		out[i] = s.observe(s.registerDisk(n, d, true))
 	}
 	return out, nil
 }
 
 // registerDisk records that n holds d on its SSD: a new object when the key
-// is unknown, else a new or refreshed LocalDisk replica (one per node id). A
-// task of n for the key is answered and its pin released.
-func (s *Service) registerDisk(n *node, d DiskObject) error {
+// is unknown and create is set (re-registration), else a new or refreshed
+// LocalDisk replica (one per node id). A task of n for the key is answered
+// and its pin released. Without create an unknown key is OBJECT_NOT_FOUND.
+func (s *Service) registerDisk(n *node, d DiskObject, create bool) error {
 	if err := validKey(d.Key); err != nil {
 		return err
 	}
@@ -166,6 +267,9 @@ func (s *Service) registerDisk(n *node, d DiskObject) error {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	o := sh.objs[d.Key]
+	if o == nil && !create {
+		return codes.Errorf(codes.ObjectNotFound, "master: notify: node %q persisted a key the master does not know (removed?); delete the SSD copy", n.id)
+	}
 	if o == nil {
 		sh.objs[d.Key] = &object{size: d.Size, crc: d.CRC, disk: []diskReplica{{node: n}}}
 		s.cnt.objects.Add(1)
@@ -175,6 +279,7 @@ func (s *Service) registerDisk(n *node, d DiskObject) error {
 	}
 	if o.offload == n {
 		s.cancelTask(d.Key, o)
+		o.offloadFails = 0
 		s.cnt.offloadPersisted.Add(1)
 		s.met.offloadPersisted.Inc()
 	}
@@ -237,19 +342,42 @@ func (s *Service) EvictDiskReplica(ctx context.Context, nodeID string, keys []st
 }
 
 // ReconcileDiskObjects implements API.
-func (s *Service) ReconcileDiskObjects(ctx context.Context, nodeID string, keys []string) (int64, error) {
+func (s *Service) ReconcileDiskObjects(ctx context.Context, nodeID string, keys []string) (ReconcileResult, error) {
 	if err := s.check(ctx); err != nil {
-		return 0, err
+		return ReconcileResult{}, err
 	}
 	if nodeID == "" {
-		return 0, s.observe(codes.Errorf(codes.InvalidParams, "master: reconcile: empty node id"))
+		return ReconcileResult{}, s.observe(codes.Errorf(codes.InvalidParams, "master: reconcile: empty node id"))
+	}
+	// An unknown node (master restarted, node expired) has not
+	// re-registered: every key would look unwanted. It must remount and
+	// re-register first.
+	nd := s.lookupNode(nodeID)
+	if nd == nil {
+		return ReconcileResult{}, s.observe(codes.Errorf(codes.NeedRemount, "master: reconcile: unknown node %q", nodeID))
 	}
 	held := make(map[string]struct{}, len(keys))
+	var res ReconcileResult
 	for _, k := range keys {
+		if _, dup := held[k]; dup {
+			continue
+		}
 		held[k] = struct{}{}
+		if validKey(k) != nil {
+			continue
+		}
+		sh := s.shardOf(k)
+		sh.mu.Lock()
+		o := sh.objs[k]
+		// Unwanted: no object (never known, or removed), or an object
+		// that lists no replica of this node and has no task of it (the
+		// replica was dropped, or the key was removed and put again).
+		if o == nil || (o.diskIndex(nodeID) < 0 && o.offload != nd) {
+			res.Unwanted = append(res.Unwanted, k)
+		}
+		sh.mu.Unlock()
 	}
 	now := s.now()
-	var n int64
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
@@ -261,19 +389,20 @@ func (s *Service) ReconcileDiskObjects(ctx context.Context, nodeID string, keys 
 				continue
 			}
 			if s.dropDisk(sh, k, o, nodeID, now) {
-				n++
+				res.Dropped++
 			}
 		}
 		sh.mu.Unlock()
 	}
-	if n > 0 {
-		s.log.Info("reconcile dropped disk replicas", "node", nodeID, "dropped", n, "held", len(keys))
+	if res.Dropped > 0 || len(res.Unwanted) > 0 {
+		s.log.Info("reconcile", "node", nodeID, "dropped", res.Dropped, "unwanted", len(res.Unwanted), "held", len(keys))
 	}
-	return n, nil
+	return res, nil
 }
 
-// timeoutTasks drops in-flight tasks unanswered past offload_task_timeout
-// and releases their pins.
+// timeoutTasks handles in-flight tasks unanswered past offload_task_timeout:
+// the pin is released and the task queued again (an attempt, bounded by
+// maxOffloadAttempts); orphaned ranges past their deadline are freed.
 func (s *Service) timeoutTasks(now int64) {
 	s.nodesMu.RLock()
 	nodes := make([]*node, 0, len(s.nodes))
@@ -282,16 +411,21 @@ func (s *Service) timeoutTasks(now int64) {
 	}
 	s.nodesMu.RUnlock()
 	for _, n := range nodes {
+		for _, orph := range n.box.takeExpiredOrphans(now) {
+			freeOrphan(orph)
+			s.log.Warn("offload task of a removed object timed out; source range freed", "node", n.id, "timeout", s.cfg.OffloadTaskTimeout)
+		}
 		for _, k := range n.box.expired(now) {
 			sh := s.shardOf(k)
 			sh.mu.Lock()
 			if o := sh.objs[k]; o != nil && o.offload == n {
 				s.cancelTask(k, o)
+				s.log.Warn("offload task timed out", "node", n.id, "timeout", s.cfg.OffloadTaskTimeout)
+				s.retryTask(k, o, n.id, "timed out")
 			} else {
 				n.box.drop(k)
 			}
 			sh.mu.Unlock()
-			s.log.Warn("offload task timed out", "node", n.id, "timeout", s.cfg.OffloadTaskTimeout)
 		}
 	}
 }

@@ -109,28 +109,82 @@ func TestMailboxPinUntilAnswer(t *testing.T) {
 	if n := s.EvictNow(); n != 0 {
 		t.Fatalf("pinned object evicted (%d)", n)
 	}
-	// NACK: pin released, object evictable.
-	if _, err := s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: []OffloadFailure{{Key: "k", Retryable: true, Reason: "disk full"}}}); err != nil {
+	// Permanent NACK: pin released, object evictable (a retryable one
+	// queues the task again, see TestRetryableFailureRequeued).
+	if _, err := s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: []OffloadFailure{{Key: "k", Retryable: false, Reason: "bad range"}}}); err != nil {
 		t.Fatal(err)
 	}
 	if n := s.EvictNow(); n != 1 {
 		t.Fatalf("after NACK evicted %d, want 1", n)
 	}
 
-	// Timeout releases the pin.
+	// A timeout ends the delivery: the task is queued again (an attempt),
+	// and after the last attempt the pin is released.
 	put(t, s, "t", 64, "a")
-	if ts, _ := s.OffloadHeartbeat(bg, "a", 0); len(ts) != 1 {
-		t.Fatal("no task")
+	for attempt := 1; attempt <= maxOffloadAttempts; attempt++ {
+		if ts, _ := s.OffloadHeartbeat(bg, "a", 0); len(ts) != 1 {
+			t.Fatalf("attempt %d: no task", attempt)
+		}
+		clk.Advance(30 * time.Second)
+		s.Tick()
+		if n := s.EvictNow(); n != 0 {
+			t.Fatal("pin released before the timeout")
+		}
+		clk.Advance(31 * time.Second)
+		s.Tick()
 	}
-	clk.Advance(30 * time.Second)
-	s.Tick()
-	if n := s.EvictNow(); n != 0 {
-		t.Fatal("pin released before the timeout")
-	}
-	clk.Advance(31 * time.Second)
-	s.Tick()
 	if n := s.EvictNow(); n != 1 {
-		t.Fatal("pin not released by the timeout")
+		t.Fatal("pin not released after the last timed-out attempt")
+	}
+}
+
+// TestRetryableFailureRequeued (gap 3): a task answered with a retryable
+// failure is queued again, up to maxOffloadAttempts deliveries, then
+// dropped; a permanent failure is never retried; success resets the count.
+func TestRetryableFailureRequeued(t *testing.T) {
+	s, _ := offloadService(t, nil)
+	mount(t, s, "a", 1<<20)
+	put(t, s, "k", 64, "a")
+	for attempt := 1; attempt <= maxOffloadAttempts; attempt++ {
+		ts, _ := s.OffloadHeartbeat(bg, "a", 0)
+		if fmt.Sprint(taskKeys(ts)) != "[k]" {
+			t.Fatalf("attempt %d: tasks %v", attempt, taskKeys(ts))
+		}
+		s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: []OffloadFailure{{Key: "k", Retryable: true, Reason: "disk busy"}}})
+	}
+	if ts, _ := s.OffloadHeartbeat(bg, "a", 0); len(ts) != 0 {
+		t.Fatalf("delivered beyond %d attempts: %v", maxOffloadAttempts, taskKeys(ts))
+	}
+	if v := metricValue(t, s, "tierstore_master_offload_retried_total", "", ""); v != maxOffloadAttempts-1 {
+		t.Fatalf("retried_total %v", v)
+	}
+	if v := metricValue(t, s, "tierstore_master_offload_abandoned_total", "", ""); v != 1 {
+		t.Fatalf("abandoned_total %v", v)
+	}
+	// Permanent failure: not retried.
+	put(t, s, "p", 64, "a")
+	s.OffloadHeartbeat(bg, "a", 0)
+	s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: []OffloadFailure{{Key: "p", Retryable: false, Reason: "bad range"}}})
+	if ts, _ := s.OffloadHeartbeat(bg, "a", 0); len(ts) != 0 {
+		t.Fatalf("permanent failure retried: %v", taskKeys(ts))
+	}
+	// One retryable failure, then success: persisted, no further task.
+	put(t, s, "r", 64, "a")
+	s.OffloadHeartbeat(bg, "a", 0)
+	s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: []OffloadFailure{{Key: "r", Retryable: true}}})
+	ts, _ := s.OffloadHeartbeat(bg, "a", 0)
+	if fmt.Sprint(taskKeys(ts)) != "[r]" {
+		t.Fatalf("retry of r: %v", taskKeys(ts))
+	}
+	errs, _ := s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Persisted: []DiskObject{{Key: "r", Size: 64, CRC: crcOf("r")}}})
+	if errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	if info, _ := s.GetReplicaList(bg, "r"); kinds(info) != "MEMORY@a LOCAL_DISK@a " {
+		t.Fatalf("r: %s", kinds(info))
+	}
+	if st, _ := s.Stats(bg); st.OffloadQueued+st.OffloadInFlight != 0 {
+		t.Fatalf("tasks left: %+v", st)
 	}
 }
 
@@ -162,18 +216,90 @@ func TestRemovedObjectTaskDisappears(t *testing.T) {
 	if st.OffloadQueued != 0 || st.OffloadInFlight != 1 {
 		t.Fatalf("stats %+v", st)
 	}
-	// Removing an in-flight task's object forgets it too.
+	// Removing an in-flight task's object forgets the task too, but its
+	// source range stays allocated (gap 1, see TestForcedRemoveDefersFree).
 	if err := s.Remove(bg, "kept", true); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := s.Stats(bg); st.OffloadInFlight != 0 {
+	if st, _ := s.Stats(bg); st.OffloadInFlight != 0 || st.Objects != 0 || st.SegmentUsed == 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }
 
+// TestForcedRemoveDefersFree (gap 1): a forced Remove of an object whose
+// offload task the node has fetched removes the metadata at once, but the
+// source range is not reused until the node answers; the answer is refused
+// per key (OBJECT_NOT_FOUND, the node deletes its SSD copy). A queued task
+// the node has not fetched frees at once. Death and timeout free too.
+func TestForcedRemoveDefersFree(t *testing.T) {
+	s, clk := offloadService(t, func(c *Config) { c.OffloadTaskTimeout = time.Minute })
+	mount(t, s, "a", 1<<20)
+	src := put(t, s, "k", 4096, "a")
+	ts, _ := s.OffloadHeartbeat(bg, "a", 0)
+	if len(ts) != 1 {
+		t.Fatalf("tasks %v", taskKeys(ts))
+	}
+	if err := s.Remove(bg, "k", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetReplicaList(bg, "k"); !codesIs(err, codes.ErrObjectNotFound) {
+		t.Fatalf("removed object still readable: %v", err)
+	}
+	// Another put must not land on the range the node may be copying.
+	r2 := put(t, s, "other", 4096, "a")
+	if r2.Offset < src.Offset+4096 && src.Offset < r2.Offset+4096 {
+		t.Fatalf("range [%d,+4096) reused by another key while the task is out", src.Offset)
+	}
+	// The same key put again is queued, but not handed out while the old
+	// task is out: the node's answer for "k" is unambiguous.
+	put(t, s, "k", 4096, "a")
+	ts, _ = s.OffloadHeartbeat(bg, "a", 0)
+	if fmt.Sprint(taskKeys(ts)) != "[other]" {
+		t.Fatalf("tasks %v while the old task of k is out", taskKeys(ts))
+	}
+	errs, err := s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Persisted: []DiskObject{{Key: "k", Size: 4096, CRC: crcOf("k")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustIs(t, errs[0], codes.ErrObjectNotFound)
+	if info, _ := s.GetReplicaList(WithOffloadPath(bg), "k"); kinds(info) != "MEMORY@a " {
+		t.Fatalf("the refused answer touched the new k: %s", kinds(info))
+	}
+	st, _ := s.Stats(bg)
+	if st.SegmentUsed != 2*4096 {
+		t.Fatalf("segment used %d after the answer, want two objects' worth", st.SegmentUsed)
+	}
+	// Now the new k's task goes out.
+	ts, _ = s.OffloadHeartbeat(bg, "a", 0)
+	if fmt.Sprint(taskKeys(ts)) != "[k]" {
+		t.Fatalf("tasks %v", taskKeys(ts))
+	}
+
+	// Timeout frees an orphan: remove the new k while its task is out.
+	if err := s.Remove(bg, "k", true); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := s.Stats(bg); st.SegmentUsed != 2*4096 {
+		t.Fatalf("orphan freed early: used %d", st.SegmentUsed)
+	}
+	clk.Advance(2 * time.Minute)
+	s.Tick()
+	if st, _ := s.Stats(bg); st.SegmentUsed != 4096 {
+		t.Fatalf("orphan not freed by the timeout: used %d", st.SegmentUsed)
+	}
+	// A failed answer for a removed object frees it as well.
+	put(t, s, "f", 4096, "a")
+	s.OffloadHeartbeat(bg, "a", 0)
+	s.Remove(bg, "f", true)
+	s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: []OffloadFailure{{Key: "f", Retryable: true}}})
+	if st, _ := s.Stats(bg); st.SegmentUsed != 4096 || st.OffloadQueued != 0 {
+		t.Fatalf("after a failed answer: %+v", st)
+	}
+}
+
 // TestNotifyIdempotent: NotifyOffloadSuccess twice leaves one LOCAL_DISK
-// replica; a registration without a task creates the object; a size/CRC
-// mismatch is refused per key.
+// replica; a notify of an unknown key is refused (only ReRegisterDiskObjects
+// creates objects); a size/CRC mismatch is refused per key.
 func TestNotifyIdempotent(t *testing.T) {
 	s, _ := offloadService(t, nil)
 	mount(t, s, "a", 1<<20)
@@ -193,15 +319,30 @@ func TestNotifyIdempotent(t *testing.T) {
 	if st, _ := s.Stats(bg); st.DiskReplicas != 1 || st.OffloadInFlight != 0 || st.OffloadPersisted != 1 {
 		t.Fatalf("stats %+v", st)
 	}
-	// Registration without a task.
+	// Gap 2: a notify never creates an object (that resurrected removed
+	// keys); an unknown key is refused per key, OBJECT_NOT_FOUND, so the
+	// node deletes its copy. Only re-registration creates.
 	errs, _ := s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Persisted: []DiskObject{{Key: "new", Size: 7, CRC: 9}, {Key: "k", Size: 100, CRC: 1}}})
-	if errs[0] != nil {
-		t.Fatal(errs[0])
-	}
+	mustIs(t, errs[0], codes.ErrObjectNotFound)
 	mustIs(t, errs[1], codes.ErrChecksumConflict)
+	if _, err := s.GetReplicaList(bg, "new"); !codesIs(err, codes.ErrObjectNotFound) {
+		t.Fatalf("notify created an object: %v", err)
+	}
+	if errs, err := s.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "new", Size: 7, CRC: 9}}); err != nil || errs[0] != nil {
+		t.Fatal(err, errs)
+	}
 	info, err := s.GetReplicaList(bg, "new")
 	if err != nil || kinds(info) != "LOCAL_DISK@a " || info.Size != 7 || info.CRC != 9 {
 		t.Fatalf("registered object: %+v %v", info, err)
+	}
+	// A removed key stays removed when a late notify names it.
+	if err := s.Remove(bg, "new", true); err != nil {
+		t.Fatal(err)
+	}
+	errs, _ = s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Persisted: []DiskObject{{Key: "new", Size: 7, CRC: 9}}})
+	mustIs(t, errs[0], codes.ErrObjectNotFound)
+	if _, err := s.GetReplicaList(bg, "new"); !codesIs(err, codes.ErrObjectNotFound) {
+		t.Fatalf("removed key resurrected: %v", err)
 	}
 	_, err = s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "ghost", Persisted: req.Persisted})
 	mustIs(t, err, codes.ErrNeedRemount)
@@ -218,9 +359,9 @@ func TestReconcile(t *testing.T) {
 	}
 	s.ReRegisterDiskObjects(bg, "a", objs)
 	s.ReRegisterDiskObjects(bg, "b", objs[:3])
-	n, err := s.ReconcileDiskObjects(bg, "a", []string{"d0", "d2", "d4", "unknown"})
-	if err != nil || n != 3 {
-		t.Fatalf("dropped %d, %v", n, err)
+	res, err := s.ReconcileDiskObjects(bg, "a", []string{"d0", "d2", "d4", "unknown"})
+	if err != nil || res.Dropped != 3 || fmt.Sprint(res.Unwanted) != "[unknown]" {
+		t.Fatalf("reconcile %+v, %v", res, err)
 	}
 	want := map[string]string{
 		"d0": "LOCAL_DISK@a LOCAL_DISK@b ", "d1": "LOCAL_DISK@b ", "d2": "LOCAL_DISK@a LOCAL_DISK@b ",
@@ -240,6 +381,21 @@ func TestReconcile(t *testing.T) {
 	if st, _ := s.Stats(bg); st.DiskReplicas != 6 || st.Objects != 4 {
 		t.Fatalf("stats %+v", st)
 	}
+	// Gap 4: keys the master no longer wants on the node come back in the
+	// answer: a removed object, and one whose replica on a was dropped
+	// (EvictDiskReplica, bad report) while the node kept the bytes.
+	if err := s.Remove(bg, "d0", true); err != nil {
+		t.Fatal(err)
+	}
+	s.EvictDiskReplica(bg, "a", []string{"d2"})
+	res, err = s.ReconcileDiskObjects(bg, "a", []string{"d0", "d2", "d4"})
+	if err != nil || res.Dropped != 0 || fmt.Sprint(res.Unwanted) != "[d0 d2]" {
+		t.Fatalf("reconcile after remove %+v, %v", res, err)
+	}
+	// An unknown node (master restarted, node expired) must re-register
+	// first: reconciling it would call every key unwanted.
+	_, err = s.ReconcileDiskObjects(bg, "ghost", []string{"d4"})
+	mustIs(t, err, codes.ErrNeedRemount)
 }
 
 func TestEvictDiskReplicaHonoursLease(t *testing.T) {

@@ -323,12 +323,25 @@ func (r *Remote) EvictDiskReplica(ctx context.Context, node string, keys []strin
 }
 
 // ReconcileDiskObjects implements API.
-func (r *Remote) ReconcileDiskObjects(ctx context.Context, node string, keys []string) (int64, error) {
+func (r *Remote) ReconcileDiskObjects(ctx context.Context, node string, keys []string) (ReconcileResult, error) {
 	p, err := r.c.ReconcileDiskObjects(ctx, &pb.ReconcileDiskObjectsRequest{Node: node, Keys: bs(keys)})
 	if err != nil {
-		return 0, fs(err)
+		return ReconcileResult{}, fs(err)
 	}
-	return p.GetCount(), nil
+	res := ReconcileResult{Dropped: p.GetCount()}
+	if len(p.GetUnwanted()) > 0 {
+		res.Unwanted = make([]string, len(p.GetUnwanted()))
+		for i, k := range p.GetUnwanted() {
+			res.Unwanted[i] = string(k)
+		}
+	}
+	return res, nil
+}
+
+// ReportBadReplica implements API.
+func (r *Remote) ReportBadReplica(ctx context.Context, key string, crc uint32, rep Replica) error {
+	_, err := r.c.ReportBadReplica(ctx, &pb.ReportBadReplicaRequest{Key: []byte(key), Crc: crc, Replica: replicaPB(rep)})
+	return fs(err)
 }
 
 // Stats implements API.

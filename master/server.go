@@ -299,9 +299,24 @@ func (s *Server) EvictDiskReplica(ctx context.Context, r *pb.EvictDiskReplicaReq
 	return &pb.CountResponse{Count: n}, st(err)
 }
 
-func (s *Server) ReconcileDiskObjects(ctx context.Context, r *pb.ReconcileDiskObjectsRequest) (*pb.CountResponse, error) {
-	n, err := s.api.ReconcileDiskObjects(ctx, r.GetNode(), strs(r.GetKeys()))
-	return &pb.CountResponse{Count: n}, st(err)
+func (s *Server) ReconcileDiskObjects(ctx context.Context, r *pb.ReconcileDiskObjectsRequest) (*pb.ReconcileDiskObjectsResponse, error) {
+	res, err := s.api.ReconcileDiskObjects(ctx, r.GetNode(), strs(r.GetKeys()))
+	if err != nil {
+		return nil, st(err)
+	}
+	out := &pb.ReconcileDiskObjectsResponse{Count: res.Dropped, Unwanted: make([][]byte, len(res.Unwanted))}
+	for i, k := range res.Unwanted {
+		out.Unwanted[i] = []byte(k)
+	}
+	return out, nil
+}
+
+func (s *Server) ReportBadReplica(ctx context.Context, r *pb.ReportBadReplicaRequest) (*pb.Empty, error) {
+	var rep Replica
+	if p := r.GetReplica(); p != nil {
+		rep = replicaFromPB(p)
+	}
+	return &pb.Empty{}, st(s.api.ReportBadReplica(ctx, string(r.GetKey()), r.GetCrc(), rep))
 }
 
 func (s *Server) Stats(ctx context.Context, _ *pb.StatsRequest) (*pb.StatsResponse, error) {

@@ -59,6 +59,8 @@ type counters struct {
 	evictions                          atomic.Int64
 	offloadQueued, offloadPersisted    atomic.Int64
 	offloadFailed, expiredNodes        atomic.Int64
+	offloadRetried, offloadAbandoned   atomic.Int64
+	badReplicas                        atomic.Int64
 }
 
 var _ API = (*Service)(nil)
@@ -422,7 +424,21 @@ func (s *Service) clearDead(o *object, now int64) bool {
 // dropMem removes o's DRAM replica, freeing its range when the segment is
 // still mounted (a dead segment's allocator is discarded with it). Caller
 // holds the shard lock.
-func (s *Service) dropMem(o *object) {
+func (s *Service) dropMem(o *object) { s.forgetMem(o, true) }
+
+// freeRange returns [off, off+n) to g's allocator when g is still mounted.
+func freeRange(g *segment, off, n int64) {
+	if g.live() {
+		g.mu.Lock()
+		g.alloc.Free(off, n)
+		g.mu.Unlock()
+	}
+}
+
+// forgetMem removes o's DRAM replica from the metadata and frees its range
+// if free is set (otherwise the caller handed the range to an orphan).
+// Caller holds the shard lock.
+func (s *Service) forgetMem(o *object, free bool) {
 	m := &o.mem
 	if m.seg == nil {
 		return
@@ -430,10 +446,8 @@ func (s *Service) dropMem(o *object) {
 	if !m.complete {
 		s.processing.Add(-1)
 	}
-	if m.seg.live() {
-		m.seg.mu.Lock()
-		m.seg.alloc.Free(m.off, m.len)
-		m.seg.mu.Unlock()
+	if free {
+		freeRange(m.seg, m.off, m.len)
 	}
 	o.mem = memReplica{}
 	o.reads = 0
@@ -442,10 +456,10 @@ func (s *Service) dropMem(o *object) {
 }
 
 // deleteObj removes o from its shard, dropping its replicas and its offload
-// task. Caller holds the shard lock.
+// task (a fetched task's source range stays allocated until the node
+// answers, see dropMemAndTask). Caller holds the shard lock.
 func (s *Service) deleteObj(sh *shard, key string, o *object) {
-	s.cancelTask(key, o)
-	s.dropMem(o)
+	s.dropMemAndTask(key, o, codes.ObjectNotFound)
 	s.cnt.diskReplicas.Add(-int64(len(o.disk)))
 	s.cnt.diskBytes.Add(-o.size * int64(len(o.disk)))
 	o.disk = nil

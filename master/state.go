@@ -3,6 +3,8 @@ package master
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/tierstore/tierstore/internal/codes"
 )
 
 // node is one incarnation of a store node. When a node expires its node value
@@ -66,6 +68,10 @@ type object struct {
 	// offload is the node whose offload task (queued or in flight) pins mem;
 	// nil when no task exists.
 	offload *node
+	// offloadFails counts the retryable failures (and timeouts) of the
+	// current admission's offload task; at maxOffloadAttempts the task is
+	// dropped. Reset when admission queues the object anew.
+	offloadFails uint8
 }
 
 func (o *object) leased(now int64) bool { return o.leaseUntil > now }
@@ -107,17 +113,89 @@ type shard struct {
 	_    [40]byte // keep neighbouring shard locks on different cache lines
 }
 
+// orphan is the source range of an in-flight offload task whose object was
+// removed (or whose DRAM replica was dropped) after the node fetched the
+// task. The node may still be copying the range, so it stays allocated in
+// its segment until the node answers the task (the answer is refused with
+// code), the node dies (the segment's allocator goes with it) or the task
+// times out. Gap 1 of h7: freeing it at once let another put reuse the range
+// under the node's copy.
+type orphan struct {
+	key      string
+	seg      *segment
+	off, len int64
+	deadline int64      // unix ns, the task's deadline
+	code     codes.Code // the per-key answer to a persisted notify
+}
+
 // mailbox is a node's offload queue. Lock order: shard.mu before mailbox.mu.
 type mailbox struct {
 	mu       sync.Mutex          // protects the fields below
 	queue    []string            // FIFO of keys; entries not in pending are stale
 	pending  map[string]struct{} // queued, not yet fetched
 	inflight map[string]int64    // fetched by the node: key -> deadline (unix ns)
+	// orphans are fetched tasks whose object (or source replica) went away;
+	// a pending task of the same key is not handed out while its orphan
+	// exists, so the node's answer for a key is never ambiguous.
+	orphans map[string]orphan
 }
 
 func (b *mailbox) init() {
 	b.pending = map[string]struct{}{}
 	b.inflight = map[string]int64{}
+	b.orphans = map[string]orphan{}
+}
+
+// orphan turns key's in-flight task into an orphan holding o's range and
+// reports whether it did (false: the task is not in flight).
+func (b *mailbox) orphan(key string, o orphan) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	d, ok := b.inflight[key]
+	if !ok {
+		return false
+	}
+	delete(b.inflight, key)
+	o.key, o.deadline = key, d
+	b.orphans[key] = o
+	return true
+}
+
+// takeOrphan removes and returns key's orphan.
+func (b *mailbox) takeOrphan(key string) (orphan, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	o, ok := b.orphans[key]
+	if ok {
+		delete(b.orphans, key)
+	}
+	return o, ok
+}
+
+// takeExpiredOrphans removes and returns the orphans whose deadline is
+// before now.
+func (b *mailbox) takeExpiredOrphans(now int64) []orphan {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []orphan
+	for k, o := range b.orphans {
+		if o.deadline < now {
+			out = append(out, o)
+			delete(b.orphans, k)
+		}
+	}
+	return out
+}
+
+// orphanList returns a copy of the orphans (Check).
+func (b *mailbox) orphanList() []orphan {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]orphan, 0, len(b.orphans))
+	for _, o := range b.orphans {
+		out = append(out, o)
+	}
+	return out
 }
 
 func (b *mailbox) size() int { return len(b.pending) + len(b.inflight) }
@@ -158,21 +236,26 @@ func (b *mailbox) drop(key string) {
 }
 
 // take moves up to max queued keys to in flight with the given deadline.
+// A key whose orphan is still out stays queued.
 func (b *mailbox) take(max int, deadline int64) []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var out []string
+	var out, held []string
 	i := 0
 	for ; i < len(b.queue) && len(out) < max; i++ {
 		k := b.queue[i]
 		if _, ok := b.pending[k]; !ok {
 			continue
 		}
+		if _, ok := b.orphans[k]; ok {
+			held = append(held, k)
+			continue
+		}
 		delete(b.pending, k)
 		b.inflight[k] = deadline
 		out = append(out, k)
 	}
-	b.queue = b.queue[i:]
+	b.queue = append(held, b.queue[i:]...)
 	if len(b.queue) == 0 {
 		b.queue = nil
 	}

@@ -2246,6 +2246,121 @@ func (x *ReconcileDiskObjectsRequest) GetKeys() [][]byte {
 	return nil
 }
 
+// Field 1 matches CountResponse, the answer's former type, so an old peer
+// still reads the count.
+type ReconcileDiskObjectsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Count         int64                  `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`      // the node's LOCAL_DISK replicas dropped
+	Unwanted      [][]byte               `protobuf:"bytes,2,rep,name=unwanted,proto3" json:"unwanted,omitempty"` // keys of the request the node must delete from its SSD
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReconcileDiskObjectsResponse) Reset() {
+	*x = ReconcileDiskObjectsResponse{}
+	mi := &file_master_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconcileDiskObjectsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconcileDiskObjectsResponse) ProtoMessage() {}
+
+func (x *ReconcileDiskObjectsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconcileDiskObjectsResponse.ProtoReflect.Descriptor instead.
+func (*ReconcileDiskObjectsResponse) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ReconcileDiskObjectsResponse) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ReconcileDiskObjectsResponse) GetUnwanted() [][]byte {
+	if x != nil {
+		return x.Unwanted
+	}
+	return nil
+}
+
+// A reader found that a replica's bytes fail the object's size or CRC32C.
+type ReportBadReplicaRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Crc           uint32                 `protobuf:"varint,2,opt,name=crc,proto3" json:"crc,omitempty"` // the CRC32C the reader expected (the object's, from its lookup)
+	Replica       *Replica               `protobuf:"bytes,3,opt,name=replica,proto3" json:"replica,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportBadReplicaRequest) Reset() {
+	*x = ReportBadReplicaRequest{}
+	mi := &file_master_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportBadReplicaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportBadReplicaRequest) ProtoMessage() {}
+
+func (x *ReportBadReplicaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportBadReplicaRequest.ProtoReflect.Descriptor instead.
+func (*ReportBadReplicaRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ReportBadReplicaRequest) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *ReportBadReplicaRequest) GetCrc() uint32 {
+	if x != nil {
+		return x.Crc
+	}
+	return 0
+}
+
+func (x *ReportBadReplicaRequest) GetReplica() *Replica {
+	if x != nil {
+		return x.Replica
+	}
+	return nil
+}
+
 type StatsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2254,7 +2369,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_master_proto_msgTypes[39]
+	mi := &file_master_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2266,7 +2381,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[39]
+	mi := &file_master_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2279,7 +2394,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{39}
+	return file_master_proto_rawDescGZIP(), []int{41}
 }
 
 type StatsResponse struct {
@@ -2306,7 +2421,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_master_proto_msgTypes[40]
+	mi := &file_master_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2318,7 +2433,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[40]
+	mi := &file_master_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2331,7 +2446,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{40}
+	return file_master_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *StatsResponse) GetObjects() int64 {
@@ -2576,7 +2691,14 @@ const file_master_proto_rawDesc = "" +
 	"\x04keys\x18\x02 \x03(\fR\x04keys\"E\n" +
 	"\x1bReconcileDiskObjectsRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
-	"\x04keys\x18\x02 \x03(\fR\x04keys\"\x0e\n" +
+	"\x04keys\x18\x02 \x03(\fR\x04keys\"P\n" +
+	"\x1cReconcileDiskObjectsResponse\x12\x14\n" +
+	"\x05count\x18\x01 \x01(\x03R\x05count\x12\x1a\n" +
+	"\bunwanted\x18\x02 \x03(\fR\bunwanted\"o\n" +
+	"\x17ReportBadReplicaRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x10\n" +
+	"\x03crc\x18\x02 \x01(\rR\x03crc\x120\n" +
+	"\areplica\x18\x03 \x01(\v2\x16.tierstore.rpc.ReplicaR\areplica\"\x0e\n" +
 	"\fStatsRequest\"\xf6\x04\n" +
 	"\rStatsResponse\x12\x18\n" +
 	"\aobjects\x18\x01 \x01(\x03R\aobjects\x12'\n" +
@@ -2612,7 +2734,7 @@ const file_master_proto_rawDesc = "" +
 	"NodeStatus\x12\x1b\n" +
 	"\x17NODE_STATUS_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aNODE_OK\x10\x01\x12\x10\n" +
-	"\fNEED_REMOUNT\x10\x022\x91\x0e\n" +
+	"\fNEED_REMOUNT\x10\x022\xf2\x0e\n" +
 	"\x06Master\x12W\n" +
 	"\fMountSegment\x12\".tierstore.rpc.MountSegmentRequest\x1a#.tierstore.rpc.MountSegmentResponse\x12]\n" +
 	"\x0eUnmountSegment\x12$.tierstore.rpc.UnmountSegmentRequest\x1a%.tierstore.rpc.UnmountSegmentResponse\x12?\n" +
@@ -2633,8 +2755,9 @@ const file_master_proto_rawDesc = "" +
 	"\x10OffloadHeartbeat\x12&.tierstore.rpc.OffloadHeartbeatRequest\x1a'.tierstore.rpc.OffloadHeartbeatResponse\x12]\n" +
 	"\x14NotifyOffloadSuccess\x12*.tierstore.rpc.NotifyOffloadSuccessRequest\x1a\x19.tierstore.rpc.KeyResults\x12]\n" +
 	"\x15ReRegisterDiskObjects\x12).tierstore.rpc.RegisterDiskObjectsRequest\x1a\x19.tierstore.rpc.KeyResults\x12X\n" +
-	"\x10EvictDiskReplica\x12&.tierstore.rpc.EvictDiskReplicaRequest\x1a\x1c.tierstore.rpc.CountResponse\x12`\n" +
-	"\x14ReconcileDiskObjects\x12*.tierstore.rpc.ReconcileDiskObjectsRequest\x1a\x1c.tierstore.rpc.CountResponse\x12B\n" +
+	"\x10EvictDiskReplica\x12&.tierstore.rpc.EvictDiskReplicaRequest\x1a\x1c.tierstore.rpc.CountResponse\x12o\n" +
+	"\x14ReconcileDiskObjects\x12*.tierstore.rpc.ReconcileDiskObjectsRequest\x1a+.tierstore.rpc.ReconcileDiskObjectsResponse\x12P\n" +
+	"\x10ReportBadReplica\x12&.tierstore.rpc.ReportBadReplicaRequest\x1a\x14.tierstore.rpc.Empty\x12B\n" +
 	"\x05Stats\x12\x1b.tierstore.rpc.StatsRequest\x1a\x1c.tierstore.rpc.StatsResponseB/Z-github.com/tierstore/tierstore/internal/rpcpbb\x06proto3"
 
 var (
@@ -2650,52 +2773,54 @@ func file_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_master_proto_goTypes = []any{
-	(ReplicaKind)(0),                    // 0: tierstore.rpc.ReplicaKind
-	(ReplicaStatus)(0),                  // 1: tierstore.rpc.ReplicaStatus
-	(NodeStatus)(0),                     // 2: tierstore.rpc.NodeStatus
-	(*Replica)(nil),                     // 3: tierstore.rpc.Replica
-	(*ObjectInfo)(nil),                  // 4: tierstore.rpc.ObjectInfo
-	(*MountSegmentRequest)(nil),         // 5: tierstore.rpc.MountSegmentRequest
-	(*MountSegmentResponse)(nil),        // 6: tierstore.rpc.MountSegmentResponse
-	(*UnmountSegmentRequest)(nil),       // 7: tierstore.rpc.UnmountSegmentRequest
-	(*UnmountSegmentResponse)(nil),      // 8: tierstore.rpc.UnmountSegmentResponse
-	(*PingRequest)(nil),                 // 9: tierstore.rpc.PingRequest
-	(*PingResponse)(nil),                // 10: tierstore.rpc.PingResponse
-	(*PutStartRequest)(nil),             // 11: tierstore.rpc.PutStartRequest
-	(*PutStartResponse)(nil),            // 12: tierstore.rpc.PutStartResponse
-	(*BatchPutStartRequest)(nil),        // 13: tierstore.rpc.BatchPutStartRequest
-	(*PutStartResult)(nil),              // 14: tierstore.rpc.PutStartResult
-	(*BatchPutStartResponse)(nil),       // 15: tierstore.rpc.BatchPutStartResponse
-	(*KeyRequest)(nil),                  // 16: tierstore.rpc.KeyRequest
-	(*Empty)(nil),                       // 17: tierstore.rpc.Empty
-	(*KeysRequest)(nil),                 // 18: tierstore.rpc.KeysRequest
-	(*KeyResult)(nil),                   // 19: tierstore.rpc.KeyResult
-	(*KeyResults)(nil),                  // 20: tierstore.rpc.KeyResults
-	(*LookupRequest)(nil),               // 21: tierstore.rpc.LookupRequest
-	(*ExistKeyResponse)(nil),            // 22: tierstore.rpc.ExistKeyResponse
-	(*BatchLookupRequest)(nil),          // 23: tierstore.rpc.BatchLookupRequest
-	(*ExistResult)(nil),                 // 24: tierstore.rpc.ExistResult
-	(*BatchExistKeyResponse)(nil),       // 25: tierstore.rpc.BatchExistKeyResponse
-	(*GetReplicaListResponse)(nil),      // 26: tierstore.rpc.GetReplicaListResponse
-	(*ReplicaListResult)(nil),           // 27: tierstore.rpc.ReplicaListResult
-	(*BatchGetReplicaListResponse)(nil), // 28: tierstore.rpc.BatchGetReplicaListResponse
-	(*RemoveRequest)(nil),               // 29: tierstore.rpc.RemoveRequest
-	(*RemoveAllRequest)(nil),            // 30: tierstore.rpc.RemoveAllRequest
-	(*CountResponse)(nil),               // 31: tierstore.rpc.CountResponse
-	(*EvictMemoryRequest)(nil),          // 32: tierstore.rpc.EvictMemoryRequest
-	(*OffloadHeartbeatRequest)(nil),     // 33: tierstore.rpc.OffloadHeartbeatRequest
-	(*OffloadTask)(nil),                 // 34: tierstore.rpc.OffloadTask
-	(*OffloadHeartbeatResponse)(nil),    // 35: tierstore.rpc.OffloadHeartbeatResponse
-	(*DiskObject)(nil),                  // 36: tierstore.rpc.DiskObject
-	(*OffloadFailure)(nil),              // 37: tierstore.rpc.OffloadFailure
-	(*NotifyOffloadSuccessRequest)(nil), // 38: tierstore.rpc.NotifyOffloadSuccessRequest
-	(*RegisterDiskObjectsRequest)(nil),  // 39: tierstore.rpc.RegisterDiskObjectsRequest
-	(*EvictDiskReplicaRequest)(nil),     // 40: tierstore.rpc.EvictDiskReplicaRequest
-	(*ReconcileDiskObjectsRequest)(nil), // 41: tierstore.rpc.ReconcileDiskObjectsRequest
-	(*StatsRequest)(nil),                // 42: tierstore.rpc.StatsRequest
-	(*StatsResponse)(nil),               // 43: tierstore.rpc.StatsResponse
+	(ReplicaKind)(0),                     // 0: tierstore.rpc.ReplicaKind
+	(ReplicaStatus)(0),                   // 1: tierstore.rpc.ReplicaStatus
+	(NodeStatus)(0),                      // 2: tierstore.rpc.NodeStatus
+	(*Replica)(nil),                      // 3: tierstore.rpc.Replica
+	(*ObjectInfo)(nil),                   // 4: tierstore.rpc.ObjectInfo
+	(*MountSegmentRequest)(nil),          // 5: tierstore.rpc.MountSegmentRequest
+	(*MountSegmentResponse)(nil),         // 6: tierstore.rpc.MountSegmentResponse
+	(*UnmountSegmentRequest)(nil),        // 7: tierstore.rpc.UnmountSegmentRequest
+	(*UnmountSegmentResponse)(nil),       // 8: tierstore.rpc.UnmountSegmentResponse
+	(*PingRequest)(nil),                  // 9: tierstore.rpc.PingRequest
+	(*PingResponse)(nil),                 // 10: tierstore.rpc.PingResponse
+	(*PutStartRequest)(nil),              // 11: tierstore.rpc.PutStartRequest
+	(*PutStartResponse)(nil),             // 12: tierstore.rpc.PutStartResponse
+	(*BatchPutStartRequest)(nil),         // 13: tierstore.rpc.BatchPutStartRequest
+	(*PutStartResult)(nil),               // 14: tierstore.rpc.PutStartResult
+	(*BatchPutStartResponse)(nil),        // 15: tierstore.rpc.BatchPutStartResponse
+	(*KeyRequest)(nil),                   // 16: tierstore.rpc.KeyRequest
+	(*Empty)(nil),                        // 17: tierstore.rpc.Empty
+	(*KeysRequest)(nil),                  // 18: tierstore.rpc.KeysRequest
+	(*KeyResult)(nil),                    // 19: tierstore.rpc.KeyResult
+	(*KeyResults)(nil),                   // 20: tierstore.rpc.KeyResults
+	(*LookupRequest)(nil),                // 21: tierstore.rpc.LookupRequest
+	(*ExistKeyResponse)(nil),             // 22: tierstore.rpc.ExistKeyResponse
+	(*BatchLookupRequest)(nil),           // 23: tierstore.rpc.BatchLookupRequest
+	(*ExistResult)(nil),                  // 24: tierstore.rpc.ExistResult
+	(*BatchExistKeyResponse)(nil),        // 25: tierstore.rpc.BatchExistKeyResponse
+	(*GetReplicaListResponse)(nil),       // 26: tierstore.rpc.GetReplicaListResponse
+	(*ReplicaListResult)(nil),            // 27: tierstore.rpc.ReplicaListResult
+	(*BatchGetReplicaListResponse)(nil),  // 28: tierstore.rpc.BatchGetReplicaListResponse
+	(*RemoveRequest)(nil),                // 29: tierstore.rpc.RemoveRequest
+	(*RemoveAllRequest)(nil),             // 30: tierstore.rpc.RemoveAllRequest
+	(*CountResponse)(nil),                // 31: tierstore.rpc.CountResponse
+	(*EvictMemoryRequest)(nil),           // 32: tierstore.rpc.EvictMemoryRequest
+	(*OffloadHeartbeatRequest)(nil),      // 33: tierstore.rpc.OffloadHeartbeatRequest
+	(*OffloadTask)(nil),                  // 34: tierstore.rpc.OffloadTask
+	(*OffloadHeartbeatResponse)(nil),     // 35: tierstore.rpc.OffloadHeartbeatResponse
+	(*DiskObject)(nil),                   // 36: tierstore.rpc.DiskObject
+	(*OffloadFailure)(nil),               // 37: tierstore.rpc.OffloadFailure
+	(*NotifyOffloadSuccessRequest)(nil),  // 38: tierstore.rpc.NotifyOffloadSuccessRequest
+	(*RegisterDiskObjectsRequest)(nil),   // 39: tierstore.rpc.RegisterDiskObjectsRequest
+	(*EvictDiskReplicaRequest)(nil),      // 40: tierstore.rpc.EvictDiskReplicaRequest
+	(*ReconcileDiskObjectsRequest)(nil),  // 41: tierstore.rpc.ReconcileDiskObjectsRequest
+	(*ReconcileDiskObjectsResponse)(nil), // 42: tierstore.rpc.ReconcileDiskObjectsResponse
+	(*ReportBadReplicaRequest)(nil),      // 43: tierstore.rpc.ReportBadReplicaRequest
+	(*StatsRequest)(nil),                 // 44: tierstore.rpc.StatsRequest
+	(*StatsResponse)(nil),                // 45: tierstore.rpc.StatsResponse
 }
 var file_master_proto_depIdxs = []int32{
 	0,  // 0: tierstore.rpc.Replica.kind:type_name -> tierstore.rpc.ReplicaKind
@@ -2715,55 +2840,58 @@ var file_master_proto_depIdxs = []int32{
 	36, // 14: tierstore.rpc.NotifyOffloadSuccessRequest.persisted:type_name -> tierstore.rpc.DiskObject
 	37, // 15: tierstore.rpc.NotifyOffloadSuccessRequest.failed:type_name -> tierstore.rpc.OffloadFailure
 	36, // 16: tierstore.rpc.RegisterDiskObjectsRequest.objects:type_name -> tierstore.rpc.DiskObject
-	5,  // 17: tierstore.rpc.Master.MountSegment:input_type -> tierstore.rpc.MountSegmentRequest
-	7,  // 18: tierstore.rpc.Master.UnmountSegment:input_type -> tierstore.rpc.UnmountSegmentRequest
-	9,  // 19: tierstore.rpc.Master.Ping:input_type -> tierstore.rpc.PingRequest
-	11, // 20: tierstore.rpc.Master.PutStart:input_type -> tierstore.rpc.PutStartRequest
-	16, // 21: tierstore.rpc.Master.PutEnd:input_type -> tierstore.rpc.KeyRequest
-	16, // 22: tierstore.rpc.Master.PutRevoke:input_type -> tierstore.rpc.KeyRequest
-	13, // 23: tierstore.rpc.Master.BatchPutStart:input_type -> tierstore.rpc.BatchPutStartRequest
-	18, // 24: tierstore.rpc.Master.BatchPutEnd:input_type -> tierstore.rpc.KeysRequest
-	18, // 25: tierstore.rpc.Master.BatchPutRevoke:input_type -> tierstore.rpc.KeysRequest
-	21, // 26: tierstore.rpc.Master.ExistKey:input_type -> tierstore.rpc.LookupRequest
-	23, // 27: tierstore.rpc.Master.BatchExistKey:input_type -> tierstore.rpc.BatchLookupRequest
-	21, // 28: tierstore.rpc.Master.GetReplicaList:input_type -> tierstore.rpc.LookupRequest
-	23, // 29: tierstore.rpc.Master.BatchGetReplicaList:input_type -> tierstore.rpc.BatchLookupRequest
-	29, // 30: tierstore.rpc.Master.Remove:input_type -> tierstore.rpc.RemoveRequest
-	30, // 31: tierstore.rpc.Master.RemoveAll:input_type -> tierstore.rpc.RemoveAllRequest
-	32, // 32: tierstore.rpc.Master.EvictMemory:input_type -> tierstore.rpc.EvictMemoryRequest
-	33, // 33: tierstore.rpc.Master.OffloadHeartbeat:input_type -> tierstore.rpc.OffloadHeartbeatRequest
-	38, // 34: tierstore.rpc.Master.NotifyOffloadSuccess:input_type -> tierstore.rpc.NotifyOffloadSuccessRequest
-	39, // 35: tierstore.rpc.Master.ReRegisterDiskObjects:input_type -> tierstore.rpc.RegisterDiskObjectsRequest
-	40, // 36: tierstore.rpc.Master.EvictDiskReplica:input_type -> tierstore.rpc.EvictDiskReplicaRequest
-	41, // 37: tierstore.rpc.Master.ReconcileDiskObjects:input_type -> tierstore.rpc.ReconcileDiskObjectsRequest
-	42, // 38: tierstore.rpc.Master.Stats:input_type -> tierstore.rpc.StatsRequest
-	6,  // 39: tierstore.rpc.Master.MountSegment:output_type -> tierstore.rpc.MountSegmentResponse
-	8,  // 40: tierstore.rpc.Master.UnmountSegment:output_type -> tierstore.rpc.UnmountSegmentResponse
-	10, // 41: tierstore.rpc.Master.Ping:output_type -> tierstore.rpc.PingResponse
-	12, // 42: tierstore.rpc.Master.PutStart:output_type -> tierstore.rpc.PutStartResponse
-	17, // 43: tierstore.rpc.Master.PutEnd:output_type -> tierstore.rpc.Empty
-	17, // 44: tierstore.rpc.Master.PutRevoke:output_type -> tierstore.rpc.Empty
-	15, // 45: tierstore.rpc.Master.BatchPutStart:output_type -> tierstore.rpc.BatchPutStartResponse
-	20, // 46: tierstore.rpc.Master.BatchPutEnd:output_type -> tierstore.rpc.KeyResults
-	20, // 47: tierstore.rpc.Master.BatchPutRevoke:output_type -> tierstore.rpc.KeyResults
-	22, // 48: tierstore.rpc.Master.ExistKey:output_type -> tierstore.rpc.ExistKeyResponse
-	25, // 49: tierstore.rpc.Master.BatchExistKey:output_type -> tierstore.rpc.BatchExistKeyResponse
-	26, // 50: tierstore.rpc.Master.GetReplicaList:output_type -> tierstore.rpc.GetReplicaListResponse
-	28, // 51: tierstore.rpc.Master.BatchGetReplicaList:output_type -> tierstore.rpc.BatchGetReplicaListResponse
-	17, // 52: tierstore.rpc.Master.Remove:output_type -> tierstore.rpc.Empty
-	31, // 53: tierstore.rpc.Master.RemoveAll:output_type -> tierstore.rpc.CountResponse
-	31, // 54: tierstore.rpc.Master.EvictMemory:output_type -> tierstore.rpc.CountResponse
-	35, // 55: tierstore.rpc.Master.OffloadHeartbeat:output_type -> tierstore.rpc.OffloadHeartbeatResponse
-	20, // 56: tierstore.rpc.Master.NotifyOffloadSuccess:output_type -> tierstore.rpc.KeyResults
-	20, // 57: tierstore.rpc.Master.ReRegisterDiskObjects:output_type -> tierstore.rpc.KeyResults
-	31, // 58: tierstore.rpc.Master.EvictDiskReplica:output_type -> tierstore.rpc.CountResponse
-	31, // 59: tierstore.rpc.Master.ReconcileDiskObjects:output_type -> tierstore.rpc.CountResponse
-	43, // 60: tierstore.rpc.Master.Stats:output_type -> tierstore.rpc.StatsResponse
-	39, // [39:61] is the sub-list for method output_type
-	17, // [17:39] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	3,  // 17: tierstore.rpc.ReportBadReplicaRequest.replica:type_name -> tierstore.rpc.Replica
+	5,  // 18: tierstore.rpc.Master.MountSegment:input_type -> tierstore.rpc.MountSegmentRequest
+	7,  // 19: tierstore.rpc.Master.UnmountSegment:input_type -> tierstore.rpc.UnmountSegmentRequest
+	9,  // 20: tierstore.rpc.Master.Ping:input_type -> tierstore.rpc.PingRequest
+	11, // 21: tierstore.rpc.Master.PutStart:input_type -> tierstore.rpc.PutStartRequest
+	16, // 22: tierstore.rpc.Master.PutEnd:input_type -> tierstore.rpc.KeyRequest
+	16, // 23: tierstore.rpc.Master.PutRevoke:input_type -> tierstore.rpc.KeyRequest
+	13, // 24: tierstore.rpc.Master.BatchPutStart:input_type -> tierstore.rpc.BatchPutStartRequest
+	18, // 25: tierstore.rpc.Master.BatchPutEnd:input_type -> tierstore.rpc.KeysRequest
+	18, // 26: tierstore.rpc.Master.BatchPutRevoke:input_type -> tierstore.rpc.KeysRequest
+	21, // 27: tierstore.rpc.Master.ExistKey:input_type -> tierstore.rpc.LookupRequest
+	23, // 28: tierstore.rpc.Master.BatchExistKey:input_type -> tierstore.rpc.BatchLookupRequest
+	21, // 29: tierstore.rpc.Master.GetReplicaList:input_type -> tierstore.rpc.LookupRequest
+	23, // 30: tierstore.rpc.Master.BatchGetReplicaList:input_type -> tierstore.rpc.BatchLookupRequest
+	29, // 31: tierstore.rpc.Master.Remove:input_type -> tierstore.rpc.RemoveRequest
+	30, // 32: tierstore.rpc.Master.RemoveAll:input_type -> tierstore.rpc.RemoveAllRequest
+	32, // 33: tierstore.rpc.Master.EvictMemory:input_type -> tierstore.rpc.EvictMemoryRequest
+	33, // 34: tierstore.rpc.Master.OffloadHeartbeat:input_type -> tierstore.rpc.OffloadHeartbeatRequest
+	38, // 35: tierstore.rpc.Master.NotifyOffloadSuccess:input_type -> tierstore.rpc.NotifyOffloadSuccessRequest
+	39, // 36: tierstore.rpc.Master.ReRegisterDiskObjects:input_type -> tierstore.rpc.RegisterDiskObjectsRequest
+	40, // 37: tierstore.rpc.Master.EvictDiskReplica:input_type -> tierstore.rpc.EvictDiskReplicaRequest
+	41, // 38: tierstore.rpc.Master.ReconcileDiskObjects:input_type -> tierstore.rpc.ReconcileDiskObjectsRequest
+	43, // 39: tierstore.rpc.Master.ReportBadReplica:input_type -> tierstore.rpc.ReportBadReplicaRequest
+	44, // 40: tierstore.rpc.Master.Stats:input_type -> tierstore.rpc.StatsRequest
+	6,  // 41: tierstore.rpc.Master.MountSegment:output_type -> tierstore.rpc.MountSegmentResponse
+	8,  // 42: tierstore.rpc.Master.UnmountSegment:output_type -> tierstore.rpc.UnmountSegmentResponse
+	10, // 43: tierstore.rpc.Master.Ping:output_type -> tierstore.rpc.PingResponse
+	12, // 44: tierstore.rpc.Master.PutStart:output_type -> tierstore.rpc.PutStartResponse
+	17, // 45: tierstore.rpc.Master.PutEnd:output_type -> tierstore.rpc.Empty
+	17, // 46: tierstore.rpc.Master.PutRevoke:output_type -> tierstore.rpc.Empty
+	15, // 47: tierstore.rpc.Master.BatchPutStart:output_type -> tierstore.rpc.BatchPutStartResponse
+	20, // 48: tierstore.rpc.Master.BatchPutEnd:output_type -> tierstore.rpc.KeyResults
+	20, // 49: tierstore.rpc.Master.BatchPutRevoke:output_type -> tierstore.rpc.KeyResults
+	22, // 50: tierstore.rpc.Master.ExistKey:output_type -> tierstore.rpc.ExistKeyResponse
+	25, // 51: tierstore.rpc.Master.BatchExistKey:output_type -> tierstore.rpc.BatchExistKeyResponse
+	26, // 52: tierstore.rpc.Master.GetReplicaList:output_type -> tierstore.rpc.GetReplicaListResponse
+	28, // 53: tierstore.rpc.Master.BatchGetReplicaList:output_type -> tierstore.rpc.BatchGetReplicaListResponse
+	17, // 54: tierstore.rpc.Master.Remove:output_type -> tierstore.rpc.Empty
+	31, // 55: tierstore.rpc.Master.RemoveAll:output_type -> tierstore.rpc.CountResponse
+	31, // 56: tierstore.rpc.Master.EvictMemory:output_type -> tierstore.rpc.CountResponse
+	35, // 57: tierstore.rpc.Master.OffloadHeartbeat:output_type -> tierstore.rpc.OffloadHeartbeatResponse
+	20, // 58: tierstore.rpc.Master.NotifyOffloadSuccess:output_type -> tierstore.rpc.KeyResults
+	20, // 59: tierstore.rpc.Master.ReRegisterDiskObjects:output_type -> tierstore.rpc.KeyResults
+	31, // 60: tierstore.rpc.Master.EvictDiskReplica:output_type -> tierstore.rpc.CountResponse
+	42, // 61: tierstore.rpc.Master.ReconcileDiskObjects:output_type -> tierstore.rpc.ReconcileDiskObjectsResponse
+	17, // 62: tierstore.rpc.Master.ReportBadReplica:output_type -> tierstore.rpc.Empty
+	45, // 63: tierstore.rpc.Master.Stats:output_type -> tierstore.rpc.StatsResponse
+	41, // [41:64] is the sub-list for method output_type
+	18, // [18:41] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
@@ -2777,7 +2905,7 @@ func file_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   41,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

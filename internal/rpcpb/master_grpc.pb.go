@@ -46,6 +46,7 @@ const (
 	Master_ReRegisterDiskObjects_FullMethodName = "/tierstore.rpc.Master/ReRegisterDiskObjects"
 	Master_EvictDiskReplica_FullMethodName      = "/tierstore.rpc.Master/EvictDiskReplica"
 	Master_ReconcileDiskObjects_FullMethodName  = "/tierstore.rpc.Master/ReconcileDiskObjects"
+	Master_ReportBadReplica_FullMethodName      = "/tierstore.rpc.Master/ReportBadReplica"
 	Master_Stats_FullMethodName                 = "/tierstore.rpc.Master/Stats"
 )
 
@@ -73,7 +74,8 @@ type MasterClient interface {
 	NotifyOffloadSuccess(ctx context.Context, in *NotifyOffloadSuccessRequest, opts ...grpc.CallOption) (*KeyResults, error)
 	ReRegisterDiskObjects(ctx context.Context, in *RegisterDiskObjectsRequest, opts ...grpc.CallOption) (*KeyResults, error)
 	EvictDiskReplica(ctx context.Context, in *EvictDiskReplicaRequest, opts ...grpc.CallOption) (*CountResponse, error)
-	ReconcileDiskObjects(ctx context.Context, in *ReconcileDiskObjectsRequest, opts ...grpc.CallOption) (*CountResponse, error)
+	ReconcileDiskObjects(ctx context.Context, in *ReconcileDiskObjectsRequest, opts ...grpc.CallOption) (*ReconcileDiskObjectsResponse, error)
+	ReportBadReplica(ctx context.Context, in *ReportBadReplicaRequest, opts ...grpc.CallOption) (*Empty, error)
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error)
 }
 
@@ -285,10 +287,20 @@ func (c *masterClient) EvictDiskReplica(ctx context.Context, in *EvictDiskReplic
 	return out, nil
 }
 
-func (c *masterClient) ReconcileDiskObjects(ctx context.Context, in *ReconcileDiskObjectsRequest, opts ...grpc.CallOption) (*CountResponse, error) {
+func (c *masterClient) ReconcileDiskObjects(ctx context.Context, in *ReconcileDiskObjectsRequest, opts ...grpc.CallOption) (*ReconcileDiskObjectsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(CountResponse)
+	out := new(ReconcileDiskObjectsResponse)
 	err := c.cc.Invoke(ctx, Master_ReconcileDiskObjects_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) ReportBadReplica(ctx context.Context, in *ReportBadReplicaRequest, opts ...grpc.CallOption) (*Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Empty)
+	err := c.cc.Invoke(ctx, Master_ReportBadReplica_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -329,7 +341,8 @@ type MasterServer interface {
 	NotifyOffloadSuccess(context.Context, *NotifyOffloadSuccessRequest) (*KeyResults, error)
 	ReRegisterDiskObjects(context.Context, *RegisterDiskObjectsRequest) (*KeyResults, error)
 	EvictDiskReplica(context.Context, *EvictDiskReplicaRequest) (*CountResponse, error)
-	ReconcileDiskObjects(context.Context, *ReconcileDiskObjectsRequest) (*CountResponse, error)
+	ReconcileDiskObjects(context.Context, *ReconcileDiskObjectsRequest) (*ReconcileDiskObjectsResponse, error)
+	ReportBadReplica(context.Context, *ReportBadReplicaRequest) (*Empty, error)
 	Stats(context.Context, *StatsRequest) (*StatsResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
@@ -401,8 +414,11 @@ func (UnimplementedMasterServer) ReRegisterDiskObjects(context.Context, *Registe
 func (UnimplementedMasterServer) EvictDiskReplica(context.Context, *EvictDiskReplicaRequest) (*CountResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method EvictDiskReplica not implemented")
 }
-func (UnimplementedMasterServer) ReconcileDiskObjects(context.Context, *ReconcileDiskObjectsRequest) (*CountResponse, error) {
+func (UnimplementedMasterServer) ReconcileDiskObjects(context.Context, *ReconcileDiskObjectsRequest) (*ReconcileDiskObjectsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReconcileDiskObjects not implemented")
+}
+func (UnimplementedMasterServer) ReportBadReplica(context.Context, *ReportBadReplicaRequest) (*Empty, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportBadReplica not implemented")
 }
 func (UnimplementedMasterServer) Stats(context.Context, *StatsRequest) (*StatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Stats not implemented")
@@ -806,6 +822,24 @@ func _Master_ReconcileDiskObjects_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_ReportBadReplica_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportBadReplicaRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).ReportBadReplica(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_ReportBadReplica_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).ReportBadReplica(ctx, req.(*ReportBadReplicaRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Master_Stats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(StatsRequest)
 	if err := dec(in); err != nil {
@@ -914,6 +948,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReconcileDiskObjects",
 			Handler:    _Master_ReconcileDiskObjects_Handler,
+		},
+		{
+			MethodName: "ReportBadReplica",
+			Handler:    _Master_ReportBadReplica_Handler,
 		},
 		{
 			MethodName: "Stats",

@@ -1,0 +1,66 @@
+package master
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tierstore/tierstore/internal/codes"
+)
+
+// TestReportBadReplica (gap 5): a reported replica is dropped; with another
+// replica left the object stays readable from it; with none left a leased
+// object answers REPLICA_IS_GONE until its lease expires, then
+// OBJECT_NOT_FOUND; stale reports (other bytes, other replica) are refused.
+func TestReportBadReplica(t *testing.T) {
+	s, clk := offloadService(t, nil)
+	mount(t, s, "a", 1<<20)
+	rep := put(t, s, "k", 100, "a")
+	rep.Status = Complete
+	s.OffloadHeartbeat(bg, "a", 0)
+	s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Persisted: []DiskObject{{Key: "k", Size: 100, CRC: crcOf("k")}}})
+
+	// A report about other bytes (the key was put again since) or a
+	// replica that does not exist changes nothing.
+	mustIs(t, s.ReportBadReplica(bg, "k", crcOf("k")+1, rep), codes.ErrReplicaNotFound)
+	moved := rep
+	moved.Offset += 4096
+	mustIs(t, s.ReportBadReplica(bg, "k", crcOf("k"), moved), codes.ErrReplicaNotFound)
+	mustIs(t, s.ReportBadReplica(bg, "nope", 1, rep), codes.ErrObjectNotFound)
+	mustIs(t, s.ReportBadReplica(bg, "k", crcOf("k"), Replica{Kind: LocalDisk, Node: "b"}), codes.ErrReplicaNotFound)
+
+	info, err := s.GetReplicaList(bg, "k") // lease
+	if err != nil || kinds(info) != "MEMORY@a LOCAL_DISK@a " {
+		t.Fatalf("%s %v", kinds(info), err)
+	}
+	if err := s.ReportBadReplica(bg, "k", crcOf("k"), info.Replicas[0]); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "LOCAL_DISK@a " {
+		t.Fatalf("after dropping DRAM: %s %v", kinds(info), err)
+	}
+	if st, _ := s.Stats(bg); st.SegmentUsed != 0 || st.MemoryReplicas != 0 {
+		t.Fatalf("DRAM range not freed: %+v", st)
+	}
+	// The last replica: leased, so the metadata stays and lookups say gone.
+	if err := s.ReportBadReplica(bg, "k", crcOf("k"), Replica{Kind: LocalDisk, Node: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.GetReplicaList(bg, "k")
+	mustIs(t, err, codes.ErrReplicaGone)
+	clk.Advance(time.Hour)
+	s.Tick()
+	_, err = s.GetReplicaList(bg, "k")
+	mustIs(t, err, codes.ErrObjectNotFound)
+
+	// Without a lease the object goes at once.
+	rep = put(t, s, "u", 100, "a")
+	rep.Status = Complete
+	if err := s.ReportBadReplica(bg, "u", crcOf("u"), rep); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.GetReplicaList(bg, "u")
+	mustIs(t, err, codes.ErrObjectNotFound)
+	if v := metricValue(t, s, "tierstore_master_bad_replicas_total", "", ""); v != 3 {
+		t.Fatalf("bad_replicas_total %v", v)
+	}
+}
