@@ -47,6 +47,9 @@ type ReadStats struct {
 	Fallbacks int64
 	// ChecksumFailures counts replicas whose bytes failed the CRC32C.
 	ChecksumFailures int64
+	// BadReplicasReported counts checksum failures the master accepted as
+	// a report (ReportBadReplica) and dropped the replica for.
+	BadReplicasReported int64
 }
 
 // Client reads and writes objects of a tierstore cluster. It is safe for
@@ -61,7 +64,7 @@ type Client struct {
 	closed atomic.Bool
 
 	localDRAM, remoteDRAM, localSSD, remoteSSD atomic.Int64
-	fallbacks, checksumFailures                atomic.Int64
+	fallbacks, checksumFailures, badReported   atomic.Int64
 }
 
 // New connects to the master (cfg.Master, or dials cfg.MasterAddr).
@@ -259,6 +262,7 @@ func (c *Client) readBest(ctx context.Context, info master.ObjectInfo) ([]byte, 
 		}
 		if errors.Is(err, codes.ErrChecksumMismatch) {
 			sawChecksum = true
+			c.reportBad(ctx, info, r)
 		}
 		c.log.Debug("replica read failed; trying the next", "key", info.Key, "node", r.Node, "kind", r.Kind, "err", err)
 		c.fallbacks.Add(1)
@@ -280,6 +284,29 @@ func (c *Client) readBest(ctx context.Context, info master.ObjectInfo) ([]byte, 
 	// The sentinel's text ends the returned error once, not twice.
 	lastMsg := strings.TrimSuffix(last.Error(), ": "+codes.Err(codes.Of(last)).Error())
 	return nil, codes.Errorf(code, "client: get %q: all %d replicas failed, last: %s", info.Key, len(reps), lastMsg)
+}
+
+// reportBadReplicaTimeout bounds the ReportBadReplica call of a read.
+const reportBadReplicaTimeout = 2 * time.Second
+
+// reportBad tells the master that replica r of info failed its size/CRC
+// check, so that it stops listing it (the master drops it; the next
+// reconcile deletes an SSD copy). Best effort: a failure is logged; the
+// read goes on with the next replica either way.
+func (c *Client) reportBad(ctx context.Context, info master.ObjectInfo, r master.Replica) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportBadReplicaTimeout)
+	defer cancel()
+	err := c.m.ReportBadReplica(ctx, info.Key, info.CRC, r)
+	switch {
+	case err == nil:
+		c.badReported.Add(1)
+		c.log.Warn("reported a replica that fails its checksum", "key", info.Key, "node", r.Node, "kind", r.Kind)
+	case errors.Is(err, codes.ErrReplicaNotFound), errors.Is(err, codes.ErrObjectNotFound):
+		// Already dropped (a node that detects a corrupt SSD entry drops
+		// it itself), or the key changed since the lookup.
+	default:
+		c.log.Warn("reporting a bad replica failed", "key", info.Key, "node", r.Node, "kind", r.Kind, "err", err)
+	}
 }
 
 func (c *Client) readReplica(ctx context.Context, info master.ObjectInfo, r master.Replica) ([]byte, error) {
@@ -314,6 +341,7 @@ func (c *Client) ReadStats() ReadStats {
 		LocalDRAM: c.localDRAM.Load(), RemoteDRAM: c.remoteDRAM.Load(),
 		LocalSSD: c.localSSD.Load(), RemoteSSD: c.remoteSSD.Load(),
 		Fallbacks: c.fallbacks.Load(), ChecksumFailures: c.checksumFailures.Load(),
+		BadReplicasReported: c.badReported.Load(),
 	}
 }
 

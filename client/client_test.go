@@ -373,7 +373,7 @@ func (s *switchable) ReRegisterDiskObjects(ctx context.Context, node string, obj
 func (s *switchable) EvictDiskReplica(ctx context.Context, node string, keys []string) (int64, error) {
 	return s.get().EvictDiskReplica(ctx, node, keys)
 }
-func (s *switchable) ReconcileDiskObjects(ctx context.Context, node string, keys []string) (int64, error) {
+func (s *switchable) ReconcileDiskObjects(ctx context.Context, node string, keys []string) (master.ReconcileResult, error) {
 	return s.get().ReconcileDiskObjects(ctx, node, keys)
 }
 

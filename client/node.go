@@ -48,12 +48,13 @@ type NodeStats struct {
 	PeerReadsSSD            int64
 	Remounts                int64
 	Reconciles              int64
+	ReconcileRemoved        int64 // SSD objects deleted because a reconcile called them unwanted
 }
 
 type nodeMetrics struct {
 	offloadRounds, offloadPersisted, offloadFailed atomic.Int64
 	peerWrites, peerReadsDRAM, peerReadsSSD        atomic.Int64
-	remounts, reconciles                           atomic.Int64
+	remounts, reconciles, reconcileRemoved         atomic.Int64
 }
 
 // Node is a store node: a DRAM segment mounted at the master, a peer data
@@ -79,9 +80,17 @@ type Node struct {
 	// (a reconcile key list taken before an offload commit must not reach
 	// the master after that commit's notify).
 	roundMu sync.Mutex
-	// reregister is set by the ping loop after a remount; the heartbeat
-	// loop re-registers the SSD objects under roundMu.
+	// reregister is set by the ping loop before it remounts; the heartbeat
+	// loop (or the next reconcile) re-registers the SSD objects under
+	// roundMu.
 	reregister atomic.Bool
+	// mountGen is incremented before every remount's MountSegment is sent.
+	// An offload round or reconcile that sees it change learns that the
+	// master it talked to may be a new one that has not heard the SSD
+	// objects yet: it then keeps keys the master called unknown (the
+	// re-registration that follows announces them) instead of deleting
+	// them.
+	mountGen atomic.Uint64
 
 	ctx    context.Context // cancelled by Close: stops the loops
 	cancel context.CancelFunc
@@ -215,6 +224,7 @@ func (n *Node) Stats() NodeStats {
 		PeerReadsSSD:     n.metrics.peerReadsSSD.Load(),
 		Remounts:         n.metrics.remounts.Load(),
 		Reconciles:       n.metrics.reconciles.Load(),
+		ReconcileRemoved: n.metrics.reconcileRemoved.Load(),
 	}
 	if n.tier != nil {
 		st.Tier = n.tier.Stats()
@@ -307,6 +317,7 @@ func (n *Node) reRegister(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	const batch = 4096
+	gen := n.mountGen.Load()
 	for len(objs) > 0 {
 		part := objs[:min(batch, len(objs))]
 		objs = objs[len(part):]
@@ -316,21 +327,43 @@ func (n *Node) reRegister(ctx context.Context) {
 			n.reregister.Store(true)
 			return
 		}
-		n.dropConflicts(part, errs)
+		n.dropConflicts(part, errs, gen)
 	}
 	n.log.Info("re-registered SSD objects", "objects", n.tier.Stats().Objects)
 }
 
-// dropConflicts removes from SSD the objects the master refused because
-// their size or CRC differ from the object's current metadata.
-func (n *Node) dropConflicts(objs []master.DiskObject, errs []error) {
+// dropConflicts removes from SSD the objects the master refused: their
+// size or CRC differ from the object's current metadata, or the master does
+// not know the key (it was removed; only re-registration creates objects).
+// A key refused as unknown is kept, and a re-registration flagged, when the
+// node remounted since gen (the master may have restarted and not heard the
+// SSD objects yet).
+func (n *Node) dropConflicts(objs []master.DiskObject, errs []error, gen uint64) {
 	for i, e := range errs {
-		if i < len(objs) && errors.Is(e, codes.ErrChecksumConflict) {
+		if i >= len(objs) || e == nil {
+			continue
+		}
+		if n.refusedKeepsCopy(e, gen) {
+			continue
+		}
+		if errors.Is(e, codes.ErrChecksumConflict) || errors.Is(e, codes.ErrObjectNotFound) || errors.Is(e, codes.ErrReplicaNotFound) {
 			if err := n.tier.Remove([]byte(objs[i].Key)); err != nil && !errors.Is(err, tier.ErrNotFound) {
-				n.log.Warn("removing stale SSD object", "key", objs[i].Key, "err", err)
+				n.log.Warn("removing an SSD object the master refused", "key", objs[i].Key, "err", err)
 			}
 		}
 	}
+}
+
+// refusedKeepsCopy reports whether an SSD copy the master refused with err
+// must be kept: the master called the key unknown, but the node remounted
+// since gen, so that master may be a restarted one; a re-registration is
+// flagged to announce it.
+func (n *Node) refusedKeepsCopy(err error, gen uint64) bool {
+	if errors.Is(err, codes.ErrObjectNotFound) && n.mountGen.Load() != gen {
+		n.reregister.Store(true)
+		return true
+	}
+	return false
 }
 
 func (n *Node) onEvict(ctx context.Context, keys [][]byte) error {
@@ -366,12 +399,16 @@ func (n *Node) pingLoop() {
 			continue
 		}
 		n.log.Warn("master asks for a remount (node expired or master restarted)")
+		// Flag the re-registration and move the generation before the
+		// mount is sent: a reconcile or notify that reaches the new master
+		// after the mount must find them already changed.
+		n.reregister.Store(true)
+		n.mountGen.Add(1)
 		if err := n.mount(n.ctx); err != nil {
 			n.log.Warn("remount failed; will retry", "err", err)
 			continue
 		}
 		n.metrics.remounts.Add(1)
-		n.reregister.Store(true)
 	}
 }
 
@@ -417,14 +454,30 @@ func (n *Node) reconcileLoop() {
 }
 
 // Reconcile sends the master the full list of keys on SSD, so that it drops
-// LocalDisk replicas of this node the SSD no longer holds. It runs
-// periodically; tests and operators may call it directly.
+// LocalDisk replicas of this node the SSD no longer holds, and deletes from
+// the SSD the keys the master answers as unwanted (removed objects, dropped
+// replicas). It runs periodically; tests and operators may call it
+// directly.
+//
+// It holds roundMu, so no notify or re-registration of this node is in
+// flight while the master compares the list (invariant: a list taken before
+// a commit must not reach the master after that commit's notify). A pending
+// re-registration runs first; if the node remounted while the reconcile was
+// in flight the unwanted list is ignored (a restarted master knows no keys
+// until the node re-registers).
 func (n *Node) Reconcile(ctx context.Context) error {
 	if n.tier == nil {
 		return nil
 	}
 	n.roundMu.Lock()
 	defer n.roundMu.Unlock()
+	if n.reregister.Swap(false) {
+		n.reRegister(ctx)
+		if n.reregister.Load() {
+			return fmt.Errorf("client: reconcile: %w: re-registration pending", codes.ErrNeedRemount)
+		}
+	}
+	gen := n.mountGen.Load()
 	var keys []string
 	if err := n.tier.Keys(func(k []byte, _ tier.KeyInfo) bool {
 		keys = append(keys, string(k))
@@ -434,14 +487,36 @@ func (n *Node) Reconcile(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	dropped, err := n.m.ReconcileDiskObjects(ctx, n.name, keys)
+	res, err := n.m.ReconcileDiskObjects(ctx, n.name, keys)
+	if errors.Is(err, codes.ErrNeedRemount) {
+		n.reregister.Store(true) // the ping loop remounts; re-register before the next try
+	}
 	if err != nil {
 		return fmt.Errorf("client: reconcile: %w", err)
 	}
 	n.metrics.reconciles.Add(1)
-	if dropped > 0 {
-		n.log.Info("reconcile dropped replicas the SSD no longer holds", "dropped", dropped)
+	if res.Dropped > 0 {
+		n.log.Info("reconcile dropped replicas the SSD no longer holds", "dropped", res.Dropped)
 	}
+	if len(res.Unwanted) == 0 {
+		return nil
+	}
+	if n.mountGen.Load() != gen || n.reregister.Load() {
+		n.log.Warn("reconcile answer ignored: the node remounted meanwhile", "unwanted", len(res.Unwanted))
+		return nil
+	}
+	removed := 0
+	for _, k := range res.Unwanted {
+		if err := n.tier.Remove([]byte(k)); err != nil {
+			if !errors.Is(err, tier.ErrNotFound) {
+				n.log.Warn("reconcile: removing an unwanted SSD object", "key", k, "err", err)
+			}
+			continue
+		}
+		removed++
+	}
+	n.metrics.reconcileRemoved.Add(int64(removed))
+	n.log.Info("reconcile removed SSD objects the master no longer wants", "removed", removed, "unwanted", len(res.Unwanted))
 	return nil
 }
 

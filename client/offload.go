@@ -27,10 +27,12 @@ const offloadRoundTimeout = 5 * time.Minute
 func (n *Node) offloadRound() int {
 	ctx, cancel := context.WithTimeout(context.Background(), offloadRoundTimeout)
 	defer cancel()
+	gen := n.mountGen.Load()
 	tasks, err := n.m.OffloadHeartbeat(ctx, n.name, n.cfg.OffloadBatch)
 	if errors.Is(err, codes.ErrNeedRemount) || errors.Is(err, codes.ErrClientNotFound) {
 		// The master does not know this node (it restarted or expired us):
 		// remount and re-register now rather than at the next ping.
+		n.mountGen.Add(1)
 		if err := n.mount(ctx); err != nil {
 			n.log.Warn("remount failed; will retry", "err", err)
 			return 0
@@ -162,7 +164,13 @@ func (n *Node) offloadRound() int {
 		switch o.Status {
 		case tier.Persisted:
 			if e, ok := refused[key]; ok {
-				n.removeFromSSD(key)
+				// Refused: the object was removed during the task
+				// (OBJECT_NOT_FOUND), or its metadata differs. The node
+				// keeps no unannounced object, unless it remounted
+				// meanwhile and the re-registration will announce it.
+				if !n.refusedKeepsCopy(e, gen) {
+					n.removeFromSSD(key)
+				}
 				fail(key, false, "master refused the replica: "+e.Error())
 				continue
 			}
@@ -188,11 +196,12 @@ func (n *Node) offloadRound() int {
 	if len(persisted) > 0 || len(failed) > 0 {
 		errs, err := n.m.NotifyOffloadSuccess(ctx, master.NotifyRequest{Node: n.name, Persisted: persisted, Failed: failed})
 		if err != nil {
-			// The master re-queues unanswered tasks after its task timeout;
-			// already-present keys are re-registered at the next remount.
+			// The master re-queues unanswered tasks after its task timeout
+			// (a bounded number of times); already-present keys are
+			// re-registered at the next remount.
 			n.log.Warn("answering offload tasks failed", "persisted", len(persisted), "failed", len(failed), "err", err)
 		} else {
-			n.dropConflicts(persisted, errs)
+			n.dropConflicts(persisted, errs, gen)
 		}
 	}
 	n.metrics.offloadPersisted.Add(nPersisted + int64(len(persisted)))

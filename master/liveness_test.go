@@ -162,6 +162,7 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("%s{%s=%q} = %v, want %v", c.name, c.label, c.value, got, c.want)
 		}
 	}
+	s.OffloadHeartbeat(bg, "a", 0) // a failure answers a fetched task only
 	s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: []OffloadFailure{{Key: "k"}}})
 	clk.Advance(time.Hour)
 	s.Ping(bg, "a")

@@ -203,15 +203,20 @@ func (s *Service) NotifyOffloadSuccess(ctx context.Context, req NotifyRequest) (
 		}
 		sh := s.shardOf(f.Key)
 		sh.mu.Lock()
-		if o := sh.objs[f.Key]; o != nil && o.offload == n {
+		o := sh.objs[f.Key]
+		switch {
+		case o == nil || o.offload != n:
+			n.box.drop(f.Key)
+		case !n.box.inFlight(f.Key):
+			// Queued anew since (the key was removed and put again): the
+			// answer is about the older task, which is already settled.
+		default:
 			s.cancelTask(f.Key, o)
 			if f.Retryable {
 				s.retryTask(f.Key, o, n.id, f.Reason)
 			} else {
 				s.log.Info("offload failed permanently; not retried", "node", n.id, "reason", f.Reason)
 			}
-		} else {
-			n.box.drop(f.Key)
 		}
 		sh.mu.Unlock()
 	}

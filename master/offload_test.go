@@ -262,6 +262,9 @@ func TestForcedRemoveDefersFree(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustIs(t, errs[0], codes.ErrObjectNotFound)
+	// The node deletes its copy and answers the task failed as well; that
+	// answer concerns the old task and must not cancel the new k's.
+	s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: []OffloadFailure{{Key: "k", Reason: "master refused the replica"}}})
 	if info, _ := s.GetReplicaList(WithOffloadPath(bg), "k"); kinds(info) != "MEMORY@a " {
 		t.Fatalf("the refused answer touched the new k: %s", kinds(info))
 	}

@@ -161,6 +161,14 @@ func (b *mailbox) orphan(key string, o orphan) bool {
 	return true
 }
 
+// inFlight reports whether key's task has been fetched by the node.
+func (b *mailbox) inFlight(key string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.inflight[key]
+	return ok
+}
+
 // takeOrphan removes and returns key's orphan.
 func (b *mailbox) takeOrphan(key string) (orphan, bool) {
 	b.mu.Lock()

@@ -1,0 +1,300 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/master"
+)
+
+// Gap 1 and 2, node side: an object force-removed while the node offloads
+// it is refused in the bucket notify (OBJECT_NOT_FOUND) and the node deletes
+// the copy it just made; the source range is not handed to another put
+// before the node answered; the removed key stays removed.
+func TestRemovedDuringOffloadNotKeptOnSSD(t *testing.T) {
+	m := newMaster(t, testMasterConfig())
+	tr := newMemTier()
+	n := startTestNode(t, m, "", tr)
+	c := newTestClient(t, Config{Master: m, LocalNode: n})
+	ctx := context.Background()
+	val := rnd(64 << 10)
+	if err := c.Put(ctx, "gone", val); err != nil {
+		t.Fatal(err)
+	}
+	info, _ := m.GetReplicaList(master.WithOffloadPath(ctx), "gone")
+	src := info.Replicas[0]
+
+	tr.mu.Lock()
+	tr.block, tr.entered = make(chan struct{}), make(chan struct{})
+	block, entered := tr.block, tr.entered
+	tr.mu.Unlock()
+	done := make(chan int)
+	go func() { done <- n.OffloadNow() }()
+	<-entered // the node fetched the task and copied the source range
+	if err := m.Remove(ctx, "gone", true); err != nil {
+		t.Fatal(err)
+	}
+	other := rnd(64 << 10)
+	if err := c.Put(ctx, "other", other); err != nil {
+		t.Fatal(err)
+	}
+	oi, _ := m.GetReplicaList(master.WithOffloadPath(ctx), "other")
+	if r := oi.Replicas[0]; r.Offset < src.Offset+src.Length && src.Offset < r.Offset+r.Length {
+		t.Fatalf("a put reused the range [%d,+%d) while its offload task was out", src.Offset, src.Length)
+	}
+	close(block)
+	if got := <-done; got != 1 {
+		t.Fatalf("round handled %d tasks", got)
+	}
+	if tr.has("gone") {
+		t.Fatal("the node kept an SSD copy of a removed key")
+	}
+	if _, err := c.Get(ctx, "gone"); !errors.Is(err, ErrObjectNotFound) {
+		t.Fatalf("removed key: %v", err)
+	}
+	// The orphaned range was freed by the answer: only "other" uses DRAM.
+	if st, _ := m.Stats(ctx); st.SegmentUsed != 64<<10 {
+		t.Fatalf("segment used %d, want %d", st.SegmentUsed, 64<<10)
+	}
+	if err := m.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Gap 2, already-present path: a key the master refuses in the final answer
+// (removed while the node checked its stale copy) is deleted from SSD.
+func TestAlreadyPresentRefusedKeyDeleted(t *testing.T) {
+	m := newMaster(t, testMasterConfig())
+	tr := newMemTier()
+	n := startTestNode(t, m, "", tr)
+	c := newTestClient(t, Config{Master: m, LocalNode: n})
+	ctx := context.Background()
+	val := rnd(4000)
+	if err := c.Put(ctx, "k", val); err != nil {
+		t.Fatal(err)
+	}
+	tr.put("k", val) // already on SSD: the round answers it in the final notify
+	tr.mu.Lock()
+	tr.block, tr.entered = make(chan struct{}), make(chan struct{})
+	block, entered := tr.block, tr.entered
+	tr.mu.Unlock()
+	done := make(chan int)
+	go func() { done <- n.OffloadNow() }()
+	<-entered
+	if err := m.Remove(ctx, "k", true); err != nil {
+		t.Fatal(err)
+	}
+	close(block)
+	<-done
+	if tr.has("k") {
+		t.Fatal("the node kept a key the master refused")
+	}
+	if _, err := m.GetReplicaList(ctx, "k"); !errors.Is(err, ErrObjectNotFound) {
+		t.Fatalf("removed key resurrected by the notify: %v", err)
+	}
+}
+
+// Gap 3, with the node: a retryable tier failure is answered, the master
+// queues the task again and the next round persists it.
+func TestRetryableOffloadFailureRetried(t *testing.T) {
+	m := newMaster(t, testMasterConfig())
+	tr := newMemTier()
+	n := startTestNode(t, m, "", tr)
+	c := newTestClient(t, Config{Master: m, LocalNode: n})
+	ctx := context.Background()
+	if err := c.Put(ctx, "k", rnd(4000)); err != nil {
+		t.Fatal(err)
+	}
+	tr.mu.Lock()
+	tr.failKeys["k"] = true
+	tr.mu.Unlock()
+	if got := n.OffloadNow(); got != 1 {
+		t.Fatalf("first round handled %d", got)
+	}
+	tr.mu.Lock()
+	delete(tr.failKeys, "k")
+	tr.mu.Unlock()
+	if got := n.OffloadNow(); got != 1 {
+		t.Fatalf("the failed task was not handed out again (%d)", got)
+	}
+	info, err := m.GetReplicaList(ctx, "k")
+	if err != nil || len(info.Replicas) != 2 || !tr.has("k") {
+		t.Fatalf("after the retry: %+v %v", info, err)
+	}
+}
+
+// Gap 4: a reconcile deletes from SSD the keys the master no longer wants
+// (removed objects) and keeps the others; after a master restart it never
+// deletes what the new master has not heard of yet.
+func TestReconcileRemovesUnwanted(t *testing.T) {
+	m1 := newMaster(t, testMasterConfig())
+	sw := &switchable{}
+	sw.cur.Store(m1)
+	tr := newMemTier()
+	n, err := StartNode(context.Background(), testNodeConfig(""), sw, WithTier(tr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	c := newTestClient(t, Config{Master: m1, LocalNode: n})
+	ctx := context.Background()
+	for _, k := range []string{"keep", "drop"} {
+		if err := c.Put(ctx, k, rnd(3000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.OffloadNow()
+	if !tr.has("keep") || !tr.has("drop") {
+		t.Fatal("not offloaded")
+	}
+	if err := m1.Remove(ctx, "drop", true); err != nil {
+		t.Fatal(err)
+	}
+	tr.put("stray", rnd(100)) // never announced
+	if err := n.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if tr.has("drop") || tr.has("stray") || !tr.has("keep") {
+		t.Fatalf("after reconcile: drop %v stray %v keep %v", tr.has("drop"), tr.has("stray"), tr.has("keep"))
+	}
+	if ns := n.Stats(); ns.ReconcileRemoved != 2 {
+		t.Fatalf("reconcile removed %d", ns.ReconcileRemoved)
+	}
+
+	// Master restart: the new master knows nothing. Reconciles (racing the
+	// ping loop's remount) must not delete "keep"; after the node
+	// re-registered, the new master serves it.
+	m2 := newMaster(t, testMasterConfig())
+	sw.cur.Store(m2)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_ = n.Reconcile(ctx)
+		if !tr.has("keep") {
+			t.Fatal("a reconcile after a master restart deleted a registered object")
+		}
+		if info, err := m2.GetReplicaList(ctx, "keep"); err == nil && len(info.Replicas) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the node never re-registered with the new master")
+		}
+		time.Sleep(5 * time.Millisecond) // poll: the ping loop remounts on its own schedule
+	}
+}
+
+// Gap 5: a DRAM replica whose bytes were corrupted in the segment fails its
+// CRC32C; the client reports it, the master drops it, and the read is served
+// by the SSD replica. Without another replica the read fails with
+// CHECKSUM_MISMATCH and the leased object answers REPLICA_IS_GONE.
+func TestCorruptReplicaReported(t *testing.T) {
+	m := newMaster(t, testMasterConfig())
+	tr := newMemTier()
+	n := startTestNode(t, m, "127.0.0.1:0", tr)
+	// The client talks to the master over gRPC: the report crosses the wire.
+	c := newTestClient(t, Config{MasterAddr: serveMaster(t, m), LocalNode: n})
+	ctx := context.Background()
+	corrupt := func(key string) {
+		t.Helper()
+		info, err := m.GetReplicaList(master.WithOffloadPath(ctx), key)
+		if err != nil || info.Replicas[0].Kind != master.Memory {
+			t.Fatalf("%s: %+v %v", key, info, err)
+		}
+		r := info.Replicas[0]
+		if err := n.seg.WriteAt([]byte("garbage!"), r.Offset+r.Length/2); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	val := rnd(32 << 10)
+	if err := c.Put(ctx, "both", val); err != nil {
+		t.Fatal(err)
+	}
+	n.OffloadNow() // DRAM + SSD
+	corrupt("both")
+	got, err := c.Get(ctx, "both")
+	if err != nil || !bytes.Equal(got, val) {
+		t.Fatalf("get with a corrupt DRAM replica: %v", err)
+	}
+	rs := c.ReadStats()
+	if rs.ChecksumFailures != 1 || rs.BadReplicasReported != 1 || rs.LocalSSD != 1 {
+		t.Fatalf("read stats %+v", rs)
+	}
+	info, err := m.GetReplicaList(ctx, "both")
+	if err != nil || len(info.Replicas) != 1 || info.Replicas[0].Kind != master.LocalDisk {
+		t.Fatalf("the corrupt DRAM replica is still listed: %+v %v", info, err)
+	}
+
+	// SSD copy with wrong bytes (the tier did not notice): reported too.
+	tr.put("both", rnd(32<<10))
+	_, err = c.Get(ctx, "both")
+	if !errors.Is(err, ErrChecksumMismatch) {
+		t.Fatalf("get with only a corrupt SSD replica: %v", err)
+	}
+	_, err = m.GetReplicaList(ctx, "both")
+	if !errors.Is(err, ErrReplicaGone) { // leased by the lookups above
+		t.Fatalf("after the SSD report: %v", err)
+	}
+	if rs := c.ReadStats(); rs.BadReplicasReported != 2 {
+		t.Fatalf("read stats %+v", rs)
+	}
+
+	// DRAM only: CHECKSUM_MISMATCH, then REPLICA_IS_GONE inside the lease.
+	tr.mu.Lock()
+	tr.failKeys["solo"] = true // keep it DRAM-only
+	tr.mu.Unlock()
+	if err := c.Put(ctx, "solo", rnd(4096)); err != nil {
+		t.Fatal(err)
+	}
+	corrupt("solo")
+	if _, err := c.Get(ctx, "solo"); !errors.Is(err, ErrChecksumMismatch) || CodeOf(err) != codes.ChecksumMismatch {
+		t.Fatalf("get of a corrupt DRAM-only object: %v", err)
+	}
+	if _, err := c.Get(ctx, "solo"); !errors.Is(err, ErrReplicaGone) {
+		t.Fatalf("second get: %v", err)
+	}
+	if err := m.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Gap 6: the sentinels and the Code type re-exported by package client match
+// the errors of a remote master, and cover every code.
+func TestCodesReExported(t *testing.T) {
+	m := newMaster(t, testMasterConfig())
+	c := newTestClient(t, Config{MasterAddr: serveMaster(t, m)})
+	ctx := context.Background()
+	_, err := c.Get(ctx, "missing")
+	if !errors.Is(err, ErrObjectNotFound) || errors.Is(err, ErrReplicaGone) {
+		t.Fatalf("get over gRPC: %v", err)
+	}
+	if code := CodeOf(err); code != codes.ObjectNotFound || code.String() != "OBJECT_NOT_FOUND" || int32(code) != -704 {
+		t.Fatalf("CodeOf: %v", code)
+	}
+	if CodeOf(nil) != codes.OK {
+		t.Fatal("CodeOf(nil)")
+	}
+	all := map[Code]error{
+		codes.InternalError: ErrInternal, codes.SegmentNotFound: ErrSegmentNotFound, codes.SegmentExists: ErrSegmentExists,
+		codes.ClientNotFound: ErrClientNotFound, codes.NoAvailableHandle: ErrNoAvailableHandle, codes.InvalidKey: ErrInvalidKey,
+		codes.InvalidParams: ErrInvalidParams, codes.ReplicaNotReady: ErrReplicaNotReady, codes.ObjectNotFound: ErrObjectNotFound,
+		codes.ObjectExists: ErrObjectExists, codes.ObjectHasLease: ErrObjectHasLease, codes.ReplicaNotFound: ErrReplicaNotFound,
+		codes.ReplicaIsGone: ErrReplicaGone, codes.TransferFail: ErrTransferFail, codes.ChecksumMismatch: ErrChecksumMismatch,
+		codes.ChecksumConflict: ErrChecksumConflict, codes.RPCFail: ErrRPCFail, codes.ContextCanceled: ErrContextCanceled,
+		codes.UnavailableStatus: ErrUnavailable, codes.ShuttingDown: ErrShuttingDown, codes.KeysUltraLimit: ErrKeysUltraLimit,
+		codes.UnableOffload: ErrUnableOffload, codes.TaskNotFound: ErrTaskNotFound, codes.NeedRemount: ErrNeedRemount,
+	}
+	for _, code := range codes.All() {
+		e, ok := all[code]
+		if !ok {
+			t.Errorf("code %v has no client sentinel", code)
+			continue
+		}
+		if !errors.Is(codes.Errorf(code, "x"), e) || CodeOf(e) != code {
+			t.Errorf("client sentinel of %v does not match", code)
+		}
+	}
+}
