@@ -28,10 +28,12 @@
 // there is one), writes the bytes and completes the put; Get asks for the
 // replica list (which grants a read lease) and reads the best replica
 // first: local DRAM, remote DRAM, local SSD, remote SSD, verifying size and
-// CRC32C and falling back to the next replica on any failure. Exists,
-// Remove, EvictMemory and the batch forms complete the API. Errors are the
-// sentinels of internal/codes (codes.ErrObjectNotFound, codes.ErrReplicaGone,
-// ...), checked with errors.Is, whether the master is local or remote.
+// CRC32C and falling back to the next replica on any failure; a replica
+// that fails the checksum is reported to the master (ReportBadReplica),
+// which stops listing it. Exists, Remove, EvictMemory and the batch forms
+// complete the API. Errors wrap the sentinels this package re-exports from
+// internal/codes (ErrObjectNotFound, ErrReplicaGone, ..., and Code, CodeOf),
+// checked with errors.Is, whether the master is local or remote.
 //
 // NewEmbedded runs a master, one node and a client in one process with no
 // sockets; the demo and the quick start use it.
@@ -53,12 +55,20 @@
 //     the offload (a forced Remove frees it at once) can never reach SSD
 //     under the old key.
 //   - A corrupt SSD object found by a read is dropped at the master
-//     (EvictDiskReplica) as well as from the tier's index.
+//     (EvictDiskReplica) as well as from the tier's index; any replica whose
+//     bytes fail the object's CRC32C at a reader is reported
+//     (ReportBadReplica) and dropped by the master.
+//   - The SSD keeps only objects the master knows: a key the master refuses
+//     in a notify (removed during its offload, unknown, other size/CRC) is
+//     deleted again, and so are the keys a reconcile answers as unwanted.
+//     Exception: after a remount (possibly a restarted master that knows no
+//     keys yet) refused-as-unknown keys are kept and re-registered, and a
+//     reconcile answer received across a remount is ignored.
 //   - A read never returns bytes whose length or CRC32C differ from the
 //     object's metadata (invariant 5): such a replica is a miss.
-//   - A reconcile never races an offload commit: both run under roundMu, so
-//     a key list sent to the master is never older than a notify already
-//     sent.
+//   - A reconcile never races an offload commit or a re-registration: all
+//     run under roundMu, so a key list sent to the master is never older
+//     than a notify already sent; a pending re-registration runs first.
 //
 // # Concurrency
 //

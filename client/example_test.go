@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -34,4 +35,23 @@ func ExampleNewEmbedded() {
 	v, err := e.Client.Get(ctx, "layer0/block42")
 	fmt.Printf("dropped %d DRAM replica; read %q from SSD (%d SSD reads)\n", dropped, v, e.Client.ReadStats().LocalSSD)
 	// Output: dropped 1 DRAM replica; read "kv-cache bytes" from SSD (1 SSD reads)
+}
+
+// Errors are checked with errors.Is against the sentinels package client
+// re-exports; CodeOf gives the Mooncake code.
+func ExampleCodeOf() {
+	ctx := context.Background()
+	cfg := client.DefaultEmbeddedConfig()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Master.Logger, cfg.Node.Logger = quiet, quiet
+	cfg.Node.Memory = 16 << 20
+	e, err := client.NewEmbedded(ctx, cfg)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer e.Close()
+	_, err = e.Client.Get(ctx, "never/put")
+	fmt.Println(errors.Is(err, client.ErrObjectNotFound), client.CodeOf(err), int32(client.CodeOf(err)))
+	// Output: true OBJECT_NOT_FOUND -704
 }

@@ -30,9 +30,9 @@
 //   - the stale-handle sweep (after a node expires or a segment is
 //     unmounted) removes unreadable replicas, and objects left without
 //     replicas, only once the lease has expired;
-//   - EvictDiskReplica and ReconcileDiskObjects remove the replica at once
-//     (the node is deleting the bytes) but keep a leased object's metadata
-//     until the lease expires.
+//   - EvictDiskReplica, ReconcileDiskObjects and ReportBadReplica remove
+//     the replica at once but keep a leased object's metadata until the
+//     lease expires.
 //
 // A replica on a dead node or unmounted segment is unreadable at once. A
 // lookup of an object whose every replica is unreadable answers
@@ -57,11 +57,24 @@
 // in flight; KEYS_ULTRA_LIMIT beyond). A key is queued at most once. Queuing
 // pins the DRAM replica until NotifyOffloadSuccess answers the key (persisted
 // or failed), the node expires, the task times out (offload_task_timeout),
-// or the object is removed (which also deletes the task). When to queue is
-// the admission policy's decision (package admission).
+// or the object is removed (which also deletes the task). A retryable
+// failure or a timeout queues the task again, at most maxOffloadAttempts
+// deliveries in all; a permanent failure does not. When to queue is the
+// admission policy's decision (package admission).
+//
+// Removing an object (forced Remove, ReportBadReplica of its DRAM replica)
+// whose task the node has already fetched does not free the DRAM range: the
+// node may be copying it. The range becomes an orphan of the node's mailbox,
+// freed when the node answers (a persisted answer is refused per key with
+// OBJECT_NOT_FOUND, and the node deletes its copy), when the node dies, or
+// at the task's deadline; a new task for the same key is not handed out
+// while the orphan exists.
+//
 // NotifyOffloadSuccess is idempotent: one LOCAL_DISK replica per node and
-// key. ReconcileDiskObjects drops the node's LOCAL_DISK replicas of keys not
-// in its list.
+// key. It never creates objects (that would resurrect removed keys); only
+// ReRegisterDiskObjects does. ReconcileDiskObjects drops the node's
+// LOCAL_DISK replicas of keys not in its list and answers the keys of the
+// list the node must delete.
 //
 // # Liveness
 //
@@ -74,7 +87,8 @@
 // # Concurrency
 //
 // *Service and *Remote are safe for concurrent use. Lock order: shard.mu,
-// then segment.mu or mailbox.mu; Service.nodesMu is never held while taking
+// then segment.mu or mailbox.mu (never both mailbox.mu and segment.mu: an
+// orphan is taken out of its mailbox before its range is freed); Service.nodesMu is never held while taking
 // a shard lock, and evictMu (one eviction round at a time) is taken before
 // shard locks. Counters are atomics. Time comes from Config.Clock, so tests
 // drive leases and TTLs with a ManualClock and call Tick instead of sleeping.

@@ -118,8 +118,8 @@ type shard struct {
 // task. The node may still be copying the range, so it stays allocated in
 // its segment until the node answers the task (the answer is refused with
 // code), the node dies (the segment's allocator goes with it) or the task
-// times out. Gap 1 of h7: freeing it at once let another put reuse the range
-// under the node's copy.
+// times out. Freeing it at once would let another put reuse the range while
+// the node copies it.
 type orphan struct {
 	key      string
 	seg      *segment

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
 )
 
 // listFlag is a repeatable string flag.
@@ -71,7 +70,7 @@ func runOp(cmd string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 	}
 	defer c.Close()
 	errOut := func(err error) int {
-		fmt.Fprintf(stderr, "tierstore %s: %v (%s)\n", cmd, err, codes.Of(err))
+		fmt.Fprintf(stderr, "tierstore %s: %v (%s)\n", cmd, err, client.CodeOf(err))
 		return 1
 	}
 	switch cmd {
