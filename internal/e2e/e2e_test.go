@@ -393,3 +393,32 @@ func TestServe(t *testing.T) {
 		t.Fatalf("serve exit after SIGTERM: %v", err)
 	}
 }
+
+// A key force-removed after it reached a node's SSD leaves that SSD at the
+// node's next reconcile (the master answers it as unwanted), and a remote
+// reader gets client.ErrObjectNotFound; the other keys stay.
+func TestRemovedKeyLeavesNodeSSD(t *testing.T) {
+	m := startMaster(t, 0)
+	a := startNode(t, m.addr, t.TempDir(), "--reconcile_interval=300ms")
+	c := newClient(t, m.addr, a.node)
+	vals, keys := putAll(t, c, "rm", 3, 32<<10)
+	waitDiskReplicas(t, c, 3)
+	ctx := context.Background()
+	if err := c.Remove(ctx, keys[0], true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Get(ctx, keys[0]); !errors.Is(err, client.ErrObjectNotFound) || client.CodeOf(err).String() != "OBJECT_NOT_FOUND" {
+		t.Fatalf("get of a removed key over gRPC: %v", err)
+	}
+	eventually(t, 20*time.Second, "removed key deleted from the node's SSD", func() error {
+		if st := nodeStats(t, a.addr); st.GetSsdObjects() != 2 {
+			return fmt.Errorf("%d objects on SSD", st.GetSsdObjects())
+		}
+		return nil
+	})
+	for _, k := range keys[1:] {
+		if got, err := c.Get(ctx, k); err != nil || !bytes.Equal(got, vals[k]) {
+			t.Fatalf("get %s: %v", k, err)
+		}
+	}
+}
