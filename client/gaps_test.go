@@ -298,3 +298,53 @@ func TestCodesReExported(t *testing.T) {
 		}
 	}
 }
+
+// An offload round that straddles a master restart: the new master does not
+// know the key yet and refuses it, but the node remounted meanwhile, so it
+// keeps the copy and re-registers it instead of deleting it.
+func TestRefusedAcrossRemountKeptAndReregistered(t *testing.T) {
+	m1 := newMaster(t, testMasterConfig())
+	sw := &switchable{}
+	sw.cur.Store(m1)
+	tr := newMemTier()
+	n, err := StartNode(context.Background(), testNodeConfig(""), sw, WithTier(tr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	c := newTestClient(t, Config{Master: m1, LocalNode: n})
+	ctx := context.Background()
+	if err := c.Put(ctx, "k", rnd(5000)); err != nil {
+		t.Fatal(err)
+	}
+	tr.mu.Lock()
+	tr.block, tr.entered = make(chan struct{}), make(chan struct{})
+	block, entered := tr.block, tr.entered
+	tr.mu.Unlock()
+	done := make(chan int)
+	go func() { done <- n.OffloadNow() }()
+	<-entered
+	m2 := newMaster(t, testMasterConfig())
+	sw.cur.Store(m2)
+	deadline := time.Now().Add(10 * time.Second)
+	for { // the ping loop remounts at the new master
+		if st, _ := m2.Stats(ctx); st.Nodes == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the node did not remount at the new master")
+		}
+		time.Sleep(5 * time.Millisecond) // poll
+	}
+	close(block)
+	<-done
+	if !tr.has("k") {
+		t.Fatal("the node deleted a copy the restarted master had not heard of yet")
+	}
+	if err := n.Reconcile(ctx); err != nil { // runs the pending re-registration first
+		t.Fatal(err)
+	}
+	if info, err := m2.GetReplicaList(ctx, "k"); err != nil || len(info.Replicas) != 1 || info.Replicas[0].Kind != master.LocalDisk {
+		t.Fatalf("new master after re-registration: %+v %v", info, err)
+	}
+}
