@@ -104,16 +104,23 @@ func runMaster(ctx context.Context, e *env) (*result, error) {
 		}
 		key := func(i int) string { return keyList[i] }
 		node := "bench-" + mode.seg
-		// Lookups pick among the keys the put phase managed to store within
-		// its budget.
-		populated := objects
-		rnd := func(r *rand.Rand) int { return r.IntN(populated) }
+		// Lookups pick among the keys the put phase stored within its
+		// budget. Workers take indexes in order but finish out of order, so
+		// the stored ones need not be a prefix: each put marks its own
+		// index (distinct elements, no lock needed).
+		stored := make([]bool, objects)
+		var present []int
+		rnd := func(r *rand.Rand) int { return present[r.IntN(len(present))] }
 		ops := []masterOp{
 			{"put pair (PutStart+PutEnd)", mode.workers, objects, func(ctx context.Context, api master.API, i int, r *rand.Rand) (int, error) {
 				if _, err := api.PutStart(ctx, master.PutStartRequest{Key: key(i), Size: objSize, CRC: uint32(i), PreferredNode: node}); err != nil {
 					return 0, err
 				}
-				return 1, api.PutEnd(ctx, key(i))
+				if err := api.PutEnd(ctx, key(i)); err != nil {
+					return 0, err
+				}
+				stored[i] = true
+				return 1, nil
 			}},
 			{"ExistKey", mode.workers, lookups, func(ctx context.Context, api master.API, i int, r *rand.Rand) (int, error) {
 				k := key(rnd(r))
@@ -154,8 +161,12 @@ func runMaster(ctx context.Context, e *env) (*result, error) {
 				return nil, fmt.Errorf("%s %s: %w", mode.name, op.name, err)
 			}
 			if op.ops == objects && op.name[:3] == "put" {
-				populated = int(f.keys)
-				if populated == 0 {
+				for i, ok := range stored {
+					if ok {
+						present = append(present, i)
+					}
+				}
+				if len(present) == 0 {
 					return nil, fmt.Errorf("%s: no put finished within %v", mode.name, budget)
 				}
 			}

@@ -34,7 +34,9 @@ type kvStore interface {
 
 type storeKind struct {
 	name string
-	open func(dir string) (kvStore, error)
+	// open opens the store in dir; memtable sizes pebble's and badger's
+	// memtables (and badger's block cache), which they allocate up front.
+	open func(dir string, memtable int64) (kvStore, error)
 }
 
 // peerStores lists the stores compared; the tier engine registers itself
@@ -44,16 +46,12 @@ var peerStores = []storeKind{
 	{"badger", openBadger},
 }
 
-// peerMemTable is the memtable size of pebble and badger: 64 MiB, 8 MiB with
-// --quick (both allocate it up front).
-var peerMemTable int64 = 64 << 20
-
 // pebble v2 storing the values itself (in its WAL, memtables and sstables).
 type pebbleStore struct{ db *pebble.DB }
 
-func openPebble(dir string) (kvStore, error) {
+func openPebble(dir string, memtable int64) (kvStore, error) {
 	db, err := pebble.Open(dir, &pebble.Options{
-		MemTableSize: uint64(peerMemTable),
+		MemTableSize: uint64(memtable),
 		Logger:       quietPebbleLog{},
 	})
 	if err != nil {
@@ -100,12 +98,12 @@ func (s *pebbleStore) close() error {
 // a synced value log write per transaction.
 type badgerStore struct{ db *badger.DB }
 
-func openBadger(dir string) (kvStore, error) {
+func openBadger(dir string, memtable int64) (kvStore, error) {
 	opts := badger.DefaultOptions(dir).
 		WithSyncWrites(true).
 		WithValueThreshold(1 << 10).
-		WithMemTableSize(peerMemTable).
-		WithBlockCacheSize(peerMemTable).
+		WithMemTableSize(memtable).
+		WithBlockCacheSize(memtable).
 		WithNumVersionsToKeep(1).
 		WithLogger(nil)
 	db, err := badger.Open(opts)
@@ -160,12 +158,11 @@ func runPeers(ctx context.Context, e *env) (*result, error) {
 	start := time.Now()
 	total := int64(512 << 20)
 	batchBytes := int64(16 << 20)
+	memtable := int64(64 << 20)
 	readers := 4
 	if e.quick {
 		total, batchBytes = 8<<20, 2<<20
-		peerMemTable = 8 << 20
-	} else {
-		peerMemTable = 64 << 20
+		memtable = 8 << 20
 	}
 	sizes := []int64{256 << 10, 1 << 20}
 	res := &result{Options: map[string]string{
@@ -173,7 +170,7 @@ func runPeers(ctx context.Context, e *env) (*result, error) {
 		"batch_bytes":    fmtBytes(batchBytes),
 		"readers":        fmt.Sprint(readers),
 		"sync":           "one durable sync per batch",
-		"memtable":       fmtBytes(peerMemTable) + " (pebble, badger)",
+		"memtable":       fmtBytes(memtable) + " (pebble, badger)",
 	}}
 	var figs []peerFigures
 	for _, size := range sizes {
@@ -182,7 +179,7 @@ func runPeers(ctx context.Context, e *env) (*result, error) {
 				return nil, err
 			}
 			dir := filepath.Join(e.dir, sk.name+"-"+sizeName(size))
-			f, err := peerRun(ctx, e, sk, dir, size, total, batchBytes, readers)
+			f, err := peerRun(ctx, e, sk, dir, size, total, batchBytes, memtable, readers)
 			os.RemoveAll(dir)
 			if err != nil {
 				return nil, fmt.Errorf("%s %s: %w", sk.name, sizeName(size), err)
@@ -257,7 +254,7 @@ func runPeers(ctx context.Context, e *env) (*result, error) {
 	return res, nil
 }
 
-func peerRun(ctx context.Context, e *env, sk storeKind, dir string, size, total, batchBytes int64, readers int) (peerFigures, error) {
+func peerRun(ctx context.Context, e *env, sk storeKind, dir string, size, total, batchBytes, memtable int64, readers int) (peerFigures, error) {
 	f := peerFigures{store: sk.name, size: sizeName(size)}
 	n := int(total / size)
 	per := int(max(batchBytes/size, 1))
@@ -266,7 +263,7 @@ func peerRun(ctx context.Context, e *env, sk storeKind, dir string, size, total,
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return f, err
 	}
-	st, err := sk.open(dir)
+	st, err := sk.open(dir, memtable)
 	if err != nil {
 		return f, err
 	}
@@ -301,7 +298,7 @@ func peerRun(ctx context.Context, e *env, sk storeKind, dir string, size, total,
 	f.batchP50, f.batchP99 = ms(lat.pct(50)), ms(lat.pct(99))
 
 	dropCache(dir)
-	st, err = sk.open(dir)
+	st, err = sk.open(dir, memtable)
 	if err != nil {
 		return f, fmt.Errorf("reopen: %w", err)
 	}

@@ -18,7 +18,7 @@ func init() {
 // one synced pebble batch.
 type tierStore struct{ eng *tier.Engine }
 
-func openTierStore(dir string) (kvStore, error) {
+func openTierStore(dir string, _ int64) (kvStore, error) {
 	log := quietLogger()
 	be, err := uring.Open(filepath.Join(dir, "buckets"), uring.Options{Direct: true, Logger: log})
 	if err != nil {
