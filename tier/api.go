@@ -92,7 +92,9 @@ type Committed struct {
 // NotifyFunc announces committed objects to their owner (the master). It is
 // called once per bucket with exactly the keys that bucket committed, after
 // they are durable and readable through Load. If it returns an error the
-// engine rolls those keys back and deletes the bucket.
+// engine rolls those keys back and deletes the bucket. One Offload call may
+// run it concurrently for different buckets (buckets are pipelined), so it
+// must be safe for concurrent use.
 type NotifyFunc func(ctx context.Context, committed []Committed) error
 
 // EvictFunc is told which keys are about to disappear from SSD, before the

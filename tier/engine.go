@@ -17,6 +17,10 @@ import (
 	"github.com/tierstore/tierstore/index"
 )
 
+// offloadPipeline is how many buckets of one Offload call are in flight at
+// once (encoding, writing, committing, notifying).
+const offloadPipeline = 2
+
 // Engine is the node-local SSD tier. See the package documentation for its
 // invariants and concurrency contract.
 type Engine struct {
@@ -376,19 +380,30 @@ func (e *Engine) Offload(ctx context.Context, tasks []Task, notify NotifyFunc) [
 	for _, j := range g.TooLarge {
 		out[cand[j]] = fail(fmt.Errorf("%w: %d bytes, bucket size limit %d", ErrTooLarge, len(tasks[cand[j]].Value), e.lim.MaxBytes), false)
 	}
+	// Buckets are pipelined: while one is being committed and announced (or
+	// checksummed), the next one is being written. Each goroutine writes
+	// only the outcomes of its own tasks.
+	sem := make(chan struct{}, offloadPipeline)
+	var wg sync.WaitGroup
 	for _, b := range g.Buckets {
 		idx := make([]int, len(b))
 		for k, j := range b {
 			idx[k] = cand[j]
 		}
+		sem <- struct{}{}
 		if err := ctx.Err(); err != nil {
+			<-sem
 			for _, i := range idx {
 				out[i] = fail(err, true)
 			}
 			continue
 		}
-		e.offloadBucket(ctx, tasks, idx, notify, out)
+		wg.Go(func() {
+			defer func() { <-sem }()
+			e.offloadBucket(ctx, tasks, idx, notify, out)
+		})
 	}
+	wg.Wait()
 	for dup, first := range g.Folded {
 		o := out[cand[first]]
 		if o.Status == Persisted {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -32,9 +33,14 @@ type crashImage struct {
 func crashRun(t *testing.T, k int, atNotify bool) (img *crashImage, points int) {
 	fs := vfs.NewCrashableMem()
 	mb := mem.New()
+	// mu guards points, img, notified and call: buckets of one Offload call
+	// are pipelined, so hooks and callbacks run concurrently.
+	var mu sync.Mutex
 	notified := map[string][]byte{}
 	values := map[string][]byte{}
 	snapshot := func() {
+		mu.Lock()
+		defer mu.Unlock()
 		points++
 		if points != k || img != nil {
 			return
@@ -50,6 +56,8 @@ func crashRun(t *testing.T, k int, atNotify bool) (img *crashImage, points int) 
 	}
 	// Evicted keys leave the expected set: the owner was told they are gone.
 	onEvict := func(_ context.Context, keys [][]byte) error {
+		mu.Lock()
+		defer mu.Unlock()
 		for _, k := range keys {
 			delete(notified, string(k))
 		}
@@ -63,6 +71,8 @@ func crashRun(t *testing.T, k int, atNotify bool) (img *crashImage, points int) 
 		if atNotify {
 			snapshot()
 		}
+		mu.Lock()
+		defer mu.Unlock()
 		call++
 		if call%5 == 0 {
 			return errors.New("notify refused")
@@ -90,7 +100,9 @@ func crashRun(t *testing.T, k int, atNotify bool) (img *crashImage, points int) 
 			if err := e.Remove(tasks[0].Key); err != nil {
 				require.ErrorIs(t, err, ErrNotFound)
 			}
+			mu.Lock()
 			delete(notified, string(tasks[0].Key))
+			mu.Unlock()
 		}
 	}
 	if k < 0 {
