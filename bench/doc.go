@@ -1,7 +1,7 @@
 // Command bench measures what the SSD tier does on an operator's disk and
 // access pattern, over the real engine (no model of it):
 //
-//	go run ./bench throughput|churn|peers|master|all [--dir D] [--quick] [--json FILE] [--plot DIR] [--trace FILE] [--keep]
+//	go run ./bench throughput|churn|peers|master|all [--dir D] [--quick] [--json FILE] [--plot DIR] [--trace FILE] [--keep] [--cpuprofile FILE]
 //
 // Scenarios:
 //

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"syscall"
@@ -79,6 +80,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 	plotDir := fs.String("plot", "", "write PNG charts to this directory")
 	traceFile := fs.String("trace", "", "churn: also replay this trace file (one \"key size\" per line)")
 	keep := fs.Bool("keep", false, "keep the scratch directory")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 
 	// Accept the scenario name before or after the flags.
 	var names []string
@@ -127,6 +129,18 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 		if _, err := os.Stat(*traceFile); err != nil {
 			return fmt.Errorf("%w: --trace: %v", errUsage, err)
 		}
+	}
+
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("%w: --cpuprofile: %v", errUsage, err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("bench: --cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 
 	base, cleanup, err := scratchDir(*dir, *keep)
