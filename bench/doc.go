@@ -1,7 +1,8 @@
 // Command bench measures what the SSD tier does on an operator's disk and
 // access pattern, over the real engine (no model of it):
 //
-//	go run ./bench throughput|churn|peers|master|all [--dir D] [--quick] [--json FILE] [--plot DIR] [--trace FILE] [--keep] [--cpuprofile FILE]
+//	go run ./bench throughput|churn|peers|master|all [--dir D] [--quick] [--json FILE] [--plot DIR] [--trace FILE] [--keep]
+//	    [--cpuprofile F] [--mutexprofile F] [--blockprofile F] [--sizes 64K,256K,1M] [--readers N] [--keys-per-load K]
 //
 // Scenarios:
 //

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"sort"
 	"strings"
@@ -48,6 +49,9 @@ type env struct {
 	stderr    io.Writer
 	progress  progressFactory
 	sizes     []int64 // tests only: object sizes of throughput (nil: all)
+	sizesFlag string  // throughput: --sizes
+	readers   int     // throughput: --readers
+	perLoad   int     // throughput: --keys-per-load
 }
 
 func usage(w io.Writer, fs *flag.FlagSet) {
@@ -80,7 +84,12 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 	plotDir := fs.String("plot", "", "write PNG charts to this directory")
 	traceFile := fs.String("trace", "", "churn: also replay this trace file (one \"key size\" per line)")
 	keep := fs.Bool("keep", false, "keep the scratch directory")
+	readers := fs.Int("readers", 4, "throughput: goroutines calling Load")
+	perLoad := fs.Int("keys-per-load", 8, "throughput: keys per Load call")
+	sizes := fs.String("sizes", "", "throughput: object sizes, comma-separated (default 64K,256K,1M)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
+	mutexProfile := fs.String("mutexprofile", "", "write a mutex contention profile of the whole run to this file")
+	blockProfile := fs.String("blockprofile", "", "write a blocking profile of the whole run to this file")
 
 	// Accept the scenario name before or after the flags.
 	var names []string
@@ -125,6 +134,9 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 		}
 		todo = append(todo, s)
 	}
+	if *readers < 1 || *perLoad < 1 {
+		return fmt.Errorf("%w: --readers and --keys-per-load must be >= 1", errUsage)
+	}
 	if *traceFile != "" {
 		if _, err := os.Stat(*traceFile); err != nil {
 			return fmt.Errorf("%w: --trace: %v", errUsage, err)
@@ -143,6 +155,27 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 		defer pprof.StopCPUProfile()
 	}
 
+	for _, p := range []struct {
+		file, name string
+		enable     func()
+	}{
+		{*mutexProfile, "mutex", func() { runtime.SetMutexProfileFraction(1) }},
+		{*blockProfile, "block", func() { runtime.SetBlockProfileRate(int(time.Microsecond)) }},
+	} {
+		if p.file == "" {
+			continue
+		}
+		f, err := os.Create(p.file)
+		if err != nil {
+			return fmt.Errorf("%w: --%sprofile: %v", errUsage, p.name, err)
+		}
+		p.enable()
+		defer func() {
+			_ = pprof.Lookup(p.name).WriteTo(f, 0)
+			f.Close()
+		}()
+	}
+
 	base, cleanup, err := scratchDir(*dir, *keep)
 	if err != nil {
 		return err
@@ -157,7 +190,8 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 		if err := os.MkdirAll(sdir, 0o755); err != nil {
 			return fmt.Errorf("bench: %w", err)
 		}
-		e := &env{dir: sdir, quick: *quick, traceFile: *traceFile, stderr: stderr, progress: prog}
+		e := &env{dir: sdir, quick: *quick, traceFile: *traceFile, stderr: stderr, progress: prog,
+			sizesFlag: *sizes, readers: *readers, perLoad: *perLoad}
 		if adjust != nil {
 			adjust(e)
 		}

@@ -209,6 +209,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"peers", "--dir", "/nonexistent/x"}, "--dir"},
 		{[]string{"peers", "--bogus"}, "bogus"},
 		{[]string{"peers", "--trace", "/nonexistent/t"}, "--trace"},
+		{[]string{"throughput", "--readers", "0"}, "--readers"},
+		{[]string{"throughput", "--sizes", "100", "--dir", os.TempDir()}, "--sizes"},
 	}
 	for _, c := range cases {
 		err := run(ctx, c.args, &out, &out)

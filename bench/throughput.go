@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,10 +70,22 @@ func runThroughput(ctx context.Context, e *env) (*result, error) {
 	if e.quick {
 		total, bucketBytes, readBudget, fioRuntime = 16<<20, 4<<20, 500*time.Millisecond, 500*time.Millisecond
 	}
-	const readers, perLoad = 4, 8 // 32 object reads in flight, as fio's iodepth 32
+	// Default 4 readers x 8 keys: 32 object reads in flight, as fio's
+	// iodepth 32.
+	readers, perLoad := e.readers, e.perLoad
 	sizes := []int64{64 << 10, 256 << 10, 1 << 20}
 	if e.sizes != nil {
 		sizes = e.sizes
+	}
+	if e.sizesFlag != "" {
+		sizes = nil
+		for _, f := range strings.Split(e.sizesFlag, ",") {
+			n, err := parseSize(f)
+			if err != nil || n <= 0 || n%4096 != 0 {
+				return nil, fmt.Errorf("%w: --sizes: %q is not a positive multiple of 4K (e.g. 64K,1M)", errUsage, f)
+			}
+			sizes = append(sizes, n)
+		}
 	}
 	res := &result{Options: map[string]string{
 		"bytes_per_run": fmtBytes(total),
