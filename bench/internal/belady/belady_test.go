@@ -150,7 +150,8 @@ func TestScanTwiceCapacity(t *testing.T) {
 }
 
 func TestVariableSizes(t *testing.T) {
-	reqs := []trace.Request{{"a", 6}, {"b", 5}, {"c", 5}, {"a", 6}, {"b", 5}, {"c", 5}}
+	r := func(k string, n int64) trace.Request { return trace.Request{Key: k, Size: n} }
+	reqs := []trace.Request{r("a", 6), r("b", 5), r("c", 5), r("a", 6), r("b", 5), r("c", 5)}
 	res, err := MIN(reqs, 10)
 	if err != nil {
 		t.Fatal(err)
