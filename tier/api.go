@@ -98,8 +98,11 @@ type Committed struct {
 type NotifyFunc func(ctx context.Context, committed []Committed) error
 
 // EvictFunc is told which keys are about to disappear from SSD, before the
-// bytes are deleted (invariant 7). An error aborts that eviction round; the
-// keys stay.
+// bytes are deleted (invariant 7). It is called once per victim bucket with
+// that bucket's keys. An error means "not now" (for example, a reader holds a
+// lease on one of the keys): the bucket and its keys stay, and eviction tries
+// the next candidate. It is also called, after the fact, for objects dropped
+// because they failed their checksum (its error is then only logged).
 type EvictFunc func(ctx context.Context, keys [][]byte) error
 
 // Options configure an Engine. The zero value of each field takes the

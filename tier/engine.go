@@ -681,7 +681,10 @@ func (e *Engine) deleteFile(b *bucketState) {
 
 // reserve makes room for size more bytes, evicting whole buckets down to the
 // low watermark when the high watermark would be crossed (invariant 7). The
-// owner is told through OnEvict before any byte disappears.
+// owner is told through OnEvict, once per victim bucket, before any of its
+// bytes disappear; a bucket the owner refuses (for example because a reader
+// holds a lease on one of its objects) stays, and the next candidate is
+// tried. If the bytes cannot fit under the capacity, ErrNoSpace.
 func (e *Engine) reserve(ctx context.Context, size int64) error {
 	capacity := e.opts.Capacity
 	e.mu.Lock()
@@ -694,89 +697,90 @@ func (e *Engine) reserve(ctx context.Context, size int64) error {
 		e.mu.Unlock()
 		return fmt.Errorf("%w: bucket of %d bytes exceeds the capacity of %d", ErrTooLarge, size, capacity)
 	}
-	need := e.used + e.reserved + size - int64(e.opts.LowWatermark*float64(capacity))
-	mustFree := e.used + e.reserved + size - capacity
-	victims := e.policy.Victims(need, func(id uint64) bool {
-		b := e.buckets[id]
-		return b == nil || b.readers > 0 || b.evicting || b.dead || !b.notified
-	})
-	var freed int64
-	for _, id := range victims {
-		freed += e.buckets[id].size
-	}
-	if freed < mustFree {
-		e.mu.Unlock()
-		return fmt.Errorf("%w: need %d bytes, %d in use, %d reserved, %d evictable, capacity %d", ErrNoSpace, size, e.used, e.reserved, freed, capacity)
-	}
-	for _, id := range victims {
-		e.buckets[id].evicting = true
-		e.policy.Remove(id)
-	}
+	// Reserve first, so that concurrent writers see these bytes as taken.
 	e.reserved += size
-	e.mu.Unlock()
-
-	restore := func() {
-		e.mu.Lock()
-		for _, id := range victims {
+	low := int64(e.opts.LowWatermark * float64(capacity))
+	refused := map[uint64]bool{}
+	var refusal error
+	for e.used+e.reserved > low {
+		victims := e.policy.Victims(1, func(id uint64) bool {
 			b := e.buckets[id]
+			return b == nil || b.readers > 0 || b.evicting || b.dead || !b.notified || refused[id]
+		})
+		if len(victims) == 0 {
+			break
+		}
+		b := e.buckets[victims[0]]
+		b.evicting = true
+		e.policy.Remove(b.id)
+		e.mu.Unlock()
+
+		err := e.evictBucket(ctx, b)
+
+		e.mu.Lock()
+		if err != nil {
+			refused[b.id] = true
+			refusal = err
 			b.evicting = false
 			if !b.dead {
-				e.policy.Add(id, b.size)
+				e.policy.Add(b.id, b.size)
+			}
+			if ctx.Err() != nil {
+				break
 			}
 		}
-		e.reserved -= size
-		e.mu.Unlock()
 	}
-	var keys [][]byte
-	for _, id := range victims {
-		k, err := e.ix.BucketKeys(id)
-		if err != nil {
-			restore()
-			return fmt.Errorf("tier: eviction: %w", err)
+	if over := e.used + e.reserved - capacity; over > 0 {
+		e.reserved -= size
+		used, reserved := e.used, e.reserved
+		e.mu.Unlock()
+		err := fmt.Errorf("%w: need %d bytes, %d in use, %d reserved by other writes, capacity %d", ErrNoSpace, size, used, reserved, capacity)
+		if refusal != nil {
+			err = fmt.Errorf("%w; last eviction refused: %w", err, refusal)
 		}
-		keys = append(keys, k...)
+		return err
+	}
+	e.mu.Unlock()
+	return nil
+}
+
+// evictBucket tells the owner that b's keys go away, removes them from the
+// index and deletes the file, waiting for readers that got in just before.
+// b is marked evicting and out of the policy; on error nothing was removed.
+func (e *Engine) evictBucket(ctx context.Context, b *bucketState) error {
+	keys, err := e.ix.BucketKeys(b.id)
+	if err != nil {
+		return fmt.Errorf("tier: eviction: %w", err)
 	}
 	if e.opts.OnEvict != nil && len(keys) > 0 {
 		if err := e.opts.OnEvict(ctx, keys); err != nil {
-			restore()
-			return fmt.Errorf("%w: eviction callback refused: %w", ErrNoSpace, err)
+			return fmt.Errorf("tier: owner refused eviction of bucket %d: %w", b.id, err)
 		}
 	}
-	var drains []chan struct{}
-	var toDelete []*bucketState
 	e.mu.Lock()
-	for _, id := range victims {
-		b := e.buckets[id]
-		removed, err := e.ix.DeleteBucket(id)
-		if err != nil {
-			e.mu.Unlock()
-			restore()
-			return fmt.Errorf("tier: eviction: %w", err)
-		}
-		e.st.evictions.Add(1)
-		e.st.evictedKeys.Add(int64(len(removed)))
-		b.live = 0
-		if d := e.markDead(b); d != nil {
-			toDelete = append(toDelete, d)
-		}
-		drains = append(drains, b.drained)
+	removed, err := e.ix.DeleteBucket(b.id)
+	if err != nil {
+		e.mu.Unlock()
+		return fmt.Errorf("tier: eviction: %w", err)
 	}
+	e.st.evictions.Add(1)
+	e.st.evictedKeys.Add(int64(len(removed)))
+	b.live = 0
+	del := e.markDead(b)
+	drained := b.drained
 	e.mu.Unlock()
-	for _, b := range toDelete {
-		e.deleteFile(b)
-	}
+	e.deleteFile(del)
 	// A reader that found a key just before the index entry went away is
-	// still reading: wait for it so the bytes leave the disk before new
+	// still reading: wait for it, so the bytes leave the disk before new
 	// bytes arrive.
-	for _, d := range drains {
-		select {
-		case <-d:
-		case <-ctx.Done():
-			e.unreserve(size)
-			return ctx.Err()
-		}
+	select {
+	case <-drained:
+		return nil
+	case <-ctx.Done():
+		// The bucket is gone from the index; its file goes when the
+		// reader leaves. Its bytes still count in e.used until then.
+		return nil
 	}
-	return nil
 }
 
 type readReq struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -45,18 +46,26 @@ const objSize = 15 * 4096 // 4 objects + header + trailer block = 17 blocks
 var bucketBytes = bucket.Size(4, 4*int64(len("b00-0000")), 4*objSize)
 
 type evictRecorder struct {
-	mu     sync.Mutex
-	rounds [][][]byte
-	e      *Engine
+	mu      sync.Mutex
+	evicted [][]byte
+	calls   int
+	e       *Engine
 	// loadOK records whether every evicted key was still loadable when
 	// the callback ran (the owner is told before the bytes disappear).
 	loadOK bool
 	fail   error
+	// refuse, when set, refuses buckets holding a key with this prefix.
+	refuse string
 }
 
 func (r *evictRecorder) onEvict(ctx context.Context, keys [][]byte) error {
 	if r.fail != nil {
 		return r.fail
+	}
+	for _, k := range keys {
+		if r.refuse != "" && strings.HasPrefix(string(k), r.refuse) {
+			return errors.New("object has a lease")
+		}
 	}
 	ok := true
 	for _, res := range r.e.Load(ctx, keys) {
@@ -65,7 +74,8 @@ func (r *evictRecorder) onEvict(ctx context.Context, keys [][]byte) error {
 		}
 	}
 	r.mu.Lock()
-	r.rounds = append(r.rounds, keys)
+	r.evicted = append(r.evicted, keys...)
+	r.calls++
 	r.loadOK = ok
 	r.mu.Unlock()
 	return nil
@@ -108,11 +118,10 @@ func TestEvictionLRU(t *testing.T) {
 	// 10 buckets would cross 90%: evict down to 80% = 8 buckets, the least
 	// recently read first: buckets 1 and 2.
 	require.EqualValues(t, 2, e.Stats().Evictions)
-	require.Len(t, rec.rounds, 1)
-	require.Len(t, rec.rounds[0], 8)
+	require.Equal(t, 2, rec.calls, "the owner is told once per victim bucket")
 	require.True(t, rec.loadOK, "evicted keys must be readable while the owner is told")
 	want := append(keysOf(buckets[1]), keysOf(buckets[2])...)
-	require.ElementsMatch(t, want, rec.rounds[0])
+	require.ElementsMatch(t, want, rec.evicted)
 	for b, tasks := range buckets {
 		require.Equal(t, b != 1 && b != 2, loaded(e, tasks), "bucket %d", b)
 	}
@@ -167,25 +176,44 @@ func TestEvictionSkipsBucketUnderRead(t *testing.T) {
 	}
 }
 
-// When the owner refuses the eviction, nothing is deleted and the offload
-// fails with a retryable no-space error.
+// When the owner refuses to let buckets go, nothing is deleted: writes go on
+// up to the capacity, then fail with a retryable no-space error.
 func TestEvictionCallbackFailureKeepsData(t *testing.T) {
 	capacity := 10 * bucketBytes
 	rec := &evictRecorder{fail: errors.New("master unreachable")}
-	e := openEngine(t, t.TempDir(), Options{Backend: mem.New(), Capacity: capacity, BucketKeysLimit: 4, OnEvict: rec.onEvict})
-	buckets := fillBuckets(t, e, 0, 9)
-	out := e.Offload(bg, makeTasks("b09", 4, objSize, 9), nil)
+	guard := &capacityGuard{Backend: mem.New(), t: t, limit: capacity}
+	e := openEngine(t, t.TempDir(), Options{Backend: guard, Capacity: capacity, BucketKeysLimit: 4, OnEvict: rec.onEvict})
+	buckets := fillBuckets(t, e, 0, 10) // the 10th crosses the high watermark but fits
+	out := e.Offload(bg, makeTasks("b10", 4, objSize, 10), nil)
 	for _, o := range out {
 		require.Equal(t, Failed, o.Status)
 		require.True(t, o.Retryable)
 		require.ErrorIs(t, o.Err, ErrNoSpace)
+		require.ErrorContains(t, o.Err, "master unreachable")
 	}
 	for _, tasks := range buckets {
 		require.True(t, loaded(e, tasks))
 	}
+	require.Zero(t, e.Stats().Evictions)
 	rec.fail = nil
 	rec.e = e
-	requireStatus(t, e.Offload(bg, makeTasks("b09", 4, objSize, 9), nil), Persisted)
+	requireStatus(t, e.Offload(bg, makeTasks("b10", 4, objSize, 10), nil), Persisted)
+	require.LessOrEqual(t, guard.peak, capacity)
+}
+
+// A bucket the owner refuses (a reader holds a lease on one of its keys)
+// stays; the next candidates are evicted instead.
+func TestEvictionSkipsRefusedBucket(t *testing.T) {
+	capacity := 10 * bucketBytes
+	rec := &evictRecorder{refuse: "b01-"}
+	e := openEngine(t, t.TempDir(), Options{Backend: mem.New(), Capacity: capacity, BucketKeysLimit: 4, Eviction: "fifo", OnEvict: rec.onEvict})
+	rec.e = e
+	buckets := fillBuckets(t, e, 0, 10)
+	// fifo would take buckets 0 and 1; the owner refuses 1, so 0 and 2 go.
+	for b, tasks := range buckets {
+		require.Equal(t, b != 0 && b != 2, loaded(e, tasks), "bucket %d", b)
+	}
+	require.ElementsMatch(t, append(keysOf(buckets[0]), keysOf(buckets[2])...), rec.evicted)
 }
 
 // A write that cannot fit even after evicting every evictable bucket (here
