@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"sort"
 
 	"github.com/tierstore/tierstore/internal/codes"
 )
@@ -197,14 +198,15 @@ func (s *Service) NotifyOffloadSuccess(ctx context.Context, req NotifyRequest) (
 		}
 		s.cnt.offloadFailed.Add(1)
 		s.met.offloadFailed.Inc()
-		if orph, ok := n.box.takeOrphan(f.Key); ok {
+		orph, orphaned := n.box.takeOrphan(f.Key)
+		if orphaned {
 			freeOrphan(orph) // the object went away during the task
-			continue
 		}
 		sh := s.shardOf(f.Key)
 		sh.mu.Lock()
 		o := sh.objs[f.Key]
 		switch {
+		case orphaned:
 		case o == nil || o.offload != n:
 			n.box.drop(f.Key)
 		case !n.box.inFlight(f.Key):
@@ -217,6 +219,16 @@ func (s *Service) NotifyOffloadSuccess(ctx context.Context, req NotifyRequest) (
 			} else {
 				s.log.Info("offload failed permanently; not retried", "node", n.id, "reason", f.Reason)
 			}
+		}
+		// A failure says the key is not on n's SSD, whatever the task's
+		// state: the node's word about its own SSD is authoritative. A
+		// LocalDisk replica of n recorded earlier (a persisted notify the
+		// master applied but whose reply the node never got, so the node
+		// rolled the bucket back) is a phantom and goes, with the usual
+		// lease rule for the object's metadata.
+		if o != nil && s.dropDisk(sh, f.Key, o, n.id, s.now()) {
+			s.log.Warn("LOCAL_DISK replica dropped: its node answered the key failed (not on its SSD)",
+				"node", n.id, "reason", f.Reason)
 		}
 		sh.mu.Unlock()
 	}
@@ -325,23 +337,53 @@ func (s *Service) dropDisk(sh *shard, key string, o *object, id string, now int6
 	return true
 }
 
-// EvictDiskReplica implements API.
+// EvictDiskReplica implements API. The call is all-or-nothing (invariant
+// 4): if any key has an active read lease and node's LocalDisk replica is
+// its only readable replica, nothing is dropped and the answer is
+// ErrObjectHasLease; the node keeps the bucket and tries another. The shard
+// locks of all keys are held, in shard order, across the check and the
+// drops, so a lease granted meanwhile cannot slip between them.
 func (s *Service) EvictDiskReplica(ctx context.Context, nodeID string, keys []string) (int64, error) {
 	if err := s.check(ctx); err != nil {
 		return 0, err
 	}
-	now := s.now()
-	var n int64
 	for _, k := range keys {
 		if err := validKey(k); err != nil {
-			return n, s.observe(err)
+			return 0, s.observe(err)
 		}
+	}
+	shards := make([]int, 0, len(keys))
+	seen := make(map[int]struct{}, len(keys))
+	for _, k := range keys {
+		i := s.shardIndex(k)
+		if _, ok := seen[i]; !ok {
+			seen[i] = struct{}{}
+			shards = append(shards, i)
+		}
+	}
+	sort.Ints(shards)
+	for _, i := range shards {
+		s.shards[i].mu.Lock()
+	}
+	defer func() {
+		for _, i := range shards {
+			s.shards[i].mu.Unlock()
+		}
+	}()
+	now := s.now()
+	for _, k := range keys {
+		o := s.shardOf(k).objs[k]
+		if o != nil && o.leased(now) && o.onlyReadableOn(nodeID) {
+			return 0, s.observe(codes.Errorf(codes.ObjectHasLease,
+				"master: evict_disk_replica: a key of the %d is leased and node %q holds its only readable replica; nothing dropped", len(keys), nodeID))
+		}
+	}
+	var n int64
+	for _, k := range keys {
 		sh := s.shardOf(k)
-		sh.mu.Lock()
 		if o := sh.objs[k]; o != nil && s.dropDisk(sh, k, o, nodeID, now) {
 			n++
 		}
-		sh.mu.Unlock()
 	}
 	return n, nil
 }

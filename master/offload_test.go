@@ -401,21 +401,84 @@ func TestReconcile(t *testing.T) {
 	mustIs(t, err, codes.ErrNeedRemount)
 }
 
+// TestEvictDiskReplicaHonoursLease: invariant 4 for SSD eviction. A call
+// naming a leased key whose only readable replica is the node's LocalDisk
+// one is refused whole (OBJECT_HAS_LEASE, nothing dropped); a leased key
+// with another readable replica, and any call after the lease, go through.
 func TestEvictDiskReplicaHonoursLease(t *testing.T) {
 	s, clk := offloadService(t, nil)
 	mount(t, s, "a", 1<<20)
-	s.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "x", Size: 10, CRC: 1}, {Key: "y", Size: 10, CRC: 1}})
+	mount(t, s, "b", 1<<20)
+	s.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "x", Size: 10, CRC: 1}, {Key: "y", Size: 10, CRC: 1}, {Key: "z", Size: 10, CRC: 1}})
+	s.ReRegisterDiskObjects(bg, "b", []DiskObject{{Key: "z", Size: 10, CRC: 1}})
 	s.ExistKey(bg, "x")
-	if n, _ := s.EvictDiskReplica(bg, "a", []string{"x", "y"}); n != 2 {
-		t.Fatalf("dropped %d", n)
+	s.ExistKey(bg, "z")
+	n, err := s.EvictDiskReplica(bg, "a", []string{"y", "x"})
+	mustIs(t, err, codes.ErrObjectHasLease)
+	if n != 0 {
+		t.Fatalf("refused call dropped %d", n)
 	}
-	_, err := s.GetReplicaList(bg, "x")
-	mustIs(t, err, codes.ErrReplicaGone) // leased: gone, not "never existed"
-	_, err = s.GetReplicaList(bg, "y")
-	mustIs(t, err, codes.ErrObjectNotFound)
+	for _, k := range []string{"x", "y"} { // all-or-nothing: y stays too
+		if info, err := s.GetReplicaList(WithOffloadPath(bg), k); err != nil || kinds(info) != "LOCAL_DISK@a " {
+			t.Fatalf("%s after a refused eviction: %s %v", k, kinds(info), err)
+		}
+	}
+	// z is leased but b holds another readable copy: a may drop its own.
+	if n, err := s.EvictDiskReplica(bg, "a", []string{"z"}); n != 1 || err != nil {
+		t.Fatalf("z: dropped %d, %v", n, err)
+	}
+	if info, err := s.GetReplicaList(bg, "z"); err != nil || kinds(info) != "LOCAL_DISK@b " {
+		t.Fatalf("z: %s %v", kinds(info), err)
+	}
+	// After the lease the same call drops both; the objects go with them.
+	clk.Advance(time.Hour)
+	if n, err := s.EvictDiskReplica(bg, "a", []string{"y", "x"}); n != 2 || err != nil {
+		t.Fatalf("after the lease: dropped %d, %v", n, err)
+	}
+	for _, k := range []string{"x", "y"} {
+		_, err := s.GetReplicaList(bg, k)
+		mustIs(t, err, codes.ErrObjectNotFound)
+	}
+}
+
+// TestFailedAnswerDropsPhantomDiskReplica: a notify the master applied but
+// whose reply the node lost leaves a LocalDisk replica the node rolled
+// back; the node's later failure for that key (the task already settled)
+// drops it. Inside a lease with nothing else readable the metadata stays
+// as "gone" until the lease ends.
+func TestFailedAnswerDropsPhantomDiskReplica(t *testing.T) {
+	s, clk := offloadService(t, nil)
+	mount(t, s, "a", 1<<20)
+	put(t, s, "k", 64, "a")
+	put(t, s, "l", 64, "a")
+	if ts, _ := s.OffloadHeartbeat(bg, "a", 0); len(ts) != 2 {
+		t.Fatalf("tasks %v", ts)
+	}
+	persisted := []DiskObject{{Key: "k", Size: 64, CRC: crcOf("k")}, {Key: "l", Size: 64, CRC: crcOf("l")}}
+	if errs, err := s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Persisted: persisted}); err != nil || errs[0] != nil || errs[1] != nil {
+		t.Fatalf("notify %v %v", errs, err)
+	}
+	// The reply was lost: the node rolled the bucket back and answers
+	// both tasks failed.
+	if n, err := s.EvictMemory(bg, []string{"l"}, false); n != 1 || err != nil {
+		t.Fatalf("evict memory of l: %d %v", n, err)
+	}
+	s.ExistKey(bg, "l") // lease l: its only replica is the phantom
+	fails := []OffloadFailure{{Key: "k", Retryable: true, Reason: "notify: reply lost"}, {Key: "l", Retryable: true, Reason: "notify: reply lost"}}
+	if _, err := s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: fails}); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "MEMORY@a " {
+		t.Fatalf("k keeps only its DRAM replica: %s %v", kinds(info), err)
+	}
+	if st, _ := s.Stats(bg); st.DiskReplicas != 0 {
+		t.Fatalf("phantom LocalDisk replicas: %d", st.DiskReplicas)
+	}
+	_, err := s.GetReplicaList(bg, "l")
+	mustIs(t, err, codes.ErrReplicaGone)
 	clk.Advance(time.Hour)
 	s.Tick()
-	_, err = s.GetReplicaList(bg, "x")
+	_, err = s.GetReplicaList(bg, "l")
 	mustIs(t, err, codes.ErrObjectNotFound)
 }
 

@@ -166,7 +166,12 @@ func (s *Service) Tick() {
 func (s *Service) now() int64 { return s.clock.Now().UnixNano() }
 
 func (s *Service) shardOf(key string) *shard {
-	return &s.shards[maphash.String(s.seed, key)&s.mask]
+	return &s.shards[s.shardIndex(key)]
+}
+
+// shardIndex is the index in s.shards of key's shard.
+func (s *Service) shardIndex(key string) int {
+	return int(maphash.String(s.seed, key) & s.mask)
 }
 
 // check returns ErrClosed after Close and the context's error.

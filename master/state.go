@@ -92,6 +92,25 @@ func (o *object) readableDisk() bool {
 	return false
 }
 
+// onlyReadableOn reports whether node id's LocalDisk replica is o's only
+// readable replica (no readable DRAM copy, no other live disk copy).
+func (o *object) onlyReadableOn(id string) bool {
+	if o.readableMem() {
+		return false
+	}
+	mine := false
+	for _, d := range o.disk {
+		if d.node.dead.Load() {
+			continue
+		}
+		if d.node.id != id {
+			return false
+		}
+		mine = true
+	}
+	return mine
+}
+
 func (o *object) readable() bool { return o.readableMem() || o.readableDisk() }
 
 func (o *object) empty() bool { return o.mem.seg == nil && len(o.disk) == 0 }
