@@ -105,10 +105,10 @@ func (c Config) Validate() error {
 		return bad("put_start_discard_timeout_sec must be > 0, got %v", c.PutStartDiscardTimeout)
 	}
 	if c.MonitorInterval < 0 {
-		return bad("monitor interval must be >= 0, got %v", c.MonitorInterval)
+		return bad("Config.MonitorInterval (no flag) must be >= 0, got %v", c.MonitorInterval)
 	}
 	if c.Shards <= 0 || c.Shards > 1<<16 {
-		return bad("shards must be in 1..65536, got %d", c.Shards)
+		return bad("metadata_shards must be in 1..65536, got %d", c.Shards)
 	}
 	if c.Admission == nil {
 		if _, err := admission.FromSettings(c.admissionSettings()); err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -66,15 +67,28 @@ type options struct {
 // master.Config, with Mooncake's flag names and units. Every error is one
 // line that names the flag.
 func parseFlags(args []string) (master.Config, error) {
-	cfg, _, err := parseAll(args)
+	cfg, _, err := parseAll(args, io.Discard)
 	return cfg, err
 }
 
-func parseAll(args []string) (master.Config, options, error) {
+const usageHeader = `usage: tierstore-master [--name=value ...]
+
+Runs the tierstore master (gRPC metadata service). Flag names and units are
+Mooncake's; a duration flag takes a number in its unit or a Go duration
+(11s, 1500ms). Flags:
+`
+
+// parseAll parses args. On -h/--help it writes the usage with every default
+// to helpOut and returns an error wrapping flag.ErrHelp; every other error
+// wraps errUsage and is one line naming the flag.
+func parseAll(args []string, helpOut io.Writer) (master.Config, options, error) {
 	cfg := master.DefaultConfig()
 	opt := options{logLevel: slog.LevelInfo}
 	fs := flag.NewFlagSet("tierstore-master", flag.ContinueOnError)
+	// Parse errors are reported by the caller as one line; the flag
+	// package's own usage dump is suppressed.
 	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 
 	fs.StringVar(&cfg.RPCAddress, "rpc_address", cfg.RPCAddress, "address the gRPC service binds")
 	fs.IntVar(&cfg.RPCPort, "rpc_port", cfg.RPCPort, "gRPC port (0: any free port)")
@@ -105,6 +119,12 @@ func parseAll(args []string) (master.Config, options, error) {
 	enableHA := fs.Bool("enable_ha", false, "high availability: not supported, must be false")
 
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(helpOut, usageHeader)
+			fs.SetOutput(helpOut)
+			fs.PrintDefaults()
+			return cfg, opt, err
+		}
 		return cfg, opt, fmt.Errorf("%w: %s", errUsage, oneLine(err))
 	}
 	set := map[string]bool{}

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -105,7 +107,7 @@ func TestEveryFlag(t *testing.T) {
 	if cfg, _ := parseFlags([]string{"--port=1", "--rpc_port=2"}); cfg.RPCPort != 2 {
 		t.Fatalf("port vs rpc_port: %d", cfg.RPCPort)
 	}
-	if _, opt, _ := parseAll([]string{"--rpc_thread_num=4"}); len(opt.ignored) != 1 || opt.ignored[0] != "rpc_thread_num" {
+	if _, opt, _ := parseAll([]string{"--rpc_thread_num=4"}, io.Discard); len(opt.ignored) != 1 || opt.ignored[0] != "rpc_thread_num" {
 		t.Fatalf("ignored %v", opt.ignored)
 	}
 }
@@ -144,7 +146,8 @@ func TestBadFlags(t *testing.T) {
 		{"--offload_read_admission_threshold=x", "offload_read_admission_threshold"},
 		{"--offload_task_timeout=0", "offload_task_timeout"},
 		{"--put_start_discard_timeout_sec=0", "put_start_discard_timeout_sec"},
-		{"--metadata_shards=0", "shards"},
+		{"--metadata_shards=0", "metadata_shards"},
+		{"--metadata_shards=70000", "metadata_shards"},
 		{"--log_level=loud", "log_level"},
 		{"--memory_allocator=cachelib", "memory_allocator"},
 		{"--enable_ha=true", "enable_ha"},
@@ -179,5 +182,28 @@ func TestBadFlags(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "enable_offload") {
 			t.Errorf("%v: %v", args, err)
 		}
+	}
+}
+
+// TestHelp: -h and --help print the usage with every flag and its default
+// to stdout and exit 0; nothing goes to stderr.
+func TestHelp(t *testing.T) {
+	for _, arg := range []string{"-h", "--help", "-help"} {
+		var out, errb bytes.Buffer
+		code := run([]string{arg}, &out, &errb)
+		if code != 0 || errb.Len() != 0 {
+			t.Fatalf("%s: exit %d, stderr %q", arg, code, errb.String())
+		}
+		for _, want := range []string{"usage: tierstore-master", "-rpc_port", "(default 50051)", "-metadata_shards", "(default 1024)", "-default_kv_lease_ttl", "(default 5000)"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%s: usage lacks %q:\n%s", arg, want, out.String())
+			}
+		}
+	}
+	// A bad flag is one line on stderr, exit 2, no usage dump.
+	var out, errb bytes.Buffer
+	if code := run([]string{"--metadata_shards=0"}, &out, &errb); code != 2 || out.Len() != 0 ||
+		strings.Count(errb.String(), "\n") != 1 || !strings.Contains(errb.String(), "metadata_shards") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
 	}
 }

@@ -1,21 +1,11 @@
-// Command tierstore-master runs the tierstore master: the metadata service
-// of a tierstore cluster (package master). It accepts Mooncake's master flag
-// names and units, so an existing command line such as
-//
-//	tierstore-master --rpc_port=39486 --eviction_high_watermark_ratio=0.7 \
-//	  --eviction_ratio=0.2 --default_kv_lease_ttl=11000 \
-//	  --enable_offload=true --offload_on_evict=true
-//
-// starts it unchanged. Once listening it prints
-// "tierstore-master listening on HOST:PORT" on stdout. SIGTERM or SIGINT stop
-// it cleanly (pending RPCs finish, exit status 0). Invalid flags stop start-up
-// with a one-line error naming the flag and exit status 2.
 package main
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -29,30 +19,36 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:]))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string) int {
-	cfg, opt, err := parseAll(args)
+// run starts the master and blocks until a signal; it returns the exit
+// status. -h/--help prints the usage to stdout and returns 0; a bad command
+// line prints one line to stderr and returns 2.
+func run(args []string, stdout, stderr io.Writer) int {
+	cfg, opt, err := parseAll(args, stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+		fmt.Fprintln(stderr, err)
 		return 2
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: opt.logLevel}))
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: opt.logLevel}))
 	cfg.Logger = log
 	for _, n := range opt.ignored {
 		log.Warn("flag accepted for Mooncake compatibility, no effect", "flag", n)
 	}
 	svc, err := master.New(cfg)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "tierstore-master:", err)
+		fmt.Fprintln(stderr, "tierstore-master:", err)
 		return 2
 	}
 	defer svc.Close()
 
 	lis, err := net.Listen("tcp", net.JoinHostPort(cfg.RPCAddress, strconv.Itoa(cfg.RPCPort)))
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "tierstore-master: rpc_port: listen: %v\n", err)
+		fmt.Fprintf(stderr, "tierstore-master: rpc_port: listen: %v\n", err)
 		return 1
 	}
 	srv := master.NewServer(svc)
@@ -64,7 +60,7 @@ func run(args []string) int {
 		mlis, err := net.Listen("tcp", net.JoinHostPort(cfg.RPCAddress, strconv.Itoa(cfg.MetricsPort)))
 		if err != nil {
 			srv.Stop()
-			fmt.Fprintf(os.Stderr, "tierstore-master: metrics_port: listen: %v\n", err)
+			fmt.Fprintf(stderr, "tierstore-master: metrics_port: listen: %v\n", err)
 			return 1
 		}
 		mux := http.NewServeMux()
@@ -75,9 +71,9 @@ func run(args []string) int {
 				log.Error("metrics server", "err", err)
 			}
 		}()
-		fmt.Printf("tierstore-master metrics on http://%s/metrics\n", mlis.Addr())
+		fmt.Fprintf(stdout, "tierstore-master metrics on http://%s/metrics\n", mlis.Addr())
 	}
-	fmt.Printf("tierstore-master listening on %s\n", lis.Addr())
+	fmt.Fprintf(stdout, "tierstore-master listening on %s\n", lis.Addr())
 	log.Info("listening", "rpc", lis.Addr().String(), "metrics_port", cfg.MetricsPort)
 
 	sig := make(chan os.Signal, 1)

@@ -145,7 +145,9 @@ func TestBinary(t *testing.T) {
 // TestBinaryBadFlag: a bad flag stops start-up with exit status 2 and one
 // line naming the flag.
 func TestBinaryBadFlag(t *testing.T) {
-	if got := run([]string{"--eviction_ratio=3"}); got != 2 {
-		t.Fatalf("exit %d", got)
+	var out, errb strings.Builder
+	if got := run([]string{"--eviction_ratio=3"}, &out, &errb); got != 2 || out.Len() != 0 ||
+		strings.Count(errb.String(), "\n") != 1 || !strings.Contains(errb.String(), "eviction_ratio") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", got, out.String(), errb.String())
 	}
 }
