@@ -32,13 +32,16 @@ type Engine struct {
 	codec bucket.Codec
 	log   *slog.Logger
 
+	// life guards closed and the Add side of ops: calls take it shared to
+	// register themselves, Close takes it exclusively to stop new calls.
+	life   sync.RWMutex
+	closed bool
 	// ops counts calls in progress so that Close can wait for them.
 	ops sync.WaitGroup
 
 	// mu protects every field below it, and serialises the duplicate check
 	// with the index commit (invariant 2: no TOCTOU window between them).
 	mu       sync.Mutex
-	closed   bool
 	buckets  map[uint64]*bucketState // every bucket file the engine knows
 	policy   eviction.Policy         // committed, notified, evictable buckets
 	used     int64                   // bytes of bucket files present
@@ -305,8 +308,8 @@ func (e *Engine) validateBucket(id uint64, size int64) error {
 }
 
 func (e *Engine) begin() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.life.RLock()
+	defer e.life.RUnlock()
 	if e.closed {
 		return ErrClosed
 	}
@@ -802,19 +805,39 @@ func (e *Engine) Load(ctx context.Context, keys [][]byte) []LoadResult {
 	}
 	defer e.ops.Done()
 
-	byBucket := map[uint64][]readReq{}
-	e.mu.Lock()
+	// Index lookups run without the engine lock (pebble is safe for
+	// concurrent use); the lock only pins the buckets found. A location whose
+	// bucket died in between is looked up again under the lock.
+	var look []int
+	var lookKeys [][]byte
 	for i, k := range keys {
 		if err := validKey(k); err != nil {
 			res[i].Err = err
 			continue
 		}
-		loc, ok, err := e.ix.Get(k)
-		if err != nil {
+		look = append(look, i)
+		lookKeys = append(lookKeys, k)
+	}
+	locs, found, err := e.ix.GetMany(lookKeys)
+	if err != nil {
+		for _, i := range look {
 			res[i].Err = fmt.Errorf("tier: index lookup: %w", err)
-			continue
 		}
+		return res
+	}
+	byBucket := map[uint64][]readReq{}
+	e.mu.Lock()
+	for n, i := range look {
+		k, loc, ok := keys[i], locs[n], found[n]
 		b := e.buckets[loc.Bucket]
+		if ok && (b == nil || b.dead) {
+			loc, ok, err = e.ix.Get(k)
+			if err != nil {
+				res[i].Err = fmt.Errorf("tier: index lookup: %w", err)
+				continue
+			}
+			b = e.buckets[loc.Bucket]
+		}
 		if !ok || b == nil || b.dead {
 			res[i].Err = fmt.Errorf("%w: %q", ErrNotFound, k)
 			continue
@@ -1059,13 +1082,13 @@ func (e *Engine) Backend() backend.Backend { return e.be }
 // Close waits for calls in progress, then closes the index and the backend
 // (the engine owns both, including a Backend passed in Options).
 func (e *Engine) Close() error {
-	e.mu.Lock()
+	e.life.Lock()
 	if e.closed {
-		e.mu.Unlock()
+		e.life.Unlock()
 		return ErrClosed
 	}
 	e.closed = true
-	e.mu.Unlock()
+	e.life.Unlock()
 	e.ops.Wait()
 	return errors.Join(e.ix.Close(), e.be.Close())
 }

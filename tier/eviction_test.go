@@ -248,3 +248,64 @@ func TestNoEvictableSpace(t *testing.T) {
 	requireStatus(t, e.Offload(bg, makeTasks("b02", 4, objSize, 2), nil), Persisted)
 	require.LessOrEqual(t, e.Stats().BytesUsed, capacity)
 }
+
+// Loads race with offloads that evict, with removals and with re-offloads:
+// a Load returns the key's own bytes or ErrNotFound, never other bytes and
+// never a read error from a file deleted underneath it.
+func TestConcurrentLoadsDuringEviction(t *testing.T) {
+	capacity := 6 * bucketBytes
+	e := openEngine(t, t.TempDir(), Options{Backend: mem.New(), Capacity: capacity, BucketKeysLimit: 4})
+	const nb = 24
+	all := make([][]Task, nb)
+	want := map[string][]byte{}
+	for b := range all {
+		all[b] = makeTasks(fmt.Sprintf("c%02d", b), 4, objSize/4, uint64(b))
+		for _, tk := range all[b] {
+			want[string(tk.Key)] = tk.Value
+		}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var hits sync.Map
+	for r := 0; r < 4; r++ {
+		wg.Go(func() {
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				b := all[(n*7+r)%nb]
+				for i, res := range e.Load(bg, keysOf(b)) {
+					if res.Err != nil {
+						if !errors.Is(res.Err, ErrNotFound) {
+							t.Errorf("load %s: %v", b[i].Key, res.Err)
+						}
+						continue
+					}
+					hits.Store(string(b[i].Key), true)
+					if string(res.Value) != string(want[string(b[i].Key)]) {
+						t.Errorf("load %s returned other bytes", b[i].Key)
+					}
+				}
+			}
+		})
+	}
+	for round := 0; round < 3; round++ {
+		for b := range all {
+			for _, o := range e.Offload(bg, all[b], nil) {
+				require.NotEqual(t, Failed, o.Status, "%v", o.Err)
+			}
+			if b%5 == 0 {
+				_ = e.Remove(all[b][0].Key)
+			}
+		}
+	}
+	close(stop)
+	wg.Wait()
+	require.Positive(t, e.Stats().Evictions)
+	require.LessOrEqual(t, e.Stats().BytesUsed, capacity)
+	n := 0
+	hits.Range(func(any, any) bool { n++; return true })
+	require.Positive(t, n, "some loads must have hit")
+}
