@@ -3,6 +3,7 @@ package client
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -100,6 +101,9 @@ func (c *NodeConfig) validate(checkDir bool) error {
 	if c.Memory <= 0 {
 		return badFlag("memory", "must be positive, got %d", c.Memory)
 	}
+	if limit, what, ok := MemoryLimit(); ok && c.Memory > limit {
+		return badFlag("memory", "%s exceeds %s of %s (%d bytes)", FormatSize(c.Memory), what, HumanSize(limit), limit)
+	}
 	if c.SSDCapacity < 0 {
 		return badFlag("ssd_capacity", "must not be negative, got %d", c.SSDCapacity)
 	}
@@ -157,6 +161,38 @@ func (c *NodeConfig) validate(checkDir bool) error {
 		}
 	}
 	return nil
+}
+
+// MemoryLimit returns the most DRAM a segment of this process may have: the
+// smallest of the machine's physical memory (sysinfo totalram, as
+// /proc/meminfo MemTotal) and the soft RLIMIT_AS and RLIMIT_DATA when they
+// are set; what names the limit ("physical memory (MemTotal)", "RLIMIT_AS",
+// "RLIMIT_DATA"). ok is false when no limit could be read. A segment is an
+// anonymous private writable mapping, so it counts against all three.
+func MemoryLimit() (limit int64, what string, ok bool) {
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err == nil && si.Totalram > 0 {
+		unit := uint64(si.Unit)
+		if unit == 0 {
+			unit = 1
+		}
+		if t := uint64(si.Totalram) * unit; t <= math.MaxInt64 {
+			limit, what, ok = int64(t), "physical memory (MemTotal)", true
+		}
+	}
+	for _, r := range []struct {
+		res  int
+		name string
+	}{{unix.RLIMIT_AS, "RLIMIT_AS"}, {unix.RLIMIT_DATA, "RLIMIT_DATA"}} {
+		var rl unix.Rlimit
+		if err := unix.Getrlimit(r.res, &rl); err != nil || rl.Cur == unix.RLIM_INFINITY || rl.Cur > math.MaxInt64 {
+			continue
+		}
+		if !ok || int64(rl.Cur) < limit {
+			limit, what, ok = int64(rl.Cur), r.name, true
+		}
+	}
+	return limit, what, ok
 }
 
 // checkSSDDir: absolute, an existing directory, writable by this process.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -34,12 +35,22 @@ type options struct {
 	node   client.NodeConfig
 }
 
+const usageHeader = `usage: tierstore-node --master=HOST:PORT [--name=value ...]
+
+Runs a tierstore store node: a DRAM segment mounted at the master, a peer
+data service and (with --enable_offload) an SSD tier. Sizes take 4GiB,
+256MiB, 4G, 4GB (SI) or plain bytes. Flags:
+`
+
 // parseFlags parses args (without the program name) into options. Every bad
-// value or combination is an error naming the flag; usage goes to out.
-func parseFlags(args []string, out io.Writer) (options, error) {
+// value or combination is a one-line error naming the flag (the flag
+// package's usage dump is suppressed). On -h/--help the usage with every
+// default goes to helpOut and the error wraps flag.ErrHelp.
+func parseFlags(args []string, helpOut io.Writer) (options, error) {
 	o := options{node: client.DefaultNodeConfig()}
 	fs := flag.NewFlagSet("tierstore-node", flag.ContinueOnError)
-	fs.SetOutput(out)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	c := &o.node
 	fs.StringVar(&o.master, "master", "", "master gRPC address host:port (required)")
 	fs.StringVar(&c.Listen, "listen", c.Listen, "peer gRPC listen address; port 0 picks one, printed at start")
@@ -58,10 +69,17 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.DurationVar(&c.PingInterval, "ping_interval", c.PingInterval, "liveness ping period")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile_interval", c.ReconcileInterval, "period of the SSD key-list reconcile with the master")
 	if err := fs.Parse(args); err != nil {
-		return o, err
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(helpOut, usageHeader)
+			fs.SetOutput(helpOut)
+			fs.PrintDefaults()
+			return o, err
+		}
+		// "invalid value "4XB" for flag -memory: ..." -> "... flag --memory: ...".
+		return o, errors.New(strings.Replace(err.Error(), "flag -", "flag --", 1))
 	}
 	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+		return o, fmt.Errorf("unexpected argument %q (flags are --name=value)", fs.Arg(0))
 	}
 	if o.master == "" {
 		return o, fmt.Errorf("--master: required (host:port of tierstore-master)")

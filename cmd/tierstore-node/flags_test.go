@@ -1,12 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tierstore/tierstore/client"
 )
 
 func TestParseFlagsDefaultsAndValues(t *testing.T) {
@@ -96,6 +102,85 @@ func TestParseFlagsRefusesBadValues(t *testing.T) {
 		}
 		if !strings.Contains(err.Error(), c.flag) {
 			t.Errorf("%v: error %q does not name --%s", c.args, err, c.flag)
+		}
+	}
+}
+
+// TestMemoryAboveMachineLimit: --memory larger than physical memory (or the
+// soft RLIMIT_DATA when it is lower) is refused with one line naming
+// --memory and the limit.
+func TestMemoryAboveMachineLimit(t *testing.T) {
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		t.Fatal(err)
+	}
+	total := int64(si.Totalram) * int64(max(si.Unit, 1))
+	m := "--master=127.0.0.1:1"
+	limit, what, ok := client.MemoryLimit()
+	if !ok || limit > total {
+		t.Fatalf("MemoryLimit() = %d %q %v, physical memory %d", limit, what, ok, total)
+	}
+	_, err := parseFlags([]string{m, "--memory=" + strconv.FormatInt(limit+4096, 10)}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--memory") || !strings.Contains(err.Error(), what) ||
+		!strings.Contains(err.Error(), strconv.FormatInt(limit, 10)) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("--memory above %s (%d): %v", what, limit, err)
+	}
+	if _, err := parseFlags([]string{m, "--memory=" + strconv.FormatInt(min(limit, 1<<30), 10)}, io.Discard); err != nil {
+		t.Fatalf("--memory at or below the limit: %v", err)
+	}
+
+	// A soft RLIMIT_DATA below physical memory is the limit. It is set on
+	// this process for the duration of one parse, well above what the
+	// process uses.
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_DATA, &old); err != nil {
+		t.Fatal(err)
+	}
+	lim := uint64(total / 2)
+	if old.Cur != unix.RLIM_INFINITY && old.Cur < lim {
+		t.Skipf("RLIMIT_DATA already %d", old.Cur)
+	}
+	if lim < 2<<30 {
+		t.Skipf("physical memory %d too small to set RLIMIT_DATA below it safely", total)
+	}
+	if err := unix.Setrlimit(unix.RLIMIT_DATA, &unix.Rlimit{Cur: lim, Max: old.Max}); err != nil {
+		t.Skipf("setrlimit: %v", err)
+	}
+	_, err = parseFlags([]string{m, "--memory=" + strconv.FormatUint(lim+1<<20, 10)}, io.Discard)
+	_, errOK := parseFlags([]string{m, "--memory=" + strconv.FormatUint(lim, 10)}, io.Discard)
+	if rerr := unix.Setrlimit(unix.RLIMIT_DATA, &old); rerr != nil {
+		t.Fatal(rerr)
+	}
+	if err == nil || !strings.Contains(err.Error(), "--memory") || !strings.Contains(err.Error(), "RLIMIT_DATA") {
+		t.Fatalf("--memory above RLIMIT_DATA %d: %v", lim, err)
+	}
+	if errOK != nil {
+		t.Fatalf("--memory equal to RLIMIT_DATA: %v", errOK)
+	}
+}
+
+// TestHelp: -h/--help prints the usage with every flag and its default to
+// stdout, exit 0; a bad value is one line on stderr naming the flag, exit 2,
+// without the usage.
+func TestHelp(t *testing.T) {
+	for _, arg := range []string{"-h", "--help"} {
+		var out, errb bytes.Buffer
+		if code := run([]string{arg}, &out, &errb); code != 0 || errb.Len() != 0 {
+			t.Fatalf("%s: exit %d, stderr %q", arg, code, errb.String())
+		}
+		for _, want := range []string{"usage: tierstore-node", "-memory", "(default 1GiB)", "-bucket_keys_limit", "(default 500)", "-master"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%s: usage lacks %q:\n%s", arg, want, out.String())
+			}
+		}
+	}
+	for _, args := range [][]string{{"--master=m:1", "--memory=4XB"}, {"--master=m:1", "--no_such"}, {"--master=m:1", "stray"}} {
+		var out, errb bytes.Buffer
+		code := run(args, &out, &errb)
+		name := strings.TrimPrefix(strings.SplitN(args[1], "=", 2)[0], "--")
+		if code != 2 || out.Len() != 0 || strings.Count(errb.String(), "\n") != 1 || !strings.Contains(errb.String(), name) ||
+			strings.Contains(errb.String(), "usage") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, out.String(), errb.String())
 		}
 	}
 }

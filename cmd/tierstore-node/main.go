@@ -24,7 +24,7 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	o, err := parseFlags(args, stderr)
+	o, err := parseFlags(args, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
