@@ -50,6 +50,11 @@ type ReadStats struct {
 	// BadReplicasReported counts checksum failures the master accepted as
 	// a report (ReportBadReplica) and dropped the replica for.
 	BadReplicasReported int64
+	// MissingReplicasReported counts SSD replicas whose node answered that
+	// it does not hold the object, reported to the master
+	// (ReportBadReplica), which dropped them. Transport failures (node
+	// unreachable) are never reported.
+	MissingReplicasReported int64
 }
 
 // Client reads and writes objects of a tierstore cluster. It is safe for
@@ -65,6 +70,7 @@ type Client struct {
 
 	localDRAM, remoteDRAM, localSSD, remoteSSD atomic.Int64
 	fallbacks, checksumFailures, badReported   atomic.Int64
+	missingReported                            atomic.Int64
 }
 
 // New connects to the master (cfg.Master, or dials cfg.MasterAddr).
@@ -260,9 +266,15 @@ func (c *Client) readBest(ctx context.Context, info master.ObjectInfo) ([]byte, 
 			c.countRead(r)
 			return val, nil
 		}
-		if errors.Is(err, codes.ErrChecksumMismatch) {
+		switch {
+		case errors.Is(err, codes.ErrChecksumMismatch):
 			sawChecksum = true
-			c.reportBad(ctx, info, r)
+			c.reportBad(ctx, info, r, false)
+		case r.Kind == master.LocalDisk && errors.Is(err, codes.ErrObjectNotFound):
+			// The node answered for its own SSD: it does not hold the
+			// object. The master must stop offering that replica. (A
+			// transport error says nothing about the SSD: not reported.)
+			c.reportBad(ctx, info, r, true)
 		}
 		c.log.Debug("replica read failed; trying the next", "key", info.Key, "node", r.Node, "kind", r.Kind, "err", err)
 		c.fallbacks.Add(1)
@@ -290,22 +302,30 @@ func (c *Client) readBest(ctx context.Context, info master.ObjectInfo) ([]byte, 
 const reportBadReplicaTimeout = 2 * time.Second
 
 // reportBad tells the master that replica r of info failed its size/CRC
-// check, so that it stops listing it (the master drops it; the next
-// reconcile deletes an SSD copy). Best effort: a failure is logged; the
-// read goes on with the next replica either way.
-func (c *Client) reportBad(ctx context.Context, info master.ObjectInfo, r master.Replica) {
+// check, or (missing) that its node answered it does not hold the object on
+// SSD, so that it stops listing it (the master drops it; the next reconcile
+// deletes an SSD copy). Best effort: a failure is logged; the read goes on
+// with the next replica either way.
+func (c *Client) reportBad(ctx context.Context, info master.ObjectInfo, r master.Replica, missing bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportBadReplicaTimeout)
 	defer cancel()
+	what := "fails its checksum"
+	if missing {
+		what = "is missing on its node"
+	}
 	err := c.m.ReportBadReplica(ctx, info.Key, info.CRC, r)
 	switch {
+	case err == nil && missing:
+		c.missingReported.Add(1)
+		c.log.Warn("reported a replica that "+what, "key", info.Key, "node", r.Node, "kind", r.Kind)
 	case err == nil:
 		c.badReported.Add(1)
-		c.log.Warn("reported a replica that fails its checksum", "key", info.Key, "node", r.Node, "kind", r.Kind)
+		c.log.Warn("reported a replica that "+what, "key", info.Key, "node", r.Node, "kind", r.Kind)
 	case errors.Is(err, codes.ErrReplicaNotFound), errors.Is(err, codes.ErrObjectNotFound):
 		// Already dropped (a node that detects a corrupt SSD entry drops
 		// it itself), or the key changed since the lookup.
 	default:
-		c.log.Warn("reporting a bad replica failed", "key", info.Key, "node", r.Node, "kind", r.Kind, "err", err)
+		c.log.Warn("reporting a replica that "+what+" failed", "key", info.Key, "node", r.Node, "kind", r.Kind, "err", err)
 	}
 }
 
@@ -341,7 +361,8 @@ func (c *Client) ReadStats() ReadStats {
 		LocalDRAM: c.localDRAM.Load(), RemoteDRAM: c.remoteDRAM.Load(),
 		LocalSSD: c.localSSD.Load(), RemoteSSD: c.remoteSSD.Load(),
 		Fallbacks: c.fallbacks.Load(), ChecksumFailures: c.checksumFailures.Load(),
-		BadReplicasReported: c.badReported.Load(),
+		BadReplicasReported:     c.badReported.Load(),
+		MissingReplicasReported: c.missingReported.Load(),
 	}
 }
 

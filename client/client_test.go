@@ -630,15 +630,16 @@ func TestSSDEvictionTellsMasterRealTier(t *testing.T) {
 	}
 }
 
-// failNotify makes the first NotifyOffloadSuccess fail, as if the master
-// were unreachable at that moment.
+// failNotify makes the first notifyAttempts NotifyOffloadSuccess calls (one
+// notify and all its resends) fail, as if the master were unreachable at
+// that moment.
 type failNotify struct {
 	master.API
-	failed atomic.Bool
+	failed atomic.Int64
 }
 
 func (f *failNotify) NotifyOffloadSuccess(ctx context.Context, r master.NotifyRequest) ([]error, error) {
-	if !f.failed.Swap(true) {
+	if f.failed.Add(1) <= notifyAttempts {
 		return nil, codes.Errorf(codes.RPCFail, "injected: master unreachable")
 	}
 	return f.API.NotifyOffloadSuccess(ctx, r)

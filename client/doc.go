@@ -17,7 +17,13 @@
 // (checking their CRC32C), calls tier.Offload, and answers every task
 // through NotifyOffloadSuccess. Every ReconcileInterval it sends the master
 // the full list of keys on SSD. Bucket eviction tells the master
-// (EvictDiskReplica) before the bytes disappear. Close drains: the offload
+// (EvictDiskReplica, once per victim bucket) before the bytes disappear;
+// the master refuses (OBJECT_HAS_LEASE) a bucket holding a leased object's
+// only readable copy, and the node hands that error back to the tier, which
+// keeps the bucket for now (invariant 4). A notify that fails in transport
+// is sent again (it is idempotent) before the tier rolls its bucket back;
+// the round's failure answer for those keys then drops any replica the
+// master recorded. Close drains: the offload
 // round in progress finishes and answers its tasks, the segment is
 // unmounted, in-flight peer calls finish, then the tier is closed.
 //
@@ -29,8 +35,10 @@
 // replica list (which grants a read lease) and reads the best replica
 // first: local DRAM, remote DRAM, local SSD, remote SSD, verifying size and
 // CRC32C and falling back to the next replica on any failure; a replica
-// that fails the checksum is reported to the master (ReportBadReplica),
-// which stops listing it. Exists, Remove, EvictMemory and the batch forms
+// that fails the checksum, and an SSD replica whose node answers that it
+// does not hold the object, are reported to the master (ReportBadReplica),
+// which stops listing them (a node that cannot be reached is not reported:
+// plain fallback). Exists, Remove, EvictMemory and the batch forms
 // complete the API. Errors wrap the sentinels this package re-exports from
 // internal/codes (ErrObjectNotFound, ErrReplicaGone, ..., and Code, CodeOf),
 // checked with errors.Is, whether the master is local or remote.
@@ -55,8 +63,9 @@
 //     the offload (a forced Remove frees it at once) can never reach SSD
 //     under the old key.
 //   - A corrupt SSD object found by a read is dropped at the master
-//     (EvictDiskReplica) as well as from the tier's index; any replica whose
-//     bytes fail the object's CRC32C at a reader is reported
+//     (answered as an offload failure of the key: the node's word about its
+//     own SSD drops its LOCAL_DISK replica even inside a lease) as well as
+//     from the tier's index; any replica whose bytes fail the object's CRC32C at a reader is reported
 //     (ReportBadReplica) and dropped by the master.
 //   - The SSD keeps only objects the master knows: a key the master refuses
 //     in a notify (removed during its offload, unknown, other size/CRC) is

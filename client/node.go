@@ -49,12 +49,14 @@ type NodeStats struct {
 	Remounts                int64
 	Reconciles              int64
 	ReconcileRemoved        int64 // SSD objects deleted because a reconcile called them unwanted
+	NotifyRetries           int64 // notifies sent again after a transport error
 }
 
 type nodeMetrics struct {
 	offloadRounds, offloadPersisted, offloadFailed atomic.Int64
 	peerWrites, peerReadsDRAM, peerReadsSSD        atomic.Int64
 	remounts, reconciles, reconcileRemoved         atomic.Int64
+	notifyRetries                                  atomic.Int64
 }
 
 // Node is a store node: a DRAM segment mounted at the master, a peer data
@@ -225,6 +227,7 @@ func (n *Node) Stats() NodeStats {
 		Remounts:         n.metrics.remounts.Load(),
 		Reconciles:       n.metrics.reconciles.Load(),
 		ReconcileRemoved: n.metrics.reconcileRemoved.Load(),
+		NotifyRetries:    n.metrics.notifyRetries.Load(),
 	}
 	if n.tier != nil {
 		st.Tier = n.tier.Stats()
@@ -271,11 +274,15 @@ func (n *Node) readSSD(ctx context.Context, key []byte) ([]byte, error) {
 }
 
 // dropDiskReplica tells the master that this node no longer holds key on
-// SSD. A failure is left to the next reconcile.
+// SSD, as an offload failure for key: the master drops this node's
+// LocalDisk replica whatever the lease (the bytes are gone; an
+// EvictDiskReplica would be refused inside a lease). A failure is left to
+// the next reconcile.
 func (n *Node) dropDiskReplica(ctx context.Context, key []byte) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := n.m.EvictDiskReplica(ctx, n.name, []string{string(key)}); err != nil {
+	req := master.NotifyRequest{Node: n.name, Failed: []master.OffloadFailure{{Key: string(key), Reason: "SSD entry failed its checksum and was dropped"}}}
+	if _, err := n.notify(ctx, req); err != nil {
 		n.log.Warn("dropping a corrupt SSD replica at the master failed; reconcile will", "key", string(key), "err", err)
 	}
 }
@@ -371,11 +378,11 @@ func (n *Node) onEvict(ctx context.Context, keys [][]byte) error {
 	for i, k := range keys {
 		ks[i] = string(k)
 	}
+	// The master's error goes back to the tier unchanged: OBJECT_HAS_LEASE
+	// (a key of this bucket is leased and this SSD holds its only readable
+	// copy) means "not now", and the tier keeps the bucket.
 	_, err := n.m.EvictDiskReplica(ctx, n.name, ks)
-	if err != nil {
-		return fmt.Errorf("client: telling the master about %d evicted SSD keys: %w", len(keys), err)
-	}
-	return nil
+	return err
 }
 
 func (n *Node) pingLoop() {

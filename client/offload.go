@@ -101,7 +101,7 @@ func (n *Node) offloadRound() int {
 			}
 			objs[i] = master.DiskObject{Key: string(c.Key), Size: c.Size, CRC: c.CRC}
 		}
-		errs, err := n.m.NotifyOffloadSuccess(ctx, master.NotifyRequest{Node: n.name, Persisted: objs})
+		errs, err := n.notify(ctx, master.NotifyRequest{Node: n.name, Persisted: objs})
 		if err != nil {
 			return err
 		}
@@ -194,7 +194,7 @@ func (n *Node) offloadRound() int {
 		}
 	}
 	if len(persisted) > 0 || len(failed) > 0 {
-		errs, err := n.m.NotifyOffloadSuccess(ctx, master.NotifyRequest{Node: n.name, Persisted: persisted, Failed: failed})
+		errs, err := n.notify(ctx, master.NotifyRequest{Node: n.name, Persisted: persisted, Failed: failed})
 		if err != nil {
 			// The master re-queues unanswered tasks after its task timeout
 			// (a bounded number of times); already-present keys are
@@ -207,6 +207,40 @@ func (n *Node) offloadRound() int {
 	n.metrics.offloadPersisted.Add(nPersisted + int64(len(persisted)))
 	n.metrics.offloadFailed.Add(int64(len(failed)))
 	return len(tasks)
+}
+
+// notifyAttempts bounds the sends of one NotifyOffloadSuccess on transport
+// errors; notifyBackoff is the pause before the second send, doubled for
+// each further one.
+const (
+	notifyAttempts = 4
+	notifyBackoff  = 50 * time.Millisecond
+)
+
+// notify sends req, again on a transport error (the call is idempotent): a
+// notify the master applied but whose reply was lost must not turn into a
+// bucket rollback while the master lists the replica. Other errors, and the
+// last transport error, are returned at once; the tier then rolls the
+// bucket back and the round answers its keys failed, which makes the
+// master drop any replica it recorded.
+func (n *Node) notify(ctx context.Context, req master.NotifyRequest) ([]error, error) {
+	wait := notifyBackoff
+	for attempt := 1; ; attempt++ {
+		errs, err := n.m.NotifyOffloadSuccess(ctx, req)
+		if err == nil || !errors.Is(err, codes.ErrRPCFail) || attempt == notifyAttempts {
+			return errs, err
+		}
+		n.metrics.notifyRetries.Add(1)
+		n.log.Warn("notify failed in transport; sending it again", "attempt", attempt, "persisted", len(req.Persisted), "failed", len(req.Failed), "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("client: notify: %w (after %v)", ctx.Err(), err)
+		case <-t.C:
+		}
+		wait *= 2
+	}
 }
 
 // ssdMatches reports whether the SSD copy of key has the given CRC and size.

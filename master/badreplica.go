@@ -48,6 +48,6 @@ func (s *Service) ReportBadReplica(ctx context.Context, key string, crc uint32, 
 		return s.observe(codes.Errorf(codes.InvalidParams, "master: report_bad_replica: replica kind %v", r.Kind))
 	}
 	s.cnt.badReplicas.Add(1)
-	s.log.Warn("replica dropped: a reader found it fails its checksum", "kind", r.Kind, "node", r.Node)
+	s.log.Warn("replica dropped: a reader found it fails its checksum or its node does not hold it", "kind", r.Kind, "node", r.Node)
 	return nil
 }

@@ -1,0 +1,155 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/master"
+)
+
+// lostReplies applies every notify at the master, then loses the reply of
+// the first `lose` notifies that persist something (a transport error, as a
+// dropped connection would give).
+type lostReplies struct {
+	master.API
+	lose int64
+	lost atomic.Int64
+}
+
+func (f *lostReplies) NotifyOffloadSuccess(ctx context.Context, r master.NotifyRequest) ([]error, error) {
+	errs, err := f.API.NotifyOffloadSuccess(ctx, r)
+	if len(r.Persisted) > 0 && f.lost.Add(1) <= f.lose {
+		return nil, codes.Errorf(codes.RPCFail, "injected: reply lost")
+	}
+	return errs, err
+}
+
+// offloadOneWithLostReplies puts one object through a node whose master
+// loses `lose` notify replies, offloads it and drops its DRAM replica where
+// an SSD copy is listed. It returns the master's stats, the node and the
+// Get result.
+func offloadOneWithLostReplies(t *testing.T, lose int64) (master.Stats, *Node, []byte, []byte, error) {
+	t.Helper()
+	m := newMaster(t, testMasterConfig())
+	cfg := testNodeConfig("")
+	cfg.EnableOffload, cfg.SSDDir, cfg.Backend = true, t.TempDir(), "pwrite"
+	n, err := StartNode(context.Background(), cfg, &lostReplies{API: m, lose: lose})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	c := newTestClient(t, Config{Master: m, LocalNode: n})
+	ctx := context.Background()
+	val := rnd(10000)
+	if err := c.Put(ctx, "k", val); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.OffloadNow(); got != 1 {
+		t.Fatalf("offload round handled %d tasks", got)
+	}
+	st, err := m.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.EvictMemory(ctx, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	got, gerr := c.Get(ctx, "k")
+	return st, n, val, got, gerr
+}
+
+// TestLostNotifyReplyIsRetried: one lost reply of an applied notify is
+// absorbed by the node sending the notify again; the object is on SSD and
+// listed there, and is read from SSD once DRAM is dropped.
+func TestLostNotifyReplyIsRetried(t *testing.T) {
+	st, n, val, got, err := offloadOneWithLostReplies(t, 1)
+	if st.DiskReplicas != 1 || n.Stats().Tier.Objects != 1 {
+		t.Fatalf("after one lost reply: master lists %d SSD replicas, node holds %d objects, want 1 and 1",
+			st.DiskReplicas, n.Stats().Tier.Objects)
+	}
+	if n.Stats().NotifyRetries != 1 {
+		t.Errorf("notify retries %d, want 1", n.Stats().NotifyRetries)
+	}
+	if err != nil || string(got) != string(val) {
+		t.Fatalf("get after DRAM drop: %v", err)
+	}
+}
+
+// TestLostNotifyReplyNoPhantom: every reply lost (the node gives up and
+// rolls the bucket back): the master, told the key failed, must not keep a
+// LOCAL_DISK replica the node cannot serve (invariant 1), and the DRAM
+// replica is kept (EvictMemory drops only DRAM copies with an SSD copy).
+func TestLostNotifyReplyNoPhantom(t *testing.T) {
+	st, n, val, got, err := offloadOneWithLostReplies(t, 1<<30)
+	if objs := n.Stats().Tier.Objects; objs != 0 {
+		t.Fatalf("node kept %d SSD objects after a failed notify", objs)
+	}
+	if st.DiskReplicas != 0 {
+		t.Fatalf("phantom LOCAL_DISK replica: master lists %d, node holds none", st.DiskReplicas)
+	}
+	if err != nil || string(got) != string(val) {
+		t.Fatalf("get: %v", err)
+	}
+}
+
+// TestGetReportsMissingSSDReplica: a node that answers "not found" for its
+// own SSD copy gets that replica reported and dropped at the master (the
+// lookup inside the lease then says REPLICA_IS_GONE instead of offering it
+// again); a node that cannot be reached is a plain fallback, not reported.
+func TestGetReportsMissingSSDReplica(t *testing.T) {
+	m := newMaster(t, testMasterConfig())
+	ctx := context.Background()
+	startSSDNode := func() *Node {
+		cfg := testNodeConfig("127.0.0.1:0")
+		cfg.EnableOffload, cfg.SSDDir, cfg.Backend = true, t.TempDir(), "pwrite"
+		n, err := StartNode(ctx, cfg, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		return n
+	}
+	a, b := startSSDNode(), startSSDNode()
+	c := newTestClient(t, Config{Master: m}) // remote reader: peers over gRPC
+	for _, k := range []string{"lost", "unreachable"} {
+		pn := a
+		if k == "unreachable" {
+			pn = b
+		}
+		pc := newTestClient(t, Config{Master: m, PreferredNode: pn.Name()})
+		if err := pc.Put(ctx, k, rnd(5000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a.OffloadNow() != 1 || b.OffloadNow() != 1 {
+		t.Fatal("offload rounds")
+	}
+	if n, err := c.EvictMemory(ctx, nil, true); n != 2 || err != nil {
+		t.Fatalf("evict memory: %d %v", n, err)
+	}
+	// a loses its SSD copy behind the master's back; b goes away.
+	if err := a.tier.Remove([]byte("lost")); err != nil {
+		t.Fatal(err)
+	}
+	b.srv.Stop() // listener closed, connections dropped; Close copes
+	if _, err := c.Get(ctx, "lost"); err == nil {
+		t.Fatal("get of a lost object succeeded")
+	}
+	if _, err := c.Get(ctx, "unreachable"); err == nil {
+		t.Fatal("get from a stopped node succeeded")
+	}
+	if rs := c.ReadStats(); rs.MissingReplicasReported != 1 {
+		t.Errorf("missing replicas reported %d, want 1", rs.MissingReplicasReported)
+	}
+	_, err := m.GetReplicaList(ctx, "lost")
+	if !errors.Is(err, ErrReplicaGone) {
+		t.Fatalf("lookup of the lost object: %v, want REPLICA_IS_GONE (the replica must not be offered)", err)
+	}
+	info, err := m.GetReplicaList(ctx, "unreachable")
+	if err != nil || len(info.Replicas) != 1 || info.Replicas[0].Node != b.Name() {
+		t.Fatalf("an unreachable node's replica must stay listed: %+v %v", info, err)
+	}
+}
