@@ -5,8 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -47,28 +45,45 @@ func throughput(n int64, d time.Duration) string {
 }
 
 func runDemo(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("tierstore demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("demo")
 	dir := fs.String("dir", "", "SSD directory (created if missing; default: a temporary directory, removed afterwards)")
-	objects := fs.Int("objects", 11, "number of objects")
-	size := fs.String("size", "1MiB", "object size (1MiB, 256KiB or bytes)")
+	objects := fs.Int("objects", 11, "number of objects (1..100000, at most 8GiB in total)")
+	size := fs.String("size", "1MiB", "object size (1MiB, 256KiB or bytes; 1 byte .. 64MiB)")
 	backendName := fs.String("backend", "uring", "bucket I/O backend: uring (falls back to pwrite) or pwrite")
-	timeout := fs.Duration("timeout", 2*time.Minute, "bound on the whole demo")
+	timeout := fs.Duration("timeout", 2*time.Minute, "bound on the whole demo (> 0)")
 	verbose := fs.Bool("v", false, "log the master's and node's activity to stderr")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
+	if code, done := parseCmd(fs, "[--dir D] [--objects N] [--size S] [--backend B] [--timeout T] [-v]", args, stdout, stderr); done {
+		return code
+	}
+	bad := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "tierstore demo: %s\n", fmt.Sprintf(format, a...))
 		return 2
+	}
+	if fs.NArg() > 0 {
+		return bad("unexpected argument %q (the demo takes only flags)", fs.Arg(0))
 	}
 	sz, err := client.ParseSize(*size)
-	if err != nil || sz <= 0 || sz > 64<<20 {
-		fmt.Fprintf(stderr, "tierstore demo: --size %q: want 1 byte .. 64MiB (%v)\n", *size, err)
-		return 2
+	if err != nil {
+		return bad("--size: %v", err)
+	}
+	if sz <= 0 || sz > 64<<20 {
+		return bad("--size: %s is outside 1 byte .. 64MiB", *size)
 	}
 	if *objects <= 0 || *objects > 100000 || int64(*objects)*sz > 8<<30 {
-		fmt.Fprintf(stderr, "tierstore demo: --objects %d: want 1..100000 and at most 8GiB in total\n", *objects)
-		return 2
+		return bad("--objects %d: want 1..100000 and at most 8GiB in total", *objects)
+	}
+	switch *backendName {
+	case "uring", "pwrite":
+	default:
+		return bad("--backend: %q is not one of uring, pwrite", *backendName)
+	}
+	if *timeout <= 0 {
+		return bad("--timeout: must be positive, got %v", *timeout)
+	}
+	if *dir != "" {
+		if st, err := os.Stat(*dir); err == nil && !st.IsDir() {
+			return bad("--dir: %q is not a directory", *dir)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()

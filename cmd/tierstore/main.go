@@ -15,7 +15,7 @@ commands:
   get      --master ADDR KEY [FILE]      write the value to FILE (stdout if absent or "-")
   exists   --master ADDR KEY             print true/false; exit 0 if it exists, 1 if not
   rm       --master ADDR [--force] KEY   remove an object
-  stats    --master ADDR                 objects and bytes per tier
+  stats    --master ADDR [--node PEER...] objects and bytes per tier (and per node)
   evict    --master ADDR --tier memory [KEY...|--all]
                                           drop DRAM replicas of objects that also have an SSD replica
 Run "tierstore <command> -h" for the flags of a command.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -39,12 +40,82 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"demo", "--size", "lots"}, "--size"},
 		{[]string{"demo", "--objects", "0"}, "--objects"},
 		{[]string{"serve"}, "--dir"},
+		{[]string{"serve", "--dir", "d", "stray"}, `"stray"`},
+		{[]string{"serve", "--port", "70000", "--dir", "d"}, "--port"},
+		{[]string{"serve", "--memory", "4XB", "--dir", "d"}, "--memory"},
+		{[]string{"demo", "--size", "0"}, "--size"},
+		{[]string{"demo", "--size", "65MiB"}, "--size"},
+		{[]string{"demo", "--timeout", "0"}, "--timeout"},
+		{[]string{"demo", "--timeout", "-1s"}, "--timeout"},
+		{[]string{"demo", "--timeout", "soon"}, "--timeout"},
+		{[]string{"demo", "--backend", "foo"}, "--backend"},
+		{[]string{"demo", "--objects", "x"}, "--objects"},
+		{[]string{"demo", "stray"}, `"stray"`},
+		{[]string{"demo", "--no_such"}, "--no_such"},
+		{[]string{"put", "--master", "x:1", ""}, "KEY"},
+		{[]string{"rm", "--master", "x:1"}, "want KEY"},
+		{[]string{"rm", "--master", "x:1", "a", "b"}, "want KEY"},
+		{[]string{"exists", "--master", "x:1", "a", "b"}, "want KEY"},
+		{[]string{"get", "--master", "", "k"}, "--master"},
+		{[]string{"get", "--timeout", "0", "k"}, "--timeout"},
+		{[]string{"evict", "--master", "x:1", "--tier", "memory", ""}, "KEY"},
+		// Each command has only its own flags.
+		{[]string{"stats", "--all"}, "--all"},
+		{[]string{"stats", "--force"}, "--force"},
+		{[]string{"get", "--tier", "memory", "k"}, "--tier"},
+		{[]string{"rm", "--node", "x:2", "k"}, "--node"},
+		{[]string{"put", "--force", "k"}, "--force"},
 	}
 	for _, c := range cases {
-		_, errOut, code := runCLI("", c.args...)
-		if code != 2 || !strings.Contains(errOut, c.want) {
-			t.Errorf("%v: exit %d, stderr %q; want exit 2 mentioning %q", c.args, code, errOut, c.want)
+		out, errOut, code := runCLI("", c.args...)
+		if code != 2 || !strings.Contains(errOut, c.want) || out != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 mentioning %q", c.args, code, out, errOut, c.want)
 		}
+		if len(c.args) > 0 && c.args[0] != "frobnicate" && strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%v: want one line, stderr %q", c.args, errOut)
+		}
+	}
+}
+
+// TestHelp: "tierstore CMD -h" prints the command's usage with only its own
+// flags and their defaults to stdout and exits 0.
+func TestHelp(t *testing.T) {
+	all := []string{"-master", "-timeout", "-force", "-tier", "-all", "-node", "-dir", "-objects", "-size", "-backend", "-port", "-memory", "-ssd_capacity", "-v"}
+	own := map[string][]string{
+		"put":    {"-master", "-timeout"},
+		"get":    {"-master", "-timeout"},
+		"exists": {"-master", "-timeout"},
+		"rm":     {"-master", "-timeout", "-force"},
+		"stats":  {"-master", "-timeout", "-node"},
+		"evict":  {"-master", "-timeout", "-tier", "-all"},
+		"demo":   {"-dir", "-objects", "-size", "-backend", "-timeout", "-v"},
+		"serve":  {"-dir", "-port", "-memory", "-ssd_capacity", "-backend"},
+	}
+	for cmd, flags := range own {
+		for _, h := range []string{"-h", "--help"} {
+			out, errOut, code := runCLI("", cmd, h)
+			if code != 0 || errOut != "" || !strings.HasPrefix(out, "usage: tierstore "+cmd+" ") {
+				t.Errorf("%s %s: exit %d, stderr %q, stdout %q", cmd, h, code, errOut, out)
+				continue
+			}
+			listed := map[string]bool{}
+			for _, line := range strings.Split(out, "\n") {
+				if f, ok := strings.CutPrefix(line, "  -"); ok {
+					listed["-"+strings.Fields(f)[0]] = true
+				}
+			}
+			for _, f := range all {
+				if want := slices.Contains(flags, f); listed[f] != want {
+					t.Errorf("%s %s: flag %s listed=%v, want %v:\n%s", cmd, h, f, listed[f], want, out)
+				}
+			}
+		}
+	}
+	if out, _, code := runCLI("", "demo", "-h"); code != 0 || !strings.Contains(out, "(default 11)") || !strings.Contains(out, `(default "1MiB")`) {
+		t.Errorf("demo -h lacks the defaults: %q", out)
+	}
+	if out, _, code := runCLI("", "--help"); code != 0 || !strings.Contains(out, "usage: tierstore") {
+		t.Errorf("tierstore --help: %d %q", code, out)
 	}
 }
 

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -18,27 +16,49 @@ type listFlag []string
 func (l *listFlag) String() string     { return fmt.Sprint(*l) }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
-// runOp runs put, get, exists, rm, stats and evict against a master.
+// opSynopsis is the argument synopsis of each object command.
+var opSynopsis = map[string]string{
+	"put":    "--master ADDR KEY [FILE]",
+	"get":    "--master ADDR KEY [FILE]",
+	"exists": "--master ADDR KEY",
+	"rm":     "--master ADDR [--force] KEY",
+	"stats":  "--master ADDR [--node PEER ...]",
+	"evict":  "--master ADDR --tier memory [KEY...|--all]",
+}
+
+// runOp runs put, get, exists, rm, stats and evict against a master. Each
+// command has its own FlagSet holding only its flags.
 func runOp(cmd string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("tierstore "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet(cmd)
 	addr := fs.String("master", "127.0.0.1:50051", "master gRPC address host:port")
-	timeout := fs.Duration("timeout", 30*time.Second, "bound on the whole command")
-	force := fs.Bool("force", false, "rm: remove even while a read lease is active")
-	tierName := fs.String("tier", "", "evict: the tier to drop replicas from (only \"memory\")")
-	all := fs.Bool("all", false, "evict: every object")
-	var nodes listFlag
-	fs.Var(&nodes, "node", "stats: also report this node's segment and SSD tier (peer address host:port; repeatable)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	timeout := fs.Duration("timeout", 30*time.Second, "bound on the whole command (> 0)")
+	var (
+		force, all bool
+		tierName   string
+		nodes      listFlag
+	)
+	switch cmd {
+	case "rm":
+		fs.BoolVar(&force, "force", false, "remove even while a read lease is active")
+	case "evict":
+		fs.StringVar(&tierName, "tier", "", "the tier to drop replicas from (only \"memory\"; required)")
+		fs.BoolVar(&all, "all", false, "every object (instead of KEY...)")
+	case "stats":
+		fs.Var(&nodes, "node", "also report this node's segment and SSD tier (peer address host:port; repeatable)")
+	}
+	if code, done := parseCmd(fs, opSynopsis[cmd], args, stdout, stderr); done {
+		return code
 	}
 	pos := fs.Args()
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "tierstore %s: %s\n", cmd, fmt.Sprintf(format, a...))
 		return 2
+	}
+	if *addr == "" {
+		return fail("--master: must not be empty (host:port)")
+	}
+	if *timeout <= 0 {
+		return fail("--timeout: must be positive, got %v", *timeout)
 	}
 	switch cmd {
 	case "put", "get":
@@ -51,14 +71,21 @@ func runOp(cmd string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 		}
 	case "stats":
 		if len(pos) != 0 {
-			return fail("takes no arguments")
+			return fail("takes no arguments, got %q", pos[0])
 		}
 	case "evict":
-		if *tierName != "memory" {
-			return fail("--tier: %q is not supported (only memory)", *tierName)
+		if tierName != "memory" {
+			return fail("--tier: %q is not supported (only memory)", tierName)
 		}
-		if *all == (len(pos) > 0) {
+		if all == (len(pos) > 0) {
 			return fail("give keys or --all (not both)")
+		}
+	}
+	if cmd != "stats" {
+		for _, k := range pos[:min(len(pos), keyArgs(cmd))] {
+			if k == "" {
+				return fail("KEY must not be empty")
+			}
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
@@ -110,7 +137,7 @@ func runOp(cmd string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 			return 1
 		}
 	case "rm":
-		if err := c.Remove(ctx, pos[0], *force); err != nil {
+		if err := c.Remove(ctx, pos[0], force); err != nil {
 			return errOut(err)
 		}
 	case "stats":
@@ -136,11 +163,19 @@ func runOp(cmd string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 				client.HumanSize(ns.Tier.BytesUsed), ns.OffloadPersisted, ns.OffloadFailed, ns.PeerReadsDRAM, ns.PeerReadsSSD)
 		}
 	case "evict":
-		n, err := c.EvictMemory(ctx, pos, *all)
+		n, err := c.EvictMemory(ctx, pos, all)
 		if err != nil {
 			return errOut(err)
 		}
 		fmt.Fprintf(stdout, "dropped %d memory replicas\n", n)
 	}
 	return 0
+}
+
+// keyArgs is how many leading positional arguments of cmd are keys.
+func keyArgs(cmd string) int {
+	if cmd == "evict" {
+		return 1 << 30
+	}
+	return 1
 }

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,28 +20,24 @@ import (
 // gRPC on 127.0.0.1:--port, the node its peer service on 127.0.0.1 (any
 // port), the SSD tier in --dir. It stops cleanly on SIGTERM or SIGINT.
 func runServe(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("tierstore serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("serve")
 	dir := fs.String("dir", "", "SSD directory of the node (required; created if missing)")
 	port := fs.Int("port", 50051, "master gRPC port on 127.0.0.1 (0 picks one)")
 	memory := fs.String("memory", "1GiB", "DRAM segment size of the node")
 	ssdCap := fs.String("ssd_capacity", "0", "SSD tier capacity (0 = unlimited)")
 	backendName := fs.String("backend", "uring", "bucket I/O backend: uring (falls back to pwrite) or pwrite")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, done := parseCmd(fs, "--dir D [--port P] [--memory M] [--ssd_capacity C] [--backend B]", args, stdout, stderr); done {
+		return code
 	}
 	bad := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "tierstore serve: %s\n", fmt.Sprintf(format, a...))
 		return 2
 	}
+	if fs.NArg() > 0 {
+		return bad("unexpected argument %q (serve takes only flags)", fs.Arg(0))
+	}
 	if *dir == "" {
 		return bad("--dir: required")
-	}
-	if fs.NArg() > 0 {
-		return bad("unexpected arguments %v", fs.Args())
 	}
 	if *port < 0 || *port > 65535 {
 		return bad("--port: %d is not a port", *port)
