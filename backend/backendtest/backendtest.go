@@ -1,25 +1,3 @@
-// Package backendtest is the conformance suite of backend.Backend. Every
-// implementation runs it from its own _test.go:
-//
-//	func TestConformance(t *testing.T) {
-//		backendtest.Run(t, func(t *testing.T, dir string) backend.Backend {
-//			b, err := pwrite.Open(dir, pwrite.Options{})
-//			if err != nil {
-//				t.Fatal(err)
-//			}
-//			return b
-//		})
-//	}
-//
-// Run calls open once per subtest with a fresh t.TempDir(), and a second time
-// with the same dir in the reopen subtest (a directory-backed implementation
-// must then see the files the first instance wrote). The suite closes every
-// backend it opens. A backend is treated as directory-backed when a written
-// bucket appears as dir/backend.FileName(id); only then are the on-disk,
-// foreign-file and reopen checks run.
-//
-// Sizes are kept small (at most a few MiB per bucket) so that the suite runs in
-// seconds under -race.
 package backendtest
 
 import (
