@@ -60,18 +60,25 @@ type Engine struct {
 	testHookPendingWait func()
 }
 
-// bucketState is the engine's view of one bucket file. Guarded by Engine.mu.
+// bucketState is the engine's view of one bucket file. Its plain fields are
+// guarded by Engine.mu. readers, dead and deleted are atomic so that a Load
+// can drop its reference without the engine lock: readers is only increased
+// under Engine.mu after checking dead, dead only becomes true under
+// Engine.mu, and whoever sees "dead and no readers" first (CAS on deleted)
+// deletes the file.
 type bucketState struct {
 	id       uint64
 	size     int64
 	live     int  // index entries pointing at this bucket
-	readers  int  // Loads reading the file now
 	notified bool // notify succeeded (the bucket is evictable)
 	evicting bool // chosen as an eviction victim
-	dead     bool // gone from the index; the file is deleted when readers reach 0
-	deleted  bool // the file deletion has been started
-	// drained is closed when the bucket is dead and has no readers.
+	// drained is closed when the bucket is dead and its file deleted; it
+	// is made (under Engine.mu) before dead is set.
 	drained chan struct{}
+
+	readers atomic.Int32 // Loads reading the file now
+	dead    atomic.Bool  // gone from the index; the file goes when readers reach 0
+	deleted atomic.Bool  // the file deletion has been started
 }
 
 type pendingBucket struct {
@@ -599,7 +606,7 @@ func (e *Engine) offloadBucket(ctx context.Context, tasks []Task, idx []int, not
 	var toDelete *bucketState
 	if nerr == nil {
 		b.notified = true
-		if !b.dead {
+		if !b.dead.Load() {
 			e.policy.Add(id, b.size)
 		}
 	} else {
@@ -612,7 +619,7 @@ func (e *Engine) offloadBucket(ctx context.Context, tasks []Task, idx []int, not
 			e.log.Error("tier: rollback after notify failure failed; keeping bucket", "bucket", id, "err", err)
 			b.notified = true
 			e.policy.Add(id, b.size)
-		} else if !b.dead {
+		} else if !b.dead.Load() {
 			toDelete = e.markDead(b)
 		}
 	}
@@ -654,13 +661,12 @@ func (e *Engine) unreserve(size int64) {
 // markDead records that b is gone from the index. It returns b when its file
 // can be deleted now (no readers). Called with e.mu held.
 func (e *Engine) markDead(b *bucketState) *bucketState {
-	b.dead = true
-	e.policy.Remove(b.id)
 	if b.drained == nil {
 		b.drained = make(chan struct{})
 	}
-	if b.readers == 0 && !b.deleted {
-		b.deleted = true
+	b.dead.Store(true)
+	e.policy.Remove(b.id)
+	if b.readers.Load() == 0 && b.deleted.CompareAndSwap(false, true) {
 		return b
 	}
 	return nil
@@ -708,7 +714,7 @@ func (e *Engine) reserve(ctx context.Context, size int64) error {
 	for e.used+e.reserved > low {
 		victims := e.policy.Victims(1, func(id uint64) bool {
 			b := e.buckets[id]
-			return b == nil || b.readers > 0 || b.evicting || b.dead || !b.notified || refused[id]
+			return b == nil || b.readers.Load() > 0 || b.evicting || b.dead.Load() || !b.notified || refused[id]
 		})
 		if len(victims) == 0 {
 			break
@@ -725,7 +731,7 @@ func (e *Engine) reserve(ctx context.Context, size int64) error {
 			refused[b.id] = true
 			refusal = err
 			b.evicting = false
-			if !b.dead {
+			if !b.dead.Load() {
 				e.policy.Add(b.id, b.size)
 			}
 			if ctx.Err() != nil {
@@ -826,11 +832,12 @@ func (e *Engine) Load(ctx context.Context, keys [][]byte) []LoadResult {
 		return res
 	}
 	byBucket := map[uint64][]readReq{}
+	pinned := map[uint64]*bucketState{}
 	e.mu.Lock()
 	for n, i := range look {
 		k, loc, ok := keys[i], locs[n], found[n]
 		b := e.buckets[loc.Bucket]
-		if ok && (b == nil || b.dead) {
+		if ok && (b == nil || b.dead.Load()) {
 			loc, ok, err = e.ix.Get(k)
 			if err != nil {
 				res[i].Err = fmt.Errorf("tier: index lookup: %w", err)
@@ -838,12 +845,13 @@ func (e *Engine) Load(ctx context.Context, keys [][]byte) []LoadResult {
 			}
 			b = e.buckets[loc.Bucket]
 		}
-		if !ok || b == nil || b.dead {
+		if !ok || b == nil || b.dead.Load() {
 			res[i].Err = fmt.Errorf("%w: %q", ErrNotFound, k)
 			continue
 		}
 		if len(byBucket[loc.Bucket]) == 0 {
-			b.readers++
+			b.readers.Add(1)
+			pinned[loc.Bucket] = b
 			if b.notified && !b.evicting {
 				e.policy.Touch(loc.Bucket)
 			}
@@ -852,19 +860,28 @@ func (e *Engine) Load(ctx context.Context, keys [][]byte) []LoadResult {
 	}
 	e.mu.Unlock()
 
-	var wg sync.WaitGroup
-	var dmu sync.Mutex
 	var corrupt []readReq
-	for id, reqs := range byBucket {
-		wg.Go(func() {
-			bad := e.readBucket(ctx, id, reqs, keys, res)
-			dmu.Lock()
-			corrupt = append(corrupt, bad...)
-			dmu.Unlock()
-			e.release(id)
-		})
+	if len(byBucket) == 1 {
+		for id, reqs := range byBucket {
+			corrupt = e.readBucket(ctx, id, reqs, keys, res)
+			e.release(pinned[id])
+		}
+	} else {
+		// Buckets are read concurrently; each backend Read keeps its own
+		// queue depth.
+		var wg sync.WaitGroup
+		var dmu sync.Mutex
+		for id, reqs := range byBucket {
+			wg.Go(func() {
+				bad := e.readBucket(ctx, id, reqs, keys, res)
+				dmu.Lock()
+				corrupt = append(corrupt, bad...)
+				dmu.Unlock()
+				e.release(pinned[id])
+			})
+		}
+		wg.Wait()
 	}
-	wg.Wait()
 	if len(corrupt) > 0 {
 		e.dropCorrupt(ctx, corrupt, keys)
 	}
@@ -904,19 +921,12 @@ func (e *Engine) readBucket(ctx context.Context, id uint64, reqs []readReq, keys
 	return corrupt
 }
 
-// release ends a Load's read of bucket id and deletes the file if it died
-// while being read.
-func (e *Engine) release(id uint64) {
-	e.mu.Lock()
-	b := e.buckets[id]
-	b.readers--
-	var del *bucketState
-	if b.dead && b.readers == 0 && !b.deleted {
-		b.deleted = true
-		del = b
+// release ends a Load's read of bucket b, without the engine lock, and
+// deletes the file if the bucket died while being read.
+func (e *Engine) release(b *bucketState) {
+	if b.readers.Add(-1) == 0 && b.dead.Load() && b.deleted.CompareAndSwap(false, true) {
+		e.deleteFile(b)
 	}
-	e.mu.Unlock()
-	e.deleteFile(del)
 }
 
 // dropCorrupt removes index entries whose bytes failed their checksum, so the
@@ -958,7 +968,7 @@ func (e *Engine) dropCorrupt(ctx context.Context, bad []readReq, keys [][]byte) 
 // no entries left is removed. Called with e.mu held.
 func (e *Engine) decLive(id uint64) *bucketState {
 	b := e.buckets[id]
-	if b == nil || b.dead {
+	if b == nil || b.dead.Load() {
 		return nil
 	}
 	b.live--

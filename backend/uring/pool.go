@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 
 	iuring "github.com/tierstore/tierstore/internal/uring"
 )
@@ -27,6 +28,7 @@ var registerFixed = true
 // the pool), which holds LockOSThread while it uses the ring. It is returned
 // only with nothing in flight.
 type worker struct {
+	pool    *pool
 	ring    *iuring.Ring
 	mem     *iuring.Buffer // nil until the first write
 	fixed   bool           // mem registered as fixed buffer 0
@@ -55,12 +57,31 @@ func (w *worker) ensureSlots() error {
 		return err
 	}
 	w.mem = mem
+	w.pool.slotHolders.Add(1)
 	w.fixed = registerFixed && w.fixedOK && w.ring.RegisterBuffers([]*iuring.Buffer{mem}) == nil
 	w.free = make([]int, 0, w.slots)
 	for i := w.slots - 1; i >= 0; i-- {
 		w.free = append(w.free, i)
 	}
 	return nil
+}
+
+// releaseSlots unregisters and unmaps the staging slots (with nothing in
+// flight), so that an idle read ring holds no staging memory.
+func (w *worker) releaseSlots() {
+	if w.mem == nil {
+		return
+	}
+	if w.fixed {
+		if err := w.ring.UnregisterBuffers(); err != nil {
+			return // keep them: the kernel still references the memory
+		}
+	}
+	if err := w.mem.Free(); err != nil {
+		return
+	}
+	w.mem, w.fixed, w.free = nil, false, nil
+	w.pool.slotHolders.Add(-1)
 }
 
 func (w *worker) slot(i int) []byte { return w.mem.Bytes()[i*w.chunk : (i+1)*w.chunk] }
@@ -80,19 +101,26 @@ func (w *worker) close() error {
 		if ferr := w.mem.Free(); ferr != nil && err == nil {
 			err = ferr
 		}
+		w.pool.slotHolders.Add(-1)
 	}
 	return err
 }
 
 // pool hands out workers. At most cap(sem) exist at once (calls beyond that
-// wait for one); at most cap(idle) are kept when unused, the others are
-// closed when returned.
+// wait for one), and every one of them is kept when unused, so that many
+// concurrent Loads reuse rings instead of setting up and tearing down one per
+// call. Staging slots (WriteDepth*ChunkSize each) are the costly part: at most
+// maxSlotHolders workers keep them when returned; the others give them back.
 type pool struct {
-	idle  chan *worker  // workers nobody owns
-	sem   chan struct{} // one token per existing worker
-	depth int           // ring SQ entries
-	slots int           // staging slots per worker (the write depth)
-	chunk int
+	idle chan *worker  // workers nobody owns
+	sem  chan struct{} // one token per existing worker
+	// slotHolders counts workers holding staging slots (atomic: workers
+	// are owned by different goroutines).
+	slotHolders    atomic.Int32
+	maxSlotHolders int
+	depth          int // ring SQ entries
+	slots          int // staging slots per worker (the write depth)
+	chunk          int
 	// fixedOK: the kernel supports WRITE_FIXED (probed at Open, before
 	// the pool is shared; read-only afterwards).
 	fixedOK bool
@@ -100,11 +128,12 @@ type pool struct {
 
 func newPool(maxRings, maxIdle, depth, slots, chunk int) *pool {
 	return &pool{
-		idle:  make(chan *worker, min(maxIdle, maxRings)),
-		sem:   make(chan struct{}, maxRings),
-		depth: depth,
-		slots: slots,
-		chunk: chunk,
+		idle:           make(chan *worker, maxRings),
+		sem:            make(chan struct{}, maxRings),
+		maxSlotHolders: maxIdle,
+		depth:          depth,
+		slots:          slots,
+		chunk:          chunk,
 	}
 }
 
@@ -114,7 +143,7 @@ func (p *pool) create() (*worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &worker{ring: r, chunk: p.chunk, slots: p.slots, fixedOK: p.fixedOK}, nil
+	return &worker{pool: p, ring: r, chunk: p.chunk, slots: p.slots, fixedOK: p.fixedOK}, nil
 }
 
 // get takes an idle worker or creates one; only when MaxRings exist does it
@@ -146,6 +175,9 @@ func (p *pool) get(ctx context.Context) (*worker, error) {
 func (p *pool) put(w *worker, broken bool) {
 	runtime.UnlockOSThread()
 	if !broken && w.idle() {
+		if w.mem != nil && int(p.slotHolders.Load()) > p.maxSlotHolders {
+			w.releaseSlots()
+		}
 		select {
 		case p.idle <- w:
 			return
