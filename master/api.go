@@ -210,6 +210,29 @@ type Stats struct {
 	OffloadPersisted int64
 	OffloadFailed    int64
 	ExpiredNodes     int64
+	// PerNode has one row per node incarnation, sorted by node id: the live
+	// ones, then (Alive false) retired incarnations that replicas still
+	// point at (kept unreadable for their objects' leases).
+	PerNode []NodeStats
+}
+
+// NodeStats is one node's row in Stats. Replica counts include replicas
+// not yet complete (a put in progress) and, for a retired incarnation, the
+// unreadable ones kept for a lease.
+type NodeStats struct {
+	Node            string
+	Endpoint        string
+	Incarnation     string
+	Alive           bool
+	Segments        int64 // mounted DRAM segments
+	SegmentSize     int64 // their bytes
+	SegmentUsed     int64 // bytes allocated in them
+	MemoryReplicas  int64 // objects with a Memory replica on this node
+	MemoryBytes     int64 // their bytes
+	DiskReplicas    int64 // objects with a LocalDisk replica on this node
+	DiskBytes       int64 // their bytes
+	OffloadQueued   int64 // tasks waiting to be fetched by this node
+	OffloadInFlight int64 // tasks this node fetched, not yet answered
 }
 
 // API is the master's interface, implemented in-process by *Service and over

@@ -13,7 +13,8 @@ import (
 // Checked: the counters match the metadata; every live segment's allocator
 // accounts for exactly the DRAM ranges of the objects in it and no two
 // ranges overlap; the PROCESSING count matches; at most one LOCAL_DISK
-// replica per node and key; every offload pin is in its live node's mailbox
+// replica per node and key; each live node's replica counters (Stats.PerNode)
+// match its replicas; every offload pin is in its live node's mailbox
 // and every mailbox entry pins its object.
 func (s *Service) Check() error {
 	for i := range s.shards {
@@ -37,12 +38,22 @@ func (s *Service) Check() error {
 	var objects, memR, diskR, memB, diskB, processing int64
 	ranges := map[*segment][]rng{}
 	pinned := map[*node]map[string]bool{}
+	type perNode struct{ memR, memB, diskR, diskB int64 }
+	byNode := map[*node]*perNode{}
+	at := func(n *node) *perNode {
+		if byNode[n] == nil {
+			byNode[n] = &perNode{}
+		}
+		return byNode[n]
+	}
 	for i := range s.shards {
 		for k, o := range s.shards[i].objs {
 			objects++
 			if o.mem.seg != nil {
 				memR++
 				memB += o.size
+				at(o.mem.seg.node).memR++
+				at(o.mem.seg.node).memB += o.size
 				if !o.mem.complete {
 					processing++
 				}
@@ -61,6 +72,8 @@ func (s *Service) Check() error {
 				seen[d.node.id] = true
 				diskR++
 				diskB += o.size
+				at(d.node).diskR++
+				at(d.node).diskB += o.size
 			}
 			if o.offload != nil && !o.offload.dead.Load() {
 				if pinned[o.offload] == nil {
@@ -86,6 +99,13 @@ func (s *Service) Check() error {
 		}
 	}
 	for _, n := range s.nodes {
+		want := at(n)
+		if n.memReplicas.Load() != want.memR || n.memBytes.Load() != want.memB ||
+			n.diskReplicas.Load() != want.diskR || n.diskBytes.Load() != want.diskB {
+			return bad("node %q counters: memory %d/%dB disk %d/%dB, metadata has %d/%dB and %d/%dB", n.id,
+				n.memReplicas.Load(), n.memBytes.Load(), n.diskReplicas.Load(), n.diskBytes.Load(),
+				want.memR, want.memB, want.diskR, want.diskB)
+		}
 		for _, orph := range n.box.orphanList() {
 			if orph.seg.node != n {
 				return bad("orphan %q of node %q holds a range of node %q", orph.key, n.id, orph.seg.node.id)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sort"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -108,18 +109,51 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 		OffloadFailed:    s.cnt.offloadFailed.Load(),
 		ExpiredNodes:     s.cnt.expiredNodes.Load(),
 	}
-	s.nodesMu.RLock()
+	s.nodesMu.Lock()
 	st.Nodes = int64(len(s.nodes))
+	st.PerNode = make([]NodeStats, 0, len(s.nodes))
 	for _, n := range s.nodes {
+		row := n.stats(true)
 		for _, g := range n.segments {
-			st.Segments++
-			st.SegmentCapacity += g.size
-			st.SegmentUsed += g.used()
+			row.Segments++
+			row.SegmentSize += g.size
+			row.SegmentUsed += g.used()
 		}
-		q, i := n.box.counts()
-		st.OffloadQueued += int64(q)
-		st.OffloadInFlight += int64(i)
+		st.Segments += row.Segments
+		st.SegmentCapacity += row.SegmentSize
+		st.SegmentUsed += row.SegmentUsed
+		st.OffloadQueued += row.OffloadQueued
+		st.OffloadInFlight += row.OffloadInFlight
+		st.PerNode = append(st.PerNode, row)
 	}
-	s.nodesMu.RUnlock()
+	kept := s.retired[:0]
+	var dead []NodeStats
+	for _, n := range s.retired {
+		if row := n.stats(false); row.MemoryReplicas+row.DiskReplicas > 0 {
+			kept = append(kept, n)
+			dead = append(dead, row)
+		}
+	}
+	clear(s.retired[len(kept):])
+	s.retired = kept
+	s.nodesMu.Unlock()
+	byID := func(a []NodeStats) {
+		sort.Slice(a, func(i, j int) bool { return a[i].Node < a[j].Node })
+	}
+	byID(st.PerNode)
+	byID(dead)
+	st.PerNode = append(st.PerNode, dead...)
 	return st, nil
+}
+
+// stats returns n's row of Stats without its segment figures.
+func (n *node) stats(alive bool) NodeStats {
+	r := NodeStats{Node: n.id, Endpoint: n.endpoint, Incarnation: n.incarnation, Alive: alive,
+		MemoryReplicas: n.memReplicas.Load(), MemoryBytes: n.memBytes.Load(),
+		DiskReplicas: n.diskReplicas.Load(), DiskBytes: n.diskBytes.Load()}
+	if alive {
+		q, i := n.box.counts()
+		r.OffloadQueued, r.OffloadInFlight = int64(q), int64(i)
+	}
+	return r
 }

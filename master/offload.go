@@ -290,8 +290,7 @@ func (s *Service) registerDisk(n *node, d DiskObject, create bool) error {
 	if o == nil {
 		sh.objs[d.Key] = &object{size: d.Size, crc: d.CRC, disk: []diskReplica{{node: n}}}
 		s.cnt.objects.Add(1)
-		s.cnt.diskReplicas.Add(1)
-		s.cnt.diskBytes.Add(d.Size)
+		s.countDisk(n, 1, d.Size)
 		return nil
 	}
 	if o.offload == n {
@@ -305,11 +304,14 @@ func (s *Service) registerDisk(n *node, d DiskObject, create bool) error {
 			n.id, d.Size, d.CRC, o.size, o.crc)
 	}
 	if i := o.diskIndex(n.id); i >= 0 {
-		o.disk[i] = diskReplica{node: n} // refresh (the node may be a new incarnation)
+		if old := o.disk[i].node; old != n { // refresh: a new incarnation
+			s.countDisk(old, -1, -o.size)
+			s.countDisk(n, 1, o.size)
+		}
+		o.disk[i] = diskReplica{node: n}
 	} else {
 		o.disk = append(o.disk, diskReplica{node: n})
-		s.cnt.diskReplicas.Add(1)
-		s.cnt.diskBytes.Add(o.size)
+		s.countDisk(n, 1, o.size)
 	}
 	o.gone = false
 	return nil
@@ -323,9 +325,8 @@ func (s *Service) dropDisk(sh *shard, key string, o *object, id string, now int6
 	if i < 0 {
 		return false
 	}
+	s.countDisk(o.disk[i].node, -1, -o.size)
 	o.disk = append(o.disk[:i], o.disk[i+1:]...)
-	s.cnt.diskReplicas.Add(-1)
-	s.cnt.diskBytes.Add(-o.size)
 	if o.empty() {
 		if o.leased(now) {
 			o.gone = true

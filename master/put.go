@@ -56,9 +56,7 @@ func (s *Service) putStart(req PutStartRequest) (Replica, error) {
 	} else {
 		// Only unreadable leftovers (replicas of dead nodes): start over.
 		s.dropMem(o)
-		s.cnt.diskReplicas.Add(-int64(len(o.disk)))
-		s.cnt.diskBytes.Add(-o.size * int64(len(o.disk)))
-		o.disk = nil
+		s.dropAllDisk(o)
 		o.gone = false
 	}
 	o.size, o.crc = req.Size, req.CRC
@@ -66,8 +64,7 @@ func (s *Service) putStart(req PutStartRequest) (Replica, error) {
 	o.putStart = now
 	o.softPin, o.hardPin = req.SoftPin, req.HardPin
 	s.processing.Add(1)
-	s.cnt.memReplicas.Add(1)
-	s.cnt.memBytes.Add(req.Size)
+	s.countMem(seg.node, 1, req.Size)
 	return s.memDescriptor(o), nil
 }
 

@@ -350,7 +350,14 @@ func (r *Remote) Stats(ctx context.Context) (Stats, error) {
 	if err != nil {
 		return Stats{}, fs(err)
 	}
-	return Stats{Objects: p.GetObjects(), MemoryReplicas: p.GetMemoryReplicas(), DiskReplicas: p.GetDiskReplicas(),
+	var rows []NodeStats
+	for _, n := range p.GetPerNode() {
+		rows = append(rows, NodeStats{Node: n.GetNode(), Endpoint: n.GetEndpoint(), Incarnation: n.GetIncarnation(), Alive: n.GetAlive(),
+			Segments: n.GetSegments(), SegmentSize: n.GetSegmentSize(), SegmentUsed: n.GetSegmentUsed(),
+			MemoryReplicas: n.GetMemoryReplicas(), MemoryBytes: n.GetMemoryBytes(), DiskReplicas: n.GetDiskReplicas(), DiskBytes: n.GetDiskBytes(),
+			OffloadQueued: n.GetOffloadQueued(), OffloadInFlight: n.GetOffloadInFlight()})
+	}
+	return Stats{PerNode: rows, Objects: p.GetObjects(), MemoryReplicas: p.GetMemoryReplicas(), DiskReplicas: p.GetDiskReplicas(),
 		MemoryBytes: p.GetMemoryBytes(), DiskBytes: p.GetDiskBytes(), Segments: p.GetSegments(),
 		SegmentCapacity: p.GetSegmentCapacity(), SegmentUsed: p.GetSegmentUsed(), Nodes: p.GetNodes(),
 		OffloadQueued: p.GetOffloadQueued(), OffloadInFlight: p.GetOffloadInFlight(), Evictions: p.GetEvictions(),

@@ -324,7 +324,14 @@ func (s *Server) Stats(ctx context.Context, _ *pb.StatsRequest) (*pb.StatsRespon
 	if err != nil {
 		return nil, st(err)
 	}
-	return &pb.StatsResponse{Objects: x.Objects, MemoryReplicas: x.MemoryReplicas, DiskReplicas: x.DiskReplicas,
+	rows := make([]*pb.NodeStats, len(x.PerNode))
+	for i, n := range x.PerNode {
+		rows[i] = &pb.NodeStats{Node: n.Node, Endpoint: n.Endpoint, Incarnation: n.Incarnation, Alive: n.Alive,
+			Segments: n.Segments, SegmentSize: n.SegmentSize, SegmentUsed: n.SegmentUsed,
+			MemoryReplicas: n.MemoryReplicas, MemoryBytes: n.MemoryBytes, DiskReplicas: n.DiskReplicas, DiskBytes: n.DiskBytes,
+			OffloadQueued: n.OffloadQueued, OffloadInFlight: n.OffloadInFlight}
+	}
+	return &pb.StatsResponse{PerNode: rows, Objects: x.Objects, MemoryReplicas: x.MemoryReplicas, DiskReplicas: x.DiskReplicas,
 		MemoryBytes: x.MemoryBytes, DiskBytes: x.DiskBytes, Segments: x.Segments, SegmentCapacity: x.SegmentCapacity,
 		SegmentUsed: x.SegmentUsed, Nodes: x.Nodes, OffloadQueued: x.OffloadQueued, OffloadInFlight: x.OffloadInFlight,
 		Evictions: x.Evictions, OffloadQueuedTotal: x.OffloadQueuedTot, OffloadPersistedTotal: x.OffloadPersisted,

@@ -28,8 +28,12 @@ type Service struct {
 	shards []shard
 	mask   uint64
 
-	nodesMu sync.RWMutex // protects nodes and every node.segments map
+	nodesMu sync.RWMutex // protects nodes, retired and every node.segments map
 	nodes   map[string]*node
+	// retired holds expired or replaced incarnations while replicas still
+	// point at them (kept for the lease); Stats lists them as not alive and
+	// forgets them once they hold nothing.
+	retired []*node
 
 	evictMu  sync.Mutex    // serialises eviction rounds
 	evictGen atomic.Uint64 // incremented after every eviction round
@@ -308,6 +312,7 @@ func (s *Service) Ping(ctx context.Context, nodeID string) (PingReply, error) {
 // after releasing nodesMu. Caller holds nodesMu.
 func (s *Service) retireLocked(n *node) {
 	delete(s.nodes, n.id)
+	s.retired = append(s.retired, n)
 	n.dead.Store(true)
 	for _, g := range n.segments {
 		g.dead.Store(true)
@@ -415,8 +420,7 @@ func (s *Service) clearDead(o *object, now int64) bool {
 		kept := o.disk[:0]
 		for _, d := range o.disk {
 			if d.node.dead.Load() {
-				s.cnt.diskReplicas.Add(-1)
-				s.cnt.diskBytes.Add(-o.size)
+				s.countDisk(d.node, -1, -o.size)
 				continue
 			}
 			kept = append(kept, d)
@@ -454,10 +458,35 @@ func (s *Service) forgetMem(o *object, free bool) {
 	if free {
 		freeRange(m.seg, m.off, m.len)
 	}
+	s.countMem(m.seg.node, -1, -o.size)
 	o.mem = memReplica{}
 	o.reads = 0
-	s.cnt.memReplicas.Add(-1)
-	s.cnt.memBytes.Add(-o.size)
+}
+
+// countMem adds delta Memory replicas of bytes bytes in all to the global
+// counters and to node n's. Caller holds the object's shard lock.
+func (s *Service) countMem(n *node, delta, bytes int64) {
+	s.cnt.memReplicas.Add(delta)
+	s.cnt.memBytes.Add(bytes)
+	n.memReplicas.Add(delta)
+	n.memBytes.Add(bytes)
+}
+
+// countDisk is countMem for LocalDisk replicas.
+func (s *Service) countDisk(n *node, delta, bytes int64) {
+	s.cnt.diskReplicas.Add(delta)
+	s.cnt.diskBytes.Add(bytes)
+	n.diskReplicas.Add(delta)
+	n.diskBytes.Add(bytes)
+}
+
+// dropAllDisk forgets every LocalDisk replica of o. Caller holds the
+// shard lock.
+func (s *Service) dropAllDisk(o *object) {
+	for _, d := range o.disk {
+		s.countDisk(d.node, -1, -o.size)
+	}
+	o.disk = nil
 }
 
 // deleteObj removes o from its shard, dropping its replicas and its offload
@@ -465,9 +494,7 @@ func (s *Service) forgetMem(o *object, free bool) {
 // answers, see dropMemAndTask). Caller holds the shard lock.
 func (s *Service) deleteObj(sh *shard, key string, o *object) {
 	s.dropMemAndTask(key, o, codes.ObjectNotFound)
-	s.cnt.diskReplicas.Add(-int64(len(o.disk)))
-	s.cnt.diskBytes.Add(-o.size * int64(len(o.disk)))
-	o.disk = nil
+	s.dropAllDisk(o)
 	delete(sh.objs, key)
 	s.cnt.objects.Add(-1)
 }

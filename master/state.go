@@ -21,6 +21,10 @@ type node struct {
 	segments map[string]*segment
 
 	box mailbox
+
+	// Replicas that point at this incarnation, and their object bytes
+	// (changed with the global counters, under the object's shard lock).
+	memReplicas, memBytes, diskReplicas, diskBytes atomic.Int64
 }
 
 // segment is one mounted DRAM segment of a node.

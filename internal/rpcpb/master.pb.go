@@ -2415,8 +2415,11 @@ type StatsResponse struct {
 	OffloadPersistedTotal int64                  `protobuf:"varint,14,opt,name=offload_persisted_total,json=offloadPersistedTotal,proto3" json:"offload_persisted_total,omitempty"`
 	OffloadFailedTotal    int64                  `protobuf:"varint,15,opt,name=offload_failed_total,json=offloadFailedTotal,proto3" json:"offload_failed_total,omitempty"`
 	ExpiredNodesTotal     int64                  `protobuf:"varint,16,opt,name=expired_nodes_total,json=expiredNodesTotal,proto3" json:"expired_nodes_total,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// one row per node incarnation: live ones sorted by id, then retired
+	// incarnations that replicas still point at (alive = false)
+	PerNode       []*NodeStats `protobuf:"bytes,17,rep,name=per_node,json=perNode,proto3" json:"per_node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatsResponse) Reset() {
@@ -2561,6 +2564,153 @@ func (x *StatsResponse) GetExpiredNodesTotal() int64 {
 	return 0
 }
 
+func (x *StatsResponse) GetPerNode() []*NodeStats {
+	if x != nil {
+		return x.PerNode
+	}
+	return nil
+}
+
+type NodeStats struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Node            string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Endpoint        string                 `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	Incarnation     string                 `protobuf:"bytes,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Alive           bool                   `protobuf:"varint,4,opt,name=alive,proto3" json:"alive,omitempty"`
+	Segments        int64                  `protobuf:"varint,5,opt,name=segments,proto3" json:"segments,omitempty"`
+	SegmentSize     int64                  `protobuf:"varint,6,opt,name=segment_size,json=segmentSize,proto3" json:"segment_size,omitempty"`
+	SegmentUsed     int64                  `protobuf:"varint,7,opt,name=segment_used,json=segmentUsed,proto3" json:"segment_used,omitempty"`
+	MemoryReplicas  int64                  `protobuf:"varint,8,opt,name=memory_replicas,json=memoryReplicas,proto3" json:"memory_replicas,omitempty"`
+	MemoryBytes     int64                  `protobuf:"varint,9,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	DiskReplicas    int64                  `protobuf:"varint,10,opt,name=disk_replicas,json=diskReplicas,proto3" json:"disk_replicas,omitempty"`
+	DiskBytes       int64                  `protobuf:"varint,11,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
+	OffloadQueued   int64                  `protobuf:"varint,12,opt,name=offload_queued,json=offloadQueued,proto3" json:"offload_queued,omitempty"`
+	OffloadInFlight int64                  `protobuf:"varint,13,opt,name=offload_in_flight,json=offloadInFlight,proto3" json:"offload_in_flight,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *NodeStats) Reset() {
+	*x = NodeStats{}
+	mi := &file_master_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeStats) ProtoMessage() {}
+
+func (x *NodeStats) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeStats.ProtoReflect.Descriptor instead.
+func (*NodeStats) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *NodeStats) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *NodeStats) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+func (x *NodeStats) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
+}
+
+func (x *NodeStats) GetAlive() bool {
+	if x != nil {
+		return x.Alive
+	}
+	return false
+}
+
+func (x *NodeStats) GetSegments() int64 {
+	if x != nil {
+		return x.Segments
+	}
+	return 0
+}
+
+func (x *NodeStats) GetSegmentSize() int64 {
+	if x != nil {
+		return x.SegmentSize
+	}
+	return 0
+}
+
+func (x *NodeStats) GetSegmentUsed() int64 {
+	if x != nil {
+		return x.SegmentUsed
+	}
+	return 0
+}
+
+func (x *NodeStats) GetMemoryReplicas() int64 {
+	if x != nil {
+		return x.MemoryReplicas
+	}
+	return 0
+}
+
+func (x *NodeStats) GetMemoryBytes() int64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *NodeStats) GetDiskReplicas() int64 {
+	if x != nil {
+		return x.DiskReplicas
+	}
+	return 0
+}
+
+func (x *NodeStats) GetDiskBytes() int64 {
+	if x != nil {
+		return x.DiskBytes
+	}
+	return 0
+}
+
+func (x *NodeStats) GetOffloadQueued() int64 {
+	if x != nil {
+		return x.OffloadQueued
+	}
+	return 0
+}
+
+func (x *NodeStats) GetOffloadInFlight() int64 {
+	if x != nil {
+		return x.OffloadInFlight
+	}
+	return 0
+}
+
 var File_master_proto protoreflect.FileDescriptor
 
 const file_master_proto_rawDesc = "" +
@@ -2699,7 +2849,7 @@ const file_master_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x10\n" +
 	"\x03crc\x18\x02 \x01(\rR\x03crc\x120\n" +
 	"\areplica\x18\x03 \x01(\v2\x16.tierstore.rpc.ReplicaR\areplica\"\x0e\n" +
-	"\fStatsRequest\"\xf6\x04\n" +
+	"\fStatsRequest\"\xab\x05\n" +
 	"\rStatsResponse\x12\x18\n" +
 	"\aobjects\x18\x01 \x01(\x03R\aobjects\x12'\n" +
 	"\x0fmemory_replicas\x18\x02 \x01(\x03R\x0ememoryReplicas\x12#\n" +
@@ -2718,7 +2868,24 @@ const file_master_proto_rawDesc = "" +
 	"\x14offload_queued_total\x18\r \x01(\x03R\x12offloadQueuedTotal\x126\n" +
 	"\x17offload_persisted_total\x18\x0e \x01(\x03R\x15offloadPersistedTotal\x120\n" +
 	"\x14offload_failed_total\x18\x0f \x01(\x03R\x12offloadFailedTotal\x12.\n" +
-	"\x13expired_nodes_total\x18\x10 \x01(\x03R\x11expiredNodesTotal*G\n" +
+	"\x13expired_nodes_total\x18\x10 \x01(\x03R\x11expiredNodesTotal\x123\n" +
+	"\bper_node\x18\x11 \x03(\v2\x18.tierstore.rpc.NodeStatsR\aperNode\"\xb8\x03\n" +
+	"\tNodeStats\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1a\n" +
+	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\tR\vincarnation\x12\x14\n" +
+	"\x05alive\x18\x04 \x01(\bR\x05alive\x12\x1a\n" +
+	"\bsegments\x18\x05 \x01(\x03R\bsegments\x12!\n" +
+	"\fsegment_size\x18\x06 \x01(\x03R\vsegmentSize\x12!\n" +
+	"\fsegment_used\x18\a \x01(\x03R\vsegmentUsed\x12'\n" +
+	"\x0fmemory_replicas\x18\b \x01(\x03R\x0ememoryReplicas\x12!\n" +
+	"\fmemory_bytes\x18\t \x01(\x03R\vmemoryBytes\x12#\n" +
+	"\rdisk_replicas\x18\n" +
+	" \x01(\x03R\fdiskReplicas\x12\x1d\n" +
+	"\n" +
+	"disk_bytes\x18\v \x01(\x03R\tdiskBytes\x12%\n" +
+	"\x0eoffload_queued\x18\f \x01(\x03R\roffloadQueued\x12*\n" +
+	"\x11offload_in_flight\x18\r \x01(\x03R\x0foffloadInFlight*G\n" +
 	"\vReplicaKind\x12\x1c\n" +
 	"\x18REPLICA_KIND_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +
@@ -2773,7 +2940,7 @@ func file_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_master_proto_goTypes = []any{
 	(ReplicaKind)(0),                     // 0: tierstore.rpc.ReplicaKind
 	(ReplicaStatus)(0),                   // 1: tierstore.rpc.ReplicaStatus
@@ -2821,6 +2988,7 @@ var file_master_proto_goTypes = []any{
 	(*ReportBadReplicaRequest)(nil),      // 43: tierstore.rpc.ReportBadReplicaRequest
 	(*StatsRequest)(nil),                 // 44: tierstore.rpc.StatsRequest
 	(*StatsResponse)(nil),                // 45: tierstore.rpc.StatsResponse
+	(*NodeStats)(nil),                    // 46: tierstore.rpc.NodeStats
 }
 var file_master_proto_depIdxs = []int32{
 	0,  // 0: tierstore.rpc.Replica.kind:type_name -> tierstore.rpc.ReplicaKind
@@ -2841,57 +3009,58 @@ var file_master_proto_depIdxs = []int32{
 	37, // 15: tierstore.rpc.NotifyOffloadSuccessRequest.failed:type_name -> tierstore.rpc.OffloadFailure
 	36, // 16: tierstore.rpc.RegisterDiskObjectsRequest.objects:type_name -> tierstore.rpc.DiskObject
 	3,  // 17: tierstore.rpc.ReportBadReplicaRequest.replica:type_name -> tierstore.rpc.Replica
-	5,  // 18: tierstore.rpc.Master.MountSegment:input_type -> tierstore.rpc.MountSegmentRequest
-	7,  // 19: tierstore.rpc.Master.UnmountSegment:input_type -> tierstore.rpc.UnmountSegmentRequest
-	9,  // 20: tierstore.rpc.Master.Ping:input_type -> tierstore.rpc.PingRequest
-	11, // 21: tierstore.rpc.Master.PutStart:input_type -> tierstore.rpc.PutStartRequest
-	16, // 22: tierstore.rpc.Master.PutEnd:input_type -> tierstore.rpc.KeyRequest
-	16, // 23: tierstore.rpc.Master.PutRevoke:input_type -> tierstore.rpc.KeyRequest
-	13, // 24: tierstore.rpc.Master.BatchPutStart:input_type -> tierstore.rpc.BatchPutStartRequest
-	18, // 25: tierstore.rpc.Master.BatchPutEnd:input_type -> tierstore.rpc.KeysRequest
-	18, // 26: tierstore.rpc.Master.BatchPutRevoke:input_type -> tierstore.rpc.KeysRequest
-	21, // 27: tierstore.rpc.Master.ExistKey:input_type -> tierstore.rpc.LookupRequest
-	23, // 28: tierstore.rpc.Master.BatchExistKey:input_type -> tierstore.rpc.BatchLookupRequest
-	21, // 29: tierstore.rpc.Master.GetReplicaList:input_type -> tierstore.rpc.LookupRequest
-	23, // 30: tierstore.rpc.Master.BatchGetReplicaList:input_type -> tierstore.rpc.BatchLookupRequest
-	29, // 31: tierstore.rpc.Master.Remove:input_type -> tierstore.rpc.RemoveRequest
-	30, // 32: tierstore.rpc.Master.RemoveAll:input_type -> tierstore.rpc.RemoveAllRequest
-	32, // 33: tierstore.rpc.Master.EvictMemory:input_type -> tierstore.rpc.EvictMemoryRequest
-	33, // 34: tierstore.rpc.Master.OffloadHeartbeat:input_type -> tierstore.rpc.OffloadHeartbeatRequest
-	38, // 35: tierstore.rpc.Master.NotifyOffloadSuccess:input_type -> tierstore.rpc.NotifyOffloadSuccessRequest
-	39, // 36: tierstore.rpc.Master.ReRegisterDiskObjects:input_type -> tierstore.rpc.RegisterDiskObjectsRequest
-	40, // 37: tierstore.rpc.Master.EvictDiskReplica:input_type -> tierstore.rpc.EvictDiskReplicaRequest
-	41, // 38: tierstore.rpc.Master.ReconcileDiskObjects:input_type -> tierstore.rpc.ReconcileDiskObjectsRequest
-	43, // 39: tierstore.rpc.Master.ReportBadReplica:input_type -> tierstore.rpc.ReportBadReplicaRequest
-	44, // 40: tierstore.rpc.Master.Stats:input_type -> tierstore.rpc.StatsRequest
-	6,  // 41: tierstore.rpc.Master.MountSegment:output_type -> tierstore.rpc.MountSegmentResponse
-	8,  // 42: tierstore.rpc.Master.UnmountSegment:output_type -> tierstore.rpc.UnmountSegmentResponse
-	10, // 43: tierstore.rpc.Master.Ping:output_type -> tierstore.rpc.PingResponse
-	12, // 44: tierstore.rpc.Master.PutStart:output_type -> tierstore.rpc.PutStartResponse
-	17, // 45: tierstore.rpc.Master.PutEnd:output_type -> tierstore.rpc.Empty
-	17, // 46: tierstore.rpc.Master.PutRevoke:output_type -> tierstore.rpc.Empty
-	15, // 47: tierstore.rpc.Master.BatchPutStart:output_type -> tierstore.rpc.BatchPutStartResponse
-	20, // 48: tierstore.rpc.Master.BatchPutEnd:output_type -> tierstore.rpc.KeyResults
-	20, // 49: tierstore.rpc.Master.BatchPutRevoke:output_type -> tierstore.rpc.KeyResults
-	22, // 50: tierstore.rpc.Master.ExistKey:output_type -> tierstore.rpc.ExistKeyResponse
-	25, // 51: tierstore.rpc.Master.BatchExistKey:output_type -> tierstore.rpc.BatchExistKeyResponse
-	26, // 52: tierstore.rpc.Master.GetReplicaList:output_type -> tierstore.rpc.GetReplicaListResponse
-	28, // 53: tierstore.rpc.Master.BatchGetReplicaList:output_type -> tierstore.rpc.BatchGetReplicaListResponse
-	17, // 54: tierstore.rpc.Master.Remove:output_type -> tierstore.rpc.Empty
-	31, // 55: tierstore.rpc.Master.RemoveAll:output_type -> tierstore.rpc.CountResponse
-	31, // 56: tierstore.rpc.Master.EvictMemory:output_type -> tierstore.rpc.CountResponse
-	35, // 57: tierstore.rpc.Master.OffloadHeartbeat:output_type -> tierstore.rpc.OffloadHeartbeatResponse
-	20, // 58: tierstore.rpc.Master.NotifyOffloadSuccess:output_type -> tierstore.rpc.KeyResults
-	20, // 59: tierstore.rpc.Master.ReRegisterDiskObjects:output_type -> tierstore.rpc.KeyResults
-	31, // 60: tierstore.rpc.Master.EvictDiskReplica:output_type -> tierstore.rpc.CountResponse
-	42, // 61: tierstore.rpc.Master.ReconcileDiskObjects:output_type -> tierstore.rpc.ReconcileDiskObjectsResponse
-	17, // 62: tierstore.rpc.Master.ReportBadReplica:output_type -> tierstore.rpc.Empty
-	45, // 63: tierstore.rpc.Master.Stats:output_type -> tierstore.rpc.StatsResponse
-	41, // [41:64] is the sub-list for method output_type
-	18, // [18:41] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	46, // 18: tierstore.rpc.StatsResponse.per_node:type_name -> tierstore.rpc.NodeStats
+	5,  // 19: tierstore.rpc.Master.MountSegment:input_type -> tierstore.rpc.MountSegmentRequest
+	7,  // 20: tierstore.rpc.Master.UnmountSegment:input_type -> tierstore.rpc.UnmountSegmentRequest
+	9,  // 21: tierstore.rpc.Master.Ping:input_type -> tierstore.rpc.PingRequest
+	11, // 22: tierstore.rpc.Master.PutStart:input_type -> tierstore.rpc.PutStartRequest
+	16, // 23: tierstore.rpc.Master.PutEnd:input_type -> tierstore.rpc.KeyRequest
+	16, // 24: tierstore.rpc.Master.PutRevoke:input_type -> tierstore.rpc.KeyRequest
+	13, // 25: tierstore.rpc.Master.BatchPutStart:input_type -> tierstore.rpc.BatchPutStartRequest
+	18, // 26: tierstore.rpc.Master.BatchPutEnd:input_type -> tierstore.rpc.KeysRequest
+	18, // 27: tierstore.rpc.Master.BatchPutRevoke:input_type -> tierstore.rpc.KeysRequest
+	21, // 28: tierstore.rpc.Master.ExistKey:input_type -> tierstore.rpc.LookupRequest
+	23, // 29: tierstore.rpc.Master.BatchExistKey:input_type -> tierstore.rpc.BatchLookupRequest
+	21, // 30: tierstore.rpc.Master.GetReplicaList:input_type -> tierstore.rpc.LookupRequest
+	23, // 31: tierstore.rpc.Master.BatchGetReplicaList:input_type -> tierstore.rpc.BatchLookupRequest
+	29, // 32: tierstore.rpc.Master.Remove:input_type -> tierstore.rpc.RemoveRequest
+	30, // 33: tierstore.rpc.Master.RemoveAll:input_type -> tierstore.rpc.RemoveAllRequest
+	32, // 34: tierstore.rpc.Master.EvictMemory:input_type -> tierstore.rpc.EvictMemoryRequest
+	33, // 35: tierstore.rpc.Master.OffloadHeartbeat:input_type -> tierstore.rpc.OffloadHeartbeatRequest
+	38, // 36: tierstore.rpc.Master.NotifyOffloadSuccess:input_type -> tierstore.rpc.NotifyOffloadSuccessRequest
+	39, // 37: tierstore.rpc.Master.ReRegisterDiskObjects:input_type -> tierstore.rpc.RegisterDiskObjectsRequest
+	40, // 38: tierstore.rpc.Master.EvictDiskReplica:input_type -> tierstore.rpc.EvictDiskReplicaRequest
+	41, // 39: tierstore.rpc.Master.ReconcileDiskObjects:input_type -> tierstore.rpc.ReconcileDiskObjectsRequest
+	43, // 40: tierstore.rpc.Master.ReportBadReplica:input_type -> tierstore.rpc.ReportBadReplicaRequest
+	44, // 41: tierstore.rpc.Master.Stats:input_type -> tierstore.rpc.StatsRequest
+	6,  // 42: tierstore.rpc.Master.MountSegment:output_type -> tierstore.rpc.MountSegmentResponse
+	8,  // 43: tierstore.rpc.Master.UnmountSegment:output_type -> tierstore.rpc.UnmountSegmentResponse
+	10, // 44: tierstore.rpc.Master.Ping:output_type -> tierstore.rpc.PingResponse
+	12, // 45: tierstore.rpc.Master.PutStart:output_type -> tierstore.rpc.PutStartResponse
+	17, // 46: tierstore.rpc.Master.PutEnd:output_type -> tierstore.rpc.Empty
+	17, // 47: tierstore.rpc.Master.PutRevoke:output_type -> tierstore.rpc.Empty
+	15, // 48: tierstore.rpc.Master.BatchPutStart:output_type -> tierstore.rpc.BatchPutStartResponse
+	20, // 49: tierstore.rpc.Master.BatchPutEnd:output_type -> tierstore.rpc.KeyResults
+	20, // 50: tierstore.rpc.Master.BatchPutRevoke:output_type -> tierstore.rpc.KeyResults
+	22, // 51: tierstore.rpc.Master.ExistKey:output_type -> tierstore.rpc.ExistKeyResponse
+	25, // 52: tierstore.rpc.Master.BatchExistKey:output_type -> tierstore.rpc.BatchExistKeyResponse
+	26, // 53: tierstore.rpc.Master.GetReplicaList:output_type -> tierstore.rpc.GetReplicaListResponse
+	28, // 54: tierstore.rpc.Master.BatchGetReplicaList:output_type -> tierstore.rpc.BatchGetReplicaListResponse
+	17, // 55: tierstore.rpc.Master.Remove:output_type -> tierstore.rpc.Empty
+	31, // 56: tierstore.rpc.Master.RemoveAll:output_type -> tierstore.rpc.CountResponse
+	31, // 57: tierstore.rpc.Master.EvictMemory:output_type -> tierstore.rpc.CountResponse
+	35, // 58: tierstore.rpc.Master.OffloadHeartbeat:output_type -> tierstore.rpc.OffloadHeartbeatResponse
+	20, // 59: tierstore.rpc.Master.NotifyOffloadSuccess:output_type -> tierstore.rpc.KeyResults
+	20, // 60: tierstore.rpc.Master.ReRegisterDiskObjects:output_type -> tierstore.rpc.KeyResults
+	31, // 61: tierstore.rpc.Master.EvictDiskReplica:output_type -> tierstore.rpc.CountResponse
+	42, // 62: tierstore.rpc.Master.ReconcileDiskObjects:output_type -> tierstore.rpc.ReconcileDiskObjectsResponse
+	17, // 63: tierstore.rpc.Master.ReportBadReplica:output_type -> tierstore.rpc.Empty
+	45, // 64: tierstore.rpc.Master.Stats:output_type -> tierstore.rpc.StatsResponse
+	42, // [42:65] is the sub-list for method output_type
+	19, // [19:42] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
@@ -2905,7 +3074,7 @@ func file_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   43,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
