@@ -153,3 +153,69 @@ func TestGetReportsMissingSSDReplica(t *testing.T) {
 		t.Fatalf("an unreachable node's replica must stay listed: %+v %v", info, err)
 	}
 }
+
+// crashMaster never forwards UnmountSegment: a node closed through it
+// vanishes as a crashed process would, its segment still mounted.
+type crashMaster struct{ master.API }
+
+func (crashMaster) UnmountSegment(context.Context, string, string) error { return nil }
+
+// TestRestartOnSameSSDDirRetiresOldIncarnation: a node restarted on the same
+// --ssd_dir, before the master expired it, comes back under the same id;
+// the previous process's DRAM replicas are retired at once (not offered
+// again), its SSD objects are re-registered and readable through the new
+// process. Without an SSD directory every start gets a new id.
+func TestRestartOnSameSSDDirRetiresOldIncarnation(t *testing.T) {
+	m := newMaster(t, testMasterConfig())
+	ctx := context.Background()
+	cfg := testNodeConfig("")
+	cfg.EnableOffload, cfg.SSDDir, cfg.Backend = true, t.TempDir(), "pwrite"
+	n1, err := StartNode(ctx, cfg, crashMaster{m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1 := newTestClient(t, Config{Master: m, LocalNode: n1})
+	val := rnd(6000)
+	if err := c1.Put(ctx, "ssd", val); err != nil {
+		t.Fatal(err)
+	}
+	if n1.OffloadNow() != 1 {
+		t.Fatal("offload round")
+	}
+	if err := c1.Put(ctx, "dram", rnd(3000)); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := m.GetReplicaList(ctx, "dram"); err != nil || len(info.Replicas) != 1 {
+		t.Fatalf("dram object before the restart: %+v %v", info, err)
+	}
+	m.Tick()   // nothing expires: the node pinged moments ago
+	n1.Close() // "crash": the master still lists the segment
+	c1.Close()
+
+	n2, err := StartNode(ctx, cfg, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n2.Close() })
+	if n2.Name() != n1.Name() {
+		t.Fatalf("restart on the same --ssd_dir: id %q, was %q", n2.Name(), n1.Name())
+	}
+	if info, err := m.GetReplicaList(ctx, "dram"); err == nil {
+		t.Fatalf("the dead process's DRAM replica is still offered: %+v", info)
+	}
+	c2 := newTestClient(t, Config{Master: m, LocalNode: n2})
+	got, err := c2.Get(ctx, "ssd")
+	if err != nil || string(got) != string(val) {
+		t.Fatalf("SSD object after the restart: %v", err)
+	}
+	if rs := c2.ReadStats(); rs.LocalSSD != 1 {
+		t.Fatalf("read stats %+v, want one local SSD read", rs)
+	}
+
+	// No SSD directory: a fresh id every start.
+	a := startTestNode(t, m, "", nil)
+	b := startTestNode(t, m, "", nil)
+	if a.Name() == b.Name() {
+		t.Fatalf("two starts without --ssd_dir share the id %q", a.Name())
+	}
+}

@@ -18,4 +18,6 @@ var (
 	// ErrNoReplica: no replica of the object could be read (every replica
 	// failed); wraps the last failure.
 	ErrNoReplica = errors.New("client: no readable replica")
+	// ErrBadNodeID: the NODE_ID file in --ssd_dir holds no valid id.
+	ErrBadNodeID = errors.New("client: invalid node id file")
 )

@@ -62,15 +62,18 @@ type nodeMetrics struct {
 // Node is a store node: a DRAM segment mounted at the master, a peer data
 // service, and optionally an SSD tier fed by the offload heartbeat.
 type Node struct {
-	cfg      NodeConfig
-	log      *slog.Logger
-	m        master.API
-	name     string
-	segName  string
-	endpoint string
-	seg      *Segment
-	tier     SSDTier // nil without offload
-	backend  string
+	cfg  NodeConfig
+	log  *slog.Logger
+	m    master.API
+	name string
+	// incarnation is random per process, sent in every MountRequest: the
+	// master retires a previous process's replicas under the same name.
+	incarnation string
+	segName     string
+	endpoint    string
+	seg         *Segment
+	tier        SSDTier // nil without offload
+	backend     string
 
 	lis net.Listener
 	srv *grpc.Server
@@ -114,8 +117,12 @@ type nodeOptions struct {
 // NodeConfig.SSDDir. The node closes t.
 func WithTier(t SSDTier) NodeOption { return func(o *nodeOptions) { o.tier = t } }
 
-// WithName sets the node id (default: host-pid-random, new at every start,
-// so a restarted process never inherits a dead process's DRAM replicas).
+// WithName sets the node id. Default: with an SSD directory of its own, the
+// id kept in SSDDir/NODE_ID (created at the first start), so a node
+// restarted on the same directory is recognised by the master, which
+// retires the previous process's DRAM replicas at once (every start sends a
+// new random incarnation) while the SSD objects are re-registered; without
+// one, host-pid-random, new at every start.
 func WithName(name string) NodeOption { return func(o *nodeOptions) { o.name = name } }
 
 func randomID() string {
@@ -152,7 +159,15 @@ func StartNode(ctx context.Context, cfg NodeConfig, m master.API, opts ...NodeOp
 	if n.name == "" {
 		host, _ := os.Hostname()
 		n.name = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomID())
+		if cfg.EnableOffload && o.tier == nil && cfg.SSDDir != "" {
+			// The id belongs to the SSD contents: the same --ssd_dir
+			// comes back under the same id.
+			if n.name, err = stableNodeID(cfg.SSDDir, n.name); err != nil {
+				return nil, err
+			}
+		}
 	}
+	n.incarnation = randomID() + randomID()
 	n.segName = "seg-" + randomID()
 	n.log = n.log.With("node", n.name)
 
@@ -291,7 +306,7 @@ func (n *Node) dropDiskReplica(ctx context.Context, key []byte) {
 func (n *Node) mount(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	err := n.m.MountSegment(ctx, master.MountRequest{Node: n.name, Endpoint: n.endpoint, Segment: n.segName, Size: n.seg.Size()})
+	err := n.m.MountSegment(ctx, master.MountRequest{Node: n.name, Endpoint: n.endpoint, Segment: n.segName, Size: n.seg.Size(), Incarnation: n.incarnation})
 	if err != nil {
 		return fmt.Errorf("client: mount segment %s at the master: %w", n.segName, err)
 	}
