@@ -153,54 +153,79 @@ func TestTwoNodesCrossRead(t *testing.T) {
 // kill -9 of a node in the middle of offloading, restart on the same
 // --ssd_dir: everything the master reported on SSD before the kill is
 // readable afterwards, and nothing is ever read with wrong bytes.
+//
+// The kill must land mid-offload: some objects on SSD, some not. With one
+// object per bucket (--bucket_keys_limit=1) every object costs its own
+// bucket write, fsync and index commit. The 60 objects are put with one
+// BatchPut, the test polls the master back to back until the first one is
+// announced on SSD and kills the node at once: the other 59 bucket writes
+// and fsyncs cannot all have finished within one poll. The test does not
+// assume it: it asks the master again after the kill (the dead node can
+// announce nothing more) and fails if every object was on SSD, so a kill
+// after the offload finished cannot pass.
 func TestNodeKill9MidOffload(t *testing.T) {
 	m := startMaster(t, 0)
 	dir := t.TempDir()
-	// One object per bucket so that buckets commit one by one while the
-	// kill lands.
 	a := startNode(t, m.addr, dir, "--bucket_keys_limit=1", "--heartbeat_interval=20ms")
 	c := newClient(t, m.addr, a.node)
 	const n, size = 60, 128 << 10
-	vals, keys := putAll(t, c, "k", n, size)
 	ctx := context.Background()
 
-	// Wait until some, but not all, objects are on SSD, then kill -9.
-	var onDisk []string
-	eventually(t, 30*time.Second, "partial offload", func() error {
-		st, err := c.Stats(ctx)
-		if err != nil {
-			return err
-		}
-		if st.DiskReplicas == 0 {
-			return errors.New("nothing on SSD yet")
-		}
-		return nil
-	})
-	// Record what the master says is on SSD, then kill at once.
-	res, err := c.Master().BatchGetReplicaList(ctx, keys)
-	if err != nil {
-		t.Fatal(err)
+	// All objects in one BatchPut: their offload tasks are queued together
+	// at its BatchPutEnd.
+	keys := make([]string, n)
+	vals := map[string][]byte{}
+	values := make([][]byte, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k-%03d", i)
+		values[i] = randomValue(size)
+		vals[keys[i]] = values[i]
 	}
-	for i, r := range res {
-		if r.Err != nil {
-			continue
+	for i, err := range c.BatchPut(ctx, keys, values) {
+		if err != nil {
+			t.Fatalf("batch put %s: %v", keys[i], err)
 		}
-		for _, rep := range r.Info.Replicas {
-			if rep.Kind == master.LocalDisk {
-				onDisk = append(onDisk, keys[i])
-				break
+	}
+	onDiskKeys := func() []string {
+		res, err := c.Master().BatchGetReplicaList(ctx, keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for i, r := range res {
+			if r.Err != nil {
+				continue
+			}
+			for _, rep := range r.Info.Replicas {
+				if rep.Kind == master.LocalDisk {
+					out = append(out, keys[i])
+					break
+				}
 			}
 		}
+		return out
+	}
+	// Poll the master back to back (each poll is one RPC) until the first
+	// object is announced on SSD, then kill -9 at once.
+	var onDisk []string
+	for deadline := time.Now().Add(30 * time.Second); len(onDisk) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("no object reached SSD in 30s")
+		}
+		onDisk = onDiskKeys()
 	}
 	a.kill(syscall.SIGKILL)
-	t.Logf("killed the node with %d of %d objects reported on SSD", len(onDisk), n)
-	if len(onDisk) == 0 {
-		t.Fatal("no object reported on SSD before the kill")
+	atKill := onDiskKeys() // the dead node announces nothing more
+	t.Logf("killed the node with %d of %d objects reported on SSD (%d at the last poll before the kill)", len(atKill), n, len(onDisk))
+	if len(atKill) >= n {
+		t.Fatalf("all %d objects were on SSD at the kill: the kill did not land mid-offload", n)
 	}
 
 	a2 := startNode(t, m.addr, dir, "--bucket_keys_limit=1")
 	_ = a2
-	for _, k := range onDisk {
+	// Every object on SSD at the kill (a superset of what the master
+	// reported just before it) is readable after the restart.
+	for _, k := range atKill {
 		eventually(t, 20*time.Second, "read after restart of "+k, func() error {
 			got, err := c.Get(ctx, k)
 			if err != nil {
@@ -214,11 +239,17 @@ func TestNodeKill9MidOffload(t *testing.T) {
 	}
 	// No key is ever served with wrong bytes (the others may be lost: their
 	// only replica was the dead node's DRAM).
+	readable := 0
 	for _, k := range keys {
-		if got, err := c.Get(ctx, k); err == nil && !bytes.Equal(got, vals[k]) {
+		got, err := c.Get(ctx, k)
+		if err == nil && !bytes.Equal(got, vals[k]) {
 			t.Fatalf("%s read with wrong bytes", k)
 		}
+		if err == nil {
+			readable++
+		}
 	}
+	t.Logf("after the restart %d of %d objects are readable", readable, n)
 }
 
 // kill -9 of the master, restart on the same port: the node remounts and
