@@ -3,8 +3,10 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/master"
@@ -217,5 +219,108 @@ func TestRestartOnSameSSDDirRetiresOldIncarnation(t *testing.T) {
 	b := startTestNode(t, m, "", nil)
 	if a.Name() == b.Name() {
 		t.Fatalf("two starts without --ssd_dir share the id %q", a.Name())
+	}
+}
+
+// TestSSDEvictionHonoursLease: invariant 4 with the real tier engine. The
+// only copy of a leased object is on SSD (its DRAM replica dropped); SSD
+// eviction rounds forced by new offloads refuse that bucket while the lease
+// lasts (the master answers OBJECT_HAS_LEASE, the tier evicts other buckets
+// instead) and the object stays readable; once the lease is over the bucket
+// goes like any other and the object with it.
+func TestSSDEvictionHonoursLease(t *testing.T) {
+	ctx := context.Background()
+	const valSize = 8000
+	nodeCfg := func(capacity int64) NodeConfig {
+		cfg := testNodeConfig("")
+		cfg.EnableOffload, cfg.SSDDir, cfg.Backend = true, t.TempDir(), "pwrite"
+		cfg.BucketKeysLimit, cfg.BucketSizeLimit, cfg.BucketEviction = 1, 64<<10, "fifo"
+		cfg.SSDCapacity = capacity
+		return cfg
+	}
+	// The size of one single-object bucket file, measured.
+	var bucket int64
+	{
+		m := newMaster(t, testMasterConfig())
+		n, err := StartNode(ctx, nodeCfg(0), m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := newTestClient(t, Config{Master: m, LocalNode: n})
+		if err := c.Put(ctx, "probe", rnd(valSize)); err != nil {
+			t.Fatal(err)
+		}
+		n.OffloadNow()
+		bucket = n.Stats().Tier.BytesUsed
+		n.Close()
+		if bucket <= 0 {
+			t.Fatal("probe bucket has no size")
+		}
+	}
+	// Four buckets of capacity: the 4th commit crosses the 90% watermark
+	// and evicts one bucket (down to 80%).
+	clk := master.NewManualClock(time.Now())
+	mc := testMasterConfig()
+	mc.Clock = clk
+	m := newMaster(t, mc)
+	n, err := StartNode(ctx, nodeCfg(4*bucket), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	c := newTestClient(t, Config{Master: m, LocalNode: n})
+	val := rnd(valSize)
+	if err := c.Put(ctx, "leased", val); err != nil {
+		t.Fatal(err)
+	}
+	n.OffloadNow()
+	if d, err := c.EvictMemory(ctx, []string{"leased"}, false); d != 1 || err != nil {
+		t.Fatalf("dropping the DRAM replica: %d %v", d, err)
+	}
+	if ok, err := c.Exists(ctx, "leased"); !ok || err != nil { // the lease
+		t.Fatalf("exists: %v %v", ok, err)
+	}
+	onSSD := func() bool {
+		ok, err := n.tier.Exists([]byte("leased"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	i := 0
+	offloadOne := func() {
+		i++
+		if err := c.Put(ctx, fmt.Sprintf("filler%d", i), rnd(valSize)); err != nil {
+			t.Fatal(err)
+		}
+		if got := n.OffloadNow(); got != 1 {
+			t.Fatalf("round %d handled %d tasks", i, got)
+		}
+	}
+	for range 6 { // well past the first eviction, still inside the lease
+		offloadOne()
+	}
+	if ev := n.Stats().Tier.Evictions; ev < 2 {
+		t.Fatalf("only %d buckets evicted: the test did not force eviction", ev)
+	}
+	if !onSSD() {
+		t.Fatal("the only copy of a leased object was evicted from SSD")
+	}
+	if got, err := c.Get(ctx, "leased"); err != nil || string(got) != string(val) {
+		t.Fatalf("get inside the lease: %v", err)
+	}
+	// After the lease (Get renewed it) the bucket is evicted like any other.
+	clk.Advance(mc.DefaultKVLeaseTTL + time.Second)
+	for range 6 {
+		if !onSSD() {
+			break
+		}
+		offloadOne()
+	}
+	if onSSD() {
+		t.Fatal("the object's bucket survived eviction rounds after its lease")
+	}
+	if _, err := m.GetReplicaList(ctx, "leased"); !errors.Is(err, ErrObjectNotFound) {
+		t.Fatalf("lookup after the eviction: %v, want OBJECT_NOT_FOUND", err)
 	}
 }
