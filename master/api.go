@@ -298,7 +298,9 @@ type API interface {
 	// refreshes) a LocalDisk replica on node and its source is unpinned;
 	// each Failed key's task is dropped and its source unpinned, and a
 	// Retryable failure queues the task again (at most 3 attempts in all,
-	// timeouts included). It is idempotent. The result has one error per
+	// timeouts included); whatever the task's state, a Failed key also
+	// loses node's LocalDisk replica if it has one (the node says the key
+	// is not on its SSD). It is idempotent. The result has one error per
 	// Persisted item: nil (recorded), ErrChecksumConflict (size/CRC differ
 	// from the object's metadata) or ErrObjectNotFound (the key is unknown,
 	// or its object was removed while node offloaded it): the node must
@@ -310,8 +312,11 @@ type API interface {
 	// with another size/CRC is refused per item (ErrChecksumConflict).
 	ReRegisterDiskObjects(ctx context.Context, node string, objs []DiskObject) ([]error, error)
 	// EvictDiskReplica removes node's LocalDisk replicas of keys (the node
-	// is about to delete them); objects left with no replica are removed.
-	// Returns how many replicas were removed.
+	// is about to delete them, one call per SSD bucket); objects left with
+	// no replica are removed. All-or-nothing: if a key has an active read
+	// lease and node's replica is its only readable one, nothing is
+	// dropped and the error is ErrObjectHasLease (the node keeps the
+	// bucket). Returns how many replicas were removed.
 	EvictDiskReplica(ctx context.Context, node string, keys []string) (int64, error)
 	// ReconcileDiskObjects takes the full list of keys node holds on SSD,
 	// drops node's LocalDisk replicas of every other key, and answers the
@@ -322,7 +327,8 @@ type API interface {
 	// ignore Unwanted if it remounted meanwhile.
 	ReconcileDiskObjects(ctx context.Context, node string, keys []string) (ReconcileResult, error)
 	// ReportBadReplica tells the master that replica r of key failed its
-	// size or CRC32C check (crc is the CRC32C the reader expected, from its
+	// size or CRC32C check, or that r's node answered it does not hold the
+	// object on SSD (crc is the CRC32C the reader expected, from its
 	// lookup). The master drops that replica (a DRAM range pinned by a
 	// fetched offload task is freed only when the task ends); an object
 	// left with no replica keeps its metadata while leased (lookups answer

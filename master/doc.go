@@ -30,9 +30,15 @@
 //   - the stale-handle sweep (after a node expires or a segment is
 //     unmounted) removes unreadable replicas, and objects left without
 //     replicas, only once the lease has expired;
-//   - EvictDiskReplica, ReconcileDiskObjects and ReportBadReplica remove
-//     the replica at once but keep a leased object's metadata until the
-//     lease expires.
+//   - EvictDiskReplica (a node's SSD bucket eviction) is all-or-nothing: a
+//     call naming a leased key whose only readable replica is that node's
+//     LOCAL_DISK one is refused whole with OBJECT_HAS_LEASE and drops
+//     nothing (the node's tier keeps the bucket);
+//   - ReconcileDiskObjects, ReportBadReplica and an offload failure (the
+//     node says the key is not on its SSD: its LOCAL_DISK replica goes,
+//     whatever the task's state) remove the replica at once — the bytes
+//     are gone — but keep a leased object's metadata until the lease
+//     expires.
 //
 // A replica on a dead node or unmounted segment is unreadable at once. A
 // lookup of an object whose every replica is unreadable answers
@@ -82,14 +88,24 @@
 // client_ttl is expired by the background loop: its segments are unmounted,
 // its replicas become unreadable, its mailbox is dropped and the lease-aware
 // sweep runs. A returning node's Ping answers NEED_REMOUNT; it mounts again
-// and re-registers its SSD objects (ReRegisterDiskObjects).
+// and re-registers its SSD objects (ReRegisterDiskObjects). A mount with a
+// new Incarnation (or endpoint) under a known node id retires the previous
+// incarnation the same way at once.
+//
+// # Stats
+//
+// Stats has cluster totals and one row per node incarnation (PerNode):
+// segment size and use, replicas and bytes per tier, offload queue; retired
+// incarnations are listed (Alive false) while replicas still point at them.
 //
 // # Concurrency
 //
 // *Service and *Remote are safe for concurrent use. Lock order: shard.mu,
 // then segment.mu or mailbox.mu (never both mailbox.mu and segment.mu: an
-// orphan is taken out of its mailbox before its range is freed); Service.nodesMu is never held while taking
-// a shard lock, and evictMu (one eviction round at a time) is taken before
+// orphan is taken out of its mailbox before its range is freed);
+// Service.nodesMu is never held while taking a shard lock. Code that holds
+// several shard locks at once (EvictDiskReplica, Check) takes them in
+// ascending shard index order. evictMu (one eviction round at a time) is taken before
 // shard locks. Counters are atomics. Time comes from Config.Clock, so tests
 // drive leases and TTLs with a ManualClock and call Tick instead of sleeping.
 package master
