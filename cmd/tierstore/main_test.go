@@ -181,6 +181,13 @@ func TestObjectCommands(t *testing.T) {
 		!strings.Contains(o, "nodes              1") || !strings.Contains(o, "node "+n.Endpoint()) {
 		t.Fatalf("stats: %d\n%s", code, o)
 	}
+	// The per-node table: one row for the node, with both objects in DRAM
+	// and none on SSD.
+	o, _, _ := runCLI("", "stats", "--master", addr)
+	row := nodeRow(t, o, n.Name())
+	if row[1] != n.Endpoint() || row[2] != "alive" || row[8] != "2" || row[11] != "0" || row[7] != "MiB" || row[6] != "8.0" {
+		t.Fatalf("stats node row %q in:\n%s", row, o)
+	}
 	// No SSD replica: nothing to drop.
 	if o, e, code := runCLI("", "evict", "--master", addr, "--tier", "memory", "--all"); code != 0 || !strings.Contains(o, "dropped 0") {
 		t.Fatalf("evict: %d %q %q", code, o, e)
@@ -206,5 +213,55 @@ func TestDemoSmall(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// nodeRow returns the whitespace-separated fields of the per-node table row
+// of node in a stats output (a size is two fields: number and unit).
+func nodeRow(t *testing.T, out, node string) []string {
+	t.Helper()
+	header := false
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 0 && f[0] == "NODE" {
+			header = true
+		}
+		if header && len(f) > 0 && f[0] == node {
+			if len(f) != 17 {
+				t.Fatalf("row of %s has %d fields: %q", node, len(f), line)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no per-node row for %s in:\n%s", node, out)
+	return nil
+}
+
+// TestNodeTable: every row of master.Stats.PerNode is printed, columns in
+// header order, a retired incarnation marked.
+func TestNodeTable(t *testing.T) {
+	var b bytes.Buffer
+	printNodeTable(&b, []master.NodeStats{
+		{Node: "node-a", Endpoint: "127.0.0.1:7001", Alive: true, Segments: 1, SegmentSize: 64 << 20, SegmentUsed: 3 << 20,
+			MemoryReplicas: 3, MemoryBytes: 3 << 20, DiskReplicas: 5, DiskBytes: 5 << 20, OffloadQueued: 2, OffloadInFlight: 1},
+		{Node: "node-b", Endpoint: "127.0.0.1:7002", SegmentSize: 32 << 20, MemoryReplicas: 1, MemoryBytes: 100},
+	})
+	out := b.String()
+	if !strings.Contains(out, "NODE") || !strings.Contains(out, "SSD OBJECTS") {
+		t.Fatalf("no header:\n%s", out)
+	}
+	a := nodeRow(t, out, "node-a")
+	want := []string{"node-a", "127.0.0.1:7001", "alive", "3.0", "MiB", "/", "64.0", "MiB", "3", "3.0", "MiB", "5", "5.0", "MiB", "2", "/", "1"}
+	if strings.Join(a, " ") != strings.Join(want, " ") {
+		t.Fatalf("row a %q, want %q", a, want)
+	}
+	r := nodeRow(t, out, "node-b")
+	if r[2] != "retired" || r[8] != "1" || r[9] != "100" || r[10] != "B" || r[11] != "0" {
+		t.Fatalf("row b %q", r)
+	}
+	b.Reset()
+	printNodeTable(&b, nil)
+	if b.Len() != 0 {
+		t.Fatalf("empty table printed %q", b.String())
 	}
 }

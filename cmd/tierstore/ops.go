@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"text/tabwriter"
 	"time"
 
 	"github.com/tierstore/tierstore/client"
+	"github.com/tierstore/tierstore/master"
 )
 
 // listFlag is a repeatable string flag.
@@ -153,6 +155,7 @@ func runOp(cmd string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 		fmt.Fprintf(stdout, "offload            queued %d, in flight %d, persisted %d, failed %d\n", st.OffloadQueued, st.OffloadInFlight, st.OffloadPersisted, st.OffloadFailed)
 		fmt.Fprintf(stdout, "dram evictions     %d\n", st.Evictions)
 		fmt.Fprintf(stdout, "expired nodes      %d\n", st.ExpiredNodes)
+		printNodeTable(stdout, st.PerNode)
 		for _, addr := range nodes {
 			ns, err := client.PeerStats(ctx, addr)
 			if err != nil {
@@ -178,4 +181,28 @@ func keyArgs(cmd string) int {
 		return 1 << 30
 	}
 	return 1
+}
+
+// printNodeTable writes one row per node incarnation of the master's
+// Stats: its DRAM segment, and objects and bytes per tier. A retired
+// incarnation (still pointed at by replicas kept for a lease) is marked
+// "retired".
+func printNodeTable(w io.Writer, rows []master.NodeStats) {
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tENDPOINT\tSTATE\tSEGMENT USED/SIZE\tDRAM OBJECTS\tDRAM BYTES\tSSD OBJECTS\tSSD BYTES\tOFFLOAD QUEUED/IN FLIGHT")
+	for _, r := range rows {
+		state := "alive"
+		if !r.Alive {
+			state = "retired"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s / %s\t%d\t%s\t%d\t%s\t%d / %d\n",
+			r.Node, r.Endpoint, state, client.HumanSize(r.SegmentUsed), client.HumanSize(r.SegmentSize),
+			r.MemoryReplicas, client.HumanSize(r.MemoryBytes), r.DiskReplicas, client.HumanSize(r.DiskBytes),
+			r.OffloadQueued, r.OffloadInFlight)
+	}
+	_ = tw.Flush()
 }
