@@ -126,16 +126,11 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 		st.OffloadInFlight += row.OffloadInFlight
 		st.PerNode = append(st.PerNode, row)
 	}
-	kept := s.retired[:0]
-	var dead []NodeStats
+	s.pruneRetiredLocked()
+	dead := make([]NodeStats, 0, len(s.retired))
 	for _, n := range s.retired {
-		if row := n.stats(false); row.MemoryReplicas+row.DiskReplicas > 0 {
-			kept = append(kept, n)
-			dead = append(dead, row)
-		}
+		dead = append(dead, n.stats(false))
 	}
-	clear(s.retired[len(kept):])
-	s.retired = kept
 	s.nodesMu.Unlock()
 	byID := func(a []NodeStats) {
 		sort.Slice(a, func(i, j int) bool { return a[i].Node < a[j].Node })
@@ -144,6 +139,22 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 	byID(dead)
 	st.PerNode = append(st.PerNode, dead...)
 	return st, nil
+}
+
+// pruneRetiredLocked forgets the retired incarnations no replica points at
+// any more. Their counters only fall, except for a call that looked the
+// node up just before it was retired and records a replica just after (the
+// sweep clears such a replica; Stats may then miss its row, a display
+// matter only). Caller holds nodesMu for writing.
+func (s *Service) pruneRetiredLocked() {
+	kept := s.retired[:0]
+	for _, n := range s.retired {
+		if n.memReplicas.Load()+n.diskReplicas.Load() > 0 {
+			kept = append(kept, n)
+		}
+	}
+	clear(s.retired[len(kept):])
+	s.retired = kept
 }
 
 // stats returns n's row of Stats without its segment figures.

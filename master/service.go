@@ -312,6 +312,7 @@ func (s *Service) Ping(ctx context.Context, nodeID string) (PingReply, error) {
 // after releasing nodesMu. Caller holds nodesMu.
 func (s *Service) retireLocked(n *node) {
 	delete(s.nodes, n.id)
+	s.pruneRetiredLocked()
 	s.retired = append(s.retired, n)
 	n.dead.Store(true)
 	for _, g := range n.segments {
