@@ -229,6 +229,12 @@ func (s *Service) NotifyOffloadSuccess(ctx context.Context, req NotifyRequest) (
 		if o != nil && s.dropDisk(sh, f.Key, o, n.id, s.now()) {
 			s.log.Warn("LOCAL_DISK replica dropped: its node answered the key failed (not on its SSD)",
 				"node", n.id, "reason", f.Reason)
+			// The persisted answer had settled the task; the copy it
+			// announced is gone, so a retryable failure is an attempt
+			// of that task like any other.
+			if f.Retryable && o.offload == nil && sh.objs[f.Key] == o {
+				s.retryTask(f.Key, o, n.id, f.Reason)
+			}
 		}
 		sh.mu.Unlock()
 	}

@@ -474,6 +474,11 @@ func TestFailedAnswerDropsPhantomDiskReplica(t *testing.T) {
 	if st, _ := s.Stats(bg); st.DiskReplicas != 0 {
 		t.Fatalf("phantom LocalDisk replicas: %d", st.DiskReplicas)
 	}
+	// The failure was retryable: k (still in DRAM) is offered again; l has
+	// no DRAM replica left to copy.
+	if ts, _ := s.OffloadHeartbeat(bg, "a", 0); len(ts) != 1 || ts[0].Key != "k" {
+		t.Fatalf("tasks after the failure: %+v", ts)
+	}
 	_, err := s.GetReplicaList(bg, "l")
 	mustIs(t, err, codes.ErrReplicaGone)
 	clk.Advance(time.Hour)
