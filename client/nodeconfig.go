@@ -51,7 +51,8 @@ type NodeConfig struct {
 	// [--bucket_keys_limit, --bucket_size_limit].
 	BucketKeysLimit int
 	BucketSizeLimit int64
-	// BucketEviction is "lru" or "fifo" [--bucket_eviction].
+	// BucketEviction is "lru", "fifo" or "lru2" (scan resistant: a bucket
+	// read twice is protected) [--bucket_eviction].
 	BucketEviction string
 	// Compression is "none" or "lz4" [--compression].
 	Compression string
@@ -122,9 +123,9 @@ func (c *NodeConfig) validate(checkDir bool) error {
 		return badFlag("bucket_size_limit", "%s exceeds --ssd_capacity %s", FormatSize(c.BucketSizeLimit), FormatSize(c.SSDCapacity))
 	}
 	switch c.BucketEviction {
-	case "lru", "fifo":
+	case "lru", "fifo", "lru2":
 	default:
-		return badFlag("bucket_eviction", "%q is not one of lru, fifo", c.BucketEviction)
+		return badFlag("bucket_eviction", "%q is not one of lru, fifo, lru2", c.BucketEviction)
 	}
 	switch c.Compression {
 	case "none", "lz4":

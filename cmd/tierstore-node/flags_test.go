@@ -24,7 +24,7 @@ func TestParseFlagsDefaultsAndValues(t *testing.T) {
 	c := o.node
 	if c.Listen != "127.0.0.1:0" || c.Memory != 1<<30 || c.Backend != "uring" || c.BucketKeysLimit != 500 ||
 		c.BucketSizeLimit != 256<<20 || c.BucketEviction != "lru" || c.Compression != "none" ||
-		c.MetricsPort != 0 || c.HeartbeatInterval != time.Second || c.EnableOffload {
+		c.MetricsPort != 0 || c.HeartbeatInterval != time.Second || c.EnableOffload || !c.DirectIO {
 		t.Fatalf("defaults: %+v", c)
 	}
 	o, err = parseFlags([]string{
@@ -45,6 +45,10 @@ func TestParseFlagsDefaultsAndValues(t *testing.T) {
 	}
 	if o, err := parseFlags([]string{"--master=m:1", "--memory=1048576"}, io.Discard); err != nil || o.node.Memory != 1<<20 {
 		t.Fatalf("plain bytes: %v %d", err, o.node.Memory)
+	}
+	if o, err := parseFlags([]string{"--master=m:1", "--bucket_eviction=lru2", "--direct_io=false"}, io.Discard); err != nil ||
+		o.node.BucketEviction != "lru2" || o.node.DirectIO {
+		t.Fatalf("lru2, buffered: %v %+v", err, o.node)
 	}
 }
 
