@@ -30,6 +30,7 @@ func (n *Node) MetricsHandler() http.Handler {
 	counter("remounts_total", "Remounts after NEED_REMOUNT.", ld(&n.metrics.remounts))
 	counter("reconciles_total", "Reconciles of the SSD key list with the master.", ld(&n.metrics.reconciles))
 	counter("reconcile_removed_total", "SSD objects deleted because a reconcile called them unwanted.", ld(&n.metrics.reconcileRemoved))
+	counter("notify_retries_total", "Offload notifies sent again after a transport error.", ld(&n.metrics.notifyRetries))
 	gauge("segment_bytes", "Size of the DRAM segment.", func() float64 { return float64(n.seg.Size()) })
 	if n.tier != nil {
 		ts := func(f func(s *NodeStats) int64) func() float64 {
