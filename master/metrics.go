@@ -109,7 +109,7 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 		OffloadFailed:    s.cnt.offloadFailed.Load(),
 		ExpiredNodes:     s.cnt.expiredNodes.Load(),
 	}
-	s.nodesMu.Lock()
+	s.nodesMu.RLock()
 	st.Nodes = int64(len(s.nodes))
 	st.PerNode = make([]NodeStats, 0, len(s.nodes))
 	for _, n := range s.nodes {
@@ -126,12 +126,13 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 		st.OffloadInFlight += row.OffloadInFlight
 		st.PerNode = append(st.PerNode, row)
 	}
-	s.pruneRetiredLocked()
-	dead := make([]NodeStats, 0, len(s.retired))
+	var dead []NodeStats
 	for _, n := range s.retired {
-		dead = append(dead, n.stats(false))
+		if row := n.stats(false); row.MemoryReplicas+row.DiskReplicas > 0 {
+			dead = append(dead, row)
+		}
 	}
-	s.nodesMu.Unlock()
+	s.nodesMu.RUnlock()
 	byID := func(a []NodeStats) {
 		sort.Slice(a, func(i, j int) bool { return a[i].Node < a[j].Node })
 	}
@@ -145,7 +146,8 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 // any more. Their counters only fall, except for a call that looked the
 // node up just before it was retired and records a replica just after (the
 // sweep clears such a replica; Stats may then miss its row, a display
-// matter only). Caller holds nodesMu for writing.
+// matter only). Called at every retirement, so the list stays short
+// without Stats calls. Caller holds nodesMu for writing.
 func (s *Service) pruneRetiredLocked() {
 	kept := s.retired[:0]
 	for _, n := range s.retired {
