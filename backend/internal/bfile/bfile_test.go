@@ -1,0 +1,71 @@
+package bfile
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/tierstore/tierstore/backend"
+)
+
+// The backends run the conformance suite (backend/backendtest) through Dir;
+// these tests pin what is easier to see here.
+
+func TestAlignedAlloc(t *testing.T) {
+	for _, n := range []int{1, 100, 4096, 5000, 32 << 10, 64 << 10, 68 << 10, 1 << 20, 1<<20 + 4096} {
+		for range 20 {
+			b := AlignedAlloc(n)
+			require.Len(t, b, n)
+			require.Equal(t, n, cap(b))
+			require.Zero(t, uintptr(unsafe.Pointer(&b[0]))%backend.Alignment, "n=%d", n)
+		}
+	}
+}
+
+var errTestDirect = errors.New("test: O_DIRECT not supported")
+
+// TestWriteBucket: a failing write leaves no file, an existing file is
+// ErrExists and kept; an O_DIRECT refusal is retried buffered, and the
+// switch is logged once.
+func TestWriteBucket(t *testing.T) {
+	var logs strings.Builder
+	d, err := Open(Config{Path: t.TempDir(), Direct: true, Pkg: "test", ErrDirect: errTestDirect,
+		Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	defer d.Close(nil)
+	ctx, data := context.Background(), [][]byte{make([]byte, backend.Alignment)}
+	var calls []bool
+	write := func(_ context.Context, fd int, direct bool) error {
+		calls = append(calls, direct)
+		if direct {
+			return errTestDirect
+		}
+		_, err := unix.Pwrite(fd, []byte{42}, 0)
+		return err
+	}
+	require.NoError(t, d.WriteBucket(ctx, 1, data, write))
+	require.NoError(t, d.WriteBucket(ctx, 2, data, write))
+	require.False(t, d.Direct())
+	// On tmpfs the first O_DIRECT attempt fails at open, before write.
+	require.Equal(t, []bool{false, false}, calls[len(calls)-2:])
+	require.Equal(t, 1, strings.Count(logs.String(), "test: O_DIRECT is not supported"))
+	got, err := os.ReadFile(d.File(1))
+	require.NoError(t, err)
+	require.Equal(t, []byte{42}, got)
+
+	err = d.WriteBucket(ctx, 1, data, write)
+	require.ErrorIs(t, err, backend.ErrExists)
+	require.True(t, strings.HasPrefix(err.Error(), "test: write bucket 0000000000000001"), err.Error())
+	require.FileExists(t, d.File(1))
+
+	boom := errors.New("boom")
+	require.ErrorIs(t, d.WriteBucket(ctx, 3, data, func(context.Context, int, bool) error { return boom }), boom)
+	require.NoFileExists(t, d.File(3))
+}
