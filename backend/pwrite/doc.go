@@ -46,7 +46,9 @@
 //
 // # Concurrency
 //
-// Safe for concurrent use. b.mu (a RWMutex) guards closed and the directory
+// Safe for concurrent use. The lock of the bfile.Dir (a RWMutex, package
+// backend/internal/bfile, which also holds the create/close/fsync steps
+// around the I/O shared with package uring) guards closed and the directory
 // descriptor: every operation holds the read lock while it runs, Close takes
 // the write lock, so Close waits for operations in flight and later calls fail
 // with backend.ErrClosed. Operations on different ids share no other state.

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tierstore/tierstore/backend"
+	"github.com/tierstore/tierstore/backend/internal/bfile"
 )
 
 // Options configure Open.
@@ -27,8 +28,6 @@ type Options struct {
 }
 
 const (
-	// maxIovecs bounds one pwritev call (IOV_MAX on Linux).
-	maxIovecs = 1024
 	// syncEvery is how many bytes a buffered WriteBucket writes before it
 	// asks the kernel to start write-back (sync_file_range), so that the
 	// final fdatasync has less to wait for.
@@ -46,18 +45,7 @@ const (
 // Backend stores bucket files in one directory with pwritev/pread, see the
 // package documentation.
 type Backend struct {
-	dir string
-	log *slog.Logger
-
-	// direct is true while bucket files are opened with O_DIRECT; it only
-	// ever goes from true to false (fallback).
-	direct atomic.Bool
-
-	// mu protects closed and the validity of dirFD: every operation holds
-	// the read lock for its whole duration, Close takes the write lock.
-	mu     sync.RWMutex
-	closed bool
-	dirFD  int // the directory, open O_RDONLY for fsync
+	d *bfile.Dir // the directory, its lock and the direct flag
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -106,18 +94,14 @@ func Open(dir string, opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	dirFD, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	d, err := bfile.Open(bfile.Config{Path: dir, Direct: opts.Direct, Pkg: "pwrite", ErrDirect: errDirectUnsupported, Log: log})
 	if err != nil {
 		return nil, fmt.Errorf("pwrite: open %s: %w", dir, err)
 	}
-	b := &Backend{dir: dir, log: log, dirFD: dirFD}
-	if opts.Direct {
-		b.direct.Store(true)
-		if !directOK {
-			b.fallback(why)
-		}
+	if opts.Direct && !directOK {
+		d.Fallback(why)
 	}
-	return b, nil
+	return &Backend{d: d}, nil
 }
 
 // probePrefix starts the names of the files Open creates to probe dir.
@@ -158,173 +142,69 @@ func probe(dir string, direct bool) (directOK bool, why error, err error) {
 	return true, nil, nil
 }
 
-// fallback switches to buffered I/O and logs why, once.
-func (b *Backend) fallback(why error) {
-	if b.direct.CompareAndSwap(true, false) {
-		b.log.Warn("pwrite: O_DIRECT is not supported by the file system; using buffered I/O",
-			"dir", b.dir, "err", why)
-	}
-}
-
 // Direct reports whether bucket files are currently opened with O_DIRECT.
-func (b *Backend) Direct() bool { return b.direct.Load() }
+func (b *Backend) Direct() bool { return b.d.Direct() }
 
 // Dir returns the directory of the bucket files.
-func (b *Backend) Dir() string { return b.dir }
+func (b *Backend) Dir() string { return b.d.Path() }
 
 // Name returns "pwrite+direct" while O_DIRECT is in use, else "pwrite".
 func (b *Backend) Name() string {
-	if b.direct.Load() {
+	if b.d.Direct() {
 		return "pwrite+direct"
 	}
 	return "pwrite"
 }
 
-func (b *Backend) path(id uint64) string { return filepath.Join(b.dir, backend.FileName(id)) }
-
-// lock takes the read lock, or fails with ErrClosed. The caller unlocks.
-func (b *Backend) lock() error {
-	b.mu.RLock()
-	if b.closed {
-		b.mu.RUnlock()
-		return backend.ErrClosed
-	}
-	return nil
-}
-
-// noSpace wraps ENOSPC and EDQUOT with backend.ErrNoSpace.
-func noSpace(err error) error {
-	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
-		return fmt.Errorf("%w: %w", backend.ErrNoSpace, err)
-	}
-	return err
-}
-
-// WriteBucket implements backend.Backend.
+// WriteBucket implements backend.Backend: create, fallocate, write,
+// fdatasync, close, fsync of the directory (see bfile.Dir.WriteBucket).
 func (b *Backend) WriteBucket(ctx context.Context, id uint64, data [][]byte) error {
-	if err := b.lock(); err != nil {
-		return fmt.Errorf("pwrite: write bucket %016x: %w", id, err)
-	}
-	defer b.mu.RUnlock()
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("pwrite: write bucket %016x: %w", id, err)
-	}
-	total := backend.TotalLen(data)
-	if total%backend.Alignment != 0 {
-		return fmt.Errorf("pwrite: write bucket %016x: %d bytes: %w", id, total, backend.ErrUnaligned)
-	}
-	direct := b.direct.Load()
-	err := b.writeFile(ctx, b.path(id), data, direct)
-	if direct && errors.Is(err, errDirectUnsupported) {
-		b.fallback(err)
-		err = b.writeFile(ctx, b.path(id), data, false)
-	}
-	if err != nil {
-		return fmt.Errorf("pwrite: write bucket %016x: %w", id, err)
-	}
-	return nil
-}
-
-// writeFile creates name, writes data, fdatasyncs it and fsyncs the
-// directory. On failure after the file was created it removes the file.
-func (b *Backend) writeFile(ctx context.Context, name string, data [][]byte, direct bool) (err error) {
-	flags := unix.O_CREAT | unix.O_EXCL | unix.O_WRONLY | unix.O_CLOEXEC
-	if direct {
-		flags |= unix.O_DIRECT
-	}
-	fd, err := unix.Open(name, flags, 0o644)
-	switch {
-	case errors.Is(err, unix.EEXIST):
-		return backend.ErrExists
-	case direct && errors.Is(err, unix.EINVAL):
-		// Some file systems (ramfs) create the file before they refuse
-		// O_DIRECT. It is ours: with O_EXCL an existing file is EEXIST.
-		if unix.Unlink(name) == nil {
-			_ = unix.Fsync(b.dirFD)
-		}
-		return fmt.Errorf("%w: open: %w", errDirectUnsupported, err)
-	case err != nil:
-		return fmt.Errorf("create: %w", noSpace(err))
-	}
-	defer func() {
-		if fd >= 0 {
-			unix.Close(fd)
-		}
-		if err != nil {
-			// Best effort: the layer above removes orphans at open.
-			if unix.Unlink(name) == nil {
-				_ = unix.Fsync(b.dirFD)
-			}
-		}
-	}()
-	if total := backend.TotalLen(data); total > 0 {
+	return b.d.WriteBucket(ctx, id, data, func(ctx context.Context, fd int, direct bool) error {
 		// Reserve the space first: a full device fails here, before any
 		// byte is written, and the extents are laid out in one go.
-		if ferr := unix.Fallocate(fd, 0, 0, total); ferr != nil && !errors.Is(ferr, unix.EOPNOTSUPP) {
-			return fmt.Errorf("fallocate %d bytes: %w", total, noSpace(ferr))
+		if err := bfile.Fallocate(fd, backend.TotalLen(data)); err != nil {
+			return err
 		}
-	}
-	if direct {
-		err = writeDirect(ctx, fd, data)
-	} else {
-		err = writeBuffered(ctx, fd, data)
-	}
-	if err != nil {
-		return err
-	}
-	if err := unix.Fdatasync(fd); err != nil {
-		return fmt.Errorf("fdatasync: %w", noSpace(err))
-	}
-	cerr := unix.Close(fd)
-	fd = -1
-	if cerr != nil {
-		return fmt.Errorf("close: %w", noSpace(cerr))
-	}
-	if err := unix.Fsync(b.dirFD); err != nil {
-		return fmt.Errorf("fsync directory: %w", noSpace(err))
-	}
-	return nil
+		var err error
+		if direct {
+			err = writeDirect(ctx, fd, data)
+		} else {
+			err = writeBuffered(ctx, fd, data)
+		}
+		if err != nil {
+			return err
+		}
+		if err := unix.Fdatasync(fd); err != nil {
+			return fmt.Errorf("fdatasync: %w", bfile.NoSpace(err))
+		}
+		return nil
+	})
 }
 
-// writeBuffered writes data from offset 0 with pwritev, at most maxIovecs
-// iovecs and about syncEvery bytes per call, looping on short writes.
+// writeBuffered writes data from offset 0 with pwritev, at most
+// bfile.MaxIovecs iovecs and about syncEvery bytes per call, looping on
+// short writes.
 func writeBuffered(ctx context.Context, fd int, data [][]byte) error {
-	iov := make([][]byte, 0, min(len(data), maxIovecs))
+	iov := make([][]byte, 0, min(len(data), bfile.MaxIovecs))
 	var off, synced int64
 	for len(data) > 0 {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		iov = iov[:0]
-		var batch int64
-		for len(data) > 0 && len(iov) < maxIovecs && batch < syncEvery {
-			if len(data[0]) > 0 {
-				iov = append(iov, data[0])
-				batch += int64(len(data[0]))
-			}
-			data = data[1:]
-		}
+		iov, data, _ = bfile.NextIovecs(iov[:0], data, syncEvery)
 		for len(iov) > 0 {
 			n, err := unix.Pwritev(fd, iov, off)
 			if errors.Is(err, unix.EINTR) {
 				continue
 			}
 			if err != nil {
-				return fmt.Errorf("pwritev at %d: %w", off, noSpace(err))
+				return fmt.Errorf("pwritev at %d: %w", off, bfile.NoSpace(err))
 			}
 			if n == 0 {
-				return fmt.Errorf("pwritev at %d: wrote nothing: %w", off, noSpace(unix.ENOSPC))
+				return fmt.Errorf("pwritev at %d: wrote nothing: %w", off, bfile.NoSpace(unix.ENOSPC))
 			}
 			off += int64(n)
-			for n > 0 {
-				if n >= len(iov[0]) {
-					n -= len(iov[0])
-					iov = iov[1:]
-				} else {
-					iov[0] = iov[0][n:]
-					n = 0
-				}
-			}
+			iov = bfile.Advance(iov, n)
 		}
 		if off-synced >= syncEvery {
 			// Start write-back of what is written so far; errors show
@@ -390,7 +270,7 @@ func writeDirect(ctx context.Context, fd int, data [][]byte) error {
 					if errors.Is(err, unix.EINVAL) {
 						fail(fmt.Errorf("%w: write at %d: %w", errDirectUnsupported, c.off, err))
 					} else if err != nil {
-						fail(fmt.Errorf("pwrite at %d: %w", c.off, noSpace(err)))
+						fail(fmt.Errorf("pwrite at %d: %w", c.off, bfile.NoSpace(err)))
 					}
 				}
 				putChunk(c.buf)
@@ -432,69 +312,29 @@ produce:
 	return firstErr
 }
 
-// Read implements backend.Backend.
+// Read implements backend.Backend; several ops are served by up to
+// readWorkers goroutines.
 func (b *Backend) Read(ctx context.Context, id uint64, ops []backend.ReadOp) error {
-	if err := b.lock(); err != nil {
-		return fmt.Errorf("pwrite: read bucket %016x: %w", id, err)
-	}
-	defer b.mu.RUnlock()
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("pwrite: read bucket %016x: %w", id, err)
-	}
-	name := b.path(id)
-	direct := b.direct.Load()
-	fd, err := openRead(name, direct)
-	if direct && errors.Is(err, unix.EINVAL) {
-		b.fallback(fmt.Errorf("open for reading with O_DIRECT: %w", err))
-		direct = false
-		fd, err = openRead(name, false)
-	}
-	if errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("pwrite: read bucket %016x: %w", id, backend.ErrNotFound)
-	}
-	if err != nil {
-		return fmt.Errorf("pwrite: read bucket %016x: open: %w", id, err)
-	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return fmt.Errorf("pwrite: read bucket %016x: fstat: %w", id, err)
-	}
-	r := reader{id: id, fd: fd, size: st.Size, direct: direct}
-	if len(ops) < 2 {
-		for i := range ops {
-			r.do(ctx, &ops[i])
+	return b.d.Read(ctx, id, func(fd int, size int64, direct bool) error {
+		r := reader{id: id, fd: fd, size: size, direct: direct}
+		if len(ops) < 2 {
+			for i := range ops {
+				r.do(ctx, &ops[i])
+			}
+			return nil
 		}
-	} else {
 		var next atomic.Int64
 		var wg sync.WaitGroup
 		for range min(readWorkers, len(ops)) {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					i := int(next.Add(1) - 1)
-					if i >= len(ops) {
-						return
-					}
+			wg.Go(func() {
+				for i := int(next.Add(1) - 1); i < len(ops); i = int(next.Add(1) - 1) {
 					r.do(ctx, &ops[i])
 				}
-			}()
+			})
 		}
 		wg.Wait()
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("pwrite: read bucket %016x: %w", id, err)
-	}
-	return nil
-}
-
-func openRead(name string, direct bool) (int, error) {
-	flags := unix.O_RDONLY | unix.O_CLOEXEC
-	if direct {
-		flags |= unix.O_DIRECT
-	}
-	return unix.Open(name, flags, 0)
+		return nil
+	})
 }
 
 type reader struct {
@@ -511,15 +351,7 @@ func (r *reader) do(ctx context.Context, op *backend.ReadOp) {
 		op.Err = err
 		return
 	}
-	switch {
-	case op.Off < 0 || op.Len < 0:
-		op.Err = fmt.Errorf("pwrite: read bucket %016x [%d,+%d): %w", r.id, op.Off, op.Len, backend.ErrBadRange)
-		return
-	case op.Off > r.size || int64(op.Len) > r.size-op.Off: // no overflow
-		op.Err = fmt.Errorf("pwrite: read bucket %016x [%d,+%d) of %d bytes: %w", r.id, op.Off, op.Len, r.size, backend.ErrShortRead)
-		return
-	case op.Len == 0:
-		op.Data = []byte{}
+	if !bfile.CheckOp("pwrite", r.id, r.size, op) {
 		return
 	}
 	var err error
@@ -570,7 +402,7 @@ func (r *reader) readDirect(off int64, n int) ([]byte, error) {
 		span = int(r.size - lo)
 	}
 	if slack := span - n; slack <= n/8 || span > chunkSize {
-		buf := alignedAlloc(int(hi - lo))
+		buf := bfile.AlignedAlloc(int(hi - lo))
 		if err := r.preadDirectSplit(buf[:span], lo); err != nil {
 			return nil, err
 		}
@@ -630,7 +462,7 @@ func (r *reader) preadDirect(p []byte, off int64) error {
 		full = p[:len(full):cap(p)]
 	} else {
 		// Unaligned tail of an unaligned file: need room for the whole block.
-		tmp := alignedAlloc(len(full))
+		tmp := bfile.AlignedAlloc(len(full))
 		if err := r.preadDirect(tmp, off); err != nil {
 			return err
 		}
@@ -656,17 +488,17 @@ func (r *reader) preadDirect(p []byte, off int64) error {
 
 // Delete implements backend.Backend.
 func (b *Backend) Delete(id uint64) error {
-	if err := b.lock(); err != nil {
+	if err := b.d.Acquire(); err != nil {
 		return fmt.Errorf("pwrite: delete bucket %016x: %w", id, err)
 	}
-	defer b.mu.RUnlock()
-	if err := unix.Unlink(b.path(id)); err != nil {
+	defer b.d.Release()
+	if err := unix.Unlink(b.d.File(id)); err != nil {
 		if errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("pwrite: delete bucket %016x: %w", id, backend.ErrNotFound)
 		}
 		return fmt.Errorf("pwrite: delete bucket %016x: %w", id, err)
 	}
-	if err := unix.Fsync(b.dirFD); err != nil {
+	if err := unix.Fsync(b.d.FD()); err != nil {
 		return fmt.Errorf("pwrite: delete bucket %016x: fsync directory: %w", id, err)
 	}
 	return nil
@@ -675,7 +507,7 @@ func (b *Backend) Delete(id uint64) error {
 // scan calls fn for every bucket file in the directory, with its stat.
 // Files that vanish during the scan are skipped.
 func (b *Backend) scan(fn func(id uint64, st *unix.Stat_t)) error {
-	entries, err := os.ReadDir(b.dir)
+	entries, err := os.ReadDir(b.d.Path())
 	if err != nil {
 		return err
 	}
@@ -685,7 +517,7 @@ func (b *Backend) scan(fn func(id uint64, st *unix.Stat_t)) error {
 		if !ok || !e.Type().IsRegular() {
 			continue
 		}
-		if err := unix.Fstatat(b.dirFD, e.Name(), &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if err := unix.Fstatat(b.d.FD(), e.Name(), &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			if errors.Is(err, unix.ENOENT) {
 				continue
 			}
@@ -698,16 +530,16 @@ func (b *Backend) scan(fn func(id uint64, st *unix.Stat_t)) error {
 
 // List implements backend.Backend.
 func (b *Backend) List() ([]backend.FileInfo, error) {
-	if err := b.lock(); err != nil {
+	if err := b.d.Acquire(); err != nil {
 		return nil, fmt.Errorf("pwrite: list: %w", err)
 	}
-	defer b.mu.RUnlock()
+	defer b.d.Release()
 	var out []backend.FileInfo
 	err := b.scan(func(id uint64, st *unix.Stat_t) {
 		out = append(out, backend.FileInfo{ID: id, Size: st.Size})
 	})
 	if err != nil {
-		return nil, fmt.Errorf("pwrite: list %s: %w", b.dir, err)
+		return nil, fmt.Errorf("pwrite: list %s: %w", b.d.Path(), err)
 	}
 	// ReadDir sorts by name, which for FileName is id order; sort anyway
 	// rather than rely on it.
@@ -726,31 +558,20 @@ func (b *Backend) List() ([]backend.FileInfo, error) {
 // Allocated implements backend.Backend: the sum of st_blocks*512 of the
 // bucket files.
 func (b *Backend) Allocated() (int64, error) {
-	if err := b.lock(); err != nil {
+	if err := b.d.Acquire(); err != nil {
 		return 0, fmt.Errorf("pwrite: allocated: %w", err)
 	}
-	defer b.mu.RUnlock()
+	defer b.d.Release()
 	var n int64
 	err := b.scan(func(_ uint64, st *unix.Stat_t) { n += st.Blocks * 512 })
 	if err != nil {
-		return 0, fmt.Errorf("pwrite: allocated %s: %w", b.dir, err)
+		return 0, fmt.Errorf("pwrite: allocated %s: %w", b.d.Path(), err)
 	}
 	return n, nil
 }
 
 // Close implements backend.Backend. It waits for operations in flight.
-func (b *Backend) Close() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return fmt.Errorf("pwrite: close: %w", backend.ErrClosed)
-	}
-	b.closed = true
-	if err := unix.Close(b.dirFD); err != nil {
-		return fmt.Errorf("pwrite: close %s: %w", b.dir, err)
-	}
-	return nil
-}
+func (b *Backend) Close() error { return b.d.Close(nil) }
 
 func fsyncPath(path string) error {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
