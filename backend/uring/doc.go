@@ -52,7 +52,9 @@
 // only with nothing in flight, so rings share no lock and are never used by
 // two goroutines at once. A call that finds no idle worker creates one, so
 // a Load never waits behind a long bucket write; only past MaxRings (64)
-// concurrent calls does a call wait for a ring. Backend.mu (a RWMutex) is held for reading by every operation and
-// for writing by Close, which therefore waits for operations in flight
-// before closing the rings.
+// concurrent calls does a call wait for a ring. The lock of the backend's
+// own bfile.Dir (a RWMutex; package backend/internal/bfile holds the steps
+// around the ring that package pwrite shares) is held for reading by every
+// operation and for writing by Close, which therefore waits for operations
+// in flight before closing the rings.
 package uring

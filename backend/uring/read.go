@@ -2,13 +2,10 @@ package uring
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/tierstore/tierstore/backend"
+	"github.com/tierstore/tierstore/backend/internal/bfile"
 	iuring "github.com/tierstore/tierstore/internal/uring"
 )
 
@@ -18,39 +15,19 @@ import (
 // flight on one ring. Without O_DIRECT the pieces are read straight into
 // Data.
 func (b *Backend) Read(ctx context.Context, id uint64, ops []backend.ReadOp) error {
-	if err := b.lock(); err != nil {
-		return fmt.Errorf("uring: read bucket %016x: %w", id, err)
-	}
-	defer b.mu.RUnlock()
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("uring: read bucket %016x: %w", id, err)
-	}
-	name := b.path(id)
-	direct := b.direct.Load()
-	fd, err := openRead(name, direct)
-	if direct && errors.Is(err, unix.EINVAL) {
-		b.fallback(fmt.Errorf("open for reading with O_DIRECT: %w", err))
-		direct = false
-		fd, err = openRead(name, false)
-	}
-	if errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("uring: read bucket %016x: %w", id, backend.ErrNotFound)
-	}
-	if err != nil {
-		return fmt.Errorf("uring: read bucket %016x: open: %w", id, err)
-	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return fmt.Errorf("uring: read bucket %016x: fstat: %w", id, err)
-	}
-	rd := &reader{id: id, fd: fd, size: st.Size, direct: direct, ops: ops, chunk: b.opts.ChunkSize}
+	return b.d.Read(ctx, id, func(fd int, size int64, direct bool) error {
+		return b.read(ctx, &reader{id: id, fd: fd, size: size, direct: direct, ops: ops, chunk: b.opts.ChunkSize})
+	})
+}
+
+// read runs the pieces of rd's ops on one ring.
+func (b *Backend) read(ctx context.Context, rd *reader) error {
 	rd.plan()
 	if len(rd.pieces) > 0 {
 		w, err := b.pool.get(ctx)
 		if err != nil {
 			rd.failAll(err)
-			return fmt.Errorf("uring: read bucket %016x: %w", id, err)
+			return err
 		}
 		rd.w = w
 		rd.depth = b.opts.QueueDepth
@@ -60,23 +37,12 @@ func (b *Backend) Read(ctx context.Context, id uint64, ops []backend.ReadOp) err
 			rd.failAll(err)
 		}
 	}
-	for i := range ops {
-		if ops[i].Err != nil {
-			ops[i].Data = nil
+	for i := range rd.ops {
+		if rd.ops[i].Err != nil {
+			rd.ops[i].Data = nil
 		}
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("uring: read bucket %016x: %w", id, err)
-	}
 	return nil
-}
-
-func openRead(name string, direct bool) (int, error) {
-	flags := unix.O_RDONLY | unix.O_CLOEXEC
-	if direct {
-		flags |= unix.O_DIRECT
-	}
-	return unix.Open(name, flags, 0)
 }
 
 // piece is one read request: file range [off, off+n) into dst, which is
@@ -113,15 +79,7 @@ func (rd *reader) plan() {
 	for i := range rd.ops {
 		op := &rd.ops[i]
 		op.Data, op.Err = nil, nil
-		switch {
-		case op.Off < 0 || op.Len < 0:
-			op.Err = fmt.Errorf("uring: read bucket %016x [%d,+%d): %w", rd.id, op.Off, op.Len, backend.ErrBadRange)
-			continue
-		case op.Off > rd.size || int64(op.Len) > rd.size-op.Off: // no overflow
-			op.Err = fmt.Errorf("uring: read bucket %016x [%d,+%d) of %d bytes: %w", rd.id, op.Off, op.Len, rd.size, backend.ErrShortRead)
-			continue
-		case op.Len == 0:
-			op.Data = []byte{}
+		if !bfile.CheckOp("uring", rd.id, rd.size, op) {
 			continue
 		}
 		lo, hi := op.Off, op.Off+int64(op.Len)
@@ -140,7 +98,7 @@ func (rd *reader) plan() {
 func (rd *reader) allocate(pc *piece) {
 	op := &rd.ops[pc.op]
 	if rd.direct {
-		buf := alignedAlloc(int(pc.end - pc.base))
+		buf := bfile.AlignedAlloc(int(pc.end - pc.base))
 		s := op.Off - pc.base
 		op.Data = buf[s : s+int64(op.Len) : s+int64(op.Len)]
 		rd.cur = buf
@@ -148,24 +106,6 @@ func (rd *reader) allocate(pc *piece) {
 		op.Data = make([]byte, op.Len)
 		rd.cur = op.Data
 	}
-}
-
-// alignedAlloc returns n bytes of Go heap memory starting on an Alignment
-// boundary (over-allocated and cut). The kernel reads into it directly: the
-// collector never moves heap objects, and the ring's in-flight table keeps
-// it reachable until the read completes.
-func alignedAlloc(n int) []byte {
-	// Large allocations start on a runtime page (8 KiB): try the exact
-	// size first, over-allocate only when it is not aligned.
-	if b := make([]byte, n); uintptr(unsafe.Pointer(&b[0]))&(backend.Alignment-1) == 0 {
-		return b[:n:n]
-	}
-	raw := make([]byte, n+backend.Alignment)
-	skip := 0
-	if r := int(uintptr(unsafe.Pointer(&raw[0])) & (backend.Alignment - 1)); r != 0 {
-		skip = backend.Alignment - r
-	}
-	return raw[skip : skip+n : skip+n]
 }
 
 func (rd *reader) failAll(err error) {

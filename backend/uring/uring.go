@@ -6,11 +6,9 @@ import (
 	"log/slog"
 	"runtime"
 	"sync"
-	"sync/atomic"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/tierstore/tierstore/backend"
+	"github.com/tierstore/tierstore/backend/internal/bfile"
 	"github.com/tierstore/tierstore/backend/pwrite"
 	iuring "github.com/tierstore/tierstore/internal/uring"
 )
@@ -125,7 +123,8 @@ func Open(dir string, opts Options) (backend.Backend, error) {
 		opts.Logger.Warn("uring: kernel lacks opcodes, using the pwrite backend", "dir", dir, "err", err)
 		return pw, nil
 	}
-	dirFD, err := unix.Open(pw.Dir(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	// pw has already logged a fallback found by its probe.
+	d, err := bfile.Open(bfile.Config{Path: pw.Dir(), Direct: pw.Direct(), Pkg: "uring", ErrDirect: errDirectUnsupported, Log: opts.Logger})
 	if err != nil {
 		w.close()
 		pw.Close()
@@ -135,9 +134,7 @@ func Open(dir string, opts Options) (backend.Backend, error) {
 	w.fixedOK = fixedOK
 	p.sem <- struct{}{}
 	p.idle <- w
-	b := &Backend{pw: pw, dir: pw.Dir(), dirFD: dirFD, log: opts.Logger, opts: opts, pool: p}
-	b.direct.Store(pw.Direct())
-	return b, nil
+	return &Backend{pw: pw, d: d, opts: opts, pool: p}, nil
 }
 
 // checkOpcodes probes the kernel for the opcodes the backend needs, and
@@ -157,60 +154,39 @@ func checkOpcodes(r *iuring.Ring) (fixedOK bool, err error) {
 
 // Backend stores bucket files with io_uring: see the package documentation.
 type Backend struct {
-	pw    *pwrite.Backend // directory rules, Delete, List, Allocated
-	dir   string
-	dirFD int // the directory, for fsync after a bucket is written
-	log   *slog.Logger
-	opts  Options
-	pool  *pool
+	pw   *pwrite.Backend // directory rules, Delete, List, Allocated
+	opts Options
+	pool *pool
 
-	// direct is true while bucket files are opened with O_DIRECT; it only
-	// goes from true to false (fallback), logged once.
-	direct atomic.Bool
-
-	// mu protects closed and the pool's existence: every operation holds
-	// the read lock for its whole duration; Close takes the write lock.
-	mu     sync.RWMutex
-	closed bool
+	// d owns the directory descriptor, the direct flag (true to false
+	// only, logged once) and the lock: every operation holds d's read lock
+	// for its whole duration, Close its write lock, so the pool exists
+	// while an operation runs.
+	d *bfile.Dir
 }
 
 var _ backend.Backend = (*Backend)(nil)
 
 // Name is "uring+direct" while O_DIRECT is in use, else "uring".
 func (b *Backend) Name() string {
-	if b.direct.Load() {
+	if b.d.Direct() {
 		return "uring+direct"
 	}
 	return "uring"
 }
 
 // Direct reports whether bucket files are currently opened with O_DIRECT.
-func (b *Backend) Direct() bool { return b.direct.Load() }
+func (b *Backend) Direct() bool { return b.d.Direct() }
 
 // Dir is the directory of the bucket files.
-func (b *Backend) Dir() string { return b.dir }
-
-func (b *Backend) fallback(why error) {
-	if b.direct.CompareAndSwap(true, false) {
-		b.log.Warn("uring: O_DIRECT is not supported by the file system; using buffered I/O", "dir", b.dir, "err", why)
-	}
-}
-
-func (b *Backend) lock() error {
-	b.mu.RLock()
-	if b.closed {
-		b.mu.RUnlock()
-		return backend.ErrClosed
-	}
-	return nil
-}
+func (b *Backend) Dir() string { return b.d.Path() }
 
 // Delete implements backend.Backend (unlink, fsync of the directory).
 func (b *Backend) Delete(id uint64) error {
-	if err := b.lock(); err != nil {
+	if err := b.d.Acquire(); err != nil {
 		return fmt.Errorf("uring: delete bucket %016x: %w", id, err)
 	}
-	defer b.mu.RUnlock()
+	defer b.d.Release()
 	if err := b.pw.Delete(id); err != nil {
 		return fmt.Errorf("uring: %w", err)
 	}
@@ -219,10 +195,10 @@ func (b *Backend) Delete(id uint64) error {
 
 // List implements backend.Backend.
 func (b *Backend) List() ([]backend.FileInfo, error) {
-	if err := b.lock(); err != nil {
+	if err := b.d.Acquire(); err != nil {
 		return nil, fmt.Errorf("uring: list: %w", err)
 	}
-	defer b.mu.RUnlock()
+	defer b.d.Release()
 	l, err := b.pw.List()
 	if err != nil {
 		return nil, fmt.Errorf("uring: %w", err)
@@ -232,10 +208,10 @@ func (b *Backend) List() ([]backend.FileInfo, error) {
 
 // Allocated implements backend.Backend.
 func (b *Backend) Allocated() (int64, error) {
-	if err := b.lock(); err != nil {
+	if err := b.d.Acquire(); err != nil {
 		return 0, fmt.Errorf("uring: allocated: %w", err)
 	}
-	defer b.mu.RUnlock()
+	defer b.d.Release()
 	n, err := b.pw.Allocated()
 	if err != nil {
 		return 0, fmt.Errorf("uring: %w", err)
@@ -245,29 +221,11 @@ func (b *Backend) Allocated() (int64, error) {
 
 // Close waits for the operations in flight, then closes the rings.
 func (b *Backend) Close() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return fmt.Errorf("uring: close: %w", backend.ErrClosed)
-	}
-	b.closed = true
-	err := b.pool.close()
-	if cerr := unix.Close(b.dirFD); cerr != nil && err == nil {
-		err = cerr
-	}
-	if perr := b.pw.Close(); perr != nil && err == nil {
-		err = perr
-	}
-	if err != nil {
-		return fmt.Errorf("uring: close %s: %w", b.dir, err)
-	}
-	return nil
-}
-
-// noSpace wraps ENOSPC and EDQUOT with backend.ErrNoSpace.
-func noSpace(err error) error {
-	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
-		return fmt.Errorf("%w: %w", backend.ErrNoSpace, err)
-	}
-	return err
+	return b.d.Close(func() error {
+		err := b.pool.close()
+		if perr := b.pw.Close(); perr != nil && err == nil {
+			err = perr
+		}
+		return err
+	})
 }

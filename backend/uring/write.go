@@ -4,85 +4,34 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/tierstore/tierstore/backend"
+	"github.com/tierstore/tierstore/backend/internal/bfile"
 	iuring "github.com/tierstore/tierstore/internal/uring"
 )
 
-// maxIovecs bounds one WRITEV (IOV_MAX).
-const maxIovecs = 1024
-
-func (b *Backend) path(id uint64) string { return filepath.Join(b.dir, backend.FileName(id)) }
-
 // WriteBucket implements backend.Backend: with O_DIRECT the data is copied
 // into the ring's aligned slots, ChunkSize at a time, with WriteDepth writes
-// in flight; then one FSYNC(DATASYNC) and an fsync of the directory.
+// in flight; then one FSYNC(DATASYNC) and an fsync of the directory (see
+// bfile.Dir.WriteBucket for the steps around the ring).
 func (b *Backend) WriteBucket(ctx context.Context, id uint64, data [][]byte) error {
-	if err := b.lock(); err != nil {
-		return fmt.Errorf("uring: write bucket %016x: %w", id, err)
-	}
-	defer b.mu.RUnlock()
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("uring: write bucket %016x: %w", id, err)
-	}
-	total := backend.TotalLen(data)
-	if total%backend.Alignment != 0 {
-		return fmt.Errorf("uring: write bucket %016x: %d bytes: %w", id, total, backend.ErrUnaligned)
-	}
-	direct := b.direct.Load()
-	err := b.writeFile(ctx, b.path(id), data, direct)
-	if direct && errors.Is(err, errDirectUnsupported) {
-		b.fallback(err)
-		err = b.writeFile(ctx, b.path(id), data, false)
-	}
-	if err != nil {
-		return fmt.Errorf("uring: write bucket %016x: %w", id, err)
-	}
-	return nil
+	return b.d.WriteBucket(ctx, id, data, func(ctx context.Context, fd int, direct bool) error {
+		return b.writeFile(ctx, fd, data, direct)
+	})
 }
 
-// writeFile creates name, writes data through a ring, fdatasyncs it and
-// fsyncs the directory. On failure after the file was created it removes it.
-func (b *Backend) writeFile(ctx context.Context, name string, data [][]byte, direct bool) (err error) {
-	flags := unix.O_CREAT | unix.O_EXCL | unix.O_WRONLY | unix.O_CLOEXEC
-	if direct {
-		flags |= unix.O_DIRECT
-	}
-	fd, err := unix.Open(name, flags, 0o644)
-	switch {
-	case errors.Is(err, unix.EEXIST):
-		return backend.ErrExists
-	case direct && errors.Is(err, unix.EINVAL):
-		// Some file systems (ramfs) create the file before refusing
-		// O_DIRECT. With O_EXCL the file is ours: remove it.
-		if unix.Unlink(name) == nil {
-			_ = unix.Fsync(b.dirFD)
-		}
-		return fmt.Errorf("%w: open: %w", errDirectUnsupported, err)
-	case err != nil:
-		return fmt.Errorf("create: %w", noSpace(err))
-	}
-	defer func() {
-		if fd >= 0 {
-			unix.Close(fd)
-		}
-		if err != nil && unix.Unlink(name) == nil {
-			_ = unix.Fsync(b.dirFD)
-		}
-	}()
+// writeFile writes data to fd through a ring and fdatasyncs it.
+func (b *Backend) writeFile(ctx context.Context, fd int, data [][]byte, direct bool) error {
 	if direct {
 		// Allocate the whole file first: O_DIRECT writes inside i_size
 		// run in parallel, while ext4 serialises (and io_uring punts to
 		// its workers) writes that extend the file. ENOSPC shows up here,
 		// before any data is written.
-		if total := backend.TotalLen(data); total > 0 {
-			if err := unix.Fallocate(fd, 0, 0, total); err != nil && !errors.Is(err, unix.EOPNOTSUPP) {
-				return fmt.Errorf("fallocate %d bytes: %w", total, noSpace(err))
-			}
+		if err := bfile.Fallocate(fd, backend.TotalLen(data)); err != nil {
+			return err
 		}
 	}
 	w, err := b.pool.get(ctx)
@@ -106,18 +55,7 @@ func (b *Backend) writeFile(ctx context.Context, name string, data [][]byte, dir
 		err = s.fdatasync()
 	}
 	b.pool.put(w, s.broken)
-	if err != nil {
-		return err
-	}
-	cerr := unix.Close(fd)
-	fd = -1
-	if cerr != nil {
-		return fmt.Errorf("close: %w", noSpace(cerr))
-	}
-	if err := unix.Fsync(b.dirFD); err != nil {
-		return fmt.Errorf("fsync directory: %w", noSpace(err))
-	}
-	return nil
+	return err
 }
 
 // testHookWrite, when set by a test, replaces the result of every write
@@ -174,11 +112,11 @@ func (s *writer) complete(c iuring.Completion) (done bool, err error) {
 		if s.direct && r.off == 0 && errors.Is(err, unix.EINVAL) {
 			return true, fmt.Errorf("%w: first write: %w", errDirectUnsupported, err)
 		}
-		return true, fmt.Errorf("write at %d: %w", r.off, noSpace(err))
+		return true, fmt.Errorf("write at %d: %w", r.off, bfile.NoSpace(err))
 	}
 	n := int(c.Res)
 	if n == 0 {
-		return true, fmt.Errorf("write at %d: wrote nothing: %w", r.off, noSpace(unix.ENOSPC))
+		return true, fmt.Errorf("write at %d: wrote nothing: %w", r.off, bfile.NoSpace(unix.ENOSPC))
 	}
 	r.off += int64(n)
 	if r.slot >= 0 {
@@ -187,7 +125,7 @@ func (s *writer) complete(c iuring.Completion) (done bool, err error) {
 			return true, nil
 		}
 	} else {
-		r.bufs = advance(r.bufs, n)
+		r.bufs = bfile.Advance(r.bufs, n)
 		if len(r.bufs) == 0 {
 			return true, nil
 		}
@@ -196,20 +134,6 @@ func (s *writer) complete(c iuring.Completion) (done bool, err error) {
 		return true, fmt.Errorf("write at %d: %w", r.off, err)
 	}
 	return false, nil
-}
-
-// advance drops the first n bytes of bufs.
-func advance(bufs [][]byte, n int) [][]byte {
-	for n > 0 && len(bufs) > 0 {
-		if n >= len(bufs[0]) {
-			n -= len(bufs[0])
-			bufs = bufs[1:]
-		} else {
-			bufs[0] = bufs[0][n:]
-			n = 0
-		}
-	}
-	return bufs
 }
 
 // reap waits for at least one completion and handles them; slots of
@@ -294,28 +218,21 @@ func (s *writer) writeDirect(ctx context.Context, data [][]byte) error {
 func (s *writer) writeBuffered(ctx context.Context, data [][]byte) error {
 	var off int64
 	inflight := 0
-	chunk := s.w.chunk
 	for {
 		for len(data) > 0 && inflight < s.depth {
 			if err := ctx.Err(); err != nil {
 				return s.drain(inflight, err)
 			}
 			var iov [][]byte
-			n := 0
-			for len(data) > 0 && len(iov) < maxIovecs && n < chunk {
-				if len(data[0]) > 0 {
-					iov = append(iov, data[0])
-					n += len(data[0])
-				}
-				data = data[1:]
-			}
+			var n int64
+			iov, data, n = bfile.NextIovecs(nil, data, int64(s.w.chunk))
 			if len(iov) == 0 {
 				break
 			}
 			if err := s.prepare(&wreq{slot: -1, off: off, bufs: iov}); err != nil {
 				return s.drain(inflight, fmt.Errorf("write at %d: %w", off, err))
 			}
-			off += int64(n)
+			off += n
 			inflight++
 		}
 		if inflight == 0 {
@@ -341,7 +258,7 @@ func (s *writer) fdatasync() error {
 	s.comps = s.w.ring.Reap(s.comps[:0])
 	for _, c := range s.comps {
 		if err := c.Err(); err != nil {
-			return fmt.Errorf("fdatasync: %w", noSpace(err))
+			return fmt.Errorf("fdatasync: %w", bfile.NoSpace(err))
 		}
 	}
 	return nil
