@@ -114,42 +114,55 @@ func writeTraceFile(t *testing.T) string {
 	return p
 }
 
-// TestThroughputWithoutFio: with no fio in PATH the throughput scenario says
-// so and prints absolute figures, with no ratio.
+// TestThroughputWithoutFio: with no fio in PATH, or a fio that fails on the
+// directory, the throughput scenario says so and prints absolute figures,
+// with no ratio.
 func TestThroughputWithoutFio(t *testing.T) {
-	t.Setenv("PATH", t.TempDir())
-	dir := t.TempDir()
-	jsonPath := filepath.Join(dir, "out.json")
-	var stdout bytes.Buffer
-	err := runWith(context.Background(), []string{"throughput", "--quick", "--dir", dir, "--json", jsonPath}, &stdout, &stdout,
-		func(e *env) { e.sizes = []int64{64 << 10} })
-	if err != nil {
-		t.Fatalf("run: %v\n%s", err, stdout.String())
-	}
-	if !strings.Contains(stdout.String(), "fio is not installed") {
-		t.Errorf("no word about the missing fio:\n%s", stdout.String())
-	}
-	var rep report
-	b, _ := os.ReadFile(jsonPath)
-	if err := json.Unmarshal(b, &rep); err != nil {
+	broken := t.TempDir()
+	script := "#!/bin/sh\nif [ \"$1\" = --version ]; then echo fio-0.0-broken; exit 0; fi\necho 'fio: engine io_uring not loadable' >&2\nexit 1\n"
+	if err := os.WriteFile(filepath.Join(broken, "fio"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	checkReport(t, &rep, "throughput")
-	tb := rep.Results[0].Tables[0]
-	if len(rep.Results[0].Tables) != 1 {
-		t.Errorf("a fio table without fio: %+v", rep.Results[0].Tables)
-	}
-	for _, row := range tb.Rows {
-		for i, c := range tb.Columns {
-			if strings.Contains(c, "x fio") && row[i] != nil {
-				t.Errorf("ratio %q = %v without fio", c, row[i])
+	for _, c := range []struct{ name, path, note string }{
+		{"missing", t.TempDir(), "fio is not installed"},
+		{"failing", broken + ":/usr/bin:/bin", "fio failed on this directory"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("PATH", c.path)
+			dir := t.TempDir()
+			jsonPath := filepath.Join(dir, "out.json")
+			var stdout bytes.Buffer
+			err := runWith(context.Background(), []string{"throughput", "--quick", "--dir", dir, "--json", jsonPath, "--plot", dir},
+				&stdout, &stdout, func(e *env) { e.sizes = []int64{64 << 10} })
+			if err != nil {
+				t.Fatalf("run: %v\n%s", err, stdout.String())
 			}
-			if strings.HasSuffix(c, "MB/s") {
-				if v, ok := row[i].(float64); !ok || v <= 0 {
-					t.Errorf("absolute figure %q = %v", c, row[i])
+			if !strings.Contains(stdout.String(), c.note) {
+				t.Errorf("no %q:\n%s", c.note, stdout.String())
+			}
+			var rep report
+			b, _ := os.ReadFile(jsonPath)
+			if err := json.Unmarshal(b, &rep); err != nil {
+				t.Fatal(err)
+			}
+			checkReport(t, &rep, "throughput")
+			tb := rep.Results[0].Tables[0]
+			if len(rep.Results[0].Tables) != 1 {
+				t.Errorf("a fio table without fio: %+v", rep.Results[0].Tables)
+			}
+			for _, row := range tb.Rows {
+				for i, col := range tb.Columns {
+					if strings.Contains(col, "x fio") && row[i] != nil {
+						t.Errorf("ratio %q = %v without fio", col, row[i])
+					}
+					if strings.HasSuffix(col, "MB/s") {
+						if v, ok := row[i].(float64); !ok || v <= 0 {
+							t.Errorf("absolute figure %q = %v", col, row[i])
+						}
+					}
 				}
 			}
-		}
+		})
 	}
 }
 
