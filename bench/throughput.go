@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -373,5 +372,3 @@ func tpRun(ctx context.Context, e *env, tb tierBackend, dir string, size, total,
 	}
 	return f, nil
 }
-
-var _ = errors.Is
