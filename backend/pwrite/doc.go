@@ -46,11 +46,11 @@
 //
 // # Concurrency
 //
-// Safe for concurrent use. The lock of the bfile.Dir (a RWMutex, package
-// backend/internal/bfile, which also holds the create/close/fsync steps
-// around the I/O shared with package uring) guards closed and the directory
-// descriptor: every operation holds the read lock while it runs, Close takes
-// the write lock, so Close waits for operations in flight and later calls fail
-// with backend.ErrClosed. Operations on different ids share no other state.
-// direct is an atomic flag that only goes from true to false.
+// Safe for concurrent use. The lock of the bfile.Dir (a RWMutex; package
+// backend/internal/bfile holds the steps around the I/O, shared with package
+// uring) guards closed and the directory descriptor: every operation holds
+// the read lock while it runs, Close takes the write lock, so Close waits for
+// operations in flight and later calls fail with backend.ErrClosed.
+// Operations on different ids share no other state. direct is an atomic flag
+// that only goes from true to false.
 package pwrite

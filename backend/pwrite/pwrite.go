@@ -149,36 +149,32 @@ func (b *Backend) Direct() bool { return b.d.Direct() }
 func (b *Backend) Dir() string { return b.d.Path() }
 
 // Name returns "pwrite+direct" while O_DIRECT is in use, else "pwrite".
-func (b *Backend) Name() string {
-	if b.d.Direct() {
-		return "pwrite+direct"
-	}
-	return "pwrite"
-}
+func (b *Backend) Name() string { return b.d.Name() }
 
 // WriteBucket implements backend.Backend: create, fallocate, write,
 // fdatasync, close, fsync of the directory (see bfile.Dir.WriteBucket).
 func (b *Backend) WriteBucket(ctx context.Context, id uint64, data [][]byte) error {
-	return b.d.WriteBucket(ctx, id, data, func(ctx context.Context, fd int, direct bool) error {
-		// Reserve the space first: a full device fails here, before any
-		// byte is written, and the extents are laid out in one go.
-		if err := bfile.Fallocate(fd, backend.TotalLen(data)); err != nil {
-			return err
-		}
-		var err error
-		if direct {
-			err = writeDirect(ctx, fd, data)
-		} else {
-			err = writeBuffered(ctx, fd, data)
-		}
-		if err != nil {
-			return err
-		}
-		if err := unix.Fdatasync(fd); err != nil {
-			return fmt.Errorf("fdatasync: %w", bfile.NoSpace(err))
-		}
-		return nil
-	})
+	return b.d.WriteBucket(ctx, id, data, writeFile)
+}
+
+// writeFile is the bfile.WriteFunc of WriteBucket.
+func writeFile(ctx context.Context, fd int, data [][]byte, direct bool) error {
+	// Reserve the space first: a full device fails here, before any byte is
+	// written, and the extents are laid out in one go.
+	if err := bfile.Fallocate(fd, backend.TotalLen(data)); err != nil {
+		return err
+	}
+	write := writeBuffered
+	if direct {
+		write = writeDirect
+	}
+	if err := write(ctx, fd, data); err != nil {
+		return err
+	}
+	if err := unix.Fdatasync(fd); err != nil {
+		return fmt.Errorf("fdatasync: %w", bfile.NoSpace(err))
+	}
+	return nil
 }
 
 // writeBuffered writes data from offset 0 with pwritev, at most
@@ -486,89 +482,15 @@ func (r *reader) preadDirect(p []byte, off int64) error {
 	return nil
 }
 
-// Delete implements backend.Backend.
-func (b *Backend) Delete(id uint64) error {
-	if err := b.d.Acquire(); err != nil {
-		return fmt.Errorf("pwrite: delete bucket %016x: %w", id, err)
-	}
-	defer b.d.Release()
-	if err := unix.Unlink(b.d.File(id)); err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("pwrite: delete bucket %016x: %w", id, backend.ErrNotFound)
-		}
-		return fmt.Errorf("pwrite: delete bucket %016x: %w", id, err)
-	}
-	if err := unix.Fsync(b.d.FD()); err != nil {
-		return fmt.Errorf("pwrite: delete bucket %016x: fsync directory: %w", id, err)
-	}
-	return nil
-}
-
-// scan calls fn for every bucket file in the directory, with its stat.
-// Files that vanish during the scan are skipped.
-func (b *Backend) scan(fn func(id uint64, st *unix.Stat_t)) error {
-	entries, err := os.ReadDir(b.d.Path())
-	if err != nil {
-		return err
-	}
-	var st unix.Stat_t
-	for _, e := range entries {
-		id, ok := backend.ParseFileName(e.Name())
-		if !ok || !e.Type().IsRegular() {
-			continue
-		}
-		if err := unix.Fstatat(b.d.FD(), e.Name(), &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			if errors.Is(err, unix.ENOENT) {
-				continue
-			}
-			return fmt.Errorf("stat %s: %w", e.Name(), err)
-		}
-		fn(id, &st)
-	}
-	return nil
-}
+// Delete implements backend.Backend: unlink, fsync of the directory.
+func (b *Backend) Delete(id uint64) error { return b.d.Delete(id) }
 
 // List implements backend.Backend.
-func (b *Backend) List() ([]backend.FileInfo, error) {
-	if err := b.d.Acquire(); err != nil {
-		return nil, fmt.Errorf("pwrite: list: %w", err)
-	}
-	defer b.d.Release()
-	var out []backend.FileInfo
-	err := b.scan(func(id uint64, st *unix.Stat_t) {
-		out = append(out, backend.FileInfo{ID: id, Size: st.Size})
-	})
-	if err != nil {
-		return nil, fmt.Errorf("pwrite: list %s: %w", b.d.Path(), err)
-	}
-	// ReadDir sorts by name, which for FileName is id order; sort anyway
-	// rather than rely on it.
-	slices.SortFunc(out, func(x, y backend.FileInfo) int {
-		switch {
-		case x.ID < y.ID:
-			return -1
-		case x.ID > y.ID:
-			return 1
-		}
-		return 0
-	})
-	return out, nil
-}
+func (b *Backend) List() ([]backend.FileInfo, error) { return b.d.List() }
 
 // Allocated implements backend.Backend: the sum of st_blocks*512 of the
 // bucket files.
-func (b *Backend) Allocated() (int64, error) {
-	if err := b.d.Acquire(); err != nil {
-		return 0, fmt.Errorf("pwrite: allocated: %w", err)
-	}
-	defer b.d.Release()
-	var n int64
-	err := b.scan(func(_ uint64, st *unix.Stat_t) { n += st.Blocks * 512 })
-	if err != nil {
-		return 0, fmt.Errorf("pwrite: allocated %s: %w", b.d.Path(), err)
-	}
-	return n, nil
-}
+func (b *Backend) Allocated() (int64, error) { return b.d.Allocated() }
 
 // Close implements backend.Backend. It waits for operations in flight.
 func (b *Backend) Close() error { return b.d.Close(nil) }

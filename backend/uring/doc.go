@@ -41,8 +41,10 @@
 //     caller's slices (no copy), buffered reads land directly in Data.
 //
 // Directory rules (absolute path, created when missing, writable) are those
-// of package pwrite, whose Open validates the directory; Delete, List and
-// Allocated are pwrite's.
+// of package pwrite, whose Open validates the directory. The steps around
+// the ring (create, close, fsync of the directory, open for reading) and
+// Delete, List and Allocated are package backend/internal/bfile's, shared
+// with pwrite.
 //
 // # Concurrency
 //
@@ -53,8 +55,7 @@
 // two goroutines at once. A call that finds no idle worker creates one, so
 // a Load never waits behind a long bucket write; only past MaxRings (64)
 // concurrent calls does a call wait for a ring. The lock of the backend's
-// own bfile.Dir (a RWMutex; package backend/internal/bfile holds the steps
-// around the ring that package pwrite shares) is held for reading by every
-// operation and for writing by Close, which therefore waits for operations
-// in flight before closing the rings.
+// bfile.Dir (a RWMutex) is held for reading by every operation and for
+// writing by Close, which therefore waits for operations in flight before
+// closing the rings.
 package uring

@@ -16,33 +16,29 @@ import (
 // Data.
 func (b *Backend) Read(ctx context.Context, id uint64, ops []backend.ReadOp) error {
 	return b.d.Read(ctx, id, func(fd int, size int64, direct bool) error {
-		return b.read(ctx, &reader{id: id, fd: fd, size: size, direct: direct, ops: ops, chunk: b.opts.ChunkSize})
+		rd := &reader{id: id, fd: fd, size: size, direct: direct, ops: ops, chunk: b.opts.ChunkSize}
+		rd.plan()
+		if len(rd.pieces) > 0 {
+			w, err := b.pool.get(ctx)
+			if err != nil {
+				rd.failAll(err)
+				return err
+			}
+			rd.w = w
+			rd.depth = b.opts.QueueDepth
+			err = rd.run(ctx)
+			b.pool.put(w, rd.broken)
+			if err != nil {
+				rd.failAll(err)
+			}
+		}
+		for i := range ops {
+			if ops[i].Err != nil {
+				ops[i].Data = nil
+			}
+		}
+		return nil
 	})
-}
-
-// read runs the pieces of rd's ops on one ring.
-func (b *Backend) read(ctx context.Context, rd *reader) error {
-	rd.plan()
-	if len(rd.pieces) > 0 {
-		w, err := b.pool.get(ctx)
-		if err != nil {
-			rd.failAll(err)
-			return err
-		}
-		rd.w = w
-		rd.depth = b.opts.QueueDepth
-		err = rd.run(ctx)
-		b.pool.put(w, rd.broken)
-		if err != nil {
-			rd.failAll(err)
-		}
-	}
-	for i := range rd.ops {
-		if rd.ops[i].Err != nil {
-			rd.ops[i].Data = nil
-		}
-	}
-	return nil
 }
 
 // piece is one read request: file range [off, off+n) into dst, which is

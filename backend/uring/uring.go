@@ -123,18 +123,18 @@ func Open(dir string, opts Options) (backend.Backend, error) {
 		opts.Logger.Warn("uring: kernel lacks opcodes, using the pwrite backend", "dir", dir, "err", err)
 		return pw, nil
 	}
-	// pw has already logged a fallback found by its probe.
+	// pw has validated dir (and logged a probe's fallback); d takes over.
 	d, err := bfile.Open(bfile.Config{Path: pw.Dir(), Direct: pw.Direct(), Pkg: "uring", ErrDirect: errDirectUnsupported, Log: opts.Logger})
+	pw.Close()
 	if err != nil {
 		w.close()
-		pw.Close()
 		return nil, fmt.Errorf("uring: open %s: %w", dir, err)
 	}
 	p.fixedOK = fixedOK
 	w.fixedOK = fixedOK
 	p.sem <- struct{}{}
 	p.idle <- w
-	return &Backend{pw: pw, d: d, opts: opts, pool: p}, nil
+	return &Backend{d: d, opts: opts, pool: p}, nil
 }
 
 // checkOpcodes probes the kernel for the opcodes the backend needs, and
@@ -154,26 +154,17 @@ func checkOpcodes(r *iuring.Ring) (fixedOK bool, err error) {
 
 // Backend stores bucket files with io_uring: see the package documentation.
 type Backend struct {
-	pw   *pwrite.Backend // directory rules, Delete, List, Allocated
 	opts Options
 	pool *pool
-
-	// d owns the directory descriptor, the direct flag (true to false
-	// only, logged once) and the lock: every operation holds d's read lock
-	// for its whole duration, Close its write lock, so the pool exists
-	// while an operation runs.
+	// d holds the direct flag and the lock: every operation holds its read
+	// lock throughout, Close its write lock, so the pool outlives them.
 	d *bfile.Dir
 }
 
 var _ backend.Backend = (*Backend)(nil)
 
 // Name is "uring+direct" while O_DIRECT is in use, else "uring".
-func (b *Backend) Name() string {
-	if b.d.Direct() {
-		return "uring+direct"
-	}
-	return "uring"
-}
+func (b *Backend) Name() string { return b.d.Name() }
 
 // Direct reports whether bucket files are currently opened with O_DIRECT.
 func (b *Backend) Direct() bool { return b.d.Direct() }
@@ -181,51 +172,14 @@ func (b *Backend) Direct() bool { return b.d.Direct() }
 // Dir is the directory of the bucket files.
 func (b *Backend) Dir() string { return b.d.Path() }
 
-// Delete implements backend.Backend (unlink, fsync of the directory).
-func (b *Backend) Delete(id uint64) error {
-	if err := b.d.Acquire(); err != nil {
-		return fmt.Errorf("uring: delete bucket %016x: %w", id, err)
-	}
-	defer b.d.Release()
-	if err := b.pw.Delete(id); err != nil {
-		return fmt.Errorf("uring: %w", err)
-	}
-	return nil
-}
+// Delete implements backend.Backend: unlink, fsync of the directory.
+func (b *Backend) Delete(id uint64) error { return b.d.Delete(id) }
 
 // List implements backend.Backend.
-func (b *Backend) List() ([]backend.FileInfo, error) {
-	if err := b.d.Acquire(); err != nil {
-		return nil, fmt.Errorf("uring: list: %w", err)
-	}
-	defer b.d.Release()
-	l, err := b.pw.List()
-	if err != nil {
-		return nil, fmt.Errorf("uring: %w", err)
-	}
-	return l, nil
-}
+func (b *Backend) List() ([]backend.FileInfo, error) { return b.d.List() }
 
 // Allocated implements backend.Backend.
-func (b *Backend) Allocated() (int64, error) {
-	if err := b.d.Acquire(); err != nil {
-		return 0, fmt.Errorf("uring: allocated: %w", err)
-	}
-	defer b.d.Release()
-	n, err := b.pw.Allocated()
-	if err != nil {
-		return 0, fmt.Errorf("uring: %w", err)
-	}
-	return n, nil
-}
+func (b *Backend) Allocated() (int64, error) { return b.d.Allocated() }
 
 // Close waits for the operations in flight, then closes the rings.
-func (b *Backend) Close() error {
-	return b.d.Close(func() error {
-		err := b.pool.close()
-		if perr := b.pw.Close(); perr != nil && err == nil {
-			err = perr
-		}
-		return err
-	})
-}
+func (b *Backend) Close() error { return b.d.Close(b.pool.close) }

@@ -18,9 +18,7 @@ import (
 // in flight; then one FSYNC(DATASYNC) and an fsync of the directory (see
 // bfile.Dir.WriteBucket for the steps around the ring).
 func (b *Backend) WriteBucket(ctx context.Context, id uint64, data [][]byte) error {
-	return b.d.WriteBucket(ctx, id, data, func(ctx context.Context, fd int, direct bool) error {
-		return b.writeFile(ctx, fd, data, direct)
-	})
+	return b.d.WriteBucket(ctx, id, data, b.writeFile)
 }
 
 // writeFile writes data to fd through a ring and fdatasyncs it.
@@ -46,12 +44,11 @@ func (b *Backend) writeFile(ctx context.Context, fd int, data [][]byte, direct b
 	}
 	s := &writer{w: w, fd: fd, depth: b.opts.WriteDepth, direct: direct}
 	data = slices.Clone(data) // consumed below; the caller's slice stays intact
+	write := s.writeBuffered
 	if direct {
-		err = s.writeDirect(ctx, data)
-	} else {
-		err = s.writeBuffered(ctx, data)
+		write = s.writeDirect
 	}
-	if err == nil {
+	if err = write(ctx, data); err == nil {
 		err = s.fdatasync()
 	}
 	b.pool.put(w, s.broken)
@@ -223,9 +220,8 @@ func (s *writer) writeBuffered(ctx context.Context, data [][]byte) error {
 			if err := ctx.Err(); err != nil {
 				return s.drain(inflight, err)
 			}
-			var iov [][]byte
-			var n int64
-			iov, data, n = bfile.NextIovecs(nil, data, int64(s.w.chunk))
+			iov, rest, n := bfile.NextIovecs(nil, data, int64(s.w.chunk))
+			data = rest
 			if len(iov) == 0 {
 				break
 			}

@@ -37,10 +37,10 @@ type Dir struct {
 	fd     int // the directory, open O_RDONLY for fsync
 }
 
-// WriteFunc writes the data to fd (opened O_DIRECT when direct is set) from
+// WriteFunc writes data to fd (opened O_DIRECT when direct is set) from
 // offset 0 and fdatasyncs it. An error wrapping Config.ErrDirect makes
 // WriteBucket retry with buffered I/O.
-type WriteFunc func(ctx context.Context, fd int, direct bool) error
+type WriteFunc func(ctx context.Context, fd int, data [][]byte, direct bool) error
 
 // ReadFunc serves the ops of one Read from fd, a file of size bytes.
 type ReadFunc func(fd int, size int64, direct bool) error
@@ -60,14 +60,19 @@ func Open(c Config) (*Dir, error) {
 // Path returns the directory.
 func (d *Dir) Path() string { return d.path }
 
-// FD returns the directory's descriptor; valid while Acquire is held.
-func (d *Dir) FD() int { return d.fd }
-
 // File returns the path of the bucket file of id.
 func (d *Dir) File(id uint64) string { return filepath.Join(d.path, backend.FileName(id)) }
 
 // Direct reports whether bucket files are currently opened with O_DIRECT.
 func (d *Dir) Direct() bool { return d.direct.Load() }
+
+// Name is Config.Pkg, with "+direct" while O_DIRECT is in use.
+func (d *Dir) Name() string {
+	if d.direct.Load() {
+		return d.pkg + "+direct"
+	}
+	return d.pkg
+}
 
 // ForceDirect turns O_DIRECT back on, for tests of the later fallbacks.
 func (d *Dir) ForceDirect() { d.direct.Store(true) }
@@ -80,9 +85,9 @@ func (d *Dir) Fallback(why error) {
 	}
 }
 
-// Acquire takes the read lock, or fails with backend.ErrClosed. After nil
-// the caller calls Release.
-func (d *Dir) Acquire() error {
+// acquire takes the read lock, or fails with backend.ErrClosed. After nil
+// the caller calls release.
+func (d *Dir) acquire() error {
 	d.mu.RLock()
 	if d.closed {
 		d.mu.RUnlock()
@@ -91,8 +96,7 @@ func (d *Dir) Acquire() error {
 	return nil
 }
 
-// Release releases Acquire.
-func (d *Dir) Release() { d.mu.RUnlock() }
+func (d *Dir) release() { d.mu.RUnlock() }
 
 // Close waits for the operations in flight, then runs release (when not nil)
 // and closes the directory. A second Close fails with backend.ErrClosed.
@@ -114,6 +118,13 @@ func (d *Dir) Close(release func() error) error {
 		return fmt.Errorf("%s: close %s: %w", d.pkg, d.path, err)
 	}
 	return nil
+}
+
+// wrap prefixes *err, when set, with the package, what failed and the id.
+func (d *Dir) wrap(err *error, what string, id uint64) {
+	if *err != nil {
+		*err = fmt.Errorf("%s: %s %016x: %w", d.pkg, what, id, *err)
+	}
 }
 
 // NoSpace wraps ENOSPC and EDQUOT with backend.ErrNoSpace.
@@ -139,18 +150,12 @@ func Fallocate(fd int, total int64) error {
 
 // WriteBucket is backend.Backend.WriteBucket around write: see the package
 // documentation.
-func (d *Dir) WriteBucket(ctx context.Context, id uint64, data [][]byte, write WriteFunc) error {
-	if err := d.writeBucket(ctx, id, data, write); err != nil {
-		return fmt.Errorf("%s: write bucket %016x: %w", d.pkg, id, err)
-	}
-	return nil
-}
-
-func (d *Dir) writeBucket(ctx context.Context, id uint64, data [][]byte, write WriteFunc) error {
-	if err := d.Acquire(); err != nil {
+func (d *Dir) WriteBucket(ctx context.Context, id uint64, data [][]byte, write WriteFunc) (err error) {
+	defer d.wrap(&err, "write bucket", id)
+	if err := d.acquire(); err != nil {
 		return err
 	}
-	defer d.Release()
+	defer d.release()
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -158,17 +163,17 @@ func (d *Dir) writeBucket(ctx context.Context, id uint64, data [][]byte, write W
 		return fmt.Errorf("%d bytes: %w", total, backend.ErrUnaligned)
 	}
 	direct := d.direct.Load()
-	err := d.writeFile(ctx, d.File(id), direct, write)
+	err = d.writeFile(ctx, d.File(id), data, direct, write)
 	if direct && errors.Is(err, d.errDirect) {
 		d.Fallback(err)
-		err = d.writeFile(ctx, d.File(id), false, write)
+		err = d.writeFile(ctx, d.File(id), data, false, write)
 	}
 	return err
 }
 
 // writeFile creates name, runs write, closes the file and fsyncs the
 // directory. On failure after the file was created it removes the file.
-func (d *Dir) writeFile(ctx context.Context, name string, direct bool, write WriteFunc) (err error) {
+func (d *Dir) writeFile(ctx context.Context, name string, data [][]byte, direct bool, write WriteFunc) (err error) {
 	fd, err := open(name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, direct)
 	switch {
 	case errors.Is(err, unix.EEXIST):
@@ -192,7 +197,7 @@ func (d *Dir) writeFile(ctx context.Context, name string, direct bool, write Wri
 			_ = unix.Fsync(d.fd)
 		}
 	}()
-	if err := write(ctx, fd, direct); err != nil {
+	if err := write(ctx, fd, data, direct); err != nil {
 		return err
 	}
 	cerr := unix.Close(fd)
@@ -209,18 +214,12 @@ func (d *Dir) writeFile(ctx context.Context, name string, direct bool, write Wri
 // Read is backend.Backend.Read around read: it opens the bucket file of id
 // (O_DIRECT, falling back to buffered I/O on EINVAL), maps ENOENT to
 // backend.ErrNotFound, fstats the file, calls read and checks ctx again.
-func (d *Dir) Read(ctx context.Context, id uint64, read ReadFunc) error {
-	if err := d.read(ctx, id, read); err != nil {
-		return fmt.Errorf("%s: read bucket %016x: %w", d.pkg, id, err)
-	}
-	return nil
-}
-
-func (d *Dir) read(ctx context.Context, id uint64, read ReadFunc) error {
-	if err := d.Acquire(); err != nil {
+func (d *Dir) Read(ctx context.Context, id uint64, read ReadFunc) (err error) {
+	defer d.wrap(&err, "read bucket", id)
+	if err := d.acquire(); err != nil {
 		return err
 	}
-	defer d.Release()
+	defer d.release()
 	if err := ctx.Err(); err != nil {
 		return err
 	}
