@@ -85,13 +85,17 @@ func (d *Dir) Fallback(why error) {
 	}
 }
 
-// acquire takes the read lock, or fails with backend.ErrClosed. After nil
-// the caller calls release.
-func (d *Dir) acquire() error {
+// acquire takes the read lock, or fails with backend.ErrClosed or ctx's
+// error. After nil the caller calls release.
+func (d *Dir) acquire(ctx context.Context) error {
 	d.mu.RLock()
 	if d.closed {
 		d.mu.RUnlock()
 		return backend.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		d.mu.RUnlock()
+		return err
 	}
 	return nil
 }
@@ -152,13 +156,10 @@ func Fallocate(fd int, total int64) error {
 // documentation.
 func (d *Dir) WriteBucket(ctx context.Context, id uint64, data [][]byte, write WriteFunc) (err error) {
 	defer d.wrap(&err, "write bucket", id)
-	if err := d.acquire(); err != nil {
+	if err := d.acquire(ctx); err != nil {
 		return err
 	}
 	defer d.release()
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	if total := backend.TotalLen(data); total%backend.Alignment != 0 {
 		return fmt.Errorf("%d bytes: %w", total, backend.ErrUnaligned)
 	}
@@ -216,13 +217,10 @@ func (d *Dir) writeFile(ctx context.Context, name string, data [][]byte, direct 
 // backend.ErrNotFound, fstats the file, calls read and checks ctx again.
 func (d *Dir) Read(ctx context.Context, id uint64, read ReadFunc) (err error) {
 	defer d.wrap(&err, "read bucket", id)
-	if err := d.acquire(); err != nil {
+	if err := d.acquire(ctx); err != nil {
 		return err
 	}
 	defer d.release()
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	direct := d.direct.Load()
 	fd, err := open(d.File(id), unix.O_RDONLY, direct)
 	if direct && errors.Is(err, unix.EINVAL) {

@@ -2,6 +2,7 @@ package bfile
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -15,7 +16,7 @@ import (
 // Delete is backend.Backend.Delete: unlink, then fsync of the directory.
 func (d *Dir) Delete(id uint64) (err error) {
 	defer d.wrap(&err, "delete bucket", id)
-	if err := d.acquire(); err != nil {
+	if err := d.acquire(context.Background()); err != nil {
 		return err
 	}
 	defer d.release()
@@ -32,7 +33,7 @@ func (d *Dir) Delete(id uint64) (err error) {
 
 // List is backend.Backend.List, in id order.
 func (d *Dir) List() ([]backend.FileInfo, error) {
-	if err := d.acquire(); err != nil {
+	if err := d.acquire(context.Background()); err != nil {
 		return nil, fmt.Errorf("%s: list: %w", d.pkg, err)
 	}
 	defer d.release()
@@ -51,7 +52,7 @@ func (d *Dir) List() ([]backend.FileInfo, error) {
 // Allocated is backend.Backend.Allocated: the sum of st_blocks*512 of the
 // bucket files.
 func (d *Dir) Allocated() (int64, error) {
-	if err := d.acquire(); err != nil {
+	if err := d.acquire(context.Background()); err != nil {
 		return 0, fmt.Errorf("%s: allocated: %w", d.pkg, err)
 	}
 	defer d.release()
