@@ -5,11 +5,8 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -306,53 +303,16 @@ func peerRun(ctx context.Context, e *env, sk storeKind, dir string, size, total,
 	// Some stores read their files at open (badger maps and scans its
 	// value log): say how much is in memory when the reads start.
 	f.cachedAtRead = residentBytes(dir)
-	order := rand.New(rand.NewPCG(uint64(n), 7)).Perm(n)
-	var next atomic.Int64
-	var mu sync.Mutex // protects rlat and firstErr
-	var rlat latencies
-	var firstErr error
-	bar = e.progress(fmt.Sprintf("peers %s %s read", sk.name, sizeName(size)), int64(n))
-	var wg sync.WaitGroup
-	t0 = time.Now()
-	for r := 0; r < readers; r++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var mine latencies
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n || ctx.Err() != nil {
-					break
-				}
-				k := order[i]
-				g0 := time.Now()
-				v, err := st.get(ctx, key(k))
-				mine = append(mine, time.Since(g0))
-				if err == nil && !bytes.Equal(v, vs.value(k)) {
-					err = fmt.Errorf("%w: key %s", errVerify, key(k))
-				}
-				if err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
-					break
-				}
-				bar.Add(1)
-			}
-			mu.Lock()
-			rlat = append(rlat, mine...)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	read := time.Since(t0)
-	bar.Finish()
-	if firstErr != nil {
-		return f, firstErr
-	}
-	if err := ctx.Err(); err != nil {
+	b := e.progress(fmt.Sprintf("peers %s %s read", sk.name, sizeName(size)), int64(n))
+	_, rlat, read, err := readPhase(ctx, n, readers, 1, 7, time.Time{}, b, func(ctx context.Context, objs []int) error {
+		k := objs[0]
+		v, err := st.get(ctx, key(k))
+		if err == nil && !bytes.Equal(v, vs.value(k)) {
+			err = fmt.Errorf("%w: key %s", errVerify, key(k))
+		}
+		return err
+	})
+	if err != nil {
 		return f, err
 	}
 	f.readOps = n

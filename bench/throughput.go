@@ -7,12 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/tierstore/tierstore/backend"
@@ -301,71 +298,29 @@ func tpRun(ctx context.Context, e *env, tb tierBackend, dir string, size, total,
 	f.offP50, f.offP99 = ms(olat.pct(50)), ms(olat.pct(99))
 
 	dropCache(dir)
-	order := rand.New(rand.NewPCG(uint64(n), 11)).Perm(n)
-	var next, done atomic.Int64
-	var mu sync.Mutex // protects llat and firstErr
-	var llat latencies
-	var firstErr error
-	deadline := time.Now().Add(readBudget)
-	bar = e.progress(fmt.Sprintf("throughput %s %s load", tb.name, sizeName(size)), int64(n))
-	var wg sync.WaitGroup
-	t0 = time.Now()
-	for r := 0; r < readers; r++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var mine latencies
-			batch := make([][]byte, 0, perLoad)
-			idx := make([]int, 0, perLoad)
-			for ctx.Err() == nil && time.Now().Before(deadline) {
-				i := int(next.Add(int64(perLoad)) - int64(perLoad))
-				if i >= n {
-					break
-				}
-				batch, idx = batch[:0], idx[:0]
-				for j := i; j < min(i+perLoad, n); j++ {
-					batch = append(batch, keys[order[j]])
-					idx = append(idx, order[j])
-				}
-				c0 := time.Now()
-				out := eng.Load(ctx, batch)
-				mine = append(mine, time.Since(c0))
-				var err error
-				for j, r := range out {
-					if r.Err != nil {
-						err = fmt.Errorf("load %s: %w", batch[j], r.Err)
-					} else if !bytes.Equal(r.Value, vs.value(idx[j])) {
-						err = fmt.Errorf("%w: %s", errVerify, batch[j])
-					}
-				}
-				if err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
-					break
-				}
-				done.Add(int64(len(batch)))
-				bar.Add(len(batch))
+	b := e.progress(fmt.Sprintf("throughput %s %s load", tb.name, sizeName(size)), int64(n))
+	done, llat, read, err := readPhase(ctx, n, readers, perLoad, 11, time.Now().Add(readBudget), b,
+		func(ctx context.Context, objs []int) error {
+			batch := make([][]byte, len(objs))
+			for j, o := range objs {
+				batch[j] = keys[o]
 			}
-			mu.Lock()
-			llat = append(llat, mine...)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	read := time.Since(t0)
-	bar.Finish()
-	if firstErr != nil {
-		return f, firstErr
-	}
-	if err := ctx.Err(); err != nil {
+			for j, r := range eng.Load(ctx, batch) {
+				if r.Err != nil {
+					return fmt.Errorf("load %s: %w", batch[j], r.Err)
+				}
+				if !bytes.Equal(r.Value, vs.value(objs[j])) {
+					return fmt.Errorf("%w: %s", errVerify, batch[j])
+				}
+			}
+			return nil
+		})
+	if err != nil {
 		return f, err
 	}
-	f.readObjects = int(done.Load())
-	f.readMBps = mbps(done.Load()*size, read)
-	f.readIOPS = float64(done.Load()) / read.Seconds()
+	f.readObjects = int(done)
+	f.readMBps = mbps(done*size, read)
+	f.readIOPS = float64(done) / read.Seconds()
 	f.loadP50, f.loadP99 = ms(llat.pct(50)), ms(llat.pct(99))
 	if st := eng.Stats(); st.ChecksumErrors != 0 {
 		return f, fmt.Errorf("%w: %d checksum errors", errVerify, st.ChecksumErrors)

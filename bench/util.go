@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -159,4 +162,53 @@ func parseSize(s string) (int64, error) {
 		return 0, err
 	}
 	return n * mult, nil
+}
+
+// readPhase has readers goroutines read objects 0..n-1 in a random order
+// (seeded), perCall objects per call of read, until every object is read,
+// the deadline passes (zero: none), ctx ends or a call fails. It returns how
+// many objects were read, the latency of every call, the elapsed time, and
+// the first error (ctx's error if ctx ended first).
+func readPhase(ctx context.Context, n, readers, perCall int, seed uint64, deadline time.Time, b bar,
+	read func(ctx context.Context, objs []int) error) (done int64, lat latencies, elapsed time.Duration, err error) {
+	order := rand.New(rand.NewPCG(uint64(n), seed)).Perm(n)
+	var next, count atomic.Int64
+	var mu sync.Mutex // protects lat and err
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for range readers {
+		wg.Go(func() {
+			var mine latencies
+			for ctx.Err() == nil && (deadline.IsZero() || time.Now().Before(deadline)) {
+				i := int(next.Add(int64(perCall)) - int64(perCall))
+				if i >= n {
+					break
+				}
+				objs := order[i:min(i+perCall, n)]
+				c0 := time.Now()
+				rerr := read(ctx, objs)
+				mine = append(mine, time.Since(c0))
+				if rerr != nil {
+					mu.Lock()
+					if err == nil {
+						err = rerr
+					}
+					mu.Unlock()
+					break
+				}
+				count.Add(int64(len(objs)))
+				b.Add(len(objs))
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	elapsed = time.Since(t0)
+	b.Finish()
+	if err == nil {
+		err = ctx.Err()
+	}
+	return count.Load(), lat, elapsed, err
 }
