@@ -131,16 +131,7 @@ func TestRetryableOffloadFailureRetried(t *testing.T) {
 // (removed objects) and keeps the others; after a master restart it never
 // deletes what the new master has not heard of yet.
 func TestReconcileRemovesUnwanted(t *testing.T) {
-	m1 := newMaster(t, testMasterConfig())
-	sw := &switchable{}
-	sw.cur.Store(m1)
-	tr := newMemTier()
-	n, err := StartNode(context.Background(), testNodeConfig(""), sw, WithTier(tr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	c := newTestClient(t, Config{Master: m1, LocalNode: n})
+	m1, sw, tr, n, c := restartableNode(t)
 	ctx := context.Background()
 	for _, k := range []string{"keep", "drop"} {
 		if err := c.Put(ctx, k, rnd(3000)); err != nil {
@@ -303,16 +294,7 @@ func TestCodesReExported(t *testing.T) {
 // know the key yet and refuses it, but the node remounted meanwhile, so it
 // keeps the copy and re-registers it instead of deleting it.
 func TestRefusedAcrossRemountKeptAndReregistered(t *testing.T) {
-	m1 := newMaster(t, testMasterConfig())
-	sw := &switchable{}
-	sw.cur.Store(m1)
-	tr := newMemTier()
-	n, err := StartNode(context.Background(), testNodeConfig(""), sw, WithTier(tr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	c := newTestClient(t, Config{Master: m1, LocalNode: n})
+	_, sw, tr, n, c := restartableNode(t)
 	ctx := context.Background()
 	if err := c.Put(ctx, "k", rnd(5000)); err != nil {
 		t.Fatal(err)
@@ -347,4 +329,21 @@ func TestRefusedAcrossRemountKeptAndReregistered(t *testing.T) {
 	if info, err := m2.GetReplicaList(ctx, "k"); err != nil || len(info.Replicas) != 1 || info.Replicas[0].Kind != master.LocalDisk {
 		t.Fatalf("new master after re-registration: %+v %v", info, err)
 	}
+}
+
+// restartableNode starts a master, a node with an in-memory tier behind a
+// master switch (so a test can swap in a restarted master) and a client.
+func restartableNode(t *testing.T) (*master.Service, *switchable, *memTier, *Node, *Client) {
+	t.Helper()
+	m1 := newMaster(t, testMasterConfig())
+	sw := &switchable{}
+	sw.cur.Store(m1)
+	tr := newMemTier()
+	n, err := StartNode(context.Background(), testNodeConfig(""), sw, WithTier(tr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	c := newTestClient(t, Config{Master: m1, LocalNode: n})
+	return m1, sw, tr, n, c
 }
