@@ -13,9 +13,10 @@ import (
 
 	"github.com/tierstore/tierstore/bench/internal/belady"
 	"github.com/tierstore/tierstore/bench/internal/trace"
-	"github.com/tierstore/tierstore/client"
+	"github.com/tierstore/tierstore/embedded"
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/master"
+	"github.com/tierstore/tierstore/node"
 )
 
 func init() {
@@ -140,7 +141,7 @@ func runChurn(ctx context.Context, e *env) (*result, error) {
 			}
 			dir := filepath.Join(e.dir, fmt.Sprintf("%s-%s", sanitize(tr.Name), sanitize(p.name)))
 			f, err := replay(ctx, e, tr, p, sz, dir)
-			if errors.Is(err, client.ErrBadConfig) {
+			if errors.Is(err, node.ErrBadConfig) {
 				// The node does not offer this policy (yet): say so, go on.
 				unsupported[p.name] = true
 				res.Notes = append(res.Notes, fmt.Sprintf("policy %s skipped: %v", p.name, err))
@@ -246,7 +247,7 @@ func sanitize(s string) string {
 func replay(ctx context.Context, e *env, tr *trace.Trace, p churnPolicy, sz churnSizes, dir string) (churnFigures, error) {
 	f := churnFigures{trace: tr.Name, policy: p.name}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg := client.DefaultEmbeddedConfig()
+	cfg := embedded.DefaultConfig()
 	cfg.Master.Logger = quiet
 	cfg.Master.EnableOffload = true
 	cfg.Master.OffloadOnEvict = p.onEvict
@@ -265,7 +266,7 @@ func replay(ctx context.Context, e *env, tr *trace.Trace, p churnPolicy, sz chur
 	if err := mkdir(dir); err != nil {
 		return f, err
 	}
-	emb, err := client.NewEmbedded(ctx, cfg)
+	emb, err := embedded.New(ctx, cfg)
 	if err != nil {
 		return f, err
 	}

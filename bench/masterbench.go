@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/master"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 func init() {
@@ -52,7 +53,7 @@ func runMaster(ctx context.Context, e *env) (*result, error) {
 	// allocator does bookkeeping only, no memory is touched.
 	segSize := int64(4*objects) * objSize
 	for _, seg := range []string{"inproc", "grpc"} {
-		if err := svc.MountSegment(ctx, master.MountRequest{Node: "bench-" + seg, Endpoint: "127.0.0.1:1",
+		if err := svc.MountSegment(ctx, masterapi.MountRequest{Node: "bench-" + seg, Endpoint: "127.0.0.1:1",
 			Segment: seg, Size: segSize}); err != nil {
 			return nil, err
 		}
@@ -69,7 +70,7 @@ func runMaster(ctx context.Context, e *env) (*result, error) {
 		srv.Stop()
 		<-served
 	}()
-	remote, err := master.Dial(ctx, lis.Addr().String())
+	remote, err := masterapi.Dial(ctx, lis.Addr().String())
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +114,7 @@ func runMaster(ctx context.Context, e *env) (*result, error) {
 		rnd := func(r *rand.Rand) int { return present[r.IntN(len(present))] }
 		ops := []masterOp{
 			{"put pair (PutStart+PutEnd)", mode.workers, objects, func(ctx context.Context, api master.API, i int, r *rand.Rand) (int, error) {
-				if _, err := api.PutStart(ctx, master.PutStartRequest{Key: key(i), Size: objSize, CRC: uint32(i), PreferredNode: node}); err != nil {
+				if _, err := api.PutStart(ctx, masterapi.PutStartRequest{Key: key(i), Size: objSize, CRC: uint32(i), PreferredNode: node}); err != nil {
 					return 0, err
 				}
 				if err := api.PutEnd(ctx, key(i)); err != nil {

@@ -6,7 +6,7 @@ import (
 	"sync"
 
 	"github.com/tierstore/tierstore/internal/codes"
-	"github.com/tierstore/tierstore/master"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // batchParallelism bounds the data transfers of one batch call in flight.
@@ -39,7 +39,7 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte) [
 	}
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
-	reqs := make([]master.PutStartRequest, 0, len(keys))
+	reqs := make([]masterapi.PutStartRequest, 0, len(keys))
 	idx := make([]int, 0, len(keys))
 	crcs := make([]uint32, len(keys))
 	for i, k := range keys {
@@ -52,7 +52,7 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte) [
 			continue
 		}
 		crcs[i] = CRC32C(values[i])
-		r := master.PutStartRequest{Key: k, Size: int64(len(values[i])), CRC: crcs[i], SoftPin: c.cfg.SoftPin, HardPin: c.cfg.HardPin}
+		r := masterapi.PutStartRequest{Key: k, Size: int64(len(values[i])), CRC: crcs[i], SoftPin: c.cfg.SoftPin, HardPin: c.cfg.HardPin}
 		r.PreferredNode = c.preferred()
 		reqs = append(reqs, r)
 		idx = append(idx, i)

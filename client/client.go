@@ -10,7 +10,8 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
-	"github.com/tierstore/tierstore/master"
+	"github.com/tierstore/tierstore/internal/wire"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // Config configures a Client.
@@ -19,10 +20,10 @@ type Config struct {
 	// Master is set.
 	MasterAddr string
 	// Master is an in-process master (embedded mode, tests).
-	Master master.API
+	Master masterapi.ClientAPI
 	// LocalNode is a node in this process: puts prefer its segment, and its
 	// replicas are read without a socket and ranked first.
-	LocalNode *Node
+	LocalNode LocalNode
 	// PreferredNode asks the master to place puts on this node's segment
 	// when it has room (default: LocalNode's name, if any).
 	PreferredNode string
@@ -62,10 +63,10 @@ type ReadStats struct {
 type Client struct {
 	cfg    Config
 	log    *slog.Logger
-	m      master.API
+	m      masterapi.ClientAPI
 	closeM func() error // closes a master connection this client opened
-	local  *Node
-	peers  peerPool
+	local  LocalNode
+	peers  wire.Pool
 	closed atomic.Bool
 
 	localDRAM, remoteDRAM, localSSD, remoteSSD atomic.Int64
@@ -89,7 +90,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	case cfg.Master != nil:
 		c.m = cfg.Master
 	case cfg.MasterAddr != "":
-		r, err := master.Dial(ctx, cfg.MasterAddr)
+		r, err := masterapi.Dial(ctx, cfg.MasterAddr)
 		if err != nil {
 			return nil, fmt.Errorf("client: connecting to master %s: %w", cfg.MasterAddr, err)
 		}
@@ -111,7 +112,7 @@ func (c *Client) preferred() string {
 }
 
 // Master is the master API this client talks to.
-func (c *Client) Master() master.API { return c.m }
+func (c *Client) Master() masterapi.ClientAPI { return c.m }
 
 // Close releases the client's connections. It does not close LocalNode or
 // an in-process Master.
@@ -119,7 +120,7 @@ func (c *Client) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
-	c.peers.close()
+	c.peers.Close()
 	if c.closeM != nil {
 		return c.closeM()
 	}
@@ -137,20 +138,26 @@ func (c *Client) check(key string) error {
 	if c.closed.Load() {
 		return ErrClosed
 	}
-	if len(key) == 0 || len(key) > master.MaxKeyLen {
-		return codes.Errorf(codes.InvalidKey, "client: key of %d bytes (1..%d allowed)", len(key), master.MaxKeyLen)
+	if len(key) == 0 || len(key) > masterapi.MaxKeyLen {
+		return codes.Errorf(codes.InvalidKey, "client: key of %d bytes (1..%d allowed)", len(key), masterapi.MaxKeyLen)
 	}
 	return nil
 }
 
-func (c *Client) peerFor(r master.Replica) (peer, error) {
+func (c *Client) peerFor(r masterapi.Replica) (peer, error) {
 	if c.local != nil && r.Node == c.local.Name() {
 		return localPeer{c.local}, nil
 	}
 	if len(r.Endpoint) > 7 && r.Endpoint[:7] == "inproc:" {
 		return nil, codes.Errorf(codes.TransferFail, "client: node %s is in another process's embedded mode", r.Node)
 	}
-	return c.peers.get(r.Endpoint)
+	p, err := c.peers.Get(r.Endpoint)
+	if errors.Is(err, wire.ErrClosed) {
+		return nil, ErrClosed
+	} else if err != nil {
+		return nil, err
+	}
+	return remotePeer{p}, nil
 }
 
 // Put stores value under key: the master allocates a DRAM range (on the
@@ -167,7 +174,7 @@ func (c *Client) Put(ctx context.Context, key string, value []byte) error {
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
 	crc := CRC32C(value)
-	req := master.PutStartRequest{Key: key, Size: int64(len(value)), CRC: crc, SoftPin: c.cfg.SoftPin, HardPin: c.cfg.HardPin}
+	req := masterapi.PutStartRequest{Key: key, Size: int64(len(value)), CRC: crc, SoftPin: c.cfg.SoftPin, HardPin: c.cfg.HardPin}
 	req.PreferredNode = c.preferred()
 	r, err := c.m.PutStart(ctx, req)
 	if err != nil {
@@ -192,8 +199,8 @@ func (c *Client) revoke(key string) {
 	}
 }
 
-func (c *Client) writeReplica(ctx context.Context, r master.Replica, value []byte, crc uint32) error {
-	if r.Kind != master.Memory || r.Length != int64(len(value)) {
+func (c *Client) writeReplica(ctx context.Context, r masterapi.Replica, value []byte, crc uint32) error {
+	if r.Kind != masterapi.Memory || r.Length != int64(len(value)) {
 		return codes.Errorf(codes.InternalError, "client: master allocated a %v replica of %d bytes for %d", r.Kind, r.Length, len(value))
 	}
 	p, err := c.peerFor(r)
@@ -205,12 +212,12 @@ func (c *Client) writeReplica(ctx context.Context, r master.Replica, value []byt
 
 // rank orders replicas best first: local DRAM, remote DRAM, local SSD,
 // remote SSD.
-func (c *Client) rank(r master.Replica) int {
+func (c *Client) rank(r masterapi.Replica) int {
 	local := c.local != nil && r.Node == c.local.Name()
 	switch {
-	case r.Kind == master.Memory && local:
+	case r.Kind == masterapi.Memory && local:
 		return 0
-	case r.Kind == master.Memory:
+	case r.Kind == masterapi.Memory:
 		return 1
 	case local:
 		return 2
@@ -237,10 +244,10 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
 	return c.readBest(ctx, info)
 }
 
-func (c *Client) readBest(ctx context.Context, info master.ObjectInfo) ([]byte, error) {
-	reps := make([]master.Replica, 0, len(info.Replicas))
+func (c *Client) readBest(ctx context.Context, info masterapi.ObjectInfo) ([]byte, error) {
+	reps := make([]masterapi.Replica, 0, len(info.Replicas))
 	for _, r := range info.Replicas {
-		if r.Status == master.Complete {
+		if r.Status == masterapi.Complete {
 			reps = append(reps, r)
 		}
 	}
@@ -270,7 +277,7 @@ func (c *Client) readBest(ctx context.Context, info master.ObjectInfo) ([]byte, 
 		case errors.Is(err, codes.ErrChecksumMismatch):
 			sawChecksum = true
 			c.reportBad(ctx, info, r, false)
-		case r.Kind == master.LocalDisk && errors.Is(err, codes.ErrObjectNotFound):
+		case r.Kind == masterapi.LocalDisk && errors.Is(err, codes.ErrObjectNotFound):
 			// The node answered for its own SSD: it does not hold the
 			// object. The master must stop offering that replica. (A
 			// transport error says nothing about the SSD: not reported.)
@@ -306,7 +313,7 @@ const reportBadReplicaTimeout = 2 * time.Second
 // SSD, so that it stops listing it (the master drops it; the next reconcile
 // deletes an SSD copy). Best effort: a failure is logged; the read goes on
 // with the next replica either way.
-func (c *Client) reportBad(ctx context.Context, info master.ObjectInfo, r master.Replica, missing bool) {
+func (c *Client) reportBad(ctx context.Context, info masterapi.ObjectInfo, r masterapi.Replica, missing bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportBadReplicaTimeout)
 	defer cancel()
 	what := "fails its checksum"
@@ -329,20 +336,20 @@ func (c *Client) reportBad(ctx context.Context, info master.ObjectInfo, r master
 	}
 }
 
-func (c *Client) readReplica(ctx context.Context, info master.ObjectInfo, r master.Replica) ([]byte, error) {
+func (c *Client) readReplica(ctx context.Context, info masterapi.ObjectInfo, r masterapi.Replica) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReplicaTimeout)
 	defer cancel()
 	p, err := c.peerFor(r)
 	if err != nil {
 		return nil, err
 	}
-	if r.Kind == master.Memory {
+	if r.Kind == masterapi.Memory {
 		return p.readRange(ctx, r.Segment, r.Offset, r.Length)
 	}
-	return p.readSSD(ctx, []byte(info.Key))
+	return p.readSSD(ctx, []byte(info.Key), info.Size)
 }
 
-func (c *Client) countRead(r master.Replica) {
+func (c *Client) countRead(r masterapi.Replica) {
 	switch c.rank(r) {
 	case 0:
 		c.localDRAM.Add(1)
@@ -408,7 +415,7 @@ func (c *Client) EvictMemory(ctx context.Context, keys []string, all bool) (int6
 }
 
 // Stats returns the master's counters.
-func (c *Client) Stats(ctx context.Context) (master.Stats, error) {
+func (c *Client) Stats(ctx context.Context) (masterapi.Stats, error) {
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
 	return c.m.Stats(ctx)

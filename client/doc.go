@@ -1,36 +1,9 @@
-// Package client is tierstore's client library and store node.
+// Package client is tierstore's client library: Put, Get, Exists, Remove,
+// memory eviction and their batch forms, against a master (in-process
+// masterapi.ClientAPI or a gRPC address) and the store nodes that hold the
+// bytes.
 //
-// # Store node
-//
-// A Node (StartNode) owns a DRAM segment: an off-heap, page-aligned
-// anonymous mapping (Segment) that the master allocates object ranges in.
-// It mounts the segment at the master and pings it; when the master answers
-// NEED_REMOUNT (the node expired, or the master restarted) it mounts again
-// and re-registers everything its SSD tier holds. It serves peers over gRPC
-// (internal/rpcpb NodePeer): WriteRange and ReadRange of its segment, and
-// ReadSSD of objects on its SSD tier; values travel in chunks of at most
-// MaxChunk (1 MiB).
-//
-// With offload enabled the node opens the SSD tier engine (package tier) and
-// runs the offload heartbeat: every HeartbeatInterval it drains its task
-// queue at the master, reads each task's source bytes from its own segment
-// (checking their CRC32C), calls tier.Offload, and answers every task
-// through NotifyOffloadSuccess. Every ReconcileInterval it sends the master
-// the full list of keys on SSD. Bucket eviction tells the master
-// (EvictDiskReplica, once per victim bucket) before the bytes disappear;
-// the master refuses (OBJECT_HAS_LEASE) a bucket holding a leased object's
-// only readable copy, and the node hands that error back to the tier, which
-// keeps the bucket for now (invariant 4). A notify that fails in transport
-// is sent again (it is idempotent) before the tier rolls its bucket back;
-// the round's failure answer for those keys then drops any replica the
-// master recorded. Close drains: the offload
-// round in progress finishes and answers its tasks, the segment is
-// unmounted, in-flight peer calls finish, then the tier is closed.
-//
-// # Client
-//
-// New connects a Client to a master (in-process master.API or a gRPC
-// address). Put asks the master for a DRAM range (on the local node when
+// New connects a Client to a master. Put asks the master for a DRAM range (on the local node when
 // there is one), writes the bytes and completes the put; Get asks for the
 // replica list (which grants a read lease) and reads the best replica
 // first: local DRAM, remote DRAM, local SSD, remote SSD, verifying size and
@@ -43,49 +16,23 @@
 // internal/codes (ErrObjectNotFound, ErrReplicaGone, ..., and Code, CodeOf),
 // checked with errors.Is, whether the master is local or remote.
 //
-// NewEmbedded runs a master, one node and a client in one process with no
-// sockets; the demo and the quick start use it.
+// A node in the same process (package node) is reached without a socket
+// through Config.LocalNode, an interface (LocalNode) defined here so that
+// the client does not depend on the node: a program that only puts and
+// gets links neither pebble, io_uring, the SSD tier nor the master's
+// implementation (docs/design.md, package map). Package embedded runs a
+// master, a node and a client in one process.
 //
 // # Invariants
 //
-//   - Commit before publish (DESIGN.md invariant 1): a LOCAL_DISK replica is
-//     announced only from the tier's per-bucket notify, which runs after the
-//     bucket is durable and indexed; keys the master refuses there are
-//     removed from SSD again, so the node never keeps an unannounced object.
-//   - Every offload task handed to the node is answered exactly once
-//     (invariant 3): persisted (bucket notify), already present (after its
-//     SSD bytes are checked against the task's CRC) or failed with a
-//     retryable flag and a reason. Tasks whose source range is invalid or
-//     fails its CRC are failed without touching the SSD.
-//   - The tier only ever sees a copy of a task's source bytes whose CRC32C
-//     matched the task, and a bucket whose committed size or CRC differs
-//     from its tasks is refused (rolled back): a DRAM range reused under
-//     the offload (a forced Remove frees it at once) can never reach SSD
-//     under the old key.
-//   - A corrupt SSD object found by a read is dropped at the master
-//     (answered as an offload failure of the key: the node's word about its
-//     own SSD drops its LOCAL_DISK replica even inside a lease) as well as
-//     from the tier's index; any replica whose bytes fail the object's CRC32C at a reader is reported
-//     (ReportBadReplica) and dropped by the master.
-//   - The SSD keeps only objects the master knows: a key the master refuses
-//     in a notify (removed during its offload, unknown, other size/CRC) is
-//     deleted again, and so are the keys a reconcile answers as unwanted.
-//     Exception: after a remount (possibly a restarted master that knows no
-//     keys yet) refused-as-unknown keys are kept and re-registered, and a
-//     reconcile answer received across a remount is ignored.
 //   - A read never returns bytes whose length or CRC32C differ from the
-//     object's metadata (invariant 5): such a replica is a miss.
-//   - A reconcile never races an offload commit or a re-registration: all
-//     run under roundMu, so a key list sent to the master is never older
-//     than a notify already sent; a pending re-registration runs first.
+//     object's metadata (docs/design.md invariant 5): such a replica is a
+//     miss, and the next replica is tried.
+//   - A remote reader never allocates more than the object's size from the
+//     master, whatever a peer announces (package wire).
 //
 // # Concurrency
 //
-// Client and Node are safe for concurrent use. A node runs three loops
-// (ping, offload heartbeat, reconcile); offload rounds, re-registration and
-// reconcile are serialised by Node.roundMu; the ping loop never waits for
-// them (a long offload round must not make the node miss its TTL), it only
-// remounts and flags a re-registration for the heartbeat loop. Segment
-// reads and writes copy under a read lock that Close takes exclusively
-// before unmapping.
+// A Client is safe for concurrent use; batch calls run up to
+// batchParallelism items at once.
 package client

@@ -3,343 +3,50 @@ package master
 import (
 	"context"
 	"time"
+
+	"github.com/tierstore/tierstore/masterapi"
 )
 
-// MaxKeyLen is the longest key the master accepts, in bytes (the same bound
-// as the SSD tier's).
-const MaxKeyLen = 4096
+// The master's request and reply types are those of package masterapi (the
+// light package its callers import); these aliases are their names inside
+// this package, one type each.
+type (
+	API               = masterapi.API
+	ClientAPI         = masterapi.ClientAPI
+	NodeAPI           = masterapi.NodeAPI
+	ReplicaKind       = masterapi.ReplicaKind
+	ReplicaStatus     = masterapi.ReplicaStatus
+	Replica           = masterapi.Replica
+	ObjectInfo        = masterapi.ObjectInfo
+	NodeStatus        = masterapi.NodeStatus
+	MountRequest      = masterapi.MountRequest
+	PingReply         = masterapi.PingReply
+	PutStartRequest   = masterapi.PutStartRequest
+	PutStartResult    = masterapi.PutStartResult
+	ExistResult       = masterapi.ExistResult
+	ReplicaListResult = masterapi.ReplicaListResult
+	OffloadTask       = masterapi.OffloadTask
+	DiskObject        = masterapi.DiskObject
+	OffloadFailure    = masterapi.OffloadFailure
+	NotifyRequest     = masterapi.NotifyRequest
+	ReconcileResult   = masterapi.ReconcileResult
+	Stats             = masterapi.Stats
+	NodeStats         = masterapi.NodeStats
+)
 
-// ReplicaKind says where a replica lives.
-type ReplicaKind uint8
-
+// Constants of package masterapi used throughout this package.
 const (
-	// Memory: bytes in a node's DRAM segment at Segment/Offset/Length.
-	Memory ReplicaKind = 1
-	// LocalDisk: bytes on a node's SSD tier, served by Node at Endpoint.
-	LocalDisk ReplicaKind = 2
+	MaxKeyLen   = masterapi.MaxKeyLen
+	Memory      = masterapi.Memory
+	LocalDisk   = masterapi.LocalDisk
+	Processing  = masterapi.Processing
+	Complete    = masterapi.Complete
+	NodeOK      = masterapi.NodeOK
+	NeedRemount = masterapi.NeedRemount
 )
 
-func (k ReplicaKind) String() string {
-	switch k {
-	case Memory:
-		return "MEMORY"
-	case LocalDisk:
-		return "LOCAL_DISK"
-	}
-	return "UNKNOWN"
-}
-
-// ReplicaStatus is a replica's lifecycle state. Only Complete replicas are
-// ever returned by lookups.
-type ReplicaStatus uint8
-
-const (
-	// Processing: space allocated by PutStart, bytes not yet written.
-	Processing ReplicaStatus = 1
-	// Complete: readable.
-	Complete ReplicaStatus = 2
-)
-
-func (s ReplicaStatus) String() string {
-	switch s {
-	case Processing:
-		return "PROCESSING"
-	case Complete:
-		return "COMPLETE"
-	}
-	return "UNKNOWN"
-}
-
-// Replica describes one copy of an object.
-type Replica struct {
-	Kind     ReplicaKind
-	Status   ReplicaStatus
-	Node     string // owning node id
-	Endpoint string // the node's peer data service address
-	Segment  string // Memory only: segment name on Node
-	Offset   int64  // Memory only: byte offset inside the segment
-	Length   int64  // Memory only: bytes at Offset (== object size)
-}
-
-// ObjectInfo is what GetReplicaList answers: the object's size and CRC32C
-// (Castagnoli) and its readable replicas, best first (Memory before
-// LocalDisk).
-type ObjectInfo struct {
-	Key           string
-	Size          int64
-	CRC           uint32
-	Replicas      []Replica
-	LeaseDeadline time.Time // the read lease granted by this lookup
-}
-
-// NodeStatus is a Ping answer.
-type NodeStatus uint8
-
-const (
-	// NodeOK: the master knows the node; nothing to do.
-	NodeOK NodeStatus = 1
-	// NeedRemount: the master does not know the node (it expired, or the
-	// master restarted): the node must MountSegment again and re-register
-	// its SSD objects (ReRegisterDiskObjects).
-	NeedRemount NodeStatus = 2
-)
-
-func (s NodeStatus) String() string {
-	switch s {
-	case NodeOK:
-		return "OK"
-	case NeedRemount:
-		return "NEED_REMOUNT"
-	}
-	return "UNKNOWN"
-}
-
-// MountRequest announces a node's DRAM segment.
-type MountRequest struct {
-	Node     string // node id, unique in the cluster
-	Endpoint string // the node's peer data service address (host:port)
-	Segment  string // segment name, unique on the node
-	Size     int64  // bytes
-	// Incarnation identifies the node process (for example a random id
-	// chosen at start-up). A mount whose Incarnation or Endpoint differs
-	// from the known node's means the node restarted with an empty DRAM
-	// segment: the old incarnation is retired like an expired node (its
-	// replicas unreadable at once, lease-aware sweep) and the mount starts a
-	// new one. "" disables the incarnation check.
-	Incarnation string
-}
-
-// PingReply answers Ping.
-type PingReply struct {
-	Status    NodeStatus
-	ClientTTL time.Duration // the node must ping more often than this
-}
-
-// PutStartRequest asks for space for a new object.
-type PutStartRequest struct {
-	Key           string
-	Size          int64  // value length in bytes, > 0
-	CRC           uint32 // CRC32C (Castagnoli) of the value
-	PreferredNode string // allocate on this node's segment if it has room; "" = any
-	SoftPin       bool   // evicted only after unpinned objects, for default_kv_soft_pin_ttl after the last access
-	HardPin       bool   // never evicted from DRAM
-}
-
-// PutStartResult answers one item of BatchPutStart: the Memory replica
-// (status Processing) the caller must fill, or Err.
-type PutStartResult struct {
-	Replica Replica
-	Err     error
-}
-
-// ExistResult answers one key of BatchExistKey.
-type ExistResult struct {
-	Exists bool
-	Err    error
-}
-
-// ReplicaListResult answers one key of BatchGetReplicaList.
-type ReplicaListResult struct {
-	Info ObjectInfo
-	Err  error
-}
-
-// OffloadTask tells a node to copy one object from its DRAM segment to its
-// SSD tier. The source range stays pinned (never evicted or freed) until the
-// node answers with NotifyOffloadSuccess (persisted or failed), the node
-// dies, or the task times out.
-type OffloadTask struct {
-	Key     string
-	Segment string
-	Offset  int64
-	Length  int64
-	Size    int64
-	CRC     uint32
-}
-
-// DiskObject is an object held on a node's SSD.
-type DiskObject struct {
-	Key  string
-	Size int64
-	CRC  uint32
-}
-
-// OffloadFailure answers a task that did not reach SSD.
-type OffloadFailure struct {
-	Key       string
-	Retryable bool // the node may succeed later; the master may queue it again
-	Reason    string
-}
-
-// NotifyRequest answers offload tasks (or registers SSD objects without a
-// task): Persisted keys are durable and committed on the node's SSD;
-// Failed keys are not on SSD.
-type NotifyRequest struct {
-	Node      string
-	Persisted []DiskObject
-	Failed    []OffloadFailure
-}
-
-// ReconcileResult answers ReconcileDiskObjects.
-type ReconcileResult struct {
-	// Dropped counts the node's LocalDisk replicas the master dropped
-	// because the node's list no longer has their key.
-	Dropped int64
-	// Unwanted lists the keys of the node's list that the master does not
-	// want on that node: no such object (never known, or removed), or an
-	// object that lists no replica of the node and has no offload task of
-	// it. The node deletes them from its SSD.
-	Unwanted []string
-}
-
-// Stats is a snapshot of the master's state and counters.
-type Stats struct {
-	Objects          int64
-	MemoryReplicas   int64
-	DiskReplicas     int64
-	MemoryBytes      int64 // object bytes with a Memory replica
-	DiskBytes        int64 // object bytes with at least one LocalDisk replica, per replica
-	Segments         int64
-	SegmentCapacity  int64
-	SegmentUsed      int64
-	Nodes            int64
-	OffloadQueued    int64 // tasks waiting to be fetched
-	OffloadInFlight  int64 // tasks fetched, not yet answered
-	Evictions        int64 // Memory replicas evicted since start
-	OffloadQueuedTot int64
-	OffloadPersisted int64
-	OffloadFailed    int64
-	ExpiredNodes     int64
-	// PerNode has one row per node incarnation, sorted by node id: the live
-	// ones, then (Alive false) retired incarnations that replicas still
-	// point at (kept unreadable for their objects' leases).
-	PerNode []NodeStats
-}
-
-// NodeStats is one node's row in Stats. Replica counts include replicas
-// not yet complete (a put in progress) and, for a retired incarnation, the
-// unreadable ones kept for a lease.
-type NodeStats struct {
-	Node            string
-	Endpoint        string
-	Incarnation     string
-	Alive           bool
-	Segments        int64 // mounted DRAM segments
-	SegmentSize     int64 // their bytes
-	SegmentUsed     int64 // bytes allocated in them
-	MemoryReplicas  int64 // objects with a Memory replica on this node
-	MemoryBytes     int64 // their bytes
-	DiskReplicas    int64 // objects with a LocalDisk replica on this node
-	DiskBytes       int64 // their bytes
-	OffloadQueued   int64 // tasks waiting to be fetched by this node
-	OffloadInFlight int64 // tasks this node fetched, not yet answered
-}
-
-// API is the master's interface, implemented in-process by *Service and over
-// gRPC by *Remote. Errors wrap the sentinels of package internal/codes
-// (codes.ErrObjectNotFound, ...): test them with errors.Is, the same way for
-// both implementations. Batch calls return one result per input, in order;
-// their own error is reserved for failures of the whole call (bad request,
-// transport). Keys are opaque bytes carried in a string, 1..MaxKeyLen long.
-type API interface {
-	// MountSegment registers node (if new) and its DRAM segment. Mounting a
-	// segment that is already mounted with the same size is a no-op;
-	// a different size is ErrSegmentExists. A mount counts as a ping. A new
-	// Incarnation or Endpoint retires the node's previous incarnation first.
-	MountSegment(ctx context.Context, req MountRequest) error
-	// UnmountSegment removes a segment: its Memory replicas become
-	// unreadable at once and are cleared by the lease-aware sweep.
-	UnmountSegment(ctx context.Context, node, segment string) error
-	// Ping keeps node alive. An unknown node gets NeedRemount (not an error).
-	Ping(ctx context.Context, node string) (PingReply, error)
-
-	// PutStart allocates a Memory replica (status Processing) for a new
-	// object. ErrObjectExists if the key has a complete replica (or a put
-	// in progress); ErrNoAvailableHandle if no segment has room even after
-	// eviction; ErrInvalidKey / ErrInvalidParams for bad input.
-	PutStart(ctx context.Context, req PutStartRequest) (Replica, error)
-	// PutEnd marks the key's Processing replica Complete; the admission
-	// policy may queue an offload task. ErrObjectNotFound if no put is in
-	// progress for key.
-	PutEnd(ctx context.Context, key string) error
-	// PutRevoke abandons a put in progress and frees its space.
-	PutRevoke(ctx context.Context, key string) error
-	BatchPutStart(ctx context.Context, reqs []PutStartRequest) ([]PutStartResult, error)
-	BatchPutEnd(ctx context.Context, keys []string) ([]error, error)
-	BatchPutRevoke(ctx context.Context, keys []string) ([]error, error)
-
-	// ExistKey reports whether key has a readable replica, and if so grants
-	// a read lease of default_kv_lease_ttl.
-	ExistKey(ctx context.Context, key string) (bool, error)
-	// GetReplicaList returns key's readable replicas and grants a read
-	// lease. ErrObjectNotFound: never existed (or removed / expired);
-	// ErrReplicaGone: it existed but every node holding it died, inside the
-	// lease (reference 000); ErrReplicaNotReady: only a put in progress.
-	GetReplicaList(ctx context.Context, key string) (ObjectInfo, error)
-	BatchExistKey(ctx context.Context, keys []string) ([]ExistResult, error)
-	BatchGetReplicaList(ctx context.Context, keys []string) ([]ReplicaListResult, error)
-
-	// Remove deletes key and frees its DRAM. ErrObjectHasLease while a read
-	// lease is active (or the object is pinned by an offload task) unless
-	// force.
-	Remove(ctx context.Context, key string, force bool) error
-	// RemoveAll removes every object (skipping leased ones unless force)
-	// and returns how many were removed.
-	RemoveAll(ctx context.Context, force bool) (int64, error)
-	// EvictMemory drops the Memory replicas of the given keys (or of every
-	// object when all) that also have a LocalDisk replica, honouring leases,
-	// pins and offload tasks. Returns how many were dropped.
-	EvictMemory(ctx context.Context, keys []string, all bool) (int64, error)
-
-	// OffloadHeartbeat returns up to max (0: a default) queued offload
-	// tasks of node and marks them in flight. It counts as a ping.
-	OffloadHeartbeat(ctx context.Context, node string, max int) ([]OffloadTask, error)
-	// NotifyOffloadSuccess answers tasks: each Persisted key gets (or
-	// refreshes) a LocalDisk replica on node and its source is unpinned;
-	// each Failed key's task is dropped and its source unpinned, and a
-	// Retryable failure queues the task again (at most 3 attempts in all,
-	// timeouts included); whatever the task's state, a Failed key also
-	// loses node's LocalDisk replica if it has one (the node says the key
-	// is not on its SSD). It is idempotent. The result has one error per
-	// Persisted item: nil (recorded), ErrChecksumConflict (size/CRC differ
-	// from the object's metadata) or ErrObjectNotFound (the key is unknown,
-	// or its object was removed while node offloaded it): the node must
-	// delete the SSD copy of every refused key. Only ReRegisterDiskObjects
-	// creates objects.
-	NotifyOffloadSuccess(ctx context.Context, req NotifyRequest) ([]error, error)
-	// ReRegisterDiskObjects records objects a node holds on SSD (after a
-	// node or master restart), creating unknown ones; an existing object
-	// with another size/CRC is refused per item (ErrChecksumConflict).
-	ReRegisterDiskObjects(ctx context.Context, node string, objs []DiskObject) ([]error, error)
-	// EvictDiskReplica removes node's LocalDisk replicas of keys (the node
-	// is about to delete them, one call per SSD bucket); objects left with
-	// no replica are removed. All-or-nothing: if a key has an active read
-	// lease and node's replica is its only readable one, nothing is
-	// dropped and the error is ErrObjectHasLease (the node keeps the
-	// bucket). Returns how many replicas were removed.
-	EvictDiskReplica(ctx context.Context, node string, keys []string) (int64, error)
-	// ReconcileDiskObjects takes the full list of keys node holds on SSD,
-	// drops node's LocalDisk replicas of every other key, and answers the
-	// keys of the list the node must delete (ReconcileResult.Unwanted).
-	// ErrNeedRemount for a node the master does not know: it must remount
-	// and re-register before it reconciles. The node must not send a
-	// notify or re-registration while its reconcile is in flight, and must
-	// ignore Unwanted if it remounted meanwhile.
-	ReconcileDiskObjects(ctx context.Context, node string, keys []string) (ReconcileResult, error)
-	// ReportBadReplica tells the master that replica r of key failed its
-	// size or CRC32C check, or that r's node answered it does not hold the
-	// object on SSD (crc is the CRC32C the reader expected, from its
-	// lookup). The master drops that replica (a DRAM range pinned by a
-	// fetched offload task is freed only when the task ends); an object
-	// left with no replica keeps its metadata while leased (lookups answer
-	// ErrReplicaGone) and is removed after. ErrObjectNotFound for an
-	// unknown key; ErrReplicaNotFound when the object has no such replica
-	// (already dropped, or the key was put again with other bytes).
-	ReportBadReplica(ctx context.Context, key string, crc uint32, r Replica) error
-
-	// Stats returns a snapshot of counters.
-	Stats(ctx context.Context) (Stats, error)
-}
+// IsOffloadPath reports whether ctx was marked by masterapi.WithOffloadPath.
+func IsOffloadPath(ctx context.Context) bool { return masterapi.IsOffloadPath(ctx) }
 
 // Clock is the master's time source; tests inject a manual clock so that
 // lease and TTL tests need no sleeps.
@@ -352,18 +59,3 @@ type SystemClock struct{}
 
 // Now returns time.Now().
 func (SystemClock) Now() time.Time { return time.Now() }
-
-type offloadPathKey struct{}
-
-// WithOffloadPath marks ctx as belonging to the offload machinery: lookups
-// made with it do not count toward read admission (and over gRPC the mark
-// travels in the request).
-func WithOffloadPath(ctx context.Context) context.Context {
-	return context.WithValue(ctx, offloadPathKey{}, true)
-}
-
-// IsOffloadPath reports whether ctx was marked by WithOffloadPath.
-func IsOffloadPath(ctx context.Context) bool {
-	v, _ := ctx.Value(offloadPathKey{}).(bool)
-	return v
-}

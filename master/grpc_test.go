@@ -8,10 +8,11 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // remoteService serves s on a real 127.0.0.1 listener and dials it.
-func remoteService(t testing.TB, s *Service) *Remote {
+func remoteService(t testing.TB, s *Service) *masterapi.Remote {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -20,7 +21,7 @@ func remoteService(t testing.TB, s *Service) *Remote {
 	srv := NewServer(s)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(lis) }()
-	r, err := Dial(bg, lis.Addr().String())
+	r, err := masterapi.Dial(bg, lis.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +35,7 @@ func remoteService(t testing.TB, s *Service) *Remote {
 	return r
 }
 
-// TestRemoteMatchesService runs the main flows through *Remote over gRPC and
+// TestRemoteMatchesService runs the main flows through *masterapi.Remote over gRPC and
 // checks that errors keep their codes (errors.Is) across the wire.
 func TestRemoteMatchesService(t *testing.T) {
 	s, clk := testService(t, func(c *Config) { c.EnableOffload = true; c.OffloadReadAdmissionThreshold = 2; c.ClientTTL = time.Hour })
@@ -91,8 +92,8 @@ func TestRemoteMatchesService(t *testing.T) {
 	// Offload-path lookups over the wire do not count.
 	put(t, api, "q", 10, "a")
 	for i := 0; i < 3; i++ {
-		api.ExistKey(WithOffloadPath(ctx), "q")
-		api.BatchGetReplicaList(WithOffloadPath(ctx), []string{"q"})
+		api.ExistKey(masterapi.WithOffloadPath(ctx), "q")
+		api.BatchGetReplicaList(masterapi.WithOffloadPath(ctx), []string{"q"})
 	}
 	if ts, _ := api.OffloadHeartbeat(ctx, "a", 10); len(ts) != 0 {
 		t.Fatalf("offload-path lookups counted: %v", taskKeys(ts))
@@ -161,7 +162,7 @@ func TestRemoteTransportError(t *testing.T) {
 	}
 	addr := lis.Addr().String()
 	lis.Close() // nothing listens there now
-	r, err := Dial(bg, addr)
+	r, err := masterapi.Dial(bg, addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 func TestPutLookupBasics(t *testing.T) {
@@ -131,7 +132,7 @@ func TestPinsOrderEviction(t *testing.T) {
 			}
 		}
 	}
-	alive := func(k string) bool { _, err := s.GetReplicaList(WithOffloadPath(bg), k); return err == nil }
+	alive := func(k string) bool { _, err := s.GetReplicaList(masterapi.WithOffloadPath(bg), k); return err == nil }
 	// 6 evictable (3 plain, 3 soft): ratio 0.34 -> 3 per round.
 	if n := s.EvictNow(); n != 3 {
 		t.Fatalf("round 1 evicted %d", n)

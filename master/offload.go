@@ -5,14 +5,12 @@ import (
 	"sort"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // defaultHeartbeatTasks is the task count of OffloadHeartbeat when max is 0;
-// maxHeartbeatTasks caps it.
-const (
-	defaultHeartbeatTasks = 1024
-	maxHeartbeatTasks     = 16384
-)
+// masterapi.MaxHeartbeatTasks caps it.
+const defaultHeartbeatTasks = 1024
 
 // maxOffloadAttempts bounds the deliveries of one offload task: a task
 // answered with a retryable failure, or unanswered past
@@ -149,8 +147,8 @@ func (s *Service) OffloadHeartbeat(ctx context.Context, nodeID string, max int) 
 	if max <= 0 {
 		max = defaultHeartbeatTasks
 	}
-	if max > maxHeartbeatTasks {
-		max = maxHeartbeatTasks
+	if max > masterapi.MaxHeartbeatTasks {
+		max = masterapi.MaxHeartbeatTasks
 	}
 	keys := n.box.take(max, now+s.cfg.OffloadTaskTimeout.Nanoseconds())
 	tasks := make([]OffloadTask, 0, len(keys))

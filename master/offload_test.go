@@ -7,6 +7,7 @@ import (
 
 	"github.com/tierstore/tierstore/admission"
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 func offloadService(t *testing.T, mut func(*Config)) (*Service, *ManualClock) {
@@ -265,7 +266,7 @@ func TestForcedRemoveDefersFree(t *testing.T) {
 	// The node deletes its copy and answers the task failed as well; that
 	// answer concerns the old task and must not cancel the new k's.
 	s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: []OffloadFailure{{Key: "k", Reason: "master refused the replica"}}})
-	if info, _ := s.GetReplicaList(WithOffloadPath(bg), "k"); kinds(info) != "MEMORY@a " {
+	if info, _ := s.GetReplicaList(masterapi.WithOffloadPath(bg), "k"); kinds(info) != "MEMORY@a " {
 		t.Fatalf("the refused answer touched the new k: %s", kinds(info))
 	}
 	st, _ := s.Stats(bg)
@@ -371,7 +372,7 @@ func TestReconcile(t *testing.T) {
 		"d4": "LOCAL_DISK@a ",
 	}
 	for k, w := range want {
-		info, err := s.GetReplicaList(WithOffloadPath(bg), k)
+		info, err := s.GetReplicaList(masterapi.WithOffloadPath(bg), k)
 		if err != nil || kinds(info) != w {
 			t.Errorf("%s: %s %v, want %s", k, kinds(info), err, w)
 		}
@@ -419,7 +420,7 @@ func TestEvictDiskReplicaHonoursLease(t *testing.T) {
 		t.Fatalf("refused call dropped %d", n)
 	}
 	for _, k := range []string{"x", "y"} { // all-or-nothing: y stays too
-		if info, err := s.GetReplicaList(WithOffloadPath(bg), k); err != nil || kinds(info) != "LOCAL_DISK@a " {
+		if info, err := s.GetReplicaList(masterapi.WithOffloadPath(bg), k); err != nil || kinds(info) != "LOCAL_DISK@a " {
 			t.Fatalf("%s after a refused eviction: %s %v", k, kinds(info), err)
 		}
 	}
@@ -528,9 +529,9 @@ func TestReadThresholdCounting(t *testing.T) {
 	mount(t, s, "a", 1<<20)
 	put(t, s, "k", 64, "a")
 	queued := func() int { st, _ := s.Stats(bg); return int(st.OffloadQueued + st.OffloadInFlight) }
-	s.BatchExistKey(bg, []string{"k", "k", "k", "k"}) // counts once
-	s.GetReplicaList(WithOffloadPath(bg), "k")        // not counted
-	s.BatchGetReplicaList(WithOffloadPath(bg), []string{"k"})
+	s.BatchExistKey(bg, []string{"k", "k", "k", "k"})    // counts once
+	s.GetReplicaList(masterapi.WithOffloadPath(bg), "k") // not counted
+	s.BatchGetReplicaList(masterapi.WithOffloadPath(bg), []string{"k"})
 	if queued() != 0 {
 		t.Fatal("queued too early")
 	}

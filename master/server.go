@@ -8,6 +8,7 @@ import (
 
 	"github.com/tierstore/tierstore/internal/codes"
 	pb "github.com/tierstore/tierstore/internal/rpcpb"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // MaxMessageSize bounds one gRPC message of the master service (both ways).
@@ -44,7 +45,7 @@ func (s *Server) Stop() { s.gs.Stop() }
 // same port).
 func (s *Server) GRPC() *grpc.Server { return s.gs }
 
-func st(err error) error { return codes.ToStatus(err) }
+func toStatus(err error) error { return codes.ToStatus(err) }
 
 func keyResults(errs []error) *pb.KeyResults {
 	out := &pb.KeyResults{Results: make([]*pb.KeyResult, len(errs))}
@@ -66,42 +67,37 @@ func strs(keys [][]byte) []string {
 	return out
 }
 
-func replicaPB(r Replica) *pb.Replica {
-	return &pb.Replica{Kind: pb.ReplicaKind(r.Kind), Status: pb.ReplicaStatus(r.Status), Node: r.Node,
-		Endpoint: r.Endpoint, Segment: r.Segment, Offset: r.Offset, Length: r.Length}
-}
-
 func infoPB(in ObjectInfo) *pb.ObjectInfo {
 	out := &pb.ObjectInfo{Key: []byte(in.Key), Size: in.Size, Crc: in.CRC, Replicas: make([]*pb.Replica, len(in.Replicas))}
 	if !in.LeaseDeadline.IsZero() {
 		out.LeaseDeadlineUnixNano = in.LeaseDeadline.UnixNano()
 	}
 	for i, r := range in.Replicas {
-		out.Replicas[i] = replicaPB(r)
+		out.Replicas[i] = masterapi.ReplicaPB(r)
 	}
 	return out
 }
 
 func lookupCtx(ctx context.Context, offload bool) context.Context {
 	if offload {
-		return WithOffloadPath(ctx)
+		return masterapi.WithOffloadPath(ctx)
 	}
 	return ctx
 }
 
 func (s *Server) MountSegment(ctx context.Context, r *pb.MountSegmentRequest) (*pb.MountSegmentResponse, error) {
 	err := s.api.MountSegment(ctx, MountRequest{Node: r.GetNode(), Endpoint: r.GetEndpoint(), Segment: r.GetSegment(), Size: r.GetSize(), Incarnation: r.GetIncarnation()})
-	return &pb.MountSegmentResponse{}, st(err)
+	return &pb.MountSegmentResponse{}, toStatus(err)
 }
 
 func (s *Server) UnmountSegment(ctx context.Context, r *pb.UnmountSegmentRequest) (*pb.UnmountSegmentResponse, error) {
-	return &pb.UnmountSegmentResponse{}, st(s.api.UnmountSegment(ctx, r.GetNode(), r.GetSegment()))
+	return &pb.UnmountSegmentResponse{}, toStatus(s.api.UnmountSegment(ctx, r.GetNode(), r.GetSegment()))
 }
 
 func (s *Server) Ping(ctx context.Context, r *pb.PingRequest) (*pb.PingResponse, error) {
 	p, err := s.api.Ping(ctx, r.GetNode())
 	if err != nil {
-		return nil, st(err)
+		return nil, toStatus(err)
 	}
 	return &pb.PingResponse{Status: pb.NodeStatus(p.Status), ClientTtlMs: p.ClientTTL.Milliseconds()}, nil
 }
@@ -114,17 +110,17 @@ func putReq(r *pb.PutStartRequest) PutStartRequest {
 func (s *Server) PutStart(ctx context.Context, r *pb.PutStartRequest) (*pb.PutStartResponse, error) {
 	rep, err := s.api.PutStart(ctx, putReq(r))
 	if err != nil {
-		return nil, st(err)
+		return nil, toStatus(err)
 	}
-	return &pb.PutStartResponse{Replica: replicaPB(rep)}, nil
+	return &pb.PutStartResponse{Replica: masterapi.ReplicaPB(rep)}, nil
 }
 
 func (s *Server) PutEnd(ctx context.Context, r *pb.KeyRequest) (*pb.Empty, error) {
-	return &pb.Empty{}, st(s.api.PutEnd(ctx, string(r.GetKey())))
+	return &pb.Empty{}, toStatus(s.api.PutEnd(ctx, string(r.GetKey())))
 }
 
 func (s *Server) PutRevoke(ctx context.Context, r *pb.KeyRequest) (*pb.Empty, error) {
-	return &pb.Empty{}, st(s.api.PutRevoke(ctx, string(r.GetKey())))
+	return &pb.Empty{}, toStatus(s.api.PutRevoke(ctx, string(r.GetKey())))
 }
 
 func (s *Server) BatchPutStart(ctx context.Context, r *pb.BatchPutStartRequest) (*pb.BatchPutStartResponse, error) {
@@ -134,7 +130,7 @@ func (s *Server) BatchPutStart(ctx context.Context, r *pb.BatchPutStartRequest) 
 	}
 	res, err := s.api.BatchPutStart(ctx, reqs)
 	if err != nil {
-		return nil, st(err)
+		return nil, toStatus(err)
 	}
 	out := &pb.BatchPutStartResponse{Results: make([]*pb.PutStartResult, len(res))}
 	for i, x := range res {
@@ -142,7 +138,7 @@ func (s *Server) BatchPutStart(ctx context.Context, r *pb.BatchPutStartRequest) 
 		if x.Err != nil {
 			p.Code, p.Message = int32(codes.Of(x.Err)), x.Err.Error()
 		} else {
-			p.Replica = replicaPB(x.Replica)
+			p.Replica = masterapi.ReplicaPB(x.Replica)
 		}
 		out.Results[i] = p
 	}
@@ -152,7 +148,7 @@ func (s *Server) BatchPutStart(ctx context.Context, r *pb.BatchPutStartRequest) 
 func (s *Server) BatchPutEnd(ctx context.Context, r *pb.KeysRequest) (*pb.KeyResults, error) {
 	errs, err := s.api.BatchPutEnd(ctx, strs(r.GetKeys()))
 	if err != nil {
-		return nil, st(err)
+		return nil, toStatus(err)
 	}
 	return keyResults(errs), nil
 }
@@ -160,7 +156,7 @@ func (s *Server) BatchPutEnd(ctx context.Context, r *pb.KeysRequest) (*pb.KeyRes
 func (s *Server) BatchPutRevoke(ctx context.Context, r *pb.KeysRequest) (*pb.KeyResults, error) {
 	errs, err := s.api.BatchPutRevoke(ctx, strs(r.GetKeys()))
 	if err != nil {
-		return nil, st(err)
+		return nil, toStatus(err)
 	}
 	return keyResults(errs), nil
 }
@@ -168,7 +164,7 @@ func (s *Server) BatchPutRevoke(ctx context.Context, r *pb.KeysRequest) (*pb.Key
 func (s *Server) ExistKey(ctx context.Context, r *pb.LookupRequest) (*pb.ExistKeyResponse, error) {
 	ok, err := s.api.ExistKey(lookupCtx(ctx, r.GetOffloadPath()), string(r.GetKey()))
 	if err != nil {
-		return nil, st(err)
+		return nil, toStatus(err)
 	}
 	return &pb.ExistKeyResponse{Exists: ok}, nil
 }
@@ -176,7 +172,7 @@ func (s *Server) ExistKey(ctx context.Context, r *pb.LookupRequest) (*pb.ExistKe
 func (s *Server) BatchExistKey(ctx context.Context, r *pb.BatchLookupRequest) (*pb.BatchExistKeyResponse, error) {
 	res, err := s.api.BatchExistKey(lookupCtx(ctx, r.GetOffloadPath()), strs(r.GetKeys()))
 	if err != nil {
-		return nil, st(err)
+		return nil, toStatus(err)
 	}
 	results := make([]pb.ExistResult, len(res))
 	out := &pb.BatchExistKeyResponse{Results: make([]*pb.ExistResult, len(res))}
@@ -194,7 +190,7 @@ func (s *Server) BatchExistKey(ctx context.Context, r *pb.BatchLookupRequest) (*
 func (s *Server) GetReplicaList(ctx context.Context, r *pb.LookupRequest) (*pb.GetReplicaListResponse, error) {
 	info, err := s.api.GetReplicaList(lookupCtx(ctx, r.GetOffloadPath()), string(r.GetKey()))
 	if err != nil {
-		return nil, st(err)
+		return nil, toStatus(err)
 	}
 	return &pb.GetReplicaListResponse{Info: infoPB(info)}, nil
 }
@@ -202,7 +198,7 @@ func (s *Server) GetReplicaList(ctx context.Context, r *pb.LookupRequest) (*pb.G
 func (s *Server) BatchGetReplicaList(ctx context.Context, r *pb.BatchLookupRequest) (*pb.BatchGetReplicaListResponse, error) {
 	res, err := s.api.BatchGetReplicaList(lookupCtx(ctx, r.GetOffloadPath()), strs(r.GetKeys()))
 	if err != nil {
-		return nil, st(err)
+		return nil, toStatus(err)
 	}
 	// One backing array per message type for the whole batch.
 	nrep := 0
@@ -241,23 +237,23 @@ func (s *Server) BatchGetReplicaList(ctx context.Context, r *pb.BatchLookupReque
 }
 
 func (s *Server) Remove(ctx context.Context, r *pb.RemoveRequest) (*pb.Empty, error) {
-	return &pb.Empty{}, st(s.api.Remove(ctx, string(r.GetKey()), r.GetForce()))
+	return &pb.Empty{}, toStatus(s.api.Remove(ctx, string(r.GetKey()), r.GetForce()))
 }
 
 func (s *Server) RemoveAll(ctx context.Context, r *pb.RemoveAllRequest) (*pb.CountResponse, error) {
 	n, err := s.api.RemoveAll(ctx, r.GetForce())
-	return &pb.CountResponse{Count: n}, st(err)
+	return &pb.CountResponse{Count: n}, toStatus(err)
 }
 
 func (s *Server) EvictMemory(ctx context.Context, r *pb.EvictMemoryRequest) (*pb.CountResponse, error) {
 	n, err := s.api.EvictMemory(ctx, strs(r.GetKeys()), r.GetAll())
-	return &pb.CountResponse{Count: n}, st(err)
+	return &pb.CountResponse{Count: n}, toStatus(err)
 }
 
 func (s *Server) OffloadHeartbeat(ctx context.Context, r *pb.OffloadHeartbeatRequest) (*pb.OffloadHeartbeatResponse, error) {
 	tasks, err := s.api.OffloadHeartbeat(ctx, r.GetNode(), int(r.GetMaxTasks()))
 	if err != nil {
-		return nil, st(err)
+		return nil, toStatus(err)
 	}
 	out := &pb.OffloadHeartbeatResponse{Tasks: make([]*pb.OffloadTask, len(tasks))}
 	for i, t := range tasks {
@@ -281,7 +277,7 @@ func (s *Server) NotifyOffloadSuccess(ctx context.Context, r *pb.NotifyOffloadSu
 	}
 	errs, err := s.api.NotifyOffloadSuccess(ctx, req)
 	if err != nil {
-		return nil, st(err)
+		return nil, toStatus(err)
 	}
 	return keyResults(errs), nil
 }
@@ -289,20 +285,20 @@ func (s *Server) NotifyOffloadSuccess(ctx context.Context, r *pb.NotifyOffloadSu
 func (s *Server) ReRegisterDiskObjects(ctx context.Context, r *pb.RegisterDiskObjectsRequest) (*pb.KeyResults, error) {
 	errs, err := s.api.ReRegisterDiskObjects(ctx, r.GetNode(), diskObjs(r.GetObjects()))
 	if err != nil {
-		return nil, st(err)
+		return nil, toStatus(err)
 	}
 	return keyResults(errs), nil
 }
 
 func (s *Server) EvictDiskReplica(ctx context.Context, r *pb.EvictDiskReplicaRequest) (*pb.CountResponse, error) {
 	n, err := s.api.EvictDiskReplica(ctx, r.GetNode(), strs(r.GetKeys()))
-	return &pb.CountResponse{Count: n}, st(err)
+	return &pb.CountResponse{Count: n}, toStatus(err)
 }
 
 func (s *Server) ReconcileDiskObjects(ctx context.Context, r *pb.ReconcileDiskObjectsRequest) (*pb.ReconcileDiskObjectsResponse, error) {
 	res, err := s.api.ReconcileDiskObjects(ctx, r.GetNode(), strs(r.GetKeys()))
 	if err != nil {
-		return nil, st(err)
+		return nil, toStatus(err)
 	}
 	out := &pb.ReconcileDiskObjectsResponse{Count: res.Dropped, Unwanted: make([][]byte, len(res.Unwanted))}
 	for i, k := range res.Unwanted {
@@ -314,15 +310,15 @@ func (s *Server) ReconcileDiskObjects(ctx context.Context, r *pb.ReconcileDiskOb
 func (s *Server) ReportBadReplica(ctx context.Context, r *pb.ReportBadReplicaRequest) (*pb.Empty, error) {
 	var rep Replica
 	if p := r.GetReplica(); p != nil {
-		rep = replicaFromPB(p)
+		rep = masterapi.ReplicaFromPB(p)
 	}
-	return &pb.Empty{}, st(s.api.ReportBadReplica(ctx, string(r.GetKey()), r.GetCrc(), rep))
+	return &pb.Empty{}, toStatus(s.api.ReportBadReplica(ctx, string(r.GetKey()), r.GetCrc(), rep))
 }
 
 func (s *Server) Stats(ctx context.Context, _ *pb.StatsRequest) (*pb.StatsResponse, error) {
 	x, err := s.api.Stats(ctx)
 	if err != nil {
-		return nil, st(err)
+		return nil, toStatus(err)
 	}
 	rows := make([]*pb.NodeStats, len(x.PerNode))
 	for i, n := range x.PerNode {

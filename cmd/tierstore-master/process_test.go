@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
-	"github.com/tierstore/tierstore/master"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 func freePort(t *testing.T) int {
@@ -83,18 +83,18 @@ func TestBinary(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	r, err := master.Dial(ctx, addr)
+	r, err := masterapi.Dial(ctx, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if p, err := r.Ping(ctx, "n1"); err != nil || p.Status != master.NeedRemount || p.ClientTTL != 10*time.Second {
+	if p, err := r.Ping(ctx, "n1"); err != nil || p.Status != masterapi.NeedRemount || p.ClientTTL != 10*time.Second {
 		t.Fatalf("ping: %+v %v", p, err)
 	}
-	if err := r.MountSegment(ctx, master.MountRequest{Node: "n1", Endpoint: "127.0.0.1:1", Segment: "s", Size: 1 << 20}); err != nil {
+	if err := r.MountSegment(ctx, masterapi.MountRequest{Node: "n1", Endpoint: "127.0.0.1:1", Segment: "s", Size: 1 << 20}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.PutStart(ctx, master.PutStartRequest{Key: "k", Size: 100}); err != nil {
+	if _, err := r.PutStart(ctx, masterapi.PutStartRequest{Key: "k", Size: 100}); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.PutEnd(ctx, "k"); err != nil {

@@ -7,7 +7,8 @@ import (
 	"io"
 	"strings"
 
-	"github.com/tierstore/tierstore/client"
+	"github.com/tierstore/tierstore/internal/units"
+	"github.com/tierstore/tierstore/node"
 )
 
 // sizeFlag is a flag.Value of a byte size ("4GiB", "256MiB", "1048576").
@@ -17,11 +18,11 @@ func (s sizeFlag) String() string {
 	if s.p == nil {
 		return ""
 	}
-	return client.FormatSize(*s.p)
+	return units.Format(*s.p)
 }
 
 func (s sizeFlag) Set(v string) error {
-	n, err := client.ParseSize(v)
+	n, err := units.Parse(v)
 	if err != nil {
 		return err
 	}
@@ -32,7 +33,7 @@ func (s sizeFlag) Set(v string) error {
 // options are the parsed command line of tierstore-node.
 type options struct {
 	master string
-	node   client.NodeConfig
+	node   node.Config
 }
 
 const usageHeader = `usage: tierstore-node --master=HOST:PORT [--name=value ...]
@@ -47,7 +48,7 @@ data service and (with --enable_offload) an SSD tier. Sizes take 4GiB,
 // package's usage dump is suppressed). On -h/--help the usage with every
 // default goes to helpOut and the error wraps flag.ErrHelp.
 func parseFlags(args []string, helpOut io.Writer) (options, error) {
-	o := options{node: client.DefaultNodeConfig()}
+	o := options{node: node.DefaultConfig()}
 	fs := flag.NewFlagSet("tierstore-node", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}

@@ -10,9 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierstore/tierstore/node"
 	"golang.org/x/sys/unix"
-
-	"github.com/tierstore/tierstore/client"
 )
 
 func TestParseFlagsDefaultsAndValues(t *testing.T) {
@@ -120,7 +119,7 @@ func TestMemoryAboveMachineLimit(t *testing.T) {
 	}
 	total := int64(si.Totalram) * int64(max(si.Unit, 1))
 	m := "--master=127.0.0.1:1"
-	limit, what, ok := client.MemoryLimit()
+	limit, what, ok := node.MemoryLimit()
 	if !ok || limit > total {
 		t.Fatalf("MemoryLimit() = %d %q %v, physical memory %d", limit, what, ok, total)
 	}

@@ -15,8 +15,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/master"
+	"github.com/tierstore/tierstore/masterapi"
+	"github.com/tierstore/tierstore/node"
 )
 
 func main() {
@@ -39,14 +39,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	m, err := master.Dial(dctx, o.master)
+	m, err := masterapi.Dial(dctx, o.master)
 	cancel()
 	if err != nil {
 		fmt.Fprintf(stderr, "tierstore-node: --master %s: %v\n", o.master, err)
 		return 1
 	}
 	defer m.Close()
-	n, err := client.StartNode(ctx, o.node, m)
+	n, err := node.Start(ctx, o.node, m)
 	if err != nil {
 		fmt.Fprintf(stderr, "tierstore-node: %v\n", err)
 		return 1

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/client"
+	"github.com/tierstore/tierstore/embedded"
+	"github.com/tierstore/tierstore/internal/units"
 )
 
 // demoResult is what the demo measured; PASS needs every check to hold.
@@ -41,7 +43,7 @@ func throughput(n int64, d time.Duration) string {
 	if d <= 0 {
 		return "n/a"
 	}
-	return fmt.Sprintf("%.1f MiB/s (%s in %v)", float64(n)/float64(1<<20)/d.Seconds(), client.HumanSize(n), d.Round(time.Microsecond))
+	return fmt.Sprintf("%.1f MiB/s (%s in %v)", float64(n)/float64(1<<20)/d.Seconds(), units.Human(n), d.Round(time.Microsecond))
 }
 
 func runDemo(args []string, stdout, stderr io.Writer) int {
@@ -62,7 +64,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		return bad("unexpected argument %q (the demo takes only flags)", fs.Arg(0))
 	}
-	sz, err := client.ParseSize(*size)
+	sz, err := units.Parse(*size)
 	if err != nil {
 		return bad("--size: %v", err)
 	}
@@ -101,7 +103,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 }
 
 func demo(ctx context.Context, dir string, objects, size int, backendName string, verbose bool, stderr io.Writer) (*demoResult, error) {
-	cfg := client.DefaultEmbeddedConfig()
+	cfg := embedded.DefaultConfig()
 	level := slog.LevelWarn
 	if verbose {
 		level = slog.LevelInfo
@@ -123,7 +125,7 @@ func demo(ctx context.Context, dir string, objects, size int, backendName string
 		}
 		cfg.Node.SSDDir = abs
 	}
-	e, err := client.NewEmbedded(ctx, cfg)
+	e, err := embedded.New(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -230,14 +232,14 @@ func demo(ctx context.Context, dir string, objects, size int, backendName string
 
 func printDemo(w io.Writer, r *demoResult) {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "tierstore demo: %d objects x %s, backend %s, SSD dir %s\n", r.objects, client.HumanSize(int64(r.size)), r.backend, r.dir)
+	fmt.Fprintf(&b, "tierstore demo: %d objects x %s, backend %s, SSD dir %s\n", r.objects, units.Human(int64(r.size)), r.backend, r.dir)
 	row := func(name, format string, a ...any) { fmt.Fprintf(&b, "  %-28s %s\n", name, fmt.Sprintf(format, a...)) }
 	row("objects", "%d", r.objects)
-	row("bytes in DRAM after put", "%s", client.HumanSize(r.putDRAMBytes))
-	row("bytes on SSD (master)", "%s", client.HumanSize(r.ssdBytes))
+	row("bytes in DRAM after put", "%s", units.Human(r.putDRAMBytes))
+	row("bytes on SSD (master)", "%s", units.Human(r.ssdBytes))
 	row("buckets written", "%d", r.buckets)
 	row("DRAM replicas dropped", "%d", r.dropped)
-	row("bytes in DRAM after evict", "%s", client.HumanSize(r.dramAfterEvict))
+	row("bytes in DRAM after evict", "%s", units.Human(r.dramAfterEvict))
 	row("reads: local/remote DRAM", "%d / %d", r.reads.LocalDRAM, r.reads.RemoteDRAM)
 	row("reads: local/remote SSD", "%d / %d", r.reads.LocalSSD, r.reads.RemoteSSD)
 	row("SSD write throughput", "%s", throughput(r.writeBytes, r.writeDur))

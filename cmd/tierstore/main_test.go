@@ -12,8 +12,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/master"
+	"github.com/tierstore/tierstore/masterapi"
+	"github.com/tierstore/tierstore/node"
 )
 
 func runCLI(stdin string, args ...string) (string, string, int) {
@@ -138,9 +139,9 @@ func TestObjectCommands(t *testing.T) {
 	go func() { _ = srv.Serve(lis) }()
 	defer srv.Stop()
 	addr := lis.Addr().String()
-	nc := client.DefaultNodeConfig()
+	nc := node.DefaultConfig()
 	nc.Memory, nc.Logger = 8<<20, quiet
-	n, err := client.StartNode(context.Background(), nc, m)
+	n, err := node.Start(context.Background(), nc, m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,11 +238,11 @@ func nodeRow(t *testing.T, out, node string) []string {
 	return nil
 }
 
-// TestNodeTable: every row of master.Stats.PerNode is printed, columns in
+// TestNodeTable: every row of masterapi.Stats.PerNode is printed, columns in
 // header order, a retired incarnation marked.
 func TestNodeTable(t *testing.T) {
 	var b bytes.Buffer
-	printNodeTable(&b, []master.NodeStats{
+	printNodeTable(&b, []masterapi.NodeStats{
 		{Node: "node-a", Endpoint: "127.0.0.1:7001", Alive: true, Segments: 1, SegmentSize: 64 << 20, SegmentUsed: 3 << 20,
 			MemoryReplicas: 3, MemoryBytes: 3 << 20, DiskReplicas: 5, DiskBytes: 5 << 20, OffloadQueued: 2, OffloadInFlight: 1},
 		{Node: "node-b", Endpoint: "127.0.0.1:7002", SegmentSize: 32 << 20, MemoryReplicas: 1, MemoryBytes: 100},

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/master"
+	"github.com/tierstore/tierstore/internal/units"
+	"github.com/tierstore/tierstore/masterapi"
+	"github.com/tierstore/tierstore/node"
 )
 
 // listFlag is a repeatable string flag.
@@ -148,22 +150,22 @@ func runOp(cmd string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 			return errOut(err)
 		}
 		fmt.Fprintf(stdout, "nodes              %d\n", st.Nodes)
-		fmt.Fprintf(stdout, "segments           %d (%s capacity, %s used)\n", st.Segments, client.HumanSize(st.SegmentCapacity), client.HumanSize(st.SegmentUsed))
+		fmt.Fprintf(stdout, "segments           %d (%s capacity, %s used)\n", st.Segments, units.Human(st.SegmentCapacity), units.Human(st.SegmentUsed))
 		fmt.Fprintf(stdout, "objects            %d\n", st.Objects)
-		fmt.Fprintf(stdout, "memory replicas    %d (%s)\n", st.MemoryReplicas, client.HumanSize(st.MemoryBytes))
-		fmt.Fprintf(stdout, "disk replicas      %d (%s)\n", st.DiskReplicas, client.HumanSize(st.DiskBytes))
+		fmt.Fprintf(stdout, "memory replicas    %d (%s)\n", st.MemoryReplicas, units.Human(st.MemoryBytes))
+		fmt.Fprintf(stdout, "disk replicas      %d (%s)\n", st.DiskReplicas, units.Human(st.DiskBytes))
 		fmt.Fprintf(stdout, "offload            queued %d, in flight %d, persisted %d, failed %d\n", st.OffloadQueued, st.OffloadInFlight, st.OffloadPersisted, st.OffloadFailed)
 		fmt.Fprintf(stdout, "dram evictions     %d\n", st.Evictions)
 		fmt.Fprintf(stdout, "expired nodes      %d\n", st.ExpiredNodes)
 		printNodeTable(stdout, st.PerNode)
 		for _, addr := range nodes {
-			ns, err := client.PeerStats(ctx, addr)
+			ns, err := node.PeerStats(ctx, addr)
 			if err != nil {
 				return errOut(err)
 			}
 			fmt.Fprintf(stdout, "node %s (%s): segment %s %s; SSD %d objects, %d buckets, %s used; offload persisted %d, failed %d; reads served DRAM %d, SSD %d\n",
-				addr, ns.Backend, ns.Segment, client.HumanSize(ns.SegmentSize), ns.Tier.Objects, ns.Tier.Buckets,
-				client.HumanSize(ns.Tier.BytesUsed), ns.OffloadPersisted, ns.OffloadFailed, ns.PeerReadsDRAM, ns.PeerReadsSSD)
+				addr, ns.Backend, ns.Segment, units.Human(ns.SegmentSize), ns.Tier.Objects, ns.Tier.Buckets,
+				units.Human(ns.Tier.BytesUsed), ns.OffloadPersisted, ns.OffloadFailed, ns.PeerReadsDRAM, ns.PeerReadsSSD)
 		}
 	case "evict":
 		n, err := c.EvictMemory(ctx, pos, all)
@@ -187,7 +189,7 @@ func keyArgs(cmd string) int {
 // Stats: its DRAM segment, and objects and bytes per tier. A retired
 // incarnation (still pointed at by replicas kept for a lease) is marked
 // "retired".
-func printNodeTable(w io.Writer, rows []master.NodeStats) {
+func printNodeTable(w io.Writer, rows []masterapi.NodeStats) {
 	if len(rows) == 0 {
 		return
 	}
@@ -200,8 +202,8 @@ func printNodeTable(w io.Writer, rows []master.NodeStats) {
 			state = "retired"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s / %s\t%d\t%s\t%d\t%s\t%d / %d\n",
-			r.Node, r.Endpoint, state, client.HumanSize(r.SegmentUsed), client.HumanSize(r.SegmentSize),
-			r.MemoryReplicas, client.HumanSize(r.MemoryBytes), r.DiskReplicas, client.HumanSize(r.DiskBytes),
+			r.Node, r.Endpoint, state, units.Human(r.SegmentUsed), units.Human(r.SegmentSize),
+			r.MemoryReplicas, units.Human(r.MemoryBytes), r.DiskReplicas, units.Human(r.DiskBytes),
 			r.OffloadQueued, r.OffloadInFlight)
 	}
 	_ = tw.Flush()

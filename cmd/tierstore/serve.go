@@ -12,8 +12,9 @@ import (
 	"strconv"
 	"syscall"
 
-	"github.com/tierstore/tierstore/client"
+	"github.com/tierstore/tierstore/internal/units"
 	"github.com/tierstore/tierstore/master"
+	"github.com/tierstore/tierstore/node"
 )
 
 // runServe runs a master and one node in one process: the master serves
@@ -42,12 +43,12 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	if *port < 0 || *port > 65535 {
 		return bad("--port: %d is not a port", *port)
 	}
-	nc := client.DefaultNodeConfig()
+	nc := node.DefaultConfig()
 	var err error
-	if nc.Memory, err = client.ParseSize(*memory); err != nil {
+	if nc.Memory, err = units.Parse(*memory); err != nil {
 		return bad("--memory: %v", err)
 	}
-	if nc.SSDCapacity, err = client.ParseSize(*ssdCap); err != nil {
+	if nc.SSDCapacity, err = units.Parse(*ssdCap); err != nil {
 		return bad("--ssd_capacity: %v", err)
 	}
 	abs, err := filepath.Abs(*dir)
@@ -83,7 +84,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	n, err := client.StartNode(ctx, nc, svc)
+	n, err := node.Start(ctx, nc, svc)
 	if err != nil {
 		fmt.Fprintf(stderr, "tierstore serve: node: %v\n", err)
 		return 1

@@ -14,7 +14,7 @@ import (
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/rpcpb"
-	"github.com/tierstore/tierstore/master"
+	"github.com/tierstore/tierstore/masterapi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -197,7 +197,7 @@ func TestNodeKill9MidOffload(t *testing.T) {
 				continue
 			}
 			for _, rep := range r.Info.Replicas {
-				if rep.Kind == master.LocalDisk {
+				if rep.Kind == masterapi.LocalDisk {
 					out = append(out, keys[i])
 					break
 				}

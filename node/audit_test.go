@@ -1,4 +1,4 @@
-package client
+package node
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/master"
 )
@@ -38,12 +39,12 @@ func offloadOneWithLostReplies(t *testing.T, lose int64) (master.Stats, *Node, [
 	m := newMaster(t, testMasterConfig())
 	cfg := testNodeConfig("")
 	cfg.EnableOffload, cfg.SSDDir, cfg.Backend = true, t.TempDir(), "pwrite"
-	n, err := StartNode(context.Background(), cfg, &lostReplies{API: m, lose: lose})
+	n, err := Start(context.Background(), cfg, &lostReplies{API: m, lose: lose})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
-	c := newTestClient(t, Config{Master: m, LocalNode: n})
+	c := newTestClient(t, client.Config{Master: m, LocalNode: n})
 	ctx := context.Background()
 	val := rnd(10000)
 	if err := c.Put(ctx, "k", val); err != nil {
@@ -107,7 +108,7 @@ func TestGetReportsMissingSSDReplica(t *testing.T) {
 	startSSDNode := func() *Node {
 		cfg := testNodeConfig("127.0.0.1:0")
 		cfg.EnableOffload, cfg.SSDDir, cfg.Backend = true, t.TempDir(), "pwrite"
-		n, err := StartNode(ctx, cfg, m)
+		n, err := Start(ctx, cfg, m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,13 +116,13 @@ func TestGetReportsMissingSSDReplica(t *testing.T) {
 		return n
 	}
 	a, b := startSSDNode(), startSSDNode()
-	c := newTestClient(t, Config{Master: m}) // remote reader: peers over gRPC
+	c := newTestClient(t, client.Config{Master: m}) // remote reader: peers over gRPC
 	for _, k := range []string{"lost", "unreachable"} {
 		pn := a
 		if k == "unreachable" {
 			pn = b
 		}
-		pc := newTestClient(t, Config{Master: m, PreferredNode: pn.Name()})
+		pc := newTestClient(t, client.Config{Master: m, PreferredNode: pn.Name()})
 		if err := pc.Put(ctx, k, rnd(5000)); err != nil {
 			t.Fatal(err)
 		}
@@ -147,7 +148,7 @@ func TestGetReportsMissingSSDReplica(t *testing.T) {
 		t.Errorf("missing replicas reported %d, want 1", rs.MissingReplicasReported)
 	}
 	_, err := m.GetReplicaList(ctx, "lost")
-	if !errors.Is(err, ErrReplicaGone) {
+	if !errors.Is(err, client.ErrReplicaGone) {
 		t.Fatalf("lookup of the lost object: %v, want REPLICA_IS_GONE (the replica must not be offered)", err)
 	}
 	info, err := m.GetReplicaList(ctx, "unreachable")
@@ -172,11 +173,11 @@ func TestRestartOnSameSSDDirRetiresOldIncarnation(t *testing.T) {
 	ctx := context.Background()
 	cfg := testNodeConfig("")
 	cfg.EnableOffload, cfg.SSDDir, cfg.Backend = true, t.TempDir(), "pwrite"
-	n1, err := StartNode(ctx, cfg, crashMaster{m})
+	n1, err := Start(ctx, cfg, crashMaster{m})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c1 := newTestClient(t, Config{Master: m, LocalNode: n1})
+	c1 := newTestClient(t, client.Config{Master: m, LocalNode: n1})
 	val := rnd(6000)
 	if err := c1.Put(ctx, "ssd", val); err != nil {
 		t.Fatal(err)
@@ -194,7 +195,7 @@ func TestRestartOnSameSSDDirRetiresOldIncarnation(t *testing.T) {
 	n1.Close() // "crash": the master still lists the segment
 	c1.Close()
 
-	n2, err := StartNode(ctx, cfg, m)
+	n2, err := Start(ctx, cfg, m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +206,7 @@ func TestRestartOnSameSSDDirRetiresOldIncarnation(t *testing.T) {
 	if info, err := m.GetReplicaList(ctx, "dram"); err == nil {
 		t.Fatalf("the dead process's DRAM replica is still offered: %+v", info)
 	}
-	c2 := newTestClient(t, Config{Master: m, LocalNode: n2})
+	c2 := newTestClient(t, client.Config{Master: m, LocalNode: n2})
 	got, err := c2.Get(ctx, "ssd")
 	if err != nil || string(got) != string(val) {
 		t.Fatalf("SSD object after the restart: %v", err)
@@ -231,7 +232,7 @@ func TestRestartOnSameSSDDirRetiresOldIncarnation(t *testing.T) {
 func TestSSDEvictionHonoursLease(t *testing.T) {
 	ctx := context.Background()
 	const valSize = 8000
-	nodeCfg := func(capacity int64) NodeConfig {
+	nodeCfg := func(capacity int64) Config {
 		cfg := testNodeConfig("")
 		cfg.EnableOffload, cfg.SSDDir, cfg.Backend = true, t.TempDir(), "pwrite"
 		cfg.BucketKeysLimit, cfg.BucketSizeLimit, cfg.BucketEviction = 1, 64<<10, "fifo"
@@ -242,11 +243,11 @@ func TestSSDEvictionHonoursLease(t *testing.T) {
 	var bucket int64
 	{
 		m := newMaster(t, testMasterConfig())
-		n, err := StartNode(ctx, nodeCfg(0), m)
+		n, err := Start(ctx, nodeCfg(0), m)
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := newTestClient(t, Config{Master: m, LocalNode: n})
+		c := newTestClient(t, client.Config{Master: m, LocalNode: n})
 		if err := c.Put(ctx, "probe", rnd(valSize)); err != nil {
 			t.Fatal(err)
 		}
@@ -263,12 +264,12 @@ func TestSSDEvictionHonoursLease(t *testing.T) {
 	mc := testMasterConfig()
 	mc.Clock = clk
 	m := newMaster(t, mc)
-	n, err := StartNode(ctx, nodeCfg(4*bucket), m)
+	n, err := Start(ctx, nodeCfg(4*bucket), m)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
-	c := newTestClient(t, Config{Master: m, LocalNode: n})
+	c := newTestClient(t, client.Config{Master: m, LocalNode: n})
 	val := rnd(valSize)
 	if err := c.Put(ctx, "leased", val); err != nil {
 		t.Fatal(err)
@@ -320,7 +321,7 @@ func TestSSDEvictionHonoursLease(t *testing.T) {
 	if onSSD() {
 		t.Fatal("the object's bucket survived eviction rounds after its lease")
 	}
-	if _, err := m.GetReplicaList(ctx, "leased"); !errors.Is(err, ErrObjectNotFound) {
+	if _, err := m.GetReplicaList(ctx, "leased"); !errors.Is(err, client.ErrObjectNotFound) {
 		t.Fatalf("lookup after the eviction: %v, want OBJECT_NOT_FOUND", err)
 	}
 }

@@ -1,4 +1,4 @@
-package client
+package node
 
 import (
 	"fmt"
@@ -38,7 +38,7 @@ func NewSegment(size int64) (*Segment, error) {
 	}
 	mem, err := unix.Mmap(-1, 0, int(mapped), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
 	if err != nil {
-		return nil, fmt.Errorf("client: mmap %d bytes for the segment: %w", mapped, err)
+		return nil, fmt.Errorf("node: mmap %d bytes for the segment: %w", mapped, err)
 	}
 	return &Segment{mem: mem[:size:size], full: mem, size: size}, nil
 }

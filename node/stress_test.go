@@ -1,4 +1,4 @@
-package client
+package node
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/internal/codes"
 )
 
@@ -54,12 +55,12 @@ func TestConcurrentChurnNeverWrongBytes(t *testing.T) {
 	cfg.Backend = "pwrite"
 	cfg.HeartbeatInterval = 3 * time.Millisecond
 	cfg.BucketKeysLimit = 4
-	n, err := StartNode(context.Background(), cfg, m)
+	n, err := Start(context.Background(), cfg, m)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	c := newTestClient(t, Config{Master: m, LocalNode: n})
+	c := newTestClient(t, client.Config{Master: m, LocalNode: n})
 	ctx := context.Background()
 	keys := []string{"ka", "kb", "kc", "kd", "ke", "kf"}
 	var version atomic.Uint64

@@ -1,4 +1,4 @@
-package client
+package node
 
 import (
 	"fmt"
@@ -8,10 +8,11 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/tierstore/tierstore/internal/units"
 	"golang.org/x/sys/unix"
 )
 
-// Defaults of NodeConfig (and of the tierstore-node flags).
+// Defaults of Config (and of the tierstore-node flags).
 const (
 	DefaultListen            = "127.0.0.1:0"
 	DefaultMemory            = 1 << 30
@@ -26,9 +27,9 @@ const (
 	DefaultOffloadBatch      = 1024
 )
 
-// NodeConfig configures a store node. Flag names of tierstore-node are given
+// Config configures a store node. Flag names of tierstore-node are given
 // in brackets; Validate's errors name the flag.
-type NodeConfig struct {
+type Config struct {
 	// Listen is the peer gRPC address [--listen]. Ignored by embedded nodes.
 	Listen string
 	// Memory is the DRAM segment size in bytes [--memory].
@@ -73,9 +74,9 @@ type NodeConfig struct {
 	Logger *slog.Logger
 }
 
-// DefaultNodeConfig returns a NodeConfig holding every default.
-func DefaultNodeConfig() NodeConfig {
-	return NodeConfig{
+// DefaultConfig returns a Config holding every default.
+func DefaultConfig() Config {
+	return Config{
 		Listen:            DefaultListen,
 		Memory:            DefaultMemory,
 		Backend:           DefaultBackend,
@@ -96,14 +97,14 @@ func badFlag(flag, format string, args ...any) error {
 
 // Validate checks every field and every combination, returning an error
 // wrapping ErrBadConfig that names the offending flag.
-func (c *NodeConfig) Validate() error { return c.validate(true) }
+func (c *Config) Validate() error { return c.validate(true) }
 
-func (c *NodeConfig) validate(checkDir bool) error {
+func (c *Config) validate(checkDir bool) error {
 	if c.Memory <= 0 {
 		return badFlag("memory", "must be positive, got %d", c.Memory)
 	}
 	if limit, what, ok := MemoryLimit(); ok && c.Memory > limit {
-		return badFlag("memory", "%s exceeds %s of %s (%d bytes)", FormatSize(c.Memory), what, HumanSize(limit), limit)
+		return badFlag("memory", "%s exceeds %s of %s (%d bytes)", units.Format(c.Memory), what, units.Human(limit), limit)
 	}
 	if c.SSDCapacity < 0 {
 		return badFlag("ssd_capacity", "must not be negative, got %d", c.SSDCapacity)
@@ -120,7 +121,7 @@ func (c *NodeConfig) validate(checkDir bool) error {
 		return badFlag("bucket_size_limit", "must be positive, got %d", c.BucketSizeLimit)
 	}
 	if c.SSDCapacity > 0 && c.BucketSizeLimit > c.SSDCapacity {
-		return badFlag("bucket_size_limit", "%s exceeds --ssd_capacity %s", FormatSize(c.BucketSizeLimit), FormatSize(c.SSDCapacity))
+		return badFlag("bucket_size_limit", "%s exceeds --ssd_capacity %s", units.Format(c.BucketSizeLimit), units.Format(c.SSDCapacity))
 	}
 	switch c.BucketEviction {
 	case "lru", "fifo", "lru2":

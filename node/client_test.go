@@ -1,4 +1,4 @@
-package client
+package node
 
 import (
 	"bytes"
@@ -15,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/master"
 )
 
@@ -41,8 +43,8 @@ func newMaster(t *testing.T, mc master.Config) *master.Service {
 
 // testNodeConfig: small segment; heartbeat and reconcile effectively off
 // (tests drive OffloadNow / Reconcile), fast ping.
-func testNodeConfig(listen string) NodeConfig {
-	c := DefaultNodeConfig()
+func testNodeConfig(listen string) Config {
+	c := DefaultConfig()
 	c.Listen = listen
 	c.Memory = 16 << 20
 	c.HeartbeatInterval = time.Hour
@@ -54,11 +56,11 @@ func testNodeConfig(listen string) NodeConfig {
 
 func startTestNode(t *testing.T, m master.API, listen string, tr SSDTier) *Node {
 	t.Helper()
-	var opts []NodeOption
+	var opts []Option
 	if tr != nil {
 		opts = append(opts, WithTier(tr))
 	}
-	n, err := StartNode(context.Background(), testNodeConfig(listen), m, opts...)
+	n, err := Start(context.Background(), testNodeConfig(listen), m, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,12 +68,12 @@ func startTestNode(t *testing.T, m master.API, listen string, tr SSDTier) *Node 
 	return n
 }
 
-func newTestClient(t *testing.T, cfg Config) *Client {
+func newTestClient(t *testing.T, cfg client.Config) *client.Client {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = quiet
 	}
-	c, err := New(context.Background(), cfg)
+	c, err := client.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +103,7 @@ func serveMaster(t *testing.T, m master.API) string {
 func TestInProcessPutGetExistsRemove(t *testing.T) {
 	m := newMaster(t, testMasterConfig())
 	n := startTestNode(t, m, "", nil)
-	c := newTestClient(t, Config{Master: m, LocalNode: n})
+	c := newTestClient(t, client.Config{Master: m, LocalNode: n})
 	ctx := context.Background()
 	val := rnd(100 << 10)
 	if err := c.Put(ctx, "k1", val); err != nil {
@@ -153,10 +155,10 @@ func TestRemoteNodesOverGRPC(t *testing.T) {
 	addr := serveMaster(t, m)
 	a := startTestNode(t, m, "127.0.0.1:0", nil)
 	b := startTestNode(t, m, "127.0.0.1:0", nil)
-	ca := newTestClient(t, Config{MasterAddr: addr, PreferredNode: a.Name()})
-	cb := newTestClient(t, Config{MasterAddr: addr, PreferredNode: b.Name()})
+	ca := newTestClient(t, client.Config{MasterAddr: addr, PreferredNode: a.Name()})
+	cb := newTestClient(t, client.Config{MasterAddr: addr, PreferredNode: b.Name()})
 	ctx := context.Background()
-	big := rnd(2*MaxChunk + 12345)
+	big := rnd(2*wire.MaxChunk + 12345)
 	if err := ca.Put(ctx, "big", big); err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +170,7 @@ func TestRemoteNodesOverGRPC(t *testing.T) {
 		t.Fatalf("node a should hold the object: %+v", a.Stats())
 	}
 	keys := []string{"b0", "b1", "b2", "", "b4"}
-	vals := [][]byte{rnd(10), rnd(70000), rnd(1), rnd(5), rnd(MaxChunk + 1)}
+	vals := [][]byte{rnd(10), rnd(70000), rnd(1), rnd(5), rnd(wire.MaxChunk + 1)}
 	errs := cb.BatchPut(ctx, keys, vals)
 	for i, e := range errs {
 		if (i == 3) != (e != nil) {
@@ -204,34 +206,34 @@ func TestRemoteNodesOverGRPC(t *testing.T) {
 func TestPeerWriteRangeChecks(t *testing.T) {
 	m := newMaster(t, testMasterConfig())
 	n := startTestNode(t, m, "127.0.0.1:0", nil)
-	var pp peerPool
-	defer pp.close()
-	p, err := pp.get(n.Endpoint())
+	var pp wire.Pool
+	defer pp.Close()
+	p, err := pp.Get(n.Endpoint())
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	val := rnd(MaxChunk + 10)
-	if err := p.writeRange(ctx, n.SegmentName(), 4096, val, CRC32C(val)); err != nil {
+	val := rnd(wire.MaxChunk + 10)
+	if err := p.WriteRange(ctx, n.SegmentName(), 4096, val, wire.CRC32C(val)); err != nil {
 		t.Fatal(err)
 	}
-	got, err := p.readRange(ctx, n.SegmentName(), 4096, int64(len(val)))
+	got, err := p.ReadRange(ctx, n.SegmentName(), 4096, int64(len(val)))
 	if err != nil || !bytes.Equal(got, val) {
 		t.Fatalf("read back: %v", err)
 	}
-	if err := p.writeRange(ctx, n.SegmentName(), 0, val, CRC32C(val)^1); !errors.Is(err, codes.ErrChecksumMismatch) {
+	if err := p.WriteRange(ctx, n.SegmentName(), 0, val, wire.CRC32C(val)^1); !errors.Is(err, codes.ErrChecksumMismatch) {
 		t.Fatalf("bad crc: %v", err)
 	}
-	if err := p.writeRange(ctx, n.SegmentName(), n.seg.Size()-5, val, CRC32C(val)); !errors.Is(err, codes.ErrInvalidParams) {
+	if err := p.WriteRange(ctx, n.SegmentName(), n.seg.Size()-5, val, wire.CRC32C(val)); !errors.Is(err, codes.ErrInvalidParams) {
 		t.Fatalf("past the end: %v", err)
 	}
-	if err := p.writeRange(ctx, "other", 0, val, CRC32C(val)); !errors.Is(err, codes.ErrSegmentNotFound) {
+	if err := p.WriteRange(ctx, "other", 0, val, wire.CRC32C(val)); !errors.Is(err, codes.ErrSegmentNotFound) {
 		t.Fatalf("other segment: %v", err)
 	}
-	if _, err := p.readRange(ctx, n.SegmentName(), n.seg.Size(), 1); !errors.Is(err, codes.ErrInvalidParams) {
+	if _, err := p.ReadRange(ctx, n.SegmentName(), n.seg.Size(), 1); !errors.Is(err, codes.ErrInvalidParams) {
 		t.Fatalf("read past the end: %v", err)
 	}
-	if _, err := p.readSSD(ctx, []byte("k")); !errors.Is(err, codes.ErrUnableOffload) {
+	if _, err := p.ReadSSD(ctx, []byte("k"), 1); !errors.Is(err, codes.ErrUnableOffload) {
 		t.Fatalf("SSD read on a node without a tier: %v", err)
 	}
 }
@@ -244,7 +246,7 @@ func TestOffloadAnswersEveryTaskAndReadFallsBack(t *testing.T) {
 	tr := newMemTier()
 	tr.failKeys["f"] = true
 	n := startTestNode(t, m, "", tr)
-	c := newTestClient(t, Config{Master: m, LocalNode: n})
+	c := newTestClient(t, client.Config{Master: m, LocalNode: n})
 	ctx := context.Background()
 	vals := map[string][]byte{"p1": rnd(5000), "p2": rnd(7000), "f": rnd(100)}
 	for k, v := range vals {
@@ -311,7 +313,7 @@ func TestOffloadAlreadyPresent(t *testing.T) {
 	tr := newMemTier()
 	good, stale := rnd(3000), rnd(3000)
 	n := startTestNode(t, m, "", tr)
-	c := newTestClient(t, Config{Master: m, LocalNode: n})
+	c := newTestClient(t, client.Config{Master: m, LocalNode: n})
 	ctx := context.Background()
 	tr.put("same", good)
 	tr.put("stale", rnd(3000))
@@ -389,13 +391,13 @@ func TestReRegisterAtStartAndAfterMasterRestart(t *testing.T) {
 	tr.put("old", val) // on SSD from an earlier run
 	cfg := testNodeConfig("")
 	cfg.HeartbeatInterval = 10 * time.Millisecond
-	n, err := StartNode(context.Background(), cfg, sw, WithTier(tr))
+	n, err := Start(context.Background(), cfg, sw, WithTier(tr))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer n.Close()
 	ctx := context.Background()
-	c1 := newTestClient(t, Config{Master: m1, LocalNode: n})
+	c1 := newTestClient(t, client.Config{Master: m1, LocalNode: n})
 	got, err := c1.Get(ctx, "old")
 	if err != nil || !bytes.Equal(got, val) {
 		t.Fatalf("object on SSD at start-up not re-registered: %v", err)
@@ -403,7 +405,7 @@ func TestReRegisterAtStartAndAfterMasterRestart(t *testing.T) {
 
 	m2 := newMaster(t, testMasterConfig()) // the "restarted" master: empty
 	sw.cur.Store(m2)
-	c2 := newTestClient(t, Config{Master: m2, LocalNode: n})
+	c2 := newTestClient(t, client.Config{Master: m2, LocalNode: n})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		got, err := c2.Get(ctx, "old")
@@ -433,7 +435,7 @@ func TestReconcileAndEvictCallback(t *testing.T) {
 	m := newMaster(t, testMasterConfig())
 	tr := newMemTier()
 	n := startTestNode(t, m, "", tr)
-	c := newTestClient(t, Config{Master: m, LocalNode: n})
+	c := newTestClient(t, client.Config{Master: m, LocalNode: n})
 	ctx := context.Background()
 	for _, k := range []string{"a", "b", "c"} {
 		if err := c.Put(ctx, k, rnd(1000)); err != nil {
@@ -472,11 +474,11 @@ func TestCloseDrainsOffloadRound(t *testing.T) {
 	block, entered := tr.block, tr.entered
 	cfg := testNodeConfig("")
 	cfg.HeartbeatInterval = 5 * time.Millisecond
-	n, err := StartNode(context.Background(), cfg, m, WithTier(tr))
+	n, err := Start(context.Background(), cfg, m, WithTier(tr))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := newTestClient(t, Config{Master: m, LocalNode: n})
+	c := newTestClient(t, client.Config{Master: m, LocalNode: n})
 	ctx := context.Background()
 	if err := c.Put(ctx, "k", rnd(2000)); err != nil {
 		t.Fatal(err)
@@ -505,7 +507,7 @@ func TestCorruptSSDReplicaIsDropped(t *testing.T) {
 	tr := newMemTier()
 	n := startTestNode(t, m, "127.0.0.1:0", tr)
 	addr := serveMaster(t, m)
-	c := newTestClient(t, Config{MasterAddr: addr})
+	c := newTestClient(t, client.Config{MasterAddr: addr})
 	ctx := context.Background()
 	if err := c.Put(ctx, "k", rnd(5000)); err != nil {
 		t.Fatal(err)
@@ -533,7 +535,7 @@ func TestCorruptSSDReplicaIsDropped(t *testing.T) {
 func TestMetricsHandler(t *testing.T) {
 	m := newMaster(t, testMasterConfig())
 	n := startTestNode(t, m, "", newMemTier())
-	c := newTestClient(t, Config{Master: m, LocalNode: n})
+	c := newTestClient(t, client.Config{Master: m, LocalNode: n})
 	if err := c.Put(context.Background(), "k", rnd(100)); err != nil {
 		t.Fatal(err)
 	}
@@ -555,18 +557,18 @@ func TestMetricsHandler(t *testing.T) {
 func TestStartNodeRefusesBadConfig(t *testing.T) {
 	m := newMaster(t, testMasterConfig())
 	cfg := testNodeConfig("256.0.0.1:99999")
-	if _, err := StartNode(context.Background(), cfg, m); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "--listen") {
+	if _, err := Start(context.Background(), cfg, m); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "--listen") {
 		t.Fatalf("bad listen address: %v", err)
 	}
 	cfg = testNodeConfig("")
 	cfg.EnableOffload = true
-	if _, err := StartNode(context.Background(), cfg, m); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "--enable_offload") {
+	if _, err := Start(context.Background(), cfg, m); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "--enable_offload") {
 		t.Fatalf("offload without a directory: %v", err)
 	}
-	if _, err := StartNode(context.Background(), testNodeConfig(""), nil); !errors.Is(err, ErrBadConfig) {
+	if _, err := Start(context.Background(), testNodeConfig(""), nil); !errors.Is(err, ErrBadConfig) {
 		t.Fatalf("no master: %v", err)
 	}
-	if _, err := New(context.Background(), Config{}); !errors.Is(err, ErrBadConfig) {
+	if _, err := client.New(context.Background(), client.Config{}); !errors.Is(err, client.ErrBadConfig) {
 		t.Fatalf("client without a master: %v", err)
 	}
 }
@@ -583,12 +585,12 @@ func TestSSDEvictionTellsMasterRealTier(t *testing.T) {
 	cfg.BucketKeysLimit = 1
 	cfg.SSDCapacity = 2 << 20
 	cfg.BucketSizeLimit = 1 << 20
-	n, err := StartNode(context.Background(), cfg, m)
+	n, err := Start(context.Background(), cfg, m)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	c := newTestClient(t, Config{Master: m, LocalNode: n})
+	c := newTestClient(t, client.Config{Master: m, LocalNode: n})
 	ctx := context.Background()
 	vals := map[string][]byte{}
 	var keys []string
@@ -655,12 +657,12 @@ func TestNotifyFailureRollsBackRealTier(t *testing.T) {
 	cfg.EnableOffload = true
 	cfg.SSDDir = t.TempDir()
 	cfg.Backend = "pwrite"
-	n, err := StartNode(context.Background(), cfg, fm)
+	n, err := Start(context.Background(), cfg, fm)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	c := newTestClient(t, Config{Master: m, LocalNode: n})
+	c := newTestClient(t, client.Config{Master: m, LocalNode: n})
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
 		if err := c.Put(ctx, fmt.Sprintf("r%d", i), rnd(10000)); err != nil {

@@ -1,4 +1,4 @@
-package client
+package node
 
 import (
 	"net/http"
@@ -28,21 +28,21 @@ func (n *Node) MetricsHandler() http.Handler {
 	counter("peer_reads_dram_total", "Segment range reads served to peers.", ld(&n.metrics.peerReadsDRAM))
 	counter("peer_reads_ssd_total", "SSD object reads served to peers.", ld(&n.metrics.peerReadsSSD))
 	counter("remounts_total", "Remounts after NEED_REMOUNT.", ld(&n.metrics.remounts))
-	counter("reconciles_total", "Reconciles of the SSD key list with the master.", ld(&n.metrics.reconciles))
+	counter("reconciles_total", "Reconciles of the SSD key list with the masterapi.", ld(&n.metrics.reconciles))
 	counter("reconcile_removed_total", "SSD objects deleted because a reconcile called them unwanted.", ld(&n.metrics.reconcileRemoved))
 	counter("notify_retries_total", "Offload notifies sent again after a transport error.", ld(&n.metrics.notifyRetries))
 	gauge("segment_bytes", "Size of the DRAM segment.", func() float64 { return float64(n.seg.Size()) })
 	if n.tier != nil {
-		ts := func(f func(s *NodeStats) int64) func() float64 {
+		ts := func(f func(s *Stats) int64) func() float64 {
 			return func() float64 { s := n.Stats(); return float64(f(&s)) }
 		}
-		gauge("ssd_objects", "Objects on the SSD tier.", ts(func(s *NodeStats) int64 { return s.Tier.Objects }))
-		gauge("ssd_buckets", "Bucket files on the SSD tier.", ts(func(s *NodeStats) int64 { return s.Tier.Buckets }))
-		gauge("ssd_bytes_used", "Bucket file bytes on the SSD tier.", ts(func(s *NodeStats) int64 { return s.Tier.BytesUsed }))
-		counter("ssd_bytes_written_total", "Bytes written to bucket files.", ts(func(s *NodeStats) int64 { return s.Tier.BytesWritten }))
-		counter("ssd_bytes_read_total", "Bytes read from bucket files.", ts(func(s *NodeStats) int64 { return s.Tier.BytesRead }))
-		counter("ssd_evictions_total", "Buckets evicted.", ts(func(s *NodeStats) int64 { return s.Tier.Evictions }))
-		counter("ssd_checksum_errors_total", "SSD reads that failed their CRC32C.", ts(func(s *NodeStats) int64 { return s.Tier.ChecksumErrors }))
+		gauge("ssd_objects", "Objects on the SSD tier.", ts(func(s *Stats) int64 { return s.Tier.Objects }))
+		gauge("ssd_buckets", "Bucket files on the SSD tier.", ts(func(s *Stats) int64 { return s.Tier.Buckets }))
+		gauge("ssd_bytes_used", "Bucket file bytes on the SSD tier.", ts(func(s *Stats) int64 { return s.Tier.BytesUsed }))
+		counter("ssd_bytes_written_total", "Bytes written to bucket files.", ts(func(s *Stats) int64 { return s.Tier.BytesWritten }))
+		counter("ssd_bytes_read_total", "Bytes read from bucket files.", ts(func(s *Stats) int64 { return s.Tier.BytesRead }))
+		counter("ssd_evictions_total", "Buckets evicted.", ts(func(s *Stats) int64 { return s.Tier.Evictions }))
+		counter("ssd_checksum_errors_total", "SSD reads that failed their CRC32C.", ts(func(s *Stats) int64 { return s.Tier.ChecksumErrors }))
 	}
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 }

@@ -1,4 +1,4 @@
-package client
+package units
 
 import (
 	"errors"
@@ -24,32 +24,32 @@ func TestParseSize(t *testing.T) {
 		{" 3 MiB ", 3 << 20},
 	}
 	for _, c := range good {
-		got, err := ParseSize(c.in)
+		got, err := Parse(c.in)
 		if err != nil {
-			t.Errorf("ParseSize(%q): %v", c.in, err)
+			t.Errorf("Parse(%q): %v", c.in, err)
 			continue
 		}
 		if got != c.want {
-			t.Errorf("ParseSize(%q) = %d, want %d", c.in, got, c.want)
+			t.Errorf("Parse(%q) = %d, want %d", c.in, got, c.want)
 		}
 	}
 	bad := []string{"", "   ", "-1", "-4GiB", "GiB", "1.5GiB", "4XB", "4 GiBs", "99999999999999999999", "9223372036854775807KiB", "0x10"}
 	for _, in := range bad {
-		if got, err := ParseSize(in); !errors.Is(err, ErrBadSize) {
-			t.Errorf("ParseSize(%q) = %d, %v; want ErrBadSize", in, got, err)
+		if got, err := Parse(in); !errors.Is(err, ErrBadSize) {
+			t.Errorf("Parse(%q) = %d, %v; want ErrBadSize", in, got, err)
 		}
 	}
 }
 
 func TestFormatSizeRoundTrip(t *testing.T) {
 	for _, n := range []int64{0, 1, 100, 1024, 1536 << 10, 4 << 30, 256 << 20, 3<<40 + 1} {
-		s := FormatSize(n)
-		back, err := ParseSize(s)
+		s := Format(n)
+		back, err := Parse(s)
 		if err != nil || back != n {
-			t.Errorf("FormatSize(%d) = %q, parsed back %d, %v", n, s, back, err)
+			t.Errorf("Format(%d) = %q, parsed back %d, %v", n, s, back, err)
 		}
 	}
-	if s := FormatSize(4 << 30); s != "4GiB" {
-		t.Errorf("FormatSize(4GiB) = %q", s)
+	if s := Format(4 << 30); s != "4GiB" {
+		t.Errorf("Format(4GiB) = %q", s)
 	}
 }

@@ -1,4 +1,4 @@
-package client
+package node
 
 import (
 	"context"
@@ -7,20 +7,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierstore/tierstore/client"
+	"github.com/tierstore/tierstore/internal/units"
 	"github.com/tierstore/tierstore/master"
 )
 
 // benchCluster: a master over gRPC on 127.0.0.1, one node with a real peer
 // socket (and an SSD tier in a temp dir when ssd), and a client that has no
 // local node, so every byte crosses loopback gRPC.
-func benchCluster(b *testing.B, ssd bool) (*Client, *Node, *master.Service) {
+func benchCluster(b *testing.B, ssd bool) (*client.Client, *Node, *master.Service) {
 	return benchClusterWith(b, ssd, true, "uring")
 }
 
 // benchClusterWith: remote=false is embedded mode (no sockets at all: the
 // client reaches master and node in-process), which isolates the cost of
 // the RPC layer.
-func benchClusterWith(b *testing.B, ssd, remote bool, backendName string) (*Client, *Node, *master.Service) {
+func benchClusterWith(b *testing.B, ssd, remote bool, backendName string) (*client.Client, *Node, *master.Service) {
 	b.Helper()
 	mc := master.DefaultConfig()
 	mc.EnableOffload = ssd
@@ -30,7 +32,7 @@ func benchClusterWith(b *testing.B, ssd, remote bool, backendName string) (*Clie
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { m.Close() })
-	nc := DefaultNodeConfig()
+	nc := DefaultConfig()
 	nc.Listen = "127.0.0.1:0"
 	if !remote {
 		nc.Listen = ""
@@ -44,16 +46,16 @@ func benchClusterWith(b *testing.B, ssd, remote bool, backendName string) (*Clie
 		nc.Backend = backendName
 		nc.DirectIO = true
 	}
-	n, err := StartNode(context.Background(), nc, m)
+	n, err := Start(context.Background(), nc, m)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { n.Close() })
-	cfg := Config{Master: m, LocalNode: n, Logger: quiet}
+	cfg := client.Config{Master: m, LocalNode: n, Logger: quiet}
 	if remote {
-		cfg = Config{MasterAddr: serveMasterB(b, m), Logger: quiet}
+		cfg = client.Config{MasterAddr: serveMasterB(b, m), Logger: quiet}
 	}
-	c, err := New(context.Background(), cfg)
+	c, err := client.New(context.Background(), cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -79,7 +81,7 @@ var benchSizes = []int{256 << 10, 1 << 20}
 // Each object is removed again so the segment never fills.
 func BenchmarkE2EPut(b *testing.B) {
 	for _, size := range benchSizes {
-		b.Run(FormatSize(int64(size)), func(b *testing.B) {
+		b.Run(units.Format(int64(size)), func(b *testing.B) {
 			c, _, _ := benchCluster(b, false)
 			ctx := context.Background()
 			val := rnd(size)
@@ -103,7 +105,7 @@ func BenchmarkE2EPut(b *testing.B) {
 // BenchmarkE2EGetDRAM: Get over loopback of objects in the node's DRAM.
 func BenchmarkE2EGetDRAM(b *testing.B) {
 	for _, size := range benchSizes {
-		b.Run(FormatSize(int64(size)), func(b *testing.B) {
+		b.Run(units.Format(int64(size)), func(b *testing.B) {
 			c, _, _ := benchCluster(b, false)
 			keys := benchPut(b, c, size, 64)
 			benchGet(b, c, keys, size)
@@ -120,7 +122,7 @@ func BenchmarkE2EGetDRAM(b *testing.B) {
 func BenchmarkE2EGetSSD(b *testing.B) {
 	for _, be := range []string{"uring", "pwrite"} {
 		for _, size := range benchSizes {
-			b.Run(be+"/"+FormatSize(int64(size)), func(b *testing.B) {
+			b.Run(be+"/"+units.Format(int64(size)), func(b *testing.B) {
 				benchGetSSD(b, true, be, size)
 			})
 		}
@@ -131,7 +133,7 @@ func BenchmarkE2EGetSSD(b *testing.B) {
 // the difference to BenchmarkE2EGetSSD is the RPC layer.
 func BenchmarkEmbeddedGetSSD(b *testing.B) {
 	for _, size := range benchSizes {
-		b.Run("uring/"+FormatSize(int64(size)), func(b *testing.B) {
+		b.Run("uring/"+units.Format(int64(size)), func(b *testing.B) {
 			benchGetSSD(b, false, "uring", size)
 		})
 	}
@@ -140,7 +142,7 @@ func BenchmarkEmbeddedGetSSD(b *testing.B) {
 // BenchmarkEmbeddedGetDRAM: Get of DRAM objects in embedded mode.
 func BenchmarkEmbeddedGetDRAM(b *testing.B) {
 	for _, size := range benchSizes {
-		b.Run(FormatSize(int64(size)), func(b *testing.B) {
+		b.Run(units.Format(int64(size)), func(b *testing.B) {
 			c, _, _ := benchClusterWith(b, false, false, "")
 			keys := benchPut(b, c, size, 64)
 			benchGet(b, c, keys, size)
@@ -167,7 +169,7 @@ func benchGetSSD(b *testing.B, remote bool, be string, size int) {
 	}
 }
 
-func benchPut(b *testing.B, c *Client, size, n int) []string {
+func benchPut(b *testing.B, c *client.Client, size, n int) []string {
 	b.Helper()
 	keys := make([]string, n)
 	for i := range keys {
@@ -179,7 +181,7 @@ func benchPut(b *testing.B, c *Client, size, n int) []string {
 	return keys
 }
 
-func benchGet(b *testing.B, c *Client, keys []string, size int) {
+func benchGet(b *testing.B, c *client.Client, keys []string, size int) {
 	b.Helper()
 	ctx := context.Background()
 	b.SetBytes(int64(size))
@@ -199,7 +201,7 @@ func listenLoopback() (net.Listener, error) { return net.Listen("tcp", "127.0.0.
 // getting bytes from a remote client onto the SSD tier.
 func BenchmarkE2EPutToSSD(b *testing.B) {
 	for _, size := range benchSizes {
-		b.Run("uring/"+FormatSize(int64(size)), func(b *testing.B) {
+		b.Run("uring/"+units.Format(int64(size)), func(b *testing.B) {
 			c, n, _ := benchCluster(b, true)
 			ctx := context.Background()
 			const batch = 16
@@ -236,7 +238,7 @@ func BenchmarkE2EPutToSSD(b *testing.B) {
 // BenchmarkEmbeddedGetSSD: the baseline the RPC and client layers add to.
 func BenchmarkTierLoadOne(b *testing.B) {
 	for _, size := range benchSizes {
-		b.Run("uring/"+FormatSize(int64(size)), func(b *testing.B) {
+		b.Run("uring/"+units.Format(int64(size)), func(b *testing.B) {
 			c, n, _ := benchClusterWith(b, true, false, "uring")
 			keys := benchPut(b, c, size, 64)
 			for n.Stats().OffloadPersisted < int64(len(keys)) {

@@ -1,4 +1,4 @@
-package master
+package masterapi
 
 import (
 	"context"
@@ -28,7 +28,7 @@ var _ API = (*Remote)(nil)
 // insecure (plaintext) connection; opts are appended to the defaults.
 func Dial(ctx context.Context, addr string, opts ...grpc.DialOption) (*Remote, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("master: dial %s: %w", addr, err)
+		return nil, fmt.Errorf("masterapi: dial %s: %w", addr, err)
 	}
 	all := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -36,7 +36,7 @@ func Dial(ctx context.Context, addr string, opts ...grpc.DialOption) (*Remote, e
 	}, opts...)
 	cc, err := grpc.NewClient(addr, all...)
 	if err != nil {
-		return nil, fmt.Errorf("master: dial %s: %w: %w", addr, codes.ErrRPCFail, err)
+		return nil, fmt.Errorf("masterapi: dial %s: %w: %w", addr, codes.ErrRPCFail, err)
 	}
 	return &Remote{cc: cc, c: pb.NewMasterClient(cc)}, nil
 }
@@ -44,9 +44,9 @@ func Dial(ctx context.Context, addr string, opts ...grpc.DialOption) (*Remote, e
 // Close closes the connection.
 func (r *Remote) Close() error { return r.cc.Close() }
 
-func fs(err error) error { return codes.FromStatus(err) }
+func fromStatus(err error) error { return codes.FromStatus(err) }
 
-func bs(keys []string) [][]byte {
+func keyBytes(keys []string) [][]byte {
 	out := make([][]byte, len(keys))
 	for i, k := range keys {
 		out[i] = []byte(k)
@@ -56,7 +56,8 @@ func bs(keys []string) [][]byte {
 
 func itemErr(code int32, msg string) error { return codes.WithMessage(codes.Code(code), msg) }
 
-func replicaFromPB(p *pb.Replica) Replica {
+// ReplicaFromPB converts a wire replica back (for the master's gRPC server).
+func ReplicaFromPB(p *pb.Replica) Replica {
 	return Replica{Kind: ReplicaKind(p.GetKind()), Status: ReplicaStatus(p.GetStatus()), Node: p.GetNode(),
 		Endpoint: p.GetEndpoint(), Segment: p.GetSegment(), Offset: p.GetOffset(), Length: p.GetLength()}
 }
@@ -67,14 +68,14 @@ func infoFromPB(p *pb.ObjectInfo) ObjectInfo {
 		in.LeaseDeadline = time.Unix(0, n)
 	}
 	for i, r := range p.GetReplicas() {
-		in.Replicas[i] = replicaFromPB(r)
+		in.Replicas[i] = ReplicaFromPB(r)
 	}
 	return in
 }
 
 func keyErrs(r *pb.KeyResults, n int) ([]error, error) {
 	if len(r.GetResults()) != n {
-		return nil, fmt.Errorf("master: %d results for %d items: %w", len(r.GetResults()), n, codes.ErrRPCFail)
+		return nil, fmt.Errorf("masterapi: %d results for %d items: %w", len(r.GetResults()), n, codes.ErrRPCFail)
 	}
 	out := make([]error, n)
 	for i, x := range r.GetResults() {
@@ -86,20 +87,20 @@ func keyErrs(r *pb.KeyResults, n int) ([]error, error) {
 // MountSegment implements API.
 func (r *Remote) MountSegment(ctx context.Context, req MountRequest) error {
 	_, err := r.c.MountSegment(ctx, &pb.MountSegmentRequest{Node: req.Node, Endpoint: req.Endpoint, Segment: req.Segment, Size: req.Size, Incarnation: req.Incarnation})
-	return fs(err)
+	return fromStatus(err)
 }
 
 // UnmountSegment implements API.
 func (r *Remote) UnmountSegment(ctx context.Context, node, segment string) error {
 	_, err := r.c.UnmountSegment(ctx, &pb.UnmountSegmentRequest{Node: node, Segment: segment})
-	return fs(err)
+	return fromStatus(err)
 }
 
 // Ping implements API.
 func (r *Remote) Ping(ctx context.Context, node string) (PingReply, error) {
 	p, err := r.c.Ping(ctx, &pb.PingRequest{Node: node})
 	if err != nil {
-		return PingReply{}, fs(err)
+		return PingReply{}, fromStatus(err)
 	}
 	return PingReply{Status: NodeStatus(p.GetStatus()), ClientTTL: time.Duration(p.GetClientTtlMs()) * time.Millisecond}, nil
 }
@@ -112,21 +113,21 @@ func putPB(q PutStartRequest) *pb.PutStartRequest {
 func (r *Remote) PutStart(ctx context.Context, req PutStartRequest) (Replica, error) {
 	p, err := r.c.PutStart(ctx, putPB(req))
 	if err != nil {
-		return Replica{}, fs(err)
+		return Replica{}, fromStatus(err)
 	}
-	return replicaFromPB(p.GetReplica()), nil
+	return ReplicaFromPB(p.GetReplica()), nil
 }
 
 // PutEnd implements API.
 func (r *Remote) PutEnd(ctx context.Context, key string) error {
 	_, err := r.c.PutEnd(ctx, &pb.KeyRequest{Key: []byte(key)})
-	return fs(err)
+	return fromStatus(err)
 }
 
 // PutRevoke implements API.
 func (r *Remote) PutRevoke(ctx context.Context, key string) error {
 	_, err := r.c.PutRevoke(ctx, &pb.KeyRequest{Key: []byte(key)})
-	return fs(err)
+	return fromStatus(err)
 }
 
 // BatchPutStart implements API.
@@ -137,17 +138,17 @@ func (r *Remote) BatchPutStart(ctx context.Context, reqs []PutStartRequest) ([]P
 	}
 	p, err := r.c.BatchPutStart(ctx, in)
 	if err != nil {
-		return nil, fs(err)
+		return nil, fromStatus(err)
 	}
 	if len(p.GetResults()) != len(reqs) {
-		return nil, fmt.Errorf("master: %d results for %d items: %w", len(p.GetResults()), len(reqs), codes.ErrRPCFail)
+		return nil, fmt.Errorf("masterapi: %d results for %d items: %w", len(p.GetResults()), len(reqs), codes.ErrRPCFail)
 	}
 	out := make([]PutStartResult, len(reqs))
 	for i, x := range p.GetResults() {
 		if x.GetCode() != 0 {
 			out[i].Err = itemErr(x.GetCode(), x.GetMessage())
 		} else {
-			out[i].Replica = replicaFromPB(x.GetReplica())
+			out[i].Replica = ReplicaFromPB(x.GetReplica())
 		}
 	}
 	return out, nil
@@ -155,18 +156,18 @@ func (r *Remote) BatchPutStart(ctx context.Context, reqs []PutStartRequest) ([]P
 
 // BatchPutEnd implements API.
 func (r *Remote) BatchPutEnd(ctx context.Context, keys []string) ([]error, error) {
-	p, err := r.c.BatchPutEnd(ctx, &pb.KeysRequest{Keys: bs(keys)})
+	p, err := r.c.BatchPutEnd(ctx, &pb.KeysRequest{Keys: keyBytes(keys)})
 	if err != nil {
-		return nil, fs(err)
+		return nil, fromStatus(err)
 	}
 	return keyErrs(p, len(keys))
 }
 
 // BatchPutRevoke implements API.
 func (r *Remote) BatchPutRevoke(ctx context.Context, keys []string) ([]error, error) {
-	p, err := r.c.BatchPutRevoke(ctx, &pb.KeysRequest{Keys: bs(keys)})
+	p, err := r.c.BatchPutRevoke(ctx, &pb.KeysRequest{Keys: keyBytes(keys)})
 	if err != nil {
-		return nil, fs(err)
+		return nil, fromStatus(err)
 	}
 	return keyErrs(p, len(keys))
 }
@@ -175,7 +176,7 @@ func (r *Remote) BatchPutRevoke(ctx context.Context, keys []string) ([]error, er
 func (r *Remote) ExistKey(ctx context.Context, key string) (bool, error) {
 	p, err := r.c.ExistKey(ctx, &pb.LookupRequest{Key: []byte(key), OffloadPath: IsOffloadPath(ctx)})
 	if err != nil {
-		return false, fs(err)
+		return false, fromStatus(err)
 	}
 	return p.GetExists(), nil
 }
@@ -184,19 +185,19 @@ func (r *Remote) ExistKey(ctx context.Context, key string) (bool, error) {
 func (r *Remote) GetReplicaList(ctx context.Context, key string) (ObjectInfo, error) {
 	p, err := r.c.GetReplicaList(ctx, &pb.LookupRequest{Key: []byte(key), OffloadPath: IsOffloadPath(ctx)})
 	if err != nil {
-		return ObjectInfo{}, fs(err)
+		return ObjectInfo{}, fromStatus(err)
 	}
 	return infoFromPB(p.GetInfo()), nil
 }
 
 // BatchExistKey implements API.
 func (r *Remote) BatchExistKey(ctx context.Context, keys []string) ([]ExistResult, error) {
-	p, err := r.c.BatchExistKey(ctx, &pb.BatchLookupRequest{Keys: bs(keys), OffloadPath: IsOffloadPath(ctx)})
+	p, err := r.c.BatchExistKey(ctx, &pb.BatchLookupRequest{Keys: keyBytes(keys), OffloadPath: IsOffloadPath(ctx)})
 	if err != nil {
-		return nil, fs(err)
+		return nil, fromStatus(err)
 	}
 	if len(p.GetResults()) != len(keys) {
-		return nil, fmt.Errorf("master: %d results for %d keys: %w", len(p.GetResults()), len(keys), codes.ErrRPCFail)
+		return nil, fmt.Errorf("masterapi: %d results for %d keys: %w", len(p.GetResults()), len(keys), codes.ErrRPCFail)
 	}
 	out := make([]ExistResult, len(keys))
 	for i, x := range p.GetResults() {
@@ -207,12 +208,12 @@ func (r *Remote) BatchExistKey(ctx context.Context, keys []string) ([]ExistResul
 
 // BatchGetReplicaList implements API.
 func (r *Remote) BatchGetReplicaList(ctx context.Context, keys []string) ([]ReplicaListResult, error) {
-	p, err := r.c.BatchGetReplicaList(ctx, &pb.BatchLookupRequest{Keys: bs(keys), OffloadPath: IsOffloadPath(ctx)})
+	p, err := r.c.BatchGetReplicaList(ctx, &pb.BatchLookupRequest{Keys: keyBytes(keys), OffloadPath: IsOffloadPath(ctx)})
 	if err != nil {
-		return nil, fs(err)
+		return nil, fromStatus(err)
 	}
 	if len(p.GetResults()) != len(keys) {
-		return nil, fmt.Errorf("master: %d results for %d keys: %w", len(p.GetResults()), len(keys), codes.ErrRPCFail)
+		return nil, fmt.Errorf("masterapi: %d results for %d keys: %w", len(p.GetResults()), len(keys), codes.ErrRPCFail)
 	}
 	out := make([]ReplicaListResult, len(keys))
 	nrep := 0
@@ -233,7 +234,7 @@ func (r *Remote) BatchGetReplicaList(ctx context.Context, keys []string) ([]Repl
 		n := len(in.GetReplicas())
 		info.Replicas, slab = slab[:n:n], slab[n:]
 		for j, r := range in.GetReplicas() {
-			info.Replicas[j] = replicaFromPB(r)
+			info.Replicas[j] = ReplicaFromPB(r)
 		}
 		out[i].Info = info
 	}
@@ -243,23 +244,23 @@ func (r *Remote) BatchGetReplicaList(ctx context.Context, keys []string) ([]Repl
 // Remove implements API.
 func (r *Remote) Remove(ctx context.Context, key string, force bool) error {
 	_, err := r.c.Remove(ctx, &pb.RemoveRequest{Key: []byte(key), Force: force})
-	return fs(err)
+	return fromStatus(err)
 }
 
 // RemoveAll implements API.
 func (r *Remote) RemoveAll(ctx context.Context, force bool) (int64, error) {
 	p, err := r.c.RemoveAll(ctx, &pb.RemoveAllRequest{Force: force})
 	if err != nil {
-		return 0, fs(err)
+		return 0, fromStatus(err)
 	}
 	return p.GetCount(), nil
 }
 
 // EvictMemory implements API.
 func (r *Remote) EvictMemory(ctx context.Context, keys []string, all bool) (int64, error) {
-	p, err := r.c.EvictMemory(ctx, &pb.EvictMemoryRequest{Keys: bs(keys), All: all})
+	p, err := r.c.EvictMemory(ctx, &pb.EvictMemoryRequest{Keys: keyBytes(keys), All: all})
 	if err != nil {
-		return 0, fs(err)
+		return 0, fromStatus(err)
 	}
 	return p.GetCount(), nil
 }
@@ -269,12 +270,12 @@ func (r *Remote) OffloadHeartbeat(ctx context.Context, node string, max int) ([]
 	if max < 0 {
 		max = 0
 	}
-	if max > maxHeartbeatTasks {
-		max = maxHeartbeatTasks
+	if max > MaxHeartbeatTasks {
+		max = MaxHeartbeatTasks
 	}
 	p, err := r.c.OffloadHeartbeat(ctx, &pb.OffloadHeartbeatRequest{Node: node, MaxTasks: int32(max)})
 	if err != nil {
-		return nil, fs(err)
+		return nil, fromStatus(err)
 	}
 	out := make([]OffloadTask, len(p.GetTasks()))
 	for i, t := range p.GetTasks() {
@@ -299,7 +300,7 @@ func (r *Remote) NotifyOffloadSuccess(ctx context.Context, req NotifyRequest) ([
 	}
 	p, err := r.c.NotifyOffloadSuccess(ctx, in)
 	if err != nil {
-		return nil, fs(err)
+		return nil, fromStatus(err)
 	}
 	return keyErrs(p, len(req.Persisted))
 }
@@ -308,25 +309,25 @@ func (r *Remote) NotifyOffloadSuccess(ctx context.Context, req NotifyRequest) ([
 func (r *Remote) ReRegisterDiskObjects(ctx context.Context, node string, objs []DiskObject) ([]error, error) {
 	p, err := r.c.ReRegisterDiskObjects(ctx, &pb.RegisterDiskObjectsRequest{Node: node, Objects: diskPB(objs)})
 	if err != nil {
-		return nil, fs(err)
+		return nil, fromStatus(err)
 	}
 	return keyErrs(p, len(objs))
 }
 
 // EvictDiskReplica implements API.
 func (r *Remote) EvictDiskReplica(ctx context.Context, node string, keys []string) (int64, error) {
-	p, err := r.c.EvictDiskReplica(ctx, &pb.EvictDiskReplicaRequest{Node: node, Keys: bs(keys)})
+	p, err := r.c.EvictDiskReplica(ctx, &pb.EvictDiskReplicaRequest{Node: node, Keys: keyBytes(keys)})
 	if err != nil {
-		return 0, fs(err)
+		return 0, fromStatus(err)
 	}
 	return p.GetCount(), nil
 }
 
 // ReconcileDiskObjects implements API.
 func (r *Remote) ReconcileDiskObjects(ctx context.Context, node string, keys []string) (ReconcileResult, error) {
-	p, err := r.c.ReconcileDiskObjects(ctx, &pb.ReconcileDiskObjectsRequest{Node: node, Keys: bs(keys)})
+	p, err := r.c.ReconcileDiskObjects(ctx, &pb.ReconcileDiskObjectsRequest{Node: node, Keys: keyBytes(keys)})
 	if err != nil {
-		return ReconcileResult{}, fs(err)
+		return ReconcileResult{}, fromStatus(err)
 	}
 	res := ReconcileResult{Dropped: p.GetCount()}
 	if len(p.GetUnwanted()) > 0 {
@@ -340,15 +341,15 @@ func (r *Remote) ReconcileDiskObjects(ctx context.Context, node string, keys []s
 
 // ReportBadReplica implements API.
 func (r *Remote) ReportBadReplica(ctx context.Context, key string, crc uint32, rep Replica) error {
-	_, err := r.c.ReportBadReplica(ctx, &pb.ReportBadReplicaRequest{Key: []byte(key), Crc: crc, Replica: replicaPB(rep)})
-	return fs(err)
+	_, err := r.c.ReportBadReplica(ctx, &pb.ReportBadReplicaRequest{Key: []byte(key), Crc: crc, Replica: ReplicaPB(rep)})
+	return fromStatus(err)
 }
 
 // Stats implements API.
 func (r *Remote) Stats(ctx context.Context) (Stats, error) {
 	p, err := r.c.Stats(ctx, &pb.StatsRequest{})
 	if err != nil {
-		return Stats{}, fs(err)
+		return Stats{}, fromStatus(err)
 	}
 	var rows []NodeStats
 	for _, n := range p.GetPerNode() {
@@ -363,4 +364,10 @@ func (r *Remote) Stats(ctx context.Context) (Stats, error) {
 		OffloadQueued: p.GetOffloadQueued(), OffloadInFlight: p.GetOffloadInFlight(), Evictions: p.GetEvictions(),
 		OffloadQueuedTot: p.GetOffloadQueuedTotal(), OffloadPersisted: p.GetOffloadPersistedTotal(),
 		OffloadFailed: p.GetOffloadFailedTotal(), ExpiredNodes: p.GetExpiredNodesTotal()}, nil
+}
+
+// ReplicaPB converts r to its wire form (for the master's gRPC server).
+func ReplicaPB(r Replica) *pb.Replica {
+	return &pb.Replica{Kind: pb.ReplicaKind(r.Kind), Status: pb.ReplicaStatus(r.Status), Node: r.Node,
+		Endpoint: r.Endpoint, Segment: r.Segment, Offset: r.Offset, Length: r.Length}
 }

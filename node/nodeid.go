@@ -1,4 +1,4 @@
-package client
+package node
 
 import (
 	"bytes"
@@ -34,10 +34,10 @@ func stableNodeID(dir, fresh string) (string, error) {
 		}
 		return id, nil
 	case !errors.Is(err, fs.ErrNotExist):
-		return "", fmt.Errorf("client: reading the node id in %s: %w", path, err)
+		return "", fmt.Errorf("node: reading the node id in %s: %w", path, err)
 	}
 	if err := writeFileAtomic(dir, nodeIDFile, []byte(fresh+"\n")); err != nil {
-		return "", fmt.Errorf("client: writing the node id to %s: %w", path, err)
+		return "", fmt.Errorf("node: writing the node id to %s: %w", path, err)
 	}
 	return fresh, nil
 }

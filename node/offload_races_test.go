@@ -1,4 +1,4 @@
-package client
+package node
 
 import (
 	"bytes"
@@ -7,11 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/master"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
-// Gap 1 and 2, node side: an object force-removed while the node offloads
+// Node side of the offload races (master/offload_test.go): an object force-removed while the node offloads
 // it is refused in the bucket notify (OBJECT_NOT_FOUND) and the node deletes
 // the copy it just made; the source range is not handed to another put
 // before the node answered; the removed key stays removed.
@@ -19,13 +21,13 @@ func TestRemovedDuringOffloadNotKeptOnSSD(t *testing.T) {
 	m := newMaster(t, testMasterConfig())
 	tr := newMemTier()
 	n := startTestNode(t, m, "", tr)
-	c := newTestClient(t, Config{Master: m, LocalNode: n})
+	c := newTestClient(t, client.Config{Master: m, LocalNode: n})
 	ctx := context.Background()
 	val := rnd(64 << 10)
 	if err := c.Put(ctx, "gone", val); err != nil {
 		t.Fatal(err)
 	}
-	info, _ := m.GetReplicaList(master.WithOffloadPath(ctx), "gone")
+	info, _ := m.GetReplicaList(masterapi.WithOffloadPath(ctx), "gone")
 	src := info.Replicas[0]
 
 	tr.mu.Lock()
@@ -42,7 +44,7 @@ func TestRemovedDuringOffloadNotKeptOnSSD(t *testing.T) {
 	if err := c.Put(ctx, "other", other); err != nil {
 		t.Fatal(err)
 	}
-	oi, _ := m.GetReplicaList(master.WithOffloadPath(ctx), "other")
+	oi, _ := m.GetReplicaList(masterapi.WithOffloadPath(ctx), "other")
 	if r := oi.Replicas[0]; r.Offset < src.Offset+src.Length && src.Offset < r.Offset+r.Length {
 		t.Fatalf("a put reused the range [%d,+%d) while its offload task was out", src.Offset, src.Length)
 	}
@@ -53,7 +55,7 @@ func TestRemovedDuringOffloadNotKeptOnSSD(t *testing.T) {
 	if tr.has("gone") {
 		t.Fatal("the node kept an SSD copy of a removed key")
 	}
-	if _, err := c.Get(ctx, "gone"); !errors.Is(err, ErrObjectNotFound) {
+	if _, err := c.Get(ctx, "gone"); !errors.Is(err, client.ErrObjectNotFound) {
 		t.Fatalf("removed key: %v", err)
 	}
 	// The orphaned range was freed by the answer: only "other" uses DRAM.
@@ -65,13 +67,13 @@ func TestRemovedDuringOffloadNotKeptOnSSD(t *testing.T) {
 	}
 }
 
-// Gap 2, already-present path: a key the master refuses in the final answer
+// Already-present path: a key the master refuses in the final answer
 // (removed while the node checked its stale copy) is deleted from SSD.
 func TestAlreadyPresentRefusedKeyDeleted(t *testing.T) {
 	m := newMaster(t, testMasterConfig())
 	tr := newMemTier()
 	n := startTestNode(t, m, "", tr)
-	c := newTestClient(t, Config{Master: m, LocalNode: n})
+	c := newTestClient(t, client.Config{Master: m, LocalNode: n})
 	ctx := context.Background()
 	val := rnd(4000)
 	if err := c.Put(ctx, "k", val); err != nil {
@@ -93,18 +95,18 @@ func TestAlreadyPresentRefusedKeyDeleted(t *testing.T) {
 	if tr.has("k") {
 		t.Fatal("the node kept a key the master refused")
 	}
-	if _, err := m.GetReplicaList(ctx, "k"); !errors.Is(err, ErrObjectNotFound) {
+	if _, err := m.GetReplicaList(ctx, "k"); !errors.Is(err, client.ErrObjectNotFound) {
 		t.Fatalf("removed key resurrected by the notify: %v", err)
 	}
 }
 
-// Gap 3, with the node: a retryable tier failure is answered, the master
+// With the node: a retryable tier failure is answered, the master
 // queues the task again and the next round persists it.
 func TestRetryableOffloadFailureRetried(t *testing.T) {
 	m := newMaster(t, testMasterConfig())
 	tr := newMemTier()
 	n := startTestNode(t, m, "", tr)
-	c := newTestClient(t, Config{Master: m, LocalNode: n})
+	c := newTestClient(t, client.Config{Master: m, LocalNode: n})
 	ctx := context.Background()
 	if err := c.Put(ctx, "k", rnd(4000)); err != nil {
 		t.Fatal(err)
@@ -127,7 +129,7 @@ func TestRetryableOffloadFailureRetried(t *testing.T) {
 	}
 }
 
-// Gap 4: a reconcile deletes from SSD the keys the master no longer wants
+// a reconcile deletes from SSD the keys the master no longer wants
 // (removed objects) and keeps the others; after a master restart it never
 // deletes what the new master has not heard of yet.
 func TestReconcileRemovesUnwanted(t *testing.T) {
@@ -177,7 +179,7 @@ func TestReconcileRemovesUnwanted(t *testing.T) {
 	}
 }
 
-// Gap 5: a DRAM replica whose bytes were corrupted in the segment fails its
+// a DRAM replica whose bytes were corrupted in the segment fails its
 // CRC32C; the client reports it, the master drops it, and the read is served
 // by the SSD replica. Without another replica the read fails with
 // CHECKSUM_MISMATCH and the leased object answers REPLICA_IS_GONE.
@@ -186,11 +188,11 @@ func TestCorruptReplicaReported(t *testing.T) {
 	tr := newMemTier()
 	n := startTestNode(t, m, "127.0.0.1:0", tr)
 	// The client talks to the master over gRPC: the report crosses the wire.
-	c := newTestClient(t, Config{MasterAddr: serveMaster(t, m), LocalNode: n})
+	c := newTestClient(t, client.Config{MasterAddr: serveMaster(t, m), LocalNode: n})
 	ctx := context.Background()
 	corrupt := func(key string) {
 		t.Helper()
-		info, err := m.GetReplicaList(master.WithOffloadPath(ctx), key)
+		info, err := m.GetReplicaList(masterapi.WithOffloadPath(ctx), key)
 		if err != nil || info.Replicas[0].Kind != master.Memory {
 			t.Fatalf("%s: %+v %v", key, info, err)
 		}
@@ -222,11 +224,11 @@ func TestCorruptReplicaReported(t *testing.T) {
 	// SSD copy with wrong bytes (the tier did not notice): reported too.
 	tr.put("both", rnd(32<<10))
 	_, err = c.Get(ctx, "both")
-	if !errors.Is(err, ErrChecksumMismatch) {
+	if !errors.Is(err, client.ErrChecksumMismatch) {
 		t.Fatalf("get with only a corrupt SSD replica: %v", err)
 	}
 	_, err = m.GetReplicaList(ctx, "both")
-	if !errors.Is(err, ErrReplicaGone) { // leased by the lookups above
+	if !errors.Is(err, client.ErrReplicaGone) { // leased by the lookups above
 		t.Fatalf("after the SSD report: %v", err)
 	}
 	if rs := c.ReadStats(); rs.BadReplicasReported != 2 {
@@ -241,52 +243,14 @@ func TestCorruptReplicaReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	corrupt("solo")
-	if _, err := c.Get(ctx, "solo"); !errors.Is(err, ErrChecksumMismatch) || CodeOf(err) != codes.ChecksumMismatch {
+	if _, err := c.Get(ctx, "solo"); !errors.Is(err, client.ErrChecksumMismatch) || client.CodeOf(err) != codes.ChecksumMismatch {
 		t.Fatalf("get of a corrupt DRAM-only object: %v", err)
 	}
-	if _, err := c.Get(ctx, "solo"); !errors.Is(err, ErrReplicaGone) {
+	if _, err := c.Get(ctx, "solo"); !errors.Is(err, client.ErrReplicaGone) {
 		t.Fatalf("second get: %v", err)
 	}
 	if err := m.Check(); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// Gap 6: the sentinels and the Code type re-exported by package client match
-// the errors of a remote master, and cover every code.
-func TestCodesReExported(t *testing.T) {
-	m := newMaster(t, testMasterConfig())
-	c := newTestClient(t, Config{MasterAddr: serveMaster(t, m)})
-	ctx := context.Background()
-	_, err := c.Get(ctx, "missing")
-	if !errors.Is(err, ErrObjectNotFound) || errors.Is(err, ErrReplicaGone) {
-		t.Fatalf("get over gRPC: %v", err)
-	}
-	if code := CodeOf(err); code != codes.ObjectNotFound || code.String() != "OBJECT_NOT_FOUND" || int32(code) != -704 {
-		t.Fatalf("CodeOf: %v", code)
-	}
-	if CodeOf(nil) != codes.OK {
-		t.Fatal("CodeOf(nil)")
-	}
-	all := map[Code]error{
-		codes.InternalError: ErrInternal, codes.SegmentNotFound: ErrSegmentNotFound, codes.SegmentExists: ErrSegmentExists,
-		codes.ClientNotFound: ErrClientNotFound, codes.NoAvailableHandle: ErrNoAvailableHandle, codes.InvalidKey: ErrInvalidKey,
-		codes.InvalidParams: ErrInvalidParams, codes.ReplicaNotReady: ErrReplicaNotReady, codes.ObjectNotFound: ErrObjectNotFound,
-		codes.ObjectExists: ErrObjectExists, codes.ObjectHasLease: ErrObjectHasLease, codes.ReplicaNotFound: ErrReplicaNotFound,
-		codes.ReplicaIsGone: ErrReplicaGone, codes.TransferFail: ErrTransferFail, codes.ChecksumMismatch: ErrChecksumMismatch,
-		codes.ChecksumConflict: ErrChecksumConflict, codes.RPCFail: ErrRPCFail, codes.ContextCanceled: ErrContextCanceled,
-		codes.UnavailableStatus: ErrUnavailable, codes.ShuttingDown: ErrShuttingDown, codes.KeysUltraLimit: ErrKeysUltraLimit,
-		codes.UnableOffload: ErrUnableOffload, codes.TaskNotFound: ErrTaskNotFound, codes.NeedRemount: ErrNeedRemount,
-	}
-	for _, code := range codes.All() {
-		e, ok := all[code]
-		if !ok {
-			t.Errorf("code %v has no client sentinel", code)
-			continue
-		}
-		if !errors.Is(codes.Errorf(code, "x"), e) || CodeOf(e) != code {
-			t.Errorf("client sentinel of %v does not match", code)
-		}
 	}
 }
 
@@ -333,17 +297,17 @@ func TestRefusedAcrossRemountKeptAndReregistered(t *testing.T) {
 
 // restartableNode starts a master, a node with an in-memory tier behind a
 // master switch (so a test can swap in a restarted master) and a client.
-func restartableNode(t *testing.T) (*master.Service, *switchable, *memTier, *Node, *Client) {
+func restartableNode(t *testing.T) (*master.Service, *switchable, *memTier, *Node, *client.Client) {
 	t.Helper()
 	m1 := newMaster(t, testMasterConfig())
 	sw := &switchable{}
 	sw.cur.Store(m1)
 	tr := newMemTier()
-	n, err := StartNode(context.Background(), testNodeConfig(""), sw, WithTier(tr))
+	n, err := Start(context.Background(), testNodeConfig(""), sw, WithTier(tr))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
-	c := newTestClient(t, Config{Master: m1, LocalNode: n})
+	c := newTestClient(t, client.Config{Master: m1, LocalNode: n})
 	return m1, sw, tr, n, c
 }

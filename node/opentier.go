@@ -1,4 +1,4 @@
-package client
+package node
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 // openTier opens the SSD tier engine configured by cfg in cfg.SSDDir: the
 // bucket files in SSDDir/buckets through the chosen backend, the index
 // beside them. It returns the engine and the backend's name.
-func openTier(cfg NodeConfig, onEvict tier.EvictFunc, log *slog.Logger) (SSDTier, string, error) {
+func openTier(cfg Config, onEvict tier.EvictFunc, log *slog.Logger) (SSDTier, string, error) {
 	bdir := filepath.Join(cfg.SSDDir, "buckets")
 	var (
 		be  backend.Backend
@@ -27,7 +27,7 @@ func openTier(cfg NodeConfig, onEvict tier.EvictFunc, log *slog.Logger) (SSDTier
 		be, err = pwrite.Open(bdir, pwrite.Options{Direct: cfg.DirectIO, Logger: log})
 	}
 	if err != nil {
-		return nil, "", fmt.Errorf("client: --backend %s in %s: %w", cfg.Backend, bdir, err)
+		return nil, "", fmt.Errorf("node: --backend %s in %s: %w", cfg.Backend, bdir, err)
 	}
 	eng, err := tier.Open(cfg.SSDDir, tier.Options{
 		Backend:          be,
@@ -41,7 +41,7 @@ func openTier(cfg NodeConfig, onEvict tier.EvictFunc, log *slog.Logger) (SSDTier
 	})
 	if err != nil {
 		be.Close()
-		return nil, "", fmt.Errorf("client: opening the SSD tier in --ssd_dir %s: %w", cfg.SSDDir, err)
+		return nil, "", fmt.Errorf("node: opening the SSD tier in --ssd_dir %s: %w", cfg.SSDDir, err)
 	}
 	return eng, be.Name(), nil
 }

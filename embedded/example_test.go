@@ -1,4 +1,4 @@
-package client_test
+package embedded_test
 
 import (
 	"context"
@@ -8,18 +8,19 @@ import (
 	"log/slog"
 
 	"github.com/tierstore/tierstore/client"
+	"github.com/tierstore/tierstore/embedded"
 )
 
 // Embedded mode: master, node and client in one process. The object is put
 // into DRAM, offloaded to SSD, its DRAM replica dropped, and read back from
 // SSD.
-func ExampleNewEmbedded() {
+func ExampleNew() {
 	ctx := context.Background()
-	cfg := client.DefaultEmbeddedConfig() // offload on, temporary SSD directory
+	cfg := embedded.DefaultConfig() // offload on, temporary SSD directory
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.Master.Logger, cfg.Node.Logger = quiet, quiet
 	cfg.Node.Memory = 64 << 20
-	e, err := client.NewEmbedded(ctx, cfg)
+	e, err := embedded.New(ctx, cfg)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -39,13 +40,13 @@ func ExampleNewEmbedded() {
 
 // Errors are checked with errors.Is against the sentinels package client
 // re-exports; CodeOf gives the Mooncake code.
-func ExampleCodeOf() {
+func Example_errors() {
 	ctx := context.Background()
-	cfg := client.DefaultEmbeddedConfig()
+	cfg := embedded.DefaultConfig()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.Master.Logger, cfg.Node.Logger = quiet, quiet
 	cfg.Node.Memory = 16 << 20
-	e, err := client.NewEmbedded(ctx, cfg)
+	e, err := embedded.New(ctx, cfg)
 	if err != nil {
 		fmt.Println(err)
 		return

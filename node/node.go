@@ -1,4 +1,4 @@
-package client
+package node
 
 import (
 	"context"
@@ -17,7 +17,8 @@ import (
 
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/rpcpb"
-	"github.com/tierstore/tierstore/master"
+	"github.com/tierstore/tierstore/internal/wire"
+	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/tier"
 )
 
@@ -33,8 +34,8 @@ type SSDTier interface {
 	Close() error
 }
 
-// NodeStats is a snapshot of a node's state and counters.
-type NodeStats struct {
+// Stats is a snapshot of a node's state and counters.
+type Stats struct {
 	Name, Endpoint, Segment string
 	SegmentSize             int64
 	OffloadEnabled          bool
@@ -62,9 +63,9 @@ type nodeMetrics struct {
 // Node is a store node: a DRAM segment mounted at the master, a peer data
 // service, and optionally an SSD tier fed by the offload heartbeat.
 type Node struct {
-	cfg  NodeConfig
+	cfg  Config
 	log  *slog.Logger
-	m    master.API
+	m    masterapi.NodeAPI
 	name string
 	// incarnation is random per process, sent in every MountRequest: the
 	// master retires a previous process's replicas under the same name.
@@ -105,17 +106,17 @@ type Node struct {
 	closeErr  error
 }
 
-// NodeOption adjusts StartNode (tests).
-type NodeOption func(*nodeOptions)
+// Option adjusts Start (tests).
+type Option func(*options)
 
-type nodeOptions struct {
+type options struct {
 	tier SSDTier
 	name string
 }
 
 // WithTier makes the node use t as its SSD tier instead of opening one in
-// NodeConfig.SSDDir. The node closes t.
-func WithTier(t SSDTier) NodeOption { return func(o *nodeOptions) { o.tier = t } }
+// Config.SSDDir. The node closes t.
+func WithTier(t SSDTier) Option { return func(o *options) { o.tier = t } }
 
 // WithName sets the node id. Default: with an SSD directory of its own, the
 // id kept in SSDDir/NODE_ID (created at the first start), so a node
@@ -123,7 +124,7 @@ func WithTier(t SSDTier) NodeOption { return func(o *nodeOptions) { o.tier = t }
 // retires the previous process's DRAM replicas at once (every start sends a
 // new random incarnation) while the SSD objects are re-registered; without
 // one, host-pid-random, new at every start.
-func WithName(name string) NodeOption { return func(o *nodeOptions) { o.name = name } }
+func WithName(name string) Option { return func(o *options) { o.name = name } }
 
 func randomID() string {
 	var b [4]byte
@@ -131,13 +132,13 @@ func randomID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// StartNode creates the DRAM segment, opens the SSD tier when offload is
+// Start creates the DRAM segment, opens the SSD tier when offload is
 // enabled, starts the peer service on cfg.Listen (no socket when Listen is
 // ""; embedded clients then reach the node in-process), mounts the segment at
 // m, re-registers the objects already on SSD and starts the ping, offload and
 // reconcile loops. Close drains and stops it.
-func StartNode(ctx context.Context, cfg NodeConfig, m master.API, opts ...NodeOption) (_ *Node, err error) {
-	var o nodeOptions
+func Start(ctx context.Context, cfg Config, m masterapi.NodeAPI, opts ...Option) (_ *Node, err error) {
+	var o options
 	for _, f := range opts {
 		f(&o)
 	}
@@ -193,7 +194,7 @@ func StartNode(ctx context.Context, cfg NodeConfig, m master.API, opts ...NodeOp
 			return nil, fmt.Errorf("%w: --listen %q: %v", ErrBadConfig, cfg.Listen, err)
 		}
 		n.endpoint = n.lis.Addr().String()
-		n.srv = grpc.NewServer(serverOptions()...)
+		n.srv = grpc.NewServer(wire.ServerOptions()...)
 		rpcpb.RegisterNodePeerServer(n.srv, &peerServer{n: n})
 		go func() { _ = n.srv.Serve(n.lis) }()
 	} else {
@@ -219,7 +220,7 @@ func StartNode(ctx context.Context, cfg NodeConfig, m master.API, opts ...NodeOp
 	return n, nil
 }
 
-// Name is the node id registered at the master.
+// Name is the node id registered at the masterapi.
 func (n *Node) Name() string { return n.name }
 
 // Endpoint is the peer service address ("inproc:<name>" without a socket).
@@ -229,8 +230,8 @@ func (n *Node) Endpoint() string { return n.endpoint }
 func (n *Node) SegmentName() string { return n.segName }
 
 // Stats returns the node's counters and, with offload, the tier's.
-func (n *Node) Stats() NodeStats {
-	st := NodeStats{
+func (n *Node) Stats() Stats {
+	st := Stats{
 		Name: n.name, Endpoint: n.endpoint, Segment: n.segName, SegmentSize: n.seg.Size(),
 		OffloadEnabled: n.tier != nil, Backend: n.backend,
 		OffloadRounds:    n.metrics.offloadRounds.Load(),
@@ -252,7 +253,7 @@ func (n *Node) Stats() NodeStats {
 
 func (n *Node) checkSegment(name string) error {
 	if name != n.segName {
-		return codes.Errorf(codes.SegmentNotFound, "client: node %s has no segment %q", n.name, name)
+		return codes.Errorf(codes.SegmentNotFound, "node: node %s has no segment %q", n.name, name)
 	}
 	return nil
 }
@@ -270,11 +271,11 @@ func (n *Node) readRange(segment string, off, length int64) ([]byte, error) {
 
 func (n *Node) readSSD(ctx context.Context, key []byte) ([]byte, error) {
 	if n.tier == nil {
-		return nil, codes.Errorf(codes.UnableOffload, "client: node %s has no SSD tier", n.name)
+		return nil, codes.Errorf(codes.UnableOffload, "node: node %s has no SSD tier", n.name)
 	}
 	r := n.tier.Load(ctx, [][]byte{key})
 	if len(r) != 1 {
-		return nil, codes.Errorf(codes.InternalError, "client: tier answered %d results for 1 key", len(r))
+		return nil, codes.Errorf(codes.InternalError, "node: tier answered %d results for 1 key", len(r))
 	}
 	if r[0].Err != nil {
 		if errors.Is(r[0].Err, tier.ErrChecksum) {
@@ -296,28 +297,28 @@ func (n *Node) readSSD(ctx context.Context, key []byte) ([]byte, error) {
 func (n *Node) dropDiskReplica(ctx context.Context, key []byte) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	req := master.NotifyRequest{Node: n.name, Failed: []master.OffloadFailure{{Key: string(key), Reason: "SSD entry failed its checksum and was dropped"}}}
+	req := masterapi.NotifyRequest{Node: n.name, Failed: []masterapi.OffloadFailure{{Key: string(key), Reason: "SSD entry failed its checksum and was dropped"}}}
 	if _, err := n.notify(ctx, req); err != nil {
 		n.log.Warn("dropping a corrupt SSD replica at the master failed; reconcile will", "key", string(key), "err", err)
 	}
 }
 
-// mount announces the segment to the master.
+// mount announces the segment to the masterapi.
 func (n *Node) mount(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	err := n.m.MountSegment(ctx, master.MountRequest{Node: n.name, Endpoint: n.endpoint, Segment: n.segName, Size: n.seg.Size(), Incarnation: n.incarnation})
+	err := n.m.MountSegment(ctx, masterapi.MountRequest{Node: n.name, Endpoint: n.endpoint, Segment: n.segName, Size: n.seg.Size(), Incarnation: n.incarnation})
 	if err != nil {
-		return fmt.Errorf("client: mount segment %s at the master: %w", n.segName, err)
+		return fmt.Errorf("node: mount segment %s at the master: %w", n.segName, err)
 	}
 	return nil
 }
 
 // diskObjects lists what the SSD tier holds.
-func (n *Node) diskObjects() ([]master.DiskObject, error) {
-	var objs []master.DiskObject
+func (n *Node) diskObjects() ([]masterapi.DiskObject, error) {
+	var objs []masterapi.DiskObject
 	err := n.tier.Keys(func(key []byte, info tier.KeyInfo) bool {
-		objs = append(objs, master.DiskObject{Key: string(key), Size: info.Size, CRC: info.CRC})
+		objs = append(objs, masterapi.DiskObject{Key: string(key), Size: info.Size, CRC: info.CRC})
 		return true
 	})
 	return objs, err
@@ -360,7 +361,7 @@ func (n *Node) reRegister(ctx context.Context) {
 // A key refused as unknown is kept, and a re-registration flagged, when the
 // node remounted since gen (the master may have restarted and not heard the
 // SSD objects yet).
-func (n *Node) dropConflicts(objs []master.DiskObject, errs []error, gen uint64) {
+func (n *Node) dropConflicts(objs []masterapi.DiskObject, errs []error, gen uint64) {
 	for i, e := range errs {
 		if i >= len(objs) || e == nil {
 			continue
@@ -417,7 +418,7 @@ func (n *Node) pingLoop() {
 			n.log.Debug("ping failed", "err", err)
 			continue
 		}
-		if err == nil && rep.Status != master.NeedRemount {
+		if err == nil && rep.Status != masterapi.NeedRemount {
 			continue
 		}
 		n.log.Warn("master asks for a remount (node expired or master restarted)")
@@ -496,7 +497,7 @@ func (n *Node) Reconcile(ctx context.Context) error {
 	if n.reregister.Swap(false) {
 		n.reRegister(ctx)
 		if n.reregister.Load() {
-			return fmt.Errorf("client: reconcile: %w: re-registration pending", codes.ErrNeedRemount)
+			return fmt.Errorf("node: reconcile: %w: re-registration pending", codes.ErrNeedRemount)
 		}
 	}
 	gen := n.mountGen.Load()
@@ -505,7 +506,7 @@ func (n *Node) Reconcile(ctx context.Context) error {
 		keys = append(keys, string(k))
 		return true
 	}); err != nil {
-		return fmt.Errorf("client: reconcile: listing SSD keys: %w", err)
+		return fmt.Errorf("node: reconcile: listing SSD keys: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -514,7 +515,7 @@ func (n *Node) Reconcile(ctx context.Context) error {
 		n.reregister.Store(true) // the ping loop remounts; re-register before the next try
 	}
 	if err != nil {
-		return fmt.Errorf("client: reconcile: %w", err)
+		return fmt.Errorf("node: reconcile: %w", err)
 	}
 	n.metrics.reconciles.Add(1)
 	if res.Dropped > 0 {

@@ -1,6 +1,7 @@
-package client
+package units
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -27,11 +28,11 @@ var sizeUnits = map[string]int64{
 	"tb":  1000 * 1000 * 1000 * 1000,
 }
 
-// ParseSize parses a byte size: plain bytes ("1048576"), or a non-negative
+// Parse parses a byte size: plain bytes ("1048576"), or a non-negative
 // integer followed by a unit ("4GiB", "256MiB", "64KiB", "2G", "1GB"). Units
 // are case-insensitive. Fractions, negative numbers, unknown units and values
 // that overflow int64 are refused with an error wrapping ErrBadSize.
-func ParseSize(s string) (int64, error) {
+func Parse(s string) (int64, error) {
 	t := strings.TrimSpace(s)
 	if t == "" {
 		return 0, fmt.Errorf("%w: empty", ErrBadSize)
@@ -58,9 +59,9 @@ func ParseSize(s string) (int64, error) {
 	return n * mul, nil
 }
 
-// FormatSize renders n bytes with the largest binary unit that divides it
-// exactly ("4GiB", "1536KiB", "100B"); ParseSize(FormatSize(n)) == n.
-func FormatSize(n int64) string {
+// Format renders n bytes with the largest binary unit that divides it
+// exactly ("4GiB", "1536KiB", "100B"); Parse(Format(n)) == n.
+func Format(n int64) string {
 	units := []struct {
 		name string
 		mul  int64
@@ -75,8 +76,8 @@ func FormatSize(n int64) string {
 	return strconv.FormatInt(n, 10) + "B"
 }
 
-// HumanSize renders n bytes approximately for tables ("1.5 MiB").
-func HumanSize(n int64) string {
+// Human renders n bytes approximately for tables ("1.5 MiB").
+func Human(n int64) string {
 	f := float64(n)
 	for _, u := range []string{"B", "KiB", "MiB", "GiB", "TiB"} {
 		if f < 1024 || u == "TiB" {
@@ -89,3 +90,6 @@ func HumanSize(n int64) string {
 	}
 	return fmt.Sprintf("%d B", n)
 }
+
+// ErrBadSize: a size string (flag value) does not parse.
+var ErrBadSize = errors.New("units: invalid size")

@@ -1,4 +1,4 @@
-package client
+package embedded
 
 import (
 	"context"
@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/master"
+	"github.com/tierstore/tierstore/node"
 )
 
-// EmbeddedConfig configures Embedded: a master, one node and a client in
+// Config configures Embedded: a master, one node and a client in
 // one process.
-type EmbeddedConfig struct {
+type Config struct {
 	// Master configures the in-process master. Its RPC and metrics ports
 	// are not used.
 	Master master.Config
@@ -19,19 +21,19 @@ type EmbeddedConfig struct {
 	// socket: the client reaches the node in-process. With EnableOffload
 	// and an empty SSDDir, a temporary directory is created and removed by
 	// Close.
-	Node NodeConfig
+	Node node.Config
 }
 
-// DefaultEmbeddedConfig is master.DefaultConfig with offload on, and
-// DefaultNodeConfig with 256 MiB of DRAM, offload on, no socket.
-func DefaultEmbeddedConfig() EmbeddedConfig {
+// DefaultConfig is master.DefaultConfig with offload on, and
+// node.DefaultConfig with 256 MiB of DRAM, offload on, no socket.
+func DefaultConfig() Config {
 	mc := master.DefaultConfig()
 	mc.EnableOffload = true
-	nc := DefaultNodeConfig()
+	nc := node.DefaultConfig()
 	nc.Listen = ""
 	nc.Memory = 256 << 20
 	nc.EnableOffload = true
-	return EmbeddedConfig{Master: mc, Node: nc}
+	return Config{Master: mc, Node: nc}
 }
 
 // Embedded is a whole single-process tierstore: Master, Node and Client
@@ -39,15 +41,15 @@ func DefaultEmbeddedConfig() EmbeddedConfig {
 // as a networked one.
 type Embedded struct {
 	Master *master.Service
-	Node   *Node
-	Client *Client
+	Node   *node.Node
+	Client *client.Client
 	// SSDDir is the node's SSD directory ("" without offload).
 	SSDDir string
-	tmpDir string // created by NewEmbedded, removed by Close
+	tmpDir string // created by New, removed by Close
 }
 
 // NewEmbedded starts a master, a node and a client in this process.
-func NewEmbedded(ctx context.Context, cfg EmbeddedConfig) (_ *Embedded, err error) {
+func New(ctx context.Context, cfg Config) (_ *Embedded, err error) {
 	e := &Embedded{}
 	defer func() {
 		if err != nil {
@@ -56,7 +58,7 @@ func NewEmbedded(ctx context.Context, cfg EmbeddedConfig) (_ *Embedded, err erro
 	}()
 	if cfg.Node.EnableOffload && cfg.Node.SSDDir == "" {
 		if e.tmpDir, err = os.MkdirTemp("", "tierstore-ssd-*"); err != nil {
-			return nil, fmt.Errorf("client: embedded: temporary SSD directory: %w", err)
+			return nil, fmt.Errorf("embedded: temporary SSD directory: %w", err)
 		}
 		cfg.Node.SSDDir = e.tmpDir
 	}
@@ -65,12 +67,12 @@ func NewEmbedded(ctx context.Context, cfg EmbeddedConfig) (_ *Embedded, err erro
 		return nil, err
 	}
 	if e.Master, err = master.New(cfg.Master); err != nil {
-		return nil, fmt.Errorf("client: embedded master: %w", err)
+		return nil, fmt.Errorf("embedded master: %w", err)
 	}
-	if e.Node, err = StartNode(ctx, cfg.Node, e.Master); err != nil {
-		return nil, fmt.Errorf("client: embedded node: %w", err)
+	if e.Node, err = node.Start(ctx, cfg.Node, e.Master); err != nil {
+		return nil, fmt.Errorf("embedded node: %w", err)
 	}
-	if e.Client, err = New(ctx, Config{Master: e.Master, LocalNode: e.Node, Logger: cfg.Node.Logger}); err != nil {
+	if e.Client, err = client.New(ctx, client.Config{Master: e.Master, LocalNode: e.Node, Logger: cfg.Node.Logger}); err != nil {
 		return nil, err
 	}
 	return e, nil

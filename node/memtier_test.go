@@ -1,10 +1,11 @@
-package client
+package node
 
 import (
 	"context"
 	"fmt"
 	"sync"
 
+	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/tier"
 )
 
@@ -16,7 +17,7 @@ type memTier struct {
 	mu       sync.Mutex // protects everything below
 	objs     map[string][]byte
 	failKeys map[string]bool // Offload answers these Failed (retryable)
-	corrupt  map[string]bool // Load answers these ErrChecksum and drops them
+	corrupt  map[string]bool // Load answers these client.ErrChecksum and drops them
 	// block, when set, is closed by the test to let Offload proceed; entered
 	// is closed when Offload starts waiting on it.
 	block, entered chan struct{}
@@ -53,7 +54,7 @@ func (m *memTier) Offload(ctx context.Context, tasks []tier.Task, notify tier.No
 			outs[i].Status = tier.AlreadyPresent
 		default:
 			m.objs[string(t.Key)] = append([]byte(nil), t.Value...)
-			committed = append(committed, tier.Committed{Key: t.Key, Size: int64(len(t.Value)), CRC: CRC32C(t.Value), Bucket: 1})
+			committed = append(committed, tier.Committed{Key: t.Key, Size: int64(len(t.Value)), CRC: wire.CRC32C(t.Value), Bucket: 1})
 			idx = append(idx, i)
 		}
 	}
@@ -126,7 +127,7 @@ func (m *memTier) Keys(fn func([]byte, tier.KeyInfo) bool) error {
 	}
 	m.mu.Unlock()
 	for _, e := range all {
-		if !fn([]byte(e.k), tier.KeyInfo{Size: int64(len(e.v)), CRC: CRC32C(e.v), Bucket: 1}) {
+		if !fn([]byte(e.k), tier.KeyInfo{Size: int64(len(e.v)), CRC: wire.CRC32C(e.v), Bucket: 1}) {
 			break
 		}
 	}

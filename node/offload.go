@@ -1,4 +1,4 @@
-package client
+package node
 
 import (
 	"context"
@@ -8,7 +8,8 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
-	"github.com/tierstore/tierstore/master"
+	"github.com/tierstore/tierstore/internal/wire"
+	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/tier"
 )
 
@@ -51,9 +52,9 @@ func (n *Node) offloadRound() int {
 	}
 	n.metrics.offloadRounds.Add(1)
 
-	var failed []master.OffloadFailure
+	var failed []masterapi.OffloadFailure
 	fail := func(key string, retryable bool, reason string) {
-		failed = append(failed, master.OffloadFailure{Key: key, Retryable: retryable, Reason: reason})
+		failed = append(failed, masterapi.OffloadFailure{Key: key, Retryable: retryable, Reason: reason})
 	}
 	// Validate the tasks; the values are copied out of the segment chunk by
 	// chunk below. They are copied, not viewed in place: the master pins a
@@ -61,11 +62,11 @@ func (n *Node) offloadRound() int {
 	// put reuse it, and the tier must only ever see (and checksum) bytes
 	// that matched the task's CRC.
 	type job struct {
-		t   master.OffloadTask
+		t   masterapi.OffloadTask
 		out tier.Outcome
 	}
 	jobs := make([]job, 0, len(tasks))
-	byKey := make(map[string]master.OffloadTask, len(tasks))
+	byKey := make(map[string]masterapi.OffloadTask, len(tasks))
 	for _, t := range tasks {
 		if _, dup := byKey[t.Key]; dup {
 			// The master hands a key out once; a duplicate is answered by
@@ -91,17 +92,17 @@ func (n *Node) offloadRound() int {
 	var refusedMu sync.Mutex
 	refused := map[string]error{}
 	notify := func(ctx context.Context, committed []tier.Committed) error {
-		objs := make([]master.DiskObject, len(committed))
+		objs := make([]masterapi.DiskObject, len(committed))
 		for i, c := range committed {
 			if t, ok := byKey[string(c.Key)]; !ok || t.CRC != c.CRC || t.Size != c.Size {
 				// Never announce bytes other than the task's: refuse the
 				// whole bucket, the tier rolls it back.
-				return fmt.Errorf("client: tier committed %q with size %d CRC %08x, the task says %d, %08x",
+				return fmt.Errorf("node: tier committed %q with size %d CRC %08x, the task says %d, %08x",
 					c.Key, c.Size, c.CRC, t.Size, t.CRC)
 			}
-			objs[i] = master.DiskObject{Key: string(c.Key), Size: c.Size, CRC: c.CRC}
+			objs[i] = masterapi.DiskObject{Key: string(c.Key), Size: c.Size, CRC: c.CRC}
 		}
-		errs, err := n.notify(ctx, master.NotifyRequest{Node: n.name, Persisted: objs})
+		errs, err := n.notify(ctx, masterapi.NotifyRequest{Node: n.name, Persisted: objs})
 		if err != nil {
 			return err
 		}
@@ -144,7 +145,7 @@ func (n *Node) offloadRound() int {
 		case err != nil:
 			jobs[j].out = tier.Outcome{Status: tier.Failed, Err: err}
 			continue
-		case CRC32C(val) != t.CRC:
+		case wire.CRC32C(val) != t.CRC:
 			jobs[j].out = tier.Outcome{Status: tier.Failed, Err: errors.New("DRAM replica fails its CRC32C")}
 			continue
 		}
@@ -157,7 +158,7 @@ func (n *Node) offloadRound() int {
 	}
 	flush()
 
-	var persisted []master.DiskObject
+	var persisted []masterapi.DiskObject
 	var nPersisted int64
 	for _, jb := range jobs {
 		key, t, o := jb.t.Key, jb.t, jb.out
@@ -180,7 +181,7 @@ func (n *Node) offloadRound() int {
 			// this object's (the key may have been removed and put again
 			// with other bytes since they were written).
 			if n.ssdMatches(ctx, []byte(key), t.CRC, t.Size) {
-				persisted = append(persisted, master.DiskObject{Key: key, Size: t.Size, CRC: t.CRC})
+				persisted = append(persisted, masterapi.DiskObject{Key: key, Size: t.Size, CRC: t.CRC})
 			} else {
 				n.removeFromSSD(key)
 				fail(key, true, "a stale copy with other bytes was on SSD; removed")
@@ -194,7 +195,7 @@ func (n *Node) offloadRound() int {
 		}
 	}
 	if len(persisted) > 0 || len(failed) > 0 {
-		errs, err := n.notify(ctx, master.NotifyRequest{Node: n.name, Persisted: persisted, Failed: failed})
+		errs, err := n.notify(ctx, masterapi.NotifyRequest{Node: n.name, Persisted: persisted, Failed: failed})
 		if err != nil {
 			// The master re-queues unanswered tasks after its task timeout
 			// (a bounded number of times); already-present keys are
@@ -223,7 +224,7 @@ const (
 // last transport error, are returned at once; the tier then rolls the
 // bucket back and the round answers its keys failed, which makes the
 // master drop any replica it recorded.
-func (n *Node) notify(ctx context.Context, req master.NotifyRequest) ([]error, error) {
+func (n *Node) notify(ctx context.Context, req masterapi.NotifyRequest) ([]error, error) {
 	wait := notifyBackoff
 	for attempt := 1; ; attempt++ {
 		errs, err := n.m.NotifyOffloadSuccess(ctx, req)
@@ -236,7 +237,7 @@ func (n *Node) notify(ctx context.Context, req master.NotifyRequest) ([]error, e
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("client: notify: %w (after %v)", ctx.Err(), err)
+			return nil, fmt.Errorf("node: notify: %w (after %v)", ctx.Err(), err)
 		case <-t.C:
 		}
 		wait *= 2
@@ -246,7 +247,7 @@ func (n *Node) notify(ctx context.Context, req master.NotifyRequest) ([]error, e
 // ssdMatches reports whether the SSD copy of key has the given CRC and size.
 func (n *Node) ssdMatches(ctx context.Context, key []byte, crc uint32, size int64) bool {
 	r := n.tier.Load(ctx, [][]byte{key})
-	return len(r) == 1 && r[0].Err == nil && int64(len(r[0].Value)) == size && CRC32C(r[0].Value) == crc
+	return len(r) == 1 && r[0].Err == nil && int64(len(r[0].Value)) == size && wire.CRC32C(r[0].Value) == crc
 }
 
 func (n *Node) removeFromSSD(key string) {
@@ -294,7 +295,7 @@ func (n *Node) release() error {
 	}
 	if n.tier != nil {
 		if err := n.tier.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("client: closing the SSD tier: %w", err))
+			errs = append(errs, fmt.Errorf("node: closing the SSD tier: %w", err))
 		}
 	}
 	if n.seg != nil {

@@ -1,0 +1,6 @@
+package wire
+
+import "errors"
+
+// ErrClosed: the Pool was closed.
+var ErrClosed = errors.New("wire: closed")

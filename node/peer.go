@@ -1,0 +1,172 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"google.golang.org/grpc"
+
+	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/rpcpb"
+	"github.com/tierstore/tierstore/internal/wire"
+	"github.com/tierstore/tierstore/tier"
+)
+
+// toCode maps node-side errors to the codes sentinels peers receive.
+func toCode(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrOutOfRange):
+		return fmt.Errorf("%w: %w", codes.ErrInvalidParams, err)
+	case errors.Is(err, tier.ErrNotFound):
+		return fmt.Errorf("%w: %w", codes.ErrObjectNotFound, err)
+	case errors.Is(err, tier.ErrChecksum):
+		return fmt.Errorf("%w: %w", codes.ErrChecksumMismatch, err)
+	case errors.Is(err, tier.ErrInvalidKey):
+		return fmt.Errorf("%w: %w", codes.ErrInvalidKey, err)
+	case errors.Is(err, ErrClosed), errors.Is(err, tier.ErrClosed):
+		return fmt.Errorf("%w: %w", codes.ErrShuttingDown, err)
+	}
+	return err
+}
+
+// peerServer implements rpcpb.NodePeerServer on a Node.
+type peerServer struct {
+	rpcpb.UnimplementedNodePeerServer
+	n *Node
+}
+
+func (s *peerServer) WriteRange(stream grpc.ClientStreamingServer[rpcpb.PeerWriteChunk, rpcpb.PeerWriteReply]) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return codes.ToStatus(fmt.Errorf("node: write range: no header: %w", err))
+	}
+	if err := s.n.checkSegment(first.GetSegment()); err != nil {
+		return codes.ToStatus(err)
+	}
+	off, total := int64(first.GetOffset()), int64(first.GetTotalLen())
+	if err := s.n.seg.check(off, int(total)); err != nil || total < 0 {
+		return codes.ToStatus(toCode(err))
+	}
+	h := wire.NewCRC32C()
+	var got int64
+	msg := first
+	for {
+		d := msg.GetData()
+		if got+int64(len(d)) > total {
+			return codes.ToStatus(codes.Errorf(codes.InvalidParams, "node: write range: %d bytes sent for a %d-byte range", got+int64(len(d)), total))
+		}
+		if err := s.n.seg.WriteAt(d, off+got); err != nil {
+			return codes.ToStatus(toCode(err))
+		}
+		h.Write(d)
+		got += int64(len(d))
+		msg, err = stream.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return codes.ToStatus(err)
+		}
+	}
+	if got != total {
+		return codes.ToStatus(codes.Errorf(codes.TransferFail, "node: write range: %d of %d bytes received", got, total))
+	}
+	if first.GetHasCrc() && h.Sum32() != first.GetCrc32C() {
+		return codes.ToStatus(codes.Errorf(codes.ChecksumMismatch, "node: write range: received bytes have CRC32C %08x, sender said %08x", h.Sum32(), first.GetCrc32C()))
+	}
+	s.n.metrics.peerWrites.Add(1)
+	return stream.SendAndClose(&rpcpb.PeerWriteReply{Written: uint64(got)})
+}
+
+func (s *peerServer) ReadRange(req *rpcpb.PeerReadRangeRequest, stream grpc.ServerStreamingServer[rpcpb.PeerDataChunk]) error {
+	if err := s.n.checkSegment(req.GetSegment()); err != nil {
+		return codes.ToStatus(err)
+	}
+	if req.GetLength() > uint64(s.n.seg.Size()) {
+		return codes.ToStatus(toCode(fmt.Errorf("%w: length %d", ErrOutOfRange, req.GetLength())))
+	}
+	// Stream straight from the mapping (the gRPC codec copies each chunk
+	// into its frame): one copy fewer than Segment.Read. The reader checks
+	// the CRC32C, so a range reused under it is a miss, not wrong bytes.
+	view, release := s.n.seg.pin()
+	defer release()
+	val, err := view(int64(req.GetOffset()), int(req.GetLength()))
+	if err != nil {
+		return codes.ToStatus(toCode(err))
+	}
+	s.n.metrics.peerReadsDRAM.Add(1)
+	return wire.SendChunks(stream.Send, val, 0, false)
+}
+
+func (s *peerServer) ReadSSD(req *rpcpb.PeerReadSSDRequest, stream grpc.ServerStreamingServer[rpcpb.PeerDataChunk]) error {
+	val, err := s.n.readSSD(stream.Context(), req.GetKey())
+	if err != nil {
+		return codes.ToStatus(err)
+	}
+	s.n.metrics.peerReadsSSD.Add(1)
+	return wire.SendChunks(stream.Send, val, wire.CRC32C(val), true)
+}
+
+func (s *peerServer) NodeStats(ctx context.Context, _ *rpcpb.PeerStatsRequest) (*rpcpb.PeerStatsReply, error) {
+	st := s.n.Stats()
+	return &rpcpb.PeerStatsReply{
+		Segment: st.Segment, SegmentSize: uint64(st.SegmentSize), OffloadEnabled: st.OffloadEnabled,
+		Backend: st.Backend, SsdObjects: st.Tier.Objects, SsdBuckets: st.Tier.Buckets,
+		SsdBytesUsed: st.Tier.BytesUsed, SsdCapacity: st.Tier.Capacity,
+		SsdBucketsWritten: st.Tier.BucketsWritten, SsdBytesWritten: st.Tier.BytesWritten,
+		SsdObjectsLoaded: st.Tier.ObjectsLoaded, SsdBytesRead: st.Tier.BytesRead,
+		SsdEvictions: st.Tier.Evictions, SsdChecksumErrors: st.Tier.ChecksumErrors,
+		OffloadPersisted: st.OffloadPersisted, OffloadFailed: st.OffloadFailed,
+		PeerReadsDram: st.PeerReadsDRAM, PeerReadsSsd: st.PeerReadsSSD,
+	}, nil
+}
+
+// WriteRange writes value into the node's segment at off (the in-process
+// form of the peer service's WriteRange; client.LocalNode).
+func (n *Node) WriteRange(_ context.Context, segment string, off int64, value []byte, _ uint32) error {
+	if err := n.checkSegment(segment); err != nil {
+		return err
+	}
+	return toCode(n.seg.WriteAt(value, off))
+}
+
+// ReadRange returns a copy of n bytes of the node's segment at off
+// (client.LocalNode).
+func (n *Node) ReadRange(_ context.Context, segment string, off, length int64) ([]byte, error) {
+	return n.readRange(segment, off, length)
+}
+
+// ReadSSD returns key's value from the node's SSD tier, CRC32C-checked
+// (client.LocalNode).
+func (n *Node) ReadSSD(ctx context.Context, key []byte) ([]byte, error) {
+	return n.readSSD(ctx, key)
+}
+
+// PeerStats asks the node serving peers at endpoint for its Stats.
+func PeerStats(ctx context.Context, endpoint string) (Stats, error) {
+	p, closeConn, err := wire.Dial(endpoint)
+	if err != nil {
+		return Stats{}, err
+	}
+	defer closeConn()
+	r, err := p.Stats(ctx)
+	if err != nil {
+		return Stats{}, fmt.Errorf("node: node stats of %s: %w", endpoint, err)
+	}
+	return Stats{
+		Endpoint: endpoint, Segment: r.GetSegment(), SegmentSize: int64(r.GetSegmentSize()),
+		OffloadEnabled: r.GetOffloadEnabled(), Backend: r.GetBackend(),
+		Tier: tier.Stats{
+			Objects: r.GetSsdObjects(), Buckets: r.GetSsdBuckets(), BytesUsed: r.GetSsdBytesUsed(),
+			Capacity: r.GetSsdCapacity(), BucketsWritten: r.GetSsdBucketsWritten(),
+			BytesWritten: r.GetSsdBytesWritten(), ObjectsLoaded: r.GetSsdObjectsLoaded(),
+			BytesRead: r.GetSsdBytesRead(), Evictions: r.GetSsdEvictions(), ChecksumErrors: r.GetSsdChecksumErrors(),
+		},
+		OffloadPersisted: r.GetOffloadPersisted(), OffloadFailed: r.GetOffloadFailed(),
+		PeerReadsDRAM: r.GetPeerReadsDram(), PeerReadsSSD: r.GetPeerReadsSsd(),
+	}, nil
+}
