@@ -207,7 +207,7 @@ func (c *Client) writeReplica(ctx context.Context, r masterapi.Replica, value []
 	if err != nil {
 		return err
 	}
-	return p.writeRange(ctx, r.Segment, r.Offset, value, crc)
+	return p.writeRange(ctx, r.Segment, r.Offset, value, crc, r.PutToken)
 }
 
 // rank orders replicas best first: local DRAM, remote DRAM, local SSD,

@@ -13,8 +13,9 @@ import (
 type LocalNode interface {
 	// Name is the node's id, as the master knows it.
 	Name() string
-	// WriteRange writes value into segment at off; crc is value's CRC32C.
-	WriteRange(ctx context.Context, segment string, off int64, value []byte, crc uint32) error
+	// WriteRange writes value into segment at off for the put identified
+	// by token (masterapi.Replica.PutToken); crc is value's CRC32C.
+	WriteRange(ctx context.Context, segment string, off int64, value []byte, crc uint32, token uint64) error
 	// ReadRange returns n bytes of segment at off.
 	ReadRange(ctx context.Context, segment string, off, n int64) ([]byte, error)
 	// ReadSSD returns key's value from the node's SSD tier, CRC32C-checked.
@@ -28,7 +29,7 @@ func CRC32C(b []byte) uint32 { return wire.CRC32C(b) }
 // node through its peer service. size bounds what an SSD read may return
 // (the object's size from the master).
 type peer interface {
-	writeRange(ctx context.Context, segment string, off int64, value []byte, crc uint32) error
+	writeRange(ctx context.Context, segment string, off int64, value []byte, crc uint32, token uint64) error
 	readRange(ctx context.Context, segment string, off int64, n int64) ([]byte, error)
 	readSSD(ctx context.Context, key []byte, size int64) ([]byte, error)
 }
@@ -36,8 +37,8 @@ type peer interface {
 // localPeer reaches the node of this process without a socket.
 type localPeer struct{ n LocalNode }
 
-func (p localPeer) writeRange(ctx context.Context, segment string, off int64, value []byte, crc uint32) error {
-	return p.n.WriteRange(ctx, segment, off, value, crc)
+func (p localPeer) writeRange(ctx context.Context, segment string, off int64, value []byte, crc uint32, token uint64) error {
+	return p.n.WriteRange(ctx, segment, off, value, crc, token)
 }
 
 func (p localPeer) readRange(ctx context.Context, segment string, off, n int64) ([]byte, error) {
@@ -51,8 +52,8 @@ func (p localPeer) readSSD(ctx context.Context, key []byte, _ int64) ([]byte, er
 // remotePeer reaches a node through its peer service.
 type remotePeer struct{ p wire.Peer }
 
-func (p remotePeer) writeRange(ctx context.Context, segment string, off int64, value []byte, crc uint32) error {
-	return p.p.WriteRange(ctx, segment, off, value, crc)
+func (p remotePeer) writeRange(ctx context.Context, segment string, off int64, value []byte, crc uint32, token uint64) error {
+	return p.p.WriteRange(ctx, segment, off, value, crc, token)
 }
 
 func (p remotePeer) readRange(ctx context.Context, segment string, off, n int64) ([]byte, error) {

@@ -290,9 +290,9 @@ func (s *Server) ReRegisterDiskObjects(ctx context.Context, r *pb.RegisterDiskOb
 	return keyResults(errs), nil
 }
 
-func (s *Server) EvictDiskReplica(ctx context.Context, r *pb.EvictDiskReplicaRequest) (*pb.CountResponse, error) {
+func (s *Server) EvictDiskReplica(ctx context.Context, r *pb.EvictDiskReplicaRequest) (*pb.EvictDiskReplicaResponse, error) {
 	n, err := s.api.EvictDiskReplica(ctx, r.GetNode(), strs(r.GetKeys()))
-	return &pb.CountResponse{Count: n}, toStatus(err)
+	return &pb.EvictDiskReplicaResponse{Count: n}, toStatus(err)
 }
 
 func (s *Server) ReconcileDiskObjects(ctx context.Context, r *pb.ReconcileDiskObjectsRequest) (*pb.ReconcileDiskObjectsResponse, error) {

@@ -74,6 +74,11 @@ type Replica struct {
 	Segment  string // Memory only: segment name on Node
 	Offset   int64  // Memory only: byte offset inside the segment
 	Length   int64  // Memory only: bytes at Offset (== object size)
+	// PutToken identifies the put that owns a Processing Memory replica
+	// (PutStart's answer; 0 elsewhere). The writer carries it to the node
+	// (WriteRange) and the master (PutEnd, PutRevoke); a node refuses a
+	// write whose token does not own the range (docs/design.md invariant 8).
+	PutToken uint64
 }
 
 // ObjectInfo is what GetReplicaList answers: the object's size and CRC32C

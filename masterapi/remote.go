@@ -59,7 +59,8 @@ func itemErr(code int32, msg string) error { return codes.WithMessage(codes.Code
 // ReplicaFromPB converts a wire replica back (for the master's gRPC server).
 func ReplicaFromPB(p *pb.Replica) Replica {
 	return Replica{Kind: ReplicaKind(p.GetKind()), Status: ReplicaStatus(p.GetStatus()), Node: p.GetNode(),
-		Endpoint: p.GetEndpoint(), Segment: p.GetSegment(), Offset: p.GetOffset(), Length: p.GetLength()}
+		Endpoint: p.GetEndpoint(), Segment: p.GetSegment(), Offset: p.GetOffset(), Length: p.GetLength(),
+		PutToken: p.GetPutToken()}
 }
 
 func infoFromPB(p *pb.ObjectInfo) ObjectInfo {
@@ -369,5 +370,5 @@ func (r *Remote) Stats(ctx context.Context) (Stats, error) {
 // ReplicaPB converts r to its wire form (for the master's gRPC server).
 func ReplicaPB(r Replica) *pb.Replica {
 	return &pb.Replica{Kind: pb.ReplicaKind(r.Kind), Status: pb.ReplicaStatus(r.Status), Node: r.Node,
-		Endpoint: r.Endpoint, Segment: r.Segment, Offset: r.Offset, Length: r.Length}
+		Endpoint: r.Endpoint, Segment: r.Segment, Offset: r.Offset, Length: r.Length, PutToken: r.PutToken}
 }

@@ -127,7 +127,7 @@ func (s *peerServer) NodeStats(ctx context.Context, _ *rpcpb.PeerStatsRequest) (
 
 // WriteRange writes value into the node's segment at off (the in-process
 // form of the peer service's WriteRange; client.LocalNode).
-func (n *Node) WriteRange(_ context.Context, segment string, off int64, value []byte, _ uint32) error {
+func (n *Node) WriteRange(_ context.Context, segment string, off int64, value []byte, _ uint32, _ uint64) error {
 	if err := n.checkSegment(segment); err != nil {
 		return err
 	}

@@ -175,14 +175,18 @@ func (NodeStatus) EnumDescriptor() ([]byte, []int) {
 }
 
 type Replica struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Kind          ReplicaKind            `protobuf:"varint,1,opt,name=kind,proto3,enum=tierstore.rpc.ReplicaKind" json:"kind,omitempty"`
-	Status        ReplicaStatus          `protobuf:"varint,2,opt,name=status,proto3,enum=tierstore.rpc.ReplicaStatus" json:"status,omitempty"`
-	Node          string                 `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
-	Endpoint      string                 `protobuf:"bytes,4,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
-	Segment       string                 `protobuf:"bytes,5,opt,name=segment,proto3" json:"segment,omitempty"` // MEMORY only
-	Offset        int64                  `protobuf:"varint,6,opt,name=offset,proto3" json:"offset,omitempty"`  // MEMORY only: byte offset inside the segment
-	Length        int64                  `protobuf:"varint,7,opt,name=length,proto3" json:"length,omitempty"`  // MEMORY only: bytes at offset (== object size)
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Kind     ReplicaKind            `protobuf:"varint,1,opt,name=kind,proto3,enum=tierstore.rpc.ReplicaKind" json:"kind,omitempty"`
+	Status   ReplicaStatus          `protobuf:"varint,2,opt,name=status,proto3,enum=tierstore.rpc.ReplicaStatus" json:"status,omitempty"`
+	Node     string                 `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
+	Endpoint string                 `protobuf:"bytes,4,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	Segment  string                 `protobuf:"bytes,5,opt,name=segment,proto3" json:"segment,omitempty"` // MEMORY only
+	Offset   int64                  `protobuf:"varint,6,opt,name=offset,proto3" json:"offset,omitempty"`  // MEMORY only: byte offset inside the segment
+	Length   int64                  `protobuf:"varint,7,opt,name=length,proto3" json:"length,omitempty"`  // MEMORY only: bytes at offset (== object size)
+	// MEMORY and PROCESSING only (PutStart's answer): the put's identity. The
+	// writer carries it in WriteRange, PutEnd and PutRevoke; tokens grow
+	// strictly, also across master restarts (docs/design.md invariant 8).
+	PutToken      uint64 `protobuf:"varint,8,opt,name=put_token,json=putToken,proto3" json:"put_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -262,6 +266,13 @@ func (x *Replica) GetOffset() int64 {
 func (x *Replica) GetLength() int64 {
 	if x != nil {
 		return x.Length
+	}
+	return 0
+}
+
+func (x *Replica) GetPutToken() uint64 {
+	if x != nil {
+		return x.PutToken
 	}
 	return 0
 }
@@ -919,6 +930,7 @@ func (x *BatchPutStartResponse) GetResults() []*PutStartResult {
 type KeyRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	PutToken      uint64                 `protobuf:"varint,2,opt,name=put_token,json=putToken,proto3" json:"put_token,omitempty"` // PutEnd / PutRevoke: the token PutStart answered
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -960,6 +972,13 @@ func (x *KeyRequest) GetKey() []byte {
 	return nil
 }
 
+func (x *KeyRequest) GetPutToken() uint64 {
+	if x != nil {
+		return x.PutToken
+	}
+	return 0
+}
+
 type Empty struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -999,6 +1018,7 @@ func (*Empty) Descriptor() ([]byte, []int) {
 type KeysRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Keys          [][]byte               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	PutTokens     []uint64               `protobuf:"varint,2,rep,packed,name=put_tokens,json=putTokens,proto3" json:"put_tokens,omitempty"` // BatchPutEnd / BatchPutRevoke: one per key
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1036,6 +1056,13 @@ func (*KeysRequest) Descriptor() ([]byte, []int) {
 func (x *KeysRequest) GetKeys() [][]byte {
 	if x != nil {
 		return x.Keys
+	}
+	return nil
+}
+
+func (x *KeysRequest) GetPutTokens() []uint64 {
+	if x != nil {
+		return x.PutTokens
 	}
 	return nil
 }
@@ -2194,6 +2221,59 @@ func (x *EvictDiskReplicaRequest) GetKeys() [][]byte {
 	return nil
 }
 
+// Field 1 matches CountResponse, the answer's former type.
+type EvictDiskReplicaResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Count         int64                  `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"` // the node's LOCAL_DISK replicas dropped
+	Keep          [][]byte               `protobuf:"bytes,2,rep,name=keep,proto3" json:"keep,omitempty"`    // keys the node must keep readable (re-insert)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EvictDiskReplicaResponse) Reset() {
+	*x = EvictDiskReplicaResponse{}
+	mi := &file_master_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EvictDiskReplicaResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EvictDiskReplicaResponse) ProtoMessage() {}
+
+func (x *EvictDiskReplicaResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EvictDiskReplicaResponse.ProtoReflect.Descriptor instead.
+func (*EvictDiskReplicaResponse) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *EvictDiskReplicaResponse) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *EvictDiskReplicaResponse) GetKeep() [][]byte {
+	if x != nil {
+		return x.Keep
+	}
+	return nil
+}
+
 type ReconcileDiskObjectsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
@@ -2204,7 +2284,7 @@ type ReconcileDiskObjectsRequest struct {
 
 func (x *ReconcileDiskObjectsRequest) Reset() {
 	*x = ReconcileDiskObjectsRequest{}
-	mi := &file_master_proto_msgTypes[38]
+	mi := &file_master_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2216,7 +2296,7 @@ func (x *ReconcileDiskObjectsRequest) String() string {
 func (*ReconcileDiskObjectsRequest) ProtoMessage() {}
 
 func (x *ReconcileDiskObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[38]
+	mi := &file_master_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2229,7 +2309,7 @@ func (x *ReconcileDiskObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileDiskObjectsRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileDiskObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{38}
+	return file_master_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReconcileDiskObjectsRequest) GetNode() string {
@@ -2258,7 +2338,7 @@ type ReconcileDiskObjectsResponse struct {
 
 func (x *ReconcileDiskObjectsResponse) Reset() {
 	*x = ReconcileDiskObjectsResponse{}
-	mi := &file_master_proto_msgTypes[39]
+	mi := &file_master_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2270,7 +2350,7 @@ func (x *ReconcileDiskObjectsResponse) String() string {
 func (*ReconcileDiskObjectsResponse) ProtoMessage() {}
 
 func (x *ReconcileDiskObjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[39]
+	mi := &file_master_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2283,7 +2363,7 @@ func (x *ReconcileDiskObjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileDiskObjectsResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileDiskObjectsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{39}
+	return file_master_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReconcileDiskObjectsResponse) GetCount() int64 {
@@ -2312,7 +2392,7 @@ type ReportBadReplicaRequest struct {
 
 func (x *ReportBadReplicaRequest) Reset() {
 	*x = ReportBadReplicaRequest{}
-	mi := &file_master_proto_msgTypes[40]
+	mi := &file_master_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2324,7 +2404,7 @@ func (x *ReportBadReplicaRequest) String() string {
 func (*ReportBadReplicaRequest) ProtoMessage() {}
 
 func (x *ReportBadReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[40]
+	mi := &file_master_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2337,7 +2417,7 @@ func (x *ReportBadReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportBadReplicaRequest.ProtoReflect.Descriptor instead.
 func (*ReportBadReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{40}
+	return file_master_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReportBadReplicaRequest) GetKey() []byte {
@@ -2369,7 +2449,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_master_proto_msgTypes[41]
+	mi := &file_master_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2381,7 +2461,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[41]
+	mi := &file_master_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2394,7 +2474,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{41}
+	return file_master_proto_rawDescGZIP(), []int{42}
 }
 
 type StatsResponse struct {
@@ -2424,7 +2504,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_master_proto_msgTypes[42]
+	mi := &file_master_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2436,7 +2516,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[42]
+	mi := &file_master_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2449,7 +2529,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{42}
+	return file_master_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *StatsResponse) GetObjects() int64 {
@@ -2592,7 +2672,7 @@ type NodeStats struct {
 
 func (x *NodeStats) Reset() {
 	*x = NodeStats{}
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2604,7 +2684,7 @@ func (x *NodeStats) String() string {
 func (*NodeStats) ProtoMessage() {}
 
 func (x *NodeStats) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2617,7 +2697,7 @@ func (x *NodeStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStats.ProtoReflect.Descriptor instead.
 func (*NodeStats) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{43}
+	return file_master_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *NodeStats) GetNode() string {
@@ -2715,7 +2795,7 @@ var File_master_proto protoreflect.FileDescriptor
 
 const file_master_proto_rawDesc = "" +
 	"\n" +
-	"\fmaster.proto\x12\rtierstore.rpc\"\xe9\x01\n" +
+	"\fmaster.proto\x12\rtierstore.rpc\"\x86\x02\n" +
 	"\aReplica\x12.\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1a.tierstore.rpc.ReplicaKindR\x04kind\x124\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1c.tierstore.rpc.ReplicaStatusR\x06status\x12\x12\n" +
@@ -2723,7 +2803,8 @@ const file_master_proto_rawDesc = "" +
 	"\bendpoint\x18\x04 \x01(\tR\bendpoint\x12\x18\n" +
 	"\asegment\x18\x05 \x01(\tR\asegment\x12\x16\n" +
 	"\x06offset\x18\x06 \x01(\x03R\x06offset\x12\x16\n" +
-	"\x06length\x18\a \x01(\x03R\x06length\"\xb1\x01\n" +
+	"\x06length\x18\a \x01(\x03R\x06length\x12\x1b\n" +
+	"\tput_token\x18\b \x01(\x04R\bputToken\"\xb1\x01\n" +
 	"\n" +
 	"ObjectInfo\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x12\n" +
@@ -2763,13 +2844,16 @@ const file_master_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x120\n" +
 	"\areplica\x18\x03 \x01(\v2\x16.tierstore.rpc.ReplicaR\areplica\"P\n" +
 	"\x15BatchPutStartResponse\x127\n" +
-	"\aresults\x18\x01 \x03(\v2\x1d.tierstore.rpc.PutStartResultR\aresults\"\x1e\n" +
+	"\aresults\x18\x01 \x03(\v2\x1d.tierstore.rpc.PutStartResultR\aresults\";\n" +
 	"\n" +
 	"KeyRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\fR\x03key\"\a\n" +
-	"\x05Empty\"!\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x1b\n" +
+	"\tput_token\x18\x02 \x01(\x04R\bputToken\"\a\n" +
+	"\x05Empty\"@\n" +
 	"\vKeysRequest\x12\x12\n" +
-	"\x04keys\x18\x01 \x03(\fR\x04keys\"9\n" +
+	"\x04keys\x18\x01 \x03(\fR\x04keys\x12\x1d\n" +
+	"\n" +
+	"put_tokens\x18\x02 \x03(\x04R\tputTokens\"9\n" +
 	"\tKeyResult\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"@\n" +
@@ -2838,7 +2922,10 @@ const file_master_proto_rawDesc = "" +
 	"\aobjects\x18\x02 \x03(\v2\x19.tierstore.rpc.DiskObjectR\aobjects\"A\n" +
 	"\x17EvictDiskReplicaRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
-	"\x04keys\x18\x02 \x03(\fR\x04keys\"E\n" +
+	"\x04keys\x18\x02 \x03(\fR\x04keys\"D\n" +
+	"\x18EvictDiskReplicaResponse\x12\x14\n" +
+	"\x05count\x18\x01 \x01(\x03R\x05count\x12\x12\n" +
+	"\x04keep\x18\x02 \x03(\fR\x04keep\"E\n" +
 	"\x1bReconcileDiskObjectsRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04keys\x18\x02 \x03(\fR\x04keys\"P\n" +
@@ -2901,7 +2988,7 @@ const file_master_proto_rawDesc = "" +
 	"NodeStatus\x12\x1b\n" +
 	"\x17NODE_STATUS_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aNODE_OK\x10\x01\x12\x10\n" +
-	"\fNEED_REMOUNT\x10\x022\xf2\x0e\n" +
+	"\fNEED_REMOUNT\x10\x022\xfd\x0e\n" +
 	"\x06Master\x12W\n" +
 	"\fMountSegment\x12\".tierstore.rpc.MountSegmentRequest\x1a#.tierstore.rpc.MountSegmentResponse\x12]\n" +
 	"\x0eUnmountSegment\x12$.tierstore.rpc.UnmountSegmentRequest\x1a%.tierstore.rpc.UnmountSegmentResponse\x12?\n" +
@@ -2921,8 +3008,8 @@ const file_master_proto_rawDesc = "" +
 	"\vEvictMemory\x12!.tierstore.rpc.EvictMemoryRequest\x1a\x1c.tierstore.rpc.CountResponse\x12c\n" +
 	"\x10OffloadHeartbeat\x12&.tierstore.rpc.OffloadHeartbeatRequest\x1a'.tierstore.rpc.OffloadHeartbeatResponse\x12]\n" +
 	"\x14NotifyOffloadSuccess\x12*.tierstore.rpc.NotifyOffloadSuccessRequest\x1a\x19.tierstore.rpc.KeyResults\x12]\n" +
-	"\x15ReRegisterDiskObjects\x12).tierstore.rpc.RegisterDiskObjectsRequest\x1a\x19.tierstore.rpc.KeyResults\x12X\n" +
-	"\x10EvictDiskReplica\x12&.tierstore.rpc.EvictDiskReplicaRequest\x1a\x1c.tierstore.rpc.CountResponse\x12o\n" +
+	"\x15ReRegisterDiskObjects\x12).tierstore.rpc.RegisterDiskObjectsRequest\x1a\x19.tierstore.rpc.KeyResults\x12c\n" +
+	"\x10EvictDiskReplica\x12&.tierstore.rpc.EvictDiskReplicaRequest\x1a'.tierstore.rpc.EvictDiskReplicaResponse\x12o\n" +
 	"\x14ReconcileDiskObjects\x12*.tierstore.rpc.ReconcileDiskObjectsRequest\x1a+.tierstore.rpc.ReconcileDiskObjectsResponse\x12P\n" +
 	"\x10ReportBadReplica\x12&.tierstore.rpc.ReportBadReplicaRequest\x1a\x14.tierstore.rpc.Empty\x12B\n" +
 	"\x05Stats\x12\x1b.tierstore.rpc.StatsRequest\x1a\x1c.tierstore.rpc.StatsResponseB/Z-github.com/tierstore/tierstore/internal/rpcpbb\x06proto3"
@@ -2940,7 +3027,7 @@ func file_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_master_proto_goTypes = []any{
 	(ReplicaKind)(0),                     // 0: tierstore.rpc.ReplicaKind
 	(ReplicaStatus)(0),                   // 1: tierstore.rpc.ReplicaStatus
@@ -2983,12 +3070,13 @@ var file_master_proto_goTypes = []any{
 	(*NotifyOffloadSuccessRequest)(nil),  // 38: tierstore.rpc.NotifyOffloadSuccessRequest
 	(*RegisterDiskObjectsRequest)(nil),   // 39: tierstore.rpc.RegisterDiskObjectsRequest
 	(*EvictDiskReplicaRequest)(nil),      // 40: tierstore.rpc.EvictDiskReplicaRequest
-	(*ReconcileDiskObjectsRequest)(nil),  // 41: tierstore.rpc.ReconcileDiskObjectsRequest
-	(*ReconcileDiskObjectsResponse)(nil), // 42: tierstore.rpc.ReconcileDiskObjectsResponse
-	(*ReportBadReplicaRequest)(nil),      // 43: tierstore.rpc.ReportBadReplicaRequest
-	(*StatsRequest)(nil),                 // 44: tierstore.rpc.StatsRequest
-	(*StatsResponse)(nil),                // 45: tierstore.rpc.StatsResponse
-	(*NodeStats)(nil),                    // 46: tierstore.rpc.NodeStats
+	(*EvictDiskReplicaResponse)(nil),     // 41: tierstore.rpc.EvictDiskReplicaResponse
+	(*ReconcileDiskObjectsRequest)(nil),  // 42: tierstore.rpc.ReconcileDiskObjectsRequest
+	(*ReconcileDiskObjectsResponse)(nil), // 43: tierstore.rpc.ReconcileDiskObjectsResponse
+	(*ReportBadReplicaRequest)(nil),      // 44: tierstore.rpc.ReportBadReplicaRequest
+	(*StatsRequest)(nil),                 // 45: tierstore.rpc.StatsRequest
+	(*StatsResponse)(nil),                // 46: tierstore.rpc.StatsResponse
+	(*NodeStats)(nil),                    // 47: tierstore.rpc.NodeStats
 }
 var file_master_proto_depIdxs = []int32{
 	0,  // 0: tierstore.rpc.Replica.kind:type_name -> tierstore.rpc.ReplicaKind
@@ -3009,7 +3097,7 @@ var file_master_proto_depIdxs = []int32{
 	37, // 15: tierstore.rpc.NotifyOffloadSuccessRequest.failed:type_name -> tierstore.rpc.OffloadFailure
 	36, // 16: tierstore.rpc.RegisterDiskObjectsRequest.objects:type_name -> tierstore.rpc.DiskObject
 	3,  // 17: tierstore.rpc.ReportBadReplicaRequest.replica:type_name -> tierstore.rpc.Replica
-	46, // 18: tierstore.rpc.StatsResponse.per_node:type_name -> tierstore.rpc.NodeStats
+	47, // 18: tierstore.rpc.StatsResponse.per_node:type_name -> tierstore.rpc.NodeStats
 	5,  // 19: tierstore.rpc.Master.MountSegment:input_type -> tierstore.rpc.MountSegmentRequest
 	7,  // 20: tierstore.rpc.Master.UnmountSegment:input_type -> tierstore.rpc.UnmountSegmentRequest
 	9,  // 21: tierstore.rpc.Master.Ping:input_type -> tierstore.rpc.PingRequest
@@ -3030,9 +3118,9 @@ var file_master_proto_depIdxs = []int32{
 	38, // 36: tierstore.rpc.Master.NotifyOffloadSuccess:input_type -> tierstore.rpc.NotifyOffloadSuccessRequest
 	39, // 37: tierstore.rpc.Master.ReRegisterDiskObjects:input_type -> tierstore.rpc.RegisterDiskObjectsRequest
 	40, // 38: tierstore.rpc.Master.EvictDiskReplica:input_type -> tierstore.rpc.EvictDiskReplicaRequest
-	41, // 39: tierstore.rpc.Master.ReconcileDiskObjects:input_type -> tierstore.rpc.ReconcileDiskObjectsRequest
-	43, // 40: tierstore.rpc.Master.ReportBadReplica:input_type -> tierstore.rpc.ReportBadReplicaRequest
-	44, // 41: tierstore.rpc.Master.Stats:input_type -> tierstore.rpc.StatsRequest
+	42, // 39: tierstore.rpc.Master.ReconcileDiskObjects:input_type -> tierstore.rpc.ReconcileDiskObjectsRequest
+	44, // 40: tierstore.rpc.Master.ReportBadReplica:input_type -> tierstore.rpc.ReportBadReplicaRequest
+	45, // 41: tierstore.rpc.Master.Stats:input_type -> tierstore.rpc.StatsRequest
 	6,  // 42: tierstore.rpc.Master.MountSegment:output_type -> tierstore.rpc.MountSegmentResponse
 	8,  // 43: tierstore.rpc.Master.UnmountSegment:output_type -> tierstore.rpc.UnmountSegmentResponse
 	10, // 44: tierstore.rpc.Master.Ping:output_type -> tierstore.rpc.PingResponse
@@ -3052,10 +3140,10 @@ var file_master_proto_depIdxs = []int32{
 	35, // 58: tierstore.rpc.Master.OffloadHeartbeat:output_type -> tierstore.rpc.OffloadHeartbeatResponse
 	20, // 59: tierstore.rpc.Master.NotifyOffloadSuccess:output_type -> tierstore.rpc.KeyResults
 	20, // 60: tierstore.rpc.Master.ReRegisterDiskObjects:output_type -> tierstore.rpc.KeyResults
-	31, // 61: tierstore.rpc.Master.EvictDiskReplica:output_type -> tierstore.rpc.CountResponse
-	42, // 62: tierstore.rpc.Master.ReconcileDiskObjects:output_type -> tierstore.rpc.ReconcileDiskObjectsResponse
+	41, // 61: tierstore.rpc.Master.EvictDiskReplica:output_type -> tierstore.rpc.EvictDiskReplicaResponse
+	43, // 62: tierstore.rpc.Master.ReconcileDiskObjects:output_type -> tierstore.rpc.ReconcileDiskObjectsResponse
 	17, // 63: tierstore.rpc.Master.ReportBadReplica:output_type -> tierstore.rpc.Empty
-	45, // 64: tierstore.rpc.Master.Stats:output_type -> tierstore.rpc.StatsResponse
+	46, // 64: tierstore.rpc.Master.Stats:output_type -> tierstore.rpc.StatsResponse
 	42, // [42:65] is the sub-list for method output_type
 	19, // [19:42] is the sub-list for method input_type
 	19, // [19:19] is the sub-list for extension type_name
@@ -3074,7 +3162,7 @@ func file_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   44,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

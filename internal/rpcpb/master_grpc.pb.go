@@ -73,7 +73,7 @@ type MasterClient interface {
 	OffloadHeartbeat(ctx context.Context, in *OffloadHeartbeatRequest, opts ...grpc.CallOption) (*OffloadHeartbeatResponse, error)
 	NotifyOffloadSuccess(ctx context.Context, in *NotifyOffloadSuccessRequest, opts ...grpc.CallOption) (*KeyResults, error)
 	ReRegisterDiskObjects(ctx context.Context, in *RegisterDiskObjectsRequest, opts ...grpc.CallOption) (*KeyResults, error)
-	EvictDiskReplica(ctx context.Context, in *EvictDiskReplicaRequest, opts ...grpc.CallOption) (*CountResponse, error)
+	EvictDiskReplica(ctx context.Context, in *EvictDiskReplicaRequest, opts ...grpc.CallOption) (*EvictDiskReplicaResponse, error)
 	ReconcileDiskObjects(ctx context.Context, in *ReconcileDiskObjectsRequest, opts ...grpc.CallOption) (*ReconcileDiskObjectsResponse, error)
 	ReportBadReplica(ctx context.Context, in *ReportBadReplicaRequest, opts ...grpc.CallOption) (*Empty, error)
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error)
@@ -277,9 +277,9 @@ func (c *masterClient) ReRegisterDiskObjects(ctx context.Context, in *RegisterDi
 	return out, nil
 }
 
-func (c *masterClient) EvictDiskReplica(ctx context.Context, in *EvictDiskReplicaRequest, opts ...grpc.CallOption) (*CountResponse, error) {
+func (c *masterClient) EvictDiskReplica(ctx context.Context, in *EvictDiskReplicaRequest, opts ...grpc.CallOption) (*EvictDiskReplicaResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(CountResponse)
+	out := new(EvictDiskReplicaResponse)
 	err := c.cc.Invoke(ctx, Master_EvictDiskReplica_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -340,7 +340,7 @@ type MasterServer interface {
 	OffloadHeartbeat(context.Context, *OffloadHeartbeatRequest) (*OffloadHeartbeatResponse, error)
 	NotifyOffloadSuccess(context.Context, *NotifyOffloadSuccessRequest) (*KeyResults, error)
 	ReRegisterDiskObjects(context.Context, *RegisterDiskObjectsRequest) (*KeyResults, error)
-	EvictDiskReplica(context.Context, *EvictDiskReplicaRequest) (*CountResponse, error)
+	EvictDiskReplica(context.Context, *EvictDiskReplicaRequest) (*EvictDiskReplicaResponse, error)
 	ReconcileDiskObjects(context.Context, *ReconcileDiskObjectsRequest) (*ReconcileDiskObjectsResponse, error)
 	ReportBadReplica(context.Context, *ReportBadReplicaRequest) (*Empty, error)
 	Stats(context.Context, *StatsRequest) (*StatsResponse, error)
@@ -411,7 +411,7 @@ func (UnimplementedMasterServer) NotifyOffloadSuccess(context.Context, *NotifyOf
 func (UnimplementedMasterServer) ReRegisterDiskObjects(context.Context, *RegisterDiskObjectsRequest) (*KeyResults, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReRegisterDiskObjects not implemented")
 }
-func (UnimplementedMasterServer) EvictDiskReplica(context.Context, *EvictDiskReplicaRequest) (*CountResponse, error) {
+func (UnimplementedMasterServer) EvictDiskReplica(context.Context, *EvictDiskReplicaRequest) (*EvictDiskReplicaResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method EvictDiskReplica not implemented")
 }
 func (UnimplementedMasterServer) ReconcileDiskObjects(context.Context, *ReconcileDiskObjectsRequest) (*ReconcileDiskObjectsResponse, error) {

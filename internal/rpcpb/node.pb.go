@@ -42,7 +42,10 @@ type PeerWriteChunk struct {
 	Crc32C   uint32 `protobuf:"varint,4,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
 	HasCrc   bool   `protobuf:"varint,5,opt,name=has_crc,json=hasCrc,proto3" json:"has_crc,omitempty"`
 	// Data of this chunk (<= 1 MiB), appended after the previous chunk.
-	Data          []byte `protobuf:"bytes,6,opt,name=data,proto3" json:"data,omitempty"`
+	Data []byte `protobuf:"bytes,6,opt,name=data,proto3" json:"data,omitempty"`
+	// Header: the put's token (PutStart's answer). The node refuses a write
+	// whose token does not own the range (docs/design.md invariant 8).
+	PutToken      uint64 `protobuf:"varint,7,opt,name=put_token,json=putToken,proto3" json:"put_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -117,6 +120,13 @@ func (x *PeerWriteChunk) GetData() []byte {
 		return x.Data
 	}
 	return nil
+}
+
+func (x *PeerWriteChunk) GetPutToken() uint64 {
+	if x != nil {
+		return x.PutToken
+	}
+	return 0
 }
 
 type PeerWriteReply struct {
@@ -558,14 +568,15 @@ var File_node_proto protoreflect.FileDescriptor
 const file_node_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"node.proto\x12\x11tierstore.node.v1\"\xa4\x01\n" +
+	"node.proto\x12\x11tierstore.node.v1\"\xc1\x01\n" +
 	"\x0ePeerWriteChunk\x12\x18\n" +
 	"\asegment\x18\x01 \x01(\tR\asegment\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x1b\n" +
 	"\ttotal_len\x18\x03 \x01(\x04R\btotalLen\x12\x16\n" +
 	"\x06crc32c\x18\x04 \x01(\rR\x06crc32c\x12\x17\n" +
 	"\ahas_crc\x18\x05 \x01(\bR\x06hasCrc\x12\x12\n" +
-	"\x04data\x18\x06 \x01(\fR\x04data\"*\n" +
+	"\x04data\x18\x06 \x01(\fR\x04data\x12\x1b\n" +
+	"\tput_token\x18\a \x01(\x04R\bputToken\"*\n" +
 	"\x0ePeerWriteReply\x12\x18\n" +
 	"\awritten\x18\x01 \x01(\x04R\awritten\"`\n" +
 	"\x14PeerReadRangeRequest\x12\x18\n" +

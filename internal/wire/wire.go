@@ -114,9 +114,10 @@ type Peer struct {
 	c rpcpb.NodePeerClient
 }
 
-// WriteRange streams value into the node's segment at off; the node checks
-// the range, the length and crc before it answers.
-func (p Peer) WriteRange(ctx context.Context, segment string, off int64, value []byte, crc uint32) error {
+// WriteRange streams value into the node's segment at off for the put
+// identified by token; the node checks the range, the token's ownership of
+// it, the length and crc before it answers.
+func (p Peer) WriteRange(ctx context.Context, segment string, off int64, value []byte, crc uint32, token uint64) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	st, err := p.c.WriteRange(ctx)
@@ -128,7 +129,7 @@ func (p Peer) WriteRange(ctx context.Context, segment string, off int64, value [
 		n := min(len(value), MaxChunk)
 		c := &rpcpb.PeerWriteChunk{Data: value[:n]}
 		if first {
-			c.Segment, c.Offset, c.TotalLen, c.Crc32C, c.HasCrc = segment, uint64(off), uint64(len(value)), crc, true
+			c.Segment, c.Offset, c.TotalLen, c.Crc32C, c.HasCrc, c.PutToken = segment, uint64(off), uint64(len(value)), crc, true, token
 			first = false
 		}
 		if err := st.Send(c); err != nil {
