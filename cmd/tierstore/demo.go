@@ -103,6 +103,35 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 }
 
 func demo(ctx context.Context, dir string, objects, size int, backendName string, verbose bool, stderr io.Writer) (*demoResult, error) {
+	cfg, err := demoConfig(dir, objects, size, backendName, verbose, stderr)
+	if err != nil {
+		return nil, err
+	}
+	e, err := embedded.New(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer e.Close()
+	r := &demoResult{objects: objects, size: size, backend: e.Node.Stats().Backend, dir: e.SSDDir}
+	keys, sums, err := r.put(ctx, e)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.offload(ctx, e); err != nil {
+		return nil, err
+	}
+	if err := r.evict(ctx, e, keys); err != nil {
+		return nil, err
+	}
+	r.readBack(ctx, e, keys, sums)
+	r.check(int64(objects) * int64(size))
+	return r, nil
+}
+
+// demoConfig is the embedded configuration of the demo: room for every
+// object at well under the DRAM eviction watermark, the SSD tier in dir
+// (a temporary directory when "").
+func demoConfig(dir string, objects, size int, backendName string, verbose bool, stderr io.Writer) (embedded.Config, error) {
 	cfg := embedded.DefaultConfig()
 	level := slog.LevelWarn
 	if verbose {
@@ -113,60 +142,58 @@ func demo(ctx context.Context, dir string, objects, size int, backendName string
 	cfg.Node.Logger = log
 	cfg.Node.Backend = backendName
 	total := int64(objects) * int64(size)
-	// Room for every object at well under the DRAM eviction watermark.
 	cfg.Node.Memory = max(64<<20, 2*total+16<<20)
 	if dir != "" {
 		abs, err := filepath.Abs(dir)
 		if err != nil {
-			return nil, fmt.Errorf("--dir %q: %w", dir, err)
+			return cfg, fmt.Errorf("--dir %q: %w", dir, err)
 		}
 		if err := os.MkdirAll(abs, 0o755); err != nil {
-			return nil, fmt.Errorf("--dir %q: %w", dir, err)
+			return cfg, fmt.Errorf("--dir %q: %w", dir, err)
 		}
 		cfg.Node.SSDDir = abs
 	}
-	e, err := embedded.New(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	defer e.Close()
-	c := e.Client
-	r := &demoResult{objects: objects, size: size, backend: e.Node.Stats().Backend, dir: e.SSDDir}
+	return cfg, nil
+}
 
-	// 1. Put objects with known SHA-256. Keys are unique to this run so that
-	// a reused --dir cannot satisfy the checks with old objects.
+// put stores the objects with known SHA-256. Keys are unique to this run
+// so that a reused --dir cannot satisfy the checks with old objects.
+func (r *demoResult) put(ctx context.Context, e *embedded.Embedded) ([]string, [][32]byte, error) {
 	run := make([]byte, 4)
 	_, _ = rand.Read(run)
-	keys := make([]string, objects)
-	sums := make([][32]byte, objects)
+	keys := make([]string, r.objects)
+	sums := make([][32]byte, r.objects)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("demo-%x-%04d", run, i)
-		val := make([]byte, size)
+		val := make([]byte, r.size)
 		_, _ = rand.Read(val)
 		sums[i] = sha256.Sum256(val)
-		if err := c.Put(ctx, keys[i], val); err != nil {
-			return nil, fmt.Errorf("put %s: %w", keys[i], err)
+		if err := e.Client.Put(ctx, keys[i], val); err != nil {
+			return nil, nil, fmt.Errorf("put %s: %w", keys[i], err)
 		}
 	}
-	st, err := c.Stats(ctx)
+	st, err := e.Client.Stats(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	r.putDRAMBytes = st.MemoryBytes
+	return keys, sums, nil
+}
 
-	// 2. Wait until every object is on SSD: run offload rounds now rather
-	// than waiting for heartbeat ticks.
+// offload waits until every object is on SSD, running offload rounds now
+// rather than waiting for heartbeat ticks.
+func (r *demoResult) offload(ctx context.Context, e *embedded.Embedded) error {
 	before := e.Node.Stats()
 	start := time.Now()
 	for {
 		e.Node.OffloadNow()
 		ns := e.Node.Stats()
-		if ns.OffloadPersisted-before.OffloadPersisted >= int64(objects) {
+		if ns.OffloadPersisted-before.OffloadPersisted >= int64(r.objects) {
 			break
 		}
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("only %d of %d objects reached SSD before the deadline (%d failed tasks)",
-				ns.OffloadPersisted-before.OffloadPersisted, objects, ns.OffloadFailed-before.OffloadFailed)
+			return fmt.Errorf("only %d of %d objects reached SSD before the deadline (%d failed tasks)",
+				ns.OffloadPersisted-before.OffloadPersisted, r.objects, ns.OffloadFailed-before.OffloadFailed)
 		}
 		time.Sleep(20 * time.Millisecond) // poll interval of a bounded wait
 	}
@@ -174,23 +201,33 @@ func demo(ctx context.Context, dir string, objects, size int, backendName string
 	after := e.Node.Stats()
 	r.writeBytes = after.Tier.BytesWritten - before.Tier.BytesWritten
 	r.buckets = after.Tier.BucketsWritten - before.Tier.BucketsWritten
-	if st, err = c.Stats(ctx); err != nil {
-		return nil, err
+	st, err := e.Client.Stats(ctx)
+	if err != nil {
+		return err
 	}
 	r.ssdBytes = st.DiskBytes
+	return nil
+}
 
-	// 3. Drop every DRAM replica (they all have an SSD replica now).
-	if r.dropped, err = c.EvictMemory(ctx, keys, false); err != nil {
-		return nil, err
+// evict drops every DRAM replica (they all have an SSD replica now).
+func (r *demoResult) evict(ctx context.Context, e *embedded.Embedded, keys []string) error {
+	var err error
+	if r.dropped, err = e.Client.EvictMemory(ctx, keys, false); err != nil {
+		return err
 	}
-	if st, err = c.Stats(ctx); err != nil {
-		return nil, err
+	st, err := e.Client.Stats(ctx)
+	if err != nil {
+		return err
 	}
 	r.dramAfterEvict, r.ssdAfterEvict = st.MemoryBytes, st.DiskBytes
+	return nil
+}
 
-	// 4. Read back from SSD and verify every checksum.
+// readBack reads every object back and verifies its SHA-256.
+func (r *demoResult) readBack(ctx context.Context, e *embedded.Embedded, keys []string, sums [][32]byte) {
+	c := e.Client
 	r0 := c.ReadStats()
-	start = time.Now()
+	start := time.Now()
 	for i, k := range keys {
 		val, err := c.Get(ctx, k)
 		if err != nil {
@@ -198,7 +235,7 @@ func demo(ctx context.Context, dir string, objects, size int, backendName string
 			continue
 		}
 		r.readBytes += int64(len(val))
-		if sha256.Sum256(val) == sums[i] && len(val) == size {
+		if sha256.Sum256(val) == sums[i] && len(val) == r.size {
 			r.matched++
 		} else {
 			r.failf("get %s: SHA-256 mismatch", k)
@@ -211,8 +248,12 @@ func demo(ctx context.Context, dir string, objects, size int, backendName string
 		LocalSSD: r1.LocalSSD - r0.LocalSSD, RemoteSSD: r1.RemoteSSD - r0.RemoteSSD,
 		Fallbacks: r1.Fallbacks - r0.Fallbacks, ChecksumFailures: r1.ChecksumFailures - r0.ChecksumFailures,
 	}
+}
 
-	if r.dropped != int64(objects) {
+// check records every way the run fell short of the demo's promise.
+func (r *demoResult) check(total int64) {
+	objects := int64(r.objects)
+	if r.dropped != objects {
 		r.failf("evict dropped %d DRAM replicas, want %d", r.dropped, objects)
 	}
 	if r.dramAfterEvict != 0 {
@@ -221,13 +262,12 @@ func demo(ctx context.Context, dir string, objects, size int, backendName string
 	if r.ssdAfterEvict < total {
 		r.failf("master counts %d SSD bytes, want at least %d", r.ssdAfterEvict, total)
 	}
-	if r.reads.LocalSSD != int64(objects) {
+	if r.reads.LocalSSD != objects {
 		r.failf("%d reads served from SSD, want %d", r.reads.LocalSSD, objects)
 	}
 	if r.buckets < 1 {
 		r.failf("no bucket written")
 	}
-	return r, nil
 }
 
 func printDemo(w io.Writer, r *demoResult) {

@@ -43,6 +43,6 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
-	fmt.Fprintf(stderr, "tierstore: unknown command %q\n%s", cmd, usage)
+	fmt.Fprintf(stderr, "tierstore: unknown command %q (run \"tierstore --help\" for the commands)\n", cmd)
 	return 2
 }

@@ -29,7 +29,7 @@ func TestUsageErrors(t *testing.T) {
 		want string
 	}{
 		{nil, "usage"},
-		{[]string{"frobnicate"}, "unknown command"},
+		{[]string{"frobnicate"}, `unknown command "frobnicate" (run "tierstore --help"`},
 		{[]string{"put", "--master", "x:1"}, "want KEY [FILE]"},
 		{[]string{"get", "--master", "x:1", "a", "b", "c"}, "want KEY [FILE]"},
 		{[]string{"exists", "--master", "x:1"}, "want KEY"},
@@ -66,14 +66,22 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"get", "--tier", "memory", "k"}, "--tier"},
 		{[]string{"rm", "--node", "x:2", "k"}, "--node"},
 		{[]string{"put", "--force", "k"}, "--force"},
+		// A FILE that cannot be read is a usage error of the command line
+		// (issue 10), named as such, before anything connects.
+		{[]string{"put", "--master", "x:1", "k", "/nonexistent/tierstore-put-input"}, "FILE: open /nonexistent/tierstore-put-input"},
+		// A long key is shortened in messages (issue 10).
+		{[]string{"stats", "--master", "x:1", strings.Repeat("k", 4096)}, "...(4096 bytes)"},
 	}
 	for _, c := range cases {
 		out, errOut, code := runCLI("", c.args...)
 		if code != 2 || !strings.Contains(errOut, c.want) || out != "" {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 mentioning %q", c.args, code, out, errOut, c.want)
 		}
-		if len(c.args) > 0 && c.args[0] != "frobnicate" && strings.Count(errOut, "\n") != 1 {
+		if len(c.args) > 0 && strings.Count(errOut, "\n") != 1 {
 			t.Errorf("%v: want one line, stderr %q", c.args, errOut)
+		}
+		if len(c.args) > 0 && len(errOut) > 200 {
+			t.Errorf("%v: message of %d bytes, want it short: %q", c.args, len(errOut), errOut)
 		}
 	}
 }

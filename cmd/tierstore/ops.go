@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -30,151 +31,214 @@ var opSynopsis = map[string]string{
 	"evict":  "--master ADDR --tier memory [KEY...|--all]",
 }
 
+// opArgs is one object command's parsed command line.
+type opArgs struct {
+	cmd        string
+	addr       string
+	timeout    time.Duration
+	force, all bool
+	tierName   string
+	nodes      listFlag
+	pos        []string
+	value      []byte // put: the value, read before connecting
+}
+
 // runOp runs put, get, exists, rm, stats and evict against a master. Each
-// command has its own FlagSet holding only its flags.
+// command has its own FlagSet holding only its flags. Usage errors exit 2
+// before anything connects; failures of the operation exit 1.
 func runOp(cmd string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := newFlagSet(cmd)
-	addr := fs.String("master", "127.0.0.1:50051", "master gRPC address host:port")
-	timeout := fs.Duration("timeout", 30*time.Second, "bound on the whole command (> 0)")
-	var (
-		force, all bool
-		tierName   string
-		nodes      listFlag
-	)
-	switch cmd {
-	case "rm":
-		fs.BoolVar(&force, "force", false, "remove even while a read lease is active")
-	case "evict":
-		fs.StringVar(&tierName, "tier", "", "the tier to drop replicas from (only \"memory\"; required)")
-		fs.BoolVar(&all, "all", false, "every object (instead of KEY...)")
-	case "stats":
-		fs.Var(&nodes, "node", "also report this node's segment and SSD tier (peer address host:port; repeatable)")
-	}
-	if code, done := parseCmd(fs, opSynopsis[cmd], args, stdout, stderr); done {
+	a, code, done := parseOp(cmd, args, stdin, stdout, stderr)
+	if done {
 		return code
 	}
-	pos := fs.Args()
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "tierstore %s: %s\n", cmd, fmt.Sprintf(format, a...))
-		return 2
-	}
-	if *addr == "" {
-		return fail("--master: must not be empty (host:port)")
-	}
-	if *timeout <= 0 {
-		return fail("--timeout: must be positive, got %v", *timeout)
-	}
-	switch cmd {
-	case "put", "get":
-		if len(pos) < 1 || len(pos) > 2 {
-			return fail("want KEY [FILE], got %d arguments", len(pos))
-		}
-	case "exists", "rm":
-		if len(pos) != 1 {
-			return fail("want KEY, got %d arguments", len(pos))
-		}
-	case "stats":
-		if len(pos) != 0 {
-			return fail("takes no arguments, got %q", pos[0])
-		}
-	case "evict":
-		if tierName != "memory" {
-			return fail("--tier: %q is not supported (only memory)", tierName)
-		}
-		if all == (len(pos) > 0) {
-			return fail("give keys or --all (not both)")
-		}
-	}
-	if cmd != "stats" {
-		for _, k := range pos[:min(len(pos), keyArgs(cmd))] {
-			if k == "" {
-				return fail("KEY must not be empty")
-			}
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
 	defer cancel()
-	c, err := client.New(ctx, client.Config{MasterAddr: *addr})
+	c, err := client.New(ctx, client.Config{MasterAddr: a.addr})
 	if err != nil {
-		fmt.Fprintf(stderr, "tierstore %s: --master %s: %v\n", cmd, *addr, err)
+		fmt.Fprintf(stderr, "tierstore %s: --master %s: %v\n", cmd, a.addr, err)
 		return 1
 	}
 	defer c.Close()
-	errOut := func(err error) int {
+	if err := opHandlers[cmd](ctx, c, a, stdout, stderr); err != nil {
+		var ex exitCode
+		if errors.As(err, &ex) {
+			return int(ex)
+		}
 		fmt.Fprintf(stderr, "tierstore %s: %v (%s)\n", cmd, err, client.CodeOf(err))
 		return 1
 	}
+	return 0
+}
+
+// exitCode is an outcome that is not an error message: exists answering
+// false exits 1 without one.
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit %d", int(e)) }
+
+// parseOp parses and checks cmd's flags and arguments. done is true when
+// the command must stop with code (help printed, or a usage error printed
+// as one line).
+func parseOp(cmd string, args []string, stdin io.Reader, stdout, stderr io.Writer) (a opArgs, code int, done bool) {
+	a.cmd = cmd
+	fs := newFlagSet(cmd)
+	fs.StringVar(&a.addr, "master", "127.0.0.1:50051", "master gRPC address host:port")
+	fs.DurationVar(&a.timeout, "timeout", 30*time.Second, "bound on the whole command (> 0)")
 	switch cmd {
-	case "put":
-		var val []byte
-		if len(pos) == 2 && pos[1] != "-" {
-			val, err = os.ReadFile(pos[1])
+	case "rm":
+		fs.BoolVar(&a.force, "force", false, "remove even while a read lease is active")
+	case "evict":
+		fs.StringVar(&a.tierName, "tier", "", "the tier to drop replicas from (only \"memory\"; required)")
+		fs.BoolVar(&a.all, "all", false, "every object (instead of KEY...)")
+	case "stats":
+		fs.Var(&a.nodes, "node", "also report this node's segment and SSD tier (peer address host:port; repeatable)")
+	}
+	if code, done := parseCmd(fs, opSynopsis[cmd], args, stdout, stderr); done {
+		return a, code, true
+	}
+	a.pos = fs.Args()
+	if msg := checkOp(&a); msg != "" {
+		fmt.Fprintf(stderr, "tierstore %s: %s\n", cmd, msg)
+		return a, 2, true
+	}
+	if cmd == "put" {
+		var err error
+		if len(a.pos) == 2 && a.pos[1] != "-" {
+			a.value, err = os.ReadFile(a.pos[1])
 		} else {
-			val, err = io.ReadAll(stdin)
+			a.value, err = io.ReadAll(stdin)
 		}
 		if err != nil {
-			return errOut(err)
+			// A FILE that cannot be read is the command line's fault, not
+			// the store's: a usage error, before anything connects.
+			fmt.Fprintf(stderr, "tierstore put: FILE: %v\n", err)
+			return a, 2, true
 		}
-		if err := c.Put(ctx, pos[0], val); err != nil {
-			return errOut(err)
+	}
+	return a, 0, false
+}
+
+// checkOp returns what is wrong with a's flags and arguments, or "".
+func checkOp(a *opArgs) string {
+	pos := a.pos
+	switch {
+	case a.addr == "":
+		return "--master: must not be empty (host:port)"
+	case a.timeout <= 0:
+		return fmt.Sprintf("--timeout: must be positive, got %v", a.timeout)
+	}
+	switch a.cmd {
+	case "put", "get":
+		if len(pos) < 1 || len(pos) > 2 {
+			return fmt.Sprintf("want KEY [FILE], got %d arguments", len(pos))
 		}
-		fmt.Fprintf(stderr, "stored %q: %d bytes, crc32c %08x\n", pos[0], len(val), client.CRC32C(val))
-	case "get":
-		val, err := c.Get(ctx, pos[0])
-		if err != nil {
-			return errOut(err)
+	case "exists", "rm":
+		if len(pos) != 1 {
+			return fmt.Sprintf("want KEY, got %d arguments", len(pos))
 		}
-		if len(pos) == 2 && pos[1] != "-" {
-			if err := os.WriteFile(pos[1], val, 0o644); err != nil {
-				return errOut(err)
+	case "stats":
+		if len(pos) != 0 {
+			return fmt.Sprintf("takes no arguments, got %q", shortKey(pos[0]))
+		}
+	case "evict":
+		if a.tierName != "memory" {
+			return fmt.Sprintf("--tier: %q is not supported (only memory)", a.tierName)
+		}
+		if a.all == (len(pos) > 0) {
+			return "give keys or --all (not both)"
+		}
+	}
+	if a.cmd != "stats" {
+		for _, k := range pos[:min(len(pos), keyArgs(a.cmd))] {
+			if k == "" {
+				return "KEY must not be empty"
 			}
-		} else if _, err := stdout.Write(val); err != nil {
-			return errOut(err)
 		}
-	case "exists":
-		ok, err := c.Exists(ctx, pos[0])
+	}
+	return ""
+}
+
+// shortKey is key as it appears in messages: keys may be up to 4 KiB, so
+// long ones are cut to their first 48 bytes and their length.
+func shortKey(key string) string {
+	const keep = 48
+	if len(key) <= keep {
+		return key
+	}
+	return fmt.Sprintf("%s...(%d bytes)", key[:keep], len(key))
+}
+
+// opHandlers run each object command once its arguments are checked.
+var opHandlers = map[string]func(ctx context.Context, c *client.Client, a opArgs, stdout, stderr io.Writer) error{
+	"put": func(ctx context.Context, c *client.Client, a opArgs, _, stderr io.Writer) error {
+		if err := c.Put(ctx, a.pos[0], a.value); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "stored %q: %d bytes, crc32c %08x\n", shortKey(a.pos[0]), len(a.value), client.CRC32C(a.value))
+		return nil
+	},
+	"get": func(ctx context.Context, c *client.Client, a opArgs, stdout, _ io.Writer) error {
+		val, err := c.Get(ctx, a.pos[0])
 		if err != nil {
-			return errOut(err)
+			return err
+		}
+		if len(a.pos) == 2 && a.pos[1] != "-" {
+			return os.WriteFile(a.pos[1], val, 0o644)
+		}
+		_, err = stdout.Write(val)
+		return err
+	},
+	"exists": func(ctx context.Context, c *client.Client, a opArgs, stdout, _ io.Writer) error {
+		ok, err := c.Exists(ctx, a.pos[0])
+		if err != nil {
+			return err
 		}
 		fmt.Fprintln(stdout, ok)
 		if !ok {
-			return 1
+			return exitCode(1)
 		}
-	case "rm":
-		if err := c.Remove(ctx, pos[0], force); err != nil {
-			return errOut(err)
-		}
-	case "stats":
-		st, err := c.Stats(ctx)
+		return nil
+	},
+	"rm": func(ctx context.Context, c *client.Client, a opArgs, _, _ io.Writer) error {
+		return c.Remove(ctx, a.pos[0], a.force)
+	},
+	"stats": runStats,
+	"evict": func(ctx context.Context, c *client.Client, a opArgs, stdout, _ io.Writer) error {
+		n, err := c.EvictMemory(ctx, a.pos, a.all)
 		if err != nil {
-			return errOut(err)
-		}
-		fmt.Fprintf(stdout, "nodes              %d\n", st.Nodes)
-		fmt.Fprintf(stdout, "segments           %d (%s capacity, %s used)\n", st.Segments, units.Human(st.SegmentCapacity), units.Human(st.SegmentUsed))
-		fmt.Fprintf(stdout, "objects            %d\n", st.Objects)
-		fmt.Fprintf(stdout, "memory replicas    %d (%s)\n", st.MemoryReplicas, units.Human(st.MemoryBytes))
-		fmt.Fprintf(stdout, "disk replicas      %d (%s)\n", st.DiskReplicas, units.Human(st.DiskBytes))
-		fmt.Fprintf(stdout, "offload            queued %d, in flight %d, persisted %d, failed %d\n", st.OffloadQueued, st.OffloadInFlight, st.OffloadPersisted, st.OffloadFailed)
-		fmt.Fprintf(stdout, "dram evictions     %d\n", st.Evictions)
-		fmt.Fprintf(stdout, "expired nodes      %d\n", st.ExpiredNodes)
-		printNodeTable(stdout, st.PerNode)
-		for _, addr := range nodes {
-			ns, err := node.PeerStats(ctx, addr)
-			if err != nil {
-				return errOut(err)
-			}
-			fmt.Fprintf(stdout, "node %s (%s): segment %s %s; SSD %d objects, %d buckets, %s used; offload persisted %d, failed %d; reads served DRAM %d, SSD %d\n",
-				addr, ns.Backend, ns.Segment, units.Human(ns.SegmentSize), ns.Tier.Objects, ns.Tier.Buckets,
-				units.Human(ns.Tier.BytesUsed), ns.OffloadPersisted, ns.OffloadFailed, ns.PeerReadsDRAM, ns.PeerReadsSSD)
-		}
-	case "evict":
-		n, err := c.EvictMemory(ctx, pos, all)
-		if err != nil {
-			return errOut(err)
+			return err
 		}
 		fmt.Fprintf(stdout, "dropped %d memory replicas\n", n)
+		return nil
+	},
+}
+
+// runStats prints the master's totals, one row per node incarnation, and
+// the counters of each node given with --node.
+func runStats(ctx context.Context, c *client.Client, a opArgs, stdout, _ io.Writer) error {
+	st, err := c.Stats(ctx)
+	if err != nil {
+		return err
 	}
-	return 0
+	fmt.Fprintf(stdout, "nodes              %d\n", st.Nodes)
+	fmt.Fprintf(stdout, "segments           %d (%s capacity, %s used)\n", st.Segments, units.Human(st.SegmentCapacity), units.Human(st.SegmentUsed))
+	fmt.Fprintf(stdout, "objects            %d\n", st.Objects)
+	fmt.Fprintf(stdout, "memory replicas    %d (%s)\n", st.MemoryReplicas, units.Human(st.MemoryBytes))
+	fmt.Fprintf(stdout, "disk replicas      %d (%s)\n", st.DiskReplicas, units.Human(st.DiskBytes))
+	fmt.Fprintf(stdout, "offload            queued %d, in flight %d, persisted %d, failed %d\n", st.OffloadQueued, st.OffloadInFlight, st.OffloadPersisted, st.OffloadFailed)
+	fmt.Fprintf(stdout, "dram evictions     %d\n", st.Evictions)
+	fmt.Fprintf(stdout, "expired nodes      %d\n", st.ExpiredNodes)
+	printNodeTable(stdout, st.PerNode)
+	for _, addr := range a.nodes {
+		ns, err := node.PeerStats(ctx, addr)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "node %s (%s): segment %s %s; SSD %d objects, %d buckets, %s used; offload persisted %d, failed %d; reads served DRAM %d, SSD %d\n",
+			addr, ns.Backend, ns.Segment, units.Human(ns.SegmentSize), ns.Tier.Objects, ns.Tier.Buckets,
+			units.Human(ns.Tier.BytesUsed), ns.OffloadPersisted, ns.OffloadFailed, ns.PeerReadsDRAM, ns.PeerReadsSSD)
+	}
+	return nil
 }
 
 // keyArgs is how many leading positional arguments of cmd are keys.
