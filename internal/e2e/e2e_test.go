@@ -69,12 +69,12 @@ func nodeStats(t *testing.T, endpoint string) *rpcpb.PeerStatsReply {
 // from the SSD of whichever node holds them), and the CLI reads them too.
 func TestTwoNodesCrossRead(t *testing.T) {
 	m := startMaster(t, 0)
-	a := startNode(t, m.addr, t.TempDir())
-	b := startNode(t, m.addr, t.TempDir())
+	a := startNode(t, m.Addr, t.TempDir())
+	b := startNode(t, m.Addr, t.TempDir())
 	const n, size = 12, 96 << 10
 	// Half the objects on each node.
-	ca := newClient(t, m.addr, a.node)
-	cb := newClient(t, m.addr, b.node)
+	ca := newClient(t, m.Addr, a.Node)
+	cb := newClient(t, m.Addr, b.Node)
 	va, ka := putAll(t, ca, "a", n/2, size)
 	vb, kb := putAll(t, cb, "b", n/2, size)
 	vals := map[string][]byte{}
@@ -86,7 +86,7 @@ func TestTwoNodesCrossRead(t *testing.T) {
 	}
 	keys := append(ka, kb...)
 
-	reader := newClient(t, m.addr, "")
+	reader := newClient(t, m.Addr, "")
 	ctx := context.Background()
 	for _, k := range keys {
 		got, err := reader.Get(ctx, k)
@@ -103,7 +103,7 @@ func TestTwoNodesCrossRead(t *testing.T) {
 	// evict until every DRAM replica is gone (the leases expire in 3s).
 	dropped := 0
 	eventually(t, 20*time.Second, "evict --tier memory --all", func() error {
-		out, errOut, code := cli(t, "evict", "--master", m.addr, "--tier", "memory", "--all")
+		out, errOut, code := cli(t, "evict", "--master", m.Addr, "--tier", "memory", "--all")
 		var d int
 		if _, err := fmt.Sscanf(out, "dropped %d", &d); code != 0 || err != nil {
 			t.Fatalf("evict: code %d, out %q, err %q", code, out, errOut)
@@ -129,13 +129,13 @@ func TestTwoNodesCrossRead(t *testing.T) {
 	}
 	// Each node served the SSD reads of the objects it holds.
 	for _, p := range []*proc{a, b} {
-		if s := nodeStats(t, p.addr); s.PeerReadsSsd < n/2 || s.SsdObjects != n/2 {
-			t.Fatalf("node %s: %d SSD reads served, %d SSD objects", p.node, s.PeerReadsSsd, s.SsdObjects)
+		if s := nodeStats(t, p.Addr); s.PeerReadsSsd < n/2 || s.SsdObjects != n/2 {
+			t.Fatalf("node %s: %d SSD reads served, %d SSD objects", p.Node, s.PeerReadsSsd, s.SsdObjects)
 		}
 	}
 	// The CLI reads an object held by node a from SSD, byte for byte.
 	file := t.TempDir() + "/v"
-	if _, errOut, code := cli(t, "get", "--master", m.addr, ka[0], file); code != 0 {
+	if _, errOut, code := cli(t, "get", "--master", m.Addr, ka[0], file); code != 0 {
 		t.Fatalf("cli get: %d %s", code, errOut)
 	}
 	if got, _ := os.ReadFile(file); !bytes.Equal(got, vals[ka[0]]) {
@@ -145,7 +145,7 @@ func TestTwoNodesCrossRead(t *testing.T) {
 	if _, err := reader.Get(ctx, "never-put"); !errors.Is(err, codes.ErrObjectNotFound) {
 		t.Fatalf("missing key: %v", err)
 	}
-	if _, errOut, code := cli(t, "get", "--master", m.addr, "never-put"); code != 1 || !strings.Contains(errOut, "OBJECT_NOT_FOUND") {
+	if _, errOut, code := cli(t, "get", "--master", m.Addr, "never-put"); code != 1 || !strings.Contains(errOut, "OBJECT_NOT_FOUND") {
 		t.Fatalf("cli get of a missing key: %d %q", code, errOut)
 	}
 }
@@ -166,8 +166,8 @@ func TestTwoNodesCrossRead(t *testing.T) {
 func TestNodeKill9MidOffload(t *testing.T) {
 	m := startMaster(t, 0)
 	dir := t.TempDir()
-	a := startNode(t, m.addr, dir, "--bucket_keys_limit=1", "--heartbeat_interval=20ms")
-	c := newClient(t, m.addr, a.node)
+	a := startNode(t, m.Addr, dir, "--bucket_keys_limit=1", "--heartbeat_interval=20ms")
+	c := newClient(t, m.Addr, a.Node)
 	const n, size = 60, 128 << 10
 	ctx := context.Background()
 
@@ -214,14 +214,14 @@ func TestNodeKill9MidOffload(t *testing.T) {
 		}
 		onDisk = onDiskKeys()
 	}
-	a.kill(syscall.SIGKILL)
+	a.Kill(syscall.SIGKILL)
 	atKill := onDiskKeys() // the dead node announces nothing more
 	t.Logf("killed the node with %d of %d objects reported on SSD (%d at the last poll before the kill)", len(atKill), n, len(onDisk))
 	if len(atKill) >= n {
 		t.Fatalf("all %d objects were on SSD at the kill: the kill did not land mid-offload", n)
 	}
 
-	a2 := startNode(t, m.addr, dir, "--bucket_keys_limit=1")
+	a2 := startNode(t, m.Addr, dir, "--bucket_keys_limit=1")
 	_ = a2
 	// Every object on SSD at the kill (a superset of what the master
 	// reported just before it) is readable after the restart.
@@ -257,15 +257,15 @@ func TestNodeKill9MidOffload(t *testing.T) {
 func TestMasterKill9Restart(t *testing.T) {
 	port := freePort(t)
 	m := startMaster(t, port)
-	a := startNode(t, m.addr, t.TempDir())
-	c := newClient(t, m.addr, a.node)
+	a := startNode(t, m.Addr, t.TempDir())
+	c := newClient(t, m.Addr, a.Node)
 	const n, size = 10, 64 << 10
 	vals, keys := putAll(t, c, "m", n, size)
 	waitDiskReplicas(t, c, n)
 
-	m.kill(syscall.SIGKILL)
+	m.Kill(syscall.SIGKILL)
 	m2 := startMaster(t, port)
-	c2 := newClient(t, m2.addr, "")
+	c2 := newClient(t, m2.Addr, "")
 	ctx := context.Background()
 	for _, k := range keys {
 		eventually(t, 20*time.Second, "read after master restart of "+k, func() error {
@@ -282,7 +282,7 @@ func TestMasterKill9Restart(t *testing.T) {
 	if rs := c2.ReadStats(); rs.RemoteSSD != n {
 		t.Fatalf("reads after the master restart should all come from SSD: %+v", rs)
 	}
-	if s := nodeStats(t, a.addr); s.SsdObjects != n {
+	if s := nodeStats(t, a.Addr); s.SsdObjects != n {
 		t.Fatalf("node holds %d SSD objects, want %d", s.SsdObjects, n)
 	}
 }
@@ -293,10 +293,10 @@ func TestMasterKill9Restart(t *testing.T) {
 func TestNodeStopsPinging(t *testing.T) {
 	const lease = 5 * time.Second
 	m := startMaster(t, 0, "--client_ttl=1", fmt.Sprintf("--default_kv_lease_ttl=%d", lease.Milliseconds()))
-	a := startNode(t, m.addr, "")
-	b := startNode(t, m.addr, "")
-	ca := newClient(t, m.addr, a.node)
-	cb := newClient(t, m.addr, b.node)
+	a := startNode(t, m.Addr, "")
+	b := startNode(t, m.Addr, "")
+	ca := newClient(t, m.Addr, a.Node)
+	cb := newClient(t, m.Addr, b.Node)
 	ctx := context.Background()
 	va := randomValue(4096)
 	vb := randomValue(4096)
@@ -314,8 +314,8 @@ func TestNodeStopsPinging(t *testing.T) {
 		t.Fatalf("exists: %v %v", ok, err)
 	}
 	leased := time.Now()
-	a.kill(syscall.SIGSTOP)
-	t.Cleanup(func() { a.kill(syscall.SIGCONT) })
+	a.Kill(syscall.SIGSTOP)
+	t.Cleanup(func() { a.Kill(syscall.SIGCONT) })
 
 	var gone time.Time
 	// Reads are bounded: a stopped process accepts connections but never
@@ -372,20 +372,20 @@ func TestDemoPrintsPASS(t *testing.T) {
 func TestNodeSIGTERM(t *testing.T) {
 	m := startMaster(t, 0)
 	dir := t.TempDir()
-	a := startNode(t, m.addr, dir)
-	c := newClient(t, m.addr, a.node)
+	a := startNode(t, m.Addr, dir)
+	c := newClient(t, m.Addr, a.Node)
 	vals, keys := putAll(t, c, "t", 5, 32<<10)
 	waitDiskReplicas(t, c, 5)
-	a.kill(syscall.SIGTERM)
+	a.Kill(syscall.SIGTERM)
 	if err := a.wait(30 * time.Second); err != nil {
-		t.Fatalf("node exit after SIGTERM: %v\n%s", err, a.output())
+		t.Fatalf("node exit after SIGTERM: %v\n%s", err, a.Output())
 	}
 	ctx := context.Background()
 	st, err := c.Stats(ctx)
 	if err != nil || st.Segments != 0 {
 		t.Fatalf("segment still mounted after SIGTERM: %+v %v", st, err)
 	}
-	startNode(t, m.addr, dir)
+	startNode(t, m.Addr, dir)
 	for _, k := range keys {
 		eventually(t, 20*time.Second, "read after clean restart of "+k, func() error {
 			got, err := c.Get(ctx, k)
@@ -409,17 +409,17 @@ func TestServe(t *testing.T) {
 	if err := os.WriteFile(in, val, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, e, code := cli(t, "put", "--master", s.addr, "served", in); code != 0 {
+	if _, e, code := cli(t, "put", "--master", s.Addr, "served", in); code != 0 {
 		t.Fatalf("put: %d %s", code, e)
 	}
 	out := t.TempDir() + "/out"
-	if _, e, code := cli(t, "get", "--master", s.addr, "served", out); code != 0 {
+	if _, e, code := cli(t, "get", "--master", s.Addr, "served", out); code != 0 {
 		t.Fatalf("get: %d %s", code, e)
 	}
 	if got, _ := os.ReadFile(out); !bytes.Equal(got, val) {
 		t.Fatal("get returned other bytes")
 	}
-	s.kill(syscall.SIGTERM)
+	s.Kill(syscall.SIGTERM)
 	if err := s.wait(30 * time.Second); err != nil {
 		t.Fatalf("serve exit after SIGTERM: %v", err)
 	}
@@ -430,8 +430,8 @@ func TestServe(t *testing.T) {
 // reader gets client.ErrObjectNotFound; the other keys stay.
 func TestRemovedKeyLeavesNodeSSD(t *testing.T) {
 	m := startMaster(t, 0)
-	a := startNode(t, m.addr, t.TempDir(), "--reconcile_interval=300ms")
-	c := newClient(t, m.addr, a.node)
+	a := startNode(t, m.Addr, t.TempDir(), "--reconcile_interval=300ms")
+	c := newClient(t, m.Addr, a.Node)
 	vals, keys := putAll(t, c, "rm", 3, 32<<10)
 	waitDiskReplicas(t, c, 3)
 	ctx := context.Background()
@@ -442,7 +442,7 @@ func TestRemovedKeyLeavesNodeSSD(t *testing.T) {
 		t.Fatalf("get of a removed key over gRPC: %v", err)
 	}
 	eventually(t, 20*time.Second, "removed key deleted from the node's SSD", func() error {
-		if st := nodeStats(t, a.addr); st.GetSsdObjects() != 2 {
+		if st := nodeStats(t, a.Addr); st.GetSsdObjects() != 2 {
 			return fmt.Errorf("%d objects on SSD", st.GetSsdObjects())
 		}
 		return nil
