@@ -209,6 +209,9 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 		res.Scenario = s.name
 		res.Quick = *quick
 		res.Started = started
+		if res.Elapsed == 0 {
+			res.Elapsed = time.Since(started).Seconds()
+		}
 		printResult(stdout, hdr, res)
 		rep.Results = append(rep.Results, res)
 		if ctx.Err() != nil {
