@@ -183,3 +183,25 @@ func WithMessage(c Code, msg string) error {
 	}
 	return &messageError{msg: msg, sentinel: Err(c)}
 }
+
+// wrapError carries code c for an error that already says what went wrong:
+// its message is err's alone (the code's name is not repeated in it), and
+// errors.Is matches both the code's sentinel and everything in err's chain.
+type wrapError struct {
+	sentinel error
+	err      error
+}
+
+func (e *wrapError) Error() string   { return e.err.Error() }
+func (e *wrapError) Unwrap() []error { return []error{e.sentinel, e.err} }
+
+// Wrap marks err with code c without repeating the code's message: use it
+// where fmt.Errorf("%w: %w", Err(c), err) would print a chain such as
+// "checksum mismatch: tier: checksum mismatch: ...". nil stays nil; c == OK
+// returns err unchanged.
+func Wrap(c Code, err error) error {
+	if err == nil || c == OK {
+		return err
+	}
+	return &wrapError{sentinel: Err(c), err: err}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	grpccodes "google.golang.org/grpc/codes"
@@ -93,5 +94,27 @@ func TestWithMessage(t *testing.T) {
 	}
 	if WithMessage(ReplicaIsGone, "") != ErrReplicaGone {
 		t.Fatal("empty message")
+	}
+}
+
+// Wrap carries a code without repeating its message (issue 10: error chains
+// repeated each cause): the text is the wrapped error's, and errors.Is
+// matches both the code and the wrapped chain.
+func TestWrap(t *testing.T) {
+	inner := fmt.Errorf("tier: %w", errors.New("bucket: object checksum mismatch"))
+	err := Wrap(ChecksumMismatch, inner)
+	if err.Error() != inner.Error() {
+		t.Fatalf("message %q, want %q", err.Error(), inner.Error())
+	}
+	if !errors.Is(err, ErrChecksumMismatch) || !errors.Is(err, inner) || Of(err) != ChecksumMismatch {
+		t.Fatalf("Wrap lost a link: %v", err)
+	}
+	if Wrap(ChecksumMismatch, nil) != nil || Wrap(OK, inner) != inner {
+		t.Fatal("Wrap of nil or OK")
+	}
+	st := ToStatus(err)
+	back := FromStatus(st)
+	if !errors.Is(back, ErrChecksumMismatch) || strings.Count(back.Error(), "checksum mismatch") != 1 {
+		t.Fatalf("over gRPC: %v", back)
 	}
 }
