@@ -69,19 +69,9 @@ func runThroughput(ctx context.Context, e *env) (*result, error) {
 	// Default 4 readers x 8 keys: 32 object reads in flight, as fio's
 	// iodepth 32.
 	readers, perLoad := e.readers, e.perLoad
-	sizes := []int64{64 << 10, 256 << 10, 1 << 20}
-	if e.sizes != nil {
-		sizes = e.sizes
-	}
-	if e.sizesFlag != "" {
-		sizes = nil
-		for _, f := range strings.Split(e.sizesFlag, ",") {
-			n, err := parseSize(f)
-			if err != nil || n <= 0 || n%4096 != 0 {
-				return nil, fmt.Errorf("%w: --sizes: %q is not a positive multiple of 4K (e.g. 64K,1M)", errUsage, f)
-			}
-			sizes = append(sizes, n)
-		}
+	sizes, err := throughputSizes(e)
+	if err != nil {
+		return nil, err
 	}
 	res := &result{Options: map[string]string{
 		"bytes_per_run": fmtBytes(total),
@@ -95,38 +85,11 @@ func runThroughput(ctx context.Context, e *env) (*result, error) {
 	// then random reads at the object size on the file it wrote), right
 	// before the engine runs of that size, so that each ratio compares
 	// figures taken minutes apart at most on a disk that may be shared.
-	fioW := map[int64]*fio.Result{}
-	fioR := map[int64]*fio.Result{}
-	ft := &table{Title: "fio on the same directory, run before each size group (commands below)",
-		Columns: []string{"job", "for size", "MB/s", "IOPS", "p50 ms", "p99 ms"}}
-	_, fioVersion, fioErr := fio.Available()
-	if fioErr != nil {
-		res.Notes = append(res.Notes, "fio is not installed: absolute figures only (install fio for ratios)")
-	} else {
-		res.Options["fio"] = fioVersion
-	}
+	fr := newFioRefs(res)
 	var figs []tpFigures
 	for _, s := range sizes {
-		if fioErr == nil {
-			w, r, err := fioPair(ctx, filepath.Join(e.dir, "fio"), s, total, bucketBytes, fioRuntime)
-			switch {
-			case err != nil && ctx.Err() != nil:
-				return nil, ctx.Err()
-			case err != nil:
-				// fio is there but cannot run here (no io_uring, no
-				// O_DIRECT on this file system...): say so, carry on with
-				// absolute figures.
-				res.Notes = append(res.Notes, fmt.Sprintf("fio failed on this directory, absolute figures only: %v", err))
-				fioErr = err
-			default:
-				fioW[s], fioR[s] = w, r
-				ft.add("write 1M qd16 direct", sizeName(s), w.BytesPerSec/mb, w.IOPS, ms(w.LatP50), ms(w.LatP99))
-				ft.add("randread "+sizeName(s)+" qd32 direct", sizeName(s), r.BytesPerSec/mb, r.IOPS, ms(r.LatP50), ms(r.LatP99))
-				if s == sizes[0] {
-					res.Notes = append(res.Notes, "fio: "+joinArgs(w.Args))
-				}
-				res.Notes = append(res.Notes, "fio: "+joinArgs(r.Args))
-			}
+		if err := fr.run(ctx, e.dir, s, s == sizes[0], total, bucketBytes, fioRuntime); err != nil {
+			return nil, err
 		}
 		for _, b := range tierBackends {
 			if err := ctx.Err(); err != nil {
@@ -141,6 +104,89 @@ func runThroughput(ctx context.Context, e *env) (*result, error) {
 			figs = append(figs, f)
 		}
 	}
+	res.Tables = append(res.Tables, throughputTable(figs, sizes, fr))
+	if len(fr.table.Rows) > 0 {
+		res.Tables = append(res.Tables, fr.table)
+	}
+	res.Notes = append(res.Notes,
+		"write = Offload calls of one bucket each (encode, write, fdatasync, synced index commit); fio fdatasyncs at the same bucket size",
+		"reads follow posix_fadvise(DONTNEED) of every file, so the buffered backend starts cold too")
+	res.Elapsed = time.Since(start).Seconds()
+	res.charts = func(dir string) ([]string, error) { return throughputCharts(dir, figs, sizes, fr) }
+	return res, nil
+}
+
+// throughputSizes returns the object sizes of the run: --sizes, the test
+// override, or 64K, 256K and 1M.
+func throughputSizes(e *env) ([]int64, error) {
+	sizes := []int64{64 << 10, 256 << 10, 1 << 20}
+	if e.sizes != nil {
+		sizes = e.sizes
+	}
+	if e.sizesFlag != "" {
+		sizes = nil
+		for _, f := range strings.Split(e.sizesFlag, ",") {
+			n, err := parseSize(f)
+			if err != nil || n <= 0 || n%4096 != 0 {
+				return nil, fmt.Errorf("%w: --sizes: %q is not a positive multiple of 4K (e.g. 64K,1M)", errUsage, f)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	return sizes, nil
+}
+
+// fioRefs holds fio's figures per object size, and the table of them.
+type fioRefs struct {
+	res   *result
+	w, r  map[int64]*fio.Result
+	table *table
+	err   error // fio missing or failing here: absolute figures only
+}
+
+func newFioRefs(res *result) *fioRefs {
+	fr := &fioRefs{res: res, w: map[int64]*fio.Result{}, r: map[int64]*fio.Result{},
+		table: &table{Title: "fio on the same directory, run before each size group (commands below)",
+			Columns: []string{"job", "for size", "MB/s", "IOPS", "p50 ms", "p99 ms"}}}
+	_, version, err := fio.Available()
+	if err != nil {
+		res.Notes = append(res.Notes, "fio is not installed: absolute figures only (install fio for ratios)")
+		fr.err = err
+	} else {
+		res.Options["fio"] = version
+	}
+	return fr
+}
+
+// run measures fio's write and randread at size s, unless fio is missing
+// or already failed here. Only a cancelled ctx is an error.
+func (fr *fioRefs) run(ctx context.Context, dir string, s int64, first bool, total, bucketBytes int64, runtime time.Duration) error {
+	if fr.err != nil {
+		return nil
+	}
+	w, r, err := fioPair(ctx, filepath.Join(dir, "fio"), s, total, bucketBytes, runtime)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		// fio is there but cannot run here (no io_uring, no O_DIRECT on
+		// this file system...): say so, carry on with absolute figures.
+		fr.res.Notes = append(fr.res.Notes, fmt.Sprintf("fio failed on this directory, absolute figures only: %v", err))
+		fr.err = err
+		return nil
+	}
+	fr.w[s], fr.r[s] = w, r
+	fr.table.add("write 1M qd16 direct", sizeName(s), w.BytesPerSec/mb, w.IOPS, ms(w.LatP50), ms(w.LatP99))
+	fr.table.add("randread "+sizeName(s)+" qd32 direct", sizeName(s), r.BytesPerSec/mb, r.IOPS, ms(r.LatP50), ms(r.LatP99))
+	if first {
+		fr.res.Notes = append(fr.res.Notes, "fio: "+joinArgs(w.Args))
+	}
+	fr.res.Notes = append(fr.res.Notes, "fio: "+joinArgs(r.Args))
+	return nil
+}
+
+// throughputTable is the main table: engine figures and their ratios to fio.
+func throughputTable(figs []tpFigures, sizes []int64, fr *fioRefs) *table {
 	t := &table{
 		Title: "tier engine Offload (write) and Load (random read); x fio = engine / fio",
 		Columns: []string{"backend", "size", "write MB/s", "write x fio", "read MB/s", "read IOPS", "read x fio",
@@ -149,9 +195,9 @@ func runThroughput(ctx context.Context, e *env) (*result, error) {
 	for _, f := range figs {
 		var wx, rx any
 		for _, s := range sizes {
-			if sizeName(s) == f.size && fioR[s] != nil {
-				wx = ratio(f.writeMBps, fioW[s].BytesPerSec/mb)
-				rx = ratio(f.readMBps, fioR[s].BytesPerSec/mb)
+			if sizeName(s) == f.size && fr.r[s] != nil {
+				wx = ratio(f.writeMBps, fr.w[s].BytesPerSec/mb)
+				rx = ratio(f.readMBps, fr.r[s].BytesPerSec/mb)
 			}
 		}
 		name := f.backend
@@ -160,60 +206,54 @@ func runThroughput(ctx context.Context, e *env) (*result, error) {
 		}
 		t.add(name, f.size, f.writeMBps, wx, f.readMBps, f.readIOPS, rx, f.offP50, f.offP99, f.loadP50, f.loadP99)
 	}
-	res.Tables = append(res.Tables, t)
-	if len(ft.Rows) > 0 {
-		res.Tables = append(res.Tables, ft)
+	return t
+}
+
+// throughputCharts draws the write and read bar charts into dir.
+func throughputCharts(dir string, figs []tpFigures, sizes []int64, fr *fioRefs) ([]string, error) {
+	var groups []string
+	for _, s := range sizes {
+		groups = append(groups, sizeName(s))
 	}
-	res.Notes = append(res.Notes,
-		"write = Offload calls of one bucket each (encode, write, fdatasync, synced index commit); fio fdatasyncs at the same bucket size",
-		"reads follow posix_fadvise(DONTNEED) of every file, so the buffered backend starts cold too")
-	res.Elapsed = time.Since(start).Seconds()
-	res.charts = func(dir string) ([]string, error) {
-		var groups []string
+	var ws, rs []series
+	for _, b := range tierBackends {
+		sw, sr := series{name: b.name}, series{name: b.name}
+		for _, g := range groups {
+			vw, vr := math.NaN(), math.NaN()
+			for _, f := range figs {
+				if f.backend == b.name && f.size == g {
+					vw, vr = f.writeMBps, f.readMBps
+				}
+			}
+			sw.values = append(sw.values, vw)
+			sr.values = append(sr.values, vr)
+		}
+		ws = append(ws, sw)
+		rs = append(rs, sr)
+	}
+	var wref, rref []refLine
+	if len(fr.w) > 0 {
+		l := refLine{name: "fio write 1M qd16 (run before the group)"}
+		r := refLine{name: "fio randread at the size, qd32"}
 		for _, s := range sizes {
-			groups = append(groups, sizeName(s))
-		}
-		var ws, rs []series
-		for _, b := range tierBackends {
-			sw, sr := series{name: b.name}, series{name: b.name}
-			for _, g := range groups {
-				vw, vr := math.NaN(), math.NaN()
-				for _, f := range figs {
-					if f.backend == b.name && f.size == g {
-						vw, vr = f.writeMBps, f.readMBps
-					}
-				}
-				sw.values = append(sw.values, vw)
-				sr.values = append(sr.values, vr)
+			lv, rv := math.NaN(), math.NaN()
+			if fr.w[s] != nil {
+				lv, rv = fr.w[s].BytesPerSec/mb, fr.r[s].BytesPerSec/mb
 			}
-			ws = append(ws, sw)
-			rs = append(rs, sr)
+			l.values = append(l.values, lv)
+			r.values = append(r.values, rv)
 		}
-		var wref, rref []refLine
-		if len(fioW) > 0 {
-			l := refLine{name: "fio write 1M qd16 (run before the group)"}
-			r := refLine{name: "fio randread at the size, qd32"}
-			for _, s := range sizes {
-				lv, rv := math.NaN(), math.NaN()
-				if fioW[s] != nil {
-					lv, rv = fioW[s].BytesPerSec/mb, fioR[s].BytesPerSec/mb
-				}
-				l.values = append(l.values, lv)
-				r.values = append(r.values, rv)
-			}
-			wref, rref = []refLine{l}, []refLine{r}
-		}
-		p1 := filepath.Join(dir, "throughput-write.png")
-		if err := groupedBars(p1, "throughput: Offload per object size and backend", "MB/s", groups, ws, wref); err != nil {
-			return nil, err
-		}
-		p2 := filepath.Join(dir, "throughput-read.png")
-		if err := groupedBars(p2, "throughput: random Load per object size and backend", "MB/s", groups, rs, rref); err != nil {
-			return nil, err
-		}
-		return []string{p1, p2}, nil
+		wref, rref = []refLine{l}, []refLine{r}
 	}
-	return res, nil
+	p1 := filepath.Join(dir, "throughput-write.png")
+	if err := groupedBars(p1, "throughput: Offload per object size and backend", "MB/s", groups, ws, wref); err != nil {
+		return nil, err
+	}
+	p2 := filepath.Join(dir, "throughput-read.png")
+	if err := groupedBars(p2, "throughput: random Load per object size and backend", "MB/s", groups, rs, rref); err != nil {
+		return nil, err
+	}
+	return []string{p1, p2}, nil
 }
 
 // fioPair runs fio's sequential write (1 MiB, qd16, O_DIRECT, fdatasync at

@@ -197,7 +197,7 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
-// Reference 004: 11 objects of 1 MiB with a keys limit of 500 are grouped
+// Mooncake #4740: 11 objects of 1 MiB with a keys limit of 500 are grouped
 // into one bucket emitted in the same call.
 func TestGroupEmitsPartialTail(t *testing.T) {
 	items := make([]Item, 11)

@@ -21,7 +21,7 @@
 //     values (or their lz4 compression) plus shared zero padding, and the
 //     total length is a multiple of Align.
 //   - Group emits every non-empty group, including the partial last one, in
-//     the same call (reference 004): nothing is carried across calls. Objects
+//     the same call (Mooncake #4740): nothing is carried across calls. Objects
 //     that cannot fit in an empty bucket are refused (TooLarge), and duplicate
 //     keys within one call are folded onto their first occurrence.
 //

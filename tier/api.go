@@ -52,7 +52,7 @@ const (
 	Persisted Status = iota + 1
 	// AlreadyPresent: the key was already on this node's SSD with the same
 	// bytes (same length and CRC32C), committed by an earlier or concurrent
-	// call; nothing new was committed. Not an error (reference 002). A key on
+	// call; nothing new was committed. Not an error (Mooncake #2827). A key on
 	// SSD with other bytes is replaced by the new value (Persisted).
 	AlreadyPresent
 	// Failed: the object is not on SSD. Err says why; Retryable says whether

@@ -14,22 +14,22 @@
 //	on notify failure: index rollback, bucket file deleted once its
 //	in-flight reads finish.
 //
-// # Invariants (DESIGN.md)
+// # Invariants (docs/design.md)
 //
 //  1. Commit before publish: notify is called only after the bucket bytes are
 //     durable and the index entries committed, so a Load right after a
-//     successful notify never misses (reference 001). If notify fails, the
+//     successful notify never misses (Mooncake #2799). If notify fails, the
 //     keys are rolled back and the file removed; a file that cannot be
 //     removed is an orphan that the next Open deletes.
 //  2. Idempotent re-offload: a key already on SSD is AlreadyPresent, never a
-//     failure, and never fails the other keys of its bucket (reference 002).
+//     failure, and never fails the other keys of its bucket (Mooncake #2827).
 //     The duplicate check runs under the same lock as the commit. A key whose
 //     commit is waiting for its notify is not answered "already present" by
 //     a concurrent call: that call waits for the outcome, because a failed
 //     notify rolls the key back.
 //  3. Same-call tail flush: Offload writes all of its buckets, including the
 //     partial last one, before it returns, and answers every task exactly
-//     once (reference 004).
+//     once (Mooncake #4740).
 //  5. Integrity: every Load verifies the CRC32C of each object; a mismatch is
 //     ErrChecksum for that key only, the entry is dropped and the owner told.
 //  6. Recovery: Open removes bucket files the index does not know and drops
@@ -39,6 +39,15 @@
 //     high watermark evicts whole buckets (lru by last read, or fifo) down to
 //     the low watermark; OnEvict hears of the keys before the bytes go; a
 //     bucket being read is never deleted under its reader.
+//
+// # Files
+//
+//	engine.go   the Engine and bucket state, shared helpers
+//	open.go     Open: options, reconciliation of index and files (recovery)
+//	offload.go  Offload: per bucket write-and-reserve, commit, notify-and-settle
+//	load.go     Load: lookup, pinned reads, checksum verification
+//	space.go    reservation, eviction, bucket death and file deletion
+//	admin.go    Exists, Stat, Remove, Keys, Stats, Close
 //
 // Keys are opaque bytes of 1 to MaxKeyLen bytes and never become file names.
 //

@@ -81,14 +81,14 @@ func fileIDs(t testing.TB, be backend.Backend) []uint64 {
 	return ids
 }
 
-// Reference 004: eleven 1 MiB objects with the default keys limit of 500 are
+// Mooncake #4740: eleven 1 MiB objects with the default keys limit of 500 are
 // all persisted by a single Offload call (the partial bucket is flushed in
 // the same call) and read back from SSD with equal checksums after the DRAM
 // copies are gone.
-func TestRef004TailFlushSingleCall(t *testing.T) {
+func TestIssue4740TailFlushSingleCall(t *testing.T) {
 	dir := t.TempDir()
 	e := openEngine(t, dir, Options{})
-	tasks := makeTasks("ref004", 11, 1<<20, 1)
+	tasks := makeTasks("m4", 11, 1<<20, 1)
 	sums := make([][32]byte, len(tasks))
 	for i, tk := range tasks {
 		sums[i] = sha256.Sum256(tk.Value)
@@ -117,13 +117,13 @@ func TestRef004TailFlushSingleCall(t *testing.T) {
 	}
 }
 
-// Reference 001: when notify fails there is no index entry and no bucket
+// Mooncake #2799: when notify fails there is no index entry and no bucket
 // file, and Load says not found; when it succeeds, a Load issued the moment
 // the master hears of the keys (inside notify) already succeeds.
-func TestRef001CommitBeforePublish(t *testing.T) {
+func TestIssue2799CommitBeforePublish(t *testing.T) {
 	dir := t.TempDir()
 	e := openEngine(t, dir, Options{})
-	tasks := makeTasks("ref001", 7, 100_000, 2)
+	tasks := makeTasks("m1", 7, 100_000, 2)
 
 	out := e.Offload(bg, tasks, func(context.Context, []Committed) error {
 		return errors.New("master unreachable")
@@ -158,7 +158,7 @@ func TestRef001CommitBeforePublish(t *testing.T) {
 	requireStatus(t, out, Persisted)
 	require.Len(t, inNotify, len(tasks))
 	for i, r := range inNotify {
-		require.NoError(t, r.Err, "index miss right after publish (reference 001)")
+		require.NoError(t, r.Err, "index miss right after publish (Mooncake #2799)")
 		require.True(t, bytes.Equal(tasks[i].Value, r.Value))
 	}
 	requireLoads(t, e, tasks)
@@ -227,11 +227,11 @@ func TestNotifyFailureWaitsForReaders(t *testing.T) {
 	require.Empty(t, fileIDs(t, bb), "file deleted when the last reader left")
 }
 
-// Reference 002: re-offloading keys already on SSD is a success, and a bucket
+// Mooncake #2827: re-offloading keys already on SSD is a success, and a bucket
 // mixing new and present keys commits the new ones.
-func TestRef002ReoffloadIsIdempotent(t *testing.T) {
+func TestIssue2827ReoffloadIsIdempotent(t *testing.T) {
 	e := openEngine(t, t.TempDir(), Options{BucketKeysLimit: 4})
-	tasks := makeTasks("ref002", 10, 5000, 4)
+	tasks := makeTasks("m2", 10, 5000, 4)
 	requireStatus(t, e.Offload(bg, tasks[:6], nil), Persisted)
 	out := e.Offload(bg, tasks, nil)
 	for i, o := range out {
@@ -250,9 +250,9 @@ func TestRef002ReoffloadIsIdempotent(t *testing.T) {
 	requireLoads(t, e, tasks)
 }
 
-// Reference 002 under concurrency: 32 callers offload overlapping keys; each
+// Mooncake #2827 under concurrency: 32 callers offload overlapping keys; each
 // key is committed (and announced) exactly once, no call fails.
-func TestRef002ConcurrentOffloads(t *testing.T) {
+func TestIssue2827ConcurrentOffloads(t *testing.T) {
 	e := openEngine(t, t.TempDir(), Options{BucketKeysLimit: 8})
 	all := makeTasks("conc", 64, 4096, 5)
 	var mu sync.Mutex

@@ -1,0 +1,130 @@
+package tier
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/tierstore/tierstore/backend"
+	"github.com/tierstore/tierstore/index"
+)
+
+// Exists reports whether key is on this node's SSD.
+func (e *Engine) Exists(key []byte) (bool, error) {
+	if err := validKey(key); err != nil {
+		return false, err
+	}
+	if err := e.begin(); err != nil {
+		return false, err
+	}
+	defer e.ops.Done()
+	_, ok, err := e.ix.Get(key)
+	return ok, err
+}
+
+// Stat returns what the index records of key (size, CRC32C, bucket) without
+// reading the object. ErrNotFound when absent.
+func (e *Engine) Stat(key []byte) (KeyInfo, error) {
+	if err := validKey(key); err != nil {
+		return KeyInfo{}, err
+	}
+	if err := e.begin(); err != nil {
+		return KeyInfo{}, err
+	}
+	defer e.ops.Done()
+	loc, ok, err := e.ix.Get(key)
+	if err != nil {
+		return KeyInfo{}, err
+	}
+	if !ok {
+		return KeyInfo{}, fmt.Errorf("%w: %q", ErrNotFound, key)
+	}
+	return KeyInfo{Size: int64(loc.ValueLen), CRC: loc.CRC, Bucket: loc.Bucket}, nil
+}
+
+// Remove deletes key from the tier. The bucket file goes when its last key
+// goes (after its readers finish). ErrNotFound when absent.
+func (e *Engine) Remove(key []byte) error {
+	if err := validKey(key); err != nil {
+		return err
+	}
+	if err := e.begin(); err != nil {
+		return err
+	}
+	defer e.ops.Done()
+	e.mu.Lock()
+	loc, ok, err := e.ix.Get(key)
+	if err != nil || !ok {
+		e.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: %q", ErrNotFound, key)
+	}
+	if err := e.ix.DeleteKeys([][]byte{key}); err != nil {
+		e.mu.Unlock()
+		return err
+	}
+	del := e.decLive(loc.Bucket)
+	e.mu.Unlock()
+	e.deleteFile(del)
+	return nil
+}
+
+// Keys calls fn for every object on SSD whose announcement is not in flight,
+// in key order, until fn returns false. A node uses it to re-register its
+// objects with the master.
+func (e *Engine) Keys(fn func(key []byte, info KeyInfo) bool) error {
+	if err := e.begin(); err != nil {
+		return err
+	}
+	defer e.ops.Done()
+	return e.ix.Keys(func(k []byte, loc index.Location) bool {
+		e.mu.Lock()
+		_, pending := e.pending[string(k)]
+		e.mu.Unlock()
+		if pending {
+			return true
+		}
+		return fn(k, KeyInfo{Size: int64(loc.ValueLen), CRC: loc.CRC, Bucket: loc.Bucket})
+	})
+}
+
+// Stats returns a snapshot of the engine's counters.
+func (e *Engine) Stats() Stats {
+	e.mu.Lock()
+	s := Stats{
+		Buckets:   int64(len(e.buckets)),
+		BytesUsed: e.used,
+		Capacity:  e.opts.Capacity,
+	}
+	e.mu.Unlock()
+	s.Objects = e.ix.Count()
+	s.BucketsWritten = e.st.bucketsWritten.Load()
+	s.BytesWritten = e.st.bytesWritten.Load()
+	s.ObjectsLoaded = e.st.objectsLoaded.Load()
+	s.BytesRead = e.st.bytesRead.Load()
+	s.Evictions = e.st.evictions.Load()
+	s.EvictedKeys = e.st.evictedKeys.Load()
+	s.ChecksumErrors = e.st.checksumErrors.Load()
+	s.NotifyFailures = e.st.notifyFailures.Load()
+	s.OrphanFilesRemoved = e.st.orphans.Load()
+	s.EntriesDropped = e.st.dropped.Load()
+	return s
+}
+
+// Backend returns the engine's backend (for its name and metrics).
+func (e *Engine) Backend() backend.Backend { return e.be }
+
+// Close waits for calls in progress, then closes the index and the backend
+// (the engine owns both, including a Backend passed in Options).
+func (e *Engine) Close() error {
+	e.life.Lock()
+	if e.closed {
+		e.life.Unlock()
+		return ErrClosed
+	}
+	e.closed = true
+	e.life.Unlock()
+	e.ops.Wait()
+	return errors.Join(e.ix.Close(), e.be.Close())
+}

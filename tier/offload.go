@@ -1,0 +1,393 @@
+package tier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/tierstore/tierstore/backend"
+	"github.com/tierstore/tierstore/bucket"
+	"github.com/tierstore/tierstore/index"
+)
+
+func fail(err error, retryable bool) Outcome {
+	return Outcome{Status: Failed, Err: err, Retryable: retryable}
+}
+
+// Offload writes tasks to SSD and returns one outcome per task, in order
+// (invariant 3). Every bucket, including the partial last one, is written
+// before Offload returns. notify is called once per bucket with exactly the
+// keys that bucket committed (invariant 1); a nil notify accepts everything.
+func (e *Engine) Offload(ctx context.Context, tasks []Task, notify NotifyFunc) []Outcome {
+	out := make([]Outcome, len(tasks))
+	if err := e.begin(); err != nil {
+		for i := range out {
+			out[i] = fail(err, true)
+		}
+		return fillKeys(out, tasks)
+	}
+	defer e.ops.Done()
+
+	// Validate, and answer keys that are already on SSD without writing them.
+	cand := make([]int, 0, len(tasks))
+	for i, t := range tasks {
+		if err := validKey(t.Key); err != nil {
+			out[i] = fail(err, false)
+			continue
+		}
+		cand = append(cand, i)
+	}
+	e.mu.Lock()
+	kept := cand[:0]
+	for _, i := range cand {
+		if _, pending := e.pending[string(tasks[i].Key)]; !pending {
+			loc, ok, err := e.ix.Get(tasks[i].Key)
+			if err == nil && ok && sameObject(loc, tasks[i].Value) {
+				out[i] = Outcome{Status: AlreadyPresent}
+				continue
+			}
+		}
+		kept = append(kept, i)
+	}
+	cand = kept
+	e.mu.Unlock()
+
+	items := make([]bucket.Item, len(cand))
+	for j, i := range cand {
+		items[j] = bucket.Item{Key: tasks[i].Key, Size: int64(len(tasks[i].Value))}
+	}
+	g, err := bucket.Group(items, e.lim)
+	if err != nil { // limits were validated at Open
+		for _, i := range cand {
+			out[i] = fail(err, false)
+		}
+		return fillKeys(out, tasks)
+	}
+	for _, j := range g.TooLarge {
+		out[cand[j]] = fail(fmt.Errorf("%w: %d bytes, bucket size limit %d", ErrTooLarge, len(tasks[cand[j]].Value), e.lim.MaxBytes), false)
+	}
+	// Buckets are pipelined: while one is being committed and announced (or
+	// checksummed), the next one is being written. Each goroutine writes
+	// only the outcomes of its own tasks.
+	sem := make(chan struct{}, offloadPipeline)
+	var wg sync.WaitGroup
+	for _, b := range g.Buckets {
+		idx := make([]int, len(b))
+		for k, j := range b {
+			idx[k] = cand[j]
+		}
+		sem <- struct{}{}
+		if err := ctx.Err(); err != nil {
+			<-sem
+			for _, i := range idx {
+				out[i] = fail(err, true)
+			}
+			continue
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			e.offloadBucket(ctx, tasks, idx, notify, out)
+		})
+	}
+	wg.Wait()
+	for dup, first := range g.Folded {
+		o := out[cand[first]]
+		if o.Status == Persisted {
+			o.Status = AlreadyPresent
+		}
+		out[cand[dup]] = o
+	}
+	return fillKeys(out, tasks)
+}
+
+func fillKeys(out []Outcome, tasks []Task) []Outcome {
+	for i := range out {
+		out[i].Key = tasks[i].Key
+	}
+	return out
+}
+
+// bucketJob is one bucket of an Offload call on its way through the phases
+// of offloadBucket. Each phase records the outcomes of the job's tasks that
+// it ends; idx are the job's positions in tasks and out.
+type bucketJob struct {
+	tasks   []Task
+	idx     []int
+	out     []Outcome
+	notify  NotifyFunc
+	id      uint64
+	created int64
+	enc     *bucket.Encoded
+	commit  []int // positions in idx whose entries were committed
+	pb      *pendingBucket
+}
+
+func (j *bucketJob) failAll(err error, retryable bool) {
+	for _, i := range j.idx {
+		j.out[i] = fail(err, retryable)
+	}
+}
+
+// offloadBucket writes tasks[idx] as one bucket and records their outcomes,
+// in three phases: write-and-reserve (encode, make room, write durably),
+// commit (duplicate check and index commit), notify-and-settle (announce,
+// then make the bucket evictable or roll it back).
+func (e *Engine) offloadBucket(ctx context.Context, tasks []Task, idx []int, notify NotifyFunc, out []Outcome) {
+	j := &bucketJob{tasks: tasks, idx: idx, out: out, notify: notify}
+	if !e.writeAndReserve(ctx, j) {
+		return
+	}
+	if !e.commitBucket(ctx, j) {
+		return
+	}
+	e.notifyAndSettle(ctx, j)
+}
+
+// writeAndReserve encodes the job's objects as bucket j.id, reserves its
+// bytes (evicting if needed, invariant 7) and writes it durably. It reports
+// false, with every outcome recorded, when the bucket was not written.
+func (e *Engine) writeAndReserve(ctx context.Context, j *bucketJob) bool {
+	e.mu.Lock()
+	j.id = e.nextID
+	e.nextID++
+	e.mu.Unlock()
+
+	objs := make([]bucket.Object, len(j.idx))
+	for k, i := range j.idx {
+		objs[k] = bucket.Object{Key: j.tasks[i].Key, Value: j.tasks[i].Value}
+	}
+	j.created = time.Now().UnixNano()
+	enc, err := bucket.Encode(objs, bucket.EncodeOptions{ID: j.id, Created: j.created, Compression: e.codec})
+	if err != nil {
+		j.failAll(err, false)
+		return false
+	}
+	j.enc = enc
+	if err := e.reserve(ctx, enc.Size); err != nil {
+		j.failAll(err, !errors.Is(err, ErrTooLarge))
+		return false
+	}
+	if err := e.be.WriteBucket(ctx, j.id, enc.Data); err != nil {
+		e.unreserve(enc.Size)
+		if errors.Is(err, backend.ErrNoSpace) {
+			err = fmt.Errorf("%w: %w", ErrNoSpace, err)
+		}
+		j.failAll(fmt.Errorf("tier: write bucket %d: %w", j.id, err), true)
+		return false
+	}
+	e.st.bucketsWritten.Add(1)
+	e.st.bytesWritten.Add(enc.Size)
+	return true
+}
+
+// staleEntry is a committed key that replaces other bytes in another bucket.
+type staleEntry struct {
+	key    []byte
+	bucket uint64
+}
+
+// commitBucket runs, under the engine lock, the duplicate check and the index
+// commit of the written bucket (invariant 2). Keys already present with the
+// same bytes are answered AlreadyPresent; keys whose commit by another call
+// awaits its notify are waited for. It reports false, with every outcome
+// recorded and the file discarded, when nothing was committed.
+func (e *Engine) commitBucket(ctx context.Context, j *bucketJob) bool {
+	var staleFiles []*bucketState
+	j.pb = &pendingBucket{done: make(chan struct{})}
+	for {
+		e.mu.Lock()
+		stale, wait, err := e.checkDuplicates(j)
+		if err != nil {
+			e.mu.Unlock()
+			e.discardWritten(j.id, j.enc.Size)
+			j.failAll(fmt.Errorf("tier: index lookup: %w", err), true)
+			return false
+		}
+		if len(wait) > 0 {
+			// Another call committed some of these keys and has not heard
+			// from its notify yet: wait for its outcome, then decide again.
+			e.mu.Unlock()
+			if e.testHookPendingWait != nil {
+				e.testHookPendingWait()
+			}
+			for _, w := range wait {
+				select {
+				case <-w:
+				case <-ctx.Done():
+					e.discardWritten(j.id, j.enc.Size)
+					j.failAll(ctx.Err(), true)
+					return false
+				}
+			}
+			continue
+		}
+		if len(j.commit) == 0 {
+			e.mu.Unlock()
+			e.discardWritten(j.id, j.enc.Size)
+			return false
+		}
+		staleFiles, err = e.commitLocked(j, stale)
+		if err != nil {
+			e.mu.Unlock()
+			e.discardWritten(j.id, j.enc.Size)
+			j.failAll(err, true)
+			return false
+		}
+		e.mu.Unlock()
+		break
+	}
+	for _, d := range staleFiles {
+		e.deleteFile(d)
+	}
+	return true
+}
+
+// checkDuplicates sorts the job's keys into j.commit (to be committed), keys
+// already present with the same bytes (answered here), and keys pending
+// another call's notify (returned in wait). Called with e.mu held.
+func (e *Engine) checkDuplicates(j *bucketJob) (stale []staleEntry, wait []chan struct{}, err error) {
+	j.commit = j.commit[:0]
+	// One batched lookup (bloom filters on every level) for the keys
+	// whose fate is not waiting on another call's notify.
+	var check [][]byte
+	for _, i := range j.idx {
+		if _, ok := e.pending[string(j.tasks[i].Key)]; !ok {
+			check = append(check, j.tasks[i].Key)
+		}
+	}
+	locs, found, err := e.ix.GetMany(check)
+	if err != nil {
+		return nil, nil, err
+	}
+	for k, i := range j.idx {
+		key := j.tasks[i].Key
+		if p, ok := e.pending[string(key)]; ok {
+			wait = append(wait, p.done)
+			continue
+		}
+		loc, ok := locs[0], found[0]
+		locs, found = locs[1:], found[1:]
+		if ok {
+			en := j.enc.Entries[k]
+			if loc.CRC == en.CRC && loc.ValueLen == en.ValueLen {
+				j.out[i] = Outcome{Status: AlreadyPresent}
+				continue
+			}
+			// Other bytes under this key (the object was removed and
+			// put again): the new version replaces the stale one.
+			stale = append(stale, staleEntry{key, loc.Bucket})
+		}
+		j.commit = append(j.commit, k)
+	}
+	return stale, wait, nil
+}
+
+// commitLocked removes the stale versions and commits j.commit to the
+// index, then records the bucket and its pending keys. It returns the stale
+// buckets whose files can go. Called with e.mu held.
+func (e *Engine) commitLocked(j *bucketJob, stale []staleEntry) ([]*bucketState, error) {
+	entries := make([]index.KeyLoc, len(j.commit))
+	for n, k := range j.commit {
+		en := j.enc.Entries[k]
+		entries[n] = index.KeyLoc{Key: en.Key, Loc: index.Location{
+			Bucket: j.id, Offset: en.Offset, StoredLen: en.StoredLen,
+			ValueLen: en.ValueLen, Codec: uint8(en.Codec), CRC: en.CRC,
+		}}
+	}
+	var staleFiles []*bucketState
+	if len(stale) > 0 {
+		keys := make([][]byte, len(stale))
+		for n, st := range stale {
+			keys[n] = st.key
+		}
+		if err := e.ix.DeleteKeys(keys); err != nil {
+			return nil, fmt.Errorf("tier: index: replacing stale versions: %w", err)
+		}
+		for _, st := range stale {
+			if d := e.decLive(st.bucket); d != nil {
+				staleFiles = append(staleFiles, d)
+			}
+		}
+	}
+	meta := index.BucketMeta{ID: j.id, Size: j.enc.Size, Keys: len(entries), Created: j.created}
+	if err := e.ix.CommitBucket(meta, entries); err != nil {
+		return nil, fmt.Errorf("tier: index commit of bucket %d: %w", j.id, err)
+	}
+	e.reserved -= j.enc.Size
+	e.used += j.enc.Size
+	e.buckets[j.id] = &bucketState{id: j.id, size: j.enc.Size, live: len(entries)}
+	for _, en := range entries {
+		e.pending[string(en.Key)] = j.pb
+	}
+	return staleFiles, nil
+}
+
+// notifyAndSettle announces the committed keys and settles the bucket: on
+// success it becomes evictable, on failure the keys are rolled back and the
+// file is deleted once its readers leave (invariant 1).
+func (e *Engine) notifyAndSettle(ctx context.Context, j *bucketJob) {
+	committed := make([]Committed, len(j.commit))
+	for n, k := range j.commit {
+		en := j.enc.Entries[k]
+		committed[n] = Committed{Key: en.Key, Size: int64(en.ValueLen), CRC: en.CRC, Bucket: j.id}
+	}
+	var nerr error
+	if j.notify != nil {
+		nerr = j.notify(ctx, committed)
+	}
+
+	e.mu.Lock()
+	for _, c := range committed {
+		delete(e.pending, string(c.Key))
+	}
+	b := e.buckets[j.id]
+	var toDelete *bucketState
+	if nerr == nil {
+		b.notified = true
+		if !b.dead.Load() {
+			e.policy.Add(j.id, b.size)
+		}
+	} else {
+		e.st.notifyFailures.Add(1)
+		// Roll back: the master never heard of these keys, so the node must
+		// not keep them (invariant 1).
+		if _, err := e.ix.DeleteBucket(j.id); err != nil {
+			// The entries stay and the bucket stays servable; the keys are
+			// on disk, so a retry answers "already present", which is true.
+			e.log.Error("tier: rollback after notify failure failed; keeping bucket", "bucket", j.id, "err", err)
+			b.notified = true
+			e.policy.Add(j.id, b.size)
+		} else if !b.dead.Load() {
+			toDelete = e.markDead(b)
+		}
+	}
+	close(j.pb.done)
+	e.mu.Unlock()
+	e.deleteFile(toDelete)
+
+	for _, k := range j.commit {
+		if nerr == nil {
+			j.out[j.idx[k]] = Outcome{Status: Persisted}
+		} else {
+			j.out[j.idx[k]] = fail(fmt.Errorf("%w: %w", ErrNotifyFailed, nerr), true)
+		}
+	}
+}
+
+// sameObject reports whether the object at loc holds exactly value (same
+// length and CRC32C), so that offloading value again is a no-op.
+func sameObject(loc index.Location, value []byte) bool {
+	return int64(loc.ValueLen) == int64(len(value)) && loc.CRC == bucket.Checksum(value)
+}
+
+// discardWritten deletes a bucket file that was written but not committed
+// and releases its reservation. A file that cannot be deleted is an orphan
+// that the next Open removes.
+func (e *Engine) discardWritten(id uint64, size int64) {
+	if err := e.be.Delete(id); err != nil {
+		e.log.Warn("tier: could not delete uncommitted bucket; the next Open removes it", "bucket", id, "err", err)
+	}
+	e.unreserve(size)
+}
