@@ -26,7 +26,8 @@ type Etcd struct {
 // if the member does not start.
 func Start(t testing.TB) *Etcd {
 	t.Helper()
-	s, err := etcdserver.Start(etcdserver.Config{Dir: t.TempDir()})
+	// Log level fatal: etcd logs every listener it closes at level error.
+	s, err := etcdserver.Start(etcdserver.Config{Dir: t.TempDir(), LogLevel: "fatal"})
 	if err != nil {
 		t.Fatalf("hatest: %v", err)
 	}
