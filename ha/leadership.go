@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -34,6 +35,11 @@ type Leadership struct {
 
 	mu  sync.Mutex // protects err
 	err error      // why the leadership ended; nil while it holds
+
+	// paused is a test seam that emulates SIGSTOP of this leader's own
+	// goroutines: while it holds a channel, keepAlive and monitor block
+	// before acting, until the channel is closed. Nil in production.
+	paused atomic.Pointer[chan struct{}]
 }
 
 // Campaign joins the election under cfg.Prefix with cfg.Address as its
@@ -258,10 +264,12 @@ func (l *Leadership) lose(cause error) {
 func (l *Leadership) keepAlive(ctx context.Context) {
 	period := l.cfg.SessionTTL / 3
 	for {
+		l.waitIfPaused(ctx)
 		sent := l.fence.now()
 		kctx, cancel := context.WithTimeout(ctx, period)
 		ka, err := l.client.KeepAliveOnce(kctx, l.session.Lease())
 		cancel()
+		l.waitIfPaused(ctx)
 		switch {
 		case err == nil:
 			l.fence.confirm(sent, time.Duration(ka.TTL)*time.Second)
@@ -293,21 +301,35 @@ func (l *Leadership) monitor(ctx context.Context, wch clientv3.WatchChan) {
 	fenceTimer := time.NewTimer(l.fence.remaining())
 	defer fenceTimer.Stop()
 	for {
+		var cause error
 		select {
 		case <-ctx.Done(): // lose was called (Resign or elsewhere)
 			return
 		case <-fenceTimer.C:
+			l.waitIfPaused(ctx)
 			if d := l.fence.remaining(); d > 0 {
 				fenceTimer.Reset(d)
 				continue
 			}
-			l.lose(ErrLeaseUnconfirmed)
+			cause = ErrLeaseUnconfirmed
 		case <-l.session.Done():
-			l.lose(ErrLeaseExpired)
+			cause = ErrLeaseExpired
 		case resp, ok := <-wch:
-			if cause := keyWatchCause(resp, ok); cause != nil {
-				l.lose(cause)
-			}
+			cause = keyWatchCause(resp, ok)
+		}
+		if cause != nil {
+			l.waitIfPaused(ctx)
+			l.lose(cause)
+		}
+	}
+}
+
+// waitIfPaused blocks while the test seam paused is set.
+func (l *Leadership) waitIfPaused(ctx context.Context) {
+	if p := l.paused.Load(); p != nil {
+		select {
+		case <-*p:
+		case <-ctx.Done():
 		}
 	}
 }
