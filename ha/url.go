@@ -1,0 +1,99 @@
+package ha
+
+import (
+	"fmt"
+	"strings"
+)
+
+// MasterURL is a parsed --master value: either one master's address
+// (direct) or the etcd cluster through which the current leader is found.
+type MasterURL struct {
+	// Addr is the master's host:port in direct form; empty for etcd.
+	Addr string
+	// Endpoints are the etcd endpoints (host:port) in etcd form.
+	Endpoints []string
+	// Prefix is the election prefix in etcd form (DefaultPrefix unless the
+	// URL has a path).
+	Prefix string
+}
+
+// IsEtcd reports whether the master is found through etcd.
+func (u MasterURL) IsEtcd() bool { return len(u.Endpoints) > 0 }
+
+// String is the canonical form, accepted by ParseMasterURL.
+func (u MasterURL) String() string {
+	if !u.IsEtcd() {
+		return u.Addr
+	}
+	s := "etcd://" + strings.Join(u.Endpoints, ",")
+	if u.Prefix != DefaultPrefix {
+		s += u.Prefix
+	}
+	return s
+}
+
+// ParseMasterURL parses a --master value:
+//
+//	host:port                         one master, used directly (Term 0)
+//	etcd://h1:2379,h2:2379            the leader elected under DefaultPrefix
+//	etcd://h1:2379;h2:2379            ';' separates endpoints too (Mooncake's form)
+//	etcd://h1:2379/my/cluster         the leader elected under /my/cluster
+//
+// Errors wrap ErrBadMasterURL and say what is wrong: empty input, unknown
+// scheme, empty host list, empty endpoint, missing host, bad port, duplicate
+// endpoint, query or fragment.
+func ParseMasterURL(s string) (MasterURL, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return MasterURL{}, fmt.Errorf("%w: empty; want host:port or etcd://host:port[,host:port...]", ErrBadMasterURL)
+	}
+	scheme, rest, hasScheme := strings.Cut(s, "://")
+	if !hasScheme {
+		if err := checkHostPort(s); err != nil {
+			return MasterURL{}, fmt.Errorf("%w: %w", ErrBadMasterURL, err)
+		}
+		return MasterURL{Addr: s}, nil
+	}
+	if !strings.EqualFold(scheme, "etcd") {
+		return MasterURL{}, fmt.Errorf("%w: %q: unknown scheme %q, want etcd:// or a plain host:port", ErrBadMasterURL, s, scheme)
+	}
+	if strings.ContainsAny(rest, "?#") {
+		return MasterURL{}, fmt.Errorf("%w: %q: query and fragment are not supported", ErrBadMasterURL, s)
+	}
+	hosts, path, _ := strings.Cut(rest, "/")
+	eps, err := parseEndpoints(s, hosts)
+	if err != nil {
+		return MasterURL{}, err
+	}
+	prefix := DefaultPrefix
+	if path = strings.TrimSuffix(path, "/"); path != "" {
+		if prefix, err = prefixWithDefault("/" + path); err != nil {
+			return MasterURL{}, fmt.Errorf("%w: %q: bad prefix path %q", ErrBadMasterURL, s, "/"+path)
+		}
+	}
+	return MasterURL{Endpoints: eps, Prefix: prefix}, nil
+}
+
+func parseEndpoints(url, hosts string) ([]string, error) {
+	if strings.TrimSpace(hosts) == "" {
+		return nil, fmt.Errorf("%w: %q: empty host list after etcd://", ErrBadMasterURL, url)
+	}
+	parts := strings.FieldsFunc(hosts, func(r rune) bool { return r == ',' || r == ';' })
+	if n := strings.Count(hosts, ",") + strings.Count(hosts, ";") + 1; len(parts) != n {
+		return nil, fmt.Errorf("%w: %q: empty endpoint in host list %q", ErrBadMasterURL, url, hosts)
+	}
+	seen := make(map[string]bool, len(parts))
+	eps := make([]string, 0, len(parts))
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		if err := checkHostPort(p); err != nil {
+			return nil, fmt.Errorf("%w: %q: endpoint %d: %w", ErrBadMasterURL, url, i+1, err)
+		}
+		if seen[p] {
+			return nil, fmt.Errorf("%w: %q: endpoint %q given twice", ErrBadMasterURL, url, p)
+		}
+		seen[p] = true
+		eps = append(eps, p)
+	}
+	return eps, nil
+}
