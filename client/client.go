@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -251,12 +252,8 @@ func (c *Client) readBest(ctx context.Context, info masterapi.ObjectInfo) ([]byt
 			reps = append(reps, r)
 		}
 	}
-	// Stable insertion sort by rank: keeps the master's order within a rank.
-	for i := 1; i < len(reps); i++ {
-		for j := i; j > 0 && c.rank(reps[j]) < c.rank(reps[j-1]); j-- {
-			reps[j], reps[j-1] = reps[j-1], reps[j]
-		}
-	}
+	// Stable: keeps the master's order within a rank.
+	slices.SortStableFunc(reps, func(a, b masterapi.Replica) int { return c.rank(a) - c.rank(b) })
 	var last error
 	sawChecksum := false
 	for _, r := range reps {

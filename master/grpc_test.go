@@ -175,10 +175,10 @@ func TestRemoteTransportError(t *testing.T) {
 	}
 }
 
-// TestRemoteReference000: the replay's answers survive the wire: after a
+// TestRemoteMooncake4508: the replay's answers survive the wire: after a
 // lookup hit and the holder's death, a remote load gets REPLICA_IS_GONE
 // (-712), not OBJECT_NOT_FOUND.
-func TestRemoteReference000(t *testing.T) {
+func TestRemoteMooncake4508(t *testing.T) {
 	s, _ := testService(t, func(c *Config) { c.ClientTTL = time.Hour })
 	r := remoteService(t, s)
 	mount(t, r, "a", 1<<20)

@@ -229,12 +229,12 @@ func allKeys(s *Service) []string {
 	return out
 }
 
-// TestReference000Replay replays the report: lookup hit, the node holding
+// TestMooncake4508Replay replays Mooncake #4508: lookup hit, the node holding
 // the only replica expires and the stale-handle sweep runs, then load. Within
 // the lease the load answers REPLICA_IS_GONE (-712), not OBJECT_NOT_FOUND
 // (-704); with a LOCAL_DISK replica on a live node it succeeds from it; after
 // the lease the metadata goes.
-func TestReference000Replay(t *testing.T) {
+func TestMooncake4508Replay(t *testing.T) {
 	s, clk := testService(t, func(c *Config) {
 		c.EnableOffload = true
 		c.ClientTTL = 2 * time.Second

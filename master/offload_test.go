@@ -139,7 +139,7 @@ func TestMailboxPinUntilAnswer(t *testing.T) {
 	}
 }
 
-// TestRetryableFailureRequeued (gap 3): a task answered with a retryable
+// TestRetryableFailureRequeued (invariant 3): a task answered with a retryable
 // failure is queued again, up to maxOffloadAttempts deliveries, then
 // dropped; a permanent failure is never retried; success resets the count.
 func TestRetryableFailureRequeued(t *testing.T) {
@@ -218,7 +218,7 @@ func TestRemovedObjectTaskDisappears(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 	// Removing an in-flight task's object forgets the task too, but its
-	// source range stays allocated (gap 1, see TestForcedRemoveDefersFree).
+	// source range stays allocated (invariant 8, see TestForcedRemoveDefersFree).
 	if err := s.Remove(bg, "kept", true); err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func TestRemovedObjectTaskDisappears(t *testing.T) {
 	}
 }
 
-// TestForcedRemoveDefersFree (gap 1): a forced Remove of an object whose
+// TestForcedRemoveDefersFree (invariant 8): a forced Remove of an object whose
 // offload task the node has fetched removes the metadata at once, but the
 // source range is not reused until the node answers; the answer is refused
 // per key (OBJECT_NOT_FOUND, the node deletes its SSD copy). A queued task
@@ -323,7 +323,7 @@ func TestNotifyIdempotent(t *testing.T) {
 	if st, _ := s.Stats(bg); st.DiskReplicas != 1 || st.OffloadInFlight != 0 || st.OffloadPersisted != 1 {
 		t.Fatalf("stats %+v", st)
 	}
-	// Gap 2: a notify never creates an object (that resurrected removed
+	// Invariant 1: a notify never creates an object (that resurrected removed
 	// keys); an unknown key is refused per key, OBJECT_NOT_FOUND, so the
 	// node deletes its copy. Only re-registration creates.
 	errs, _ := s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Persisted: []DiskObject{{Key: "new", Size: 7, CRC: 9}, {Key: "k", Size: 100, CRC: 1}}})
@@ -385,7 +385,7 @@ func TestReconcile(t *testing.T) {
 	if st, _ := s.Stats(bg); st.DiskReplicas != 6 || st.Objects != 4 {
 		t.Fatalf("stats %+v", st)
 	}
-	// Gap 4: keys the master no longer wants on the node come back in the
+	// Invariant 6: keys the master no longer wants on the node come back in the
 	// answer: a removed object, and one whose replica on a was dropped
 	// (EvictDiskReplica, bad report) while the node kept the bytes.
 	if err := s.Remove(bg, "d0", true); err != nil {

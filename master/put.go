@@ -57,7 +57,6 @@ func (s *Service) putStart(req PutStartRequest) (Replica, error) {
 		// Only unreadable leftovers (replicas of dead nodes): start over.
 		s.dropMem(o)
 		s.dropAllDisk(o)
-		o.gone = false
 	}
 	o.size, o.crc = req.Size, req.CRC
 	o.mem = memReplica{seg: seg, off: off, len: req.Size}

@@ -66,7 +66,6 @@ type object struct {
 	putStart     int64 // unix ns of PutStart while mem is not complete
 	softPin      bool
 	hardPin      bool
-	gone         bool   // a replica was lost while the object was leased
 	reads        uint32 // demand lookups counted by read admission
 
 	// offload is the node whose offload task (queued or in flight) pins mem;

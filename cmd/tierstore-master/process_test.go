@@ -30,7 +30,7 @@ func freePort(t *testing.T) int {
 }
 
 // TestBinary builds tierstore-master, starts it as a real process on
-// 127.0.0.1 with the reference 001 flags, talks gRPC to it, scrapes
+// 127.0.0.1 with the flags of Mooncake #2799's report, talks gRPC to it, scrapes
 // /metrics, sends SIGTERM and expects a clean exit.
 func TestBinary(t *testing.T) {
 	if testing.Short() {
