@@ -182,20 +182,22 @@ func (c *Client) Put(ctx context.Context, key string, value []byte) error {
 		return fmt.Errorf("client: put %q: %w", key, err)
 	}
 	if err := c.writeReplica(ctx, r, value, crc); err != nil {
-		c.revoke(key)
+		c.revoke(key, r.PutToken)
 		return fmt.Errorf("client: put %q: writing to node %s: %w", key, r.Node, err)
 	}
-	if err := c.m.PutEnd(ctx, key); err != nil {
-		c.revoke(key)
+	if err := c.m.PutEnd(ctx, key, r.PutToken); err != nil {
+		c.revoke(key, r.PutToken)
 		return fmt.Errorf("client: put %q: %w", key, err)
 	}
 	return nil
 }
 
-func (c *Client) revoke(key string) {
+// revoke abandons the put token of key (best effort: a put the master no
+// longer knows as current is answered ErrStalePut and changes nothing).
+func (c *Client) revoke(key string, token uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := c.m.PutRevoke(ctx, key); err != nil {
+	if err := c.m.PutRevoke(ctx, key, token); err != nil {
 		c.log.Debug("put revoke failed", "key", key, "err", err)
 	}
 }

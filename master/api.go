@@ -23,6 +23,7 @@ type (
 	PingReply         = masterapi.PingReply
 	PutStartRequest   = masterapi.PutStartRequest
 	PutStartResult    = masterapi.PutStartResult
+	PutRef            = masterapi.PutRef
 	ExistResult       = masterapi.ExistResult
 	ReplicaListResult = masterapi.ReplicaListResult
 	OffloadTask       = masterapi.OffloadTask

@@ -35,6 +35,11 @@ func (s *Service) Check() error {
 	if err := s.checkCounters(c); err != nil {
 		return err
 	}
+	for _, p := range s.parkedList() {
+		if p.seg.live() {
+			c.ranges[p.seg] = append(c.ranges[p.seg], rng{p.off, alignUp(p.len), "parked:" + p.key})
+		}
+	}
 	for _, n := range s.nodes {
 		if err := s.checkNode(c, n); err != nil {
 			return err

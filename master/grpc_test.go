@@ -111,14 +111,15 @@ func TestRemoteMatchesService(t *testing.T) {
 	if err != nil || bp[0].Err != nil || bp[0].Replica.Node != "a" || !errors.Is(bp[1].Err, codes.ErrObjectExists) {
 		t.Fatalf("batch put %+v %v", bp, err)
 	}
-	be, err := api.BatchPutEnd(ctx, []string{"b1", "none"})
-	if err != nil || be[0] != nil || !errors.Is(be[1], codes.ErrObjectNotFound) {
+	be, err := api.BatchPutEnd(ctx, []PutRef{{Key: "b1", Token: bp[0].Replica.PutToken}, {Key: "none", Token: bp[0].Replica.PutToken}})
+	if err != nil || be[0] != nil || !errors.Is(be[1], masterapi.ErrStalePut) {
 		t.Fatalf("batch put end %v %v", be, err)
 	}
-	if _, err := api.BatchPutStart(ctx, []PutStartRequest{{Key: "b2", Size: 10}}); err != nil {
+	bp, err = api.BatchPutStart(ctx, []PutStartRequest{{Key: "b2", Size: 10}})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if bv, err := api.BatchPutRevoke(ctx, []string{"b2"}); err != nil || bv[0] != nil {
+	if bv, err := api.BatchPutRevoke(ctx, []PutRef{{Key: "b2", Token: bp[0].Replica.PutToken}}); err != nil || bv[0] != nil {
 		t.Fatal(bv, err)
 	}
 	if errs, err := api.ReRegisterDiskObjects(ctx, "a", []DiskObject{{Key: "d", Size: 5, CRC: 5}}); err != nil || errs[0] != nil {

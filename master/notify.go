@@ -28,7 +28,7 @@ func (s *Service) NotifyOffloadSuccess(ctx context.Context, req NotifyRequest) (
 		s.met.offloadFailed.Inc()
 		orph, orphaned := n.box.takeOrphan(f.Key)
 		if orphaned {
-			freeOrphan(orph) // the object went away during the task
+			s.freeOrphan(orph) // the object went away during the task
 		}
 		sh := s.shardOf(f.Key)
 		sh.mu.Lock()
@@ -80,7 +80,7 @@ func (s *Service) answerPersisted(n *node, d DiskObject) error {
 		return err
 	}
 	if orph, ok := n.box.takeOrphan(d.Key); ok {
-		freeOrphan(orph)
+		s.freeOrphan(orph)
 		return codes.Errorf(orph.code, "master: notify: the object was removed while node %q offloaded it; delete the SSD copy", n.id)
 	}
 	return s.registerDisk(n, d, false)

@@ -109,7 +109,7 @@ func (s *Service) dropMemAndTask(key string, o *object, code codes.Code) {
 }
 
 // freeOrphan releases an orphan's range.
-func freeOrphan(o orphan) { freeRange(o.seg, o.off, o.len) }
+func (s *Service) freeOrphan(o orphan) { s.freeRange(o.seg, o.off, o.len) }
 
 // Enqueue queues an offload task for key as an admission policy would
 // (operators, tests). It fails with ErrUnableOffload when offload is not
@@ -162,7 +162,7 @@ func (s *Service) OffloadHeartbeat(ctx context.Context, nodeID string, max int) 
 			// task (take never hands out a key with an older orphan); it
 			// is not delivered, so its range is free at once.
 			if orph, ok := n.box.takeOrphan(k); ok {
-				freeOrphan(orph)
+				s.freeOrphan(orph)
 			}
 		case !o.readableMem() || o.mem.seg.node != n:
 			s.cancelTask(k, o)
@@ -187,7 +187,7 @@ func (s *Service) timeoutTasks(now int64) {
 	s.nodesMu.RUnlock()
 	for _, n := range nodes {
 		for _, orph := range n.box.takeExpiredOrphans(now) {
-			freeOrphan(orph)
+			s.freeOrphan(orph)
 			s.log.Warn("offload task of a removed object timed out; source range freed", "node", n.id, "timeout", s.cfg.OffloadTaskTimeout)
 		}
 		for _, k := range n.box.expired(now) {

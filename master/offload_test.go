@@ -37,7 +37,7 @@ func TestMailboxEagerDedupeAndTask(t *testing.T) {
 	if err := s.Enqueue("k"); err != nil { // duplicate: accepted, not queued twice
 		t.Fatal(err)
 	}
-	s.PutEnd(bg, "k") // repeated PutEnd does not queue again either
+	s.PutEnd(bg, "k", r.PutToken) // repeated PutEnd does not queue again either
 	ts, err := s.OffloadHeartbeat(bg, "a", 0)
 	if err != nil || len(ts) != 1 {
 		t.Fatalf("tasks %v %v", ts, err)

@@ -24,6 +24,9 @@ func (s *Service) Remove(ctx context.Context, key string, force bool) error {
 		return s.observe(codes.Errorf(codes.ObjectNotFound, "master: remove"))
 	}
 	if !force {
+		if o.putInProgress() {
+			return s.observe(codes.Errorf(codes.ReplicaNotReady, "master: remove: a put of the key is in progress (token %d); it completes normally", o.mem.token))
+		}
 		if o.leased(now) {
 			return s.observe(codes.Errorf(codes.ObjectHasLease, "master: remove: lease until %v", time.Unix(0, o.leaseUntil).UTC()))
 		}
@@ -46,7 +49,7 @@ func (s *Service) RemoveAll(ctx context.Context, force bool) (int64, error) {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for k, o := range sh.objs {
-			if !force && (o.leased(now) || o.offload != nil) {
+			if !force && (o.putInProgress() || o.leased(now) || o.offload != nil) {
 				continue
 			}
 			s.deleteObj(sh, k, o)

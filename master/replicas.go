@@ -8,7 +8,7 @@ import "github.com/tierstore/tierstore/internal/codes"
 func (s *Service) dropMem(o *object) { s.forgetMem(o, true) }
 
 // freeRange returns [off, off+n) to g's allocator when g is still mounted.
-func freeRange(g *segment, off, n int64) {
+func (s *Service) freeRange(g *segment, off, n int64) {
 	if g.live() {
 		g.mu.Lock()
 		g.alloc.Free(off, n)
@@ -28,7 +28,7 @@ func (s *Service) forgetMem(o *object, free bool) {
 		s.processing.Add(-1)
 	}
 	if free {
-		freeRange(m.seg, m.off, m.len)
+		s.freeRange(m.seg, m.off, m.len)
 	}
 	s.countMem(m.seg.node, -1, -o.size)
 	o.mem = memReplica{}
@@ -63,9 +63,14 @@ func (s *Service) dropAllDisk(o *object) {
 
 // deleteObj removes o from its shard, dropping its replicas and its offload
 // task (a fetched task's source range stays allocated until the node
-// answers, see dropMemAndTask). Caller holds the shard lock.
+// answers, see dropMemAndTask; the range of a put in progress stays
+// allocated until the put ends, see park). Caller holds the shard lock.
 func (s *Service) deleteObj(sh *shard, key string, o *object) {
-	s.dropMemAndTask(key, o, codes.ObjectNotFound)
+	if s.park(key, o) {
+		s.forgetMem(o, false) // a put in progress: its range is parked
+	} else {
+		s.dropMemAndTask(key, o, codes.ObjectNotFound)
+	}
 	s.dropAllDisk(o)
 	delete(sh.objs, key)
 	s.cnt.objects.Add(-1)

@@ -46,6 +46,13 @@ type Service struct {
 	// lastReclaim is the time (unix ns) of the last sweep.
 	lastReclaim atomic.Int64
 
+	// tokens issues put tokens (invariant 8).
+	tokens tokenSource
+	parkMu sync.Mutex // protects parked
+	// parked holds, by token, the ranges of puts in progress that a forced
+	// Remove deleted, until their writer is done (see parkedPut).
+	parked map[uint64]parkedPut
+
 	cnt counters
 	met *metrics
 
@@ -100,6 +107,7 @@ func New(cfg Config) (*Service, error) {
 	s.mask = uint64(n - 1)
 	s.seed = maphash.MakeSeed()
 	s.nodes = map[string]*node{}
+	s.parked = map[uint64]parkedPut{}
 	s.met = newMetrics(s)
 	s.evictCh = make(chan struct{}, 1)
 	s.stop = make(chan struct{})
@@ -157,6 +165,7 @@ func (s *Service) Tick() {
 	now := s.now()
 	s.expireNodes(now)
 	s.timeoutTasks(now)
+	s.reclaimParked(now)
 	// Abandoned puts need a full scan; do it at most every quarter of
 	// put_start_discard_timeout, and at once when replicas became
 	// unreadable.
@@ -205,4 +214,14 @@ func (s *Service) observe(err error) error {
 		s.met.countErr(err)
 	}
 	return err
+}
+
+// keyHex is how logs name a key: keys are opaque bytes, so the log shows
+// the hex of their first 16 bytes and the length.
+func keyHex(key string) string {
+	const prefix = 16
+	if len(key) <= prefix {
+		return fmt.Sprintf("%x", key)
+	}
+	return fmt.Sprintf("%x...(%d bytes)", key[:prefix], len(key))
 }
