@@ -31,6 +31,7 @@ type (
 	OffloadFailure    = masterapi.OffloadFailure
 	NotifyRequest     = masterapi.NotifyRequest
 	ReconcileResult   = masterapi.ReconcileResult
+	EvictResult       = masterapi.EvictResult
 	Stats             = masterapi.Stats
 	NodeStats         = masterapi.NodeStats
 )

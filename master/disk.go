@@ -2,7 +2,6 @@ package master
 
 import (
 	"context"
-	"sort"
 
 	"github.com/tierstore/tierstore/internal/codes"
 )
@@ -21,55 +20,46 @@ func (s *Service) dropDisk(sh *shard, key string, o *object, id string, now int6
 	return true
 }
 
-// EvictDiskReplica implements API. The call is all-or-nothing (invariant
-// 4): if any key has an active read lease and node's LocalDisk replica is
-// its only readable replica, nothing is dropped and the answer is
-// ErrObjectHasLease; the node keeps the bucket and tries another. The shard
-// locks of all keys are held, in shard order, across the check and the
-// drops, so a lease granted meanwhile cannot slip between them.
-func (s *Service) EvictDiskReplica(ctx context.Context, nodeID string, keys []string) (int64, error) {
+// EvictDiskReplica implements API. Each key is decided on its own, under
+// its shard lock (invariant 4): node's LocalDisk replica goes, unless the
+// key's lease is active and that replica is its only readable one; then it
+// stays and the key is answered in Keep, for the node to keep readable.
+// The lease protects readability, never the bucket: the node's SSD keeps
+// admitting whatever the readers do.
+func (s *Service) EvictDiskReplica(ctx context.Context, nodeID string, keys []string) (EvictResult, error) {
 	if err := s.check(ctx); err != nil {
-		return 0, err
+		return EvictResult{}, err
 	}
 	for _, k := range keys {
 		if err := validKey(k); err != nil {
-			return 0, s.observe(err)
+			return EvictResult{}, s.observe(err)
 		}
 	}
-	shards := make([]int, 0, len(keys))
-	seen := make(map[int]struct{}, len(keys))
-	for _, k := range keys {
-		i := s.shardIndex(k)
-		if _, ok := seen[i]; !ok {
-			seen[i] = struct{}{}
-			shards = append(shards, i)
-		}
-	}
-	sort.Ints(shards)
-	for _, i := range shards {
-		s.shards[i].mu.Lock()
-	}
-	defer func() {
-		for _, i := range shards {
-			s.shards[i].mu.Unlock()
-		}
-	}()
-	now := s.now()
-	for _, k := range keys {
-		o := s.shardOf(k).objs[k]
-		if o != nil && o.leased(now) && o.onlyReadableOn(nodeID) {
-			return 0, s.observe(codes.Errorf(codes.ObjectHasLease,
-				"master: evict_disk_replica: a key of the %d is leased and node %q holds its only readable replica; nothing dropped", len(keys), nodeID))
-		}
-	}
-	var n int64
+	var res EvictResult
+	var kept map[string]struct{} // Keep's keys, once each
 	for _, k := range keys {
 		sh := s.shardOf(k)
-		if o := sh.objs[k]; o != nil && s.dropDisk(sh, k, o, nodeID, now) {
-			n++
+		sh.mu.Lock()
+		now := s.now()
+		switch o := sh.objs[k]; {
+		case o == nil:
+		case o.leased(now) && o.onlyReadableOn(nodeID):
+			if _, dup := kept[k]; !dup {
+				if kept == nil {
+					kept = map[string]struct{}{}
+				}
+				kept[k] = struct{}{}
+				res.Keep = append(res.Keep, k)
+			}
+		case s.dropDisk(sh, k, o, nodeID, now):
+			res.Dropped++
 		}
+		sh.mu.Unlock()
 	}
-	return n, nil
+	if len(res.Keep) > 0 {
+		s.log.Info("SSD eviction: leased keys kept readable on the node", "node", nodeID, "dropped", res.Dropped, "keep", len(res.Keep))
+	}
+	return res, nil
 }
 
 // ReconcileDiskObjects implements API.

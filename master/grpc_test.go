@@ -125,8 +125,8 @@ func TestRemoteMatchesService(t *testing.T) {
 	if errs, err := api.ReRegisterDiskObjects(ctx, "a", []DiskObject{{Key: "d", Size: 5, CRC: 5}}); err != nil || errs[0] != nil {
 		t.Fatal(errs, err)
 	}
-	if n, err := api.EvictDiskReplica(ctx, "a", []string{"d"}); err != nil || n != 1 {
-		t.Fatal(n, err)
+	if res, err := api.EvictDiskReplica(ctx, "a", []string{"d"}); err != nil || res.Dropped != 1 || res.Keep != nil {
+		t.Fatal(res, err)
 	}
 	// Drops k's disk replica; "zz" is unknown, so the node must delete it.
 	if res, err := api.ReconcileDiskObjects(ctx, "a", []string{"zz"}); err != nil || res.Dropped != 1 ||

@@ -311,8 +311,15 @@ func (s *Server) ReRegisterDiskObjects(ctx context.Context, r *pb.RegisterDiskOb
 }
 
 func (s *Server) EvictDiskReplica(ctx context.Context, r *pb.EvictDiskReplicaRequest) (*pb.EvictDiskReplicaResponse, error) {
-	n, err := s.api.EvictDiskReplica(ctx, r.GetNode(), strs(r.GetKeys()))
-	return &pb.EvictDiskReplicaResponse{Count: n}, toStatus(err)
+	res, err := s.api.EvictDiskReplica(ctx, r.GetNode(), strs(r.GetKeys()))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := &pb.EvictDiskReplicaResponse{Count: res.Dropped, Keep: make([][]byte, len(res.Keep))}
+	for i, k := range res.Keep {
+		out.Keep[i] = []byte(k)
+	}
+	return out, nil
 }
 
 func (s *Server) ReconcileDiskObjects(ctx context.Context, r *pb.ReconcileDiskObjectsRequest) (*pb.ReconcileDiskObjectsResponse, error) {

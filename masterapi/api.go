@@ -215,6 +215,18 @@ type NotifyRequest struct {
 	Failed    []OffloadFailure
 }
 
+// EvictResult answers EvictDiskReplica.
+type EvictResult struct {
+	// Dropped counts the node's LocalDisk replicas the master dropped.
+	Dropped int64
+	// Keep lists the keys of the call whose replica the master kept: the
+	// key's read lease is active and the node's LocalDisk replica is its
+	// only readable one (docs/design.md invariant 4). The node must keep
+	// each of them readable (re-insert it into another bucket before the
+	// victim bucket goes); it stays listed as the node's replica.
+	Keep []string
+}
+
 // ReconcileResult answers ReconcileDiskObjects.
 type ReconcileResult struct {
 	// Dropped counts the node's LocalDisk replicas the master dropped
@@ -379,13 +391,15 @@ type NodeAPI interface {
 	// node or master restart), creating unknown ones; an existing object
 	// with another size/CRC is refused per item (ErrChecksumConflict).
 	ReRegisterDiskObjects(ctx context.Context, node string, objs []DiskObject) ([]error, error)
-	// EvictDiskReplica removes node's LocalDisk replicas of keys (the node
-	// is about to delete them, one call per SSD bucket); objects left with
-	// no replica are removed. All-or-nothing: if a key has an active read
-	// lease and node's replica is its only readable one, nothing is
-	// dropped and the error is ErrObjectHasLease (the node keeps the
-	// bucket). Returns how many replicas were removed.
-	EvictDiskReplica(ctx context.Context, node string, keys []string) (int64, error)
+	// EvictDiskReplica is called before node deletes an SSD bucket holding
+	// keys. Key by key, the master drops node's LocalDisk replica, except
+	// for a key whose read lease is active and whose only readable replica
+	// is that one: it is kept and answered in EvictResult.Keep, and the
+	// node must keep it readable (re-insert it elsewhere on its SSD). An
+	// object left with no replica is removed (after its lease). Never
+	// all-or-nothing: the call fails whole only for a bad key
+	// (ErrInvalidKey) or a closed master.
+	EvictDiskReplica(ctx context.Context, node string, keys []string) (EvictResult, error)
 	// ReconcileDiskObjects takes the full list of keys node holds on SSD,
 	// drops node's LocalDisk replicas of every other key, and answers the
 	// keys of the list the node must delete (ReconcileResult.Unwanted).

@@ -333,12 +333,19 @@ func (r *Remote) ReRegisterDiskObjects(ctx context.Context, node string, objs []
 }
 
 // EvictDiskReplica implements API.
-func (r *Remote) EvictDiskReplica(ctx context.Context, node string, keys []string) (int64, error) {
+func (r *Remote) EvictDiskReplica(ctx context.Context, node string, keys []string) (EvictResult, error) {
 	p, err := r.c.EvictDiskReplica(ctx, &pb.EvictDiskReplicaRequest{Node: node, Keys: keyBytes(keys)})
 	if err != nil {
-		return 0, fromStatus(err)
+		return EvictResult{}, fromStatus(err)
 	}
-	return p.GetCount(), nil
+	res := EvictResult{Dropped: p.GetCount()}
+	if len(p.GetKeep()) > 0 {
+		res.Keep = make([]string, len(p.GetKeep()))
+		for i, k := range p.GetKeep() {
+			res.Keep[i] = string(k)
+		}
+	}
+	return res, nil
 }
 
 // ReconcileDiskObjects implements API.
