@@ -114,10 +114,11 @@ func runMaster(ctx context.Context, e *env) (*result, error) {
 		rnd := func(r *rand.Rand) int { return present[r.IntN(len(present))] }
 		ops := []masterOp{
 			{"put pair (PutStart+PutEnd)", mode.workers, objects, func(ctx context.Context, api master.API, i int, r *rand.Rand) (int, error) {
-				if _, err := api.PutStart(ctx, masterapi.PutStartRequest{Key: key(i), Size: objSize, CRC: uint32(i), PreferredNode: node}); err != nil {
+				rep, err := api.PutStart(ctx, masterapi.PutStartRequest{Key: key(i), Size: objSize, CRC: uint32(i), PreferredNode: node})
+				if err != nil {
 					return 0, err
 				}
-				if err := api.PutEnd(ctx, key(i)); err != nil {
+				if err := api.PutEnd(ctx, key(i), rep.PutToken); err != nil {
 					return 0, err
 				}
 				stored[i] = true

@@ -80,15 +80,16 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte) [
 			errs[i] = fmt.Errorf("client: put %q: writing to node %s: %w", keys[i], starts[j].Replica.Node, err)
 		}
 	})
-	var ends, revokes []string
+	var ends, revokes []masterapi.PutRef
 	var endIdx []int
 	for j, i := range idx {
+		p := masterapi.PutRef{Key: keys[i], Token: starts[j].Replica.PutToken}
 		switch {
 		case starts[j].Err != nil:
 		case errs[i] != nil:
-			revokes = append(revokes, keys[i])
+			revokes = append(revokes, p)
 		default:
-			ends = append(ends, keys[i])
+			ends = append(ends, p)
 			endIdx = append(endIdx, i)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -181,20 +182,22 @@ func (c *Client) Put(ctx context.Context, key string, value []byte) error {
 		return fmt.Errorf("client: put %q: %w", key, err)
 	}
 	if err := c.writeReplica(ctx, r, value, crc); err != nil {
-		c.revoke(key)
+		c.revoke(key, r.PutToken)
 		return fmt.Errorf("client: put %q: writing to node %s: %w", key, r.Node, err)
 	}
-	if err := c.m.PutEnd(ctx, key); err != nil {
-		c.revoke(key)
+	if err := c.m.PutEnd(ctx, key, r.PutToken); err != nil {
+		c.revoke(key, r.PutToken)
 		return fmt.Errorf("client: put %q: %w", key, err)
 	}
 	return nil
 }
 
-func (c *Client) revoke(key string) {
+// revoke abandons the put token of key (best effort: a put the master no
+// longer knows as current is answered ErrStalePut and changes nothing).
+func (c *Client) revoke(key string, token uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := c.m.PutRevoke(ctx, key); err != nil {
+	if err := c.m.PutRevoke(ctx, key, token); err != nil {
 		c.log.Debug("put revoke failed", "key", key, "err", err)
 	}
 }
@@ -251,12 +254,8 @@ func (c *Client) readBest(ctx context.Context, info masterapi.ObjectInfo) ([]byt
 			reps = append(reps, r)
 		}
 	}
-	// Stable insertion sort by rank: keeps the master's order within a rank.
-	for i := 1; i < len(reps); i++ {
-		for j := i; j > 0 && c.rank(reps[j]) < c.rank(reps[j-1]); j-- {
-			reps[j], reps[j-1] = reps[j-1], reps[j]
-		}
-	}
+	// Stable: keeps the master's order within a rank.
+	slices.SortStableFunc(reps, func(a, b masterapi.Replica) int { return c.rank(a) - c.rank(b) })
 	var last error
 	sawChecksum := false
 	for _, r := range reps {

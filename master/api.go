@@ -23,6 +23,7 @@ type (
 	PingReply         = masterapi.PingReply
 	PutStartRequest   = masterapi.PutStartRequest
 	PutStartResult    = masterapi.PutStartResult
+	PutRef            = masterapi.PutRef
 	ExistResult       = masterapi.ExistResult
 	ReplicaListResult = masterapi.ReplicaListResult
 	OffloadTask       = masterapi.OffloadTask
@@ -30,6 +31,7 @@ type (
 	OffloadFailure    = masterapi.OffloadFailure
 	NotifyRequest     = masterapi.NotifyRequest
 	ReconcileResult   = masterapi.ReconcileResult
+	EvictResult       = masterapi.EvictResult
 	Stats             = masterapi.Stats
 	NodeStats         = masterapi.NodeStats
 )

@@ -28,18 +28,12 @@ func (s *Service) ReportBadReplica(ctx context.Context, key string, crc uint32, 
 	switch r.Kind {
 	case Memory:
 		m := o.mem
-		if m.seg == nil || !m.complete || m.seg.node.id != r.Node || m.seg.name != r.Segment || m.off != r.Offset || m.len != r.Length {
+		if m.seg == nil || !m.complete || m.seg.node.id != r.Node || m.seg.name != r.Segment || m.off != r.Offset || m.len != r.Length ||
+			(r.PutToken != 0 && r.PutToken != m.token) {
 			return s.observe(codes.Errorf(codes.ReplicaNotFound, "master: report_bad_replica: no such MEMORY replica on node %q", r.Node))
 		}
 		s.dropMemAndTask(key, o, codes.ReplicaNotFound)
-		if o.empty() {
-			if o.leased(now) {
-				o.gone = true
-				s.sweepDirty.Store(true)
-			} else {
-				s.deleteObj(sh, key, o)
-			}
-		}
+		s.settleEmpty(sh, key, o, now)
 	case LocalDisk:
 		if !s.dropDisk(sh, key, o, r.Node, now) {
 			return s.observe(codes.Errorf(codes.ReplicaNotFound, "master: report_bad_replica: no LOCAL_DISK replica on node %q", r.Node))

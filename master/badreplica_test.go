@@ -7,7 +7,7 @@ import (
 	"github.com/tierstore/tierstore/internal/codes"
 )
 
-// TestReportBadReplica (gap 5): a reported replica is dropped; with another
+// TestReportBadReplica (invariant 5): a reported replica is dropped; with another
 // replica left the object stays readable from it; with none left a leased
 // object answers REPLICA_IS_GONE until its lease expires, then
 // OBJECT_NOT_FOUND; stale reports (other bytes, other replica) are refused.

@@ -48,10 +48,11 @@ func benchService(b *testing.B) (*Service, []string) {
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
 		for i, k := range keys {
-			if _, err := s.PutStart(bg, PutStartRequest{Key: k, Size: 64, CRC: uint32(i), PreferredNode: fmt.Sprint("n", i%4)}); err != nil {
+			r, err := s.PutStart(bg, PutStartRequest{Key: k, Size: 64, CRC: uint32(i), PreferredNode: fmt.Sprint("n", i%4)})
+			if err != nil {
 				panic(err)
 			}
-			if err := s.PutEnd(bg, k); err != nil {
+			if err := s.PutEnd(bg, k, r.PutToken); err != nil {
 				panic(err)
 			}
 			if i%4 == 0 {
@@ -177,10 +178,11 @@ func BenchmarkPutStartEnd(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			k := benchKey(int(ctr.Add(1)))
-			if _, err := s.PutStart(bg, PutStartRequest{Key: k, Size: 4096}); err != nil {
+			r, err := s.PutStart(bg, PutStartRequest{Key: k, Size: 4096})
+			if err != nil {
 				b.Fatal(err)
 			}
-			if err := s.PutEnd(bg, k); err != nil {
+			if err := s.PutEnd(bg, k, r.PutToken); err != nil {
 				b.Fatal(err)
 			}
 		}

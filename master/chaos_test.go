@@ -56,13 +56,13 @@ func TestConcurrentChaos(t *testing.T) {
 				switch op := r.IntN(12); op {
 				case 0, 1:
 					size := int64(1 + r.IntN(8<<10))
-					_, err := s.PutStart(bg, PutStartRequest{Key: k, Size: size, CRC: crcOf(k), PreferredNode: n, SoftPin: r.IntN(4) == 0})
+					rep, err := s.PutStart(bg, PutStartRequest{Key: k, Size: size, CRC: crcOf(k), PreferredNode: n, SoftPin: r.IntN(4) == 0})
 					note(err)
 					if err == nil {
 						if r.IntN(5) == 0 {
-							note(s.PutRevoke(bg, k))
+							note(s.PutRevoke(bg, k, rep.PutToken))
 						} else {
-							note(s.PutEnd(bg, k))
+							note(s.PutEnd(bg, k, rep.PutToken))
 						}
 					}
 				case 2:

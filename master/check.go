@@ -1,8 +1,9 @@
 package master
 
 import (
+	"cmp"
 	"fmt"
-	"sort"
+	"slices"
 )
 
 // Check verifies the Service's internal invariants and returns the first
@@ -27,131 +28,199 @@ func (s *Service) Check() error {
 	}()
 	s.nodesMu.RLock()
 	defer s.nodesMu.RUnlock()
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrInconsistent}, args...)...)
+	c := newCensus()
+	if err := s.takeCensus(c); err != nil {
+		return err
 	}
-
-	type rng struct {
-		off, n int64
-		key    string
+	if err := s.checkCounters(c); err != nil {
+		return err
 	}
-	var objects, memR, diskR, memB, diskB, processing int64
-	ranges := map[*segment][]rng{}
-	pinned := map[*node]map[string]bool{}
-	type perNode struct{ memR, memB, diskR, diskB int64 }
-	byNode := map[*node]*perNode{}
-	at := func(n *node) *perNode {
-		if byNode[n] == nil {
-			byNode[n] = &perNode{}
+	for _, p := range s.parkedList() {
+		if p.seg.live() {
+			c.ranges[p.seg] = append(c.ranges[p.seg], rng{p.off, alignUp(p.len), "parked:" + p.key})
 		}
-		return byNode[n]
 	}
+	for _, n := range s.nodes {
+		if err := s.checkNode(c, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func inconsistent(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInconsistent}, args...)...)
+}
+
+// rng is one allocated range of a segment, as the metadata sees it.
+type rng struct {
+	off, n int64
+	key    string
+}
+
+// perNode is one node's replica counts, as the metadata sees them.
+type perNode struct{ memR, memB, diskR, diskB int64 }
+
+// census is what Check counts in the metadata.
+type census struct {
+	objects, memR, diskR, memB, diskB, processing int64
+	ranges                                        map[*segment][]rng
+	pinned                                        map[*node]map[string]bool
+	byNode                                        map[*node]*perNode
+}
+
+func newCensus() *census {
+	return &census{ranges: map[*segment][]rng{}, pinned: map[*node]map[string]bool{}, byNode: map[*node]*perNode{}}
+}
+
+func (c *census) at(n *node) *perNode {
+	if c.byNode[n] == nil {
+		c.byNode[n] = &perNode{}
+	}
+	return c.byNode[n]
+}
+
+// takeCensus counts every object's replicas, ranges and pins. Caller holds
+// every shard lock and nodesMu.
+func (s *Service) takeCensus(c *census) error {
 	for i := range s.shards {
 		for k, o := range s.shards[i].objs {
-			objects++
-			if o.mem.seg != nil {
-				memR++
-				memB += o.size
-				at(o.mem.seg.node).memR++
-				at(o.mem.seg.node).memB += o.size
-				if !o.mem.complete {
-					processing++
-				}
-				if o.mem.len != o.size {
-					return bad("key %q: DRAM length %d != size %d", k, o.mem.len, o.size)
-				}
-				if o.mem.seg.live() {
-					ranges[o.mem.seg] = append(ranges[o.mem.seg], rng{o.mem.off, alignUp(o.mem.len), k})
-				}
+			c.objects++
+			if err := c.addMem(k, o); err != nil {
+				return err
 			}
 			seen := map[string]bool{}
 			for _, d := range o.disk {
 				if seen[d.node.id] {
-					return bad("key %q: two LOCAL_DISK replicas on node %q", k, d.node.id)
+					return inconsistent("key %q: two LOCAL_DISK replicas on node %q", k, d.node.id)
 				}
 				seen[d.node.id] = true
-				diskR++
-				diskB += o.size
-				at(d.node).diskR++
-				at(d.node).diskB += o.size
+				c.diskR++
+				c.diskB += o.size
+				c.at(d.node).diskR++
+				c.at(d.node).diskB += o.size
 			}
 			if o.offload != nil && !o.offload.dead.Load() {
-				if pinned[o.offload] == nil {
-					pinned[o.offload] = map[string]bool{}
+				if c.pinned[o.offload] == nil {
+					c.pinned[o.offload] = map[string]bool{}
 				}
-				pinned[o.offload][k] = true
+				c.pinned[o.offload][k] = true
 			}
 		}
 	}
-	for _, c := range []struct {
+	return nil
+}
+
+// addMem counts o's DRAM replica.
+func (c *census) addMem(k string, o *object) error {
+	if o.mem.seg == nil {
+		return nil
+	}
+	c.memR++
+	c.memB += o.size
+	c.at(o.mem.seg.node).memR++
+	c.at(o.mem.seg.node).memB += o.size
+	if !o.mem.complete {
+		c.processing++
+	}
+	if o.mem.len != o.size {
+		return inconsistent("key %q: DRAM length %d != size %d", k, o.mem.len, o.size)
+	}
+	if o.mem.seg.live() {
+		c.ranges[o.mem.seg] = append(c.ranges[o.mem.seg], rng{o.mem.off, alignUp(o.mem.len), k})
+	}
+	return nil
+}
+
+// checkCounters compares the global counters with the census.
+func (s *Service) checkCounters(c *census) error {
+	for _, x := range []struct {
 		name      string
 		got, want int64
 	}{
-		{"objects", s.cnt.objects.Load(), objects},
-		{"memory replicas", s.cnt.memReplicas.Load(), memR},
-		{"memory bytes", s.cnt.memBytes.Load(), memB},
-		{"disk replicas", s.cnt.diskReplicas.Load(), diskR},
-		{"disk bytes", s.cnt.diskBytes.Load(), diskB},
-		{"processing", s.processing.Load(), processing},
+		{"objects", s.cnt.objects.Load(), c.objects},
+		{"memory replicas", s.cnt.memReplicas.Load(), c.memR},
+		{"memory bytes", s.cnt.memBytes.Load(), c.memB},
+		{"disk replicas", s.cnt.diskReplicas.Load(), c.diskR},
+		{"disk bytes", s.cnt.diskBytes.Load(), c.diskB},
+		{"processing", s.processing.Load(), c.processing},
 	} {
-		if c.got != c.want {
-			return bad("counter %s = %d, metadata has %d", c.name, c.got, c.want)
+		if x.got != x.want {
+			return inconsistent("counter %s = %d, metadata has %d", x.name, x.got, x.want)
 		}
 	}
-	for _, n := range s.nodes {
-		want := at(n)
-		if n.memReplicas.Load() != want.memR || n.memBytes.Load() != want.memB ||
-			n.diskReplicas.Load() != want.diskR || n.diskBytes.Load() != want.diskB {
-			return bad("node %q counters: memory %d/%dB disk %d/%dB, metadata has %d/%dB and %d/%dB", n.id,
-				n.memReplicas.Load(), n.memBytes.Load(), n.diskReplicas.Load(), n.diskBytes.Load(),
-				want.memR, want.memB, want.diskR, want.diskB)
+	return nil
+}
+
+// checkNode verifies live node n: its counters, its segments' allocators
+// against the census's ranges (orphans included), and its mailbox against
+// the offload pins.
+func (s *Service) checkNode(c *census, n *node) error {
+	want := c.at(n)
+	if n.memReplicas.Load() != want.memR || n.memBytes.Load() != want.memB ||
+		n.diskReplicas.Load() != want.diskR || n.diskBytes.Load() != want.diskB {
+		return inconsistent("node %q counters: memory %d/%dB disk %d/%dB, metadata has %d/%dB and %d/%dB", n.id,
+			n.memReplicas.Load(), n.memBytes.Load(), n.diskReplicas.Load(), n.diskBytes.Load(),
+			want.memR, want.memB, want.diskR, want.diskB)
+	}
+	for _, orph := range n.box.orphanList() {
+		if orph.seg.node != n {
+			return inconsistent("orphan %q of node %q holds a range of node %q", orph.key, n.id, orph.seg.node.id)
 		}
-		for _, orph := range n.box.orphanList() {
-			if orph.seg.node != n {
-				return bad("orphan %q of node %q holds a range of node %q", orph.key, n.id, orph.seg.node.id)
-			}
-			if orph.seg.live() {
-				ranges[orph.seg] = append(ranges[orph.seg], rng{orph.off, alignUp(orph.len), "orphan:" + orph.key})
-			}
+		if orph.seg.live() {
+			c.ranges[orph.seg] = append(c.ranges[orph.seg], rng{orph.off, alignUp(orph.len), "orphan:" + orph.key})
 		}
-		for _, g := range n.segments {
-			rs := ranges[g]
-			sort.Slice(rs, func(i, j int) bool { return rs[i].off < rs[j].off })
-			var used int64
-			for i, r := range rs {
-				used += r.n
-				if r.off < 0 || r.off+r.n > g.alloc.size {
-					return bad("key %q: range [%d,+%d) outside segment %s/%s", r.key, r.off, r.n, n.id, g.name)
-				}
-				if i > 0 && rs[i-1].off+rs[i-1].n > r.off {
-					return bad("keys %q and %q overlap in segment %s/%s", rs[i-1].key, r.key, n.id, g.name)
-				}
-			}
-			g.mu.Lock()
-			au := g.alloc.used
-			g.mu.Unlock()
-			if au != used {
-				return bad("segment %s/%s: allocator has %d bytes in use, objects %d", n.id, g.name, au, used)
-			}
+	}
+	for _, g := range n.segments {
+		if err := checkSegment(g, c.ranges[g]); err != nil {
+			return err
 		}
-		n.box.mu.Lock()
-		boxKeys := map[string]bool{}
-		for k := range n.box.pending {
-			boxKeys[k] = true
+	}
+	return checkMailbox(n, c.pinned[n])
+}
+
+// checkSegment verifies that rs, the ranges the metadata holds in g, do not
+// overlap, lie inside g and add up to g's allocator's use.
+func checkSegment(g *segment, rs []rng) error {
+	slices.SortFunc(rs, func(a, b rng) int { return cmp.Compare(a.off, b.off) })
+	var used int64
+	for i, r := range rs {
+		used += r.n
+		if r.off < 0 || r.off+r.n > g.alloc.size {
+			return inconsistent("key %q: range [%d,+%d) outside segment %s/%s", r.key, r.off, r.n, g.node.id, g.name)
 		}
-		for k := range n.box.inflight {
-			boxKeys[k] = true
+		if i > 0 && rs[i-1].off+rs[i-1].n > r.off {
+			return inconsistent("keys %q and %q overlap in segment %s/%s", rs[i-1].key, r.key, g.node.id, g.name)
 		}
-		n.box.mu.Unlock()
-		for k := range pinned[n] {
-			if !boxKeys[k] {
-				return bad("key %q pinned by node %q has no task", k, n.id)
-			}
+	}
+	g.mu.Lock()
+	au := g.alloc.used
+	g.mu.Unlock()
+	if au != used {
+		return inconsistent("segment %s/%s: allocator has %d bytes in use, objects %d", g.node.id, g.name, au, used)
+	}
+	return nil
+}
+
+// checkMailbox verifies that n's tasks and the pins on n match one to one.
+func checkMailbox(n *node, pinned map[string]bool) error {
+	n.box.mu.Lock()
+	boxKeys := map[string]bool{}
+	for k := range n.box.pending {
+		boxKeys[k] = true
+	}
+	for k := range n.box.inflight {
+		boxKeys[k] = true
+	}
+	n.box.mu.Unlock()
+	for k := range pinned {
+		if !boxKeys[k] {
+			return inconsistent("key %q pinned by node %q has no task", k, n.id)
 		}
-		for k := range boxKeys {
-			if !pinned[n][k] {
-				return bad("node %q has a task for %q, which it does not pin", n.id, k)
-			}
+	}
+	for k := range boxKeys {
+		if !pinned[k] {
+			return inconsistent("node %q has a task for %q, which it does not pin", n.id, k)
 		}
 	}
 	return nil

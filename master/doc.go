@@ -20,7 +20,7 @@
 // O(log n)); PutStart picks the preferred node's segment when it has room,
 // else the segment with the most free bytes whose largest free extent fits.
 //
-// # Leases (reference 000, invariant 4)
+// # Leases (Mooncake #4508, invariant 4)
 //
 // ExistKey and GetReplicaList grant a read lease of default_kv_lease_ttl on a
 // hit. Every removal path honours it:

@@ -111,21 +111,22 @@ func TestRemoteMatchesService(t *testing.T) {
 	if err != nil || bp[0].Err != nil || bp[0].Replica.Node != "a" || !errors.Is(bp[1].Err, codes.ErrObjectExists) {
 		t.Fatalf("batch put %+v %v", bp, err)
 	}
-	be, err := api.BatchPutEnd(ctx, []string{"b1", "none"})
-	if err != nil || be[0] != nil || !errors.Is(be[1], codes.ErrObjectNotFound) {
+	be, err := api.BatchPutEnd(ctx, []PutRef{{Key: "b1", Token: bp[0].Replica.PutToken}, {Key: "none", Token: bp[0].Replica.PutToken}})
+	if err != nil || be[0] != nil || !errors.Is(be[1], masterapi.ErrStalePut) {
 		t.Fatalf("batch put end %v %v", be, err)
 	}
-	if _, err := api.BatchPutStart(ctx, []PutStartRequest{{Key: "b2", Size: 10}}); err != nil {
+	bp, err = api.BatchPutStart(ctx, []PutStartRequest{{Key: "b2", Size: 10}})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if bv, err := api.BatchPutRevoke(ctx, []string{"b2"}); err != nil || bv[0] != nil {
+	if bv, err := api.BatchPutRevoke(ctx, []PutRef{{Key: "b2", Token: bp[0].Replica.PutToken}}); err != nil || bv[0] != nil {
 		t.Fatal(bv, err)
 	}
 	if errs, err := api.ReRegisterDiskObjects(ctx, "a", []DiskObject{{Key: "d", Size: 5, CRC: 5}}); err != nil || errs[0] != nil {
 		t.Fatal(errs, err)
 	}
-	if n, err := api.EvictDiskReplica(ctx, "a", []string{"d"}); err != nil || n != 1 {
-		t.Fatal(n, err)
+	if res, err := api.EvictDiskReplica(ctx, "a", []string{"d"}); err != nil || res.Dropped != 1 || res.Keep != nil {
+		t.Fatal(res, err)
 	}
 	// Drops k's disk replica; "zz" is unknown, so the node must delete it.
 	if res, err := api.ReconcileDiskObjects(ctx, "a", []string{"zz"}); err != nil || res.Dropped != 1 ||
@@ -175,10 +176,10 @@ func TestRemoteTransportError(t *testing.T) {
 	}
 }
 
-// TestRemoteReference000: the replay's answers survive the wire: after a
+// TestRemoteMooncake4508: the replay's answers survive the wire: after a
 // lookup hit and the holder's death, a remote load gets REPLICA_IS_GONE
 // (-712), not OBJECT_NOT_FOUND.
-func TestRemoteReference000(t *testing.T) {
+func TestRemoteMooncake4508(t *testing.T) {
 	s, _ := testService(t, func(c *Config) { c.ClientTTL = time.Hour })
 	r := remoteService(t, s)
 	mount(t, r, "a", 1<<20)

@@ -53,8 +53,22 @@ func put(t testing.TB, api API, key string, size int64, node string) Replica {
 	if err != nil {
 		t.Fatalf("PutStart(%q): %v", key, err)
 	}
-	if err := api.PutEnd(bg, key); err != nil {
+	if err := api.PutEnd(bg, key, r.PutToken); err != nil {
 		t.Fatalf("PutEnd(%q): %v", key, err)
+	}
+	return r
+}
+
+// putWith stores req (PutStart + PutEnd with PutStart's token) and returns
+// its Memory replica.
+func putWith(t testing.TB, api API, req PutStartRequest) Replica {
+	t.Helper()
+	r, err := api.PutStart(bg, req)
+	if err != nil {
+		t.Fatalf("PutStart(%q): %v", req.Key, err)
+	}
+	if err := api.PutEnd(bg, req.Key, r.PutToken); err != nil {
+		t.Fatalf("PutEnd(%q): %v", req.Key, err)
 	}
 	return r
 }

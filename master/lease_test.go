@@ -17,6 +17,9 @@ func TestPutLookupBasics(t *testing.T) {
 	s, _ := testService(t, nil)
 	mount(t, s, "a", 1<<20)
 	r, err := s.PutStart(bg, PutStartRequest{Key: "k", Size: 1000, CRC: 42})
+	if err == nil && r.PutToken == 0 {
+		t.Fatal("PutStart answered no put token")
+	}
 	if err != nil || r.Kind != Memory || r.Status != Processing || r.Node != "a" || r.Length != 1000 {
 		t.Fatalf("PutStart = %+v, %v", r, err)
 	}
@@ -27,7 +30,7 @@ func TestPutLookupBasics(t *testing.T) {
 	mustIs(t, err, codes.ErrReplicaNotReady)
 	_, err = s.PutStart(bg, PutStartRequest{Key: "k", Size: 1000})
 	mustIs(t, err, codes.ErrObjectExists)
-	if err := s.PutEnd(bg, "k"); err != nil {
+	if err := s.PutEnd(bg, "k", r.PutToken); err != nil {
 		t.Fatal(err)
 	}
 	info, err := s.GetReplicaList(bg, "k")
@@ -46,10 +49,11 @@ func TestPutLookupBasics(t *testing.T) {
 	mustIs(t, err, codes.ErrInvalidParams)
 
 	// Revoke frees the space.
-	if _, err := s.PutStart(bg, PutStartRequest{Key: "r", Size: 4096}); err != nil {
+	rr, err := s.PutStart(bg, PutStartRequest{Key: "r", Size: 4096})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutRevoke(bg, "r"); err != nil {
+	if err := s.PutRevoke(bg, "r", rr.PutToken); err != nil {
 		t.Fatal(err)
 	}
 	_, err = s.GetReplicaList(bg, "r")
@@ -123,13 +127,7 @@ func TestPinsOrderEviction(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		for _, kind := range []string{"soft", "plain", "hard"} {
 			k := fmt.Sprintf("%s%d", kind, i)
-			_, err := s.PutStart(bg, PutStartRequest{Key: k, Size: 64, SoftPin: kind == "soft", HardPin: kind == "hard"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := s.PutEnd(bg, k); err != nil {
-				t.Fatal(err)
-			}
+			putWith(t, s, PutStartRequest{Key: k, Size: 64, SoftPin: kind == "soft", HardPin: kind == "hard"})
 		}
 	}
 	alive := func(k string) bool { _, err := s.GetReplicaList(masterapi.WithOffloadPath(bg), k); return err == nil }
@@ -152,12 +150,7 @@ func TestHardPinNeverEvicted(t *testing.T) {
 	mount(t, s, "a", 1<<20)
 	for i := 0; i < 5; i++ {
 		k := fmt.Sprintf("hard%d", i)
-		if _, err := s.PutStart(bg, PutStartRequest{Key: k, Size: 64, HardPin: true}); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.PutEnd(bg, k); err != nil {
-			t.Fatal(err)
-		}
+		putWith(t, s, PutStartRequest{Key: k, Size: 64, HardPin: true})
 	}
 	for r := 0; r < 3; r++ {
 		clk.Advance(time.Hour)
@@ -229,12 +222,12 @@ func allKeys(s *Service) []string {
 	return out
 }
 
-// TestReference000Replay replays the report: lookup hit, the node holding
+// TestMooncake4508Replay replays Mooncake #4508: lookup hit, the node holding
 // the only replica expires and the stale-handle sweep runs, then load. Within
 // the lease the load answers REPLICA_IS_GONE (-712), not OBJECT_NOT_FOUND
 // (-704); with a LOCAL_DISK replica on a live node it succeeds from it; after
 // the lease the metadata goes.
-func TestReference000Replay(t *testing.T) {
+func TestMooncake4508Replay(t *testing.T) {
 	s, clk := testService(t, func(c *Config) {
 		c.EnableOffload = true
 		c.ClientTTL = 2 * time.Second
@@ -357,8 +350,8 @@ func TestReference000Stress(t *testing.T) {
 			mount(t, s, n, 1<<20)
 			for j := i % len(nodes); j < keys; j += len(nodes) {
 				k := fmt.Sprint("k", j)
-				if _, err := s.PutStart(bg, PutStartRequest{Key: k, Size: 256, PreferredNode: n}); err == nil {
-					s.PutEnd(bg, k)
+				if r, err := s.PutStart(bg, PutStartRequest{Key: k, Size: 256, PreferredNode: n}); err == nil {
+					s.PutEnd(bg, k, r.PutToken)
 				}
 			}
 		}
@@ -408,10 +401,7 @@ func TestExpiryLeavesOtherNodesAlone(t *testing.T) {
 func TestSoftPinNotEvictedWhenDisallowed(t *testing.T) {
 	s, clk := testService(t, func(c *Config) { c.EvictionRatio = 1; c.AllowEvictSoftPinned = false; c.ClientTTL = 100 * time.Hour })
 	mount(t, s, "a", 1<<20)
-	if _, err := s.PutStart(bg, PutStartRequest{Key: "soft", Size: 64, SoftPin: true}); err != nil {
-		t.Fatal(err)
-	}
-	s.PutEnd(bg, "soft")
+	putWith(t, s, PutStartRequest{Key: "soft", Size: 64, SoftPin: true})
 	put(t, s, "plain", 64, "")
 	if n := s.EvictNow(); n != 1 {
 		t.Fatalf("evicted %d", n)

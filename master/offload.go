@@ -2,7 +2,6 @@ package master
 
 import (
 	"context"
-	"sort"
 
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/masterapi"
@@ -85,7 +84,7 @@ func (s *Service) cancelTask(key string, o *object) {
 	}
 }
 
-// dropMemAndTask removes o's DRAM replica and its offload task (gap 1). If
+// dropMemAndTask removes o's DRAM replica and its offload task (invariant 8). If
 // the node has already fetched the task it may be copying the source range
 // right now, so the range is not freed: it becomes an orphan of the node's
 // mailbox, freed when the node answers the task (a persisted answer is
@@ -110,7 +109,7 @@ func (s *Service) dropMemAndTask(key string, o *object, code codes.Code) {
 }
 
 // freeOrphan releases an orphan's range.
-func freeOrphan(o orphan) { freeRange(o.seg, o.off, o.len) }
+func (s *Service) freeOrphan(o orphan) { s.freeRange(o.seg, o.off, o.len) }
 
 // Enqueue queues an offload task for key as an admission policy would
 // (operators, tests). It fails with ErrUnableOffload when offload is not
@@ -163,7 +162,7 @@ func (s *Service) OffloadHeartbeat(ctx context.Context, nodeID string, max int) 
 			// task (take never hands out a key with an older orphan); it
 			// is not delivered, so its range is free at once.
 			if orph, ok := n.box.takeOrphan(k); ok {
-				freeOrphan(orph)
+				s.freeOrphan(orph)
 			}
 		case !o.readableMem() || o.mem.seg.node != n:
 			s.cancelTask(k, o)
@@ -174,282 +173,6 @@ func (s *Service) OffloadHeartbeat(ctx context.Context, nodeID string, max int) 
 		sh.mu.Unlock()
 	}
 	return tasks, nil
-}
-
-// NotifyOffloadSuccess implements API.
-func (s *Service) NotifyOffloadSuccess(ctx context.Context, req NotifyRequest) ([]error, error) {
-	if err := s.check(ctx); err != nil {
-		return nil, err
-	}
-	n := s.lookupNode(req.Node)
-	if n == nil {
-		return nil, s.observe(codes.Errorf(codes.NeedRemount, "master: notify_offload_success: unknown node %q", req.Node))
-	}
-	n.lastPing.Store(s.now())
-	out := make([]error, len(req.Persisted))
-	for i, d := range req.Persisted {
-		out[i] = s.observe(s.answerPersisted(n, d))
-	}
-	for _, f := range req.Failed {
-		if validKey(f.Key) != nil {
-			continue
-		}
-		s.cnt.offloadFailed.Add(1)
-		s.met.offloadFailed.Inc()
-		orph, orphaned := n.box.takeOrphan(f.Key)
-		if orphaned {
-			freeOrphan(orph) // the object went away during the task
-		}
-		sh := s.shardOf(f.Key)
-		sh.mu.Lock()
-		o := sh.objs[f.Key]
-		switch {
-		case orphaned:
-		case o == nil || o.offload != n:
-			n.box.drop(f.Key)
-		case !n.box.inFlight(f.Key):
-			// Queued anew since (the key was removed and put again): the
-			// answer is about the older task, which is already settled.
-		default:
-			s.cancelTask(f.Key, o)
-			if f.Retryable {
-				s.retryTask(f.Key, o, n.id, f.Reason)
-			} else {
-				s.log.Info("offload failed permanently; not retried", "node", n.id, "reason", f.Reason)
-			}
-		}
-		// A failure says the key is not on n's SSD, whatever the task's
-		// state: the node's word about its own SSD is authoritative. A
-		// LocalDisk replica of n recorded earlier (a persisted notify the
-		// master applied but whose reply the node never got, so the node
-		// rolled the bucket back) is a phantom and goes, with the usual
-		// lease rule for the object's metadata.
-		if o != nil && s.dropDisk(sh, f.Key, o, n.id, s.now()) {
-			s.log.Warn("LOCAL_DISK replica dropped: its node answered the key failed (not on its SSD)",
-				"node", n.id, "reason", f.Reason)
-			// The persisted answer had settled the task; the copy it
-			// announced is gone, so a retryable failure is an attempt
-			// of that task like any other.
-			if f.Retryable && o.offload == nil && sh.objs[f.Key] == o {
-				s.retryTask(f.Key, o, n.id, f.Reason)
-			}
-		}
-		sh.mu.Unlock()
-	}
-	return out, nil
-}
-
-// answerPersisted records one Persisted item of a notify. The key must have
-// a task of n or an object: a key whose object was removed while n offloaded
-// it (an orphan) or that the master does not know is refused per key with
-// OBJECT_NOT_FOUND (the node deletes its SSD copy); only
-// ReRegisterDiskObjects creates objects (gap 2: a notify must not resurrect
-// a removed key).
-func (s *Service) answerPersisted(n *node, d DiskObject) error {
-	if err := validKey(d.Key); err != nil {
-		return err
-	}
-	if orph, ok := n.box.takeOrphan(d.Key); ok {
-		freeOrphan(orph)
-		return codes.Errorf(orph.code, "master: notify: the object was removed while node %q offloaded it; delete the SSD copy", n.id)
-	}
-	return s.registerDisk(n, d, false)
-}
-
-// ReRegisterDiskObjects implements API.
-func (s *Service) ReRegisterDiskObjects(ctx context.Context, nodeID string, objs []DiskObject) ([]error, error) {
-	if err := s.check(ctx); err != nil {
-		return nil, err
-	}
-	n := s.lookupNode(nodeID)
-	if n == nil {
-		return nil, s.observe(codes.Errorf(codes.NeedRemount, "master: re_register: unknown node %q", nodeID))
-	}
-	n.lastPing.Store(s.now())
-	out := make([]error, len(objs))
-	for i, d := range objs {
-		out[i] = s.observe(s.registerDisk(n, d, true))
-	}
-	return out, nil
-}
-
-// registerDisk records that n holds d on its SSD: a new object when the key
-// is unknown and create is set (re-registration), else a new or refreshed
-// LocalDisk replica (one per node id). A task of n for the key is answered
-// and its pin released. Without create an unknown key is OBJECT_NOT_FOUND.
-func (s *Service) registerDisk(n *node, d DiskObject, create bool) error {
-	if err := validKey(d.Key); err != nil {
-		return err
-	}
-	if d.Size <= 0 {
-		return codes.Errorf(codes.InvalidParams, "master: register disk object: size must be > 0, got %d", d.Size)
-	}
-	sh := s.shardOf(d.Key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	o := sh.objs[d.Key]
-	if o == nil && !create {
-		return codes.Errorf(codes.ObjectNotFound, "master: notify: node %q persisted a key the master does not know (removed?); delete the SSD copy", n.id)
-	}
-	if o == nil {
-		sh.objs[d.Key] = &object{size: d.Size, crc: d.CRC, disk: []diskReplica{{node: n}}}
-		s.cnt.objects.Add(1)
-		s.countDisk(n, 1, d.Size)
-		return nil
-	}
-	if o.offload == n {
-		s.cancelTask(d.Key, o)
-		o.offloadFails = 0
-		s.cnt.offloadPersisted.Add(1)
-		s.met.offloadPersisted.Inc()
-	}
-	if o.size != d.Size || o.crc != d.CRC {
-		return codes.Errorf(codes.ChecksumConflict, "master: node %q reports size %d crc %08x, metadata has size %d crc %08x",
-			n.id, d.Size, d.CRC, o.size, o.crc)
-	}
-	if i := o.diskIndex(n.id); i >= 0 {
-		if old := o.disk[i].node; old != n { // refresh: a new incarnation
-			s.countDisk(old, -1, -o.size)
-			s.countDisk(n, 1, o.size)
-		}
-		o.disk[i] = diskReplica{node: n}
-	} else {
-		o.disk = append(o.disk, diskReplica{node: n})
-		s.countDisk(n, 1, o.size)
-	}
-	o.gone = false
-	return nil
-}
-
-// dropDisk removes node id's LocalDisk replica from o; an object left
-// without replicas is removed, or kept as "gone" until its lease expires.
-// Caller holds the shard lock. Reports whether a replica was removed.
-func (s *Service) dropDisk(sh *shard, key string, o *object, id string, now int64) bool {
-	i := o.diskIndex(id)
-	if i < 0 {
-		return false
-	}
-	s.countDisk(o.disk[i].node, -1, -o.size)
-	o.disk = append(o.disk[:i], o.disk[i+1:]...)
-	if o.empty() {
-		if o.leased(now) {
-			o.gone = true
-			s.sweepDirty.Store(true)
-		} else {
-			s.deleteObj(sh, key, o)
-		}
-	}
-	return true
-}
-
-// EvictDiskReplica implements API. The call is all-or-nothing (invariant
-// 4): if any key has an active read lease and node's LocalDisk replica is
-// its only readable replica, nothing is dropped and the answer is
-// ErrObjectHasLease; the node keeps the bucket and tries another. The shard
-// locks of all keys are held, in shard order, across the check and the
-// drops, so a lease granted meanwhile cannot slip between them.
-func (s *Service) EvictDiskReplica(ctx context.Context, nodeID string, keys []string) (int64, error) {
-	if err := s.check(ctx); err != nil {
-		return 0, err
-	}
-	for _, k := range keys {
-		if err := validKey(k); err != nil {
-			return 0, s.observe(err)
-		}
-	}
-	shards := make([]int, 0, len(keys))
-	seen := make(map[int]struct{}, len(keys))
-	for _, k := range keys {
-		i := s.shardIndex(k)
-		if _, ok := seen[i]; !ok {
-			seen[i] = struct{}{}
-			shards = append(shards, i)
-		}
-	}
-	sort.Ints(shards)
-	for _, i := range shards {
-		s.shards[i].mu.Lock()
-	}
-	defer func() {
-		for _, i := range shards {
-			s.shards[i].mu.Unlock()
-		}
-	}()
-	now := s.now()
-	for _, k := range keys {
-		o := s.shardOf(k).objs[k]
-		if o != nil && o.leased(now) && o.onlyReadableOn(nodeID) {
-			return 0, s.observe(codes.Errorf(codes.ObjectHasLease,
-				"master: evict_disk_replica: a key of the %d is leased and node %q holds its only readable replica; nothing dropped", len(keys), nodeID))
-		}
-	}
-	var n int64
-	for _, k := range keys {
-		sh := s.shardOf(k)
-		if o := sh.objs[k]; o != nil && s.dropDisk(sh, k, o, nodeID, now) {
-			n++
-		}
-	}
-	return n, nil
-}
-
-// ReconcileDiskObjects implements API.
-func (s *Service) ReconcileDiskObjects(ctx context.Context, nodeID string, keys []string) (ReconcileResult, error) {
-	if err := s.check(ctx); err != nil {
-		return ReconcileResult{}, err
-	}
-	if nodeID == "" {
-		return ReconcileResult{}, s.observe(codes.Errorf(codes.InvalidParams, "master: reconcile: empty node id"))
-	}
-	// An unknown node (master restarted, node expired) has not
-	// re-registered: every key would look unwanted. It must remount and
-	// re-register first.
-	nd := s.lookupNode(nodeID)
-	if nd == nil {
-		return ReconcileResult{}, s.observe(codes.Errorf(codes.NeedRemount, "master: reconcile: unknown node %q", nodeID))
-	}
-	held := make(map[string]struct{}, len(keys))
-	var res ReconcileResult
-	for _, k := range keys {
-		if _, dup := held[k]; dup {
-			continue
-		}
-		held[k] = struct{}{}
-		if validKey(k) != nil {
-			continue
-		}
-		sh := s.shardOf(k)
-		sh.mu.Lock()
-		o := sh.objs[k]
-		// Unwanted: no object (never known, or removed), or an object
-		// that lists no replica of this node and has no task of it (the
-		// replica was dropped, or the key was removed and put again).
-		if o == nil || (o.diskIndex(nodeID) < 0 && o.offload != nd) {
-			res.Unwanted = append(res.Unwanted, k)
-		}
-		sh.mu.Unlock()
-	}
-	now := s.now()
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		for k, o := range sh.objs {
-			if len(o.disk) == 0 {
-				continue
-			}
-			if _, ok := held[k]; ok {
-				continue
-			}
-			if s.dropDisk(sh, k, o, nodeID, now) {
-				res.Dropped++
-			}
-		}
-		sh.mu.Unlock()
-	}
-	if res.Dropped > 0 || len(res.Unwanted) > 0 {
-		s.log.Info("reconcile", "node", nodeID, "dropped", res.Dropped, "unwanted", len(res.Unwanted), "held", len(keys))
-	}
-	return res, nil
 }
 
 // timeoutTasks handles in-flight tasks unanswered past offload_task_timeout:
@@ -464,7 +187,7 @@ func (s *Service) timeoutTasks(now int64) {
 	s.nodesMu.RUnlock()
 	for _, n := range nodes {
 		for _, orph := range n.box.takeExpiredOrphans(now) {
-			freeOrphan(orph)
+			s.freeOrphan(orph)
 			s.log.Warn("offload task of a removed object timed out; source range freed", "node", n.id, "timeout", s.cfg.OffloadTaskTimeout)
 		}
 		for _, k := range n.box.expired(now) {

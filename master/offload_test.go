@@ -37,7 +37,7 @@ func TestMailboxEagerDedupeAndTask(t *testing.T) {
 	if err := s.Enqueue("k"); err != nil { // duplicate: accepted, not queued twice
 		t.Fatal(err)
 	}
-	s.PutEnd(bg, "k") // repeated PutEnd does not queue again either
+	s.PutEnd(bg, "k", r.PutToken) // repeated PutEnd does not queue again either
 	ts, err := s.OffloadHeartbeat(bg, "a", 0)
 	if err != nil || len(ts) != 1 {
 		t.Fatalf("tasks %v %v", ts, err)
@@ -139,7 +139,7 @@ func TestMailboxPinUntilAnswer(t *testing.T) {
 	}
 }
 
-// TestRetryableFailureRequeued (gap 3): a task answered with a retryable
+// TestRetryableFailureRequeued (invariant 3): a task answered with a retryable
 // failure is queued again, up to maxOffloadAttempts deliveries, then
 // dropped; a permanent failure is never retried; success resets the count.
 func TestRetryableFailureRequeued(t *testing.T) {
@@ -218,7 +218,7 @@ func TestRemovedObjectTaskDisappears(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 	// Removing an in-flight task's object forgets the task too, but its
-	// source range stays allocated (gap 1, see TestForcedRemoveDefersFree).
+	// source range stays allocated (invariant 8, see TestForcedRemoveDefersFree).
 	if err := s.Remove(bg, "kept", true); err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func TestRemovedObjectTaskDisappears(t *testing.T) {
 	}
 }
 
-// TestForcedRemoveDefersFree (gap 1): a forced Remove of an object whose
+// TestForcedRemoveDefersFree (invariant 8): a forced Remove of an object whose
 // offload task the node has fetched removes the metadata at once, but the
 // source range is not reused until the node answers; the answer is refused
 // per key (OBJECT_NOT_FOUND, the node deletes its SSD copy). A queued task
@@ -323,7 +323,7 @@ func TestNotifyIdempotent(t *testing.T) {
 	if st, _ := s.Stats(bg); st.DiskReplicas != 1 || st.OffloadInFlight != 0 || st.OffloadPersisted != 1 {
 		t.Fatalf("stats %+v", st)
 	}
-	// Gap 2: a notify never creates an object (that resurrected removed
+	// Invariant 1: a notify never creates an object (that resurrected removed
 	// keys); an unknown key is refused per key, OBJECT_NOT_FOUND, so the
 	// node deletes its copy. Only re-registration creates.
 	errs, _ := s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Persisted: []DiskObject{{Key: "new", Size: 7, CRC: 9}, {Key: "k", Size: 100, CRC: 1}}})
@@ -385,7 +385,7 @@ func TestReconcile(t *testing.T) {
 	if st, _ := s.Stats(bg); st.DiskReplicas != 6 || st.Objects != 4 {
 		t.Fatalf("stats %+v", st)
 	}
-	// Gap 4: keys the master no longer wants on the node come back in the
+	// Invariant 6: keys the master no longer wants on the node come back in the
 	// answer: a removed object, and one whose replica on a was dropped
 	// (EvictDiskReplica, bad report) while the node kept the bytes.
 	if err := s.Remove(bg, "d0", true); err != nil {
@@ -402,43 +402,50 @@ func TestReconcile(t *testing.T) {
 	mustIs(t, err, codes.ErrNeedRemount)
 }
 
-// TestEvictDiskReplicaHonoursLease: invariant 4 for SSD eviction. A call
-// naming a leased key whose only readable replica is the node's LocalDisk
-// one is refused whole (OBJECT_HAS_LEASE, nothing dropped); a leased key
-// with another readable replica, and any call after the lease, go through.
-func TestEvictDiskReplicaHonoursLease(t *testing.T) {
-	s, clk := offloadService(t, nil)
-	mount(t, s, "a", 1<<20)
-	mount(t, s, "b", 1<<20)
-	s.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "x", Size: 10, CRC: 1}, {Key: "y", Size: 10, CRC: 1}, {Key: "z", Size: 10, CRC: 1}})
-	s.ReRegisterDiskObjects(bg, "b", []DiskObject{{Key: "z", Size: 10, CRC: 1}})
-	s.ExistKey(bg, "x")
-	s.ExistKey(bg, "z")
-	n, err := s.EvictDiskReplica(bg, "a", []string{"y", "x"})
-	mustIs(t, err, codes.ErrObjectHasLease)
-	if n != 0 {
-		t.Fatalf("refused call dropped %d", n)
-	}
-	for _, k := range []string{"x", "y"} { // all-or-nothing: y stays too
-		if info, err := s.GetReplicaList(masterapi.WithOffloadPath(bg), k); err != nil || kinds(info) != "LOCAL_DISK@a " {
-			t.Fatalf("%s after a refused eviction: %s %v", k, kinds(info), err)
-		}
-	}
-	// z is leased but b holds another readable copy: a may drop its own.
-	if n, err := s.EvictDiskReplica(bg, "a", []string{"z"}); n != 1 || err != nil {
-		t.Fatalf("z: dropped %d, %v", n, err)
-	}
-	if info, err := s.GetReplicaList(bg, "z"); err != nil || kinds(info) != "LOCAL_DISK@b " {
-		t.Fatalf("z: %s %v", kinds(info), err)
-	}
-	// After the lease the same call drops both; the objects go with them.
-	clk.Advance(time.Hour)
-	if n, err := s.EvictDiskReplica(bg, "a", []string{"y", "x"}); n != 2 || err != nil {
-		t.Fatalf("after the lease: dropped %d, %v", n, err)
-	}
-	for _, k := range []string{"x", "y"} {
-		_, err := s.GetReplicaList(bg, k)
-		mustIs(t, err, codes.ErrObjectNotFound)
+// TestEvictDiskReplicaPerKey guards issue 9 item 3 (the SSD keeps admitting,
+// invariant 4): EvictDiskReplica decides key by key. A leased key whose only
+// readable replica is the node's LocalDisk one is kept and answered in Keep
+// (once, even if named twice) and stays readable; every other key of the
+// same call loses that node's replica at once (no more all-or-nothing
+// refusal); after the lease the kept key goes too. In-process and over
+// gRPC (Keep travels in EvictDiskReplicaResponse.keep).
+func TestEvictDiskReplicaPerKey(t *testing.T) {
+	for _, via := range []string{"service", "grpc"} {
+		t.Run(via, func(t *testing.T) {
+			s, clk := offloadService(t, nil)
+			var api API = s
+			if via == "grpc" {
+				api = remoteService(t, s)
+			}
+			mount(t, api, "a", 1<<20)
+			mount(t, api, "b", 1<<20)
+			api.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "x", Size: 10, CRC: 1}, {Key: "y", Size: 10, CRC: 1}, {Key: "z", Size: 10, CRC: 1}})
+			api.ReRegisterDiskObjects(bg, "b", []DiskObject{{Key: "z", Size: 10, CRC: 1}})
+			api.ExistKey(bg, "x")
+			api.ExistKey(bg, "z")
+			res, err := api.EvictDiskReplica(bg, "a", []string{"y", "x", "z", "x", "unknown"})
+			if err != nil || res.Dropped != 2 || fmt.Sprint(res.Keep) != "[x]" {
+				t.Fatalf("evict: %+v %v, want y and z dropped, x kept", res, err)
+			}
+			if info, err := api.GetReplicaList(bg, "x"); err != nil || kinds(info) != "LOCAL_DISK@a " {
+				t.Fatalf("kept x: %s %v", kinds(info), err)
+			}
+			_, err = api.GetReplicaList(bg, "y") // unleased, nothing left: gone
+			mustIs(t, err, codes.ErrObjectNotFound)
+			if info, err := api.GetReplicaList(bg, "z"); err != nil || kinds(info) != "LOCAL_DISK@b " {
+				t.Fatalf("z: %s %v", kinds(info), err)
+			}
+			// After the lease the same key goes, and its object with it.
+			clk.Advance(time.Hour)
+			res, err = api.EvictDiskReplica(bg, "a", []string{"x"})
+			if err != nil || res.Dropped != 1 || len(res.Keep) != 0 {
+				t.Fatalf("after the lease: %+v %v", res, err)
+			}
+			_, err = api.GetReplicaList(bg, "x")
+			mustIs(t, err, codes.ErrObjectNotFound)
+			_, err = api.EvictDiskReplica(bg, "a", []string{""})
+			mustIs(t, err, codes.ErrInvalidKey)
+		})
 	}
 }
 

@@ -2,24 +2,23 @@ package master
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/tierstore/tierstore/admission"
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/masterapi"
 )
-
-// evictRounds bounds the evict-and-retry rounds of one allocation.
-const evictRounds = 4
 
 // PutStart implements API.
 func (s *Service) PutStart(ctx context.Context, req PutStartRequest) (Replica, error) {
 	if err := s.check(ctx); err != nil {
 		return Replica{}, err
 	}
-	r, err := s.putStart(req)
+	r, err := s.putStart(ctx, req)
 	return r, s.observe(err)
 }
 
-func (s *Service) putStart(req PutStartRequest) (Replica, error) {
+func (s *Service) putStart(ctx context.Context, req PutStartRequest) (Replica, error) {
 	if err := validKey(req.Key); err != nil {
 		return Replica{}, err
 	}
@@ -35,7 +34,7 @@ func (s *Service) putStart(req PutStartRequest) (Replica, error) {
 	}
 	sh.mu.Unlock()
 
-	seg, off, err := s.allocate(req.Size, req.PreferredNode)
+	seg, off, err := s.allocate(ctx, req.Size, req.PreferredNode)
 	if err != nil {
 		return Replica{}, err
 	}
@@ -44,9 +43,7 @@ func (s *Service) putStart(req PutStartRequest) (Replica, error) {
 	defer sh.mu.Unlock()
 	o := sh.objs[req.Key]
 	if o != nil && s.blocksPut(o) {
-		seg.mu.Lock()
-		seg.alloc.Free(off, req.Size)
-		seg.mu.Unlock()
+		s.freeRange(seg, off, req.Size)
 		return Replica{}, codes.Errorf(codes.ObjectExists, "master: put_start")
 	}
 	if o == nil {
@@ -57,10 +54,13 @@ func (s *Service) putStart(req PutStartRequest) (Replica, error) {
 		// Only unreadable leftovers (replicas of dead nodes): start over.
 		s.dropMem(o)
 		s.dropAllDisk(o)
-		o.gone = false
 	}
 	o.size, o.crc = req.Size, req.CRC
-	o.mem = memReplica{seg: seg, off: off, len: req.Size}
+	// The token is taken after the allocation, under the shard lock that
+	// publishes the put: any earlier owner of an overlapping range got its
+	// token before that range could be freed, so tokens grow along a
+	// range's owners (invariant 8).
+	o.mem = memReplica{seg: seg, off: off, len: req.Size, token: s.tokens.next(now)}
 	o.putStart = now
 	o.softPin, o.hardPin = req.SoftPin, req.HardPin
 	s.processing.Add(1)
@@ -71,116 +71,51 @@ func (s *Service) putStart(req PutStartRequest) (Replica, error) {
 // blocksPut reports whether o prevents a new put of its key: it is readable,
 // or a put is in progress on a live segment.
 func (s *Service) blocksPut(o *object) bool {
-	if o.readable() {
-		return true
-	}
-	return o.mem.seg != nil && !o.mem.complete && o.mem.seg.live()
+	return o.readable() || o.putInProgress()
 }
 
+// memDescriptor describes o's DRAM replica. Caller holds the shard lock.
 func (s *Service) memDescriptor(o *object) Replica {
 	st := Processing
 	if o.mem.complete {
 		st = Complete
 	}
 	return Replica{Kind: Memory, Status: st, Node: o.mem.seg.node.id, Endpoint: o.mem.seg.node.endpoint,
-		Segment: o.mem.seg.name, Offset: o.mem.off, Length: o.mem.len}
-}
-
-// allocate reserves size bytes in some live segment, evicting when nothing
-// has room.
-func (s *Service) allocate(size int64, preferred string) (*segment, int64, error) {
-	for round := 0; ; round++ {
-		gen := s.evictGen.Load()
-		if seg, off, ok := s.tryAllocate(size, preferred); ok {
-			if float64(seg.used()) > s.cfg.EvictionHighWatermarkRatio*float64(seg.size) {
-				select {
-				case s.evictCh <- struct{}{}:
-				default:
-				}
-			}
-			return seg, off, nil
-		}
-		if round == evictRounds {
-			break
-		}
-		if !s.evictAfter(gen, size) {
-			break
-		}
-	}
-	if s.segmentCount() == 0 {
-		return nil, 0, codes.Errorf(codes.NoAvailableHandle, "master: put_start: no segment mounted")
-	}
-	return nil, 0, codes.Errorf(codes.NoAvailableHandle, "master: put_start: no segment has %d free bytes", size)
-}
-
-// used returns the bytes allocated in g.
-func (g *segment) used() int64 {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.alloc.used
-}
-
-func (s *Service) segmentCount() int {
-	s.nodesMu.RLock()
-	defer s.nodesMu.RUnlock()
-	n := 0
-	for _, nd := range s.nodes {
-		n += len(nd.segments)
-	}
-	return n
-}
-
-// tryAllocate picks a segment (the preferred node's if it has room, else
-// the one with the most free bytes whose largest extent fits) and allocates.
-func (s *Service) tryAllocate(size int64, preferred string) (*segment, int64, bool) {
-	need := alignUp(size)
-	s.nodesMu.RLock()
-	defer s.nodesMu.RUnlock()
-	if n := s.nodes[preferred]; n != nil {
-		for _, g := range n.segments {
-			g.mu.Lock()
-			off, ok := g.alloc.Alloc(size)
-			g.mu.Unlock()
-			if ok {
-				return g, off, true
-			}
-		}
-	}
-	for attempt := 0; attempt < 2; attempt++ {
-		var best *segment
-		var bestFree int64 = -1
-		for _, n := range s.nodes {
-			for _, g := range n.segments {
-				g.mu.Lock()
-				free, largest := g.alloc.FreeBytes(), g.alloc.Largest()
-				g.mu.Unlock()
-				if largest >= need && free > bestFree {
-					best, bestFree = g, free
-				}
-			}
-		}
-		if best == nil {
-			return nil, 0, false
-		}
-		best.mu.Lock()
-		off, ok := best.alloc.Alloc(size)
-		best.mu.Unlock()
-		if ok {
-			return best, off, true
-		}
-	}
-	return nil, 0, false
+		Segment: o.mem.seg.name, Offset: o.mem.off, Length: o.mem.len, PutToken: o.mem.token}
 }
 
 // PutEnd implements API.
-func (s *Service) PutEnd(ctx context.Context, key string) error {
+func (s *Service) PutEnd(ctx context.Context, key string, token uint64) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	return s.observe(s.putEnd(key))
+	return s.observe(s.putEnd(key, token))
 }
 
-func (s *Service) putEnd(key string) error {
+// ownPut returns key's object when token is its current put (in progress
+// or, for a repeated PutEnd, completed). Otherwise it answers ErrStalePut,
+// and frees the range of a put a forced Remove parked: its writer is done.
+// Caller holds the shard lock.
+func (s *Service) ownPut(sh *shard, op, key string, token uint64) (*object, error) {
+	if token == 0 {
+		return nil, codes.Errorf(codes.InvalidParams, "master: %s: no put token; pass the token PutStart answered", op)
+	}
+	o := sh.objs[key]
+	if o != nil && o.mem.seg != nil && o.mem.token == token {
+		return o, nil
+	}
+	if s.unpark(token) {
+		return nil, fmt.Errorf("master: %s: put %d was removed by a forced Remove while in progress; its range is freed: %w", op, token, masterapi.ErrStalePut)
+	}
+	cur := uint64(0)
+	if o != nil && o.mem.seg != nil {
+		cur = o.mem.token
+	}
+	return nil, fmt.Errorf("master: %s: put %d is not the key's current put (current: %d; 0 = none): revoked, reclaimed after put_start_discard_timeout, removed, or put again: %w",
+		op, token, cur, masterapi.ErrStalePut)
+}
+
+func (s *Service) putEnd(key string, token uint64) error {
 	if err := validKey(key); err != nil {
 		return err
 	}
@@ -188,9 +123,9 @@ func (s *Service) putEnd(key string) error {
 	sh := s.shardOf(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	o := sh.objs[key]
-	if o == nil || o.mem.seg == nil {
-		return codes.Errorf(codes.ObjectNotFound, "master: put_end: no put in progress")
+	o, err := s.ownPut(sh, "put_end", key, token)
+	if err != nil {
+		return err
 	}
 	if !o.mem.seg.live() {
 		return codes.Errorf(codes.ReplicaIsGone, "master: put_end: segment %q of node %q is gone", o.mem.seg.name, o.mem.seg.node.id)
@@ -210,26 +145,26 @@ func (s *Service) putEnd(key string) error {
 }
 
 // PutRevoke implements API.
-func (s *Service) PutRevoke(ctx context.Context, key string) error {
+func (s *Service) PutRevoke(ctx context.Context, key string, token uint64) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	return s.observe(s.putRevoke(key))
+	return s.observe(s.putRevoke(key, token))
 }
 
-func (s *Service) putRevoke(key string) error {
+func (s *Service) putRevoke(key string, token uint64) error {
 	if err := validKey(key); err != nil {
 		return err
 	}
 	sh := s.shardOf(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	o := sh.objs[key]
-	if o == nil || o.mem.seg == nil {
-		return codes.Errorf(codes.ObjectNotFound, "master: put_revoke: no put in progress")
+	o, err := s.ownPut(sh, "put_revoke", key, token)
+	if err != nil {
+		return err
 	}
 	if o.mem.complete {
-		return codes.Errorf(codes.InvalidParams, "master: put_revoke: put already ended")
+		return codes.Errorf(codes.InvalidParams, "master: put_revoke: put %d already ended", token)
 	}
 	s.dropMem(o)
 	if o.empty() {
@@ -245,34 +180,94 @@ func (s *Service) BatchPutStart(ctx context.Context, reqs []PutStartRequest) ([]
 	}
 	out := make([]PutStartResult, len(reqs))
 	for i, r := range reqs {
-		out[i].Replica, out[i].Err = s.putStart(r)
+		out[i].Replica, out[i].Err = s.putStart(ctx, r)
 		s.observe(out[i].Err)
 	}
 	return out, nil
 }
 
 // BatchPutEnd implements API.
-func (s *Service) BatchPutEnd(ctx context.Context, keys []string) ([]error, error) {
+func (s *Service) BatchPutEnd(ctx context.Context, puts []PutRef) ([]error, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	out := make([]error, len(keys))
-	for i, k := range keys {
-		out[i] = s.observe(s.putEnd(k))
+	out := make([]error, len(puts))
+	for i, p := range puts {
+		out[i] = s.observe(s.putEnd(p.Key, p.Token))
 	}
 	return out, nil
 }
 
 // BatchPutRevoke implements API.
-func (s *Service) BatchPutRevoke(ctx context.Context, keys []string) ([]error, error) {
+func (s *Service) BatchPutRevoke(ctx context.Context, puts []PutRef) ([]error, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	out := make([]error, len(keys))
-	for i, k := range keys {
-		out[i] = s.observe(s.putRevoke(k))
+	out := make([]error, len(puts))
+	for i, p := range puts {
+		out[i] = s.observe(s.putRevoke(p.Key, p.Token))
 	}
 	return out, nil
+}
+
+// park keeps the range of o's put in progress allocated after its object
+// is deleted (a forced Remove): the writer may still write to it until its
+// PutEnd or PutRevoke, or the discard deadline (invariant 8). It reports
+// whether it parked (false: no put in progress on a live segment). Caller
+// holds the shard lock and forgets the DRAM replica without freeing it.
+func (s *Service) park(key string, o *object) bool {
+	if !o.putInProgress() {
+		return false
+	}
+	p := parkedPut{key: key, seg: o.mem.seg, off: o.mem.off, len: o.mem.len,
+		deadline: o.putStart + s.cfg.PutStartDiscardTimeout.Nanoseconds()}
+	s.parkMu.Lock()
+	s.parked[o.mem.token] = p
+	s.parkMu.Unlock()
+	s.log.Info("put in progress removed by force; its range stays allocated until the put ends or its discard deadline",
+		"key", keyHex(key), "node", p.seg.node.id, "segment", p.seg.name, "offset", p.off)
+	return true
+}
+
+// unpark frees the range of the parked put token and reports whether there
+// was one.
+func (s *Service) unpark(token uint64) bool {
+	s.parkMu.Lock()
+	p, ok := s.parked[token]
+	delete(s.parked, token)
+	s.parkMu.Unlock()
+	if ok {
+		s.freeRange(p.seg, p.off, p.len)
+	}
+	return ok
+}
+
+// reclaimParked frees the parked ranges whose discard deadline passed and
+// forgets those of dead segments.
+func (s *Service) reclaimParked(now int64) {
+	s.parkMu.Lock()
+	var due []parkedPut
+	for t, p := range s.parked {
+		if p.deadline < now || !p.seg.live() {
+			due = append(due, p)
+			delete(s.parked, t)
+		}
+	}
+	s.parkMu.Unlock()
+	for _, p := range due {
+		s.freeRange(p.seg, p.off, p.len)
+	}
+}
+
+// parkedList returns a copy of the parked puts (Check).
+func (s *Service) parkedList() []parkedPut {
+	s.parkMu.Lock()
+	defer s.parkMu.Unlock()
+	out := make([]parkedPut, 0, len(s.parked))
+	for _, p := range s.parked {
+		out = append(out, p)
+	}
+	return out
 }
 
 // admissionView builds the policy's view of o. Caller holds the shard lock.

@@ -116,11 +116,23 @@ func (s *Server) PutStart(ctx context.Context, r *pb.PutStartRequest) (*pb.PutSt
 }
 
 func (s *Server) PutEnd(ctx context.Context, r *pb.KeyRequest) (*pb.Empty, error) {
-	return &pb.Empty{}, toStatus(s.api.PutEnd(ctx, string(r.GetKey())))
+	return &pb.Empty{}, toStatus(s.api.PutEnd(ctx, string(r.GetKey()), r.GetPutToken()))
 }
 
 func (s *Server) PutRevoke(ctx context.Context, r *pb.KeyRequest) (*pb.Empty, error) {
-	return &pb.Empty{}, toStatus(s.api.PutRevoke(ctx, string(r.GetKey())))
+	return &pb.Empty{}, toStatus(s.api.PutRevoke(ctx, string(r.GetKey()), r.GetPutToken()))
+}
+
+// puts reads the keys and put tokens of a batch put call: one token per key.
+func puts(r *pb.KeysRequest) ([]PutRef, error) {
+	if len(r.GetPutTokens()) != len(r.GetKeys()) {
+		return nil, codes.Errorf(codes.InvalidParams, "master: %d put tokens for %d keys; send one per key", len(r.GetPutTokens()), len(r.GetKeys()))
+	}
+	out := make([]PutRef, len(r.GetKeys()))
+	for i, k := range r.GetKeys() {
+		out[i] = PutRef{Key: string(k), Token: r.GetPutTokens()[i]}
+	}
+	return out, nil
 }
 
 func (s *Server) BatchPutStart(ctx context.Context, r *pb.BatchPutStartRequest) (*pb.BatchPutStartResponse, error) {
@@ -146,7 +158,11 @@ func (s *Server) BatchPutStart(ctx context.Context, r *pb.BatchPutStartRequest) 
 }
 
 func (s *Server) BatchPutEnd(ctx context.Context, r *pb.KeysRequest) (*pb.KeyResults, error) {
-	errs, err := s.api.BatchPutEnd(ctx, strs(r.GetKeys()))
+	ps, err := puts(r)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	errs, err := s.api.BatchPutEnd(ctx, ps)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -154,7 +170,11 @@ func (s *Server) BatchPutEnd(ctx context.Context, r *pb.KeysRequest) (*pb.KeyRes
 }
 
 func (s *Server) BatchPutRevoke(ctx context.Context, r *pb.KeysRequest) (*pb.KeyResults, error) {
-	errs, err := s.api.BatchPutRevoke(ctx, strs(r.GetKeys()))
+	ps, err := puts(r)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	errs, err := s.api.BatchPutRevoke(ctx, ps)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -228,7 +248,7 @@ func (s *Server) BatchGetReplicaList(ctx context.Context, r *pb.BatchLookupReque
 			q := &reps[0]
 			reps = reps[1:]
 			q.Kind, q.Status, q.Node, q.Endpoint = pb.ReplicaKind(rp.Kind), pb.ReplicaStatus(rp.Status), rp.Node, rp.Endpoint
-			q.Segment, q.Offset, q.Length = rp.Segment, rp.Offset, rp.Length
+			q.Segment, q.Offset, q.Length, q.PutToken = rp.Segment, rp.Offset, rp.Length, rp.PutToken
 			in.Replicas[j] = q
 		}
 		p.Info = in
@@ -291,8 +311,15 @@ func (s *Server) ReRegisterDiskObjects(ctx context.Context, r *pb.RegisterDiskOb
 }
 
 func (s *Server) EvictDiskReplica(ctx context.Context, r *pb.EvictDiskReplicaRequest) (*pb.EvictDiskReplicaResponse, error) {
-	n, err := s.api.EvictDiskReplica(ctx, r.GetNode(), strs(r.GetKeys()))
-	return &pb.EvictDiskReplicaResponse{Count: n}, toStatus(err)
+	res, err := s.api.EvictDiskReplica(ctx, r.GetNode(), strs(r.GetKeys()))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := &pb.EvictDiskReplicaResponse{Count: res.Dropped, Keep: make([][]byte, len(res.Keep))}
+	for i, k := range res.Keep {
+		out.Keep[i] = []byte(k)
+	}
+	return out, nil
 }
 
 func (s *Server) ReconcileDiskObjects(ctx context.Context, r *pb.ReconcileDiskObjectsRequest) (*pb.ReconcileDiskObjectsResponse, error) {

@@ -44,6 +44,7 @@ func (g *segment) live() bool { return !g.dead.Load() && !g.node.dead.Load() }
 type memReplica struct {
 	seg      *segment
 	off, len int64
+	token    uint64 // the put that allocated the range (invariant 8)
 	complete bool
 }
 
@@ -66,7 +67,6 @@ type object struct {
 	putStart     int64 // unix ns of PutStart while mem is not complete
 	softPin      bool
 	hardPin      bool
-	gone         bool   // a replica was lost while the object was leased
 	reads        uint32 // demand lookups counted by read admission
 
 	// offload is the node whose offload task (queued or in flight) pins mem;
@@ -117,6 +117,12 @@ func (o *object) onlyReadableOn(id string) bool {
 
 func (o *object) readable() bool { return o.readableMem() || o.readableDisk() }
 
+// putInProgress reports whether a put of o's key holds a range on a live
+// segment and has not ended (its writer may be writing).
+func (o *object) putInProgress() bool {
+	return o.mem.seg != nil && !o.mem.complete && o.mem.seg.live()
+}
+
 func (o *object) empty() bool { return o.mem.seg == nil && len(o.disk) == 0 }
 
 // diskIndex returns the index of node id's disk replica, or -1.
@@ -149,6 +155,18 @@ type orphan struct {
 	off, len int64
 	deadline int64      // unix ns, the task's deadline
 	code     codes.Code // the per-key answer to a persisted notify
+}
+
+// parkedPut is the range of a put in progress whose object a forced Remove
+// deleted (invariant 8): its writer may still be writing, so the range
+// stays allocated until the put's PutEnd or PutRevoke (answered
+// ErrStalePut) or its discard deadline; a dead segment's allocator goes
+// with it.
+type parkedPut struct {
+	key      string
+	seg      *segment
+	off, len int64
+	deadline int64 // unix ns: PutStart + put_start_discard_timeout
 }
 
 // mailbox is a node's offload queue. Lock order: shard.mu before mailbox.mu.

@@ -74,11 +74,26 @@ type Replica struct {
 	Segment  string // Memory only: segment name on Node
 	Offset   int64  // Memory only: byte offset inside the segment
 	Length   int64  // Memory only: bytes at Offset (== object size)
-	// PutToken identifies the put that owns a Processing Memory replica
-	// (PutStart's answer; 0 elsewhere). The writer carries it to the node
-	// (WriteRange) and the master (PutEnd, PutRevoke); a node refuses a
-	// write whose token does not own the range (docs/design.md invariant 8).
+	// PutToken identifies the put that allocated a Memory replica's range
+	// (0 for LocalDisk). PutStart answers it with the Processing replica:
+	// the writer carries it to the node (WriteRange) and to the master
+	// (PutEnd, PutRevoke); a node refuses a write whose token does not own
+	// the range (docs/design.md invariant 8). Lookups answer the token of
+	// the put that wrote a Complete Memory replica, and ReportBadReplica
+	// uses it to tell that replica from a later one at the same place.
+	//
+	// Tokens grow strictly: every PutStart gets a larger token than any the
+	// master issued before, also across master restarts (the master issues
+	// max(last+1, unix_ms<<22)), so a range allocated again always comes
+	// with a larger token than its previous owner's.
 	PutToken uint64
+}
+
+// PutRef names one put in progress for BatchPutEnd and BatchPutRevoke: the
+// key and the token PutStart answered for it (Replica.PutToken).
+type PutRef struct {
+	Key   string
+	Token uint64
 }
 
 // ObjectInfo is what GetReplicaList answers: the object's size and CRC32C
@@ -200,6 +215,18 @@ type NotifyRequest struct {
 	Failed    []OffloadFailure
 }
 
+// EvictResult answers EvictDiskReplica.
+type EvictResult struct {
+	// Dropped counts the node's LocalDisk replicas the master dropped.
+	Dropped int64
+	// Keep lists the keys of the call whose replica the master kept: the
+	// key's read lease is active and the node's LocalDisk replica is its
+	// only readable one (docs/design.md invariant 4). The node must keep
+	// each of them readable (re-insert it into another bucket before the
+	// victim bucket goes); it stays listed as the node's replica.
+	Keep []string
+}
+
 // ReconcileResult answers ReconcileDiskObjects.
 type ReconcileResult struct {
 	// Dropped counts the node's LocalDisk replicas the master dropped
@@ -269,15 +296,26 @@ type ClientAPI interface {
 	// in progress); ErrNoAvailableHandle if no segment has room even after
 	// eviction; ErrInvalidKey / ErrInvalidParams for bad input.
 	PutStart(ctx context.Context, req PutStartRequest) (Replica, error)
-	// PutEnd marks the key's Processing replica Complete; the admission
-	// policy may queue an offload task. ErrObjectNotFound if no put is in
-	// progress for key.
-	PutEnd(ctx context.Context, key string) error
-	// PutRevoke abandons a put in progress and frees its space.
-	PutRevoke(ctx context.Context, key string) error
+	// The put owns the replica's range from PutStart until PutEnd,
+	// PutRevoke or put_start_discard_timeout (docs/design.md invariant 8):
+	// no other object gets the range meanwhile, even if the key is removed.
+	// A put that waits for room (eviction, offload) waits at most until ctx
+	// ends or put_start_max_wait passes.
+	//
+	// PutEnd marks the Processing replica of the put identified by token
+	// Complete; the admission policy may queue an offload task. A repeated
+	// PutEnd of a completed put is a no-op. ErrStalePut when token is not
+	// the key's current put (nothing changes); ErrReplicaGone when the
+	// segment died meanwhile; ErrInvalidParams for token 0.
+	PutEnd(ctx context.Context, key string, token uint64) error
+	// PutRevoke abandons the put identified by token and frees its range.
+	// ErrStalePut when token is not the key's current put (a put removed by
+	// a forced Remove has its range freed by this call);
+	// ErrInvalidParams when that put has ended already, or for token 0.
+	PutRevoke(ctx context.Context, key string, token uint64) error
 	BatchPutStart(ctx context.Context, reqs []PutStartRequest) ([]PutStartResult, error)
-	BatchPutEnd(ctx context.Context, keys []string) ([]error, error)
-	BatchPutRevoke(ctx context.Context, keys []string) ([]error, error)
+	BatchPutEnd(ctx context.Context, puts []PutRef) ([]error, error)
+	BatchPutRevoke(ctx context.Context, puts []PutRef) ([]error, error)
 	// ExistKey reports whether key has a readable replica, and if so grants
 	// a read lease of default_kv_lease_ttl.
 	ExistKey(ctx context.Context, key string) (bool, error)
@@ -288,12 +326,17 @@ type ClientAPI interface {
 	GetReplicaList(ctx context.Context, key string) (ObjectInfo, error)
 	BatchExistKey(ctx context.Context, keys []string) ([]ExistResult, error)
 	BatchGetReplicaList(ctx context.Context, keys []string) ([]ReplicaListResult, error)
-	// Remove deletes key and frees its DRAM. ErrObjectHasLease while a read
-	// lease is active (or the object is pinned by an offload task) unless
-	// force.
+	// Remove deletes key and frees its DRAM. Unless force:
+	// ErrReplicaNotReady while a put of key is in progress (the put then
+	// completes normally), ErrObjectHasLease while a read lease is active
+	// or an offload task pins the object. A forced Remove of a put in
+	// progress removes the object at once but frees its range only when
+	// that put ends (PutEnd or PutRevoke, answered ErrStalePut) or its
+	// put_start_discard_timeout passes: the writer may still be writing.
 	Remove(ctx context.Context, key string, force bool) error
-	// RemoveAll removes every object (skipping leased ones unless force)
-	// and returns how many were removed.
+	// RemoveAll removes every object (skipping, unless force, leased ones
+	// and puts in progress, as Remove does) and returns how many were
+	// removed.
 	RemoveAll(ctx context.Context, force bool) (int64, error)
 	// EvictMemory drops the Memory replicas of the given keys (or of every
 	// object when all) that also have a LocalDisk replica, honouring leases,
@@ -348,13 +391,15 @@ type NodeAPI interface {
 	// node or master restart), creating unknown ones; an existing object
 	// with another size/CRC is refused per item (ErrChecksumConflict).
 	ReRegisterDiskObjects(ctx context.Context, node string, objs []DiskObject) ([]error, error)
-	// EvictDiskReplica removes node's LocalDisk replicas of keys (the node
-	// is about to delete them, one call per SSD bucket); objects left with
-	// no replica are removed. All-or-nothing: if a key has an active read
-	// lease and node's replica is its only readable one, nothing is
-	// dropped and the error is ErrObjectHasLease (the node keeps the
-	// bucket). Returns how many replicas were removed.
-	EvictDiskReplica(ctx context.Context, node string, keys []string) (int64, error)
+	// EvictDiskReplica is called before node deletes an SSD bucket holding
+	// keys. Key by key, the master drops node's LocalDisk replica, except
+	// for a key whose read lease is active and whose only readable replica
+	// is that one: it is kept and answered in EvictResult.Keep, and the
+	// node must keep it readable (re-insert it elsewhere on its SSD). An
+	// object left with no replica is removed (after its lease). Never
+	// all-or-nothing: the call fails whole only for a bad key
+	// (ErrInvalidKey) or a closed master.
+	EvictDiskReplica(ctx context.Context, node string, keys []string) (EvictResult, error)
 	// ReconcileDiskObjects takes the full list of keys node holds on SSD,
 	// drops node's LocalDisk replicas of every other key, and answers the
 	// keys of the list the node must delete (ReconcileResult.Unwanted).

@@ -120,15 +120,32 @@ func (r *Remote) PutStart(ctx context.Context, req PutStartRequest) (Replica, er
 }
 
 // PutEnd implements API.
-func (r *Remote) PutEnd(ctx context.Context, key string) error {
-	_, err := r.c.PutEnd(ctx, &pb.KeyRequest{Key: []byte(key)})
-	return fromStatus(err)
+func (r *Remote) PutEnd(ctx context.Context, key string, token uint64) error {
+	_, err := r.c.PutEnd(ctx, &pb.KeyRequest{Key: []byte(key), PutToken: token})
+	return putErr(fromStatus(err))
 }
 
 // PutRevoke implements API.
-func (r *Remote) PutRevoke(ctx context.Context, key string) error {
-	_, err := r.c.PutRevoke(ctx, &pb.KeyRequest{Key: []byte(key)})
-	return fromStatus(err)
+func (r *Remote) PutRevoke(ctx context.Context, key string, token uint64) error {
+	_, err := r.c.PutRevoke(ctx, &pb.KeyRequest{Key: []byte(key), PutToken: token})
+	return putErr(fromStatus(err))
+}
+
+// putsPB is the wire form of a batch of puts: keys and their tokens.
+func putsPB(puts []PutRef) *pb.KeysRequest {
+	in := &pb.KeysRequest{Keys: make([][]byte, len(puts)), PutTokens: make([]uint64, len(puts))}
+	for i, p := range puts {
+		in.Keys[i], in.PutTokens[i] = []byte(p.Key), p.Token
+	}
+	return in
+}
+
+// putErrs restores ErrStalePut on the per-item errors of a batch put call.
+func putErrs(errs []error, err error) ([]error, error) {
+	for i := range errs {
+		errs[i] = putErr(errs[i])
+	}
+	return errs, err
 }
 
 // BatchPutStart implements API.
@@ -156,21 +173,21 @@ func (r *Remote) BatchPutStart(ctx context.Context, reqs []PutStartRequest) ([]P
 }
 
 // BatchPutEnd implements API.
-func (r *Remote) BatchPutEnd(ctx context.Context, keys []string) ([]error, error) {
-	p, err := r.c.BatchPutEnd(ctx, &pb.KeysRequest{Keys: keyBytes(keys)})
+func (r *Remote) BatchPutEnd(ctx context.Context, puts []PutRef) ([]error, error) {
+	p, err := r.c.BatchPutEnd(ctx, putsPB(puts))
 	if err != nil {
 		return nil, fromStatus(err)
 	}
-	return keyErrs(p, len(keys))
+	return putErrs(keyErrs(p, len(puts)))
 }
 
 // BatchPutRevoke implements API.
-func (r *Remote) BatchPutRevoke(ctx context.Context, keys []string) ([]error, error) {
-	p, err := r.c.BatchPutRevoke(ctx, &pb.KeysRequest{Keys: keyBytes(keys)})
+func (r *Remote) BatchPutRevoke(ctx context.Context, puts []PutRef) ([]error, error) {
+	p, err := r.c.BatchPutRevoke(ctx, putsPB(puts))
 	if err != nil {
 		return nil, fromStatus(err)
 	}
-	return keyErrs(p, len(keys))
+	return putErrs(keyErrs(p, len(puts)))
 }
 
 // ExistKey implements API.
@@ -316,12 +333,19 @@ func (r *Remote) ReRegisterDiskObjects(ctx context.Context, node string, objs []
 }
 
 // EvictDiskReplica implements API.
-func (r *Remote) EvictDiskReplica(ctx context.Context, node string, keys []string) (int64, error) {
+func (r *Remote) EvictDiskReplica(ctx context.Context, node string, keys []string) (EvictResult, error) {
 	p, err := r.c.EvictDiskReplica(ctx, &pb.EvictDiskReplicaRequest{Node: node, Keys: keyBytes(keys)})
 	if err != nil {
-		return 0, fromStatus(err)
+		return EvictResult{}, fromStatus(err)
 	}
-	return p.GetCount(), nil
+	res := EvictResult{Dropped: p.GetCount()}
+	if len(p.GetKeep()) > 0 {
+		res.Keep = make([]string, len(p.GetKeep()))
+		for i, k := range p.GetKeep() {
+			res.Keep[i] = string(k)
+		}
+	}
+	return res, nil
 }
 
 // ReconcileDiskObjects implements API.

@@ -372,7 +372,7 @@ func (s *switchable) NotifyOffloadSuccess(ctx context.Context, r master.NotifyRe
 func (s *switchable) ReRegisterDiskObjects(ctx context.Context, node string, objs []master.DiskObject) ([]error, error) {
 	return s.get().ReRegisterDiskObjects(ctx, node, objs)
 }
-func (s *switchable) EvictDiskReplica(ctx context.Context, node string, keys []string) (int64, error) {
+func (s *switchable) EvictDiskReplica(ctx context.Context, node string, keys []string) (master.EvictResult, error) {
 	return s.get().EvictDiskReplica(ctx, node, keys)
 }
 func (s *switchable) ReconcileDiskObjects(ctx context.Context, node string, keys []string) (master.ReconcileResult, error) {

@@ -12,9 +12,9 @@ import (
 	"github.com/tierstore/tierstore/master"
 )
 
-// TestReference001CommandLine: the command line of reference 001 starts the
+// TestMooncake2799CommandLine: the command line of Mooncake #2799's report starts the
 // master unchanged.
-func TestReference001CommandLine(t *testing.T) {
+func TestMooncake2799CommandLine(t *testing.T) {
 	cfg, err := parseFlags(strings.Fields("--rpc_port=39486 --eviction_high_watermark_ratio=0.7 --eviction_ratio=0.2 --default_kv_lease_ttl=11000 --enable_offload=true --offload_on_evict=true"))
 	if err != nil {
 		t.Fatal(err)

@@ -30,7 +30,7 @@ func freePort(t *testing.T) int {
 }
 
 // TestBinary builds tierstore-master, starts it as a real process on
-// 127.0.0.1 with the reference 001 flags, talks gRPC to it, scrapes
+// 127.0.0.1 with the flags of Mooncake #2799's report, talks gRPC to it, scrapes
 // /metrics, sends SIGTERM and expects a clean exit.
 func TestBinary(t *testing.T) {
 	if testing.Short() {
@@ -94,10 +94,11 @@ func TestBinary(t *testing.T) {
 	if err := r.MountSegment(ctx, masterapi.MountRequest{Node: "n1", Endpoint: "127.0.0.1:1", Segment: "s", Size: 1 << 20}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.PutStart(ctx, masterapi.PutStartRequest{Key: "k", Size: 100}); err != nil {
+	rep, err := r.PutStart(ctx, masterapi.PutStartRequest{Key: "k", Size: 100})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.PutEnd(ctx, "k"); err != nil {
+	if err := r.PutEnd(ctx, "k", rep.PutToken); err != nil {
 		t.Fatal(err)
 	}
 	info, err := r.GetReplicaList(ctx, "k")

@@ -1,0 +1,151 @@
+package master
+
+import (
+	"context"
+
+	"github.com/tierstore/tierstore/internal/codes"
+)
+
+// NotifyOffloadSuccess implements API.
+func (s *Service) NotifyOffloadSuccess(ctx context.Context, req NotifyRequest) ([]error, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	n := s.lookupNode(req.Node)
+	if n == nil {
+		return nil, s.observe(codes.Errorf(codes.NeedRemount, "master: notify_offload_success: unknown node %q", req.Node))
+	}
+	n.lastPing.Store(s.now())
+	out := make([]error, len(req.Persisted))
+	for i, d := range req.Persisted {
+		out[i] = s.observe(s.answerPersisted(n, d))
+	}
+	for _, f := range req.Failed {
+		if validKey(f.Key) != nil {
+			continue
+		}
+		s.cnt.offloadFailed.Add(1)
+		s.met.offloadFailed.Inc()
+		orph, orphaned := n.box.takeOrphan(f.Key)
+		if orphaned {
+			s.freeOrphan(orph) // the object went away during the task
+		}
+		sh := s.shardOf(f.Key)
+		sh.mu.Lock()
+		o := sh.objs[f.Key]
+		switch {
+		case orphaned:
+		case o == nil || o.offload != n:
+			n.box.drop(f.Key)
+		case !n.box.inFlight(f.Key):
+			// Queued anew since (the key was removed and put again): the
+			// answer is about the older task, which is already settled.
+		default:
+			s.cancelTask(f.Key, o)
+			if f.Retryable {
+				s.retryTask(f.Key, o, n.id, f.Reason)
+			} else {
+				s.log.Info("offload failed permanently; not retried", "node", n.id, "reason", f.Reason)
+			}
+		}
+		// A failure says the key is not on n's SSD, whatever the task's
+		// state: the node's word about its own SSD is authoritative. A
+		// LocalDisk replica of n recorded earlier (a persisted notify the
+		// master applied but whose reply the node never got, so the node
+		// rolled the bucket back) is a phantom and goes, with the usual
+		// lease rule for the object's metadata.
+		if o != nil && s.dropDisk(sh, f.Key, o, n.id, s.now()) {
+			s.log.Warn("LOCAL_DISK replica dropped: its node answered the key failed (not on its SSD)",
+				"node", n.id, "reason", f.Reason)
+			// The persisted answer had settled the task; the copy it
+			// announced is gone, so a retryable failure is an attempt
+			// of that task like any other.
+			if f.Retryable && o.offload == nil && sh.objs[f.Key] == o {
+				s.retryTask(f.Key, o, n.id, f.Reason)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return out, nil
+}
+
+// answerPersisted records one Persisted item of a notify. The key must have
+// a task of n or an object: a key whose object was removed while n offloaded
+// it (an orphan) or that the master does not know is refused per key with
+// OBJECT_NOT_FOUND (the node deletes its SSD copy); only
+// ReRegisterDiskObjects creates objects (invariant 1: a notify must not resurrect
+// a removed key).
+func (s *Service) answerPersisted(n *node, d DiskObject) error {
+	if err := validKey(d.Key); err != nil {
+		return err
+	}
+	if orph, ok := n.box.takeOrphan(d.Key); ok {
+		s.freeOrphan(orph)
+		return codes.Errorf(orph.code, "master: notify: the object was removed while node %q offloaded it; delete the SSD copy", n.id)
+	}
+	return s.registerDisk(n, d, false)
+}
+
+// ReRegisterDiskObjects implements API.
+func (s *Service) ReRegisterDiskObjects(ctx context.Context, nodeID string, objs []DiskObject) ([]error, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	n := s.lookupNode(nodeID)
+	if n == nil {
+		return nil, s.observe(codes.Errorf(codes.NeedRemount, "master: re_register: unknown node %q", nodeID))
+	}
+	n.lastPing.Store(s.now())
+	out := make([]error, len(objs))
+	for i, d := range objs {
+		out[i] = s.observe(s.registerDisk(n, d, true))
+	}
+	return out, nil
+}
+
+// registerDisk records that n holds d on its SSD: a new object when the key
+// is unknown and create is set (re-registration), else a new or refreshed
+// LocalDisk replica (one per node id). A task of n for the key is answered
+// and its pin released. Without create an unknown key is OBJECT_NOT_FOUND.
+func (s *Service) registerDisk(n *node, d DiskObject, create bool) error {
+	if err := validKey(d.Key); err != nil {
+		return err
+	}
+	if d.Size <= 0 {
+		return codes.Errorf(codes.InvalidParams, "master: register disk object: size must be > 0, got %d", d.Size)
+	}
+	sh := s.shardOf(d.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	o := sh.objs[d.Key]
+	if o == nil && !create {
+		return codes.Errorf(codes.ObjectNotFound, "master: notify: node %q persisted a key the master does not know (removed?); delete the SSD copy", n.id)
+	}
+	if o == nil {
+		sh.objs[d.Key] = &object{size: d.Size, crc: d.CRC, disk: []diskReplica{{node: n}}}
+		s.cnt.objects.Add(1)
+		s.countDisk(n, 1, d.Size)
+		return nil
+	}
+	if o.offload == n {
+		s.cancelTask(d.Key, o)
+		o.offloadFails = 0
+		s.cnt.offloadPersisted.Add(1)
+		s.met.offloadPersisted.Inc()
+	}
+	if o.size != d.Size || o.crc != d.CRC {
+		return codes.Errorf(codes.ChecksumConflict, "master: node %q reports size %d crc %08x, metadata has size %d crc %08x",
+			n.id, d.Size, d.CRC, o.size, o.crc)
+	}
+	if i := o.diskIndex(n.id); i >= 0 {
+		if old := o.disk[i].node; old != n { // refresh: a new incarnation
+			s.countDisk(old, -1, -o.size)
+			s.countDisk(n, 1, o.size)
+		}
+		o.disk[i] = diskReplica{node: n}
+	} else {
+		o.disk = append(o.disk, diskReplica{node: n})
+		s.countDisk(n, 1, o.size)
+	}
+	return nil
+}

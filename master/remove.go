@@ -1,0 +1,111 @@
+package master
+
+import (
+	"context"
+	"time"
+
+	"github.com/tierstore/tierstore/internal/codes"
+)
+
+// Remove implements API.
+func (s *Service) Remove(ctx context.Context, key string, force bool) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if err := validKey(key); err != nil {
+		return s.observe(err)
+	}
+	now := s.now()
+	sh := s.shardOf(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	o := sh.objs[key]
+	if o == nil {
+		return s.observe(codes.Errorf(codes.ObjectNotFound, "master: remove"))
+	}
+	if !force {
+		if o.putInProgress() {
+			return s.observe(codes.Errorf(codes.ReplicaNotReady, "master: remove: a put of the key is in progress (token %d); it completes normally", o.mem.token))
+		}
+		if o.leased(now) {
+			return s.observe(codes.Errorf(codes.ObjectHasLease, "master: remove: lease until %v", time.Unix(0, o.leaseUntil).UTC()))
+		}
+		if o.offload != nil {
+			return s.observe(codes.Errorf(codes.ObjectHasLease, "master: remove: pinned by an offload task on node %q", o.offload.id))
+		}
+	}
+	s.deleteObj(sh, key, o)
+	return nil
+}
+
+// RemoveAll implements API.
+func (s *Service) RemoveAll(ctx context.Context, force bool) (int64, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	now := s.now()
+	var n int64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, o := range sh.objs {
+			if !force && (o.putInProgress() || o.leased(now) || o.offload != nil) {
+				continue
+			}
+			s.deleteObj(sh, k, o)
+			n++
+		}
+		sh.mu.Unlock()
+	}
+	return n, nil
+}
+
+// EvictMemory implements API.
+func (s *Service) EvictMemory(ctx context.Context, keys []string, all bool) (int64, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	if all && len(keys) > 0 {
+		return 0, s.observe(codes.Errorf(codes.InvalidParams, "master: evict_memory: give keys or all, not both"))
+	}
+	now := s.now()
+	var n int64
+	try := func(o *object) {
+		if o.readableMem() && o.readableDisk() && s.evictable(o, now) {
+			s.dropMem(o)
+			s.cnt.evictions.Add(1)
+			s.met.evictions.Inc()
+			n++
+		}
+	}
+	if all {
+		for i := range s.shards {
+			sh := &s.shards[i]
+			sh.mu.Lock()
+			for _, o := range sh.objs {
+				try(o)
+			}
+			sh.mu.Unlock()
+		}
+		return n, nil
+	}
+	for _, k := range keys {
+		if err := validKey(k); err != nil {
+			return n, s.observe(err)
+		}
+		sh := s.shardOf(k)
+		sh.mu.Lock()
+		if o := sh.objs[k]; o != nil {
+			try(o)
+		}
+		sh.mu.Unlock()
+	}
+	return n, nil
+}
+
+// evictable reports whether o's complete DRAM replica may be dropped now:
+// not hard-pinned, no read lease, no offload task pinning it. (Soft pins
+// only order victims.) Caller holds the shard lock.
+func (s *Service) evictable(o *object, now int64) bool {
+	return o.mem.seg != nil && o.mem.complete && !o.hardPin && !o.leased(now) && o.offload == nil
+}
