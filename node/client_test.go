@@ -534,15 +534,27 @@ func TestCorruptSSDReplicaIsDropped(t *testing.T) {
 
 func TestMetricsHandler(t *testing.T) {
 	m := newMaster(t, testMasterConfig())
-	n := startTestNode(t, m, "", newMemTier())
+	tr := newMemTier()
+	n := startTestNode(t, m, "", tr)
 	c := newTestClient(t, client.Config{Master: m, LocalNode: n})
 	if err := c.Put(context.Background(), "k", rnd(100)); err != nil {
 		t.Fatal(err)
 	}
 	n.OffloadNow()
+	h := n.MetricsHandler()
+	tr.mu.Lock()
+	before := tr.statsCalls
+	tr.mu.Unlock()
 	rec := httptest.NewRecorder()
-	n.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body := rec.Body.String()
+	// Issue 11: one Stats snapshot per scrape, not one per metric.
+	tr.mu.Lock()
+	calls := tr.statsCalls - before
+	tr.mu.Unlock()
+	if calls != 1 {
+		t.Errorf("one scrape asked the tier for its stats %d times, want 1", calls)
+	}
 	for _, want := range []string{
 		"tierstore_node_offload_persisted_total{node=\"" + n.Name() + "\"} 1",
 		"tierstore_node_ssd_objects{node=\"" + n.Name() + "\"} 1",
