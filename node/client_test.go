@@ -221,13 +221,13 @@ func TestPeerWriteRangeChecks(t *testing.T) {
 	if err != nil || !bytes.Equal(got, val) {
 		t.Fatalf("read back: %v", err)
 	}
-	if err := p.WriteRange(ctx, n.SegmentName(), 0, val, wire.CRC32C(val)^1, 0); !errors.Is(err, codes.ErrChecksumMismatch) {
+	if err := p.WriteRange(ctx, n.SegmentName(), 0, val, wire.CRC32C(val)^1, 2); !errors.Is(err, codes.ErrChecksumMismatch) {
 		t.Fatalf("bad crc: %v", err)
 	}
-	if err := p.WriteRange(ctx, n.SegmentName(), n.seg.Size()-5, val, wire.CRC32C(val), 0); !errors.Is(err, codes.ErrInvalidParams) {
+	if err := p.WriteRange(ctx, n.SegmentName(), n.seg.Size()-5, val, wire.CRC32C(val), 3); !errors.Is(err, codes.ErrInvalidParams) {
 		t.Fatalf("past the end: %v", err)
 	}
-	if err := p.WriteRange(ctx, "other", 0, val, wire.CRC32C(val), 0); !errors.Is(err, codes.ErrSegmentNotFound) {
+	if err := p.WriteRange(ctx, "other", 0, val, wire.CRC32C(val), 4); !errors.Is(err, codes.ErrSegmentNotFound) {
 		t.Fatalf("other segment: %v", err)
 	}
 	if _, err := p.ReadRange(ctx, n.SegmentName(), n.seg.Size(), 1); !errors.Is(err, codes.ErrInvalidParams) {

@@ -54,6 +54,15 @@
 //     reconcile answer received across a remount is ignored.
 //   - A read never returns bytes whose length or CRC32C differ from the
 //     object's metadata (invariant 5): such a replica is a miss.
+//   - Put ownership (invariant 8): a segment write carries its put's token
+//     (PutStart's answer). The node keeps, per segment, disjoint claims
+//     (range -> token of the put that last wrote it, claims.go) and refuses
+//     (ErrRangeNotOwned, INVALID_PARAMS over gRPC) a write overlapping a
+//     claim of a newer put, chunk by chunk, so a writer that outlived its
+//     put never overwrites the bytes of the put that now owns the range.
+//     Token 0 is refused (ErrNoPutToken) once the node has seen a token.
+//     The table is bounded (claimsLimit); claims are forgotten at a
+//     remount (the master may be a new one).
 //   - A reconcile never races an offload commit or a re-registration: all
 //     run under roundMu, so a key list sent to the master is never older
 //     than a notify already sent; a pending re-registration runs first.
@@ -66,5 +75,7 @@
 // them (a long offload round must not make the node miss its TTL), it only
 // remounts and flags a re-registration for the heartbeat loop. Segment
 // reads and writes copy under a read lock that Close takes exclusively
-// before unmapping.
+// before unmapping. Node.ownMu protects the put claims: a claim takes it
+// exclusively, each write copy holds it shared from its ownership check to
+// the end of the copy.
 package node

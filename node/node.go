@@ -81,6 +81,12 @@ type Node struct {
 
 	metrics nodeMetrics
 
+	// ownMu protects owners: held exclusively to claim a range for a put,
+	// shared for each copy into the segment (check, then copy), so a copy
+	// of an older put never follows a newer put's claim of its range.
+	ownMu  sync.RWMutex
+	owners *claims // put ownership of segment ranges (invariant 8)
+
 	// roundMu serialises the SSD-side conversations with the master that
 	// must not interleave: offload rounds, re-registration and reconcile
 	// (a reconcile key list taken before an offload commit must not reach
@@ -180,6 +186,7 @@ func Start(ctx context.Context, cfg Config, m masterapi.NodeAPI, opts ...Option)
 	if n.seg, err = NewSegment(cfg.Memory); err != nil {
 		return nil, err
 	}
+	n.owners = newClaims(claimsLimit(cfg.Memory))
 	switch {
 	case o.tier != nil:
 		n.tier, n.backend = o.tier, "injected"
@@ -301,7 +308,17 @@ func (n *Node) dropDiskReplica(ctx context.Context, key []byte) {
 	}
 }
 
-// mount announces the segment to the masterapi.
+// newMountGen starts a new mount generation, before a remount is sent: the
+// master may be a new one, whose put tokens the claims of the previous one
+// say nothing about (invariant 8), so they are forgotten.
+func (n *Node) newMountGen() {
+	n.mountGen.Add(1)
+	n.ownMu.Lock()
+	n.owners.reset()
+	n.ownMu.Unlock()
+}
+
+// mount announces the segment to the master.
 func (n *Node) mount(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -440,7 +457,7 @@ func (n *Node) pingOnce() {
 	// mount is sent: a reconcile or notify that reaches the new master
 	// after the mount must find them already changed.
 	n.reregister.Store(true)
-	n.mountGen.Add(1)
+	n.newMountGen()
 	if err := n.mount(n.ctx); err != nil {
 		n.log.Warn("remount failed; will retry", "err", err)
 		return

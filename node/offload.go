@@ -57,7 +57,7 @@ func (n *Node) offloadRound() int {
 func (n *Node) fetchTasks(ctx context.Context) []masterapi.OffloadTask {
 	tasks, err := n.m.OffloadHeartbeat(ctx, n.name, n.cfg.OffloadBatch)
 	if errors.Is(err, codes.ErrNeedRemount) || errors.Is(err, codes.ErrClientNotFound) {
-		n.mountGen.Add(1)
+		n.newMountGen()
 		if err := n.mount(ctx); err != nil {
 			n.log.Warn("remount failed; will retry", "err", err)
 			return nil
