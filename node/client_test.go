@@ -644,24 +644,24 @@ func TestSSDEvictionTellsMasterRealTier(t *testing.T) {
 	}
 }
 
-// failNotify makes the first notifyAttempts NotifyOffloadSuccess calls (one
-// notify and all its resends) fail, as if the master were unreachable at
-// that moment.
+// failNotify refuses the first NotifyOffloadSuccess call explicitly (an
+// answer, not a transport failure), then passes the calls on.
 type failNotify struct {
 	master.API
 	failed atomic.Int64
 }
 
 func (f *failNotify) NotifyOffloadSuccess(ctx context.Context, r master.NotifyRequest) ([]error, error) {
-	if f.failed.Add(1) <= notifyAttempts {
-		return nil, codes.Errorf(codes.RPCFail, "injected: master unreachable")
+	if f.failed.Add(1) == 1 {
+		return nil, codes.Errorf(codes.InvalidParams, "injected: the master refuses this notify")
 	}
 	return f.API.NotifyOffloadSuccess(ctx, r)
 }
 
-// Invariant 1 with the real tier engine: when the announcement of a bucket
-// fails, the keys are rolled back (the SSD does not keep objects the master
-// was never told about) and the tasks are answered as failed.
+// Invariant 1 with the real tier engine: when the master explicitly
+// refuses the announcement of a bucket, the keys are rolled back (the SSD
+// does not keep objects the master was never told about) and the tasks
+// are answered as failed.
 func TestNotifyFailureRollsBackRealTier(t *testing.T) {
 	m := newMaster(t, testMasterConfig())
 	fm := &failNotify{API: m}

@@ -18,11 +18,12 @@
 // (EvictDiskReplica, once per victim bucket) before the bytes disappear;
 // the master refuses (OBJECT_HAS_LEASE) a bucket holding a leased object's
 // only readable copy, and the node hands that error back to the tier, which
-// keeps the bucket for now (invariant 4). A notify that fails in transport
-// is sent again (it is idempotent) before the tier rolls its bucket back;
-// the round's failure answer for those keys then drops any replica the
-// master recorded. Close drains: the offload
-// round in progress finishes and answers its tasks, the segment is
+// keeps the bucket for now (invariant 4). A notify the master does not
+// answer (transport failure, master down) is sent again with backoff until
+// the offload task timeout (it is idempotent); a bucket the master never
+// answered is kept and re-registered, and only an explicit refusal rolls it
+// back (invariant 9). Close drains: the offload round in progress finishes
+// and answers its tasks (notify retries stop at Close), the segment is
 // unmounted, in-flight peer calls finish, then the tier is closed.
 //
 // # Invariants
@@ -31,6 +32,12 @@
 //     announced only from the tier's per-bucket notify, which runs after the
 //     bucket is durable and indexed; keys the master refuses there are
 //     removed from SSD again, so the node never keeps an unannounced object.
+//   - Durable stays durable (invariant 9): a bucket that is durable and
+//     indexed is rolled back only when the master explicitly refuses its
+//     notify. A notify that gets no answer (transport failures until
+//     Config.OffloadTaskTimeout, or Close) keeps the bucket and flags a
+//     re-registration; a master that answers it does not know the node
+//     (restarted) gets a remount at once and the re-registration.
 //   - Every offload task handed to the node is answered exactly once
 //     (invariant 3): persisted (bucket notify), already present (after its
 //     SSD bytes are checked against the task's CRC) or failed with a

@@ -159,6 +159,15 @@ func Start(ctx context.Context, cfg Config, m masterapi.NodeAPI, opts ...Option)
 		return nil, fmt.Errorf("%w: no master", ErrBadConfig)
 	}
 	n := &Node{cfg: cfg, m: m, log: cfg.Logger}
+	// The node's context exists before anything that may use it (a peer
+	// read that drops a corrupt SSD replica notifies the master).
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			n.cancel()
+			n.release()
+		}
+	}()
 	if n.log == nil {
 		n.log = slog.Default()
 	}
@@ -177,12 +186,6 @@ func Start(ctx context.Context, cfg Config, m masterapi.NodeAPI, opts ...Option)
 	n.incarnation = randomID() + randomID()
 	n.segName = "seg-" + randomID()
 	n.log = n.log.With("node", n.name)
-
-	defer func() {
-		if err != nil {
-			n.release()
-		}
-	}()
 	if n.seg, err = NewSegment(cfg.Memory); err != nil {
 		return nil, err
 	}
@@ -214,7 +217,6 @@ func Start(ctx context.Context, cfg Config, m masterapi.NodeAPI, opts ...Option)
 	n.reRegister(ctx)
 	n.roundMu.Unlock()
 
-	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.every(cfg.PingInterval, n.pingOnce)
 	if n.tier != nil {
 		n.every(cfg.HeartbeatInterval, n.heartbeat)
@@ -453,16 +455,25 @@ func (n *Node) pingOnce() {
 		return
 	}
 	n.log.Warn("master asks for a remount (node expired or master restarted)")
-	// Flag the re-registration and move the generation before the
-	// mount is sent: a reconcile or notify that reaches the new master
-	// after the mount must find them already changed.
+	if err := n.remount(n.ctx); err != nil {
+		n.log.Warn("remount failed; will retry", "err", err)
+	}
+}
+
+// remount mounts the segment again at a master that does not know this
+// node (it restarted, or expired the node) and flags a re-registration of
+// the SSD objects, which the heartbeat loop (or the next reconcile) runs
+// under roundMu. The flag and the new mount generation are set before the
+// mount is sent: a reconcile or notify that reaches the new master after
+// the mount must find them already changed.
+func (n *Node) remount(ctx context.Context) error {
 	n.reregister.Store(true)
 	n.newMountGen()
-	if err := n.mount(n.ctx); err != nil {
-		n.log.Warn("remount failed; will retry", "err", err)
-		return
+	if err := n.mount(ctx); err != nil {
+		return err
 	}
 	n.metrics.remounts.Add(1)
+	return nil
 }
 
 // heartbeat runs a pending re-registration, then offload rounds while the

@@ -7,14 +7,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/tier"
 )
-
-// offloadRoundTimeout bounds one offload round (tier writes + notifies).
-const offloadRoundTimeout = 5 * time.Minute
 
 // An offload round runs in four phases, each a method of round:
 //
@@ -33,10 +29,12 @@ const offloadRoundTimeout = 5 * time.Minute
 // every one of them. Caller holds roundMu. It returns how many tasks the
 // master handed out.
 //
-// The round runs on its own context, not the node's: Close waits for a
-// round in progress to finish (SIGTERM drains).
+// The round runs on its own context, bounded by OffloadTaskTimeout (the
+// master's task timeout), not the node's: Close waits for a round in
+// progress to finish (SIGTERM drains); only the notify retries stop at
+// Close (the buckets they were announcing are kept, invariant 9).
 func (n *Node) offloadRound() int {
-	ctx, cancel := context.WithTimeout(context.Background(), offloadRoundTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.OffloadTaskTimeout)
 	defer cancel()
 	gen := n.mountGen.Load()
 	tasks := n.fetchTasks(ctx)
@@ -56,13 +54,11 @@ func (n *Node) offloadRound() int {
 // re-registration now rather than at the next ping, and no tasks.
 func (n *Node) fetchTasks(ctx context.Context) []masterapi.OffloadTask {
 	tasks, err := n.m.OffloadHeartbeat(ctx, n.name, n.cfg.OffloadBatch)
-	if errors.Is(err, codes.ErrNeedRemount) || errors.Is(err, codes.ErrClientNotFound) {
-		n.newMountGen()
-		if err := n.mount(ctx); err != nil {
+	if unknownNode(err) {
+		if err := n.remount(ctx); err != nil {
 			n.log.Warn("remount failed; will retry", "err", err)
 			return nil
 		}
-		n.metrics.remounts.Add(1)
 		n.reregister.Store(false)
 		n.reRegister(ctx)
 		return nil
@@ -142,8 +138,16 @@ func (r *round) notifyBucket(ctx context.Context, committed []tier.Committed) er
 		objs[i] = masterapi.DiskObject{Key: string(c.Key), Size: c.Size, CRC: c.CRC}
 	}
 	errs, err := r.n.notify(ctx, masterapi.NotifyRequest{Node: r.n.name, Persisted: objs})
+	if errors.Is(err, errNotAnswered) {
+		// Invariant 9: the bucket is durable and indexed and the master
+		// did not refuse it, it was unreachable (or forgot this node):
+		// keep it; the re-registration that notify flagged announces it.
+		r.n.log.Warn("bucket kept unannounced: the master did not answer its notify; it will be re-registered",
+			"keys", len(objs), "err", err)
+		return nil
+	}
 	if err != nil {
-		return err
+		return err // an explicit refusal: the tier rolls the bucket back
 	}
 	r.refusedMu.Lock()
 	defer r.refusedMu.Unlock()
@@ -256,8 +260,8 @@ func (r *round) answer(ctx context.Context) {
 		errs, err := n.notify(ctx, masterapi.NotifyRequest{Node: n.name, Persisted: persisted, Failed: r.failed})
 		if err != nil {
 			// The master re-queues unanswered tasks after its task timeout
-			// (a bounded number of times); already-present keys are
-			// re-registered at the next remount.
+			// (a bounded number of times); keys on SSD are re-registered
+			// (notify flagged it when the master did not answer).
 			n.log.Warn("answering offload tasks failed", "persisted", len(persisted), "failed", len(r.failed), "err", err)
 		} else {
 			n.dropConflicts(persisted, errs, r.gen)
@@ -265,40 +269,6 @@ func (r *round) answer(ctx context.Context) {
 	}
 	n.metrics.offloadPersisted.Add(nPersisted + int64(len(persisted)))
 	n.metrics.offloadFailed.Add(int64(len(r.failed)))
-}
-
-// notifyAttempts bounds the sends of one NotifyOffloadSuccess on transport
-// errors; notifyBackoff is the pause before the second send, doubled for
-// each further one.
-const (
-	notifyAttempts = 4
-	notifyBackoff  = 50 * time.Millisecond
-)
-
-// notify sends req, again on a transport error (the call is idempotent): a
-// notify the master applied but whose reply was lost must not turn into a
-// bucket rollback while the master lists the replica. Other errors, and the
-// last transport error, are returned at once; the tier then rolls the
-// bucket back and the round answers its keys failed, which makes the
-// master drop any replica it recorded.
-func (n *Node) notify(ctx context.Context, req masterapi.NotifyRequest) ([]error, error) {
-	wait := notifyBackoff
-	for attempt := 1; ; attempt++ {
-		errs, err := n.m.NotifyOffloadSuccess(ctx, req)
-		if err == nil || !errors.Is(err, codes.ErrRPCFail) || attempt == notifyAttempts {
-			return errs, err
-		}
-		n.metrics.notifyRetries.Add(1)
-		n.log.Warn("notify failed in transport; sending it again", "attempt", attempt, "persisted", len(req.Persisted), "failed", len(req.Failed), "err", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("node: notify: %w (after %v)", ctx.Err(), err)
-		case <-t.C:
-		}
-		wait *= 2
-	}
 }
 
 // ssdMatches reports whether the SSD copy of key has the given CRC and size.
