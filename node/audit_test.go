@@ -39,6 +39,7 @@ func offloadOneWithLostReplies(t *testing.T, lose int64) (master.Stats, *Node, [
 	m := newMaster(t, testMasterConfig())
 	cfg := testNodeConfig("")
 	cfg.EnableOffload, cfg.SSDDir, cfg.Backend = true, t.TempDir(), "pwrite"
+	cfg.OffloadTaskTimeout = 300 * time.Millisecond // the round gives up on the notify after this
 	n, err := Start(context.Background(), cfg, &lostReplies{API: m, lose: lose})
 	if err != nil {
 		t.Fatal(err)
@@ -81,17 +82,18 @@ func TestLostNotifyReplyIsRetried(t *testing.T) {
 	}
 }
 
-// TestLostNotifyReplyNoPhantom: every reply lost (the node gives up and
-// rolls the bucket back): the master, told the key failed, must not keep a
-// LOCAL_DISK replica the node cannot serve (invariant 1), and the DRAM
-// replica is kept (EvictMemory drops only DRAM copies with an SSD copy).
-func TestLostNotifyReplyNoPhantom(t *testing.T) {
+// TestLostNotifyRepliesKeepDurableBucket: every reply lost until the round's
+// task timeout (the master applied each notify, the node never heard): the
+// bucket is durable and indexed and was never refused, so the node keeps it
+// (invariant 9, issue 9 item 5), and the master's LOCAL_DISK replica points
+// at bytes the node really holds (invariant 1: no phantom either way).
+func TestLostNotifyRepliesKeepDurableBucket(t *testing.T) {
 	st, n, val, got, err := offloadOneWithLostReplies(t, 1<<30)
-	if objs := n.Stats().Tier.Objects; objs != 0 {
-		t.Fatalf("node kept %d SSD objects after a failed notify", objs)
+	if objs := n.Stats().Tier.Objects; objs != 1 {
+		t.Fatalf("node holds %d SSD objects after notifies the master applied but never answered, want 1", objs)
 	}
-	if st.DiskReplicas != 0 {
-		t.Fatalf("phantom LOCAL_DISK replica: master lists %d, node holds none", st.DiskReplicas)
+	if st.DiskReplicas != 1 {
+		t.Fatalf("master lists %d SSD replicas, want 1", st.DiskReplicas)
 	}
 	if err != nil || string(got) != string(val) {
 		t.Fatalf("get: %v", err)

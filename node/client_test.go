@@ -221,13 +221,13 @@ func TestPeerWriteRangeChecks(t *testing.T) {
 	if err != nil || !bytes.Equal(got, val) {
 		t.Fatalf("read back: %v", err)
 	}
-	if err := p.WriteRange(ctx, n.SegmentName(), 0, val, wire.CRC32C(val)^1, 0); !errors.Is(err, codes.ErrChecksumMismatch) {
+	if err := p.WriteRange(ctx, n.SegmentName(), 0, val, wire.CRC32C(val)^1, 2); !errors.Is(err, codes.ErrChecksumMismatch) {
 		t.Fatalf("bad crc: %v", err)
 	}
-	if err := p.WriteRange(ctx, n.SegmentName(), n.seg.Size()-5, val, wire.CRC32C(val), 0); !errors.Is(err, codes.ErrInvalidParams) {
+	if err := p.WriteRange(ctx, n.SegmentName(), n.seg.Size()-5, val, wire.CRC32C(val), 3); !errors.Is(err, codes.ErrInvalidParams) {
 		t.Fatalf("past the end: %v", err)
 	}
-	if err := p.WriteRange(ctx, "other", 0, val, wire.CRC32C(val), 0); !errors.Is(err, codes.ErrSegmentNotFound) {
+	if err := p.WriteRange(ctx, "other", 0, val, wire.CRC32C(val), 4); !errors.Is(err, codes.ErrSegmentNotFound) {
 		t.Fatalf("other segment: %v", err)
 	}
 	if _, err := p.ReadRange(ctx, n.SegmentName(), n.seg.Size(), 1); !errors.Is(err, codes.ErrInvalidParams) {
@@ -534,15 +534,27 @@ func TestCorruptSSDReplicaIsDropped(t *testing.T) {
 
 func TestMetricsHandler(t *testing.T) {
 	m := newMaster(t, testMasterConfig())
-	n := startTestNode(t, m, "", newMemTier())
+	tr := newMemTier()
+	n := startTestNode(t, m, "", tr)
 	c := newTestClient(t, client.Config{Master: m, LocalNode: n})
 	if err := c.Put(context.Background(), "k", rnd(100)); err != nil {
 		t.Fatal(err)
 	}
 	n.OffloadNow()
+	h := n.MetricsHandler()
+	tr.mu.Lock()
+	before := tr.statsCalls
+	tr.mu.Unlock()
 	rec := httptest.NewRecorder()
-	n.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body := rec.Body.String()
+	// Issue 11: one Stats snapshot per scrape, not one per metric.
+	tr.mu.Lock()
+	calls := tr.statsCalls - before
+	tr.mu.Unlock()
+	if calls != 1 {
+		t.Errorf("one scrape asked the tier for its stats %d times, want 1", calls)
+	}
 	for _, want := range []string{
 		"tierstore_node_offload_persisted_total{node=\"" + n.Name() + "\"} 1",
 		"tierstore_node_ssd_objects{node=\"" + n.Name() + "\"} 1",
@@ -632,24 +644,24 @@ func TestSSDEvictionTellsMasterRealTier(t *testing.T) {
 	}
 }
 
-// failNotify makes the first notifyAttempts NotifyOffloadSuccess calls (one
-// notify and all its resends) fail, as if the master were unreachable at
-// that moment.
+// failNotify refuses the first NotifyOffloadSuccess call explicitly (an
+// answer, not a transport failure), then passes the calls on.
 type failNotify struct {
 	master.API
 	failed atomic.Int64
 }
 
 func (f *failNotify) NotifyOffloadSuccess(ctx context.Context, r master.NotifyRequest) ([]error, error) {
-	if f.failed.Add(1) <= notifyAttempts {
-		return nil, codes.Errorf(codes.RPCFail, "injected: master unreachable")
+	if f.failed.Add(1) == 1 {
+		return nil, codes.Errorf(codes.InvalidParams, "injected: the master refuses this notify")
 	}
 	return f.API.NotifyOffloadSuccess(ctx, r)
 }
 
-// Invariant 1 with the real tier engine: when the announcement of a bucket
-// fails, the keys are rolled back (the SSD does not keep objects the master
-// was never told about) and the tasks are answered as failed.
+// Invariant 1 with the real tier engine: when the master explicitly
+// refuses the announcement of a bucket, the keys are rolled back (the SSD
+// does not keep objects the master was never told about) and the tasks
+// are answered as failed.
 func TestNotifyFailureRollsBackRealTier(t *testing.T) {
 	m := newMaster(t, testMasterConfig())
 	fm := &failNotify{API: m}

@@ -18,11 +18,12 @@
 // (EvictDiskReplica, once per victim bucket) before the bytes disappear;
 // the master refuses (OBJECT_HAS_LEASE) a bucket holding a leased object's
 // only readable copy, and the node hands that error back to the tier, which
-// keeps the bucket for now (invariant 4). A notify that fails in transport
-// is sent again (it is idempotent) before the tier rolls its bucket back;
-// the round's failure answer for those keys then drops any replica the
-// master recorded. Close drains: the offload
-// round in progress finishes and answers its tasks, the segment is
+// keeps the bucket for now (invariant 4). A notify the master does not
+// answer (transport failure, master down) is sent again with backoff until
+// the offload task timeout (it is idempotent); a bucket the master never
+// answered is kept and re-registered, and only an explicit refusal rolls it
+// back (invariant 9). Close drains: the offload round in progress finishes
+// and answers its tasks (notify retries stop at Close), the segment is
 // unmounted, in-flight peer calls finish, then the tier is closed.
 //
 // # Invariants
@@ -31,6 +32,12 @@
 //     announced only from the tier's per-bucket notify, which runs after the
 //     bucket is durable and indexed; keys the master refuses there are
 //     removed from SSD again, so the node never keeps an unannounced object.
+//   - Durable stays durable (invariant 9): a bucket that is durable and
+//     indexed is rolled back only when the master explicitly refuses its
+//     notify. A notify that gets no answer (transport failures until
+//     Config.OffloadTaskTimeout, or Close) keeps the bucket and flags a
+//     re-registration; a master that answers it does not know the node
+//     (restarted) gets a remount at once and the re-registration.
 //   - Every offload task handed to the node is answered exactly once
 //     (invariant 3): persisted (bucket notify), already present (after its
 //     SSD bytes are checked against the task's CRC) or failed with a
@@ -54,6 +61,15 @@
 //     reconcile answer received across a remount is ignored.
 //   - A read never returns bytes whose length or CRC32C differ from the
 //     object's metadata (invariant 5): such a replica is a miss.
+//   - Put ownership (invariant 8): a segment write carries its put's token
+//     (PutStart's answer). The node keeps, per segment, disjoint claims
+//     (range -> token of the put that last wrote it, claims.go) and refuses
+//     (ErrRangeNotOwned, INVALID_PARAMS over gRPC) a write overlapping a
+//     claim of a newer put, chunk by chunk, so a writer that outlived its
+//     put never overwrites the bytes of the put that now owns the range.
+//     Token 0 is refused (ErrNoPutToken) once the node has seen a token.
+//     The table is bounded (claimsLimit); claims are forgotten at a
+//     remount (the master may be a new one).
 //   - A reconcile never races an offload commit or a re-registration: all
 //     run under roundMu, so a key list sent to the master is never older
 //     than a notify already sent; a pending re-registration runs first.
@@ -66,5 +82,7 @@
 // them (a long offload round must not make the node miss its TTL), it only
 // remounts and flags a re-registration for the heartbeat loop. Segment
 // reads and writes copy under a read lock that Close takes exclusively
-// before unmapping.
+// before unmapping. Node.ownMu protects the put claims: a claim takes it
+// exclusively, each write copy holds it shared from its ownership check to
+// the end of the copy.
 package node

@@ -15,4 +15,12 @@ var (
 	ErrClosed = errors.New("node: closed")
 	// ErrBadNodeID: the NODE_ID file in --ssd_dir holds no valid id.
 	ErrBadNodeID = errors.New("node: invalid node id file")
+	// ErrRangeNotOwned: a segment write was refused because a newer put
+	// wrote an overlapping range since (docs/design.md invariant 8). Peers
+	// receive it as INVALID_PARAMS with this text.
+	ErrRangeNotOwned = errors.New("node: write refused: the range belongs to a newer put")
+	// ErrNoPutToken: a segment write carried no put token while the node
+	// enforces put ownership (invariant 8). Peers receive it as
+	// INVALID_PARAMS with this text.
+	ErrNoPutToken = errors.New("node: write refused: no put token")
 )

@@ -22,6 +22,7 @@ type memTier struct {
 	// is closed when Offload starts waiting on it.
 	block, entered chan struct{}
 	offloads       int
+	statsCalls     int
 	closed         bool
 }
 
@@ -137,6 +138,7 @@ func (m *memTier) Keys(fn func([]byte, tier.KeyInfo) bool) error {
 func (m *memTier) Stats() tier.Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.statsCalls++
 	return tier.Stats{Objects: int64(len(m.objs))}
 }
 

@@ -7,42 +7,76 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// MetricsHandler serves the node's Prometheus metrics (tierstore_node_*).
-// Every metric reads the node's counters at scrape time.
+// metricDef is one tierstore_node_* metric read from a Stats snapshot.
+type metricDef struct {
+	name, help string
+	kind       prometheus.ValueType
+	tier       bool // only with an SSD tier
+	get        func(*Stats) int64
+}
+
+var metricDefs = []metricDef{
+	{"offload_rounds_total", "Offload heartbeats that returned tasks.", prometheus.CounterValue, false, func(s *Stats) int64 { return s.OffloadRounds }},
+	{"offload_persisted_total", "Offload tasks answered persisted.", prometheus.CounterValue, false, func(s *Stats) int64 { return s.OffloadPersisted }},
+	{"offload_failed_total", "Offload tasks answered failed.", prometheus.CounterValue, false, func(s *Stats) int64 { return s.OffloadFailed }},
+	{"peer_writes_total", "Segment range writes served to peers.", prometheus.CounterValue, false, func(s *Stats) int64 { return s.PeerWrites }},
+	{"peer_reads_dram_total", "Segment range reads served to peers.", prometheus.CounterValue, false, func(s *Stats) int64 { return s.PeerReadsDRAM }},
+	{"peer_reads_ssd_total", "SSD object reads served to peers.", prometheus.CounterValue, false, func(s *Stats) int64 { return s.PeerReadsSSD }},
+	{"remounts_total", "Remounts after NEED_REMOUNT.", prometheus.CounterValue, false, func(s *Stats) int64 { return s.Remounts }},
+	{"reconciles_total", "Reconciles of the SSD key list with the master.", prometheus.CounterValue, false, func(s *Stats) int64 { return s.Reconciles }},
+	{"reconcile_removed_total", "SSD objects deleted because a reconcile called them unwanted.", prometheus.CounterValue, false, func(s *Stats) int64 { return s.ReconcileRemoved }},
+	{"notify_retries_total", "Offload notifies sent again after a transport error.", prometheus.CounterValue, false, func(s *Stats) int64 { return s.NotifyRetries }},
+	{"segment_bytes", "Size of the DRAM segment.", prometheus.GaugeValue, false, func(s *Stats) int64 { return s.SegmentSize }},
+	{"ssd_objects", "Objects on the SSD tier.", prometheus.GaugeValue, true, func(s *Stats) int64 { return s.Tier.Objects }},
+	{"ssd_buckets", "Bucket files on the SSD tier.", prometheus.GaugeValue, true, func(s *Stats) int64 { return s.Tier.Buckets }},
+	{"ssd_bytes_used", "Bucket file bytes on the SSD tier.", prometheus.GaugeValue, true, func(s *Stats) int64 { return s.Tier.BytesUsed }},
+	{"ssd_bytes_written_total", "Bytes written to bucket files.", prometheus.CounterValue, true, func(s *Stats) int64 { return s.Tier.BytesWritten }},
+	{"ssd_bytes_read_total", "Bytes read from bucket files.", prometheus.CounterValue, true, func(s *Stats) int64 { return s.Tier.BytesRead }},
+	{"ssd_evictions_total", "Buckets evicted.", prometheus.CounterValue, true, func(s *Stats) int64 { return s.Tier.Evictions }},
+	{"ssd_checksum_errors_total", "SSD reads that failed their CRC32C.", prometheus.CounterValue, true, func(s *Stats) int64 { return s.Tier.ChecksumErrors }},
+}
+
+// collector is the node's prometheus.Collector: every scrape takes one
+// Stats snapshot and reads every metric from it, so the figures of one
+// scrape are consistent with each other and the tier is asked once.
+type collector struct {
+	n     *Node
+	defs  []metricDef
+	descs []*prometheus.Desc
+}
+
+func newCollector(n *Node) *collector {
+	c := &collector{n: n}
+	labels := prometheus.Labels{"node": n.name}
+	for _, d := range metricDefs {
+		if d.tier && n.tier == nil {
+			continue
+		}
+		c.defs = append(c.defs, d)
+		c.descs = append(c.descs, prometheus.NewDesc(prometheus.BuildFQName("tierstore", "node", d.name), d.help, nil, labels))
+	}
+	return c
+}
+
+// Describe implements prometheus.Collector.
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector: one Stats snapshot per scrape.
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	st := c.n.Stats()
+	for i, d := range c.defs {
+		ch <- prometheus.MustNewConstMetric(c.descs[i], d.kind, float64(d.get(&st)))
+	}
+}
+
+// MetricsHandler serves the node's Prometheus metrics (tierstore_node_*),
+// read from one Stats snapshot per scrape.
 func (n *Node) MetricsHandler() http.Handler {
 	reg := prometheus.NewRegistry()
-	labels := prometheus.Labels{"node": n.name}
-	counter := func(name, help string, f func() float64) {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: "tierstore", Subsystem: "node", Name: name, Help: help, ConstLabels: labels}, f))
-	}
-	gauge := func(name, help string, f func() float64) {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: "tierstore", Subsystem: "node", Name: name, Help: help, ConstLabels: labels}, f))
-	}
-	ld := func(v interface{ Load() int64 }) func() float64 { return func() float64 { return float64(v.Load()) } }
-	counter("offload_rounds_total", "Offload heartbeats that returned tasks.", ld(&n.metrics.offloadRounds))
-	counter("offload_persisted_total", "Offload tasks answered persisted.", ld(&n.metrics.offloadPersisted))
-	counter("offload_failed_total", "Offload tasks answered failed.", ld(&n.metrics.offloadFailed))
-	counter("peer_writes_total", "Segment range writes served to peers.", ld(&n.metrics.peerWrites))
-	counter("peer_reads_dram_total", "Segment range reads served to peers.", ld(&n.metrics.peerReadsDRAM))
-	counter("peer_reads_ssd_total", "SSD object reads served to peers.", ld(&n.metrics.peerReadsSSD))
-	counter("remounts_total", "Remounts after NEED_REMOUNT.", ld(&n.metrics.remounts))
-	counter("reconciles_total", "Reconciles of the SSD key list with the masterapi.", ld(&n.metrics.reconciles))
-	counter("reconcile_removed_total", "SSD objects deleted because a reconcile called them unwanted.", ld(&n.metrics.reconcileRemoved))
-	counter("notify_retries_total", "Offload notifies sent again after a transport error.", ld(&n.metrics.notifyRetries))
-	gauge("segment_bytes", "Size of the DRAM segment.", func() float64 { return float64(n.seg.Size()) })
-	if n.tier != nil {
-		ts := func(f func(s *Stats) int64) func() float64 {
-			return func() float64 { s := n.Stats(); return float64(f(&s)) }
-		}
-		gauge("ssd_objects", "Objects on the SSD tier.", ts(func(s *Stats) int64 { return s.Tier.Objects }))
-		gauge("ssd_buckets", "Bucket files on the SSD tier.", ts(func(s *Stats) int64 { return s.Tier.Buckets }))
-		gauge("ssd_bytes_used", "Bucket file bytes on the SSD tier.", ts(func(s *Stats) int64 { return s.Tier.BytesUsed }))
-		counter("ssd_bytes_written_total", "Bytes written to bucket files.", ts(func(s *Stats) int64 { return s.Tier.BytesWritten }))
-		counter("ssd_bytes_read_total", "Bytes read from bucket files.", ts(func(s *Stats) int64 { return s.Tier.BytesRead }))
-		counter("ssd_evictions_total", "Buckets evicted.", ts(func(s *Stats) int64 { return s.Tier.Evictions }))
-		counter("ssd_checksum_errors_total", "SSD reads that failed their CRC32C.", ts(func(s *Stats) int64 { return s.Tier.ChecksumErrors }))
-	}
+	reg.MustRegister(newCollector(n))
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 }

@@ -81,6 +81,12 @@ type Node struct {
 
 	metrics nodeMetrics
 
+	// ownMu protects owners: held exclusively to claim a range for a put,
+	// shared for each copy into the segment (check, then copy), so a copy
+	// of an older put never follows a newer put's claim of its range.
+	ownMu  sync.RWMutex
+	owners *claims // put ownership of segment ranges (invariant 8)
+
 	// roundMu serialises the SSD-side conversations with the master that
 	// must not interleave: offload rounds, re-registration and reconcile
 	// (a reconcile key list taken before an offload commit must not reach
@@ -153,6 +159,15 @@ func Start(ctx context.Context, cfg Config, m masterapi.NodeAPI, opts ...Option)
 		return nil, fmt.Errorf("%w: no master", ErrBadConfig)
 	}
 	n := &Node{cfg: cfg, m: m, log: cfg.Logger}
+	// The node's context exists before anything that may use it (a peer
+	// read that drops a corrupt SSD replica notifies the master).
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			n.cancel()
+			n.release()
+		}
+	}()
 	if n.log == nil {
 		n.log = slog.Default()
 	}
@@ -171,15 +186,10 @@ func Start(ctx context.Context, cfg Config, m masterapi.NodeAPI, opts ...Option)
 	n.incarnation = randomID() + randomID()
 	n.segName = "seg-" + randomID()
 	n.log = n.log.With("node", n.name)
-
-	defer func() {
-		if err != nil {
-			n.release()
-		}
-	}()
 	if n.seg, err = NewSegment(cfg.Memory); err != nil {
 		return nil, err
 	}
+	n.owners = newClaims(claimsLimit(cfg.Memory))
 	switch {
 	case o.tier != nil:
 		n.tier, n.backend = o.tier, "injected"
@@ -207,13 +217,10 @@ func Start(ctx context.Context, cfg Config, m masterapi.NodeAPI, opts ...Option)
 	n.reRegister(ctx)
 	n.roundMu.Unlock()
 
-	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.wg.Add(1)
-	go n.pingLoop()
+	n.every(cfg.PingInterval, n.pingOnce)
 	if n.tier != nil {
-		n.wg.Add(2)
-		go n.heartbeatLoop()
-		go n.reconcileLoop()
+		n.every(cfg.HeartbeatInterval, n.heartbeat)
+		n.every(cfg.ReconcileInterval, n.reconcileTick)
 	}
 	n.log.Info("node started", "endpoint", n.endpoint, "segment", n.segName,
 		"memory", cfg.Memory, "offload", n.tier != nil, "backend", n.backend)
@@ -303,7 +310,17 @@ func (n *Node) dropDiskReplica(ctx context.Context, key []byte) {
 	}
 }
 
-// mount announces the segment to the masterapi.
+// newMountGen starts a new mount generation, before a remount is sent: the
+// master may be a new one, whose put tokens the claims of the previous one
+// say nothing about (invariant 8), so they are forgotten.
+func (n *Node) newMountGen() {
+	n.mountGen.Add(1)
+	n.ownMu.Lock()
+	n.owners.reset()
+	n.ownMu.Unlock()
+}
+
+// mount announces the segment to the master.
 func (n *Node) mount(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -401,78 +418,82 @@ func (n *Node) onEvict(ctx context.Context, keys [][]byte) error {
 	return err
 }
 
-func (n *Node) pingLoop() {
-	defer n.wg.Done()
-	t := time.NewTicker(n.cfg.PingInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(n.ctx, max(n.cfg.PingInterval, time.Second))
-		rep, err := n.m.Ping(ctx, n.name)
-		cancel()
-		if err != nil && !errors.Is(err, codes.ErrNeedRemount) && !errors.Is(err, codes.ErrClientNotFound) {
-			n.log.Debug("ping failed", "err", err)
-			continue
-		}
-		if err == nil && rep.Status != masterapi.NeedRemount {
-			continue
-		}
-		n.log.Warn("master asks for a remount (node expired or master restarted)")
-		// Flag the re-registration and move the generation before the
-		// mount is sent: a reconcile or notify that reaches the new master
-		// after the mount must find them already changed.
-		n.reregister.Store(true)
-		n.mountGen.Add(1)
-		if err := n.mount(n.ctx); err != nil {
-			n.log.Warn("remount failed; will retry", "err", err)
-			continue
-		}
-		n.metrics.remounts.Add(1)
-	}
-}
-
-func (n *Node) heartbeatLoop() {
-	defer n.wg.Done()
-	t := time.NewTicker(n.cfg.HeartbeatInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-t.C:
-		}
-		n.roundMu.Lock()
-		if n.reregister.Swap(false) {
-			n.reRegister(n.ctx)
-		}
-		// Drain: keep fetching while the master hands out full batches.
-		for n.ctx.Err() == nil {
-			got := n.offloadRound()
-			if got < n.cfg.OffloadBatch {
-				break
+// every runs fn every d on its own goroutine until Close (n.ctx). It is
+// the one loop of the ping, offload heartbeat and reconcile loops; fn runs
+// to completion before the next tick is taken (ticks that pass meanwhile
+// are dropped).
+func (n *Node) every(d time.Duration, fn func()) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-n.ctx.Done():
+				return
+			case <-t.C:
 			}
+			fn()
 		}
-		n.roundMu.Unlock()
+	}()
+}
+
+// pingOnce keeps the node alive at the master and, when the master asks
+// for it (the node expired, or the master restarted), remounts and flags a
+// re-registration for the heartbeat loop. It never waits for roundMu: a
+// long offload round must not make the node miss its TTL.
+func (n *Node) pingOnce() {
+	ctx, cancel := context.WithTimeout(n.ctx, max(n.cfg.PingInterval, time.Second))
+	rep, err := n.m.Ping(ctx, n.name)
+	cancel()
+	if err != nil && !errors.Is(err, codes.ErrNeedRemount) && !errors.Is(err, codes.ErrClientNotFound) {
+		n.log.Debug("ping failed", "err", err)
+		return
+	}
+	if err == nil && rep.Status != masterapi.NeedRemount {
+		return
+	}
+	n.log.Warn("master asks for a remount (node expired or master restarted)")
+	if err := n.remount(n.ctx); err != nil {
+		n.log.Warn("remount failed; will retry", "err", err)
 	}
 }
 
-func (n *Node) reconcileLoop() {
-	defer n.wg.Done()
-	t := time.NewTicker(n.cfg.ReconcileInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-t.C:
+// remount mounts the segment again at a master that does not know this
+// node (it restarted, or expired the node) and flags a re-registration of
+// the SSD objects, which the heartbeat loop (or the next reconcile) runs
+// under roundMu. The flag and the new mount generation are set before the
+// mount is sent: a reconcile or notify that reaches the new master after
+// the mount must find them already changed.
+func (n *Node) remount(ctx context.Context) error {
+	n.reregister.Store(true)
+	n.newMountGen()
+	if err := n.mount(ctx); err != nil {
+		return err
+	}
+	n.metrics.remounts.Add(1)
+	return nil
+}
+
+// heartbeat runs a pending re-registration, then offload rounds while the
+// master hands out full batches.
+func (n *Node) heartbeat() {
+	n.roundMu.Lock()
+	defer n.roundMu.Unlock()
+	if n.reregister.Swap(false) {
+		n.reRegister(n.ctx)
+	}
+	for n.ctx.Err() == nil {
+		if got := n.offloadRound(); got < n.cfg.OffloadBatch {
+			break
 		}
-		if err := n.Reconcile(n.ctx); err != nil {
-			n.log.Warn("reconcile failed", "err", err)
-		}
+	}
+}
+
+func (n *Node) reconcileTick() {
+	if err := n.Reconcile(n.ctx); err != nil {
+		n.log.Warn("reconcile failed", "err", err)
 	}
 }
 

@@ -25,6 +25,9 @@ const (
 	DefaultPingInterval      = time.Second
 	DefaultReconcileInterval = time.Minute
 	DefaultOffloadBatch      = 1024
+	// DefaultOffloadTaskTimeout is the master's default
+	// offload_task_timeout.
+	DefaultOffloadTaskTimeout = 300 * time.Second
 )
 
 // Config configures a store node. Flag names of tierstore-node are given
@@ -70,6 +73,12 @@ type Config struct {
 	ReconcileInterval time.Duration
 	// OffloadBatch is the most tasks drained per heartbeat.
 	OffloadBatch int
+	// OffloadTaskTimeout bounds one offload round; keep it equal to the
+	// master's offload_task_timeout. A notify the master does not answer
+	// (unreachable) is sent again with backoff until then; a bucket whose
+	// notify was never answered is kept and re-registered, never rolled
+	// back (docs/design.md invariant 9) [--offload_task_timeout].
+	OffloadTaskTimeout time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -88,6 +97,8 @@ func DefaultConfig() Config {
 		PingInterval:      DefaultPingInterval,
 		ReconcileInterval: DefaultReconcileInterval,
 		OffloadBatch:      DefaultOffloadBatch,
+
+		OffloadTaskTimeout: DefaultOffloadTaskTimeout,
 	}
 }
 
@@ -144,6 +155,9 @@ func (c *Config) validate(checkDir bool) error {
 	}
 	if c.ReconcileInterval <= 0 {
 		return badFlag("reconcile_interval", "must be positive, got %v", c.ReconcileInterval)
+	}
+	if c.OffloadTaskTimeout <= 0 {
+		return badFlag("offload_task_timeout", "must be positive, got %v", c.OffloadTaskTimeout)
 	}
 	if c.OffloadBatch <= 0 {
 		return badFlag("offload_batch", "must be positive, got %d", c.OffloadBatch)

@@ -7,241 +7,268 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/tier"
 )
 
-// offloadRoundTimeout bounds one offload round (tier writes + notifies).
-const offloadRoundTimeout = 5 * time.Minute
+// An offload round runs in four phases, each a method of round:
+//
+//  1. fetch (Node.fetchTasks): OffloadHeartbeat, or a remount when the
+//     master does not know the node;
+//  2. validate (round.validate): tasks whose range cannot be this
+//     object's are failed without touching the SSD;
+//  3. offload (round.offload): the source bytes are copied out of the
+//     segment and checked against the task's CRC, then handed to the tier
+//     in chunks of about one bucket; every bucket is announced by
+//     round.notifyBucket once it is durable and indexed (invariant 1);
+//  4. answer (round.answer): every task not answered by a bucket notify is
+//     answered in one final NotifyOffloadSuccess (invariant 3).
 
 // offloadRound fetches up to OffloadBatch tasks, offloads them and answers
-// every one of them through NotifyOffloadSuccess: persisted keys (in the
-// per-bucket notify that publishes them, invariant 1, or, for keys already
-// on SSD, in the final answer) and explicit failures for all others
-// (invariant 3: each task ends exactly once). Caller holds roundMu. It
-// returns how many tasks the master handed out.
+// every one of them. Caller holds roundMu. It returns how many tasks the
+// master handed out.
 //
-// The round runs on its own context, not the node's: Close waits for a
-// round in progress to finish (SIGTERM drains).
+// The round runs on its own context, bounded by OffloadTaskTimeout (the
+// master's task timeout), not the node's: Close waits for a round in
+// progress to finish (SIGTERM drains); only the notify retries stop at
+// Close (the buckets they were announcing are kept, invariant 9).
 func (n *Node) offloadRound() int {
-	ctx, cancel := context.WithTimeout(context.Background(), offloadRoundTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.OffloadTaskTimeout)
 	defer cancel()
 	gen := n.mountGen.Load()
-	tasks, err := n.m.OffloadHeartbeat(ctx, n.name, n.cfg.OffloadBatch)
-	if errors.Is(err, codes.ErrNeedRemount) || errors.Is(err, codes.ErrClientNotFound) {
-		// The master does not know this node (it restarted or expired us):
-		// remount and re-register now rather than at the next ping.
-		n.mountGen.Add(1)
-		if err := n.mount(ctx); err != nil {
-			n.log.Warn("remount failed; will retry", "err", err)
-			return 0
-		}
-		n.metrics.remounts.Add(1)
-		n.reregister.Store(false)
-		n.reRegister(ctx)
-		return 0
-	}
-	if err != nil {
-		n.log.Debug("offload heartbeat failed", "err", err)
-		return 0
-	}
+	tasks := n.fetchTasks(ctx)
 	if len(tasks) == 0 {
 		return 0
 	}
 	n.metrics.offloadRounds.Add(1)
+	r := &round{n: n, gen: gen, refused: map[string]error{}}
+	r.validate(tasks)
+	r.offload(ctx)
+	r.answer(ctx)
+	return len(tasks)
+}
 
-	var failed []masterapi.OffloadFailure
-	fail := func(key string, retryable bool, reason string) {
-		failed = append(failed, masterapi.OffloadFailure{Key: key, Retryable: retryable, Reason: reason})
+// fetchTasks is phase 1: it asks the master for tasks. A master that does
+// not know this node (it restarted or expired us) gets a remount and a
+// re-registration now rather than at the next ping, and no tasks.
+func (n *Node) fetchTasks(ctx context.Context) []masterapi.OffloadTask {
+	tasks, err := n.m.OffloadHeartbeat(ctx, n.name, n.cfg.OffloadBatch)
+	if unknownNode(err) {
+		if err := n.remount(ctx); err != nil {
+			n.log.Warn("remount failed; will retry", "err", err)
+			return nil
+		}
+		n.reregister.Store(false)
+		n.reRegister(ctx)
+		return nil
 	}
-	// Validate the tasks; the values are copied out of the segment chunk by
-	// chunk below. They are copied, not viewed in place: the master pins a
-	// task's source range, but a forced Remove may still free it and a new
-	// put reuse it, and the tier must only ever see (and checksum) bytes
-	// that matched the task's CRC.
-	type job struct {
-		t   masterapi.OffloadTask
-		out tier.Outcome
+	if err != nil {
+		n.log.Debug("offload heartbeat failed", "err", err)
+		return nil
 	}
-	jobs := make([]job, 0, len(tasks))
-	byKey := make(map[string]masterapi.OffloadTask, len(tasks))
+	return tasks
+}
+
+// job is one task of a round and its outcome.
+type job struct {
+	t   masterapi.OffloadTask
+	out tier.Outcome
+}
+
+// round is the state of one offload round.
+type round struct {
+	n   *Node
+	gen uint64 // n.mountGen when the tasks were fetched
+
+	jobs  []job
+	byKey map[string]masterapi.OffloadTask // the tasks of jobs, by key
+
+	// failed: the failure answers of the final notify.
+	failed []masterapi.OffloadFailure
+
+	// refusedMu guards refused: the tier may announce buckets from several
+	// goroutines. refused holds the keys the master answered with an error
+	// in a bucket notify; they are on SSD but unannounced, so answer
+	// removes them again.
+	refusedMu sync.Mutex
+	refused   map[string]error
+}
+
+func (r *round) fail(key string, retryable bool, reason string) {
+	r.failed = append(r.failed, masterapi.OffloadFailure{Key: key, Retryable: retryable, Reason: reason})
+}
+
+// validate is phase 2: it keeps the tasks whose range can hold their object
+// on this node's segment and fails the others. The values are copied out of
+// the segment later, chunk by chunk (offload).
+func (r *round) validate(tasks []masterapi.OffloadTask) {
+	r.jobs = make([]job, 0, len(tasks))
+	r.byKey = make(map[string]masterapi.OffloadTask, len(tasks))
 	for _, t := range tasks {
-		if _, dup := byKey[t.Key]; dup {
+		if _, dup := r.byKey[t.Key]; dup {
 			// The master hands a key out once; a duplicate is answered by
 			// the first task's outcome.
 			continue
 		}
-		if t.Segment != n.segName {
-			fail(t.Key, false, fmt.Sprintf("segment %q is not mounted on this node", t.Segment))
+		if t.Segment != r.n.segName {
+			r.fail(t.Key, false, fmt.Sprintf("segment %q is not mounted on this node", t.Segment))
 			continue
 		}
 		if t.Length != t.Size || t.Length <= 0 {
-			fail(t.Key, false, fmt.Sprintf("task range length %d differs from object size %d", t.Length, t.Size))
+			r.fail(t.Key, false, fmt.Sprintf("task range length %d differs from object size %d", t.Length, t.Size))
 			continue
 		}
-		byKey[t.Key] = t
-		jobs = append(jobs, job{t: t})
+		r.byKey[t.Key] = t
+		r.jobs = append(r.jobs, job{t: t})
 	}
+}
 
-	// refused: keys the master answered with an error in a bucket notify;
-	// they are on SSD but unannounced, so they are removed again below.
-	// refusedMu guards refused: the tier may announce buckets from several
-	// goroutines.
-	var refusedMu sync.Mutex
-	refused := map[string]error{}
-	notify := func(ctx context.Context, committed []tier.Committed) error {
-		objs := make([]masterapi.DiskObject, len(committed))
-		for i, c := range committed {
-			if t, ok := byKey[string(c.Key)]; !ok || t.CRC != c.CRC || t.Size != c.Size {
-				// Never announce bytes other than the task's: refuse the
-				// whole bucket, the tier rolls it back.
-				return fmt.Errorf("node: tier committed %q with size %d CRC %08x, the task says %d, %08x",
-					c.Key, c.Size, c.CRC, t.Size, t.CRC)
-			}
-			objs[i] = masterapi.DiskObject{Key: string(c.Key), Size: c.Size, CRC: c.CRC}
+// notifyBucket is the tier's NotifyFunc: it announces one durable, indexed
+// bucket (invariant 1). Keys the master refuses are recorded in r.refused.
+func (r *round) notifyBucket(ctx context.Context, committed []tier.Committed) error {
+	objs := make([]masterapi.DiskObject, len(committed))
+	for i, c := range committed {
+		if t, ok := r.byKey[string(c.Key)]; !ok || t.CRC != c.CRC || t.Size != c.Size {
+			// Never announce bytes other than the task's: refuse the
+			// whole bucket, the tier rolls it back.
+			return fmt.Errorf("node: tier committed %q with size %d CRC %08x, the task says %d, %08x",
+				c.Key, c.Size, c.CRC, t.Size, t.CRC)
 		}
-		errs, err := n.notify(ctx, masterapi.NotifyRequest{Node: n.name, Persisted: objs})
-		if err != nil {
-			return err
-		}
-		refusedMu.Lock()
-		defer refusedMu.Unlock()
-		for i, e := range errs {
-			if e != nil && i < len(objs) {
-				refused[objs[i].Key] = e
-			}
-		}
+		objs[i] = masterapi.DiskObject{Key: string(c.Key), Size: c.Size, CRC: c.CRC}
+	}
+	errs, err := r.n.notify(ctx, masterapi.NotifyRequest{Node: r.n.name, Persisted: objs})
+	if errors.Is(err, errNotAnswered) {
+		// Invariant 9: the bucket is durable and indexed and the master
+		// did not refuse it, it was unreachable (or forgot this node):
+		// keep it; the re-registration that notify flagged announces it.
+		r.n.log.Warn("bucket kept unannounced: the master did not answer its notify; it will be re-registered",
+			"keys", len(objs), "err", err)
 		return nil
 	}
+	if err != nil {
+		return err // an explicit refusal: the tier rolls the bucket back
+	}
+	r.refusedMu.Lock()
+	defer r.refusedMu.Unlock()
+	for i, e := range errs {
+		if e != nil && i < len(objs) {
+			r.refused[objs[i].Key] = e
+		}
+	}
+	return nil
+}
 
-	// Offload in chunks of about one bucket, so the copies stay bounded;
-	// each Offload call writes all its buckets, the tail included.
+// offload is phase 3: it copies each job's source bytes out of the segment,
+// checks them against the task's CRC and hands them to the tier in chunks
+// of about one bucket, so the copies stay bounded; each Offload call writes
+// all its buckets, the tail included (invariant 3). The values are copied,
+// not viewed in place: the master pins a task's source range, but a forced
+// Remove may still free it and a new put reuse it, and the tier must only
+// ever see (and checksum) bytes that matched the task's CRC.
+func (r *round) offload(ctx context.Context) {
 	var tt []tier.Task
-	var tj []int // index into jobs of each task in tt
+	var tj []int // index into r.jobs of each task in tt
 	var chunkBytes int64
 	flush := func() {
-		if len(tt) == 0 {
-			return
-		}
-		outs := n.tier.Offload(ctx, tt, notify)
-		for i, j := range tj {
-			if i < len(outs) {
-				jobs[j].out = outs[i]
-			} else {
-				jobs[j].out = tier.Outcome{Status: tier.Failed, Err: errors.New("no outcome from the tier"), Retryable: true}
-			}
-		}
-		if len(outs) != len(tt) {
-			n.log.Error("tier answered the wrong number of outcomes", "tasks", len(tt), "outcomes", len(outs))
+		if len(tt) > 0 {
+			r.offloadChunk(ctx, tt, tj)
 		}
 		tt, tj, chunkBytes = tt[:0], tj[:0], 0
 	}
-	for j := range jobs {
-		t := jobs[j].t
-		val, err := n.seg.Read(t.Offset, int(t.Length))
+	for j := range r.jobs {
+		t := r.jobs[j].t
+		val, err := r.n.seg.Read(t.Offset, int(t.Length))
 		switch {
 		case err != nil:
-			jobs[j].out = tier.Outcome{Status: tier.Failed, Err: err}
+			r.jobs[j].out = tier.Outcome{Status: tier.Failed, Err: err}
 			continue
 		case wire.CRC32C(val) != t.CRC:
-			jobs[j].out = tier.Outcome{Status: tier.Failed, Err: errors.New("DRAM replica fails its CRC32C")}
+			r.jobs[j].out = tier.Outcome{Status: tier.Failed, Err: errors.New("DRAM replica fails its CRC32C")}
 			continue
 		}
 		tt = append(tt, tier.Task{Key: []byte(t.Key), Value: val})
 		tj = append(tj, j)
 		chunkBytes += t.Length
-		if chunkBytes >= n.cfg.BucketSizeLimit {
+		if chunkBytes >= r.n.cfg.BucketSizeLimit {
 			flush()
 		}
 	}
 	flush()
+}
 
+// offloadChunk runs one tier.Offload call and records its outcomes in the
+// jobs tj; a missing outcome is a retryable failure.
+func (r *round) offloadChunk(ctx context.Context, tt []tier.Task, tj []int) {
+	outs := r.n.tier.Offload(ctx, tt, r.notifyBucket)
+	for i, j := range tj {
+		if i < len(outs) {
+			r.jobs[j].out = outs[i]
+		} else {
+			r.jobs[j].out = tier.Outcome{Status: tier.Failed, Err: errors.New("no outcome from the tier"), Retryable: true}
+		}
+	}
+	if len(outs) != len(tt) {
+		r.n.log.Error("tier answered the wrong number of outcomes", "tasks", len(tt), "outcomes", len(outs))
+	}
+}
+
+// answer is phase 4: every job not already answered by its bucket's notify
+// is answered in one final NotifyOffloadSuccess: keys already on SSD (after
+// their stored bytes are checked against the task) as persisted, all others
+// as failures with a reason; keys the master refused in a bucket notify are
+// removed from SSD again.
+func (r *round) answer(ctx context.Context) {
+	n := r.n
 	var persisted []masterapi.DiskObject
 	var nPersisted int64
-	for _, jb := range jobs {
+	for _, jb := range r.jobs {
 		key, t, o := jb.t.Key, jb.t, jb.out
 		switch o.Status {
 		case tier.Persisted:
-			if e, ok := refused[key]; ok {
+			if e, ok := r.refused[key]; ok {
 				// Refused: the object was removed during the task
 				// (OBJECT_NOT_FOUND), or its metadata differs. The node
 				// keeps no unannounced object, unless it remounted
 				// meanwhile and the re-registration will announce it.
-				if !n.refusedKeepsCopy(e, gen) {
+				if !n.refusedKeepsCopy(e, r.gen) {
 					n.removeFromSSD(key)
 				}
-				fail(key, false, "master refused the replica: "+e.Error())
+				r.fail(key, false, "master refused the replica: "+e.Error())
 				continue
 			}
 			nPersisted++ // answered by the bucket's notify
 		case tier.AlreadyPresent:
-			// Reference 002: not an error. The bytes on SSD must still be
-			// this object's (the key may have been removed and put again
-			// with other bytes since they were written).
+			// Mooncake #2827: not an error (invariant 2). The bytes on SSD
+			// must still be this object's (the key may have been removed
+			// and put again with other bytes since they were written).
 			if n.ssdMatches(ctx, []byte(key), t.CRC, t.Size) {
 				persisted = append(persisted, masterapi.DiskObject{Key: key, Size: t.Size, CRC: t.CRC})
 			} else {
 				n.removeFromSSD(key)
-				fail(key, true, "a stale copy with other bytes was on SSD; removed")
+				r.fail(key, true, "a stale copy with other bytes was on SSD; removed")
 			}
 		default:
 			reason := "failed"
 			if o.Err != nil {
 				reason = o.Err.Error()
 			}
-			fail(key, o.Retryable, reason)
+			r.fail(key, o.Retryable, reason)
 		}
 	}
-	if len(persisted) > 0 || len(failed) > 0 {
-		errs, err := n.notify(ctx, masterapi.NotifyRequest{Node: n.name, Persisted: persisted, Failed: failed})
+	if len(persisted) > 0 || len(r.failed) > 0 {
+		errs, err := n.notify(ctx, masterapi.NotifyRequest{Node: n.name, Persisted: persisted, Failed: r.failed})
 		if err != nil {
 			// The master re-queues unanswered tasks after its task timeout
-			// (a bounded number of times); already-present keys are
-			// re-registered at the next remount.
-			n.log.Warn("answering offload tasks failed", "persisted", len(persisted), "failed", len(failed), "err", err)
+			// (a bounded number of times); keys on SSD are re-registered
+			// (notify flagged it when the master did not answer).
+			n.log.Warn("answering offload tasks failed", "persisted", len(persisted), "failed", len(r.failed), "err", err)
 		} else {
-			n.dropConflicts(persisted, errs, gen)
+			n.dropConflicts(persisted, errs, r.gen)
 		}
 	}
 	n.metrics.offloadPersisted.Add(nPersisted + int64(len(persisted)))
-	n.metrics.offloadFailed.Add(int64(len(failed)))
-	return len(tasks)
-}
-
-// notifyAttempts bounds the sends of one NotifyOffloadSuccess on transport
-// errors; notifyBackoff is the pause before the second send, doubled for
-// each further one.
-const (
-	notifyAttempts = 4
-	notifyBackoff  = 50 * time.Millisecond
-)
-
-// notify sends req, again on a transport error (the call is idempotent): a
-// notify the master applied but whose reply was lost must not turn into a
-// bucket rollback while the master lists the replica. Other errors, and the
-// last transport error, are returned at once; the tier then rolls the
-// bucket back and the round answers its keys failed, which makes the
-// master drop any replica it recorded.
-func (n *Node) notify(ctx context.Context, req masterapi.NotifyRequest) ([]error, error) {
-	wait := notifyBackoff
-	for attempt := 1; ; attempt++ {
-		errs, err := n.m.NotifyOffloadSuccess(ctx, req)
-		if err == nil || !errors.Is(err, codes.ErrRPCFail) || attempt == notifyAttempts {
-			return errs, err
-		}
-		n.metrics.notifyRetries.Add(1)
-		n.log.Warn("notify failed in transport; sending it again", "attempt", attempt, "persisted", len(req.Persisted), "failed", len(req.Failed), "err", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("node: notify: %w (after %v)", ctx.Err(), err)
-		case <-t.C:
-		}
-		wait *= 2
-	}
+	n.metrics.offloadFailed.Add(int64(len(r.failed)))
 }
 
 // ssdMatches reports whether the SSD copy of key has the given CRC and size.

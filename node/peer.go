@@ -19,7 +19,7 @@ func toCode(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrOutOfRange):
+	case errors.Is(err, ErrOutOfRange), errors.Is(err, ErrRangeNotOwned), errors.Is(err, ErrNoPutToken):
 		return fmt.Errorf("%w: %w", codes.ErrInvalidParams, err)
 	case errors.Is(err, tier.ErrNotFound):
 		return fmt.Errorf("%w: %w", codes.ErrObjectNotFound, err)
@@ -39,6 +39,9 @@ type peerServer struct {
 	n *Node
 }
 
+// WriteRange serves a peer's write of a segment range: the header claims
+// the range for the put's token (invariant 8), every chunk is written only
+// while that put still owns it, and the CRC32C of the whole is checked.
 func (s *peerServer) WriteRange(stream grpc.ClientStreamingServer[rpcpb.PeerWriteChunk, rpcpb.PeerWriteReply]) error {
 	first, err := stream.Recv()
 	if err != nil {
@@ -47,8 +50,11 @@ func (s *peerServer) WriteRange(stream grpc.ClientStreamingServer[rpcpb.PeerWrit
 	if err := s.n.checkSegment(first.GetSegment()); err != nil {
 		return codes.ToStatus(err)
 	}
-	off, total := int64(first.GetOffset()), int64(first.GetTotalLen())
+	off, total, token := int64(first.GetOffset()), int64(first.GetTotalLen()), first.GetPutToken()
 	if err := s.n.seg.check(off, int(total)); err != nil || total < 0 {
+		return codes.ToStatus(toCode(err))
+	}
+	if err := s.n.claimRange(off, total, token); err != nil {
 		return codes.ToStatus(toCode(err))
 	}
 	h := wire.NewCRC32C()
@@ -59,7 +65,7 @@ func (s *peerServer) WriteRange(stream grpc.ClientStreamingServer[rpcpb.PeerWrit
 		if got+int64(len(d)) > total {
 			return codes.ToStatus(codes.Errorf(codes.InvalidParams, "node: write range: %d bytes sent for a %d-byte range", got+int64(len(d)), total))
 		}
-		if err := s.n.seg.WriteAt(d, off+got); err != nil {
+		if err := s.n.writeOwned(d, off+got, token); err != nil {
 			return codes.ToStatus(toCode(err))
 		}
 		h.Write(d)
@@ -125,13 +131,53 @@ func (s *peerServer) NodeStats(ctx context.Context, _ *rpcpb.PeerStatsRequest) (
 	}, nil
 }
 
-// WriteRange writes value into the node's segment at off (the in-process
-// form of the peer service's WriteRange; client.LocalNode).
-func (n *Node) WriteRange(_ context.Context, segment string, off int64, value []byte, _ uint32, _ uint64) error {
+// WriteRange writes value into the node's segment at off for the put
+// identified by token (the in-process form of the peer service's
+// WriteRange; client.LocalNode). It is refused (ErrRangeNotOwned, wrapped
+// in codes.ErrInvalidParams) when a newer put wrote an overlapping range,
+// and (ErrNoPutToken) without a token once the node has seen tokens
+// (docs/design.md invariant 8).
+func (n *Node) WriteRange(_ context.Context, segment string, off int64, value []byte, _ uint32, token uint64) error {
 	if err := n.checkSegment(segment); err != nil {
 		return err
 	}
-	return toCode(n.seg.WriteAt(value, off))
+	if err := n.seg.check(off, len(value)); err != nil {
+		return toCode(err)
+	}
+	if err := n.claimRange(off, int64(len(value)), token); err != nil {
+		return toCode(err)
+	}
+	// Copied a chunk at a time, as the peer service does, so that a newer
+	// put's claim waits for one chunk copy at most.
+	for len(value) > 0 {
+		k := min(len(value), wire.MaxChunk)
+		if err := n.writeOwned(value[:k], off, token); err != nil {
+			return toCode(err)
+		}
+		value, off = value[k:], off+int64(k)
+	}
+	return nil
+}
+
+// claimRange records that the put with token writes [off, off+length)
+// (invariant 8), or refuses it.
+func (n *Node) claimRange(off, length int64, token uint64) error {
+	n.ownMu.Lock()
+	defer n.ownMu.Unlock()
+	return n.owners.claim(off, off+length, token)
+}
+
+// writeOwned copies p to the segment at off if the put with token still
+// owns that range. The check and the copy happen under ownMu held shared,
+// so a newer put's claim (which takes it exclusively) waits for the copy,
+// and no copy of an older put follows that claim.
+func (n *Node) writeOwned(p []byte, off int64, token uint64) error {
+	n.ownMu.RLock()
+	defer n.ownMu.RUnlock()
+	if err := n.owners.check(off, off+int64(len(p)), token); err != nil {
+		return err
+	}
+	return n.seg.WriteAt(p, off)
 }
 
 // ReadRange returns a copy of n bytes of the node's segment at off

@@ -5,7 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tierstore/tierstore/internal/units"
 	"github.com/tierstore/tierstore/node"
@@ -27,6 +30,33 @@ func (s sizeFlag) Set(v string) error {
 		return err
 	}
 	*s.p = n
+	return nil
+}
+
+// secondsFlag is a flag.Value of a duration given in seconds (Mooncake's
+// unit for offload_task_timeout) or as a Go duration ("300", "5m", "90s").
+type secondsFlag struct{ p *time.Duration }
+
+func (s secondsFlag) String() string {
+	if s.p == nil {
+		return ""
+	}
+	return s.p.String()
+}
+
+func (s secondsFlag) Set(v string) error {
+	if n, err := strconv.ParseFloat(v, 64); err == nil {
+		if n <= 0 || n > math.MaxInt64/float64(time.Second) {
+			return fmt.Errorf("%q seconds must be positive", v)
+		}
+		*s.p = time.Duration(n * float64(time.Second))
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return fmt.Errorf("%q is neither seconds nor a duration", v)
+	}
+	*s.p = d
 	return nil
 }
 
@@ -69,6 +99,7 @@ func parseFlags(args []string, helpOut io.Writer) (options, error) {
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat_interval", c.HeartbeatInterval, "offload heartbeat period")
 	fs.DurationVar(&c.PingInterval, "ping_interval", c.PingInterval, "liveness ping period")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile_interval", c.ReconcileInterval, "period of the SSD key-list reconcile with the master")
+	fs.Var(secondsFlag{&c.OffloadTaskTimeout}, "offload_task_timeout", "bound of one offload round, in seconds or as a duration; keep it equal to the master's: an unanswered notify is sent again until then, and its durable bucket is kept and re-registered")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(helpOut, usageHeader)

@@ -42,6 +42,14 @@ func TestParseFlagsDefaultsAndValues(t *testing.T) {
 		c.Compression != "lz4" || c.MetricsPort != 9100 || c.HeartbeatInterval != 250*time.Millisecond {
 		t.Fatalf("parsed: %+v", c)
 	}
+	if o.node.OffloadTaskTimeout != 300*time.Second {
+		t.Fatalf("offload_task_timeout default %v", o.node.OffloadTaskTimeout)
+	}
+	for arg, want := range map[string]time.Duration{"120": 2 * time.Minute, "1.5": 1500 * time.Millisecond, "90s": 90 * time.Second} {
+		if o, err := parseFlags([]string{"--master=m:1", "--offload_task_timeout=" + arg}, io.Discard); err != nil || o.node.OffloadTaskTimeout != want {
+			t.Fatalf("--offload_task_timeout=%s: %v %v", arg, err, o.node.OffloadTaskTimeout)
+		}
+	}
 	if o, err := parseFlags([]string{"--master=m:1", "--memory=1048576"}, io.Discard); err != nil || o.node.Memory != 1<<20 {
 		t.Fatalf("plain bytes: %v %d", err, o.node.Memory)
 	}
@@ -89,6 +97,10 @@ func TestParseFlagsRefusesBadValues(t *testing.T) {
 		{[]string{m, "--metrics_port=-1"}, "metrics_port"},
 		{[]string{m, "--heartbeat_interval=0s"}, "heartbeat_interval"},
 		{[]string{m, "--heartbeat_interval=soon"}, "heartbeat_interval"},
+		{[]string{m, "--offload_task_timeout=0"}, "offload_task_timeout"},
+		{[]string{m, "--offload_task_timeout=-3"}, "offload_task_timeout"},
+		{[]string{m, "--offload_task_timeout=soon"}, "offload_task_timeout"},
+		{[]string{m, "--offload_task_timeout=0s"}, "offload_task_timeout"},
 		{[]string{m, "--no_such_flag"}, "no_such_flag"},
 	}
 	if !roWritable {

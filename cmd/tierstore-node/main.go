@@ -15,6 +15,9 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/node"
 )
@@ -39,7 +42,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	m, err := masterapi.Dial(dctx, o.master)
+	// Reconnect quickly after a master outage (gRPC's default backoff
+	// grows to 2 minutes): unanswered notifies are being sent again.
+	m, err := masterapi.Dial(dctx, o.master, grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second}}))
 	cancel()
 	if err != nil {
 		fmt.Fprintf(stderr, "tierstore-node: --master %s: %v\n", o.master, err)
