@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"unsafe"
 )
 
 // Alignment is the file offset and length granularity of bucket files. Every
@@ -32,15 +33,30 @@ var (
 	// ErrBadRange: a ReadOp with a negative offset or length (set in the
 	// op's Err).
 	ErrBadRange = errors.New("backend: invalid read range")
+	// ErrBufferTooSmall: a ReadOp whose Buf is shorter than Len (set in the
+	// op's Err; nothing was read or written).
+	ErrBufferTooSmall = errors.New("backend: read buffer too small")
 )
 
-// ReadOp is one byte range to read from a bucket file. Off and Len need no
+// ReadOp is one byte range of one bucket file to read. Off and Len need no
 // alignment: a backend that uses O_DIRECT reads the aligned range that holds
-// them. On return Data holds exactly Len bytes (owned by the caller) or Err is
-// set.
+// them. On return Data holds exactly Len bytes or Err is set.
+//
+// Buf, when not nil, is the caller's memory for the bytes: on success Data is
+// Buf[:Len]. Buf must be at least Len bytes long (else Err wraps
+// ErrBufferTooSmall and nothing is written). The backend writes only inside
+// Buf[:len(Buf)], and may overwrite all of it: an O_DIRECT backend reads
+// whole blocks straight into Buf when Off is a multiple of Alignment, Buf
+// starts on an Alignment boundary and len(Buf) >= DirectLen(Len) (see
+// AlignedBuffer); otherwise it reads through its own aligned memory and
+// copies. When Buf is nil the backend allocates Data, which the caller owns.
+// After Read returns (or ReadAsync's done runs) the backend no longer touches
+// Buf.
 type ReadOp struct {
+	ID   uint64 // the bucket file
 	Off  int64
 	Len  int
+	Buf  []byte
 	Data []byte
 	Err  error
 }
@@ -72,11 +88,15 @@ type Backend interface {
 	// full. The slices in data are not retained after return.
 	WriteBucket(ctx context.Context, id uint64, data [][]byte) error
 
-	// Read performs every op against bucket file id; the backend may issue
-	// them concurrently. It returns an error only when the file cannot be
-	// read at all (ErrNotFound when it does not exist); each op's own failure
-	// goes to its Err (ErrShortRead past the end of the file).
-	Read(ctx context.Context, id uint64, ops []ReadOp) error
+	// Read performs every op, each against the bucket file it names; the
+	// backend may issue them concurrently (an io_uring backend submits them
+	// together, across files). Each op's failure goes to its Err:
+	// ErrNotFound when its file does not exist, ErrShortRead past the end
+	// of the file, ErrBadRange, ErrBufferTooSmall. Read returns an error
+	// only for the call as a whole (ErrClosed, or ctx's error when ctx ends:
+	// the ops not done by then fail with it too). It returns only once the
+	// backend has stopped writing into every op's Buf, also when ctx ends.
+	Read(ctx context.Context, ops []ReadOp) error
 
 	// Delete removes bucket file id and makes the removal durable (fsync of
 	// the directory). ErrNotFound when absent.
@@ -97,6 +117,71 @@ type Backend interface {
 	// Close releases the backend's resources. Calls after Close return
 	// ErrClosed.
 	Close() error
+}
+
+// AsyncReader is a Backend that can start reads without waiting for them,
+// so that one goroutine keeps many reads in flight.
+type AsyncReader interface {
+	// ReadAsync starts ops as Read does and returns at once. done runs
+	// exactly once, on a goroutine other than the caller's, after every op
+	// has its Data or Err; its argument is what Read would return. ops and
+	// their buffers belong to the backend until done runs.
+	ReadAsync(ctx context.Context, ops []ReadOp, done func(err error))
+}
+
+// StartRead is ReadAsync for any backend: b's own when it implements
+// AsyncReader, else Read on a new goroutine.
+func StartRead(ctx context.Context, b Backend, ops []ReadOp, done func(err error)) {
+	if ar, ok := b.(AsyncReader); ok {
+		ar.ReadAsync(ctx, ops, done)
+		return
+	}
+	go func() { done(b.Read(ctx, ops)) }()
+}
+
+// ReadFile reads ops from bucket file id: it sets every op's ID and calls
+// b.Read. When the file does not exist it also returns that op error
+// (wrapping ErrNotFound), so that a caller reading one file can tell "no
+// such file" from per-range failures as it could before reads spanned files.
+func ReadFile(ctx context.Context, b Backend, id uint64, ops []ReadOp) error {
+	for i := range ops {
+		ops[i].ID = id
+	}
+	if err := b.Read(ctx, ops); err != nil {
+		return err
+	}
+	for i := range ops {
+		if errors.Is(ops[i].Err, ErrNotFound) {
+			return ops[i].Err
+		}
+	}
+	return nil
+}
+
+// DirectLen is the length a buffer needs for an O_DIRECT read of n bytes at
+// an aligned offset to land in it without a copy: n rounded up to Alignment.
+func DirectLen(n int) int { return (n + Alignment - 1) &^ (Alignment - 1) }
+
+// AlignedBuffer returns n bytes of Go heap memory starting on an Alignment
+// boundary, with len and cap DirectLen(n), so that a ReadOp of up to n bytes
+// at an aligned offset reads straight into it. The collector never moves
+// heap objects, so the kernel may read into it directly.
+func AlignedBuffer(n int) []byte {
+	n = max(DirectLen(n), Alignment)
+	if b := make([]byte, n); uintptr(unsafe.Pointer(&b[0]))&(Alignment-1) == 0 {
+		return b
+	}
+	raw := make([]byte, n+Alignment)
+	skip := 0
+	if r := int(uintptr(unsafe.Pointer(&raw[0])) & (Alignment - 1)); r != 0 {
+		skip = Alignment - r
+	}
+	return raw[skip : skip+n : skip+n]
+}
+
+// Aligned reports whether b starts on an Alignment boundary.
+func Aligned(b []byte) bool {
+	return len(b) > 0 && uintptr(unsafe.Pointer(&b[0]))&(Alignment-1) == 0
 }
 
 // FileName is the name of bucket file id inside a backend's directory. Keys

@@ -118,6 +118,10 @@ type Encoded struct {
 	Data    [][]byte
 	Size    int64
 	Entries []Entry
+	// Footer is the file's footer: where its trailer is and the trailer's
+	// CRC32C, which the index records so that recovery checks a bucket
+	// with one read.
+	Footer Footer
 }
 
 // Size is the file size of a bucket holding objects whose keys sum to keyBytes
@@ -180,10 +184,11 @@ func Encode(objs []Object, opt EncodeOptions) (*Encoded, error) {
 	}
 	trailerCRC := Checksum(tail[:trailerLen])
 	putHeader(header, uint32(len(objs)), opt.ID, opt.Created)
-	putFooter(tail[len(tail)-FooterSize:], Footer{
+	enc.Footer = Footer{
 		Count: uint32(len(objs)), ID: opt.ID, TrailerOff: trailerOff,
 		TrailerLen: int64(trailerLen), TrailerCRC: trailerCRC,
-	})
+	}
+	putFooter(tail[len(tail)-FooterSize:], enc.Footer)
 	enc.Data = append(enc.Data, tail)
 	enc.Size = size
 	return enc, nil
@@ -365,12 +370,23 @@ func DecodeTrailer(b []byte, f Footer) ([]Entry, error) {
 // ErrChecksum when the bytes do not decompress or fail the CRC32C. For
 // CodecNone the returned slice is stored itself.
 func DecodeValue(e Entry, stored []byte) ([]byte, error) {
+	return DecodeValueInto(e, stored, nil)
+}
+
+// DecodeValueInto is DecodeValue decompressing into dst (at least ValueLen
+// bytes; the value is dst[:ValueLen]) instead of new memory when dst is not
+// nil. For CodecNone the returned slice is stored itself, whatever dst.
+func DecodeValueInto(e Entry, stored, dst []byte) ([]byte, error) {
 	if len(stored) != int(e.StoredLen) {
 		return nil, &CorruptionError{What: fmt.Sprintf("object %q: %d stored bytes, want %d", e.Key, len(stored), e.StoredLen), Off: e.Offset, Err: ErrChecksum}
 	}
 	v := stored
 	if e.Codec == CodecLZ4 {
-		v = make([]byte, e.ValueLen)
+		if len(dst) >= int(e.ValueLen) {
+			v = dst[:e.ValueLen]
+		} else {
+			v = make([]byte, e.ValueLen)
+		}
 		n, err := lz4.UncompressBlock(stored, v)
 		if err != nil || n != int(e.ValueLen) {
 			return nil, &CorruptionError{What: fmt.Sprintf("object %q: lz4 data does not decode to %d bytes", e.Key, e.ValueLen), Off: e.Offset, Err: ErrChecksum}

@@ -208,3 +208,20 @@ func TestCrashDuringCommits(t *testing.T) {
 		require.NoError(t, c.Close())
 	}
 }
+
+// A Commit that moves keys and drops a bucket is one batch: after a crash
+// right after it returns, all of it is there.
+func TestCommitWithDropSurvivesCrash(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	ix := open(t, "index", mem)
+	commit(t, ix, 1, "a", "b", "c")
+	meta, entries := bucketOf(2, "b")
+	_, err := ix.Commit(Commit{Meta: meta, Entries: entries, Drop: []uint64{1}})
+	require.NoError(t, err)
+	ix2 := open(t, "index", crash(mem))
+	require.Equal(t, map[string]Location{"b": locFor(2, 0)}, allKeys(t, ix2))
+	bs, err := ix2.Buckets()
+	require.NoError(t, err)
+	require.Equal(t, []BucketMeta{withLive(meta, entries)}, bs)
+	require.NoError(t, ix2.Check())
+}

@@ -33,6 +33,16 @@ func bucketOf(id uint64, keys ...string) (BucketMeta, []KeyLoc) {
 	return BucketMeta{ID: id, Size: int64(len(keys)) * 8192, Keys: len(keys), Created: int64(id) * 1000}, entries
 }
 
+// withLive returns meta as the index records it after committing entries:
+// every entry live.
+func withLive(meta BucketMeta, entries []KeyLoc) BucketMeta {
+	meta.Live, meta.LiveBytes = len(entries), 0
+	for _, e := range entries {
+		meta.LiveBytes += int64(e.Loc.StoredLen)
+	}
+	return meta
+}
+
 func locFor(id uint64, i int) Location {
 	return Location{
 		Bucket:    id,

@@ -35,6 +35,20 @@ type BucketMeta struct {
 	Size    int64 // bucket file bytes
 	Keys    int   // objects written into the bucket file
 	Created int64 // unix nanoseconds
+	// Live is the number of objects that still live in the bucket and
+	// LiveBytes the sum of their stored lengths. Commit sets them from its
+	// entries (the caller's values are ignored) and every later write that
+	// moves or removes a member keeps them in step, in the same batch; a
+	// bucket whose last member goes loses its record in that batch.
+	Live      int
+	LiveBytes int64
+	// TrailerOff, TrailerLen and TrailerCRC locate the bucket file's
+	// trailer and hold its CRC32C (package bucket's footer fields), so that
+	// a bucket is validated against its file with one read at Open. Zero
+	// when unknown (a record migrated from version 1).
+	TrailerOff int64
+	TrailerLen int64
+	TrailerCRC uint32
 }
 
 // KeyLoc is one object committed by CommitBucket.
@@ -149,7 +163,13 @@ func Open(dir string, opts Options) (ix *Index, err error) {
 	return ix, nil
 }
 
-// load computes count and next from the database.
+// load computes count and next from the database: next from the
+// next-bucket-id record and the bucket records (next must exceed every
+// committed id even if the next-bucket-id record is older than them; it never
+// is when written by this package, this is a belt for hand-made databases),
+// count as the sum of the
+// buckets' live counts (one record per bucket, not per object). Bucket
+// records of version 1 are migrated first (see migrate).
 func (ix *Index) load() error {
 	next := uint64(1)
 	v, closer, err := ix.db.Get(nextKey)
@@ -164,29 +184,74 @@ func (ix *Index) load() error {
 	case !errors.Is(err, pebble.ErrNotFound):
 		return err
 	}
-
-	// Bucket records: next must exceed every committed id even if the
-	// next-bucket-id record is older than them (it never is when written by
-	// this package; this is a belt for hand-made databases).
-	if err := ix.scan([]byte{prefixBucket}, func(k, _ []byte) error {
+	// A bucket record that does not decode still raises next; it counts no
+	// objects, and Buckets reports it (ErrCorrupt).
+	var metas []BucketMeta
+	err = ix.scan([]byte{prefixBucket}, func(k, v []byte) error {
 		if len(k) != 9 {
 			return &CorruptError{Kind: kindBucket, Reason: fmt.Sprintf("record key is %d bytes, want 9", len(k))}
 		}
-		if id := binary.BigEndian.Uint64(k[1:]); id != math.MaxUint64 {
+		id := binary.BigEndian.Uint64(k[1:])
+		if id != math.MaxUint64 {
 			next = max(next, id+1)
 		}
+		if m, err := decodeBucket(id, v); err == nil {
+			metas = append(metas, m)
+		}
 		return nil
-	}); err != nil {
+	})
+	if err != nil {
 		return err
 	}
-
+	var old []int
+	for i, m := range metas {
+		if m.Live < 0 {
+			old = append(old, i)
+		}
+	}
+	if len(old) > 0 {
+		if err := ix.migrate(metas, old); err != nil {
+			return fmt.Errorf("migrate version 1 bucket records: %w", err)
+		}
+	}
 	var n int64
-	if err := ix.scan([]byte{prefixObject}, func(_, _ []byte) error { n++; return nil }); err != nil {
-		return err
+	for _, m := range metas {
+		n += int64(m.Live)
 	}
 	ix.count.Store(n)
 	ix.next.Store(next)
 	return nil
+}
+
+// migrate computes the live counts of the version 1 bucket records
+// metas[old] from their membership and object records, and rewrites them as
+// version 2 in one synced batch (only in memory when read-only).
+func (ix *Index) migrate(metas []BucketMeta, old []int) error {
+	b := ix.db.NewBatch()
+	defer b.Close()
+	for _, i := range old {
+		m := &metas[i]
+		keys, err := ix.bucketKeys(m.ID)
+		if err != nil {
+			return err
+		}
+		m.Live, m.LiveBytes = 0, 0
+		for _, k := range keys {
+			loc, found, err := ix.get(k)
+			if err == nil && found && loc.Bucket == m.ID {
+				m.Live++
+				m.LiveBytes += int64(loc.StoredLen)
+			}
+		}
+		if err := b.Set(bucketKey(m.ID), encodeBucket(*m), nil); err != nil {
+			return err
+		}
+		ix.log.Info("index: bucket record migrated to version 2", "bucket", m.ID, "live", m.Live)
+	}
+	if ix.readOnly {
+		return nil
+	}
+	return ix.commit(b)
 }
 
 // scan calls fn for every record whose key starts with prefix, in key order.
@@ -368,233 +433,6 @@ func (ix *Index) has(k []byte) (bool, error) {
 	return true, nil
 }
 
-// CommitBucket records bucket meta and every entry in one synced pebble
-// batch: the object record of each key (overwriting an existing one, whose
-// stale membership record in its old bucket is deleted), the membership record
-// of each key in meta.ID, the bucket record, and the next bucket id, raised to
-// meta.ID+1 if it is lower. When CommitBucket returns nil, all of it is
-// durable; when it returns an error, none of it is visible after a reopen (and
-// none of it is visible before one unless the error wraps ErrFailed, after
-// which the index must be reopened anyway).
-//
-// Every entry must have Loc.Bucket == meta.ID, distinct valid keys and a
-// non-negative offset (ErrInvalidEntry, ErrInvalidKey). A bucket id is
-// committed once (ErrBucketExists).
-func (ix *Index) CommitBucket(meta BucketMeta, entries []KeyLoc) error {
-	if err := validateCommit(meta, entries); err != nil {
-		return fmt.Errorf("index: commit bucket %d: %w", meta.ID, err)
-	}
-	ix.mu.RLock()
-	defer ix.mu.RUnlock()
-	if err := ix.writable(); err != nil {
-		return fmt.Errorf("index: commit bucket %d: %w", meta.ID, err)
-	}
-	ix.writeMu.Lock()
-	defer ix.writeMu.Unlock()
-
-	exists, err := ix.has(bucketKey(meta.ID))
-	if err != nil {
-		return fmt.Errorf("index: commit bucket %d: %w", meta.ID, err)
-	}
-	if exists {
-		return fmt.Errorf("index: commit bucket %d: %w", meta.ID, ErrBucketExists)
-	}
-
-	keys := make([][]byte, len(entries))
-	for i, e := range entries {
-		keys[i] = e.Key
-	}
-	olds, err := ix.lookup(keys)
-	if err != nil {
-		return fmt.Errorf("index: commit bucket %d: %w", meta.ID, err)
-	}
-	b := ix.db.NewBatch()
-	defer b.Close()
-	var added int64
-	for i, e := range entries {
-		switch old := olds[i]; {
-		case !old.found:
-			added++
-		case old.corrupt != nil:
-			// The old record is unreadable: overwrite it. Its membership
-			// record (if any) cannot be found and is left to DeleteBucket.
-		case old.loc.Bucket != meta.ID:
-			if err := b.Delete(membershipKey(old.loc.Bucket, e.Key), nil); err != nil {
-				return fmt.Errorf("index: commit bucket %d: %w", meta.ID, err)
-			}
-		}
-		if err := b.Set(objectKey(e.Key), encodeObject(e.Loc), nil); err != nil {
-			return fmt.Errorf("index: commit bucket %d: %w", meta.ID, err)
-		}
-		if err := b.Set(membershipKey(meta.ID, e.Key), membershipValue, nil); err != nil {
-			return fmt.Errorf("index: commit bucket %d: %w", meta.ID, err)
-		}
-	}
-	if err := b.Set(bucketKey(meta.ID), encodeBucket(meta), nil); err != nil {
-		return fmt.Errorf("index: commit bucket %d: %w", meta.ID, err)
-	}
-	next := max(ix.next.Load(), meta.ID+1)
-	if err := b.Set(nextKey, encodeNext(next), nil); err != nil {
-		return fmt.Errorf("index: commit bucket %d: %w", meta.ID, err)
-	}
-	if err := ix.commit(b); err != nil {
-		return fmt.Errorf("index: commit bucket %d: %w", meta.ID, err)
-	}
-	ix.count.Add(added)
-	ix.next.Store(next)
-	return nil
-}
-
-func validateCommit(meta BucketMeta, entries []KeyLoc) error {
-	if meta.ID == math.MaxUint64 {
-		return fmt.Errorf("%w: bucket id %d is reserved", ErrInvalidEntry, meta.ID)
-	}
-	if meta.Size < 0 || meta.Keys < 0 {
-		return fmt.Errorf("%w: negative bucket size %d or key count %d", ErrInvalidEntry, meta.Size, meta.Keys)
-	}
-	seen := make(map[string]struct{}, len(entries))
-	for i, e := range entries {
-		if err := checkKey(e.Key); err != nil {
-			return fmt.Errorf("entry %d: %w", i, err)
-		}
-		if e.Loc.Bucket != meta.ID {
-			return fmt.Errorf("%w: entry %d (key %s) has location in bucket %d", ErrInvalidEntry, i, showKey(e.Key), e.Loc.Bucket)
-		}
-		if e.Loc.Offset < 0 {
-			return fmt.Errorf("%w: entry %d (key %s) has negative offset %d", ErrInvalidEntry, i, showKey(e.Key), e.Loc.Offset)
-		}
-		if _, dup := seen[string(e.Key)]; dup {
-			return fmt.Errorf("%w: key %s appears twice", ErrInvalidEntry, showKey(e.Key))
-		}
-		seen[string(e.Key)] = struct{}{}
-	}
-	return nil
-}
-
-// DeleteBucket removes bucket id in one synced batch: its bucket record, its
-// membership records, and the object record of every member whose location
-// still points at id (a key re-committed into another bucket survives). It
-// returns the keys whose object records it removed, in key order; an object
-// record that does not decode is removed and returned too. Deleting a bucket
-// that is not in the index removes nothing and is not an error.
-func (ix *Index) DeleteBucket(id uint64) (removed [][]byte, err error) {
-	ix.mu.RLock()
-	defer ix.mu.RUnlock()
-	if err := ix.writable(); err != nil {
-		return nil, fmt.Errorf("index: delete bucket %d: %w", id, err)
-	}
-	ix.writeMu.Lock()
-	defer ix.writeMu.Unlock()
-
-	hasMeta, err := ix.has(bucketKey(id))
-	if err != nil {
-		return nil, fmt.Errorf("index: delete bucket %d: %w", id, err)
-	}
-	members, err := ix.bucketKeys(id)
-	if err != nil {
-		return nil, fmt.Errorf("index: delete bucket %d: %w", id, err)
-	}
-	if !hasMeta && len(members) == 0 {
-		return nil, nil
-	}
-
-	b := ix.db.NewBatch()
-	defer b.Close()
-	for _, key := range members {
-		loc, found, err := ix.get(key)
-		var ce *CorruptError
-		if errors.As(err, &ce) || (err == nil && found && loc.Bucket == id) {
-			if err := b.Delete(objectKey(key), nil); err != nil {
-				return nil, fmt.Errorf("index: delete bucket %d: %w", id, err)
-			}
-			removed = append(removed, key)
-		} else if err != nil {
-			return nil, fmt.Errorf("index: delete bucket %d: read %s: %w", id, showKey(key), err)
-		}
-		if err := b.Delete(membershipKey(id, key), nil); err != nil {
-			return nil, fmt.Errorf("index: delete bucket %d: %w", id, err)
-		}
-	}
-	if err := b.Delete(bucketKey(id), nil); err != nil {
-		return nil, fmt.Errorf("index: delete bucket %d: %w", id, err)
-	}
-	if err := ix.commit(b); err != nil {
-		return nil, fmt.Errorf("index: delete bucket %d: %w", id, err)
-	}
-	ix.count.Add(-int64(len(removed)))
-	return removed, nil
-}
-
-// DeleteKeys removes the object record of each key and its membership record
-// in one synced batch. Keys not in the index are ignored; an object record
-// that does not decode is removed (its membership record, which cannot be
-// located, is left for DeleteBucket).
-func (ix *Index) DeleteKeys(keys [][]byte) error {
-	for i, k := range keys {
-		if err := checkKey(k); err != nil {
-			return fmt.Errorf("index: delete keys: key %d: %w", i, err)
-		}
-	}
-	ix.mu.RLock()
-	defer ix.mu.RUnlock()
-	if err := ix.writable(); err != nil {
-		return fmt.Errorf("index: delete keys: %w", err)
-	}
-	ix.writeMu.Lock()
-	defer ix.writeMu.Unlock()
-
-	b := ix.db.NewBatch()
-	defer b.Close()
-	seen := make(map[string]struct{}, len(keys))
-	var removed int64
-	for _, key := range keys {
-		if _, dup := seen[string(key)]; dup {
-			continue
-		}
-		seen[string(key)] = struct{}{}
-		loc, found, err := ix.get(key)
-		var ce *CorruptError
-		switch {
-		case errors.As(err, &ce):
-		case err != nil:
-			return fmt.Errorf("index: delete keys: read %s: %w", showKey(key), err)
-		case !found:
-			continue
-		default:
-			if err := b.Delete(membershipKey(loc.Bucket, key), nil); err != nil {
-				return fmt.Errorf("index: delete keys: %w", err)
-			}
-		}
-		if err := b.Delete(objectKey(key), nil); err != nil {
-			return fmt.Errorf("index: delete keys: %w", err)
-		}
-		removed++
-	}
-	if removed == 0 {
-		return nil
-	}
-	if err := ix.commit(b); err != nil {
-		return fmt.Errorf("index: delete keys: %w", err)
-	}
-	ix.count.Add(-removed)
-	return nil
-}
-
-// commit commits b with a WAL sync. pebble treats a failed WAL write or sync
-// as fatal (it calls Logger.Fatalf, which pebbleLogger turns into a panic);
-// commit recovers that panic, marks the index failed and returns ErrFailed.
-// The caller holds mu (read) and writeMu.
-func (ix *Index) commit(b *pebble.Batch) (err error) {
-	defer func() {
-		if ferr := recoverFatal(recover()); ferr != nil {
-			ix.failed.CompareAndSwap(nil, &ferr)
-			ix.log.Error("index commit failed; the index must be reopened", "err", ferr)
-			err = ferr
-		}
-	}()
-	return b.Commit(pebble.Sync)
-}
-
 // Buckets returns every committed bucket, in ascending id order.
 func (ix *Index) Buckets() ([]BucketMeta, error) {
 	ix.mu.RLock()
@@ -602,6 +440,43 @@ func (ix *Index) Buckets() ([]BucketMeta, error) {
 	if err := ix.usable(); err != nil {
 		return nil, fmt.Errorf("index: buckets: %w", err)
 	}
+	out, err := ix.buckets()
+	if err != nil {
+		return nil, fmt.Errorf("index: buckets: %w", err)
+	}
+	return out, nil
+}
+
+// Bucket returns the record of bucket id; found is false when there is none.
+func (ix *Index) Bucket(id uint64) (meta BucketMeta, found bool, err error) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	if err := ix.usable(); err != nil {
+		return BucketMeta{}, false, fmt.Errorf("index: bucket %d: %w", id, err)
+	}
+	meta, found, err = ix.bucket(id)
+	if err != nil {
+		return BucketMeta{}, false, fmt.Errorf("index: bucket %d: %w", id, err)
+	}
+	return meta, found, nil
+}
+
+// bucket reads the record of bucket id. The caller holds mu.
+func (ix *Index) bucket(id uint64) (BucketMeta, bool, error) {
+	v, closer, err := ix.db.Get(bucketKey(id))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return BucketMeta{}, false, nil
+	}
+	if err != nil {
+		return BucketMeta{}, false, err
+	}
+	defer closer.Close()
+	m, err := decodeBucket(id, v)
+	return m, err == nil, err
+}
+
+// buckets reads every bucket record. The caller holds mu.
+func (ix *Index) buckets() ([]BucketMeta, error) {
 	var out []BucketMeta
 	err := ix.scan([]byte{prefixBucket}, func(k, v []byte) error {
 		if len(k) != 9 {
@@ -614,10 +489,7 @@ func (ix *Index) Buckets() ([]BucketMeta, error) {
 		out = append(out, m)
 		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("index: buckets: %w", err)
-	}
-	return out, nil
+	return out, err
 }
 
 // BucketKeys returns the keys whose membership records say they live in

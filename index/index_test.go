@@ -56,7 +56,7 @@ func TestRoundTripAndReopen(t *testing.T) {
 		require.Equal(t, uint64(8), ix.NextBucketID())
 		bs, err := ix.Buckets()
 		require.NoError(t, err)
-		require.Equal(t, []BucketMeta{meta1, meta7}, bs)
+		require.Equal(t, []BucketMeta{withLive(meta1, e1), withLive(meta7, e7)}, bs)
 
 		members, err := ix.BucketKeys(1)
 		require.NoError(t, err)
@@ -186,10 +186,14 @@ func TestDeleteBucketKeepsRecommittedKeys(t *testing.T) {
 }
 
 func TestDeleteKeys(t *testing.T) {
-	ix := open(t, filepath.Join(t.TempDir(), "index"), nil)
+	dir := filepath.Join(t.TempDir(), "index")
+	ix := open(t, dir, nil)
 	commit(t, ix, 1, "a", "b", "c")
 	commit(t, ix, 2, "d")
-	require.NoError(t, ix.DeleteKeys([][]byte{[]byte("a"), []byte("missing"), []byte("a"), []byte("d")}))
+	rm, err := ix.RemoveKeys([][]byte{[]byte("a"), []byte("missing"), []byte("a"), []byte("d")})
+	require.NoError(t, err)
+	require.Equal(t, []KeyLoc{{Key: []byte("a"), Loc: locFor(1, 0)}, {Key: []byte("d"), Loc: locFor(2, 0)}}, rm.Removed)
+	require.Equal(t, []uint64{2}, rm.Emptied)
 	require.Equal(t, int64(2), ix.Count())
 	require.Equal(t, map[string]Location{"b": locFor(1, 1), "c": locFor(1, 2)}, allKeys(t, ix))
 	n, err := ix.BucketLiveKeys(1)
@@ -198,10 +202,13 @@ func TestDeleteKeys(t *testing.T) {
 	n, err = ix.BucketLiveKeys(2)
 	require.NoError(t, err)
 	require.Equal(t, 0, n)
-	// The bucket record stays until DeleteBucket.
+	// A bucket whose last key goes loses its record in the same batch; the
+	// other keeps its record with lowered live counts.
 	bs, err := ix.Buckets()
 	require.NoError(t, err)
-	require.Len(t, bs, 2)
+	require.Len(t, bs, 1)
+	require.Equal(t, 2, bs[0].Live)
+	require.EqualValues(t, locFor(1, 1).StoredLen+locFor(1, 2).StoredLen, bs[0].LiveBytes)
 	require.NoError(t, ix.DeleteKeys(nil))
 	require.NoError(t, ix.Check())
 
@@ -209,6 +216,9 @@ func TestDeleteKeys(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, removed)
 	require.NoError(t, ix.Check())
+	// Count survives a reopen: it is the sum of the buckets' live counts.
+	require.NoError(t, ix.Close())
+	require.Equal(t, int64(2), open(t, dir, nil).Count())
 }
 
 func TestKeysChunksStopAndReentrancy(t *testing.T) {
@@ -527,4 +537,99 @@ func TestCloseDuringUse(t *testing.T) {
 	n, err := ix.BucketLiveKeys(1)
 	require.NoError(t, err)
 	require.Equal(t, 50, n)
+}
+
+// Bucket records of version 1 (no live counts, no trailer) are migrated by
+// Open: live counts come from the membership records, the record is
+// rewritten as version 2, and Count is right.
+func TestMigrateVersion1BucketRecords(t *testing.T) {
+	fs := vfs.NewMem()
+	ix := open(t, "index", fs)
+	commit(t, ix, 1, "a", "b", "c")
+	commit(t, ix, 2, "b", "d")
+	want, err := ix.Buckets()
+	require.NoError(t, err)
+	require.NoError(t, ix.Close())
+	for _, m := range want {
+		v1 := encodeBucket(m)[:bucketValueLenV1]
+		v1[0] = bucketVersion1
+		rawSet(t, fs, "index", bucketKey(m.ID), v1)
+	}
+	ix = open(t, "index", fs)
+	got, err := ix.Buckets()
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	require.Equal(t, int64(4), ix.Count())
+	require.NoError(t, ix.Check())
+	require.NoError(t, ix.Close())
+	// Rewritten durably as version 2.
+	db, err := pebble.Open("index", &pebble.Options{FS: fs, Logger: pebbleLogger{quietLogger}})
+	require.NoError(t, err)
+	v, closer, err := db.Get(bucketKey(1))
+	require.NoError(t, err)
+	require.Equal(t, byte(bucketVersion), v[0])
+	closer.Close()
+	require.NoError(t, db.Close())
+}
+
+// Commit moves keys out of other buckets: it reports their old locations,
+// lowers those buckets' live counts, removes a bucket left empty, and drops
+// the buckets it is told to, in one batch.
+func TestCommitMovesAndDrops(t *testing.T) {
+	ix := open(t, filepath.Join(t.TempDir(), "index"), nil)
+	commit(t, ix, 1, "a", "b")
+	commit(t, ix, 2, "c")
+	commit(t, ix, 3, "d", "e", "f")
+	meta, entries := bucketOf(4, "a", "c", "d")
+	res, err := ix.Commit(Commit{Meta: meta, Entries: entries, Drop: []uint64{3}})
+	require.NoError(t, err)
+	require.Equal(t, []KeyLoc{
+		{Key: []byte("a"), Loc: locFor(1, 0)}, {Key: []byte("c"), Loc: locFor(2, 0)}, {Key: []byte("d"), Loc: locFor(3, 0)},
+	}, res.Replaced)
+	require.Equal(t, []uint64{2}, res.Emptied, "bucket 2 lost its only key")
+	require.Equal(t, [][]byte{[]byte("e"), []byte("f")}, res.Dropped, "d moved, so it survives the drop of bucket 3")
+	require.Equal(t, map[string]Location{"a": locFor(4, 0), "b": locFor(1, 1), "c": locFor(4, 1), "d": locFor(4, 2)}, allKeys(t, ix))
+	bs, err := ix.Buckets()
+	require.NoError(t, err)
+	require.Len(t, bs, 2)
+	require.Equal(t, uint64(1), bs[0].ID)
+	require.Equal(t, 1, bs[0].Live)
+	require.Equal(t, withLive(meta, entries), bs[1])
+	require.Equal(t, int64(4), ix.Count())
+	require.NoError(t, ix.Check())
+	_, err = ix.Commit(Commit{Meta: BucketMeta{ID: 5}, Drop: []uint64{5}})
+	require.ErrorIs(t, err, ErrInvalidEntry)
+}
+
+// RemoveIfAt removes a key only where the caller saw it: a key re-committed
+// elsewhere meanwhile stays.
+func TestRemoveIfAt(t *testing.T) {
+	ix := open(t, filepath.Join(t.TempDir(), "index"), nil)
+	commit(t, ix, 1, "a", "b")
+	commit(t, ix, 2, "b")
+	rm, err := ix.RemoveIfAt([]KeyLoc{{Key: []byte("a"), Loc: locFor(1, 0)}, {Key: []byte("b"), Loc: locFor(1, 1)}})
+	require.NoError(t, err)
+	require.Equal(t, []KeyLoc{{Key: []byte("a"), Loc: locFor(1, 0)}}, rm.Removed)
+	require.Equal(t, []uint64{1}, rm.Emptied, "b had moved to bucket 2, so a was bucket 1's last member")
+	require.Equal(t, map[string]Location{"b": locFor(2, 0)}, allKeys(t, ix))
+	require.NoError(t, ix.Check())
+}
+
+// SetTrailers fills in the trailer fields of bucket records and keeps the
+// rest.
+func TestSetTrailers(t *testing.T) {
+	ix := open(t, filepath.Join(t.TempDir(), "index"), nil)
+	commit(t, ix, 1, "a", "b")
+	before, err := ix.Buckets()
+	require.NoError(t, err)
+	require.NoError(t, ix.SetTrailers([]BucketMeta{{ID: 1, TrailerOff: 8192, TrailerLen: 50, TrailerCRC: 7}, {ID: 9}}))
+	m, found, err := ix.Bucket(1)
+	require.NoError(t, err)
+	require.True(t, found)
+	want := before[0]
+	want.TrailerOff, want.TrailerLen, want.TrailerCRC = 8192, 50, 7
+	require.Equal(t, want, m)
+	_, found, err = ix.Bucket(9)
+	require.NoError(t, err)
+	require.False(t, found)
 }

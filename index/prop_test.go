@@ -17,6 +17,22 @@ type propModel struct {
 	next    uint64
 }
 
+// leave records that the object at loc leaves its bucket: the bucket's live
+// counts drop, and a bucket left without members loses its record.
+func (m *propModel) leave(loc Location) {
+	b, ok := m.buckets[loc.Bucket]
+	if !ok {
+		return
+	}
+	b.Live--
+	b.LiveBytes -= int64(loc.StoredLen)
+	if b.Live == 0 {
+		delete(m.buckets, loc.Bucket)
+		return
+	}
+	m.buckets[loc.Bucket] = b
+}
+
 var propKeys = []string{"a", "b", "c", "d", "e", "f", "k", "n", "\x00", "\xff", "b\x00\x00\x00\x00\x00\x00\x00\x01a", "m\x00\x00\x00\x00\x00\x00\x00\x02"}
 
 // Random sequences of commits, bucket deletions, key deletions and
@@ -53,7 +69,13 @@ func TestPropertyIndexMatchesModel(t *testing.T) {
 						CRC:       rapid.Uint32().Draw(rt, "crc"),
 					}}
 				}
-				err := ix.CommitBucket(meta, entries)
+				var drop []uint64
+				if len(m.buckets) > 0 && rapid.IntRange(0, 3).Draw(rt, "drop") == 0 {
+					if d := rapid.SampledFrom(bucketIDs(m)).Draw(rt, "dropID"); d != id {
+						drop = []uint64{d}
+					}
+				}
+				res, err := ix.Commit(Commit{Meta: meta, Entries: entries, Drop: drop})
 				if _, exists := m.buckets[id]; exists {
 					if !errors.Is(err, ErrBucketExists) {
 						rt.Fatalf("commit of existing bucket %d: got %v, want ErrBucketExists", id, err)
@@ -64,9 +86,30 @@ func TestPropertyIndexMatchesModel(t *testing.T) {
 					rt.Fatalf("commit bucket %d: %v", id, err)
 				}
 				for _, e := range entries {
+					if old, ok := m.objs[string(e.Key)]; ok {
+						m.leave(old)
+					}
 					m.objs[string(e.Key)] = e.Loc
 				}
-				m.buckets[id] = meta
+				m.buckets[id] = withLive(meta, entries)
+				var dropped []string
+				for _, d := range drop {
+					for k, loc := range m.objs {
+						if loc.Bucket == d {
+							dropped = append(dropped, k)
+							delete(m.objs, k)
+						}
+					}
+					delete(m.buckets, d)
+				}
+				sort.Strings(dropped)
+				got := make([]string, len(res.Dropped))
+				for i, k := range res.Dropped {
+					got[i] = string(k)
+				}
+				if !equalStrings(got, dropped) {
+					rt.Fatalf("commit dropping %v removed %q, want %q", drop, got, dropped)
+				}
 				m.next = max(m.next, id+1)
 			},
 			"deleteBucket": func(rt *rapid.T) {
@@ -107,7 +150,10 @@ func TestPropertyIndexMatchesModel(t *testing.T) {
 					rt.Fatalf("delete keys: %v", err)
 				}
 				for _, k := range keys {
-					delete(m.objs, k)
+					if old, ok := m.objs[k]; ok {
+						m.leave(old)
+						delete(m.objs, k)
+					}
 				}
 			},
 			"crashReopen": func(rt *rapid.T) {

@@ -15,12 +15,19 @@ const (
 	prefixBucket     = 'm' // 'm' be64(bucket)        -> bucketValue
 	prefixNext       = 'n' // 'n'                     -> nextValue
 
-	// recordVersion is the first byte of every value.
+	// recordVersion is the first byte of every value but the bucket
+	// record's.
 	recordVersion = 1
+	// bucketVersion is the first byte of a bucket record. Version 1 (25
+	// bytes: size, keys, created) is still read, with unknown live counts
+	// and trailer, and rewritten as version 2 by Open.
+	bucketVersion  = 2
+	bucketVersion1 = 1
 
 	objectValueLen     = 1 + 8 + 8 + 4 + 4 + 1 + 4 // 30
 	membershipValueLen = 1
-	bucketValueLen     = 1 + 8 + 8 + 8 // 25
+	bucketValueLen     = 1 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 4 // 61
+	bucketValueLenV1   = 1 + 8 + 8 + 8                     // 25
 	nextValueLen       = 1 + 8
 
 	kindObject     = "object"
@@ -118,25 +125,59 @@ func decodeObject(key, v []byte) (Location, error) {
 
 func encodeBucket(m BucketMeta) []byte {
 	v := make([]byte, bucketValueLen)
-	v[0] = recordVersion
+	v[0] = bucketVersion
 	binary.BigEndian.PutUint64(v[1:], uint64(m.Size))
 	binary.BigEndian.PutUint64(v[9:], uint64(m.Keys))
 	binary.BigEndian.PutUint64(v[17:], uint64(m.Created))
+	binary.BigEndian.PutUint64(v[25:], uint64(m.Live))
+	binary.BigEndian.PutUint64(v[33:], uint64(m.LiveBytes))
+	binary.BigEndian.PutUint64(v[41:], uint64(m.TrailerOff))
+	binary.BigEndian.PutUint64(v[49:], uint64(m.TrailerLen))
+	binary.BigEndian.PutUint32(v[57:], m.TrailerCRC)
 	return v
 }
 
+// decodeBucket decodes a bucket record of version 2, or of version 1 (then
+// Live is -1: unknown, and the trailer fields are zero).
 func decodeBucket(id uint64, v []byte) (BucketMeta, error) {
-	if err := checkValue(v, bucketValueLen); err != "" {
+	if len(v) > 0 && v[0] == bucketVersion1 {
+		if len(v) != bucketValueLenV1 {
+			return BucketMeta{}, &CorruptError{Kind: kindBucket, Bucket: id, Reason: fmt.Sprintf("version 1 value is %d bytes, want %d", len(v), bucketValueLenV1)}
+		}
+		return checkBucket(BucketMeta{
+			ID:      id,
+			Size:    int64(binary.BigEndian.Uint64(v[1:])),
+			Keys:    int(binary.BigEndian.Uint64(v[9:])),
+			Created: int64(binary.BigEndian.Uint64(v[17:])),
+			Live:    -1,
+		})
+	}
+	if len(v) > 0 && v[0] != bucketVersion {
+		return BucketMeta{}, &CorruptError{Kind: kindBucket, Bucket: id, Reason: fmt.Sprintf("unknown record version %d (want %d)", v[0], bucketVersion)}
+	}
+	if err := checkLen(v, bucketValueLen); err != "" {
 		return BucketMeta{}, &CorruptError{Kind: kindBucket, Bucket: id, Reason: err}
 	}
-	m := BucketMeta{
-		ID:      id,
-		Size:    int64(binary.BigEndian.Uint64(v[1:])),
-		Keys:    int(binary.BigEndian.Uint64(v[9:])),
-		Created: int64(binary.BigEndian.Uint64(v[17:])),
+	m, err := checkBucket(BucketMeta{
+		ID:         id,
+		Size:       int64(binary.BigEndian.Uint64(v[1:])),
+		Keys:       int(binary.BigEndian.Uint64(v[9:])),
+		Created:    int64(binary.BigEndian.Uint64(v[17:])),
+		Live:       int(binary.BigEndian.Uint64(v[25:])),
+		LiveBytes:  int64(binary.BigEndian.Uint64(v[33:])),
+		TrailerOff: int64(binary.BigEndian.Uint64(v[41:])),
+		TrailerLen: int64(binary.BigEndian.Uint64(v[49:])),
+		TrailerCRC: binary.BigEndian.Uint32(v[57:]),
+	})
+	if err == nil && (m.Live < 0 || m.LiveBytes < 0 || m.TrailerOff < 0 || m.TrailerLen < 0) {
+		return BucketMeta{}, &CorruptError{Kind: kindBucket, Bucket: id, Reason: fmt.Sprintf("negative live count %d, live bytes %d or trailer %d+%d", m.Live, m.LiveBytes, m.TrailerOff, m.TrailerLen)}
 	}
+	return m, err
+}
+
+func checkBucket(m BucketMeta) (BucketMeta, error) {
 	if m.Size < 0 || m.Keys < 0 {
-		return BucketMeta{}, &CorruptError{Kind: kindBucket, Bucket: id, Reason: fmt.Sprintf("negative size %d or key count %d", m.Size, m.Keys)}
+		return BucketMeta{}, &CorruptError{Kind: kindBucket, Bucket: m.ID, Reason: fmt.Sprintf("negative size %d or key count %d", m.Size, m.Keys)}
 	}
 	return m, nil
 }
@@ -172,6 +213,14 @@ func checkValue(v []byte, want int) string {
 	}
 	if v[0] != recordVersion {
 		return fmt.Sprintf("unknown record version %d (want %d)", v[0], recordVersion)
+	}
+	return checkLen(v, want)
+}
+
+// checkLen returns "" when v is want bytes long, else the reason it is not.
+func checkLen(v []byte, want int) string {
+	if len(v) == 0 {
+		return "empty value"
 	}
 	if len(v) != want {
 		return fmt.Sprintf("value is %d bytes, want %d", len(v), want)

@@ -42,7 +42,9 @@ func (e *Engine) Stat(key []byte) (KeyInfo, error) {
 }
 
 // Remove deletes key from the tier. The bucket file goes when its last key
-// goes (after its readers finish). ErrNotFound when absent.
+// goes (after its readers finish). ErrNotFound when absent. The removal is a
+// synced index batch under commitMu (so that a concurrent re-insertion
+// cannot bring the key back); the engine lock is not held across it.
 func (e *Engine) Remove(key []byte) error {
 	if err := validKey(key); err != nil {
 		return err
@@ -51,22 +53,16 @@ func (e *Engine) Remove(key []byte) error {
 		return err
 	}
 	defer e.ops.Done()
-	e.mu.Lock()
-	loc, ok, err := e.ix.Get(key)
-	if err != nil || !ok {
-		e.mu.Unlock()
-		if err != nil {
-			return err
-		}
-		return fmt.Errorf("%w: %q", ErrNotFound, key)
-	}
-	if err := e.ix.DeleteKeys([][]byte{key}); err != nil {
-		e.mu.Unlock()
+	e.commitMu.Lock()
+	res, err := e.ix.RemoveKeys([][]byte{key})
+	e.commitMu.Unlock()
+	if err != nil {
 		return err
 	}
-	del := e.decLive(loc.Bucket)
-	e.mu.Unlock()
-	e.deleteFile(del)
+	if len(res.Removed) == 0 {
+		return fmt.Errorf("%w: %q", ErrNotFound, key)
+	}
+	e.buryEmptied(res.Emptied)
 	return nil
 }
 
@@ -109,6 +105,10 @@ func (e *Engine) Stats() Stats {
 	s.NotifyFailures = e.st.notifyFailures.Load()
 	s.OrphanFilesRemoved = e.st.orphans.Load()
 	s.EntriesDropped = e.st.dropped.Load()
+	s.ReinsertedObjects = e.st.reinsertedObjects.Load()
+	s.ReinsertedBytes = e.st.reinsertedBytes.Load()
+	s.DiscardedBuckets = e.st.discardedBuckets.Load()
+	s.DiscardedBytes = e.st.discardedBytes.Load()
 	return s
 }
 

@@ -32,6 +32,9 @@ var (
 	ErrClosed = errors.New("tier: closed")
 	// ErrBadOptions: Options are invalid; the message names the field.
 	ErrBadOptions = errors.New("tier: invalid options")
+	// ErrBufferTooSmall: a LoadInto buffer is shorter than its value (the
+	// message names the key and both sizes); nothing was written to it.
+	ErrBufferTooSmall = errors.New("tier: buffer too small")
 )
 
 // MaxKeyLen is the longest key accepted, in bytes.
@@ -169,4 +172,15 @@ type Stats struct {
 	// entries dropped because their bucket was missing or invalid.
 	OrphanFilesRemoved int64
 	EntriesDropped     int64
+	// ReinsertedObjects and ReinsertedBytes count objects rewritten into
+	// new buckets because the owner kept them when their bucket was
+	// evicted (or Reinsert was called), and the bucket bytes written for
+	// them: write amplification beyond BytesWritten's first copies.
+	ReinsertedObjects int64
+	ReinsertedBytes   int64
+	// DiscardedBuckets and DiscardedBytes count buckets written and then
+	// deleted uncommitted because every key in them was already on SSD
+	// (a re-offload, Mooncake #2827: the check is at commit time).
+	DiscardedBuckets int64
+	DiscardedBytes   int64
 }

@@ -31,28 +31,44 @@ type Engine struct {
 	// register themselves, Close takes it exclusively to stop new calls.
 	life   sync.RWMutex
 	closed bool
-	// ops counts calls in progress so that Close can wait for them.
+	// ops counts calls in progress (an asynchronous Load until its
+	// callback returns) so that Close can wait for them.
 	ops sync.WaitGroup
 
-	// mu protects every field below it, and serialises the duplicate check
-	// with the index commit (invariant 2: no TOCTOU window between them).
+	// commitMu serialises the index writes that must follow a check of the
+	// index: the duplicate check of an offloaded bucket with its commit
+	// (invariant 2: of two offloads of one key exactly one commits), the
+	// check of a re-inserted object with its move, and Remove. It is held
+	// across synced pebble commits; Load never takes it.
+	commitMu sync.Mutex
+
+	// mu guards the in-memory state below. It is held only for memory
+	// operations: never across I/O on bucket files, a pebble write or a
+	// callback, so that a Load never waits for a disk or a WAL sync.
 	mu       sync.Mutex
 	buckets  map[uint64]*bucketState // every bucket file the engine knows
 	policy   eviction.Policy         // committed, notified, evictable buckets
 	used     int64                   // bytes of bucket files present
 	reserved int64                   // bytes reserved by bucket writes in progress
 	nextID   uint64                  // next bucket id to hand out
-	// pending holds keys committed to the index whose notify has not
-	// returned yet. A concurrent offload of such a key waits for the outcome
-	// instead of answering "already present" for a key that may be rolled
-	// back.
+	// pending holds keys being committed, or committed and waiting for
+	// their notify. They are registered before the commit, so that a key
+	// found in the index and not pending has its notify settled. A
+	// concurrent offload of such a key waits for the outcome instead of
+	// answering "already present" for a key that may be rolled back; Keys
+	// skips them.
 	pending map[string]*pendingBucket
 
 	st counters
 
-	// testHookPendingWait, when set by a test, runs each time an Offload
-	// starts waiting for another call's pending notify.
+	// Test hooks, set by tests before the engine is used.
+	//
+	// testHookPendingWait runs each time an Offload starts waiting for
+	// another call's pending notify.
 	testHookPendingWait func()
+	// testHookCommit, when it returns an error, fails the index commit of
+	// a bucket before it is attempted.
+	testHookCommit func(id uint64) error
 }
 
 // bucketState is the engine's view of one bucket file. Its plain fields are
@@ -64,7 +80,6 @@ type Engine struct {
 type bucketState struct {
 	id       uint64
 	size     int64
-	live     int  // index entries pointing at this bucket
 	notified bool // notify succeeded (the bucket is evictable)
 	evicting bool // chosen as an eviction victim
 	// drained is closed when the bucket is dead and its file deleted; it
@@ -85,6 +100,8 @@ type counters struct {
 	objectsLoaded, bytesRead               atomic.Int64
 	evictions, evictedKeys, checksumErrors atomic.Int64
 	notifyFailures, orphans, dropped       atomic.Int64
+	reinsertedObjects, reinsertedBytes     atomic.Int64
+	discardedBuckets, discardedBytes       atomic.Int64
 }
 
 func (e *Engine) begin() error {

@@ -172,15 +172,24 @@ type blockingBackend struct {
 	entered chan uint64
 }
 
-func (b *blockingBackend) Read(ctx context.Context, id uint64, ops []backend.ReadOp) error {
-	b.mu.Lock()
-	ch := b.block[id]
-	b.mu.Unlock()
-	if ch != nil {
-		b.entered <- id
+// Read waits, for each held bucket that ops read, until the test releases it.
+func (b *blockingBackend) Read(ctx context.Context, ops []backend.ReadOp) error {
+	seen := map[uint64]bool{}
+	var wait []chan struct{}
+	for _, op := range ops {
+		b.mu.Lock()
+		ch := b.block[op.ID]
+		b.mu.Unlock()
+		if ch != nil && !seen[op.ID] {
+			seen[op.ID] = true
+			b.entered <- op.ID
+			wait = append(wait, ch)
+		}
+	}
+	for _, ch := range wait {
 		<-ch
 	}
-	return b.Backend.Read(ctx, id, ops)
+	return b.Backend.Read(ctx, ops)
 }
 
 func (b *blockingBackend) hold(id uint64) chan struct{} {

@@ -30,7 +30,8 @@ func (e *Engine) Offload(ctx context.Context, tasks []Task, notify NotifyFunc) [
 	}
 	defer e.ops.Done()
 
-	// Validate, and answer keys that are already on SSD without writing them.
+	// Validate. Keys already on SSD are answered by the commit phase, under
+	// the commit's serialisation (invariant 2).
 	cand := make([]int, 0, len(tasks))
 	for i, t := range tasks {
 		if err := validKey(t.Key); err != nil {
@@ -39,21 +40,6 @@ func (e *Engine) Offload(ctx context.Context, tasks []Task, notify NotifyFunc) [
 		}
 		cand = append(cand, i)
 	}
-	e.mu.Lock()
-	kept := cand[:0]
-	for _, i := range cand {
-		if _, pending := e.pending[string(tasks[i].Key)]; !pending {
-			loc, ok, err := e.ix.Get(tasks[i].Key)
-			if err == nil && ok && sameObject(loc, tasks[i].Value) {
-				out[i] = Outcome{Status: AlreadyPresent}
-				continue
-			}
-		}
-		kept = append(kept, i)
-	}
-	cand = kept
-	e.mu.Unlock()
-
 	items := make([]bucket.Item, len(cand))
 	for j, i := range cand {
 		items[j] = bucket.Item{Key: tasks[i].Key, Size: int64(len(tasks[i].Value))}
@@ -132,8 +118,8 @@ func (j *bucketJob) failAll(err error, retryable bool) {
 
 // offloadBucket writes tasks[idx] as one bucket and records their outcomes,
 // in three phases: write-and-reserve (encode, make room, write durably),
-// commit (duplicate check and index commit), notify-and-settle (announce,
-// then make the bucket evictable or roll it back).
+// commit (duplicate check and index commit under commitMu), notify-and-settle
+// (announce, then make the bucket evictable or roll it back).
 func (e *Engine) offloadBucket(ctx context.Context, tasks []Task, idx []int, notify NotifyFunc, out []Outcome) {
 	j := &bucketJob{tasks: tasks, idx: idx, out: out, notify: notify}
 	if !e.writeAndReserve(ctx, j) {
@@ -182,25 +168,19 @@ func (e *Engine) writeAndReserve(ctx context.Context, j *bucketJob) bool {
 	return true
 }
 
-// staleEntry is a committed key that replaces other bytes in another bucket.
-type staleEntry struct {
-	key    []byte
-	bucket uint64
-}
-
-// commitBucket runs, under the engine lock, the duplicate check and the index
-// commit of the written bucket (invariant 2). Keys already present with the
-// same bytes are answered AlreadyPresent; keys whose commit by another call
-// awaits its notify are waited for. It reports false, with every outcome
-// recorded and the file discarded, when nothing was committed.
+// commitBucket is the commit phase: under commitMu, the duplicate check of
+// the written bucket's keys and its index commit (invariant 2). Keys already
+// present with the same bytes are answered AlreadyPresent; keys whose commit
+// by another call awaits its notify are waited for, then checked again. It
+// reports false, with every outcome recorded and the file discarded, when
+// nothing was committed.
 func (e *Engine) commitBucket(ctx context.Context, j *bucketJob) bool {
-	var staleFiles []*bucketState
 	j.pb = &pendingBucket{done: make(chan struct{})}
 	for {
-		e.mu.Lock()
-		stale, wait, err := e.checkDuplicates(j)
+		e.commitMu.Lock()
+		wait, err := e.checkDuplicates(j)
 		if err != nil {
-			e.mu.Unlock()
+			e.commitMu.Unlock()
 			e.discardWritten(j.id, j.enc.Size)
 			j.failAll(fmt.Errorf("tier: index lookup: %w", err), true)
 			return false
@@ -208,7 +188,7 @@ func (e *Engine) commitBucket(ctx context.Context, j *bucketJob) bool {
 		if len(wait) > 0 {
 			// Another call committed some of these keys and has not heard
 			// from its notify yet: wait for its outcome, then decide again.
-			e.mu.Unlock()
+			e.commitMu.Unlock()
 			if e.testHookPendingWait != nil {
 				e.testHookPendingWait()
 			}
@@ -224,70 +204,64 @@ func (e *Engine) commitBucket(ctx context.Context, j *bucketJob) bool {
 			continue
 		}
 		if len(j.commit) == 0 {
-			e.mu.Unlock()
+			e.commitMu.Unlock()
+			e.st.discardedBuckets.Add(1)
+			e.st.discardedBytes.Add(j.enc.Size)
 			e.discardWritten(j.id, j.enc.Size)
 			return false
 		}
-		staleFiles, err = e.commitLocked(j, stale)
+		emptied, err := e.commitIndex(j)
+		e.commitMu.Unlock()
 		if err != nil {
-			e.mu.Unlock()
-			e.discardWritten(j.id, j.enc.Size)
 			j.failAll(err, true)
 			return false
 		}
-		e.mu.Unlock()
-		break
+		// Stale versions replaced by this bucket may have left their
+		// buckets empty.
+		e.buryEmptied(emptied)
+		return true
 	}
-	for _, d := range staleFiles {
-		e.deleteFile(d)
-	}
-	return true
 }
 
 // checkDuplicates sorts the job's keys into j.commit (to be committed), keys
 // already present with the same bytes (answered here), and keys pending
-// another call's notify (returned in wait). Called with e.mu held.
-func (e *Engine) checkDuplicates(j *bucketJob) (stale []staleEntry, wait []chan struct{}, err error) {
+// another call's notify (returned in wait). A key on SSD with other bytes
+// (removed and put again) is committed: the new version replaces the stale
+// one in the same index batch. Called with commitMu held.
+func (e *Engine) checkDuplicates(j *bucketJob) (wait []chan struct{}, err error) {
 	j.commit = j.commit[:0]
-	// One batched lookup (bloom filters on every level) for the keys
-	// whose fate is not waiting on another call's notify.
-	var check [][]byte
-	for _, i := range j.idx {
-		if _, ok := e.pending[string(j.tasks[i].Key)]; !ok {
-			check = append(check, j.tasks[i].Key)
-		}
-	}
-	locs, found, err := e.ix.GetMany(check)
-	if err != nil {
-		return nil, nil, err
-	}
+	// One batched lookup (bloom filters on every level) for all the keys;
+	// pending ones are decided from the pending table.
+	keys := make([][]byte, len(j.idx))
 	for k, i := range j.idx {
-		key := j.tasks[i].Key
-		if p, ok := e.pending[string(key)]; ok {
+		keys[k] = j.tasks[i].Key
+	}
+	locs, found, err := e.ix.GetMany(keys)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for k, i := range j.idx {
+		if p, ok := e.pending[string(keys[k])]; ok {
 			wait = append(wait, p.done)
 			continue
 		}
-		loc, ok := locs[0], found[0]
-		locs, found = locs[1:], found[1:]
-		if ok {
-			en := j.enc.Entries[k]
-			if loc.CRC == en.CRC && loc.ValueLen == en.ValueLen {
-				j.out[i] = Outcome{Status: AlreadyPresent}
-				continue
-			}
-			// Other bytes under this key (the object was removed and
-			// put again): the new version replaces the stale one.
-			stale = append(stale, staleEntry{key, loc.Bucket})
+		if en := j.enc.Entries[k]; found[k] && locs[k].CRC == en.CRC && locs[k].ValueLen == en.ValueLen {
+			j.out[i] = Outcome{Status: AlreadyPresent}
+			continue
 		}
 		j.commit = append(j.commit, k)
 	}
-	return stale, wait, nil
+	return wait, nil
 }
 
-// commitLocked removes the stale versions and commits j.commit to the
-// index, then records the bucket and its pending keys. It returns the stale
-// buckets whose files can go. Called with e.mu held.
-func (e *Engine) commitLocked(j *bucketJob, stale []staleEntry) ([]*bucketState, error) {
+// commitIndex records the bucket and its keys as pending, then commits
+// j.commit to the index in one synced batch (stale versions replaced in the
+// same batch), without the engine lock. It returns the buckets the commit
+// emptied. On failure the bucket is forgotten and its file deleted. Called
+// with commitMu held.
+func (e *Engine) commitIndex(j *bucketJob) (emptied []uint64, err error) {
 	entries := make([]index.KeyLoc, len(j.commit))
 	for n, k := range j.commit {
 		en := j.enc.Entries[k]
@@ -296,72 +270,84 @@ func (e *Engine) commitLocked(j *bucketJob, stale []staleEntry) ([]*bucketState,
 			ValueLen: en.ValueLen, Codec: uint8(en.Codec), CRC: en.CRC,
 		}}
 	}
-	var staleFiles []*bucketState
-	if len(stale) > 0 {
-		keys := make([][]byte, len(stale))
-		for n, st := range stale {
-			keys[n] = st.key
-		}
-		if err := e.ix.DeleteKeys(keys); err != nil {
-			return nil, fmt.Errorf("tier: index: replacing stale versions: %w", err)
-		}
-		for _, st := range stale {
-			if d := e.decLive(st.bucket); d != nil {
-				staleFiles = append(staleFiles, d)
-			}
-		}
-	}
-	meta := index.BucketMeta{ID: j.id, Size: j.enc.Size, Keys: len(entries), Created: j.created}
-	if err := e.ix.CommitBucket(meta, entries); err != nil {
-		return nil, fmt.Errorf("tier: index commit of bucket %d: %w", j.id, err)
-	}
+	b := &bucketState{id: j.id, size: j.enc.Size}
+	e.mu.Lock()
 	e.reserved -= j.enc.Size
 	e.used += j.enc.Size
-	e.buckets[j.id] = &bucketState{id: j.id, size: j.enc.Size, live: len(entries)}
+	// Registered before the commit: a Load that finds the new entries
+	// finds their bucket, and a key found in the index that is not
+	// pending has its notify settled.
+	e.buckets[j.id] = b
 	for _, en := range entries {
 		e.pending[string(en.Key)] = j.pb
 	}
-	return staleFiles, nil
+	e.mu.Unlock()
+
+	meta := index.BucketMeta{ID: j.id, Size: j.enc.Size, Keys: len(j.enc.Entries), Created: j.created,
+		TrailerOff: j.enc.Footer.TrailerOff, TrailerLen: j.enc.Footer.TrailerLen, TrailerCRC: j.enc.Footer.TrailerCRC}
+	var res index.CommitResult
+	if e.testHookCommit != nil {
+		err = e.testHookCommit(j.id)
+	}
+	if err == nil {
+		res, err = e.ix.Commit(index.Commit{Meta: meta, Entries: entries})
+	}
+	if err != nil {
+		e.mu.Lock()
+		for _, en := range entries {
+			delete(e.pending, string(en.Key))
+		}
+		close(j.pb.done)
+		del := e.markDead(b)
+		e.mu.Unlock()
+		e.deleteFile(del)
+		return nil, fmt.Errorf("tier: index commit of bucket %d: %w", j.id, err)
+	}
+	return res.Emptied, nil
 }
 
 // notifyAndSettle announces the committed keys and settles the bucket: on
-// success it becomes evictable, on failure the keys are rolled back and the
-// file is deleted once its readers leave (invariant 1).
+// success it becomes evictable; on failure the keys are rolled back (a
+// synced index batch, without the engine lock) and the file is deleted once
+// its readers leave (invariant 1). The keys stay pending until the outcome
+// is final.
 func (e *Engine) notifyAndSettle(ctx context.Context, j *bucketJob) {
 	committed := make([]Committed, len(j.commit))
 	for n, k := range j.commit {
 		en := j.enc.Entries[k]
 		committed[n] = Committed{Key: en.Key, Size: int64(en.ValueLen), CRC: en.CRC, Bucket: j.id}
 	}
-	var nerr error
+	var nerr, rerr error
 	if j.notify != nil {
 		nerr = j.notify(ctx, committed)
+	}
+	if nerr != nil {
+		e.st.notifyFailures.Add(1)
+		// Roll back: the master never heard of these keys, so the node
+		// must not keep them (invariant 1).
+		_, rerr = e.ix.DeleteBucket(j.id)
+		if rerr != nil {
+			// The entries stay and the bucket stays servable; the keys
+			// are on disk, so a retry answers "already present", which
+			// is true.
+			e.log.Error("tier: rollback after notify failure failed; keeping bucket", "bucket", j.id, "err", rerr)
+		}
 	}
 
 	e.mu.Lock()
 	for _, c := range committed {
 		delete(e.pending, string(c.Key))
 	}
-	b := e.buckets[j.id]
 	var toDelete *bucketState
-	if nerr == nil {
+	// b is nil when its keys were all removed meanwhile and its file is
+	// gone already.
+	switch b := e.buckets[j.id]; {
+	case b == nil || b.dead.Load():
+	case nerr == nil || rerr != nil:
 		b.notified = true
-		if !b.dead.Load() {
-			e.policy.Add(j.id, b.size)
-		}
-	} else {
-		e.st.notifyFailures.Add(1)
-		// Roll back: the master never heard of these keys, so the node must
-		// not keep them (invariant 1).
-		if _, err := e.ix.DeleteBucket(j.id); err != nil {
-			// The entries stay and the bucket stays servable; the keys are
-			// on disk, so a retry answers "already present", which is true.
-			e.log.Error("tier: rollback after notify failure failed; keeping bucket", "bucket", j.id, "err", err)
-			b.notified = true
-			e.policy.Add(j.id, b.size)
-		} else if !b.dead.Load() {
-			toDelete = e.markDead(b)
-		}
+		e.policy.Add(j.id, b.size)
+	default:
+		toDelete = e.markDead(b)
 	}
 	close(j.pb.done)
 	e.mu.Unlock()
@@ -374,12 +360,6 @@ func (e *Engine) notifyAndSettle(ctx context.Context, j *bucketJob) {
 			j.out[j.idx[k]] = fail(fmt.Errorf("%w: %w", ErrNotifyFailed, nerr), true)
 		}
 	}
-}
-
-// sameObject reports whether the object at loc holds exactly value (same
-// length and CRC32C), so that offloading value again is a no-op.
-func sameObject(loc index.Location, value []byte) bool {
-	return int64(loc.ValueLen) == int64(len(value)) && loc.CRC == bucket.Checksum(value)
 }
 
 // discardWritten deletes a bucket file that was written but not committed

@@ -109,7 +109,16 @@ func normalize(o Options) (Options, bucket.Limits, bucket.Codec, error) {
 	return o, lim, codec, nil
 }
 
-// reconcile brings the index and the bucket files into agreement at Open.
+// validateBatch is how many buckets' trailers Open reads per backend Read.
+const validateBatch = 256
+
+// reconcile brings the index and the bucket files into agreement at Open
+// (invariant 6), with work per bucket, not per object: the index's bucket
+// records carry each bucket's size, live count and trailer checksum, so a
+// bucket is checked with one read of its trailer and footer. A bucket whose
+// file is missing, has another size, or whose trailer or footer disagrees
+// with its record loses its index entries; a file the index does not know
+// is an orphan and is deleted.
 func (e *Engine) reconcile() error {
 	files, err := e.be.List()
 	if err != nil {
@@ -126,91 +135,205 @@ func (e *Engine) reconcile() error {
 		return err
 	}
 	known := make(map[uint64]bool, len(metas))
+	var check []index.BucketMeta
 	for _, m := range metas {
 		known[m.ID] = true
 		size, present := sizes[m.ID]
-		reason := ""
-		live := 0
 		switch {
 		case !present:
-			reason = "bucket file missing"
+			err = e.dropBucket(m.ID, false, "bucket file missing")
 		case size != m.Size:
-			reason = fmt.Sprintf("bucket file has %d bytes, index says %d", size, m.Size)
+			err = e.dropBucket(m.ID, true, fmt.Sprintf("bucket file has %d bytes, index says %d", size, m.Size))
+		case m.Live == 0:
+			err = e.dropBucket(m.ID, true, "")
 		default:
-			if err := e.validateBucket(m.ID, size); err != nil {
-				reason = err.Error()
-			} else if live, err = e.ix.BucketLiveKeys(m.ID); err != nil {
-				return err
-			} else if live == 0 {
-				reason = "no live objects"
-			}
+			check = append(check, m)
 		}
-		if reason == "" {
-			e.buckets[m.ID] = &bucketState{id: m.ID, size: size, live: live, notified: true}
-			e.used += size
-			e.policy.Add(m.ID, size)
-			continue
-		}
-		removed, err := e.ix.DeleteBucket(m.ID)
 		if err != nil {
 			return err
 		}
-		if live == 0 && reason == "no live objects" {
-			e.log.Info("tier: removing empty bucket at open", "bucket", m.ID)
-		} else {
-			e.st.dropped.Add(int64(len(removed)))
-			e.log.Warn("tier: dropping bucket at open", "bucket", m.ID, "reason", reason, "entries", len(removed))
+	}
+	for len(check) > 0 {
+		n := min(len(check), validateBatch)
+		if err := e.validateBuckets(check[:n]); err != nil {
+			return err
 		}
-		if present {
-			if err := e.be.Delete(m.ID); err != nil && !errors.Is(err, backend.ErrNotFound) {
-				return err
-			}
+		check = check[n:]
+	}
+	if err := e.removeOrphans(files, known); err != nil {
+		return err
+	}
+	e.nextID = max(e.ix.NextBucketID(), maxFile+1, 1)
+	return nil
+}
+
+// dropBucket removes bucket id from the index and, when present, its file.
+// reason "" is a bucket without live objects (not a repair).
+func (e *Engine) dropBucket(id uint64, present bool, reason string) error {
+	removed, err := e.ix.DeleteBucket(id)
+	if err != nil {
+		return err
+	}
+	if reason == "" {
+		e.log.Info("tier: removing empty bucket at open", "bucket", id)
+	} else {
+		e.st.dropped.Add(int64(len(removed)))
+		e.log.Warn("tier: dropping bucket at open", "bucket", id, "reason", reason, "entries", len(removed))
+	}
+	if present {
+		if err := e.be.Delete(id); err != nil && !errors.Is(err, backend.ErrNotFound) {
+			return err
 		}
 	}
+	return nil
+}
+
+// removeOrphans deletes the bucket files the index does not know: written
+// but never committed (a crash before the index commit), rolled back or
+// evicted without their file being removed.
+func (e *Engine) removeOrphans(files []backend.FileInfo, known map[uint64]bool) error {
 	for _, f := range files {
 		if known[f.ID] {
 			continue
 		}
-		// Written but never committed (crash before the index commit), or
-		// rolled back without its file being removed: an orphan.
 		if err := e.be.Delete(f.ID); err != nil && !errors.Is(err, backend.ErrNotFound) {
 			return err
 		}
 		e.st.orphans.Add(1)
 		e.log.Info("tier: removed orphan bucket file", "bucket", f.ID, "bytes", f.Size)
 	}
-	e.nextID = max(e.ix.NextBucketID(), maxFile+1, 1)
+	return nil
+}
+
+// validateBuckets checks the files of metas, all present with the recorded
+// size, with one backend Read: for each, the range from its trailer to the
+// end of the file (trailer and footer). The footer must name the bucket and
+// its trailer as the record does, and the trailer must match its CRC32C,
+// which the record holds too: the file is then the one committed. Valid
+// buckets join the engine's table; the others are dropped. A record
+// migrated from version 1 (no trailer) is checked key by key once, and its
+// trailer recorded.
+func (e *Engine) validateBuckets(metas []index.BucketMeta) error {
+	ops := make([]backend.ReadOp, 0, len(metas))
+	var legacy []index.BucketMeta
+	var withOps []index.BucketMeta
+	for _, m := range metas {
+		if m.TrailerLen == 0 {
+			legacy = append(legacy, m)
+			continue
+		}
+		n := int(m.Size - m.TrailerOff)
+		if m.TrailerOff <= 0 || n < bucket.FooterSize || int64(n) < m.TrailerLen+bucket.FooterSize {
+			if err := e.dropBucket(m.ID, true, fmt.Sprintf("index records a trailer at %d+%d in a file of %d bytes", m.TrailerOff, m.TrailerLen, m.Size)); err != nil {
+				return err
+			}
+			continue
+		}
+		ops = append(ops, backend.ReadOp{ID: m.ID, Off: m.TrailerOff, Len: n, Buf: backend.AlignedBuffer(n)})
+		withOps = append(withOps, m)
+	}
+	if len(ops) > 0 {
+		if err := e.be.Read(context.Background(), ops); err != nil {
+			return err
+		}
+	}
+	for n, m := range withOps {
+		reason := ""
+		if ops[n].Err != nil {
+			reason = ops[n].Err.Error()
+		} else {
+			reason = checkTail(m, ops[n].Data)
+		}
+		if err := e.admit(m, reason); err != nil {
+			return err
+		}
+	}
+	return e.validateLegacy(legacy)
+}
+
+// checkTail checks the bytes from a bucket's trailer to the end of its file
+// against its index record; it returns why they disagree, or "".
+func checkTail(m index.BucketMeta, tail []byte) string {
+	f, err := bucket.DecodeFooter(tail[len(tail)-bucket.FooterSize:], m.Size)
+	switch {
+	case err != nil:
+		return err.Error()
+	case f.ID != m.ID:
+		return fmt.Sprintf("footer names bucket %d", f.ID)
+	case f.TrailerOff != m.TrailerOff || f.TrailerLen != m.TrailerLen || f.TrailerCRC != m.TrailerCRC || int(f.Count) != m.Keys:
+		return fmt.Sprintf("footer (trailer %d+%d crc %08x, %d objects) disagrees with the index (trailer %d+%d crc %08x, %d objects)",
+			f.TrailerOff, f.TrailerLen, f.TrailerCRC, f.Count, m.TrailerOff, m.TrailerLen, m.TrailerCRC, m.Keys)
+	case bucket.Checksum(tail[:f.TrailerLen]) != f.TrailerCRC:
+		return "trailer fails its checksum"
+	}
+	return ""
+}
+
+// admit adds a validated bucket to the engine's table (reason "") or drops
+// it.
+func (e *Engine) admit(m index.BucketMeta, reason string) error {
+	if reason != "" {
+		return e.dropBucket(m.ID, true, reason)
+	}
+	e.buckets[m.ID] = &bucketState{id: m.ID, size: m.Size, notified: true}
+	e.used += m.Size
+	e.policy.Add(m.ID, m.Size)
+	return nil
+}
+
+// validateLegacy checks buckets whose records were migrated from version 1
+// (no trailer checksum) the old way, once: footer and trailer read, every
+// index entry compared with its trailer entry. Valid ones get their trailer
+// recorded, so that the next Open checks them with one read.
+func (e *Engine) validateLegacy(metas []index.BucketMeta) error {
+	var record []index.BucketMeta
+	for _, m := range metas {
+		f, err := e.validateBucket(m.ID, m.Size)
+		reason := ""
+		if err != nil {
+			reason = err.Error()
+		} else {
+			m.TrailerOff, m.TrailerLen, m.TrailerCRC = f.TrailerOff, f.TrailerLen, f.TrailerCRC
+			record = append(record, m)
+		}
+		if err := e.admit(m, reason); err != nil {
+			return err
+		}
+	}
+	if len(record) > 0 {
+		return e.ix.SetTrailers(record)
+	}
 	return nil
 }
 
 // validateBucket reads the footer and trailer of bucket id and checks that
 // every index entry of the bucket matches a trailer entry.
-func (e *Engine) validateBucket(id uint64, size int64) error {
+func (e *Engine) validateBucket(id uint64, size int64) (bucket.Footer, error) {
 	ctx := context.Background()
 	ops := []backend.ReadOp{{Off: size - bucket.FooterSize, Len: bucket.FooterSize}}
-	if err := e.be.Read(ctx, id, ops); err != nil {
-		return err
+	if err := backend.ReadFile(ctx, e.be, id, ops); err != nil {
+		return bucket.Footer{}, err
 	}
 	if ops[0].Err != nil {
-		return ops[0].Err
+		return bucket.Footer{}, ops[0].Err
 	}
 	f, err := bucket.DecodeFooter(ops[0].Data, size)
 	if err != nil {
-		return err
+		return bucket.Footer{}, err
 	}
 	if f.ID != id {
-		return fmt.Errorf("footer names bucket %d", f.ID)
+		return bucket.Footer{}, fmt.Errorf("footer names bucket %d", f.ID)
 	}
 	ops = []backend.ReadOp{{Off: f.TrailerOff, Len: int(f.TrailerLen)}}
-	if err := e.be.Read(ctx, id, ops); err != nil {
-		return err
+	if err := backend.ReadFile(ctx, e.be, id, ops); err != nil {
+		return bucket.Footer{}, err
 	}
 	if ops[0].Err != nil {
-		return ops[0].Err
+		return bucket.Footer{}, ops[0].Err
 	}
 	entries, err := bucket.DecodeTrailer(ops[0].Data, f)
 	if err != nil {
-		return err
+		return bucket.Footer{}, err
 	}
 	byKey := make(map[string]bucket.Entry, len(entries))
 	for _, en := range entries {
@@ -218,20 +341,20 @@ func (e *Engine) validateBucket(id uint64, size int64) error {
 	}
 	keys, err := e.ix.BucketKeys(id)
 	if err != nil {
-		return err
+		return bucket.Footer{}, err
 	}
 	for _, k := range keys {
 		loc, ok, err := e.ix.Get(k)
 		if err != nil {
-			return err
+			return bucket.Footer{}, err
 		}
 		if !ok || loc.Bucket != id {
 			continue
 		}
 		en, ok := byKey[string(k)]
 		if !ok || en.Offset != loc.Offset || en.CRC != loc.CRC || en.StoredLen != loc.StoredLen || en.ValueLen != loc.ValueLen {
-			return fmt.Errorf("index entry %q disagrees with the bucket trailer", k)
+			return bucket.Footer{}, fmt.Errorf("index entry %q disagrees with the bucket trailer", k)
 		}
 	}
-	return nil
+	return f, nil
 }

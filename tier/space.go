@@ -15,7 +15,7 @@ func (e *Engine) unreserve(size int64) {
 }
 
 // markDead records that b is gone from the index. It returns b when its file
-// can be deleted now (no readers). Called with e.mu held.
+// can be deleted now (no readers). Called with e.mu held; idempotent.
 func (e *Engine) markDead(b *bucketState) *bucketState {
 	if b.drained == nil {
 		b.drained = make(chan struct{})
@@ -28,7 +28,8 @@ func (e *Engine) markDead(b *bucketState) *bucketState {
 	return nil
 }
 
-// deleteFile removes a dead bucket's file, then its accounting.
+// deleteFile removes a dead bucket's file, then its accounting. A file that
+// cannot be deleted is an orphan that the next Open removes.
 func (e *Engine) deleteFile(b *bucketState) {
 	if b == nil {
 		return
@@ -44,12 +45,34 @@ func (e *Engine) deleteFile(b *bucketState) {
 	e.mu.Unlock()
 }
 
+// buryEmptied marks dead the buckets the index reports emptied (their last
+// object moved or was removed, and their records went in the same batch),
+// and deletes their files once their readers leave.
+func (e *Engine) buryEmptied(ids []uint64) {
+	if len(ids) == 0 {
+		return
+	}
+	var del []*bucketState
+	e.mu.Lock()
+	for _, id := range ids {
+		if b := e.buckets[id]; b != nil && !b.dead.Load() {
+			if d := e.markDead(b); d != nil {
+				del = append(del, d)
+			}
+		}
+	}
+	e.mu.Unlock()
+	for _, d := range del {
+		e.deleteFile(d)
+	}
+}
+
 // reserve makes room for size more bytes, evicting whole buckets down to the
 // low watermark when the high watermark would be crossed (invariant 7). The
 // owner is told through OnEvict, once per victim bucket, before any of its
-// bytes disappear; a bucket the owner refuses (for example because a reader
-// holds a lease on one of its objects) stays, and the next candidate is
-// tried. If the bytes cannot fit under the capacity, ErrNoSpace.
+// bytes disappear; a bucket the owner refuses (for example because it cannot
+// be reached) stays, and the next candidate is tried. If the bytes cannot
+// fit under the capacity, ErrNoSpace.
 func (e *Engine) reserve(ctx context.Context, size int64) error {
 	capacity := e.opts.Capacity
 	e.mu.Lock()
@@ -64,16 +87,39 @@ func (e *Engine) reserve(ctx context.Context, size int64) error {
 	}
 	// Reserve first, so that concurrent writers see these bytes as taken.
 	e.reserved += size
-	low := int64(e.opts.LowWatermark * float64(capacity))
+	e.mu.Unlock()
+	refusal := e.evictDownTo(ctx, int64(e.opts.LowWatermark*float64(capacity)))
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if over := e.used + e.reserved - capacity; over > 0 {
+		e.reserved -= size
+		err := fmt.Errorf("%w: need %d bytes, %d in use, %d reserved by other writes, capacity %d", ErrNoSpace, size, e.used, e.reserved, capacity)
+		if refusal != nil {
+			err = fmt.Errorf("%w; last eviction refused: %w", err, refusal)
+		}
+		return err
+	}
+	return nil
+}
+
+// evictDownTo evicts buckets, one victim at a time, until used plus
+// reserved bytes are at most low or no candidate is left. It returns the
+// last refusal (nil if none).
+func (e *Engine) evictDownTo(ctx context.Context, low int64) (refusal error) {
 	refused := map[uint64]bool{}
-	var refusal error
-	for e.used+e.reserved > low {
+	for {
+		e.mu.Lock()
+		if e.used+e.reserved <= low {
+			e.mu.Unlock()
+			return refusal
+		}
 		victims := e.policy.Victims(1, func(id uint64) bool {
 			b := e.buckets[id]
 			return b == nil || b.readers.Load() > 0 || b.evicting || b.dead.Load() || !b.notified || refused[id]
 		})
 		if len(victims) == 0 {
-			break
+			e.mu.Unlock()
+			return refusal
 		}
 		b := e.buckets[victims[0]]
 		b.evicting = true
@@ -83,30 +129,19 @@ func (e *Engine) reserve(ctx context.Context, size int64) error {
 		err := e.evictBucket(ctx, b)
 
 		e.mu.Lock()
+		b.evicting = false
 		if err != nil {
 			refused[b.id] = true
 			refusal = err
-			b.evicting = false
 			if !b.dead.Load() {
 				e.policy.Add(b.id, b.size)
 			}
-			if ctx.Err() != nil {
-				break
-			}
 		}
-	}
-	if over := e.used + e.reserved - capacity; over > 0 {
-		e.reserved -= size
-		used, reserved := e.used, e.reserved
 		e.mu.Unlock()
-		err := fmt.Errorf("%w: need %d bytes, %d in use, %d reserved by other writes, capacity %d", ErrNoSpace, size, used, reserved, capacity)
-		if refusal != nil {
-			err = fmt.Errorf("%w; last eviction refused: %w", err, refusal)
+		if err != nil && ctx.Err() != nil {
+			return refusal
 		}
-		return err
 	}
-	e.mu.Unlock()
-	return nil
 }
 
 // evictBucket tells the owner that b's keys go away, removes them from the
@@ -122,46 +157,29 @@ func (e *Engine) evictBucket(ctx context.Context, b *bucketState) error {
 			return fmt.Errorf("tier: owner refused eviction of bucket %d: %w", b.id, err)
 		}
 	}
-	e.mu.Lock()
 	removed, err := e.ix.DeleteBucket(b.id)
 	if err != nil {
-		e.mu.Unlock()
 		return fmt.Errorf("tier: eviction: %w", err)
 	}
 	e.st.evictions.Add(1)
 	e.st.evictedKeys.Add(int64(len(removed)))
-	b.live = 0
+	return e.bury(ctx, b)
+}
+
+// bury marks b dead (it is gone from the index), deletes its file when its
+// readers leave, and waits for that: a reader that found a key just before
+// the index entry went away is still reading, and the bytes must leave the
+// disk before new bytes arrive. If ctx ends first the file goes when the
+// reader leaves; its bytes count in e.used until then.
+func (e *Engine) bury(ctx context.Context, b *bucketState) error {
+	e.mu.Lock()
 	del := e.markDead(b)
 	drained := b.drained
 	e.mu.Unlock()
 	e.deleteFile(del)
-	// A reader that found a key just before the index entry went away is
-	// still reading: wait for it, so the bytes leave the disk before new
-	// bytes arrive.
 	select {
 	case <-drained:
-		return nil
 	case <-ctx.Done():
-		// The bucket is gone from the index; its file goes when the
-		// reader leaves. Its bytes still count in e.used until then.
-		return nil
 	}
-}
-
-// decLive records that one index entry of bucket id went away; a bucket with
-// no entries left is removed. Called with e.mu held.
-func (e *Engine) decLive(id uint64) *bucketState {
-	b := e.buckets[id]
-	if b == nil || b.dead.Load() {
-		return nil
-	}
-	b.live--
-	if b.live > 0 {
-		return nil
-	}
-	if _, err := e.ix.DeleteBucket(id); err != nil {
-		e.log.Error("tier: could not remove empty bucket", "bucket", id, "err", err)
-		return nil
-	}
-	return e.markDead(b)
+	return nil
 }

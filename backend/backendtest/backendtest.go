@@ -50,6 +50,10 @@ func Run(t *testing.T, open OpenFunc) {
 		{"Reopen", s.testReopen},
 		{"ContextCanceled", s.testContextCanceled},
 		{"ErrorsNameBucket", s.testErrorsNameBucket},
+		{"ReadAcrossFiles", s.testReadAcrossFiles},
+		{"ReadIntoBuffers", s.testReadIntoBuffers},
+		{"BufferTooSmall", s.testBufferTooSmall},
+		{"StartRead", s.testStartRead},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, tc.fn)
@@ -146,7 +150,7 @@ func writePattern(t *testing.T, b backend.Backend, id uint64, n int) []byte {
 func readRange(t *testing.T, b backend.Backend, id uint64, off int64, n int) []byte {
 	t.Helper()
 	ops := []backend.ReadOp{{Off: off, Len: n}}
-	if err := b.Read(context.Background(), id, ops); err != nil {
+	if err := backend.ReadFile(context.Background(), b, id, ops); err != nil {
 		t.Fatalf("Read(%#x): %v", id, err)
 	}
 	if ops[0].Err != nil {
@@ -325,7 +329,7 @@ func (s *suite) testUnaligned(t *testing.T) {
 			t.Fatalf("WriteBucket of %d bytes = %v, want ErrUnaligned", n, err)
 		}
 		ops := []backend.ReadOp{{Off: 0, Len: 1}}
-		if err := b.Read(context.Background(), 5, ops); !errors.Is(err, backend.ErrNotFound) {
+		if err := backend.ReadFile(context.Background(), b, 5, ops); !errors.Is(err, backend.ErrNotFound) {
 			t.Fatalf("Read after an unaligned WriteBucket = %v, want ErrNotFound (no file left)", err)
 		}
 	}
@@ -355,7 +359,7 @@ func (s *suite) testUnalignedReads(t *testing.T) {
 		}
 	}
 	ops = append(ops, backend.ReadOp{Off: 123, Len: 0}, backend.ReadOp{Off: size, Len: 0})
-	if err := b.Read(context.Background(), 11, ops); err != nil {
+	if err := backend.ReadFile(context.Background(), b, 11, ops); err != nil {
 		t.Fatal(err)
 	}
 	for _, op := range ops {
@@ -381,7 +385,7 @@ func (s *suite) testReadPastEOF(t *testing.T) {
 		{Off: size - 10, Len: 10},
 		{Off: math.MaxInt64 - 10, Len: 100}, // Off+Len overflows
 	}
-	if err := b.Read(context.Background(), 12, ops); err != nil {
+	if err := backend.ReadFile(context.Background(), b, 12, ops); err != nil {
 		t.Fatalf("Read with some ops past EOF returned %v; want nil (errors go to the ops)", err)
 	}
 	for _, i := range []int{0, 2, 3, 4, 6} {
@@ -400,7 +404,7 @@ func (s *suite) testBadRange(t *testing.T) {
 	b, _ := s.fresh(t)
 	writePattern(t, b, 13, backend.Alignment)
 	ops := []backend.ReadOp{{Off: -1, Len: 10}, {Off: 0, Len: -1}, {Off: 0, Len: 10}}
-	if err := b.Read(context.Background(), 13, ops); err != nil {
+	if err := backend.ReadFile(context.Background(), b, 13, ops); err != nil {
 		t.Fatal(err)
 	}
 	for _, i := range []int{0, 1} {
@@ -423,7 +427,7 @@ func (s *suite) testManyOps(t *testing.T) {
 		n := 1 + r.IntN(70_000)
 		ops[i] = backend.ReadOp{Off: r.Int64N(size - int64(n) + 1), Len: n}
 	}
-	if err := b.Read(context.Background(), 14, ops); err != nil {
+	if err := backend.ReadFile(context.Background(), b, 14, ops); err != nil {
 		t.Fatal(err)
 	}
 	for i, op := range ops {
@@ -437,7 +441,7 @@ func (s *suite) testManyOps(t *testing.T) {
 func (s *suite) testNotFound(t *testing.T) {
 	b, _ := s.fresh(t)
 	ops := []backend.ReadOp{{Off: 0, Len: 1}}
-	if err := b.Read(context.Background(), 77, ops); !errors.Is(err, backend.ErrNotFound) {
+	if err := backend.ReadFile(context.Background(), b, 77, ops); !errors.Is(err, backend.ErrNotFound) {
 		t.Fatalf("Read of a missing bucket = %v, want ErrNotFound", err)
 	}
 	if err := b.Delete(77); !errors.Is(err, backend.ErrNotFound) {
@@ -451,7 +455,7 @@ func (s *suite) testNotFound(t *testing.T) {
 		t.Fatalf("second Delete = %v, want ErrNotFound", err)
 	}
 	ops = []backend.ReadOp{{Off: 0, Len: 1}}
-	if err := b.Read(context.Background(), 77, ops); !errors.Is(err, backend.ErrNotFound) {
+	if err := backend.ReadFile(context.Background(), b, 77, ops); !errors.Is(err, backend.ErrNotFound) {
 		t.Fatalf("Read after Delete = %v, want ErrNotFound", err)
 	}
 }
@@ -466,7 +470,7 @@ func (s *suite) testRewriteAfterDelete(t *testing.T) {
 	write(t, b, 21, [][]byte{want})
 	checkRange(t, b, 21, want, 0, len(want))
 	ops := []backend.ReadOp{{Off: 0, Len: backend.Alignment + 1}}
-	if err := b.Read(context.Background(), 21, ops); err != nil || !errors.Is(ops[0].Err, backend.ErrShortRead) {
+	if err := backend.ReadFile(context.Background(), b, 21, ops); err != nil || !errors.Is(ops[0].Err, backend.ErrShortRead) {
 		t.Fatalf("rewritten bucket is shorter; read past its end: %v / %v, want ErrShortRead", err, ops[0].Err)
 	}
 }
@@ -604,7 +608,7 @@ func (s *suite) testConcurrent(t *testing.T) {
 				// Read back this bucket and an older one of the same worker
 				// while the other workers write and delete.
 				ops := []backend.ReadOp{{Off: 0, Len: n}, {Off: 1, Len: n - 1}}
-				if err := b.Read(context.Background(), id, ops); err != nil {
+				if err := backend.ReadFile(context.Background(), b, id, ops); err != nil {
 					t.Errorf("Read(%d): %v", id, err)
 					return
 				}
@@ -668,7 +672,7 @@ func (s *suite) testConcurrentSameBucket(t *testing.T) {
 			for range 20 {
 				n := 1 + r.IntN(20_000)
 				op := []backend.ReadOp{{Off: r.Int64N(size - int64(n)), Len: n}}
-				if err := b.Read(context.Background(), 31, op); err != nil {
+				if err := backend.ReadFile(context.Background(), b, 31, op); err != nil {
 					t.Errorf("Read: %v", err)
 					return
 				}
@@ -691,7 +695,7 @@ func (s *suite) testClose(t *testing.T) {
 	ctx := context.Background()
 	checks := map[string]error{
 		"WriteBucket": b.WriteBucket(ctx, 2, [][]byte{Pattern(2, backend.Alignment)}),
-		"Read":        b.Read(ctx, 1, []backend.ReadOp{{Off: 0, Len: 1}}),
+		"Read":        backend.ReadFile(ctx, b, 1, []backend.ReadOp{{Off: 0, Len: 1}}),
 		"Delete":      b.Delete(1),
 		"Close":       b.Close(),
 	}
@@ -743,11 +747,11 @@ func (s *suite) testContextCanceled(t *testing.T) {
 			t.Fatalf("WriteBucket with a done context = %v, want %v", err, c.want)
 		}
 		ops := []backend.ReadOp{{Off: 0, Len: 1}}
-		if err := b.Read(context.Background(), 2, ops); !errors.Is(err, backend.ErrNotFound) {
+		if err := backend.ReadFile(context.Background(), b, 2, ops); !errors.Is(err, backend.ErrNotFound) {
 			t.Fatalf("Read of a bucket whose WriteBucket was canceled = %v, want ErrNotFound", err)
 		}
 		ops = []backend.ReadOp{{Off: 0, Len: 1}}
-		if err := b.Read(c.ctx, 1, ops); !errors.Is(err, c.want) {
+		if err := backend.ReadFile(c.ctx, b, 1, ops); !errors.Is(err, c.want) {
 			t.Fatalf("Read with a done context = %v, want %v", err, c.want)
 		}
 	}
@@ -758,12 +762,152 @@ func (s *suite) testErrorsNameBucket(t *testing.T) {
 	b, _ := s.fresh(t)
 	const id = 0xabc123def
 	ops := []backend.ReadOp{{Off: 0, Len: 1}}
-	err := b.Read(context.Background(), id, ops)
+	err := backend.ReadFile(context.Background(), b, id, ops)
 	if err == nil {
 		t.Fatal("Read of a missing bucket succeeded")
 	}
 	msg := err.Error()
 	if !strings.Contains(msg, fmt.Sprintf("%x", uint64(id))) && !strings.Contains(msg, fmt.Sprint(uint64(id))) {
 		t.Fatalf("error %q does not name bucket %#x", msg, uint64(id))
+	}
+}
+
+// One Read spans several files: each op reads its own file, an op of a
+// missing file fails alone with ErrNotFound.
+func (s *suite) testReadAcrossFiles(t *testing.T) {
+	b, _ := s.fresh(t)
+	w1 := writePattern(t, b, 41, 3*backend.Alignment)
+	w2 := writePattern(t, b, 42, 2*backend.Alignment)
+	ops := []backend.ReadOp{
+		{ID: 42, Off: 100, Len: 5000}, {ID: 41, Off: 0, Len: 3 * backend.Alignment},
+		{ID: 43, Off: 0, Len: 10}, {ID: 41, Off: 4095, Len: 2},
+	}
+	if err := b.Read(context.Background(), ops); err != nil {
+		t.Fatalf("Read: %v", err)
+	}
+	for i, want := range [][]byte{w2[100:5100], w1, nil, w1[4095:4097]} {
+		if want == nil {
+			if !errors.Is(ops[i].Err, backend.ErrNotFound) || ops[i].Data != nil {
+				t.Fatalf("op %d of a missing file: Err %v, %d bytes; want ErrNotFound", i, ops[i].Err, len(ops[i].Data))
+			}
+			continue
+		}
+		if ops[i].Err != nil || !bytes.Equal(ops[i].Data, want) {
+			t.Fatalf("op %d (bucket %d [%d,+%d)): Err %v or wrong bytes", i, ops[i].ID, ops[i].Off, ops[i].Len, ops[i].Err)
+		}
+	}
+}
+
+// Reads land in the caller's buffers, aligned or not: Data is Buf[:Len],
+// and nothing is written past len(Buf).
+func (s *suite) testReadIntoBuffers(t *testing.T) {
+	b, _ := s.fresh(t)
+	want := writePattern(t, b, 44, 64<<10)
+	for _, c := range []struct {
+		name string
+		off  int64
+		n    int
+		buf  func(n int) (buf, guard []byte)
+	}{
+		{"aligned", 4096, 20000, func(n int) ([]byte, []byte) {
+			big := backend.AlignedBuffer(backend.DirectLen(n) + backend.Alignment)
+			return big[:backend.DirectLen(n)], big[backend.DirectLen(n):]
+		}},
+		{"aligned, exact length", 8192, 8000, func(n int) ([]byte, []byte) {
+			big := backend.AlignedBuffer(n + backend.Alignment)
+			return big[:n], big[n:]
+		}},
+		{"unaligned buffer", 4096, 10000, func(n int) ([]byte, []byte) {
+			big := make([]byte, n+1+100)
+			return big[1 : 1+n], big[1+n:]
+		}},
+		{"unaligned offset", 333, 7000, func(n int) ([]byte, []byte) {
+			big := backend.AlignedBuffer(backend.DirectLen(n) + 2*backend.Alignment)
+			return big[:n], big[n:]
+		}},
+	} {
+		buf, guard := c.buf(c.n)
+		for i := range guard {
+			guard[i] = 0xA5
+		}
+		ops := []backend.ReadOp{{ID: 44, Off: c.off, Len: c.n, Buf: buf}}
+		if err := b.Read(context.Background(), ops); err != nil || ops[0].Err != nil {
+			t.Fatalf("%s: Read: %v / %v", c.name, err, ops[0].Err)
+		}
+		if !bytes.Equal(ops[0].Data, want[c.off:c.off+int64(c.n)]) {
+			t.Fatalf("%s: wrong bytes", c.name)
+		}
+		if &ops[0].Data[0] != &buf[0] {
+			t.Fatalf("%s: Data is not the caller's buffer", c.name)
+		}
+		for i, g := range guard {
+			if g != 0xA5 {
+				t.Fatalf("%s: byte %d past the buffer was written", c.name, i)
+			}
+		}
+	}
+}
+
+// A buffer shorter than the range fails that op alone with
+// ErrBufferTooSmall, and is left untouched.
+func (s *suite) testBufferTooSmall(t *testing.T) {
+	b, _ := s.fresh(t)
+	want := writePattern(t, b, 45, 2*backend.Alignment)
+	small := backend.AlignedBuffer(backend.Alignment)[:100]
+	for i := range small {
+		small[i] = 0x5A
+	}
+	ops := []backend.ReadOp{{ID: 45, Off: 0, Len: 101, Buf: small}, {ID: 45, Off: 0, Len: 100, Buf: make([]byte, 100)}}
+	if err := b.Read(context.Background(), ops); err != nil {
+		t.Fatalf("Read: %v", err)
+	}
+	if !errors.Is(ops[0].Err, backend.ErrBufferTooSmall) || ops[0].Data != nil {
+		t.Fatalf("101 bytes into 100: Err %v, %d bytes; want ErrBufferTooSmall", ops[0].Err, len(ops[0].Data))
+	}
+	if !strings.Contains(ops[0].Err.Error(), "2d") {
+		t.Fatalf("error %q does not name bucket 2d", ops[0].Err)
+	}
+	for i, c := range small[:cap(small)] {
+		if c != 0x5A && i < 100 {
+			t.Fatalf("byte %d of a too small buffer was written", i)
+		}
+	}
+	if ops[1].Err != nil || !bytes.Equal(ops[1].Data, want[:100]) {
+		t.Fatalf("the other op: %v", ops[1].Err)
+	}
+}
+
+// StartRead (ReadAsync where the backend has it) returns at once and calls
+// done exactly once, after every op is answered.
+func (s *suite) testStartRead(t *testing.T) {
+	b, _ := s.fresh(t)
+	want := writePattern(t, b, 46, 8*backend.Alignment)
+	const calls = 16
+	results := make(chan error, calls)
+	opsOf := make([][]backend.ReadOp, calls)
+	for c := range calls {
+		opsOf[c] = []backend.ReadOp{
+			{ID: 46, Off: int64(c) * 1000, Len: 3000, Buf: backend.AlignedBuffer(3000)},
+			{ID: 47, Off: 0, Len: 1},
+		}
+		backend.StartRead(context.Background(), b, opsOf[c], func(err error) { results <- err })
+	}
+	for range calls {
+		if err := <-results; err != nil {
+			t.Fatalf("done(%v)", err)
+		}
+	}
+	for c, ops := range opsOf {
+		if ops[0].Err != nil || !bytes.Equal(ops[0].Data, want[c*1000:c*1000+3000]) {
+			t.Fatalf("call %d: Err %v or wrong bytes", c, ops[0].Err)
+		}
+		if !errors.Is(ops[1].Err, backend.ErrNotFound) {
+			t.Fatalf("call %d: op of a missing file: %v", c, ops[1].Err)
+		}
+	}
+	select {
+	case err := <-results:
+		t.Fatalf("done called more than once (%v)", err)
+	default:
 	}
 }

@@ -260,23 +260,20 @@ func prefix(data [][]byte, n int64) [][]byte {
 }
 
 // Read implements backend.Backend with the OpRead rules and corruptions.
-func (f *Backend) Read(ctx context.Context, id uint64, ops []backend.ReadOp) error {
+func (f *Backend) Read(ctx context.Context, ops []backend.ReadOp) error {
 	if r := f.enter(OpRead); r != nil {
-		return fmt.Errorf("faulty: read bucket %016x: %w", id, injected(r.err))
+		return fmt.Errorf("faulty: read: %w", injected(r.err))
 	}
-	if err := f.inner.Read(ctx, id, ops); err != nil {
+	if err := f.inner.Read(ctx, ops); err != nil {
 		return err
 	}
 	f.mu.Lock()
 	corrupt := f.corrupt
 	f.mu.Unlock()
 	for _, c := range corrupt {
-		if c.id != id {
-			continue
-		}
 		for i := range ops {
 			op := &ops[i]
-			if op.Err == nil && c.off >= op.Off && c.off < op.Off+int64(len(op.Data)) {
+			if op.ID == c.id && op.Err == nil && c.off >= op.Off && c.off < op.Off+int64(len(op.Data)) {
 				op.Data[c.off-op.Off] ^= 0xff
 			}
 		}

@@ -97,7 +97,7 @@ func TestFailNthSentinelNotWrapped(t *testing.T) {
 		t.Fatalf("injected ErrNoSpace = %v, want ErrNoSpace and not ErrInjected", err)
 	}
 	f.FailNth(faulty.OpRead, 1, nil)
-	if err := f.Read(bg, 1, []backend.ReadOp{{Len: 1}}); !errors.Is(err, backend.ErrInjected) {
+	if err := backend.ReadFile(bg, f, 1, []backend.ReadOp{{Len: 1}}); !errors.Is(err, backend.ErrInjected) {
 		t.Fatalf("nil injected error = %v, want ErrInjected", err)
 	}
 }
@@ -110,13 +110,13 @@ func TestFailAllAndClear(t *testing.T) {
 	}
 	f.FailAll(faulty.OpRead, syscall.EIO)
 	for range 3 {
-		if err := f.Read(bg, 1, []backend.ReadOp{{Len: 10}}); !errors.Is(err, syscall.EIO) || !errors.Is(err, backend.ErrInjected) {
+		if err := backend.ReadFile(bg, f, 1, []backend.ReadOp{{Len: 10}}); !errors.Is(err, syscall.EIO) || !errors.Is(err, backend.ErrInjected) {
 			t.Fatalf("Read under FailAll = %v", err)
 		}
 	}
 	f.Clear()
 	ops := []backend.ReadOp{{Off: 5, Len: 10}}
-	if err := f.Read(bg, 1, ops); err != nil || !bytes.Equal(ops[0].Data, want[5:15]) {
+	if err := backend.ReadFile(bg, f, 1, ops); err != nil || !bytes.Equal(ops[0].Data, want[5:15]) {
 		t.Fatalf("Read after Clear: %v", err)
 	}
 	if f.Calls(faulty.OpRead) != 4 {
@@ -188,7 +188,7 @@ func TestShortWriteMem(t *testing.T) {
 		t.Fatalf("after a short write inner lists %v (%v), want bucket 1 of %d bytes", list, err, len(want)/2)
 	}
 	ops := []backend.ReadOp{{Off: 0, Len: len(want) / 2}}
-	if err := m.Read(bg, 1, ops); err != nil || !bytes.Equal(ops[0].Data, want[:len(want)/2]) {
+	if err := backend.ReadFile(bg, m, 1, ops); err != nil || !bytes.Equal(ops[0].Data, want[:len(want)/2]) {
 		t.Fatalf("torn file holds the wrong bytes: %v", err)
 	}
 	if got := ids(t, m.CrashClone()); len(got) != 0 {
@@ -272,7 +272,7 @@ func TestCorrupt(t *testing.T) {
 	}
 	f.Corrupt(1, 5000)
 	ops := []backend.ReadOp{{Off: 4990, Len: 20}, {Off: 0, Len: 100}, {Off: 5000, Len: 1}}
-	if err := f.Read(bg, 1, ops); err != nil {
+	if err := backend.ReadFile(bg, f, 1, ops); err != nil {
 		t.Fatal(err)
 	}
 	if d := ops[0].Data; d[10] != want[5000]^0xff || !bytes.Equal(d[:10], want[4990:5000]) || !bytes.Equal(d[11:], want[5001:5010]) {
@@ -282,7 +282,7 @@ func TestCorrupt(t *testing.T) {
 		t.Fatal("ops: corruption misplaced")
 	}
 	ops = []backend.ReadOp{{Off: 0, Len: len(want)}}
-	if err := f.Read(bg, 0, ops); err != nil || !bytes.Equal(ops[0].Data, want) {
+	if err := backend.ReadFile(bg, f, 0, ops); err != nil || !bytes.Equal(ops[0].Data, want) {
 		t.Fatalf("other bucket corrupted: %v", err)
 	}
 }

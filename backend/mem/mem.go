@@ -128,30 +128,44 @@ func (b *Backend) checkOpen(op string, id uint64) error {
 	return nil
 }
 
-// Read implements backend.Backend.
-func (b *Backend) Read(ctx context.Context, id uint64, ops []backend.ReadOp) error {
+// Read implements backend.Backend: ops are copied out of the files.
+func (b *Backend) Read(ctx context.Context, ops []backend.ReadOp) error {
 	b.mu.Lock()
 	closed := b.closed
-	f, ok := b.files[id]
+	files := make(map[uint64]*file, len(ops))
+	for i := range ops {
+		if f, ok := b.files[ops[i].ID]; ok {
+			files[ops[i].ID] = f
+		}
+	}
 	b.mu.Unlock()
 	if closed {
-		return fmt.Errorf("mem: read bucket %016x: %w", id, backend.ErrClosed)
+		return fmt.Errorf("mem: read: %w", backend.ErrClosed)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("mem: read bucket %016x: %w", id, err)
+		for i := range ops {
+			ops[i].Data, ops[i].Err = nil, fmt.Errorf("mem: read bucket %016x: %w", ops[i].ID, err)
+		}
+		return fmt.Errorf("mem: read: %w", err)
 	}
-	if !ok {
-		return fmt.Errorf("mem: read bucket %016x: %w", id, backend.ErrNotFound)
-	}
-	size := int64(len(f.data))
 	for i := range ops {
 		op := &ops[i]
 		op.Data, op.Err = nil, nil
+		f, ok := files[op.ID]
+		if !ok {
+			op.Err = fmt.Errorf("mem: read bucket %016x: %w", op.ID, backend.ErrNotFound)
+			continue
+		}
+		size := int64(len(f.data))
 		switch {
 		case op.Off < 0 || op.Len < 0:
-			op.Err = fmt.Errorf("mem: read bucket %016x [%d,+%d): %w", id, op.Off, op.Len, backend.ErrBadRange)
+			op.Err = fmt.Errorf("mem: read bucket %016x [%d,+%d): %w", op.ID, op.Off, op.Len, backend.ErrBadRange)
+		case op.Buf != nil && len(op.Buf) < op.Len:
+			op.Err = fmt.Errorf("mem: read bucket %016x [%d,+%d) into %d bytes: %w", op.ID, op.Off, op.Len, len(op.Buf), backend.ErrBufferTooSmall)
 		case op.Off > size || int64(op.Len) > size-op.Off: // no overflow
-			op.Err = fmt.Errorf("mem: read bucket %016x [%d,+%d) of %d bytes: %w", id, op.Off, op.Len, size, backend.ErrShortRead)
+			op.Err = fmt.Errorf("mem: read bucket %016x [%d,+%d) of %d bytes: %w", op.ID, op.Off, op.Len, size, backend.ErrShortRead)
+		case op.Buf != nil:
+			op.Data = op.Buf[:copy(op.Buf[:op.Len], f.data[op.Off:op.Off+int64(op.Len)]):op.Len]
 		default:
 			op.Data = slices.Clone(f.data[op.Off : op.Off+int64(op.Len)])
 			if op.Data == nil {

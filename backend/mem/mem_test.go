@@ -103,7 +103,7 @@ func TestCrashKeepsDurableAndDeletes(t *testing.T) {
 	}
 	// The clone is independent and holds the right bytes.
 	ops := []backend.ReadOp{{Off: 0, Len: backend.Alignment}}
-	if err := c.Read(bg, 3, ops); err != nil || !bytes.Equal(ops[0].Data, block(3)) {
+	if err := backend.ReadFile(bg, c, 3, ops); err != nil || !bytes.Equal(ops[0].Data, block(3)) {
 		t.Fatalf("clone read: %v", err)
 	}
 	if err := c.Delete(0); err != nil {

@@ -128,7 +128,7 @@ func benchRead(b *testing.B, direct bool, fileSize int64) {
 				for j := range ops {
 					ops[j] = backend.ReadOp{Off: r.Int64N(fileSize/int64(c.size)) * int64(c.size), Len: c.size}
 				}
-				if err := be.Read(context.Background(), 1, ops); err != nil {
+				if err := backend.ReadFile(context.Background(), be, 1, ops); err != nil {
 					b.Fatal(err)
 				}
 				for j := range ops {

@@ -84,7 +84,7 @@ func TestModelAgainstMem(t *testing.T) {
 							}
 						}
 						mops := append([]backend.ReadOp(nil), ops...)
-						got, want := b.Read(ctx, i, ops), model.Read(ctx, i, mops)
+						got, want := backend.ReadFile(ctx, b, i, ops), backend.ReadFile(ctx, model, i, mops)
 						if class(got) != class(want) {
 							rt.Fatalf("Read(%d) = %v, model %v", i, got, want)
 						}

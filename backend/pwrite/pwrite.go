@@ -308,58 +308,68 @@ produce:
 	return firstErr
 }
 
-// Read implements backend.Backend; several ops are served by up to
-// readWorkers goroutines.
-func (b *Backend) Read(ctx context.Context, id uint64, ops []backend.ReadOp) error {
-	return b.d.Read(ctx, id, func(fd int, size int64, direct bool) error {
-		r := reader{id: id, fd: fd, size: size, direct: direct}
-		if len(ops) < 2 {
-			for i := range ops {
-				r.do(ctx, &ops[i])
+// Read implements backend.Backend; the ops (of any files) are served by up
+// to readWorkers goroutines.
+func (b *Backend) Read(ctx context.Context, ops []backend.ReadOp) error {
+	rs, err := b.d.StartRead(ctx, ops)
+	if err != nil {
+		return err
+	}
+	var todo []int
+	for i, h := range rs.Files {
+		if h != nil {
+			todo = append(todo, i)
+		}
+	}
+	if len(todo) < 2 {
+		for _, i := range todo {
+			do(ctx, &ops[i], rs.Files[i])
+		}
+		return rs.Finish(ctx)
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(readWorkers, len(todo)) {
+		wg.Go(func() {
+			for n := int(next.Add(1) - 1); n < len(todo); n = int(next.Add(1) - 1) {
+				do(ctx, &ops[todo[n]], rs.Files[todo[n]])
 			}
-			return nil
-		}
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		for range min(readWorkers, len(ops)) {
-			wg.Go(func() {
-				for i := int(next.Add(1) - 1); i < len(ops); i = int(next.Add(1) - 1) {
-					r.do(ctx, &ops[i])
-				}
-			})
-		}
-		wg.Wait()
-		return nil
-	})
+		})
+	}
+	wg.Wait()
+	return rs.Finish(ctx)
 }
 
+// reader reads from one open bucket file.
 type reader struct {
-	id     uint64
 	fd     int
 	size   int64
 	direct bool
 }
 
-// do serves one op; it never returns an error but sets op.Err.
-func (r *reader) do(ctx context.Context, op *backend.ReadOp) {
-	op.Data, op.Err = nil, nil
-	if err := ctx.Err(); err != nil {
-		op.Err = err
+// do serves one op from its file h; it never returns an error but sets
+// op.Err. A done ctx leaves op to ReadSet.Finish.
+func do(ctx context.Context, op *backend.ReadOp, h *bfile.Handle) {
+	if ctx.Err() != nil {
 		return
 	}
-	if !bfile.CheckOp("pwrite", r.id, r.size, op) {
-		return
-	}
+	r := reader{fd: h.Fd, size: h.Size, direct: h.Direct}
 	var err error
-	if r.direct {
-		op.Data, err = r.readDirect(op.Off, op.Len)
-	} else {
-		op.Data = make([]byte, op.Len)
+	switch {
+	case !r.direct:
+		op.Data = bfile.Dest(op)
 		err = r.preadFull(op.Data, op.Off)
+	case bfile.DirectInto(op):
+		// Straight into the caller's aligned buffer; the whole blocks fit.
+		op.Data = op.Buf[:op.Len:len(op.Buf)]
+		err = r.preadDirectSplit(op.Data, op.Off)
+		op.Data = op.Data[:op.Len:op.Len]
+	default:
+		op.Data, err = r.readDirect(op.Off, op.Len, op.Buf)
 	}
 	if err != nil {
 		op.Data = nil
-		op.Err = fmt.Errorf("pwrite: read bucket %016x [%d,+%d): %w", r.id, op.Off, op.Len, err)
+		op.Err = fmt.Errorf("pwrite: read bucket %016x [%d,+%d): %w", h.ID, op.Off, op.Len, err)
 	}
 }
 
@@ -383,11 +393,12 @@ func (r *reader) preadFull(p []byte, off int64) error {
 	return nil
 }
 
-// readDirect reads [off, off+n) through the aligned range that holds it. When
-// the alignment slack is small the caller gets a sub-slice of the aligned
+// readDirect reads [off, off+n) through the aligned range that holds it,
+// into dst (len >= n) when not nil, else into new memory. Without dst, when
+// the alignment slack is small the caller gets a sub-slice of an aligned
 // buffer (no copy); otherwise the range goes through pooled staging chunks
-// and is copied into an exact-size slice.
-func (r *reader) readDirect(off int64, n int) ([]byte, error) {
+// and is copied out.
+func (r *reader) readDirect(off int64, n int, dst []byte) ([]byte, error) {
 	const A = backend.Alignment
 	lo := off &^ (A - 1)
 	hi := (off + int64(n) + A - 1) &^ (A - 1)
@@ -397,13 +408,16 @@ func (r *reader) readDirect(off int64, n int) ([]byte, error) {
 		// ends inside a block: read up to its end.
 		span = int(r.size - lo)
 	}
-	if slack := span - n; slack <= n/8 || span > chunkSize {
+	s := int(off - lo)
+	if slack := span - n; span > chunkSize || (dst == nil && slack <= n/8) {
 		buf := bfile.AlignedAlloc(int(hi - lo))
 		if err := r.preadDirectSplit(buf[:span], lo); err != nil {
 			return nil, err
 		}
-		s := int(off - lo)
-		return buf[s : s+n : s+n], nil
+		if dst == nil {
+			return buf[s : s+n : s+n], nil
+		}
+		return dst[:copy(dst[:n], buf[s:s+n]):n], nil
 	}
 	c := getChunk()
 	defer putChunk(c)
@@ -411,8 +425,10 @@ func (r *reader) readDirect(off int64, n int) ([]byte, error) {
 	if err := r.preadDirect(buf, lo); err != nil {
 		return nil, err
 	}
-	s := int(off - lo)
-	return slices.Clone(buf[s : s+n]), nil
+	if dst == nil {
+		return slices.Clone(buf[s : s+n]), nil
+	}
+	return dst[:copy(dst[:n], buf[s:s+n]):n], nil
 }
 
 // preadDirectSplit is preadDirect for large ranges: a range of at least

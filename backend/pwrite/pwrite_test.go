@@ -178,7 +178,7 @@ func TestDirectFallbackLogsOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		ops := []backend.ReadOp{{Off: 1, Len: 5000}}
-		if err := b.Read(context.Background(), id, ops); err != nil || ops[0].Err != nil || !bytes.Equal(ops[0].Data, want[1:5001]) {
+		if err := backend.ReadFile(context.Background(), b, id, ops); err != nil || ops[0].Err != nil || !bytes.Equal(ops[0].Data, want[1:5001]) {
 			t.Fatalf("read back: %v %v", err, ops[0].Err)
 		}
 	}
@@ -220,7 +220,7 @@ func TestNoSpace(t *testing.T) {
 			}
 			for id, want := range kept {
 				ops := []backend.ReadOp{{Off: 0, Len: len(want)}}
-				if err := b.Read(context.Background(), uint64(id), ops); err != nil || ops[0].Err != nil || !bytes.Equal(ops[0].Data, want) {
+				if err := backend.ReadFile(context.Background(), b, uint64(id), ops); err != nil || ops[0].Err != nil || !bytes.Equal(ops[0].Data, want) {
 					t.Fatalf("bucket %d after ENOSPC: %v %v", id, err, ops[0].Err)
 				}
 			}
@@ -287,7 +287,7 @@ func TestReadUnalignedForeignFile(t *testing.T) {
 		b := open(t, dir, pwrite.Options{Direct: direct})
 		n := int64(len(want))
 		ops := []backend.ReadOp{{Off: n - 50, Len: 50}, {Off: 0, Len: int(n)}, {Off: 4000, Len: int(n) - 4000}, {Off: n - 50, Len: 51}}
-		if err := b.Read(context.Background(), 5, ops); err != nil {
+		if err := backend.ReadFile(context.Background(), b, 5, ops); err != nil {
 			t.Fatal(err)
 		}
 		for _, op := range ops[:3] {
@@ -319,7 +319,7 @@ func TestCloseDuringOps(t *testing.T) {
 			<-start
 			for range 200 {
 				ops := []backend.ReadOp{{Off: 0, Len: len(want)}}
-				err := b.Read(context.Background(), 1, ops)
+				err := backend.ReadFile(context.Background(), b, 1, ops)
 				if errors.Is(err, backend.ErrClosed) {
 					closedSeen.Add(1)
 					return
@@ -364,7 +364,7 @@ func TestDirectFallbackAtRuntime(t *testing.T) {
 				}
 			}
 			ops := []backend.ReadOp{{Off: 7, Len: 9000}}
-			if err := b.Read(context.Background(), 1, ops); err != nil || ops[0].Err != nil || !bytes.Equal(ops[0].Data, want[7:9007]) {
+			if err := backend.ReadFile(context.Background(), b, 1, ops); err != nil || ops[0].Err != nil || !bytes.Equal(ops[0].Data, want[7:9007]) {
 				t.Fatalf("Read: %v %v", err, ops[0].Err)
 			}
 			if b.Direct() || n.Load() != 1 {

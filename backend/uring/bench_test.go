@@ -153,7 +153,7 @@ func benchRead(b *testing.B, be backend.Backend, bucket, obj, perCall int) {
 					for i := range ops {
 						ops[i] = backend.ReadOp{Off: int64(rng.IntN(bucket/obj) * obj), Len: obj}
 					}
-					if err := be.Read(context.Background(), 1, ops); err != nil {
+					if err := backend.ReadFile(context.Background(), be, 1, ops); err != nil {
 						b.Fatal(err)
 					}
 					for i := range ops {

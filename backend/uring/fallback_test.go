@@ -71,7 +71,7 @@ func TestFallbackAtFirstWrite(t *testing.T) {
 		require.False(t, b.Direct())
 		require.Equal(t, "uring", b.Name())
 		ops := []backend.ReadOp{{Off: 0, Len: len(want)}, {Off: 12345, Len: 100000}}
-		require.NoError(t, b.Read(ctx, id, ops))
+		require.NoError(t, backend.ReadFile(ctx, b, id, ops))
 		for _, op := range ops {
 			require.NoError(t, op.Err)
 			require.Equal(t, want[op.Off:op.Off+int64(op.Len)], op.Data)
@@ -104,7 +104,7 @@ func TestShortTransfers(t *testing.T) {
 		want := backendtest.Pattern(9, 7*64<<10)
 		require.NoError(t, b.WriteBucket(ctx, 9, backendtest.Split(want, []int{4096 * 3, 1, 99999})))
 		ops := []backend.ReadOp{{Off: 0, Len: len(want)}, {Off: 3, Len: 200000}, {Off: 70000, Len: 1}}
-		require.NoError(t, b.Read(ctx, 9, ops))
+		require.NoError(t, backend.ReadFile(ctx, b, 9, ops))
 		for _, op := range ops {
 			require.NoError(t, op.Err)
 			require.Equal(t, want[op.Off:op.Off+int64(op.Len)], op.Data, "direct=%v [%d,+%d)", direct, op.Off, op.Len)
@@ -138,7 +138,7 @@ func TestNoSpace(t *testing.T) {
 		want := backendtest.Pattern(2, 64<<10)
 		require.NoError(t, b.WriteBucket(ctx, 2, [][]byte{want}))
 		ops := []backend.ReadOp{{Off: 0, Len: len(want)}}
-		require.NoError(t, b.Read(ctx, 2, ops))
+		require.NoError(t, backend.ReadFile(ctx, b, 2, ops))
 		require.Equal(t, want, ops[0].Data)
 		require.NoError(t, b.Close())
 	}
@@ -174,6 +174,6 @@ func TestCancelMidWrite(t *testing.T) {
 	testHookWrite = nil
 	require.NoError(t, b.WriteBucket(context.Background(), 3, [][]byte{data}))
 	ops := []backend.ReadOp{{Off: 0, Len: len(data)}}
-	require.NoError(t, b.Read(context.Background(), 3, ops))
+	require.NoError(t, backend.ReadFile(context.Background(), b, 3, ops))
 	require.Equal(t, data, ops[0].Data)
 }

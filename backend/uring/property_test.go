@@ -69,7 +69,7 @@ func TestPropertySameAsPwrite(t *testing.T) {
 			require.NoError(rt, err)
 			files = append(files, f)
 			o := append([]backend.ReadOp(nil), ops...)
-			require.NoError(rt, be.b.Read(ctx, id, o), be.b.Name())
+			require.NoError(rt, backend.ReadFile(ctx, be.b, id, o), be.b.Name())
 			reads = append(reads, o)
 		}
 		for i := 1; i < len(backends); i++ {

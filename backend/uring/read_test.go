@@ -20,7 +20,7 @@ func TestReadHugeRanges(t *testing.T) {
 		{Off: backend.Alignment, Len: 1},
 		{Off: backend.Alignment, Len: 0},
 	}
-	require.NoError(t, b.Read(context.Background(), 1, ops))
+	require.NoError(t, backend.ReadFile(context.Background(), b, 1, ops))
 	for _, op := range ops[:3] {
 		require.ErrorIs(t, op.Err, backend.ErrShortRead, "[%d,+%d)", op.Off, op.Len)
 		require.Nil(t, op.Data)

@@ -19,6 +19,7 @@ const (
 	DefaultWriteDepth = 8
 	DefaultChunkSize  = 1 << 20
 	DefaultMaxRings   = 64
+	DefaultReadDepth  = 128
 	// MaxQueueDepth bounds QueueDepth (ring entries and staging slots).
 	MaxQueueDepth = 1024
 	// MaxChunkSize bounds ChunkSize.
@@ -33,9 +34,11 @@ type Options struct {
 	// write, e.g. tmpfs) the backend switches to buffered I/O and logs why,
 	// once.
 	Direct bool
-	// QueueDepth is the number of reads one Read call keeps in flight and
-	// the size of each ring. Default 32.
+	// QueueDepth is the size of each write ring. Default 32.
 	QueueDepth int
+	// ReadDepth is the most read pieces in flight on the shared read ring,
+	// across every Read in progress. Default 128.
+	ReadDepth int
 	// WriteDepth is the number of chunk writes one WriteBucket keeps in
 	// flight (<= QueueDepth), and so the number of ChunkSize staging slots
 	// of each ring. Default 8.
@@ -43,9 +46,10 @@ type Options struct {
 	// ChunkSize is the size of one write and of one staging slot; a
 	// multiple of backend.Alignment. Default 1 MiB.
 	ChunkSize int
-	// MaxRings bounds the rings, one per WriteBucket or Read in progress;
+	// MaxRings bounds the write rings, one per WriteBucket in progress;
 	// calls beyond it wait for a ring. Default 64. At most
-	// max(4, 2*GOMAXPROCS) unused rings are kept open.
+	// max(4, 2*GOMAXPROCS) unused rings are kept open. Reads use one shared
+	// ring of their own and never wait for a write ring.
 	MaxRings int
 	// Logger receives the fallback warnings; default slog.Default().
 	Logger *slog.Logger
@@ -70,6 +74,9 @@ func (o *Options) fill() error {
 	if o.MaxRings == 0 {
 		o.MaxRings = DefaultMaxRings
 	}
+	if o.ReadDepth == 0 {
+		o.ReadDepth = DefaultReadDepth
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -82,6 +89,8 @@ func (o *Options) fill() error {
 		return fmt.Errorf("%w: ChunkSize %d not a multiple of %d in %d..%d", ErrBadOptions, o.ChunkSize, backend.Alignment, backend.Alignment, MaxChunkSize)
 	case o.MaxRings < 1:
 		return fmt.Errorf("%w: MaxRings %d < 1", ErrBadOptions, o.MaxRings)
+	case o.ReadDepth < 1 || o.ReadDepth > MaxQueueDepth:
+		return fmt.Errorf("%w: ReadDepth %d not in 1..%d", ErrBadOptions, o.ReadDepth, MaxQueueDepth)
 	}
 	return nil
 }
@@ -123,18 +132,25 @@ func Open(dir string, opts Options) (backend.Backend, error) {
 		opts.Logger.Warn("uring: kernel lacks opcodes, using the pwrite backend", "dir", dir, "err", err)
 		return pw, nil
 	}
+	rx, err := newReactor(opts.ReadDepth)
+	if err != nil {
+		w.close()
+		pw.Close()
+		return nil, fmt.Errorf("uring: open %s: read ring: %w", dir, err)
+	}
 	// pw has validated dir (and logged a probe's fallback); d takes over.
 	d, err := bfile.Open(bfile.Config{Path: pw.Dir(), Direct: pw.Direct(), Pkg: "uring", ErrDirect: errDirectUnsupported, Log: opts.Logger})
 	pw.Close()
 	if err != nil {
 		w.close()
+		rx.stop()
 		return nil, fmt.Errorf("uring: open %s: %w", dir, err)
 	}
 	p.fixedOK = fixedOK
 	w.fixedOK = fixedOK
 	p.sem <- struct{}{}
 	p.idle <- w
-	return &Backend{d: d, opts: opts, pool: p}, nil
+	return &Backend{d: d, opts: opts, pool: p, rx: rx}, nil
 }
 
 // checkOpcodes probes the kernel for the opcodes the backend needs, and
@@ -155,7 +171,8 @@ func checkOpcodes(r *iuring.Ring) (fixedOK bool, err error) {
 // Backend stores bucket files with io_uring: see the package documentation.
 type Backend struct {
 	opts Options
-	pool *pool
+	pool *pool    // write rings
+	rx   *reactor // the read ring
 	// d holds the direct flag and the lock: every operation holds its read
 	// lock throughout, Close its write lock, so the pool outlives them.
 	d *bfile.Dir
@@ -182,4 +199,9 @@ func (b *Backend) List() ([]backend.FileInfo, error) { return b.d.List() }
 func (b *Backend) Allocated() (int64, error) { return b.d.Allocated() }
 
 // Close waits for the operations in flight, then closes the rings.
-func (b *Backend) Close() error { return b.d.Close(b.pool.close) }
+func (b *Backend) Close() error {
+	return b.d.Close(func() error {
+		b.rx.stop()
+		return b.pool.close()
+	})
+}

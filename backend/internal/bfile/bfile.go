@@ -21,6 +21,7 @@ type Config struct {
 	Pkg       string       // starts error messages and the warning ("pwrite")
 	ErrDirect error        // the backend's sentinel for an O_DIRECT refusal
 	Log       *slog.Logger // receives the fallback warning; required
+	OpenFiles int          // files kept open for reads; 0: DefaultOpenFiles
 }
 
 // Dir is a directory of bucket files; see the package documentation.
@@ -35,15 +36,14 @@ type Dir struct {
 	mu     sync.RWMutex
 	closed bool
 	fd     int // the directory, open O_RDONLY for fsync
+	// files caches bucket files open for reading (its own lock).
+	files *fdCache
 }
 
 // WriteFunc writes data to fd (opened O_DIRECT when direct is set) from
 // offset 0 and fdatasyncs it. An error wrapping Config.ErrDirect makes
 // WriteBucket retry with buffered I/O.
 type WriteFunc func(ctx context.Context, fd int, data [][]byte, direct bool) error
-
-// ReadFunc serves the ops of one Read from fd, a file of size bytes.
-type ReadFunc func(fd int, size int64, direct bool) error
 
 // Open opens the directory c.Path. The error is unwrapped: the caller names
 // its operation.
@@ -52,7 +52,7 @@ func Open(c Config) (*Dir, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Dir{path: c.Path, pkg: c.Pkg, errDirect: c.ErrDirect, log: c.Log, fd: fd}
+	d := &Dir{path: c.Path, pkg: c.Pkg, errDirect: c.ErrDirect, log: c.Log, fd: fd, files: newFDCache(c.OpenFiles)}
 	d.direct.Store(c.Direct)
 	return d, nil
 }
@@ -111,6 +111,7 @@ func (d *Dir) Close(release func() error) error {
 		return fmt.Errorf("%s: close: %w", d.pkg, backend.ErrClosed)
 	}
 	d.closed = true
+	d.files.closeAll()
 	var err error
 	if release != nil {
 		err = release()
@@ -163,6 +164,7 @@ func (d *Dir) WriteBucket(ctx context.Context, id uint64, data [][]byte, write W
 	if total := backend.TotalLen(data); total%backend.Alignment != 0 {
 		return fmt.Errorf("%d bytes: %w", total, backend.ErrUnaligned)
 	}
+	d.files.forget(id) // a file of this id deleted behind our back
 	direct := d.direct.Load()
 	err = d.writeFile(ctx, d.File(id), data, direct, write)
 	if direct && errors.Is(err, d.errDirect) {
@@ -212,39 +214,6 @@ func (d *Dir) writeFile(ctx context.Context, name string, data [][]byte, direct 
 	return nil
 }
 
-// Read is backend.Backend.Read around read: it opens the bucket file of id
-// (O_DIRECT, falling back to buffered I/O on EINVAL), maps ENOENT to
-// backend.ErrNotFound, fstats the file, calls read and checks ctx again.
-func (d *Dir) Read(ctx context.Context, id uint64, read ReadFunc) (err error) {
-	defer d.wrap(&err, "read bucket", id)
-	if err := d.acquire(ctx); err != nil {
-		return err
-	}
-	defer d.release()
-	direct := d.direct.Load()
-	fd, err := open(d.File(id), unix.O_RDONLY, direct)
-	if direct && errors.Is(err, unix.EINVAL) {
-		d.Fallback(fmt.Errorf("open for reading with O_DIRECT: %w", err))
-		direct = false
-		fd, err = open(d.File(id), unix.O_RDONLY, false)
-	}
-	switch {
-	case errors.Is(err, unix.ENOENT):
-		return backend.ErrNotFound
-	case err != nil:
-		return fmt.Errorf("open: %w", err)
-	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return fmt.Errorf("fstat: %w", err)
-	}
-	if err := read(fd, st.Size, direct); err != nil {
-		return err
-	}
-	return ctx.Err()
-}
-
 // open opens name with flags|O_CLOEXEC (|O_DIRECT), mode 0644 if created.
 func open(name string, flags int, direct bool) (int, error) {
 	if direct {
@@ -255,16 +224,22 @@ func open(name string, flags int, direct bool) (int, error) {
 
 // CheckOp checks op against a file of size bytes, its errors starting with
 // pkg: a negative range fails with backend.ErrBadRange, one past the end
-// with backend.ErrShortRead, an empty one gets empty Data. It reports
+// with backend.ErrShortRead, a Buf shorter than Len with
+// backend.ErrBufferTooSmall; an empty one gets empty Data. It reports
 // whether op still needs reading.
 func CheckOp(pkg string, id uint64, size int64, op *backend.ReadOp) bool {
 	switch {
 	case op.Off < 0 || op.Len < 0:
 		op.Err = fmt.Errorf("%s: read bucket %016x [%d,+%d): %w", pkg, id, op.Off, op.Len, backend.ErrBadRange)
+	case op.Buf != nil && len(op.Buf) < op.Len:
+		op.Err = fmt.Errorf("%s: read bucket %016x [%d,+%d) into %d bytes: %w", pkg, id, op.Off, op.Len, len(op.Buf), backend.ErrBufferTooSmall)
 	case op.Off > size || int64(op.Len) > size-op.Off: // no overflow
 		op.Err = fmt.Errorf("%s: read bucket %016x [%d,+%d) of %d bytes: %w", pkg, id, op.Off, op.Len, size, backend.ErrShortRead)
 	case op.Len == 0:
 		op.Data = []byte{}
+		if op.Buf != nil {
+			op.Data = op.Buf[:0]
+		}
 	default:
 		return true
 	}

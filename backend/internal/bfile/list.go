@@ -20,7 +20,9 @@ func (d *Dir) Delete(id uint64) (err error) {
 		return err
 	}
 	defer d.release()
-	if err := unix.Unlink(d.File(id)); errors.Is(err, unix.ENOENT) {
+	err = unix.Unlink(d.File(id))
+	d.files.forget(id) // after the unlink: see fdCache.add
+	if errors.Is(err, unix.ENOENT) {
 		return backend.ErrNotFound
 	} else if err != nil {
 		return err
