@@ -2,6 +2,7 @@ package ha
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -61,7 +62,7 @@ func ParseMasterURL(s string) (MasterURL, error) {
 		return MasterURL{}, fmt.Errorf("%w: %q: query and fragment are not supported", ErrBadMasterURL, s)
 	}
 	hosts, path, _ := strings.Cut(rest, "/")
-	eps, err := parseEndpoints(s, hosts)
+	eps, err := parseEndpoints(ErrBadMasterURL, strconv.Quote(s), hosts)
 	if err != nil {
 		return MasterURL{}, err
 	}
@@ -74,23 +75,31 @@ func ParseMasterURL(s string) (MasterURL, error) {
 	return MasterURL{Endpoints: eps, Prefix: prefix}, nil
 }
 
-func parseEndpoints(url, hosts string) ([]string, error) {
+// ParseEndpoints parses a master's --etcd_endpoints value: host:port
+// endpoints separated by ',' or ';' (Mooncake's separator). Errors wrap
+// ErrConfig and name the bad endpoint.
+func ParseEndpoints(s string) ([]string, error) {
+	return parseEndpoints(ErrConfig, "etcd endpoints", s)
+}
+
+// parseEndpoints splits hosts; errors wrap sentinel and quote what.
+func parseEndpoints(sentinel error, what, hosts string) ([]string, error) {
 	if strings.TrimSpace(hosts) == "" {
-		return nil, fmt.Errorf("%w: %q: empty host list after etcd://", ErrBadMasterURL, url)
+		return nil, fmt.Errorf("%w: %s: empty host list", sentinel, what)
 	}
 	parts := strings.FieldsFunc(hosts, func(r rune) bool { return r == ',' || r == ';' })
 	if n := strings.Count(hosts, ",") + strings.Count(hosts, ";") + 1; len(parts) != n {
-		return nil, fmt.Errorf("%w: %q: empty endpoint in host list %q", ErrBadMasterURL, url, hosts)
+		return nil, fmt.Errorf("%w: %s: empty endpoint in host list %q", sentinel, what, hosts)
 	}
 	seen := make(map[string]bool, len(parts))
 	eps := make([]string, 0, len(parts))
 	for i, p := range parts {
 		p = strings.TrimSpace(p)
 		if err := checkHostPort(p); err != nil {
-			return nil, fmt.Errorf("%w: %q: endpoint %d: %w", ErrBadMasterURL, url, i+1, err)
+			return nil, fmt.Errorf("%w: %s: endpoint %d: %w", sentinel, what, i+1, err)
 		}
 		if seen[p] {
-			return nil, fmt.Errorf("%w: %q: endpoint %q given twice", ErrBadMasterURL, url, p)
+			return nil, fmt.Errorf("%w: %s: endpoint %q given twice", sentinel, what, p)
 		}
 		seen[p] = true
 		eps = append(eps, p)

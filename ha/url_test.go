@@ -70,3 +70,15 @@ func TestParseMasterURL(t *testing.T) {
 		}
 	}
 }
+
+func TestParseEndpoints(t *testing.T) {
+	got, err := ParseEndpoints("h1:2379;h2:2379, h3:2379")
+	if err != nil || !reflect.DeepEqual(got, []string{"h1:2379", "h2:2379", "h3:2379"}) {
+		t.Fatalf("ParseEndpoints = %v, %v", got, err)
+	}
+	for _, bad := range []string{"", "h1:2379;;h2:2379", "h1", "h1:2379,h1:2379", "h1:x"} {
+		if _, err := ParseEndpoints(bad); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "etcd endpoints") {
+			t.Errorf("ParseEndpoints(%q) = %v, want ErrConfig naming the etcd endpoints", bad, err)
+		}
+	}
+}

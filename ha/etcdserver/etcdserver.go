@@ -142,16 +142,27 @@ func withDefaults(cfg Config) (Config, error) {
 }
 
 func splitAddr(field, addr string) (string, int, error) {
+	host, port, err := ParseAddr(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("%w: %s: %w", ErrConfig, field, err)
+	}
+	return host, port, nil
+}
+
+// ParseAddr checks a listen address: IP:PORT with an IP literal and a port
+// in 0..65535 (0 picks a free port). The error quotes addr and says what is
+// wrong.
+func ParseAddr(addr string) (host string, port int, err error) {
 	host, portStr, err := net.SplitHostPort(addr)
 	if err != nil {
-		return "", 0, fmt.Errorf("%w: %s %q: %v", ErrConfig, field, addr, err)
+		return "", 0, fmt.Errorf("%q is not IP:PORT: %v", addr, err)
 	}
 	if net.ParseIP(host) == nil {
-		return "", 0, fmt.Errorf("%w: %s %q: host must be an IP address", ErrConfig, field, addr)
+		return "", 0, fmt.Errorf("%q: host must be an IP address", addr)
 	}
-	port, err := strconv.Atoi(portStr)
+	port, err = strconv.Atoi(portStr)
 	if err != nil || port < 0 || port > 65535 {
-		return "", 0, fmt.Errorf("%w: %s %q: port must be 0..65535", ErrConfig, field, addr)
+		return "", 0, fmt.Errorf("%q: port must be 0..65535", addr)
 	}
 	return host, port, nil
 }
