@@ -392,6 +392,7 @@ func (s *Service) EvictDiskReplica(ctx context.Context, nodeID string, keys []st
 			n++
 		}
 	}
+	s.observeDiskEviction(keys)
 	return n, nil
 }
 

@@ -101,6 +101,7 @@ func New(cfg Config) (*Service, error) {
 	s.seed = maphash.MakeSeed()
 	s.nodes = map[string]*node{}
 	s.met = newMetrics(s)
+	s.startAdmission()
 	s.evictCh = make(chan struct{}, 1)
 	s.stop = make(chan struct{})
 	s.done = make(chan struct{})
