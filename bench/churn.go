@@ -7,10 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/tierstore/tierstore/admission"
 	"github.com/tierstore/tierstore/bench/internal/belady"
 	"github.com/tierstore/tierstore/bench/internal/trace"
 	"github.com/tierstore/tierstore/embedded"
@@ -34,6 +37,8 @@ type churnPolicy struct {
 	onEvict   bool
 	threshold int64
 	eviction  string
+	// admission is offload_admission_policy ("": Mooncake's flags decide).
+	admission string
 }
 
 var churnPolicies = []churnPolicy{
@@ -43,13 +48,24 @@ var churnPolicies = []churnPolicy{
 	{name: "read>=2+lru", threshold: 2, eviction: "lru"},
 	{name: "eager+lru2", eviction: "lru2"},
 	{name: "read>=2+lru2", threshold: 2, eviction: "lru2"},
+	{name: "tinylfu+lru", admission: admission.PolicyTinyLFU, eviction: "lru"},
 }
+
+// churnBaseline and churnCandidate are the policies the goals compare.
+const (
+	churnBaseline  = "eager+lru"
+	churnCandidate = "tinylfu+lru"
+)
 
 type churnSizes struct {
 	dram, ssd, block int64
 	convRequests     int
 	scanPasses       int
 	sessions         int
+	loopPasses       int
+	zipfKeys         int
+	burstEvery       int
+	burstLen         int
 }
 
 type churnFigures struct {
@@ -61,6 +77,8 @@ type churnFigures struct {
 	bucketEvictions, evictedKeys       int64
 	dramEvictions                      int64
 	offloaded                          int64
+	objectsLoaded                      int64
+	admitted, rejected                 int64
 	elapsed                            time.Duration
 }
 
@@ -68,28 +86,92 @@ func (f churnFigures) ssdHitRatio() float64 { return float64(f.ssdHits) / float6
 func (f churnFigures) hitRatio() float64 {
 	return float64(f.dramHits+f.ssdHits) / float64(f.requests)
 }
+func (f churnFigures) dramHitRatio() float64 { return float64(f.dramHits) / float64(f.requests) }
+
+// ssdReadsPerRequest counts every object the tier loaded (hits, and the
+// node's own checks) per request.
+func (f churnFigures) ssdReadsPerRequest() float64 {
+	return float64(f.objectsLoaded) / float64(f.requests)
+}
+
+// writtenPerRead is SSD bytes written per byte read (NaN: nothing read).
+func (f churnFigures) writtenPerRead() float64 {
+	if f.ssdRead == 0 {
+		return math.NaN()
+	}
+	return float64(f.ssdWritten) / float64(f.ssdRead)
+}
 
 func runChurn(ctx context.Context, e *env) (*result, error) {
 	start := time.Now()
-	sz := churnSizes{dram: 16 << 20, ssd: 64 << 20, block: 64 << 10, convRequests: 12000, scanPasses: 4, sessions: 200}
+	sz := churnSizes{dram: 16 << 20, ssd: 64 << 20, block: 64 << 10, convRequests: 12000, scanPasses: 4, sessions: 200,
+		loopPasses: 5, zipfKeys: 4096, burstEvery: 1000, burstLen: 384}
 	if e.quick {
-		sz = churnSizes{dram: 1 << 20, ssd: 4 << 20, block: 64 << 10, convRequests: 400, scanPasses: 2, sessions: 16}
+		sz = churnSizes{dram: 1 << 20, ssd: 4 << 20, block: 64 << 10, convRequests: 400, scanPasses: 2, sessions: 16,
+			loopPasses: 3, zipfKeys: 256, burstEvery: 100, burstLen: 24}
 	}
-	var traces []*trace.Trace
-	scan, err := trace.Scan(trace.ScanConfig{WorkingSet: 2 * sz.ssd, ObjectSize: sz.block, Passes: sz.scanPasses})
+	traces, err := churnTraces(e, sz)
 	if err != nil {
 		return nil, err
+	}
+	res := &result{Options: map[string]string{
+		"dram":          fmtBytes(sz.dram),
+		"ssd_capacity":  fmtBytes(sz.ssd),
+		"block":         sizeName(sz.block),
+		"scan":          fmt.Sprintf("working set %s x %d passes", fmtBytes(2*sz.ssd), sz.scanPasses),
+		"loop":          fmt.Sprintf("working set %s (1.25 x DRAM+SSD) x %d passes", fmtBytes(loopSet(sz)), sz.loopPasses),
+		"conversations": fmt.Sprintf("%d requests, %d sessions, zipf 1.2, seed 42", sz.convRequests, sz.sessions),
+		"mixed":         "conversations + 50% one-hit-wonder requests",
+		"zipf-bursts":   fmt.Sprintf("%d requests, %d keys zipf 1.1, a burst of %d one-off keys every %d", sz.convRequests, sz.zipfKeys, sz.burstLen, sz.burstEvery),
+		"mode":          "master+node+client in one process, pwrite backend, SSD report every heartbeat",
+	}}
+	tt, bounds, err := churnBounds(traces, sz)
+	if err != nil {
+		return nil, err
+	}
+	figs, err := churnReplays(ctx, e, traces, sz, res)
+	if err != nil {
+		return nil, err
+	}
+	res.Tables = append(res.Tables, tt, churnTable(figs, bounds), churnGoals(figs, bounds))
+	res.Notes = append(res.Notes,
+		"a request is a Get; a miss is followed by a Put of the block (prefix-cache replay); SSD W/R '-' means nothing was read from SSD",
+		"dram hit: requests served from DRAM; SSD reads/req: objects the tier loaded per request",
+		"put retries: Puts refused with NO_AVAILABLE_HANDLE (DRAM full of objects pinned by offload tasks), retried once after the offload queue drained; put fails: still refused",
+		fmt.Sprintf("the replayer waits for the offload queue to drain every %d puts (a quarter of DRAM), so admission decisions, not offload lag, decide the figures", max(16, int(sz.dram/sz.block/4))),
+		"Belady's MIN is exact for single-size traces; for variable sizes it is the furthest-next-use heuristic (see bench/internal/belady)",
+		"MIN(DRAM+SSD) treats DRAM and SSD as one cache of their summed size; the tier keeps 10% of its capacity free (high watermark 0.9), so the reachable bound is lower (docs/bench/bench.md)")
+	res.Elapsed = time.Since(start).Seconds()
+	res.charts = func(dir string) ([]string, error) { return churnCharts(dir, traces, figs, bounds) }
+	return res, nil
+}
+
+// loopSet is the loop trace's working set: 1.25 x DRAM+SSD, whole blocks.
+func loopSet(sz churnSizes) int64 { return (sz.dram + sz.ssd) * 5 / 4 / sz.block * sz.block }
+
+// churnTraces builds the generated traces and the --trace file's, keeping
+// those TIERSTORE_CHURN_TRACES names (comma-separated; all when unset).
+func churnTraces(e *env, sz churnSizes) ([]*trace.Trace, error) {
+	var traces []*trace.Trace
+	add := func(t *trace.Trace, err error) error {
+		if err == nil {
+			traces = append(traces, t)
+		}
+		return err
 	}
 	conv := trace.ConvConfig{Seed: 42, Requests: sz.convRequests, BlockSize: sz.block, Sessions: sz.sessions}
-	conversations, err := trace.Conversations(conv)
-	if err != nil {
-		return nil, err
+	for _, err := range []error{
+		add(trace.Scan(trace.ScanConfig{WorkingSet: 2 * sz.ssd, ObjectSize: sz.block, Passes: sz.scanPasses})),
+		add(trace.Loop(trace.ScanConfig{WorkingSet: loopSet(sz), ObjectSize: sz.block, Passes: sz.loopPasses})),
+		add(trace.Conversations(conv)),
+		add(trace.Mixed(conv)),
+		add(trace.ZipfBursts(trace.ZipfBurstConfig{Seed: 7, Requests: sz.convRequests, Keys: sz.zipfKeys,
+			BlockSize: sz.block, BurstEvery: sz.burstEvery, BurstLen: sz.burstLen})),
+	} {
+		if err != nil {
+			return nil, err
+		}
 	}
-	mixed, err := trace.Mixed(conv)
-	if err != nil {
-		return nil, err
-	}
-	traces = append(traces, scan, conversations, mixed)
 	if e.traceFile != "" {
 		tf, err := trace.ReadFile(e.traceFile)
 		if err != nil {
@@ -97,46 +179,76 @@ func runChurn(ctx context.Context, e *env) (*result, error) {
 		}
 		traces = append(traces, tf)
 	}
-	res := &result{Options: map[string]string{
-		"dram":          fmtBytes(sz.dram),
-		"ssd_capacity":  fmtBytes(sz.ssd),
-		"block":         sizeName(sz.block),
-		"scan":          fmt.Sprintf("working set %s x %d passes", fmtBytes(2*sz.ssd), sz.scanPasses),
-		"conversations": fmt.Sprintf("%d requests, %d sessions, zipf 1.2, seed 42", sz.convRequests, sz.sessions),
-		"mixed":         "conversations + 50% one-hit-wonder requests",
-		"mode":          "embedded master+node+client, pwrite backend",
-	}}
+	keep := envSet("TIERSTORE_CHURN_TRACES")
+	if keep == nil {
+		return traces, nil
+	}
+	out := traces[:0]
+	for _, t := range traces {
+		if keep[t.Name] || strings.HasPrefix(t.Name, "file:") {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// envSet reads a comma-separated list from the environment (nil: unset).
+// The churn scenario's development filters: TIERSTORE_CHURN_TRACES and
+// TIERSTORE_CHURN_POLICIES.
+func envSet(name string) map[string]bool {
+	v := strings.TrimSpace(os.Getenv(name))
+	if v == "" {
+		return nil
+	}
+	m := map[string]bool{}
+	for _, s := range strings.Split(v, ",") {
+		m[strings.TrimSpace(s)] = true
+	}
+	return m
+}
+
+type churnBound struct{ ssd, all belady.Result }
+
+// churnBounds computes Belady's MIN per trace at the SSD and the DRAM+SSD
+// capacity, and the traces table.
+func churnBounds(traces []*trace.Trace, sz churnSizes) (*table, map[string]churnBound, error) {
 	tt := &table{
 		Title:   "traces",
 		Columns: []string{"trace", "requests", "unique keys", "unique MiB", "MIN ssd hit", "MIN dram+ssd hit", "MIN exact"},
 	}
-	type bound struct{ ssd, all belady.Result }
-	bounds := map[string]bound{}
+	bounds := map[string]churnBound{}
 	for _, tr := range traces {
 		st := tr.Stats()
 		bs, err := belady.MIN(tr.Requests, sz.ssd)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		ba, err := belady.MIN(tr.Requests, sz.ssd+sz.dram)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		bounds[tr.Name] = bound{bs, ba}
+		bounds[tr.Name] = churnBound{bs, ba}
 		exact := "yes"
 		if !bs.Exact {
 			exact = "no (heuristic)"
 		}
 		tt.add(tr.Name, st.Requests, st.UniqueKeys, float64(st.UniqueBytes)/(1<<20), bs.HitRatio(), ba.HitRatio(), exact)
 	}
+	return tt, bounds, nil
+}
+
+// churnReplays replays every trace under every policy (those
+// TIERSTORE_CHURN_POLICIES names, all when unset).
+func churnReplays(ctx context.Context, e *env, traces []*trace.Trace, sz churnSizes, res *result) ([]churnFigures, error) {
 	var figs []churnFigures
+	keep := envSet("TIERSTORE_CHURN_POLICIES")
 	unsupported := map[string]bool{}
 	for _, tr := range traces {
 		for _, p := range churnPolicies {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			if unsupported[p.name] {
+			if unsupported[p.name] || (keep != nil && !keep[p.name]) {
 				continue
 			}
 			dir := filepath.Join(e.dir, fmt.Sprintf("%s-%s", sanitize(tr.Name), sanitize(p.name)))
@@ -156,77 +268,120 @@ func runChurn(ctx context.Context, e *env) (*result, error) {
 	if len(figs) == 0 {
 		return nil, fmt.Errorf("%w: the node refused every policy: %s", errUnavailable, strings.Join(res.Notes, "; "))
 	}
+	return figs, nil
+}
+
+// churnTable is the per-policy replay table.
+func churnTable(figs []churnFigures, bounds map[string]churnBound) *table {
 	t := &table{
 		Title: "replay per policy (hit ratios are per request; 'of MIN' = hit ratio / Belady's MIN at the same capacity)",
-		Columns: []string{"trace", "policy", "ssd hit", "ssd of MIN", "overall hit", "overall of MIN",
-			"SSD W/R bytes", "SSD MiB written", "bucket evictions", "keys evicted", "DRAM evictions", "put retries", "put fails"},
+		Columns: []string{"trace", "policy", "ssd hit", "ssd of MIN", "overall hit", "overall of MIN", "dram hit",
+			"SSD reads/req", "SSD W/R bytes", "SSD MiB written", "admitted", "rejected", "bucket evictions", "keys evicted",
+			"DRAM evictions", "put retries", "put fails"},
 	}
 	for _, f := range figs {
 		b := bounds[f.trace]
-		var wr any
-		if f.ssdRead > 0 {
-			wr = float64(f.ssdWritten) / float64(f.ssdRead)
-		}
 		t.add(f.trace, f.policy, f.ssdHitRatio(), ratio(f.ssdHitRatio(), b.ssd.HitRatio()),
-			f.hitRatio(), ratio(f.hitRatio(), b.all.HitRatio()), wr, float64(f.ssdWritten)/(1<<20),
+			f.hitRatio(), ratio(f.hitRatio(), b.all.HitRatio()), f.dramHitRatio(), f.ssdReadsPerRequest(),
+			f.writtenPerRead(), float64(f.ssdWritten)/(1<<20), f.admitted, f.rejected,
 			f.bucketEvictions, f.evictedKeys, f.dramEvictions, f.putRetries, f.putFailures)
 	}
-	res.Tables = append(res.Tables, tt, t)
-	res.Notes = append(res.Notes,
-		"a request is a Get; a miss is followed by a Put of the block (prefix-cache replay); SSD W/R '-' means nothing was read from SSD",
-		"put retries: Puts refused with NO_AVAILABLE_HANDLE (DRAM full of objects pinned by offload tasks), retried once after the offload queue drained; put fails: still refused",
-		fmt.Sprintf("the replayer waits for the offload queue to drain every %d puts (a quarter of DRAM), so admission decisions, not offload lag, decide the figures", max(16, int(sz.dram/sz.block/4))),
-		"Belady's MIN is exact for single-size traces; for variable sizes it is the furthest-next-use heuristic (see bench/internal/belady)")
-	res.Elapsed = time.Since(start).Seconds()
-	res.charts = func(dir string) ([]string, error) {
-		var files []string
-		for _, which := range []string{"ssd", "overall"} {
-			var groups []string
-			for _, tr := range traces {
-				groups = append(groups, tr.Name)
+	return t
+}
+
+// churnGoals checks the admission goals per trace: the candidate's overall
+// hit ratio at least 0.9 x MIN(DRAM+SSD), never more than 2 points below
+// the baseline, and no more SSD bytes written than the baseline.
+func churnGoals(figs []churnFigures, bounds map[string]churnBound) *table {
+	t := &table{
+		Title: fmt.Sprintf("goals: %s against Belady's MIN(DRAM+SSD) and %s", churnCandidate, churnBaseline),
+		Columns: []string{"trace", "overall of MIN", ">= 0.9", "overall hit", churnBaseline + " overall", "at most 2 points below",
+			"MiB written / " + churnBaseline + "'s", "<= 1", "ssd of MIN", "SSD W/R bytes"},
+	}
+	find := func(tr, p string) (churnFigures, bool) {
+		for _, f := range figs {
+			if f.trace == tr && f.policy == p {
+				return f, true
 			}
-			var ss []series
-			for _, p := range churnPolicies {
-				if unsupported[p.name] {
-					continue
-				}
-				s := series{name: p.name}
-				for _, tr := range traces {
-					v := math.NaN()
-					for _, f := range figs {
-						if f.trace == tr.Name && f.policy == p.name {
-							v = f.ssdHitRatio()
-							if which == "overall" {
-								v = f.hitRatio()
-							}
-						}
+		}
+		return churnFigures{}, false
+	}
+	yes := func(ok bool) string {
+		if ok {
+			return "yes"
+		}
+		return "NO"
+	}
+	for _, f := range figs {
+		if f.policy != churnCandidate {
+			continue
+		}
+		b := bounds[f.trace]
+		base, ok := find(f.trace, churnBaseline)
+		of := f.hitRatio() / b.all.HitRatio()
+		if !ok {
+			t.add(f.trace, of, yes(of >= 0.9), f.hitRatio(), nil, "-", nil, "-", ratio(f.ssdHitRatio(), b.ssd.HitRatio()), f.writtenPerRead())
+			continue
+		}
+		w := float64(f.ssdWritten) / float64(max(base.ssdWritten, 1))
+		t.add(f.trace, of, yes(of >= 0.9), f.hitRatio(), base.hitRatio(), yes(f.hitRatio() >= base.hitRatio()-0.02),
+			w, yes(f.ssdWritten <= base.ssdWritten),
+			ratio(f.ssdHitRatio(), b.ssd.HitRatio()), f.writtenPerRead())
+	}
+	return t
+}
+
+// churnCharts draws the SSD and overall hit ratio per policy and trace.
+func churnCharts(dir string, traces []*trace.Trace, figs []churnFigures, bounds map[string]churnBound) ([]string, error) {
+	var files []string
+	var groups []string
+	for _, tr := range traces {
+		groups = append(groups, tr.Name)
+	}
+	for _, which := range []string{"ssd", "overall"} {
+		pick := func(f churnFigures) float64 {
+			if which == "overall" {
+				return f.hitRatio()
+			}
+			return f.ssdHitRatio()
+		}
+		var ss []series
+		for _, p := range churnPolicies {
+			s := series{name: p.name}
+			found := false
+			for _, tr := range traces {
+				v := math.NaN()
+				for _, f := range figs {
+					if f.trace == tr.Name && f.policy == p.name {
+						v, found = pick(f), true
 					}
-					s.values = append(s.values, v)
 				}
+				s.values = append(s.values, v)
+			}
+			if found {
 				ss = append(ss, s)
 			}
-			ref := refLine{name: "Belady MIN"}
-			for _, tr := range traces {
-				b := bounds[tr.Name]
-				v := b.ssd.HitRatio()
-				if which == "overall" {
-					v = b.all.HitRatio()
-				}
-				ref.values = append(ref.values, v)
-			}
-			path := filepath.Join(dir, "churn-"+which+"-hit.png")
-			title := "churn: SSD hit ratio per policy vs Belady's MIN (SSD capacity)"
-			if which == "overall" {
-				title = "churn: overall hit ratio per policy vs Belady's MIN (DRAM+SSD capacity)"
-			}
-			if err := groupedBars(path, title, "hit ratio", groups, ss, []refLine{ref}); err != nil {
-				return nil, err
-			}
-			files = append(files, path)
 		}
-		return files, nil
+		ref := refLine{name: "Belady MIN"}
+		for _, tr := range traces {
+			b := bounds[tr.Name]
+			v := b.ssd.HitRatio()
+			if which == "overall" {
+				v = b.all.HitRatio()
+			}
+			ref.values = append(ref.values, v)
+		}
+		path := filepath.Join(dir, "churn-"+which+"-hit.png")
+		title := "churn: SSD hit ratio per policy vs Belady's MIN (SSD capacity)"
+		if which == "overall" {
+			title = "churn: overall hit ratio per policy vs Belady's MIN (DRAM+SSD capacity)"
+		}
+		if err := groupedBars(path, title, "hit ratio", groups, ss, []refLine{ref}); err != nil {
+			return nil, err
+		}
+		files = append(files, path)
 	}
-	return res, nil
+	return files, nil
 }
 
 func sanitize(s string) string {
@@ -252,6 +407,13 @@ func replay(ctx context.Context, e *env, tr *trace.Trace, p churnPolicy, sz chur
 	cfg.Master.EnableOffload = true
 	cfg.Master.OffloadOnEvict = p.onEvict
 	cfg.Master.OffloadReadAdmissionThreshold = p.threshold
+	cfg.Master.AdmissionFlags.Policy = p.admission
+	if v, err := strconv.ParseFloat(os.Getenv("TIERSTORE_CHURN_MARGIN"), 64); err == nil {
+		cfg.Master.AdmissionFlags.Margin = v
+	}
+	if v, err := strconv.ParseInt(os.Getenv("TIERSTORE_CHURN_SAMPLE"), 10, 64); err == nil {
+		cfg.Master.AdmissionFlags.SampleFactor = v
+	}
 	cfg.Master.MonitorInterval = 0 // eviction happens inline at PutStart
 	cfg.Master.DefaultKVLeaseTTL = time.Millisecond
 	cfg.Node.Logger = quiet
@@ -266,12 +428,12 @@ func replay(ctx context.Context, e *env, tr *trace.Trace, p churnPolicy, sz chur
 	if err := mkdir(dir); err != nil {
 		return f, err
 	}
-	emb, err := embedded.New(ctx, cfg)
+	emb, err := startChurnStack(ctx, cfg)
 	if err != nil {
 		return f, err
 	}
 	defer emb.Close()
-	c := emb.Client
+	c := emb.c
 	vs := newValueSource(int(sz.block), 99)
 	// A user trace may give one key several sizes; the stored object then
 	// answers with its own size.
@@ -322,7 +484,7 @@ func replay(ctx context.Context, e *env, tr *trace.Trace, p churnPolicy, sz chur
 				// keeps victims until they reach SSD): let offload catch up
 				// and retry once, as a client backing off would.
 				f.putRetries++
-				if derr := drainOffload(ctx, emb.Master); derr != nil {
+				if derr := drainOffload(ctx, emb.m); derr != nil {
 					return f, derr
 				}
 				err = c.Put(ctx, r.Key, val)
@@ -332,28 +494,40 @@ func replay(ctx context.Context, e *env, tr *trace.Trace, p churnPolicy, sz chur
 			}
 			puts++
 			if puts%drainEvery == 0 {
-				if err := drainOffload(ctx, emb.Master); err != nil {
+				if err := drainOffload(ctx, emb.m); err != nil {
 					return f, err
 				}
 			}
 		}
 		bar.Add(1)
 	}
-	if err := drainOffload(ctx, emb.Master); err != nil {
+	if err := drainOffload(ctx, emb.m); err != nil {
 		return f, err
 	}
 	f.elapsed = time.Since(t0)
-	ns := emb.Node.Stats()
+	if err := emb.err(); err != nil {
+		return f, fmt.Errorf("SSD report: %w", err)
+	}
+	ns := emb.node.Stats()
 	f.ssdWritten = ns.Tier.BytesWritten
 	f.ssdRead = ns.Tier.BytesRead
+	f.objectsLoaded = ns.Tier.ObjectsLoaded
 	f.bucketEvictions = ns.Tier.Evictions
 	f.evictedKeys = ns.Tier.EvictedKeys
 	f.offloaded = ns.OffloadPersisted
-	ms, err := emb.Master.Stats(ctx)
+	ms, err := emb.m.Stats(ctx)
 	if err != nil {
 		return f, err
 	}
 	f.dramEvictions = ms.Evictions
+	f.admitted = ms.OffloadQueuedTot
+	if p, ok := emb.m.Policy().(*admission.TinyLFU); ok {
+		st := p.Stats()
+		f.admitted, f.rejected = st.Accepted, st.Rejected
+		if os.Getenv("TIERSTORE_CHURN_DEBUG") != "" {
+			fmt.Fprintf(os.Stderr, "%s: %+v used=%d\n", tr.Name, st, ns.Tier.BytesUsed)
+		}
+	}
 	return f, nil
 }
 

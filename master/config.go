@@ -42,6 +42,9 @@ type Config struct {
 	// Shards is the number of metadata shards (rounded up to a power of 2).
 	Shards int
 
+	// AdmissionFlags are the admission flags beyond Mooncake's three
+	// (offload_admission_policy, ssd_write_budget, ...).
+	AdmissionFlags admission.Options
 	// Admission overrides the policy chosen by the offload flags.
 	Admission admission.Policy
 	Clock     Clock
@@ -65,6 +68,7 @@ func DefaultConfig() Config {
 		PutStartDiscardTimeout:     30 * time.Second,
 		MonitorInterval:            time.Second,
 		Shards:                     1024,
+		AdmissionFlags:             admission.DefaultOptions(),
 	}
 }
 
@@ -123,5 +127,6 @@ func (c Config) admissionSettings() admission.Settings {
 		EnableOffload:  c.EnableOffload,
 		OffloadOnEvict: c.OffloadOnEvict,
 		ReadThreshold:  c.OffloadReadAdmissionThreshold,
+		Options:        c.AdmissionFlags,
 	}
 }

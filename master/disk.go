@@ -59,6 +59,7 @@ func (s *Service) EvictDiskReplica(ctx context.Context, nodeID string, keys []st
 	if len(res.Keep) > 0 {
 		s.log.Info("SSD eviction: leased keys kept readable on the node", "node", nodeID, "dropped", res.Dropped, "keep", len(res.Keep))
 	}
+	s.observeDiskEviction(keysLeaving(keys, kept))
 	return res, nil
 }
 
@@ -119,4 +120,18 @@ func (s *Service) ReconcileDiskObjects(ctx context.Context, nodeID string, keys 
 		s.log.Info("reconcile", "node", nodeID, "dropped", res.Dropped, "unwanted", len(res.Unwanted), "held", len(keys))
 	}
 	return res, nil
+}
+
+// keysLeaving is keys without those the node keeps (re-inserts).
+func keysLeaving(keys []string, kept map[string]struct{}) []string {
+	if len(kept) == 0 {
+		return keys
+	}
+	out := make([]string, 0, len(keys))
+	for _, k := range keys {
+		if _, ok := kept[k]; !ok {
+			out = append(out, k)
+		}
+	}
+	return out
 }

@@ -279,5 +279,6 @@ func (s *Service) admissionView(key string, o *object) admission.Object {
 		OnDisk: len(o.disk) > 0 && o.readableDisk(),
 		Queued: o.offload != nil,
 		Reads:  o.reads,
+		Node:   memNode(o),
 	}
 }

@@ -41,6 +41,7 @@ func (s *Service) exist(key string, now int64, count bool) (bool, error) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	o := sh.objs[key]
+	s.observeLookup(key, o, count)
 	if o == nil || !o.readable() {
 		return false, nil
 	}
@@ -62,6 +63,7 @@ func (s *Service) replicaList(key string, now int64, count bool, slab *[]Replica
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	o := sh.objs[key]
+	s.observeLookup(key, o, count)
 	if o == nil {
 		return ObjectInfo{}, codes.Errorf(codes.ObjectNotFound, "master: get_replica_list")
 	}

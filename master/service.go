@@ -109,6 +109,7 @@ func New(cfg Config) (*Service, error) {
 	s.nodes = map[string]*node{}
 	s.parked = map[uint64]parkedPut{}
 	s.met = newMetrics(s)
+	s.startAdmission()
 	s.evictCh = make(chan struct{}, 1)
 	s.stop = make(chan struct{})
 	s.done = make(chan struct{})

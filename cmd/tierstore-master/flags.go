@@ -105,6 +105,7 @@ func parseAll(args []string, helpOut io.Writer) (master.Config, options, error) 
 	fs.Var(durationFlag{&cfg.OffloadTaskTimeout, time.Second}, "offload_task_timeout", "unanswered offload task is dropped after this, in s or as a duration")
 	fs.Var(durationFlag{&cfg.PutStartDiscardTimeout, time.Second}, "put_start_discard_timeout_sec", "abandoned put is reclaimed after this, in s or as a duration")
 	fs.IntVar(&cfg.Shards, "metadata_shards", cfg.Shards, "metadata shards")
+	cfg.AdmissionFlags.RegisterFlags(fs)
 	fs.BoolVar(&cfg.AllowEvictSoftPinned, "allow_evict_soft_pinned_objects", cfg.AllowEvictSoftPinned, "soft-pinned objects may be evicted after unpinned ones")
 	logLevel := fs.String("log_level", "info", "debug, info, warn or error")
 

@@ -18,6 +18,12 @@
 //     popularity and restart as new conversations after a number of turns.
 //   - Mixed: Conversations interleaved with one-hit wonders: bursts of blocks
 //     that are requested exactly once (one-off documents, batch jobs).
+//   - Loop: Scan under its own name, sized by the benchmark a little larger
+//     than the whole cache (DRAM and SSD), where LRU keeps nothing of it
+//     and Belady's MIN keeps a fixed part.
+//   - ZipfBursts: a Zipf-popular key set interrupted at regular intervals
+//     by bursts of keys requested once; a cache that admits the bursts
+//     loses the popular keys they push out.
 //
 // Every generator is deterministic for a given Config (seeded PCG), so two
 // runs, and the Belady bound computed from a trace, see the same requests.

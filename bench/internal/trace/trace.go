@@ -58,7 +58,14 @@ type ScanConfig struct {
 
 // Scan returns Passes sequential passes over WorkingSet/ObjectSize objects,
 // keys "scan/000000", "scan/000001", ... in the same order every pass.
-func Scan(c ScanConfig) (*Trace, error) {
+func Scan(c ScanConfig) (*Trace, error) { return passes("scan", c) }
+
+// Loop is Scan under the name "loop", keys "loop/000000", ...: the churn
+// benchmark sizes it a little larger than DRAM and SSD together, where Scan
+// is twice the SSD.
+func Loop(c ScanConfig) (*Trace, error) { return passes("loop", c) }
+
+func passes(name string, c ScanConfig) (*Trace, error) {
 	if c.ObjectSize <= 0 {
 		return nil, fmt.Errorf("%w: ObjectSize %d must be > 0", ErrBadConfig, c.ObjectSize)
 	}
@@ -71,9 +78,9 @@ func Scan(c ScanConfig) (*Trace, error) {
 	n := int(c.WorkingSet / c.ObjectSize)
 	keys := make([]string, n)
 	for i := range keys {
-		keys[i] = fmt.Sprintf("scan/%06d", i)
+		keys[i] = fmt.Sprintf("%s/%06d", name, i)
 	}
-	t := &Trace{Name: "scan", Requests: make([]Request, 0, n*c.Passes)}
+	t := &Trace{Name: name, Requests: make([]Request, 0, n*c.Passes)}
 	for p := 0; p < c.Passes; p++ {
 		for _, k := range keys {
 			t.Requests = append(t.Requests, Request{Key: k, Size: c.ObjectSize})
@@ -195,6 +202,66 @@ func Mixed(c ConvConfig) (*Trace, error) {
 		before := len(t.Requests)
 		g.turn(&t.Requests)
 		conv += len(t.Requests) - before
+	}
+	t.Requests = t.Requests[:c.Requests]
+	return t, nil
+}
+
+// ZipfBurstConfig configures ZipfBursts.
+type ZipfBurstConfig struct {
+	// Seed makes the trace reproducible.
+	Seed uint64
+	// Requests is the number of requests (bursts included).
+	Requests int
+	// Keys is the number of keys of the Zipf-popular set.
+	Keys int
+	// ZipfS is the Zipf exponent (> 1). Default 1.1.
+	ZipfS float64
+	// BlockSize is the size of every object.
+	BlockSize int64
+	// BurstEvery is the number of Zipf requests between two bursts.
+	BurstEvery int
+	// BurstLen is the number of one-off keys in a burst.
+	BurstLen int
+}
+
+// ZipfBursts returns requests to Keys keys "z/<rank>" drawn from a Zipf
+// popularity, interrupted every BurstEvery requests by a burst of
+// BurstLen keys "b/<n>" that are requested once and never again (a batch
+// job or a one-off long document passing through the cache).
+func ZipfBursts(c ZipfBurstConfig) (*Trace, error) {
+	if c.ZipfS == 0 {
+		c.ZipfS = 1.1
+	}
+	switch {
+	case c.Requests <= 0:
+		return nil, fmt.Errorf("%w: Requests %d must be > 0", ErrBadConfig, c.Requests)
+	case c.Keys <= 1:
+		return nil, fmt.Errorf("%w: Keys %d must be > 1", ErrBadConfig, c.Keys)
+	case c.ZipfS <= 1:
+		return nil, fmt.Errorf("%w: ZipfS %g must be > 1", ErrBadConfig, c.ZipfS)
+	case c.BlockSize <= 0:
+		return nil, fmt.Errorf("%w: BlockSize %d must be > 0", ErrBadConfig, c.BlockSize)
+	case c.BurstEvery <= 0:
+		return nil, fmt.Errorf("%w: BurstEvery %d must be > 0", ErrBadConfig, c.BurstEvery)
+	case c.BurstLen < 0:
+		return nil, fmt.Errorf("%w: BurstLen %d must be >= 0", ErrBadConfig, c.BurstLen)
+	}
+	r := rand.New(rand.NewPCG(c.Seed, c.Seed^0x6a09e667f3bcc909))
+	z := rand.NewZipf(r, c.ZipfS, 1, uint64(c.Keys-1))
+	t := &Trace{Name: "zipf-bursts", Requests: make([]Request, 0, c.Requests)}
+	burst, since := 0, 0
+	for len(t.Requests) < c.Requests {
+		if since == c.BurstEvery {
+			for i := 0; i < c.BurstLen; i++ {
+				t.Requests = append(t.Requests, Request{Key: fmt.Sprintf("b/%d", burst), Size: c.BlockSize})
+				burst++
+			}
+			since = 0
+			continue
+		}
+		t.Requests = append(t.Requests, Request{Key: fmt.Sprintf("z/%d", z.Uint64()), Size: c.BlockSize})
+		since++
 	}
 	t.Requests = t.Requests[:c.Requests]
 	return t, nil

@@ -1,0 +1,459 @@
+package admission
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// TinyLFUConfig tunes the TinyLFU policy. The zero value of each field
+// takes the default in its comment (chosen from `go run ./bench churn`,
+// docs/bench/bench.md).
+type TinyLFUConfig struct {
+	// SampleFactor sets the ageing period: the sketch halves every
+	// SampleFactor x (objects cached) accesses (admission_sample_factor,
+	// default 10, the TinyLFU paper's W/C).
+	SampleFactor int64
+	// Margin is what a candidate's frequency must exceed the displaced
+	// bucket's value density by, at start (admission_margin; used as
+	// given, the flag's default is 1, DefaultTinyLFUConfig). The incumbent
+	// always wins ties. A margin of one access absorbs the phase
+	// difference of a loop: a key just seen again counts one more than a
+	// key of the same loop still waiting for its turn, and without the
+	// margin it would displace it, which is LRU's failure on loops. On
+	// recency-driven traffic the same margin turns away objects that come
+	// back soon, so the margin adapts (see MaxMargin).
+	Margin float64
+	// MaxMargin bounds the adaptive margin (default 2). The margin moves
+	// by MarginStep down when a rejected candidate comes back (a lookup
+	// miss of a key rejected not long ago) and up when an object pushed
+	// out of SSD by an admission comes back, in [0, MaxMargin] (the idea
+	// of ARC's ghost lists). MaxMargin equal to Margin with a zero
+	// MarginStep keeps it fixed.
+	MaxMargin float64
+	// MarginStep is the adaptation step (default 0.25; negative: none).
+	MarginStep float64
+	// GhostFraction sizes the two ghost lists (rejected, pushed out) as a
+	// fraction of the SSD's capacity in objects (default 0.25).
+	GhostFraction float64
+	// WriteBudget is the SSD write budget per node in bytes per second
+	// (ssd_write_budget, in MB/s on the command line); 0 = no budget.
+	// Tokens accumulate for at most one second of budget. When tokens run
+	// short, low-frequency candidates are refused first: a candidate of
+	// frequency f may only spend tokens down to (1 - f/16) of the burst.
+	WriteBudget float64
+	// PromoteFreq: an object read from SSD whose estimated frequency
+	// reaches this is worth a DRAM copy (dram_promotion_min_freq); 0 = no
+	// promotion.
+	PromoteFreq uint32
+	// AtPut admits at PutEnd (an inclusive SSD: DRAM and SSD hold copies)
+	// instead of when DRAM eviction drops the object (exclusive, the
+	// default). Exclusive keeps more distinct objects in DRAM+SSD; see
+	// docs/bench/bench.md.
+	AtPut bool
+	// MinPopulation is the cache size, in objects, assumed while the
+	// master holds fewer (default 1024).
+	MinPopulation int64
+	// Now is the clock of the write budget; default time.Now.
+	Now func() time.Time
+}
+
+func (c *TinyLFUConfig) defaults() {
+	if c.SampleFactor <= 0 {
+		c.SampleFactor = 10
+	}
+	if c.Margin < 0 {
+		c.Margin = 0
+	}
+	if c.MaxMargin == 0 {
+		c.MaxMargin = max(2, c.Margin)
+	}
+	c.MaxMargin = max(c.MaxMargin, c.Margin)
+	if c.MarginStep == 0 {
+		c.MarginStep = 0.25
+	}
+	if c.GhostFraction <= 0 {
+		c.GhostFraction = 0.25
+	}
+	if c.MinPopulation <= 0 {
+		c.MinPopulation = 1024
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// DefaultTinyLFUConfig is the configuration of the flags' defaults.
+func DefaultTinyLFUConfig() TinyLFUConfig {
+	c := TinyLFUConfig{Margin: 1}
+	c.defaults()
+	return c
+}
+
+// Outcome classifies a demand lookup for TinyLFU.ObserveLookup.
+type Outcome uint8
+
+const (
+	// Miss: the key has no readable replica.
+	Miss Outcome = iota
+	// DRAMHit: a Memory replica answers it.
+	DRAMHit
+	// SSDHit: only LocalDisk replicas answer it (the reader goes to SSD).
+	SSDHit
+)
+
+// Reason says why TinyLFU accepted or rejected a candidate (metrics label).
+type Reason uint8
+
+const (
+	// AcceptRoom: the candidate fits under the node's high watermark.
+	AcceptRoom Reason = iota
+	// AcceptWon: the candidate's frequency beats the value density of the
+	// bucket it would displace by more than the margin.
+	AcceptWon
+	// AcceptNoReport: the node has not reported its SSD; the candidate is
+	// admitted as offload_on_evict would.
+	AcceptNoReport
+	// RejectLost: the bucket it would displace is worth at least as much.
+	RejectLost
+	// RejectBudget: the SSD write budget has no tokens for a candidate of
+	// this value.
+	RejectBudget
+	// RejectNoVictim: the SSD is full and the node reported no bucket it
+	// could evict.
+	RejectNoVictim
+	numReasons
+)
+
+var reasonNames = [numReasons]string{"room", "won", "no_report", "lost", "budget", "no_victim"}
+
+func (r Reason) String() string {
+	if r < numReasons {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
+
+// Accepted reports whether r is an acceptance.
+func (r Reason) Accepted() bool { return r <= AcceptNoReport }
+
+// recentMisses is the size of the table that pairs a put with the lookup
+// miss just before it, so that a miss followed by its put counts as one
+// access.
+const recentMisses = 1 << 12
+
+// TinyLFU is the frequency-based admission policy (offload_admission_policy
+// = tinylfu): see the package documentation.
+type TinyLFU struct {
+	cfg TinyLFUConfig
+
+	// mu protects sk, recent, nodes and population.
+	mu     sync.Mutex
+	sk     *Sketch
+	recent [recentMisses]uint64
+	nodes  map[string]*nodeState
+	// population returns the number of objects cached (DRAM and SSD);
+	// nil: MinPopulation.
+	population func() int64
+	// margin is the current, adaptive margin; rejected and pushed are the
+	// ghost lists that move it.
+	margin           float64
+	rejected, pushed *ghost
+	adapt            adaptState
+
+	st tinyStats
+}
+
+type nodeState struct {
+	rep     SSDReport
+	pending int64 // bytes admitted since rep
+	tokens  float64
+	last    time.Time // of the last token refill
+}
+
+type tinyStats struct {
+	decisions        [numReasons]atomic.Int64
+	lookups          [3]atomic.Int64
+	admitted         atomic.Int64
+	admittedBytes    atomic.Int64
+	ssdHitBytes      atomic.Int64
+	promotions       atomic.Int64
+	regretRejected   atomic.Int64
+	regretPushed     atomic.Int64
+	reports, resizes atomic.Int64
+}
+
+// NewTinyLFU returns the policy with cfg (zero fields take their defaults).
+func NewTinyLFU(cfg TinyLFUConfig) *TinyLFU {
+	cfg.defaults()
+	p := &TinyLFU{cfg: cfg, nodes: map[string]*nodeState{}, margin: cfg.Margin,
+		rejected: newGhost(int(cfg.MinPopulation / 4)), pushed: newGhost(int(cfg.MinPopulation / 4))}
+	p.sk = NewSketch(cfg.MinPopulation, cfg.SampleFactor*cfg.MinPopulation)
+	return p
+}
+
+// Config returns the configuration in use, defaults applied.
+func (p *TinyLFU) Config() TinyLFUConfig { return p.cfg }
+
+func (p *TinyLFU) Name() string { return "tinylfu" }
+
+// WantsLookups is true: the master must pass its demand lookups
+// (ObserveLookup is what learns from them; OnLookup itself never queues).
+func (p *TinyLFU) WantsLookups() bool { return true }
+
+// OnLookup never queues: TinyLFU admits when DRAM drops an object (or at
+// PutEnd with AtPut).
+func (p *TinyLFU) OnLookup(o *Object) bool { return false }
+
+// SetPopulation gives the policy the number of objects cached (the
+// master's object count), which sizes the sketch and its ageing period.
+func (p *TinyLFU) SetPopulation(f func() int64) {
+	p.mu.Lock()
+	p.population = f
+	p.mu.Unlock()
+}
+
+// add records an access of h. Caller holds mu.
+func (p *TinyLFU) add(h uint64) {
+	if p.sk.AddHash(h) {
+		p.aged()
+	}
+}
+
+// aged recomputes the period (and, when the cache outgrew the sketch, its
+// width) after a halving. Caller holds mu.
+func (p *TinyLFU) aged() {
+	pop := p.cfg.MinPopulation
+	if p.population != nil {
+		pop = max(pop, p.population())
+	}
+	if 2*pop > p.sk.Width() && p.sk.Width() < maxSketchSize {
+		// The counters were just halved; starting afresh with room for
+		// the cache loses little.
+		resets := p.sk.resets
+		p.sk.resize(pop, p.cfg.SampleFactor*pop)
+		p.sk.resets = resets
+		p.st.resizes.Add(1)
+		return
+	}
+	p.sk.SetPeriod(p.cfg.SampleFactor * pop)
+}
+
+// ObserveLookup records one demand lookup of key (the master calls it for
+// every counted lookup, hit or miss, once per key and batch, never for the
+// offload path). size is the object's size (0 on a miss).
+func (p *TinyLFU) ObserveLookup(key string, o Outcome, size int64) {
+	h := hashKey(key)
+	p.mu.Lock()
+	p.add(h)
+	if o == Miss {
+		p.recent[h&(recentMisses-1)] = h
+		p.regret(h)
+	}
+	p.mu.Unlock()
+	if int(o) < len(p.st.lookups) {
+		p.st.lookups[o].Add(1)
+	}
+	if o == SSDHit {
+		p.st.ssdHitBytes.Add(size)
+	}
+}
+
+// AtPutEnd records the put as an access, unless it is the put that follows
+// a lookup miss of the same key (one request, counted once). With
+// Config.AtPut it is also the admission point.
+func (p *TinyLFU) AtPutEnd(o Object) bool {
+	h := hashKey(o.Key)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if i := h & (recentMisses - 1); p.recent[i] == h {
+		p.recent[i] = 0
+	} else {
+		p.add(h)
+	}
+	if !p.cfg.AtPut || !eligible(o) {
+		return false
+	}
+	return p.admitLocked(o, h)
+}
+
+// OnEvict is the admission point: DRAM eviction picked o.
+func (p *TinyLFU) OnEvict(o Object) bool {
+	if p.cfg.AtPut || !eligible(o) {
+		return false
+	}
+	h := hashKey(o.Key)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.admitLocked(o, h)
+}
+
+// admitLocked decides, counts and accounts one candidate. Caller holds mu.
+func (p *TinyLFU) admitLocked(o Object, h uint64) bool {
+	f := p.sk.EstimateHash(h)
+	st := p.nodes[o.Node]
+	r := p.decide(f, o.Size, st)
+	p.st.decisions[r].Add(1)
+	if !r.Accepted() {
+		if r == RejectLost {
+			p.rejected.add(h)
+			p.adapt.rejects++
+			p.maybeAdapt()
+		}
+		return false
+	}
+	if st != nil {
+		st.pending += o.Size
+		if p.cfg.WriteBudget > 0 {
+			st.tokens -= float64(o.Size)
+		}
+	}
+	p.st.admitted.Add(1)
+	p.st.admittedBytes.Add(o.Size)
+	return true
+}
+
+// decide is the admission test of a candidate of estimated frequency f and
+// size bytes on a node in state st (nil: no report). It changes nothing
+// but the budget's refill. Caller holds mu.
+func (p *TinyLFU) decide(f uint32, size int64, st *nodeState) Reason {
+	if st == nil {
+		return AcceptNoReport
+	}
+	r := p.valueTest(f, size, st)
+	if r.Accepted() && p.cfg.WriteBudget > 0 && !p.budgetAllows(f, size, st) {
+		return RejectBudget
+	}
+	return r
+}
+
+// valueTest compares the candidate with the SSD: room under the high
+// watermark admits; otherwise the candidate must beat the bucket its bytes
+// would displace (the victims are consumed in order by the bytes admitted
+// beyond the watermark since the report) by more than the margin.
+func (p *TinyLFU) valueTest(f uint32, size int64, st *nodeState) Reason {
+	rep := &st.rep
+	if rep.High <= 0 {
+		return AcceptRoom
+	}
+	over := rep.Used + int64(float64(st.pending+size)*expansion(rep)) - rep.High
+	if over <= 0 {
+		return AcceptRoom
+	}
+	if len(rep.Victims) == 0 {
+		return RejectNoVictim
+	}
+	var cum int64
+	d := rep.Victims[len(rep.Victims)-1].Density()
+	for _, v := range rep.Victims {
+		cum += v.Bytes
+		if cum >= over {
+			d = v.Density()
+			break
+		}
+	}
+	if float64(f) > d+p.margin {
+		return AcceptWon
+	}
+	return RejectLost
+}
+
+// expansion estimates the SSD bytes an object byte takes once written
+// (bucket header, trailer and alignment), from the reported victims: their
+// file bytes over their object space; 1 without victims.
+func expansion(r *SSDReport) float64 {
+	var file, span int64
+	for _, v := range r.Victims {
+		file += v.Bytes
+		span += v.Span
+	}
+	if span <= 0 || file <= span {
+		return 1
+	}
+	return float64(file) / float64(span)
+}
+
+// budgetAllows refills the node's tokens and reports whether a candidate of
+// frequency f may spend size of them: it may go down to a floor of
+// (1 - f/16) of the burst, so as tokens run out the least valuable
+// candidates are refused first. Caller holds mu.
+func (p *TinyLFU) budgetAllows(f uint32, size int64, st *nodeState) bool {
+	burst := p.cfg.WriteBudget // one second of budget
+	now := p.cfg.Now()
+	if st.last.IsZero() {
+		st.tokens = burst
+	} else if dt := now.Sub(st.last).Seconds(); dt > 0 {
+		st.tokens = math.Min(burst, st.tokens+dt*p.cfg.WriteBudget)
+	}
+	st.last = now
+	floor := burst * math.Max(0, 1-float64(f)/16)
+	return st.tokens-float64(size) >= floor
+}
+
+// ReportSSD records node's SSD report (the heartbeat carries it).
+// outstanding is the number of the node's offload tasks the master still
+// has queued or in flight: admitted, but not in the report's Used yet; they
+// are counted at the average size of admitted objects.
+func (p *TinyLFU) ReportSSD(node string, r SSDReport, outstanding int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.nodes[node]
+	if st == nil {
+		st = &nodeState{}
+		p.nodes[node] = st
+	}
+	st.rep = r
+	st.pending = 0
+	if n := p.st.admitted.Load(); n > 0 && r.High > 0 {
+		p.resizeGhosts(r.High / max(1, p.st.admittedBytes.Load()/n))
+	}
+	if n := p.st.admitted.Load(); n > 0 && outstanding > 0 {
+		st.pending = int64(outstanding) * (p.st.admittedBytes.Load() / n)
+	}
+	p.st.reports.Add(1)
+}
+
+// ForgetNode drops node's report (the node left).
+func (p *TinyLFU) ForgetNode(node string) {
+	p.mu.Lock()
+	delete(p.nodes, node)
+	p.mu.Unlock()
+}
+
+// Estimate is key's estimated frequency (0..16).
+func (p *TinyLFU) Estimate(key string) uint32 {
+	h := hashKey(key)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sk.EstimateHash(h)
+}
+
+// EstimateBytes is Estimate of a key given as bytes (the tier's form).
+func (p *TinyLFU) EstimateBytes(key []byte) uint32 {
+	h := hashKey(key)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sk.EstimateHash(h)
+}
+
+// Promote says whether an object read from SSD is worth a DRAM copy: its
+// estimated frequency reaches PromoteFreq (never when PromoteFreq is 0).
+// A true answer is counted as a promotion.
+func (p *TinyLFU) Promote(key string) bool {
+	if p.cfg.PromoteFreq == 0 {
+		return false
+	}
+	if p.Estimate(key) < p.cfg.PromoteFreq {
+		return false
+	}
+	p.st.promotions.Add(1)
+	return true
+}
+
+// MarshalSketch encodes the current sketch for a node (Sketch.MarshalBinary).
+func (p *TinyLFU) MarshalSketch() ([]byte, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sk.MarshalBinary()
+}

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/tierstore/tierstore/admission"
+	"github.com/tierstore/tierstore/backend/pwrite"
+	"github.com/tierstore/tierstore/client"
+	"github.com/tierstore/tierstore/embedded"
+	"github.com/tierstore/tierstore/eviction"
+	"github.com/tierstore/tierstore/master"
+	"github.com/tierstore/tierstore/node"
+	"github.com/tierstore/tierstore/tier"
+)
+
+// churnStack is one replay's system: a real master, a real SSD tier engine
+// (pwrite backend), a real node using that tier and a client, in one
+// process, as embedded.New builds them, except that the tier is
+// opened here so that the node's side of SSD admission can be run: every
+// heartbeat interval the SSD report (fill level and value of the next
+// eviction victims, valued with the master's frequency sketch) goes to the
+// master, which is what the offload heartbeat will carry once the RPC
+// fields exist (docs/benchmarks.md, churn).
+type churnStack struct {
+	m    *master.Service
+	eng  *tier.Engine
+	node *node.Node
+	c    *client.Client
+
+	stop chan struct{}
+	done sync.WaitGroup
+	// reportErr is the first error of the report loop (guarded by mu).
+	mu        sync.Mutex
+	reportErr error
+}
+
+// churnNodeName is the node id of every replay.
+const churnNodeName = "churn-node"
+
+// startChurnStack starts the master, tier, node and client of cfg.
+func startChurnStack(ctx context.Context, cfg embedded.Config) (_ *churnStack, err error) {
+	s := &churnStack{stop: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	if s.m, err = master.New(cfg.Master); err != nil {
+		return nil, err
+	}
+	nc := cfg.Node
+	be, err := pwrite.Open(filepath.Join(nc.SSDDir, "buckets"), pwrite.Options{Direct: nc.DirectIO, Logger: nc.Logger})
+	if err != nil {
+		return nil, err
+	}
+	m := s.m
+	s.eng, err = tier.Open(nc.SSDDir, tier.Options{
+		Backend:          be,
+		Capacity:         nc.SSDCapacity,
+		Eviction:         nc.BucketEviction,
+		Compression:      nc.Compression,
+		BucketKeysLimit:  nc.BucketKeysLimit,
+		BucketBytesLimit: nc.BucketSizeLimit,
+		// What the node's own eviction callback does: tell the master
+		// before the bytes go (invariant 7); its refusal keeps the bucket.
+		OnEvict: func(ctx context.Context, keys [][]byte) error {
+			ks := make([]string, len(keys))
+			for i, k := range keys {
+				ks[i] = string(k)
+			}
+			_, err := m.EvictDiskReplica(ctx, churnNodeName, ks)
+			return err
+		},
+		Logger: nc.Logger,
+	})
+	if err != nil {
+		be.Close()
+		if errors.Is(err, tier.ErrBadOptions) {
+			return nil, fmt.Errorf("%w: %v", node.ErrBadConfig, err)
+		}
+		return nil, err
+	}
+	eng := s.eng
+	if s.node, err = node.Start(ctx, nc, s.m, node.WithTier(eng), node.WithName(churnNodeName)); err != nil {
+		s.eng = nil // the node closed it
+		return nil, err
+	}
+	if s.c, err = client.New(ctx, client.Config{Master: s.m, LocalNode: s.node, Logger: nc.Logger}); err != nil {
+		return nil, err
+	}
+	if est, ok := s.m.Policy().(interface{ EstimateBytes([]byte) uint32 }); ok {
+		s.done.Add(1)
+		go s.reportLoop(nc.HeartbeatInterval, est.EstimateBytes)
+	}
+	return s, nil
+}
+
+// reportLoop sends the node's SSD report every interval until Close.
+func (s *churnStack) reportLoop(every time.Duration, freq func([]byte) uint32) {
+	defer s.done.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if err := s.report(freq); err != nil {
+			s.mu.Lock()
+			if s.reportErr == nil && !errors.Is(err, tier.ErrClosed) {
+				s.reportErr = err
+			}
+			s.mu.Unlock()
+			return
+		}
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// report computes the node's SSD report and hands it to the master.
+func (s *churnStack) report(freq func([]byte) uint32) error {
+	ol, err := s.eng.Outlook(ssdReportCover(s.eng))
+	if err != nil {
+		return err
+	}
+	s.m.ReportSSD(churnNodeName, ssdReport(ol, freq))
+	return nil
+}
+
+// ssdReportCover is how many bytes of next victims a report describes:
+// what one eviction round frees, plus a bucket.
+func ssdReportCover(e *tier.Engine) int64 {
+	st := e.Stats()
+	return st.Capacity/5 + 1
+}
+
+// ssdReport turns a tier outlook into the report admission takes, valuing
+// every object of a victim bucket with freq.
+func ssdReport(ol tier.Outlook, freq func([]byte) uint32) admission.SSDReport {
+	r := admission.SSDReport{High: ol.High, Low: ol.Low, Used: ol.Used}
+	for _, v := range ol.Victims {
+		w := eviction.Value(v.Size, v.Keys, v.Sizes, freq)
+		r.Victims = append(r.Victims, admission.VictimValue{Bytes: w.FileBytes, Span: w.LiveBytes + w.DeadBytes, Value: w.Value})
+	}
+	return r
+}
+
+// err returns the report loop's error, if any.
+func (s *churnStack) err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reportErr
+}
+
+// Close stops the report loop, the client, the node (which closes the
+// tier) and the master.
+func (s *churnStack) Close() error {
+	close(s.stop)
+	s.done.Wait()
+	var errs []error
+	if s.c != nil {
+		errs = append(errs, s.c.Close())
+	}
+	if s.node != nil {
+		errs = append(errs, s.node.Close())
+	} else if s.eng != nil {
+		errs = append(errs, s.eng.Close())
+	}
+	if s.m != nil {
+		errs = append(errs, s.m.Close())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,105 @@
+package master
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tierstore/tierstore/admission"
+)
+
+// The master's side of admission policies that learn from more than the
+// three moments of admission.Policy (package admission, tinylfu): every
+// demand lookup including misses, the SSD reports of the nodes, metrics.
+// Kept in this file so that the call sites elsewhere are one line each.
+
+// lookupObserver is a policy that records every demand lookup, hit or miss.
+type lookupObserver interface {
+	ObserveLookup(key string, o admission.Outcome, size int64)
+}
+
+// ssdReportSink is a policy that takes the nodes' SSD reports.
+type ssdReportSink interface {
+	ReportSSD(node string, r admission.SSDReport, outstanding int)
+}
+
+// startAdmission connects the policy to the master: the object count (which
+// sizes a frequency sketch) and the metrics registry. Called once by New.
+func (s *Service) startAdmission() {
+	if p, ok := s.policy.(interface{ SetPopulation(func() int64) }); ok {
+		p.SetPopulation(s.cnt.objects.Load)
+	}
+	if c, ok := s.policy.(prometheus.Collector); ok {
+		s.met.reg.MustRegister(c)
+	}
+}
+
+// observeLookup tells a lookup-observing policy about one demand lookup of
+// key, whose object is o (nil when absent). count is the caller's "counted
+// demand lookup" (not the offload path, first occurrence in its batch).
+// Caller holds the shard lock.
+func (s *Service) observeLookup(key string, o *object, count bool) {
+	if !count {
+		return
+	}
+	ob, ok := s.policy.(lookupObserver)
+	if !ok {
+		return
+	}
+	switch {
+	case o == nil:
+		ob.ObserveLookup(key, admission.Miss, 0)
+	case o.readableMem():
+		ob.ObserveLookup(key, admission.DRAMHit, o.size)
+	case o.readableDisk():
+		ob.ObserveLookup(key, admission.SSDHit, o.size)
+	default:
+		ob.ObserveLookup(key, admission.Miss, 0)
+	}
+}
+
+// observeDiskEviction tells a policy that keys are leaving node's SSD (the
+// node evicts their bucket).
+func (s *Service) observeDiskEviction(keys []string) {
+	if p, ok := s.policy.(interface{ ObserveSSDEviction([]string) }); ok {
+		p.ObserveSSDEviction(keys)
+	}
+}
+
+// memNode is the id of the node holding o's DRAM replica, "" without one.
+func memNode(o *object) string {
+	if o.mem.seg == nil {
+		return ""
+	}
+	return o.mem.seg.node.id
+}
+
+// ReportSSD passes node's SSD report (fill level, value of its next
+// eviction victims) to the admission policy, with the node's offload tasks
+// still queued or in flight (admitted, not yet in the report's fill
+// level); policies that do not use reports ignore it. The offload
+// heartbeat carries the report over RPC; the node computes it before it
+// fetches the heartbeat's tasks.
+func (s *Service) ReportSSD(node string, r admission.SSDReport) {
+	p, ok := s.policy.(ssdReportSink)
+	if !ok {
+		return
+	}
+	out := 0
+	if n := s.lookupNode(node); n != nil {
+		q, i := n.box.counts()
+		out = q + i
+	}
+	p.ReportSSD(node, r, out)
+}
+
+// AdmissionSketch returns the admission policy's frequency sketch, encoded
+// for a node that values its SSD buckets with it (admission.Sketch
+// UnmarshalBinary). ErrBadConfig when the policy keeps no sketch.
+func (s *Service) AdmissionSketch() ([]byte, error) {
+	p, ok := s.policy.(interface{ MarshalSketch() ([]byte, error) })
+	if !ok {
+		return nil, fmt.Errorf("%w: admission policy %s keeps no frequency sketch", ErrBadConfig, s.policy.Name())
+	}
+	return p.MarshalSketch()
+}
