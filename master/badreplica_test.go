@@ -64,3 +64,40 @@ func TestReportBadReplica(t *testing.T) {
 		t.Fatalf("bad_replicas_total %v", v)
 	}
 }
+
+// TestReportBadReplicaNeverDropsAnotherReplica guards issue 9 item 2: a
+// report names the replica its reader was given; once that replica is gone
+// the report is answered REPLICA_NOT_FOUND and drops nothing, even when the
+// key was put again with the same bytes at the same place (the put token
+// tells the replicas apart). In-process and over gRPC (the token travels in
+// the report's replica).
+func TestReportBadReplicaNeverDropsAnotherReplica(t *testing.T) {
+	for _, via := range []string{"service", "grpc"} {
+		t.Run(via, func(t *testing.T) {
+			s, _ := testService(t, func(c *Config) { c.ClientTTL = time.Hour })
+			var api API = s
+			if via == "grpc" {
+				api = remoteService(t, s)
+			}
+			mount(t, api, "a", 1<<20)
+			put(t, api, "k", 100, "a")
+			res, err := api.BatchGetReplicaList(bg, []string{"k"})
+			if err != nil || res[0].Err != nil || res[0].Info.Replicas[0].PutToken == 0 {
+				t.Fatalf("lookup: %+v %v", res, err)
+			}
+			old := res[0].Info
+			if err := api.Remove(bg, "k", true); err != nil {
+				t.Fatal(err)
+			}
+			again := put(t, api, "k", 100, "a")
+			if again.Offset != old.Replicas[0].Offset {
+				t.Fatalf("the new put is elsewhere (%d), the test needs the same place", again.Offset)
+			}
+			mustIs(t, api.ReportBadReplica(bg, "k", crcOf("k"), old.Replicas[0]), codes.ErrReplicaNotFound)
+			info, err := api.GetReplicaList(bg, "k")
+			if err != nil || kinds(info) != "MEMORY@a " || info.Replicas[0].PutToken != again.PutToken {
+				t.Fatalf("the new replica after a stale report: %+v %v", info, err)
+			}
+		})
+	}
+}

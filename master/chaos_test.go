@@ -21,6 +21,7 @@ func TestConcurrentChaos(t *testing.T) {
 		c.OffloadingQueueLimit = 50
 		c.EvictionRatio = 0.2
 		c.ClientTTL = time.Hour
+		c.PutStartMaxWait = 5 * time.Millisecond // puts also wait for room
 	})
 	nodes := []string{"a", "b", "c"}
 	for _, n := range nodes {

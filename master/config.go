@@ -34,6 +34,12 @@ type Config struct {
 	OffloadTaskTimeout            time.Duration // offload_task_timeout (s): unanswered task is dropped, pin released
 
 	PutStartDiscardTimeout time.Duration // put_start_discard_timeout_sec (s): abandoned PROCESSING replica reclaimed
+	// PutStartMaxWait (put_start_max_wait, ms): how long a PutStart waits
+	// for DRAM room when eviction cannot make room at once (leased objects
+	// without another readable replica, offload tasks in flight), bounded
+	// also by the caller's context. 0: fail at once with
+	// NO_AVAILABLE_HANDLE.
+	PutStartMaxWait time.Duration
 
 	// MonitorInterval is the period of the background loop (liveness,
 	// sweep, reclaim, watermark eviction). 0 disables the loop: tests call
@@ -66,6 +72,7 @@ func DefaultConfig() Config {
 		OffloadingQueueLimit:       50000,
 		OffloadTaskTimeout:         300 * time.Second,
 		PutStartDiscardTimeout:     30 * time.Second,
+		PutStartMaxWait:            5 * time.Second,
 		MonitorInterval:            time.Second,
 		Shards:                     1024,
 		AdmissionFlags:             admission.DefaultOptions(),
@@ -107,6 +114,9 @@ func (c Config) Validate() error {
 	}
 	if c.PutStartDiscardTimeout <= 0 {
 		return bad("put_start_discard_timeout_sec must be > 0, got %v", c.PutStartDiscardTimeout)
+	}
+	if c.PutStartMaxWait < 0 {
+		return bad("put_start_max_wait must be >= 0, got %v", c.PutStartMaxWait)
 	}
 	if c.MonitorInterval < 0 {
 		return bad("Config.MonitorInterval (no flag) must be >= 0, got %v", c.MonitorInterval)

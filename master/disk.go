@@ -16,6 +16,11 @@ func (s *Service) dropDisk(sh *shard, key string, o *object, id string, now int6
 	}
 	s.countDisk(o.disk[i].node, -1, -o.size)
 	o.disk = append(o.disk[:i], o.disk[i+1:]...)
+	if o.leased(now) {
+		// Readers of the lease may have been given this replica: from now
+		// on they depend on the others, DRAM included (invariant 4).
+		o.dramLeaseUntil = max(o.dramLeaseUntil, o.leaseUntil)
+	}
 	s.settleEmpty(sh, key, o, now)
 	return true
 }

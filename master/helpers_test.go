@@ -22,6 +22,7 @@ func testService(t testing.TB, mut func(*Config)) (*Service, *ManualClock) {
 	cfg.Clock = clk
 	cfg.MonitorInterval = 0
 	cfg.Shards = 16
+	cfg.PutStartMaxWait = 0 // fail at once; tests of waiting set it
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	if mut != nil {
 		mut(&cfg)

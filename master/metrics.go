@@ -49,6 +49,10 @@ func newMetrics(s *Service) *metrics {
 			func() float64 { return float64(s.cnt.offloadRetried.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_offload_abandoned_total", Help: "Offload tasks dropped after their last retryable attempt failed."},
 			func() float64 { return float64(s.cnt.offloadAbandoned.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_put_start_waits_total", Help: "PutStarts that waited for DRAM room (eviction could not make room at once)."},
+			func() float64 { return float64(s.cnt.putWaits.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_put_start_wait_failures_total", Help: "PutStarts that waited for DRAM room and gave up (context or put_start_max_wait)."},
+			func() float64 { return float64(s.cnt.putWaitsFailed.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_bad_replicas_total", Help: "Replicas dropped because a reader reported a size or CRC32C mismatch."},
 			func() float64 { return float64(s.cnt.badReplicas.Load()) }),
 	)

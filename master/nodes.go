@@ -62,6 +62,7 @@ func (s *Service) mountLocked(n *node, req MountRequest) error {
 		return nil
 	}
 	n.segments[req.Segment] = &segment{node: n, name: req.Segment, size: req.Size, alloc: newAllocator(req.Size)}
+	s.room.signal()
 	s.log.Info("segment mounted", "node", req.Node, "segment", req.Segment, "size", req.Size)
 	return nil
 }

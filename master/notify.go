@@ -145,6 +145,7 @@ func (s *Service) registerDisk(n *node, d DiskObject, create bool) error {
 		o.disk[i] = diskReplica{node: n}
 	} else {
 		o.disk = append(o.disk, diskReplica{node: n})
+		s.room.signal() // the DRAM replica may be evicted now
 		s.countDisk(n, 1, o.size)
 	}
 	return nil

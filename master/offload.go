@@ -81,6 +81,7 @@ func (s *Service) cancelTask(key string, o *object) {
 	if o.offload != nil {
 		o.offload.box.drop(key)
 		o.offload = nil
+		s.room.signal() // the DRAM replica may be evicted now
 	}
 }
 

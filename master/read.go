@@ -101,6 +101,11 @@ func (s *Service) replicaList(key string, now int64, count bool, slab *[]Replica
 		}
 	}
 	s.grantLease(o, now)
+	if len(info.Replicas) > 0 && info.Replicas[len(info.Replicas)-1].Kind != LocalDisk {
+		// This reader has only the DRAM replica to read: keep it for the
+		// lease (invariant 4).
+		o.dramLeaseUntil = o.leaseUntil
+	}
 	info.LeaseDeadline = time.Unix(0, o.leaseUntil)
 	if count {
 		s.countLookup(key, o)

@@ -104,8 +104,10 @@ func (s *Service) EvictMemory(ctx context.Context, keys []string, all bool) (int
 }
 
 // evictable reports whether o's complete DRAM replica may be dropped now:
-// not hard-pinned, no read lease, no offload task pinning it. (Soft pins
-// only order victims.) Caller holds the shard lock.
+// not hard-pinned, no offload task pinning it, and no lease that needs it
+// (invariant 4: a lease keeps the object readable, not its DRAM replica;
+// see leaseNeedsDRAM). (Soft pins only order victims.) Caller holds the
+// shard lock.
 func (s *Service) evictable(o *object, now int64) bool {
-	return o.mem.seg != nil && o.mem.complete && !o.hardPin && !o.leased(now) && o.offload == nil
+	return o.mem.seg != nil && o.mem.complete && !o.hardPin && o.offload == nil && !o.leaseNeedsDRAM(now)
 }

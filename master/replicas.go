@@ -13,6 +13,7 @@ func (s *Service) freeRange(g *segment, off, n int64) {
 		g.mu.Lock()
 		g.alloc.Free(off, n)
 		g.mu.Unlock()
+		s.room.signal()
 	}
 }
 

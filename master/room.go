@@ -2,6 +2,9 @@ package master
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
 )
@@ -10,8 +13,19 @@ import (
 const evictRounds = 4
 
 // allocate reserves size bytes in some live segment, evicting when nothing
-// has room.
-func (s *Service) allocate(_ context.Context, size int64, preferred string) (*segment, int64, error) {
+// has room. When eviction cannot make room now (every candidate is leased,
+// pinned by an offload task, or being offloaded instead of dropped), it
+// waits for room (waitForRoom) instead of failing at once.
+func (s *Service) allocate(ctx context.Context, size int64, preferred string) (*segment, int64, error) {
+	seg, off, err := s.allocateNow(size, preferred)
+	if err == nil || s.cfg.PutStartMaxWait <= 0 || !s.roomCanCome(size) {
+		return seg, off, err
+	}
+	return s.waitForRoom(ctx, size, preferred)
+}
+
+// allocateNow tries to allocate, with up to evictRounds eviction rounds.
+func (s *Service) allocateNow(size int64, preferred string) (*segment, int64, error) {
 	for round := 0; ; round++ {
 		gen := s.evictGen.Load()
 		if seg, off, ok := s.tryAllocate(size, preferred); ok {
@@ -34,6 +48,98 @@ func (s *Service) allocate(_ context.Context, size int64, preferred string) (*se
 		return nil, 0, codes.Errorf(codes.NoAvailableHandle, "master: put_start: no segment mounted")
 	}
 	return nil, 0, codes.Errorf(codes.NoAvailableHandle, "master: put_start: no segment has %d free bytes", size)
+}
+
+// roomCanCome reports whether waiting can help a put of size bytes: some
+// live segment is at least that large (so frees, evictions and offloads may
+// make room in it).
+func (s *Service) roomCanCome(size int64) bool {
+	need := alignUp(size)
+	s.nodesMu.RLock()
+	defer s.nodesMu.RUnlock()
+	for _, n := range s.nodes {
+		for _, g := range n.segments {
+			if g.alloc.size >= need && g.live() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// waitForRoom retries the allocation each time room may have appeared (the
+// room broadcast: a range freed, an offload answered, a put ended, a
+// segment mounted, a Tick that may have ended leases) until it succeeds, ctx
+// ends, put_start_max_wait passes or the Service closes. It registers as a
+// waiter before each retry, so a signal between a failed try and the wait
+// is never lost.
+func (s *Service) waitForRoom(ctx context.Context, size int64, preferred string) (*segment, int64, error) {
+	s.cnt.putWaits.Add(1)
+	timer := time.NewTimer(s.cfg.PutStartMaxWait)
+	defer timer.Stop()
+	ch, done := s.room.wait()
+	defer done()
+	for {
+		seg, off, err := s.allocateNow(size, preferred)
+		if err == nil || !s.roomCanCome(size) {
+			return seg, off, err
+		}
+		if h := s.hooks.putWaiting; h != nil {
+			h()
+		}
+		select {
+		case <-ch:
+			ch = s.room.rearm()
+		case <-ctx.Done():
+			s.cnt.putWaitsFailed.Add(1)
+			return nil, 0, codes.Errorf(codes.NoAvailableHandle, "master: put_start: no room for %d bytes before the caller's context ended (%v)", size, ctx.Err())
+		case <-timer.C:
+			s.cnt.putWaitsFailed.Add(1)
+			return nil, 0, codes.Errorf(codes.NoAvailableHandle, "master: put_start: no room for %d bytes within put_start_max_wait (%v)", size, s.cfg.PutStartMaxWait)
+		case <-s.stop:
+			return nil, 0, ErrClosed
+		}
+	}
+}
+
+// broadcast wakes every PutStart waiting for room. signal is cheap when
+// nobody waits (one atomic load), so every path that may make room calls
+// it: frees, answered offload tasks, ended puts, mounts, Tick.
+type broadcast struct {
+	waiting atomic.Int64  // registered waiters
+	mu      sync.Mutex    // protects ch
+	ch      chan struct{} // closed by the next signal; nil when no one took it
+}
+
+// wait registers a waiter and returns the channel the next signal closes,
+// and the function that unregisters.
+func (b *broadcast) wait() (<-chan struct{}, func()) {
+	b.waiting.Add(1)
+	return b.rearm(), func() { b.waiting.Add(-1) }
+}
+
+// rearm returns the channel the next signal closes (a registered waiter
+// calls it after each wake-up, then retries before waiting on it).
+func (b *broadcast) rearm() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch == nil {
+		b.ch = make(chan struct{})
+	}
+	return b.ch
+}
+
+// signal wakes the registered waiters.
+func (b *broadcast) signal() {
+	if b.waiting.Load() == 0 {
+		return
+	}
+	b.mu.Lock()
+	if b.ch != nil {
+		close(b.ch)
+		b.ch = nil
+	}
+	b.mu.Unlock()
 }
 
 // used returns the bytes allocated in g.

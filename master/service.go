@@ -46,6 +46,13 @@ type Service struct {
 	// lastReclaim is the time (unix ns) of the last sweep.
 	lastReclaim atomic.Int64
 
+	// room wakes PutStarts waiting for DRAM room (room.go).
+	room broadcast
+	// hooks are test seams; nil in production.
+	hooks struct {
+		putWaiting func() // a PutStart is about to wait for room
+	}
+
 	// tokens issues put tokens (invariant 8).
 	tokens tokenSource
 	parkMu sync.Mutex // protects parked
@@ -72,6 +79,7 @@ type counters struct {
 	offloadFailed, expiredNodes        atomic.Int64
 	offloadRetried, offloadAbandoned   atomic.Int64
 	badReplicas                        atomic.Int64
+	putWaits, putWaitsFailed           atomic.Int64
 }
 
 var _ API = (*Service)(nil)
@@ -175,6 +183,7 @@ func (s *Service) Tick() {
 		s.lastReclaim.Store(now)
 		s.sweep(now)
 	}
+	s.room.signal() // leases and pins may have ended: waiting puts retry
 }
 
 func (s *Service) now() int64 { return s.clock.Now().UnixNano() }

@@ -62,12 +62,17 @@ type object struct {
 	mem  memReplica    // the DRAM replica when mem.seg != nil
 	disk []diskReplica // at most one per node id
 
-	leaseUntil   int64 // unix ns: read lease; removal paths wait for it
-	softPinUntil int64 // unix ns, meaningful when softPin
-	putStart     int64 // unix ns of PutStart while mem is not complete
-	softPin      bool
-	hardPin      bool
-	reads        uint32 // demand lookups counted by read admission
+	leaseUntil int64 // unix ns: read lease; removal paths wait for it
+	// dramLeaseUntil (unix ns) is the end of the latest lease whose reader
+	// may depend on the DRAM replica: its lookup listed no LocalDisk
+	// replica, or a LocalDisk replica was dropped while it was leased.
+	// Until then DRAM eviction keeps the DRAM replica (see leaseNeedsDRAM).
+	dramLeaseUntil int64
+	softPinUntil   int64 // unix ns, meaningful when softPin
+	putStart       int64 // unix ns of PutStart while mem is not complete
+	softPin        bool
+	hardPin        bool
+	reads          uint32 // demand lookups counted by read admission
 
 	// offload is the node whose offload task (queued or in flight) pins mem;
 	// nil when no task exists.
@@ -79,6 +84,15 @@ type object struct {
 }
 
 func (o *object) leased(now int64) bool { return o.leaseUntil > now }
+
+// leaseNeedsDRAM reports whether o's lease forbids dropping its DRAM
+// replica (invariant 4): a lease promises that the object stays readable,
+// not that its DRAM replica stays, so DRAM may go inside a lease when a
+// LocalDisk replica on a live node stays readable and every reader of the
+// lease was given that replica (dramLeaseUntil has passed).
+func (o *object) leaseNeedsDRAM(now int64) bool {
+	return o.leased(now) && (o.dramLeaseUntil > now || !o.readableDisk())
+}
 
 func (o *object) softPinned(now int64) bool { return o.softPin && o.softPinUntil > now }
 
