@@ -559,6 +559,7 @@ func TestMetricsHandler(t *testing.T) {
 		"tierstore_node_offload_persisted_total{node=\"" + n.Name() + "\"} 1",
 		"tierstore_node_ssd_objects{node=\"" + n.Name() + "\"} 1",
 		"tierstore_node_segment_bytes",
+		"tierstore_node_offload_failures_total{node=\"" + n.Name() + "\",reason=\"too_large\"} 0",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q:\n%s", want, body)

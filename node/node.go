@@ -51,6 +51,11 @@ type Stats struct {
 	Reconciles              int64
 	ReconcileRemoved        int64 // SSD objects deleted because a reconcile called them unwanted
 	NotifyRetries           int64 // notifies sent again after a transport error
+	// OffloadFailedBy counts offload failures by cause (the reason label of
+	// tierstore_node_offload_failures_total): bad_task, source_bytes,
+	// too_large, no_space, master_refused, notify_refused, stale_copy,
+	// tier.
+	OffloadFailedBy map[string]int64
 }
 
 type nodeMetrics struct {
@@ -58,6 +63,7 @@ type nodeMetrics struct {
 	peerWrites, peerReadsDRAM, peerReadsSSD        atomic.Int64
 	remounts, reconciles, reconcileRemoved         atomic.Int64
 	notifyRetries                                  atomic.Int64
+	failedBy                                       [numCauses]atomic.Int64 // offload failures by cause
 }
 
 // Node is a store node: a DRAM segment mounted at the master, a peer data
@@ -251,6 +257,10 @@ func (n *Node) Stats() Stats {
 		Reconciles:       n.metrics.reconciles.Load(),
 		ReconcileRemoved: n.metrics.reconcileRemoved.Load(),
 		NotifyRetries:    n.metrics.notifyRetries.Load(),
+		OffloadFailedBy:  make(map[string]int64, numCauses),
+	}
+	for c := range numCauses {
+		st.OffloadFailedBy[c.String()] = n.metrics.failedBy[c].Load()
 	}
 	if n.tier != nil {
 		st.Tier = n.tier.Stats()
