@@ -236,6 +236,10 @@ func TestPeerWriteRangeChecks(t *testing.T) {
 	if _, err := p.ReadSSD(ctx, []byte("k"), 1); !errors.Is(err, codes.ErrUnableOffload) {
 		t.Fatalf("SSD read on a node without a tier: %v", err)
 	}
+	ps, err := PeerStats(ctx, n.Endpoint())
+	if err != nil || ps.Segment != n.SegmentName() || len(ps.OffloadFailedBy) != int(numCauses) {
+		t.Fatalf("peer stats %+v: %v", ps, err)
+	}
 }
 
 // Offload: every task is answered (nothing left in flight at the master),
