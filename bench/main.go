@@ -48,10 +48,11 @@ type env struct {
 	traceFile string
 	stderr    io.Writer
 	progress  progressFactory
-	sizes     []int64 // tests only: object sizes of throughput (nil: all)
-	sizesFlag string  // throughput: --sizes
-	readers   int     // throughput: --readers
-	perLoad   int     // throughput: --keys-per-load
+	sizes     []int64       // tests only: object sizes of throughput (nil: all)
+	sizesFlag string        // throughput: --sizes
+	readers   int           // throughput: --readers
+	perLoad   int           // throughput: --keys-per-load
+	duration  time.Duration // soak: --duration (0: 60s, 10s with --quick)
 }
 
 func usage(w io.Writer, fs *flag.FlagSet) {
@@ -90,6 +91,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	mutexProfile := fs.String("mutexprofile", "", "write a mutex contention profile of the whole run to this file")
 	blockProfile := fs.String("blockprofile", "", "write a blocking profile of the whole run to this file")
+	duration := fs.Duration("duration", 0, "soak: how long the clients run (default 60s, 10s with --quick)")
 
 	// Accept the scenario name before or after the flags.
 	var names []string
@@ -133,6 +135,9 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 			return fmt.Errorf("%w: unknown scenario %q (valid: %s, all)", errUsage, n, strings.Join(valid, ", "))
 		}
 		todo = append(todo, s)
+	}
+	if *duration < 0 {
+		return fmt.Errorf("%w: --duration must not be negative", errUsage)
 	}
 	if *readers < 1 || *perLoad < 1 {
 		return fmt.Errorf("%w: --readers and --keys-per-load must be >= 1", errUsage)
@@ -191,7 +196,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 			return fmt.Errorf("bench: %w", err)
 		}
 		e := &env{dir: sdir, quick: *quick, traceFile: *traceFile, stderr: stderr, progress: prog,
-			sizesFlag: *sizes, readers: *readers, perLoad: *perLoad}
+			sizesFlag: *sizes, readers: *readers, perLoad: *perLoad, duration: *duration}
 		if adjust != nil {
 			adjust(e)
 		}

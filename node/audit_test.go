@@ -237,7 +237,7 @@ func TestSSDEvictionHonoursLease(t *testing.T) {
 	nodeCfg := func(capacity int64) Config {
 		cfg := testNodeConfig("")
 		cfg.EnableOffload, cfg.SSDDir, cfg.Backend = true, t.TempDir(), "pwrite"
-		cfg.BucketKeysLimit, cfg.BucketSizeLimit, cfg.BucketEviction = 1, 64<<10, "fifo"
+		cfg.BucketKeysLimit, cfg.BucketSizeLimit, cfg.BucketEviction = 1, 16<<10, "fifo"
 		cfg.SSDCapacity = capacity
 		return cfg
 	}

@@ -236,6 +236,10 @@ func TestPeerWriteRangeChecks(t *testing.T) {
 	if _, err := p.ReadSSD(ctx, []byte("k"), 1); !errors.Is(err, codes.ErrUnableOffload) {
 		t.Fatalf("SSD read on a node without a tier: %v", err)
 	}
+	ps, err := PeerStats(ctx, n.Endpoint())
+	if err != nil || ps.Segment != n.SegmentName() || len(ps.OffloadFailedBy) != int(numCauses) {
+		t.Fatalf("peer stats %+v: %v", ps, err)
+	}
 }
 
 // Offload: every task is answered (nothing left in flight at the master),
@@ -559,6 +563,7 @@ func TestMetricsHandler(t *testing.T) {
 		"tierstore_node_offload_persisted_total{node=\"" + n.Name() + "\"} 1",
 		"tierstore_node_ssd_objects{node=\"" + n.Name() + "\"} 1",
 		"tierstore_node_segment_bytes",
+		"tierstore_node_offload_failures_total{node=\"" + n.Name() + "\",reason=\"too_large\"} 0",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q:\n%s", want, body)

@@ -42,7 +42,12 @@
 //     (invariant 3): persisted (bucket notify), already present (after its
 //     SSD bytes are checked against the task's CRC) or failed with a
 //     retryable flag and a reason. Tasks whose source range is invalid or
-//     fails its CRC are failed without touching the SSD.
+//     fails its CRC are failed without touching the SSD. A task that can
+//     never succeed is failed permanently (never retryable): an object
+//     larger than Config.BucketSizeLimit (the largest object that fits in
+//     a bucket; it stays in DRAM only) and a full SSD (tier.ErrNoSpace).
+//     Failures are counted by cause (failures.go) and logged once per
+//     cause and round, with the count, the SSD directory and a key prefix.
 //   - The tier only ever sees a copy of a task's source bytes whose CRC32C
 //     matched the task, and a bucket whose committed size or CRC differs
 //     from its tasks is refused (rolled back): a DRAM range reused under

@@ -15,6 +15,8 @@ var (
 	ErrClosed = errors.New("node: closed")
 	// ErrBadNodeID: the NODE_ID file in --ssd_dir holds no valid id.
 	ErrBadNodeID = errors.New("node: invalid node id file")
+	// ErrSSDDirInUse: another node (process) runs on the --ssd_dir.
+	ErrSSDDirInUse = errors.New("node: SSD directory in use")
 	// ErrRangeNotOwned: a segment write was refused because a newer put
 	// wrote an overlapping range since (docs/design.md invariant 8). Peers
 	// receive it as INVALID_PARAMS with this text.

@@ -40,9 +40,10 @@ var metricDefs = []metricDef{
 // Stats snapshot and reads every metric from it, so the figures of one
 // scrape are consistent with each other and the tier is asked once.
 type collector struct {
-	n     *Node
-	defs  []metricDef
-	descs []*prometheus.Desc
+	n        *Node
+	defs     []metricDef
+	descs    []*prometheus.Desc
+	failedBy *prometheus.Desc // offload failures by reason
 }
 
 func newCollector(n *Node) *collector {
@@ -55,6 +56,8 @@ func newCollector(n *Node) *collector {
 		c.defs = append(c.defs, d)
 		c.descs = append(c.descs, prometheus.NewDesc(prometheus.BuildFQName("tierstore", "node", d.name), d.help, nil, labels))
 	}
+	c.failedBy = prometheus.NewDesc("tierstore_node_offload_failures_total",
+		"Offload tasks answered failed, by reason (too_large and no_space are permanent).", []string{"reason"}, labels)
 	return c
 }
 
@@ -63,6 +66,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range c.descs {
 		ch <- d
 	}
+	ch <- c.failedBy
 }
 
 // Collect implements prometheus.Collector: one Stats snapshot per scrape.
@@ -70,6 +74,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	st := c.n.Stats()
 	for i, d := range c.defs {
 		ch <- prometheus.MustNewConstMetric(c.descs[i], d.kind, float64(d.get(&st)))
+	}
+	for reason, v := range st.OffloadFailedBy {
+		ch <- prometheus.MustNewConstMetric(c.failedBy, prometheus.CounterValue, float64(v), reason)
 	}
 }
 

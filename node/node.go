@@ -51,6 +51,11 @@ type Stats struct {
 	Reconciles              int64
 	ReconcileRemoved        int64 // SSD objects deleted because a reconcile called them unwanted
 	NotifyRetries           int64 // notifies sent again after a transport error
+	// OffloadFailedBy counts offload failures by cause (the reason label of
+	// tierstore_node_offload_failures_total): bad_task, source_bytes,
+	// too_large, no_space, master_refused, notify_refused, stale_copy,
+	// tier.
+	OffloadFailedBy map[string]int64
 }
 
 type nodeMetrics struct {
@@ -58,6 +63,7 @@ type nodeMetrics struct {
 	peerWrites, peerReadsDRAM, peerReadsSSD        atomic.Int64
 	remounts, reconciles, reconcileRemoved         atomic.Int64
 	notifyRetries                                  atomic.Int64
+	failedBy                                       [numCauses]atomic.Int64 // offload failures by cause
 }
 
 // Node is a store node: a DRAM segment mounted at the master, a peer data
@@ -110,6 +116,8 @@ type Node struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	unlockDir func() error // releases the --ssd_dir lock (nil without one)
 }
 
 // Option adjusts Start (tests).
@@ -139,10 +147,13 @@ func randomID() string {
 }
 
 // Start creates the DRAM segment, opens the SSD tier when offload is
-// enabled, starts the peer service on cfg.Listen (no socket when Listen is
-// ""; embedded clients then reach the node in-process), mounts the segment at
-// m, re-registers the objects already on SSD and starts the ping, offload and
-// reconcile loops. Close drains and stops it.
+// enabled (taking the --ssd_dir lock first: a second node on the directory
+// stops with ErrSSDDirInUse), starts the peer service on cfg.Listen (no
+// socket when Listen is ""; embedded clients then reach the node
+// in-process), mounts the segment at m, re-registers the objects already
+// on SSD and starts the ping, offload and reconcile loops. A master that
+// is not reachable yet is waited for, with backoff, until ctx ends (start
+// order does not matter). Close drains and stops the node.
 func Start(ctx context.Context, cfg Config, m masterapi.NodeAPI, opts ...Option) (_ *Node, err error) {
 	var o options
 	for _, f := range opts {
@@ -159,6 +170,9 @@ func Start(ctx context.Context, cfg Config, m masterapi.NodeAPI, opts ...Option)
 		return nil, fmt.Errorf("%w: no master", ErrBadConfig)
 	}
 	n := &Node{cfg: cfg, m: m, log: cfg.Logger}
+	if n.log == nil {
+		n.log = slog.Default()
+	}
 	// The node's context exists before anything that may use it (a peer
 	// read that drops a corrupt SSD replica notifies the master).
 	n.ctx, n.cancel = context.WithCancel(context.Background())
@@ -168,49 +182,13 @@ func Start(ctx context.Context, cfg Config, m masterapi.NodeAPI, opts ...Option)
 			n.release()
 		}
 	}()
-	if n.log == nil {
-		n.log = slog.Default()
-	}
-	n.name = o.name
-	if n.name == "" {
-		host, _ := os.Hostname()
-		n.name = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomID())
-		if cfg.EnableOffload && o.tier == nil && cfg.SSDDir != "" {
-			// The id belongs to the SSD contents: the same --ssd_dir
-			// comes back under the same id.
-			if n.name, err = stableNodeID(cfg.SSDDir, n.name); err != nil {
-				return nil, err
-			}
-		}
-	}
-	n.incarnation = randomID() + randomID()
-	n.segName = "seg-" + randomID()
-	n.log = n.log.With("node", n.name)
-	if n.seg, err = NewSegment(cfg.Memory); err != nil {
+	if err = n.openStorage(o); err != nil {
 		return nil, err
 	}
-	n.owners = newClaims(claimsLimit(cfg.Memory))
-	switch {
-	case o.tier != nil:
-		n.tier, n.backend = o.tier, "injected"
-	case cfg.EnableOffload:
-		n.tier, n.backend, err = openTier(cfg, n.onEvict, n.log)
-		if err != nil {
-			return nil, err
-		}
+	if err = n.serve(); err != nil {
+		return nil, err
 	}
-	if cfg.Listen != "" {
-		if n.lis, err = net.Listen("tcp", cfg.Listen); err != nil {
-			return nil, fmt.Errorf("%w: --listen %q: %v", ErrBadConfig, cfg.Listen, err)
-		}
-		n.endpoint = n.lis.Addr().String()
-		n.srv = grpc.NewServer(wire.ServerOptions()...)
-		rpcpb.RegisterNodePeerServer(n.srv, &peerServer{n: n})
-		go func() { _ = n.srv.Serve(n.lis) }()
-	} else {
-		n.endpoint = "inproc:" + n.name
-	}
-	if err = n.mount(ctx); err != nil {
+	if err = n.mountAtStart(ctx); err != nil {
 		return nil, err
 	}
 	n.roundMu.Lock()
@@ -225,6 +203,104 @@ func Start(ctx context.Context, cfg Config, m masterapi.NodeAPI, opts ...Option)
 	n.log.Info("node started", "endpoint", n.endpoint, "segment", n.segName,
 		"memory", cfg.Memory, "offload", n.tier != nil, "backend", n.backend)
 	return n, nil
+}
+
+// openStorage locks the SSD directory, names the node, and creates the
+// segment and the SSD tier.
+func (n *Node) openStorage(o options) (err error) {
+	cfg := n.cfg
+	ownDir := cfg.EnableOffload && o.tier == nil && cfg.SSDDir != ""
+	if ownDir {
+		if n.unlockDir, err = lockSSDDir(cfg.SSDDir); err != nil {
+			return err
+		}
+	}
+	n.name = o.name
+	if n.name == "" {
+		host, _ := os.Hostname()
+		n.name = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomID())
+		if ownDir {
+			// The id belongs to the SSD contents: the same --ssd_dir
+			// comes back under the same id.
+			if n.name, err = stableNodeID(cfg.SSDDir, n.name); err != nil {
+				return err
+			}
+		}
+	}
+	n.incarnation = randomID() + randomID()
+	n.segName = "seg-" + randomID()
+	n.log = n.log.With("node", n.name)
+	if n.seg, err = NewSegment(cfg.Memory); err != nil {
+		return err
+	}
+	n.owners = newClaims(claimsLimit(cfg.Memory))
+	switch {
+	case o.tier != nil:
+		n.tier, n.backend = o.tier, "injected"
+	case cfg.EnableOffload:
+		n.tier, n.backend, err = openTier(cfg, n.onEvict, n.log)
+	}
+	return err
+}
+
+// serve starts the peer service on cfg.Listen ("" : none, the node is
+// reached in-process).
+func (n *Node) serve() (err error) {
+	if n.cfg.Listen == "" {
+		n.endpoint = "inproc:" + n.name
+		return nil
+	}
+	if n.lis, err = net.Listen("tcp", n.cfg.Listen); err != nil {
+		return fmt.Errorf("%w: --listen %q: %v", ErrBadConfig, n.cfg.Listen, err)
+	}
+	n.endpoint = n.lis.Addr().String()
+	n.srv = grpc.NewServer(wire.ServerOptions()...)
+	rpcpb.RegisterNodePeerServer(n.srv, &peerServer{n: n})
+	go func() { _ = n.srv.Serve(n.lis) }()
+	return nil
+}
+
+// Start-up pacing: a master that does not answer the first mount is asked
+// again after mountBackoff, doubled up to mountBackoffMax; the node says
+// it is waiting at once and then every mountWaitLog.
+const (
+	mountBackoff    = 100 * time.Millisecond
+	mountBackoffMax = 2 * time.Second
+	mountWaitLog    = 10 * time.Second
+)
+
+// mountAtStart mounts the segment, waiting for a master that is not
+// reachable yet (transport failures, a master shutting down) until ctx
+// ends; an explicit refusal stops at once.
+func (n *Node) mountAtStart(ctx context.Context) error {
+	wait, start := mountBackoff, time.Now()
+	var logged time.Time
+	for {
+		err := n.mount(ctx)
+		if err == nil {
+			if !logged.IsZero() {
+				n.log.Info("master reached", "master_waited", time.Since(start).Round(time.Millisecond))
+			}
+			return nil
+		}
+		if !noAnswer(err) || ctx.Err() != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("node: gave up waiting for the master after %v: %w", time.Since(start).Round(time.Millisecond), err)
+			}
+			return err
+		}
+		if time.Since(logged) >= mountWaitLog {
+			n.log.Warn("waiting for the master", "waited", time.Since(start).Round(time.Millisecond), "err", err)
+			logged = time.Now()
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		wait = min(2*wait, mountBackoffMax)
+	}
 }
 
 // Name is the node id registered at the masterapi.
@@ -251,6 +327,10 @@ func (n *Node) Stats() Stats {
 		Reconciles:       n.metrics.reconciles.Load(),
 		ReconcileRemoved: n.metrics.reconcileRemoved.Load(),
 		NotifyRetries:    n.metrics.notifyRetries.Load(),
+		OffloadFailedBy:  make(map[string]int64, numCauses),
+	}
+	for c := range numCauses {
+		st.OffloadFailedBy[c.String()] = n.metrics.failedBy[c].Load()
 	}
 	if n.tier != nil {
 		st.Tier = n.tier.Stats()
@@ -406,16 +486,57 @@ func (n *Node) refusedKeepsCopy(err error, gen uint64) bool {
 	return false
 }
 
+// onEvict is the tier's EvictFunc: it tells the master, once per victim
+// bucket, that the bucket's keys are about to leave the SSD (invariant 7),
+// and hands the master's answer back to the tier.
+//
+// The master's answer is moving from all-or-nothing (an error,
+// OBJECT_HAS_LEASE: a key of the bucket is leased and this SSD holds its
+// only readable copy) to key by key (masterapi.EvictResult.Keep: the keys
+// to keep readable, which the tier re-inserts before the bucket goes;
+// invariant 4 and "SSD keeps admitting under reads", issue 9 item 3).
+// evictAnswerOf and keepForTier are the two seams:
+//
+//   - when EvictDiskReplica returns masterapi.EvictResult, evictAnswerOf
+//     takes it and returns evictAnswer{keep: r.Keep};
+//   - when the tier's EvictFunc returns the keys to keep, onEvict returns
+//     (ans.keep as [][]byte, nil) instead of keepForTier's error.
+//
+// Until both land, a non-empty keep list keeps the whole bucket (the error
+// makes the tier try another victim), which is safe: nothing leased is
+// deleted.
 func (n *Node) onEvict(ctx context.Context, keys [][]byte) error {
 	ks := make([]string, len(keys))
 	for i, k := range keys {
 		ks[i] = string(k)
 	}
-	// The master's error goes back to the tier unchanged: OBJECT_HAS_LEASE
-	// (a key of this bucket is leased and this SSD holds its only readable
-	// copy) means "not now", and the tier keeps the bucket.
-	_, err := n.m.EvictDiskReplica(ctx, n.name, ks)
-	return err
+	res, err := n.m.EvictDiskReplica(ctx, n.name, ks)
+	if err != nil {
+		// OBJECT_HAS_LEASE goes back to the tier unchanged: "not now",
+		// the tier keeps the bucket.
+		return err
+	}
+	return keepForTier(evictAnswerOf(res))
+}
+
+// evictAnswer is what the node uses of the master's EvictDiskReplica
+// answer: the keys of the victim bucket the SSD must keep readable.
+type evictAnswer struct {
+	keep []string
+}
+
+// evictAnswerOf adapts the master's EvictDiskReplica answer (today the
+// number of dropped replicas, no keep list).
+func evictAnswerOf(int64) evictAnswer { return evictAnswer{} }
+
+// keepForTier answers the tier's EvictFunc for a master answer: the tier
+// of today can only keep a whole bucket (an error), so a bucket with keys
+// to keep is kept whole.
+func keepForTier(a evictAnswer) error {
+	if len(a.keep) > 0 {
+		return codes.Errorf(codes.ObjectHasLease, "node: the master keeps %d key(s) of the victim bucket (leased, only readable copy)", len(a.keep))
+	}
+	return nil
 }
 
 // every runs fn every d on its own goroutine until Close (n.ctx). It is

@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/tierstore/tierstore/bucket"
 	"github.com/tierstore/tierstore/internal/units"
+	"github.com/tierstore/tierstore/tier"
 	"golang.org/x/sys/unix"
 )
 
@@ -51,9 +53,15 @@ type Config struct {
 	Backend string
 	// DirectIO opens bucket files with O_DIRECT [--direct_io].
 	DirectIO bool
-	// BucketKeysLimit and BucketSizeLimit bound one bucket
-	// [--bucket_keys_limit, --bucket_size_limit].
+	// BucketKeysLimit bounds the objects of one bucket
+	// [--bucket_keys_limit].
 	BucketKeysLimit int
+	// BucketSizeLimit is the largest object that goes to SSD, and the
+	// object bytes of one bucket [--bucket_size_limit]: an object of
+	// exactly BucketSizeLimit bytes (any key) fits in a bucket, whose file
+	// is then up to BucketFileLimit(BucketSizeLimit) bytes (header,
+	// alignment, trailer and footer added). A larger object stays in DRAM
+	// only; its offload task is failed permanently.
 	BucketSizeLimit int64
 	// BucketEviction is "lru", "fifo" or "lru2" (scan resistant: a bucket
 	// read twice is protected) [--bucket_eviction].
@@ -102,6 +110,16 @@ func DefaultConfig() Config {
 	}
 }
 
+// BucketFileLimit is the largest bucket file of a node whose
+// --bucket_size_limit is objectLimit: one object of objectLimit bytes with
+// a key of the longest length, in the bucket format (docs/format/bucket.md:
+// a 4 KiB header, the value padded to 4 KiB, the trailer entry and the
+// footer, padded to 4 KiB). The tier's bucket limit is set to it, so an
+// object of exactly objectLimit bytes always fits.
+func BucketFileLimit(objectLimit int64) int64 {
+	return bucket.Size(1, tier.MaxKeyLen, bucket.AlignUp(objectLimit))
+}
+
 func badFlag(flag, format string, args ...any) error {
 	return fmt.Errorf("%w: --%s: %s", ErrBadConfig, flag, fmt.Sprintf(format, args...))
 }
@@ -131,8 +149,12 @@ func (c *Config) validate(checkDir bool) error {
 	if c.BucketSizeLimit <= 0 {
 		return badFlag("bucket_size_limit", "must be positive, got %d", c.BucketSizeLimit)
 	}
-	if c.SSDCapacity > 0 && c.BucketSizeLimit > c.SSDCapacity {
-		return badFlag("bucket_size_limit", "%s exceeds --ssd_capacity %s", units.Format(c.BucketSizeLimit), units.Format(c.SSDCapacity))
+	if c.BucketSizeLimit > bucket.MaxValueLen {
+		return badFlag("bucket_size_limit", "%s exceeds the largest object a bucket can hold (%s)", units.Format(c.BucketSizeLimit), units.Format(bucket.MaxValueLen))
+	}
+	if f := BucketFileLimit(c.BucketSizeLimit); c.SSDCapacity > 0 && f > c.SSDCapacity {
+		return badFlag("bucket_size_limit", "%s needs bucket files of up to %d bytes (header, trailer and footer added), more than --ssd_capacity %s",
+			units.Format(c.BucketSizeLimit), f, units.Format(c.SSDCapacity))
 	}
 	switch c.BucketEviction {
 	case "lru", "fifo", "lru2":

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/masterapi"
@@ -70,6 +69,10 @@ func (n *Node) fetchTasks(ctx context.Context) []masterapi.OffloadTask {
 	return tasks
 }
 
+// errSourceBytes: a task's DRAM source range could not be read or fails
+// the task's CRC32C (a forced Remove freed it and a new put reused it).
+var errSourceBytes = errors.New("node: offload source")
+
 // job is one task of a round and its outcome.
 type job struct {
 	t   masterapi.OffloadTask
@@ -84,8 +87,10 @@ type round struct {
 	jobs  []job
 	byKey map[string]masterapi.OffloadTask // the tasks of jobs, by key
 
-	// failed: the failure answers of the final notify.
+	// failed: the failure answers of the final notify; causes: how many
+	// failed for each cause (logged once per cause, counted by cause).
 	failed []masterapi.OffloadFailure
+	causes [numCauses]*causeTally
 
 	// refusedMu guards refused: the tier may announce buckets from several
 	// goroutines. refused holds the keys the master answered with an error
@@ -95,8 +100,20 @@ type round struct {
 	refused   map[string]error
 }
 
-func (r *round) fail(key string, retryable bool, reason string) {
+// fail answers key's task as failed for cause; a permanent cause is never
+// retryable (issue 9 item 4: the master must not keep re-queueing a task
+// that cannot succeed, pinning its DRAM source).
+func (r *round) fail(key string, retryable bool, cause failCause, reason string) {
+	if cause.permanent() {
+		retryable = false
+	}
 	r.failed = append(r.failed, masterapi.OffloadFailure{Key: key, Retryable: retryable, Reason: reason})
+	t := r.causes[cause]
+	if t == nil {
+		t = &causeTally{key: key, reason: reason, retryable: retryable}
+		r.causes[cause] = t
+	}
+	t.count++
 }
 
 // validate is phase 2: it keeps the tasks whose range can hold their object
@@ -112,11 +129,16 @@ func (r *round) validate(tasks []masterapi.OffloadTask) {
 			continue
 		}
 		if t.Segment != r.n.segName {
-			r.fail(t.Key, false, fmt.Sprintf("segment %q is not mounted on this node", t.Segment))
+			r.fail(t.Key, false, causeBadTask, fmt.Sprintf("segment %q is not mounted on this node", t.Segment))
 			continue
 		}
 		if t.Length != t.Size || t.Length <= 0 {
-			r.fail(t.Key, false, fmt.Sprintf("task range length %d differs from object size %d", t.Length, t.Size))
+			r.fail(t.Key, false, causeBadTask, fmt.Sprintf("task range length %d differs from object size %d", t.Length, t.Size))
+			continue
+		}
+		if t.Size > r.n.cfg.BucketSizeLimit {
+			r.fail(t.Key, false, causeTooLarge, fmt.Sprintf("object of %d bytes is larger than --bucket_size_limit %d: it stays in DRAM only",
+				t.Size, r.n.cfg.BucketSizeLimit))
 			continue
 		}
 		r.byKey[t.Key] = t
@@ -181,10 +203,10 @@ func (r *round) offload(ctx context.Context) {
 		val, err := r.n.seg.Read(t.Offset, int(t.Length))
 		switch {
 		case err != nil:
-			r.jobs[j].out = tier.Outcome{Status: tier.Failed, Err: err}
+			r.jobs[j].out = tier.Outcome{Status: tier.Failed, Err: fmt.Errorf("%w: %w", errSourceBytes, err)}
 			continue
 		case wire.CRC32C(val) != t.CRC:
-			r.jobs[j].out = tier.Outcome{Status: tier.Failed, Err: errors.New("DRAM replica fails its CRC32C")}
+			r.jobs[j].out = tier.Outcome{Status: tier.Failed, Err: fmt.Errorf("%w: DRAM replica fails its CRC32C", errSourceBytes)}
 			continue
 		}
 		tt = append(tt, tier.Task{Key: []byte(t.Key), Value: val})
@@ -234,7 +256,7 @@ func (r *round) answer(ctx context.Context) {
 				if !n.refusedKeepsCopy(e, r.gen) {
 					n.removeFromSSD(key)
 				}
-				r.fail(key, false, "master refused the replica: "+e.Error())
+				r.fail(key, false, causeMasterRefused, "master refused the replica: "+e.Error())
 				continue
 			}
 			nPersisted++ // answered by the bucket's notify
@@ -246,14 +268,17 @@ func (r *round) answer(ctx context.Context) {
 				persisted = append(persisted, masterapi.DiskObject{Key: key, Size: t.Size, CRC: t.CRC})
 			} else {
 				n.removeFromSSD(key)
-				r.fail(key, true, "a stale copy with other bytes was on SSD; removed")
+				r.fail(key, true, causeStaleCopy, "a stale copy with other bytes was on SSD; removed")
 			}
 		default:
-			reason := "failed"
+			reason, cause := "failed", causeTier
 			if o.Err != nil {
-				reason = o.Err.Error()
+				reason, cause = o.Err.Error(), tierCause(o.Err)
+				if errors.Is(o.Err, errSourceBytes) {
+					cause = causeSourceBytes
+				}
 			}
-			r.fail(key, o.Retryable, reason)
+			r.fail(key, o.Retryable, cause, reason)
 		}
 	}
 	if len(persisted) > 0 || len(r.failed) > 0 {
@@ -269,6 +294,7 @@ func (r *round) answer(ctx context.Context) {
 	}
 	n.metrics.offloadPersisted.Add(nPersisted + int64(len(persisted)))
 	n.metrics.offloadFailed.Add(int64(len(r.failed)))
+	r.logFailures()
 }
 
 // ssdMatches reports whether the SSD copy of key has the given CRC and size.
@@ -281,54 +307,4 @@ func (n *Node) removeFromSSD(key string) {
 	if err := n.tier.Remove([]byte(key)); err != nil && !errors.Is(err, tier.ErrNotFound) {
 		n.log.Warn("removing unannounced SSD object", "key", key, "err", err)
 	}
-}
-
-// Close drains and stops the node: the loops stop after the offload round
-// in progress (which finishes and answers its tasks), the segment is
-// unmounted at the master, the peer service stops after its in-flight calls
-// (bounded), then the tier and the segment are closed.
-func (n *Node) Close() error {
-	n.closeOnce.Do(func() {
-		n.cancel()
-		n.wg.Wait()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := n.m.UnmountSegment(ctx, n.name, n.segName); err != nil {
-			n.log.Warn("unmount at close failed", "err", err)
-		}
-		cancel()
-		if n.srv != nil {
-			done := make(chan struct{})
-			go func() { n.srv.GracefulStop(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				n.srv.Stop()
-			}
-			n.srv = nil
-		}
-		n.closeErr = n.release()
-		n.log.Info("node stopped")
-	})
-	return n.closeErr
-}
-
-// release frees the tier, the listener and the segment.
-func (n *Node) release() error {
-	var errs []error
-	if n.srv != nil {
-		n.srv.Stop()
-	} else if n.lis != nil {
-		n.lis.Close()
-	}
-	if n.tier != nil {
-		if err := n.tier.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("node: closing the SSD tier: %w", err))
-		}
-	}
-	if n.seg != nil {
-		if err := n.seg.Close(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
 }

@@ -2,9 +2,11 @@ package node
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
+	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/tier"
@@ -53,5 +55,17 @@ func TestRoundPhases(t *testing.T) {
 	}
 	if tr.has("ok") {
 		t.Fatal("a key the master refused stayed on SSD")
+	}
+}
+
+// Issue 9 item 3, the node's seam: a master answer with keys to keep makes
+// today's tier keep the whole victim bucket (an OBJECT_HAS_LEASE error),
+// never delete a leased object's only copy; no keys to keep lets it go.
+func TestEvictKeepListKeepsBucket(t *testing.T) {
+	if err := keepForTier(evictAnswer{keep: []string{"leased"}}); !errors.Is(err, codes.ErrObjectHasLease) {
+		t.Fatalf("keep list: %v, want OBJECT_HAS_LEASE", err)
+	}
+	if err := keepForTier(evictAnswerOf(3)); err != nil {
+		t.Fatalf("nothing to keep: %v", err)
 	}
 }

@@ -35,7 +35,7 @@ func openTier(cfg Config, onEvict tier.EvictFunc, log *slog.Logger) (SSDTier, st
 		Eviction:         cfg.BucketEviction,
 		Compression:      cfg.Compression,
 		BucketKeysLimit:  cfg.BucketKeysLimit,
-		BucketBytesLimit: cfg.BucketSizeLimit,
+		BucketBytesLimit: BucketFileLimit(cfg.BucketSizeLimit), // an object of BucketSizeLimit bytes fits
 		OnEvict:          onEvict,
 		Logger:           log,
 	})

@@ -128,6 +128,7 @@ func (s *peerServer) NodeStats(ctx context.Context, _ *rpcpb.PeerStatsRequest) (
 		SsdEvictions: st.Tier.Evictions, SsdChecksumErrors: st.Tier.ChecksumErrors,
 		OffloadPersisted: st.OffloadPersisted, OffloadFailed: st.OffloadFailed,
 		PeerReadsDram: st.PeerReadsDRAM, PeerReadsSsd: st.PeerReadsSSD,
+		OffloadFailedBy: st.OffloadFailedBy,
 	}, nil
 }
 
@@ -214,5 +215,6 @@ func PeerStats(ctx context.Context, endpoint string) (Stats, error) {
 		},
 		OffloadPersisted: r.GetOffloadPersisted(), OffloadFailed: r.GetOffloadFailed(),
 		PeerReadsDRAM: r.GetPeerReadsDram(), PeerReadsSSD: r.GetPeerReadsSsd(),
+		OffloadFailedBy: r.GetOffloadFailedBy(),
 	}, nil
 }

@@ -1,4 +1,5 @@
-// Peer data service of a tierstore store node (package client).
+// Peer data service of a tierstore store node (package node; the client
+// side is internal/wire).
 //
 // A node owns one DRAM segment (a byte range the master allocates objects
 // in) and, with offload enabled, an SSD tier. Peers (clients and other
@@ -403,8 +404,11 @@ type PeerStatsReply struct {
 	OffloadFailed     int64                  `protobuf:"varint,16,opt,name=offload_failed,json=offloadFailed,proto3" json:"offload_failed,omitempty"`
 	PeerReadsDram     int64                  `protobuf:"varint,17,opt,name=peer_reads_dram,json=peerReadsDram,proto3" json:"peer_reads_dram,omitempty"`
 	PeerReadsSsd      int64                  `protobuf:"varint,18,opt,name=peer_reads_ssd,json=peerReadsSsd,proto3" json:"peer_reads_ssd,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Offload tasks answered failed, by cause (too_large, no_space,
+	// master_refused, ...; tierstore_node_offload_failures_total{reason}).
+	OffloadFailedBy map[string]int64 `protobuf:"bytes,19,rep,name=offload_failed_by,json=offloadFailedBy,proto3" json:"offload_failed_by,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *PeerStatsReply) Reset() {
@@ -563,6 +567,13 @@ func (x *PeerStatsReply) GetPeerReadsSsd() int64 {
 	return 0
 }
 
+func (x *PeerStatsReply) GetOffloadFailedBy() map[string]int64 {
+	if x != nil {
+		return x.OffloadFailedBy
+	}
+	return nil
+}
+
 var File_node_proto protoreflect.FileDescriptor
 
 const file_node_proto_rawDesc = "" +
@@ -590,7 +601,7 @@ const file_node_proto_rawDesc = "" +
 	"\x06crc32c\x18\x02 \x01(\rR\x06crc32c\x12\x17\n" +
 	"\ahas_crc\x18\x03 \x01(\bR\x06hasCrc\x12\x12\n" +
 	"\x04data\x18\x04 \x01(\fR\x04data\"\x12\n" +
-	"\x10PeerStatsRequest\"\xc2\x05\n" +
+	"\x10PeerStatsRequest\"\xea\x06\n" +
 	"\x0ePeerStatsReply\x12\x18\n" +
 	"\asegment\x18\x01 \x01(\tR\asegment\x12!\n" +
 	"\fsegment_size\x18\x02 \x01(\x04R\vsegmentSize\x12'\n" +
@@ -612,7 +623,11 @@ const file_node_proto_rawDesc = "" +
 	"\x11offload_persisted\x18\x0f \x01(\x03R\x10offloadPersisted\x12%\n" +
 	"\x0eoffload_failed\x18\x10 \x01(\x03R\roffloadFailed\x12&\n" +
 	"\x0fpeer_reads_dram\x18\x11 \x01(\x03R\rpeerReadsDram\x12$\n" +
-	"\x0epeer_reads_ssd\x18\x12 \x01(\x03R\fpeerReadsSsd2\xe5\x02\n" +
+	"\x0epeer_reads_ssd\x18\x12 \x01(\x03R\fpeerReadsSsd\x12b\n" +
+	"\x11offload_failed_by\x18\x13 \x03(\v26.tierstore.node.v1.PeerStatsReply.OffloadFailedByEntryR\x0foffloadFailedBy\x1aB\n" +
+	"\x14OffloadFailedByEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x012\xe5\x02\n" +
 	"\bNodePeer\x12T\n" +
 	"\n" +
 	"WriteRange\x12!.tierstore.node.v1.PeerWriteChunk\x1a!.tierstore.node.v1.PeerWriteReply(\x01\x12X\n" +
@@ -632,7 +647,7 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_node_proto_goTypes = []any{
 	(*PeerWriteChunk)(nil),       // 0: tierstore.node.v1.PeerWriteChunk
 	(*PeerWriteReply)(nil),       // 1: tierstore.node.v1.PeerWriteReply
@@ -641,21 +656,23 @@ var file_node_proto_goTypes = []any{
 	(*PeerDataChunk)(nil),        // 4: tierstore.node.v1.PeerDataChunk
 	(*PeerStatsRequest)(nil),     // 5: tierstore.node.v1.PeerStatsRequest
 	(*PeerStatsReply)(nil),       // 6: tierstore.node.v1.PeerStatsReply
+	nil,                          // 7: tierstore.node.v1.PeerStatsReply.OffloadFailedByEntry
 }
 var file_node_proto_depIdxs = []int32{
-	0, // 0: tierstore.node.v1.NodePeer.WriteRange:input_type -> tierstore.node.v1.PeerWriteChunk
-	2, // 1: tierstore.node.v1.NodePeer.ReadRange:input_type -> tierstore.node.v1.PeerReadRangeRequest
-	3, // 2: tierstore.node.v1.NodePeer.ReadSSD:input_type -> tierstore.node.v1.PeerReadSSDRequest
-	5, // 3: tierstore.node.v1.NodePeer.NodeStats:input_type -> tierstore.node.v1.PeerStatsRequest
-	1, // 4: tierstore.node.v1.NodePeer.WriteRange:output_type -> tierstore.node.v1.PeerWriteReply
-	4, // 5: tierstore.node.v1.NodePeer.ReadRange:output_type -> tierstore.node.v1.PeerDataChunk
-	4, // 6: tierstore.node.v1.NodePeer.ReadSSD:output_type -> tierstore.node.v1.PeerDataChunk
-	6, // 7: tierstore.node.v1.NodePeer.NodeStats:output_type -> tierstore.node.v1.PeerStatsReply
-	4, // [4:8] is the sub-list for method output_type
-	0, // [0:4] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	7, // 0: tierstore.node.v1.PeerStatsReply.offload_failed_by:type_name -> tierstore.node.v1.PeerStatsReply.OffloadFailedByEntry
+	0, // 1: tierstore.node.v1.NodePeer.WriteRange:input_type -> tierstore.node.v1.PeerWriteChunk
+	2, // 2: tierstore.node.v1.NodePeer.ReadRange:input_type -> tierstore.node.v1.PeerReadRangeRequest
+	3, // 3: tierstore.node.v1.NodePeer.ReadSSD:input_type -> tierstore.node.v1.PeerReadSSDRequest
+	5, // 4: tierstore.node.v1.NodePeer.NodeStats:input_type -> tierstore.node.v1.PeerStatsRequest
+	1, // 5: tierstore.node.v1.NodePeer.WriteRange:output_type -> tierstore.node.v1.PeerWriteReply
+	4, // 6: tierstore.node.v1.NodePeer.ReadRange:output_type -> tierstore.node.v1.PeerDataChunk
+	4, // 7: tierstore.node.v1.NodePeer.ReadSSD:output_type -> tierstore.node.v1.PeerDataChunk
+	6, // 8: tierstore.node.v1.NodePeer.NodeStats:output_type -> tierstore.node.v1.PeerStatsReply
+	5, // [5:9] is the sub-list for method output_type
+	1, // [1:5] is the sub-list for method input_type
+	1, // [1:1] is the sub-list for extension type_name
+	1, // [1:1] is the sub-list for extension extendee
+	0, // [0:1] is the sub-list for field type_name
 }
 
 func init() { file_node_proto_init() }
@@ -669,7 +686,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,4 +1,5 @@
-// Peer data service of a tierstore store node (package client).
+// Peer data service of a tierstore store node (package node; the client
+// side is internal/wire).
 //
 // A node owns one DRAM segment (a byte range the master allocates objects
 // in) and, with offload enabled, an SSD tier. Peers (clients and other
@@ -43,9 +44,11 @@ const (
 type NodePeerClient interface {
 	// WriteRange writes a stream of chunks into the node's segment. The first
 	// chunk carries the header (segment id, start offset, total length, CRC32C
-	// of the whole value); every chunk carries data. The node checks that the
-	// range lies inside its segment and that the received bytes match the CRC
-	// before it answers.
+	// of the whole value, put token); every chunk carries data. The node
+	// checks that the range lies inside its segment, that the put owns it (no
+	// newer put wrote an overlapping range; checked for every chunk), that no
+	// more and no fewer bytes than announced arrive and that they match the
+	// CRC before it answers.
 	WriteRange(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[PeerWriteChunk, PeerWriteReply], error)
 	// ReadRange streams a range of the node's segment in chunks.
 	ReadRange(ctx context.Context, in *PeerReadRangeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PeerDataChunk], error)
@@ -131,9 +134,11 @@ func (c *nodePeerClient) NodeStats(ctx context.Context, in *PeerStatsRequest, op
 type NodePeerServer interface {
 	// WriteRange writes a stream of chunks into the node's segment. The first
 	// chunk carries the header (segment id, start offset, total length, CRC32C
-	// of the whole value); every chunk carries data. The node checks that the
-	// range lies inside its segment and that the received bytes match the CRC
-	// before it answers.
+	// of the whole value, put token); every chunk carries data. The node
+	// checks that the range lies inside its segment, that the put owns it (no
+	// newer put wrote an overlapping range; checked for every chunk), that no
+	// more and no fewer bytes than announced arrive and that they match the
+	// CRC before it answers.
 	WriteRange(grpc.ClientStreamingServer[PeerWriteChunk, PeerWriteReply]) error
 	// ReadRange streams a range of the node's segment in chunks.
 	ReadRange(*PeerReadRangeRequest, grpc.ServerStreamingServer[PeerDataChunk]) error

@@ -78,14 +78,20 @@ func SendChunks(send func(*rpcpb.PeerDataChunk) error, value []byte, crc uint32,
 }
 
 // RecvValue assembles a value streamed by SendChunks. A peer that announces
-// more than limit bytes, sends more than it announced, or fewer, is refused
-// with codes.ErrTransferFail before anything larger than limit is
-// allocated. It returns the value and the CRC32C the sender announced (ok
-// false when it announced none).
+// more than limit bytes, sends more than it announced, or fewer (the stream
+// ends early, or sends nothing), is refused with codes.ErrTransferFail
+// before anything larger than limit is allocated; a stream that breaks
+// (the peer disconnects) gives the transport's error (codes.ErrRPCFail)
+// with how many bytes had arrived. No bytes are returned with an error. It
+// returns the value and the CRC32C the sender announced (hasCRC false when
+// it announced none).
 func RecvValue(recv func() (*rpcpb.PeerDataChunk, error), limit int64) (val []byte, crc uint32, hasCRC bool, err error) {
 	first, err := recv()
+	if err == io.EOF {
+		return nil, 0, false, codes.Errorf(codes.TransferFail, "wire: peer sent no data (at most %d bytes expected)", limit)
+	}
 	if err != nil {
-		return nil, 0, false, codes.FromStatus(err)
+		return nil, 0, false, fmt.Errorf("wire: peer stream broke before the first chunk: %w", codes.FromStatus(err))
 	}
 	total := first.GetTotalLen()
 	if limit < 0 || total > uint64(limit) {
@@ -100,7 +106,7 @@ func RecvValue(recv func() (*rpcpb.PeerDataChunk, error), limit int64) (val []by
 		if c, err = recv(); err == io.EOF {
 			break
 		} else if err != nil {
-			return nil, 0, false, codes.FromStatus(err)
+			return nil, 0, false, fmt.Errorf("wire: peer stream broke after %d of %d bytes: %w", len(val), total, codes.FromStatus(err))
 		}
 	}
 	if uint64(len(val)) != total {

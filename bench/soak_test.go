@@ -1,0 +1,68 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSoakSmoke runs the soak for a few seconds with real master and node
+// processes built from cmd/: the run must end without wrong bytes and with
+// the SSD within capacity plus one bucket (the scenario fails otherwise),
+// print its tables and write its figures, and leave no process behind.
+func TestSoakSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binaries")
+	}
+	dir := t.TempDir()
+	jsonPath := filepath.Join(dir, "out.json")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	err := run(ctx, []string{"soak", "--quick", "--duration", "4s", "--dir", dir, "--json", jsonPath}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("soak: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{"soak: correctness and health", "wrong bytes (reads)", "abandoned offloads", "put success %", "max SSD bytes", "soak: offload at the node"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+	var rep report
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	checkReport(t, &rep, "soak")
+	health := rep.Results[0].Tables[0]
+	figures := map[string][]any{}
+	for _, row := range health.Rows {
+		figures[row[0].(string)] = row
+	}
+	if w := figures["wrong bytes (reads)"]; w == nil || w[1].(float64) != 0 {
+		t.Errorf("wrong bytes: %v", w)
+	}
+	if s := figures["max SSD bytes"]; s == nil || s[1].(float64) > s[2].(float64) {
+		t.Errorf("SSD use above capacity + one bucket: %v", s)
+	}
+	ops := rep.Results[0].Tables[1]
+	if ops.Rows[0][0] != "put" || ops.Rows[0][2].(float64) == 0 {
+		t.Errorf("no put succeeded: %v", ops.Rows)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 { // only out.json: scratch removed
+		names := []string{}
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Errorf("left behind in --dir: %v", names)
+	}
+}
