@@ -125,7 +125,7 @@ var rows = []row{
 	{
 		id: "I4", layer: layerI, fault: "SST write fails during memtable flushes (until cleared; 2500 objects with 4000-byte keys)",
 		opts: bigOpts,
-		run: stallRow,
+		run:  stallRow,
 	},
 	{
 		id: "I5", layer: layerI, fault: "SST read fails at Load (3000 objects with 4000-byte keys, more than the block cache holds; engine reopened first)",
