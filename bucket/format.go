@@ -30,6 +30,12 @@ const (
 
 	headerFieldsLen = 32
 	footerCRCOff    = 60
+
+	// maxLZ4Ratio bounds how much an lz4 block expands: every input byte
+	// yields at most 255 output bytes (a match-length byte of 255), so a
+	// value longer than maxLZ4Ratio times its stored bytes cannot decode
+	// and is refused before its buffer is allocated.
+	maxLZ4Ratio = 255
 )
 
 var (
@@ -321,7 +327,9 @@ func DecodeTrailer(b []byte, f Footer) ([]Entry, error) {
 	if got := Checksum(b); got != f.TrailerCRC {
 		return nil, corrupt(f.TrailerOff, "trailer checksum %08x, want %08x", got, f.TrailerCRC)
 	}
-	entries := make([]Entry, 0, f.Count)
+	// f.Count comes from the file: an entry takes at least
+	// EntryFixedSize+1 trailer bytes, so more cannot be there.
+	entries := make([]Entry, 0, min(int64(f.Count), int64(len(b))/(EntryFixedSize+1)))
 	p := 0
 	minOff := int64(HeaderSize)
 	for i := uint32(0); i < f.Count; i++ {
@@ -346,7 +354,7 @@ func DecodeTrailer(b []byte, f Footer) ([]Entry, error) {
 				return nil, corrupt(at, "entry %d stored %d bytes of a %d-byte uncompressed value", i, e.StoredLen, e.ValueLen)
 			}
 		case CodecLZ4:
-			if e.StoredLen == 0 || e.StoredLen > e.ValueLen {
+			if e.StoredLen == 0 || e.StoredLen > e.ValueLen || uint64(e.ValueLen) > maxLZ4Ratio*uint64(e.StoredLen) {
 				return nil, corrupt(at, "entry %d stored %d lz4 bytes of a %d-byte value", i, e.StoredLen, e.ValueLen)
 			}
 		default:
@@ -382,6 +390,9 @@ func DecodeValueInto(e Entry, stored, dst []byte) ([]byte, error) {
 	}
 	v := stored
 	if e.Codec == CodecLZ4 {
+		if uint64(e.ValueLen) > maxLZ4Ratio*uint64(len(stored)) {
+			return nil, &CorruptionError{What: fmt.Sprintf("object %q: %d lz4 bytes cannot decode to %d bytes", e.Key, len(stored), e.ValueLen), Off: e.Offset, Err: ErrChecksum}
+		}
 		if len(dst) >= int(e.ValueLen) {
 			v = dst[:e.ValueLen]
 		} else {
