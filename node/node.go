@@ -525,9 +525,8 @@ type evictAnswer struct {
 	keep []string
 }
 
-// evictAnswerOf adapts the master's EvictDiskReplica answer (today the
-// number of dropped replicas, no keep list).
-func evictAnswerOf(int64) evictAnswer { return evictAnswer{} }
+// evictAnswerOf adapts the master's EvictDiskReplica answer.
+func evictAnswerOf(r masterapi.EvictResult) evictAnswer { return evictAnswer{keep: r.Keep} }
 
 // keepForTier answers the tier's EvictFunc for a master answer: the tier
 // of today can only keep a whole bucket (an error), so a bucket with keys
