@@ -65,7 +65,7 @@ func TestEvictKeepListKeepsBucket(t *testing.T) {
 	if err := keepForTier(evictAnswer{keep: []string{"leased"}}); !errors.Is(err, codes.ErrObjectHasLease) {
 		t.Fatalf("keep list: %v, want OBJECT_HAS_LEASE", err)
 	}
-	if err := keepForTier(evictAnswerOf(3)); err != nil {
+	if err := keepForTier(evictAnswerOf(masterapi.EvictResult{Dropped: 3})); err != nil {
 		t.Fatalf("nothing to keep: %v", err)
 	}
 }
