@@ -52,12 +52,14 @@ type soakCounts struct {
 	puts, putsOK, gets, hits, wrong, removes, removesOK atomic.Int64
 	backpressure                                        atomic.Int64 // NO_AVAILABLE_HANDLE answers retried
 	putErrs                                             sync.Map     // code name -> *atomic.Int64
+	firstErr                                            sync.Map     // code name -> the first such error's text
 }
 
 func (c *soakCounts) putFailed(err error) {
 	name := codes.Of(err).String()
 	v, _ := c.putErrs.LoadOrStore(name, new(atomic.Int64))
 	v.(*atomic.Int64).Add(1)
+	c.firstErr.LoadOrStore(name, err.Error())
 }
 
 func runSoak(ctx context.Context, e *env) (*result, error) {
@@ -181,6 +183,10 @@ func soakResult(cnt *soakCounts, ns node.Stats, ms masterapi.Stats, maxSSD int64
 	if len(errs) > 0 {
 		res.Notes = append(res.Notes, "put failures: "+strings.Join(errs, " "))
 	}
+	cnt.firstErr.Range(func(k, v any) bool {
+		res.Notes = append(res.Notes, fmt.Sprintf("first %s: %s", k, v))
+		return true
+	})
 	res.Notes = append(res.Notes, "abandoned = offload failures not explained by the object going away (causes "+strings.Join(abandonedCauses, ", ")+")")
 	return res
 }
@@ -218,8 +224,11 @@ func soakClient(ctx context.Context, addr string, id int, cnt *soakCounts) error
 			switch {
 			case err == nil:
 				cnt.putsOK.Add(1)
-			case ctx.Err() != nil:
-				cnt.puts.Add(-1) // cut off by the end of the run
+			case ctx.Err() != nil || errors.Is(err, codes.ErrContextCanceled):
+				// Cut off by the end of the run: the run's deadline is the
+				// only one a put has (gRPC may see it a moment before
+				// ctx.Err() does).
+				cnt.puts.Add(-1)
 			default:
 				cnt.putFailed(err)
 			}
