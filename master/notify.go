@@ -45,7 +45,8 @@ func (s *Service) NotifyOffloadSuccess(ctx context.Context, req NotifyRequest) (
 			if f.Retryable {
 				s.retryTask(f.Key, o, n.id, f.Reason)
 			} else {
-				s.log.Info("offload failed permanently; not retried", "node", n.id, "reason", f.Reason)
+				o.offloadGaveUp = offloadPermanent
+				s.log.Info("offload failed permanently; not retried", "node", n.id, "key", keyHex(f.Key), "reason", f.Reason)
 			}
 		}
 		// A failure says the key is not on n's SSD, whatever the task's
