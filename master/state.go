@@ -51,6 +51,9 @@ type memReplica struct {
 // diskReplica is an object's copy on a node's SSD.
 type diskReplica struct {
 	node *node
+	// viaTask: recorded as the persisted answer to an offload task this
+	// master issued (not a re-registration).
+	viaTask bool
 }
 
 // object is the metadata of one key. All fields are protected by the lock of
