@@ -8,17 +8,17 @@ import (
 
 // victim is an eviction candidate.
 type victim struct {
-	key   string
-	o     *object
-	sh    *shard
-	lease int64
-	soft  bool
+	key     string
+	o       *object
+	sh      *shard
+	lastUse int64
+	soft    bool
 }
 
 // evict runs one DRAM eviction round: it collects the evictable objects
 // (complete DRAM replica on a live segment, not hard-pinned, no lease that
 // needs the DRAM replica, no offload task), orders them unpinned before
-// soft-pinned and oldest lease first, and drops about eviction_ratio of
+// soft-pinned and least recently used first, and drops about eviction_ratio of
 // them, more if needed to free need bytes. Each victim is re-checked under
 // its shard lock before it goes, so a lease granted after the scan still
 // protects it. With an admission policy that offloads on eviction, a victim
@@ -85,7 +85,7 @@ func (s *Service) pickVictims(target int, now int64) []victim {
 			if !s.victimOK(o, now) {
 				continue
 			}
-			v := victim{key: k, o: o, sh: sh, lease: o.leaseUntil, soft: o.softPinned(now)}
+			v := victim{key: k, o: o, sh: sh, lastUse: o.lastUse, soft: o.softPinned(now)}
 			if len(h) < target {
 				heap.Push(&h, v)
 			} else if v.before(h[0]) {
@@ -139,12 +139,13 @@ func (s *Service) victimOK(o *object, now int64) bool {
 	return s.cfg.AllowEvictSoftPinned || !o.softPinned(now)
 }
 
-// before orders victims: unpinned before soft-pinned, then oldest lease.
+// before orders victims: unpinned before soft-pinned, then least recently
+// used first (an object never read was last used by its put).
 func (v victim) before(w victim) bool {
 	if v.soft != w.soft {
 		return !v.soft
 	}
-	return v.lease < w.lease
+	return v.lastUse < w.lastUse
 }
 
 // victimHeap is a max-heap by before: the worst kept victim is at [0].

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // logBuffer is a concurrency-safe log sink for tests that check log lines.
@@ -137,5 +139,92 @@ func TestOnEvictDoesNotWedge(t *testing.T) {
 				t.Fatalf("put under a wedged on-evict: %v", err)
 			}
 		})
+	}
+}
+
+// TestEvictionOrderUsesPutTimeForUnreadObjects guards issue 9 item 6:
+// victims go least recently used first, and an object never read was last
+// used by its put (before, every unread object tied at lease 0 and the
+// round picked among them at random). An object read before a newer
+// object's put goes before that newer, unread object; one read after them
+// goes after them.
+func TestEvictionOrderUsesPutTimeForUnreadObjects(t *testing.T) {
+	s, clk := testService(t, func(c *Config) { c.EvictionRatio = 0.3 })
+	mount(t, s, "a", 1<<20)
+	step := func() { clk.Advance(time.Millisecond) }
+	put(t, s, "read-late", 64, "")
+	step()
+	put(t, s, "read-early", 64, "")
+	step()
+	s.GetReplicaList(bg, "read-early")
+	for i := 0; i < 8; i++ {
+		step()
+		put(t, s, fmt.Sprint("unread", i), 64, "")
+	}
+	step()
+	s.ExistKey(bg, "read-late")
+	clk.Advance(time.Hour) // every lease over
+	// 10 evictable, ratio 0.3: the 3 least recently used.
+	if n := s.EvictNow(); n != 3 {
+		t.Fatalf("evicted %d", n)
+	}
+	alive := func(k string) bool {
+		_, err := s.GetReplicaList(masterapi.WithOffloadPath(bg), k)
+		return err == nil
+	}
+	for _, k := range []string{"read-early", "unread0", "unread1"} {
+		if alive(k) {
+			t.Errorf("%s (least recently used) survived", k)
+		}
+	}
+	for _, k := range []string{"read-late", "unread2", "unread7"} {
+		if !alive(k) {
+			t.Errorf("%s (used more recently) evicted", k)
+		}
+	}
+}
+
+// TestOnEvictOffloadsInPutOrder guards issue 9 item 6 with the command line
+// of Mooncake #2799's report (eviction_high_watermark_ratio=0.7,
+// eviction_ratio=0.2, default_kv_lease_ttl=11000, offload_on_evict) on the
+// shape of Mooncake #4740's reproduction (11 objects put one after the
+// other, never read): the watermark rounds offload the objects oldest
+// first, so every object that leaves DRAM reached SSD first, in put order,
+// and the newest stay in DRAM.
+func TestOnEvictOffloadsInPutOrder(t *testing.T) {
+	s, clk := offloadService(t, func(c *Config) {
+		c.OffloadOnEvict = true
+		c.EvictionHighWatermarkRatio = 0.7
+		c.EvictionRatio = 0.2
+		c.DefaultKVLeaseTTL = 11 * time.Second
+	})
+	const obj = 64 << 10
+	mount(t, s, "a", 8*obj)
+	var offloaded []string
+	var want []string
+	for i := 0; i < 11; i++ {
+		k := fmt.Sprintf("obj%02d", i)
+		put(t, s, k, obj, "a")
+		want = append(want, k)
+		clk.Advance(time.Millisecond)
+		for s.aboveWatermark() { // the background loop's watermark rounds
+			s.evictIfAboveWatermark()
+			ts, _ := s.OffloadHeartbeat(bg, "a", 0)
+			offloaded = append(offloaded, taskKeys(ts)...)
+			var req NotifyRequest
+			req.Node = "a"
+			for _, task := range ts {
+				req.Persisted = append(req.Persisted, DiskObject{Key: task.Key, Size: task.Size, CRC: task.CRC})
+			}
+			s.NotifyOffloadSuccess(bg, req)
+		}
+	}
+	if len(offloaded) < 4 || fmt.Sprint(offloaded) != fmt.Sprint(want[:len(offloaded)]) {
+		t.Fatalf("offloaded %v, want a prefix of the put order %v", offloaded, want)
+	}
+	for _, k := range want {
+		if _, err := s.GetReplicaList(bg, k); err != nil {
+			t.Fatalf("%s lost: %v", k, err)
+		}
 	}
 }

@@ -136,6 +136,7 @@ func (s *Service) putEnd(key string, token uint64) error {
 	}
 	o.mem.complete = true
 	s.processing.Add(-1)
+	o.lastUse = now
 	defer s.room.signal() // the object may be evicted now
 	if o.softPin {
 		o.softPinUntil = now + s.cfg.DefaultKVSoftPinTTL.Nanoseconds()

@@ -73,6 +73,7 @@ type object struct {
 	dramLeaseUntil int64
 	softPinUntil   int64 // unix ns, meaningful when softPin
 	putStart       int64 // unix ns of PutStart while mem is not complete
+	lastUse        int64 // unix ns of the last lookup hit, or of PutEnd: orders eviction victims
 	softPin        bool
 	hardPin        bool
 	reads          uint32 // demand lookups counted by read admission
