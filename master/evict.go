@@ -8,28 +8,58 @@ import (
 
 // victim is an eviction candidate.
 type victim struct {
-	key   string
-	o     *object
-	sh    *shard
-	lease int64
-	soft  bool
+	key     string
+	o       *object
+	sh      *shard
+	lastUse int64
+	soft    bool
 }
 
 // evict runs one DRAM eviction round: it collects the evictable objects
-// (complete DRAM replica on a live segment, not hard-pinned, no read lease,
-// no offload task), orders them unpinned before soft-pinned and oldest lease
-// first, and drops about eviction_ratio of them, more if needed to free need
-// bytes. Each victim is re-checked under its shard lock before it goes, so a
-// lease granted after the scan still protects it. With an admission policy
-// that offloads on eviction, a victim without an SSD replica is queued for
-// offload instead of dropped. Objects that keep a LocalDisk replica keep
-// their metadata. It returns the number of DRAM replicas dropped.
+// (complete DRAM replica on a live segment, not hard-pinned, no lease that
+// needs the DRAM replica, no offload task), orders them unpinned before
+// soft-pinned and least recently used first, and drops about eviction_ratio of
+// them, more if needed to free need bytes. Each victim is re-checked under
+// its shard lock before it goes, so a lease granted after the scan still
+// protects it. With an admission policy that offloads on eviction, a victim
+// without an SSD replica is queued for offload instead of dropped, unless
+// its offload already failed for good (then it is dropped like any cache
+// entry: DRAM never stays wedged). Objects that keep a LocalDisk replica
+// keep their metadata. It returns the number of DRAM replicas dropped.
 func (s *Service) evict(need int64) int {
 	s.evictMu.Lock()
 	defer s.evictMu.Unlock()
 	defer s.evictGen.Add(1)
 	now := s.now()
-	// Pass 1: count the evictable objects, which sets the round's size.
+	total := s.countVictims(now)
+	if total == 0 {
+		return 0
+	}
+	target := int(math.Ceil(s.cfg.EvictionRatio * float64(total)))
+	var freed int64
+	dropped, queued := 0, 0
+	for _, c := range s.pickVictims(target, now) {
+		if dropped+queued >= target && freed >= need {
+			break
+		}
+		switch n, q := s.evictVictim(c, now); {
+		case q:
+			queued++
+		case n > 0:
+			freed += n
+			dropped++
+		}
+	}
+	s.cnt.evictions.Add(int64(dropped))
+	s.met.evictions.Add(float64(dropped))
+	if dropped+queued > 0 {
+		s.log.Debug("dram eviction", "evictable", total, "dropped", dropped, "queued_for_offload", queued, "freed_bytes", freed)
+	}
+	return dropped
+}
+
+// countVictims counts the evictable objects, which sets a round's size.
+func (s *Service) countVictims(now int64) int {
 	total := 0
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -41,11 +71,12 @@ func (s *Service) evict(need int64) int {
 		}
 		sh.mu.Unlock()
 	}
-	if total == 0 {
-		return 0
-	}
-	target := int(math.Ceil(s.cfg.EvictionRatio * float64(total)))
-	// Pass 2: keep the target best victims in a max-heap (worst on top).
+	return total
+}
+
+// pickVictims returns the target best victims, best first: it keeps them in
+// a max-heap (worst on top) while it scans the shards.
+func (s *Service) pickVictims(target int, now int64) []victim {
 	h := victimHeap(make([]victim, 0, target))
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -54,7 +85,7 @@ func (s *Service) evict(need int64) int {
 			if !s.victimOK(o, now) {
 				continue
 			}
-			v := victim{key: k, o: o, sh: sh, lease: o.leaseUntil, soft: o.softPinned(now)}
+			v := victim{key: k, o: o, sh: sh, lastUse: o.lastUse, soft: o.softPinned(now)}
 			if len(h) < target {
 				heap.Push(&h, v)
 			} else if v.before(h[0]) {
@@ -66,37 +97,37 @@ func (s *Service) evict(need int64) int {
 	}
 	cands := []victim(h)
 	sort.Slice(cands, func(i, j int) bool { return cands[i].before(cands[j]) })
-	var freed int64
-	dropped, queued := 0, 0
-	for _, c := range cands {
-		if dropped+queued >= target && freed >= need {
-			break
-		}
-		c.sh.mu.Lock()
-		o := c.o
-		if c.sh.objs[c.key] != o || !s.victimOK(o, now) {
-			c.sh.mu.Unlock()
-			continue
-		}
-		if !o.readableDisk() && s.policy.OnEvict(s.admissionView(c.key, o)) && s.enqueue(c.key, o) {
-			queued++
-			c.sh.mu.Unlock()
-			continue
-		}
-		freed += alignUp(o.mem.len)
-		s.dropMem(o)
-		if o.empty() {
-			s.deleteObj(c.sh, c.key, o)
-		}
-		dropped++
-		c.sh.mu.Unlock()
+	return cands
+}
+
+// evictVictim re-checks c under its shard lock and drops its DRAM replica,
+// or queues it for offload when the admission policy offloads on eviction.
+// It returns the bytes freed and whether c was queued instead.
+func (s *Service) evictVictim(c victim, now int64) (freed int64, queued bool) {
+	c.sh.mu.Lock()
+	defer c.sh.mu.Unlock()
+	o := c.o
+	if c.sh.objs[c.key] != o || !s.victimOK(o, now) {
+		return 0, false
 	}
-	s.cnt.evictions.Add(int64(dropped))
-	s.met.evictions.Add(float64(dropped))
-	if dropped+queued > 0 {
-		s.log.Debug("dram eviction", "evictable", total, "dropped", dropped, "queued_for_offload", queued, "freed_bytes", freed)
+	if !o.readableDisk() && s.policy.OnEvict(s.admissionView(c.key, o)) {
+		if o.offloadGaveUp == offloadOK {
+			if s.enqueue(c.key, o) {
+				return 0, true
+			}
+		} else {
+			// Its offload failed for good: dropped like any cache entry.
+			s.cnt.offloadDroppedVictims.Add(1)
+			s.log.Warn("DRAM eviction dropped a victim whose offload failed; the object leaves the cache",
+				"key", keyHex(c.key), "reason", o.offloadGaveUp.String(), "node", o.mem.seg.node.id)
+		}
 	}
-	return dropped
+	freed = alignUp(o.mem.len)
+	s.dropMem(o)
+	if o.empty() {
+		s.deleteObj(c.sh, c.key, o)
+	}
+	return freed, false
 }
 
 // victimOK reports whether o may be an eviction victim now. Caller holds the
@@ -108,12 +139,13 @@ func (s *Service) victimOK(o *object, now int64) bool {
 	return s.cfg.AllowEvictSoftPinned || !o.softPinned(now)
 }
 
-// before orders victims: unpinned before soft-pinned, then oldest lease.
+// before orders victims: unpinned before soft-pinned, then least recently
+// used first (an object never read was last used by its put).
 func (v victim) before(w victim) bool {
 	if v.soft != w.soft {
 		return !v.soft
 	}
-	return v.lease < w.lease
+	return v.lastUse < w.lastUse
 }
 
 // victimHeap is a max-heap by before: the worst kept victim is at [0].

@@ -49,6 +49,8 @@ func newMetrics(s *Service) *metrics {
 			func() float64 { return float64(s.cnt.offloadRetried.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_offload_abandoned_total", Help: "Offload tasks dropped after their last retryable attempt failed."},
 			func() float64 { return float64(s.cnt.offloadAbandoned.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_offload_dropped_victims_total", Help: "DRAM eviction victims dropped without an SSD copy because their offload failed for good (offload_on_evict would have queued them)."},
+			func() float64 { return float64(s.cnt.offloadDroppedVictims.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_put_start_waits_total", Help: "PutStarts that waited for DRAM room (eviction could not make room at once)."},
 			func() float64 { return float64(s.cnt.putWaits.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_put_start_wait_failures_total", Help: "PutStarts that waited for DRAM room and gave up (context or put_start_max_wait)."},

@@ -21,52 +21,75 @@ func (s *Service) NotifyOffloadSuccess(ctx context.Context, req NotifyRequest) (
 		out[i] = s.observe(s.answerPersisted(n, d))
 	}
 	for _, f := range req.Failed {
-		if validKey(f.Key) != nil {
-			continue
+		if validKey(f.Key) == nil {
+			s.answerFailure(n, f)
 		}
-		s.cnt.offloadFailed.Add(1)
-		s.met.offloadFailed.Inc()
-		orph, orphaned := n.box.takeOrphan(f.Key)
-		if orphaned {
-			s.freeOrphan(orph) // the object went away during the task
-		}
-		sh := s.shardOf(f.Key)
-		sh.mu.Lock()
-		o := sh.objs[f.Key]
-		switch {
-		case orphaned:
-		case o == nil || o.offload != n:
-			n.box.drop(f.Key)
-		case !n.box.inFlight(f.Key):
-			// Queued anew since (the key was removed and put again): the
-			// answer is about the older task, which is already settled.
-		default:
-			s.cancelTask(f.Key, o)
-			if f.Retryable {
-				s.retryTask(f.Key, o, n.id, f.Reason)
-			} else {
-				s.log.Info("offload failed permanently; not retried", "node", n.id, "reason", f.Reason)
-			}
-		}
-		// A failure says the key is not on n's SSD, whatever the task's
-		// state: the node's word about its own SSD is authoritative. A
-		// LocalDisk replica of n recorded earlier (a persisted notify the
-		// master applied but whose reply the node never got, so the node
-		// rolled the bucket back) is a phantom and goes, with the usual
-		// lease rule for the object's metadata.
-		if o != nil && s.dropDisk(sh, f.Key, o, n.id, s.now()) {
-			s.log.Warn("LOCAL_DISK replica dropped: its node answered the key failed (not on its SSD)",
-				"node", n.id, "reason", f.Reason)
-			// The persisted answer had settled the task; the copy it
-			// announced is gone, so a retryable failure is an attempt
-			// of that task like any other.
-			if f.Retryable && o.offload == nil && sh.objs[f.Key] == o {
-				s.retryTask(f.Key, o, n.id, f.Reason)
-			}
-		}
-		sh.mu.Unlock()
 	}
 	return out, nil
+}
+
+// answerFailure applies one Failed item of n's notify. Only a failure that
+// answers a task this master issued to n (in flight, or orphaned by a
+// removal) counts and is logged as an offload failure: a restarted master
+// that receives answers to its predecessor's tasks ignores them as answers.
+// Whatever the task's state, the failure says the key is not on n's SSD,
+// and n's word about its own SSD is authoritative: a LocalDisk replica of n
+// the master lists goes (with the usual lease rule for the metadata).
+func (s *Service) answerFailure(n *node, f OffloadFailure) {
+	orph, orphaned := n.box.takeOrphan(f.Key)
+	if orphaned {
+		s.freeOrphan(orph) // the object went away during the task
+		s.countFailure()
+	}
+	sh := s.shardOf(f.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	o := sh.objs[f.Key]
+	switch {
+	case orphaned:
+	case o == nil || o.offload != n:
+		n.box.drop(f.Key)
+		s.log.Debug("failure answer for a task this master did not issue; not counted", "node", n.id, "key", keyHex(f.Key))
+	case !n.box.inFlight(f.Key):
+		// Queued anew since (the key was removed and put again): the
+		// answer is about the older task, which is already settled.
+	default:
+		s.countFailure()
+		s.cancelTask(f.Key, o)
+		if f.Retryable {
+			s.retryTask(f.Key, o, n.id, f.Reason)
+		} else {
+			o.offloadGaveUp = offloadPermanent
+			s.log.Info("offload failed permanently; not retried", "node", n.id, "key", keyHex(f.Key), "reason", f.Reason)
+		}
+	}
+	if o == nil {
+		return
+	}
+	i := o.diskIndex(n.id)
+	if i < 0 {
+		return
+	}
+	// A LocalDisk replica of n the node says it does not hold. If this
+	// master recorded it as the answer to its own task (a persisted notify
+	// whose reply the node never got, so the node rolled the bucket back),
+	// that task failed after all: a retryable failure is an attempt of it
+	// like any other.
+	viaTask := o.disk[i].viaTask
+	s.dropDisk(sh, f.Key, o, n.id, s.now())
+	s.log.Warn("LOCAL_DISK replica dropped: its node says the key is not on its SSD", "node", n.id, "key", keyHex(f.Key), "reason", f.Reason)
+	if viaTask && o.offload == nil && sh.objs[f.Key] == o {
+		s.countFailure()
+		if f.Retryable {
+			s.retryTask(f.Key, o, n.id, f.Reason)
+		}
+	}
+}
+
+// countFailure counts one failed answer to a task this master issued.
+func (s *Service) countFailure() {
+	s.cnt.offloadFailed.Add(1)
+	s.met.offloadFailed.Inc()
 }
 
 // answerPersisted records one Persisted item of a notify. The key must have
@@ -127,7 +150,8 @@ func (s *Service) registerDisk(n *node, d DiskObject, create bool) error {
 		s.countDisk(n, 1, d.Size)
 		return nil
 	}
-	if o.offload == n {
+	viaTask := o.offload == n
+	if viaTask {
 		s.cancelTask(d.Key, o)
 		o.offloadFails = 0
 		s.cnt.offloadPersisted.Add(1)
@@ -138,13 +162,14 @@ func (s *Service) registerDisk(n *node, d DiskObject, create bool) error {
 			n.id, d.Size, d.CRC, o.size, o.crc)
 	}
 	if i := o.diskIndex(n.id); i >= 0 {
-		if old := o.disk[i].node; old != n { // refresh: a new incarnation
-			s.countDisk(old, -1, -o.size)
+		prev := o.disk[i]
+		if prev.node != n { // refresh: a new incarnation
+			s.countDisk(prev.node, -1, -o.size)
 			s.countDisk(n, 1, o.size)
 		}
-		o.disk[i] = diskReplica{node: n}
+		o.disk[i] = diskReplica{node: n, viaTask: viaTask || (prev.viaTask && prev.node == n)}
 	} else {
-		o.disk = append(o.disk, diskReplica{node: n})
+		o.disk = append(o.disk, diskReplica{node: n, viaTask: viaTask})
 		s.room.signal() // the DRAM replica may be evicted now
 		s.countDisk(n, 1, o.size)
 	}

@@ -30,7 +30,7 @@ func (s *Service) enqueue(key string, o *object) bool {
 	if !s.queueTask(key, o) {
 		return false
 	}
-	o.offloadFails = 0
+	o.offloadFails, o.offloadGaveUp = 0, offloadOK
 	return true
 }
 
@@ -61,6 +61,7 @@ func (s *Service) retryTask(key string, o *object, node, why string) {
 	}
 	attempts := int(o.offloadFails)
 	if attempts >= maxOffloadAttempts {
+		o.offloadGaveUp = offloadOutOfTries
 		s.cnt.offloadAbandoned.Add(1)
 		s.log.Warn("offload abandoned after repeated failures", "node", node, "key_len", len(key),
 			"attempts", attempts, "last_reason", why)

@@ -555,3 +555,71 @@ func TestReadThresholdCounting(t *testing.T) {
 		t.Fatalf("queued %d", q)
 	}
 }
+
+// TestRestartedMasterCountsOnlyItsTasks guards issue 9 item 5: a master
+// counts (tierstore_master_offload_failed_total, Stats.OffloadFailed) and
+// logs as offload failures only answers to tasks it issued. A restarted
+// master receives the node's failures for its predecessor's tasks: of a key
+// it does not know, of a key it queued but never handed out, of a key it
+// knows from re-registration only. None counts, none is retried or logged
+// as an offload failure; the node's word still drops its LocalDisk replica.
+// Then a failure of a task it did issue counts once.
+func TestRestartedMasterCountsOnlyItsTasks(t *testing.T) {
+	for _, via := range []string{"service", "grpc"} {
+		t.Run(via, func(t *testing.T) {
+			var logs *logBuffer
+			s, _ := offloadService(t, func(c *Config) { logs = logTo(c); c.OffloadReadAdmissionThreshold = 1000 })
+			var api API = s
+			if via == "grpc" {
+				api = remoteService(t, s)
+			}
+			// The nodes remount on the restarted master; b re-registers
+			// what its SSD holds (a key also put anew in a's DRAM); a new
+			// put is queued for a, which has not fetched the task yet.
+			mount(t, api, "a", 1<<20)
+			mount(t, api, "b", 1<<20)
+			put(t, api, "registered", 64, "a")
+			if errs, err := api.ReRegisterDiskObjects(bg, "b", []DiskObject{{Key: "registered", Size: 64, CRC: crcOf("registered")}}); err != nil || errs[0] != nil {
+				t.Fatal(errs, err)
+			}
+			put(t, api, "queued", 64, "a")
+			if err := s.Enqueue("queued"); err != nil {
+				t.Fatal(err)
+			}
+			// Answers to the previous master's tasks.
+			if _, err := api.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: []OffloadFailure{
+				{Key: "unknown", Retryable: true, Reason: "SSD full"},
+				{Key: "queued", Retryable: false, Reason: "object larger than a bucket"},
+			}}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := api.NotifyOffloadSuccess(bg, NotifyRequest{Node: "b", Failed: []OffloadFailure{
+				{Key: "registered", Retryable: true, Reason: "rolled back"},
+			}}); err != nil {
+				t.Fatal(err)
+			}
+			st, _ := api.Stats(bg)
+			if st.OffloadFailed != 0 || metricValue(t, s, "tierstore_master_offload_failed_total", "", "") != 0 ||
+				metricValue(t, s, "tierstore_master_offload_retried_total", "", "") != 0 {
+				t.Fatalf("a restarted master counted answers to tasks it never issued: %+v", st)
+			}
+			if l := logs.lines("offload"); len(l) != 0 {
+				t.Fatalf("logged as offload failures: %q", l)
+			}
+			if st.DiskReplicas != 0 {
+				t.Fatal("the node's word about its own SSD was ignored")
+			}
+			// Its own task: fetched, answered failed, counted once.
+			if ts, _ := api.OffloadHeartbeat(bg, "a", 0); fmt.Sprint(taskKeys(ts)) != "[queued]" {
+				t.Fatalf("tasks %v", taskKeys(ts))
+			}
+			api.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: []OffloadFailure{{Key: "queued", Reason: "object larger than a bucket"}}})
+			if st, _ := api.Stats(bg); st.OffloadFailed != 1 {
+				t.Fatalf("own task's failure: counted %d", st.OffloadFailed)
+			}
+			if l := logs.lines("offload failed permanently", keyHex("queued")); len(l) != 1 {
+				t.Fatalf("own task's failure logged %q", l)
+			}
+		})
+	}
+}

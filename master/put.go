@@ -54,6 +54,7 @@ func (s *Service) putStart(ctx context.Context, req PutStartRequest) (Replica, e
 		// Only unreadable leftovers (replicas of dead nodes): start over.
 		s.dropMem(o)
 		s.dropAllDisk(o)
+		o.offloadFails, o.offloadGaveUp = 0, offloadOK
 	}
 	o.size, o.crc = req.Size, req.CRC
 	// The token is taken after the allocation, under the shard lock that
@@ -135,6 +136,7 @@ func (s *Service) putEnd(key string, token uint64) error {
 	}
 	o.mem.complete = true
 	s.processing.Add(-1)
+	o.lastUse = now
 	defer s.room.signal() // the object may be evicted now
 	if o.softPin {
 		o.softPinUntil = now + s.cfg.DefaultKVSoftPinTTL.Nanoseconds()

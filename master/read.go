@@ -10,6 +10,7 @@ import (
 // grantLease extends o's read lease (and its soft pin) to now + ttl. Caller
 // holds the shard lock.
 func (s *Service) grantLease(o *object, now int64) {
+	o.lastUse = now
 	if d := now + s.cfg.DefaultKVLeaseTTL.Nanoseconds(); d > o.leaseUntil {
 		o.leaseUntil = d
 	}

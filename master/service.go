@@ -80,6 +80,7 @@ type counters struct {
 	offloadRetried, offloadAbandoned   atomic.Int64
 	badReplicas                        atomic.Int64
 	putWaits, putWaitsFailed           atomic.Int64
+	offloadDroppedVictims              atomic.Int64
 }
 
 var _ API = (*Service)(nil)
@@ -227,11 +228,11 @@ func (s *Service) observe(err error) error {
 }
 
 // keyHex is how logs name a key: keys are opaque bytes, so the log shows
-// the hex of their first 16 bytes and the length.
+// their hex, cut after 16 bytes ("6b6579...4096B" for a 4096-byte key).
 func keyHex(key string) string {
 	const prefix = 16
 	if len(key) <= prefix {
 		return fmt.Sprintf("%x", key)
 	}
-	return fmt.Sprintf("%x...(%d bytes)", key[:prefix], len(key))
+	return fmt.Sprintf("%x...%dB", key[:prefix], len(key))
 }

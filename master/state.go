@@ -51,6 +51,9 @@ type memReplica struct {
 // diskReplica is an object's copy on a node's SSD.
 type diskReplica struct {
 	node *node
+	// viaTask: recorded as the persisted answer to an offload task this
+	// master issued (not a re-registration).
+	viaTask bool
 }
 
 // object is the metadata of one key. All fields are protected by the lock of
@@ -70,6 +73,7 @@ type object struct {
 	dramLeaseUntil int64
 	softPinUntil   int64 // unix ns, meaningful when softPin
 	putStart       int64 // unix ns of PutStart while mem is not complete
+	lastUse        int64 // unix ns of the last lookup hit, or of PutEnd: orders eviction victims
 	softPin        bool
 	hardPin        bool
 	reads          uint32 // demand lookups counted by read admission
@@ -81,6 +85,31 @@ type object struct {
 	// current admission's offload task; at maxOffloadAttempts the task is
 	// dropped. Reset when admission queues the object anew.
 	offloadFails uint8
+	// offloadGaveUp says why the current admission's offload ended without
+	// an SSD copy for good (a permanent failure, or maxOffloadAttempts
+	// failures): DRAM eviction then drops the object instead of queuing it
+	// again (offload_on_evict would otherwise wedge DRAM). Reset when an
+	// admission decision queues the object anew, and by a new put.
+	offloadGaveUp gaveUp
+}
+
+// gaveUp is why an object's offload ended for good.
+type gaveUp uint8
+
+const (
+	offloadOK         gaveUp = iota // not given up
+	offloadPermanent                // the node answered a permanent failure
+	offloadOutOfTries               // maxOffloadAttempts failures or timeouts
+)
+
+func (g gaveUp) String() string {
+	switch g {
+	case offloadPermanent:
+		return "offload failed permanently"
+	case offloadOutOfTries:
+		return "offload failed on every attempt"
+	}
+	return "none"
 }
 
 func (o *object) leased(now int64) bool { return o.leaseUntil > now }
