@@ -2,6 +2,7 @@ package admission
 
 import (
 	"errors"
+	"flag"
 	"strings"
 	"testing"
 )
@@ -157,6 +158,21 @@ func TestFromSettings(t *testing.T) {
 		{Settings{EnableOffload: true, ReadThreshold: -1}, "", "offload_read_admission_threshold must be >= 0"},
 		{Settings{OffloadOnEvict: true}, "", "offload_on_evict requires enable_offload"},
 		{Settings{ReadThreshold: 2}, "", "offload_read_admission_threshold requires enable_offload"},
+		{Settings{EnableOffload: true, Options: Options{Policy: "tinylfu"}}, "tinylfu", ""},
+		{Settings{EnableOffload: true, Options: Options{Policy: "eager"}}, "eager", ""},
+		{Settings{EnableOffload: true, OffloadOnEvict: true, Options: Options{Policy: "on-evict"}}, "on-evict", ""},
+		{Settings{EnableOffload: true, ReadThreshold: 3, Options: Options{Policy: "read-threshold"}}, "read-threshold(3)", ""},
+		{Settings{Options: Options{Policy: "tinylfu"}}, "", "offload_admission_policy=tinylfu requires enable_offload"},
+		{Settings{EnableOffload: true, Options: Options{Policy: "lfu"}}, "", `offload_admission_policy: "lfu" is not one of`},
+		{Settings{EnableOffload: true, OffloadOnEvict: true, Options: Options{Policy: "tinylfu"}}, "", "offload_admission_policy=tinylfu and offload_on_evict"},
+		{Settings{EnableOffload: true, ReadThreshold: 2, Options: Options{Policy: "eager"}}, "", "offload_admission_policy=eager and offload_read_admission_threshold"},
+		{Settings{EnableOffload: true, Options: Options{Policy: "read-threshold"}}, "", "requires offload_read_admission_threshold > 0"},
+		{Settings{EnableOffload: true, Options: Options{WriteBudgetMBps: 10}}, "", "ssd_write_budget requires offload_admission_policy=tinylfu"},
+		{Settings{EnableOffload: true, Options: Options{PromoteMinFreq: 3}}, "", "dram_promotion_min_freq requires offload_admission_policy=tinylfu"},
+		{Settings{EnableOffload: true, Options: Options{Policy: "tinylfu", WriteBudgetMBps: -1}}, "", "ssd_write_budget must be >= 0"},
+		{Settings{EnableOffload: true, Options: Options{Policy: "tinylfu", SampleFactor: -2}}, "", "admission_sample_factor must be in 1..1000"},
+		{Settings{EnableOffload: true, Options: Options{Policy: "tinylfu", Margin: 17}}, "", "admission_margin must be in [0, 16]"},
+		{Settings{EnableOffload: true, Options: Options{Policy: "tinylfu", PromoteMinFreq: 17}}, "", "dram_promotion_min_freq must be in 0..16"},
 	}
 	for _, c := range cases {
 		p, err := FromSettings(c.s)
@@ -169,5 +185,28 @@ func TestFromSettings(t *testing.T) {
 		if err != nil || p.Name() != c.name {
 			t.Errorf("%+v: %v %v, want %s", c.s, p, err, c.name)
 		}
+	}
+}
+
+func TestRegisterFlags(t *testing.T) {
+	o := DefaultOptions()
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	o.RegisterFlags(fs)
+	err := fs.Parse([]string{"--offload_admission_policy=tinylfu", "--ssd_write_budget=50", "--admission_margin=0.5",
+		"--admission_sample_factor=4", "--dram_promotion_min_freq=6"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := FromSettings(Settings{EnableOffload: true, Options: o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := p.(*TinyLFU).Config()
+	if c.WriteBudget != 50e6 || c.Margin != 0.5 || c.SampleFactor != 4 || c.PromoteFreq != 6 {
+		t.Fatalf("config from flags: %+v", c)
+	}
+	d := DefaultOptions()
+	if d.Policy != "" || d.Margin != 1 || d.SampleFactor != 10 || d.WriteBudgetMBps != 0 || d.PromoteMinFreq != 0 {
+		t.Fatalf("defaults: %+v", d)
 	}
 }

@@ -3,12 +3,15 @@
 // three moments — the end of a put, a demand lookup, and the choice of an
 // object as a DRAM eviction victim — and queues a task when it answers true.
 //
-// Policies shipped:
+// Policies shipped (master flag offload_admission_policy; empty lets
+// Mooncake's flags choose, exactly as Mooncake does):
 //   - Eager (the default with enable_offload): every object at PutEnd.
 //   - OnEvict (offload_on_evict): an object only when DRAM eviction picks it;
 //     it is offloaded instead of dropped.
 //   - ReadThreshold (offload_read_admission_threshold=N): after N demand
 //     lookups of a DRAM-resident object.
+//   - TinyLFU (offload_admission_policy=tinylfu): frequency-based admission
+//     that compares a candidate with what it would displace on SSD.
 //
 // Counting rules of ReadThreshold (the master applies the first two, the
 // policy the rest): a key looked up several times in one batch counts once;
@@ -17,10 +20,101 @@
 // the object's metadata (Object.Reads) and is reset when the object leaves
 // DRAM.
 //
-// Invariants: a Policy never queues an object that is already on SSD or
-// already queued (every policy checks OnDisk and Queued).
+// # TinyLFU
 //
-// Concurrency: the shipped policies are stateless values, safe for concurrent
-// use; the master calls OnLookup with the object's shard lock held, so the
-// *Object it passes is owned by the call.
+// Frequencies. A Sketch (count-min, 4 rows of 4-bit counters, 8 counters
+// per cached object and row, conservative update, behind a doorkeeper
+// Bloom filter) counts every demand lookup the master answers — hits and
+// misses alike, so keys that left both tiers are still remembered — and
+// every put, except the put that follows a miss of the same key (one
+// request, one access). Every SampleFactor x (objects the master holds)
+// accesses the counters are halved and the doorkeeper cleared (TinyLFU's
+// reset), so frequencies describe roughly the last period.
+//
+// Where it runs. On the master: it is the only place that sees every
+// lookup, including misses. The node holds what admission must compare
+// with — its SSD's fill level and the value of the buckets it would evict
+// next — and reports it (SSDReport, computed from tier.Engine.Outlook with
+// eviction.Value). A bucket's value is what it still holds: the sum over
+// its live objects of estimated frequency x size, and its density is that
+// per byte of object space, dead space (objects removed or re-offloaded
+// elsewhere) included.
+//
+// When it decides. When DRAM eviction picks an object (like OnEvict): the
+// SSD then holds objects DRAM dropped, not copies of what DRAM holds, so
+// DRAM and SSD together keep more distinct objects (exclusive caching; on
+// a loop slightly larger than both this is what makes 0.9 x MIN reachable).
+// TinyLFUConfig.AtPut admits at PutEnd instead.
+//
+// The test. A candidate of estimated frequency f and size s on node n:
+//   - n never reported: admitted (as offload_on_evict would);
+//   - the bytes admitted to n since its report (its tasks still queued or
+//     in flight, and admissions after the report), plus s, scaled by the
+//     victims' file-bytes-per-object-byte ratio, fit under the high
+//     watermark: admitted ("room");
+//   - otherwise those bytes are taken from the reported victims in
+//     eviction order; the candidate is admitted ("won") only if f exceeds
+//     the density of the victim where they run out by more than the
+//     margin — the incumbent wins ties — else rejected ("lost"), or
+//     "no_victim" when the node reported none;
+//   - an admitted candidate may still be refused by the SSD write budget
+//     ("budget", ssd_write_budget): a token bucket of one second of budget
+//     per node, from which a candidate of frequency f may only spend down
+//     to (1 - f/16) of the burst, so the lowest-value candidates are
+//     refused first.
+//
+// The margin. In a loop larger than the cache, a key just seen counts one
+// more than a key of the same loop still waiting for its turn; with no
+// margin the newcomer always wins and the SSD turns over like LRU, keeping
+// nothing. A margin of one access keeps a fixed part of the loop. On
+// recency-driven traffic the same margin turns away objects that come back
+// soon, so the margin adapts between 0 and MaxMargin, in the manner of
+// ARC's ghost lists: two bounded lists remember recently rejected
+// candidates and objects recently pushed out of SSD; every 64 rejections
+// plus pushed-out objects, if rejected candidates came back (missed) more
+// often than pushed-out objects, the margin steps down, in the opposite
+// case up. An epoch without pushed-out objects moves nothing (the cost of
+// admitting is then unknown; a loop that rejects everything would
+// otherwise talk itself into thrashing).
+//
+// Promotion. Promote answers whether an object read from SSD is frequent
+// enough (dram_promotion_min_freq) to deserve a DRAM copy; the data path
+// that would make that copy is not part of the master yet (see the
+// README).
+//
+// Metrics (TinyLFU is a prometheus.Collector the master registers):
+// tierstore_admission_decisions_total{result,reason},
+// tierstore_admission_lookups_total{outcome}, _ssd_hit_ratio,
+// _admitted_bytes_total, _ssd_hit_bytes_total, _written_per_read_bytes,
+// _promotions_total, _sketch_halvings_total. Stats returns them too.
+//
+// # Wire format still to be carried by RPC
+//
+// The offload heartbeat request carries the node's SSDReport (High, Low,
+// Used: int64; Victims: repeated {Bytes int64, Span int64, Value double});
+// the master passes it to Service.ReportSSD, which adds the node's
+// outstanding tasks. The node values its victims with the master's sketch,
+// which the heartbeat reply carries from time to time (Service.
+// AdmissionSketch, Sketch.MarshalBinary / UnmarshalBinary: the key hash
+// has a fixed seed, so the estimates are the same in both processes).
+//
+// # Invariants
+//
+//   - A Policy never queues an object that is already on SSD or already
+//     queued (every policy checks OnDisk and Queued).
+//   - The sketch never under-estimates a key's accesses since the last
+//     halving (up to saturation at 16).
+//   - TinyLFU never admits a candidate beyond the high watermark unless its
+//     frequency exceeds the displaced victim's density plus the margin
+//     (ties go to the incumbent), and never spends the write budget below
+//     the floor of the candidate's frequency.
+//
+// # Concurrency
+//
+// Eager, OnEvict, ReadThreshold and None are stateless values, safe for
+// concurrent use. TinyLFU is safe for concurrent use: one mutex protects
+// the sketch, the per-node reports, the ghost lists and the margin; its
+// counters are atomic. The master calls OnLookup with the object's shard
+// lock held, so the *Object it passes is owned by the call; TinyLFU never
+// calls back into the master.
 package admission

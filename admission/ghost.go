@@ -98,7 +98,7 @@ func (p *TinyLFU) maybeAdapt() {
 		return
 	}
 	if a.pushes >= 1 && a.rejects >= 1 {
-		rR, rV := a.rejectHits/a.rejects, a.pushHits/a.pushes
+		rR, rV := ratioOf(a.rejectHits, a.rejects), ratioOf(a.pushHits, a.pushes)
 		switch {
 		case rR > rV:
 			p.margin = max(0, p.margin-p.cfg.MarginStep)
@@ -134,4 +134,11 @@ func (p *TinyLFU) Margin() float64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.margin
+}
+
+func ratioOf(n, d float64) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return n / d
 }

@@ -84,9 +84,10 @@ func (s *Sketch) resize(capacity, period int64) {
 	s.period = period
 	// The doorkeeper sees every distinct key of a period: 4 bits per
 	// access of the period keep its false positive rate below 15% even
-	// when every access is to a new key.
+	// when every access is to a new key, and 4 bits per counter of a row
+	// keep it far lower for short periods.
 	d := uint64(64)
-	for d < uint64(4*period) && d < 1<<32 {
+	for (d < uint64(4*period) || d < 4*n) && d < 1<<32 {
 		d <<= 1
 	}
 	s.door = make([]uint64, d/64)

@@ -28,6 +28,25 @@
 //     sim_test.go (a Zipf working set interleaved with one-hit scans, a tier
 //     of 200 buckets) lru2 hits 44% of reads, lru 36%, fifo 34%
 //     (go test -run HitRatio -v ./eviction).
+//   - "value": lru order, but a victim is the bucket of lowest value
+//     density among the 8 least recently used (ties: the least recently
+//     used). A bucket's value is what it still holds (Value, Worth): the
+//     sum over its live objects of estimated frequency x size, per byte
+//     of object space, dead space included, so a bucket hollowed out by
+//     removals and re-offloads goes before a full one of equal heat. The
+//     frequencies come from a Valuer the tier engine hands over through
+//     ValueAware (the admission sketch, package admission); without one
+//     the policy is lru.
+//
+// Reinsertion (Reinsertion.Keep) is the decision a node makes from the
+// tier's eviction callback: given a victim bucket's objects, which of them
+// to write again into the bucket being written (CacheLib Navy's
+// reinsertion), hottest first, only those reaching MinFreq, bounded to a
+// fraction of the victim's live bytes and to the room left in the bucket
+// being written.
+//
+// Value and Worth also give the node what it reports to the master for SSD
+// admission (admission.SSDReport): the value density of its next victims.
 //
 // # Invariants
 //
@@ -42,6 +61,7 @@
 // # Concurrency
 //
 // A Policy is not safe for concurrent use. The tier engine calls it under its
-// own lock (the one that protects its bucket table), and skip is called with
-// that lock held, so skip must not take it again.
+// own lock (the one that protects its bucket table), and skip and a Valuer
+// are called with that lock held, so they must not take it again.
+// Reinsertion and Value are pure functions of their arguments.
 package eviction

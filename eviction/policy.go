@@ -27,9 +27,10 @@ type Policy interface {
 }
 
 // Names lists the policies New accepts.
-var Names = []string{"lru", "fifo", "lru2"}
+var Names = []string{"lru", "fifo", "lru2", "value"}
 
-// New returns the policy named name: "lru" (also ""), "fifo" or "lru2".
+// New returns the policy named name: "lru" (also ""), "fifo", "lru2" or
+// "value" (lru order until given a Valuer through ValueAware).
 func New(name string) (Policy, error) {
 	switch name {
 	case "lru", "":
@@ -38,6 +39,8 @@ func New(name string) (Policy, error) {
 		return NewFIFO(), nil
 	case "lru2":
 		return NewLRU2(), nil
+	case "value":
+		return NewValue(nil), nil
 	}
 	return nil, fmt.Errorf("%w %q (valid: %s)", ErrUnknownPolicy, name, strings.Join(Names, ", "))
 }

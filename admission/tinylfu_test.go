@@ -1,0 +1,385 @@
+package admission
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+)
+
+const obj = 64 << 10 // object size of the tests
+
+// fixedPolicy is a TinyLFU whose margin does not adapt.
+func fixedPolicy(margin float64) *TinyLFU {
+	return NewTinyLFU(TinyLFUConfig{Margin: margin, MaxMargin: margin, MarginStep: -1})
+}
+
+// touch looks key up n times (DRAM hits).
+func touch(p *TinyLFU, key string, n int) {
+	for i := 0; i < n; i++ {
+		p.ObserveLookup(key, DRAMHit, obj)
+	}
+}
+
+// full is a report of an SSD exactly at its high watermark whose next
+// victims have the given densities, one object each.
+func full(densities ...float64) SSDReport {
+	r := SSDReport{High: 100 * obj, Low: 80 * obj, Used: 100 * obj}
+	for _, d := range densities {
+		r.Victims = append(r.Victims, VictimValue{Bytes: obj, Span: obj, Value: d * obj})
+	}
+	return r
+}
+
+func candidate(key string) Object {
+	return Object{Key: key, Size: obj, InDRAM: true, Node: "n1"}
+}
+
+func lastReason(t *testing.T, p *TinyLFU, before TinyLFUStats) string {
+	t.Helper()
+	after := p.Stats()
+	for r, n := range after.Decisions {
+		if n != before.Decisions[r] {
+			return r
+		}
+	}
+	t.Fatal("no decision counted")
+	return ""
+}
+
+func decideOnce(t *testing.T, p *TinyLFU, key string) (bool, string) {
+	t.Helper()
+	before := p.Stats()
+	ok := p.OnEvict(candidate(key))
+	return ok, lastReason(t, p, before)
+}
+
+func TestTinyLFUIncumbentWinsTies(t *testing.T) {
+	for _, margin := range []float64{0, 1} {
+		p := fixedPolicy(margin)
+		p.ReportSSD("n1", full(3), 0)
+		tie := 3 + int(margin)
+		touch(p, "tie", tie)
+		if ok, why := decideOnce(t, p, "tie"); ok || why != "lost" {
+			t.Fatalf("margin %v: a candidate of frequency %d against density 3: admitted=%v (%s), want lost", margin, tie, ok, why)
+		}
+		touch(p, "better", tie+1)
+		p.ReportSSD("n1", full(3), 0)
+		if ok, why := decideOnce(t, p, "better"); !ok || why != "won" {
+			t.Fatalf("margin %v: frequency %d against density 3: admitted=%v (%s), want won", margin, tie+1, ok, why)
+		}
+	}
+}
+
+func TestTinyLFURoomNoReportNoVictim(t *testing.T) {
+	p := fixedPolicy(1)
+	if ok, why := decideOnce(t, p, "a"); !ok || why != "no_report" {
+		t.Fatalf("without a report: %v %s", ok, why)
+	}
+	r := full(9)
+	r.Used = r.High - 2*obj
+	p.ReportSSD("n1", r, 0)
+	for i := 0; i < 2; i++ { // two objects fit; frequency 0 does not matter
+		if ok, why := decideOnce(t, p, fmt.Sprintf("r%d", i)); !ok || why != "room" {
+			t.Fatalf("room %d: %v %s", i, ok, why)
+		}
+	}
+	if ok, why := decideOnce(t, p, "r3"); ok || why != "lost" {
+		t.Fatalf("third object with the SSD full: %v %s", ok, why)
+	}
+	p.ReportSSD("n1", SSDReport{High: 10, Used: 10}, 0)
+	if ok, why := decideOnce(t, p, "r4"); ok || why != "no_victim" {
+		t.Fatalf("full without victims: %v %s", ok, why)
+	}
+	p.ReportSSD("n1", SSDReport{}, 0) // unlimited tier
+	if ok, why := decideOnce(t, p, "r5"); !ok || why != "room" {
+		t.Fatalf("unlimited tier: %v %s", ok, why)
+	}
+	if p.OnEvict(Object{Key: "x", Size: obj, InDRAM: true, OnDisk: true, Node: "n1"}) {
+		t.Fatal("an object already on SSD was admitted")
+	}
+}
+
+// TestTinyLFUVictimsInOrder: admissions beyond the watermark consume the
+// reported victims in order; outstanding tasks count as admitted bytes.
+func TestTinyLFUVictimsInOrder(t *testing.T) {
+	p := fixedPolicy(0)
+	for i := 0; i < 4; i++ {
+		touch(p, fmt.Sprintf("c%d", i), 3)
+	}
+	p.ReportSSD("n1", full(1, 1, 5), 0)
+	for i := 0; i < 2; i++ {
+		if ok, why := decideOnce(t, p, fmt.Sprintf("c%d", i)); !ok || why != "won" {
+			t.Fatalf("candidate %d against a cold victim: %v %s", i, ok, why)
+		}
+	}
+	if ok, why := decideOnce(t, p, "c2"); ok || why != "lost" {
+		t.Fatalf("third candidate reaches the hot victim: %v %s", ok, why)
+	}
+	// Two tasks still outstanding at the next report: same position.
+	p.ReportSSD("n1", full(1, 1, 5), 2)
+	if ok, why := decideOnce(t, p, "c3"); ok || why != "lost" {
+		t.Fatalf("outstanding tasks ignored: %v %s", ok, why)
+	}
+}
+
+func TestTinyLFUPutAfterMissCountsOnce(t *testing.T) {
+	p := fixedPolicy(1)
+	p.ObserveLookup("k", Miss, 0)
+	p.AtPutEnd(candidate("k"))
+	if got := p.Estimate("k"); got != 1 {
+		t.Fatalf("a miss and its put estimate %d, want 1", got)
+	}
+	p.AtPutEnd(candidate("fresh")) // a put without a lookup is an access
+	p.AtPutEnd(candidate("fresh"))
+	if got := p.Estimate("fresh"); got != 2 {
+		t.Fatalf("two puts estimate %d, want 2", got)
+	}
+	p.ObserveLookup("k", DRAMHit, obj)
+	if got := p.Estimate("k"); got != 2 {
+		t.Fatalf("then a hit: %d, want 2", got)
+	}
+}
+
+// ssdModel is a small SSD of buckets in LRU order for the scenario tests:
+// the report a node would send, with values from the policy's sketch.
+type ssdModel struct {
+	bucketKeys [][]string // LRU first
+	perBucket  int
+}
+
+func (m *ssdModel) report(p *TinyLFU) SSDReport {
+	n := len(m.bucketKeys) * m.perBucket
+	r := SSDReport{High: int64(n) * obj, Low: int64(n-m.perBucket) * obj}
+	for _, b := range m.bucketKeys {
+		r.Used += int64(m.perBucket) * obj
+		v := VictimValue{Bytes: int64(m.perBucket) * obj, Span: int64(m.perBucket) * obj}
+		for _, k := range b {
+			v.Value += float64(p.Estimate(k)) * obj
+		}
+		r.Victims = append(r.Victims, v)
+	}
+	return r
+}
+
+// admit evicts the LRU bucket and appends a bucket holding key.
+func (m *ssdModel) admit(key string) []string {
+	gone := m.bucketKeys[0]
+	m.bucketKeys = append(m.bucketKeys[1:], []string{key})
+	return gone
+}
+
+// TestTinyLFUScanDoesNotDisplaceHotSet: an SSD full of a hot set that is
+// still in use (one hot lookup per four scan keys), then a one-pass scan
+// twenty times the SSD: not one scan key is admitted.
+func TestTinyLFUScanDoesNotDisplaceHotSet(t *testing.T) {
+	p := NewTinyLFU(DefaultTinyLFUConfig()) // adaptive margin included
+	const buckets, per = 8, 8
+	m := &ssdModel{perBucket: per}
+	for b := 0; b < buckets; b++ {
+		var ks []string
+		for i := 0; i < per; i++ {
+			k := fmt.Sprintf("hot%d", b*per+i)
+			touch(p, k, 5)
+			ks = append(ks, k)
+		}
+		m.bucketKeys = append(m.bucketKeys, ks)
+	}
+	admitted := 0
+	for i := 0; i < 20*buckets*per; i++ {
+		k := fmt.Sprintf("scan%d", i)
+		p.ObserveLookup(k, Miss, 0)
+		p.AtPutEnd(candidate(k))
+		if i%4 == 0 {
+			touch(p, fmt.Sprintf("hot%d", (i/4)%(buckets*per)), 1)
+		}
+		p.ReportSSD("n1", m.report(p), 0)
+		if p.OnEvict(candidate(k)) {
+			admitted++
+			p.ObserveSSDEviction(m.admit(k))
+		}
+	}
+	if admitted != 0 {
+		t.Fatalf("%d scan keys displaced the hot set (stats %+v)", admitted, p.Stats())
+	}
+}
+
+// TestTinyLFUAgeing: a set that was hot and is not used any more decays
+// with the halvings until a recurring new key displaces it.
+func TestTinyLFUAgeing(t *testing.T) {
+	p := fixedPolicy(1)
+	p.SetPopulation(func() int64 { return 1024 })
+	m := &ssdModel{perBucket: 4, bucketKeys: [][]string{{"old0", "old1", "old2", "old3"}}}
+	for _, k := range m.bucketKeys[0] {
+		touch(p, k, 12)
+	}
+	touch(p, "new", 3)
+	p.ReportSSD("n1", m.report(p), 0)
+	if p.OnEvict(candidate("new")) {
+		t.Fatal("a key seen 3 times displaced keys seen 12 times")
+	}
+	// Other traffic for a few periods; "new" keeps coming back.
+	period := p.Stats().Period
+	for i := int64(0); i < 3*period; i++ {
+		p.ObserveLookup(fmt.Sprintf("other%d", i%5000), Miss, 0)
+		if i%500 == 0 {
+			touch(p, "new", 1)
+		}
+	}
+	if p.Stats().Halvings < 3 {
+		t.Fatalf("halvings = %d after 3 periods", p.Stats().Halvings)
+	}
+	p.ReportSSD("n1", m.report(p), 0)
+	if !p.OnEvict(candidate("new")) {
+		t.Fatalf("aged-out keys still win: new=%d old=%d", p.Estimate("new"), p.Estimate("old0"))
+	}
+}
+
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time { return c.t }
+
+// TestTinyLFUWriteBudget: as tokens run out, low-frequency candidates are
+// refused first; tokens come back with time.
+func TestTinyLFUWriteBudget(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	p := NewTinyLFU(TinyLFUConfig{Margin: 1, MaxMargin: 1, MarginStep: -1, WriteBudget: 16 * obj, Now: clk.now})
+	p.ReportSSD("n1", SSDReport{}, 0) // unlimited tier: only the budget limits
+	touch(p, "hot", 16)
+	touch(p, "warm", 8)
+	// Spend half of the burst with hot objects (floor 0 for them).
+	for i := 0; i < 8; i++ {
+		if ok, why := decideOnce(t, p, "hot"); !ok {
+			t.Fatalf("hot %d refused: %s", i, why)
+		}
+	}
+	// 8 objects of tokens left: warm (f=8) may go down to half the burst.
+	if ok, why := decideOnce(t, p, "warm"); ok || why != "budget" {
+		t.Fatalf("warm with half the tokens left: %v %s", ok, why)
+	}
+	if ok, why := decideOnce(t, p, "cold"); ok || why != "budget" {
+		t.Fatalf("cold with half the tokens left: %v %s", ok, why)
+	}
+	if ok, _ := decideOnce(t, p, "hot"); !ok {
+		t.Fatal("hot refused while tokens remain")
+	}
+	clk.t = clk.t.Add(time.Second) // refill to the burst
+	if ok, why := decideOnce(t, p, "warm"); !ok {
+		t.Fatalf("warm after a refill: %s", why)
+	}
+}
+
+// TestTinyLFUAdaptiveMargin: rejected candidates coming back lower the
+// margin only while pushed-out objects come back less often; nothing moves
+// without pushed-out objects.
+func TestTinyLFUAdaptiveMargin(t *testing.T) {
+	p := NewTinyLFU(TinyLFUConfig{Margin: 1, MaxMargin: 2, MarginStep: 0.25})
+	p.ReportSSD("n1", full(5), 0)
+	reject := func(i int) string {
+		k := fmt.Sprintf("rej%d", i)
+		if p.OnEvict(candidate(k)) {
+			t.Fatalf("%s admitted", k)
+		}
+		return k
+	}
+	for i := 0; i < 3*adaptEvery; i++ { // rejected, and all come back
+		p.ObserveLookup(reject(i), Miss, 0)
+	}
+	if m := p.Margin(); m != 1 {
+		t.Fatalf("margin moved to %v without any pushed-out object", m)
+	}
+	// Pushed-out objects that never come back, rejected ones that do.
+	for i := 0; i < 4*adaptEvery; i++ {
+		p.ObserveSSDEviction([]string{fmt.Sprintf("gone%d", i)})
+		p.ObserveLookup(reject(10000+i), Miss, 0)
+	}
+	if m := p.Margin(); m >= 1 {
+		t.Fatalf("margin %v did not go down", m)
+	}
+	low := p.Margin()
+	// Now every pushed-out object comes back, no rejected one does.
+	p.ReportSSD("n1", full(16), 0)
+	for i := 0; i < 8*adaptEvery; i++ {
+		k := fmt.Sprintf("back%d", i)
+		p.ObserveSSDEviction([]string{k})
+		p.ObserveLookup(k, Miss, 0)
+		reject(20000 + i)
+	}
+	if m := p.Margin(); m <= low {
+		t.Fatalf("margin %v did not go up from %v", m, low)
+	}
+}
+
+// refDecide is the admission test written out directly: no report admits;
+// the candidate's bytes (scaled by the victims' file-per-object-byte
+// ratio) beyond the watermark are taken from the victims in order; the
+// victim where they run out must be beaten by more than the margin.
+func refDecide(f uint32, size, pending int64, r *SSDReport, margin float64) Reason {
+	if r == nil {
+		return AcceptNoReport
+	}
+	if r.High <= 0 {
+		return AcceptRoom
+	}
+	var file, span int64
+	for _, v := range r.Victims {
+		file += v.Bytes
+		span += v.Span
+	}
+	exp := 1.0
+	if span > 0 && file > span {
+		exp = float64(file) / float64(span)
+	}
+	need := r.Used + int64(float64(pending+size)*exp) - r.High
+	if need <= 0 {
+		return AcceptRoom
+	}
+	if len(r.Victims) == 0 {
+		return RejectNoVictim
+	}
+	i := 0
+	for freed := r.Victims[0].Bytes; freed < need && i+1 < len(r.Victims); {
+		i++
+		freed += r.Victims[i].Bytes
+	}
+	v := r.Victims[i]
+	if v.Span > 0 && float64(f)*float64(v.Span) > v.Value+margin*float64(v.Span) {
+		return AcceptWon
+	}
+	if v.Span <= 0 && float64(f) > margin {
+		return AcceptWon
+	}
+	return RejectLost
+}
+
+func TestTinyLFUDecideMatchesReference(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		margin := float64(rapid.IntRange(0, 8).Draw(t, "margin4")) / 4
+		p := fixedPolicy(margin)
+		var rep *SSDReport
+		if rapid.IntRange(0, 9).Draw(t, "hasReport") > 0 {
+			rep = &SSDReport{High: rapid.Int64Range(0, 1<<20).Draw(t, "high")}
+			rep.Used = rapid.Int64Range(0, rep.High+1<<18).Draw(t, "used")
+			for n := rapid.IntRange(0, 6).Draw(t, "victims"); n > 0; n-- {
+				span := rapid.Int64Range(0, 1<<16).Draw(t, "span")
+				rep.Victims = append(rep.Victims, VictimValue{
+					Bytes: span + rapid.Int64Range(0, 1<<13).Draw(t, "overhead"),
+					Span:  span,
+					Value: float64(rapid.IntRange(0, 16*4).Draw(t, "density4")) / 4 * float64(span),
+				})
+			}
+		}
+		f := uint32(rapid.IntRange(0, 16).Draw(t, "f"))
+		size := rapid.Int64Range(1, 1<<16).Draw(t, "size")
+		pending := rapid.Int64Range(0, 1<<18).Draw(t, "pending")
+		var st *nodeState
+		if rep != nil {
+			st = &nodeState{rep: *rep, pending: pending}
+		}
+		got, want := p.decide(f, size, st), refDecide(f, size, pending, rep, margin)
+		if got != want {
+			t.Fatalf("decide = %s, reference %s (f %d size %d pending %d report %+v)", got, want, f, size, pending, rep)
+		}
+	})
+}
