@@ -105,7 +105,19 @@ func encodeObject(loc Location) []byte {
 	return v
 }
 
+// keyReason says why a key read back from a record is not a valid object
+// key ("" when it is): a record written by this package always holds one.
+func keyReason(key []byte) string {
+	if len(key) == 0 || len(key) > MaxKeyLen {
+		return fmt.Sprintf("object key of %d bytes (want 1 to %d)", len(key), MaxKeyLen)
+	}
+	return ""
+}
+
 func decodeObject(key, v []byte) (Location, error) {
+	if r := keyReason(key); r != "" {
+		return Location{}, &CorruptError{Kind: kindObject, Key: clone(key), Reason: r}
+	}
 	if err := checkValue(v, objectValueLen); err != "" {
 		return Location{}, &CorruptError{Kind: kindObject, Key: clone(key), Reason: err}
 	}
@@ -185,6 +197,9 @@ func checkBucket(m BucketMeta) (BucketMeta, error) {
 var membershipValue = []byte{recordVersion}
 
 func decodeMembership(id uint64, key, v []byte) error {
+	if r := keyReason(key); r != "" {
+		return &CorruptError{Kind: kindMembership, Bucket: id, Key: clone(key), Reason: r}
+	}
 	if err := checkValue(v, membershipValueLen); err != "" {
 		return &CorruptError{Kind: kindMembership, Bucket: id, Key: clone(key), Reason: err}
 	}
