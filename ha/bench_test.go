@@ -80,4 +80,3 @@ func benchFailover(b *testing.B, die bool) {
 	b.ReportMetric(total.Seconds()/float64(b.N), "s/failover")
 	b.ReportMetric(worst.Seconds(), "s-worst")
 }
-
