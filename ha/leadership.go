@@ -352,6 +352,10 @@ func keyWatchCause(resp clientv3.WatchResponse, ok bool) error {
 // best effort and bounded: if etcd is unreachable the lease expires by
 // itself since nothing keeps it alive any more. Then it closes the client.
 func (l *Leadership) cleanup() {
+	if l.client.Ctx().Err() != nil { // the client is closed: nothing can reach etcd
+		l.session.Orphan()
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.DialTimeout)
 	defer cancel()
 	cmp := clientv3.Compare(clientv3.CreateRevision(l.key), "=", int64(l.term))

@@ -65,7 +65,7 @@ func mustCampaign(t *testing.T, ctx context.Context, cfg Config) *Leadership {
 	return l
 }
 
-func etcdClient(t *testing.T, endpoints []string) *clientv3.Client {
+func etcdClient(t testing.TB, endpoints []string) *clientv3.Client {
 	t.Helper()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
 	if err != nil {
@@ -77,7 +77,7 @@ func etcdClient(t *testing.T, endpoints []string) *clientv3.Client {
 
 // waitCandidates blocks until n candidate keys exist under the prefix: a
 // standby's key appears when it starts waiting in Campaign.
-func waitCandidates(t *testing.T, ctx context.Context, cli *clientv3.Client, prefix string, n int) {
+func waitCandidates(t testing.TB, ctx context.Context, cli *clientv3.Client, prefix string, n int) {
 	t.Helper()
 	for {
 		resp, err := cli.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
