@@ -6,6 +6,7 @@ import (
 	"io"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -129,7 +130,7 @@ func endError(end uint8, code int32, msg string) error {
 // codes.FromStatus maps it: a non-nil error with its message.
 func sameFailure(err, end error) bool {
 	mapped := codes.FromStatus(end)
-	return mapped != nil && err.Error() == mapped.Error()
+	return mapped != nil && codes.Of(err) == codes.Of(mapped) && strings.Contains(err.Error(), mapped.Error())
 }
 
 func concatData(chunks []*rpcpb.PeerDataChunk) []byte {
