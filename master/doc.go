@@ -6,10 +6,10 @@
 // objects to offload to its SSD (the offload mailbox). It never touches SSD
 // files: it knows the SSD tier only through what nodes report.
 //
-// API is the interface. *Service implements it in-process (embedded
-// deployments call it without a socket); NewServer exposes a Service over
-// gRPC (service tierstore.rpc.Master) and Dial returns a *Remote that
-// implements API over that service. Errors wrap the sentinels of package
+// API (masterapi.API) is the interface. *Service implements it in-process
+// (embedded deployments call it without a socket); NewServer exposes a
+// Service over gRPC (service tierstore.rpc.Master) and masterapi.Dial
+// returns a *masterapi.Remote that implements API over that service. Errors wrap the sentinels of package
 // internal/codes and keep them across gRPC.
 //
 // # Metadata
@@ -17,28 +17,34 @@
 // Objects live in Config.Shards shards (a power of two), each a map under one
 // mutex, so operations on keys of different shards do not contend. Segments
 // are allocated by a best-fit, coalescing offset allocator (alloc.go,
-// O(log n)); PutStart picks the preferred node's segment when it has room,
+// O(log n)); allocation, eviction rounds and the wait for room are in
+// room.go; PutStart picks the preferred node's segment when it has room,
 // else the segment with the most free bytes whose largest free extent fits.
 //
 // # Leases (Mooncake #4508, invariant 4)
 //
 // ExistKey and GetReplicaList grant a read lease of default_kv_lease_ttl on a
-// hit. Every removal path honours it:
-//   - DRAM eviction never picks a leased object and re-checks the lease under
+// hit. A lease promises that the object stays readable, not that a
+// particular replica stays, and never that the store stops taking writes or
+// SSD admissions. Every removal path honours it (docs/master.md has the
+// table):
+//   - DRAM eviction drops a leased object's DRAM replica only when a
+//     LOCAL_DISK replica on a live node stays readable and every reader of
+//     the lease was given one (object.dramLeaseUntil); it re-checks under
 //     the shard lock before dropping a victim;
-//   - Remove fails with OBJECT_HAS_LEASE unless forced;
+//   - Remove and RemoveAll fail with OBJECT_HAS_LEASE unless forced;
 //   - the stale-handle sweep (after a node expires or a segment is
 //     unmounted) removes unreadable replicas, and objects left without
 //     replicas, only once the lease has expired;
-//   - EvictDiskReplica (a node's SSD bucket eviction) is all-or-nothing: a
-//     call naming a leased key whose only readable replica is that node's
-//     LOCAL_DISK one is refused whole with OBJECT_HAS_LEASE and drops
-//     nothing (the node's tier keeps the bucket);
+//   - EvictDiskReplica (a node's SSD bucket eviction) decides key by key:
+//     a leased key whose only readable replica is that node's LOCAL_DISK
+//     one is kept (answered in Keep; the node keeps it readable), every
+//     other key's replica goes;
 //   - ReconcileDiskObjects, ReportBadReplica and an offload failure (the
 //     node says the key is not on its SSD: its LOCAL_DISK replica goes,
 //     whatever the task's state) remove the replica at once — the bytes
 //     are gone — but keep a leased object's metadata until the lease
-//     expires.
+//     expires (settleEmpty).
 //
 // A replica on a dead node or unmounted segment is unreadable at once. A
 // lookup of an object whose every replica is unreadable answers
@@ -47,15 +53,31 @@
 // REPLICA_IS_GONE. If another replica is readable (LOCAL_DISK on a live node)
 // the read succeeds from it.
 //
+// # Puts (invariant 8)
+//
+// A put owns its DRAM range from PutStart until PutEnd, PutRevoke or
+// put_start_discard_timeout. PutStart issues a put token (token.go: strictly
+// increasing, also across restarts); PutEnd and PutRevoke must carry it,
+// and a token that is not the key's current put gets
+// masterapi.ErrStalePut. A non-forced Remove of a put in progress answers
+// REPLICA_IS_NOT_READY; a forced one parks the range (Service.parked) until
+// the put ends or its discard deadline. When eviction cannot make room at
+// once, PutStart waits on the room broadcast (room.go), bounded by its
+// context and put_start_max_wait.
+//
 // # Eviction
 //
 // When a segment's use passes eviction_high_watermark_ratio (background
 // loop) or an allocation fails (synchronously, then retried), one round
 // drops about eviction_ratio of the evictable DRAM replicas: unpinned before
-// soft-pinned, oldest lease first. Never evicted: hard-pinned objects, leased
-// objects, replicas pinned by an offload task, incomplete puts. Objects that
-// keep a LOCAL_DISK replica keep their metadata. With offload_on_evict a
-// victim without an SSD copy is queued for offload instead of dropped.
+// soft-pinned, least recently used first (the last lookup hit, or the put
+// for an object never read). Never evicted: hard-pinned objects, objects
+// whose lease needs their DRAM replica, replicas pinned by an offload task,
+// incomplete puts. Objects that keep a LOCAL_DISK replica keep their
+// metadata. With offload_on_evict a victim without an SSD copy is queued
+// for offload instead of dropped, unless its offload already failed for
+// good (permanently, or maxOffloadAttempts times): then it is dropped like
+// any cache entry and counted (tierstore_master_offload_dropped_victims_total).
 //
 // # Offload mailbox
 //
@@ -103,9 +125,11 @@
 // *Service and *Remote are safe for concurrent use. Lock order: shard.mu,
 // then segment.mu or mailbox.mu (never both mailbox.mu and segment.mu: an
 // orphan is taken out of its mailbox before its range is freed);
-// Service.nodesMu is never held while taking a shard lock. Code that holds
-// several shard locks at once (EvictDiskReplica, Check) takes them in
-// ascending shard index order. evictMu (one eviction round at a time) is taken before
-// shard locks. Counters are atomics. Time comes from Config.Clock, so tests
+// Service.nodesMu is never held while taking a shard lock. parkMu (the
+// parked puts) and the room broadcast's mutex are leaves: taken under a
+// shard lock or none, nothing taken under them. Check, the only code that
+// holds several shard locks at once, takes them in ascending shard index
+// order. evictMu (one eviction round at a time) is taken before shard
+// locks. Counters are atomics. Time comes from Config.Clock, so tests
 // drive leases and TTLs with a ManualClock and call Tick instead of sleeping.
 package master

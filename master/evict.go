@@ -38,7 +38,11 @@ func (s *Service) evict(need int64) int {
 	target := int(math.Ceil(s.cfg.EvictionRatio * float64(total)))
 	var freed int64
 	dropped, queued := 0, 0
-	for _, c := range s.pickVictims(target, now) {
+	cands := s.pickVictims(target, now)
+	if h := s.hooks.victimsPicked; h != nil {
+		h()
+	}
+	for _, c := range cands {
 		if dropped+queued >= target && freed >= need {
 			break
 		}

@@ -11,8 +11,8 @@ import (
 	"github.com/tierstore/tierstore/masterapi"
 )
 
-// remoteService serves s on a real 127.0.0.1 listener and dials it.
-func remoteService(t testing.TB, s *Service) *masterapi.Remote {
+// serveGRPC serves s on a real 127.0.0.1 listener and returns its address.
+func serveGRPC(t testing.TB, s *Service) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -21,17 +21,23 @@ func remoteService(t testing.TB, s *Service) *masterapi.Remote {
 	srv := NewServer(s)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(lis) }()
-	r, err := masterapi.Dial(bg, lis.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		r.Close()
 		srv.GracefulStop()
 		if err := <-done; err != nil {
 			t.Errorf("serve: %v", err)
 		}
 	})
+	return lis.Addr().String()
+}
+
+// remoteService serves s on a real 127.0.0.1 listener and dials it.
+func remoteService(t testing.TB, s *Service) *masterapi.Remote {
+	t.Helper()
+	r, err := masterapi.Dial(bg, serveGRPC(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
 	return r
 }
 

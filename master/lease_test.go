@@ -3,12 +3,12 @@ package master
 import (
 	"errors"
 	"fmt"
-	"runtime"
-	"sync"
-	"sync/atomic"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/tierstore/tierstore/admission"
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -282,90 +282,138 @@ func TestMooncake4508Replay(t *testing.T) {
 	}
 }
 
-// TestReference000Stress interleaves lookups, loads, node expiries, sweeps
-// and remounts on many goroutines and counts contradictions: a load inside
-// the lease of a lookup hit that answers OBJECT_NOT_FOUND.
-func TestReference000Stress(t *testing.T) {
-	s, _ := testService(t, func(c *Config) {
-		c.Clock = SystemClock{}
-		c.DefaultKVLeaseTTL = time.Hour // every hit's lease outlives the test
-		c.ClientTTL = time.Hour
-	})
-	nodes := []string{"n0", "n1", "n2", "n3"}
-	for _, n := range nodes {
-		mount(t, s, n, 1<<20)
+// TestMooncake4508Interleavings replaces a goroutine stress test with every
+// interleaving, deterministically (manual clock, one goroutine): a lookup
+// hit, then every sequence of up to three operations among node expiries,
+// remounts, sweeps, re-puts, removes, DRAM and SSD evictions, reconciles,
+// bad-replica reports, offload failures and time passing inside the lease,
+// then the load. Within the lease the load never answers OBJECT_NOT_FOUND
+// (Mooncake #4508, invariant 4); it succeeds unless an operation really lost
+// bytes (a node died or restarted, a replica was reported bad or missing),
+// in which case REPLICA_IS_GONE is allowed. Each run ends with Check. It
+// guards issue 9 item 7 as a whole.
+func TestMooncake4508Interleavings(t *testing.T) {
+	ops := lease4508Ops()
+	var seqs [][]int
+	var gen func(prefix []int)
+	gen = func(prefix []int) {
+		seqs = append(seqs, append([]int(nil), prefix...))
+		if len(prefix) == 3 {
+			return
+		}
+		for i := range ops {
+			gen(append(prefix, i))
+		}
 	}
-	const keys = 200
-	for i := 0; i < keys; i++ {
-		put(t, s, fmt.Sprint("k", i), 256, nodes[i%len(nodes)])
-	}
-	var contradictions, hits, gone atomic.Int64
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	for g := 0; g < 6; g++ {
-		wg.Add(1)
-		go func(g int) {
-			defer wg.Done()
-			// Like vLLM's KV pool: a batch lookup, then loads of the hits.
-			for i := 0; i < 300; i++ {
-				batch := make([]string, 16)
-				for j := range batch {
-					batch[j] = fmt.Sprint("k", (i*16+j*7+g)%keys)
-				}
-				res, err := s.BatchExistKey(bg, batch)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				for j, r := range res {
-					if !r.Exists {
-						continue
-					}
-					hits.Add(1)
-					_, err := s.GetReplicaList(bg, batch[j])
-					switch {
-					case errors.Is(err, codes.ErrObjectNotFound):
-						contradictions.Add(1)
-					case errors.Is(err, codes.ErrReplicaGone):
-						gone.Add(1)
-					}
-				}
+	gen(nil)
+	runs, gone := 0, 0
+	for _, onDisk := range []bool{false, true} {
+		for _, seq := range seqs {
+			g, err := run4508(t, ops, seq, onDisk)
+			runs++
+			if g {
+				gone++
 			}
-		}(g)
-	}
-	var killers sync.WaitGroup
-	killers.Add(1)
-	go func() { // kill, sweep, remount, re-put, in a loop
-		defer killers.Done()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			n := nodes[i%len(nodes)]
-			s.ExpireNode(n)
-			s.Tick()
-			runtime.Gosched()
-			mount(t, s, n, 1<<20)
-			for j := i % len(nodes); j < keys; j += len(nodes) {
-				k := fmt.Sprint("k", j)
-				if r, err := s.PutStart(bg, PutStartRequest{Key: k, Size: 256, PreferredNode: n}); err == nil {
-					s.PutEnd(bg, k, r.PutToken)
+			if err != nil {
+				names := make([]string, len(seq))
+				for i, o := range seq {
+					names[i] = ops[o].name
 				}
+				t.Fatalf("SSD copy %v, after lookup hit then %v: %v", onDisk, names, err)
 			}
 		}
-	}()
-	wg.Wait()
-	close(stop)
-	killers.Wait()
-	t.Logf("hits %d, replica-gone %d, contradictions %d", hits.Load(), gone.Load(), contradictions.Load())
-	if hits.Load() == 0 || gone.Load() == 0 {
-		t.Fatalf("stress did not exercise the race: hits %d gone %d", hits.Load(), gone.Load())
 	}
-	if contradictions.Load() != 0 {
-		t.Fatalf("%d lookup hits followed by OBJECT_NOT_FOUND inside the lease", contradictions.Load())
+	t.Logf("%d interleavings, %d answered REPLICA_IS_GONE", runs, gone)
+	if gone == 0 {
+		t.Fatal("no interleaving lost bytes: the test does not exercise REPLICA_IS_GONE")
 	}
+}
+
+// op4508 is one operation between a lookup hit and its load; loses says
+// that it may really lose the object's bytes.
+type op4508 struct {
+	name  string
+	loses bool
+	do    func(e *env4508)
+}
+
+// env4508 is one interleaving's world: master, clock, the hit's replica list.
+type env4508 struct {
+	s    *Service
+	clk  *ManualClock
+	list ObjectInfo
+	inc  int
+}
+
+func lease4508Ops() []op4508 {
+	return []op4508{
+		{"expire n0 (DRAM holder)", true, func(e *env4508) { e.s.ExpireNode("n0") }},
+		{"expire n1 (SSD holder)", true, func(e *env4508) { e.s.ExpireNode("n1") }},
+		{"sweep", false, func(e *env4508) { e.s.Tick() }},
+		{"n0 restarts and remounts", true, func(e *env4508) {
+			e.inc++
+			e.s.MountSegment(bg, MountRequest{Node: "n0", Endpoint: "n0:1", Segment: "seg0", Size: 1 << 20, Incarnation: fmt.Sprint("inc", e.inc)})
+		}},
+		{"re-put", false, func(e *env4508) {
+			if r, err := e.s.PutStart(bg, PutStartRequest{Key: "k", Size: 256, CRC: crcOf("k"), PreferredNode: "n0"}); err == nil {
+				e.s.PutEnd(bg, "k", r.PutToken)
+			}
+		}},
+		{"remove", false, func(e *env4508) { e.s.Remove(bg, "k", false) }},
+		{"remove all", false, func(e *env4508) { e.s.RemoveAll(bg, false) }},
+		{"DRAM eviction", false, func(e *env4508) { e.s.EvictNow() }},
+		{"EvictMemory", false, func(e *env4508) { e.s.EvictMemory(bg, nil, true) }},
+		{"SSD eviction on n1", false, func(e *env4508) { e.s.EvictDiskReplica(bg, "n1", []string{"k"}) }},
+		{"reconcile n1 (holds nothing)", true, func(e *env4508) { e.s.ReconcileDiskObjects(bg, "n1", nil) }},
+		{"bad-replica reports", true, func(e *env4508) {
+			for _, r := range e.list.Replicas {
+				e.s.ReportBadReplica(bg, "k", e.list.CRC, r)
+			}
+		}},
+		{"offload failure from n1", true, func(e *env4508) {
+			e.s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "n1", Failed: []OffloadFailure{{Key: "k", Reason: "not on SSD"}}})
+		}},
+		{"1s passes", false, func(e *env4508) { e.clk.Advance(time.Second) }},
+	}
+}
+
+// run4508 runs one interleaving and returns whether the load answered
+// REPLICA_IS_GONE, or what went wrong.
+func run4508(t *testing.T, ops []op4508, seq []int, onDisk bool) (gone bool, _ error) {
+	clk := NewManualClock(t0)
+	cfg := DefaultConfig()
+	cfg.Clock, cfg.MonitorInterval, cfg.Shards = clk, 0, 1
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Admission, cfg.EvictionRatio, cfg.PutStartMaxWait = admission.None{}, 1, 0
+	cfg.DefaultKVLeaseTTL, cfg.ClientTTL = 5*time.Second, time.Hour
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	mount(t, s, "n0", 1<<20)
+	mount(t, s, "n1", 1<<20)
+	put(t, s, "k", 256, "n0")
+	if onDisk {
+		s.ReRegisterDiskObjects(bg, "n1", []DiskObject{{Key: "k", Size: 256, CRC: crcOf("k")}})
+	}
+	e := &env4508{s: s, clk: clk}
+	if e.list, err = s.GetReplicaList(bg, "k"); err != nil { // the lookup hit
+		t.Fatal(err)
+	}
+	loses := false
+	for _, o := range seq {
+		ops[o].do(e)
+		loses = loses || ops[o].loses
+	}
+	_, err = s.GetReplicaList(bg, "k") // the load, inside the lease
+	switch {
+	case errors.Is(err, codes.ErrReplicaGone) && loses:
+		gone = true
+	case err != nil:
+		return false, fmt.Errorf("load answered %v", err)
+	}
+	return gone, s.Check()
 }
 
 // TestExpiryLeavesOtherNodesAlone: a node's expiry removes only its own

@@ -1,12 +1,17 @@
 package master
 
 import (
+	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	pb "github.com/tierstore/tierstore/internal/rpcpb"
 	"github.com/tierstore/tierstore/masterapi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // overlaps reports whether two Memory replicas share bytes of one segment.
@@ -218,5 +223,38 @@ func TestRemoveDuringPutKeepsRange(t *testing.T) {
 			}
 			mustIs(t, api.PutEnd(bg, "doomed3", doomed3.PutToken), masterapi.ErrStalePut)
 		})
+	}
+}
+
+// TestBatchPutTokensOnePerKey: over the wire a batch PutEnd or PutRevoke
+// must carry one put token per key; otherwise the whole call is refused with
+// INVALID_PARAMS naming the counts, and nothing changes (issue 9 item 1).
+func TestBatchPutTokensOnePerKey(t *testing.T) {
+	s, _ := testService(t, nil)
+	addr := serveGRPC(t, s)
+	mount(t, s, "a", 1<<20)
+	rep, err := s.PutStart(bg, PutStartRequest{Key: "k", Size: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	c := pb.NewMasterClient(cc)
+	for name, call := range map[string]func(context.Context, *pb.KeysRequest, ...grpc.CallOption) (*pb.KeyResults, error){
+		"BatchPutEnd": c.BatchPutEnd, "BatchPutRevoke": c.BatchPutRevoke,
+	} {
+		_, err := call(bg, &pb.KeysRequest{Keys: [][]byte{[]byte("k")}})
+		err = codes.FromStatus(err)
+		if !errors.Is(err, codes.ErrInvalidParams) || !strings.Contains(err.Error(), "0 put tokens for 1 keys") {
+			t.Fatalf("%s without tokens: %v", name, err)
+		}
+	}
+	_, err = s.GetReplicaList(bg, "k")
+	mustIs(t, err, codes.ErrReplicaNotReady)
+	if err := s.PutEnd(bg, "k", rep.PutToken); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -51,6 +51,9 @@ type Service struct {
 	// hooks are test seams; nil in production.
 	hooks struct {
 		putWaiting func() // a PutStart is about to wait for room
+		// victimsPicked runs in an eviction round between the scan that
+		// picked the victims and their drop (no shard lock held).
+		victimsPicked func()
 	}
 
 	// tokens issues put tokens (invariant 8).

@@ -10,9 +10,10 @@ const tokenClockShift = 22
 // tokenSource issues put tokens (docs/design.md invariant 8). Each token is
 // max(last+1, unix_ms<<22): strictly larger than every token this master
 // issued before, and larger than every token of a master that ran before it
-// (a restart) as long as the wall clock did not step back across the
-// restart and the previous master did not issue more than 2^22 tokens per
-// millisecond on average ahead of its clock. Tokens are therefore ordered
+// (a restart, or another leader) as long as this master's wall clock is
+// not behind the previous master's by more than the time between them and
+// the previous master did not issue more than 2^22 tokens per millisecond
+// on average ahead of its clock. Tokens are therefore ordered
 // like the allocations they name: a range allocated again always comes with
 // a larger token than its previous owner's, which is what a node needs to
 // refuse a late write of a previous owner. Token 0 is never issued.

@@ -339,8 +339,10 @@ type ClientAPI interface {
 	// removed.
 	RemoveAll(ctx context.Context, force bool) (int64, error)
 	// EvictMemory drops the Memory replicas of the given keys (or of every
-	// object when all) that also have a LocalDisk replica, honouring leases,
-	// pins and offload tasks. Returns how many were dropped.
+	// object when all) that also have a readable LocalDisk replica,
+	// honouring pins, offload tasks and leases (a leased object's Memory
+	// replica stays while a reader of the lease was given no LocalDisk
+	// replica, docs/design.md invariant 4). Returns how many were dropped.
 	EvictMemory(ctx context.Context, keys []string, all bool) (int64, error)
 	// ReportBadReplica tells the master that replica r of key failed its
 	// size or CRC32C check, or that r's node answered it does not hold the
@@ -349,8 +351,11 @@ type ClientAPI interface {
 	// fetched offload task is freed only when the task ends); an object
 	// left with no replica keeps its metadata while leased (lookups answer
 	// ErrReplicaGone) and is removed after. ErrObjectNotFound for an
-	// unknown key; ErrReplicaNotFound when the object has no such replica
-	// (already dropped, or the key was put again with other bytes).
+	// unknown key; ErrReplicaNotFound, and nothing dropped, when the object
+	// has no such replica: already dropped (DRAM eviction may drop a leased
+	// object's Memory replica that has an SSD copy), or the key was put
+	// again (another CRC, or for a Memory replica another PutToken). Such
+	// reports are expected and harmless.
 	ReportBadReplica(ctx context.Context, key string, crc uint32, r Replica) error
 	// Stats returns a snapshot of counters.
 	Stats(ctx context.Context) (Stats, error)

@@ -183,9 +183,11 @@ type Replica struct {
 	Segment  string                 `protobuf:"bytes,5,opt,name=segment,proto3" json:"segment,omitempty"` // MEMORY only
 	Offset   int64                  `protobuf:"varint,6,opt,name=offset,proto3" json:"offset,omitempty"`  // MEMORY only: byte offset inside the segment
 	Length   int64                  `protobuf:"varint,7,opt,name=length,proto3" json:"length,omitempty"`  // MEMORY only: bytes at offset (== object size)
-	// MEMORY and PROCESSING only (PutStart's answer): the put's identity. The
-	// writer carries it in WriteRange, PutEnd and PutRevoke; tokens grow
-	// strictly, also across master restarts (docs/design.md invariant 8).
+	// MEMORY only: the identity of the put that allocated the range. In
+	// PutStart's answer (PROCESSING) the writer carries it in WriteRange,
+	// PutEnd and PutRevoke; in lookups (COMPLETE) a reader's
+	// ReportBadReplica carries it back. Tokens grow strictly, also across
+	// master restarts (docs/design.md invariant 8).
 	PutToken      uint64 `protobuf:"varint,8,opt,name=put_token,json=putToken,proto3" json:"put_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2223,9 +2225,12 @@ func (x *EvictDiskReplicaRequest) GetKeys() [][]byte {
 
 // Field 1 matches CountResponse, the answer's former type.
 type EvictDiskReplicaResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Count         int64                  `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"` // the node's LOCAL_DISK replicas dropped
-	Keep          [][]byte               `protobuf:"bytes,2,rep,name=keep,proto3" json:"keep,omitempty"`    // keys the node must keep readable (re-insert)
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Count int64                  `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"` // the node's LOCAL_DISK replicas dropped
+	// keys of the request the master kept: leased, and that node's replica is
+	// their only readable one; the node must keep them readable (re-insert
+	// them into another bucket before the victim bucket goes)
+	Keep          [][]byte `protobuf:"bytes,2,rep,name=keep,proto3" json:"keep,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
