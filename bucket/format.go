@@ -404,6 +404,10 @@ func DecodeValueInto(e Entry, stored, dst []byte) ([]byte, error) {
 		}
 	} else if e.Codec != CodecNone {
 		return nil, &CorruptionError{What: fmt.Sprintf("object %q: codec %d", e.Key, e.Codec), Off: e.Offset, Err: ErrCorrupt}
+	} else if e.ValueLen != e.StoredLen {
+		// Uncompressed bytes are the value: any other length is not the
+		// object the entry describes, whatever their CRC32C.
+		return nil, &CorruptionError{What: fmt.Sprintf("object %q: %d uncompressed bytes for a %d-byte value", e.Key, e.StoredLen, e.ValueLen), Off: e.Offset, Err: ErrChecksum}
 	}
 	if got := Checksum(v); got != e.CRC {
 		return nil, &CorruptionError{What: fmt.Sprintf("object %q: crc32c %08x, want %08x", e.Key, got, e.CRC), Off: e.Offset, Err: ErrChecksum}
