@@ -84,6 +84,9 @@ func startChurnStack(ctx context.Context, cfg client.EmbeddedConfig) (_ *churnSt
 		return nil, err
 	}
 	eng := s.eng
+	// The node does not use BucketEviction with a tier of its own, and
+	// does not accept "value" for its flag yet.
+	nc.BucketEviction = client.DefaultBucketEviction
 	if s.node, err = client.StartNode(ctx, nc, s.m, client.WithTier(eng), client.WithName(churnNodeName)); err != nil {
 		s.eng = nil // the node closed it
 		return nil, err
@@ -92,6 +95,9 @@ func startChurnStack(ctx context.Context, cfg client.EmbeddedConfig) (_ *churnSt
 		return nil, err
 	}
 	if est, ok := s.m.Policy().(interface{ EstimateBytes([]byte) uint32 }); ok {
+		// The node's side of admission: victims valued with the master's
+		// sketch (shipped by the heartbeat once the RPC carries it).
+		eng.SetValueFreq(est.EstimateBytes)
 		s.done.Add(1)
 		go s.reportLoop(nc.HeartbeatInterval, est.EstimateBytes)
 	}
