@@ -20,6 +20,7 @@ import (
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/node"
+	"github.com/tierstore/tierstore/tier"
 )
 
 func init() {
@@ -39,6 +40,8 @@ type churnPolicy struct {
 	eviction  string
 	// admission is offload_admission_policy ("": Mooncake's flags decide).
 	admission string
+	// promote is dram_promotion_min_freq (0: no promotion).
+	promote int64
 }
 
 var churnPolicies = []churnPolicy{
@@ -49,7 +52,12 @@ var churnPolicies = []churnPolicy{
 	{name: "eager+lru2", eviction: "lru2"},
 	{name: "read>=2+lru2", threshold: 2, eviction: "lru2"},
 	{name: "tinylfu+lru", admission: admission.PolicyTinyLFU, eviction: "lru"},
+	{name: "tinylfu+value", admission: admission.PolicyTinyLFU, eviction: "value"},
+	{name: "tinylfu+value+promote", admission: admission.PolicyTinyLFU, eviction: "value", promote: churnPromoteFreq},
 }
+
+// churnPromoteFreq is the dram_promotion_min_freq of the promoting policy.
+const churnPromoteFreq = 8
 
 // churnBaseline and churnCandidate are the policies the goals compare.
 const (
@@ -77,7 +85,7 @@ type churnFigures struct {
 	bucketEvictions, evictedKeys       int64
 	dramEvictions                      int64
 	offloaded                          int64
-	objectsLoaded                      int64
+	objectsLoaded, promotions          int64
 	admitted, rejected                 int64
 	elapsed                            time.Duration
 }
@@ -408,6 +416,7 @@ func replay(ctx context.Context, e *env, tr *trace.Trace, p churnPolicy, sz chur
 	cfg.Master.OffloadOnEvict = p.onEvict
 	cfg.Master.OffloadReadAdmissionThreshold = p.threshold
 	cfg.Master.AdmissionFlags.Policy = p.admission
+	cfg.Master.AdmissionFlags.PromoteMinFreq = p.promote
 	if v, err := strconv.ParseFloat(os.Getenv("TIERSTORE_CHURN_MARGIN"), 64); err == nil {
 		cfg.Master.AdmissionFlags.Margin = v
 	}
@@ -466,6 +475,9 @@ func replay(ctx context.Context, e *env, tr *trace.Trace, p churnPolicy, sz chur
 			}
 			if after.LocalSSD+after.RemoteSSD > before.LocalSSD+before.RemoteSSD {
 				f.ssdHits++
+				if err := promote(ctx, emb, r.Key, v, &f); err != nil {
+					return f, err
+				}
 			} else {
 				f.dramHits++
 			}
@@ -529,6 +541,38 @@ func replay(ctx context.Context, e *env, tr *trace.Trace, p churnPolicy, sz chur
 		}
 	}
 	return f, nil
+}
+
+// promote moves an object just read from SSD into DRAM when the master's
+// policy says it is worth it (dram_promotion_min_freq). The master has no
+// operation that adds a DRAM replica to an object yet, so the move is made
+// of what exists: the master forgets the object, the node's tier drops
+// its SSD copy (the bucket keeps the dead space), and the client puts the
+// bytes it just read. Those are what a promotion path will do in one step
+// (docs/benchmarks.md, churn).
+func promote(ctx context.Context, emb *churnStack, key string, v []byte, f *churnFigures) error {
+	p, ok := emb.m.Policy().(interface{ Promote(string) bool })
+	if !ok || !p.Promote(key) {
+		return nil
+	}
+	if err := emb.m.Remove(ctx, key, true); err != nil {
+		return fmt.Errorf("promote %s: %w", key, err)
+	}
+	if err := emb.eng.Remove([]byte(key)); err != nil && !errors.Is(err, tier.ErrNotFound) {
+		return fmt.Errorf("promote %s: %w", key, err)
+	}
+	err := emb.c.Put(ctx, key, v)
+	if errors.Is(err, codes.ErrNoAvailableHandle) {
+		if err := drainOffload(ctx, emb.m); err != nil {
+			return err
+		}
+		err = emb.c.Put(ctx, key, v)
+	}
+	if err != nil {
+		return fmt.Errorf("promote %s: %w", key, err)
+	}
+	f.promotions++
+	return nil
 }
 
 // drainOffload waits (polling, bounded) until the master has no offload

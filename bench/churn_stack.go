@@ -86,6 +86,9 @@ func startChurnStack(ctx context.Context, cfg embedded.Config) (_ *churnStack, e
 		return nil, err
 	}
 	eng := s.eng
+	// The node does not use BucketEviction with a tier of its own, and
+	// does not accept "value" for its flag yet.
+	nc.BucketEviction = node.DefaultBucketEviction
 	if s.node, err = node.Start(ctx, nc, s.m, node.WithTier(eng), node.WithName(churnNodeName)); err != nil {
 		s.eng = nil // the node closed it
 		return nil, err
@@ -94,6 +97,9 @@ func startChurnStack(ctx context.Context, cfg embedded.Config) (_ *churnStack, e
 		return nil, err
 	}
 	if est, ok := s.m.Policy().(interface{ EstimateBytes([]byte) uint32 }); ok {
+		// The node's side of admission: victims valued with the master's
+		// sketch (shipped by the heartbeat once the RPC carries it).
+		eng.SetValueFreq(est.EstimateBytes)
 		s.done.Add(1)
 		go s.reportLoop(nc.HeartbeatInterval, est.EstimateBytes)
 	}

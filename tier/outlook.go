@@ -1,6 +1,10 @@
 package tier
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/tierstore/tierstore/eviction"
+)
 
 // Outlook is the tier's fill level and the buckets it would evict next:
 // what a node reports to the master so that SSD admission can compare a
@@ -74,4 +78,44 @@ func (e *Engine) Outlook(cover int64) (Outlook, error) {
 		}
 	}
 	return o, nil
+}
+
+// SetValueFreq gives a value-ranking eviction policy (Options.Eviction
+// "value", package eviction) its valuer: a bucket's value density computed
+// from the objects it still holds, each valued with freq (the admission
+// sketch's estimate). It reports whether the policy takes one. freq is
+// called under the engine lock and must not call back into the engine.
+func (e *Engine) SetValueFreq(freq func(key []byte) uint32) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	va, ok := e.policy.(eviction.ValueAware)
+	if !ok {
+		return false
+	}
+	// The policy calls the valuer from Victims, with e.mu held: the bucket
+	// table is read directly, the index through its own lock.
+	va.SetValuer(func(id uint64) (float64, bool) {
+		b := e.buckets[id]
+		if b == nil {
+			return 0, false
+		}
+		keys, err := e.ix.BucketKeys(id)
+		if err != nil {
+			return 0, false
+		}
+		locs, found, err := e.ix.GetMany(keys)
+		if err != nil {
+			return 0, false
+		}
+		var live [][]byte
+		var sizes []int64
+		for j, k := range keys {
+			if found[j] && locs[j].Bucket == id {
+				live = append(live, k)
+				sizes = append(sizes, int64(locs[j].ValueLen))
+			}
+		}
+		return eviction.Value(b.size, live, sizes, freq).Density(), true
+	})
+	return true
 }
