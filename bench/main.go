@@ -28,7 +28,7 @@ type scenario struct {
 var scenarios []scenario
 
 // allOrder is the order "all" runs the scenarios in.
-var allOrder = []string{"throughput", "churn", "peers", "master"}
+var allOrder = []string{"throughput", "recovery", "churn", "peers", "master"}
 
 func register(s scenario) { scenarios = append(scenarios, s) }
 
@@ -52,6 +52,9 @@ type env struct {
 	sizesFlag string        // throughput: --sizes
 	readers   int           // throughput: --readers
 	perLoad   int           // throughput: --keys-per-load
+	backends  string        // throughput: --backends
+	objects   int           // recovery: --objects
+	objSize   int64         // recovery: --object-size
 	duration  time.Duration // soak: --duration (0: 60s, 10s with --quick)
 }
 
@@ -88,21 +91,78 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 	readers := fs.Int("readers", 4, "throughput: goroutines calling Load")
 	perLoad := fs.Int("keys-per-load", 8, "throughput: keys per Load call")
 	sizes := fs.String("sizes", "", "throughput: object sizes, comma-separated (default 64K,256K,1M)")
+	backends := fs.String("backends", "", "throughput: backends, comma-separated (default uring+direct,pwrite,pwrite+direct)")
+	objects := fs.Int("objects", 0, "recovery: objects in the tier (default 100000 and 1000000; --quick 20000)")
+	objSize := fs.String("object-size", "4K", "recovery: object size")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	mutexProfile := fs.String("mutexprofile", "", "write a mutex contention profile of the whole run to this file")
 	blockProfile := fs.String("blockprofile", "", "write a blocking profile of the whole run to this file")
 	duration := fs.Duration("duration", 0, "soak: how long the clients run (default 60s, 10s with --quick)")
 
-	// Accept the scenario name before or after the flags.
-	var names []string
+	names, help, err := parseArgs(fs, args)
+	if help || err != nil {
+		if help {
+			usage(stdout, fs)
+		}
+		return err
+	}
+	todo, err := resolveScenarios(names)
+	if err != nil {
+		return err
+	}
+	if *duration < 0 {
+		return fmt.Errorf("%w: --duration must not be negative", errUsage)
+	}
+	if *readers < 1 || *perLoad < 1 {
+		return fmt.Errorf("%w: --readers and --keys-per-load must be >= 1", errUsage)
+	}
+	osize, err := parseSize(*objSize)
+	if err != nil || osize < 1 || *objects < 0 {
+		return fmt.Errorf("%w: --objects must be >= 0 and --object-size a positive size (e.g. 4K)", errUsage)
+	}
+	if *traceFile != "" {
+		if _, err := os.Stat(*traceFile); err != nil {
+			return fmt.Errorf("%w: --trace: %v", errUsage, err)
+		}
+	}
+	stopProfiles, err := startProfiles(*cpuProfile, *mutexProfile, *blockProfile)
+	if err != nil {
+		return err
+	}
+	defer stopProfiles()
+
+	base, cleanup, err := scratchDir(*dir, *keep)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	prog := newProgressFactory(stderr)
+	mkEnv := func(sdir string) *env {
+		e := &env{dir: sdir, quick: *quick, traceFile: *traceFile, stderr: stderr, progress: prog,
+			sizesFlag: *sizes, readers: *readers, perLoad: *perLoad, backends: *backends,
+			objects: *objects, objSize: osize, duration: *duration}
+		if adjust != nil {
+			adjust(e)
+		}
+		return e
+	}
+	rep, err := runScenarios(ctx, todo, base, *quick, stdout, mkEnv)
+	if err != nil {
+		return err
+	}
+	return writeOutputs(rep, *jsonFile, *plotDir, stdout)
+}
+
+// parseArgs parses args into fs, accepting the scenario names before or
+// after the flags. help is true when -h or --help was given.
+func parseArgs(fs *flag.FlagSet, args []string) (names []string, help bool, err error) {
 	rest := args
 	for len(rest) > 0 {
 		if err := fs.Parse(rest); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				usage(stdout, fs)
-				return nil
+				return nil, true, nil
 			}
-			return fmt.Errorf("%w: %v", errUsage, err)
+			return nil, false, fmt.Errorf("%w: %v", errUsage, err)
 		}
 		rest = fs.Args()
 		if len(rest) > 0 {
@@ -113,8 +173,13 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 	if len(names) == 0 {
 		var b strings.Builder
 		usage(&b, fs)
-		return fmt.Errorf("%w: name a scenario\n%s", errUsage, b.String())
+		return nil, false, fmt.Errorf("%w: name a scenario\n%s", errUsage, b.String())
 	}
+	return names, false, nil
+}
+
+// resolveScenarios maps names ("all" included) to scenarios.
+func resolveScenarios(names []string) ([]scenario, error) {
 	var todo []scenario
 	for _, n := range names {
 		if n == "all" {
@@ -132,76 +197,69 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 				valid = append(valid, s.name)
 			}
 			sort.Strings(valid)
-			return fmt.Errorf("%w: unknown scenario %q (valid: %s, all)", errUsage, n, strings.Join(valid, ", "))
+			return nil, fmt.Errorf("%w: unknown scenario %q (valid: %s, all)", errUsage, n, strings.Join(valid, ", "))
 		}
 		todo = append(todo, s)
 	}
-	if *duration < 0 {
-		return fmt.Errorf("%w: --duration must not be negative", errUsage)
-	}
-	if *readers < 1 || *perLoad < 1 {
-		return fmt.Errorf("%w: --readers and --keys-per-load must be >= 1", errUsage)
-	}
-	if *traceFile != "" {
-		if _, err := os.Stat(*traceFile); err != nil {
-			return fmt.Errorf("%w: --trace: %v", errUsage, err)
+	return todo, nil
+}
+
+// startProfiles starts the CPU profile and enables the mutex and block
+// profiles that have a file; stop writes and closes them.
+func startProfiles(cpu, mutex, block string) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
 		}
 	}
-
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+	if cpu != "" {
+		f, err := os.Create(cpu)
 		if err != nil {
-			return fmt.Errorf("%w: --cpuprofile: %v", errUsage, err)
+			return nil, fmt.Errorf("%w: --cpuprofile: %v", errUsage, err)
 		}
-		defer f.Close()
 		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("bench: --cpuprofile: %w", err)
+			f.Close()
+			return nil, fmt.Errorf("bench: --cpuprofile: %w", err)
 		}
-		defer pprof.StopCPUProfile()
+		stops = append(stops, func() { pprof.StopCPUProfile(); f.Close() })
 	}
-
 	for _, p := range []struct {
 		file, name string
 		enable     func()
 	}{
-		{*mutexProfile, "mutex", func() { runtime.SetMutexProfileFraction(1) }},
-		{*blockProfile, "block", func() { runtime.SetBlockProfileRate(int(time.Microsecond)) }},
+		{mutex, "mutex", func() { runtime.SetMutexProfileFraction(1) }},
+		{block, "block", func() { runtime.SetBlockProfileRate(int(time.Microsecond)) }},
 	} {
 		if p.file == "" {
 			continue
 		}
 		f, err := os.Create(p.file)
 		if err != nil {
-			return fmt.Errorf("%w: --%sprofile: %v", errUsage, p.name, err)
+			stop()
+			return nil, fmt.Errorf("%w: --%sprofile: %v", errUsage, p.name, err)
 		}
 		p.enable()
-		defer func() {
+		stops = append(stops, func() {
 			_ = pprof.Lookup(p.name).WriteTo(f, 0)
 			f.Close()
-		}()
+		})
 	}
+	return stop, nil
+}
 
-	base, cleanup, err := scratchDir(*dir, *keep)
-	if err != nil {
-		return err
-	}
-	defer cleanup()
-
+// runScenarios runs todo, each in its own directory under base, printing
+// each result as it comes.
+func runScenarios(ctx context.Context, todo []scenario, base string, quick bool, stdout io.Writer, mkEnv func(dir string) *env) (*report, error) {
 	hdr := collectHeader(base)
 	rep := &report{Header: hdr}
-	prog := newProgressFactory(stderr)
 	for _, s := range todo {
 		sdir := filepath.Join(base, s.name)
 		if err := os.MkdirAll(sdir, 0o755); err != nil {
-			return fmt.Errorf("bench: %w", err)
-		}
-		e := &env{dir: sdir, quick: *quick, traceFile: *traceFile, stderr: stderr, progress: prog,
-			sizesFlag: *sizes, readers: *readers, perLoad: *perLoad, duration: *duration}
-		if adjust != nil {
-			adjust(e)
+			return nil, fmt.Errorf("bench: %w", err)
 		}
 		started := time.Now()
-		res, err := s.run(ctx, e)
+		res, err := s.run(ctx, mkEnv(sdir))
 		os.RemoveAll(sdir)
 		if err != nil {
 			if errors.Is(err, errUnavailable) {
@@ -209,10 +267,10 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 				rep.Skipped = append(rep.Skipped, skipped{Scenario: s.name, Reason: err.Error()})
 				continue
 			}
-			return fmt.Errorf("scenario %s: %w", s.name, err)
+			return nil, fmt.Errorf("scenario %s: %w", s.name, err)
 		}
 		res.Scenario = s.name
-		res.Quick = *quick
+		res.Quick = quick
 		res.Started = started
 		if res.Elapsed == 0 {
 			res.Elapsed = time.Since(started).Seconds()
@@ -220,16 +278,21 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 		printResult(stdout, hdr, res)
 		rep.Results = append(rep.Results, res)
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
-	if *jsonFile != "" {
-		if err := writeJSON(*jsonFile, rep); err != nil {
+	return rep, nil
+}
+
+// writeOutputs writes the JSON report and the charts, when asked for.
+func writeOutputs(rep *report, jsonFile, plotDir string, stdout io.Writer) error {
+	if jsonFile != "" {
+		if err := writeJSON(jsonFile, rep); err != nil {
 			return err
 		}
 	}
-	if *plotDir != "" {
-		files, err := writePlots(*plotDir, rep)
+	if plotDir != "" {
+		files, err := writePlots(plotDir, rep)
 		if err != nil {
 			return err
 		}
@@ -271,6 +334,13 @@ func scratchDir(dir string, keep bool) (string, func(), error) {
 }
 
 func main() {
+	if isRecoveryChild(os.Args[1:]) {
+		if err := recoveryChild(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: recovery child:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {

@@ -2,14 +2,18 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tierstore/tierstore/backend"
@@ -46,14 +50,44 @@ var tierBackends = []tierBackend{
 }
 
 type tpFigures struct {
-	backend, size        string
-	actual               string // backend.Name() after fallbacks
-	writeMBps, readMBps  float64
-	readIOPS             float64
-	offP50, offP99       float64 // ms per Offload call (one bucket)
-	loadP50, loadP99     float64 // ms per Load call
-	objects, readObjects int
+	backend, size  string
+	actual         string // backend.Name() after fallbacks
+	writeMBps      float64
+	offP50, offP99 float64 // ms per Offload call (one bucket)
+	objects        int
+	loads          []loadFig
 }
+
+// loadFig is one random-read phase: readers goroutines calling LoadInto
+// with perLoad keys each (reusable aligned buffers), optionally while an
+// Offload stream writes a bucket every streamEvery.
+type loadFig struct {
+	mode             string
+	mbps, iops       float64
+	p50, p99         float64 // ms per LoadInto call
+	objects          int
+	streamed         int // buckets offloaded during the phase
+	streamP99        float64
+	readers, perLoad int
+	// timed: the phase reads random keys (with repeats) for this long,
+	// instead of every key once in a random order.
+	timed time.Duration
+}
+
+// streamPhase is how long the timed phases around the Offload stream last.
+func streamPhase(e *env) time.Duration {
+	if e.quick {
+		return time.Second
+	}
+	return 5 * time.Second
+}
+
+// streamEvery is the period of the concurrent Offload stream, and
+// streamBucket the size of each of its buckets.
+const (
+	streamEvery  = 200 * time.Millisecond
+	streamBucket = 8 << 20
+)
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
@@ -85,13 +119,17 @@ func runThroughput(ctx context.Context, e *env) (*result, error) {
 	// then random reads at the object size on the file it wrote), right
 	// before the engine runs of that size, so that each ratio compares
 	// figures taken minutes apart at most on a disk that may be shared.
+	backends, err := throughputBackends(e)
+	if err != nil {
+		return nil, err
+	}
 	fr := newFioRefs(res)
 	var figs []tpFigures
 	for _, s := range sizes {
 		if err := fr.run(ctx, e.dir, s, s == sizes[0], total, bucketBytes, fioRuntime); err != nil {
 			return nil, err
 		}
-		for _, b := range tierBackends {
+		for _, b := range backends {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
@@ -110,10 +148,30 @@ func runThroughput(ctx context.Context, e *env) (*result, error) {
 	}
 	res.Notes = append(res.Notes,
 		"write = Offload calls of one bucket each (encode, write, fdatasync, synced index commit); fio fdatasyncs at the same bucket size",
+		fmt.Sprintf("load RxK = R goroutines calling LoadInto with K keys each into reusable aligned buffers; + offload stream = one %s bucket offloaded every %v meanwhile (buckets written, Offload p99)", fmtBytes(streamBucket), streamEvery),
 		"reads follow posix_fadvise(DONTNEED) of every file, so the buffered backend starts cold too")
 	res.Elapsed = time.Since(start).Seconds()
 	res.charts = func(dir string) ([]string, error) { return throughputCharts(dir, figs, sizes, fr) }
 	return res, nil
+}
+
+// throughputBackends returns the backends of --backends (default all).
+func throughputBackends(e *env) ([]tierBackend, error) {
+	if e.backends == "" {
+		return tierBackends, nil
+	}
+	var out []tierBackend
+next:
+	for _, name := range strings.Split(e.backends, ",") {
+		for _, b := range tierBackends {
+			if b.name == strings.TrimSpace(name) {
+				out = append(out, b)
+				continue next
+			}
+		}
+		return nil, fmt.Errorf("%w: --backends: unknown backend %q (valid: uring+direct, pwrite, pwrite+direct)", errUsage, name)
+	}
+	return out, nil
 }
 
 // throughputSizes returns the object sizes of the run: --sizes, the test
@@ -188,23 +246,29 @@ func (fr *fioRefs) run(ctx context.Context, dir string, s int64, first bool, tot
 // throughputTable is the main table: engine figures and their ratios to fio.
 func throughputTable(figs []tpFigures, sizes []int64, fr *fioRefs) *table {
 	t := &table{
-		Title: "tier engine Offload (write) and Load (random read); x fio = engine / fio",
-		Columns: []string{"backend", "size", "write MB/s", "write x fio", "read MB/s", "read IOPS", "read x fio",
-			"offload p50 ms", "offload p99 ms", "load p50 ms", "load p99 ms"},
+		Title: "tier engine Offload (write) and LoadInto (random read); x fio = engine / fio; fio p99 is per read at iodepth 32",
+		Columns: []string{"backend", "size", "load", "write MB/s", "write x fio", "read MB/s", "read IOPS", "read x fio",
+			"offload p50 ms", "offload p99 ms", "load p50 ms", "load p99 ms", "fio p99 ms"},
 	}
 	for _, f := range figs {
-		var wx, rx any
+		var w, r *fio.Result
 		for _, s := range sizes {
 			if sizeName(s) == f.size && fr.r[s] != nil {
-				wx = ratio(f.writeMBps, fr.w[s].BytesPerSec/mb)
-				rx = ratio(f.readMBps, fr.r[s].BytesPerSec/mb)
+				w, r = fr.w[s], fr.r[s]
 			}
 		}
 		name := f.backend
 		if f.actual != "" && f.actual != f.backend {
 			name += " (as " + f.actual + ")"
 		}
-		t.add(name, f.size, f.writeMBps, wx, f.readMBps, f.readIOPS, rx, f.offP50, f.offP99, f.loadP50, f.loadP99)
+		// The write figures repeat on every load row of the same run.
+		for _, l := range f.loads {
+			var wx, rx, fp any
+			if r != nil {
+				wx, rx, fp = ratio(f.writeMBps, w.BytesPerSec/mb), ratio(l.mbps, r.BytesPerSec/mb), ms(r.LatP99)
+			}
+			t.add(name, f.size, l.mode, f.writeMBps, wx, l.mbps, l.iops, rx, f.offP50, f.offP99, l.p50, l.p99, fp)
+		}
 	}
 	return t
 }
@@ -221,8 +285,8 @@ func throughputCharts(dir string, figs []tpFigures, sizes []int64, fr *fioRefs) 
 		for _, g := range groups {
 			vw, vr := math.NaN(), math.NaN()
 			for _, f := range figs {
-				if f.backend == b.name && f.size == g {
-					vw, vr = f.writeMBps, f.readMBps
+				if f.backend == b.name && f.size == g && len(f.loads) > 0 {
+					vw, vr = f.writeMBps, f.loads[0].mbps
 				}
 			}
 			sw.values = append(sw.values, vw)
@@ -304,14 +368,46 @@ func tpRun(ctx context.Context, e *env, tb tierBackend, dir string, size, total,
 	}
 	defer eng.Close()
 	n := int(total / size)
-	per := int(min(int64(500), bucketBytes/size))
 	vs := newValueSource(int(size), uint64(size)+1)
 	keys := make([][]byte, n)
 	for i := range keys {
 		keys[i] = fmt.Appendf(nil, "tp/%s/%08d", sizeName(size), i)
 	}
+	if err := tpWrite(ctx, e, eng, &f, keys, vs, size, bucketBytes); err != nil {
+		return f, err
+	}
+	modes := []loadFig{{readers: readers, perLoad: perLoad}}
+	if readers != 32 || perLoad != 1 {
+		modes = append(modes, loadFig{readers: 32, perLoad: 1})
+	}
+	if tb.name == "uring+direct" {
+		// Load latency with and without an Offload stream, each for a
+		// fixed time over random keys.
+		modes = append(modes, loadFig{readers: 32, perLoad: 1, timed: streamPhase(e)},
+			loadFig{readers: 32, perLoad: 1, timed: streamPhase(e), streamed: -1})
+	}
+	for _, m := range modes {
+		dropCache(dir)
+		l, err := tpLoad(ctx, e, eng, tb.name, keys, vs, size, readBudget, m)
+		if err != nil {
+			return f, err
+		}
+		f.loads = append(f.loads, l)
+	}
+	if st := eng.Stats(); st.ChecksumErrors != 0 {
+		return f, fmt.Errorf("%w: %d checksum errors", errVerify, st.ChecksumErrors)
+	}
+	return f, nil
+}
+
+// tpWrite offloads keys in calls of one bucket each and records the write
+// figures in f.
+func tpWrite(ctx context.Context, e *env, eng *tier.Engine, f *tpFigures, keys [][]byte, vs *valueSource, size, bucketBytes int64) error {
+	n := len(keys)
+	per := int(min(int64(500), bucketBytes/size))
 	notify := func(context.Context, []tier.Committed) error { return nil }
-	bar := e.progress(fmt.Sprintf("throughput %s %s offload", tb.name, sizeName(size)), int64(n))
+	bar := e.progress(fmt.Sprintf("throughput %s %s offload", f.backend, f.size), int64(n))
+	defer bar.Finish()
 	var olat latencies
 	t0 := time.Now()
 	for i := 0; i < n; i += per {
@@ -325,27 +421,59 @@ func tpRun(ctx context.Context, e *env, tb tierBackend, dir string, size, total,
 		olat = append(olat, time.Since(c0))
 		for _, o := range out {
 			if o.Status != tier.Persisted {
-				bar.Finish()
-				return f, fmt.Errorf("offload %s: %s: %w", o.Key, o.Status, o.Err)
+				return fmt.Errorf("offload %s: %s: %w", o.Key, o.Status, o.Err)
 			}
 		}
 		bar.Add(end - i)
 	}
-	write := time.Since(t0)
-	bar.Finish()
 	f.objects = n
-	f.writeMBps = mbps(int64(n)*size, write)
+	f.writeMBps = mbps(int64(n)*size, time.Since(t0))
 	f.offP50, f.offP99 = ms(olat.pct(50)), ms(olat.pct(99))
+	return nil
+}
 
-	dropCache(dir)
-	b := e.progress(fmt.Sprintf("throughput %s %s load", tb.name, sizeName(size)), int64(n))
-	done, llat, read, err := readPhase(ctx, n, readers, perLoad, 11, time.Now().Add(readBudget), b,
+// tpLoad runs one random-read phase of mode m over keys: m.readers
+// goroutines calling LoadInto with m.perLoad keys and reusable aligned
+// buffers, every value compared with what was written. With m.streamed < 0
+// an Offload stream writes a bucket of streamBucket bytes every streamEvery
+// meanwhile.
+func tpLoad(ctx context.Context, e *env, eng *tier.Engine, backendName string, keys [][]byte, vs *valueSource,
+	size int64, readBudget time.Duration, m loadFig) (loadFig, error) {
+	m.mode = fmt.Sprintf("%dx%d", m.readers, m.perLoad)
+	stream := m.streamed < 0
+	if stream {
+		m.mode += " + offload stream"
+	}
+	bufs := make(chan [][]byte, m.readers)
+	for range m.readers {
+		set := make([][]byte, m.perLoad)
+		for i := range set {
+			set[i] = tier.NewBuffer(int(size))
+		}
+		bufs <- set
+	}
+	sctx, stop := context.WithCancel(ctx)
+	streamDone := make(chan streamResult, 1)
+	if stream {
+		go func() { streamDone <- offloadStream(sctx, eng, vs, size) }()
+	}
+	if m.timed > 0 {
+		m.mode += fmt.Sprintf(" for %v", m.timed)
+	}
+	phase := readPhase
+	if m.timed > 0 {
+		phase = timedPhase(m.timed)
+	}
+	b := e.progress(fmt.Sprintf("throughput %s %s load %s", backendName, sizeName(size), m.mode), int64(len(keys)))
+	done, llat, read, err := phase(ctx, len(keys), m.readers, m.perLoad, 11, time.Now().Add(readBudget), b,
 		func(ctx context.Context, objs []int) error {
+			set := <-bufs
+			defer func() { bufs <- set }()
 			batch := make([][]byte, len(objs))
 			for j, o := range objs {
 				batch[j] = keys[o]
 			}
-			for j, r := range eng.Load(ctx, batch) {
+			for j, r := range eng.LoadInto(ctx, batch, set[:len(objs)]) {
 				if r.Err != nil {
 					return fmt.Errorf("load %s: %w", batch[j], r.Err)
 				}
@@ -355,15 +483,100 @@ func tpRun(ctx context.Context, e *env, tb tierBackend, dir string, size, total,
 			}
 			return nil
 		})
+	stop()
+	if stream {
+		sr := <-streamDone
+		if err == nil {
+			err = sr.err
+		}
+		m.streamed, m.streamP99 = sr.buckets, ms(sr.lat.pct(99))
+		m.mode += fmt.Sprintf(" (%d buckets, p99 %.0f ms)", m.streamed, m.streamP99)
+	}
 	if err != nil {
-		return f, err
+		return m, err
 	}
-	f.readObjects = int(done)
-	f.readMBps = mbps(done*size, read)
-	f.readIOPS = float64(done) / read.Seconds()
-	f.loadP50, f.loadP99 = ms(llat.pct(50)), ms(llat.pct(99))
-	if st := eng.Stats(); st.ChecksumErrors != 0 {
-		return f, fmt.Errorf("%w: %d checksum errors", errVerify, st.ChecksumErrors)
+	m.objects = int(done)
+	m.mbps = mbps(done*size, read)
+	m.iops = float64(done) / read.Seconds()
+	m.p50, m.p99 = ms(llat.pct(50)), ms(llat.pct(99))
+	return m, nil
+}
+
+type streamResult struct {
+	buckets int
+	lat     latencies
+	err     error
+}
+
+// offloadStream offloads one bucket of new objects (streamBucket bytes)
+// every streamEvery until ctx ends.
+func offloadStream(ctx context.Context, eng *tier.Engine, vs *valueSource, size int64) streamResult {
+	var r streamResult
+	per := int(max(streamBucket/size, 1))
+	t := time.NewTicker(streamEvery)
+	defer t.Stop()
+	for n := 0; ; n++ {
+		select {
+		case <-ctx.Done():
+			return r
+		case <-t.C:
+		}
+		tasks := make([]tier.Task, per)
+		for i := range tasks {
+			tasks[i] = tier.Task{Key: fmt.Appendf(nil, "stream/%d/%d", n, i), Value: vs.value(n*per + i)}
+		}
+		c0 := time.Now()
+		for _, o := range eng.Offload(context.WithoutCancel(ctx), tasks, nil) {
+			if o.Status != tier.Persisted {
+				r.err = fmt.Errorf("stream offload %s: %s: %w", o.Key, o.Status, o.Err)
+				return r
+			}
+		}
+		r.lat = append(r.lat, time.Since(c0))
+		r.buckets++
 	}
-	return f, nil
+}
+
+// timedPhase returns a read phase with readPhase's signature that reads
+// random objects (repeats allowed) for d, ignoring the deadline.
+func timedPhase(d time.Duration) func(ctx context.Context, n, readers, perCall int, seed uint64, _ time.Time, b bar,
+	read func(ctx context.Context, objs []int) error) (int64, latencies, time.Duration, error) {
+	return func(ctx context.Context, n, readers, perCall int, seed uint64, _ time.Time, b bar,
+		read func(ctx context.Context, objs []int) error) (int64, latencies, time.Duration, error) {
+		defer b.Finish()
+		var count atomic.Int64
+		var mu sync.Mutex // guards lat and first
+		var lat latencies
+		var first error
+		var wg sync.WaitGroup
+		t0 := time.Now()
+		end := t0.Add(d)
+		for r := range readers {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(seed, uint64(r)))
+				objs := make([]int, perCall)
+				var mine latencies
+				for ctx.Err() == nil && time.Now().Before(end) {
+					for i := range objs {
+						objs[i] = rng.IntN(n)
+					}
+					c0 := time.Now()
+					err := read(ctx, objs)
+					mine = append(mine, time.Since(c0))
+					if err != nil {
+						mu.Lock()
+						first = cmp.Or(first, err)
+						mu.Unlock()
+						break
+					}
+					count.Add(int64(perCall))
+				}
+				mu.Lock()
+				lat = append(lat, mine...)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		return count.Load(), lat, time.Since(t0), cmp.Or(first, ctx.Err())
+	}
 }

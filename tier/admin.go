@@ -109,6 +109,7 @@ func (e *Engine) Stats() Stats {
 	s.ReinsertedBytes = e.st.reinsertedBytes.Load()
 	s.DiscardedBuckets = e.st.discardedBuckets.Load()
 	s.DiscardedBytes = e.st.discardedBytes.Load()
+	s.OpenTime, s.IndexOpenTime = e.openTime, e.indexOpenTime
 	return s
 }
 

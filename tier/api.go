@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -183,4 +184,8 @@ type Stats struct {
 	// (a re-offload, Mooncake #2827: the check is at commit time).
 	DiscardedBuckets int64
 	DiscardedBytes   int64
+	// OpenTime is how long Open took, IndexOpenTime the part spent opening
+	// the index (pebble, its WAL replay, the bucket records); the rest is
+	// the reconciliation of index and files.
+	OpenTime, IndexOpenTime time.Duration
 }

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tierstore/tierstore/backend"
 	"github.com/tierstore/tierstore/bucket"
@@ -60,6 +61,9 @@ type Engine struct {
 	pending map[string]*pendingBucket
 
 	st counters
+	// openTime and indexOpenTime are how long Open took, and its index
+	// part (set by Open, read-only afterwards).
+	openTime, indexOpenTime time.Duration
 
 	// Test hooks, set by tests before the engine is used.
 	//

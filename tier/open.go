@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"time"
 
 	"github.com/tierstore/tierstore/backend"
 	"github.com/tierstore/tierstore/backend/pwrite"
@@ -37,6 +38,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 			return nil, fmt.Errorf("tier: open bucket directory: %w", err)
 		}
 	}
+	t0 := time.Now()
 	ix, err := index.Open(filepath.Join(dir, "index"), index.Options{FS: o.IndexFS, CacheSize: o.IndexCacheSize, Logger: o.Logger})
 	if err != nil {
 		if o.Backend == nil {
@@ -48,11 +50,15 @@ func Open(dir string, opts Options) (*Engine, error) {
 		dir: dir, opts: o, be: be, ix: ix, lim: lim, codec: codec, log: o.Logger,
 		buckets: map[uint64]*bucketState{}, policy: policy, pending: map[string]*pendingBucket{},
 	}
+	e.indexOpenTime = time.Since(t0)
 	if err := e.reconcile(); err != nil {
 		ix.Close()
 		be.Close()
 		return nil, fmt.Errorf("tier: reconcile: %w", err)
 	}
+	e.openTime = time.Since(t0)
+	e.log.Info("tier: opened", "dir", dir, "objects", ix.Count(), "buckets", len(e.buckets),
+		"took", e.openTime, "index", e.indexOpenTime)
 	return e, nil
 }
 
