@@ -22,10 +22,8 @@ import (
 //     overlapping [a, b) has a token larger than g; otherwise the
 //     overlapped parts of lower claims are dropped (a claim is trimmed or
 //     split around [a, b)) and [a, b) is claimed by g;
-//   - token 0 is an unknown writer: refused (ErrNoPutToken) once the node
-//     has seen a write that carried a token; before that (a master that
-//     hands out no tokens) untokened writes are accepted unless they
-//     overlap a claim, and never claim anything.
+//   - token 0 is an unknown writer: always refused (ErrNoPutToken); every
+//     PutStart of the master answers a token.
 //
 // Memory bound: claims are disjoint, so there are at most as many as
 // distinct put ranges still partly visible; a write adds at most two (its
@@ -49,7 +47,6 @@ type claims struct {
 	n      int       // claims in chunks
 	limit  int       // most claims kept (shed beyond)
 	floor  uint64    // writes with a token <= floor are refused (claims shed)
-	strict bool      // a tokened write was seen: token 0 is refused
 }
 
 // claim: the put with token last wrote [start, end).
@@ -97,10 +94,9 @@ func (c *claims) each(a, b int64, fn func(claim) bool) {
 // recording anything.
 func (c *claims) check(a, b int64, token uint64) error {
 	if token == 0 {
-		if c.strict {
-			return fmt.Errorf("%w: write to [%d, %d) carries no put token", ErrNoPutToken, a, b)
-		}
-	} else if token <= c.floor {
+		return fmt.Errorf("%w: write to [%d, %d) carries no put token", ErrNoPutToken, a, b)
+	}
+	if token <= c.floor {
 		return fmt.Errorf("%w: put token %d is older than the oldest put the node still tracks (%d)", ErrRangeNotOwned, token, c.floor+1)
 	}
 	var err error
@@ -115,15 +111,14 @@ func (c *claims) check(a, b int64, token uint64) error {
 }
 
 // claim checks a write of token to [a, b) and, when it is allowed,
-// records that token owns [a, b) (token 0 records nothing).
+// records that token owns [a, b).
 func (c *claims) claim(a, b int64, token uint64) error {
 	if err := c.check(a, b, token); err != nil {
 		return err
 	}
-	if token == 0 || a >= b {
+	if a >= b {
 		return nil
 	}
-	c.strict = true
 	c.splice(a, b, claim{a, b, token})
 	if c.n > c.limit {
 		c.shed()

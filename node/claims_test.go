@@ -13,17 +13,16 @@ import (
 // claimModel is the obvious implementation of the claim rules: an unsorted
 // list of claims, scanned in full by every operation.
 type claimModel struct {
-	cl     []claim
-	limit  int
-	floor  uint64
-	strict bool
+	cl    []claim
+	limit int
+	floor uint64
 }
 
 func (m *claimModel) claim(a, b int64, g uint64) error {
-	if g == 0 && m.strict {
+	if g == 0 {
 		return ErrNoPutToken
 	}
-	if g != 0 && g <= m.floor {
+	if g <= m.floor {
 		return ErrRangeNotOwned
 	}
 	for _, c := range m.cl {
@@ -31,10 +30,9 @@ func (m *claimModel) claim(a, b int64, g uint64) error {
 			return ErrRangeNotOwned
 		}
 	}
-	if g == 0 || a >= b {
+	if a >= b {
 		return nil
 	}
-	m.strict = true
 	var next []claim
 	for _, c := range m.cl {
 		if c.end <= a || c.start >= b {
@@ -130,8 +128,8 @@ func TestClaimsMatchModel(t *testing.T) {
 			if all, mod := c.all(), m.sorted(); !slices.Equal(all, mod) {
 				t.Fatalf("op %d: claims\n%v\nmodel\n%v", i, all, mod)
 			}
-			if c.floor != m.floor || c.strict != m.strict {
-				t.Fatalf("op %d: floor %d strict %v, model %d %v", i, c.floor, c.strict, m.floor, m.strict)
+			if c.floor != m.floor {
+				t.Fatalf("op %d: floor %d, model %d", i, c.floor, m.floor)
 			}
 		}
 	})
