@@ -69,7 +69,7 @@ const churnPromoteFreq = 8
 // churnBaseline and churnCandidate are the policies the goals compare.
 const (
 	churnBaseline  = "eager+lru"
-	churnCandidate = "tinylfu+lru"
+	churnCandidate = "tinylfu+value"
 )
 
 type churnSizes struct {
