@@ -42,6 +42,8 @@ type churnPolicy struct {
 	admission string
 	// promote is dram_promotion_min_freq (0: no promotion).
 	promote int64
+	// budget is ssd_write_budget in MB/s (0: none).
+	budget float64
 }
 
 var churnPolicies = []churnPolicy{
@@ -54,7 +56,13 @@ var churnPolicies = []churnPolicy{
 	{name: "tinylfu+lru", admission: admission.PolicyTinyLFU, eviction: "lru"},
 	{name: "tinylfu+value", admission: admission.PolicyTinyLFU, eviction: "value"},
 	{name: "tinylfu+value+promote", admission: admission.PolicyTinyLFU, eviction: "value", promote: churnPromoteFreq},
+	{name: "tinylfu+value+budget", admission: admission.PolicyTinyLFU, eviction: "value", budget: churnBudget},
 }
+
+// churnBudget is the ssd_write_budget (MB/s) of the budgeted policy: about
+// half of what tinylfu writes per second of replay on the development
+// machine, so that it binds.
+const churnBudget = 10
 
 // churnPromoteFreq is the dram_promotion_min_freq of the promoting policy.
 const churnPromoteFreq = 8
@@ -62,7 +70,7 @@ const churnPromoteFreq = 8
 // churnBaseline and churnCandidate are the policies the goals compare.
 const (
 	churnBaseline  = "eager+lru"
-	churnCandidate = "tinylfu+lru"
+	churnCandidate = "tinylfu+value"
 )
 
 type churnSizes struct {
@@ -405,10 +413,54 @@ func sanitize(s string) string {
 	return string(b)
 }
 
-// replay runs tr through a fresh embedded master+node+client configured for
-// policy p.
+// replay runs tr through a fresh master+node+client configured for policy
+// p.
 func replay(ctx context.Context, e *env, tr *trace.Trace, p churnPolicy, sz churnSizes, dir string) (churnFigures, error) {
 	f := churnFigures{trace: tr.Name, policy: p.name}
+	if err := mkdir(dir); err != nil {
+		return f, err
+	}
+	emb, err := startChurnStack(ctx, churnConfig(p, sz, dir))
+	if err != nil {
+		return f, err
+	}
+	defer emb.Close()
+	rp := &replayer{emb: emb, f: &f, vs: newValueSource(int(sz.block), 99), block: sz.block,
+		// Drain the offload queue every quarter of the DRAM capacity in
+		// blocks (at least 16): offload keeps up, and buckets are not tiny.
+		drainEvery: max(16, int(sz.dram/sz.block/4))}
+	// A user trace may give one key several sizes; the stored object then
+	// answers with its own size.
+	for _, r := range tr.Requests {
+		if r.Size != sz.block {
+			rp.varSizes = true
+			break
+		}
+	}
+	bar := e.progress(fmt.Sprintf("churn %s %s", tr.Name, p.name), int64(len(tr.Requests)))
+	defer bar.Finish()
+	t0 := time.Now()
+	for i, r := range tr.Requests {
+		if i%256 == 0 && ctx.Err() != nil {
+			return f, ctx.Err()
+		}
+		if err := rp.request(ctx, i, r); err != nil {
+			return f, err
+		}
+		bar.Add(1)
+	}
+	if err := drainOffload(ctx, emb.m); err != nil {
+		return f, err
+	}
+	f.elapsed = time.Since(t0)
+	if err := emb.err(); err != nil {
+		return f, fmt.Errorf("SSD report: %w", err)
+	}
+	return f, collectChurnFigures(ctx, emb, &f)
+}
+
+// churnConfig is the embedded configuration of one replay.
+func churnConfig(p churnPolicy, sz churnSizes, dir string) client.EmbeddedConfig {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := embedded.DefaultConfig()
 	cfg.Master.Logger = quiet
@@ -417,6 +469,8 @@ func replay(ctx context.Context, e *env, tr *trace.Trace, p churnPolicy, sz chur
 	cfg.Master.OffloadReadAdmissionThreshold = p.threshold
 	cfg.Master.AdmissionFlags.Policy = p.admission
 	cfg.Master.AdmissionFlags.PromoteMinFreq = p.promote
+	cfg.Master.AdmissionFlags.WriteBudgetMBps = p.budget
+	// Development knobs (tuning the tinylfu defaults).
 	if v, err := strconv.ParseFloat(os.Getenv("TIERSTORE_CHURN_MARGIN"), 64); err == nil {
 		cfg.Master.AdmissionFlags.Margin = v
 	}
@@ -434,92 +488,69 @@ func replay(ctx context.Context, e *env, tr *trace.Trace, p churnPolicy, sz chur
 	cfg.Node.BucketSizeLimit = sz.ssd / 8
 	cfg.Node.HeartbeatInterval = time.Millisecond
 	cfg.Node.ReconcileInterval = time.Hour
-	if err := mkdir(dir); err != nil {
-		return f, err
-	}
-	emb, err := startChurnStack(ctx, cfg)
-	if err != nil {
-		return f, err
-	}
-	defer emb.Close()
-	c := emb.c
-	vs := newValueSource(int(sz.block), 99)
-	// A user trace may give one key several sizes; the stored object then
-	// answers with its own size.
-	varSizes := false
-	for _, r := range tr.Requests {
-		if r.Size != sz.block {
-			varSizes = true
-			break
+	return cfg
+}
+
+// replayer replays one request at a time and counts into f.
+type replayer struct {
+	emb        *churnStack
+	f          *churnFigures
+	vs         *valueSource
+	block      int64
+	varSizes   bool
+	drainEvery int
+	puts       int
+}
+
+// request replays request i: a Get, and on a miss a Put.
+func (rp *replayer) request(ctx context.Context, i int, r trace.Request) error {
+	c, f := rp.emb.c, rp.f
+	f.requests++
+	before := c.ReadStats()
+	v, err := c.Get(ctx, r.Key)
+	if err == nil {
+		after := c.ReadStats()
+		if int64(len(v)) != r.Size && !rp.varSizes {
+			return fmt.Errorf("%w: %s: %d bytes, want %d", errVerify, r.Key, len(v), r.Size)
 		}
-	}
-	bar := e.progress(fmt.Sprintf("churn %s %s", tr.Name, p.name), int64(len(tr.Requests)))
-	defer bar.Finish()
-	// Drain the offload queue every quarter of the DRAM capacity in blocks
-	// (at least 16): offload keeps up, and buckets are not tiny.
-	drainEvery := max(16, int(sz.dram/sz.block/4))
-	t0 := time.Now()
-	puts := 0
-	for i, r := range tr.Requests {
-		if i%256 == 0 && ctx.Err() != nil {
-			return f, ctx.Err()
+		if after.LocalSSD+after.RemoteSSD > before.LocalSSD+before.RemoteSSD {
+			f.ssdHits++
+			return promote(ctx, rp.emb, r.Key, v, f)
 		}
-		f.requests++
-		before := c.ReadStats()
-		v, err := c.Get(ctx, r.Key)
-		switch {
-		case err == nil:
-			after := c.ReadStats()
-			if int64(len(v)) != r.Size && !varSizes {
-				return f, fmt.Errorf("%w: %s: %d bytes, want %d", errVerify, r.Key, len(v), r.Size)
-			}
-			if after.LocalSSD+after.RemoteSSD > before.LocalSSD+before.RemoteSSD {
-				f.ssdHits++
-				if err := promote(ctx, emb, r.Key, v, &f); err != nil {
-					return f, err
-				}
-			} else {
-				f.dramHits++
-			}
-		default:
-			f.misses++
-			if !errors.Is(err, codes.ErrObjectNotFound) {
-				f.getErrors++
-			}
-			val := vs.value(i)
-			if r.Size != sz.block {
-				val = make([]byte, r.Size)
-			}
-			err := c.Put(ctx, r.Key, val)
-			if errors.Is(err, codes.ErrNoAvailableHandle) {
-				// DRAM is full of objects pinned by offload tasks (on-evict
-				// keeps victims until they reach SSD): let offload catch up
-				// and retry once, as a client backing off would.
-				f.putRetries++
-				if derr := drainOffload(ctx, emb.m); derr != nil {
-					return f, derr
-				}
-				err = c.Put(ctx, r.Key, val)
-			}
-			if err != nil && !errors.Is(err, codes.ErrObjectExists) {
-				f.putFailures++
-			}
-			puts++
-			if puts%drainEvery == 0 {
-				if err := drainOffload(ctx, emb.m); err != nil {
-					return f, err
-				}
-			}
+		f.dramHits++
+		return nil
+	}
+	f.misses++
+	if !errors.Is(err, codes.ErrObjectNotFound) {
+		f.getErrors++
+	}
+	val := rp.vs.value(i)
+	if r.Size != rp.block {
+		val = make([]byte, r.Size)
+	}
+	err = c.Put(ctx, r.Key, val)
+	if errors.Is(err, codes.ErrNoAvailableHandle) {
+		// DRAM is full of objects pinned by offload tasks (on-evict keeps
+		// victims until they reach SSD): let offload catch up and retry
+		// once, as a client backing off would.
+		f.putRetries++
+		if derr := drainOffload(ctx, rp.emb.m); derr != nil {
+			return derr
 		}
-		bar.Add(1)
+		err = c.Put(ctx, r.Key, val)
 	}
-	if err := drainOffload(ctx, emb.m); err != nil {
-		return f, err
+	if err != nil && !errors.Is(err, codes.ErrObjectExists) {
+		f.putFailures++
 	}
-	f.elapsed = time.Since(t0)
-	if err := emb.err(); err != nil {
-		return f, fmt.Errorf("SSD report: %w", err)
+	rp.puts++
+	if rp.puts%rp.drainEvery == 0 {
+		return drainOffload(ctx, rp.emb.m)
 	}
+	return nil
+}
+
+// collectChurnFigures adds the node's, tier's and master's counters to f.
+func collectChurnFigures(ctx context.Context, emb *churnStack, f *churnFigures) error {
 	ns := emb.node.Stats()
 	f.ssdWritten = ns.Tier.BytesWritten
 	f.ssdRead = ns.Tier.BytesRead
@@ -529,7 +560,7 @@ func replay(ctx context.Context, e *env, tr *trace.Trace, p churnPolicy, sz chur
 	f.offloaded = ns.OffloadPersisted
 	ms, err := emb.m.Stats(ctx)
 	if err != nil {
-		return f, err
+		return err
 	}
 	f.dramEvictions = ms.Evictions
 	f.admitted = ms.OffloadQueuedTot
@@ -537,10 +568,10 @@ func replay(ctx context.Context, e *env, tr *trace.Trace, p churnPolicy, sz chur
 		st := p.Stats()
 		f.admitted, f.rejected = st.Accepted, st.Rejected
 		if os.Getenv("TIERSTORE_CHURN_DEBUG") != "" {
-			fmt.Fprintf(os.Stderr, "%s: %+v used=%d\n", tr.Name, st, ns.Tier.BytesUsed)
+			fmt.Fprintf(os.Stderr, "%s %s: %+v used=%d\n", f.trace, f.policy, st, ns.Tier.BytesUsed)
 		}
 	}
-	return f, nil
+	return nil
 }
 
 // promote moves an object just read from SSD into DRAM when the master's
