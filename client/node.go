@@ -388,16 +388,17 @@ func (n *Node) refusedKeepsCopy(err error, gen uint64) bool {
 	return false
 }
 
-func (n *Node) onEvict(ctx context.Context, keys [][]byte) error {
+func (n *Node) onEvict(ctx context.Context, keys [][]byte) ([][]byte, error) {
 	ks := make([]string, len(keys))
 	for i, k := range keys {
 		ks[i] = string(k)
 	}
 	// The master's error goes back to the tier unchanged: OBJECT_HAS_LEASE
 	// (a key of this bucket is leased and this SSD holds its only readable
-	// copy) means "not now", and the tier keeps the bucket.
+	// copy) means "not now", and the tier keeps the bucket. (The tier now
+	// also accepts the keys to keep instead: see tier.EvictFunc.)
 	_, err := n.m.EvictDiskReplica(ctx, n.name, ks)
-	return err
+	return nil, err
 }
 
 func (n *Node) pingLoop() {
