@@ -460,7 +460,7 @@ func replay(ctx context.Context, e *env, tr *trace.Trace, p churnPolicy, sz chur
 }
 
 // churnConfig is the embedded configuration of one replay.
-func churnConfig(p churnPolicy, sz churnSizes, dir string) client.EmbeddedConfig {
+func churnConfig(p churnPolicy, sz churnSizes, dir string) embedded.Config {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := embedded.DefaultConfig()
 	cfg.Master.Logger = quiet

@@ -66,17 +66,10 @@ func startChurnStack(ctx context.Context, cfg embedded.Config) (_ *churnStack, e
 		Compression:      nc.Compression,
 		BucketKeysLimit:  nc.BucketKeysLimit,
 		BucketBytesLimit: nc.BucketSizeLimit,
-		// What the node's own eviction callback does: tell the master
-		// before the bytes go (invariant 7); its refusal keeps the bucket.
-		OnEvict: func(ctx context.Context, keys [][]byte) error {
-			ks := make([]string, len(keys))
-			for i, k := range keys {
-				ks[i] = string(k)
-			}
-			_, err := m.EvictDiskReplica(ctx, churnNodeName, ks)
-			return err
-		},
-		Logger: nc.Logger,
+		// The node's own eviction callback: tell the master before the
+		// bytes go (invariant 7), re-insert the keys it keeps.
+		OnEvict: node.EvictFunc(m, churnNodeName),
+		Logger:  nc.Logger,
 	})
 	if err != nil {
 		be.Close()

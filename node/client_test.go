@@ -461,7 +461,7 @@ func TestReconcileAndEvictCallback(t *testing.T) {
 		t.Fatalf("reconcile did not prune: %+v", st)
 	}
 	// The tier's eviction callback tells the master first.
-	if err := n.onEvict(ctx, [][]byte{[]byte("b")}); err != nil {
+	if _, err := n.onEvict(ctx, [][]byte{[]byte("b")}); err != nil {
 		t.Fatal(err)
 	}
 	if st, _ := m.Stats(ctx); st.DiskReplicas != 1 {

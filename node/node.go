@@ -486,56 +486,35 @@ func (n *Node) refusedKeepsCopy(err error, gen uint64) bool {
 	return false
 }
 
-// onEvict is the tier's EvictFunc: it tells the master, once per victim
-// bucket, that the bucket's keys are about to leave the SSD (invariant 7),
-// and hands the master's answer back to the tier.
-//
-// The master's answer is moving from all-or-nothing (an error,
-// OBJECT_HAS_LEASE: a key of the bucket is leased and this SSD holds its
-// only readable copy) to key by key (masterapi.EvictResult.Keep: the keys
-// to keep readable, which the tier re-inserts before the bucket goes;
-// invariant 4 and "SSD keeps admitting under reads", issue 9 item 3).
-// evictAnswerOf and keepForTier are the two seams:
-//
-//   - when EvictDiskReplica returns masterapi.EvictResult, evictAnswerOf
-//     takes it and returns evictAnswer{keep: r.Keep};
-//   - when the tier's EvictFunc returns the keys to keep, onEvict returns
-//     (ans.keep as [][]byte, nil) instead of keepForTier's error.
-//
-// Until both land, a non-empty keep list keeps the whole bucket (the error
-// makes the tier try another victim), which is safe: nothing leased is
-// deleted.
-func (n *Node) onEvict(ctx context.Context, keys [][]byte) error {
-	ks := make([]string, len(keys))
-	for i, k := range keys {
-		ks[i] = string(k)
-	}
-	res, err := n.m.EvictDiskReplica(ctx, n.name, ks)
-	if err != nil {
-		// OBJECT_HAS_LEASE goes back to the tier unchanged: "not now",
-		// the tier keeps the bucket.
-		return err
-	}
-	return keepForTier(evictAnswerOf(res))
+// onEvict is the tier's EvictFunc of this node (EvictFunc).
+func (n *Node) onEvict(ctx context.Context, keys [][]byte) ([][]byte, error) {
+	return EvictFunc(n.m, n.name)(ctx, keys)
 }
 
-// evictAnswer is what the node uses of the master's EvictDiskReplica
-// answer: the keys of the victim bucket the SSD must keep readable.
-type evictAnswer struct {
-	keep []string
-}
-
-// evictAnswerOf adapts the master's EvictDiskReplica answer.
-func evictAnswerOf(r masterapi.EvictResult) evictAnswer { return evictAnswer{keep: r.Keep} }
-
-// keepForTier answers the tier's EvictFunc for a master answer: the tier
-// of today can only keep a whole bucket (an error), so a bucket with keys
-// to keep is kept whole.
-func keepForTier(a evictAnswer) error {
-	if len(a.keep) > 0 {
-		return codes.Errorf(codes.ObjectHasLease, "node: the master keeps %d key(s) of the victim bucket (leased, only readable copy)", len(a.keep))
+// EvictFunc is a node's tier.EvictFunc: it tells the master, once per
+// victim bucket, that the bucket's keys are about to leave node's SSD
+// (invariant 7), and answers the tier with the keys the master wants kept
+// readable (masterapi.EvictResult.Keep: leased objects whose only readable
+// replica is in this bucket; invariant 4). The tier re-inserts those into
+// another bucket before the victim file goes, so a lease never stops the
+// SSD from admitting (issue 9 item 3). An error (master unreachable) keeps
+// the whole bucket for now.
+func EvictFunc(m masterapi.NodeAPI, node string) tier.EvictFunc {
+	return func(ctx context.Context, keys [][]byte) ([][]byte, error) {
+		ks := make([]string, len(keys))
+		for i, k := range keys {
+			ks[i] = string(k)
+		}
+		res, err := m.EvictDiskReplica(ctx, node, ks)
+		if err != nil || len(res.Keep) == 0 {
+			return nil, err
+		}
+		keep := make([][]byte, len(res.Keep))
+		for i, k := range res.Keep {
+			keep[i] = []byte(k)
+		}
+		return keep, nil
 	}
-	return nil
 }
 
 // every runs fn every d on its own goroutine until Close (n.ctx). It is

@@ -58,14 +58,25 @@ func TestRoundPhases(t *testing.T) {
 	}
 }
 
-// Issue 9 item 3, the node's seam: a master answer with keys to keep makes
-// today's tier keep the whole victim bucket (an OBJECT_HAS_LEASE error),
-// never delete a leased object's only copy; no keys to keep lets it go.
-func TestEvictKeepListKeepsBucket(t *testing.T) {
-	if err := keepForTier(evictAnswer{keep: []string{"leased"}}); !errors.Is(err, codes.ErrObjectHasLease) {
-		t.Fatalf("keep list: %v, want OBJECT_HAS_LEASE", err)
+// Issue 9 item 3, the node's side: the eviction callback hands the tier
+// exactly the keys the real master keeps (a leased object whose only
+// readable replica is on this node's SSD) and lets the others go.
+func TestEvictFuncPassesKeepList(t *testing.T) {
+	m := newMaster(t, testMasterConfig())
+	n := startTestNode(t, m, "", nil)
+	ctx := context.Background()
+	objs := []masterapi.DiskObject{{Key: "leased", Size: 1, CRC: 1}, {Key: "free", Size: 1, CRC: 2}}
+	if _, err := m.ReRegisterDiskObjects(ctx, n.Name(), objs); err != nil {
+		t.Fatal(err)
 	}
-	if err := keepForTier(evictAnswerOf(masterapi.EvictResult{Dropped: 3})); err != nil {
-		t.Fatalf("nothing to keep: %v", err)
+	if _, err := m.GetReplicaList(ctx, "leased"); err != nil { // grants the lease
+		t.Fatal(err)
+	}
+	keep, err := EvictFunc(m, n.Name())(ctx, [][]byte{[]byte("leased"), []byte("free")})
+	if err != nil || len(keep) != 1 || string(keep[0]) != "leased" {
+		t.Fatalf("keep %q, err %v; want [leased]", keep, err)
+	}
+	if _, err := m.GetReplicaList(masterapi.WithOffloadPath(ctx), "free"); !errors.Is(err, codes.ErrObjectNotFound) {
+		t.Fatalf("the evicted object is still listed: %v", err)
 	}
 }

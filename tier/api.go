@@ -101,13 +101,36 @@ type Committed struct {
 // must be safe for concurrent use.
 type NotifyFunc func(ctx context.Context, committed []Committed) error
 
-// EvictFunc is told which keys are about to disappear from SSD, before the
-// bytes are deleted (invariant 7). It is called once per victim bucket with
-// that bucket's keys. An error means "not now" (for example, a reader holds a
-// lease on one of the keys): the bucket and its keys stay, and eviction tries
-// the next candidate. It is also called, after the fact, for objects dropped
-// because they failed their checksum (its error is then only logged).
-type EvictFunc func(ctx context.Context, keys [][]byte) error
+// EvictFunc asks the owner (the master) about the keys of a victim bucket
+// before its bytes are deleted (invariant 7). It is called once per victim
+// with that bucket's keys and returns the keys that must be KEPT, for
+// example because a reader holds a lease on them and this SSD has their only
+// readable copy (invariant 4). The engine re-inserts the kept objects into a
+// new bucket (read from the victim and CRC-checked, committed under the same
+// key, size and CRC, so the owner needs no announcement), then deletes the
+// victim; the other keys are evicted. Keys in keep that are not in keys are
+// ignored. The re-insertion is bounded (see Options.OnEvict).
+//
+// An error means "not now" (the owner cannot be reached): the bucket and its
+// keys stay, and eviction tries the next candidate. EvictFunc is also called,
+// after the fact, for objects dropped because they failed their checksum;
+// keep and the error are then only logged.
+type EvictFunc func(ctx context.Context, keys [][]byte) (keep [][]byte, err error)
+
+// ReinsertResult says what a re-insertion did.
+type ReinsertResult struct {
+	// Bucket is the new bucket holding the re-inserted objects (0 when
+	// none was written).
+	Bucket uint64
+	// Objects and Bytes are the objects re-inserted and the bucket bytes
+	// written for them.
+	Objects int
+	Bytes   int64
+	// Skipped are the keys asked for that were not re-inserted: not on SSD,
+	// moved or removed meanwhile, failing their checksum (then dropped, as
+	// by Load), or beyond the byte limit.
+	Skipped [][]byte
+}
 
 // Options configure an Engine. The zero value of each field takes the
 // documented default.
@@ -131,7 +154,13 @@ type Options struct {
 	// may not exceed Capacity.
 	BucketKeysLimit  int
 	BucketBytesLimit int64
-	// OnEvict is called before evicted buckets are deleted. May be nil.
+	// OnEvict is called before evicted buckets are deleted. May be nil
+	// (every victim is evicted whole). Re-insertion of the objects it keeps
+	// is bounded: a victim is re-inserted only when its kept objects take
+	// at most half of its bytes (re-writing most of a bucket frees little;
+	// such a victim is passed over like a refusal), and the bytes
+	// re-inserted to make room for one offloaded bucket are at most that
+	// bucket's size, so re-insertion at most doubles the bytes written.
 	OnEvict EvictFunc
 	// IndexFS is the filesystem of the pebble index (tests inject errorfs or
 	// a crashable memory FS). Default: the OS filesystem.

@@ -74,9 +74,9 @@ func TestNoReadBehindWALSync(t *testing.T) {
 			require.NoError(t, e.Remove([]byte("lone")))
 		}},
 		{"eviction", func(t *testing.T, e *Engine, g *walGate) {
-			e.opts.OnEvict = func(context.Context, [][]byte) error {
+			e.opts.OnEvict = func(context.Context, [][]byte) ([][]byte, error) {
 				g.armed.Store(true)
-				return nil
+				return nil, nil
 			}
 			for i := range 12 {
 				e.Offload(bg, makeTasks(string(rune('a'+i))+"fill", 4, objSize, uint64(i)), nil)

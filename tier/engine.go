@@ -73,6 +73,9 @@ type Engine struct {
 	// testHookCommit, when it returns an error, fails the index commit of
 	// a bucket before it is attempted.
 	testHookCommit func(id uint64) error
+	// testHookReinserted runs after a re-insertion's index commit, before
+	// the victim's file is deleted.
+	testHookReinserted func(id uint64)
 }
 
 // bucketState is the engine's view of one bucket file. Its plain fields are

@@ -54,19 +54,15 @@ type evictRecorder struct {
 	// the callback ran (the owner is told before the bytes disappear).
 	loadOK bool
 	fail   error
-	// refuse, when set, refuses buckets holding a key with this prefix.
-	refuse string
+	// keep, when set, keeps the keys with this prefix (as a lease would).
+	keep string
 }
 
-func (r *evictRecorder) onEvict(ctx context.Context, keys [][]byte) error {
+func (r *evictRecorder) onEvict(ctx context.Context, keys [][]byte) ([][]byte, error) {
 	if r.fail != nil {
-		return r.fail
+		return nil, r.fail
 	}
-	for _, k := range keys {
-		if r.refuse != "" && strings.HasPrefix(string(k), r.refuse) {
-			return errors.New("object has a lease")
-		}
-	}
+	var kept [][]byte
 	ok := true
 	for _, res := range r.e.Load(ctx, keys) {
 		if res.Err != nil {
@@ -74,11 +70,17 @@ func (r *evictRecorder) onEvict(ctx context.Context, keys [][]byte) error {
 		}
 	}
 	r.mu.Lock()
-	r.evicted = append(r.evicted, keys...)
+	defer r.mu.Unlock()
+	for _, k := range keys {
+		if r.keep != "" && strings.HasPrefix(string(k), r.keep) {
+			kept = append(kept, k)
+			continue
+		}
+		r.evicted = append(r.evicted, k)
+	}
 	r.calls++
 	r.loadOK = ok
-	r.mu.Unlock()
-	return nil
+	return kept, nil
 }
 
 func fillBuckets(t *testing.T, e *Engine, first, n int) [][]Task {
@@ -201,19 +203,46 @@ func TestEvictionCallbackFailureKeepsData(t *testing.T) {
 	require.LessOrEqual(t, guard.peak, capacity)
 }
 
-// A bucket the owner refuses (a reader holds a lease on one of its keys)
-// stays; the next candidates are evicted instead.
-func TestEvictionSkipsRefusedBucket(t *testing.T) {
+// A key the owner keeps (a reader holds a lease on it) is re-inserted into
+// a new bucket; the rest of its bucket is evicted, and the victim's file
+// goes. Nothing is announced for the kept key: same key, size and CRC.
+func TestEvictionReinsertsKeptKeys(t *testing.T) {
 	capacity := 10 * bucketBytes
-	rec := &evictRecorder{refuse: "b01-"}
-	e := openEngine(t, t.TempDir(), Options{Backend: mem.New(), Capacity: capacity, BucketKeysLimit: 4, Eviction: "fifo", OnEvict: rec.onEvict})
+	guard := &capacityGuard{Backend: mem.New(), t: t, limit: capacity}
+	rec := &evictRecorder{keep: "b01-0002"}
+	dir := t.TempDir()
+	e := openEngine(t, dir, Options{Backend: guard, Capacity: capacity, BucketKeysLimit: 4, Eviction: "fifo", OnEvict: rec.onEvict})
 	rec.e = e
 	buckets := fillBuckets(t, e, 0, 10)
-	// fifo would take buckets 0 and 1; the owner refuses 1, so 0 and 2 go.
+	// fifo takes bucket 0, then bucket 1 less its kept key (re-inserted:
+	// about a quarter of a bucket), then bucket 2.
 	for b, tasks := range buckets {
-		require.Equal(t, b != 0 && b != 2, loaded(e, tasks), "bucket %d", b)
+		for i, r := range e.Load(bg, keysOf(tasks)) {
+			switch {
+			case b == 1 && i == 2:
+				require.NoError(t, r.Err, "the kept key")
+				require.Equal(t, tasks[i].Value, r.Value)
+			case b <= 2:
+				require.ErrorIs(t, r.Err, ErrNotFound, "bucket %d key %d", b, i)
+			default:
+				require.NoError(t, r.Err)
+			}
+		}
 	}
-	require.ElementsMatch(t, append(keysOf(buckets[0]), keysOf(buckets[2])...), rec.evicted)
+	kept, err := e.Stat(buckets[1][2].Key)
+	require.NoError(t, err)
+	s := e.Stats()
+	require.EqualValues(t, 1, s.ReinsertedObjects)
+	require.Positive(t, s.ReinsertedBytes)
+	require.EqualValues(t, 3, s.Evictions)
+	require.EqualValues(t, 11, s.EvictedKeys)
+	require.Len(t, rec.evicted, 11)
+	require.LessOrEqual(t, guard.peak, capacity)
+	require.LessOrEqual(t, s.BytesUsed, capacity)
+	ids := fileIDs(t, guard)
+	require.Equal(t, ids[len(ids)-1], kept.Bucket, "the kept key lives in the newest bucket")
+	require.Len(t, ids, 8, "buckets 3..9 and the re-insertion bucket")
+	require.NoError(t, e.ix.Check())
 }
 
 // A write that cannot fit even after evicting every evictable bucket (here

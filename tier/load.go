@@ -71,6 +71,27 @@ func (e *Engine) LoadAsync(ctx context.Context, keys, bufs [][]byte, done func([
 	})
 }
 
+// loadAt is Load that also returns where each value was read from (the
+// location is zero for a key that failed).
+func (e *Engine) loadAt(ctx context.Context, keys [][]byte) ([]LoadResult, []index.Location) {
+	j := e.startLoad(ctx, keys, nil)
+	if j == nil {
+		return errResults(len(keys), ErrClosed), make([]index.Location, len(keys))
+	}
+	defer e.ops.Done()
+	if len(j.ops) > 0 {
+		j.readDone(e.be.Read(ctx, j.ops))
+	}
+	j.finish()
+	locs := make([]index.Location, len(keys))
+	for _, r := range j.reqs {
+		if j.res[r.i].Err == nil {
+			locs[r.i] = r.loc
+		}
+	}
+	return j.res, locs
+}
+
 // NewBuffer returns a buffer for LoadInto that receives a value of up to n
 // bytes straight from the device: block aligned, BufferSize(n) bytes long.
 func NewBuffer(n int) []byte { return backend.AlignedBuffer(n) }
@@ -274,8 +295,9 @@ func (e *Engine) dropCorrupt(ctx context.Context, bad []readReq, keys [][]byte) 
 	}
 	e.log.Warn("tier: dropped objects that failed their checksum", "keys", len(gone))
 	if e.opts.OnEvict != nil {
-		if err := e.opts.OnEvict(ctx, gone); err != nil {
-			e.log.Warn("tier: could not report dropped objects", "err", err)
+		// After the fact: the objects are gone, whatever the answer.
+		if keep, err := e.opts.OnEvict(ctx, gone); err != nil || len(keep) > 0 {
+			e.log.Warn("tier: could not report dropped objects", "err", err, "kept", len(keep))
 		}
 	}
 }

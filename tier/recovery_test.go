@@ -55,13 +55,13 @@ func crashRun(t *testing.T, k int, atNotify bool) (img *crashImage, points int) 
 		mb.SetWriteHook(func(uint64) { snapshot() })
 	}
 	// Evicted keys leave the expected set: the owner was told they are gone.
-	onEvict := func(_ context.Context, keys [][]byte) error {
+	onEvict := func(_ context.Context, keys [][]byte) ([][]byte, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, k := range keys {
 			delete(notified, string(k))
 		}
-		return nil
+		return nil, nil
 	}
 	e, err := Open("/tier", Options{Backend: mb, IndexFS: fs, BucketKeysLimit: 3, Capacity: 40 * 4096 * 4, HighWatermark: 0.9, LowWatermark: 0.5, OnEvict: onEvict})
 	require.NoError(t, err)
@@ -161,9 +161,9 @@ func bucketPath(dir string, id uint64) string {
 func TestCorruptObjectIsAMiss(t *testing.T) {
 	dir := t.TempDir()
 	var dropped [][]byte
-	e := openEngine(t, dir, Options{OnEvict: func(_ context.Context, keys [][]byte) error {
+	e := openEngine(t, dir, Options{OnEvict: func(_ context.Context, keys [][]byte) ([][]byte, error) {
 		dropped = append(dropped, keys...)
-		return nil
+		return nil, nil
 	}})
 	tasks := makeTasks("corrupt", 4, 20000, 11)
 	requireStatus(t, e.Offload(bg, tasks, nil), Persisted)

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/tierstore/tierstore/backend"
+	"github.com/tierstore/tierstore/bucket"
+	"github.com/tierstore/tierstore/index"
 )
 
 func (e *Engine) unreserve(size int64) {
@@ -70,9 +73,10 @@ func (e *Engine) buryEmptied(ids []uint64) {
 // reserve makes room for size more bytes, evicting whole buckets down to the
 // low watermark when the high watermark would be crossed (invariant 7). The
 // owner is told through OnEvict, once per victim bucket, before any of its
-// bytes disappear; a bucket the owner refuses (for example because it cannot
-// be reached) stays, and the next candidate is tried. If the bytes cannot
-// fit under the capacity, ErrNoSpace.
+// bytes disappear; the objects it keeps are re-inserted (bounded, see
+// Options.OnEvict) and the rest evicted; a bucket the owner refuses (it
+// cannot be reached) stays, and the next candidate is tried. If the bytes
+// cannot fit under the capacity, ErrNoSpace.
 func (e *Engine) reserve(ctx context.Context, size int64) error {
 	capacity := e.opts.Capacity
 	e.mu.Lock()
@@ -88,7 +92,7 @@ func (e *Engine) reserve(ctx context.Context, size int64) error {
 	// Reserve first, so that concurrent writers see these bytes as taken.
 	e.reserved += size
 	e.mu.Unlock()
-	refusal := e.evictDownTo(ctx, int64(e.opts.LowWatermark*float64(capacity)))
+	refusal := e.evictDownTo(ctx, int64(e.opts.LowWatermark*float64(capacity)), size)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if over := e.used + e.reserved - capacity; over > 0 {
@@ -103,10 +107,13 @@ func (e *Engine) reserve(ctx context.Context, size int64) error {
 }
 
 // evictDownTo evicts buckets, one victim at a time, until used plus
-// reserved bytes are at most low or no candidate is left. It returns the
-// last refusal (nil if none).
-func (e *Engine) evictDownTo(ctx context.Context, low int64) (refusal error) {
+// reserved bytes are at most low or no candidate is left. own is the
+// reservation being made room for (already in e.reserved); it is also the
+// budget of bytes re-inserted for kept objects. It returns the last refusal
+// (nil if none).
+func (e *Engine) evictDownTo(ctx context.Context, low, own int64) (refusal error) {
 	refused := map[uint64]bool{}
+	budget := own
 	for {
 		e.mu.Lock()
 		if e.used+e.reserved <= low {
@@ -126,7 +133,7 @@ func (e *Engine) evictDownTo(ctx context.Context, low int64) (refusal error) {
 		e.policy.Remove(b.id)
 		e.mu.Unlock()
 
-		err := e.evictBucket(ctx, b)
+		err := e.evictBucket(ctx, b, &budget, own)
 
 		e.mu.Lock()
 		b.evicting = false
@@ -144,26 +151,137 @@ func (e *Engine) evictDownTo(ctx context.Context, low int64) (refusal error) {
 	}
 }
 
-// evictBucket tells the owner that b's keys go away, removes them from the
-// index and deletes the file, waiting for readers that got in just before.
-// b is marked evicting and out of the policy; on error nothing was removed.
-func (e *Engine) evictBucket(ctx context.Context, b *bucketState) error {
+// evictBucket asks the owner about b's keys, re-inserts those it keeps,
+// removes the others from the index with the victim (one synced batch, no
+// engine lock) and deletes the file, waiting for readers that got in just
+// before. b is marked evicting and out of the policy. On error b stays: with
+// nothing removed when the owner refused, or with only the kept keys when
+// their re-insertion failed (the owner was told the others go).
+func (e *Engine) evictBucket(ctx context.Context, b *bucketState, budget *int64, own int64) error {
 	keys, err := e.ix.BucketKeys(b.id)
 	if err != nil {
 		return fmt.Errorf("tier: eviction: %w", err)
 	}
+	var keep [][]byte
 	if e.opts.OnEvict != nil && len(keys) > 0 {
-		if err := e.opts.OnEvict(ctx, keys); err != nil {
+		if keep, err = e.opts.OnEvict(ctx, keys); err != nil {
 			return fmt.Errorf("tier: owner refused eviction of bucket %d: %w", b.id, err)
 		}
 	}
-	removed, err := e.ix.DeleteBucket(b.id)
+	keep = members(keep, keys)
+	if len(keep) == 0 {
+		removed, err := e.ix.DeleteBucket(b.id)
+		if err != nil {
+			return fmt.Errorf("tier: eviction: %w", err)
+		}
+		e.st.evictions.Add(1)
+		e.st.evictedKeys.Add(int64(len(removed)))
+		return e.bury(ctx, b)
+	}
+	cr, err := e.keepAndEvict(ctx, b, keep, budget, own)
 	if err != nil {
-		return fmt.Errorf("tier: eviction: %w", err)
+		e.evictExcept(b, keys, keep)
+		return err
 	}
 	e.st.evictions.Add(1)
-	e.st.evictedKeys.Add(int64(len(removed)))
+	e.st.evictedKeys.Add(int64(len(cr.Dropped)))
+	e.buryEmptied(cr.Emptied)
 	return e.bury(ctx, b)
+}
+
+// members returns the keys of keep that are in keys, once each.
+func members(keep, keys [][]byte) [][]byte {
+	if len(keep) == 0 {
+		return nil
+	}
+	in := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		in[string(k)] = true
+	}
+	var out [][]byte
+	for _, k := range keep {
+		if in[string(k)] {
+			in[string(k)] = false
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// keepAndEvict re-inserts the kept objects of victim b into a new bucket and
+// drops b from the index in the same batch, within the bounds of
+// Options.OnEvict: the kept objects may take at most half of b, and at most
+// *budget bytes (lowered by what is written). The new bucket must fit beside
+// what is on disk without own, the reservation not yet written.
+func (e *Engine) keepAndEvict(ctx context.Context, b *bucketState, keep [][]byte, budget *int64, own int64) (index.CommitResult, error) {
+	locs, found, err := e.ix.GetMany(keep)
+	if err != nil {
+		return index.CommitResult{}, fmt.Errorf("tier: eviction: %w", err)
+	}
+	var n int
+	var keyBytes, data int64
+	for i, k := range keep {
+		if found[i] && locs[i].Bucket == b.id {
+			n, keyBytes, data = n+1, keyBytes+int64(len(k)), data+bucket.AlignUp(int64(locs[i].ValueLen))
+		}
+	}
+	est := bucket.Size(n, keyBytes, data)
+	switch {
+	case 2*est > b.size:
+		return index.CommitResult{}, fmt.Errorf("tier: eviction of bucket %d: the owner keeps %d of its %d bytes, more than half", b.id, est, b.size)
+	case est > *budget:
+		return index.CommitResult{}, fmt.Errorf("tier: eviction of bucket %d: re-inserting %d kept bytes exceeds the budget left (%d)", b.id, est, *budget)
+	}
+	r := &reinsertion{e: e, maxBytes: math.MaxInt64, reserve: func(size int64) error {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if c := e.opts.Capacity; c > 0 && e.used+e.reserved-own+size > c {
+			return fmt.Errorf("%w: no room to re-insert %d kept bytes", ErrNoSpace, size)
+		}
+		e.reserved += size
+		return nil
+	}}
+	res, cr, err := r.run(ctx, keep, []uint64{b.id}, b.id)
+	if err != nil {
+		return cr, fmt.Errorf("tier: eviction of bucket %d: %w", b.id, err)
+	}
+	*budget -= res.Bytes
+	return cr, nil
+}
+
+// evictExcept removes from the index the keys of b the owner did not keep
+// (the owner was told they go) where they still are in b; b stays with the
+// kept ones.
+func (e *Engine) evictExcept(b *bucketState, keys, keep [][]byte) {
+	kept := make(map[string]bool, len(keep))
+	for _, k := range keep {
+		kept[string(k)] = true
+	}
+	var gone [][]byte
+	for _, k := range keys {
+		if !kept[string(k)] {
+			gone = append(gone, k)
+		}
+	}
+	if len(gone) == 0 {
+		return
+	}
+	locs, found, err := e.ix.GetMany(gone)
+	var at []index.KeyLoc
+	for i, k := range gone {
+		if err == nil && found[i] && locs[i].Bucket == b.id {
+			at = append(at, index.KeyLoc{Key: k, Loc: locs[i]})
+		}
+	}
+	if err == nil && len(at) > 0 {
+		var res index.Removal
+		res, err = e.ix.RemoveIfAt(at)
+		e.st.evictedKeys.Add(int64(len(res.Removed)))
+		e.buryEmptied(res.Emptied)
+	}
+	if err != nil {
+		e.log.Error("tier: could not remove the evicted keys of a bucket whose kept objects stay", "bucket", b.id, "err", err)
+	}
 }
 
 // bury marks b dead (it is gone from the index), deletes its file when its

@@ -63,11 +63,11 @@ func TestVanishedBucketFileIsAMiss(t *testing.T) {
 	skipKnownBug(t, "a Load that finds its bucket file gone leaves the entries in the index and answers a plain backend error (row B8 of docs/faults.md)")
 	var mu sync.Mutex
 	var told [][]byte
-	v := newEnv(t, tier.Options{OnEvict: func(_ context.Context, keys [][]byte) error {
+	v := newEnv(t, tier.Options{OnEvict: func(_ context.Context, keys [][]byte) ([][]byte, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		told = append(told, keys...)
-		return nil
+		return nil, nil
 	}})
 	v.base()
 	keys, _ := v.snapshot()
