@@ -32,56 +32,35 @@ type masterOp struct {
 	do      func(ctx context.Context, api master.API, i int, r *rand.Rand) (int, error)
 }
 
+// masterSizes: objects put, lookups made, keys per batch lookup, and each
+// phase's time budget.
+type masterSizes struct {
+	objects, lookups, batch int
+	budget                  time.Duration
+}
+
+const masterObjSize = 64 << 10
+
 func runMaster(ctx context.Context, e *env) (*result, error) {
-	start := time.Now()
-	objects, lookups, batch := 200_000, 200_000, 1000
-	budget := 15 * time.Second
+	sz := masterSizes{objects: 200_000, lookups: 200_000, batch: 1000, budget: 15 * time.Second}
 	if e.quick {
-		objects, lookups, budget = 10_000, 10_000, time.Second
+		sz.objects, sz.lookups, sz.budget = 10_000, 10_000, time.Second
 	}
-	const objSize = 64 << 10
 	cfg := master.DefaultConfig()
 	cfg.MonitorInterval = 0 // no background loop: nothing but the measured calls
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.DefaultKVLeaseTTL = time.Minute
-	svc, err := master.New(cfg)
+	svc, remote, stop, err := startBenchMaster(ctx, cfg, sz)
 	if err != nil {
 		return nil, err
 	}
-	defer svc.Close()
-	// Two segments, one per "mode", each big enough for every object: the
-	// allocator does bookkeeping only, no memory is touched.
-	segSize := int64(4*objects) * objSize
-	for _, seg := range []string{"inproc", "grpc"} {
-		if err := svc.MountSegment(ctx, masterapi.MountRequest{Node: "bench-" + seg, Endpoint: "127.0.0.1:1",
-			Segment: seg, Size: segSize}); err != nil {
-			return nil, err
-		}
-	}
-
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	srv := master.NewServer(svc)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
-	defer func() {
-		srv.Stop()
-		<-served
-	}()
-	remote, err := masterapi.Dial(ctx, lis.Addr().String())
-	if err != nil {
-		return nil, err
-	}
-	defer remote.Close()
-
+	defer stop()
 	res := &result{Options: map[string]string{
-		"objects":    fmt.Sprint(objects),
-		"lookups":    fmt.Sprint(lookups),
-		"batch":      fmt.Sprint(batch),
-		"object":     sizeName(objSize),
-		"budget":     budget.String(),
+		"objects":    fmt.Sprint(sz.objects),
+		"lookups":    fmt.Sprint(sz.lookups),
+		"batch":      fmt.Sprint(sz.batch),
+		"object":     sizeName(masterObjSize),
+		"budget":     sz.budget.String(),
 		"shards":     fmt.Sprint(cfg.Shards),
 		"grpc":       "loopback 127.0.0.1, one connection",
 		"gomaxprocs": fmt.Sprint(runtimeProcs()),
@@ -99,86 +78,136 @@ func runMaster(ctx context.Context, e *env) (*result, error) {
 		{"in-process", svc, "inproc", 4},
 		{"gRPC", remote, "grpc", 16},
 	} {
-		keyList := make([]string, objects)
-		for i := range keyList {
-			keyList[i] = fmt.Sprintf("%s/obj/%09d", mode.seg, i)
-		}
-		key := func(i int) string { return keyList[i] }
-		node := "bench-" + mode.seg
-		// Lookups pick among the keys the put phase stored within its
-		// budget. Workers take indexes in order but finish out of order, so
-		// the stored ones need not be a prefix: each put marks its own
-		// index (distinct elements, no lock needed).
-		stored := make([]bool, objects)
-		var present []int
-		rnd := func(r *rand.Rand) int { return present[r.IntN(len(present))] }
-		ops := []masterOp{
-			{"put pair (PutStart+PutEnd)", mode.workers, objects, func(ctx context.Context, api master.API, i int, r *rand.Rand) (int, error) {
-				rep, err := api.PutStart(ctx, masterapi.PutStartRequest{Key: key(i), Size: objSize, CRC: uint32(i), PreferredNode: node})
-				if err != nil {
-					return 0, err
-				}
-				if err := api.PutEnd(ctx, key(i), rep.PutToken); err != nil {
-					return 0, err
-				}
-				stored[i] = true
-				return 1, nil
-			}},
-			{"ExistKey", mode.workers, lookups, func(ctx context.Context, api master.API, i int, r *rand.Rand) (int, error) {
-				k := key(rnd(r))
-				ok, err := api.ExistKey(ctx, k)
-				if err == nil && !ok {
-					err = fmt.Errorf("%w: ExistKey(%s) = false", errVerify, k)
-				}
-				return 1, err
-			}},
-			{"GetReplicaList", mode.workers, lookups, func(ctx context.Context, api master.API, i int, r *rand.Rand) (int, error) {
-				k := key(rnd(r))
-				info, err := api.GetReplicaList(ctx, k)
-				if err == nil && len(info.Replicas) == 0 {
-					err = fmt.Errorf("%w: no replica for %s", errVerify, k)
-				}
-				return 1, err
-			}},
-			{fmt.Sprintf("BatchGetReplicaList x%d", batch), mode.workers, lookups / batch, func(ctx context.Context, api master.API, i int, r *rand.Rand) (int, error) {
-				keys := make([]string, batch)
-				for j := range keys {
-					keys[j] = key(rnd(r))
-				}
-				rs, err := api.BatchGetReplicaList(ctx, keys)
-				if err != nil {
-					return 0, err
-				}
-				for _, r := range rs {
-					if r.Err != nil {
-						return 0, r.Err
-					}
-				}
-				return len(rs), nil
-			}},
-		}
-		for _, op := range ops {
-			f, err := measureMasterOp(ctx, e, mode.api, op, budget)
-			if err != nil {
-				return nil, fmt.Errorf("%s %s: %w", mode.name, op.name, err)
-			}
-			if op.ops == objects && op.name[:3] == "put" {
-				for i, ok := range stored {
-					if ok {
-						present = append(present, i)
-					}
-				}
-				if len(present) == 0 {
-					return nil, fmt.Errorf("%s: no put finished within %v", mode.name, budget)
-				}
-			}
-			t.add(op.name, mode.name, op.workers, f.keys, f.keysPerSec, f.callsPerSec, f.p50, f.p99)
+		if err := measureMode(ctx, e, t, mode.name, mode.api, mode.seg, mode.workers, sz); err != nil {
+			return nil, err
 		}
 	}
 	res.Tables = append(res.Tables, t)
 	res.Notes = append(res.Notes, "each phase stops at its count or its time budget, whichever comes first; keys shows how many were done")
-	res.Elapsed = time.Since(start).Seconds()
 	return res, nil
+}
+
+// startBenchMaster starts an in-process master with two segments, one per
+// mode, each big enough for every object (the allocator does bookkeeping
+// only, no memory is touched), serves it over gRPC on loopback and dials it.
+func startBenchMaster(ctx context.Context, cfg master.Config, sz masterSizes) (*master.Service, *masterapi.Remote, func(), error) {
+	svc, err := master.New(cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	segSize := int64(4*sz.objects) * masterObjSize
+	for _, seg := range []string{"inproc", "grpc"} {
+		if err := svc.MountSegment(ctx, masterapi.MountRequest{Node: "bench-" + seg, Endpoint: "127.0.0.1:1",
+			Segment: seg, Size: segSize}); err != nil {
+			svc.Close()
+			return nil, nil, nil, err
+		}
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		svc.Close()
+		return nil, nil, nil, err
+	}
+	srv := master.NewServer(svc)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	stopServer := func() {
+		srv.Stop()
+		<-served
+		svc.Close()
+	}
+	remote, err := masterapi.Dial(ctx, lis.Addr().String())
+	if err != nil {
+		stopServer()
+		return nil, nil, nil, err
+	}
+	return svc, remote, func() { remote.Close(); stopServer() }, nil
+}
+
+// measureMode runs the put phase, then the lookup phases, of one mode and
+// adds a row per operation to t.
+func measureMode(ctx context.Context, e *env, t *table, name string, api master.API, seg string, workers int, sz masterSizes) error {
+	keyList := make([]string, sz.objects)
+	for i := range keyList {
+		keyList[i] = fmt.Sprintf("%s/obj/%09d", seg, i)
+	}
+	// Lookups pick among the keys the put phase stored within its budget.
+	// Workers take indexes in order but finish out of order, so the stored
+	// ones need not be a prefix: each put marks its own index (distinct
+	// elements, no lock needed).
+	stored := make([]bool, sz.objects)
+	var present []int
+	ops := masterOps(keyList, "bench-"+seg, workers, sz, stored, func(r *rand.Rand) int { return present[r.IntN(len(present))] })
+	for _, op := range ops {
+		f, err := measureMasterOp(ctx, e, api, op, sz.budget)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", name, op.name, err)
+		}
+		if op.ops == sz.objects && op.name[:3] == "put" {
+			for i, ok := range stored {
+				if ok {
+					present = append(present, i)
+				}
+			}
+			if len(present) == 0 {
+				return fmt.Errorf("%s: no put finished within %v", name, sz.budget)
+			}
+		}
+		t.add(op.name, name, op.workers, f.keys, f.keysPerSec, f.callsPerSec, f.p50, f.p99)
+	}
+	return nil
+}
+
+// masterOps are the measured operations of one mode: put pairs (marking
+// stored[i]), then ExistKey, GetReplicaList and batch lookups of keys
+// drawn by rnd among the stored ones.
+func masterOps(keyList []string, node string, workers int, sz masterSizes, stored []bool, rnd func(*rand.Rand) int) []masterOp {
+	key := func(i int) string { return keyList[i] }
+	return []masterOp{
+		{"put pair (PutStart+PutEnd)", workers, sz.objects, func(ctx context.Context, api master.API, i int, r *rand.Rand) (int, error) {
+			rep, err := api.PutStart(ctx, masterapi.PutStartRequest{Key: key(i), Size: masterObjSize, CRC: uint32(i), PreferredNode: node})
+			if err != nil {
+				return 0, err
+			}
+			if err := api.PutEnd(ctx, key(i), rep.PutToken); err != nil {
+				return 0, err
+			}
+			stored[i] = true
+			return 1, nil
+		}},
+		{"ExistKey", workers, sz.lookups, func(ctx context.Context, api master.API, i int, r *rand.Rand) (int, error) {
+			k := key(rnd(r))
+			ok, err := api.ExistKey(ctx, k)
+			if err == nil && !ok {
+				err = fmt.Errorf("%w: ExistKey(%s) = false", errVerify, k)
+			}
+			return 1, err
+		}},
+		{"GetReplicaList", workers, sz.lookups, func(ctx context.Context, api master.API, i int, r *rand.Rand) (int, error) {
+			k := key(rnd(r))
+			info, err := api.GetReplicaList(ctx, k)
+			if err == nil && len(info.Replicas) == 0 {
+				err = fmt.Errorf("%w: no replica for %s", errVerify, k)
+			}
+			return 1, err
+		}},
+		{fmt.Sprintf("BatchGetReplicaList x%d", sz.batch), workers, sz.lookups / sz.batch, func(ctx context.Context, api master.API, i int, r *rand.Rand) (int, error) {
+			keys := make([]string, sz.batch)
+			for j := range keys {
+				keys[j] = key(rnd(r))
+			}
+			rs, err := api.BatchGetReplicaList(ctx, keys)
+			if err != nil {
+				return 0, err
+			}
+			for _, r := range rs {
+				if r.Err != nil {
+					return 0, r.Err
+				}
+			}
+			return len(rs), nil
+		}},
+	}
 }
 
 type opFigures struct {
