@@ -26,12 +26,12 @@ type LocalNode interface {
 func CRC32C(b []byte) uint32 { return wire.CRC32C(b) }
 
 // peer is the data plane to one node: the local node directly, or a remote
-// node through its peer service. size bounds what an SSD read may return
-// (the object's size from the master).
+// node through the data protocol (package wire). Reads fill buf, exactly
+// the object's size, and check it against crc (the object's CRC32C) once.
 type peer interface {
 	writeRange(ctx context.Context, segment string, off int64, value []byte, crc uint32, token uint64) error
-	readRange(ctx context.Context, segment string, off int64, n int64) ([]byte, error)
-	readSSD(ctx context.Context, key []byte, size int64) ([]byte, error)
+	readRange(ctx context.Context, segment string, off int64, buf []byte, crc uint32) error
+	readSSD(ctx context.Context, key []byte, buf []byte, crc uint32) error
 }
 
 // localPeer reaches the node of this process without a socket.
@@ -41,25 +41,61 @@ func (p localPeer) writeRange(ctx context.Context, segment string, off int64, va
 	return p.n.WriteRange(ctx, segment, off, value, crc, token)
 }
 
-func (p localPeer) readRange(ctx context.Context, segment string, off, n int64) ([]byte, error) {
-	return p.n.ReadRange(ctx, segment, off, n)
+func (p localPeer) readRange(ctx context.Context, segment string, off int64, buf []byte, crc uint32) error {
+	if in, ok := p.n.(LocalNodeInto); ok {
+		if err := in.ReadRangeInto(ctx, segment, off, buf); err != nil {
+			return err
+		}
+		return checkLocal(buf, len(buf), crc, "DRAM")
+	}
+	v, err := p.n.ReadRange(ctx, segment, off, int64(len(buf)))
+	if err != nil {
+		return err
+	}
+	return checkLocal(buf, copy(buf, v), crc, "DRAM")
 }
 
-func (p localPeer) readSSD(ctx context.Context, key []byte, _ int64) ([]byte, error) {
-	return p.n.ReadSSD(ctx, key)
+func (p localPeer) readSSD(ctx context.Context, key []byte, buf []byte, crc uint32) error {
+	if in, ok := p.n.(LocalNodeInto); ok {
+		if err := in.ReadSSDInto(ctx, key, buf); err != nil {
+			return err
+		}
+		return checkLocal(buf, len(buf), crc, "SSD")
+	}
+	v, err := p.n.ReadSSD(ctx, key)
+	if err != nil {
+		return err
+	}
+	if len(v) != len(buf) {
+		return wire.BadChecksum("client: local SSD copy has %d bytes, the object %d", len(v), len(buf))
+	}
+	return checkLocal(buf, copy(buf, v), crc, "SSD")
 }
 
-// remotePeer reaches a node through its peer service.
-type remotePeer struct{ p wire.Peer }
+// checkLocal checks n bytes read from the local node against the object:
+// the node of this process hands over its bytes unchecked (DRAM) or
+// checked against its own index (SSD, which may hold another version).
+func checkLocal(buf []byte, n int, crc uint32, what string) error {
+	if n != len(buf) {
+		return wire.BadChecksum("client: local %s replica gave %d bytes, the object has %d", what, n, len(buf))
+	}
+	if got := CRC32C(buf); got != crc {
+		return wire.BadChecksum("client: local %s replica: %d bytes with CRC32C %08x, the object has %08x", what, n, got, crc)
+	}
+	return nil
+}
+
+// remotePeer reaches a node through its data connections.
+type remotePeer struct{ c *wire.DataConn }
 
 func (p remotePeer) writeRange(ctx context.Context, segment string, off int64, value []byte, crc uint32, token uint64) error {
-	return p.p.WriteRange(ctx, segment, off, value, crc, token)
+	return p.c.Write(ctx, segment, off, value, crc, token)
 }
 
-func (p remotePeer) readRange(ctx context.Context, segment string, off, n int64) ([]byte, error) {
-	return p.p.ReadRange(ctx, segment, off, n)
+func (p remotePeer) readRange(ctx context.Context, segment string, off int64, buf []byte, crc uint32) error {
+	return p.c.ReadRange(ctx, segment, off, buf, crc)
 }
 
-func (p remotePeer) readSSD(ctx context.Context, key []byte, size int64) ([]byte, error) {
-	return p.p.ReadSSD(ctx, key, size)
+func (p remotePeer) readSSD(ctx context.Context, key []byte, buf []byte, crc uint32) error {
+	return p.c.ReadSSD(ctx, key, buf, crc)
 }

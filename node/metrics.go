@@ -32,6 +32,7 @@ func (n *Node) MetricsHandler() http.Handler {
 	counter("reconcile_removed_total", "SSD objects deleted because a reconcile called them unwanted.", ld(&n.metrics.reconcileRemoved))
 	counter("notify_retries_total", "Offload notifies sent again after a transport error.", ld(&n.metrics.notifyRetries))
 	gauge("segment_bytes", "Size of the DRAM segment.", func() float64 { return float64(n.seg.Size()) })
+	n.dp.register(reg, labels)
 	if n.tier != nil {
 		ts := func(f func(s *Stats) int64) func() float64 {
 			return func() float64 { s := n.Stats(); return float64(f(&s)) }

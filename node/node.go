@@ -78,6 +78,7 @@ type Node struct {
 
 	lis net.Listener
 	srv *grpc.Server
+	dp  dataPlane // the bulk data protocol on lis, and Put/Get latencies
 
 	metrics nodeMetrics
 
@@ -196,7 +197,8 @@ func Start(ctx context.Context, cfg Config, m masterapi.NodeAPI, opts ...Option)
 		n.endpoint = n.lis.Addr().String()
 		n.srv = grpc.NewServer(wire.ServerOptions()...)
 		rpcpb.RegisterNodePeerServer(n.srv, &peerServer{n: n})
-		go func() { _ = n.srv.Serve(n.lis) }()
+		glis := n.startDataPlane(n.lis) // data connections split off; the rest is gRPC
+		go func() { _ = n.srv.Serve(glis) }()
 	} else {
 		n.endpoint = "inproc:" + n.name
 	}

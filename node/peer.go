@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -127,7 +128,8 @@ func (s *peerServer) NodeStats(ctx context.Context, _ *rpcpb.PeerStatsRequest) (
 
 // WriteRange writes value into the node's segment at off (the in-process
 // form of the peer service's WriteRange; client.LocalNode).
-func (n *Node) WriteRange(_ context.Context, segment string, off int64, value []byte, _ uint32, _ uint64) error {
+func (n *Node) WriteRange(ctx context.Context, segment string, off int64, value []byte, _ uint32, _ uint64) error {
+	defer n.observeLocalPut(ctx, time.Now())
 	if err := n.checkSegment(segment); err != nil {
 		return err
 	}
