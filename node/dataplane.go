@@ -96,7 +96,11 @@ func (h dataHandler) WriteLimit() int64 { return h.n.seg.Size() }
 // Write goes through Node.WriteRange, the one write path of the node, so
 // the put-token and range checks apply to it as to every other write.
 func (h dataHandler) Write(ctx context.Context, segment string, off int64, value []byte, crc uint32, token uint64) error {
-	return h.n.WriteRange(context.WithValue(ctx, remoteKey{}, true), segment, off, value, crc, token)
+	err := h.n.WriteRange(context.WithValue(ctx, remoteKey{}, true), segment, off, value, crc, token)
+	if err == nil {
+		h.n.metrics.peerWrites.Add(1) // before the reply: a client that has it sees the count
+	}
+	return err
 }
 
 // ViewRange pins the segment (Close waits) and hands out the range as it
@@ -112,6 +116,7 @@ func (h dataHandler) ViewRange(segment string, off, n int64) ([]byte, func(), er
 		release()
 		return nil, nil, toCode(err)
 	}
+	h.n.metrics.peerReadsDRAM.Add(1)
 	return v, release, nil
 }
 
@@ -119,7 +124,11 @@ func (h dataHandler) ViewRange(segment string, off, n int64) ([]byte, func(), er
 // index (a mismatch drops the entry); the value is the tier's read buffer,
 // sent without another copy.
 func (h dataHandler) ReadSSD(ctx context.Context, key []byte) ([]byte, error) {
-	return h.n.readSSD(ctx, key)
+	v, err := h.n.readSSD(ctx, key)
+	if err == nil {
+		h.n.metrics.peerReadsSSD.Add(1)
+	}
+	return v, err
 }
 
 func (h dataHandler) Served(op wire.Op, d time.Duration, err error) {
@@ -129,19 +138,10 @@ func (h dataHandler) Served(op wire.Op, d time.Duration, err error) {
 	switch op {
 	case wire.OpWrite:
 		hist, label = m.putRemote, "put"
-		if err == nil {
-			h.n.metrics.peerWrites.Add(1)
-		}
 	case wire.OpReadRange:
 		hist, label = m.getDRAMRemote, "get_dram"
-		if err == nil {
-			h.n.metrics.peerReadsDRAM.Add(1)
-		}
 	default:
 		hist, label = m.getSSDRemote, "get_ssd"
-		if err == nil {
-			h.n.metrics.peerReadsSSD.Add(1)
-		}
 	}
 	if err != nil {
 		m.errs.WithLabelValues(label).Inc()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -293,6 +294,27 @@ func TestDataPlaneMisbehavingPeer(t *testing.T) {
 			c.Write(replyHeader(h, n))
 			io.Copy(io.Discard, c)
 		}, []error{ErrFrame, codes.ErrTransferFail}},
+		{"node's CRC differs from the object's", func(c net.Conn, h Header, _ Request) {
+			b := replyHeader(h, n)
+			b[3] = FlagCRC
+			binary.LittleEndian.PutUint32(b[12:], CRC32C(val)^1)
+			c.Write(b)
+			c.Write(val)
+			io.Copy(io.Discard, c)
+		}, []error{ErrBadChecksum, codes.ErrChecksumMismatch}},
+		{"error reply with a payload", func(c net.Conn, h Header, _ Request) {
+			b := replyHeader(h, 5)
+			binary.LittleEndian.PutUint32(b[8:], uint32(0xFFFFFD00)) // -768
+			c.Write(b)
+			c.Write([]byte("12345"))
+			io.Copy(io.Discard, c)
+		}, []error{ErrFrame, codes.ErrTransferFail}},
+		{"request sent to the client", func(c net.Conn, h Header, _ Request) {
+			b := make([]byte, HeaderLen)
+			(&Header{Op: OpReadRange, ID: h.ID}).Encode(b)
+			c.Write(b)
+			io.Copy(io.Discard, c)
+		}, []error{ErrFrame, codes.ErrTransferFail}},
 		{"reply nobody asked for", func(c net.Conn, h Header, _ Request) {
 			h.ID++
 			c.Write(replyHeader(h, 0)[:HeaderLen-1])
@@ -311,7 +333,7 @@ func TestDataPlaneMisbehavingPeer(t *testing.T) {
 				}
 			}
 			guard()
-			if tc.name != "wrong checksum" {
+			if !errors.Is(err, ErrBadChecksum) {
 				<-dc.readerDone
 				if !dc.Broken() {
 					t.Fatal("the connection is still offered after a protocol error")
@@ -374,6 +396,70 @@ func TestDataPlaneCancelMidPayload(t *testing.T) {
 		t.Fatal("the buffer changed after the call returned")
 	}
 	guard()
+}
+
+// A caller that gives up before its reply arrives is forgotten: the late
+// reply is read and dropped, its bytes reach no buffer, and the next call
+// on the same connection gets its own reply.
+func TestDataPlaneAbandonedCall(t *testing.T) {
+	const n = 100 << 10
+	val := rnd(n)
+	answer := make(chan struct{})
+	dc := dial(t, fakeNode(t, func(c net.Conn, h Header, _ Request) {
+		<-answer
+		c.Write(replyHeader(h, n)) // the late reply to the abandoned call
+		c.Write(bytes.Repeat([]byte{0xEE}, n))
+		h2, _, err := ReadFrameHead(c, make([]byte, HeaderLen), nil)
+		if err != nil {
+			return
+		}
+		c.Write(replyHeader(h2, n))
+		c.Write(val)
+		io.Copy(io.Discard, c)
+	}))
+	first, guard := guarded(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := dc.ReadRange(ctx, "seg", 0, first, 0); !errors.Is(err, codes.ErrContextCanceled) {
+		t.Fatalf("abandoned call: %v", err)
+	}
+	close(answer)
+	second := make([]byte, n)
+	if err := dc.ReadRange(context.Background(), "seg", 0, second, CRC32C(val)); err != nil || !bytes.Equal(second, val) {
+		t.Fatalf("the next call: %v", err)
+	}
+	if bytes.IndexByte(first, 0xEE) >= 0 {
+		t.Fatal("the late reply reached the abandoned buffer")
+	}
+	guard()
+}
+
+// A client that breaks the protocol (a payload on a read, a reply, bad
+// metadata) is answered with the reason and the connection closed.
+func TestDataServerRefusesMalformedRequests(t *testing.T) {
+	addr := serveMem(t, newMemHandler(1<<20))
+	for name, frame := range map[string][]byte{
+		"read with a payload": encodeFrame(Header{Op: OpReadRange, ID: 1}, (&Request{Op: OpReadRange, Segment: "seg", Length: 1}).AppendMeta(nil), []byte("x")),
+		"a reply":             encodeFrame(Header{Op: OpReadRange | ReplyBit, ID: 1}, nil, nil),
+		"short metadata":      encodeFrame(Header{Op: OpReadRange, ID: 1}, []byte("short"), nil),
+	} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hi := hello()
+		c.Write(hi[:])
+		io.ReadFull(c, make([]byte, HelloLen))
+		c.Write(frame)
+		rh, rm, err := ReadFrameHead(c, make([]byte, HeaderLen), nil)
+		if err != nil || rh.Status != codes.TransferFail || len(rm) == 0 {
+			t.Errorf("%s: %+v %q %v", name, rh, rm, err)
+		}
+		if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+			t.Errorf("%s: connection not closed: %v", name, err)
+		}
+		c.Close()
+	}
 }
 
 // Many calls in flight on one connection, SSD reads answered out of order
@@ -526,7 +612,9 @@ func TestDataServerRefusesAndCloses(t *testing.T) {
 	idle := dial(t, addr)
 	busy := dial(t, addr)
 	res := make(chan error, 1)
-	go func() { res <- busy.ReadSSD(context.Background(), []byte("slow"), make([]byte, 5), CRC32C([]byte("bytes"))) }()
+	go func() {
+		res <- busy.ReadSSD(context.Background(), []byte("slow"), make([]byte, 5), CRC32C([]byte("bytes")))
+	}()
 	for srv.inflight() == 0 {
 		time.Sleep(time.Millisecond)
 	}
