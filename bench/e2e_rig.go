@@ -28,11 +28,11 @@ const ssdPrefix = "ssd/"
 // objects are not pinned by offload tasks the node is not asked to run.
 type prefixAdmission struct{}
 
-func (prefixAdmission) Name() string                    { return "bench-prefix" }
+func (prefixAdmission) Name() string                     { return "bench-prefix" }
 func (prefixAdmission) AtPutEnd(o admission.Object) bool { return strings.HasPrefix(o.Key, ssdPrefix) }
-func (prefixAdmission) WantsLookups() bool              { return false }
-func (prefixAdmission) OnLookup(*admission.Object) bool { return false }
-func (prefixAdmission) OnEvict(admission.Object) bool   { return false }
+func (prefixAdmission) WantsLookups() bool               { return false }
+func (prefixAdmission) OnLookup(*admission.Object) bool  { return false }
+func (prefixAdmission) OnEvict(admission.Object) bool    { return false }
 
 // e2eRig is the cluster of the e2e scenario, in this process: a master
 // served over gRPC on 127.0.0.1, one store node with a real listener and

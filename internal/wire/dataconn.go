@@ -253,10 +253,7 @@ func (dc *DataConn) readLoop() {
 	for {
 		h, m, err := ReadFrameHead(dc.br, hb, meta)
 		meta = m
-		if err == nil && h.Op&ReplyBit == 0 {
-			err = frameErr(ErrFrame, "wire: %s sent a %v request to a client", dc.endpoint, h.Op)
-		}
-		if err == nil {
+		if err == nil { // (a request frame fails reply's op check)
 			err = dc.reply(h, meta)
 		}
 		if err != nil {

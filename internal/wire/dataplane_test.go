@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -174,7 +175,7 @@ func TestDataPlaneRoundTrip(t *testing.T) {
 	if err := dc.ReadSSD(ctx, []byte("k"), make([]byte, 999), 0); !errors.Is(err, codes.ErrChecksumMismatch) {
 		t.Fatalf("SSD copy of another size: %v", err)
 	}
-	if err := dc.Write(ctx, "seg", 0, make([]byte, 9<<20), 0, 1); !errors.Is(err, codes.ErrInvalidParams) {
+	if err := dc.Write(ctx, "seg", 0, make([]byte, 9<<20), 0, 1); !errors.Is(err, codes.ErrInvalidParams) || !strings.Contains(err.Error(), "into a segment of") {
 		t.Fatalf("write larger than the segment: %v", err)
 	}
 	if err := dc.ReadRange(ctx, "seg", 4096, buf, CRC32C(val)); err != nil || dc.Broken() {
