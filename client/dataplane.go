@@ -55,18 +55,6 @@ type Observer interface {
 // wraps ErrInvalidParams. Nothing was written to the buffer.
 var ErrBufferTooSmall = errors.New("client: buffer smaller than the object")
 
-// LocalNodeInto is what a LocalNode may offer beyond LocalNode (a
-// *node.Node does): reads into the caller's buffer, so that GetInto from
-// the node of this process does not allocate. buf is exactly the object's
-// size; nothing is written beyond it.
-type LocalNodeInto interface {
-	// ReadRangeInto copies len(buf) bytes of segment at off into buf.
-	ReadRangeInto(ctx context.Context, segment string, off int64, buf []byte) error
-	// ReadSSDInto reads key from the node's SSD tier into buf; a copy of
-	// another size is an error.
-	ReadSSDInto(ctx context.Context, key []byte, buf []byte) error
-}
-
 // GetInto reads key's value into buf and returns its length: buf[:n] is
 // the value, checked against its size and CRC32C. A buffer shorter than
 // the object is ErrBufferTooSmall, before anything is read. Nothing is

@@ -7,19 +7,24 @@ import (
 )
 
 // LocalNode is a store node in this process, as the client needs it: puts
-// prefer its segment, and its replicas are read without a socket. A
-// *node.Node is one (pass it as Config.LocalNode); the interface is defined
-// here so that this package does not depend on the node's implementation.
+// prefer its segment, and its replicas are read without a socket, into the
+// caller's buffer. A *node.Node is one (pass it as Config.LocalNode); the
+// interface is defined here so that this package does not depend on the
+// node's implementation.
 type LocalNode interface {
 	// Name is the node's id, as the master knows it.
 	Name() string
 	// WriteRange writes value into segment at off for the put identified
 	// by token (masterapi.Replica.PutToken); crc is value's CRC32C.
 	WriteRange(ctx context.Context, segment string, off int64, value []byte, crc uint32, token uint64) error
-	// ReadRange returns n bytes of segment at off.
-	ReadRange(ctx context.Context, segment string, off, n int64) ([]byte, error)
-	// ReadSSD returns key's value from the node's SSD tier, CRC32C-checked.
-	ReadSSD(ctx context.Context, key []byte) ([]byte, error)
+	// ReadRangeInto copies len(buf) bytes of segment at off into buf and
+	// returns the CRC32C of what it copied (computed as it copies; the
+	// client compares it with the object's: the read's one check).
+	ReadRangeInto(ctx context.Context, segment string, off int64, buf []byte) (uint32, error)
+	// ReadSSDInto reads key from the node's SSD tier into buf, exactly the
+	// object's size (a copy of another size is an error, with nothing
+	// written), and returns the CRC32C of what it copied.
+	ReadSSDInto(ctx context.Context, key []byte, buf []byte) (uint32, error)
 }
 
 // CRC32C is the Castagnoli CRC of b, the checksum every object carries.
@@ -42,44 +47,27 @@ func (p localPeer) writeRange(ctx context.Context, segment string, off int64, va
 }
 
 func (p localPeer) readRange(ctx context.Context, segment string, off int64, buf []byte, crc uint32) error {
-	if in, ok := p.n.(LocalNodeInto); ok {
-		if err := in.ReadRangeInto(ctx, segment, off, buf); err != nil {
-			return err
-		}
-		return checkLocal(buf, len(buf), crc, "DRAM")
-	}
-	v, err := p.n.ReadRange(ctx, segment, off, int64(len(buf)))
+	got, err := p.n.ReadRangeInto(ctx, segment, off, buf)
 	if err != nil {
 		return err
 	}
-	return checkLocal(buf, copy(buf, v), crc, "DRAM")
+	return checkLocal(got, crc, len(buf), "DRAM")
 }
 
 func (p localPeer) readSSD(ctx context.Context, key []byte, buf []byte, crc uint32) error {
-	if in, ok := p.n.(LocalNodeInto); ok {
-		if err := in.ReadSSDInto(ctx, key, buf); err != nil {
-			return err
-		}
-		return checkLocal(buf, len(buf), crc, "SSD")
-	}
-	v, err := p.n.ReadSSD(ctx, key)
+	got, err := p.n.ReadSSDInto(ctx, key, buf)
 	if err != nil {
 		return err
 	}
-	if len(v) != len(buf) {
-		return wire.BadChecksum("client: local SSD copy has %d bytes, the object %d", len(v), len(buf))
-	}
-	return checkLocal(buf, copy(buf, v), crc, "SSD")
+	return checkLocal(got, crc, len(buf), "SSD")
 }
 
-// checkLocal checks n bytes read from the local node against the object:
-// the node of this process hands over its bytes unchecked (DRAM) or
-// checked against its own index (SSD, which may hold another version).
-func checkLocal(buf []byte, n int, crc uint32, what string) error {
-	if n != len(buf) {
-		return wire.BadChecksum("client: local %s replica gave %d bytes, the object has %d", what, n, len(buf))
-	}
-	if got := CRC32C(buf); got != crc {
+// checkLocal compares the CRC32C of n bytes read from the local node with
+// the object's crc. The node of this process hands over its bytes
+// unchecked (DRAM) or checked against its own index (SSD, which may hold
+// another version of the key).
+func checkLocal(got, crc uint32, n int, what string) error {
+	if got != crc {
 		return wire.BadChecksum("client: local %s replica: %d bytes with CRC32C %08x, the object has %08x", what, n, got, crc)
 	}
 	return nil

@@ -151,34 +151,60 @@ func (h dataHandler) Served(op wire.Op, d time.Duration, err error) {
 }
 
 // ReadRangeInto copies len(buf) bytes of the node's segment at off into
-// buf: the in-process read of a client in this process (client.LocalNode),
-// without an allocation.
-func (n *Node) ReadRangeInto(_ context.Context, segment string, off int64, buf []byte) error {
+// buf and returns their CRC32C, computed chunk by chunk right after each
+// chunk is copied (while in cache): the in-process read of a client in
+// this process (client.LocalNodeInto), without an allocation; the client
+// compares the CRC with the object's.
+func (n *Node) ReadRangeInto(_ context.Context, segment string, off int64, buf []byte) (uint32, error) {
 	start := time.Now()
 	if err := n.checkSegment(segment); err != nil {
-		return err
+		return 0, err
 	}
-	if err := n.seg.ReadAt(buf, off); err != nil {
-		return toCode(err)
+	if err := n.seg.check(off, len(buf)); err != nil {
+		return 0, toCode(err)
 	}
+	view, release := n.seg.pin()
+	defer release()
+	src, err := view(off, len(buf))
+	if err != nil {
+		return 0, toCode(err)
+	}
+	crc := copyCRC(buf, src)
 	n.dp.metrics().getDRAMLocal.Observe(time.Since(start).Seconds())
-	return nil
+	return crc, nil
 }
 
-// ReadSSDInto reads key's value from the node's SSD tier (CRC32C-checked
-// by the tier) into buf, which must be exactly the object's size
-// (client.LocalNode). The tier reads into a buffer of its own, copied
-// here once (until the tier reads into caller buffers).
-func (n *Node) ReadSSDInto(ctx context.Context, key []byte, buf []byte) error {
+// copyChunk is how much copyCRC copies before checksumming it.
+const copyChunk = 64 << 10
+
+// copyCRC copies src into dst (of the same length) and returns the CRC32C
+// of what it copied, checksumming each chunk of dst as soon as it is
+// copied.
+func copyCRC(dst, src []byte) uint32 {
+	var crc uint32
+	for i := 0; i < len(dst); i += copyChunk {
+		j := min(i+copyChunk, len(dst))
+		copy(dst[i:j], src[i:j])
+		crc = wire.UpdateCRC32C(crc, dst[i:j])
+	}
+	return crc
+}
+
+// ReadSSDInto reads key's value from the node's SSD tier (checked by the
+// tier against its index) into buf, which must be exactly the object's
+// size, and returns the CRC32C of the bytes copied (client.LocalNodeInto).
+// The tier reads into a buffer of its own, copied here once (until the
+// tier reads into caller buffers).
+func (n *Node) ReadSSDInto(ctx context.Context, key []byte, buf []byte) (uint32, error) {
 	start := time.Now()
 	v, err := n.readSSD(ctx, key)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if len(v) != len(buf) {
-		return codes.Errorf(codes.ChecksumMismatch, "node: the SSD copy of %q has %d bytes, the reader expects %d", key, len(v), len(buf))
+		return 0, codes.Errorf(codes.ChecksumMismatch, "node: the SSD copy of %q has %d bytes, the reader expects %d", key, len(v), len(buf))
 	}
-	copy(buf, v)
+	crc := copyCRC(buf, v)
 	n.dp.metrics().getSSDLocal.Observe(time.Since(start).Seconds())
-	return nil
+	return crc, nil
 }
