@@ -181,37 +181,39 @@ func (sc *serverConn) loop() error {
 		if err != nil {
 			return err
 		}
-		start := time.Now()
-		sc.s.busy.Add(1)
-		req, err := sc.request(h, meta)
-		if err != nil {
-			sc.s.busy.Add(-1)
-			if err := sc.refuse(h, err); err != nil {
-				return err
-			}
-			continue
-		}
-		switch req.Op {
-		case OpWrite:
-			err = sc.write(h, req, start)
-		case OpReadRange:
-			view, release, verr := sc.s.h.ViewRange(req.Segment, int64(req.Offset), int64(req.Length))
-			err = sc.reply(h.ID, req.Op, verr, view)
-			if release != nil {
-				release()
-			}
-			sc.s.h.Served(req.Op, time.Since(start), verr)
-			sc.s.busy.Add(-1)
-		case OpReadSSD:
-			key := append([]byte(nil), req.Key...) // meta is reused by the next frame
-			sc.ssd <- struct{}{}
-			sc.wg.Add(1)
-			go sc.readSSD(h.ID, key, req.Length, start)
-		}
-		if err != nil {
+		if err := sc.serve(h, meta); err != nil {
 			return err
 		}
 	}
+}
+
+// serve answers one request whose header and metadata were read; only an
+// error that ends the connection is returned.
+func (sc *serverConn) serve(h Header, meta []byte) error {
+	start := time.Now()
+	req, err := sc.request(h, meta)
+	if err != nil {
+		return sc.refuse(h, err)
+	}
+	sc.s.busy.Add(1)
+	if req.Op == OpReadSSD {
+		key := append([]byte(nil), req.Key...) // meta is reused by the next frame
+		sc.ssd <- struct{}{}
+		sc.wg.Add(1)
+		go sc.readSSD(h.ID, key, req.Length, start)
+		return nil
+	}
+	defer sc.s.busy.Add(-1)
+	if req.Op == OpWrite {
+		return sc.write(h, req, start)
+	}
+	view, release, verr := sc.s.h.ViewRange(req.Segment, int64(req.Offset), int64(req.Length))
+	err = sc.reply(h.ID, req.Op, verr, view)
+	if release != nil {
+		release()
+	}
+	sc.s.h.Served(req.Op, time.Since(start), verr)
+	return err
 }
 
 // discardMax is the largest payload of a refused request that is read and
@@ -268,7 +270,6 @@ func (sc *serverConn) write(h Header, req Request, start time.Time) error {
 	buf = buf[:n]
 	crc, err := readCRC(sc.br, buf)
 	if err != nil {
-		sc.s.busy.Add(-1)
 		return frameErr(ErrShortFrame, "wire: write payload: %v", err)
 	}
 	if crc != h.CRC {
@@ -278,7 +279,6 @@ func (sc *serverConn) write(h Header, req Request, start time.Time) error {
 	}
 	rerr := sc.reply(h.ID, OpWrite, err, nil)
 	sc.s.h.Served(OpWrite, time.Since(start), err)
-	sc.s.busy.Add(-1)
 	return rerr
 }
 
