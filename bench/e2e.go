@@ -47,13 +47,13 @@ type e2eRow struct {
 
 // e2eSizeRun holds what one object size needs across rows.
 type e2eSizeRun struct {
-	rig        *e2eRig
-	size       int64
-	dramKeys   []string
-	dramVals   [][]byte
-	ssdKeys    []string
-	ssdVals    [][]byte
-	d          time.Duration
+	rig      *e2eRig
+	size     int64
+	dramKeys []string
+	dramVals [][]byte
+	ssdKeys  []string
+	ssdVals  [][]byte
+	d        time.Duration
 	// src: e2eObjects separate copies of the DRAM values (what the raw
 	// TCP sender sends, as the node sends them from its segment); dst:
 	// e2eObjects buffers per client, for BatchGetInto and the raw TCP
