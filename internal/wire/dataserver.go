@@ -47,9 +47,6 @@ type DataServerOptions struct {
 	Logger *slog.Logger
 }
 
-// keepBuf is the largest write buffer a connection keeps between writes.
-const keepBuf = 16 << 20
-
 // DataServer serves data connections for one DataHandler. Safe for
 // concurrent use.
 type DataServer struct {
@@ -96,7 +93,6 @@ type serverConn struct {
 	wbuf []byte
 	wv   net.Buffers
 
-	buf []byte // the read loop's: payloads of writes
 	ssd chan struct{}
 	wg  sync.WaitGroup // SSD reads in flight
 }
@@ -260,14 +256,9 @@ func (sc *serverConn) request(h Header, meta []byte) (Request, error) {
 // returns an error (the connection is then dropped).
 func (sc *serverConn) write(h Header, req Request, start time.Time) error {
 	n := int(h.PayloadLen)
-	buf := sc.buf
-	if cap(buf) < n {
-		buf = make([]byte, n)
-		if n <= keepBuf {
-			sc.buf = buf
-		}
-	}
-	buf = buf[:n]
+	bp := getBuf(n)
+	defer putBuf(bp)
+	buf := *bp
 	crc, err := readCRC(sc.br, buf)
 	if err != nil {
 		return frameErr(ErrShortFrame, "wire: write payload: %v", err)

@@ -129,3 +129,24 @@ func TestHello(t *testing.T) {
 		t.Fatal("DataMagic collides with the HTTP/2 preface")
 	}
 }
+
+func TestBufPool(t *testing.T) {
+	for _, n := range []int{0, 1, 64 << 10, 64<<10 + 1, 1 << 20, 3<<20 + 5, 64 << 20, 64<<20 + 1} {
+		p := getBuf(n)
+		if len(*p) != n {
+			t.Fatalf("getBuf(%d): len %d", n, len(*p))
+		}
+		if c := classOf(n); c >= 0 && cap(*p) != 1<<(c+minClassShift) {
+			t.Fatalf("getBuf(%d): cap %d not its class", n, cap(*p))
+		}
+		putBuf(p)
+		q := getBuf(n)
+		if len(*q) != n {
+			t.Fatalf("reused getBuf(%d): len %d", n, len(*q))
+		}
+		putBuf(q)
+	}
+	if classOf(64<<20+1) != -1 || classOf(1) != 0 || classOf(64<<10+1) != 1 {
+		t.Fatal("size classes")
+	}
+}
