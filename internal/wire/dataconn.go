@@ -65,7 +65,7 @@ type call struct {
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
 // DialData opens a data connection to the node at endpoint (host:port)
-// and exchanges hellos; timeout bounds both.
+// and exchanges hellos; timeout and ctx bound both.
 func DialData(ctx context.Context, endpoint string, timeout time.Duration) (*DataConn, error) {
 	d := net.Dialer{Timeout: timeout}
 	c, err := d.DialContext(ctx, "tcp", endpoint)
@@ -75,7 +75,16 @@ func DialData(ctx context.Context, endpoint string, timeout time.Duration) (*Dat
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	_ = c.SetDeadline(time.Now().Add(timeout))
+	// The hello is bounded by the caller's deadline too: a node that
+	// accepts but never answers (a stopped process) must not hold a read
+	// with a short deadline for the whole dial timeout.
+	dl := time.Now().Add(timeout)
+	if cd, ok := ctx.Deadline(); ok && cd.Before(dl) {
+		dl = cd
+	}
+	_ = c.SetDeadline(dl)
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+	defer stop()
 	h := hello()
 	if _, err := c.Write(h[:]); err != nil {
 		c.Close()

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -552,6 +553,119 @@ func TestDataPool(t *testing.T) {
 	q := &DataPool{DialTimeout: time.Second}
 	if _, err := q.Get(ctx, "127.0.0.1:1"); !errors.Is(err, codes.ErrRPCFail) {
 		t.Fatalf("dial of a closed port: %v", err)
+	}
+}
+
+// Concurrent Gets of a fresh pool share one dial per slot; a node that
+// accepts but never answers (a stopped process) holds a caller no longer
+// than its context, and callers waiting for that dial leave with theirs.
+func TestDataPoolDials(t *testing.T) {
+	h := newMemHandler(1 << 20)
+	addr := serveMem(t, h)
+	p := &DataPool{ConnsPerNode: 2}
+	defer p.Close()
+	var wg sync.WaitGroup
+	conns := make([]*DataConn, 32)
+	for i := range conns {
+		wg.Go(func() {
+			c, err := p.Get(context.Background(), addr)
+			if err != nil {
+				t.Error(err)
+			}
+			conns[i] = c
+		})
+	}
+	wg.Wait()
+	distinct := map[*DataConn]bool{}
+	for _, c := range conns {
+		distinct[c] = true
+	}
+	if len(distinct) != 2 {
+		t.Fatalf("%d connections for 2 slots", len(distinct))
+	}
+
+	mute, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []net.Conn // accepted, held open, never answered
+	acceptDone := make(chan struct{})
+	go func() {
+		defer close(acceptDone)
+		for {
+			c, err := mute.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	defer func() {
+		mute.Close()
+		<-acceptDone
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	q := &DataPool{ConnsPerNode: 1, DialTimeout: time.Minute}
+	defer q.Close()
+	silent := mute.Addr().String()
+	dialCtx, cancelDial := context.WithCancel(context.Background())
+	dialer := make(chan error, 1)
+	go func() {
+		_, err := q.Get(dialCtx, silent)
+		dialer <- err
+	}()
+	// waitDial waits until the slot's dial has that many waiters.
+	waitDial := func(waiters int) {
+		for ok := false; !ok; runtime.Gosched() {
+			n, _ := q.node(silent)
+			n.mu.Lock()
+			d := n.slots[0].dialing
+			ok = d != nil && d.waiters == waiters
+			n.mu.Unlock()
+		}
+	}
+	waitDial(0)
+	// Waiters leave with their own context while the dial still hangs.
+	waiters := make(chan error, 2)
+	for range 2 {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			_, err := q.Get(ctx, silent)
+			waiters <- err
+		}()
+	}
+	for range 2 {
+		select {
+		case err := <-waiters:
+			if !errors.Is(err, codes.ErrContextCanceled) {
+				t.Fatalf("waiter: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a waiter is stuck behind a hanging dial")
+		}
+	}
+	// A waiter without a deadline shares the dial's outcome rather than
+	// dialling the silent node again.
+	sharer := make(chan error, 1)
+	go func() {
+		_, err := q.Get(context.Background(), silent)
+		sharer <- err
+	}()
+	waitDial(1)
+	// The dialer leaves when its context ends, not after DialTimeout.
+	cancelDial()
+	for name, ch := range map[string]chan error{"the dial of a silent node": dialer, "a waiter sharing the dial": sharer} {
+		select {
+		case err := <-ch:
+			if err == nil {
+				t.Fatalf("%s gave a connection", name)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s outlived the dialler's context", name)
+		}
 	}
 }
 

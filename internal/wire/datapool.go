@@ -1,10 +1,13 @@
 package wire
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tierstore/tierstore/internal/codes"
 )
 
 // DefaultConnsPerNode is how many data connections a DataPool keeps to one
@@ -35,63 +38,105 @@ type DataPool struct {
 // dataNode is the connections to one endpoint.
 type dataNode struct {
 	next atomic.Uint32
-	// mu protects conns; it is held while a slot is dialled, so that
-	// concurrent callers do not dial the same slot twice.
+	// mu protects slots.
 	mu    sync.Mutex
-	conns []*DataConn
+	slots []slot
 }
 
-// Get returns a usable data connection to endpoint, dialling one if the
-// chosen slot is empty or broken.
+// slot is one connection of a node, or the dial that will make it.
+type slot struct {
+	c       *DataConn
+	dialing *dialing // non-nil while a dial for this slot is in progress
+}
+
+// dialing is one dial in progress; done is closed when err is set.
+type dialing struct {
+	done    chan struct{}
+	err     error
+	waiters int // callers waiting for it (dataNode.mu)
+}
+
+// Get returns a usable data connection to endpoint. When the chosen slot
+// is empty or broken one caller dials it while the others wait for that
+// dial (or their context), and share its connection or its error.
 func (p *DataPool) Get(ctx context.Context, endpoint string) (*DataConn, error) {
+	n, err := p.node(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	s := &n.slots[int(n.next.Add(1))%len(n.slots)]
+	n.mu.Lock()
+	for s.dialing != nil {
+		d := s.dialing
+		d.waiters++
+		n.mu.Unlock()
+		var cerr error
+		select {
+		case <-d.done:
+		case <-ctx.Done():
+			cerr = codes.Errorf(codes.ContextCanceled, "wire: waiting for a data connection to %s: %v", endpoint, ctx.Err())
+		}
+		n.mu.Lock()
+		d.waiters--
+		if cerr == nil {
+			cerr = d.err
+		}
+		if cerr != nil {
+			n.mu.Unlock()
+			return nil, cerr
+		}
+	}
+	if s.c != nil && !s.c.Broken() {
+		c := s.c
+		n.mu.Unlock()
+		return c, nil
+	}
+	old := s.c
+	d := &dialing{done: make(chan struct{})}
+	s.c, s.dialing = nil, d
+	n.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+	c, err := DialData(ctx, endpoint, cmp.Or(p.DialTimeout, DefaultDialTimeout))
+	n.mu.Lock()
+	// Checked under n.mu: a Close that has not seen this slot yet will.
+	if err == nil && p.isClosed() {
+		c.Close()
+		c, err = nil, ErrClosed
+	}
+	s.c, s.dialing, d.err = c, nil, err
+	n.mu.Unlock()
+	close(d.done)
+	return c, err
+}
+
+// node returns endpoint's connections, created empty on first use.
+func (p *DataPool) node(endpoint string) (*dataNode, error) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.closed {
-		p.mu.Unlock()
 		return nil, ErrClosed
 	}
 	n := p.nodes[endpoint]
 	if n == nil {
-		k := p.ConnsPerNode
-		if k <= 0 {
-			k = DefaultConnsPerNode
-		}
-		n = &dataNode{conns: make([]*DataConn, k)}
+		n = &dataNode{slots: make([]slot, cmp.Or(max(p.ConnsPerNode, 0), DefaultConnsPerNode))}
 		if p.nodes == nil {
 			p.nodes = map[string]*dataNode{}
 		}
 		p.nodes[endpoint] = n
 	}
-	p.mu.Unlock()
-
-	slot := int(n.next.Add(1)) % len(n.conns)
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if c := n.conns[slot]; c != nil && !c.Broken() {
-		return c, nil
-	} else if c != nil {
-		c.Close()
-	}
-	timeout := p.DialTimeout
-	if timeout <= 0 {
-		timeout = DefaultDialTimeout
-	}
-	c, err := DialData(ctx, endpoint, timeout)
-	if err != nil {
-		n.conns[slot] = nil
-		return nil, err
-	}
-	p.mu.Lock()
-	closed := p.closed
-	p.mu.Unlock()
-	if closed {
-		c.Close()
-		return nil, ErrClosed
-	}
-	n.conns[slot] = c
-	return c, nil
+	return n, nil
 }
 
-// Close closes every connection of the pool.
+func (p *DataPool) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
+}
+
+// Close closes every connection of the pool; a dial in progress closes
+// its connection when it completes.
 func (p *DataPool) Close() {
 	p.mu.Lock()
 	p.closed = true
@@ -100,12 +145,16 @@ func (p *DataPool) Close() {
 	p.mu.Unlock()
 	for _, n := range nodes {
 		n.mu.Lock()
-		for i, c := range n.conns {
-			if c != nil {
-				c.Close()
-				n.conns[i] = nil
+		var open []*DataConn
+		for i := range n.slots {
+			if c := n.slots[i].c; c != nil {
+				open = append(open, c)
+				n.slots[i].c = nil
 			}
 		}
 		n.mu.Unlock()
+		for _, c := range open {
+			c.Close()
+		}
 	}
 }
