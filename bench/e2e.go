@@ -41,6 +41,7 @@ type e2eRow struct {
 	fig     figure
 	xRaw    any // x raw tcp (nil: n/a)
 	xLoad   any // x tier.Load (nil: n/a)
+	xCPU    any // raw tcp's CPU per MiB / this row's (nil: n/a)
 	goal    string
 	met     any // "yes", "no"; nil without a goal
 }
@@ -85,7 +86,7 @@ func runE2E(ctx context.Context, e *env) (*result, error) {
 		"node_data": fmt.Sprintf("framed TCP data plane on the node's gRPC port, %d connections per client", wire.DefaultConnsPerNode),
 	}}
 	t := &table{Title: "end to end over loopback, as ratios to a raw TCP stream (and tier.Load for SSD reads) of the same run",
-		Columns: []string{"row", "size", "clients", "MB/s", "p50 ms", "x raw tcp", "x tier.Load", "goal", "met"}}
+		Columns: []string{"row", "size", "clients", "MB/s", "p50 ms", "x raw tcp", "x tier.Load", "cpu us/MiB", "cpu x raw tcp", "goal", "met"}}
 	for _, size := range sizes {
 		sr := &e2eSizeRun{rig: rig, size: size, d: d}
 		if err := sr.populate(ctx, clients[len(clients)-1]); err != nil {
@@ -94,7 +95,8 @@ func runE2E(ctx context.Context, e *env) (*result, error) {
 		for _, k := range clients {
 			rows, err := sr.rows(ctx, k)
 			for _, r := range rows {
-				t.add(r.name, sizeName(r.size), fmt.Sprint(r.clients), r.fig.mbps, ms(r.fig.p50), r.xRaw, r.xLoad, r.goal, r.met)
+				t.add(r.name, sizeName(r.size), fmt.Sprint(r.clients), r.fig.mbps, ms(r.fig.p50), r.xRaw, r.xLoad,
+					float64(r.fig.cpuPerMiB)/1e3, r.xCPU, r.goal, r.met)
 			}
 			if err != nil {
 				return nil, err
@@ -110,7 +112,8 @@ func runE2E(ctx context.Context, e *env) (*result, error) {
 		"raw tcp (1 buffer each side): the same from one buffer into one buffer, everything in cache: what the socket moves when memory is not in the way (not a ratio base)",
 		"get rows use GetInto with one reusable buffer per client (the value is read from the socket straight into it); batch get dram = BatchGetInto of 64 keys into 64 buffers",
 		"get dram (grpc stream) is the previous path for comparison: GetReplicaList + the node's gRPC ReadRange stream of 1 MiB protobuf chunks + CRC32C",
-		"embedded get dram: master, node and client in one process, no socket (GetInto through client.Config.LocalNode)")
+		"embedded get dram: master, node and client in one process, no socket (GetInto through client.Config.LocalNode)",
+		"cpu us/MiB: user+system CPU of the whole process (client, node, master, or the raw sender and receiver) per MiB moved, median pass; cpu x raw tcp = raw tcp's over the row's. Unlike MB/s it hardly depends on what else the machine runs: on loopback both ends share the CPUs, so when they are the limit, MB/s follows it")
 	res.Elapsed = time.Since(started).Seconds()
 	return res, nil
 }
@@ -179,12 +182,23 @@ func (sr *e2eSizeRun) rows(ctx context.Context, k int) ([]e2eRow, error) {
 		}
 		return median(xs)
 	}
+	// CPU per MiB: the median pass of each, raw's over the row's (higher
+	// is better, like the other ratios).
+	cpuOf := func(i int) float64 {
+		xs := make([]float64, len(passes[i]))
+		for p, r := range passes[i] {
+			xs[p] = float64(r.fig.cpuPerMiB)
+		}
+		m, _ := median(xs).(float64)
+		return m
+	}
 	out := make([]e2eRow, len(ms))
 	for i, p := range passes {
 		byRate := slices.Clone(p)
 		slices.SortFunc(byRate, func(a, b e2eRow) int { return cmp.Compare(a.fig.mbps, b.fig.mbps) })
 		out[i] = byRate[len(byRate)/2]
-		out[i].xRaw, out[i].xLoad = perPass(i, rawIdx), nil
+		out[i].xRaw, out[i].xLoad, out[i].xCPU = perPass(i, rawIdx), nil, ratio(cpuOf(rawIdx), cpuOf(i))
+		out[i].fig.cpuPerMiB = time.Duration(cpuOf(i))
 		if i == loadIdx || out[i].name == "get ssd" {
 			out[i].xLoad = perPass(i, loadIdx)
 		}

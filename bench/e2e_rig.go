@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/tierstore/tierstore/admission"
@@ -145,12 +146,31 @@ func (r *e2eRig) populate(ctx context.Context, prefix string, n int, size int64,
 	return keys, vals, nil
 }
 
-// figure is one measured row: throughput over the whole run and the
-// median latency of one operation.
+// figure is one measured row: throughput over the whole run, the median
+// latency of one operation, and the CPU time the whole process (client,
+// node, master) spent per MiB moved.
 type figure struct {
-	mbps float64
-	p50  time.Duration
-	ops  int
+	mbps      float64
+	p50       time.Duration
+	ops       int
+	cpuPerMiB time.Duration
+}
+
+// processCPU is the user+system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// perMiB is the CPU time cpu spread over bytes.
+func perMiB(cpu time.Duration, bytes int64) time.Duration {
+	if bytes <= 0 {
+		return 0
+	}
+	return time.Duration(float64(cpu) / (float64(bytes) / (1 << 20)))
 }
 
 // measure runs op on k goroutines (w is the goroutine, i its operation
@@ -160,6 +180,7 @@ func measure(ctx context.Context, k int, d time.Duration, bytesPerOp int64, op f
 	var mu sync.Mutex
 	var lat latencies
 	var firstErr error
+	cpu0 := processCPU()
 	start := time.Now()
 	deadline := start.Add(d)
 	var wg sync.WaitGroup
@@ -182,11 +203,12 @@ func measure(ctx context.Context, k int, d time.Duration, bytesPerOp int64, op f
 		})
 	}
 	wg.Wait()
-	el := time.Since(start)
+	el, cpu := time.Since(start), processCPU()-cpu0
 	if firstErr == nil {
 		firstErr = ctx.Err()
 	}
-	return figure{mbps: mbps(int64(len(lat))*bytesPerOp, el), p50: lat.pct(50), ops: len(lat)}, firstErr
+	moved := int64(len(lat)) * bytesPerOp
+	return figure{mbps: mbps(moved, el), p50: lat.pct(50), ops: len(lat), cpuPerMiB: perMiB(cpu, moved)}, firstErr
 }
 
 func cmpOr(a, b error) error {
@@ -201,11 +223,12 @@ func cmpOr(a, b error) error {
 // to the last one's end, with cleanup (untimed) after each round, until d
 // of timed work has passed.
 func measureRounds(ctx context.Context, k, perRound int, d time.Duration, bytesPerOp int64, op func(w, i int) error, cleanup func() error) (figure, error) {
-	var total time.Duration
+	var total, cpu time.Duration
 	var all latencies
 	for total < d && ctx.Err() == nil {
 		lats := make([]latencies, k)
 		errs := make([]error, k)
+		cpu0 := processCPU()
 		start := time.Now()
 		var wg sync.WaitGroup
 		for w := range k {
@@ -221,6 +244,7 @@ func measureRounds(ctx context.Context, k, perRound int, d time.Duration, bytesP
 		}
 		wg.Wait()
 		total += time.Since(start)
+		cpu += processCPU() - cpu0
 		if err := errors.Join(errs...); err != nil {
 			return figure{}, err
 		}
@@ -231,7 +255,8 @@ func measureRounds(ctx context.Context, k, perRound int, d time.Duration, bytesP
 			return figure{}, err
 		}
 	}
-	return figure{mbps: mbps(int64(len(all))*bytesPerOp, total), p50: all.pct(50), ops: len(all)}, ctx.Err()
+	moved := int64(len(all)) * bytesPerOp
+	return figure{mbps: mbps(moved, total), p50: all.pct(50), ops: len(all), cpuPerMiB: perMiB(cpu, moved)}, ctx.Err()
 }
 
 // rawTCP is the baseline: k plain TCP connections over loopback, each with
@@ -251,6 +276,7 @@ func rawTCP(ctx context.Context, src [][]byte, dst [][][]byte, d time.Duration) 
 	msgs := make([]int, k)
 	errc := make(chan error, 2*k)
 	var wg sync.WaitGroup
+	cpu0 := processCPU()
 	start := time.Now()
 	deadline := start.Add(d)
 	for w := range k {
@@ -286,7 +312,7 @@ func rawTCP(ctx context.Context, src [][]byte, dst [][][]byte, d time.Duration) 
 		})
 	}
 	wg.Wait()
-	el := time.Since(start)
+	el, cpu := time.Since(start), processCPU()-cpu0
 	close(errc)
 	if err := <-errc; err != nil {
 		return figure{}, fmt.Errorf("bench: raw tcp: %w", err)
@@ -295,7 +321,8 @@ func rawTCP(ctx context.Context, src [][]byte, dst [][][]byte, d time.Duration) 
 	for _, m := range msgs {
 		n += m
 	}
-	return figure{mbps: mbps(int64(n)*int64(size), el), p50: el / time.Duration(max(1, n/k)), ops: n}, nil
+	moved := int64(n) * int64(size)
+	return figure{mbps: mbps(moved, el), p50: el / time.Duration(max(1, n/k)), ops: n, cpuPerMiB: perMiB(cpu, moved)}, nil
 }
 
 // verifyEach checks that got equals want for a sample of reads.
