@@ -190,6 +190,11 @@ func (dc *DataConn) read(ctx context.Context, req *Request, buf []byte, crc uint
 // forgotten).
 func (dc *DataConn) roundTrip(ctx context.Context, req *Request, payload []byte, crc uint32, c *call) error {
 	c.err, c.crc, c.hasCRC, c.sent, c.reading = nil, 0, false, 0, false
+	if err := ctx.Err(); err != nil {
+		// Before anything is written: a deadline already past would break
+		// the connection for every other call on it.
+		return codes.Errorf(codes.ContextCanceled, "wire: %v to %s: %v", req.Op, dc.endpoint, err)
+	}
 	dc.mu.Lock()
 	if dc.err != nil {
 		err := dc.err

@@ -400,6 +400,22 @@ func TestDataPlaneCancelMidPayload(t *testing.T) {
 	guard()
 }
 
+// A call whose context has already ended fails at once and leaves the
+// connection usable for the others.
+func TestDataPlaneEndedContext(t *testing.T) {
+	h := newMemHandler(1 << 20)
+	dc := dial(t, serveMem(t, h))
+	ctx, cancel := context.WithTimeout(context.Background(), -time.Second)
+	defer cancel()
+	val := rnd(1000)
+	if err := dc.Write(ctx, "seg", 0, val, CRC32C(val), 1); !errors.Is(err, codes.ErrContextCanceled) {
+		t.Fatalf("write with an ended context: %v", err)
+	}
+	if err := dc.Write(context.Background(), "seg", 0, val, CRC32C(val), 1); err != nil || dc.Broken() {
+		t.Fatalf("the next call: %v", err)
+	}
+}
+
 // A caller that gives up before its reply arrives is forgotten: the late
 // reply is read and dropped, its bytes reach no buffer, and the next call
 // on the same connection gets its own reply.
