@@ -56,7 +56,7 @@ type call struct {
 	reading bool
 	// results, written by the reader before done is signalled
 	crc    uint32 // CRC32C of the payload as received (reads)
-	hasCRC bool   // the reply announced a CRC (in sentCRC)
+	hasCRC bool   // the reply announced a CRC, in sent
 	sent   uint32
 	err    error
 	done   chan struct{} // capacity 1: one signal per completed call
