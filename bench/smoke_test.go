@@ -94,6 +94,58 @@ func TestSmoke(t *testing.T) {
 	}
 }
 
+// The e2e scenario (small objects, short rows): every row the docs name is
+// in the JSON table, with a ratio to raw TCP where it has one, and each
+// goal row says whether it was met.
+func TestE2ESmoke(t *testing.T) {
+	dir := t.TempDir()
+	jsonPath := filepath.Join(dir, "out.json")
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	err := runWith(ctx, []string{"e2e", "--quick", "--dir", dir, "--json", jsonPath}, &stdout, &stderr,
+		func(e *env) { e.sizes = []int64{64 << 10} })
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, stdout.String())
+	}
+	var rep report
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	checkReport(t, &rep, "e2e")
+	tb := rep.Results[0].Tables[0]
+	col := map[string]int{}
+	for i, c := range tb.Columns {
+		col[c] = i
+	}
+	if _, ok := col["x raw tcp"]; !ok {
+		t.Fatalf("no \"x raw tcp\" column: %v", tb.Columns)
+	}
+	seen := map[string]int{}
+	for _, r := range tb.Rows {
+		name := r[col["row"]].(string)
+		seen[strings.SplitN(name, " (", 2)[0]]++
+		x, hasRatio := r[col["x raw tcp"]].(float64)
+		if (name == "put" || name == "get dram" || strings.HasPrefix(name, "batch get dram")) && (!hasRatio || x <= 0) {
+			t.Errorf("row %q has no ratio to raw TCP: %v", name, r)
+		}
+		if name == "get ssd" {
+			if x, ok := r[col["x tier.Load"]].(float64); !ok || x <= 0 || r[col["met"]] == nil {
+				t.Errorf("get ssd is not compared with tier.Load: %v", r)
+			}
+		}
+	}
+	for _, want := range []string{"raw tcp", "put", "get dram", "get ssd", "batch get dram", "tier.Load", "embedded get dram"} {
+		if seen[want] < 2 { // 1 and 4 clients
+			t.Errorf("row %q: %d lines, want one per client count", want, seen[want])
+		}
+	}
+}
+
 // writeTraceFile writes a small user trace: two sizes, some reuse.
 func writeTraceFile(t *testing.T) string {
 	t.Helper()

@@ -112,47 +112,6 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte) [
 	return errs
 }
 
-// BatchGet reads keys with one BatchGetReplicaList; values[i] is nil when
-// errs[i] is not.
-func (c *Client) BatchGet(ctx context.Context, keys []string) ([][]byte, []error) {
-	vals := make([][]byte, len(keys))
-	errs := make([]error, len(keys))
-	ctx, cancel := c.opCtx(ctx)
-	defer cancel()
-	var ask []string
-	var idx []int
-	for i, k := range keys {
-		if err := c.check(k); err != nil {
-			errs[i] = err
-			continue
-		}
-		ask = append(ask, k)
-		idx = append(idx, i)
-	}
-	if len(ask) == 0 {
-		return vals, errs
-	}
-	res, err := c.m.BatchGetReplicaList(ctx, ask)
-	if err == nil && len(res) != len(ask) {
-		err = codes.Errorf(codes.InternalError, "client: batch get: %d results for %d keys", len(res), len(ask))
-	}
-	if err != nil {
-		for _, i := range idx {
-			errs[i] = fmt.Errorf("client: get %q: %w", keys[i], err)
-		}
-		return vals, errs
-	}
-	parallel(len(idx), func(j int) {
-		i := idx[j]
-		if res[j].Err != nil {
-			errs[i] = fmt.Errorf("client: get %q: %w", keys[i], res[j].Err)
-			return
-		}
-		vals[i], errs[i] = c.readBest(ctx, res[j].Info)
-	})
-	return vals, errs
-}
-
 // BatchExists answers Exists for every key with one call.
 func (c *Client) BatchExists(ctx context.Context, keys []string) ([]bool, []error) {
 	out := make([]bool, len(keys))

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -37,6 +35,13 @@ type Config struct {
 	ReplicaTimeout time.Duration
 	// SoftPin / HardPin are passed with every Put.
 	SoftPin, HardPin bool
+	// Observer, when set, is told the latency of every successful Put and
+	// Get and the tier that served it (client/clientmetrics: Prometheus).
+	Observer Observer
+	// ConnsPerNode is the number of data connections kept to each node
+	// (default wire.DefaultConnsPerNode); each carries several transfers
+	// at once.
+	ConnsPerNode int
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -67,7 +72,7 @@ type Client struct {
 	m      masterapi.ClientAPI
 	closeM func() error // closes a master connection this client opened
 	local  LocalNode
-	peers  wire.Pool
+	data   wire.DataPool
 	closed atomic.Bool
 
 	localDRAM, remoteDRAM, localSSD, remoteSSD atomic.Int64
@@ -78,6 +83,7 @@ type Client struct {
 // New connects to the master (cfg.Master, or dials cfg.MasterAddr).
 func New(ctx context.Context, cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, log: cfg.Logger, local: cfg.LocalNode}
+	c.data.ConnsPerNode = cfg.ConnsPerNode
 	if c.log == nil {
 		c.log = slog.Default()
 	}
@@ -121,7 +127,7 @@ func (c *Client) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
-	c.peers.Close()
+	c.data.Close()
 	if c.closeM != nil {
 		return c.closeM()
 	}
@@ -145,20 +151,20 @@ func (c *Client) check(key string) error {
 	return nil
 }
 
-func (c *Client) peerFor(r masterapi.Replica) (peer, error) {
+func (c *Client) peerFor(ctx context.Context, r masterapi.Replica) (peer, error) {
 	if c.local != nil && r.Node == c.local.Name() {
 		return localPeer{c.local}, nil
 	}
 	if len(r.Endpoint) > 7 && r.Endpoint[:7] == "inproc:" {
 		return nil, codes.Errorf(codes.TransferFail, "client: node %s is in another process's embedded mode", r.Node)
 	}
-	p, err := c.peers.Get(r.Endpoint)
+	dc, err := c.data.Get(ctx, r.Endpoint)
 	if errors.Is(err, wire.ErrClosed) {
 		return nil, ErrClosed
 	} else if err != nil {
 		return nil, err
 	}
-	return remotePeer{p}, nil
+	return remotePeer{dc}, nil
 }
 
 // Put stores value under key: the master allocates a DRAM range (on the
@@ -172,6 +178,7 @@ func (c *Client) Put(ctx context.Context, key string, value []byte) error {
 	if len(value) == 0 {
 		return codes.Errorf(codes.InvalidParams, "client: empty value for key %q", key)
 	}
+	start := time.Now()
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
 	crc := CRC32C(value)
@@ -189,6 +196,7 @@ func (c *Client) Put(ctx context.Context, key string, value []byte) error {
 		c.revoke(key, r.PutToken)
 		return fmt.Errorf("client: put %q: %w", key, err)
 	}
+	c.observePut(r, start)
 	return nil
 }
 
@@ -206,7 +214,7 @@ func (c *Client) writeReplica(ctx context.Context, r masterapi.Replica, value []
 	if r.Kind != masterapi.Memory || r.Length != int64(len(value)) {
 		return codes.Errorf(codes.InternalError, "client: master allocated a %v replica of %d bytes for %d", r.Kind, r.Length, len(value))
 	}
-	p, err := c.peerFor(r)
+	p, err := c.peerFor(ctx, r)
 	if err != nil {
 		return err
 	}
@@ -233,8 +241,10 @@ func (c *Client) rank(r masterapi.Replica) int {
 // the next replica. Errors: ErrObjectNotFound (never existed, removed or
 // expired), ErrReplicaGone (it existed but every node holding it died),
 // ErrReplicaNotReady (put in progress), ErrTransferFail or
-// ErrChecksumMismatch (every replica failed).
+// ErrChecksumMismatch (every replica failed). GetInto reads into the
+// caller's buffer instead.
 func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
+	start := time.Now()
 	if err := c.check(key); err != nil {
 		return nil, err
 	}
@@ -244,64 +254,11 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: get %q: %w", key, err)
 	}
-	return c.readBest(ctx, info)
-}
-
-func (c *Client) readBest(ctx context.Context, info masterapi.ObjectInfo) ([]byte, error) {
-	reps := make([]masterapi.Replica, 0, len(info.Replicas))
-	for _, r := range info.Replicas {
-		if r.Status == masterapi.Complete {
-			reps = append(reps, r)
-		}
+	buf := make([]byte, info.Size)
+	if err := c.readBest(ctx, info, buf, start); err != nil {
+		return nil, err
 	}
-	// Stable: keeps the master's order within a rank.
-	slices.SortStableFunc(reps, func(a, b masterapi.Replica) int { return c.rank(a) - c.rank(b) })
-	var last error
-	sawChecksum := false
-	for _, r := range reps {
-		val, err := c.readReplica(ctx, info, r)
-		if err == nil {
-			if int64(len(val)) != info.Size || CRC32C(val) != info.CRC {
-				c.checksumFailures.Add(1)
-				sawChecksum = true
-				err = codes.Errorf(codes.ChecksumMismatch, "client: %v replica on %s: %d bytes with CRC32C %08x, object has %d bytes, %08x",
-					r.Kind, r.Node, len(val), CRC32C(val), info.Size, info.CRC)
-			}
-		}
-		if err == nil {
-			c.countRead(r)
-			return val, nil
-		}
-		switch {
-		case errors.Is(err, codes.ErrChecksumMismatch):
-			sawChecksum = true
-			c.reportBad(ctx, info, r, false)
-		case r.Kind == masterapi.LocalDisk && errors.Is(err, codes.ErrObjectNotFound):
-			// The node answered for its own SSD: it does not hold the
-			// object. The master must stop offering that replica. (A
-			// transport error says nothing about the SSD: not reported.)
-			c.reportBad(ctx, info, r, true)
-		}
-		c.log.Debug("replica read failed; trying the next", "key", info.Key, "node", r.Node, "kind", r.Kind, "err", err)
-		c.fallbacks.Add(1)
-		last = err
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	if last == nil {
-		return nil, codes.Errorf(codes.ReplicaNotReady, "client: get %q: no complete replica", info.Key)
-	}
-	code := codes.TransferFail
-	if sawChecksum {
-		code = codes.ChecksumMismatch
-	}
-	if ctx.Err() != nil {
-		code = codes.ContextCanceled
-	}
-	// The sentinel's text ends the returned error once, not twice.
-	lastMsg := strings.TrimSuffix(last.Error(), ": "+codes.Err(codes.Of(last)).Error())
-	return nil, codes.Errorf(code, "client: get %q: all %d replicas failed, last: %s", info.Key, len(reps), lastMsg)
+	return buf, nil
 }
 
 // reportBadReplicaTimeout bounds the ReportBadReplica call of a read.
@@ -333,19 +290,6 @@ func (c *Client) reportBad(ctx context.Context, info masterapi.ObjectInfo, r mas
 	default:
 		c.log.Warn("reporting a replica that "+what+" failed", "key", info.Key, "node", r.Node, "kind", r.Kind, "err", err)
 	}
-}
-
-func (c *Client) readReplica(ctx context.Context, info masterapi.ObjectInfo, r masterapi.Replica) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReplicaTimeout)
-	defer cancel()
-	p, err := c.peerFor(r)
-	if err != nil {
-		return nil, err
-	}
-	if r.Kind == masterapi.Memory {
-		return p.readRange(ctx, r.Segment, r.Offset, r.Length)
-	}
-	return p.readSSD(ctx, []byte(info.Key), info.Size)
 }
 
 func (c *Client) countRead(r masterapi.Replica) {

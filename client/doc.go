@@ -4,7 +4,8 @@
 // bytes.
 //
 // New connects a Client to a master. Put asks the master for a DRAM range (on the local node when
-// there is one), writes the bytes and completes the put; Get asks for the
+// there is one), writes the bytes and completes the put; Get (or GetInto,
+// into the caller's buffer without an allocation) asks for the
 // replica list (which grants a read lease) and reads the best replica
 // first: local DRAM, remote DRAM, local SSD, remote SSD, verifying size and
 // CRC32C and falling back to the next replica on any failure; a replica
@@ -15,6 +16,13 @@
 // complete the API. Errors wrap the sentinels this package re-exports from
 // internal/codes (ErrObjectNotFound, ErrReplicaGone, ..., and Code, CodeOf),
 // checked with errors.Is, whether the master is local or remote.
+//
+// Values travel on the nodes' data plane (package wire): frames over TCP,
+// several transfers in flight per connection, written from and read into
+// the caller's memory, each checked once against the object's CRC32C by
+// the receiver. Config.Observer is told the latency of every Put and Get
+// by tier; package client/clientmetrics turns that into Prometheus
+// histograms without this package depending on Prometheus.
 //
 // A node in the same process (package node) is reached without a socket
 // through Config.LocalNode, an interface (LocalNode) defined here so that
@@ -29,7 +37,9 @@
 //     object's metadata (docs/design.md invariant 5): such a replica is a
 //     miss, and the next replica is tried.
 //   - A remote reader never allocates more than the object's size from the
-//     master, whatever a peer announces (package wire).
+//     master, whatever a peer announces, and GetInto never writes beyond
+//     its buffer (a buffer shorter than the object is ErrBufferTooSmall,
+//     with nothing written).
 //
 // # Concurrency
 //

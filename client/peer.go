@@ -7,31 +7,36 @@ import (
 )
 
 // LocalNode is a store node in this process, as the client needs it: puts
-// prefer its segment, and its replicas are read without a socket. A
-// *node.Node is one (pass it as Config.LocalNode); the interface is defined
-// here so that this package does not depend on the node's implementation.
+// prefer its segment, and its replicas are read without a socket, into the
+// caller's buffer. A *node.Node is one (pass it as Config.LocalNode); the
+// interface is defined here so that this package does not depend on the
+// node's implementation.
 type LocalNode interface {
 	// Name is the node's id, as the master knows it.
 	Name() string
 	// WriteRange writes value into segment at off for the put identified
 	// by token (masterapi.Replica.PutToken); crc is value's CRC32C.
 	WriteRange(ctx context.Context, segment string, off int64, value []byte, crc uint32, token uint64) error
-	// ReadRange returns n bytes of segment at off.
-	ReadRange(ctx context.Context, segment string, off, n int64) ([]byte, error)
-	// ReadSSD returns key's value from the node's SSD tier, CRC32C-checked.
-	ReadSSD(ctx context.Context, key []byte) ([]byte, error)
+	// ReadRangeInto copies len(buf) bytes of segment at off into buf and
+	// returns the CRC32C of what it copied (computed as it copies; the
+	// client compares it with the object's: the read's one check).
+	ReadRangeInto(ctx context.Context, segment string, off int64, buf []byte) (uint32, error)
+	// ReadSSDInto reads key from the node's SSD tier into buf, exactly the
+	// object's size (a copy of another size is an error, with nothing
+	// written), and returns the CRC32C of what it copied.
+	ReadSSDInto(ctx context.Context, key []byte, buf []byte) (uint32, error)
 }
 
 // CRC32C is the Castagnoli CRC of b, the checksum every object carries.
 func CRC32C(b []byte) uint32 { return wire.CRC32C(b) }
 
 // peer is the data plane to one node: the local node directly, or a remote
-// node through its peer service. size bounds what an SSD read may return
-// (the object's size from the master).
+// node through the data protocol (package wire). Reads fill buf, exactly
+// the object's size, and check it against crc (the object's CRC32C) once.
 type peer interface {
 	writeRange(ctx context.Context, segment string, off int64, value []byte, crc uint32, token uint64) error
-	readRange(ctx context.Context, segment string, off int64, n int64) ([]byte, error)
-	readSSD(ctx context.Context, key []byte, size int64) ([]byte, error)
+	readRange(ctx context.Context, segment string, off int64, buf []byte, crc uint32) error
+	readSSD(ctx context.Context, key []byte, buf []byte, crc uint32) error
 }
 
 // localPeer reaches the node of this process without a socket.
@@ -41,25 +46,44 @@ func (p localPeer) writeRange(ctx context.Context, segment string, off int64, va
 	return p.n.WriteRange(ctx, segment, off, value, crc, token)
 }
 
-func (p localPeer) readRange(ctx context.Context, segment string, off, n int64) ([]byte, error) {
-	return p.n.ReadRange(ctx, segment, off, n)
+func (p localPeer) readRange(ctx context.Context, segment string, off int64, buf []byte, crc uint32) error {
+	got, err := p.n.ReadRangeInto(ctx, segment, off, buf)
+	if err != nil {
+		return err
+	}
+	return checkLocal(got, crc, len(buf), "DRAM")
 }
 
-func (p localPeer) readSSD(ctx context.Context, key []byte, _ int64) ([]byte, error) {
-	return p.n.ReadSSD(ctx, key)
+func (p localPeer) readSSD(ctx context.Context, key []byte, buf []byte, crc uint32) error {
+	got, err := p.n.ReadSSDInto(ctx, key, buf)
+	if err != nil {
+		return err
+	}
+	return checkLocal(got, crc, len(buf), "SSD")
 }
 
-// remotePeer reaches a node through its peer service.
-type remotePeer struct{ p wire.Peer }
+// checkLocal compares the CRC32C of n bytes read from the local node with
+// the object's crc. The node of this process hands over its bytes
+// unchecked (DRAM) or checked against its own index (SSD, which may hold
+// another version of the key).
+func checkLocal(got, crc uint32, n int, what string) error {
+	if got != crc {
+		return wire.BadChecksum("client: local %s replica: %d bytes with CRC32C %08x, the object has %08x", what, n, got, crc)
+	}
+	return nil
+}
+
+// remotePeer reaches a node through its data connections.
+type remotePeer struct{ c *wire.DataConn }
 
 func (p remotePeer) writeRange(ctx context.Context, segment string, off int64, value []byte, crc uint32, token uint64) error {
-	return p.p.WriteRange(ctx, segment, off, value, crc, token)
+	return p.c.Write(ctx, segment, off, value, crc, token)
 }
 
-func (p remotePeer) readRange(ctx context.Context, segment string, off, n int64) ([]byte, error) {
-	return p.p.ReadRange(ctx, segment, off, n)
+func (p remotePeer) readRange(ctx context.Context, segment string, off int64, buf []byte, crc uint32) error {
+	return p.c.ReadRange(ctx, segment, off, buf, crc)
 }
 
-func (p remotePeer) readSSD(ctx context.Context, key []byte, size int64) ([]byte, error) {
-	return p.p.ReadSSD(ctx, key, size)
+func (p remotePeer) readSSD(ctx context.Context, key []byte, buf []byte, crc uint32) error {
+	return p.c.ReadSSD(ctx, key, buf, crc)
 }

@@ -4,10 +4,12 @@
 // anonymous mapping (Segment) that the master allocates object ranges in.
 // It mounts the segment at the master and pings it; when the master answers
 // NEED_REMOUNT (the node expired, or the master restarted) it mounts again
-// and re-registers everything its SSD tier holds. It serves peers over gRPC
-// (internal/rpcpb NodePeer): WriteRange and ReadRange of its segment, and
-// ReadSSD of objects on its SSD tier; values travel in chunks of at most
-// MaxChunk (1 MiB).
+// and re-registers everything its SSD tier holds. It serves clients on one
+// port: the data plane (package wire's frames: writes through WriteRange,
+// memory reads sent from the mapping without a copy, SSD reads through the
+// tier) and, beside it, gRPC (internal/rpcpb NodePeer: NodeStats, and the
+// older chunked WriteRange/ReadRange/ReadSSD). Put and Get latencies are
+// histograms by tier (tierstore_node_{put,get}_seconds).
 //
 // With offload enabled the node opens the SSD tier engine (package tier) and
 // runs the offload heartbeat: every HeartbeatInterval it drains its task

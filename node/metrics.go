@@ -85,5 +85,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 func (n *Node) MetricsHandler() http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(newCollector(n))
+	n.dp.register(reg, prometheus.Labels{"node": n.name})
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 }

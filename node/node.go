@@ -84,6 +84,7 @@ type Node struct {
 
 	lis net.Listener
 	srv *grpc.Server
+	dp  dataPlane // the bulk data protocol on lis, and Put/Get latencies
 
 	metrics nodeMetrics
 
@@ -256,7 +257,8 @@ func (n *Node) serve() (err error) {
 	n.endpoint = n.lis.Addr().String()
 	n.srv = grpc.NewServer(wire.ServerOptions()...)
 	rpcpb.RegisterNodePeerServer(n.srv, &peerServer{n: n})
-	go func() { _ = n.srv.Serve(n.lis) }()
+	glis := n.startDataPlane(n.lis) // data connections split off; the rest is gRPC
+	go func() { _ = n.srv.Serve(glis) }()
 	return nil
 }
 

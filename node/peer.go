@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -136,9 +137,10 @@ func (s *peerServer) NodeStats(ctx context.Context, _ *rpcpb.PeerStatsRequest) (
 // identified by token (the in-process form of the peer service's
 // WriteRange; client.LocalNode). It is refused (ErrRangeNotOwned, wrapped
 // in codes.ErrInvalidParams) when a newer put wrote an overlapping range,
-// and (ErrNoPutToken) without a token once the node has seen tokens
+// and (ErrNoPutToken) without a token
 // (docs/design.md invariant 8).
-func (n *Node) WriteRange(_ context.Context, segment string, off int64, value []byte, _ uint32, token uint64) error {
+func (n *Node) WriteRange(ctx context.Context, segment string, off int64, value []byte, _ uint32, token uint64) error {
+	defer n.observeLocalPut(ctx, time.Now())
 	if err := n.checkSegment(segment); err != nil {
 		return err
 	}

@@ -1,24 +1,41 @@
-// Package wire is the bulk data protocol between clients and store nodes:
-// chunked range writes into a node's DRAM segment, range reads out of it,
-// reads of objects on a node's SSD tier, and the checksums that travel with
-// them (docs/design.md, package map). It depends on neither package client
-// nor package node: the client dials nodes through Pool and Peer, the node
-// serves the same messages (internal/rpcpb NodePeer) with SendChunks and
-// its own handlers.
+// Package wire is the bulk data protocol between clients and store nodes
+// (docs/design.md, package map; the format is in docs/format/dataplane.md).
+//
+// Values travel on a data plane of their own: length-prefixed frames over
+// TCP, on the node's gRPC port (Mux routes a connection by its first four
+// bytes). A client's DataConn writes a frame's header and then the value
+// straight from the caller's memory (one writev), and reads a reply's value
+// straight into the caller's buffer; several calls are in flight on one
+// connection (pipelined, matched by id), and DataPool keeps ConnsPerNode
+// connections per node. A node's DataServer serves a DataHandler: writes
+// (checked against their CRC32C once, as they arrive), memory reads sent
+// from a view of the segment without a copy or a checksum, SSD reads
+// answered concurrently. The gRPC forms (Peer, Pool, SendChunks,
+// RecvValue: 1 MiB protobuf chunks) remain for NodeStats and for
+// comparison.
 //
 // # Invariants
 //
-//   - RecvValue never allocates more than the limit its caller gives (the
-//     object's size from the master, or the range length asked for), and
-//     refuses a peer that announces or sends more, or fewer, bytes than
-//     that (codes.ErrTransferFail): a lying peer cannot make a reader
-//     allocate beyond the object (Mooncake-style unbounded pre-allocation).
-//   - A value read from a node's SSD carries the CRC32C the node announced;
-//     ReadSSD checks it. Range reads carry none: the reader checks the
-//     object's CRC32C from its lookup (docs/design.md invariant 5).
+//   - One CRC32C check per transfer, by the receiver: a write is checked by
+//     the node before the handler stores anything; a read is checked by
+//     the client against the object's CRC32C from its lookup, chunk by
+//     chunk as it arrives (ErrBadChecksum, also codes.ErrChecksumMismatch).
+//   - Nothing is ever written beyond a caller's buffer: a reply that
+//     announces another length than asked is refused before a byte is
+//     read; a call returns only once the connection's reader no longer
+//     touches its buffer (a context that ends mid-payload breaks the
+//     connection and waits for the reader).
+//   - A malformed or truncated frame (ErrFrame, ErrShortFrame, both also
+//     codes.ErrTransferFail) breaks the connection: every call on it fails
+//     clearly, none reads stray bytes. RecvValue likewise never allocates
+//     more than its caller's limit.
 //
 // # Concurrency
 //
-// Peer and Pool are safe for concurrent use; Pool.mu protects its
-// connection map.
+// DataConn, DataPool, DataServer, Mux, Peer and Pool are safe for
+// concurrent use. DataConn.wmu serialises frame writes; DataConn.mu
+// protects its call map and error; one reader goroutine per connection
+// completes calls. DataServer.mu protects its connection set; each served
+// connection has one reading goroutine, a reply lock and one goroutine per
+// SSD read in flight. Pool.mu and DataPool.mu protect their maps.
 package wire

@@ -1,0 +1,267 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/wire"
+	"github.com/tierstore/tierstore/masterapi"
+)
+
+// Tier is where a Get was served or a Put written, from this client's
+// point of view.
+type Tier uint8
+
+// Tiers, best first (the order in which Get tries replicas).
+const (
+	TierLocalDRAM Tier = iota
+	TierRemoteDRAM
+	TierLocalSSD
+	TierRemoteSSD
+)
+
+// String is the tier's metric label: dram_local, dram_remote, ssd_local,
+// ssd_remote (the node's histograms use the same).
+func (t Tier) String() string {
+	switch t {
+	case TierLocalDRAM:
+		return "dram_local"
+	case TierRemoteDRAM:
+		return "dram_remote"
+	case TierLocalSSD:
+		return "ssd_local"
+	case TierRemoteSSD:
+		return "ssd_remote"
+	}
+	return fmt.Sprintf("tier(%d)", uint8(t))
+}
+
+// Observer is told the latency of every Put, Get and GetInto that
+// succeeded, with the tier that served it (for a batch call: each item,
+// from the start of the batch to that item's end). Calls come from many
+// goroutines at once and must not block. Package client/clientmetrics
+// implements it with Prometheus histograms; this package does not depend
+// on Prometheus.
+type Observer interface {
+	ObservePut(t Tier, d time.Duration)
+	ObserveGet(t Tier, d time.Duration)
+}
+
+// ErrBufferTooSmall: GetInto's buffer is shorter than the object. Also
+// wraps ErrInvalidParams. Nothing was written to the buffer.
+var ErrBufferTooSmall = errors.New("client: buffer smaller than the object")
+
+// GetInto reads key's value into buf and returns its length: buf[:n] is
+// the value, checked against its size and CRC32C. A buffer shorter than
+// the object is ErrBufferTooSmall, before anything is read. Nothing is
+// ever written beyond len(buf); on error buf[:len] may hold anything. A
+// remote read goes from the socket straight into buf (no allocation,
+// no copy). Errors as Get.
+func (c *Client) GetInto(ctx context.Context, key string, buf []byte) (int, error) {
+	start := time.Now()
+	if err := c.check(key); err != nil {
+		return 0, err
+	}
+	ctx, cancel := c.opCtx(ctx)
+	defer cancel()
+	info, err := c.m.GetReplicaList(ctx, key)
+	if err != nil {
+		return 0, fmt.Errorf("client: get %q: %w", key, err)
+	}
+	if err := fits(info, buf); err != nil {
+		return 0, err
+	}
+	if err := c.readBest(ctx, info, buf[:info.Size], start); err != nil {
+		return 0, err
+	}
+	return int(info.Size), nil
+}
+
+func fits(info masterapi.ObjectInfo, buf []byte) error {
+	if info.Size > int64(len(buf)) {
+		return fmt.Errorf("client: get %q: buffer of %d bytes, the object has %d: %w: %w", info.Key, len(buf), info.Size, ErrBufferTooSmall, codes.ErrInvalidParams)
+	}
+	return nil
+}
+
+// BatchGetInto reads keys[i] into bufs[i] with one BatchGetReplicaList,
+// several transfers in flight at once; ns[i] is the length of value i,
+// errs[i] its error (ErrBufferTooSmall when bufs[i] is too short: nothing
+// is written to it). Nothing is written beyond any buffer's length.
+func (c *Client) BatchGetInto(ctx context.Context, keys []string, bufs [][]byte) (ns []int, errs []error) {
+	ns = make([]int, len(keys))
+	if len(bufs) != len(keys) {
+		errs = make([]error, len(keys))
+		for i := range errs {
+			errs[i] = codes.Errorf(codes.InvalidParams, "client: batch get: %d keys, %d buffers", len(keys), len(bufs))
+		}
+		return ns, errs
+	}
+	errs = c.batchRead(ctx, keys, func(i int, info masterapi.ObjectInfo) ([]byte, error) {
+		if err := fits(info, bufs[i]); err != nil {
+			return nil, err
+		}
+		ns[i] = int(info.Size)
+		return bufs[i][:info.Size], nil
+	})
+	for i, err := range errs {
+		if err != nil {
+			ns[i] = 0
+		}
+	}
+	return ns, errs
+}
+
+// BatchGet reads keys with one BatchGetReplicaList; values[i] is nil when
+// errs[i] is not.
+func (c *Client) BatchGet(ctx context.Context, keys []string) ([][]byte, []error) {
+	vals := make([][]byte, len(keys))
+	errs := c.batchRead(ctx, keys, func(i int, info masterapi.ObjectInfo) ([]byte, error) {
+		vals[i] = make([]byte, info.Size)
+		return vals[i], nil
+	})
+	for i, err := range errs {
+		if err != nil {
+			vals[i] = nil
+		}
+	}
+	return vals, errs
+}
+
+// batchRead looks keys up with one call and reads each into the buffer
+// bufFor gives it, up to batchParallelism at once.
+func (c *Client) batchRead(ctx context.Context, keys []string, bufFor func(i int, info masterapi.ObjectInfo) ([]byte, error)) []error {
+	start := time.Now()
+	errs := make([]error, len(keys))
+	ctx, cancel := c.opCtx(ctx)
+	defer cancel()
+	var ask []string
+	var idx []int
+	for i, k := range keys {
+		if err := c.check(k); err != nil {
+			errs[i] = err
+			continue
+		}
+		ask = append(ask, k)
+		idx = append(idx, i)
+	}
+	if len(ask) == 0 {
+		return errs
+	}
+	res, err := c.m.BatchGetReplicaList(ctx, ask)
+	if err == nil && len(res) != len(ask) {
+		err = codes.Errorf(codes.InternalError, "client: batch get: %d results for %d keys", len(res), len(ask))
+	}
+	if err != nil {
+		for _, i := range idx {
+			errs[i] = fmt.Errorf("client: get %q: %w", keys[i], err)
+		}
+		return errs
+	}
+	parallel(len(idx), func(j int) {
+		i := idx[j]
+		if res[j].Err != nil {
+			errs[i] = fmt.Errorf("client: get %q: %w", keys[i], res[j].Err)
+			return
+		}
+		buf, err := bufFor(i, res[j].Info)
+		if err == nil {
+			err = c.readBest(ctx, res[j].Info, buf, start)
+		}
+		errs[i] = err
+	})
+	return errs
+}
+
+// readBest reads the object into buf (exactly its size) from the best
+// replica whose bytes match the object's size and CRC32C; on any failure
+// it falls back to the next replica. Each transfer is checked once, by
+// this side, against the CRC32C from the lookup.
+func (c *Client) readBest(ctx context.Context, info masterapi.ObjectInfo, buf []byte, start time.Time) error {
+	reps := make([]masterapi.Replica, 0, len(info.Replicas))
+	for _, r := range info.Replicas {
+		if r.Status == masterapi.Complete {
+			reps = append(reps, r)
+		}
+	}
+	// Stable: keeps the master's order within a rank.
+	slices.SortStableFunc(reps, func(a, b masterapi.Replica) int { return c.rank(a) - c.rank(b) })
+	var last error
+	sawChecksum := false
+	for _, r := range reps {
+		err := c.readReplica(ctx, info, r, buf)
+		if err == nil {
+			c.countRead(r)
+			if c.cfg.Observer != nil {
+				c.cfg.Observer.ObserveGet(Tier(c.rank(r)), time.Since(start))
+			}
+			return nil
+		}
+		if errors.Is(err, wire.ErrBadChecksum) {
+			c.checksumFailures.Add(1)
+		}
+		switch {
+		case errors.Is(err, codes.ErrChecksumMismatch):
+			sawChecksum = true
+			c.reportBad(ctx, info, r, false)
+		case r.Kind == masterapi.LocalDisk && errors.Is(err, codes.ErrObjectNotFound):
+			// The node answered for its own SSD: it does not hold the
+			// object. The master must stop offering that replica. (A
+			// transport error says nothing about the SSD: not reported.)
+			c.reportBad(ctx, info, r, true)
+		}
+		c.log.Debug("replica read failed; trying the next", "key", info.Key, "node", r.Node, "kind", r.Kind, "err", err)
+		c.fallbacks.Add(1)
+		last = err
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return c.allFailed(ctx, info, len(reps), last, sawChecksum)
+}
+
+// allFailed is readBest's error when no replica could be read.
+func (c *Client) allFailed(ctx context.Context, info masterapi.ObjectInfo, n int, last error, sawChecksum bool) error {
+	if last == nil {
+		return codes.Errorf(codes.ReplicaNotReady, "client: get %q: no complete replica", info.Key)
+	}
+	code := codes.TransferFail
+	if sawChecksum {
+		code = codes.ChecksumMismatch
+	}
+	if ctx.Err() != nil {
+		code = codes.ContextCanceled
+	}
+	// The sentinel's text ends the returned error once, not twice.
+	lastMsg := strings.TrimSuffix(last.Error(), ": "+codes.Err(codes.Of(last)).Error())
+	return codes.Errorf(code, "client: get %q: all %d replicas failed, last: %s", info.Key, n, lastMsg)
+}
+
+// readReplica reads replica r of info into buf, checked against the
+// object's size and CRC32C.
+func (c *Client) readReplica(ctx context.Context, info masterapi.ObjectInfo, r masterapi.Replica, buf []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReplicaTimeout)
+	defer cancel()
+	p, err := c.peerFor(ctx, r)
+	if err != nil {
+		return err
+	}
+	if r.Kind == masterapi.Memory {
+		// The object's size, not r.Length: a replica of another length
+		// fails the CRC check like any other wrong bytes.
+		return p.readRange(ctx, r.Segment, r.Offset, buf, info.CRC)
+	}
+	return p.readSSD(ctx, []byte(info.Key), buf, info.CRC)
+}
+
+// observePut reports a put written to replica r that started at start.
+func (c *Client) observePut(r masterapi.Replica, start time.Time) {
+	if c.cfg.Observer != nil {
+		c.cfg.Observer.ObservePut(Tier(c.rank(r)), time.Since(start))
+	}
+}

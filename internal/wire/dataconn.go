@@ -1,0 +1,371 @@
+package wire
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/tierstore/tierstore/internal/codes"
+)
+
+// crcChunk is how much of a payload is read before its CRC32C is updated:
+// the bytes are checksummed while still in cache, not in a second pass.
+const crcChunk = 128 << 10
+
+// DataConn is one data-plane connection to a node. Several calls may be in
+// flight on it at once (pipelined): requests are written back to back and
+// one reader goroutine matches the replies by id, reading each payload
+// straight into its caller's buffer. Safe for concurrent use.
+//
+// A call that returns has let go of its buffer: a caller whose context
+// ends while the reader is filling its buffer breaks the connection and
+// waits for the reader to stop before returning. Once broken (a transport
+// or protocol error, Close) every pending and later call fails with
+// codes.ErrTransferFail; DataPool replaces broken connections.
+type DataConn struct {
+	conn     net.Conn
+	endpoint string
+	br       *bufio.Reader // the reader goroutine's alone
+
+	// wmu serialises frame writes; it protects wbuf and wv.
+	wmu  sync.Mutex
+	wbuf []byte
+	wv   net.Buffers
+
+	// mu protects calls, nextID and err.
+	mu     sync.Mutex
+	calls  map[uint32]*call
+	nextID uint32
+	err    error // why the connection broke; nil while usable
+
+	readerDone chan struct{}
+}
+
+// call is one request in flight. The reader owns its result fields until
+// it signals done.
+type call struct {
+	op  Op
+	buf []byte // reads: where the payload goes; exactly len(buf) expected
+	// reading is set (under DataConn.mu) while the reader fills buf.
+	reading bool
+	// results, written by the reader before done is signalled
+	crc    uint32 // CRC32C of the payload as received (reads)
+	hasCRC bool   // the reply announced a CRC, in sent
+	sent   uint32
+	err    error
+	done   chan struct{} // capacity 1: one signal per completed call
+}
+
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+// DialData opens a data connection to the node at endpoint (host:port)
+// and exchanges hellos; timeout and ctx bound both.
+func DialData(ctx context.Context, endpoint string, timeout time.Duration) (*DataConn, error) {
+	d := net.Dialer{Timeout: timeout}
+	c, err := d.DialContext(ctx, "tcp", endpoint)
+	if err != nil {
+		return nil, codes.Errorf(codes.RPCFail, "wire: dial data plane of %s: %v", endpoint, err)
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	// The hello is bounded by the caller's deadline too: a node that
+	// accepts but never answers (a stopped process) must not hold a read
+	// with a short deadline for the whole dial timeout.
+	dl := time.Now().Add(timeout)
+	if cd, ok := ctx.Deadline(); ok && cd.Before(dl) {
+		dl = cd
+	}
+	_ = c.SetDeadline(dl)
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+	defer stop()
+	h := hello()
+	if _, err := c.Write(h[:]); err != nil {
+		c.Close()
+		return nil, codes.Errorf(codes.RPCFail, "wire: hello to %s: %v", endpoint, err)
+	}
+	var got [HelloLen]byte
+	if _, err := io.ReadFull(c, got[:]); err != nil {
+		c.Close()
+		return nil, codes.Errorf(codes.RPCFail, "wire: no data-plane hello from %s (a node of an older build?): %v", endpoint, err)
+	}
+	if err := checkHello(got[:]); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("wire: %s: %w", endpoint, err)
+	}
+	_ = c.SetDeadline(time.Time{})
+	dc := &DataConn{
+		conn: c, endpoint: endpoint, br: bufio.NewReaderSize(c, 16<<10),
+		wbuf: make([]byte, 0, HeaderLen+MaxMeta), calls: map[uint32]*call{},
+		readerDone: make(chan struct{}),
+	}
+	go dc.readLoop()
+	return dc, nil
+}
+
+// Endpoint is the node address this connection reaches.
+func (dc *DataConn) Endpoint() string { return dc.endpoint }
+
+// Broken reports whether the connection can no longer carry calls.
+func (dc *DataConn) Broken() bool {
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	return dc.err != nil
+}
+
+// Close breaks the connection: pending calls fail. It waits for the reader
+// goroutine to stop.
+func (dc *DataConn) Close() error {
+	dc.fail(codes.Errorf(codes.TransferFail, "wire: data connection to %s closed", dc.endpoint))
+	<-dc.readerDone
+	return nil
+}
+
+// fail marks the connection broken with err (the first reason wins) and
+// closes the socket, which stops the reader and any writer.
+func (dc *DataConn) fail(err error) {
+	dc.mu.Lock()
+	if dc.err == nil {
+		dc.err = err
+		dc.conn.Close()
+	}
+	dc.mu.Unlock()
+}
+
+// Write stores value at off of segment on the node for the put token; crc
+// is value's CRC32C, which the node checks once before storing anything.
+func (dc *DataConn) Write(ctx context.Context, segment string, off int64, value []byte, crc uint32, token uint64) error {
+	req := Request{Op: OpWrite, Segment: segment, Offset: uint64(off), Token: token}
+	c := callPool.Get().(*call)
+	c.op = OpWrite
+	err := dc.roundTrip(ctx, &req, value, crc, c)
+	callPool.Put(c)
+	return err
+}
+
+// ReadRange reads len(buf) bytes at off of segment into buf and checks
+// them against crc, the object's CRC32C from its lookup: the one check of
+// this transfer. Nothing is written beyond len(buf); on error buf's
+// contents are undefined.
+func (dc *DataConn) ReadRange(ctx context.Context, segment string, off int64, buf []byte, crc uint32) error {
+	req := Request{Op: OpReadRange, Segment: segment, Offset: uint64(off), Length: uint64(len(buf))}
+	return dc.read(ctx, &req, buf, crc)
+}
+
+// ReadSSD reads key's value from the node's SSD tier into buf, which must
+// be exactly the object's size, and checks it against crc (the object's
+// CRC32C from its lookup). A node whose copy has another size answers
+// codes.ErrChecksumMismatch.
+func (dc *DataConn) ReadSSD(ctx context.Context, key []byte, buf []byte, crc uint32) error {
+	req := Request{Op: OpReadSSD, Key: key, Length: uint64(len(buf))}
+	return dc.read(ctx, &req, buf, crc)
+}
+
+func (dc *DataConn) read(ctx context.Context, req *Request, buf []byte, crc uint32) error {
+	c := callPool.Get().(*call)
+	c.op, c.buf = req.Op, buf
+	err := dc.roundTrip(ctx, req, nil, 0, c)
+	if err == nil {
+		switch {
+		case c.hasCRC && c.sent != crc:
+			err = BadChecksum("wire: %v from %s: the node's copy has CRC32C %08x, the object %08x", req.Op, dc.endpoint, c.sent, crc)
+		case c.crc != crc:
+			err = BadChecksum("wire: %v from %s: %d bytes with CRC32C %08x, the object has %08x", req.Op, dc.endpoint, len(buf), c.crc, crc)
+		}
+	}
+	c.buf = nil
+	callPool.Put(c)
+	return err
+}
+
+// roundTrip sends one request and waits for its reply. c is registered
+// under a fresh id before the request is written; on return the reader no
+// longer touches c (it is either completed or was never answered and is
+// forgotten).
+func (dc *DataConn) roundTrip(ctx context.Context, req *Request, payload []byte, crc uint32, c *call) error {
+	c.err, c.crc, c.hasCRC, c.sent, c.reading = nil, 0, false, 0, false
+	if err := ctx.Err(); err != nil {
+		// Before anything is written: a deadline already past would break
+		// the connection for every other call on it.
+		return codes.Errorf(codes.ContextCanceled, "wire: %v to %s: %v", req.Op, dc.endpoint, err)
+	}
+	dc.mu.Lock()
+	if dc.err != nil {
+		err := dc.err
+		dc.mu.Unlock()
+		return err
+	}
+	dc.nextID++
+	id := dc.nextID
+	dc.calls[id] = c
+	dc.mu.Unlock()
+
+	if err := dc.send(ctx, id, req, payload, crc); err != nil {
+		dc.fail(err)
+	}
+	select {
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+	}
+	dc.mu.Lock()
+	if dc.calls[id] == c && !c.reading {
+		// Not answered yet: forget it; the reader discards a late reply.
+		delete(dc.calls, id)
+		dc.mu.Unlock()
+		return codes.Errorf(codes.ContextCanceled, "wire: %v to %s: %v", req.Op, dc.endpoint, ctx.Err())
+	}
+	reading := dc.calls[id] == c
+	dc.mu.Unlock()
+	if reading {
+		// The reader is filling the caller's buffer: stop it, so that
+		// nothing is written there once this call returns.
+		dc.fail(codes.Errorf(codes.ContextCanceled, "wire: %v to %s abandoned mid-payload: %v", req.Op, dc.endpoint, ctx.Err()))
+	}
+	<-c.done
+	return c.err
+}
+
+// send writes one request frame: header and metadata from wbuf, then the
+// payload straight from the caller's memory (one writev).
+func (dc *DataConn) send(ctx context.Context, id uint32, req *Request, payload []byte, crc uint32) error {
+	dc.wmu.Lock()
+	defer dc.wmu.Unlock()
+	b := req.AppendMeta(dc.wbuf[:HeaderLen])
+	h := Header{Op: req.Op, ID: id, MetaLen: uint32(len(b) - HeaderLen), PayloadLen: uint64(len(payload))}
+	if req.Op == OpWrite {
+		h.Flags, h.CRC = FlagCRC, crc
+	}
+	h.Encode(b)
+	dc.wbuf = b[:0]
+	// A context without a deadline clears any earlier one; callers that
+	// need a bound on a stalled peer give their context a deadline.
+	dl, _ := ctx.Deadline()
+	_ = dc.conn.SetWriteDeadline(dl)
+	dc.wv = append(dc.wv[:0], b, payload) // an empty payload is skipped by writev
+	v := dc.wv
+	_, err := v.WriteTo(dc.conn)
+	clear(dc.wv[:cap(dc.wv)]) // keep no reference to the caller's memory
+	if err != nil {
+		return codes.Errorf(codes.TransferFail, "wire: sending %v to %s: %v", req.Op, dc.endpoint, err)
+	}
+	return nil
+}
+
+// readLoop reads replies until the connection breaks, placing each
+// payload in its call's buffer.
+func (dc *DataConn) readLoop() {
+	defer close(dc.readerDone)
+	hb := make([]byte, HeaderLen)
+	meta := make([]byte, 0, MaxMeta)
+	for {
+		h, m, err := ReadFrameHead(dc.br, hb, meta)
+		meta = m
+		if err == nil { // (a request frame fails reply's op check)
+			err = dc.reply(h, meta)
+		}
+		if err != nil {
+			dc.broken(err)
+			return
+		}
+	}
+}
+
+// reply handles one reply frame whose header and metadata were read.
+func (dc *DataConn) reply(h Header, meta []byte) error {
+	dc.mu.Lock()
+	c := dc.calls[h.ID]
+	if c == nil {
+		dc.mu.Unlock()
+		// The caller gave up on it (context ended): drop the payload.
+		if _, err := io.CopyN(io.Discard, dc.br, int64(h.PayloadLen)); err != nil {
+			return frameErr(ErrShortFrame, "wire: %s: connection ended inside an abandoned %v payload: %v", dc.endpoint, h.Op, err)
+		}
+		return nil
+	}
+	if h.Op != c.op|ReplyBit {
+		dc.mu.Unlock()
+		return frameErr(ErrFrame, "wire: %s answered a %v with a %v", dc.endpoint, c.op, h.Op)
+	}
+	if h.Status != codes.OK {
+		dc.mu.Unlock()
+		if h.PayloadLen != 0 {
+			return frameErr(ErrFrame, "wire: %s: an error reply with a %d-byte payload", dc.endpoint, h.PayloadLen)
+		}
+		dc.complete(h.ID, c, codes.WithMessage(h.Status, string(meta)))
+		return nil
+	}
+	if h.PayloadLen != uint64(len(c.buf)) {
+		dc.mu.Unlock()
+		err := frameErr(ErrFrame, "wire: %s announced a %v of %d bytes, %d were asked for", dc.endpoint, c.op, h.PayloadLen, len(c.buf))
+		dc.complete(h.ID, c, err)
+		return err
+	}
+	c.reading = true
+	dc.mu.Unlock()
+	c.hasCRC, c.sent = h.Flags&FlagCRC != 0, h.CRC
+	crc, err := readCRC(dc.br, c.buf)
+	if err != nil {
+		err = frameErr(ErrShortFrame, "wire: %s: %v reply: %v", dc.endpoint, c.op, err)
+		dc.complete(h.ID, c, err)
+		return err
+	}
+	c.crc = crc
+	dc.complete(h.ID, c, nil)
+	return nil
+}
+
+// readCRC fills buf from r and returns its CRC32C, computed chunk by chunk
+// as the bytes arrive.
+func readCRC(r io.Reader, buf []byte) (uint32, error) {
+	var crc uint32
+	for got := 0; got < len(buf); {
+		end := min(got+crcChunk, len(buf))
+		n, err := io.ReadFull(r, buf[got:end])
+		crc = crc32.Update(crc, castagnoli, buf[got:got+n])
+		got += n
+		if err != nil {
+			return 0, fmt.Errorf("%d of %d payload bytes, then %w", got, len(buf), err)
+		}
+	}
+	return crc, nil
+}
+
+// complete ends call c with err and wakes its caller, unless the caller
+// gave up on it meanwhile (then c may already serve another request).
+func (dc *DataConn) complete(id uint32, c *call, err error) {
+	dc.mu.Lock()
+	mine := dc.calls[id] == c
+	if mine {
+		delete(dc.calls, id)
+		c.reading = false
+	}
+	dc.mu.Unlock()
+	if mine {
+		c.err = err
+		c.done <- struct{}{}
+	}
+}
+
+// broken fails the connection and every call still waiting on it.
+func (dc *DataConn) broken(err error) {
+	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+		err = codes.Errorf(codes.TransferFail, "wire: data connection to %s closed: %v", dc.endpoint, err)
+	}
+	dc.fail(err)
+	dc.mu.Lock()
+	err = dc.err
+	pending := dc.calls
+	dc.calls = map[uint32]*call{}
+	dc.mu.Unlock()
+	for _, c := range pending {
+		c.err = err
+		c.done <- struct{}{}
+	}
+}

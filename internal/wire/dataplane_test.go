@@ -1,0 +1,771 @@
+package wire
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	grpccodes "google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/rpcpb"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func rnd(n int) []byte {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return b
+}
+
+// memHandler is a DataHandler over a byte slice ("seg") and a map of SSD
+// objects; ssdDelay holds SSD reads back (to answer out of order).
+type memHandler struct {
+	mu       sync.Mutex // protects seg and ssd
+	seg      []byte
+	ssd      map[string][]byte
+	writes   atomic.Int64
+	ssdDelay func(key []byte)
+}
+
+func newMemHandler(size int) *memHandler {
+	return &memHandler{seg: make([]byte, size), ssd: map[string][]byte{}}
+}
+
+func (h *memHandler) setSSD(key string, v []byte) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ssd[key] = v
+}
+
+func (h *memHandler) WriteLimit() int64 { return int64(len(h.seg)) }
+
+func (h *memHandler) Write(_ context.Context, segment string, off int64, value []byte, _ uint32, token uint64) error {
+	if segment != "seg" {
+		return codes.Errorf(codes.SegmentNotFound, "test: no segment %q", segment)
+	}
+	if token == 0 {
+		return codes.Errorf(codes.InvalidParams, "test: no put token")
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if off < 0 || off+int64(len(value)) > int64(len(h.seg)) {
+		return codes.Errorf(codes.InvalidParams, "test: out of range")
+	}
+	copy(h.seg[off:], value)
+	h.writes.Add(1)
+	return nil
+}
+
+func (h *memHandler) ViewRange(segment string, off, n int64) ([]byte, func(), error) {
+	if segment != "seg" {
+		return nil, nil, codes.Errorf(codes.SegmentNotFound, "test: no segment %q", segment)
+	}
+	if off < 0 || n < 0 || off+n > int64(len(h.seg)) {
+		return nil, nil, codes.Errorf(codes.InvalidParams, "test: out of range")
+	}
+	h.mu.Lock()
+	return h.seg[off : off+n], h.mu.Unlock, nil
+}
+
+func (h *memHandler) ReadSSD(_ context.Context, key []byte) ([]byte, error) {
+	if h.ssdDelay != nil {
+		h.ssdDelay(key)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, ok := h.ssd[string(key)]
+	if !ok {
+		return nil, codes.Errorf(codes.ObjectNotFound, "test: %q not on SSD", key)
+	}
+	return v, nil
+}
+
+func (h *memHandler) Served(Op, time.Duration, error) {}
+
+// serveMem starts a Mux on 127.0.0.1 with h behind its data plane and a
+// gRPC server (peer service unimplemented) behind the rest.
+func serveMem(t *testing.T, h DataHandler) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewMux(lis, NewDataServer(h, DataServerOptions{Logger: quiet}))
+	srv := grpc.NewServer()
+	rpcpb.RegisterNodePeerServer(srv, rpcpb.UnimplementedNodePeerServer{})
+	go func() { _ = srv.Serve(m.Listener()) }()
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String()
+}
+
+func dial(t *testing.T, addr string) *DataConn {
+	t.Helper()
+	dc, err := DialData(context.Background(), addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dc.Close() })
+	return dc
+}
+
+// guarded returns a buffer of n bytes whose capacity runs into a guard
+// region, and a check that the guard is untouched.
+func guarded(t *testing.T, n int) ([]byte, func()) {
+	full := make([]byte, n+64)
+	for i := range full {
+		full[i] = 0xA5
+	}
+	return full[:n], func() {
+		t.Helper()
+		for i, b := range full[n:] {
+			if b != 0xA5 {
+				t.Fatalf("byte %d past the buffer's end was written", i)
+			}
+		}
+	}
+}
+
+// Writes and reads of values larger than a socket buffer round-trip
+// through a real listener, the gRPC service still answers on the same
+// port, and nothing is written beyond a read's buffer.
+func TestDataPlaneRoundTrip(t *testing.T) {
+	h := newMemHandler(8 << 20)
+	addr := serveMem(t, h)
+	dc := dial(t, addr)
+	ctx := context.Background()
+	val := rnd(3<<20 + 17)
+	if err := dc.Write(ctx, "seg", 4096, val, CRC32C(val), 1); err != nil {
+		t.Fatal(err)
+	}
+	buf, guard := guarded(t, len(val))
+	if err := dc.ReadRange(ctx, "seg", 4096, buf, CRC32C(val)); err != nil || !bytes.Equal(buf, val) {
+		t.Fatalf("read back: %v", err)
+	}
+	guard()
+	h.setSSD("k", val[:1000])
+	sb, sguard := guarded(t, 1000)
+	if err := dc.ReadSSD(ctx, []byte("k"), sb, CRC32C(val[:1000])); err != nil || !bytes.Equal(sb, val[:1000]) {
+		t.Fatalf("ssd read: %v", err)
+	}
+	sguard()
+
+	// Errors of the handler cross with their code and message; the
+	// connection stays usable.
+	if err := dc.Write(ctx, "other", 0, val[:10], CRC32C(val[:10]), 1); !errors.Is(err, codes.ErrSegmentNotFound) || !bytes.Contains([]byte(err.Error()), []byte(`"other"`)) {
+		t.Fatalf("write to another segment: %v", err)
+	}
+	if err := dc.ReadSSD(ctx, []byte("missing"), sb, 0); !errors.Is(err, codes.ErrObjectNotFound) {
+		t.Fatalf("missing SSD key: %v", err)
+	}
+	if err := dc.ReadSSD(ctx, []byte("k"), make([]byte, 999), 0); !errors.Is(err, codes.ErrChecksumMismatch) {
+		t.Fatalf("SSD copy of another size: %v", err)
+	}
+	if err := dc.Write(ctx, "seg", 0, make([]byte, 9<<20), 0, 1); !errors.Is(err, codes.ErrInvalidParams) || !strings.Contains(err.Error(), "into a segment of") {
+		t.Fatalf("write larger than the segment: %v", err)
+	}
+	if err := dc.ReadRange(ctx, "seg", 4096, buf, CRC32C(val)); err != nil || dc.Broken() {
+		t.Fatalf("the connection after a refused write: %v", err)
+	}
+
+	// gRPC on the same port.
+	cc, err := grpc.NewClient(addr, DialOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	_, err = rpcpb.NewNodePeerClient(cc).NodeStats(ctx, &rpcpb.PeerStatsRequest{})
+	if status.Code(err) != grpccodes.Unimplemented {
+		t.Fatalf("gRPC through the mux: %v", err)
+	}
+}
+
+// The receiver checks the CRC32C once: a write whose bytes do not match
+// its CRC is refused before the handler sees it; a read whose bytes do not
+// match the object's CRC fails with ErrBadChecksum.
+func TestDataPlaneChecksums(t *testing.T) {
+	h := newMemHandler(1 << 20)
+	dc := dial(t, serveMem(t, h))
+	ctx := context.Background()
+	val := rnd(200 << 10)
+	err := dc.Write(ctx, "seg", 0, val, CRC32C(val)^1, 1)
+	if !errors.Is(err, codes.ErrChecksumMismatch) || h.writes.Load() != 0 {
+		t.Fatalf("write with a wrong CRC: %v (handler writes %d)", err, h.writes.Load())
+	}
+	if err := dc.Write(ctx, "seg", 0, val, CRC32C(val), 1); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, len(val))
+	err = dc.ReadRange(ctx, "seg", 0, buf, CRC32C(val)^1)
+	if !errors.Is(err, ErrBadChecksum) || !errors.Is(err, codes.ErrChecksumMismatch) {
+		t.Fatalf("read checked against another CRC: %v", err)
+	}
+}
+
+// fakeNode accepts one data connection, answers the hello, reads one
+// request and lets play misbehave on the raw connection.
+func fakeNode(t *testing.T, play func(c net.Conn, h Header, req Request)) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { lis.Close(); <-done })
+	go func() {
+		defer close(done)
+		c, err := lis.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		var hb [HelloLen]byte
+		if _, err := io.ReadFull(c, hb[:]); err != nil {
+			return
+		}
+		hi := hello()
+		c.Write(hi[:])
+		h, meta, err := ReadFrameHead(c, make([]byte, HeaderLen), nil)
+		if err != nil {
+			return
+		}
+		req, _ := ParseRequest(h.Op, meta)
+		play(c, h, req)
+	}()
+	return lis.Addr().String()
+}
+
+func replyHeader(req Header, payload uint64) []byte {
+	b := make([]byte, HeaderLen)
+	(&Header{Op: req.Op | ReplyBit, ID: req.ID, PayloadLen: payload}).Encode(b)
+	return b
+}
+
+// A misbehaving node: each case is a clear TRANSFER_FAIL or
+// CHECKSUM_MISMATCH, and nothing lands beyond the caller's buffer.
+func TestDataPlaneMisbehavingPeer(t *testing.T) {
+	const n = 256 << 10
+	val := rnd(n)
+	cases := []struct {
+		name string
+		play func(c net.Conn, h Header, req Request)
+		want []error
+	}{
+		{"disconnect mid-payload", func(c net.Conn, h Header, _ Request) {
+			c.Write(replyHeader(h, n))
+			c.Write(val[:n/3])
+		}, []error{ErrShortFrame, codes.ErrTransferFail}},
+		{"short frame header", func(c net.Conn, h Header, _ Request) {
+			c.Write(replyHeader(h, n)[:HeaderLen/2])
+		}, []error{ErrShortFrame, codes.ErrTransferFail}},
+		{"wrong checksum", func(c net.Conn, h Header, _ Request) {
+			bad := bytes.Clone(val)
+			bad[n/2] ^= 1
+			c.Write(replyHeader(h, n))
+			c.Write(bad)
+			io.Copy(io.Discard, c)
+		}, []error{ErrBadChecksum, codes.ErrChecksumMismatch}},
+		{"value larger than asked", func(c net.Conn, h Header, _ Request) {
+			c.Write(replyHeader(h, n+1))
+			c.Write(val)
+			c.Write(val[:1])
+			io.Copy(io.Discard, c)
+		}, []error{ErrFrame, codes.ErrTransferFail}},
+		{"value smaller than asked", func(c net.Conn, h Header, _ Request) {
+			c.Write(replyHeader(h, n-10))
+			c.Write(val)
+			io.Copy(io.Discard, c)
+		}, []error{ErrFrame, codes.ErrTransferFail}},
+		{"reply to another op", func(c net.Conn, h Header, _ Request) {
+			h.Op = OpReadSSD
+			c.Write(replyHeader(h, n))
+			io.Copy(io.Discard, c)
+		}, []error{ErrFrame, codes.ErrTransferFail}},
+		{"node's CRC differs from the object's", func(c net.Conn, h Header, _ Request) {
+			b := replyHeader(h, n)
+			b[3] = FlagCRC
+			binary.LittleEndian.PutUint32(b[12:], CRC32C(val)^1)
+			c.Write(b)
+			c.Write(val)
+			io.Copy(io.Discard, c)
+		}, []error{ErrBadChecksum, codes.ErrChecksumMismatch}},
+		{"error reply with a payload", func(c net.Conn, h Header, _ Request) {
+			b := replyHeader(h, 5)
+			binary.LittleEndian.PutUint32(b[8:], uint32(0xFFFFFD00)) // -768
+			c.Write(b)
+			c.Write([]byte("12345"))
+			io.Copy(io.Discard, c)
+		}, []error{ErrFrame, codes.ErrTransferFail}},
+		{"request sent to the client", func(c net.Conn, h Header, _ Request) {
+			b := make([]byte, HeaderLen)
+			(&Header{Op: OpReadRange, ID: h.ID}).Encode(b)
+			c.Write(b)
+			io.Copy(io.Discard, c)
+		}, []error{ErrFrame, codes.ErrTransferFail}},
+		{"reply nobody asked for", func(c net.Conn, h Header, _ Request) {
+			h.ID++
+			c.Write(replyHeader(h, 0)[:HeaderLen-1])
+		}, []error{ErrShortFrame, codes.ErrTransferFail}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dc := dial(t, fakeNode(t, tc.play))
+			buf, guard := guarded(t, n)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err := dc.ReadRange(ctx, "seg", 0, buf, CRC32C(val))
+			for _, w := range tc.want {
+				if !errors.Is(err, w) {
+					t.Fatalf("got %v, want %v", err, w)
+				}
+			}
+			guard()
+			if !errors.Is(err, ErrBadChecksum) {
+				<-dc.readerDone
+				if !dc.Broken() {
+					t.Fatal("the connection is still offered after a protocol error")
+				}
+			}
+		})
+	}
+}
+
+// A node that sends more bytes than its header announced: the call gets
+// exactly the announced bytes (checked), and the surplus, read as the next
+// header, breaks the connection with ErrFrame, so the next call fails
+// clearly instead of reading stray bytes.
+func TestDataPlaneMoreThanAnnounced(t *testing.T) {
+	const n = 64 << 10
+	val := rnd(n)
+	dc := dial(t, fakeNode(t, func(c net.Conn, h Header, _ Request) {
+		c.Write(replyHeader(h, n))
+		c.Write(val)
+		c.Write(bytes.Repeat([]byte{0xEE}, HeaderLen))
+		io.Copy(io.Discard, c)
+	}))
+	buf, guard := guarded(t, n)
+	if err := dc.ReadRange(context.Background(), "seg", 0, buf, CRC32C(val)); err != nil || !bytes.Equal(buf, val) {
+		t.Fatalf("the announced bytes: %v", err)
+	}
+	guard()
+	<-dc.readerDone
+	err := dc.ReadRange(context.Background(), "seg", 0, buf, CRC32C(val))
+	if !errors.Is(err, ErrFrame) || !errors.Is(err, codes.ErrTransferFail) {
+		t.Fatalf("after the surplus: %v", err)
+	}
+}
+
+// A caller whose context ends while its payload is arriving gets its
+// buffer back: the bytes the node sends afterwards never reach it.
+func TestDataPlaneCancelMidPayload(t *testing.T) {
+	const n = 1 << 20
+	val := rnd(n)
+	sentHalf := make(chan struct{})
+	finish := make(chan struct{})
+	dc := dial(t, fakeNode(t, func(c net.Conn, h Header, _ Request) {
+		c.Write(replyHeader(h, n))
+		c.Write(val[:n/2])
+		close(sentHalf)
+		<-finish
+		c.Write(val[n/2:]) // after the caller returned
+	}))
+	buf, guard := guarded(t, n)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-sentHalf; time.Sleep(10 * time.Millisecond); cancel() }()
+	err := dc.ReadRange(ctx, "seg", 0, buf, CRC32C(val))
+	if !errors.Is(err, codes.ErrContextCanceled) && !errors.Is(err, codes.ErrTransferFail) {
+		t.Fatalf("cancelled mid-payload: %v", err)
+	}
+	snapshot := bytes.Clone(buf)
+	close(finish)
+	<-dc.readerDone // the reader has stopped for good
+	if !bytes.Equal(buf, snapshot) {
+		t.Fatal("the buffer changed after the call returned")
+	}
+	guard()
+}
+
+// A call whose context has already ended fails at once and leaves the
+// connection usable for the others.
+func TestDataPlaneEndedContext(t *testing.T) {
+	h := newMemHandler(1 << 20)
+	dc := dial(t, serveMem(t, h))
+	ctx, cancel := context.WithTimeout(context.Background(), -time.Second)
+	defer cancel()
+	val := rnd(1000)
+	if err := dc.Write(ctx, "seg", 0, val, CRC32C(val), 1); !errors.Is(err, codes.ErrContextCanceled) {
+		t.Fatalf("write with an ended context: %v", err)
+	}
+	if err := dc.Write(context.Background(), "seg", 0, val, CRC32C(val), 1); err != nil || dc.Broken() {
+		t.Fatalf("the next call: %v", err)
+	}
+}
+
+// A caller that gives up before its reply arrives is forgotten: the late
+// reply is read and dropped, its bytes reach no buffer, and the next call
+// on the same connection gets its own reply.
+func TestDataPlaneAbandonedCall(t *testing.T) {
+	const n = 100 << 10
+	val := rnd(n)
+	answer := make(chan struct{})
+	dc := dial(t, fakeNode(t, func(c net.Conn, h Header, _ Request) {
+		<-answer
+		c.Write(replyHeader(h, n)) // the late reply to the abandoned call
+		c.Write(bytes.Repeat([]byte{0xEE}, n))
+		h2, _, err := ReadFrameHead(c, make([]byte, HeaderLen), nil)
+		if err != nil {
+			return
+		}
+		c.Write(replyHeader(h2, n))
+		c.Write(val)
+		io.Copy(io.Discard, c)
+	}))
+	first, guard := guarded(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := dc.ReadRange(ctx, "seg", 0, first, 0); !errors.Is(err, codes.ErrContextCanceled) {
+		t.Fatalf("abandoned call: %v", err)
+	}
+	close(answer)
+	second := make([]byte, n)
+	if err := dc.ReadRange(context.Background(), "seg", 0, second, CRC32C(val)); err != nil || !bytes.Equal(second, val) {
+		t.Fatalf("the next call: %v", err)
+	}
+	if bytes.IndexByte(first, 0xEE) >= 0 {
+		t.Fatal("the late reply reached the abandoned buffer")
+	}
+	guard()
+}
+
+// A client that breaks the protocol (a payload on a read, a reply, bad
+// metadata) is answered with the reason and the connection closed.
+func TestDataServerRefusesMalformedRequests(t *testing.T) {
+	addr := serveMem(t, newMemHandler(1<<20))
+	for name, frame := range map[string][]byte{
+		"read with a payload": encodeFrame(Header{Op: OpReadRange, ID: 1}, (&Request{Op: OpReadRange, Segment: "seg", Length: 1}).AppendMeta(nil), []byte("x")),
+		"a reply":             encodeFrame(Header{Op: OpReadRange | ReplyBit, ID: 1}, nil, nil),
+		"short metadata":      encodeFrame(Header{Op: OpReadRange, ID: 1}, []byte("short"), nil),
+	} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hi := hello()
+		c.Write(hi[:])
+		io.ReadFull(c, make([]byte, HelloLen))
+		c.Write(frame)
+		rh, rm, err := ReadFrameHead(c, make([]byte, HeaderLen), nil)
+		if err != nil || rh.Status != codes.TransferFail || len(rm) == 0 {
+			t.Errorf("%s: %+v %q %v", name, rh, rm, err)
+		}
+		if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+			t.Errorf("%s: connection not closed: %v", name, err)
+		}
+		c.Close()
+	}
+}
+
+// Many calls in flight on one connection, SSD reads answered out of order
+// (each waits for the next key's read to start), memory reads between
+// them: every caller gets its own bytes.
+func TestDataPlanePipelined(t *testing.T) {
+	h := newMemHandler(4 << 20)
+	const k = 16
+	vals := make([][]byte, k)
+	started := make([]chan struct{}, k+1)
+	for i := range vals {
+		vals[i] = rnd(10<<10 + i)
+		h.ssd[fmt.Sprint(i)] = vals[i]
+		started[i] = make(chan struct{})
+	}
+	started[k] = make(chan struct{})
+	close(started[k])
+	h.ssdDelay = func(key []byte) {
+		var i int
+		fmt.Sscan(string(key), &i)
+		close(started[i])
+		if i < 7 { // the first seven wait for their successor: replies come back reversed
+			<-started[i+1]
+		}
+	}
+	dc := dial(t, serveMem(t, h))
+	ctx := context.Background()
+	seg := rnd(1 << 20)
+	if err := dc.Write(ctx, "seg", 0, seg, CRC32C(seg), 1); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errc := make(chan error, 2*k)
+	for i := 0; i < k; i++ {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, len(vals[i]))
+			if err := dc.ReadSSD(ctx, []byte(fmt.Sprint(i)), buf, CRC32C(vals[i])); err != nil {
+				errc <- err
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			off := i * 4096
+			buf := make([]byte, 64<<10)
+			if err := dc.ReadRange(ctx, "seg", int64(off), buf, CRC32C(seg[off:off+len(buf)])); err != nil {
+				errc <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+}
+
+// DataPool: one connection per slot, a broken one replaced, Close final.
+func TestDataPool(t *testing.T) {
+	h := newMemHandler(1 << 20)
+	addr := serveMem(t, h)
+	p := &DataPool{ConnsPerNode: 2}
+	ctx := context.Background()
+	a, err := p.Get(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := p.Get(ctx, addr)
+	c, _ := p.Get(ctx, addr)
+	if a == b || c != a {
+		t.Fatalf("slots: %p %p %p", a, b, c)
+	}
+	a.Close()
+	d, err := p.Get(ctx, addr)
+	if err != nil || d == a || d.Broken() {
+		t.Fatalf("broken connection not replaced: %v", err)
+	}
+	p.Close()
+	if _, err := p.Get(ctx, addr); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+	if !d.Broken() || !b.Broken() {
+		t.Fatal("Close left connections open")
+	}
+	if _, err := p.Get(ctx, "127.0.0.1:1"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("closed pool dialled: %v", err)
+	}
+	q := &DataPool{DialTimeout: time.Second}
+	if _, err := q.Get(ctx, "127.0.0.1:1"); !errors.Is(err, codes.ErrRPCFail) {
+		t.Fatalf("dial of a closed port: %v", err)
+	}
+}
+
+// Concurrent Gets of a fresh pool share one dial per slot; a node that
+// accepts but never answers (a stopped process) holds a caller no longer
+// than its context, and callers waiting for that dial leave with theirs.
+func TestDataPoolDials(t *testing.T) {
+	h := newMemHandler(1 << 20)
+	addr := serveMem(t, h)
+	p := &DataPool{ConnsPerNode: 2}
+	defer p.Close()
+	var wg sync.WaitGroup
+	conns := make([]*DataConn, 32)
+	for i := range conns {
+		wg.Go(func() {
+			c, err := p.Get(context.Background(), addr)
+			if err != nil {
+				t.Error(err)
+			}
+			conns[i] = c
+		})
+	}
+	wg.Wait()
+	distinct := map[*DataConn]bool{}
+	for _, c := range conns {
+		distinct[c] = true
+	}
+	if len(distinct) != 2 {
+		t.Fatalf("%d connections for 2 slots", len(distinct))
+	}
+
+	mute, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []net.Conn // accepted, held open, never answered
+	acceptDone := make(chan struct{})
+	go func() {
+		defer close(acceptDone)
+		for {
+			c, err := mute.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	defer func() {
+		mute.Close()
+		<-acceptDone
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	q := &DataPool{ConnsPerNode: 1, DialTimeout: time.Minute}
+	defer q.Close()
+	silent := mute.Addr().String()
+	dialCtx, cancelDial := context.WithCancel(context.Background())
+	dialer := make(chan error, 1)
+	go func() {
+		_, err := q.Get(dialCtx, silent)
+		dialer <- err
+	}()
+	// waitDial waits until the slot's dial has that many waiters.
+	waitDial := func(waiters int) {
+		for ok := false; !ok; runtime.Gosched() {
+			n, _ := q.node(silent)
+			n.mu.Lock()
+			d := n.slots[0].dialing
+			ok = d != nil && d.waiters == waiters
+			n.mu.Unlock()
+		}
+	}
+	waitDial(0)
+	// Waiters leave with their own context while the dial still hangs.
+	waiters := make(chan error, 2)
+	for range 2 {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			_, err := q.Get(ctx, silent)
+			waiters <- err
+		}()
+	}
+	for range 2 {
+		select {
+		case err := <-waiters:
+			if !errors.Is(err, codes.ErrContextCanceled) {
+				t.Fatalf("waiter: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a waiter is stuck behind a hanging dial")
+		}
+	}
+	// A waiter without a deadline shares the dial's outcome rather than
+	// dialling the silent node again.
+	sharer := make(chan error, 1)
+	go func() {
+		_, err := q.Get(context.Background(), silent)
+		sharer <- err
+	}()
+	waitDial(1)
+	// The dialer leaves when its context ends, not after DialTimeout.
+	cancelDial()
+	for name, ch := range map[string]chan error{"the dial of a silent node": dialer, "a waiter sharing the dial": sharer} {
+		select {
+		case err := <-ch:
+			if err == nil {
+				t.Fatalf("%s gave a connection", name)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s outlived the dialler's context", name)
+		}
+	}
+}
+
+// A node that is not a data-plane peer (here a plain gRPC server) is a
+// clear error at dial time.
+func TestDataDialWrongPeer(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	_, err = DialData(context.Background(), lis.Addr().String(), 2*time.Second)
+	if err == nil || (!errors.Is(err, codes.ErrRPCFail) && !errors.Is(err, ErrFrame)) {
+		t.Fatalf("dial of a gRPC-only server: %v", err)
+	}
+}
+
+// The server refuses a malformed request with a reply that says why, then
+// hangs up; Close waits for a request in progress and closes idle
+// connections.
+func TestDataServerRefusesAndCloses(t *testing.T) {
+	h := newMemHandler(1 << 20)
+	release := make(chan struct{})
+	h.ssd["slow"] = []byte("bytes")
+	h.ssdDelay = func([]byte) { <-release }
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewDataServer(h, DataServerOptions{Logger: quiet})
+	m := NewMux(lis, srv)
+	addr := lis.Addr().String()
+
+	// A write without a CRC: refused with a message, then the hang-up.
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hi := hello()
+	c.Write(hi[:])
+	io.ReadFull(c, make([]byte, HelloLen))
+	meta := (&Request{Op: OpWrite, Segment: "seg", Token: 1}).AppendMeta(nil)
+	c.Write(encodeFrame(Header{Op: OpWrite, ID: 5}, meta, []byte("abc")))
+	rh, rm, err := ReadFrameHead(c, make([]byte, HeaderLen), nil)
+	if err != nil || rh.ID != 5 || rh.Status != codes.TransferFail || !bytes.Contains(rm, []byte("without a CRC32C")) {
+		t.Fatalf("refusal: %+v %q %v", rh, rm, err)
+	}
+	if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("connection not closed after the refusal: %v", err)
+	}
+	c.Close()
+	if h.writes.Load() != 0 {
+		t.Fatal("the refused write reached the handler")
+	}
+
+	// Close: one connection idle, one with an SSD read in progress.
+	idle := dial(t, addr)
+	busy := dial(t, addr)
+	res := make(chan error, 1)
+	go func() {
+		res <- busy.ReadSSD(context.Background(), []byte("slow"), make([]byte, 5), CRC32C([]byte("bytes")))
+	}()
+	for srv.inflight() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	closed := make(chan struct{})
+	go func() { m.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("Close did not wait for the read in progress")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	<-closed
+	if err := <-res; err != nil {
+		t.Fatalf("the read in progress at Close: %v", err)
+	}
+	<-idle.readerDone
+	if !idle.Broken() {
+		t.Fatal("idle connection survived Close")
+	}
+	if _, err := DialData(context.Background(), addr, time.Second); err == nil {
+		t.Fatal("dial after Close succeeded")
+	}
+}

@@ -1,0 +1,160 @@
+package wire
+
+import (
+	"cmp"
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tierstore/tierstore/internal/codes"
+)
+
+// DefaultConnsPerNode is how many data connections a DataPool keeps to one
+// node when not told otherwise: calls are spread over them round-robin,
+// and each carries several calls at once.
+const DefaultConnsPerNode = 2
+
+// DefaultDialTimeout bounds dialling a data connection and its hello.
+const DefaultDialTimeout = 5 * time.Second
+
+// DataPool keeps up to ConnsPerNode data connections per node endpoint,
+// dialled on first use and replaced once broken. The zero DataPool is
+// ready; Close closes every connection and refuses later Gets. Safe for
+// concurrent use.
+type DataPool struct {
+	// ConnsPerNode: connections per endpoint (default DefaultConnsPerNode).
+	// Set before first use.
+	ConnsPerNode int
+	// DialTimeout bounds a dial and its hello (default DefaultDialTimeout).
+	DialTimeout time.Duration
+
+	// mu protects nodes and closed.
+	mu     sync.Mutex
+	nodes  map[string]*dataNode
+	closed bool
+}
+
+// dataNode is the connections to one endpoint.
+type dataNode struct {
+	next atomic.Uint32
+	// mu protects slots.
+	mu    sync.Mutex
+	slots []slot
+}
+
+// slot is one connection of a node, or the dial that will make it.
+type slot struct {
+	c       *DataConn
+	dialing *dialing // non-nil while a dial for this slot is in progress
+}
+
+// dialing is one dial in progress; done is closed when err is set.
+type dialing struct {
+	done    chan struct{}
+	err     error
+	waiters int // callers waiting for it (dataNode.mu)
+}
+
+// Get returns a usable data connection to endpoint. When the chosen slot
+// is empty or broken one caller dials it while the others wait for that
+// dial (or their context), and share its connection or its error.
+func (p *DataPool) Get(ctx context.Context, endpoint string) (*DataConn, error) {
+	n, err := p.node(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	s := &n.slots[int(n.next.Add(1))%len(n.slots)]
+	n.mu.Lock()
+	for s.dialing != nil {
+		d := s.dialing
+		d.waiters++
+		n.mu.Unlock()
+		var cerr error
+		select {
+		case <-d.done:
+		case <-ctx.Done():
+			cerr = codes.Errorf(codes.ContextCanceled, "wire: waiting for a data connection to %s: %v", endpoint, ctx.Err())
+		}
+		n.mu.Lock()
+		d.waiters--
+		if cerr == nil {
+			cerr = d.err
+		}
+		if cerr != nil {
+			n.mu.Unlock()
+			return nil, cerr
+		}
+	}
+	if s.c != nil && !s.c.Broken() {
+		c := s.c
+		n.mu.Unlock()
+		return c, nil
+	}
+	old := s.c
+	d := &dialing{done: make(chan struct{})}
+	s.c, s.dialing = nil, d
+	n.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+	c, err := DialData(ctx, endpoint, cmp.Or(p.DialTimeout, DefaultDialTimeout))
+	n.mu.Lock()
+	// Checked under n.mu: a Close that has not seen this slot yet will.
+	if err == nil && p.isClosed() {
+		c.Close()
+		c, err = nil, ErrClosed
+	}
+	s.c, s.dialing, d.err = c, nil, err
+	n.mu.Unlock()
+	close(d.done)
+	return c, err
+}
+
+// node returns endpoint's connections, created empty on first use.
+func (p *DataPool) node(endpoint string) (*dataNode, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, ErrClosed
+	}
+	n := p.nodes[endpoint]
+	if n == nil {
+		n = &dataNode{slots: make([]slot, cmp.Or(max(p.ConnsPerNode, 0), DefaultConnsPerNode))}
+		if p.nodes == nil {
+			p.nodes = map[string]*dataNode{}
+		}
+		p.nodes[endpoint] = n
+	}
+	return n, nil
+}
+
+func (p *DataPool) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
+}
+
+// Close closes every connection of the pool; a dial in progress closes
+// its connection when it completes.
+func (p *DataPool) Close() {
+	p.mu.Lock()
+	p.closed = true
+	nodes := p.nodes
+	p.nodes = nil
+	p.mu.Unlock()
+	for _, n := range nodes {
+		n.mu.Lock()
+		var open []*DataConn
+		for i := range n.slots {
+			if c := n.slots[i].c; c != nil {
+				open = append(open, c)
+				n.slots[i].c = nil
+			}
+		}
+		n.mu.Unlock()
+		for _, c := range open {
+			c.Close()
+		}
+	}
+}

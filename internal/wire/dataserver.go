@@ -1,0 +1,320 @@
+package wire
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tierstore/tierstore/internal/codes"
+)
+
+// DataHandler is what a node gives the data plane (package node implements
+// it). Every method is called concurrently from many connections.
+type DataHandler interface {
+	// WriteLimit bounds a write's payload (the segment's size).
+	WriteLimit() int64
+	// Write stores value at off of segment for the put identified by
+	// token. value's CRC32C was checked against crc already; value is
+	// only valid during the call.
+	Write(ctx context.Context, segment string, off int64, value []byte, crc uint32, token uint64) error
+	// ViewRange returns n bytes at off of segment without copying them,
+	// valid until release is called. The bytes go to the socket as they
+	// are; the reader checks them against the object's CRC32C.
+	ViewRange(segment string, off, n int64) (view []byte, release func(), err error)
+	// ReadSSD returns key's value from the SSD tier.
+	ReadSSD(ctx context.Context, key []byte) ([]byte, error)
+	// Served is told each request's op, service time (from its header to
+	// the end of its reply) and outcome.
+	Served(op Op, d time.Duration, err error)
+}
+
+// DataServerOptions tune a DataServer; zero values take the defaults.
+type DataServerOptions struct {
+	// WriteTimeout bounds writing one reply (a stalled reader must not
+	// pin a segment range forever). Default 30s.
+	WriteTimeout time.Duration
+	// SSDReadsPerConn bounds the SSD reads of one connection in flight
+	// (they run concurrently; memory reads are answered in order). Default 8.
+	SSDReadsPerConn int
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// DataServer serves data connections for one DataHandler. Safe for
+// concurrent use.
+type DataServer struct {
+	h    DataHandler
+	opts DataServerOptions
+	log  *slog.Logger
+
+	ctx    context.Context // passed to the handler; cancelled by Close
+	cancel context.CancelFunc
+	busy   atomic.Int64 // requests being served
+
+	// mu protects conns and closed.
+	mu     sync.Mutex
+	conns  map[*serverConn]struct{}
+	closed bool
+	wg     sync.WaitGroup // ServeConn calls in progress
+}
+
+// NewDataServer returns a server for h.
+func NewDataServer(h DataHandler, opts DataServerOptions) *DataServer {
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = 30 * time.Second
+	}
+	if opts.SSDReadsPerConn <= 0 {
+		opts.SSDReadsPerConn = 8
+	}
+	s := &DataServer{h: h, opts: opts, log: opts.Logger, conns: map[*serverConn]struct{}{}}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s
+}
+
+// serverConn is one data connection being served.
+type serverConn struct {
+	s  *DataServer
+	c  net.Conn
+	br *bufio.Reader
+
+	// wmu serialises replies (SSD reads answer from their own
+	// goroutines); it protects wbuf and wv.
+	wmu  sync.Mutex
+	wbuf []byte
+	wv   net.Buffers
+
+	ssd chan struct{}
+	wg  sync.WaitGroup // SSD reads in flight
+}
+
+// ServeConn serves one data connection until it ends or the server
+// closes; prefix holds bytes of the connection already read (the start of
+// the hello, consumed by Mux to recognise it). It closes c.
+func (s *DataServer) ServeConn(c net.Conn, prefix []byte) {
+	sc := &serverConn{s: s, c: c, br: bufio.NewReaderSize(c, 16<<10),
+		wbuf: make([]byte, 0, HeaderLen+MaxMeta), ssd: make(chan struct{}, s.opts.SSDReadsPerConn)}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		c.Close()
+		return
+	}
+	s.conns[sc] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	defer func() {
+		sc.wg.Wait()
+		c.Close()
+		s.mu.Lock()
+		delete(s.conns, sc)
+		s.mu.Unlock()
+		s.wg.Done()
+	}()
+	if err := sc.handshake(prefix); err != nil {
+		s.log.Debug("data connection refused", "remote", c.RemoteAddr(), "err", err)
+		return
+	}
+	if err := sc.loop(); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		s.log.Debug("data connection ended", "remote", c.RemoteAddr(), "err", err)
+	}
+}
+
+// inflight is the number of requests being served.
+func (s *DataServer) inflight() int64 { return s.busy.Load() }
+
+// Close stops the server: idle connections are closed, a request in
+// progress finishes its reply, and Close waits for them all.
+func (s *DataServer) Close() {
+	s.mu.Lock()
+	s.closed = true
+	for sc := range s.conns {
+		// Stop reading requests; a reply being written still goes out.
+		if cr, ok := sc.c.(interface{ CloseRead() error }); ok {
+			_ = cr.CloseRead()
+		} else {
+			_ = sc.c.SetReadDeadline(time.Now())
+		}
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	s.cancel()
+}
+
+func (sc *serverConn) handshake(prefix []byte) error {
+	var got [HelloLen]byte
+	n := copy(got[:], prefix)
+	_ = sc.c.SetReadDeadline(time.Now().Add(sc.s.opts.WriteTimeout))
+	if _, err := io.ReadFull(sc.br, got[n:]); err != nil {
+		return fmt.Errorf("wire: reading the hello: %w", err)
+	}
+	_ = sc.c.SetReadDeadline(time.Time{})
+	if err := checkHello(got[:]); err != nil {
+		return err
+	}
+	h := hello()
+	_ = sc.c.SetWriteDeadline(time.Now().Add(sc.s.opts.WriteTimeout))
+	_, err := sc.c.Write(h[:])
+	return err
+}
+
+// loop reads requests until the connection ends or breaks the protocol.
+func (sc *serverConn) loop() error {
+	hb := make([]byte, HeaderLen)
+	meta := make([]byte, 0, MaxMeta)
+	for {
+		h, m, err := ReadFrameHead(sc.br, hb, meta)
+		meta = m
+		if err != nil {
+			return err
+		}
+		if err := sc.serve(h, meta); err != nil {
+			return err
+		}
+	}
+}
+
+// serve answers one request whose header and metadata were read; only an
+// error that ends the connection is returned.
+func (sc *serverConn) serve(h Header, meta []byte) error {
+	start := time.Now()
+	req, err := sc.request(h, meta)
+	if err != nil {
+		return sc.refuse(h, err)
+	}
+	sc.s.busy.Add(1)
+	if req.Op == OpReadSSD {
+		key := append([]byte(nil), req.Key...) // meta is reused by the next frame
+		sc.ssd <- struct{}{}
+		sc.wg.Add(1)
+		go sc.readSSD(h.ID, key, req.Length, start)
+		return nil
+	}
+	defer sc.s.busy.Add(-1)
+	if req.Op == OpWrite {
+		return sc.write(h, req, start)
+	}
+	view, release, verr := sc.s.h.ViewRange(req.Segment, int64(req.Offset), int64(req.Length))
+	err = sc.reply(h.ID, req.Op, verr, view)
+	if release != nil {
+		release()
+	}
+	sc.s.h.Served(req.Op, time.Since(start), verr)
+	return err
+}
+
+// discardMax is the largest payload of a refused request that is read and
+// dropped to keep the connection; a larger one ends it.
+const discardMax = 64 << 20
+
+// refuse answers a request that cannot be served with err. A malformed
+// frame (ErrFrame) ends the connection after the answer, so that the
+// client reads why rather than a reset; a well-formed request that is
+// refused keeps it, its payload read and dropped.
+func (sc *serverConn) refuse(h Header, err error) error {
+	if errors.Is(err, ErrFrame) || h.PayloadLen > discardMax {
+		_ = sc.reply(h.ID, h.Op&^ReplyBit, err, nil)
+		return err
+	}
+	if _, derr := io.CopyN(io.Discard, sc.br, int64(h.PayloadLen)); derr != nil {
+		return frameErr(ErrShortFrame, "wire: payload of a refused %v: %v", h.Op, derr)
+	}
+	return sc.reply(h.ID, h.Op&^ReplyBit, err, nil)
+}
+
+// request validates a request frame and decodes its metadata.
+func (sc *serverConn) request(h Header, meta []byte) (Request, error) {
+	if h.Op&ReplyBit != 0 {
+		return Request{}, frameErr(ErrFrame, "wire: a client sent a %v", h.Op)
+	}
+	req, err := ParseRequest(h.Op, meta)
+	if err != nil {
+		return Request{}, err
+	}
+	switch {
+	case req.Op != OpWrite && h.PayloadLen != 0:
+		return Request{}, frameErr(ErrFrame, "wire: a %v request with a %d-byte payload", req.Op, h.PayloadLen)
+	case req.Op == OpWrite && h.Flags&FlagCRC == 0:
+		return Request{}, frameErr(ErrFrame, "wire: a write without a CRC32C")
+	case req.Op == OpWrite && h.PayloadLen > uint64(sc.s.h.WriteLimit()):
+		return Request{}, codes.Errorf(codes.InvalidParams, "wire: a write of %d bytes into a segment of %d", h.PayloadLen, sc.s.h.WriteLimit())
+	}
+	return req, nil
+}
+
+// write receives a write's payload, checks its CRC32C (the one check of
+// this transfer) and hands it to the handler. Only a transport error
+// returns an error (the connection is then dropped).
+func (sc *serverConn) write(h Header, req Request, start time.Time) error {
+	n := int(h.PayloadLen)
+	bp := getBuf(n)
+	defer putBuf(bp)
+	buf := *bp
+	crc, err := readCRC(sc.br, buf)
+	if err != nil {
+		return frameErr(ErrShortFrame, "wire: write payload: %v", err)
+	}
+	if crc != h.CRC {
+		err = BadChecksum("wire: write of %d bytes at %d: received CRC32C %08x, the sender's %08x; nothing stored", n, req.Offset, crc, h.CRC)
+	} else {
+		err = sc.s.h.Write(sc.s.ctx, req.Segment, int64(req.Offset), buf, crc, req.Token)
+	}
+	rerr := sc.reply(h.ID, OpWrite, err, nil)
+	sc.s.h.Served(OpWrite, time.Since(start), err)
+	return rerr
+}
+
+// readSSD answers one SSD read from its own goroutine.
+func (sc *serverConn) readSSD(id uint32, key []byte, want uint64, start time.Time) {
+	defer func() { sc.s.busy.Add(-1); <-sc.ssd; sc.wg.Done() }()
+	val, err := sc.s.h.ReadSSD(sc.s.ctx, key)
+	if err == nil && uint64(len(val)) != want {
+		err = codes.Errorf(codes.ChecksumMismatch, "wire: the SSD copy of %q has %d bytes, the reader expects %d", shortKey(key), len(val), want)
+		val = nil
+	}
+	if rerr := sc.reply(id, OpReadSSD, err, val); rerr != nil {
+		sc.c.Close() // the loop sees it and ends
+	}
+	sc.s.h.Served(OpReadSSD, time.Since(start), err)
+}
+
+// reply writes one reply frame: header, metadata (an error's message) and
+// the payload straight from view (one writev).
+func (sc *serverConn) reply(id uint32, op Op, err error, payload []byte) error {
+	h := Header{Op: op | ReplyBit, ID: id}
+	sc.wmu.Lock()
+	defer sc.wmu.Unlock()
+	b := sc.wbuf[:HeaderLen]
+	if err != nil {
+		h.Status = codes.Of(err)
+		msg := err.Error()
+		b = append(b, msg[:min(len(msg), MaxMeta)]...)
+		payload = nil
+	}
+	h.MetaLen = uint32(len(b) - HeaderLen)
+	h.PayloadLen = uint64(len(payload))
+	h.Encode(b)
+	_ = sc.c.SetWriteDeadline(time.Now().Add(sc.s.opts.WriteTimeout))
+	sc.wv = append(sc.wv[:0], b, payload)
+	v := sc.wv
+	_, werr := v.WriteTo(sc.c)
+	clear(sc.wv[:cap(sc.wv)])
+	return werr
+}
+
+// shortKey shortens a key for messages.
+func shortKey(k []byte) string {
+	if len(k) > 64 {
+		return string(k[:61]) + "..."
+	}
+	return string(k)
+}

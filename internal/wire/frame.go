@@ -1,0 +1,283 @@
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/tierstore/tierstore/internal/codes"
+)
+
+// The data plane's framing (docs/format/dataplane.md). A data connection
+// starts with an 8-byte hello each way ("TSDP", version, three zero bytes);
+// then every message is a frame: a 32-byte header, MetaLen bytes of
+// metadata, PayloadLen bytes of payload. Integers are little-endian.
+const (
+	// DataMagic opens a data connection. It cannot begin an HTTP/2
+	// connection preface ("PRI * HTTP/2.0"), so one listener serves both.
+	DataMagic = "TSDP"
+	// DataVersion is the protocol version this build speaks.
+	DataVersion = 1
+	// HelloLen is the length of the hello each side sends first.
+	HelloLen = 8
+	// HeaderLen is the length of a frame header.
+	HeaderLen = 32
+	// MaxMeta bounds a frame's metadata: a key of masterapi.MaxKeyLen
+	// bytes or a segment name, two integers, or an error message.
+	MaxMeta = 8 << 10
+	// MaxPayload bounds any payload a frame may announce (an object
+	// larger than this cannot exist); each reader also applies its own,
+	// tighter bound (the caller's buffer, the node's segment).
+	MaxPayload = 1 << 40
+	// maxName bounds a segment name in request metadata.
+	maxName = 1024
+	// maxKey bounds a key in request metadata (masterapi.MaxKeyLen).
+	maxKey = 4096
+)
+
+// frameMagic opens every frame header ("TF"): a stream that lost its
+// framing fails at the next header instead of being read as data.
+var frameMagic = [2]byte{'T', 'F'}
+
+// Op is a frame's operation. A reply carries its request's Op with
+// ReplyBit set.
+type Op uint8
+
+// Operations of the data plane.
+const (
+	// OpWrite: payload = the value, written at Offset of Segment for the
+	// put identified by Token; FlagCRC is mandatory. Reply: no payload.
+	OpWrite Op = 1
+	// OpReadRange: read Length bytes at Offset of Segment. Reply: payload
+	// = exactly those bytes, no CRC (the reader knows the object's).
+	OpReadRange Op = 2
+	// OpReadSSD: read Key from the node's SSD tier; Length is the size the
+	// reader expects. Reply: payload = exactly Length bytes.
+	OpReadSSD Op = 3
+	// ReplyBit marks a reply.
+	ReplyBit Op = 0x80
+)
+
+// FlagCRC: Header.CRC holds the payload's CRC32C.
+const FlagCRC uint8 = 1
+
+func (o Op) valid() bool {
+	switch o &^ ReplyBit {
+	case OpWrite, OpReadRange, OpReadSSD:
+		return true
+	}
+	return false
+}
+
+func (o Op) String() string {
+	name := "op(" + fmt.Sprint(uint8(o&^ReplyBit)) + ")"
+	switch o &^ ReplyBit {
+	case OpWrite:
+		name = "write"
+	case OpReadRange:
+		name = "read-range"
+	case OpReadSSD:
+		name = "read-ssd"
+	}
+	if o&ReplyBit != 0 {
+		name += " reply"
+	}
+	return name
+}
+
+// Header is a decoded frame header.
+type Header struct {
+	Op    Op
+	Flags uint8
+	// ID is chosen by the requester and echoed by the reply: several
+	// requests may be in flight on one connection, replies in any order.
+	ID uint32
+	// Status is a reply's outcome (codes.OK, or the error's code with the
+	// message as metadata); 0 in requests.
+	Status codes.Code
+	// CRC is the payload's CRC32C when Flags has FlagCRC.
+	CRC        uint32
+	MetaLen    uint32
+	PayloadLen uint64
+}
+
+// Errors of the data plane's framing. Every one also wraps
+// codes.ErrTransferFail, so a reader falls back to another replica.
+var (
+	// ErrFrame: a frame or hello is malformed (bad magic, unknown op or
+	// flags, oversized metadata or payload, a reply nobody asked for).
+	ErrFrame = errors.New("wire: malformed frame")
+	// ErrShortFrame: the connection ended inside a frame.
+	ErrShortFrame = errors.New("wire: connection ended inside a frame")
+	// ErrBadChecksum: bytes received by this side fail the object's
+	// CRC32C (also wraps codes.ErrChecksumMismatch). A node that finds its
+	// own SSD copy corrupt answers codes.ErrChecksumMismatch without it.
+	ErrBadChecksum = errors.New("wire: received bytes fail the object's CRC32C")
+)
+
+// BadChecksum returns an error wrapping ErrBadChecksum and
+// codes.ErrChecksumMismatch.
+func BadChecksum(format string, args ...any) error {
+	return fmt.Errorf("%s: %w: %w", fmt.Sprintf(format, args...), ErrBadChecksum, codes.ErrChecksumMismatch)
+}
+
+func frameErr(sentinel error, format string, args ...any) error {
+	return fmt.Errorf("%s: %w: %w", fmt.Sprintf(format, args...), sentinel, codes.ErrTransferFail)
+}
+
+// Encode writes h into b[:HeaderLen].
+func (h *Header) Encode(b []byte) {
+	_ = b[HeaderLen-1]
+	b[0], b[1] = frameMagic[0], frameMagic[1]
+	b[2] = byte(h.Op)
+	b[3] = h.Flags
+	binary.LittleEndian.PutUint32(b[4:], h.ID)
+	binary.LittleEndian.PutUint32(b[8:], uint32(int32(h.Status)))
+	binary.LittleEndian.PutUint32(b[12:], h.CRC)
+	binary.LittleEndian.PutUint32(b[16:], h.MetaLen)
+	binary.LittleEndian.PutUint32(b[20:], 0)
+	binary.LittleEndian.PutUint64(b[24:], h.PayloadLen)
+}
+
+// DecodeHeader parses and validates a frame header: magic, a known op,
+// known flags, zero reserved bytes, MetaLen <= MaxMeta, PayloadLen <=
+// MaxPayload, and no status in a request.
+func DecodeHeader(b []byte) (Header, error) {
+	if len(b) < HeaderLen {
+		return Header{}, frameErr(ErrShortFrame, "wire: frame header of %d bytes, %d needed", len(b), HeaderLen)
+	}
+	if b[0] != frameMagic[0] || b[1] != frameMagic[1] {
+		return Header{}, frameErr(ErrFrame, "wire: frame header starts with %02x%02x, not %q", b[0], b[1], frameMagic[:])
+	}
+	h := Header{
+		Op: Op(b[2]), Flags: b[3],
+		ID:         binary.LittleEndian.Uint32(b[4:]),
+		Status:     codes.Code(int32(binary.LittleEndian.Uint32(b[8:]))),
+		CRC:        binary.LittleEndian.Uint32(b[12:]),
+		MetaLen:    binary.LittleEndian.Uint32(b[16:]),
+		PayloadLen: binary.LittleEndian.Uint64(b[24:]),
+	}
+	switch {
+	case !h.Op.valid():
+		return Header{}, frameErr(ErrFrame, "wire: unknown frame op %d", b[2])
+	case h.Flags&^FlagCRC != 0:
+		return Header{}, frameErr(ErrFrame, "wire: unknown frame flags %#x", h.Flags)
+	case binary.LittleEndian.Uint32(b[20:]) != 0:
+		return Header{}, frameErr(ErrFrame, "wire: reserved header bytes are not zero")
+	case h.MetaLen > MaxMeta:
+		return Header{}, frameErr(ErrFrame, "wire: %v frame announces %d bytes of metadata, at most %d allowed", h.Op, h.MetaLen, MaxMeta)
+	case h.PayloadLen > MaxPayload:
+		return Header{}, frameErr(ErrFrame, "wire: %v frame announces a payload of %d bytes, at most %d allowed", h.Op, h.PayloadLen, uint64(MaxPayload))
+	case h.Op&ReplyBit == 0 && h.Status != codes.OK:
+		return Header{}, frameErr(ErrFrame, "wire: %v request carries status %d", h.Op, h.Status)
+	}
+	return h, nil
+}
+
+// Request is the metadata of a request frame.
+type Request struct {
+	Op      Op
+	Segment string // OpWrite, OpReadRange
+	Offset  uint64 // OpWrite, OpReadRange
+	Length  uint64 // OpReadRange, OpReadSSD: bytes asked for
+	Token   uint64 // OpWrite: the put token (masterapi.Replica.PutToken)
+	Key     []byte // OpReadSSD
+}
+
+// AppendMeta appends r's metadata encoding to b: OpWrite: offset u64,
+// token u64, segment; OpReadRange: offset u64, length u64, segment;
+// OpReadSSD: length u64, key. The trailing string runs to MetaLen.
+func (r *Request) AppendMeta(b []byte) []byte {
+	switch r.Op {
+	case OpWrite:
+		b = binary.LittleEndian.AppendUint64(b, r.Offset)
+		b = binary.LittleEndian.AppendUint64(b, r.Token)
+		return append(b, r.Segment...)
+	case OpReadRange:
+		b = binary.LittleEndian.AppendUint64(b, r.Offset)
+		b = binary.LittleEndian.AppendUint64(b, r.Length)
+		return append(b, r.Segment...)
+	case OpReadSSD:
+		b = binary.LittleEndian.AppendUint64(b, r.Length)
+		return append(b, r.Key...)
+	}
+	return b
+}
+
+// ParseRequest decodes the metadata of a request frame of op. Key aliases
+// meta.
+func ParseRequest(op Op, meta []byte) (Request, error) {
+	r := Request{Op: op}
+	need := 16
+	if op == OpReadSSD {
+		need = 8
+	}
+	if len(meta) < need {
+		return Request{}, frameErr(ErrFrame, "wire: %v metadata of %d bytes, at least %d needed", op, len(meta), need)
+	}
+	switch op {
+	case OpWrite, OpReadRange:
+		r.Offset = binary.LittleEndian.Uint64(meta)
+		if op == OpWrite {
+			r.Token = binary.LittleEndian.Uint64(meta[8:])
+		} else {
+			r.Length = binary.LittleEndian.Uint64(meta[8:])
+		}
+		if len(meta)-16 > maxName {
+			return Request{}, frameErr(ErrFrame, "wire: segment name of %d bytes, at most %d allowed", len(meta)-16, maxName)
+		}
+		r.Segment = string(meta[16:])
+	case OpReadSSD:
+		r.Length = binary.LittleEndian.Uint64(meta)
+		if n := len(meta) - 8; n == 0 || n > maxKey {
+			return Request{}, frameErr(ErrFrame, "wire: key of %d bytes (1..%d allowed)", n, maxKey)
+		}
+		r.Key = meta[8:]
+	default:
+		return Request{}, frameErr(ErrFrame, "wire: %v is not a request", op)
+	}
+	return r, nil
+}
+
+// ReadFrameHead reads one frame header and its metadata from r into hb
+// (HeaderLen bytes) and meta (grown to MetaLen, reused). The payload, if
+// any, is left in r for the caller to place. A stream that ends inside the
+// header or the metadata is ErrShortFrame; one that ends before the
+// header io.EOF.
+func ReadFrameHead(r io.Reader, hb []byte, meta []byte) (Header, []byte, error) {
+	if n, err := io.ReadFull(r, hb[:HeaderLen]); err != nil {
+		if err == io.EOF {
+			return Header{}, meta, io.EOF
+		}
+		return Header{}, meta, frameErr(ErrShortFrame, "wire: %d of %d header bytes, then %v", n, HeaderLen, err)
+	}
+	h, err := DecodeHeader(hb)
+	if err != nil {
+		return Header{}, meta, err
+	}
+	if cap(meta) < int(h.MetaLen) {
+		meta = make([]byte, h.MetaLen, MaxMeta)
+	}
+	meta = meta[:h.MetaLen]
+	if n, err := io.ReadFull(r, meta); err != nil {
+		return Header{}, meta, frameErr(ErrShortFrame, "wire: %v frame: %d of %d metadata bytes, then %v", h.Op, n, h.MetaLen, err)
+	}
+	return h, meta, nil
+}
+
+// hello is what each side sends first on a data connection.
+func hello() [HelloLen]byte {
+	return [HelloLen]byte{DataMagic[0], DataMagic[1], DataMagic[2], DataMagic[3], DataVersion}
+}
+
+// checkHello validates the peer's hello.
+func checkHello(b []byte) error {
+	if len(b) < HelloLen || string(b[:4]) != DataMagic {
+		return frameErr(ErrFrame, "wire: peer does not speak the data protocol (hello %q)", b)
+	}
+	if b[4] != DataVersion || b[5] != 0 || b[6] != 0 || b[7] != 0 {
+		return frameErr(ErrFrame, "wire: peer speaks data protocol version %d, this build %d", b[4], DataVersion)
+	}
+	return nil
+}

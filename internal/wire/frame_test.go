@@ -1,0 +1,152 @@
+package wire
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"testing"
+
+	"github.com/tierstore/tierstore/internal/codes"
+)
+
+func encodeFrame(h Header, meta, payload []byte) []byte {
+	h.MetaLen, h.PayloadLen = uint32(len(meta)), uint64(len(payload))
+	b := make([]byte, HeaderLen, HeaderLen+len(meta)+len(payload))
+	h.Encode(b)
+	return append(append(b, meta...), payload...)
+}
+
+func TestFrameRoundTrip(t *testing.T) {
+	for _, r := range []Request{
+		{Op: OpWrite, Segment: "seg-1", Offset: 1 << 40, Token: 77},
+		{Op: OpReadRange, Segment: "seg-2", Offset: 4096, Length: 1 << 20},
+		{Op: OpReadSSD, Key: []byte("layer0/blk42"), Length: 256 << 10},
+	} {
+		meta := r.AppendMeta(nil)
+		h := Header{Op: r.Op, ID: 9, CRC: 0xdeadbeef, Flags: FlagCRC}
+		frame := encodeFrame(h, meta, []byte("payload"))
+		got, m, err := ReadFrameHead(bytes.NewReader(frame), make([]byte, HeaderLen), nil)
+		if err != nil {
+			t.Fatalf("%v: %v", r.Op, err)
+		}
+		if got.Op != r.Op || got.ID != 9 || got.CRC != 0xdeadbeef || got.PayloadLen != 7 || !bytes.Equal(m, meta) {
+			t.Fatalf("%v: header %+v meta %q", r.Op, got, m)
+		}
+		back, err := ParseRequest(got.Op, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if back.Segment != r.Segment || back.Offset != r.Offset || back.Length != r.Length || back.Token != r.Token || !bytes.Equal(back.Key, r.Key) {
+			t.Fatalf("%v: request %+v, want %+v", r.Op, back, r)
+		}
+	}
+	// A reply carries a status; a request may not.
+	h := Header{Op: OpReadSSD | ReplyBit, Status: codes.ObjectNotFound}
+	got, _, err := ReadFrameHead(bytes.NewReader(encodeFrame(h, []byte("gone"), nil)), make([]byte, HeaderLen), nil)
+	if err != nil || got.Status != codes.ObjectNotFound {
+		t.Fatalf("error reply: %+v %v", got, err)
+	}
+}
+
+// Every malformed header is refused with ErrFrame (and TransferFail), a
+// stream that ends inside a frame with ErrShortFrame, and a stream that
+// ends between frames with io.EOF.
+func TestFrameRefusesMalformed(t *testing.T) {
+	good := encodeFrame(Header{Op: OpReadRange, ID: 1}, (&Request{Op: OpReadRange, Segment: "s", Length: 1}).AppendMeta(nil), nil)
+	mut := func(f func(b []byte)) []byte {
+		b := bytes.Clone(good)
+		f(b)
+		return b
+	}
+	cases := map[string]struct {
+		in   []byte
+		want error
+	}{
+		"bad magic":       {mut(func(b []byte) { b[0] = 'X' }), ErrFrame},
+		"unknown op":      {mut(func(b []byte) { b[2] = 9 }), ErrFrame},
+		"unknown flags":   {mut(func(b []byte) { b[3] = 0x40 }), ErrFrame},
+		"reserved":        {mut(func(b []byte) { b[21] = 1 }), ErrFrame},
+		"huge meta":       {mut(func(b []byte) { b[18] = 1 }), ErrFrame},
+		"huge payload":    {mut(func(b []byte) { b[31] = 1 }), ErrFrame},
+		"status in req":   {mut(func(b []byte) { b[8] = 1 }), ErrFrame},
+		"short header":    {good[:HeaderLen-1], ErrShortFrame},
+		"short meta":      {good[:len(good)-1], ErrShortFrame},
+		"empty stream":    {nil, io.EOF},
+		"one header byte": {good[:1], ErrShortFrame},
+		"header, no meta": {good[:HeaderLen], ErrShortFrame},
+		"zero header":     {make([]byte, HeaderLen), ErrFrame},
+		"another op":      {mut(func(b []byte) { b[2] = byte(OpWrite) }), nil},
+	}
+	for name, c := range cases {
+		_, _, err := ReadFrameHead(bytes.NewReader(c.in), make([]byte, HeaderLen), nil)
+		if c.want == nil {
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+			continue
+		}
+		if !errors.Is(err, c.want) {
+			t.Errorf("%s: got %v, want %v", name, err, c.want)
+		}
+		if c.want != io.EOF && !errors.Is(err, codes.ErrTransferFail) {
+			t.Errorf("%s: %v does not wrap TRANSFER_FAIL", name, err)
+		}
+	}
+}
+
+func TestParseRequestRefusesMalformed(t *testing.T) {
+	long := make([]byte, 16+maxName+1)
+	for name, c := range map[string]struct {
+		op   Op
+		meta []byte
+	}{
+		"short write":   {OpWrite, make([]byte, 15)},
+		"short range":   {OpReadRange, make([]byte, 8)},
+		"long segment":  {OpReadRange, long},
+		"empty key":     {OpReadSSD, make([]byte, 8)},
+		"long key":      {OpReadSSD, make([]byte, 8+maxKey+1)},
+		"reply as req":  {OpReadSSD | ReplyBit, make([]byte, 9)},
+		"short ssd req": {OpReadSSD, make([]byte, 7)},
+	} {
+		if _, err := ParseRequest(c.op, c.meta); !errors.Is(err, ErrFrame) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+func TestHello(t *testing.T) {
+	h := hello()
+	if err := checkHello(h[:]); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range [][]byte{[]byte("PRI * HT"), {'T', 'S', 'D', 'P', 2, 0, 0, 0}, {'T', 'S', 'D', 'P', 1, 0, 0, 1}, []byte("TSDP")} {
+		if err := checkHello(bad); !errors.Is(err, ErrFrame) {
+			t.Errorf("hello %q: %v", bad, err)
+		}
+	}
+	// The HTTP/2 preface must never look like a data connection.
+	if string("PRI * HTTP/2.0"[:len(DataMagic)]) == DataMagic {
+		t.Fatal("DataMagic collides with the HTTP/2 preface")
+	}
+}
+
+func TestBufPool(t *testing.T) {
+	for _, n := range []int{0, 1, 64 << 10, 64<<10 + 1, 1 << 20, 3<<20 + 5, 64 << 20, 64<<20 + 1} {
+		p := getBuf(n)
+		if len(*p) != n {
+			t.Fatalf("getBuf(%d): len %d", n, len(*p))
+		}
+		if c := classOf(n); c >= 0 && cap(*p) != 1<<(c+minClassShift) {
+			t.Fatalf("getBuf(%d): cap %d not its class", n, cap(*p))
+		}
+		putBuf(p)
+		q := getBuf(n)
+		if len(*q) != n {
+			t.Fatalf("reused getBuf(%d): len %d", n, len(*q))
+		}
+		putBuf(q)
+	}
+	if classOf(64<<20+1) != -1 || classOf(1) != 0 || classOf(64<<10+1) != 1 {
+		t.Fatal("size classes")
+	}
+}

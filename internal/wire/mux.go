@@ -1,0 +1,162 @@
+package wire
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// sniffTimeout bounds how long an accepted connection may take to send
+// its first four bytes.
+const sniffTimeout = 10 * time.Second
+
+// Mux shares one listener between a node's gRPC peer service and its data
+// plane: a connection that opens with DataMagic is a data connection, any
+// other (gRPC opens with the HTTP/2 preface) goes to the gRPC server
+// through Listener. The node's endpoint, as the master announces it, thus
+// serves both; the master API is unchanged.
+type Mux struct {
+	base net.Listener
+	data *DataServer
+	grpc chan net.Conn
+
+	done      chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup // the accept loop and connections being sniffed
+
+	// mu protects sniffing: connections whose first bytes are awaited
+	// (Close closes them).
+	mu       sync.Mutex
+	sniffing map[net.Conn]struct{}
+}
+
+// NewMux starts accepting on base. Close (or closing Listener) stops it,
+// closes base and the data server.
+func NewMux(base net.Listener, data *DataServer) *Mux {
+	m := &Mux{base: base, data: data, grpc: make(chan net.Conn), done: make(chan struct{}),
+		sniffing: map[net.Conn]struct{}{}}
+	m.wg.Add(1)
+	go m.acceptLoop()
+	return m
+}
+
+// Listener is the listener to give the gRPC server. Closing it closes the
+// Mux.
+func (m *Mux) Listener() net.Listener { return muxListener{m} }
+
+// Close stops accepting, closes the data server (waiting for requests in
+// progress) and the base listener.
+func (m *Mux) Close() error {
+	var err error
+	m.closeOnce.Do(func() {
+		close(m.done)
+		err = m.base.Close()
+		m.mu.Lock()
+		for c := range m.sniffing {
+			c.Close()
+		}
+		m.mu.Unlock()
+		m.wg.Wait()
+		m.data.Close()
+	})
+	return err
+}
+
+func (m *Mux) acceptLoop() {
+	defer m.wg.Done()
+	backoff := time.Millisecond
+	for {
+		c, err := m.base.Accept()
+		if err != nil {
+			select {
+			case <-m.done:
+				return
+			default:
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				time.Sleep(backoff)
+				backoff = min(2*backoff, time.Second)
+				continue
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(backoff) // EMFILE and friends: wait, then go on
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = time.Millisecond
+		m.mu.Lock()
+		select {
+		case <-m.done:
+			m.mu.Unlock()
+			c.Close()
+			return
+		default:
+		}
+		m.sniffing[c] = struct{}{}
+		m.wg.Add(1)
+		m.mu.Unlock()
+		go m.sniff(c)
+	}
+}
+
+// sniff reads a connection's first bytes and routes it.
+func (m *Mux) sniff(c net.Conn) {
+	var b [len(DataMagic)]byte
+	_ = c.SetReadDeadline(time.Now().Add(sniffTimeout))
+	_, err := io.ReadFull(c, b[:])
+	_ = c.SetReadDeadline(time.Time{})
+	m.mu.Lock()
+	delete(m.sniffing, c)
+	m.mu.Unlock()
+	if err != nil {
+		m.wg.Done()
+		c.Close()
+		return
+	}
+	if string(b[:]) == DataMagic {
+		m.wg.Done() // the data server tracks it from here
+		m.data.ServeConn(c, b[:])
+		return
+	}
+	defer m.wg.Done()
+	select {
+	case m.grpc <- &prefixConn{Conn: c, prefix: b[:]}:
+	case <-m.done:
+		c.Close()
+	}
+}
+
+// muxListener hands the gRPC server its connections.
+type muxListener struct{ m *Mux }
+
+func (l muxListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.m.grpc:
+		return c, nil
+	case <-l.m.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l muxListener) Close() error   { return l.m.Close() }
+func (l muxListener) Addr() net.Addr { return l.m.base.Addr() }
+
+// prefixConn replays the bytes the Mux read before handing c on.
+type prefixConn struct {
+	net.Conn
+	prefix []byte
+}
+
+func (c *prefixConn) Read(p []byte) (int, error) {
+	if len(c.prefix) > 0 {
+		n := copy(p, c.prefix)
+		c.prefix = c.prefix[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}

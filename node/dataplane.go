@@ -1,0 +1,210 @@
+package node
+
+import (
+	"context"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/wire"
+)
+
+// dataPlane is the node's side of the bulk data protocol (package wire's
+// DataServer, on the same listener as the gRPC peer service through a
+// wire.Mux), and the Put/Get latency histograms of both the remote and
+// the in-process paths.
+type dataPlane struct {
+	mux *wire.Mux // nil without a listener
+
+	once sync.Once
+	get  *prometheus.HistogramVec // tier: dram_local, dram_remote, ssd_local, ssd_remote
+	put  *prometheus.HistogramVec // tier: dram_local, dram_remote
+	errs *prometheus.CounterVec   // op: put, get_dram, get_ssd (remote requests refused or failed)
+	// the children of get and put, resolved once
+	getDRAMLocal, getDRAMRemote, getSSDLocal, getSSDRemote prometheus.Observer
+	putLocal, putRemote                                    prometheus.Observer
+}
+
+// Labels of the latency histograms, the same as package client's Tier.
+const (
+	tierDRAMLocal  = "dram_local"
+	tierDRAMRemote = "dram_remote"
+	tierSSDLocal   = "ssd_local"
+	tierSSDRemote  = "ssd_remote"
+)
+
+// latencyBuckets: 10 µs to about 1.3 s, doubling.
+var latencyBuckets = prometheus.ExponentialBuckets(10e-6, 2, 18)
+
+func (d *dataPlane) metrics() *dataPlane {
+	d.once.Do(func() {
+		d.get = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "tierstore", Subsystem: "node", Name: "get_seconds",
+			Help:    "Time the node spent serving a read, by tier (dram_local, dram_remote, ssd_local, ssd_remote); remote: from the request's header to the end of its reply.",
+			Buckets: latencyBuckets}, []string{"tier"})
+		d.put = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "tierstore", Subsystem: "node", Name: "put_seconds",
+			Help:    "Time the node spent storing a put's bytes, by tier (dram_local, dram_remote); remote: from the request's header to the end of its reply.",
+			Buckets: latencyBuckets}, []string{"tier"})
+		d.errs = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "tierstore", Subsystem: "node", Name: "data_errors_total",
+			Help: "Data-plane requests answered with an error, by op (put, get_dram, get_ssd)."}, []string{"op"})
+		d.getDRAMLocal, d.getDRAMRemote = d.get.WithLabelValues(tierDRAMLocal), d.get.WithLabelValues(tierDRAMRemote)
+		d.getSSDLocal, d.getSSDRemote = d.get.WithLabelValues(tierSSDLocal), d.get.WithLabelValues(tierSSDRemote)
+		d.putLocal, d.putRemote = d.put.WithLabelValues(tierDRAMLocal), d.put.WithLabelValues(tierDRAMRemote)
+	})
+	return d
+}
+
+// register adds the data plane's metrics to reg.
+func (d *dataPlane) register(reg prometheus.Registerer, labels prometheus.Labels) {
+	d.metrics()
+	wrap := prometheus.WrapRegistererWith(labels, reg)
+	wrap.MustRegister(d.get, d.put, d.errs)
+}
+
+// startDataPlane shares lis between the data plane and the gRPC peer
+// service, and returns the listener to give the gRPC server.
+func (n *Node) startDataPlane(lis net.Listener) net.Listener {
+	n.dp.metrics()
+	srv := wire.NewDataServer(dataHandler{n}, wire.DataServerOptions{Logger: n.log})
+	n.dp.mux = wire.NewMux(lis, srv)
+	return n.dp.mux.Listener()
+}
+
+// remoteKey marks the context of a write that came over the data plane, so
+// that WriteRange does not count it as an in-process put.
+type remoteKey struct{}
+
+// observeLocalPut records an in-process put (WriteRange called by a client
+// in this process) that started at start.
+func (n *Node) observeLocalPut(ctx context.Context, start time.Time) {
+	if ctx.Value(remoteKey{}) != nil {
+		return
+	}
+	n.dp.metrics().putLocal.Observe(time.Since(start).Seconds())
+}
+
+// dataHandler serves the data plane (wire.DataHandler) on the node.
+type dataHandler struct{ n *Node }
+
+func (h dataHandler) WriteLimit() int64 { return h.n.seg.Size() }
+
+// Write goes through Node.WriteRange, the one write path of the node, so
+// the put-token and range checks apply to it as to every other write.
+func (h dataHandler) Write(ctx context.Context, segment string, off int64, value []byte, crc uint32, token uint64) error {
+	err := h.n.WriteRange(context.WithValue(ctx, remoteKey{}, true), segment, off, value, crc, token)
+	if err == nil {
+		h.n.metrics.peerWrites.Add(1) // before the reply: a client that has it sees the count
+	}
+	return err
+}
+
+// ViewRange pins the segment (Close waits) and hands out the range as it
+// is: no copy and no checksum on the node; the reader checks the object's
+// CRC32C, so a range reused under it is a miss, not wrong bytes.
+func (h dataHandler) ViewRange(segment string, off, n int64) ([]byte, func(), error) {
+	if err := h.n.checkSegment(segment); err != nil {
+		return nil, nil, err
+	}
+	view, release := h.n.seg.pin()
+	v, err := view(off, int(n))
+	if err != nil {
+		release()
+		return nil, nil, toCode(err)
+	}
+	h.n.metrics.peerReadsDRAM.Add(1)
+	return v, release, nil
+}
+
+// ReadSSD reads through tier.Load, which checks the CRC32C against the
+// index (a mismatch drops the entry); the value is the tier's read buffer,
+// sent without another copy.
+func (h dataHandler) ReadSSD(ctx context.Context, key []byte) ([]byte, error) {
+	v, err := h.n.readSSD(ctx, key)
+	if err == nil {
+		h.n.metrics.peerReadsSSD.Add(1)
+	}
+	return v, err
+}
+
+func (h dataHandler) Served(op wire.Op, d time.Duration, err error) {
+	m := h.n.dp.metrics()
+	var hist prometheus.Observer
+	var label string
+	switch op {
+	case wire.OpWrite:
+		hist, label = m.putRemote, "put"
+	case wire.OpReadRange:
+		hist, label = m.getDRAMRemote, "get_dram"
+	default:
+		hist, label = m.getSSDRemote, "get_ssd"
+	}
+	if err != nil {
+		m.errs.WithLabelValues(label).Inc()
+		return
+	}
+	hist.Observe(d.Seconds())
+}
+
+// ReadRangeInto copies len(buf) bytes of the node's segment at off into
+// buf and returns their CRC32C, computed chunk by chunk right after each
+// chunk is copied (while in cache): the in-process read of a client in
+// this process (client.LocalNodeInto), without an allocation; the client
+// compares the CRC with the object's.
+func (n *Node) ReadRangeInto(_ context.Context, segment string, off int64, buf []byte) (uint32, error) {
+	start := time.Now()
+	if err := n.checkSegment(segment); err != nil {
+		return 0, err
+	}
+	if err := n.seg.check(off, len(buf)); err != nil {
+		return 0, toCode(err)
+	}
+	view, release := n.seg.pin()
+	defer release()
+	src, err := view(off, len(buf))
+	if err != nil {
+		return 0, toCode(err)
+	}
+	crc := copyCRC(buf, src)
+	n.dp.metrics().getDRAMLocal.Observe(time.Since(start).Seconds())
+	return crc, nil
+}
+
+// copyChunk is how much copyCRC copies before checksumming it.
+const copyChunk = 64 << 10
+
+// copyCRC copies src into dst (of the same length) and returns the CRC32C
+// of what it copied, checksumming each chunk of dst as soon as it is
+// copied.
+func copyCRC(dst, src []byte) uint32 {
+	var crc uint32
+	for i := 0; i < len(dst); i += copyChunk {
+		j := min(i+copyChunk, len(dst))
+		copy(dst[i:j], src[i:j])
+		crc = wire.UpdateCRC32C(crc, dst[i:j])
+	}
+	return crc
+}
+
+// ReadSSDInto reads key's value from the node's SSD tier (checked by the
+// tier against its index) into buf, which must be exactly the object's
+// size, and returns the CRC32C of the bytes copied (client.LocalNodeInto).
+// The tier reads into a buffer of its own, copied here once (until the
+// tier reads into caller buffers).
+func (n *Node) ReadSSDInto(ctx context.Context, key []byte, buf []byte) (uint32, error) {
+	start := time.Now()
+	v, err := n.readSSD(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	if len(v) != len(buf) {
+		return 0, codes.Errorf(codes.ChecksumMismatch, "node: the SSD copy of %q has %d bytes, the reader expects %d", key, len(v), len(buf))
+	}
+	crc := copyCRC(buf, v)
+	n.dp.metrics().getSSDLocal.Observe(time.Since(start).Seconds())
+	return crc, nil
+}
