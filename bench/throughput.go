@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -146,6 +147,11 @@ func runThroughput(ctx context.Context, e *env) (*result, error) {
 	if len(fr.table.Rows) > 0 {
 		res.Tables = append(res.Tables, fr.table)
 	}
+	wa, err := writeAmp(ctx, e, backends[0], min(total, 64<<20))
+	if err != nil {
+		return nil, err
+	}
+	res.Tables = append(res.Tables, wa)
 	res.Notes = append(res.Notes,
 		"write = Offload calls of one bucket each (encode, write, fdatasync, synced index commit); fio fdatasyncs at the same bucket size",
 		fmt.Sprintf("load RxK = R goroutines calling LoadInto with K keys each into reusable aligned buffers; + offload stream = one %s bucket offloaded every %v meanwhile (buckets written, Offload p99)", fmtBytes(streamBucket), streamEvery),
@@ -579,4 +585,92 @@ func timedPhase(d time.Duration) func(ctx context.Context, n, readers, perCall i
 		wg.Wait()
 		return count.Load(), lat, time.Since(t0), cmp.Or(first, ctx.Err())
 	}
+}
+
+// waSizes are the object sizes of the write amplification table.
+var waSizes = []int64{64 << 10, 16 << 10, 4 << 10, 1 << 10}
+
+// writeAmp measures, per object size, the bytes the process makes the
+// device write (/proc/self/io write_bytes: bucket files, pebble's WAL,
+// flushes and compactions, up to the tier's Close) against the value bytes
+// offloaded, with backend tb.
+func writeAmp(ctx context.Context, e *env, tb tierBackend, total int64) (*table, error) {
+	t := &table{
+		Title:   "write amplification per object size (" + tb.name + "): device bytes written / value bytes; the bucket part is the 4 KiB alignment floor, the index part pebble",
+		Columns: []string{"size", "objects", "value MiB", "bucket MiB", "index+WAL MiB", "bucket x", "index x", "total x", "index B/object"},
+	}
+	for _, size := range waSizes {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		dir := filepath.Join(e.dir, "wa-"+sizeName(size))
+		row, err := waRun(ctx, tb, dir, size, total)
+		os.RemoveAll(dir)
+		if err != nil {
+			return nil, fmt.Errorf("write amplification %s: %w", sizeName(size), err)
+		}
+		t.add(row...)
+	}
+	return t, nil
+}
+
+func waRun(ctx context.Context, tb tierBackend, dir string, size, total int64) ([]any, error) {
+	n := int(total / size)
+	vs := newValueSource(int(size), uint64(size)+3)
+	before, err := procWriteBytes()
+	if err != nil {
+		return nil, err
+	}
+	be, err := tb.open(filepath.Join(dir, "buckets"), quietLogger())
+	if err != nil {
+		return nil, err
+	}
+	eng, err := tier.Open(dir, tier.Options{Backend: be, Logger: quietLogger()})
+	if err != nil {
+		be.Close()
+		return nil, err
+	}
+	const per = 500
+	for i := 0; i < n; i += per {
+		tasks := make([]tier.Task, 0, per)
+		for j := i; j < min(i+per, n); j++ {
+			tasks = append(tasks, tier.Task{Key: fmt.Appendf(nil, "wa/%s/%08d", sizeName(size), j), Value: vs.value(j)})
+		}
+		for _, o := range eng.Offload(ctx, tasks, nil) {
+			if o.Status != tier.Persisted {
+				eng.Close()
+				return nil, fmt.Errorf("offload %s: %s: %w", o.Key, o.Status, o.Err)
+			}
+		}
+	}
+	buckets := eng.Stats().BytesWritten
+	if err := eng.Close(); err != nil {
+		return nil, err
+	}
+	after, err := procWriteBytes()
+	if err != nil {
+		return nil, err
+	}
+	value := int64(n) * size
+	device := after - before
+	index := max(device-buckets, 0)
+	const mib = 1 << 20
+	return []any{sizeName(size), n, float64(value) / mib, float64(buckets) / mib, float64(index) / mib,
+		float64(buckets) / float64(value), float64(index) / float64(value), float64(device) / float64(value),
+		float64(index) / float64(n)}, nil
+}
+
+// procWriteBytes is this process's write_bytes from /proc/self/io: bytes it
+// caused to be sent to storage.
+func procWriteBytes() (int64, error) {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0, fmt.Errorf("%w: /proc/self/io: %v", errUnavailable, err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "write_bytes: "); ok {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("%w: no write_bytes in /proc/self/io", errUnavailable)
 }
