@@ -73,6 +73,9 @@ type loadFig struct {
 	// timed: the phase reads random keys (with repeats) for this long,
 	// instead of every key once in a random order.
 	timed time.Duration
+	// async: each reader keeps perLoad single-key LoadAsync calls in
+	// flight (refilled as each completes) instead of calling LoadInto.
+	async bool
 }
 
 // streamPhase is how long the timed phases around the Offload stream last.
@@ -154,7 +157,7 @@ func runThroughput(ctx context.Context, e *env) (*result, error) {
 	res.Tables = append(res.Tables, wa)
 	res.Notes = append(res.Notes,
 		"write = Offload calls of one bucket each (encode, write, fdatasync, synced index commit); fio fdatasyncs at the same bucket size",
-		fmt.Sprintf("load RxK = R goroutines calling LoadInto with K keys each into reusable aligned buffers; + offload stream = one %s bucket offloaded every %v meanwhile (buckets written, Offload p99)", fmtBytes(streamBucket), streamEvery),
+		fmt.Sprintf("load RxK = R goroutines calling LoadInto with K keys each into reusable aligned buffers (latency per call); RxK async = R goroutines each keeping K single-key LoadAsync calls in flight (latency per key); + offload stream = one %s bucket offloaded every %v meanwhile (buckets written, Offload p99)", fmtBytes(streamBucket), streamEvery),
 		"reads follow posix_fadvise(DONTNEED) of every file, so the buffered backend starts cold too")
 	res.Elapsed = time.Since(start).Seconds()
 	res.charts = func(dir string) ([]string, error) { return throughputCharts(dir, figs, sizes, fr) }
@@ -382,7 +385,7 @@ func tpRun(ctx context.Context, e *env, tb tierBackend, dir string, size, total,
 	if err := tpWrite(ctx, e, eng, &f, keys, vs, size, bucketBytes); err != nil {
 		return f, err
 	}
-	modes := []loadFig{{readers: readers, perLoad: perLoad}}
+	modes := []loadFig{{readers: readers, perLoad: perLoad}, {readers: readers, perLoad: perLoad, async: true}}
 	if readers != 32 || perLoad != 1 {
 		modes = append(modes, loadFig{readers: 32, perLoad: 1})
 	}
@@ -394,7 +397,11 @@ func tpRun(ctx context.Context, e *env, tb tierBackend, dir string, size, total,
 	}
 	for _, m := range modes {
 		dropCache(dir)
-		l, err := tpLoad(ctx, e, eng, tb.name, keys, vs, size, readBudget, m)
+		load := tpLoad
+		if m.async {
+			load = tpLoadAsync
+		}
+		l, err := load(ctx, e, eng, tb.name, keys, vs, size, readBudget, m)
 		if err != nil {
 			return f, err
 		}
@@ -541,6 +548,72 @@ func offloadStream(ctx context.Context, eng *tier.Engine, vs *valueSource, size 
 		r.lat = append(r.lat, time.Since(c0))
 		r.buckets++
 	}
+}
+
+// tpLoadAsync is tpLoad's every-key-once phase with LoadAsync: m.readers
+// goroutines each keep m.perLoad single-key loads in flight, starting the
+// next as soon as one completes, into reusable aligned buffers. Latencies
+// are per key, submission to completion.
+func tpLoadAsync(ctx context.Context, e *env, eng *tier.Engine, backendName string, keys [][]byte, vs *valueSource,
+	size int64, readBudget time.Duration, m loadFig) (loadFig, error) {
+	m.mode = fmt.Sprintf("%dx%d async", m.readers, m.perLoad)
+	n := len(keys)
+	order := rand.New(rand.NewPCG(uint64(n), 12)).Perm(n)
+	deadline := time.Now().Add(readBudget)
+	var next, count atomic.Int64
+	var mu sync.Mutex // guards lat and first
+	var lat latencies
+	var first error
+	b := e.progress(fmt.Sprintf("throughput %s %s load %s", backendName, sizeName(size), m.mode), int64(n))
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for range m.readers {
+		wg.Go(func() {
+			slots := make(chan []byte, m.perLoad)
+			for range m.perLoad {
+				slots <- tier.NewBuffer(int(size))
+			}
+			var inflight sync.WaitGroup
+			for ctx.Err() == nil && time.Now().Before(deadline) {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					break
+				}
+				buf := <-slots
+				obj := order[i]
+				c0 := time.Now()
+				inflight.Add(1)
+				eng.LoadAsync(ctx, [][]byte{keys[obj]}, [][]byte{buf}, func(res []tier.LoadResult) {
+					defer inflight.Done()
+					d := time.Since(c0)
+					err := res[0].Err
+					if err == nil && !bytes.Equal(res[0].Value, vs.value(obj)) {
+						err = fmt.Errorf("%w: %s", errVerify, keys[obj])
+					}
+					mu.Lock()
+					lat = append(lat, d)
+					first = cmp.Or(first, err)
+					mu.Unlock()
+					count.Add(1)
+					b.Add(1)
+					slots <- buf
+				})
+			}
+			inflight.Wait()
+		})
+	}
+	wg.Wait()
+	read := time.Since(t0)
+	b.Finish()
+	if err := cmp.Or(first, ctx.Err()); err != nil {
+		return m, err
+	}
+	done := count.Load()
+	m.objects = int(done)
+	m.mbps = mbps(done*size, read)
+	m.iops = float64(done) / read.Seconds()
+	m.p50, m.p99 = ms(lat.pct(50)), ms(lat.pct(99))
+	return m, nil
 }
 
 // timedPhase returns a read phase with readPhase's signature that reads
