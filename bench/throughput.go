@@ -21,6 +21,7 @@ import (
 	"github.com/tierstore/tierstore/backend/pwrite"
 	"github.com/tierstore/tierstore/backend/uring"
 	"github.com/tierstore/tierstore/bench/internal/fio"
+	"github.com/tierstore/tierstore/bucket"
 	"github.com/tierstore/tierstore/tier"
 )
 
@@ -370,7 +371,10 @@ func tpRun(ctx context.Context, e *env, tb tierBackend, dir string, size, total,
 		return f, err
 	}
 	f.actual = be.Name()
-	eng, err := tier.Open(dir, tier.Options{Backend: be, Logger: log, BucketBytesLimit: bucketBytes})
+	// One Offload call = one bucket of bucketBytes, as fio fdatasyncs every
+	// bucketBytes: the keys limit must not cut buckets of small objects.
+	eng, err := tier.Open(dir, tier.Options{Backend: be, Logger: log, BucketBytesLimit: bucketBytes,
+		BucketKeysLimit: int(max(bucketBytes/size, 1))})
 	if err != nil {
 		be.Close()
 		return f, err
@@ -417,7 +421,9 @@ func tpRun(ctx context.Context, e *env, tb tierBackend, dir string, size, total,
 // figures in f.
 func tpWrite(ctx context.Context, e *env, eng *tier.Engine, f *tpFigures, keys [][]byte, vs *valueSource, size, bucketBytes int64) error {
 	n := len(keys)
-	per := int(min(int64(500), bucketBytes/size))
+	// A bucket of bucketBytes holds a little less than bucketBytes/size
+	// objects (header, trailer): one call is one full bucket.
+	per := int(max((bucketBytes-2*bucket.Align-int64(len(keys[0])+bucket.EntryFixedSize)*(bucketBytes/size))/size, 1))
 	notify := func(context.Context, []tier.Committed) error { return nil }
 	bar := e.progress(fmt.Sprintf("throughput %s %s offload", f.backend, f.size), int64(n))
 	defer bar.Finish()
