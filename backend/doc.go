@@ -35,12 +35,20 @@
 //
 // # Reads
 //
-// Read takes many byte ranges of one file; offsets and lengths need no
-// alignment (an O_DIRECT backend reads the enclosing aligned blocks and copies
-// out). A range past the end of the file fails alone with ErrShortRead, a
-// negative one with ErrBadRange; the call as a whole fails only when the file
-// cannot be read at all (ErrNotFound, ErrClosed, a done context). Returned
-// Data is owned by the caller.
+// Read takes byte ranges of any bucket files (each ReadOp names its file);
+// offsets and lengths need no alignment (an O_DIRECT backend reads the
+// enclosing aligned blocks). A range goes to the caller's Buf when given —
+// straight from the device when Buf is block aligned and covers the whole
+// blocks (AlignedBuffer, DirectLen), through an aligned staging buffer and a
+// copy otherwise — or to new memory the caller owns. Nothing is written past
+// len(Buf), nothing at all after Read returns. A range past the end of the
+// file fails alone with ErrShortRead, a negative one with ErrBadRange, one
+// whose Buf is too short with ErrBufferTooSmall, one of a missing file with
+// ErrNotFound; the call as a whole fails only when the backend is closed or
+// ctx ends (then the ranges not read fail with ctx's error, and Read still
+// returns only after the ranges in flight completed). AsyncReader
+// (ReadAsync, or StartRead for any backend) starts the same work and calls
+// back, so that one goroutine can keep many reads in flight.
 //
 // # Errors
 //

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +21,7 @@ import (
 	"github.com/tierstore/tierstore/backend/pwrite"
 	"github.com/tierstore/tierstore/backend/uring"
 	"github.com/tierstore/tierstore/bench/internal/fio"
+	"github.com/tierstore/tierstore/bucket"
 	"github.com/tierstore/tierstore/tier"
 )
 
@@ -72,6 +74,9 @@ type loadFig struct {
 	// timed: the phase reads random keys (with repeats) for this long,
 	// instead of every key once in a random order.
 	timed time.Duration
+	// async: each reader keeps perLoad single-key LoadAsync calls in
+	// flight (refilled as each completes) instead of calling LoadInto.
+	async bool
 }
 
 // streamPhase is how long the timed phases around the Offload stream last.
@@ -146,9 +151,14 @@ func runThroughput(ctx context.Context, e *env) (*result, error) {
 	if len(fr.table.Rows) > 0 {
 		res.Tables = append(res.Tables, fr.table)
 	}
+	wa, err := writeAmp(ctx, e, backends[0], min(total, 64<<20))
+	if err != nil {
+		return nil, err
+	}
+	res.Tables = append(res.Tables, wa)
 	res.Notes = append(res.Notes,
 		"write = Offload calls of one bucket each (encode, write, fdatasync, synced index commit); fio fdatasyncs at the same bucket size",
-		fmt.Sprintf("load RxK = R goroutines calling LoadInto with K keys each into reusable aligned buffers; + offload stream = one %s bucket offloaded every %v meanwhile (buckets written, Offload p99)", fmtBytes(streamBucket), streamEvery),
+		fmt.Sprintf("load RxK = R goroutines calling LoadInto with K keys each into reusable aligned buffers (latency per call); RxK async = R goroutines each keeping K single-key LoadAsync calls in flight (latency per key); + offload stream = one %s bucket offloaded every %v meanwhile (buckets written, Offload p99)", fmtBytes(streamBucket), streamEvery),
 		"reads follow posix_fadvise(DONTNEED) of every file, so the buffered backend starts cold too")
 	res.Elapsed = time.Since(start).Seconds()
 	res.charts = func(dir string) ([]string, error) { return throughputCharts(dir, figs, sizes, fr) }
@@ -361,7 +371,10 @@ func tpRun(ctx context.Context, e *env, tb tierBackend, dir string, size, total,
 		return f, err
 	}
 	f.actual = be.Name()
-	eng, err := tier.Open(dir, tier.Options{Backend: be, Logger: log, BucketBytesLimit: bucketBytes})
+	// One Offload call = one bucket of bucketBytes, as fio fdatasyncs every
+	// bucketBytes: the keys limit must not cut buckets of small objects.
+	eng, err := tier.Open(dir, tier.Options{Backend: be, Logger: log, BucketBytesLimit: bucketBytes,
+		BucketKeysLimit: int(max(bucketBytes/size, 1))})
 	if err != nil {
 		be.Close()
 		return f, err
@@ -376,7 +389,7 @@ func tpRun(ctx context.Context, e *env, tb tierBackend, dir string, size, total,
 	if err := tpWrite(ctx, e, eng, &f, keys, vs, size, bucketBytes); err != nil {
 		return f, err
 	}
-	modes := []loadFig{{readers: readers, perLoad: perLoad}}
+	modes := []loadFig{{readers: readers, perLoad: perLoad}, {readers: readers, perLoad: perLoad, async: true}}
 	if readers != 32 || perLoad != 1 {
 		modes = append(modes, loadFig{readers: 32, perLoad: 1})
 	}
@@ -388,7 +401,11 @@ func tpRun(ctx context.Context, e *env, tb tierBackend, dir string, size, total,
 	}
 	for _, m := range modes {
 		dropCache(dir)
-		l, err := tpLoad(ctx, e, eng, tb.name, keys, vs, size, readBudget, m)
+		load := tpLoad
+		if m.async {
+			load = tpLoadAsync
+		}
+		l, err := load(ctx, e, eng, tb.name, keys, vs, size, readBudget, m)
 		if err != nil {
 			return f, err
 		}
@@ -404,7 +421,9 @@ func tpRun(ctx context.Context, e *env, tb tierBackend, dir string, size, total,
 // figures in f.
 func tpWrite(ctx context.Context, e *env, eng *tier.Engine, f *tpFigures, keys [][]byte, vs *valueSource, size, bucketBytes int64) error {
 	n := len(keys)
-	per := int(min(int64(500), bucketBytes/size))
+	// A bucket of bucketBytes holds a little less than bucketBytes/size
+	// objects (header, trailer): one call is one full bucket.
+	per := int(max((bucketBytes-2*bucket.Align-int64(len(keys[0])+bucket.EntryFixedSize)*(bucketBytes/size))/size, 1))
 	notify := func(context.Context, []tier.Committed) error { return nil }
 	bar := e.progress(fmt.Sprintf("throughput %s %s offload", f.backend, f.size), int64(n))
 	defer bar.Finish()
@@ -537,6 +556,72 @@ func offloadStream(ctx context.Context, eng *tier.Engine, vs *valueSource, size 
 	}
 }
 
+// tpLoadAsync is tpLoad's every-key-once phase with LoadAsync: m.readers
+// goroutines each keep m.perLoad single-key loads in flight, starting the
+// next as soon as one completes, into reusable aligned buffers. Latencies
+// are per key, submission to completion.
+func tpLoadAsync(ctx context.Context, e *env, eng *tier.Engine, backendName string, keys [][]byte, vs *valueSource,
+	size int64, readBudget time.Duration, m loadFig) (loadFig, error) {
+	m.mode = fmt.Sprintf("%dx%d async", m.readers, m.perLoad)
+	n := len(keys)
+	order := rand.New(rand.NewPCG(uint64(n), 12)).Perm(n)
+	deadline := time.Now().Add(readBudget)
+	var next, count atomic.Int64
+	var mu sync.Mutex // guards lat and first
+	var lat latencies
+	var first error
+	b := e.progress(fmt.Sprintf("throughput %s %s load %s", backendName, sizeName(size), m.mode), int64(n))
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for range m.readers {
+		wg.Go(func() {
+			slots := make(chan []byte, m.perLoad)
+			for range m.perLoad {
+				slots <- tier.NewBuffer(int(size))
+			}
+			var inflight sync.WaitGroup
+			for ctx.Err() == nil && time.Now().Before(deadline) {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					break
+				}
+				buf := <-slots
+				obj := order[i]
+				c0 := time.Now()
+				inflight.Add(1)
+				eng.LoadAsync(ctx, [][]byte{keys[obj]}, [][]byte{buf}, func(res []tier.LoadResult) {
+					defer inflight.Done()
+					d := time.Since(c0)
+					err := res[0].Err
+					if err == nil && !bytes.Equal(res[0].Value, vs.value(obj)) {
+						err = fmt.Errorf("%w: %s", errVerify, keys[obj])
+					}
+					mu.Lock()
+					lat = append(lat, d)
+					first = cmp.Or(first, err)
+					mu.Unlock()
+					count.Add(1)
+					b.Add(1)
+					slots <- buf
+				})
+			}
+			inflight.Wait()
+		})
+	}
+	wg.Wait()
+	read := time.Since(t0)
+	b.Finish()
+	if err := cmp.Or(first, ctx.Err()); err != nil {
+		return m, err
+	}
+	done := count.Load()
+	m.objects = int(done)
+	m.mbps = mbps(done*size, read)
+	m.iops = float64(done) / read.Seconds()
+	m.p50, m.p99 = ms(lat.pct(50)), ms(lat.pct(99))
+	return m, nil
+}
+
 // timedPhase returns a read phase with readPhase's signature that reads
 // random objects (repeats allowed) for d, ignoring the deadline.
 func timedPhase(d time.Duration) func(ctx context.Context, n, readers, perCall int, seed uint64, _ time.Time, b bar,
@@ -579,4 +664,92 @@ func timedPhase(d time.Duration) func(ctx context.Context, n, readers, perCall i
 		wg.Wait()
 		return count.Load(), lat, time.Since(t0), cmp.Or(first, ctx.Err())
 	}
+}
+
+// waSizes are the object sizes of the write amplification table.
+var waSizes = []int64{64 << 10, 16 << 10, 4 << 10, 1 << 10}
+
+// writeAmp measures, per object size, the bytes the process makes the
+// device write (/proc/self/io write_bytes: bucket files, pebble's WAL,
+// flushes and compactions, up to the tier's Close) against the value bytes
+// offloaded, with backend tb.
+func writeAmp(ctx context.Context, e *env, tb tierBackend, total int64) (*table, error) {
+	t := &table{
+		Title:   "write amplification per object size (" + tb.name + "): device bytes written / value bytes; the bucket part is the 4 KiB alignment floor, the index part pebble",
+		Columns: []string{"size", "objects", "value MiB", "bucket MiB", "index+WAL MiB", "bucket x", "index x", "total x", "index B/object"},
+	}
+	for _, size := range waSizes {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		dir := filepath.Join(e.dir, "wa-"+sizeName(size))
+		row, err := waRun(ctx, tb, dir, size, total)
+		os.RemoveAll(dir)
+		if err != nil {
+			return nil, fmt.Errorf("write amplification %s: %w", sizeName(size), err)
+		}
+		t.add(row...)
+	}
+	return t, nil
+}
+
+func waRun(ctx context.Context, tb tierBackend, dir string, size, total int64) ([]any, error) {
+	n := int(total / size)
+	vs := newValueSource(int(size), uint64(size)+3)
+	before, err := procWriteBytes()
+	if err != nil {
+		return nil, err
+	}
+	be, err := tb.open(filepath.Join(dir, "buckets"), quietLogger())
+	if err != nil {
+		return nil, err
+	}
+	eng, err := tier.Open(dir, tier.Options{Backend: be, Logger: quietLogger()})
+	if err != nil {
+		be.Close()
+		return nil, err
+	}
+	const per = 500
+	for i := 0; i < n; i += per {
+		tasks := make([]tier.Task, 0, per)
+		for j := i; j < min(i+per, n); j++ {
+			tasks = append(tasks, tier.Task{Key: fmt.Appendf(nil, "wa/%s/%08d", sizeName(size), j), Value: vs.value(j)})
+		}
+		for _, o := range eng.Offload(ctx, tasks, nil) {
+			if o.Status != tier.Persisted {
+				eng.Close()
+				return nil, fmt.Errorf("offload %s: %s: %w", o.Key, o.Status, o.Err)
+			}
+		}
+	}
+	buckets := eng.Stats().BytesWritten
+	if err := eng.Close(); err != nil {
+		return nil, err
+	}
+	after, err := procWriteBytes()
+	if err != nil {
+		return nil, err
+	}
+	value := int64(n) * size
+	device := after - before
+	index := max(device-buckets, 0)
+	const mib = 1 << 20
+	return []any{sizeName(size), n, float64(value) / mib, float64(buckets) / mib, float64(index) / mib,
+		float64(buckets) / float64(value), float64(index) / float64(value), float64(device) / float64(value),
+		float64(index) / float64(n)}, nil
+}
+
+// procWriteBytes is this process's write_bytes from /proc/self/io: bytes it
+// caused to be sent to storage.
+func procWriteBytes() (int64, error) {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0, fmt.Errorf("%w: /proc/self/io: %v", errUnavailable, err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "write_bytes: "); ok {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("%w: no write_bytes in /proc/self/io", errUnavailable)
 }

@@ -3,10 +3,13 @@
 //
 // A bucket file holds many objects (KV-cache blocks) written once, append
 // only, and never modified. Its layout is documented in docs/format/bucket.md:
-// a one-block header, the object data (each object's stored bytes starting on
-// an Align boundary, so one object can be read with O_DIRECT), a trailer that
-// lists every object (key, lengths, codec, CRC32C, offset) and a fixed-size
-// footer at the very end of the file that locates and checksums the trailer.
+// a one-block header, the object data (a large object's stored bytes start on
+// an Align boundary; objects smaller than a block are packed without crossing
+// one, so any object can be read with O_DIRECT through the blocks that hold
+// it alone), a trailer that lists every object (key, lengths, codec, CRC32C,
+// offset) and a fixed-size footer at the very end of the file that locates
+// and checksums the trailer. Version 2 (packing) is written; version 1 (every
+// object aligned) is still read.
 // The trailer lets recovery rebuild the index from the file alone.
 //
 // # Invariants

@@ -21,8 +21,16 @@ const (
 	FooterSize = 64
 	// EntryFixedSize is the size of a trailer entry without its key.
 	EntryFixedSize = 24
-	// Version is the format version this package writes and reads.
-	Version = 1
+	// Version is the format version this package writes. Version 2 packs
+	// small objects (see Encode); VersionAligned (1, every object on an
+	// Align boundary) is still read.
+	Version        = 2
+	VersionAligned = 1
+	// PackBelow: an object whose stored bytes are fewer than this is packed
+	// (Version 2): it starts right after the previous small object instead
+	// of on a block boundary, and never crosses one, so one block read
+	// still holds it.
+	PackBelow = Align
 	// MaxKeyLen is the longest key, in bytes.
 	MaxKeyLen = 4096
 	// MaxValueLen is the longest value, in bytes.
@@ -170,18 +178,29 @@ func Encode(objs []Object, opt EncodeOptions) (*Encoded, error) {
 			Key: o.Key, Offset: off, ValueLen: uint32(len(o.Value)),
 			StoredLen: uint32(len(stored)), Codec: codec, CRC: Checksum(o.Value),
 		}
+		// Small objects are packed into the current block when they fit
+		// in what is left of it; every other object starts a block.
+		if start := placeAt(off, int64(len(stored))); start > off {
+			enc.Data = append(enc.Data, zeros[:start-off])
+			off = start
+		}
+		e.Offset = off
 		enc.Entries = append(enc.Entries, e)
 		if len(stored) > 0 {
 			enc.Data = append(enc.Data, stored)
 		}
-		padded := AlignUp(int64(len(stored)))
-		if pad := padded - int64(len(stored)); pad > 0 {
-			enc.Data = append(enc.Data, zeros[:pad])
+		off += int64(len(stored))
+		if int64(len(stored)) >= PackBelow {
+			padded := AlignUp(off)
+			enc.Data = append(enc.Data, zeros[:padded-off])
+			off = padded
 		}
-		off += padded
 		trailerLen += EntryFixedSize + len(o.Key)
 	}
-	trailerOff := off
+	trailerOff := AlignUp(off)
+	if pad := trailerOff - off; pad > 0 {
+		enc.Data = append(enc.Data, zeros[:pad])
+	}
 	size := AlignUp(trailerOff + int64(trailerLen) + FooterSize)
 	tail := make([]byte, size-trailerOff)
 	p := 0
@@ -191,13 +210,23 @@ func Encode(objs []Object, opt EncodeOptions) (*Encoded, error) {
 	trailerCRC := Checksum(tail[:trailerLen])
 	putHeader(header, uint32(len(objs)), opt.ID, opt.Created)
 	enc.Footer = Footer{
-		Count: uint32(len(objs)), ID: opt.ID, TrailerOff: trailerOff,
+		Version: Version, Count: uint32(len(objs)), ID: opt.ID, TrailerOff: trailerOff,
 		TrailerLen: int64(trailerLen), TrailerCRC: trailerCRC,
 	}
 	putFooter(tail[len(tail)-FooterSize:], enc.Footer)
 	enc.Data = append(enc.Data, tail)
 	enc.Size = size
 	return enc, nil
+}
+
+// placeAt returns where an object of n stored bytes starts when the data so
+// far ends at off: off itself for a small object that fits in the rest of
+// off's block (or an empty one), else the next block boundary.
+func placeAt(off, n int64) int64 {
+	if n < PackBelow && (off%Align == 0 || off%Align+n <= Align) {
+		return off
+	}
+	return AlignUp(off)
 }
 
 func compressLZ4(v []byte) ([]byte, bool) {
@@ -253,14 +282,15 @@ func DecodeHeader(b []byte) (Header, error) {
 	if got, want := le.Uint32(b[headerFieldsLen:]), Checksum(b[:headerFieldsLen]); got != want {
 		return Header{}, corrupt(0, "header checksum %08x, want %08x", got, want)
 	}
-	if v := le.Uint16(b[8:]); v != Version {
-		return Header{}, corrupt(8, "header version %d, want %d", v, Version)
+	if v := le.Uint16(b[8:]); v != Version && v != VersionAligned {
+		return Header{}, corrupt(8, "header version %d, want %d or %d", v, Version, VersionAligned)
 	}
 	return Header{Count: le.Uint32(b[12:]), ID: le.Uint64(b[16:]), Created: int64(le.Uint64(b[24:]))}, nil
 }
 
 // Footer is the decoded footer: where the trailer is and its checksum.
 type Footer struct {
+	Version    uint16 // of the file: Version or VersionAligned
 	Count      uint32
 	ID         uint64
 	TrailerOff int64
@@ -271,7 +301,7 @@ type Footer struct {
 func putFooter(b []byte, f Footer) {
 	le := binary.LittleEndian
 	copy(b[0:8], footerMagic[:])
-	le.PutUint16(b[8:], Version)
+	le.PutUint16(b[8:], f.Version)
 	le.PutUint16(b[10:], 0)
 	le.PutUint32(b[12:], f.Count)
 	le.PutUint64(b[16:], f.ID)
@@ -298,11 +328,12 @@ func DecodeFooter(b []byte, fileSize int64) (Footer, error) {
 	if got, want := le.Uint32(b[footerCRCOff:]), Checksum(b[:footerCRCOff]); got != want {
 		return Footer{}, corrupt(foff, "footer checksum %08x, want %08x", got, want)
 	}
-	if v := le.Uint16(b[8:]); v != Version {
-		return Footer{}, corrupt(foff+8, "footer version %d, want %d", v, Version)
+	v := le.Uint16(b[8:])
+	if v != Version && v != VersionAligned {
+		return Footer{}, corrupt(foff+8, "footer version %d, want %d or %d", v, Version, VersionAligned)
 	}
 	f := Footer{
-		Count: le.Uint32(b[12:]), ID: le.Uint64(b[16:]),
+		Version: v, Count: le.Uint32(b[12:]), ID: le.Uint64(b[16:]),
 		TrailerOff: int64(le.Uint64(b[24:])), TrailerLen: int64(le.Uint64(b[32:])),
 		TrailerCRC: le.Uint32(b[40:]),
 	}
@@ -360,11 +391,16 @@ func DecodeTrailer(b []byte, f Footer) ([]Entry, error) {
 		default:
 			return nil, corrupt(at, "entry %d codec %d", i, e.Codec)
 		}
-		if e.Offset < minOff || e.Offset%Align != 0 || e.Offset > f.TrailerOff ||
-			int64(e.StoredLen) > f.TrailerOff-e.Offset {
+		if e.Offset < minOff || e.Offset > f.TrailerOff || int64(e.StoredLen) > f.TrailerOff-e.Offset {
 			return nil, corrupt(at, "entry %d data at %d+%d outside [%d,%d)", i, e.Offset, e.StoredLen, minOff, f.TrailerOff)
 		}
-		minOff = e.Offset + AlignUp(int64(e.StoredLen))
+		if placed := f.Version == Version && placeAt(e.Offset, int64(e.StoredLen)) == e.Offset; e.Offset%Align != 0 && !placed {
+			return nil, corrupt(at, "entry %d data at %d+%d: not on a block boundary, and not a small object inside one", i, e.Offset, e.StoredLen)
+		}
+		minOff = e.Offset + int64(e.StoredLen)
+		if int64(e.StoredLen) >= PackBelow || f.Version == VersionAligned {
+			minOff = AlignUp(minOff)
+		}
 		entries = append(entries, e)
 	}
 	if p != len(b) {

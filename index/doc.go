@@ -9,7 +9,8 @@
 //
 //	'k' key              -> object location (bucket, offset, lengths, codec, CRC32C)
 //	'b' be64(bucket) key -> membership: key lives in bucket
-//	'm' be64(bucket)     -> bucket metadata (size, keys, creation time)
+//	'm' be64(bucket)     -> bucket record (size, objects written, creation time,
+//	                        live objects and bytes, trailer offset/length/CRC32C)
 //	'n'                  -> next bucket id
 //
 // Object keys are opaque bytes of 1 to MaxKeyLen bytes. Because the object
@@ -20,11 +21,16 @@
 //
 // # Invariants
 //
-//  1. One bucket, one batch. CommitBucket writes every object record, every
+//  1. One bucket, one batch. Commit writes every object record, every
 //     membership record, the bucket record and the next bucket id in one
-//     pebble batch committed with a WAL sync: after it returns nil the whole
-//     bucket survives a crash; after a crash before that, none of it is
-//     visible. DeleteBucket and DeleteKeys are single synced batches too.
+//     pebble batch committed with a WAL sync, together with what the commit
+//     changes elsewhere: the membership records and live counts of the
+//     buckets its keys leave (stale versions, re-inserted objects), the
+//     records of buckets it empties, and the buckets it drops (an eviction
+//     that re-inserts its kept objects). After it returns nil all of it
+//     survives a crash; after a crash before that, none of it is visible.
+//     DeleteBucket, RemoveKeys, RemoveIfAt and SetTrailers are single synced
+//     batches too.
 //  2. Membership follows the object record. A key has exactly one object
 //     record and one membership record, in the bucket its location names.
 //     Re-committing a key into a newer bucket moves its membership record, and
@@ -32,8 +38,14 @@
 //     deleted bucket, so a key re-committed elsewhere survives the eviction of
 //     its old bucket.
 //  3. NextBucketID is greater than every committed bucket id, across reopens.
-//  4. Count equals the number of object records (computed at Open, then kept
-//     in step by every write).
+//  4. Per-bucket accounting: a bucket record's live count and live bytes
+//     equal its members' count and summed stored lengths, kept in step by
+//     every batch that adds, moves or removes a member; a bucket whose last
+//     member goes loses its record in that batch (reported as Emptied).
+//     Count equals the number of object records: Open computes it as the sum
+//     of the live counts, one record per bucket, not per object, and every
+//     write keeps it in step. Bucket records of version 1 (no live counts)
+//     are migrated by Open.
 //  5. A failed write (pebble cannot write or sync its WAL) is never silent:
 //     the call returns ErrFailed and every later call does too, because pebble
 //     cannot continue and its memory may hold the failed batch. The owner
@@ -42,11 +54,13 @@
 //
 // # Concurrency
 //
-// An Index is safe for concurrent use. Reads run in parallel. Writes
-// (CommitBucket, DeleteBucket, DeleteKeys) are serialised by the index itself
-// so that Count and NextBucketID stay exact; the tier engine additionally
-// serialises its duplicate check and its commit under its own lock, which the
-// index does not replace. Close waits for operations in progress; calls after
+// An Index is safe for concurrent use. Reads run in parallel and never wait
+// for a write (mu is a read-write lock that writes take for reading too).
+// Writes (Commit, DeleteBucket, RemoveKeys, RemoveIfAt, SetTrailers) are
+// serialised by writeMu, held across their WAL sync, so that the
+// read-modify-write of live counts, Count and NextBucketID stays exact; the
+// tier engine additionally serialises its duplicate check and its commit
+// under its own lock, which the index does not replace. Close waits for operations in progress; calls after
 // Close return ErrClosed. Keys calls its callback without holding any lock,
 // so the callback may use the index.
 //
@@ -57,7 +71,7 @@
 // so for keys that are mostly absent, such as the duplicate check of an
 // offload, GetMany is several times cheaper than a Get per key: it sorts the
 // keys and probes them through one iterator that consults every filter.
-// CommitBucket uses the same path to find the keys it overwrites.
+// Commit uses the same path to find the keys it overwrites.
 //
 // pebble charges its memtables against the block cache's capacity; Open
 // enlarges the cache by that much so that Options.CacheSize bytes remain for

@@ -9,10 +9,23 @@
 //
 // # Offload order
 //
-//	group -> encode -> write + fdatasync -> under the engine lock: duplicate
-//	check + index commit -> notify(exactly the committed keys) ->
-//	on notify failure: index rollback, bucket file deleted once its
-//	in-flight reads finish.
+//	group -> per bucket, pipelined:
+//	  write-and-reserve: encode -> reserve (evict if needed) -> write + fdatasync
+//	  commit: under commitMu, duplicate check + one synced index batch
+//	          (stale versions replaced in the same batch)
+//	  notify-and-settle: notify(exactly the committed keys) ->
+//	          evictable, or on notify failure index rollback and the file
+//	          deleted once its in-flight reads finish.
+//
+// # Reads
+//
+// Load, LoadInto and LoadAsync look keys up in the index without any engine
+// lock, pin their buckets under the engine lock (memory only), and hand all
+// the reads of the call, across buckets, to the backend at once (one
+// io_uring submission with the uring backend). LoadInto reads into the
+// caller's buffers (straight from the device with NewBuffer buffers);
+// LoadAsync returns at once and calls back, so one goroutine keeps many reads
+// in flight. Load is LoadInto into new memory.
 //
 // # Invariants (docs/design.md)
 //
@@ -22,34 +35,48 @@
 //     keys are rolled back and the file removed; a file that cannot be
 //     removed is an orphan that the next Open deletes.
 //  2. Idempotent re-offload: a key already on SSD is AlreadyPresent, never a
-//     failure, and never fails the other keys of its bucket (Mooncake #2827).
-//     The duplicate check runs under the same lock as the commit. A key whose
-//     commit is waiting for its notify is not answered "already present" by
+//     failure, and never fails the other keys of its bucket (Mooncake
+//     #2827). The duplicate check runs under commitMu, the lock that
+//     serialises every index commit (no TOCTOU window; of two concurrent
+//     offloads of one key exactly one commits). A key whose commit is
+//     waiting for its notify (pending) is not answered "already present" by
 //     a concurrent call: that call waits for the outcome, because a failed
-//     notify rolls the key back.
+//     notify rolls the key back. There is no check before the write: a
+//     bucket whose keys all turn out present was written for nothing and is
+//     deleted (Stats.DiscardedBuckets).
 //  3. Same-call tail flush: Offload writes all of its buckets, including the
 //     partial last one, before it returns, and answers every task exactly
 //     once (Mooncake #4740).
+//  4. Leases: the owner answers OnEvict with the keys it must keep (leased,
+//     Mooncake #4508); they are re-inserted into a new bucket before the
+//     victim goes, so a lease never stops the tier from admitting new
+//     objects. Re-insertion is bounded (Options.OnEvict) and counted
+//     (Stats.ReinsertedObjects, ReinsertedBytes).
 //  5. Integrity: every Load verifies the CRC32C of each object; a mismatch is
 //     ErrChecksum for that key only, the entry is dropped and the owner told.
 //  6. Recovery: Open removes bucket files the index does not know and drops
 //     index entries whose file is missing or whose footer/trailer fails
-//     validation or disagrees with the index.
+//     validation or disagrees with the bucket's index record. Its work is per
+//     bucket, not per object: the bucket record holds the live count and the
+//     trailer's CRC32C, and one read of each bucket's trailer and footer
+//     checks the file.
 //  7. Capacity: bucket file bytes never exceed Options.Capacity; crossing the
-//     high watermark evicts whole buckets (lru by last read, or fifo) down to
-//     the low watermark; OnEvict hears of the keys before the bytes go; a
-//     bucket being read is never deleted under its reader.
+//     high watermark evicts whole buckets (lru by last read, fifo, lru2) down
+//     to the low watermark; OnEvict hears of the keys before the bytes go; a
+//     bucket being read is never deleted under its reader. A re-insertion
+//     bucket is written only if it fits beside what is on disk.
+//
+// Keys are opaque bytes of 1 to MaxKeyLen bytes and never become file names.
 //
 // # Files
 //
 //	engine.go   the Engine and bucket state, shared helpers
 //	open.go     Open: options, reconciliation of index and files (recovery)
 //	offload.go  Offload: per bucket write-and-reserve, commit, notify-and-settle
-//	load.go     Load: lookup, pinned reads, checksum verification
-//	space.go    reservation, eviction, bucket death and file deletion
+//	load.go     Load, LoadInto, LoadAsync: lookup, pinning, one read, verification
+//	space.go    reservation, eviction (with kept keys), bucket death and file deletion
+//	reinsert.go re-insertion of kept objects (eviction) and Reinsert
 //	admin.go    Exists, Stat, Remove, Keys, Stats, Close
-//
-// Keys are opaque bytes of 1 to MaxKeyLen bytes and never become file names.
 //
 // # Storage failures
 //
@@ -61,10 +88,23 @@
 //
 // # Concurrency
 //
-// An Engine is safe for concurrent use. Engine.mu guards the in-memory bucket
-// table, the eviction policy, space accounting and the pending-notify table,
-// and is held across the duplicate check and the index commit. No I/O on
-// bucket files and no callback (notify, OnEvict) runs under it. Reads take a
-// reader reference on a bucket under the lock and drop it after the read; a
-// dead bucket's file is deleted by whoever drops the last reference.
+// An Engine is safe for concurrent use. Two locks, never held across a
+// callback (notify, OnEvict) or I/O on bucket files:
+//
+//   - commitMu serialises the index writes that follow a check of the index:
+//     an offloaded bucket's duplicate check and commit, a re-insertion's
+//     check and move, Remove. It is held across those synced pebble commits.
+//     No read path takes it.
+//   - Engine.mu guards the in-memory bucket table, the eviction policy, the
+//     space accounting and the pending-notify table. It is held only for
+//     memory operations, never across a pebble write or a WAL sync, so a
+//     Load never waits for one. Lock order: commitMu before mu.
+//
+// Rollback, eviction and the drop of a corrupt object write the index with
+// neither lock (those batches check their own preconditions: DeleteBucket
+// removes only keys still in the bucket, RemoveIfAt only keys still where
+// they were read). Reads take a reader reference on a bucket under mu and drop
+// it after the read without it; a dead bucket's file is deleted by whoever
+// drops the last reference. A bucket is registered in the table before its
+// index commit, so a Load that finds an entry finds its bucket.
 package tier

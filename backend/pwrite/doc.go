@@ -33,12 +33,15 @@
 //
 // # Read
 //
-// Each Read opens the file (O_RDONLY, |O_DIRECT), fstats it once, and serves
-// its ops, by up to 4 goroutines when there are several. With O_DIRECT an op
-// reads the aligned blocks that hold it into a page-aligned buffer; when the
-// alignment slack is small (at most an eighth of the length) the caller gets
-// a sub-slice of that buffer, otherwise the bytes are copied out of a pooled
-// staging buffer. An O_DIRECT op of 512 KiB or more is cut into 256 KiB pieces
+// Each Read opens the files of its ops (O_RDONLY, |O_DIRECT; through bfile's
+// descriptor cache, so a cached file costs no open, fstat or close) and
+// serves its ops, by up to 4 goroutines when there are several. With
+// O_DIRECT an op whose Buf is aligned and covers the whole blocks is read
+// straight into it; otherwise the op reads the aligned blocks that hold it
+// into a page-aligned buffer: without Buf, when the alignment slack is small
+// (at most an eighth of the length) the caller gets a sub-slice of that
+// buffer, otherwise (and always with a Buf) the bytes are copied out of a
+// pooled staging buffer. An O_DIRECT op of 512 KiB or more is cut into 256 KiB pieces
 // read by up to 4 goroutines, so that one large op keeps several requests in
 // flight (about +15% for 1 MiB ops on the benchmark disk). Because an open
 // file survives its unlink, a Read that has opened the file is not disturbed

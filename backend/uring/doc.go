@@ -19,15 +19,22 @@
 //
 // # Reads
 //
-// Read opens the file O_DIRECT and reads each op as the aligned range that
-// holds it, cut into pieces of at most ChunkSize, QueueDepth (32) pieces in
-// flight on one ring. The kernel reads straight into an aligned Go heap
-// buffer that the op's Data is cut from: no staging copy (a copy from
-// off-heap slots cost about a quarter of the CPU of a 64 KiB read). This is
-// safe because the Go collector never moves heap objects and the ring's
-// in-flight table keeps the buffer reachable until the read completes; the
-// returned Data has its capacity clipped to its length. Ranges past the end of the file fail alone (ErrShortRead),
-// negative ones with ErrBadRange.
+// Every Read and ReadAsync goes through one shared read ring owned by a
+// reactor goroutine (locked to its thread): the caller opens the files
+// (through bfile's descriptor cache: no open, fstat or close per read once a
+// file is cached), cuts each op into pieces of at most ChunkSize and hands
+// them over; the reactor submits pieces of every request in turn, round
+// robin, up to ReadDepth (128) in flight, and reaps completions. So the reads
+// of one call, across files, are one submission, and 32 callers reading one
+// object each keep 32 reads in flight, as fio does at iodepth 32. Callers
+// wake the reactor out of io_uring_enter through an eventfd whose READ is
+// always armed on the ring. With O_DIRECT a piece lands in the caller's
+// aligned Buf (bfile.DirectInto), or in an aligned heap buffer that Data is
+// cut from (no Buf) or that is copied into Buf; buffered reads land in Data
+// directly. A context that ends stops the pieces not yet submitted (they
+// fail with its error); the pieces in flight are waited for, so no buffer is
+// written after Read returns. Ranges past the end of the file fail alone
+// (ErrShortRead), negative ones with ErrBadRange.
 //
 // # Fallbacks
 //
@@ -48,13 +55,14 @@
 //
 // # Concurrency
 //
-// Every method is safe for concurrent use. Each WriteBucket or Read call
-// takes a worker (one ring plus its write slots) from a pool for its whole
-// duration and holds runtime.LockOSThread meanwhile; a worker is returned
-// only with nothing in flight, so rings share no lock and are never used by
-// two goroutines at once. A call that finds no idle worker creates one, so
-// a Load never waits behind a long bucket write; only past MaxRings (64)
-// concurrent calls does a call wait for a ring. The lock of the backend's
+// Every method is safe for concurrent use. Each WriteBucket call takes a
+// worker (one ring plus its write slots) from a pool for its whole duration
+// and holds runtime.LockOSThread meanwhile; a worker is returned only with
+// nothing in flight, so rings share no lock and are never used by two
+// goroutines at once. A call that finds no idle worker creates one; only
+// past MaxRings (64) concurrent writes does a write wait for a ring. Reads
+// never use a write ring: the read ring belongs to the reactor goroutine
+// alone, and callers reach it through a mutex-guarded queue (reactor.mu). The lock of the backend's
 // bfile.Dir (a RWMutex) is held for reading by every operation and for
 // writing by Close, which therefore waits for operations in flight before
 // closing the rings.
