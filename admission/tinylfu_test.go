@@ -400,6 +400,7 @@ func TestTinyLFUConcurrentUse(t *testing.T) {
 				p.ObserveLookup(k, Outcome(i%3), obj)
 				p.AtPutEnd(candidate(k))
 				p.OnEvict(candidate(k))
+				_ = p.EstimateBytes([]byte(k)) // the node's valuation, concurrently
 				decided++
 				switch i % 50 {
 				case 0:
