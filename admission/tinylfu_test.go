@@ -383,3 +383,47 @@ func TestTinyLFUDecideMatchesReference(t *testing.T) {
 		}
 	})
 }
+
+// TestTinyLFUConcurrentUse: the master calls the policy from every shard at
+// once, the heartbeat reports and the metrics scrape concurrently. Every
+// lookup and decision is counted once.
+func TestTinyLFUConcurrentUse(t *testing.T) {
+	p := NewTinyLFU(DefaultTinyLFUConfig())
+	p.SetPopulation(func() int64 { return 2048 })
+	const workers, per = 8, 500
+	done := make(chan int64, workers)
+	for w := 0; w < workers; w++ {
+		go func() {
+			var decided int64
+			for i := 0; i < per; i++ {
+				k := fmt.Sprintf("w%d-%d", w, i%50)
+				p.ObserveLookup(k, Outcome(i%3), obj)
+				p.AtPutEnd(candidate(k))
+				p.OnEvict(candidate(k))
+				_ = p.EstimateBytes([]byte(k)) // the node's valuation, concurrently
+				decided++
+				switch i % 50 {
+				case 0:
+					p.ReportSSD("n1", full(float64(i%7)), i%3)
+				case 1:
+					p.ObserveSSDEviction([]string{k})
+				case 2:
+					_ = p.Stats()
+					_ = p.Estimate(k)
+				}
+			}
+			done <- decided
+		}()
+	}
+	var decided int64
+	for w := 0; w < workers; w++ {
+		decided += <-done
+	}
+	st := p.Stats()
+	if st.Lookups != workers*per {
+		t.Fatalf("lookups counted %d, want %d", st.Lookups, workers*per)
+	}
+	if st.Accepted+st.Rejected != decided {
+		t.Fatalf("decisions counted %d, want %d", st.Accepted+st.Rejected, decided)
+	}
+}
