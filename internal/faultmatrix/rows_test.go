@@ -104,6 +104,7 @@ var rows = []row{
 	},
 	{
 		id: "I2", layer: layerI, fault: "WAL fdatasync fails (until cleared)",
+		note: "only the sync failed, so the batch is in the WAL: Open replays it, finds its bucket file removed and drops its 3 entries",
 		run: func(v *env) faulted {
 			v.fs.set(0, walSync)
 			return v.offloadFailing(eio, v.fs.clear)
@@ -170,6 +171,7 @@ var rows = []row{
 	},
 	{
 		id: "B3", layer: layerB, fault: "short write: half the bucket is written, the torn file stays, the write fails (once)",
+		note: "the torn file is an orphan until then",
 		run: func(v *env) faulted {
 			v.be.ShortWrite(1)
 			return v.offloadFailing("injected", v.be.Clear)
@@ -214,6 +216,7 @@ var rows = []row{
 	},
 	{
 		id: "B9", layer: layerB, fault: "notify refuses the bucket and deleting its file fails with EIO",
+		note: "the rolled-back bucket's file is an orphan until then (invariant 1)",
 		run: func(v *env) faulted {
 			v.mu.Lock()
 			v.refuse = true
