@@ -14,9 +14,8 @@ import (
 // deletion. Nothing may panic; every error is ErrCorrupt or
 // ErrInconsistent; what Keys yields is a valid key; and when Check accepts
 // the records, the index agrees with itself (Count, Keys, Get, GetMany,
-// BucketKeys, BucketLiveKeys) and
-// deleting every bucket leaves an empty, consistent index. See
-// docs/fuzzing.md.
+// BucketKeys, BucketLiveKeys) and deleting every bucket leaves an empty,
+// consistent index. See docs/fuzzing.md.
 //
 // Input: a sequence of records, each
 //
