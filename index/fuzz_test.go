@@ -10,12 +10,12 @@ import (
 
 // FuzzOpenRecords writes arbitrary records (any kind, any key and value
 // bytes: a damaged or foreign database) straight into pebble, then opens
-// the index on it and drives every read and the bucket deletion. Nothing
-// may panic; every error is ErrCorrupt or ErrInconsistent; what Keys yields
-// is a valid key; and when Check accepts the records, the index agrees
-// with itself (Count, Keys, Get, GetMany, BucketKeys, BucketLiveKeys) and
-// deleting every bucket leaves an empty, consistent index. See
-// docs/fuzzing.md.
+// the index on it and drives every read, key deletion and bucket
+// deletion. Nothing may panic; every error is ErrCorrupt or
+// ErrInconsistent; what Keys yields is a valid key; and when Check accepts
+// the records, the index agrees with itself (Count, Keys, Get, GetMany,
+// BucketKeys, BucketLiveKeys) and deleting every bucket leaves an empty,
+// consistent index. See docs/fuzzing.md.
 //
 // Input: a sequence of records, each
 //
@@ -105,7 +105,8 @@ func requireIndexErr(t *testing.T, what string, err error) {
 	}
 }
 
-// exercise drives every read of ix, then deletes every bucket.
+// exercise drives every read of ix, then deletes half of the keys and
+// every bucket.
 func exercise(t *testing.T, ix *Index) {
 	keys := map[string]Location{}
 	keysErr := ix.Keys(func(k []byte, loc Location) bool {
@@ -149,6 +150,12 @@ func exercise(t *testing.T, ix *Index) {
 	if consistent && int64(len(keys)) != ix.Count() {
 		t.Fatalf("Check accepted an index whose Count %d differs from its %d keys", ix.Count(), len(keys))
 	}
+	// Remove every other key by key, the rest with their buckets.
+	var half [][]byte
+	for i := 0; i < len(list); i += 2 {
+		half = append(half, list[i])
+	}
+	requireIndexErr(t, "DeleteKeys", ix.DeleteKeys(half))
 	for id := range ids {
 		members, err := ix.BucketKeys(id)
 		requireIndexErr(t, "BucketKeys", err)

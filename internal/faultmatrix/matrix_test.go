@@ -26,6 +26,8 @@ type row struct {
 	layer string // "index (pebble)" or "bucket backend"
 	fault string // what is injected, and when
 	opts  tier.Options
+	// note explains the row's restart column.
+	note string
 	// knownBug, when set, names a reported bug this row shows: its
 	// invariant violations are written to the table instead of failing
 	// the test, and the test fails once they are gone (update the row).
@@ -296,6 +298,9 @@ func render(rs []result) string {
 			outcome = "**known bug:** " + r.knownBug + ". " + outcome
 		}
 		restart := r.restart
+		if r.note != "" {
+			restart += " (" + r.note + ")"
+		}
 		if len(r.violations) > 0 {
 			restart += fmt.Sprintf(" (**%d invariant violations**, see the bug)", len(r.violations))
 		}
@@ -337,10 +342,9 @@ are retryable.
 `
 
 const docFooter = `
-Not injected, on purpose: pebble MANIFEST write or sync failures and WAL
-failures raised in pebble's background goroutines. pebble reports them
-through its logger's Fatalf outside the committing goroutine, which ends the
-process (see the caveat in index/doc.go); a crash is covered by the crash
+Not injected, on purpose: pebble MANIFEST write or sync failures, and any
+other failure pebble reports through its logger's Fatalf from a background
+goroutine (after a flush or a compaction), which ends the process (see the caveat in index/doc.go); a crash is covered by the crash
 tests (tier/recovery_test.go, internal/crashloop) instead.
 
 Rows marked **known bug** record a reported engine bug as it behaves today;
