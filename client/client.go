@@ -402,15 +402,19 @@ func (c *Client) Remove(ctx context.Context, key string, force bool) error {
 }
 
 // EvictMemory drops the DRAM replicas of keys (or of every object when all)
-// that also have an SSD replica, and returns how many were dropped.
-func (c *Client) EvictMemory(ctx context.Context, keys []string, all bool) (int64, error) {
+// that also have an SSD replica. It answers how many were dropped and how
+// many were left in place, by reason (res.Skipped(), res.SkipReasons()):
+// no SSD copy yet, pinned by an offload task, leased by a reader that has
+// only the DRAM copy, hard-pinned, put in progress; for named keys also not
+// found and not in memory.
+func (c *Client) EvictMemory(ctx context.Context, keys []string, all bool) (masterapi.EvictMemoryResult, error) {
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
-	n, err := c.m.EvictMemory(ctx, keys, all)
+	res, err := c.m.EvictMemory(ctx, keys, all)
 	if err != nil {
-		return 0, fmt.Errorf("client: evict memory: %w", err)
+		return res, fmt.Errorf("client: evict memory: %w", err)
 	}
-	return n, nil
+	return res, nil
 }
 
 // Stats returns the master's counters.

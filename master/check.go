@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // Check verifies the Service's internal invariants and returns the first
@@ -45,6 +47,32 @@ func (s *Service) Check() error {
 			return err
 		}
 	}
+	return s.checkDigests(c)
+}
+
+// checkDigests compares every node id's reconcile digest with the one the
+// census computed from the LocalDisk replicas.
+func (s *Service) checkDigests(c *census) error {
+	s.digestMu.Lock()
+	defer s.digestMu.Unlock()
+	for id := range c.digests {
+		if s.digests[id] == nil {
+			return inconsistent("node %q holds LOCAL_DISK replicas but has no reconcile digest", id)
+		}
+	}
+	for id, d := range s.digests {
+		got := d.folded(digestRanges)
+		want := c.digests[id]
+		if want.Counts == nil {
+			want = masterapi.NewRangeDigest(digestRanges)
+		}
+		for r := range digestRanges {
+			if got.Counts[r] != want.Counts[r] || got.Sums[r] != want.Sums[r] {
+				return inconsistent("node %q reconcile digest range %d: %d keys sum %x, metadata has %d keys sum %x",
+					id, r, got.Counts[r], got.Sums[r], want.Counts[r], want.Sums[r])
+			}
+		}
+	}
 	return nil
 }
 
@@ -67,10 +95,12 @@ type census struct {
 	ranges                                        map[*segment][]rng
 	pinned                                        map[*node]map[string]bool
 	byNode                                        map[*node]*perNode
+	digests                                       map[string]masterapi.RangeDigest // per node id, of its LocalDisk replicas
 }
 
 func newCensus() *census {
-	return &census{ranges: map[*segment][]rng{}, pinned: map[*node]map[string]bool{}, byNode: map[*node]*perNode{}}
+	return &census{ranges: map[*segment][]rng{}, pinned: map[*node]map[string]bool{}, byNode: map[*node]*perNode{},
+		digests: map[string]masterapi.RangeDigest{}}
 }
 
 func (c *census) at(n *node) *perNode {
@@ -99,6 +129,12 @@ func (s *Service) takeCensus(c *census) error {
 				c.diskB += o.size
 				c.at(d.node).diskR++
 				c.at(d.node).diskB += o.size
+				dg, ok := c.digests[d.node.id]
+				if !ok {
+					dg = masterapi.NewRangeDigest(digestRanges)
+					c.digests[d.node.id] = dg
+				}
+				dg.Add(masterapi.KeyHash(k))
 			}
 			if o.offload != nil && !o.offload.dead.Load() {
 				if c.pinned[o.offload] == nil {
