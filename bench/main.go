@@ -53,6 +53,7 @@ type env struct {
 	readers   int           // throughput: --readers
 	perLoad   int           // throughput: --keys-per-load
 	duration  time.Duration // soak: --duration (0: 60s, 10s with --quick)
+	keys      int64         // reconcile: --keys (0: 10M, 100k with --quick)
 }
 
 func usage(w io.Writer, fs *flag.FlagSet) {
@@ -92,6 +93,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 	mutexProfile := fs.String("mutexprofile", "", "write a mutex contention profile of the whole run to this file")
 	blockProfile := fs.String("blockprofile", "", "write a blocking profile of the whole run to this file")
 	duration := fs.Duration("duration", 0, "soak: how long the clients run (default 60s, 10s with --quick)")
+	keys := fs.Int64("keys", 0, "reconcile: SSD objects of the node (default 10000000, 100000 with --quick)")
 
 	// Accept the scenario name before or after the flags.
 	var names []string
@@ -135,6 +137,9 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 			return fmt.Errorf("%w: unknown scenario %q (valid: %s, all)", errUsage, n, strings.Join(valid, ", "))
 		}
 		todo = append(todo, s)
+	}
+	if *keys < 0 {
+		return fmt.Errorf("%w: --keys must not be negative", errUsage)
 	}
 	if *duration < 0 {
 		return fmt.Errorf("%w: --duration must not be negative", errUsage)
@@ -196,7 +201,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 			return fmt.Errorf("bench: %w", err)
 		}
 		e := &env{dir: sdir, quick: *quick, traceFile: *traceFile, stderr: stderr, progress: prog,
-			sizesFlag: *sizes, readers: *readers, perLoad: *perLoad, duration: *duration}
+			sizesFlag: *sizes, readers: *readers, perLoad: *perLoad, duration: *duration, keys: *keys}
 		if adjust != nil {
 			adjust(e)
 		}
