@@ -170,7 +170,7 @@ func (c *Client) Put(ctx context.Context, key string, value []byte) error {
 		return err
 	}
 	if len(value) == 0 {
-		return codes.Errorf(codes.InvalidParams, "client: empty value for key %q", key)
+		return codes.Errorf(codes.InvalidParams, "client: empty value for key %s", masterapi.ShortKey(key))
 	}
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
@@ -179,15 +179,15 @@ func (c *Client) Put(ctx context.Context, key string, value []byte) error {
 	req.PreferredNode = c.preferred()
 	r, err := c.m.PutStart(ctx, req)
 	if err != nil {
-		return fmt.Errorf("client: put %q: %w", key, err)
+		return fmt.Errorf("client: put %s: %w", masterapi.ShortKey(key), err)
 	}
 	if err := c.writeReplica(ctx, r, value, crc); err != nil {
 		c.revoke(key, r.PutToken)
-		return fmt.Errorf("client: put %q: writing to node %s: %w", key, r.Node, err)
+		return fmt.Errorf("client: put %s: writing to node %s: %w", masterapi.ShortKey(key), r.Node, err)
 	}
 	if err := c.m.PutEnd(ctx, key, r.PutToken); err != nil {
 		c.revoke(key, r.PutToken)
-		return fmt.Errorf("client: put %q: %w", key, err)
+		return fmt.Errorf("client: put %s: %w", masterapi.ShortKey(key), err)
 	}
 	return nil
 }
@@ -242,7 +242,7 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
 	defer cancel()
 	info, err := c.m.GetReplicaList(ctx, key)
 	if err != nil {
-		return nil, fmt.Errorf("client: get %q: %w", key, err)
+		return nil, fmt.Errorf("client: get %s: %w", masterapi.ShortKey(key), err)
 	}
 	return c.readBest(ctx, info)
 }
@@ -290,7 +290,7 @@ func (c *Client) readBest(ctx context.Context, info masterapi.ObjectInfo) ([]byt
 		}
 	}
 	if last == nil {
-		return nil, codes.Errorf(codes.ReplicaNotReady, "client: get %q: no complete replica", info.Key)
+		return nil, codes.Errorf(codes.ReplicaNotReady, "client: get %s: no complete replica", masterapi.ShortKey(info.Key))
 	}
 	code := codes.TransferFail
 	if sawChecksum {
@@ -301,7 +301,7 @@ func (c *Client) readBest(ctx context.Context, info masterapi.ObjectInfo) ([]byt
 	}
 	// The sentinel's text ends the returned error once, not twice.
 	lastMsg := strings.TrimSuffix(last.Error(), ": "+codes.Err(codes.Of(last)).Error())
-	return nil, codes.Errorf(code, "client: get %q: all %d replicas failed, last: %s", info.Key, len(reps), lastMsg)
+	return nil, codes.Errorf(code, "client: get %s: all %d replicas failed, last: %s", masterapi.ShortKey(info.Key), len(reps), lastMsg)
 }
 
 // reportBadReplicaTimeout bounds the ReportBadReplica call of a read.
@@ -373,7 +373,10 @@ func (c *Client) ReadStats() ReadStats {
 }
 
 // Exists reports whether key has a readable replica (and grants a read
-// lease, so a Get inside the lease finds it).
+// lease, so a Get inside the lease finds it). It agrees with Get: false
+// where Get answers ErrObjectNotFound or ErrReplicaNotReady (a put in
+// progress), and ErrReplicaGone, as Get, for an object whose every replica
+// was lost inside a read lease.
 func (c *Client) Exists(ctx context.Context, key string) (bool, error) {
 	if err := c.check(key); err != nil {
 		return false, err
@@ -382,7 +385,7 @@ func (c *Client) Exists(ctx context.Context, key string) (bool, error) {
 	defer cancel()
 	ok, err := c.m.ExistKey(ctx, key)
 	if err != nil {
-		return false, fmt.Errorf("client: exists %q: %w", key, err)
+		return false, fmt.Errorf("client: exists %s: %w", masterapi.ShortKey(key), err)
 	}
 	return ok, nil
 }
@@ -396,7 +399,7 @@ func (c *Client) Remove(ctx context.Context, key string, force bool) error {
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
 	if err := c.m.Remove(ctx, key, force); err != nil {
-		return fmt.Errorf("client: remove %q: %w", key, err)
+		return fmt.Errorf("client: remove %s: %w", masterapi.ShortKey(key), err)
 	}
 	return nil
 }

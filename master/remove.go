@@ -121,7 +121,9 @@ func (s *Service) evictMemOf(o *object, now int64, res *EvictMemoryResult) {
 		res.NoDiskCopy++
 	case o.leaseNeedsDRAM(now):
 		res.Leased++
-	default: // evictable(o, now)
+	case !s.evictable(o, now):
+		// Held for a reason this switch does not name: left in place.
+	default:
 		s.dropMem(o)
 		s.cnt.evictions.Add(1)
 		s.met.evictions.Inc()

@@ -375,7 +375,9 @@ type ClientAPI interface {
 	BatchPutEnd(ctx context.Context, puts []PutRef) ([]error, error)
 	BatchPutRevoke(ctx context.Context, puts []PutRef) ([]error, error)
 	// ExistKey reports whether key has a readable replica, and if so grants
-	// a read lease of default_kv_lease_ttl.
+	// a read lease of default_kv_lease_ttl. It agrees with GetReplicaList:
+	// false where that answers ErrObjectNotFound or ErrReplicaNotReady,
+	// ErrReplicaGone where that does (every replica lost inside a lease).
 	ExistKey(ctx context.Context, key string) (bool, error)
 	// GetReplicaList returns key's readable replicas and grants a read
 	// lease. ErrObjectNotFound: never existed (or removed / expired);
