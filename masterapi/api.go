@@ -297,7 +297,11 @@ func (r EvictMemoryResult) SkipReasons() string {
 	return strings.Join(parts, ", ")
 }
 
-// Stats is a snapshot of the master's state and counters.
+// Stats is a snapshot of the master's state and counters. The replica and
+// byte totals count the replicas of live node incarnations only; those of
+// retired incarnations (unreadable, kept for a lease) are in their PerNode
+// rows (Alive false). Objects counts every object, a lost one kept for its
+// lease included.
 type Stats struct {
 	Objects          int64
 	MemoryReplicas   int64
