@@ -3,6 +3,7 @@ package masterapi
 import (
 	"fmt"
 	"math/bits"
+	"unsafe"
 )
 
 // Reconcile at scale (docs/design.md invariant 6). A node holding tens of
@@ -50,7 +51,9 @@ const keysPerRange = 256
 func KeyHash(key string) uint64 { return keyHash(key) }
 
 // KeyHashBytes is KeyHash of a key held as bytes.
-func KeyHashBytes(key []byte) uint64 { return keyHash(key) }
+func KeyHashBytes(key []byte) uint64 {
+	return keyHash(unsafe.String(unsafe.SliceData(key), len(key))) // read only, not retained
+}
 
 const (
 	h0 = 0x9e3779b97f4a7c15
@@ -65,13 +68,13 @@ func fold(a, b uint64) uint64 {
 }
 
 // le64 reads 8 bytes of k at i, little endian.
-func le64[T string | []byte](k T, i int) uint64 {
+func le64(k string, i int) uint64 {
 	_ = k[i+7]
 	return uint64(k[i]) | uint64(k[i+1])<<8 | uint64(k[i+2])<<16 | uint64(k[i+3])<<24 |
 		uint64(k[i+4])<<32 | uint64(k[i+5])<<40 | uint64(k[i+6])<<48 | uint64(k[i+7])<<56
 }
 
-func keyHash[T string | []byte](k T) uint64 {
+func keyHash(k string) uint64 {
 	n := len(k)
 	h := h0 ^ uint64(n)*h1
 	i := 0

@@ -69,3 +69,19 @@ func TestShortKey(t *testing.T) {
 		t.Errorf("long key: %s", got)
 	}
 }
+
+var sinkHash uint64
+
+// BenchmarkKeyHash: the cost of the stable hash every master operation
+// pays once per key (its shard) and every SSD replica change once more.
+func BenchmarkKeyHash(b *testing.B) {
+	for _, n := range []int{32, 128, 4096} {
+		k := strings.Repeat("k", n)
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			b.SetBytes(int64(n))
+			for b.Loop() {
+				sinkHash += KeyHash(k)
+			}
+		})
+	}
+}
