@@ -56,6 +56,7 @@ type env struct {
 	objects   int           // recovery: --objects
 	objSize   int64         // recovery: --object-size
 	duration  time.Duration // soak: --duration (0: 60s, 10s with --quick)
+	keys      int64         // reconcile: --keys (0: 10M, 100k with --quick)
 }
 
 func usage(w io.Writer, fs *flag.FlagSet) {
@@ -98,6 +99,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 	mutexProfile := fs.String("mutexprofile", "", "write a mutex contention profile of the whole run to this file")
 	blockProfile := fs.String("blockprofile", "", "write a blocking profile of the whole run to this file")
 	duration := fs.Duration("duration", 0, "soak: how long the clients run (default 60s, 10s with --quick)")
+	keys := fs.Int64("keys", 0, "reconcile: SSD objects of the node (default 10000000, 100000 with --quick)")
 
 	names, help, err := parseArgs(fs, args)
 	if help || err != nil {
@@ -112,6 +114,9 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 	}
 	if *duration < 0 {
 		return fmt.Errorf("%w: --duration must not be negative", errUsage)
+	}
+	if *keys < 0 {
+		return fmt.Errorf("%w: --keys must not be negative", errUsage)
 	}
 	if *readers < 1 || *perLoad < 1 {
 		return fmt.Errorf("%w: --readers and --keys-per-load must be >= 1", errUsage)
@@ -140,7 +145,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 	mkEnv := func(sdir string) *env {
 		e := &env{dir: sdir, quick: *quick, traceFile: *traceFile, stderr: stderr, progress: prog,
 			sizesFlag: *sizes, readers: *readers, perLoad: *perLoad, backends: *backends,
-			objects: *objects, objSize: osize, duration: *duration}
+			objects: *objects, objSize: osize, duration: *duration, keys: *keys}
 		if adjust != nil {
 			adjust(e)
 		}

@@ -48,7 +48,7 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte) [
 			continue
 		}
 		if len(values[i]) == 0 {
-			errs[i] = codes.Errorf(codes.InvalidParams, "client: empty value for key %q", k)
+			errs[i] = codes.Errorf(codes.InvalidParams, "client: empty value for key %s", masterapi.ShortKey(k))
 			continue
 		}
 		crcs[i] = CRC32C(values[i])
@@ -66,18 +66,18 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte) [
 	}
 	if err != nil {
 		for _, i := range idx {
-			errs[i] = fmt.Errorf("client: batch put %q: %w", keys[i], err)
+			errs[i] = fmt.Errorf("client: batch put %s: %w", masterapi.ShortKey(keys[i]), err)
 		}
 		return errs
 	}
 	parallel(len(idx), func(j int) {
 		i := idx[j]
 		if starts[j].Err != nil {
-			errs[i] = fmt.Errorf("client: put %q: %w", keys[i], starts[j].Err)
+			errs[i] = fmt.Errorf("client: put %s: %w", masterapi.ShortKey(keys[i]), starts[j].Err)
 			return
 		}
 		if err := c.writeReplica(ctx, starts[j].Replica, values[i], crcs[i]); err != nil {
-			errs[i] = fmt.Errorf("client: put %q: writing to node %s: %w", keys[i], starts[j].Replica.Node, err)
+			errs[i] = fmt.Errorf("client: put %s: writing to node %s: %w", masterapi.ShortKey(keys[i]), starts[j].Replica.Node, err)
 		}
 	})
 	var ends, revokes []masterapi.PutRef
@@ -103,9 +103,9 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte) [
 		for j, i := range endIdx {
 			switch {
 			case err != nil:
-				errs[i] = fmt.Errorf("client: put %q: %w", keys[i], err)
+				errs[i] = fmt.Errorf("client: put %s: %w", masterapi.ShortKey(keys[i]), err)
 			case j < len(res) && res[j] != nil:
-				errs[i] = fmt.Errorf("client: put %q: %w", keys[i], res[j])
+				errs[i] = fmt.Errorf("client: put %s: %w", masterapi.ShortKey(keys[i]), res[j])
 			}
 		}
 	}
@@ -125,9 +125,9 @@ func (c *Client) BatchExists(ctx context.Context, keys []string) ([]bool, []erro
 	for i := range keys {
 		switch {
 		case err != nil:
-			errs[i] = fmt.Errorf("client: exists %q: %w", keys[i], err)
+			errs[i] = fmt.Errorf("client: exists %s: %w", masterapi.ShortKey(keys[i]), err)
 		case res[i].Err != nil:
-			errs[i] = fmt.Errorf("client: exists %q: %w", keys[i], res[i].Err)
+			errs[i] = fmt.Errorf("client: exists %s: %w", masterapi.ShortKey(keys[i]), res[i].Err)
 		default:
 			out[i] = res[i].Exists
 		}

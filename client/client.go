@@ -176,7 +176,7 @@ func (c *Client) Put(ctx context.Context, key string, value []byte) error {
 		return err
 	}
 	if len(value) == 0 {
-		return codes.Errorf(codes.InvalidParams, "client: empty value for key %q", key)
+		return codes.Errorf(codes.InvalidParams, "client: empty value for key %s", masterapi.ShortKey(key))
 	}
 	start := time.Now()
 	ctx, cancel := c.opCtx(ctx)
@@ -186,15 +186,15 @@ func (c *Client) Put(ctx context.Context, key string, value []byte) error {
 	req.PreferredNode = c.preferred()
 	r, err := c.m.PutStart(ctx, req)
 	if err != nil {
-		return fmt.Errorf("client: put %q: %w", key, err)
+		return fmt.Errorf("client: put %s: %w", masterapi.ShortKey(key), err)
 	}
 	if err := c.writeReplica(ctx, r, value, crc); err != nil {
 		c.revoke(key, r.PutToken)
-		return fmt.Errorf("client: put %q: writing to node %s: %w", key, r.Node, err)
+		return fmt.Errorf("client: put %s: writing to node %s: %w", masterapi.ShortKey(key), r.Node, err)
 	}
 	if err := c.m.PutEnd(ctx, key, r.PutToken); err != nil {
 		c.revoke(key, r.PutToken)
-		return fmt.Errorf("client: put %q: %w", key, err)
+		return fmt.Errorf("client: put %s: %w", masterapi.ShortKey(key), err)
 	}
 	c.observePut(r, start)
 	return nil
@@ -252,7 +252,7 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
 	defer cancel()
 	info, err := c.m.GetReplicaList(ctx, key)
 	if err != nil {
-		return nil, fmt.Errorf("client: get %q: %w", key, err)
+		return nil, fmt.Errorf("client: get %s: %w", masterapi.ShortKey(key), err)
 	}
 	buf := make([]byte, info.Size)
 	if err := c.readBest(ctx, info, buf, start); err != nil {
@@ -317,7 +317,10 @@ func (c *Client) ReadStats() ReadStats {
 }
 
 // Exists reports whether key has a readable replica (and grants a read
-// lease, so a Get inside the lease finds it).
+// lease, so a Get inside the lease finds it). It agrees with Get: false
+// where Get answers ErrObjectNotFound or ErrReplicaNotReady (a put in
+// progress), and ErrReplicaGone, as Get, for an object whose every replica
+// was lost inside a read lease.
 func (c *Client) Exists(ctx context.Context, key string) (bool, error) {
 	if err := c.check(key); err != nil {
 		return false, err
@@ -326,7 +329,7 @@ func (c *Client) Exists(ctx context.Context, key string) (bool, error) {
 	defer cancel()
 	ok, err := c.m.ExistKey(ctx, key)
 	if err != nil {
-		return false, fmt.Errorf("client: exists %q: %w", key, err)
+		return false, fmt.Errorf("client: exists %s: %w", masterapi.ShortKey(key), err)
 	}
 	return ok, nil
 }
@@ -340,21 +343,25 @@ func (c *Client) Remove(ctx context.Context, key string, force bool) error {
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
 	if err := c.m.Remove(ctx, key, force); err != nil {
-		return fmt.Errorf("client: remove %q: %w", key, err)
+		return fmt.Errorf("client: remove %s: %w", masterapi.ShortKey(key), err)
 	}
 	return nil
 }
 
 // EvictMemory drops the DRAM replicas of keys (or of every object when all)
-// that also have an SSD replica, and returns how many were dropped.
-func (c *Client) EvictMemory(ctx context.Context, keys []string, all bool) (int64, error) {
+// that also have an SSD replica. It answers how many were dropped and how
+// many were left in place, by reason (res.Skipped(), res.SkipReasons()):
+// no SSD copy yet, pinned by an offload task, leased by a reader that has
+// only the DRAM copy, hard-pinned, put in progress; for named keys also not
+// found and not in memory.
+func (c *Client) EvictMemory(ctx context.Context, keys []string, all bool) (masterapi.EvictMemoryResult, error) {
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
-	n, err := c.m.EvictMemory(ctx, keys, all)
+	res, err := c.m.EvictMemory(ctx, keys, all)
 	if err != nil {
-		return 0, fmt.Errorf("client: evict memory: %w", err)
+		return res, fmt.Errorf("client: evict memory: %w", err)
 	}
-	return n, nil
+	return res, nil
 }
 
 // Stats returns the master's counters.

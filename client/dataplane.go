@@ -71,7 +71,7 @@ func (c *Client) GetInto(ctx context.Context, key string, buf []byte) (int, erro
 	defer cancel()
 	info, err := c.m.GetReplicaList(ctx, key)
 	if err != nil {
-		return 0, fmt.Errorf("client: get %q: %w", key, err)
+		return 0, fmt.Errorf("client: get %s: %w", masterapi.ShortKey(key), err)
 	}
 	if err := fits(info, buf); err != nil {
 		return 0, err
@@ -84,7 +84,7 @@ func (c *Client) GetInto(ctx context.Context, key string, buf []byte) (int, erro
 
 func fits(info masterapi.ObjectInfo, buf []byte) error {
 	if info.Size > int64(len(buf)) {
-		return fmt.Errorf("client: get %q: buffer of %d bytes, the object has %d: %w: %w", info.Key, len(buf), info.Size, ErrBufferTooSmall, codes.ErrInvalidParams)
+		return fmt.Errorf("client: get %s: buffer of %d bytes, the object has %d: %w: %w", masterapi.ShortKey(info.Key), len(buf), info.Size, ErrBufferTooSmall, codes.ErrInvalidParams)
 	}
 	return nil
 }
@@ -159,14 +159,14 @@ func (c *Client) batchRead(ctx context.Context, keys []string, bufFor func(i int
 	}
 	if err != nil {
 		for _, i := range idx {
-			errs[i] = fmt.Errorf("client: get %q: %w", keys[i], err)
+			errs[i] = fmt.Errorf("client: get %s: %w", masterapi.ShortKey(keys[i]), err)
 		}
 		return errs
 	}
 	parallel(len(idx), func(j int) {
 		i := idx[j]
 		if res[j].Err != nil {
-			errs[i] = fmt.Errorf("client: get %q: %w", keys[i], res[j].Err)
+			errs[i] = fmt.Errorf("client: get %s: %w", masterapi.ShortKey(keys[i]), res[j].Err)
 			return
 		}
 		buf, err := bufFor(i, res[j].Info)
@@ -228,7 +228,7 @@ func (c *Client) readBest(ctx context.Context, info masterapi.ObjectInfo, buf []
 // allFailed is readBest's error when no replica could be read.
 func (c *Client) allFailed(ctx context.Context, info masterapi.ObjectInfo, n int, last error, sawChecksum bool) error {
 	if last == nil {
-		return codes.Errorf(codes.ReplicaNotReady, "client: get %q: no complete replica", info.Key)
+		return codes.Errorf(codes.ReplicaNotReady, "client: get %s: no complete replica", masterapi.ShortKey(info.Key))
 	}
 	code := codes.TransferFail
 	if sawChecksum {
@@ -239,7 +239,7 @@ func (c *Client) allFailed(ctx context.Context, info masterapi.ObjectInfo, n int
 	}
 	// The sentinel's text ends the returned error once, not twice.
 	lastMsg := strings.TrimSuffix(last.Error(), ": "+codes.Err(codes.Of(last)).Error())
-	return codes.Errorf(code, "client: get %q: all %d replicas failed, last: %s", info.Key, n, lastMsg)
+	return codes.Errorf(code, "client: get %s: all %d replicas failed, last: %s", masterapi.ShortKey(info.Key), n, lastMsg)
 }
 
 // readReplica reads replica r of info into buf, checked against the

@@ -32,6 +32,7 @@ type (
 	NotifyRequest     = masterapi.NotifyRequest
 	ReconcileResult   = masterapi.ReconcileResult
 	EvictResult       = masterapi.EvictResult
+	EvictMemoryResult = masterapi.EvictMemoryResult
 	Stats             = masterapi.Stats
 	NodeStats         = masterapi.NodeStats
 )

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // Check verifies the Service's internal invariants and returns the first
@@ -45,6 +47,32 @@ func (s *Service) Check() error {
 			return err
 		}
 	}
+	return s.checkDigests(c)
+}
+
+// checkDigests compares every node id's reconcile digest with the one the
+// census computed from the LocalDisk replicas.
+func (s *Service) checkDigests(c *census) error {
+	s.digestMu.Lock()
+	defer s.digestMu.Unlock()
+	for id := range c.digests {
+		if s.digests[id] == nil {
+			return inconsistent("node %q holds LOCAL_DISK replicas but has no reconcile digest", id)
+		}
+	}
+	for id, d := range s.digests {
+		got := d.folded(digestRanges)
+		want := c.digests[id]
+		if want.Counts == nil {
+			want = masterapi.NewRangeDigest(digestRanges)
+		}
+		for r := range digestRanges {
+			if got.Counts[r] != want.Counts[r] || got.Sums[r] != want.Sums[r] {
+				return inconsistent("node %q reconcile digest range %d: %d keys sum %x, metadata has %d keys sum %x",
+					id, r, got.Counts[r], got.Sums[r], want.Counts[r], want.Sums[r])
+			}
+		}
+	}
 	return nil
 }
 
@@ -67,10 +95,12 @@ type census struct {
 	ranges                                        map[*segment][]rng
 	pinned                                        map[*node]map[string]bool
 	byNode                                        map[*node]*perNode
+	digests                                       map[string]masterapi.RangeDigest // per node id, of its LocalDisk replicas
 }
 
 func newCensus() *census {
-	return &census{ranges: map[*segment][]rng{}, pinned: map[*node]map[string]bool{}, byNode: map[*node]*perNode{}}
+	return &census{ranges: map[*segment][]rng{}, pinned: map[*node]map[string]bool{}, byNode: map[*node]*perNode{},
+		digests: map[string]masterapi.RangeDigest{}}
 }
 
 func (c *census) at(n *node) *perNode {
@@ -92,13 +122,19 @@ func (s *Service) takeCensus(c *census) error {
 			seen := map[string]bool{}
 			for _, d := range o.disk {
 				if seen[d.node.id] {
-					return inconsistent("key %q: two LOCAL_DISK replicas on node %q", k, d.node.id)
+					return inconsistent("key %s: two LOCAL_DISK replicas on node %q", masterapi.ShortKey(k), d.node.id)
 				}
 				seen[d.node.id] = true
 				c.diskR++
 				c.diskB += o.size
 				c.at(d.node).diskR++
 				c.at(d.node).diskB += o.size
+				dg, ok := c.digests[d.node.id]
+				if !ok {
+					dg = masterapi.NewRangeDigest(digestRanges)
+					c.digests[d.node.id] = dg
+				}
+				dg.Add(masterapi.KeyHash(k))
 			}
 			if o.offload != nil && !o.offload.dead.Load() {
 				if c.pinned[o.offload] == nil {
@@ -124,7 +160,7 @@ func (c *census) addMem(k string, o *object) error {
 		c.processing++
 	}
 	if o.mem.len != o.size {
-		return inconsistent("key %q: DRAM length %d != size %d", k, o.mem.len, o.size)
+		return inconsistent("key %s: DRAM length %d != size %d", masterapi.ShortKey(k), o.mem.len, o.size)
 	}
 	if o.mem.seg.live() {
 		c.ranges[o.mem.seg] = append(c.ranges[o.mem.seg], rng{o.mem.off, alignUp(o.mem.len), k})
@@ -165,7 +201,7 @@ func (s *Service) checkNode(c *census, n *node) error {
 	}
 	for _, orph := range n.box.orphanList() {
 		if orph.seg.node != n {
-			return inconsistent("orphan %q of node %q holds a range of node %q", orph.key, n.id, orph.seg.node.id)
+			return inconsistent("orphan %s of node %q holds a range of node %q", masterapi.ShortKey(orph.key), n.id, orph.seg.node.id)
 		}
 		if orph.seg.live() {
 			c.ranges[orph.seg] = append(c.ranges[orph.seg], rng{orph.off, alignUp(orph.len), "orphan:" + orph.key})
@@ -187,10 +223,10 @@ func checkSegment(g *segment, rs []rng) error {
 	for i, r := range rs {
 		used += r.n
 		if r.off < 0 || r.off+r.n > g.alloc.size {
-			return inconsistent("key %q: range [%d,+%d) outside segment %s/%s", r.key, r.off, r.n, g.node.id, g.name)
+			return inconsistent("key %s: range [%d,+%d) outside segment %s/%s", masterapi.ShortKey(r.key), r.off, r.n, g.node.id, g.name)
 		}
 		if i > 0 && rs[i-1].off+rs[i-1].n > r.off {
-			return inconsistent("keys %q and %q overlap in segment %s/%s", rs[i-1].key, r.key, g.node.id, g.name)
+			return inconsistent("keys %s and %s overlap in segment %s/%s", masterapi.ShortKey(rs[i-1].key), masterapi.ShortKey(r.key), g.node.id, g.name)
 		}
 	}
 	g.mu.Lock()
@@ -215,12 +251,12 @@ func checkMailbox(n *node, pinned map[string]bool) error {
 	n.box.mu.Unlock()
 	for k := range pinned {
 		if !boxKeys[k] {
-			return inconsistent("key %q pinned by node %q has no task", k, n.id)
+			return inconsistent("key %s pinned by node %q has no task", masterapi.ShortKey(k), n.id)
 		}
 	}
 	for k := range boxKeys {
 		if !pinned[k] {
-			return inconsistent("node %q has a task for %q, which it does not pin", n.id, k)
+			return inconsistent("node %q has a task for %s, which it does not pin", n.id, masterapi.ShortKey(k))
 		}
 	}
 	return nil

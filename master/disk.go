@@ -3,7 +3,7 @@ package master
 import (
 	"context"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // dropDisk removes node id's LocalDisk replica from o; an object left
@@ -14,7 +14,7 @@ func (s *Service) dropDisk(sh *shard, key string, o *object, id string, now int6
 	if i < 0 {
 		return false
 	}
-	s.countDisk(o.disk[i].node, -1, -o.size)
+	s.countDisk(o.disk[i].node, masterapi.KeyHash(key), -1, -o.size)
 	o.disk = append(o.disk[:i], o.disk[i+1:]...)
 	if o.leased(now) {
 		// Readers of the lease may have been given this replica: from now
@@ -65,65 +65,6 @@ func (s *Service) EvictDiskReplica(ctx context.Context, nodeID string, keys []st
 		s.log.Info("SSD eviction: leased keys kept readable on the node", "node", nodeID, "dropped", res.Dropped, "keep", len(res.Keep))
 	}
 	s.observeDiskEviction(keysLeaving(keys, kept))
-	return res, nil
-}
-
-// ReconcileDiskObjects implements API.
-func (s *Service) ReconcileDiskObjects(ctx context.Context, nodeID string, keys []string) (ReconcileResult, error) {
-	if err := s.check(ctx); err != nil {
-		return ReconcileResult{}, err
-	}
-	if nodeID == "" {
-		return ReconcileResult{}, s.observe(codes.Errorf(codes.InvalidParams, "master: reconcile: empty node id"))
-	}
-	// An unknown node (master restarted, node expired) has not
-	// re-registered: every key would look unwanted. It must remount and
-	// re-register first.
-	nd := s.lookupNode(nodeID)
-	if nd == nil {
-		return ReconcileResult{}, s.observe(codes.Errorf(codes.NeedRemount, "master: reconcile: unknown node %q", nodeID))
-	}
-	held := make(map[string]struct{}, len(keys))
-	var res ReconcileResult
-	for _, k := range keys {
-		if _, dup := held[k]; dup {
-			continue
-		}
-		held[k] = struct{}{}
-		if validKey(k) != nil {
-			continue
-		}
-		sh := s.shardOf(k)
-		sh.mu.Lock()
-		o := sh.objs[k]
-		// Unwanted: no object (never known, or removed), or an object
-		// that lists no replica of this node and has no task of it (the
-		// replica was dropped, or the key was removed and put again).
-		if o == nil || (o.diskIndex(nodeID) < 0 && o.offload != nd) {
-			res.Unwanted = append(res.Unwanted, k)
-		}
-		sh.mu.Unlock()
-	}
-	now := s.now()
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		for k, o := range sh.objs {
-			if len(o.disk) == 0 {
-				continue
-			}
-			if _, ok := held[k]; ok {
-				continue
-			}
-			if s.dropDisk(sh, k, o, nodeID, now) {
-				res.Dropped++
-			}
-		}
-		sh.mu.Unlock()
-	}
-	if res.Dropped > 0 || len(res.Unwanted) > 0 {
-		s.log.Info("reconcile", "node", nodeID, "dropped", res.Dropped, "unwanted", len(res.Unwanted), "held", len(keys))
-	}
 	return res, nil
 }
 

@@ -100,9 +100,17 @@
 //
 // NotifyOffloadSuccess is idempotent: one LOCAL_DISK replica per node and
 // key. It never creates objects (that would resurrect removed keys); only
-// ReRegisterDiskObjects does. ReconcileDiskObjects drops the node's
-// LOCAL_DISK replicas of keys not in its list and answers the keys of the
-// list the node must delete.
+// ReRegisterDiskObjects does. A reconcile drops the node's LOCAL_DISK
+// replicas of keys its SSD no longer holds and answers the keys the node
+// must delete: a session (reconcile.go) compares per-range digests of the
+// node's keys first (kept per node id as replicas come and go) and then
+// only the ranges that differ, key by key, so neither side holds a key list
+// and nothing is scanned when nothing changed; ReconcileDiskObjects does
+// the same in one call with the whole list (nodes of earlier builds).
+// A key's shard is the low bits of masterapi.KeyHash, the same bits as its
+// reconcile range. Locks: a digest's session lock (diskDigest.mu) is taken
+// before shard locks, never under one; digestMu (the map of digests) is a
+// leaf.
 //
 // # Liveness
 //
@@ -118,7 +126,8 @@
 //
 // Stats has cluster totals and one row per node incarnation (PerNode):
 // segment size and use, replicas and bytes per tier, offload queue; retired
-// incarnations are listed (Alive false) while replicas still point at them.
+// incarnations are listed (Alive false) while replicas still point at them;
+// the replica totals count live incarnations only.
 //
 // # Concurrency
 //
@@ -129,7 +138,8 @@
 // parked puts) and the room broadcast's mutex are leaves: taken under a
 // shard lock or none, nothing taken under them. Check, the only code that
 // holds several shard locks at once, takes them in ascending shard index
-// order. evictMu (one eviction round at a time) is taken before shard
-// locks. Counters are atomics. Time comes from Config.Clock, so tests
+// order. evictMu (one eviction round at a time) and a reconcile session's
+// diskDigest.mu are taken before shard locks; digestMu is a leaf. Counters
+// and reconcile digests are atomics. Time comes from Config.Clock, so tests
 // drive leases and TTLs with a ManualClock and call Tick instead of sleeping.
 package master

@@ -146,7 +146,7 @@ func TestRemoteMatchesService(t *testing.T) {
 	mustIs(t, api.ReportBadReplica(ctx, "k", crcOf("k"), Replica{Kind: LocalDisk, Node: "a"}), codes.ErrReplicaNotFound)
 	mustIs(t, api.ReportBadReplica(ctx, "nope", 1, Replica{Kind: Memory, Node: "a"}), codes.ErrObjectNotFound)
 	clk.Advance(2 * time.Hour)
-	if n, err := api.EvictMemory(ctx, nil, true); err != nil || n != 0 {
+	if n, err := api.EvictMemory(ctx, nil, true); err != nil || n.Dropped != 0 {
 		t.Fatal(n, err)
 	}
 	st, err := api.Stats(ctx)

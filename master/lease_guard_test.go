@@ -176,11 +176,11 @@ func TestLeaseGuardEvictMemory(t *testing.T) {
 		t.Fatal(kinds(info), err)
 	}
 	s.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "k", Size: 100, CRC: crcOf("k")}})
-	if n, err := s.EvictMemory(bg, nil, true); n != 0 || err != nil {
-		t.Fatalf("EvictMemory dropped %d DRAM replicas a reader depends on: %v", n, err)
+	if n, err := s.EvictMemory(bg, nil, true); n.Dropped != 0 || n.Leased != 1 || err != nil {
+		t.Fatalf("EvictMemory dropped %d DRAM replicas a reader depends on (%+v): %v", n.Dropped, n, err)
 	}
 	afterLease(s, clk)
-	if n, err := s.EvictMemory(bg, nil, true); n != 1 || err != nil {
+	if n, err := s.EvictMemory(bg, nil, true); n.Dropped != 1 || err != nil {
 		t.Fatalf("after the lease: %d %v", n, err)
 	}
 }

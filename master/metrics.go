@@ -136,6 +136,12 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 	for _, n := range s.retired {
 		if row := n.stats(false); row.MemoryReplicas+row.DiskReplicas > 0 {
 			dead = append(dead, row)
+			// The totals count live incarnations' replicas only: these
+			// are unreadable, kept for a lease (their rows say so).
+			st.MemoryReplicas -= row.MemoryReplicas
+			st.MemoryBytes -= row.MemoryBytes
+			st.DiskReplicas -= row.DiskReplicas
+			st.DiskBytes -= row.DiskBytes
 		}
 	}
 	s.nodesMu.RUnlock()

@@ -38,7 +38,7 @@ func (s *Service) MountSegment(ctx context.Context, req MountRequest) error {
 		n, replaced = nil, true
 	}
 	if n == nil {
-		n = &node{id: req.Node, endpoint: req.Endpoint, incarnation: req.Incarnation, segments: map[string]*segment{}}
+		n = &node{id: req.Node, endpoint: req.Endpoint, incarnation: req.Incarnation, segments: map[string]*segment{}, dig: s.digestOf(req.Node)}
 		n.box.init()
 		s.nodes[req.Node] = n
 		s.log.Info("node joined", "node", req.Node, "endpoint", req.Endpoint, "incarnation", req.Incarnation, "replaced_old", replaced)

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // NotifyOffloadSuccess implements API.
@@ -144,10 +145,13 @@ func (s *Service) registerDisk(n *node, d DiskObject, create bool) error {
 	if o == nil && !create {
 		return codes.Errorf(codes.ObjectNotFound, "master: notify: node %q persisted a key the master does not know (removed?); delete the SSD copy", n.id)
 	}
+	// A replica recorded now is on the node's SSD: a reconcile session in
+	// progress counts it as seen (reconcile.go).
+	seen := n.dig.epoch.Load()
 	if o == nil {
-		sh.objs[d.Key] = &object{size: d.Size, crc: d.CRC, disk: []diskReplica{{node: n}}}
+		sh.objs[d.Key] = &object{size: d.Size, crc: d.CRC, disk: []diskReplica{{node: n, seen: seen}}}
 		s.cnt.objects.Add(1)
-		s.countDisk(n, 1, d.Size)
+		s.countDisk(n, masterapi.KeyHash(d.Key), 1, d.Size)
 		return nil
 	}
 	viaTask := o.offload == n
@@ -163,15 +167,15 @@ func (s *Service) registerDisk(n *node, d DiskObject, create bool) error {
 	}
 	if i := o.diskIndex(n.id); i >= 0 {
 		prev := o.disk[i]
-		if prev.node != n { // refresh: a new incarnation
-			s.countDisk(prev.node, -1, -o.size)
-			s.countDisk(n, 1, o.size)
+		if prev.node != n { // refresh: a new incarnation (same id, same digest)
+			s.countDisk(prev.node, masterapi.KeyHash(d.Key), -1, -o.size)
+			s.countDisk(n, masterapi.KeyHash(d.Key), 1, o.size)
 		}
-		o.disk[i] = diskReplica{node: n, viaTask: viaTask || (prev.viaTask && prev.node == n)}
+		o.disk[i] = diskReplica{node: n, viaTask: viaTask || (prev.viaTask && prev.node == n), seen: seen}
 	} else {
-		o.disk = append(o.disk, diskReplica{node: n, viaTask: viaTask})
+		o.disk = append(o.disk, diskReplica{node: n, viaTask: viaTask, seen: seen})
 		s.room.signal() // the DRAM replica may be evicted now
-		s.countDisk(n, 1, o.size)
+		s.countDisk(n, masterapi.KeyHash(d.Key), 1, o.size)
 	}
 	return nil
 }

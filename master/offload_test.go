@@ -468,7 +468,7 @@ func TestFailedAnswerDropsPhantomDiskReplica(t *testing.T) {
 	}
 	// The reply was lost: the node rolled the bucket back and answers
 	// both tasks failed.
-	if n, err := s.EvictMemory(bg, []string{"l"}, false); n != 1 || err != nil {
+	if n, err := s.EvictMemory(bg, []string{"l"}, false); n.Dropped != 1 || err != nil {
 		t.Fatalf("evict memory of l: %d %v", n, err)
 	}
 	s.ExistKey(bg, "l") // lease l: its only replica is the phantom
@@ -523,8 +523,8 @@ func TestOnEvictOffloadsInsteadOfDropping(t *testing.T) {
 	}
 	// EvictMemory skips objects without an SSD copy.
 	put(t, s, "m", 64, "a")
-	if n, _ := s.EvictMemory(bg, nil, true); n != 0 {
-		t.Fatalf("EvictMemory dropped %d", n)
+	if n, _ := s.EvictMemory(bg, nil, true); n.Dropped != 0 || n.NoDiskCopy != 1 {
+		t.Fatalf("EvictMemory: %+v", n)
 	}
 }
 

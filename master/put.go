@@ -53,7 +53,7 @@ func (s *Service) putStart(ctx context.Context, req PutStartRequest) (Replica, e
 	} else {
 		// Only unreadable leftovers (replicas of dead nodes): start over.
 		s.dropMem(o)
-		s.dropAllDisk(o)
+		s.dropAllDisk(req.Key, o)
 		o.offloadFails, o.offloadGaveUp = 0, offloadOK
 	}
 	o.size, o.crc = req.Size, req.CRC

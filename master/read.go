@@ -33,7 +33,11 @@ func (s *Service) countLookup(key string, o *object) {
 }
 
 // exist answers one ExistKey. count says whether it is a counted demand
-// lookup.
+// lookup. It agrees with replicaList: false where GetReplicaList answers
+// OBJECT_NOT_FOUND or REPLICA_IS_NOT_READY (a put in progress), true where
+// it answers replicas, and the same REPLICA_IS_GONE error where every
+// replica was lost inside the lease (Mooncake #4508): "exists: false" next
+// to "get: replica is gone" would tell an operator two stories.
 func (s *Service) exist(key string, now int64, count bool) (bool, error) {
 	if err := validKey(key); err != nil {
 		return false, err
@@ -43,8 +47,14 @@ func (s *Service) exist(key string, now int64, count bool) (bool, error) {
 	defer sh.mu.Unlock()
 	o := sh.objs[key]
 	s.observeLookup(key, o, count)
-	if o == nil || !o.readable() {
+	switch {
+	case o == nil:
 		return false, nil
+	case o.readable():
+	case o.putInProgress():
+		return false, nil
+	default:
+		return false, codes.Errorf(codes.ReplicaIsGone, "master: exist_key: every replica was lost inside the lease")
 	}
 	s.grantLease(o, now)
 	if count {

@@ -61,46 +61,74 @@ func (s *Service) RemoveAll(ctx context.Context, force bool) (int64, error) {
 }
 
 // EvictMemory implements API.
-func (s *Service) EvictMemory(ctx context.Context, keys []string, all bool) (int64, error) {
+func (s *Service) EvictMemory(ctx context.Context, keys []string, all bool) (EvictMemoryResult, error) {
+	var res EvictMemoryResult
 	if err := s.check(ctx); err != nil {
-		return 0, err
+		return res, err
 	}
 	if all && len(keys) > 0 {
-		return 0, s.observe(codes.Errorf(codes.InvalidParams, "master: evict_memory: give keys or all, not both"))
+		return res, s.observe(codes.Errorf(codes.InvalidParams, "master: evict_memory: give keys or all, not both"))
 	}
-	now := s.now()
-	var n int64
-	try := func(o *object) {
-		if o.readableMem() && o.readableDisk() && s.evictable(o, now) {
-			s.dropMem(o)
-			s.cnt.evictions.Add(1)
-			s.met.evictions.Inc()
-			n++
+	for _, k := range keys {
+		if err := validKey(k); err != nil {
+			return res, s.observe(err)
 		}
 	}
+	now := s.now()
 	if all {
 		for i := range s.shards {
 			sh := &s.shards[i]
 			sh.mu.Lock()
 			for _, o := range sh.objs {
-				try(o)
+				if o.mem.seg != nil {
+					s.evictMemOf(o, now, &res)
+				}
 			}
 			sh.mu.Unlock()
 		}
-		return n, nil
+		return res, nil
 	}
 	for _, k := range keys {
-		if err := validKey(k); err != nil {
-			return n, s.observe(err)
-		}
 		sh := s.shardOf(k)
 		sh.mu.Lock()
-		if o := sh.objs[k]; o != nil {
-			try(o)
+		switch o := sh.objs[k]; {
+		case o == nil:
+			res.NotFound++
+		case o.mem.seg == nil || (o.mem.complete && !o.mem.seg.live()):
+			res.NotInMemory++
+		default:
+			s.evictMemOf(o, now, &res)
 		}
 		sh.mu.Unlock()
 	}
-	return n, nil
+	return res, nil
+}
+
+// evictMemOf drops o's DRAM replica if it has a readable SSD copy and
+// nothing holds it (evictable), and counts the outcome in res, by reason.
+// Caller holds the shard lock; o has a DRAM replica.
+func (s *Service) evictMemOf(o *object, now int64, res *EvictMemoryResult) {
+	switch {
+	case !o.mem.complete:
+		res.PutInProgress++
+	case !o.readableMem():
+		// A dead segment's replica: unreadable already, the sweep drops it.
+	case o.hardPin:
+		res.HardPinned++
+	case o.offload != nil:
+		res.OffloadPending++
+	case !o.readableDisk():
+		res.NoDiskCopy++
+	case o.leaseNeedsDRAM(now):
+		res.Leased++
+	case !s.evictable(o, now):
+		// Held for a reason this switch does not name: left in place.
+	default:
+		s.dropMem(o)
+		s.cnt.evictions.Add(1)
+		s.met.evictions.Inc()
+		res.Dropped++
+	}
 }
 
 // evictable reports whether o's complete DRAM replica may be dropped now:

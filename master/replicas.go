@@ -1,6 +1,9 @@
 package master
 
-import "github.com/tierstore/tierstore/internal/codes"
+import (
+	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/masterapi"
+)
 
 // dropMem removes o's DRAM replica, freeing its range when the segment is
 // still mounted (a dead segment's allocator is discarded with it). Caller
@@ -45,19 +48,25 @@ func (s *Service) countMem(n *node, delta, bytes int64) {
 	n.memBytes.Add(bytes)
 }
 
-// countDisk is countMem for LocalDisk replicas.
-func (s *Service) countDisk(n *node, delta, bytes int64) {
+// countDisk is countMem for LocalDisk replicas; it also updates n's id's
+// reconcile digest with the key's hash h (masterapi.KeyHash).
+func (s *Service) countDisk(n *node, h uint64, delta, bytes int64) {
 	s.cnt.diskReplicas.Add(delta)
 	s.cnt.diskBytes.Add(bytes)
 	n.diskReplicas.Add(delta)
 	n.diskBytes.Add(bytes)
+	n.dig.add(h, delta)
 }
 
-// dropAllDisk forgets every LocalDisk replica of o. Caller holds the
-// shard lock.
-func (s *Service) dropAllDisk(o *object) {
+// dropAllDisk forgets every LocalDisk replica of key's object o. Caller
+// holds the shard lock.
+func (s *Service) dropAllDisk(key string, o *object) {
+	if len(o.disk) == 0 {
+		return
+	}
+	h := masterapi.KeyHash(key)
 	for _, d := range o.disk {
-		s.countDisk(d.node, -1, -o.size)
+		s.countDisk(d.node, h, -1, -o.size)
 	}
 	o.disk = nil
 }
@@ -72,7 +81,7 @@ func (s *Service) deleteObj(sh *shard, key string, o *object) {
 	} else {
 		s.dropMemAndTask(key, o, codes.ObjectNotFound)
 	}
-	s.dropAllDisk(o)
+	s.dropAllDisk(key, o)
 	delete(sh.objs, key)
 	s.cnt.objects.Add(-1)
 }

@@ -265,9 +265,9 @@ func (s *Server) RemoveAll(ctx context.Context, r *pb.RemoveAllRequest) (*pb.Cou
 	return &pb.CountResponse{Count: n}, toStatus(err)
 }
 
-func (s *Server) EvictMemory(ctx context.Context, r *pb.EvictMemoryRequest) (*pb.CountResponse, error) {
-	n, err := s.api.EvictMemory(ctx, strs(r.GetKeys()), r.GetAll())
-	return &pb.CountResponse{Count: n}, toStatus(err)
+func (s *Server) EvictMemory(ctx context.Context, r *pb.EvictMemoryRequest) (*pb.EvictMemoryResponse, error) {
+	res, err := s.api.EvictMemory(ctx, strs(r.GetKeys()), r.GetAll())
+	return masterapi.EvictMemoryPB(res), toStatus(err)
 }
 
 func (s *Server) OffloadHeartbeat(ctx context.Context, r *pb.OffloadHeartbeatRequest) (*pb.OffloadHeartbeatResponse, error) {
@@ -332,6 +332,38 @@ func (s *Server) ReconcileDiskObjects(ctx context.Context, r *pb.ReconcileDiskOb
 		out.Unwanted[i] = []byte(k)
 	}
 	return out, nil
+}
+
+func (s *Server) ReconcileBegin(ctx context.Context, r *pb.ReconcileBeginRequest) (*pb.ReconcileBeginResponse, error) {
+	ses, err := s.api.ReconcileBegin(ctx, r.GetNode(), masterapi.RangeDigest{Counts: r.GetCounts(), Sums: r.GetSums()})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.ReconcileBeginResponse{Session: ses.ID, Differ: ses.Differ}, nil
+}
+
+func (s *Server) ReconcileKeys(ctx context.Context, r *pb.ReconcileKeysRequest) (*pb.ReconcileKeysResponse, error) {
+	res, err := s.api.ReconcileKeys(ctx, r.GetNode(), r.GetSession(), strs(r.GetKeys()))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.ReconcileKeysResponse{Unwanted: keyBytes(res.Unwanted)}, nil
+}
+
+func (s *Server) ReconcileEnd(ctx context.Context, r *pb.ReconcileEndRequest) (*pb.ReconcileEndResponse, error) {
+	n, err := s.api.ReconcileEnd(ctx, r.GetNode(), r.GetSession())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.ReconcileEndResponse{Count: n}, nil
+}
+
+func keyBytes(keys []string) [][]byte {
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		out[i] = []byte(k)
+	}
+	return out
 }
 
 func (s *Server) ReportBadReplica(ctx context.Context, r *pb.ReportBadReplicaRequest) (*pb.Empty, error) {

@@ -3,7 +3,6 @@ package master
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
 	"log/slog"
 	"math/bits"
 	"sync"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/tierstore/tierstore/admission"
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // Service is the master, in-process. It implements API. Create it with New;
@@ -24,9 +24,11 @@ type Service struct {
 	// countLookups is policy.WantsLookups(), cached.
 	countLookups bool
 
-	seed   maphash.Seed
 	shards []shard
 	mask   uint64
+
+	digestMu sync.Mutex             // protects digests
+	digests  map[string]*diskDigest // per node id: its LocalDisk replicas' digest (reconcile.go)
 
 	nodesMu sync.RWMutex // protects nodes, retired and every node.segments map
 	nodes   map[string]*node
@@ -117,7 +119,7 @@ func New(cfg Config) (*Service, error) {
 		s.shards[i].objs = map[string]*object{}
 	}
 	s.mask = uint64(n - 1)
-	s.seed = maphash.MakeSeed()
+	s.digests = map[string]*diskDigest{}
 	s.nodes = map[string]*node{}
 	s.parked = map[uint64]parkedPut{}
 	s.met = newMetrics(s)
@@ -196,9 +198,10 @@ func (s *Service) shardOf(key string) *shard {
 	return &s.shards[s.shardIndex(key)]
 }
 
-// shardIndex is the index in s.shards of key's shard.
+// shardIndex is the index in s.shards of key's shard: the low bits of the
+// key's stable hash, the same bits as its reconcile range (reconcile.go).
 func (s *Service) shardIndex(key string) int {
-	return int(maphash.String(s.seed, key) & s.mask)
+	return int(masterapi.KeyHash(key) & s.mask)
 }
 
 // check returns ErrClosed after Close and the context's error.

@@ -22,6 +22,10 @@ type node struct {
 
 	box mailbox
 
+	// dig is the LocalDisk replica digest of the node id, shared by all
+	// its incarnations (reconcile.go). Immutable.
+	dig *diskDigest
+
 	// Replicas that point at this incarnation, and their object bytes
 	// (changed with the global counters, under the object's shard lock).
 	memReplicas, memBytes, diskReplicas, diskBytes atomic.Int64
@@ -54,6 +58,10 @@ type diskReplica struct {
 	// viaTask: recorded as the persisted answer to an offload task this
 	// master issued (not a re-registration).
 	viaTask bool
+	// seen is the reconcile session that last found the key on the node's
+	// SSD, or the session current when the replica was recorded
+	// (reconcile.go).
+	seen uint32
 }
 
 // object is the metadata of one key. All fields are protected by the lock of

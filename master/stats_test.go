@@ -56,6 +56,11 @@ func TestStatsPerNode(t *testing.T) {
 	if cur := st.PerNode[0]; cur.Node != "a" || !cur.Alive || cur.Incarnation != "two" || cur.MemoryReplicas != 0 || cur.SegmentUsed != 0 {
 		t.Fatalf("new incarnation row %+v", cur)
 	}
+	// The totals count live replicas only: z's DRAM replica on b, y's and
+	// w's SSD replicas on b; not x's, unreadable on the retired a.
+	if st.MemoryReplicas != 1 || st.MemoryBytes != 300 || st.DiskReplicas != 2 || st.DiskBytes != 5070 || st.Objects != 4 {
+		t.Fatalf("totals with a retired incarnation: %+v", st)
+	}
 	clk.Advance(time.Hour)
 	s.Tick()
 	if st, _ = s.Stats(bg); len(st.PerNode) != 2 || st.PerNode[0].Node != "a" || !st.PerNode[0].Alive {

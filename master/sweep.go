@@ -1,5 +1,7 @@
 package master
 
+import "github.com/tierstore/tierstore/masterapi"
+
 // sweep is the lease-aware stale-handle sweep (Mooncake #4508, invariant 4): replicas that
 // became unreadable (segment unmounted, node expired) are removed only once
 // the object's lease has expired; an object left without replicas is removed
@@ -20,7 +22,7 @@ func (s *Service) sweep(now int64) {
 				s.log.Debug("reclaiming abandoned put", "key_len", len(key), "node", o.mem.seg.node.id)
 				s.dropMem(o)
 			}
-			if !s.clearDead(o, now) {
+			if !s.clearDead(key, o, now) {
 				left = true
 			}
 			if o.empty() && !o.leased(now) {
@@ -39,7 +41,7 @@ func (s *Service) sweep(now int64) {
 // clearDead drops o's unreadable replicas if o's lease has expired; it
 // reports false when dead replicas remain (kept for the lease). Caller holds
 // the shard lock.
-func (s *Service) clearDead(o *object, now int64) bool {
+func (s *Service) clearDead(key string, o *object, now int64) bool {
 	deadMem := o.mem.seg != nil && !o.mem.seg.live()
 	deadDisk := false
 	for _, d := range o.disk {
@@ -61,7 +63,7 @@ func (s *Service) clearDead(o *object, now int64) bool {
 		kept := o.disk[:0]
 		for _, d := range o.disk {
 			if d.node.dead.Load() {
-				s.countDisk(d.node, -1, -o.size)
+				s.countDisk(d.node, masterapi.KeyHash(key), -1, -o.size)
 				continue
 			}
 			kept = append(kept, d)

@@ -11,6 +11,9 @@ package masterapi
 
 import (
 	"context"
+	"fmt"
+	"sort"
+	"strings"
 	"time"
 )
 
@@ -239,7 +242,66 @@ type ReconcileResult struct {
 	Unwanted []string
 }
 
-// Stats is a snapshot of the master's state and counters.
+// EvictMemoryResult answers EvictMemory: the DRAM replicas dropped, and
+// those left in place by reason. With all, only objects that hold a DRAM
+// replica are counted; with keys, each named key is counted once under
+// Dropped or one reason.
+type EvictMemoryResult struct {
+	Dropped int64
+	// NoDiskCopy: the object has no readable LocalDisk replica (yet): its
+	// offload has not been answered, or offload is off.
+	NoDiskCopy int64
+	// Leased: a reader of the object's lease was given only the DRAM
+	// replica (docs/design.md invariant 4); it may go when the lease ends.
+	Leased int64
+	// OffloadPending: an offload task (queued or in flight) pins the DRAM
+	// replica until the node answers.
+	OffloadPending int64
+	// HardPinned: the put asked for a hard pin; never evicted.
+	HardPinned int64
+	// PutInProgress: the key's put has not ended.
+	PutInProgress int64
+	// NotFound, NotInMemory: a named key with no object, or with no DRAM
+	// replica.
+	NotFound, NotInMemory int64
+}
+
+// Skipped is the number of replicas (or named keys) left in place.
+func (r EvictMemoryResult) Skipped() int64 {
+	return r.NoDiskCopy + r.Leased + r.OffloadPending + r.HardPinned + r.PutInProgress + r.NotFound + r.NotInMemory
+}
+
+// SkipReasons renders the non-zero skip counts, most frequent reason first
+// ("3 without an SSD copy yet, 1 leased"); "" when nothing was skipped.
+func (r EvictMemoryResult) SkipReasons() string {
+	type reason struct {
+		n    int64
+		what string
+	}
+	rs := []reason{
+		{r.NoDiskCopy, "without an SSD copy yet"},
+		{r.OffloadPending, "pinned by an offload task"},
+		{r.Leased, "leased by a reader that has only the DRAM copy"},
+		{r.HardPinned, "hard-pinned"},
+		{r.PutInProgress, "put in progress"},
+		{r.NotFound, "not found"},
+		{r.NotInMemory, "not in memory"},
+	}
+	sort.SliceStable(rs, func(i, j int) bool { return rs[i].n > rs[j].n })
+	var parts []string
+	for _, x := range rs {
+		if x.n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", x.n, x.what))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Stats is a snapshot of the master's state and counters. The replica and
+// byte totals count the replicas of live node incarnations only; those of
+// retired incarnations (unreadable, kept for a lease) are in their PerNode
+// rows (Alive false). Objects counts every object, a lost one kept for its
+// lease included.
 type Stats struct {
 	Objects          int64
 	MemoryReplicas   int64
@@ -317,7 +379,9 @@ type ClientAPI interface {
 	BatchPutEnd(ctx context.Context, puts []PutRef) ([]error, error)
 	BatchPutRevoke(ctx context.Context, puts []PutRef) ([]error, error)
 	// ExistKey reports whether key has a readable replica, and if so grants
-	// a read lease of default_kv_lease_ttl.
+	// a read lease of default_kv_lease_ttl. It agrees with GetReplicaList:
+	// false where that answers ErrObjectNotFound or ErrReplicaNotReady,
+	// ErrReplicaGone where that does (every replica lost inside a lease).
 	ExistKey(ctx context.Context, key string) (bool, error)
 	// GetReplicaList returns key's readable replicas and grants a read
 	// lease. ErrObjectNotFound: never existed (or removed / expired);
@@ -342,8 +406,9 @@ type ClientAPI interface {
 	// object when all) that also have a readable LocalDisk replica,
 	// honouring pins, offload tasks and leases (a leased object's Memory
 	// replica stays while a reader of the lease was given no LocalDisk
-	// replica, docs/design.md invariant 4). Returns how many were dropped.
-	EvictMemory(ctx context.Context, keys []string, all bool) (int64, error)
+	// replica, docs/design.md invariant 4). Answers how many were dropped,
+	// and how many were left in place, by reason.
+	EvictMemory(ctx context.Context, keys []string, all bool) (EvictMemoryResult, error)
 	// ReportBadReplica tells the master that replica r of key failed its
 	// size or CRC32C check, or that r's node answered it does not hold the
 	// object on SSD (crc is the CRC32C the reader expected, from its
@@ -412,7 +477,31 @@ type NodeAPI interface {
 	// and re-register before it reconciles. The node must not send a
 	// notify or re-registration while its reconcile is in flight, and must
 	// ignore Unwanted if it remounted meanwhile.
+	//
+	// The whole list travels in one message (MaxMessageSize) and the master
+	// scans every object: use it only with a few hundred thousand keys.
+	// Nodes reconcile through the session below; this call stays for nodes
+	// of earlier builds and for masters that do not know the session calls.
 	ReconcileDiskObjects(ctx context.Context, node string, keys []string) (ReconcileResult, error)
+	// ReconcileBegin starts a reconcile session of node (see reconcile.go):
+	// d digests the keys the node holds on SSD; the answer lists the ranges
+	// whose digests differ from the master's digest of node's LocalDisk
+	// replicas. It supersedes node's previous session. ErrNeedRemount for
+	// an unknown node; ErrInvalidParams for a malformed digest.
+	ReconcileBegin(ctx context.Context, node string, d RangeDigest) (ReconcileSession, error)
+	// ReconcileKeys sends keys node holds in the session's differing ranges
+	// (keys of other ranges are ignored). Each key's replica is marked
+	// seen; the answer lists the keys the node must delete (as
+	// ReconcileResult.Unwanted). ErrInvalidParams when session is not
+	// node's current session (superseded, ended, or the master restarted).
+	ReconcileKeys(ctx context.Context, node string, session uint64, keys []string) (ReconcileKeysResult, error)
+	// ReconcileEnd drops node's LocalDisk replicas in the session's
+	// differing ranges that no ReconcileKeys of the session named (with the
+	// usual lease rule for the metadata) and returns how many it dropped;
+	// the session ends. The same errors as ReconcileKeys. The node must not
+	// send a notify or re-registration between Begin and End, and must not
+	// end a session (nor act on Unwanted) if it remounted meanwhile.
+	ReconcileEnd(ctx context.Context, node string, session uint64) (int64, error)
 }
 
 // API is the master's whole interface: both halves. *master.Service and

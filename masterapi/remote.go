@@ -275,12 +275,23 @@ func (r *Remote) RemoveAll(ctx context.Context, force bool) (int64, error) {
 }
 
 // EvictMemory implements API.
-func (r *Remote) EvictMemory(ctx context.Context, keys []string, all bool) (int64, error) {
+func (r *Remote) EvictMemory(ctx context.Context, keys []string, all bool) (EvictMemoryResult, error) {
 	p, err := r.c.EvictMemory(ctx, &pb.EvictMemoryRequest{Keys: keyBytes(keys), All: all})
 	if err != nil {
-		return 0, fromStatus(err)
+		return EvictMemoryResult{}, fromStatus(err)
 	}
-	return p.GetCount(), nil
+	return EvictMemoryResult{Dropped: p.GetCount(), NoDiskCopy: p.GetSkippedNoDiskCopy(), Leased: p.GetSkippedLeased(),
+		OffloadPending: p.GetSkippedOffloadPending(), HardPinned: p.GetSkippedHardPinned(),
+		PutInProgress: p.GetSkippedPutInProgress(), NotFound: p.GetSkippedNotFound(),
+		NotInMemory: p.GetSkippedNotInMemory()}, nil
+}
+
+// EvictMemoryPB converts res to its wire form (for the master's gRPC
+// server).
+func EvictMemoryPB(res EvictMemoryResult) *pb.EvictMemoryResponse {
+	return &pb.EvictMemoryResponse{Count: res.Dropped, SkippedNoDiskCopy: res.NoDiskCopy, SkippedLeased: res.Leased,
+		SkippedOffloadPending: res.OffloadPending, SkippedHardPinned: res.HardPinned,
+		SkippedPutInProgress: res.PutInProgress, SkippedNotFound: res.NotFound, SkippedNotInMemory: res.NotInMemory}
 }
 
 // OffloadHeartbeat implements API.
@@ -362,6 +373,40 @@ func (r *Remote) ReconcileDiskObjects(ctx context.Context, node string, keys []s
 		}
 	}
 	return res, nil
+}
+
+// ReconcileBegin implements API.
+func (r *Remote) ReconcileBegin(ctx context.Context, node string, d RangeDigest) (ReconcileSession, error) {
+	p, err := r.c.ReconcileBegin(ctx, &pb.ReconcileBeginRequest{Node: node, Counts: d.Counts, Sums: d.Sums})
+	if err != nil {
+		return ReconcileSession{}, fromStatus(err)
+	}
+	return ReconcileSession{ID: p.GetSession(), Differ: p.GetDiffer()}, nil
+}
+
+// ReconcileKeys implements API.
+func (r *Remote) ReconcileKeys(ctx context.Context, node string, session uint64, keys []string) (ReconcileKeysResult, error) {
+	p, err := r.c.ReconcileKeys(ctx, &pb.ReconcileKeysRequest{Node: node, Session: session, Keys: keyBytes(keys)})
+	if err != nil {
+		return ReconcileKeysResult{}, fromStatus(err)
+	}
+	var res ReconcileKeysResult
+	if len(p.GetUnwanted()) > 0 {
+		res.Unwanted = make([]string, len(p.GetUnwanted()))
+		for i, k := range p.GetUnwanted() {
+			res.Unwanted[i] = string(k)
+		}
+	}
+	return res, nil
+}
+
+// ReconcileEnd implements API.
+func (r *Remote) ReconcileEnd(ctx context.Context, node string, session uint64) (int64, error) {
+	p, err := r.c.ReconcileEnd(ctx, &pb.ReconcileEndRequest{Node: node, Session: session})
+	if err != nil {
+		return 0, fromStatus(err)
+	}
+	return p.GetCount(), nil
 }
 
 // ReportBadReplica implements API.

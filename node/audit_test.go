@@ -132,7 +132,7 @@ func TestGetReportsMissingSSDReplica(t *testing.T) {
 	if a.OffloadNow() != 1 || b.OffloadNow() != 1 {
 		t.Fatal("offload rounds")
 	}
-	if n, err := c.EvictMemory(ctx, nil, true); n != 2 || err != nil {
+	if n, err := c.EvictMemory(ctx, nil, true); n.Dropped != 2 || err != nil {
 		t.Fatalf("evict memory: %d %v", n, err)
 	}
 	// a loses its SSD copy behind the master's back; b goes away.
@@ -277,7 +277,7 @@ func TestSSDEvictionHonoursLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.OffloadNow()
-	if d, err := c.EvictMemory(ctx, []string{"leased"}, false); d != 1 || err != nil {
+	if d, err := c.EvictMemory(ctx, []string{"leased"}, false); d.Dropped != 1 || err != nil {
 		t.Fatalf("dropping the DRAM replica: %d %v", d, err)
 	}
 	if ok, err := c.Exists(ctx, "leased"); !ok || err != nil { // the lease

@@ -159,7 +159,7 @@ func benchGetSSD(b *testing.B, remote bool, be string, size int) {
 			b.Fatalf("offload stalled: %+v", n.Stats())
 		}
 	}
-	if d, err := c.EvictMemory(ctx, keys, false); err != nil || d != int64(len(keys)) {
+	if d, err := c.EvictMemory(ctx, keys, false); err != nil || d.Dropped != int64(len(keys)) {
 		b.Fatalf("evict: %d %v", d, err)
 	}
 	benchGet(b, c, keys, size)

@@ -19,6 +19,7 @@ import (
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/master"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -382,6 +383,15 @@ func (s *switchable) EvictDiskReplica(ctx context.Context, node string, keys []s
 func (s *switchable) ReconcileDiskObjects(ctx context.Context, node string, keys []string) (master.ReconcileResult, error) {
 	return s.get().ReconcileDiskObjects(ctx, node, keys)
 }
+func (s *switchable) ReconcileBegin(ctx context.Context, node string, d masterapi.RangeDigest) (masterapi.ReconcileSession, error) {
+	return s.get().ReconcileBegin(ctx, node, d)
+}
+func (s *switchable) ReconcileKeys(ctx context.Context, node string, id uint64, keys []string) (masterapi.ReconcileKeysResult, error) {
+	return s.get().ReconcileKeys(ctx, node, id, keys)
+}
+func (s *switchable) ReconcileEnd(ctx context.Context, node string, id uint64) (int64, error) {
+	return s.get().ReconcileEnd(ctx, node, id)
+}
 
 // Start-up re-registers what the SSD holds; after a master restart the node
 // remounts on NEED_REMOUNT and re-registers again, so SSD objects are
@@ -517,7 +527,7 @@ func TestCorruptSSDReplicaIsDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.OffloadNow()
-	if d, err := c.EvictMemory(ctx, []string{"k"}, false); err != nil || d != 1 {
+	if d, err := c.EvictMemory(ctx, []string{"k"}, false); err != nil || d.Dropped != 1 {
 		t.Fatalf("evict: %d %v", d, err)
 	}
 	tr.mu.Lock()

@@ -135,8 +135,8 @@ func TestGetIntoRemoteSSD(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.OffloadNow()
-	if d, err := c.EvictMemory(ctx, []string{"s"}, false); err != nil || d != 1 {
-		t.Fatalf("evict: %d %v", d, err)
+	if d, err := c.EvictMemory(ctx, []string{"s"}, false); err != nil || d.Dropped != 1 {
+		t.Fatalf("evict: %+v %v", d, err)
 	}
 	buf, guard := guardedBuf(t, len(val))
 	if got, err := c.GetInto(ctx, "s", buf); err != nil || got != len(val) || !bytes.Equal(buf, val) {
@@ -164,8 +164,8 @@ func TestGetIntoRemoteSSD(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.OffloadNow()
-	if d, err := local.EvictMemory(ctx, []string{"s2"}, false); err != nil || d != 1 {
-		t.Fatalf("evict: %d %v", d, err)
+	if d, err := local.EvictMemory(ctx, []string{"s2"}, false); err != nil || d.Dropped != 1 {
+		t.Fatalf("evict: %+v %v", d, err)
 	}
 	tr.put("s2", val[:len(val)-1])
 	for i := range buf {
@@ -229,7 +229,7 @@ func TestNodeLatencyHistograms(t *testing.T) {
 	if got := n.OffloadNow(); got != 4 {
 		t.Fatalf("offloaded %d", got)
 	}
-	if d, err := local.EvictMemory(ctx, []string{"d"}, false); err != nil || d != 1 {
+	if d, err := local.EvictMemory(ctx, []string{"d"}, false); err != nil || d.Dropped != 1 {
 		t.Fatalf("evicted %d: %v", d, err)
 	}
 	buf := make([]byte, len(val))

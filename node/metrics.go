@@ -25,6 +25,7 @@ var metricDefs = []metricDef{
 	{"remounts_total", "Remounts after NEED_REMOUNT.", prometheus.CounterValue, false, func(s *Stats) int64 { return s.Remounts }},
 	{"reconciles_total", "Reconciles of the SSD key list with the master.", prometheus.CounterValue, false, func(s *Stats) int64 { return s.Reconciles }},
 	{"reconcile_removed_total", "SSD objects deleted because a reconcile called them unwanted.", prometheus.CounterValue, false, func(s *Stats) int64 { return s.ReconcileRemoved }},
+	{"reconcile_keys_sent_total", "SSD keys sent by reconciles (the keys of hash ranges whose digests differ).", prometheus.CounterValue, false, func(s *Stats) int64 { return s.ReconcileKeysSent }},
 	{"notify_retries_total", "Offload notifies sent again after a transport error.", prometheus.CounterValue, false, func(s *Stats) int64 { return s.NotifyRetries }},
 	{"segment_bytes", "Size of the DRAM segment.", prometheus.GaugeValue, false, func(s *Stats) int64 { return s.SegmentSize }},
 	{"ssd_objects", "Objects on the SSD tier.", prometheus.GaugeValue, true, func(s *Stats) int64 { return s.Tier.Objects }},

@@ -50,6 +50,7 @@ type Stats struct {
 	Remounts                int64
 	Reconciles              int64
 	ReconcileRemoved        int64 // SSD objects deleted because a reconcile called them unwanted
+	ReconcileKeysSent       int64 // SSD keys sent to the master by reconciles (only those of differing ranges)
 	NotifyRetries           int64 // notifies sent again after a transport error
 	// OffloadFailedBy counts offload failures by cause (the reason label of
 	// tierstore_node_offload_failures_total): bad_task, source_bytes,
@@ -62,6 +63,7 @@ type nodeMetrics struct {
 	offloadRounds, offloadPersisted, offloadFailed atomic.Int64
 	peerWrites, peerReadsDRAM, peerReadsSSD        atomic.Int64
 	remounts, reconciles, reconcileRemoved         atomic.Int64
+	reconcileKeysSent                              atomic.Int64
 	notifyRetries                                  atomic.Int64
 	failedBy                                       [numCauses]atomic.Int64 // offload failures by cause
 }
@@ -319,17 +321,18 @@ func (n *Node) Stats() Stats {
 	st := Stats{
 		Name: n.name, Endpoint: n.endpoint, Segment: n.segName, SegmentSize: n.seg.Size(),
 		OffloadEnabled: n.tier != nil, Backend: n.backend,
-		OffloadRounds:    n.metrics.offloadRounds.Load(),
-		OffloadPersisted: n.metrics.offloadPersisted.Load(),
-		OffloadFailed:    n.metrics.offloadFailed.Load(),
-		PeerWrites:       n.metrics.peerWrites.Load(),
-		PeerReadsDRAM:    n.metrics.peerReadsDRAM.Load(),
-		PeerReadsSSD:     n.metrics.peerReadsSSD.Load(),
-		Remounts:         n.metrics.remounts.Load(),
-		Reconciles:       n.metrics.reconciles.Load(),
-		ReconcileRemoved: n.metrics.reconcileRemoved.Load(),
-		NotifyRetries:    n.metrics.notifyRetries.Load(),
-		OffloadFailedBy:  make(map[string]int64, numCauses),
+		OffloadRounds:     n.metrics.offloadRounds.Load(),
+		OffloadPersisted:  n.metrics.offloadPersisted.Load(),
+		OffloadFailed:     n.metrics.offloadFailed.Load(),
+		PeerWrites:        n.metrics.peerWrites.Load(),
+		PeerReadsDRAM:     n.metrics.peerReadsDRAM.Load(),
+		PeerReadsSSD:      n.metrics.peerReadsSSD.Load(),
+		Remounts:          n.metrics.remounts.Load(),
+		Reconciles:        n.metrics.reconciles.Load(),
+		ReconcileRemoved:  n.metrics.reconcileRemoved.Load(),
+		ReconcileKeysSent: n.metrics.reconcileKeysSent.Load(),
+		NotifyRetries:     n.metrics.notifyRetries.Load(),
+		OffloadFailedBy:   make(map[string]int64, numCauses),
 	}
 	for c := range numCauses {
 		st.OffloadFailedBy[c.String()] = n.metrics.failedBy[c].Load()
@@ -411,81 +414,6 @@ func (n *Node) mount(ctx context.Context) error {
 		return fmt.Errorf("node: mount segment %s at the master: %w", n.segName, err)
 	}
 	return nil
-}
-
-// diskObjects lists what the SSD tier holds.
-func (n *Node) diskObjects() ([]masterapi.DiskObject, error) {
-	var objs []masterapi.DiskObject
-	err := n.tier.Keys(func(key []byte, info tier.KeyInfo) bool {
-		objs = append(objs, masterapi.DiskObject{Key: string(key), Size: info.Size, CRC: info.CRC})
-		return true
-	})
-	return objs, err
-}
-
-// reRegister tells the master every object the SSD tier holds. Objects the
-// master refuses as conflicting (the key was re-put with other bytes) are
-// stale and removed from SSD. Caller holds roundMu.
-func (n *Node) reRegister(ctx context.Context) {
-	if n.tier == nil {
-		return
-	}
-	objs, err := n.diskObjects()
-	if err != nil {
-		n.log.Error("re-register: listing SSD keys", "err", err)
-		n.reregister.Store(true)
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	const batch = 4096
-	gen := n.mountGen.Load()
-	for len(objs) > 0 {
-		part := objs[:min(batch, len(objs))]
-		objs = objs[len(part):]
-		errs, err := n.m.ReRegisterDiskObjects(ctx, n.name, part)
-		if err != nil {
-			n.log.Warn("re-register SSD objects failed; will retry", "err", err)
-			n.reregister.Store(true)
-			return
-		}
-		n.dropConflicts(part, errs, gen)
-	}
-	n.log.Info("re-registered SSD objects", "objects", n.tier.Stats().Objects)
-}
-
-// dropConflicts removes from SSD the objects the master refused: their
-// size or CRC differ from the object's current metadata, or the master does
-// not know the key (it was removed; only re-registration creates objects).
-// A key refused as unknown is kept, and a re-registration flagged, when the
-// node remounted since gen (the master may have restarted and not heard the
-// SSD objects yet).
-func (n *Node) dropConflicts(objs []masterapi.DiskObject, errs []error, gen uint64) {
-	for i, e := range errs {
-		if i >= len(objs) || e == nil {
-			continue
-		}
-		if n.refusedKeepsCopy(e, gen) {
-			continue
-		}
-		if errors.Is(e, codes.ErrChecksumConflict) || errors.Is(e, codes.ErrObjectNotFound) || errors.Is(e, codes.ErrReplicaNotFound) {
-			if err := n.tier.Remove([]byte(objs[i].Key)); err != nil && !errors.Is(err, tier.ErrNotFound) {
-				n.log.Warn("removing an SSD object the master refused", "key", objs[i].Key, "err", err)
-			}
-		}
-	}
-}
-
-// refusedKeepsCopy reports whether an SSD copy the master refused with err
-// must be kept: the master called the key unknown, but the node remounted
-// since gen, so that master may be a restarted one; a re-registration is
-// flagged to announce it.
-func (n *Node) refusedKeepsCopy(err error, gen uint64) bool {
-	if errors.Is(err, codes.ErrObjectNotFound) && n.mountGen.Load() != gen {
-		n.reregister.Store(true)
-		return true
-	}
-	return false
 }
 
 // onEvict is the tier's EvictFunc of this node (EvictFunc).
@@ -590,79 +518,6 @@ func (n *Node) heartbeat() {
 			break
 		}
 	}
-}
-
-func (n *Node) reconcileTick() {
-	if err := n.Reconcile(n.ctx); err != nil {
-		n.log.Warn("reconcile failed", "err", err)
-	}
-}
-
-// Reconcile sends the master the full list of keys on SSD, so that it drops
-// LocalDisk replicas of this node the SSD no longer holds, and deletes from
-// the SSD the keys the master answers as unwanted (removed objects, dropped
-// replicas). It runs periodically; tests and operators may call it
-// directly.
-//
-// It holds roundMu, so no notify or re-registration of this node is in
-// flight while the master compares the list (invariant: a list taken before
-// a commit must not reach the master after that commit's notify). A pending
-// re-registration runs first; if the node remounted while the reconcile was
-// in flight the unwanted list is ignored (a restarted master knows no keys
-// until the node re-registers).
-func (n *Node) Reconcile(ctx context.Context) error {
-	if n.tier == nil {
-		return nil
-	}
-	n.roundMu.Lock()
-	defer n.roundMu.Unlock()
-	if n.reregister.Swap(false) {
-		n.reRegister(ctx)
-		if n.reregister.Load() {
-			return fmt.Errorf("node: reconcile: %w: re-registration pending", codes.ErrNeedRemount)
-		}
-	}
-	gen := n.mountGen.Load()
-	var keys []string
-	if err := n.tier.Keys(func(k []byte, _ tier.KeyInfo) bool {
-		keys = append(keys, string(k))
-		return true
-	}); err != nil {
-		return fmt.Errorf("node: reconcile: listing SSD keys: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	res, err := n.m.ReconcileDiskObjects(ctx, n.name, keys)
-	if errors.Is(err, codes.ErrNeedRemount) {
-		n.reregister.Store(true) // the ping loop remounts; re-register before the next try
-	}
-	if err != nil {
-		return fmt.Errorf("node: reconcile: %w", err)
-	}
-	n.metrics.reconciles.Add(1)
-	if res.Dropped > 0 {
-		n.log.Info("reconcile dropped replicas the SSD no longer holds", "dropped", res.Dropped)
-	}
-	if len(res.Unwanted) == 0 {
-		return nil
-	}
-	if n.mountGen.Load() != gen || n.reregister.Load() {
-		n.log.Warn("reconcile answer ignored: the node remounted meanwhile", "unwanted", len(res.Unwanted))
-		return nil
-	}
-	removed := 0
-	for _, k := range res.Unwanted {
-		if err := n.tier.Remove([]byte(k)); err != nil {
-			if !errors.Is(err, tier.ErrNotFound) {
-				n.log.Warn("reconcile: removing an unwanted SSD object", "key", k, "err", err)
-			}
-			continue
-		}
-		removed++
-	}
-	n.metrics.reconcileRemoved.Add(int64(removed))
-	n.log.Info("reconcile removed SSD objects the master no longer wants", "removed", removed, "unwanted", len(res.Unwanted))
-	return nil
 }
 
 // OffloadNow runs one offload round at once (fetch tasks, offload, answer

@@ -61,7 +61,8 @@ type Config struct {
 	// exactly BucketSizeLimit bytes (any key) fits in a bucket, whose file
 	// is then up to BucketFileLimit(BucketSizeLimit) bytes (header,
 	// alignment, trailer and footer added). A larger object stays in DRAM
-	// only; its offload task is failed permanently.
+	// only; its offload task is failed permanently. 0 (the default) takes
+	// DerivedBucketSizeLimit(SSDCapacity); Validate sets it.
 	BucketSizeLimit int64
 	// BucketEviction is "lru", "fifo" or "lru2" (scan resistant: a bucket
 	// read twice is protected) [--bucket_eviction].
@@ -98,7 +99,7 @@ func DefaultConfig() Config {
 		Memory:            DefaultMemory,
 		Backend:           DefaultBackend,
 		BucketKeysLimit:   DefaultBucketKeysLimit,
-		BucketSizeLimit:   DefaultBucketSizeLimit,
+		BucketSizeLimit:   0, // DerivedBucketSizeLimit(SSDCapacity)
 		BucketEviction:    DefaultBucketEviction,
 		Compression:       DefaultCompression,
 		HeartbeatInterval: DefaultHeartbeatInterval,
@@ -118,6 +119,17 @@ func DefaultConfig() Config {
 // object of exactly objectLimit bytes always fits.
 func BucketFileLimit(objectLimit int64) int64 {
 	return bucket.Size(1, tier.MaxKeyLen, bucket.AlignUp(objectLimit))
+}
+
+// DerivedBucketSizeLimit is the --bucket_size_limit of a node that does
+// not set one: DefaultBucketSizeLimit, or an eighth of a smaller SSD
+// capacity (4 KiB aligned, down), so that the tier has at least eight
+// buckets to evict from and a lone --ssd_capacity=128MiB just works.
+func DerivedBucketSizeLimit(capacity int64) int64 {
+	if capacity <= 0 || capacity/8 >= DefaultBucketSizeLimit {
+		return DefaultBucketSizeLimit
+	}
+	return capacity / 8 &^ (bucket.Align - 1)
 }
 
 func badFlag(flag, format string, args ...any) error {
@@ -146,7 +158,13 @@ func (c *Config) validate(checkDir bool) error {
 	if c.BucketKeysLimit <= 0 {
 		return badFlag("bucket_keys_limit", "must be positive, got %d", c.BucketKeysLimit)
 	}
-	if c.BucketSizeLimit <= 0 {
+	if c.BucketSizeLimit == 0 {
+		c.BucketSizeLimit = DerivedBucketSizeLimit(c.SSDCapacity)
+		if c.BucketSizeLimit <= 0 {
+			return badFlag("ssd_capacity", "%s is too small: an eighth of it must hold a 4 KiB object", units.Format(c.SSDCapacity))
+		}
+	}
+	if c.BucketSizeLimit < 0 {
 		return badFlag("bucket_size_limit", "must be positive, got %d", c.BucketSizeLimit)
 	}
 	if c.BucketSizeLimit > bucket.MaxValueLen {

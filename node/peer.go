@@ -21,15 +21,15 @@ func toCode(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, ErrOutOfRange), errors.Is(err, ErrRangeNotOwned), errors.Is(err, ErrNoPutToken):
-		return fmt.Errorf("%w: %w", codes.ErrInvalidParams, err)
+		return codes.Wrap(codes.InvalidParams, err)
 	case errors.Is(err, tier.ErrNotFound):
-		return fmt.Errorf("%w: %w", codes.ErrObjectNotFound, err)
+		return codes.Wrap(codes.ObjectNotFound, err)
 	case errors.Is(err, tier.ErrChecksum):
-		return fmt.Errorf("%w: %w", codes.ErrChecksumMismatch, err)
+		return codes.Wrap(codes.ChecksumMismatch, err)
 	case errors.Is(err, tier.ErrInvalidKey):
-		return fmt.Errorf("%w: %w", codes.ErrInvalidKey, err)
+		return codes.Wrap(codes.InvalidKey, err)
 	case errors.Is(err, ErrClosed), errors.Is(err, tier.ErrClosed):
-		return fmt.Errorf("%w: %w", codes.ErrShuttingDown, err)
+		return codes.Wrap(codes.ShuttingDown, err)
 	}
 	return err
 }

@@ -115,7 +115,7 @@ func TestFullSSDFailsPermanently(t *testing.T) {
 	if got := n.OffloadNow(); got != 1 || n.Stats().Tier.Objects != 1 {
 		t.Fatalf("first offload: %d tasks, %+v", got, n.Stats())
 	}
-	if d, err := c.EvictMemory(ctx, []string{"leased"}, false); d != 1 || err != nil {
+	if d, err := c.EvictMemory(ctx, []string{"leased"}, false); d.Dropped != 1 || err != nil {
 		t.Fatalf("dropping the DRAM replica: %d %v", d, err)
 	}
 	if ok, err := c.Exists(ctx, "leased"); !ok || err != nil { // the lease

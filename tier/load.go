@@ -245,7 +245,7 @@ func (j *loadJob) finish() {
 		}
 		v, err := bucket.DecodeValueInto(en, op.Data, j.buf(r.i))
 		if err != nil {
-			j.res[r.i].Err = fmt.Errorf("%w: %w", ErrChecksum, err)
+			j.res[r.i].Err = mark(ErrChecksum, err) // bucket's error says "checksum mismatch" already
 			corrupt = append(corrupt, r)
 			continue
 		}

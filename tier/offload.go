@@ -158,7 +158,7 @@ func (e *Engine) writeAndReserve(ctx context.Context, j *bucketJob) bool {
 	if err := e.be.WriteBucket(ctx, j.id, enc.Data); err != nil {
 		e.unreserve(enc.Size)
 		if errors.Is(err, backend.ErrNoSpace) {
-			err = fmt.Errorf("%w: %w", ErrNoSpace, err)
+			err = mark(ErrNoSpace, err) // backend's error says "no space" already
 		}
 		j.failAll(fmt.Errorf("tier: write bucket %d: %w", j.id, err), true)
 		return false

@@ -92,7 +92,7 @@ func parseFlags(args []string, helpOut io.Writer) (options, error) {
 	fs.StringVar(&c.Backend, "backend", c.Backend, "bucket I/O backend: uring (falls back to pwrite) or pwrite")
 	fs.BoolVar(&c.DirectIO, "direct_io", true, "open bucket files with O_DIRECT (falls back to buffered I/O where the file system refuses it); --direct_io=false for buffered")
 	fs.IntVar(&c.BucketKeysLimit, "bucket_keys_limit", c.BucketKeysLimit, "most objects in one bucket")
-	fs.Var(sizeFlag{&c.BucketSizeLimit}, "bucket_size_limit", "most bytes in one bucket")
+	fs.Var(sizeFlag{&c.BucketSizeLimit}, "bucket_size_limit", "most bytes in one bucket, and the largest object that goes to SSD (default 256MiB, or --ssd_capacity/8 when that is smaller)")
 	fs.StringVar(&c.BucketEviction, "bucket_eviction", c.BucketEviction, "SSD bucket eviction: lru, fifo or lru2 (scan resistant)")
 	fs.StringVar(&c.Compression, "compression", c.Compression, "object compression on SSD: none or lz4")
 	fs.IntVar(&c.MetricsPort, "metrics_port", 0, "Prometheus metrics port on 127.0.0.1 (0 = off)")
@@ -115,6 +115,17 @@ func parseFlags(args []string, helpOut io.Writer) (options, error) {
 	}
 	if o.master == "" {
 		return o, fmt.Errorf("--master: required (host:port of tierstore-master)")
+	}
+	// Left unset, the bucket size is derived from --ssd_capacity (Config's
+	// 0); given, it must be a positive size that fits the capacity.
+	var badBucket error
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "bucket_size_limit" && c.BucketSizeLimit <= 0 {
+			badBucket = fmt.Errorf("%w: --bucket_size_limit: must be positive, got %d", node.ErrBadConfig, c.BucketSizeLimit)
+		}
+	})
+	if badBucket != nil {
+		return o, badBucket
 	}
 	if err := c.Validate(); err != nil {
 		return o, err

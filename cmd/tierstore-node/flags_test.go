@@ -42,6 +42,14 @@ func TestParseFlagsDefaultsAndValues(t *testing.T) {
 		c.Compression != "lz4" || c.MetricsPort != 9100 || c.HeartbeatInterval != 250*time.Millisecond {
 		t.Fatalf("parsed: %+v", c)
 	}
+	// --ssd_capacity alone: the bucket size follows it (an eighth), instead
+	// of refusing a --bucket_size_limit nobody gave.
+	for capacity, want := range map[string]int64{"128MiB": 16 << 20, "10GiB": 256 << 20, "100KiB": 12 << 10} {
+		o, err := parseFlags([]string{"--master=m:1", "--ssd_capacity=" + capacity}, io.Discard)
+		if err != nil || o.node.BucketSizeLimit != want {
+			t.Fatalf("--ssd_capacity=%s alone: %v, bucket size %d, want %d", capacity, err, o.node.BucketSizeLimit, want)
+		}
+	}
 	if o.node.OffloadTaskTimeout != 300*time.Second {
 		t.Fatalf("offload_task_timeout default %v", o.node.OffloadTaskTimeout)
 	}
@@ -90,7 +98,9 @@ func TestParseFlagsRefusesBadValues(t *testing.T) {
 		{[]string{m, "--bucket_keys_limit=0"}, "bucket_keys_limit"},
 		{[]string{m, "--bucket_size_limit=0"}, "bucket_size_limit"},
 		{[]string{m, "--bucket_size_limit=lots"}, "bucket_size_limit"},
-		{[]string{m, "--ssd_capacity=64MiB"}, "bucket_size_limit"}, // the 256MiB default bucket does not fit
+		{[]string{m, "--ssd_capacity=64MiB", "--bucket_size_limit=256MiB"}, "bucket_size_limit"}, // an explicit bucket that does not fit
+		{[]string{m, "--ssd_capacity=64MiB", "--bucket_size_limit=64MiB"}, "bucket_size_limit"},
+		{[]string{m, "--ssd_capacity=16KiB"}, "ssd_capacity"}, // too small for any bucket
 		{[]string{m, "--bucket_eviction=random"}, "bucket_eviction"},
 		{[]string{m, "--compression=zstd"}, "compression"},
 		{[]string{m, "--metrics_port=70000"}, "metrics_port"},

@@ -211,10 +211,11 @@ func (r *demoResult) offload(ctx context.Context, e *embedded.Embedded) error {
 
 // evict drops every DRAM replica (they all have an SSD replica now).
 func (r *demoResult) evict(ctx context.Context, e *embedded.Embedded, keys []string) error {
-	var err error
-	if r.dropped, err = e.Client.EvictMemory(ctx, keys, false); err != nil {
+	res, err := e.Client.EvictMemory(ctx, keys, false)
+	if err != nil {
 		return err
 	}
+	r.dropped = res.Dropped
 	st, err := e.Client.Stats(ctx)
 	if err != nil {
 		return err

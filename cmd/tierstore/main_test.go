@@ -170,6 +170,18 @@ func TestObjectCommands(t *testing.T) {
 	if _, e, code := runCLI("", "put", "--master", addr, "k1", in); code != 1 || !strings.Contains(e, "OBJECT_ALREADY_EXISTS") {
 		t.Fatalf("second put: %d %s", code, e)
 	}
+	// A 4 KiB key is quoted by its first 48 bytes and its length, not in
+	// full.
+	long := strings.Repeat("k", 4096)
+	if _, e, code := runCLI("v", "put", "--master", addr, long); code != 0 {
+		t.Fatalf("put of a 4 KiB key: %d %s", code, e)
+	}
+	if _, e, code := runCLI("v", "put", "--master", addr, long); code != 1 || !strings.Contains(e, `"`+long[:48]+`"...(4096 bytes)`) || len(e) > 400 {
+		t.Fatalf("second put of a 4 KiB key: %d, %d bytes: %s", code, len(e), e)
+	}
+	if _, e, code := runCLI("", "rm", "--master", addr, "--force", long); code != 0 {
+		t.Fatalf("rm of the 4 KiB key: %d %s", code, e)
+	}
 	out := filepath.Join(dir, "out")
 	if _, e, code := runCLI("", "get", "--master", addr, "k1", out); code != 0 {
 		t.Fatalf("get: %d %s", code, e)
@@ -197,9 +209,14 @@ func TestObjectCommands(t *testing.T) {
 	if row[1] != n.Endpoint() || row[2] != "alive" || row[8] != "2" || row[11] != "0" || row[7] != "MiB" || row[6] != "8.0" {
 		t.Fatalf("stats node row %q in:\n%s", row, o)
 	}
-	// No SSD replica: nothing to drop.
-	if o, e, code := runCLI("", "evict", "--master", addr, "--tier", "memory", "--all"); code != 0 || !strings.Contains(o, "dropped 0") {
+	// No SSD replica: nothing to drop, and evict says why.
+	if o, e, code := runCLI("", "evict", "--master", addr, "--tier", "memory", "--all"); code != 0 ||
+		strings.TrimSpace(o) != "dropped 0 memory replicas; skipped 2: 2 without an SSD copy yet" {
 		t.Fatalf("evict: %d %q %q", code, o, e)
+	}
+	if o, e, code := runCLI("", "evict", "--master", addr, "--tier", "memory", "k1", "nope"); code != 0 ||
+		strings.TrimSpace(o) != "dropped 0 memory replicas; skipped 2: 1 without an SSD copy yet, 1 not found" {
+		t.Fatalf("evict of named keys: %d %q %q", code, o, e)
 	}
 	if _, e, code := runCLI("", "rm", "--master", addr, "k1"); code != 1 || !strings.Contains(e, "OBJECT_HAS_LEASE") {
 		t.Fatalf("rm inside the lease: %d %s", code, e)
@@ -209,6 +226,17 @@ func TestObjectCommands(t *testing.T) {
 	}
 	if _, e, code := runCLI("", "get", "--master", addr, "k1"); code != 1 || !strings.Contains(e, "OBJECT_NOT_FOUND") {
 		t.Fatalf("get after rm: %d %s", code, e)
+	}
+	// The node holding k2's only replica dies inside k2's lease (granted by
+	// the get above): exists and get tell the same story.
+	if _, e, code := runCLI("", "exists", "--master", addr, "k2"); code != 0 {
+		t.Fatalf("exists k2: %d %s", code, e)
+	}
+	m.ExpireNode(n.Name())
+	for _, cmd := range []string{"exists", "get"} {
+		if o, e, code := runCLI("", cmd, "--master", addr, "k2"); code != 1 || !strings.Contains(e, "REPLICA_IS_GONE") {
+			t.Fatalf("%s of an object lost inside its lease: %d %q %q", cmd, code, o, e)
+		}
 	}
 }
 

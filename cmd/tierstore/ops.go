@@ -204,11 +204,11 @@ var opHandlers = map[string]func(ctx context.Context, c *client.Client, a opArgs
 	},
 	"stats": runStats,
 	"evict": func(ctx context.Context, c *client.Client, a opArgs, stdout, _ io.Writer) error {
-		n, err := c.EvictMemory(ctx, a.pos, a.all)
+		res, err := c.EvictMemory(ctx, a.pos, a.all)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "dropped %d memory replicas\n", n)
+		fmt.Fprintln(stdout, evictReport(res))
 		return nil
 	},
 }
@@ -271,4 +271,14 @@ func printNodeTable(w io.Writer, rows []masterapi.NodeStats) {
 			r.OffloadQueued, r.OffloadInFlight)
 	}
 	_ = tw.Flush()
+}
+
+// evictReport is evict's one-line answer: what was dropped and, when
+// replicas were left in place, how many and why.
+func evictReport(res masterapi.EvictMemoryResult) string {
+	s := fmt.Sprintf("dropped %d memory replicas", res.Dropped)
+	if n := res.Skipped(); n > 0 {
+		s += fmt.Sprintf("; skipped %d: %s", n, res.SkipReasons())
+	}
+	return s
 }

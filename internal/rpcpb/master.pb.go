@@ -2796,6 +2796,423 @@ func (x *NodeStats) GetOffloadInFlight() int64 {
 	return 0
 }
 
+// A node's digest of its SSD keys: per hash range (a power of two of them,
+// at most 16384), the number of keys and the sum of their digest terms.
+type ReconcileBeginRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Counts        []uint32               `protobuf:"varint,2,rep,packed,name=counts,proto3" json:"counts,omitempty"`
+	Sums          []uint64               `protobuf:"fixed64,3,rep,packed,name=sums,proto3" json:"sums,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReconcileBeginRequest) Reset() {
+	*x = ReconcileBeginRequest{}
+	mi := &file_master_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconcileBeginRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconcileBeginRequest) ProtoMessage() {}
+
+func (x *ReconcileBeginRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconcileBeginRequest.ProtoReflect.Descriptor instead.
+func (*ReconcileBeginRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ReconcileBeginRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ReconcileBeginRequest) GetCounts() []uint32 {
+	if x != nil {
+		return x.Counts
+	}
+	return nil
+}
+
+func (x *ReconcileBeginRequest) GetSums() []uint64 {
+	if x != nil {
+		return x.Sums
+	}
+	return nil
+}
+
+type ReconcileBeginResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
+	Differ        []uint32               `protobuf:"varint,2,rep,packed,name=differ,proto3" json:"differ,omitempty"` // ranges whose digests differ, increasing
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReconcileBeginResponse) Reset() {
+	*x = ReconcileBeginResponse{}
+	mi := &file_master_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconcileBeginResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconcileBeginResponse) ProtoMessage() {}
+
+func (x *ReconcileBeginResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconcileBeginResponse.ProtoReflect.Descriptor instead.
+func (*ReconcileBeginResponse) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ReconcileBeginResponse) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *ReconcileBeginResponse) GetDiffer() []uint32 {
+	if x != nil {
+		return x.Differ
+	}
+	return nil
+}
+
+type ReconcileKeysRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Session       uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
+	Keys          [][]byte               `protobuf:"bytes,3,rep,name=keys,proto3" json:"keys,omitempty"` // keys the node holds in differing ranges
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReconcileKeysRequest) Reset() {
+	*x = ReconcileKeysRequest{}
+	mi := &file_master_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconcileKeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconcileKeysRequest) ProtoMessage() {}
+
+func (x *ReconcileKeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconcileKeysRequest.ProtoReflect.Descriptor instead.
+func (*ReconcileKeysRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ReconcileKeysRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ReconcileKeysRequest) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *ReconcileKeysRequest) GetKeys() [][]byte {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+type ReconcileKeysResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Unwanted      [][]byte               `protobuf:"bytes,1,rep,name=unwanted,proto3" json:"unwanted,omitempty"` // keys of the request the node must delete
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReconcileKeysResponse) Reset() {
+	*x = ReconcileKeysResponse{}
+	mi := &file_master_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconcileKeysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconcileKeysResponse) ProtoMessage() {}
+
+func (x *ReconcileKeysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconcileKeysResponse.ProtoReflect.Descriptor instead.
+func (*ReconcileKeysResponse) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *ReconcileKeysResponse) GetUnwanted() [][]byte {
+	if x != nil {
+		return x.Unwanted
+	}
+	return nil
+}
+
+type ReconcileEndRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Session       uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReconcileEndRequest) Reset() {
+	*x = ReconcileEndRequest{}
+	mi := &file_master_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconcileEndRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconcileEndRequest) ProtoMessage() {}
+
+func (x *ReconcileEndRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconcileEndRequest.ProtoReflect.Descriptor instead.
+func (*ReconcileEndRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *ReconcileEndRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ReconcileEndRequest) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+type ReconcileEndResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Count         int64                  `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"` // the node's LOCAL_DISK replicas dropped
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReconcileEndResponse) Reset() {
+	*x = ReconcileEndResponse{}
+	mi := &file_master_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconcileEndResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconcileEndResponse) ProtoMessage() {}
+
+func (x *ReconcileEndResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconcileEndResponse.ProtoReflect.Descriptor instead.
+func (*ReconcileEndResponse) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *ReconcileEndResponse) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+// EvictMemory's answer. Field 1 matches CountResponse, the answer's former
+// type, so an old peer still reads the count. The skipped_* fields count
+// DRAM replicas (or named keys) left in place, by reason.
+type EvictMemoryResponse struct {
+	state                 protoimpl.MessageState `protogen:"open.v1"`
+	Count                 int64                  `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`                                                                // DRAM replicas dropped
+	SkippedNoDiskCopy     int64                  `protobuf:"varint,2,opt,name=skipped_no_disk_copy,json=skippedNoDiskCopy,proto3" json:"skipped_no_disk_copy,omitempty"`           // no readable LOCAL_DISK replica yet
+	SkippedLeased         int64                  `protobuf:"varint,3,opt,name=skipped_leased,json=skippedLeased,proto3" json:"skipped_leased,omitempty"`                           // a reader of the lease was given only DRAM
+	SkippedOffloadPending int64                  `protobuf:"varint,4,opt,name=skipped_offload_pending,json=skippedOffloadPending,proto3" json:"skipped_offload_pending,omitempty"` // pinned by an offload task (queued or in flight)
+	SkippedHardPinned     int64                  `protobuf:"varint,5,opt,name=skipped_hard_pinned,json=skippedHardPinned,proto3" json:"skipped_hard_pinned,omitempty"`             // hard-pinned at put
+	SkippedPutInProgress  int64                  `protobuf:"varint,6,opt,name=skipped_put_in_progress,json=skippedPutInProgress,proto3" json:"skipped_put_in_progress,omitempty"`  // a put of the key has not ended
+	SkippedNotFound       int64                  `protobuf:"varint,7,opt,name=skipped_not_found,json=skippedNotFound,proto3" json:"skipped_not_found,omitempty"`                   // named key: no such object
+	SkippedNotInMemory    int64                  `protobuf:"varint,8,opt,name=skipped_not_in_memory,json=skippedNotInMemory,proto3" json:"skipped_not_in_memory,omitempty"`        // named key: no DRAM replica
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *EvictMemoryResponse) Reset() {
+	*x = EvictMemoryResponse{}
+	mi := &file_master_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EvictMemoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EvictMemoryResponse) ProtoMessage() {}
+
+func (x *EvictMemoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EvictMemoryResponse.ProtoReflect.Descriptor instead.
+func (*EvictMemoryResponse) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *EvictMemoryResponse) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *EvictMemoryResponse) GetSkippedNoDiskCopy() int64 {
+	if x != nil {
+		return x.SkippedNoDiskCopy
+	}
+	return 0
+}
+
+func (x *EvictMemoryResponse) GetSkippedLeased() int64 {
+	if x != nil {
+		return x.SkippedLeased
+	}
+	return 0
+}
+
+func (x *EvictMemoryResponse) GetSkippedOffloadPending() int64 {
+	if x != nil {
+		return x.SkippedOffloadPending
+	}
+	return 0
+}
+
+func (x *EvictMemoryResponse) GetSkippedHardPinned() int64 {
+	if x != nil {
+		return x.SkippedHardPinned
+	}
+	return 0
+}
+
+func (x *EvictMemoryResponse) GetSkippedPutInProgress() int64 {
+	if x != nil {
+		return x.SkippedPutInProgress
+	}
+	return 0
+}
+
+func (x *EvictMemoryResponse) GetSkippedNotFound() int64 {
+	if x != nil {
+		return x.SkippedNotFound
+	}
+	return 0
+}
+
+func (x *EvictMemoryResponse) GetSkippedNotInMemory() int64 {
+	if x != nil {
+		return x.SkippedNotInMemory
+	}
+	return 0
+}
+
 var File_master_proto protoreflect.FileDescriptor
 
 const file_master_proto_rawDesc = "" +
@@ -2977,7 +3394,34 @@ const file_master_proto_rawDesc = "" +
 	"\n" +
 	"disk_bytes\x18\v \x01(\x03R\tdiskBytes\x12%\n" +
 	"\x0eoffload_queued\x18\f \x01(\x03R\roffloadQueued\x12*\n" +
-	"\x11offload_in_flight\x18\r \x01(\x03R\x0foffloadInFlight*G\n" +
+	"\x11offload_in_flight\x18\r \x01(\x03R\x0foffloadInFlight\"W\n" +
+	"\x15ReconcileBeginRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
+	"\x06counts\x18\x02 \x03(\rR\x06counts\x12\x12\n" +
+	"\x04sums\x18\x03 \x03(\x06R\x04sums\"J\n" +
+	"\x16ReconcileBeginResponse\x12\x18\n" +
+	"\asession\x18\x01 \x01(\x04R\asession\x12\x16\n" +
+	"\x06differ\x18\x02 \x03(\rR\x06differ\"X\n" +
+	"\x14ReconcileKeysRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
+	"\asession\x18\x02 \x01(\x04R\asession\x12\x12\n" +
+	"\x04keys\x18\x03 \x03(\fR\x04keys\"3\n" +
+	"\x15ReconcileKeysResponse\x12\x1a\n" +
+	"\bunwanted\x18\x01 \x03(\fR\bunwanted\"C\n" +
+	"\x13ReconcileEndRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
+	"\asession\x18\x02 \x01(\x04R\asession\",\n" +
+	"\x14ReconcileEndResponse\x12\x14\n" +
+	"\x05count\x18\x01 \x01(\x03R\x05count\"\x81\x03\n" +
+	"\x13EvictMemoryResponse\x12\x14\n" +
+	"\x05count\x18\x01 \x01(\x03R\x05count\x12/\n" +
+	"\x14skipped_no_disk_copy\x18\x02 \x01(\x03R\x11skippedNoDiskCopy\x12%\n" +
+	"\x0eskipped_leased\x18\x03 \x01(\x03R\rskippedLeased\x126\n" +
+	"\x17skipped_offload_pending\x18\x04 \x01(\x03R\x15skippedOffloadPending\x12.\n" +
+	"\x13skipped_hard_pinned\x18\x05 \x01(\x03R\x11skippedHardPinned\x125\n" +
+	"\x17skipped_put_in_progress\x18\x06 \x01(\x03R\x14skippedPutInProgress\x12*\n" +
+	"\x11skipped_not_found\x18\a \x01(\x03R\x0fskippedNotFound\x121\n" +
+	"\x15skipped_not_in_memory\x18\b \x01(\x03R\x12skippedNotInMemory*G\n" +
 	"\vReplicaKind\x12\x1c\n" +
 	"\x18REPLICA_KIND_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +
@@ -2993,7 +3437,7 @@ const file_master_proto_rawDesc = "" +
 	"NodeStatus\x12\x1b\n" +
 	"\x17NODE_STATUS_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aNODE_OK\x10\x01\x12\x10\n" +
-	"\fNEED_REMOUNT\x10\x022\xfd\x0e\n" +
+	"\fNEED_REMOUNT\x10\x022\x97\x11\n" +
 	"\x06Master\x12W\n" +
 	"\fMountSegment\x12\".tierstore.rpc.MountSegmentRequest\x1a#.tierstore.rpc.MountSegmentResponse\x12]\n" +
 	"\x0eUnmountSegment\x12$.tierstore.rpc.UnmountSegmentRequest\x1a%.tierstore.rpc.UnmountSegmentResponse\x12?\n" +
@@ -3009,15 +3453,18 @@ const file_master_proto_rawDesc = "" +
 	"\x0eGetReplicaList\x12\x1c.tierstore.rpc.LookupRequest\x1a%.tierstore.rpc.GetReplicaListResponse\x12d\n" +
 	"\x13BatchGetReplicaList\x12!.tierstore.rpc.BatchLookupRequest\x1a*.tierstore.rpc.BatchGetReplicaListResponse\x12<\n" +
 	"\x06Remove\x12\x1c.tierstore.rpc.RemoveRequest\x1a\x14.tierstore.rpc.Empty\x12J\n" +
-	"\tRemoveAll\x12\x1f.tierstore.rpc.RemoveAllRequest\x1a\x1c.tierstore.rpc.CountResponse\x12N\n" +
-	"\vEvictMemory\x12!.tierstore.rpc.EvictMemoryRequest\x1a\x1c.tierstore.rpc.CountResponse\x12c\n" +
+	"\tRemoveAll\x12\x1f.tierstore.rpc.RemoveAllRequest\x1a\x1c.tierstore.rpc.CountResponse\x12T\n" +
+	"\vEvictMemory\x12!.tierstore.rpc.EvictMemoryRequest\x1a\".tierstore.rpc.EvictMemoryResponse\x12c\n" +
 	"\x10OffloadHeartbeat\x12&.tierstore.rpc.OffloadHeartbeatRequest\x1a'.tierstore.rpc.OffloadHeartbeatResponse\x12]\n" +
 	"\x14NotifyOffloadSuccess\x12*.tierstore.rpc.NotifyOffloadSuccessRequest\x1a\x19.tierstore.rpc.KeyResults\x12]\n" +
 	"\x15ReRegisterDiskObjects\x12).tierstore.rpc.RegisterDiskObjectsRequest\x1a\x19.tierstore.rpc.KeyResults\x12c\n" +
 	"\x10EvictDiskReplica\x12&.tierstore.rpc.EvictDiskReplicaRequest\x1a'.tierstore.rpc.EvictDiskReplicaResponse\x12o\n" +
 	"\x14ReconcileDiskObjects\x12*.tierstore.rpc.ReconcileDiskObjectsRequest\x1a+.tierstore.rpc.ReconcileDiskObjectsResponse\x12P\n" +
 	"\x10ReportBadReplica\x12&.tierstore.rpc.ReportBadReplicaRequest\x1a\x14.tierstore.rpc.Empty\x12B\n" +
-	"\x05Stats\x12\x1b.tierstore.rpc.StatsRequest\x1a\x1c.tierstore.rpc.StatsResponseB/Z-github.com/tierstore/tierstore/internal/rpcpbb\x06proto3"
+	"\x05Stats\x12\x1b.tierstore.rpc.StatsRequest\x1a\x1c.tierstore.rpc.StatsResponse\x12]\n" +
+	"\x0eReconcileBegin\x12$.tierstore.rpc.ReconcileBeginRequest\x1a%.tierstore.rpc.ReconcileBeginResponse\x12Z\n" +
+	"\rReconcileKeys\x12#.tierstore.rpc.ReconcileKeysRequest\x1a$.tierstore.rpc.ReconcileKeysResponse\x12W\n" +
+	"\fReconcileEnd\x12\".tierstore.rpc.ReconcileEndRequest\x1a#.tierstore.rpc.ReconcileEndResponseB/Z-github.com/tierstore/tierstore/internal/rpcpbb\x06proto3"
 
 var (
 	file_master_proto_rawDescOnce sync.Once
@@ -3032,7 +3479,7 @@ func file_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_master_proto_goTypes = []any{
 	(ReplicaKind)(0),                     // 0: tierstore.rpc.ReplicaKind
 	(ReplicaStatus)(0),                   // 1: tierstore.rpc.ReplicaStatus
@@ -3082,6 +3529,13 @@ var file_master_proto_goTypes = []any{
 	(*StatsRequest)(nil),                 // 45: tierstore.rpc.StatsRequest
 	(*StatsResponse)(nil),                // 46: tierstore.rpc.StatsResponse
 	(*NodeStats)(nil),                    // 47: tierstore.rpc.NodeStats
+	(*ReconcileBeginRequest)(nil),        // 48: tierstore.rpc.ReconcileBeginRequest
+	(*ReconcileBeginResponse)(nil),       // 49: tierstore.rpc.ReconcileBeginResponse
+	(*ReconcileKeysRequest)(nil),         // 50: tierstore.rpc.ReconcileKeysRequest
+	(*ReconcileKeysResponse)(nil),        // 51: tierstore.rpc.ReconcileKeysResponse
+	(*ReconcileEndRequest)(nil),          // 52: tierstore.rpc.ReconcileEndRequest
+	(*ReconcileEndResponse)(nil),         // 53: tierstore.rpc.ReconcileEndResponse
+	(*EvictMemoryResponse)(nil),          // 54: tierstore.rpc.EvictMemoryResponse
 }
 var file_master_proto_depIdxs = []int32{
 	0,  // 0: tierstore.rpc.Replica.kind:type_name -> tierstore.rpc.ReplicaKind
@@ -3126,31 +3580,37 @@ var file_master_proto_depIdxs = []int32{
 	42, // 39: tierstore.rpc.Master.ReconcileDiskObjects:input_type -> tierstore.rpc.ReconcileDiskObjectsRequest
 	44, // 40: tierstore.rpc.Master.ReportBadReplica:input_type -> tierstore.rpc.ReportBadReplicaRequest
 	45, // 41: tierstore.rpc.Master.Stats:input_type -> tierstore.rpc.StatsRequest
-	6,  // 42: tierstore.rpc.Master.MountSegment:output_type -> tierstore.rpc.MountSegmentResponse
-	8,  // 43: tierstore.rpc.Master.UnmountSegment:output_type -> tierstore.rpc.UnmountSegmentResponse
-	10, // 44: tierstore.rpc.Master.Ping:output_type -> tierstore.rpc.PingResponse
-	12, // 45: tierstore.rpc.Master.PutStart:output_type -> tierstore.rpc.PutStartResponse
-	17, // 46: tierstore.rpc.Master.PutEnd:output_type -> tierstore.rpc.Empty
-	17, // 47: tierstore.rpc.Master.PutRevoke:output_type -> tierstore.rpc.Empty
-	15, // 48: tierstore.rpc.Master.BatchPutStart:output_type -> tierstore.rpc.BatchPutStartResponse
-	20, // 49: tierstore.rpc.Master.BatchPutEnd:output_type -> tierstore.rpc.KeyResults
-	20, // 50: tierstore.rpc.Master.BatchPutRevoke:output_type -> tierstore.rpc.KeyResults
-	22, // 51: tierstore.rpc.Master.ExistKey:output_type -> tierstore.rpc.ExistKeyResponse
-	25, // 52: tierstore.rpc.Master.BatchExistKey:output_type -> tierstore.rpc.BatchExistKeyResponse
-	26, // 53: tierstore.rpc.Master.GetReplicaList:output_type -> tierstore.rpc.GetReplicaListResponse
-	28, // 54: tierstore.rpc.Master.BatchGetReplicaList:output_type -> tierstore.rpc.BatchGetReplicaListResponse
-	17, // 55: tierstore.rpc.Master.Remove:output_type -> tierstore.rpc.Empty
-	31, // 56: tierstore.rpc.Master.RemoveAll:output_type -> tierstore.rpc.CountResponse
-	31, // 57: tierstore.rpc.Master.EvictMemory:output_type -> tierstore.rpc.CountResponse
-	35, // 58: tierstore.rpc.Master.OffloadHeartbeat:output_type -> tierstore.rpc.OffloadHeartbeatResponse
-	20, // 59: tierstore.rpc.Master.NotifyOffloadSuccess:output_type -> tierstore.rpc.KeyResults
-	20, // 60: tierstore.rpc.Master.ReRegisterDiskObjects:output_type -> tierstore.rpc.KeyResults
-	41, // 61: tierstore.rpc.Master.EvictDiskReplica:output_type -> tierstore.rpc.EvictDiskReplicaResponse
-	43, // 62: tierstore.rpc.Master.ReconcileDiskObjects:output_type -> tierstore.rpc.ReconcileDiskObjectsResponse
-	17, // 63: tierstore.rpc.Master.ReportBadReplica:output_type -> tierstore.rpc.Empty
-	46, // 64: tierstore.rpc.Master.Stats:output_type -> tierstore.rpc.StatsResponse
-	42, // [42:65] is the sub-list for method output_type
-	19, // [19:42] is the sub-list for method input_type
+	48, // 42: tierstore.rpc.Master.ReconcileBegin:input_type -> tierstore.rpc.ReconcileBeginRequest
+	50, // 43: tierstore.rpc.Master.ReconcileKeys:input_type -> tierstore.rpc.ReconcileKeysRequest
+	52, // 44: tierstore.rpc.Master.ReconcileEnd:input_type -> tierstore.rpc.ReconcileEndRequest
+	6,  // 45: tierstore.rpc.Master.MountSegment:output_type -> tierstore.rpc.MountSegmentResponse
+	8,  // 46: tierstore.rpc.Master.UnmountSegment:output_type -> tierstore.rpc.UnmountSegmentResponse
+	10, // 47: tierstore.rpc.Master.Ping:output_type -> tierstore.rpc.PingResponse
+	12, // 48: tierstore.rpc.Master.PutStart:output_type -> tierstore.rpc.PutStartResponse
+	17, // 49: tierstore.rpc.Master.PutEnd:output_type -> tierstore.rpc.Empty
+	17, // 50: tierstore.rpc.Master.PutRevoke:output_type -> tierstore.rpc.Empty
+	15, // 51: tierstore.rpc.Master.BatchPutStart:output_type -> tierstore.rpc.BatchPutStartResponse
+	20, // 52: tierstore.rpc.Master.BatchPutEnd:output_type -> tierstore.rpc.KeyResults
+	20, // 53: tierstore.rpc.Master.BatchPutRevoke:output_type -> tierstore.rpc.KeyResults
+	22, // 54: tierstore.rpc.Master.ExistKey:output_type -> tierstore.rpc.ExistKeyResponse
+	25, // 55: tierstore.rpc.Master.BatchExistKey:output_type -> tierstore.rpc.BatchExistKeyResponse
+	26, // 56: tierstore.rpc.Master.GetReplicaList:output_type -> tierstore.rpc.GetReplicaListResponse
+	28, // 57: tierstore.rpc.Master.BatchGetReplicaList:output_type -> tierstore.rpc.BatchGetReplicaListResponse
+	17, // 58: tierstore.rpc.Master.Remove:output_type -> tierstore.rpc.Empty
+	31, // 59: tierstore.rpc.Master.RemoveAll:output_type -> tierstore.rpc.CountResponse
+	54, // 60: tierstore.rpc.Master.EvictMemory:output_type -> tierstore.rpc.EvictMemoryResponse
+	35, // 61: tierstore.rpc.Master.OffloadHeartbeat:output_type -> tierstore.rpc.OffloadHeartbeatResponse
+	20, // 62: tierstore.rpc.Master.NotifyOffloadSuccess:output_type -> tierstore.rpc.KeyResults
+	20, // 63: tierstore.rpc.Master.ReRegisterDiskObjects:output_type -> tierstore.rpc.KeyResults
+	41, // 64: tierstore.rpc.Master.EvictDiskReplica:output_type -> tierstore.rpc.EvictDiskReplicaResponse
+	43, // 65: tierstore.rpc.Master.ReconcileDiskObjects:output_type -> tierstore.rpc.ReconcileDiskObjectsResponse
+	17, // 66: tierstore.rpc.Master.ReportBadReplica:output_type -> tierstore.rpc.Empty
+	46, // 67: tierstore.rpc.Master.Stats:output_type -> tierstore.rpc.StatsResponse
+	49, // 68: tierstore.rpc.Master.ReconcileBegin:output_type -> tierstore.rpc.ReconcileBeginResponse
+	51, // 69: tierstore.rpc.Master.ReconcileKeys:output_type -> tierstore.rpc.ReconcileKeysResponse
+	53, // 70: tierstore.rpc.Master.ReconcileEnd:output_type -> tierstore.rpc.ReconcileEndResponse
+	45, // [45:71] is the sub-list for method output_type
+	19, // [19:45] is the sub-list for method input_type
 	19, // [19:19] is the sub-list for extension type_name
 	19, // [19:19] is the sub-list for extension extendee
 	0,  // [0:19] is the sub-list for field type_name
@@ -3167,7 +3627,7 @@ func file_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   45,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -48,6 +48,9 @@ const (
 	Master_ReconcileDiskObjects_FullMethodName  = "/tierstore.rpc.Master/ReconcileDiskObjects"
 	Master_ReportBadReplica_FullMethodName      = "/tierstore.rpc.Master/ReportBadReplica"
 	Master_Stats_FullMethodName                 = "/tierstore.rpc.Master/Stats"
+	Master_ReconcileBegin_FullMethodName        = "/tierstore.rpc.Master/ReconcileBegin"
+	Master_ReconcileKeys_FullMethodName         = "/tierstore.rpc.Master/ReconcileKeys"
+	Master_ReconcileEnd_FullMethodName          = "/tierstore.rpc.Master/ReconcileEnd"
 )
 
 // MasterClient is the client API for Master service.
@@ -69,7 +72,7 @@ type MasterClient interface {
 	BatchGetReplicaList(ctx context.Context, in *BatchLookupRequest, opts ...grpc.CallOption) (*BatchGetReplicaListResponse, error)
 	Remove(ctx context.Context, in *RemoveRequest, opts ...grpc.CallOption) (*Empty, error)
 	RemoveAll(ctx context.Context, in *RemoveAllRequest, opts ...grpc.CallOption) (*CountResponse, error)
-	EvictMemory(ctx context.Context, in *EvictMemoryRequest, opts ...grpc.CallOption) (*CountResponse, error)
+	EvictMemory(ctx context.Context, in *EvictMemoryRequest, opts ...grpc.CallOption) (*EvictMemoryResponse, error)
 	OffloadHeartbeat(ctx context.Context, in *OffloadHeartbeatRequest, opts ...grpc.CallOption) (*OffloadHeartbeatResponse, error)
 	NotifyOffloadSuccess(ctx context.Context, in *NotifyOffloadSuccessRequest, opts ...grpc.CallOption) (*KeyResults, error)
 	ReRegisterDiskObjects(ctx context.Context, in *RegisterDiskObjectsRequest, opts ...grpc.CallOption) (*KeyResults, error)
@@ -77,6 +80,9 @@ type MasterClient interface {
 	ReconcileDiskObjects(ctx context.Context, in *ReconcileDiskObjectsRequest, opts ...grpc.CallOption) (*ReconcileDiskObjectsResponse, error)
 	ReportBadReplica(ctx context.Context, in *ReportBadReplicaRequest, opts ...grpc.CallOption) (*Empty, error)
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error)
+	ReconcileBegin(ctx context.Context, in *ReconcileBeginRequest, opts ...grpc.CallOption) (*ReconcileBeginResponse, error)
+	ReconcileKeys(ctx context.Context, in *ReconcileKeysRequest, opts ...grpc.CallOption) (*ReconcileKeysResponse, error)
+	ReconcileEnd(ctx context.Context, in *ReconcileEndRequest, opts ...grpc.CallOption) (*ReconcileEndResponse, error)
 }
 
 type masterClient struct {
@@ -237,9 +243,9 @@ func (c *masterClient) RemoveAll(ctx context.Context, in *RemoveAllRequest, opts
 	return out, nil
 }
 
-func (c *masterClient) EvictMemory(ctx context.Context, in *EvictMemoryRequest, opts ...grpc.CallOption) (*CountResponse, error) {
+func (c *masterClient) EvictMemory(ctx context.Context, in *EvictMemoryRequest, opts ...grpc.CallOption) (*EvictMemoryResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(CountResponse)
+	out := new(EvictMemoryResponse)
 	err := c.cc.Invoke(ctx, Master_EvictMemory_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -317,6 +323,36 @@ func (c *masterClient) Stats(ctx context.Context, in *StatsRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *masterClient) ReconcileBegin(ctx context.Context, in *ReconcileBeginRequest, opts ...grpc.CallOption) (*ReconcileBeginResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReconcileBeginResponse)
+	err := c.cc.Invoke(ctx, Master_ReconcileBegin_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) ReconcileKeys(ctx context.Context, in *ReconcileKeysRequest, opts ...grpc.CallOption) (*ReconcileKeysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReconcileKeysResponse)
+	err := c.cc.Invoke(ctx, Master_ReconcileKeys_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) ReconcileEnd(ctx context.Context, in *ReconcileEndRequest, opts ...grpc.CallOption) (*ReconcileEndResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReconcileEndResponse)
+	err := c.cc.Invoke(ctx, Master_ReconcileEnd_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -336,7 +372,7 @@ type MasterServer interface {
 	BatchGetReplicaList(context.Context, *BatchLookupRequest) (*BatchGetReplicaListResponse, error)
 	Remove(context.Context, *RemoveRequest) (*Empty, error)
 	RemoveAll(context.Context, *RemoveAllRequest) (*CountResponse, error)
-	EvictMemory(context.Context, *EvictMemoryRequest) (*CountResponse, error)
+	EvictMemory(context.Context, *EvictMemoryRequest) (*EvictMemoryResponse, error)
 	OffloadHeartbeat(context.Context, *OffloadHeartbeatRequest) (*OffloadHeartbeatResponse, error)
 	NotifyOffloadSuccess(context.Context, *NotifyOffloadSuccessRequest) (*KeyResults, error)
 	ReRegisterDiskObjects(context.Context, *RegisterDiskObjectsRequest) (*KeyResults, error)
@@ -344,6 +380,9 @@ type MasterServer interface {
 	ReconcileDiskObjects(context.Context, *ReconcileDiskObjectsRequest) (*ReconcileDiskObjectsResponse, error)
 	ReportBadReplica(context.Context, *ReportBadReplicaRequest) (*Empty, error)
 	Stats(context.Context, *StatsRequest) (*StatsResponse, error)
+	ReconcileBegin(context.Context, *ReconcileBeginRequest) (*ReconcileBeginResponse, error)
+	ReconcileKeys(context.Context, *ReconcileKeysRequest) (*ReconcileKeysResponse, error)
+	ReconcileEnd(context.Context, *ReconcileEndRequest) (*ReconcileEndResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -399,7 +438,7 @@ func (UnimplementedMasterServer) Remove(context.Context, *RemoveRequest) (*Empty
 func (UnimplementedMasterServer) RemoveAll(context.Context, *RemoveAllRequest) (*CountResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemoveAll not implemented")
 }
-func (UnimplementedMasterServer) EvictMemory(context.Context, *EvictMemoryRequest) (*CountResponse, error) {
+func (UnimplementedMasterServer) EvictMemory(context.Context, *EvictMemoryRequest) (*EvictMemoryResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method EvictMemory not implemented")
 }
 func (UnimplementedMasterServer) OffloadHeartbeat(context.Context, *OffloadHeartbeatRequest) (*OffloadHeartbeatResponse, error) {
@@ -422,6 +461,15 @@ func (UnimplementedMasterServer) ReportBadReplica(context.Context, *ReportBadRep
 }
 func (UnimplementedMasterServer) Stats(context.Context, *StatsRequest) (*StatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Stats not implemented")
+}
+func (UnimplementedMasterServer) ReconcileBegin(context.Context, *ReconcileBeginRequest) (*ReconcileBeginResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReconcileBegin not implemented")
+}
+func (UnimplementedMasterServer) ReconcileKeys(context.Context, *ReconcileKeysRequest) (*ReconcileKeysResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReconcileKeys not implemented")
+}
+func (UnimplementedMasterServer) ReconcileEnd(context.Context, *ReconcileEndRequest) (*ReconcileEndResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReconcileEnd not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -858,6 +906,60 @@ func _Master_Stats_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_ReconcileBegin_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReconcileBeginRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).ReconcileBegin(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_ReconcileBegin_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).ReconcileBegin(ctx, req.(*ReconcileBeginRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_ReconcileKeys_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReconcileKeysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).ReconcileKeys(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_ReconcileKeys_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).ReconcileKeys(ctx, req.(*ReconcileKeysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_ReconcileEnd_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReconcileEndRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).ReconcileEnd(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_ReconcileEnd_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).ReconcileEnd(ctx, req.(*ReconcileEndRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -956,6 +1058,18 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Stats",
 			Handler:    _Master_Stats_Handler,
+		},
+		{
+			MethodName: "ReconcileBegin",
+			Handler:    _Master_ReconcileBegin_Handler,
+		},
+		{
+			MethodName: "ReconcileKeys",
+			Handler:    _Master_ReconcileKeys_Handler,
+		},
+		{
+			MethodName: "ReconcileEnd",
+			Handler:    _Master_ReconcileEnd_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

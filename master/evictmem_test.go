@@ -1,0 +1,64 @@
+package master
+
+import (
+	"testing"
+
+	"github.com/tierstore/tierstore/masterapi"
+)
+
+// TestEvictMemoryCountsSkips: EvictMemory answers, besides the replicas it
+// dropped, every DRAM replica it left in place by reason, so that an
+// operator's "dropped 0" comes with a why.
+func TestEvictMemoryCountsSkips(t *testing.T) {
+	s, _ := offloadService(t, nil)
+	mount(t, s, "a", 1<<20)
+	for _, k := range []string{"ok", "leased", "nodisk", "pending"} {
+		put(t, s, k, 64, "a")
+	}
+	putWith(t, s, PutStartRequest{Key: "hard", Size: 64, CRC: crcOf("hard"), HardPin: true})
+	if _, err := s.PutStart(bg, PutStartRequest{Key: "prog", Size: 64, CRC: crcOf("prog")}); err != nil {
+		t.Fatal(err)
+	}
+	// A reader of "leased" is given only its DRAM replica.
+	if _, err := s.GetReplicaList(bg, "leased"); err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := s.OffloadHeartbeat(bg, "a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := NotifyRequest{Node: "a"}
+	for _, tk := range tasks {
+		switch tk.Key {
+		case "ok", "leased":
+			req.Persisted = append(req.Persisted, DiskObject{Key: tk.Key, Size: tk.Size, CRC: tk.CRC})
+		case "nodisk":
+			req.Failed = append(req.Failed, OffloadFailure{Key: tk.Key, Reason: "too large"})
+		case "pending":
+			// in flight: the node has not answered yet
+		default:
+			req.Persisted = append(req.Persisted, DiskObject{Key: tk.Key, Size: tk.Size, CRC: tk.CRC})
+		}
+	}
+	if _, err := s.NotifyOffloadSuccess(bg, req); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.EvictMemory(bg, nil, true)
+	want := masterapi.EvictMemoryResult{Dropped: 1, Leased: 1, NoDiskCopy: 1, OffloadPending: 1, HardPinned: 1, PutInProgress: 1}
+	if err != nil || res != want {
+		t.Fatalf("EvictMemory(all) = %+v, %v; want %+v", res, err, want)
+	}
+	res, err = s.EvictMemory(bg, []string{"ok", "nope", "leased"}, false)
+	want = masterapi.EvictMemoryResult{NotInMemory: 1, NotFound: 1, Leased: 1}
+	if err != nil || res != want {
+		t.Fatalf("EvictMemory(keys) = %+v, %v; want %+v", res, err, want)
+	}
+	if got := res.SkipReasons(); got != "1 leased by a reader that has only the DRAM copy, 1 not found, 1 not in memory" {
+		t.Fatalf("SkipReasons: %q", got)
+	}
+	// Over gRPC: the same figures.
+	r := remoteService(t, s)
+	if res, err := r.EvictMemory(bg, []string{"ok", "nope", "leased"}, false); err != nil || res != want {
+		t.Fatalf("remote EvictMemory = %+v, %v; want %+v", res, err, want)
+	}
+}

@@ -1,0 +1,416 @@
+package master
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"pgregory.net/rapid"
+
+	"github.com/tierstore/tierstore/internal/codes"
+	pb "github.com/tierstore/tierstore/internal/rpcpb"
+	"github.com/tierstore/tierstore/masterapi"
+)
+
+// fataler is what sessionReconcile needs of a *testing.T or *rapid.T.
+type fataler interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+// digestOfKeys is the node side of a reconcile: the digest of keys at
+// resolution ranges.
+func digestOfKeys(keys []string, ranges int) masterapi.RangeDigest {
+	d := masterapi.NewRangeDigest(ranges)
+	for _, k := range keys {
+		d.Add(masterapi.KeyHash(k))
+	}
+	return d
+}
+
+// sessionReconcile runs a whole reconcile session for node holding keys, at
+// digest resolution ranges, sending the keys of differing ranges in batches
+// of batch. It returns the session's Differ, and the result in the form of
+// ReconcileDiskObjects (Unwanted in the order sent).
+func sessionReconcile(t fataler, api API, node string, keys []string, ranges, batch int) ([]uint32, ReconcileResult) {
+	t.Helper()
+	ses, err := api.ReconcileBegin(bg, node, digestOfKeys(keys, ranges))
+	if err != nil {
+		t.Fatalf("ReconcileBegin: %v", err)
+	}
+	var res ReconcileResult
+	if len(ses.Differ) == 0 {
+		return nil, res
+	}
+	var send []string
+	for _, k := range keys {
+		if slices.Contains(ses.Differ, uint32(masterapi.RangeOf(masterapi.KeyHash(k), ranges))) {
+			send = append(send, k)
+		}
+	}
+	for len(send) > 0 {
+		part := send[:min(batch, len(send))]
+		send = send[len(part):]
+		kr, err := api.ReconcileKeys(bg, node, ses.ID, part)
+		if err != nil {
+			t.Fatalf("ReconcileKeys: %v", err)
+		}
+		res.Unwanted = append(res.Unwanted, kr.Unwanted...)
+	}
+	if res.Dropped, err = api.ReconcileEnd(bg, node, ses.ID); err != nil {
+		t.Fatalf("ReconcileEnd: %v", err)
+	}
+	return ses.Differ, res
+}
+
+// TestReconcileSession is TestReconcile through a session: the same
+// replicas dropped, the same keys unwanted, at every digest resolution.
+func TestReconcileSession(t *testing.T) {
+	for _, ranges := range []int{1, 2, 64, masterapi.MaxReconcileRanges} {
+		t.Run(fmt.Sprint(ranges), func(t *testing.T) {
+			s, _ := offloadService(t, nil)
+			mount(t, s, "a", 1<<20)
+			mount(t, s, "b", 1<<20)
+			var objs []DiskObject
+			for i := range 6 {
+				objs = append(objs, DiskObject{Key: fmt.Sprint("d", i), Size: 10, CRC: 1})
+			}
+			s.ReRegisterDiskObjects(bg, "a", objs)
+			s.ReRegisterDiskObjects(bg, "b", objs[:3])
+			_, res := sessionReconcile(t, s, "a", []string{"d0", "d2", "d4", "unknown"}, ranges, 1)
+			if res.Dropped != 3 || fmt.Sprint(res.Unwanted) != "[unknown]" {
+				t.Fatalf("reconcile %+v", res)
+			}
+			want := map[string]string{
+				"d0": "LOCAL_DISK@a LOCAL_DISK@b ", "d1": "LOCAL_DISK@b ", "d2": "LOCAL_DISK@a LOCAL_DISK@b ",
+				"d4": "LOCAL_DISK@a ",
+			}
+			for k, w := range want {
+				info, err := s.GetReplicaList(masterapi.WithOffloadPath(bg), k)
+				if err != nil || kinds(info) != w {
+					t.Errorf("%s: %s %v, want %s", k, kinds(info), err, w)
+				}
+			}
+			for _, k := range []string{"d3", "d5"} {
+				if _, err := s.GetReplicaList(bg, k); !codesIs(err, codes.ErrObjectNotFound) {
+					t.Errorf("%s: %v, want not found", k, err)
+				}
+			}
+			// Nothing changed since: the digests agree, nothing to send.
+			if differ, res := sessionReconcile(t, s, "a", []string{"d0", "d2", "d4"}, ranges, 1); differ != nil || res.Dropped != 0 {
+				t.Fatalf("second reconcile: differ %v, %+v", differ, res)
+			}
+			if err := s.Remove(bg, "d0", true); err != nil {
+				t.Fatal(err)
+			}
+			s.EvictDiskReplica(bg, "a", []string{"d2"})
+			_, res = sessionReconcile(t, s, "a", []string{"d0", "d2", "d4"}, ranges, 2)
+			if res.Dropped != 0 || fmt.Sprint(res.Unwanted) != "[d0 d2]" {
+				t.Fatalf("reconcile after remove %+v", res)
+			}
+			_, err := s.ReconcileBegin(bg, "ghost", digestOfKeys(nil, ranges))
+			mustIs(t, err, codes.ErrNeedRemount)
+		})
+	}
+}
+
+// TestReconcileSessionOnlyDifferingRanges: with 2000 keys on the node and
+// two of them out of step (one the master lacks, one the node lacks), only
+// their ranges differ; a replica of another range that the node does not
+// name in its batches is not dropped (End touches only differing ranges).
+func TestReconcileSessionOnlyDifferingRanges(t *testing.T) {
+	s, _ := offloadService(t, nil)
+	mount(t, s, "a", 1<<20)
+	var objs []DiskObject
+	var keys []string
+	for i := range 2000 {
+		k := fmt.Sprint("k", i)
+		objs = append(objs, DiskObject{Key: k, Size: 10, CRC: 1})
+		keys = append(keys, k)
+	}
+	if _, err := s.ReRegisterDiskObjects(bg, "a", objs); err != nil {
+		t.Fatal(err)
+	}
+	held := append(slices.Clone(keys[1:]), "extra") // the node lost k0 and has an unknown key
+	const ranges = 1024
+	ses, err := s.ReconcileBegin(bg, "a", digestOfKeys(held, ranges))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []uint32{uint32(masterapi.RangeOf(masterapi.KeyHash("k0"), ranges)), uint32(masterapi.RangeOf(masterapi.KeyHash("extra"), ranges))}
+	slices.Sort(want)
+	want = slices.Compact(want)
+	if !slices.Equal(ses.Differ, want) {
+		t.Fatalf("differ %v, want %v", ses.Differ, want)
+	}
+	// Send only "extra": the other keys of the differing ranges are not
+	// named, so End drops them too; keys of other ranges stay.
+	kr, err := s.ReconcileKeys(bg, "a", ses.ID, []string{"extra", "k1"})
+	if err != nil || fmt.Sprint(kr.Unwanted) != "[extra]" {
+		t.Fatalf("keys: %+v %v", kr, err)
+	}
+	inDiffer := 0
+	for _, k := range keys {
+		if slices.Contains(ses.Differ, uint32(masterapi.RangeOf(masterapi.KeyHash(k), ranges))) {
+			inDiffer++
+		}
+	}
+	dropped, err := s.ReconcileEnd(bg, "a", ses.ID)
+	if err != nil || dropped != int64(inDiffer) {
+		t.Fatalf("End dropped %d (%v), want %d: the keys of the differing ranges only", dropped, err, inDiffer)
+	}
+	if st, _ := s.Stats(bg); st.DiskReplicas != int64(len(keys)-inDiffer) {
+		t.Fatalf("disk replicas %d, want %d", st.DiskReplicas, len(keys)-inDiffer)
+	}
+}
+
+// TestReconcileSessionRefusals: a superseded, ended or foreign session
+// changes nothing; bad digests and unknown nodes are refused.
+func TestReconcileSessionRefusals(t *testing.T) {
+	s, _ := offloadService(t, nil)
+	mount(t, s, "a", 1<<20)
+	s.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "x", Size: 1, CRC: 1}, {Key: "y", Size: 1, CRC: 1}})
+	d := digestOfKeys([]string{"x"}, 4) // the node lost y
+	s1, err := s.ReconcileBegin(bg, "a", d)
+	if err != nil || len(s1.Differ) != 1 {
+		t.Fatalf("begin %+v %v", s1, err)
+	}
+	s2, err := s.ReconcileBegin(bg, "a", d)
+	if err != nil || s2.ID == s1.ID {
+		t.Fatalf("second begin %+v %v", s2, err)
+	}
+	_, err = s.ReconcileKeys(bg, "a", s1.ID, []string{"x"})
+	mustIs(t, err, codes.ErrInvalidParams)
+	_, err = s.ReconcileEnd(bg, "a", s1.ID)
+	mustIs(t, err, codes.ErrInvalidParams)
+	// s2 named nothing: every replica of a in its differing ranges goes
+	// (y's range; x's too if they share it).
+	want := int64(0)
+	for _, k := range []string{"x", "y"} {
+		if slices.Contains(s2.Differ, uint32(masterapi.RangeOf(masterapi.KeyHash(k), 4))) {
+			want++
+		}
+	}
+	if n, err := s.ReconcileEnd(bg, "a", s2.ID); err != nil || n != want || want == 0 {
+		t.Fatalf("end s2: %d %v, want %d", n, err, want)
+	}
+	_, err = s.ReconcileEnd(bg, "a", s2.ID)
+	mustIs(t, err, codes.ErrInvalidParams) // ended
+	// A session begun by an earlier incarnation is void after a restart.
+	s.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "z", Size: 1, CRC: 1}})
+	s3, err := s.ReconcileBegin(bg, "a", digestOfKeys(nil, 1))
+	if err != nil || len(s3.Differ) != 1 {
+		t.Fatalf("begin s3 %+v %v", s3, err)
+	}
+	if err := s.MountSegment(bg, MountRequest{Node: "a", Endpoint: "a:1", Segment: "seg0", Size: 1 << 20, Incarnation: "new"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.ReconcileEnd(bg, "a", s3.ID)
+	mustIs(t, err, codes.ErrInvalidParams)
+	for _, bad := range []masterapi.RangeDigest{
+		{Counts: make([]uint32, 3), Sums: make([]uint64, 3)},
+		{Counts: make([]uint32, 4), Sums: make([]uint64, 2)},
+		{Counts: make([]uint32, 2*masterapi.MaxReconcileRanges), Sums: make([]uint64, 2*masterapi.MaxReconcileRanges)},
+		{},
+	} {
+		_, err := s.ReconcileBegin(bg, "a", bad)
+		mustIs(t, err, codes.ErrInvalidParams)
+	}
+	_, err = s.ReconcileKeys(bg, "ghost", 1, nil)
+	mustIs(t, err, codes.ErrNeedRemount)
+	_, err = s.ReconcileBegin(bg, "", digestOfKeys(nil, 1))
+	mustIs(t, err, codes.ErrInvalidParams)
+}
+
+// TestReconcileSessionKeepsReplicasRecordedMeanwhile: a replica recorded
+// during the session (a notify or re-registration that overtook it) is on
+// the node's SSD: End does not drop it although no batch named it.
+func TestReconcileSessionKeepsReplicasRecordedMeanwhile(t *testing.T) {
+	s, _ := offloadService(t, nil)
+	mount(t, s, "a", 1<<20)
+	ses, err := s.ReconcileBegin(bg, "a", digestOfKeys([]string{"late"}, 1))
+	if err != nil || len(ses.Differ) != 1 {
+		t.Fatalf("begin %+v %v", ses, err)
+	}
+	if _, err := s.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "late", Size: 1, CRC: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.ReconcileEnd(bg, "a", ses.ID); err != nil || n != 0 {
+		t.Fatalf("End dropped %d (%v): a replica recorded during the session", n, err)
+	}
+	if st, _ := s.Stats(bg); st.DiskReplicas != 1 {
+		t.Fatalf("disk replicas %d", st.DiskReplicas)
+	}
+}
+
+// TestReconcileSessionMatchesWholeList (property): for random replica
+// sets on two nodes, random node key lists, digest resolutions, shard
+// counts and batch sizes, a session leaves the metadata exactly as the
+// one-call ReconcileDiskObjects of the same list does, with the same
+// Dropped and the same Unwanted set.
+func TestReconcileSessionMatchesWholeList(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		shards := 1 << rapid.IntRange(0, 6).Draw(rt, "shardsLog")
+		ranges := 1 << rapid.IntRange(0, 8).Draw(rt, "rangesLog")
+		batch := rapid.IntRange(1, 50).Draw(rt, "batch")
+		universe := rapid.IntRange(1, 200).Draw(rt, "universe")
+		onA := rapid.SliceOfDistinct(rapid.IntRange(0, universe-1), rapid.ID).Draw(rt, "onA")
+		onB := rapid.SliceOfDistinct(rapid.IntRange(0, universe-1), rapid.ID).Draw(rt, "onB")
+		removed := rapid.SliceOfDistinct(rapid.IntRange(0, universe-1), rapid.ID).Draw(rt, "removed")
+		held := rapid.SliceOfDistinct(rapid.IntRange(0, universe+20), rapid.ID).Draw(rt, "held")
+		var svc [2]*Service
+		for i := range svc {
+			cfg := DefaultConfig()
+			cfg.Clock = NewManualClock(t0)
+			cfg.MonitorInterval = 0
+			cfg.Shards = shards
+			cfg.EnableOffload = true
+			cfg.ClientTTL = time.Hour
+			cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+			s, err := New(cfg)
+			if err != nil {
+				rt.Fatal(err)
+			}
+			defer s.Close()
+			for _, n := range []string{"a", "b"} {
+				if err := s.MountSegment(bg, MountRequest{Node: n, Endpoint: n + ":1", Segment: "seg0", Size: 1 << 20}); err != nil {
+					rt.Fatal(err)
+				}
+			}
+			s.ReRegisterDiskObjects(bg, "a", diskObjsOf(onA))
+			s.ReRegisterDiskObjects(bg, "b", diskObjsOf(onB))
+			for _, r := range removed {
+				_ = s.Remove(bg, fmt.Sprint("k", r), true)
+			}
+			svc[i] = s
+		}
+		var keys []string
+		for _, h := range held {
+			keys = append(keys, fmt.Sprint("k", h))
+		}
+		whole, err := svc[0].ReconcileDiskObjects(bg, "a", keys)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		_, got := sessionReconcile(rt, svc[1], "a", keys, ranges, batch)
+		sort.Strings(whole.Unwanted)
+		sort.Strings(got.Unwanted)
+		if got.Dropped != whole.Dropped || !slices.Equal(got.Unwanted, whole.Unwanted) {
+			rt.Fatalf("session %+v, whole list %+v", got, whole)
+		}
+		if a, b := diskState(svc[0]), diskState(svc[1]); a != b {
+			rt.Fatalf("metadata differs:\nwhole list: %s\nsession:    %s", a, b)
+		}
+		for _, s := range svc {
+			if err := s.Check(); err != nil {
+				rt.Fatal(err)
+			}
+		}
+	})
+}
+
+func diskObjsOf(ids []int) []DiskObject {
+	out := make([]DiskObject, len(ids))
+	for i, id := range ids {
+		out[i] = DiskObject{Key: fmt.Sprint("k", id), Size: 8, CRC: 3}
+	}
+	return out
+}
+
+// diskState renders every object and its LocalDisk replicas, sorted.
+func diskState(s *Service) string {
+	var rows []string
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, o := range sh.objs {
+			var ns []string
+			for _, d := range o.disk {
+				ns = append(ns, d.node.id)
+			}
+			sort.Strings(ns)
+			rows = append(rows, k+"="+strings.Join(ns, ","))
+		}
+		sh.mu.Unlock()
+	}
+	sort.Strings(rows)
+	return strings.Join(rows, " ")
+}
+
+// TestShardsOfRanges (property): a key's shard is among the shards
+// shardsOfRanges names for the key's range, whatever the shard count and
+// resolution, and no more shards are named than needed.
+func TestShardsOfRanges(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		shards := 1 << rapid.IntRange(0, 10).Draw(rt, "shardsLog")
+		ranges := 1 << rapid.IntRange(0, 14).Draw(rt, "rangesLog")
+		s := &Service{shards: make([]shard, shards), mask: uint64(shards - 1)}
+		key := rapid.String().Draw(rt, "key")
+		r := masterapi.RangeOf(masterapi.KeyHash(key), ranges)
+		got := s.shardsOfRanges(ranges, func(x int) bool { return x == r })
+		if !slices.Contains(got, s.shardIndex(key)) {
+			rt.Fatalf("key %q (range %d of %d) is in shard %d, not in %v", key, r, ranges, s.shardIndex(key), got)
+		}
+		if want := max(1, shards/ranges); len(got) != want {
+			rt.Fatalf("%d shards named for one range, want %d", len(got), want)
+		}
+	})
+}
+
+// TestReconcileSessionOverGRPC runs a session through Remote and the gRPC
+// server, and checks that a master without the session calls (an earlier
+// build) is recognised as such (masterapi.IsUnimplemented), while a
+// tierstore error with the same gRPC code is not.
+func TestReconcileSessionOverGRPC(t *testing.T) {
+	s, _ := offloadService(t, nil)
+	api := remoteService(t, s)
+	mount(t, api, "a", 1<<20)
+	var objs []DiskObject
+	for i := range 100 {
+		objs = append(objs, DiskObject{Key: fmt.Sprint("g", i), Size: 4, CRC: 2})
+	}
+	if _, err := api.ReRegisterDiskObjects(bg, "a", objs); err != nil {
+		t.Fatal(err)
+	}
+	held := []string{"new"}
+	for _, o := range objs[10:] {
+		held = append(held, o.Key)
+	}
+	_, res := sessionReconcile(t, api, "a", held, 16, 7)
+	if res.Dropped != 10 || fmt.Sprint(res.Unwanted) != "[new]" {
+		t.Fatalf("session over gRPC: %+v", res)
+	}
+	_, err := api.ReconcileEnd(bg, "a", 12345)
+	mustIs(t, err, codes.ErrInvalidParams)
+	if masterapi.IsUnimplemented(err) {
+		t.Fatal("a refusal taken for an unknown call")
+	}
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := grpc.NewServer()
+	pb.RegisterMasterServer(old, pb.UnimplementedMasterServer{})
+	go old.Serve(lis)
+	t.Cleanup(old.Stop)
+	r, err := masterapi.Dial(bg, lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	_, err = r.ReconcileBegin(bg, "a", digestOfKeys(nil, 1))
+	if !masterapi.IsUnimplemented(err) {
+		t.Fatalf("old master: %v, want unimplemented", err)
+	}
+	if masterapi.IsUnimplemented(codes.FromStatus(codes.ToStatus(codes.ErrUnableOffload))) {
+		t.Fatal("UNABLE_OFFLOAD taken for an unknown call")
+	}
+}

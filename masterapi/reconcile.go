@@ -1,0 +1,192 @@
+package masterapi
+
+import (
+	"fmt"
+	"math/bits"
+	"unsafe"
+)
+
+// Reconcile at scale (docs/design.md invariant 6). A node holding tens of
+// millions of SSD objects cannot send its whole key list in one message,
+// and a master must not scan every object of the cluster per node per
+// reconcile when nothing changed. So a reconcile is a session of three
+// calls, each bounded by one batch:
+//
+//  1. ReconcileBegin: the node sends a RangeDigest of its SSD keys: the key
+//     space is cut into Ranges hash ranges (KeyHash), and each range has a
+//     count and a sum of a per-key hash. The master keeps the same digest
+//     of the LocalDisk replicas it lists for the node, maintained as
+//     replicas come and go, and answers the ranges whose digests differ.
+//     Equal digests mean equal key sets (but for a 64-bit hash collision),
+//     so when nothing changed the call costs O(Ranges) at both ends and
+//     nothing else.
+//  2. ReconcileKeys, repeated: the node sends, in batches, every key it
+//     holds in the differing ranges; the master marks the node's replica of
+//     each as seen and answers the keys it does not want on that node (the
+//     Unwanted rule of ReconcileDiskObjects).
+//  3. ReconcileEnd: the master drops the node's LocalDisk replicas in the
+//     differing ranges that no batch of the session marked, and answers how
+//     many. Only the metadata shards holding those ranges are scanned.
+//
+// The master's memory is a batch (plus a fixed-size digest per node id);
+// the node's is a batch plus its digest. Replicas the master records for
+// the node during the session count as seen (they are on the node's SSD).
+// Sessions of one node id do not overlap: a Begin supersedes the previous
+// session, whose Keys and End are then refused (ErrInvalidParams), so a
+// stale session never drops anything.
+
+// MaxReconcileRanges is the finest digest resolution: a RangeDigest has a
+// power of two ranges, at most this many.
+const MaxReconcileRanges = 1 << 14
+
+// keysPerRange is the number of keys per range a node aims at when it
+// chooses its digest's resolution (RangesFor).
+const keysPerRange = 256
+
+// KeyHash is the stable 64-bit hash of a key that master and nodes share:
+// a key's reconcile range is its low bits, and the master's metadata shard
+// its low bits too (so a range lies in known shards). It is not keyed and
+// not for security; it only needs to spread keys evenly, and to be the same
+// in every process and build.
+func KeyHash(key string) uint64 { return keyHash(key) }
+
+// KeyHashBytes is KeyHash of a key held as bytes.
+func KeyHashBytes(key []byte) uint64 {
+	return keyHash(unsafe.String(unsafe.SliceData(key), len(key))) // read only, not retained
+}
+
+const (
+	h0 = 0x9e3779b97f4a7c15
+	h1 = 0xc2b2ae3d27d4eb4f
+	h2 = 0x165667b19e3779f9
+)
+
+// fold multiplies a and b into 128 bits and xors the halves.
+func fold(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
+}
+
+// le64 reads 8 bytes of k at i, little endian.
+func le64(k string, i int) uint64 {
+	_ = k[i+7]
+	return uint64(k[i]) | uint64(k[i+1])<<8 | uint64(k[i+2])<<16 | uint64(k[i+3])<<24 |
+		uint64(k[i+4])<<32 | uint64(k[i+5])<<40 | uint64(k[i+6])<<48 | uint64(k[i+7])<<56
+}
+
+func keyHash(k string) uint64 {
+	n := len(k)
+	h := h0 ^ uint64(n)*h1
+	i := 0
+	for ; n-i >= 16; i += 16 {
+		h = fold(le64(k, i)^h^h1, le64(k, i+8)^h2)
+	}
+	var a, b uint64
+	if n-i >= 8 {
+		a = le64(k, i)
+		i += 8
+	}
+	for s := 0; i < n; i, s = i+1, s+8 {
+		b |= uint64(k[i]) << s
+	}
+	h = fold(a^h^h1, b^h2)
+	return mix64(h)
+}
+
+// mix64 is a 64-bit finaliser: every input bit affects every output bit.
+func mix64(h uint64) uint64 {
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return h
+}
+
+// DigestTerm is what one key with hash h adds to its range's sum: a second
+// mix of h, so that the sum does not depend on the bits that chose the
+// range.
+func DigestTerm(h uint64) uint64 { return mix64(h ^ h2) }
+
+// RangeOf is the range of a key with hash h in a digest of ranges ranges
+// (a power of two).
+func RangeOf(h uint64, ranges int) int { return int(h & uint64(ranges-1)) }
+
+// RangesFor is the digest resolution a node holding keys SSD objects uses:
+// about keysPerRange keys per range, a power of two between 1 and
+// MaxReconcileRanges.
+func RangesFor(keys int64) int {
+	r := 1
+	for r < MaxReconcileRanges && int64(r)*keysPerRange < keys {
+		r <<= 1
+	}
+	return r
+}
+
+// ValidRanges reports whether r is a digest resolution the master accepts:
+// a power of two between 1 and MaxReconcileRanges.
+func ValidRanges(r int) bool {
+	return r >= 1 && r <= MaxReconcileRanges && r&(r-1) == 0
+}
+
+// RangeDigest summarises a set of keys: per hash range, how many keys and
+// the sum (modulo 2^64) of their DigestTerm. Adding and removing a key are
+// inverse operations, so the master keeps its digest up to date as
+// replicas come and go.
+type RangeDigest struct {
+	Counts []uint32
+	Sums   []uint64
+}
+
+// NewRangeDigest returns an empty digest of ranges ranges (ValidRanges).
+func NewRangeDigest(ranges int) RangeDigest {
+	return RangeDigest{Counts: make([]uint32, ranges), Sums: make([]uint64, ranges)}
+}
+
+// Ranges is the digest's resolution.
+func (d RangeDigest) Ranges() int { return len(d.Counts) }
+
+// Add adds a key with hash h.
+func (d RangeDigest) Add(h uint64) {
+	r := RangeOf(h, len(d.Counts))
+	d.Counts[r]++
+	d.Sums[r] += DigestTerm(h)
+}
+
+// Validate reports a malformed digest.
+func (d RangeDigest) Validate() error {
+	if !ValidRanges(len(d.Counts)) || len(d.Sums) != len(d.Counts) {
+		return fmt.Errorf("masterapi: reconcile digest of %d counts and %d sums: want a power of two up to %d, the same for both",
+			len(d.Counts), len(d.Sums), MaxReconcileRanges)
+	}
+	return nil
+}
+
+// ReconcileSession answers ReconcileBegin.
+type ReconcileSession struct {
+	// ID names the session in ReconcileKeys and ReconcileEnd.
+	ID uint64
+	// Differ lists, in increasing order, the ranges (of the node's digest
+	// resolution) whose digests differ: the node sends every key it holds
+	// in them. Empty: the node's SSD and the master agree; the session is
+	// over (no ReconcileEnd needed).
+	Differ []uint32
+}
+
+// ReconcileKeysResult answers one ReconcileKeys batch.
+type ReconcileKeysResult struct {
+	// Unwanted lists the keys of the batch the master does not want on the
+	// node (the rule of ReconcileResult.Unwanted): the node deletes them.
+	Unwanted []string
+}
+
+// ShortKey renders key for an error message: a key longer than 48 bytes is
+// cut to its first 48 bytes and its length ("abc...(4096 bytes)"), so that
+// a 4 KiB key does not fill an operator's screen. The result is quoted.
+func ShortKey(key string) string {
+	const keep = 48
+	if len(key) <= keep {
+		return fmt.Sprintf("%q", key)
+	}
+	return fmt.Sprintf("%q...(%d bytes)", key[:keep], len(key))
+}

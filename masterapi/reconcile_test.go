@@ -1,0 +1,87 @@
+package masterapi
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestKeyHashStable pins KeyHash: masters and nodes of different builds
+// must agree on it (reconcile ranges and digests travel between them).
+func TestKeyHashStable(t *testing.T) {
+	for _, c := range []struct {
+		key  string
+		want uint64
+	}{
+		{"", 0x2913c702a342777f},
+		{"a", 0x87f219b00c617dbb},
+		{"layer0/blk42", 0x84e2d8421ca37d5e},
+		{"0123456789abcdef", 0x5d6d318653dbe9d1},
+		{strings.Repeat("x", 100), 0xd9d8c38220745d70},
+	} {
+		if got := KeyHash(c.key); got != c.want {
+			t.Errorf("KeyHash(%q) = %#x, want %#x", c.key, got, c.want)
+		}
+		if got := KeyHashBytes([]byte(c.key)); got != KeyHash(c.key) {
+			t.Errorf("KeyHashBytes(%q) = %#x differs from KeyHash", c.key, got)
+		}
+	}
+}
+
+// TestKeyHashSpreads: sequential, structured keys spread evenly over the
+// ranges (the reconcile ranges and the master's shards are its low bits).
+func TestKeyHashSpreads(t *testing.T) {
+	const n, ranges = 200000, 1024
+	var c [ranges]int
+	for i := range n {
+		c[RangeOf(KeyHash("layer"+strconv.Itoa(i%61)+"/blk"+strconv.Itoa(i)), ranges)]++
+	}
+	want := float64(n) / ranges
+	chi := 0.0
+	for _, v := range c {
+		chi += (float64(v) - want) * (float64(v) - want) / want
+	}
+	// chi-square per degree of freedom is about 1 for a uniform spread;
+	// 1.3 is far in the tail (p < 1e-10 for 1023 degrees of freedom).
+	if chi/(ranges-1) > 1.3 {
+		t.Fatalf("keys spread unevenly: chi2/df %.2f", chi/(ranges-1))
+	}
+}
+
+func TestRangesFor(t *testing.T) {
+	for _, c := range []struct {
+		keys int64
+		want int
+	}{{0, 1}, {1, 1}, {256, 1}, {257, 2}, {10_000_000, MaxReconcileRanges}, {50_000_000, MaxReconcileRanges}} {
+		if got := RangesFor(c.keys); got != c.want || !ValidRanges(got) {
+			t.Errorf("RangesFor(%d) = %d, want %d", c.keys, got, c.want)
+		}
+	}
+}
+
+func TestShortKey(t *testing.T) {
+	if got := ShortKey("abc"); got != `"abc"` {
+		t.Errorf("short key: %s", got)
+	}
+	long := strings.Repeat("k", 4096)
+	got := ShortKey(long)
+	if want := `"` + strings.Repeat("k", 48) + `"...(4096 bytes)`; got != want {
+		t.Errorf("long key: %s", got)
+	}
+}
+
+var sinkHash uint64
+
+// BenchmarkKeyHash: the cost of the stable hash every master operation
+// pays once per key (its shard) and every SSD replica change once more.
+func BenchmarkKeyHash(b *testing.B) {
+	for _, n := range []int{32, 128, 4096} {
+		k := strings.Repeat("k", n)
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			b.SetBytes(int64(n))
+			for b.Loop() {
+				sinkHash += KeyHash(k)
+			}
+		})
+	}
+}

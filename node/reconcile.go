@@ -1,0 +1,299 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/masterapi"
+	"github.com/tierstore/tierstore/tier"
+)
+
+// Re-registration and reconcile stream the SSD key list: the node's memory
+// is one batch (and a reconcile digest of at most
+// masterapi.MaxReconcileRanges ranges), never the key count, so a node
+// with tens of millions of SSD objects re-registers and reconciles like a
+// small one (docs/design.md invariant 6; masterapi/reconcile.go).
+const (
+	// reRegisterBatch is the objects of one ReRegisterDiskObjects call.
+	reRegisterBatch = 4096
+	// reconcileBatchKeys and reconcileBatchBytes bound one ReconcileKeys
+	// call (keys, and key bytes).
+	reconcileBatchKeys  = 16384
+	reconcileBatchBytes = 4 << 20
+	// masterCallTimeout bounds one call of a re-registration or reconcile.
+	masterCallTimeout = 30 * time.Second
+)
+
+// reRegister tells the master every object the SSD tier holds, in batches
+// of reRegisterBatch as the tier lists them. Objects the master refuses as
+// conflicting (the key was re-put with other bytes) are stale and removed
+// from SSD. A failure flags a new re-registration. Caller holds roundMu.
+func (n *Node) reRegister(ctx context.Context) {
+	if n.tier == nil {
+		return
+	}
+	gen := n.mountGen.Load()
+	batch := make([]masterapi.DiskObject, 0, reRegisterBatch)
+	var sent int64
+	var callErr error
+	flush := func() bool {
+		cctx, cancel := context.WithTimeout(ctx, masterCallTimeout)
+		errs, err := n.m.ReRegisterDiskObjects(cctx, n.name, batch)
+		cancel()
+		if err != nil {
+			callErr = err
+			return false
+		}
+		n.dropConflicts(batch, errs, gen)
+		sent += int64(len(batch))
+		batch = batch[:0]
+		return true
+	}
+	err := n.tier.Keys(func(key []byte, info tier.KeyInfo) bool {
+		batch = append(batch, masterapi.DiskObject{Key: string(key), Size: info.Size, CRC: info.CRC})
+		return len(batch) < reRegisterBatch || flush()
+	})
+	if err == nil && callErr == nil && len(batch) > 0 {
+		flush()
+	}
+	switch {
+	case err != nil:
+		n.log.Error("re-register: listing SSD keys", "err", err)
+	case callErr != nil:
+		n.log.Warn("re-register SSD objects failed; will retry", "err", callErr, "sent", sent)
+	default:
+		n.log.Info("re-registered SSD objects", "objects", sent)
+		return
+	}
+	n.reregister.Store(true)
+}
+
+// dropConflicts removes from SSD the objects the master refused: their
+// size or CRC differ from the object's current metadata, or the master does
+// not know the key (it was removed; only re-registration creates objects).
+// A key refused as unknown is kept, and a re-registration flagged, when the
+// node remounted since gen (the master may have restarted and not heard the
+// SSD objects yet).
+func (n *Node) dropConflicts(objs []masterapi.DiskObject, errs []error, gen uint64) {
+	for i, e := range errs {
+		if i >= len(objs) || e == nil {
+			continue
+		}
+		if n.refusedKeepsCopy(e, gen) {
+			continue
+		}
+		if errors.Is(e, codes.ErrChecksumConflict) || errors.Is(e, codes.ErrObjectNotFound) || errors.Is(e, codes.ErrReplicaNotFound) {
+			if err := n.tier.Remove([]byte(objs[i].Key)); err != nil && !errors.Is(err, tier.ErrNotFound) {
+				n.log.Warn("removing an SSD object the master refused", "key", masterapi.ShortKey(objs[i].Key), "err", err)
+			}
+		}
+	}
+}
+
+// refusedKeepsCopy reports whether an SSD copy the master refused with err
+// must be kept: the master called the key unknown, but the node remounted
+// since gen, so that master may be a restarted one; a re-registration is
+// flagged to announce it.
+func (n *Node) refusedKeepsCopy(err error, gen uint64) bool {
+	if errors.Is(err, codes.ErrObjectNotFound) && n.mountGen.Load() != gen {
+		n.reregister.Store(true)
+		return true
+	}
+	return false
+}
+
+func (n *Node) reconcileTick() {
+	if err := n.Reconcile(n.ctx); err != nil {
+		n.log.Warn("reconcile failed", "err", err)
+	}
+}
+
+// remountedSince reports whether the node remounted (or must) since gen:
+// the master it talks to may be a new one that has not heard its SSD
+// objects, so a reconcile answer is not to be acted upon.
+func (n *Node) remountedSince(gen uint64) bool {
+	return n.mountGen.Load() != gen || n.reregister.Load()
+}
+
+// Reconcile brings the master's list of this node's LocalDisk replicas and
+// the SSD's contents together: the master drops replicas the SSD no longer
+// holds, and the node deletes from its SSD the keys the master answers as
+// unwanted (removed objects, dropped replicas). It runs periodically; tests
+// and operators may call it directly.
+//
+// It is a session (masterapi/reconcile.go): a digest of the SSD keys per
+// hash range, then the keys of the ranges whose digests differ, in
+// batches, then the end of the session. When nothing changed it costs one
+// pass over the SSD index and one small call.
+//
+// It holds roundMu, so no notify or re-registration of this node is in
+// flight during the session (invariant: a list taken before a commit must
+// not reach the master after that commit's notify). A pending
+// re-registration runs first; if the node remounted during the session,
+// the unwanted keys are kept and the session is not ended (a restarted
+// master knows no keys until the node re-registers).
+func (n *Node) Reconcile(ctx context.Context) error {
+	if n.tier == nil {
+		return nil
+	}
+	n.roundMu.Lock()
+	defer n.roundMu.Unlock()
+	if n.reregister.Swap(false) {
+		n.reRegister(ctx)
+		if n.reregister.Load() {
+			return fmt.Errorf("node: reconcile: %w: re-registration pending", codes.ErrNeedRemount)
+		}
+	}
+	gen := n.mountGen.Load()
+	d := masterapi.NewRangeDigest(masterapi.RangesFor(n.tier.Stats().Objects))
+	if err := n.tier.Keys(func(k []byte, _ tier.KeyInfo) bool {
+		d.Add(masterapi.KeyHashBytes(k))
+		return true
+	}); err != nil {
+		return fmt.Errorf("node: reconcile: listing SSD keys: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, masterCallTimeout)
+	ses, err := n.m.ReconcileBegin(cctx, n.name, d)
+	cancel()
+	if masterapi.IsUnimplemented(err) {
+		return n.reconcileWhole(ctx, gen) // a master of an earlier build
+	}
+	if err != nil {
+		return n.reconcileFailed(err)
+	}
+	if len(ses.Differ) == 0 {
+		n.metrics.reconciles.Add(1)
+		return nil
+	}
+	if err := n.sendDiffering(ctx, ses, d.Ranges(), gen); err != nil {
+		return n.reconcileFailed(err)
+	}
+	if n.remountedSince(gen) {
+		n.log.Warn("reconcile not ended: the node remounted meanwhile")
+		return nil
+	}
+	cctx, cancel = context.WithTimeout(ctx, masterCallTimeout)
+	dropped, err := n.m.ReconcileEnd(cctx, n.name, ses.ID)
+	cancel()
+	if err != nil {
+		return n.reconcileFailed(err)
+	}
+	n.metrics.reconciles.Add(1)
+	if dropped > 0 {
+		n.log.Info("reconcile dropped replicas the SSD no longer holds", "dropped", dropped)
+	}
+	return nil
+}
+
+// reconcileFailed wraps a reconcile call's error; NEED_REMOUNT flags a
+// re-registration before the next try (the ping loop remounts).
+func (n *Node) reconcileFailed(err error) error {
+	if errors.Is(err, codes.ErrNeedRemount) {
+		n.reregister.Store(true)
+	}
+	return fmt.Errorf("node: reconcile: %w", err)
+}
+
+// sendDiffering sends the master, in batches, every SSD key of the
+// session's differing ranges (at resolution ranges), and deletes the keys
+// it answers as unwanted, unless the node remounted since gen (then it
+// stops sending: the session is void).
+func (n *Node) sendDiffering(ctx context.Context, ses masterapi.ReconcileSession, ranges int, gen uint64) error {
+	differ := make([]bool, ranges)
+	for _, r := range ses.Differ {
+		if int(r) >= ranges {
+			return fmt.Errorf("master answered range %d of a %d-range digest: %w", r, ranges, codes.ErrInvalidParams)
+		}
+		differ[r] = true
+	}
+	var batch []string
+	size := 0
+	var callErr error
+	flush := func() bool {
+		cctx, cancel := context.WithTimeout(ctx, masterCallTimeout)
+		res, err := n.m.ReconcileKeys(cctx, n.name, ses.ID, batch)
+		cancel()
+		if err != nil {
+			callErr = err
+			return false
+		}
+		n.metrics.reconcileKeysSent.Add(int64(len(batch)))
+		batch, size = batch[:0], 0
+		if n.remountedSince(gen) {
+			if len(res.Unwanted) > 0 {
+				n.log.Warn("reconcile answer ignored: the node remounted meanwhile", "unwanted", len(res.Unwanted))
+			}
+			return false
+		}
+		n.removeUnwanted(res.Unwanted)
+		return true
+	}
+	err := n.tier.Keys(func(k []byte, _ tier.KeyInfo) bool {
+		if !differ[masterapi.RangeOf(masterapi.KeyHashBytes(k), ranges)] {
+			return true
+		}
+		batch = append(batch, string(k))
+		size += len(k)
+		return (len(batch) < reconcileBatchKeys && size < reconcileBatchBytes) || flush()
+	})
+	if err == nil && callErr == nil && len(batch) > 0 && !n.remountedSince(gen) {
+		flush()
+	}
+	if err != nil {
+		return fmt.Errorf("listing SSD keys: %w", err)
+	}
+	return callErr
+}
+
+// removeUnwanted deletes from the SSD the keys a reconcile answered as
+// unwanted.
+func (n *Node) removeUnwanted(keys []string) {
+	if len(keys) == 0 {
+		return
+	}
+	removed := 0
+	for _, k := range keys {
+		if err := n.tier.Remove([]byte(k)); err != nil {
+			if !errors.Is(err, tier.ErrNotFound) {
+				n.log.Warn("reconcile: removing an unwanted SSD object", "key", masterapi.ShortKey(k), "err", err)
+			}
+			continue
+		}
+		removed++
+	}
+	n.metrics.reconcileRemoved.Add(int64(removed))
+	n.log.Info("reconcile removed SSD objects the master no longer wants", "removed", removed, "unwanted", len(keys))
+}
+
+// reconcileWhole is the reconcile of a master that does not know sessions:
+// the whole key list in one ReconcileDiskObjects call (its memory grows
+// with the key count; such a master accepts a few hundred thousand keys).
+func (n *Node) reconcileWhole(ctx context.Context, gen uint64) error {
+	var keys []string
+	if err := n.tier.Keys(func(k []byte, _ tier.KeyInfo) bool {
+		keys = append(keys, string(k))
+		return true
+	}); err != nil {
+		return fmt.Errorf("node: reconcile: listing SSD keys: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, masterCallTimeout)
+	defer cancel()
+	res, err := n.m.ReconcileDiskObjects(cctx, n.name, keys)
+	if err != nil {
+		return n.reconcileFailed(err)
+	}
+	n.metrics.reconciles.Add(1)
+	n.metrics.reconcileKeysSent.Add(int64(len(keys)))
+	if res.Dropped > 0 {
+		n.log.Info("reconcile dropped replicas the SSD no longer holds", "dropped", res.Dropped)
+	}
+	if len(res.Unwanted) > 0 && n.remountedSince(gen) {
+		n.log.Warn("reconcile answer ignored: the node remounted meanwhile", "unwanted", len(res.Unwanted))
+		return nil
+	}
+	n.removeUnwanted(res.Unwanted)
+	return nil
+}
