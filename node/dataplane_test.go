@@ -230,7 +230,7 @@ func TestNodeLatencyHistograms(t *testing.T) {
 		t.Fatalf("offloaded %d", got)
 	}
 	if d, err := local.EvictMemory(ctx, []string{"d"}, false); err != nil || d.Dropped != 1 {
-		t.Fatalf("evicted %d: %v", d, err)
+		t.Fatalf("evicted %+v: %v", d, err)
 	}
 	buf := make([]byte, len(val))
 	for _, k := range []string{"a", "b", "c", "d"} {
