@@ -2,6 +2,7 @@ package tier
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/tierstore/tierstore/backend"
@@ -229,12 +230,22 @@ func (j *loadJob) readDone(err error) {
 }
 
 // finish verifies every value read (invariant 5), unpins the buckets and
-// drops the entries that failed their checksum.
+// drops the entries that failed their checksum or whose bucket file is gone.
 func (j *loadJob) finish() {
 	e := j.e
-	var corrupt []readReq
+	var corrupt, vanished []readReq
 	for _, r := range j.reqs {
 		op := &j.ops[r.op]
+		if errors.Is(op.Err, backend.ErrNotFound) {
+			// The bucket file vanished under the engine (deleted by hand,
+			// lost with its disk): the object is a miss, and its entry
+			// goes so that neither Exists nor Keys (re-registration,
+			// reconcile) offer a replica this node cannot serve
+			// (invariant 1).
+			j.res[r.i].Err = mark(ErrNotFound, fmt.Errorf("tier: read bucket %d: %w", r.loc.Bucket, op.Err))
+			vanished = append(vanished, r)
+			continue
+		}
 		if op.Err != nil {
 			j.res[r.i].Err = fmt.Errorf("tier: read bucket %d: %w", r.loc.Bucket, op.Err)
 			continue
@@ -257,7 +268,11 @@ func (j *loadJob) finish() {
 		e.release(r.b)
 	}
 	if len(corrupt) > 0 {
-		e.dropCorrupt(j.ctx, corrupt, j.keys)
+		e.st.checksumErrors.Add(int64(len(corrupt)))
+		e.dropEntries(j.ctx, corrupt, j.keys, "failed their checksum")
+	}
+	if len(vanished) > 0 {
+		e.dropEntries(j.ctx, vanished, j.keys, "lost their bucket file")
 	}
 }
 
@@ -269,20 +284,20 @@ func (e *Engine) release(b *bucketState) {
 	}
 }
 
-// dropCorrupt removes index entries whose bytes failed their checksum, so the
-// replica is no longer offered, and tells the owner. Each entry is removed
-// only if it still names the location that was read (RemoveIfAt: a key
-// re-committed meanwhile stays), in one synced batch without any engine
-// lock; only a Load that met a corrupt object waits for it.
-func (e *Engine) dropCorrupt(ctx context.Context, bad []readReq, keys [][]byte) {
-	e.st.checksumErrors.Add(int64(len(bad)))
+// dropEntries removes index entries that cannot be served (their bytes
+// failed their checksum, or their bucket file is gone: why), so the replica
+// is no longer offered, and tells the owner. Each entry is removed only if
+// it still names the location that was read (RemoveIfAt: a key re-committed
+// meanwhile stays), in one synced batch without any engine lock; only a
+// Load that met such an object waits for it.
+func (e *Engine) dropEntries(ctx context.Context, bad []readReq, keys [][]byte, why string) {
 	at := make([]index.KeyLoc, len(bad))
 	for n, r := range bad {
 		at[n] = index.KeyLoc{Key: keys[r.i], Loc: r.loc}
 	}
 	res, err := e.ix.RemoveIfAt(at)
 	if err != nil {
-		e.log.Error("tier: could not drop corrupt entries", "keys", len(bad), "err", err)
+		e.log.Error("tier: could not drop entries that cannot be served", "why", why, "keys", len(bad), "err", err)
 		return
 	}
 	e.buryEmptied(res.Emptied)
@@ -293,7 +308,7 @@ func (e *Engine) dropCorrupt(ctx context.Context, bad []readReq, keys [][]byte) 
 	for n, kl := range res.Removed {
 		gone[n] = kl.Key
 	}
-	e.log.Warn("tier: dropped objects that failed their checksum", "keys", len(gone))
+	e.log.Warn("tier: dropped objects that "+why, "keys", len(gone))
 	if e.opts.OnEvict != nil {
 		// After the fact: the objects are gone, whatever the answer.
 		if keep, err := e.opts.OnEvict(ctx, gone); err != nil || len(keep) > 0 {

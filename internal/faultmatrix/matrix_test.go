@@ -347,11 +347,11 @@ other failure pebble reports through its logger's Fatalf from a background
 goroutine (after a flush or a compaction), which ends the process (see the caveat in index/doc.go); a crash is covered by the crash
 tests (tier/recovery_test.go, internal/crashloop) instead.
 
-Rows marked **known bug** record a reported engine bug as it behaves today;
-` + "`internal/faultmatrix/bugs_test.go`" + ` holds the behaviour they should have, skipped
-until the fix (` + "`FAULTMATRIX_BUGS=1 go test ./internal/faultmatrix`" + ` runs them). The
-matrix fails when such a row stops showing its bug, so that the row and this
-table are updated with the fix.
+A row marked **known bug** records a reported engine bug as it behaves;
+the matrix fails when such a row stops showing its bug, so that the row and
+this table are updated with the fix. Rows B6 (EIO at Open deleted data) and
+B8 (a vanished bucket file stayed listed) were found this way and fixed;
+` + "`internal/faultmatrix/bugs_test.go`" + ` and ` + "`tier/vanish_test.go`" + ` guard the fixes.
 
 Reproduce or refresh: ` + "`go test ./internal/faultmatrix -run TestFaultMatrix -v`" + `
 (` + "`-update`" + ` rewrites this file).
