@@ -602,7 +602,8 @@ func (ix *Index) NextBucketID() uint64 { return ix.next.Load() }
 // Count returns the number of objects in the index.
 func (ix *Index) Count() int64 { return ix.count.Load() }
 
-// Close closes the pebble database. It waits for operations in progress.
+// Close flushes and closes the pebble database. It waits for operations in
+// progress.
 // Later calls (and a second Close) return ErrClosed.
 func (ix *Index) Close() (err error) {
 	ix.mu.Lock()
@@ -616,7 +617,15 @@ func (ix *Index) Close() (err error) {
 			err = fmt.Errorf("index: close: %w", ferr)
 		}
 	}()
-	if err := ix.db.Close(); err != nil {
+	// Flush the memtable, so that the next Open has no WAL to replay and
+	// flush (a few hundred ms on a slow disk): a clean restart opens fast.
+	// A failed index (ErrFailed) is not flushed: its memory may hold the
+	// failed batch.
+	var ferr error
+	if !ix.readOnly && ix.failed.Load() == nil {
+		ferr = ix.db.Flush()
+	}
+	if err := errors.Join(ferr, ix.db.Close()); err != nil {
 		return fmt.Errorf("index: close: %w", err)
 	}
 	return nil
