@@ -347,6 +347,11 @@ func churnGoals(figs []churnFigures, bounds map[string]churnBound) *table {
 	return t
 }
 
+// churnCharted are the policies the charts show (the palette repeats
+// beyond five); the tables have them all.
+var churnCharted = map[string]bool{"eager+lru": true, "on-evict+lru": true, "read>=2+lru": true,
+	"tinylfu+lru": true, "tinylfu+value": true}
+
 // churnCharts draws the SSD and overall hit ratio per policy and trace.
 func churnCharts(dir string, traces []*trace.Trace, figs []churnFigures, bounds map[string]churnBound) ([]string, error) {
 	var files []string
@@ -363,6 +368,9 @@ func churnCharts(dir string, traces []*trace.Trace, figs []churnFigures, bounds 
 		}
 		var ss []series
 		for _, p := range churnPolicies {
+			if !churnCharted[p.name] {
+				continue
+			}
 			s := series{name: p.name}
 			found := false
 			for _, tr := range traces {

@@ -102,7 +102,9 @@ func TestReinsertionMatchesReference(t *testing.T) {
 		}
 		r := Reinsertion{MinFreq: uint32(rapid.IntRange(1, 8).Draw(t, "min")), MaxFraction: rapid.Float64Range(0.01, 1).Draw(t, "frac")}
 		room := rapid.Int64Range(-1, 8*blk).Draw(t, "room")
-		got := r.Keep(keys, sizes, func(k []byte) uint32 { return fs[slices.IndexFunc(keys, func(x []byte) bool { return string(x) == string(k) })] }, room)
+		got := r.Keep(keys, sizes, func(k []byte) uint32 {
+			return fs[slices.IndexFunc(keys, func(x []byte) bool { return string(x) == string(k) })]
+		}, room)
 		budget := int64(r.MaxFraction * float64(live))
 		if room >= 0 {
 			budget = min(budget, room)
