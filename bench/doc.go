@@ -25,6 +25,14 @@
 //     engine, pebble v2 holding the values itself, and badger v4 with its
 //     value log holding them.
 //   - master: lookups and put pairs per second, in-process and over gRPC.
+//   - reconcile (not in "all": it needs about 400 B of master memory per
+//     key): a tierstore-master process built from cmd/ and, in-process, a
+//     real store node whose SSD tier lists --keys synthetic keys (default
+//     10M, 100k with --quick) generated on the fly; it measures the node's
+//     start-up re-registration and reconciles with nothing changed, with
+//     100 and with 10000 keys drifted, and (when the list fits one message)
+//     the whole-list ReconcileDiskObjects: wall time, master CPU and RSS
+//     (/proc of the master process), node CPU (getrusage) and heap growth.
 //
 // Output: a table per scenario on stdout with a header naming the machine,
 // disk, Go version and options; --json writes every figure; --plot writes PNG
