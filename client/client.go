@@ -181,7 +181,8 @@ func (c *Client) Put(ctx context.Context, key string, value []byte) error {
 	if err != nil {
 		return fmt.Errorf("client: put %q: %w", key, err)
 	}
-	if err := c.writeReplica(ctx, r, value, crc); err != nil {
+	wctx := wire.WithObject(ctx, wire.Object{Key: key, SoftPin: c.cfg.SoftPin, HardPin: c.cfg.HardPin})
+	if err := c.writeReplica(wctx, r, value, crc); err != nil {
 		c.revoke(key, r.PutToken)
 		return fmt.Errorf("client: put %q: writing to node %s: %w", key, r.Node, err)
 	}

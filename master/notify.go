@@ -145,7 +145,9 @@ func (s *Service) registerDisk(n *node, d DiskObject, create bool) error {
 		return codes.Errorf(codes.ObjectNotFound, "master: notify: node %q persisted a key the master does not know (removed?); delete the SSD copy", n.id)
 	}
 	if o == nil {
-		sh.objs[d.Key] = &object{size: d.Size, crc: d.CRC, disk: []diskReplica{{node: n}}}
+		o = &object{size: d.Size, crc: d.CRC, disk: []diskReplica{{node: n}}}
+		sh.objs[d.Key] = o
+		s.rebuiltLease(o, s.now())
 		s.cnt.objects.Add(1)
 		s.countDisk(n, 1, d.Size)
 		return nil

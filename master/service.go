@@ -62,6 +62,7 @@ type Service struct {
 
 	cnt counters
 	met *metrics
+	ha  haState // high availability (ha.go)
 
 	evictCh chan struct{}
 	stop    chan struct{}
@@ -119,6 +120,7 @@ func New(cfg Config) (*Service, error) {
 	s.parked = map[uint64]parkedPut{}
 	s.met = newMetrics(s)
 	s.startAdmission()
+	s.startHA()
 	s.evictCh = make(chan struct{}, 1)
 	s.stop = make(chan struct{})
 	s.done = make(chan struct{})
@@ -185,6 +187,7 @@ func (s *Service) Tick() {
 		s.sweep(now)
 	}
 	s.room.signal() // leases and pins may have ended: waiting puts retry
+	s.haTick()
 }
 
 func (s *Service) now() int64 { return s.clock.Now().UnixNano() }
@@ -198,7 +201,8 @@ func (s *Service) shardIndex(key string) int {
 	return int(maphash.String(s.seed, key) & s.mask)
 }
 
-// check returns ErrClosed after Close and the context's error.
+// check returns ErrClosed after Close, the context's error, and
+// ErrNotLeader once an elected leader's fence is down (ha.go).
 func (s *Service) check(ctx context.Context) error {
 	if s.closed.Load() {
 		return ErrClosed
@@ -206,7 +210,7 @@ func (s *Service) check(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("master: %w", err)
 	}
-	return nil
+	return s.fence()
 }
 
 func validKey(key string) error {

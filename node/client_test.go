@@ -382,6 +382,9 @@ func (s *switchable) EvictDiskReplica(ctx context.Context, node string, keys []s
 func (s *switchable) ReconcileDiskObjects(ctx context.Context, node string, keys []string) (master.ReconcileResult, error) {
 	return s.get().ReconcileDiskObjects(ctx, node, keys)
 }
+func (s *switchable) ReRegisterMemoryObjects(ctx context.Context, node, seg string, objs []master.MemoryObject, done bool) ([]error, error) {
+	return s.get().ReRegisterMemoryObjects(ctx, node, seg, objs, done)
+}
 
 // Start-up re-registers what the SSD holds; after a master restart the node
 // remounts on NEED_REMOUNT and re-registers again, so SSD objects are

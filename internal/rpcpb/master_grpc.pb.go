@@ -25,29 +25,30 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Master_MountSegment_FullMethodName          = "/tierstore.rpc.Master/MountSegment"
-	Master_UnmountSegment_FullMethodName        = "/tierstore.rpc.Master/UnmountSegment"
-	Master_Ping_FullMethodName                  = "/tierstore.rpc.Master/Ping"
-	Master_PutStart_FullMethodName              = "/tierstore.rpc.Master/PutStart"
-	Master_PutEnd_FullMethodName                = "/tierstore.rpc.Master/PutEnd"
-	Master_PutRevoke_FullMethodName             = "/tierstore.rpc.Master/PutRevoke"
-	Master_BatchPutStart_FullMethodName         = "/tierstore.rpc.Master/BatchPutStart"
-	Master_BatchPutEnd_FullMethodName           = "/tierstore.rpc.Master/BatchPutEnd"
-	Master_BatchPutRevoke_FullMethodName        = "/tierstore.rpc.Master/BatchPutRevoke"
-	Master_ExistKey_FullMethodName              = "/tierstore.rpc.Master/ExistKey"
-	Master_BatchExistKey_FullMethodName         = "/tierstore.rpc.Master/BatchExistKey"
-	Master_GetReplicaList_FullMethodName        = "/tierstore.rpc.Master/GetReplicaList"
-	Master_BatchGetReplicaList_FullMethodName   = "/tierstore.rpc.Master/BatchGetReplicaList"
-	Master_Remove_FullMethodName                = "/tierstore.rpc.Master/Remove"
-	Master_RemoveAll_FullMethodName             = "/tierstore.rpc.Master/RemoveAll"
-	Master_EvictMemory_FullMethodName           = "/tierstore.rpc.Master/EvictMemory"
-	Master_OffloadHeartbeat_FullMethodName      = "/tierstore.rpc.Master/OffloadHeartbeat"
-	Master_NotifyOffloadSuccess_FullMethodName  = "/tierstore.rpc.Master/NotifyOffloadSuccess"
-	Master_ReRegisterDiskObjects_FullMethodName = "/tierstore.rpc.Master/ReRegisterDiskObjects"
-	Master_EvictDiskReplica_FullMethodName      = "/tierstore.rpc.Master/EvictDiskReplica"
-	Master_ReconcileDiskObjects_FullMethodName  = "/tierstore.rpc.Master/ReconcileDiskObjects"
-	Master_ReportBadReplica_FullMethodName      = "/tierstore.rpc.Master/ReportBadReplica"
-	Master_Stats_FullMethodName                 = "/tierstore.rpc.Master/Stats"
+	Master_MountSegment_FullMethodName            = "/tierstore.rpc.Master/MountSegment"
+	Master_UnmountSegment_FullMethodName          = "/tierstore.rpc.Master/UnmountSegment"
+	Master_Ping_FullMethodName                    = "/tierstore.rpc.Master/Ping"
+	Master_PutStart_FullMethodName                = "/tierstore.rpc.Master/PutStart"
+	Master_PutEnd_FullMethodName                  = "/tierstore.rpc.Master/PutEnd"
+	Master_PutRevoke_FullMethodName               = "/tierstore.rpc.Master/PutRevoke"
+	Master_BatchPutStart_FullMethodName           = "/tierstore.rpc.Master/BatchPutStart"
+	Master_BatchPutEnd_FullMethodName             = "/tierstore.rpc.Master/BatchPutEnd"
+	Master_BatchPutRevoke_FullMethodName          = "/tierstore.rpc.Master/BatchPutRevoke"
+	Master_ExistKey_FullMethodName                = "/tierstore.rpc.Master/ExistKey"
+	Master_BatchExistKey_FullMethodName           = "/tierstore.rpc.Master/BatchExistKey"
+	Master_GetReplicaList_FullMethodName          = "/tierstore.rpc.Master/GetReplicaList"
+	Master_BatchGetReplicaList_FullMethodName     = "/tierstore.rpc.Master/BatchGetReplicaList"
+	Master_Remove_FullMethodName                  = "/tierstore.rpc.Master/Remove"
+	Master_RemoveAll_FullMethodName               = "/tierstore.rpc.Master/RemoveAll"
+	Master_EvictMemory_FullMethodName             = "/tierstore.rpc.Master/EvictMemory"
+	Master_OffloadHeartbeat_FullMethodName        = "/tierstore.rpc.Master/OffloadHeartbeat"
+	Master_NotifyOffloadSuccess_FullMethodName    = "/tierstore.rpc.Master/NotifyOffloadSuccess"
+	Master_ReRegisterDiskObjects_FullMethodName   = "/tierstore.rpc.Master/ReRegisterDiskObjects"
+	Master_EvictDiskReplica_FullMethodName        = "/tierstore.rpc.Master/EvictDiskReplica"
+	Master_ReconcileDiskObjects_FullMethodName    = "/tierstore.rpc.Master/ReconcileDiskObjects"
+	Master_ReportBadReplica_FullMethodName        = "/tierstore.rpc.Master/ReportBadReplica"
+	Master_Stats_FullMethodName                   = "/tierstore.rpc.Master/Stats"
+	Master_ReRegisterMemoryObjects_FullMethodName = "/tierstore.rpc.Master/ReRegisterMemoryObjects"
 )
 
 // MasterClient is the client API for Master service.
@@ -77,6 +78,10 @@ type MasterClient interface {
 	ReconcileDiskObjects(ctx context.Context, in *ReconcileDiskObjectsRequest, opts ...grpc.CallOption) (*ReconcileDiskObjectsResponse, error)
 	ReportBadReplica(ctx context.Context, in *ReportBadReplicaRequest, opts ...grpc.CallOption) (*Empty, error)
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error)
+	// A node recreates the complete objects of its DRAM segment at a master
+	// that does not know them (a new leader after a failover): per item OK,
+	// or the reason it was refused (the node forgets that record).
+	ReRegisterMemoryObjects(ctx context.Context, in *RegisterMemoryObjectsRequest, opts ...grpc.CallOption) (*KeyResults, error)
 }
 
 type masterClient struct {
@@ -317,6 +322,16 @@ func (c *masterClient) Stats(ctx context.Context, in *StatsRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *masterClient) ReRegisterMemoryObjects(ctx context.Context, in *RegisterMemoryObjectsRequest, opts ...grpc.CallOption) (*KeyResults, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KeyResults)
+	err := c.cc.Invoke(ctx, Master_ReRegisterMemoryObjects_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -344,6 +359,10 @@ type MasterServer interface {
 	ReconcileDiskObjects(context.Context, *ReconcileDiskObjectsRequest) (*ReconcileDiskObjectsResponse, error)
 	ReportBadReplica(context.Context, *ReportBadReplicaRequest) (*Empty, error)
 	Stats(context.Context, *StatsRequest) (*StatsResponse, error)
+	// A node recreates the complete objects of its DRAM segment at a master
+	// that does not know them (a new leader after a failover): per item OK,
+	// or the reason it was refused (the node forgets that record).
+	ReRegisterMemoryObjects(context.Context, *RegisterMemoryObjectsRequest) (*KeyResults, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -422,6 +441,9 @@ func (UnimplementedMasterServer) ReportBadReplica(context.Context, *ReportBadRep
 }
 func (UnimplementedMasterServer) Stats(context.Context, *StatsRequest) (*StatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Stats not implemented")
+}
+func (UnimplementedMasterServer) ReRegisterMemoryObjects(context.Context, *RegisterMemoryObjectsRequest) (*KeyResults, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReRegisterMemoryObjects not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -858,6 +880,24 @@ func _Master_Stats_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_ReRegisterMemoryObjects_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RegisterMemoryObjectsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).ReRegisterMemoryObjects(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_ReRegisterMemoryObjects_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).ReRegisterMemoryObjects(ctx, req.(*RegisterMemoryObjectsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -956,6 +996,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Stats",
 			Handler:    _Master_Stats_Handler,
+		},
+		{
+			MethodName: "ReRegisterMemoryObjects",
+			Handler:    _Master_ReRegisterMemoryObjects_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
