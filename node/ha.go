@@ -293,4 +293,3 @@ func (n *Node) followLeader() {
 		}
 	}()
 }
-
