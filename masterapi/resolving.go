@@ -32,7 +32,7 @@ import (
 //   - the master answered UNAVAILABLE_IN_CURRENT_STATUS (a standby, a
 //     deposed leader, or a new leader still rebuilding its metadata): the
 //     call was not applied; it is sent again, at once to a newer leader,
-//     otherwise after a backoff (50 ms doubling to 500 ms) or as soon as
+//     otherwise after a backoff (50 ms doubling to 200 ms) or as soon as
 //     the resolved leader changes;
 //   - an answer stamped with a term older than the newest this Remote has
 //     seen (TermTrailer) comes from a deposed leader: it is discarded and
@@ -60,7 +60,7 @@ const FailoverWait = 8 * time.Second
 // Retry pacing of resolvingConn.
 const (
 	retryBackoff    = 50 * time.Millisecond
-	retryBackoffMax = 500 * time.Millisecond
+	retryBackoffMax = 200 * time.Millisecond
 )
 
 // notIdempotent lists the calls that must not be applied twice by one

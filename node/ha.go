@@ -290,6 +290,20 @@ func (n *Node) followLeader() {
 			case <-ch:
 			}
 			n.pingLocked()
+			n.reRegisterSSDNow()
 		}
 	}()
+}
+
+// reRegisterSSDNow runs a pending SSD re-registration at once unless an
+// offload round (or reconcile) holds roundMu; then the heartbeat loop runs
+// it after that round.
+func (n *Node) reRegisterSSDNow() {
+	if n.tier == nil || !n.reregister.Load() || !n.roundMu.TryLock() {
+		return
+	}
+	defer n.roundMu.Unlock()
+	if n.reregister.Swap(false) {
+		n.reRegister(n.ctx)
+	}
 }
