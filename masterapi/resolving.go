@@ -57,6 +57,9 @@ import (
 // replaced in about 3.5 s with the default session TTL (docs/ha.md).
 const FailoverWait = 8 * time.Second
 
+// failoverWait is FailoverWait (a variable for tests).
+var failoverWait = FailoverWait
+
 // Retry pacing of resolvingConn.
 const (
 	retryBackoff    = 50 * time.Millisecond
@@ -225,7 +228,7 @@ func (c *resolvingConn) leader(ctx context.Context) (ha.Leader, <-chan struct{},
 // waitNewer waits, at most FailoverWait within ctx, for a leader of a term
 // newer than term.
 func (c *resolvingConn) waitNewer(ctx context.Context, term uint64) (ha.Leader, error) {
-	wctx, cancel := context.WithTimeout(ctx, FailoverWait)
+	wctx, cancel := context.WithTimeout(ctx, failoverWait)
 	defer cancel()
 	return c.res.WaitNewer(wctx, term)
 }

@@ -576,7 +576,7 @@ func (n *Node) pingOnce() {
 		n.log.Debug("ping failed", "err", err)
 		return
 	}
-	if err == nil && (rep.Status != masterapi.NeedRemount || n.staleTerm(rep.Term)) {
+	if err == nil && (n.staleTerm(rep.Term) || rep.Status != masterapi.NeedRemount) {
 		return
 	}
 	n.log.Warn("master asks for a remount (node expired or master restarted)")
