@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/units"
 	"github.com/tierstore/tierstore/ha"
+	"github.com/tierstore/tierstore/internal/units"
 	"github.com/tierstore/tierstore/node"
 )
 
