@@ -118,36 +118,40 @@ func runHA(cfg master.Config, opt options, log *slog.Logger, stdout, stderr io.W
 	log.Info("listening", "rpc", m.addr, "ha", true, "etcd", opt.ha.endpoints, "prefix", opt.ha.prefix)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	standby := m.serve(standbyServer(m.addr))
 	for ctx.Err() == nil {
-		if err := m.term(ctx); err != nil {
+		var err error
+		if standby, err = m.term(ctx, standby); err != nil {
 			log.Error("leadership term failed", "err", err)
+			standby()
 			return 1
 		}
 	}
+	standby()
 	log.Info("stopped")
 	return 0
 }
 
-// term is one turn: standby until elected, then leader until the
-// leadership ends or ctx (a signal) ends.
-func (m *haMaster) term(ctx context.Context) error {
-	standby := m.serve(standbyServer(m.addr))
+// term is one turn: standby (served by the caller, stopped with standby)
+// until elected, then leader until the leadership ends or ctx (a signal)
+// ends. It returns the stop function of the standby server serving again.
+// Each switch starts the next server before it stops the previous one, so
+// the listener always has a server.
+func (m *haMaster) term(ctx context.Context, standby func()) (func(), error) {
 	l, err := ha.Campaign(ctx, ha.Config{Endpoints: m.opt.parsed, Prefix: m.opt.prefix, Address: m.addr,
 		SessionTTL: m.opt.sessionTTL, Logger: m.log})
 	if err != nil {
-		standby()
 		if ctx.Err() != nil {
-			return nil
+			return standby, nil
 		}
-		return err
+		return standby, err
 	}
 	cfg := m.cfg
 	cfg.HA = master.HAConfig{Fence: l.Check, Term: l.Term(), RebuildWindow: m.opt.rebuildWindow}
 	svc, err := master.New(cfg)
 	if err != nil {
-		standby()
 		_ = l.Resign(context.Background())
-		return err
+		return standby, err
 	}
 	m.cur.Store(svc)
 	leader := m.serve(master.NewServer(svc, grpc.ChainUnaryInterceptor(svc.Interceptor())).GRPC())
@@ -162,26 +166,34 @@ func (m *haMaster) term(ctx context.Context) error {
 		_ = l.Resign(rctx) // the fence goes down first: a standby takes over at once
 		cancel()
 	}
+	standby = m.serve(standbyServer(m.addr))
 	leader()
 	m.cur.Store(nil)
 	svc.Close()
 	fmt.Fprintf(m.stdout, "tierstore-master standby (term %d ended)\n", l.Term())
 	syncOut(m.stdout)
-	return nil
+	return standby, nil
 }
 
 // serve serves gs on the handoff listener until the returned stop is
-// called (which stops gs: its connections close and clients reconnect to
-// whichever server is current then).
+// called, which stops gs: calls in progress finish (a fenced leader's
+// answer "not the leader"), for at most stopGrace, then its connections
+// close and clients reconnect to whichever server is current then.
 func (m *haMaster) serve(gs *grpc.Server) (stop func()) {
 	v := m.hand.view()
 	done := make(chan struct{})
 	go func() { _ = gs.Serve(v); close(done) }()
 	return func() {
-		gs.Stop()
+		t := time.AfterFunc(stopGrace, gs.Stop)
+		gs.GracefulStop()
+		t.Stop()
 		<-done
 	}
 }
+
+// stopGrace bounds how long a server being replaced waits for its calls in
+// progress (a PutStart may wait for room).
+const stopGrace = time.Second
 
 // standbyServer answers every call "not the leader".
 func standbyServer(addr string) *grpc.Server {
