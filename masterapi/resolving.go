@@ -80,7 +80,9 @@ func dialLeader(addr string, opts []grpc.DialOption) (*Remote, error) {
 	if err != nil {
 		return nil, fmt.Errorf("masterapi: dial: %w", err)
 	}
-	res, err := ha.NewResolver(u, ha.ResolverOptions{})
+	// Leader changes are the caller's business (a node logs what it does
+	// about one); the resolver's own log keeps its warnings only.
+	res, err := ha.NewResolver(u, ha.ResolverOptions{Logger: slog.New(warnOnly{slog.Default().Handler()})})
 	if err != nil {
 		return nil, fmt.Errorf("masterapi: dial %s: %w", addr, err)
 	}
@@ -325,3 +327,14 @@ func firstErr(a, b error) error {
 	}
 	return b
 }
+
+// warnOnly passes records of level Warn and above.
+type warnOnly struct{ slog.Handler }
+
+func (h warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
+}
+
+func (h warnOnly) WithAttrs(as []slog.Attr) slog.Handler { return warnOnly{h.Handler.WithAttrs(as)} }
+
+func (h warnOnly) WithGroup(name string) slog.Handler { return warnOnly{h.Handler.WithGroup(name)} }
