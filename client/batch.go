@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -76,7 +77,8 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte) [
 			errs[i] = fmt.Errorf("client: put %s: %w", masterapi.ShortKey(keys[i]), starts[j].Err)
 			return
 		}
-		if err := c.writeReplica(ctx, starts[j].Replica, values[i], crcs[i]); err != nil {
+		wctx := wire.WithObject(ctx, wire.Object{Key: keys[i], SoftPin: c.cfg.SoftPin, HardPin: c.cfg.HardPin})
+		if err := c.writeReplica(wctx, starts[j].Replica, values[i], crcs[i]); err != nil {
 			errs[i] = fmt.Errorf("client: put %s: writing to node %s: %w", masterapi.ShortKey(keys[i]), starts[j].Replica.Node, err)
 		}
 	})

@@ -188,7 +188,8 @@ func (c *Client) Put(ctx context.Context, key string, value []byte) error {
 	if err != nil {
 		return fmt.Errorf("client: put %s: %w", masterapi.ShortKey(key), err)
 	}
-	if err := c.writeReplica(ctx, r, value, crc); err != nil {
+	wctx := wire.WithObject(ctx, wire.Object{Key: key, SoftPin: c.cfg.SoftPin, HardPin: c.cfg.HardPin})
+	if err := c.writeReplica(wctx, r, value, crc); err != nil {
 		c.revoke(key, r.PutToken)
 		return fmt.Errorf("client: put %s: writing to node %s: %w", masterapi.ShortKey(key), r.Node, err)
 	}

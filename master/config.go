@@ -55,6 +55,9 @@ type Config struct {
 	Admission admission.Policy
 	Clock     Clock
 	Logger    *slog.Logger
+	// HA makes the Service one elected leader of highly available masters
+	// (ha.go, docs/ha.md); zero: a single master.
+	HA HAConfig
 }
 
 // DefaultConfig returns the documented defaults.
@@ -123,6 +126,9 @@ func (c Config) Validate() error {
 	}
 	if c.Shards <= 0 || c.Shards > 1<<16 {
 		return bad("metadata_shards must be in 1..65536, got %d", c.Shards)
+	}
+	if err := c.HA.validate(); err != nil {
+		return err
 	}
 	if c.Admission == nil {
 		if _, err := admission.FromSettings(c.admissionSettings()); err != nil {

@@ -15,6 +15,11 @@ var (
 	ErrBadConfig = errors.New("master: invalid configuration")
 	// ErrClosed: the Service or Remote was closed.
 	ErrClosed = fmt.Errorf("master: closed: %w", codes.ErrShuttingDown)
+	// ErrNotLeader: a highly available master that does not (or no
+	// longer) lead, or that still rebuilds its metadata, answers with it
+	// (UNAVAILABLE_IN_CURRENT_STATUS): ask again, the elected leader
+	// (docs/ha.md).
+	ErrNotLeader = fmt.Errorf("master: not the leader: %w", codes.ErrUnavailable)
 	// ErrInconsistent: Check found a violated internal invariant.
 	ErrInconsistent = errors.New("master: inconsistent state")
 )

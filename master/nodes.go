@@ -61,7 +61,9 @@ func (s *Service) mountLocked(n *node, req MountRequest) error {
 		}
 		return nil
 	}
-	n.segments[req.Segment] = &segment{node: n, name: req.Segment, size: req.Size, alloc: newAllocator(req.Size)}
+	g := &segment{node: n, name: req.Segment, size: req.Size, alloc: newAllocator(req.Size)}
+	s.holdSegment(g, req.HoldAllocation)
+	n.segments[req.Segment] = g
 	s.room.signal()
 	s.log.Info("segment mounted", "node", req.Node, "segment", req.Segment, "size", req.Size)
 	return nil
@@ -97,7 +99,7 @@ func (s *Service) Ping(ctx context.Context, nodeID string) (PingReply, error) {
 	if err := s.check(ctx); err != nil {
 		return PingReply{}, err
 	}
-	r := PingReply{Status: NeedRemount, ClientTTL: s.cfg.ClientTTL}
+	r := PingReply{Status: NeedRemount, ClientTTL: s.cfg.ClientTTL, Term: s.cfg.HA.Term}
 	if n := s.lookupNode(nodeID); n != nil {
 		n.lastPing.Store(s.now())
 		r.Status = NodeOK

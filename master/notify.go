@@ -149,7 +149,9 @@ func (s *Service) registerDisk(n *node, d DiskObject, create bool) error {
 	// progress counts it as seen (reconcile.go).
 	seen := n.dig.epoch.Load()
 	if o == nil {
-		sh.objs[d.Key] = &object{size: d.Size, crc: d.CRC, disk: []diskReplica{{node: n, seen: seen}}}
+		o = &object{size: d.Size, crc: d.CRC, disk: []diskReplica{{node: n, seen: seen}}}
+		sh.objs[d.Key] = o
+		s.rebuiltLease(o, s.now())
 		s.cnt.objects.Add(1)
 		s.countDisk(n, masterapi.KeyHash(d.Key), 1, d.Size)
 		return nil

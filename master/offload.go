@@ -170,7 +170,7 @@ func (s *Service) OffloadHeartbeat(ctx context.Context, nodeID string, max int) 
 			s.cancelTask(k, o)
 		default:
 			tasks = append(tasks, OffloadTask{Key: k, Segment: o.mem.seg.name, Offset: o.mem.off,
-				Length: o.mem.len, Size: o.size, CRC: o.crc})
+				Length: o.mem.len, Size: o.size, CRC: o.crc, Term: s.cfg.HA.Term})
 		}
 		sh.mu.Unlock()
 	}

@@ -167,6 +167,9 @@ func (s *Service) tryAllocate(size int64, preferred string) (*segment, int64, bo
 	defer s.nodesMu.RUnlock()
 	if n := s.nodes[preferred]; n != nil {
 		for _, g := range n.segments {
+			if g.held.Load() {
+				continue // waits for its DRAM re-registration
+			}
 			g.mu.Lock()
 			off, ok := g.alloc.Alloc(size)
 			g.mu.Unlock()
@@ -180,6 +183,9 @@ func (s *Service) tryAllocate(size int64, preferred string) (*segment, int64, bo
 		var bestFree int64 = -1
 		for _, n := range s.nodes {
 			for _, g := range n.segments {
+				if g.held.Load() {
+					continue
+				}
 				g.mu.Lock()
 				free, largest := g.alloc.FreeBytes(), g.alloc.Largest()
 				g.mu.Unlock()

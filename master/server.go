@@ -86,7 +86,7 @@ func lookupCtx(ctx context.Context, offload bool) context.Context {
 }
 
 func (s *Server) MountSegment(ctx context.Context, r *pb.MountSegmentRequest) (*pb.MountSegmentResponse, error) {
-	err := s.api.MountSegment(ctx, MountRequest{Node: r.GetNode(), Endpoint: r.GetEndpoint(), Segment: r.GetSegment(), Size: r.GetSize(), Incarnation: r.GetIncarnation()})
+	err := s.api.MountSegment(ctx, MountRequest{Node: r.GetNode(), Endpoint: r.GetEndpoint(), Segment: r.GetSegment(), Size: r.GetSize(), Incarnation: r.GetIncarnation(), HoldAllocation: r.GetHoldAllocation()})
 	return &pb.MountSegmentResponse{}, toStatus(err)
 }
 
@@ -99,7 +99,7 @@ func (s *Server) Ping(ctx context.Context, r *pb.PingRequest) (*pb.PingResponse,
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.PingResponse{Status: pb.NodeStatus(p.Status), ClientTtlMs: p.ClientTTL.Milliseconds()}, nil
+	return &pb.PingResponse{Status: pb.NodeStatus(p.Status), ClientTtlMs: p.ClientTTL.Milliseconds(), Term: p.Term}, nil
 }
 
 func putReq(r *pb.PutStartRequest) PutStartRequest {
@@ -277,6 +277,7 @@ func (s *Server) OffloadHeartbeat(ctx context.Context, r *pb.OffloadHeartbeatReq
 	}
 	out := &pb.OffloadHeartbeatResponse{Tasks: make([]*pb.OffloadTask, len(tasks))}
 	for i, t := range tasks {
+		out.Term = t.Term
 		out.Tasks[i] = &pb.OffloadTask{Key: []byte(t.Key), Segment: t.Segment, Offset: t.Offset, Length: t.Length, Size: t.Size, Crc: t.CRC}
 	}
 	return out, nil

@@ -67,6 +67,7 @@ type Service struct {
 
 	cnt counters
 	met *metrics
+	ha  haState // high availability (ha.go)
 
 	evictCh chan struct{}
 	stop    chan struct{}
@@ -124,6 +125,7 @@ func New(cfg Config) (*Service, error) {
 	s.parked = map[uint64]parkedPut{}
 	s.met = newMetrics(s)
 	s.startAdmission()
+	s.startHA()
 	s.evictCh = make(chan struct{}, 1)
 	s.stop = make(chan struct{})
 	s.done = make(chan struct{})
@@ -190,6 +192,7 @@ func (s *Service) Tick() {
 		s.sweep(now)
 	}
 	s.room.signal() // leases and pins may have ended: waiting puts retry
+	s.haTick()
 }
 
 func (s *Service) now() int64 { return s.clock.Now().UnixNano() }
@@ -204,7 +207,8 @@ func (s *Service) shardIndex(key string) int {
 	return int(masterapi.KeyHash(key) & s.mask)
 }
 
-// check returns ErrClosed after Close and the context's error.
+// check returns ErrClosed after Close, the context's error, and
+// ErrNotLeader once an elected leader's fence is down (ha.go).
 func (s *Service) check(ctx context.Context) error {
 	if s.closed.Load() {
 		return ErrClosed
@@ -212,7 +216,7 @@ func (s *Service) check(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("master: %w", err)
 	}
-	return nil
+	return s.fence()
 }
 
 func validKey(key string) error {

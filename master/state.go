@@ -37,6 +37,9 @@ type segment struct {
 	name string
 	size int64
 	dead atomic.Bool // unmounted, or its node expired: replicas unreadable
+	// held: mounted with HoldAllocation, its DRAM re-registration not done
+	// yet: nothing is allocated in it (memreg.go).
+	held atomic.Bool
 
 	mu    sync.Mutex // protects alloc
 	alloc *allocator

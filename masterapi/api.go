@@ -145,12 +145,21 @@ type MountRequest struct {
 	// replicas unreadable at once, lease-aware sweep) and the mount starts a
 	// new one. "" disables the incarnation check.
 	Incarnation string
+	// HoldAllocation: the node re-registers the objects its segment holds
+	// (ReRegisterMemoryObjects, the last call with done set) before the
+	// master may allocate in it, so no put is given a range a live object
+	// occupies (docs/ha.md).
+	HoldAllocation bool
 }
 
 // PingReply answers Ping.
 type PingReply struct {
 	Status    NodeStatus
 	ClientTTL time.Duration // the node must ping more often than this
+	// Term is the answering master's leadership term (0 without high
+	// availability): a node ignores answers of a term older than one it
+	// has seen (docs/ha.md, fencing).
+	Term uint64
 }
 
 // PutStartRequest asks for space for a new object.
@@ -193,6 +202,10 @@ type OffloadTask struct {
 	Length  int64
 	Size    int64
 	CRC     uint32
+	// Term is the leadership term the task was issued under (0 without
+	// high availability); a node drops tasks of a term older than one it
+	// has seen.
+	Term uint64
 }
 
 // DiskObject is an object held on a node's SSD.
@@ -502,6 +515,14 @@ type NodeAPI interface {
 	// send a notify or re-registration between Begin and End, and must not
 	// end a session (nor act on Unwanted) if it remounted meanwhile.
 	ReconcileEnd(ctx context.Context, node string, session uint64) (int64, error)
+	// ReRegisterMemoryObjects recreates complete Memory replicas of objects
+	// node's DRAM segment holds (after a failover or master restart; see
+	// MemoryObject) and marks their ranges allocated. Per item: nil, or why
+	// it was refused (the node forgets that record). done ends the
+	// segment's re-registration: a segment mounted with HoldAllocation
+	// takes new puts only after it. ErrNeedRemount for an unknown node,
+	// ErrSegmentNotFound for a segment it has not mounted.
+	ReRegisterMemoryObjects(ctx context.Context, node, segment string, objs []MemoryObject, done bool) ([]error, error)
 }
 
 // API is the master's whole interface: both halves. *master.Service and

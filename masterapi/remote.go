@@ -16,19 +16,27 @@ import (
 // the server's codes (errors.Is(err, codes.ErrObjectNotFound) works), and
 // transport failures wrap codes.ErrRPCFail. Safe for concurrent use.
 type Remote struct {
-	cc *grpc.ClientConn
-	c  pb.MasterClient
+	cc   *grpc.ClientConn // nil when rc is set
+	rc   *resolvingConn   // etcd:// mode (resolving.go); nil for host:port
+	c    pb.MasterClient
+	addr string
 }
 
 var _ API = (*Remote)(nil)
 
-// Dial returns a Remote for the master at addr ("host:port"). It does not
-// wait for the connection: the first call connects (and fails with
+// Dial returns a Remote for the master at addr: "host:port", or
+// "etcd://h1:2379,h2:2379[/prefix]" for the elected leader of highly
+// available masters (it follows the leader and retries calls across a
+// failover within the caller's deadline: resolving.go, docs/ha.md). It does
+// not wait for the connection: the first call connects (and fails with
 // codes.ErrRPCFail if the master is unreachable). Without options it uses an
 // insecure (plaintext) connection; opts are appended to the defaults.
 func Dial(ctx context.Context, addr string, opts ...grpc.DialOption) (*Remote, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("masterapi: dial %s: %w", addr, err)
+	}
+	if isEtcdURL(addr) {
+		return dialLeader(addr, opts)
 	}
 	all := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -38,11 +46,16 @@ func Dial(ctx context.Context, addr string, opts ...grpc.DialOption) (*Remote, e
 	if err != nil {
 		return nil, fmt.Errorf("masterapi: dial %s: %w: %w", addr, codes.ErrRPCFail, err)
 	}
-	return &Remote{cc: cc, c: pb.NewMasterClient(cc)}, nil
+	return &Remote{cc: cc, c: pb.NewMasterClient(cc), addr: addr}, nil
 }
 
-// Close closes the connection.
-func (r *Remote) Close() error { return r.cc.Close() }
+// Close closes the connection (and, in etcd:// mode, the resolver).
+func (r *Remote) Close() error {
+	if r.rc != nil {
+		return r.rc.Close()
+	}
+	return r.cc.Close()
+}
 
 func fromStatus(err error) error { return codes.FromStatus(err) }
 
@@ -87,7 +100,7 @@ func keyErrs(r *pb.KeyResults, n int) ([]error, error) {
 
 // MountSegment implements API.
 func (r *Remote) MountSegment(ctx context.Context, req MountRequest) error {
-	_, err := r.c.MountSegment(ctx, &pb.MountSegmentRequest{Node: req.Node, Endpoint: req.Endpoint, Segment: req.Segment, Size: req.Size, Incarnation: req.Incarnation})
+	_, err := r.c.MountSegment(ctx, &pb.MountSegmentRequest{Node: req.Node, Endpoint: req.Endpoint, Segment: req.Segment, Size: req.Size, Incarnation: req.Incarnation, HoldAllocation: req.HoldAllocation})
 	return fromStatus(err)
 }
 
@@ -103,7 +116,7 @@ func (r *Remote) Ping(ctx context.Context, node string) (PingReply, error) {
 	if err != nil {
 		return PingReply{}, fromStatus(err)
 	}
-	return PingReply{Status: NodeStatus(p.GetStatus()), ClientTTL: time.Duration(p.GetClientTtlMs()) * time.Millisecond}, nil
+	return PingReply{Status: NodeStatus(p.GetStatus()), ClientTTL: time.Duration(p.GetClientTtlMs()) * time.Millisecond, Term: p.GetTerm()}, nil
 }
 
 func putPB(q PutStartRequest) *pb.PutStartRequest {
@@ -308,7 +321,7 @@ func (r *Remote) OffloadHeartbeat(ctx context.Context, node string, max int) ([]
 	}
 	out := make([]OffloadTask, len(p.GetTasks()))
 	for i, t := range p.GetTasks() {
-		out[i] = OffloadTask{Key: string(t.GetKey()), Segment: t.GetSegment(), Offset: t.GetOffset(), Length: t.GetLength(), Size: t.GetSize(), CRC: t.GetCrc()}
+		out[i] = OffloadTask{Key: string(t.GetKey()), Segment: t.GetSegment(), Offset: t.GetOffset(), Length: t.GetLength(), Size: t.GetSize(), CRC: t.GetCrc(), Term: p.GetTerm()}
 	}
 	return out, nil
 }

@@ -392,6 +392,9 @@ func (s *switchable) ReconcileKeys(ctx context.Context, node string, id uint64, 
 func (s *switchable) ReconcileEnd(ctx context.Context, node string, id uint64) (int64, error) {
 	return s.get().ReconcileEnd(ctx, node, id)
 }
+func (s *switchable) ReRegisterMemoryObjects(ctx context.Context, node, seg string, objs []master.MemoryObject, done bool) ([]error, error) {
+	return s.get().ReRegisterMemoryObjects(ctx, node, seg, objs, done)
+}
 
 // Start-up re-registers what the SSD holds; after a master restart the node
 // remounts on NEED_REMOUNT and re-registers again, so SSD objects are

@@ -121,6 +121,8 @@ type Node struct {
 	closeErr  error
 
 	unlockDir func() error // releases the --ssd_dir lock (nil without one)
+
+	ha nodeHA // DRAM object records, leadership term (ha.go)
 }
 
 // Option adjusts Start (tests).
@@ -194,11 +196,13 @@ func Start(ctx context.Context, cfg Config, m masterapi.NodeAPI, opts ...Option)
 	if err = n.mountAtStart(ctx); err != nil {
 		return nil, err
 	}
+	n.afterMount(ctx)
 	n.roundMu.Lock()
 	n.reRegister(ctx)
 	n.roundMu.Unlock()
 
-	n.every(cfg.PingInterval, n.pingOnce)
+	n.every(cfg.PingInterval, n.pingLocked)
+	n.followLeader()
 	if n.tier != nil {
 		n.every(cfg.HeartbeatInterval, n.heartbeat)
 		n.every(cfg.ReconcileInterval, n.reconcileTick)
@@ -409,7 +413,8 @@ func (n *Node) newMountGen() {
 func (n *Node) mount(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	err := n.m.MountSegment(ctx, masterapi.MountRequest{Node: n.name, Endpoint: n.endpoint, Segment: n.segName, Size: n.seg.Size(), Incarnation: n.incarnation})
+	err := n.m.MountSegment(ctx, masterapi.MountRequest{Node: n.name, Endpoint: n.endpoint, Segment: n.segName, Size: n.seg.Size(),
+		Incarnation: n.incarnation, HoldAllocation: true})
 	if err != nil {
 		return fmt.Errorf("node: mount segment %s at the master: %w", n.segName, err)
 	}
@@ -480,7 +485,7 @@ func (n *Node) pingOnce() {
 		n.log.Debug("ping failed", "err", err)
 		return
 	}
-	if err == nil && rep.Status != masterapi.NeedRemount {
+	if err == nil && (n.staleTerm(rep.Term) || rep.Status != masterapi.NeedRemount) {
 		return
 	}
 	n.log.Warn("master asks for a remount (node expired or master restarted)")
@@ -502,6 +507,7 @@ func (n *Node) remount(ctx context.Context) error {
 		return err
 	}
 	n.metrics.remounts.Add(1)
+	n.afterMount(ctx)
 	return nil
 }
 

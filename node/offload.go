@@ -66,7 +66,7 @@ func (n *Node) fetchTasks(ctx context.Context) []masterapi.OffloadTask {
 		n.log.Debug("offload heartbeat failed", "err", err)
 		return nil
 	}
-	return tasks
+	return n.dropStaleTasks(tasks)
 }
 
 // errSourceBytes: a task's DRAM source range could not be read or fails

@@ -86,6 +86,7 @@ func (s *peerServer) WriteRange(stream grpc.ClientStreamingServer[rpcpb.PeerWrit
 		return codes.ToStatus(codes.Errorf(codes.ChecksumMismatch, "node: write range: received bytes have CRC32C %08x, sender said %08x", h.Sum32(), first.GetCrc32C()))
 	}
 	s.n.metrics.peerWrites.Add(1)
+	s.n.recordWrite(wire.Object{Key: string(first.GetKey()), SoftPin: first.GetSoftPin(), HardPin: first.GetHardPin()}, off, total, h.Sum32(), token)
 	return stream.SendAndClose(&rpcpb.PeerWriteReply{Written: uint64(got)})
 }
 
@@ -139,7 +140,10 @@ func (s *peerServer) NodeStats(ctx context.Context, _ *rpcpb.PeerStatsRequest) (
 // in codes.ErrInvalidParams) when a newer put wrote an overlapping range,
 // and (ErrNoPutToken) without a token
 // (docs/design.md invariant 8).
-func (n *Node) WriteRange(ctx context.Context, segment string, off int64, value []byte, _ uint32, token uint64) error {
+//
+// A write whose context carries its object (wire.WithObject) is recorded
+// for re-registration at a new master (ha.go), with crc as its CRC32C.
+func (n *Node) WriteRange(ctx context.Context, segment string, off int64, value []byte, crc uint32, token uint64) error {
 	defer n.observeLocalPut(ctx, time.Now())
 	if err := n.checkSegment(segment); err != nil {
 		return err
@@ -150,6 +154,7 @@ func (n *Node) WriteRange(ctx context.Context, segment string, off int64, value 
 	if err := n.claimRange(off, int64(len(value)), token); err != nil {
 		return toCode(err)
 	}
+	start, total := off, int64(len(value))
 	// Copied a chunk at a time, as the peer service does, so that a newer
 	// put's claim waits for one chunk copy at most.
 	for len(value) > 0 {
@@ -158,6 +163,9 @@ func (n *Node) WriteRange(ctx context.Context, segment string, off int64, value 
 			return toCode(err)
 		}
 		value, off = value[k:], off+int64(k)
+	}
+	if o, ok := wire.ObjectOf(ctx); ok {
+		n.recordWrite(o, start, total, crc, token)
 	}
 	return nil
 }

@@ -61,6 +61,8 @@ type options struct {
 	// ignored lists Mooncake flags that were given but have no effect here
 	// (logged at start-up).
 	ignored []string
+	// ha: high availability (ha.go).
+	ha haOptions
 }
 
 // parseFlags parses the command line (without the program name) into a
@@ -118,7 +120,7 @@ func parseAll(args []string, helpOut io.Writer) (master.Config, options, error) 
 	fs.Bool("rpc_enable_tcp_no_delay", true, "accepted, no effect: Go sets TCP_NODELAY")
 	fs.Int("rpc_conn_timeout_seconds", 0, "accepted, no effect")
 	allocator := fs.String("memory_allocator", "offset", "segment allocator: offset (the only one)")
-	enableHA := fs.Bool("enable_ha", false, "high availability: not supported, must be false")
+	registerHAFlags(fs, &opt.ha)
 
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -142,8 +144,8 @@ func parseAll(args []string, helpOut io.Writer) (master.Config, options, error) 
 	if *allocator != "offset" {
 		return cfg, opt, fmt.Errorf("%w: memory_allocator: only \"offset\" is supported, got %q", errUsage, *allocator)
 	}
-	if *enableHA {
-		return cfg, opt, fmt.Errorf("%w: enable_ha: high availability is not supported", errUsage)
+	if err := opt.ha.check(set, cfg); err != nil {
+		return cfg, opt, err
 	}
 	if fs.NArg() > 0 {
 		return cfg, opt, fmt.Errorf("%w: unexpected argument %q (flags are --name=value)", errUsage, fs.Arg(0))

@@ -39,6 +39,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	for _, n := range opt.ignored {
 		log.Warn("flag accepted for Mooncake compatibility, no effect", "flag", n)
 	}
+	if opt.ha.enable {
+		return runHA(cfg, opt, log, stdout, stderr)
+	}
 	svc, err := master.New(cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "tierstore-master:", err)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tierstore/tierstore/ha"
 	"github.com/tierstore/tierstore/internal/units"
 	"github.com/tierstore/tierstore/node"
 )
@@ -66,7 +67,7 @@ type options struct {
 	node   node.Config
 }
 
-const usageHeader = `usage: tierstore-node --master=HOST:PORT [--name=value ...]
+const usageHeader = `usage: tierstore-node --master=HOST:PORT|etcd://H1:2379,H2:2379[/PREFIX] [--name=value ...]
 
 Runs a tierstore store node: a DRAM segment mounted at the master, a peer
 data service and (with --enable_offload) an SSD tier. Sizes take 4GiB,
@@ -83,7 +84,7 @@ func parseFlags(args []string, helpOut io.Writer) (options, error) {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	c := &o.node
-	fs.StringVar(&o.master, "master", "", "master gRPC address host:port (required)")
+	fs.StringVar(&o.master, "master", "", "master gRPC address host:port, or etcd://h1:2379,h2:2379[/prefix] for the elected leader of highly available masters (required)")
 	fs.StringVar(&c.Listen, "listen", c.Listen, "peer gRPC listen address; port 0 picks one, printed at start")
 	fs.Var(sizeFlag{&c.Memory}, "memory", "DRAM segment size (4GiB, 256MiB or bytes)")
 	fs.BoolVar(&c.EnableOffload, "enable_offload", false, "open the SSD tier and run the offload heartbeat (needs --ssd_dir)")
@@ -114,7 +115,12 @@ func parseFlags(args []string, helpOut io.Writer) (options, error) {
 		return o, fmt.Errorf("unexpected argument %q (flags are --name=value)", fs.Arg(0))
 	}
 	if o.master == "" {
-		return o, fmt.Errorf("--master: required (host:port of tierstore-master)")
+		return o, fmt.Errorf("--master: required (host:port of tierstore-master, or etcd://h1:2379,h2:2379)")
+	}
+	if strings.Contains(o.master, "://") {
+		if _, err := ha.ParseMasterURL(o.master); err != nil {
+			return o, fmt.Errorf("--master: %w", err)
+		}
 	}
 	// Left unset, the bucket size is derived from --ssd_capacity (Config's
 	// 0); given, it must be a positive size that fits the capacity.

@@ -18,13 +18,14 @@ import (
 	"time"
 )
 
-// Binaries is a directory holding tierstore-master, tierstore-node and
-// tierstore built from this module.
+// Binaries is a directory holding tierstore-master, tierstore-node,
+// tierstore and tierstore-etcd (an etcd server for tests of highly
+// available masters) built from this module.
 type Binaries struct {
 	Dir string
 }
 
-// Build compiles the three binaries into a new temporary directory (with the
+// Build compiles the four binaries into a new temporary directory (with the
 // race detector when race is true). Remove the directory with Close.
 func Build(ctx context.Context, race bool) (*Binaries, error) {
 	dir, err := os.MkdirTemp("", "tierstore-bin-*")
@@ -40,7 +41,7 @@ func Build(ctx context.Context, race bool) (*Binaries, error) {
 	if race {
 		args = append(args, "-race")
 	}
-	cmd := exec.CommandContext(ctx, "go", append(args, "./cmd/tierstore-master", "./cmd/tierstore-node", "./cmd/tierstore")...)
+	cmd := exec.CommandContext(ctx, "go", append(args, "./cmd/tierstore-master", "./cmd/tierstore-node", "./cmd/tierstore", "./ha/cmd/tierstore-etcd")...)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		os.RemoveAll(dir)

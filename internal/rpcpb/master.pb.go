@@ -363,9 +363,14 @@ type MountSegmentRequest struct {
 	Size     int64                  `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
 	// incarnation identifies the node process; a new value (or a new
 	// endpoint) retires the node's previous incarnation.
-	Incarnation   string `protobuf:"bytes,5,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Incarnation string `protobuf:"bytes,5,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// hold_allocation: the node will re-register the objects its DRAM
+	// segment holds (ReRegisterMemoryObjects, the last call with done set):
+	// the master allocates nothing in the segment until then, so no put is
+	// given a range a live object occupies (docs/ha.md, rebuild).
+	HoldAllocation bool `protobuf:"varint,6,opt,name=hold_allocation,json=holdAllocation,proto3" json:"hold_allocation,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *MountSegmentRequest) Reset() {
@@ -431,6 +436,13 @@ func (x *MountSegmentRequest) GetIncarnation() string {
 		return x.Incarnation
 	}
 	return ""
+}
+
+func (x *MountSegmentRequest) GetHoldAllocation() bool {
+	if x != nil {
+		return x.HoldAllocation
+	}
+	return false
 }
 
 type MountSegmentResponse struct {
@@ -602,9 +614,13 @@ func (x *PingRequest) GetNode() string {
 }
 
 type PingResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Status        NodeStatus             `protobuf:"varint,1,opt,name=status,proto3,enum=tierstore.rpc.NodeStatus" json:"status,omitempty"`
-	ClientTtlMs   int64                  `protobuf:"varint,2,opt,name=client_ttl_ms,json=clientTtlMs,proto3" json:"client_ttl_ms,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Status      NodeStatus             `protobuf:"varint,1,opt,name=status,proto3,enum=tierstore.rpc.NodeStatus" json:"status,omitempty"`
+	ClientTtlMs int64                  `protobuf:"varint,2,opt,name=client_ttl_ms,json=clientTtlMs,proto3" json:"client_ttl_ms,omitempty"`
+	// term: the answering master's leadership term (0 without high
+	// availability). A node keeps the highest term it has seen and ignores
+	// answers and commands of older terms (docs/ha.md, fencing).
+	Term          uint64 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -649,6 +665,13 @@ func (x *PingResponse) GetStatus() NodeStatus {
 func (x *PingResponse) GetClientTtlMs() int64 {
 	if x != nil {
 		return x.ClientTtlMs
+	}
+	return 0
+}
+
+func (x *PingResponse) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
 	}
 	return 0
 }
@@ -1896,8 +1919,11 @@ func (x *OffloadTask) GetCrc() uint32 {
 }
 
 type OffloadHeartbeatResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tasks         []*OffloadTask         `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Tasks []*OffloadTask         `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// term: the leadership term the tasks were issued under (0 without high
+	// availability); a node drops tasks of a term older than one it has seen.
+	Term          uint64 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1937,6 +1963,13 @@ func (x *OffloadHeartbeatResponse) GetTasks() []*OffloadTask {
 		return x.Tasks
 	}
 	return nil
+}
+
+func (x *OffloadHeartbeatResponse) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
 }
 
 type DiskObject struct {
@@ -2446,6 +2479,172 @@ func (x *ReportBadReplicaRequest) GetReplica() *Replica {
 	return nil
 }
 
+// One complete object in a node's DRAM segment, as the node recorded it
+// from the write that stored it (key, size and CRC32C in the write's
+// header) and re-checked (the bytes' CRC32C) before it re-registers it.
+type MemoryObject struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Offset        int64                  `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length        int64                  `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"` // == the object's size
+	Crc           uint32                 `protobuf:"varint,4,opt,name=crc,proto3" json:"crc,omitempty"`       // CRC32C of the bytes
+	PutToken      uint64                 `protobuf:"varint,5,opt,name=put_token,json=putToken,proto3" json:"put_token,omitempty"`
+	SoftPin       bool                   `protobuf:"varint,6,opt,name=soft_pin,json=softPin,proto3" json:"soft_pin,omitempty"`
+	HardPin       bool                   `protobuf:"varint,7,opt,name=hard_pin,json=hardPin,proto3" json:"hard_pin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemoryObject) Reset() {
+	*x = MemoryObject{}
+	mi := &file_master_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemoryObject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemoryObject) ProtoMessage() {}
+
+func (x *MemoryObject) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemoryObject.ProtoReflect.Descriptor instead.
+func (*MemoryObject) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *MemoryObject) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *MemoryObject) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *MemoryObject) GetLength() int64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+func (x *MemoryObject) GetCrc() uint32 {
+	if x != nil {
+		return x.Crc
+	}
+	return 0
+}
+
+func (x *MemoryObject) GetPutToken() uint64 {
+	if x != nil {
+		return x.PutToken
+	}
+	return 0
+}
+
+func (x *MemoryObject) GetSoftPin() bool {
+	if x != nil {
+		return x.SoftPin
+	}
+	return false
+}
+
+func (x *MemoryObject) GetHardPin() bool {
+	if x != nil {
+		return x.HardPin
+	}
+	return false
+}
+
+type RegisterMemoryObjectsRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Node    string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Segment string                 `protobuf:"bytes,2,opt,name=segment,proto3" json:"segment,omitempty"`
+	// sorted by offset, ranges disjoint (the node keeps the newest put of
+	// overlapping records)
+	Objects []*MemoryObject `protobuf:"bytes,3,rep,name=objects,proto3" json:"objects,omitempty"`
+	// done: the last call for this mount; the segment takes new puts.
+	Done          bool `protobuf:"varint,4,opt,name=done,proto3" json:"done,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterMemoryObjectsRequest) Reset() {
+	*x = RegisterMemoryObjectsRequest{}
+	mi := &file_master_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterMemoryObjectsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterMemoryObjectsRequest) ProtoMessage() {}
+
+func (x *RegisterMemoryObjectsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterMemoryObjectsRequest.ProtoReflect.Descriptor instead.
+func (*RegisterMemoryObjectsRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *RegisterMemoryObjectsRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *RegisterMemoryObjectsRequest) GetSegment() string {
+	if x != nil {
+		return x.Segment
+	}
+	return ""
+}
+
+func (x *RegisterMemoryObjectsRequest) GetObjects() []*MemoryObject {
+	if x != nil {
+		return x.Objects
+	}
+	return nil
+}
+
+func (x *RegisterMemoryObjectsRequest) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
 type StatsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2454,7 +2653,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_master_proto_msgTypes[42]
+	mi := &file_master_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2466,7 +2665,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[42]
+	mi := &file_master_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2479,7 +2678,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{42}
+	return file_master_proto_rawDescGZIP(), []int{44}
 }
 
 type StatsResponse struct {
@@ -2509,7 +2708,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2521,7 +2720,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2534,7 +2733,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{43}
+	return file_master_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *StatsResponse) GetObjects() int64 {
@@ -2677,7 +2876,7 @@ type NodeStats struct {
 
 func (x *NodeStats) Reset() {
 	*x = NodeStats{}
-	mi := &file_master_proto_msgTypes[44]
+	mi := &file_master_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2689,7 +2888,7 @@ func (x *NodeStats) String() string {
 func (*NodeStats) ProtoMessage() {}
 
 func (x *NodeStats) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[44]
+	mi := &file_master_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2702,7 +2901,7 @@ func (x *NodeStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStats.ProtoReflect.Descriptor instead.
 func (*NodeStats) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{44}
+	return file_master_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *NodeStats) GetNode() string {
@@ -2809,7 +3008,7 @@ type ReconcileBeginRequest struct {
 
 func (x *ReconcileBeginRequest) Reset() {
 	*x = ReconcileBeginRequest{}
-	mi := &file_master_proto_msgTypes[45]
+	mi := &file_master_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2821,7 +3020,7 @@ func (x *ReconcileBeginRequest) String() string {
 func (*ReconcileBeginRequest) ProtoMessage() {}
 
 func (x *ReconcileBeginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[45]
+	mi := &file_master_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2834,7 +3033,7 @@ func (x *ReconcileBeginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileBeginRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileBeginRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{45}
+	return file_master_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ReconcileBeginRequest) GetNode() string {
@@ -2868,7 +3067,7 @@ type ReconcileBeginResponse struct {
 
 func (x *ReconcileBeginResponse) Reset() {
 	*x = ReconcileBeginResponse{}
-	mi := &file_master_proto_msgTypes[46]
+	mi := &file_master_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2880,7 +3079,7 @@ func (x *ReconcileBeginResponse) String() string {
 func (*ReconcileBeginResponse) ProtoMessage() {}
 
 func (x *ReconcileBeginResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[46]
+	mi := &file_master_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2893,7 +3092,7 @@ func (x *ReconcileBeginResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileBeginResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileBeginResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{46}
+	return file_master_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ReconcileBeginResponse) GetSession() uint64 {
@@ -2921,7 +3120,7 @@ type ReconcileKeysRequest struct {
 
 func (x *ReconcileKeysRequest) Reset() {
 	*x = ReconcileKeysRequest{}
-	mi := &file_master_proto_msgTypes[47]
+	mi := &file_master_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2933,7 +3132,7 @@ func (x *ReconcileKeysRequest) String() string {
 func (*ReconcileKeysRequest) ProtoMessage() {}
 
 func (x *ReconcileKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[47]
+	mi := &file_master_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2946,7 +3145,7 @@ func (x *ReconcileKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileKeysRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileKeysRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{47}
+	return file_master_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ReconcileKeysRequest) GetNode() string {
@@ -2979,7 +3178,7 @@ type ReconcileKeysResponse struct {
 
 func (x *ReconcileKeysResponse) Reset() {
 	*x = ReconcileKeysResponse{}
-	mi := &file_master_proto_msgTypes[48]
+	mi := &file_master_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2991,7 +3190,7 @@ func (x *ReconcileKeysResponse) String() string {
 func (*ReconcileKeysResponse) ProtoMessage() {}
 
 func (x *ReconcileKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[48]
+	mi := &file_master_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3004,7 +3203,7 @@ func (x *ReconcileKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileKeysResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileKeysResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{48}
+	return file_master_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReconcileKeysResponse) GetUnwanted() [][]byte {
@@ -3024,7 +3223,7 @@ type ReconcileEndRequest struct {
 
 func (x *ReconcileEndRequest) Reset() {
 	*x = ReconcileEndRequest{}
-	mi := &file_master_proto_msgTypes[49]
+	mi := &file_master_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3036,7 +3235,7 @@ func (x *ReconcileEndRequest) String() string {
 func (*ReconcileEndRequest) ProtoMessage() {}
 
 func (x *ReconcileEndRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[49]
+	mi := &file_master_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3049,7 +3248,7 @@ func (x *ReconcileEndRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileEndRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileEndRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{49}
+	return file_master_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ReconcileEndRequest) GetNode() string {
@@ -3075,7 +3274,7 @@ type ReconcileEndResponse struct {
 
 func (x *ReconcileEndResponse) Reset() {
 	*x = ReconcileEndResponse{}
-	mi := &file_master_proto_msgTypes[50]
+	mi := &file_master_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3087,7 +3286,7 @@ func (x *ReconcileEndResponse) String() string {
 func (*ReconcileEndResponse) ProtoMessage() {}
 
 func (x *ReconcileEndResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[50]
+	mi := &file_master_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3100,7 +3299,7 @@ func (x *ReconcileEndResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileEndResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileEndResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{50}
+	return file_master_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ReconcileEndResponse) GetCount() int64 {
@@ -3129,7 +3328,7 @@ type EvictMemoryResponse struct {
 
 func (x *EvictMemoryResponse) Reset() {
 	*x = EvictMemoryResponse{}
-	mi := &file_master_proto_msgTypes[51]
+	mi := &file_master_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3141,7 +3340,7 @@ func (x *EvictMemoryResponse) String() string {
 func (*EvictMemoryResponse) ProtoMessage() {}
 
 func (x *EvictMemoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[51]
+	mi := &file_master_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3154,7 +3353,7 @@ func (x *EvictMemoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictMemoryResponse.ProtoReflect.Descriptor instead.
 func (*EvictMemoryResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{51}
+	return file_master_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *EvictMemoryResponse) GetCount() int64 {
@@ -3233,23 +3432,25 @@ const file_master_proto_rawDesc = "" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x10\n" +
 	"\x03crc\x18\x03 \x01(\rR\x03crc\x122\n" +
 	"\breplicas\x18\x04 \x03(\v2\x16.tierstore.rpc.ReplicaR\breplicas\x127\n" +
-	"\x18lease_deadline_unix_nano\x18\x05 \x01(\x03R\x15leaseDeadlineUnixNano\"\x95\x01\n" +
+	"\x18lease_deadline_unix_nano\x18\x05 \x01(\x03R\x15leaseDeadlineUnixNano\"\xbe\x01\n" +
 	"\x13MountSegmentRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12\x18\n" +
 	"\asegment\x18\x03 \x01(\tR\asegment\x12\x12\n" +
 	"\x04size\x18\x04 \x01(\x03R\x04size\x12 \n" +
-	"\vincarnation\x18\x05 \x01(\tR\vincarnation\"\x16\n" +
+	"\vincarnation\x18\x05 \x01(\tR\vincarnation\x12'\n" +
+	"\x0fhold_allocation\x18\x06 \x01(\bR\x0eholdAllocation\"\x16\n" +
 	"\x14MountSegmentResponse\"E\n" +
 	"\x15UnmountSegmentRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\asegment\x18\x02 \x01(\tR\asegment\"\x18\n" +
 	"\x16UnmountSegmentResponse\"!\n" +
 	"\vPingRequest\x12\x12\n" +
-	"\x04node\x18\x01 \x01(\tR\x04node\"e\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\"y\n" +
 	"\fPingResponse\x121\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x19.tierstore.rpc.NodeStatusR\x06status\x12\"\n" +
-	"\rclient_ttl_ms\x18\x02 \x01(\x03R\vclientTtlMs\"\xa6\x01\n" +
+	"\rclient_ttl_ms\x18\x02 \x01(\x03R\vclientTtlMs\x12\x12\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04term\"\xa6\x01\n" +
 	"\x0fPutStartRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x10\n" +
@@ -3323,9 +3524,10 @@ const file_master_proto_rawDesc = "" +
 	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x16\n" +
 	"\x06length\x18\x04 \x01(\x03R\x06length\x12\x12\n" +
 	"\x04size\x18\x05 \x01(\x03R\x04size\x12\x10\n" +
-	"\x03crc\x18\x06 \x01(\rR\x03crc\"L\n" +
+	"\x03crc\x18\x06 \x01(\rR\x03crc\"`\n" +
 	"\x18OffloadHeartbeatResponse\x120\n" +
-	"\x05tasks\x18\x01 \x03(\v2\x1a.tierstore.rpc.OffloadTaskR\x05tasks\"D\n" +
+	"\x05tasks\x18\x01 \x03(\v2\x1a.tierstore.rpc.OffloadTaskR\x05tasks\x12\x12\n" +
+	"\x04term\x18\x02 \x01(\x04R\x04term\"D\n" +
 	"\n" +
 	"DiskObject\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x12\n" +
@@ -3357,7 +3559,20 @@ const file_master_proto_rawDesc = "" +
 	"\x17ReportBadReplicaRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x10\n" +
 	"\x03crc\x18\x02 \x01(\rR\x03crc\x120\n" +
-	"\areplica\x18\x03 \x01(\v2\x16.tierstore.rpc.ReplicaR\areplica\"\x0e\n" +
+	"\areplica\x18\x03 \x01(\v2\x16.tierstore.rpc.ReplicaR\areplica\"\xb5\x01\n" +
+	"\fMemoryObject\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x16\n" +
+	"\x06length\x18\x03 \x01(\x03R\x06length\x12\x10\n" +
+	"\x03crc\x18\x04 \x01(\rR\x03crc\x12\x1b\n" +
+	"\tput_token\x18\x05 \x01(\x04R\bputToken\x12\x19\n" +
+	"\bsoft_pin\x18\x06 \x01(\bR\asoftPin\x12\x19\n" +
+	"\bhard_pin\x18\a \x01(\bR\ahardPin\"\x97\x01\n" +
+	"\x1cRegisterMemoryObjectsRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
+	"\asegment\x18\x02 \x01(\tR\asegment\x125\n" +
+	"\aobjects\x18\x03 \x03(\v2\x1b.tierstore.rpc.MemoryObjectR\aobjects\x12\x12\n" +
+	"\x04done\x18\x04 \x01(\bR\x04done\"\x0e\n" +
 	"\fStatsRequest\"\xab\x05\n" +
 	"\rStatsResponse\x12\x18\n" +
 	"\aobjects\x18\x01 \x01(\x03R\aobjects\x12'\n" +
@@ -3437,7 +3652,7 @@ const file_master_proto_rawDesc = "" +
 	"NodeStatus\x12\x1b\n" +
 	"\x17NODE_STATUS_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aNODE_OK\x10\x01\x12\x10\n" +
-	"\fNEED_REMOUNT\x10\x022\x97\x11\n" +
+	"\fNEED_REMOUNT\x10\x022\xfa\x11\n" +
 	"\x06Master\x12W\n" +
 	"\fMountSegment\x12\".tierstore.rpc.MountSegmentRequest\x1a#.tierstore.rpc.MountSegmentResponse\x12]\n" +
 	"\x0eUnmountSegment\x12$.tierstore.rpc.UnmountSegmentRequest\x1a%.tierstore.rpc.UnmountSegmentResponse\x12?\n" +
@@ -3464,7 +3679,8 @@ const file_master_proto_rawDesc = "" +
 	"\x05Stats\x12\x1b.tierstore.rpc.StatsRequest\x1a\x1c.tierstore.rpc.StatsResponse\x12]\n" +
 	"\x0eReconcileBegin\x12$.tierstore.rpc.ReconcileBeginRequest\x1a%.tierstore.rpc.ReconcileBeginResponse\x12Z\n" +
 	"\rReconcileKeys\x12#.tierstore.rpc.ReconcileKeysRequest\x1a$.tierstore.rpc.ReconcileKeysResponse\x12W\n" +
-	"\fReconcileEnd\x12\".tierstore.rpc.ReconcileEndRequest\x1a#.tierstore.rpc.ReconcileEndResponseB/Z-github.com/tierstore/tierstore/internal/rpcpbb\x06proto3"
+	"\fReconcileEnd\x12\".tierstore.rpc.ReconcileEndRequest\x1a#.tierstore.rpc.ReconcileEndResponse\x12a\n" +
+	"\x17ReRegisterMemoryObjects\x12+.tierstore.rpc.RegisterMemoryObjectsRequest\x1a\x19.tierstore.rpc.KeyResultsB/Z-github.com/tierstore/tierstore/internal/rpcpbb\x06proto3"
 
 var (
 	file_master_proto_rawDescOnce sync.Once
@@ -3479,7 +3695,7 @@ func file_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_master_proto_goTypes = []any{
 	(ReplicaKind)(0),                     // 0: tierstore.rpc.ReplicaKind
 	(ReplicaStatus)(0),                   // 1: tierstore.rpc.ReplicaStatus
@@ -3526,16 +3742,18 @@ var file_master_proto_goTypes = []any{
 	(*ReconcileDiskObjectsRequest)(nil),  // 42: tierstore.rpc.ReconcileDiskObjectsRequest
 	(*ReconcileDiskObjectsResponse)(nil), // 43: tierstore.rpc.ReconcileDiskObjectsResponse
 	(*ReportBadReplicaRequest)(nil),      // 44: tierstore.rpc.ReportBadReplicaRequest
-	(*StatsRequest)(nil),                 // 45: tierstore.rpc.StatsRequest
-	(*StatsResponse)(nil),                // 46: tierstore.rpc.StatsResponse
-	(*NodeStats)(nil),                    // 47: tierstore.rpc.NodeStats
-	(*ReconcileBeginRequest)(nil),        // 48: tierstore.rpc.ReconcileBeginRequest
-	(*ReconcileBeginResponse)(nil),       // 49: tierstore.rpc.ReconcileBeginResponse
-	(*ReconcileKeysRequest)(nil),         // 50: tierstore.rpc.ReconcileKeysRequest
-	(*ReconcileKeysResponse)(nil),        // 51: tierstore.rpc.ReconcileKeysResponse
-	(*ReconcileEndRequest)(nil),          // 52: tierstore.rpc.ReconcileEndRequest
-	(*ReconcileEndResponse)(nil),         // 53: tierstore.rpc.ReconcileEndResponse
-	(*EvictMemoryResponse)(nil),          // 54: tierstore.rpc.EvictMemoryResponse
+	(*MemoryObject)(nil),                 // 45: tierstore.rpc.MemoryObject
+	(*RegisterMemoryObjectsRequest)(nil), // 46: tierstore.rpc.RegisterMemoryObjectsRequest
+	(*StatsRequest)(nil),                 // 47: tierstore.rpc.StatsRequest
+	(*StatsResponse)(nil),                // 48: tierstore.rpc.StatsResponse
+	(*NodeStats)(nil),                    // 49: tierstore.rpc.NodeStats
+	(*ReconcileBeginRequest)(nil),        // 50: tierstore.rpc.ReconcileBeginRequest
+	(*ReconcileBeginResponse)(nil),       // 51: tierstore.rpc.ReconcileBeginResponse
+	(*ReconcileKeysRequest)(nil),         // 52: tierstore.rpc.ReconcileKeysRequest
+	(*ReconcileKeysResponse)(nil),        // 53: tierstore.rpc.ReconcileKeysResponse
+	(*ReconcileEndRequest)(nil),          // 54: tierstore.rpc.ReconcileEndRequest
+	(*ReconcileEndResponse)(nil),         // 55: tierstore.rpc.ReconcileEndResponse
+	(*EvictMemoryResponse)(nil),          // 56: tierstore.rpc.EvictMemoryResponse
 }
 var file_master_proto_depIdxs = []int32{
 	0,  // 0: tierstore.rpc.Replica.kind:type_name -> tierstore.rpc.ReplicaKind
@@ -3556,64 +3774,67 @@ var file_master_proto_depIdxs = []int32{
 	37, // 15: tierstore.rpc.NotifyOffloadSuccessRequest.failed:type_name -> tierstore.rpc.OffloadFailure
 	36, // 16: tierstore.rpc.RegisterDiskObjectsRequest.objects:type_name -> tierstore.rpc.DiskObject
 	3,  // 17: tierstore.rpc.ReportBadReplicaRequest.replica:type_name -> tierstore.rpc.Replica
-	47, // 18: tierstore.rpc.StatsResponse.per_node:type_name -> tierstore.rpc.NodeStats
-	5,  // 19: tierstore.rpc.Master.MountSegment:input_type -> tierstore.rpc.MountSegmentRequest
-	7,  // 20: tierstore.rpc.Master.UnmountSegment:input_type -> tierstore.rpc.UnmountSegmentRequest
-	9,  // 21: tierstore.rpc.Master.Ping:input_type -> tierstore.rpc.PingRequest
-	11, // 22: tierstore.rpc.Master.PutStart:input_type -> tierstore.rpc.PutStartRequest
-	16, // 23: tierstore.rpc.Master.PutEnd:input_type -> tierstore.rpc.KeyRequest
-	16, // 24: tierstore.rpc.Master.PutRevoke:input_type -> tierstore.rpc.KeyRequest
-	13, // 25: tierstore.rpc.Master.BatchPutStart:input_type -> tierstore.rpc.BatchPutStartRequest
-	18, // 26: tierstore.rpc.Master.BatchPutEnd:input_type -> tierstore.rpc.KeysRequest
-	18, // 27: tierstore.rpc.Master.BatchPutRevoke:input_type -> tierstore.rpc.KeysRequest
-	21, // 28: tierstore.rpc.Master.ExistKey:input_type -> tierstore.rpc.LookupRequest
-	23, // 29: tierstore.rpc.Master.BatchExistKey:input_type -> tierstore.rpc.BatchLookupRequest
-	21, // 30: tierstore.rpc.Master.GetReplicaList:input_type -> tierstore.rpc.LookupRequest
-	23, // 31: tierstore.rpc.Master.BatchGetReplicaList:input_type -> tierstore.rpc.BatchLookupRequest
-	29, // 32: tierstore.rpc.Master.Remove:input_type -> tierstore.rpc.RemoveRequest
-	30, // 33: tierstore.rpc.Master.RemoveAll:input_type -> tierstore.rpc.RemoveAllRequest
-	32, // 34: tierstore.rpc.Master.EvictMemory:input_type -> tierstore.rpc.EvictMemoryRequest
-	33, // 35: tierstore.rpc.Master.OffloadHeartbeat:input_type -> tierstore.rpc.OffloadHeartbeatRequest
-	38, // 36: tierstore.rpc.Master.NotifyOffloadSuccess:input_type -> tierstore.rpc.NotifyOffloadSuccessRequest
-	39, // 37: tierstore.rpc.Master.ReRegisterDiskObjects:input_type -> tierstore.rpc.RegisterDiskObjectsRequest
-	40, // 38: tierstore.rpc.Master.EvictDiskReplica:input_type -> tierstore.rpc.EvictDiskReplicaRequest
-	42, // 39: tierstore.rpc.Master.ReconcileDiskObjects:input_type -> tierstore.rpc.ReconcileDiskObjectsRequest
-	44, // 40: tierstore.rpc.Master.ReportBadReplica:input_type -> tierstore.rpc.ReportBadReplicaRequest
-	45, // 41: tierstore.rpc.Master.Stats:input_type -> tierstore.rpc.StatsRequest
-	48, // 42: tierstore.rpc.Master.ReconcileBegin:input_type -> tierstore.rpc.ReconcileBeginRequest
-	50, // 43: tierstore.rpc.Master.ReconcileKeys:input_type -> tierstore.rpc.ReconcileKeysRequest
-	52, // 44: tierstore.rpc.Master.ReconcileEnd:input_type -> tierstore.rpc.ReconcileEndRequest
-	6,  // 45: tierstore.rpc.Master.MountSegment:output_type -> tierstore.rpc.MountSegmentResponse
-	8,  // 46: tierstore.rpc.Master.UnmountSegment:output_type -> tierstore.rpc.UnmountSegmentResponse
-	10, // 47: tierstore.rpc.Master.Ping:output_type -> tierstore.rpc.PingResponse
-	12, // 48: tierstore.rpc.Master.PutStart:output_type -> tierstore.rpc.PutStartResponse
-	17, // 49: tierstore.rpc.Master.PutEnd:output_type -> tierstore.rpc.Empty
-	17, // 50: tierstore.rpc.Master.PutRevoke:output_type -> tierstore.rpc.Empty
-	15, // 51: tierstore.rpc.Master.BatchPutStart:output_type -> tierstore.rpc.BatchPutStartResponse
-	20, // 52: tierstore.rpc.Master.BatchPutEnd:output_type -> tierstore.rpc.KeyResults
-	20, // 53: tierstore.rpc.Master.BatchPutRevoke:output_type -> tierstore.rpc.KeyResults
-	22, // 54: tierstore.rpc.Master.ExistKey:output_type -> tierstore.rpc.ExistKeyResponse
-	25, // 55: tierstore.rpc.Master.BatchExistKey:output_type -> tierstore.rpc.BatchExistKeyResponse
-	26, // 56: tierstore.rpc.Master.GetReplicaList:output_type -> tierstore.rpc.GetReplicaListResponse
-	28, // 57: tierstore.rpc.Master.BatchGetReplicaList:output_type -> tierstore.rpc.BatchGetReplicaListResponse
-	17, // 58: tierstore.rpc.Master.Remove:output_type -> tierstore.rpc.Empty
-	31, // 59: tierstore.rpc.Master.RemoveAll:output_type -> tierstore.rpc.CountResponse
-	54, // 60: tierstore.rpc.Master.EvictMemory:output_type -> tierstore.rpc.EvictMemoryResponse
-	35, // 61: tierstore.rpc.Master.OffloadHeartbeat:output_type -> tierstore.rpc.OffloadHeartbeatResponse
-	20, // 62: tierstore.rpc.Master.NotifyOffloadSuccess:output_type -> tierstore.rpc.KeyResults
-	20, // 63: tierstore.rpc.Master.ReRegisterDiskObjects:output_type -> tierstore.rpc.KeyResults
-	41, // 64: tierstore.rpc.Master.EvictDiskReplica:output_type -> tierstore.rpc.EvictDiskReplicaResponse
-	43, // 65: tierstore.rpc.Master.ReconcileDiskObjects:output_type -> tierstore.rpc.ReconcileDiskObjectsResponse
-	17, // 66: tierstore.rpc.Master.ReportBadReplica:output_type -> tierstore.rpc.Empty
-	46, // 67: tierstore.rpc.Master.Stats:output_type -> tierstore.rpc.StatsResponse
-	49, // 68: tierstore.rpc.Master.ReconcileBegin:output_type -> tierstore.rpc.ReconcileBeginResponse
-	51, // 69: tierstore.rpc.Master.ReconcileKeys:output_type -> tierstore.rpc.ReconcileKeysResponse
-	53, // 70: tierstore.rpc.Master.ReconcileEnd:output_type -> tierstore.rpc.ReconcileEndResponse
-	45, // [45:71] is the sub-list for method output_type
-	19, // [19:45] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	45, // 18: tierstore.rpc.RegisterMemoryObjectsRequest.objects:type_name -> tierstore.rpc.MemoryObject
+	49, // 19: tierstore.rpc.StatsResponse.per_node:type_name -> tierstore.rpc.NodeStats
+	5,  // 20: tierstore.rpc.Master.MountSegment:input_type -> tierstore.rpc.MountSegmentRequest
+	7,  // 21: tierstore.rpc.Master.UnmountSegment:input_type -> tierstore.rpc.UnmountSegmentRequest
+	9,  // 22: tierstore.rpc.Master.Ping:input_type -> tierstore.rpc.PingRequest
+	11, // 23: tierstore.rpc.Master.PutStart:input_type -> tierstore.rpc.PutStartRequest
+	16, // 24: tierstore.rpc.Master.PutEnd:input_type -> tierstore.rpc.KeyRequest
+	16, // 25: tierstore.rpc.Master.PutRevoke:input_type -> tierstore.rpc.KeyRequest
+	13, // 26: tierstore.rpc.Master.BatchPutStart:input_type -> tierstore.rpc.BatchPutStartRequest
+	18, // 27: tierstore.rpc.Master.BatchPutEnd:input_type -> tierstore.rpc.KeysRequest
+	18, // 28: tierstore.rpc.Master.BatchPutRevoke:input_type -> tierstore.rpc.KeysRequest
+	21, // 29: tierstore.rpc.Master.ExistKey:input_type -> tierstore.rpc.LookupRequest
+	23, // 30: tierstore.rpc.Master.BatchExistKey:input_type -> tierstore.rpc.BatchLookupRequest
+	21, // 31: tierstore.rpc.Master.GetReplicaList:input_type -> tierstore.rpc.LookupRequest
+	23, // 32: tierstore.rpc.Master.BatchGetReplicaList:input_type -> tierstore.rpc.BatchLookupRequest
+	29, // 33: tierstore.rpc.Master.Remove:input_type -> tierstore.rpc.RemoveRequest
+	30, // 34: tierstore.rpc.Master.RemoveAll:input_type -> tierstore.rpc.RemoveAllRequest
+	32, // 35: tierstore.rpc.Master.EvictMemory:input_type -> tierstore.rpc.EvictMemoryRequest
+	33, // 36: tierstore.rpc.Master.OffloadHeartbeat:input_type -> tierstore.rpc.OffloadHeartbeatRequest
+	38, // 37: tierstore.rpc.Master.NotifyOffloadSuccess:input_type -> tierstore.rpc.NotifyOffloadSuccessRequest
+	39, // 38: tierstore.rpc.Master.ReRegisterDiskObjects:input_type -> tierstore.rpc.RegisterDiskObjectsRequest
+	40, // 39: tierstore.rpc.Master.EvictDiskReplica:input_type -> tierstore.rpc.EvictDiskReplicaRequest
+	42, // 40: tierstore.rpc.Master.ReconcileDiskObjects:input_type -> tierstore.rpc.ReconcileDiskObjectsRequest
+	44, // 41: tierstore.rpc.Master.ReportBadReplica:input_type -> tierstore.rpc.ReportBadReplicaRequest
+	47, // 42: tierstore.rpc.Master.Stats:input_type -> tierstore.rpc.StatsRequest
+	50, // 43: tierstore.rpc.Master.ReconcileBegin:input_type -> tierstore.rpc.ReconcileBeginRequest
+	52, // 44: tierstore.rpc.Master.ReconcileKeys:input_type -> tierstore.rpc.ReconcileKeysRequest
+	54, // 45: tierstore.rpc.Master.ReconcileEnd:input_type -> tierstore.rpc.ReconcileEndRequest
+	46, // 46: tierstore.rpc.Master.ReRegisterMemoryObjects:input_type -> tierstore.rpc.RegisterMemoryObjectsRequest
+	6,  // 47: tierstore.rpc.Master.MountSegment:output_type -> tierstore.rpc.MountSegmentResponse
+	8,  // 48: tierstore.rpc.Master.UnmountSegment:output_type -> tierstore.rpc.UnmountSegmentResponse
+	10, // 49: tierstore.rpc.Master.Ping:output_type -> tierstore.rpc.PingResponse
+	12, // 50: tierstore.rpc.Master.PutStart:output_type -> tierstore.rpc.PutStartResponse
+	17, // 51: tierstore.rpc.Master.PutEnd:output_type -> tierstore.rpc.Empty
+	17, // 52: tierstore.rpc.Master.PutRevoke:output_type -> tierstore.rpc.Empty
+	15, // 53: tierstore.rpc.Master.BatchPutStart:output_type -> tierstore.rpc.BatchPutStartResponse
+	20, // 54: tierstore.rpc.Master.BatchPutEnd:output_type -> tierstore.rpc.KeyResults
+	20, // 55: tierstore.rpc.Master.BatchPutRevoke:output_type -> tierstore.rpc.KeyResults
+	22, // 56: tierstore.rpc.Master.ExistKey:output_type -> tierstore.rpc.ExistKeyResponse
+	25, // 57: tierstore.rpc.Master.BatchExistKey:output_type -> tierstore.rpc.BatchExistKeyResponse
+	26, // 58: tierstore.rpc.Master.GetReplicaList:output_type -> tierstore.rpc.GetReplicaListResponse
+	28, // 59: tierstore.rpc.Master.BatchGetReplicaList:output_type -> tierstore.rpc.BatchGetReplicaListResponse
+	17, // 60: tierstore.rpc.Master.Remove:output_type -> tierstore.rpc.Empty
+	31, // 61: tierstore.rpc.Master.RemoveAll:output_type -> tierstore.rpc.CountResponse
+	56, // 62: tierstore.rpc.Master.EvictMemory:output_type -> tierstore.rpc.EvictMemoryResponse
+	35, // 63: tierstore.rpc.Master.OffloadHeartbeat:output_type -> tierstore.rpc.OffloadHeartbeatResponse
+	20, // 64: tierstore.rpc.Master.NotifyOffloadSuccess:output_type -> tierstore.rpc.KeyResults
+	20, // 65: tierstore.rpc.Master.ReRegisterDiskObjects:output_type -> tierstore.rpc.KeyResults
+	41, // 66: tierstore.rpc.Master.EvictDiskReplica:output_type -> tierstore.rpc.EvictDiskReplicaResponse
+	43, // 67: tierstore.rpc.Master.ReconcileDiskObjects:output_type -> tierstore.rpc.ReconcileDiskObjectsResponse
+	17, // 68: tierstore.rpc.Master.ReportBadReplica:output_type -> tierstore.rpc.Empty
+	48, // 69: tierstore.rpc.Master.Stats:output_type -> tierstore.rpc.StatsResponse
+	51, // 70: tierstore.rpc.Master.ReconcileBegin:output_type -> tierstore.rpc.ReconcileBeginResponse
+	53, // 71: tierstore.rpc.Master.ReconcileKeys:output_type -> tierstore.rpc.ReconcileKeysResponse
+	55, // 72: tierstore.rpc.Master.ReconcileEnd:output_type -> tierstore.rpc.ReconcileEndResponse
+	20, // 73: tierstore.rpc.Master.ReRegisterMemoryObjects:output_type -> tierstore.rpc.KeyResults
+	47, // [47:74] is the sub-list for method output_type
+	20, // [20:47] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
@@ -3627,7 +3848,7 @@ func file_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   52,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,32 +25,33 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Master_MountSegment_FullMethodName          = "/tierstore.rpc.Master/MountSegment"
-	Master_UnmountSegment_FullMethodName        = "/tierstore.rpc.Master/UnmountSegment"
-	Master_Ping_FullMethodName                  = "/tierstore.rpc.Master/Ping"
-	Master_PutStart_FullMethodName              = "/tierstore.rpc.Master/PutStart"
-	Master_PutEnd_FullMethodName                = "/tierstore.rpc.Master/PutEnd"
-	Master_PutRevoke_FullMethodName             = "/tierstore.rpc.Master/PutRevoke"
-	Master_BatchPutStart_FullMethodName         = "/tierstore.rpc.Master/BatchPutStart"
-	Master_BatchPutEnd_FullMethodName           = "/tierstore.rpc.Master/BatchPutEnd"
-	Master_BatchPutRevoke_FullMethodName        = "/tierstore.rpc.Master/BatchPutRevoke"
-	Master_ExistKey_FullMethodName              = "/tierstore.rpc.Master/ExistKey"
-	Master_BatchExistKey_FullMethodName         = "/tierstore.rpc.Master/BatchExistKey"
-	Master_GetReplicaList_FullMethodName        = "/tierstore.rpc.Master/GetReplicaList"
-	Master_BatchGetReplicaList_FullMethodName   = "/tierstore.rpc.Master/BatchGetReplicaList"
-	Master_Remove_FullMethodName                = "/tierstore.rpc.Master/Remove"
-	Master_RemoveAll_FullMethodName             = "/tierstore.rpc.Master/RemoveAll"
-	Master_EvictMemory_FullMethodName           = "/tierstore.rpc.Master/EvictMemory"
-	Master_OffloadHeartbeat_FullMethodName      = "/tierstore.rpc.Master/OffloadHeartbeat"
-	Master_NotifyOffloadSuccess_FullMethodName  = "/tierstore.rpc.Master/NotifyOffloadSuccess"
-	Master_ReRegisterDiskObjects_FullMethodName = "/tierstore.rpc.Master/ReRegisterDiskObjects"
-	Master_EvictDiskReplica_FullMethodName      = "/tierstore.rpc.Master/EvictDiskReplica"
-	Master_ReconcileDiskObjects_FullMethodName  = "/tierstore.rpc.Master/ReconcileDiskObjects"
-	Master_ReportBadReplica_FullMethodName      = "/tierstore.rpc.Master/ReportBadReplica"
-	Master_Stats_FullMethodName                 = "/tierstore.rpc.Master/Stats"
-	Master_ReconcileBegin_FullMethodName        = "/tierstore.rpc.Master/ReconcileBegin"
-	Master_ReconcileKeys_FullMethodName         = "/tierstore.rpc.Master/ReconcileKeys"
-	Master_ReconcileEnd_FullMethodName          = "/tierstore.rpc.Master/ReconcileEnd"
+	Master_MountSegment_FullMethodName            = "/tierstore.rpc.Master/MountSegment"
+	Master_UnmountSegment_FullMethodName          = "/tierstore.rpc.Master/UnmountSegment"
+	Master_Ping_FullMethodName                    = "/tierstore.rpc.Master/Ping"
+	Master_PutStart_FullMethodName                = "/tierstore.rpc.Master/PutStart"
+	Master_PutEnd_FullMethodName                  = "/tierstore.rpc.Master/PutEnd"
+	Master_PutRevoke_FullMethodName               = "/tierstore.rpc.Master/PutRevoke"
+	Master_BatchPutStart_FullMethodName           = "/tierstore.rpc.Master/BatchPutStart"
+	Master_BatchPutEnd_FullMethodName             = "/tierstore.rpc.Master/BatchPutEnd"
+	Master_BatchPutRevoke_FullMethodName          = "/tierstore.rpc.Master/BatchPutRevoke"
+	Master_ExistKey_FullMethodName                = "/tierstore.rpc.Master/ExistKey"
+	Master_BatchExistKey_FullMethodName           = "/tierstore.rpc.Master/BatchExistKey"
+	Master_GetReplicaList_FullMethodName          = "/tierstore.rpc.Master/GetReplicaList"
+	Master_BatchGetReplicaList_FullMethodName     = "/tierstore.rpc.Master/BatchGetReplicaList"
+	Master_Remove_FullMethodName                  = "/tierstore.rpc.Master/Remove"
+	Master_RemoveAll_FullMethodName               = "/tierstore.rpc.Master/RemoveAll"
+	Master_EvictMemory_FullMethodName             = "/tierstore.rpc.Master/EvictMemory"
+	Master_OffloadHeartbeat_FullMethodName        = "/tierstore.rpc.Master/OffloadHeartbeat"
+	Master_NotifyOffloadSuccess_FullMethodName    = "/tierstore.rpc.Master/NotifyOffloadSuccess"
+	Master_ReRegisterDiskObjects_FullMethodName   = "/tierstore.rpc.Master/ReRegisterDiskObjects"
+	Master_EvictDiskReplica_FullMethodName        = "/tierstore.rpc.Master/EvictDiskReplica"
+	Master_ReconcileDiskObjects_FullMethodName    = "/tierstore.rpc.Master/ReconcileDiskObjects"
+	Master_ReportBadReplica_FullMethodName        = "/tierstore.rpc.Master/ReportBadReplica"
+	Master_Stats_FullMethodName                   = "/tierstore.rpc.Master/Stats"
+	Master_ReconcileBegin_FullMethodName          = "/tierstore.rpc.Master/ReconcileBegin"
+	Master_ReconcileKeys_FullMethodName           = "/tierstore.rpc.Master/ReconcileKeys"
+	Master_ReconcileEnd_FullMethodName            = "/tierstore.rpc.Master/ReconcileEnd"
+	Master_ReRegisterMemoryObjects_FullMethodName = "/tierstore.rpc.Master/ReRegisterMemoryObjects"
 )
 
 // MasterClient is the client API for Master service.
@@ -83,6 +84,10 @@ type MasterClient interface {
 	ReconcileBegin(ctx context.Context, in *ReconcileBeginRequest, opts ...grpc.CallOption) (*ReconcileBeginResponse, error)
 	ReconcileKeys(ctx context.Context, in *ReconcileKeysRequest, opts ...grpc.CallOption) (*ReconcileKeysResponse, error)
 	ReconcileEnd(ctx context.Context, in *ReconcileEndRequest, opts ...grpc.CallOption) (*ReconcileEndResponse, error)
+	// A node recreates the complete objects of its DRAM segment at a master
+	// that does not know them (a new leader after a failover): per item OK,
+	// or the reason it was refused (the node forgets that record).
+	ReRegisterMemoryObjects(ctx context.Context, in *RegisterMemoryObjectsRequest, opts ...grpc.CallOption) (*KeyResults, error)
 }
 
 type masterClient struct {
@@ -353,6 +358,16 @@ func (c *masterClient) ReconcileEnd(ctx context.Context, in *ReconcileEndRequest
 	return out, nil
 }
 
+func (c *masterClient) ReRegisterMemoryObjects(ctx context.Context, in *RegisterMemoryObjectsRequest, opts ...grpc.CallOption) (*KeyResults, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KeyResults)
+	err := c.cc.Invoke(ctx, Master_ReRegisterMemoryObjects_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -383,6 +398,10 @@ type MasterServer interface {
 	ReconcileBegin(context.Context, *ReconcileBeginRequest) (*ReconcileBeginResponse, error)
 	ReconcileKeys(context.Context, *ReconcileKeysRequest) (*ReconcileKeysResponse, error)
 	ReconcileEnd(context.Context, *ReconcileEndRequest) (*ReconcileEndResponse, error)
+	// A node recreates the complete objects of its DRAM segment at a master
+	// that does not know them (a new leader after a failover): per item OK,
+	// or the reason it was refused (the node forgets that record).
+	ReRegisterMemoryObjects(context.Context, *RegisterMemoryObjectsRequest) (*KeyResults, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -470,6 +489,9 @@ func (UnimplementedMasterServer) ReconcileKeys(context.Context, *ReconcileKeysRe
 }
 func (UnimplementedMasterServer) ReconcileEnd(context.Context, *ReconcileEndRequest) (*ReconcileEndResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReconcileEnd not implemented")
+}
+func (UnimplementedMasterServer) ReRegisterMemoryObjects(context.Context, *RegisterMemoryObjectsRequest) (*KeyResults, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReRegisterMemoryObjects not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -960,6 +982,24 @@ func _Master_ReconcileEnd_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_ReRegisterMemoryObjects_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RegisterMemoryObjectsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).ReRegisterMemoryObjects(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_ReRegisterMemoryObjects_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).ReRegisterMemoryObjects(ctx, req.(*RegisterMemoryObjectsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1070,6 +1110,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReconcileEnd",
 			Handler:    _Master_ReconcileEnd_Handler,
+		},
+		{
+			MethodName: "ReRegisterMemoryObjects",
+			Handler:    _Master_ReRegisterMemoryObjects_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

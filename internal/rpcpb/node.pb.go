@@ -46,7 +46,14 @@ type PeerWriteChunk struct {
 	Data []byte `protobuf:"bytes,6,opt,name=data,proto3" json:"data,omitempty"`
 	// Header: the put's token (PutStart's answer). The node refuses a write
 	// whose token does not own the range (docs/design.md invariant 8).
-	PutToken      uint64 `protobuf:"varint,7,opt,name=put_token,json=putToken,proto3" json:"put_token,omitempty"`
+	PutToken uint64 `protobuf:"varint,7,opt,name=put_token,json=putToken,proto3" json:"put_token,omitempty"`
+	// Header: the object the write stores (its key, and the put's pins); its
+	// size is total_len and its CRC32C crc32c. The node records, per range,
+	// the object that owns it, to re-register it at a new master after a
+	// failover (docs/ha.md). Empty key: the write is not recorded.
+	Key           []byte `protobuf:"bytes,8,opt,name=key,proto3" json:"key,omitempty"`
+	SoftPin       bool   `protobuf:"varint,9,opt,name=soft_pin,json=softPin,proto3" json:"soft_pin,omitempty"`
+	HardPin       bool   `protobuf:"varint,10,opt,name=hard_pin,json=hardPin,proto3" json:"hard_pin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -128,6 +135,27 @@ func (x *PeerWriteChunk) GetPutToken() uint64 {
 		return x.PutToken
 	}
 	return 0
+}
+
+func (x *PeerWriteChunk) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *PeerWriteChunk) GetSoftPin() bool {
+	if x != nil {
+		return x.SoftPin
+	}
+	return false
+}
+
+func (x *PeerWriteChunk) GetHardPin() bool {
+	if x != nil {
+		return x.HardPin
+	}
+	return false
 }
 
 type PeerWriteReply struct {
@@ -579,7 +607,7 @@ var File_node_proto protoreflect.FileDescriptor
 const file_node_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"node.proto\x12\x11tierstore.node.v1\"\xc1\x01\n" +
+	"node.proto\x12\x11tierstore.node.v1\"\x89\x02\n" +
 	"\x0ePeerWriteChunk\x12\x18\n" +
 	"\asegment\x18\x01 \x01(\tR\asegment\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x1b\n" +
@@ -587,7 +615,11 @@ const file_node_proto_rawDesc = "" +
 	"\x06crc32c\x18\x04 \x01(\rR\x06crc32c\x12\x17\n" +
 	"\ahas_crc\x18\x05 \x01(\bR\x06hasCrc\x12\x12\n" +
 	"\x04data\x18\x06 \x01(\fR\x04data\x12\x1b\n" +
-	"\tput_token\x18\a \x01(\x04R\bputToken\"*\n" +
+	"\tput_token\x18\a \x01(\x04R\bputToken\x12\x10\n" +
+	"\x03key\x18\b \x01(\fR\x03key\x12\x19\n" +
+	"\bsoft_pin\x18\t \x01(\bR\asoftPin\x12\x19\n" +
+	"\bhard_pin\x18\n" +
+	" \x01(\bR\ahardPin\"*\n" +
 	"\x0ePeerWriteReply\x12\x18\n" +
 	"\awritten\x18\x01 \x01(\x04R\awritten\"`\n" +
 	"\x14PeerReadRangeRequest\x12\x18\n" +

@@ -142,6 +142,17 @@ func (dc *DataConn) fail(err error) {
 // is value's CRC32C, which the node checks once before storing anything.
 func (dc *DataConn) Write(ctx context.Context, segment string, off int64, value []byte, crc uint32, token uint64) error {
 	req := Request{Op: OpWrite, Segment: segment, Offset: uint64(off), Token: token}
+	if o, ok := ObjectOf(ctx); ok {
+		// The object the bytes are, for the node's record of its DRAM
+		// objects (re-registration at a new master, docs/ha.md).
+		req.Key = []byte(o.Key)
+		if o.SoftPin {
+			req.Pins |= PinSoft
+		}
+		if o.HardPin {
+			req.Pins |= PinHard
+		}
+	}
 	c := callPool.Get().(*call)
 	c.op = OpWrite
 	err := dc.roundTrip(ctx, &req, value, crc, c)

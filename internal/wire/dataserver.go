@@ -266,7 +266,11 @@ func (sc *serverConn) write(h Header, req Request, start time.Time) error {
 	if crc != h.CRC {
 		err = BadChecksum("wire: write of %d bytes at %d: received CRC32C %08x, the sender's %08x; nothing stored", n, req.Offset, crc, h.CRC)
 	} else {
-		err = sc.s.h.Write(sc.s.ctx, req.Segment, int64(req.Offset), buf, crc, req.Token)
+		ctx := sc.s.ctx
+		if len(req.Key) > 0 {
+			ctx = WithObject(ctx, Object{Key: string(req.Key), SoftPin: req.Pins&PinSoft != 0, HardPin: req.Pins&PinHard != 0})
+		}
+		err = sc.s.h.Write(ctx, req.Segment, int64(req.Offset), buf, crc, req.Token)
 	}
 	rerr := sc.reply(h.ID, OpWrite, err, nil)
 	sc.s.h.Served(OpWrite, time.Since(start), err)

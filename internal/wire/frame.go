@@ -182,18 +182,30 @@ type Request struct {
 	Offset  uint64 // OpWrite, OpReadRange
 	Length  uint64 // OpReadRange, OpReadSSD: bytes asked for
 	Token   uint64 // OpWrite: the put token (masterapi.Replica.PutToken)
-	Key     []byte // OpReadSSD
+	Key     []byte // OpReadSSD; OpWrite: the object's key ("" = not recorded)
+	Pins    uint8  // OpWrite: PinSoft | PinHard of the object
 }
 
+// Pins of a written object (Request.Pins), recorded with its key for a
+// re-registration at a new master (Object).
+const (
+	PinSoft uint8 = 1 << 0
+	PinHard uint8 = 1 << 1
+)
+
 // AppendMeta appends r's metadata encoding to b: OpWrite: offset u64,
-// token u64, segment; OpReadRange: offset u64, length u64, segment;
-// OpReadSSD: length u64, key. The trailing string runs to MetaLen.
+// token u64, segment length u16, pins u8, segment, key; OpReadRange: offset
+// u64, length u64, segment; OpReadSSD: length u64, key. The trailing string
+// runs to MetaLen.
 func (r *Request) AppendMeta(b []byte) []byte {
 	switch r.Op {
 	case OpWrite:
 		b = binary.LittleEndian.AppendUint64(b, r.Offset)
 		b = binary.LittleEndian.AppendUint64(b, r.Token)
-		return append(b, r.Segment...)
+		b = binary.LittleEndian.AppendUint16(b, uint16(len(r.Segment)))
+		b = append(b, r.Pins)
+		b = append(b, r.Segment...)
+		return append(b, r.Key...)
 	case OpReadRange:
 		b = binary.LittleEndian.AppendUint64(b, r.Offset)
 		b = binary.LittleEndian.AppendUint64(b, r.Length)
@@ -210,20 +222,21 @@ func (r *Request) AppendMeta(b []byte) []byte {
 func ParseRequest(op Op, meta []byte) (Request, error) {
 	r := Request{Op: op}
 	need := 16
-	if op == OpReadSSD {
+	switch op {
+	case OpReadSSD:
 		need = 8
+	case OpWrite:
+		need = 19
 	}
 	if len(meta) < need {
 		return Request{}, frameErr(ErrFrame, "wire: %v metadata of %d bytes, at least %d needed", op, len(meta), need)
 	}
 	switch op {
-	case OpWrite, OpReadRange:
+	case OpWrite:
+		return parseWrite(meta)
+	case OpReadRange:
 		r.Offset = binary.LittleEndian.Uint64(meta)
-		if op == OpWrite {
-			r.Token = binary.LittleEndian.Uint64(meta[8:])
-		} else {
-			r.Length = binary.LittleEndian.Uint64(meta[8:])
-		}
+		r.Length = binary.LittleEndian.Uint64(meta[8:])
 		if len(meta)-16 > maxName {
 			return Request{}, frameErr(ErrFrame, "wire: segment name of %d bytes, at most %d allowed", len(meta)-16, maxName)
 		}
@@ -236,6 +249,28 @@ func ParseRequest(op Op, meta []byte) (Request, error) {
 		r.Key = meta[8:]
 	default:
 		return Request{}, frameErr(ErrFrame, "wire: %v is not a request", op)
+	}
+	return r, nil
+}
+
+// parseWrite decodes OpWrite metadata (at least 19 bytes). Key aliases
+// meta.
+func parseWrite(meta []byte) (Request, error) {
+	r := Request{Op: OpWrite, Offset: binary.LittleEndian.Uint64(meta), Token: binary.LittleEndian.Uint64(meta[8:])}
+	segLen := int(binary.LittleEndian.Uint16(meta[16:]))
+	r.Pins = meta[18]
+	rest := meta[19:]
+	switch {
+	case segLen > maxName || segLen > len(rest):
+		return Request{}, frameErr(ErrFrame, "wire: segment name of %d bytes in %d bytes of metadata (at most %d allowed)", segLen, len(rest), maxName)
+	case len(rest)-segLen > maxKey:
+		return Request{}, frameErr(ErrFrame, "wire: key of %d bytes, at most %d allowed", len(rest)-segLen, maxKey)
+	case r.Pins&^(PinSoft|PinHard) != 0:
+		return Request{}, frameErr(ErrFrame, "wire: unknown pin bits %#x", r.Pins)
+	}
+	r.Segment = string(rest[:segLen])
+	if len(rest) > segLen {
+		r.Key = rest[segLen:]
 	}
 	return r, nil
 }

@@ -19,6 +19,7 @@ func encodeFrame(h Header, meta, payload []byte) []byte {
 func TestFrameRoundTrip(t *testing.T) {
 	for _, r := range []Request{
 		{Op: OpWrite, Segment: "seg-1", Offset: 1 << 40, Token: 77},
+		{Op: OpWrite, Segment: "seg-1", Offset: 8, Token: 78, Key: []byte("layer0/blk42"), Pins: PinSoft | PinHard},
 		{Op: OpReadRange, Segment: "seg-2", Offset: 4096, Length: 1 << 20},
 		{Op: OpReadSSD, Key: []byte("layer0/blk42"), Length: 256 << 10},
 	} {
@@ -36,7 +37,7 @@ func TestFrameRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if back.Segment != r.Segment || back.Offset != r.Offset || back.Length != r.Length || back.Token != r.Token || !bytes.Equal(back.Key, r.Key) {
+		if back.Segment != r.Segment || back.Offset != r.Offset || back.Length != r.Length || back.Token != r.Token || back.Pins != r.Pins || !bytes.Equal(back.Key, r.Key) {
 			t.Fatalf("%v: request %+v, want %+v", r.Op, back, r)
 		}
 	}

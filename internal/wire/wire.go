@@ -139,6 +139,9 @@ func (p Peer) WriteRange(ctx context.Context, segment string, off int64, value [
 		c := &rpcpb.PeerWriteChunk{Data: value[:n]}
 		if first {
 			c.Segment, c.Offset, c.TotalLen, c.Crc32C, c.HasCrc, c.PutToken = segment, uint64(off), uint64(len(value)), crc, true, token
+			if o, ok := ObjectOf(ctx); ok {
+				c.Key, c.SoftPin, c.HardPin = []byte(o.Key), o.SoftPin, o.HardPin
+			}
 			first = false
 		}
 		if err := st.Send(c); err != nil {

@@ -1,0 +1,309 @@
+package node
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tierstore/tierstore/internal/wire"
+	"github.com/tierstore/tierstore/masterapi"
+)
+
+// A node with highly available masters (docs/ha.md).
+//
+// Rebuild: the node records, per range of its segment, the object its
+// last complete write stored (the write's header carries the key and the
+// put's pins; its size, CRC32C and put token come with it). Whenever it
+// mounts (at start, and at every remount: the master restarted, a new
+// leader was elected, or the node expired), it mounts with HoldAllocation
+// and re-registers those objects (ReRegisterMemoryObjects): the master
+// allocates nothing in the segment until the last call (done), so no put
+// is given the range of a live object. Before a record is sent its bytes
+// are checked against its CRC32C; a record whose bytes changed (its range
+// was reused by a later put), that overlaps a newer put's record, or that
+// the master refuses, is forgotten. The SSD objects are re-registered
+// after, as before (reregister, by the heartbeat loop).
+//
+// Fencing by term: the node keeps the highest leadership term it has seen
+// (Ping answers, offload tasks, its master connection's resolver) and
+// ignores a Ping answer or an offload task of an older term: a deposed
+// leader still running (paused, partitioned) cannot make it remount or
+// offload. Every other answer of an older term is refused by the etcd://
+// masterapi.Remote itself (masterapi.TermTrailer).
+//
+// A node whose master connection follows an elected leader
+// (leaderFollower: masterapi.Remote dialed with etcd://) pings at once
+// when the resolved leader changes, so a new leader hears from it (and
+// answers NEED_REMOUNT, starting the rebuild) within milliseconds instead
+// of at the next ping.
+//
+// Resurrection: the records are of complete writes, not of objects the
+// master still knows. An object removed (or evicted, or a put revoked
+// after its bytes were written) under the old leader whose range no later
+// put has overwritten comes back after a failover with its exact bytes
+// (its CRC32C still matches). See docs/ha.md.
+
+// nodeHA is the node's high-availability state.
+type nodeHA struct {
+	term atomic.Uint64 // the highest leadership term seen
+
+	// pingMu serialises pingOnce between the ping loop and followLeader.
+	pingMu sync.Mutex
+	// regMu serialises DRAM re-registrations.
+	regMu sync.Mutex
+	// memPending: the last DRAM re-registration did not finish (the
+	// segment stays held at the master); the ping loop retries it.
+	memPending atomic.Bool
+
+	recMu   sync.Mutex // protects records and pruneAt
+	records map[int64]memRecord
+	pruneAt int // prune (drop overlapped records) when records grows past it
+}
+
+// memRecord is the object the last complete write of a range stored.
+type memRecord struct {
+	off, len int64
+	token    uint64
+	crc      uint32
+	obj      wire.Object
+}
+
+// leaderFollower is a master connection that follows an elected leader
+// (masterapi.Remote dialed with etcd://).
+type leaderFollower interface {
+	LeaderChanged() (term uint64, changed <-chan struct{})
+}
+
+// recordWrite records that the complete write of token to [off, off+n)
+// stored the object o with CRC32C crc, unless a newer put has claimed part
+// of that range since (then that put's write will be recorded instead).
+func (n *Node) recordWrite(o wire.Object, off, length int64, crc uint32, token uint64) {
+	if o.Key == "" || length <= 0 {
+		return
+	}
+	n.ownMu.Lock()
+	defer n.ownMu.Unlock()
+	if n.owners.check(off, off+length, token) != nil {
+		return
+	}
+	h := &n.ha
+	h.recMu.Lock()
+	defer h.recMu.Unlock()
+	if h.records == nil {
+		h.records = map[int64]memRecord{}
+		h.pruneAt = claimsLimit(n.seg.Size())
+	}
+	h.records[off] = memRecord{off: off, len: length, token: token, crc: crc, obj: o}
+	if len(h.records) > h.pruneAt {
+		h.pruneLocked()
+		h.pruneAt = max(claimsLimit(n.seg.Size()), 2*len(h.records))
+	}
+}
+
+// pruneLocked drops every record overlapped by a record of a newer put and
+// returns the rest sorted by offset. Caller holds recMu.
+func (h *nodeHA) pruneLocked() []memRecord {
+	recs := make([]memRecord, 0, len(h.records))
+	for _, r := range h.records {
+		recs = append(recs, r)
+	}
+	slices.SortFunc(recs, func(a, b memRecord) int { return compareInt64(a.off, b.off) })
+	out := recs[:0]
+	for _, r := range recs {
+		// Records before r are disjoint and sorted: r overlaps only
+		// the last ones kept whose end is past r.off.
+		keep := true
+		for len(out) > 0 && out[len(out)-1].off+out[len(out)-1].len > r.off {
+			last := out[len(out)-1]
+			if last.token > r.token {
+				keep = false
+				break
+			}
+			out = out[:len(out)-1]
+			delete(h.records, last.off)
+		}
+		if keep {
+			out = append(out, r)
+		} else {
+			delete(h.records, r.off)
+		}
+	}
+	return out
+}
+
+func compareInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// forget drops the record at off if it is still r.
+func (h *nodeHA) forget(r memRecord) {
+	h.recMu.Lock()
+	defer h.recMu.Unlock()
+	if cur, ok := h.records[r.off]; ok && cur.token == r.token {
+		delete(h.records, r.off)
+	}
+}
+
+// memRegBatch is the most objects of one ReRegisterMemoryObjects call.
+const memRegBatch = 4096
+
+// reRegisterMemory re-registers the segment's recorded objects at the
+// master (the segment was just mounted with HoldAllocation), then ends the
+// re-registration (done). On failure the segment stays held at the master
+// and memPending is set for the ping loop to retry.
+func (n *Node) reRegisterMemory(ctx context.Context) error {
+	h := &n.ha
+	h.regMu.Lock()
+	defer h.regMu.Unlock()
+	h.memPending.Store(true)
+	objs, recs := n.checkedRecords()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	kept := 0
+	for first := true; first || len(objs) > 0; first = false {
+		k := min(len(objs), memRegBatch)
+		errs, err := n.m.ReRegisterMemoryObjects(ctx, n.name, n.segName, objs[:k], k == len(objs))
+		if err != nil {
+			n.log.Warn("re-registering DRAM objects failed; will retry", "err", err)
+			return err
+		}
+		for i, e := range errs {
+			if e != nil && i < k {
+				h.forget(recs[i])
+				n.log.Debug("DRAM object refused at re-registration", "key", objs[i].Key, "err", e)
+			} else if e == nil {
+				kept++
+			}
+		}
+		objs, recs = objs[k:], recs[k:]
+	}
+	h.memPending.Store(false)
+	if kept > 0 {
+		n.log.Info("re-registered DRAM objects", "objects", kept)
+	}
+	return nil
+}
+
+// checkedRecords returns the records whose bytes still match their CRC32C
+// (forgetting the others), sorted by offset, and as MemoryObjects.
+func (n *Node) checkedRecords() ([]masterapi.MemoryObject, []memRecord) {
+	h := &n.ha
+	h.recMu.Lock()
+	recs := h.pruneLocked()
+	recs = slices.Clone(recs)
+	h.recMu.Unlock()
+	view, release := n.seg.pin()
+	defer release()
+	objs := make([]masterapi.MemoryObject, 0, len(recs))
+	good := recs[:0]
+	for _, r := range recs {
+		b, err := view(r.off, int(r.len))
+		if err != nil || wire.CRC32C(b) != r.crc {
+			h.forget(r)
+			continue
+		}
+		good = append(good, r)
+		objs = append(objs, masterapi.MemoryObject{Key: r.obj.Key, Offset: r.off, Length: r.len, CRC: r.crc,
+			PutToken: r.token, SoftPin: r.obj.SoftPin, HardPin: r.obj.HardPin})
+	}
+	return objs, good
+}
+
+// afterMount runs after every successful mount: the DRAM re-registration
+// that releases the segment's hold.
+func (n *Node) afterMount(ctx context.Context) {
+	if err := n.reRegisterMemory(ctx); err != nil {
+		n.log.Warn("DRAM re-registration pending", "err", err)
+	}
+}
+
+// pingLocked is the ping loop's tick: a pending DRAM re-registration, then
+// a ping.
+func (n *Node) pingLocked() {
+	n.ha.pingMu.Lock()
+	defer n.ha.pingMu.Unlock()
+	if n.ha.memPending.Load() {
+		n.afterMount(n.ctx)
+	}
+	n.pingOnce()
+}
+
+// staleTerm records term and reports whether it is older than the highest
+// term seen (0: no high availability, never stale).
+func (n *Node) staleTerm(term uint64) bool {
+	if term == 0 {
+		return false
+	}
+	for {
+		h := n.ha.term.Load()
+		if term < h {
+			n.log.Warn("answer of a deposed leader ignored", "term", term, "highest_term", h)
+			return true
+		}
+		if term == h || n.ha.term.CompareAndSwap(h, term) {
+			return false
+		}
+	}
+}
+
+// dropStaleTasks removes the offload tasks of a term older than the highest
+// seen (a deposed leader's).
+func (n *Node) dropStaleTasks(tasks []masterapi.OffloadTask) []masterapi.OffloadTask {
+	if len(tasks) == 0 || !n.staleTerm(tasks[0].Term) {
+		return tasks
+	}
+	return nil
+}
+
+// Term is the highest leadership term the node has seen (0 without high
+// availability).
+func (n *Node) Term() uint64 { return n.ha.term.Load() }
+
+// followLeader pings at once whenever the master connection resolves a new
+// leader, so the new leader starts the rebuild (NEED_REMOUNT) without
+// waiting for the next ping.
+func (n *Node) followLeader() {
+	f, ok := n.m.(leaderFollower)
+	if !ok {
+		return
+	}
+	if _, ch := f.LeaderChanged(); ch == nil {
+		return // host:port: never changes
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		for {
+			term, ch := f.LeaderChanged()
+			n.staleTerm(term)
+			select {
+			case <-n.ctx.Done():
+				return
+			case <-ch:
+			}
+			n.pingLocked()
+			n.reRegisterSSDNow()
+		}
+	}()
+}
+
+// reRegisterSSDNow runs a pending SSD re-registration at once unless an
+// offload round (or reconcile) holds roundMu; then the heartbeat loop runs
+// it after that round.
+func (n *Node) reRegisterSSDNow() {
+	if n.tier == nil || !n.reregister.Load() || !n.roundMu.TryLock() {
+		return
+	}
+	defer n.roundMu.Unlock()
+	if n.reregister.Swap(false) {
+		n.reRegister(n.ctx)
+	}
+}
