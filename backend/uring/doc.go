@@ -34,7 +34,10 @@
 // directly. A context that ends stops the pieces not yet submitted (they
 // fail with its error); the pieces in flight are waited for, so no buffer is
 // written after Read returns. Ranges past the end of the file fail alone
-// (ErrShortRead), negative ones with ErrBadRange.
+// (ErrShortRead), negative ones with ErrBadRange. Should the read ring fail
+// (completions lost: ErrCQOverflow on a kernel without NODROP), the reads in
+// progress fail with its error and so do later ones, until the backend is
+// opened again.
 //
 // # Fallbacks
 //

@@ -108,12 +108,13 @@ func (r *reactor) submit(req *request) error {
 		return err
 	}
 	r.incoming = append(r.incoming, req)
-	wake := r.sleeping
-	r.sleeping = false
-	r.mu.Unlock()
-	if wake {
+	if r.sleeping {
+		// Under mu: exit closes the eventfd under mu too, so this never
+		// writes to a closed (or reused) descriptor.
+		r.sleeping = false
 		r.wake()
 	}
+	r.mu.Unlock()
 	return nil
 }
 
@@ -131,8 +132,10 @@ func (r *reactor) wake() {
 func (r *reactor) stop() {
 	r.mu.Lock()
 	r.stopping = true
+	if r.dead == nil {
+		r.wake()
+	}
 	r.mu.Unlock()
-	r.wake()
 	<-r.exited
 }
 
