@@ -39,10 +39,12 @@ func (g *ghost) take(h uint64) bool {
 	return true
 }
 
-// resize changes the capacity to size entries, keeping the newest.
+// resize changes the capacity to size entries, keeping the newest. A
+// change of less than an eighth is ignored (reports arrive every
+// heartbeat; the size they imply wobbles).
 func (g *ghost) resize(size int) {
 	size = max(size, 1)
-	if size == len(g.ring) {
+	if d := size - len(g.ring); d*8 < len(g.ring) && -d*8 < len(g.ring) {
 		return
 	}
 	n := newGhost(size)

@@ -258,6 +258,9 @@ func churnBounds(traces []*trace.Trace, sz churnSizes) (*table, map[string]churn
 func churnReplays(ctx context.Context, e *env, traces []*trace.Trace, sz churnSizes, res *result) ([]churnFigures, error) {
 	var figs []churnFigures
 	keep := envSet("TIERSTORE_CHURN_POLICIES")
+	if keep == nil && e.quick {
+		keep = churnQuickPolicies
+	}
 	unsupported := map[string]bool{}
 	for _, tr := range traces {
 		for _, p := range churnPolicies {
@@ -346,6 +349,12 @@ func churnGoals(figs []churnFigures, bounds map[string]churnBound) *table {
 	}
 	return t
 }
+
+// churnQuickPolicies are the policies --quick replays: one of each code
+// path (eager, read-count, tinylfu with value eviction, promotion, write
+// budget), so that the smoke test runs in its time bound under -race.
+var churnQuickPolicies = map[string]bool{"eager+lru": true, "read>=2+lru": true, "tinylfu+value": true,
+	"tinylfu+value+promote": true, "tinylfu+value+budget": true}
 
 // churnCharted are the policies the charts show (the palette repeats
 // beyond five); the tables have them all.

@@ -99,12 +99,32 @@ func startChurnStack(ctx context.Context, cfg embedded.Config) (_ *churnStack, e
 	return s, nil
 }
 
-// reportLoop sends the node's SSD report every interval until Close.
+// reportRefresh is the longest a node goes without a new report while its
+// tier does not change (the values drift with the sketch meanwhile).
+const reportRefresh = 20 * time.Millisecond
+
+// reportLoop sends the node's SSD report every interval until Close, when
+// the tier changed (a bucket written or evicted, an object loaded or
+// removed) or reportRefresh passed.
 func (s *churnStack) reportLoop(every time.Duration, freq func([]byte) uint32) {
 	defer s.done.Done()
 	t := time.NewTicker(every)
 	defer t.Stop()
+	var last tier.Stats
+	var at time.Time
 	for {
+		st := s.eng.Stats()
+		changed := st.BucketsWritten != last.BucketsWritten || st.Evictions != last.Evictions ||
+			st.ObjectsLoaded != last.ObjectsLoaded || st.Objects != last.Objects
+		if !changed && time.Since(at) < reportRefresh {
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+			}
+			continue
+		}
+		last, at = st, time.Now()
 		if err := s.report(freq); err != nil {
 			s.mu.Lock()
 			if s.reportErr == nil && !errors.Is(err, tier.ErrClosed) {

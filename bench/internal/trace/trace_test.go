@@ -187,3 +187,73 @@ func TestReadErrors(t *testing.T) {
 		t.Errorf("missing file: %v", err)
 	}
 }
+
+func TestLoopIsScanUnderItsOwnName(t *testing.T) {
+	tr, err := Loop(ScanConfig{WorkingSet: 4 << 10, ObjectSize: 1 << 10, Passes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Name != "loop" || len(tr.Requests) != 8 || tr.Requests[0].Key != "loop/000000" || tr.Requests[4].Key != "loop/000000" {
+		t.Fatalf("loop = %s %+v", tr.Name, tr.Requests)
+	}
+}
+
+func TestZipfBurstsShape(t *testing.T) {
+	c := ZipfBurstConfig{Seed: 3, Requests: 5000, Keys: 100, BlockSize: 4096, BurstEvery: 300, BurstLen: 50}
+	tr, err := ZipfBursts(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := ZipfBursts(c)
+	if !reflect.DeepEqual(tr, again) {
+		t.Fatal("same config, different trace")
+	}
+	if tr.Name != "zipf-bursts" || len(tr.Requests) != c.Requests {
+		t.Fatalf("name %s, %d requests", tr.Name, len(tr.Requests))
+	}
+	seen := map[string]int{}
+	run, zipfRun := 0, 0
+	for i, r := range tr.Requests {
+		seen[r.Key]++
+		if r.Size != c.BlockSize {
+			t.Fatalf("request %d size %d", i, r.Size)
+		}
+		switch {
+		case strings.HasPrefix(r.Key, "b/"):
+			if run == 0 && zipfRun != c.BurstEvery {
+				t.Fatalf("request %d: burst after %d zipf requests, want %d", i, zipfRun, c.BurstEvery)
+			}
+			run++
+			zipfRun = 0
+		case strings.HasPrefix(r.Key, "z/"):
+			if run != 0 && run != c.BurstLen {
+				t.Fatalf("request %d: burst of %d keys, want %d", i, run, c.BurstLen)
+			}
+			run = 0
+			zipfRun++
+		default:
+			t.Fatalf("request %d: key %q", i, r.Key)
+		}
+	}
+	hot, once := 0, 0
+	for k, n := range seen {
+		if strings.HasPrefix(k, "b/") && n != 1 {
+			t.Fatalf("burst key %s requested %d times", k, n)
+		}
+		if strings.HasPrefix(k, "z/") {
+			if n > hot {
+				hot = n
+			}
+			once++
+		}
+	}
+	if once > c.Keys || seen["z/0"] != hot {
+		t.Fatalf("%d zipf keys (at most %d); z/0 seen %d times, the most %d", once, c.Keys, seen["z/0"], hot)
+	}
+	for _, bad := range []ZipfBurstConfig{{Requests: 0, Keys: 2, BlockSize: 1, BurstEvery: 1}, {Requests: 1, Keys: 1, BlockSize: 1, BurstEvery: 1},
+		{Requests: 1, Keys: 2, BlockSize: 1, BurstEvery: 0}, {Requests: 1, Keys: 2, BlockSize: 1, BurstEvery: 1, ZipfS: 0.5}} {
+		if _, err := ZipfBursts(bad); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("%+v: err %v", bad, err)
+		}
+	}
+}

@@ -1,0 +1,140 @@
+package master
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/tierstore/tierstore/admission"
+)
+
+func tinyService(t *testing.T) (*Service, *admission.TinyLFU) {
+	t.Helper()
+	s, _ := testService(t, func(c *Config) {
+		c.EnableOffload = true
+		c.AdmissionFlags.Policy = admission.PolicyTinyLFU
+		c.AdmissionFlags.Margin = 0
+	})
+	p, ok := s.Policy().(*admission.TinyLFU)
+	if !ok {
+		t.Fatalf("policy %s, want tinylfu", s.Policy().Name())
+	}
+	return s, p
+}
+
+// TestAdmissionSeesMissesHitsAndPuts: every demand lookup reaches the
+// policy (misses too, which read admission never sees), a miss and its put
+// count once, and the offload path is not counted.
+func TestAdmissionSeesMissesHitsAndPuts(t *testing.T) {
+	s, p := tinyService(t)
+	mount(t, s, "a", 1<<20)
+	if _, err := s.GetReplicaList(bg, "k"); err == nil {
+		t.Fatal("lookup of an absent key succeeded")
+	}
+	put(t, s, "k", 64, "a")
+	if ok, _ := s.ExistKey(bg, "k"); !ok {
+		t.Fatal("k absent after its put")
+	}
+	if _, err := s.BatchGetReplicaList(bg, []string{"k", "k", "gone"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetReplicaList(WithOffloadPath(bg), "k"); err != nil {
+		t.Fatal(err)
+	}
+	st := p.Stats()
+	if st.Misses != 2 || st.DRAMHits != 2 || st.Lookups != 4 {
+		t.Fatalf("lookups seen: %+v", st)
+	}
+	// miss + put, exist, batch (once): 3 accesses.
+	if got := p.Estimate("k"); got != 3 {
+		t.Fatalf("k estimates %d, want 3", got)
+	}
+}
+
+// TestAdmissionAtDRAMEviction: tinylfu admits DRAM victims; with the
+// node's report saying the SSD is full of more valuable objects, the
+// victim is dropped instead. Reports count the node's outstanding tasks,
+// and the policy learns which keys left SSD.
+func TestAdmissionAtDRAMEviction(t *testing.T) {
+	s, p := tinyService(t)
+	mount(t, s, "a", 4096*4)
+	for _, k := range []string{"v0", "v1", "v2", "v3"} {
+		put(t, s, k, 4096, "a")
+	}
+	s.ReportSSD("a", admission.SSDReport{High: 1 << 30, Used: 0})
+	if s.EvictNow() != 0 {
+		t.Fatal("victims dropped although the SSD has room")
+	}
+	if st, _ := s.Stats(bg); st.OffloadQueued == 0 {
+		t.Fatal("no victim queued for offload")
+	}
+	full := admission.SSDReport{High: 1 << 20, Used: 1 << 20,
+		Victims: []admission.VictimValue{{Bytes: 1 << 20, Span: 1 << 20, Value: 9 << 20}}}
+	s.ReportSSD("a", full)
+	before := p.Stats()
+	put(t, s, "w", 4096, "a") // needs room: evicts, the tinylfu test rejects
+	if d := p.Stats().Decisions["lost"] - before.Decisions["lost"]; d == 0 {
+		t.Fatalf("no candidate lost against the full SSD: %+v", p.Stats().Decisions)
+	}
+	if _, err := s.EvictDiskReplica(bg, "a", []string{"gone1", "gone2"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"gone1", "gone2"} {
+		s.GetReplicaList(bg, k)
+	}
+	if got := p.Stats().RegretPushed; got != 2 {
+		t.Fatalf("pushed-out keys that came back: %d, want 2", got)
+	}
+	mfs, err := s.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, mf := range mfs {
+		found = found || mf.GetName() == "tierstore_admission_decisions_total"
+	}
+	if !found {
+		t.Fatal("admission metrics not registered")
+	}
+}
+
+func TestAdmissionSketchNeedsTinyLFU(t *testing.T) {
+	s, p := tinyService(t)
+	b, err := s.AdmissionSketch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sk admission.Sketch
+	if err := sk.UnmarshalBinary(b); err != nil {
+		t.Fatal(err)
+	}
+	p.ObserveLookup("x", admission.Miss, 0)
+	e, _ := testService(t, func(c *Config) { c.EnableOffload = true })
+	if _, err := e.AdmissionSketch(); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "eager") {
+		t.Fatalf("eager master: %v", err)
+	}
+	e.ReportSSD("a", admission.SSDReport{}) // ignored, no panic
+}
+
+// TestReportCountsOutstandingTasks: tasks still queued for a node are
+// admitted bytes its report does not show yet.
+func TestReportCountsOutstandingTasks(t *testing.T) {
+	s, p := tinyService(t)
+	mount(t, s, "a", 4096*8)
+	for _, k := range []string{"v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7"} {
+		put(t, s, k, 4096, "a")
+	}
+	s.ReportSSD("a", admission.SSDReport{High: 1 << 30})
+	s.EvictNow() // one victim admitted and queued
+	if st, _ := s.Stats(bg); st.OffloadQueued != 1 {
+		t.Fatalf("queued %d, want 1", st.OffloadQueued)
+	}
+	// Room for exactly one more object, were the queued one not counted.
+	s.ReportSSD("a", admission.SSDReport{High: 1 << 20, Used: 1<<20 - 4096,
+		Victims: []admission.VictimValue{{Bytes: 1 << 20, Span: 1 << 20, Value: 9 << 20}}})
+	before := p.Stats().Decisions["room"]
+	s.EvictNow()
+	if got := p.Stats().Decisions["room"] - before; got != 0 {
+		t.Fatalf("%d admitted to room that the queued task already takes", got)
+	}
+}
