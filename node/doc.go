@@ -78,7 +78,6 @@
 //   - A reconcile never races an offload commit or a re-registration: all
 //     run under roundMu, so a key list sent to the master is never older
 //     than a notify already sent; a pending re-registration runs first.
-//
 //   - High availability (ha.go, docs/ha.md): a complete write whose header
 //     names its object is recorded per range (unless a newer put claimed
 //     the range meanwhile); after every mount (HoldAllocation) the records
