@@ -33,6 +33,12 @@
 //     100 and with 10000 keys drifted, and (when the list fits one message)
 //     the whole-list ReconcileDiskObjects: wall time, master CPU and RSS
 //     (/proc of the master process), node CPU (getrusage) and heap growth.
+//   - failover (not part of all): highly available masters as real
+//     processes (tierstore-etcd, 3 masters with the default HA settings,
+//     nodes): kill -9 of the leader 20 times (3 with --quick), the time to
+//     the first Get of a pre-existing object through the new leader and the
+//     objects lost per category; then the soak's 8 clients on 3 masters and
+//     8 nodes through 5 failovers (2 with --quick), wrong bytes.
 //
 // Output: a table per scenario on stdout with a header naming the machine,
 // disk, Go version and options; --json writes every figure; --plot writes PNG

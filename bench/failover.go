@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -380,6 +381,11 @@ func failoverSoak(ctx context.Context, e *env, rounds int) (*table, error) {
 	t.add("puts acknowledged / sent", fmt.Sprintf("%d / %d", cnt.putsOK.Load(), cnt.puts.Load()), "")
 	t.add("gets (hits)", fmt.Sprintf("%d (%d)", cnt.gets.Load(), cnt.hits.Load()), "")
 	t.add("wrong bytes (reads)", float64(cnt.wrong.Load()), verdictOf(cnt.wrong.Load() == 0))
+	cnt.putErrs.Range(func(k, v any) bool {
+		first, _ := cnt.firstErr.Load(k)
+		t.add(fmt.Sprintf("puts failed: %s", k), float64(v.(*atomic.Int64).Load()), fmt.Sprint("first: ", first))
+		return true
+	})
 	if killErr != nil {
 		return t, killErr
 	}

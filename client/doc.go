@@ -1,7 +1,10 @@
 // Package client is tierstore's client library: Put, Get, Exists, Remove,
 // memory eviction and their batch forms, against a master (in-process
 // masterapi.ClientAPI or a gRPC address) and the store nodes that hold the
-// bytes.
+// bytes. Config.MasterAddr is host:port, or etcd://h1:2379,h2:2379 for the
+// elected leader of highly available masters: calls follow the leader and
+// are sent again across a failover within their deadline (masterapi.Dial,
+// docs/ha.md).
 //
 // New connects a Client to a master. Put asks the master for a DRAM range (on the local node when
 // there is one), writes the bytes and completes the put; Get (or GetInto,

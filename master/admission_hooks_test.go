@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tierstore/tierstore/admission"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 func tinyService(t *testing.T) (*Service, *admission.TinyLFU) {
@@ -38,7 +39,7 @@ func TestAdmissionSeesMissesHitsAndPuts(t *testing.T) {
 	if _, err := s.BatchGetReplicaList(bg, []string{"k", "k", "gone"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.GetReplicaList(WithOffloadPath(bg), "k"); err != nil {
+	if _, err := s.GetReplicaList(masterapi.WithOffloadPath(bg), "k"); err != nil {
 		t.Fatal(err)
 	}
 	st := p.Stats()

@@ -122,6 +122,21 @@
 // new Incarnation (or endpoint) under a known node id retires the previous
 // incarnation the same way at once.
 //
+// # High availability
+//
+// With Config.HA set the Service is one elected leader of several masters
+// (ha.go, docs/ha.md): check consults HA.Fence before every call (once the
+// leadership is not valid every call answers ErrNotLeader, code
+// UNAVAILABLE_IN_CURRENT_STATUS, and changes nothing), HA.Term is stamped
+// on Ping answers, offload tasks and (Interceptor) every gRPC answer. A
+// Service serves one term and starts empty: nodes mount with
+// HoldAllocation and re-register their DRAM objects
+// (ReRegisterMemoryObjects, memreg.go; nothing is allocated in a held
+// segment) and their SSD objects. During the rebuild window misses are
+// answered ErrNotLeader so callers ask again; rebuilt objects get a read
+// lease of default_kv_lease_ttl; when it closes, offloads are queued again.
+// A restarted master without HA rebuilds the same way.
+//
 // # Stats
 //
 // Stats has cluster totals and one row per node incarnation (PerNode):

@@ -5,6 +5,12 @@
 // the generated RPC stubs and internal/codes, never the metadata service
 // (package master), pebble or the SSD tier (docs/design.md, package map).
 //
+// Dial takes host:port, or etcd://h1:2379,h2:2379[/prefix] for the elected
+// leader of highly available masters: that Remote follows the leader (an
+// ha.Resolver), refuses answers of a deposed leader's term and sends calls
+// again across a failover within the caller's deadline (resolving.go,
+// docs/ha.md); package ha imports only the etcd client.
+//
 // Remote is safe for concurrent use. Errors wrap the sentinels of
 // internal/codes and are checked with errors.Is.
 package masterapi

@@ -80,6 +80,14 @@
 //   - A reconcile never races an offload commit or a re-registration: all
 //     run under roundMu, so a key list sent to the master is never older
 //     than a notify already sent; a pending re-registration runs first.
+//   - High availability (ha.go, docs/ha.md): a complete write whose header
+//     names its object is recorded per range (unless a newer put claimed
+//     the range meanwhile); after every mount (HoldAllocation) the records
+//     whose bytes still match their CRC32C are re-registered
+//     (ReRegisterMemoryObjects), so the master allocates nothing in the
+//     segment before it knows the live objects. The node keeps the highest
+//     leadership term seen and ignores Ping answers and offload tasks of
+//     older terms.
 //
 // # Concurrency
 //
@@ -91,5 +99,8 @@
 // reads and writes copy under a read lock that Close takes exclusively
 // before unmapping. Node.ownMu protects the put claims: a claim takes it
 // exclusively, each write copy holds it shared from its ownership check to
-// the end of the copy.
+// the end of the copy; recording a write's object takes it exclusively too.
+// nodeHA.recMu protects the records, regMu serialises DRAM
+// re-registrations, pingMu serialises pings (the ping loop and the leader
+// follower, a fourth goroutine when the master connection follows etcd).
 package node

@@ -11,6 +11,14 @@
 // it cleanly (pending RPCs finish, exit status 0). Invalid flags stop start-up
 // with a one-line error naming the flag and exit status 2.
 //
+// With --enable_ha=true --etcd_endpoints=h1:2379,h2:2379 it is one
+// candidate of an etcd election (ha.go, docs/ha.md): it listens at once as a
+// standby answering UNAVAILABLE_IN_CURRENT_STATUS, prints
+// "tierstore-master leading term=N on HOST:PORT" when elected and serves a
+// new master.Service for that term, and when the leadership ends drops it,
+// prints "tierstore-master standby (term N ended)" and campaigns again.
+// SIGTERM resigns.
+//
 // Run "tierstore-master --help" for every flag with its default (printed to
 // stdout, exit status 0).
 //
@@ -21,6 +29,9 @@
 //
 // Concurrency: main runs the gRPC server and the optional metrics HTTP
 // server on their own goroutines and waits for a signal or a server error;
-// shutdown is GracefulStop bounded to 10 s, then Stop. The master's own
+// shutdown is GracefulStop bounded to 10 s, then Stop. With enable_ha one
+// listener is handed to the gRPC server of the moment (standby or leader of
+// a term, handoff); the next server starts before the previous stops. The
+// master's own
 // concurrency contract is package master's.
 package main

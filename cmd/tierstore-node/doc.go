@@ -1,6 +1,8 @@
 // Command tierstore-node runs a tierstore store node: a DRAM segment mounted
 // at a tierstore master, a peer data service, and (with --enable_offload) an
-// SSD tier fed by the offload heartbeat. See docs/node.md for the flags, or
+// SSD tier fed by the offload heartbeat. --master is host:port or
+// etcd://h1:2379,h2:2379[/prefix] (the elected leader of highly available
+// masters, docs/ha.md). See docs/node.md for the flags, or
 // run "tierstore-node --help" (usage with every default on stdout, exit 0).
 //
 // It prints "tierstore-node listening on HOST:PORT node=ID segment=NAME" once

@@ -82,7 +82,7 @@ func (e exitCode) Error() string { return fmt.Sprintf("exit %d", int(e)) }
 func parseOp(cmd string, args []string, stdin io.Reader, stdout, stderr io.Writer) (a opArgs, code int, done bool) {
 	a.cmd = cmd
 	fs := newFlagSet(cmd)
-	fs.StringVar(&a.addr, "master", "127.0.0.1:50051", "master gRPC address host:port")
+	fs.StringVar(&a.addr, "master", "127.0.0.1:50051", "master gRPC address host:port, or etcd://h1:2379,h2:2379[/prefix] (the elected leader)")
 	fs.DurationVar(&a.timeout, "timeout", 30*time.Second, "bound on the whole command (> 0)")
 	switch cmd {
 	case "rm":
