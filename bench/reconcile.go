@@ -139,10 +139,16 @@ func (s *synthTier) drift(lost, strays int64) {
 	defer s.mu.Unlock()
 	step := max(1, s.n/max(1, lost)) + 1
 	c := int64(len(s.lost))*7919 + 1
-	for added := int64(0); added < lost; c += step {
+	// A step that shares a factor with n visits only part of the key space:
+	// a taken index moves on by one instead, so the loop ends while any key
+	// is left to lose.
+	for added := int64(0); added < lost && int64(len(s.lost)) < s.n; {
 		if idx := c % s.n; !s.lost[idx] {
 			s.lost[idx] = true
 			added++
+			c += step
+		} else {
+			c++
 		}
 	}
 	s.strays += strays
