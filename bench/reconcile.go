@@ -137,15 +137,21 @@ func (s *synthTier) Close() error                { return nil }
 func (s *synthTier) drift(lost, strays int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	step := max(1, s.n/max(1, lost)) + 1
-	c := int64(len(s.lost))*7919 + 1
-	for added := int64(0); added < lost; c += step {
-		if idx := c % s.n; !s.lost[idx] {
+	lost = min(lost, s.n-int64(len(s.lost)))
+	for c, added := uint64(len(s.lost)), int64(0); added < lost; c++ {
+		if idx := int64(mix(c) % uint64(s.n)); !s.lost[idx] {
 			s.lost[idx] = true
 			added++
 		}
 	}
 	s.strays += strays
+}
+
+// mix spreads c over 64 bits (the lost keys' positions).
+func mix(c uint64) uint64 {
+	c = (c ^ c>>30) * 0xbf58476d1ce4e5b9
+	c = (c ^ c>>27) * 0x94d049bb133111eb
+	return c ^ c>>31
 }
 
 // procStat is a process's CPU time and resident memory.
