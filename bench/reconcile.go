@@ -137,21 +137,21 @@ func (s *synthTier) Close() error                { return nil }
 func (s *synthTier) drift(lost, strays int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	step := max(1, s.n/max(1, lost)) + 1
-	c := int64(len(s.lost))*7919 + 1
-	// A step that shares a factor with n visits only part of the key space:
-	// a taken index moves on by one instead, so the loop ends while any key
-	// is left to lose.
-	for added := int64(0); added < lost && int64(len(s.lost)) < s.n; {
-		if idx := c % s.n; !s.lost[idx] {
+	lost = min(lost, s.n-int64(len(s.lost)))
+	for c, added := uint64(len(s.lost)), int64(0); added < lost; c++ {
+		if idx := int64(mix(c) % uint64(s.n)); !s.lost[idx] {
 			s.lost[idx] = true
 			added++
-			c += step
-		} else {
-			c++
 		}
 	}
 	s.strays += strays
+}
+
+// mix spreads c over 64 bits (the lost keys' positions).
+func mix(c uint64) uint64 {
+	c = (c ^ c>>30) * 0xbf58476d1ce4e5b9
+	c = (c ^ c>>27) * 0x94d049bb133111eb
+	return c ^ c>>31
 }
 
 // procStat is a process's CPU time and resident memory.
@@ -218,7 +218,7 @@ type stepFigures struct {
 }
 
 // measure runs fn while sampling the master's RSS and this process's heap.
-func measureStep(pid int, fn func() error) (stepFigures, error) {
+func measure(pid int, fn func() error) (stepFigures, error) {
 	runtime.GC()
 	var f stepFigures
 	p0, err := readProc(pid)
@@ -307,7 +307,7 @@ func runReconcile(ctx context.Context, e *env) (*result, error) {
 	cfg.HeartbeatInterval, cfg.ReconcileInterval = time.Hour, time.Hour
 	cfg.Logger = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var n *node.Node
-	f, err := measureStep(pid, func() (err error) {
+	f, err := measure(pid, func() (err error) {
 		n, err = node.Start(ctx, cfg, m, node.WithTier(st), node.WithName("bench-node"))
 		return err
 	})
@@ -336,7 +336,7 @@ func runReconcile(ctx context.Context, e *env) (*result, error) {
 		st.drift(d.lost, d.strays)
 		before := n.Stats()
 		msBefore, _ := m.Stats(ctx)
-		f, err := measureStep(pid, func() error { return n.Reconcile(ctx) })
+		f, err := measure(pid, func() error { return n.Reconcile(ctx) })
 		if err != nil {
 			return nil, err
 		}
@@ -370,7 +370,7 @@ func wholeListStep(ctx context.Context, tb *table, pid int, m *masterapi.Remote,
 		return fmt.Sprintf("whole-list ReconcileDiskObjects (earlier builds): not run: the list of %d keys is %.0f MiB, above the %d MiB message limit",
 			keys, mib(int64(size)), masterapi.MaxMessageSize>>20)
 	}
-	f, err := measureStep(pid, func() error {
+	f, err := measure(pid, func() error {
 		_, err := m.ReconcileDiskObjects(ctx, "bench-node", list)
 		return err
 	})
