@@ -218,7 +218,7 @@ type stepFigures struct {
 }
 
 // measure runs fn while sampling the master's RSS and this process's heap.
-func measure(pid int, fn func() error) (stepFigures, error) {
+func measureStep(pid int, fn func() error) (stepFigures, error) {
 	runtime.GC()
 	var f stepFigures
 	p0, err := readProc(pid)
@@ -307,7 +307,7 @@ func runReconcile(ctx context.Context, e *env) (*result, error) {
 	cfg.HeartbeatInterval, cfg.ReconcileInterval = time.Hour, time.Hour
 	cfg.Logger = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var n *node.Node
-	f, err := measure(pid, func() (err error) {
+	f, err := measureStep(pid, func() (err error) {
 		n, err = node.Start(ctx, cfg, m, node.WithTier(st), node.WithName("bench-node"))
 		return err
 	})
@@ -336,7 +336,7 @@ func runReconcile(ctx context.Context, e *env) (*result, error) {
 		st.drift(d.lost, d.strays)
 		before := n.Stats()
 		msBefore, _ := m.Stats(ctx)
-		f, err := measure(pid, func() error { return n.Reconcile(ctx) })
+		f, err := measureStep(pid, func() error { return n.Reconcile(ctx) })
 		if err != nil {
 			return nil, err
 		}
@@ -370,7 +370,7 @@ func wholeListStep(ctx context.Context, tb *table, pid int, m *masterapi.Remote,
 		return fmt.Sprintf("whole-list ReconcileDiskObjects (earlier builds): not run: the list of %d keys is %.0f MiB, above the %d MiB message limit",
 			keys, mib(int64(size)), masterapi.MaxMessageSize>>20)
 	}
-	f, err := measure(pid, func() error {
+	f, err := measureStep(pid, func() error {
 		_, err := m.ReconcileDiskObjects(ctx, "bench-node", list)
 		return err
 	})
