@@ -154,7 +154,8 @@ func (s *Service) session(op, nodeID string, id uint64) (*node, *diskDigest, err
 	return n, d, nil
 }
 
-// ReconcileKeys implements API.
+// ReconcileKeys implements API. It does not retain keys after it returns
+// (the gRPC server passes strings that share the request's bytes).
 func (s *Service) ReconcileKeys(ctx context.Context, nodeID string, id uint64, keys []string) (masterapi.ReconcileKeysResult, error) {
 	if err := s.check(ctx); err != nil {
 		return masterapi.ReconcileKeysResult{}, err

@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"net"
+	"unsafe"
 
 	"google.golang.org/grpc"
 
@@ -55,6 +56,18 @@ func keyResults(errs []error) *pb.KeyResults {
 			r.Code, r.Message = int32(codes.Of(e)), e.Error()
 		}
 		out.Results[i] = r
+	}
+	return out
+}
+
+// views returns keys as strings that share the request's bytes, for a call
+// that does not retain its keys beyond the call (ReconcileKeys: the
+// request outlives the handler's use of them; a reconcile of millions of
+// keys then leaves half the garbage for the GC of a large heap).
+func views(keys [][]byte) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = unsafe.String(unsafe.SliceData(k), len(k))
 	}
 	return out
 }
@@ -344,7 +357,7 @@ func (s *Server) ReconcileBegin(ctx context.Context, r *pb.ReconcileBeginRequest
 }
 
 func (s *Server) ReconcileKeys(ctx context.Context, r *pb.ReconcileKeysRequest) (*pb.ReconcileKeysResponse, error) {
-	res, err := s.api.ReconcileKeys(ctx, r.GetNode(), r.GetSession(), strs(r.GetKeys()))
+	res, err := s.api.ReconcileKeys(ctx, r.GetNode(), r.GetSession(), views(r.GetKeys()))
 	if err != nil {
 		return nil, toStatus(err)
 	}
