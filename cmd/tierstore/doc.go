@@ -1,6 +1,6 @@
 // Command tierstore is the tierstore command-line tool:
 //
-//	tierstore demo [--dir D] [--objects 11] [--size 1MiB]   embedded end-to-end check (reference 004)
+//	tierstore demo [--dir D] [--objects 11] [--size 1MiB]   embedded end-to-end check (Mooncake #4740)
 //	tierstore serve --dir D [--port 50051]                  master + node in one process over gRPC
 //	tierstore put    --master ADDR KEY [FILE]               store FILE (or stdin)
 //	tierstore get    --master ADDR KEY [FILE]               write the value to FILE (or stdout)

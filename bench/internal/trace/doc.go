@@ -11,7 +11,7 @@
 //
 //   - Scan: repeated sequential passes over a fixed working set. With a
 //     working set about twice the cache capacity, recency-based eviction gets
-//     no hits at all (reference 004).
+//     no hits at all (Mooncake #4740).
 //   - Conversations: multi-turn chat sessions. Every prompt starts with a
 //     system prefix shared by all sessions, followed by the session's own
 //     history; each turn appends new blocks. Sessions are chosen with a Zipf
