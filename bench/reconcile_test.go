@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -27,15 +25,7 @@ func TestReconcileSmoke(t *testing.T) {
 	if err := run(ctx, []string{"reconcile", "--quick", "--keys", "20000", "--dir", dir, "--json", jsonPath}, &stdout, &stderr); err != nil {
 		t.Fatalf("reconcile: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 	}
-	var rep report
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
-	checkReport(t, &rep, "reconcile")
+	rep := readReport(t, jsonPath, "reconcile")
 	rows := rep.Results[0].Tables[0].Rows
 	if len(rows) != 5 {
 		t.Fatalf("%d steps, want 5: %v", len(rows), rows)

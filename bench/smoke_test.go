@@ -108,15 +108,7 @@ func TestE2ESmoke(t *testing.T) {
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, stdout.String())
 	}
-	var rep report
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
-	checkReport(t, &rep, "e2e")
+	rep := readReport(t, jsonPath, "e2e")
 	tb := rep.Results[0].Tables[0]
 	col := map[string]int{}
 	for i, c := range tb.Columns {
@@ -218,6 +210,22 @@ func TestThroughputWithoutFio(t *testing.T) {
 			}
 		})
 	}
+}
+
+// readReport reads the JSON report a scenario wrote to path and checks it
+// holds one well-formed result of scenario name (checkReport).
+func readReport(t *testing.T, path, name string) *report {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatalf("%s: json: %v", name, err)
+	}
+	checkReport(t, &rep, name)
+	return &rep
 }
 
 func checkReport(t *testing.T, rep *report, name string) {

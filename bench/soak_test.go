@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,15 +33,7 @@ func TestSoakSmoke(t *testing.T) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)
 		}
 	}
-	var rep report
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
-	checkReport(t, &rep, "soak")
+	rep := readReport(t, jsonPath, "soak")
 	health := rep.Results[0].Tables[0]
 	figures := map[string][]any{}
 	for _, row := range health.Rows {
