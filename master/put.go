@@ -117,12 +117,11 @@ func (s *Service) ownPut(sh *shard, op, key string, token uint64) (*object, erro
 }
 
 func (s *Service) putEnd(key string, token uint64) error {
-	if err := validKey(key); err != nil {
+	now := s.now()
+	sh, err := s.lockKey(key)
+	if err != nil {
 		return err
 	}
-	now := s.now()
-	sh := s.shardOf(key)
-	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	o, err := s.ownPut(sh, "put_end", key, token)
 	if err != nil {
@@ -156,11 +155,10 @@ func (s *Service) PutRevoke(ctx context.Context, key string, token uint64) error
 }
 
 func (s *Service) putRevoke(key string, token uint64) error {
-	if err := validKey(key); err != nil {
+	sh, err := s.lockKey(key)
+	if err != nil {
 		return err
 	}
-	sh := s.shardOf(key)
-	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	o, err := s.ownPut(sh, "put_revoke", key, token)
 	if err != nil {

@@ -39,11 +39,10 @@ func (s *Service) countLookup(key string, o *object) {
 // replica was lost inside the lease (Mooncake #4508): "exists: false" next
 // to "get: replica is gone" would tell an operator two stories.
 func (s *Service) exist(key string, now int64, count bool) (bool, error) {
-	if err := validKey(key); err != nil {
+	sh, err := s.lockKey(key)
+	if err != nil {
 		return false, err
 	}
-	sh := s.shardOf(key)
-	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	o := sh.objs[key]
 	s.observeLookup(key, o, count)
@@ -67,11 +66,10 @@ func (s *Service) exist(key string, now int64, count bool) (bool, error) {
 // slab, when not nil, is a shared backing array for the Replicas of a batch
 // (one allocation per batch instead of one per key).
 func (s *Service) replicaList(key string, now int64, count bool, slab *[]Replica) (ObjectInfo, error) {
-	if err := validKey(key); err != nil {
+	sh, err := s.lockKey(key)
+	if err != nil {
 		return ObjectInfo{}, err
 	}
-	sh := s.shardOf(key)
-	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	o := sh.objs[key]
 	s.observeLookup(key, o, count)

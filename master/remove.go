@@ -12,12 +12,11 @@ func (s *Service) Remove(ctx context.Context, key string, force bool) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	if err := validKey(key); err != nil {
+	now := s.now()
+	sh, err := s.lockKey(key)
+	if err != nil {
 		return s.observe(err)
 	}
-	now := s.now()
-	sh := s.shardOf(key)
-	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	o := sh.objs[key]
 	if o == nil {

@@ -201,6 +201,16 @@ func (s *Service) shardOf(key string) *shard {
 	return &s.shards[s.shardIndex(key)]
 }
 
+// lockKey checks key and returns its shard locked; the caller unlocks it.
+func (s *Service) lockKey(key string) (*shard, error) {
+	if err := validKey(key); err != nil {
+		return nil, err
+	}
+	sh := s.shardOf(key)
+	sh.mu.Lock()
+	return sh, nil
+}
+
 // shardIndex is the index in s.shards of key's shard: the low bits of the
 // key's stable hash, the same bits as its reconcile range (reconcile.go).
 func (s *Service) shardIndex(key string) int {
