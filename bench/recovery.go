@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/backend/uring"
+	tscluster "github.com/tierstore/tierstore/internal/cluster"
 	"github.com/tierstore/tierstore/tier"
 )
 
@@ -140,6 +141,7 @@ func runChild(ctx context.Context, dir, mode string, n int, size int64, b bar, k
 	}
 	cmd := exec.CommandContext(ctx, exe, childArg, "--dir", dir, "--mode", mode,
 		"--objects", strconv.Itoa(n), "--object-size", strconv.FormatInt(size, 10))
+	tscluster.DieWithParent(cmd)
 	cmd.Env = append(os.Environ(), "TIERSTORE_BENCH_CHILD=1")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/client"
+	tscluster "github.com/tierstore/tierstore/internal/cluster"
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/node"
@@ -382,6 +383,7 @@ func (cl *cluster) start(ctx context.Context, dir, bin, prefix string, args ...s
 	}
 	defer logf.Close()
 	cmd := exec.Command(bin, args...)
+	tscluster.DieWithParent(cmd)
 	cmd.Stderr = logf
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -101,6 +101,7 @@ func (w logWriter) Write(b []byte) (int, error) {
 func (b *Binaries) Start(binary string, wait time.Duration, args ...string) (*Proc, error) {
 	p := &Proc{Name: binary, Args: args, done: make(chan struct{})}
 	p.cmd = exec.Command(filepath.Join(b.Dir, binary), args...)
+	DieWithParent(p.cmd)
 	p.cmd.Stderr = logWriter{p}
 	out, err := p.cmd.StdoutPipe()
 	if err != nil {
