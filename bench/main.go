@@ -92,7 +92,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 	readers := fs.Int("readers", 4, "throughput: goroutines calling Load")
 	perLoad := fs.Int("keys-per-load", 8, "throughput: keys per Load call")
 	sizes := fs.String("sizes", "", "throughput: object sizes, comma-separated (default 64K,256K,1M)")
-	backends := fs.String("backends", "", "throughput: backends, comma-separated (default uring+direct,pwrite,pwrite+direct)")
+	backends := fs.String("backends", "", "throughput: backends, comma-separated (default uring+direct,pwrite,pwrite+direct; also uring+direct-noyield)")
 	objects := fs.Int("objects", 0, "recovery: objects in the tier (default 100000 and 1000000; --quick 20000)")
 	objSize := fs.String("object-size", "4K", "recovery: object size")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,6 +49,17 @@ var tierBackends = []tierBackend{
 	}},
 	{"pwrite+direct", func(dir string, log *slog.Logger) (backend.Backend, error) {
 		return pwrite.Open(dir, pwrite.Options{Direct: true, Logger: log})
+	}},
+}
+
+// optionalBackends run only when --backends names them: variants of a
+// backend's options to compare side by side in one run.
+var optionalBackends = []tierBackend{
+	// uring+direct without the read priority: bucket writes keep
+	// WriteDepth writes in flight even while reads wait.
+	{"uring+direct-noyield", func(dir string, log *slog.Logger) (backend.Backend, error) {
+		return uring.Open(dir, uring.Options{Direct: true, Logger: log,
+			WriteDepthUnderReads: uring.DefaultWriteDepth})
 	}},
 }
 
@@ -173,13 +185,13 @@ func throughputBackends(e *env) ([]tierBackend, error) {
 	var out []tierBackend
 next:
 	for _, name := range strings.Split(e.backends, ",") {
-		for _, b := range tierBackends {
+		for _, b := range slices.Concat(tierBackends, optionalBackends) {
 			if b.name == strings.TrimSpace(name) {
 				out = append(out, b)
 				continue next
 			}
 		}
-		return nil, fmt.Errorf("%w: --backends: unknown backend %q (valid: uring+direct, pwrite, pwrite+direct)", errUsage, name)
+		return nil, fmt.Errorf("%w: --backends: unknown backend %q (valid: uring+direct, pwrite, pwrite+direct, uring+direct-noyield)", errUsage, name)
 	}
 	return out, nil
 }
@@ -393,7 +405,7 @@ func tpRun(ctx context.Context, e *env, tb tierBackend, dir string, size, total,
 	if readers != 32 || perLoad != 1 {
 		modes = append(modes, loadFig{readers: 32, perLoad: 1})
 	}
-	if tb.name == "uring+direct" {
+	if strings.HasPrefix(tb.name, "uring+direct") {
 		// Load latency with and without an Offload stream, each for a
 		// fixed time over random keys.
 		modes = append(modes, loadFig{readers: 32, perLoad: 1, timed: streamPhase(e)},

@@ -47,6 +47,9 @@ type reactor struct {
 	comps    []iuring.Completion
 	// maxInFlight is the most pieces in flight at once (tests read it).
 	maxInFlight atomic.Int64
+	// pending counts the requests submitted and not yet complete; writers
+	// read it to yield to reads (Options.WriteDepthUnderReads).
+	pending atomic.Int64
 }
 
 // wakeTag marks the eventfd READ's completion.
@@ -107,6 +110,7 @@ func (r *reactor) submit(req *request) error {
 		}
 		return err
 	}
+	r.pending.Add(1)
 	r.incoming = append(r.incoming, req)
 	if r.sleeping {
 		// Under mu: exit closes the eventfd under mu too, so this never
@@ -276,6 +280,7 @@ func (r *reactor) finish(pc *piece, err error) {
 	}
 	req.left--
 	if req.left == 0 {
+		r.pending.Add(-1)
 		req.complete()
 	}
 }

@@ -17,9 +17,12 @@ import (
 const (
 	DefaultQueueDepth = 32
 	DefaultWriteDepth = 8
-	DefaultChunkSize  = 1 << 20
-	DefaultMaxRings   = 64
-	DefaultReadDepth  = 128
+	// DefaultWriteDepthUnderReads: chunk writes in flight per bucket while
+	// reads wait (Options.WriteDepthUnderReads).
+	DefaultWriteDepthUnderReads = 2
+	DefaultChunkSize            = 1 << 20
+	DefaultMaxRings             = 64
+	DefaultReadDepth            = 128
 	// MaxQueueDepth bounds QueueDepth (ring entries and staging slots).
 	MaxQueueDepth = 1024
 	// MaxChunkSize bounds ChunkSize.
@@ -43,6 +46,13 @@ type Options struct {
 	// flight (<= QueueDepth), and so the number of ChunkSize staging slots
 	// of each ring. Default 8.
 	WriteDepth int
+	// WriteDepthUnderReads is the most chunk writes one WriteBucket keeps
+	// in flight while reads are waiting on the read ring (<= WriteDepth),
+	// so that a read queues behind at most this many chunk writes on the
+	// device instead of WriteDepth: reads take priority over offload
+	// writes, which run at full depth again as soon as no read is
+	// pending. Default 2; set it to WriteDepth to turn the yield off.
+	WriteDepthUnderReads int
 	// ChunkSize is the size of one write and of one staging slot; a
 	// multiple of backend.Alignment. Default 1 MiB.
 	ChunkSize int
@@ -68,6 +78,9 @@ func (o *Options) fill() error {
 	if o.WriteDepth == 0 {
 		o.WriteDepth = min(DefaultWriteDepth, o.QueueDepth)
 	}
+	if o.WriteDepthUnderReads == 0 {
+		o.WriteDepthUnderReads = min(DefaultWriteDepthUnderReads, o.WriteDepth)
+	}
 	if o.ChunkSize == 0 {
 		o.ChunkSize = DefaultChunkSize
 	}
@@ -85,6 +98,8 @@ func (o *Options) fill() error {
 		return fmt.Errorf("%w: QueueDepth %d not in 1..%d", ErrBadOptions, o.QueueDepth, MaxQueueDepth)
 	case o.WriteDepth < 1 || o.WriteDepth > o.QueueDepth:
 		return fmt.Errorf("%w: WriteDepth %d not in 1..QueueDepth(%d)", ErrBadOptions, o.WriteDepth, o.QueueDepth)
+	case o.WriteDepthUnderReads < 1 || o.WriteDepthUnderReads > o.WriteDepth:
+		return fmt.Errorf("%w: WriteDepthUnderReads %d not in 1..WriteDepth(%d)", ErrBadOptions, o.WriteDepthUnderReads, o.WriteDepth)
 	case o.ChunkSize < backend.Alignment || o.ChunkSize > MaxChunkSize || o.ChunkSize%backend.Alignment != 0:
 		return fmt.Errorf("%w: ChunkSize %d not a multiple of %d in %d..%d", ErrBadOptions, o.ChunkSize, backend.Alignment, backend.Alignment, MaxChunkSize)
 	case o.MaxRings < 1:

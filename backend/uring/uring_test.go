@@ -168,6 +168,7 @@ func TestOpenBadInput(t *testing.T) {
 	for _, o := range []Options{
 		{QueueDepth: -1}, {QueueDepth: MaxQueueDepth + 1}, {QueueDepth: 4, WriteDepth: 5},
 		{ChunkSize: 1000}, {ChunkSize: MaxChunkSize + backend.Alignment}, {MaxRings: -1},
+		{WriteDepth: 4, WriteDepthUnderReads: 5}, {WriteDepthUnderReads: -1},
 	} {
 		_, err := Open(t.TempDir(), o)
 		require.ErrorIs(t, err, ErrBadOptions, "%+v", o)
@@ -348,4 +349,53 @@ func TestOneDurablePoint(t *testing.T) {
 	got, err := os.ReadFile(filepath.Join(b.Dir(), backend.FileName(5)))
 	require.NoError(t, err)
 	require.Equal(t, want, got)
+}
+
+// TestWritesYieldToPendingReads: while a read waits on the read ring, a
+// bucket write keeps at most WriteDepthUnderReads chunk writes in flight
+// (so the read queues behind two chunks on the device, not WriteDepth);
+// once no read is pending it runs at WriteDepth again. The read is held
+// in the reactor by the take hook, so the figures do not depend on timing.
+func TestWritesYieldToPendingReads(t *testing.T) {
+	gate := make(chan struct{})
+	var hold atomic.Bool
+	testHookTake = func() {
+		if hold.CompareAndSwap(true, false) {
+			<-gate
+		}
+	}
+	var mu sync.Mutex
+	var depths [][2]int
+	testHookWriteDepth = func(all, underReads int) {
+		mu.Lock()
+		depths = append(depths, [2]int{all, underReads})
+		mu.Unlock()
+	}
+	t.Cleanup(func() { testHookTake, testHookWriteDepth = nil, nil })
+	opts := small(true) // WriteDepth 4, 64 KiB chunks
+	opts.WriteDepthUnderReads = 2
+	b := openOrFail(t, t.TempDir(), opts).(*Backend)
+	defer b.Close()
+	ctx := context.Background()
+	const chunks = 16
+	data := backendtest.Pattern(9, chunks*opts.ChunkSize)
+	require.NoError(t, b.WriteBucket(ctx, 1, [][]byte{data}))
+
+	hold.Store(true)
+	done := make(chan error, 1)
+	op := []backend.ReadOp{{ID: 1, Off: 0, Len: 4096, Buf: backend.AlignedBuffer(4096)}}
+	b.ReadAsync(ctx, op, func(err error) { done <- err })
+	require.NoError(t, b.WriteBucket(ctx, 2, [][]byte{data}))
+	close(gate)
+	require.NoError(t, <-done)
+	require.Equal(t, data[:4096], op[0].Data)
+	require.NoError(t, b.WriteBucket(ctx, 3, [][]byte{data}))
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, depths, 3)
+	require.Equal(t, [2]int{4, 0}, depths[0], "no read pending: full WriteDepth, nothing under reads")
+	require.Equal(t, [2]int{2, 2}, depths[1], "a read pending: WriteDepthUnderReads")
+	require.Equal(t, [2]int{4, 0}, depths[2], "the read done: full depth again")
+	require.Zero(t, b.rx.pending.Load())
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -42,7 +43,8 @@ func (b *Backend) writeFile(ctx context.Context, fd int, data [][]byte, direct b
 			return fmt.Errorf("staging buffers: %w", err)
 		}
 	}
-	s := &writer{w: w, fd: fd, depth: b.opts.WriteDepth, direct: direct}
+	s := &writer{w: w, fd: fd, depth: b.opts.WriteDepth, yieldDepth: b.opts.WriteDepthUnderReads,
+		reads: &b.rx.pending, direct: direct}
 	data = slices.Clone(data) // consumed below; the caller's slice stays intact
 	write := s.writeBuffered
 	if direct {
@@ -50,6 +52,9 @@ func (b *Backend) writeFile(ctx context.Context, fd int, data [][]byte, direct b
 	}
 	if err = write(ctx, data); err == nil {
 		err = s.fdatasync()
+	}
+	if testHookWriteDepth != nil {
+		testHookWriteDepth(s.maxInFlight, s.maxUnderReads)
 	}
 	b.pool.put(w, s.broken)
 	return err
@@ -60,14 +65,27 @@ func (b *Backend) writeFile(ctx context.Context, fd int, data [][]byte, direct b
 // outside tests.
 var testHookWrite func(off int64, res int32) int32
 
+// testHookWriteDepth, when set by a test, receives each WriteBucket's
+// writer.maxInFlight and writer.maxUnderReads. It is nil outside tests.
+var testHookWriteDepth func(maxInFlight, maxUnderReads int)
+
 // writer runs the writes of one bucket file on one worker.
 type writer struct {
-	w      *worker
-	fd     int
-	depth  int
-	direct bool
-	broken bool // the ring failed; the worker must not be reused
-	comps  []iuring.Completion
+	w     *worker
+	fd    int
+	depth int
+	// yieldDepth replaces depth while reads is above zero: reads pending
+	// on the read ring go ahead of all but yieldDepth of this bucket's
+	// writes (docs/design.md, the tier's read-priority rule).
+	yieldDepth int
+	reads      *atomic.Int64
+	// maxInFlight is the most writes this writer had in flight at once,
+	// and maxUnderReads the most while reads were pending (tests read
+	// them).
+	maxInFlight, maxUnderReads int
+	direct                     bool
+	broken                     bool // the ring failed; the worker must not be reused
+	comps                      []iuring.Completion
 }
 
 // wreq is the tag of one write in flight: what remains to be written.
@@ -177,7 +195,7 @@ func (s *writer) writeDirect(ctx context.Context, data [][]byte) error {
 	var off int64
 	inflight := 0
 	for {
-		for len(data) > 0 && inflight < s.depth && len(s.w.free) > 0 {
+		for len(data) > 0 && s.room(inflight) && len(s.w.free) > 0 {
 			if err := ctx.Err(); err != nil {
 				return s.drain(inflight, err)
 			}
@@ -216,7 +234,7 @@ func (s *writer) writeBuffered(ctx context.Context, data [][]byte) error {
 	var off int64
 	inflight := 0
 	for {
-		for len(data) > 0 && inflight < s.depth {
+		for len(data) > 0 && s.room(inflight) {
 			if err := ctx.Err(); err != nil {
 				return s.drain(inflight, err)
 			}
@@ -240,6 +258,25 @@ func (s *writer) writeBuffered(ctx context.Context, data [][]byte) error {
 			return s.drain(inflight, err)
 		}
 	}
+}
+
+// room reports whether another write may go in flight beside inflight
+// ones: depth of them, or yieldDepth while reads are pending. It records
+// the depth reached for tests.
+func (s *writer) room(inflight int) bool {
+	limit := s.depth
+	reading := s.reads != nil && s.reads.Load() > 0
+	if reading {
+		limit = s.yieldDepth
+	}
+	if inflight >= limit {
+		return false
+	}
+	s.maxInFlight = max(s.maxInFlight, inflight+1)
+	if reading {
+		s.maxUnderReads = max(s.maxUnderReads, inflight+1)
+	}
+	return true
 }
 
 // fdatasync issues FSYNC with DATASYNC through the ring and waits for it.
