@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"sort"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -55,6 +56,17 @@ func newMetrics(s *Service) *metrics {
 			func() float64 { return float64(s.cnt.putWaits.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_put_start_wait_failures_total", Help: "PutStarts that waited for DRAM room and gave up (context or put_start_max_wait)."},
 			func() float64 { return float64(s.cnt.putWaitsFailed.Load()) }),
+		promotionCounter("queued", "SSD hits the admission policy found worth a DRAM copy, queued for their node.", &s.cnt.promotionsQueued),
+		promotionCounter("started", "Promotions handed to a node (a DRAM range allocated).", &s.cnt.promotionsStarted),
+		promotionCounter("published", "Promotions the node loaded: DRAM replica published.", &s.cnt.promotions),
+		promotionCounter("abandoned", "Promotions given up: SSD copy gone, object removed or put again, node failed to load.", &s.cnt.promotionsAbandoned),
+		promotionCounter("no_room", "Promotion candidates dropped: no DRAM room on their node even after eviction.", &s.cnt.promotionsNoRoom),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_admission_sketches_sent_total", Help: "Admission sketches sent to nodes in heartbeat replies."},
+			func() float64 { return float64(s.cnt.sketchesSent.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_admission_sketch_bytes_sent_total", Help: "Bytes of admission sketches sent to nodes."},
+			func() float64 { return float64(s.cnt.sketchBytesSent.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_admission_sketch_too_large_total", Help: "Admission sketches not sent: larger than a quarter of the RPC message limit."},
+			func() float64 { return float64(s.cnt.sketchTooLarge.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_bad_replicas_total", Help: "Replicas dropped because a reader reported a size or CRC32C mismatch."},
 			func() float64 { return float64(s.cnt.badReplicas.Load()) }),
 	)
@@ -68,6 +80,12 @@ func newMetrics(s *Service) *metrics {
 		m.byCode[c] = m.errs.WithLabelValues(c.String())
 	}
 	return m
+}
+
+// promotionCounter is tierstore_master_promotions_total{result}.
+func promotionCounter(result, help string, v *atomic.Int64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_promotions_total", Help: "Promotions of SSD objects into DRAM, by result: " + help,
+		ConstLabels: prometheus.Labels{"result": result}}, func() float64 { return float64(v.Load()) })
 }
 
 func (m *metrics) countErr(err error) {
@@ -104,16 +122,18 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 		return Stats{}, err
 	}
 	st := Stats{
-		Objects:          s.cnt.objects.Load(),
-		MemoryReplicas:   s.cnt.memReplicas.Load(),
-		DiskReplicas:     s.cnt.diskReplicas.Load(),
-		MemoryBytes:      s.cnt.memBytes.Load(),
-		DiskBytes:        s.cnt.diskBytes.Load(),
-		Evictions:        s.cnt.evictions.Load(),
-		OffloadQueuedTot: s.cnt.offloadQueued.Load(),
-		OffloadPersisted: s.cnt.offloadPersisted.Load(),
-		OffloadFailed:    s.cnt.offloadFailed.Load(),
-		ExpiredNodes:     s.cnt.expiredNodes.Load(),
+		Objects:             s.cnt.objects.Load(),
+		MemoryReplicas:      s.cnt.memReplicas.Load(),
+		DiskReplicas:        s.cnt.diskReplicas.Load(),
+		MemoryBytes:         s.cnt.memBytes.Load(),
+		DiskBytes:           s.cnt.diskBytes.Load(),
+		Evictions:           s.cnt.evictions.Load(),
+		OffloadQueuedTot:    s.cnt.offloadQueued.Load(),
+		OffloadPersisted:    s.cnt.offloadPersisted.Load(),
+		OffloadFailed:       s.cnt.offloadFailed.Load(),
+		ExpiredNodes:        s.cnt.expiredNodes.Load(),
+		Promotions:          s.cnt.promotions.Load(),
+		PromotionsAbandoned: s.cnt.promotionsAbandoned.Load(),
 	}
 	s.nodesMu.RLock()
 	st.Nodes = int64(len(s.nodes))

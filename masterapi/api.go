@@ -338,6 +338,10 @@ type Stats struct {
 	OffloadPersisted int64
 	OffloadFailed    int64
 	ExpiredNodes     int64
+	// Promotions counts DRAM replicas added by promotion (published);
+	// PromotionsAbandoned the promotions given up (SSD copy gone, object
+	// removed or put again, no room, the node refused).
+	Promotions, PromotionsAbandoned int64
 	// PerNode has one row per node incarnation, sorted by node id: the live
 	// ones, then (Alive false) retired incarnations that replicas still
 	// point at (kept unreadable for their objects' leases).
