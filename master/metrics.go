@@ -56,11 +56,11 @@ func newMetrics(s *Service) *metrics {
 			func() float64 { return float64(s.cnt.putWaits.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_put_start_wait_failures_total", Help: "PutStarts that waited for DRAM room and gave up (context or put_start_max_wait)."},
 			func() float64 { return float64(s.cnt.putWaitsFailed.Load()) }),
-		promotionCounter("queued", "SSD hits the admission policy found worth a DRAM copy, queued for their node.", &s.cnt.promotionsQueued),
-		promotionCounter("started", "Promotions handed to a node (a DRAM range allocated).", &s.cnt.promotionsStarted),
-		promotionCounter("published", "Promotions the node loaded: DRAM replica published.", &s.cnt.promotions),
-		promotionCounter("abandoned", "Promotions given up: SSD copy gone, object removed or put again, node failed to load.", &s.cnt.promotionsAbandoned),
-		promotionCounter("no_room", "Promotion candidates dropped: no DRAM room on their node even after eviction.", &s.cnt.promotionsNoRoom),
+		promotionCounter("queued", &s.cnt.promotionsQueued),       // SSD hits the admission policy found worth a DRAM copy, queued for their node.
+		promotionCounter("started", &s.cnt.promotionsStarted),     // Promotions handed to a node (a DRAM range allocated).
+		promotionCounter("published", &s.cnt.promotions),          // Promotions the node loaded: DRAM replica published.
+		promotionCounter("abandoned", &s.cnt.promotionsAbandoned), // Promotions given up: SSD copy gone, object removed or put again, node failed to load.
+		promotionCounter("no_room", &s.cnt.promotionsNoRoom),      // Promotion candidates dropped: no DRAM room on their node even after eviction.
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_admission_sketches_sent_total", Help: "Admission sketches sent to nodes in heartbeat replies."},
 			func() float64 { return float64(s.cnt.sketchesSent.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_admission_sketch_bytes_sent_total", Help: "Bytes of admission sketches sent to nodes."},
@@ -82,9 +82,11 @@ func newMetrics(s *Service) *metrics {
 	return m
 }
 
-// promotionCounter is tierstore_master_promotions_total{result}.
-func promotionCounter(result, help string, v *atomic.Int64) prometheus.Collector {
-	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_promotions_total", Help: "Promotions of SSD objects into DRAM, by result: " + help,
+// promotionCounter is tierstore_master_promotions_total{result} (one help
+// text for every label value, as the registry requires).
+func promotionCounter(result string, v *atomic.Int64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_promotions_total",
+		Help:        "Promotions of SSD objects into DRAM by result: queued (SSD hit worth a DRAM copy), started (range allocated), published, abandoned, no_room.",
 		ConstLabels: prometheus.Labels{"result": result}}, func() float64 { return float64(v.Load()) })
 }
 
