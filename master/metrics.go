@@ -65,7 +65,7 @@ func newMetrics(s *Service) *metrics {
 			func() float64 { return float64(s.cnt.sketchesSent.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_admission_sketch_bytes_sent_total", Help: "Bytes of admission sketches sent to nodes."},
 			func() float64 { return float64(s.cnt.sketchBytesSent.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_admission_sketch_too_large_total", Help: "Admission sketches not sent: larger than a quarter of the RPC message limit."},
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_admission_sketch_too_large_total", Help: "Admission sketches not sent: larger than half the RPC message limit."},
 			func() float64 { return float64(s.cnt.sketchTooLarge.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_bad_replicas_total", Help: "Replicas dropped because a reader reported a size or CRC32C mismatch."},
 			func() float64 { return float64(s.cnt.badReplicas.Load()) }),

@@ -294,10 +294,13 @@ func (s *Service) Heartbeat(ctx context.Context, req masterapi.HeartbeatRequest)
 	return rep, nil
 }
 
-// maxSketchBytes bounds the sketch a heartbeat carries (a quarter of the
-// RPC message limit): a larger one is not sent, and the node keeps valuing
-// its buckets with the copy it has (or by recency without one).
-const maxSketchBytes = masterapi.MaxMessageSize / 4
+// maxSketchBytes bounds the sketch a heartbeat carries (half the RPC
+// message limit, the other half for tasks): a larger one is not sent, and
+// the node keeps valuing its buckets with the copy it has (or by recency
+// without one, and sends no SSD report). The sketch takes about 24 bytes
+// per cached object (24,613 bytes at the default width of 8192 counters a
+// row, up to 1024 objects), so up to about 1.3 million cached objects.
+const maxSketchBytes = masterapi.MaxMessageSize / 2
 
 // sketchForNode encodes the policy's sketch for node, nil when the policy
 // keeps none or it is too large to send.
@@ -312,7 +315,7 @@ func (s *Service) sketchForNode(node string) []byte {
 	}
 	if len(b) > maxSketchBytes {
 		s.cnt.sketchTooLarge.Add(1)
-		s.log.Warn("admission sketch not sent: larger than a quarter of the RPC message limit", "node", node,
+		s.log.Warn("admission sketch not sent: larger than half the RPC message limit", "node", node,
 			"bytes", len(b), "limit", maxSketchBytes)
 		return nil
 	}
