@@ -40,45 +40,54 @@ import (
 // candidates are dropped (counted, the next SSD hit asks again).
 const maxPromoQueue = 4096
 
+// maxPromoTries bounds the heartbeats a candidate waits for DRAM room: the
+// eviction a promotion starts may only queue the victim's offload (tinylfu
+// admits DRAM victims), which frees its range a heartbeat or so later.
+const maxPromoTries = 4
+
 // promoBox is a node's queue of promotion candidates. Lock order: shard.mu
 // before promoBox.mu.
 type promoBox struct {
-	mu    sync.Mutex // protects keys and set
+	mu    sync.Mutex // protects keys and tries
 	keys  []string
-	set   map[string]struct{}
-	drops int64 // candidates refused because the queue was full
+	tries map[string]uint8 // queued key -> heartbeats it found no room
+	drops int64            // candidates refused because the queue was full
 }
 
-// add queues key once; false when the queue is full.
-func (b *promoBox) add(key string) bool {
+// add queues key once (tries: the heartbeats it already found no room);
+// false when the queue is full.
+func (b *promoBox) add(key string, tries uint8) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if _, ok := b.set[key]; ok {
+	if _, ok := b.tries[key]; ok {
 		return true
 	}
 	if len(b.keys) >= maxPromoQueue {
 		b.drops++
 		return false
 	}
-	if b.set == nil {
-		b.set = map[string]struct{}{}
+	if b.tries == nil {
+		b.tries = map[string]uint8{}
 	}
-	b.set[key] = struct{}{}
+	b.tries[key] = tries
 	b.keys = append(b.keys, key)
 	return true
 }
 
-// take removes and returns up to n queued keys, oldest first.
-func (b *promoBox) take(n int) []string {
+// take removes and returns up to n queued keys, oldest first, with their
+// tries.
+func (b *promoBox) take(n int) ([]string, []uint8) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	n = min(n, len(b.keys))
 	out := append([]string(nil), b.keys[:n]...)
+	tries := make([]uint8, n)
 	b.keys = append(b.keys[:0], b.keys[n:]...)
-	for _, k := range out {
-		delete(b.set, k)
+	for i, k := range out {
+		tries[i] = b.tries[k]
+		delete(b.tries, k)
 	}
-	return out
+	return out, tries
 }
 
 // promoter is a policy that answers whether an SSD hit deserves a DRAM copy.
@@ -102,7 +111,7 @@ func (s *Service) considerPromotion(key string, o *object) {
 	if n == nil || !p.Promote(key) {
 		return
 	}
-	if n.promo.add(key) {
+	if n.promo.add(key, 0) {
 		s.cnt.promotionsQueued.Add(1)
 	}
 }
@@ -112,9 +121,16 @@ func (s *Service) considerPromotion(key string, o *object) {
 // replica in progress.
 func (s *Service) takePromotions(n *node, max int) []masterapi.PromoteTask {
 	var out []masterapi.PromoteTask
-	for _, key := range n.promo.take(max) {
-		if t, ok := s.startPromotion(n, key); ok {
+	keys, tries := n.promo.take(max)
+	for i, key := range keys {
+		t, res := s.startPromotion(n, key)
+		switch {
+		case res == promoStarted:
 			out = append(out, t)
+		case res == promoNoRoom && tries[i]+1 < maxPromoTries:
+			n.promo.add(key, tries[i]+1) // the eviction it started may free room by the next heartbeat
+		case res == promoNoRoom:
+			s.cnt.promotionsNoRoom.Add(1)
 		}
 	}
 	return out
@@ -131,9 +147,18 @@ func promotable(o *object, n *node) bool {
 	return i >= 0 && o.disk[i].node == n && !n.dead.Load()
 }
 
+// promoStart is the outcome of startPromotion.
+type promoStart uint8
+
+const (
+	promoStarted promoStart = iota
+	promoNoRoom             // no room in n's segment, even after eviction
+	promoMoot               // the object is gone, changed, or has a DRAM copy
+)
+
 // startPromotion allocates key's range in n's segment and records it as
-// o's DRAM replica in progress (a put of token tok, marked promo).
-func (s *Service) startPromotion(n *node, key string) (masterapi.PromoteTask, bool) {
+// o's DRAM replica in progress (a put of a new token, marked promo).
+func (s *Service) startPromotion(n *node, key string) (masterapi.PromoteTask, promoStart) {
 	sh := s.shardOf(key)
 	sh.mu.Lock()
 	o := sh.objs[key]
@@ -144,19 +169,18 @@ func (s *Service) startPromotion(n *node, key string) (masterapi.PromoteTask, bo
 	}
 	sh.mu.Unlock()
 	if !ok {
-		return masterapi.PromoteTask{}, false
+		return masterapi.PromoteTask{}, promoMoot
 	}
 	seg, off, ok := s.allocateOnNode(n, size)
 	if !ok {
-		s.cnt.promotionsNoRoom.Add(1)
-		return masterapi.PromoteTask{}, false
+		return masterapi.PromoteTask{}, promoNoRoom
 	}
 	now := s.now()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if o2 := sh.objs[key]; o2 != o || !promotable(o, n) || o.size != size {
 		s.freeRange(seg, off, size)
-		return masterapi.PromoteTask{}, false
+		return masterapi.PromoteTask{}, promoMoot
 	}
 	o.mem = memReplica{seg: seg, off: off, len: size, token: s.tokens.next(now), promo: true}
 	o.putStart = now
@@ -164,7 +188,7 @@ func (s *Service) startPromotion(n *node, key string) (masterapi.PromoteTask, bo
 	s.countMem(n, 1, size)
 	s.cnt.promotionsStarted.Add(1)
 	return masterapi.PromoteTask{Key: key, Segment: seg.name, Offset: off, Length: size, Size: size,
-		CRC: o.crc, PutToken: o.mem.token}, true
+		CRC: o.crc, PutToken: o.mem.token}, promoStarted
 }
 
 // allocateOnNode allocates size bytes in one of n's segments, evicting as
