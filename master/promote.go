@@ -239,7 +239,6 @@ func (s *Service) abandonPromotion(key string, o *object, id string) {
 	} else {
 		s.dropMem(o)
 	}
-	s.cnt.promotionsAbandoned.Add(1)
 }
 
 // PromoteEnd implements masterapi.AdmissionAPI.
@@ -250,7 +249,8 @@ func (s *Service) PromoteEnd(ctx context.Context, nodeID string, results []maste
 	out := make([]error, len(results))
 	for i, r := range results {
 		out[i] = s.observe(s.promoteEnd(nodeID, r))
-		if r.Loaded && out[i] != nil {
+		if out[i] != nil || !r.Loaded {
+			// Counted once, at the node's answer: not published.
 			s.cnt.promotionsAbandoned.Add(1)
 		}
 	}
@@ -278,7 +278,6 @@ func (s *Service) promoteEnd(nodeID string, r masterapi.PromoteResult) error {
 	now := s.now()
 	if !r.Loaded || !o.mem.seg.live() {
 		s.dropMem(o)
-		s.cnt.promotionsAbandoned.Add(1)
 		if !r.Loaded {
 			s.log.Debug("promotion not loaded by the node", "key", keyHex(r.Key), "node", nodeID, "reason", r.Reason)
 		}

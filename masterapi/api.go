@@ -339,8 +339,9 @@ type Stats struct {
 	OffloadFailed    int64
 	ExpiredNodes     int64
 	// Promotions counts DRAM replicas added by promotion (published);
-	// PromotionsAbandoned the promotions given up (SSD copy gone, object
-	// removed or put again, no room, the node refused).
+	// PromotionsAbandoned the promotions a node answered that were not
+	// published (SSD copy gone, object removed or put again meanwhile,
+	// node failed to load).
 	Promotions, PromotionsAbandoned int64
 	// PerNode has one row per node incarnation, sorted by node id: the live
 	// ones, then (Alive false) retired incarnations that replicas still
