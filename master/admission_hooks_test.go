@@ -169,6 +169,20 @@ func TestHeartbeatCarriesAdmissionState(t *testing.T) {
 		t.Fatalf("decoded sketch estimates %d, the policy %d", sk.Estimate("k"), p.Estimate("k"))
 	}
 	t.Logf("sketch at the default width (%d counters a row): %d bytes", sk.Width(), len(rep.Sketch))
+	// A node whose copy is current gets none; once the master's sketch has
+	// moved by 1/64 of its period (10240 accesses here), it gets one again.
+	v := rep.SketchVersion
+	if rep, err = s.Heartbeat(bg, masterapi.HeartbeatRequest{Node: "a", WantSketch: true, SketchVersion: v}); err != nil || rep.Sketch != nil {
+		t.Fatalf("sketch sent to a node whose copy is current: %d bytes, %v", len(rep.Sketch), err)
+	}
+	for range p.Stats().Period / 64 {
+		if _, err := s.ExistKey(bg, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rep, err = s.Heartbeat(bg, masterapi.HeartbeatRequest{Node: "a", WantSketch: true, SketchVersion: v}); err != nil || rep.Sketch == nil || rep.SketchVersion <= v {
+		t.Fatalf("no new sketch after 1/64 of a period: version %d -> %d, %v", v, rep.SketchVersion, err)
+	}
 	if _, err := s.Heartbeat(bg, masterapi.HeartbeatRequest{Node: "nope"}); !errors.Is(err, codes.ErrNeedRemount) {
 		t.Fatalf("heartbeat of an unknown node: %v", err)
 	}

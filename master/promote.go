@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/tierstore/tierstore/admission"
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -309,7 +310,7 @@ func (s *Service) Heartbeat(ctx context.Context, req masterapi.HeartbeatRequest)
 		s.ReportSSD(req.Node, ssdReportOf(*req.SSD))
 	}
 	if req.WantSketch {
-		rep.Sketch = s.sketchForNode(req.Node)
+		rep.Sketch, rep.SketchVersion = s.sketchForNode(req.Node, req.SketchVersion)
 	}
 	if n := s.lookupNode(req.Node); n != nil {
 		rep.Promotions = s.takePromotions(n, masterapi.MaxPromotions)
@@ -325,26 +326,42 @@ func (s *Service) Heartbeat(ctx context.Context, req masterapi.HeartbeatRequest)
 // row, up to 1024 objects), so up to about 1.3 million cached objects.
 const maxSketchBytes = masterapi.MaxMessageSize / 2
 
-// sketchForNode encodes the policy's sketch for node, nil when the policy
-// keeps none or it is too large to send.
-func (s *Service) sketchForNode(node string) []byte {
-	if _, ok := s.policy.(interface{ MarshalSketch() ([]byte, error) }); !ok {
-		return nil
+// sketchMoves is the fraction of the sketch's ageing period (accesses
+// between halvings) after which a node's copy is out of date: a copy
+// misses at most 1/64 of a period's counts.
+const sketchMoves = 64
+
+// sketchForNode encodes the policy's sketch for node and its version when
+// node has none (have 0) or its copy, version have, is out of date; nil
+// when the policy keeps none, the copy is current, or the sketch is too
+// large to send. A version is 1 + the lookups the policy had counted.
+func (s *Service) sketchForNode(node string, have uint64) ([]byte, uint64) {
+	p, ok := s.policy.(interface {
+		MarshalSketch() ([]byte, error)
+		Stats() admission.TinyLFUStats
+	})
+	if !ok {
+		return nil, 0
 	}
-	b, err := s.AdmissionSketch()
+	st := p.Stats()
+	cur := uint64(st.Lookups) + 1
+	if have != 0 && have <= cur && cur-have < uint64(max(1, st.Period/sketchMoves)) {
+		return nil, 0
+	}
+	b, err := p.MarshalSketch()
 	if err != nil {
 		s.log.Warn("admission sketch not sent", "node", node, "err", err)
-		return nil
+		return nil, 0
 	}
 	if len(b) > maxSketchBytes {
 		s.cnt.sketchTooLarge.Add(1)
 		s.log.Warn("admission sketch not sent: larger than half the RPC message limit", "node", node,
 			"bytes", len(b), "limit", maxSketchBytes)
-		return nil
+		return nil, 0
 	}
 	s.cnt.sketchesSent.Add(1)
 	s.cnt.sketchBytesSent.Add(int64(len(b)))
-	return b
+	return b, cur
 }
 
 var _ masterapi.AdmissionAPI = (*Service)(nil)

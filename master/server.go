@@ -288,7 +288,7 @@ func (s *Server) OffloadHeartbeat(ctx context.Context, r *pb.OffloadHeartbeatReq
 	var err error
 	if a, ok := s.api.(masterapi.AdmissionAPI); ok {
 		rep, err = a.Heartbeat(ctx, masterapi.HeartbeatRequest{Node: r.GetNode(), Max: int(r.GetMaxTasks()),
-			SSD: masterapi.SSDReportFromPB(r.GetSsdReport()), WantSketch: r.GetWantSketch()})
+			SSD: masterapi.SSDReportFromPB(r.GetSsdReport()), WantSketch: r.GetWantSketch(), SketchVersion: r.GetSketchVersion()})
 	} else {
 		rep.Tasks, err = s.api.OffloadHeartbeat(ctx, r.GetNode(), int(r.GetMaxTasks()))
 	}
@@ -296,7 +296,7 @@ func (s *Server) OffloadHeartbeat(ctx context.Context, r *pb.OffloadHeartbeatReq
 		return nil, toStatus(err)
 	}
 	out := &pb.OffloadHeartbeatResponse{Tasks: make([]*pb.OffloadTask, len(rep.Tasks)), Term: rep.Term,
-		AdmissionSketch: rep.Sketch, SsdReportWanted: rep.WantSSDReport}
+		AdmissionSketch: rep.Sketch, SketchVersion: rep.SketchVersion, SsdReportWanted: rep.WantSSDReport}
 	for i, t := range rep.Tasks {
 		out.Term = t.Term
 		out.Tasks[i] = &pb.OffloadTask{Key: []byte(t.Key), Segment: t.Segment, Offset: t.Offset, Length: t.Length, Size: t.Size, Crc: t.CRC}

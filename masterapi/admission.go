@@ -56,8 +56,12 @@ type HeartbeatRequest struct {
 	Max  int // most offload tasks (0: the master's default)
 	// SSD is the node's SSD report; nil: unchanged since its last one.
 	SSD *SSDReport
-	// WantSketch asks for the admission policy's frequency sketch.
+	// WantSketch: the node takes the admission policy's frequency sketch,
+	// answered when SketchVersion is 0 or the master's sketch has moved
+	// on since that version (by 1/64 of its ageing period).
 	WantSketch bool
+	// SketchVersion is the version of the sketch the node holds (0: none).
+	SketchVersion uint64
 }
 
 // PromoteTask tells a node to copy Key from its SSD tier into its
@@ -81,8 +85,10 @@ type HeartbeatReply struct {
 	// availability); a node drops tasks and promotions of an older term.
 	Term uint64
 	// Sketch is the admission policy's sketch (admission.Sketch
-	// MarshalBinary) when asked for and kept; nil otherwise.
-	Sketch []byte
+	// MarshalBinary) when asked for, kept and moved on; nil otherwise.
+	// SketchVersion is its version.
+	Sketch        []byte
+	SketchVersion uint64
 	// WantSSDReport: the admission policy uses the node's SSD reports.
 	WantSSDReport bool
 	// Promotions are objects to copy from SSD into DRAM.
@@ -108,7 +114,7 @@ func (r *Remote) Heartbeat(ctx context.Context, req HeartbeatRequest) (Heartbeat
 	if max < 0 {
 		max = 0
 	}
-	in := &pb.OffloadHeartbeatRequest{Node: req.Node, MaxTasks: int32(max), WantSketch: req.WantSketch}
+	in := &pb.OffloadHeartbeatRequest{Node: req.Node, MaxTasks: int32(max), WantSketch: req.WantSketch, SketchVersion: req.SketchVersion}
 	if req.SSD != nil {
 		in.SsdReport = SSDReportPB(*req.SSD)
 	}
@@ -116,7 +122,7 @@ func (r *Remote) Heartbeat(ctx context.Context, req HeartbeatRequest) (Heartbeat
 	if err != nil {
 		return HeartbeatReply{}, fromStatus(err)
 	}
-	out := HeartbeatReply{Term: p.GetTerm(), Sketch: p.GetAdmissionSketch(), WantSSDReport: p.GetSsdReportWanted(),
+	out := HeartbeatReply{Term: p.GetTerm(), Sketch: p.GetAdmissionSketch(), SketchVersion: p.GetSketchVersion(), WantSSDReport: p.GetSsdReportWanted(),
 		Tasks: make([]OffloadTask, len(p.GetTasks()))}
 	for i, t := range p.GetTasks() {
 		out.Tasks[i] = OffloadTask{Key: string(t.GetKey()), Segment: t.GetSegment(), Offset: t.GetOffset(), Length: t.GetLength(), Size: t.GetSize(), CRC: t.GetCrc(), Term: p.GetTerm()}

@@ -16,14 +16,17 @@ import (
 // The node's side of SSD admission and promotion (package admission,
 // tinylfu; docs/design.md, "Admission across the RPC boundary"):
 //
-//   - the heartbeat asks for the master's frequency sketch when the node's
-//     copy is missing or older than AdmissionSketchInterval; the node
-//     decodes it and its tier ranks buckets with it (bucket_eviction
-//     "value", tier.Engine.SetValueFreq);
+//   - the heartbeat takes the master's frequency sketch, which the master
+//     sends when the node has none or its copy (the version it sends
+//     back) has fallen 1/64 of the sketch's ageing period behind, at most
+//     once per AdmissionSketchInterval; the node decodes it and its tier
+//     ranks buckets with it (bucket_eviction "value",
+//     tier.Engine.SetValueFreq);
 //   - when the master says its policy uses SSD reports, the heartbeat
 //     carries the tier's fill level and the value of its next victims
 //     (tier.Engine.Outlook valued with eviction.Value and the sketch),
-//     recomputed when the tier changed or AdmissionSketchInterval passed;
+//     recomputed when the tier changed or a new sketch arrived (the values
+//     depend on nothing else);
 //   - promotion tasks of the reply are loaded from the tier into the
 //     segment as the put the task names, then answered (PromoteEnd).
 //
@@ -42,12 +45,13 @@ type admissionTier interface {
 // heartbeat loop (roundMu).
 type nodeAdmission struct {
 	sketch     atomic.Pointer[admission.Sketch]
+	version    uint64     // of sketch (0: none)
 	sketchAt   time.Time  // when sketch was received
 	valuer     bool       // the tier was given the valuer
 	wantReport bool       // the master's policy takes SSD reports
 	last       tier.Stats // of the last report
-	reportAt   time.Time
-	cover      int64 // bytes of victims a report describes (High-Low, plus a bucket)
+	stale      bool       // a report is due whatever the tier did (new sketch)
+	cover      int64      // bytes of victims a report describes (High-Low, plus a bucket)
 }
 
 // freq is the sketch's estimate of key, 0 without a sketch.
@@ -63,18 +67,17 @@ func (a *nodeAdmission) freq(key []byte) uint32 {
 func (n *Node) heartbeatRequest() masterapi.HeartbeatRequest {
 	a := &n.adm
 	req := masterapi.HeartbeatRequest{Node: n.name, Max: n.cfg.OffloadBatch}
-	now := time.Now()
-	req.WantSketch = a.sketch.Load() == nil || now.Sub(a.sketchAt) >= n.cfg.AdmissionSketchInterval
+	req.WantSketch = a.version == 0 || time.Since(a.sketchAt) >= n.cfg.AdmissionSketchInterval
+	req.SketchVersion = a.version
 	if a.wantReport && a.sketch.Load() != nil {
-		req.SSD = n.ssdReport(now)
+		req.SSD = n.ssdReport()
 	}
 	return req
 }
 
-// ssdReport returns the tier's report when it changed since the last one
-// (or AdmissionSketchInterval passed), nil otherwise or when the tier
-// cannot tell.
-func (n *Node) ssdReport(now time.Time) *masterapi.SSDReport {
+// ssdReport returns the tier's report when the tier changed since the last
+// one or a new sketch arrived, nil otherwise or when the tier cannot tell.
+func (n *Node) ssdReport() *masterapi.SSDReport {
 	a := &n.adm
 	at, ok := n.tier.(admissionTier)
 	if !ok {
@@ -83,7 +86,7 @@ func (n *Node) ssdReport(now time.Time) *masterapi.SSDReport {
 	st := n.tier.Stats()
 	changed := st.BucketsWritten != a.last.BucketsWritten || st.Evictions != a.last.Evictions ||
 		st.ObjectsLoaded != a.last.ObjectsLoaded || st.Objects != a.last.Objects
-	if !changed && now.Sub(a.reportAt) < n.cfg.AdmissionSketchInterval {
+	if !changed && !a.stale {
 		return nil
 	}
 	if a.cover == 0 {
@@ -97,7 +100,7 @@ func (n *Node) ssdReport(now time.Time) *masterapi.SSDReport {
 		return nil
 	}
 	a.cover = max(ol.High-ol.Low, 0) + BucketFileLimit(n.cfg.BucketSizeLimit)
-	a.last, a.reportAt = st, now
+	a.last, a.stale = st, false
 	r := &masterapi.SSDReport{High: ol.High, Low: ol.Low, Used: ol.Used, Victims: make([]masterapi.SSDVictim, 0, len(ol.Victims))}
 	for _, v := range ol.Victims {
 		w := eviction.Value(v.Size, v.Keys, v.Sizes, a.freq)
@@ -114,7 +117,7 @@ func (n *Node) takeAdmission(rep masterapi.HeartbeatReply) {
 	a := &n.adm
 	if a.wantReport != rep.WantSSDReport {
 		a.wantReport = rep.WantSSDReport
-		a.reportAt = time.Time{} // report at the next heartbeat
+		a.stale = true // report at the next heartbeat
 	}
 	if len(rep.Sketch) == 0 {
 		return
@@ -125,8 +128,8 @@ func (n *Node) takeAdmission(rep masterapi.HeartbeatReply) {
 		return
 	}
 	a.sketch.Store(&s)
-	a.sketchAt = time.Now()
-	a.reportAt = time.Time{} // the victims' values changed
+	a.version, a.sketchAt = rep.SketchVersion, time.Now()
+	a.stale = true // the victims' values changed
 	n.metrics.sketchesReceived.Add(1)
 	if !a.valuer {
 		if at, ok := n.tier.(admissionTier); ok {

@@ -30,9 +30,6 @@ const (
 	DefaultPingInterval      = time.Second
 	DefaultReconcileInterval = time.Minute
 	DefaultOffloadBatch      = 1024
-	// DefaultAdmissionSketchInterval: a sketch (16 KiB at the master's
-	// default width, docs/node.md) at most once a second.
-	DefaultAdmissionSketchInterval = time.Second
 	// DefaultOffloadTaskTimeout is the master's default
 	// offload_task_timeout.
 	DefaultOffloadTaskTimeout = 300 * time.Second
@@ -89,10 +86,10 @@ type Config struct {
 	// ReconcileInterval is the period of the SSD key-list reconcile
 	// [--reconcile_interval].
 	ReconcileInterval time.Duration
-	// AdmissionSketchInterval is how old the node's copy of the master's
-	// admission sketch may get before a heartbeat asks for a new one, and
-	// the longest the node goes without an SSD report while its tier does
-	// not change [--admission_sketch_interval]; 0 takes the default.
+	// AdmissionSketchInterval is the least time between two admission
+	// sketches the node takes from the master (which sends one when the
+	// node's copy has fallen 1/64 of the sketch's ageing period behind);
+	// 0: no minimum [--admission_sketch_interval].
 	AdmissionSketchInterval time.Duration
 	// OffloadBatch is the most tasks drained per heartbeat.
 	OffloadBatch int
@@ -120,8 +117,6 @@ func DefaultConfig() Config {
 		PingInterval:      DefaultPingInterval,
 		ReconcileInterval: DefaultReconcileInterval,
 		OffloadBatch:      DefaultOffloadBatch,
-
-		AdmissionSketchInterval: DefaultAdmissionSketchInterval,
 
 		OffloadTaskTimeout: DefaultOffloadTaskTimeout,
 	}
@@ -204,11 +199,8 @@ func (c *Config) validate(checkDir bool) error {
 	if c.HeartbeatInterval <= 0 {
 		return badFlag("heartbeat_interval", "must be positive, got %v", c.HeartbeatInterval)
 	}
-	if c.AdmissionSketchInterval == 0 {
-		c.AdmissionSketchInterval = DefaultAdmissionSketchInterval
-	}
 	if c.AdmissionSketchInterval < 0 {
-		return badFlag("admission_sketch_interval", "must be positive, got %v", c.AdmissionSketchInterval)
+		return badFlag("admission_sketch_interval", "must be >= 0, got %v", c.AdmissionSketchInterval)
 	}
 	if c.PingInterval <= 0 {
 		return badFlag("ping_interval", "must be positive, got %v", c.PingInterval)

@@ -1790,9 +1790,12 @@ type OffloadHeartbeatRequest struct {
 	// eviction victims, for SSD admission (package admission, tinylfu).
 	// Absent: unchanged since the node's last report (or never asked for).
 	SsdReport *SSDReport `protobuf:"bytes,3,opt,name=ssd_report,json=ssdReport,proto3" json:"ssd_report,omitempty"`
-	// want_sketch: the node asks for the admission policy's frequency
-	// sketch (its copy is missing or old); the answer's admission_sketch.
-	WantSketch    bool `protobuf:"varint,4,opt,name=want_sketch,json=wantSketch,proto3" json:"want_sketch,omitempty"`
+	// want_sketch: the node takes the admission policy's frequency sketch;
+	// the answer's admission_sketch carries it when the node has none
+	// (sketch_version 0) or the master's has moved on since sketch_version.
+	WantSketch bool `protobuf:"varint,4,opt,name=want_sketch,json=wantSketch,proto3" json:"want_sketch,omitempty"`
+	// sketch_version: the version of the sketch the node holds (0: none).
+	SketchVersion uint64 `protobuf:"varint,5,opt,name=sketch_version,json=sketchVersion,proto3" json:"sketch_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1853,6 +1856,13 @@ func (x *OffloadHeartbeatRequest) GetWantSketch() bool {
 		return x.WantSketch
 	}
 	return false
+}
+
+func (x *OffloadHeartbeatRequest) GetSketchVersion() uint64 {
+	if x != nil {
+		return x.SketchVersion
+	}
+	return 0
 }
 
 // One SSD bucket the node would evict next, valued with the master's
@@ -2180,7 +2190,9 @@ type OffloadHeartbeatResponse struct {
 	SsdReportWanted bool `protobuf:"varint,4,opt,name=ssd_report_wanted,json=ssdReportWanted,proto3" json:"ssd_report_wanted,omitempty"`
 	// promotions: objects this node reads from SSD often enough to deserve
 	// a DRAM replica (dram_promotion_min_freq).
-	Promotions    []*PromoteTask `protobuf:"bytes,5,rep,name=promotions,proto3" json:"promotions,omitempty"`
+	Promotions []*PromoteTask `protobuf:"bytes,5,rep,name=promotions,proto3" json:"promotions,omitempty"`
+	// sketch_version: the version of admission_sketch, when sent.
+	SketchVersion uint64 `protobuf:"varint,6,opt,name=sketch_version,json=sketchVersion,proto3" json:"sketch_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2248,6 +2260,13 @@ func (x *OffloadHeartbeatResponse) GetPromotions() []*PromoteTask {
 		return x.Promotions
 	}
 	return nil
+}
+
+func (x *OffloadHeartbeatResponse) GetSketchVersion() uint64 {
+	if x != nil {
+		return x.SketchVersion
+	}
+	return 0
 }
 
 // The outcome of one PromoteTask.
@@ -3931,14 +3950,15 @@ const file_master_proto_rawDesc = "" +
 	"\x05count\x18\x01 \x01(\x03R\x05count\":\n" +
 	"\x12EvictMemoryRequest\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\fR\x04keys\x12\x10\n" +
-	"\x03all\x18\x02 \x01(\bR\x03all\"\xa4\x01\n" +
+	"\x03all\x18\x02 \x01(\bR\x03all\"\xcb\x01\n" +
 	"\x17OffloadHeartbeatRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1b\n" +
 	"\tmax_tasks\x18\x02 \x01(\x05R\bmaxTasks\x127\n" +
 	"\n" +
 	"ssd_report\x18\x03 \x01(\v2\x18.tierstore.rpc.SSDReportR\tssdReport\x12\x1f\n" +
 	"\vwant_sketch\x18\x04 \x01(\bR\n" +
-	"wantSketch\"K\n" +
+	"wantSketch\x12%\n" +
+	"\x0esketch_version\x18\x05 \x01(\x04R\rsketchVersion\"K\n" +
 	"\tSSDVictim\x12\x14\n" +
 	"\x05bytes\x18\x01 \x01(\x03R\x05bytes\x12\x12\n" +
 	"\x04span\x18\x02 \x01(\x03R\x04span\x12\x14\n" +
@@ -3962,7 +3982,7 @@ const file_master_proto_rawDesc = "" +
 	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x16\n" +
 	"\x06length\x18\x04 \x01(\x03R\x06length\x12\x12\n" +
 	"\x04size\x18\x05 \x01(\x03R\x04size\x12\x10\n" +
-	"\x03crc\x18\x06 \x01(\rR\x03crc\"\xf3\x01\n" +
+	"\x03crc\x18\x06 \x01(\rR\x03crc\"\x9a\x02\n" +
 	"\x18OffloadHeartbeatResponse\x120\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x1a.tierstore.rpc.OffloadTaskR\x05tasks\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12)\n" +
@@ -3970,7 +3990,8 @@ const file_master_proto_rawDesc = "" +
 	"\x11ssd_report_wanted\x18\x04 \x01(\bR\x0fssdReportWanted\x12:\n" +
 	"\n" +
 	"promotions\x18\x05 \x03(\v2\x1a.tierstore.rpc.PromoteTaskR\n" +
-	"promotions\"n\n" +
+	"promotions\x12%\n" +
+	"\x0esketch_version\x18\x06 \x01(\x04R\rsketchVersion\"n\n" +
 	"\rPromoteResult\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x1b\n" +
 	"\tput_token\x18\x02 \x01(\x04R\bputToken\x12\x16\n" +
