@@ -96,8 +96,9 @@
 // Used: int64; Victims: repeated {Bytes int64, Span int64, Value double};
 // rpcpb SSDReport); the master passes it to Service.ReportSSD, which adds
 // the node's outstanding tasks. The node values its victims with the
-// master's sketch, which the heartbeat reply carries when the node asks
-// for it, at most every --admission_sketch_interval (Service.
+// master's sketch, which the heartbeat reply carries when the node's copy
+// (whose version the request sends back) has fallen 1/64 of the ageing
+// period behind, at most once per --admission_sketch_interval (Service.
 // AdmissionSketch, Sketch.MarshalBinary / UnmarshalBinary: the key hash
 // has a fixed seed, so the estimates are the same in both processes). The
 // encoding is 37 bytes of header plus 4 rows of Width()/2 bytes of
