@@ -105,6 +105,8 @@ func scanAfterHotSet(t *testing.T, wrap func(*masterapi.Remote) masterapi.NodeAP
 	}, wrap)
 	ctx := context.Background()
 	val := rnd(64 << 10)
+	s.n.OffloadNow() // the sketch, and the master's wish for reports
+	s.n.OffloadNow() // the first report (an empty tier)
 	const hot, scan = 40, 64 // 2.5 MiB hot; the scan is 4 MiB
 	for i := range hot {
 		k := admKey("hot", i)
@@ -118,8 +120,6 @@ func scanAfterHotSet(t *testing.T, wrap func(*masterapi.Remote) masterapi.NodeAP
 		}
 	}
 	s.drain(t)
-	s.n.OffloadNow() // the sketch and a report reach each side
-	s.n.OffloadNow()
 	for i := range scan {
 		if err := s.c.Put(ctx, admKey("scan", i), val); err != nil {
 			t.Fatal(err)
