@@ -75,6 +75,14 @@ func (b *promoBox) add(key string, tries uint8) bool {
 	return true
 }
 
+// has reports whether key is queued.
+func (b *promoBox) has(key string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.tries[key]
+	return ok
+}
+
 // take removes and returns up to n queued keys, oldest first, with their
 // tries.
 func (b *promoBox) take(n int) ([]string, []uint8) {
@@ -109,8 +117,8 @@ func (s *Service) considerPromotion(key string, o *object) {
 			break
 		}
 	}
-	if n == nil || !p.Promote(key) {
-		return
+	if n == nil || n.promo.has(key) || !p.Promote(key) {
+		return // (a queued key is not asked again: Promote counts its yes)
 	}
 	if n.promo.add(key, 0) {
 		s.cnt.promotionsQueued.Add(1)
