@@ -105,8 +105,8 @@ func scanAfterHotSet(t *testing.T, wrap func(*masterapi.Remote) masterapi.NodeAP
 	}, wrap)
 	ctx := context.Background()
 	val := rnd(64 << 10)
-	s.n.OffloadNow() // the sketch, and the master's wish for reports
-	s.n.OffloadNow() // the first report (an empty tier)
+	s.n.OffloadNow()         // the sketch, and the master's wish for reports
+	s.n.OffloadNow()         // the first report (an empty tier)
 	const hot, scan = 40, 64 // 2.5 MiB hot; the scan is 4 MiB
 	for i := range hot {
 		k := admKey("hot", i)
