@@ -68,6 +68,8 @@ func (n *Node) fetchTasks(ctx context.Context) ([]masterapi.OffloadTask, []maste
 			if n.staleTerm(rep.Term) {
 				promos = nil
 			}
+		} else {
+			n.adm.stale = true // the report may not have arrived: send one again
 		}
 	} else {
 		tasks, err = n.m.OffloadHeartbeat(ctx, n.name, n.cfg.OffloadBatch)
