@@ -78,9 +78,11 @@
 // otherwise talk itself into thrashing).
 //
 // Promotion. Promote answers whether an object read from SSD is frequent
-// enough (dram_promotion_min_freq) to deserve a DRAM copy; the data path
-// that would make that copy is not part of the master yet (see the
-// README).
+// enough (dram_promotion_min_freq) to deserve a DRAM copy. The master asks
+// it at every lookup answered by SSD only and queues the key for the node
+// holding it; the node copies it from its SSD into a DRAM range the master
+// allocated and the master publishes the replica once the node confirms
+// (master/promote.go, docs/master.md).
 //
 // Metrics (TinyLFU is a prometheus.Collector the master registers):
 // tierstore_admission_decisions_total{result,reason},
@@ -88,15 +90,24 @@
 // _admitted_bytes_total, _ssd_hit_bytes_total, _written_per_read_bytes,
 // _promotions_total, _sketch_halvings_total. Stats returns them too.
 //
-// # Wire format still to be carried by RPC
+// # Wire format (the offload heartbeat)
 //
 // The offload heartbeat request carries the node's SSDReport (High, Low,
-// Used: int64; Victims: repeated {Bytes int64, Span int64, Value double});
-// the master passes it to Service.ReportSSD, which adds the node's
-// outstanding tasks. The node values its victims with the master's sketch,
-// which the heartbeat reply carries from time to time (Service.
+// Used: int64; Victims: repeated {Bytes int64, Span int64, Value double};
+// rpcpb SSDReport); the master passes it to Service.ReportSSD, which adds
+// the node's outstanding tasks. The node values its victims with the
+// master's sketch, which the heartbeat reply carries when the node's copy
+// (whose version the request sends back) has fallen 1/64 of the ageing
+// period behind, at most once per --admission_sketch_interval (Service.
 // AdmissionSketch, Sketch.MarshalBinary / UnmarshalBinary: the key hash
-// has a fixed seed, so the estimates are the same in both processes).
+// has a fixed seed, so the estimates are the same in both processes). The
+// encoding is 37 bytes of header plus 4 rows of Width()/2 bytes of
+// counters plus the doorkeeper: 24,613 bytes at the default width (8192
+// counters a row, up to 1024 cached objects), about 24 bytes per cached
+// object beyond. The master does not send one above half the RPC message
+// limit (32 MiB, about 1.3 million cached objects); that node then ranks
+// its buckets by recency and sends no report (its victims would be worth
+// nothing), and its candidates are admitted as "no_report".
 //
 // # Invariants
 //

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tierstore/tierstore/admission"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // The master's side of admission policies that learn from more than the
@@ -53,6 +54,7 @@ func (s *Service) observeLookup(key string, o *object, count bool) {
 		ob.ObserveLookup(key, admission.DRAMHit, o.size)
 	case o.readableDisk():
 		ob.ObserveLookup(key, admission.SSDHit, o.size)
+		s.considerPromotion(key, o)
 	default:
 		ob.ObserveLookup(key, admission.Miss, 0)
 	}
@@ -102,4 +104,13 @@ func (s *Service) AdmissionSketch() ([]byte, error) {
 		return nil, fmt.Errorf("%w: admission policy %s keeps no frequency sketch", ErrBadConfig, s.policy.Name())
 	}
 	return p.MarshalSketch()
+}
+
+// ssdReportOf converts a node's SSD report from its wire form.
+func ssdReportOf(r masterapi.SSDReport) admission.SSDReport {
+	out := admission.SSDReport{High: r.High, Low: r.Low, Used: r.Used, Victims: make([]admission.VictimValue, len(r.Victims))}
+	for i, v := range r.Victims {
+		out.Victims[i] = admission.VictimValue{Bytes: v.Bytes, Span: v.Span, Value: v.Value}
+	}
+	return out
 }

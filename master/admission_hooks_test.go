@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tierstore/tierstore/admission"
+	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -137,5 +138,59 @@ func TestReportCountsOutstandingTasks(t *testing.T) {
 	s.EvictNow()
 	if got := p.Stats().Decisions["room"] - before; got != 0 {
 		t.Fatalf("%d admitted to room that the queued task already takes", got)
+	}
+}
+
+// TestHeartbeatCarriesAdmissionState: the heartbeat takes the node's SSD
+// report to the policy, answers the sketch only when asked (it decodes
+// into the policy's estimates), and says whether reports are wanted; a
+// policy without a sketch answers neither.
+func TestHeartbeatCarriesAdmissionState(t *testing.T) {
+	s, p := tinyService(t)
+	mount(t, s, "a", 1<<20)
+	put(t, s, "k", 64, "a")
+	rep, err := s.Heartbeat(bg, masterapi.HeartbeatRequest{Node: "a", SSD: &masterapi.SSDReport{High: 100, Low: 80, Used: 90,
+		Victims: []masterapi.SSDVictim{{Bytes: 10, Span: 8, Value: 16}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.WantSSDReport || rep.Sketch != nil || p.Stats().Reports != 1 {
+		t.Fatalf("reply %+v, reports %d", rep, p.Stats().Reports)
+	}
+	rep, err = s.Heartbeat(bg, masterapi.HeartbeatRequest{Node: "a", WantSketch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sk admission.Sketch
+	if err := sk.UnmarshalBinary(rep.Sketch); err != nil {
+		t.Fatal(err)
+	}
+	if sk.Estimate("k") != p.Estimate("k") || p.Estimate("k") == 0 {
+		t.Fatalf("decoded sketch estimates %d, the policy %d", sk.Estimate("k"), p.Estimate("k"))
+	}
+	t.Logf("sketch at the default width (%d counters a row): %d bytes", sk.Width(), len(rep.Sketch))
+	// A node whose copy is current gets none; once the master's sketch has
+	// moved by 1/64 of its period (10240 accesses here), it gets one again.
+	v := rep.SketchVersion
+	if rep, err = s.Heartbeat(bg, masterapi.HeartbeatRequest{Node: "a", WantSketch: true, SketchVersion: v}); err != nil || rep.Sketch != nil {
+		t.Fatalf("sketch sent to a node whose copy is current: %d bytes, %v", len(rep.Sketch), err)
+	}
+	for range p.Stats().Period / 64 {
+		if _, err := s.ExistKey(bg, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rep, err = s.Heartbeat(bg, masterapi.HeartbeatRequest{Node: "a", WantSketch: true, SketchVersion: v}); err != nil || rep.Sketch == nil || rep.SketchVersion <= v {
+		t.Fatalf("no new sketch after 1/64 of a period: version %d -> %d, %v", v, rep.SketchVersion, err)
+	}
+	if _, err := s.Heartbeat(bg, masterapi.HeartbeatRequest{Node: "nope"}); !errors.Is(err, codes.ErrNeedRemount) {
+		t.Fatalf("heartbeat of an unknown node: %v", err)
+	}
+
+	e, _ := testService(t, func(c *Config) { c.EnableOffload = true })
+	mount(t, e, "a", 1<<20)
+	rep, err = e.Heartbeat(bg, masterapi.HeartbeatRequest{Node: "a", WantSketch: true, SSD: &masterapi.SSDReport{}})
+	if err != nil || rep.WantSSDReport || rep.Sketch != nil {
+		t.Fatalf("eager policy: %+v %v", rep, err)
 	}
 }

@@ -14,6 +14,7 @@ func (s *Service) dropDisk(sh *shard, key string, o *object, id string, now int6
 	if i < 0 {
 		return false
 	}
+	s.abandonPromotion(key, o, id) // its source goes
 	s.countDisk(o.disk[i].node, masterapi.KeyHash(key), -1, -o.size)
 	o.disk = append(o.disk[:i], o.disk[i+1:]...)
 	if o.leased(now) {

@@ -90,6 +90,16 @@
 // deliveries in all; a permanent failure does not. When to queue is the
 // admission policy's decision (package admission).
 //
+// The offload heartbeat also carries admission state (masterapi.
+// AdmissionAPI, admission_hooks.go): the node's SSD report goes to the
+// policy, the policy's sketch to the node when it asks. With tinylfu and
+// dram_promotion_min_freq, an SSD hit of a frequent object queues a
+// promotion (promote.go): a range of the node's segment owned by a new put
+// token, which the node fills from its SSD before the master publishes
+// the DRAM replica (PromoteEnd; invariants 1 and 8). A Remove, a new put
+// or the loss of the SSD copy abandons it; nothing is published and the
+// range is freed once the node answers.
+//
 // Removing an object (forced Remove, ReportBadReplica of its DRAM replica)
 // whose task the node has already fetched does not free the DRAM range: the
 // node may be copying it. The range becomes an orphan of the node's mailbox,

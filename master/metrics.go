@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"sort"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -55,6 +56,17 @@ func newMetrics(s *Service) *metrics {
 			func() float64 { return float64(s.cnt.putWaits.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_put_start_wait_failures_total", Help: "PutStarts that waited for DRAM room and gave up (context or put_start_max_wait)."},
 			func() float64 { return float64(s.cnt.putWaitsFailed.Load()) }),
+		promotionCounter("queued", &s.cnt.promotionsQueued),       // SSD hits the admission policy found worth a DRAM copy, queued for their node.
+		promotionCounter("started", &s.cnt.promotionsStarted),     // Promotions handed to a node (a DRAM range allocated).
+		promotionCounter("published", &s.cnt.promotions),          // Promotions the node loaded: DRAM replica published.
+		promotionCounter("abandoned", &s.cnt.promotionsAbandoned), // Promotions given up: SSD copy gone, object removed or put again, node failed to load.
+		promotionCounter("no_room", &s.cnt.promotionsNoRoom),      // Promotion candidates dropped: no DRAM room on their node even after eviction.
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_admission_sketches_sent_total", Help: "Admission sketches sent to nodes in heartbeat replies."},
+			func() float64 { return float64(s.cnt.sketchesSent.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_admission_sketch_bytes_sent_total", Help: "Bytes of admission sketches sent to nodes."},
+			func() float64 { return float64(s.cnt.sketchBytesSent.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_admission_sketch_too_large_total", Help: "Admission sketches not sent: larger than half the RPC message limit."},
+			func() float64 { return float64(s.cnt.sketchTooLarge.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_bad_replicas_total", Help: "Replicas dropped because a reader reported a size or CRC32C mismatch."},
 			func() float64 { return float64(s.cnt.badReplicas.Load()) }),
 	)
@@ -68,6 +80,14 @@ func newMetrics(s *Service) *metrics {
 		m.byCode[c] = m.errs.WithLabelValues(c.String())
 	}
 	return m
+}
+
+// promotionCounter is tierstore_master_promotions_total{result} (one help
+// text for every label value, as the registry requires).
+func promotionCounter(result string, v *atomic.Int64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_promotions_total",
+		Help:        "Promotions of SSD objects into DRAM by result: queued (SSD hit worth a DRAM copy), started (range allocated), published, abandoned, no_room.",
+		ConstLabels: prometheus.Labels{"result": result}}, func() float64 { return float64(v.Load()) })
 }
 
 func (m *metrics) countErr(err error) {
@@ -104,16 +124,18 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 		return Stats{}, err
 	}
 	st := Stats{
-		Objects:          s.cnt.objects.Load(),
-		MemoryReplicas:   s.cnt.memReplicas.Load(),
-		DiskReplicas:     s.cnt.diskReplicas.Load(),
-		MemoryBytes:      s.cnt.memBytes.Load(),
-		DiskBytes:        s.cnt.diskBytes.Load(),
-		Evictions:        s.cnt.evictions.Load(),
-		OffloadQueuedTot: s.cnt.offloadQueued.Load(),
-		OffloadPersisted: s.cnt.offloadPersisted.Load(),
-		OffloadFailed:    s.cnt.offloadFailed.Load(),
-		ExpiredNodes:     s.cnt.expiredNodes.Load(),
+		Objects:             s.cnt.objects.Load(),
+		MemoryReplicas:      s.cnt.memReplicas.Load(),
+		DiskReplicas:        s.cnt.diskReplicas.Load(),
+		MemoryBytes:         s.cnt.memBytes.Load(),
+		DiskBytes:           s.cnt.diskBytes.Load(),
+		Evictions:           s.cnt.evictions.Load(),
+		OffloadQueuedTot:    s.cnt.offloadQueued.Load(),
+		OffloadPersisted:    s.cnt.offloadPersisted.Load(),
+		OffloadFailed:       s.cnt.offloadFailed.Load(),
+		ExpiredNodes:        s.cnt.expiredNodes.Load(),
+		Promotions:          s.cnt.promotions.Load(),
+		PromotionsAbandoned: s.cnt.promotionsAbandoned.Load(),
 	}
 	s.nodesMu.RLock()
 	st.Nodes = int64(len(s.nodes))

@@ -23,7 +23,7 @@ func (s *Service) Remove(ctx context.Context, key string, force bool) error {
 		return s.observe(codes.Errorf(codes.ObjectNotFound, "master: remove"))
 	}
 	if !force {
-		if o.putInProgress() {
+		if o.putInProgress() && !o.mem.promo {
 			return s.observe(codes.Errorf(codes.ReplicaNotReady, "master: remove: a put of the key is in progress (token %d); it completes normally", o.mem.token))
 		}
 		if o.leased(now) {
@@ -48,7 +48,7 @@ func (s *Service) RemoveAll(ctx context.Context, force bool) (int64, error) {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for k, o := range sh.objs {
-			if !force && (o.putInProgress() || o.leased(now) || o.offload != nil) {
+			if !force && ((o.putInProgress() && !o.mem.promo) || o.leased(now) || o.offload != nil) {
 				continue
 			}
 			s.deleteObj(sh, k, o)

@@ -284,16 +284,41 @@ func (s *Server) EvictMemory(ctx context.Context, r *pb.EvictMemoryRequest) (*pb
 }
 
 func (s *Server) OffloadHeartbeat(ctx context.Context, r *pb.OffloadHeartbeatRequest) (*pb.OffloadHeartbeatResponse, error) {
-	tasks, err := s.api.OffloadHeartbeat(ctx, r.GetNode(), int(r.GetMaxTasks()))
+	var rep masterapi.HeartbeatReply
+	var err error
+	if a, ok := s.api.(masterapi.AdmissionAPI); ok {
+		rep, err = a.Heartbeat(ctx, masterapi.HeartbeatRequest{Node: r.GetNode(), Max: int(r.GetMaxTasks()),
+			SSD: masterapi.SSDReportFromPB(r.GetSsdReport()), WantSketch: r.GetWantSketch(), SketchVersion: r.GetSketchVersion()})
+	} else {
+		rep.Tasks, err = s.api.OffloadHeartbeat(ctx, r.GetNode(), int(r.GetMaxTasks()))
+	}
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	out := &pb.OffloadHeartbeatResponse{Tasks: make([]*pb.OffloadTask, len(tasks))}
-	for i, t := range tasks {
+	out := &pb.OffloadHeartbeatResponse{Tasks: make([]*pb.OffloadTask, len(rep.Tasks)), Term: rep.Term,
+		AdmissionSketch: rep.Sketch, SketchVersion: rep.SketchVersion, SsdReportWanted: rep.WantSSDReport}
+	for i, t := range rep.Tasks {
 		out.Term = t.Term
 		out.Tasks[i] = &pb.OffloadTask{Key: []byte(t.Key), Segment: t.Segment, Offset: t.Offset, Length: t.Length, Size: t.Size, Crc: t.CRC}
 	}
+	if len(rep.Promotions) > 0 {
+		out.Promotions = masterapi.PromoteTasksPB(rep.Promotions)
+	}
 	return out, nil
+}
+
+// PromoteEnd answers promotions (masterapi.AdmissionAPI); Unimplemented
+// when the API behind the server does not promote.
+func (s *Server) PromoteEnd(ctx context.Context, r *pb.PromoteEndRequest) (*pb.KeyResults, error) {
+	a, ok := s.api.(masterapi.AdmissionAPI)
+	if !ok {
+		return s.UnimplementedMasterServer.PromoteEnd(ctx, r)
+	}
+	errs, err := a.PromoteEnd(ctx, r.GetNode(), masterapi.PromoteResultsFromPB(r.GetResults()))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return keyResults(errs), nil
 }
 
 func diskObjs(in []*pb.DiskObject) []DiskObject {
@@ -404,5 +429,6 @@ func (s *Server) Stats(ctx context.Context, _ *pb.StatsRequest) (*pb.StatsRespon
 		MemoryBytes: x.MemoryBytes, DiskBytes: x.DiskBytes, Segments: x.Segments, SegmentCapacity: x.SegmentCapacity,
 		SegmentUsed: x.SegmentUsed, Nodes: x.Nodes, OffloadQueued: x.OffloadQueued, OffloadInFlight: x.OffloadInFlight,
 		Evictions: x.Evictions, OffloadQueuedTotal: x.OffloadQueuedTot, OffloadPersistedTotal: x.OffloadPersisted,
-		OffloadFailedTotal: x.OffloadFailed, ExpiredNodesTotal: x.ExpiredNodes}, nil
+		OffloadFailedTotal: x.OffloadFailed, ExpiredNodesTotal: x.ExpiredNodes,
+		PromotionsTotal: x.Promotions, PromotionsAbandonedTotal: x.PromotionsAbandoned}, nil
 }

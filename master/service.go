@@ -87,6 +87,12 @@ type counters struct {
 	badReplicas                        atomic.Int64
 	putWaits, putWaitsFailed           atomic.Int64
 	offloadDroppedVictims              atomic.Int64
+	// promotion (promote.go) and the admission sketch sent to nodes
+	promotionsQueued, promotionsStarted atomic.Int64
+	promotions, promotionsAbandoned     atomic.Int64
+	promotionsNoRoom                    atomic.Int64
+	sketchesSent, sketchBytesSent       atomic.Int64
+	sketchTooLarge                      atomic.Int64
 }
 
 var _ API = (*Service)(nil)

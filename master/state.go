@@ -21,6 +21,8 @@ type node struct {
 	segments map[string]*segment
 
 	box mailbox
+	// promo queues the node's promotion candidates (promote.go).
+	promo promoBox
 
 	// dig is the LocalDisk replica digest of the node id, shared by all
 	// its incarnations (reconcile.go). Immutable.
@@ -53,6 +55,9 @@ type memReplica struct {
 	off, len int64
 	token    uint64 // the put that allocated the range (invariant 8)
 	complete bool
+	// promo: the range was allocated by a promotion (promote.go), not by
+	// a client's put: the node fills it from its SSD tier.
+	promo bool
 }
 
 // diskReplica is an object's copy on a node's SSD.

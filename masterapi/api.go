@@ -1,7 +1,9 @@
 // Package masterapi is the master's interface as its callers see it, without
 // the master's implementation: the request and reply types, ClientAPI (what
-// a client needs), NodeAPI (what a store node needs), and Remote, their gRPC
-// implementation. A program that only talks to a master links this package,
+// a client needs), NodeAPI (what a store node needs), AdmissionAPI (the
+// node's optional side of SSD admission and promotion: the heartbeat with
+// the SSD report and the admission sketch, PromoteEnd; admission.go), and
+// Remote, their gRPC implementation. A program that only talks to a master links this package,
 // the generated RPC stubs and internal/codes, never the metadata service
 // (package master), pebble or the SSD tier (docs/design.md, package map).
 //
@@ -338,6 +340,11 @@ type Stats struct {
 	OffloadPersisted int64
 	OffloadFailed    int64
 	ExpiredNodes     int64
+	// Promotions counts DRAM replicas added by promotion (published);
+	// PromotionsAbandoned the promotions a node answered that were not
+	// published (SSD copy gone, object removed or put again meanwhile,
+	// node failed to load).
+	Promotions, PromotionsAbandoned int64
 	// PerNode has one row per node incarnation, sorted by node id: the live
 	// ones, then (Alive false) retired incarnations that replicas still
 	// point at (kept unreadable for their objects' leases).

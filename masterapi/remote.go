@@ -446,7 +446,8 @@ func (r *Remote) Stats(ctx context.Context) (Stats, error) {
 		SegmentCapacity: p.GetSegmentCapacity(), SegmentUsed: p.GetSegmentUsed(), Nodes: p.GetNodes(),
 		OffloadQueued: p.GetOffloadQueued(), OffloadInFlight: p.GetOffloadInFlight(), Evictions: p.GetEvictions(),
 		OffloadQueuedTot: p.GetOffloadQueuedTotal(), OffloadPersisted: p.GetOffloadPersistedTotal(),
-		OffloadFailed: p.GetOffloadFailedTotal(), ExpiredNodes: p.GetExpiredNodesTotal()}, nil
+		OffloadFailed: p.GetOffloadFailedTotal(), ExpiredNodes: p.GetExpiredNodesTotal(),
+		Promotions: p.GetPromotionsTotal(), PromotionsAbandoned: p.GetPromotionsAbandonedTotal()}, nil
 }
 
 // ReplicaPB converts r to its wire form (for the master's gRPC server).

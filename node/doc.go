@@ -15,7 +15,12 @@
 // runs the offload heartbeat: every HeartbeatInterval it drains its task
 // queue at the master, reads each task's source bytes from its own segment
 // (checking their CRC32C), calls tier.Offload, and answers every task
-// through NotifyOffloadSuccess. Every ReconcileInterval it sends the master
+// through NotifyOffloadSuccess. Through masterapi.AdmissionAPI the same
+// heartbeat carries the tier's SSD report to a tinylfu master, takes its
+// frequency sketch (bucket eviction "value" ranks by it) and runs the
+// promotions it hands out: the object is loaded from the tier into the
+// segment range the master allocated, written as the promotion's put token,
+// and confirmed with PromoteEnd (admission.go). Every ReconcileInterval it sends the master
 // the full list of keys on SSD. Bucket eviction tells the master
 // (EvictDiskReplica, once per victim bucket) before the bytes disappear;
 // the master refuses (OBJECT_HAS_LEASE) a bucket holding a leased object's

@@ -52,6 +52,14 @@ type Stats struct {
 	ReconcileRemoved        int64 // SSD objects deleted because a reconcile called them unwanted
 	ReconcileKeysSent       int64 // SSD keys sent to the master by reconciles (only those of differing ranges)
 	NotifyRetries           int64 // notifies sent again after a transport error
+	// SSDReports counts the SSD reports sent to the master's admission
+	// policy, SketchesReceived the admission sketches taken from it.
+	SSDReports, SketchesReceived int64
+	// Promotions counts objects copied from SSD into DRAM and published;
+	// PromotionsFailed those not loaded (not on SSD any more, other
+	// bytes, range refused); PromotionsRefused those loaded but refused by
+	// the master (removed, put again or abandoned meanwhile).
+	Promotions, PromotionsFailed, PromotionsRefused int64
 	// OffloadFailedBy counts offload failures by cause (the reason label of
 	// tierstore_node_offload_failures_total): bad_task, source_bytes,
 	// too_large, no_space, master_refused, notify_refused, stale_copy,
@@ -60,12 +68,14 @@ type Stats struct {
 }
 
 type nodeMetrics struct {
-	offloadRounds, offloadPersisted, offloadFailed atomic.Int64
-	peerWrites, peerReadsDRAM, peerReadsSSD        atomic.Int64
-	remounts, reconciles, reconcileRemoved         atomic.Int64
-	reconcileKeysSent                              atomic.Int64
-	notifyRetries                                  atomic.Int64
-	failedBy                                       [numCauses]atomic.Int64 // offload failures by cause
+	offloadRounds, offloadPersisted, offloadFailed  atomic.Int64
+	peerWrites, peerReadsDRAM, peerReadsSSD         atomic.Int64
+	remounts, reconciles, reconcileRemoved          atomic.Int64
+	reconcileKeysSent                               atomic.Int64
+	notifyRetries                                   atomic.Int64
+	ssdReports, sketchesReceived                    atomic.Int64
+	promotions, promotionsFailed, promotionsRefused atomic.Int64
+	failedBy                                        [numCauses]atomic.Int64 // offload failures by cause
 }
 
 // Node is a store node: a DRAM segment mounted at the master, a peer data
@@ -123,6 +133,8 @@ type Node struct {
 	unlockDir func() error // releases the --ssd_dir lock (nil without one)
 
 	ha nodeHA // DRAM object records, leadership term (ha.go)
+
+	adm nodeAdmission // sketch, SSD reports (admission.go)
 }
 
 // Option adjusts Start (tests).
@@ -336,6 +348,11 @@ func (n *Node) Stats() Stats {
 		ReconcileRemoved:  n.metrics.reconcileRemoved.Load(),
 		ReconcileKeysSent: n.metrics.reconcileKeysSent.Load(),
 		NotifyRetries:     n.metrics.notifyRetries.Load(),
+		SSDReports:        n.metrics.ssdReports.Load(),
+		SketchesReceived:  n.metrics.sketchesReceived.Load(),
+		Promotions:        n.metrics.promotions.Load(),
+		PromotionsFailed:  n.metrics.promotionsFailed.Load(),
+		PromotionsRefused: n.metrics.promotionsRefused.Load(),
 		OffloadFailedBy:   make(map[string]int64, numCauses),
 	}
 	for c := range numCauses {

@@ -6,9 +6,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/tierstore/tierstore/bucket"
+	"github.com/tierstore/tierstore/eviction"
 	"github.com/tierstore/tierstore/internal/units"
 	"github.com/tierstore/tierstore/tier"
 	"golang.org/x/sys/unix"
@@ -64,8 +67,11 @@ type Config struct {
 	// only; its offload task is failed permanently. 0 (the default) takes
 	// DerivedBucketSizeLimit(SSDCapacity); Validate sets it.
 	BucketSizeLimit int64
-	// BucketEviction is "lru", "fifo" or "lru2" (scan resistant: a bucket
-	// read twice is protected) [--bucket_eviction].
+	// BucketEviction is "lru", "fifo", "lru2" (scan resistant: a bucket
+	// read twice is protected) or "value" (of the least recently used
+	// buckets, the one whose live objects are worth least by the master's
+	// admission sketch goes first; lru until a sketch arrives, so use it
+	// with offload_admission_policy=tinylfu) [--bucket_eviction].
 	BucketEviction string
 	// Compression is "none" or "lz4" [--compression].
 	Compression string
@@ -80,6 +86,11 @@ type Config struct {
 	// ReconcileInterval is the period of the SSD key-list reconcile
 	// [--reconcile_interval].
 	ReconcileInterval time.Duration
+	// AdmissionSketchInterval is the least time between two admission
+	// sketches the node takes from the master (which sends one when the
+	// node's copy has fallen 1/64 of the sketch's ageing period behind);
+	// 0: no minimum [--admission_sketch_interval].
+	AdmissionSketchInterval time.Duration
 	// OffloadBatch is the most tasks drained per heartbeat.
 	OffloadBatch int
 	// OffloadTaskTimeout bounds one offload round; keep it equal to the
@@ -174,10 +185,8 @@ func (c *Config) validate(checkDir bool) error {
 		return badFlag("bucket_size_limit", "%s needs bucket files of up to %d bytes (header, trailer and footer added), more than --ssd_capacity %s",
 			units.Format(c.BucketSizeLimit), f, units.Format(c.SSDCapacity))
 	}
-	switch c.BucketEviction {
-	case "lru", "fifo", "lru2":
-	default:
-		return badFlag("bucket_eviction", "%q is not one of lru, fifo, lru2", c.BucketEviction)
+	if !slices.Contains(eviction.Names, c.BucketEviction) {
+		return badFlag("bucket_eviction", "%q is not one of %s", c.BucketEviction, strings.Join(eviction.Names, ", "))
 	}
 	switch c.Compression {
 	case "none", "lz4":
@@ -189,6 +198,9 @@ func (c *Config) validate(checkDir bool) error {
 	}
 	if c.HeartbeatInterval <= 0 {
 		return badFlag("heartbeat_interval", "must be positive, got %v", c.HeartbeatInterval)
+	}
+	if c.AdmissionSketchInterval < 0 {
+		return badFlag("admission_sketch_interval", "must be >= 0, got %v", c.AdmissionSketchInterval)
 	}
 	if c.PingInterval <= 0 {
 		return badFlag("ping_interval", "must be positive, got %v", c.PingInterval)

@@ -36,7 +36,8 @@ func (n *Node) offloadRound() int {
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.OffloadTaskTimeout)
 	defer cancel()
 	gen := n.mountGen.Load()
-	tasks := n.fetchTasks(ctx)
+	tasks, promos := n.fetchTasks(ctx)
+	n.promote(ctx, promos)
 	if len(tasks) == 0 {
 		return 0
 	}
@@ -48,25 +49,45 @@ func (n *Node) offloadRound() int {
 	return len(tasks)
 }
 
-// fetchTasks is phase 1: it asks the master for tasks. A master that does
-// not know this node (it restarted or expired us) gets a remount and a
-// re-registration now rather than at the next ping, and no tasks.
-func (n *Node) fetchTasks(ctx context.Context) []masterapi.OffloadTask {
-	tasks, err := n.m.OffloadHeartbeat(ctx, n.name, n.cfg.OffloadBatch)
+// fetchTasks is phase 1: it asks the master for tasks (and, through
+// masterapi.AdmissionAPI, exchanges the admission state and takes
+// promotion tasks: admission.go). A master that does not know this node
+// (it restarted or expired us) gets a remount and a re-registration now
+// rather than at the next ping, and no tasks.
+func (n *Node) fetchTasks(ctx context.Context) ([]masterapi.OffloadTask, []masterapi.PromoteTask) {
+	var (
+		tasks  []masterapi.OffloadTask
+		promos []masterapi.PromoteTask
+		err    error
+	)
+	if a, ok := n.m.(masterapi.AdmissionAPI); ok {
+		var rep masterapi.HeartbeatReply
+		if rep, err = a.Heartbeat(ctx, n.heartbeatRequest()); err == nil {
+			n.takeAdmission(rep)
+			tasks, promos = rep.Tasks, rep.Promotions
+			if n.staleTerm(rep.Term) {
+				promos = nil
+			}
+		} else {
+			n.adm.stale = true // the report may not have arrived: send one again
+		}
+	} else {
+		tasks, err = n.m.OffloadHeartbeat(ctx, n.name, n.cfg.OffloadBatch)
+	}
 	if unknownNode(err) {
 		if err := n.remount(ctx); err != nil {
 			n.log.Warn("remount failed; will retry", "err", err)
-			return nil
+			return nil, nil
 		}
 		n.reregister.Store(false)
 		n.reRegister(ctx)
-		return nil
+		return nil, nil
 	}
 	if err != nil {
 		n.log.Debug("offload heartbeat failed", "err", err)
-		return nil
+		return nil, nil
 	}
-	return n.dropStaleTasks(tasks)
+	return n.dropStaleTasks(tasks), promos
 }
 
 // errSourceBytes: a task's DRAM source range could not be read or fails

@@ -1783,9 +1783,19 @@ func (x *EvictMemoryRequest) GetAll() bool {
 }
 
 type OffloadHeartbeatRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	MaxTasks      int32                  `protobuf:"varint,2,opt,name=max_tasks,json=maxTasks,proto3" json:"max_tasks,omitempty"` // 0: the master's default
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Node     string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	MaxTasks int32                  `protobuf:"varint,2,opt,name=max_tasks,json=maxTasks,proto3" json:"max_tasks,omitempty"` // 0: the master's default
+	// ssd_report: the node's SSD fill level and the value of its next
+	// eviction victims, for SSD admission (package admission, tinylfu).
+	// Absent: unchanged since the node's last report (or never asked for).
+	SsdReport *SSDReport `protobuf:"bytes,3,opt,name=ssd_report,json=ssdReport,proto3" json:"ssd_report,omitempty"`
+	// want_sketch: the node takes the admission policy's frequency sketch;
+	// the answer's admission_sketch carries it when the node has none
+	// (sketch_version 0) or the master's has moved on since sketch_version.
+	WantSketch bool `protobuf:"varint,4,opt,name=want_sketch,json=wantSketch,proto3" json:"want_sketch,omitempty"`
+	// sketch_version: the version of the sketch the node holds (0: none).
+	SketchVersion uint64 `protobuf:"varint,5,opt,name=sketch_version,json=sketchVersion,proto3" json:"sketch_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1834,6 +1844,254 @@ func (x *OffloadHeartbeatRequest) GetMaxTasks() int32 {
 	return 0
 }
 
+func (x *OffloadHeartbeatRequest) GetSsdReport() *SSDReport {
+	if x != nil {
+		return x.SsdReport
+	}
+	return nil
+}
+
+func (x *OffloadHeartbeatRequest) GetWantSketch() bool {
+	if x != nil {
+		return x.WantSketch
+	}
+	return false
+}
+
+func (x *OffloadHeartbeatRequest) GetSketchVersion() uint64 {
+	if x != nil {
+		return x.SketchVersion
+	}
+	return 0
+}
+
+// One SSD bucket the node would evict next, valued with the master's
+// sketch (admission.VictimValue).
+type SSDVictim struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bytes         int64                  `protobuf:"varint,1,opt,name=bytes,proto3" json:"bytes,omitempty"`  // file bytes its eviction frees
+	Span          int64                  `protobuf:"varint,2,opt,name=span,proto3" json:"span,omitempty"`    // object bytes it holds, live and dead
+	Value         float64                `protobuf:"fixed64,3,opt,name=value,proto3" json:"value,omitempty"` // sum over live objects of estimated frequency x size
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SSDVictim) Reset() {
+	*x = SSDVictim{}
+	mi := &file_master_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SSDVictim) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SSDVictim) ProtoMessage() {}
+
+func (x *SSDVictim) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SSDVictim.ProtoReflect.Descriptor instead.
+func (*SSDVictim) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *SSDVictim) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *SSDVictim) GetSpan() int64 {
+	if x != nil {
+		return x.Span
+	}
+	return 0
+}
+
+func (x *SSDVictim) GetValue() float64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
+// admission.SSDReport: fill level in bytes, victims first to go first.
+type SSDReport struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	High          int64                  `protobuf:"varint,1,opt,name=high,proto3" json:"high,omitempty"`
+	Low           int64                  `protobuf:"varint,2,opt,name=low,proto3" json:"low,omitempty"`
+	Used          int64                  `protobuf:"varint,3,opt,name=used,proto3" json:"used,omitempty"`
+	Victims       []*SSDVictim           `protobuf:"bytes,4,rep,name=victims,proto3" json:"victims,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SSDReport) Reset() {
+	*x = SSDReport{}
+	mi := &file_master_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SSDReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SSDReport) ProtoMessage() {}
+
+func (x *SSDReport) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SSDReport.ProtoReflect.Descriptor instead.
+func (*SSDReport) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *SSDReport) GetHigh() int64 {
+	if x != nil {
+		return x.High
+	}
+	return 0
+}
+
+func (x *SSDReport) GetLow() int64 {
+	if x != nil {
+		return x.Low
+	}
+	return 0
+}
+
+func (x *SSDReport) GetUsed() int64 {
+	if x != nil {
+		return x.Used
+	}
+	return 0
+}
+
+func (x *SSDReport) GetVictims() []*SSDVictim {
+	if x != nil {
+		return x.Victims
+	}
+	return nil
+}
+
+// A promotion: the node copies key from its SSD tier into [offset,
+// offset+length) of its segment, writing as the put put_token (the range
+// is owned by the promotion, docs/design.md invariant 8), then answers
+// PromoteEnd. The master publishes the DRAM replica only then.
+type PromoteTask struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Segment       string                 `protobuf:"bytes,2,opt,name=segment,proto3" json:"segment,omitempty"`
+	Offset        int64                  `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length        int64                  `protobuf:"varint,4,opt,name=length,proto3" json:"length,omitempty"`
+	Size          int64                  `protobuf:"varint,5,opt,name=size,proto3" json:"size,omitempty"`
+	Crc           uint32                 `protobuf:"varint,6,opt,name=crc,proto3" json:"crc,omitempty"`
+	PutToken      uint64                 `protobuf:"varint,7,opt,name=put_token,json=putToken,proto3" json:"put_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromoteTask) Reset() {
+	*x = PromoteTask{}
+	mi := &file_master_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromoteTask) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromoteTask) ProtoMessage() {}
+
+func (x *PromoteTask) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromoteTask.ProtoReflect.Descriptor instead.
+func (*PromoteTask) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *PromoteTask) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *PromoteTask) GetSegment() string {
+	if x != nil {
+		return x.Segment
+	}
+	return ""
+}
+
+func (x *PromoteTask) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *PromoteTask) GetLength() int64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+func (x *PromoteTask) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *PromoteTask) GetCrc() uint32 {
+	if x != nil {
+		return x.Crc
+	}
+	return 0
+}
+
+func (x *PromoteTask) GetPutToken() uint64 {
+	if x != nil {
+		return x.PutToken
+	}
+	return 0
+}
+
 type OffloadTask struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -1848,7 +2106,7 @@ type OffloadTask struct {
 
 func (x *OffloadTask) Reset() {
 	*x = OffloadTask{}
-	mi := &file_master_proto_msgTypes[31]
+	mi := &file_master_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1860,7 +2118,7 @@ func (x *OffloadTask) String() string {
 func (*OffloadTask) ProtoMessage() {}
 
 func (x *OffloadTask) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[31]
+	mi := &file_master_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1873,7 +2131,7 @@ func (x *OffloadTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadTask.ProtoReflect.Descriptor instead.
 func (*OffloadTask) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{31}
+	return file_master_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *OffloadTask) GetKey() []byte {
@@ -1923,14 +2181,25 @@ type OffloadHeartbeatResponse struct {
 	Tasks []*OffloadTask         `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
 	// term: the leadership term the tasks were issued under (0 without high
 	// availability); a node drops tasks of a term older than one it has seen.
-	Term          uint64 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	Term uint64 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	// admission_sketch: the admission policy's frequency sketch
+	// (admission.Sketch.MarshalBinary), answered to want_sketch when the
+	// policy keeps one; empty otherwise.
+	AdmissionSketch []byte `protobuf:"bytes,3,opt,name=admission_sketch,json=admissionSketch,proto3" json:"admission_sketch,omitempty"`
+	// ssd_report_wanted: the admission policy uses the nodes' SSD reports.
+	SsdReportWanted bool `protobuf:"varint,4,opt,name=ssd_report_wanted,json=ssdReportWanted,proto3" json:"ssd_report_wanted,omitempty"`
+	// promotions: objects this node reads from SSD often enough to deserve
+	// a DRAM replica (dram_promotion_min_freq).
+	Promotions []*PromoteTask `protobuf:"bytes,5,rep,name=promotions,proto3" json:"promotions,omitempty"`
+	// sketch_version: the version of admission_sketch, when sent.
+	SketchVersion uint64 `protobuf:"varint,6,opt,name=sketch_version,json=sketchVersion,proto3" json:"sketch_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OffloadHeartbeatResponse) Reset() {
 	*x = OffloadHeartbeatResponse{}
-	mi := &file_master_proto_msgTypes[32]
+	mi := &file_master_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1942,7 +2211,7 @@ func (x *OffloadHeartbeatResponse) String() string {
 func (*OffloadHeartbeatResponse) ProtoMessage() {}
 
 func (x *OffloadHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[32]
+	mi := &file_master_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1955,7 +2224,7 @@ func (x *OffloadHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*OffloadHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{32}
+	return file_master_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *OffloadHeartbeatResponse) GetTasks() []*OffloadTask {
@@ -1972,6 +2241,155 @@ func (x *OffloadHeartbeatResponse) GetTerm() uint64 {
 	return 0
 }
 
+func (x *OffloadHeartbeatResponse) GetAdmissionSketch() []byte {
+	if x != nil {
+		return x.AdmissionSketch
+	}
+	return nil
+}
+
+func (x *OffloadHeartbeatResponse) GetSsdReportWanted() bool {
+	if x != nil {
+		return x.SsdReportWanted
+	}
+	return false
+}
+
+func (x *OffloadHeartbeatResponse) GetPromotions() []*PromoteTask {
+	if x != nil {
+		return x.Promotions
+	}
+	return nil
+}
+
+func (x *OffloadHeartbeatResponse) GetSketchVersion() uint64 {
+	if x != nil {
+		return x.SketchVersion
+	}
+	return 0
+}
+
+// The outcome of one PromoteTask.
+type PromoteResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	PutToken      uint64                 `protobuf:"varint,2,opt,name=put_token,json=putToken,proto3" json:"put_token,omitempty"`
+	Loaded        bool                   `protobuf:"varint,3,opt,name=loaded,proto3" json:"loaded,omitempty"` // the bytes are in the range, CRC32C checked
+	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`  // why not, when not loaded
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromoteResult) Reset() {
+	*x = PromoteResult{}
+	mi := &file_master_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromoteResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromoteResult) ProtoMessage() {}
+
+func (x *PromoteResult) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromoteResult.ProtoReflect.Descriptor instead.
+func (*PromoteResult) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *PromoteResult) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *PromoteResult) GetPutToken() uint64 {
+	if x != nil {
+		return x.PutToken
+	}
+	return 0
+}
+
+func (x *PromoteResult) GetLoaded() bool {
+	if x != nil {
+		return x.Loaded
+	}
+	return false
+}
+
+func (x *PromoteResult) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type PromoteEndRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Results       []*PromoteResult       `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromoteEndRequest) Reset() {
+	*x = PromoteEndRequest{}
+	mi := &file_master_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromoteEndRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromoteEndRequest) ProtoMessage() {}
+
+func (x *PromoteEndRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromoteEndRequest.ProtoReflect.Descriptor instead.
+func (*PromoteEndRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *PromoteEndRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *PromoteEndRequest) GetResults() []*PromoteResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 type DiskObject struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -1983,7 +2401,7 @@ type DiskObject struct {
 
 func (x *DiskObject) Reset() {
 	*x = DiskObject{}
-	mi := &file_master_proto_msgTypes[33]
+	mi := &file_master_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1995,7 +2413,7 @@ func (x *DiskObject) String() string {
 func (*DiskObject) ProtoMessage() {}
 
 func (x *DiskObject) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[33]
+	mi := &file_master_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2008,7 +2426,7 @@ func (x *DiskObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskObject.ProtoReflect.Descriptor instead.
 func (*DiskObject) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{33}
+	return file_master_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DiskObject) GetKey() []byte {
@@ -2043,7 +2461,7 @@ type OffloadFailure struct {
 
 func (x *OffloadFailure) Reset() {
 	*x = OffloadFailure{}
-	mi := &file_master_proto_msgTypes[34]
+	mi := &file_master_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2055,7 +2473,7 @@ func (x *OffloadFailure) String() string {
 func (*OffloadFailure) ProtoMessage() {}
 
 func (x *OffloadFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[34]
+	mi := &file_master_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2068,7 +2486,7 @@ func (x *OffloadFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadFailure.ProtoReflect.Descriptor instead.
 func (*OffloadFailure) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{34}
+	return file_master_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *OffloadFailure) GetKey() []byte {
@@ -2103,7 +2521,7 @@ type NotifyOffloadSuccessRequest struct {
 
 func (x *NotifyOffloadSuccessRequest) Reset() {
 	*x = NotifyOffloadSuccessRequest{}
-	mi := &file_master_proto_msgTypes[35]
+	mi := &file_master_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2115,7 +2533,7 @@ func (x *NotifyOffloadSuccessRequest) String() string {
 func (*NotifyOffloadSuccessRequest) ProtoMessage() {}
 
 func (x *NotifyOffloadSuccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[35]
+	mi := &file_master_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2128,7 +2546,7 @@ func (x *NotifyOffloadSuccessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotifyOffloadSuccessRequest.ProtoReflect.Descriptor instead.
 func (*NotifyOffloadSuccessRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{35}
+	return file_master_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *NotifyOffloadSuccessRequest) GetNode() string {
@@ -2162,7 +2580,7 @@ type RegisterDiskObjectsRequest struct {
 
 func (x *RegisterDiskObjectsRequest) Reset() {
 	*x = RegisterDiskObjectsRequest{}
-	mi := &file_master_proto_msgTypes[36]
+	mi := &file_master_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2174,7 +2592,7 @@ func (x *RegisterDiskObjectsRequest) String() string {
 func (*RegisterDiskObjectsRequest) ProtoMessage() {}
 
 func (x *RegisterDiskObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[36]
+	mi := &file_master_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2187,7 +2605,7 @@ func (x *RegisterDiskObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterDiskObjectsRequest.ProtoReflect.Descriptor instead.
 func (*RegisterDiskObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{36}
+	return file_master_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RegisterDiskObjectsRequest) GetNode() string {
@@ -2214,7 +2632,7 @@ type EvictDiskReplicaRequest struct {
 
 func (x *EvictDiskReplicaRequest) Reset() {
 	*x = EvictDiskReplicaRequest{}
-	mi := &file_master_proto_msgTypes[37]
+	mi := &file_master_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2226,7 +2644,7 @@ func (x *EvictDiskReplicaRequest) String() string {
 func (*EvictDiskReplicaRequest) ProtoMessage() {}
 
 func (x *EvictDiskReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[37]
+	mi := &file_master_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2239,7 +2657,7 @@ func (x *EvictDiskReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictDiskReplicaRequest.ProtoReflect.Descriptor instead.
 func (*EvictDiskReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{37}
+	return file_master_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *EvictDiskReplicaRequest) GetNode() string {
@@ -2270,7 +2688,7 @@ type EvictDiskReplicaResponse struct {
 
 func (x *EvictDiskReplicaResponse) Reset() {
 	*x = EvictDiskReplicaResponse{}
-	mi := &file_master_proto_msgTypes[38]
+	mi := &file_master_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2282,7 +2700,7 @@ func (x *EvictDiskReplicaResponse) String() string {
 func (*EvictDiskReplicaResponse) ProtoMessage() {}
 
 func (x *EvictDiskReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[38]
+	mi := &file_master_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2295,7 +2713,7 @@ func (x *EvictDiskReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictDiskReplicaResponse.ProtoReflect.Descriptor instead.
 func (*EvictDiskReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{38}
+	return file_master_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *EvictDiskReplicaResponse) GetCount() int64 {
@@ -2322,7 +2740,7 @@ type ReconcileDiskObjectsRequest struct {
 
 func (x *ReconcileDiskObjectsRequest) Reset() {
 	*x = ReconcileDiskObjectsRequest{}
-	mi := &file_master_proto_msgTypes[39]
+	mi := &file_master_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2334,7 +2752,7 @@ func (x *ReconcileDiskObjectsRequest) String() string {
 func (*ReconcileDiskObjectsRequest) ProtoMessage() {}
 
 func (x *ReconcileDiskObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[39]
+	mi := &file_master_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2347,7 +2765,7 @@ func (x *ReconcileDiskObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileDiskObjectsRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileDiskObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{39}
+	return file_master_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ReconcileDiskObjectsRequest) GetNode() string {
@@ -2376,7 +2794,7 @@ type ReconcileDiskObjectsResponse struct {
 
 func (x *ReconcileDiskObjectsResponse) Reset() {
 	*x = ReconcileDiskObjectsResponse{}
-	mi := &file_master_proto_msgTypes[40]
+	mi := &file_master_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2388,7 +2806,7 @@ func (x *ReconcileDiskObjectsResponse) String() string {
 func (*ReconcileDiskObjectsResponse) ProtoMessage() {}
 
 func (x *ReconcileDiskObjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[40]
+	mi := &file_master_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2401,7 +2819,7 @@ func (x *ReconcileDiskObjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileDiskObjectsResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileDiskObjectsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{40}
+	return file_master_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ReconcileDiskObjectsResponse) GetCount() int64 {
@@ -2430,7 +2848,7 @@ type ReportBadReplicaRequest struct {
 
 func (x *ReportBadReplicaRequest) Reset() {
 	*x = ReportBadReplicaRequest{}
-	mi := &file_master_proto_msgTypes[41]
+	mi := &file_master_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2442,7 +2860,7 @@ func (x *ReportBadReplicaRequest) String() string {
 func (*ReportBadReplicaRequest) ProtoMessage() {}
 
 func (x *ReportBadReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[41]
+	mi := &file_master_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2455,7 +2873,7 @@ func (x *ReportBadReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportBadReplicaRequest.ProtoReflect.Descriptor instead.
 func (*ReportBadReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{41}
+	return file_master_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReportBadReplicaRequest) GetKey() []byte {
@@ -2497,7 +2915,7 @@ type MemoryObject struct {
 
 func (x *MemoryObject) Reset() {
 	*x = MemoryObject{}
-	mi := &file_master_proto_msgTypes[42]
+	mi := &file_master_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2509,7 +2927,7 @@ func (x *MemoryObject) String() string {
 func (*MemoryObject) ProtoMessage() {}
 
 func (x *MemoryObject) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[42]
+	mi := &file_master_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2522,7 +2940,7 @@ func (x *MemoryObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemoryObject.ProtoReflect.Descriptor instead.
 func (*MemoryObject) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{42}
+	return file_master_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *MemoryObject) GetKey() []byte {
@@ -2589,7 +3007,7 @@ type RegisterMemoryObjectsRequest struct {
 
 func (x *RegisterMemoryObjectsRequest) Reset() {
 	*x = RegisterMemoryObjectsRequest{}
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2601,7 +3019,7 @@ func (x *RegisterMemoryObjectsRequest) String() string {
 func (*RegisterMemoryObjectsRequest) ProtoMessage() {}
 
 func (x *RegisterMemoryObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2614,7 +3032,7 @@ func (x *RegisterMemoryObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterMemoryObjectsRequest.ProtoReflect.Descriptor instead.
 func (*RegisterMemoryObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{43}
+	return file_master_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RegisterMemoryObjectsRequest) GetNode() string {
@@ -2653,7 +3071,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_master_proto_msgTypes[44]
+	mi := &file_master_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2665,7 +3083,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[44]
+	mi := &file_master_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2678,7 +3096,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{44}
+	return file_master_proto_rawDescGZIP(), []int{49}
 }
 
 type StatsResponse struct {
@@ -2701,14 +3119,18 @@ type StatsResponse struct {
 	ExpiredNodesTotal     int64                  `protobuf:"varint,16,opt,name=expired_nodes_total,json=expiredNodesTotal,proto3" json:"expired_nodes_total,omitempty"`
 	// one row per node incarnation: live ones sorted by id, then retired
 	// incarnations that replicas still point at (alive = false)
-	PerNode       []*NodeStats `protobuf:"bytes,17,rep,name=per_node,json=perNode,proto3" json:"per_node,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PerNode []*NodeStats `protobuf:"bytes,17,rep,name=per_node,json=perNode,proto3" json:"per_node,omitempty"`
+	// DRAM replicas added by promotion (published), and promotions
+	// abandoned (SSD copy gone, object removed or put again, no room).
+	PromotionsTotal          int64 `protobuf:"varint,18,opt,name=promotions_total,json=promotionsTotal,proto3" json:"promotions_total,omitempty"`
+	PromotionsAbandonedTotal int64 `protobuf:"varint,19,opt,name=promotions_abandoned_total,json=promotionsAbandonedTotal,proto3" json:"promotions_abandoned_total,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
 }
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_master_proto_msgTypes[45]
+	mi := &file_master_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2720,7 +3142,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[45]
+	mi := &file_master_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2733,7 +3155,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{45}
+	return file_master_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *StatsResponse) GetObjects() int64 {
@@ -2855,6 +3277,20 @@ func (x *StatsResponse) GetPerNode() []*NodeStats {
 	return nil
 }
 
+func (x *StatsResponse) GetPromotionsTotal() int64 {
+	if x != nil {
+		return x.PromotionsTotal
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetPromotionsAbandonedTotal() int64 {
+	if x != nil {
+		return x.PromotionsAbandonedTotal
+	}
+	return 0
+}
+
 type NodeStats struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Node            string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
@@ -2876,7 +3312,7 @@ type NodeStats struct {
 
 func (x *NodeStats) Reset() {
 	*x = NodeStats{}
-	mi := &file_master_proto_msgTypes[46]
+	mi := &file_master_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2888,7 +3324,7 @@ func (x *NodeStats) String() string {
 func (*NodeStats) ProtoMessage() {}
 
 func (x *NodeStats) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[46]
+	mi := &file_master_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2901,7 +3337,7 @@ func (x *NodeStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStats.ProtoReflect.Descriptor instead.
 func (*NodeStats) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{46}
+	return file_master_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *NodeStats) GetNode() string {
@@ -3008,7 +3444,7 @@ type ReconcileBeginRequest struct {
 
 func (x *ReconcileBeginRequest) Reset() {
 	*x = ReconcileBeginRequest{}
-	mi := &file_master_proto_msgTypes[47]
+	mi := &file_master_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3020,7 +3456,7 @@ func (x *ReconcileBeginRequest) String() string {
 func (*ReconcileBeginRequest) ProtoMessage() {}
 
 func (x *ReconcileBeginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[47]
+	mi := &file_master_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3033,7 +3469,7 @@ func (x *ReconcileBeginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileBeginRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileBeginRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{47}
+	return file_master_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ReconcileBeginRequest) GetNode() string {
@@ -3067,7 +3503,7 @@ type ReconcileBeginResponse struct {
 
 func (x *ReconcileBeginResponse) Reset() {
 	*x = ReconcileBeginResponse{}
-	mi := &file_master_proto_msgTypes[48]
+	mi := &file_master_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3079,7 +3515,7 @@ func (x *ReconcileBeginResponse) String() string {
 func (*ReconcileBeginResponse) ProtoMessage() {}
 
 func (x *ReconcileBeginResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[48]
+	mi := &file_master_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3092,7 +3528,7 @@ func (x *ReconcileBeginResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileBeginResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileBeginResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{48}
+	return file_master_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ReconcileBeginResponse) GetSession() uint64 {
@@ -3120,7 +3556,7 @@ type ReconcileKeysRequest struct {
 
 func (x *ReconcileKeysRequest) Reset() {
 	*x = ReconcileKeysRequest{}
-	mi := &file_master_proto_msgTypes[49]
+	mi := &file_master_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3132,7 +3568,7 @@ func (x *ReconcileKeysRequest) String() string {
 func (*ReconcileKeysRequest) ProtoMessage() {}
 
 func (x *ReconcileKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[49]
+	mi := &file_master_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3145,7 +3581,7 @@ func (x *ReconcileKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileKeysRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileKeysRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{49}
+	return file_master_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ReconcileKeysRequest) GetNode() string {
@@ -3178,7 +3614,7 @@ type ReconcileKeysResponse struct {
 
 func (x *ReconcileKeysResponse) Reset() {
 	*x = ReconcileKeysResponse{}
-	mi := &file_master_proto_msgTypes[50]
+	mi := &file_master_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3190,7 +3626,7 @@ func (x *ReconcileKeysResponse) String() string {
 func (*ReconcileKeysResponse) ProtoMessage() {}
 
 func (x *ReconcileKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[50]
+	mi := &file_master_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3203,7 +3639,7 @@ func (x *ReconcileKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileKeysResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileKeysResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{50}
+	return file_master_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ReconcileKeysResponse) GetUnwanted() [][]byte {
@@ -3223,7 +3659,7 @@ type ReconcileEndRequest struct {
 
 func (x *ReconcileEndRequest) Reset() {
 	*x = ReconcileEndRequest{}
-	mi := &file_master_proto_msgTypes[51]
+	mi := &file_master_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3235,7 +3671,7 @@ func (x *ReconcileEndRequest) String() string {
 func (*ReconcileEndRequest) ProtoMessage() {}
 
 func (x *ReconcileEndRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[51]
+	mi := &file_master_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3248,7 +3684,7 @@ func (x *ReconcileEndRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileEndRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileEndRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{51}
+	return file_master_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ReconcileEndRequest) GetNode() string {
@@ -3274,7 +3710,7 @@ type ReconcileEndResponse struct {
 
 func (x *ReconcileEndResponse) Reset() {
 	*x = ReconcileEndResponse{}
-	mi := &file_master_proto_msgTypes[52]
+	mi := &file_master_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3286,7 +3722,7 @@ func (x *ReconcileEndResponse) String() string {
 func (*ReconcileEndResponse) ProtoMessage() {}
 
 func (x *ReconcileEndResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[52]
+	mi := &file_master_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3299,7 +3735,7 @@ func (x *ReconcileEndResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileEndResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileEndResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{52}
+	return file_master_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ReconcileEndResponse) GetCount() int64 {
@@ -3328,7 +3764,7 @@ type EvictMemoryResponse struct {
 
 func (x *EvictMemoryResponse) Reset() {
 	*x = EvictMemoryResponse{}
-	mi := &file_master_proto_msgTypes[53]
+	mi := &file_master_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3340,7 +3776,7 @@ func (x *EvictMemoryResponse) String() string {
 func (*EvictMemoryResponse) ProtoMessage() {}
 
 func (x *EvictMemoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[53]
+	mi := &file_master_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3353,7 +3789,7 @@ func (x *EvictMemoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictMemoryResponse.ProtoReflect.Descriptor instead.
 func (*EvictMemoryResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{53}
+	return file_master_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *EvictMemoryResponse) GetCount() int64 {
@@ -3514,20 +3950,56 @@ const file_master_proto_rawDesc = "" +
 	"\x05count\x18\x01 \x01(\x03R\x05count\":\n" +
 	"\x12EvictMemoryRequest\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\fR\x04keys\x12\x10\n" +
-	"\x03all\x18\x02 \x01(\bR\x03all\"J\n" +
+	"\x03all\x18\x02 \x01(\bR\x03all\"\xcb\x01\n" +
 	"\x17OffloadHeartbeatRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1b\n" +
-	"\tmax_tasks\x18\x02 \x01(\x05R\bmaxTasks\"\x8f\x01\n" +
+	"\tmax_tasks\x18\x02 \x01(\x05R\bmaxTasks\x127\n" +
+	"\n" +
+	"ssd_report\x18\x03 \x01(\v2\x18.tierstore.rpc.SSDReportR\tssdReport\x12\x1f\n" +
+	"\vwant_sketch\x18\x04 \x01(\bR\n" +
+	"wantSketch\x12%\n" +
+	"\x0esketch_version\x18\x05 \x01(\x04R\rsketchVersion\"K\n" +
+	"\tSSDVictim\x12\x14\n" +
+	"\x05bytes\x18\x01 \x01(\x03R\x05bytes\x12\x12\n" +
+	"\x04span\x18\x02 \x01(\x03R\x04span\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\x01R\x05value\"y\n" +
+	"\tSSDReport\x12\x12\n" +
+	"\x04high\x18\x01 \x01(\x03R\x04high\x12\x10\n" +
+	"\x03low\x18\x02 \x01(\x03R\x03low\x12\x12\n" +
+	"\x04used\x18\x03 \x01(\x03R\x04used\x122\n" +
+	"\avictims\x18\x04 \x03(\v2\x18.tierstore.rpc.SSDVictimR\avictims\"\xac\x01\n" +
+	"\vPromoteTask\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x18\n" +
+	"\asegment\x18\x02 \x01(\tR\asegment\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x16\n" +
+	"\x06length\x18\x04 \x01(\x03R\x06length\x12\x12\n" +
+	"\x04size\x18\x05 \x01(\x03R\x04size\x12\x10\n" +
+	"\x03crc\x18\x06 \x01(\rR\x03crc\x12\x1b\n" +
+	"\tput_token\x18\a \x01(\x04R\bputToken\"\x8f\x01\n" +
 	"\vOffloadTask\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x18\n" +
 	"\asegment\x18\x02 \x01(\tR\asegment\x12\x16\n" +
 	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x16\n" +
 	"\x06length\x18\x04 \x01(\x03R\x06length\x12\x12\n" +
 	"\x04size\x18\x05 \x01(\x03R\x04size\x12\x10\n" +
-	"\x03crc\x18\x06 \x01(\rR\x03crc\"`\n" +
+	"\x03crc\x18\x06 \x01(\rR\x03crc\"\x9a\x02\n" +
 	"\x18OffloadHeartbeatResponse\x120\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x1a.tierstore.rpc.OffloadTaskR\x05tasks\x12\x12\n" +
-	"\x04term\x18\x02 \x01(\x04R\x04term\"D\n" +
+	"\x04term\x18\x02 \x01(\x04R\x04term\x12)\n" +
+	"\x10admission_sketch\x18\x03 \x01(\fR\x0fadmissionSketch\x12*\n" +
+	"\x11ssd_report_wanted\x18\x04 \x01(\bR\x0fssdReportWanted\x12:\n" +
+	"\n" +
+	"promotions\x18\x05 \x03(\v2\x1a.tierstore.rpc.PromoteTaskR\n" +
+	"promotions\x12%\n" +
+	"\x0esketch_version\x18\x06 \x01(\x04R\rsketchVersion\"n\n" +
+	"\rPromoteResult\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x1b\n" +
+	"\tput_token\x18\x02 \x01(\x04R\bputToken\x12\x16\n" +
+	"\x06loaded\x18\x03 \x01(\bR\x06loaded\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"_\n" +
+	"\x11PromoteEndRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x126\n" +
+	"\aresults\x18\x02 \x03(\v2\x1c.tierstore.rpc.PromoteResultR\aresults\"D\n" +
 	"\n" +
 	"DiskObject\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x12\n" +
@@ -3573,7 +4045,7 @@ const file_master_proto_rawDesc = "" +
 	"\asegment\x18\x02 \x01(\tR\asegment\x125\n" +
 	"\aobjects\x18\x03 \x03(\v2\x1b.tierstore.rpc.MemoryObjectR\aobjects\x12\x12\n" +
 	"\x04done\x18\x04 \x01(\bR\x04done\"\x0e\n" +
-	"\fStatsRequest\"\xab\x05\n" +
+	"\fStatsRequest\"\x94\x06\n" +
 	"\rStatsResponse\x12\x18\n" +
 	"\aobjects\x18\x01 \x01(\x03R\aobjects\x12'\n" +
 	"\x0fmemory_replicas\x18\x02 \x01(\x03R\x0ememoryReplicas\x12#\n" +
@@ -3593,7 +4065,9 @@ const file_master_proto_rawDesc = "" +
 	"\x17offload_persisted_total\x18\x0e \x01(\x03R\x15offloadPersistedTotal\x120\n" +
 	"\x14offload_failed_total\x18\x0f \x01(\x03R\x12offloadFailedTotal\x12.\n" +
 	"\x13expired_nodes_total\x18\x10 \x01(\x03R\x11expiredNodesTotal\x123\n" +
-	"\bper_node\x18\x11 \x03(\v2\x18.tierstore.rpc.NodeStatsR\aperNode\"\xb8\x03\n" +
+	"\bper_node\x18\x11 \x03(\v2\x18.tierstore.rpc.NodeStatsR\aperNode\x12)\n" +
+	"\x10promotions_total\x18\x12 \x01(\x03R\x0fpromotionsTotal\x12<\n" +
+	"\x1apromotions_abandoned_total\x18\x13 \x01(\x03R\x18promotionsAbandonedTotal\"\xb8\x03\n" +
 	"\tNodeStats\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12 \n" +
@@ -3652,7 +4126,7 @@ const file_master_proto_rawDesc = "" +
 	"NodeStatus\x12\x1b\n" +
 	"\x17NODE_STATUS_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aNODE_OK\x10\x01\x12\x10\n" +
-	"\fNEED_REMOUNT\x10\x022\xfa\x11\n" +
+	"\fNEED_REMOUNT\x10\x022\xc5\x12\n" +
 	"\x06Master\x12W\n" +
 	"\fMountSegment\x12\".tierstore.rpc.MountSegmentRequest\x1a#.tierstore.rpc.MountSegmentResponse\x12]\n" +
 	"\x0eUnmountSegment\x12$.tierstore.rpc.UnmountSegmentRequest\x1a%.tierstore.rpc.UnmountSegmentResponse\x12?\n" +
@@ -3675,7 +4149,9 @@ const file_master_proto_rawDesc = "" +
 	"\x15ReRegisterDiskObjects\x12).tierstore.rpc.RegisterDiskObjectsRequest\x1a\x19.tierstore.rpc.KeyResults\x12c\n" +
 	"\x10EvictDiskReplica\x12&.tierstore.rpc.EvictDiskReplicaRequest\x1a'.tierstore.rpc.EvictDiskReplicaResponse\x12o\n" +
 	"\x14ReconcileDiskObjects\x12*.tierstore.rpc.ReconcileDiskObjectsRequest\x1a+.tierstore.rpc.ReconcileDiskObjectsResponse\x12P\n" +
-	"\x10ReportBadReplica\x12&.tierstore.rpc.ReportBadReplicaRequest\x1a\x14.tierstore.rpc.Empty\x12B\n" +
+	"\x10ReportBadReplica\x12&.tierstore.rpc.ReportBadReplicaRequest\x1a\x14.tierstore.rpc.Empty\x12I\n" +
+	"\n" +
+	"PromoteEnd\x12 .tierstore.rpc.PromoteEndRequest\x1a\x19.tierstore.rpc.KeyResults\x12B\n" +
 	"\x05Stats\x12\x1b.tierstore.rpc.StatsRequest\x1a\x1c.tierstore.rpc.StatsResponse\x12]\n" +
 	"\x0eReconcileBegin\x12$.tierstore.rpc.ReconcileBeginRequest\x1a%.tierstore.rpc.ReconcileBeginResponse\x12Z\n" +
 	"\rReconcileKeys\x12#.tierstore.rpc.ReconcileKeysRequest\x1a$.tierstore.rpc.ReconcileKeysResponse\x12W\n" +
@@ -3695,7 +4171,7 @@ func file_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_master_proto_goTypes = []any{
 	(ReplicaKind)(0),                     // 0: tierstore.rpc.ReplicaKind
 	(ReplicaStatus)(0),                   // 1: tierstore.rpc.ReplicaStatus
@@ -3731,29 +4207,34 @@ var file_master_proto_goTypes = []any{
 	(*CountResponse)(nil),                // 31: tierstore.rpc.CountResponse
 	(*EvictMemoryRequest)(nil),           // 32: tierstore.rpc.EvictMemoryRequest
 	(*OffloadHeartbeatRequest)(nil),      // 33: tierstore.rpc.OffloadHeartbeatRequest
-	(*OffloadTask)(nil),                  // 34: tierstore.rpc.OffloadTask
-	(*OffloadHeartbeatResponse)(nil),     // 35: tierstore.rpc.OffloadHeartbeatResponse
-	(*DiskObject)(nil),                   // 36: tierstore.rpc.DiskObject
-	(*OffloadFailure)(nil),               // 37: tierstore.rpc.OffloadFailure
-	(*NotifyOffloadSuccessRequest)(nil),  // 38: tierstore.rpc.NotifyOffloadSuccessRequest
-	(*RegisterDiskObjectsRequest)(nil),   // 39: tierstore.rpc.RegisterDiskObjectsRequest
-	(*EvictDiskReplicaRequest)(nil),      // 40: tierstore.rpc.EvictDiskReplicaRequest
-	(*EvictDiskReplicaResponse)(nil),     // 41: tierstore.rpc.EvictDiskReplicaResponse
-	(*ReconcileDiskObjectsRequest)(nil),  // 42: tierstore.rpc.ReconcileDiskObjectsRequest
-	(*ReconcileDiskObjectsResponse)(nil), // 43: tierstore.rpc.ReconcileDiskObjectsResponse
-	(*ReportBadReplicaRequest)(nil),      // 44: tierstore.rpc.ReportBadReplicaRequest
-	(*MemoryObject)(nil),                 // 45: tierstore.rpc.MemoryObject
-	(*RegisterMemoryObjectsRequest)(nil), // 46: tierstore.rpc.RegisterMemoryObjectsRequest
-	(*StatsRequest)(nil),                 // 47: tierstore.rpc.StatsRequest
-	(*StatsResponse)(nil),                // 48: tierstore.rpc.StatsResponse
-	(*NodeStats)(nil),                    // 49: tierstore.rpc.NodeStats
-	(*ReconcileBeginRequest)(nil),        // 50: tierstore.rpc.ReconcileBeginRequest
-	(*ReconcileBeginResponse)(nil),       // 51: tierstore.rpc.ReconcileBeginResponse
-	(*ReconcileKeysRequest)(nil),         // 52: tierstore.rpc.ReconcileKeysRequest
-	(*ReconcileKeysResponse)(nil),        // 53: tierstore.rpc.ReconcileKeysResponse
-	(*ReconcileEndRequest)(nil),          // 54: tierstore.rpc.ReconcileEndRequest
-	(*ReconcileEndResponse)(nil),         // 55: tierstore.rpc.ReconcileEndResponse
-	(*EvictMemoryResponse)(nil),          // 56: tierstore.rpc.EvictMemoryResponse
+	(*SSDVictim)(nil),                    // 34: tierstore.rpc.SSDVictim
+	(*SSDReport)(nil),                    // 35: tierstore.rpc.SSDReport
+	(*PromoteTask)(nil),                  // 36: tierstore.rpc.PromoteTask
+	(*OffloadTask)(nil),                  // 37: tierstore.rpc.OffloadTask
+	(*OffloadHeartbeatResponse)(nil),     // 38: tierstore.rpc.OffloadHeartbeatResponse
+	(*PromoteResult)(nil),                // 39: tierstore.rpc.PromoteResult
+	(*PromoteEndRequest)(nil),            // 40: tierstore.rpc.PromoteEndRequest
+	(*DiskObject)(nil),                   // 41: tierstore.rpc.DiskObject
+	(*OffloadFailure)(nil),               // 42: tierstore.rpc.OffloadFailure
+	(*NotifyOffloadSuccessRequest)(nil),  // 43: tierstore.rpc.NotifyOffloadSuccessRequest
+	(*RegisterDiskObjectsRequest)(nil),   // 44: tierstore.rpc.RegisterDiskObjectsRequest
+	(*EvictDiskReplicaRequest)(nil),      // 45: tierstore.rpc.EvictDiskReplicaRequest
+	(*EvictDiskReplicaResponse)(nil),     // 46: tierstore.rpc.EvictDiskReplicaResponse
+	(*ReconcileDiskObjectsRequest)(nil),  // 47: tierstore.rpc.ReconcileDiskObjectsRequest
+	(*ReconcileDiskObjectsResponse)(nil), // 48: tierstore.rpc.ReconcileDiskObjectsResponse
+	(*ReportBadReplicaRequest)(nil),      // 49: tierstore.rpc.ReportBadReplicaRequest
+	(*MemoryObject)(nil),                 // 50: tierstore.rpc.MemoryObject
+	(*RegisterMemoryObjectsRequest)(nil), // 51: tierstore.rpc.RegisterMemoryObjectsRequest
+	(*StatsRequest)(nil),                 // 52: tierstore.rpc.StatsRequest
+	(*StatsResponse)(nil),                // 53: tierstore.rpc.StatsResponse
+	(*NodeStats)(nil),                    // 54: tierstore.rpc.NodeStats
+	(*ReconcileBeginRequest)(nil),        // 55: tierstore.rpc.ReconcileBeginRequest
+	(*ReconcileBeginResponse)(nil),       // 56: tierstore.rpc.ReconcileBeginResponse
+	(*ReconcileKeysRequest)(nil),         // 57: tierstore.rpc.ReconcileKeysRequest
+	(*ReconcileKeysResponse)(nil),        // 58: tierstore.rpc.ReconcileKeysResponse
+	(*ReconcileEndRequest)(nil),          // 59: tierstore.rpc.ReconcileEndRequest
+	(*ReconcileEndResponse)(nil),         // 60: tierstore.rpc.ReconcileEndResponse
+	(*EvictMemoryResponse)(nil),          // 61: tierstore.rpc.EvictMemoryResponse
 }
 var file_master_proto_depIdxs = []int32{
 	0,  // 0: tierstore.rpc.Replica.kind:type_name -> tierstore.rpc.ReplicaKind
@@ -3769,72 +4250,78 @@ var file_master_proto_depIdxs = []int32{
 	4,  // 10: tierstore.rpc.GetReplicaListResponse.info:type_name -> tierstore.rpc.ObjectInfo
 	4,  // 11: tierstore.rpc.ReplicaListResult.info:type_name -> tierstore.rpc.ObjectInfo
 	27, // 12: tierstore.rpc.BatchGetReplicaListResponse.results:type_name -> tierstore.rpc.ReplicaListResult
-	34, // 13: tierstore.rpc.OffloadHeartbeatResponse.tasks:type_name -> tierstore.rpc.OffloadTask
-	36, // 14: tierstore.rpc.NotifyOffloadSuccessRequest.persisted:type_name -> tierstore.rpc.DiskObject
-	37, // 15: tierstore.rpc.NotifyOffloadSuccessRequest.failed:type_name -> tierstore.rpc.OffloadFailure
-	36, // 16: tierstore.rpc.RegisterDiskObjectsRequest.objects:type_name -> tierstore.rpc.DiskObject
-	3,  // 17: tierstore.rpc.ReportBadReplicaRequest.replica:type_name -> tierstore.rpc.Replica
-	45, // 18: tierstore.rpc.RegisterMemoryObjectsRequest.objects:type_name -> tierstore.rpc.MemoryObject
-	49, // 19: tierstore.rpc.StatsResponse.per_node:type_name -> tierstore.rpc.NodeStats
-	5,  // 20: tierstore.rpc.Master.MountSegment:input_type -> tierstore.rpc.MountSegmentRequest
-	7,  // 21: tierstore.rpc.Master.UnmountSegment:input_type -> tierstore.rpc.UnmountSegmentRequest
-	9,  // 22: tierstore.rpc.Master.Ping:input_type -> tierstore.rpc.PingRequest
-	11, // 23: tierstore.rpc.Master.PutStart:input_type -> tierstore.rpc.PutStartRequest
-	16, // 24: tierstore.rpc.Master.PutEnd:input_type -> tierstore.rpc.KeyRequest
-	16, // 25: tierstore.rpc.Master.PutRevoke:input_type -> tierstore.rpc.KeyRequest
-	13, // 26: tierstore.rpc.Master.BatchPutStart:input_type -> tierstore.rpc.BatchPutStartRequest
-	18, // 27: tierstore.rpc.Master.BatchPutEnd:input_type -> tierstore.rpc.KeysRequest
-	18, // 28: tierstore.rpc.Master.BatchPutRevoke:input_type -> tierstore.rpc.KeysRequest
-	21, // 29: tierstore.rpc.Master.ExistKey:input_type -> tierstore.rpc.LookupRequest
-	23, // 30: tierstore.rpc.Master.BatchExistKey:input_type -> tierstore.rpc.BatchLookupRequest
-	21, // 31: tierstore.rpc.Master.GetReplicaList:input_type -> tierstore.rpc.LookupRequest
-	23, // 32: tierstore.rpc.Master.BatchGetReplicaList:input_type -> tierstore.rpc.BatchLookupRequest
-	29, // 33: tierstore.rpc.Master.Remove:input_type -> tierstore.rpc.RemoveRequest
-	30, // 34: tierstore.rpc.Master.RemoveAll:input_type -> tierstore.rpc.RemoveAllRequest
-	32, // 35: tierstore.rpc.Master.EvictMemory:input_type -> tierstore.rpc.EvictMemoryRequest
-	33, // 36: tierstore.rpc.Master.OffloadHeartbeat:input_type -> tierstore.rpc.OffloadHeartbeatRequest
-	38, // 37: tierstore.rpc.Master.NotifyOffloadSuccess:input_type -> tierstore.rpc.NotifyOffloadSuccessRequest
-	39, // 38: tierstore.rpc.Master.ReRegisterDiskObjects:input_type -> tierstore.rpc.RegisterDiskObjectsRequest
-	40, // 39: tierstore.rpc.Master.EvictDiskReplica:input_type -> tierstore.rpc.EvictDiskReplicaRequest
-	42, // 40: tierstore.rpc.Master.ReconcileDiskObjects:input_type -> tierstore.rpc.ReconcileDiskObjectsRequest
-	44, // 41: tierstore.rpc.Master.ReportBadReplica:input_type -> tierstore.rpc.ReportBadReplicaRequest
-	47, // 42: tierstore.rpc.Master.Stats:input_type -> tierstore.rpc.StatsRequest
-	50, // 43: tierstore.rpc.Master.ReconcileBegin:input_type -> tierstore.rpc.ReconcileBeginRequest
-	52, // 44: tierstore.rpc.Master.ReconcileKeys:input_type -> tierstore.rpc.ReconcileKeysRequest
-	54, // 45: tierstore.rpc.Master.ReconcileEnd:input_type -> tierstore.rpc.ReconcileEndRequest
-	46, // 46: tierstore.rpc.Master.ReRegisterMemoryObjects:input_type -> tierstore.rpc.RegisterMemoryObjectsRequest
-	6,  // 47: tierstore.rpc.Master.MountSegment:output_type -> tierstore.rpc.MountSegmentResponse
-	8,  // 48: tierstore.rpc.Master.UnmountSegment:output_type -> tierstore.rpc.UnmountSegmentResponse
-	10, // 49: tierstore.rpc.Master.Ping:output_type -> tierstore.rpc.PingResponse
-	12, // 50: tierstore.rpc.Master.PutStart:output_type -> tierstore.rpc.PutStartResponse
-	17, // 51: tierstore.rpc.Master.PutEnd:output_type -> tierstore.rpc.Empty
-	17, // 52: tierstore.rpc.Master.PutRevoke:output_type -> tierstore.rpc.Empty
-	15, // 53: tierstore.rpc.Master.BatchPutStart:output_type -> tierstore.rpc.BatchPutStartResponse
-	20, // 54: tierstore.rpc.Master.BatchPutEnd:output_type -> tierstore.rpc.KeyResults
-	20, // 55: tierstore.rpc.Master.BatchPutRevoke:output_type -> tierstore.rpc.KeyResults
-	22, // 56: tierstore.rpc.Master.ExistKey:output_type -> tierstore.rpc.ExistKeyResponse
-	25, // 57: tierstore.rpc.Master.BatchExistKey:output_type -> tierstore.rpc.BatchExistKeyResponse
-	26, // 58: tierstore.rpc.Master.GetReplicaList:output_type -> tierstore.rpc.GetReplicaListResponse
-	28, // 59: tierstore.rpc.Master.BatchGetReplicaList:output_type -> tierstore.rpc.BatchGetReplicaListResponse
-	17, // 60: tierstore.rpc.Master.Remove:output_type -> tierstore.rpc.Empty
-	31, // 61: tierstore.rpc.Master.RemoveAll:output_type -> tierstore.rpc.CountResponse
-	56, // 62: tierstore.rpc.Master.EvictMemory:output_type -> tierstore.rpc.EvictMemoryResponse
-	35, // 63: tierstore.rpc.Master.OffloadHeartbeat:output_type -> tierstore.rpc.OffloadHeartbeatResponse
-	20, // 64: tierstore.rpc.Master.NotifyOffloadSuccess:output_type -> tierstore.rpc.KeyResults
-	20, // 65: tierstore.rpc.Master.ReRegisterDiskObjects:output_type -> tierstore.rpc.KeyResults
-	41, // 66: tierstore.rpc.Master.EvictDiskReplica:output_type -> tierstore.rpc.EvictDiskReplicaResponse
-	43, // 67: tierstore.rpc.Master.ReconcileDiskObjects:output_type -> tierstore.rpc.ReconcileDiskObjectsResponse
-	17, // 68: tierstore.rpc.Master.ReportBadReplica:output_type -> tierstore.rpc.Empty
-	48, // 69: tierstore.rpc.Master.Stats:output_type -> tierstore.rpc.StatsResponse
-	51, // 70: tierstore.rpc.Master.ReconcileBegin:output_type -> tierstore.rpc.ReconcileBeginResponse
-	53, // 71: tierstore.rpc.Master.ReconcileKeys:output_type -> tierstore.rpc.ReconcileKeysResponse
-	55, // 72: tierstore.rpc.Master.ReconcileEnd:output_type -> tierstore.rpc.ReconcileEndResponse
-	20, // 73: tierstore.rpc.Master.ReRegisterMemoryObjects:output_type -> tierstore.rpc.KeyResults
-	47, // [47:74] is the sub-list for method output_type
-	20, // [20:47] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	35, // 13: tierstore.rpc.OffloadHeartbeatRequest.ssd_report:type_name -> tierstore.rpc.SSDReport
+	34, // 14: tierstore.rpc.SSDReport.victims:type_name -> tierstore.rpc.SSDVictim
+	37, // 15: tierstore.rpc.OffloadHeartbeatResponse.tasks:type_name -> tierstore.rpc.OffloadTask
+	36, // 16: tierstore.rpc.OffloadHeartbeatResponse.promotions:type_name -> tierstore.rpc.PromoteTask
+	39, // 17: tierstore.rpc.PromoteEndRequest.results:type_name -> tierstore.rpc.PromoteResult
+	41, // 18: tierstore.rpc.NotifyOffloadSuccessRequest.persisted:type_name -> tierstore.rpc.DiskObject
+	42, // 19: tierstore.rpc.NotifyOffloadSuccessRequest.failed:type_name -> tierstore.rpc.OffloadFailure
+	41, // 20: tierstore.rpc.RegisterDiskObjectsRequest.objects:type_name -> tierstore.rpc.DiskObject
+	3,  // 21: tierstore.rpc.ReportBadReplicaRequest.replica:type_name -> tierstore.rpc.Replica
+	50, // 22: tierstore.rpc.RegisterMemoryObjectsRequest.objects:type_name -> tierstore.rpc.MemoryObject
+	54, // 23: tierstore.rpc.StatsResponse.per_node:type_name -> tierstore.rpc.NodeStats
+	5,  // 24: tierstore.rpc.Master.MountSegment:input_type -> tierstore.rpc.MountSegmentRequest
+	7,  // 25: tierstore.rpc.Master.UnmountSegment:input_type -> tierstore.rpc.UnmountSegmentRequest
+	9,  // 26: tierstore.rpc.Master.Ping:input_type -> tierstore.rpc.PingRequest
+	11, // 27: tierstore.rpc.Master.PutStart:input_type -> tierstore.rpc.PutStartRequest
+	16, // 28: tierstore.rpc.Master.PutEnd:input_type -> tierstore.rpc.KeyRequest
+	16, // 29: tierstore.rpc.Master.PutRevoke:input_type -> tierstore.rpc.KeyRequest
+	13, // 30: tierstore.rpc.Master.BatchPutStart:input_type -> tierstore.rpc.BatchPutStartRequest
+	18, // 31: tierstore.rpc.Master.BatchPutEnd:input_type -> tierstore.rpc.KeysRequest
+	18, // 32: tierstore.rpc.Master.BatchPutRevoke:input_type -> tierstore.rpc.KeysRequest
+	21, // 33: tierstore.rpc.Master.ExistKey:input_type -> tierstore.rpc.LookupRequest
+	23, // 34: tierstore.rpc.Master.BatchExistKey:input_type -> tierstore.rpc.BatchLookupRequest
+	21, // 35: tierstore.rpc.Master.GetReplicaList:input_type -> tierstore.rpc.LookupRequest
+	23, // 36: tierstore.rpc.Master.BatchGetReplicaList:input_type -> tierstore.rpc.BatchLookupRequest
+	29, // 37: tierstore.rpc.Master.Remove:input_type -> tierstore.rpc.RemoveRequest
+	30, // 38: tierstore.rpc.Master.RemoveAll:input_type -> tierstore.rpc.RemoveAllRequest
+	32, // 39: tierstore.rpc.Master.EvictMemory:input_type -> tierstore.rpc.EvictMemoryRequest
+	33, // 40: tierstore.rpc.Master.OffloadHeartbeat:input_type -> tierstore.rpc.OffloadHeartbeatRequest
+	43, // 41: tierstore.rpc.Master.NotifyOffloadSuccess:input_type -> tierstore.rpc.NotifyOffloadSuccessRequest
+	44, // 42: tierstore.rpc.Master.ReRegisterDiskObjects:input_type -> tierstore.rpc.RegisterDiskObjectsRequest
+	45, // 43: tierstore.rpc.Master.EvictDiskReplica:input_type -> tierstore.rpc.EvictDiskReplicaRequest
+	47, // 44: tierstore.rpc.Master.ReconcileDiskObjects:input_type -> tierstore.rpc.ReconcileDiskObjectsRequest
+	49, // 45: tierstore.rpc.Master.ReportBadReplica:input_type -> tierstore.rpc.ReportBadReplicaRequest
+	40, // 46: tierstore.rpc.Master.PromoteEnd:input_type -> tierstore.rpc.PromoteEndRequest
+	52, // 47: tierstore.rpc.Master.Stats:input_type -> tierstore.rpc.StatsRequest
+	55, // 48: tierstore.rpc.Master.ReconcileBegin:input_type -> tierstore.rpc.ReconcileBeginRequest
+	57, // 49: tierstore.rpc.Master.ReconcileKeys:input_type -> tierstore.rpc.ReconcileKeysRequest
+	59, // 50: tierstore.rpc.Master.ReconcileEnd:input_type -> tierstore.rpc.ReconcileEndRequest
+	51, // 51: tierstore.rpc.Master.ReRegisterMemoryObjects:input_type -> tierstore.rpc.RegisterMemoryObjectsRequest
+	6,  // 52: tierstore.rpc.Master.MountSegment:output_type -> tierstore.rpc.MountSegmentResponse
+	8,  // 53: tierstore.rpc.Master.UnmountSegment:output_type -> tierstore.rpc.UnmountSegmentResponse
+	10, // 54: tierstore.rpc.Master.Ping:output_type -> tierstore.rpc.PingResponse
+	12, // 55: tierstore.rpc.Master.PutStart:output_type -> tierstore.rpc.PutStartResponse
+	17, // 56: tierstore.rpc.Master.PutEnd:output_type -> tierstore.rpc.Empty
+	17, // 57: tierstore.rpc.Master.PutRevoke:output_type -> tierstore.rpc.Empty
+	15, // 58: tierstore.rpc.Master.BatchPutStart:output_type -> tierstore.rpc.BatchPutStartResponse
+	20, // 59: tierstore.rpc.Master.BatchPutEnd:output_type -> tierstore.rpc.KeyResults
+	20, // 60: tierstore.rpc.Master.BatchPutRevoke:output_type -> tierstore.rpc.KeyResults
+	22, // 61: tierstore.rpc.Master.ExistKey:output_type -> tierstore.rpc.ExistKeyResponse
+	25, // 62: tierstore.rpc.Master.BatchExistKey:output_type -> tierstore.rpc.BatchExistKeyResponse
+	26, // 63: tierstore.rpc.Master.GetReplicaList:output_type -> tierstore.rpc.GetReplicaListResponse
+	28, // 64: tierstore.rpc.Master.BatchGetReplicaList:output_type -> tierstore.rpc.BatchGetReplicaListResponse
+	17, // 65: tierstore.rpc.Master.Remove:output_type -> tierstore.rpc.Empty
+	31, // 66: tierstore.rpc.Master.RemoveAll:output_type -> tierstore.rpc.CountResponse
+	61, // 67: tierstore.rpc.Master.EvictMemory:output_type -> tierstore.rpc.EvictMemoryResponse
+	38, // 68: tierstore.rpc.Master.OffloadHeartbeat:output_type -> tierstore.rpc.OffloadHeartbeatResponse
+	20, // 69: tierstore.rpc.Master.NotifyOffloadSuccess:output_type -> tierstore.rpc.KeyResults
+	20, // 70: tierstore.rpc.Master.ReRegisterDiskObjects:output_type -> tierstore.rpc.KeyResults
+	46, // 71: tierstore.rpc.Master.EvictDiskReplica:output_type -> tierstore.rpc.EvictDiskReplicaResponse
+	48, // 72: tierstore.rpc.Master.ReconcileDiskObjects:output_type -> tierstore.rpc.ReconcileDiskObjectsResponse
+	17, // 73: tierstore.rpc.Master.ReportBadReplica:output_type -> tierstore.rpc.Empty
+	20, // 74: tierstore.rpc.Master.PromoteEnd:output_type -> tierstore.rpc.KeyResults
+	53, // 75: tierstore.rpc.Master.Stats:output_type -> tierstore.rpc.StatsResponse
+	56, // 76: tierstore.rpc.Master.ReconcileBegin:output_type -> tierstore.rpc.ReconcileBeginResponse
+	58, // 77: tierstore.rpc.Master.ReconcileKeys:output_type -> tierstore.rpc.ReconcileKeysResponse
+	60, // 78: tierstore.rpc.Master.ReconcileEnd:output_type -> tierstore.rpc.ReconcileEndResponse
+	20, // 79: tierstore.rpc.Master.ReRegisterMemoryObjects:output_type -> tierstore.rpc.KeyResults
+	52, // [52:80] is the sub-list for method output_type
+	24, // [24:52] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
@@ -3848,7 +4335,7 @@ func file_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   54,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -47,6 +47,7 @@ const (
 	Master_EvictDiskReplica_FullMethodName        = "/tierstore.rpc.Master/EvictDiskReplica"
 	Master_ReconcileDiskObjects_FullMethodName    = "/tierstore.rpc.Master/ReconcileDiskObjects"
 	Master_ReportBadReplica_FullMethodName        = "/tierstore.rpc.Master/ReportBadReplica"
+	Master_PromoteEnd_FullMethodName              = "/tierstore.rpc.Master/PromoteEnd"
 	Master_Stats_FullMethodName                   = "/tierstore.rpc.Master/Stats"
 	Master_ReconcileBegin_FullMethodName          = "/tierstore.rpc.Master/ReconcileBegin"
 	Master_ReconcileKeys_FullMethodName           = "/tierstore.rpc.Master/ReconcileKeys"
@@ -80,6 +81,10 @@ type MasterClient interface {
 	EvictDiskReplica(ctx context.Context, in *EvictDiskReplicaRequest, opts ...grpc.CallOption) (*EvictDiskReplicaResponse, error)
 	ReconcileDiskObjects(ctx context.Context, in *ReconcileDiskObjectsRequest, opts ...grpc.CallOption) (*ReconcileDiskObjectsResponse, error)
 	ReportBadReplica(ctx context.Context, in *ReportBadReplicaRequest, opts ...grpc.CallOption) (*Empty, error)
+	// A node answers promotions of OffloadHeartbeat: per result OK (loaded:
+	// the DRAM replica is published; not loaded: the range is freed), or the
+	// reason the promotion no longer stands (removed, put again, abandoned).
+	PromoteEnd(ctx context.Context, in *PromoteEndRequest, opts ...grpc.CallOption) (*KeyResults, error)
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error)
 	ReconcileBegin(ctx context.Context, in *ReconcileBeginRequest, opts ...grpc.CallOption) (*ReconcileBeginResponse, error)
 	ReconcileKeys(ctx context.Context, in *ReconcileKeysRequest, opts ...grpc.CallOption) (*ReconcileKeysResponse, error)
@@ -318,6 +323,16 @@ func (c *masterClient) ReportBadReplica(ctx context.Context, in *ReportBadReplic
 	return out, nil
 }
 
+func (c *masterClient) PromoteEnd(ctx context.Context, in *PromoteEndRequest, opts ...grpc.CallOption) (*KeyResults, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KeyResults)
+	err := c.cc.Invoke(ctx, Master_PromoteEnd_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *masterClient) Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(StatsResponse)
@@ -394,6 +409,10 @@ type MasterServer interface {
 	EvictDiskReplica(context.Context, *EvictDiskReplicaRequest) (*EvictDiskReplicaResponse, error)
 	ReconcileDiskObjects(context.Context, *ReconcileDiskObjectsRequest) (*ReconcileDiskObjectsResponse, error)
 	ReportBadReplica(context.Context, *ReportBadReplicaRequest) (*Empty, error)
+	// A node answers promotions of OffloadHeartbeat: per result OK (loaded:
+	// the DRAM replica is published; not loaded: the range is freed), or the
+	// reason the promotion no longer stands (removed, put again, abandoned).
+	PromoteEnd(context.Context, *PromoteEndRequest) (*KeyResults, error)
 	Stats(context.Context, *StatsRequest) (*StatsResponse, error)
 	ReconcileBegin(context.Context, *ReconcileBeginRequest) (*ReconcileBeginResponse, error)
 	ReconcileKeys(context.Context, *ReconcileKeysRequest) (*ReconcileKeysResponse, error)
@@ -477,6 +496,9 @@ func (UnimplementedMasterServer) ReconcileDiskObjects(context.Context, *Reconcil
 }
 func (UnimplementedMasterServer) ReportBadReplica(context.Context, *ReportBadReplicaRequest) (*Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportBadReplica not implemented")
+}
+func (UnimplementedMasterServer) PromoteEnd(context.Context, *PromoteEndRequest) (*KeyResults, error) {
+	return nil, status.Error(codes.Unimplemented, "method PromoteEnd not implemented")
 }
 func (UnimplementedMasterServer) Stats(context.Context, *StatsRequest) (*StatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Stats not implemented")
@@ -910,6 +932,24 @@ func _Master_ReportBadReplica_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_PromoteEnd_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PromoteEndRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).PromoteEnd(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_PromoteEnd_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).PromoteEnd(ctx, req.(*PromoteEndRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Master_Stats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(StatsRequest)
 	if err := dec(in); err != nil {
@@ -1094,6 +1134,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportBadReplica",
 			Handler:    _Master_ReportBadReplica_Handler,
+		},
+		{
+			MethodName: "PromoteEnd",
+			Handler:    _Master_PromoteEnd_Handler,
 		},
 		{
 			MethodName: "Stats",

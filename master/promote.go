@@ -1,0 +1,375 @@
+package master
+
+import (
+	"context"
+	"sync"
+
+	"github.com/tierstore/tierstore/admission"
+	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/masterapi"
+)
+
+// Promotion: an object read from SSD often enough (the admission policy's
+// Promote, dram_promotion_min_freq) gets a DRAM replica again, on the node
+// whose SSD holds it.
+//
+//  1. A demand lookup that is an SSD hit (observeLookup) asks the policy;
+//     a yes queues the key in the node's promotion queue (promoBox,
+//     bounded, one entry per key).
+//  2. The node's next Heartbeat takes up to MaxPromotions keys: for each,
+//     the master allocates a range in that node's segment (evicting like a
+//     put, never waiting) and records it as the object's DRAM replica in
+//     progress, owned by a new put token and marked promo; the reply
+//     carries the task.
+//  3. The node loads the key from its SSD tier, checks the CRC32C, writes
+//     the bytes as that put (invariant 8) and answers PromoteEnd. Loaded:
+//     the replica is complete, published now (commit before publish,
+//     invariant 1). Not loaded: the range is freed.
+//
+// Races. The promotion is a put in progress of its object, so what ends a
+// put ends it: a Remove (forced or not: a promotion never blocks a Remove)
+// or an object put again parks its range until the node answers (the
+// answer finds its token stale: ErrStalePut, the range is freed, nothing
+// is published; a removed object never comes back), and the discard
+// timeout reclaims an unanswered one. When the promotion's source, the
+// node's LocalDisk replica, is dropped (SSD eviction, a failed notify, a
+// reconcile, a bad-replica report), the promotion is abandoned at once the
+// same way (dropDisk), so an object is never left with only a promotion in
+// progress.
+
+// maxPromoQueue bounds a node's queue of promotion candidates; beyond it
+// candidates are dropped (counted, the next SSD hit asks again).
+const maxPromoQueue = 4096
+
+// maxPromoTries bounds the heartbeats a candidate waits for DRAM room: the
+// eviction a promotion starts may only queue the victim's offload (tinylfu
+// admits DRAM victims), which frees its range a heartbeat or so later.
+const maxPromoTries = 4
+
+// promoBox is a node's queue of promotion candidates. Lock order: shard.mu
+// before promoBox.mu.
+type promoBox struct {
+	mu    sync.Mutex // protects keys and tries
+	keys  []string
+	tries map[string]uint8 // queued key -> heartbeats it found no room
+	drops int64            // candidates refused because the queue was full
+}
+
+// add queues key once (tries: the heartbeats it already found no room);
+// false when the queue is full.
+func (b *promoBox) add(key string, tries uint8) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.tries[key]; ok {
+		return true
+	}
+	if len(b.keys) >= maxPromoQueue {
+		b.drops++
+		return false
+	}
+	if b.tries == nil {
+		b.tries = map[string]uint8{}
+	}
+	b.tries[key] = tries
+	b.keys = append(b.keys, key)
+	return true
+}
+
+// has reports whether key is queued.
+func (b *promoBox) has(key string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.tries[key]
+	return ok
+}
+
+// take removes and returns up to n queued keys, oldest first, with their
+// tries.
+func (b *promoBox) take(n int) ([]string, []uint8) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n = min(n, len(b.keys))
+	out := append([]string(nil), b.keys[:n]...)
+	tries := make([]uint8, n)
+	b.keys = append(b.keys[:0], b.keys[n:]...)
+	for i, k := range out {
+		tries[i] = b.tries[k]
+		delete(b.tries, k)
+	}
+	return out, tries
+}
+
+// promoter is a policy that answers whether an SSD hit deserves a DRAM copy.
+type promoter interface{ Promote(key string) bool }
+
+// considerPromotion queues key for promotion on the node of its live
+// LocalDisk replica when o is read from SSD only and the policy says it is
+// worth it. Caller holds the shard lock.
+func (s *Service) considerPromotion(key string, o *object) {
+	p, ok := s.policy.(promoter)
+	if !ok || o.mem.seg != nil || o.offload != nil {
+		return
+	}
+	var n *node
+	for _, d := range o.disk {
+		if !d.node.dead.Load() {
+			n = d.node
+			break
+		}
+	}
+	if n == nil || n.promo.has(key) || !p.Promote(key) {
+		return // (a queued key is not asked again: Promote counts its yes)
+	}
+	if n.promo.add(key, 0) {
+		s.cnt.promotionsQueued.Add(1)
+	}
+}
+
+// takePromotions turns up to max of n's queued candidates into promotion
+// tasks: a range of n's segment each, recorded as the object's DRAM
+// replica in progress.
+func (s *Service) takePromotions(n *node, max int) []masterapi.PromoteTask {
+	var out []masterapi.PromoteTask
+	keys, tries := n.promo.take(max)
+	for i, key := range keys {
+		t, res := s.startPromotion(n, key)
+		switch {
+		case res == promoStarted:
+			out = append(out, t)
+		case res == promoNoRoom && tries[i]+1 < maxPromoTries:
+			n.promo.add(key, tries[i]+1) // the eviction it started may free room by the next heartbeat
+		case res == promoNoRoom:
+			s.cnt.promotionsNoRoom.Add(1)
+		}
+	}
+	return out
+}
+
+// promotable reports whether o can take a promotion from node n's SSD: no
+// DRAM replica or put, no offload task, a LocalDisk replica on n. Caller
+// holds the shard lock.
+func promotable(o *object, n *node) bool {
+	if o == nil || o.mem.seg != nil || o.offload != nil {
+		return false
+	}
+	i := o.diskIndex(n.id)
+	return i >= 0 && o.disk[i].node == n && !n.dead.Load()
+}
+
+// promoStart is the outcome of startPromotion.
+type promoStart uint8
+
+const (
+	promoStarted promoStart = iota
+	promoNoRoom             // no room in n's segment, even after eviction
+	promoMoot               // the object is gone, changed, or has a DRAM copy
+)
+
+// startPromotion allocates key's range in n's segment and records it as
+// o's DRAM replica in progress (a put of a new token, marked promo).
+func (s *Service) startPromotion(n *node, key string) (masterapi.PromoteTask, promoStart) {
+	sh := s.shardOf(key)
+	sh.mu.Lock()
+	o := sh.objs[key]
+	ok := promotable(o, n)
+	var size int64
+	if ok {
+		size = o.size
+	}
+	sh.mu.Unlock()
+	if !ok {
+		return masterapi.PromoteTask{}, promoMoot
+	}
+	seg, off, ok := s.allocateOnNode(n, size)
+	if !ok {
+		return masterapi.PromoteTask{}, promoNoRoom
+	}
+	now := s.now()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if o2 := sh.objs[key]; o2 != o || !promotable(o, n) || o.size != size {
+		s.freeRange(seg, off, size)
+		return masterapi.PromoteTask{}, promoMoot
+	}
+	o.mem = memReplica{seg: seg, off: off, len: size, token: s.tokens.next(now), promo: true}
+	o.putStart = now
+	s.processing.Add(1)
+	s.countMem(n, 1, size)
+	s.cnt.promotionsStarted.Add(1)
+	return masterapi.PromoteTask{Key: key, Segment: seg.name, Offset: off, Length: size, Size: size,
+		CRC: o.crc, PutToken: o.mem.token}, promoStarted
+}
+
+// allocateOnNode allocates size bytes in one of n's segments, evicting as
+// a put would (evictRounds rounds at most), never waiting for room.
+func (s *Service) allocateOnNode(n *node, size int64) (*segment, int64, bool) {
+	for round := 0; ; round++ {
+		gen := s.evictGen.Load()
+		if g, off, ok := s.tryAllocateOn(n, size); ok {
+			return g, off, true
+		}
+		if round == evictRounds || !s.evictAfter(gen, size) {
+			return nil, 0, false
+		}
+	}
+}
+
+// tryAllocateOn allocates size bytes in one of n's live segments.
+func (s *Service) tryAllocateOn(n *node, size int64) (*segment, int64, bool) {
+	s.nodesMu.RLock()
+	defer s.nodesMu.RUnlock()
+	if s.nodes[n.id] != n {
+		return nil, 0, false // n expired or was retired
+	}
+	for _, g := range n.segments {
+		if g.held.Load() || !g.live() {
+			continue
+		}
+		g.mu.Lock()
+		off, ok := g.alloc.Alloc(size)
+		g.mu.Unlock()
+		if ok {
+			return g, off, true
+		}
+	}
+	return nil, 0, false
+}
+
+// abandonPromotion gives up o's promotion in progress when its source,
+// node id's LocalDisk replica, is going: the range stays parked until the
+// node answers (it may be writing) or the discard deadline. Caller holds
+// the shard lock, before dropping the replica.
+func (s *Service) abandonPromotion(key string, o *object, id string) {
+	if !o.mem.promo || o.mem.complete || o.mem.seg == nil || o.mem.seg.node.id != id {
+		return
+	}
+	if s.park(key, o) {
+		s.forgetMem(o, false)
+	} else {
+		s.dropMem(o)
+	}
+}
+
+// PromoteEnd implements masterapi.AdmissionAPI.
+func (s *Service) PromoteEnd(ctx context.Context, nodeID string, results []masterapi.PromoteResult) ([]error, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]error, len(results))
+	for i, r := range results {
+		out[i] = s.observe(s.promoteEnd(nodeID, r))
+		if out[i] != nil || !r.Loaded {
+			// Counted once, at the node's answer: not published.
+			s.cnt.promotionsAbandoned.Add(1)
+		}
+	}
+	return out, nil
+}
+
+func (s *Service) promoteEnd(nodeID string, r masterapi.PromoteResult) error {
+	sh, err := s.lockKey(r.Key)
+	if err != nil {
+		return err
+	}
+	defer sh.mu.Unlock()
+	o, err := s.ownPut(sh, "promote_end", r.Key, r.PutToken)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !o.mem.promo:
+		return codes.Errorf(codes.InvalidParams, "master: promote_end: put %d is a client's put, not a promotion", r.PutToken)
+	case o.mem.seg.node.id != nodeID:
+		return codes.Errorf(codes.InvalidParams, "master: promote_end: promotion %d belongs to node %q, not %q", r.PutToken, o.mem.seg.node.id, nodeID)
+	case o.mem.complete:
+		return nil // repeated answer
+	}
+	now := s.now()
+	if !r.Loaded || !o.mem.seg.live() {
+		s.dropMem(o)
+		if !r.Loaded {
+			s.log.Debug("promotion not loaded by the node", "key", keyHex(r.Key), "node", nodeID, "reason", r.Reason)
+		}
+		s.settleEmpty(sh, r.Key, o, now)
+		if r.Loaded {
+			return codes.Errorf(codes.ReplicaIsGone, "master: promote_end: segment of node %q is gone", nodeID)
+		}
+		return nil
+	}
+	o.mem.complete = true // commit (the node wrote and checked) before publish
+	s.processing.Add(-1)
+	o.lastUse = now
+	s.cnt.promotions.Add(1)
+	s.room.signal() // the object may be evicted now
+	return nil
+}
+
+// Heartbeat implements masterapi.AdmissionAPI: OffloadHeartbeat, plus the
+// node's SSD report to the policy, the policy's sketch when asked for, and
+// the node's promotion tasks.
+func (s *Service) Heartbeat(ctx context.Context, req masterapi.HeartbeatRequest) (masterapi.HeartbeatReply, error) {
+	tasks, err := s.OffloadHeartbeat(ctx, req.Node, req.Max)
+	if err != nil {
+		return masterapi.HeartbeatReply{}, err
+	}
+	rep := masterapi.HeartbeatReply{Tasks: tasks, Term: s.cfg.HA.Term}
+	_, rep.WantSSDReport = s.policy.(ssdReportSink)
+	if req.SSD != nil {
+		s.ReportSSD(req.Node, ssdReportOf(*req.SSD))
+	}
+	if req.WantSketch {
+		rep.Sketch, rep.SketchVersion = s.sketchForNode(req.Node, req.SketchVersion)
+	}
+	if n := s.lookupNode(req.Node); n != nil {
+		rep.Promotions = s.takePromotions(n, masterapi.MaxPromotions)
+	}
+	return rep, nil
+}
+
+// maxSketchBytes bounds the sketch a heartbeat carries (half the RPC
+// message limit, the other half for tasks): a larger one is not sent, and
+// the node keeps valuing its buckets with the copy it has (or by recency
+// without one, and sends no SSD report). The sketch takes about 24 bytes
+// per cached object (24,613 bytes at the default width of 8192 counters a
+// row, up to 1024 objects), so up to about 1.3 million cached objects.
+const maxSketchBytes = masterapi.MaxMessageSize / 2
+
+// sketchMoves is the fraction of the sketch's ageing period (accesses
+// between halvings) after which a node's copy is out of date: a copy
+// misses at most 1/64 of a period's counts.
+const sketchMoves = 64
+
+// sketchForNode encodes the policy's sketch for node and its version when
+// node has none (have 0) or its copy, version have, is out of date; nil
+// when the policy keeps none, the copy is current, or the sketch is too
+// large to send. A version is 1 + the lookups the policy had counted.
+func (s *Service) sketchForNode(node string, have uint64) ([]byte, uint64) {
+	p, ok := s.policy.(interface {
+		MarshalSketch() ([]byte, error)
+		Stats() admission.TinyLFUStats
+	})
+	if !ok {
+		return nil, 0
+	}
+	st := p.Stats()
+	cur := uint64(st.Lookups) + 1
+	if have != 0 && have <= cur && cur-have < uint64(max(1, st.Period/sketchMoves)) {
+		return nil, 0
+	}
+	b, err := p.MarshalSketch()
+	if err != nil {
+		s.log.Warn("admission sketch not sent", "node", node, "err", err)
+		return nil, 0
+	}
+	if len(b) > maxSketchBytes {
+		s.cnt.sketchTooLarge.Add(1)
+		s.log.Warn("admission sketch not sent: larger than half the RPC message limit", "node", node,
+			"bytes", len(b), "limit", maxSketchBytes)
+		return nil, 0
+	}
+	s.cnt.sketchesSent.Add(1)
+	s.cnt.sketchBytesSent.Add(int64(len(b)))
+	return b, cur
+}
+
+var _ masterapi.AdmissionAPI = (*Service)(nil)

@@ -1,0 +1,228 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/tierstore/tierstore/admission"
+	"github.com/tierstore/tierstore/eviction"
+	"github.com/tierstore/tierstore/internal/wire"
+	"github.com/tierstore/tierstore/masterapi"
+	"github.com/tierstore/tierstore/tier"
+)
+
+// The node's side of SSD admission and promotion (package admission,
+// tinylfu; docs/design.md, "Admission across the RPC boundary"):
+//
+//   - the heartbeat takes the master's frequency sketch, which the master
+//     sends when the node has none or its copy (the version it sends
+//     back) has fallen 1/64 of the sketch's ageing period behind, at most
+//     once per AdmissionSketchInterval; the node decodes it and its tier
+//     ranks buckets with it (bucket_eviction "value",
+//     tier.Engine.SetValueFreq);
+//   - when the master says its policy uses SSD reports, the heartbeat
+//     carries the tier's fill level and the value of its next victims
+//     (tier.Engine.Outlook valued with eviction.Value and the sketch),
+//     recomputed when the tier changed or a new sketch arrived (the values
+//     depend on nothing else);
+//   - promotion tasks of the reply are loaded from the tier into the
+//     segment as the put the task names, then answered (PromoteEnd).
+//
+// All of it runs in the heartbeat loop, under roundMu; the sketch itself
+// is swapped atomically because the tier reads it under its own lock.
+
+// admissionTier is what admission needs of the tier beyond SSDTier
+// (*tier.Engine implements it; a test double need not).
+type admissionTier interface {
+	Outlook(cover int64) (tier.Outlook, error)
+	SetValueFreq(freq func(key []byte) uint32) bool
+}
+
+// nodeAdmission is the node's admission state. sketch is read by the
+// tier's valuer from any goroutine; the other fields belong to the
+// heartbeat loop (roundMu).
+type nodeAdmission struct {
+	sketch     atomic.Pointer[admission.Sketch]
+	version    uint64     // of sketch (0: none)
+	sketchAt   time.Time  // when sketch was received
+	valuer     bool       // the tier was given the valuer
+	wantReport bool       // the master's policy takes SSD reports
+	last       tier.Stats // of the last report
+	stale      bool       // a report is due whatever the tier did (new sketch)
+	cover      int64      // bytes of victims a report describes (High-Low, plus a bucket)
+}
+
+// freq is the sketch's estimate of key, 0 without a sketch.
+func (a *nodeAdmission) freq(key []byte) uint32 {
+	if s := a.sketch.Load(); s != nil {
+		return s.EstimateHash(admission.HashKey(key))
+	}
+	return 0
+}
+
+// heartbeatRequest builds the heartbeat's admission part. Caller holds
+// roundMu.
+func (n *Node) heartbeatRequest() masterapi.HeartbeatRequest {
+	a := &n.adm
+	req := masterapi.HeartbeatRequest{Node: n.name, Max: n.cfg.OffloadBatch}
+	req.WantSketch = a.version == 0 || time.Since(a.sketchAt) >= n.cfg.AdmissionSketchInterval
+	req.SketchVersion = a.version
+	if a.wantReport && a.sketch.Load() != nil {
+		req.SSD = n.ssdReport()
+	}
+	return req
+}
+
+// ssdReport returns the tier's report when the tier changed since the last
+// one or a new sketch arrived, nil otherwise or when the tier cannot tell.
+func (n *Node) ssdReport() *masterapi.SSDReport {
+	a := &n.adm
+	at, ok := n.tier.(admissionTier)
+	if !ok {
+		return nil
+	}
+	st := n.tier.Stats()
+	changed := st.BucketsWritten != a.last.BucketsWritten || st.Evictions != a.last.Evictions ||
+		st.ObjectsLoaded != a.last.ObjectsLoaded || st.Objects != a.last.Objects
+	if !changed && !a.stale {
+		return nil
+	}
+	if a.cover == 0 {
+		a.cover = st.Capacity/4 + BucketFileLimit(n.cfg.BucketSizeLimit)
+	}
+	ol, err := at.Outlook(a.cover)
+	if err != nil {
+		if !errors.Is(err, tier.ErrClosed) {
+			n.log.Warn("SSD report for admission failed", "err", err)
+		}
+		return nil
+	}
+	a.cover = max(ol.High-ol.Low, 0) + BucketFileLimit(n.cfg.BucketSizeLimit)
+	a.last, a.stale = st, false
+	r := &masterapi.SSDReport{High: ol.High, Low: ol.Low, Used: ol.Used, Victims: make([]masterapi.SSDVictim, 0, len(ol.Victims))}
+	for _, v := range ol.Victims {
+		w := eviction.Value(v.Size, v.Keys, v.Sizes, a.freq)
+		r.Victims = append(r.Victims, masterapi.SSDVictim{Bytes: w.FileBytes, Span: w.LiveBytes + w.DeadBytes, Value: w.Value})
+	}
+	n.metrics.ssdReports.Add(1)
+	return r
+}
+
+// takeAdmission applies the admission part of a heartbeat reply: the
+// sketch (decoded, handed to the tier's valuer once) and whether the
+// master wants SSD reports. Caller holds roundMu.
+func (n *Node) takeAdmission(rep masterapi.HeartbeatReply) {
+	a := &n.adm
+	if a.wantReport != rep.WantSSDReport {
+		a.wantReport = rep.WantSSDReport
+		a.stale = true // report at the next heartbeat
+	}
+	if len(rep.Sketch) == 0 {
+		return
+	}
+	var s admission.Sketch
+	if err := s.UnmarshalBinary(rep.Sketch); err != nil {
+		n.log.Warn("admission sketch from the master ignored", "bytes", len(rep.Sketch), "err", err)
+		return
+	}
+	a.sketch.Store(&s)
+	a.version, a.sketchAt = rep.SketchVersion, time.Now()
+	a.stale = true // the victims' values changed
+	n.metrics.sketchesReceived.Add(1)
+	if !a.valuer {
+		if at, ok := n.tier.(admissionTier); ok {
+			at.SetValueFreq(a.freq) // false unless bucket_eviction is "value"
+			a.valuer = true
+		}
+	}
+}
+
+// promote runs the promotion tasks of a heartbeat reply and answers them.
+// Caller holds roundMu.
+func (n *Node) promote(ctx context.Context, tasks []masterapi.PromoteTask) {
+	api, ok := n.m.(masterapi.AdmissionAPI)
+	if len(tasks) == 0 || !ok {
+		return
+	}
+	res := make([]masterapi.PromoteResult, len(tasks))
+	for i, t := range tasks {
+		res[i] = n.promoteOne(ctx, t)
+	}
+	errs, err := api.PromoteEnd(ctx, n.name, res)
+	if err != nil {
+		// The master reclaims the ranges after put_start_discard_timeout.
+		n.log.Warn("answering promotions failed", "promotions", len(res), "err", err)
+		n.metrics.promotionsFailed.Add(int64(len(res)))
+		return
+	}
+	for i, r := range res {
+		switch {
+		case !r.Loaded:
+			n.metrics.promotionsFailed.Add(1)
+		case i < len(errs) && errs[i] != nil:
+			// Removed, put again or abandoned meanwhile: nothing was
+			// published; the bytes in the range are unreachable.
+			n.metrics.promotionsRefused.Add(1)
+		default:
+			n.metrics.promotions.Add(1)
+		}
+	}
+}
+
+// promoteOne copies t's object from the tier into the segment range the
+// master allocated, as put t.PutToken (invariant 8), after checking it
+// against the task's size and CRC32C (the tier checked it against its
+// index).
+func (n *Node) promoteOne(ctx context.Context, t masterapi.PromoteTask) masterapi.PromoteResult {
+	r := masterapi.PromoteResult{Key: t.Key, PutToken: t.PutToken}
+	if err := n.checkSegment(t.Segment); err != nil {
+		r.Reason = err.Error()
+		return r
+	}
+	if t.Length != t.Size || t.Size <= 0 {
+		r.Reason = "promotion range length differs from the object size"
+		return r
+	}
+	lr := n.tier.Load(ctx, [][]byte{[]byte(t.Key)})
+	if len(lr) != 1 || lr[0].Err != nil {
+		r.Reason = "not on SSD"
+		if len(lr) == 1 {
+			r.Reason += ": " + lr[0].Err.Error()
+		}
+		return r
+	}
+	v := lr[0].Value
+	if int64(len(v)) != t.Size || wire.CRC32C(v) != t.CRC {
+		r.Reason = "the SSD copy has other bytes than the object"
+		return r
+	}
+	if err := n.writePromoted(t, v); err != nil {
+		r.Reason = err.Error()
+		return r
+	}
+	r.Loaded = true
+	return r
+}
+
+// writePromoted claims t's range for its token and copies v into it, the
+// way WriteRange does for a put (without counting a client write), and
+// records the object for a failover's DRAM re-registration.
+func (n *Node) writePromoted(t masterapi.PromoteTask, v []byte) error {
+	if err := n.seg.check(t.Offset, len(v)); err != nil {
+		return toCode(err)
+	}
+	if err := n.claimRange(t.Offset, t.Length, t.PutToken); err != nil {
+		return toCode(err)
+	}
+	for off, p := t.Offset, v; len(p) > 0; {
+		k := min(len(p), wire.MaxChunk)
+		if err := n.writeOwned(p[:k], off, t.PutToken); err != nil {
+			return toCode(err)
+		}
+		p, off = p[k:], off+int64(k)
+	}
+	n.recordWrite(wire.Object{Key: t.Key}, t.Offset, t.Length, t.CRC, t.PutToken)
+	return nil
+}
