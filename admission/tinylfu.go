@@ -47,6 +47,14 @@ type TinyLFUConfig struct {
 	// reaches this is worth a DRAM copy (dram_promotion_min_freq); 0 = no
 	// promotion.
 	PromoteFreq uint32
+	// ColdPutFreq: a put of a key whose estimated frequency, this access
+	// included, reaches ColdPutFreq enters DRAM cold (ColdPutter): the key
+	// left DRAM and SSD and came back, its reuse distance is longer than
+	// what the two tiers keep, and it should not push out objects that
+	// DRAM holds for longer. 0 = every put is warm (DRAM is LRU).
+	// admission_cold_put_freq; the flag's default is 2
+	// (DefaultTinyLFUConfig).
+	ColdPutFreq uint32
 	// AtPut admits at PutEnd (an inclusive SSD: DRAM and SSD hold copies)
 	// instead of when DRAM eviction drops the object (exclusive, the
 	// default). Exclusive keeps more distinct objects in DRAM+SSD; see
@@ -86,7 +94,7 @@ func (c *TinyLFUConfig) defaults() {
 
 // DefaultTinyLFUConfig is the configuration of the flags' defaults.
 func DefaultTinyLFUConfig() TinyLFUConfig {
-	c := TinyLFUConfig{Margin: 1}
+	c := TinyLFUConfig{Margin: 1, ColdPutFreq: 2}
 	c.defaults()
 	return c
 }
@@ -179,6 +187,7 @@ type tinyStats struct {
 	admittedBytes    atomic.Int64
 	ssdHitBytes      atomic.Int64
 	promotions       atomic.Int64
+	coldPuts         atomic.Int64
 	regretRejected   atomic.Int64
 	regretPushed     atomic.Int64
 	reports, resizes atomic.Int64
@@ -448,6 +457,16 @@ func (p *TinyLFU) Promote(key string) bool {
 		return false
 	}
 	p.st.promotions.Add(1)
+	return true
+}
+
+// ColdPut implements ColdPutter: key's estimated frequency reaches
+// ColdPutFreq (never when it is 0). Counted in Stats.ColdPuts.
+func (p *TinyLFU) ColdPut(key string) bool {
+	if p.cfg.ColdPutFreq == 0 || p.Estimate(key) < p.cfg.ColdPutFreq {
+		return false
+	}
+	p.st.coldPuts.Add(1)
 	return true
 }
 

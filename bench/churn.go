@@ -494,6 +494,9 @@ func churnConfig(p churnPolicy, sz churnSizes, dir string) embedded.Config {
 	if v, err := strconv.ParseInt(os.Getenv("TIERSTORE_CHURN_SAMPLE"), 10, 64); err == nil {
 		cfg.Master.AdmissionFlags.SampleFactor = v
 	}
+	if v, err := strconv.ParseInt(os.Getenv("TIERSTORE_CHURN_COLDPUT"), 10, 64); err == nil {
+		cfg.Master.AdmissionFlags.ColdPutMinFreq = v
+	}
 	cfg.Master.MonitorInterval = 0 // eviction happens inline at PutStart
 	cfg.Master.DefaultKVLeaseTTL = time.Millisecond
 	cfg.Node.Logger = quiet

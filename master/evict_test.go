@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierstore/tierstore/admission"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -226,5 +227,57 @@ func TestOnEvictOffloadsInPutOrder(t *testing.T) {
 		if _, err := s.GetReplicaList(bg, k); err != nil {
 			t.Fatalf("%s lost: %v", k, err)
 		}
+	}
+}
+
+// TestEvictContinuesPastQueuedVictims guards the eviction round against
+// refusing a put because every victim it picked was admitted to SSD
+// (queued for offload, so pinned in DRAM until the node answers): tinylfu
+// admits the two least recently used objects while the node's SSD has
+// room for them, and the round goes on to the next evictable objects,
+// which lose against the SSD's victims and are dropped, so the put gets
+// its room at once (put_start_max_wait 0). In-process and over gRPC.
+func TestEvictContinuesPastQueuedVictims(t *testing.T) {
+	for _, via := range []string{"service", "grpc"} {
+		t.Run(via, func(t *testing.T) {
+			s, clk := testService(t, func(c *Config) {
+				c.EnableOffload = true
+				c.AdmissionFlags.Policy = admission.PolicyTinyLFU
+				c.AdmissionFlags.Margin = 0
+				c.EvictionRatio = 0.25 // 2 victims of 8 per pass
+			})
+			var api API = s
+			if via == "grpc" {
+				api = remoteService(t, s)
+			}
+			const obj = 4 << 10
+			mount(t, api, "a", 8*obj)
+			for i := 0; i < 8; i++ {
+				put(t, api, fmt.Sprint("k", i), obj, "a")
+				clk.Advance(time.Millisecond)
+			}
+			// Room for exactly two objects under the high watermark; beyond
+			// it, a victim bucket no candidate can beat (density 16).
+			s.ReportSSD("a", admission.SSDReport{High: 2 * obj, Used: 0,
+				Victims: []admission.VictimValue{{Bytes: 1 << 20, Span: 1 << 20, Value: 16 << 20}}})
+			put(t, api, "new", obj, "a")
+			st, err := s.Stats(bg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.OffloadQueued != 2 {
+				t.Fatalf("%d victims queued for offload, want the 2 with room", st.OffloadQueued)
+			}
+			if st.Evictions == 0 {
+				t.Fatal("no victim dropped: the put got room from nowhere")
+			}
+			ts, err := api.OffloadHeartbeat(bg, "a", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(taskKeys(ts), ","); got != "k0,k1" {
+				t.Fatalf("queued %s, want the least recently used k0,k1", got)
+			}
+		})
 	}
 }
