@@ -33,14 +33,15 @@ type Policy interface {
 
 // ColdPutter is implemented by a policy that places completed puts in the
 // master's DRAM eviction order. ColdPut reports whether the object just
-// put under key should be the first DRAM eviction candidate (before every
-// object read or put warm since, the newest cold put first) rather than
-// the last. A loop or scan larger than DRAM+SSD then keeps a fixed part of
-// itself in DRAM, as TinyLFU keeps one on SSD, instead of cycling DRAM
-// like LRU; an object read while in DRAM becomes warm again. The master
-// calls it once per put, after AtPutEnd, with the shard lock held.
+// put (o, as AtPutEnd saw it) should be the first DRAM eviction candidate
+// (before every object read or put warm since, the newest cold put first)
+// rather than the last. A loop or scan larger than DRAM+SSD then keeps a
+// fixed part of itself in DRAM, as TinyLFU keeps one on SSD, instead of
+// cycling DRAM like LRU; an object read while in DRAM becomes warm again.
+// The master calls it once per put, after AtPutEnd, with the shard lock
+// held.
 type ColdPutter interface {
-	ColdPut(key string) bool
+	ColdPut(o Object) bool
 }
 
 func eligible(o Object) bool { return o.InDRAM && !o.OnDisk && !o.Queued }

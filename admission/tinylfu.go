@@ -460,14 +460,36 @@ func (p *TinyLFU) Promote(key string) bool {
 	return true
 }
 
-// ColdPut implements ColdPutter: key's estimated frequency reaches
-// ColdPutFreq (never when it is 0). Counted in Stats.ColdPuts.
-func (p *TinyLFU) ColdPut(key string) bool {
-	if p.cfg.ColdPutFreq == 0 || p.Estimate(key) < p.cfg.ColdPutFreq {
+// ColdPut implements ColdPutter: o's key is coming back (its estimated
+// frequency, this access included, reaches ColdPutFreq) and SSD admission
+// would turn it away now (its node's SSD is full of buckets worth at least
+// as much, or reported none it could evict). Such a key left DRAM and SSD
+// before, nothing says it will be read sooner than what DRAM holds, and
+// when DRAM drops it the SSD will not take it: entering DRAM warm it would
+// only push out objects DRAM keeps for longer (on a loop, every one of
+// them). A key SSD admission would take enters warm, as any put. Never
+// when ColdPutFreq is 0. Counted in Stats.ColdPuts.
+func (p *TinyLFU) ColdPut(o Object) bool {
+	if p.cfg.ColdPutFreq == 0 {
 		return false
 	}
-	p.st.coldPuts.Add(1)
-	return true
+	h := hashKey(o.Key)
+	p.mu.Lock()
+	f := p.sk.EstimateHash(h)
+	st := p.nodes[o.Node]
+	cold := f >= p.cfg.ColdPutFreq && st != nil
+	if cold {
+		switch p.valueTest(f, o.Size, st) {
+		case RejectLost, RejectNoVictim:
+		default:
+			cold = false
+		}
+	}
+	p.mu.Unlock()
+	if cold {
+		p.st.coldPuts.Add(1)
+	}
+	return cold
 }
 
 // MarshalSketch encodes the current sketch for a node (Sketch.MarshalBinary).

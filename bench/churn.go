@@ -130,15 +130,16 @@ func runChurn(ctx context.Context, e *env) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
+	convSeed, zipfSeed := churnSeeds(e)
 	res := &result{Options: map[string]string{
 		"dram":          fmtBytes(sz.dram),
 		"ssd_capacity":  fmtBytes(sz.ssd),
 		"block":         sizeName(sz.block),
 		"scan":          fmt.Sprintf("working set %s x %d passes", fmtBytes(2*sz.ssd), sz.scanPasses),
 		"loop":          fmt.Sprintf("working set %s (1.25 x DRAM+SSD) x %d passes", fmtBytes(loopSet(sz)), sz.loopPasses),
-		"conversations": fmt.Sprintf("%d requests, %d sessions, zipf 1.2, seed 42", sz.convRequests, sz.sessions),
+		"conversations": fmt.Sprintf("%d requests, %d sessions, zipf 1.2, seed %d", sz.convRequests, sz.sessions, convSeed),
 		"mixed":         "conversations + 50% one-hit-wonder requests",
-		"zipf-bursts":   fmt.Sprintf("%d requests, %d keys zipf 1.1, a burst of %d one-off keys every %d", sz.convRequests, sz.zipfKeys, sz.burstLen, sz.burstEvery),
+		"zipf-bursts":   fmt.Sprintf("%d requests, %d keys zipf 1.1, a burst of %d one-off keys every %d, seed %d", sz.convRequests, sz.zipfKeys, sz.burstLen, sz.burstEvery, zipfSeed),
 		"mode":          "master+node+client in one process, pwrite backend, SSD report every heartbeat",
 	}}
 	tt, bounds, err := churnBounds(traces, sz)
@@ -175,13 +176,14 @@ func churnTraces(e *env, sz churnSizes) ([]*trace.Trace, error) {
 		}
 		return err
 	}
-	conv := trace.ConvConfig{Seed: 42, Requests: sz.convRequests, BlockSize: sz.block, Sessions: sz.sessions}
+	convSeed, zipfSeed := churnSeeds(e)
+	conv := trace.ConvConfig{Seed: convSeed, Requests: sz.convRequests, BlockSize: sz.block, Sessions: sz.sessions}
 	for _, err := range []error{
 		add(trace.Scan(trace.ScanConfig{WorkingSet: 2 * sz.ssd, ObjectSize: sz.block, Passes: sz.scanPasses})),
 		add(trace.Loop(trace.ScanConfig{WorkingSet: loopSet(sz), ObjectSize: sz.block, Passes: sz.loopPasses})),
 		add(trace.Conversations(conv)),
 		add(trace.Mixed(conv)),
-		add(trace.ZipfBursts(trace.ZipfBurstConfig{Seed: 7, Requests: sz.convRequests, Keys: sz.zipfKeys,
+		add(trace.ZipfBursts(trace.ZipfBurstConfig{Seed: zipfSeed, Requests: sz.convRequests, Keys: sz.zipfKeys,
 			BlockSize: sz.block, BurstEvery: sz.burstEvery, BurstLen: sz.burstLen})),
 	} {
 		if err != nil {
@@ -206,6 +208,15 @@ func churnTraces(e *env, sz churnSizes) ([]*trace.Trace, error) {
 		}
 	}
 	return out, nil
+}
+
+// churnSeeds are the seeds of the conversations (and mixed) and the
+// zipf-bursts traces: 42 and 7, or --seed and --seed+1.
+func churnSeeds(e *env) (conv, zipf uint64) {
+	if e.seed != 0 {
+		return uint64(e.seed), uint64(e.seed) + 1
+	}
+	return 42, 7
 }
 
 // envSet reads a comma-separated list from the environment (nil: unset).

@@ -168,14 +168,14 @@ func (s *Service) victimOK(o *object, now int64) bool {
 	return s.cfg.AllowEvictSoftPinned || !o.softPinned(now)
 }
 
-// putUse is the last use a completed put of key gives its object, which
+// putUse is the last use a completed put of key gives its object o, which
 // places it in the DRAM eviction order: now (the most recently used end),
 // or, when the admission policy says the put is cold
 // (admission.ColdPutter), -now: before every object with a last use, the
 // newest cold put first. A lookup hit makes it warm again (grantLease).
 // Caller holds the shard lock.
-func (s *Service) putUse(key string, now int64) int64 {
-	if c, ok := s.policy.(admission.ColdPutter); ok && c.ColdPut(key) {
+func (s *Service) putUse(key string, o *object, now int64) int64 {
+	if c, ok := s.policy.(admission.ColdPutter); ok && c.ColdPut(s.admissionView(key, o)) {
 		return -now
 	}
 	return now
