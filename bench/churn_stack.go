@@ -42,8 +42,17 @@ type churnStack struct {
 // churnNodeName is the node id of every replay.
 const churnNodeName = "churn-node"
 
-// startChurnStack starts the master, tier, node and client of cfg.
-func startChurnStack(ctx context.Context, cfg embedded.Config) (_ *churnStack, err error) {
+// churnReinsert, when not nil, makes the node re-insert the hot objects
+// of its SSD eviction victims (CacheLib Navy's reinsertion): objSize is
+// the size the decision assumes for every object (the replay's block).
+type churnReinsert struct {
+	rule    eviction.Reinsertion
+	objSize int64
+}
+
+// startChurnStack starts the master, tier, node and client of cfg, with
+// reinsertion when ri is not nil (and the policy has a sketch).
+func startChurnStack(ctx context.Context, cfg embedded.Config, ri *churnReinsert) (_ *churnStack, err error) {
 	s := &churnStack{stop: make(chan struct{})}
 	defer func() {
 		if err != nil {
@@ -68,7 +77,7 @@ func startChurnStack(ctx context.Context, cfg embedded.Config) (_ *churnStack, e
 		BucketBytesLimit: nc.BucketSizeLimit,
 		// The node's own eviction callback: tell the master before the
 		// bytes go (invariant 7), re-insert the keys it keeps.
-		OnEvict: node.EvictFunc(m, churnNodeName),
+		OnEvict: churnEvictFunc(m, ri),
 		Logger:  nc.Logger,
 	})
 	if err != nil {
@@ -97,6 +106,41 @@ func startChurnStack(ctx context.Context, cfg embedded.Config) (_ *churnStack, e
 		go s.reportLoop(nc.HeartbeatInterval, est.EstimateBytes)
 	}
 	return s, nil
+}
+
+// churnEvictFunc is the tier's eviction callback: node.EvictFunc, and
+// with ri the hot objects of the victim (ri.rule.Keep, valued with the
+// master's sketch) are kept too: the master is told only of the others,
+// and the tier re-inserts the kept ones with those the master keeps.
+func churnEvictFunc(m *master.Service, ri *churnReinsert) tier.EvictFunc {
+	evict := node.EvictFunc(m, churnNodeName)
+	est, ok := m.Policy().(interface{ EstimateBytes([]byte) uint32 })
+	if ri == nil || !ok {
+		return evict
+	}
+	return func(ctx context.Context, keys [][]byte) ([][]byte, error) {
+		sizes := make([]int64, len(keys))
+		for i := range sizes {
+			sizes[i] = ri.objSize
+		}
+		hot := ri.rule.Keep(keys, sizes, est.EstimateBytes, -1)
+		var gone, keep [][]byte
+		for i, k := range keys {
+			if hot[i] {
+				keep = append(keep, k)
+			} else {
+				gone = append(gone, k)
+			}
+		}
+		if len(gone) == 0 {
+			return keep, nil
+		}
+		kept, err := evict(ctx, gone)
+		if err != nil {
+			return nil, err
+		}
+		return append(keep, kept...), nil
+	}
 }
 
 // reportRefresh is the longest a node goes without a new report while its
