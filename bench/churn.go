@@ -261,7 +261,7 @@ type churnBound struct {
 // capacity, and the traces table.
 func churnBounds(traces []*trace.Trace, sz churnSizes) (*table, map[string]churnBound, error) {
 	tt := &table{
-		Title:   "traces",
+		Title: "traces",
 		Columns: []string{"trace", "requests", "unique keys", "unique MiB", "MIN ssd hit", "MIN dram+ssd hit", "MIN exact",
 			"two-tier bound (blocks)", "two-tier bound hit"},
 	}

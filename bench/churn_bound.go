@@ -3,8 +3,8 @@ package main
 import (
 	"container/heap"
 
-	"github.com/tierstore/tierstore/bucket"
 	"github.com/tierstore/tierstore/bench/internal/trace"
+	"github.com/tierstore/tierstore/bucket"
 )
 
 // The two-tier bound. Belady's MIN (bench/internal/belady) is the optimum
