@@ -281,3 +281,56 @@ func TestEvictContinuesPastQueuedVictims(t *testing.T) {
 		})
 	}
 }
+
+// TestColdPutIsFirstDRAMVictim: with tinylfu, the put of a key coming back
+// (looked up and missed before) that the node's full SSD would turn away
+// enters DRAM cold: the next eviction round takes it before the least
+// recently used warm objects, newest cold put first; a hit makes it warm.
+// Without a ColdPutter policy (eager) the order stays LRU by put time
+// (TestEvictionOrderUsesPutTimeForUnreadObjects).
+func TestColdPutIsFirstDRAMVictim(t *testing.T) {
+	s, clk := testService(t, func(c *Config) {
+		c.EnableOffload = true
+		c.AdmissionFlags.Policy = admission.PolicyTinyLFU
+		c.AdmissionFlags.Margin = 0
+		c.EvictionRatio = 0.01 // one victim per round
+		c.DefaultKVLeaseTTL = time.Millisecond
+	})
+	const obj = 4 << 10
+	mount(t, s, "a", 5*obj)
+	s.ReportSSD("a", admission.SSDReport{High: obj, Used: obj,
+		Victims: []admission.VictimValue{{Bytes: 1 << 20, Span: 1 << 20, Value: 16 << 20}}})
+	for _, k := range []string{"w0", "w1", "w2"} {
+		put(t, s, k, obj, "a")
+		clk.Advance(time.Millisecond)
+	}
+	back := func(key string) {
+		for i := 0; i < 2; i++ { // seen before: the put makes it 2
+			if _, err := s.GetReplicaList(bg, key); err == nil {
+				t.Fatalf("%s found before its put", key)
+			}
+		}
+		put(t, s, key, obj, "a")
+		clk.Advance(time.Millisecond)
+	}
+	back("c0")
+	back("c1") // DRAM full: w0 w1 w2 c0 c1
+	present := func(key string) bool {
+		_, err := s.GetReplicaList(bg, key)
+		return err == nil
+	}
+	put(t, s, "n0", obj, "a") // evicts the newest cold put
+	if present("c1") {
+		t.Fatal("the newest cold put survived the eviction round")
+	}
+	if !present("w0") || !present("c0") {
+		t.Fatal("a warm object or the older cold put went before the newest cold put")
+	}
+	// The lookup just made c0 warm, and it was used after w1 and w2
+	// (the leases of the lookups end first).
+	clk.Advance(2 * time.Millisecond)
+	put(t, s, "n1", obj, "a")
+	if present("w1") || !present("c0") {
+		t.Fatalf("after c0's hit the round should take the least recently used w1: w1 %v c0 %v", present("w1"), present("c0"))
+	}
+}
