@@ -233,6 +233,15 @@ func churnSeeds(e *env) (conv, zipf uint64) {
 	return 42, 7
 }
 
+// envFloat reads a number from the environment (0: unset or invalid).
+func envFloat(name string) float64 {
+	v, err := strconv.ParseFloat(os.Getenv(name), 64)
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
 // envSet reads a comma-separated list from the environment (nil: unset).
 // The churn scenario's development filters: TIERSTORE_CHURN_TRACES and
 // TIERSTORE_CHURN_POLICIES.
@@ -537,6 +546,9 @@ func churnConfig(p churnPolicy, sz churnSizes, dir string) embedded.Config {
 	}
 	if v, err := strconv.ParseInt(os.Getenv("TIERSTORE_CHURN_SAMPLE"), 10, 64); err == nil {
 		cfg.Master.AdmissionFlags.SampleFactor = v
+	}
+	if v := envFloat("TIERSTORE_CHURN_EVICTION_RATIO"); v > 0 {
+		cfg.Master.EvictionRatio = v
 	}
 	if v, err := strconv.ParseInt(os.Getenv("TIERSTORE_CHURN_COLDPUT"), 10, 64); err == nil {
 		cfg.Master.AdmissionFlags.ColdPutMinFreq = v

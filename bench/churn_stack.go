@@ -71,6 +71,8 @@ func startChurnStack(ctx context.Context, cfg embedded.Config, ri *churnReinsert
 	s.eng, err = tier.Open(nc.SSDDir, tier.Options{
 		Backend:          be,
 		Capacity:         nc.SSDCapacity,
+		HighWatermark:    envFloat("TIERSTORE_CHURN_SSD_HIGH"),
+		LowWatermark:     envFloat("TIERSTORE_CHURN_SSD_LOW"),
 		Eviction:         nc.BucketEviction,
 		Compression:      nc.Compression,
 		BucketKeysLimit:  nc.BucketKeysLimit,
