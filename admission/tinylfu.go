@@ -400,6 +400,20 @@ func (p *TinyLFU) budgetAllows(f uint32, size int64, st *nodeState) bool {
 	return st.tokens-float64(size) >= floor
 }
 
+// budgetWouldAllow is budgetAllows without its refill: what it would
+// answer now, changing nothing. Caller holds mu.
+func (p *TinyLFU) budgetWouldAllow(f uint32, size int64, st *nodeState) bool {
+	burst := p.cfg.WriteBudget
+	tokens := burst
+	if !st.last.IsZero() {
+		tokens = st.tokens
+		if dt := p.cfg.Now().Sub(st.last).Seconds(); dt > 0 {
+			tokens = math.Min(burst, tokens+dt*p.cfg.WriteBudget)
+		}
+	}
+	return tokens-float64(size) >= burst*math.Max(0, 1-float64(f)/16)
+}
+
 // ReportSSD records node's SSD report (the heartbeat carries it).
 // outstanding is the number of the node's offload tasks the master still
 // has queued or in flight: admitted, but not in the report's Used yet; they
@@ -463,7 +477,8 @@ func (p *TinyLFU) Promote(key string) bool {
 // ColdPut implements ColdPutter: o's key is coming back (its estimated
 // frequency, this access included, reaches ColdPutFreq) and SSD admission
 // would turn it away now (its node's SSD is full of buckets worth at least
-// as much, or reported none it could evict). Such a key left DRAM and SSD
+// as much, or reported none it could evict, or the write budget would
+// refuse it). Such a key left DRAM and SSD
 // before, nothing says it will be read sooner than what DRAM holds, and
 // when DRAM drops it the SSD will not take it: entering DRAM warm it would
 // only push out objects DRAM keeps for longer (on a loop, every one of
@@ -482,7 +497,7 @@ func (p *TinyLFU) ColdPut(o Object) bool {
 		switch p.valueTest(f, o.Size, st) {
 		case RejectLost, RejectNoVictim:
 		default:
-			cold = false
+			cold = p.cfg.WriteBudget > 0 && !p.budgetWouldAllow(f, o.Size, st)
 		}
 	}
 	p.mu.Unlock()

@@ -512,3 +512,34 @@ func TestTinyLFUColdPutMatchesReference(t *testing.T) {
 		}
 	})
 }
+
+// TestTinyLFUColdPutUnderBudget: with room on SSD but the write budget
+// spent, a key coming back is cold when the budget would refuse it, warm
+// after the tokens come back; asking changes no token.
+func TestTinyLFUColdPutUnderBudget(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	p := NewTinyLFU(TinyLFUConfig{Margin: 1, MaxMargin: 1, MarginStep: -1, WriteBudget: 16 * obj, Now: clk.now, ColdPutFreq: 2})
+	p.ReportSSD("n1", SSDReport{}, 0) // unlimited tier: only the budget limits
+	touch(p, "hot", 16)
+	touch(p, "back", 4)
+	if p.ColdPut(candidate("back")) {
+		t.Fatal("cold with the whole burst of tokens")
+	}
+	for i := 0; i < 14; i++ {
+		if ok, why := decideOnce(t, p, "hot"); !ok {
+			t.Fatalf("hot %d refused: %s", i, why)
+		}
+	}
+	for i := 0; i < 3; i++ { // asking spends nothing
+		if !p.ColdPut(candidate("back")) {
+			t.Fatal("warm although the budget would refuse it")
+		}
+	}
+	if ok, _ := decideOnce(t, p, "hot"); !ok {
+		t.Fatal("ColdPut spent tokens: hot refused")
+	}
+	clk.t = clk.t.Add(time.Second)
+	if p.ColdPut(candidate("back")) {
+		t.Fatal("cold after the tokens came back")
+	}
+}

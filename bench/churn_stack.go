@@ -187,15 +187,38 @@ func (s *churnStack) reportLoop(every time.Duration, freq func([]byte) uint32) {
 	}
 }
 
-// report computes the node's SSD report and hands it to the master.
+// report computes the node's SSD report and hands it to the master. The
+// master adds the node's outstanding offload tasks when the report
+// arrives; a task answered between the tier's snapshot (Outlook) and that
+// moment is in neither (its bucket is not in Used, it is not outstanding
+// any more), and admission would see one bucket of room too many. So a
+// report during which the master recorded a persisted task is made again
+// (at most reportTries times). A node that computes its report in the
+// offload heartbeat, after the previous round's notify, has no such window.
 func (s *churnStack) report(freq func([]byte) uint32) error {
-	ol, err := s.eng.Outlook(ssdReportCover(s.eng))
-	if err != nil {
-		return err
+	ctx := context.Background()
+	for try := 0; ; try++ {
+		before, err := s.m.Stats(ctx)
+		if err != nil {
+			return err
+		}
+		ol, err := s.eng.Outlook(ssdReportCover(s.eng))
+		if err != nil {
+			return err
+		}
+		s.m.ReportSSD(churnNodeName, ssdReport(ol, freq))
+		after, err := s.m.Stats(ctx)
+		if err != nil {
+			return err
+		}
+		if after.OffloadPersisted == before.OffloadPersisted || try+1 == reportTries {
+			return nil
+		}
 	}
-	s.m.ReportSSD(churnNodeName, ssdReport(ol, freq))
-	return nil
 }
+
+// reportTries bounds the attempts of one report.
+const reportTries = 10
 
 // ssdReportCover is how many bytes of next victims a report describes:
 // what one eviction round frees, plus a bucket.
