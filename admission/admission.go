@@ -31,6 +31,19 @@ type Policy interface {
 	OnEvict(o Object) bool
 }
 
+// ColdPutter is implemented by a policy that places completed puts in the
+// master's DRAM eviction order. ColdPut reports whether the object just
+// put (o, as AtPutEnd saw it) should be the first DRAM eviction candidate
+// (before every object read or put warm since, the newest cold put first)
+// rather than the last. A loop or scan larger than DRAM+SSD then keeps a
+// fixed part of itself in DRAM, as TinyLFU keeps one on SSD, instead of
+// cycling DRAM like LRU; an object read while in DRAM becomes warm again.
+// The master calls it once per put, after AtPutEnd, with the shard lock
+// held.
+type ColdPutter interface {
+	ColdPut(o Object) bool
+}
+
 func eligible(o Object) bool { return o.InDRAM && !o.OnDisk && !o.Queued }
 
 // Eager queues every object at PutEnd.
@@ -116,12 +129,17 @@ type Options struct {
 	// on an object of at least this estimated frequency asks for a DRAM
 	// copy; 0 = no promotion.
 	PromoteMinFreq int64
+	// ColdPutMinFreq (admission_cold_put_freq): with tinylfu, a put of a
+	// key whose estimated frequency, this access included, reaches N (a
+	// key coming back after it left DRAM and SSD) enters DRAM as the first
+	// eviction candidate instead of the last (ColdPutter); 0 = off.
+	ColdPutMinFreq int64
 }
 
 // DefaultOptions are the flags' defaults.
 func DefaultOptions() Options {
 	c := DefaultTinyLFUConfig()
-	return Options{SampleFactor: c.SampleFactor, Margin: c.Margin}
+	return Options{SampleFactor: c.SampleFactor, Margin: c.Margin, ColdPutMinFreq: int64(c.ColdPutFreq)}
 }
 
 // Flags is the subset of flag.FlagSet that RegisterFlags uses.
@@ -144,6 +162,8 @@ func (o *Options) RegisterFlags(fs Flags) {
 		"tinylfu: SSD write budget per node in MB/s, lowest-value candidates refused first (0: none)")
 	fs.Int64Var(&o.PromoteMinFreq, "dram_promotion_min_freq", o.PromoteMinFreq,
 		"tinylfu: an SSD hit on an object of at least this estimated frequency (1..16) asks for a DRAM copy (0: off)")
+	fs.Int64Var(&o.ColdPutMinFreq, "admission_cold_put_freq", o.ColdPutMinFreq,
+		"tinylfu: a put of a key of at least this estimated frequency (a key coming back after it left DRAM and SSD) is the first DRAM eviction candidate, not the last (0: off)")
 }
 
 // FromSettings returns the policy the flags select. With
@@ -192,6 +212,7 @@ func FromSettings(s Settings) (Policy, error) {
 	c.Margin = s.Options.Margin
 	c.WriteBudget = s.Options.WriteBudgetMBps * 1e6
 	c.PromoteFreq = uint32(s.Options.PromoteMinFreq)
+	c.ColdPutFreq = uint32(s.Options.ColdPutMinFreq)
 	return NewTinyLFU(c), nil
 }
 
@@ -233,6 +254,8 @@ func (o Options) check() error {
 		return fmt.Errorf("%w: ssd_write_budget must be >= 0 MB/s, got %v", ErrBadConfig, o.WriteBudgetMBps)
 	case o.PromoteMinFreq < 0 || o.PromoteMinFreq > 16:
 		return fmt.Errorf("%w: dram_promotion_min_freq must be in 0..16, got %d", ErrBadConfig, o.PromoteMinFreq)
+	case o.ColdPutMinFreq < 0 || o.ColdPutMinFreq > 16:
+		return fmt.Errorf("%w: admission_cold_put_freq must be in 0..16, got %d", ErrBadConfig, o.ColdPutMinFreq)
 	}
 	return nil
 }

@@ -173,6 +173,8 @@ func TestFromSettings(t *testing.T) {
 		{Settings{EnableOffload: true, Options: Options{Policy: "tinylfu", SampleFactor: -2}}, "", "admission_sample_factor must be in 1..1000"},
 		{Settings{EnableOffload: true, Options: Options{Policy: "tinylfu", Margin: 17}}, "", "admission_margin must be in [0, 16]"},
 		{Settings{EnableOffload: true, Options: Options{Policy: "tinylfu", PromoteMinFreq: 17}}, "", "dram_promotion_min_freq must be in 0..16"},
+		{Settings{EnableOffload: true, Options: Options{Policy: "tinylfu", ColdPutMinFreq: -1}}, "", "admission_cold_put_freq must be in 0..16"},
+		{Settings{EnableOffload: true, Options: Options{Policy: "tinylfu", ColdPutMinFreq: 17}}, "", "admission_cold_put_freq must be in 0..16"},
 	}
 	for _, c := range cases {
 		p, err := FromSettings(c.s)
@@ -193,7 +195,7 @@ func TestRegisterFlags(t *testing.T) {
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	o.RegisterFlags(fs)
 	err := fs.Parse([]string{"--offload_admission_policy=tinylfu", "--ssd_write_budget=50", "--admission_margin=0.5",
-		"--admission_sample_factor=4", "--dram_promotion_min_freq=6"})
+		"--admission_sample_factor=4", "--dram_promotion_min_freq=6", "--admission_cold_put_freq=3"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,11 +204,11 @@ func TestRegisterFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := p.(*TinyLFU).Config()
-	if c.WriteBudget != 50e6 || c.Margin != 0.5 || c.SampleFactor != 4 || c.PromoteFreq != 6 {
+	if c.WriteBudget != 50e6 || c.Margin != 0.5 || c.SampleFactor != 4 || c.PromoteFreq != 6 || c.ColdPutFreq != 3 {
 		t.Fatalf("config from flags: %+v", c)
 	}
 	d := DefaultOptions()
-	if d.Policy != "" || d.Margin != 1 || d.SampleFactor != 10 || d.WriteBudgetMBps != 0 || d.PromoteMinFreq != 0 {
+	if d.Policy != "" || d.Margin != 1 || d.SampleFactor != 10 || d.WriteBudgetMBps != 0 || d.PromoteMinFreq != 0 || d.ColdPutMinFreq != 2 {
 		t.Fatalf("defaults: %+v", d)
 	}
 }

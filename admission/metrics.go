@@ -16,6 +16,9 @@ type TinyLFUStats struct {
 	// SSDHitBytes the bytes of lookups answered by SSD only.
 	AdmittedBytes, SSDHitBytes int64
 	Promotions                 int64
+	// ColdPuts counts the puts placed first in DRAM's eviction order
+	// (ColdPut answered true).
+	ColdPuts int64
 	// Margin is the adaptive margin now; RegretRejected and RegretPushed
 	// count the misses of rejected and pushed-out keys that moved it.
 	Margin                       float64
@@ -63,6 +66,7 @@ func (p *TinyLFU) Stats() TinyLFUStats {
 	s.AdmittedBytes = p.st.admittedBytes.Load()
 	s.SSDHitBytes = p.st.ssdHitBytes.Load()
 	s.Promotions = p.st.promotions.Load()
+	s.ColdPuts = p.st.coldPuts.Load()
 	s.RegretRejected = p.st.regretRejected.Load()
 	s.RegretPushed = p.st.regretPushed.Load()
 	s.Resizes = p.st.resizes.Load()
@@ -91,6 +95,8 @@ var (
 		"Bytes admitted to SSD per byte of SSD hits (0 before the first SSD hit).", nil, nil)
 	descPromotions = prometheus.NewDesc("tierstore_admission_promotions_total",
 		"SSD hits judged worth a DRAM copy.", nil, nil)
+	descColdPuts = prometheus.NewDesc("tierstore_admission_cold_puts_total",
+		"Puts of keys coming back after they left DRAM and SSD, placed first in DRAM's eviction order.", nil, nil)
 	descHalvings = prometheus.NewDesc("tierstore_admission_sketch_halvings_total",
 		"Ageing steps of the frequency sketch.", nil, nil)
 )
@@ -98,7 +104,7 @@ var (
 // Describe implements prometheus.Collector.
 func (p *TinyLFU) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descDecisions, descLookups, descSSDHitRatio, descAdmitted,
-		descSSDHitBytes, descWPR, descPromotions, descHalvings} {
+		descSSDHitBytes, descWPR, descPromotions, descColdPuts, descHalvings} {
 		ch <- d
 	}
 }
@@ -122,5 +128,6 @@ func (p *TinyLFU) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descSSDHitBytes, c, float64(s.SSDHitBytes))
 	ch <- prometheus.MustNewConstMetric(descWPR, prometheus.GaugeValue, s.WrittenPerRead())
 	ch <- prometheus.MustNewConstMetric(descPromotions, c, float64(s.Promotions))
+	ch <- prometheus.MustNewConstMetric(descColdPuts, c, float64(s.ColdPuts))
 	ch <- prometheus.MustNewConstMetric(descHalvings, c, float64(s.Halvings))
 }

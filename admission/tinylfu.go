@@ -47,6 +47,14 @@ type TinyLFUConfig struct {
 	// reaches this is worth a DRAM copy (dram_promotion_min_freq); 0 = no
 	// promotion.
 	PromoteFreq uint32
+	// ColdPutFreq: a put of a key whose estimated frequency, this access
+	// included, reaches ColdPutFreq enters DRAM cold (ColdPutter): the key
+	// left DRAM and SSD and came back, its reuse distance is longer than
+	// what the two tiers keep, and it should not push out objects that
+	// DRAM holds for longer. 0 = every put is warm (DRAM is LRU).
+	// admission_cold_put_freq; the flag's default is 2
+	// (DefaultTinyLFUConfig).
+	ColdPutFreq uint32
 	// AtPut admits at PutEnd (an inclusive SSD: DRAM and SSD hold copies)
 	// instead of when DRAM eviction drops the object (exclusive, the
 	// default). Exclusive keeps more distinct objects in DRAM+SSD; see
@@ -86,7 +94,7 @@ func (c *TinyLFUConfig) defaults() {
 
 // DefaultTinyLFUConfig is the configuration of the flags' defaults.
 func DefaultTinyLFUConfig() TinyLFUConfig {
-	c := TinyLFUConfig{Margin: 1}
+	c := TinyLFUConfig{Margin: 1, ColdPutFreq: 2}
 	c.defaults()
 	return c
 }
@@ -179,6 +187,7 @@ type tinyStats struct {
 	admittedBytes    atomic.Int64
 	ssdHitBytes      atomic.Int64
 	promotions       atomic.Int64
+	coldPuts         atomic.Int64
 	regretRejected   atomic.Int64
 	regretPushed     atomic.Int64
 	reports, resizes atomic.Int64
@@ -391,6 +400,20 @@ func (p *TinyLFU) budgetAllows(f uint32, size int64, st *nodeState) bool {
 	return st.tokens-float64(size) >= floor
 }
 
+// budgetWouldAllow is budgetAllows without its refill: what it would
+// answer now, changing nothing. Caller holds mu.
+func (p *TinyLFU) budgetWouldAllow(f uint32, size int64, st *nodeState) bool {
+	burst := p.cfg.WriteBudget
+	tokens := burst
+	if !st.last.IsZero() {
+		tokens = st.tokens
+		if dt := p.cfg.Now().Sub(st.last).Seconds(); dt > 0 {
+			tokens = math.Min(burst, tokens+dt*p.cfg.WriteBudget)
+		}
+	}
+	return tokens-float64(size) >= burst*math.Max(0, 1-float64(f)/16)
+}
+
 // ReportSSD records node's SSD report (the heartbeat carries it).
 // outstanding is the number of the node's offload tasks the master still
 // has queued or in flight: admitted, but not in the report's Used yet; they
@@ -449,6 +472,39 @@ func (p *TinyLFU) Promote(key string) bool {
 	}
 	p.st.promotions.Add(1)
 	return true
+}
+
+// ColdPut implements ColdPutter: o's key is coming back (its estimated
+// frequency, this access included, reaches ColdPutFreq) and SSD admission
+// would turn it away now (its node's SSD is full of buckets worth at least
+// as much, or reported none it could evict, or the write budget would
+// refuse it). Such a key left DRAM and SSD
+// before, nothing says it will be read sooner than what DRAM holds, and
+// when DRAM drops it the SSD will not take it: entering DRAM warm it would
+// only push out objects DRAM keeps for longer (on a loop, every one of
+// them). A key SSD admission would take enters warm, as any put. Never
+// when ColdPutFreq is 0. Counted in Stats.ColdPuts.
+func (p *TinyLFU) ColdPut(o Object) bool {
+	if p.cfg.ColdPutFreq == 0 {
+		return false
+	}
+	h := hashKey(o.Key)
+	p.mu.Lock()
+	f := p.sk.EstimateHash(h)
+	st := p.nodes[o.Node]
+	cold := f >= p.cfg.ColdPutFreq && st != nil
+	if cold {
+		switch p.valueTest(f, o.Size, st) {
+		case RejectLost, RejectNoVictim:
+		default:
+			cold = p.cfg.WriteBudget > 0 && !p.budgetWouldAllow(f, o.Size, st)
+		}
+	}
+	p.mu.Unlock()
+	if cold {
+		p.st.coldPuts.Add(1)
+	}
+	return cold
 }
 
 // MarshalSketch encodes the current sketch for a node (Sketch.MarshalBinary).

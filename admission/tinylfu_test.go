@@ -400,6 +400,7 @@ func TestTinyLFUConcurrentUse(t *testing.T) {
 				p.ObserveLookup(k, Outcome(i%3), obj)
 				p.AtPutEnd(candidate(k))
 				p.OnEvict(candidate(k))
+				p.ColdPut(candidate(k))
 				_ = p.EstimateBytes([]byte(k)) // the node's valuation, concurrently
 				decided++
 				switch i % 50 {
@@ -425,5 +426,120 @@ func TestTinyLFUConcurrentUse(t *testing.T) {
 	}
 	if st.Accepted+st.Rejected != decided {
 		t.Fatalf("decisions counted %d, want %d", st.Accepted+st.Rejected, decided)
+	}
+}
+
+// TestTinyLFUColdPut: a put is cold only for a key coming back (estimated
+// frequency, this access included, at least ColdPutFreq) that SSD
+// admission would turn away now; a first put, a key the SSD would take,
+// a node that never reported and ColdPutFreq 0 are warm.
+func TestTinyLFUColdPut(t *testing.T) {
+	p := NewTinyLFU(TinyLFUConfig{Margin: 1, MaxMargin: 1, MarginStep: -1, ColdPutFreq: 2})
+	put := func(key string) bool {
+		p.ObserveLookup(key, Miss, 0)
+		p.AtPutEnd(candidate(key))
+		return p.ColdPut(candidate(key))
+	}
+	if put("first") {
+		t.Fatal("a key seen once is cold before any report")
+	}
+	if put("first") {
+		t.Fatal("a key coming back is cold on a node that never reported")
+	}
+	p.ReportSSD("n1", full(8), 0)
+	if put("once") {
+		t.Fatal("a key seen once is cold")
+	}
+	if put("back") {
+		t.Fatal("a key seen once (a miss and its put) is cold")
+	}
+	if !put("back") {
+		t.Fatalf("a key coming back (estimate %d) is warm although the SSD turns it away", p.Estimate("back"))
+	}
+	p.ReportSSD("n1", full(0.5), 0) // the SSD would take it now
+	if put("back") {
+		t.Fatal("a key the SSD would admit is cold")
+	}
+	p.ReportSSD("n1", SSDReport{High: 100 * obj, Used: 0}, 0) // room
+	if put("back") {
+		t.Fatal("a key is cold although the SSD has room")
+	}
+	p.ReportSSD("n1", SSDReport{High: obj, Used: obj}, 0) // full, no victim
+	if !put("back") {
+		t.Fatal("a key coming back is warm although the SSD reported no victim")
+	}
+	if got := p.Stats().ColdPuts; got != 2 {
+		t.Fatalf("ColdPuts = %d, want 2", got)
+	}
+	off := NewTinyLFU(TinyLFUConfig{Margin: 1})
+	off.ReportSSD("n1", full(8), 0)
+	for i := 0; i < 4; i++ {
+		off.ObserveLookup("back", Miss, 0)
+	}
+	if off.ColdPut(candidate("back")) {
+		t.Fatal("ColdPutFreq 0 made a put cold")
+	}
+}
+
+// TestTinyLFUColdPutMatchesReference: ColdPut agrees with its definition
+// over random frequencies, reports and thresholds: cold iff the threshold
+// is set, the estimate reaches it, the node reported, and the reference
+// admission test rejects the key as lost or without victim.
+func TestTinyLFUColdPutMatchesReference(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		margin := float64(rapid.IntRange(0, 8).Draw(t, "margin4")) / 4
+		cold := uint32(rapid.IntRange(0, 6).Draw(t, "coldFreq"))
+		p := NewTinyLFU(TinyLFUConfig{Margin: margin, MaxMargin: margin, MarginStep: -1, ColdPutFreq: cold})
+		touch(p, "k", rapid.IntRange(0, 10).Draw(t, "accesses"))
+		var rep *SSDReport
+		if rapid.Bool().Draw(t, "hasReport") {
+			rep = &SSDReport{High: rapid.Int64Range(0, 8*obj).Draw(t, "high")}
+			rep.Used = rapid.Int64Range(0, rep.High+2*obj).Draw(t, "used")
+			for n := rapid.IntRange(0, 4).Draw(t, "victims"); n > 0; n-- {
+				rep.Victims = append(rep.Victims, VictimValue{Bytes: obj, Span: obj,
+					Value: float64(rapid.IntRange(0, 16*4).Draw(t, "density4")) / 4 * obj})
+			}
+			p.ReportSSD("n1", *rep, 0)
+		}
+		f := p.Estimate("k")
+		want := cold > 0 && f >= cold && rep != nil
+		if want {
+			r := refDecide(f, obj, 0, rep, margin)
+			want = r == RejectLost || r == RejectNoVictim
+		}
+		if got := p.ColdPut(candidate("k")); got != want {
+			t.Fatalf("ColdPut = %v, want %v (f %d, threshold %d, report %+v)", got, want, f, cold, rep)
+		}
+	})
+}
+
+// TestTinyLFUColdPutUnderBudget: with room on SSD but the write budget
+// spent, a key coming back is cold when the budget would refuse it, warm
+// after the tokens come back; asking changes no token.
+func TestTinyLFUColdPutUnderBudget(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	p := NewTinyLFU(TinyLFUConfig{Margin: 1, MaxMargin: 1, MarginStep: -1, WriteBudget: 16 * obj, Now: clk.now, ColdPutFreq: 2})
+	p.ReportSSD("n1", SSDReport{}, 0) // unlimited tier: only the budget limits
+	touch(p, "hot", 16)
+	touch(p, "back", 4)
+	if p.ColdPut(candidate("back")) {
+		t.Fatal("cold with the whole burst of tokens")
+	}
+	for i := 0; i < 14; i++ {
+		if ok, why := decideOnce(t, p, "hot"); !ok {
+			t.Fatalf("hot %d refused: %s", i, why)
+		}
+	}
+	for i := 0; i < 3; i++ { // asking spends nothing
+		if !p.ColdPut(candidate("back")) {
+			t.Fatal("warm although the budget would refuse it")
+		}
+	}
+	if ok, _ := decideOnce(t, p, "hot"); !ok {
+		t.Fatal("ColdPut spent tokens: hot refused")
+	}
+	clk.t = clk.t.Add(time.Second)
+	if p.ColdPut(candidate("back")) {
+		t.Fatal("cold after the tokens came back")
 	}
 }

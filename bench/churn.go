@@ -44,6 +44,9 @@ type churnPolicy struct {
 	promote int64
 	// budget is ssd_write_budget in MB/s (0: none).
 	budget float64
+	// reinsert: the node re-inserts the hot objects of SSD eviction
+	// victims (eviction.Reinsertion with its defaults).
+	reinsert bool
 }
 
 var churnPolicies = []churnPolicy{
@@ -57,6 +60,7 @@ var churnPolicies = []churnPolicy{
 	{name: "tinylfu+value", admission: admission.PolicyTinyLFU, eviction: "value"},
 	{name: "tinylfu+value+promote", admission: admission.PolicyTinyLFU, eviction: "value", promote: churnPromoteFreq},
 	{name: "tinylfu+value+budget", admission: admission.PolicyTinyLFU, eviction: "value", budget: churnBudget},
+	{name: "tinylfu+value+reinsert", admission: admission.PolicyTinyLFU, eviction: "value", reinsert: true},
 }
 
 // churnBudget is the ssd_write_budget (MB/s) of the budgeted policy: about
@@ -90,6 +94,7 @@ type churnFigures struct {
 	dramHits, ssdHits, misses          int64
 	getErrors, putFailures, putRetries int64
 	ssdWritten, ssdRead                int64
+	reinserted                         int64 // SSD bytes written by reinsertion
 	bucketEvictions, evictedKeys       int64
 	dramEvictions                      int64
 	offloaded                          int64
@@ -103,6 +108,15 @@ func (f churnFigures) hitRatio() float64 {
 	return float64(f.dramHits+f.ssdHits) / float64(f.requests)
 }
 func (f churnFigures) dramHitRatio() float64 { return float64(f.dramHits) / float64(f.requests) }
+
+// writeAmp is SSD bytes written per byte written by offload (reinsertion
+// and leased objects kept at eviction add the rest).
+func (f churnFigures) writeAmp() float64 {
+	if f.ssdWritten <= f.reinserted {
+		return math.NaN()
+	}
+	return float64(f.ssdWritten) / float64(f.ssdWritten-f.reinserted)
+}
 
 // ssdReadsPerRequest counts every object the tier loaded (hits, and the
 // node's own checks) per request.
@@ -130,15 +144,16 @@ func runChurn(ctx context.Context, e *env) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
+	convSeed, zipfSeed := churnSeeds(e)
 	res := &result{Options: map[string]string{
 		"dram":          fmtBytes(sz.dram),
 		"ssd_capacity":  fmtBytes(sz.ssd),
 		"block":         sizeName(sz.block),
 		"scan":          fmt.Sprintf("working set %s x %d passes", fmtBytes(2*sz.ssd), sz.scanPasses),
 		"loop":          fmt.Sprintf("working set %s (1.25 x DRAM+SSD) x %d passes", fmtBytes(loopSet(sz)), sz.loopPasses),
-		"conversations": fmt.Sprintf("%d requests, %d sessions, zipf 1.2, seed 42", sz.convRequests, sz.sessions),
+		"conversations": fmt.Sprintf("%d requests, %d sessions, zipf 1.2, seed %d", sz.convRequests, sz.sessions, convSeed),
 		"mixed":         "conversations + 50% one-hit-wonder requests",
-		"zipf-bursts":   fmt.Sprintf("%d requests, %d keys zipf 1.1, a burst of %d one-off keys every %d", sz.convRequests, sz.zipfKeys, sz.burstLen, sz.burstEvery),
+		"zipf-bursts":   fmt.Sprintf("%d requests, %d keys zipf 1.1, a burst of %d one-off keys every %d, seed %d", sz.convRequests, sz.zipfKeys, sz.burstLen, sz.burstEvery, zipfSeed),
 		"mode":          "master+node+client in one process, pwrite backend, SSD report every heartbeat",
 	}}
 	tt, bounds, err := churnBounds(traces, sz)
@@ -175,13 +190,14 @@ func churnTraces(e *env, sz churnSizes) ([]*trace.Trace, error) {
 		}
 		return err
 	}
-	conv := trace.ConvConfig{Seed: 42, Requests: sz.convRequests, BlockSize: sz.block, Sessions: sz.sessions}
+	convSeed, zipfSeed := churnSeeds(e)
+	conv := trace.ConvConfig{Seed: convSeed, Requests: sz.convRequests, BlockSize: sz.block, Sessions: sz.sessions}
 	for _, err := range []error{
 		add(trace.Scan(trace.ScanConfig{WorkingSet: 2 * sz.ssd, ObjectSize: sz.block, Passes: sz.scanPasses})),
 		add(trace.Loop(trace.ScanConfig{WorkingSet: loopSet(sz), ObjectSize: sz.block, Passes: sz.loopPasses})),
 		add(trace.Conversations(conv)),
 		add(trace.Mixed(conv)),
-		add(trace.ZipfBursts(trace.ZipfBurstConfig{Seed: 7, Requests: sz.convRequests, Keys: sz.zipfKeys,
+		add(trace.ZipfBursts(trace.ZipfBurstConfig{Seed: zipfSeed, Requests: sz.convRequests, Keys: sz.zipfKeys,
 			BlockSize: sz.block, BurstEvery: sz.burstEvery, BurstLen: sz.burstLen})),
 	} {
 		if err != nil {
@@ -208,6 +224,24 @@ func churnTraces(e *env, sz churnSizes) ([]*trace.Trace, error) {
 	return out, nil
 }
 
+// churnSeeds are the seeds of the conversations (and mixed) and the
+// zipf-bursts traces: 42 and 7, or --seed and --seed+1.
+func churnSeeds(e *env) (conv, zipf uint64) {
+	if e.seed != 0 {
+		return uint64(e.seed), uint64(e.seed) + 1
+	}
+	return 42, 7
+}
+
+// envFloat reads a number from the environment (0: unset or invalid).
+func envFloat(name string) float64 {
+	v, err := strconv.ParseFloat(os.Getenv(name), 64)
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
 // envSet reads a comma-separated list from the environment (nil: unset).
 // The churn scenario's development filters: TIERSTORE_CHURN_TRACES and
 // TIERSTORE_CHURN_POLICIES.
@@ -223,14 +257,22 @@ func envSet(name string) map[string]bool {
 	return m
 }
 
-type churnBound struct{ ssd, all belady.Result }
+// churnBound is a trace's bounds: Belady's MIN at the SSD's and at
+// DRAM+SSD's capacity, and the two-tier bound (churn_bound.go): hit ratio
+// of MIN without bypass at the blocks the two tiers hold (tiers, tierBlocks).
+type churnBound struct {
+	ssd, all   belady.Result
+	tiers      float64
+	tierBlocks int
+}
 
 // churnBounds computes Belady's MIN per trace at the SSD and the DRAM+SSD
 // capacity, and the traces table.
 func churnBounds(traces []*trace.Trace, sz churnSizes) (*table, map[string]churnBound, error) {
 	tt := &table{
-		Title:   "traces",
-		Columns: []string{"trace", "requests", "unique keys", "unique MiB", "MIN ssd hit", "MIN dram+ssd hit", "MIN exact"},
+		Title: "traces",
+		Columns: []string{"trace", "requests", "unique keys", "unique MiB", "MIN ssd hit", "MIN dram+ssd hit", "MIN exact",
+			"two-tier bound (blocks)", "two-tier bound hit"},
 	}
 	bounds := map[string]churnBound{}
 	for _, tr := range traces {
@@ -243,12 +285,15 @@ func churnBounds(traces []*trace.Trace, sz churnSizes) (*table, map[string]churn
 		if err != nil {
 			return nil, nil, err
 		}
-		bounds[tr.Name] = churnBound{bs, ba}
+		b := churnBound{ssd: bs, all: ba, tierBlocks: churnUsableBlocks(sz, meanKeyLen(tr.Requests))}
+		b.tiers = float64(demandMIN(tr.Requests, b.tierBlocks)) / float64(max(1, len(tr.Requests)))
+		bounds[tr.Name] = b
 		exact := "yes"
 		if !bs.Exact {
 			exact = "no (heuristic)"
 		}
-		tt.add(tr.Name, st.Requests, st.UniqueKeys, float64(st.UniqueBytes)/(1<<20), bs.HitRatio(), ba.HitRatio(), exact)
+		tt.add(tr.Name, st.Requests, st.UniqueKeys, float64(st.UniqueBytes)/(1<<20), bs.HitRatio(), ba.HitRatio(), exact,
+			b.tierBlocks, b.tiers)
 	}
 	return tt, bounds, nil
 }
@@ -295,14 +340,14 @@ func churnTable(figs []churnFigures, bounds map[string]churnBound) *table {
 	t := &table{
 		Title: "replay per policy (hit ratios are per request; 'of MIN' = hit ratio / Belady's MIN at the same capacity)",
 		Columns: []string{"trace", "policy", "ssd hit", "ssd of MIN", "overall hit", "overall of MIN", "dram hit",
-			"SSD reads/req", "SSD W/R bytes", "SSD MiB written", "admitted", "rejected", "bucket evictions", "keys evicted",
+			"SSD reads/req", "SSD W/R bytes", "SSD MiB written", "reinserted MiB", "write amp", "admitted", "rejected", "bucket evictions", "keys evicted",
 			"DRAM evictions", "put retries", "put fails"},
 	}
 	for _, f := range figs {
 		b := bounds[f.trace]
 		t.add(f.trace, f.policy, f.ssdHitRatio(), ratio(f.ssdHitRatio(), b.ssd.HitRatio()),
 			f.hitRatio(), ratio(f.hitRatio(), b.all.HitRatio()), f.dramHitRatio(), f.ssdReadsPerRequest(),
-			f.writtenPerRead(), float64(f.ssdWritten)/(1<<20), f.admitted, f.rejected,
+			f.writtenPerRead(), float64(f.ssdWritten)/(1<<20), float64(f.reinserted)/(1<<20), f.writeAmp(), f.admitted, f.rejected,
 			f.bucketEvictions, f.evictedKeys, f.dramEvictions, f.putRetries, f.putFailures)
 	}
 	return t
@@ -437,7 +482,15 @@ func replay(ctx context.Context, e *env, tr *trace.Trace, p churnPolicy, sz chur
 	if err := mkdir(dir); err != nil {
 		return f, err
 	}
-	emb, err := startChurnStack(ctx, churnConfig(p, sz, dir))
+	var ri *churnReinsert
+	if p.reinsert {
+		ri = &churnReinsert{objSize: sz.block}
+		// Development knob: the reinsertion's MinFreq.
+		if v, err := strconv.ParseUint(os.Getenv("TIERSTORE_CHURN_REINSERT_FREQ"), 10, 32); err == nil {
+			ri.rule.MinFreq = uint32(v)
+		}
+	}
+	emb, err := startChurnStack(ctx, churnConfig(p, sz, dir), ri)
 	if err != nil {
 		return f, err
 	}
@@ -493,6 +546,12 @@ func churnConfig(p churnPolicy, sz churnSizes, dir string) embedded.Config {
 	}
 	if v, err := strconv.ParseInt(os.Getenv("TIERSTORE_CHURN_SAMPLE"), 10, 64); err == nil {
 		cfg.Master.AdmissionFlags.SampleFactor = v
+	}
+	if v := envFloat("TIERSTORE_CHURN_EVICTION_RATIO"); v > 0 {
+		cfg.Master.EvictionRatio = v
+	}
+	if v, err := strconv.ParseInt(os.Getenv("TIERSTORE_CHURN_COLDPUT"), 10, 64); err == nil {
+		cfg.Master.AdmissionFlags.ColdPutMinFreq = v
 	}
 	cfg.Master.MonitorInterval = 0 // eviction happens inline at PutStart
 	cfg.Master.DefaultKVLeaseTTL = time.Millisecond
@@ -571,6 +630,7 @@ func collectChurnFigures(ctx context.Context, emb *churnStack, f *churnFigures) 
 	ns := emb.node.Stats()
 	f.ssdWritten = ns.Tier.BytesWritten
 	f.ssdRead = ns.Tier.BytesRead
+	f.reinserted = ns.Tier.ReinsertedBytes
 	f.objectsLoaded = ns.Tier.ObjectsLoaded
 	f.bucketEvictions = ns.Tier.Evictions
 	f.evictedKeys = ns.Tier.EvictedKeys

@@ -57,6 +57,7 @@ type env struct {
 	objSize   int64         // recovery: --object-size
 	duration  time.Duration // soak: --duration (0: 60s, 10s with --quick)
 	keys      int64         // reconcile: --keys (0: 10M, 100k with --quick)
+	seed      int64         // churn: --seed (0: the fixed trace seeds)
 }
 
 func usage(w io.Writer, fs *flag.FlagSet) {
@@ -100,6 +101,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 	blockProfile := fs.String("blockprofile", "", "write a blocking profile of the whole run to this file")
 	duration := fs.Duration("duration", 0, "soak: how long the clients run (default 60s, 10s with --quick)")
 	keys := fs.Int64("keys", 0, "reconcile: SSD objects of the node (default 10000000, 100000 with --quick)")
+	seed := fs.Int64("seed", 0, "churn: seed of the generated conversations, mixed and zipf-bursts traces (0: the fixed seeds 42 and 7)")
 
 	names, help, err := parseArgs(fs, args)
 	if help || err != nil {
@@ -145,7 +147,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 	mkEnv := func(sdir string) *env {
 		e := &env{dir: sdir, quick: *quick, traceFile: *traceFile, stderr: stderr, progress: prog,
 			sizesFlag: *sizes, readers: *readers, perLoad: *perLoad, backends: *backends,
-			objects: *objects, objSize: osize, duration: *duration, keys: *keys}
+			objects: *objects, objSize: osize, duration: *duration, keys: *keys, seed: *seed}
 		if adjust != nil {
 			adjust(e)
 		}

@@ -4,6 +4,8 @@ import (
 	"container/heap"
 	"math"
 	"sort"
+
+	"github.com/tierstore/tierstore/admission"
 )
 
 // victim is an eviction candidate.
@@ -24,8 +26,12 @@ type victim struct {
 // protects it. With an admission policy that offloads on eviction, a victim
 // without an SSD replica is queued for offload instead of dropped, unless
 // its offload already failed for good (then it is dropped like any cache
-// entry: DRAM never stays wedged). Objects that keep a LocalDisk replica
-// keep their metadata. It returns the number of DRAM replicas dropped.
+// entry: DRAM never stays wedged). When the victims of a pass were queued
+// and need is not freed yet, the round picks the next evictable objects
+// (up to evictExtraPasses more passes) before it gives up, so a put is not
+// refused only because every least recently used object was admitted to
+// SSD. Objects that keep a LocalDisk replica keep their metadata. It
+// returns the number of DRAM replicas dropped.
 func (s *Service) evict(need int64) int {
 	s.evictMu.Lock()
 	defer s.evictMu.Unlock()
@@ -38,20 +44,32 @@ func (s *Service) evict(need int64) int {
 	target := int(math.Ceil(s.cfg.EvictionRatio * float64(total)))
 	var freed int64
 	dropped, queued := 0, 0
-	cands := s.pickVictims(target, now)
-	if h := s.hooks.victimsPicked; h != nil {
-		h()
-	}
-	for _, c := range cands {
-		if dropped+queued >= target && freed >= need {
-			break
+	for pass := 0; pass <= evictExtraPasses; pass++ {
+		cands := s.pickVictims(target, now)
+		if h := s.hooks.victimsPicked; h != nil && pass == 0 {
+			h()
 		}
-		switch n, q := s.evictVictim(c, now); {
-		case q:
-			queued++
-		case n > 0:
-			freed += n
-			dropped++
+		queuedNow := 0
+		for _, c := range cands {
+			if dropped+queued >= target && freed >= need {
+				break
+			}
+			switch n, q := s.evictVictim(c, now); {
+			case q:
+				queued++
+				queuedNow++
+			case n > 0:
+				freed += n
+				dropped++
+			}
+		}
+		// A victim queued for offload frees nothing yet (its task pins
+		// it until the node answers) and is no candidate any more: when
+		// the round's victims were queued rather than dropped and the
+		// put still lacks room, the next evictable objects are picked
+		// (the admission policy may drop them) before the put is refused.
+		if freed >= need || queuedNow == 0 {
+			break
 		}
 	}
 	s.cnt.evictions.Add(int64(dropped))
@@ -61,6 +79,13 @@ func (s *Service) evict(need int64) int {
 	}
 	return dropped
 }
+
+// evictExtraPasses bounds the further picks of one eviction round whose
+// victims were queued for offload instead of dropped: at most
+// (1 + evictExtraPasses) x target objects are considered, so an admission
+// policy that admits every victim (offload_on_evict) does not queue all of
+// DRAM for one put; the put then waits for room (put_start_max_wait).
+const evictExtraPasses = 4
 
 // countVictims counts the evictable objects, which sets a round's size.
 func (s *Service) countVictims(now int64) int {
@@ -141,6 +166,19 @@ func (s *Service) victimOK(o *object, now int64) bool {
 		return false
 	}
 	return s.cfg.AllowEvictSoftPinned || !o.softPinned(now)
+}
+
+// putUse is the last use a completed put of key gives its object o, which
+// places it in the DRAM eviction order: now (the most recently used end),
+// or, when the admission policy says the put is cold
+// (admission.ColdPutter), -now: before every object with a last use, the
+// newest cold put first. A lookup hit makes it warm again (grantLease).
+// Caller holds the shard lock.
+func (s *Service) putUse(key string, o *object, now int64) int64 {
+	if c, ok := s.policy.(admission.ColdPutter); ok && c.ColdPut(s.admissionView(key, o)) {
+		return -now
+	}
+	return now
 }
 
 // before orders victims: unpinned before soft-pinned, then least recently

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierstore/tierstore/admission"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -226,5 +227,110 @@ func TestOnEvictOffloadsInPutOrder(t *testing.T) {
 		if _, err := s.GetReplicaList(bg, k); err != nil {
 			t.Fatalf("%s lost: %v", k, err)
 		}
+	}
+}
+
+// TestEvictContinuesPastQueuedVictims guards the eviction round against
+// refusing a put because every victim it picked was admitted to SSD
+// (queued for offload, so pinned in DRAM until the node answers): tinylfu
+// admits the two least recently used objects while the node's SSD has
+// room for them, and the round goes on to the next evictable objects,
+// which lose against the SSD's victims and are dropped, so the put gets
+// its room at once (put_start_max_wait 0). In-process and over gRPC.
+func TestEvictContinuesPastQueuedVictims(t *testing.T) {
+	for _, via := range []string{"service", "grpc"} {
+		t.Run(via, func(t *testing.T) {
+			s, clk := testService(t, func(c *Config) {
+				c.EnableOffload = true
+				c.AdmissionFlags.Policy = admission.PolicyTinyLFU
+				c.AdmissionFlags.Margin = 0
+				c.EvictionRatio = 0.25 // 2 victims of 8 per pass
+			})
+			var api API = s
+			if via == "grpc" {
+				api = remoteService(t, s)
+			}
+			const obj = 4 << 10
+			mount(t, api, "a", 8*obj)
+			for i := 0; i < 8; i++ {
+				put(t, api, fmt.Sprint("k", i), obj, "a")
+				clk.Advance(time.Millisecond)
+			}
+			// Room for exactly two objects under the high watermark; beyond
+			// it, a victim bucket no candidate can beat (density 16).
+			s.ReportSSD("a", admission.SSDReport{High: 2 * obj, Used: 0,
+				Victims: []admission.VictimValue{{Bytes: 1 << 20, Span: 1 << 20, Value: 16 << 20}}})
+			put(t, api, "new", obj, "a")
+			st, err := s.Stats(bg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.OffloadQueued != 2 {
+				t.Fatalf("%d victims queued for offload, want the 2 with room", st.OffloadQueued)
+			}
+			if st.Evictions == 0 {
+				t.Fatal("no victim dropped: the put got room from nowhere")
+			}
+			ts, err := api.OffloadHeartbeat(bg, "a", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(taskKeys(ts), ","); got != "k0,k1" {
+				t.Fatalf("queued %s, want the least recently used k0,k1", got)
+			}
+		})
+	}
+}
+
+// TestColdPutIsFirstDRAMVictim: with tinylfu, the put of a key coming back
+// (looked up and missed before) that the node's full SSD would turn away
+// enters DRAM cold: the next eviction round takes it before the least
+// recently used warm objects, newest cold put first; a hit makes it warm.
+// Without a ColdPutter policy (eager) the order stays LRU by put time
+// (TestEvictionOrderUsesPutTimeForUnreadObjects).
+func TestColdPutIsFirstDRAMVictim(t *testing.T) {
+	s, clk := testService(t, func(c *Config) {
+		c.EnableOffload = true
+		c.AdmissionFlags.Policy = admission.PolicyTinyLFU
+		c.AdmissionFlags.Margin = 0
+		c.EvictionRatio = 0.01 // one victim per round
+		c.DefaultKVLeaseTTL = time.Millisecond
+	})
+	const obj = 4 << 10
+	mount(t, s, "a", 5*obj)
+	s.ReportSSD("a", admission.SSDReport{High: obj, Used: obj,
+		Victims: []admission.VictimValue{{Bytes: 1 << 20, Span: 1 << 20, Value: 16 << 20}}})
+	for _, k := range []string{"w0", "w1", "w2"} {
+		put(t, s, k, obj, "a")
+		clk.Advance(time.Millisecond)
+	}
+	back := func(key string) {
+		for i := 0; i < 2; i++ { // seen before: the put makes it 2
+			if _, err := s.GetReplicaList(bg, key); err == nil {
+				t.Fatalf("%s found before its put", key)
+			}
+		}
+		put(t, s, key, obj, "a")
+		clk.Advance(time.Millisecond)
+	}
+	back("c0")
+	back("c1") // DRAM full: w0 w1 w2 c0 c1
+	present := func(key string) bool {
+		_, err := s.GetReplicaList(bg, key)
+		return err == nil
+	}
+	put(t, s, "n0", obj, "a") // evicts the newest cold put
+	if present("c1") {
+		t.Fatal("the newest cold put survived the eviction round")
+	}
+	if !present("w0") || !present("c0") {
+		t.Fatal("a warm object or the older cold put went before the newest cold put")
+	}
+	// The lookup just made c0 warm, and it was used after w1 and w2
+	// (the leases of the lookups end first).
+	clk.Advance(2 * time.Millisecond)
+	put(t, s, "n1", obj, "a")
+	if present("w1") || !present("c0") {
+		t.Fatalf("after c0's hit the round should take the least recently used w1: w1 %v c0 %v", present("w1"), present("c0"))
 	}
 }

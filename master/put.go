@@ -143,6 +143,7 @@ func (s *Service) putEnd(key string, token uint64) error {
 	if s.policy.AtPutEnd(s.admissionView(key, o)) {
 		s.enqueue(key, o)
 	}
+	o.lastUse = s.putUse(key, o, now)
 	return nil
 }
 
