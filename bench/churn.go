@@ -20,7 +20,6 @@ import (
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/node"
-	"github.com/tierstore/tierstore/tier"
 )
 
 func init() {
@@ -340,14 +339,14 @@ func churnTable(figs []churnFigures, bounds map[string]churnBound) *table {
 	t := &table{
 		Title: "replay per policy (hit ratios are per request; 'of MIN' = hit ratio / Belady's MIN at the same capacity)",
 		Columns: []string{"trace", "policy", "ssd hit", "ssd of MIN", "overall hit", "overall of MIN", "dram hit",
-			"SSD reads/req", "SSD W/R bytes", "SSD MiB written", "reinserted MiB", "write amp", "admitted", "rejected", "bucket evictions", "keys evicted",
+			"SSD reads/req", "promotions", "SSD W/R bytes", "SSD MiB written", "reinserted MiB", "write amp", "admitted", "rejected", "bucket evictions", "keys evicted",
 			"DRAM evictions", "put retries", "put fails"},
 	}
 	for _, f := range figs {
 		b := bounds[f.trace]
 		t.add(f.trace, f.policy, f.ssdHitRatio(), ratio(f.ssdHitRatio(), b.ssd.HitRatio()),
 			f.hitRatio(), ratio(f.hitRatio(), b.all.HitRatio()), f.dramHitRatio(), f.ssdReadsPerRequest(),
-			f.writtenPerRead(), float64(f.ssdWritten)/(1<<20), float64(f.reinserted)/(1<<20), f.writeAmp(), f.admitted, f.rejected,
+			f.promotions, f.writtenPerRead(), float64(f.ssdWritten)/(1<<20), float64(f.reinserted)/(1<<20), f.writeAmp(), f.admitted, f.rejected,
 			f.bucketEvictions, f.evictedKeys, f.dramEvictions, f.putRetries, f.putFailures)
 	}
 	return t
@@ -523,9 +522,6 @@ func replay(ctx context.Context, e *env, tr *trace.Trace, p churnPolicy, sz chur
 		return f, err
 	}
 	f.elapsed = time.Since(t0)
-	if err := emb.err(); err != nil {
-		return f, fmt.Errorf("SSD report: %w", err)
-	}
 	return f, collectChurnFigures(ctx, emb, &f)
 }
 
@@ -590,8 +586,8 @@ func (rp *replayer) request(ctx context.Context, i int, r trace.Request) error {
 			return fmt.Errorf("%w: %s: %d bytes, want %d", errVerify, r.Key, len(v), r.Size)
 		}
 		if after.LocalSSD+after.RemoteSSD > before.LocalSSD+before.RemoteSSD {
-			f.ssdHits++
-			return promote(ctx, rp.emb, r.Key, v, f)
+			f.ssdHits++ // promotion, if due, is the master's and node's (node/admission.go)
+			return nil
 		}
 		f.dramHits++
 		return nil
@@ -640,6 +636,7 @@ func collectChurnFigures(ctx context.Context, emb *churnStack, f *churnFigures) 
 		return err
 	}
 	f.dramEvictions = ms.Evictions
+	f.promotions = ms.Promotions
 	f.admitted = ms.OffloadQueuedTot
 	if p, ok := emb.m.Policy().(*admission.TinyLFU); ok {
 		st := p.Stats()
@@ -648,38 +645,6 @@ func collectChurnFigures(ctx context.Context, emb *churnStack, f *churnFigures) 
 			fmt.Fprintf(os.Stderr, "%s %s: %+v used=%d\n", f.trace, f.policy, st, ns.Tier.BytesUsed)
 		}
 	}
-	return nil
-}
-
-// promote moves an object just read from SSD into DRAM when the master's
-// policy says it is worth it (dram_promotion_min_freq). The master has no
-// operation that adds a DRAM replica to an object yet, so the move is made
-// of what exists: the master forgets the object, the node's tier drops
-// its SSD copy (the bucket keeps the dead space), and the client puts the
-// bytes it just read. Those are what a promotion path will do in one step
-// (docs/benchmarks.md, churn).
-func promote(ctx context.Context, emb *churnStack, key string, v []byte, f *churnFigures) error {
-	p, ok := emb.m.Policy().(interface{ Promote(string) bool })
-	if !ok || !p.Promote(key) {
-		return nil
-	}
-	if err := emb.m.Remove(ctx, key, true); err != nil {
-		return fmt.Errorf("promote %s: %w", key, err)
-	}
-	if err := emb.eng.Remove([]byte(key)); err != nil && !errors.Is(err, tier.ErrNotFound) {
-		return fmt.Errorf("promote %s: %w", key, err)
-	}
-	err := emb.c.Put(ctx, key, v)
-	if errors.Is(err, codes.ErrNoAvailableHandle) {
-		if err := drainOffload(ctx, emb.m); err != nil {
-			return err
-		}
-		err = emb.c.Put(ctx, key, v)
-	}
-	if err != nil {
-		return fmt.Errorf("promote %s: %w", key, err)
-	}
-	f.promotions++
 	return nil
 }
 
