@@ -39,8 +39,10 @@ type memHandler struct {
 	mu       sync.Mutex // protects seg and ssd
 	seg      []byte
 	ssd      map[string][]byte
-	writes   atomic.Int64
+	writes   atomic.Int64 // committed writes
+	aborts   atomic.Int64 // aborted writes
 	ssdDelay func(key []byte)
+	failFill func(pos int64) bool // refuses a Fill at pos (ownership lost)
 }
 
 func newMemHandler(size int) *memHandler {
@@ -55,22 +57,36 @@ func (h *memHandler) setSSD(key string, v []byte) {
 
 func (h *memHandler) WriteLimit() int64 { return int64(len(h.seg)) }
 
-func (h *memHandler) Write(_ context.Context, segment string, off int64, value []byte, _ uint32, token uint64) error {
+func (h *memHandler) BeginWrite(_ context.Context, segment string, off, n int64, token uint64) (RangeWriter, error) {
 	if segment != "seg" {
-		return codes.Errorf(codes.SegmentNotFound, "test: no segment %q", segment)
+		return nil, codes.Errorf(codes.SegmentNotFound, "test: no segment %q", segment)
 	}
 	if token == 0 {
-		return codes.Errorf(codes.InvalidParams, "test: no put token")
+		return nil, codes.Errorf(codes.InvalidParams, "test: no put token")
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if off < 0 || off+int64(len(value)) > int64(len(h.seg)) {
-		return codes.Errorf(codes.InvalidParams, "test: out of range")
+	if off < 0 || n < 0 || off+n > int64(len(h.seg)) {
+		return nil, codes.Errorf(codes.InvalidParams, "test: out of range")
 	}
-	copy(h.seg[off:], value)
-	h.writes.Add(1)
-	return nil
+	return &memWrite{h: h, off: off, n: n}, nil
 }
+
+// memWrite is a write of [off, off+n) of a memHandler's segment.
+type memWrite struct {
+	h      *memHandler
+	off, n int64
+}
+
+func (w *memWrite) Fill(pos int64, fill func([]byte) (int, error)) (int, error) {
+	w.h.mu.Lock()
+	defer w.h.mu.Unlock()
+	if w.h.failFill != nil && w.h.failFill(pos) {
+		return 0, codes.Errorf(codes.InvalidParams, "test: write refused at %d", pos)
+	}
+	return fill(w.h.seg[w.off+pos : w.off+w.n])
+}
+
+func (w *memWrite) Commit(uint32) { w.h.writes.Add(1) }
+func (w *memWrite) Abort()        { w.h.aborts.Add(1) }
 
 func (h *memHandler) ViewRange(segment string, off, n int64) ([]byte, func(), error) {
 	if segment != "seg" {
@@ -767,5 +783,77 @@ func TestDataServerRefusesAndCloses(t *testing.T) {
 	}
 	if _, err := DialData(context.Background(), addr, time.Second); err == nil {
 		t.Fatal("dial after Close succeeded")
+	}
+}
+
+// A write the handler refuses mid-payload (its put lost the range between
+// two chunks) is aborted, answered with the handler's error, and the rest
+// of its payload is read and dropped: the connection carries the next
+// write. A write the handler refuses at once never reaches Fill.
+func TestDataPlaneWriteRefusedMidPayload(t *testing.T) {
+	h := newMemHandler(4 << 20)
+	h.failFill = func(pos int64) bool { return pos >= 256<<10 }
+	dc := dial(t, serveMem(t, h))
+	ctx := context.Background()
+	val := rnd(2 << 20)
+	err := dc.Write(ctx, "seg", 0, val, CRC32C(val), 1)
+	if !errors.Is(err, codes.ErrInvalidParams) || !strings.Contains(err.Error(), "write refused") {
+		t.Fatalf("write refused mid-payload: %v", err)
+	}
+	if h.writes.Load() != 0 || h.aborts.Load() != 1 || dc.Broken() {
+		t.Fatalf("commits %d, aborts %d, broken %v", h.writes.Load(), h.aborts.Load(), dc.Broken())
+	}
+	h.failFill = nil
+	if err := dc.Write(ctx, "seg", 0, val, CRC32C(val), 2); err != nil || h.writes.Load() != 1 {
+		t.Fatalf("the next write on the connection: %v", err)
+	}
+	if err := dc.Write(ctx, "seg", 0, val, CRC32C(val), 0); !errors.Is(err, codes.ErrInvalidParams) || h.aborts.Load() != 1 {
+		t.Fatalf("a write refused at once: %v (aborts %d)", err, h.aborts.Load())
+	}
+	buf := make([]byte, len(val))
+	if err := dc.ReadRange(ctx, "seg", 0, buf, CRC32C(val)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A connection without a descriptor (an in-memory pipe) receives writes
+// through a bounce buffer, with the same checks: a whole write is
+// committed, a write refused mid-payload is aborted and its rest dropped,
+// a wrong CRC32C commits nothing.
+func TestDataServerWriteWithoutDescriptor(t *testing.T) {
+	h := newMemHandler(4 << 20)
+	srv := NewDataServer(h, DataServerOptions{Logger: quiet})
+	cli, sv := net.Pipe()
+	go srv.ServeConn(sv, nil)
+	t.Cleanup(func() { cli.Close(); srv.Close() })
+	hi := hello()
+	go cli.Write(hi[:])
+	if _, err := io.ReadFull(cli, hi[:]); err != nil {
+		t.Fatal(err)
+	}
+	val := rnd(600 << 10)
+	write := func(token uint64, crc uint32) Header {
+		t.Helper()
+		meta := (&Request{Op: OpWrite, Segment: "seg", Offset: 4096, Token: token}).AppendMeta(nil)
+		go cli.Write(encodeFrame(Header{Op: OpWrite, ID: uint32(token), Flags: FlagCRC, CRC: crc}, meta, val))
+		rh, _, err := ReadFrameHead(cli, make([]byte, HeaderLen), nil)
+		if err != nil || rh.ID != uint32(token) {
+			t.Fatalf("reply: %+v %v", rh, err)
+		}
+		return rh
+	}
+	if rh := write(1, CRC32C(val)); rh.Status != codes.OK || h.writes.Load() != 1 || !bytes.Equal(h.seg[4096:4096+len(val)], val) {
+		t.Fatalf("whole write: status %d, commits %d", rh.Status, h.writes.Load())
+	}
+	if rh := write(2, CRC32C(val)^1); rh.Status != codes.ChecksumMismatch || h.writes.Load() != 1 {
+		t.Fatalf("wrong CRC: status %d, commits %d", rh.Status, h.writes.Load())
+	}
+	h.failFill = func(pos int64) bool { return pos >= 128<<10 }
+	if rh := write(3, CRC32C(val)); rh.Status != codes.InvalidParams || h.aborts.Load() != 2 {
+		t.Fatalf("refused mid-payload: status %d, aborts %d", rh.Status, h.aborts.Load())
+	}
+	h.failFill = nil
+	if rh := write(4, CRC32C(val)); rh.Status != codes.OK || h.writes.Load() != 2 {
+		t.Fatalf("the write after: status %d", rh.Status)
 	}
 }
