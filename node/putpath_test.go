@@ -224,3 +224,54 @@ func TestRefusedPutPublishesNothing(t *testing.T) {
 		t.Fatalf("get after the refused put: %v, want OBJECT_NOT_FOUND", err)
 	}
 }
+
+// A batch read pipelines the remote DRAM reads (wire.ReadRanges); an item
+// whose bytes fail their CRC32C there goes through the single-read path
+// (fallback, report) and fails alone with CHECKSUM_MISMATCH, never with
+// wrong bytes; the others are read, nothing beyond any buffer.
+func TestBatchGetPipelinedWithCorruptItem(t *testing.T) {
+	m := newMaster(t, testMasterConfig())
+	n := startTestNode(t, m, "127.0.0.1:0", nil)
+	c := newTestClient(t, client.Config{MasterAddr: serveMaster(t, m)})
+	ctx := context.Background()
+	keys := []string{"a", "b", "c", "d", "e"}
+	vals := make([][]byte, len(keys))
+	for i, k := range keys {
+		vals[i] = rnd(100<<10 + i)
+		if err := c.Put(ctx, k, vals[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	info, err := m.GetReplicaList(ctx, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.seg.WriteAt([]byte("garbage"), info.Replicas[0].Offset+99); err != nil {
+		t.Fatal(err)
+	}
+	bufs := make([][]byte, len(keys))
+	guards := make([]func(), len(keys))
+	for i := range keys {
+		bufs[i], guards[i] = guardedBuf(t, len(vals[i]))
+	}
+	ns, errs := c.BatchGetInto(ctx, keys, bufs)
+	for i := range keys {
+		guards[i]()
+		if keys[i] == "c" {
+			if !errors.Is(errs[i], codes.ErrChecksumMismatch) || ns[i] != 0 {
+				t.Fatalf("corrupt item: %d %v", ns[i], errs[i])
+			}
+			continue
+		}
+		if errs[i] != nil || ns[i] != len(vals[i]) || !bytes.Equal(bufs[i], vals[i]) {
+			t.Fatalf("item %s: %d %v", keys[i], ns[i], errs[i])
+		}
+	}
+	if rs := c.ReadStats(); rs.RemoteDRAM != 4 || rs.ChecksumFailures != 1 || rs.BadReplicasReported != 1 {
+		t.Fatalf("read stats %+v", rs)
+	}
+	// Five pipelined reads, then the corrupt item once more on its own.
+	if st := n.Stats(); st.PeerReadsDRAM != 6 {
+		t.Fatalf("node served %d DRAM reads, want 6", st.PeerReadsDRAM)
+	}
+}

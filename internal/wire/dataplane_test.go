@@ -857,3 +857,143 @@ func TestDataServerWriteWithoutDescriptor(t *testing.T) {
 		t.Fatalf("the write after: status %d", rh.Status)
 	}
 }
+
+// ReadRanges writes every request before awaiting a reply; each read gets
+// its own result (a wrong CRC32C, a range the node refuses), every buffer
+// exactly its value and nothing beyond, and the connection stays usable.
+func TestDataPlaneReadRanges(t *testing.T) {
+	h := newMemHandler(8 << 20)
+	copy(h.seg, rnd(len(h.seg)))
+	dc := dial(t, serveMem(t, h))
+	ctx := context.Background()
+	spans := []struct {
+		off, n int64
+		badCRC bool
+	}{{0, 2 << 20, false}, {4096, 1000, true}, {8<<20 - 10, 20, false}, {3 << 20, 300 << 10, false}, {5, 1, false}}
+	rs := make([]RangeRead, len(spans))
+	guards := make([]func(), len(spans))
+	for i, s := range spans {
+		rs[i].Segment, rs[i].Offset = "seg", s.off
+		rs[i].Buf, guards[i] = guarded(t, int(s.n))
+		if s.off+s.n <= int64(len(h.seg)) {
+			rs[i].CRC = CRC32C(h.seg[s.off : s.off+s.n])
+		}
+		if s.badCRC {
+			rs[i].CRC ^= 1
+		}
+	}
+	dc.ReadRanges(ctx, rs)
+	for i, s := range spans {
+		guards[i]()
+		switch {
+		case s.badCRC:
+			if !errors.Is(rs[i].Err, ErrBadChecksum) {
+				t.Errorf("read %d with a wrong CRC: %v", i, rs[i].Err)
+			}
+		case s.off+s.n > int64(len(h.seg)):
+			if !errors.Is(rs[i].Err, codes.ErrInvalidParams) {
+				t.Errorf("read %d out of range: %v", i, rs[i].Err)
+			}
+		case rs[i].Err != nil || !bytes.Equal(rs[i].Buf, h.seg[s.off:s.off+s.n]):
+			t.Errorf("read %d: %v", i, rs[i].Err)
+		}
+	}
+	if dc.Broken() {
+		t.Fatal("the connection broke")
+	}
+	buf := make([]byte, 10)
+	if err := dc.ReadRange(ctx, "seg", 0, buf, CRC32C(h.seg[:10])); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A node that answers the second of several pipelined reads with another
+// length than asked breaks the connection: the first read succeeded, the
+// others fail, and no buffer is written beyond its length.
+func TestDataPlaneReadRangesLyingNode(t *testing.T) {
+	val := rnd(64 << 10)
+	addr := fakeNode(t, func(c net.Conn, h Header, req Request) {
+		c.Write(replyHeader(h, uint64(len(val))))
+		c.Write(val)
+		h.ID++
+		c.Write(replyHeader(h, uint64(len(val))+1)) // asked: len(val)
+		c.Write(val)
+		c.Write(val[:1])
+		io.Copy(io.Discard, c)
+	})
+	dc := dial(t, addr)
+	rs := make([]RangeRead, 3)
+	guards := make([]func(), 3)
+	for i := range rs {
+		rs[i] = RangeRead{Segment: "seg", Offset: int64(i) << 20, CRC: CRC32C(val)}
+		rs[i].Buf, guards[i] = guarded(t, len(val))
+	}
+	dc.ReadRanges(context.Background(), rs)
+	for _, g := range guards {
+		g()
+	}
+	if rs[0].Err != nil || !bytes.Equal(rs[0].Buf, val) {
+		t.Fatalf("first read: %v", rs[0].Err)
+	}
+	for i := 1; i < 3; i++ {
+		if !errors.Is(rs[i].Err, codes.ErrTransferFail) {
+			t.Errorf("read %d after the lying reply: %v", i, rs[i].Err)
+		}
+	}
+	if !dc.Broken() {
+		t.Fatal("the connection survived a reply of the wrong length")
+	}
+}
+
+// A ReadRanges whose context ends while the second payload arrives
+// returns only once no buffer can change any more: the first read
+// succeeded, the others failed, and bytes the node sends afterwards land
+// nowhere.
+func TestDataPlaneReadRangesCancelMidPayload(t *testing.T) {
+	const n = 1 << 20
+	val := rnd(n)
+	sentHalf := make(chan struct{})
+	finish := make(chan struct{})
+	dc := dial(t, fakeNode(t, func(c net.Conn, h Header, _ Request) {
+		c.Write(replyHeader(h, n))
+		c.Write(val)
+		h.ID++
+		c.Write(replyHeader(h, n))
+		c.Write(val[:n/2])
+		close(sentHalf)
+		<-finish
+		c.Write(val[n/2:]) // after the caller returned
+		h.ID++
+		c.Write(replyHeader(h, n))
+		c.Write(val)
+	}))
+	rs := make([]RangeRead, 3)
+	guards := make([]func(), 3)
+	for i := range rs {
+		rs[i] = RangeRead{Segment: "seg", CRC: CRC32C(val)}
+		rs[i].Buf, guards[i] = guarded(t, n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-sentHalf; time.Sleep(10 * time.Millisecond); cancel() }()
+	dc.ReadRanges(ctx, rs)
+	if rs[0].Err != nil || !bytes.Equal(rs[0].Buf, val) {
+		t.Fatalf("first read: %v", rs[0].Err)
+	}
+	snapshots := make([][]byte, 3)
+	for i := 1; i < 3; i++ {
+		if !errors.Is(rs[i].Err, codes.ErrContextCanceled) && !errors.Is(rs[i].Err, codes.ErrTransferFail) {
+			t.Fatalf("read %d cancelled: %v", i, rs[i].Err)
+		}
+		snapshots[i] = bytes.Clone(rs[i].Buf)
+	}
+	close(finish)
+	dc.Close() // waits for the reader (stopped already if it was mid-payload)
+	for i := 1; i < 3; i++ {
+		if !bytes.Equal(rs[i].Buf, snapshots[i]) {
+			t.Fatalf("buffer %d changed after ReadRanges returned", i)
+		}
+	}
+	for _, g := range guards {
+		g()
+	}
+}
