@@ -42,7 +42,7 @@ type memHandler struct {
 	writes   atomic.Int64 // committed writes
 	aborts   atomic.Int64 // aborted writes
 	ssdDelay func(key []byte)
-	failFill func(pos int64) bool // refuses a Fill at pos (ownership lost)
+	failFill func(pos int64) bool // refuses a Fill at pos (ownership lost); under mu
 }
 
 func newMemHandler(size int) *memHandler {
@@ -53,6 +53,13 @@ func (h *memHandler) setSSD(key string, v []byte) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.ssd[key] = v
+}
+
+// setFailFill sets failFill (under mu: the server reads it in Fill).
+func (h *memHandler) setFailFill(f func(pos int64) bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.failFill = f
 }
 
 func (h *memHandler) WriteLimit() int64 { return int64(len(h.seg)) }
@@ -792,7 +799,7 @@ func TestDataServerRefusesAndCloses(t *testing.T) {
 // write. A write the handler refuses at once never reaches Fill.
 func TestDataPlaneWriteRefusedMidPayload(t *testing.T) {
 	h := newMemHandler(4 << 20)
-	h.failFill = func(pos int64) bool { return pos >= 256<<10 }
+	h.setFailFill(func(pos int64) bool { return pos >= 256<<10 })
 	dc := dial(t, serveMem(t, h))
 	ctx := context.Background()
 	val := rnd(2 << 20)
@@ -803,7 +810,7 @@ func TestDataPlaneWriteRefusedMidPayload(t *testing.T) {
 	if h.writes.Load() != 0 || h.aborts.Load() != 1 || dc.Broken() {
 		t.Fatalf("commits %d, aborts %d, broken %v", h.writes.Load(), h.aborts.Load(), dc.Broken())
 	}
-	h.failFill = nil
+	h.setFailFill(nil)
 	if err := dc.Write(ctx, "seg", 0, val, CRC32C(val), 2); err != nil || h.writes.Load() != 1 {
 		t.Fatalf("the next write on the connection: %v", err)
 	}
@@ -848,11 +855,11 @@ func TestDataServerWriteWithoutDescriptor(t *testing.T) {
 	if rh := write(2, CRC32C(val)^1); rh.Status != codes.ChecksumMismatch || h.writes.Load() != 1 {
 		t.Fatalf("wrong CRC: status %d, commits %d", rh.Status, h.writes.Load())
 	}
-	h.failFill = func(pos int64) bool { return pos >= 128<<10 }
+	h.setFailFill(func(pos int64) bool { return pos >= 128<<10 })
 	if rh := write(3, CRC32C(val)); rh.Status != codes.InvalidParams || h.aborts.Load() != 2 {
 		t.Fatalf("refused mid-payload: status %d, aborts %d", rh.Status, h.aborts.Load())
 	}
-	h.failFill = nil
+	h.setFailFill(nil)
 	if rh := write(4, CRC32C(val)); rh.Status != codes.OK || h.writes.Load() != 2 {
 		t.Fatalf("the write after: status %d", rh.Status)
 	}
