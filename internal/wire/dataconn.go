@@ -139,7 +139,9 @@ func (dc *DataConn) fail(err error) {
 }
 
 // Write stores value at off of segment on the node for the put token; crc
-// is value's CRC32C, which the node checks once before storing anything.
+// is value's CRC32C, which the node checks once as the bytes land in the
+// range the put claimed: a mismatch fails the write, and the node records
+// nothing of it.
 func (dc *DataConn) Write(ctx context.Context, segment string, off int64, value []byte, crc uint32, token uint64) error {
 	req := Request{Op: OpWrite, Segment: segment, Offset: uint64(off), Token: token}
 	if o, ok := ObjectOf(ctx); ok {

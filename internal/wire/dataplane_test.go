@@ -219,7 +219,8 @@ func TestDataPlaneRoundTrip(t *testing.T) {
 }
 
 // The receiver checks the CRC32C once: a write whose bytes do not match
-// its CRC is refused before the handler sees it; a read whose bytes do not
+// its CRC is refused and never committed (the handler records nothing); a
+// read whose bytes do not
 // match the object's CRC fails with ErrBadChecksum.
 func TestDataPlaneChecksums(t *testing.T) {
 	h := newMemHandler(1 << 20)
