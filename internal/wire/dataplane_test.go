@@ -220,8 +220,8 @@ func TestDataPlaneRoundTrip(t *testing.T) {
 
 // The receiver checks the CRC32C once: a write whose bytes do not match
 // its CRC is refused and never committed (the handler records nothing); a
-// read whose bytes do not
-// match the object's CRC fails with ErrBadChecksum.
+// read whose bytes do not match the object's CRC fails with
+// ErrBadChecksum.
 func TestDataPlaneChecksums(t *testing.T) {
 	h := newMemHandler(1 << 20)
 	dc := dial(t, serveMem(t, h))
