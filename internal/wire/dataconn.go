@@ -185,12 +185,7 @@ func (dc *DataConn) read(ctx context.Context, req *Request, buf []byte, crc uint
 	c.op, c.buf = req.Op, buf
 	err := dc.roundTrip(ctx, req, nil, 0, c)
 	if err == nil {
-		switch {
-		case c.hasCRC && c.sent != crc:
-			err = BadChecksum("wire: %v from %s: the node's copy has CRC32C %08x, the object %08x", req.Op, dc.endpoint, c.sent, crc)
-		case c.crc != crc:
-			err = BadChecksum("wire: %v from %s: %d bytes with CRC32C %08x, the object has %08x", req.Op, dc.endpoint, len(buf), c.crc, crc)
-		}
+		err = dc.checkRead(c, crc)
 	}
 	c.buf = nil
 	callPool.Put(c)
@@ -234,8 +229,8 @@ func (dc *DataConn) ReadRanges(ctx context.Context, rs []RangeRead) {
 	}
 	for i, c := range calls {
 		err := dc.await(ctx, first+uint32(i), c)
-		if err == nil && c.crc != rs[i].CRC {
-			err = BadChecksum("wire: %v from %s: %d bytes with CRC32C %08x, the object has %08x", OpReadRange, dc.endpoint, len(rs[i].Buf), c.crc, rs[i].CRC)
+		if err == nil {
+			err = dc.checkRead(c, rs[i].CRC)
 		}
 		rs[i].Err = err
 		c.buf = nil
@@ -281,6 +276,18 @@ func (dc *DataConn) sendReads(ctx context.Context, first uint32, rs []RangeRead)
 	_ = dc.conn.SetWriteDeadline(dl)
 	if _, err := dc.conn.Write(b); err != nil {
 		return codes.Errorf(codes.TransferFail, "wire: sending %d %v requests to %s: %v", len(rs), OpReadRange, dc.endpoint, err)
+	}
+	return nil
+}
+
+// checkRead compares the read c received with crc, the object's CRC32C:
+// the CRC the reply announced, if any, and the one computed as it arrived.
+func (dc *DataConn) checkRead(c *call, crc uint32) error {
+	switch {
+	case c.hasCRC && c.sent != crc:
+		return BadChecksum("wire: %v from %s: the node's copy has CRC32C %08x, the object %08x", c.op, dc.endpoint, c.sent, crc)
+	case c.crc != crc:
+		return BadChecksum("wire: %v from %s: %d bytes with CRC32C %08x, the object has %08x", c.op, dc.endpoint, len(c.buf), c.crc, crc)
 	}
 	return nil
 }
