@@ -108,11 +108,7 @@ type serverConn struct {
 func (s *DataServer) ServeConn(c net.Conn, prefix []byte) {
 	sc := &serverConn{s: s, c: c, br: bufio.NewReaderSize(c, 16<<10),
 		wbuf: make([]byte, 0, HeaderLen+MaxMeta), ssd: make(chan struct{}, s.opts.SSDReadsPerConn)}
-	if scn, ok := c.(syscall.Conn); ok {
-		if rc, err := scn.SyscallConn(); err == nil {
-			sc.raw = rc
-		}
-	}
+	sc.raw = rawConnOf(c)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"syscall"
 )
 
 // RangeWriter receives one write's payload in place, in the node's memory
@@ -83,25 +82,6 @@ func (sc *serverConn) receive(w RangeWriter, n int64) (got int64, crc uint32, er
 		}
 	}
 	return got, crc, nil, nil
-}
-
-// readFD is one non-blocking read(2) of fd into p: errAgain when no bytes
-// are ready, io.ErrUnexpectedEOF when the peer closed.
-func readFD(fd uintptr, p []byte) (int, error) {
-	for {
-		m, err := syscall.Read(int(fd), p)
-		switch {
-		case err == syscall.EINTR:
-			continue
-		case err == syscall.EAGAIN:
-			return 0, errAgain
-		case err != nil:
-			return 0, err
-		case m <= 0:
-			return 0, io.ErrUnexpectedEOF
-		}
-		return m, nil
-	}
 }
 
 // receiveCopy is receive's path for a connection without a descriptor
