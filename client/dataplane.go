@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
@@ -163,19 +164,94 @@ func (c *Client) batchRead(ctx context.Context, keys []string, bufFor func(i int
 		}
 		return errs
 	}
-	parallel(len(idx), func(j int) {
-		i := idx[j]
+	bufs := make([][]byte, len(idx))
+	todo := make([]bool, len(idx)) // still to be read (readBest)
+	for j, i := range idx {
 		if res[j].Err != nil {
 			errs[i] = fmt.Errorf("client: get %s: %w", masterapi.ShortKey(keys[i]), res[j].Err)
-			return
+			continue
 		}
-		buf, err := bufFor(i, res[j].Info)
-		if err == nil {
-			err = c.readBest(ctx, res[j].Info, buf, start)
+		if bufs[j], errs[i] = bufFor(i, res[j].Info); errs[i] == nil {
+			todo[j] = true
 		}
-		errs[i] = err
+	}
+	c.readPipelined(ctx, res, bufs, todo, start)
+	parallel(len(idx), func(j int) {
+		if todo[j] {
+			errs[idx[j]] = c.readBest(ctx, res[j].Info, bufs[j], start)
+		}
 	})
 	return errs
+}
+
+// readPipelined reads the items of a batch whose best replica is in a
+// remote node's DRAM with ReadRanges: per node, the requests are split
+// over its data connections and written back to back, so the node streams
+// the values without waiting for this client between them (no goroutine
+// and no request write per item). Each item read and checked is marked
+// done in todo; any other outcome leaves it to readBest (which tries
+// again, falls back and reports as for a single Get).
+func (c *Client) readPipelined(ctx context.Context, res []masterapi.ReplicaListResult, bufs [][]byte, todo []bool, start time.Time) {
+	type item struct {
+		j int
+		r masterapi.Replica
+	}
+	byNode := map[string][]item{}
+	for j, ok := range todo {
+		if !ok {
+			continue
+		}
+		if r, ok := c.bestRemoteDRAM(res[j].Info); ok {
+			byNode[r.Endpoint] = append(byNode[r.Endpoint], item{j, r})
+		}
+	}
+	var wg sync.WaitGroup
+	for ep, items := range byNode {
+		conns := max(1, min(c.data.Conns(), len(items)/2))
+		per := (len(items) + conns - 1) / conns
+		for len(items) > 0 {
+			part := items[:min(per, len(items))]
+			items = items[len(part):]
+			wg.Go(func() {
+				rs := make([]wire.RangeRead, len(part))
+				for k, it := range part {
+					rs[k] = wire.RangeRead{Segment: it.r.Segment, Offset: it.r.Offset, Buf: bufs[it.j], CRC: res[it.j].Info.CRC}
+				}
+				// Each item's share of the replica timeout, as when
+				// batchParallelism of them are in flight at once.
+				rctx, cancel := context.WithTimeout(ctx, c.cfg.ReplicaTimeout*time.Duration(max(1, len(part)/batchParallelism)))
+				defer cancel()
+				dc, err := c.data.Get(rctx, ep)
+				if err != nil {
+					return
+				}
+				dc.ReadRanges(rctx, rs)
+				for k, it := range part {
+					if rs[k].Err == nil {
+						todo[it.j] = false
+						c.countRead(it.r)
+						if c.cfg.Observer != nil {
+							c.cfg.Observer.ObserveGet(TierRemoteDRAM, time.Since(start))
+						}
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+}
+
+// bestRemoteDRAM returns info's best complete replica when it is in a
+// remote node's DRAM, reachable over the data plane.
+func (c *Client) bestRemoteDRAM(info masterapi.ObjectInfo) (masterapi.Replica, bool) {
+	best, rank := masterapi.Replica{}, -1
+	for _, r := range info.Replicas {
+		if k := c.rank(r); r.Status == masterapi.Complete && (rank < 0 || k < rank) {
+			best, rank = r, k
+		}
+	}
+	ok := rank == 1 && !strings.HasPrefix(best.Endpoint, "inproc:")
+	return best, ok
 }
 
 // readBest reads the object into buf (exactly its size) from the best
@@ -183,7 +259,8 @@ func (c *Client) batchRead(ctx context.Context, keys []string, bufFor func(i int
 // it falls back to the next replica. Each transfer is checked once, by
 // this side, against the CRC32C from the lookup.
 func (c *Client) readBest(ctx context.Context, info masterapi.ObjectInfo, buf []byte, start time.Time) error {
-	reps := make([]masterapi.Replica, 0, len(info.Replicas))
+	var small [4]masterapi.Replica // most objects have one to three replicas
+	reps := small[:0]
 	for _, r := range info.Replicas {
 		if r.Status == masterapi.Complete {
 			reps = append(reps, r)
@@ -245,6 +322,12 @@ func (c *Client) allFailed(ctx context.Context, info masterapi.ObjectInfo, n int
 // readReplica reads replica r of info into buf, checked against the
 // object's size and CRC32C.
 func (c *Client) readReplica(ctx context.Context, info masterapi.ObjectInfo, r masterapi.Replica, buf []byte) error {
+	if r.Kind == masterapi.Memory && c.local != nil && r.Node == c.local.Name() {
+		// A copy out of this process's segment cannot stall: no replica
+		// timeout (its context and timer would cost more than the copy
+		// of a small object).
+		return localPeer{c.local}.readRange(ctx, r.Segment, r.Offset, buf, info.CRC)
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReplicaTimeout)
 	defer cancel()
 	p, err := c.peerFor(ctx, r)

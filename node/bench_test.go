@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,6 +100,41 @@ func BenchmarkE2EPut(b *testing.B) {
 				b.StartTimer()
 			}
 		})
+	}
+}
+
+// BenchmarkE2EPutConcurrent: 8 goroutines putting 256 KiB objects through
+// one client over loopback (an inference engine storing a prefix's blocks
+// from several threads). The objects are removed every 256 puts (untimed)
+// so the 512 MiB segment never fills.
+func BenchmarkE2EPutConcurrent(b *testing.B) {
+	c, _, _ := benchCluster(b, false)
+	ctx := context.Background()
+	val := rnd(256 << 10)
+	b.SetBytes(int64(len(val)))
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		round := min(256, b.N-done)
+		var wg sync.WaitGroup
+		for w := range 8 {
+			wg.Go(func() {
+				for i := w; i < round; i += 8 {
+					if err := c.Put(ctx, fmt.Sprintf("put-%d", i), val); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		b.StopTimer()
+		for i := range round {
+			if err := c.Remove(ctx, fmt.Sprintf("put-%d", i), true); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+		done += round
 	}
 }
 

@@ -75,16 +75,9 @@ func (n *Node) startDataPlane(lis net.Listener) net.Listener {
 	return n.dp.mux.Listener()
 }
 
-// remoteKey marks the context of a write that came over the data plane, so
-// that WriteRange does not count it as an in-process put.
-type remoteKey struct{}
-
 // observeLocalPut records an in-process put (WriteRange called by a client
 // in this process) that started at start.
-func (n *Node) observeLocalPut(ctx context.Context, start time.Time) {
-	if ctx.Value(remoteKey{}) != nil {
-		return
-	}
+func (n *Node) observeLocalPut(start time.Time) {
 	n.dp.metrics().putLocal.Observe(time.Since(start).Seconds())
 }
 
@@ -93,14 +86,17 @@ type dataHandler struct{ n *Node }
 
 func (h dataHandler) WriteLimit() int64 { return h.n.seg.Size() }
 
-// Write goes through Node.WriteRange, the one write path of the node, so
-// the put-token and range checks apply to it as to every other write.
-func (h dataHandler) Write(ctx context.Context, segment string, off int64, value []byte, crc uint32, token uint64) error {
-	err := h.n.WriteRange(context.WithValue(ctx, remoteKey{}, true), segment, off, value, crc, token)
-	if err == nil {
-		h.n.metrics.peerWrites.Add(1) // before the reply: a client that has it sees the count
+// BeginWrite claims the range for the put (Node.beginWrite, the one write
+// path of the node, so the put-token and range checks apply to it as to
+// every other write) before a byte of the payload is read; the payload is
+// then received straight into the segment.
+func (h dataHandler) BeginWrite(ctx context.Context, segment string, off, n int64, token uint64) (wire.RangeWriter, error) {
+	w, err := h.n.beginWrite(ctx, segment, off, n, token)
+	if err != nil {
+		return nil, err
 	}
-	return err
+	w.remote = true
+	return w, nil
 }
 
 // ViewRange pins the segment (Close waits) and hands out the range as it
@@ -160,16 +156,10 @@ func (n *Node) ReadRangeInto(_ context.Context, segment string, off int64, buf [
 	if err := n.checkSegment(segment); err != nil {
 		return 0, err
 	}
-	if err := n.seg.check(off, len(buf)); err != nil {
-		return 0, toCode(err)
-	}
-	view, release := n.seg.pin()
-	defer release()
-	src, err := view(off, len(buf))
+	crc, err := n.seg.readCRC(buf, off)
 	if err != nil {
 		return 0, toCode(err)
 	}
-	crc := copyCRC(buf, src)
 	n.dp.metrics().getDRAMLocal.Observe(time.Since(start).Seconds())
 	return crc, nil
 }

@@ -5,8 +5,9 @@
 // It mounts the segment at the master and pings it; when the master answers
 // NEED_REMOUNT (the node expired, or the master restarted) it mounts again
 // and re-registers everything its SSD tier holds. It serves clients on one
-// port: the data plane (package wire's frames: writes through WriteRange,
-// memory reads sent from the mapping without a copy, SSD reads through the
+// port: the data plane (package wire's frames: writes received straight
+// into their claimed range, with the same put-token checks as the
+// in-process WriteRange; memory reads sent from the mapping without a copy, SSD reads through the
 // tier) and, beside it, gRPC (internal/rpcpb NodePeer: NodeStats, and the
 // older chunked WriteRange/ReadRange/ReadSSD). Put and Get latencies are
 // histograms by tier (tierstore_node_{put,get}_seconds).
@@ -79,6 +80,10 @@
 //     (ErrRangeNotOwned, INVALID_PARAMS over gRPC) a write overlapping a
 //     claim of a newer put, chunk by chunk, so a writer that outlived its
 //     put never overwrites the bytes of the put that now owns the range.
+//     A data-plane write claims its range before reading its payload and
+//     receives it in place (rangeWrite, wire.RangeWriter): every socket
+//     read into the segment is made under that check; a write that fails
+//     (wrong CRC32C, short, disconnected) is not recorded.
 //     Token 0 is refused (ErrNoPutToken) once the node has seen a token.
 //     The table is bounded (claimsLimit); claims are forgotten at a
 //     remount (the master may be a new one).
@@ -103,8 +108,10 @@
 // remounts and flags a re-registration for the heartbeat loop. Segment
 // reads and writes copy under a read lock that Close takes exclusively
 // before unmapping. Node.ownMu protects the put claims: a claim takes it
-// exclusively, each write copy holds it shared from its ownership check to
-// the end of the copy; recording a write's object takes it exclusively too.
+// exclusively, each write copy (an in-process copy, or one non-blocking
+// socket read straight into the segment) holds it shared from its
+// ownership check to the end of the copy, never across a wait for the
+// socket; recording a write's object takes it exclusively too.
 // nodeHA.recMu protects the records, regMu serialises DRAM
 // re-registrations, pingMu serialises pings (the ping loop and the leader
 // follower, a fourth goroutine when the master connection follows etcd).

@@ -135,40 +135,102 @@ func (s *peerServer) NodeStats(ctx context.Context, _ *rpcpb.PeerStatsRequest) (
 }
 
 // WriteRange writes value into the node's segment at off for the put
-// identified by token (the in-process form of the peer service's
-// WriteRange; client.LocalNode). It is refused (ErrRangeNotOwned, wrapped
-// in codes.ErrInvalidParams) when a newer put wrote an overlapping range,
-// and (ErrNoPutToken) without a token
-// (docs/design.md invariant 8).
+// identified by token (the in-process form of the data plane's write;
+// client.LocalNode). It is refused (ErrRangeNotOwned, wrapped in
+// codes.ErrInvalidParams) when a newer put wrote an overlapping range,
+// and (ErrNoPutToken) without a token (docs/design.md invariant 8).
 //
 // A write whose context carries its object (wire.WithObject) is recorded
 // for re-registration at a new master (ha.go), with crc as its CRC32C.
 func (n *Node) WriteRange(ctx context.Context, segment string, off int64, value []byte, crc uint32, token uint64) error {
-	defer n.observeLocalPut(ctx, time.Now())
-	if err := n.checkSegment(segment); err != nil {
+	start := time.Now()
+	w, err := n.beginWrite(ctx, segment, off, int64(len(value)), token)
+	if err != nil {
 		return err
 	}
-	if err := n.seg.check(off, len(value)); err != nil {
-		return toCode(err)
-	}
-	if err := n.claimRange(off, int64(len(value)), token); err != nil {
-		return toCode(err)
-	}
-	start, total := off, int64(len(value))
-	// Copied a chunk at a time, as the peer service does, so that a newer
-	// put's claim waits for one chunk copy at most.
-	for len(value) > 0 {
-		k := min(len(value), wire.MaxChunk)
-		if err := n.writeOwned(value[:k], off, token); err != nil {
-			return toCode(err)
+	// Copied a chunk at a time, as the data plane receives, so that a
+	// newer put's claim waits for one chunk copy at most.
+	for pos := 0; pos < len(value); {
+		k, err := w.Fill(int64(pos), func(dst []byte) (int, error) {
+			return copy(dst, value[pos:min(pos+wire.MaxChunk, len(value))]), nil
+		})
+		if err != nil {
+			w.Abort()
+			return err
 		}
-		value, off = value[k:], off+int64(k)
+		pos += k
 	}
-	if o, ok := wire.ObjectOf(ctx); ok {
-		n.recordWrite(o, start, total, crc, token)
-	}
+	w.Commit(crc)
+	n.observeLocalPut(start)
 	return nil
 }
+
+// rangeWrite is one put's write of [off, off+length) of the segment,
+// claimed for its token by beginWrite (wire.RangeWriter).
+type rangeWrite struct {
+	n           *Node
+	off, length int64
+	token       uint64
+	obj         wire.Object // the object the bytes are (recorded at Commit)
+	hasObj      bool
+	remote      bool // a data-plane write (counted as a peer write)
+}
+
+// beginWrite checks segment and range and claims [off, off+length) for
+// the put with token (invariant 8), before any byte is written.
+func (n *Node) beginWrite(ctx context.Context, segment string, off, length int64, token uint64) (*rangeWrite, error) {
+	if err := n.checkSegment(segment); err != nil {
+		return nil, err
+	}
+	if length < 0 || length > n.seg.Size() {
+		return nil, toCode(fmt.Errorf("%w: a write of %d bytes into a segment of %d", ErrOutOfRange, length, n.seg.Size()))
+	}
+	if err := n.seg.check(off, int(length)); err != nil {
+		return nil, toCode(err)
+	}
+	if err := n.claimRange(off, length, token); err != nil {
+		return nil, toCode(err)
+	}
+	w := &rangeWrite{n: n, off: off, length: length, token: token}
+	w.obj, w.hasObj = wire.ObjectOf(ctx)
+	return w, nil
+}
+
+// Fill hands fill the range from pos to its end in the segment's mapping,
+// if the put still owns it. The check and fill happen under ownMu held
+// shared, so a newer put's claim (which takes it exclusively) waits for
+// fill, and no fill of an older put follows that claim.
+func (w *rangeWrite) Fill(pos int64, fill func(dst []byte) (int, error)) (int, error) {
+	n := w.n
+	n.ownMu.RLock()
+	defer n.ownMu.RUnlock()
+	a, b := w.off+pos, w.off+w.length
+	if err := n.owners.check(a, b, w.token); err != nil {
+		return 0, toCode(err)
+	}
+	view, release := n.seg.pin()
+	defer release()
+	dst, err := view(a, int(b-a))
+	if err != nil {
+		return 0, toCode(err)
+	}
+	return fill(dst)
+}
+
+// Commit records the object the complete write stored (for
+// re-registration at a new master, ha.go), unless a newer put claimed
+// part of the range meanwhile.
+func (w *rangeWrite) Commit(crc uint32) {
+	if w.hasObj {
+		w.n.recordWrite(w.obj, w.off, w.length, crc, w.token)
+	}
+	if w.remote {
+		w.n.metrics.peerWrites.Add(1) // before the reply: a client that has it sees the count
+	}
+}
+
+// Abort records nothing: the bytes stay in the put's own range, unread.
+func (w *rangeWrite) Abort() {}
 
 // claimRange records that the put with token writes [off, off+length)
 // (invariant 8), or refuses it.

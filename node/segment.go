@@ -81,6 +81,21 @@ func (s *Segment) ReadAt(p []byte, off int64) error {
 	return nil
 }
 
+// readCRC copies len(p) bytes at off into p and returns the CRC32C of
+// what it copied (copyCRC: chunk by chunk, while in cache), holding the
+// mapping without a closure (the in-process read's path; no allocation).
+func (s *Segment) readCRC(p []byte, off int64) (uint32, error) {
+	if err := s.check(off, len(p)); err != nil {
+		return 0, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.mem == nil {
+		return 0, ErrClosed
+	}
+	return copyCRC(p, s.mem[off:off+int64(len(p))]), nil
+}
+
 // Read returns a copy of n bytes at off.
 func (s *Segment) Read(off int64, n int) ([]byte, error) {
 	if err := s.check(off, n); err != nil {

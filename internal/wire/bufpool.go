@@ -5,9 +5,10 @@ import (
 	"sync"
 )
 
-// Payload buffers of a node's writes come from size classes shared by all
-// connections, so that the memory held scales with the writes in flight,
-// not with the connections open.
+// Bounce buffers come from size classes shared by all connections, so that
+// the memory held scales with the writes in flight, not with the
+// connections open. Only a write on a connection without a descriptor
+// (receiveCopy) uses one: the others land in the node's memory directly.
 const (
 	minClassShift = 16 // 64 KiB
 	maxClassShift = 26 // 64 MiB; larger payloads are allocated and dropped

@@ -139,7 +139,9 @@ func (dc *DataConn) fail(err error) {
 }
 
 // Write stores value at off of segment on the node for the put token; crc
-// is value's CRC32C, which the node checks once before storing anything.
+// is value's CRC32C, which the node checks once as the bytes land in the
+// range the put claimed: a mismatch fails the write, and the node records
+// nothing of it.
 func (dc *DataConn) Write(ctx context.Context, segment string, off int64, value []byte, crc uint32, token uint64) error {
 	req := Request{Op: OpWrite, Segment: segment, Offset: uint64(off), Token: token}
 	if o, ok := ObjectOf(ctx); ok {
@@ -183,16 +185,111 @@ func (dc *DataConn) read(ctx context.Context, req *Request, buf []byte, crc uint
 	c.op, c.buf = req.Op, buf
 	err := dc.roundTrip(ctx, req, nil, 0, c)
 	if err == nil {
-		switch {
-		case c.hasCRC && c.sent != crc:
-			err = BadChecksum("wire: %v from %s: the node's copy has CRC32C %08x, the object %08x", req.Op, dc.endpoint, c.sent, crc)
-		case c.crc != crc:
-			err = BadChecksum("wire: %v from %s: %d bytes with CRC32C %08x, the object has %08x", req.Op, dc.endpoint, len(buf), c.crc, crc)
-		}
+		err = dc.checkRead(c, crc)
 	}
 	c.buf = nil
 	callPool.Put(c)
 	return err
+}
+
+// RangeRead is one read of a ReadRanges call: Buf is filled with
+// len(Buf) bytes at Offset of Segment and checked against CRC; Err is its
+// result.
+type RangeRead struct {
+	Segment string
+	Offset  int64
+	Buf     []byte
+	CRC     uint32
+	Err     error
+}
+
+// ReadRanges is ReadRange for many ranges at once: every request is
+// written before the first reply is awaited (one write for all of them),
+// so the node streams the replies back to back, each straight into its
+// buffer and checked against its CRC32C. It returns when every read has
+// ended, each with its own Err; the guarantees of ReadRange hold for each
+// buffer.
+func (dc *DataConn) ReadRanges(ctx context.Context, rs []RangeRead) {
+	if err := ctx.Err(); err != nil {
+		for i := range rs {
+			rs[i].Err = codes.Errorf(codes.ContextCanceled, "wire: %v to %s: %v", OpReadRange, dc.endpoint, err)
+		}
+		return
+	}
+	calls := make([]*call, len(rs))
+	first, err := dc.register(calls, func(i int) []byte { return rs[i].Buf })
+	if err != nil {
+		for i := range rs {
+			rs[i].Err = err
+		}
+		return
+	}
+	if err := dc.sendReads(ctx, first, rs); err != nil {
+		dc.fail(err)
+	}
+	for i, c := range calls {
+		err := dc.await(ctx, first+uint32(i), c)
+		if err == nil {
+			err = dc.checkRead(c, rs[i].CRC)
+		}
+		rs[i].Err = err
+		c.buf = nil
+		callPool.Put(c)
+	}
+}
+
+// register enters len(calls) read calls under consecutive ids from the
+// returned first, their buffers given by buf.
+func (dc *DataConn) register(calls []*call, buf func(i int) []byte) (uint32, error) {
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	if dc.err != nil {
+		return 0, dc.err
+	}
+	first := dc.nextID + 1
+	for i := range calls {
+		c := callPool.Get().(*call)
+		c.err, c.crc, c.hasCRC, c.sent, c.reading = nil, 0, false, 0, false
+		c.op, c.buf = OpReadRange, buf(i)
+		dc.nextID++
+		dc.calls[dc.nextID] = c
+		calls[i] = c
+	}
+	return first, nil
+}
+
+// sendReads writes the read requests of rs, ids from first, in one write.
+func (dc *DataConn) sendReads(ctx context.Context, first uint32, rs []RangeRead) error {
+	dc.wmu.Lock()
+	defer dc.wmu.Unlock()
+	var zero [HeaderLen]byte
+	b := dc.wbuf[:0]
+	for i, r := range rs {
+		req := Request{Op: OpReadRange, Segment: r.Segment, Offset: uint64(r.Offset), Length: uint64(len(r.Buf))}
+		at := len(b)
+		b = req.AppendMeta(append(b, zero[:]...))
+		h := Header{Op: OpReadRange, ID: first + uint32(i), MetaLen: uint32(len(b) - at - HeaderLen)}
+		h.Encode(b[at:])
+	}
+	dc.wbuf = b[:0]
+	dl, _ := ctx.Deadline()
+	_ = dc.conn.SetWriteDeadline(dl)
+	if _, err := dc.conn.Write(b); err != nil {
+		return codes.Errorf(codes.TransferFail, "wire: sending %d %v requests to %s: %v", len(rs), OpReadRange, dc.endpoint, err)
+	}
+	return nil
+}
+
+// checkRead compares the read c received with crc, the object's CRC32C:
+// the CRC the reply announced, if any, and the one computed as it arrived.
+func (dc *DataConn) checkRead(c *call, crc uint32) error {
+	switch {
+	case c.hasCRC && c.sent != crc:
+		return BadChecksum("wire: %v from %s: the node's copy has CRC32C %08x, the object %08x", c.op, dc.endpoint, c.sent, crc)
+	case c.crc != crc:
+		return BadChecksum("wire: %v from %s: %d bytes with CRC32C %08x, the object has %08x", c.op, dc.endpoint, len(c.buf), c.crc, crc)
+	}
+	return nil
 }
 
 // roundTrip sends one request and waits for its reply. c is registered
@@ -220,6 +317,14 @@ func (dc *DataConn) roundTrip(ctx context.Context, req *Request, payload []byte,
 	if err := dc.send(ctx, id, req, payload, crc); err != nil {
 		dc.fail(err)
 	}
+	return dc.await(ctx, id, c)
+}
+
+// await waits for the reply to call c (id), or for ctx to end: then an
+// unanswered call is forgotten, and a call whose payload is arriving
+// breaks the connection and is waited for (its buffer must not be written
+// once this returns).
+func (dc *DataConn) await(ctx context.Context, id uint32, c *call) error {
 	select {
 	case <-c.done:
 		return c.err
@@ -230,14 +335,14 @@ func (dc *DataConn) roundTrip(ctx context.Context, req *Request, payload []byte,
 		// Not answered yet: forget it; the reader discards a late reply.
 		delete(dc.calls, id)
 		dc.mu.Unlock()
-		return codes.Errorf(codes.ContextCanceled, "wire: %v to %s: %v", req.Op, dc.endpoint, ctx.Err())
+		return codes.Errorf(codes.ContextCanceled, "wire: %v to %s: %v", c.op, dc.endpoint, ctx.Err())
 	}
 	reading := dc.calls[id] == c
 	dc.mu.Unlock()
 	if reading {
 		// The reader is filling the caller's buffer: stop it, so that
 		// nothing is written there once this call returns.
-		dc.fail(codes.Errorf(codes.ContextCanceled, "wire: %v to %s abandoned mid-payload: %v", req.Op, dc.endpoint, ctx.Err()))
+		dc.fail(codes.Errorf(codes.ContextCanceled, "wire: %v to %s abandoned mid-payload: %v", c.op, dc.endpoint, ctx.Err()))
 	}
 	<-c.done
 	return c.err

@@ -39,8 +39,10 @@ type memHandler struct {
 	mu       sync.Mutex // protects seg and ssd
 	seg      []byte
 	ssd      map[string][]byte
-	writes   atomic.Int64
+	writes   atomic.Int64 // committed writes
+	aborts   atomic.Int64 // aborted writes
 	ssdDelay func(key []byte)
+	failFill func(pos int64) bool // refuses a Fill at pos (ownership lost); under mu
 }
 
 func newMemHandler(size int) *memHandler {
@@ -53,24 +55,45 @@ func (h *memHandler) setSSD(key string, v []byte) {
 	h.ssd[key] = v
 }
 
-func (h *memHandler) WriteLimit() int64 { return int64(len(h.seg)) }
-
-func (h *memHandler) Write(_ context.Context, segment string, off int64, value []byte, _ uint32, token uint64) error {
-	if segment != "seg" {
-		return codes.Errorf(codes.SegmentNotFound, "test: no segment %q", segment)
-	}
-	if token == 0 {
-		return codes.Errorf(codes.InvalidParams, "test: no put token")
-	}
+// setFailFill sets failFill (under mu: the server reads it in Fill).
+func (h *memHandler) setFailFill(f func(pos int64) bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if off < 0 || off+int64(len(value)) > int64(len(h.seg)) {
-		return codes.Errorf(codes.InvalidParams, "test: out of range")
-	}
-	copy(h.seg[off:], value)
-	h.writes.Add(1)
-	return nil
+	h.failFill = f
 }
+
+func (h *memHandler) WriteLimit() int64 { return int64(len(h.seg)) }
+
+func (h *memHandler) BeginWrite(_ context.Context, segment string, off, n int64, token uint64) (RangeWriter, error) {
+	if segment != "seg" {
+		return nil, codes.Errorf(codes.SegmentNotFound, "test: no segment %q", segment)
+	}
+	if token == 0 {
+		return nil, codes.Errorf(codes.InvalidParams, "test: no put token")
+	}
+	if off < 0 || n < 0 || off+n > int64(len(h.seg)) {
+		return nil, codes.Errorf(codes.InvalidParams, "test: out of range")
+	}
+	return &memWrite{h: h, off: off, n: n}, nil
+}
+
+// memWrite is a write of [off, off+n) of a memHandler's segment.
+type memWrite struct {
+	h      *memHandler
+	off, n int64
+}
+
+func (w *memWrite) Fill(pos int64, fill func([]byte) (int, error)) (int, error) {
+	w.h.mu.Lock()
+	defer w.h.mu.Unlock()
+	if w.h.failFill != nil && w.h.failFill(pos) {
+		return 0, codes.Errorf(codes.InvalidParams, "test: write refused at %d", pos)
+	}
+	return fill(w.h.seg[w.off+pos : w.off+w.n])
+}
+
+func (w *memWrite) Commit(uint32) { w.h.writes.Add(1) }
+func (w *memWrite) Abort()        { w.h.aborts.Add(1) }
 
 func (h *memHandler) ViewRange(segment string, off, n int64) ([]byte, func(), error) {
 	if segment != "seg" {
@@ -196,8 +219,9 @@ func TestDataPlaneRoundTrip(t *testing.T) {
 }
 
 // The receiver checks the CRC32C once: a write whose bytes do not match
-// its CRC is refused before the handler sees it; a read whose bytes do not
-// match the object's CRC fails with ErrBadChecksum.
+// its CRC is refused and never committed (the handler records nothing); a
+// read whose bytes do not match the object's CRC fails with
+// ErrBadChecksum.
 func TestDataPlaneChecksums(t *testing.T) {
 	h := newMemHandler(1 << 20)
 	dc := dial(t, serveMem(t, h))
@@ -767,5 +791,217 @@ func TestDataServerRefusesAndCloses(t *testing.T) {
 	}
 	if _, err := DialData(context.Background(), addr, time.Second); err == nil {
 		t.Fatal("dial after Close succeeded")
+	}
+}
+
+// A write the handler refuses mid-payload (its put lost the range between
+// two chunks) is aborted, answered with the handler's error, and the rest
+// of its payload is read and dropped: the connection carries the next
+// write. A write the handler refuses at once never reaches Fill.
+func TestDataPlaneWriteRefusedMidPayload(t *testing.T) {
+	h := newMemHandler(4 << 20)
+	h.setFailFill(func(pos int64) bool { return pos >= 256<<10 })
+	dc := dial(t, serveMem(t, h))
+	ctx := context.Background()
+	val := rnd(2 << 20)
+	err := dc.Write(ctx, "seg", 0, val, CRC32C(val), 1)
+	if !errors.Is(err, codes.ErrInvalidParams) || !strings.Contains(err.Error(), "write refused") {
+		t.Fatalf("write refused mid-payload: %v", err)
+	}
+	if h.writes.Load() != 0 || h.aborts.Load() != 1 || dc.Broken() {
+		t.Fatalf("commits %d, aborts %d, broken %v", h.writes.Load(), h.aborts.Load(), dc.Broken())
+	}
+	h.setFailFill(nil)
+	if err := dc.Write(ctx, "seg", 0, val, CRC32C(val), 2); err != nil || h.writes.Load() != 1 {
+		t.Fatalf("the next write on the connection: %v", err)
+	}
+	if err := dc.Write(ctx, "seg", 0, val, CRC32C(val), 0); !errors.Is(err, codes.ErrInvalidParams) || h.aborts.Load() != 1 {
+		t.Fatalf("a write refused at once: %v (aborts %d)", err, h.aborts.Load())
+	}
+	buf := make([]byte, len(val))
+	if err := dc.ReadRange(ctx, "seg", 0, buf, CRC32C(val)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A connection without a descriptor (an in-memory pipe) receives writes
+// through a bounce buffer, with the same checks: a whole write is
+// committed, a write refused mid-payload is aborted and its rest dropped,
+// a wrong CRC32C commits nothing.
+func TestDataServerWriteWithoutDescriptor(t *testing.T) {
+	h := newMemHandler(4 << 20)
+	srv := NewDataServer(h, DataServerOptions{Logger: quiet})
+	cli, sv := net.Pipe()
+	go srv.ServeConn(sv, nil)
+	t.Cleanup(func() { cli.Close(); srv.Close() })
+	hi := hello()
+	go cli.Write(hi[:])
+	if _, err := io.ReadFull(cli, hi[:]); err != nil {
+		t.Fatal(err)
+	}
+	val := rnd(600 << 10)
+	write := func(token uint64, crc uint32) Header {
+		t.Helper()
+		meta := (&Request{Op: OpWrite, Segment: "seg", Offset: 4096, Token: token}).AppendMeta(nil)
+		go cli.Write(encodeFrame(Header{Op: OpWrite, ID: uint32(token), Flags: FlagCRC, CRC: crc}, meta, val))
+		rh, _, err := ReadFrameHead(cli, make([]byte, HeaderLen), nil)
+		if err != nil || rh.ID != uint32(token) {
+			t.Fatalf("reply: %+v %v", rh, err)
+		}
+		return rh
+	}
+	if rh := write(1, CRC32C(val)); rh.Status != codes.OK || h.writes.Load() != 1 || !bytes.Equal(h.seg[4096:4096+len(val)], val) {
+		t.Fatalf("whole write: status %d, commits %d", rh.Status, h.writes.Load())
+	}
+	if rh := write(2, CRC32C(val)^1); rh.Status != codes.ChecksumMismatch || h.writes.Load() != 1 {
+		t.Fatalf("wrong CRC: status %d, commits %d", rh.Status, h.writes.Load())
+	}
+	h.setFailFill(func(pos int64) bool { return pos >= 128<<10 })
+	if rh := write(3, CRC32C(val)); rh.Status != codes.InvalidParams || h.aborts.Load() != 2 {
+		t.Fatalf("refused mid-payload: status %d, aborts %d", rh.Status, h.aborts.Load())
+	}
+	h.setFailFill(nil)
+	if rh := write(4, CRC32C(val)); rh.Status != codes.OK || h.writes.Load() != 2 {
+		t.Fatalf("the write after: status %d", rh.Status)
+	}
+}
+
+// ReadRanges writes every request before awaiting a reply; each read gets
+// its own result (a wrong CRC32C, a range the node refuses), every buffer
+// exactly its value and nothing beyond, and the connection stays usable.
+func TestDataPlaneReadRanges(t *testing.T) {
+	h := newMemHandler(8 << 20)
+	copy(h.seg, rnd(len(h.seg)))
+	dc := dial(t, serveMem(t, h))
+	ctx := context.Background()
+	spans := []struct {
+		off, n int64
+		badCRC bool
+	}{{0, 2 << 20, false}, {4096, 1000, true}, {8<<20 - 10, 20, false}, {3 << 20, 300 << 10, false}, {5, 1, false}}
+	rs := make([]RangeRead, len(spans))
+	guards := make([]func(), len(spans))
+	for i, s := range spans {
+		rs[i].Segment, rs[i].Offset = "seg", s.off
+		rs[i].Buf, guards[i] = guarded(t, int(s.n))
+		if s.off+s.n <= int64(len(h.seg)) {
+			rs[i].CRC = CRC32C(h.seg[s.off : s.off+s.n])
+		}
+		if s.badCRC {
+			rs[i].CRC ^= 1
+		}
+	}
+	dc.ReadRanges(ctx, rs)
+	for i, s := range spans {
+		guards[i]()
+		switch {
+		case s.badCRC:
+			if !errors.Is(rs[i].Err, ErrBadChecksum) {
+				t.Errorf("read %d with a wrong CRC: %v", i, rs[i].Err)
+			}
+		case s.off+s.n > int64(len(h.seg)):
+			if !errors.Is(rs[i].Err, codes.ErrInvalidParams) {
+				t.Errorf("read %d out of range: %v", i, rs[i].Err)
+			}
+		case rs[i].Err != nil || !bytes.Equal(rs[i].Buf, h.seg[s.off:s.off+s.n]):
+			t.Errorf("read %d: %v", i, rs[i].Err)
+		}
+	}
+	if dc.Broken() {
+		t.Fatal("the connection broke")
+	}
+	buf := make([]byte, 10)
+	if err := dc.ReadRange(ctx, "seg", 0, buf, CRC32C(h.seg[:10])); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A node that answers the second of several pipelined reads with another
+// length than asked breaks the connection: the first read succeeded, the
+// others fail, and no buffer is written beyond its length.
+func TestDataPlaneReadRangesLyingNode(t *testing.T) {
+	val := rnd(64 << 10)
+	addr := fakeNode(t, func(c net.Conn, h Header, req Request) {
+		c.Write(replyHeader(h, uint64(len(val))))
+		c.Write(val)
+		h.ID++
+		c.Write(replyHeader(h, uint64(len(val))+1)) // asked: len(val)
+		c.Write(val)
+		c.Write(val[:1])
+		io.Copy(io.Discard, c)
+	})
+	dc := dial(t, addr)
+	rs := make([]RangeRead, 3)
+	guards := make([]func(), 3)
+	for i := range rs {
+		rs[i] = RangeRead{Segment: "seg", Offset: int64(i) << 20, CRC: CRC32C(val)}
+		rs[i].Buf, guards[i] = guarded(t, len(val))
+	}
+	dc.ReadRanges(context.Background(), rs)
+	for _, g := range guards {
+		g()
+	}
+	if rs[0].Err != nil || !bytes.Equal(rs[0].Buf, val) {
+		t.Fatalf("first read: %v", rs[0].Err)
+	}
+	for i := 1; i < 3; i++ {
+		if !errors.Is(rs[i].Err, codes.ErrTransferFail) {
+			t.Errorf("read %d after the lying reply: %v", i, rs[i].Err)
+		}
+	}
+	if !dc.Broken() {
+		t.Fatal("the connection survived a reply of the wrong length")
+	}
+}
+
+// A ReadRanges whose context ends while the second payload arrives
+// returns only once no buffer can change any more: the first read
+// succeeded, the others failed, and bytes the node sends afterwards land
+// nowhere.
+func TestDataPlaneReadRangesCancelMidPayload(t *testing.T) {
+	const n = 1 << 20
+	val := rnd(n)
+	sentHalf := make(chan struct{})
+	finish := make(chan struct{})
+	dc := dial(t, fakeNode(t, func(c net.Conn, h Header, _ Request) {
+		c.Write(replyHeader(h, n))
+		c.Write(val)
+		h.ID++
+		c.Write(replyHeader(h, n))
+		c.Write(val[:n/2])
+		close(sentHalf)
+		<-finish
+		c.Write(val[n/2:]) // after the caller returned
+		h.ID++
+		c.Write(replyHeader(h, n))
+		c.Write(val)
+	}))
+	rs := make([]RangeRead, 3)
+	guards := make([]func(), 3)
+	for i := range rs {
+		rs[i] = RangeRead{Segment: "seg", CRC: CRC32C(val)}
+		rs[i].Buf, guards[i] = guarded(t, n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-sentHalf; time.Sleep(10 * time.Millisecond); cancel() }()
+	dc.ReadRanges(ctx, rs)
+	if rs[0].Err != nil || !bytes.Equal(rs[0].Buf, val) {
+		t.Fatalf("first read: %v", rs[0].Err)
+	}
+	snapshots := make([][]byte, 3)
+	for i := 1; i < 3; i++ {
+		if !errors.Is(rs[i].Err, codes.ErrContextCanceled) && !errors.Is(rs[i].Err, codes.ErrTransferFail) {
+			t.Fatalf("read %d cancelled: %v", i, rs[i].Err)
+		}
+		snapshots[i] = bytes.Clone(rs[i].Buf)
+	}
+	close(finish)
+	dc.Close() // waits for the reader (stopped already if it was mid-payload)
+	for i := 1; i < 3; i++ {
+		if !bytes.Equal(rs[i].Buf, snapshots[i]) {
+			t.Fatalf("buffer %d changed after ReadRanges returned", i)
+		}
+	}
+	for _, g := range guards {
+		g()
 	}
 }

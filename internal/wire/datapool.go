@@ -56,6 +56,14 @@ type dialing struct {
 	waiters int // callers waiting for it (dataNode.mu)
 }
 
+// Conns is the number of connections the pool keeps per endpoint.
+func (p *DataPool) Conns() int {
+	if p.ConnsPerNode > 0 {
+		return p.ConnsPerNode
+	}
+	return DefaultConnsPerNode
+}
+
 // Get returns a usable data connection to endpoint. When the chosen slot
 // is empty or broken one caller dials it while the others wait for that
 // dial (or their context), and share its connection or its error.

@@ -10,6 +10,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
@@ -20,10 +21,13 @@ import (
 type DataHandler interface {
 	// WriteLimit bounds a write's payload (the segment's size).
 	WriteLimit() int64
-	// Write stores value at off of segment for the put identified by
-	// token. value's CRC32C was checked against crc already; value is
-	// only valid during the call.
-	Write(ctx context.Context, segment string, off int64, value []byte, crc uint32, token uint64) error
+	// BeginWrite starts a write of n bytes at off of segment for the put
+	// identified by token: it checks the range and claims it for that put
+	// (docs/design.md invariant 8) before a byte of the payload is read,
+	// and returns where the payload goes. ctx carries the write's object
+	// (ObjectOf). An error refuses the write: its payload is read and
+	// dropped, nothing is stored.
+	BeginWrite(ctx context.Context, segment string, off, n int64, token uint64) (RangeWriter, error)
 	// ViewRange returns n bytes at off of segment without copying them,
 	// valid until release is called. The bytes go to the socket as they
 	// are; the reader checks them against the object's CRC32C.
@@ -83,9 +87,10 @@ func NewDataServer(h DataHandler, opts DataServerOptions) *DataServer {
 
 // serverConn is one data connection being served.
 type serverConn struct {
-	s  *DataServer
-	c  net.Conn
-	br *bufio.Reader
+	s   *DataServer
+	c   net.Conn
+	br  *bufio.Reader
+	raw syscall.RawConn // c's descriptor, for reads in place; nil: c has none
 
 	// wmu serialises replies (SSD reads answer from their own
 	// goroutines); it protects wbuf and wv.
@@ -103,6 +108,7 @@ type serverConn struct {
 func (s *DataServer) ServeConn(c net.Conn, prefix []byte) {
 	sc := &serverConn{s: s, c: c, br: bufio.NewReaderSize(c, 16<<10),
 		wbuf: make([]byte, 0, HeaderLen+MaxMeta), ssd: make(chan struct{}, s.opts.SSDReadsPerConn)}
+	sc.raw = rawConnOf(c)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -251,26 +257,47 @@ func (sc *serverConn) request(h Header, meta []byte) (Request, error) {
 	return req, nil
 }
 
-// write receives a write's payload, checks its CRC32C (the one check of
-// this transfer) and hands it to the handler. Only a transport error
-// returns an error (the connection is then dropped).
+// write receives a write's payload straight into the range the handler
+// claimed for it (no staging buffer), computing its CRC32C chunk by chunk
+// as it lands, and checks it against the sender's: the one check of this
+// transfer. A write that fails (wrong CRC32C, refused mid-payload) is
+// aborted: the handler records nothing, and the bytes that arrived stay in
+// the put's own range, where nobody reads them (the put is never
+// completed). Only a transport error returns an error (the connection is
+// then dropped, its write aborted).
 func (sc *serverConn) write(h Header, req Request, start time.Time) error {
-	n := int(h.PayloadLen)
-	bp := getBuf(n)
-	defer putBuf(bp)
-	buf := *bp
-	crc, err := readCRC(sc.br, buf)
-	if err != nil {
-		return frameErr(ErrShortFrame, "wire: write payload: %v", err)
+	n := int64(h.PayloadLen)
+	ctx := sc.s.ctx
+	if len(req.Key) > 0 {
+		ctx = WithObject(ctx, Object{Key: string(req.Key), SoftPin: req.Pins&PinSoft != 0, HardPin: req.Pins&PinHard != 0})
 	}
-	if crc != h.CRC {
-		err = BadChecksum("wire: write of %d bytes at %d: received CRC32C %08x, the sender's %08x; nothing stored", n, req.Offset, crc, h.CRC)
-	} else {
-		ctx := sc.s.ctx
-		if len(req.Key) > 0 {
-			ctx = WithObject(ctx, Object{Key: string(req.Key), SoftPin: req.Pins&PinSoft != 0, HardPin: req.Pins&PinHard != 0})
+	w, err := sc.s.h.BeginWrite(ctx, req.Segment, int64(req.Offset), n, req.Token)
+	if err != nil {
+		sc.s.h.Served(OpWrite, time.Since(start), err)
+		return sc.refuse(h, err)
+	}
+	got, crc, err, cerr := sc.receive(w, n)
+	switch {
+	case cerr != nil:
+		w.Abort()
+		sc.s.h.Served(OpWrite, time.Since(start), cerr)
+		return frameErr(ErrShortFrame, "wire: write payload: %d of %d bytes, then %v", got, n, cerr)
+	case err == nil && crc != h.CRC:
+		err = BadChecksum("wire: write of %d bytes at %d: received CRC32C %08x, the sender's %08x; nothing recorded", n, req.Offset, crc, h.CRC)
+	}
+	if err != nil {
+		w.Abort()
+		if got < n { // refused mid-payload: drop the rest, keep the connection
+			if n-got > discardMax {
+				_ = sc.reply(h.ID, OpWrite, err, nil)
+				return err
+			}
+			if _, derr := io.CopyN(io.Discard, sc.br, n-got); derr != nil {
+				return frameErr(ErrShortFrame, "wire: payload of a refused %v: %v", h.Op, derr)
+			}
 		}
-		err = sc.s.h.Write(ctx, req.Segment, int64(req.Offset), buf, crc, req.Token)
+	} else {
+		w.Commit(crc)
 	}
 	rerr := sc.reply(h.ID, OpWrite, err, nil)
 	sc.s.h.Served(OpWrite, time.Since(start), err)

@@ -8,7 +8,10 @@
 // straight into the caller's buffer; several calls are in flight on one
 // connection (pipelined, matched by id), and DataPool keeps ConnsPerNode
 // connections per node. A node's DataServer serves a DataHandler: writes
-// (checked against their CRC32C once, as they arrive), memory reads sent
+// (the handler claims the range first, BeginWrite; the payload is then
+// read from the socket straight into the node's memory, RangeWriter.Fill,
+// and checked against its CRC32C once, chunk by chunk as it lands),
+// memory reads sent
 // from a view of the segment without a copy or a checksum, SSD reads
 // answered concurrently. The gRPC forms (Peer, Pool, SendChunks,
 // RecvValue: 1 MiB protobuf chunks) remain for NodeStats and for
@@ -17,7 +20,10 @@
 // # Invariants
 //
 //   - One CRC32C check per transfer, by the receiver: a write is checked by
-//     the node before the handler stores anything; a read is checked by
+//     the node as it lands in the range its put claimed, and only a write
+//     that arrived whole and matches is committed (RangeWriter.Commit);
+//     a wrong CRC32C, a short payload or a disconnect aborts it, so
+//     nothing is recorded and the client's put fails; a read is checked by
 //     the client against the object's CRC32C from its lookup, chunk by
 //     chunk as it arrives (ErrBadChecksum, also codes.ErrChecksumMismatch).
 //   - Nothing is ever written beyond a caller's buffer: a reply that
@@ -37,5 +43,8 @@
 // protects its call map and error; one reader goroutine per connection
 // completes calls. DataServer.mu protects its connection set; each served
 // connection has one reading goroutine, a reply lock and one goroutine per
-// SSD read in flight. Pool.mu and DataPool.mu protect their maps.
+// SSD read in flight. A write's RangeWriter.Fill runs under the node's
+// ownership lock: the data server calls it only for a non-blocking read
+// of bytes the socket already holds (syscall.RawConn), waiting for the
+// socket outside it. Pool.mu and DataPool.mu protect their maps.
 package wire
