@@ -26,14 +26,46 @@ const (
 
 // chunkPool holds tier.NewBuffer(ssdChunk) buffers shared by every stream
 // of the process; a stream holds at most ssdWindow of them.
-var chunkPool = sync.Pool{New: func() any {
-	chunkNews.Add(1)
+var chunkPool = chunkFreeList{max: maxFreeChunks}
+
+// maxFreeChunks bounds the idle buffers kept (16 MiB): enough for 16
+// streams at once; beyond, buffers are made and dropped.
+const maxFreeChunks = 64
+
+// chunkFreeList is a bounded free list of piece buffers. Unlike a
+// sync.Pool it keeps its buffers across garbage collections, so a node
+// that serves SSD reads allocates none in steady state.
+type chunkFreeList struct {
+	max  int
+	mu   sync.Mutex // protects free
+	free []*[]byte
+	made atomic.Int64 // buffers made so far (tests: reuse)
+}
+
+// Get returns a buffer of ssdChunk bytes, page aligned.
+func (l *chunkFreeList) Get() *[]byte {
+	l.mu.Lock()
+	if n := len(l.free); n > 0 {
+		b := l.free[n-1]
+		l.free[n-1] = nil
+		l.free = l.free[:n-1]
+		l.mu.Unlock()
+		return b
+	}
+	l.mu.Unlock()
+	l.made.Add(1)
 	b := tier.NewBuffer(ssdChunk)
 	return &b
-}}
+}
 
-// chunkNews counts the buffers chunkPool had to make (tests: reuse).
-var chunkNews atomic.Int64
+// Put gives a buffer from Get back.
+func (l *chunkFreeList) Put(b *[]byte) {
+	l.mu.Lock()
+	if len(l.free) < l.max {
+		l.free = append(l.free, b)
+	}
+	l.mu.Unlock()
+}
 
 // rangedTier is the part of *tier.Engine a streamed read needs; an
 // SSDTier without it (a test double) is read whole through Load.
@@ -116,7 +148,7 @@ type ssdStream struct {
 	r   *tier.Reader
 
 	nchunks        int
-	issued, handed int           // pieces started / returned by Next
+	issued, handed int                   // pieces started / returned by Next
 	slots          [ssdWindow]chan chunk // piece i completes into slots[i%ssdWindow]
 	prev           *[]byte               // buffer of the piece Next returned last
 	err            error
@@ -128,7 +160,7 @@ func newSSDStream(ctx context.Context, n *Node, r *tier.Reader) *ssdStream {
 		s.slots[i] = make(chan chunk, 1)
 	}
 	for range min(ssdWindow, s.nchunks) {
-		s.issue(chunkPool.Get().(*[]byte))
+		s.issue(chunkPool.Get())
 	}
 	return s
 }

@@ -117,22 +117,24 @@ func (r *Reader) ReadAt(ctx context.Context, buf []byte, off int64, n int, done 
 // Corrupt tells the engine that the value read failed its CRC32C: the
 // entry is dropped from the index (if it still names the location read)
 // and the owner told through OnEvict, as Load does on a mismatch
-// (invariant 5). Only the first call of a Reader counts. Call it before
-// Close.
+// (invariant 5). Only the first call of a Reader counts (one checksum
+// error in Stats, one index batch); the index drops an entry once
+// whatever the Readers that report it. Call it before Close.
 func (r *Reader) Corrupt(ctx context.Context) {
 	if r.closed.Load() {
 		r.e.log.Error("tier: Reader.Corrupt after Close; the entry is left to the next check", "key", fmt.Sprintf("%q", r.key))
+		return
+	}
+	if r.dropped.Swap(true) {
 		return
 	}
 	r.e.st.checksumErrors.Add(1)
 	r.drop(ctx, "failed their checksum")
 }
 
-// drop removes the entry once per Reader.
+// drop removes the entry if it still names the location read.
 func (r *Reader) drop(ctx context.Context, why string) {
-	if r.dropped.Swap(true) {
-		return
-	}
+	r.dropped.Store(true)
 	r.e.dropEntries(ctx, []readReq{{i: 0, loc: r.loc, b: r.b}}, [][]byte{r.key}, why)
 }
 

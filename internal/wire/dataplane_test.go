@@ -47,9 +47,9 @@ type memHandler struct {
 	ssdCRC       map[string]uint32
 	ssdFailAfter map[string]int
 	ssdGlitch    map[string]bool // unverified streams of the key flip a bit (damage on the way)
-	verified     atomic.Int64 // verified reads served
-	drops        atomic.Int64 // values a verified read found corrupt and dropped
-	closes       atomic.Int64 // SSDValues closed
+	verified     atomic.Int64    // verified reads served
+	drops        atomic.Int64    // values a verified read found corrupt and dropped
+	closes       atomic.Int64    // SSDValues closed
 }
 
 // ssdPiece is the piece size of memHandler's SSD streams.
