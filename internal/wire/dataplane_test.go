@@ -47,6 +47,7 @@ type memHandler struct {
 	ssdCRC       map[string]uint32
 	ssdFailAfter map[string]int
 	ssdGlitch    map[string]bool // unverified streams of the key flip a bit (damage on the way)
+	ssdLie       map[string]int  // the value announces this many bytes fewer than its pieces hold
 	verified     atomic.Int64    // verified reads served
 	drops        atomic.Int64    // values a verified read found corrupt and dropped
 	closes       atomic.Int64    // SSDValues closed
@@ -56,7 +57,7 @@ type memHandler struct {
 const ssdPiece = 64 << 10
 
 func newMemHandler(size int) *memHandler {
-	return &memHandler{seg: make([]byte, size), ssd: map[string][]byte{}, ssdCRC: map[string]uint32{}, ssdFailAfter: map[string]int{}, ssdGlitch: map[string]bool{}}
+	return &memHandler{seg: make([]byte, size), ssd: map[string][]byte{}, ssdCRC: map[string]uint32{}, ssdFailAfter: map[string]int{}, ssdGlitch: map[string]bool{}, ssdLie: map[string]int{}}
 }
 
 func (h *memHandler) setSSD(key string, v []byte) {
@@ -123,7 +124,7 @@ func (h *memHandler) OpenSSD(_ context.Context, key []byte, verify bool) (SSDVal
 	if !failing {
 		fail = -1
 	}
-	return &memValue{h: h, v: v, crc: crc, hasCRC: hasCRC, failAfter: fail}, nil
+	return &memValue{h: h, v: v, crc: crc, hasCRC: hasCRC, failAfter: fail, lie: h.ssdLie[string(key)]}, nil
 }
 
 // memValue streams a value in ssdPiece pieces, failing after failAfter
@@ -135,9 +136,10 @@ type memValue struct {
 	hasCRC    bool
 	failAfter int
 	pieces    int
+	lie       int
 }
 
-func (m *memValue) Size() int64         { return int64(len(m.v)) }
+func (m *memValue) Size() int64         { return int64(len(m.v) - m.lie) }
 func (m *memValue) CRC() (uint32, bool) { return m.crc, m.hasCRC }
 func (m *memValue) Close()              { m.h.closes.Add(1) }
 

@@ -79,6 +79,32 @@ func TestSSDStreamMidStreamFailure(t *testing.T) {
 	waitFor(t, func() bool { return h.closes.Load() == 3 }, "every value closed")
 }
 
+// A value whose pieces hold more than it announced is cut off before the
+// excess reaches the socket: the reader's buffer holds only its bytes.
+func TestSSDStreamPiecesBeyondSize(t *testing.T) {
+	h := newMemHandler(1 << 20)
+	addr := serveMem(t, h)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		size int
+	}{{"first piece", ssdPiece / 2}, {"later piece", 3*ssdPiece + 10}} {
+		val := rnd(tc.size)
+		h.setSSD(tc.name, val)
+		h.ssdCRC[tc.name] = CRC32C(val)
+		h.mu.Lock()
+		h.ssdLie[tc.name] = 5
+		h.mu.Unlock()
+		dc := dial(t, addr)
+		buf, guard := guarded(t, tc.size-5)
+		err := dc.ReadSSD(ctx, []byte(tc.name), buf, CRC32C(val[:tc.size-5]))
+		if !errors.Is(err, codes.ErrTransferFail) || !dc.Broken() {
+			t.Fatalf("%s: %v (broken %v)", tc.name, err, dc.Broken())
+		}
+		guard()
+	}
+}
+
 // Bytes that fail the client's check while the node announced the
 // object's CRC are asked again with FlagVerify: a corrupt copy is dropped
 // by the node exactly once and answered CHECKSUM_MISMATCH; damage on the
