@@ -59,6 +59,7 @@ func TestReaderRanges(t *testing.T) {
 			for _, tk := range tasks {
 				r, err := e.OpenReader(bg, tk.Key)
 				require.NoError(t, err)
+				t.Cleanup(r.Close) // a failing assertion must not leave Close waiting
 				require.Equal(t, int64(len(tk.Value)), r.Size())
 				require.Equal(t, bucket.Checksum(tk.Value), r.CRC())
 				got, err := readAll(t, r, 64<<10)
@@ -95,7 +96,10 @@ func TestReaderRanges(t *testing.T) {
 func TestReaderCompressed(t *testing.T) {
 	e := openEngine(t, t.TempDir(), Options{Compression: "lz4"})
 	requireStatus(t, e.Offload(bg, []Task{{Key: []byte("z"), Value: make([]byte, 100<<10)}}, nil), Persisted)
-	_, err := e.OpenReader(bg, []byte("z"))
+	r, err := e.OpenReader(bg, []byte("z"))
+	if r != nil {
+		r.Close()
+	}
 	require.ErrorIs(t, err, ErrCompressed)
 	require.NoError(t, e.Close())
 	_, err = e.OpenReader(bg, []byte("z"))
@@ -114,6 +118,7 @@ func TestReaderPinsBucket(t *testing.T) {
 			require.Len(t, fileIDs(t, be), 1)
 			r, err := e.OpenReader(bg, tasks[0].Key)
 			require.NoError(t, err)
+			defer r.Close() // a failing assertion must not leave Close waiting
 			require.NoError(t, e.Remove(tasks[0].Key))
 			require.Len(t, fileIDs(t, be), 1, "the file went under an open Reader")
 			got, err := readAll(t, r, 128<<10)
@@ -148,10 +153,17 @@ func TestReaderCorruptDropsOnce(t *testing.T) {
 	r2.Corrupt(bg)
 	r1.Close()
 	r2.Close()
-	r1.Corrupt(bg) // after Close: ignored
 	require.Equal(t, int64(2), e.Stats().ChecksumErrors, "one per Reader that found it")
 	require.Equal(t, [][]byte{tasks[0].Key}, told, "the owner is told once")
-	ok, err := e.Exists(tasks[0].Key)
+	r4, err := e.OpenReader(bg, tasks[1].Key)
+	require.NoError(t, err)
+	r4.Close()
+	r4.Corrupt(bg) // after Close: ignored
+	require.Equal(t, int64(2), e.Stats().ChecksumErrors)
+	ok, err := e.Exists(tasks[1].Key)
+	require.NoError(t, err)
+	require.True(t, ok, "Corrupt after Close dropped the entry")
+	ok, err = e.Exists(tasks[0].Key)
 	require.NoError(t, err)
 	require.False(t, ok)
 	require.Zero(t, e.Stats().ObjectsLoaded, "a dropped value is not a load")
