@@ -42,7 +42,9 @@ func TestSSDStreamPieces(t *testing.T) {
 func TestSSDStreamMidStreamFailure(t *testing.T) {
 	h := newMemHandler(1 << 20)
 	addr := serveMem(t, h)
-	ctx := context.Background()
+	// A node that kept the connection open would leave the read waiting.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
 	val := rnd(4*ssdPiece + 100)
 	h.setSSD("k", val)
 	h.ssdCRC["k"] = CRC32C(val)
@@ -50,7 +52,7 @@ func TestSSDStreamMidStreamFailure(t *testing.T) {
 	dc := dial(t, addr)
 	buf, guard := guarded(t, len(val))
 	err := dc.ReadSSD(ctx, []byte("k"), buf, CRC32C(val))
-	if !errors.Is(err, ErrShortFrame) || !errors.Is(err, codes.ErrTransferFail) || !strings.Contains(err.Error(), "broke off its SSD read") {
+	if !errors.Is(err, ErrShortFrame) || !errors.Is(err, codes.ErrTransferFail) || !strings.Contains(err.Error(), "broke off its SSD read") || ctx.Err() != nil {
 		t.Fatalf("mid-stream failure: %v", err)
 	}
 	guard()
