@@ -36,7 +36,7 @@ func rnd(n int) []byte {
 // memHandler is a DataHandler over a byte slice ("seg") and a map of SSD
 // objects; ssdDelay holds SSD reads back (to answer out of order).
 type memHandler struct {
-	mu       sync.Mutex // protects seg and ssd
+	mu       sync.Mutex // protects seg, ssd and the ssd* maps
 	seg      []byte
 	ssd      map[string][]byte
 	writes   atomic.Int64
@@ -64,6 +64,13 @@ func (h *memHandler) setSSD(key string, v []byte) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.ssd[key] = v
+}
+
+// locked runs f under h.mu (tests change the SSD maps between reads).
+func (h *memHandler) locked(f func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	f()
 }
 
 func (h *memHandler) WriteLimit() int64 { return int64(len(h.seg)) }

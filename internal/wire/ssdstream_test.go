@@ -22,7 +22,7 @@ func TestSSDStreamPieces(t *testing.T) {
 		val := rnd(n)
 		key := strings.Repeat("k", n%7+1) + string(rune('a'+n%26))
 		h.setSSD(key, val)
-		h.ssdCRC[key] = CRC32C(val)
+		h.locked(func() { h.ssdCRC[key] = CRC32C(val) })
 		buf, guard := guarded(t, n)
 		if err := dc.ReadSSD(ctx, []byte(key), buf, CRC32C(val)); err != nil || !bytes.Equal(buf, val) {
 			t.Fatalf("%d bytes: %v", n, err)
@@ -47,8 +47,8 @@ func TestSSDStreamMidStreamFailure(t *testing.T) {
 	defer cancel()
 	val := rnd(4*ssdPiece + 100)
 	h.setSSD("k", val)
-	h.ssdCRC["k"] = CRC32C(val)
-	h.ssdFailAfter["k"] = 2
+	h.locked(func() { h.ssdCRC["k"] = CRC32C(val) })
+	h.locked(func() { h.ssdFailAfter["k"] = 2 })
 	dc := dial(t, addr)
 	buf, guard := guarded(t, len(val))
 	err := dc.ReadSSD(ctx, []byte("k"), buf, CRC32C(val))
@@ -93,7 +93,7 @@ func TestSSDStreamPiecesBeyondSize(t *testing.T) {
 	}{{"first piece", ssdPiece / 2}, {"later piece", 3*ssdPiece + 10}} {
 		val := rnd(tc.size)
 		h.setSSD(tc.name, val)
-		h.ssdCRC[tc.name] = CRC32C(val)
+		h.locked(func() { h.ssdCRC[tc.name] = CRC32C(val) })
 		h.mu.Lock()
 		h.ssdLie[tc.name] = 5
 		h.mu.Unlock()
@@ -121,7 +121,7 @@ func TestSSDStreamVerifyRetry(t *testing.T) {
 	bad[100] ^= 1
 
 	h.setSSD("corrupt", bad)
-	h.ssdCRC["corrupt"] = CRC32C(val)
+	h.locked(func() { h.ssdCRC["corrupt"] = CRC32C(val) })
 	buf := make([]byte, len(val))
 	err := dc.ReadSSD(ctx, []byte("corrupt"), buf, CRC32C(val))
 	if !errors.Is(err, codes.ErrChecksumMismatch) || h.verified.Load() != 1 || h.drops.Load() != 1 {
@@ -129,7 +129,7 @@ func TestSSDStreamVerifyRetry(t *testing.T) {
 	}
 
 	h.setSSD("glitch", val)
-	h.ssdCRC["glitch"] = CRC32C(val)
+	h.locked(func() { h.ssdCRC["glitch"] = CRC32C(val) })
 	h.mu.Lock()
 	h.ssdGlitch["glitch"] = true
 	h.mu.Unlock()
@@ -142,7 +142,7 @@ func TestSSDStreamVerifyRetry(t *testing.T) {
 
 	other := rnd(len(val))
 	h.setSSD("version", other)
-	h.ssdCRC["version"] = CRC32C(other)
+	h.locked(func() { h.ssdCRC["version"] = CRC32C(other) })
 	err = dc.ReadSSD(ctx, []byte("version"), buf, CRC32C(val))
 	if !errors.Is(err, ErrBadChecksum) || h.verified.Load() != 2 {
 		t.Fatalf("another version: %v (verified %d)", err, h.verified.Load())
