@@ -56,6 +56,7 @@ func TestSSDStreamMidStreamFailure(t *testing.T) {
 		t.Fatalf("mid-stream failure: %v", err)
 	}
 	guard()
+	<-dc.readerDone // the call ends before its reader marks the connection broken
 	if !dc.Broken() {
 		t.Fatal("the connection survived a broken-off stream")
 	}
@@ -94,12 +95,13 @@ func TestSSDStreamPiecesBeyondSize(t *testing.T) {
 		val := rnd(tc.size)
 		h.setSSD(tc.name, val)
 		h.locked(func() { h.ssdCRC[tc.name] = CRC32C(val) })
-		h.mu.Lock()
-		h.ssdLie[tc.name] = 5
-		h.mu.Unlock()
+		h.locked(func() { h.ssdLie[tc.name] = 5 })
 		dc := dial(t, addr)
 		buf, guard := guarded(t, tc.size-5)
 		err := dc.ReadSSD(ctx, []byte(tc.name), buf, CRC32C(val[:tc.size-5]))
+		if errors.Is(err, codes.ErrTransferFail) {
+			<-dc.readerDone // the call ends before its reader marks the connection broken
+		}
 		if !errors.Is(err, codes.ErrTransferFail) || !dc.Broken() {
 			t.Fatalf("%s: %v (broken %v)", tc.name, err, dc.Broken())
 		}
@@ -130,9 +132,7 @@ func TestSSDStreamVerifyRetry(t *testing.T) {
 
 	h.setSSD("glitch", val)
 	h.locked(func() { h.ssdCRC["glitch"] = CRC32C(val) })
-	h.mu.Lock()
-	h.ssdGlitch["glitch"] = true
-	h.mu.Unlock()
+	h.locked(func() { h.ssdGlitch["glitch"] = true })
 	if err := dc.ReadSSD(ctx, []byte("glitch"), buf, CRC32C(val)); err != nil || !bytes.Equal(buf, val) {
 		t.Fatalf("damage on the way: %v", err)
 	}
