@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/wire"
@@ -38,6 +39,7 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte) [
 		}
 		return errs
 	}
+	start := time.Now()
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
 	reqs := make([]masterapi.PutStartRequest, 0, len(keys))
@@ -84,6 +86,7 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte) [
 	})
 	var ends, revokes []masterapi.PutRef
 	var endIdx []int
+	var endReps []masterapi.Replica
 	for j, i := range idx {
 		p := masterapi.PutRef{Key: keys[i], Token: starts[j].Replica.PutToken}
 		switch {
@@ -93,6 +96,7 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte) [
 		default:
 			ends = append(ends, p)
 			endIdx = append(endIdx, i)
+			endReps = append(endReps, starts[j].Replica)
 		}
 	}
 	if len(revokes) > 0 {
@@ -108,6 +112,10 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte) [
 				errs[i] = fmt.Errorf("client: put %s: %w", masterapi.ShortKey(keys[i]), err)
 			case j < len(res) && res[j] != nil:
 				errs[i] = fmt.Errorf("client: put %s: %w", masterapi.ShortKey(keys[i]), res[j])
+			default:
+				// Each completed item, from the batch's start (the
+				// Observer's contract), like Put.
+				c.observePut(endReps[j], start)
 			}
 		}
 	}

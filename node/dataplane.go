@@ -8,7 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/wire"
 )
 
@@ -116,15 +115,17 @@ func (h dataHandler) ViewRange(segment string, off, n int64) ([]byte, func(), er
 	return v, release, nil
 }
 
-// ReadSSD reads through tier.Load, which checks the CRC32C against the
-// index (a mismatch drops the entry); the value is the tier's read buffer,
-// sent without another copy.
-func (h dataHandler) ReadSSD(ctx context.Context, key []byte) ([]byte, error) {
-	v, err := h.n.readSSD(ctx, key)
-	if err == nil {
-		h.n.metrics.peerReadsSSD.Add(1)
+// OpenSSD opens key's value on the SSD for the data plane to stream
+// (Node.openSSD): unchecked pieces whose CRC32C the client checks, or with
+// verify (a client whose previous copy failed that check) a whole value
+// the tier checks against its index, dropping a corrupt entry.
+func (h dataHandler) OpenSSD(ctx context.Context, key []byte, verify bool) (wire.SSDValue, error) {
+	v, err := h.n.openSSD(ctx, key, verify)
+	if err != nil {
+		return nil, err
 	}
-	return v, err
+	h.n.metrics.peerReadsSSD.Add(1)
+	return v, nil
 }
 
 func (h dataHandler) Served(op wire.Op, d time.Duration, err error) {
@@ -170,8 +171,10 @@ const copyChunk = 64 << 10
 // copyCRC copies src into dst (of the same length) and returns the CRC32C
 // of what it copied, checksumming each chunk of dst as soon as it is
 // copied.
-func copyCRC(dst, src []byte) uint32 {
-	var crc uint32
+func copyCRC(dst, src []byte) uint32 { return copyCRCUpdate(0, dst, src) }
+
+// copyCRCUpdate is copyCRC continuing the CRC32C crc of earlier bytes.
+func copyCRCUpdate(crc uint32, dst, src []byte) uint32 {
 	for i := 0; i < len(dst); i += copyChunk {
 		j := min(i+copyChunk, len(dst))
 		copy(dst[i:j], src[i:j])
@@ -180,21 +183,19 @@ func copyCRC(dst, src []byte) uint32 {
 	return crc
 }
 
-// ReadSSDInto reads key's value from the node's SSD tier (checked by the
-// tier against its index) into buf, which must be exactly the object's
-// size, and returns the CRC32C of the bytes copied (client.LocalNodeInto).
-// The tier reads into a buffer of its own, copied here once (until the
-// tier reads into caller buffers).
+// ReadSSDInto reads key's value from the node's SSD tier into buf, which
+// must be exactly the object's size, and returns the CRC32C of the bytes
+// copied (client.LocalNodeInto). The value is read in pieces into pooled
+// page-aligned buffers and copied into buf as each arrives, its CRC32C
+// computed during the copy and checked here against the tier's index (the
+// read's one check: the client only compares that CRC with the object's).
+// A mismatch drops the entry and the master's replica (invariant 5).
 func (n *Node) ReadSSDInto(ctx context.Context, key []byte, buf []byte) (uint32, error) {
 	start := time.Now()
-	v, err := n.readSSD(ctx, key)
+	crc, err := n.readSSDStream(ctx, key, buf)
 	if err != nil {
 		return 0, err
 	}
-	if len(v) != len(buf) {
-		return 0, codes.Errorf(codes.ChecksumMismatch, "node: the SSD copy of %q has %d bytes, the reader expects %d", key, len(v), len(buf))
-	}
-	crc := copyCRC(buf, v)
 	n.dp.metrics().getSSDLocal.Observe(time.Since(start).Seconds())
 	return crc, nil
 }

@@ -308,3 +308,35 @@ func TestCloseWithDataConnections(t *testing.T) {
 		t.Fatalf("read on a closed node: %v", err)
 	}
 }
+
+// BatchPut reports each item it completed to the client's Observer, with
+// the tier it went to, like Put; a refused item is not reported.
+func TestBatchPutObserved(t *testing.T) {
+	m := newMaster(t, testMasterConfig())
+	n := startTestNode(t, m, "127.0.0.1:0", nil)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		cfg  client.Config
+		tier client.Tier
+	}{
+		{"remote", client.Config{MasterAddr: serveMaster(t, m)}, client.TierRemoteDRAM},
+		{"local", client.Config{Master: m, LocalNode: n}, client.TierLocalDRAM},
+	} {
+		obs := newRecorder()
+		tc.cfg.Observer = obs
+		c := newTestClient(t, tc.cfg)
+		keys := []string{tc.name + "1", "", tc.name + "2", tc.name + "3"}
+		errs := c.BatchPut(ctx, keys, [][]byte{rnd(100), rnd(5), rnd(70 << 10), rnd(1)})
+		for i, err := range errs {
+			if (i == 1) != (err != nil) {
+				t.Fatalf("%s: item %d: %v", tc.name, i, err)
+			}
+		}
+		obs.mu.Lock()
+		if obs.puts[tc.tier] != 3 || len(obs.puts) != 1 || obs.negative {
+			t.Errorf("%s: observer puts %v", tc.name, obs.puts)
+		}
+		obs.mu.Unlock()
+	}
+}

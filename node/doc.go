@@ -7,8 +7,9 @@
 // and re-registers everything its SSD tier holds. It serves clients on one
 // port: the data plane (package wire's frames: writes received straight
 // into their claimed range, with the same put-token checks as the
-// in-process WriteRange; memory reads sent from the mapping without a copy, SSD reads through the
-// tier) and, beside it, gRPC (internal/rpcpb NodePeer: NodeStats, and the
+// in-process WriteRange; memory reads sent from the mapping without a
+// copy; SSD reads streamed from the tier in 256 KiB pieces through pooled
+// page-aligned buffers, ssdread.go) and, beside it, gRPC (internal/rpcpb NodePeer: NodeStats, and the
 // older chunked WriteRange/ReadRange/ReadSSD). Put and Get latencies are
 // histograms by tier (tierstore_node_{put,get}_seconds).
 //
@@ -64,7 +65,11 @@
 //   - A corrupt SSD object found by a read is dropped at the master
 //     (answered as an offload failure of the key: the node's word about its
 //     own SSD drops its LOCAL_DISK replica even inside a lease) as well as
-//     from the tier's index; any replica whose bytes fail the object's CRC32C at a reader is reported
+//     from the tier's index. The node streams SSD bytes unchecked (the
+//     receiver's check is the transfer's one): an in-process read checks
+//     them on the node as it copies them, a remote client that finds them
+//     bad asks again with wire.FlagVerify and the node then reads them
+//     through tier.Load, which checks and drops. Any replica whose bytes fail the object's CRC32C at a reader is reported
 //     (ReportBadReplica) and dropped by the master.
 //   - The SSD keeps only objects the master knows: a key the master refuses
 //     in a notify (removed during its offload, unknown, other size/CRC) is

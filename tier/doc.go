@@ -25,7 +25,11 @@
 // io_uring submission with the uring backend). LoadInto reads into the
 // caller's buffers (straight from the device with NewBuffer buffers);
 // LoadAsync returns at once and calls back, so one goroutine keeps many reads
-// in flight. Load is LoadInto into new memory.
+// in flight. Load is LoadInto into new memory. OpenReader pins one object's
+// bucket and reads its value in ranges (Reader.ReadAt, asynchronous, several
+// in flight) for a caller that streams it; a Reader does not check the
+// CRC32C: its caller does, and reports a mismatch with Reader.Corrupt,
+// which drops the entry as Load would.
 //
 // # Invariants (docs/design.md)
 //
@@ -54,6 +58,8 @@
 //     (Stats.ReinsertedObjects, ReinsertedBytes).
 //  5. Integrity: every Load verifies the CRC32C of each object; a mismatch is
 //     ErrChecksum for that key only, the entry is dropped and the owner told.
+//     A Reader hands the check to its caller (Reader.CRC is what the bytes
+//     must hash to); Reader.Corrupt drops the entry the same way, once.
 //  6. Recovery: Open removes bucket files the index does not know and drops
 //     index entries whose file is missing or whose footer/trailer fails
 //     validation or disagrees with the bucket's index record. Its work is per
@@ -74,6 +80,7 @@
 //	open.go     Open: options, reconciliation of index and files (recovery)
 //	offload.go  Offload: per bucket write-and-reserve, commit, notify-and-settle
 //	load.go     Load, LoadInto, LoadAsync: lookup, pinning, one read, verification
+//	reader.go   OpenReader: ranged reads of one pinned object, for streaming
 //	space.go    reservation, eviction (with kept keys), bucket death and file deletion
 //	reinsert.go re-insertion of kept objects (eviction) and Reinsert
 //	admin.go    Exists, Stat, Remove, Keys, Stats, Close

@@ -173,23 +173,44 @@ func (dc *DataConn) ReadRange(ctx context.Context, segment string, off int64, bu
 
 // ReadSSD reads key's value from the node's SSD tier into buf, which must
 // be exactly the object's size, and checks it against crc (the object's
-// CRC32C from its lookup). A node whose copy has another size answers
-// codes.ErrChecksumMismatch.
+// CRC32C from its lookup): the one check of the transfer, the node sends
+// its SSD bytes unchecked. A node whose copy has another size answers
+// codes.ErrChecksumMismatch. When the bytes fail the check although the
+// node's index records the object's CRC (its copy is the right version:
+// the bytes were damaged on its disk or on the way), the read is asked
+// once more with FlagVerify: the node then checks its copy before sending
+// it, and drops a corrupt one (invariant 5), answering CHECKSUM_MISMATCH.
 func (dc *DataConn) ReadSSD(ctx context.Context, key []byte, buf []byte, crc uint32) error {
 	req := Request{Op: OpReadSSD, Key: key, Length: uint64(len(buf))}
-	return dc.read(ctx, &req, buf, crc)
+	again, err := dc.readOnce(ctx, &req, buf, crc)
+	if again {
+		req.Verify = true
+		_, err = dc.readOnce(ctx, &req, buf, crc)
+	}
+	return err
 }
 
 func (dc *DataConn) read(ctx context.Context, req *Request, buf []byte, crc uint32) error {
+	_, err := dc.readOnce(ctx, req, buf, crc)
+	return err
+}
+
+// readOnce is one read call; again reports a read-ssd whose bytes failed
+// the check while the node announced the object's CRC (worth asking again
+// with FlagVerify).
+func (dc *DataConn) readOnce(ctx context.Context, req *Request, buf []byte, crc uint32) (again bool, err error) {
 	c := callPool.Get().(*call)
 	c.op, c.buf = req.Op, buf
-	err := dc.roundTrip(ctx, req, nil, 0, c)
+	err = dc.roundTrip(ctx, req, nil, 0, c)
 	if err == nil {
 		err = dc.checkRead(c, crc)
+		// A read-ssd whose bytes failed the check although the node
+		// announced the object's CRC: worth asking again with FlagVerify.
+		again = err != nil && req.Op == OpReadSSD && !req.Verify && c.hasCRC && c.sent == crc
 	}
 	c.buf = nil
 	callPool.Put(c)
-	return err
+	return again, err
 }
 
 // RangeRead is one read of a ReadRanges call: Buf is filled with
@@ -358,6 +379,9 @@ func (dc *DataConn) send(ctx context.Context, id uint32, req *Request, payload [
 	if req.Op == OpWrite {
 		h.Flags, h.CRC = FlagCRC, crc
 	}
+	if req.Verify && req.Op == OpReadSSD {
+		h.Flags |= FlagVerify
+	}
 	h.Encode(b)
 	dc.wbuf = b[:0]
 	// A context without a deadline clears any earlier one; callers that
@@ -428,7 +452,11 @@ func (dc *DataConn) reply(h Header, meta []byte) error {
 	c.hasCRC, c.sent = h.Flags&FlagCRC != 0, h.CRC
 	crc, err := readCRC(dc.br, c.buf)
 	if err != nil {
-		err = frameErr(ErrShortFrame, "wire: %s: %v reply: %v", dc.endpoint, c.op, err)
+		why := ""
+		if c.op == OpReadSSD {
+			why = " (the node broke off its SSD read, a disk read failed there, or the connection dropped)"
+		}
+		err = frameErr(ErrShortFrame, "wire: %s: %v reply: %v%s", dc.endpoint, c.op, err, why)
 		dc.complete(h.ID, c, err)
 		return err
 	}

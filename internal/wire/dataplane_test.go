@@ -36,23 +36,43 @@ func rnd(n int) []byte {
 // memHandler is a DataHandler over a byte slice ("seg") and a map of SSD
 // objects; ssdDelay holds SSD reads back (to answer out of order).
 type memHandler struct {
-	mu       sync.Mutex // protects seg and ssd
+	mu       sync.Mutex // protects seg, ssd and the ssd* maps
 	seg      []byte
 	ssd      map[string][]byte
 	writes   atomic.Int64 // committed writes
 	aborts   atomic.Int64 // aborted writes
 	ssdDelay func(key []byte)
 	failFill func(pos int64) bool // refuses a Fill at pos (ownership lost); under mu
+	// SSD streaming: ssdCRC is the "index" CRC32C a value is announced
+	// with (and checked against on a verified read); ssdFailAfter makes
+	// a value's stream fail after that many pieces of ssdPiece bytes.
+	ssdCRC       map[string]uint32
+	ssdFailAfter map[string]int
+	ssdGlitch    map[string]bool // unverified streams of the key flip a bit (damage on the way)
+	ssdLie       map[string]int  // the value announces this many bytes fewer than its pieces hold
+	verified     atomic.Int64    // verified reads served
+	drops        atomic.Int64    // values a verified read found corrupt and dropped
+	closes       atomic.Int64    // SSDValues closed
 }
 
+// ssdPiece is the piece size of memHandler's SSD streams.
+const ssdPiece = 64 << 10
+
 func newMemHandler(size int) *memHandler {
-	return &memHandler{seg: make([]byte, size), ssd: map[string][]byte{}}
+	return &memHandler{seg: make([]byte, size), ssd: map[string][]byte{}, ssdCRC: map[string]uint32{}, ssdFailAfter: map[string]int{}, ssdGlitch: map[string]bool{}, ssdLie: map[string]int{}}
 }
 
 func (h *memHandler) setSSD(key string, v []byte) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.ssd[key] = v
+}
+
+// locked runs f under h.mu (tests change the SSD maps between reads).
+func (h *memHandler) locked(f func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	f()
 }
 
 // setFailFill sets failFill (under mu: the server reads it in Fill).
@@ -106,7 +126,7 @@ func (h *memHandler) ViewRange(segment string, off, n int64) ([]byte, func(), er
 	return h.seg[off : off+n], h.mu.Unlock, nil
 }
 
-func (h *memHandler) ReadSSD(_ context.Context, key []byte) ([]byte, error) {
+func (h *memHandler) OpenSSD(_ context.Context, key []byte, verify bool) (SSDValue, error) {
 	if h.ssdDelay != nil {
 		h.ssdDelay(key)
 	}
@@ -116,7 +136,53 @@ func (h *memHandler) ReadSSD(_ context.Context, key []byte) ([]byte, error) {
 	if !ok {
 		return nil, codes.Errorf(codes.ObjectNotFound, "test: %q not on SSD", key)
 	}
-	return v, nil
+	crc, hasCRC := h.ssdCRC[string(key)]
+	if verify {
+		h.verified.Add(1)
+		if hasCRC && CRC32C(v) != crc {
+			delete(h.ssd, string(key))
+			h.drops.Add(1)
+			return nil, codes.Errorf(codes.ChecksumMismatch, "test: %q failed its CRC; dropped", key)
+		}
+		hasCRC = false
+	}
+	if h.ssdGlitch[string(key)] && !verify {
+		v = bytes.Clone(v)
+		v[len(v)/2] ^= 0x10
+	}
+	fail, failing := h.ssdFailAfter[string(key)]
+	if !failing {
+		fail = -1
+	}
+	return &memValue{h: h, v: v, crc: crc, hasCRC: hasCRC, failAfter: fail, lie: h.ssdLie[string(key)]}, nil
+}
+
+// memValue streams a value in ssdPiece pieces, failing after failAfter
+// pieces when failAfter >= 0.
+type memValue struct {
+	h         *memHandler
+	v         []byte
+	crc       uint32
+	hasCRC    bool
+	failAfter int
+	pieces    int
+	lie       int
+}
+
+func (m *memValue) Size() int64         { return int64(len(m.v) - m.lie) }
+func (m *memValue) CRC() (uint32, bool) { return m.crc, m.hasCRC }
+func (m *memValue) Close()              { m.h.closes.Add(1) }
+
+func (m *memValue) Next() ([]byte, error) {
+	if m.pieces == m.failAfter {
+		return nil, codes.Errorf(codes.InternalError, "test: SSD piece %d failed", m.pieces)
+	}
+	off := m.pieces * ssdPiece
+	if off >= len(m.v) {
+		return nil, io.EOF
+	}
+	m.pieces++
+	return m.v[off:min(off+ssdPiece, len(m.v))], nil
 }
 
 func (h *memHandler) Served(Op, time.Duration, error) {}

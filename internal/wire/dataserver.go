@@ -32,11 +32,32 @@ type DataHandler interface {
 	// valid until release is called. The bytes go to the socket as they
 	// are; the reader checks them against the object's CRC32C.
 	ViewRange(segment string, off, n int64) (view []byte, release func(), err error)
-	// ReadSSD returns key's value from the SSD tier.
-	ReadSSD(ctx context.Context, key []byte) ([]byte, error)
+	// OpenSSD opens key's value on the SSD tier to be sent in pieces.
+	// With verify (the client's previous copy failed its CRC32C) the
+	// handler checks the whole value against its index before the first
+	// piece, and answers a corrupt copy with an error (CHECKSUM_MISMATCH),
+	// having dropped it.
+	OpenSSD(ctx context.Context, key []byte, verify bool) (SSDValue, error)
 	// Served is told each request's op, service time (from its header to
 	// the end of its reply) and outcome.
 	Served(op Op, d time.Duration, err error)
+}
+
+// SSDValue is one SSD value being sent (DataHandler.OpenSSD). The server
+// calls Next until io.EOF or an error, writing each piece to the socket
+// before asking for the next, then Close, from one goroutine.
+type SSDValue interface {
+	// Size is the value's length: the reply's payload length.
+	Size() int64
+	// CRC is the CRC32C the value should have, when the handler knows it
+	// (the reply then carries it, FlagCRC); the handler need not have
+	// checked the bytes against it.
+	CRC() (crc uint32, ok bool)
+	// Next returns the value's next piece, valid until the next call of
+	// Next or Close; io.EOF after the last. The pieces add up to Size.
+	Next() ([]byte, error)
+	// Close releases the value (its buffers, its pinned bucket).
+	Close()
 }
 
 // DataServerOptions tune a DataServer; zero values take the defaults.
@@ -202,7 +223,7 @@ func (sc *serverConn) serve(h Header, meta []byte) error {
 		key := append([]byte(nil), req.Key...) // meta is reused by the next frame
 		sc.ssd <- struct{}{}
 		sc.wg.Add(1)
-		go sc.readSSD(h.ID, key, req.Length, start)
+		go sc.readSSD(h.ID, key, req.Length, h.Flags&FlagVerify != 0, start)
 		return nil
 	}
 	defer sc.s.busy.Add(-1)
@@ -304,18 +325,86 @@ func (sc *serverConn) write(h Header, req Request, start time.Time) error {
 	return rerr
 }
 
-// readSSD answers one SSD read from its own goroutine.
-func (sc *serverConn) readSSD(id uint32, key []byte, want uint64, start time.Time) {
+// readSSD answers one SSD read from its own goroutine: the reply's header
+// goes out once the value's first piece is in, then each piece as it
+// arrives, in order (the disk reads the next pieces while the socket
+// sends this one). A failure before the first byte is an error reply; a
+// piece that fails mid-stream cannot be announced any more, so the
+// connection is closed there: the client's read ends short
+// (ErrShortFrame) with nothing beyond its buffer written, and its other
+// calls on the connection fail over to a new one.
+func (sc *serverConn) readSSD(id uint32, key []byte, want uint64, verify bool, start time.Time) {
 	defer func() { sc.s.busy.Add(-1); <-sc.ssd; sc.wg.Done() }()
-	val, err := sc.s.h.ReadSSD(sc.s.ctx, key)
-	if err == nil && uint64(len(val)) != want {
-		err = codes.Errorf(codes.ChecksumMismatch, "wire: the SSD copy of %q has %d bytes, the reader expects %d", shortKey(key), len(val), want)
-		val = nil
+	v, err := sc.s.h.OpenSSD(sc.s.ctx, key, verify)
+	var first []byte
+	if err == nil {
+		defer v.Close()
+		switch {
+		case v.Size() < 0 || uint64(v.Size()) != want:
+			err = codes.Errorf(codes.ChecksumMismatch, "wire: the SSD copy of %q has %d bytes, the reader expects %d", shortKey(key), v.Size(), want)
+		default:
+			if first, err = v.Next(); errors.Is(err, io.EOF) {
+				first, err = nil, nil
+			}
+		}
 	}
-	if rerr := sc.reply(id, OpReadSSD, err, val); rerr != nil {
+	if err != nil {
+		if rerr := sc.reply(id, OpReadSSD, err, nil); rerr != nil {
+			sc.c.Close() // the loop sees it and ends
+		}
+		sc.s.h.Served(OpReadSSD, time.Since(start), err)
+		return
+	}
+	err = sc.stream(id, v, first)
+	if err != nil {
+		sc.s.log.Warn("wire: SSD read broken off mid-stream; connection closed", "key", shortKey(key), "remote", sc.c.RemoteAddr(), "err", err)
 		sc.c.Close() // the loop sees it and ends
 	}
 	sc.s.h.Served(OpReadSSD, time.Since(start), err)
+}
+
+// stream writes a read-ssd reply: the header (with the value's CRC32C when
+// known) and first, then every further piece of v, each as one write. It
+// holds the connection's write lock throughout (a reply's payload cannot be
+// interleaved with another frame).
+func (sc *serverConn) stream(id uint32, v SSDValue, first []byte) error {
+	h := Header{Op: OpReadSSD | ReplyBit, ID: id, PayloadLen: uint64(v.Size())}
+	if crc, ok := v.CRC(); ok {
+		h.Flags, h.CRC = FlagCRC, crc
+	}
+	if uint64(len(first)) > h.PayloadLen {
+		return fmt.Errorf("wire: the SSD value's first piece has %d bytes, the value %d", len(first), h.PayloadLen)
+	}
+	sc.wmu.Lock()
+	defer sc.wmu.Unlock()
+	b := sc.wbuf[:HeaderLen]
+	h.Encode(b)
+	sent := uint64(len(first))
+	_ = sc.c.SetWriteDeadline(time.Now().Add(sc.s.opts.WriteTimeout))
+	sc.wv = append(sc.wv[:0], b, first)
+	v2 := sc.wv
+	_, err := v2.WriteTo(sc.c)
+	clear(sc.wv[:cap(sc.wv)])
+	for err == nil && sent < h.PayloadLen {
+		var p []byte
+		if p, err = v.Next(); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = fmt.Errorf("wire: the SSD value ended after %d of %d bytes", sent, h.PayloadLen)
+			}
+			break
+		}
+		if sent+uint64(len(p)) > h.PayloadLen {
+			err = fmt.Errorf("wire: the SSD value gave more than its %d bytes", h.PayloadLen)
+			break
+		}
+		sent += uint64(len(p))
+		_ = sc.c.SetWriteDeadline(time.Now().Add(sc.s.opts.WriteTimeout))
+		_, err = sc.c.Write(p)
+	}
+	if err == nil && sent != h.PayloadLen {
+		err = fmt.Errorf("wire: the SSD value gave %d bytes, it announced %d", sent, h.PayloadLen)
+	}
+	return err
 }
 
 // reply writes one reply frame: header, metadata (an error's message) and

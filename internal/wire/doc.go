@@ -13,7 +13,9 @@
 // and checked against its CRC32C once, chunk by chunk as it lands),
 // memory reads sent
 // from a view of the segment without a copy or a checksum, SSD reads
-// answered concurrently. The gRPC forms (Peer, Pool, SendChunks,
+// answered concurrently and streamed: the handler's SSDValue hands the
+// value over in pieces, each written to the socket as it comes off the
+// disk. The gRPC forms (Peer, Pool, SendChunks,
 // RecvValue: 1 MiB protobuf chunks) remain for NodeStats and for
 // comparison.
 //
@@ -26,6 +28,14 @@
 //     nothing is recorded and the client's put fails; a read is checked by
 //     the client against the object's CRC32C from its lookup, chunk by
 //     chunk as it arrives (ErrBadChecksum, also codes.ErrChecksumMismatch).
+//     An SSD read is sent unchecked with the CRC32C of the node's index
+//     (FlagCRC); bytes that fail the client's check although that CRC is
+//     the object's are asked for once more with FlagVerify, and the node
+//     then checks its copy before sending it, dropping a corrupt one
+//     (docs/design.md invariant 5).
+//   - An SSD read that fails after its first byte went out closes the
+//     connection: the client's call ends short (ErrShortFrame), nothing
+//     beyond its buffer written.
 //   - Nothing is ever written beyond a caller's buffer: a reply that
 //     announces another length than asked is refused before a byte is
 //     read; a call returns only once the connection's reader no longer

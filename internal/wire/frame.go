@@ -59,8 +59,18 @@ const (
 	ReplyBit Op = 0x80
 )
 
-// FlagCRC: Header.CRC holds the payload's CRC32C.
-const FlagCRC uint8 = 1
+// Frame flags.
+const (
+	// FlagCRC: Header.CRC holds the payload's CRC32C (in a read-ssd
+	// reply: the CRC32C the node's index records for the value, which the
+	// node did not check; the client's check of the bytes is the one).
+	FlagCRC uint8 = 1
+	// FlagVerify, on a read-ssd request only: the client's previous copy
+	// of the value failed its CRC32C; the node reads it whole and checks
+	// it against its index before sending anything, dropping a corrupt
+	// entry (invariant 5).
+	FlagVerify uint8 = 2
+)
 
 func (o Op) valid() bool {
 	switch o &^ ReplyBit {
@@ -161,8 +171,8 @@ func DecodeHeader(b []byte) (Header, error) {
 	switch {
 	case !h.Op.valid():
 		return Header{}, frameErr(ErrFrame, "wire: unknown frame op %d", b[2])
-	case h.Flags&^FlagCRC != 0:
-		return Header{}, frameErr(ErrFrame, "wire: unknown frame flags %#x", h.Flags)
+	case h.Flags&^FlagCRC != 0 && (h.Op != OpReadSSD || h.Flags&^(FlagCRC|FlagVerify) != 0):
+		return Header{}, frameErr(ErrFrame, "wire: unknown frame flags %#x for a %v", h.Flags, h.Op)
 	case binary.LittleEndian.Uint32(b[20:]) != 0:
 		return Header{}, frameErr(ErrFrame, "wire: reserved header bytes are not zero")
 	case h.MetaLen > MaxMeta:
@@ -184,6 +194,9 @@ type Request struct {
 	Token   uint64 // OpWrite: the put token (masterapi.Replica.PutToken)
 	Key     []byte // OpReadSSD; OpWrite: the object's key ("" = not recorded)
 	Pins    uint8  // OpWrite: PinSoft | PinHard of the object
+	// Verify, OpReadSSD: sent as the header's FlagVerify (the node checks
+	// the value before sending it); not part of the metadata.
+	Verify bool
 }
 
 // Pins of a written object (Request.Pins), recorded with its key for a
