@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	grpccodes "google.golang.org/grpc/codes"
@@ -129,5 +130,13 @@ func FromStatus(err error) error {
 	case grpccodes.DeadlineExceeded:
 		return &remoteError{msg: "rpc: " + st.Message(), sentinel: errors.Join(ErrContextCanceled, context.DeadlineExceeded), status: st}
 	}
-	return &remoteError{msg: "rpc " + st.Code().String() + ": " + st.Message(), sentinel: ErrRPCFail, status: st}
+	msg := "rpc " + st.Code().String() + ": " + st.Message()
+	if st.Code() == grpccodes.Unavailable && strings.Contains(st.Message(), httpPreface) {
+		msg += " (the address answers HTTP/1.1, not gRPC: is it a metrics port? tierstore-master prints its RPC address as 'tierstore-master listening on HOST:PORT')"
+	}
+	return &remoteError{msg: msg, sentinel: ErrRPCFail, status: st}
 }
+
+// httpPreface is what gRPC's transport says when the server's first bytes
+// are an HTTP/1.1 response: a client pointed at a metrics port.
+const httpPreface = "looked like an HTTP/1.1 header"
