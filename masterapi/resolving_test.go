@@ -185,9 +185,20 @@ func TestRemoteLeavesHungLeader(t *testing.T) {
 	tb, _ := e.campaign(lb.Addr().String())
 	leader(t, lb, tb)
 	r := dial(t, e.url)
+	// The candidate goes once the call reached the hung leader. The
+	// goroutine ends before the test's cleanups close the etcd client
+	// (cleanups run last registered first), so its Delete never runs
+	// against a closed client after the test has completed.
+	stop, done := make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() { close(stop); <-done })
 	go func() {
+		defer close(done)
 		for hung.Load() == 0 {
-			time.Sleep(5 * time.Millisecond) // poll: the call reached the hung leader
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond): // poll: the call reached the hung leader
+			}
 		}
 		gone()
 	}()
