@@ -59,6 +59,26 @@ func (e *election) campaign(addr string) (uint64, func()) {
 	}
 }
 
+// goneWhen calls gone (a candidate's removal) on its own goroutine once
+// when() holds, polled every 5 ms. The goroutine ends before the test's
+// cleanups close the etcd client (cleanups run last registered first), so
+// a removal never runs against a closed client after the test completed.
+func goneWhen(t *testing.T, when func() bool, gone func()) {
+	stop, done := make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() { close(stop); <-done })
+	go func() {
+		defer close(done)
+		for !when() {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond): // poll
+			}
+		}
+		gone()
+	}()
+}
+
 // listen reserves an address for a master started later.
 func listen(t *testing.T) net.Listener {
 	t.Helper()
@@ -137,7 +157,8 @@ func TestRemoteFollowsLeader(t *testing.T) {
 		t.Fatalf("term %d addr %s, want %d %s", r.Term(), r.LeaderAddr(), ta, la.Addr())
 	}
 	stopA() // the leader dies: its connections fail, then its key goes
-	go func() { time.Sleep(300 * time.Millisecond); gone() }()
+	after := time.Now().Add(300 * time.Millisecond)
+	goneWhen(t, func() bool { return time.Now().After(after) }, gone)
 	p, err := r.Ping(ctx, "n")
 	if err != nil || p.Status != masterapi.NeedRemount || p.Term != tb {
 		t.Fatalf("ping across the failover: %+v %v", p, err)
@@ -185,23 +206,7 @@ func TestRemoteLeavesHungLeader(t *testing.T) {
 	tb, _ := e.campaign(lb.Addr().String())
 	leader(t, lb, tb)
 	r := dial(t, e.url)
-	// The candidate goes once the call reached the hung leader. The
-	// goroutine ends before the test's cleanups close the etcd client
-	// (cleanups run last registered first), so its Delete never runs
-	// against a closed client after the test has completed.
-	stop, done := make(chan struct{}), make(chan struct{})
-	t.Cleanup(func() { close(stop); <-done })
-	go func() {
-		defer close(done)
-		for hung.Load() == 0 {
-			select {
-			case <-stop:
-				return
-			case <-time.After(5 * time.Millisecond): // poll: the call reached the hung leader
-			}
-		}
-		gone()
-	}()
+	goneWhen(t, func() bool { return hung.Load() > 0 }, gone) // once the call reached the hung leader
 	start := time.Now()
 	p, err := r.Ping(ctxFor(t, 20*time.Second), "n")
 	if err != nil || p.Term != tb || r.Term() != tb {
@@ -260,12 +265,7 @@ func TestRemoteTransportFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	calls.Store(0)
-	go func() {
-		for calls.Load() == 0 {
-			time.Sleep(5 * time.Millisecond) // poll
-		}
-		gone()
-	}()
+	goneWhen(t, func() bool { return calls.Load() > 0 }, gone)
 	rep, err := r.PutStart(ctxFor(t, 20*time.Second), masterapi.PutStartRequest{Key: "k", Size: 10})
 	if err != nil || rep.Node != "n" || calls.Load() != 1 {
 		t.Fatalf("put start after the failover: %+v %v (%d calls to the old leader)", rep, err, calls.Load())
