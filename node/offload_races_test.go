@@ -293,9 +293,19 @@ func TestRefusedAcrossRemountKeptAndReregistered(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Both replicas: the SSD copy re-registered, and the DRAM one from the
-	// node's records of its writes (docs/ha.md).
-	if info, err := m2.GetReplicaList(ctx, "k"); err != nil || len(info.Replicas) != 2 || !hasKind(info, master.LocalDisk) || !hasKind(info, master.Memory) {
-		t.Fatalf("new master after re-registration: %+v %v", info, err)
+	// node's records of its writes (docs/ha.md). The DRAM re-registration
+	// runs on the ping loop after the mount, beside Reconcile (which holds
+	// roundMu, not the re-registration's lock): wait for it, bounded.
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		info, err := m2.GetReplicaList(ctx, "k")
+		if err == nil && len(info.Replicas) == 2 && hasKind(info, master.LocalDisk) && hasKind(info, master.Memory) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("new master after re-registration: %+v %v", info, err)
+		}
+		time.Sleep(5 * time.Millisecond) // poll
 	}
 }
 
