@@ -153,7 +153,10 @@ func (p *Proc) Output() string {
 }
 
 // Kill sends sig to the process (only this one, by pid) and, for SIGKILL,
-// waits for it to exit.
+// waits for it to exit; for SIGSTOP, waits (up to 5 s) until every thread
+// of it is stopped, so that what the caller does next reaches a paused
+// process (the signal is only queued when kill(2) returns: on a loaded
+// machine a thread may still serve a request for a while).
 func (p *Proc) Kill(sig syscall.Signal) {
 	select {
 	case <-p.done:
@@ -161,9 +164,36 @@ func (p *Proc) Kill(sig syscall.Signal) {
 	default:
 	}
 	_ = p.cmd.Process.Signal(sig)
-	if sig == syscall.SIGKILL {
+	switch sig {
+	case syscall.SIGKILL:
 		<-p.done
+	case syscall.SIGSTOP:
+		deadline := time.Now().Add(5 * time.Second)
+		for !stopped(p.cmd.Process.Pid) && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond) // polling the kernel's view of the threads, bounded
+		}
 	}
+}
+
+// stopped reports whether every thread of pid is stopped (state T or t in
+// /proc/PID/task/TID/stat).
+func stopped(pid int) bool {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, tk := range tasks {
+		b, err := os.ReadFile(filepath.Join(dir, tk.Name(), "stat"))
+		if err != nil {
+			return false
+		}
+		i := bytes.LastIndexByte(b, ')') // the state follows the command name
+		if i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
+			return false
+		}
+	}
+	return true
 }
 
 // Wait waits up to d for the process to exit and returns its status;

@@ -74,3 +74,21 @@ func alive(pid int) bool {
 	i := strings.LastIndexByte(string(b), ')')
 	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z'
 }
+
+// TestKillSIGSTOPWaitsUntilStopped: Kill(SIGSTOP) returns only once every
+// thread of the process is stopped, so a request sent next reaches a
+// paused process.
+func TestKillSIGSTOPWaitsUntilStopped(t *testing.T) {
+	if _, err := exec.LookPath("sleep"); err != nil {
+		t.Skip("no sleep binary")
+	}
+	cmd := exec.Command("sleep", "120")
+	DieWithParent(cmd)
+	require.NoError(t, cmd.Start())
+	p := &Proc{Name: "sleep", cmd: cmd, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() { p.Kill(syscall.SIGKILL) })
+	p.Kill(syscall.SIGSTOP)
+	require.True(t, stopped(cmd.Process.Pid), "Kill(SIGSTOP) returned before the process stopped")
+	p.Kill(syscall.SIGCONT)
+}
