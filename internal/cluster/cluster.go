@@ -184,16 +184,25 @@ func stopped(pid int) bool {
 		return false
 	}
 	for _, tk := range tasks {
-		b, err := os.ReadFile(filepath.Join(dir, tk.Name(), "stat"))
-		if err != nil {
-			return false
-		}
-		i := bytes.LastIndexByte(b, ')') // the state follows the command name
-		if i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
+		if st, ok := procState(filepath.Join(dir, tk.Name(), "stat")); !ok || (st != 'T' && st != 't') {
 			return false
 		}
 	}
 	return true
+}
+
+// procState returns the state letter (R, S, T, Z, ...) of a process or
+// thread from its /proc stat file; false when the file is gone or odd.
+func procState(statPath string) (byte, bool) {
+	b, err := os.ReadFile(statPath)
+	if err != nil {
+		return 0, false
+	}
+	i := bytes.LastIndexByte(b, ')') // the state follows the command name
+	if i < 0 || i+2 >= len(b) {
+		return 0, false
+	}
+	return b[i+2], true
 }
 
 // Wait waits up to d for the process to exit and returns its status;

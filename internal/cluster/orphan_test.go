@@ -66,13 +66,8 @@ func TestDieWithParent(t *testing.T) {
 // alive reports whether pid runs and is not a zombie (a killed orphan may
 // stay a zombie where PID 1 does not reap).
 func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	// the state follows the command name in parentheses
-	i := strings.LastIndexByte(string(b), ')')
-	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z'
+	st, ok := procState("/proc/" + strconv.Itoa(pid) + "/stat")
+	return ok && st != 'Z'
 }
 
 // TestKillSIGSTOPWaitsUntilStopped: Kill(SIGSTOP) returns only once every
