@@ -225,10 +225,7 @@ func (s *Service) tryAllocateOn(n *node, size int64) (*segment, int64, bool) {
 		if g.held.Load() || !g.live() {
 			continue
 		}
-		g.mu.Lock()
-		off, ok := g.alloc.Alloc(size)
-		g.mu.Unlock()
-		if ok {
+		if off, ok := g.allocate(size); ok {
 			return g, off, true
 		}
 	}

@@ -142,6 +142,13 @@ func (b *broadcast) signal() {
 	b.mu.Unlock()
 }
 
+// allocate reserves size bytes of g under its lock.
+func (g *segment) allocate(size int64) (int64, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.alloc.Alloc(size)
+}
+
 // used returns the bytes allocated in g.
 func (g *segment) used() int64 {
 	g.mu.Lock()
@@ -170,10 +177,7 @@ func (s *Service) tryAllocate(size int64, preferred string) (*segment, int64, bo
 			if g.held.Load() {
 				continue // waits for its DRAM re-registration
 			}
-			g.mu.Lock()
-			off, ok := g.alloc.Alloc(size)
-			g.mu.Unlock()
-			if ok {
+			if off, ok := g.allocate(size); ok {
 				return g, off, true
 			}
 		}
@@ -197,10 +201,7 @@ func (s *Service) tryAllocate(size int64, preferred string) (*segment, int64, bo
 		if best == nil {
 			return nil, 0, false
 		}
-		best.mu.Lock()
-		off, ok := best.alloc.Alloc(size)
-		best.mu.Unlock()
-		if ok {
+		if off, ok := best.allocate(size); ok {
 			return best, off, true
 		}
 	}
