@@ -102,7 +102,7 @@ func TestConcurrentChaos(t *testing.T) {
 					note(err)
 				case 8:
 					if r.IntN(10) == 0 {
-						_, err := s.ReconcileDiskObjects(bg, n, []string{k})
+						_, err := reconcileAll(s, n, []string{k})
 						note(err)
 					}
 				case 9:

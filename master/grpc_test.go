@@ -135,11 +135,11 @@ func TestRemoteMatchesService(t *testing.T) {
 		t.Fatal(res, err)
 	}
 	// Drops k's disk replica; "zz" is unknown, so the node must delete it.
-	if res, err := api.ReconcileDiskObjects(ctx, "a", []string{"zz"}); err != nil || res.Dropped != 1 ||
+	if res, err := reconcileAll(api, "a", []string{"zz"}); err != nil || res.Dropped != 1 ||
 		len(res.Unwanted) != 1 || res.Unwanted[0] != "zz" {
 		t.Fatal(res, err)
 	}
-	_, err = api.ReconcileDiskObjects(ctx, "ghost", nil)
+	_, err = reconcileAll(api, "ghost", nil)
 	mustIs(t, err, codes.ErrNeedRemount)
 	// ReportBadReplica over the wire: a wrong replica is REPLICA_NOT_FOUND,
 	// an unknown key OBJECT_NOT_FOUND.

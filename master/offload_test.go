@@ -363,7 +363,7 @@ func TestReconcile(t *testing.T) {
 	}
 	s.ReRegisterDiskObjects(bg, "a", objs)
 	s.ReRegisterDiskObjects(bg, "b", objs[:3])
-	res, err := s.ReconcileDiskObjects(bg, "a", []string{"d0", "d2", "d4", "unknown"})
+	res, err := reconcileAll(s, "a", []string{"d0", "d2", "d4", "unknown"})
 	if err != nil || res.Dropped != 3 || fmt.Sprint(res.Unwanted) != "[unknown]" {
 		t.Fatalf("reconcile %+v, %v", res, err)
 	}
@@ -392,13 +392,13 @@ func TestReconcile(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.EvictDiskReplica(bg, "a", []string{"d2"})
-	res, err = s.ReconcileDiskObjects(bg, "a", []string{"d0", "d2", "d4"})
+	res, err = reconcileAll(s, "a", []string{"d0", "d2", "d4"})
 	if err != nil || res.Dropped != 0 || fmt.Sprint(res.Unwanted) != "[d0 d2]" {
 		t.Fatalf("reconcile after remove %+v, %v", res, err)
 	}
 	// An unknown node (master restarted, node expired) must re-register
 	// first: reconciling it would call every key unwanted.
-	_, err = s.ReconcileDiskObjects(bg, "ghost", []string{"d4"})
+	_, err = reconcileAll(s, "ghost", []string{"d4"})
 	mustIs(t, err, codes.ErrNeedRemount)
 }
 

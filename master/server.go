@@ -361,18 +361,6 @@ func (s *Server) EvictDiskReplica(ctx context.Context, r *pb.EvictDiskReplicaReq
 	return out, nil
 }
 
-func (s *Server) ReconcileDiskObjects(ctx context.Context, r *pb.ReconcileDiskObjectsRequest) (*pb.ReconcileDiskObjectsResponse, error) {
-	res, err := s.api.ReconcileDiskObjects(ctx, r.GetNode(), strs(r.GetKeys()))
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	out := &pb.ReconcileDiskObjectsResponse{Count: res.Dropped, Unwanted: make([][]byte, len(res.Unwanted))}
-	for i, k := range res.Unwanted {
-		out.Unwanted[i] = []byte(k)
-	}
-	return out, nil
-}
-
 func (s *Server) ReconcileBegin(ctx context.Context, r *pb.ReconcileBeginRequest) (*pb.ReconcileBeginResponse, error) {
 	ses, err := s.api.ReconcileBegin(ctx, r.GetNode(), masterapi.RangeDigest{Counts: r.GetCounts(), Sums: r.GetSums()})
 	if err != nil {

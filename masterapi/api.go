@@ -251,18 +251,6 @@ type EvictResult struct {
 	Keep []string
 }
 
-// ReconcileResult answers ReconcileDiskObjects.
-type ReconcileResult struct {
-	// Dropped counts the node's LocalDisk replicas the master dropped
-	// because the node's list no longer has their key.
-	Dropped int64
-	// Unwanted lists the keys of the node's list that the master does not
-	// want on that node: no such object (never known, or removed), or an
-	// object that lists no replica of the node and has no offload task of
-	// it. The node deletes them from its SSD.
-	Unwanted []string
-}
-
 // EvictMemoryResult answers EvictMemory: the DRAM replicas dropped, and
 // those left in place by reason. With all, only objects that hold a DRAM
 // replica are counted; with keys, each named key is counted once under
@@ -496,19 +484,6 @@ type NodeAPI interface {
 	// all-or-nothing: the call fails whole only for a bad key
 	// (ErrInvalidKey) or a closed master.
 	EvictDiskReplica(ctx context.Context, node string, keys []string) (EvictResult, error)
-	// ReconcileDiskObjects takes the full list of keys node holds on SSD,
-	// drops node's LocalDisk replicas of every other key, and answers the
-	// keys of the list the node must delete (ReconcileResult.Unwanted).
-	// ErrNeedRemount for a node the master does not know: it must remount
-	// and re-register before it reconciles. The node must not send a
-	// notify or re-registration while its reconcile is in flight, and must
-	// ignore Unwanted if it remounted meanwhile.
-	//
-	// The whole list travels in one message (MaxMessageSize) and the master
-	// scans every object: use it only with a few hundred thousand keys.
-	// Nodes reconcile through the session below; this call stays for nodes
-	// of earlier builds and for masters that do not know the session calls.
-	ReconcileDiskObjects(ctx context.Context, node string, keys []string) (ReconcileResult, error)
 	// ReconcileBegin starts a reconcile session of node (see reconcile.go):
 	// d digests the keys the node holds on SSD; the answer lists the ranges
 	// whose digests differ from the master's digest of node's LocalDisk
@@ -517,8 +492,8 @@ type NodeAPI interface {
 	ReconcileBegin(ctx context.Context, node string, d RangeDigest) (ReconcileSession, error)
 	// ReconcileKeys sends keys node holds in the session's differing ranges
 	// (keys of other ranges are ignored). Each key's replica is marked
-	// seen; the answer lists the keys the node must delete (as
-	// ReconcileResult.Unwanted). ErrInvalidParams when session is not
+	// seen; the answer lists the keys the node must delete
+	// (ReconcileKeysResult.Unwanted). ErrInvalidParams when session is not
 	// node's current session (superseded, ended, or the master restarted).
 	ReconcileKeys(ctx context.Context, node string, session uint64, keys []string) (ReconcileKeysResult, error)
 	// ReconcileEnd drops node's LocalDisk replicas in the session's

@@ -372,22 +372,6 @@ func (r *Remote) EvictDiskReplica(ctx context.Context, node string, keys []strin
 	return res, nil
 }
 
-// ReconcileDiskObjects implements API.
-func (r *Remote) ReconcileDiskObjects(ctx context.Context, node string, keys []string) (ReconcileResult, error) {
-	p, err := r.c.ReconcileDiskObjects(ctx, &pb.ReconcileDiskObjectsRequest{Node: node, Keys: keyBytes(keys)})
-	if err != nil {
-		return ReconcileResult{}, fromStatus(err)
-	}
-	res := ReconcileResult{Dropped: p.GetCount()}
-	if len(p.GetUnwanted()) > 0 {
-		res.Unwanted = make([]string, len(p.GetUnwanted()))
-		for i, k := range p.GetUnwanted() {
-			res.Unwanted[i] = string(k)
-		}
-	}
-	return res, nil
-}
-
 // ReconcileBegin implements API.
 func (r *Remote) ReconcileBegin(ctx context.Context, node string, d RangeDigest) (ReconcileSession, error) {
 	p, err := r.c.ReconcileBegin(ctx, &pb.ReconcileBeginRequest{Node: node, Counts: d.Counts, Sums: d.Sums})

@@ -380,9 +380,6 @@ func (s *switchable) ReRegisterDiskObjects(ctx context.Context, node string, obj
 func (s *switchable) EvictDiskReplica(ctx context.Context, node string, keys []string) (master.EvictResult, error) {
 	return s.get().EvictDiskReplica(ctx, node, keys)
 }
-func (s *switchable) ReconcileDiskObjects(ctx context.Context, node string, keys []string) (master.ReconcileResult, error) {
-	return s.get().ReconcileDiskObjects(ctx, node, keys)
-}
 func (s *switchable) ReconcileBegin(ctx context.Context, node string, d masterapi.RangeDigest) (masterapi.ReconcileSession, error) {
 	return s.get().ReconcileBegin(ctx, node, d)
 }

@@ -22,8 +22,9 @@
 // frequency sketch (bucket eviction "value" ranks by it) and runs the
 // promotions it hands out: the object is loaded from the tier into the
 // segment range the master allocated, written as the promotion's put token,
-// and confirmed with PromoteEnd (admission.go). Every ReconcileInterval it sends the master
-// the full list of keys on SSD. Bucket eviction tells the master
+// and confirmed with PromoteEnd (admission.go). Every ReconcileInterval it reconciles its SSD
+// keys with the master's list of its replicas (a digest per hash range,
+// then the keys of the ranges that differ; reconcile.go). Bucket eviction tells the master
 // (EvictDiskReplica, once per victim bucket) before the bytes disappear;
 // the master refuses (OBJECT_HAS_LEASE) a bucket holding a leased object's
 // only readable copy, and the node hands that error back to the tier, which

@@ -40,9 +40,8 @@
 //     field must have a meaning when it is absent (zero value = old
 //     behaviour);
 //   - a method's response type may be replaced only by a message whose
-//     existing field numbers and types are the old ones (examples:
-//     ReconcileDiskObjectsResponse and EvictMemoryResponse keep
-//     CountResponse's field 1 `count`);
+//     existing field numbers and types are the old ones (example:
+//     EvictMemoryResponse keeps CountResponse's field 1 `count`);
 //   - enum values are only appended; 0 is always UNSPECIFIED;
 //   - errors travel as a gRPC status carrying an errdetails.ErrorInfo (domain
 //     "tierstore", metadata "code" = the Mooncake code number, see
