@@ -81,7 +81,7 @@ func TestConcurrentChaos(t *testing.T) {
 				case 5:
 					s.EvictNow()
 				case 6:
-					ts, err := s.OffloadHeartbeat(bg, n, 5)
+					ts, err := heartbeat(s, n, 5)
 					note(err)
 					var req NotifyRequest
 					req.Node = n

@@ -90,8 +90,8 @@
 // deliveries in all; a permanent failure does not. When to queue is the
 // admission policy's decision (package admission).
 //
-// The offload heartbeat also carries admission state (masterapi.
-// AdmissionAPI, admission_hooks.go): the node's SSD report goes to the
+// The offload heartbeat also carries admission state
+// (masterapi.NodeAPI.Heartbeat, admission_hooks.go): the node's SSD report goes to the
 // policy, the policy's sketch to the node when it asks. With tinylfu and
 // dram_promotion_min_freq, an SSD hit of a frequent object queues a
 // promotion (promote.go): a range of the node's segment owned by a new put
@@ -123,7 +123,7 @@
 //
 // # Liveness
 //
-// Nodes Ping (OffloadHeartbeat and mounts count too). A node silent for
+// Nodes Ping (heartbeats and mounts count too). A node silent for
 // client_ttl is expired by the background loop: its segments are unmounted,
 // its replicas become unreadable, its mailbox is dropped and the lease-aware
 // sweep runs. A returning node's Ping answers NEED_REMOUNT; it mounts again

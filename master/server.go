@@ -284,14 +284,8 @@ func (s *Server) EvictMemory(ctx context.Context, r *pb.EvictMemoryRequest) (*pb
 }
 
 func (s *Server) OffloadHeartbeat(ctx context.Context, r *pb.OffloadHeartbeatRequest) (*pb.OffloadHeartbeatResponse, error) {
-	var rep masterapi.HeartbeatReply
-	var err error
-	if a, ok := s.api.(masterapi.AdmissionAPI); ok {
-		rep, err = a.Heartbeat(ctx, masterapi.HeartbeatRequest{Node: r.GetNode(), Max: int(r.GetMaxTasks()),
-			SSD: masterapi.SSDReportFromPB(r.GetSsdReport()), WantSketch: r.GetWantSketch(), SketchVersion: r.GetSketchVersion()})
-	} else {
-		rep.Tasks, err = s.api.OffloadHeartbeat(ctx, r.GetNode(), int(r.GetMaxTasks()))
-	}
+	rep, err := s.api.Heartbeat(ctx, masterapi.HeartbeatRequest{Node: r.GetNode(), Max: int(r.GetMaxTasks()),
+		SSD: masterapi.SSDReportFromPB(r.GetSsdReport()), WantSketch: r.GetWantSketch(), SketchVersion: r.GetSketchVersion()})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -307,14 +301,8 @@ func (s *Server) OffloadHeartbeat(ctx context.Context, r *pb.OffloadHeartbeatReq
 	return out, nil
 }
 
-// PromoteEnd answers promotions (masterapi.AdmissionAPI); Unimplemented
-// when the API behind the server does not promote.
 func (s *Server) PromoteEnd(ctx context.Context, r *pb.PromoteEndRequest) (*pb.KeyResults, error) {
-	a, ok := s.api.(masterapi.AdmissionAPI)
-	if !ok {
-		return s.UnimplementedMasterServer.PromoteEnd(ctx, r)
-	}
-	errs, err := a.PromoteEnd(ctx, r.GetNode(), masterapi.PromoteResultsFromPB(r.GetResults()))
+	errs, err := s.api.PromoteEnd(ctx, r.GetNode(), masterapi.PromoteResultsFromPB(r.GetResults()))
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -1,9 +1,9 @@
 // Package masterapi is the master's interface as its callers see it, without
 // the master's implementation: the request and reply types, ClientAPI (what
-// a client needs), NodeAPI (what a store node needs), AdmissionAPI (the
-// node's optional side of SSD admission and promotion: the heartbeat with
-// the SSD report and the admission sketch, PromoteEnd; admission.go), and
-// Remote, their gRPC implementation. A program that only talks to a master links this package,
+// a client needs), NodeAPI (what a store node needs, its side of SSD
+// admission and promotion included: the heartbeat with the SSD report and
+// the admission sketch, PromoteEnd; admission.go), and Remote, their gRPC
+// implementation. A program that only talks to a master links this package,
 // the generated RPC stubs and internal/codes, never the metadata service
 // (package master), pebble or the SSD tier (docs/design.md, package map).
 //
@@ -28,7 +28,7 @@ import (
 // MaxMessageSize bounds one gRPC message of the master service (both ways).
 const MaxMessageSize = 64 << 20
 
-// MaxHeartbeatTasks caps the tasks one OffloadHeartbeat returns.
+// MaxHeartbeatTasks caps the offload tasks one Heartbeat returns.
 const MaxHeartbeatTasks = 16384
 
 // MaxKeyLen is the longest key the master accepts, in bytes (the same bound
@@ -455,9 +455,20 @@ type NodeAPI interface {
 	UnmountSegment(ctx context.Context, node, segment string) error
 	// Ping keeps node alive. An unknown node gets NeedRemount (not an error).
 	Ping(ctx context.Context, node string) (PingReply, error)
-	// OffloadHeartbeat returns up to max (0: a default) queued offload
-	// tasks of node and marks them in flight. It counts as a ping.
-	OffloadHeartbeat(ctx context.Context, node string, max int) ([]OffloadTask, error)
+	// Heartbeat returns up to req.Max (0: a default) queued offload tasks
+	// of req.Node and marks them in flight; it counts as a ping. It carries
+	// req.SSD to the admission policy, answers the policy's sketch when
+	// req.WantSketch and the policy keeps one, and hands out up to
+	// MaxPromotions promotion tasks of the node (admission.go).
+	Heartbeat(ctx context.Context, req HeartbeatRequest) (HeartbeatReply, error)
+	// PromoteEnd answers promotion tasks: a Loaded result publishes the
+	// DRAM replica (the node wrote the object's bytes into the task's
+	// range, CRC32C checked: commit before publish, invariant 1); a result
+	// not loaded frees the range. One error per result: nil, or
+	// ErrStalePut when the promotion no longer stands (the object was
+	// removed or put again, or the promotion was abandoned because its SSD
+	// copy went: its range is freed and nothing is published).
+	PromoteEnd(ctx context.Context, node string, results []PromoteResult) ([]error, error)
 	// NotifyOffloadSuccess answers tasks: each Persisted key gets (or
 	// refreshes) a LocalDisk replica on node and its source is unpinned;
 	// each Failed key's task is dropped and its source unpinned, and a

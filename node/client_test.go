@@ -368,8 +368,11 @@ func (s *switchable) UnmountSegment(ctx context.Context, node, seg string) error
 func (s *switchable) Ping(ctx context.Context, node string) (master.PingReply, error) {
 	return s.get().Ping(ctx, node)
 }
-func (s *switchable) OffloadHeartbeat(ctx context.Context, node string, max int) ([]master.OffloadTask, error) {
-	return s.get().OffloadHeartbeat(ctx, node, max)
+func (s *switchable) Heartbeat(ctx context.Context, req masterapi.HeartbeatRequest) (masterapi.HeartbeatReply, error) {
+	return s.get().Heartbeat(ctx, req)
+}
+func (s *switchable) PromoteEnd(ctx context.Context, node string, res []masterapi.PromoteResult) ([]error, error) {
+	return s.get().PromoteEnd(ctx, node, res)
 }
 func (s *switchable) NotifyOffloadSuccess(ctx context.Context, r master.NotifyRequest) ([]error, error) {
 	return s.get().NotifyOffloadSuccess(ctx, r)
