@@ -216,7 +216,7 @@ func (n *Node) writePromoted(t masterapi.PromoteTask, v []byte) error {
 		return toCode(err)
 	}
 	for off, p := t.Offset, v; len(p) > 0; {
-		k := min(len(p), wire.MaxChunk)
+		k := min(len(p), writeChunk)
 		if err := n.writeOwned(p[:k], off, t.PutToken); err != nil {
 			return toCode(err)
 		}

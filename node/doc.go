@@ -9,8 +9,8 @@
 // into their claimed range, with the same put-token checks as the
 // in-process WriteRange; memory reads sent from the mapping without a
 // copy; SSD reads streamed from the tier in 256 KiB pieces through pooled
-// page-aligned buffers, ssdread.go) and, beside it, gRPC (internal/rpcpb NodePeer: NodeStats, and the
-// older chunked WriteRange/ReadRange/ReadSSD). Put and Get latencies are
+// page-aligned buffers, ssdread.go) and, beside it, gRPC for its counters
+// (internal/rpcpb NodePeer: NodeStats). Put and Get latencies are
 // histograms by tier (tierstore_node_{put,get}_seconds).
 //
 // With offload enabled the node opens the SSD tier engine (package tier) and

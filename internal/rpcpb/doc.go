@@ -4,8 +4,9 @@
 //   - master.proto: service tierstore.rpc.Master, spoken by store nodes and
 //     clients to the master (package master implements the server and the
 //     client side, Server and Remote);
-//   - node.proto: service tierstore.node.v1.NodePeer, the data path between
-//     clients and store nodes (package client).
+//   - node.proto: service tierstore.node.v1.NodePeer, a store node's
+//     counters (NodeStats; package node). Values travel on the data plane
+//     (internal/wire), not here.
 //
 // Nothing here is hand-written apart from this file and gen*.go; tierstore
 // code uses these types only at the wire boundary and converts to its own
