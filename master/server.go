@@ -25,9 +25,11 @@ type Server struct {
 }
 
 // NewServer returns a gRPC server for api. Extra options are appended to the
-// defaults (message size limit MaxMessageSize).
+// defaults (message size limit MaxMessageSize; a caller of another protocol
+// version than pb.MasterProtocol is refused, pb.VersionCheck).
 func NewServer(api API, opts ...grpc.ServerOption) *Server {
-	all := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize)}, opts...)
+	all := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize),
+		grpc.ChainUnaryInterceptor(pb.VersionCheck("master", pb.MasterProtocol))}, opts...)
 	s := &Server{api: api, gs: grpc.NewServer(all...)}
 	pb.RegisterMasterServer(s.gs, s)
 	return s

@@ -815,6 +815,46 @@ func TestDataDialWrongPeer(t *testing.T) {
 	}
 }
 
+// A client and a node of different data protocol versions refuse each
+// other naming both versions: the node answers its own hello before it
+// hangs up, and a client that reads another version's hello refuses it.
+func TestDataPlaneVersionMismatch(t *testing.T) {
+	addr := serveMem(t, newMemHandler(1<<20))
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte{'T', 'S', 'D', 'P', DataVersion + 1, 0, 0, 0}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(c)
+	if h := hello(); err != nil || !bytes.Equal(got, h[:]) {
+		t.Fatalf("node's answer to a hello of another version: %q %v, want its hello and the end", got, err)
+	}
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	go func() {
+		c, err := lis.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		var h [HelloLen]byte
+		_, _ = io.ReadFull(c, h[:])
+		_, _ = c.Write([]byte{'T', 'S', 'D', 'P', DataVersion + 1, 0, 0, 0})
+	}()
+	_, err = DialData(context.Background(), lis.Addr().String(), 5*time.Second)
+	if !errors.Is(err, codes.ErrVersionMismatch) || !strings.Contains(err.Error(), fmt.Sprintf("version %d, this build version %d", DataVersion+1, DataVersion)) {
+		t.Fatalf("dial of a node of another version: %v", err)
+	}
+}
+
 // The server refuses a malformed request with a reply that says why, then
 // hangs up; Close waits for a request in progress and closes idle
 // connections.
