@@ -62,6 +62,7 @@ func (s *Service) putStart(ctx context.Context, req PutStartRequest) (Replica, e
 	// token before that range could be freed, so tokens grow along a
 	// range's owners (invariant 8).
 	o.mem = memReplica{seg: seg, off: off, len: req.Size, token: s.tokens.next(now)}
+	o.token = o.mem.token
 	o.putStart = now
 	o.softPin, o.hardPin = req.SoftPin, req.HardPin
 	s.processing.Add(1)

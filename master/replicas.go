@@ -34,6 +34,7 @@ func (s *Service) forgetMem(o *object, free bool) {
 	if free {
 		s.freeRange(m.seg, m.off, m.len)
 	}
+	s.forgetRecord(m)
 	s.countMem(m.seg.node, -1, -o.size)
 	o.mem = memReplica{}
 	o.reads = 0
