@@ -684,8 +684,14 @@ type PutStartRequest struct {
 	PreferredNode string                 `protobuf:"bytes,4,opt,name=preferred_node,json=preferredNode,proto3" json:"preferred_node,omitempty"`
 	SoftPin       bool                   `protobuf:"varint,5,opt,name=soft_pin,json=softPin,proto3" json:"soft_pin,omitempty"`
 	HardPin       bool                   `protobuf:"varint,6,opt,name=hard_pin,json=hardPin,proto3" json:"hard_pin,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// DRAM replicas to place, each on another node (Mooncake's replica_num);
+	// 0 means 1 (docs/master.md, replicas).
+	Replicas int32 `protobuf:"varint,7,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	// Place as many replicas as fit (at least one) instead of failing when
+	// fewer than `replicas` nodes have room.
+	AllowFewerReplicas bool `protobuf:"varint,8,opt,name=allow_fewer_replicas,json=allowFewerReplicas,proto3" json:"allow_fewer_replicas,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *PutStartRequest) Reset() {
@@ -760,9 +766,27 @@ func (x *PutStartRequest) GetHardPin() bool {
 	return false
 }
 
+func (x *PutStartRequest) GetReplicas() int32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return 0
+}
+
+func (x *PutStartRequest) GetAllowFewerReplicas() bool {
+	if x != nil {
+		return x.AllowFewerReplicas
+	}
+	return false
+}
+
+// replica: the put's first replica (on the preferred node when it had
+// room); more: its further replicas, one per other node. All carry the
+// put's token.
 type PutStartResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Replica       *Replica               `protobuf:"bytes,1,opt,name=replica,proto3" json:"replica,omitempty"`
+	More          []*Replica             `protobuf:"bytes,2,rep,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -800,6 +824,13 @@ func (*PutStartResponse) Descriptor() ([]byte, []int) {
 func (x *PutStartResponse) GetReplica() *Replica {
 	if x != nil {
 		return x.Replica
+	}
+	return nil
+}
+
+func (x *PutStartResponse) GetMore() []*Replica {
+	if x != nil {
+		return x.More
 	}
 	return nil
 }
@@ -853,6 +884,7 @@ type PutStartResult struct {
 	Code          int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
 	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	Replica       *Replica               `protobuf:"bytes,3,opt,name=replica,proto3" json:"replica,omitempty"`
+	More          []*Replica             `protobuf:"bytes,4,rep,name=more,proto3" json:"more,omitempty"` // as PutStartResponse.more
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -904,6 +936,13 @@ func (x *PutStartResult) GetMessage() string {
 func (x *PutStartResult) GetReplica() *Replica {
 	if x != nil {
 		return x.Replica
+	}
+	return nil
+}
+
+func (x *PutStartResult) GetMore() []*Replica {
+	if x != nil {
+		return x.More
 	}
 	return nil
 }
@@ -3886,22 +3925,26 @@ const file_master_proto_rawDesc = "" +
 	"\fPingResponse\x121\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x19.tierstore.rpc.NodeStatusR\x06status\x12\"\n" +
 	"\rclient_ttl_ms\x18\x02 \x01(\x03R\vclientTtlMs\x12\x12\n" +
-	"\x04term\x18\x03 \x01(\x04R\x04term\"\xa6\x01\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04term\"\xf4\x01\n" +
 	"\x0fPutStartRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x10\n" +
 	"\x03crc\x18\x03 \x01(\rR\x03crc\x12%\n" +
 	"\x0epreferred_node\x18\x04 \x01(\tR\rpreferredNode\x12\x19\n" +
 	"\bsoft_pin\x18\x05 \x01(\bR\asoftPin\x12\x19\n" +
-	"\bhard_pin\x18\x06 \x01(\bR\ahardPin\"D\n" +
+	"\bhard_pin\x18\x06 \x01(\bR\ahardPin\x12\x1a\n" +
+	"\breplicas\x18\a \x01(\x05R\breplicas\x120\n" +
+	"\x14allow_fewer_replicas\x18\b \x01(\bR\x12allowFewerReplicas\"p\n" +
 	"\x10PutStartResponse\x120\n" +
-	"\areplica\x18\x01 \x01(\v2\x16.tierstore.rpc.ReplicaR\areplica\"L\n" +
+	"\areplica\x18\x01 \x01(\v2\x16.tierstore.rpc.ReplicaR\areplica\x12*\n" +
+	"\x04more\x18\x02 \x03(\v2\x16.tierstore.rpc.ReplicaR\x04more\"L\n" +
 	"\x14BatchPutStartRequest\x124\n" +
-	"\x05items\x18\x01 \x03(\v2\x1e.tierstore.rpc.PutStartRequestR\x05items\"p\n" +
+	"\x05items\x18\x01 \x03(\v2\x1e.tierstore.rpc.PutStartRequestR\x05items\"\x9c\x01\n" +
 	"\x0ePutStartResult\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x120\n" +
-	"\areplica\x18\x03 \x01(\v2\x16.tierstore.rpc.ReplicaR\areplica\"P\n" +
+	"\areplica\x18\x03 \x01(\v2\x16.tierstore.rpc.ReplicaR\areplica\x12*\n" +
+	"\x04more\x18\x04 \x03(\v2\x16.tierstore.rpc.ReplicaR\x04more\"P\n" +
 	"\x15BatchPutStartResponse\x127\n" +
 	"\aresults\x18\x01 \x03(\v2\x1d.tierstore.rpc.PutStartResultR\aresults\";\n" +
 	"\n" +
@@ -4242,86 +4285,88 @@ var file_master_proto_depIdxs = []int32{
 	3,  // 2: tierstore.rpc.ObjectInfo.replicas:type_name -> tierstore.rpc.Replica
 	2,  // 3: tierstore.rpc.PingResponse.status:type_name -> tierstore.rpc.NodeStatus
 	3,  // 4: tierstore.rpc.PutStartResponse.replica:type_name -> tierstore.rpc.Replica
-	11, // 5: tierstore.rpc.BatchPutStartRequest.items:type_name -> tierstore.rpc.PutStartRequest
-	3,  // 6: tierstore.rpc.PutStartResult.replica:type_name -> tierstore.rpc.Replica
-	14, // 7: tierstore.rpc.BatchPutStartResponse.results:type_name -> tierstore.rpc.PutStartResult
-	19, // 8: tierstore.rpc.KeyResults.results:type_name -> tierstore.rpc.KeyResult
-	24, // 9: tierstore.rpc.BatchExistKeyResponse.results:type_name -> tierstore.rpc.ExistResult
-	4,  // 10: tierstore.rpc.GetReplicaListResponse.info:type_name -> tierstore.rpc.ObjectInfo
-	4,  // 11: tierstore.rpc.ReplicaListResult.info:type_name -> tierstore.rpc.ObjectInfo
-	27, // 12: tierstore.rpc.BatchGetReplicaListResponse.results:type_name -> tierstore.rpc.ReplicaListResult
-	35, // 13: tierstore.rpc.OffloadHeartbeatRequest.ssd_report:type_name -> tierstore.rpc.SSDReport
-	34, // 14: tierstore.rpc.SSDReport.victims:type_name -> tierstore.rpc.SSDVictim
-	37, // 15: tierstore.rpc.OffloadHeartbeatResponse.tasks:type_name -> tierstore.rpc.OffloadTask
-	36, // 16: tierstore.rpc.OffloadHeartbeatResponse.promotions:type_name -> tierstore.rpc.PromoteTask
-	39, // 17: tierstore.rpc.PromoteEndRequest.results:type_name -> tierstore.rpc.PromoteResult
-	41, // 18: tierstore.rpc.NotifyOffloadSuccessRequest.persisted:type_name -> tierstore.rpc.DiskObject
-	42, // 19: tierstore.rpc.NotifyOffloadSuccessRequest.failed:type_name -> tierstore.rpc.OffloadFailure
-	41, // 20: tierstore.rpc.RegisterDiskObjectsRequest.objects:type_name -> tierstore.rpc.DiskObject
-	3,  // 21: tierstore.rpc.ReportBadReplicaRequest.replica:type_name -> tierstore.rpc.Replica
-	50, // 22: tierstore.rpc.RegisterMemoryObjectsRequest.objects:type_name -> tierstore.rpc.MemoryObject
-	54, // 23: tierstore.rpc.StatsResponse.per_node:type_name -> tierstore.rpc.NodeStats
-	5,  // 24: tierstore.rpc.Master.MountSegment:input_type -> tierstore.rpc.MountSegmentRequest
-	7,  // 25: tierstore.rpc.Master.UnmountSegment:input_type -> tierstore.rpc.UnmountSegmentRequest
-	9,  // 26: tierstore.rpc.Master.Ping:input_type -> tierstore.rpc.PingRequest
-	11, // 27: tierstore.rpc.Master.PutStart:input_type -> tierstore.rpc.PutStartRequest
-	16, // 28: tierstore.rpc.Master.PutEnd:input_type -> tierstore.rpc.KeyRequest
-	16, // 29: tierstore.rpc.Master.PutRevoke:input_type -> tierstore.rpc.KeyRequest
-	13, // 30: tierstore.rpc.Master.BatchPutStart:input_type -> tierstore.rpc.BatchPutStartRequest
-	18, // 31: tierstore.rpc.Master.BatchPutEnd:input_type -> tierstore.rpc.KeysRequest
-	18, // 32: tierstore.rpc.Master.BatchPutRevoke:input_type -> tierstore.rpc.KeysRequest
-	21, // 33: tierstore.rpc.Master.ExistKey:input_type -> tierstore.rpc.LookupRequest
-	23, // 34: tierstore.rpc.Master.BatchExistKey:input_type -> tierstore.rpc.BatchLookupRequest
-	21, // 35: tierstore.rpc.Master.GetReplicaList:input_type -> tierstore.rpc.LookupRequest
-	23, // 36: tierstore.rpc.Master.BatchGetReplicaList:input_type -> tierstore.rpc.BatchLookupRequest
-	29, // 37: tierstore.rpc.Master.Remove:input_type -> tierstore.rpc.RemoveRequest
-	30, // 38: tierstore.rpc.Master.RemoveAll:input_type -> tierstore.rpc.RemoveAllRequest
-	32, // 39: tierstore.rpc.Master.EvictMemory:input_type -> tierstore.rpc.EvictMemoryRequest
-	33, // 40: tierstore.rpc.Master.OffloadHeartbeat:input_type -> tierstore.rpc.OffloadHeartbeatRequest
-	43, // 41: tierstore.rpc.Master.NotifyOffloadSuccess:input_type -> tierstore.rpc.NotifyOffloadSuccessRequest
-	44, // 42: tierstore.rpc.Master.ReRegisterDiskObjects:input_type -> tierstore.rpc.RegisterDiskObjectsRequest
-	45, // 43: tierstore.rpc.Master.EvictDiskReplica:input_type -> tierstore.rpc.EvictDiskReplicaRequest
-	47, // 44: tierstore.rpc.Master.ReconcileDiskObjects:input_type -> tierstore.rpc.ReconcileDiskObjectsRequest
-	49, // 45: tierstore.rpc.Master.ReportBadReplica:input_type -> tierstore.rpc.ReportBadReplicaRequest
-	40, // 46: tierstore.rpc.Master.PromoteEnd:input_type -> tierstore.rpc.PromoteEndRequest
-	52, // 47: tierstore.rpc.Master.Stats:input_type -> tierstore.rpc.StatsRequest
-	55, // 48: tierstore.rpc.Master.ReconcileBegin:input_type -> tierstore.rpc.ReconcileBeginRequest
-	57, // 49: tierstore.rpc.Master.ReconcileKeys:input_type -> tierstore.rpc.ReconcileKeysRequest
-	59, // 50: tierstore.rpc.Master.ReconcileEnd:input_type -> tierstore.rpc.ReconcileEndRequest
-	51, // 51: tierstore.rpc.Master.ReRegisterMemoryObjects:input_type -> tierstore.rpc.RegisterMemoryObjectsRequest
-	6,  // 52: tierstore.rpc.Master.MountSegment:output_type -> tierstore.rpc.MountSegmentResponse
-	8,  // 53: tierstore.rpc.Master.UnmountSegment:output_type -> tierstore.rpc.UnmountSegmentResponse
-	10, // 54: tierstore.rpc.Master.Ping:output_type -> tierstore.rpc.PingResponse
-	12, // 55: tierstore.rpc.Master.PutStart:output_type -> tierstore.rpc.PutStartResponse
-	17, // 56: tierstore.rpc.Master.PutEnd:output_type -> tierstore.rpc.Empty
-	17, // 57: tierstore.rpc.Master.PutRevoke:output_type -> tierstore.rpc.Empty
-	15, // 58: tierstore.rpc.Master.BatchPutStart:output_type -> tierstore.rpc.BatchPutStartResponse
-	20, // 59: tierstore.rpc.Master.BatchPutEnd:output_type -> tierstore.rpc.KeyResults
-	20, // 60: tierstore.rpc.Master.BatchPutRevoke:output_type -> tierstore.rpc.KeyResults
-	22, // 61: tierstore.rpc.Master.ExistKey:output_type -> tierstore.rpc.ExistKeyResponse
-	25, // 62: tierstore.rpc.Master.BatchExistKey:output_type -> tierstore.rpc.BatchExistKeyResponse
-	26, // 63: tierstore.rpc.Master.GetReplicaList:output_type -> tierstore.rpc.GetReplicaListResponse
-	28, // 64: tierstore.rpc.Master.BatchGetReplicaList:output_type -> tierstore.rpc.BatchGetReplicaListResponse
-	17, // 65: tierstore.rpc.Master.Remove:output_type -> tierstore.rpc.Empty
-	31, // 66: tierstore.rpc.Master.RemoveAll:output_type -> tierstore.rpc.CountResponse
-	61, // 67: tierstore.rpc.Master.EvictMemory:output_type -> tierstore.rpc.EvictMemoryResponse
-	38, // 68: tierstore.rpc.Master.OffloadHeartbeat:output_type -> tierstore.rpc.OffloadHeartbeatResponse
-	20, // 69: tierstore.rpc.Master.NotifyOffloadSuccess:output_type -> tierstore.rpc.KeyResults
-	20, // 70: tierstore.rpc.Master.ReRegisterDiskObjects:output_type -> tierstore.rpc.KeyResults
-	46, // 71: tierstore.rpc.Master.EvictDiskReplica:output_type -> tierstore.rpc.EvictDiskReplicaResponse
-	48, // 72: tierstore.rpc.Master.ReconcileDiskObjects:output_type -> tierstore.rpc.ReconcileDiskObjectsResponse
-	17, // 73: tierstore.rpc.Master.ReportBadReplica:output_type -> tierstore.rpc.Empty
-	20, // 74: tierstore.rpc.Master.PromoteEnd:output_type -> tierstore.rpc.KeyResults
-	53, // 75: tierstore.rpc.Master.Stats:output_type -> tierstore.rpc.StatsResponse
-	56, // 76: tierstore.rpc.Master.ReconcileBegin:output_type -> tierstore.rpc.ReconcileBeginResponse
-	58, // 77: tierstore.rpc.Master.ReconcileKeys:output_type -> tierstore.rpc.ReconcileKeysResponse
-	60, // 78: tierstore.rpc.Master.ReconcileEnd:output_type -> tierstore.rpc.ReconcileEndResponse
-	20, // 79: tierstore.rpc.Master.ReRegisterMemoryObjects:output_type -> tierstore.rpc.KeyResults
-	52, // [52:80] is the sub-list for method output_type
-	24, // [24:52] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	3,  // 5: tierstore.rpc.PutStartResponse.more:type_name -> tierstore.rpc.Replica
+	11, // 6: tierstore.rpc.BatchPutStartRequest.items:type_name -> tierstore.rpc.PutStartRequest
+	3,  // 7: tierstore.rpc.PutStartResult.replica:type_name -> tierstore.rpc.Replica
+	3,  // 8: tierstore.rpc.PutStartResult.more:type_name -> tierstore.rpc.Replica
+	14, // 9: tierstore.rpc.BatchPutStartResponse.results:type_name -> tierstore.rpc.PutStartResult
+	19, // 10: tierstore.rpc.KeyResults.results:type_name -> tierstore.rpc.KeyResult
+	24, // 11: tierstore.rpc.BatchExistKeyResponse.results:type_name -> tierstore.rpc.ExistResult
+	4,  // 12: tierstore.rpc.GetReplicaListResponse.info:type_name -> tierstore.rpc.ObjectInfo
+	4,  // 13: tierstore.rpc.ReplicaListResult.info:type_name -> tierstore.rpc.ObjectInfo
+	27, // 14: tierstore.rpc.BatchGetReplicaListResponse.results:type_name -> tierstore.rpc.ReplicaListResult
+	35, // 15: tierstore.rpc.OffloadHeartbeatRequest.ssd_report:type_name -> tierstore.rpc.SSDReport
+	34, // 16: tierstore.rpc.SSDReport.victims:type_name -> tierstore.rpc.SSDVictim
+	37, // 17: tierstore.rpc.OffloadHeartbeatResponse.tasks:type_name -> tierstore.rpc.OffloadTask
+	36, // 18: tierstore.rpc.OffloadHeartbeatResponse.promotions:type_name -> tierstore.rpc.PromoteTask
+	39, // 19: tierstore.rpc.PromoteEndRequest.results:type_name -> tierstore.rpc.PromoteResult
+	41, // 20: tierstore.rpc.NotifyOffloadSuccessRequest.persisted:type_name -> tierstore.rpc.DiskObject
+	42, // 21: tierstore.rpc.NotifyOffloadSuccessRequest.failed:type_name -> tierstore.rpc.OffloadFailure
+	41, // 22: tierstore.rpc.RegisterDiskObjectsRequest.objects:type_name -> tierstore.rpc.DiskObject
+	3,  // 23: tierstore.rpc.ReportBadReplicaRequest.replica:type_name -> tierstore.rpc.Replica
+	50, // 24: tierstore.rpc.RegisterMemoryObjectsRequest.objects:type_name -> tierstore.rpc.MemoryObject
+	54, // 25: tierstore.rpc.StatsResponse.per_node:type_name -> tierstore.rpc.NodeStats
+	5,  // 26: tierstore.rpc.Master.MountSegment:input_type -> tierstore.rpc.MountSegmentRequest
+	7,  // 27: tierstore.rpc.Master.UnmountSegment:input_type -> tierstore.rpc.UnmountSegmentRequest
+	9,  // 28: tierstore.rpc.Master.Ping:input_type -> tierstore.rpc.PingRequest
+	11, // 29: tierstore.rpc.Master.PutStart:input_type -> tierstore.rpc.PutStartRequest
+	16, // 30: tierstore.rpc.Master.PutEnd:input_type -> tierstore.rpc.KeyRequest
+	16, // 31: tierstore.rpc.Master.PutRevoke:input_type -> tierstore.rpc.KeyRequest
+	13, // 32: tierstore.rpc.Master.BatchPutStart:input_type -> tierstore.rpc.BatchPutStartRequest
+	18, // 33: tierstore.rpc.Master.BatchPutEnd:input_type -> tierstore.rpc.KeysRequest
+	18, // 34: tierstore.rpc.Master.BatchPutRevoke:input_type -> tierstore.rpc.KeysRequest
+	21, // 35: tierstore.rpc.Master.ExistKey:input_type -> tierstore.rpc.LookupRequest
+	23, // 36: tierstore.rpc.Master.BatchExistKey:input_type -> tierstore.rpc.BatchLookupRequest
+	21, // 37: tierstore.rpc.Master.GetReplicaList:input_type -> tierstore.rpc.LookupRequest
+	23, // 38: tierstore.rpc.Master.BatchGetReplicaList:input_type -> tierstore.rpc.BatchLookupRequest
+	29, // 39: tierstore.rpc.Master.Remove:input_type -> tierstore.rpc.RemoveRequest
+	30, // 40: tierstore.rpc.Master.RemoveAll:input_type -> tierstore.rpc.RemoveAllRequest
+	32, // 41: tierstore.rpc.Master.EvictMemory:input_type -> tierstore.rpc.EvictMemoryRequest
+	33, // 42: tierstore.rpc.Master.OffloadHeartbeat:input_type -> tierstore.rpc.OffloadHeartbeatRequest
+	43, // 43: tierstore.rpc.Master.NotifyOffloadSuccess:input_type -> tierstore.rpc.NotifyOffloadSuccessRequest
+	44, // 44: tierstore.rpc.Master.ReRegisterDiskObjects:input_type -> tierstore.rpc.RegisterDiskObjectsRequest
+	45, // 45: tierstore.rpc.Master.EvictDiskReplica:input_type -> tierstore.rpc.EvictDiskReplicaRequest
+	47, // 46: tierstore.rpc.Master.ReconcileDiskObjects:input_type -> tierstore.rpc.ReconcileDiskObjectsRequest
+	49, // 47: tierstore.rpc.Master.ReportBadReplica:input_type -> tierstore.rpc.ReportBadReplicaRequest
+	40, // 48: tierstore.rpc.Master.PromoteEnd:input_type -> tierstore.rpc.PromoteEndRequest
+	52, // 49: tierstore.rpc.Master.Stats:input_type -> tierstore.rpc.StatsRequest
+	55, // 50: tierstore.rpc.Master.ReconcileBegin:input_type -> tierstore.rpc.ReconcileBeginRequest
+	57, // 51: tierstore.rpc.Master.ReconcileKeys:input_type -> tierstore.rpc.ReconcileKeysRequest
+	59, // 52: tierstore.rpc.Master.ReconcileEnd:input_type -> tierstore.rpc.ReconcileEndRequest
+	51, // 53: tierstore.rpc.Master.ReRegisterMemoryObjects:input_type -> tierstore.rpc.RegisterMemoryObjectsRequest
+	6,  // 54: tierstore.rpc.Master.MountSegment:output_type -> tierstore.rpc.MountSegmentResponse
+	8,  // 55: tierstore.rpc.Master.UnmountSegment:output_type -> tierstore.rpc.UnmountSegmentResponse
+	10, // 56: tierstore.rpc.Master.Ping:output_type -> tierstore.rpc.PingResponse
+	12, // 57: tierstore.rpc.Master.PutStart:output_type -> tierstore.rpc.PutStartResponse
+	17, // 58: tierstore.rpc.Master.PutEnd:output_type -> tierstore.rpc.Empty
+	17, // 59: tierstore.rpc.Master.PutRevoke:output_type -> tierstore.rpc.Empty
+	15, // 60: tierstore.rpc.Master.BatchPutStart:output_type -> tierstore.rpc.BatchPutStartResponse
+	20, // 61: tierstore.rpc.Master.BatchPutEnd:output_type -> tierstore.rpc.KeyResults
+	20, // 62: tierstore.rpc.Master.BatchPutRevoke:output_type -> tierstore.rpc.KeyResults
+	22, // 63: tierstore.rpc.Master.ExistKey:output_type -> tierstore.rpc.ExistKeyResponse
+	25, // 64: tierstore.rpc.Master.BatchExistKey:output_type -> tierstore.rpc.BatchExistKeyResponse
+	26, // 65: tierstore.rpc.Master.GetReplicaList:output_type -> tierstore.rpc.GetReplicaListResponse
+	28, // 66: tierstore.rpc.Master.BatchGetReplicaList:output_type -> tierstore.rpc.BatchGetReplicaListResponse
+	17, // 67: tierstore.rpc.Master.Remove:output_type -> tierstore.rpc.Empty
+	31, // 68: tierstore.rpc.Master.RemoveAll:output_type -> tierstore.rpc.CountResponse
+	61, // 69: tierstore.rpc.Master.EvictMemory:output_type -> tierstore.rpc.EvictMemoryResponse
+	38, // 70: tierstore.rpc.Master.OffloadHeartbeat:output_type -> tierstore.rpc.OffloadHeartbeatResponse
+	20, // 71: tierstore.rpc.Master.NotifyOffloadSuccess:output_type -> tierstore.rpc.KeyResults
+	20, // 72: tierstore.rpc.Master.ReRegisterDiskObjects:output_type -> tierstore.rpc.KeyResults
+	46, // 73: tierstore.rpc.Master.EvictDiskReplica:output_type -> tierstore.rpc.EvictDiskReplicaResponse
+	48, // 74: tierstore.rpc.Master.ReconcileDiskObjects:output_type -> tierstore.rpc.ReconcileDiskObjectsResponse
+	17, // 75: tierstore.rpc.Master.ReportBadReplica:output_type -> tierstore.rpc.Empty
+	20, // 76: tierstore.rpc.Master.PromoteEnd:output_type -> tierstore.rpc.KeyResults
+	53, // 77: tierstore.rpc.Master.Stats:output_type -> tierstore.rpc.StatsResponse
+	56, // 78: tierstore.rpc.Master.ReconcileBegin:output_type -> tierstore.rpc.ReconcileBeginResponse
+	58, // 79: tierstore.rpc.Master.ReconcileKeys:output_type -> tierstore.rpc.ReconcileKeysResponse
+	60, // 80: tierstore.rpc.Master.ReconcileEnd:output_type -> tierstore.rpc.ReconcileEndResponse
+	20, // 81: tierstore.rpc.Master.ReRegisterMemoryObjects:output_type -> tierstore.rpc.KeyResults
+	54, // [54:82] is the sub-list for method output_type
+	26, // [26:54] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
