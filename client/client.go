@@ -416,6 +416,38 @@ func (c *Client) Remove(ctx context.Context, key string, force bool) error {
 	return nil
 }
 
+// RemoveAll removes every object and returns how many it removed. Unless
+// force it skips the objects Remove would refuse (leased, pinned by an
+// offload task, a put in progress), as Mooncake's remove_all does.
+func (c *Client) RemoveAll(ctx context.Context, force bool) (int64, error) {
+	if c.closed.Load() {
+		return 0, ErrClosed
+	}
+	ctx, cancel := c.opCtx(ctx)
+	defer cancel()
+	n, err := c.m.RemoveAll(ctx, force)
+	if err != nil {
+		return n, fmt.Errorf("client: remove all: %w", err)
+	}
+	return n, nil
+}
+
+// RemoveByRegex is RemoveAll for the objects whose key matches pattern
+// anywhere (Go regexp syntax, RE2). A pattern that does not compile is
+// ErrInvalidParams naming it, and nothing is removed.
+func (c *Client) RemoveByRegex(ctx context.Context, pattern string, force bool) (int64, error) {
+	if c.closed.Load() {
+		return 0, ErrClosed
+	}
+	ctx, cancel := c.opCtx(ctx)
+	defer cancel()
+	n, err := c.m.RemoveByRegex(ctx, pattern, force)
+	if err != nil {
+		return n, fmt.Errorf("client: remove by regex: %w", err)
+	}
+	return n, nil
+}
+
 // EvictMemory drops the DRAM replicas of keys (or of every object when all)
 // that also have an SSD replica. It answers how many were dropped and how
 // many were left in place, by reason (res.Skipped(), res.SkipReasons()):

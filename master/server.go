@@ -275,6 +275,11 @@ func (s *Server) RemoveAll(ctx context.Context, r *pb.RemoveAllRequest) (*pb.Cou
 	return &pb.CountResponse{Count: n}, toStatus(err)
 }
 
+func (s *Server) RemoveByRegex(ctx context.Context, r *pb.RemoveByRegexRequest) (*pb.CountResponse, error) {
+	n, err := s.api.RemoveByRegex(ctx, r.GetPattern(), r.GetForce())
+	return &pb.CountResponse{Count: n}, toStatus(err)
+}
+
 func (s *Server) EvictMemory(ctx context.Context, r *pb.EvictMemoryRequest) (*pb.EvictMemoryResponse, error) {
 	res, err := s.api.EvictMemory(ctx, strs(r.GetKeys()), r.GetAll())
 	return masterapi.EvictMemoryPB(res), toStatus(err)

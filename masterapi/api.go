@@ -459,10 +459,16 @@ type ClientAPI interface {
 	// that put ends (PutEnd or PutRevoke, answered ErrStalePut) or its
 	// put_start_discard_timeout passes: the writer may still be writing.
 	Remove(ctx context.Context, key string, force bool) error
-	// RemoveAll removes every object (skipping, unless force, leased ones
-	// and puts in progress, as Remove does) and returns how many were
-	// removed.
+	// RemoveAll removes every object (skipping, unless force, those Remove
+	// would refuse: leased, pinned by an offload task, a put in progress)
+	// and returns how many were removed. Each object goes through the same
+	// removal as Remove.
 	RemoveAll(ctx context.Context, force bool) (int64, error)
+	// RemoveByRegex is RemoveAll for the objects whose key matches
+	// pattern anywhere (Go regexp syntax, RE2; Mooncake's
+	// remove_by_regex). A pattern that does not compile is
+	// ErrInvalidParams, naming it; nothing is removed then.
+	RemoveByRegex(ctx context.Context, pattern string, force bool) (int64, error)
 	// EvictMemory drops the Memory replicas of the given keys (or of every
 	// object when all) that also have a readable LocalDisk replica,
 	// honouring pins, offload tasks and leases (a leased object's Memory

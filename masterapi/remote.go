@@ -314,6 +314,15 @@ func (r *Remote) RemoveAll(ctx context.Context, force bool) (int64, error) {
 	return p.GetCount(), nil
 }
 
+// RemoveByRegex implements API.
+func (r *Remote) RemoveByRegex(ctx context.Context, pattern string, force bool) (int64, error) {
+	p, err := r.c.RemoveByRegex(ctx, &pb.RemoveByRegexRequest{Pattern: pattern, Force: force})
+	if err != nil {
+		return 0, fromStatus(err)
+	}
+	return p.GetCount(), nil
+}
+
 // EvictMemory implements API.
 func (r *Remote) EvictMemory(ctx context.Context, keys []string, all bool) (EvictMemoryResult, error) {
 	p, err := r.c.EvictMemory(ctx, &pb.EvictMemoryRequest{Keys: keyBytes(keys), All: all})

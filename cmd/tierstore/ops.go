@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"text/tabwriter"
 	"time"
 
@@ -26,7 +27,7 @@ var opSynopsis = map[string]string{
 	"put":    "--master ADDR [--replicas N] KEY [FILE]",
 	"get":    "--master ADDR KEY [FILE]",
 	"exists": "--master ADDR KEY",
-	"rm":     "--master ADDR [--force] KEY",
+	"rm":     "--master ADDR [--force] KEY | --all | --regex RE",
 	"stats":  "--master ADDR [--node PEER ...]",
 	"evict":  "--master ADDR --tier memory [KEY...|--all]",
 }
@@ -37,6 +38,7 @@ type opArgs struct {
 	addr       string
 	timeout    time.Duration
 	force, all bool
+	regex      string
 	tierName   string
 	nodes      listFlag
 	replicas   int // put
@@ -90,6 +92,8 @@ func parseOp(cmd string, args []string, stdin io.Reader, stdout, stderr io.Write
 		fs.IntVar(&a.replicas, "replicas", 1, fmt.Sprintf("DRAM replicas, each on a different node (1..%d); fails when fewer live nodes have room", masterapi.MaxReplicas))
 	case "rm":
 		fs.BoolVar(&a.force, "force", false, "remove even while a read lease is active")
+		fs.BoolVar(&a.all, "all", false, "every object (instead of KEY); prints the count removed")
+		fs.StringVar(&a.regex, "regex", "", "every object whose key matches RE anywhere (Go regexp syntax) instead of KEY; prints the count removed")
 	case "evict":
 		fs.StringVar(&a.tierName, "tier", "", "the tier to drop replicas from (only \"memory\"; required)")
 		fs.BoolVar(&a.all, "all", false, "every object (instead of KEY...)")
@@ -138,7 +142,11 @@ func checkOp(a *opArgs) string {
 		if a.cmd == "put" && (a.replicas < 1 || a.replicas > masterapi.MaxReplicas) {
 			return fmt.Sprintf("--replicas: want 1..%d, got %d", masterapi.MaxReplicas, a.replicas)
 		}
-	case "exists", "rm":
+	case "rm":
+		if msg := checkRm(a); msg != "" {
+			return msg
+		}
+	case "exists":
 		if len(pos) != 1 {
 			return fmt.Sprintf("want KEY, got %d arguments", len(pos))
 		}
@@ -159,6 +167,27 @@ func checkOp(a *opArgs) string {
 			if k == "" {
 				return "KEY must not be empty"
 			}
+		}
+	}
+	return ""
+}
+
+// checkRm returns what is wrong with rm's arguments, or "": one KEY, or
+// --all, or --regex RE (a pattern that does not compile is a usage error,
+// before anything connects).
+func checkRm(a *opArgs) string {
+	regexSet := a.regex != ""
+	switch {
+	case a.all && regexSet:
+		return "give --all or --regex, not both"
+	case (a.all || regexSet) && len(a.pos) > 0:
+		return fmt.Sprintf("give KEY or --all / --regex, not both (got %d arguments)", len(a.pos))
+	case !a.all && !regexSet && len(a.pos) != 1:
+		return fmt.Sprintf("want KEY, --all or --regex RE, got %d arguments", len(a.pos))
+	}
+	if regexSet {
+		if _, err := regexp.Compile(a.regex); err != nil {
+			return fmt.Sprintf("--regex %q: %v", a.regex, err)
 		}
 	}
 	return ""
@@ -209,8 +238,22 @@ var opHandlers = map[string]func(ctx context.Context, c *client.Client, a opArgs
 		}
 		return nil
 	},
-	"rm": func(ctx context.Context, c *client.Client, a opArgs, _, _ io.Writer) error {
-		return c.Remove(ctx, a.pos[0], a.force)
+	"rm": func(ctx context.Context, c *client.Client, a opArgs, stdout, _ io.Writer) error {
+		var n int64
+		var err error
+		switch {
+		case a.all:
+			n, err = c.RemoveAll(ctx, a.force)
+		case a.regex != "":
+			n, err = c.RemoveByRegex(ctx, a.regex, a.force)
+		default:
+			return c.Remove(ctx, a.pos[0], a.force)
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "removed %d\n", n)
+		return nil
 	},
 	"stats": runStats,
 	"evict": func(ctx context.Context, c *client.Client, a opArgs, stdout, _ io.Writer) error {
