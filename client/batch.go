@@ -32,6 +32,12 @@ func parallel(n int, f func(i int)) {
 // BatchPut stores values[i] under keys[i] with one BatchPutStart and one
 // BatchPutEnd; it returns one error per key (nil: stored).
 func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte) []error {
+	return c.BatchPutWith(ctx, keys, values, PutOptions{})
+}
+
+// BatchPutWith is BatchPut with the options of every put (PutOptions:
+// replicas).
+func (c *Client) BatchPutWith(ctx context.Context, keys []string, values [][]byte, opts PutOptions) []error {
 	errs := make([]error, len(keys))
 	if len(values) != len(keys) {
 		for i := range errs {
@@ -55,9 +61,7 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte) [
 			continue
 		}
 		crcs[i] = CRC32C(values[i])
-		r := masterapi.PutStartRequest{Key: k, Size: int64(len(values[i])), CRC: crcs[i], SoftPin: c.cfg.SoftPin, HardPin: c.cfg.HardPin}
-		r.PreferredNode = c.preferred()
-		reqs = append(reqs, r)
+		reqs = append(reqs, c.putRequest(k, int64(len(values[i])), crcs[i], opts))
 		idx = append(idx, i)
 	}
 	if len(reqs) == 0 {
@@ -80,8 +84,8 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte) [
 			return
 		}
 		wctx := wire.WithObject(ctx, wire.Object{Key: keys[i], SoftPin: c.cfg.SoftPin, HardPin: c.cfg.HardPin})
-		if err := c.writeReplica(wctx, starts[j].Replica, values[i], crcs[i]); err != nil {
-			errs[i] = fmt.Errorf("client: put %s: writing to node %s: %w", masterapi.ShortKey(keys[i]), starts[j].Replica.Node, err)
+		if err := c.writeReplicas(wctx, starts[j].PutStartReply, values[i], crcs[i]); err != nil {
+			errs[i] = fmt.Errorf("client: put %s: %w", masterapi.ShortKey(keys[i]), err)
 		}
 	})
 	var ends, revokes []masterapi.PutRef
