@@ -149,10 +149,10 @@ func nodeIsolatedOffload(ctx context.Context, r *rig) error {
 	return r.final(ks)
 }
 
-// noteLog notes what when p printed s.
+// noteLog notes what, and how many times, when p printed s.
 func (r *rig) noteLog(p interface{ Output() string }, s, what string) {
-	if strings.Contains(p.Output(), s) {
-		r.note("%s", what)
+	if n := strings.Count(p.Output(), s); n > 0 {
+		r.note("%s (%dx)", what, n)
 	}
 }
 
@@ -450,6 +450,6 @@ func flapping(ctx context.Context, r *rig) error {
 		return err
 	}
 	r.note("the link went down %d times", netlab.Downs(flap))
-	r.noteLog(n1, "master asks for a remount", "n1 was expired by the master at least once (remounted)")
+	r.noteLog(n1, "master asks for a remount", "n1 was expired by the master and remounted")
 	return r.final(ks)
 }
