@@ -290,10 +290,10 @@ func startMemcached(ctx context.Context, dir, _ string, b serveBudget) (_ kvServ
 		return nil, err
 	}
 	host, port, _ := net.SplitHostPort(addr)
-	// -I: the largest value plus room for its header; extstore's write
-	// buffer holds the largest value (a value larger than it stays in DRAM).
-	item := max(2<<20, 2*b.maxValue)
-	wbuf := max(4, b.maxValue>>20+1)
+	// -I: the largest value plus room for its header. memcached refuses an
+	// -I above extstore's write buffer, so the buffer is as large.
+	item := max(2<<20, b.maxValue+1<<20)
+	wbuf := max(4, (item>>20+1)&^1) // MB, even (extstore's rule)
 	args := []string{"-l", host, "-p", port, "-U", "0", "-t", "4",
 		"-m", strconv.FormatInt(b.dram>>20, 10), "-I", fmt.Sprintf("%dm", item>>20), "-c", "1024",
 		"-o", fmt.Sprintf("ext_page_size=%d,ext_wbuf_size=%d,ext_path=%s:%dm", max(64, 2*wbuf), wbuf, filepath.Join(s.dir, "extstore"), b.ssd>>20)}
