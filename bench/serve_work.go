@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -213,7 +214,11 @@ func (r *serveRun) putRange(ctx context.Context, prefix string, size int64, lo, 
 		ids := span(lo+i*batch, min(batch, n-i*batch))
 		keys := keysOf(prefix, ids)
 		if batch == 1 {
-			return opResult{bytes: size}, r.s.put(ctx, w, keys[0], r.value(size, ids[0]))
+			err := r.s.put(ctx, w, keys[0], r.value(size, ids[0]))
+			if errors.Is(err, errNotStored) {
+				return opResult{failedPuts: 1}, nil
+			}
+			return opResult{bytes: size}, err
 		}
 		vals := make([][]byte, len(ids))
 		for j, id := range ids {
