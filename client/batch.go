@@ -38,6 +38,12 @@ func parallel(n int, f func(i int)) {
 // putWaveMax bytes (the first is small so that bytes flow early; later
 // ones are large so that a batch costs few master calls).
 func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte) []error {
+	return c.BatchPutWith(ctx, keys, values, PutOptions{})
+}
+
+// BatchPutWith is BatchPut with the options of every put (PutOptions:
+// replicas).
+func (c *Client) BatchPutWith(ctx context.Context, keys []string, values [][]byte, opts PutOptions) []error {
 	errs := make([]error, len(keys))
 	if len(values) != len(keys) {
 		for i := range errs {
@@ -65,7 +71,7 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte) [
 	go func() {
 		defer close(started)
 		for _, w := range waves {
-			c.startWave(ctx, keys, values, w)
+			c.startWave(ctx, keys, values, opts, w)
 			started <- w
 		}
 	}()
@@ -119,13 +125,12 @@ func putWaves(idx []int, size func(i int) int64) []*putWave {
 }
 
 // startWave computes w's CRC32Cs and asks the master for its ranges.
-func (c *Client) startWave(ctx context.Context, keys []string, values [][]byte, w *putWave) {
+func (c *Client) startWave(ctx context.Context, keys []string, values [][]byte, opts PutOptions, w *putWave) {
 	reqs := make([]masterapi.PutStartRequest, len(w.idx))
 	w.crcs = make([]uint32, len(w.idx))
 	for j, i := range w.idx {
 		w.crcs[j] = CRC32C(values[i])
-		reqs[j] = masterapi.PutStartRequest{Key: keys[i], Size: int64(len(values[i])), CRC: w.crcs[j], SoftPin: c.cfg.SoftPin, HardPin: c.cfg.HardPin}
-		reqs[j].PreferredNode = c.preferred()
+		reqs[j] = c.putRequest(keys[i], int64(len(values[i])), w.crcs[j], opts)
 	}
 	w.starts, w.err = c.m.BatchPutStart(ctx, reqs)
 	if w.err == nil && len(w.starts) != len(reqs) {
@@ -150,8 +155,8 @@ func (c *Client) writeWave(ctx context.Context, keys []string, values [][]byte, 
 		wg.Go(func() {
 			defer func() { <-sem }()
 			wctx := wire.WithObject(ctx, wire.Object{Key: keys[i], SoftPin: c.cfg.SoftPin, HardPin: c.cfg.HardPin})
-			if err := c.writeReplica(wctx, w.starts[j].Replica, values[i], w.crcs[j]); err != nil {
-				errs[i] = fmt.Errorf("client: put %s: writing to node %s: %w", masterapi.ShortKey(keys[i]), w.starts[j].Replica.Node, err)
+			if err := c.writeReplicas(wctx, w.starts[j].PutStartReply, values[i], w.crcs[j]); err != nil {
+				errs[i] = fmt.Errorf("client: put %s: %w", masterapi.ShortKey(keys[i]), err)
 			}
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -167,11 +168,36 @@ func (c *Client) peerFor(ctx context.Context, r masterapi.Replica) (peer, error)
 	return remotePeer{dc}, nil
 }
 
+// PutOptions are the options of one put (Put uses the zero value).
+type PutOptions struct {
+	// Replicas is the number of DRAM replicas to keep, each on a different
+	// node (Mooncake's replica_num); 0 means 1, at most
+	// masterapi.MaxReplicas. The replicas are written in parallel and the
+	// put is published only once every one of them is written: readers see
+	// all of them or none. A Get reads the nearest (this process's node
+	// first) and falls back on the others; the loss of a node leaves the
+	// others readable. With fewer live nodes than Replicas the put fails
+	// with ErrNoAvailableHandle, unless AllowFewer.
+	Replicas int
+	// AllowFewer places as many of the Replicas as live nodes with room
+	// allow now (at least one) instead of failing (Mooncake's best effort).
+	AllowFewer bool
+	// PreferredNode places the first replica on this node's segment when
+	// it has room; "" = Config.PreferredNode (or the local node).
+	PreferredNode string
+}
+
 // Put stores value under key: the master allocates a DRAM range (on the
 // local node when it has room), the bytes are written there and the put is
 // completed. On a write failure the put is revoked. ErrObjectExists when
-// the key already exists.
+// the key already exists. PutWith takes per-put options (replicas).
 func (c *Client) Put(ctx context.Context, key string, value []byte) error {
+	return c.PutWith(ctx, key, value, PutOptions{})
+}
+
+// PutWith is Put with options: opts.Replicas DRAM replicas on as many
+// nodes, written in parallel, published together (see PutOptions).
+func (c *Client) PutWith(ctx context.Context, key string, value []byte, opts PutOptions) error {
 	if err := c.check(key); err != nil {
 		return err
 	}
@@ -182,23 +208,31 @@ func (c *Client) Put(ctx context.Context, key string, value []byte) error {
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
 	crc := CRC32C(value)
-	req := masterapi.PutStartRequest{Key: key, Size: int64(len(value)), CRC: crc, SoftPin: c.cfg.SoftPin, HardPin: c.cfg.HardPin}
-	req.PreferredNode = c.preferred()
-	r, err := c.m.PutStart(ctx, req)
+	r, err := c.m.PutStart(ctx, c.putRequest(key, int64(len(value)), crc, opts))
 	if err != nil {
 		return fmt.Errorf("client: put %s: %w", masterapi.ShortKey(key), err)
 	}
 	wctx := wire.WithObject(ctx, wire.Object{Key: key, SoftPin: c.cfg.SoftPin, HardPin: c.cfg.HardPin})
-	if err := c.writeReplica(wctx, r, value, crc); err != nil {
+	if err := c.writeReplicas(wctx, r, value, crc); err != nil {
 		c.revoke(key, r.PutToken)
-		return fmt.Errorf("client: put %s: writing to node %s: %w", masterapi.ShortKey(key), r.Node, err)
+		return fmt.Errorf("client: put %s: %w", masterapi.ShortKey(key), err)
 	}
 	if err := c.m.PutEnd(ctx, key, r.PutToken); err != nil {
 		c.revoke(key, r.PutToken)
 		return fmt.Errorf("client: put %s: %w", masterapi.ShortKey(key), err)
 	}
-	c.observePut(r, start)
+	c.observePut(r.Replica, start)
 	return nil
+}
+
+// putRequest is the PutStart request of a put of key.
+func (c *Client) putRequest(key string, size int64, crc uint32, opts PutOptions) masterapi.PutStartRequest {
+	req := masterapi.PutStartRequest{Key: key, Size: size, CRC: crc, SoftPin: c.cfg.SoftPin, HardPin: c.cfg.HardPin,
+		Replicas: opts.Replicas, AllowFewer: opts.AllowFewer, PreferredNode: opts.PreferredNode}
+	if req.PreferredNode == "" {
+		req.PreferredNode = c.preferred()
+	}
+	return req
 }
 
 // revoke abandons the put token of key (best effort: a put the master no
@@ -211,15 +245,48 @@ func (c *Client) revoke(key string, token uint64) {
 	}
 }
 
+// writeReplicas writes value to every replica of the put p, in parallel
+// when there are several; the first failure cancels the others' writes
+// and is the error (naming the replica's node).
+func (c *Client) writeReplicas(ctx context.Context, p masterapi.PutStartReply, value []byte, crc uint32) error {
+	if len(p.More) == 0 {
+		return c.writeReplica(ctx, p.Replica, value, crc)
+	}
+	reps := p.Replicas()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, len(reps))
+	var first atomic.Int32 // index of the first write that failed
+	first.Store(-1)
+	var wg sync.WaitGroup
+	for i, r := range reps {
+		wg.Go(func() {
+			if errs[i] = c.writeReplica(ctx, r, value, crc); errs[i] != nil {
+				first.CompareAndSwap(-1, int32(i))
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	if f := first.Load(); f >= 0 {
+		return fmt.Errorf("replica %d of %d: %w", f+1, len(reps), errs[f])
+	}
+	return nil
+}
+
+// writeReplica writes value to the put's replica r.
 func (c *Client) writeReplica(ctx context.Context, r masterapi.Replica, value []byte, crc uint32) error {
 	if r.Kind != masterapi.Memory || r.Length != int64(len(value)) {
 		return codes.Errorf(codes.InternalError, "client: master allocated a %v replica of %d bytes for %d", r.Kind, r.Length, len(value))
 	}
 	p, err := c.peerFor(ctx, r)
-	if err != nil {
-		return err
+	if err == nil {
+		err = p.writeRange(ctx, r.Segment, r.Offset, value, crc, r.PutToken)
 	}
-	return p.writeRange(ctx, r.Segment, r.Offset, value, crc, r.PutToken)
+	if err != nil {
+		return fmt.Errorf("writing to node %s: %w", r.Node, err)
+	}
+	return nil
 }
 
 // rank orders replicas best first: local DRAM, remote DRAM, local SSD,
@@ -347,6 +414,38 @@ func (c *Client) Remove(ctx context.Context, key string, force bool) error {
 		return fmt.Errorf("client: remove %s: %w", masterapi.ShortKey(key), err)
 	}
 	return nil
+}
+
+// RemoveAll removes every object and returns how many it removed. Unless
+// force it skips the objects Remove would refuse (leased, pinned by an
+// offload task, a put in progress), as Mooncake's remove_all does.
+func (c *Client) RemoveAll(ctx context.Context, force bool) (int64, error) {
+	if c.closed.Load() {
+		return 0, ErrClosed
+	}
+	ctx, cancel := c.opCtx(ctx)
+	defer cancel()
+	n, err := c.m.RemoveAll(ctx, force)
+	if err != nil {
+		return n, fmt.Errorf("client: remove all: %w", err)
+	}
+	return n, nil
+}
+
+// RemoveByRegex is RemoveAll for the objects whose key matches pattern
+// anywhere (Go regexp syntax, RE2). A pattern that does not compile is
+// ErrInvalidParams naming it, and nothing is removed.
+func (c *Client) RemoveByRegex(ctx context.Context, pattern string, force bool) (int64, error) {
+	if c.closed.Load() {
+		return 0, ErrClosed
+	}
+	ctx, cancel := c.opCtx(ctx)
+	defer cancel()
+	n, err := c.m.RemoveByRegex(ctx, pattern, force)
+	if err != nil {
+		return n, fmt.Errorf("client: remove by regex: %w", err)
+	}
+	return n, nil
 }
 
 // EvictMemory drops the DRAM replicas of keys (or of every object when all)

@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"regexp"
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
@@ -12,7 +13,6 @@ func (s *Service) Remove(ctx context.Context, key string, force bool) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	now := s.now()
 	sh, err := s.lockKey(key)
 	if err != nil {
 		return s.observe(err)
@@ -22,18 +22,36 @@ func (s *Service) Remove(ctx context.Context, key string, force bool) error {
 	if o == nil {
 		return s.observe(codes.Errorf(codes.ObjectNotFound, "master: remove"))
 	}
+	return s.observe(s.removeObj(sh, key, o, force, s.now()))
+}
+
+// removeObj is the master's one removal path: Remove, RemoveAll and
+// RemoveByRegex send every key through it. Unless force it refuses (and
+// changes nothing) while a put of the key is in progress
+// (REPLICA_IS_NOT_READY), a read lease is active or an offload task pins
+// the object (OBJECT_HAS_LEASE); otherwise it deletes the object and
+// every replica it lists. Caller holds the shard lock.
+func (s *Service) removeObj(sh *shard, key string, o *object, force bool, now int64) error {
 	if !force {
-		if o.putInProgress() && !o.mem.promo {
-			return s.observe(codes.Errorf(codes.ReplicaNotReady, "master: remove: a put of the key is in progress (token %d); it completes normally", o.mem.token))
-		}
-		if o.leased(now) {
-			return s.observe(codes.Errorf(codes.ObjectHasLease, "master: remove: lease until %v", time.Unix(0, o.leaseUntil).UTC()))
-		}
-		if o.offload != nil {
-			return s.observe(codes.Errorf(codes.ObjectHasLease, "master: remove: pinned by an offload task on node %q", o.offload.id))
+		if err := removeRefusal(o, now); err != nil {
+			return err
 		}
 	}
 	s.deleteObj(sh, key, o)
+	return nil
+}
+
+// removeRefusal is why a non-forced removal must leave o in place, or nil.
+// Caller holds the shard lock.
+func removeRefusal(o *object, now int64) error {
+	switch {
+	case o.putInProgress() && !o.mem.promo:
+		return codes.Errorf(codes.ReplicaNotReady, "master: remove: a put of the key is in progress (token %d); it completes normally", o.mem.token)
+	case o.leased(now):
+		return codes.Errorf(codes.ObjectHasLease, "master: remove: lease until %v", time.Unix(0, o.leaseUntil).UTC())
+	case o.offload != nil:
+		return codes.Errorf(codes.ObjectHasLease, "master: remove: pinned by an offload task on node %q", o.offload.id)
+	}
 	return nil
 }
 
@@ -42,21 +60,41 @@ func (s *Service) RemoveAll(ctx context.Context, force bool) (int64, error) {
 	if err := s.check(ctx); err != nil {
 		return 0, err
 	}
+	return s.removeMatching(func(string) bool { return true }, force), nil
+}
+
+// RemoveByRegex implements API. The pattern is Go's RE2 syntax
+// (regexp/syntax), matched anywhere in the key as Mooncake's
+// std::regex_search does; a pattern that does not compile (or uses what
+// RE2 lacks: backreferences, lookaround) is INVALID_PARAMS naming it.
+func (s *Service) RemoveByRegex(ctx context.Context, pattern string, force bool) (int64, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	re, err := regexp.Compile(pattern)
+	if err != nil {
+		return 0, s.observe(codes.Errorf(codes.InvalidParams, "master: remove_by_regex: pattern %q: %v", pattern, err))
+	}
+	return s.removeMatching(re.MatchString, force), nil
+}
+
+// removeMatching sends every object whose key match accepts through
+// removeObj, shard by shard, and returns how many it removed (the objects
+// it refused are skipped, as Mooncake's RemoveAll does).
+func (s *Service) removeMatching(match func(key string) bool, force bool) int64 {
 	now := s.now()
 	var n int64
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for k, o := range sh.objs {
-			if !force && ((o.putInProgress() && !o.mem.promo) || o.leased(now) || o.offload != nil) {
-				continue
+			if match(k) && s.removeObj(sh, k, o, force, now) == nil {
+				n++
 			}
-			s.deleteObj(sh, k, o)
-			n++
 		}
 		sh.mu.Unlock()
 	}
-	return n, nil
+	return n
 }
 
 // EvictMemory implements API.
@@ -93,7 +131,7 @@ func (s *Service) EvictMemory(ctx context.Context, keys []string, all bool) (Evi
 		switch o := sh.objs[k]; {
 		case o == nil:
 			res.NotFound++
-		case o.mem.seg == nil || (o.mem.complete && !o.mem.seg.live()):
+		case o.mem.seg == nil || (o.mem.complete && !o.readableMem()):
 			res.NotInMemory++
 		default:
 			s.evictMemOf(o, now, &res)

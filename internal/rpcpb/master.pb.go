@@ -684,8 +684,14 @@ type PutStartRequest struct {
 	PreferredNode string                 `protobuf:"bytes,4,opt,name=preferred_node,json=preferredNode,proto3" json:"preferred_node,omitempty"`
 	SoftPin       bool                   `protobuf:"varint,5,opt,name=soft_pin,json=softPin,proto3" json:"soft_pin,omitempty"`
 	HardPin       bool                   `protobuf:"varint,6,opt,name=hard_pin,json=hardPin,proto3" json:"hard_pin,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// DRAM replicas to place, each on another node (Mooncake's replica_num);
+	// 0 means 1 (docs/master.md, replicas).
+	Replicas int32 `protobuf:"varint,7,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	// Place as many replicas as fit (at least one) instead of failing when
+	// fewer than `replicas` nodes have room.
+	AllowFewerReplicas bool `protobuf:"varint,8,opt,name=allow_fewer_replicas,json=allowFewerReplicas,proto3" json:"allow_fewer_replicas,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *PutStartRequest) Reset() {
@@ -760,9 +766,27 @@ func (x *PutStartRequest) GetHardPin() bool {
 	return false
 }
 
+func (x *PutStartRequest) GetReplicas() int32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return 0
+}
+
+func (x *PutStartRequest) GetAllowFewerReplicas() bool {
+	if x != nil {
+		return x.AllowFewerReplicas
+	}
+	return false
+}
+
+// replica: the put's first replica (on the preferred node when it had
+// room); more: its further replicas, one per other node. All carry the
+// put's token.
 type PutStartResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Replica       *Replica               `protobuf:"bytes,1,opt,name=replica,proto3" json:"replica,omitempty"`
+	More          []*Replica             `protobuf:"bytes,2,rep,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -800,6 +824,13 @@ func (*PutStartResponse) Descriptor() ([]byte, []int) {
 func (x *PutStartResponse) GetReplica() *Replica {
 	if x != nil {
 		return x.Replica
+	}
+	return nil
+}
+
+func (x *PutStartResponse) GetMore() []*Replica {
+	if x != nil {
+		return x.More
 	}
 	return nil
 }
@@ -853,6 +884,7 @@ type PutStartResult struct {
 	Code          int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
 	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	Replica       *Replica               `protobuf:"bytes,3,opt,name=replica,proto3" json:"replica,omitempty"`
+	More          []*Replica             `protobuf:"bytes,4,rep,name=more,proto3" json:"more,omitempty"` // as PutStartResponse.more
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -904,6 +936,13 @@ func (x *PutStartResult) GetMessage() string {
 func (x *PutStartResult) GetReplica() *Replica {
 	if x != nil {
 		return x.Replica
+	}
+	return nil
+}
+
+func (x *PutStartResult) GetMore() []*Replica {
+	if x != nil {
+		return x.More
 	}
 	return nil
 }
@@ -1686,6 +1725,60 @@ func (x *RemoveAllRequest) GetForce() bool {
 	return false
 }
 
+// RemoveByRegex: pattern in Go regexp (RE2) syntax, matched anywhere in
+// the key; a pattern that does not compile is INVALID_PARAMS.
+type RemoveByRegexRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pattern       string                 `protobuf:"bytes,1,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	Force         bool                   `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveByRegexRequest) Reset() {
+	*x = RemoveByRegexRequest{}
+	mi := &file_master_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveByRegexRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveByRegexRequest) ProtoMessage() {}
+
+func (x *RemoveByRegexRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveByRegexRequest.ProtoReflect.Descriptor instead.
+func (*RemoveByRegexRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *RemoveByRegexRequest) GetPattern() string {
+	if x != nil {
+		return x.Pattern
+	}
+	return ""
+}
+
+func (x *RemoveByRegexRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
 type CountResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Count         int64                  `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
@@ -1695,7 +1788,7 @@ type CountResponse struct {
 
 func (x *CountResponse) Reset() {
 	*x = CountResponse{}
-	mi := &file_master_proto_msgTypes[28]
+	mi := &file_master_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1707,7 +1800,7 @@ func (x *CountResponse) String() string {
 func (*CountResponse) ProtoMessage() {}
 
 func (x *CountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[28]
+	mi := &file_master_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1720,7 +1813,7 @@ func (x *CountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountResponse.ProtoReflect.Descriptor instead.
 func (*CountResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{28}
+	return file_master_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CountResponse) GetCount() int64 {
@@ -1740,7 +1833,7 @@ type EvictMemoryRequest struct {
 
 func (x *EvictMemoryRequest) Reset() {
 	*x = EvictMemoryRequest{}
-	mi := &file_master_proto_msgTypes[29]
+	mi := &file_master_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1752,7 +1845,7 @@ func (x *EvictMemoryRequest) String() string {
 func (*EvictMemoryRequest) ProtoMessage() {}
 
 func (x *EvictMemoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[29]
+	mi := &file_master_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1765,7 +1858,7 @@ func (x *EvictMemoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictMemoryRequest.ProtoReflect.Descriptor instead.
 func (*EvictMemoryRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{29}
+	return file_master_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *EvictMemoryRequest) GetKeys() [][]byte {
@@ -1802,7 +1895,7 @@ type OffloadHeartbeatRequest struct {
 
 func (x *OffloadHeartbeatRequest) Reset() {
 	*x = OffloadHeartbeatRequest{}
-	mi := &file_master_proto_msgTypes[30]
+	mi := &file_master_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1814,7 +1907,7 @@ func (x *OffloadHeartbeatRequest) String() string {
 func (*OffloadHeartbeatRequest) ProtoMessage() {}
 
 func (x *OffloadHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[30]
+	mi := &file_master_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1827,7 +1920,7 @@ func (x *OffloadHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*OffloadHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{30}
+	return file_master_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *OffloadHeartbeatRequest) GetNode() string {
@@ -1878,7 +1971,7 @@ type SSDVictim struct {
 
 func (x *SSDVictim) Reset() {
 	*x = SSDVictim{}
-	mi := &file_master_proto_msgTypes[31]
+	mi := &file_master_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1890,7 +1983,7 @@ func (x *SSDVictim) String() string {
 func (*SSDVictim) ProtoMessage() {}
 
 func (x *SSDVictim) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[31]
+	mi := &file_master_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1903,7 +1996,7 @@ func (x *SSDVictim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SSDVictim.ProtoReflect.Descriptor instead.
 func (*SSDVictim) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{31}
+	return file_master_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SSDVictim) GetBytes() int64 {
@@ -1940,7 +2033,7 @@ type SSDReport struct {
 
 func (x *SSDReport) Reset() {
 	*x = SSDReport{}
-	mi := &file_master_proto_msgTypes[32]
+	mi := &file_master_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1952,7 +2045,7 @@ func (x *SSDReport) String() string {
 func (*SSDReport) ProtoMessage() {}
 
 func (x *SSDReport) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[32]
+	mi := &file_master_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1965,7 +2058,7 @@ func (x *SSDReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SSDReport.ProtoReflect.Descriptor instead.
 func (*SSDReport) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{32}
+	return file_master_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SSDReport) GetHigh() int64 {
@@ -2015,7 +2108,7 @@ type PromoteTask struct {
 
 func (x *PromoteTask) Reset() {
 	*x = PromoteTask{}
-	mi := &file_master_proto_msgTypes[33]
+	mi := &file_master_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2027,7 +2120,7 @@ func (x *PromoteTask) String() string {
 func (*PromoteTask) ProtoMessage() {}
 
 func (x *PromoteTask) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[33]
+	mi := &file_master_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2040,7 +2133,7 @@ func (x *PromoteTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteTask.ProtoReflect.Descriptor instead.
 func (*PromoteTask) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{33}
+	return file_master_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PromoteTask) GetKey() []byte {
@@ -2106,7 +2199,7 @@ type OffloadTask struct {
 
 func (x *OffloadTask) Reset() {
 	*x = OffloadTask{}
-	mi := &file_master_proto_msgTypes[34]
+	mi := &file_master_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2118,7 +2211,7 @@ func (x *OffloadTask) String() string {
 func (*OffloadTask) ProtoMessage() {}
 
 func (x *OffloadTask) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[34]
+	mi := &file_master_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2131,7 +2224,7 @@ func (x *OffloadTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadTask.ProtoReflect.Descriptor instead.
 func (*OffloadTask) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{34}
+	return file_master_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *OffloadTask) GetKey() []byte {
@@ -2199,7 +2292,7 @@ type OffloadHeartbeatResponse struct {
 
 func (x *OffloadHeartbeatResponse) Reset() {
 	*x = OffloadHeartbeatResponse{}
-	mi := &file_master_proto_msgTypes[35]
+	mi := &file_master_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2211,7 +2304,7 @@ func (x *OffloadHeartbeatResponse) String() string {
 func (*OffloadHeartbeatResponse) ProtoMessage() {}
 
 func (x *OffloadHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[35]
+	mi := &file_master_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2224,7 +2317,7 @@ func (x *OffloadHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*OffloadHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{35}
+	return file_master_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *OffloadHeartbeatResponse) GetTasks() []*OffloadTask {
@@ -2282,7 +2375,7 @@ type PromoteResult struct {
 
 func (x *PromoteResult) Reset() {
 	*x = PromoteResult{}
-	mi := &file_master_proto_msgTypes[36]
+	mi := &file_master_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2294,7 +2387,7 @@ func (x *PromoteResult) String() string {
 func (*PromoteResult) ProtoMessage() {}
 
 func (x *PromoteResult) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[36]
+	mi := &file_master_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2307,7 +2400,7 @@ func (x *PromoteResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteResult.ProtoReflect.Descriptor instead.
 func (*PromoteResult) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{36}
+	return file_master_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PromoteResult) GetKey() []byte {
@@ -2348,7 +2441,7 @@ type PromoteEndRequest struct {
 
 func (x *PromoteEndRequest) Reset() {
 	*x = PromoteEndRequest{}
-	mi := &file_master_proto_msgTypes[37]
+	mi := &file_master_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2360,7 +2453,7 @@ func (x *PromoteEndRequest) String() string {
 func (*PromoteEndRequest) ProtoMessage() {}
 
 func (x *PromoteEndRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[37]
+	mi := &file_master_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2373,7 +2466,7 @@ func (x *PromoteEndRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteEndRequest.ProtoReflect.Descriptor instead.
 func (*PromoteEndRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{37}
+	return file_master_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PromoteEndRequest) GetNode() string {
@@ -2401,7 +2494,7 @@ type DiskObject struct {
 
 func (x *DiskObject) Reset() {
 	*x = DiskObject{}
-	mi := &file_master_proto_msgTypes[38]
+	mi := &file_master_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2413,7 +2506,7 @@ func (x *DiskObject) String() string {
 func (*DiskObject) ProtoMessage() {}
 
 func (x *DiskObject) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[38]
+	mi := &file_master_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2426,7 +2519,7 @@ func (x *DiskObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskObject.ProtoReflect.Descriptor instead.
 func (*DiskObject) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{38}
+	return file_master_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DiskObject) GetKey() []byte {
@@ -2461,7 +2554,7 @@ type OffloadFailure struct {
 
 func (x *OffloadFailure) Reset() {
 	*x = OffloadFailure{}
-	mi := &file_master_proto_msgTypes[39]
+	mi := &file_master_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2473,7 +2566,7 @@ func (x *OffloadFailure) String() string {
 func (*OffloadFailure) ProtoMessage() {}
 
 func (x *OffloadFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[39]
+	mi := &file_master_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2486,7 +2579,7 @@ func (x *OffloadFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadFailure.ProtoReflect.Descriptor instead.
 func (*OffloadFailure) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{39}
+	return file_master_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *OffloadFailure) GetKey() []byte {
@@ -2521,7 +2614,7 @@ type NotifyOffloadSuccessRequest struct {
 
 func (x *NotifyOffloadSuccessRequest) Reset() {
 	*x = NotifyOffloadSuccessRequest{}
-	mi := &file_master_proto_msgTypes[40]
+	mi := &file_master_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2533,7 +2626,7 @@ func (x *NotifyOffloadSuccessRequest) String() string {
 func (*NotifyOffloadSuccessRequest) ProtoMessage() {}
 
 func (x *NotifyOffloadSuccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[40]
+	mi := &file_master_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2546,7 +2639,7 @@ func (x *NotifyOffloadSuccessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotifyOffloadSuccessRequest.ProtoReflect.Descriptor instead.
 func (*NotifyOffloadSuccessRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{40}
+	return file_master_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *NotifyOffloadSuccessRequest) GetNode() string {
@@ -2580,7 +2673,7 @@ type RegisterDiskObjectsRequest struct {
 
 func (x *RegisterDiskObjectsRequest) Reset() {
 	*x = RegisterDiskObjectsRequest{}
-	mi := &file_master_proto_msgTypes[41]
+	mi := &file_master_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2592,7 +2685,7 @@ func (x *RegisterDiskObjectsRequest) String() string {
 func (*RegisterDiskObjectsRequest) ProtoMessage() {}
 
 func (x *RegisterDiskObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[41]
+	mi := &file_master_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2605,7 +2698,7 @@ func (x *RegisterDiskObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterDiskObjectsRequest.ProtoReflect.Descriptor instead.
 func (*RegisterDiskObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{41}
+	return file_master_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RegisterDiskObjectsRequest) GetNode() string {
@@ -2632,7 +2725,7 @@ type EvictDiskReplicaRequest struct {
 
 func (x *EvictDiskReplicaRequest) Reset() {
 	*x = EvictDiskReplicaRequest{}
-	mi := &file_master_proto_msgTypes[42]
+	mi := &file_master_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2644,7 +2737,7 @@ func (x *EvictDiskReplicaRequest) String() string {
 func (*EvictDiskReplicaRequest) ProtoMessage() {}
 
 func (x *EvictDiskReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[42]
+	mi := &file_master_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2657,7 +2750,7 @@ func (x *EvictDiskReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictDiskReplicaRequest.ProtoReflect.Descriptor instead.
 func (*EvictDiskReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{42}
+	return file_master_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *EvictDiskReplicaRequest) GetNode() string {
@@ -2688,7 +2781,7 @@ type EvictDiskReplicaResponse struct {
 
 func (x *EvictDiskReplicaResponse) Reset() {
 	*x = EvictDiskReplicaResponse{}
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2700,7 +2793,7 @@ func (x *EvictDiskReplicaResponse) String() string {
 func (*EvictDiskReplicaResponse) ProtoMessage() {}
 
 func (x *EvictDiskReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2713,7 +2806,7 @@ func (x *EvictDiskReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictDiskReplicaResponse.ProtoReflect.Descriptor instead.
 func (*EvictDiskReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{43}
+	return file_master_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *EvictDiskReplicaResponse) GetCount() int64 {
@@ -2740,7 +2833,7 @@ type ReconcileDiskObjectsRequest struct {
 
 func (x *ReconcileDiskObjectsRequest) Reset() {
 	*x = ReconcileDiskObjectsRequest{}
-	mi := &file_master_proto_msgTypes[44]
+	mi := &file_master_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2752,7 +2845,7 @@ func (x *ReconcileDiskObjectsRequest) String() string {
 func (*ReconcileDiskObjectsRequest) ProtoMessage() {}
 
 func (x *ReconcileDiskObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[44]
+	mi := &file_master_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2765,7 +2858,7 @@ func (x *ReconcileDiskObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileDiskObjectsRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileDiskObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{44}
+	return file_master_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ReconcileDiskObjectsRequest) GetNode() string {
@@ -2794,7 +2887,7 @@ type ReconcileDiskObjectsResponse struct {
 
 func (x *ReconcileDiskObjectsResponse) Reset() {
 	*x = ReconcileDiskObjectsResponse{}
-	mi := &file_master_proto_msgTypes[45]
+	mi := &file_master_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2806,7 +2899,7 @@ func (x *ReconcileDiskObjectsResponse) String() string {
 func (*ReconcileDiskObjectsResponse) ProtoMessage() {}
 
 func (x *ReconcileDiskObjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[45]
+	mi := &file_master_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2819,7 +2912,7 @@ func (x *ReconcileDiskObjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileDiskObjectsResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileDiskObjectsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{45}
+	return file_master_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReconcileDiskObjectsResponse) GetCount() int64 {
@@ -2848,7 +2941,7 @@ type ReportBadReplicaRequest struct {
 
 func (x *ReportBadReplicaRequest) Reset() {
 	*x = ReportBadReplicaRequest{}
-	mi := &file_master_proto_msgTypes[46]
+	mi := &file_master_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2860,7 +2953,7 @@ func (x *ReportBadReplicaRequest) String() string {
 func (*ReportBadReplicaRequest) ProtoMessage() {}
 
 func (x *ReportBadReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[46]
+	mi := &file_master_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2873,7 +2966,7 @@ func (x *ReportBadReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportBadReplicaRequest.ProtoReflect.Descriptor instead.
 func (*ReportBadReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{46}
+	return file_master_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ReportBadReplicaRequest) GetKey() []byte {
@@ -2915,7 +3008,7 @@ type MemoryObject struct {
 
 func (x *MemoryObject) Reset() {
 	*x = MemoryObject{}
-	mi := &file_master_proto_msgTypes[47]
+	mi := &file_master_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2927,7 +3020,7 @@ func (x *MemoryObject) String() string {
 func (*MemoryObject) ProtoMessage() {}
 
 func (x *MemoryObject) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[47]
+	mi := &file_master_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2940,7 +3033,7 @@ func (x *MemoryObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemoryObject.ProtoReflect.Descriptor instead.
 func (*MemoryObject) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{47}
+	return file_master_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *MemoryObject) GetKey() []byte {
@@ -3007,7 +3100,7 @@ type RegisterMemoryObjectsRequest struct {
 
 func (x *RegisterMemoryObjectsRequest) Reset() {
 	*x = RegisterMemoryObjectsRequest{}
-	mi := &file_master_proto_msgTypes[48]
+	mi := &file_master_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3019,7 +3112,7 @@ func (x *RegisterMemoryObjectsRequest) String() string {
 func (*RegisterMemoryObjectsRequest) ProtoMessage() {}
 
 func (x *RegisterMemoryObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[48]
+	mi := &file_master_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3032,7 +3125,7 @@ func (x *RegisterMemoryObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterMemoryObjectsRequest.ProtoReflect.Descriptor instead.
 func (*RegisterMemoryObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{48}
+	return file_master_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RegisterMemoryObjectsRequest) GetNode() string {
@@ -3071,7 +3164,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_master_proto_msgTypes[49]
+	mi := &file_master_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3083,7 +3176,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[49]
+	mi := &file_master_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3096,7 +3189,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{49}
+	return file_master_proto_rawDescGZIP(), []int{50}
 }
 
 type StatsResponse struct {
@@ -3130,7 +3223,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_master_proto_msgTypes[50]
+	mi := &file_master_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3142,7 +3235,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[50]
+	mi := &file_master_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3155,7 +3248,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{50}
+	return file_master_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *StatsResponse) GetObjects() int64 {
@@ -3312,7 +3405,7 @@ type NodeStats struct {
 
 func (x *NodeStats) Reset() {
 	*x = NodeStats{}
-	mi := &file_master_proto_msgTypes[51]
+	mi := &file_master_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3324,7 +3417,7 @@ func (x *NodeStats) String() string {
 func (*NodeStats) ProtoMessage() {}
 
 func (x *NodeStats) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[51]
+	mi := &file_master_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3337,7 +3430,7 @@ func (x *NodeStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStats.ProtoReflect.Descriptor instead.
 func (*NodeStats) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{51}
+	return file_master_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *NodeStats) GetNode() string {
@@ -3444,7 +3537,7 @@ type ReconcileBeginRequest struct {
 
 func (x *ReconcileBeginRequest) Reset() {
 	*x = ReconcileBeginRequest{}
-	mi := &file_master_proto_msgTypes[52]
+	mi := &file_master_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3456,7 +3549,7 @@ func (x *ReconcileBeginRequest) String() string {
 func (*ReconcileBeginRequest) ProtoMessage() {}
 
 func (x *ReconcileBeginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[52]
+	mi := &file_master_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3469,7 +3562,7 @@ func (x *ReconcileBeginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileBeginRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileBeginRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{52}
+	return file_master_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ReconcileBeginRequest) GetNode() string {
@@ -3503,7 +3596,7 @@ type ReconcileBeginResponse struct {
 
 func (x *ReconcileBeginResponse) Reset() {
 	*x = ReconcileBeginResponse{}
-	mi := &file_master_proto_msgTypes[53]
+	mi := &file_master_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3515,7 +3608,7 @@ func (x *ReconcileBeginResponse) String() string {
 func (*ReconcileBeginResponse) ProtoMessage() {}
 
 func (x *ReconcileBeginResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[53]
+	mi := &file_master_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3528,7 +3621,7 @@ func (x *ReconcileBeginResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileBeginResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileBeginResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{53}
+	return file_master_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ReconcileBeginResponse) GetSession() uint64 {
@@ -3556,7 +3649,7 @@ type ReconcileKeysRequest struct {
 
 func (x *ReconcileKeysRequest) Reset() {
 	*x = ReconcileKeysRequest{}
-	mi := &file_master_proto_msgTypes[54]
+	mi := &file_master_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3568,7 +3661,7 @@ func (x *ReconcileKeysRequest) String() string {
 func (*ReconcileKeysRequest) ProtoMessage() {}
 
 func (x *ReconcileKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[54]
+	mi := &file_master_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3581,7 +3674,7 @@ func (x *ReconcileKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileKeysRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileKeysRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{54}
+	return file_master_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ReconcileKeysRequest) GetNode() string {
@@ -3614,7 +3707,7 @@ type ReconcileKeysResponse struct {
 
 func (x *ReconcileKeysResponse) Reset() {
 	*x = ReconcileKeysResponse{}
-	mi := &file_master_proto_msgTypes[55]
+	mi := &file_master_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3626,7 +3719,7 @@ func (x *ReconcileKeysResponse) String() string {
 func (*ReconcileKeysResponse) ProtoMessage() {}
 
 func (x *ReconcileKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[55]
+	mi := &file_master_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3639,7 +3732,7 @@ func (x *ReconcileKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileKeysResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileKeysResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{55}
+	return file_master_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ReconcileKeysResponse) GetUnwanted() [][]byte {
@@ -3659,7 +3752,7 @@ type ReconcileEndRequest struct {
 
 func (x *ReconcileEndRequest) Reset() {
 	*x = ReconcileEndRequest{}
-	mi := &file_master_proto_msgTypes[56]
+	mi := &file_master_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3671,7 +3764,7 @@ func (x *ReconcileEndRequest) String() string {
 func (*ReconcileEndRequest) ProtoMessage() {}
 
 func (x *ReconcileEndRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[56]
+	mi := &file_master_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3684,7 +3777,7 @@ func (x *ReconcileEndRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileEndRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileEndRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{56}
+	return file_master_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ReconcileEndRequest) GetNode() string {
@@ -3710,7 +3803,7 @@ type ReconcileEndResponse struct {
 
 func (x *ReconcileEndResponse) Reset() {
 	*x = ReconcileEndResponse{}
-	mi := &file_master_proto_msgTypes[57]
+	mi := &file_master_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3722,7 +3815,7 @@ func (x *ReconcileEndResponse) String() string {
 func (*ReconcileEndResponse) ProtoMessage() {}
 
 func (x *ReconcileEndResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[57]
+	mi := &file_master_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3735,7 +3828,7 @@ func (x *ReconcileEndResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileEndResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileEndResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{57}
+	return file_master_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ReconcileEndResponse) GetCount() int64 {
@@ -3764,7 +3857,7 @@ type EvictMemoryResponse struct {
 
 func (x *EvictMemoryResponse) Reset() {
 	*x = EvictMemoryResponse{}
-	mi := &file_master_proto_msgTypes[58]
+	mi := &file_master_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3776,7 +3869,7 @@ func (x *EvictMemoryResponse) String() string {
 func (*EvictMemoryResponse) ProtoMessage() {}
 
 func (x *EvictMemoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[58]
+	mi := &file_master_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3789,7 +3882,7 @@ func (x *EvictMemoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictMemoryResponse.ProtoReflect.Descriptor instead.
 func (*EvictMemoryResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{58}
+	return file_master_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *EvictMemoryResponse) GetCount() int64 {
@@ -3886,22 +3979,26 @@ const file_master_proto_rawDesc = "" +
 	"\fPingResponse\x121\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x19.tierstore.rpc.NodeStatusR\x06status\x12\"\n" +
 	"\rclient_ttl_ms\x18\x02 \x01(\x03R\vclientTtlMs\x12\x12\n" +
-	"\x04term\x18\x03 \x01(\x04R\x04term\"\xa6\x01\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04term\"\xf4\x01\n" +
 	"\x0fPutStartRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x10\n" +
 	"\x03crc\x18\x03 \x01(\rR\x03crc\x12%\n" +
 	"\x0epreferred_node\x18\x04 \x01(\tR\rpreferredNode\x12\x19\n" +
 	"\bsoft_pin\x18\x05 \x01(\bR\asoftPin\x12\x19\n" +
-	"\bhard_pin\x18\x06 \x01(\bR\ahardPin\"D\n" +
+	"\bhard_pin\x18\x06 \x01(\bR\ahardPin\x12\x1a\n" +
+	"\breplicas\x18\a \x01(\x05R\breplicas\x120\n" +
+	"\x14allow_fewer_replicas\x18\b \x01(\bR\x12allowFewerReplicas\"p\n" +
 	"\x10PutStartResponse\x120\n" +
-	"\areplica\x18\x01 \x01(\v2\x16.tierstore.rpc.ReplicaR\areplica\"L\n" +
+	"\areplica\x18\x01 \x01(\v2\x16.tierstore.rpc.ReplicaR\areplica\x12*\n" +
+	"\x04more\x18\x02 \x03(\v2\x16.tierstore.rpc.ReplicaR\x04more\"L\n" +
 	"\x14BatchPutStartRequest\x124\n" +
-	"\x05items\x18\x01 \x03(\v2\x1e.tierstore.rpc.PutStartRequestR\x05items\"p\n" +
+	"\x05items\x18\x01 \x03(\v2\x1e.tierstore.rpc.PutStartRequestR\x05items\"\x9c\x01\n" +
 	"\x0ePutStartResult\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x120\n" +
-	"\areplica\x18\x03 \x01(\v2\x16.tierstore.rpc.ReplicaR\areplica\"P\n" +
+	"\areplica\x18\x03 \x01(\v2\x16.tierstore.rpc.ReplicaR\areplica\x12*\n" +
+	"\x04more\x18\x04 \x03(\v2\x16.tierstore.rpc.ReplicaR\x04more\"P\n" +
 	"\x15BatchPutStartResponse\x127\n" +
 	"\aresults\x18\x01 \x03(\v2\x1d.tierstore.rpc.PutStartResultR\aresults\";\n" +
 	"\n" +
@@ -3945,7 +4042,10 @@ const file_master_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"(\n" +
 	"\x10RemoveAllRequest\x12\x14\n" +
-	"\x05force\x18\x01 \x01(\bR\x05force\"%\n" +
+	"\x05force\x18\x01 \x01(\bR\x05force\"F\n" +
+	"\x14RemoveByRegexRequest\x12\x18\n" +
+	"\apattern\x18\x01 \x01(\tR\apattern\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"%\n" +
 	"\rCountResponse\x12\x14\n" +
 	"\x05count\x18\x01 \x01(\x03R\x05count\":\n" +
 	"\x12EvictMemoryRequest\x12\x12\n" +
@@ -4126,7 +4226,7 @@ const file_master_proto_rawDesc = "" +
 	"NodeStatus\x12\x1b\n" +
 	"\x17NODE_STATUS_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aNODE_OK\x10\x01\x12\x10\n" +
-	"\fNEED_REMOUNT\x10\x022\xc5\x12\n" +
+	"\fNEED_REMOUNT\x10\x022\x99\x13\n" +
 	"\x06Master\x12W\n" +
 	"\fMountSegment\x12\".tierstore.rpc.MountSegmentRequest\x1a#.tierstore.rpc.MountSegmentResponse\x12]\n" +
 	"\x0eUnmountSegment\x12$.tierstore.rpc.UnmountSegmentRequest\x1a%.tierstore.rpc.UnmountSegmentResponse\x12?\n" +
@@ -4142,7 +4242,8 @@ const file_master_proto_rawDesc = "" +
 	"\x0eGetReplicaList\x12\x1c.tierstore.rpc.LookupRequest\x1a%.tierstore.rpc.GetReplicaListResponse\x12d\n" +
 	"\x13BatchGetReplicaList\x12!.tierstore.rpc.BatchLookupRequest\x1a*.tierstore.rpc.BatchGetReplicaListResponse\x12<\n" +
 	"\x06Remove\x12\x1c.tierstore.rpc.RemoveRequest\x1a\x14.tierstore.rpc.Empty\x12J\n" +
-	"\tRemoveAll\x12\x1f.tierstore.rpc.RemoveAllRequest\x1a\x1c.tierstore.rpc.CountResponse\x12T\n" +
+	"\tRemoveAll\x12\x1f.tierstore.rpc.RemoveAllRequest\x1a\x1c.tierstore.rpc.CountResponse\x12R\n" +
+	"\rRemoveByRegex\x12#.tierstore.rpc.RemoveByRegexRequest\x1a\x1c.tierstore.rpc.CountResponse\x12T\n" +
 	"\vEvictMemory\x12!.tierstore.rpc.EvictMemoryRequest\x1a\".tierstore.rpc.EvictMemoryResponse\x12c\n" +
 	"\x10OffloadHeartbeat\x12&.tierstore.rpc.OffloadHeartbeatRequest\x1a'.tierstore.rpc.OffloadHeartbeatResponse\x12]\n" +
 	"\x14NotifyOffloadSuccess\x12*.tierstore.rpc.NotifyOffloadSuccessRequest\x1a\x19.tierstore.rpc.KeyResults\x12]\n" +
@@ -4171,7 +4272,7 @@ func file_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_master_proto_goTypes = []any{
 	(ReplicaKind)(0),                     // 0: tierstore.rpc.ReplicaKind
 	(ReplicaStatus)(0),                   // 1: tierstore.rpc.ReplicaStatus
@@ -4204,37 +4305,38 @@ var file_master_proto_goTypes = []any{
 	(*BatchGetReplicaListResponse)(nil),  // 28: tierstore.rpc.BatchGetReplicaListResponse
 	(*RemoveRequest)(nil),                // 29: tierstore.rpc.RemoveRequest
 	(*RemoveAllRequest)(nil),             // 30: tierstore.rpc.RemoveAllRequest
-	(*CountResponse)(nil),                // 31: tierstore.rpc.CountResponse
-	(*EvictMemoryRequest)(nil),           // 32: tierstore.rpc.EvictMemoryRequest
-	(*OffloadHeartbeatRequest)(nil),      // 33: tierstore.rpc.OffloadHeartbeatRequest
-	(*SSDVictim)(nil),                    // 34: tierstore.rpc.SSDVictim
-	(*SSDReport)(nil),                    // 35: tierstore.rpc.SSDReport
-	(*PromoteTask)(nil),                  // 36: tierstore.rpc.PromoteTask
-	(*OffloadTask)(nil),                  // 37: tierstore.rpc.OffloadTask
-	(*OffloadHeartbeatResponse)(nil),     // 38: tierstore.rpc.OffloadHeartbeatResponse
-	(*PromoteResult)(nil),                // 39: tierstore.rpc.PromoteResult
-	(*PromoteEndRequest)(nil),            // 40: tierstore.rpc.PromoteEndRequest
-	(*DiskObject)(nil),                   // 41: tierstore.rpc.DiskObject
-	(*OffloadFailure)(nil),               // 42: tierstore.rpc.OffloadFailure
-	(*NotifyOffloadSuccessRequest)(nil),  // 43: tierstore.rpc.NotifyOffloadSuccessRequest
-	(*RegisterDiskObjectsRequest)(nil),   // 44: tierstore.rpc.RegisterDiskObjectsRequest
-	(*EvictDiskReplicaRequest)(nil),      // 45: tierstore.rpc.EvictDiskReplicaRequest
-	(*EvictDiskReplicaResponse)(nil),     // 46: tierstore.rpc.EvictDiskReplicaResponse
-	(*ReconcileDiskObjectsRequest)(nil),  // 47: tierstore.rpc.ReconcileDiskObjectsRequest
-	(*ReconcileDiskObjectsResponse)(nil), // 48: tierstore.rpc.ReconcileDiskObjectsResponse
-	(*ReportBadReplicaRequest)(nil),      // 49: tierstore.rpc.ReportBadReplicaRequest
-	(*MemoryObject)(nil),                 // 50: tierstore.rpc.MemoryObject
-	(*RegisterMemoryObjectsRequest)(nil), // 51: tierstore.rpc.RegisterMemoryObjectsRequest
-	(*StatsRequest)(nil),                 // 52: tierstore.rpc.StatsRequest
-	(*StatsResponse)(nil),                // 53: tierstore.rpc.StatsResponse
-	(*NodeStats)(nil),                    // 54: tierstore.rpc.NodeStats
-	(*ReconcileBeginRequest)(nil),        // 55: tierstore.rpc.ReconcileBeginRequest
-	(*ReconcileBeginResponse)(nil),       // 56: tierstore.rpc.ReconcileBeginResponse
-	(*ReconcileKeysRequest)(nil),         // 57: tierstore.rpc.ReconcileKeysRequest
-	(*ReconcileKeysResponse)(nil),        // 58: tierstore.rpc.ReconcileKeysResponse
-	(*ReconcileEndRequest)(nil),          // 59: tierstore.rpc.ReconcileEndRequest
-	(*ReconcileEndResponse)(nil),         // 60: tierstore.rpc.ReconcileEndResponse
-	(*EvictMemoryResponse)(nil),          // 61: tierstore.rpc.EvictMemoryResponse
+	(*RemoveByRegexRequest)(nil),         // 31: tierstore.rpc.RemoveByRegexRequest
+	(*CountResponse)(nil),                // 32: tierstore.rpc.CountResponse
+	(*EvictMemoryRequest)(nil),           // 33: tierstore.rpc.EvictMemoryRequest
+	(*OffloadHeartbeatRequest)(nil),      // 34: tierstore.rpc.OffloadHeartbeatRequest
+	(*SSDVictim)(nil),                    // 35: tierstore.rpc.SSDVictim
+	(*SSDReport)(nil),                    // 36: tierstore.rpc.SSDReport
+	(*PromoteTask)(nil),                  // 37: tierstore.rpc.PromoteTask
+	(*OffloadTask)(nil),                  // 38: tierstore.rpc.OffloadTask
+	(*OffloadHeartbeatResponse)(nil),     // 39: tierstore.rpc.OffloadHeartbeatResponse
+	(*PromoteResult)(nil),                // 40: tierstore.rpc.PromoteResult
+	(*PromoteEndRequest)(nil),            // 41: tierstore.rpc.PromoteEndRequest
+	(*DiskObject)(nil),                   // 42: tierstore.rpc.DiskObject
+	(*OffloadFailure)(nil),               // 43: tierstore.rpc.OffloadFailure
+	(*NotifyOffloadSuccessRequest)(nil),  // 44: tierstore.rpc.NotifyOffloadSuccessRequest
+	(*RegisterDiskObjectsRequest)(nil),   // 45: tierstore.rpc.RegisterDiskObjectsRequest
+	(*EvictDiskReplicaRequest)(nil),      // 46: tierstore.rpc.EvictDiskReplicaRequest
+	(*EvictDiskReplicaResponse)(nil),     // 47: tierstore.rpc.EvictDiskReplicaResponse
+	(*ReconcileDiskObjectsRequest)(nil),  // 48: tierstore.rpc.ReconcileDiskObjectsRequest
+	(*ReconcileDiskObjectsResponse)(nil), // 49: tierstore.rpc.ReconcileDiskObjectsResponse
+	(*ReportBadReplicaRequest)(nil),      // 50: tierstore.rpc.ReportBadReplicaRequest
+	(*MemoryObject)(nil),                 // 51: tierstore.rpc.MemoryObject
+	(*RegisterMemoryObjectsRequest)(nil), // 52: tierstore.rpc.RegisterMemoryObjectsRequest
+	(*StatsRequest)(nil),                 // 53: tierstore.rpc.StatsRequest
+	(*StatsResponse)(nil),                // 54: tierstore.rpc.StatsResponse
+	(*NodeStats)(nil),                    // 55: tierstore.rpc.NodeStats
+	(*ReconcileBeginRequest)(nil),        // 56: tierstore.rpc.ReconcileBeginRequest
+	(*ReconcileBeginResponse)(nil),       // 57: tierstore.rpc.ReconcileBeginResponse
+	(*ReconcileKeysRequest)(nil),         // 58: tierstore.rpc.ReconcileKeysRequest
+	(*ReconcileKeysResponse)(nil),        // 59: tierstore.rpc.ReconcileKeysResponse
+	(*ReconcileEndRequest)(nil),          // 60: tierstore.rpc.ReconcileEndRequest
+	(*ReconcileEndResponse)(nil),         // 61: tierstore.rpc.ReconcileEndResponse
+	(*EvictMemoryResponse)(nil),          // 62: tierstore.rpc.EvictMemoryResponse
 }
 var file_master_proto_depIdxs = []int32{
 	0,  // 0: tierstore.rpc.Replica.kind:type_name -> tierstore.rpc.ReplicaKind
@@ -4242,86 +4344,90 @@ var file_master_proto_depIdxs = []int32{
 	3,  // 2: tierstore.rpc.ObjectInfo.replicas:type_name -> tierstore.rpc.Replica
 	2,  // 3: tierstore.rpc.PingResponse.status:type_name -> tierstore.rpc.NodeStatus
 	3,  // 4: tierstore.rpc.PutStartResponse.replica:type_name -> tierstore.rpc.Replica
-	11, // 5: tierstore.rpc.BatchPutStartRequest.items:type_name -> tierstore.rpc.PutStartRequest
-	3,  // 6: tierstore.rpc.PutStartResult.replica:type_name -> tierstore.rpc.Replica
-	14, // 7: tierstore.rpc.BatchPutStartResponse.results:type_name -> tierstore.rpc.PutStartResult
-	19, // 8: tierstore.rpc.KeyResults.results:type_name -> tierstore.rpc.KeyResult
-	24, // 9: tierstore.rpc.BatchExistKeyResponse.results:type_name -> tierstore.rpc.ExistResult
-	4,  // 10: tierstore.rpc.GetReplicaListResponse.info:type_name -> tierstore.rpc.ObjectInfo
-	4,  // 11: tierstore.rpc.ReplicaListResult.info:type_name -> tierstore.rpc.ObjectInfo
-	27, // 12: tierstore.rpc.BatchGetReplicaListResponse.results:type_name -> tierstore.rpc.ReplicaListResult
-	35, // 13: tierstore.rpc.OffloadHeartbeatRequest.ssd_report:type_name -> tierstore.rpc.SSDReport
-	34, // 14: tierstore.rpc.SSDReport.victims:type_name -> tierstore.rpc.SSDVictim
-	37, // 15: tierstore.rpc.OffloadHeartbeatResponse.tasks:type_name -> tierstore.rpc.OffloadTask
-	36, // 16: tierstore.rpc.OffloadHeartbeatResponse.promotions:type_name -> tierstore.rpc.PromoteTask
-	39, // 17: tierstore.rpc.PromoteEndRequest.results:type_name -> tierstore.rpc.PromoteResult
-	41, // 18: tierstore.rpc.NotifyOffloadSuccessRequest.persisted:type_name -> tierstore.rpc.DiskObject
-	42, // 19: tierstore.rpc.NotifyOffloadSuccessRequest.failed:type_name -> tierstore.rpc.OffloadFailure
-	41, // 20: tierstore.rpc.RegisterDiskObjectsRequest.objects:type_name -> tierstore.rpc.DiskObject
-	3,  // 21: tierstore.rpc.ReportBadReplicaRequest.replica:type_name -> tierstore.rpc.Replica
-	50, // 22: tierstore.rpc.RegisterMemoryObjectsRequest.objects:type_name -> tierstore.rpc.MemoryObject
-	54, // 23: tierstore.rpc.StatsResponse.per_node:type_name -> tierstore.rpc.NodeStats
-	5,  // 24: tierstore.rpc.Master.MountSegment:input_type -> tierstore.rpc.MountSegmentRequest
-	7,  // 25: tierstore.rpc.Master.UnmountSegment:input_type -> tierstore.rpc.UnmountSegmentRequest
-	9,  // 26: tierstore.rpc.Master.Ping:input_type -> tierstore.rpc.PingRequest
-	11, // 27: tierstore.rpc.Master.PutStart:input_type -> tierstore.rpc.PutStartRequest
-	16, // 28: tierstore.rpc.Master.PutEnd:input_type -> tierstore.rpc.KeyRequest
-	16, // 29: tierstore.rpc.Master.PutRevoke:input_type -> tierstore.rpc.KeyRequest
-	13, // 30: tierstore.rpc.Master.BatchPutStart:input_type -> tierstore.rpc.BatchPutStartRequest
-	18, // 31: tierstore.rpc.Master.BatchPutEnd:input_type -> tierstore.rpc.KeysRequest
-	18, // 32: tierstore.rpc.Master.BatchPutRevoke:input_type -> tierstore.rpc.KeysRequest
-	21, // 33: tierstore.rpc.Master.ExistKey:input_type -> tierstore.rpc.LookupRequest
-	23, // 34: tierstore.rpc.Master.BatchExistKey:input_type -> tierstore.rpc.BatchLookupRequest
-	21, // 35: tierstore.rpc.Master.GetReplicaList:input_type -> tierstore.rpc.LookupRequest
-	23, // 36: tierstore.rpc.Master.BatchGetReplicaList:input_type -> tierstore.rpc.BatchLookupRequest
-	29, // 37: tierstore.rpc.Master.Remove:input_type -> tierstore.rpc.RemoveRequest
-	30, // 38: tierstore.rpc.Master.RemoveAll:input_type -> tierstore.rpc.RemoveAllRequest
-	32, // 39: tierstore.rpc.Master.EvictMemory:input_type -> tierstore.rpc.EvictMemoryRequest
-	33, // 40: tierstore.rpc.Master.OffloadHeartbeat:input_type -> tierstore.rpc.OffloadHeartbeatRequest
-	43, // 41: tierstore.rpc.Master.NotifyOffloadSuccess:input_type -> tierstore.rpc.NotifyOffloadSuccessRequest
-	44, // 42: tierstore.rpc.Master.ReRegisterDiskObjects:input_type -> tierstore.rpc.RegisterDiskObjectsRequest
-	45, // 43: tierstore.rpc.Master.EvictDiskReplica:input_type -> tierstore.rpc.EvictDiskReplicaRequest
-	47, // 44: tierstore.rpc.Master.ReconcileDiskObjects:input_type -> tierstore.rpc.ReconcileDiskObjectsRequest
-	49, // 45: tierstore.rpc.Master.ReportBadReplica:input_type -> tierstore.rpc.ReportBadReplicaRequest
-	40, // 46: tierstore.rpc.Master.PromoteEnd:input_type -> tierstore.rpc.PromoteEndRequest
-	52, // 47: tierstore.rpc.Master.Stats:input_type -> tierstore.rpc.StatsRequest
-	55, // 48: tierstore.rpc.Master.ReconcileBegin:input_type -> tierstore.rpc.ReconcileBeginRequest
-	57, // 49: tierstore.rpc.Master.ReconcileKeys:input_type -> tierstore.rpc.ReconcileKeysRequest
-	59, // 50: tierstore.rpc.Master.ReconcileEnd:input_type -> tierstore.rpc.ReconcileEndRequest
-	51, // 51: tierstore.rpc.Master.ReRegisterMemoryObjects:input_type -> tierstore.rpc.RegisterMemoryObjectsRequest
-	6,  // 52: tierstore.rpc.Master.MountSegment:output_type -> tierstore.rpc.MountSegmentResponse
-	8,  // 53: tierstore.rpc.Master.UnmountSegment:output_type -> tierstore.rpc.UnmountSegmentResponse
-	10, // 54: tierstore.rpc.Master.Ping:output_type -> tierstore.rpc.PingResponse
-	12, // 55: tierstore.rpc.Master.PutStart:output_type -> tierstore.rpc.PutStartResponse
-	17, // 56: tierstore.rpc.Master.PutEnd:output_type -> tierstore.rpc.Empty
-	17, // 57: tierstore.rpc.Master.PutRevoke:output_type -> tierstore.rpc.Empty
-	15, // 58: tierstore.rpc.Master.BatchPutStart:output_type -> tierstore.rpc.BatchPutStartResponse
-	20, // 59: tierstore.rpc.Master.BatchPutEnd:output_type -> tierstore.rpc.KeyResults
-	20, // 60: tierstore.rpc.Master.BatchPutRevoke:output_type -> tierstore.rpc.KeyResults
-	22, // 61: tierstore.rpc.Master.ExistKey:output_type -> tierstore.rpc.ExistKeyResponse
-	25, // 62: tierstore.rpc.Master.BatchExistKey:output_type -> tierstore.rpc.BatchExistKeyResponse
-	26, // 63: tierstore.rpc.Master.GetReplicaList:output_type -> tierstore.rpc.GetReplicaListResponse
-	28, // 64: tierstore.rpc.Master.BatchGetReplicaList:output_type -> tierstore.rpc.BatchGetReplicaListResponse
-	17, // 65: tierstore.rpc.Master.Remove:output_type -> tierstore.rpc.Empty
-	31, // 66: tierstore.rpc.Master.RemoveAll:output_type -> tierstore.rpc.CountResponse
-	61, // 67: tierstore.rpc.Master.EvictMemory:output_type -> tierstore.rpc.EvictMemoryResponse
-	38, // 68: tierstore.rpc.Master.OffloadHeartbeat:output_type -> tierstore.rpc.OffloadHeartbeatResponse
-	20, // 69: tierstore.rpc.Master.NotifyOffloadSuccess:output_type -> tierstore.rpc.KeyResults
-	20, // 70: tierstore.rpc.Master.ReRegisterDiskObjects:output_type -> tierstore.rpc.KeyResults
-	46, // 71: tierstore.rpc.Master.EvictDiskReplica:output_type -> tierstore.rpc.EvictDiskReplicaResponse
-	48, // 72: tierstore.rpc.Master.ReconcileDiskObjects:output_type -> tierstore.rpc.ReconcileDiskObjectsResponse
-	17, // 73: tierstore.rpc.Master.ReportBadReplica:output_type -> tierstore.rpc.Empty
-	20, // 74: tierstore.rpc.Master.PromoteEnd:output_type -> tierstore.rpc.KeyResults
-	53, // 75: tierstore.rpc.Master.Stats:output_type -> tierstore.rpc.StatsResponse
-	56, // 76: tierstore.rpc.Master.ReconcileBegin:output_type -> tierstore.rpc.ReconcileBeginResponse
-	58, // 77: tierstore.rpc.Master.ReconcileKeys:output_type -> tierstore.rpc.ReconcileKeysResponse
-	60, // 78: tierstore.rpc.Master.ReconcileEnd:output_type -> tierstore.rpc.ReconcileEndResponse
-	20, // 79: tierstore.rpc.Master.ReRegisterMemoryObjects:output_type -> tierstore.rpc.KeyResults
-	52, // [52:80] is the sub-list for method output_type
-	24, // [24:52] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	3,  // 5: tierstore.rpc.PutStartResponse.more:type_name -> tierstore.rpc.Replica
+	11, // 6: tierstore.rpc.BatchPutStartRequest.items:type_name -> tierstore.rpc.PutStartRequest
+	3,  // 7: tierstore.rpc.PutStartResult.replica:type_name -> tierstore.rpc.Replica
+	3,  // 8: tierstore.rpc.PutStartResult.more:type_name -> tierstore.rpc.Replica
+	14, // 9: tierstore.rpc.BatchPutStartResponse.results:type_name -> tierstore.rpc.PutStartResult
+	19, // 10: tierstore.rpc.KeyResults.results:type_name -> tierstore.rpc.KeyResult
+	24, // 11: tierstore.rpc.BatchExistKeyResponse.results:type_name -> tierstore.rpc.ExistResult
+	4,  // 12: tierstore.rpc.GetReplicaListResponse.info:type_name -> tierstore.rpc.ObjectInfo
+	4,  // 13: tierstore.rpc.ReplicaListResult.info:type_name -> tierstore.rpc.ObjectInfo
+	27, // 14: tierstore.rpc.BatchGetReplicaListResponse.results:type_name -> tierstore.rpc.ReplicaListResult
+	36, // 15: tierstore.rpc.OffloadHeartbeatRequest.ssd_report:type_name -> tierstore.rpc.SSDReport
+	35, // 16: tierstore.rpc.SSDReport.victims:type_name -> tierstore.rpc.SSDVictim
+	38, // 17: tierstore.rpc.OffloadHeartbeatResponse.tasks:type_name -> tierstore.rpc.OffloadTask
+	37, // 18: tierstore.rpc.OffloadHeartbeatResponse.promotions:type_name -> tierstore.rpc.PromoteTask
+	40, // 19: tierstore.rpc.PromoteEndRequest.results:type_name -> tierstore.rpc.PromoteResult
+	42, // 20: tierstore.rpc.NotifyOffloadSuccessRequest.persisted:type_name -> tierstore.rpc.DiskObject
+	43, // 21: tierstore.rpc.NotifyOffloadSuccessRequest.failed:type_name -> tierstore.rpc.OffloadFailure
+	42, // 22: tierstore.rpc.RegisterDiskObjectsRequest.objects:type_name -> tierstore.rpc.DiskObject
+	3,  // 23: tierstore.rpc.ReportBadReplicaRequest.replica:type_name -> tierstore.rpc.Replica
+	51, // 24: tierstore.rpc.RegisterMemoryObjectsRequest.objects:type_name -> tierstore.rpc.MemoryObject
+	55, // 25: tierstore.rpc.StatsResponse.per_node:type_name -> tierstore.rpc.NodeStats
+	5,  // 26: tierstore.rpc.Master.MountSegment:input_type -> tierstore.rpc.MountSegmentRequest
+	7,  // 27: tierstore.rpc.Master.UnmountSegment:input_type -> tierstore.rpc.UnmountSegmentRequest
+	9,  // 28: tierstore.rpc.Master.Ping:input_type -> tierstore.rpc.PingRequest
+	11, // 29: tierstore.rpc.Master.PutStart:input_type -> tierstore.rpc.PutStartRequest
+	16, // 30: tierstore.rpc.Master.PutEnd:input_type -> tierstore.rpc.KeyRequest
+	16, // 31: tierstore.rpc.Master.PutRevoke:input_type -> tierstore.rpc.KeyRequest
+	13, // 32: tierstore.rpc.Master.BatchPutStart:input_type -> tierstore.rpc.BatchPutStartRequest
+	18, // 33: tierstore.rpc.Master.BatchPutEnd:input_type -> tierstore.rpc.KeysRequest
+	18, // 34: tierstore.rpc.Master.BatchPutRevoke:input_type -> tierstore.rpc.KeysRequest
+	21, // 35: tierstore.rpc.Master.ExistKey:input_type -> tierstore.rpc.LookupRequest
+	23, // 36: tierstore.rpc.Master.BatchExistKey:input_type -> tierstore.rpc.BatchLookupRequest
+	21, // 37: tierstore.rpc.Master.GetReplicaList:input_type -> tierstore.rpc.LookupRequest
+	23, // 38: tierstore.rpc.Master.BatchGetReplicaList:input_type -> tierstore.rpc.BatchLookupRequest
+	29, // 39: tierstore.rpc.Master.Remove:input_type -> tierstore.rpc.RemoveRequest
+	30, // 40: tierstore.rpc.Master.RemoveAll:input_type -> tierstore.rpc.RemoveAllRequest
+	31, // 41: tierstore.rpc.Master.RemoveByRegex:input_type -> tierstore.rpc.RemoveByRegexRequest
+	33, // 42: tierstore.rpc.Master.EvictMemory:input_type -> tierstore.rpc.EvictMemoryRequest
+	34, // 43: tierstore.rpc.Master.OffloadHeartbeat:input_type -> tierstore.rpc.OffloadHeartbeatRequest
+	44, // 44: tierstore.rpc.Master.NotifyOffloadSuccess:input_type -> tierstore.rpc.NotifyOffloadSuccessRequest
+	45, // 45: tierstore.rpc.Master.ReRegisterDiskObjects:input_type -> tierstore.rpc.RegisterDiskObjectsRequest
+	46, // 46: tierstore.rpc.Master.EvictDiskReplica:input_type -> tierstore.rpc.EvictDiskReplicaRequest
+	48, // 47: tierstore.rpc.Master.ReconcileDiskObjects:input_type -> tierstore.rpc.ReconcileDiskObjectsRequest
+	50, // 48: tierstore.rpc.Master.ReportBadReplica:input_type -> tierstore.rpc.ReportBadReplicaRequest
+	41, // 49: tierstore.rpc.Master.PromoteEnd:input_type -> tierstore.rpc.PromoteEndRequest
+	53, // 50: tierstore.rpc.Master.Stats:input_type -> tierstore.rpc.StatsRequest
+	56, // 51: tierstore.rpc.Master.ReconcileBegin:input_type -> tierstore.rpc.ReconcileBeginRequest
+	58, // 52: tierstore.rpc.Master.ReconcileKeys:input_type -> tierstore.rpc.ReconcileKeysRequest
+	60, // 53: tierstore.rpc.Master.ReconcileEnd:input_type -> tierstore.rpc.ReconcileEndRequest
+	52, // 54: tierstore.rpc.Master.ReRegisterMemoryObjects:input_type -> tierstore.rpc.RegisterMemoryObjectsRequest
+	6,  // 55: tierstore.rpc.Master.MountSegment:output_type -> tierstore.rpc.MountSegmentResponse
+	8,  // 56: tierstore.rpc.Master.UnmountSegment:output_type -> tierstore.rpc.UnmountSegmentResponse
+	10, // 57: tierstore.rpc.Master.Ping:output_type -> tierstore.rpc.PingResponse
+	12, // 58: tierstore.rpc.Master.PutStart:output_type -> tierstore.rpc.PutStartResponse
+	17, // 59: tierstore.rpc.Master.PutEnd:output_type -> tierstore.rpc.Empty
+	17, // 60: tierstore.rpc.Master.PutRevoke:output_type -> tierstore.rpc.Empty
+	15, // 61: tierstore.rpc.Master.BatchPutStart:output_type -> tierstore.rpc.BatchPutStartResponse
+	20, // 62: tierstore.rpc.Master.BatchPutEnd:output_type -> tierstore.rpc.KeyResults
+	20, // 63: tierstore.rpc.Master.BatchPutRevoke:output_type -> tierstore.rpc.KeyResults
+	22, // 64: tierstore.rpc.Master.ExistKey:output_type -> tierstore.rpc.ExistKeyResponse
+	25, // 65: tierstore.rpc.Master.BatchExistKey:output_type -> tierstore.rpc.BatchExistKeyResponse
+	26, // 66: tierstore.rpc.Master.GetReplicaList:output_type -> tierstore.rpc.GetReplicaListResponse
+	28, // 67: tierstore.rpc.Master.BatchGetReplicaList:output_type -> tierstore.rpc.BatchGetReplicaListResponse
+	17, // 68: tierstore.rpc.Master.Remove:output_type -> tierstore.rpc.Empty
+	32, // 69: tierstore.rpc.Master.RemoveAll:output_type -> tierstore.rpc.CountResponse
+	32, // 70: tierstore.rpc.Master.RemoveByRegex:output_type -> tierstore.rpc.CountResponse
+	62, // 71: tierstore.rpc.Master.EvictMemory:output_type -> tierstore.rpc.EvictMemoryResponse
+	39, // 72: tierstore.rpc.Master.OffloadHeartbeat:output_type -> tierstore.rpc.OffloadHeartbeatResponse
+	20, // 73: tierstore.rpc.Master.NotifyOffloadSuccess:output_type -> tierstore.rpc.KeyResults
+	20, // 74: tierstore.rpc.Master.ReRegisterDiskObjects:output_type -> tierstore.rpc.KeyResults
+	47, // 75: tierstore.rpc.Master.EvictDiskReplica:output_type -> tierstore.rpc.EvictDiskReplicaResponse
+	49, // 76: tierstore.rpc.Master.ReconcileDiskObjects:output_type -> tierstore.rpc.ReconcileDiskObjectsResponse
+	17, // 77: tierstore.rpc.Master.ReportBadReplica:output_type -> tierstore.rpc.Empty
+	20, // 78: tierstore.rpc.Master.PromoteEnd:output_type -> tierstore.rpc.KeyResults
+	54, // 79: tierstore.rpc.Master.Stats:output_type -> tierstore.rpc.StatsResponse
+	57, // 80: tierstore.rpc.Master.ReconcileBegin:output_type -> tierstore.rpc.ReconcileBeginResponse
+	59, // 81: tierstore.rpc.Master.ReconcileKeys:output_type -> tierstore.rpc.ReconcileKeysResponse
+	61, // 82: tierstore.rpc.Master.ReconcileEnd:output_type -> tierstore.rpc.ReconcileEndResponse
+	20, // 83: tierstore.rpc.Master.ReRegisterMemoryObjects:output_type -> tierstore.rpc.KeyResults
+	55, // [55:84] is the sub-list for method output_type
+	26, // [26:55] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
@@ -4335,7 +4441,7 @@ func file_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   59,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -40,6 +40,7 @@ const (
 	Master_BatchGetReplicaList_FullMethodName     = "/tierstore.rpc.Master/BatchGetReplicaList"
 	Master_Remove_FullMethodName                  = "/tierstore.rpc.Master/Remove"
 	Master_RemoveAll_FullMethodName               = "/tierstore.rpc.Master/RemoveAll"
+	Master_RemoveByRegex_FullMethodName           = "/tierstore.rpc.Master/RemoveByRegex"
 	Master_EvictMemory_FullMethodName             = "/tierstore.rpc.Master/EvictMemory"
 	Master_OffloadHeartbeat_FullMethodName        = "/tierstore.rpc.Master/OffloadHeartbeat"
 	Master_NotifyOffloadSuccess_FullMethodName    = "/tierstore.rpc.Master/NotifyOffloadSuccess"
@@ -74,6 +75,7 @@ type MasterClient interface {
 	BatchGetReplicaList(ctx context.Context, in *BatchLookupRequest, opts ...grpc.CallOption) (*BatchGetReplicaListResponse, error)
 	Remove(ctx context.Context, in *RemoveRequest, opts ...grpc.CallOption) (*Empty, error)
 	RemoveAll(ctx context.Context, in *RemoveAllRequest, opts ...grpc.CallOption) (*CountResponse, error)
+	RemoveByRegex(ctx context.Context, in *RemoveByRegexRequest, opts ...grpc.CallOption) (*CountResponse, error)
 	EvictMemory(ctx context.Context, in *EvictMemoryRequest, opts ...grpc.CallOption) (*EvictMemoryResponse, error)
 	OffloadHeartbeat(ctx context.Context, in *OffloadHeartbeatRequest, opts ...grpc.CallOption) (*OffloadHeartbeatResponse, error)
 	NotifyOffloadSuccess(ctx context.Context, in *NotifyOffloadSuccessRequest, opts ...grpc.CallOption) (*KeyResults, error)
@@ -253,6 +255,16 @@ func (c *masterClient) RemoveAll(ctx context.Context, in *RemoveAllRequest, opts
 	return out, nil
 }
 
+func (c *masterClient) RemoveByRegex(ctx context.Context, in *RemoveByRegexRequest, opts ...grpc.CallOption) (*CountResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CountResponse)
+	err := c.cc.Invoke(ctx, Master_RemoveByRegex_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *masterClient) EvictMemory(ctx context.Context, in *EvictMemoryRequest, opts ...grpc.CallOption) (*EvictMemoryResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(EvictMemoryResponse)
@@ -402,6 +414,7 @@ type MasterServer interface {
 	BatchGetReplicaList(context.Context, *BatchLookupRequest) (*BatchGetReplicaListResponse, error)
 	Remove(context.Context, *RemoveRequest) (*Empty, error)
 	RemoveAll(context.Context, *RemoveAllRequest) (*CountResponse, error)
+	RemoveByRegex(context.Context, *RemoveByRegexRequest) (*CountResponse, error)
 	EvictMemory(context.Context, *EvictMemoryRequest) (*EvictMemoryResponse, error)
 	OffloadHeartbeat(context.Context, *OffloadHeartbeatRequest) (*OffloadHeartbeatResponse, error)
 	NotifyOffloadSuccess(context.Context, *NotifyOffloadSuccessRequest) (*KeyResults, error)
@@ -475,6 +488,9 @@ func (UnimplementedMasterServer) Remove(context.Context, *RemoveRequest) (*Empty
 }
 func (UnimplementedMasterServer) RemoveAll(context.Context, *RemoveAllRequest) (*CountResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemoveAll not implemented")
+}
+func (UnimplementedMasterServer) RemoveByRegex(context.Context, *RemoveByRegexRequest) (*CountResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveByRegex not implemented")
 }
 func (UnimplementedMasterServer) EvictMemory(context.Context, *EvictMemoryRequest) (*EvictMemoryResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method EvictMemory not implemented")
@@ -806,6 +822,24 @@ func _Master_RemoveAll_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_RemoveByRegex_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveByRegexRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).RemoveByRegex(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_RemoveByRegex_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).RemoveByRegex(ctx, req.(*RemoveByRegexRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Master_EvictMemory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(EvictMemoryRequest)
 	if err := dec(in); err != nil {
@@ -1106,6 +1140,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RemoveAll",
 			Handler:    _Master_RemoveAll_Handler,
+		},
+		{
+			MethodName: "RemoveByRegex",
+			Handler:    _Master_RemoveByRegex_Handler,
 		},
 		{
 			MethodName: "EvictMemory",
