@@ -166,7 +166,7 @@ func (s *Service) EvictMemory(ctx context.Context, keys []string, all bool) (Evi
 		switch o := sh.objs[k]; {
 		case o == nil:
 			res.NotFound++
-		case o.mem.seg == nil || (o.mem.complete && !o.mem.seg.live()):
+		case o.mem.seg == nil || (o.mem.complete && !o.readableMem()):
 			res.NotInMemory++
 		default:
 			s.evictMemOf(o, now, &res)

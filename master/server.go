@@ -115,17 +115,14 @@ func (s *Server) Ping(ctx context.Context, r *pb.PingRequest) (*pb.PingResponse,
 	return &pb.PingResponse{Status: pb.NodeStatus(p.Status), ClientTtlMs: p.ClientTTL.Milliseconds(), Term: p.Term}, nil
 }
 
-func putReq(r *pb.PutStartRequest) PutStartRequest {
-	return PutStartRequest{Key: string(r.GetKey()), Size: r.GetSize(), CRC: r.GetCrc(), PreferredNode: r.GetPreferredNode(),
-		SoftPin: r.GetSoftPin(), HardPin: r.GetHardPin()}
-}
-
 func (s *Server) PutStart(ctx context.Context, r *pb.PutStartRequest) (*pb.PutStartResponse, error) {
-	rep, err := s.api.PutStart(ctx, putReq(r))
+	rep, err := s.api.PutStart(ctx, masterapi.PutStartRequestFromPB(r))
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.PutStartResponse{Replica: masterapi.ReplicaPB(rep)}, nil
+	out := &pb.PutStartResponse{}
+	out.Replica, out.More = masterapi.PutReplyPB(rep)
+	return out, nil
 }
 
 func (s *Server) PutEnd(ctx context.Context, r *pb.KeyRequest) (*pb.Empty, error) {
@@ -151,7 +148,7 @@ func puts(r *pb.KeysRequest) ([]PutRef, error) {
 func (s *Server) BatchPutStart(ctx context.Context, r *pb.BatchPutStartRequest) (*pb.BatchPutStartResponse, error) {
 	reqs := make([]PutStartRequest, len(r.GetItems()))
 	for i, it := range r.GetItems() {
-		reqs[i] = putReq(it)
+		reqs[i] = masterapi.PutStartRequestFromPB(it)
 	}
 	res, err := s.api.BatchPutStart(ctx, reqs)
 	if err != nil {
@@ -163,7 +160,7 @@ func (s *Server) BatchPutStart(ctx context.Context, r *pb.BatchPutStartRequest) 
 		if x.Err != nil {
 			p.Code, p.Message = int32(codes.Of(x.Err)), x.Err.Error()
 		} else {
-			p.Replica = masterapi.ReplicaPB(x.Replica)
+			p.Replica, p.More = masterapi.PutReplyPB(x.PutStartReply)
 		}
 		out.Results[i] = p
 	}

@@ -62,8 +62,9 @@ type Service struct {
 	tokens tokenSource
 	parkMu sync.Mutex // protects parked
 	// parked holds, by token, the ranges of puts in progress that a forced
-	// Remove deleted, until their writer is done (see parkedPut).
-	parked map[uint64]parkedPut
+	// Remove deleted (one per DRAM replica of the put), until their writer
+	// is done (see parkedPut).
+	parked map[uint64][]parkedPut
 
 	cnt counters
 	met *metrics
@@ -134,7 +135,7 @@ func New(cfg Config) (*Service, error) {
 	s.mask = uint64(n - 1)
 	s.digests = map[string]*diskDigest{}
 	s.nodes = map[string]*node{}
-	s.parked = map[uint64]parkedPut{}
+	s.parked = map[uint64][]parkedPut{}
 	s.cursors = map[string]masterapi.RemovalCursor{}
 	store := cfg.Removals
 	if store == nil {

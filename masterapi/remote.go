@@ -3,6 +3,7 @@ package masterapi
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"google.golang.org/grpc"
@@ -120,16 +121,42 @@ func (r *Remote) Ping(ctx context.Context, node string) (PingReply, error) {
 }
 
 func putPB(q PutStartRequest) *pb.PutStartRequest {
-	return &pb.PutStartRequest{Key: []byte(q.Key), Size: q.Size, Crc: q.CRC, PreferredNode: q.PreferredNode, SoftPin: q.SoftPin, HardPin: q.HardPin}
+	return &pb.PutStartRequest{Key: []byte(q.Key), Size: q.Size, Crc: q.CRC, PreferredNode: q.PreferredNode, SoftPin: q.SoftPin, HardPin: q.HardPin,
+		Replicas: int32(max(math.MinInt32, min(q.Replicas, math.MaxInt32))), AllowFewerReplicas: q.AllowFewer}
+}
+
+// PutStartRequestFromPB is the inverse of the request's wire form.
+func PutStartRequestFromPB(r *pb.PutStartRequest) PutStartRequest {
+	return PutStartRequest{Key: string(r.GetKey()), Size: r.GetSize(), CRC: r.GetCrc(), PreferredNode: r.GetPreferredNode(),
+		SoftPin: r.GetSoftPin(), HardPin: r.GetHardPin(), Replicas: int(r.GetReplicas()), AllowFewer: r.GetAllowFewerReplicas()}
+}
+
+// putReplyFromPB reads a put's replicas: the first and the others.
+func putReplyFromPB(first *pb.Replica, more []*pb.Replica) PutStartReply {
+	out := PutStartReply{Replica: ReplicaFromPB(first)}
+	for _, m := range more {
+		out.More = append(out.More, ReplicaFromPB(m))
+	}
+	return out
+}
+
+// PutReplyPB is the wire form of a PutStartReply: the first replica and
+// the others.
+func PutReplyPB(p PutStartReply) (*pb.Replica, []*pb.Replica) {
+	var more []*pb.Replica
+	for _, m := range p.More {
+		more = append(more, ReplicaPB(m))
+	}
+	return ReplicaPB(p.Replica), more
 }
 
 // PutStart implements API.
-func (r *Remote) PutStart(ctx context.Context, req PutStartRequest) (Replica, error) {
+func (r *Remote) PutStart(ctx context.Context, req PutStartRequest) (PutStartReply, error) {
 	p, err := r.c.PutStart(ctx, putPB(req))
 	if err != nil {
-		return Replica{}, fromStatus(err)
+		return PutStartReply{}, fromStatus(err)
 	}
-	return ReplicaFromPB(p.GetReplica()), nil
+	return putReplyFromPB(p.GetReplica(), p.GetMore()), nil
 }
 
 // PutEnd implements API.
@@ -179,7 +206,7 @@ func (r *Remote) BatchPutStart(ctx context.Context, reqs []PutStartRequest) ([]P
 		if x.GetCode() != 0 {
 			out[i].Err = itemErr(x.GetCode(), x.GetMessage())
 		} else {
-			out[i].Replica = ReplicaFromPB(x.GetReplica())
+			out[i].PutStartReply = putReplyFromPB(x.GetReplica(), x.GetMore())
 		}
 	}
 	return out, nil

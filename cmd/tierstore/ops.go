@@ -24,7 +24,7 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 // opSynopsis is the argument synopsis of each object command.
 var opSynopsis = map[string]string{
-	"put":    "--master ADDR KEY [FILE]",
+	"put":    "--master ADDR [--replicas N] KEY [FILE]",
 	"get":    "--master ADDR KEY [FILE]",
 	"exists": "--master ADDR KEY",
 	"rm":     "--master ADDR [--force] KEY | --all | --regex RE",
@@ -41,6 +41,7 @@ type opArgs struct {
 	regex      string
 	tierName   string
 	nodes      listFlag
+	replicas   int // put
 	pos        []string
 	value      []byte // put: the value, read before connecting
 }
@@ -87,6 +88,8 @@ func parseOp(cmd string, args []string, stdin io.Reader, stdout, stderr io.Write
 	fs.StringVar(&a.addr, "master", "127.0.0.1:50051", "master gRPC address host:port, or etcd://h1:2379,h2:2379[/prefix] (the elected leader)")
 	fs.DurationVar(&a.timeout, "timeout", 30*time.Second, "bound on the whole command (> 0)")
 	switch cmd {
+	case "put":
+		fs.IntVar(&a.replicas, "replicas", 1, fmt.Sprintf("DRAM replicas, each on a different node (1..%d); fails when fewer live nodes have room", masterapi.MaxReplicas))
 	case "rm":
 		fs.BoolVar(&a.force, "force", false, "remove even while a read lease is active")
 		fs.BoolVar(&a.all, "all", false, "every object (instead of KEY); prints the count removed")
@@ -135,6 +138,9 @@ func checkOp(a *opArgs) string {
 	case "put", "get":
 		if len(pos) < 1 || len(pos) > 2 {
 			return fmt.Sprintf("want KEY [FILE], got %d arguments", len(pos))
+		}
+		if a.cmd == "put" && (a.replicas < 1 || a.replicas > masterapi.MaxReplicas) {
+			return fmt.Sprintf("--replicas: want 1..%d, got %d", masterapi.MaxReplicas, a.replicas)
 		}
 	case "rm":
 		if msg := checkRm(a); msg != "" {
@@ -200,10 +206,14 @@ func shortKey(key string) string {
 // opHandlers run each object command once its arguments are checked.
 var opHandlers = map[string]func(ctx context.Context, c *client.Client, a opArgs, stdout, stderr io.Writer) error{
 	"put": func(ctx context.Context, c *client.Client, a opArgs, _, stderr io.Writer) error {
-		if err := c.Put(ctx, a.pos[0], a.value); err != nil {
+		if err := c.PutWith(ctx, a.pos[0], a.value, client.PutOptions{Replicas: a.replicas}); err != nil {
 			return err
 		}
-		fmt.Fprintf(stderr, "stored %q: %d bytes, crc32c %08x\n", shortKey(a.pos[0]), len(a.value), client.CRC32C(a.value))
+		reps := "1 replica"
+		if a.replicas > 1 {
+			reps = fmt.Sprintf("%d replicas on as many nodes", a.replicas)
+		}
+		fmt.Fprintf(stderr, "stored %q: %d bytes, crc32c %08x, %s\n", shortKey(a.pos[0]), len(a.value), client.CRC32C(a.value), reps)
 		return nil
 	},
 	"get": func(ctx context.Context, c *client.Client, a opArgs, stdout, _ io.Writer) error {
