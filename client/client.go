@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -74,6 +75,10 @@ type Client struct {
 	local  LocalNode
 	data   wire.DataPool
 	closed atomic.Bool
+	// bgMu orders the start of a background follow-up (afterCall) with
+	// Close; bg counts those running, which Close waits for.
+	bgMu sync.Mutex
+	bg   sync.WaitGroup
 
 	localDRAM, remoteDRAM, localSSD, remoteSSD atomic.Int64
 	fallbacks, checksumFailures, badReported   atomic.Int64
@@ -127,11 +132,42 @@ func (c *Client) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
+	c.bgMu.Lock() // every afterCall that saw the client open has counted itself
+	c.bgMu.Unlock()
 	c.data.Close()
+	var err error
 	if c.closeM != nil {
-		return c.closeM()
+		err = c.closeM() // background follow-ups now fail at once
 	}
-	return nil
+	c.bg.Wait()
+	return err
+}
+
+// afterCall makes a best-effort follow-up call f of an operation whose
+// context is ctx (a put's revoke, a read's report of a bad replica) such
+// that the operation still returns by its deadline: f gets ctx's remaining
+// time, at most bound; when ctx has ended (before f or during it), f runs
+// again in the background with bound, so that what it tells the master is
+// not lost to the deadline (Close waits for it).
+func (c *Client) afterCall(ctx context.Context, bound time.Duration, f func(ctx context.Context) error) {
+	if ctx.Err() == nil {
+		fctx, cancel := context.WithTimeout(ctx, bound)
+		err := f(fctx)
+		cancel()
+		if err == nil || ctx.Err() == nil {
+			return // done, or failed for a reason of its own
+		}
+	}
+	c.bgMu.Lock()
+	defer c.bgMu.Unlock()
+	if c.closed.Load() {
+		return
+	}
+	c.bg.Go(func() {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
+		defer cancel()
+		_ = f(fctx)
+	})
 }
 
 func (c *Client) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -167,11 +203,36 @@ func (c *Client) peerFor(ctx context.Context, r masterapi.Replica) (peer, error)
 	return remotePeer{dc}, nil
 }
 
+// PutOptions are the options of one put (Put uses the zero value).
+type PutOptions struct {
+	// Replicas is the number of DRAM replicas to keep, each on a different
+	// node (Mooncake's replica_num); 0 means 1, at most
+	// masterapi.MaxReplicas. The replicas are written in parallel and the
+	// put is published only once every one of them is written: readers see
+	// all of them or none. A Get reads the nearest (this process's node
+	// first) and falls back on the others; the loss of a node leaves the
+	// others readable. With fewer live nodes than Replicas the put fails
+	// with ErrNoAvailableHandle, unless AllowFewer.
+	Replicas int
+	// AllowFewer places as many of the Replicas as live nodes with room
+	// allow now (at least one) instead of failing (Mooncake's best effort).
+	AllowFewer bool
+	// PreferredNode places the first replica on this node's segment when
+	// it has room; "" = Config.PreferredNode (or the local node).
+	PreferredNode string
+}
+
 // Put stores value under key: the master allocates a DRAM range (on the
 // local node when it has room), the bytes are written there and the put is
 // completed. On a write failure the put is revoked. ErrObjectExists when
-// the key already exists.
+// the key already exists. PutWith takes per-put options (replicas).
 func (c *Client) Put(ctx context.Context, key string, value []byte) error {
+	return c.PutWith(ctx, key, value, PutOptions{})
+}
+
+// PutWith is Put with options: opts.Replicas DRAM replicas on as many
+// nodes, written in parallel, published together (see PutOptions).
+func (c *Client) PutWith(ctx context.Context, key string, value []byte, opts PutOptions) error {
 	if err := c.check(key); err != nil {
 		return err
 	}
@@ -182,44 +243,92 @@ func (c *Client) Put(ctx context.Context, key string, value []byte) error {
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
 	crc := CRC32C(value)
-	req := masterapi.PutStartRequest{Key: key, Size: int64(len(value)), CRC: crc, SoftPin: c.cfg.SoftPin, HardPin: c.cfg.HardPin}
-	req.PreferredNode = c.preferred()
-	r, err := c.m.PutStart(ctx, req)
+	r, err := c.m.PutStart(ctx, c.putRequest(key, int64(len(value)), crc, opts))
 	if err != nil {
 		return fmt.Errorf("client: put %s: %w", masterapi.ShortKey(key), err)
 	}
 	wctx := wire.WithObject(ctx, wire.Object{Key: key, SoftPin: c.cfg.SoftPin, HardPin: c.cfg.HardPin})
-	if err := c.writeReplica(wctx, r, value, crc); err != nil {
-		c.revoke(key, r.PutToken)
-		return fmt.Errorf("client: put %s: writing to node %s: %w", masterapi.ShortKey(key), r.Node, err)
-	}
-	if err := c.m.PutEnd(ctx, key, r.PutToken); err != nil {
-		c.revoke(key, r.PutToken)
+	if err := c.writeReplicas(wctx, r, value, crc); err != nil {
+		c.revoke(ctx, key, r.PutToken)
 		return fmt.Errorf("client: put %s: %w", masterapi.ShortKey(key), err)
 	}
-	c.observePut(r, start)
+	if err := c.m.PutEnd(ctx, key, r.PutToken); err != nil {
+		c.revoke(ctx, key, r.PutToken)
+		return fmt.Errorf("client: put %s: %w", masterapi.ShortKey(key), err)
+	}
+	c.observePut(r.Replica, start)
 	return nil
 }
 
-// revoke abandons the put token of key (best effort: a put the master no
-// longer knows as current is answered ErrStalePut and changes nothing).
-func (c *Client) revoke(key string, token uint64) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := c.m.PutRevoke(ctx, key, token); err != nil {
-		c.log.Debug("put revoke failed", "key", key, "err", err)
+// revokeTimeout bounds a put's PutRevoke (within the put's deadline, or
+// after it in the background: afterCall).
+const revokeTimeout = 5 * time.Second
+
+// putRequest is the PutStart request of a put of key.
+func (c *Client) putRequest(key string, size int64, crc uint32, opts PutOptions) masterapi.PutStartRequest {
+	req := masterapi.PutStartRequest{Key: key, Size: size, CRC: crc, SoftPin: c.cfg.SoftPin, HardPin: c.cfg.HardPin,
+		Replicas: opts.Replicas, AllowFewer: opts.AllowFewer, PreferredNode: opts.PreferredNode}
+	if req.PreferredNode == "" {
+		req.PreferredNode = c.preferred()
 	}
+	return req
 }
 
+// revoke abandons the put token of key (best effort: a put the master no
+// longer knows as current, or that ended after all, is answered an error
+// and changes nothing), without holding the put past its deadline ctx.
+func (c *Client) revoke(ctx context.Context, key string, token uint64) {
+	c.afterCall(ctx, revokeTimeout, func(ctx context.Context) error {
+		err := c.m.PutRevoke(ctx, key, token)
+		if err != nil {
+			c.log.Debug("put revoke failed", "key", key, "err", err)
+		}
+		return err
+	})
+}
+
+// writeReplicas writes value to every replica of the put p, in parallel
+// when there are several; the first failure cancels the others' writes
+// and is the error (naming the replica's node).
+func (c *Client) writeReplicas(ctx context.Context, p masterapi.PutStartReply, value []byte, crc uint32) error {
+	if len(p.More) == 0 {
+		return c.writeReplica(ctx, p.Replica, value, crc)
+	}
+	reps := p.Replicas()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, len(reps))
+	var first atomic.Int32 // index of the first write that failed
+	first.Store(-1)
+	var wg sync.WaitGroup
+	for i, r := range reps {
+		wg.Go(func() {
+			if errs[i] = c.writeReplica(ctx, r, value, crc); errs[i] != nil {
+				first.CompareAndSwap(-1, int32(i))
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	if f := first.Load(); f >= 0 {
+		return fmt.Errorf("replica %d of %d: %w", f+1, len(reps), errs[f])
+	}
+	return nil
+}
+
+// writeReplica writes value to the put's replica r.
 func (c *Client) writeReplica(ctx context.Context, r masterapi.Replica, value []byte, crc uint32) error {
 	if r.Kind != masterapi.Memory || r.Length != int64(len(value)) {
 		return codes.Errorf(codes.InternalError, "client: master allocated a %v replica of %d bytes for %d", r.Kind, r.Length, len(value))
 	}
 	p, err := c.peerFor(ctx, r)
-	if err != nil {
-		return err
+	if err == nil {
+		err = p.writeRange(ctx, r.Segment, r.Offset, value, crc, r.PutToken)
 	}
-	return p.writeRange(ctx, r.Segment, r.Offset, value, crc, r.PutToken)
+	if err != nil {
+		return fmt.Errorf("writing to node %s: %w", r.Node, err)
+	}
+	return nil
 }
 
 // rank orders replicas best first: local DRAM, remote DRAM, local SSD,
@@ -251,15 +360,64 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
 	}
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
-	info, err := c.m.GetReplicaList(ctx, key)
+	var buf []byte
+	err := c.lookupAndRead(ctx, key, start, func(info masterapi.ObjectInfo) ([]byte, error) {
+		buf = make([]byte, info.Size)
+		return buf, nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("client: get %s: %w", masterapi.ShortKey(key), err)
-	}
-	buf := make([]byte, info.Size)
-	if err := c.readBest(ctx, info, buf, start); err != nil {
 		return nil, err
 	}
 	return buf, nil
+}
+
+// lookupAndRead looks key up and reads it (readBest) into the buffer
+// bufFor gives for what the lookup answered. When every replica failed its
+// checksum, the key may have been replaced while it was read: a forced
+// remove freed the range the lookup named and the next put wrote it. Then
+// it is looked up once more: gone, it is OBJECT_NOT_FOUND; another object
+// (another CRC32C, size or put), it is read again; the same object, the
+// checksum error stands.
+func (c *Client) lookupAndRead(ctx context.Context, key string, start time.Time, bufFor func(masterapi.ObjectInfo) ([]byte, error)) error {
+	info, err := c.m.GetReplicaList(ctx, key)
+	if err != nil {
+		return fmt.Errorf("client: get %s: %w", masterapi.ShortKey(key), err)
+	}
+	buf, err := bufFor(info)
+	if err != nil {
+		return err
+	}
+	err = c.readBest(ctx, info, buf, start)
+	if !errors.Is(err, codes.ErrChecksumMismatch) {
+		return err
+	}
+	again, lerr := c.m.GetReplicaList(ctx, key)
+	switch {
+	case errors.Is(lerr, codes.ErrObjectNotFound):
+		return fmt.Errorf("client: get %s: removed while it was read: %w", masterapi.ShortKey(key), lerr)
+	case lerr != nil || sameObject(info, again):
+		return err
+	}
+	if buf, err = bufFor(again); err != nil {
+		return err
+	}
+	return c.readBest(ctx, again, buf, start)
+}
+
+// sameObject reports whether two lookups of a key answered the same
+// object: size and CRC32C, and the put of the DRAM replica when both list
+// one (a DRAM replica dropped as bad in between leaves the same object).
+func sameObject(a, b masterapi.ObjectInfo) bool {
+	token := func(in masterapi.ObjectInfo) uint64 {
+		for _, r := range in.Replicas {
+			if r.Kind == masterapi.Memory {
+				return r.PutToken
+			}
+		}
+		return 0
+	}
+	ta, tb := token(a), token(b)
+	return a.Size == b.Size && a.CRC == b.CRC && (ta == 0 || tb == 0 || ta == tb)
 }
 
 // reportBadReplicaTimeout bounds the ReportBadReplica call of a read.
@@ -269,10 +427,15 @@ const reportBadReplicaTimeout = 2 * time.Second
 // check, or (missing) that its node answered it does not hold the object on
 // SSD, so that it stops listing it (the master drops it; the next reconcile
 // deletes an SSD copy). Best effort: a failure is logged; the read goes on
-// with the next replica either way.
+// with the next replica either way, and is not held past its deadline
+// (afterCall).
 func (c *Client) reportBad(ctx context.Context, info masterapi.ObjectInfo, r masterapi.Replica, missing bool) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportBadReplicaTimeout)
-	defer cancel()
+	c.afterCall(ctx, reportBadReplicaTimeout, func(ctx context.Context) error {
+		return c.report(ctx, info, r, missing)
+	})
+}
+
+func (c *Client) report(ctx context.Context, info masterapi.ObjectInfo, r masterapi.Replica, missing bool) error {
 	what := "fails its checksum"
 	if missing {
 		what = "is missing on its node"
@@ -288,9 +451,11 @@ func (c *Client) reportBad(ctx context.Context, info masterapi.ObjectInfo, r mas
 	case errors.Is(err, codes.ErrReplicaNotFound), errors.Is(err, codes.ErrObjectNotFound):
 		// Already dropped (a node that detects a corrupt SSD entry drops
 		// it itself), or the key changed since the lookup.
+		return nil
 	default:
 		c.log.Warn("reporting a replica that "+what+" failed", "key", info.Key, "node", r.Node, "kind", r.Kind, "err", err)
 	}
+	return err
 }
 
 func (c *Client) countRead(r masterapi.Replica) {
@@ -347,6 +512,38 @@ func (c *Client) Remove(ctx context.Context, key string, force bool) error {
 		return fmt.Errorf("client: remove %s: %w", masterapi.ShortKey(key), err)
 	}
 	return nil
+}
+
+// RemoveAll removes every object and returns how many it removed. Unless
+// force it skips the objects Remove would refuse (leased, pinned by an
+// offload task, a put in progress), as Mooncake's remove_all does.
+func (c *Client) RemoveAll(ctx context.Context, force bool) (int64, error) {
+	if c.closed.Load() {
+		return 0, ErrClosed
+	}
+	ctx, cancel := c.opCtx(ctx)
+	defer cancel()
+	n, err := c.m.RemoveAll(ctx, force)
+	if err != nil {
+		return n, fmt.Errorf("client: remove all: %w", err)
+	}
+	return n, nil
+}
+
+// RemoveByRegex is RemoveAll for the objects whose key matches pattern
+// anywhere (Go regexp syntax, RE2). A pattern that does not compile is
+// ErrInvalidParams naming it, and nothing is removed.
+func (c *Client) RemoveByRegex(ctx context.Context, pattern string, force bool) (int64, error) {
+	if c.closed.Load() {
+		return 0, ErrClosed
+	}
+	ctx, cancel := c.opCtx(ctx)
+	defer cancel()
+	n, err := c.m.RemoveByRegex(ctx, pattern, force)
+	if err != nil {
+		return n, fmt.Errorf("client: remove by regex: %w", err)
+	}
+	return n, nil
 }
 
 // EvictMemory drops the DRAM replicas of keys (or of every object when all)

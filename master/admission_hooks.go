@@ -68,8 +68,12 @@ func (s *Service) observeDiskEviction(keys []string) {
 	}
 }
 
-// memNode is the id of the node holding o's DRAM replica, "" without one.
+// memNode is the id of the node holding o's DRAM replica (of several, the
+// offload source: the first readable one, else the first), "" without one.
 func memNode(o *object) string {
+	if m := o.memSource(); m != nil {
+		return m.seg.node.id
+	}
 	if o.mem.seg == nil {
 		return ""
 	}

@@ -22,6 +22,7 @@ type (
 	MountRequest      = masterapi.MountRequest
 	PingReply         = masterapi.PingReply
 	PutStartRequest   = masterapi.PutStartRequest
+	PutStartReply     = masterapi.PutStartReply
 	PutStartResult    = masterapi.PutStartResult
 	PutRef            = masterapi.PutRef
 	ExistResult       = masterapi.ExistResult

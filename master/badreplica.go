@@ -26,12 +26,11 @@ func (s *Service) ReportBadReplica(ctx context.Context, key string, crc uint32, 
 	}
 	switch r.Kind {
 	case Memory:
-		m := o.mem
-		if m.seg == nil || !m.complete || m.seg.node.id != r.Node || m.seg.name != r.Segment || m.off != r.Offset || m.len != r.Length ||
-			(r.PutToken != 0 && r.PutToken != m.token) {
+		i := memReported(o, r)
+		if i < 0 {
 			return s.observe(codes.Errorf(codes.ReplicaNotFound, "master: report_bad_replica: no such MEMORY replica on node %q", r.Node))
 		}
-		s.dropMemAndTask(key, o, codes.ReplicaNotFound)
+		s.dropMemReplica(key, o, i, codes.ReplicaNotFound) // the others stay
 		s.settleEmpty(sh, key, o, now)
 	case LocalDisk:
 		if !s.dropDisk(sh, key, o, r.Node, now) {
@@ -43,4 +42,30 @@ func (s *Service) ReportBadReplica(ctx context.Context, key string, crc uint32, 
 	s.cnt.badReplicas.Add(1)
 	s.log.Warn("replica dropped: a reader found it fails its checksum or its node does not hold it", "kind", r.Kind, "node", r.Node)
 	return nil
+}
+
+// memReported returns the index of o's complete DRAM replica that r
+// describes (node, segment, range and, when given, put token), or -1.
+// Caller holds the shard lock.
+func memReported(o *object, r Replica) int {
+	for i, m := range o.mems() {
+		if m.complete && m.seg.node.id == r.Node && m.seg.name == r.Segment && m.off == r.Offset && m.len == r.Length &&
+			(r.PutToken == 0 || r.PutToken == m.token) {
+			return i
+		}
+	}
+	return -1
+}
+
+// dropMemReplica removes o's i-th DRAM replica alone. If it is the source
+// of o's offload task, the task goes too (its range an orphan when the
+// node fetched it, see dropMemAndTask). Caller holds the shard lock.
+func (s *Service) dropMemReplica(key string, o *object, i int, code codes.Code) {
+	n := o.offload
+	if n == nil || o.memAt(i).seg.node != n {
+		s.dropMemAt(o, i)
+		return
+	}
+	s.forgetMemAt(o, i, s.releaseTask(key, o, code) != i) // an orphan holds the range
+	s.requeueElsewhere(key, o, n, "its source replica was dropped")
 }

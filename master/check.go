@@ -147,23 +147,33 @@ func (s *Service) takeCensus(c *census) error {
 	return nil
 }
 
-// addMem counts o's DRAM replica.
+// addMem counts o's DRAM replicas and checks their shape: all of one put
+// (one token, all complete or none), each on a different node.
 func (c *census) addMem(k string, o *object) error {
-	if o.mem.seg == nil {
-		return nil
+	if o.mem.seg == nil && len(o.more) > 0 {
+		return inconsistent("key %s: %d further DRAM replicas without a first", masterapi.ShortKey(k), len(o.more))
 	}
-	c.memR++
-	c.memB += o.size
-	c.at(o.mem.seg.node).memR++
-	c.at(o.mem.seg.node).memB += o.size
-	if !o.mem.complete {
-		c.processing++
-	}
-	if o.mem.len != o.size {
-		return inconsistent("key %s: DRAM length %d != size %d", masterapi.ShortKey(k), o.mem.len, o.size)
-	}
-	if o.mem.seg.live() {
-		c.ranges[o.mem.seg] = append(c.ranges[o.mem.seg], rng{o.mem.off, alignUp(o.mem.len), k})
+	for i, m := range o.mems() {
+		c.memR++
+		c.memB += o.size
+		c.at(m.seg.node).memR++
+		c.at(m.seg.node).memB += o.size
+		if !m.complete {
+			c.processing++
+		}
+		if m.len != o.size {
+			return inconsistent("key %s: DRAM length %d != size %d", masterapi.ShortKey(k), m.len, o.size)
+		}
+		if m.token != o.mem.token || m.complete != o.mem.complete || m.promo != o.mem.promo {
+			return inconsistent("key %s: DRAM replica %d is of put %d (complete %v), the first of put %d (complete %v)",
+				masterapi.ShortKey(k), i, m.token, m.complete, o.mem.token, o.mem.complete)
+		}
+		if o.memOn(m.seg.node) != i {
+			return inconsistent("key %s: two DRAM replicas on node %q", masterapi.ShortKey(k), m.seg.node.id)
+		}
+		if m.seg.live() {
+			c.ranges[m.seg] = append(c.ranges[m.seg], rng{m.off, alignUp(m.len), k})
+		}
 	}
 	return nil
 }

@@ -148,10 +148,13 @@ func (s *Service) evictVictim(c victim, now int64) (freed int64, queued bool) {
 			// Its offload failed for good: dropped like any cache entry.
 			s.cnt.offloadDroppedVictims.Add(1)
 			s.log.Warn("DRAM eviction dropped a victim whose offload failed; the object leaves the cache",
-				"key", keyHex(c.key), "reason", o.offloadGaveUp.String(), "node", o.mem.seg.node.id)
+				"key", keyHex(c.key), "reason", o.offloadGaveUp.String(), "node", memNode(o))
 		}
 	}
-	freed = alignUp(o.mem.len)
+	// Every DRAM replica of the object goes (a victim is an object, not
+	// a copy); freed counts one, what the allocation that needs it gains
+	// on its segment at most.
+	freed = alignUp(o.size)
 	s.dropMem(o)
 	if o.empty() {
 		s.deleteObj(c.sh, c.key, o)
@@ -162,7 +165,7 @@ func (s *Service) evictVictim(c victim, now int64) (freed int64, queued bool) {
 // victimOK reports whether o may be an eviction victim now. Caller holds the
 // shard lock.
 func (s *Service) victimOK(o *object, now int64) bool {
-	if !s.evictable(o, now) || !o.mem.seg.live() {
+	if !s.evictable(o, now) || !o.readableMem() {
 		return false
 	}
 	return s.cfg.AllowEvictSoftPinned || !o.softPinned(now)

@@ -59,7 +59,7 @@ func put(t testing.TB, api API, key string, size int64, node string) Replica {
 	if err := api.PutEnd(bg, key, r.PutToken); err != nil {
 		t.Fatalf("PutEnd(%q): %v", key, err)
 	}
-	return r
+	return r.Replica
 }
 
 // putWith stores req (PutStart + PutEnd with PutStart's token) and returns
@@ -73,7 +73,7 @@ func putWith(t testing.TB, api API, req PutStartRequest) Replica {
 	if err := api.PutEnd(bg, req.Key, r.PutToken); err != nil {
 		t.Fatalf("PutEnd(%q): %v", req.Key, err)
 	}
-	return r
+	return r.Replica
 }
 
 func crcOf(key string) uint32 { return uint32(len(key))*2654435761 + 7 }

@@ -72,14 +72,19 @@ func (s *Service) registerMem(g *segment, m MemoryObject, now int64) error {
 			m.Offset, m.Length, m.PutToken, g.size)
 	}
 	s.tokens.observe(m.PutToken)
+	if err := s.removedMem(m); err != nil {
+		return err
+	}
 	sh := s.shardOf(m.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	o := sh.objs[m.Key]
-	if o != nil && o.mem.seg == g && o.mem.off == m.Offset && o.mem.token == m.PutToken {
-		return nil // registered already (a call sent again)
+	if o != nil {
+		if i := o.memOn(g.node); i >= 0 && o.memAt(i).seg == g && o.memAt(i).off == m.Offset && o.memAt(i).token == m.PutToken {
+			return nil // registered already (a call sent again)
+		}
 	}
-	if err := s.memConflict(o, m); err != nil {
+	if err := s.memConflict(o, g.node, m); err != nil {
 		return err
 	}
 	g.mu.Lock()
@@ -92,14 +97,19 @@ func (s *Service) registerMem(g *segment, m MemoryObject, now int64) error {
 		o = &object{}
 		sh.objs[m.Key] = o
 		s.cnt.objects.Add(1)
-	} else if o.mem.seg != nil {
+	} else if o.mem.seg != nil && o.mem.token != m.PutToken {
 		s.dropMemAndTask(m.Key, o, codes.ObjectNotFound) // an older put of the key
 	}
 	if o.size != m.Length || o.crc != m.CRC {
 		s.dropAllDisk(m.Key, o) // an older value's copies (memConflict allowed it)
 	}
-	o.size, o.crc = m.Length, m.CRC
-	o.mem = memReplica{seg: g, off: m.Offset, len: m.Length, token: m.PutToken, complete: true}
+	o.size, o.crc, o.token = m.Length, m.CRC, m.PutToken
+	r := memReplica{seg: g, off: m.Offset, len: m.Length, token: m.PutToken, complete: true}
+	if o.mem.seg == nil {
+		o.mem = r
+	} else {
+		o.more = append(o.more, r) // another node's replica of the same put
+	}
 	o.lastUse = now
 	o.hardPin, o.softPin = o.hardPin || m.HardPin, o.softPin || m.SoftPin
 	if o.softPin {
@@ -110,13 +120,16 @@ func (s *Service) registerMem(g *segment, m MemoryObject, now int64) error {
 	return nil
 }
 
-// memConflict decides whether m may become o's DRAM replica. Two DRAM
-// copies of a key: the newer put (larger token) wins, whatever the bytes.
-// A DRAM copy with other bytes than an SSD copy the master knows: the
-// first registered wins (nothing tells which is newer), the other is
-// refused with CHECKSUM_CONFLICT. Caller holds the shard lock.
-func (s *Service) memConflict(o *object, m MemoryObject) error {
-	live := o != nil && o.mem.seg != nil && o.mem.seg.live()
+// memConflict decides whether m, held by node n, may become one of o's
+// DRAM replicas. Two DRAM copies of a key from different puts: the newer
+// put (larger token) wins, whatever the bytes. Copies of one put (one
+// token) on different nodes are its replicas, all kept (they must agree
+// on the bytes); two on one node are refused. A DRAM copy with other bytes
+// than an SSD copy the master knows: the first registered wins (nothing
+// tells which is newer), the other is refused with CHECKSUM_CONFLICT.
+// Caller holds the shard lock.
+func (s *Service) memConflict(o *object, n *node, m MemoryObject) error {
+	live := o != nil && (o.readableMem() || o.putInProgress()) // a replica on a live segment
 	switch {
 	case o == nil:
 		return nil
@@ -124,6 +137,11 @@ func (s *Service) memConflict(o *object, m MemoryObject) error {
 		return codes.Errorf(codes.ObjectExists, "master: re_register_memory: a put of the key is in progress")
 	case live && o.mem.token > m.PutToken:
 		return codes.Errorf(codes.ObjectExists, "master: re_register_memory: a newer put of the key (token %d > %d) is registered", o.mem.token, m.PutToken)
+	case o.mem.seg != nil && o.mem.token == m.PutToken && (o.size != m.Length || o.crc != m.CRC):
+		return codes.Errorf(codes.ChecksumConflict, "master: re_register_memory: put %d has size %d crc %08x on another node, this copy size %d crc %08x",
+			m.PutToken, o.size, o.crc, m.Length, m.CRC)
+	case o.mem.seg != nil && o.mem.token == m.PutToken && o.memOn(n) >= 0:
+		return codes.Errorf(codes.InvalidParams, "master: re_register_memory: put %d already has a replica on node %q", m.PutToken, n.id)
 	case !live && (o.size != m.Length || o.crc != m.CRC) && len(o.disk) > 0:
 		return codes.Errorf(codes.ChecksumConflict, "master: re_register_memory: size %d crc %08x, the SSD copies have size %d crc %08x",
 			m.Length, m.CRC, o.size, o.crc)

@@ -37,10 +37,11 @@ func (s *Service) enqueue(key string, o *object) bool {
 // queueTask queues o's task without touching its attempt count. Caller holds
 // the shard lock; o has no task.
 func (s *Service) queueTask(key string, o *object) bool {
-	if !o.readableMem() {
+	src := o.memSource()
+	if src == nil {
 		return false
 	}
-	n := o.mem.seg.node
+	n := src.seg.node
 	if !n.box.add(key, s.cfg.OffloadingQueueLimit) {
 		s.met.countErr(codes.ErrKeysUltraLimit)
 		s.log.Debug("offload queue full", "node", n.id, "limit", s.cfg.OffloadingQueueLimit)
@@ -76,6 +77,17 @@ func (s *Service) retryTask(key string, o *object, node, why string) {
 	s.log.Info("offload re-queued", "node", node, "attempt", attempts+1, "max_attempts", maxOffloadAttempts, "last_reason", why)
 }
 
+// requeueElsewhere queues o's offload task again after it ended with its
+// source, node n's DRAM replica (n died, or that replica was dropped),
+// when another node's DRAM replica can be the source and the object has
+// no SSD copy yet: an attempt of the same admission (retryTask). Caller
+// holds the shard lock; o has no task.
+func (s *Service) requeueElsewhere(key string, o *object, n *node, why string) {
+	if o.readableMem() && !o.readableDisk() {
+		s.retryTask(key, o, n.id, why)
+	}
+}
+
 // cancelTask forgets o's offload task and releases its pin. Caller holds the
 // shard lock.
 func (s *Service) cancelTask(key string, o *object) {
@@ -86,28 +98,43 @@ func (s *Service) cancelTask(key string, o *object) {
 	}
 }
 
-// dropMemAndTask removes o's DRAM replica and its offload task (invariant 8). If
-// the node has already fetched the task it may be copying the source range
-// right now, so the range is not freed: it becomes an orphan of the node's
-// mailbox, freed when the node answers the task (a persisted answer is
-// refused per key with code, and the node deletes its SSD copy), when the
-// node dies, or when the task times out. Caller holds the shard lock.
+// dropMemAndTask removes o's DRAM replicas and its offload task (invariant
+// 8). If the node has already fetched the task it may be copying the
+// source range (its DRAM replica of o) right now, so that range is not
+// freed: it becomes an orphan of the node's mailbox, freed when the node
+// answers the task (a persisted answer is refused per key with code, and
+// the node deletes its SSD copy), when the node dies, or when the task
+// times out. The ranges of the other replicas are freed at once. Caller
+// holds the shard lock.
 func (s *Service) dropMemAndTask(key string, o *object, code codes.Code) {
+	if i := s.releaseTask(key, o, code); i >= 0 {
+		src := o.memAt(i)
+		s.forgetMem(o, func(m *memReplica) bool { return m == src })
+		return
+	}
+	s.dropMem(o)
+}
+
+// releaseTask forgets o's offload task before its DRAM replicas go. When
+// the node has fetched it, the source replica's range becomes an orphan
+// (see dropMemAndTask) and its index is returned: the caller forgets that
+// replica without freeing its range. -1 otherwise. Caller holds the shard
+// lock.
+func (s *Service) releaseTask(key string, o *object, code codes.Code) int {
 	n := o.offload
 	if n == nil {
-		s.dropMem(o)
-		return
+		return -1
 	}
 	o.offload = nil
-	m := o.mem
-	if m.seg != nil && m.seg.node == n && m.seg.live() &&
-		n.box.orphan(key, orphan{seg: m.seg, off: m.off, len: m.len, code: code}) {
-		s.forgetMem(o, false)
-		s.log.Debug("offload source range kept until the node answers", "node", n.id, "segment", m.seg.name, "offset", m.off)
-		return
+	if i := o.memOn(n); i >= 0 {
+		m := o.memAt(i)
+		if m.seg.live() && n.box.orphan(key, orphan{seg: m.seg, off: m.off, len: m.len, code: code}) {
+			s.log.Debug("offload source range kept until the node answers", "node", n.id, "segment", m.seg.name, "offset", m.off)
+			return i
+		}
 	}
 	n.box.drop(key)
-	s.dropMem(o)
+	return -1
 }
 
 // freeOrphan releases an orphan's range.
@@ -129,7 +156,7 @@ func (s *Service) Enqueue(key string) error {
 		return codes.Errorf(codes.ObjectNotFound, "master: enqueue: no DRAM replica")
 	}
 	if !s.enqueue(key, o) {
-		return codes.Errorf(codes.KeysUltraLimit, "master: enqueue: offload queue of node %q is full", o.mem.seg.node.id)
+		return codes.Errorf(codes.KeysUltraLimit, "master: enqueue: offload queue of node %q is full", memNode(o))
 	}
 	return nil
 }
@@ -167,11 +194,12 @@ func (s *Service) offloadTasks(ctx context.Context, nodeID string, max int) ([]O
 			if orph, ok := n.box.takeOrphan(k); ok {
 				s.freeOrphan(orph)
 			}
-		case !o.readableMem() || o.mem.seg.node != n:
-			s.cancelTask(k, o)
+		case o.readableMemOn(n) == nil:
+			s.cancelTask(k, o) // n's DRAM replica, the task's source, went
 		default:
-			tasks = append(tasks, OffloadTask{Key: k, Segment: o.mem.seg.name, Offset: o.mem.off,
-				Length: o.mem.len, Size: o.size, CRC: o.crc, Term: s.cfg.HA.Term})
+			m := o.readableMemOn(n)
+			tasks = append(tasks, OffloadTask{Key: k, Segment: m.seg.name, Offset: m.off,
+				Length: m.len, Size: o.size, CRC: o.crc, Term: s.cfg.HA.Term})
 		}
 		sh.mu.Unlock()
 	}

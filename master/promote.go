@@ -241,7 +241,7 @@ func (s *Service) abandonPromotion(key string, o *object, id string) {
 		return
 	}
 	if s.park(key, o) {
-		s.forgetMem(o, false)
+		s.forgetMem(o, keepAll)
 	} else {
 		s.dropMem(o)
 	}

@@ -10,41 +10,47 @@ import (
 )
 
 // PutStart implements API.
-func (s *Service) PutStart(ctx context.Context, req PutStartRequest) (Replica, error) {
+func (s *Service) PutStart(ctx context.Context, req PutStartRequest) (PutStartReply, error) {
 	if err := s.check(ctx); err != nil {
-		return Replica{}, err
+		return PutStartReply{}, err
 	}
 	r, err := s.putStart(ctx, req)
 	return r, s.observe(err)
 }
 
-func (s *Service) putStart(ctx context.Context, req PutStartRequest) (Replica, error) {
+func (s *Service) putStart(ctx context.Context, req PutStartRequest) (PutStartReply, error) {
 	if err := validKey(req.Key); err != nil {
-		return Replica{}, err
+		return PutStartReply{}, err
 	}
 	if req.Size <= 0 {
-		return Replica{}, codes.Errorf(codes.InvalidParams, "master: put_start: size must be > 0, got %d", req.Size)
+		return PutStartReply{}, codes.Errorf(codes.InvalidParams, "master: put_start: size must be > 0, got %d", req.Size)
+	}
+	want, err := validReplicas(req.Replicas)
+	if err != nil {
+		return PutStartReply{}, err
 	}
 	sh := s.shardOf(req.Key)
 	// Cheap pre-check so that a duplicate put neither allocates nor evicts.
 	sh.mu.Lock()
 	if o := sh.objs[req.Key]; o != nil && s.blocksPut(o) {
 		sh.mu.Unlock()
-		return Replica{}, codes.Errorf(codes.ObjectExists, "master: put_start")
+		return PutStartReply{}, codes.Errorf(codes.ObjectExists, "master: put_start")
 	}
 	sh.mu.Unlock()
 
-	seg, off, err := s.allocate(ctx, req.Size, req.PreferredNode)
+	places, err := s.placeReplicas(ctx, req.Size, req.PreferredNode, want, req.AllowFewer)
 	if err != nil {
-		return Replica{}, err
+		return PutStartReply{}, err
 	}
 	now := s.now()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	o := sh.objs[req.Key]
 	if o != nil && s.blocksPut(o) {
-		s.freeRange(seg, off, req.Size)
-		return Replica{}, codes.Errorf(codes.ObjectExists, "master: put_start")
+		for _, p := range places {
+			s.freeRange(p.seg, p.off, req.Size)
+		}
+		return PutStartReply{}, codes.Errorf(codes.ObjectExists, "master: put_start")
 	}
 	if o == nil {
 		o = &object{}
@@ -60,13 +66,32 @@ func (s *Service) putStart(ctx context.Context, req PutStartRequest) (Replica, e
 	// The token is taken after the allocation, under the shard lock that
 	// publishes the put: any earlier owner of an overlapping range got its
 	// token before that range could be freed, so tokens grow along a
-	// range's owners (invariant 8).
-	o.mem = memReplica{seg: seg, off: off, len: req.Size, token: s.tokens.next(now)}
+	// range's owners (invariant 8). One token for all the put's replicas.
+	token := s.tokens.next(now)
+	o.token = token
+	for i, p := range places {
+		m := memReplica{seg: p.seg, off: p.off, len: req.Size, token: token}
+		if i == 0 {
+			o.mem = m
+		} else {
+			o.more = append(o.more, m)
+		}
+		s.processing.Add(1)
+		s.countMem(p.seg.node, 1, req.Size)
+	}
 	o.putStart = now
 	o.softPin, o.hardPin = req.SoftPin, req.HardPin
-	s.processing.Add(1)
-	s.countMem(seg.node, 1, req.Size)
-	return s.memDescriptor(o), nil
+	return s.putReply(o), nil
+}
+
+// putReply describes the DRAM replicas of o's put. Caller holds the shard
+// lock.
+func (s *Service) putReply(o *object) PutStartReply {
+	out := PutStartReply{Replica: s.memDescriptor(&o.mem)}
+	for i := range o.more {
+		out.More = append(out.More, s.memDescriptor(&o.more[i]))
+	}
+	return out
 }
 
 // blocksPut reports whether o prevents a new put of its key: it is readable,
@@ -75,14 +100,14 @@ func (s *Service) blocksPut(o *object) bool {
 	return o.readable() || o.putInProgress()
 }
 
-// memDescriptor describes o's DRAM replica. Caller holds the shard lock.
-func (s *Service) memDescriptor(o *object) Replica {
+// memDescriptor describes DRAM replica m. Caller holds the shard lock.
+func (s *Service) memDescriptor(m *memReplica) Replica {
 	st := Processing
-	if o.mem.complete {
+	if m.complete {
 		st = Complete
 	}
-	return Replica{Kind: Memory, Status: st, Node: o.mem.seg.node.id, Endpoint: o.mem.seg.node.endpoint,
-		Segment: o.mem.seg.name, Offset: o.mem.off, Length: o.mem.len, PutToken: o.mem.token}
+	return Replica{Kind: Memory, Status: st, Node: m.seg.node.id, Endpoint: m.seg.node.endpoint,
+		Segment: m.seg.name, Offset: m.off, Length: m.len, PutToken: m.token}
 }
 
 // PutEnd implements API.
@@ -127,14 +152,21 @@ func (s *Service) putEnd(key string, token uint64) error {
 	if err != nil {
 		return err
 	}
-	if !o.mem.seg.live() {
-		return codes.Errorf(codes.ReplicaIsGone, "master: put_end: segment %q of node %q is gone", o.mem.seg.name, o.mem.seg.node.id)
+	for _, m := range o.mems() {
+		if !m.seg.live() {
+			return codes.Errorf(codes.ReplicaIsGone, "master: put_end: segment %q of node %q (replica %d of %d) is gone; nothing is published",
+				m.seg.name, m.seg.node.id, o.memOn(m.seg.node)+1, o.memCount())
+		}
 	}
 	if o.mem.complete {
 		return nil // repeated PutEnd
 	}
-	o.mem.complete = true
-	s.processing.Add(-1)
+	// Every replica at once, under the shard lock: a lookup sees all of
+	// them or none.
+	for _, m := range o.mems() {
+		m.complete = true
+		s.processing.Add(-1)
+	}
 	o.lastUse = now
 	defer s.room.signal() // the object may be evicted now
 	if o.softPin {
@@ -182,7 +214,7 @@ func (s *Service) BatchPutStart(ctx context.Context, reqs []PutStartRequest) ([]
 	}
 	out := make([]PutStartResult, len(reqs))
 	for i, r := range reqs {
-		out[i].Replica, out[i].Err = s.putStart(ctx, r)
+		out[i].PutStartReply, out[i].Err = s.putStart(ctx, r)
 		s.observe(out[i].Err)
 	}
 	return out, nil
@@ -212,33 +244,40 @@ func (s *Service) BatchPutRevoke(ctx context.Context, puts []PutRef) ([]error, e
 	return out, nil
 }
 
-// park keeps the range of o's put in progress allocated after its object
-// is deleted (a forced Remove): the writer may still write to it until its
-// PutEnd or PutRevoke, or the discard deadline (invariant 8). It reports
-// whether it parked (false: no put in progress on a live segment). Caller
-// holds the shard lock and forgets the DRAM replica without freeing it.
+// park keeps the ranges of o's put in progress allocated after its object
+// is deleted (a forced Remove): the writer may still write to them until
+// its PutEnd or PutRevoke, or the discard deadline (invariant 8). It
+// reports whether it parked (false: no put in progress on a live segment).
+// Caller holds the shard lock and forgets the DRAM replicas without
+// freeing them (forgetMem(o, keepAll)).
 func (s *Service) park(key string, o *object) bool {
 	if !o.putInProgress() {
 		return false
 	}
-	p := parkedPut{key: key, seg: o.mem.seg, off: o.mem.off, len: o.mem.len,
-		deadline: o.putStart + s.cfg.PutStartDiscardTimeout.Nanoseconds()}
+	deadline := o.putStart + s.cfg.PutStartDiscardTimeout.Nanoseconds()
+	var ps []parkedPut
+	for _, m := range o.mems() {
+		ps = append(ps, parkedPut{key: key, seg: m.seg, off: m.off, len: m.len, deadline: deadline})
+	}
 	s.parkMu.Lock()
-	s.parked[o.mem.token] = p
+	s.parked[o.mem.token] = ps
 	s.parkMu.Unlock()
-	s.log.Info("put in progress removed by force; its range stays allocated until the put ends or its discard deadline",
-		"key", keyHex(key), "node", p.seg.node.id, "segment", p.seg.name, "offset", p.off)
+	s.log.Info("put in progress removed by force; its ranges stay allocated until the put ends or its discard deadline",
+		"key", keyHex(key), "node", o.mem.seg.node.id, "segment", o.mem.seg.name, "offset", o.mem.off, "replicas", len(ps))
 	return true
 }
 
-// unpark frees the range of the parked put token and reports whether there
+// keepAll is forgetMem's kept for ranges handed on whole (parked).
+func keepAll(*memReplica) bool { return true }
+
+// unpark frees the ranges of the parked put token and reports whether there
 // was one.
 func (s *Service) unpark(token uint64) bool {
 	s.parkMu.Lock()
-	p, ok := s.parked[token]
+	ps, ok := s.parked[token]
 	delete(s.parked, token)
 	s.parkMu.Unlock()
-	if ok {
+	for _, p := range ps {
 		s.freeRange(p.seg, p.off, p.len)
 	}
 	return ok
@@ -249,10 +288,19 @@ func (s *Service) unpark(token uint64) bool {
 func (s *Service) reclaimParked(now int64) {
 	s.parkMu.Lock()
 	var due []parkedPut
-	for t, p := range s.parked {
-		if p.deadline < now || !p.seg.live() {
-			due = append(due, p)
+	for t, ps := range s.parked {
+		kept := ps[:0]
+		for _, p := range ps {
+			if p.deadline < now || !p.seg.live() {
+				due = append(due, p)
+			} else {
+				kept = append(kept, p)
+			}
+		}
+		if len(kept) == 0 {
 			delete(s.parked, t)
+		} else {
+			s.parked[t] = kept
 		}
 	}
 	s.parkMu.Unlock()
@@ -261,13 +309,13 @@ func (s *Service) reclaimParked(now int64) {
 	}
 }
 
-// parkedList returns a copy of the parked puts (Check).
+// parkedList returns a copy of the parked ranges (Check).
 func (s *Service) parkedList() []parkedPut {
 	s.parkMu.Lock()
 	defer s.parkMu.Unlock()
-	out := make([]parkedPut, 0, len(s.parked))
-	for _, p := range s.parked {
-		out = append(out, p)
+	var out []parkedPut
+	for _, ps := range s.parked {
+		out = append(out, ps...)
 	}
 	return out
 }

@@ -167,7 +167,7 @@ func TestRemoveDuringPutKeepsRange(t *testing.T) {
 				t.Fatalf("RemoveAll removed %d puts in progress: %v", n, err)
 			}
 			innocent := put(t, api, "innocent", 4096, "a")
-			if overlaps(innocent, doomed) {
+			if overlaps(innocent, doomed.Replica) {
 				t.Fatalf("innocent got doomed's range while doomed's writer may write: %+v", innocent)
 			}
 			if err := api.PutEnd(bg, "doomed", doomed.PutToken); err != nil {
@@ -189,7 +189,7 @@ func TestRemoveDuringPutKeepsRange(t *testing.T) {
 			mustIs(t, err, codes.ErrObjectNotFound)
 			for i := 0; i < 3; i++ { // a few puts: none lands on doomed2's bytes
 				r := put(t, api, "innocent2-"+string(rune('0'+i)), 4096, "a")
-				if overlaps(r, doomed2) {
+				if overlaps(r, doomed2.Replica) {
 					t.Fatalf("forced Remove freed a range its writer still owns: %+v", r)
 				}
 			}

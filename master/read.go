@@ -78,8 +78,10 @@ func (s *Service) replicaList(key string, now int64, count bool, slab *[]Replica
 	}
 	info := ObjectInfo{Key: key, Size: o.size, CRC: o.crc}
 	n := 0
-	if o.readableMem() {
-		n++
+	for _, m := range o.mems() {
+		if m.complete && m.seg.live() {
+			n++
+		}
 	}
 	for _, d := range o.disk {
 		if !d.node.dead.Load() {
@@ -87,7 +89,7 @@ func (s *Service) replicaList(key string, now int64, count bool, slab *[]Replica
 		}
 	}
 	if n == 0 {
-		if o.mem.seg != nil && !o.mem.complete && o.mem.seg.live() {
+		if o.putInProgress() {
 			return ObjectInfo{}, codes.Errorf(codes.ReplicaNotReady, "master: get_replica_list: put in progress")
 		}
 		// Every replica is on a dead node or was dropped while the object
@@ -101,8 +103,10 @@ func (s *Service) replicaList(key string, now int64, count bool, slab *[]Replica
 	} else {
 		info.Replicas = make([]Replica, 0, n)
 	}
-	if o.readableMem() {
-		info.Replicas = append(info.Replicas, s.memDescriptor(o))
+	for _, m := range o.mems() { // the put's first (preferred) replica first
+		if m.complete && m.seg.live() {
+			info.Replicas = append(info.Replicas, s.memDescriptor(m))
+		}
 	}
 	for _, d := range o.disk {
 		if !d.node.dead.Load() {
@@ -111,7 +115,7 @@ func (s *Service) replicaList(key string, now int64, count bool, slab *[]Replica
 	}
 	s.grantLease(o, now)
 	if len(info.Replicas) > 0 && info.Replicas[len(info.Replicas)-1].Kind != LocalDisk {
-		// This reader has only the DRAM replica to read: keep it for the
+		// This reader has only DRAM replicas to read: keep them for the
 		// lease (invariant 4).
 		o.dramLeaseUntil = o.leaseUntil
 	}

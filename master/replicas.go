@@ -1,14 +1,86 @@
 package master
 
 import (
+	"iter"
+
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
-// dropMem removes o's DRAM replica, freeing its range when the segment is
-// still mounted (a dead segment's allocator is discarded with it). Caller
-// holds the shard lock.
-func (s *Service) dropMem(o *object) { s.forgetMem(o, true) }
+// mems yields o's DRAM replicas with their index, the first first. The
+// pointers stay valid until o's replicas change: do not add or remove
+// replicas while iterating. Caller holds the shard lock.
+func (o *object) mems() iter.Seq2[int, *memReplica] {
+	return func(yield func(int, *memReplica) bool) {
+		if o.mem.seg == nil || !yield(0, &o.mem) {
+			return
+		}
+		for i := range o.more {
+			if !yield(i+1, &o.more[i]) {
+				return
+			}
+		}
+	}
+}
+
+// memCount is the number of o's DRAM replicas.
+func (o *object) memCount() int {
+	if o.mem.seg == nil {
+		return 0
+	}
+	return 1 + len(o.more)
+}
+
+// memOn returns the index of o's DRAM replica on node n, or -1.
+func (o *object) memOn(n *node) int {
+	for i, m := range o.mems() {
+		if m.seg.node == n {
+			return i
+		}
+	}
+	return -1
+}
+
+// readableMemOn returns o's DRAM replica on node n when it is readable
+// (complete, on a live segment), else nil.
+func (o *object) readableMemOn(n *node) *memReplica {
+	if i := o.memOn(n); i >= 0 {
+		if m := o.memAt(i); m.complete && m.seg.live() {
+			return m
+		}
+	}
+	return nil
+}
+
+// memAt returns o's i-th DRAM replica (0 <= i < memCount).
+func (o *object) memAt(i int) *memReplica {
+	if i == 0 {
+		return &o.mem
+	}
+	return &o.more[i-1]
+}
+
+// removeMemAt forgets o's i-th DRAM replica from the slots (no counters,
+// no free): the next one moves up, so the first stays set while any is.
+func (o *object) removeMemAt(i int) {
+	switch {
+	case i > 0:
+		o.more = append(o.more[:i-1], o.more[i:]...)
+	case len(o.more) > 0:
+		o.mem = o.more[0]
+		o.more = o.more[1:]
+	default:
+		o.mem = memReplica{}
+	}
+	if len(o.more) == 0 {
+		o.more = nil
+	}
+}
+
+// dropMem removes o's DRAM replicas, freeing their ranges where the
+// segment is still mounted (a dead segment's allocator is discarded with
+// it). Caller holds the shard lock.
+func (s *Service) dropMem(o *object) { s.forgetMem(o, nil) }
 
 // freeRange returns [off, off+n) to g's allocator when g is still mounted.
 func (s *Service) freeRange(g *segment, off, n int64) {
@@ -20,23 +92,43 @@ func (s *Service) freeRange(g *segment, off, n int64) {
 	}
 }
 
-// forgetMem removes o's DRAM replica from the metadata and frees its range
-// if free is set (otherwise the caller handed the range to an orphan).
-// Caller holds the shard lock.
-func (s *Service) forgetMem(o *object, free bool) {
-	m := &o.mem
-	if m.seg == nil {
-		return
+// forgetMem removes every DRAM replica of o from the metadata and frees
+// their ranges, except where kept says the caller handed the range on (to
+// an orphan or a parked put); kept may be nil. Caller holds the shard lock.
+func (s *Service) forgetMem(o *object, kept func(*memReplica) bool) {
+	for _, m := range o.mems() {
+		s.uncountMem(o, m, kept == nil || !kept(m))
 	}
+	o.mem, o.more = memReplica{}, nil
+	o.reads = 0
+}
+
+// dropMemAt removes o's i-th DRAM replica, freeing its range. Caller holds
+// the shard lock; o's offload task, if any, does not read from it (see
+// dropMemReplica).
+func (s *Service) dropMemAt(o *object, i int) { s.forgetMemAt(o, i, true) }
+
+// forgetMemAt removes o's i-th DRAM replica from the metadata, freeing
+// its range if free. Caller holds the shard lock.
+func (s *Service) forgetMemAt(o *object, i int, free bool) {
+	s.uncountMem(o, o.memAt(i), free)
+	o.removeMemAt(i)
+	if o.mem.seg == nil {
+		o.reads = 0
+	}
+}
+
+// uncountMem takes DRAM replica m of o out of the counters and frees its
+// range if free. Caller holds the shard lock and forgets m.
+func (s *Service) uncountMem(o *object, m *memReplica, free bool) {
 	if !m.complete {
 		s.processing.Add(-1)
 	}
 	if free {
 		s.freeRange(m.seg, m.off, m.len)
 	}
+	s.forgetRecord(m)
 	s.countMem(m.seg.node, -1, -o.size)
-	o.mem = memReplica{}
-	o.reads = 0
 }
 
 // countMem adds delta Memory replicas of bytes bytes in all to the global
@@ -77,7 +169,7 @@ func (s *Service) dropAllDisk(key string, o *object) {
 // allocated until the put ends, see park). Caller holds the shard lock.
 func (s *Service) deleteObj(sh *shard, key string, o *object) {
 	if s.park(key, o) {
-		s.forgetMem(o, false) // a put in progress: its range is parked
+		s.forgetMem(o, keepAll) // a put in progress: its ranges are parked
 	} else {
 		s.dropMemAndTask(key, o, codes.ObjectNotFound)
 	}

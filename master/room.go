@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,23 +13,24 @@ import (
 // evictRounds bounds the evict-and-retry rounds of one allocation.
 const evictRounds = 4
 
-// allocate reserves size bytes in some live segment, evicting when nothing
+// allocate reserves size bytes in some live segment of a node not in
+// exclude (the nodes a put's other replicas are on), evicting when nothing
 // has room. When eviction cannot make room now (every candidate is leased,
 // pinned by an offload task, or being offloaded instead of dropped), it
 // waits for room (waitForRoom) instead of failing at once.
-func (s *Service) allocate(ctx context.Context, size int64, preferred string) (*segment, int64, error) {
-	seg, off, err := s.allocateNow(size, preferred)
-	if err == nil || s.cfg.PutStartMaxWait <= 0 || !s.roomCanCome(size) {
+func (s *Service) allocate(ctx context.Context, size int64, preferred string, exclude []*node) (*segment, int64, error) {
+	seg, off, err := s.allocateNow(size, preferred, exclude)
+	if err == nil || s.cfg.PutStartMaxWait <= 0 || !s.roomCanCome(size, exclude) {
 		return seg, off, err
 	}
-	return s.waitForRoom(ctx, size, preferred)
+	return s.waitForRoom(ctx, size, preferred, exclude)
 }
 
 // allocateNow tries to allocate, with up to evictRounds eviction rounds.
-func (s *Service) allocateNow(size int64, preferred string) (*segment, int64, error) {
+func (s *Service) allocateNow(size int64, preferred string, exclude []*node) (*segment, int64, error) {
 	for round := 0; ; round++ {
 		gen := s.evictGen.Load()
-		if seg, off, ok := s.tryAllocate(size, preferred); ok {
+		if seg, off, ok := s.tryAllocate(size, preferred, exclude); ok {
 			if float64(seg.used()) > s.cfg.EvictionHighWatermarkRatio*float64(seg.size) {
 				select {
 				case s.evictCh <- struct{}{}:
@@ -47,17 +49,23 @@ func (s *Service) allocateNow(size int64, preferred string) (*segment, int64, er
 	if s.segmentCount() == 0 {
 		return nil, 0, codes.Errorf(codes.NoAvailableHandle, "master: put_start: no segment mounted")
 	}
+	if len(exclude) > 0 {
+		return nil, 0, codes.Errorf(codes.NoAvailableHandle, "master: put_start: no segment of a node other than the %d holding the put's other replicas has %d free bytes", len(exclude), size)
+	}
 	return nil, 0, codes.Errorf(codes.NoAvailableHandle, "master: put_start: no segment has %d free bytes", size)
 }
 
 // roomCanCome reports whether waiting can help a put of size bytes: some
-// live segment is at least that large (so frees, evictions and offloads may
-// make room in it).
-func (s *Service) roomCanCome(size int64) bool {
+// live segment of a node not in exclude is at least that large (so frees,
+// evictions and offloads may make room in it).
+func (s *Service) roomCanCome(size int64, exclude []*node) bool {
 	need := alignUp(size)
 	s.nodesMu.RLock()
 	defer s.nodesMu.RUnlock()
 	for _, n := range s.nodes {
+		if slices.Contains(exclude, n) {
+			continue
+		}
 		for _, g := range n.segments {
 			if g.alloc.size >= need && g.live() {
 				return true
@@ -73,15 +81,15 @@ func (s *Service) roomCanCome(size int64) bool {
 // ends, put_start_max_wait passes or the Service closes. It registers as a
 // waiter before each retry, so a signal between a failed try and the wait
 // is never lost.
-func (s *Service) waitForRoom(ctx context.Context, size int64, preferred string) (*segment, int64, error) {
+func (s *Service) waitForRoom(ctx context.Context, size int64, preferred string, exclude []*node) (*segment, int64, error) {
 	s.cnt.putWaits.Add(1)
 	timer := time.NewTimer(s.cfg.PutStartMaxWait)
 	defer timer.Stop()
 	ch, done := s.room.wait()
 	defer done()
 	for {
-		seg, off, err := s.allocateNow(size, preferred)
-		if err == nil || !s.roomCanCome(size) {
+		seg, off, err := s.allocateNow(size, preferred, exclude)
+		if err == nil || !s.roomCanCome(size, exclude) {
 			return seg, off, err
 		}
 		if h := s.hooks.putWaiting; h != nil {
@@ -166,13 +174,14 @@ func (s *Service) segmentCount() int {
 	return n
 }
 
-// tryAllocate picks a segment (the preferred node's if it has room, else
-// the one with the most free bytes whose largest extent fits) and allocates.
-func (s *Service) tryAllocate(size int64, preferred string) (*segment, int64, bool) {
+// tryAllocate picks a segment of a node not in exclude (the preferred
+// node's if it has room, else the one with the most free bytes whose
+// largest extent fits) and allocates.
+func (s *Service) tryAllocate(size int64, preferred string, exclude []*node) (*segment, int64, bool) {
 	need := alignUp(size)
 	s.nodesMu.RLock()
 	defer s.nodesMu.RUnlock()
-	if n := s.nodes[preferred]; n != nil {
+	if n := s.nodes[preferred]; n != nil && !slices.Contains(exclude, n) {
 		for _, g := range n.segments {
 			if g.held.Load() {
 				continue // waits for its DRAM re-registration
@@ -186,6 +195,9 @@ func (s *Service) tryAllocate(size int64, preferred string) (*segment, int64, bo
 		var best *segment
 		var bestFree int64 = -1
 		for _, n := range s.nodes {
+			if slices.Contains(exclude, n) {
+				continue
+			}
 			for _, g := range n.segments {
 				if g.held.Load() {
 					continue

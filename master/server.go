@@ -117,17 +117,14 @@ func (s *Server) Ping(ctx context.Context, r *pb.PingRequest) (*pb.PingResponse,
 	return &pb.PingResponse{Status: pb.NodeStatus(p.Status), ClientTtlMs: p.ClientTTL.Milliseconds(), Term: p.Term}, nil
 }
 
-func putReq(r *pb.PutStartRequest) PutStartRequest {
-	return PutStartRequest{Key: string(r.GetKey()), Size: r.GetSize(), CRC: r.GetCrc(), PreferredNode: r.GetPreferredNode(),
-		SoftPin: r.GetSoftPin(), HardPin: r.GetHardPin()}
-}
-
 func (s *Server) PutStart(ctx context.Context, r *pb.PutStartRequest) (*pb.PutStartResponse, error) {
-	rep, err := s.api.PutStart(ctx, putReq(r))
+	rep, err := s.api.PutStart(ctx, masterapi.PutStartRequestFromPB(r))
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.PutStartResponse{Replica: masterapi.ReplicaPB(rep)}, nil
+	out := &pb.PutStartResponse{}
+	out.Replica, out.More = masterapi.PutReplyPB(rep)
+	return out, nil
 }
 
 func (s *Server) PutEnd(ctx context.Context, r *pb.KeyRequest) (*pb.Empty, error) {
@@ -153,7 +150,7 @@ func puts(r *pb.KeysRequest) ([]PutRef, error) {
 func (s *Server) BatchPutStart(ctx context.Context, r *pb.BatchPutStartRequest) (*pb.BatchPutStartResponse, error) {
 	reqs := make([]PutStartRequest, len(r.GetItems()))
 	for i, it := range r.GetItems() {
-		reqs[i] = putReq(it)
+		reqs[i] = masterapi.PutStartRequestFromPB(it)
 	}
 	res, err := s.api.BatchPutStart(ctx, reqs)
 	if err != nil {
@@ -165,7 +162,7 @@ func (s *Server) BatchPutStart(ctx context.Context, r *pb.BatchPutStartRequest) 
 		if x.Err != nil {
 			p.Code, p.Message = int32(codes.Of(x.Err)), x.Err.Error()
 		} else {
-			p.Replica = masterapi.ReplicaPB(x.Replica)
+			p.Replica, p.More = masterapi.PutReplyPB(x.PutStartReply)
 		}
 		out.Results[i] = p
 	}
@@ -277,6 +274,11 @@ func (s *Server) Remove(ctx context.Context, r *pb.RemoveRequest) (*pb.Empty, er
 
 func (s *Server) RemoveAll(ctx context.Context, r *pb.RemoveAllRequest) (*pb.CountResponse, error) {
 	n, err := s.api.RemoveAll(ctx, r.GetForce())
+	return &pb.CountResponse{Count: n}, toStatus(err)
+}
+
+func (s *Server) RemoveByRegex(ctx context.Context, r *pb.RemoveByRegexRequest) (*pb.CountResponse, error) {
+	n, err := s.api.RemoveByRegex(ctx, r.GetPattern(), r.GetForce())
 	return &pb.CountResponse{Count: n}, toStatus(err)
 }
 

@@ -23,6 +23,8 @@ type node struct {
 	box mailbox
 	// promo queues the node's promotion candidates (promote.go).
 	promo promoBox
+	// forget lists the DRAM records the node must forget (removals_service.go).
+	forget forgetBox
 
 	// dig is the LocalDisk replica digest of the node id, shared by all
 	// its incarnations (reconcile.go). Immutable.
@@ -49,7 +51,9 @@ type segment struct {
 
 func (g *segment) live() bool { return !g.dead.Load() && !g.node.dead.Load() }
 
-// memReplica is an object's DRAM copy.
+// memReplica is one DRAM copy of an object. The DRAM replicas of an
+// object all belong to one put (one token, completed together by PutEnd),
+// each on a different node.
 type memReplica struct {
 	seg      *segment
 	off, len int64
@@ -77,8 +81,18 @@ type diskReplica struct {
 type object struct {
 	size int64
 	crc  uint32
+	// token is the put token of the put that wrote the object's bytes (0
+	// for an object re-registered from SSD, whose copies carry none): a
+	// RemoveAll or RemoveByRegex leaves objects put during its scan.
+	token uint64
 
-	mem  memReplica    // the DRAM replica when mem.seg != nil
+	// mem is the first DRAM replica when mem.seg != nil (the put's
+	// preferred node's, when it had room), more the put's further DRAM
+	// replicas (PutStartRequest.Replicas > 1), each on another node; more
+	// is empty when mem.seg is nil. Go through mems, memOn and
+	// removeMemAt (replicas.go), which keep that shape.
+	mem  memReplica
+	more []memReplica
 	disk []diskReplica // at most one per node id
 
 	leaseUntil int64 // unix ns: read lease; removal paths wait for it
@@ -141,9 +155,18 @@ func (o *object) leaseNeedsDRAM(now int64) bool {
 
 func (o *object) softPinned(now int64) bool { return o.softPin && o.softPinUntil > now }
 
-// readableMem reports whether the DRAM replica can be read.
-func (o *object) readableMem() bool {
-	return o.mem.seg != nil && o.mem.complete && o.mem.seg.live()
+// readableMem reports whether a DRAM replica can be read.
+func (o *object) readableMem() bool { return o.memSource() != nil }
+
+// memSource returns o's first readable DRAM replica (complete, on a live
+// segment): the source of its offload task. nil when there is none.
+func (o *object) memSource() *memReplica {
+	for _, m := range o.mems() {
+		if m.complete && m.seg.live() {
+			return m
+		}
+	}
+	return nil
 }
 
 func (o *object) readableDisk() bool {
@@ -179,7 +202,12 @@ func (o *object) readable() bool { return o.readableMem() || o.readableDisk() }
 // putInProgress reports whether a put of o's key holds a range on a live
 // segment and has not ended (its writer may be writing).
 func (o *object) putInProgress() bool {
-	return o.mem.seg != nil && !o.mem.complete && o.mem.seg.live()
+	for _, m := range o.mems() {
+		if !m.complete && m.seg.live() {
+			return true
+		}
+	}
+	return false
 }
 
 func (o *object) empty() bool { return o.mem.seg == nil && len(o.disk) == 0 }
@@ -216,7 +244,7 @@ type orphan struct {
 	code     codes.Code // the per-key answer to a persisted notify
 }
 
-// parkedPut is the range of a put in progress whose object a forced Remove
+// parkedPut is a range of a put in progress whose object a forced Remove
 // deleted (invariant 8): its writer may still be writing, so the range
 // stays allocated until the put's PutEnd or PutRevoke (answered
 // ErrStalePut) or its discard deadline; a dead segment's allocator goes

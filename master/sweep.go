@@ -7,7 +7,8 @@ import "github.com/tierstore/tierstore/masterapi"
 // the object's lease has expired; an object left without replicas is removed
 // only then too. Abandoned puts (PROCESSING longer than
 // put_start_discard_timeout) are reclaimed. Offload pins held by dead nodes
-// are released.
+// are released, and the task queued again on the node of another DRAM
+// replica if the object has one.
 func (s *Service) sweep(now int64) {
 	left := false
 	discard := s.cfg.PutStartDiscardTimeout.Nanoseconds()
@@ -15,11 +16,12 @@ func (s *Service) sweep(now int64) {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for key, o := range sh.objs {
-			if o.offload != nil && o.offload.dead.Load() {
+			if n := o.offload; n != nil && n.dead.Load() {
 				o.offload = nil // the dead node's mailbox went with it
+				s.requeueElsewhere(key, o, n, "its node died")
 			}
-			if o.mem.seg != nil && !o.mem.complete && o.mem.seg.live() && now-o.putStart > discard {
-				s.log.Debug("reclaiming abandoned put", "key_len", len(key), "node", o.mem.seg.node.id)
+			if o.putInProgress() && now-o.putStart > discard {
+				s.log.Debug("reclaiming abandoned put", "key_len", len(key), "node", o.mem.seg.node.id, "replicas", o.memCount())
 				s.dropMem(o)
 			}
 			if !s.clearDead(key, o, now) {
@@ -39,10 +41,16 @@ func (s *Service) sweep(now int64) {
 }
 
 // clearDead drops o's unreadable replicas if o's lease has expired; it
-// reports false when dead replicas remain (kept for the lease). Caller holds
-// the shard lock.
+// reports false when dead replicas remain (kept for the lease, or for the
+// put in progress they belong to). Caller holds the shard lock.
 func (s *Service) clearDead(key string, o *object, now int64) bool {
-	deadMem := o.mem.seg != nil && !o.mem.seg.live()
+	deadMem := false
+	for _, m := range o.mems() {
+		if !m.seg.live() {
+			deadMem = true
+			break
+		}
+	}
 	deadDisk := false
 	for _, d := range o.disk {
 		if d.node.dead.Load() {
@@ -56,19 +64,29 @@ func (s *Service) clearDead(key string, o *object, now int64) bool {
 	if o.leased(now) {
 		return false
 	}
-	if deadMem {
-		s.dropMem(o)
+	kept := true
+	if deadMem && o.putInProgress() {
+		// A put in progress keeps its dead replicas: its PutEnd must fail
+		// (ErrReplicaGone) rather than publish fewer replicas than were
+		// placed. It ends by PutRevoke or its discard timeout.
+		kept = false
+	} else {
+		for i := o.memCount() - 1; deadMem && i >= 0; i-- {
+			if !o.memAt(i).seg.live() {
+				s.dropMemAt(o, i) // the others stay readable
+			}
+		}
 	}
 	if deadDisk {
-		kept := o.disk[:0]
+		disk := o.disk[:0]
 		for _, d := range o.disk {
 			if d.node.dead.Load() {
 				s.countDisk(d.node, masterapi.KeyHash(key), -1, -o.size)
 				continue
 			}
-			kept = append(kept, d)
+			disk = append(disk, d)
 		}
-		o.disk = kept
+		o.disk = disk
 	}
-	return true
+	return kept
 }

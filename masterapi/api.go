@@ -178,13 +178,42 @@ type PutStartRequest struct {
 	PreferredNode string // allocate on this node's segment if it has room; "" = any
 	SoftPin       bool   // evicted only after unpinned objects, for default_kv_soft_pin_ttl after the last access
 	HardPin       bool   // never evicted from DRAM
+	// Replicas is the number of DRAM replicas to place, each on a
+	// different node, the preferred node's first (Mooncake's replica_num);
+	// 0 means 1, at most MaxReplicas. With fewer live nodes (or fewer with
+	// room, after eviction and put_start_max_wait) the put fails, unless
+	// AllowFewer.
+	Replicas int
+	// AllowFewer places as many of the Replicas as fit now (at least one)
+	// instead of failing: the first replica waits for room as any put,
+	// the further ones are placed only where room is or eviction makes it
+	// at once. The answer says how many were placed.
+	AllowFewer bool
 }
 
-// PutStartResult answers one item of BatchPutStart: the Memory replica
+// MaxReplicas bounds PutStartRequest.Replicas.
+const MaxReplicas = 16
+
+// PutStartReply answers PutStart: the Memory replicas (status Processing)
+// the caller must fill, all of one put (one PutToken), each on a different
+// node. The embedded Replica is the first, on the preferred node when it
+// had room; More holds the others (PutStartRequest.Replicas > 1). The put
+// is published by PutEnd only when every one of them was written.
+type PutStartReply struct {
+	Replica
+	More []Replica
+}
+
+// Replicas returns every replica of the put, the first first.
+func (p PutStartReply) Replicas() []Replica {
+	return append([]Replica{p.Replica}, p.More...)
+}
+
+// PutStartResult answers one item of BatchPutStart: the Memory replicas
 // (status Processing) the caller must fill, or Err.
 type PutStartResult struct {
-	Replica Replica
-	Err     error
+	PutStartReply
+	Err error
 }
 
 // ExistResult answers one key of BatchExistKey.
@@ -367,22 +396,28 @@ type NodeStats struct {
 // reserved for failures of the whole call (bad request, transport). Keys are
 // opaque bytes carried in a string, 1..MaxKeyLen long.
 type ClientAPI interface {
-	// PutStart allocates a Memory replica (status Processing) for a new
-	// object. ErrObjectExists if the key has a complete replica (or a put
+	// PutStart allocates the Memory replicas (status Processing) of a new
+	// object: req.Replicas of them (default one), on as many distinct
+	// nodes. ErrObjectExists if the key has a complete replica (or a put
 	// in progress); ErrNoAvailableHandle if no segment has room even after
-	// eviction; ErrInvalidKey / ErrInvalidParams for bad input.
-	PutStart(ctx context.Context, req PutStartRequest) (Replica, error)
+	// eviction, or (unless req.AllowFewer) fewer than req.Replicas live
+	// nodes have a segment for it (at once) or room in it (after the
+	// wait); ErrInvalidKey / ErrInvalidParams for bad input (Replicas
+	// outside 0..MaxReplicas).
+	PutStart(ctx context.Context, req PutStartRequest) (PutStartReply, error)
 	// The put owns the replica's range from PutStart until PutEnd,
 	// PutRevoke or put_start_discard_timeout (docs/design.md invariant 8):
 	// no other object gets the range meanwhile, even if the key is removed.
 	// A put that waits for room (eviction, offload) waits at most until ctx
 	// ends or put_start_max_wait passes.
 	//
-	// PutEnd marks the Processing replica of the put identified by token
-	// Complete; the admission policy may queue an offload task. A repeated
-	// PutEnd of a completed put is a no-op. ErrStalePut when token is not
-	// the key's current put (nothing changes); ErrReplicaGone when the
-	// segment died meanwhile; ErrInvalidParams for token 0.
+	// PutEnd marks the Processing replicas of the put identified by token
+	// Complete, all at once (readers see all of them or none); the
+	// admission policy may queue an offload task. A repeated PutEnd of a
+	// completed put is a no-op. ErrStalePut when token is not the key's
+	// current put (nothing changes); ErrReplicaGone when the segment of any
+	// of its replicas died meanwhile (nothing is published: revoke and put
+	// again); ErrInvalidParams for token 0.
 	PutEnd(ctx context.Context, key string, token uint64) error
 	// PutRevoke abandons the put identified by token and frees its range.
 	// ErrStalePut when token is not the key's current put (a put removed by
@@ -412,10 +447,16 @@ type ClientAPI interface {
 	// that put ends (PutEnd or PutRevoke, answered ErrStalePut) or its
 	// put_start_discard_timeout passes: the writer may still be writing.
 	Remove(ctx context.Context, key string, force bool) error
-	// RemoveAll removes every object (skipping, unless force, leased ones
-	// and puts in progress, as Remove does) and returns how many were
-	// removed.
+	// RemoveAll removes every object (skipping, unless force, those Remove
+	// would refuse: leased, pinned by an offload task, a put in progress)
+	// and returns how many were removed. Each object goes through the same
+	// removal as Remove.
 	RemoveAll(ctx context.Context, force bool) (int64, error)
+	// RemoveByRegex is RemoveAll for the objects whose key matches
+	// pattern anywhere (Go regexp syntax, RE2; Mooncake's
+	// remove_by_regex). A pattern that does not compile is
+	// ErrInvalidParams, naming it; nothing is removed then.
+	RemoveByRegex(ctx context.Context, pattern string, force bool) (int64, error)
 	// EvictMemory drops the Memory replicas of the given keys (or of every
 	// object when all) that also have a readable LocalDisk replica,
 	// honouring pins, offload tasks and leases (a leased object's Memory
@@ -522,6 +563,12 @@ type NodeAPI interface {
 	// takes new puts only after it. ErrNeedRemount for an unknown node,
 	// ErrSegmentNotFound for a segment it has not mounted.
 	ReRegisterMemoryObjects(ctx context.Context, node, segment string, objs []MemoryObject, done bool) ([]error, error)
+	// PullRemovals hands node the durable entries of the removal log above
+	// its cursors (and the DRAM records it must forget), and records its
+	// SSD cursor, against which its SSD re-registration is checked
+	// (docs/design.md, invariant 10). It counts as a ping. ErrNeedRemount
+	// for an unknown node.
+	PullRemovals(ctx context.Context, req PullRequest) (PullReply, error)
 }
 
 // API is the master's whole interface: both halves. *master.Service and

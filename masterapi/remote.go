@@ -3,6 +3,7 @@ package masterapi
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"google.golang.org/grpc"
@@ -121,16 +122,42 @@ func (r *Remote) Ping(ctx context.Context, node string) (PingReply, error) {
 }
 
 func putPB(q PutStartRequest) *pb.PutStartRequest {
-	return &pb.PutStartRequest{Key: []byte(q.Key), Size: q.Size, Crc: q.CRC, PreferredNode: q.PreferredNode, SoftPin: q.SoftPin, HardPin: q.HardPin}
+	return &pb.PutStartRequest{Key: []byte(q.Key), Size: q.Size, Crc: q.CRC, PreferredNode: q.PreferredNode, SoftPin: q.SoftPin, HardPin: q.HardPin,
+		Replicas: int32(max(math.MinInt32, min(q.Replicas, math.MaxInt32))), AllowFewerReplicas: q.AllowFewer}
+}
+
+// PutStartRequestFromPB is the inverse of the request's wire form.
+func PutStartRequestFromPB(r *pb.PutStartRequest) PutStartRequest {
+	return PutStartRequest{Key: string(r.GetKey()), Size: r.GetSize(), CRC: r.GetCrc(), PreferredNode: r.GetPreferredNode(),
+		SoftPin: r.GetSoftPin(), HardPin: r.GetHardPin(), Replicas: int(r.GetReplicas()), AllowFewer: r.GetAllowFewerReplicas()}
+}
+
+// putReplyFromPB reads a put's replicas: the first and the others.
+func putReplyFromPB(first *pb.Replica, more []*pb.Replica) PutStartReply {
+	out := PutStartReply{Replica: ReplicaFromPB(first)}
+	for _, m := range more {
+		out.More = append(out.More, ReplicaFromPB(m))
+	}
+	return out
+}
+
+// PutReplyPB is the wire form of a PutStartReply: the first replica and
+// the others.
+func PutReplyPB(p PutStartReply) (*pb.Replica, []*pb.Replica) {
+	var more []*pb.Replica
+	for _, m := range p.More {
+		more = append(more, ReplicaPB(m))
+	}
+	return ReplicaPB(p.Replica), more
 }
 
 // PutStart implements API.
-func (r *Remote) PutStart(ctx context.Context, req PutStartRequest) (Replica, error) {
+func (r *Remote) PutStart(ctx context.Context, req PutStartRequest) (PutStartReply, error) {
 	p, err := r.c.PutStart(ctx, putPB(req))
 	if err != nil {
-		return Replica{}, fromStatus(err)
+		return PutStartReply{}, fromStatus(err)
 	}
-	return ReplicaFromPB(p.GetReplica()), nil
+	return putReplyFromPB(p.GetReplica(), p.GetMore()), nil
 }
 
 // PutEnd implements API.
@@ -180,7 +207,7 @@ func (r *Remote) BatchPutStart(ctx context.Context, reqs []PutStartRequest) ([]P
 		if x.GetCode() != 0 {
 			out[i].Err = itemErr(x.GetCode(), x.GetMessage())
 		} else {
-			out[i].Replica = ReplicaFromPB(x.GetReplica())
+			out[i].PutStartReply = putReplyFromPB(x.GetReplica(), x.GetMore())
 		}
 	}
 	return out, nil
@@ -282,6 +309,15 @@ func (r *Remote) Remove(ctx context.Context, key string, force bool) error {
 // RemoveAll implements API.
 func (r *Remote) RemoveAll(ctx context.Context, force bool) (int64, error) {
 	p, err := r.c.RemoveAll(ctx, &pb.RemoveAllRequest{Force: force})
+	if err != nil {
+		return 0, fromStatus(err)
+	}
+	return p.GetCount(), nil
+}
+
+// RemoveByRegex implements API.
+func (r *Remote) RemoveByRegex(ctx context.Context, pattern string, force bool) (int64, error) {
+	p, err := r.c.RemoveByRegex(ctx, &pb.RemoveByRegexRequest{Pattern: pattern, Force: force})
 	if err != nil {
 		return 0, fromStatus(err)
 	}
@@ -420,4 +456,33 @@ func (r *Remote) Stats(ctx context.Context) (Stats, error) {
 func ReplicaPB(r Replica) *pb.Replica {
 	return &pb.Replica{Kind: pb.ReplicaKind(r.Kind), Status: pb.ReplicaStatus(r.Status), Node: r.Node,
 		Endpoint: r.Endpoint, Segment: r.Segment, Offset: r.Offset, Length: r.Length, PutToken: r.PutToken}
+}
+
+// PullRemovals implements API.
+func (r *Remote) PullRemovals(ctx context.Context, req PullRequest) (PullReply, error) {
+	p, err := r.c.PullRemovals(ctx, &pb.PullRemovalsRequest{Node: req.Node, HasSsd: req.HasSSD,
+		Dram: &pb.RemovalCursor{Log: req.DRAM.Log, Seq: req.DRAM.Seq}, Ssd: &pb.RemovalCursor{Log: req.SSD.Log, Seq: req.SSD.Seq}})
+	if err != nil {
+		return PullReply{}, fromStatus(err)
+	}
+	rep := PullReply{Log: p.GetLog(), Through: p.GetThrough(), DropDRAM: p.GetDropDram(), DropSSD: p.GetDropSsd(), More: p.GetMore()}
+	if n := len(p.GetRemovals()); n > 0 {
+		rep.Removals = make([]Removal, n)
+		for i, e := range p.GetRemovals() {
+			rep.Removals[i] = Removal{Seq: e.GetSeq(), Kind: RemovalKind(e.GetKind()), Key: string(e.GetKey())}
+			if sp := e.GetSpared(); len(sp) > 0 {
+				rep.Removals[i].Spared = make([]string, len(sp))
+				for j, k := range sp {
+					rep.Removals[i].Spared[j] = string(k)
+				}
+			}
+		}
+	}
+	if n := len(p.GetForget()); n > 0 {
+		rep.Forget = make([]MemoryRef, n)
+		for i, f := range p.GetForget() {
+			rep.Forget[i] = MemoryRef{Offset: f.GetOffset(), Token: f.GetPutToken()}
+		}
+	}
+	return rep, nil
 }

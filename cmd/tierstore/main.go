@@ -11,7 +11,8 @@ const usage = `usage: tierstore <command> [flags] [args]
 commands:
   demo     embedded master+node: put objects, offload to SSD, drop DRAM, read back, verify (PASS/FAIL)
   serve    master and node in one process over gRPC on 127.0.0.1, until SIGTERM
-  put      --master ADDR KEY [FILE]      store FILE (stdin if absent or "-")
+  put      --master ADDR [--replicas N] KEY [FILE]
+                                          store FILE (stdin if absent or "-"), in N nodes' DRAM
   get      --master ADDR KEY [FILE]      write the value to FILE (stdout if absent or "-")
   exists   --master ADDR KEY             print true/false; exit 0 if it exists, 1 if not
   rm       --master ADDR [--force] KEY   remove an object

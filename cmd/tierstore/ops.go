@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"text/tabwriter"
 	"time"
 
@@ -23,10 +24,10 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 // opSynopsis is the argument synopsis of each object command.
 var opSynopsis = map[string]string{
-	"put":    "--master ADDR KEY [FILE]",
+	"put":    "--master ADDR [--replicas N] KEY [FILE]",
 	"get":    "--master ADDR KEY [FILE]",
 	"exists": "--master ADDR KEY",
-	"rm":     "--master ADDR [--force] KEY",
+	"rm":     "--master ADDR [--force] KEY | --all | --regex RE",
 	"stats":  "--master ADDR [--node PEER ...]",
 	"evict":  "--master ADDR --tier memory [KEY...|--all]",
 }
@@ -37,8 +38,10 @@ type opArgs struct {
 	addr       string
 	timeout    time.Duration
 	force, all bool
+	regex      string
 	tierName   string
 	nodes      listFlag
+	replicas   int // put
 	pos        []string
 	value      []byte // put: the value, read before connecting
 }
@@ -85,8 +88,12 @@ func parseOp(cmd string, args []string, stdin io.Reader, stdout, stderr io.Write
 	fs.StringVar(&a.addr, "master", "127.0.0.1:50051", "master gRPC address host:port, or etcd://h1:2379,h2:2379[/prefix] (the elected leader)")
 	fs.DurationVar(&a.timeout, "timeout", 30*time.Second, "bound on the whole command (> 0)")
 	switch cmd {
+	case "put":
+		fs.IntVar(&a.replicas, "replicas", 1, fmt.Sprintf("DRAM replicas, each on a different node (1..%d); fails when fewer live nodes have room", masterapi.MaxReplicas))
 	case "rm":
 		fs.BoolVar(&a.force, "force", false, "remove even while a read lease is active")
+		fs.BoolVar(&a.all, "all", false, "every object (instead of KEY); prints the count removed")
+		fs.StringVar(&a.regex, "regex", "", "every object whose key matches RE anywhere (Go regexp syntax) instead of KEY; prints the count removed")
 	case "evict":
 		fs.StringVar(&a.tierName, "tier", "", "the tier to drop replicas from (only \"memory\"; required)")
 		fs.BoolVar(&a.all, "all", false, "every object (instead of KEY...)")
@@ -132,7 +139,14 @@ func checkOp(a *opArgs) string {
 		if len(pos) < 1 || len(pos) > 2 {
 			return fmt.Sprintf("want KEY [FILE], got %d arguments", len(pos))
 		}
-	case "exists", "rm":
+		if a.cmd == "put" && (a.replicas < 1 || a.replicas > masterapi.MaxReplicas) {
+			return fmt.Sprintf("--replicas: want 1..%d, got %d", masterapi.MaxReplicas, a.replicas)
+		}
+	case "rm":
+		if msg := checkRm(a); msg != "" {
+			return msg
+		}
+	case "exists":
 		if len(pos) != 1 {
 			return fmt.Sprintf("want KEY, got %d arguments", len(pos))
 		}
@@ -158,6 +172,27 @@ func checkOp(a *opArgs) string {
 	return ""
 }
 
+// checkRm returns what is wrong with rm's arguments, or "": one KEY, or
+// --all, or --regex RE (a pattern that does not compile is a usage error,
+// before anything connects).
+func checkRm(a *opArgs) string {
+	regexSet := a.regex != ""
+	switch {
+	case a.all && regexSet:
+		return "give --all or --regex, not both"
+	case (a.all || regexSet) && len(a.pos) > 0:
+		return fmt.Sprintf("give KEY or --all / --regex, not both (got %d arguments)", len(a.pos))
+	case !a.all && !regexSet && len(a.pos) != 1:
+		return fmt.Sprintf("want KEY, --all or --regex RE, got %d arguments", len(a.pos))
+	}
+	if regexSet {
+		if _, err := regexp.Compile(a.regex); err != nil {
+			return fmt.Sprintf("--regex %q: %v", a.regex, err)
+		}
+	}
+	return ""
+}
+
 // shortKey is key as it appears in messages: keys may be up to 4 KiB, so
 // long ones are cut to their first 48 bytes and their length.
 func shortKey(key string) string {
@@ -171,10 +206,14 @@ func shortKey(key string) string {
 // opHandlers run each object command once its arguments are checked.
 var opHandlers = map[string]func(ctx context.Context, c *client.Client, a opArgs, stdout, stderr io.Writer) error{
 	"put": func(ctx context.Context, c *client.Client, a opArgs, _, stderr io.Writer) error {
-		if err := c.Put(ctx, a.pos[0], a.value); err != nil {
+		if err := c.PutWith(ctx, a.pos[0], a.value, client.PutOptions{Replicas: a.replicas}); err != nil {
 			return err
 		}
-		fmt.Fprintf(stderr, "stored %q: %d bytes, crc32c %08x\n", shortKey(a.pos[0]), len(a.value), client.CRC32C(a.value))
+		reps := "1 replica"
+		if a.replicas > 1 {
+			reps = fmt.Sprintf("%d replicas on as many nodes", a.replicas)
+		}
+		fmt.Fprintf(stderr, "stored %q: %d bytes, crc32c %08x, %s\n", shortKey(a.pos[0]), len(a.value), client.CRC32C(a.value), reps)
 		return nil
 	},
 	"get": func(ctx context.Context, c *client.Client, a opArgs, stdout, _ io.Writer) error {
@@ -199,8 +238,22 @@ var opHandlers = map[string]func(ctx context.Context, c *client.Client, a opArgs
 		}
 		return nil
 	},
-	"rm": func(ctx context.Context, c *client.Client, a opArgs, _, _ io.Writer) error {
-		return c.Remove(ctx, a.pos[0], a.force)
+	"rm": func(ctx context.Context, c *client.Client, a opArgs, stdout, _ io.Writer) error {
+		var n int64
+		var err error
+		switch {
+		case a.all:
+			n, err = c.RemoveAll(ctx, a.force)
+		case a.regex != "":
+			n, err = c.RemoveByRegex(ctx, a.regex, a.force)
+		default:
+			return c.Remove(ctx, a.pos[0], a.force)
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "removed %d\n", n)
+		return nil
 	},
 	"stats": runStats,
 	"evict": func(ctx context.Context, c *client.Client, a opArgs, stdout, _ io.Writer) error {

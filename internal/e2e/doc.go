@@ -7,7 +7,10 @@
 // dropped; kill -9 of a node mid-offload and restart on the same SSD
 // directory; kill -9 of the master and restart; a node that stops pinging
 // (SIGSTOP) gives REPLICA_IS_GONE inside the lease and OBJECT_NOT_FOUND
-// after it; the demo command prints PASS.
+// after it; the demo command prints PASS; objects put with 2 replicas on
+// three nodes (library and `tierstore put --replicas 2`) read back
+// byte-identical after kill -9 of a holder, and leave nothing once removed
+// (issue 21).
 //
 // Invariants checked: no object is ever read with wrong bytes (every value is
 // compared with the bytes that were put, independently of the CRC the client

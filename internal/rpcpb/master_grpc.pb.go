@@ -40,6 +40,7 @@ const (
 	Master_BatchGetReplicaList_FullMethodName     = "/tierstore.rpc.Master/BatchGetReplicaList"
 	Master_Remove_FullMethodName                  = "/tierstore.rpc.Master/Remove"
 	Master_RemoveAll_FullMethodName               = "/tierstore.rpc.Master/RemoveAll"
+	Master_RemoveByRegex_FullMethodName           = "/tierstore.rpc.Master/RemoveByRegex"
 	Master_EvictMemory_FullMethodName             = "/tierstore.rpc.Master/EvictMemory"
 	Master_OffloadHeartbeat_FullMethodName        = "/tierstore.rpc.Master/OffloadHeartbeat"
 	Master_NotifyOffloadSuccess_FullMethodName    = "/tierstore.rpc.Master/NotifyOffloadSuccess"
@@ -52,6 +53,7 @@ const (
 	Master_ReconcileKeys_FullMethodName           = "/tierstore.rpc.Master/ReconcileKeys"
 	Master_ReconcileEnd_FullMethodName            = "/tierstore.rpc.Master/ReconcileEnd"
 	Master_ReRegisterMemoryObjects_FullMethodName = "/tierstore.rpc.Master/ReRegisterMemoryObjects"
+	Master_PullRemovals_FullMethodName            = "/tierstore.rpc.Master/PullRemovals"
 )
 
 // MasterClient is the client API for Master service.
@@ -73,6 +75,7 @@ type MasterClient interface {
 	BatchGetReplicaList(ctx context.Context, in *BatchLookupRequest, opts ...grpc.CallOption) (*BatchGetReplicaListResponse, error)
 	Remove(ctx context.Context, in *RemoveRequest, opts ...grpc.CallOption) (*Empty, error)
 	RemoveAll(ctx context.Context, in *RemoveAllRequest, opts ...grpc.CallOption) (*CountResponse, error)
+	RemoveByRegex(ctx context.Context, in *RemoveByRegexRequest, opts ...grpc.CallOption) (*CountResponse, error)
 	EvictMemory(ctx context.Context, in *EvictMemoryRequest, opts ...grpc.CallOption) (*EvictMemoryResponse, error)
 	OffloadHeartbeat(ctx context.Context, in *OffloadHeartbeatRequest, opts ...grpc.CallOption) (*OffloadHeartbeatResponse, error)
 	NotifyOffloadSuccess(ctx context.Context, in *NotifyOffloadSuccessRequest, opts ...grpc.CallOption) (*KeyResults, error)
@@ -91,6 +94,9 @@ type MasterClient interface {
 	// that does not know them (a new leader after a failover): per item OK,
 	// or the reason it was refused (the node forgets that record).
 	ReRegisterMemoryObjects(ctx context.Context, in *RegisterMemoryObjectsRequest, opts ...grpc.CallOption) (*KeyResults, error)
+	// The removal log (docs/design.md, invariant 10): a node pulls the
+	// entries above its cursors and applies them to its copies.
+	PullRemovals(ctx context.Context, in *PullRemovalsRequest, opts ...grpc.CallOption) (*PullRemovalsResponse, error)
 }
 
 type masterClient struct {
@@ -251,6 +257,16 @@ func (c *masterClient) RemoveAll(ctx context.Context, in *RemoveAllRequest, opts
 	return out, nil
 }
 
+func (c *masterClient) RemoveByRegex(ctx context.Context, in *RemoveByRegexRequest, opts ...grpc.CallOption) (*CountResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CountResponse)
+	err := c.cc.Invoke(ctx, Master_RemoveByRegex_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *masterClient) EvictMemory(ctx context.Context, in *EvictMemoryRequest, opts ...grpc.CallOption) (*EvictMemoryResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(EvictMemoryResponse)
@@ -371,6 +387,16 @@ func (c *masterClient) ReRegisterMemoryObjects(ctx context.Context, in *Register
 	return out, nil
 }
 
+func (c *masterClient) PullRemovals(ctx context.Context, in *PullRemovalsRequest, opts ...grpc.CallOption) (*PullRemovalsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PullRemovalsResponse)
+	err := c.cc.Invoke(ctx, Master_PullRemovals_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -390,6 +416,7 @@ type MasterServer interface {
 	BatchGetReplicaList(context.Context, *BatchLookupRequest) (*BatchGetReplicaListResponse, error)
 	Remove(context.Context, *RemoveRequest) (*Empty, error)
 	RemoveAll(context.Context, *RemoveAllRequest) (*CountResponse, error)
+	RemoveByRegex(context.Context, *RemoveByRegexRequest) (*CountResponse, error)
 	EvictMemory(context.Context, *EvictMemoryRequest) (*EvictMemoryResponse, error)
 	OffloadHeartbeat(context.Context, *OffloadHeartbeatRequest) (*OffloadHeartbeatResponse, error)
 	NotifyOffloadSuccess(context.Context, *NotifyOffloadSuccessRequest) (*KeyResults, error)
@@ -408,6 +435,9 @@ type MasterServer interface {
 	// that does not know them (a new leader after a failover): per item OK,
 	// or the reason it was refused (the node forgets that record).
 	ReRegisterMemoryObjects(context.Context, *RegisterMemoryObjectsRequest) (*KeyResults, error)
+	// The removal log (docs/design.md, invariant 10): a node pulls the
+	// entries above its cursors and applies them to its copies.
+	PullRemovals(context.Context, *PullRemovalsRequest) (*PullRemovalsResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -463,6 +493,9 @@ func (UnimplementedMasterServer) Remove(context.Context, *RemoveRequest) (*Empty
 func (UnimplementedMasterServer) RemoveAll(context.Context, *RemoveAllRequest) (*CountResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemoveAll not implemented")
 }
+func (UnimplementedMasterServer) RemoveByRegex(context.Context, *RemoveByRegexRequest) (*CountResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveByRegex not implemented")
+}
 func (UnimplementedMasterServer) EvictMemory(context.Context, *EvictMemoryRequest) (*EvictMemoryResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method EvictMemory not implemented")
 }
@@ -498,6 +531,9 @@ func (UnimplementedMasterServer) ReconcileEnd(context.Context, *ReconcileEndRequ
 }
 func (UnimplementedMasterServer) ReRegisterMemoryObjects(context.Context, *RegisterMemoryObjectsRequest) (*KeyResults, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReRegisterMemoryObjects not implemented")
+}
+func (UnimplementedMasterServer) PullRemovals(context.Context, *PullRemovalsRequest) (*PullRemovalsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PullRemovals not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -790,6 +826,24 @@ func _Master_RemoveAll_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_RemoveByRegex_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveByRegexRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).RemoveByRegex(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_RemoveByRegex_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).RemoveByRegex(ctx, req.(*RemoveByRegexRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Master_EvictMemory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(EvictMemoryRequest)
 	if err := dec(in); err != nil {
@@ -1006,6 +1060,24 @@ func _Master_ReRegisterMemoryObjects_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_PullRemovals_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PullRemovalsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).PullRemovals(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_PullRemovals_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).PullRemovals(ctx, req.(*PullRemovalsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1074,6 +1146,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Master_RemoveAll_Handler,
 		},
 		{
+			MethodName: "RemoveByRegex",
+			Handler:    _Master_RemoveByRegex_Handler,
+		},
+		{
 			MethodName: "EvictMemory",
 			Handler:    _Master_EvictMemory_Handler,
 		},
@@ -1120,6 +1196,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReRegisterMemoryObjects",
 			Handler:    _Master_ReRegisterMemoryObjects_Handler,
+		},
+		{
+			MethodName: "PullRemovals",
+			Handler:    _Master_PullRemovals_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
