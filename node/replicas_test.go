@@ -8,7 +8,7 @@ import (
 
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/internal/codes"
-	"github.com/tierstore/tierstore/master"
+
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -131,7 +131,7 @@ func TestReplicasMoreThanNodesThroughClient(t *testing.T) {
 // frozenLookups answers GetReplicaList with the replica lists recorded in
 // infos (what the master listed earlier), the rest as the master does.
 type frozenLookups struct {
-	master.API
+	masterapi.API
 	infos map[string]masterapi.ObjectInfo
 }
 
