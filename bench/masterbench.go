@@ -13,6 +13,7 @@ import (
 
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/masterapi"
+	"github.com/tierstore/tierstore/mastergrpc"
 )
 
 func init() {
@@ -90,7 +91,7 @@ func runMaster(ctx context.Context, e *env) (*result, error) {
 // startBenchMaster starts an in-process master with two segments, one per
 // mode, each big enough for every object (the allocator does bookkeeping
 // only, no memory is touched), serves it over gRPC on loopback and dials it.
-func startBenchMaster(ctx context.Context, cfg master.Config, sz masterSizes) (*master.Service, *masterapi.Remote, func(), error) {
+func startBenchMaster(ctx context.Context, cfg master.Config, sz masterSizes) (*master.Service, *mastergrpc.Client, func(), error) {
 	svc, err := master.New(cfg)
 	if err != nil {
 		return nil, nil, nil, err
@@ -116,7 +117,7 @@ func startBenchMaster(ctx context.Context, cfg master.Config, sz masterSizes) (*
 		<-served
 		svc.Close()
 	}
-	remote, err := masterapi.Dial(ctx, lis.Addr().String())
+	remote, err := mastergrpc.Dial(ctx, lis.Addr().String())
 	if err != nil {
 		stopServer()
 		return nil, nil, nil, err

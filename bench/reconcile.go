@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tierstore/tierstore/masterapi"
+	"github.com/tierstore/tierstore/mastergrpc"
 	"github.com/tierstore/tierstore/node"
 	"github.com/tierstore/tierstore/tier"
 )
@@ -309,7 +309,7 @@ func runReconcile(ctx context.Context, e *env) (*result, error) {
 	}
 	addr := strings.Fields(line)[0]
 	pid := cl.procs[0].Process.Pid
-	m, err := masterapi.Dial(ctx, addr)
+	m, err := mastergrpc.Dial(ctx, addr)
 	if err != nil {
 		return nil, err
 	}

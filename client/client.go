@@ -12,12 +12,14 @@ import (
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/masterapi"
+	"github.com/tierstore/tierstore/mastergrpc"
 )
 
 // Config configures a Client.
 type Config struct {
-	// MasterAddr is the master's gRPC address (host:port). Ignored when
-	// Master is set.
+	// MasterAddr is the master's gRPC address (host:port), or
+	// etcd://h1:2379,h2:2379[/prefix] when the program imports package ha
+	// (mastergrpc.Dial). Ignored when Master is set.
 	MasterAddr string
 	// Master is an in-process master (embedded mode, tests).
 	Master masterapi.ClientAPI
@@ -102,7 +104,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	case cfg.Master != nil:
 		c.m = cfg.Master
 	case cfg.MasterAddr != "":
-		r, err := masterapi.Dial(ctx, cfg.MasterAddr)
+		r, err := mastergrpc.Dial(ctx, cfg.MasterAddr)
 		if err != nil {
 			return nil, fmt.Errorf("client: connecting to master %s: %w", cfg.MasterAddr, err)
 		}

@@ -2,9 +2,11 @@
 // memory eviction and their batch forms, against a master (in-process
 // masterapi.ClientAPI or a gRPC address) and the store nodes that hold the
 // bytes. Config.MasterAddr is host:port, or etcd://h1:2379,h2:2379 for the
-// elected leader of highly available masters: calls follow the leader and
-// are sent again across a failover within their deadline (masterapi.Dial,
-// docs/ha.md).
+// elected leader of highly available masters when the program imports
+// package ha (import _ "github.com/tierstore/tierstore/ha", which registers
+// the scheme): calls follow the leader and are sent again across a
+// failover within their deadline (mastergrpc.Dial, docs/ha.md). Without it
+// an etcd:// address is refused at New, and the client links no etcd.
 //
 // New connects a Client to a master. Put asks the master for a DRAM range (on the local node when
 // there is one), writes the bytes and completes the put; Get (or GetInto,

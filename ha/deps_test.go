@@ -6,8 +6,9 @@ import (
 	"testing"
 )
 
-// TestNoServerDependency: package ha is imported by the light client, so
-// it must depend on the etcd client only, never on the etcd server.
+// TestNoServerDependency: package ha is linked into every program that
+// follows an elected master (tierstore-node, tierstore), so it must depend
+// on the etcd client only, never on the etcd server.
 func TestNoServerDependency(t *testing.T) {
 	gobin, err := exec.LookPath("go")
 	if err != nil {

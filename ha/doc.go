@@ -82,16 +82,29 @@
 // leadership changes; while etcd is unreachable it keeps the last leader.
 // Current, Changed, WaitLeader and WaitNewer expose it.
 //
+// # Following the leader
+//
+// Linking this package registers the etcd:// scheme of mastergrpc.Dial
+// (masterconn.go): a mastergrpc.Client dialed with an etcd:// address sends
+// each call to the resolved leader, refuses answers stamped with a term
+// older than the newest seen (mastergrpc.TermTrailer), and sends a call
+// again across a failover within the caller's deadline when it cannot have
+// been applied, or when applying it twice is harmless. Programs that take
+// etcd:// addresses (tierstore, tierstore-node) import this package; the
+// light client does not, and links no etcd.
+//
 // # Dependencies
 //
-// This package imports only the etcd client (it is used by the light
-// client). The etcd server is imported by ha/etcdserver, ha/hatest and
-// ha/cmd/tierstore-etcd only, for tests and development.
+// This package imports the etcd client and the master's gRPC transport
+// (mastergrpc), never the etcd server: that is imported by ha/etcdserver,
+// ha/hatest and ha/cmd/tierstore-etcd only, for tests and development.
 //
 // # Concurrency
 //
 // Every exported method of Leadership and Resolver may be called from any
 // goroutine. A Leadership runs two goroutines (keepalive, monitor) until it
-// ends; Resign waits for them. A Resolver runs one until Close. Locks and
+// ends; Resign waits for them. A Resolver runs one until Close. A
+// master connection (masterconn.go) is safe for concurrent calls; it runs
+// one goroutine per call in flight to watch for a newer leader. Locks and
 // atomics are documented where they are declared.
 package ha

@@ -194,7 +194,7 @@ func BenchmarkPutStartEnd(b *testing.B) {
 }
 
 // BenchmarkGRPCBatchGetReplicaList1000: batch lookups of 1000 keys through
-// *masterapi.Remote over a real 127.0.0.1 gRPC connection.
+// *mastergrpc.Client over a real 127.0.0.1 gRPC connection.
 func BenchmarkGRPCBatchGetReplicaList1000(b *testing.B) {
 	s, keys := benchService(b)
 	r := remoteService(b, s)

@@ -8,8 +8,8 @@
 //
 // API (masterapi.API) is the interface. *Service implements it in-process
 // (embedded deployments call it without a socket); NewServer exposes a
-// Service over gRPC (service tierstore.rpc.Master) and masterapi.Dial
-// returns a *masterapi.Remote that implements API over that service. Errors wrap the sentinels of package
+// Service over gRPC (service tierstore.rpc.Master) and mastergrpc.Dial
+// returns a *mastergrpc.Client that implements API over that service. Errors wrap the sentinels of package
 // internal/codes and keep them across gRPC.
 //
 // # Metadata
@@ -155,7 +155,7 @@
 //
 // # Concurrency
 //
-// *Service and *Remote are safe for concurrent use. Lock order: shard.mu,
+// *Service and mastergrpc.Client are safe for concurrent use. Lock order: shard.mu,
 // then segment.mu or mailbox.mu (never both mailbox.mu and segment.mu: an
 // orphan is taken out of its mailbox before its range is freed);
 // Service.nodesMu is never held while taking a shard lock. parkMu (the

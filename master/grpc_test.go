@@ -9,6 +9,7 @@ import (
 
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/masterapi"
+	"github.com/tierstore/tierstore/mastergrpc"
 )
 
 // serveGRPC serves s on a real 127.0.0.1 listener and returns its address.
@@ -31,9 +32,9 @@ func serveGRPC(t testing.TB, s *Service) string {
 }
 
 // remoteService serves s on a real 127.0.0.1 listener and dials it.
-func remoteService(t testing.TB, s *Service) *masterapi.Remote {
+func remoteService(t testing.TB, s *Service) *mastergrpc.Client {
 	t.Helper()
-	r, err := masterapi.Dial(bg, serveGRPC(t, s))
+	r, err := mastergrpc.Dial(bg, serveGRPC(t, s))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +42,7 @@ func remoteService(t testing.TB, s *Service) *masterapi.Remote {
 	return r
 }
 
-// TestRemoteMatchesService runs the main flows through *masterapi.Remote over gRPC and
+// TestRemoteMatchesService runs the main flows through *mastergrpc.Client over gRPC and
 // checks that errors keep their codes (errors.Is) across the wire.
 func TestRemoteMatchesService(t *testing.T) {
 	s, clk := testService(t, func(c *Config) { c.EnableOffload = true; c.OffloadReadAdmissionThreshold = 2; c.ClientTTL = time.Hour })
@@ -169,7 +170,7 @@ func TestRemoteTransportError(t *testing.T) {
 	}
 	addr := lis.Addr().String()
 	lis.Close() // nothing listens there now
-	r, err := masterapi.Dial(bg, addr)
+	r, err := mastergrpc.Dial(bg, addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/tierstore/tierstore/internal/codes"
 	pb "github.com/tierstore/tierstore/internal/rpcpb"
-	"github.com/tierstore/tierstore/masterapi"
+	"github.com/tierstore/tierstore/mastergrpc"
 )
 
 // High availability (docs/ha.md). Several masters campaign in etcd
@@ -30,7 +30,7 @@ type HAConfig struct {
 	Fence func() error
 	// Term is the leadership term (ha.Leadership.Term), stamped on Ping
 	// and Heartbeat answers and, through Interceptor, in the
-	// masterapi.TermTrailer of every gRPC answer.
+	// mastergrpc.TermTrailer of every gRPC answer.
 	Term uint64
 	// RebuildWindow: for this long after New, and while a segment waits
 	// for its node's DRAM re-registration, the gRPC answers that a missing
@@ -147,12 +147,12 @@ func (s *Service) rebuiltLease(o *object, now int64) {
 
 // Interceptor is the gRPC interceptor of an elected leader's server
 // (NewServer(svc, grpc.UnaryInterceptor(svc.Interceptor()))): it stamps
-// every answer with the term (masterapi.TermTrailer) and, while the rebuild
+// every answer with the term (mastergrpc.TermTrailer) and, while the rebuild
 // window is open, answers ErrNotLeader ("rebuilding") instead of a miss on
 // the calls of clients (rebuildMiss).
 func (s *Service) Interceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		_ = grpc.SetTrailer(ctx, masterapi.TermMD(s.cfg.HA.Term))
+		_ = grpc.SetTrailer(ctx, mastergrpc.TermMD(s.cfg.HA.Term))
 		resp, err := handler(ctx, req)
 		if s.cfg.HA.on() && rebuildMiss(info.FullMethod, resp, err) && s.Rebuilding() {
 			return nil, codes.ToStatus(fmt.Errorf("master: term %d is rebuilding its metadata from the nodes, ask again: %w", s.cfg.HA.Term, ErrNotLeader))

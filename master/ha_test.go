@@ -15,6 +15,7 @@ import (
 	"github.com/tierstore/tierstore/internal/codes"
 	pb "github.com/tierstore/tierstore/internal/rpcpb"
 	"github.com/tierstore/tierstore/masterapi"
+	"github.com/tierstore/tierstore/mastergrpc"
 )
 
 // haService is a testService that leads term 7 behind a fence the test
@@ -240,7 +241,7 @@ func TestRebuildWindowTurnsMissesIntoRetry(t *testing.T) {
 	if _, err := c.GetReplicaList(bg, &pb.LookupRequest{Key: []byte("hit")}, grpc.Trailer(&tr)); err != nil {
 		t.Fatalf("a hit inside the window: %v", err)
 	}
-	if v := tr.Get(masterapi.TermTrailer); len(v) != 1 || v[0] != "7" {
+	if v := tr.Get(mastergrpc.TermTrailer); len(v) != 1 || v[0] != "7" {
 		t.Fatalf("term trailer %v", tr)
 	}
 	_, err := c.GetReplicaList(bg, miss)

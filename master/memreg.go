@@ -194,7 +194,7 @@ func (a *allocator) reserve(off, n int64) bool {
 
 // ReRegisterMemoryObjects serves the gRPC call.
 func (s *Server) ReRegisterMemoryObjects(ctx context.Context, r *pb.RegisterMemoryObjectsRequest) (*pb.KeyResults, error) {
-	errs, err := s.api.ReRegisterMemoryObjects(ctx, r.GetNode(), r.GetSegment(), masterapi.MemoryObjectsFromPB(r.GetObjects()), r.GetDone())
+	errs, err := s.api.ReRegisterMemoryObjects(ctx, r.GetNode(), r.GetSegment(), memoryObjectsFromPB(r.GetObjects()), r.GetDone())
 	if err != nil {
 		return nil, toStatus(err)
 	}

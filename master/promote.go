@@ -7,6 +7,7 @@ import (
 	"github.com/tierstore/tierstore/admission"
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/masterapi"
+	"github.com/tierstore/tierstore/mastergrpc"
 )
 
 // Promotion: an object read from SSD often enough (the admission policy's
@@ -329,7 +330,7 @@ func (s *Service) Heartbeat(ctx context.Context, req masterapi.HeartbeatRequest)
 // without one, and sends no SSD report). The sketch takes about 24 bytes
 // per cached object (24,613 bytes at the default width of 8192 counters a
 // row, up to 1024 objects), so up to about 1.3 million cached objects.
-const maxSketchBytes = masterapi.MaxMessageSize / 2
+const maxSketchBytes = mastergrpc.MaxMessageSize / 2
 
 // sketchMoves is the fraction of the sketch's ageing period (accesses
 // between halvings) after which a node's copy is out of date: a copy

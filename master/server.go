@@ -10,6 +10,7 @@ import (
 	"github.com/tierstore/tierstore/internal/codes"
 	pb "github.com/tierstore/tierstore/internal/rpcpb"
 	"github.com/tierstore/tierstore/masterapi"
+	"github.com/tierstore/tierstore/mastergrpc"
 )
 
 // MaxMessageSize bounds one gRPC message of the master service (both ways).
@@ -28,7 +29,7 @@ type Server struct {
 // defaults (message size limit MaxMessageSize; a caller of another protocol
 // version than pb.MasterProtocol is refused, pb.VersionCheck).
 func NewServer(api masterapi.API, opts ...grpc.ServerOption) *Server {
-	all := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize),
+	all := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(mastergrpc.MaxMessageSize), grpc.MaxSendMsgSize(mastergrpc.MaxMessageSize),
 		grpc.ChainUnaryInterceptor(pb.VersionCheck("master", pb.MasterProtocol))}, opts...)
 	s := &Server{api: api, gs: grpc.NewServer(all...)}
 	pb.RegisterMasterServer(s.gs, s)
@@ -88,7 +89,7 @@ func infoPB(in masterapi.ObjectInfo) *pb.ObjectInfo {
 		out.LeaseDeadlineUnixNano = in.LeaseDeadline.UnixNano()
 	}
 	for i, r := range in.Replicas {
-		out.Replicas[i] = masterapi.ReplicaPB(r)
+		out.Replicas[i] = mastergrpc.ReplicaPB(r)
 	}
 	return out
 }
@@ -118,12 +119,12 @@ func (s *Server) Ping(ctx context.Context, r *pb.PingRequest) (*pb.PingResponse,
 }
 
 func (s *Server) PutStart(ctx context.Context, r *pb.PutStartRequest) (*pb.PutStartResponse, error) {
-	rep, err := s.api.PutStart(ctx, masterapi.PutStartRequestFromPB(r))
+	rep, err := s.api.PutStart(ctx, putStartRequestFromPB(r))
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	out := &pb.PutStartResponse{}
-	out.Replica, out.More = masterapi.PutReplyPB(rep)
+	out.Replica, out.More = putReplyPB(rep)
 	return out, nil
 }
 
@@ -150,7 +151,7 @@ func puts(r *pb.KeysRequest) ([]masterapi.PutRef, error) {
 func (s *Server) BatchPutStart(ctx context.Context, r *pb.BatchPutStartRequest) (*pb.BatchPutStartResponse, error) {
 	reqs := make([]masterapi.PutStartRequest, len(r.GetItems()))
 	for i, it := range r.GetItems() {
-		reqs[i] = masterapi.PutStartRequestFromPB(it)
+		reqs[i] = putStartRequestFromPB(it)
 	}
 	res, err := s.api.BatchPutStart(ctx, reqs)
 	if err != nil {
@@ -162,7 +163,7 @@ func (s *Server) BatchPutStart(ctx context.Context, r *pb.BatchPutStartRequest) 
 		if x.Err != nil {
 			p.Code, p.Message = int32(codes.Of(x.Err)), x.Err.Error()
 		} else {
-			p.Replica, p.More = masterapi.PutReplyPB(x.PutStartReply)
+			p.Replica, p.More = putReplyPB(x.PutStartReply)
 		}
 		out.Results[i] = p
 	}
@@ -284,12 +285,12 @@ func (s *Server) RemoveByRegex(ctx context.Context, r *pb.RemoveByRegexRequest) 
 
 func (s *Server) EvictMemory(ctx context.Context, r *pb.EvictMemoryRequest) (*pb.EvictMemoryResponse, error) {
 	res, err := s.api.EvictMemory(ctx, strs(r.GetKeys()), r.GetAll())
-	return masterapi.EvictMemoryPB(res), toStatus(err)
+	return evictMemoryPB(res), toStatus(err)
 }
 
 func (s *Server) OffloadHeartbeat(ctx context.Context, r *pb.OffloadHeartbeatRequest) (*pb.OffloadHeartbeatResponse, error) {
 	rep, err := s.api.Heartbeat(ctx, masterapi.HeartbeatRequest{Node: r.GetNode(), Max: int(r.GetMaxTasks()),
-		SSD: masterapi.SSDReportFromPB(r.GetSsdReport()), WantSketch: r.GetWantSketch(), SketchVersion: r.GetSketchVersion()})
+		SSD: ssdReportFromPB(r.GetSsdReport()), WantSketch: r.GetWantSketch(), SketchVersion: r.GetSketchVersion()})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -300,13 +301,13 @@ func (s *Server) OffloadHeartbeat(ctx context.Context, r *pb.OffloadHeartbeatReq
 		out.Tasks[i] = &pb.OffloadTask{Key: []byte(t.Key), Segment: t.Segment, Offset: t.Offset, Length: t.Length, Size: t.Size, Crc: t.CRC}
 	}
 	if len(rep.Promotions) > 0 {
-		out.Promotions = masterapi.PromoteTasksPB(rep.Promotions)
+		out.Promotions = promoteTasksPB(rep.Promotions)
 	}
 	return out, nil
 }
 
 func (s *Server) PromoteEnd(ctx context.Context, r *pb.PromoteEndRequest) (*pb.KeyResults, error) {
-	errs, err := s.api.PromoteEnd(ctx, r.GetNode(), masterapi.PromoteResultsFromPB(r.GetResults()))
+	errs, err := s.api.PromoteEnd(ctx, r.GetNode(), promoteResultsFromPB(r.GetResults()))
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -388,7 +389,7 @@ func keyBytes(keys []string) [][]byte {
 func (s *Server) ReportBadReplica(ctx context.Context, r *pb.ReportBadReplicaRequest) (*pb.Empty, error) {
 	var rep masterapi.Replica
 	if p := r.GetReplica(); p != nil {
-		rep = masterapi.ReplicaFromPB(p)
+		rep = mastergrpc.ReplicaFromPB(p)
 	}
 	return &pb.Empty{}, toStatus(s.api.ReportBadReplica(ctx, string(r.GetKey()), r.GetCrc(), rep))
 }

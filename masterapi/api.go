@@ -1,20 +1,20 @@
-// Package masterapi is the master's interface as its callers see it, without
-// the master's implementation: the request and reply types, ClientAPI (what
-// a client needs), NodeAPI (what a store node needs, its side of SSD
-// admission and promotion included: the heartbeat with the SSD report and
-// the admission sketch, PromoteEnd; admission.go), and Remote, their gRPC
-// implementation. A program that only talks to a master links this package,
-// the generated RPC stubs and internal/codes, never the metadata service
-// (package master), pebble or the SSD tier (docs/design.md, package map).
+// Package masterapi is the master's contract, as its callers see it and
+// its implementations provide it (in the manner of database/sql/driver):
+// the request and reply types, ClientAPI (what a client needs), NodeAPI
+// (what a store node needs, its side of SSD admission and promotion
+// included: the heartbeat with the SSD report and the admission sketch,
+// PromoteEnd; admission.go), their errors (ErrStalePut, and the sentinels of
+// internal/codes), the reconcile digest both sides compute (reconcile.go)
+// and the removal log's entries (removal.go). It holds no implementation
+// and no transport: *master.Service implements API in-process, and
+// package mastergrpc over gRPC (mastergrpc.Dial, host:port; etcd://...
+// for the elected leader when package ha is linked into the program).
+// Importing it links no gRPC client (only internal/codes with its gRPC
+// status mapping), no etcd, pebble or SSD tier
+// (docs/design.md, package map).
 //
-// Dial takes host:port, or etcd://h1:2379,h2:2379[/prefix] for the elected
-// leader of highly available masters: that Remote follows the leader (an
-// ha.Resolver), refuses answers of a deposed leader's term and sends calls
-// again across a failover within the caller's deadline (resolving.go,
-// docs/ha.md); package ha imports only the etcd client.
-//
-// Remote is safe for concurrent use. Errors wrap the sentinels of
-// internal/codes and are checked with errors.Is.
+// Errors wrap the sentinels of internal/codes and are checked with
+// errors.Is, whichever implementation answered.
 package masterapi
 
 import (
@@ -24,9 +24,6 @@ import (
 	"strings"
 	"time"
 )
-
-// MaxMessageSize bounds one gRPC message of the master service (both ways).
-const MaxMessageSize = 64 << 20
 
 // MaxHeartbeatTasks caps the offload tasks one Heartbeat returns.
 const MaxHeartbeatTasks = 16384
@@ -389,7 +386,8 @@ type NodeStats struct {
 
 // ClientAPI is what a client (package client) needs of the master: puts,
 // lookups, removal, memory eviction, bad-replica reports and counters.
-// Implemented in-process by *master.Service and over gRPC by *Remote.
+// Implemented in-process by *master.Service and over gRPC by
+// *mastergrpc.Client.
 // Errors wrap the sentinels of package internal/codes (codes.ErrObjectNotFound,
 // ...): test them with errors.Is, the same way for both implementations.
 // Batch calls return one result per input, in order; their own error is
@@ -572,7 +570,7 @@ type NodeAPI interface {
 }
 
 // API is the master's whole interface: both halves. *master.Service and
-// *Remote implement it.
+// *mastergrpc.Client implement it.
 type API interface {
 	ClientAPI
 	NodeAPI

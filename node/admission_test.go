@@ -12,19 +12,20 @@ import (
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/masterapi"
+	"github.com/tierstore/tierstore/mastergrpc"
 )
 
 // Admission and promotion across the real RPC boundary: a master running
 // tinylfu served over gRPC on loopback, a node with a real tier (io_uring
 // backend, pebble index, files in a temporary directory) talking to it
-// through masterapi.Remote, and a client of the same remote master.
+// through mastergrpc.Client, and a client of the same remote master.
 
 type admStack struct {
 	m  *master.Service
 	tl *admission.TinyLFU
 	n  *Node
 	c  *client.Client
-	r  *masterapi.Remote
+	r  *mastergrpc.Client
 	// clk is the master's clock when a test set a manual one.
 	clk *master.ManualClock
 }
@@ -40,11 +41,11 @@ func admMasterConfig(promote int64) master.Config {
 
 // newAdmStack starts the stack; edit adjusts the node's configuration,
 // wrap (nil: none) what the node sees of the master.
-func newAdmStack(t *testing.T, mc master.Config, edit func(*Config), wrap func(*masterapi.Remote) masterapi.NodeAPI) *admStack {
+func newAdmStack(t *testing.T, mc master.Config, edit func(*Config), wrap func(*mastergrpc.Client) masterapi.NodeAPI) *admStack {
 	t.Helper()
 	s := &admStack{m: newMaster(t, mc)}
 	s.tl = s.m.Policy().(*admission.TinyLFU)
-	r, err := masterapi.Dial(context.Background(), serveMaster(t, s.m))
+	r, err := mastergrpc.Dial(context.Background(), serveMaster(t, s.m))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +103,7 @@ func (n noReport) Heartbeat(ctx context.Context, req masterapi.HeartbeatRequest)
 // scanAfterHotSet fills the SSD with a hot set (each key read four
 // times), then puts a one-pass scan twice the DRAM, and returns the
 // policy's decisions and how many hot keys are still readable.
-func scanAfterHotSet(t *testing.T, wrap func(*masterapi.Remote) masterapi.NodeAPI) (admission.TinyLFUStats, int) {
+func scanAfterHotSet(t *testing.T, wrap func(*mastergrpc.Client) masterapi.NodeAPI) (admission.TinyLFUStats, int) {
 	s := newAdmStack(t, admMasterConfig(0), func(c *Config) {
 		c.Memory = 1 << 20 // 16 objects
 		c.SSDCapacity = 4 << 20
@@ -170,7 +171,7 @@ func TestSSDReportReachesMaster(t *testing.T) {
 		t.Fatalf("only %d of 40 hot keys survived the scan", alive)
 	}
 
-	st, alive = scanAfterHotSet(t, func(r *masterapi.Remote) masterapi.NodeAPI { return noReport{r} })
+	st, alive = scanAfterHotSet(t, func(r *mastergrpc.Client) masterapi.NodeAPI { return noReport{r} })
 	t.Logf("without reports: %v, %d/40 hot keys alive", st.Decisions, alive)
 	if st.Reports != 0 || st.Rejected != 0 || st.Decisions["no_report"] == 0 {
 		t.Fatalf("a node without reports: %d reports, decisions %v", st.Reports, st.Decisions)
@@ -325,12 +326,12 @@ func TestPromotionAddsDRAMReplica(t *testing.T) {
 // heartbeat handed it out (before the node loads it) and before the
 // node's answer.
 type hookNode struct {
-	*masterapi.Remote
+	*mastergrpc.Client
 	afterHeartbeat, beforeEnd func()
 }
 
 func (h *hookNode) Heartbeat(ctx context.Context, req masterapi.HeartbeatRequest) (masterapi.HeartbeatReply, error) {
-	rep, err := h.Remote.Heartbeat(ctx, req)
+	rep, err := h.Client.Heartbeat(ctx, req)
 	if err == nil && len(rep.Promotions) > 0 && h.afterHeartbeat != nil {
 		h.afterHeartbeat()
 	}
@@ -341,7 +342,7 @@ func (h *hookNode) PromoteEnd(ctx context.Context, node string, res []masterapi.
 	if h.beforeEnd != nil {
 		h.beforeEnd()
 	}
-	return h.Remote.PromoteEnd(ctx, node, res)
+	return h.Client.PromoteEnd(ctx, node, res)
 }
 
 // TestPromotionNeverResurrects: a promotion whose object is removed (or
@@ -422,7 +423,7 @@ func TestPromotionNeverResurrects(t *testing.T) {
 			mc := admMasterConfig(3)
 			clk := master.NewManualClock(time.Now())
 			mc.Clock = clk
-			s := newAdmStack(t, mc, nil, func(r *masterapi.Remote) masterapi.NodeAPI { h.Remote = r; return h })
+			s := newAdmStack(t, mc, nil, func(r *mastergrpc.Client) masterapi.NodeAPI { h.Client = r; return h })
 			s.clk = clk
 			s.ssdOnly(t, "p", val)
 			s.readsFromSSD(t, "p", val, 2)

@@ -16,6 +16,7 @@ import (
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/masterapi"
+	"github.com/tierstore/tierstore/mastergrpc"
 )
 
 // masterOnPort serves a master over real gRPC on one fixed loopback port,
@@ -122,7 +123,7 @@ func TestMasterOutageDuringNotifyKeepsDurableBuckets(t *testing.T) {
 			p := newMasterOnPort(t)
 			m1 := p.current()
 			ctx := context.Background()
-			rm, err := masterapi.Dial(ctx, p.addr, grpc.WithConnectParams(grpc.ConnectParams{
+			rm, err := mastergrpc.Dial(ctx, p.addr, grpc.WithConnectParams(grpc.ConnectParams{
 				Backoff: backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, MaxDelay: 200 * time.Millisecond}}))
 			if err != nil {
 				t.Fatal(err)

@@ -31,10 +31,10 @@ import (
 // ignores a Ping answer or an offload task of an older term: a deposed
 // leader still running (paused, partitioned) cannot make it remount or
 // offload. Every other answer of an older term is refused by the etcd://
-// masterapi.Remote itself (masterapi.TermTrailer).
+// mastergrpc.Client itself (mastergrpc.TermTrailer).
 //
 // A node whose master connection follows an elected leader
-// (leaderFollower: masterapi.Remote dialed with etcd://) pings at once
+// (leaderFollower: mastergrpc.Client dialed with etcd://) pings at once
 // when the resolved leader changes, so a new leader hears from it (and
 // answers NEED_REMOUNT, starting the rebuild) within milliseconds instead
 // of at the next ping.
@@ -71,7 +71,7 @@ type memRecord struct {
 }
 
 // leaderFollower is a master connection that follows an elected leader
-// (masterapi.Remote dialed with etcd://).
+// (mastergrpc.Client dialed with etcd://).
 type leaderFollower interface {
 	LeaderChanged() (term uint64, changed <-chan struct{})
 }

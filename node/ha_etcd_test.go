@@ -15,6 +15,7 @@ import (
 	"github.com/tierstore/tierstore/ha/hatest"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/masterapi"
+	"github.com/tierstore/tierstore/mastergrpc"
 )
 
 // haLeader serves a master of term on a fresh 127.0.0.1 listener and
@@ -72,7 +73,7 @@ func offloadAcrossFailover(t *testing.T, remountFirst bool) {
 	removals := master.NewMemoryRemovalStore()
 	a, killA := haLeader(t, cli, removals)
 	b, _ := haLeader(t, cli, removals)
-	remote, err := masterapi.Dial(ctx, e.MasterURL())
+	remote, err := mastergrpc.Dial(ctx, e.MasterURL())
 	if err != nil {
 		t.Fatal(err)
 	}

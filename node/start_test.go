@@ -13,7 +13,7 @@ import (
 
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/master"
-	"github.com/tierstore/tierstore/masterapi"
+	"github.com/tierstore/tierstore/mastergrpc"
 )
 
 // freeAddr returns a loopback address nothing listens on (it did a moment
@@ -35,7 +35,7 @@ func TestStartWaitsForMaster(t *testing.T) {
 	addr := freeAddr(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rm, err := masterapi.Dial(ctx, addr)
+	rm, err := mastergrpc.Dial(ctx, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestStartWaitsForMaster(t *testing.T) {
 	// Bounded by ctx: no master at all gives up with a clear error.
 	short, cancelShort := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancelShort()
-	rm2, err := masterapi.Dial(short, freeAddr(t))
+	rm2, err := mastergrpc.Dial(short, freeAddr(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/masterapi"
+	"github.com/tierstore/tierstore/mastergrpc"
 )
 
 func freePort(t *testing.T) int {
@@ -83,7 +84,7 @@ func TestBinary(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	r, err := masterapi.Dial(ctx, addr)
+	r, err := mastergrpc.Dial(ctx, addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 
-	"github.com/tierstore/tierstore/masterapi"
+	"github.com/tierstore/tierstore/mastergrpc"
 	"github.com/tierstore/tierstore/node"
 )
 
@@ -44,7 +44,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	// Reconnect quickly after a master outage (gRPC's default backoff
 	// grows to 2 minutes): unanswered notifies are being sent again.
-	m, err := masterapi.Dial(dctx, o.master, grpc.WithConnectParams(grpc.ConnectParams{
+	m, err := mastergrpc.Dial(dctx, o.master, grpc.WithConnectParams(grpc.ConnectParams{
 		Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second}}))
 	cancel()
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	_ "github.com/tierstore/tierstore/ha" // etcd:// master addresses
 )
 
 const usage = `usage: tierstore <command> [flags] [args]

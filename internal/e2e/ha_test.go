@@ -16,6 +16,9 @@ import (
 	"github.com/tierstore/tierstore/internal/cluster"
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/masterapi"
+	"github.com/tierstore/tierstore/mastergrpc"
+
+	_ "github.com/tierstore/tierstore/ha" // etcd:// master addresses
 )
 
 // Highly available masters with real processes: a tierstore-etcd, masters
@@ -239,7 +242,7 @@ func TestHASIGSTOPLeaderIsFenced(t *testing.T) {
 	c := haClient(t, h.url)
 	vals, _ := putAll(t, c, "s", 8, 32<<10)
 	old, term := h.leader(0)
-	direct, err := masterapi.Dial(context.Background(), old.Addr) // host:port: no failover
+	direct, err := mastergrpc.Dial(context.Background(), old.Addr) // host:port: no failover
 	if err != nil {
 		t.Fatal(err)
 	}

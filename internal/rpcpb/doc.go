@@ -3,7 +3,7 @@
 //
 //   - master.proto: service tierstore.rpc.Master, spoken by store nodes and
 //     clients to the master (package master implements the server and the
-//     client side, Server and Remote);
+//     server, Server; package mastergrpc the client);
 //   - node.proto: service tierstore.node.v1.NodePeer, a store node's
 //     counters (NodeStats; package node). Values travel on the data plane
 //     (internal/wire), not here.

@@ -38,6 +38,8 @@ import (
 	"github.com/tierstore/tierstore/internal/netlab/history"
 	"github.com/tierstore/tierstore/internal/units"
 	"github.com/tierstore/tierstore/masterapi"
+
+	_ "github.com/tierstore/tierstore/ha" // etcd:// master addresses
 )
 
 type options struct {

@@ -1,4 +1,4 @@
-package masterapi
+package ha
 
 import "time"
 

@@ -1,9 +1,8 @@
-package masterapi
+package ha
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -13,17 +12,15 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	grpccodes "google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/tierstore/tierstore/ha"
 	"github.com/tierstore/tierstore/internal/codes"
-	pb "github.com/tierstore/tierstore/internal/rpcpb"
+	"github.com/tierstore/tierstore/mastergrpc"
 )
 
 // A Remote dialed with "etcd://..." talks to whichever master etcd names the
-// leader (ha.Resolver) through resolvingConn, a grpc.ClientConnInterface: the
+// leader (Resolver) through masterConn, a grpc.ClientConnInterface: the
 // generated stubs and every method of Remote are the same as in host:port
 // mode; only Invoke differs. Invoke sends a call to the current leader and,
 // when it cannot have been applied or may be applied again safely, sends it
@@ -35,7 +32,7 @@ import (
 //     otherwise after a backoff (50 ms doubling to 200 ms) or as soon as
 //     the resolved leader changes;
 //   - an answer stamped with a term older than the newest this Remote has
-//     seen (TermTrailer) comes from a deposed leader: it is discarded and
+//     seen (mastergrpc.TermTrailer) comes from a deposed leader: it is discarded and
 //     the call sent again, like an UNAVAILABLE answer;
 //   - the resolver names a newer leader while a call is in flight (the old
 //     one is stopped or partitioned and would never answer): the call is
@@ -54,13 +51,13 @@ import (
 // FailoverWait bounds how long a call that must not be sent twice to the
 // same leader (PutStart, Remove, ...) waits for a new leader after a
 // transport failure, within the caller's deadline: a dead leader is
-// replaced in about 3.5 s with the default session TTL (docs/ha.md).
+// replaced in about 3.5 s with the default session TTL (docs/md).
 const FailoverWait = 8 * time.Second
 
 // failoverWait is FailoverWait (a variable for tests).
 var failoverWait = FailoverWait
 
-// Retry pacing of resolvingConn.
+// Retry pacing of masterConn.
 const (
 	retryBackoff    = 50 * time.Millisecond
 	retryBackoffMax = 200 * time.Millisecond
@@ -72,32 +69,33 @@ var notIdempotent = map[string]bool{
 	"PutStart": true, "BatchPutStart": true, "Remove": true, "RemoveAll": true, "RemoveByRegex": true, "EvictMemory": true,
 }
 
-func isEtcdURL(addr string) bool { return strings.HasPrefix(addr, "etcd://") }
+func init() { mastergrpc.RegisterScheme(MasterScheme, dialLeader) }
 
-// dialLeader is Dial for an etcd:// address.
-func dialLeader(addr string, opts []grpc.DialOption) (*Remote, error) {
-	u, err := ha.ParseMasterURL(addr)
+// MasterScheme is the scheme of the master addresses this package resolves:
+// "etcd://h1:2379,h2:2379[/prefix]" (ParseMasterURL).
+const MasterScheme = "etcd"
+
+// dialLeader opens the connection of an etcd:// address for
+// mastergrpc.Dial: opts are the Client's dial options, used for each
+// leader it connects to.
+func dialLeader(addr string, opts []grpc.DialOption) (mastergrpc.Conn, error) {
+	u, err := ParseMasterURL(addr)
 	if err != nil {
-		return nil, fmt.Errorf("masterapi: dial: %w", err)
+		return nil, err
 	}
 	// Leader changes are the caller's business (a node logs what it does
 	// about one); the resolver's own log keeps its warnings only.
-	res, err := ha.NewResolver(u, ha.ResolverOptions{Logger: slog.New(warnOnly{slog.Default().Handler()})})
+	res, err := NewResolver(u, ResolverOptions{Logger: slog.New(warnOnly{slog.Default().Handler()})})
 	if err != nil {
-		return nil, fmt.Errorf("masterapi: dial %s: %w", addr, err)
+		return nil, err
 	}
-	rc := &resolvingConn{res: res, log: slog.Default().With("master", u.String()), conns: map[string]*grpc.ClientConn{}}
-	rc.opts = append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)),
-		pb.WithVersion(pb.MasterProtocol),
-	}, opts...)
-	return &Remote{rc: rc, c: pb.NewMasterClient(rc), addr: addr}, nil
+	return &masterConn{res: res, opts: opts, log: slog.Default().With("master", u.String()), conns: map[string]*grpc.ClientConn{}}, nil
 }
 
-// resolvingConn is the grpc.ClientConnInterface of an etcd:// Remote.
-type resolvingConn struct {
-	res  *ha.Resolver
+// masterConn is the connection of an etcd:// mastergrpc.Client; it
+// implements mastergrpc.Follower.
+type masterConn struct {
+	res  *Resolver
 	opts []grpc.DialOption
 	log  *slog.Logger
 
@@ -108,10 +106,10 @@ type resolvingConn struct {
 	highest atomic.Uint64 // newest term seen, from the resolver or an answer
 }
 
-var errRemoteClosed = status.Error(grpccodes.Canceled, "masterapi: remote closed")
+var errRemoteClosed = status.Error(grpccodes.Canceled, "ha: remote closed")
 
 // Close closes the connections and the resolver.
-func (c *resolvingConn) Close() error {
+func (c *masterConn) Close() error {
 	c.mu.Lock()
 	c.closed = true
 	conns := c.conns
@@ -123,13 +121,26 @@ func (c *resolvingConn) Close() error {
 	return c.res.Close()
 }
 
-func (c *resolvingConn) term() uint64 {
+var _ mastergrpc.Follower = (*masterConn)(nil)
+
+// Term implements mastergrpc.Follower: the newest term seen, from etcd or
+// from an answer.
+func (c *masterConn) Term() uint64 {
 	c.raise(c.res.Current().Term)
 	return c.highest.Load()
 }
 
+// LeaderChanged implements mastergrpc.Follower.
+func (c *masterConn) LeaderChanged() (uint64, <-chan struct{}) {
+	l, ch := c.res.Changed()
+	return l.Term, ch
+}
+
+// LeaderAddr implements mastergrpc.Follower.
+func (c *masterConn) LeaderAddr() string { return c.res.Current().Addr }
+
 // raise records t as seen.
-func (c *resolvingConn) raise(t uint64) {
+func (c *masterConn) raise(t uint64) {
 	for {
 		h := c.highest.Load()
 		if t <= h || c.highest.CompareAndSwap(h, t) {
@@ -140,7 +151,7 @@ func (c *resolvingConn) raise(t uint64) {
 
 // conn returns the connection to addr, closing connections to former
 // leaders (calls still on them fail and are retried).
-func (c *resolvingConn) conn(addr string) (*grpc.ClientConn, error) {
+func (c *masterConn) conn(addr string) (*grpc.ClientConn, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -155,7 +166,7 @@ func (c *resolvingConn) conn(addr string) (*grpc.ClientConn, error) {
 	}
 	cc, err := grpc.NewClient(addr, c.opts...)
 	if err != nil {
-		return nil, status.Errorf(grpccodes.Unavailable, "masterapi: dial leader %s: %v", addr, err)
+		return nil, status.Errorf(grpccodes.Unavailable, "ha: dial leader %s: %v", addr, err)
 	}
 	c.conns[addr] = cc
 	return cc, nil
@@ -163,8 +174,8 @@ func (c *resolvingConn) conn(addr string) (*grpc.ClientConn, error) {
 
 // NewStream implements grpc.ClientConnInterface: the master service has no
 // streaming calls.
-func (c *resolvingConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
-	return nil, status.Error(grpccodes.Unimplemented, "masterapi: no streaming calls on the master")
+func (c *masterConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+	return nil, status.Error(grpccodes.Unimplemented, "ha: no streaming calls on the master")
 }
 
 // outcome is what Invoke does after one attempt.
@@ -178,7 +189,7 @@ const (
 )
 
 // Invoke implements grpc.ClientConnInterface (see the comment at the top).
-func (c *resolvingConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+func (c *masterConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
 	idem := !notIdempotent[method[strings.LastIndexByte(method, '/')+1:]]
 	wait := retryBackoff
 	var last error
@@ -213,7 +224,7 @@ func (c *resolvingConn) Invoke(ctx context.Context, method string, args, reply a
 
 // leader waits for a known leader and returns it with the channel closed on
 // its next change.
-func (c *resolvingConn) leader(ctx context.Context) (ha.Leader, <-chan struct{}, error) {
+func (c *masterConn) leader(ctx context.Context) (Leader, <-chan struct{}, error) {
 	for {
 		l, ch := c.res.Changed()
 		if l.Known() {
@@ -230,14 +241,14 @@ func (c *resolvingConn) leader(ctx context.Context) (ha.Leader, <-chan struct{},
 
 // waitNewer waits, at most FailoverWait within ctx, for a leader of a term
 // newer than term.
-func (c *resolvingConn) waitNewer(ctx context.Context, term uint64) (ha.Leader, error) {
+func (c *masterConn) waitNewer(ctx context.Context, term uint64) (Leader, error) {
 	wctx, cancel := context.WithTimeout(ctx, failoverWait)
 	defer cancel()
 	return c.res.WaitNewer(wctx, term)
 }
 
 // pause waits d, or less if the resolved leader changes; false if ctx ended.
-func (c *resolvingConn) pause(ctx context.Context, d time.Duration) bool {
+func (c *masterConn) pause(ctx context.Context, d time.Duration) bool {
 	_, ch := c.res.Changed()
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -252,7 +263,7 @@ func (c *resolvingConn) pause(ctx context.Context, d time.Duration) bool {
 
 // attempt sends the call once to leader l; it is cancelled if a newer
 // leader is resolved meanwhile (changed is l's change channel).
-func (c *resolvingConn) attempt(ctx context.Context, l ha.Leader, changed <-chan struct{}, method string, args, reply any, opts []grpc.CallOption) (outcome, error) {
+func (c *masterConn) attempt(ctx context.Context, l Leader, changed <-chan struct{}, method string, args, reply any, opts []grpc.CallOption) (outcome, error) {
 	cc, err := c.conn(l.Addr)
 	if err != nil {
 		if errors.Is(err, errRemoteClosed) {
@@ -268,9 +279,9 @@ func (c *resolvingConn) attempt(ctx context.Context, l ha.Leader, changed <-chan
 	go c.watchSupersede(l, changed, stop, func() { gone.Store(true); cancel() })
 	var tr metadata.MD
 	err = cc.Invoke(actx, method, args, reply, append(opts, grpc.Trailer(&tr))...)
-	if t := termOf(tr); t != 0 {
+	if t := mastergrpc.TermOf(tr); t != 0 {
 		if t < c.highest.Load() {
-			return again, status.Errorf(grpccodes.Unavailable, "masterapi: answer of leadership term %d discarded: term %d leads", t, c.highest.Load())
+			return again, status.Errorf(grpccodes.Unavailable, "ha: answer of leadership term %d discarded: term %d leads", t, c.highest.Load())
 		}
 		c.raise(t)
 	}
@@ -285,7 +296,7 @@ func (c *resolvingConn) attempt(ctx context.Context, l ha.Leader, changed <-chan
 
 // watchSupersede calls cancel when a leader other than l (a newer term, or
 // another address) is resolved, until stop closes.
-func (c *resolvingConn) watchSupersede(l ha.Leader, changed <-chan struct{}, stop <-chan struct{}, cancel func()) {
+func (c *masterConn) watchSupersede(l Leader, changed <-chan struct{}, stop <-chan struct{}, cancel func()) {
 	for {
 		select {
 		case <-stop:

@@ -1,9 +1,11 @@
-package masterapi
+package mastergrpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -11,53 +13,76 @@ import (
 
 	"github.com/tierstore/tierstore/internal/codes"
 	pb "github.com/tierstore/tierstore/internal/rpcpb"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
-// Remote is a client of a master over gRPC. It implements API; errors carry
-// the server's codes (errors.Is(err, codes.ErrObjectNotFound) works), and
-// transport failures wrap codes.ErrRPCFail. Safe for concurrent use.
-type Remote struct {
-	cc   *grpc.ClientConn // nil when rc is set
-	rc   *resolvingConn   // etcd:// mode (resolving.go); nil for host:port
+// MaxMessageSize bounds one gRPC message of the master service (both ways):
+// the client's and the server's limit.
+const MaxMessageSize = 64 << 20
+
+// Client is a client of a master over gRPC. It implements masterapi.API;
+// errors carry the server's codes (errors.Is(err, codes.ErrObjectNotFound)
+// works), and transport failures wrap codes.ErrRPCFail. Safe for
+// concurrent use.
+type Client struct {
+	conn Conn
 	c    pb.MasterClient
 	addr string
 }
 
-var _ API = (*Remote)(nil)
+var _ masterapi.API = (*Client)(nil)
 
-// Dial returns a Remote for the master at addr: "host:port", or
-// "etcd://h1:2379,h2:2379[/prefix]" for the elected leader of highly
-// available masters (it follows the leader and retries calls across a
-// failover within the caller's deadline: resolving.go, docs/ha.md). It does
-// not wait for the connection: the first call connects (and fails with
-// codes.ErrRPCFail if the master is unreachable). Without options it uses an
-// insecure (plaintext) connection; opts are appended to the defaults.
-func Dial(ctx context.Context, addr string, opts ...grpc.DialOption) (*Remote, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("masterapi: dial %s: %w", addr, err)
-	}
-	if isEtcdURL(addr) {
-		return dialLeader(addr, opts)
-	}
-	all := append([]grpc.DialOption{
+// DefaultDialOptions are the options every connection to a master starts
+// with: plaintext, MaxMessageSize both ways, and the caller's protocol
+// version (rpcpb.WithVersion).
+func DefaultDialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)),
 		pb.WithVersion(pb.MasterProtocol),
-	}, opts...)
-	cc, err := grpc.NewClient(addr, all...)
-	if err != nil {
-		return nil, fmt.Errorf("masterapi: dial %s: %w: %w", addr, codes.ErrRPCFail, err)
 	}
-	return &Remote{cc: cc, c: pb.NewMasterClient(cc), addr: addr}, nil
 }
 
-// Close closes the connection (and, in etcd:// mode, the resolver).
-func (r *Remote) Close() error {
-	if r.rc != nil {
-		return r.rc.Close()
+// Dial returns a Client for the master at addr: "host:port", or
+// "scheme://..." for a scheme a package linked into the program registered
+// (RegisterScheme; package ha registers etcd://h1:2379,h2:2379[/prefix],
+// the elected leader of highly available masters, docs/ha.md). It does not
+// wait for the connection: the first call connects (and fails with
+// codes.ErrRPCFail if the master is unreachable). opts are appended to
+// DefaultDialOptions.
+func Dial(ctx context.Context, addr string, opts ...grpc.DialOption) (*Client, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("mastergrpc: dial %s: %w", addr, err)
 	}
-	return r.cc.Close()
+	all := append(DefaultDialOptions(), opts...)
+	if scheme, _, ok := strings.Cut(addr, "://"); ok {
+		d := schemeDialer(scheme)
+		if d == nil {
+			return nil, fmt.Errorf("mastergrpc: dial %s: %w: no dialer for %s:// is linked into this program (for etcd://, import github.com/tierstore/tierstore/ha)",
+				addr, codes.ErrInvalidParams, scheme)
+		}
+		conn, err := d(addr, all)
+		if err != nil {
+			return nil, fmt.Errorf("mastergrpc: dial %s: %w", addr, err)
+		}
+		return NewClient(conn, addr), nil
+	}
+	cc, err := grpc.NewClient(addr, all...)
+	if err != nil {
+		return nil, fmt.Errorf("mastergrpc: dial %s: %w: %w", addr, codes.ErrRPCFail, err)
+	}
+	return NewClient(cc, addr), nil
 }
+
+// NewClient returns a Client that sends its calls on conn; addr names the
+// master (or the scheme address) in messages and LeaderAddr.
+func NewClient(conn Conn, addr string) *Client {
+	return &Client{conn: conn, c: pb.NewMasterClient(conn), addr: addr}
+}
+
+// Close closes the connection (and whatever a scheme's connection holds:
+// its resolver).
+func (r *Client) Close() error { return r.conn.Close() }
 
 func fromStatus(err error) error { return codes.FromStatus(err) }
 
@@ -72,14 +97,14 @@ func keyBytes(keys []string) [][]byte {
 func itemErr(code int32, msg string) error { return codes.WithMessage(codes.Code(code), msg) }
 
 // ReplicaFromPB converts a wire replica back (for the master's gRPC server).
-func ReplicaFromPB(p *pb.Replica) Replica {
-	return Replica{Kind: ReplicaKind(p.GetKind()), Status: ReplicaStatus(p.GetStatus()), Node: p.GetNode(),
+func ReplicaFromPB(p *pb.Replica) masterapi.Replica {
+	return masterapi.Replica{Kind: masterapi.ReplicaKind(p.GetKind()), Status: masterapi.ReplicaStatus(p.GetStatus()), Node: p.GetNode(),
 		Endpoint: p.GetEndpoint(), Segment: p.GetSegment(), Offset: p.GetOffset(), Length: p.GetLength(),
 		PutToken: p.GetPutToken()}
 }
 
-func infoFromPB(p *pb.ObjectInfo) ObjectInfo {
-	in := ObjectInfo{Key: string(p.GetKey()), Size: p.GetSize(), CRC: p.GetCrc(), Replicas: make([]Replica, len(p.GetReplicas()))}
+func infoFromPB(p *pb.ObjectInfo) masterapi.ObjectInfo {
+	in := masterapi.ObjectInfo{Key: string(p.GetKey()), Size: p.GetSize(), CRC: p.GetCrc(), Replicas: make([]masterapi.Replica, len(p.GetReplicas()))}
 	if n := p.GetLeaseDeadlineUnixNano(); n != 0 {
 		in.LeaseDeadline = time.Unix(0, n)
 	}
@@ -91,7 +116,7 @@ func infoFromPB(p *pb.ObjectInfo) ObjectInfo {
 
 func keyErrs(r *pb.KeyResults, n int) ([]error, error) {
 	if len(r.GetResults()) != n {
-		return nil, fmt.Errorf("masterapi: %d results for %d items: %w", len(r.GetResults()), n, codes.ErrRPCFail)
+		return nil, fmt.Errorf("mastergrpc: %d results for %d items: %w", len(r.GetResults()), n, codes.ErrRPCFail)
 	}
 	out := make([]error, n)
 	for i, x := range r.GetResults() {
@@ -101,79 +126,63 @@ func keyErrs(r *pb.KeyResults, n int) ([]error, error) {
 }
 
 // MountSegment implements API.
-func (r *Remote) MountSegment(ctx context.Context, req MountRequest) error {
+func (r *Client) MountSegment(ctx context.Context, req masterapi.MountRequest) error {
 	_, err := r.c.MountSegment(ctx, &pb.MountSegmentRequest{Node: req.Node, Endpoint: req.Endpoint, Segment: req.Segment, Size: req.Size, Incarnation: req.Incarnation, HoldAllocation: req.HoldAllocation})
 	return fromStatus(err)
 }
 
 // UnmountSegment implements API.
-func (r *Remote) UnmountSegment(ctx context.Context, node, segment string) error {
+func (r *Client) UnmountSegment(ctx context.Context, node, segment string) error {
 	_, err := r.c.UnmountSegment(ctx, &pb.UnmountSegmentRequest{Node: node, Segment: segment})
 	return fromStatus(err)
 }
 
 // Ping implements API.
-func (r *Remote) Ping(ctx context.Context, node string) (PingReply, error) {
+func (r *Client) Ping(ctx context.Context, node string) (masterapi.PingReply, error) {
 	p, err := r.c.Ping(ctx, &pb.PingRequest{Node: node})
 	if err != nil {
-		return PingReply{}, fromStatus(err)
+		return masterapi.PingReply{}, fromStatus(err)
 	}
-	return PingReply{Status: NodeStatus(p.GetStatus()), ClientTTL: time.Duration(p.GetClientTtlMs()) * time.Millisecond, Term: p.GetTerm()}, nil
+	return masterapi.PingReply{Status: masterapi.NodeStatus(p.GetStatus()), ClientTTL: time.Duration(p.GetClientTtlMs()) * time.Millisecond, Term: p.GetTerm()}, nil
 }
 
-func putPB(q PutStartRequest) *pb.PutStartRequest {
+func putPB(q masterapi.PutStartRequest) *pb.PutStartRequest {
 	return &pb.PutStartRequest{Key: []byte(q.Key), Size: q.Size, Crc: q.CRC, PreferredNode: q.PreferredNode, SoftPin: q.SoftPin, HardPin: q.HardPin,
 		Replicas: int32(max(math.MinInt32, min(q.Replicas, math.MaxInt32))), AllowFewerReplicas: q.AllowFewer}
 }
 
-// PutStartRequestFromPB is the inverse of the request's wire form.
-func PutStartRequestFromPB(r *pb.PutStartRequest) PutStartRequest {
-	return PutStartRequest{Key: string(r.GetKey()), Size: r.GetSize(), CRC: r.GetCrc(), PreferredNode: r.GetPreferredNode(),
-		SoftPin: r.GetSoftPin(), HardPin: r.GetHardPin(), Replicas: int(r.GetReplicas()), AllowFewer: r.GetAllowFewerReplicas()}
-}
-
 // putReplyFromPB reads a put's replicas: the first and the others.
-func putReplyFromPB(first *pb.Replica, more []*pb.Replica) PutStartReply {
-	out := PutStartReply{Replica: ReplicaFromPB(first)}
+func putReplyFromPB(first *pb.Replica, more []*pb.Replica) masterapi.PutStartReply {
+	out := masterapi.PutStartReply{Replica: ReplicaFromPB(first)}
 	for _, m := range more {
 		out.More = append(out.More, ReplicaFromPB(m))
 	}
 	return out
 }
 
-// PutReplyPB is the wire form of a PutStartReply: the first replica and
-// the others.
-func PutReplyPB(p PutStartReply) (*pb.Replica, []*pb.Replica) {
-	var more []*pb.Replica
-	for _, m := range p.More {
-		more = append(more, ReplicaPB(m))
-	}
-	return ReplicaPB(p.Replica), more
-}
-
 // PutStart implements API.
-func (r *Remote) PutStart(ctx context.Context, req PutStartRequest) (PutStartReply, error) {
+func (r *Client) PutStart(ctx context.Context, req masterapi.PutStartRequest) (masterapi.PutStartReply, error) {
 	p, err := r.c.PutStart(ctx, putPB(req))
 	if err != nil {
-		return PutStartReply{}, fromStatus(err)
+		return masterapi.PutStartReply{}, fromStatus(err)
 	}
 	return putReplyFromPB(p.GetReplica(), p.GetMore()), nil
 }
 
 // PutEnd implements API.
-func (r *Remote) PutEnd(ctx context.Context, key string, token uint64) error {
+func (r *Client) PutEnd(ctx context.Context, key string, token uint64) error {
 	_, err := r.c.PutEnd(ctx, &pb.KeyRequest{Key: []byte(key), PutToken: token})
 	return putErr(fromStatus(err))
 }
 
 // PutRevoke implements API.
-func (r *Remote) PutRevoke(ctx context.Context, key string, token uint64) error {
+func (r *Client) PutRevoke(ctx context.Context, key string, token uint64) error {
 	_, err := r.c.PutRevoke(ctx, &pb.KeyRequest{Key: []byte(key), PutToken: token})
 	return putErr(fromStatus(err))
 }
 
 // putsPB is the wire form of a batch of puts: keys and their tokens.
-func putsPB(puts []PutRef) *pb.KeysRequest {
+func putsPB(puts []masterapi.PutRef) *pb.KeysRequest {
 	in := &pb.KeysRequest{Keys: make([][]byte, len(puts)), PutTokens: make([]uint64, len(puts))}
 	for i, p := range puts {
 		in.Keys[i], in.PutTokens[i] = []byte(p.Key), p.Token
@@ -190,7 +199,7 @@ func putErrs(errs []error, err error) ([]error, error) {
 }
 
 // BatchPutStart implements API.
-func (r *Remote) BatchPutStart(ctx context.Context, reqs []PutStartRequest) ([]PutStartResult, error) {
+func (r *Client) BatchPutStart(ctx context.Context, reqs []masterapi.PutStartRequest) ([]masterapi.PutStartResult, error) {
 	in := &pb.BatchPutStartRequest{Items: make([]*pb.PutStartRequest, len(reqs))}
 	for i, q := range reqs {
 		in.Items[i] = putPB(q)
@@ -200,9 +209,9 @@ func (r *Remote) BatchPutStart(ctx context.Context, reqs []PutStartRequest) ([]P
 		return nil, fromStatus(err)
 	}
 	if len(p.GetResults()) != len(reqs) {
-		return nil, fmt.Errorf("masterapi: %d results for %d items: %w", len(p.GetResults()), len(reqs), codes.ErrRPCFail)
+		return nil, fmt.Errorf("mastergrpc: %d results for %d items: %w", len(p.GetResults()), len(reqs), codes.ErrRPCFail)
 	}
-	out := make([]PutStartResult, len(reqs))
+	out := make([]masterapi.PutStartResult, len(reqs))
 	for i, x := range p.GetResults() {
 		if x.GetCode() != 0 {
 			out[i].Err = itemErr(x.GetCode(), x.GetMessage())
@@ -214,7 +223,7 @@ func (r *Remote) BatchPutStart(ctx context.Context, reqs []PutStartRequest) ([]P
 }
 
 // BatchPutEnd implements API.
-func (r *Remote) BatchPutEnd(ctx context.Context, puts []PutRef) ([]error, error) {
+func (r *Client) BatchPutEnd(ctx context.Context, puts []masterapi.PutRef) ([]error, error) {
 	p, err := r.c.BatchPutEnd(ctx, putsPB(puts))
 	if err != nil {
 		return nil, fromStatus(err)
@@ -223,7 +232,7 @@ func (r *Remote) BatchPutEnd(ctx context.Context, puts []PutRef) ([]error, error
 }
 
 // BatchPutRevoke implements API.
-func (r *Remote) BatchPutRevoke(ctx context.Context, puts []PutRef) ([]error, error) {
+func (r *Client) BatchPutRevoke(ctx context.Context, puts []masterapi.PutRef) ([]error, error) {
 	p, err := r.c.BatchPutRevoke(ctx, putsPB(puts))
 	if err != nil {
 		return nil, fromStatus(err)
@@ -232,8 +241,8 @@ func (r *Remote) BatchPutRevoke(ctx context.Context, puts []PutRef) ([]error, er
 }
 
 // ExistKey implements API.
-func (r *Remote) ExistKey(ctx context.Context, key string) (bool, error) {
-	p, err := r.c.ExistKey(ctx, &pb.LookupRequest{Key: []byte(key), OffloadPath: IsOffloadPath(ctx)})
+func (r *Client) ExistKey(ctx context.Context, key string) (bool, error) {
+	p, err := r.c.ExistKey(ctx, &pb.LookupRequest{Key: []byte(key), OffloadPath: masterapi.IsOffloadPath(ctx)})
 	if err != nil {
 		return false, fromStatus(err)
 	}
@@ -241,52 +250,52 @@ func (r *Remote) ExistKey(ctx context.Context, key string) (bool, error) {
 }
 
 // GetReplicaList implements API.
-func (r *Remote) GetReplicaList(ctx context.Context, key string) (ObjectInfo, error) {
-	p, err := r.c.GetReplicaList(ctx, &pb.LookupRequest{Key: []byte(key), OffloadPath: IsOffloadPath(ctx)})
+func (r *Client) GetReplicaList(ctx context.Context, key string) (masterapi.ObjectInfo, error) {
+	p, err := r.c.GetReplicaList(ctx, &pb.LookupRequest{Key: []byte(key), OffloadPath: masterapi.IsOffloadPath(ctx)})
 	if err != nil {
-		return ObjectInfo{}, fromStatus(err)
+		return masterapi.ObjectInfo{}, fromStatus(err)
 	}
 	return infoFromPB(p.GetInfo()), nil
 }
 
 // BatchExistKey implements API.
-func (r *Remote) BatchExistKey(ctx context.Context, keys []string) ([]ExistResult, error) {
-	p, err := r.c.BatchExistKey(ctx, &pb.BatchLookupRequest{Keys: keyBytes(keys), OffloadPath: IsOffloadPath(ctx)})
+func (r *Client) BatchExistKey(ctx context.Context, keys []string) ([]masterapi.ExistResult, error) {
+	p, err := r.c.BatchExistKey(ctx, &pb.BatchLookupRequest{Keys: keyBytes(keys), OffloadPath: masterapi.IsOffloadPath(ctx)})
 	if err != nil {
 		return nil, fromStatus(err)
 	}
 	if len(p.GetResults()) != len(keys) {
-		return nil, fmt.Errorf("masterapi: %d results for %d keys: %w", len(p.GetResults()), len(keys), codes.ErrRPCFail)
+		return nil, fmt.Errorf("mastergrpc: %d results for %d keys: %w", len(p.GetResults()), len(keys), codes.ErrRPCFail)
 	}
-	out := make([]ExistResult, len(keys))
+	out := make([]masterapi.ExistResult, len(keys))
 	for i, x := range p.GetResults() {
-		out[i] = ExistResult{Exists: x.GetExists(), Err: itemErr(x.GetCode(), x.GetMessage())}
+		out[i] = masterapi.ExistResult{Exists: x.GetExists(), Err: itemErr(x.GetCode(), x.GetMessage())}
 	}
 	return out, nil
 }
 
 // BatchGetReplicaList implements API.
-func (r *Remote) BatchGetReplicaList(ctx context.Context, keys []string) ([]ReplicaListResult, error) {
-	p, err := r.c.BatchGetReplicaList(ctx, &pb.BatchLookupRequest{Keys: keyBytes(keys), OffloadPath: IsOffloadPath(ctx)})
+func (r *Client) BatchGetReplicaList(ctx context.Context, keys []string) ([]masterapi.ReplicaListResult, error) {
+	p, err := r.c.BatchGetReplicaList(ctx, &pb.BatchLookupRequest{Keys: keyBytes(keys), OffloadPath: masterapi.IsOffloadPath(ctx)})
 	if err != nil {
 		return nil, fromStatus(err)
 	}
 	if len(p.GetResults()) != len(keys) {
-		return nil, fmt.Errorf("masterapi: %d results for %d keys: %w", len(p.GetResults()), len(keys), codes.ErrRPCFail)
+		return nil, fmt.Errorf("mastergrpc: %d results for %d keys: %w", len(p.GetResults()), len(keys), codes.ErrRPCFail)
 	}
-	out := make([]ReplicaListResult, len(keys))
+	out := make([]masterapi.ReplicaListResult, len(keys))
 	nrep := 0
 	for _, x := range p.GetResults() {
 		nrep += len(x.GetInfo().GetReplicas())
 	}
-	slab := make([]Replica, nrep) // one backing array for the batch
+	slab := make([]masterapi.Replica, nrep) // one backing array for the batch
 	for i, x := range p.GetResults() {
 		if x.GetCode() != 0 {
 			out[i].Err = itemErr(x.GetCode(), x.GetMessage())
 			continue
 		}
 		in := x.GetInfo()
-		info := ObjectInfo{Key: keys[i], Size: in.GetSize(), CRC: in.GetCrc()}
+		info := masterapi.ObjectInfo{Key: keys[i], Size: in.GetSize(), CRC: in.GetCrc()}
 		if n := in.GetLeaseDeadlineUnixNano(); n != 0 {
 			info.LeaseDeadline = time.Unix(0, n)
 		}
@@ -301,13 +310,13 @@ func (r *Remote) BatchGetReplicaList(ctx context.Context, keys []string) ([]Repl
 }
 
 // Remove implements API.
-func (r *Remote) Remove(ctx context.Context, key string, force bool) error {
+func (r *Client) Remove(ctx context.Context, key string, force bool) error {
 	_, err := r.c.Remove(ctx, &pb.RemoveRequest{Key: []byte(key), Force: force})
 	return fromStatus(err)
 }
 
 // RemoveAll implements API.
-func (r *Remote) RemoveAll(ctx context.Context, force bool) (int64, error) {
+func (r *Client) RemoveAll(ctx context.Context, force bool) (int64, error) {
 	p, err := r.c.RemoveAll(ctx, &pb.RemoveAllRequest{Force: force})
 	if err != nil {
 		return 0, fromStatus(err)
@@ -316,7 +325,7 @@ func (r *Remote) RemoveAll(ctx context.Context, force bool) (int64, error) {
 }
 
 // RemoveByRegex implements API.
-func (r *Remote) RemoveByRegex(ctx context.Context, pattern string, force bool) (int64, error) {
+func (r *Client) RemoveByRegex(ctx context.Context, pattern string, force bool) (int64, error) {
 	p, err := r.c.RemoveByRegex(ctx, &pb.RemoveByRegexRequest{Pattern: pattern, Force: force})
 	if err != nil {
 		return 0, fromStatus(err)
@@ -325,26 +334,18 @@ func (r *Remote) RemoveByRegex(ctx context.Context, pattern string, force bool) 
 }
 
 // EvictMemory implements API.
-func (r *Remote) EvictMemory(ctx context.Context, keys []string, all bool) (EvictMemoryResult, error) {
+func (r *Client) EvictMemory(ctx context.Context, keys []string, all bool) (masterapi.EvictMemoryResult, error) {
 	p, err := r.c.EvictMemory(ctx, &pb.EvictMemoryRequest{Keys: keyBytes(keys), All: all})
 	if err != nil {
-		return EvictMemoryResult{}, fromStatus(err)
+		return masterapi.EvictMemoryResult{}, fromStatus(err)
 	}
-	return EvictMemoryResult{Dropped: p.GetCount(), NoDiskCopy: p.GetSkippedNoDiskCopy(), Leased: p.GetSkippedLeased(),
+	return masterapi.EvictMemoryResult{Dropped: p.GetCount(), NoDiskCopy: p.GetSkippedNoDiskCopy(), Leased: p.GetSkippedLeased(),
 		OffloadPending: p.GetSkippedOffloadPending(), HardPinned: p.GetSkippedHardPinned(),
 		PutInProgress: p.GetSkippedPutInProgress(), NotFound: p.GetSkippedNotFound(),
 		NotInMemory: p.GetSkippedNotInMemory()}, nil
 }
 
-// EvictMemoryPB converts res to its wire form (for the master's gRPC
-// server).
-func EvictMemoryPB(res EvictMemoryResult) *pb.EvictMemoryResponse {
-	return &pb.EvictMemoryResponse{Count: res.Dropped, SkippedNoDiskCopy: res.NoDiskCopy, SkippedLeased: res.Leased,
-		SkippedOffloadPending: res.OffloadPending, SkippedHardPinned: res.HardPinned,
-		SkippedPutInProgress: res.PutInProgress, SkippedNotFound: res.NotFound, SkippedNotInMemory: res.NotInMemory}
-}
-
-func diskPB(objs []DiskObject) []*pb.DiskObject {
+func diskPB(objs []masterapi.DiskObject) []*pb.DiskObject {
 	out := make([]*pb.DiskObject, len(objs))
 	for i, d := range objs {
 		out[i] = &pb.DiskObject{Key: []byte(d.Key), Size: d.Size, Crc: d.CRC}
@@ -353,7 +354,7 @@ func diskPB(objs []DiskObject) []*pb.DiskObject {
 }
 
 // NotifyOffloadSuccess implements API.
-func (r *Remote) NotifyOffloadSuccess(ctx context.Context, req NotifyRequest) ([]error, error) {
+func (r *Client) NotifyOffloadSuccess(ctx context.Context, req masterapi.NotifyRequest) ([]error, error) {
 	in := &pb.NotifyOffloadSuccessRequest{Node: req.Node, Persisted: diskPB(req.Persisted), Failed: make([]*pb.OffloadFailure, len(req.Failed))}
 	for i, f := range req.Failed {
 		in.Failed[i] = &pb.OffloadFailure{Key: []byte(f.Key), Retryable: f.Retryable, Reason: f.Reason}
@@ -366,7 +367,7 @@ func (r *Remote) NotifyOffloadSuccess(ctx context.Context, req NotifyRequest) ([
 }
 
 // ReRegisterDiskObjects implements API.
-func (r *Remote) ReRegisterDiskObjects(ctx context.Context, node string, objs []DiskObject) ([]error, error) {
+func (r *Client) ReRegisterDiskObjects(ctx context.Context, node string, objs []masterapi.DiskObject) ([]error, error) {
 	p, err := r.c.ReRegisterDiskObjects(ctx, &pb.RegisterDiskObjectsRequest{Node: node, Objects: diskPB(objs)})
 	if err != nil {
 		return nil, fromStatus(err)
@@ -375,12 +376,12 @@ func (r *Remote) ReRegisterDiskObjects(ctx context.Context, node string, objs []
 }
 
 // EvictDiskReplica implements API.
-func (r *Remote) EvictDiskReplica(ctx context.Context, node string, keys []string) (EvictResult, error) {
+func (r *Client) EvictDiskReplica(ctx context.Context, node string, keys []string) (masterapi.EvictResult, error) {
 	p, err := r.c.EvictDiskReplica(ctx, &pb.EvictDiskReplicaRequest{Node: node, Keys: keyBytes(keys)})
 	if err != nil {
-		return EvictResult{}, fromStatus(err)
+		return masterapi.EvictResult{}, fromStatus(err)
 	}
-	res := EvictResult{Dropped: p.GetCount()}
+	res := masterapi.EvictResult{Dropped: p.GetCount()}
 	if len(p.GetKeep()) > 0 {
 		res.Keep = make([]string, len(p.GetKeep()))
 		for i, k := range p.GetKeep() {
@@ -391,21 +392,21 @@ func (r *Remote) EvictDiskReplica(ctx context.Context, node string, keys []strin
 }
 
 // ReconcileBegin implements API.
-func (r *Remote) ReconcileBegin(ctx context.Context, node string, d RangeDigest) (ReconcileSession, error) {
+func (r *Client) ReconcileBegin(ctx context.Context, node string, d masterapi.RangeDigest) (masterapi.ReconcileSession, error) {
 	p, err := r.c.ReconcileBegin(ctx, &pb.ReconcileBeginRequest{Node: node, Counts: d.Counts, Sums: d.Sums})
 	if err != nil {
-		return ReconcileSession{}, fromStatus(err)
+		return masterapi.ReconcileSession{}, fromStatus(err)
 	}
-	return ReconcileSession{ID: p.GetSession(), Differ: p.GetDiffer()}, nil
+	return masterapi.ReconcileSession{ID: p.GetSession(), Differ: p.GetDiffer()}, nil
 }
 
 // ReconcileKeys implements API.
-func (r *Remote) ReconcileKeys(ctx context.Context, node string, session uint64, keys []string) (ReconcileKeysResult, error) {
+func (r *Client) ReconcileKeys(ctx context.Context, node string, session uint64, keys []string) (masterapi.ReconcileKeysResult, error) {
 	p, err := r.c.ReconcileKeys(ctx, &pb.ReconcileKeysRequest{Node: node, Session: session, Keys: keyBytes(keys)})
 	if err != nil {
-		return ReconcileKeysResult{}, fromStatus(err)
+		return masterapi.ReconcileKeysResult{}, fromStatus(err)
 	}
-	var res ReconcileKeysResult
+	var res masterapi.ReconcileKeysResult
 	if len(p.GetUnwanted()) > 0 {
 		res.Unwanted = make([]string, len(p.GetUnwanted()))
 		for i, k := range p.GetUnwanted() {
@@ -416,7 +417,7 @@ func (r *Remote) ReconcileKeys(ctx context.Context, node string, session uint64,
 }
 
 // ReconcileEnd implements API.
-func (r *Remote) ReconcileEnd(ctx context.Context, node string, session uint64) (int64, error) {
+func (r *Client) ReconcileEnd(ctx context.Context, node string, session uint64) (int64, error) {
 	p, err := r.c.ReconcileEnd(ctx, &pb.ReconcileEndRequest{Node: node, Session: session})
 	if err != nil {
 		return 0, fromStatus(err)
@@ -425,25 +426,25 @@ func (r *Remote) ReconcileEnd(ctx context.Context, node string, session uint64) 
 }
 
 // ReportBadReplica implements API.
-func (r *Remote) ReportBadReplica(ctx context.Context, key string, crc uint32, rep Replica) error {
+func (r *Client) ReportBadReplica(ctx context.Context, key string, crc uint32, rep masterapi.Replica) error {
 	_, err := r.c.ReportBadReplica(ctx, &pb.ReportBadReplicaRequest{Key: []byte(key), Crc: crc, Replica: ReplicaPB(rep)})
 	return fromStatus(err)
 }
 
 // Stats implements API.
-func (r *Remote) Stats(ctx context.Context) (Stats, error) {
+func (r *Client) Stats(ctx context.Context) (masterapi.Stats, error) {
 	p, err := r.c.Stats(ctx, &pb.StatsRequest{})
 	if err != nil {
-		return Stats{}, fromStatus(err)
+		return masterapi.Stats{}, fromStatus(err)
 	}
-	var rows []NodeStats
+	var rows []masterapi.NodeStats
 	for _, n := range p.GetPerNode() {
-		rows = append(rows, NodeStats{Node: n.GetNode(), Endpoint: n.GetEndpoint(), Incarnation: n.GetIncarnation(), Alive: n.GetAlive(),
+		rows = append(rows, masterapi.NodeStats{Node: n.GetNode(), Endpoint: n.GetEndpoint(), Incarnation: n.GetIncarnation(), Alive: n.GetAlive(),
 			Segments: n.GetSegments(), SegmentSize: n.GetSegmentSize(), SegmentUsed: n.GetSegmentUsed(),
 			MemoryReplicas: n.GetMemoryReplicas(), MemoryBytes: n.GetMemoryBytes(), DiskReplicas: n.GetDiskReplicas(), DiskBytes: n.GetDiskBytes(),
 			OffloadQueued: n.GetOffloadQueued(), OffloadInFlight: n.GetOffloadInFlight()})
 	}
-	return Stats{PerNode: rows, Objects: p.GetObjects(), MemoryReplicas: p.GetMemoryReplicas(), DiskReplicas: p.GetDiskReplicas(),
+	return masterapi.Stats{PerNode: rows, Objects: p.GetObjects(), MemoryReplicas: p.GetMemoryReplicas(), DiskReplicas: p.GetDiskReplicas(),
 		MemoryBytes: p.GetMemoryBytes(), DiskBytes: p.GetDiskBytes(), Segments: p.GetSegments(),
 		SegmentCapacity: p.GetSegmentCapacity(), SegmentUsed: p.GetSegmentUsed(), Nodes: p.GetNodes(),
 		OffloadQueued: p.GetOffloadQueued(), OffloadInFlight: p.GetOffloadInFlight(), Evictions: p.GetEvictions(),
@@ -453,23 +454,23 @@ func (r *Remote) Stats(ctx context.Context) (Stats, error) {
 }
 
 // ReplicaPB converts r to its wire form (for the master's gRPC server).
-func ReplicaPB(r Replica) *pb.Replica {
+func ReplicaPB(r masterapi.Replica) *pb.Replica {
 	return &pb.Replica{Kind: pb.ReplicaKind(r.Kind), Status: pb.ReplicaStatus(r.Status), Node: r.Node,
 		Endpoint: r.Endpoint, Segment: r.Segment, Offset: r.Offset, Length: r.Length, PutToken: r.PutToken}
 }
 
 // PullRemovals implements API.
-func (r *Remote) PullRemovals(ctx context.Context, req PullRequest) (PullReply, error) {
+func (r *Client) PullRemovals(ctx context.Context, req masterapi.PullRequest) (masterapi.PullReply, error) {
 	p, err := r.c.PullRemovals(ctx, &pb.PullRemovalsRequest{Node: req.Node, HasSsd: req.HasSSD,
 		Dram: &pb.RemovalCursor{Log: req.DRAM.Log, Seq: req.DRAM.Seq}, Ssd: &pb.RemovalCursor{Log: req.SSD.Log, Seq: req.SSD.Seq}})
 	if err != nil {
-		return PullReply{}, fromStatus(err)
+		return masterapi.PullReply{}, fromStatus(err)
 	}
-	rep := PullReply{Log: p.GetLog(), Through: p.GetThrough(), DropDRAM: p.GetDropDram(), DropSSD: p.GetDropSsd(), More: p.GetMore()}
+	rep := masterapi.PullReply{Log: p.GetLog(), Through: p.GetThrough(), DropDRAM: p.GetDropDram(), DropSSD: p.GetDropSsd(), More: p.GetMore()}
 	if n := len(p.GetRemovals()); n > 0 {
-		rep.Removals = make([]Removal, n)
+		rep.Removals = make([]masterapi.Removal, n)
 		for i, e := range p.GetRemovals() {
-			rep.Removals[i] = Removal{Seq: e.GetSeq(), Kind: RemovalKind(e.GetKind()), Key: string(e.GetKey())}
+			rep.Removals[i] = masterapi.Removal{Seq: e.GetSeq(), Kind: masterapi.RemovalKind(e.GetKind()), Key: string(e.GetKey())}
 			if sp := e.GetSpared(); len(sp) > 0 {
 				rep.Removals[i].Spared = make([]string, len(sp))
 				for j, k := range sp {
@@ -479,10 +480,29 @@ func (r *Remote) PullRemovals(ctx context.Context, req PullRequest) (PullReply, 
 		}
 	}
 	if n := len(p.GetForget()); n > 0 {
-		rep.Forget = make([]MemoryRef, n)
+		rep.Forget = make([]masterapi.MemoryRef, n)
 		for i, f := range p.GetForget() {
-			rep.Forget[i] = MemoryRef{Offset: f.GetOffset(), Token: f.GetPutToken()}
+			rep.Forget[i] = masterapi.MemoryRef{Offset: f.GetOffset(), Token: f.GetPutToken()}
 		}
 	}
 	return rep, nil
+}
+
+// wireErr is an error received over gRPC that also matches a sentinel of
+// this package the code alone cannot carry.
+type wireErr struct {
+	msg  string
+	errs []error
+}
+
+func (e *wireErr) Error() string   { return e.msg }
+func (e *wireErr) Unwrap() []error { return e.errs }
+
+// putErr restores ErrStalePut on an error of PutEnd or PutRevoke that
+// crossed the wire: those calls answer REPLICA_NOT_FOUND for nothing else.
+func putErr(err error) error {
+	if err == nil || codes.Of(err) != codes.ReplicaNotFound || errors.Is(err, masterapi.ErrStalePut) {
+		return err
+	}
+	return &wireErr{msg: err.Error(), errs: []error{masterapi.ErrStalePut, err}}
 }

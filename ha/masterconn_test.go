@@ -1,4 +1,4 @@
-package masterapi_test
+package ha_test
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/masterapi"
+	"github.com/tierstore/tierstore/mastergrpc"
 )
 
 // The tests drive the election keys themselves (the resolver follows the
@@ -121,9 +122,9 @@ func fake(t *testing.T, lis net.Listener, answer func(ctx context.Context, metho
 	return &calls
 }
 
-func dial(t *testing.T, url string) *masterapi.Remote {
+func dial(t *testing.T, url string) *mastergrpc.Client {
 	t.Helper()
-	r, err := masterapi.Dial(context.Background(), url)
+	r, err := mastergrpc.Dial(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +227,7 @@ func TestRemoteRefusesStaleTerm(t *testing.T) {
 	lis := listen(t)
 	term, _ := e.campaign(lis.Addr().String())
 	calls := fake(t, lis, func(ctx context.Context, _ string) error {
-		_ = grpc.SetTrailer(ctx, masterapi.TermMD(term-1))
+		_ = grpc.SetTrailer(ctx, mastergrpc.TermMD(term-1))
 		return codes.ToStatus(codes.Errorf(codes.ObjectNotFound, "stale answer"))
 	})
 	r := dial(t, e.url)
@@ -243,7 +244,7 @@ func TestRemoteRefusesStaleTerm(t *testing.T) {
 // a newer leader (the old one's allocation died with it), never twice to
 // the same one.
 func TestRemoteTransportFailure(t *testing.T) {
-	defer masterapi.SetFailoverWait(300 * time.Millisecond)()
+	defer ha.SetFailoverWait(300 * time.Millisecond)()
 	e := newElection(t)
 	la, lb := listen(t), listen(t)
 	broken := func(context.Context, string) error { return status.Error(grpccodes.Unavailable, "connection reset") }
@@ -259,7 +260,7 @@ func TestRemoteTransportFailure(t *testing.T) {
 		t.Fatalf("put start sent %d times to one leader: %v", calls.Load(), err)
 	}
 	// With a new leader within the wait: sent there.
-	restore := masterapi.SetFailoverWait(10 * time.Second)
+	restore := ha.SetFailoverWait(10 * time.Second)
 	defer restore()
 	tb, _ := e.campaign(lb.Addr().String())
 	b, _ := leader(t, lb, tb)

@@ -1,4 +1,4 @@
-package masterapi_test
+package mastergrpc_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
-	"github.com/tierstore/tierstore/masterapi"
+	"github.com/tierstore/tierstore/mastergrpc"
 )
 
 // TestDialMetricsPortSaysSo: an operator who gives a node or client the
@@ -26,7 +26,7 @@ func TestDialMetricsPortSaysSo(t *testing.T) {
 	t.Cleanup(func() { srv.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r, err := masterapi.Dial(ctx, lis.Addr().String())
+	r, err := mastergrpc.Dial(ctx, lis.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,5 +37,15 @@ func TestDialMetricsPortSaysSo(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "metrics port") || !strings.Contains(err.Error(), "tierstore-master listening on") {
 		t.Fatalf("the error does not point at the metrics port: %v", err)
+	}
+}
+
+// TestDialUnlinkedScheme: a program that links no dialer for etcd:// (it
+// does not import package ha) gets an error that says what to import,
+// not a gRPC resolver failure at the first call.
+func TestDialUnlinkedScheme(t *testing.T) {
+	_, err := mastergrpc.Dial(context.Background(), "etcd://127.0.0.1:2379")
+	if !errors.Is(err, codes.ErrInvalidParams) || !strings.Contains(err.Error(), "import github.com/tierstore/tierstore/ha") {
+		t.Fatalf("dial of etcd:// without package ha: %v", err)
 	}
 }
