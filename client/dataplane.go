@@ -257,8 +257,31 @@ func (c *Client) bestRemoteDRAM(info masterapi.ObjectInfo) (masterapi.Replica, b
 // readBest reads the object into buf (exactly its size) from the best
 // replica whose bytes match the object's size and CRC32C; on any failure
 // it falls back to the next replica. Each transfer is checked once, by
-// this side, against the CRC32C from the lookup.
+// this side, against the CRC32C from the lookup. When the only failures
+// were replicas removed under the read (the master no longer lists them:
+// removed, evicted, put again), it looks the key up once more and reads
+// what that answers, or returns its error (OBJECT_NOT_FOUND, or
+// REPLICA_IS_GONE inside a lease): never CHECKSUM_MISMATCH for bytes
+// that were not damaged (issue 21 item 5).
 func (c *Client) readBest(ctx context.Context, info masterapi.ObjectInfo, buf []byte, start time.Time) error {
+	gone, err := c.readFrom(ctx, info, buf, start)
+	if err == nil || !gone || ctx.Err() != nil {
+		return err
+	}
+	fresh, lerr := c.m.GetReplicaList(ctx, info.Key)
+	switch {
+	case lerr != nil:
+		return fmt.Errorf("client: get %s: removed while it was read: %w", masterapi.ShortKey(info.Key), lerr)
+	case fresh.Size != info.Size || fresh.CRC != info.CRC:
+		return codes.Errorf(codes.ObjectNotFound, "client: get %s: removed while it was read (put again since, with other bytes)", masterapi.ShortKey(info.Key))
+	}
+	_, err = c.readFrom(ctx, fresh, buf, start)
+	return err
+}
+
+// readFrom is one pass of readBest over info's replicas; gone reports
+// that every failure was a replica removed under the read.
+func (c *Client) readFrom(ctx context.Context, info masterapi.ObjectInfo, buf []byte, start time.Time) (gone bool, err error) {
 	var small [4]masterapi.Replica // most objects have one to three replicas
 	reps := small[:0]
 	for _, r := range info.Replicas {
@@ -269,7 +292,7 @@ func (c *Client) readBest(ctx context.Context, info masterapi.ObjectInfo, buf []
 	// Stable: keeps the master's order within a rank.
 	slices.SortStableFunc(reps, func(a, b masterapi.Replica) int { return c.rank(a) - c.rank(b) })
 	var last error
-	sawChecksum := false
+	sawChecksum, removed, other := false, 0, 0
 	for _, r := range reps {
 		err := c.readReplica(ctx, info, r, buf)
 		if err == nil {
@@ -277,20 +300,32 @@ func (c *Client) readBest(ctx context.Context, info masterapi.ObjectInfo, buf []
 			if c.cfg.Observer != nil {
 				c.cfg.Observer.ObserveGet(Tier(c.rank(r)), time.Since(start))
 			}
-			return nil
-		}
-		if errors.Is(err, wire.ErrBadChecksum) {
-			c.checksumFailures.Add(1)
+			return false, nil
 		}
 		switch {
 		case errors.Is(err, codes.ErrChecksumMismatch):
+			if c.reportBad(ctx, info, r, false) {
+				removed++
+				c.removedUnderRead.Add(1)
+				break
+			}
 			sawChecksum = true
-			c.reportBad(ctx, info, r, false)
+			other++
+			if errors.Is(err, wire.ErrBadChecksum) {
+				c.checksumFailures.Add(1)
+			}
 		case r.Kind == masterapi.LocalDisk && errors.Is(err, codes.ErrObjectNotFound):
 			// The node answered for its own SSD: it does not hold the
 			// object. The master must stop offering that replica. (A
 			// transport error says nothing about the SSD: not reported.)
-			c.reportBad(ctx, info, r, true)
+			if c.reportBad(ctx, info, r, true) {
+				removed++
+				c.removedUnderRead.Add(1)
+			} else {
+				other++
+			}
+		default:
+			other++
 		}
 		c.log.Debug("replica read failed; trying the next", "key", info.Key, "node", r.Node, "kind", r.Kind, "err", err)
 		c.fallbacks.Add(1)
@@ -299,7 +334,7 @@ func (c *Client) readBest(ctx context.Context, info masterapi.ObjectInfo, buf []
 			break
 		}
 	}
-	return c.allFailed(ctx, info, len(reps), last, sawChecksum)
+	return removed > 0 && other == 0, c.allFailed(ctx, info, len(reps), last, sawChecksum)
 }
 
 // allFailed is readBest's error when no replica could be read.

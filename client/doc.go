@@ -15,7 +15,12 @@
 // that fails the checksum, and an SSD replica whose node answers that it
 // does not hold the object, are reported to the master (ReportBadReplica),
 // which stops listing them (a node that cannot be reached is not reported:
-// plain fallback). Exists, Remove, EvictMemory and the batch forms
+// plain fallback). A replica the master answers is no longer the object's
+// (removed, evicted or put again under the read) is not corruption: the
+// Get then looks the key up once more and answers that (OBJECT_NOT_FOUND,
+// or REPLICA_IS_GONE inside a lease), never CHECKSUM_MISMATCH
+// (ReadStats.RemovedUnderRead). Exists, Remove, RemoveAll, RemoveByRegex,
+// EvictMemory and the batch forms
 // complete the API; BatchPut goes in pipelined waves (the next wave's
 // ranges are asked for while the current one is written). Errors wrap the sentinels this package re-exports from
 // internal/codes (ErrObjectNotFound, ErrReplicaGone, ..., and Code, CodeOf),
