@@ -365,15 +365,74 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
 	}
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
-	info, err := c.m.GetReplicaList(ctx, key)
+	var buf []byte
+	err := c.lookupAndRead(ctx, key, start, func(info masterapi.ObjectInfo) ([]byte, error) {
+		buf = make([]byte, info.Size)
+		return buf, nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("client: get %s: %w", masterapi.ShortKey(key), err)
-	}
-	buf := make([]byte, info.Size)
-	if err := c.readBest(ctx, info, buf, start); err != nil {
 		return nil, err
 	}
 	return buf, nil
+}
+
+// lookupAndRead looks key up and reads it (readBest) into the buffer
+// bufFor gives for what the lookup answered, then readAgain.
+func (c *Client) lookupAndRead(ctx context.Context, key string, start time.Time, bufFor func(masterapi.ObjectInfo) ([]byte, error)) error {
+	info, err := c.m.GetReplicaList(ctx, key)
+	if err != nil {
+		return fmt.Errorf("client: get %s: %w", masterapi.ShortKey(key), err)
+	}
+	buf, err := bufFor(info)
+	if err != nil {
+		return err
+	}
+	return c.readAgain(ctx, info, c.readBest(ctx, info, buf, start), start, bufFor)
+}
+
+// readAgain is what a read of info that ended with err does next. When
+// every replica failed its checksum, or went away under the read
+// (errGoneUnderRead), the key may have been removed or replaced while it
+// was read: a forced remove freed the range the lookup named and the next
+// put wrote it, or an SSD key was removed and offloaded again. It is then
+// looked up once more: gone, it is that lookup's answer (OBJECT_NOT_FOUND,
+// or REPLICA_IS_GONE inside a lease); another object (another CRC32C,
+// size or put), or replicas that went away, it is read again into the
+// buffer bufFor gives; the same object whose bytes failed, the checksum
+// error stands (issue 21 item 5).
+func (c *Client) readAgain(ctx context.Context, info masterapi.ObjectInfo, err error, start time.Time, bufFor func(masterapi.ObjectInfo) ([]byte, error)) error {
+	gone := errors.Is(err, errGoneUnderRead)
+	if !gone && !errors.Is(err, codes.ErrChecksumMismatch) || ctx.Err() != nil {
+		return err
+	}
+	again, lerr := c.m.GetReplicaList(ctx, info.Key)
+	switch {
+	case errors.Is(lerr, codes.ErrObjectNotFound), gone && lerr != nil:
+		return fmt.Errorf("client: get %s: removed while it was read: %w", masterapi.ShortKey(info.Key), lerr)
+	case lerr != nil || (!gone && sameObject(info, again)):
+		return err
+	}
+	buf, err := bufFor(again)
+	if err != nil {
+		return err
+	}
+	return c.readBest(ctx, again, buf, start)
+}
+
+// sameObject reports whether two lookups of a key answered the same
+// object: size and CRC32C, and the put of the DRAM replica when both list
+// one (a DRAM replica dropped as bad in between leaves the same object).
+func sameObject(a, b masterapi.ObjectInfo) bool {
+	token := func(in masterapi.ObjectInfo) uint64 {
+		for _, r := range in.Replicas {
+			if r.Kind == masterapi.Memory {
+				return r.PutToken
+			}
+		}
+		return 0
+	}
+	ta, tb := token(a), token(b)
+	return a.Size == b.Size && a.CRC == b.CRC && (ta == 0 || tb == 0 || ta == tb)
 }
 
 // reportBadReplicaTimeout bounds the ReportBadReplica call of a read.

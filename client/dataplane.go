@@ -70,17 +70,18 @@ func (c *Client) GetInto(ctx context.Context, key string, buf []byte) (int, erro
 	}
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
-	info, err := c.m.GetReplicaList(ctx, key)
+	n := 0
+	err := c.lookupAndRead(ctx, key, start, func(info masterapi.ObjectInfo) ([]byte, error) {
+		if err := fits(info, buf); err != nil {
+			return nil, err
+		}
+		n = int(info.Size)
+		return buf[:info.Size], nil
+	})
 	if err != nil {
-		return 0, fmt.Errorf("client: get %s: %w", masterapi.ShortKey(key), err)
-	}
-	if err := fits(info, buf); err != nil {
 		return 0, err
 	}
-	if err := c.readBest(ctx, info, buf[:info.Size], start); err != nil {
-		return 0, err
-	}
-	return int(info.Size), nil
+	return n, nil
 }
 
 func fits(info masterapi.ObjectInfo, buf []byte) error {
@@ -178,7 +179,10 @@ func (c *Client) batchRead(ctx context.Context, keys []string, bufFor func(i int
 	c.readPipelined(ctx, res, bufs, todo, start)
 	parallel(len(idx), func(j int) {
 		if todo[j] {
-			errs[idx[j]] = c.readBest(ctx, res[j].Info, bufs[j], start)
+			info := res[j].Info
+			errs[idx[j]] = c.readAgain(ctx, info, c.readBest(ctx, info, bufs[j], start), start, func(again masterapi.ObjectInfo) ([]byte, error) {
+				return bufFor(idx[j], again)
+			})
 		}
 	})
 	return errs
@@ -257,30 +261,25 @@ func (c *Client) bestRemoteDRAM(info masterapi.ObjectInfo) (masterapi.Replica, b
 // readBest reads the object into buf (exactly its size) from the best
 // replica whose bytes match the object's size and CRC32C; on any failure
 // it falls back to the next replica. Each transfer is checked once, by
-// this side, against the CRC32C from the lookup. When the only failures
-// were replicas removed under the read (the master no longer lists them:
-// removed, evicted, put again), it looks the key up once more and reads
-// what that answers, or returns its error (OBJECT_NOT_FOUND, or
-// REPLICA_IS_GONE inside a lease): never CHECKSUM_MISMATCH for bytes
-// that were not damaged (issue 21 item 5).
+// this side, against the CRC32C from the lookup. When every failure was a
+// replica the master no longer lists as the object's (removed, evicted or
+// put again under the read: issue 21 item 5), the error wraps
+// errGoneUnderRead instead of counting as a checksum failure; readAgain
+// then looks the key up once more.
 func (c *Client) readBest(ctx context.Context, info masterapi.ObjectInfo, buf []byte, start time.Time) error {
 	gone, err := c.readFrom(ctx, info, buf, start)
-	if err == nil || !gone || ctx.Err() != nil {
-		return err
+	if gone {
+		return fmt.Errorf("%w: %w", errGoneUnderRead, err)
 	}
-	fresh, lerr := c.m.GetReplicaList(ctx, info.Key)
-	switch {
-	case lerr != nil:
-		return fmt.Errorf("client: get %s: removed while it was read: %w", masterapi.ShortKey(info.Key), lerr)
-	case fresh.Size != info.Size || fresh.CRC != info.CRC:
-		return codes.Errorf(codes.ObjectNotFound, "client: get %s: removed while it was read (put again since, with other bytes)", masterapi.ShortKey(info.Key))
-	}
-	_, err = c.readFrom(ctx, fresh, buf, start)
 	return err
 }
 
-// readFrom is one pass of readBest over info's replicas; gone reports
-// that every failure was a replica removed under the read.
+// errGoneUnderRead marks a read whose every replica went away while it
+// was read (the master said so when it was reported).
+var errGoneUnderRead = errors.New("client: the replicas read were removed while they were read")
+
+// readFrom is readBest's pass over info's replicas; gone reports that
+// every failure was a replica removed under the read.
 func (c *Client) readFrom(ctx context.Context, info masterapi.ObjectInfo, buf []byte, start time.Time) (gone bool, err error) {
 	var small [4]masterapi.Replica // most objects have one to three replicas
 	reps := small[:0]

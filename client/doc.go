@@ -15,14 +15,18 @@
 // that fails the checksum, and an SSD replica whose node answers that it
 // does not hold the object, are reported to the master (ReportBadReplica),
 // which stops listing them (a node that cannot be reached is not reported:
-// plain fallback). A replica the master answers is no longer the object's
-// (removed, evicted or put again under the read) is not corruption: the
-// Get then looks the key up once more and answers that (OBJECT_NOT_FOUND,
-// or REPLICA_IS_GONE inside a lease), never CHECKSUM_MISMATCH
-// (ReadStats.RemovedUnderRead). Exists, Remove, RemoveAll, RemoveByRegex,
-// EvictMemory and the batch forms
-// complete the API; BatchPut goes in pipelined waves (the next wave's
-// ranges are asked for while the current one is written). Errors wrap the sentinels this package re-exports from
+// plain fallback). When every replica fails the checksum, or the master
+// answers that the replicas read are no longer the object's (removed,
+// evicted or put again under the read: its range reused, its SSD key
+// re-offloaded; not corruption, counted in ReadStats.RemovedUnderRead),
+// Get, GetInto and the batch forms look the key up once more and read the
+// new object, or answer OBJECT_NOT_FOUND (REPLICA_IS_GONE inside a lease),
+// never CHECKSUM_MISMATCH for bytes that were not damaged. A call's follow-ups (a failed put's revoke, a bad-replica
+// report) run within its deadline and, once it has passed, in the
+// background (Close waits for them). Exists, Remove, RemoveAll,
+// RemoveByRegex, EvictMemory and the batch forms complete the API; BatchPut goes in pipelined waves (the next
+// wave's ranges are asked for while the current one is written). Errors
+// wrap the sentinels this package re-exports from
 // internal/codes (ErrObjectNotFound, ErrReplicaGone, ..., and Code, CodeOf),
 // checked with errors.Is, whether the master is local or remote.
 //
