@@ -303,14 +303,18 @@ func (c *Client) readFrom(ctx context.Context, info masterapi.ObjectInfo, buf []
 		}
 		switch {
 		case errors.Is(err, codes.ErrChecksumMismatch):
-			if c.reportBad(ctx, info, r, false) {
+			// Only bytes this side checked can belong to a replica that
+			// went away under the read; a node that found its own SSD copy
+			// corrupt (no wire.ErrBadChecksum) dropped it itself.
+			received := errors.Is(err, wire.ErrBadChecksum)
+			if c.reportBad(ctx, info, r, false) && received {
 				removed++
 				c.removedUnderRead.Add(1)
 				break
 			}
 			sawChecksum = true
 			other++
-			if errors.Is(err, wire.ErrBadChecksum) {
+			if received {
 				c.checksumFailures.Add(1)
 			}
 		case r.Kind == masterapi.LocalDisk && errors.Is(err, codes.ErrObjectNotFound):
