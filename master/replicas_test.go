@@ -384,8 +384,9 @@ func TestReplicasReRegisteredFromEveryNode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	obj := masterapi.MemoryObject{Key: "k", Offset: 0, Length: 100, CRC: 7, PutToken: s.RemovalLog().Origin + 1<<40} // a put of the previous master, after the log began
-	for _, n := range []string{"a", "b", "a"} {                                                                      // a's call sent twice
+	// A put of the previous master, after the removal log began.
+	obj := masterapi.MemoryObject{Key: "k", Offset: 0, Length: 100, CRC: 7, PutToken: s.RemovalLog().Origin + 1<<40}
+	for _, n := range []string{"a", "b", "a"} { // a's call sent twice
 		if errs, err := s.ReRegisterMemoryObjects(bg, n, "seg0", []masterapi.MemoryObject{obj}, true); err != nil || errs[0] != nil {
 			t.Fatalf("node %s: %v %v", n, err, errs)
 		}
