@@ -4,6 +4,7 @@ package partitions
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -123,7 +124,10 @@ func runOne(ctx context.Context, cfg Config, s scenario) Result {
 	start := time.Now()
 	defer func() { res.Elapsed = time.Since(start) }()
 	lab, err := netlab.New(cfg.Bins)
-	if err != nil {
+	if errors.Is(err, netlab.ErrUnavailable) {
+		res.Skipped = err.Error() // no namespaces here (a container without CAP_SYS_ADMIN)
+		return res
+	} else if err != nil {
 		res.Err = err
 		return res
 	}

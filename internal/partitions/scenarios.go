@@ -26,6 +26,7 @@ var resurrection = map[string]string{
 // all is every scenario, in the order Run runs them.
 var all = []scenario{
 	{"node-cut-from-master", "a node cut off from the master (not from clients) past client_ttl, clients reading it and writing its keys elsewhere; heal", always, nodeCutFromMaster, resurrection},
+	{"node-paused", "the same with n1 paused (SIGSTOP: its sockets stay open, nothing answers) instead of cut off", always, nodePaused, resurrection},
 	{"node-isolated-offload", "a node cut off from everyone during its offload rounds, then healed", always, nodeIsolatedOffload, resurrection},
 	{"client-node-cut-32MiB", "a client cut off from a node in the middle of a 32 MiB put, then of a 32 MiB get", needTBF, clientNodeCut, nil},
 	{"client-master-cut-32MiB", "a client cut off from the master (not from the node) in the middle of a 32 MiB put: its PutEnd is lost", needTBF, clientMasterCut, nil},
@@ -108,12 +109,22 @@ func (r *rig) faultWindow(ctx context.Context, g *group, lead, hold, clientTime 
 }
 
 func nodeCutFromMaster(ctx context.Context, r *rig) error {
+	return r.nodeAway(ctx, func() netlab.Fault { return netlab.Cut(r.hosts("n1"), r.hosts("m1")) })
+}
+
+func nodePaused(ctx context.Context, r *rig) error {
+	return r.nodeAway(ctx, func() netlab.Fault { return netlab.Pause("n1", r.nodes[0]) })
+}
+
+// nodeAway puts 32 keys on n1 (DRAM and SSD), then takes n1 away with the
+// fault fault makes, past client_ttl, while c1 reads every key and c2
+// removes and puts half of them again, on n2; heals; reads them all.
+func (r *rig) nodeAway(ctx context.Context, fault func() netlab.Fault) error {
 	if err := r.basic("n1", "n2"); err != nil {
 		return err
 	}
 	n1, n2 := r.nodes[0], r.nodes[1]
 	ks := keys("k", 32, "256KiB")
-	// Every key on n1, in DRAM and on SSD, before the cut.
 	if err := r.clientRun("c1", "put", time.Minute, with(ks, "--preferred="+n1.Node, "--duration=20s")...); err != nil {
 		return err
 	}
@@ -121,9 +132,8 @@ func nodeCutFromMaster(ctx context.Context, r *rig) error {
 	work := time.Second + hold + r.dur(8*time.Second, 15*time.Second)
 	g := &group{r: r}
 	g.add("c1", "work", with(ks, "--mix=get:4,exists:1", "--seed=11", durFlag(work))...)
-	// Half of the keys written again, elsewhere, while n1 is away.
 	g.add("c2", "work", with(keys("k", 16, "256KiB"), "--mix=replace:2,remove:1,get:1", "--preferred="+n2.Node, "--seed=12", durFlag(work))...)
-	if err := r.faultWindow(ctx, g, time.Second, hold, work, netlab.Cut(r.hosts("n1"), r.hosts("m1"))); err != nil {
+	if err := r.faultWindow(ctx, g, time.Second, hold, work, fault()); err != nil {
 		return err
 	}
 	r.noteLog(n1, "master asks for a remount", "n1 was expired and remounted")
