@@ -304,12 +304,12 @@ func (r *rig) haRig(masters ...string) ([]string, error) {
 	return ks, r.clientRun("c1", "put", time.Minute, with(ks, "--duration=20s")...)
 }
 
-// haWorkload is the clients of the HA scenarios: reads, replaces and
-// exists from c1 and c2.
+// haWorkload is the clients of the HA scenarios: reads, replaces, exists
+// and batch reads and puts from c1 and c2.
 func (r *rig) haWorkload(ks []string, work time.Duration) *group {
 	g := &group{r: r}
-	g.add("c1", "work", with(ks, "--mix=get:3,replace:1,exists:1", "--seed=41", durFlag(work))...)
-	g.add("c2", "work", with(ks, "--mix=get:3,replace:1,exists:1", "--seed=42", durFlag(work))...)
+	g.add("c1", "work", with(ks, "--mix=get:3,replace:1,exists:1,bget:1", "--seed=41", durFlag(work))...)
+	g.add("c2", "work", with(ks, "--mix=get:3,replace:1,exists:1,bput:1", "--seed=42", durFlag(work))...)
 	return g
 }
 
@@ -420,7 +420,7 @@ func (r *rig) shapedWork(ctx context.Context, d time.Duration, faults func(clien
 	g := &group{r: r}
 	for i, c := range clients {
 		// The client's own defaults: 30 s per call, 5 s per replica.
-		g.add(c.Name, "work", with(ks, "--workers=1", "--mix=put:1,get:2,replace:1", "--deadline=30s", fmt.Sprintf("--seed=%d", 60+i), durFlag(d+after))...)
+		g.add(c.Name, "work", with(ks, "--workers=1", "--mix=put:1,get:2,replace:1,bput:1,bget:1", "--deadline=30s", fmt.Sprintf("--seed=%d", 60+i), durFlag(d+after))...)
 	}
 	before := r.lab.RelayStats()
 	err := r.faultWindow(ctx, g, 0, d, d+after, faults(clients, r.hosts("n1", "n2"))...)
@@ -454,7 +454,7 @@ func flapping(ctx context.Context, r *rig) error {
 	after := r.dur(6*time.Second, 15*time.Second)
 	g := &group{r: r}
 	g.add("c1", "work", with(ks, "--mix=put:1,get:3,replace:1", "--preferred="+n1.Node, "--seed=71", durFlag(d+after))...)
-	g.add("c2", "work", with(ks, "--mix=get:3,exists:1", "--seed=72", durFlag(d+after))...)
+	g.add("c2", "work", with(ks, "--mix=get:3,exists:1,bget:1", "--seed=72", durFlag(d+after))...)
 	flap := netlab.Flap(netlab.Cut(r.hosts("m1"), r.hosts("n1")), 2*time.Second, time.Second)
 	if err := r.faultWindow(ctx, g, 0, d, d+after, flap); err != nil {
 		return err
