@@ -49,6 +49,7 @@ type synthTier struct {
 	lost    map[int64]bool
 	strays  int64
 	removed map[string]bool
+	mark    []byte
 }
 
 func newSynthTier(n int64) *synthTier {
@@ -104,6 +105,27 @@ func (s *synthTier) Remove(key []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.removed[string(key)] = true
+	return nil
+}
+
+func (s *synthTier) RemoveKeys(keys [][]byte) (int, error) {
+	for _, k := range keys {
+		_ = s.Remove(k)
+	}
+	return len(keys), nil
+}
+
+// Mark and SetMark: the bench's node never restarts on a synthTier.
+func (s *synthTier) Mark() ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mark, nil
+}
+
+func (s *synthTier) SetMark(b []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.mark = append([]byte(nil), b...)
 	return nil
 }
 

@@ -121,3 +121,17 @@ func TestZipfDraws(t *testing.T) {
 		}
 	}
 }
+
+// Passes merge row by row: counts and time add up (GB/s over both), SSD
+// bytes are the mean.
+func TestMergeOps(t *testing.T) {
+	a := []opStat{{op: "get", ops: 2, bytes: 100, elapsed: time.Second, asked: 4, hits: 2, ssdBytes: 10, lat: latencies{1, 2}}}
+	b := []opStat{{op: "get", ops: 1, bytes: 300, elapsed: time.Second, asked: 4, hits: 4, ssdBytes: 30, lat: latencies{3}}}
+	m := mergeOps([][]opStat{a, b})
+	if o := m[0]; o.ops != 3 || o.bytes != 400 || o.elapsed != 2*time.Second || o.asked != 8 || o.hits != 6 || o.ssdBytes != 20 || len(o.lat) != 3 {
+		t.Fatalf("merged %+v", o)
+	}
+	if len(a[0].lat) != 2 {
+		t.Fatalf("the first pass's latencies were changed: %v", a[0].lat)
+	}
+}

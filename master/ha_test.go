@@ -162,7 +162,9 @@ func TestReRegisterMemoryConflicts(t *testing.T) {
 	s, _ := testService(t, nil)
 	holdMount(t, s, "a", 64<<10)
 	holdMount(t, s, "b", 64<<10)
-	const tok = 1 << 60
+	// Tokens of the previous master: above the removal log's origin (a
+	// record older than the log is refused, TestRemovedRecordRefused).
+	tok := s.RemovalLog().Origin + 1<<40
 	reg := func(node string, m MemoryObject) error {
 		t.Helper()
 		errs, err := s.ReRegisterMemoryObjects(bg, node, "seg0", []MemoryObject{m}, false)
@@ -271,7 +273,7 @@ func TestRebuildWindowTurnsMissesIntoRetry(t *testing.T) {
 func TestRebuiltLeaseAndReadmission(t *testing.T) {
 	s, clk, _ := haService(t, func(c *Config) { c.EnableOffload = true })
 	holdMount(t, s, "a", 1<<20)
-	objs := []MemoryObject{{Key: "k", Offset: 0, Length: 1000, CRC: 1, PutToken: 1 << 60}}
+	objs := []MemoryObject{{Key: "k", Offset: 0, Length: 1000, CRC: 1, PutToken: s.RemovalLog().Origin + 1}}
 	if errs, err := s.ReRegisterMemoryObjects(bg, "a", "seg0", objs, true); err != nil || errs[0] != nil {
 		t.Fatal(errs, err)
 	}

@@ -384,7 +384,7 @@ func TestReplicasReRegisteredFromEveryNode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	obj := MemoryObject{Key: "k", Offset: 0, Length: 100, CRC: 7, PutToken: 1 << 40}
+	obj := MemoryObject{Key: "k", Offset: 0, Length: 100, CRC: 7, PutToken: s.RemovalLog().Origin + 1<<40} // a put of the previous master, after the log began
 	for _, n := range []string{"a", "b", "a"} { // a's call sent twice
 		if errs, err := s.ReRegisterMemoryObjects(bg, n, "seg0", []MemoryObject{obj}, true); err != nil || errs[0] != nil {
 			t.Fatalf("node %s: %v %v", n, err, errs)

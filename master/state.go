@@ -23,6 +23,8 @@ type node struct {
 	box mailbox
 	// promo queues the node's promotion candidates (promote.go).
 	promo promoBox
+	// forget lists the DRAM records the node must forget (removals_service.go).
+	forget forgetBox
 
 	// dig is the LocalDisk replica digest of the node id, shared by all
 	// its incarnations (reconcile.go). Immutable.
@@ -79,6 +81,10 @@ type diskReplica struct {
 type object struct {
 	size int64
 	crc  uint32
+	// token is the put token of the put that wrote the object's bytes (0
+	// for an object re-registered from SSD, whose copies carry none): a
+	// RemoveAll or RemoveByRegex leaves objects put during its scan.
+	token uint64
 
 	// mem is the first DRAM replica when mem.seg != nil (the put's
 	// preferred node's, when it had room), more the put's further DRAM

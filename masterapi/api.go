@@ -577,6 +577,12 @@ type NodeAPI interface {
 	// takes new puts only after it. ErrNeedRemount for an unknown node,
 	// ErrSegmentNotFound for a segment it has not mounted.
 	ReRegisterMemoryObjects(ctx context.Context, node, segment string, objs []MemoryObject, done bool) ([]error, error)
+	// PullRemovals hands node the durable entries of the removal log above
+	// its cursors (and the DRAM records it must forget), and records its
+	// SSD cursor, against which its SSD re-registration is checked
+	// (docs/design.md, invariant 10). It counts as a ping. ErrNeedRemount
+	// for an unknown node.
+	PullRemovals(ctx context.Context, req PullRequest) (PullReply, error)
 }
 
 // API is the master's whole interface: both halves. *master.Service and

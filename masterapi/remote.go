@@ -491,3 +491,32 @@ func ReplicaPB(r Replica) *pb.Replica {
 	return &pb.Replica{Kind: pb.ReplicaKind(r.Kind), Status: pb.ReplicaStatus(r.Status), Node: r.Node,
 		Endpoint: r.Endpoint, Segment: r.Segment, Offset: r.Offset, Length: r.Length, PutToken: r.PutToken}
 }
+
+// PullRemovals implements API.
+func (r *Remote) PullRemovals(ctx context.Context, req PullRequest) (PullReply, error) {
+	p, err := r.c.PullRemovals(ctx, &pb.PullRemovalsRequest{Node: req.Node, HasSsd: req.HasSSD,
+		Dram: &pb.RemovalCursor{Log: req.DRAM.Log, Seq: req.DRAM.Seq}, Ssd: &pb.RemovalCursor{Log: req.SSD.Log, Seq: req.SSD.Seq}})
+	if err != nil {
+		return PullReply{}, fromStatus(err)
+	}
+	rep := PullReply{Log: p.GetLog(), Through: p.GetThrough(), DropDRAM: p.GetDropDram(), DropSSD: p.GetDropSsd(), More: p.GetMore()}
+	if n := len(p.GetRemovals()); n > 0 {
+		rep.Removals = make([]Removal, n)
+		for i, e := range p.GetRemovals() {
+			rep.Removals[i] = Removal{Seq: e.GetSeq(), Kind: RemovalKind(e.GetKind()), Key: string(e.GetKey())}
+			if sp := e.GetSpared(); len(sp) > 0 {
+				rep.Removals[i].Spared = make([]string, len(sp))
+				for j, k := range sp {
+					rep.Removals[i].Spared[j] = string(k)
+				}
+			}
+		}
+	}
+	if n := len(p.GetForget()); n > 0 {
+		rep.Forget = make([]MemoryRef, n)
+		for i, f := range p.GetForget() {
+			rep.Forget[i] = MemoryRef{Offset: f.GetOffset(), Token: f.GetPutToken()}
+		}
+	}
+	return rep, nil
+}

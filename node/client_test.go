@@ -392,6 +392,9 @@ func (s *switchable) ReconcileKeys(ctx context.Context, node string, id uint64, 
 func (s *switchable) ReconcileEnd(ctx context.Context, node string, id uint64) (int64, error) {
 	return s.get().ReconcileEnd(ctx, node, id)
 }
+func (s *switchable) PullRemovals(ctx context.Context, r masterapi.PullRequest) (masterapi.PullReply, error) {
+	return s.get().PullRemovals(ctx, r)
+}
 func (s *switchable) ReRegisterMemoryObjects(ctx context.Context, node, seg string, objs []master.MemoryObject, done bool) ([]error, error) {
 	return s.get().ReRegisterMemoryObjects(ctx, node, seg, objs, done)
 }
@@ -400,7 +403,9 @@ func (s *switchable) ReRegisterMemoryObjects(ctx context.Context, node, seg stri
 // remounts on NEED_REMOUNT and re-registers again, so SSD objects are
 // readable through the new master.
 func TestReRegisterAtStartAndAfterMasterRestart(t *testing.T) {
-	m1 := newMaster(t, testMasterConfig())
+	mc := testMasterConfig()
+	mc.Removals = master.NewMemoryRemovalStore() // the restarted master's --state_dir
+	m1 := newMaster(t, mc)
 	sw := &switchable{}
 	sw.cur.Store(m1)
 	tr := newMemTier()
@@ -420,7 +425,7 @@ func TestReRegisterAtStartAndAfterMasterRestart(t *testing.T) {
 		t.Fatalf("object on SSD at start-up not re-registered: %v", err)
 	}
 
-	m2 := newMaster(t, testMasterConfig()) // the "restarted" master: empty
+	m2 := newMaster(t, mc) // the "restarted" master: empty, the same removal log
 	sw.cur.Store(m2)
 	c2 := newTestClient(t, client.Config{Master: m2, LocalNode: n})
 	deadline := time.Now().Add(10 * time.Second)

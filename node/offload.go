@@ -41,6 +41,11 @@ func (n *Node) offloadRound() int {
 	if len(tasks) == 0 {
 		return 0
 	}
+	// Removals first: an SSD copy this round writes is then newer than
+	// every entry the node has applied (docs/design.md, invariant 10).
+	if err := n.syncRemovals(ctx, true); err != nil {
+		n.log.Debug("removal log pull before an offload round failed", "err", err)
+	}
 	n.metrics.offloadRounds.Add(1)
 	r := &round{n: n, gen: gen, refused: map[string]error{}}
 	r.validate(tasks)

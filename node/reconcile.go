@@ -36,6 +36,13 @@ func (n *Node) reRegister(ctx context.Context) {
 		return
 	}
 	gen := n.mountGen.Load()
+	// The log first: the master checks each copy against the entries
+	// above the cursor this pull reports (docs/design.md, invariant 10).
+	if err := n.syncRemovals(ctx, true); err != nil {
+		n.log.Warn("re-register: pulling the removal log failed; will retry", "err", err)
+		n.reregister.Store(true)
+		return
+	}
 	batch := make([]masterapi.DiskObject, 0, reRegisterBatch)
 	var sent int64
 	var callErr error

@@ -193,7 +193,8 @@ func (l *loop) stopAll() {
 }
 
 func (l *loop) startMaster() error {
-	p, err := l.bins.Start("tierstore-master", 30*time.Second, cluster.MasterArgs(l.port)...)
+	// The removal log in a state directory survives the master's kill -9.
+	p, err := l.bins.Start("tierstore-master", 30*time.Second, cluster.MasterArgs(l.port, "--state_dir="+filepath.Join(l.dir, "master"))...)
 	if err != nil {
 		return err
 	}

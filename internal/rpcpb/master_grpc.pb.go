@@ -54,6 +54,7 @@ const (
 	Master_ReconcileKeys_FullMethodName           = "/tierstore.rpc.Master/ReconcileKeys"
 	Master_ReconcileEnd_FullMethodName            = "/tierstore.rpc.Master/ReconcileEnd"
 	Master_ReRegisterMemoryObjects_FullMethodName = "/tierstore.rpc.Master/ReRegisterMemoryObjects"
+	Master_PullRemovals_FullMethodName            = "/tierstore.rpc.Master/PullRemovals"
 )
 
 // MasterClient is the client API for Master service.
@@ -95,6 +96,9 @@ type MasterClient interface {
 	// that does not know them (a new leader after a failover): per item OK,
 	// or the reason it was refused (the node forgets that record).
 	ReRegisterMemoryObjects(ctx context.Context, in *RegisterMemoryObjectsRequest, opts ...grpc.CallOption) (*KeyResults, error)
+	// The removal log (docs/design.md, invariant 10): a node pulls the
+	// entries above its cursors and applies them to its copies.
+	PullRemovals(ctx context.Context, in *PullRemovalsRequest, opts ...grpc.CallOption) (*PullRemovalsResponse, error)
 }
 
 type masterClient struct {
@@ -395,6 +399,16 @@ func (c *masterClient) ReRegisterMemoryObjects(ctx context.Context, in *Register
 	return out, nil
 }
 
+func (c *masterClient) PullRemovals(ctx context.Context, in *PullRemovalsRequest, opts ...grpc.CallOption) (*PullRemovalsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PullRemovalsResponse)
+	err := c.cc.Invoke(ctx, Master_PullRemovals_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -434,6 +448,9 @@ type MasterServer interface {
 	// that does not know them (a new leader after a failover): per item OK,
 	// or the reason it was refused (the node forgets that record).
 	ReRegisterMemoryObjects(context.Context, *RegisterMemoryObjectsRequest) (*KeyResults, error)
+	// The removal log (docs/design.md, invariant 10): a node pulls the
+	// entries above its cursors and applies them to its copies.
+	PullRemovals(context.Context, *PullRemovalsRequest) (*PullRemovalsResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -530,6 +547,9 @@ func (UnimplementedMasterServer) ReconcileEnd(context.Context, *ReconcileEndRequ
 }
 func (UnimplementedMasterServer) ReRegisterMemoryObjects(context.Context, *RegisterMemoryObjectsRequest) (*KeyResults, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReRegisterMemoryObjects not implemented")
+}
+func (UnimplementedMasterServer) PullRemovals(context.Context, *PullRemovalsRequest) (*PullRemovalsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PullRemovals not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -1074,6 +1094,24 @@ func _Master_ReRegisterMemoryObjects_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_PullRemovals_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PullRemovalsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).PullRemovals(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_PullRemovals_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).PullRemovals(ctx, req.(*PullRemovalsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1196,6 +1234,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReRegisterMemoryObjects",
 			Handler:    _Master_ReRegisterMemoryObjects_Handler,
+		},
+		{
+			MethodName: "PullRemovals",
+			Handler:    _Master_PullRemovals_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
