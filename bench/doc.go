@@ -30,8 +30,7 @@
 //     real store node whose SSD tier lists --keys synthetic keys (default
 //     10M, 100k with --quick) generated on the fly; it measures the node's
 //     start-up re-registration and reconciles with nothing changed, with
-//     100 and with 10000 keys drifted, and (when the list fits one message)
-//     the whole-list ReconcileDiskObjects: wall time, master CPU and RSS
+//     100 and with 10000 keys drifted: wall time, master CPU and RSS
 //     (/proc of the master process), node CPU (getrusage) and heap growth.
 //   - failover (not part of all): highly available masters as real
 //     processes (tierstore-etcd, 3 masters with the default HA settings,

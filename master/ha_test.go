@@ -55,7 +55,7 @@ func TestFenceRefusesEveryCall(t *testing.T) {
 	_, err = s.Ping(bg, "a")
 	mustIs(t, err, ErrNotLeader)
 	mustIs(t, s.MountSegment(bg, MountRequest{Node: "b", Segment: "s", Size: 1 << 20}), ErrNotLeader)
-	_, err = s.OffloadHeartbeat(bg, "a", 0)
+	_, err = heartbeat(s, "a", 0)
 	mustIs(t, err, ErrNotLeader)
 	_, err = s.ReRegisterMemoryObjects(bg, "a", "seg0", nil, true)
 	mustIs(t, err, ErrNotLeader)
@@ -79,7 +79,7 @@ func TestPingAndTasksCarryTerm(t *testing.T) {
 	}
 	mount(t, s, "a", 1<<20)
 	put(t, s, "k", 1000, "a")
-	tasks, err := s.OffloadHeartbeat(bg, "a", 0)
+	tasks, err := heartbeat(s, "a", 0)
 	if err != nil || len(tasks) != 1 || tasks[0].Term != 7 {
 		t.Fatalf("tasks %+v %v", tasks, err)
 	}
@@ -279,12 +279,12 @@ func TestRebuiltLeaseAndReadmission(t *testing.T) {
 	}
 	mustIs(t, s.Remove(bg, "k", false), codes.ErrObjectHasLease)
 	s.Tick()
-	if tasks, _ := s.OffloadHeartbeat(bg, "a", 0); len(tasks) != 0 {
+	if tasks, _ := heartbeat(s, "a", 0); len(tasks) != 0 {
 		t.Fatalf("offload queued during the rebuild: %+v", tasks)
 	}
 	clk.Advance(2500 * time.Millisecond)
 	s.Tick()
-	tasks, err := s.OffloadHeartbeat(bg, "a", 0)
+	tasks, err := heartbeat(s, "a", 0)
 	if err != nil || len(tasks) != 1 || tasks[0].Key != "k" || tasks[0].Term != 7 {
 		t.Fatalf("tasks after the rebuild: %+v %v", tasks, err)
 	}

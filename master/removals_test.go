@@ -338,7 +338,7 @@ func TestPullForgetList(t *testing.T) {
 	s, _ := testService(t, func(c *Config) { c.EnableOffload = true })
 	mount(t, s, "a", 1<<20)
 	r := put(t, s, "k", 100, "a")
-	tasks, _ := s.OffloadHeartbeat(bg, "a", 0)
+	tasks, _ := heartbeat(s, "a", 0)
 	if len(tasks) != 1 {
 		t.Fatal(tasks)
 	}

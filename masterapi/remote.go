@@ -343,25 +343,6 @@ func EvictMemoryPB(res EvictMemoryResult) *pb.EvictMemoryResponse {
 		SkippedPutInProgress: res.PutInProgress, SkippedNotFound: res.NotFound, SkippedNotInMemory: res.NotInMemory}
 }
 
-// OffloadHeartbeat implements API.
-func (r *Remote) OffloadHeartbeat(ctx context.Context, node string, max int) ([]OffloadTask, error) {
-	if max < 0 {
-		max = 0
-	}
-	if max > MaxHeartbeatTasks {
-		max = MaxHeartbeatTasks
-	}
-	p, err := r.c.OffloadHeartbeat(ctx, &pb.OffloadHeartbeatRequest{Node: node, MaxTasks: int32(max)})
-	if err != nil {
-		return nil, fromStatus(err)
-	}
-	out := make([]OffloadTask, len(p.GetTasks()))
-	for i, t := range p.GetTasks() {
-		out[i] = OffloadTask{Key: string(t.GetKey()), Segment: t.GetSegment(), Offset: t.GetOffset(), Length: t.GetLength(), Size: t.GetSize(), CRC: t.GetCrc(), Term: p.GetTerm()}
-	}
-	return out, nil
-}
-
 func diskPB(objs []DiskObject) []*pb.DiskObject {
 	out := make([]*pb.DiskObject, len(objs))
 	for i, d := range objs {
@@ -403,22 +384,6 @@ func (r *Remote) EvictDiskReplica(ctx context.Context, node string, keys []strin
 		res.Keep = make([]string, len(p.GetKeep()))
 		for i, k := range p.GetKeep() {
 			res.Keep[i] = string(k)
-		}
-	}
-	return res, nil
-}
-
-// ReconcileDiskObjects implements API.
-func (r *Remote) ReconcileDiskObjects(ctx context.Context, node string, keys []string) (ReconcileResult, error) {
-	p, err := r.c.ReconcileDiskObjects(ctx, &pb.ReconcileDiskObjectsRequest{Node: node, Keys: keyBytes(keys)})
-	if err != nil {
-		return ReconcileResult{}, fromStatus(err)
-	}
-	res := ReconcileResult{Dropped: p.GetCount()}
-	if len(p.GetUnwanted()) > 0 {
-		res.Unwanted = make([]string, len(p.GetUnwanted()))
-		for i, k := range p.GetUnwanted() {
-			res.Unwanted[i] = string(k)
 		}
 	}
 	return res, nil

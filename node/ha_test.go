@@ -12,6 +12,7 @@ import (
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/master"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // A master that knows nothing (a new leader after a failover) learns the
@@ -112,12 +113,13 @@ func (a *termAPI) Ping(ctx context.Context, node string) (master.PingReply, erro
 	return r, err
 }
 
-func (a *termAPI) OffloadHeartbeat(ctx context.Context, node string, max int) ([]master.OffloadTask, error) {
-	ts, err := a.API.OffloadHeartbeat(ctx, node, max)
-	for i := range ts {
-		ts[i].Term = a.term.Load()
+func (a *termAPI) Heartbeat(ctx context.Context, req masterapi.HeartbeatRequest) (masterapi.HeartbeatReply, error) {
+	rep, err := a.API.Heartbeat(ctx, req)
+	rep.Term = a.term.Load()
+	for i := range rep.Tasks {
+		rep.Tasks[i].Term = rep.Term
 	}
-	return ts, err
+	return rep, err
 }
 
 // A node that has seen term 5 ignores a NEED_REMOUNT and the offload tasks

@@ -17,7 +17,6 @@ import (
 
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/rpcpb"
-	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/tier"
 )
@@ -288,7 +287,7 @@ func (n *Node) serve() (err error) {
 		return fmt.Errorf("%w: --listen %q: %v", ErrBadConfig, n.cfg.Listen, err)
 	}
 	n.endpoint = n.lis.Addr().String()
-	n.srv = grpc.NewServer(wire.ServerOptions()...)
+	n.srv = grpc.NewServer()
 	rpcpb.RegisterNodePeerServer(n.srv, &peerServer{n: n})
 	glis := n.startDataPlane(n.lis) // data connections split off; the rest is gRPC
 	go func() { _ = n.srv.Serve(glis) }()

@@ -3157,112 +3157,6 @@ func (x *EvictDiskReplicaResponse) GetKeep() [][]byte {
 	return nil
 }
 
-type ReconcileDiskObjectsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Keys          [][]byte               `protobuf:"bytes,2,rep,name=keys,proto3" json:"keys,omitempty"` // every key the node holds on SSD
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ReconcileDiskObjectsRequest) Reset() {
-	*x = ReconcileDiskObjectsRequest{}
-	mi := &file_master_proto_msgTypes[50]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ReconcileDiskObjectsRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ReconcileDiskObjectsRequest) ProtoMessage() {}
-
-func (x *ReconcileDiskObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[50]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ReconcileDiskObjectsRequest.ProtoReflect.Descriptor instead.
-func (*ReconcileDiskObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{50}
-}
-
-func (x *ReconcileDiskObjectsRequest) GetNode() string {
-	if x != nil {
-		return x.Node
-	}
-	return ""
-}
-
-func (x *ReconcileDiskObjectsRequest) GetKeys() [][]byte {
-	if x != nil {
-		return x.Keys
-	}
-	return nil
-}
-
-// Field 1 matches CountResponse, the answer's former type, so an old peer
-// still reads the count.
-type ReconcileDiskObjectsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Count         int64                  `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`      // the node's LOCAL_DISK replicas dropped
-	Unwanted      [][]byte               `protobuf:"bytes,2,rep,name=unwanted,proto3" json:"unwanted,omitempty"` // keys of the request the node must delete from its SSD
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ReconcileDiskObjectsResponse) Reset() {
-	*x = ReconcileDiskObjectsResponse{}
-	mi := &file_master_proto_msgTypes[51]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ReconcileDiskObjectsResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ReconcileDiskObjectsResponse) ProtoMessage() {}
-
-func (x *ReconcileDiskObjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[51]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ReconcileDiskObjectsResponse.ProtoReflect.Descriptor instead.
-func (*ReconcileDiskObjectsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{51}
-}
-
-func (x *ReconcileDiskObjectsResponse) GetCount() int64 {
-	if x != nil {
-		return x.Count
-	}
-	return 0
-}
-
-func (x *ReconcileDiskObjectsResponse) GetUnwanted() [][]byte {
-	if x != nil {
-		return x.Unwanted
-	}
-	return nil
-}
-
 // A reader found that a replica's bytes fail the object's size or CRC32C.
 type ReportBadReplicaRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -3275,7 +3169,7 @@ type ReportBadReplicaRequest struct {
 
 func (x *ReportBadReplicaRequest) Reset() {
 	*x = ReportBadReplicaRequest{}
-	mi := &file_master_proto_msgTypes[52]
+	mi := &file_master_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3287,7 +3181,7 @@ func (x *ReportBadReplicaRequest) String() string {
 func (*ReportBadReplicaRequest) ProtoMessage() {}
 
 func (x *ReportBadReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[52]
+	mi := &file_master_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3300,7 +3194,7 @@ func (x *ReportBadReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportBadReplicaRequest.ProtoReflect.Descriptor instead.
 func (*ReportBadReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{52}
+	return file_master_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReportBadReplicaRequest) GetKey() []byte {
@@ -3342,7 +3236,7 @@ type MemoryObject struct {
 
 func (x *MemoryObject) Reset() {
 	*x = MemoryObject{}
-	mi := &file_master_proto_msgTypes[53]
+	mi := &file_master_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3354,7 +3248,7 @@ func (x *MemoryObject) String() string {
 func (*MemoryObject) ProtoMessage() {}
 
 func (x *MemoryObject) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[53]
+	mi := &file_master_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3367,7 +3261,7 @@ func (x *MemoryObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemoryObject.ProtoReflect.Descriptor instead.
 func (*MemoryObject) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{53}
+	return file_master_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *MemoryObject) GetKey() []byte {
@@ -3434,7 +3328,7 @@ type RegisterMemoryObjectsRequest struct {
 
 func (x *RegisterMemoryObjectsRequest) Reset() {
 	*x = RegisterMemoryObjectsRequest{}
-	mi := &file_master_proto_msgTypes[54]
+	mi := &file_master_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3446,7 +3340,7 @@ func (x *RegisterMemoryObjectsRequest) String() string {
 func (*RegisterMemoryObjectsRequest) ProtoMessage() {}
 
 func (x *RegisterMemoryObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[54]
+	mi := &file_master_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3459,7 +3353,7 @@ func (x *RegisterMemoryObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterMemoryObjectsRequest.ProtoReflect.Descriptor instead.
 func (*RegisterMemoryObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{54}
+	return file_master_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RegisterMemoryObjectsRequest) GetNode() string {
@@ -3498,7 +3392,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_master_proto_msgTypes[55]
+	mi := &file_master_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3510,7 +3404,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[55]
+	mi := &file_master_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3523,7 +3417,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{55}
+	return file_master_proto_rawDescGZIP(), []int{53}
 }
 
 type StatsResponse struct {
@@ -3557,7 +3451,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_master_proto_msgTypes[56]
+	mi := &file_master_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3569,7 +3463,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[56]
+	mi := &file_master_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3582,7 +3476,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{56}
+	return file_master_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *StatsResponse) GetObjects() int64 {
@@ -3739,7 +3633,7 @@ type NodeStats struct {
 
 func (x *NodeStats) Reset() {
 	*x = NodeStats{}
-	mi := &file_master_proto_msgTypes[57]
+	mi := &file_master_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3751,7 +3645,7 @@ func (x *NodeStats) String() string {
 func (*NodeStats) ProtoMessage() {}
 
 func (x *NodeStats) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[57]
+	mi := &file_master_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3764,7 +3658,7 @@ func (x *NodeStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStats.ProtoReflect.Descriptor instead.
 func (*NodeStats) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{57}
+	return file_master_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *NodeStats) GetNode() string {
@@ -3871,7 +3765,7 @@ type ReconcileBeginRequest struct {
 
 func (x *ReconcileBeginRequest) Reset() {
 	*x = ReconcileBeginRequest{}
-	mi := &file_master_proto_msgTypes[58]
+	mi := &file_master_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3883,7 +3777,7 @@ func (x *ReconcileBeginRequest) String() string {
 func (*ReconcileBeginRequest) ProtoMessage() {}
 
 func (x *ReconcileBeginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[58]
+	mi := &file_master_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3896,7 +3790,7 @@ func (x *ReconcileBeginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileBeginRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileBeginRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{58}
+	return file_master_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ReconcileBeginRequest) GetNode() string {
@@ -3930,7 +3824,7 @@ type ReconcileBeginResponse struct {
 
 func (x *ReconcileBeginResponse) Reset() {
 	*x = ReconcileBeginResponse{}
-	mi := &file_master_proto_msgTypes[59]
+	mi := &file_master_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3942,7 +3836,7 @@ func (x *ReconcileBeginResponse) String() string {
 func (*ReconcileBeginResponse) ProtoMessage() {}
 
 func (x *ReconcileBeginResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[59]
+	mi := &file_master_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3955,7 +3849,7 @@ func (x *ReconcileBeginResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileBeginResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileBeginResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{59}
+	return file_master_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ReconcileBeginResponse) GetSession() uint64 {
@@ -3983,7 +3877,7 @@ type ReconcileKeysRequest struct {
 
 func (x *ReconcileKeysRequest) Reset() {
 	*x = ReconcileKeysRequest{}
-	mi := &file_master_proto_msgTypes[60]
+	mi := &file_master_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3995,7 +3889,7 @@ func (x *ReconcileKeysRequest) String() string {
 func (*ReconcileKeysRequest) ProtoMessage() {}
 
 func (x *ReconcileKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[60]
+	mi := &file_master_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4008,7 +3902,7 @@ func (x *ReconcileKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileKeysRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileKeysRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{60}
+	return file_master_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ReconcileKeysRequest) GetNode() string {
@@ -4041,7 +3935,7 @@ type ReconcileKeysResponse struct {
 
 func (x *ReconcileKeysResponse) Reset() {
 	*x = ReconcileKeysResponse{}
-	mi := &file_master_proto_msgTypes[61]
+	mi := &file_master_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4053,7 +3947,7 @@ func (x *ReconcileKeysResponse) String() string {
 func (*ReconcileKeysResponse) ProtoMessage() {}
 
 func (x *ReconcileKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[61]
+	mi := &file_master_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4066,7 +3960,7 @@ func (x *ReconcileKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileKeysResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileKeysResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{61}
+	return file_master_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ReconcileKeysResponse) GetUnwanted() [][]byte {
@@ -4086,7 +3980,7 @@ type ReconcileEndRequest struct {
 
 func (x *ReconcileEndRequest) Reset() {
 	*x = ReconcileEndRequest{}
-	mi := &file_master_proto_msgTypes[62]
+	mi := &file_master_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4098,7 +3992,7 @@ func (x *ReconcileEndRequest) String() string {
 func (*ReconcileEndRequest) ProtoMessage() {}
 
 func (x *ReconcileEndRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[62]
+	mi := &file_master_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4111,7 +4005,7 @@ func (x *ReconcileEndRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileEndRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileEndRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{62}
+	return file_master_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ReconcileEndRequest) GetNode() string {
@@ -4137,7 +4031,7 @@ type ReconcileEndResponse struct {
 
 func (x *ReconcileEndResponse) Reset() {
 	*x = ReconcileEndResponse{}
-	mi := &file_master_proto_msgTypes[63]
+	mi := &file_master_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4149,7 +4043,7 @@ func (x *ReconcileEndResponse) String() string {
 func (*ReconcileEndResponse) ProtoMessage() {}
 
 func (x *ReconcileEndResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[63]
+	mi := &file_master_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4162,7 +4056,7 @@ func (x *ReconcileEndResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileEndResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileEndResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{63}
+	return file_master_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ReconcileEndResponse) GetCount() int64 {
@@ -4191,7 +4085,7 @@ type EvictMemoryResponse struct {
 
 func (x *EvictMemoryResponse) Reset() {
 	*x = EvictMemoryResponse{}
-	mi := &file_master_proto_msgTypes[64]
+	mi := &file_master_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4203,7 +4097,7 @@ func (x *EvictMemoryResponse) String() string {
 func (*EvictMemoryResponse) ProtoMessage() {}
 
 func (x *EvictMemoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[64]
+	mi := &file_master_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4216,7 +4110,7 @@ func (x *EvictMemoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictMemoryResponse.ProtoReflect.Descriptor instead.
 func (*EvictMemoryResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{64}
+	return file_master_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *EvictMemoryResponse) GetCount() int64 {
@@ -4479,13 +4373,7 @@ const file_master_proto_rawDesc = "" +
 	"\x04keys\x18\x02 \x03(\fR\x04keys\"D\n" +
 	"\x18EvictDiskReplicaResponse\x12\x14\n" +
 	"\x05count\x18\x01 \x01(\x03R\x05count\x12\x12\n" +
-	"\x04keep\x18\x02 \x03(\fR\x04keep\"E\n" +
-	"\x1bReconcileDiskObjectsRequest\x12\x12\n" +
-	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
-	"\x04keys\x18\x02 \x03(\fR\x04keys\"P\n" +
-	"\x1cReconcileDiskObjectsResponse\x12\x14\n" +
-	"\x05count\x18\x01 \x01(\x03R\x05count\x12\x1a\n" +
-	"\bunwanted\x18\x02 \x03(\fR\bunwanted\"o\n" +
+	"\x04keep\x18\x02 \x03(\fR\x04keep\"o\n" +
 	"\x17ReportBadReplicaRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x10\n" +
 	"\x03crc\x18\x02 \x01(\rR\x03crc\x120\n" +
@@ -4584,7 +4472,7 @@ const file_master_proto_rawDesc = "" +
 	"NodeStatus\x12\x1b\n" +
 	"\x17NODE_STATUS_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aNODE_OK\x10\x01\x12\x10\n" +
-	"\fNEED_REMOUNT\x10\x022\xf2\x13\n" +
+	"\fNEED_REMOUNT\x10\x022\x81\x13\n" +
 	"\x06Master\x12W\n" +
 	"\fMountSegment\x12\".tierstore.rpc.MountSegmentRequest\x1a#.tierstore.rpc.MountSegmentResponse\x12]\n" +
 	"\x0eUnmountSegment\x12$.tierstore.rpc.UnmountSegmentRequest\x1a%.tierstore.rpc.UnmountSegmentResponse\x12?\n" +
@@ -4606,8 +4494,7 @@ const file_master_proto_rawDesc = "" +
 	"\x10OffloadHeartbeat\x12&.tierstore.rpc.OffloadHeartbeatRequest\x1a'.tierstore.rpc.OffloadHeartbeatResponse\x12]\n" +
 	"\x14NotifyOffloadSuccess\x12*.tierstore.rpc.NotifyOffloadSuccessRequest\x1a\x19.tierstore.rpc.KeyResults\x12]\n" +
 	"\x15ReRegisterDiskObjects\x12).tierstore.rpc.RegisterDiskObjectsRequest\x1a\x19.tierstore.rpc.KeyResults\x12c\n" +
-	"\x10EvictDiskReplica\x12&.tierstore.rpc.EvictDiskReplicaRequest\x1a'.tierstore.rpc.EvictDiskReplicaResponse\x12o\n" +
-	"\x14ReconcileDiskObjects\x12*.tierstore.rpc.ReconcileDiskObjectsRequest\x1a+.tierstore.rpc.ReconcileDiskObjectsResponse\x12P\n" +
+	"\x10EvictDiskReplica\x12&.tierstore.rpc.EvictDiskReplicaRequest\x1a'.tierstore.rpc.EvictDiskReplicaResponse\x12P\n" +
 	"\x10ReportBadReplica\x12&.tierstore.rpc.ReportBadReplicaRequest\x1a\x14.tierstore.rpc.Empty\x12I\n" +
 	"\n" +
 	"PromoteEnd\x12 .tierstore.rpc.PromoteEndRequest\x1a\x19.tierstore.rpc.KeyResults\x12B\n" +
@@ -4631,7 +4518,7 @@ func file_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_master_proto_goTypes = []any{
 	(ReplicaKind)(0),                     // 0: tierstore.rpc.ReplicaKind
 	(ReplicaStatus)(0),                   // 1: tierstore.rpc.ReplicaStatus
@@ -4686,21 +4573,19 @@ var file_master_proto_goTypes = []any{
 	(*RegisterDiskObjectsRequest)(nil),   // 50: tierstore.rpc.RegisterDiskObjectsRequest
 	(*EvictDiskReplicaRequest)(nil),      // 51: tierstore.rpc.EvictDiskReplicaRequest
 	(*EvictDiskReplicaResponse)(nil),     // 52: tierstore.rpc.EvictDiskReplicaResponse
-	(*ReconcileDiskObjectsRequest)(nil),  // 53: tierstore.rpc.ReconcileDiskObjectsRequest
-	(*ReconcileDiskObjectsResponse)(nil), // 54: tierstore.rpc.ReconcileDiskObjectsResponse
-	(*ReportBadReplicaRequest)(nil),      // 55: tierstore.rpc.ReportBadReplicaRequest
-	(*MemoryObject)(nil),                 // 56: tierstore.rpc.MemoryObject
-	(*RegisterMemoryObjectsRequest)(nil), // 57: tierstore.rpc.RegisterMemoryObjectsRequest
-	(*StatsRequest)(nil),                 // 58: tierstore.rpc.StatsRequest
-	(*StatsResponse)(nil),                // 59: tierstore.rpc.StatsResponse
-	(*NodeStats)(nil),                    // 60: tierstore.rpc.NodeStats
-	(*ReconcileBeginRequest)(nil),        // 61: tierstore.rpc.ReconcileBeginRequest
-	(*ReconcileBeginResponse)(nil),       // 62: tierstore.rpc.ReconcileBeginResponse
-	(*ReconcileKeysRequest)(nil),         // 63: tierstore.rpc.ReconcileKeysRequest
-	(*ReconcileKeysResponse)(nil),        // 64: tierstore.rpc.ReconcileKeysResponse
-	(*ReconcileEndRequest)(nil),          // 65: tierstore.rpc.ReconcileEndRequest
-	(*ReconcileEndResponse)(nil),         // 66: tierstore.rpc.ReconcileEndResponse
-	(*EvictMemoryResponse)(nil),          // 67: tierstore.rpc.EvictMemoryResponse
+	(*ReportBadReplicaRequest)(nil),      // 53: tierstore.rpc.ReportBadReplicaRequest
+	(*MemoryObject)(nil),                 // 54: tierstore.rpc.MemoryObject
+	(*RegisterMemoryObjectsRequest)(nil), // 55: tierstore.rpc.RegisterMemoryObjectsRequest
+	(*StatsRequest)(nil),                 // 56: tierstore.rpc.StatsRequest
+	(*StatsResponse)(nil),                // 57: tierstore.rpc.StatsResponse
+	(*NodeStats)(nil),                    // 58: tierstore.rpc.NodeStats
+	(*ReconcileBeginRequest)(nil),        // 59: tierstore.rpc.ReconcileBeginRequest
+	(*ReconcileBeginResponse)(nil),       // 60: tierstore.rpc.ReconcileBeginResponse
+	(*ReconcileKeysRequest)(nil),         // 61: tierstore.rpc.ReconcileKeysRequest
+	(*ReconcileKeysResponse)(nil),        // 62: tierstore.rpc.ReconcileKeysResponse
+	(*ReconcileEndRequest)(nil),          // 63: tierstore.rpc.ReconcileEndRequest
+	(*ReconcileEndResponse)(nil),         // 64: tierstore.rpc.ReconcileEndResponse
+	(*EvictMemoryResponse)(nil),          // 65: tierstore.rpc.EvictMemoryResponse
 }
 var file_master_proto_depIdxs = []int32{
 	0,  // 0: tierstore.rpc.Replica.kind:type_name -> tierstore.rpc.ReplicaKind
@@ -4731,8 +4616,8 @@ var file_master_proto_depIdxs = []int32{
 	48, // 25: tierstore.rpc.NotifyOffloadSuccessRequest.failed:type_name -> tierstore.rpc.OffloadFailure
 	47, // 26: tierstore.rpc.RegisterDiskObjectsRequest.objects:type_name -> tierstore.rpc.DiskObject
 	3,  // 27: tierstore.rpc.ReportBadReplicaRequest.replica:type_name -> tierstore.rpc.Replica
-	56, // 28: tierstore.rpc.RegisterMemoryObjectsRequest.objects:type_name -> tierstore.rpc.MemoryObject
-	60, // 29: tierstore.rpc.StatsResponse.per_node:type_name -> tierstore.rpc.NodeStats
+	54, // 28: tierstore.rpc.RegisterMemoryObjectsRequest.objects:type_name -> tierstore.rpc.MemoryObject
+	58, // 29: tierstore.rpc.StatsResponse.per_node:type_name -> tierstore.rpc.NodeStats
 	5,  // 30: tierstore.rpc.Master.MountSegment:input_type -> tierstore.rpc.MountSegmentRequest
 	7,  // 31: tierstore.rpc.Master.UnmountSegment:input_type -> tierstore.rpc.UnmountSegmentRequest
 	9,  // 32: tierstore.rpc.Master.Ping:input_type -> tierstore.rpc.PingRequest
@@ -4754,47 +4639,45 @@ var file_master_proto_depIdxs = []int32{
 	49, // 48: tierstore.rpc.Master.NotifyOffloadSuccess:input_type -> tierstore.rpc.NotifyOffloadSuccessRequest
 	50, // 49: tierstore.rpc.Master.ReRegisterDiskObjects:input_type -> tierstore.rpc.RegisterDiskObjectsRequest
 	51, // 50: tierstore.rpc.Master.EvictDiskReplica:input_type -> tierstore.rpc.EvictDiskReplicaRequest
-	53, // 51: tierstore.rpc.Master.ReconcileDiskObjects:input_type -> tierstore.rpc.ReconcileDiskObjectsRequest
-	55, // 52: tierstore.rpc.Master.ReportBadReplica:input_type -> tierstore.rpc.ReportBadReplicaRequest
-	46, // 53: tierstore.rpc.Master.PromoteEnd:input_type -> tierstore.rpc.PromoteEndRequest
-	58, // 54: tierstore.rpc.Master.Stats:input_type -> tierstore.rpc.StatsRequest
-	61, // 55: tierstore.rpc.Master.ReconcileBegin:input_type -> tierstore.rpc.ReconcileBeginRequest
-	63, // 56: tierstore.rpc.Master.ReconcileKeys:input_type -> tierstore.rpc.ReconcileKeysRequest
-	65, // 57: tierstore.rpc.Master.ReconcileEnd:input_type -> tierstore.rpc.ReconcileEndRequest
-	57, // 58: tierstore.rpc.Master.ReRegisterMemoryObjects:input_type -> tierstore.rpc.RegisterMemoryObjectsRequest
-	36, // 59: tierstore.rpc.Master.PullRemovals:input_type -> tierstore.rpc.PullRemovalsRequest
-	6,  // 60: tierstore.rpc.Master.MountSegment:output_type -> tierstore.rpc.MountSegmentResponse
-	8,  // 61: tierstore.rpc.Master.UnmountSegment:output_type -> tierstore.rpc.UnmountSegmentResponse
-	10, // 62: tierstore.rpc.Master.Ping:output_type -> tierstore.rpc.PingResponse
-	12, // 63: tierstore.rpc.Master.PutStart:output_type -> tierstore.rpc.PutStartResponse
-	17, // 64: tierstore.rpc.Master.PutEnd:output_type -> tierstore.rpc.Empty
-	17, // 65: tierstore.rpc.Master.PutRevoke:output_type -> tierstore.rpc.Empty
-	15, // 66: tierstore.rpc.Master.BatchPutStart:output_type -> tierstore.rpc.BatchPutStartResponse
-	20, // 67: tierstore.rpc.Master.BatchPutEnd:output_type -> tierstore.rpc.KeyResults
-	20, // 68: tierstore.rpc.Master.BatchPutRevoke:output_type -> tierstore.rpc.KeyResults
-	22, // 69: tierstore.rpc.Master.ExistKey:output_type -> tierstore.rpc.ExistKeyResponse
-	25, // 70: tierstore.rpc.Master.BatchExistKey:output_type -> tierstore.rpc.BatchExistKeyResponse
-	26, // 71: tierstore.rpc.Master.GetReplicaList:output_type -> tierstore.rpc.GetReplicaListResponse
-	28, // 72: tierstore.rpc.Master.BatchGetReplicaList:output_type -> tierstore.rpc.BatchGetReplicaListResponse
-	17, // 73: tierstore.rpc.Master.Remove:output_type -> tierstore.rpc.Empty
-	32, // 74: tierstore.rpc.Master.RemoveAll:output_type -> tierstore.rpc.CountResponse
-	32, // 75: tierstore.rpc.Master.RemoveByRegex:output_type -> tierstore.rpc.CountResponse
-	67, // 76: tierstore.rpc.Master.EvictMemory:output_type -> tierstore.rpc.EvictMemoryResponse
-	44, // 77: tierstore.rpc.Master.OffloadHeartbeat:output_type -> tierstore.rpc.OffloadHeartbeatResponse
-	20, // 78: tierstore.rpc.Master.NotifyOffloadSuccess:output_type -> tierstore.rpc.KeyResults
-	20, // 79: tierstore.rpc.Master.ReRegisterDiskObjects:output_type -> tierstore.rpc.KeyResults
-	52, // 80: tierstore.rpc.Master.EvictDiskReplica:output_type -> tierstore.rpc.EvictDiskReplicaResponse
-	54, // 81: tierstore.rpc.Master.ReconcileDiskObjects:output_type -> tierstore.rpc.ReconcileDiskObjectsResponse
-	17, // 82: tierstore.rpc.Master.ReportBadReplica:output_type -> tierstore.rpc.Empty
-	20, // 83: tierstore.rpc.Master.PromoteEnd:output_type -> tierstore.rpc.KeyResults
-	59, // 84: tierstore.rpc.Master.Stats:output_type -> tierstore.rpc.StatsResponse
-	62, // 85: tierstore.rpc.Master.ReconcileBegin:output_type -> tierstore.rpc.ReconcileBeginResponse
-	64, // 86: tierstore.rpc.Master.ReconcileKeys:output_type -> tierstore.rpc.ReconcileKeysResponse
-	66, // 87: tierstore.rpc.Master.ReconcileEnd:output_type -> tierstore.rpc.ReconcileEndResponse
-	20, // 88: tierstore.rpc.Master.ReRegisterMemoryObjects:output_type -> tierstore.rpc.KeyResults
-	37, // 89: tierstore.rpc.Master.PullRemovals:output_type -> tierstore.rpc.PullRemovalsResponse
-	60, // [60:90] is the sub-list for method output_type
-	30, // [30:60] is the sub-list for method input_type
+	53, // 51: tierstore.rpc.Master.ReportBadReplica:input_type -> tierstore.rpc.ReportBadReplicaRequest
+	46, // 52: tierstore.rpc.Master.PromoteEnd:input_type -> tierstore.rpc.PromoteEndRequest
+	56, // 53: tierstore.rpc.Master.Stats:input_type -> tierstore.rpc.StatsRequest
+	59, // 54: tierstore.rpc.Master.ReconcileBegin:input_type -> tierstore.rpc.ReconcileBeginRequest
+	61, // 55: tierstore.rpc.Master.ReconcileKeys:input_type -> tierstore.rpc.ReconcileKeysRequest
+	63, // 56: tierstore.rpc.Master.ReconcileEnd:input_type -> tierstore.rpc.ReconcileEndRequest
+	55, // 57: tierstore.rpc.Master.ReRegisterMemoryObjects:input_type -> tierstore.rpc.RegisterMemoryObjectsRequest
+	36, // 58: tierstore.rpc.Master.PullRemovals:input_type -> tierstore.rpc.PullRemovalsRequest
+	6,  // 59: tierstore.rpc.Master.MountSegment:output_type -> tierstore.rpc.MountSegmentResponse
+	8,  // 60: tierstore.rpc.Master.UnmountSegment:output_type -> tierstore.rpc.UnmountSegmentResponse
+	10, // 61: tierstore.rpc.Master.Ping:output_type -> tierstore.rpc.PingResponse
+	12, // 62: tierstore.rpc.Master.PutStart:output_type -> tierstore.rpc.PutStartResponse
+	17, // 63: tierstore.rpc.Master.PutEnd:output_type -> tierstore.rpc.Empty
+	17, // 64: tierstore.rpc.Master.PutRevoke:output_type -> tierstore.rpc.Empty
+	15, // 65: tierstore.rpc.Master.BatchPutStart:output_type -> tierstore.rpc.BatchPutStartResponse
+	20, // 66: tierstore.rpc.Master.BatchPutEnd:output_type -> tierstore.rpc.KeyResults
+	20, // 67: tierstore.rpc.Master.BatchPutRevoke:output_type -> tierstore.rpc.KeyResults
+	22, // 68: tierstore.rpc.Master.ExistKey:output_type -> tierstore.rpc.ExistKeyResponse
+	25, // 69: tierstore.rpc.Master.BatchExistKey:output_type -> tierstore.rpc.BatchExistKeyResponse
+	26, // 70: tierstore.rpc.Master.GetReplicaList:output_type -> tierstore.rpc.GetReplicaListResponse
+	28, // 71: tierstore.rpc.Master.BatchGetReplicaList:output_type -> tierstore.rpc.BatchGetReplicaListResponse
+	17, // 72: tierstore.rpc.Master.Remove:output_type -> tierstore.rpc.Empty
+	32, // 73: tierstore.rpc.Master.RemoveAll:output_type -> tierstore.rpc.CountResponse
+	32, // 74: tierstore.rpc.Master.RemoveByRegex:output_type -> tierstore.rpc.CountResponse
+	65, // 75: tierstore.rpc.Master.EvictMemory:output_type -> tierstore.rpc.EvictMemoryResponse
+	44, // 76: tierstore.rpc.Master.OffloadHeartbeat:output_type -> tierstore.rpc.OffloadHeartbeatResponse
+	20, // 77: tierstore.rpc.Master.NotifyOffloadSuccess:output_type -> tierstore.rpc.KeyResults
+	20, // 78: tierstore.rpc.Master.ReRegisterDiskObjects:output_type -> tierstore.rpc.KeyResults
+	52, // 79: tierstore.rpc.Master.EvictDiskReplica:output_type -> tierstore.rpc.EvictDiskReplicaResponse
+	17, // 80: tierstore.rpc.Master.ReportBadReplica:output_type -> tierstore.rpc.Empty
+	20, // 81: tierstore.rpc.Master.PromoteEnd:output_type -> tierstore.rpc.KeyResults
+	57, // 82: tierstore.rpc.Master.Stats:output_type -> tierstore.rpc.StatsResponse
+	60, // 83: tierstore.rpc.Master.ReconcileBegin:output_type -> tierstore.rpc.ReconcileBeginResponse
+	62, // 84: tierstore.rpc.Master.ReconcileKeys:output_type -> tierstore.rpc.ReconcileKeysResponse
+	64, // 85: tierstore.rpc.Master.ReconcileEnd:output_type -> tierstore.rpc.ReconcileEndResponse
+	20, // 86: tierstore.rpc.Master.ReRegisterMemoryObjects:output_type -> tierstore.rpc.KeyResults
+	37, // 87: tierstore.rpc.Master.PullRemovals:output_type -> tierstore.rpc.PullRemovalsResponse
+	59, // [59:88] is the sub-list for method output_type
+	30, // [30:59] is the sub-list for method input_type
 	30, // [30:30] is the sub-list for extension type_name
 	30, // [30:30] is the sub-list for extension extendee
 	0,  // [0:30] is the sub-list for field type_name
@@ -4811,7 +4694,7 @@ func file_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   65,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

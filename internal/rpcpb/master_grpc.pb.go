@@ -46,7 +46,6 @@ const (
 	Master_NotifyOffloadSuccess_FullMethodName    = "/tierstore.rpc.Master/NotifyOffloadSuccess"
 	Master_ReRegisterDiskObjects_FullMethodName   = "/tierstore.rpc.Master/ReRegisterDiskObjects"
 	Master_EvictDiskReplica_FullMethodName        = "/tierstore.rpc.Master/EvictDiskReplica"
-	Master_ReconcileDiskObjects_FullMethodName    = "/tierstore.rpc.Master/ReconcileDiskObjects"
 	Master_ReportBadReplica_FullMethodName        = "/tierstore.rpc.Master/ReportBadReplica"
 	Master_PromoteEnd_FullMethodName              = "/tierstore.rpc.Master/PromoteEnd"
 	Master_Stats_FullMethodName                   = "/tierstore.rpc.Master/Stats"
@@ -82,7 +81,6 @@ type MasterClient interface {
 	NotifyOffloadSuccess(ctx context.Context, in *NotifyOffloadSuccessRequest, opts ...grpc.CallOption) (*KeyResults, error)
 	ReRegisterDiskObjects(ctx context.Context, in *RegisterDiskObjectsRequest, opts ...grpc.CallOption) (*KeyResults, error)
 	EvictDiskReplica(ctx context.Context, in *EvictDiskReplicaRequest, opts ...grpc.CallOption) (*EvictDiskReplicaResponse, error)
-	ReconcileDiskObjects(ctx context.Context, in *ReconcileDiskObjectsRequest, opts ...grpc.CallOption) (*ReconcileDiskObjectsResponse, error)
 	ReportBadReplica(ctx context.Context, in *ReportBadReplicaRequest, opts ...grpc.CallOption) (*Empty, error)
 	// A node answers promotions of OffloadHeartbeat: per result OK (loaded:
 	// the DRAM replica is published; not loaded: the range is freed), or the
@@ -319,16 +317,6 @@ func (c *masterClient) EvictDiskReplica(ctx context.Context, in *EvictDiskReplic
 	return out, nil
 }
 
-func (c *masterClient) ReconcileDiskObjects(ctx context.Context, in *ReconcileDiskObjectsRequest, opts ...grpc.CallOption) (*ReconcileDiskObjectsResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ReconcileDiskObjectsResponse)
-	err := c.cc.Invoke(ctx, Master_ReconcileDiskObjects_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 func (c *masterClient) ReportBadReplica(ctx context.Context, in *ReportBadReplicaRequest, opts ...grpc.CallOption) (*Empty, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Empty)
@@ -434,7 +422,6 @@ type MasterServer interface {
 	NotifyOffloadSuccess(context.Context, *NotifyOffloadSuccessRequest) (*KeyResults, error)
 	ReRegisterDiskObjects(context.Context, *RegisterDiskObjectsRequest) (*KeyResults, error)
 	EvictDiskReplica(context.Context, *EvictDiskReplicaRequest) (*EvictDiskReplicaResponse, error)
-	ReconcileDiskObjects(context.Context, *ReconcileDiskObjectsRequest) (*ReconcileDiskObjectsResponse, error)
 	ReportBadReplica(context.Context, *ReportBadReplicaRequest) (*Empty, error)
 	// A node answers promotions of OffloadHeartbeat: per result OK (loaded:
 	// the DRAM replica is published; not loaded: the range is freed), or the
@@ -523,9 +510,6 @@ func (UnimplementedMasterServer) ReRegisterDiskObjects(context.Context, *Registe
 }
 func (UnimplementedMasterServer) EvictDiskReplica(context.Context, *EvictDiskReplicaRequest) (*EvictDiskReplicaResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method EvictDiskReplica not implemented")
-}
-func (UnimplementedMasterServer) ReconcileDiskObjects(context.Context, *ReconcileDiskObjectsRequest) (*ReconcileDiskObjectsResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method ReconcileDiskObjects not implemented")
 }
 func (UnimplementedMasterServer) ReportBadReplica(context.Context, *ReportBadReplicaRequest) (*Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportBadReplica not implemented")
@@ -950,24 +934,6 @@ func _Master_EvictDiskReplica_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
-func _Master_ReconcileDiskObjects_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ReconcileDiskObjectsRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(MasterServer).ReconcileDiskObjects(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Master_ReconcileDiskObjects_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(MasterServer).ReconcileDiskObjects(ctx, req.(*ReconcileDiskObjectsRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
 func _Master_ReportBadReplica_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReportBadReplicaRequest)
 	if err := dec(in); err != nil {
@@ -1202,10 +1168,6 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "EvictDiskReplica",
 			Handler:    _Master_EvictDiskReplica_Handler,
-		},
-		{
-			MethodName: "ReconcileDiskObjects",
-			Handler:    _Master_ReconcileDiskObjects_Handler,
 		},
 		{
 			MethodName: "ReportBadReplica",
