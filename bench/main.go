@@ -28,7 +28,7 @@ type scenario struct {
 var scenarios []scenario
 
 // allOrder is the order "all" runs the scenarios in.
-var allOrder = []string{"throughput", "recovery", "churn", "peers", "master", "e2e"}
+var allOrder = []string{"throughput", "recovery", "churn", "peers", "master", "e2e", "replicas"}
 
 func register(s scenario) { scenarios = append(scenarios, s) }
 
