@@ -7,7 +7,9 @@
 // docs/ha.md).
 //
 // New connects a Client to a master. Put asks the master for a DRAM range (on the local node when
-// there is one), writes the bytes and completes the put; Get (or GetInto,
+// there is one), writes the bytes and completes the put; PutWith and
+// BatchPutWith take PutOptions (Replicas: that many DRAM replicas on as
+// many nodes, written in parallel, published together); Get (or GetInto,
 // into the caller's buffer without an allocation) asks for the
 // replica list (which grants a read lease) and reads the best replica
 // first: local DRAM, remote DRAM, local SSD, remote SSD, verifying size and
