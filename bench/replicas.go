@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"net"
 	"slices"
 	"time"
 
@@ -44,16 +43,10 @@ func newReplicaRig(ctx context.Context, clients int, memory int64) (_ *replicaRi
 	log := quietLogger()
 	mc := master.DefaultConfig()
 	mc.Logger = log
-	if r.m, err = master.New(mc); err != nil {
+	var addr string
+	if r.m, r.srv, addr, err = serveMaster(mc); err != nil {
 		return nil, err
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	srv := master.NewServer(r.m)
-	go func() { _ = srv.Serve(lis) }()
-	r.srv = srv
 	for range replicaNodes {
 		nc := node.DefaultConfig()
 		nc.Listen, nc.Memory, nc.Logger = "127.0.0.1:0", memory, log
@@ -63,14 +56,8 @@ func newReplicaRig(ctx context.Context, clients int, memory int64) (_ *replicaRi
 		}
 		r.nodes = append(r.nodes, n)
 	}
-	for range clients {
-		c, err := client.New(ctx, client.Config{MasterAddr: lis.Addr().String(), Logger: log})
-		if err != nil {
-			return nil, err
-		}
-		r.remote = append(r.remote, c)
-	}
-	return r, nil
+	r.remote, err = remoteClients(ctx, addr, clients)
+	return r, err
 }
 
 func (r *replicaRig) close() {
