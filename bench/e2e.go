@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -27,6 +28,7 @@ func init() {
 const (
 	goalDRAM     = 0.5  // remote Get from DRAM and Put, 1 MiB: x raw tcp
 	goalBatch    = 0.7  // batch get dram: x raw tcp
+	goalBatchPut = 0.8  // batch put of 16 and of 128 objects: x raw tcp
 	goalSSD      = 0.8  // remote Get from SSD: x tier.Load of the same objects
 	goalEmbedded = 3000 // embedded Get from DRAM, 1 MiB: MB/s
 )
@@ -160,9 +162,9 @@ const e2eReps = 5
 // its ratios are the medians of the per-pass ratios.
 func (sr *e2eSizeRun) rows(ctx context.Context, k int) ([]e2eRow, error) {
 	ms := []func(context.Context, int) (e2eRow, error){
-		sr.rawTCP, sr.rawTCPHot, sr.put, sr.getDRAM, sr.getDRAMgRPC, sr.batchGetDRAM, sr.tierLoad, sr.getSSD, sr.embeddedGet,
+		sr.rawTCP, sr.rawTCPHot, sr.put, sr.batchPut16, sr.batchPut128, sr.getDRAM, sr.getDRAMgRPC, sr.batchGetDRAM, sr.tierLoad, sr.getSSD, sr.embeddedGet,
 	}
-	const rawIdx, loadIdx = 0, 6
+	const rawIdx, loadIdx = 0, 8
 	passes := make([][]e2eRow, len(ms))
 	for range e2eReps {
 		for i, m := range ms {
@@ -231,6 +233,8 @@ func (sr *e2eSizeRun) judge(r *e2eRow) {
 		verdict(r, r.xLoad, goalSSD, "tier.Load")
 	case strings.HasPrefix(r.name, "batch get dram"):
 		verdict(r, r.xRaw, goalBatch, "raw tcp")
+	case strings.HasPrefix(r.name, "batch put"):
+		verdict(r, r.xRaw, goalBatchPut, "raw tcp")
 	case sr.size == 1<<20 && (r.name == "put" || r.name == "get dram"):
 		verdict(r, r.xRaw, goalDRAM, "raw tcp")
 	}
@@ -290,6 +294,41 @@ func (sr *e2eSizeRun) put(ctx context.Context, k int) (e2eRow, error) {
 	}
 	var err error
 	r.fig, err = measureRounds(ctx, k, perRound, sr.d/e2eReps, sr.size, op, cleanup)
+	return r, err
+}
+
+func (sr *e2eSizeRun) batchPut16(ctx context.Context, k int) (e2eRow, error) {
+	return sr.batchPut(ctx, k, 16)
+}
+
+func (sr *e2eSizeRun) batchPut128(ctx context.Context, k int) (e2eRow, error) {
+	return sr.batchPut(ctx, k, 128)
+}
+
+// batchPut measures k clients each storing n objects with one BatchPut
+// per round (fresh keys; removed, untimed, between rounds).
+func (sr *e2eSizeRun) batchPut(ctx context.Context, k, n int) (e2eRow, error) {
+	r := e2eRow{name: fmt.Sprintf("batch put (%d x %s)", n, sizeName(sr.size)), size: sr.size, clients: k}
+	src := newValueSource(int(sr.size), 11)
+	keys := make([][]string, k)
+	vals := make([][][]byte, k)
+	for w := range keys {
+		for i := range n {
+			keys[w] = append(keys[w], fmt.Sprintf("bput/%d/%d", w, i))
+			vals[w] = append(vals[w], src.value(w*n+i))
+		}
+	}
+	op := func(w, _ int) error { return errors.Join(sr.rig.remote[w].BatchPut(ctx, keys[w], vals[w])...) }
+	cleanup := func() error {
+		for w := range keys {
+			if err := errors.Join(sr.rig.remote[w].BatchRemove(ctx, keys[w], true)...); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var err error
+	r.fig, err = measureRounds(ctx, k, 1, sr.d/e2eReps, sr.size*int64(n), op, cleanup)
 	return r, err
 }
 

@@ -188,7 +188,7 @@ func serveGoal(size string, o *opStat, peers ...*opStat) (string, any) {
 func serveNotes(sc serveScale) []string {
 	return []string{
 		fmt.Sprintf("vllm: %s blocks, the first quarter put one by one, the rest in batches of %d; batch get of %d consecutive blocks and single gets at random. tierstore gets each block from one contiguous buffer (the client's gather of 64 x 32 KiB is not in main yet)", sizeName(sc.block), sc.vBatch, sc.vBatch),
-		fmt.Sprintf("sglang: pages of a K and a V object of %s each; ingest = batch_exists of a window of %d pages, then a batch put of the missing objects (windows advance by half); batch get of %d consecutive pages (%d objects)", sizeName(sc.page), sc.sBatch, sc.sBatch, 2*sc.sBatch),
+		fmt.Sprintf("sglang: pages of a K and a V object of %s each; ingest = requests of %d new pages after a prefix: batch_exists of the %d pages' objects, then a batch put of the missing ones; batch get of %d consecutive pages (%d objects), 3 per worker", sizeName(sc.page), max(1, sc.sBatch/4), sc.sBatch, sc.sBatch, 2*sc.sBatch),
 		fmt.Sprintf("lmcache: %s chunks, put and read one by one", sizeName(sc.chunk)),
 		fmt.Sprintf("multi-turn: prefixes of %d blocks of %s put once, then requests re-reading a prefix drawn by Zipf(%.1f) (batch get, misses put back), one in %.0f a one-off request of %d new blocks (read, put, never read again; 0.4x DRAM in all); fits = prefixes of 0.4x DRAM; hit ratio of prefix re-reads only", sc.prefix, sizeName(sc.block), zipfS, 1/oneOffShare, sc.oneOff),
 		"GB/s: bytes put, or bytes of hits read, per second of the row's wall time over all workers; p50/p99 per operation (a batch is one); hit ratio: items found / items asked; SSD MiB written: the store's own count at the end of the row (tierstore node tier bytes written, memcached extstore_bytes_written), cumulative over the rows of one store start",
@@ -216,7 +216,7 @@ func serveCharts(dir string, cells []serveCell) ([]string, error) {
 				continue
 			}
 			for _, o := range c.rows {
-				g := c.workload + " " + shortOp(o.op)
+				g := c.workload + "\n" + shortOp(o.op)
 				if !contains(groups, g) {
 					groups = append(groups, g)
 					vals[g], hits[g] = map[string]float64{}, map[string]float64{}
@@ -261,9 +261,16 @@ func serveCharts(dir string, cells []serveCell) ([]string, error) {
 	return files, nil
 }
 
+// shortOp is an operation's chart label.
 func shortOp(op string) string {
-	op, _, _ = strings.Cut(op, " (")
-	return strings.TrimSuffix(strings.ReplaceAll(op, "batch ", "b."), " pages")
+	switch {
+	case strings.HasPrefix(op, "exists+"):
+		return "ingest"
+	case strings.HasPrefix(op, "request"):
+		return "request"
+	}
+	op, _, _ = strings.Cut(op, " pages")
+	return strings.ReplaceAll(op, "batch ", "b.")
 }
 
 func contains(xs []string, x string) bool {

@@ -46,6 +46,23 @@ type kvServer interface {
 	close()
 }
 
+// errNotStored: the store refused a put for lack of room (tierstore
+// NO_AVAILABLE_HANDLE after its wait, memcached "SERVER_ERROR out of
+// memory", Redis OOM): the value is not cached, as a cache may do; the
+// bench counts it as a put failure, not an error.
+var errNotStored = errors.New("bench: store refused the value for lack of room")
+
+// notStored maps a store's refusal for lack of room to errNotStored.
+func notStored(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, codes.ErrNoAvailableHandle) || strings.Contains(err.Error(), "out of memory") || strings.HasPrefix(err.Error(), "OOM ") {
+		return fmt.Errorf("%w: %v", errNotStored, err)
+	}
+	return err
+}
+
 // serveBudget is what every store gets: the same DRAM, and the same SSD
 // where it has one.
 type serveBudget struct {
@@ -112,7 +129,7 @@ func startTierstore(ctx context.Context, dir, bin string, b serveBudget) (_ kvSe
 func (s *tierServer) c(w int) *client.Client { return s.clients[w%len(s.clients)] }
 
 func (s *tierServer) put(ctx context.Context, w int, key string, v []byte) error {
-	return s.c(w).Put(ctx, key, v)
+	return notStored(s.c(w).Put(ctx, key, v))
 }
 
 func tierMiss(err error) bool {
@@ -140,7 +157,7 @@ func (s *tierServer) batchPut(ctx context.Context, w int, keys []string, vals []
 		case err == nil:
 		case errors.Is(err, codes.ErrObjectExists):
 			// Another worker's overlapping window put it first.
-		case errors.Is(err, codes.ErrNoAvailableHandle):
+		case errors.Is(notStored(err), errNotStored):
 			failed++ // DRAM full of objects that cannot go yet: not cached
 		default:
 			return failed, err
@@ -290,10 +307,10 @@ func startMemcached(ctx context.Context, dir, _ string, b serveBudget) (_ kvServ
 		return nil, err
 	}
 	host, port, _ := net.SplitHostPort(addr)
-	// -I: the largest value plus room for its header; extstore's write
-	// buffer holds the largest value (a value larger than it stays in DRAM).
-	item := max(2<<20, 2*b.maxValue)
-	wbuf := max(4, b.maxValue>>20+1)
+	// -I: the largest value plus room for its header. memcached refuses an
+	// -I above extstore's write buffer, so the buffer is as large.
+	item := max(2<<20, b.maxValue+1<<20)
+	wbuf := max(4, (item>>20+1)&^1) // MB, even (extstore's rule)
 	args := []string{"-l", host, "-p", port, "-U", "0", "-t", "4",
 		"-m", strconv.FormatInt(b.dram>>20, 10), "-I", fmt.Sprintf("%dm", item>>20), "-c", "1024",
 		"-o", fmt.Sprintf("ext_page_size=%d,ext_wbuf_size=%d,ext_path=%s:%dm", max(64, 2*wbuf), wbuf, filepath.Join(s.dir, "extstore"), b.ssd>>20)}
@@ -323,7 +340,7 @@ func startMemcached(ctx context.Context, dir, _ string, b serveBudget) (_ kvServ
 }
 
 func (s *memcachedServer) put(_ context.Context, _ int, key string, v []byte) error {
-	return s.mc.Set(&memcache.Item{Key: key, Value: v})
+	return notStored(s.mc.Set(&memcache.Item{Key: key, Value: v}))
 }
 
 func (s *memcachedServer) get(_ context.Context, _ int, key string, buf []byte) (bool, error) {
@@ -343,12 +360,16 @@ func (s *memcachedServer) get(_ context.Context, _ int, key string, buf []byte) 
 
 func (s *memcachedServer) batchPut(ctx context.Context, _ int, keys []string, vals [][]byte) (int, error) {
 	// gomemcache has no multi-set: one Set per item, as its users do.
+	failed := 0
 	for i := range keys {
-		if err := s.put(ctx, 0, keys[i], vals[i]); err != nil {
-			return 0, err
+		switch err := s.put(ctx, 0, keys[i], vals[i]); {
+		case errors.Is(err, errNotStored):
+			failed++
+		case err != nil:
+			return failed, err
 		}
 	}
-	return 0, nil
+	return failed, nil
 }
 
 func (s *memcachedServer) batchGet(_ context.Context, _ int, keys []string, bufs [][]byte) ([]bool, error) {
@@ -494,7 +515,7 @@ func startRedis(ctx context.Context, dir, _ string, b serveBudget) (_ kvServer, 
 }
 
 func (s *redisServer) put(ctx context.Context, _ int, key string, v []byte) error {
-	return s.rdb.Set(ctx, key, v, 0).Err()
+	return notStored(s.rdb.Set(ctx, key, v, 0).Err())
 }
 
 func (s *redisServer) get(ctx context.Context, _ int, key string, buf []byte) (bool, error) {
@@ -513,15 +534,26 @@ func (s *redisServer) get(ctx context.Context, _ int, key string, buf []byte) (b
 }
 
 func (s *redisServer) batchPut(ctx context.Context, _ int, keys []string, vals [][]byte) (int, error) {
-	return 0, chunks(func(i int) int { return len(vals[i]) }, len(keys), func(lo, hi int) error {
-		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	failed := 0
+	err := chunks(func(i int) int { return len(vals[i]) }, len(keys), func(lo, hi int) error {
+		cmds := make([]*redis.StatusCmd, hi-lo)
+		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i := lo; i < hi; i++ {
-				p.Set(ctx, keys[i], vals[i], 0)
+				cmds[i-lo] = p.Set(ctx, keys[i], vals[i], 0)
 			}
 			return nil
 		})
-		return err
+		for _, c := range cmds {
+			switch err := notStored(c.Err()); {
+			case errors.Is(err, errNotStored):
+				failed++
+			case err != nil:
+				return err
+			}
+		}
+		return nil
 	})
+	return failed, err
 }
 
 func (s *redisServer) batchGet(ctx context.Context, _ int, keys []string, bufs [][]byte) ([]bool, error) {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"math/rand/v2"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -70,4 +71,53 @@ func shortStore(s string) string {
 		return "memcached"
 	}
 	return s
+}
+
+// serveGoal applies the rules: fits, GB/s >= every peer's; 3x
+// DRAM, hits >= 2x the peer's (0.9 where the peer's is above 0.45) and
+// GB/s of hits >= the peer's.
+func TestServeGoal(t *testing.T) {
+	row := func(gbps float64, asked, hits int64) *opStat {
+		return &opStat{bytes: int64(gbps * 1e9), elapsed: time.Second, asked: asked, hits: hits}
+	}
+	for _, c := range []struct {
+		name  string
+		size  string
+		o     *opStat
+		peers []*opStat
+		want  any
+	}{
+		{"fits faster than both", "fits", row(2, 0, 0), []*opStat{row(1.9, 0, 0), row(1, 0, 0)}, "yes"},
+		{"fits slower than one", "fits", row(2, 0, 0), []*opStat{row(2.1, 0, 0), row(1, 0, 0)}, "no"},
+		{"3x twice the hits", "3x", row(1, 100, 60), []*opStat{row(0.5, 100, 30)}, "yes"},
+		{"3x under twice the hits", "3x", row(1, 100, 59), []*opStat{row(0.5, 100, 30)}, "no"},
+		{"3x peer above 0.45: 0.9 is enough", "3x", row(1, 100, 90), []*opStat{row(0.5, 100, 50)}, "yes"},
+		{"3x peer above 0.45: below 0.9", "3x", row(1, 100, 89), []*opStat{row(0.5, 100, 50)}, "no"},
+		{"3x more hits but slower", "3x", row(0.4, 100, 100), []*opStat{row(0.5, 100, 30)}, "no"},
+		{"3x puts have no goal", "3x", row(1, 0, 0), []*opStat{row(0.5, 0, 0)}, nil},
+		{"no peer", "fits", row(1, 0, 0), []*opStat{nil, nil}, nil},
+	} {
+		if _, got := serveGoal(c.size, c.o, c.peers...); got != c.want {
+			t.Errorf("%s: met = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// zipf(0.9) draws every rank, the first most often, in proportion.
+func TestZipfDraws(t *testing.T) {
+	z := newZipf(100, 0.9)
+	r := rand.New(rand.NewPCG(1, 2))
+	counts := make([]int, 100)
+	for range 200000 {
+		counts[z.draw(r)]++
+	}
+	// P(0)/P(9) = 10^0.9 = 7.9.
+	if x := float64(counts[0]) / float64(counts[9]); x < 7 || x > 9 {
+		t.Errorf("rank 0 / rank 9 = %.2f, want about 7.9", x)
+	}
+	for k, n := range counts {
+		if n == 0 {
+			t.Errorf("rank %d never drawn", k)
+		}
+	}
 }

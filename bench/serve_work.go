@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -213,7 +214,11 @@ func (r *serveRun) putRange(ctx context.Context, prefix string, size int64, lo, 
 		ids := span(lo+i*batch, min(batch, n-i*batch))
 		keys := keysOf(prefix, ids)
 		if batch == 1 {
-			return opResult{bytes: size}, r.s.put(ctx, w, keys[0], r.value(size, ids[0]))
+			err := r.s.put(ctx, w, keys[0], r.value(size, ids[0]))
+			if errors.Is(err, errNotStored) {
+				return opResult{failedPuts: 1}, nil
+			}
+			return opResult{bytes: size}, err
 		}
 		vals := make([][]byte, len(ids))
 		for j, id := range ids {
@@ -298,44 +303,28 @@ func serveLMCache(ctx context.Context, r *serveRun) error {
 }
 
 // SGLang: a page is a K and a V object of 4 MiB each (ids 2p, 2p+1).
-// Ingest walks windows of sBatch pages advancing by half a window:
-// batch_exists of the window's objects, then a batch put of the missing
-// ones. Reads are batch gets of sBatch consecutive pages.
+// Ingest is a run of requests, each adding sBatch/4 new pages after a
+// prefix: batch_exists of the objects of the request's sBatch pages (the
+// prefix is found), then a batch put of the missing ones. Reads are batch
+// gets of sBatch consecutive pages, three per worker.
 func serveSGLang(ctx context.Context, r *serveRun) error {
 	b, size := r.sc.sBatch, r.sc.page
-	pages := max(2*b, int(r.ws/(2*size)))
-	windows := (pages-b)/(b/2) + 1
-	st, err := drive(ctx, fmt.Sprintf("exists+batch put %d", b), r.sc.sWorkers, windows, 0, func(w, i int) (opResult, error) {
-		ids := span(2*i*(b/2), 2*b)
-		keys := keysOf("sgl", ids)
-		have, err := r.s.batchExists(ctx, w, keys)
-		if err != nil {
-			return opResult{}, err
-		}
-		var mk []string
-		var mv [][]byte
-		for j, h := range have {
-			if !h {
-				mk, mv = append(mk, keys[j]), append(mv, r.value(size, ids[j]))
-			}
-		}
-		if len(mk) == 0 {
-			return opResult{}, nil
-		}
-		failed, err := r.s.batchPut(ctx, w, mk, mv)
-		return opResult{bytes: size * int64(len(mk)-failed), failedPuts: failed}, err
+	step := max(1, b/4)
+	pages := max(2*b, int(r.ws/(2*size))) / step * step
+	st, err := drive(ctx, fmt.Sprintf("exists+batch put %d", b), r.sc.sWorkers, pages/step, 0, func(w, i int) (opResult, error) {
+		lo := max(0, (i+1)*step-b)
+		return r.sglangIngest(ctx, w, span(2*lo, 2*((i+1)*step-lo)))
 	})
 	if err := r.row(ctx, st, err); err != nil {
 		return err
 	}
 	dropCache(r.s.ssdDir())
-	covered := (windows-1)*(b/2) + b
 	rngs := make([]*rand.Rand, r.sc.sWorkers)
 	for w := range rngs {
 		rngs[w] = rand.New(rand.NewPCG(4, uint64(w)))
 	}
-	st, err = drive(ctx, fmt.Sprintf("batch get %d pages", b), r.sc.sWorkers, 0, r.sc.d, func(w, i int) (opResult, error) {
-		ids := span(2*rngs[w].IntN(covered-b+1), 2*b)
+	st, err = drive(ctx, fmt.Sprintf("batch get %d pages", b), r.sc.sWorkers, 3*r.sc.sWorkers, 0, func(w, i int) (opResult, error) {
+		ids := span(2*rngs[w].IntN(pages-b+1), 2*b)
 		bufs := r.buffers(size, w, 2*b)
 		hit, err := r.s.batchGet(ctx, w, keysOf("sgl", ids), bufs)
 		if err != nil {
@@ -344,6 +333,28 @@ func serveSGLang(ctx context.Context, r *serveRun) error {
 		return r.countHits(hit, size), r.check(hit, bufs, size, ids, i)
 	})
 	return r.row(ctx, st, err)
+}
+
+// sglangIngest is one SGLang request's store: batch_exists of ids, then a
+// batch put of those missing.
+func (r *serveRun) sglangIngest(ctx context.Context, w int, ids []int) (opResult, error) {
+	keys := keysOf("sgl", ids)
+	have, err := r.s.batchExists(ctx, w, keys)
+	if err != nil {
+		return opResult{}, err
+	}
+	var mk []string
+	var mv [][]byte
+	for j, h := range have {
+		if !h {
+			mk, mv = append(mk, keys[j]), append(mv, r.value(r.sc.page, ids[j]))
+		}
+	}
+	if len(mk) == 0 {
+		return opResult{}, nil
+	}
+	failed, err := r.s.batchPut(ctx, w, mk, mv)
+	return opResult{bytes: r.sc.page * int64(len(mk)-failed), failedPuts: failed}, err
 }
 
 // zipf draws ranks in [0, n) with P(k) proportional to 1/(k+1)^s (s may be

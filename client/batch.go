@@ -29,8 +29,14 @@ func parallel(n int, f func(i int)) {
 	wg.Wait()
 }
 
-// BatchPut stores values[i] under keys[i] with one BatchPutStart and one
-// BatchPutEnd; it returns one error per key (nil: stored).
+// BatchPut stores values[i] under keys[i]; it returns one error per key
+// (nil: stored). The batch goes in waves, each one BatchPutStart and one
+// BatchPutEnd, pipelined: the next wave's CRC32Cs and allocation are
+// computed and asked for while the current wave's bytes are written, and
+// a wave is ended while the next one is written, so the data plane does
+// not wait for the master between waves. Waves grow from putWaveFirst to
+// putWaveMax bytes (the first is small so that bytes flow early; later
+// ones are large so that a batch costs few master calls).
 func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte) []error {
 	return c.BatchPutWith(ctx, keys, values, PutOptions{})
 }
@@ -48,9 +54,7 @@ func (c *Client) BatchPutWith(ctx context.Context, keys []string, values [][]byt
 	start := time.Now()
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
-	reqs := make([]masterapi.PutStartRequest, 0, len(keys))
 	idx := make([]int, 0, len(keys))
-	crcs := make([]uint32, len(keys))
 	for i, k := range keys {
 		if err := c.check(k); err != nil {
 			errs[i] = err
@@ -60,47 +64,124 @@ func (c *Client) BatchPutWith(ctx context.Context, keys []string, values [][]byt
 			errs[i] = codes.Errorf(codes.InvalidParams, "client: empty value for key %s", masterapi.ShortKey(k))
 			continue
 		}
-		crcs[i] = CRC32C(values[i])
-		reqs = append(reqs, c.putRequest(k, int64(len(values[i])), crcs[i], opts))
 		idx = append(idx, i)
 	}
-	if len(reqs) == 0 {
-		return errs
-	}
-	starts, err := c.m.BatchPutStart(ctx, reqs)
-	if err == nil && len(starts) != len(reqs) {
-		err = codes.Errorf(codes.InternalError, "client: batch put start: %d results for %d keys", len(starts), len(reqs))
-	}
-	if err != nil {
-		for _, i := range idx {
-			errs[i] = fmt.Errorf("client: batch put %s: %w", masterapi.ShortKey(keys[i]), err)
+	waves := putWaves(idx, func(i int) int64 { return int64(len(values[i])) })
+	started := make(chan *putWave, 1) // the starter runs at most two waves ahead
+	go func() {
+		defer close(started)
+		for _, w := range waves {
+			c.startWave(ctx, keys, values, opts, w)
+			started <- w
 		}
-		return errs
+	}()
+	sem := make(chan struct{}, batchParallelism) // writes in flight, across waves
+	var ends sync.WaitGroup
+	for w := range started {
+		writes := c.writeWave(ctx, keys, values, w, errs, sem)
+		ends.Go(func() {
+			writes.Wait()
+			c.endWave(ctx, keys, w, errs, start)
+		})
 	}
-	parallel(len(idx), func(j int) {
-		i := idx[j]
-		if starts[j].Err != nil {
-			errs[i] = fmt.Errorf("client: put %s: %w", masterapi.ShortKey(keys[i]), starts[j].Err)
-			return
+	ends.Wait()
+	return errs
+}
+
+// Wave bounds of BatchPut: the first wave's bytes, the largest wave's
+// bytes and items (a wave has at least one item).
+const (
+	putWaveFirst = 2 << 20
+	putWaveMax   = 32 << 20
+	putWaveItems = 64
+)
+
+// putWave is one BatchPutStart/BatchPutEnd pair of a BatchPut: items idx
+// (indices into its keys), their CRC32Cs and start results, or err when
+// the BatchPutStart call failed.
+type putWave struct {
+	idx    []int
+	crcs   []uint32
+	starts []masterapi.PutStartResult
+	err    error
+}
+
+// putWaves splits idx into waves of at most putWaveItems items whose
+// bytes stay within a limit that doubles from putWaveFirst to putWaveMax.
+func putWaves(idx []int, size func(i int) int64) []*putWave {
+	var out []*putWave
+	limit := int64(putWaveFirst)
+	for len(idx) > 0 {
+		n, bytes := 0, int64(0)
+		for n < len(idx) && n < putWaveItems && (n == 0 || bytes+size(idx[n]) <= limit) {
+			bytes += size(idx[n])
+			n++
 		}
-		wctx := wire.WithObject(ctx, wire.Object{Key: keys[i], SoftPin: c.cfg.SoftPin, HardPin: c.cfg.HardPin})
-		if err := c.writeReplicas(wctx, starts[j].PutStartReply, values[i], crcs[i]); err != nil {
-			errs[i] = fmt.Errorf("client: put %s: %w", masterapi.ShortKey(keys[i]), err)
+		out = append(out, &putWave{idx: idx[:n]})
+		idx = idx[n:]
+		limit = min(2*limit, putWaveMax)
+	}
+	return out
+}
+
+// startWave computes w's CRC32Cs and asks the master for its ranges.
+func (c *Client) startWave(ctx context.Context, keys []string, values [][]byte, opts PutOptions, w *putWave) {
+	reqs := make([]masterapi.PutStartRequest, len(w.idx))
+	w.crcs = make([]uint32, len(w.idx))
+	for j, i := range w.idx {
+		w.crcs[j] = CRC32C(values[i])
+		reqs[j] = c.putRequest(keys[i], int64(len(values[i])), w.crcs[j], opts)
+	}
+	w.starts, w.err = c.m.BatchPutStart(ctx, reqs)
+	if w.err == nil && len(w.starts) != len(reqs) {
+		w.err = codes.Errorf(codes.InternalError, "client: batch put start: %d results for %d keys", len(w.starts), len(reqs))
+	}
+}
+
+// writeWave writes w's bytes, each item on a goroutine holding a slot of
+// sem, and returns what to wait on for them; errs[i] records a failure.
+func (c *Client) writeWave(ctx context.Context, keys []string, values [][]byte, w *putWave, errs []error, sem chan struct{}) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for j, i := range w.idx {
+		if w.err != nil {
+			errs[i] = fmt.Errorf("client: batch put %s: %w", masterapi.ShortKey(keys[i]), w.err)
+			continue
 		}
-	})
+		if w.starts[j].Err != nil {
+			errs[i] = fmt.Errorf("client: put %s: %w", masterapi.ShortKey(keys[i]), w.starts[j].Err)
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			wctx := wire.WithObject(ctx, wire.Object{Key: keys[i], SoftPin: c.cfg.SoftPin, HardPin: c.cfg.HardPin})
+			if err := c.writeReplicas(wctx, w.starts[j].PutStartReply, values[i], w.crcs[j]); err != nil {
+				errs[i] = fmt.Errorf("client: put %s: %w", masterapi.ShortKey(keys[i]), err)
+			}
+		})
+	}
+	return &wg
+}
+
+// endWave completes the written items of w with one BatchPutEnd and
+// revokes the others that got a range.
+func (c *Client) endWave(ctx context.Context, keys []string, w *putWave, errs []error, start time.Time) {
+	if w.err != nil {
+		return
+	}
 	var ends, revokes []masterapi.PutRef
 	var endIdx []int
 	var endReps []masterapi.Replica
-	for j, i := range idx {
-		p := masterapi.PutRef{Key: keys[i], Token: starts[j].Replica.PutToken}
+	for j, i := range w.idx {
+		p := masterapi.PutRef{Key: keys[i], Token: w.starts[j].Replica.PutToken}
 		switch {
-		case starts[j].Err != nil:
+		case w.starts[j].Err != nil:
 		case errs[i] != nil:
 			revokes = append(revokes, p)
 		default:
 			ends = append(ends, p)
 			endIdx = append(endIdx, i)
-			endReps = append(endReps, starts[j].Replica)
+			endReps = append(endReps, w.starts[j].Replica)
 		}
 	}
 	if len(revokes) > 0 {
@@ -108,22 +189,22 @@ func (c *Client) BatchPutWith(ctx context.Context, keys []string, values [][]byt
 			c.log.Debug("batch put revoke failed", "err", err)
 		}
 	}
-	if len(ends) > 0 {
-		res, err := c.m.BatchPutEnd(ctx, ends)
-		for j, i := range endIdx {
-			switch {
-			case err != nil:
-				errs[i] = fmt.Errorf("client: put %s: %w", masterapi.ShortKey(keys[i]), err)
-			case j < len(res) && res[j] != nil:
-				errs[i] = fmt.Errorf("client: put %s: %w", masterapi.ShortKey(keys[i]), res[j])
-			default:
-				// Each completed item, from the batch's start (the
-				// Observer's contract), like Put.
-				c.observePut(endReps[j], start)
-			}
+	if len(ends) == 0 {
+		return
+	}
+	res, err := c.m.BatchPutEnd(ctx, ends)
+	for j, i := range endIdx {
+		switch {
+		case err != nil:
+			errs[i] = fmt.Errorf("client: put %s: %w", masterapi.ShortKey(keys[i]), err)
+		case j < len(res) && res[j] != nil:
+			errs[i] = fmt.Errorf("client: put %s: %w", masterapi.ShortKey(keys[i]), res[j])
+		default:
+			// Each completed item, from the batch's start (the
+			// Observer's contract), like Put.
+			c.observePut(endReps[j], start)
 		}
 	}
-	return errs
 }
 
 // BatchExists answers Exists for every key with one call.

@@ -76,6 +76,10 @@ type Client struct {
 	local  LocalNode
 	data   wire.DataPool
 	closed atomic.Bool
+	// bgMu orders the start of a background follow-up (afterCall) with
+	// Close; bg counts those running, which Close waits for.
+	bgMu sync.Mutex
+	bg   sync.WaitGroup
 
 	localDRAM, remoteDRAM, localSSD, remoteSSD atomic.Int64
 	fallbacks, checksumFailures, badReported   atomic.Int64
@@ -133,11 +137,42 @@ func (c *Client) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
+	c.bgMu.Lock() // every afterCall that saw the client open has counted itself
+	c.bgMu.Unlock()
 	c.data.Close()
+	var err error
 	if c.closeM != nil {
-		return c.closeM()
+		err = c.closeM() // background follow-ups now fail at once
 	}
-	return nil
+	c.bg.Wait()
+	return err
+}
+
+// afterCall makes a best-effort follow-up call f of an operation whose
+// context is ctx (a put's revoke, a read's report of a bad replica) such
+// that the operation still returns by its deadline: f gets ctx's remaining
+// time, at most bound; when ctx has ended (before f or during it), f runs
+// again in the background with bound, so that what it tells the master is
+// not lost to the deadline (Close waits for it).
+func (c *Client) afterCall(ctx context.Context, bound time.Duration, f func(ctx context.Context) error) {
+	if ctx.Err() == nil {
+		fctx, cancel := context.WithTimeout(ctx, bound)
+		err := f(fctx)
+		cancel()
+		if err == nil || ctx.Err() == nil {
+			return // done, or failed for a reason of its own
+		}
+	}
+	c.bgMu.Lock()
+	defer c.bgMu.Unlock()
+	if c.closed.Load() {
+		return
+	}
+	c.bg.Go(func() {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
+		defer cancel()
+		_ = f(fctx)
+	})
 }
 
 func (c *Client) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -219,16 +254,20 @@ func (c *Client) PutWith(ctx context.Context, key string, value []byte, opts Put
 	}
 	wctx := wire.WithObject(ctx, wire.Object{Key: key, SoftPin: c.cfg.SoftPin, HardPin: c.cfg.HardPin})
 	if err := c.writeReplicas(wctx, r, value, crc); err != nil {
-		c.revoke(key, r.PutToken)
+		c.revoke(ctx, key, r.PutToken)
 		return fmt.Errorf("client: put %s: %w", masterapi.ShortKey(key), err)
 	}
 	if err := c.m.PutEnd(ctx, key, r.PutToken); err != nil {
-		c.revoke(key, r.PutToken)
+		c.revoke(ctx, key, r.PutToken)
 		return fmt.Errorf("client: put %s: %w", masterapi.ShortKey(key), err)
 	}
 	c.observePut(r.Replica, start)
 	return nil
 }
+
+// revokeTimeout bounds a put's PutRevoke (within the put's deadline, or
+// after it in the background: afterCall).
+const revokeTimeout = 5 * time.Second
 
 // putRequest is the PutStart request of a put of key.
 func (c *Client) putRequest(key string, size int64, crc uint32, opts PutOptions) masterapi.PutStartRequest {
@@ -241,13 +280,16 @@ func (c *Client) putRequest(key string, size int64, crc uint32, opts PutOptions)
 }
 
 // revoke abandons the put token of key (best effort: a put the master no
-// longer knows as current is answered ErrStalePut and changes nothing).
-func (c *Client) revoke(key string, token uint64) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := c.m.PutRevoke(ctx, key, token); err != nil {
-		c.log.Debug("put revoke failed", "key", key, "err", err)
-	}
+// longer knows as current, or that ended after all, is answered an error
+// and changes nothing), without holding the put past its deadline ctx.
+func (c *Client) revoke(ctx context.Context, key string, token uint64) {
+	c.afterCall(ctx, revokeTimeout, func(ctx context.Context) error {
+		err := c.m.PutRevoke(ctx, key, token)
+		if err != nil {
+			c.log.Debug("put revoke failed", "key", key, "err", err)
+		}
+		return err
+	})
 }
 
 // writeReplicas writes value to every replica of the put p, in parallel
@@ -341,10 +383,15 @@ const reportBadReplicaTimeout = 2 * time.Second
 // check, or (missing) that its node answered it does not hold the object on
 // SSD, so that it stops listing it (the master drops it; the next reconcile
 // deletes an SSD copy). Best effort: a failure is logged; the read goes on
-// with the next replica either way.
+// with the next replica either way, and is not held past its deadline
+// (afterCall).
 func (c *Client) reportBad(ctx context.Context, info masterapi.ObjectInfo, r masterapi.Replica, missing bool) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportBadReplicaTimeout)
-	defer cancel()
+	c.afterCall(ctx, reportBadReplicaTimeout, func(ctx context.Context) error {
+		return c.report(ctx, info, r, missing)
+	})
+}
+
+func (c *Client) report(ctx context.Context, info masterapi.ObjectInfo, r masterapi.Replica, missing bool) error {
 	what := "fails its checksum"
 	if missing {
 		what = "is missing on its node"
@@ -360,9 +407,11 @@ func (c *Client) reportBad(ctx context.Context, info masterapi.ObjectInfo, r mas
 	case errors.Is(err, codes.ErrReplicaNotFound), errors.Is(err, codes.ErrObjectNotFound):
 		// Already dropped (a node that detects a corrupt SSD entry drops
 		// it itself), or the key changed since the lookup.
+		return nil
 	default:
 		c.log.Warn("reporting a replica that "+what+" failed", "key", info.Key, "node", r.Node, "kind", r.Kind, "err", err)
 	}
+	return err
 }
 
 func (c *Client) countRead(r masterapi.Replica) {

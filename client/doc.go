@@ -19,7 +19,8 @@
 // does not hold the object, are reported to the master (ReportBadReplica),
 // which stops listing them (a node that cannot be reached is not reported:
 // plain fallback). Exists, Remove, EvictMemory and the batch forms
-// complete the API. Errors wrap the sentinels this package re-exports from
+// complete the API; BatchPut goes in pipelined waves (the next wave's
+// ranges are asked for while the current one is written). Errors wrap the sentinels this package re-exports from
 // internal/codes (ErrObjectNotFound, ErrReplicaGone, ..., and Code, CodeOf),
 // checked with errors.Is, whether the master is local or remote.
 //

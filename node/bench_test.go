@@ -295,3 +295,33 @@ func BenchmarkTierLoadOne(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkE2EBatchPut: BatchPut of 64 objects of 1 MiB over loopback
+// (one BatchPutStart, the writes, one BatchPutEnd); removed between
+// batches, untimed.
+func BenchmarkE2EBatchPut(b *testing.B) {
+	c, _, _ := benchCluster(b, false)
+	ctx := context.Background()
+	const n, size = 64, 1 << 20
+	keys := make([]string, n)
+	vals := make([][]byte, n)
+	for i := range keys {
+		keys[i], vals[i] = fmt.Sprintf("bput-%d", i), rnd(size)
+	}
+	b.SetBytes(n * size)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for j, err := range c.BatchPut(ctx, keys, vals) {
+			if err != nil {
+				b.Fatal(j, err)
+			}
+		}
+		b.StopTimer()
+		for _, err := range c.BatchRemove(ctx, keys, true) {
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+	}
+}

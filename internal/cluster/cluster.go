@@ -32,22 +32,31 @@ func Build(ctx context.Context, race bool) (*Binaries, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	root, err := ModuleRoot()
-	if err != nil {
+	b := &Binaries{Dir: dir}
+	if err := b.Add(ctx, race, "./cmd/tierstore-master", "./cmd/tierstore-node", "./cmd/tierstore", "./ha/cmd/tierstore-etcd"); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	args := []string{"build", "-o", dir + "/"}
+	return b, nil
+}
+
+// Add compiles more main packages of this module (paths relative to the
+// module root, "./internal/..."), into b.Dir.
+func (b *Binaries) Add(ctx context.Context, race bool, pkgs ...string) error {
+	root, err := ModuleRoot()
+	if err != nil {
+		return err
+	}
+	args := []string{"build", "-o", b.Dir + "/"}
 	if race {
 		args = append(args, "-race")
 	}
-	cmd := exec.CommandContext(ctx, "go", append(args, "./cmd/tierstore-master", "./cmd/tierstore-node", "./cmd/tierstore", "./ha/cmd/tierstore-etcd")...)
+	cmd := exec.CommandContext(ctx, "go", append(args, pkgs...)...)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("cluster: go build: %w\n%s", err, out)
+		return fmt.Errorf("cluster: go build: %w\n%s", err, out)
 	}
-	return &Binaries{Dir: dir}, nil
+	return nil
 }
 
 // Close removes the binaries.
@@ -99,8 +108,17 @@ func (w logWriter) Write(b []byte) (int, error) {
 // its "listening on" line on stdout. On failure the process is killed and
 // the error carries its output.
 func (b *Binaries) Start(binary string, wait time.Duration, args ...string) (*Proc, error) {
+	return b.StartWrapped(nil, binary, wait, args...)
+}
+
+// StartWrapped is Start with the command line prefixed by wrapper (for
+// example "ip netns exec NS", which execs the binary in place, so the
+// process started is the binary itself). A wait of 0 returns as soon as the
+// process has started, for binaries that print no "listening on" line.
+func (b *Binaries) StartWrapped(wrapper []string, binary string, wait time.Duration, args ...string) (*Proc, error) {
 	p := &Proc{Name: binary, Args: args, done: make(chan struct{})}
-	p.cmd = exec.Command(filepath.Join(b.Dir, binary), args...)
+	argv := append(append(append([]string(nil), wrapper...), filepath.Join(b.Dir, binary)), args...)
+	p.cmd = exec.Command(argv[0], argv[1:]...)
 	DieWithParent(p.cmd)
 	p.cmd.Stderr = logWriter{p}
 	out, err := p.cmd.StdoutPipe()
@@ -128,6 +146,9 @@ func (b *Binaries) Start(binary string, wait time.Duration, args ...string) (*Pr
 		p.err = p.cmd.Wait()
 		close(p.done)
 	}()
+	if wait == 0 {
+		return p, nil
+	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	select {

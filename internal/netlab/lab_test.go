@@ -1,0 +1,424 @@
+//go:build linux
+
+package netlab
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// newLab returns a lab with hosts a, b and c, closed at the end of the
+// test; it skips with one line when the machine cannot run one.
+func newLab(t *testing.T) (*Lab, *Host, *Host, *Host) {
+	t.Helper()
+	if err := Available(); err != nil {
+		t.Skip(err)
+	}
+	l, err := New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := l.Close(); err != nil {
+			t.Error(err)
+		}
+		for _, ns := range namespaces() {
+			if strings.HasPrefix(ns, l.Name) {
+				t.Errorf("namespace %s left after Close", ns)
+			}
+		}
+	})
+	var hs []*Host
+	for _, n := range []string{"a", "b", "c"} {
+		h, err := l.AddHost(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs = append(hs, h)
+	}
+	return l, hs[0], hs[1], hs[2]
+}
+
+// udpSink listens on h and counts the datagrams it receives, in order of
+// arrival (each carries its sequence number).
+type udpSink struct {
+	c    *net.UDPConn
+	addr string
+}
+
+func newSink(t *testing.T, h *Host) *udpSink {
+	t.Helper()
+	var c *net.UDPConn
+	if err := h.Do(func() (err error) {
+		c, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(h.IP)})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &udpSink{c: c, addr: c.LocalAddr().String()}
+}
+
+// collect reads datagrams until none has come for quiet.
+func (s *udpSink) collect(quiet time.Duration) []uint32 {
+	var seqs []uint32
+	buf := make([]byte, 64)
+	for {
+		_ = s.c.SetReadDeadline(time.Now().Add(quiet))
+		n, err := s.c.Read(buf)
+		if err != nil {
+			return seqs
+		}
+		if n >= 4 {
+			seqs = append(seqs, binary.BigEndian.Uint32(buf))
+		}
+	}
+}
+
+// send sends n numbered datagrams from h to addr, gap apart.
+func send(t *testing.T, h *Host, addr string, n int, gap time.Duration) {
+	t.Helper()
+	var c net.Conn
+	if err := h.Do(func() (err error) { c, err = net.Dial("udp4", addr); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var b [4]byte
+	for i := 0; i < n; i++ {
+		binary.BigEndian.PutUint32(b[:], uint32(i))
+		_, _ = c.Write(b[:]) // a dropped datagram is what some tests look for
+		if gap > 0 {
+			time.Sleep(gap) // pacing of the sender, not a synchronisation
+		}
+	}
+}
+
+// reaches reports whether 20 datagrams sent from -> to arrive (any of
+// them).
+func reaches(t *testing.T, from, to *Host) bool {
+	t.Helper()
+	s := newSink(t, to)
+	send(t, from, s.addr, 20, 0)
+	return len(s.collect(200*time.Millisecond)) > 0
+}
+
+func TestPartitionsByName(t *testing.T) {
+	l, a, b, c := newLab(t)
+	if !reaches(t, a, b) || !reaches(t, b, a) || !reaches(t, a, c) {
+		t.Fatal("hosts of a fresh lab do not reach each other")
+	}
+	steps := []struct {
+		f    Fault
+		want map[[2]*Host]bool // from, to -> reachable
+	}{
+		{Partition(b), map[[2]*Host]bool{{a, b}: false, {b, a}: false, {c, b}: false, {a, c}: true}},
+		{OneWay(a, b), map[[2]*Host]bool{{a, b}: false, {b, a}: true, {a, c}: true}},
+		{Cut([]*Host{a}, []*Host{b}), map[[2]*Host]bool{{a, b}: false, {b, a}: false, {a, c}: true, {c, b}: true}},
+		{Split([]*Host{a, c}), map[[2]*Host]bool{{a, c}: true, {a, b}: false, {b, c}: false, {c, a}: true}},
+	}
+	for _, st := range steps {
+		if err := l.Inject(st.f); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Inject(st.f); err == nil {
+			t.Errorf("%s injected twice without an error", st.f)
+		}
+		for p, want := range st.want {
+			if got := reaches(t, p[0], p[1]); got != want {
+				t.Errorf("%s: %s -> %s reachable %v, want %v", st.f, p[0].Name, p[1].Name, got, want)
+			}
+		}
+		if err := l.Heal(st.f); err != nil {
+			t.Fatal(err)
+		}
+		if !reaches(t, a, b) || !reaches(t, b, a) {
+			t.Errorf("%s healed, a and b still do not reach each other", st.f)
+		}
+	}
+}
+
+func TestHealAll(t *testing.T) {
+	l, a, b, c := newLab(t)
+	for _, f := range []Fault{Partition(b), OneWay(a, c), Flap(Cut([]*Host{c}, []*Host{b}), time.Millisecond, time.Hour)} {
+		if err := l.Inject(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.HealAll(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(l.Active()); n != 0 {
+		t.Fatalf("%d faults active after HealAll: %v", n, l.Active())
+	}
+	for _, p := range [][2]*Host{{a, b}, {a, c}, {c, b}, {b, c}} {
+		if !reaches(t, p[0], p[1]) {
+			t.Errorf("after HealAll %s does not reach %s", p[0].Name, p[1].Name)
+		}
+	}
+}
+
+func TestLoss(t *testing.T) {
+	l, a, b, _ := newLab(t)
+	if err := l.Inject(Loss([]*Host{a}, []*Host{b}, 0.5)); err != nil {
+		t.Fatal(err)
+	}
+	s := newSink(t, b)
+	send(t, a, s.addr, 400, 0)
+	// Binomial(400, 0.5): 200 +- 10; [120, 280] is 8 standard deviations.
+	if got := len(s.collect(300 * time.Millisecond)); got < 120 || got > 280 {
+		t.Errorf("50%% loss let %d of 400 datagrams through", got)
+	}
+}
+
+// echo serves a TCP echo on h and returns its address.
+func echo(t *testing.T, h *Host) string {
+	t.Helper()
+	var ln net.Listener
+	if err := h.Do(func() (err error) { ln, err = net.Listen("tcp4", h.IP+":0"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// rtt is the time of one 1-byte round trip over a new TCP connection from
+// h to addr (after the handshake).
+func rtt(t *testing.T, h *Host, addr string) time.Duration {
+	t.Helper()
+	var c net.Conn
+	if err := h.Do(func() (err error) { c, err = net.DialTimeout("tcp4", addr, 5*time.Second); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	start := time.Now()
+	if _, err := c.Write([]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+func TestRelayDelay(t *testing.T) {
+	l, a, b, c := newLab(t)
+	if !l.Caps.Relay {
+		t.Skip(l.Caps.Notes)
+	}
+	addr := echo(t, b)
+	f := Delay([]*Host{a}, []*Host{b}, Shape{Delay: 60 * time.Millisecond})
+	if err := l.Inject(f); err != nil {
+		t.Fatal(err)
+	}
+	if d := rtt(t, a, addr); d < 120*time.Millisecond {
+		t.Errorf("round trip through a 60 ms relay link took %v, want >= 120ms", d)
+	}
+	if d := rtt(t, c, addr); d >= 120*time.Millisecond {
+		t.Logf("c -> b (not shaped) took %v", d) // not an error on a loaded machine, but worth seeing
+	}
+	if l.RelayStats().Relayed == 0 {
+		t.Error("the relay forwarded nothing")
+	}
+	if err := l.Heal(f); err != nil {
+		t.Fatal(err)
+	}
+	before := l.RelayStats().Relayed
+	_ = rtt(t, a, addr)
+	if after := l.RelayStats().Relayed; after != before {
+		t.Errorf("healed link still goes through the relay (%d packets)", after-before)
+	}
+}
+
+func TestRelayDuplicatesAndReorders(t *testing.T) {
+	l, a, b, _ := newLab(t)
+	if !l.Caps.Relay {
+		t.Skip(l.Caps.Notes)
+	}
+	f := Delay([]*Host{a}, []*Host{b}, Shape{Delay: 20 * time.Millisecond, Jitter: 15 * time.Millisecond, Dup: 1})
+	if err := l.Inject(f); err != nil {
+		t.Fatal(err)
+	}
+	s := newSink(t, b)
+	send(t, a, s.addr, 100, time.Millisecond)
+	got := s.collect(300 * time.Millisecond)
+	if len(got) != 200 {
+		t.Errorf("Dup 100%%: %d datagrams arrived for 100 sent, want 200", len(got))
+	}
+	inversions := 0
+	for i := 1; i < len(got); i++ {
+		if got[i] < got[i-1] {
+			inversions++
+		}
+	}
+	if inversions == 0 {
+		t.Error("15 ms jitter on 1 ms spaced datagrams reordered none")
+	}
+	if err := l.Heal(f); err != nil {
+		t.Fatal(err)
+	}
+	// Reorder alone: a fraction overtakes the delayed rest.
+	f = Delay([]*Host{a}, []*Host{b}, Shape{Delay: 30 * time.Millisecond, Reorder: 0.3})
+	if err := l.Inject(f); err != nil {
+		t.Fatal(err)
+	}
+	send(t, a, s.addr, 100, time.Millisecond)
+	got = s.collect(300 * time.Millisecond)
+	inversions = 0
+	for i := 1; i < len(got); i++ {
+		if got[i] < got[i-1] {
+			inversions++
+		}
+	}
+	if len(got) != 100 || inversions == 0 {
+		t.Errorf("Reorder 30%%: %d arrived (want 100), %d inversions (want > 0)", len(got), inversions)
+	}
+}
+
+func TestFlap(t *testing.T) {
+	l, a, b, _ := newLab(t)
+	f := Flap(Partition(b), 150*time.Millisecond, 150*time.Millisecond)
+	if err := l.Inject(f); err != nil {
+		t.Fatal(err)
+	}
+	s := newSink(t, b)
+	send(t, a, s.addr, 300, 5*time.Millisecond) // 1.5 s: about five up and five down phases
+	got := s.collect(200 * time.Millisecond)
+	if err := l.Heal(f); err != nil {
+		t.Fatal(err)
+	}
+	if Downs(f) < 2 || len(got) == 0 || len(got) == 300 {
+		t.Fatalf("flap: %d downs, %d of 300 datagrams arrived; want >= 2 downs and some but not all", Downs(f), len(got))
+	}
+	gaps := 0
+	for i := 1; i < len(got); i++ {
+		if got[i] > got[i-1]+5 {
+			gaps++
+		}
+	}
+	if gaps == 0 {
+		t.Errorf("no gap in what arrived through a flapping link: %v", got)
+	}
+	if !reaches(t, a, b) {
+		t.Error("healed flap still cuts the link")
+	}
+}
+
+func TestBandwidth(t *testing.T) {
+	l, a, b, _ := newLab(t)
+	if !l.Caps.TBF {
+		t.Skip(l.Caps.Notes)
+	}
+	addr := echo(t, b)
+	if err := l.Inject(Bandwidth(a, "8mbit")); err != nil {
+		t.Fatal(err)
+	}
+	var c net.Conn
+	if err := a.Do(func() (err error) { c, err = net.Dial("tcp4", addr); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	go func() { _, _ = c.Write(make([]byte, 1<<20)) }()
+	if _, err := io.ReadFull(c, make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	// 1 MiB at 8 Mbit/s takes at least 1 s (minus the 64 KiB burst).
+	if d := time.Since(start); d < 900*time.Millisecond {
+		t.Errorf("1 MiB through an 8 Mbit/s cap in %v", d)
+	}
+}
+
+// TestKilledLabIsRemoved: a process that creates a lab and dies by
+// SIGKILL leaves nothing behind (its reaper removes the lab), and
+// CleanStale removes a lab whose process is gone.
+func TestKilledLabIsRemoved(t *testing.T) {
+	if os.Getenv("NETLAB_CHILD") == "1" {
+		l, err := New(nil)
+		if err != nil {
+			fmt.Println("ERR", err)
+			os.Exit(1)
+		}
+		if _, err := l.AddHost("x"); err != nil {
+			fmt.Println("ERR", err)
+			os.Exit(1)
+		}
+		fmt.Println("LAB", l.Name)
+		select {} // until killed
+	}
+	if err := Available(); err != nil {
+		t.Skip(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKilledLabIsRemoved$")
+	cmd.Env = append(os.Environ(), "NETLAB_CHILD=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	if _, err := fmt.Fscanln(out, &line, new(string)); err != nil || line != "LAB" {
+		_ = cmd.Process.Kill()
+		t.Fatalf("child: %q %v", line, err)
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	name := fmt.Sprintf("%s%d-", prefix, cmd.Process.Pid)
+	if err := pollGone(name, 10*time.Second); err != nil {
+		t.Error(err)
+	}
+
+	// A lab left by a process that is gone and whose reaper did not run.
+	stale := fmt.Sprintf("%s%d-1", prefix, cmd.Process.Pid)
+	for _, ns := range []string{stale, stale + "-h"} {
+		if err := run("ip", "netns", "add", ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	CleanStale()
+	for _, ns := range namespaces() {
+		if strings.HasPrefix(ns, stale) {
+			t.Errorf("CleanStale left %s", ns)
+		}
+	}
+}
+
+// pollGone waits (bounded) until no namespace starts with prefix.
+func pollGone(prefix string, bound time.Duration) error {
+	deadline := time.Now().Add(bound)
+	for {
+		var left []string
+		for _, ns := range namespaces() {
+			if strings.HasPrefix(ns, prefix) {
+				left = append(left, ns)
+			}
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("namespaces left by a killed lab: " + strings.Join(left, " "))
+		}
+		time.Sleep(50 * time.Millisecond) // poll the namespace list, bounded
+	}
+}

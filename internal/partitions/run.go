@@ -1,0 +1,207 @@
+//go:build linux
+
+package partitions
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tierstore/tierstore/internal/cluster"
+	"github.com/tierstore/tierstore/internal/netlab"
+	"github.com/tierstore/tierstore/internal/netlab/history"
+)
+
+// Result is one scenario's outcome.
+type Result struct {
+	Name    string
+	About   string
+	Skipped string // why it did not run ("" when it ran)
+	Err     error  // the harness failed (a process did not start, ...)
+	Report  *history.Report
+	Notes   []string // what the scenario saw besides the history
+	// Known names the open findings (owned by other work) whose
+	// violations this scenario is known to show, by kind; OK ignores
+	// those kinds.
+	Known   map[string]string
+	Elapsed time.Duration
+}
+
+// OK reports whether the scenario was skipped, or ran and kept every
+// promise but those of its Known open findings.
+func (r Result) OK() bool {
+	if r.Skipped != "" {
+		return true
+	}
+	if r.Err != nil || r.Report == nil {
+		return false
+	}
+	for _, v := range r.Report.Violations {
+		if _, ok := r.Known[v.Kind]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// scenario is one fault scenario.
+type scenario struct {
+	name, about string
+	// needs returns why the lab cannot run it ("" when it can).
+	needs func(netlab.Caps) string
+	run   func(ctx context.Context, r *rig) error
+	known map[string]string // Result.Known
+}
+
+// Names lists the scenarios in the order Run runs them.
+func Names() []string {
+	var n []string
+	for _, s := range all {
+		n = append(n, s.name)
+	}
+	return n
+}
+
+// Run builds the binaries (unless cfg.Bins) and runs the scenarios, each
+// in a lab of its own. It returns an error only when nothing can run (no
+// root, a tool missing: netlab.ErrUnavailable) or the build fails; a
+// scenario's own failure is in its Result.
+func Run(ctx context.Context, cfg Config) ([]Result, error) {
+	if cfg.Log == nil {
+		cfg.Log = io.Discard
+	}
+	for _, n := range cfg.Only {
+		if !slices.Contains(Names(), n) {
+			return nil, fmt.Errorf("partitions: unknown scenario %q (have %s)", n, strings.Join(Names(), ", "))
+		}
+	}
+	if err := netlab.Available(); err != nil {
+		return nil, err
+	}
+	if cfg.Bins == nil {
+		b, err := cluster.Build(ctx, cfg.Race)
+		if err != nil {
+			return nil, err
+		}
+		defer b.Close()
+		if err := b.Add(ctx, cfg.Race, clientPackage); err != nil {
+			return nil, err
+		}
+		cfg.Bins = b
+	}
+	if cfg.Dir == "" {
+		d, err := os.MkdirTemp("", "tierstore-partitions-*")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(d)
+		cfg.Dir = d
+	}
+	var out []Result
+	for _, s := range all {
+		if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, s.name) {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return out, err
+		}
+		out = append(out, runOne(ctx, cfg, s))
+	}
+	return out, nil
+}
+
+// runOne runs s in a new lab and checks its history.
+func runOne(ctx context.Context, cfg Config, s scenario) Result {
+	res := Result{Name: s.name, About: s.about, Known: s.known}
+	fmt.Fprintf(cfg.Log, "=== %s: %s\n", s.name, s.about)
+	start := time.Now()
+	defer func() { res.Elapsed = time.Since(start) }()
+	lab, err := netlab.New(cfg.Bins)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	defer lab.Close()
+	if why := s.needs(lab.Caps); why != "" {
+		res.Skipped = why
+		fmt.Fprintf(cfg.Log, "    skipped: %s\n", why)
+		return res
+	}
+	r := &rig{cfg: cfg, lab: lab, dir: filepath.Join(cfg.Dir, s.name), log: cfg.Log, procHost: map[*cluster.Proc]*netlab.Host{}}
+	if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		res.Err = err
+		return res
+	}
+	sctx, cancel := context.WithTimeout(ctx, r.dur(4*time.Minute, 10*time.Minute))
+	defer cancel()
+	res.Err = s.run(sctx, r)
+	r.saveLogs()
+	if res.Err == nil {
+		res.Report, res.Err = r.check()
+	}
+	res.Notes = r.notes
+	if !res.OK() {
+		if res.Report != nil {
+			fmt.Fprintf(cfg.Log, "    %s\n", res.Report)
+			res.Report.WriteViolations(cfg.Log, 5)
+		}
+		if res.Err != nil {
+			fmt.Fprintf(cfg.Log, "    error: %v\n", res.Err)
+		}
+		r.dumpLogs(cfg.Log)
+	}
+	return res
+}
+
+// Table prints one row per scenario: calls made, puts acknowledged, lost,
+// stale reads, wrong bytes, calls past their deadline, time to recover
+// after the heal; then the notes.
+func Table(w io.Writer, results []Result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tops\tacknowledged\ton SSD\tlost\tstale\twrong bytes\tpast deadline\trecovery\t")
+	for _, r := range results {
+		switch {
+		case r.Skipped != "":
+			fmt.Fprintf(tw, "%s\tskipped: %s\t\t\t\t\t\t\t\t\n", r.Name, r.Skipped)
+		case r.Report == nil:
+			fmt.Fprintf(tw, "%s\tfailed: %v\t\t\t\t\t\t\t\t\n", r.Name, firstLine(r.Err))
+		default:
+			p := r.Report
+			rec := "never"
+			if p.Recovered {
+				rec = p.Recovery.Round(10 * time.Millisecond).String()
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n", r.Name, p.Ops, p.Acknowledged, p.OnSSD, p.Lost, p.Stale, p.Wrong, p.PastDeadline, rec)
+		}
+	}
+	tw.Flush()
+	for _, r := range results {
+		for _, n := range r.Notes {
+			fmt.Fprintf(w, "%s: %s\n", r.Name, n)
+		}
+		if r.Report == nil {
+			continue
+		}
+		seen := map[string]bool{}
+		for _, v := range r.Report.Violations {
+			if why, ok := r.Known[v.Kind]; ok && !seen[v.Kind] {
+				seen[v.Kind] = true
+				fmt.Fprintf(w, "%s: %s: known open finding: %s\n", r.Name, v.Kind, why)
+			}
+		}
+	}
+}
+
+func firstLine(err error) string {
+	if err == nil {
+		return ""
+	}
+	s, _, _ := strings.Cut(err.Error(), "\n")
+	return s
+}
