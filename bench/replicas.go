@@ -92,8 +92,9 @@ func runReplicas(ctx context.Context, e *env) (*result, error) {
 		d = 500 * time.Millisecond
 	}
 	sizes, clients := []int64{256 << 10, 1 << 20}, []int{1, 4}
-	if e.sizes != nil { // tests: small objects, short rows
-		sizes, d = e.sizes, 100*time.Millisecond
+	round := 64         // most puts per client and round
+	if e.sizes != nil { // tests: small objects, short rows, small rounds
+		sizes, d, round = e.sizes, 100*time.Millisecond, 8
 	}
 	rig, err := newReplicaRig(ctx, clients[len(clients)-1], 1<<30)
 	if err != nil {
@@ -108,7 +109,7 @@ func runReplicas(ctx context.Context, e *env) (*result, error) {
 		Columns: []string{"row", "size", "clients", "MB/s", "p50 ms", "x 1 replica", "p50 x 1 replica", "x raw tcp", "cpu us/MiB", "cpu x 1 replica"}}
 	for _, size := range sizes {
 		for _, k := range clients {
-			rows, err := replicaRows(ctx, rig, size, k, d)
+			rows, err := replicaRows(ctx, rig, size, k, d, round)
 			if err != nil {
 				return nil, err
 			}
@@ -135,7 +136,7 @@ func runReplicas(ctx context.Context, e *env) (*result, error) {
 // replicaRows measures raw tcp and puts of 1, 2 and 3 replicas of size
 // bytes with k clients, interleaved in e2eReps passes; each row is its
 // median pass.
-func replicaRows(ctx context.Context, rig *replicaRig, size int64, k int, d time.Duration) ([]replicaRow, error) {
+func replicaRows(ctx context.Context, rig *replicaRig, size int64, k int, d time.Duration, round int) ([]replicaRow, error) {
 	src := newValueSource(int(size), 11)
 	vals := make([][]byte, 64)
 	for i := range vals {
@@ -153,7 +154,7 @@ func replicaRows(ctx context.Context, rig *replicaRig, size int64, k int, d time
 		}
 		passes[0] = append(passes[0], replicaRow{name: "raw tcp", fig: fig})
 		for n := 1; n <= replicaNodes; n++ {
-			fig, err := putReplicasRound(ctx, rig, src, size, k, n, d/e2eReps)
+			fig, err := putReplicasRound(ctx, rig, src, size, k, n, d/e2eReps, round)
 			if err != nil {
 				return nil, fmt.Errorf("bench: replicas put %s x%d, %d replicas: %w", sizeName(size), k, n, err)
 			}
@@ -193,9 +194,10 @@ func plural(n int, word string) string {
 }
 
 // putReplicasRound measures k clients putting values of size bytes with n
-// replicas each, in rounds that fill memory and are removed (untimed).
-func putReplicasRound(ctx context.Context, rig *replicaRig, src *valueSource, size int64, k, n int, d time.Duration) (figure, error) {
-	perRound := min(64, max(4, int(64<<20/size)/k))
+// replicas each, in rounds of at most round puts per client (64 MiB in
+// all) that are removed after each (untimed).
+func putReplicasRound(ctx context.Context, rig *replicaRig, src *valueSource, size int64, k, n int, d time.Duration, round int) (figure, error) {
+	perRound := min(round, max(4, int(64<<20/size)/k))
 	keys := make([][]string, k)
 	for w := range keys {
 		for i := range perRound {
@@ -204,15 +206,13 @@ func putReplicasRound(ctx context.Context, rig *replicaRig, src *valueSource, si
 	}
 	opts := client.PutOptions{Replicas: n}
 	op := func(w, i int) error { return rig.remote[w].PutWith(ctx, keys[w][i], src.value(w*perRound+i), opts) }
-	cleanup := func() error {
-		for w := range keys {
-			for _, key := range keys[w] {
-				if err := rig.remote[w].Remove(ctx, key, true); err != nil {
-					return err
-				}
-			}
+	prefix := fmt.Sprintf("^replicas/%d/", n)
+	cleanup := func() error { // one call for the round's puts (untimed)
+		got, err := rig.remote[0].RemoveByRegex(ctx, prefix, true)
+		if err == nil && got != int64(k*perRound) {
+			err = fmt.Errorf("removed %d of the round's %d objects", got, k*perRound)
 		}
-		return nil
+		return err
 	}
 	return measureRounds(ctx, k, perRound, d, size, op, cleanup)
 }
