@@ -30,8 +30,7 @@
 //     real store node whose SSD tier lists --keys synthetic keys (default
 //     10M, 100k with --quick) generated on the fly; it measures the node's
 //     start-up re-registration and reconciles with nothing changed, with
-//     100 and with 10000 keys drifted, and (when the list fits one message)
-//     the whole-list ReconcileDiskObjects: wall time, master CPU and RSS
+//     100 and with 10000 keys drifted: wall time, master CPU and RSS
 //     (/proc of the master process), node CPU (getrusage) and heap growth.
 //   - failover (not part of all): highly available masters as real
 //     processes (tierstore-etcd, 3 masters with the default HA settings,
@@ -39,6 +38,15 @@
 //     the first Get of a pre-existing object through the new leader and the
 //     objects lost per category; then the soak's 8 clients on 3 masters and
 //     8 nodes through 5 failovers (2 with --quick), wrong bytes.
+//   - serve: tierstore (master and node processes built from cmd/, SSD
+//     tier on the same disk) side by side with Debian's memcached (with
+//     extstore) and redis-server, started by the bench on 127.0.0.1 with
+//     the same DRAM budget (and SSD budget where a peer has one), on vLLM
+//     blocks, SGLang pages (batch_exists then batch put, batch get of 128
+//     pages), LMCache chunks and Zipf multi-turn re-reads, at a working set
+//     of 0.6x and 3x DRAM: GB/s, p50/p99, hit ratio, SSD bytes written,
+//     tierstore's ratios to each peer and the issue-24 goal verdicts. A
+//     missing peer is skipped with one line.
 //
 // Output: a table per scenario on stdout with a header naming the machine,
 // disk, Go version and options; --json writes every figure; --plot writes PNG

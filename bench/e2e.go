@@ -13,7 +13,6 @@ import (
 
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/internal/wire"
-	"github.com/tierstore/tierstore/masterapi"
 )
 
 func init() {
@@ -113,7 +112,6 @@ func runE2E(ctx context.Context, e *env) (*result, error) {
 		"raw tcp (the ratio base): k Go senders write the 64 objects of the row's size, from 64 separate buffers as the node's segment holds them, back to back into k loopback connections; k Go receivers read them into 64 buffers each (the batch rows' working set); measured in this process, in the same passes as the rows it divides",
 		"raw tcp (1 buffer each side): the same from one buffer into one buffer, everything in cache: what the socket moves when memory is not in the way (not a ratio base)",
 		"get rows use GetInto with one reusable buffer per client (the value is read from the socket straight into it); batch get dram = BatchGetInto of 64 keys into 64 buffers",
-		"get dram (grpc stream) is the previous path for comparison: GetReplicaList + the node's gRPC ReadRange stream of 1 MiB protobuf chunks + CRC32C",
 		"embedded get dram: master, node and client in one process, no socket (GetInto through client.Config.LocalNode)",
 		"cpu us/MiB: user+system CPU of the whole process (client, node, master, or the raw sender and receiver) per MiB moved, median pass; cpu x raw tcp = raw tcp's over the row's. Unlike MB/s it hardly depends on what else the machine runs: on loopback both ends share the CPUs, so when they are the limit, MB/s follows it")
 	res.Elapsed = time.Since(started).Seconds()
@@ -162,9 +160,9 @@ const e2eReps = 5
 // its ratios are the medians of the per-pass ratios.
 func (sr *e2eSizeRun) rows(ctx context.Context, k int) ([]e2eRow, error) {
 	ms := []func(context.Context, int) (e2eRow, error){
-		sr.rawTCP, sr.rawTCPHot, sr.put, sr.batchPut16, sr.batchPut128, sr.getDRAM, sr.getDRAMgRPC, sr.batchGetDRAM, sr.tierLoad, sr.getSSD, sr.embeddedGet,
+		sr.rawTCP, sr.rawTCPHot, sr.put, sr.batchPut16, sr.batchPut128, sr.getDRAM, sr.batchGetDRAM, sr.tierLoad, sr.getSSD, sr.embeddedGet,
 	}
-	const rawIdx, loadIdx = 0, 8
+	const rawIdx, loadIdx = 0, 7
 	passes := make([][]e2eRow, len(ms))
 	for range e2eReps {
 		for i, m := range ms {
@@ -413,46 +411,6 @@ func (sr *e2eSizeRun) batchGetDRAM(ctx context.Context, k int) (e2eRow, error) {
 			return verifyEach(bufs[w][i%len(bufs[w])], sr.dramVals[i%len(bufs[w])], sr.dramKeys[i%len(bufs[w])])
 		}
 		return nil
-	})
-	return r, err
-}
-
-// getDRAMgRPC is the path before the data plane, for comparison: lookup
-// at the master over gRPC, the node's gRPC ReadRange stream, CRC32C.
-func (sr *e2eSizeRun) getDRAMgRPC(ctx context.Context, k int) (e2eRow, error) {
-	r := e2eRow{name: "get dram (grpc stream)", size: sr.size, clients: k}
-	var pool wire.Pool
-	defer pool.Close()
-	ms := make([]*masterapi.Remote, k)
-	for w := range ms {
-		m, err := masterapi.Dial(ctx, sr.rig.addr)
-		if err != nil {
-			return r, err
-		}
-		defer m.Close()
-		ms[w] = m
-	}
-	rngs := make([]*rand.Rand, k)
-	for w := range rngs {
-		rngs[w] = rand.New(rand.NewPCG(uint64(w), 9))
-	}
-	var err error
-	r.fig, err = measure(ctx, k, sr.d/e2eReps, sr.size, func(w, i int) error {
-		key := sr.dramKeys[rngs[w].IntN(len(sr.dramKeys))]
-		info, err := ms[w].GetReplicaList(ctx, key)
-		if err != nil {
-			return err
-		}
-		rep := info.Replicas[0]
-		p, err := pool.Get(rep.Endpoint)
-		if err != nil {
-			return err
-		}
-		v, err := p.ReadRange(ctx, rep.Segment, rep.Offset, rep.Length)
-		if err == nil && wire.CRC32C(v) != info.CRC {
-			err = fmt.Errorf("%w: %s", errVerify, key)
-		}
-		return err
 	})
 	return r, err
 }

@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/node"
 	"github.com/tierstore/tierstore/tier"
@@ -49,6 +48,7 @@ type synthTier struct {
 	lost    map[int64]bool
 	strays  int64
 	removed map[string]bool
+	mark    []byte
 }
 
 func newSynthTier(n int64) *synthTier {
@@ -104,6 +104,27 @@ func (s *synthTier) Remove(key []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.removed[string(key)] = true
+	return nil
+}
+
+func (s *synthTier) RemoveKeys(keys [][]byte) (int, error) {
+	for _, k := range keys {
+		_ = s.Remove(k)
+	}
+	return len(keys), nil
+}
+
+// Mark and SetMark: the bench's node never restarts on a synthTier.
+func (s *synthTier) Mark() ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mark, nil
+}
+
+func (s *synthTier) SetMark(b []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.mark = append([]byte(nil), b...)
 	return nil
 }
 
@@ -350,35 +371,7 @@ func runReconcile(ctx context.Context, e *env) (*result, error) {
 		}
 		addStep(tb, d.name, f, after.ReconcileKeysSent-before.ReconcileKeysSent)
 	}
-	res.Notes = append(res.Notes, wholeListStep(ctx, tb, pid, m, st, keys))
 	return res, nil
-}
-
-// wholeListStep measures the one-call ReconcileDiskObjects (the call of
-// earlier builds) with the node's full list, when it fits in one message.
-func wholeListStep(ctx context.Context, tb *table, pid int, m *masterapi.Remote, st *synthTier, keys int64) string {
-	var list []string
-	size := 0
-	_ = st.Keys(func(k []byte, _ tier.KeyInfo) bool {
-		size += len(k) + 4
-		if size < masterapi.MaxMessageSize-(1<<20) {
-			list = append(list, string(k))
-		}
-		return true
-	})
-	if size >= masterapi.MaxMessageSize-(1<<20) {
-		return fmt.Sprintf("whole-list ReconcileDiskObjects (earlier builds): not run: the list of %d keys is %.0f MiB, above the %d MiB message limit",
-			keys, mib(int64(size)), masterapi.MaxMessageSize>>20)
-	}
-	f, err := measureStep(pid, func() error {
-		_, err := m.ReconcileDiskObjects(ctx, "bench-node", list)
-		return err
-	})
-	if err != nil {
-		return fmt.Sprintf("whole-list ReconcileDiskObjects failed: %v (%s)", err, codes.Of(err))
-	}
-	addStep(tb, "whole-list ReconcileDiskObjects (earlier builds), nothing changed", f, int64(len(list)))
-	return "whole-list call: the list is held in the bench process (not counted in node heap growth)"
 }
 
 func addStep(tb *table, name string, f stepFigures, sent int64) {

@@ -11,8 +11,8 @@ import (
 // TestReconcileSmoke runs the reconcile scenario with 20000 keys against a
 // real master process: re-registration and the three reconciles must leave
 // the master and the SSD as expected (the scenario checks the replicas
-// dropped and the strays removed, and fails otherwise), the whole-list
-// call runs (the list fits one message), and nothing is left running.
+// dropped and the strays removed, and fails otherwise), and nothing is
+// left running.
 func TestReconcileSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs tierstore-master")
@@ -27,8 +27,8 @@ func TestReconcileSmoke(t *testing.T) {
 	}
 	rep := readReport(t, jsonPath, "reconcile")
 	rows := rep.Results[0].Tables[0].Rows
-	if len(rows) != 5 {
-		t.Fatalf("%d steps, want 5: %v", len(rows), rows)
+	if len(rows) != 4 {
+		t.Fatalf("%d steps, want 4: %v", len(rows), rows)
 	}
 	if sent := rows[1][4].(float64); sent != 0 {
 		t.Errorf("a reconcile with nothing changed sent %v keys", sent)

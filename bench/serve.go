@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -53,6 +54,7 @@ func runServe(ctx context.Context, e *env) (*result, error) {
 		"ssd":       fmtBytes(4*sc.dram) + " (tierstore --ssd_capacity, memcached ext_path size; redis none)",
 		"sizes":     fmt.Sprintf("working set %.1fx DRAM (fits) and %.0fx DRAM", fitsShare, overShare),
 		"workers":   fmt.Sprintf("%d per store (%d for the SGLang batch get)", sc.workers, sc.sWorkers),
+		"passes":    fmt.Sprintf("%d per workload and size, the stores' order rotated each pass; rows merged", sc.passes),
 		"tierstore": "master --enable_offload --offload_admission_policy=tinylfu; node --bucket_eviction=value --heartbeat_interval=100ms (uring, O_DIRECT)",
 	}}
 	var cells []serveCell
@@ -62,22 +64,11 @@ func runServe(ctx context.Context, e *env) (*result, error) {
 			name  string
 			share float64
 		}{{"fits", fitsShare}, {"3x", overShare}} {
-			for _, kind := range serveStores {
-				if skip[kind.name] {
-					continue
-				}
-				rows, err := serveOne(ctx, e.dir, bin, kind, wl, sc, int64(size.share*float64(sc.dram)))
-				if errors.Is(err, errUnavailable) {
-					skip[kind.name] = true
-					res.Notes = append(res.Notes, fmt.Sprintf("%s: skipped: %v", kind.name, err))
-					fmt.Fprintf(e.stderr, "serve: %s skipped: %v\n", kind.name, err)
-					continue
-				}
-				if err != nil {
-					return nil, fmt.Errorf("bench: serve %s %s %s: %w", wl.name, size.name, kind.name, err)
-				}
-				cells = append(cells, serveCell{wl.name, size.name, kind.name, rows})
+			got, err := servePasses(ctx, e, bin, wl, sc, size.name, int64(size.share*float64(sc.dram)), skip, res)
+			if err != nil {
+				return nil, err
 			}
+			cells = append(cells, got...)
 		}
 	}
 	res.Tables = []*table{serveTable(cells)}
@@ -85,6 +76,68 @@ func runServe(ctx context.Context, e *env) (*result, error) {
 	res.charts = func(dir string) ([]string, error) { return serveCharts(dir, cells) }
 	res.Elapsed = time.Since(started).Seconds()
 	return res, nil
+}
+
+// servePasses runs one workload at one size on every store, sc.passes
+// times, the stores' order rotated from pass to pass so that a load that
+// drifts during the run weighs on each store alike; a store's rows are
+// its passes merged (mergeOps). A store whose binary is missing is
+// skipped (one note) from then on.
+func servePasses(ctx context.Context, e *env, bin string, wl serveWorkload, sc serveScale, size string, ws int64, skip map[string]bool, res *result) ([]serveCell, error) {
+	runs := map[string][][]opStat{}
+	for pass := range sc.passes {
+		for k := range serveStores {
+			kind := serveStores[(k+pass)%len(serveStores)]
+			if skip[kind.name] {
+				continue
+			}
+			rows, err := serveOne(ctx, e.dir, bin, kind, wl, sc, ws)
+			if errors.Is(err, errUnavailable) {
+				skip[kind.name] = true
+				res.Notes = append(res.Notes, fmt.Sprintf("%s: skipped: %v", kind.name, err))
+				fmt.Fprintf(e.stderr, "serve: %s skipped: %v\n", kind.name, err)
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("bench: serve %s %s %s: %w", wl.name, size, kind.name, err)
+			}
+			runs[kind.name] = append(runs[kind.name], rows)
+		}
+	}
+	var cells []serveCell
+	for _, kind := range serveStores {
+		if r, ok := runs[kind.name]; ok {
+			cells = append(cells, serveCell{wl.name, size, kind.name, mergeOps(r)})
+		}
+	}
+	return cells, nil
+}
+
+// mergeOps merges the rows of several passes of one store, row by row:
+// operations, bytes, time, hits and latencies add up (GB/s is then the
+// passes' bytes over their time), SSD bytes are the passes' mean.
+func mergeOps(passes [][]opStat) []opStat {
+	out := slices.Clone(passes[0])
+	for _, p := range passes[1:] {
+		for i := range out {
+			if i >= len(p) || p[i].op != out[i].op {
+				continue
+			}
+			o := &out[i]
+			o.ops += p[i].ops
+			o.bytes += p[i].bytes
+			o.lat = append(slices.Clone(o.lat), p[i].lat...)
+			o.asked += p[i].asked
+			o.hits += p[i].hits
+			o.failedPuts += p[i].failedPuts
+			o.elapsed += p[i].elapsed
+			o.ssdBytes += p[i].ssdBytes
+		}
+	}
+	for i := range out {
+		out[i].ssdBytes /= int64(len(passes))
+	}
+	return out
 }
 
 // serveOne starts a fresh store, runs one workload on it and stops it.

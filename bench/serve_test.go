@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"math/rand/v2"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -28,7 +30,7 @@ func TestServeSmoke(t *testing.T) {
 	}
 	dir := t.TempDir()
 	jsonPath, plotDir := filepath.Join(dir, "out.json"), filepath.Join(dir, "plots")
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute) // 131 s under -race at load 25
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	if err := run(ctx, []string{"serve", "--quick", "--dir", dir, "--json", jsonPath, "--plot", plotDir}, &stdout, &stderr); err != nil {
@@ -119,5 +121,28 @@ func TestZipfDraws(t *testing.T) {
 		if n == 0 {
 			t.Errorf("rank %d never drawn", k)
 		}
+	}
+}
+
+// Passes merge row by row: counts and time add up (GB/s over both), SSD
+// bytes are the mean.
+func TestMergeOps(t *testing.T) {
+	a := []opStat{{op: "get", ops: 2, bytes: 100, elapsed: time.Second, asked: 4, hits: 2, ssdBytes: 10, lat: latencies{1, 2}}}
+	b := []opStat{{op: "get", ops: 1, bytes: 300, elapsed: time.Second, asked: 4, hits: 4, ssdBytes: 30, lat: latencies{3}}}
+	m := mergeOps([][]opStat{a, b})
+	if o := m[0]; o.ops != 3 || o.bytes != 400 || o.elapsed != 2*time.Second || o.asked != 8 || o.hits != 6 || o.ssdBytes != 20 || len(o.lat) != 3 {
+		t.Fatalf("merged %+v", o)
+	}
+	if len(a[0].lat) != 2 {
+		t.Fatalf("the first pass's latencies were changed: %v", a[0].lat)
+	}
+}
+
+// A peer whose binary is missing is unavailable, with one line naming it
+// and the package to install (the scenario then skips that store).
+func TestServeMissingPeer(t *testing.T) {
+	_, err := startPeer(context.Background(), t.TempDir(), "no-such-peer-server", "127.0.0.1:1")
+	if !errors.Is(err, errUnavailable) || !strings.Contains(err.Error(), "no-such-peer-server is not installed") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("missing peer: %v", err)
 	}
 }

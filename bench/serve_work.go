@@ -26,13 +26,14 @@ type serveScale struct {
 	workers  int           // concurrent workers per store
 	sWorkers int           // concurrent workers of the SGLang batch get (its buffers are large)
 	d        time.Duration // timed phase of a duration row
+	passes   int           // runs of each workload and size per store
 }
 
 var (
 	serveFull = serveScale{dram: 2 << 30, block: 2 << 20, page: 4 << 20, chunk: 32 << 20,
-		vBatch: 16, sBatch: 128, prefix: 8, oneOff: 4, workers: 4, sWorkers: 2, d: 3 * time.Second}
+		vBatch: 16, sBatch: 128, prefix: 8, oneOff: 4, workers: 4, sWorkers: 2, d: 3 * time.Second, passes: 2}
 	serveQuick = serveScale{dram: 64 << 20, block: 128 << 10, page: 256 << 10, chunk: 2 << 20,
-		vBatch: 16, sBatch: 16, prefix: 8, oneOff: 4, workers: 2, sWorkers: 2, d: 300 * time.Millisecond}
+		vBatch: 16, sBatch: 16, prefix: 8, oneOff: 4, workers: 2, sWorkers: 2, d: 300 * time.Millisecond, passes: 1}
 )
 
 // A working set either fits in DRAM (0.6x the budget) or is 3x it.

@@ -8,8 +8,8 @@
 // one, so any object can be read with O_DIRECT through the blocks that hold
 // it alone), a trailer that lists every object (key, lengths, codec, CRC32C,
 // offset) and a fixed-size footer at the very end of the file that locates
-// and checksums the trailer. Version 2 (packing) is written; version 1 (every
-// object aligned) is still read.
+// and checksums the trailer. It is format version 2 (Version); a file of
+// another version is refused.
 // The trailer lets recovery rebuild the index from the file alone.
 //
 // # Invariants

@@ -21,11 +21,10 @@ const (
 	FooterSize = 64
 	// EntryFixedSize is the size of a trailer entry without its key.
 	EntryFixedSize = 24
-	// Version is the format version this package writes. Version 2 packs
-	// small objects (see Encode); VersionAligned (1, every object on an
-	// Align boundary) is still read.
-	Version        = 2
-	VersionAligned = 1
+	// Version is the format version this package writes and reads
+	// (docs/format/bucket.md): version 2 packs small objects (see Encode).
+	// A file of another version is refused (ErrCorrupt naming both).
+	Version = 2
 	// PackBelow: an object whose stored bytes are fewer than this is packed
 	// (Version 2): it starts right after the previous small object instead
 	// of on a block boundary, and never crosses one, so one block read
@@ -282,15 +281,15 @@ func DecodeHeader(b []byte) (Header, error) {
 	if got, want := le.Uint32(b[headerFieldsLen:]), Checksum(b[:headerFieldsLen]); got != want {
 		return Header{}, corrupt(0, "header checksum %08x, want %08x", got, want)
 	}
-	if v := le.Uint16(b[8:]); v != Version && v != VersionAligned {
-		return Header{}, corrupt(8, "header version %d, want %d or %d", v, Version, VersionAligned)
+	if v := le.Uint16(b[8:]); v != Version {
+		return Header{}, corrupt(8, "header version %d, this build reads version %d", v, Version)
 	}
 	return Header{Count: le.Uint32(b[12:]), ID: le.Uint64(b[16:]), Created: int64(le.Uint64(b[24:]))}, nil
 }
 
 // Footer is the decoded footer: where the trailer is and its checksum.
 type Footer struct {
-	Version    uint16 // of the file: Version or VersionAligned
+	Version    uint16 // of the file: Version
 	Count      uint32
 	ID         uint64
 	TrailerOff int64
@@ -329,8 +328,8 @@ func DecodeFooter(b []byte, fileSize int64) (Footer, error) {
 		return Footer{}, corrupt(foff, "footer checksum %08x, want %08x", got, want)
 	}
 	v := le.Uint16(b[8:])
-	if v != Version && v != VersionAligned {
-		return Footer{}, corrupt(foff+8, "footer version %d, want %d or %d", v, Version, VersionAligned)
+	if v != Version {
+		return Footer{}, corrupt(foff+8, "footer version %d, this build reads version %d", v, Version)
 	}
 	f := Footer{
 		Version: v, Count: le.Uint32(b[12:]), ID: le.Uint64(b[16:]),
@@ -394,11 +393,11 @@ func DecodeTrailer(b []byte, f Footer) ([]Entry, error) {
 		if e.Offset < minOff || e.Offset > f.TrailerOff || int64(e.StoredLen) > f.TrailerOff-e.Offset {
 			return nil, corrupt(at, "entry %d data at %d+%d outside [%d,%d)", i, e.Offset, e.StoredLen, minOff, f.TrailerOff)
 		}
-		if placed := f.Version == Version && placeAt(e.Offset, int64(e.StoredLen)) == e.Offset; e.Offset%Align != 0 && !placed {
+		if placed := placeAt(e.Offset, int64(e.StoredLen)) == e.Offset; e.Offset%Align != 0 && !placed {
 			return nil, corrupt(at, "entry %d data at %d+%d: not on a block boundary, and not a small object inside one", i, e.Offset, e.StoredLen)
 		}
 		minOff = e.Offset + int64(e.StoredLen)
-		if int64(e.StoredLen) >= PackBelow || f.Version == VersionAligned {
+		if int64(e.StoredLen) >= PackBelow {
 			minOff = AlignUp(minOff)
 		}
 		entries = append(entries, e)

@@ -365,15 +365,64 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
 	}
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
-	info, err := c.m.GetReplicaList(ctx, key)
+	var buf []byte
+	err := c.lookupAndRead(ctx, key, start, func(info masterapi.ObjectInfo) ([]byte, error) {
+		buf = make([]byte, info.Size)
+		return buf, nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("client: get %s: %w", masterapi.ShortKey(key), err)
-	}
-	buf := make([]byte, info.Size)
-	if err := c.readBest(ctx, info, buf, start); err != nil {
 		return nil, err
 	}
 	return buf, nil
+}
+
+// lookupAndRead looks key up and reads it (readBest) into the buffer
+// bufFor gives for what the lookup answered. When every replica failed its
+// checksum, the key may have been replaced while it was read: a forced
+// remove freed the range the lookup named and the next put wrote it. Then
+// it is looked up once more: gone, it is OBJECT_NOT_FOUND; another object
+// (another CRC32C, size or put), it is read again; the same object, the
+// checksum error stands.
+func (c *Client) lookupAndRead(ctx context.Context, key string, start time.Time, bufFor func(masterapi.ObjectInfo) ([]byte, error)) error {
+	info, err := c.m.GetReplicaList(ctx, key)
+	if err != nil {
+		return fmt.Errorf("client: get %s: %w", masterapi.ShortKey(key), err)
+	}
+	buf, err := bufFor(info)
+	if err != nil {
+		return err
+	}
+	err = c.readBest(ctx, info, buf, start)
+	if !errors.Is(err, codes.ErrChecksumMismatch) {
+		return err
+	}
+	again, lerr := c.m.GetReplicaList(ctx, key)
+	switch {
+	case errors.Is(lerr, codes.ErrObjectNotFound):
+		return fmt.Errorf("client: get %s: removed while it was read: %w", masterapi.ShortKey(key), lerr)
+	case lerr != nil || sameObject(info, again):
+		return err
+	}
+	if buf, err = bufFor(again); err != nil {
+		return err
+	}
+	return c.readBest(ctx, again, buf, start)
+}
+
+// sameObject reports whether two lookups of a key answered the same
+// object: size and CRC32C, and the put of the DRAM replica when both list
+// one (a DRAM replica dropped as bad in between leaves the same object).
+func sameObject(a, b masterapi.ObjectInfo) bool {
+	token := func(in masterapi.ObjectInfo) uint64 {
+		for _, r := range in.Replicas {
+			if r.Kind == masterapi.Memory {
+				return r.PutToken
+			}
+		}
+		return 0
+	}
+	ta, tb := token(a), token(b)
+	return a.Size == b.Size && a.CRC == b.CRC && (ta == 0 || tb == 0 || ta == tb)
 }
 
 // reportBadReplicaTimeout bounds the ReportBadReplica call of a read.

@@ -70,17 +70,18 @@ func (c *Client) GetInto(ctx context.Context, key string, buf []byte) (int, erro
 	}
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
-	info, err := c.m.GetReplicaList(ctx, key)
+	n := 0
+	err := c.lookupAndRead(ctx, key, start, func(info masterapi.ObjectInfo) ([]byte, error) {
+		if err := fits(info, buf); err != nil {
+			return nil, err
+		}
+		n = int(info.Size)
+		return buf[:info.Size], nil
+	})
 	if err != nil {
-		return 0, fmt.Errorf("client: get %s: %w", masterapi.ShortKey(key), err)
-	}
-	if err := fits(info, buf); err != nil {
 		return 0, err
 	}
-	if err := c.readBest(ctx, info, buf[:info.Size], start); err != nil {
-		return 0, err
-	}
-	return int(info.Size), nil
+	return n, nil
 }
 
 func fits(info masterapi.ObjectInfo, buf []byte) error {

@@ -18,9 +18,15 @@
 // that fails the checksum, and an SSD replica whose node answers that it
 // does not hold the object, are reported to the master (ReportBadReplica),
 // which stops listing them (a node that cannot be reached is not reported:
-// plain fallback). Exists, Remove, EvictMemory and the batch forms
-// complete the API; BatchPut goes in pipelined waves (the next wave's
-// ranges are asked for while the current one is written). Errors wrap the sentinels this package re-exports from
+// plain fallback). When every replica fails the checksum because the key
+// was replaced while it was read (a forced remove freed the range, the
+// next put wrote it), Get and GetInto look it up once more and read the
+// new object. A call's follow-ups (a failed put's revoke, a bad-replica
+// report) run within its deadline and, once it has passed, in the
+// background (Close waits for them). Exists, Remove, EvictMemory and the
+// batch forms complete the API; BatchPut goes in pipelined waves (the next
+// wave's ranges are asked for while the current one is written). Errors
+// wrap the sentinels this package re-exports from
 // internal/codes (ErrObjectNotFound, ErrReplicaGone, ..., and Code, CodeOf),
 // checked with errors.Is, whether the master is local or remote.
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/master"
@@ -46,6 +47,9 @@ type Embedded struct {
 	// SSDDir is the node's SSD directory ("" without offload).
 	SSDDir string
 	tmpDir string // created by New, removed by Close
+	// removals is the master's removal log in SSDDir/master (nil without
+	// an SSD directory or with Config.Master.Removals set).
+	removals *master.FileRemovalStore
 }
 
 // NewEmbedded starts a master, a node and a client in this process.
@@ -65,6 +69,14 @@ func New(ctx context.Context, cfg Config) (_ *Embedded, err error) {
 	e.SSDDir = cfg.Node.SSDDir
 	if err := cfg.Node.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Master.Removals == nil && cfg.Node.SSDDir != "" {
+		// The removal log beside the SSD it describes: a restart on the
+		// same directory keeps what is on SSD and never what was removed.
+		if e.removals, err = master.OpenFileRemovalStore(filepath.Join(cfg.Node.SSDDir, "master")); err != nil {
+			return nil, fmt.Errorf("embedded master: %w", err)
+		}
+		cfg.Master.Removals = e.removals
 	}
 	if e.Master, err = master.New(cfg.Master); err != nil {
 		return nil, fmt.Errorf("embedded master: %w", err)
@@ -90,6 +102,9 @@ func (e *Embedded) Close() error {
 	}
 	if e.Master != nil {
 		errs = append(errs, e.Master.Close())
+	}
+	if e.removals != nil {
+		errs = append(errs, e.removals.Close())
 	}
 	if e.tmpDir != "" {
 		errs = append(errs, os.RemoveAll(e.tmpDir))

@@ -192,6 +192,17 @@ func (l *Leadership) Address() string { return l.cfg.Address }
 // Key is the etcd key holding the election value.
 func (l *Leadership) Key() string { return l.key }
 
+// Guard is the comparison that holds only while the election key is
+// still the one this term created: a transaction If(Guard(), ...) made by
+// a deposed leader (its key gone with its lease) changes nothing.
+func (l *Leadership) Guard() clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(l.key), "=", int64(l.term))
+}
+
+// KV is the leadership's etcd client (closed when the leadership ends);
+// writes that only the leader may make go in transactions If(Guard()).
+func (l *Leadership) KV() clientv3.KV { return l.client }
+
 // Done is closed when the leadership is lost: the lease expired or could not
 // be confirmed in time, the key was deleted, or Resign was called. Err says
 // which. Valid is false before Done closes.

@@ -29,7 +29,7 @@
 //     records of buckets it empties, and the buckets it drops (an eviction
 //     that re-inserts its kept objects). After it returns nil all of it
 //     survives a crash; after a crash before that, none of it is visible.
-//     DeleteBucket, RemoveKeys, RemoveIfAt and SetTrailers are single synced
+//     DeleteBucket, RemoveKeys and RemoveIfAt are single synced
 //     batches too.
 //  2. Membership follows the object record. A key has exactly one object
 //     record and one membership record, in the bucket its location names.
@@ -44,8 +44,7 @@
 //     member goes loses its record in that batch (reported as Emptied).
 //     Count equals the number of object records: Open computes it as the sum
 //     of the live counts, one record per bucket, not per object, and every
-//     write keeps it in step. Bucket records of version 1 (no live counts)
-//     are migrated by Open.
+//     write keeps it in step.
 //  5. A failed write (pebble cannot write or sync its WAL) is never silent:
 //     the call returns ErrFailed and every later call does too, because pebble
 //     cannot continue and its memory may hold the failed batch. The owner
@@ -56,7 +55,7 @@
 //
 // An Index is safe for concurrent use. Reads run in parallel and never wait
 // for a write (mu is a read-write lock that writes take for reading too).
-// Writes (Commit, DeleteBucket, RemoveKeys, RemoveIfAt, SetTrailers) are
+// Writes (Commit, DeleteBucket, RemoveKeys, RemoveIfAt) are
 // serialised by writeMu, held across their WAL sync, so that the
 // read-modify-write of live counts, Count and NextBucketID stays exact; the
 // tier engine additionally serialises its duplicate check and its commit

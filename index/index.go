@@ -44,8 +44,7 @@ type BucketMeta struct {
 	LiveBytes int64
 	// TrailerOff, TrailerLen and TrailerCRC locate the bucket file's
 	// trailer and hold its CRC32C (package bucket's footer fields), so that
-	// a bucket is validated against its file with one read at Open. Zero
-	// when unknown (a record migrated from version 1).
+	// a bucket is validated against its file with one read at Open.
 	TrailerOff int64
 	TrailerLen int64
 	TrailerCRC uint32
@@ -168,8 +167,7 @@ func Open(dir string, opts Options) (ix *Index, err error) {
 // committed id even if the next-bucket-id record is older than them; it never
 // is when written by this package, this is a belt for hand-made databases),
 // count as the sum of the
-// buckets' live counts (one record per bucket, not per object). Bucket
-// records of version 1 are migrated first (see migrate).
+// buckets' live counts (one record per bucket, not per object).
 func (ix *Index) load() error {
 	next := uint64(1)
 	v, closer, err := ix.db.Get(nextKey)
@@ -203,17 +201,6 @@ func (ix *Index) load() error {
 	if err != nil {
 		return err
 	}
-	var old []int
-	for i, m := range metas {
-		if m.Live < 0 {
-			old = append(old, i)
-		}
-	}
-	if len(old) > 0 {
-		if err := ix.migrate(metas, old); err != nil {
-			return fmt.Errorf("migrate version 1 bucket records: %w", err)
-		}
-	}
 	var n int64
 	for _, m := range metas {
 		n += int64(m.Live)
@@ -221,37 +208,6 @@ func (ix *Index) load() error {
 	ix.count.Store(n)
 	ix.next.Store(next)
 	return nil
-}
-
-// migrate computes the live counts of the version 1 bucket records
-// metas[old] from their membership and object records, and rewrites them as
-// version 2 in one synced batch (only in memory when read-only).
-func (ix *Index) migrate(metas []BucketMeta, old []int) error {
-	b := ix.db.NewBatch()
-	defer b.Close()
-	for _, i := range old {
-		m := &metas[i]
-		keys, err := ix.bucketKeys(m.ID)
-		if err != nil {
-			return err
-		}
-		m.Live, m.LiveBytes = 0, 0
-		for _, k := range keys {
-			loc, found, err := ix.get(k)
-			if err == nil && found && loc.Bucket == m.ID {
-				m.Live++
-				m.LiveBytes += int64(loc.StoredLen)
-			}
-		}
-		if err := b.Set(bucketKey(m.ID), encodeBucket(*m), nil); err != nil {
-			return err
-		}
-		ix.log.Info("index: bucket record migrated to version 2", "bucket", m.ID, "live", m.Live)
-	}
-	if ix.readOnly {
-		return nil
-	}
-	return ix.commit(b)
 }
 
 // scan calls fn for every record whose key starts with prefix, in key order.

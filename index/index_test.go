@@ -539,39 +539,6 @@ func TestCloseDuringUse(t *testing.T) {
 	require.Equal(t, 50, n)
 }
 
-// Bucket records of version 1 (no live counts, no trailer) are migrated by
-// Open: live counts come from the membership records, the record is
-// rewritten as version 2, and Count is right.
-func TestMigrateVersion1BucketRecords(t *testing.T) {
-	fs := vfs.NewMem()
-	ix := open(t, "index", fs)
-	commit(t, ix, 1, "a", "b", "c")
-	commit(t, ix, 2, "b", "d")
-	want, err := ix.Buckets()
-	require.NoError(t, err)
-	require.NoError(t, ix.Close())
-	for _, m := range want {
-		v1 := encodeBucket(m)[:bucketValueLenV1]
-		v1[0] = bucketVersion1
-		rawSet(t, fs, "index", bucketKey(m.ID), v1)
-	}
-	ix = open(t, "index", fs)
-	got, err := ix.Buckets()
-	require.NoError(t, err)
-	require.Equal(t, want, got)
-	require.Equal(t, int64(4), ix.Count())
-	require.NoError(t, ix.Check())
-	require.NoError(t, ix.Close())
-	// Rewritten durably as version 2.
-	db, err := pebble.Open("index", &pebble.Options{FS: fs, Logger: pebbleLogger{quietLogger}})
-	require.NoError(t, err)
-	v, closer, err := db.Get(bucketKey(1))
-	require.NoError(t, err)
-	require.Equal(t, byte(bucketVersion), v[0])
-	closer.Close()
-	require.NoError(t, db.Close())
-}
-
 // Commit moves keys out of other buckets: it reports their old locations,
 // lowers those buckets' live counts, removes a bucket left empty, and drops
 // the buckets it is told to, in one batch.
@@ -613,25 +580,6 @@ func TestRemoveIfAt(t *testing.T) {
 	require.Equal(t, []uint64{1}, rm.Emptied, "b had moved to bucket 2, so a was bucket 1's last member")
 	require.Equal(t, map[string]Location{"b": locFor(2, 0)}, allKeys(t, ix))
 	require.NoError(t, ix.Check())
-}
-
-// SetTrailers fills in the trailer fields of bucket records and keeps the
-// rest.
-func TestSetTrailers(t *testing.T) {
-	ix := open(t, filepath.Join(t.TempDir(), "index"), nil)
-	commit(t, ix, 1, "a", "b")
-	before, err := ix.Buckets()
-	require.NoError(t, err)
-	require.NoError(t, ix.SetTrailers([]BucketMeta{{ID: 1, TrailerOff: 8192, TrailerLen: 50, TrailerCRC: 7}, {ID: 9}}))
-	m, found, err := ix.Bucket(1)
-	require.NoError(t, err)
-	require.True(t, found)
-	want := before[0]
-	want.TrailerOff, want.TrailerLen, want.TrailerCRC = 8192, 50, 7
-	require.Equal(t, want, m)
-	_, found, err = ix.Bucket(9)
-	require.NoError(t, err)
-	require.False(t, found)
 }
 
 // Close flushes the memtable: a reopen finds no WAL data to replay and

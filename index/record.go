@@ -18,16 +18,12 @@ const (
 	// recordVersion is the first byte of every value but the bucket
 	// record's.
 	recordVersion = 1
-	// bucketVersion is the first byte of a bucket record. Version 1 (25
-	// bytes: size, keys, created) is still read, with unknown live counts
-	// and trailer, and rewritten as version 2 by Open.
-	bucketVersion  = 2
-	bucketVersion1 = 1
+	// bucketVersion is the first byte of a bucket record.
+	bucketVersion = 2
 
 	objectValueLen     = 1 + 8 + 8 + 4 + 4 + 1 + 4 // 30
 	membershipValueLen = 1
 	bucketValueLen     = 1 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 4 // 61
-	bucketValueLenV1   = 1 + 8 + 8 + 8                     // 25
 	nextValueLen       = 1 + 8
 
 	kindObject     = "object"
@@ -149,21 +145,8 @@ func encodeBucket(m BucketMeta) []byte {
 	return v
 }
 
-// decodeBucket decodes a bucket record of version 2, or of version 1 (then
-// Live is -1: unknown, and the trailer fields are zero).
+// decodeBucket decodes a bucket record.
 func decodeBucket(id uint64, v []byte) (BucketMeta, error) {
-	if len(v) > 0 && v[0] == bucketVersion1 {
-		if len(v) != bucketValueLenV1 {
-			return BucketMeta{}, &CorruptError{Kind: kindBucket, Bucket: id, Reason: fmt.Sprintf("version 1 value is %d bytes, want %d", len(v), bucketValueLenV1)}
-		}
-		return checkBucket(BucketMeta{
-			ID:      id,
-			Size:    int64(binary.BigEndian.Uint64(v[1:])),
-			Keys:    int(binary.BigEndian.Uint64(v[9:])),
-			Created: int64(binary.BigEndian.Uint64(v[17:])),
-			Live:    -1,
-		})
-	}
 	if len(v) > 0 && v[0] != bucketVersion {
 		return BucketMeta{}, &CorruptError{Kind: kindBucket, Bucket: id, Reason: fmt.Sprintf("unknown record version %d (want %d)", v[0], bucketVersion)}
 	}

@@ -19,12 +19,11 @@ func TestRecordLayoutGolden(t *testing.T) {
 		"02"+"0000000000010000"+"00000000000001f4"+"1122334455667788"+"0000000000000003"+"0000000000003000"+
 			"000000000000f000"+"0000000000000077"+"cafebabe",
 		hex.EncodeToString(encodeBucket(meta)))
-	// Version 1 bucket records are still read: live count unknown (-1).
+	// A bucket record of another version is corrupt, not guessed at.
 	v1, err := hex.DecodeString("01" + "0000000000010000" + "00000000000001f4" + "1122334455667788")
 	require.NoError(t, err)
-	old, err := decodeBucket(9, v1)
-	require.NoError(t, err)
-	require.Equal(t, BucketMeta{ID: 9, Size: 0x10000, Keys: 500, Created: 0x1122334455667788, Live: -1}, old)
+	_, err = decodeBucket(9, v1)
+	require.ErrorIs(t, err, ErrCorrupt)
 	require.Equal(t, "01"+"000000000000002a", hex.EncodeToString(encodeNext(42)))
 	require.Equal(t, "01", hex.EncodeToString(membershipValue))
 
@@ -64,7 +63,7 @@ func FuzzDecodeRecords(f *testing.F) {
 		} else {
 			require.ErrorIs(t, err, ErrCorrupt)
 		}
-		if m, err := decodeBucket(1, v); err == nil && m.Live >= 0 {
+		if m, err := decodeBucket(1, v); err == nil {
 			require.Equal(t, v, encodeBucket(m))
 		} else {
 			require.ErrorIs(t, err, ErrCorrupt)

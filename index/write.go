@@ -364,40 +364,6 @@ func (ix *Index) remove(keys [][]byte, expect []KeyLoc) (Removal, error) {
 	return res, nil
 }
 
-// SetTrailers records, in one synced batch, the trailer fields (TrailerOff,
-// TrailerLen, TrailerCRC) of each given bucket in its record; the other
-// fields of the record are kept. Buckets without a record are skipped. The
-// engine fills in the trailers of records migrated from version 1 once it
-// has validated their files.
-func (ix *Index) SetTrailers(metas []BucketMeta) error {
-	ix.mu.RLock()
-	defer ix.mu.RUnlock()
-	if err := ix.writable(); err != nil {
-		return fmt.Errorf("index: set trailers: %w", err)
-	}
-	ix.writeMu.Lock()
-	defer ix.writeMu.Unlock()
-	b := ix.db.NewBatch()
-	defer b.Close()
-	for _, m := range metas {
-		cur, found, err := ix.bucket(m.ID)
-		if err != nil {
-			return fmt.Errorf("index: set trailers: %w", err)
-		}
-		if !found {
-			continue
-		}
-		cur.TrailerOff, cur.TrailerLen, cur.TrailerCRC = m.TrailerOff, m.TrailerLen, m.TrailerCRC
-		if err := b.Set(bucketKey(m.ID), encodeBucket(cur), nil); err != nil {
-			return fmt.Errorf("index: set trailers: %w", err)
-		}
-	}
-	if err := ix.commit(b); err != nil {
-		return fmt.Errorf("index: set trailers: %w", err)
-	}
-	return nil
-}
-
 // stageCorrupt deletes, in b, the membership records of key, whose object
 // record does not decode, and counts them in t. Membership records are keyed
 // by bucket first, so this scans all of them: it runs only for corrupt

@@ -31,7 +31,6 @@ type (
 	DiskObject        = masterapi.DiskObject
 	OffloadFailure    = masterapi.OffloadFailure
 	NotifyRequest     = masterapi.NotifyRequest
-	ReconcileResult   = masterapi.ReconcileResult
 	EvictResult       = masterapi.EvictResult
 	EvictMemoryResult = masterapi.EvictMemoryResult
 	Stats             = masterapi.Stats

@@ -16,7 +16,7 @@ func TestReportBadReplica(t *testing.T) {
 	mount(t, s, "a", 1<<20)
 	rep := put(t, s, "k", 100, "a")
 	rep.Status = Complete
-	s.OffloadHeartbeat(bg, "a", 0)
+	heartbeat(s, "a", 0)
 	s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Persisted: []DiskObject{{Key: "k", Size: 100, CRC: crcOf("k")}}})
 
 	// A report about other bytes (the key was put again since) or a

@@ -82,7 +82,7 @@ func TestConcurrentChaos(t *testing.T) {
 				case 5:
 					s.EvictNow()
 				case 6:
-					ts, err := s.OffloadHeartbeat(bg, n, 5)
+					ts, err := heartbeat(s, n, 5)
 					note(err)
 					var req NotifyRequest
 					req.Node = n
@@ -103,7 +103,7 @@ func TestConcurrentChaos(t *testing.T) {
 					note(err)
 				case 8:
 					if r.IntN(10) == 0 {
-						_, err := s.ReconcileDiskObjects(bg, n, []string{k})
+						_, err := reconcileAll(s, n, []string{k})
 						note(err)
 					}
 				case 9:

@@ -58,6 +58,18 @@ type Config struct {
 	// HA makes the Service one elected leader of highly available masters
 	// (ha.go, docs/ha.md); zero: a single master.
 	HA HAConfig
+
+	// Removals keeps the removal log durably (docs/design.md, invariant
+	// 10): a FileRemovalStore for a single master (--state_dir), etcd for
+	// highly available masters. nil: in memory, so a restart loses it and
+	// the nodes then drop every copy they hold (safe, and empty).
+	Removals RemovalStore
+	// RemovalLogRetention (removal_log_retention): entries are kept at
+	// least this long; a node away longer comes back empty.
+	RemovalLogRetention time.Duration
+	// RemovalLogLimit (removal_log_limit): at most this many entries are
+	// kept (the oldest are trimmed first).
+	RemovalLogLimit int
 }
 
 // DefaultConfig returns the documented defaults.
@@ -79,6 +91,8 @@ func DefaultConfig() Config {
 		MonitorInterval:            time.Second,
 		Shards:                     1024,
 		AdmissionFlags:             admission.DefaultOptions(),
+		RemovalLogRetention:        time.Hour,
+		RemovalLogLimit:            1_000_000,
 	}
 }
 
@@ -126,6 +140,12 @@ func (c Config) Validate() error {
 	}
 	if c.Shards <= 0 || c.Shards > 1<<16 {
 		return bad("metadata_shards must be in 1..65536, got %d", c.Shards)
+	}
+	if c.RemovalLogRetention <= 0 {
+		return bad("removal_log_retention must be > 0, got %v", c.RemovalLogRetention)
+	}
+	if c.RemovalLogLimit <= 0 {
+		return bad("removal_log_limit must be > 0, got %d", c.RemovalLogLimit)
 	}
 	if err := c.HA.validate(); err != nil {
 		return err

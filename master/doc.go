@@ -40,7 +40,7 @@
 //     a leased key whose only readable replica is that node's LOCAL_DISK
 //     one is kept (answered in Keep; the node keeps it readable), every
 //     other key's replica goes;
-//   - ReconcileDiskObjects, ReportBadReplica and an offload failure (the
+//   - a reconcile, ReportBadReplica and an offload failure (the
 //     node says the key is not on its SSD: its LOCAL_DISK replica goes,
 //     whatever the task's state) remove the replica at once — the bytes
 //     are gone — but keep a leased object's metadata until the lease
@@ -103,8 +103,8 @@
 // deliveries in all; a permanent failure does not. When to queue is the
 // admission policy's decision (package admission).
 //
-// The offload heartbeat also carries admission state (masterapi.
-// AdmissionAPI, admission_hooks.go): the node's SSD report goes to the
+// The offload heartbeat also carries admission state
+// (masterapi.NodeAPI.Heartbeat, admission_hooks.go): the node's SSD report goes to the
 // policy, the policy's sketch to the node when it asks. With tinylfu and
 // dram_promotion_min_freq, an SSD hit of a frequent object queues a
 // promotion (promote.go): a range of the node's segment owned by a new put
@@ -128,8 +128,7 @@
 // must delete: a session (reconcile.go) compares per-range digests of the
 // node's keys first (kept per node id as replicas come and go) and then
 // only the ranges that differ, key by key, so neither side holds a key list
-// and nothing is scanned when nothing changed; ReconcileDiskObjects does
-// the same in one call with the whole list (nodes of earlier builds).
+// and nothing is scanned when nothing changed.
 // A key's shard is the low bits of masterapi.KeyHash, the same bits as its
 // reconcile range. Locks: a digest's session lock (diskDigest.mu) is taken
 // before shard locks, never under one; digestMu (the map of digests) is a
@@ -137,7 +136,7 @@
 //
 // # Liveness
 //
-// Nodes Ping (OffloadHeartbeat and mounts count too). A node silent for
+// Nodes Ping (heartbeats and mounts count too). A node silent for
 // client_ttl is expired by the background loop: its segments are unmounted,
 // its replicas become unreadable, its mailbox is dropped and the lease-aware
 // sweep runs. A returning node's Ping answers NEED_REMOUNT; it mounts again

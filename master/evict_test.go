@@ -52,7 +52,7 @@ func logTo(c *Config) *logBuffer {
 // failAll plays node n: it fetches every queued task and answers it failed.
 func failAll(t *testing.T, api API, n string, retryable bool, reason string) int {
 	t.Helper()
-	ts, err := api.OffloadHeartbeat(bg, n, 0)
+	ts, err := heartbeat(api, n, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestOnEvictDoesNotWedge(t *testing.T) {
 			if n := s.EvictNow(); n != 0 {
 				t.Fatalf("evicted %d instead of queuing", n)
 			}
-			ts, _ := api.OffloadHeartbeat(bg, "a", 0)
+			ts, _ := heartbeat(api, "a", 0)
 			if len(ts) != 2 {
 				t.Fatalf("tasks %v", taskKeys(ts))
 			}
@@ -113,7 +113,7 @@ func TestOnEvictDoesNotWedge(t *testing.T) {
 			if n := s.EvictNow(); n != 2 {
 				t.Fatalf("evicted %d of the 2 victims whose offload failed for good", n)
 			}
-			if ts, _ := api.OffloadHeartbeat(bg, "a", 0); len(ts) != 0 {
+			if ts, _ := heartbeat(api, "a", 0); len(ts) != 0 {
 				t.Fatalf("queued again: %v", taskKeys(ts))
 			}
 			if v := metricValue(t, s, "tierstore_master_offload_dropped_victims_total", "", ""); v != 2 {
@@ -210,7 +210,7 @@ func TestOnEvictOffloadsInPutOrder(t *testing.T) {
 		clk.Advance(time.Millisecond)
 		for s.aboveWatermark() { // the background loop's watermark rounds
 			s.evictIfAboveWatermark()
-			ts, _ := s.OffloadHeartbeat(bg, "a", 0)
+			ts, _ := heartbeat(s, "a", 0)
 			offloaded = append(offloaded, taskKeys(ts)...)
 			var req NotifyRequest
 			req.Node = "a"
@@ -271,7 +271,7 @@ func TestEvictContinuesPastQueuedVictims(t *testing.T) {
 			if st.Evictions == 0 {
 				t.Fatal("no victim dropped: the put got room from nowhere")
 			}
-			ts, err := api.OffloadHeartbeat(bg, "a", 0)
+			ts, err := heartbeat(api, "a", 0)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -23,7 +23,7 @@ func TestEvictMemoryCountsSkips(t *testing.T) {
 	if _, err := s.GetReplicaList(bg, "leased"); err != nil {
 		t.Fatal(err)
 	}
-	tasks, err := s.OffloadHeartbeat(bg, "a", 0)
+	tasks, err := heartbeat(s, "a", 0)
 	if err != nil {
 		t.Fatal(err)
 	}

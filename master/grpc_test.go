@@ -91,7 +91,7 @@ func TestRemoteMatchesService(t *testing.T) {
 		t.Fatalf("batch exist %+v %v", ex, err)
 	}
 	// The k lookups above counted (threshold 2): one task queued.
-	ts, err := api.OffloadHeartbeat(ctx, "a", 10)
+	ts, err := heartbeat(api, "a", 10)
 	if err != nil || len(ts) != 1 || ts[0].Key != "k" || ts[0].CRC != crcOf("k") {
 		t.Fatalf("tasks %+v %v", ts, err)
 	}
@@ -101,7 +101,7 @@ func TestRemoteMatchesService(t *testing.T) {
 		api.ExistKey(masterapi.WithOffloadPath(ctx), "q")
 		api.BatchGetReplicaList(masterapi.WithOffloadPath(ctx), []string{"q"})
 	}
-	if ts, _ := api.OffloadHeartbeat(ctx, "a", 10); len(ts) != 0 {
+	if ts, _ := heartbeat(api, "a", 10); len(ts) != 0 {
 		t.Fatalf("offload-path lookups counted: %v", taskKeys(ts))
 	}
 	errs, err := api.NotifyOffloadSuccess(ctx, NotifyRequest{Node: "a",
@@ -135,11 +135,11 @@ func TestRemoteMatchesService(t *testing.T) {
 		t.Fatal(res, err)
 	}
 	// Drops k's disk replica; "zz" is unknown, so the node must delete it.
-	if res, err := api.ReconcileDiskObjects(ctx, "a", []string{"zz"}); err != nil || res.Dropped != 1 ||
+	if res, err := reconcileAll(api, "a", []string{"zz"}); err != nil || res.Dropped != 1 ||
 		len(res.Unwanted) != 1 || res.Unwanted[0] != "zz" {
 		t.Fatal(res, err)
 	}
-	_, err = api.ReconcileDiskObjects(ctx, "ghost", nil)
+	_, err = reconcileAll(api, "ghost", nil)
 	mustIs(t, err, codes.ErrNeedRemount)
 	// ReportBadReplica over the wire: a wrong replica is REPLICA_NOT_FOUND,
 	// an unknown key OBJECT_NOT_FOUND.

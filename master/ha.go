@@ -29,7 +29,7 @@ type HAConfig struct {
 	// ErrNotLeader and nothing changes.
 	Fence func() error
 	// Term is the leadership term (ha.Leadership.Term), stamped on Ping
-	// and OffloadHeartbeat answers and, through Interceptor, in the
+	// and Heartbeat answers and, through Interceptor, in the
 	// masterapi.TermTrailer of every gRPC answer.
 	Term uint64
 	// RebuildWindow: for this long after New, and while a segment waits

@@ -55,7 +55,7 @@ func TestFenceRefusesEveryCall(t *testing.T) {
 	_, err = s.Ping(bg, "a")
 	mustIs(t, err, ErrNotLeader)
 	mustIs(t, s.MountSegment(bg, MountRequest{Node: "b", Segment: "s", Size: 1 << 20}), ErrNotLeader)
-	_, err = s.OffloadHeartbeat(bg, "a", 0)
+	_, err = heartbeat(s, "a", 0)
 	mustIs(t, err, ErrNotLeader)
 	_, err = s.ReRegisterMemoryObjects(bg, "a", "seg0", nil, true)
 	mustIs(t, err, ErrNotLeader)
@@ -79,7 +79,7 @@ func TestPingAndTasksCarryTerm(t *testing.T) {
 	}
 	mount(t, s, "a", 1<<20)
 	put(t, s, "k", 1000, "a")
-	tasks, err := s.OffloadHeartbeat(bg, "a", 0)
+	tasks, err := heartbeat(s, "a", 0)
 	if err != nil || len(tasks) != 1 || tasks[0].Term != 7 {
 		t.Fatalf("tasks %+v %v", tasks, err)
 	}
@@ -162,7 +162,9 @@ func TestReRegisterMemoryConflicts(t *testing.T) {
 	s, _ := testService(t, nil)
 	holdMount(t, s, "a", 64<<10)
 	holdMount(t, s, "b", 64<<10)
-	const tok = 1 << 60
+	// Tokens of the previous master: above the removal log's origin (a
+	// record older than the log is refused, TestRemovedRecordRefused).
+	tok := s.RemovalLog().Origin + 1<<40
 	reg := func(node string, m MemoryObject) error {
 		t.Helper()
 		errs, err := s.ReRegisterMemoryObjects(bg, node, "seg0", []MemoryObject{m}, false)
@@ -271,18 +273,18 @@ func TestRebuildWindowTurnsMissesIntoRetry(t *testing.T) {
 func TestRebuiltLeaseAndReadmission(t *testing.T) {
 	s, clk, _ := haService(t, func(c *Config) { c.EnableOffload = true })
 	holdMount(t, s, "a", 1<<20)
-	objs := []MemoryObject{{Key: "k", Offset: 0, Length: 1000, CRC: 1, PutToken: 1 << 60}}
+	objs := []MemoryObject{{Key: "k", Offset: 0, Length: 1000, CRC: 1, PutToken: s.RemovalLog().Origin + 1}}
 	if errs, err := s.ReRegisterMemoryObjects(bg, "a", "seg0", objs, true); err != nil || errs[0] != nil {
 		t.Fatal(errs, err)
 	}
 	mustIs(t, s.Remove(bg, "k", false), codes.ErrObjectHasLease)
 	s.Tick()
-	if tasks, _ := s.OffloadHeartbeat(bg, "a", 0); len(tasks) != 0 {
+	if tasks, _ := heartbeat(s, "a", 0); len(tasks) != 0 {
 		t.Fatalf("offload queued during the rebuild: %+v", tasks)
 	}
 	clk.Advance(2500 * time.Millisecond)
 	s.Tick()
-	tasks, err := s.OffloadHeartbeat(bg, "a", 0)
+	tasks, err := heartbeat(s, "a", 0)
 	if err != nil || len(tasks) != 1 || tasks[0].Key != "k" || tasks[0].Term != 7 {
 		t.Fatalf("tasks after the rebuild: %+v %v", tasks, err)
 	}

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 var bg = context.Background()
@@ -89,4 +91,11 @@ func kinds(info ObjectInfo) string {
 		s += fmt.Sprintf("%s@%s ", r.Kind, r.Node)
 	}
 	return s
+}
+
+// heartbeat is a node's heartbeat that only fetches tasks: up to max (0: the
+// default) offload tasks of node.
+func heartbeat(api NodeAPI, node string, max int) ([]OffloadTask, error) {
+	rep, err := api.Heartbeat(bg, masterapi.HeartbeatRequest{Node: node, Max: max})
+	return rep.Tasks, err
 }

@@ -115,7 +115,7 @@ func TestLeaseGuardBadReplicaReport(t *testing.T) {
 func TestLeaseGuardReconcile(t *testing.T) {
 	s, _ := leaseService(t, nil)
 	leasedOnDisk(t, s, "k")
-	if res, err := s.ReconcileDiskObjects(bg, "a", nil); err != nil || res.Dropped != 1 {
+	if res, err := reconcileAll(s, "a", nil); err != nil || res.Dropped != 1 {
 		t.Fatal(res, err)
 	}
 	mustBeGone(t, s, "k")

@@ -364,7 +364,7 @@ func lease4508Ops() []op4508 {
 		{"DRAM eviction", false, func(e *env4508) { e.s.EvictNow() }},
 		{"EvictMemory", false, func(e *env4508) { e.s.EvictMemory(bg, nil, true) }},
 		{"SSD eviction on n1", false, func(e *env4508) { e.s.EvictDiskReplica(bg, "n1", []string{"k"}) }},
-		{"reconcile n1 (holds nothing)", true, func(e *env4508) { e.s.ReconcileDiskObjects(bg, "n1", nil) }},
+		{"reconcile n1 (holds nothing)", true, func(e *env4508) { reconcileAll(e.s, "n1", nil) }},
 		{"bad-replica reports", true, func(e *env4508) {
 			for _, r := range e.list.Replicas {
 				e.s.ReportBadReplica(bg, "k", e.list.CRC, r)

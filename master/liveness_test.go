@@ -81,7 +81,7 @@ func TestNodeDeathReleasesOffloadPin(t *testing.T) {
 	s, clk := offloadService(t, func(c *Config) { c.ClientTTL = 10 * time.Second })
 	mount(t, s, "a", 1<<20)
 	put(t, s, "k", 64, "a")
-	if ts, _ := s.OffloadHeartbeat(bg, "a", 0); len(ts) != 1 {
+	if ts, _ := heartbeat(s, "a", 0); len(ts) != 1 {
 		t.Fatal("no task")
 	}
 	clk.Advance(time.Minute)
@@ -162,7 +162,7 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("%s{%s=%q} = %v, want %v", c.name, c.label, c.value, got, c.want)
 		}
 	}
-	s.OffloadHeartbeat(bg, "a", 0) // a failure answers a fetched task only
+	heartbeat(s, "a", 0) // a failure answers a fetched task only
 	s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: []OffloadFailure{{Key: "k"}}})
 	clk.Advance(time.Hour)
 	s.Ping(bg, "a")

@@ -72,6 +72,9 @@ func (s *Service) registerMem(g *segment, m MemoryObject, now int64) error {
 			m.Offset, m.Length, m.PutToken, g.size)
 	}
 	s.tokens.observe(m.PutToken)
+	if err := s.removedMem(m); err != nil {
+		return err
+	}
 	sh := s.shardOf(m.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -100,7 +103,7 @@ func (s *Service) registerMem(g *segment, m MemoryObject, now int64) error {
 	if o.size != m.Length || o.crc != m.CRC {
 		s.dropAllDisk(m.Key, o) // an older value's copies (memConflict allowed it)
 	}
-	o.size, o.crc = m.Length, m.CRC
+	o.size, o.crc, o.token = m.Length, m.CRC, m.PutToken
 	// The first, or another node's replica of the same put.
 	o.addMem(memReplica{seg: g, off: m.Offset, len: m.Length, token: m.PutToken, complete: true})
 	o.lastUse = now

@@ -122,7 +122,10 @@ func (s *Service) ReRegisterDiskObjects(ctx context.Context, nodeID string, objs
 	n.lastPing.Store(s.now())
 	out := make([]error, len(objs))
 	for i, d := range objs {
-		out[i] = s.observe(s.registerDisk(n, d, true))
+		if out[i] = s.removedDisk(nodeID, d.Key); out[i] == nil {
+			out[i] = s.registerDisk(n, d, true)
+		}
+		s.observe(out[i])
 	}
 	return out, nil
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/tierstore/tierstore/masterapi"
 )
 
-// defaultHeartbeatTasks is the task count of OffloadHeartbeat when max is 0;
+// defaultHeartbeatTasks is the task count of a Heartbeat when Max is 0;
 // masterapi.MaxHeartbeatTasks caps it.
 const defaultHeartbeatTasks = 1024
 
@@ -161,8 +161,9 @@ func (s *Service) Enqueue(key string) error {
 	return nil
 }
 
-// OffloadHeartbeat implements API.
-func (s *Service) OffloadHeartbeat(ctx context.Context, nodeID string, max int) ([]OffloadTask, error) {
+// offloadTasks is the task part of Heartbeat: up to max (0: a default)
+// queued tasks of nodeID, marked in flight; it counts as a ping.
+func (s *Service) offloadTasks(ctx context.Context, nodeID string, max int) ([]OffloadTask, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}

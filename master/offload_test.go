@@ -38,7 +38,7 @@ func TestMailboxEagerDedupeAndTask(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.PutEnd(bg, "k", r.PutToken) // repeated PutEnd does not queue again either
-	ts, err := s.OffloadHeartbeat(bg, "a", 0)
+	ts, err := heartbeat(s, "a", 0)
 	if err != nil || len(ts) != 1 {
 		t.Fatalf("tasks %v %v", ts, err)
 	}
@@ -49,10 +49,10 @@ func TestMailboxEagerDedupeAndTask(t *testing.T) {
 	if err := s.Enqueue("k"); err != nil { // in flight: still not twice
 		t.Fatal(err)
 	}
-	if ts, _ := s.OffloadHeartbeat(bg, "a", 0); len(ts) != 0 {
+	if ts, _ := heartbeat(s, "a", 0); len(ts) != 0 {
 		t.Fatalf("duplicate task delivered: %v", taskKeys(ts))
 	}
-	if _, err := s.OffloadHeartbeat(bg, "nobody", 0); !codesIs(err, codes.ErrNeedRemount) {
+	if _, err := heartbeat(s, "nobody", 0); !codesIs(err, codes.ErrNeedRemount) {
 		t.Fatalf("unknown node: %v", err)
 	}
 }
@@ -72,7 +72,7 @@ func TestMailboxQueueLimit(t *testing.T) {
 	}
 	mustIs(t, s.Enqueue("3"), codes.ErrKeysUltraLimit)
 	// In-flight tasks count toward the limit too.
-	if ts, _ := s.OffloadHeartbeat(bg, "a", 2); len(ts) != 2 {
+	if ts, _ := heartbeat(s, "a", 2); len(ts) != 2 {
 		t.Fatalf("got %d", len(ts))
 	}
 	mustIs(t, s.Enqueue("3"), codes.ErrKeysUltraLimit)
@@ -94,7 +94,7 @@ func TestMailboxPinUntilAnswer(t *testing.T) {
 	put(t, s, "other", 64, "a")
 	clk.Advance(time.Hour)
 	// "other" was queued too (eager); answer it so only "k" stays pinned.
-	ts, _ := s.OffloadHeartbeat(bg, "a", 0)
+	ts, _ := heartbeat(s, "a", 0)
 	if len(ts) != 2 {
 		t.Fatalf("tasks %v", taskKeys(ts))
 	}
@@ -123,7 +123,7 @@ func TestMailboxPinUntilAnswer(t *testing.T) {
 	// and after the last attempt the pin is released.
 	put(t, s, "t", 64, "a")
 	for attempt := 1; attempt <= maxOffloadAttempts; attempt++ {
-		if ts, _ := s.OffloadHeartbeat(bg, "a", 0); len(ts) != 1 {
+		if ts, _ := heartbeat(s, "a", 0); len(ts) != 1 {
 			t.Fatalf("attempt %d: no task", attempt)
 		}
 		clk.Advance(30 * time.Second)
@@ -147,13 +147,13 @@ func TestRetryableFailureRequeued(t *testing.T) {
 	mount(t, s, "a", 1<<20)
 	put(t, s, "k", 64, "a")
 	for attempt := 1; attempt <= maxOffloadAttempts; attempt++ {
-		ts, _ := s.OffloadHeartbeat(bg, "a", 0)
+		ts, _ := heartbeat(s, "a", 0)
 		if fmt.Sprint(taskKeys(ts)) != "[k]" {
 			t.Fatalf("attempt %d: tasks %v", attempt, taskKeys(ts))
 		}
 		s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: []OffloadFailure{{Key: "k", Retryable: true, Reason: "disk busy"}}})
 	}
-	if ts, _ := s.OffloadHeartbeat(bg, "a", 0); len(ts) != 0 {
+	if ts, _ := heartbeat(s, "a", 0); len(ts) != 0 {
 		t.Fatalf("delivered beyond %d attempts: %v", maxOffloadAttempts, taskKeys(ts))
 	}
 	if v := metricValue(t, s, "tierstore_master_offload_retried_total", "", ""); v != maxOffloadAttempts-1 {
@@ -164,16 +164,16 @@ func TestRetryableFailureRequeued(t *testing.T) {
 	}
 	// Permanent failure: not retried.
 	put(t, s, "p", 64, "a")
-	s.OffloadHeartbeat(bg, "a", 0)
+	heartbeat(s, "a", 0)
 	s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: []OffloadFailure{{Key: "p", Retryable: false, Reason: "bad range"}}})
-	if ts, _ := s.OffloadHeartbeat(bg, "a", 0); len(ts) != 0 {
+	if ts, _ := heartbeat(s, "a", 0); len(ts) != 0 {
 		t.Fatalf("permanent failure retried: %v", taskKeys(ts))
 	}
 	// One retryable failure, then success: persisted, no further task.
 	put(t, s, "r", 64, "a")
-	s.OffloadHeartbeat(bg, "a", 0)
+	heartbeat(s, "a", 0)
 	s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: []OffloadFailure{{Key: "r", Retryable: true}}})
-	ts, _ := s.OffloadHeartbeat(bg, "a", 0)
+	ts, _ := heartbeat(s, "a", 0)
 	if fmt.Sprint(taskKeys(ts)) != "[r]" {
 		t.Fatalf("retry of r: %v", taskKeys(ts))
 	}
@@ -196,7 +196,7 @@ func TestEnqueueNeedsOffload(t *testing.T) {
 	mount(t, s, "a", 1<<20)
 	put(t, s, "k", 64, "a")
 	mustIs(t, s.Enqueue("k"), codes.ErrUnableOffload)
-	if ts, _ := s.OffloadHeartbeat(bg, "a", 0); len(ts) != 0 {
+	if ts, _ := heartbeat(s, "a", 0); len(ts) != 0 {
 		t.Fatal("task without enable_offload")
 	}
 }
@@ -209,7 +209,7 @@ func TestRemovedObjectTaskDisappears(t *testing.T) {
 	if err := s.Remove(bg, "gone", true); err != nil {
 		t.Fatal(err)
 	}
-	ts, _ := s.OffloadHeartbeat(bg, "a", 0)
+	ts, _ := heartbeat(s, "a", 0)
 	if len(ts) != 1 || ts[0].Key != "kept" {
 		t.Fatalf("tasks %v", taskKeys(ts))
 	}
@@ -236,7 +236,7 @@ func TestForcedRemoveDefersFree(t *testing.T) {
 	s, clk := offloadService(t, func(c *Config) { c.OffloadTaskTimeout = time.Minute })
 	mount(t, s, "a", 1<<20)
 	src := put(t, s, "k", 4096, "a")
-	ts, _ := s.OffloadHeartbeat(bg, "a", 0)
+	ts, _ := heartbeat(s, "a", 0)
 	if len(ts) != 1 {
 		t.Fatalf("tasks %v", taskKeys(ts))
 	}
@@ -254,7 +254,7 @@ func TestForcedRemoveDefersFree(t *testing.T) {
 	// The same key put again is queued, but not handed out while the old
 	// task is out: the node's answer for "k" is unambiguous.
 	put(t, s, "k", 4096, "a")
-	ts, _ = s.OffloadHeartbeat(bg, "a", 0)
+	ts, _ = heartbeat(s, "a", 0)
 	if fmt.Sprint(taskKeys(ts)) != "[other]" {
 		t.Fatalf("tasks %v while the old task of k is out", taskKeys(ts))
 	}
@@ -274,7 +274,7 @@ func TestForcedRemoveDefersFree(t *testing.T) {
 		t.Fatalf("segment used %d after the answer, want two objects' worth", st.SegmentUsed)
 	}
 	// Now the new k's task goes out.
-	ts, _ = s.OffloadHeartbeat(bg, "a", 0)
+	ts, _ = heartbeat(s, "a", 0)
 	if fmt.Sprint(taskKeys(ts)) != "[k]" {
 		t.Fatalf("tasks %v", taskKeys(ts))
 	}
@@ -293,7 +293,7 @@ func TestForcedRemoveDefersFree(t *testing.T) {
 	}
 	// A failed answer for a removed object frees it as well.
 	put(t, s, "f", 4096, "a")
-	s.OffloadHeartbeat(bg, "a", 0)
+	heartbeat(s, "a", 0)
 	s.Remove(bg, "f", true)
 	s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: []OffloadFailure{{Key: "f", Retryable: true}}})
 	if st, _ := s.Stats(bg); st.SegmentUsed != 4096 || st.OffloadQueued != 0 {
@@ -308,7 +308,7 @@ func TestNotifyIdempotent(t *testing.T) {
 	s, _ := offloadService(t, nil)
 	mount(t, s, "a", 1<<20)
 	put(t, s, "k", 100, "a")
-	s.OffloadHeartbeat(bg, "a", 0)
+	heartbeat(s, "a", 0)
 	req := NotifyRequest{Node: "a", Persisted: []DiskObject{{Key: "k", Size: 100, CRC: crcOf("k")}}}
 	for i := 0; i < 2; i++ {
 		errs, err := s.NotifyOffloadSuccess(bg, req)
@@ -363,7 +363,7 @@ func TestReconcile(t *testing.T) {
 	}
 	s.ReRegisterDiskObjects(bg, "a", objs)
 	s.ReRegisterDiskObjects(bg, "b", objs[:3])
-	res, err := s.ReconcileDiskObjects(bg, "a", []string{"d0", "d2", "d4", "unknown"})
+	res, err := reconcileAll(s, "a", []string{"d0", "d2", "d4", "unknown"})
 	if err != nil || res.Dropped != 3 || fmt.Sprint(res.Unwanted) != "[unknown]" {
 		t.Fatalf("reconcile %+v, %v", res, err)
 	}
@@ -392,13 +392,13 @@ func TestReconcile(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.EvictDiskReplica(bg, "a", []string{"d2"})
-	res, err = s.ReconcileDiskObjects(bg, "a", []string{"d0", "d2", "d4"})
+	res, err = reconcileAll(s, "a", []string{"d0", "d2", "d4"})
 	if err != nil || res.Dropped != 0 || fmt.Sprint(res.Unwanted) != "[d0 d2]" {
 		t.Fatalf("reconcile after remove %+v, %v", res, err)
 	}
 	// An unknown node (master restarted, node expired) must re-register
 	// first: reconciling it would call every key unwanted.
-	_, err = s.ReconcileDiskObjects(bg, "ghost", []string{"d4"})
+	_, err = reconcileAll(s, "ghost", []string{"d4"})
 	mustIs(t, err, codes.ErrNeedRemount)
 }
 
@@ -459,7 +459,7 @@ func TestFailedAnswerDropsPhantomDiskReplica(t *testing.T) {
 	mount(t, s, "a", 1<<20)
 	put(t, s, "k", 64, "a")
 	put(t, s, "l", 64, "a")
-	if ts, _ := s.OffloadHeartbeat(bg, "a", 0); len(ts) != 2 {
+	if ts, _ := heartbeat(s, "a", 0); len(ts) != 2 {
 		t.Fatalf("tasks %v", ts)
 	}
 	persisted := []DiskObject{{Key: "k", Size: 64, CRC: crcOf("k")}, {Key: "l", Size: 64, CRC: crcOf("l")}}
@@ -484,7 +484,7 @@ func TestFailedAnswerDropsPhantomDiskReplica(t *testing.T) {
 	}
 	// The failure was retryable: k (still in DRAM) is offered again; l has
 	// no DRAM replica left to copy.
-	if ts, _ := s.OffloadHeartbeat(bg, "a", 0); len(ts) != 1 || ts[0].Key != "k" {
+	if ts, _ := heartbeat(s, "a", 0); len(ts) != 1 || ts[0].Key != "k" {
 		t.Fatalf("tasks after the failure: %+v", ts)
 	}
 	_, err := s.GetReplicaList(bg, "l")
@@ -502,14 +502,14 @@ func TestOnEvictOffloadsInsteadOfDropping(t *testing.T) {
 	s, clk := offloadService(t, func(c *Config) { c.OffloadOnEvict = true; c.EvictionRatio = 1 })
 	mount(t, s, "a", 1<<20)
 	put(t, s, "k", 64, "a")
-	if ts, _ := s.OffloadHeartbeat(bg, "a", 0); len(ts) != 0 {
+	if ts, _ := heartbeat(s, "a", 0); len(ts) != 0 {
 		t.Fatal("on-evict queued at PutEnd")
 	}
 	clk.Advance(time.Hour)
 	if n := s.EvictNow(); n != 0 {
 		t.Fatal("dropped instead of offloading")
 	}
-	ts, _ := s.OffloadHeartbeat(bg, "a", 0)
+	ts, _ := heartbeat(s, "a", 0)
 	if len(ts) != 1 {
 		t.Fatalf("tasks %v", ts)
 	}
@@ -610,7 +610,7 @@ func TestRestartedMasterCountsOnlyItsTasks(t *testing.T) {
 				t.Fatal("the node's word about its own SSD was ignored")
 			}
 			// Its own task: fetched, answered failed, counted once.
-			if ts, _ := api.OffloadHeartbeat(bg, "a", 0); fmt.Sprint(taskKeys(ts)) != "[queued]" {
+			if ts, _ := heartbeat(api, "a", 0); fmt.Sprint(taskKeys(ts)) != "[queued]" {
 				t.Fatalf("tasks %v", taskKeys(ts))
 			}
 			api.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: []OffloadFailure{{Key: "queued", Reason: "object larger than a bucket"}}})

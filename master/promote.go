@@ -247,7 +247,7 @@ func (s *Service) abandonPromotion(key string, o *object, id string) {
 	}
 }
 
-// PromoteEnd implements masterapi.AdmissionAPI.
+// PromoteEnd implements NodeAPI.
 func (s *Service) PromoteEnd(ctx context.Context, nodeID string, results []masterapi.PromoteResult) ([]error, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
@@ -301,11 +301,11 @@ func (s *Service) promoteEnd(nodeID string, r masterapi.PromoteResult) error {
 	return nil
 }
 
-// Heartbeat implements masterapi.AdmissionAPI: OffloadHeartbeat, plus the
-// node's SSD report to the policy, the policy's sketch when asked for, and
-// the node's promotion tasks.
+// Heartbeat implements NodeAPI: the node's offload tasks, its SSD report
+// to the policy, the policy's sketch when asked for, and the node's
+// promotion tasks.
 func (s *Service) Heartbeat(ctx context.Context, req masterapi.HeartbeatRequest) (masterapi.HeartbeatReply, error) {
-	tasks, err := s.OffloadHeartbeat(ctx, req.Node, req.Max)
+	tasks, err := s.offloadTasks(ctx, req.Node, req.Max)
 	if err != nil {
 		return masterapi.HeartbeatReply{}, err
 	}
@@ -368,5 +368,3 @@ func (s *Service) sketchForNode(node string, have uint64) ([]byte, uint64) {
 	s.cnt.sketchBytesSent.Add(int64(len(b)))
 	return b, cur
 }
-
-var _ masterapi.AdmissionAPI = (*Service)(nil)

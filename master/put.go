@@ -68,6 +68,7 @@ func (s *Service) putStart(ctx context.Context, req PutStartRequest) (PutStartRe
 	// token before that range could be freed, so tokens grow along a
 	// range's owners (invariant 8). One token for all the put's replicas.
 	token := s.tokens.next(now)
+	o.token = token
 	for _, p := range places {
 		o.addMem(memReplica{seg: p.seg, off: p.off, len: req.Size, token: token})
 		s.processing.Add(1)

@@ -274,32 +274,3 @@ func (s *Service) shardsOfRanges(ranges int, differs func(int) bool) []int {
 	}
 	return slices.Clip(out)
 }
-
-// ReconcileDiskObjects implements API: a whole session in one call, every
-// range compared key by key (for nodes of earlier builds). Its memory is
-// the request; it scans every shard.
-func (s *Service) ReconcileDiskObjects(ctx context.Context, nodeID string, keys []string) (ReconcileResult, error) {
-	if err := s.check(ctx); err != nil {
-		return ReconcileResult{}, err
-	}
-	n, err := s.reconcileNode("reconcile", nodeID)
-	if err != nil {
-		return ReconcileResult{}, err
-	}
-	d := n.dig
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	id := d.epoch.Add(1)
-	if id == 0 {
-		id = d.epoch.Add(1)
-	}
-	d.open = false // supersedes a session in progress
-	all := func(int) bool { return true }
-	var res ReconcileResult
-	res.Unwanted = s.markHeld(n, id, 1, all, keys)
-	res.Dropped = s.dropUnseen(nodeID, id, 1, all)
-	if res.Dropped > 0 || len(res.Unwanted) > 0 {
-		s.log.Info("reconcile", "node", nodeID, "dropped", res.Dropped, "unwanted", len(res.Unwanted), "held", len(keys))
-	}
-	return res, nil
-}

@@ -4,18 +4,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"pgregory.net/rapid"
 
 	"github.com/tierstore/tierstore/internal/codes"
-	pb "github.com/tierstore/tierstore/internal/rpcpb"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -35,19 +32,22 @@ func digestOfKeys(keys []string, ranges int) masterapi.RangeDigest {
 	return d
 }
 
-// sessionReconcile runs a whole reconcile session for node holding keys, at
+// reconciled is the outcome of a whole reconcile session: the replicas
+// ReconcileEnd dropped and the keys every ReconcileKeys answered unwanted
+// (in the order sent).
+type reconciled struct {
+	Dropped  int64
+	Unwanted []string
+}
+
+// runReconcile runs a whole reconcile session for node holding keys, at
 // digest resolution ranges, sending the keys of differing ranges in batches
-// of batch. It returns the session's Differ, and the result in the form of
-// ReconcileDiskObjects (Unwanted in the order sent).
-func sessionReconcile(t fataler, api API, node string, keys []string, ranges, batch int) ([]uint32, ReconcileResult) {
-	t.Helper()
+// of batch. It returns the session's Differ and the outcome.
+func runReconcile(api API, node string, keys []string, ranges, batch int) ([]uint32, reconciled, error) {
+	var res reconciled
 	ses, err := api.ReconcileBegin(bg, node, digestOfKeys(keys, ranges))
-	if err != nil {
-		t.Fatalf("ReconcileBegin: %v", err)
-	}
-	var res ReconcileResult
-	if len(ses.Differ) == 0 {
-		return nil, res
+	if err != nil || len(ses.Differ) == 0 {
+		return nil, res, err
 	}
 	var send []string
 	for _, k := range keys {
@@ -60,14 +60,31 @@ func sessionReconcile(t fataler, api API, node string, keys []string, ranges, ba
 		send = send[len(part):]
 		kr, err := api.ReconcileKeys(bg, node, ses.ID, part)
 		if err != nil {
-			t.Fatalf("ReconcileKeys: %v", err)
+			return nil, res, fmt.Errorf("ReconcileKeys: %w", err)
 		}
 		res.Unwanted = append(res.Unwanted, kr.Unwanted...)
 	}
 	if res.Dropped, err = api.ReconcileEnd(bg, node, ses.ID); err != nil {
-		t.Fatalf("ReconcileEnd: %v", err)
+		return nil, res, fmt.Errorf("ReconcileEnd: %w", err)
 	}
-	return ses.Differ, res
+	return ses.Differ, res, nil
+}
+
+// sessionReconcile is runReconcile that fails the test on an error.
+func sessionReconcile(t fataler, api API, node string, keys []string, ranges, batch int) ([]uint32, reconciled) {
+	t.Helper()
+	differ, res, err := runReconcile(api, node, keys, ranges, batch)
+	if err != nil {
+		t.Fatalf("reconcile of %s: %v", node, err)
+	}
+	return differ, res
+}
+
+// reconcileAll reconciles node holding keys in one range and one batch:
+// every key sent, the replicas of every other key dropped.
+func reconcileAll(api API, node string, keys []string) (reconciled, error) {
+	_, res, err := runReconcile(api, node, keys, 1, len(keys)+1)
+	return res, err
 }
 
 // TestReconcileSession is TestReconcile through a session: the same
@@ -250,12 +267,13 @@ func TestReconcileSessionKeepsReplicasRecordedMeanwhile(t *testing.T) {
 	}
 }
 
-// TestReconcileSessionMatchesWholeList (property): for random replica
-// sets on two nodes, random node key lists, digest resolutions, shard
-// counts and batch sizes, a session leaves the metadata exactly as the
-// one-call ReconcileDiskObjects of the same list does, with the same
-// Dropped and the same Unwanted set.
-func TestReconcileSessionMatchesWholeList(t *testing.T) {
+// TestReconcileSessionMatchesModel (property): for random replica sets on
+// two nodes, random node key lists, digest resolutions, shard counts and
+// batch sizes, a session of node a leaves the metadata as the model says:
+// a keeps its replicas of the keys it holds and loses the others (Dropped
+// counts them), b is untouched, an object left with no replica goes (no
+// lease is active), and Unwanted is every held key a has no replica of.
+func TestReconcileSessionMatchesModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		shards := 1 << rapid.IntRange(0, 6).Draw(rt, "shardsLog")
 		ranges := 1 << rapid.IntRange(0, 8).Draw(rt, "rangesLog")
@@ -265,53 +283,79 @@ func TestReconcileSessionMatchesWholeList(t *testing.T) {
 		onB := rapid.SliceOfDistinct(rapid.IntRange(0, universe-1), rapid.ID).Draw(rt, "onB")
 		removed := rapid.SliceOfDistinct(rapid.IntRange(0, universe-1), rapid.ID).Draw(rt, "removed")
 		held := rapid.SliceOfDistinct(rapid.IntRange(0, universe+20), rapid.ID).Draw(rt, "held")
-		var svc [2]*Service
-		for i := range svc {
-			cfg := DefaultConfig()
-			cfg.Clock = NewManualClock(t0)
-			cfg.MonitorInterval = 0
-			cfg.Shards = shards
-			cfg.EnableOffload = true
-			cfg.ClientTTL = time.Hour
-			cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-			s, err := New(cfg)
-			if err != nil {
-				rt.Fatal(err)
-			}
-			defer s.Close()
-			for _, n := range []string{"a", "b"} {
-				if err := s.MountSegment(bg, MountRequest{Node: n, Endpoint: n + ":1", Segment: "seg0", Size: 1 << 20}); err != nil {
-					rt.Fatal(err)
-				}
-			}
-			s.ReRegisterDiskObjects(bg, "a", diskObjsOf(onA))
-			s.ReRegisterDiskObjects(bg, "b", diskObjsOf(onB))
-			for _, r := range removed {
-				_ = s.Remove(bg, fmt.Sprint("k", r), true)
-			}
-			svc[i] = s
-		}
-		var keys []string
-		for _, h := range held {
-			keys = append(keys, fmt.Sprint("k", h))
-		}
-		whole, err := svc[0].ReconcileDiskObjects(bg, "a", keys)
+		cfg := DefaultConfig()
+		cfg.Clock = NewManualClock(t0)
+		cfg.MonitorInterval = 0
+		cfg.Shards = shards
+		cfg.EnableOffload = true
+		cfg.ClientTTL = time.Hour
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		s, err := New(cfg)
 		if err != nil {
 			rt.Fatal(err)
 		}
-		_, got := sessionReconcile(rt, svc[1], "a", keys, ranges, batch)
-		sort.Strings(whole.Unwanted)
-		sort.Strings(got.Unwanted)
-		if got.Dropped != whole.Dropped || !slices.Equal(got.Unwanted, whole.Unwanted) {
-			rt.Fatalf("session %+v, whole list %+v", got, whole)
-		}
-		if a, b := diskState(svc[0]), diskState(svc[1]); a != b {
-			rt.Fatalf("metadata differs:\nwhole list: %s\nsession:    %s", a, b)
-		}
-		for _, s := range svc {
-			if err := s.Check(); err != nil {
+		defer s.Close()
+		for _, n := range []string{"a", "b"} {
+			if err := s.MountSegment(bg, MountRequest{Node: n, Endpoint: n + ":1", Segment: "seg0", Size: 1 << 20}); err != nil {
 				rt.Fatal(err)
 			}
+		}
+		s.ReRegisterDiskObjects(bg, "a", diskObjsOf(onA))
+		s.ReRegisterDiskObjects(bg, "b", diskObjsOf(onB))
+		for _, r := range removed {
+			_ = s.Remove(bg, fmt.Sprint("k", r), true)
+		}
+		gone := map[int]bool{}
+		for _, r := range removed {
+			gone[r] = true
+		}
+		isHeld := map[int]bool{}
+		var keys []string
+		for _, h := range held {
+			isHeld[h] = true
+			keys = append(keys, fmt.Sprint("k", h))
+		}
+		model := map[string][]string{} // key -> nodes listing it, after the session
+		var want reconciled
+		for _, id := range onA {
+			switch {
+			case gone[id]:
+			case isHeld[id]:
+				model[fmt.Sprint("k", id)] = []string{"a"}
+			default:
+				want.Dropped++
+			}
+		}
+		for _, id := range onB {
+			if !gone[id] {
+				model[fmt.Sprint("k", id)] = append(model[fmt.Sprint("k", id)], "b")
+			}
+		}
+		hasA := map[int]bool{}
+		for _, id := range onA {
+			hasA[id] = !gone[id]
+		}
+		for _, h := range held {
+			if !hasA[h] {
+				want.Unwanted = append(want.Unwanted, fmt.Sprint("k", h))
+			}
+		}
+		var rows []string
+		for k, ns := range model {
+			rows = append(rows, k+"="+strings.Join(ns, ","))
+		}
+		sort.Strings(rows)
+		_, got := sessionReconcile(rt, s, "a", keys, ranges, batch)
+		sort.Strings(want.Unwanted)
+		sort.Strings(got.Unwanted)
+		if got.Dropped != want.Dropped || !slices.Equal(got.Unwanted, want.Unwanted) {
+			rt.Fatalf("session %+v, model %+v", got, want)
+		}
+		if a, b := diskState(s), strings.Join(rows, " "); a != b {
+			rt.Fatalf("metadata differs:\nsession: %s\nmodel:   %s", a, b)
+		}
+		if err := s.Check(); err != nil {
+			rt.Fatal(err)
 		}
 	})
 }
@@ -365,9 +409,7 @@ func TestShardsOfRanges(t *testing.T) {
 }
 
 // TestReconcileSessionOverGRPC runs a session through Remote and the gRPC
-// server, and checks that a master without the session calls (an earlier
-// build) is recognised as such (masterapi.IsUnimplemented), while a
-// tierstore error with the same gRPC code is not.
+// server; a stale session is refused with INVALID_PARAMS.
 func TestReconcileSessionOverGRPC(t *testing.T) {
 	s, _ := offloadService(t, nil)
 	api := remoteService(t, s)
@@ -389,28 +431,4 @@ func TestReconcileSessionOverGRPC(t *testing.T) {
 	}
 	_, err := api.ReconcileEnd(bg, "a", 12345)
 	mustIs(t, err, codes.ErrInvalidParams)
-	if masterapi.IsUnimplemented(err) {
-		t.Fatal("a refusal taken for an unknown call")
-	}
-
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := grpc.NewServer()
-	pb.RegisterMasterServer(old, pb.UnimplementedMasterServer{})
-	go old.Serve(lis)
-	t.Cleanup(old.Stop)
-	r, err := masterapi.Dial(bg, lis.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	_, err = r.ReconcileBegin(bg, "a", digestOfKeys(nil, 1))
-	if !masterapi.IsUnimplemented(err) {
-		t.Fatalf("old master: %v, want unimplemented", err)
-	}
-	if masterapi.IsUnimplemented(codes.FromStatus(codes.ToStatus(codes.ErrUnableOffload))) {
-		t.Fatal("UNABLE_OFFLOAD taken for an unknown call")
-	}
 }

@@ -3,12 +3,15 @@ package master
 import (
 	"context"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
-// Remove implements API.
+// Remove implements API. The removal is acknowledged once its entry of
+// the removal log is durable (docs/design.md, invariant 10).
 func (s *Service) Remove(ctx context.Context, key string, force bool) error {
 	if err := s.check(ctx); err != nil {
 		return err
@@ -17,12 +20,19 @@ func (s *Service) Remove(ctx context.Context, key string, force bool) error {
 	if err != nil {
 		return s.observe(err)
 	}
-	defer sh.mu.Unlock()
 	o := sh.objs[key]
 	if o == nil {
+		sh.mu.Unlock()
 		return s.observe(codes.Errorf(codes.ObjectNotFound, "master: remove"))
 	}
-	return s.observe(s.removeObj(sh, key, o, force, s.now()))
+	now := s.now()
+	if err := s.removeObj(sh, key, o, force, now); err != nil {
+		sh.mu.Unlock()
+		return s.observe(err)
+	}
+	seq := s.rlog.add(masterapi.Removal{Kind: masterapi.RemovalKey, Key: key}, &s.tokens, now, false)
+	sh.mu.Unlock()
+	return s.observe(s.rlog.wait(ctx, seq))
 }
 
 // removeObj is the master's one removal path: Remove, RemoveAll and
@@ -30,7 +40,8 @@ func (s *Service) Remove(ctx context.Context, key string, force bool) error {
 // changes nothing) while a put of the key is in progress
 // (REPLICA_IS_NOT_READY), a read lease is active or an offload task pins
 // the object (OBJECT_HAS_LEASE); otherwise it deletes the object and
-// every replica it lists. Caller holds the shard lock.
+// every replica it lists. The caller appends the removal's entry to the
+// removal log under the same shard lock. Caller holds the shard lock.
 func (s *Service) removeObj(sh *shard, key string, o *object, force bool, now int64) error {
 	if !force {
 		if err := removeRefusal(o, now); err != nil {
@@ -60,7 +71,8 @@ func (s *Service) RemoveAll(ctx context.Context, force bool) (int64, error) {
 	if err := s.check(ctx); err != nil {
 		return 0, err
 	}
-	return s.removeMatching(func(string) bool { return true }, force), nil
+	n, err := s.removeMatching(ctx, masterapi.Removal{Kind: masterapi.RemovalEvery}, func(string) bool { return true }, force)
+	return n, s.observe(err)
 }
 
 // RemoveByRegex implements API. The pattern is Go's RE2 syntax
@@ -75,26 +87,49 @@ func (s *Service) RemoveByRegex(ctx context.Context, pattern string, force bool)
 	if err != nil {
 		return 0, s.observe(codes.Errorf(codes.InvalidParams, "master: remove_by_regex: pattern %q: %v", pattern, err))
 	}
-	return s.removeMatching(re.MatchString, force), nil
+	n, err := s.removeMatching(ctx, masterapi.Removal{Kind: masterapi.RemovalPattern, Key: pattern}, re.MatchString, force)
+	return n, s.observe(err)
 }
 
 // removeMatching sends every object whose key match accepts through
 // removeObj, shard by shard, and returns how many it removed (the objects
-// it refused are skipped, as Mooncake's RemoveAll does).
-func (s *Service) removeMatching(match func(key string) bool, force bool) int64 {
+// it refused are skipped, as Mooncake's RemoveAll does). The whole call
+// is one entry of the removal log, kind and pattern from e: its sequence
+// number is taken first, objects put during the scan (a larger token) are
+// left alone, and the entry lists the keys it spared. An object removed
+// with a DRAM copy newer than the entry (a promotion that started during
+// the scan) gets an entry of its own. It answers once the entries are
+// durable.
+func (s *Service) removeMatching(ctx context.Context, e masterapi.Removal, match func(key string) bool, force bool) (int64, error) {
 	now := s.now()
+	seq := s.rlog.add(e, &s.tokens, now, true)
 	var n int64
+	var spared []string
+	last := seq
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for k, o := range sh.objs {
-			if match(k) && s.removeObj(sh, k, o, force, now) == nil {
-				n++
+			if !match(k) || o.token > seq {
+				continue
+			}
+			newer := o.mem.seg != nil && o.mem.token > seq
+			if s.removeObj(sh, k, o, force, now) != nil {
+				spared = append(spared, k)
+				continue
+			}
+			n++
+			if newer { // under the shard lock, before a new put of k
+				last = s.rlog.add(masterapi.Removal{Kind: masterapi.RemovalKey, Key: k}, &s.tokens, now, false)
 			}
 		}
 		sh.mu.Unlock()
 	}
-	return n
+	slices.Sort(spared)
+	if err := s.rlog.seal(seq, spared); err != nil {
+		return n, codes.Wrap(codes.InternalError, err)
+	}
+	return n, s.rlog.wait(ctx, last)
 }
 
 // EvictMemory implements API.

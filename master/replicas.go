@@ -143,6 +143,7 @@ func (s *Service) uncountMem(o *object, m *memReplica, free bool) {
 	if free {
 		s.freeRange(m.seg, m.off, m.len)
 	}
+	s.forgetRecord(m)
 	s.countMem(m.seg.node, -1, -o.size)
 }
 

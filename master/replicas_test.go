@@ -271,14 +271,14 @@ func TestReplicasOffloadFromOneThenFromASurvivor(t *testing.T) {
 	mount(t, s, "a", 1<<20)
 	mount(t, s, "b", 1<<20)
 	putReplicas(t, s, "k", 100, "a", 2)
-	if ts, _ := s.OffloadHeartbeat(bg, "b", 0); len(ts) != 0 {
+	if ts, _ := heartbeat(s, "b", 0); len(ts) != 0 {
 		t.Fatalf("the second replica's node got tasks %v", taskKeys(ts))
 	}
-	if ts, _ := s.OffloadHeartbeat(bg, "a", 0); len(ts) != 1 {
+	if ts, _ := heartbeat(s, "a", 0); len(ts) != 1 {
 		t.Fatalf("the first replica's node got tasks %v", taskKeys(ts))
 	}
 	expire(t, s, clk, "a", "b")
-	ts, err := s.OffloadHeartbeat(bg, "b", 0)
+	ts, err := heartbeat(s, "b", 0)
 	if err != nil || len(ts) != 1 || ts[0].Key != "k" {
 		t.Fatalf("after a died: tasks %v %v", taskKeys(ts), err)
 	}
@@ -298,7 +298,7 @@ func TestReplicasEvictionDropsEveryDRAMReplica(t *testing.T) {
 	mount(t, s, "a", 1<<20)
 	mount(t, s, "b", 1<<20)
 	putReplicas(t, s, "k", 100, "a", 2)
-	s.OffloadHeartbeat(bg, "a", 0)
+	heartbeat(s, "a", 0)
 	if errs, err := s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Persisted: []DiskObject{{Key: "k", Size: 100, CRC: crcOf("k")}}}); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}
@@ -314,7 +314,7 @@ func TestReplicasEvictionDropsEveryDRAMReplica(t *testing.T) {
 	}
 	// Watermark or allocation eviction: the same, object by object.
 	putReplicas(t, s, "m", 100, "b", 2) // no SSD copy: eviction drops the object
-	s.OffloadHeartbeat(bg, "b", 0)
+	heartbeat(s, "b", 0)
 	s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "b", Failed: []OffloadFailure{{Key: "m", Reason: "test"}}})
 	if n := s.EvictNow(); n != 1 {
 		t.Fatalf("eviction round dropped %d", n)
@@ -384,8 +384,8 @@ func TestReplicasReRegisteredFromEveryNode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	obj := MemoryObject{Key: "k", Offset: 0, Length: 100, CRC: 7, PutToken: 1 << 40}
-	for _, n := range []string{"a", "b", "a"} { // a's call sent twice
+	obj := MemoryObject{Key: "k", Offset: 0, Length: 100, CRC: 7, PutToken: s.RemovalLog().Origin + 1<<40} // a put of the previous master, after the log began
+	for _, n := range []string{"a", "b", "a"} {                                                            // a's call sent twice
 		if errs, err := s.ReRegisterMemoryObjects(bg, n, "seg0", []MemoryObject{obj}, true); err != nil || errs[0] != nil {
 			t.Fatalf("node %s: %v %v", n, err, errs)
 		}
@@ -443,18 +443,18 @@ func TestReplicasSSDCopyRestoredFromAnotherNode(t *testing.T) {
 	mount(t, s, "b", 1<<20)
 	putReplicas(t, s, "k", 100, "a", 2)
 	put(t, s, "one", 100, "a") // one replica: lost with a, nothing to restore
-	if ts, _ := s.OffloadHeartbeat(bg, "a", 0); len(ts) != 2 {
+	if ts, _ := heartbeat(s, "a", 0); len(ts) != 2 {
 		t.Fatalf("tasks of a: %v", taskKeys(ts))
 	}
 	persisted := []DiskObject{{Key: "k", Size: 100, CRC: crcOf("k")}, {Key: "one", Size: 100, CRC: crcOf("one")}}
 	if _, err := s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Persisted: persisted}); err != nil {
 		t.Fatal(err)
 	}
-	if ts, _ := s.OffloadHeartbeat(bg, "b", 0); len(ts) != 0 {
+	if ts, _ := heartbeat(s, "b", 0); len(ts) != 0 {
 		t.Fatalf("b got tasks %v while a's SSD copy is readable", taskKeys(ts))
 	}
 	expire(t, s, clk, "a", "b")
-	ts, err := s.OffloadHeartbeat(bg, "b", 0)
+	ts, err := heartbeat(s, "b", 0)
 	if err != nil || len(ts) != 1 || ts[0].Key != "k" {
 		t.Fatalf("after a died: tasks of b %v %v", taskKeys(ts), err)
 	}

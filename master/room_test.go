@@ -16,7 +16,7 @@ import (
 // persisted.
 func offloadAll(t *testing.T, api API, n string) int {
 	t.Helper()
-	ts, err := api.OffloadHeartbeat(bg, n, 0)
+	ts, err := heartbeat(api, n, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -286,14 +286,8 @@ func (s *Server) EvictMemory(ctx context.Context, r *pb.EvictMemoryRequest) (*pb
 }
 
 func (s *Server) OffloadHeartbeat(ctx context.Context, r *pb.OffloadHeartbeatRequest) (*pb.OffloadHeartbeatResponse, error) {
-	var rep masterapi.HeartbeatReply
-	var err error
-	if a, ok := s.api.(masterapi.AdmissionAPI); ok {
-		rep, err = a.Heartbeat(ctx, masterapi.HeartbeatRequest{Node: r.GetNode(), Max: int(r.GetMaxTasks()),
-			SSD: masterapi.SSDReportFromPB(r.GetSsdReport()), WantSketch: r.GetWantSketch(), SketchVersion: r.GetSketchVersion()})
-	} else {
-		rep.Tasks, err = s.api.OffloadHeartbeat(ctx, r.GetNode(), int(r.GetMaxTasks()))
-	}
+	rep, err := s.api.Heartbeat(ctx, masterapi.HeartbeatRequest{Node: r.GetNode(), Max: int(r.GetMaxTasks()),
+		SSD: masterapi.SSDReportFromPB(r.GetSsdReport()), WantSketch: r.GetWantSketch(), SketchVersion: r.GetSketchVersion()})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -309,14 +303,8 @@ func (s *Server) OffloadHeartbeat(ctx context.Context, r *pb.OffloadHeartbeatReq
 	return out, nil
 }
 
-// PromoteEnd answers promotions (masterapi.AdmissionAPI); Unimplemented
-// when the API behind the server does not promote.
 func (s *Server) PromoteEnd(ctx context.Context, r *pb.PromoteEndRequest) (*pb.KeyResults, error) {
-	a, ok := s.api.(masterapi.AdmissionAPI)
-	if !ok {
-		return s.UnimplementedMasterServer.PromoteEnd(ctx, r)
-	}
-	errs, err := a.PromoteEnd(ctx, r.GetNode(), masterapi.PromoteResultsFromPB(r.GetResults()))
+	errs, err := s.api.PromoteEnd(ctx, r.GetNode(), masterapi.PromoteResultsFromPB(r.GetResults()))
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -359,18 +347,6 @@ func (s *Server) EvictDiskReplica(ctx context.Context, r *pb.EvictDiskReplicaReq
 	out := &pb.EvictDiskReplicaResponse{Count: res.Dropped, Keep: make([][]byte, len(res.Keep))}
 	for i, k := range res.Keep {
 		out.Keep[i] = []byte(k)
-	}
-	return out, nil
-}
-
-func (s *Server) ReconcileDiskObjects(ctx context.Context, r *pb.ReconcileDiskObjectsRequest) (*pb.ReconcileDiskObjectsResponse, error) {
-	res, err := s.api.ReconcileDiskObjects(ctx, r.GetNode(), strs(r.GetKeys()))
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	out := &pb.ReconcileDiskObjectsResponse{Count: res.Dropped, Unwanted: make([][]byte, len(res.Unwanted))}
-	for i, k := range res.Unwanted {
-		out.Unwanted[i] = []byte(k)
 	}
 	return out, nil
 }

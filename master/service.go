@@ -70,6 +70,13 @@ type Service struct {
 	met *metrics
 	ha  haState // high availability (ha.go)
 
+	// rlog is the removal log (removals.go); cursors the SSD cursor each
+	// node id reported with its last pull.
+	rlog     *removalLog
+	cursorMu sync.Mutex // protects cursors; a leaf
+	cursors  map[string]masterapi.RemovalCursor
+	lastTrim atomic.Int64 // unix ns of the last trim of the removal log
+
 	evictCh chan struct{}
 	stop    chan struct{}
 	done    chan struct{}
@@ -107,6 +114,7 @@ func New(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{cfg: cfg, clock: cfg.Clock, log: cfg.Logger, policy: cfg.Admission}
+	var err error
 	if s.clock == nil {
 		s.clock = SystemClock{}
 	}
@@ -114,11 +122,9 @@ func New(cfg Config) (*Service, error) {
 		s.log = slog.Default()
 	}
 	if s.policy == nil {
-		p, err := admission.FromSettings(cfg.admissionSettings())
-		if err != nil {
+		if s.policy, err = admission.FromSettings(cfg.admissionSettings()); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
 		}
-		s.policy = p
 	}
 	s.countLookups = s.policy.WantsLookups()
 	n := 1 << bits.Len(uint(cfg.Shards-1))
@@ -130,6 +136,18 @@ func New(cfg Config) (*Service, error) {
 	s.digests = map[string]*diskDigest{}
 	s.nodes = map[string]*node{}
 	s.parked = map[uint64][]parkedPut{}
+	s.cursors = map[string]masterapi.RemovalCursor{}
+	store := cfg.Removals
+	if store == nil {
+		store = NewMemoryRemovalStore()
+		s.cfg.Removals = store // Config() then names it: a test's "restart" shares it
+	}
+	lctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	s.rlog, err = openRemovalLog(lctx, store, &s.tokens, s.now())
+	cancel()
+	if err != nil {
+		return nil, err
+	}
 	s.met = newMetrics(s)
 	s.startAdmission()
 	s.startHA()
@@ -200,6 +218,7 @@ func (s *Service) Tick() {
 	}
 	s.room.signal() // leases and pins may have ended: waiting puts retry
 	s.haTick()
+	s.trimRemovals(now)
 }
 
 func (s *Service) now() int64 { return s.clock.Now().UnixNano() }

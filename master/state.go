@@ -23,6 +23,8 @@ type node struct {
 	box mailbox
 	// promo queues the node's promotion candidates (promote.go).
 	promo promoBox
+	// forget lists the DRAM records the node must forget (removals_service.go).
+	forget forgetBox
 
 	// dig is the LocalDisk replica digest of the node id, shared by all
 	// its incarnations (reconcile.go). Immutable.
@@ -76,8 +78,9 @@ type diskReplica struct {
 
 // object is the metadata of one key. All fields are protected by the lock of
 // the shard that holds the object. (Fields are ordered so that the struct
-// has no padding beyond memReplica's: 144 bytes, the master's memory per
-// object, docs/benchmarks.md.)
+// has no padding beyond memReplica's and 4 bytes: 152 bytes, in the
+// allocator's 160-byte class; the master's memory per object,
+// docs/benchmarks.md.)
 type object struct {
 	size int64
 
@@ -100,6 +103,10 @@ type object struct {
 	softPinUntil   int64 // unix ns, meaningful when softPin
 	putStart       int64 // unix ns of PutStart while mem is not complete
 	lastUse        int64 // unix ns of the last lookup hit, or of PutEnd: orders eviction victims
+	// token is the put token of the put that wrote the object's bytes (0
+	// for an object re-registered from SSD, whose copies carry none): a
+	// RemoveAll or RemoveByRegex leaves objects put during its scan.
+	token uint64
 
 	// offload is the node whose offload task (queued or in flight) pins mem;
 	// nil when no task exists.

@@ -7,30 +7,10 @@ import (
 )
 
 // The node's side of SSD admission and promotion (package admission,
-// tinylfu; docs/design.md, "Admission across the RPC boundary"): the offload
-// heartbeat carries the node's SSD report to the master and the master's
-// frequency sketch and promotion tasks back; PromoteEnd answers
-// promotions. AdmissionAPI is optional: a node whose master connection
-// does not implement it (a test double wrapping NodeAPI) falls back to
-// NodeAPI.OffloadHeartbeat and neither reports nor promotes.
-
-// AdmissionAPI is the heartbeat with admission state, and the answer to
-// promotions. *master.Service and *Remote implement it.
-type AdmissionAPI interface {
-	// Heartbeat is OffloadHeartbeat (the same tasks, the same errors and
-	// ping) carrying req.SSD to the admission policy, answering the
-	// policy's sketch when req.WantSketch and the policy keeps one, and
-	// handing out up to MaxPromotions promotion tasks of the node.
-	Heartbeat(ctx context.Context, req HeartbeatRequest) (HeartbeatReply, error)
-	// PromoteEnd answers promotion tasks: a Loaded result publishes the
-	// DRAM replica (the node wrote the object's bytes into the task's
-	// range, CRC32C checked: commit before publish, invariant 1); a result
-	// not loaded frees the range. One error per result: nil, or
-	// ErrStalePut when the promotion no longer stands (the object was
-	// removed or put again, or the promotion was abandoned because its SSD
-	// copy went: its range is freed and nothing is published).
-	PromoteEnd(ctx context.Context, node string, results []PromoteResult) ([]error, error)
-}
+// tinylfu; docs/design.md, "Admission across the RPC boundary"): the
+// heartbeat (NodeAPI.Heartbeat) carries the node's SSD report to the master
+// and the master's frequency sketch and promotion tasks back; PromoteEnd
+// answers promotions.
 
 // MaxPromotions caps the promotion tasks of one heartbeat.
 const MaxPromotions = 256
@@ -104,11 +84,7 @@ type PromoteResult struct {
 	Reason string // why not, when not Loaded
 }
 
-var _ AdmissionAPI = (*Remote)(nil)
-
-// Heartbeat implements AdmissionAPI over the OffloadHeartbeat RPC (a
-// master of an earlier build ignores the new fields and answers tasks
-// only).
+// Heartbeat implements NodeAPI over the OffloadHeartbeat RPC.
 func (r *Remote) Heartbeat(ctx context.Context, req HeartbeatRequest) (HeartbeatReply, error) {
 	max := min(MaxHeartbeatTasks, req.Max)
 	if max < 0 {
@@ -137,7 +113,7 @@ func (r *Remote) Heartbeat(ctx context.Context, req HeartbeatRequest) (Heartbeat
 	return out, nil
 }
 
-// PromoteEnd implements AdmissionAPI.
+// PromoteEnd implements NodeAPI.
 func (r *Remote) PromoteEnd(ctx context.Context, node string, results []PromoteResult) ([]error, error) {
 	in := &pb.PromoteEndRequest{Node: node, Results: make([]*pb.PromoteResult, len(results))}
 	for i, x := range results {

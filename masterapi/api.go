@@ -1,9 +1,9 @@
 // Package masterapi is the master's interface as its callers see it, without
 // the master's implementation: the request and reply types, ClientAPI (what
-// a client needs), NodeAPI (what a store node needs), AdmissionAPI (the
-// node's optional side of SSD admission and promotion: the heartbeat with
-// the SSD report and the admission sketch, PromoteEnd; admission.go), and
-// Remote, their gRPC implementation. A program that only talks to a master links this package,
+// a client needs), NodeAPI (what a store node needs, its side of SSD
+// admission and promotion included: the heartbeat with the SSD report and
+// the admission sketch, PromoteEnd; admission.go), and Remote, their gRPC
+// implementation. A program that only talks to a master links this package,
 // the generated RPC stubs and internal/codes, never the metadata service
 // (package master), pebble or the SSD tier (docs/design.md, package map).
 //
@@ -28,7 +28,7 @@ import (
 // MaxMessageSize bounds one gRPC message of the master service (both ways).
 const MaxMessageSize = 64 << 20
 
-// MaxHeartbeatTasks caps the tasks one OffloadHeartbeat returns.
+// MaxHeartbeatTasks caps the offload tasks one Heartbeat returns.
 const MaxHeartbeatTasks = 16384
 
 // MaxKeyLen is the longest key the master accepts, in bytes (the same bound
@@ -280,18 +280,6 @@ type EvictResult struct {
 	Keep []string
 }
 
-// ReconcileResult answers ReconcileDiskObjects.
-type ReconcileResult struct {
-	// Dropped counts the node's LocalDisk replicas the master dropped
-	// because the node's list no longer has their key.
-	Dropped int64
-	// Unwanted lists the keys of the node's list that the master does not
-	// want on that node: no such object (never known, or removed), or an
-	// object that lists no replica of the node and has no offload task of
-	// it. The node deletes them from its SSD.
-	Unwanted []string
-}
-
 // EvictMemoryResult answers EvictMemory: the DRAM replicas dropped, and
 // those left in place by reason. With all, only objects that hold a DRAM
 // replica are counted; with keys, each named key is counted once under
@@ -508,9 +496,20 @@ type NodeAPI interface {
 	UnmountSegment(ctx context.Context, node, segment string) error
 	// Ping keeps node alive. An unknown node gets NeedRemount (not an error).
 	Ping(ctx context.Context, node string) (PingReply, error)
-	// OffloadHeartbeat returns up to max (0: a default) queued offload
-	// tasks of node and marks them in flight. It counts as a ping.
-	OffloadHeartbeat(ctx context.Context, node string, max int) ([]OffloadTask, error)
+	// Heartbeat returns up to req.Max (0: a default) queued offload tasks
+	// of req.Node and marks them in flight; it counts as a ping. It carries
+	// req.SSD to the admission policy, answers the policy's sketch when
+	// req.WantSketch and the policy keeps one, and hands out up to
+	// MaxPromotions promotion tasks of the node (admission.go).
+	Heartbeat(ctx context.Context, req HeartbeatRequest) (HeartbeatReply, error)
+	// PromoteEnd answers promotion tasks: a Loaded result publishes the
+	// DRAM replica (the node wrote the object's bytes into the task's
+	// range, CRC32C checked: commit before publish, invariant 1); a result
+	// not loaded frees the range. One error per result: nil, or
+	// ErrStalePut when the promotion no longer stands (the object was
+	// removed or put again, or the promotion was abandoned because its SSD
+	// copy went: its range is freed and nothing is published).
+	PromoteEnd(ctx context.Context, node string, results []PromoteResult) ([]error, error)
 	// NotifyOffloadSuccess answers tasks: each Persisted key gets (or
 	// refreshes) a LocalDisk replica on node and its source is unpinned;
 	// each Failed key's task is dropped and its source unpinned, and a
@@ -537,19 +536,6 @@ type NodeAPI interface {
 	// all-or-nothing: the call fails whole only for a bad key
 	// (ErrInvalidKey) or a closed master.
 	EvictDiskReplica(ctx context.Context, node string, keys []string) (EvictResult, error)
-	// ReconcileDiskObjects takes the full list of keys node holds on SSD,
-	// drops node's LocalDisk replicas of every other key, and answers the
-	// keys of the list the node must delete (ReconcileResult.Unwanted).
-	// ErrNeedRemount for a node the master does not know: it must remount
-	// and re-register before it reconciles. The node must not send a
-	// notify or re-registration while its reconcile is in flight, and must
-	// ignore Unwanted if it remounted meanwhile.
-	//
-	// The whole list travels in one message (MaxMessageSize) and the master
-	// scans every object: use it only with a few hundred thousand keys.
-	// Nodes reconcile through the session below; this call stays for nodes
-	// of earlier builds and for masters that do not know the session calls.
-	ReconcileDiskObjects(ctx context.Context, node string, keys []string) (ReconcileResult, error)
 	// ReconcileBegin starts a reconcile session of node (see reconcile.go):
 	// d digests the keys the node holds on SSD; the answer lists the ranges
 	// whose digests differ from the master's digest of node's LocalDisk
@@ -558,8 +544,8 @@ type NodeAPI interface {
 	ReconcileBegin(ctx context.Context, node string, d RangeDigest) (ReconcileSession, error)
 	// ReconcileKeys sends keys node holds in the session's differing ranges
 	// (keys of other ranges are ignored). Each key's replica is marked
-	// seen; the answer lists the keys the node must delete (as
-	// ReconcileResult.Unwanted). ErrInvalidParams when session is not
+	// seen; the answer lists the keys the node must delete
+	// (ReconcileKeysResult.Unwanted). ErrInvalidParams when session is not
 	// node's current session (superseded, ended, or the master restarted).
 	ReconcileKeys(ctx context.Context, node string, session uint64, keys []string) (ReconcileKeysResult, error)
 	// ReconcileEnd drops node's LocalDisk replicas in the session's
@@ -577,6 +563,12 @@ type NodeAPI interface {
 	// takes new puts only after it. ErrNeedRemount for an unknown node,
 	// ErrSegmentNotFound for a segment it has not mounted.
 	ReRegisterMemoryObjects(ctx context.Context, node, segment string, objs []MemoryObject, done bool) ([]error, error)
+	// PullRemovals hands node the durable entries of the removal log above
+	// its cursors (and the DRAM records it must forget), and records its
+	// SSD cursor, against which its SSD re-registration is checked
+	// (docs/design.md, invariant 10). It counts as a ping. ErrNeedRemount
+	// for an unknown node.
+	PullRemovals(ctx context.Context, req PullRequest) (PullReply, error)
 }
 
 // API is the master's whole interface: both halves. *master.Service and

@@ -4,9 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	grpccodes "google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/tierstore/tierstore/internal/codes"
 )
 
@@ -37,11 +34,4 @@ func putErr(err error) error {
 		return err
 	}
 	return &wireErr{msg: err.Error(), errs: []error{ErrStalePut, err}}
-}
-
-// IsUnimplemented reports whether err is a master's answer that it does not
-// know the call (an earlier build): a gRPC Unimplemented status carrying no
-// tierstore code. Callers of a newer call fall back to the older one.
-func IsUnimplemented(err error) bool {
-	return err != nil && codes.Of(err) == codes.RPCFail && status.Code(err) == grpccodes.Unimplemented
 }

@@ -22,8 +22,8 @@ import (
 //     nothing else.
 //  2. ReconcileKeys, repeated: the node sends, in batches, every key it
 //     holds in the differing ranges; the master marks the node's replica of
-//     each as seen and answers the keys it does not want on that node (the
-//     Unwanted rule of ReconcileDiskObjects).
+//     each as seen and answers the keys it does not want on that node
+//     (ReconcileKeysResult.Unwanted).
 //  3. ReconcileEnd: the master drops the node's LocalDisk replicas in the
 //     differing ranges that no batch of the session marked, and answers how
 //     many. Only the metadata shards holding those ranges are scanned.
@@ -175,8 +175,10 @@ type ReconcileSession struct {
 
 // ReconcileKeysResult answers one ReconcileKeys batch.
 type ReconcileKeysResult struct {
-	// Unwanted lists the keys of the batch the master does not want on the
-	// node (the rule of ReconcileResult.Unwanted): the node deletes them.
+	// Unwanted lists the keys of the batch the master does not want on
+	// that node: no such object (never known, or removed), or an object
+	// that lists no replica of the node and has no offload task of it. The
+	// node deletes them from its SSD.
 	Unwanted []string
 }
 

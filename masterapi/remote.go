@@ -343,25 +343,6 @@ func EvictMemoryPB(res EvictMemoryResult) *pb.EvictMemoryResponse {
 		SkippedPutInProgress: res.PutInProgress, SkippedNotFound: res.NotFound, SkippedNotInMemory: res.NotInMemory}
 }
 
-// OffloadHeartbeat implements API.
-func (r *Remote) OffloadHeartbeat(ctx context.Context, node string, max int) ([]OffloadTask, error) {
-	if max < 0 {
-		max = 0
-	}
-	if max > MaxHeartbeatTasks {
-		max = MaxHeartbeatTasks
-	}
-	p, err := r.c.OffloadHeartbeat(ctx, &pb.OffloadHeartbeatRequest{Node: node, MaxTasks: int32(max)})
-	if err != nil {
-		return nil, fromStatus(err)
-	}
-	out := make([]OffloadTask, len(p.GetTasks()))
-	for i, t := range p.GetTasks() {
-		out[i] = OffloadTask{Key: string(t.GetKey()), Segment: t.GetSegment(), Offset: t.GetOffset(), Length: t.GetLength(), Size: t.GetSize(), CRC: t.GetCrc(), Term: p.GetTerm()}
-	}
-	return out, nil
-}
-
 func diskPB(objs []DiskObject) []*pb.DiskObject {
 	out := make([]*pb.DiskObject, len(objs))
 	for i, d := range objs {
@@ -403,22 +384,6 @@ func (r *Remote) EvictDiskReplica(ctx context.Context, node string, keys []strin
 		res.Keep = make([]string, len(p.GetKeep()))
 		for i, k := range p.GetKeep() {
 			res.Keep[i] = string(k)
-		}
-	}
-	return res, nil
-}
-
-// ReconcileDiskObjects implements API.
-func (r *Remote) ReconcileDiskObjects(ctx context.Context, node string, keys []string) (ReconcileResult, error) {
-	p, err := r.c.ReconcileDiskObjects(ctx, &pb.ReconcileDiskObjectsRequest{Node: node, Keys: keyBytes(keys)})
-	if err != nil {
-		return ReconcileResult{}, fromStatus(err)
-	}
-	res := ReconcileResult{Dropped: p.GetCount()}
-	if len(p.GetUnwanted()) > 0 {
-		res.Unwanted = make([]string, len(p.GetUnwanted()))
-		for i, k := range p.GetUnwanted() {
-			res.Unwanted[i] = string(k)
 		}
 	}
 	return res, nil
@@ -490,4 +455,33 @@ func (r *Remote) Stats(ctx context.Context) (Stats, error) {
 func ReplicaPB(r Replica) *pb.Replica {
 	return &pb.Replica{Kind: pb.ReplicaKind(r.Kind), Status: pb.ReplicaStatus(r.Status), Node: r.Node,
 		Endpoint: r.Endpoint, Segment: r.Segment, Offset: r.Offset, Length: r.Length, PutToken: r.PutToken}
+}
+
+// PullRemovals implements API.
+func (r *Remote) PullRemovals(ctx context.Context, req PullRequest) (PullReply, error) {
+	p, err := r.c.PullRemovals(ctx, &pb.PullRemovalsRequest{Node: req.Node, HasSsd: req.HasSSD,
+		Dram: &pb.RemovalCursor{Log: req.DRAM.Log, Seq: req.DRAM.Seq}, Ssd: &pb.RemovalCursor{Log: req.SSD.Log, Seq: req.SSD.Seq}})
+	if err != nil {
+		return PullReply{}, fromStatus(err)
+	}
+	rep := PullReply{Log: p.GetLog(), Through: p.GetThrough(), DropDRAM: p.GetDropDram(), DropSSD: p.GetDropSsd(), More: p.GetMore()}
+	if n := len(p.GetRemovals()); n > 0 {
+		rep.Removals = make([]Removal, n)
+		for i, e := range p.GetRemovals() {
+			rep.Removals[i] = Removal{Seq: e.GetSeq(), Kind: RemovalKind(e.GetKind()), Key: string(e.GetKey())}
+			if sp := e.GetSpared(); len(sp) > 0 {
+				rep.Removals[i].Spared = make([]string, len(sp))
+				for j, k := range sp {
+					rep.Removals[i].Spared[j] = string(k)
+				}
+			}
+		}
+	}
+	if n := len(p.GetForget()); n > 0 {
+		rep.Forget = make([]MemoryRef, n)
+		for i, f := range p.GetForget() {
+			rep.Forget[i] = MemoryRef{Offset: f.GetOffset(), Token: f.GetPutToken()}
+		}
+	}
+	return rep, nil
 }

@@ -142,15 +142,14 @@ func (n *Node) takeAdmission(rep masterapi.HeartbeatReply) {
 // promote runs the promotion tasks of a heartbeat reply and answers them.
 // Caller holds roundMu.
 func (n *Node) promote(ctx context.Context, tasks []masterapi.PromoteTask) {
-	api, ok := n.m.(masterapi.AdmissionAPI)
-	if len(tasks) == 0 || !ok {
+	if len(tasks) == 0 {
 		return
 	}
 	res := make([]masterapi.PromoteResult, len(tasks))
 	for i, t := range tasks {
 		res[i] = n.promoteOne(ctx, t)
 	}
-	errs, err := api.PromoteEnd(ctx, n.name, res)
+	errs, err := n.m.PromoteEnd(ctx, n.name, res)
 	if err != nil {
 		// The master reclaims the ranges after put_start_discard_timeout.
 		n.log.Warn("answering promotions failed", "promotions", len(res), "err", err)
@@ -217,7 +216,7 @@ func (n *Node) writePromoted(t masterapi.PromoteTask, v []byte) error {
 		return toCode(err)
 	}
 	for off, p := t.Offset, v; len(p) > 0; {
-		k := min(len(p), wire.MaxChunk)
+		k := min(len(p), writeChunk)
 		if err := n.writeOwned(p[:k], off, t.PutToken); err != nil {
 			return toCode(err)
 		}

@@ -90,9 +90,14 @@ func (s *admStack) drain(t *testing.T) {
 
 func admKey(prefix string, i int) string { return fmt.Sprintf("%s-%03d", prefix, i) }
 
-// plainNode hides masterapi.AdmissionAPI: the node talks to the master as
-// a node of an earlier build does (OffloadHeartbeat only, no SSD report).
-type plainNode struct{ masterapi.NodeAPI }
+// noReport drops the node's SSD report from every heartbeat: the master's
+// admission policy sees a node that never reports.
+type noReport struct{ masterapi.NodeAPI }
+
+func (n noReport) Heartbeat(ctx context.Context, req masterapi.HeartbeatRequest) (masterapi.HeartbeatReply, error) {
+	req.SSD = nil
+	return n.NodeAPI.Heartbeat(ctx, req)
+}
 
 // scanAfterHotSet fills the SSD with a hot set (each key read four
 // times), then puts a one-pass scan twice the DRAM, and returns the
@@ -140,7 +145,7 @@ func scanAfterHotSet(t *testing.T, wrap func(*masterapi.Remote) masterapi.NodeAP
 
 // TestSSDReportReachesMaster: with the node's SSD report carried by the
 // heartbeat, tinylfu turns a one-pass scan away once the SSD is full and
-// the hot set survives; without it (a node that only fetches tasks) every
+// the hot set survives; without it (a node whose reports are dropped) every
 // victim is admitted ("no_report") and the scan flushes the hot set.
 func TestSSDReportReachesMaster(t *testing.T) {
 	const hotPerBucket = 8 // 64 KiB keys in a bucket of scanAfterHotSet's tier
@@ -165,7 +170,7 @@ func TestSSDReportReachesMaster(t *testing.T) {
 		t.Fatalf("only %d of 40 hot keys survived the scan", alive)
 	}
 
-	st, alive = scanAfterHotSet(t, func(r *masterapi.Remote) masterapi.NodeAPI { return plainNode{r} })
+	st, alive = scanAfterHotSet(t, func(r *masterapi.Remote) masterapi.NodeAPI { return noReport{r} })
 	t.Logf("without reports: %v, %d/40 hot keys alive", st.Decisions, alive)
 	if st.Reports != 0 || st.Rejected != 0 || st.Decisions["no_report"] == 0 {
 		t.Fatalf("a node without reports: %d reports, decisions %v", st.Reports, st.Decisions)

@@ -17,7 +17,6 @@ import (
 
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/internal/codes"
-	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -159,7 +158,7 @@ func TestRemoteNodesOverGRPC(t *testing.T) {
 	ca := newTestClient(t, client.Config{MasterAddr: addr, PreferredNode: a.Name()})
 	cb := newTestClient(t, client.Config{MasterAddr: addr, PreferredNode: b.Name()})
 	ctx := context.Background()
-	big := rnd(2*wire.MaxChunk + 12345)
+	big := rnd(2*writeChunk + 12345)
 	if err := ca.Put(ctx, "big", big); err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +170,7 @@ func TestRemoteNodesOverGRPC(t *testing.T) {
 		t.Fatalf("node a should hold the object: %+v", a.Stats())
 	}
 	keys := []string{"b0", "b1", "b2", "", "b4"}
-	vals := [][]byte{rnd(10), rnd(70000), rnd(1), rnd(5), rnd(wire.MaxChunk + 1)}
+	vals := [][]byte{rnd(10), rnd(70000), rnd(1), rnd(5), rnd(writeChunk + 1)}
 	errs := cb.BatchPut(ctx, keys, vals)
 	for i, e := range errs {
 		if (i == 3) != (e != nil) {
@@ -202,41 +201,13 @@ func TestRemoteNodesOverGRPC(t *testing.T) {
 	}
 }
 
-// The peer service refuses writes outside the segment, to another segment,
-// or whose bytes do not match the announced CRC.
-func TestPeerWriteRangeChecks(t *testing.T) {
+// PeerStats reads a node's counters over its gRPC control service, on the
+// data plane's port. (The data plane's range checks are
+// TestDataPlaneRangeChecks.)
+func TestPeerStats(t *testing.T) {
 	m := newMaster(t, testMasterConfig())
 	n := startTestNode(t, m, "127.0.0.1:0", nil)
-	var pp wire.Pool
-	defer pp.Close()
-	p, err := pp.Get(n.Endpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	val := rnd(wire.MaxChunk + 10)
-	if err := p.WriteRange(ctx, n.SegmentName(), 4096, val, wire.CRC32C(val), 1); err != nil {
-		t.Fatal(err)
-	}
-	got, err := p.ReadRange(ctx, n.SegmentName(), 4096, int64(len(val)))
-	if err != nil || !bytes.Equal(got, val) {
-		t.Fatalf("read back: %v", err)
-	}
-	if err := p.WriteRange(ctx, n.SegmentName(), 0, val, wire.CRC32C(val)^1, 2); !errors.Is(err, codes.ErrChecksumMismatch) {
-		t.Fatalf("bad crc: %v", err)
-	}
-	if err := p.WriteRange(ctx, n.SegmentName(), n.seg.Size()-5, val, wire.CRC32C(val), 3); !errors.Is(err, codes.ErrInvalidParams) {
-		t.Fatalf("past the end: %v", err)
-	}
-	if err := p.WriteRange(ctx, "other", 0, val, wire.CRC32C(val), 4); !errors.Is(err, codes.ErrSegmentNotFound) {
-		t.Fatalf("other segment: %v", err)
-	}
-	if _, err := p.ReadRange(ctx, n.SegmentName(), n.seg.Size(), 1); !errors.Is(err, codes.ErrInvalidParams) {
-		t.Fatalf("read past the end: %v", err)
-	}
-	if _, err := p.ReadSSD(ctx, []byte("k"), 1); !errors.Is(err, codes.ErrUnableOffload) {
-		t.Fatalf("SSD read on a node without a tier: %v", err)
-	}
 	ps, err := PeerStats(ctx, n.Endpoint())
 	if err != nil || ps.Segment != n.SegmentName() || len(ps.OffloadFailedBy) != int(numCauses) {
 		t.Fatalf("peer stats %+v: %v", ps, err)
@@ -368,8 +339,11 @@ func (s *switchable) UnmountSegment(ctx context.Context, node, seg string) error
 func (s *switchable) Ping(ctx context.Context, node string) (master.PingReply, error) {
 	return s.get().Ping(ctx, node)
 }
-func (s *switchable) OffloadHeartbeat(ctx context.Context, node string, max int) ([]master.OffloadTask, error) {
-	return s.get().OffloadHeartbeat(ctx, node, max)
+func (s *switchable) Heartbeat(ctx context.Context, req masterapi.HeartbeatRequest) (masterapi.HeartbeatReply, error) {
+	return s.get().Heartbeat(ctx, req)
+}
+func (s *switchable) PromoteEnd(ctx context.Context, node string, res []masterapi.PromoteResult) ([]error, error) {
+	return s.get().PromoteEnd(ctx, node, res)
 }
 func (s *switchable) NotifyOffloadSuccess(ctx context.Context, r master.NotifyRequest) ([]error, error) {
 	return s.get().NotifyOffloadSuccess(ctx, r)
@@ -380,9 +354,6 @@ func (s *switchable) ReRegisterDiskObjects(ctx context.Context, node string, obj
 func (s *switchable) EvictDiskReplica(ctx context.Context, node string, keys []string) (master.EvictResult, error) {
 	return s.get().EvictDiskReplica(ctx, node, keys)
 }
-func (s *switchable) ReconcileDiskObjects(ctx context.Context, node string, keys []string) (master.ReconcileResult, error) {
-	return s.get().ReconcileDiskObjects(ctx, node, keys)
-}
 func (s *switchable) ReconcileBegin(ctx context.Context, node string, d masterapi.RangeDigest) (masterapi.ReconcileSession, error) {
 	return s.get().ReconcileBegin(ctx, node, d)
 }
@@ -392,6 +363,9 @@ func (s *switchable) ReconcileKeys(ctx context.Context, node string, id uint64, 
 func (s *switchable) ReconcileEnd(ctx context.Context, node string, id uint64) (int64, error) {
 	return s.get().ReconcileEnd(ctx, node, id)
 }
+func (s *switchable) PullRemovals(ctx context.Context, r masterapi.PullRequest) (masterapi.PullReply, error) {
+	return s.get().PullRemovals(ctx, r)
+}
 func (s *switchable) ReRegisterMemoryObjects(ctx context.Context, node, seg string, objs []master.MemoryObject, done bool) ([]error, error) {
 	return s.get().ReRegisterMemoryObjects(ctx, node, seg, objs, done)
 }
@@ -400,7 +374,9 @@ func (s *switchable) ReRegisterMemoryObjects(ctx context.Context, node, seg stri
 // remounts on NEED_REMOUNT and re-registers again, so SSD objects are
 // readable through the new master.
 func TestReRegisterAtStartAndAfterMasterRestart(t *testing.T) {
-	m1 := newMaster(t, testMasterConfig())
+	mc := testMasterConfig()
+	mc.Removals = master.NewMemoryRemovalStore() // the restarted master's --state_dir
+	m1 := newMaster(t, mc)
 	sw := &switchable{}
 	sw.cur.Store(m1)
 	tr := newMemTier()
@@ -420,7 +396,7 @@ func TestReRegisterAtStartAndAfterMasterRestart(t *testing.T) {
 		t.Fatalf("object on SSD at start-up not re-registered: %v", err)
 	}
 
-	m2 := newMaster(t, testMasterConfig()) // the "restarted" master: empty
+	m2 := newMaster(t, mc) // the "restarted" master: empty, the same removal log
 	sw.cur.Store(m2)
 	c2 := newTestClient(t, client.Config{Master: m2, LocalNode: n})
 	deadline := time.Now().Add(10 * time.Second)

@@ -9,21 +9,21 @@
 // into their claimed range, with the same put-token checks as the
 // in-process WriteRange; memory reads sent from the mapping without a
 // copy; SSD reads streamed from the tier in 256 KiB pieces through pooled
-// page-aligned buffers, ssdread.go) and, beside it, gRPC (internal/rpcpb NodePeer: NodeStats, and the
-// older chunked WriteRange/ReadRange/ReadSSD). Put and Get latencies are
+// page-aligned buffers, ssdread.go) and, beside it, gRPC for its counters
+// (internal/rpcpb NodePeer: NodeStats). Put and Get latencies are
 // histograms by tier (tierstore_node_{put,get}_seconds).
 //
 // With offload enabled the node opens the SSD tier engine (package tier) and
 // runs the offload heartbeat: every HeartbeatInterval it drains its task
 // queue at the master, reads each task's source bytes from its own segment
 // (checking their CRC32C), calls tier.Offload, and answers every task
-// through NotifyOffloadSuccess. Through masterapi.AdmissionAPI the same
-// heartbeat carries the tier's SSD report to a tinylfu master, takes its
-// frequency sketch (bucket eviction "value" ranks by it) and runs the
+// through NotifyOffloadSuccess. The same heartbeat carries the tier's SSD
+// report to a tinylfu master, takes its frequency sketch (bucket eviction "value" ranks by it) and runs the
 // promotions it hands out: the object is loaded from the tier into the
 // segment range the master allocated, written as the promotion's put token,
-// and confirmed with PromoteEnd (admission.go). Every ReconcileInterval it sends the master
-// the full list of keys on SSD. Bucket eviction tells the master
+// and confirmed with PromoteEnd (admission.go). Every ReconcileInterval it reconciles its SSD
+// keys with the master's list of its replicas (a digest per hash range,
+// then the keys of the ranges that differ; reconcile.go). Bucket eviction tells the master
 // (EvictDiskReplica, once per victim bucket) before the bytes disappear;
 // the master refuses (OBJECT_HAS_LEASE) a bucket holding a leased object's
 // only readable copy, and the node hands that error back to the tier, which

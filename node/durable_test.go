@@ -130,7 +130,7 @@ func TestMasterOutageDuringNotifyKeepsDurableBuckets(t *testing.T) {
 			defer rm.Close()
 			var m2 *master.Service
 			if restarted {
-				m2 = newMaster(t, testMasterConfig())
+				m2 = newMaster(t, m1.Config()) // the same removal log, as --state_dir keeps it
 			}
 			o := &outageAtNotify{NodeAPI: rm, stop: func() {
 				p.stop()

@@ -80,7 +80,7 @@ type leaderFollower interface {
 // stored the object o with CRC32C crc, unless a newer put has claimed part
 // of that range since (then that put's write will be recorded instead).
 func (n *Node) recordWrite(o wire.Object, off, length int64, crc uint32, token uint64) {
-	if o.Key == "" || length <= 0 {
+	if o.Key == "" || length <= 0 || n.removedLately(o.Key, token) {
 		return
 	}
 	n.ownMu.Lock()
@@ -143,6 +143,71 @@ func compareInt64(a, b int64) int {
 	return 0
 }
 
+// forgetAll drops every record and returns how many there were.
+func (h *nodeHA) forgetAll() int {
+	h.recMu.Lock()
+	defer h.recMu.Unlock()
+	n := len(h.records)
+	clear(h.records)
+	return n
+}
+
+// forgetCovered drops the records an entry of set removes (an entry
+// covering the key with a sequence number above the record's put token)
+// and returns how many.
+func (h *nodeHA) forgetCovered(set *masterapi.RemovalSet) int {
+	h.recMu.Lock()
+	defer h.recMu.Unlock()
+	n := 0
+	for off, r := range h.records {
+		if set.Latest(r.obj.Key) > r.token {
+			delete(h.records, off)
+			n++
+		}
+	}
+	return n
+}
+
+// forgetRefs drops the records named by refs (range and put token) and
+// returns how many it found.
+func (h *nodeHA) forgetRefs(refs []masterapi.MemoryRef) int {
+	if len(refs) == 0 {
+		return 0
+	}
+	h.recMu.Lock()
+	defer h.recMu.Unlock()
+	n := 0
+	for _, ref := range refs {
+		if r, ok := h.records[ref.Offset]; ok && r.token == ref.Token {
+			delete(h.records, ref.Offset)
+			n++
+		}
+	}
+	return n
+}
+
+// forgetOverlapped drops every record that a claim of a newer put
+// overlaps (its write started, so the record's bytes are going) and
+// returns how many. Caller holds ownMu (the claims are n.owners).
+func (n *Node) forgetOverlapped() int {
+	h := &n.ha
+	h.recMu.Lock()
+	defer h.recMu.Unlock()
+	dropped := 0
+	for off, r := range h.records {
+		newer := false
+		n.owners.each(r.off, r.off+r.len, func(cl claim) bool {
+			newer = cl.token > r.token
+			return !newer
+		})
+		if newer {
+			delete(h.records, off)
+			dropped++
+		}
+	}
+	return dropped
+}
+
 // forget drops the record at off if it is still r.
 func (h *nodeHA) forget(r memRecord) {
 	h.recMu.Lock()
@@ -164,6 +229,13 @@ func (n *Node) reRegisterMemory(ctx context.Context) error {
 	h.regMu.Lock()
 	defer h.regMu.Unlock()
 	h.memPending.Store(true)
+	// The log first: records it removes are forgotten, and all of them
+	// when the master's log does not cover them (docs/design.md,
+	// invariant 10).
+	if err := n.syncRemovals(ctx, false); err != nil {
+		n.log.Warn("DRAM re-registration: pulling the removal log failed; will retry", "err", err)
+		return err
+	}
 	objs, recs := n.checkedRecords()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

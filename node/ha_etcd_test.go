@@ -21,7 +21,7 @@ import (
 // publishes it as a candidate in etcd (the first-created key leads); it
 // returns the master and a function that kills it (server stopped, key
 // deleted as its lease would expire).
-func haLeader(t *testing.T, cli *clientv3.Client) (*master.Service, func()) {
+func haLeader(t *testing.T, cli *clientv3.Client, removals master.RemovalStore) (*master.Service, func()) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -34,6 +34,7 @@ func haLeader(t *testing.T, cli *clientv3.Client) (*master.Service, func()) {
 	}
 	mc := testMasterConfig()
 	mc.HA = master.HAConfig{Term: uint64(r.Header.Revision)}
+	mc.Removals = removals // the leaders' shared log (etcd's, in a deployment)
 	m := newMaster(t, mc)
 	srv := master.NewServer(m, grpc.ChainUnaryInterceptor(m.Interceptor()))
 	go func() { _ = srv.Serve(lis) }()
@@ -68,8 +69,9 @@ func offloadAcrossFailover(t *testing.T, remountFirst bool) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	a, killA := haLeader(t, cli)
-	b, _ := haLeader(t, cli)
+	removals := master.NewMemoryRemovalStore()
+	a, killA := haLeader(t, cli, removals)
+	b, _ := haLeader(t, cli, removals)
 	remote, err := masterapi.Dial(ctx, e.MasterURL())
 	if err != nil {
 		t.Fatal(err)

@@ -12,16 +12,20 @@ import (
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/master"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // A master that knows nothing (a new leader after a failover) learns the
 // node's DRAM objects from the node: every object whose last complete write
 // is intact comes back, in-process and gRPC writes alike; an object whose
-// bytes changed, or whose range a later put reused, does not; new puts
-// never land on a re-registered range.
+// bytes changed, or whose range a later put reused, does not, nor does a
+// removed one (the removal log both masters share, invariant 10); new
+// puts never land on a re-registered range.
 func TestDRAMObjectsSurviveANewMaster(t *testing.T) {
 	ctx := context.Background()
-	m1 := newMaster(t, testMasterConfig())
+	mc := testMasterConfig()
+	mc.Removals = master.NewMemoryRemovalStore() // what etcd is to two leaders
+	m1 := newMaster(t, mc)
 	sw := &switchable{}
 	sw.cur.Store(m1)
 	n, err := Start(ctx, testNodeConfig("127.0.0.1:0"), sw)
@@ -58,17 +62,17 @@ func TestDRAMObjectsSurviveANewMaster(t *testing.T) {
 	}
 	tok := infoOld.Replicas[0].PutToken
 
-	m2 := newMaster(t, testMasterConfig()) // the new leader: empty
+	m2 := newMaster(t, mc) // the new leader: empty, the same removal log
 	sw.cur.Store(m2)
 	n.pingLocked() // NEED_REMOUNT: mount, then the DRAM re-registration
 	c2 := newTestClient(t, client.Config{Master: m2, LocalNode: n})
-	for _, k := range []string{"local", "remote", "new", "removed"} {
+	for _, k := range []string{"local", "remote", "new"} {
 		got, err := c2.Get(ctx, k)
 		if err != nil || !bytes.Equal(got, vals[k]) {
 			t.Fatalf("%s through the new master: %v", k, err)
 		}
 	}
-	for _, k := range []string{"corrupt", "old"} {
+	for _, k := range []string{"corrupt", "old", "removed"} {
 		if _, err := m2.GetReplicaList(ctx, k); !errors.Is(err, codes.ErrObjectNotFound) {
 			t.Fatalf("%s came back: %v", k, err)
 		}
@@ -81,7 +85,7 @@ func TestDRAMObjectsSurviveANewMaster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, k := range []string{"local", "remote", "new", "removed"} {
+	for _, k := range []string{"local", "remote", "new"} {
 		if got, err := c2.Get(ctx, k); err != nil || !bytes.Equal(got, vals[k]) {
 			t.Fatalf("%s after new puts: %v", k, err)
 		}
@@ -109,12 +113,13 @@ func (a *termAPI) Ping(ctx context.Context, node string) (master.PingReply, erro
 	return r, err
 }
 
-func (a *termAPI) OffloadHeartbeat(ctx context.Context, node string, max int) ([]master.OffloadTask, error) {
-	ts, err := a.API.OffloadHeartbeat(ctx, node, max)
-	for i := range ts {
-		ts[i].Term = a.term.Load()
+func (a *termAPI) Heartbeat(ctx context.Context, req masterapi.HeartbeatRequest) (masterapi.HeartbeatReply, error) {
+	rep, err := a.API.Heartbeat(ctx, req)
+	rep.Term = a.term.Load()
+	for i := range rep.Tasks {
+		rep.Tasks[i].Term = rep.Term
 	}
-	return ts, err
+	return rep, err
 }
 
 // A node that has seen term 5 ignores a NEED_REMOUNT and the offload tasks
@@ -193,7 +198,7 @@ func TestRemountHoldsAllocation(t *testing.T) {
 	if err := c.Put(ctx, "k", rnd(1000)); err != nil {
 		t.Fatal(err)
 	}
-	api.cur.Store(newMaster(t, testMasterConfig()))
+	api.cur.Store(newMaster(t, m1.Config())) // the same removal log
 	n.pingLocked()
 	if err := <-api.got; !errors.Is(err, codes.ErrNoAvailableHandle) {
 		t.Fatalf("a put during the re-registration: %v", err)

@@ -24,6 +24,7 @@ type memTier struct {
 	offloads       int
 	statsCalls     int
 	closed         bool
+	mark           []byte
 }
 
 func newMemTier() *memTier {
@@ -113,6 +114,34 @@ func (m *memTier) Remove(key []byte) error {
 		return tier.ErrNotFound
 	}
 	delete(m.objs, string(key))
+	return nil
+}
+
+func (m *memTier) RemoveKeys(keys [][]byte) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, k := range keys {
+		if m.objs[string(k)] != nil {
+			delete(m.objs, string(k))
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Mark and SetMark keep the mark in memory: it survives a node restarted
+// on the same memTier, as the tier engine's survives on its directory.
+func (m *memTier) Mark() ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.mark, nil
+}
+
+func (m *memTier) SetMark(b []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.mark = append([]byte(nil), b...)
 	return nil
 }
 

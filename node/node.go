@@ -17,7 +17,6 @@ import (
 
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/rpcpb"
-	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/tier"
 )
@@ -29,7 +28,14 @@ type SSDTier interface {
 	Load(ctx context.Context, keys [][]byte) []tier.LoadResult
 	Exists(key []byte) (bool, error)
 	Remove(key []byte) error
+	// RemoveKeys deletes keys in one durable step and returns how many
+	// it held (the removal log, removals.go).
+	RemoveKeys(keys [][]byte) (int, error)
 	Keys(fn func(key []byte, info tier.KeyInfo) bool) error
+	// Mark and SetMark keep an opaque mark durably with the tier's
+	// contents: the node's removal log cursor (nil: never set).
+	Mark() ([]byte, error)
+	SetMark(mark []byte) error
 	Stats() tier.Stats
 	Close() error
 }
@@ -52,6 +58,7 @@ type Stats struct {
 	ReconcileRemoved        int64 // SSD objects deleted because a reconcile called them unwanted
 	ReconcileKeysSent       int64 // SSD keys sent to the master by reconciles (only those of differing ranges)
 	NotifyRetries           int64 // notifies sent again after a transport error
+	RemovalLogRemoved       int64 // SSD objects deleted by the master's removal log
 	// SSDReports counts the SSD reports sent to the master's admission
 	// policy, SketchesReceived the admission sketches taken from it.
 	SSDReports, SketchesReceived int64
@@ -73,6 +80,7 @@ type nodeMetrics struct {
 	remounts, reconciles, reconcileRemoved          atomic.Int64
 	reconcileKeysSent                               atomic.Int64
 	notifyRetries                                   atomic.Int64
+	removalsApplied                                 atomic.Int64
 	ssdReports, sketchesReceived                    atomic.Int64
 	promotions, promotionsFailed, promotionsRefused atomic.Int64
 	failedBy                                        [numCauses]atomic.Int64 // offload failures by cause
@@ -133,6 +141,8 @@ type Node struct {
 	unlockDir func() error // releases the --ssd_dir lock (nil without one)
 
 	ha nodeHA // DRAM object records, leadership term (ha.go)
+
+	rem nodeRemovals // the removal log's cursors (removals.go)
 
 	adm nodeAdmission // sketch, SSD reports (admission.go)
 }
@@ -202,6 +212,9 @@ func Start(ctx context.Context, cfg Config, m masterapi.NodeAPI, opts ...Option)
 	if err = n.openStorage(o); err != nil {
 		return nil, err
 	}
+	if err = n.loadRemovalCursor(); err != nil {
+		return nil, err
+	}
 	if err = n.serve(); err != nil {
 		return nil, err
 	}
@@ -214,6 +227,7 @@ func Start(ctx context.Context, cfg Config, m masterapi.NodeAPI, opts ...Option)
 	n.roundMu.Unlock()
 
 	n.every(cfg.PingInterval, n.pingLocked)
+	n.every(cfg.PingInterval, n.removalTick)
 	n.followLeader()
 	if n.tier != nil {
 		n.every(cfg.HeartbeatInterval, n.heartbeat)
@@ -273,7 +287,7 @@ func (n *Node) serve() (err error) {
 		return fmt.Errorf("%w: --listen %q: %v", ErrBadConfig, n.cfg.Listen, err)
 	}
 	n.endpoint = n.lis.Addr().String()
-	n.srv = grpc.NewServer(wire.ServerOptions()...)
+	n.srv = grpc.NewServer()
 	rpcpb.RegisterNodePeerServer(n.srv, &peerServer{n: n})
 	glis := n.startDataPlane(n.lis) // data connections split off; the rest is gRPC
 	go func() { _ = n.srv.Serve(glis) }()
@@ -348,6 +362,7 @@ func (n *Node) Stats() Stats {
 		ReconcileRemoved:  n.metrics.reconcileRemoved.Load(),
 		ReconcileKeysSent: n.metrics.reconcileKeysSent.Load(),
 		NotifyRetries:     n.metrics.notifyRetries.Load(),
+		RemovalLogRemoved: n.metrics.removalsApplied.Load(),
 		SSDReports:        n.metrics.ssdReports.Load(),
 		SketchesReceived:  n.metrics.sketchesReceived.Load(),
 		Promotions:        n.metrics.promotions.Load(),
@@ -422,6 +437,9 @@ func (n *Node) dropDiskReplica(ctx context.Context, key []byte) {
 func (n *Node) newMountGen() {
 	n.mountGen.Add(1)
 	n.ownMu.Lock()
+	// A record whose range a newer put has claimed is not re-registered:
+	// that put's bytes are landing there (docs/design.md, invariant 10).
+	n.forgetOverlapped()
 	n.owners.reset()
 	n.ownMu.Unlock()
 }

@@ -13,7 +13,7 @@ import (
 
 // An offload round runs in four phases, each a method of round:
 //
-//  1. fetch (Node.fetchTasks): OffloadHeartbeat, or a remount when the
+//  1. fetch (Node.fetchTasks): the heartbeat, or a remount when the
 //     master does not know the node;
 //  2. validate (round.validate): tasks whose range cannot be this
 //     object's are failed without touching the SSD;
@@ -41,6 +41,11 @@ func (n *Node) offloadRound() int {
 	if len(tasks) == 0 {
 		return 0
 	}
+	// Removals first: an SSD copy this round writes is then newer than
+	// every entry the node has applied (docs/design.md, invariant 10).
+	if err := n.syncRemovals(ctx, true); err != nil {
+		n.log.Debug("removal log pull before an offload round failed", "err", err)
+	}
 	n.metrics.offloadRounds.Add(1)
 	r := &round{n: n, gen: gen, refused: map[string]error{}}
 	r.validate(tasks)
@@ -49,30 +54,25 @@ func (n *Node) offloadRound() int {
 	return len(tasks)
 }
 
-// fetchTasks is phase 1: it asks the master for tasks (and, through
-// masterapi.AdmissionAPI, exchanges the admission state and takes
-// promotion tasks: admission.go). A master that does not know this node
-// (it restarted or expired us) gets a remount and a re-registration now
-// rather than at the next ping, and no tasks.
+// fetchTasks is phase 1: it asks the master for tasks (the same heartbeat
+// exchanges the admission state and takes promotion tasks: admission.go).
+// A master that does not know this node (it restarted or expired us) gets
+// a remount and a re-registration now rather than at the next ping, and no
+// tasks.
 func (n *Node) fetchTasks(ctx context.Context) ([]masterapi.OffloadTask, []masterapi.PromoteTask) {
 	var (
 		tasks  []masterapi.OffloadTask
 		promos []masterapi.PromoteTask
-		err    error
 	)
-	if a, ok := n.m.(masterapi.AdmissionAPI); ok {
-		var rep masterapi.HeartbeatReply
-		if rep, err = a.Heartbeat(ctx, n.heartbeatRequest()); err == nil {
-			n.takeAdmission(rep)
-			tasks, promos = rep.Tasks, rep.Promotions
-			if n.staleTerm(rep.Term) {
-				promos = nil
-			}
-		} else {
-			n.adm.stale = true // the report may not have arrived: send one again
+	rep, err := n.m.Heartbeat(ctx, n.heartbeatRequest())
+	if err == nil {
+		n.takeAdmission(rep)
+		tasks, promos = rep.Tasks, rep.Promotions
+		if n.staleTerm(rep.Term) {
+			promos = nil
 		}
 	} else {
-		tasks, err = n.m.OffloadHeartbeat(ctx, n.name, n.cfg.OffloadBatch)
+		n.adm.stale = true // the report may not have arrived: send one again
 	}
 	if unknownNode(err) {
 		if err := n.remount(ctx); err != nil {

@@ -161,7 +161,7 @@ func TestReconcileRemovesUnwanted(t *testing.T) {
 	// Master restart: the new master knows nothing. Reconciles (racing the
 	// ping loop's remount) must not delete "keep"; after the node
 	// re-registered, the new master serves it.
-	m2 := newMaster(t, testMasterConfig())
+	m2 := newMaster(t, m1.Config()) // the same removal log, as --state_dir keeps it
 	sw.cur.Store(m2)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -272,7 +272,7 @@ func TestRefusedAcrossRemountKeptAndReregistered(t *testing.T) {
 	done := make(chan int)
 	go func() { done <- n.OffloadNow() }()
 	<-entered
-	m2 := newMaster(t, testMasterConfig())
+	m2 := newMaster(t, sw.cur.Load().Config()) // the same removal log, as --state_dir keeps it
 	sw.cur.Store(m2)
 	deadline := time.Now().Add(10 * time.Second)
 	for { // the ping loop remounts at the new master

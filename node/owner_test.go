@@ -9,27 +9,25 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
-	"github.com/tierstore/tierstore/internal/rpcpb"
 	"github.com/tierstore/tierstore/internal/wire"
-	"google.golang.org/grpc"
 )
 
-// Issue 9 item 1 (invariant 8), over the real peer gRPC service and the
+// Issue 9 item 1 (invariant 8), over the real data plane and the
 // in-process Node.WriteRange: a late write of an old put, after a newer put
 // wrote an overlapping range, is refused and the newer bytes stay intact;
 // an untokened write is refused once the node has seen tokens.
 func TestLateWriteOfOldPutRefused(t *testing.T) {
 	m := newMaster(t, testMasterConfig())
 	n := startTestNode(t, m, "127.0.0.1:0", nil)
-	p, closeConn, err := wire.Dial(n.Endpoint())
+	ctx := context.Background()
+	p, err := wire.DialData(ctx, n.Endpoint(), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeConn()
-	ctx := context.Background()
+	defer p.Close()
 	seg := n.SegmentName()
-	newer := rnd(3 * wire.MaxChunk / 2)
-	if err := p.WriteRange(ctx, seg, 8192, newer, wire.CRC32C(newer), 7); err != nil {
+	newer := rnd(3 * writeChunk / 2)
+	if err := p.Write(ctx, seg, 8192, newer, wire.CRC32C(newer), 7); err != nil {
 		t.Fatal(err)
 	}
 	late := rnd(4096)
@@ -37,9 +35,9 @@ func TestLateWriteOfOldPutRefused(t *testing.T) {
 		name string
 		do   func() error
 	}{
-		{"peer", func() error { return p.WriteRange(ctx, seg, 4096+2048, late, wire.CRC32C(late), 6) }},
-		{"in-process", func() error { return n.WriteRange(ctx, seg, 8192+wire.MaxChunk, late, wire.CRC32C(late), 3) }},
-		{"untokened peer", func() error { return p.WriteRange(ctx, seg, 1<<20*8, late, wire.CRC32C(late), 0) }},
+		{"peer", func() error { return p.Write(ctx, seg, 4096+2048, late, wire.CRC32C(late), 6) }},
+		{"in-process", func() error { return n.WriteRange(ctx, seg, 8192+writeChunk, late, wire.CRC32C(late), 3) }},
+		{"untokened peer", func() error { return p.Write(ctx, seg, 1<<20*8, late, wire.CRC32C(late), 0) }},
 		{"untokened in-process", func() error { return n.WriteRange(ctx, seg, 1<<20*8, late, wire.CRC32C(late), 0) }},
 	} {
 		err := w.do()
@@ -47,8 +45,8 @@ func TestLateWriteOfOldPutRefused(t *testing.T) {
 			t.Errorf("%s late write: %v, want INVALID_PARAMS \"write refused\"", w.name, err)
 		}
 	}
-	got, err := p.ReadRange(ctx, seg, 8192, int64(len(newer)))
-	if err != nil || !bytes.Equal(got, newer) {
+	got := make([]byte, len(newer))
+	if err := p.ReadRange(ctx, seg, 8192, got, wire.CRC32C(newer)); err != nil || !bytes.Equal(got, newer) {
 		t.Fatalf("the newer put's bytes were overwritten (%v)", err)
 	}
 	// The same put may write its range again (a retry), and a newer put
@@ -61,27 +59,19 @@ func TestLateWriteOfOldPutRefused(t *testing.T) {
 	}
 }
 
-// Issue 9 item 1: an old put's stream that claimed its range and is
-// overtaken mid-stream by a newer put's claim writes no further chunk: the
-// stream is refused and the newer bytes are intact.
-func TestOldPutStreamOvertakenMidStream(t *testing.T) {
+// Issue 9 item 1: an old put's data-plane write that claimed its range
+// and is overtaken mid-payload by a newer put's claim lands no further
+// byte: the write is refused and the newer bytes are intact.
+func TestOldPutWriteOvertakenMidPayload(t *testing.T) {
 	m := newMaster(t, testMasterConfig())
 	n := startTestNode(t, m, "127.0.0.1:0", nil)
-	cc, err := grpc.NewClient(n.Endpoint(), wire.DialOptions()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	seg := n.SegmentName()
-	old := rnd(2 * wire.MaxChunk)
-	st, err := rpcpb.NewNodePeerClient(cc).WriteRange(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Send(&rpcpb.PeerWriteChunk{Segment: seg, Offset: 0, TotalLen: uint64(len(old)), Crc32C: wire.CRC32C(old),
-		HasCrc: true, PutToken: 1, Data: old[:wire.MaxChunk]}); err != nil {
+	old := rnd(2 * writeChunk)
+	c := rawData(t, n.Endpoint())
+	writeHead(t, c, seg, 0, 1, "old", len(old), wire.CRC32C(old))
+	if _, err := c.Write(old[:writeChunk]); err != nil {
 		t.Fatal(err)
 	}
 	// Wait (bounded) until the node has claimed the range for put 1.
@@ -93,21 +83,26 @@ func TestOldPutStreamOvertakenMidStream(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the node never claimed the range of the first stream")
+			t.Fatal("the node never claimed the range of the first write")
 		}
 		time.Sleep(time.Millisecond)
 	}
-	newer := rnd(2 * wire.MaxChunk)
+	newer := rnd(2 * writeChunk)
 	if err := n.WriteRange(ctx, seg, 0, newer, wire.CRC32C(newer), 2); err != nil {
 		t.Fatal(err)
 	}
-	_ = st.Send(&rpcpb.PeerWriteChunk{Data: old[wire.MaxChunk:]})
-	_, err = st.CloseAndRecv()
-	if err = codes.FromStatus(err); !errors.Is(err, codes.ErrInvalidParams) {
-		t.Fatalf("overtaken stream: %v, want INVALID_PARAMS", err)
+	if _, err := c.Write(old[writeChunk:]); err != nil {
+		t.Fatal(err)
+	}
+	h, msg, err := wire.ReadFrameHead(c, make([]byte, wire.HeaderLen), nil)
+	if err != nil || h.Status != codes.InvalidParams || !strings.Contains(string(msg), "write refused") {
+		t.Fatalf("overtaken write: reply %+v %q %v, want INVALID_PARAMS \"write refused\"", h, msg, err)
 	}
 	got, err := n.ReadRange(ctx, seg, 0, int64(len(newer)))
 	if err != nil || !bytes.Equal(got, newer) {
 		t.Fatalf("the newer put's bytes were overwritten (%v)", err)
+	}
+	if recorded(n, 0, 1) {
+		t.Fatal("the overtaken write was recorded")
 	}
 }

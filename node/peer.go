@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/rpcpb"
@@ -34,89 +34,11 @@ func toCode(err error) error {
 	return err
 }
 
-// peerServer implements rpcpb.NodePeerServer on a Node.
+// peerServer implements rpcpb.NodePeerServer on a Node: its counters
+// (values travel on the data plane, dataplane.go).
 type peerServer struct {
 	rpcpb.UnimplementedNodePeerServer
 	n *Node
-}
-
-// WriteRange serves a peer's write of a segment range: the header claims
-// the range for the put's token (invariant 8), every chunk is written only
-// while that put still owns it, and the CRC32C of the whole is checked.
-func (s *peerServer) WriteRange(stream grpc.ClientStreamingServer[rpcpb.PeerWriteChunk, rpcpb.PeerWriteReply]) error {
-	first, err := stream.Recv()
-	if err != nil {
-		return codes.ToStatus(fmt.Errorf("node: write range: no header: %w", err))
-	}
-	if err := s.n.checkSegment(first.GetSegment()); err != nil {
-		return codes.ToStatus(err)
-	}
-	off, total, token := int64(first.GetOffset()), int64(first.GetTotalLen()), first.GetPutToken()
-	if err := s.n.seg.check(off, int(total)); err != nil || total < 0 {
-		return codes.ToStatus(toCode(err))
-	}
-	if err := s.n.claimRange(off, total, token); err != nil {
-		return codes.ToStatus(toCode(err))
-	}
-	h := wire.NewCRC32C()
-	var got int64
-	msg := first
-	for {
-		d := msg.GetData()
-		if got+int64(len(d)) > total {
-			return codes.ToStatus(codes.Errorf(codes.InvalidParams, "node: write range: %d bytes sent for a %d-byte range", got+int64(len(d)), total))
-		}
-		if err := s.n.writeOwned(d, off+got, token); err != nil {
-			return codes.ToStatus(toCode(err))
-		}
-		h.Write(d)
-		got += int64(len(d))
-		msg, err = stream.Recv()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return codes.ToStatus(err)
-		}
-	}
-	if got != total {
-		return codes.ToStatus(codes.Errorf(codes.TransferFail, "node: write range: %d of %d bytes received", got, total))
-	}
-	if first.GetHasCrc() && h.Sum32() != first.GetCrc32C() {
-		return codes.ToStatus(codes.Errorf(codes.ChecksumMismatch, "node: write range: received bytes have CRC32C %08x, sender said %08x", h.Sum32(), first.GetCrc32C()))
-	}
-	s.n.metrics.peerWrites.Add(1)
-	s.n.recordWrite(wire.Object{Key: string(first.GetKey()), SoftPin: first.GetSoftPin(), HardPin: first.GetHardPin()}, off, total, h.Sum32(), token)
-	return stream.SendAndClose(&rpcpb.PeerWriteReply{Written: uint64(got)})
-}
-
-func (s *peerServer) ReadRange(req *rpcpb.PeerReadRangeRequest, stream grpc.ServerStreamingServer[rpcpb.PeerDataChunk]) error {
-	if err := s.n.checkSegment(req.GetSegment()); err != nil {
-		return codes.ToStatus(err)
-	}
-	if req.GetLength() > uint64(s.n.seg.Size()) {
-		return codes.ToStatus(toCode(fmt.Errorf("%w: length %d", ErrOutOfRange, req.GetLength())))
-	}
-	// Stream straight from the mapping (the gRPC codec copies each chunk
-	// into its frame): one copy fewer than Segment.Read. The reader checks
-	// the CRC32C, so a range reused under it is a miss, not wrong bytes.
-	view, release := s.n.seg.pin()
-	defer release()
-	val, err := view(int64(req.GetOffset()), int(req.GetLength()))
-	if err != nil {
-		return codes.ToStatus(toCode(err))
-	}
-	s.n.metrics.peerReadsDRAM.Add(1)
-	return wire.SendChunks(stream.Send, val, 0, false)
-}
-
-func (s *peerServer) ReadSSD(req *rpcpb.PeerReadSSDRequest, stream grpc.ServerStreamingServer[rpcpb.PeerDataChunk]) error {
-	val, err := s.n.readSSD(stream.Context(), req.GetKey())
-	if err != nil {
-		return codes.ToStatus(err)
-	}
-	s.n.metrics.peerReadsSSD.Add(1)
-	return wire.SendChunks(stream.Send, val, wire.CRC32C(val), true)
 }
 
 func (s *peerServer) NodeStats(ctx context.Context, _ *rpcpb.PeerStatsRequest) (*rpcpb.PeerStatsReply, error) {
@@ -133,6 +55,10 @@ func (s *peerServer) NodeStats(ctx context.Context, _ *rpcpb.PeerStatsRequest) (
 		OffloadFailedBy: st.OffloadFailedBy,
 	}, nil
 }
+
+// writeChunk is how much an in-process write copies under one ownership
+// check: a newer put's claim waits for one such copy at most.
+const writeChunk = 1 << 20
 
 // WriteRange writes value into the node's segment at off for the put
 // identified by token (the in-process form of the data plane's write;
@@ -152,7 +78,7 @@ func (n *Node) WriteRange(ctx context.Context, segment string, off int64, value 
 	// newer put's claim waits for one chunk copy at most.
 	for pos := 0; pos < len(value); {
 		k, err := w.Fill(int64(pos), func(dst []byte) (int, error) {
-			return copy(dst, value[pos:min(pos+wire.MaxChunk, len(value))]), nil
+			return copy(dst, value[pos:min(pos+writeChunk, len(value))]), nil
 		})
 		if err != nil {
 			w.Abort()
@@ -253,28 +179,28 @@ func (n *Node) writeOwned(p []byte, off int64, token uint64) error {
 	return n.seg.WriteAt(p, off)
 }
 
-// ReadRange returns a copy of n bytes of the node's segment at off
-// (client.LocalNode).
+// ReadRange returns a copy of n bytes of the node's segment at off (for
+// tests and tools; the client reads with ReadRangeInto).
 func (n *Node) ReadRange(_ context.Context, segment string, off, length int64) ([]byte, error) {
 	return n.readRange(segment, off, length)
 }
 
 // ReadSSD returns key's value from the node's SSD tier, CRC32C-checked
-// (client.LocalNode).
+// (for tests and tools; the client reads with ReadSSDInto).
 func (n *Node) ReadSSD(ctx context.Context, key []byte) ([]byte, error) {
 	return n.readSSD(ctx, key)
 }
 
 // PeerStats asks the node serving peers at endpoint for its Stats.
 func PeerStats(ctx context.Context, endpoint string) (Stats, error) {
-	p, closeConn, err := wire.Dial(endpoint)
+	cc, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return Stats{}, err
+		return Stats{}, fmt.Errorf("node: dial node %s: %w: %v", endpoint, codes.ErrRPCFail, err)
 	}
-	defer closeConn()
-	r, err := p.Stats(ctx)
+	defer cc.Close()
+	r, err := rpcpb.NewNodePeerClient(cc).NodeStats(ctx, &rpcpb.PeerStatsRequest{})
 	if err != nil {
-		return Stats{}, fmt.Errorf("node: node stats of %s: %w", endpoint, err)
+		return Stats{}, fmt.Errorf("node: node stats of %s: %w", endpoint, codes.FromStatus(err))
 	}
 	return Stats{
 		Endpoint: endpoint, Segment: r.GetSegment(), SegmentSize: int64(r.GetSegmentSize()),

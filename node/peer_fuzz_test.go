@@ -6,21 +6,17 @@ import (
 	"errors"
 	"log/slog"
 	"runtime"
-	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"github.com/tierstore/tierstore/internal/codes"
-	"github.com/tierstore/tierstore/internal/rpcpb"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/master"
 )
 
 // Fuzz targets for what a node accepts from peers: ranges, offsets and
-// lengths of segment reads and writes (Segment, and the peer service over
-// real gRPC on 127.0.0.1), and keys of SSD reads. See docs/fuzzing.md.
+// lengths of segment reads and writes (Segment, and the data plane over
+// real TCP on 127.0.0.1), and keys of SSD reads. See docs/fuzzing.md.
 
 // fzSegSize is the segment size of the fuzz targets: small, with a size
 // that is not a multiple of the page.
@@ -85,9 +81,9 @@ func FuzzSegmentRange(f *testing.F) {
 	})
 }
 
-// fzNode starts a master and a node with an SSD tier and a peer service on
-// 127.0.0.1, for the fuzz targets.
-func fzNode(f *testing.F) (*Node, rpcpb.NodePeerClient) {
+// fzNode starts a master and a node with an SSD tier serving the data
+// plane on 127.0.0.1, for the fuzz targets.
+func fzNode(f *testing.F) *Node {
 	quietLog := slog.New(slog.DiscardHandler)
 	mc := master.DefaultConfig()
 	mc.EnableOffload = true
@@ -113,13 +109,7 @@ func fzNode(f *testing.F) (*Node, rpcpb.NodePeerClient) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { n.Close() })
-	conn, err := grpc.NewClient(n.Endpoint(), wire.DialOptions()...)
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { conn.Close() })
-	cc := rpcpb.NewNodePeerClient(conn)
-	return n, cc
+	return n
 }
 
 // refusal checks that a refused peer request carries a tierstore code (not
@@ -131,120 +121,131 @@ func refusal(t *testing.T, what string, err error) {
 	}
 }
 
-// FuzzPeerRequests sends arbitrary peer requests to a running node over
-// gRPC: WriteRange with any segment name, offset, announced length, CRC,
-// token and chunking of the data; ReadRange with any offset and length;
-// ReadSSD with any key. The node must answer each with a tierstore code or
-// a correct result: a write is accepted only inside the segment with
-// exactly the announced bytes and a matching CRC (and is then read back
-// intact), a read only inside the segment with exactly the asked length,
-// and an SSD read of a key never offloaded is OBJECT_NOT_FOUND or
-// INVALID_KEY. A panic in the node ends the test process.
+// fzMaxName and fzMaxKey are the data protocol's bounds on a segment name
+// and an SSD key (docs/format/dataplane.md): a request beyond them is a
+// malformed frame, which ends the connection.
+const (
+	fzMaxName = 1024
+	fzMaxKey  = 4096
+)
+
+// FuzzPeerRequests sends arbitrary data-plane requests to a running node
+// over real TCP: a write with any segment name, offset, data, CRC32C and
+// token; a range read with any offset and length; an SSD read of any key.
+// The node must answer each with a tierstore code or a correct result: a
+// write is accepted only inside the segment with a matching CRC (and is
+// then read back intact), a read only inside the segment (and then holds
+// the segment's bytes), and an SSD read of a key never offloaded is
+// OBJECT_NOT_FOUND or INVALID_KEY. Only a request the protocol calls
+// malformed (a segment name or key beyond its bounds, an empty key) may
+// end the connection. A panic in the node ends the test process.
 func FuzzPeerRequests(f *testing.F) {
-	n, cc := fzNode(f)
+	n := fzNode(f)
 	size := n.seg.Size()
-	f.Add(uint8(0), true, uint64(4096), uint64(3), []byte("abc"), []byte{1}, uint32(0), false, uint64(0), []byte("k"))
-	f.Add(uint8(0), true, uint64(size-2), uint64(3), []byte("abc"), []byte{}, wire.CRC32C([]byte("abc")), true, uint64(1), []byte("k"))
-	f.Add(uint8(0), false, uint64(0), uint64(3), []byte("abc"), []byte{}, uint32(0), false, uint64(0), []byte("k"))
-	f.Add(uint8(0), true, uint64(1<<63), uint64(1<<63), []byte("abc"), []byte{2}, uint32(0), false, uint64(0), []byte("k"))
-	f.Add(uint8(0), true, uint64(0), uint64(2), []byte("abc"), []byte{1, 1, 1}, uint32(0), false, uint64(0), []byte("k"))
-	f.Add(uint8(1), true, uint64(size-1), uint64(1), []byte{}, []byte{}, uint32(0), false, uint64(0), []byte("k"))
-	f.Add(uint8(1), true, uint64(1<<63), uint64(5), []byte{}, []byte{}, uint32(0), false, uint64(0), []byte("k"))
-	f.Add(uint8(1), true, uint64(0), uint64(1<<63), []byte{}, []byte{}, uint32(0), false, uint64(0), []byte("k"))
-	f.Add(uint8(2), true, uint64(0), uint64(0), []byte{}, []byte{}, uint32(0), false, uint64(0), []byte{})
-	f.Add(uint8(2), true, uint64(0), uint64(0), []byte{}, []byte{}, uint32(0), false, uint64(0), bytes.Repeat([]byte("k"), 4097))
-	f.Fuzz(func(t *testing.T, op uint8, rightSeg bool, off, length uint64, data, cuts []byte,
-		crc uint32, hasCRC bool, token uint64, key []byte) {
+	ctx := context.Background()
+	dc, err := wire.DialData(ctx, n.Endpoint(), 10*time.Second)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { dc.Close() })
+	f.Add(uint8(0), true, uint64(4096), uint64(3), []byte("abc"), uint32(0), true, uint64(1), []byte("k"))
+	f.Add(uint8(0), true, uint64(size-2), uint64(3), []byte("abc"), uint32(0), true, uint64(1), []byte("k"))
+	f.Add(uint8(0), false, uint64(0), uint64(3), []byte("abc"), uint32(0), true, uint64(1), []byte("k"))
+	f.Add(uint8(0), true, uint64(1<<63), uint64(1<<63), []byte("abc"), uint32(7), false, uint64(0), []byte("k"))
+	f.Add(uint8(0), true, uint64(0), uint64(2), []byte("abc"), uint32(0), false, uint64(2), []byte("k"))
+	f.Add(uint8(1), true, uint64(size-1), uint64(1), []byte{}, uint32(0), false, uint64(0), []byte("k"))
+	f.Add(uint8(1), true, uint64(1<<63), uint64(5), []byte{}, uint32(0), false, uint64(0), []byte("k"))
+	f.Add(uint8(1), true, uint64(0), uint64(1<<63), []byte{}, uint32(0), false, uint64(0), []byte("k"))
+	f.Add(uint8(1), false, uint64(0), uint64(1), []byte{}, uint32(0), false, uint64(0), bytes.Repeat([]byte("s"), 1025))
+	f.Add(uint8(2), true, uint64(0), uint64(1), []byte{}, uint32(0), false, uint64(0), []byte{})
+	f.Add(uint8(2), true, uint64(0), uint64(1), []byte{}, uint32(0), false, uint64(0), bytes.Repeat([]byte("k"), 4097))
+	f.Fuzz(func(t *testing.T, op uint8, rightSeg bool, off, length uint64, data []byte,
+		crc uint32, rightCRC bool, token uint64, key []byte) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		seg := n.SegmentName()
 		if !rightSeg {
-			seg = strings.ToValidUTF8(string(key), "?") // a proto string
+			seg = string(key[:min(len(key), 2*fzMaxName)])
 		}
+		key = key[:min(len(key), 2*fzMaxKey)]
+		if rightCRC {
+			crc = wire.CRC32C(data)
+		}
+		var err error
+		malformed := len(seg) > fzMaxName
 		switch op % 3 {
 		case 0:
-			fzWrite(ctx, t, cc, n, seg, off, length, data, cuts, crc, hasCRC, token)
+			err = fzWrite(ctx, t, dc, n, seg, off, data, crc, token)
 		case 1:
-			fzRead(ctx, t, cc, size, n.SegmentName(), seg, off, length)
+			err = fzRead(ctx, t, dc, n, seg, off, length)
 		case 2:
-			st, err := cc.ReadSSD(ctx, &rpcpb.PeerReadSSDRequest{Key: key})
-			if err == nil {
-				_, _, _, err = wire.RecvValue(st.Recv, 1<<20)
-			}
+			malformed = len(key) == 0 || len(key) > fzMaxKey
+			err = dc.ReadSSD(ctx, key, make([]byte, 1), 0)
 			if err == nil {
 				t.Fatalf("ReadSSD(%q) of a key never offloaded succeeded", key)
 			}
-			if !errors.Is(err, codes.ErrObjectNotFound) && !errors.Is(err, codes.ErrInvalidKey) {
+			if !malformed && !errors.Is(err, codes.ErrObjectNotFound) && !errors.Is(err, codes.ErrInvalidKey) {
 				t.Fatalf("ReadSSD(%q): %v", key, err)
 			}
+		}
+		if !malformed && dc.Broken() {
+			t.Fatalf("a well-formed request (op %d) broke the connection: %v", op%3, err)
+		}
+		if !malformed {
+			return
+		}
+		// The node answers a malformed frame and then closes the
+		// connection: the next request gets a new one.
+		dc.Close()
+		if dc, err = wire.DialData(ctx, n.Endpoint(), 10*time.Second); err != nil {
+			t.Fatal(err)
 		}
 	})
 }
 
-func fzWrite(ctx context.Context, t *testing.T, cc rpcpb.NodePeerClient, n *Node, seg string, off, total uint64,
-	data, cuts []byte, crc uint32, hasCRC bool, token uint64) {
-	st, err := cc.WriteRange(ctx)
+// fzWrite writes data at off of seg for token and checks the outcome: an
+// accepted write lies inside the segment, had the right CRC32C, and reads
+// back; a refusal carries a code.
+func fzWrite(ctx context.Context, t *testing.T, dc *wire.DataConn, n *Node, seg string, off uint64, data []byte, crc uint32, token uint64) error {
+	err := dc.Write(ctx, seg, int64(off), data, crc, token)
 	if err != nil {
-		t.Fatal(err)
-	}
-	first := &rpcpb.PeerWriteChunk{Segment: seg, Offset: off, TotalLen: total, Crc32C: crc, HasCrc: hasCRC, PutToken: token}
-	rest := data
-	msgs := []*rpcpb.PeerWriteChunk{first}
-	for i, c := range cuts {
-		k := min(int(c), len(rest))
-		if i == 0 {
-			first.Data = rest[:k]
-		} else {
-			msgs = append(msgs, &rpcpb.PeerWriteChunk{Data: rest[:k]})
+		if len(seg) <= fzMaxName {
+			refusal(t, "Write", err)
 		}
-		rest = rest[k:]
+		return err
 	}
-	if len(rest) > 0 {
-		msgs = append(msgs, &rpcpb.PeerWriteChunk{Data: rest})
-	}
-	for _, m := range msgs {
-		if err := st.Send(m); err != nil {
-			break // the node ended the stream; CloseAndRecv has its answer
-		}
-	}
-	_, err = st.CloseAndRecv()
-	err = codes.FromStatus(err)
-	ok := seg == n.SegmentName() && total == uint64(len(data)) && inRange(int64(off), int64(len(data)), n.seg.Size()) &&
-		(!hasCRC || crc == wire.CRC32C(data))
-	if err != nil {
-		refusal(t, "WriteRange", err)
-		return
-	}
-	if !ok {
-		t.Fatalf("WriteRange of %d bytes announced %d at %d (segment %q, crc %v) accepted", len(data), total, off, seg, hasCRC)
+	if seg != n.SegmentName() || !inRange(int64(off), int64(len(data)), n.seg.Size()) || crc != wire.CRC32C(data) {
+		t.Fatalf("Write of %d bytes at %d (segment %q, crc %08x) accepted", len(data), off, seg, crc)
 	}
 	got, rerr := n.seg.Read(int64(off), len(data))
 	if rerr != nil || !bytes.Equal(got, data) {
 		t.Fatalf("accepted write at %d does not read back: %v", off, rerr)
 	}
+	return nil
 }
 
-func fzRead(ctx context.Context, t *testing.T, cc rpcpb.NodePeerClient, size int64, segName, seg string, off, length uint64) {
-	st, err := cc.ReadRange(ctx, &rpcpb.PeerReadRangeRequest{Segment: seg, Offset: off, Length: length})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The reader's limit is what it asked for, capped like a real client
-	// (the object's size).
-	limit := int64(min(length, uint64(size)))
-	v, _, _, err := wire.RecvValue(st.Recv, limit)
-	ok := inRange(int64(off), int64(length), size)
-	if err != nil {
-		if ok && seg == segName {
-			t.Fatalf("ReadRange(%d, %d) inside the segment refused: %v", off, length, err)
+// fzRead reads length bytes (at most one more than the segment holds) at
+// off of seg: accepted only inside the segment, with its bytes.
+func fzRead(ctx context.Context, t *testing.T, dc *wire.DataConn, n *Node, seg string, off, length uint64) error {
+	size := n.seg.Size()
+	length = min(length, uint64(size)+1)
+	ok := seg == n.SegmentName() && inRange(int64(off), int64(length), size)
+	var crc uint32
+	if ok {
+		want, err := n.seg.Read(int64(off), int(length))
+		if err != nil {
+			t.Fatal(err)
 		}
+		crc = wire.CRC32C(want)
+	}
+	err := dc.ReadRange(ctx, seg, int64(off), make([]byte, length), crc)
+	switch {
+	case ok && err != nil:
+		t.Fatalf("ReadRange(%d, %d) inside the segment refused: %v", off, length, err)
+	case !ok && err == nil:
+		t.Fatalf("ReadRange(%d, %d) of segment %q outside the segment answered", off, length, seg)
+	case err != nil && len(seg) <= fzMaxName:
 		refusal(t, "ReadRange", err)
-		return
 	}
-	if !ok || seg != segName {
-		t.Fatalf("ReadRange(%d, %d) of segment %q outside the segment answered %d bytes", off, length, seg, len(v))
-	}
-	if uint64(len(v)) != length {
-		t.Fatalf("ReadRange(%d, %d) answered %d bytes", off, length, len(v))
-	}
+	return err
 }

@@ -36,6 +36,13 @@ func (n *Node) reRegister(ctx context.Context) {
 		return
 	}
 	gen := n.mountGen.Load()
+	// The log first: the master checks each copy against the entries
+	// above the cursor this pull reports (docs/design.md, invariant 10).
+	if err := n.syncRemovals(ctx, true); err != nil {
+		n.log.Warn("re-register: pulling the removal log failed; will retry", "err", err)
+		n.reregister.Store(true)
+		return
+	}
 	batch := make([]masterapi.DiskObject, 0, reRegisterBatch)
 	var sent int64
 	var callErr error
@@ -158,9 +165,6 @@ func (n *Node) Reconcile(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, masterCallTimeout)
 	ses, err := n.m.ReconcileBegin(cctx, n.name, d)
 	cancel()
-	if masterapi.IsUnimplemented(err) {
-		return n.reconcileWhole(ctx, gen) // a master of an earlier build
-	}
 	if err != nil {
 		return n.reconcileFailed(err)
 	}
@@ -266,34 +270,4 @@ func (n *Node) removeUnwanted(keys []string) {
 	}
 	n.metrics.reconcileRemoved.Add(int64(removed))
 	n.log.Info("reconcile removed SSD objects the master no longer wants", "removed", removed, "unwanted", len(keys))
-}
-
-// reconcileWhole is the reconcile of a master that does not know sessions:
-// the whole key list in one ReconcileDiskObjects call (its memory grows
-// with the key count; such a master accepts a few hundred thousand keys).
-func (n *Node) reconcileWhole(ctx context.Context, gen uint64) error {
-	var keys []string
-	if err := n.tier.Keys(func(k []byte, _ tier.KeyInfo) bool {
-		keys = append(keys, string(k))
-		return true
-	}); err != nil {
-		return fmt.Errorf("node: reconcile: listing SSD keys: %w", err)
-	}
-	cctx, cancel := context.WithTimeout(ctx, masterCallTimeout)
-	defer cancel()
-	res, err := n.m.ReconcileDiskObjects(cctx, n.name, keys)
-	if err != nil {
-		return n.reconcileFailed(err)
-	}
-	n.metrics.reconciles.Add(1)
-	n.metrics.reconcileKeysSent.Add(int64(len(keys)))
-	if res.Dropped > 0 {
-		n.log.Info("reconcile dropped replicas the SSD no longer holds", "dropped", res.Dropped)
-	}
-	if len(res.Unwanted) > 0 && n.remountedSince(gen) {
-		n.log.Warn("reconcile answer ignored: the node remounted meanwhile", "unwanted", len(res.Unwanted))
-		return nil
-	}
-	n.removeUnwanted(res.Unwanted)
-	return nil
 }

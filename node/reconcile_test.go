@@ -7,9 +7,6 @@ import (
 	"sync"
 	"testing"
 
-	grpccodes "google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/masterapi"
@@ -22,8 +19,7 @@ type recordingMaster struct {
 	mu          sync.Mutex // protects the fields below
 	reRegisters []int      // objects per ReRegisterDiskObjects call
 	keysCalls   []int      // keys per ReconcileKeys call
-	ends, whole int        // ReconcileEnd and ReconcileDiskObjects calls
-	oldMaster   bool       // ReconcileBegin answers like a master of an earlier build
+	ends        int        // ReconcileEnd calls
 	onKeys      func()     // runs before each ReconcileKeys is forwarded
 }
 
@@ -32,16 +28,6 @@ func (r *recordingMaster) ReRegisterDiskObjects(ctx context.Context, node string
 	r.reRegisters = append(r.reRegisters, len(objs))
 	r.mu.Unlock()
 	return r.API.ReRegisterDiskObjects(ctx, node, objs)
-}
-
-func (r *recordingMaster) ReconcileBegin(ctx context.Context, node string, d masterapi.RangeDigest) (masterapi.ReconcileSession, error) {
-	r.mu.Lock()
-	old := r.oldMaster
-	r.mu.Unlock()
-	if old {
-		return masterapi.ReconcileSession{}, codes.FromStatus(status.Error(grpccodes.Unimplemented, "unknown method ReconcileBegin"))
-	}
-	return r.API.ReconcileBegin(ctx, node, d)
 }
 
 func (r *recordingMaster) ReconcileKeys(ctx context.Context, node string, id uint64, keys []string) (masterapi.ReconcileKeysResult, error) {
@@ -60,13 +46,6 @@ func (r *recordingMaster) ReconcileEnd(ctx context.Context, node string, id uint
 	r.ends++
 	r.mu.Unlock()
 	return r.API.ReconcileEnd(ctx, node, id)
-}
-
-func (r *recordingMaster) ReconcileDiskObjects(ctx context.Context, node string, keys []string) (master.ReconcileResult, error) {
-	r.mu.Lock()
-	r.whole++
-	r.mu.Unlock()
-	return r.API.ReconcileDiskObjects(ctx, node, keys)
 }
 
 // reconcileSetup starts a node whose SSD holds objects keys k0..k(n-1),
@@ -182,25 +161,6 @@ func TestReconcileBatchesKeys(t *testing.T) {
 	}
 	if tr.has("k0") || n.Stats().ReconcileRemoved != objects {
 		t.Fatalf("unwanted keys kept: removed %d", n.Stats().ReconcileRemoved)
-	}
-}
-
-// TestReconcileOldMaster: a master that does not know the session calls
-// gets the whole list in one ReconcileDiskObjects.
-func TestReconcileOldMaster(t *testing.T) {
-	_, rm, tr, n := reconcileSetup(t, 10)
-	rm.mu.Lock()
-	rm.oldMaster = true
-	rm.mu.Unlock()
-	tr.put("stray", []byte("x"))
-	if err := n.Reconcile(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	rm.mu.Lock()
-	whole := rm.whole
-	rm.mu.Unlock()
-	if whole != 1 || tr.has("stray") || !tr.has("k3") || n.Stats().ReconcileKeysSent != 11 {
-		t.Fatalf("whole-list calls %d, stray %v, k3 %v, sent %d", whole, tr.has("stray"), tr.has("k3"), n.Stats().ReconcileKeysSent)
 	}
 }
 

@@ -126,7 +126,7 @@ func (s *Segment) Close() error {
 // called, and returns a view function giving direct, uncopied access to a
 // range. The bytes may change under the caller (a range freed by a forced
 // Remove can be reused by a new put at any time), so a view may only feed
-// a consumer that checks the CRC32C afterwards (the peer ReadRange stream,
+// a consumer that checks the CRC32C afterwards (a data-plane range read,
 // whose reader verifies it); the offload round copies instead.
 func (s *Segment) pin() (view func(off int64, n int) ([]byte, error), release func()) {
 	s.mu.RLock()

@@ -3,6 +3,8 @@ package tier
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/tierstore/tierstore/backend"
 	"github.com/tierstore/tierstore/index"
@@ -63,6 +65,81 @@ func (e *Engine) Remove(key []byte) error {
 		return fmt.Errorf("%w: %q", ErrNotFound, key)
 	}
 	e.buryEmptied(res.Emptied)
+	return nil
+}
+
+// RemoveKeys deletes keys from the tier in one synced index batch and
+// returns how many it held; keys it does not hold are ignored. Buckets
+// left without objects go (after their readers), as with Remove.
+func (e *Engine) RemoveKeys(keys [][]byte) (int, error) {
+	for _, k := range keys {
+		if err := validKey(k); err != nil {
+			return 0, err
+		}
+	}
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	if err := e.begin(); err != nil {
+		return 0, err
+	}
+	defer e.ops.Done()
+	e.commitMu.Lock()
+	res, err := e.ix.RemoveKeys(keys)
+	e.commitMu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	e.buryEmptied(res.Emptied)
+	return len(res.Removed), nil
+}
+
+// markFile holds the owner's mark (SetMark) in the tier's directory.
+const markFile = "MARK"
+
+// Mark returns what SetMark last stored (nil if never). The node keeps
+// its removal log cursor there: the position of the log its SSD contents
+// are consistent with.
+func (e *Engine) Mark() ([]byte, error) {
+	b, err := os.ReadFile(filepath.Join(e.dir, markFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tier: reading the mark: %w", err)
+	}
+	return b, nil
+}
+
+// SetMark stores mark durably beside the tier's contents (a temporary
+// file, fsync, rename, fsync of the directory), replacing the previous
+// one.
+func (e *Engine) SetMark(mark []byte) error {
+	path := filepath.Join(e.dir, markFile)
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("tier: writing the mark: %w", err)
+	}
+	if _, err = f.Write(mark); err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err == nil {
+		var d *os.File
+		if d, err = os.Open(e.dir); err == nil {
+			err = d.Sync()
+			d.Close()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("tier: writing the mark: %w", err)
+	}
 	return nil
 }
 

@@ -16,7 +16,6 @@ import (
 	"github.com/tierstore/tierstore/backend"
 	"github.com/tierstore/tierstore/backend/mem"
 	"github.com/tierstore/tierstore/bucket"
-	"github.com/tierstore/tierstore/index"
 )
 
 // walGate holds pebble's WAL syncs while armed: the sync that arrives
@@ -257,30 +256,4 @@ func TestOpenChecksTrailerAgainstRecord(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, ok)
 	require.NoError(t, e2.ix.Check())
-}
-
-// A bucket record without trailer fields (migrated from index record
-// version 1) is validated key by key once, the old way, and its trailer is
-// then recorded: the next Open checks it with one read.
-func TestOpenRecordsMissingTrailers(t *testing.T) {
-	dir := t.TempDir()
-	e, err := Open(dir, Options{BucketKeysLimit: 2})
-	require.NoError(t, err)
-	tasks := makeTasks("leg", 4, 5000, 8)
-	requireStatus(t, e.Offload(bg, tasks, nil), Persisted)
-	metas, err := e.ix.Buckets()
-	require.NoError(t, err)
-	want := append([]index.BucketMeta(nil), metas...)
-	for i := range metas {
-		metas[i].TrailerOff, metas[i].TrailerLen, metas[i].TrailerCRC = 0, 0, 0
-	}
-	require.NoError(t, e.ix.SetTrailers(metas))
-	require.NoError(t, e.Close())
-
-	e2 := openEngine(t, dir, Options{})
-	requireLoads(t, e2, tasks)
-	got, err := e2.ix.Buckets()
-	require.NoError(t, err)
-	require.Equal(t, want, got, "trailers recorded again")
-	require.Zero(t, e2.Stats().EntriesDropped)
 }

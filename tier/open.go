@@ -216,18 +216,11 @@ func (e *Engine) removeOrphans(files []backend.FileInfo, known map[uint64]bool) 
 // end of the file (trailer and footer). The footer must name the bucket and
 // its trailer as the record does, and the trailer must match its CRC32C,
 // which the record holds too: the file is then the one committed. Valid
-// buckets join the engine's table; the others are dropped. A record
-// migrated from version 1 (no trailer) is checked key by key once, and its
-// trailer recorded.
+// buckets join the engine's table; the others are dropped.
 func (e *Engine) validateBuckets(metas []index.BucketMeta) error {
 	ops := make([]backend.ReadOp, 0, len(metas))
-	var legacy []index.BucketMeta
 	var withOps []index.BucketMeta
 	for _, m := range metas {
-		if m.TrailerLen == 0 {
-			legacy = append(legacy, m)
-			continue
-		}
 		n := int(m.Size - m.TrailerOff)
 		if m.TrailerOff <= 0 || n < bucket.FooterSize || int64(n) < m.TrailerLen+bucket.FooterSize {
 			if err := e.dropBucket(m.ID, true, fmt.Sprintf("index records a trailer at %d+%d in a file of %d bytes", m.TrailerOff, m.TrailerLen, m.Size)); err != nil {
@@ -254,7 +247,7 @@ func (e *Engine) validateBuckets(metas []index.BucketMeta) error {
 			return err
 		}
 	}
-	return e.validateLegacy(legacy)
+	return nil
 }
 
 // checkTail checks the bytes from a bucket's trailer to the end of its file
@@ -285,82 +278,4 @@ func (e *Engine) admit(m index.BucketMeta, reason string) error {
 	e.used += m.Size
 	e.policy.Add(m.ID, m.Size)
 	return nil
-}
-
-// validateLegacy checks buckets whose records were migrated from version 1
-// (no trailer checksum) the old way, once: footer and trailer read, every
-// index entry compared with its trailer entry. Valid ones get their trailer
-// recorded, so that the next Open checks them with one read.
-func (e *Engine) validateLegacy(metas []index.BucketMeta) error {
-	var record []index.BucketMeta
-	for _, m := range metas {
-		f, err := e.validateBucket(m.ID, m.Size)
-		reason := ""
-		if err != nil {
-			reason = err.Error()
-		} else {
-			m.TrailerOff, m.TrailerLen, m.TrailerCRC = f.TrailerOff, f.TrailerLen, f.TrailerCRC
-			record = append(record, m)
-		}
-		if err := e.admit(m, reason); err != nil {
-			return err
-		}
-	}
-	if len(record) > 0 {
-		return e.ix.SetTrailers(record)
-	}
-	return nil
-}
-
-// validateBucket reads the footer and trailer of bucket id and checks that
-// every index entry of the bucket matches a trailer entry.
-func (e *Engine) validateBucket(id uint64, size int64) (bucket.Footer, error) {
-	ctx := context.Background()
-	ops := []backend.ReadOp{{Off: size - bucket.FooterSize, Len: bucket.FooterSize}}
-	if err := backend.ReadFile(ctx, e.be, id, ops); err != nil {
-		return bucket.Footer{}, err
-	}
-	if ops[0].Err != nil {
-		return bucket.Footer{}, ops[0].Err
-	}
-	f, err := bucket.DecodeFooter(ops[0].Data, size)
-	if err != nil {
-		return bucket.Footer{}, err
-	}
-	if f.ID != id {
-		return bucket.Footer{}, fmt.Errorf("footer names bucket %d", f.ID)
-	}
-	ops = []backend.ReadOp{{Off: f.TrailerOff, Len: int(f.TrailerLen)}}
-	if err := backend.ReadFile(ctx, e.be, id, ops); err != nil {
-		return bucket.Footer{}, err
-	}
-	if ops[0].Err != nil {
-		return bucket.Footer{}, ops[0].Err
-	}
-	entries, err := bucket.DecodeTrailer(ops[0].Data, f)
-	if err != nil {
-		return bucket.Footer{}, err
-	}
-	byKey := make(map[string]bucket.Entry, len(entries))
-	for _, en := range entries {
-		byKey[string(en.Key)] = en
-	}
-	keys, err := e.ix.BucketKeys(id)
-	if err != nil {
-		return bucket.Footer{}, err
-	}
-	for _, k := range keys {
-		loc, ok, err := e.ix.Get(k)
-		if err != nil {
-			return bucket.Footer{}, err
-		}
-		if !ok || loc.Bucket != id {
-			continue
-		}
-		en, ok := byKey[string(k)]
-		if !ok || en.Offset != loc.Offset || en.CRC != loc.CRC || en.StoredLen != loc.StoredLen || en.ValueLen != loc.ValueLen {
-			return bucket.Footer{}, fmt.Errorf("index entry %q disagrees with the bucket trailer", k)
-		}
-	}
-	return f, nil
 }

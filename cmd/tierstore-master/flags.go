@@ -63,6 +63,8 @@ type options struct {
 	ignored []string
 	// ha: high availability (ha.go).
 	ha haOptions
+	// stateDir (state_dir): where a single master keeps its removal log.
+	stateDir string
 }
 
 // parseFlags parses the command line (without the program name) into a
@@ -110,6 +112,9 @@ func parseAll(args []string, helpOut io.Writer) (master.Config, options, error) 
 	fs.IntVar(&cfg.Shards, "metadata_shards", cfg.Shards, "metadata shards")
 	cfg.AdmissionFlags.RegisterFlags(fs)
 	fs.BoolVar(&cfg.AllowEvictSoftPinned, "allow_evict_soft_pinned_objects", cfg.AllowEvictSoftPinned, "soft-pinned objects may be evicted after unpinned ones")
+	fs.StringVar(&opt.stateDir, "state_dir", "", "directory of the removal log of a single master, so that removals stay final across its restarts (empty: in memory; a restart then empties the cluster). Not with enable_ha: leaders keep it in etcd")
+	fs.Var(durationFlag{&cfg.RemovalLogRetention, time.Second}, "removal_log_retention", "removal log entries are kept at least this long; a node away longer comes back empty, in s or as a duration")
+	fs.IntVar(&cfg.RemovalLogLimit, "removal_log_limit", cfg.RemovalLogLimit, "most removal log entries kept (the oldest are trimmed first)")
 	logLevel := fs.String("log_level", "info", "debug, info, warn or error")
 
 	// Mooncake master flags accepted for command-line compatibility.
@@ -146,6 +151,9 @@ func parseAll(args []string, helpOut io.Writer) (master.Config, options, error) 
 	}
 	if err := opt.ha.check(set, cfg); err != nil {
 		return cfg, opt, err
+	}
+	if opt.ha.enable && set["state_dir"] {
+		return cfg, opt, fmt.Errorf("%w: state_dir: not with enable_ha=true (the leaders keep the removal log in etcd)", errUsage)
 	}
 	if fs.NArg() > 0 {
 		return cfg, opt, fmt.Errorf("%w: unexpected argument %q (flags are --name=value)", errUsage, fs.Arg(0))

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tierstore/tierstore/ha"
+	"github.com/tierstore/tierstore/ha/etcdremovals"
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/master"
 )
@@ -148,6 +149,7 @@ func (m *haMaster) term(ctx context.Context, standby func()) (func(), error) {
 	}
 	cfg := m.cfg
 	cfg.HA = master.HAConfig{Fence: l.Check, Term: l.Term(), RebuildWindow: m.opt.rebuildWindow}
+	cfg.Removals = etcdremovals.New(l, m.opt.prefix+etcdremovals.Suffix)
 	svc, err := master.New(cfg)
 	if err != nil {
 		_ = l.Resign(context.Background())

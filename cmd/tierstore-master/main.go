@@ -42,6 +42,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if opt.ha.enable {
 		return runHA(cfg, opt, log, stdout, stderr)
 	}
+	if opt.stateDir == "" {
+		log.Warn("no --state_dir: the removal log is kept in memory; after a restart of this master the nodes drop every object they hold")
+	} else {
+		store, err := master.OpenFileRemovalStore(opt.stateDir)
+		if err != nil {
+			fmt.Fprintln(stderr, "tierstore-master:", err)
+			return 2
+		}
+		defer store.Close()
+		cfg.Removals = store
+	}
 	svc, err := master.New(cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "tierstore-master:", err)

@@ -68,6 +68,15 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	mc := master.DefaultConfig()
 	mc.EnableOffload = true
 	mc.Logger = log
+	// The master's removal log beside the SSD it describes, so that a
+	// restart of serve keeps what is on SSD and never what was removed.
+	store, err := master.OpenFileRemovalStore(filepath.Join(abs, "master"))
+	if err != nil {
+		fmt.Fprintf(stderr, "tierstore serve: master: %v\n", err)
+		return 1
+	}
+	defer store.Close()
+	mc.Removals = store
 	svc, err := master.New(mc)
 	if err != nil {
 		fmt.Fprintf(stderr, "tierstore serve: master: %v\n", err)

@@ -128,7 +128,7 @@ type loop struct {
 	// and HeldElsewhere (the main goroutine only).
 	everAnnounced, everElsewhere map[string]bool
 	rep                          Report
-	peers                        wire.Pool
+	peers                        wire.DataPool
 }
 
 // Run builds the binaries, starts a master and cfg.Nodes nodes, and runs
@@ -208,7 +208,8 @@ func (l *loop) stopAll() {
 }
 
 func (l *loop) startMaster() error {
-	p, err := l.bins.Start("tierstore-master", 30*time.Second, cluster.MasterArgs(l.port)...)
+	// The removal log in a state directory survives the master's kill -9.
+	p, err := l.bins.Start("tierstore-master", 30*time.Second, cluster.MasterArgs(l.port, "--state_dir="+filepath.Join(l.dir, "master"))...)
 	if err != nil {
 		return err
 	}
@@ -432,19 +433,21 @@ func (l *loop) checkAll(ctx context.Context, c *client.Client) error {
 	return nil
 }
 
-// checkSSDReplica asks rep's node for k: a node that answers it does not
-// hold the object is a phantom replica; a wrong value is wrong bytes.
+// checkSSDReplica asks rep's node for k over the data plane: a node that
+// answers it does not hold the object is a phantom replica; a copy the
+// node serves whose bytes are not the acknowledged value is wrong bytes (a
+// copy the node itself finds corrupt is refused, not served: invariant 5).
 func (l *loop) checkSSDReplica(ctx context.Context, k string, rep masterapi.Replica, size int64) {
-	p, err := l.peers.Get(rep.Endpoint)
+	dc, err := l.peers.Get(ctx, rep.Endpoint)
 	if err != nil {
 		return
 	}
-	got, err := p.ReadSSD(ctx, []byte(k), size)
+	err = dc.ReadSSD(ctx, []byte(k), make([]byte, size), wire.CRC32C(l.value(k)))
 	switch {
 	case errors.Is(err, codes.ErrObjectNotFound):
 		l.rep.Phantoms++
 		fmt.Fprintf(l.cfg.Log, "  phantom: master lists %s on node %s, which does not hold it\n", k, rep.Node)
-	case err == nil && !bytes.Equal(got, l.value(k)):
+	case errors.Is(err, wire.ErrBadChecksum):
 		l.rep.WrongBytes++
 	}
 }

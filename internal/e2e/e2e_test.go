@@ -256,7 +256,8 @@ func TestNodeKill9MidOffload(t *testing.T) {
 // re-registers its SSD objects, which are readable again.
 func TestMasterKill9Restart(t *testing.T) {
 	port := freePort(t)
-	m := startMaster(t, port)
+	state := "--state_dir=" + t.TempDir() // the removal log survives the kill
+	m := startMaster(t, port, state)
 	a := startNode(t, m.Addr, t.TempDir())
 	c := newClient(t, m.Addr, a.Node)
 	const n, size = 10, 64 << 10
@@ -264,7 +265,7 @@ func TestMasterKill9Restart(t *testing.T) {
 	waitDiskReplicas(t, c, n)
 
 	m.Kill(syscall.SIGKILL)
-	m2 := startMaster(t, port)
+	m2 := startMaster(t, port, state)
 	c2 := newClient(t, m2.Addr, "")
 	ctx := context.Background()
 	for _, k := range keys {

@@ -4,8 +4,9 @@
 //   - master.proto: service tierstore.rpc.Master, spoken by store nodes and
 //     clients to the master (package master implements the server and the
 //     client side, Server and Remote);
-//   - node.proto: service tierstore.node.v1.NodePeer, the data path between
-//     clients and store nodes (package client).
+//   - node.proto: service tierstore.node.v1.NodePeer, a store node's
+//     counters (NodeStats; package node). Values travel on the data plane
+//     (internal/wire), not here.
 //
 // Nothing here is hand-written apart from this file and gen*.go; tierstore
 // code uses these types only at the wire boundary and converts to its own
@@ -40,9 +41,8 @@
 //     field must have a meaning when it is absent (zero value = old
 //     behaviour);
 //   - a method's response type may be replaced only by a message whose
-//     existing field numbers and types are the old ones (examples:
-//     ReconcileDiskObjectsResponse and EvictMemoryResponse keep
-//     CountResponse's field 1 `count`);
+//     existing field numbers and types are the old ones (example:
+//     EvictMemoryResponse keeps CountResponse's field 1 `count`);
 //   - enum values are only appended; 0 is always UNSPECIFIED;
 //   - errors travel as a gRPC status carrying an errdetails.ErrorInfo (domain
 //     "tierstore", metadata "code" = the Mooncake code number, see

@@ -1823,6 +1823,340 @@ func (x *CountResponse) GetCount() int64 {
 	return 0
 }
 
+type RemovalCursor struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Log           string                 `protobuf:"bytes,1,opt,name=log,proto3" json:"log,omitempty"`
+	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemovalCursor) Reset() {
+	*x = RemovalCursor{}
+	mi := &file_master_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemovalCursor) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemovalCursor) ProtoMessage() {}
+
+func (x *RemovalCursor) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemovalCursor.ProtoReflect.Descriptor instead.
+func (*RemovalCursor) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *RemovalCursor) GetLog() string {
+	if x != nil {
+		return x.Log
+	}
+	return ""
+}
+
+func (x *RemovalCursor) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+// Removal: kind 1 = one key, 2 = every key but spared, 3 = the keys the
+// pattern (key) matches anywhere, but spared.
+type Removal struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Kind          uint32                 `protobuf:"varint,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Key           []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	Spared        [][]byte               `protobuf:"bytes,4,rep,name=spared,proto3" json:"spared,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Removal) Reset() {
+	*x = Removal{}
+	mi := &file_master_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Removal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Removal) ProtoMessage() {}
+
+func (x *Removal) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Removal.ProtoReflect.Descriptor instead.
+func (*Removal) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *Removal) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *Removal) GetKind() uint32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *Removal) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *Removal) GetSpared() [][]byte {
+	if x != nil {
+		return x.Spared
+	}
+	return nil
+}
+
+type MemoryRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Offset        int64                  `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
+	PutToken      uint64                 `protobuf:"varint,2,opt,name=put_token,json=putToken,proto3" json:"put_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemoryRef) Reset() {
+	*x = MemoryRef{}
+	mi := &file_master_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemoryRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemoryRef) ProtoMessage() {}
+
+func (x *MemoryRef) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemoryRef.ProtoReflect.Descriptor instead.
+func (*MemoryRef) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *MemoryRef) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *MemoryRef) GetPutToken() uint64 {
+	if x != nil {
+		return x.PutToken
+	}
+	return 0
+}
+
+type PullRemovalsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Dram          *RemovalCursor         `protobuf:"bytes,2,opt,name=dram,proto3" json:"dram,omitempty"`
+	Ssd           *RemovalCursor         `protobuf:"bytes,3,opt,name=ssd,proto3" json:"ssd,omitempty"`
+	HasSsd        bool                   `protobuf:"varint,4,opt,name=has_ssd,json=hasSsd,proto3" json:"has_ssd,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PullRemovalsRequest) Reset() {
+	*x = PullRemovalsRequest{}
+	mi := &file_master_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullRemovalsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullRemovalsRequest) ProtoMessage() {}
+
+func (x *PullRemovalsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullRemovalsRequest.ProtoReflect.Descriptor instead.
+func (*PullRemovalsRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *PullRemovalsRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *PullRemovalsRequest) GetDram() *RemovalCursor {
+	if x != nil {
+		return x.Dram
+	}
+	return nil
+}
+
+func (x *PullRemovalsRequest) GetSsd() *RemovalCursor {
+	if x != nil {
+		return x.Ssd
+	}
+	return nil
+}
+
+func (x *PullRemovalsRequest) GetHasSsd() bool {
+	if x != nil {
+		return x.HasSsd
+	}
+	return false
+}
+
+type PullRemovalsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Log           string                 `protobuf:"bytes,1,opt,name=log,proto3" json:"log,omitempty"`
+	Through       uint64                 `protobuf:"varint,2,opt,name=through,proto3" json:"through,omitempty"`
+	Removals      []*Removal             `protobuf:"bytes,3,rep,name=removals,proto3" json:"removals,omitempty"`
+	DropDram      bool                   `protobuf:"varint,4,opt,name=drop_dram,json=dropDram,proto3" json:"drop_dram,omitempty"`
+	DropSsd       bool                   `protobuf:"varint,5,opt,name=drop_ssd,json=dropSsd,proto3" json:"drop_ssd,omitempty"`
+	Forget        []*MemoryRef           `protobuf:"bytes,6,rep,name=forget,proto3" json:"forget,omitempty"`
+	More          bool                   `protobuf:"varint,7,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PullRemovalsResponse) Reset() {
+	*x = PullRemovalsResponse{}
+	mi := &file_master_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullRemovalsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullRemovalsResponse) ProtoMessage() {}
+
+func (x *PullRemovalsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullRemovalsResponse.ProtoReflect.Descriptor instead.
+func (*PullRemovalsResponse) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *PullRemovalsResponse) GetLog() string {
+	if x != nil {
+		return x.Log
+	}
+	return ""
+}
+
+func (x *PullRemovalsResponse) GetThrough() uint64 {
+	if x != nil {
+		return x.Through
+	}
+	return 0
+}
+
+func (x *PullRemovalsResponse) GetRemovals() []*Removal {
+	if x != nil {
+		return x.Removals
+	}
+	return nil
+}
+
+func (x *PullRemovalsResponse) GetDropDram() bool {
+	if x != nil {
+		return x.DropDram
+	}
+	return false
+}
+
+func (x *PullRemovalsResponse) GetDropSsd() bool {
+	if x != nil {
+		return x.DropSsd
+	}
+	return false
+}
+
+func (x *PullRemovalsResponse) GetForget() []*MemoryRef {
+	if x != nil {
+		return x.Forget
+	}
+	return nil
+}
+
+func (x *PullRemovalsResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
 type EvictMemoryRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Keys          [][]byte               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
@@ -1833,7 +2167,7 @@ type EvictMemoryRequest struct {
 
 func (x *EvictMemoryRequest) Reset() {
 	*x = EvictMemoryRequest{}
-	mi := &file_master_proto_msgTypes[30]
+	mi := &file_master_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +2179,7 @@ func (x *EvictMemoryRequest) String() string {
 func (*EvictMemoryRequest) ProtoMessage() {}
 
 func (x *EvictMemoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[30]
+	mi := &file_master_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +2192,7 @@ func (x *EvictMemoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictMemoryRequest.ProtoReflect.Descriptor instead.
 func (*EvictMemoryRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{30}
+	return file_master_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *EvictMemoryRequest) GetKeys() [][]byte {
@@ -1895,7 +2229,7 @@ type OffloadHeartbeatRequest struct {
 
 func (x *OffloadHeartbeatRequest) Reset() {
 	*x = OffloadHeartbeatRequest{}
-	mi := &file_master_proto_msgTypes[31]
+	mi := &file_master_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1907,7 +2241,7 @@ func (x *OffloadHeartbeatRequest) String() string {
 func (*OffloadHeartbeatRequest) ProtoMessage() {}
 
 func (x *OffloadHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[31]
+	mi := &file_master_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1920,7 +2254,7 @@ func (x *OffloadHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*OffloadHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{31}
+	return file_master_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *OffloadHeartbeatRequest) GetNode() string {
@@ -1971,7 +2305,7 @@ type SSDVictim struct {
 
 func (x *SSDVictim) Reset() {
 	*x = SSDVictim{}
-	mi := &file_master_proto_msgTypes[32]
+	mi := &file_master_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1983,7 +2317,7 @@ func (x *SSDVictim) String() string {
 func (*SSDVictim) ProtoMessage() {}
 
 func (x *SSDVictim) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[32]
+	mi := &file_master_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1996,7 +2330,7 @@ func (x *SSDVictim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SSDVictim.ProtoReflect.Descriptor instead.
 func (*SSDVictim) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{32}
+	return file_master_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SSDVictim) GetBytes() int64 {
@@ -2033,7 +2367,7 @@ type SSDReport struct {
 
 func (x *SSDReport) Reset() {
 	*x = SSDReport{}
-	mi := &file_master_proto_msgTypes[33]
+	mi := &file_master_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2045,7 +2379,7 @@ func (x *SSDReport) String() string {
 func (*SSDReport) ProtoMessage() {}
 
 func (x *SSDReport) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[33]
+	mi := &file_master_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2058,7 +2392,7 @@ func (x *SSDReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SSDReport.ProtoReflect.Descriptor instead.
 func (*SSDReport) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{33}
+	return file_master_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SSDReport) GetHigh() int64 {
@@ -2108,7 +2442,7 @@ type PromoteTask struct {
 
 func (x *PromoteTask) Reset() {
 	*x = PromoteTask{}
-	mi := &file_master_proto_msgTypes[34]
+	mi := &file_master_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2120,7 +2454,7 @@ func (x *PromoteTask) String() string {
 func (*PromoteTask) ProtoMessage() {}
 
 func (x *PromoteTask) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[34]
+	mi := &file_master_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2133,7 +2467,7 @@ func (x *PromoteTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteTask.ProtoReflect.Descriptor instead.
 func (*PromoteTask) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{34}
+	return file_master_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PromoteTask) GetKey() []byte {
@@ -2199,7 +2533,7 @@ type OffloadTask struct {
 
 func (x *OffloadTask) Reset() {
 	*x = OffloadTask{}
-	mi := &file_master_proto_msgTypes[35]
+	mi := &file_master_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2211,7 +2545,7 @@ func (x *OffloadTask) String() string {
 func (*OffloadTask) ProtoMessage() {}
 
 func (x *OffloadTask) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[35]
+	mi := &file_master_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2224,7 +2558,7 @@ func (x *OffloadTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadTask.ProtoReflect.Descriptor instead.
 func (*OffloadTask) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{35}
+	return file_master_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *OffloadTask) GetKey() []byte {
@@ -2292,7 +2626,7 @@ type OffloadHeartbeatResponse struct {
 
 func (x *OffloadHeartbeatResponse) Reset() {
 	*x = OffloadHeartbeatResponse{}
-	mi := &file_master_proto_msgTypes[36]
+	mi := &file_master_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2304,7 +2638,7 @@ func (x *OffloadHeartbeatResponse) String() string {
 func (*OffloadHeartbeatResponse) ProtoMessage() {}
 
 func (x *OffloadHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[36]
+	mi := &file_master_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2317,7 +2651,7 @@ func (x *OffloadHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*OffloadHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{36}
+	return file_master_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *OffloadHeartbeatResponse) GetTasks() []*OffloadTask {
@@ -2375,7 +2709,7 @@ type PromoteResult struct {
 
 func (x *PromoteResult) Reset() {
 	*x = PromoteResult{}
-	mi := &file_master_proto_msgTypes[37]
+	mi := &file_master_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2387,7 +2721,7 @@ func (x *PromoteResult) String() string {
 func (*PromoteResult) ProtoMessage() {}
 
 func (x *PromoteResult) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[37]
+	mi := &file_master_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2400,7 +2734,7 @@ func (x *PromoteResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteResult.ProtoReflect.Descriptor instead.
 func (*PromoteResult) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{37}
+	return file_master_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PromoteResult) GetKey() []byte {
@@ -2441,7 +2775,7 @@ type PromoteEndRequest struct {
 
 func (x *PromoteEndRequest) Reset() {
 	*x = PromoteEndRequest{}
-	mi := &file_master_proto_msgTypes[38]
+	mi := &file_master_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2453,7 +2787,7 @@ func (x *PromoteEndRequest) String() string {
 func (*PromoteEndRequest) ProtoMessage() {}
 
 func (x *PromoteEndRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[38]
+	mi := &file_master_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2466,7 +2800,7 @@ func (x *PromoteEndRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteEndRequest.ProtoReflect.Descriptor instead.
 func (*PromoteEndRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{38}
+	return file_master_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PromoteEndRequest) GetNode() string {
@@ -2494,7 +2828,7 @@ type DiskObject struct {
 
 func (x *DiskObject) Reset() {
 	*x = DiskObject{}
-	mi := &file_master_proto_msgTypes[39]
+	mi := &file_master_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2506,7 +2840,7 @@ func (x *DiskObject) String() string {
 func (*DiskObject) ProtoMessage() {}
 
 func (x *DiskObject) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[39]
+	mi := &file_master_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2519,7 +2853,7 @@ func (x *DiskObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskObject.ProtoReflect.Descriptor instead.
 func (*DiskObject) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{39}
+	return file_master_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DiskObject) GetKey() []byte {
@@ -2554,7 +2888,7 @@ type OffloadFailure struct {
 
 func (x *OffloadFailure) Reset() {
 	*x = OffloadFailure{}
-	mi := &file_master_proto_msgTypes[40]
+	mi := &file_master_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2566,7 +2900,7 @@ func (x *OffloadFailure) String() string {
 func (*OffloadFailure) ProtoMessage() {}
 
 func (x *OffloadFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[40]
+	mi := &file_master_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2579,7 +2913,7 @@ func (x *OffloadFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadFailure.ProtoReflect.Descriptor instead.
 func (*OffloadFailure) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{40}
+	return file_master_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *OffloadFailure) GetKey() []byte {
@@ -2614,7 +2948,7 @@ type NotifyOffloadSuccessRequest struct {
 
 func (x *NotifyOffloadSuccessRequest) Reset() {
 	*x = NotifyOffloadSuccessRequest{}
-	mi := &file_master_proto_msgTypes[41]
+	mi := &file_master_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2626,7 +2960,7 @@ func (x *NotifyOffloadSuccessRequest) String() string {
 func (*NotifyOffloadSuccessRequest) ProtoMessage() {}
 
 func (x *NotifyOffloadSuccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[41]
+	mi := &file_master_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2639,7 +2973,7 @@ func (x *NotifyOffloadSuccessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotifyOffloadSuccessRequest.ProtoReflect.Descriptor instead.
 func (*NotifyOffloadSuccessRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{41}
+	return file_master_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *NotifyOffloadSuccessRequest) GetNode() string {
@@ -2673,7 +3007,7 @@ type RegisterDiskObjectsRequest struct {
 
 func (x *RegisterDiskObjectsRequest) Reset() {
 	*x = RegisterDiskObjectsRequest{}
-	mi := &file_master_proto_msgTypes[42]
+	mi := &file_master_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2685,7 +3019,7 @@ func (x *RegisterDiskObjectsRequest) String() string {
 func (*RegisterDiskObjectsRequest) ProtoMessage() {}
 
 func (x *RegisterDiskObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[42]
+	mi := &file_master_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2698,7 +3032,7 @@ func (x *RegisterDiskObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterDiskObjectsRequest.ProtoReflect.Descriptor instead.
 func (*RegisterDiskObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{42}
+	return file_master_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RegisterDiskObjectsRequest) GetNode() string {
@@ -2725,7 +3059,7 @@ type EvictDiskReplicaRequest struct {
 
 func (x *EvictDiskReplicaRequest) Reset() {
 	*x = EvictDiskReplicaRequest{}
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2737,7 +3071,7 @@ func (x *EvictDiskReplicaRequest) String() string {
 func (*EvictDiskReplicaRequest) ProtoMessage() {}
 
 func (x *EvictDiskReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2750,7 +3084,7 @@ func (x *EvictDiskReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictDiskReplicaRequest.ProtoReflect.Descriptor instead.
 func (*EvictDiskReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{43}
+	return file_master_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *EvictDiskReplicaRequest) GetNode() string {
@@ -2781,7 +3115,7 @@ type EvictDiskReplicaResponse struct {
 
 func (x *EvictDiskReplicaResponse) Reset() {
 	*x = EvictDiskReplicaResponse{}
-	mi := &file_master_proto_msgTypes[44]
+	mi := &file_master_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2793,7 +3127,7 @@ func (x *EvictDiskReplicaResponse) String() string {
 func (*EvictDiskReplicaResponse) ProtoMessage() {}
 
 func (x *EvictDiskReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[44]
+	mi := &file_master_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2806,7 +3140,7 @@ func (x *EvictDiskReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictDiskReplicaResponse.ProtoReflect.Descriptor instead.
 func (*EvictDiskReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{44}
+	return file_master_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *EvictDiskReplicaResponse) GetCount() int64 {
@@ -2823,112 +3157,6 @@ func (x *EvictDiskReplicaResponse) GetKeep() [][]byte {
 	return nil
 }
 
-type ReconcileDiskObjectsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Keys          [][]byte               `protobuf:"bytes,2,rep,name=keys,proto3" json:"keys,omitempty"` // every key the node holds on SSD
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ReconcileDiskObjectsRequest) Reset() {
-	*x = ReconcileDiskObjectsRequest{}
-	mi := &file_master_proto_msgTypes[45]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ReconcileDiskObjectsRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ReconcileDiskObjectsRequest) ProtoMessage() {}
-
-func (x *ReconcileDiskObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[45]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ReconcileDiskObjectsRequest.ProtoReflect.Descriptor instead.
-func (*ReconcileDiskObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{45}
-}
-
-func (x *ReconcileDiskObjectsRequest) GetNode() string {
-	if x != nil {
-		return x.Node
-	}
-	return ""
-}
-
-func (x *ReconcileDiskObjectsRequest) GetKeys() [][]byte {
-	if x != nil {
-		return x.Keys
-	}
-	return nil
-}
-
-// Field 1 matches CountResponse, the answer's former type, so an old peer
-// still reads the count.
-type ReconcileDiskObjectsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Count         int64                  `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`      // the node's LOCAL_DISK replicas dropped
-	Unwanted      [][]byte               `protobuf:"bytes,2,rep,name=unwanted,proto3" json:"unwanted,omitempty"` // keys of the request the node must delete from its SSD
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ReconcileDiskObjectsResponse) Reset() {
-	*x = ReconcileDiskObjectsResponse{}
-	mi := &file_master_proto_msgTypes[46]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ReconcileDiskObjectsResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ReconcileDiskObjectsResponse) ProtoMessage() {}
-
-func (x *ReconcileDiskObjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[46]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ReconcileDiskObjectsResponse.ProtoReflect.Descriptor instead.
-func (*ReconcileDiskObjectsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{46}
-}
-
-func (x *ReconcileDiskObjectsResponse) GetCount() int64 {
-	if x != nil {
-		return x.Count
-	}
-	return 0
-}
-
-func (x *ReconcileDiskObjectsResponse) GetUnwanted() [][]byte {
-	if x != nil {
-		return x.Unwanted
-	}
-	return nil
-}
-
 // A reader found that a replica's bytes fail the object's size or CRC32C.
 type ReportBadReplicaRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2941,7 +3169,7 @@ type ReportBadReplicaRequest struct {
 
 func (x *ReportBadReplicaRequest) Reset() {
 	*x = ReportBadReplicaRequest{}
-	mi := &file_master_proto_msgTypes[47]
+	mi := &file_master_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2953,7 +3181,7 @@ func (x *ReportBadReplicaRequest) String() string {
 func (*ReportBadReplicaRequest) ProtoMessage() {}
 
 func (x *ReportBadReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[47]
+	mi := &file_master_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2966,7 +3194,7 @@ func (x *ReportBadReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportBadReplicaRequest.ProtoReflect.Descriptor instead.
 func (*ReportBadReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{47}
+	return file_master_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReportBadReplicaRequest) GetKey() []byte {
@@ -3008,7 +3236,7 @@ type MemoryObject struct {
 
 func (x *MemoryObject) Reset() {
 	*x = MemoryObject{}
-	mi := &file_master_proto_msgTypes[48]
+	mi := &file_master_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3020,7 +3248,7 @@ func (x *MemoryObject) String() string {
 func (*MemoryObject) ProtoMessage() {}
 
 func (x *MemoryObject) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[48]
+	mi := &file_master_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3033,7 +3261,7 @@ func (x *MemoryObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemoryObject.ProtoReflect.Descriptor instead.
 func (*MemoryObject) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{48}
+	return file_master_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *MemoryObject) GetKey() []byte {
@@ -3100,7 +3328,7 @@ type RegisterMemoryObjectsRequest struct {
 
 func (x *RegisterMemoryObjectsRequest) Reset() {
 	*x = RegisterMemoryObjectsRequest{}
-	mi := &file_master_proto_msgTypes[49]
+	mi := &file_master_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3112,7 +3340,7 @@ func (x *RegisterMemoryObjectsRequest) String() string {
 func (*RegisterMemoryObjectsRequest) ProtoMessage() {}
 
 func (x *RegisterMemoryObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[49]
+	mi := &file_master_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3125,7 +3353,7 @@ func (x *RegisterMemoryObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterMemoryObjectsRequest.ProtoReflect.Descriptor instead.
 func (*RegisterMemoryObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{49}
+	return file_master_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RegisterMemoryObjectsRequest) GetNode() string {
@@ -3164,7 +3392,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_master_proto_msgTypes[50]
+	mi := &file_master_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3176,7 +3404,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[50]
+	mi := &file_master_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3189,7 +3417,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{50}
+	return file_master_proto_rawDescGZIP(), []int{53}
 }
 
 type StatsResponse struct {
@@ -3223,7 +3451,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_master_proto_msgTypes[51]
+	mi := &file_master_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3235,7 +3463,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[51]
+	mi := &file_master_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3248,7 +3476,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{51}
+	return file_master_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *StatsResponse) GetObjects() int64 {
@@ -3405,7 +3633,7 @@ type NodeStats struct {
 
 func (x *NodeStats) Reset() {
 	*x = NodeStats{}
-	mi := &file_master_proto_msgTypes[52]
+	mi := &file_master_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3417,7 +3645,7 @@ func (x *NodeStats) String() string {
 func (*NodeStats) ProtoMessage() {}
 
 func (x *NodeStats) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[52]
+	mi := &file_master_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3430,7 +3658,7 @@ func (x *NodeStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStats.ProtoReflect.Descriptor instead.
 func (*NodeStats) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{52}
+	return file_master_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *NodeStats) GetNode() string {
@@ -3537,7 +3765,7 @@ type ReconcileBeginRequest struct {
 
 func (x *ReconcileBeginRequest) Reset() {
 	*x = ReconcileBeginRequest{}
-	mi := &file_master_proto_msgTypes[53]
+	mi := &file_master_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3549,7 +3777,7 @@ func (x *ReconcileBeginRequest) String() string {
 func (*ReconcileBeginRequest) ProtoMessage() {}
 
 func (x *ReconcileBeginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[53]
+	mi := &file_master_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3562,7 +3790,7 @@ func (x *ReconcileBeginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileBeginRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileBeginRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{53}
+	return file_master_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ReconcileBeginRequest) GetNode() string {
@@ -3596,7 +3824,7 @@ type ReconcileBeginResponse struct {
 
 func (x *ReconcileBeginResponse) Reset() {
 	*x = ReconcileBeginResponse{}
-	mi := &file_master_proto_msgTypes[54]
+	mi := &file_master_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3608,7 +3836,7 @@ func (x *ReconcileBeginResponse) String() string {
 func (*ReconcileBeginResponse) ProtoMessage() {}
 
 func (x *ReconcileBeginResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[54]
+	mi := &file_master_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3621,7 +3849,7 @@ func (x *ReconcileBeginResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileBeginResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileBeginResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{54}
+	return file_master_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ReconcileBeginResponse) GetSession() uint64 {
@@ -3649,7 +3877,7 @@ type ReconcileKeysRequest struct {
 
 func (x *ReconcileKeysRequest) Reset() {
 	*x = ReconcileKeysRequest{}
-	mi := &file_master_proto_msgTypes[55]
+	mi := &file_master_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3661,7 +3889,7 @@ func (x *ReconcileKeysRequest) String() string {
 func (*ReconcileKeysRequest) ProtoMessage() {}
 
 func (x *ReconcileKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[55]
+	mi := &file_master_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3674,7 +3902,7 @@ func (x *ReconcileKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileKeysRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileKeysRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{55}
+	return file_master_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ReconcileKeysRequest) GetNode() string {
@@ -3707,7 +3935,7 @@ type ReconcileKeysResponse struct {
 
 func (x *ReconcileKeysResponse) Reset() {
 	*x = ReconcileKeysResponse{}
-	mi := &file_master_proto_msgTypes[56]
+	mi := &file_master_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3719,7 +3947,7 @@ func (x *ReconcileKeysResponse) String() string {
 func (*ReconcileKeysResponse) ProtoMessage() {}
 
 func (x *ReconcileKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[56]
+	mi := &file_master_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3732,7 +3960,7 @@ func (x *ReconcileKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileKeysResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileKeysResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{56}
+	return file_master_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ReconcileKeysResponse) GetUnwanted() [][]byte {
@@ -3752,7 +3980,7 @@ type ReconcileEndRequest struct {
 
 func (x *ReconcileEndRequest) Reset() {
 	*x = ReconcileEndRequest{}
-	mi := &file_master_proto_msgTypes[57]
+	mi := &file_master_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3764,7 +3992,7 @@ func (x *ReconcileEndRequest) String() string {
 func (*ReconcileEndRequest) ProtoMessage() {}
 
 func (x *ReconcileEndRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[57]
+	mi := &file_master_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3777,7 +4005,7 @@ func (x *ReconcileEndRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileEndRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileEndRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{57}
+	return file_master_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ReconcileEndRequest) GetNode() string {
@@ -3803,7 +4031,7 @@ type ReconcileEndResponse struct {
 
 func (x *ReconcileEndResponse) Reset() {
 	*x = ReconcileEndResponse{}
-	mi := &file_master_proto_msgTypes[58]
+	mi := &file_master_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3815,7 +4043,7 @@ func (x *ReconcileEndResponse) String() string {
 func (*ReconcileEndResponse) ProtoMessage() {}
 
 func (x *ReconcileEndResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[58]
+	mi := &file_master_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3828,7 +4056,7 @@ func (x *ReconcileEndResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileEndResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileEndResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{58}
+	return file_master_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ReconcileEndResponse) GetCount() int64 {
@@ -3857,7 +4085,7 @@ type EvictMemoryResponse struct {
 
 func (x *EvictMemoryResponse) Reset() {
 	*x = EvictMemoryResponse{}
-	mi := &file_master_proto_msgTypes[59]
+	mi := &file_master_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3869,7 +4097,7 @@ func (x *EvictMemoryResponse) String() string {
 func (*EvictMemoryResponse) ProtoMessage() {}
 
 func (x *EvictMemoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[59]
+	mi := &file_master_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3882,7 +4110,7 @@ func (x *EvictMemoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictMemoryResponse.ProtoReflect.Descriptor instead.
 func (*EvictMemoryResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{59}
+	return file_master_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *EvictMemoryResponse) GetCount() int64 {
@@ -4047,7 +4275,31 @@ const file_master_proto_rawDesc = "" +
 	"\apattern\x18\x01 \x01(\tR\apattern\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"%\n" +
 	"\rCountResponse\x12\x14\n" +
-	"\x05count\x18\x01 \x01(\x03R\x05count\":\n" +
+	"\x05count\x18\x01 \x01(\x03R\x05count\"3\n" +
+	"\rRemovalCursor\x12\x10\n" +
+	"\x03log\x18\x01 \x01(\tR\x03log\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"Y\n" +
+	"\aRemoval\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\rR\x04kind\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\fR\x03key\x12\x16\n" +
+	"\x06spared\x18\x04 \x03(\fR\x06spared\"@\n" +
+	"\tMemoryRef\x12\x16\n" +
+	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x1b\n" +
+	"\tput_token\x18\x02 \x01(\x04R\bputToken\"\xa4\x01\n" +
+	"\x13PullRemovalsRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x120\n" +
+	"\x04dram\x18\x02 \x01(\v2\x1c.tierstore.rpc.RemovalCursorR\x04dram\x12.\n" +
+	"\x03ssd\x18\x03 \x01(\v2\x1c.tierstore.rpc.RemovalCursorR\x03ssd\x12\x17\n" +
+	"\ahas_ssd\x18\x04 \x01(\bR\x06hasSsd\"\xf4\x01\n" +
+	"\x14PullRemovalsResponse\x12\x10\n" +
+	"\x03log\x18\x01 \x01(\tR\x03log\x12\x18\n" +
+	"\athrough\x18\x02 \x01(\x04R\athrough\x122\n" +
+	"\bremovals\x18\x03 \x03(\v2\x16.tierstore.rpc.RemovalR\bremovals\x12\x1b\n" +
+	"\tdrop_dram\x18\x04 \x01(\bR\bdropDram\x12\x19\n" +
+	"\bdrop_ssd\x18\x05 \x01(\bR\adropSsd\x120\n" +
+	"\x06forget\x18\x06 \x03(\v2\x18.tierstore.rpc.MemoryRefR\x06forget\x12\x12\n" +
+	"\x04more\x18\a \x01(\bR\x04more\":\n" +
 	"\x12EvictMemoryRequest\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\fR\x04keys\x12\x10\n" +
 	"\x03all\x18\x02 \x01(\bR\x03all\"\xcb\x01\n" +
@@ -4121,13 +4373,7 @@ const file_master_proto_rawDesc = "" +
 	"\x04keys\x18\x02 \x03(\fR\x04keys\"D\n" +
 	"\x18EvictDiskReplicaResponse\x12\x14\n" +
 	"\x05count\x18\x01 \x01(\x03R\x05count\x12\x12\n" +
-	"\x04keep\x18\x02 \x03(\fR\x04keep\"E\n" +
-	"\x1bReconcileDiskObjectsRequest\x12\x12\n" +
-	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
-	"\x04keys\x18\x02 \x03(\fR\x04keys\"P\n" +
-	"\x1cReconcileDiskObjectsResponse\x12\x14\n" +
-	"\x05count\x18\x01 \x01(\x03R\x05count\x12\x1a\n" +
-	"\bunwanted\x18\x02 \x03(\fR\bunwanted\"o\n" +
+	"\x04keep\x18\x02 \x03(\fR\x04keep\"o\n" +
 	"\x17ReportBadReplicaRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x10\n" +
 	"\x03crc\x18\x02 \x01(\rR\x03crc\x120\n" +
@@ -4226,7 +4472,7 @@ const file_master_proto_rawDesc = "" +
 	"NodeStatus\x12\x1b\n" +
 	"\x17NODE_STATUS_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aNODE_OK\x10\x01\x12\x10\n" +
-	"\fNEED_REMOUNT\x10\x022\x99\x13\n" +
+	"\fNEED_REMOUNT\x10\x022\x81\x13\n" +
 	"\x06Master\x12W\n" +
 	"\fMountSegment\x12\".tierstore.rpc.MountSegmentRequest\x1a#.tierstore.rpc.MountSegmentResponse\x12]\n" +
 	"\x0eUnmountSegment\x12$.tierstore.rpc.UnmountSegmentRequest\x1a%.tierstore.rpc.UnmountSegmentResponse\x12?\n" +
@@ -4248,8 +4494,7 @@ const file_master_proto_rawDesc = "" +
 	"\x10OffloadHeartbeat\x12&.tierstore.rpc.OffloadHeartbeatRequest\x1a'.tierstore.rpc.OffloadHeartbeatResponse\x12]\n" +
 	"\x14NotifyOffloadSuccess\x12*.tierstore.rpc.NotifyOffloadSuccessRequest\x1a\x19.tierstore.rpc.KeyResults\x12]\n" +
 	"\x15ReRegisterDiskObjects\x12).tierstore.rpc.RegisterDiskObjectsRequest\x1a\x19.tierstore.rpc.KeyResults\x12c\n" +
-	"\x10EvictDiskReplica\x12&.tierstore.rpc.EvictDiskReplicaRequest\x1a'.tierstore.rpc.EvictDiskReplicaResponse\x12o\n" +
-	"\x14ReconcileDiskObjects\x12*.tierstore.rpc.ReconcileDiskObjectsRequest\x1a+.tierstore.rpc.ReconcileDiskObjectsResponse\x12P\n" +
+	"\x10EvictDiskReplica\x12&.tierstore.rpc.EvictDiskReplicaRequest\x1a'.tierstore.rpc.EvictDiskReplicaResponse\x12P\n" +
 	"\x10ReportBadReplica\x12&.tierstore.rpc.ReportBadReplicaRequest\x1a\x14.tierstore.rpc.Empty\x12I\n" +
 	"\n" +
 	"PromoteEnd\x12 .tierstore.rpc.PromoteEndRequest\x1a\x19.tierstore.rpc.KeyResults\x12B\n" +
@@ -4257,7 +4502,8 @@ const file_master_proto_rawDesc = "" +
 	"\x0eReconcileBegin\x12$.tierstore.rpc.ReconcileBeginRequest\x1a%.tierstore.rpc.ReconcileBeginResponse\x12Z\n" +
 	"\rReconcileKeys\x12#.tierstore.rpc.ReconcileKeysRequest\x1a$.tierstore.rpc.ReconcileKeysResponse\x12W\n" +
 	"\fReconcileEnd\x12\".tierstore.rpc.ReconcileEndRequest\x1a#.tierstore.rpc.ReconcileEndResponse\x12a\n" +
-	"\x17ReRegisterMemoryObjects\x12+.tierstore.rpc.RegisterMemoryObjectsRequest\x1a\x19.tierstore.rpc.KeyResultsB/Z-github.com/tierstore/tierstore/internal/rpcpbb\x06proto3"
+	"\x17ReRegisterMemoryObjects\x12+.tierstore.rpc.RegisterMemoryObjectsRequest\x1a\x19.tierstore.rpc.KeyResults\x12W\n" +
+	"\fPullRemovals\x12\".tierstore.rpc.PullRemovalsRequest\x1a#.tierstore.rpc.PullRemovalsResponseB/Z-github.com/tierstore/tierstore/internal/rpcpbb\x06proto3"
 
 var (
 	file_master_proto_rawDescOnce sync.Once
@@ -4272,7 +4518,7 @@ func file_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_master_proto_goTypes = []any{
 	(ReplicaKind)(0),                     // 0: tierstore.rpc.ReplicaKind
 	(ReplicaStatus)(0),                   // 1: tierstore.rpc.ReplicaStatus
@@ -4307,36 +4553,39 @@ var file_master_proto_goTypes = []any{
 	(*RemoveAllRequest)(nil),             // 30: tierstore.rpc.RemoveAllRequest
 	(*RemoveByRegexRequest)(nil),         // 31: tierstore.rpc.RemoveByRegexRequest
 	(*CountResponse)(nil),                // 32: tierstore.rpc.CountResponse
-	(*EvictMemoryRequest)(nil),           // 33: tierstore.rpc.EvictMemoryRequest
-	(*OffloadHeartbeatRequest)(nil),      // 34: tierstore.rpc.OffloadHeartbeatRequest
-	(*SSDVictim)(nil),                    // 35: tierstore.rpc.SSDVictim
-	(*SSDReport)(nil),                    // 36: tierstore.rpc.SSDReport
-	(*PromoteTask)(nil),                  // 37: tierstore.rpc.PromoteTask
-	(*OffloadTask)(nil),                  // 38: tierstore.rpc.OffloadTask
-	(*OffloadHeartbeatResponse)(nil),     // 39: tierstore.rpc.OffloadHeartbeatResponse
-	(*PromoteResult)(nil),                // 40: tierstore.rpc.PromoteResult
-	(*PromoteEndRequest)(nil),            // 41: tierstore.rpc.PromoteEndRequest
-	(*DiskObject)(nil),                   // 42: tierstore.rpc.DiskObject
-	(*OffloadFailure)(nil),               // 43: tierstore.rpc.OffloadFailure
-	(*NotifyOffloadSuccessRequest)(nil),  // 44: tierstore.rpc.NotifyOffloadSuccessRequest
-	(*RegisterDiskObjectsRequest)(nil),   // 45: tierstore.rpc.RegisterDiskObjectsRequest
-	(*EvictDiskReplicaRequest)(nil),      // 46: tierstore.rpc.EvictDiskReplicaRequest
-	(*EvictDiskReplicaResponse)(nil),     // 47: tierstore.rpc.EvictDiskReplicaResponse
-	(*ReconcileDiskObjectsRequest)(nil),  // 48: tierstore.rpc.ReconcileDiskObjectsRequest
-	(*ReconcileDiskObjectsResponse)(nil), // 49: tierstore.rpc.ReconcileDiskObjectsResponse
-	(*ReportBadReplicaRequest)(nil),      // 50: tierstore.rpc.ReportBadReplicaRequest
-	(*MemoryObject)(nil),                 // 51: tierstore.rpc.MemoryObject
-	(*RegisterMemoryObjectsRequest)(nil), // 52: tierstore.rpc.RegisterMemoryObjectsRequest
-	(*StatsRequest)(nil),                 // 53: tierstore.rpc.StatsRequest
-	(*StatsResponse)(nil),                // 54: tierstore.rpc.StatsResponse
-	(*NodeStats)(nil),                    // 55: tierstore.rpc.NodeStats
-	(*ReconcileBeginRequest)(nil),        // 56: tierstore.rpc.ReconcileBeginRequest
-	(*ReconcileBeginResponse)(nil),       // 57: tierstore.rpc.ReconcileBeginResponse
-	(*ReconcileKeysRequest)(nil),         // 58: tierstore.rpc.ReconcileKeysRequest
-	(*ReconcileKeysResponse)(nil),        // 59: tierstore.rpc.ReconcileKeysResponse
-	(*ReconcileEndRequest)(nil),          // 60: tierstore.rpc.ReconcileEndRequest
-	(*ReconcileEndResponse)(nil),         // 61: tierstore.rpc.ReconcileEndResponse
-	(*EvictMemoryResponse)(nil),          // 62: tierstore.rpc.EvictMemoryResponse
+	(*RemovalCursor)(nil),                // 33: tierstore.rpc.RemovalCursor
+	(*Removal)(nil),                      // 34: tierstore.rpc.Removal
+	(*MemoryRef)(nil),                    // 35: tierstore.rpc.MemoryRef
+	(*PullRemovalsRequest)(nil),          // 36: tierstore.rpc.PullRemovalsRequest
+	(*PullRemovalsResponse)(nil),         // 37: tierstore.rpc.PullRemovalsResponse
+	(*EvictMemoryRequest)(nil),           // 38: tierstore.rpc.EvictMemoryRequest
+	(*OffloadHeartbeatRequest)(nil),      // 39: tierstore.rpc.OffloadHeartbeatRequest
+	(*SSDVictim)(nil),                    // 40: tierstore.rpc.SSDVictim
+	(*SSDReport)(nil),                    // 41: tierstore.rpc.SSDReport
+	(*PromoteTask)(nil),                  // 42: tierstore.rpc.PromoteTask
+	(*OffloadTask)(nil),                  // 43: tierstore.rpc.OffloadTask
+	(*OffloadHeartbeatResponse)(nil),     // 44: tierstore.rpc.OffloadHeartbeatResponse
+	(*PromoteResult)(nil),                // 45: tierstore.rpc.PromoteResult
+	(*PromoteEndRequest)(nil),            // 46: tierstore.rpc.PromoteEndRequest
+	(*DiskObject)(nil),                   // 47: tierstore.rpc.DiskObject
+	(*OffloadFailure)(nil),               // 48: tierstore.rpc.OffloadFailure
+	(*NotifyOffloadSuccessRequest)(nil),  // 49: tierstore.rpc.NotifyOffloadSuccessRequest
+	(*RegisterDiskObjectsRequest)(nil),   // 50: tierstore.rpc.RegisterDiskObjectsRequest
+	(*EvictDiskReplicaRequest)(nil),      // 51: tierstore.rpc.EvictDiskReplicaRequest
+	(*EvictDiskReplicaResponse)(nil),     // 52: tierstore.rpc.EvictDiskReplicaResponse
+	(*ReportBadReplicaRequest)(nil),      // 53: tierstore.rpc.ReportBadReplicaRequest
+	(*MemoryObject)(nil),                 // 54: tierstore.rpc.MemoryObject
+	(*RegisterMemoryObjectsRequest)(nil), // 55: tierstore.rpc.RegisterMemoryObjectsRequest
+	(*StatsRequest)(nil),                 // 56: tierstore.rpc.StatsRequest
+	(*StatsResponse)(nil),                // 57: tierstore.rpc.StatsResponse
+	(*NodeStats)(nil),                    // 58: tierstore.rpc.NodeStats
+	(*ReconcileBeginRequest)(nil),        // 59: tierstore.rpc.ReconcileBeginRequest
+	(*ReconcileBeginResponse)(nil),       // 60: tierstore.rpc.ReconcileBeginResponse
+	(*ReconcileKeysRequest)(nil),         // 61: tierstore.rpc.ReconcileKeysRequest
+	(*ReconcileKeysResponse)(nil),        // 62: tierstore.rpc.ReconcileKeysResponse
+	(*ReconcileEndRequest)(nil),          // 63: tierstore.rpc.ReconcileEndRequest
+	(*ReconcileEndResponse)(nil),         // 64: tierstore.rpc.ReconcileEndResponse
+	(*EvictMemoryResponse)(nil),          // 65: tierstore.rpc.EvictMemoryResponse
 }
 var file_master_proto_depIdxs = []int32{
 	0,  // 0: tierstore.rpc.Replica.kind:type_name -> tierstore.rpc.ReplicaKind
@@ -4354,80 +4603,84 @@ var file_master_proto_depIdxs = []int32{
 	4,  // 12: tierstore.rpc.GetReplicaListResponse.info:type_name -> tierstore.rpc.ObjectInfo
 	4,  // 13: tierstore.rpc.ReplicaListResult.info:type_name -> tierstore.rpc.ObjectInfo
 	27, // 14: tierstore.rpc.BatchGetReplicaListResponse.results:type_name -> tierstore.rpc.ReplicaListResult
-	36, // 15: tierstore.rpc.OffloadHeartbeatRequest.ssd_report:type_name -> tierstore.rpc.SSDReport
-	35, // 16: tierstore.rpc.SSDReport.victims:type_name -> tierstore.rpc.SSDVictim
-	38, // 17: tierstore.rpc.OffloadHeartbeatResponse.tasks:type_name -> tierstore.rpc.OffloadTask
-	37, // 18: tierstore.rpc.OffloadHeartbeatResponse.promotions:type_name -> tierstore.rpc.PromoteTask
-	40, // 19: tierstore.rpc.PromoteEndRequest.results:type_name -> tierstore.rpc.PromoteResult
-	42, // 20: tierstore.rpc.NotifyOffloadSuccessRequest.persisted:type_name -> tierstore.rpc.DiskObject
-	43, // 21: tierstore.rpc.NotifyOffloadSuccessRequest.failed:type_name -> tierstore.rpc.OffloadFailure
-	42, // 22: tierstore.rpc.RegisterDiskObjectsRequest.objects:type_name -> tierstore.rpc.DiskObject
-	3,  // 23: tierstore.rpc.ReportBadReplicaRequest.replica:type_name -> tierstore.rpc.Replica
-	51, // 24: tierstore.rpc.RegisterMemoryObjectsRequest.objects:type_name -> tierstore.rpc.MemoryObject
-	55, // 25: tierstore.rpc.StatsResponse.per_node:type_name -> tierstore.rpc.NodeStats
-	5,  // 26: tierstore.rpc.Master.MountSegment:input_type -> tierstore.rpc.MountSegmentRequest
-	7,  // 27: tierstore.rpc.Master.UnmountSegment:input_type -> tierstore.rpc.UnmountSegmentRequest
-	9,  // 28: tierstore.rpc.Master.Ping:input_type -> tierstore.rpc.PingRequest
-	11, // 29: tierstore.rpc.Master.PutStart:input_type -> tierstore.rpc.PutStartRequest
-	16, // 30: tierstore.rpc.Master.PutEnd:input_type -> tierstore.rpc.KeyRequest
-	16, // 31: tierstore.rpc.Master.PutRevoke:input_type -> tierstore.rpc.KeyRequest
-	13, // 32: tierstore.rpc.Master.BatchPutStart:input_type -> tierstore.rpc.BatchPutStartRequest
-	18, // 33: tierstore.rpc.Master.BatchPutEnd:input_type -> tierstore.rpc.KeysRequest
-	18, // 34: tierstore.rpc.Master.BatchPutRevoke:input_type -> tierstore.rpc.KeysRequest
-	21, // 35: tierstore.rpc.Master.ExistKey:input_type -> tierstore.rpc.LookupRequest
-	23, // 36: tierstore.rpc.Master.BatchExistKey:input_type -> tierstore.rpc.BatchLookupRequest
-	21, // 37: tierstore.rpc.Master.GetReplicaList:input_type -> tierstore.rpc.LookupRequest
-	23, // 38: tierstore.rpc.Master.BatchGetReplicaList:input_type -> tierstore.rpc.BatchLookupRequest
-	29, // 39: tierstore.rpc.Master.Remove:input_type -> tierstore.rpc.RemoveRequest
-	30, // 40: tierstore.rpc.Master.RemoveAll:input_type -> tierstore.rpc.RemoveAllRequest
-	31, // 41: tierstore.rpc.Master.RemoveByRegex:input_type -> tierstore.rpc.RemoveByRegexRequest
-	33, // 42: tierstore.rpc.Master.EvictMemory:input_type -> tierstore.rpc.EvictMemoryRequest
-	34, // 43: tierstore.rpc.Master.OffloadHeartbeat:input_type -> tierstore.rpc.OffloadHeartbeatRequest
-	44, // 44: tierstore.rpc.Master.NotifyOffloadSuccess:input_type -> tierstore.rpc.NotifyOffloadSuccessRequest
-	45, // 45: tierstore.rpc.Master.ReRegisterDiskObjects:input_type -> tierstore.rpc.RegisterDiskObjectsRequest
-	46, // 46: tierstore.rpc.Master.EvictDiskReplica:input_type -> tierstore.rpc.EvictDiskReplicaRequest
-	48, // 47: tierstore.rpc.Master.ReconcileDiskObjects:input_type -> tierstore.rpc.ReconcileDiskObjectsRequest
-	50, // 48: tierstore.rpc.Master.ReportBadReplica:input_type -> tierstore.rpc.ReportBadReplicaRequest
-	41, // 49: tierstore.rpc.Master.PromoteEnd:input_type -> tierstore.rpc.PromoteEndRequest
-	53, // 50: tierstore.rpc.Master.Stats:input_type -> tierstore.rpc.StatsRequest
-	56, // 51: tierstore.rpc.Master.ReconcileBegin:input_type -> tierstore.rpc.ReconcileBeginRequest
-	58, // 52: tierstore.rpc.Master.ReconcileKeys:input_type -> tierstore.rpc.ReconcileKeysRequest
-	60, // 53: tierstore.rpc.Master.ReconcileEnd:input_type -> tierstore.rpc.ReconcileEndRequest
-	52, // 54: tierstore.rpc.Master.ReRegisterMemoryObjects:input_type -> tierstore.rpc.RegisterMemoryObjectsRequest
-	6,  // 55: tierstore.rpc.Master.MountSegment:output_type -> tierstore.rpc.MountSegmentResponse
-	8,  // 56: tierstore.rpc.Master.UnmountSegment:output_type -> tierstore.rpc.UnmountSegmentResponse
-	10, // 57: tierstore.rpc.Master.Ping:output_type -> tierstore.rpc.PingResponse
-	12, // 58: tierstore.rpc.Master.PutStart:output_type -> tierstore.rpc.PutStartResponse
-	17, // 59: tierstore.rpc.Master.PutEnd:output_type -> tierstore.rpc.Empty
-	17, // 60: tierstore.rpc.Master.PutRevoke:output_type -> tierstore.rpc.Empty
-	15, // 61: tierstore.rpc.Master.BatchPutStart:output_type -> tierstore.rpc.BatchPutStartResponse
-	20, // 62: tierstore.rpc.Master.BatchPutEnd:output_type -> tierstore.rpc.KeyResults
-	20, // 63: tierstore.rpc.Master.BatchPutRevoke:output_type -> tierstore.rpc.KeyResults
-	22, // 64: tierstore.rpc.Master.ExistKey:output_type -> tierstore.rpc.ExistKeyResponse
-	25, // 65: tierstore.rpc.Master.BatchExistKey:output_type -> tierstore.rpc.BatchExistKeyResponse
-	26, // 66: tierstore.rpc.Master.GetReplicaList:output_type -> tierstore.rpc.GetReplicaListResponse
-	28, // 67: tierstore.rpc.Master.BatchGetReplicaList:output_type -> tierstore.rpc.BatchGetReplicaListResponse
-	17, // 68: tierstore.rpc.Master.Remove:output_type -> tierstore.rpc.Empty
-	32, // 69: tierstore.rpc.Master.RemoveAll:output_type -> tierstore.rpc.CountResponse
-	32, // 70: tierstore.rpc.Master.RemoveByRegex:output_type -> tierstore.rpc.CountResponse
-	62, // 71: tierstore.rpc.Master.EvictMemory:output_type -> tierstore.rpc.EvictMemoryResponse
-	39, // 72: tierstore.rpc.Master.OffloadHeartbeat:output_type -> tierstore.rpc.OffloadHeartbeatResponse
-	20, // 73: tierstore.rpc.Master.NotifyOffloadSuccess:output_type -> tierstore.rpc.KeyResults
-	20, // 74: tierstore.rpc.Master.ReRegisterDiskObjects:output_type -> tierstore.rpc.KeyResults
-	47, // 75: tierstore.rpc.Master.EvictDiskReplica:output_type -> tierstore.rpc.EvictDiskReplicaResponse
-	49, // 76: tierstore.rpc.Master.ReconcileDiskObjects:output_type -> tierstore.rpc.ReconcileDiskObjectsResponse
-	17, // 77: tierstore.rpc.Master.ReportBadReplica:output_type -> tierstore.rpc.Empty
-	20, // 78: tierstore.rpc.Master.PromoteEnd:output_type -> tierstore.rpc.KeyResults
-	54, // 79: tierstore.rpc.Master.Stats:output_type -> tierstore.rpc.StatsResponse
-	57, // 80: tierstore.rpc.Master.ReconcileBegin:output_type -> tierstore.rpc.ReconcileBeginResponse
-	59, // 81: tierstore.rpc.Master.ReconcileKeys:output_type -> tierstore.rpc.ReconcileKeysResponse
-	61, // 82: tierstore.rpc.Master.ReconcileEnd:output_type -> tierstore.rpc.ReconcileEndResponse
-	20, // 83: tierstore.rpc.Master.ReRegisterMemoryObjects:output_type -> tierstore.rpc.KeyResults
-	55, // [55:84] is the sub-list for method output_type
-	26, // [26:55] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	33, // 15: tierstore.rpc.PullRemovalsRequest.dram:type_name -> tierstore.rpc.RemovalCursor
+	33, // 16: tierstore.rpc.PullRemovalsRequest.ssd:type_name -> tierstore.rpc.RemovalCursor
+	34, // 17: tierstore.rpc.PullRemovalsResponse.removals:type_name -> tierstore.rpc.Removal
+	35, // 18: tierstore.rpc.PullRemovalsResponse.forget:type_name -> tierstore.rpc.MemoryRef
+	41, // 19: tierstore.rpc.OffloadHeartbeatRequest.ssd_report:type_name -> tierstore.rpc.SSDReport
+	40, // 20: tierstore.rpc.SSDReport.victims:type_name -> tierstore.rpc.SSDVictim
+	43, // 21: tierstore.rpc.OffloadHeartbeatResponse.tasks:type_name -> tierstore.rpc.OffloadTask
+	42, // 22: tierstore.rpc.OffloadHeartbeatResponse.promotions:type_name -> tierstore.rpc.PromoteTask
+	45, // 23: tierstore.rpc.PromoteEndRequest.results:type_name -> tierstore.rpc.PromoteResult
+	47, // 24: tierstore.rpc.NotifyOffloadSuccessRequest.persisted:type_name -> tierstore.rpc.DiskObject
+	48, // 25: tierstore.rpc.NotifyOffloadSuccessRequest.failed:type_name -> tierstore.rpc.OffloadFailure
+	47, // 26: tierstore.rpc.RegisterDiskObjectsRequest.objects:type_name -> tierstore.rpc.DiskObject
+	3,  // 27: tierstore.rpc.ReportBadReplicaRequest.replica:type_name -> tierstore.rpc.Replica
+	54, // 28: tierstore.rpc.RegisterMemoryObjectsRequest.objects:type_name -> tierstore.rpc.MemoryObject
+	58, // 29: tierstore.rpc.StatsResponse.per_node:type_name -> tierstore.rpc.NodeStats
+	5,  // 30: tierstore.rpc.Master.MountSegment:input_type -> tierstore.rpc.MountSegmentRequest
+	7,  // 31: tierstore.rpc.Master.UnmountSegment:input_type -> tierstore.rpc.UnmountSegmentRequest
+	9,  // 32: tierstore.rpc.Master.Ping:input_type -> tierstore.rpc.PingRequest
+	11, // 33: tierstore.rpc.Master.PutStart:input_type -> tierstore.rpc.PutStartRequest
+	16, // 34: tierstore.rpc.Master.PutEnd:input_type -> tierstore.rpc.KeyRequest
+	16, // 35: tierstore.rpc.Master.PutRevoke:input_type -> tierstore.rpc.KeyRequest
+	13, // 36: tierstore.rpc.Master.BatchPutStart:input_type -> tierstore.rpc.BatchPutStartRequest
+	18, // 37: tierstore.rpc.Master.BatchPutEnd:input_type -> tierstore.rpc.KeysRequest
+	18, // 38: tierstore.rpc.Master.BatchPutRevoke:input_type -> tierstore.rpc.KeysRequest
+	21, // 39: tierstore.rpc.Master.ExistKey:input_type -> tierstore.rpc.LookupRequest
+	23, // 40: tierstore.rpc.Master.BatchExistKey:input_type -> tierstore.rpc.BatchLookupRequest
+	21, // 41: tierstore.rpc.Master.GetReplicaList:input_type -> tierstore.rpc.LookupRequest
+	23, // 42: tierstore.rpc.Master.BatchGetReplicaList:input_type -> tierstore.rpc.BatchLookupRequest
+	29, // 43: tierstore.rpc.Master.Remove:input_type -> tierstore.rpc.RemoveRequest
+	30, // 44: tierstore.rpc.Master.RemoveAll:input_type -> tierstore.rpc.RemoveAllRequest
+	31, // 45: tierstore.rpc.Master.RemoveByRegex:input_type -> tierstore.rpc.RemoveByRegexRequest
+	38, // 46: tierstore.rpc.Master.EvictMemory:input_type -> tierstore.rpc.EvictMemoryRequest
+	39, // 47: tierstore.rpc.Master.OffloadHeartbeat:input_type -> tierstore.rpc.OffloadHeartbeatRequest
+	49, // 48: tierstore.rpc.Master.NotifyOffloadSuccess:input_type -> tierstore.rpc.NotifyOffloadSuccessRequest
+	50, // 49: tierstore.rpc.Master.ReRegisterDiskObjects:input_type -> tierstore.rpc.RegisterDiskObjectsRequest
+	51, // 50: tierstore.rpc.Master.EvictDiskReplica:input_type -> tierstore.rpc.EvictDiskReplicaRequest
+	53, // 51: tierstore.rpc.Master.ReportBadReplica:input_type -> tierstore.rpc.ReportBadReplicaRequest
+	46, // 52: tierstore.rpc.Master.PromoteEnd:input_type -> tierstore.rpc.PromoteEndRequest
+	56, // 53: tierstore.rpc.Master.Stats:input_type -> tierstore.rpc.StatsRequest
+	59, // 54: tierstore.rpc.Master.ReconcileBegin:input_type -> tierstore.rpc.ReconcileBeginRequest
+	61, // 55: tierstore.rpc.Master.ReconcileKeys:input_type -> tierstore.rpc.ReconcileKeysRequest
+	63, // 56: tierstore.rpc.Master.ReconcileEnd:input_type -> tierstore.rpc.ReconcileEndRequest
+	55, // 57: tierstore.rpc.Master.ReRegisterMemoryObjects:input_type -> tierstore.rpc.RegisterMemoryObjectsRequest
+	36, // 58: tierstore.rpc.Master.PullRemovals:input_type -> tierstore.rpc.PullRemovalsRequest
+	6,  // 59: tierstore.rpc.Master.MountSegment:output_type -> tierstore.rpc.MountSegmentResponse
+	8,  // 60: tierstore.rpc.Master.UnmountSegment:output_type -> tierstore.rpc.UnmountSegmentResponse
+	10, // 61: tierstore.rpc.Master.Ping:output_type -> tierstore.rpc.PingResponse
+	12, // 62: tierstore.rpc.Master.PutStart:output_type -> tierstore.rpc.PutStartResponse
+	17, // 63: tierstore.rpc.Master.PutEnd:output_type -> tierstore.rpc.Empty
+	17, // 64: tierstore.rpc.Master.PutRevoke:output_type -> tierstore.rpc.Empty
+	15, // 65: tierstore.rpc.Master.BatchPutStart:output_type -> tierstore.rpc.BatchPutStartResponse
+	20, // 66: tierstore.rpc.Master.BatchPutEnd:output_type -> tierstore.rpc.KeyResults
+	20, // 67: tierstore.rpc.Master.BatchPutRevoke:output_type -> tierstore.rpc.KeyResults
+	22, // 68: tierstore.rpc.Master.ExistKey:output_type -> tierstore.rpc.ExistKeyResponse
+	25, // 69: tierstore.rpc.Master.BatchExistKey:output_type -> tierstore.rpc.BatchExistKeyResponse
+	26, // 70: tierstore.rpc.Master.GetReplicaList:output_type -> tierstore.rpc.GetReplicaListResponse
+	28, // 71: tierstore.rpc.Master.BatchGetReplicaList:output_type -> tierstore.rpc.BatchGetReplicaListResponse
+	17, // 72: tierstore.rpc.Master.Remove:output_type -> tierstore.rpc.Empty
+	32, // 73: tierstore.rpc.Master.RemoveAll:output_type -> tierstore.rpc.CountResponse
+	32, // 74: tierstore.rpc.Master.RemoveByRegex:output_type -> tierstore.rpc.CountResponse
+	65, // 75: tierstore.rpc.Master.EvictMemory:output_type -> tierstore.rpc.EvictMemoryResponse
+	44, // 76: tierstore.rpc.Master.OffloadHeartbeat:output_type -> tierstore.rpc.OffloadHeartbeatResponse
+	20, // 77: tierstore.rpc.Master.NotifyOffloadSuccess:output_type -> tierstore.rpc.KeyResults
+	20, // 78: tierstore.rpc.Master.ReRegisterDiskObjects:output_type -> tierstore.rpc.KeyResults
+	52, // 79: tierstore.rpc.Master.EvictDiskReplica:output_type -> tierstore.rpc.EvictDiskReplicaResponse
+	17, // 80: tierstore.rpc.Master.ReportBadReplica:output_type -> tierstore.rpc.Empty
+	20, // 81: tierstore.rpc.Master.PromoteEnd:output_type -> tierstore.rpc.KeyResults
+	57, // 82: tierstore.rpc.Master.Stats:output_type -> tierstore.rpc.StatsResponse
+	60, // 83: tierstore.rpc.Master.ReconcileBegin:output_type -> tierstore.rpc.ReconcileBeginResponse
+	62, // 84: tierstore.rpc.Master.ReconcileKeys:output_type -> tierstore.rpc.ReconcileKeysResponse
+	64, // 85: tierstore.rpc.Master.ReconcileEnd:output_type -> tierstore.rpc.ReconcileEndResponse
+	20, // 86: tierstore.rpc.Master.ReRegisterMemoryObjects:output_type -> tierstore.rpc.KeyResults
+	37, // 87: tierstore.rpc.Master.PullRemovals:output_type -> tierstore.rpc.PullRemovalsResponse
+	59, // [59:88] is the sub-list for method output_type
+	30, // [30:59] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
@@ -4441,7 +4694,7 @@ func file_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   60,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

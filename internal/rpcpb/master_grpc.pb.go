@@ -46,7 +46,6 @@ const (
 	Master_NotifyOffloadSuccess_FullMethodName    = "/tierstore.rpc.Master/NotifyOffloadSuccess"
 	Master_ReRegisterDiskObjects_FullMethodName   = "/tierstore.rpc.Master/ReRegisterDiskObjects"
 	Master_EvictDiskReplica_FullMethodName        = "/tierstore.rpc.Master/EvictDiskReplica"
-	Master_ReconcileDiskObjects_FullMethodName    = "/tierstore.rpc.Master/ReconcileDiskObjects"
 	Master_ReportBadReplica_FullMethodName        = "/tierstore.rpc.Master/ReportBadReplica"
 	Master_PromoteEnd_FullMethodName              = "/tierstore.rpc.Master/PromoteEnd"
 	Master_Stats_FullMethodName                   = "/tierstore.rpc.Master/Stats"
@@ -54,6 +53,7 @@ const (
 	Master_ReconcileKeys_FullMethodName           = "/tierstore.rpc.Master/ReconcileKeys"
 	Master_ReconcileEnd_FullMethodName            = "/tierstore.rpc.Master/ReconcileEnd"
 	Master_ReRegisterMemoryObjects_FullMethodName = "/tierstore.rpc.Master/ReRegisterMemoryObjects"
+	Master_PullRemovals_FullMethodName            = "/tierstore.rpc.Master/PullRemovals"
 )
 
 // MasterClient is the client API for Master service.
@@ -81,7 +81,6 @@ type MasterClient interface {
 	NotifyOffloadSuccess(ctx context.Context, in *NotifyOffloadSuccessRequest, opts ...grpc.CallOption) (*KeyResults, error)
 	ReRegisterDiskObjects(ctx context.Context, in *RegisterDiskObjectsRequest, opts ...grpc.CallOption) (*KeyResults, error)
 	EvictDiskReplica(ctx context.Context, in *EvictDiskReplicaRequest, opts ...grpc.CallOption) (*EvictDiskReplicaResponse, error)
-	ReconcileDiskObjects(ctx context.Context, in *ReconcileDiskObjectsRequest, opts ...grpc.CallOption) (*ReconcileDiskObjectsResponse, error)
 	ReportBadReplica(ctx context.Context, in *ReportBadReplicaRequest, opts ...grpc.CallOption) (*Empty, error)
 	// A node answers promotions of OffloadHeartbeat: per result OK (loaded:
 	// the DRAM replica is published; not loaded: the range is freed), or the
@@ -95,6 +94,9 @@ type MasterClient interface {
 	// that does not know them (a new leader after a failover): per item OK,
 	// or the reason it was refused (the node forgets that record).
 	ReRegisterMemoryObjects(ctx context.Context, in *RegisterMemoryObjectsRequest, opts ...grpc.CallOption) (*KeyResults, error)
+	// The removal log (docs/design.md, invariant 10): a node pulls the
+	// entries above its cursors and applies them to its copies.
+	PullRemovals(ctx context.Context, in *PullRemovalsRequest, opts ...grpc.CallOption) (*PullRemovalsResponse, error)
 }
 
 type masterClient struct {
@@ -315,16 +317,6 @@ func (c *masterClient) EvictDiskReplica(ctx context.Context, in *EvictDiskReplic
 	return out, nil
 }
 
-func (c *masterClient) ReconcileDiskObjects(ctx context.Context, in *ReconcileDiskObjectsRequest, opts ...grpc.CallOption) (*ReconcileDiskObjectsResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ReconcileDiskObjectsResponse)
-	err := c.cc.Invoke(ctx, Master_ReconcileDiskObjects_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 func (c *masterClient) ReportBadReplica(ctx context.Context, in *ReportBadReplicaRequest, opts ...grpc.CallOption) (*Empty, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Empty)
@@ -395,6 +387,16 @@ func (c *masterClient) ReRegisterMemoryObjects(ctx context.Context, in *Register
 	return out, nil
 }
 
+func (c *masterClient) PullRemovals(ctx context.Context, in *PullRemovalsRequest, opts ...grpc.CallOption) (*PullRemovalsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PullRemovalsResponse)
+	err := c.cc.Invoke(ctx, Master_PullRemovals_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -420,7 +422,6 @@ type MasterServer interface {
 	NotifyOffloadSuccess(context.Context, *NotifyOffloadSuccessRequest) (*KeyResults, error)
 	ReRegisterDiskObjects(context.Context, *RegisterDiskObjectsRequest) (*KeyResults, error)
 	EvictDiskReplica(context.Context, *EvictDiskReplicaRequest) (*EvictDiskReplicaResponse, error)
-	ReconcileDiskObjects(context.Context, *ReconcileDiskObjectsRequest) (*ReconcileDiskObjectsResponse, error)
 	ReportBadReplica(context.Context, *ReportBadReplicaRequest) (*Empty, error)
 	// A node answers promotions of OffloadHeartbeat: per result OK (loaded:
 	// the DRAM replica is published; not loaded: the range is freed), or the
@@ -434,6 +435,9 @@ type MasterServer interface {
 	// that does not know them (a new leader after a failover): per item OK,
 	// or the reason it was refused (the node forgets that record).
 	ReRegisterMemoryObjects(context.Context, *RegisterMemoryObjectsRequest) (*KeyResults, error)
+	// The removal log (docs/design.md, invariant 10): a node pulls the
+	// entries above its cursors and applies them to its copies.
+	PullRemovals(context.Context, *PullRemovalsRequest) (*PullRemovalsResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -507,9 +511,6 @@ func (UnimplementedMasterServer) ReRegisterDiskObjects(context.Context, *Registe
 func (UnimplementedMasterServer) EvictDiskReplica(context.Context, *EvictDiskReplicaRequest) (*EvictDiskReplicaResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method EvictDiskReplica not implemented")
 }
-func (UnimplementedMasterServer) ReconcileDiskObjects(context.Context, *ReconcileDiskObjectsRequest) (*ReconcileDiskObjectsResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method ReconcileDiskObjects not implemented")
-}
 func (UnimplementedMasterServer) ReportBadReplica(context.Context, *ReportBadReplicaRequest) (*Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportBadReplica not implemented")
 }
@@ -530,6 +531,9 @@ func (UnimplementedMasterServer) ReconcileEnd(context.Context, *ReconcileEndRequ
 }
 func (UnimplementedMasterServer) ReRegisterMemoryObjects(context.Context, *RegisterMemoryObjectsRequest) (*KeyResults, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReRegisterMemoryObjects not implemented")
+}
+func (UnimplementedMasterServer) PullRemovals(context.Context, *PullRemovalsRequest) (*PullRemovalsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PullRemovals not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -930,24 +934,6 @@ func _Master_EvictDiskReplica_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
-func _Master_ReconcileDiskObjects_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ReconcileDiskObjectsRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(MasterServer).ReconcileDiskObjects(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Master_ReconcileDiskObjects_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(MasterServer).ReconcileDiskObjects(ctx, req.(*ReconcileDiskObjectsRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
 func _Master_ReportBadReplica_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReportBadReplicaRequest)
 	if err := dec(in); err != nil {
@@ -1074,6 +1060,24 @@ func _Master_ReRegisterMemoryObjects_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_PullRemovals_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PullRemovalsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).PullRemovals(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_PullRemovals_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).PullRemovals(ctx, req.(*PullRemovalsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1166,10 +1170,6 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Master_EvictDiskReplica_Handler,
 		},
 		{
-			MethodName: "ReconcileDiskObjects",
-			Handler:    _Master_ReconcileDiskObjects_Handler,
-		},
-		{
 			MethodName: "ReportBadReplica",
 			Handler:    _Master_ReportBadReplica_Handler,
 		},
@@ -1196,6 +1196,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReRegisterMemoryObjects",
 			Handler:    _Master_ReRegisterMemoryObjects_Handler,
+		},
+		{
+			MethodName: "PullRemovals",
+			Handler:    _Master_PullRemovals_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,11 +1,7 @@
-// Peer data service of a tierstore store node (package node; the client
-// side is internal/wire).
-//
-// A node owns one DRAM segment (a byte range the master allocates objects
-// in) and, with offload enabled, an SSD tier. Peers (clients and other
-// nodes) use this service to write and read segment ranges the master
-// allocated, and to read objects from the node's SSD tier. Values travel in
-// chunks of at most 1 MiB (MaxChunk).
+// Control service of a tierstore store node (package node). Values do not
+// travel here: they move on the node's data plane (package internal/wire,
+// docs/format/dataplane.md), on the same port. This service answers the
+// node's counters.
 //
 // Errors are gRPC statuses; the tierstore error code (Mooncake numbering,
 // internal/codes) travels in the status details as described in
@@ -34,348 +30,6 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-type PeerWriteChunk struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// Header fields, set on the first chunk only.
-	Segment  string `protobuf:"bytes,1,opt,name=segment,proto3" json:"segment,omitempty"`
-	Offset   uint64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
-	TotalLen uint64 `protobuf:"varint,3,opt,name=total_len,json=totalLen,proto3" json:"total_len,omitempty"`
-	Crc32C   uint32 `protobuf:"varint,4,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
-	HasCrc   bool   `protobuf:"varint,5,opt,name=has_crc,json=hasCrc,proto3" json:"has_crc,omitempty"`
-	// Data of this chunk (<= 1 MiB), appended after the previous chunk.
-	Data []byte `protobuf:"bytes,6,opt,name=data,proto3" json:"data,omitempty"`
-	// Header: the put's token (PutStart's answer). The node refuses a write
-	// whose token does not own the range (docs/design.md invariant 8).
-	PutToken uint64 `protobuf:"varint,7,opt,name=put_token,json=putToken,proto3" json:"put_token,omitempty"`
-	// Header: the object the write stores (its key, and the put's pins); its
-	// size is total_len and its CRC32C crc32c. The node records, per range,
-	// the object that owns it, to re-register it at a new master after a
-	// failover (docs/ha.md). Empty key: the write is not recorded.
-	Key           []byte `protobuf:"bytes,8,opt,name=key,proto3" json:"key,omitempty"`
-	SoftPin       bool   `protobuf:"varint,9,opt,name=soft_pin,json=softPin,proto3" json:"soft_pin,omitempty"`
-	HardPin       bool   `protobuf:"varint,10,opt,name=hard_pin,json=hardPin,proto3" json:"hard_pin,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *PeerWriteChunk) Reset() {
-	*x = PeerWriteChunk{}
-	mi := &file_node_proto_msgTypes[0]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *PeerWriteChunk) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*PeerWriteChunk) ProtoMessage() {}
-
-func (x *PeerWriteChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[0]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use PeerWriteChunk.ProtoReflect.Descriptor instead.
-func (*PeerWriteChunk) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{0}
-}
-
-func (x *PeerWriteChunk) GetSegment() string {
-	if x != nil {
-		return x.Segment
-	}
-	return ""
-}
-
-func (x *PeerWriteChunk) GetOffset() uint64 {
-	if x != nil {
-		return x.Offset
-	}
-	return 0
-}
-
-func (x *PeerWriteChunk) GetTotalLen() uint64 {
-	if x != nil {
-		return x.TotalLen
-	}
-	return 0
-}
-
-func (x *PeerWriteChunk) GetCrc32C() uint32 {
-	if x != nil {
-		return x.Crc32C
-	}
-	return 0
-}
-
-func (x *PeerWriteChunk) GetHasCrc() bool {
-	if x != nil {
-		return x.HasCrc
-	}
-	return false
-}
-
-func (x *PeerWriteChunk) GetData() []byte {
-	if x != nil {
-		return x.Data
-	}
-	return nil
-}
-
-func (x *PeerWriteChunk) GetPutToken() uint64 {
-	if x != nil {
-		return x.PutToken
-	}
-	return 0
-}
-
-func (x *PeerWriteChunk) GetKey() []byte {
-	if x != nil {
-		return x.Key
-	}
-	return nil
-}
-
-func (x *PeerWriteChunk) GetSoftPin() bool {
-	if x != nil {
-		return x.SoftPin
-	}
-	return false
-}
-
-func (x *PeerWriteChunk) GetHardPin() bool {
-	if x != nil {
-		return x.HardPin
-	}
-	return false
-}
-
-type PeerWriteReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Written       uint64                 `protobuf:"varint,1,opt,name=written,proto3" json:"written,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *PeerWriteReply) Reset() {
-	*x = PeerWriteReply{}
-	mi := &file_node_proto_msgTypes[1]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *PeerWriteReply) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*PeerWriteReply) ProtoMessage() {}
-
-func (x *PeerWriteReply) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[1]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use PeerWriteReply.ProtoReflect.Descriptor instead.
-func (*PeerWriteReply) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{1}
-}
-
-func (x *PeerWriteReply) GetWritten() uint64 {
-	if x != nil {
-		return x.Written
-	}
-	return 0
-}
-
-type PeerReadRangeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Segment       string                 `protobuf:"bytes,1,opt,name=segment,proto3" json:"segment,omitempty"`
-	Offset        uint64                 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
-	Length        uint64                 `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *PeerReadRangeRequest) Reset() {
-	*x = PeerReadRangeRequest{}
-	mi := &file_node_proto_msgTypes[2]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *PeerReadRangeRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*PeerReadRangeRequest) ProtoMessage() {}
-
-func (x *PeerReadRangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[2]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use PeerReadRangeRequest.ProtoReflect.Descriptor instead.
-func (*PeerReadRangeRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{2}
-}
-
-func (x *PeerReadRangeRequest) GetSegment() string {
-	if x != nil {
-		return x.Segment
-	}
-	return ""
-}
-
-func (x *PeerReadRangeRequest) GetOffset() uint64 {
-	if x != nil {
-		return x.Offset
-	}
-	return 0
-}
-
-func (x *PeerReadRangeRequest) GetLength() uint64 {
-	if x != nil {
-		return x.Length
-	}
-	return 0
-}
-
-type PeerReadSSDRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *PeerReadSSDRequest) Reset() {
-	*x = PeerReadSSDRequest{}
-	mi := &file_node_proto_msgTypes[3]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *PeerReadSSDRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*PeerReadSSDRequest) ProtoMessage() {}
-
-func (x *PeerReadSSDRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[3]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use PeerReadSSDRequest.ProtoReflect.Descriptor instead.
-func (*PeerReadSSDRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{3}
-}
-
-func (x *PeerReadSSDRequest) GetKey() []byte {
-	if x != nil {
-		return x.Key
-	}
-	return nil
-}
-
-type PeerDataChunk struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// Set on the first chunk: total length of the value and, for ReadSSD, the
-	// CRC32C recorded at offload time.
-	TotalLen      uint64 `protobuf:"varint,1,opt,name=total_len,json=totalLen,proto3" json:"total_len,omitempty"`
-	Crc32C        uint32 `protobuf:"varint,2,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
-	HasCrc        bool   `protobuf:"varint,3,opt,name=has_crc,json=hasCrc,proto3" json:"has_crc,omitempty"`
-	Data          []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *PeerDataChunk) Reset() {
-	*x = PeerDataChunk{}
-	mi := &file_node_proto_msgTypes[4]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *PeerDataChunk) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*PeerDataChunk) ProtoMessage() {}
-
-func (x *PeerDataChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[4]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use PeerDataChunk.ProtoReflect.Descriptor instead.
-func (*PeerDataChunk) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{4}
-}
-
-func (x *PeerDataChunk) GetTotalLen() uint64 {
-	if x != nil {
-		return x.TotalLen
-	}
-	return 0
-}
-
-func (x *PeerDataChunk) GetCrc32C() uint32 {
-	if x != nil {
-		return x.Crc32C
-	}
-	return 0
-}
-
-func (x *PeerDataChunk) GetHasCrc() bool {
-	if x != nil {
-		return x.HasCrc
-	}
-	return false
-}
-
-func (x *PeerDataChunk) GetData() []byte {
-	if x != nil {
-		return x.Data
-	}
-	return nil
-}
-
 type PeerStatsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -384,7 +38,7 @@ type PeerStatsRequest struct {
 
 func (x *PeerStatsRequest) Reset() {
 	*x = PeerStatsRequest{}
-	mi := &file_node_proto_msgTypes[5]
+	mi := &file_node_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -396,7 +50,7 @@ func (x *PeerStatsRequest) String() string {
 func (*PeerStatsRequest) ProtoMessage() {}
 
 func (x *PeerStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[5]
+	mi := &file_node_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -409,7 +63,7 @@ func (x *PeerStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerStatsRequest.ProtoReflect.Descriptor instead.
 func (*PeerStatsRequest) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{5}
+	return file_node_proto_rawDescGZIP(), []int{0}
 }
 
 type PeerStatsReply struct {
@@ -441,7 +95,7 @@ type PeerStatsReply struct {
 
 func (x *PeerStatsReply) Reset() {
 	*x = PeerStatsReply{}
-	mi := &file_node_proto_msgTypes[6]
+	mi := &file_node_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -453,7 +107,7 @@ func (x *PeerStatsReply) String() string {
 func (*PeerStatsReply) ProtoMessage() {}
 
 func (x *PeerStatsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_node_proto_msgTypes[6]
+	mi := &file_node_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -466,7 +120,7 @@ func (x *PeerStatsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerStatsReply.ProtoReflect.Descriptor instead.
 func (*PeerStatsReply) Descriptor() ([]byte, []int) {
-	return file_node_proto_rawDescGZIP(), []int{6}
+	return file_node_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *PeerStatsReply) GetSegment() string {
@@ -607,32 +261,7 @@ var File_node_proto protoreflect.FileDescriptor
 const file_node_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"node.proto\x12\x11tierstore.node.v1\"\x89\x02\n" +
-	"\x0ePeerWriteChunk\x12\x18\n" +
-	"\asegment\x18\x01 \x01(\tR\asegment\x12\x16\n" +
-	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x1b\n" +
-	"\ttotal_len\x18\x03 \x01(\x04R\btotalLen\x12\x16\n" +
-	"\x06crc32c\x18\x04 \x01(\rR\x06crc32c\x12\x17\n" +
-	"\ahas_crc\x18\x05 \x01(\bR\x06hasCrc\x12\x12\n" +
-	"\x04data\x18\x06 \x01(\fR\x04data\x12\x1b\n" +
-	"\tput_token\x18\a \x01(\x04R\bputToken\x12\x10\n" +
-	"\x03key\x18\b \x01(\fR\x03key\x12\x19\n" +
-	"\bsoft_pin\x18\t \x01(\bR\asoftPin\x12\x19\n" +
-	"\bhard_pin\x18\n" +
-	" \x01(\bR\ahardPin\"*\n" +
-	"\x0ePeerWriteReply\x12\x18\n" +
-	"\awritten\x18\x01 \x01(\x04R\awritten\"`\n" +
-	"\x14PeerReadRangeRequest\x12\x18\n" +
-	"\asegment\x18\x01 \x01(\tR\asegment\x12\x16\n" +
-	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x16\n" +
-	"\x06length\x18\x03 \x01(\x04R\x06length\"&\n" +
-	"\x12PeerReadSSDRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\fR\x03key\"q\n" +
-	"\rPeerDataChunk\x12\x1b\n" +
-	"\ttotal_len\x18\x01 \x01(\x04R\btotalLen\x12\x16\n" +
-	"\x06crc32c\x18\x02 \x01(\rR\x06crc32c\x12\x17\n" +
-	"\ahas_crc\x18\x03 \x01(\bR\x06hasCrc\x12\x12\n" +
-	"\x04data\x18\x04 \x01(\fR\x04data\"\x12\n" +
+	"node.proto\x12\x11tierstore.node.v1\"\x12\n" +
 	"\x10PeerStatsRequest\"\xea\x06\n" +
 	"\x0ePeerStatsReply\x12\x18\n" +
 	"\asegment\x18\x01 \x01(\tR\asegment\x12!\n" +
@@ -659,12 +288,8 @@ const file_node_proto_rawDesc = "" +
 	"\x11offload_failed_by\x18\x13 \x03(\v26.tierstore.node.v1.PeerStatsReply.OffloadFailedByEntryR\x0foffloadFailedBy\x1aB\n" +
 	"\x14OffloadFailedByEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x012\xe5\x02\n" +
-	"\bNodePeer\x12T\n" +
-	"\n" +
-	"WriteRange\x12!.tierstore.node.v1.PeerWriteChunk\x1a!.tierstore.node.v1.PeerWriteReply(\x01\x12X\n" +
-	"\tReadRange\x12'.tierstore.node.v1.PeerReadRangeRequest\x1a .tierstore.node.v1.PeerDataChunk0\x01\x12T\n" +
-	"\aReadSSD\x12%.tierstore.node.v1.PeerReadSSDRequest\x1a .tierstore.node.v1.PeerDataChunk0\x01\x12S\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x012_\n" +
+	"\bNodePeer\x12S\n" +
 	"\tNodeStats\x12#.tierstore.node.v1.PeerStatsRequest\x1a!.tierstore.node.v1.PeerStatsReplyB/Z-github.com/tierstore/tierstore/internal/rpcpbb\x06proto3"
 
 var (
@@ -679,29 +304,18 @@ func file_node_proto_rawDescGZIP() []byte {
 	return file_node_proto_rawDescData
 }
 
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_node_proto_goTypes = []any{
-	(*PeerWriteChunk)(nil),       // 0: tierstore.node.v1.PeerWriteChunk
-	(*PeerWriteReply)(nil),       // 1: tierstore.node.v1.PeerWriteReply
-	(*PeerReadRangeRequest)(nil), // 2: tierstore.node.v1.PeerReadRangeRequest
-	(*PeerReadSSDRequest)(nil),   // 3: tierstore.node.v1.PeerReadSSDRequest
-	(*PeerDataChunk)(nil),        // 4: tierstore.node.v1.PeerDataChunk
-	(*PeerStatsRequest)(nil),     // 5: tierstore.node.v1.PeerStatsRequest
-	(*PeerStatsReply)(nil),       // 6: tierstore.node.v1.PeerStatsReply
-	nil,                          // 7: tierstore.node.v1.PeerStatsReply.OffloadFailedByEntry
+	(*PeerStatsRequest)(nil), // 0: tierstore.node.v1.PeerStatsRequest
+	(*PeerStatsReply)(nil),   // 1: tierstore.node.v1.PeerStatsReply
+	nil,                      // 2: tierstore.node.v1.PeerStatsReply.OffloadFailedByEntry
 }
 var file_node_proto_depIdxs = []int32{
-	7, // 0: tierstore.node.v1.PeerStatsReply.offload_failed_by:type_name -> tierstore.node.v1.PeerStatsReply.OffloadFailedByEntry
-	0, // 1: tierstore.node.v1.NodePeer.WriteRange:input_type -> tierstore.node.v1.PeerWriteChunk
-	2, // 2: tierstore.node.v1.NodePeer.ReadRange:input_type -> tierstore.node.v1.PeerReadRangeRequest
-	3, // 3: tierstore.node.v1.NodePeer.ReadSSD:input_type -> tierstore.node.v1.PeerReadSSDRequest
-	5, // 4: tierstore.node.v1.NodePeer.NodeStats:input_type -> tierstore.node.v1.PeerStatsRequest
-	1, // 5: tierstore.node.v1.NodePeer.WriteRange:output_type -> tierstore.node.v1.PeerWriteReply
-	4, // 6: tierstore.node.v1.NodePeer.ReadRange:output_type -> tierstore.node.v1.PeerDataChunk
-	4, // 7: tierstore.node.v1.NodePeer.ReadSSD:output_type -> tierstore.node.v1.PeerDataChunk
-	6, // 8: tierstore.node.v1.NodePeer.NodeStats:output_type -> tierstore.node.v1.PeerStatsReply
-	5, // [5:9] is the sub-list for method output_type
-	1, // [1:5] is the sub-list for method input_type
+	2, // 0: tierstore.node.v1.PeerStatsReply.offload_failed_by:type_name -> tierstore.node.v1.PeerStatsReply.OffloadFailedByEntry
+	0, // 1: tierstore.node.v1.NodePeer.NodeStats:input_type -> tierstore.node.v1.PeerStatsRequest
+	1, // 2: tierstore.node.v1.NodePeer.NodeStats:output_type -> tierstore.node.v1.PeerStatsReply
+	2, // [2:3] is the sub-list for method output_type
+	1, // [1:2] is the sub-list for method input_type
 	1, // [1:1] is the sub-list for extension type_name
 	1, // [1:1] is the sub-list for extension extendee
 	0, // [0:1] is the sub-list for field type_name
@@ -718,7 +332,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_proto_rawDesc), len(file_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,11 +1,7 @@
-// Peer data service of a tierstore store node (package node; the client
-// side is internal/wire).
-//
-// A node owns one DRAM segment (a byte range the master allocates objects
-// in) and, with offload enabled, an SSD tier. Peers (clients and other
-// nodes) use this service to write and read segment ranges the master
-// allocated, and to read objects from the node's SSD tier. Values travel in
-// chunks of at most 1 MiB (MaxChunk).
+// Control service of a tierstore store node (package node). Values do not
+// travel here: they move on the node's data plane (package internal/wire,
+// docs/format/dataplane.md), on the same port. This service answers the
+// node's counters.
 //
 // Errors are gRPC statuses; the tierstore error code (Mooncake numbering,
 // internal/codes) travels in the status details as described in
@@ -32,29 +28,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	NodePeer_WriteRange_FullMethodName = "/tierstore.node.v1.NodePeer/WriteRange"
-	NodePeer_ReadRange_FullMethodName  = "/tierstore.node.v1.NodePeer/ReadRange"
-	NodePeer_ReadSSD_FullMethodName    = "/tierstore.node.v1.NodePeer/ReadSSD"
-	NodePeer_NodeStats_FullMethodName  = "/tierstore.node.v1.NodePeer/NodeStats"
+	NodePeer_NodeStats_FullMethodName = "/tierstore.node.v1.NodePeer/NodeStats"
 )
 
 // NodePeerClient is the client API for NodePeer service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type NodePeerClient interface {
-	// WriteRange writes a stream of chunks into the node's segment. The first
-	// chunk carries the header (segment id, start offset, total length, CRC32C
-	// of the whole value, put token); every chunk carries data. The node
-	// checks that the range lies inside its segment, that the put owns it (no
-	// newer put wrote an overlapping range; checked for every chunk), that no
-	// more and no fewer bytes than announced arrive and that they match the
-	// CRC before it answers.
-	WriteRange(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[PeerWriteChunk, PeerWriteReply], error)
-	// ReadRange streams a range of the node's segment in chunks.
-	ReadRange(ctx context.Context, in *PeerReadRangeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PeerDataChunk], error)
-	// ReadSSD streams one object from the node's SSD tier. The first chunk
-	// carries the total size and the CRC32C recorded when it was offloaded.
-	ReadSSD(ctx context.Context, in *PeerReadSSDRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PeerDataChunk], error)
 	// NodeStats reports the node's segment and SSD tier counters.
 	NodeStats(ctx context.Context, in *PeerStatsRequest, opts ...grpc.CallOption) (*PeerStatsReply, error)
 }
@@ -66,57 +46,6 @@ type nodePeerClient struct {
 func NewNodePeerClient(cc grpc.ClientConnInterface) NodePeerClient {
 	return &nodePeerClient{cc}
 }
-
-func (c *nodePeerClient) WriteRange(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[PeerWriteChunk, PeerWriteReply], error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &NodePeer_ServiceDesc.Streams[0], NodePeer_WriteRange_FullMethodName, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	x := &grpc.GenericClientStream[PeerWriteChunk, PeerWriteReply]{ClientStream: stream}
-	return x, nil
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type NodePeer_WriteRangeClient = grpc.ClientStreamingClient[PeerWriteChunk, PeerWriteReply]
-
-func (c *nodePeerClient) ReadRange(ctx context.Context, in *PeerReadRangeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PeerDataChunk], error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &NodePeer_ServiceDesc.Streams[1], NodePeer_ReadRange_FullMethodName, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	x := &grpc.GenericClientStream[PeerReadRangeRequest, PeerDataChunk]{ClientStream: stream}
-	if err := x.ClientStream.SendMsg(in); err != nil {
-		return nil, err
-	}
-	if err := x.ClientStream.CloseSend(); err != nil {
-		return nil, err
-	}
-	return x, nil
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type NodePeer_ReadRangeClient = grpc.ServerStreamingClient[PeerDataChunk]
-
-func (c *nodePeerClient) ReadSSD(ctx context.Context, in *PeerReadSSDRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PeerDataChunk], error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &NodePeer_ServiceDesc.Streams[2], NodePeer_ReadSSD_FullMethodName, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	x := &grpc.GenericClientStream[PeerReadSSDRequest, PeerDataChunk]{ClientStream: stream}
-	if err := x.ClientStream.SendMsg(in); err != nil {
-		return nil, err
-	}
-	if err := x.ClientStream.CloseSend(); err != nil {
-		return nil, err
-	}
-	return x, nil
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type NodePeer_ReadSSDClient = grpc.ServerStreamingClient[PeerDataChunk]
 
 func (c *nodePeerClient) NodeStats(ctx context.Context, in *PeerStatsRequest, opts ...grpc.CallOption) (*PeerStatsReply, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -132,19 +61,6 @@ func (c *nodePeerClient) NodeStats(ctx context.Context, in *PeerStatsRequest, op
 // All implementations must embed UnimplementedNodePeerServer
 // for forward compatibility.
 type NodePeerServer interface {
-	// WriteRange writes a stream of chunks into the node's segment. The first
-	// chunk carries the header (segment id, start offset, total length, CRC32C
-	// of the whole value, put token); every chunk carries data. The node
-	// checks that the range lies inside its segment, that the put owns it (no
-	// newer put wrote an overlapping range; checked for every chunk), that no
-	// more and no fewer bytes than announced arrive and that they match the
-	// CRC before it answers.
-	WriteRange(grpc.ClientStreamingServer[PeerWriteChunk, PeerWriteReply]) error
-	// ReadRange streams a range of the node's segment in chunks.
-	ReadRange(*PeerReadRangeRequest, grpc.ServerStreamingServer[PeerDataChunk]) error
-	// ReadSSD streams one object from the node's SSD tier. The first chunk
-	// carries the total size and the CRC32C recorded when it was offloaded.
-	ReadSSD(*PeerReadSSDRequest, grpc.ServerStreamingServer[PeerDataChunk]) error
 	// NodeStats reports the node's segment and SSD tier counters.
 	NodeStats(context.Context, *PeerStatsRequest) (*PeerStatsReply, error)
 	mustEmbedUnimplementedNodePeerServer()
@@ -157,15 +73,6 @@ type NodePeerServer interface {
 // pointer dereference when methods are called.
 type UnimplementedNodePeerServer struct{}
 
-func (UnimplementedNodePeerServer) WriteRange(grpc.ClientStreamingServer[PeerWriteChunk, PeerWriteReply]) error {
-	return status.Error(codes.Unimplemented, "method WriteRange not implemented")
-}
-func (UnimplementedNodePeerServer) ReadRange(*PeerReadRangeRequest, grpc.ServerStreamingServer[PeerDataChunk]) error {
-	return status.Error(codes.Unimplemented, "method ReadRange not implemented")
-}
-func (UnimplementedNodePeerServer) ReadSSD(*PeerReadSSDRequest, grpc.ServerStreamingServer[PeerDataChunk]) error {
-	return status.Error(codes.Unimplemented, "method ReadSSD not implemented")
-}
 func (UnimplementedNodePeerServer) NodeStats(context.Context, *PeerStatsRequest) (*PeerStatsReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method NodeStats not implemented")
 }
@@ -189,35 +96,6 @@ func RegisterNodePeerServer(s grpc.ServiceRegistrar, srv NodePeerServer) {
 	}
 	s.RegisterService(&NodePeer_ServiceDesc, srv)
 }
-
-func _NodePeer_WriteRange_Handler(srv interface{}, stream grpc.ServerStream) error {
-	return srv.(NodePeerServer).WriteRange(&grpc.GenericServerStream[PeerWriteChunk, PeerWriteReply]{ServerStream: stream})
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type NodePeer_WriteRangeServer = grpc.ClientStreamingServer[PeerWriteChunk, PeerWriteReply]
-
-func _NodePeer_ReadRange_Handler(srv interface{}, stream grpc.ServerStream) error {
-	m := new(PeerReadRangeRequest)
-	if err := stream.RecvMsg(m); err != nil {
-		return err
-	}
-	return srv.(NodePeerServer).ReadRange(m, &grpc.GenericServerStream[PeerReadRangeRequest, PeerDataChunk]{ServerStream: stream})
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type NodePeer_ReadRangeServer = grpc.ServerStreamingServer[PeerDataChunk]
-
-func _NodePeer_ReadSSD_Handler(srv interface{}, stream grpc.ServerStream) error {
-	m := new(PeerReadSSDRequest)
-	if err := stream.RecvMsg(m); err != nil {
-		return err
-	}
-	return srv.(NodePeerServer).ReadSSD(m, &grpc.GenericServerStream[PeerReadSSDRequest, PeerDataChunk]{ServerStream: stream})
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type NodePeer_ReadSSDServer = grpc.ServerStreamingServer[PeerDataChunk]
 
 func _NodePeer_NodeStats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(PeerStatsRequest)
@@ -249,22 +127,6 @@ var NodePeer_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _NodePeer_NodeStats_Handler,
 		},
 	},
-	Streams: []grpc.StreamDesc{
-		{
-			StreamName:    "WriteRange",
-			Handler:       _NodePeer_WriteRange_Handler,
-			ClientStreams: true,
-		},
-		{
-			StreamName:    "ReadRange",
-			Handler:       _NodePeer_ReadRange_Handler,
-			ServerStreams: true,
-		},
-		{
-			StreamName:    "ReadSSD",
-			Handler:       _NodePeer_ReadSSD_Handler,
-			ServerStreams: true,
-		},
-	},
+	Streams:  []grpc.StreamDesc{},
 	Metadata: "node.proto",
 }

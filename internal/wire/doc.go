@@ -15,9 +15,8 @@
 // from a view of the segment without a copy or a checksum, SSD reads
 // answered concurrently and streamed: the handler's SSDValue hands the
 // value over in pieces, each written to the socket as it comes off the
-// disk. The gRPC forms (Peer, Pool, SendChunks,
-// RecvValue: 1 MiB protobuf chunks) remain for NodeStats and for
-// comparison.
+// disk. Values never travel over gRPC; the node's gRPC service (NodeStats)
+// shares the port.
 //
 // # Invariants
 //
@@ -43,18 +42,17 @@
 //     connection and waits for the reader).
 //   - A malformed or truncated frame (ErrFrame, ErrShortFrame, both also
 //     codes.ErrTransferFail) breaks the connection: every call on it fails
-//     clearly, none reads stray bytes. RecvValue likewise never allocates
-//     more than its caller's limit.
+//     clearly, none reads stray bytes.
 //
 // # Concurrency
 //
-// DataConn, DataPool, DataServer, Mux, Peer and Pool are safe for
-// concurrent use. DataConn.wmu serialises frame writes; DataConn.mu
-// protects its call map and error; one reader goroutine per connection
-// completes calls. DataServer.mu protects its connection set; each served
-// connection has one reading goroutine, a reply lock and one goroutine per
-// SSD read in flight. A write's RangeWriter.Fill runs under the node's
-// ownership lock: the data server calls it only for a non-blocking read
-// of bytes the socket already holds (syscall.RawConn), waiting for the
-// socket outside it. Pool.mu and DataPool.mu protect their maps.
+// DataConn, DataPool, DataServer and Mux are safe for concurrent use.
+// DataConn.wmu serialises frame writes; DataConn.mu protects its call map
+// and error; one reader goroutine per connection completes calls.
+// DataServer.mu protects its connection set; each served connection has
+// one reading goroutine, a reply lock and one goroutine per SSD read in
+// flight. A write's RangeWriter.Fill runs under the node's ownership lock:
+// the data server calls it only for a non-blocking read of bytes the
+// socket already holds (syscall.RawConn), waiting for the socket outside
+// it. DataPool.mu protects its map.
 package wire

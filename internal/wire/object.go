@@ -6,8 +6,8 @@ import "context"
 // and CRC32C travel with the write anyway). A store node records, per
 // range, the object its last complete write stored, so that it can
 // re-register its DRAM objects at a new master after a failover
-// (docs/ha.md). It travels in the write's header (PeerWriteChunk.key,
-// soft_pin, hard_pin); a write without one is not recorded.
+// (docs/ha.md). It travels in the write request's metadata (its key and
+// pin bits, docs/format/dataplane.md); a write without one is not recorded.
 type Object struct {
 	Key              string
 	SoftPin, HardPin bool
@@ -15,7 +15,7 @@ type Object struct {
 
 type objectKey struct{}
 
-// WithObject attaches o to the context of a write (Peer.WriteRange, or a
+// WithObject attaches o to the context of a write (DataConn.Write, or a
 // store node's in-process WriteRange): the object the written bytes are.
 // The write's signature stays that of a raw range write; the object is
 // metadata that rides along, read with ObjectOf.
