@@ -53,6 +53,9 @@ func (s *peerServer) NodeStats(ctx context.Context, _ *rpcpb.PeerStatsRequest) (
 		OffloadPersisted: st.OffloadPersisted, OffloadFailed: st.OffloadFailed,
 		PeerReadsDram: st.PeerReadsDRAM, PeerReadsSsd: st.PeerReadsSSD,
 		OffloadFailedBy: st.OffloadFailedBy,
+		DramRecords:     st.DRAMRecords, RemovalLog: st.RemovalSSD.Log,
+		RemovalCursorDram: st.RemovalDRAM.Seq, RemovalCursorSsd: st.RemovalSSD.Seq,
+		RemovalLogRemoved: st.RemovalLogRemoved,
 	}, nil
 }
 
@@ -193,7 +196,7 @@ func (n *Node) ReadSSD(ctx context.Context, key []byte) ([]byte, error) {
 
 // PeerStats asks the node serving peers at endpoint for its Stats.
 func PeerStats(ctx context.Context, endpoint string) (Stats, error) {
-	cc, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()), rpcpb.WithVersion(rpcpb.NodeProtocol))
 	if err != nil {
 		return Stats{}, fmt.Errorf("node: dial node %s: %w: %v", endpoint, codes.ErrRPCFail, err)
 	}
