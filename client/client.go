@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,11 +89,15 @@ type Client struct {
 	localDRAM, remoteDRAM, localSSD, remoteSSD atomic.Int64
 	fallbacks, checksumFailures, badReported   atomic.Int64
 	missingReported, removedUnderRead          atomic.Int64
+	// spread turns the remote DRAM replica a read starts with
+	// (spreadRemoteDRAM); random at New, so clients start apart.
+	spread atomic.Uint32
 }
 
 // New connects to the master (cfg.Master, or dials cfg.MasterAddr).
 func New(ctx context.Context, cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, log: cfg.Logger, local: cfg.LocalNode}
+	c.spread.Store(rand.Uint32())
 	c.data.ConnsPerNode = cfg.ConnsPerNode
 	if c.log == nil {
 		c.log = slog.Default()

@@ -246,16 +246,59 @@ func (c *Client) readPipelined(ctx context.Context, res []masterapi.ReplicaListR
 }
 
 // bestRemoteDRAM returns info's best complete replica when it is in a
-// remote node's DRAM, reachable over the data plane.
+// remote node's DRAM, reachable over the data plane; of several remote
+// DRAM replicas (a put of several replicas), the next in turn (see
+// spreadRemoteDRAM).
 func (c *Client) bestRemoteDRAM(info masterapi.ObjectInfo) (masterapi.Replica, bool) {
-	best, rank := masterapi.Replica{}, -1
+	best, rank, same := masterapi.Replica{}, -1, 0
 	for _, r := range info.Replicas {
-		if k := c.rank(r); r.Status == masterapi.Complete && (rank < 0 || k < rank) {
-			best, rank = r, k
+		switch k := c.rank(r); {
+		case r.Status != masterapi.Complete:
+		case rank < 0 || k < rank:
+			best, rank, same = r, k, 1
+		case k == rank:
+			same++
+		}
+	}
+	if rank == 1 && same > 1 {
+		turn := int(c.spread.Add(1) % uint32(same))
+		for _, r := range info.Replicas {
+			if r.Status == masterapi.Complete && c.rank(r) == 1 {
+				if turn == 0 {
+					best = r
+					break
+				}
+				turn--
+			}
 		}
 	}
 	ok := rank == 1 && !strings.HasPrefix(best.Endpoint, "inproc:")
 	return best, ok
+}
+
+// spreadRemoteDRAM rotates the run of remote DRAM replicas in reps (sorted
+// by rank) one step further at each read of this client, from a random
+// start: the readers of an object put with several replicas (a hot
+// prefix every worker reads) share its nodes' bandwidth instead of all
+// reading the first. Among remote nodes none is nearer; local DRAM stays
+// first, and the others remain the fallbacks.
+func (c *Client) spreadRemoteDRAM(reps []masterapi.Replica) {
+	i := 0
+	for i < len(reps) && c.rank(reps[i]) < 1 {
+		i++
+	}
+	j := i
+	for j < len(reps) && c.rank(reps[j]) == 1 {
+		j++
+	}
+	run := reps[i:j]
+	if len(run) < 2 {
+		return
+	}
+	k := int(c.spread.Add(1) % uint32(len(run)))
+	slices.Reverse(run[:k])
+	slices.Reverse(run[k:])
+	slices.Reverse(run)
 }
 
 // readBest reads the object into buf (exactly its size) from the best
@@ -290,6 +333,7 @@ func (c *Client) readFrom(ctx context.Context, info masterapi.ObjectInfo, buf []
 	}
 	// Stable: keeps the master's order within a rank.
 	slices.SortStableFunc(reps, func(a, b masterapi.Replica) int { return c.rank(a) - c.rank(b) })
+	c.spreadRemoteDRAM(reps)
 	var last error
 	sawChecksum, removed, other := false, 0, 0
 	for _, r := range reps {

@@ -7,10 +7,13 @@
 // docs/ha.md).
 //
 // New connects a Client to a master. Put asks the master for a DRAM range (on the local node when
-// there is one), writes the bytes and completes the put; Get (or GetInto,
+// there is one), writes the bytes and completes the put; PutWith and
+// BatchPutWith take PutOptions (Replicas: that many DRAM replicas on as
+// many nodes, written in parallel, published together); Get (or GetInto,
 // into the caller's buffer without an allocation) asks for the
 // replica list (which grants a read lease) and reads the best replica
-// first: local DRAM, remote DRAM, local SSD, remote SSD, verifying size and
+// first: local DRAM, remote DRAM (of several, the next in turn, so that the
+// readers of a replicated object share its nodes), local SSD, remote SSD, verifying size and
 // CRC32C and falling back to the next replica on any failure; a replica
 // that fails the checksum, and an SSD replica whose node answers that it
 // does not hold the object, are reported to the master (ReportBadReplica),
