@@ -24,6 +24,9 @@ func runCrashLoop(ctx context.Context, e *env) (*result, error) {
 	if e.quick {
 		cfg.NodeCycles, cfg.MasterCycles = 10, 2
 	}
+	if e.replicas > 1 {
+		cfg.Replicas, cfg.Nodes = e.replicas, max(3, e.replicas)
+	}
 	rep, err := crashloop.Run(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -35,13 +38,15 @@ func runCrashLoop(ctx context.Context, e *env) (*result, error) {
 	}{
 		{"node cycles", rep.NodeCycles}, {"master cycles", rep.MasterCycles},
 		{"acknowledged puts", rep.Acknowledged}, {"announced on SSD (distinct)", rep.AnnouncedOnSSD},
-		{"announced-on-SSD checks", rep.AnnouncedChecks}, {"lost (announced on SSD)", rep.Lost},
+		{"announced-on-SSD checks", rep.AnnouncedChecks},
+		{"held on another node at a node kill (distinct)", rep.HeldElsewhere}, {"held-elsewhere checks", rep.HeldElsewhereChecks},
+		{"lost (announced on SSD or held elsewhere)", rep.Lost},
 		{"wrong bytes", rep.WrongBytes}, {"phantom replicas", rep.Phantoms},
 		{"duplicate replicas", rep.Duplicates}, {"DRAM-only objects lost with their process", rep.DRAMOnlyLost},
 	} {
 		t.add(row.name, row.n)
 	}
-	res := &result{Tables: []*table{t}, Options: map[string]string{"seed": fmt.Sprint(rep.Seed)}}
+	res := &result{Tables: []*table{t}, Options: map[string]string{"seed": fmt.Sprint(rep.Seed), "replicas": fmt.Sprint(cfg.Replicas), "nodes": fmt.Sprint(max(cfg.Nodes, 2))}}
 	if !rep.OK() {
 		return res, fmt.Errorf("crash loop broke a promise: %v", rep)
 	}

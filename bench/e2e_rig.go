@@ -62,16 +62,9 @@ func newE2ERig(ctx context.Context, dir string, clients int, memory int64) (_ *e
 	mc.EnableOffload = true
 	mc.Admission = prefixAdmission{}
 	mc.Logger = log
-	if r.m, err = master.New(mc); err != nil {
+	if r.m, r.srv, r.addr, err = serveMaster(mc); err != nil {
 		return nil, err
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	srv := master.NewServer(r.m)
-	go func() { _ = srv.Serve(lis) }()
-	r.srv, r.addr = srv, lis.Addr().String()
 
 	be, err := uring.Open(filepath.Join(dir, "buckets"), uring.Options{Direct: true, Logger: log})
 	if err != nil {
@@ -89,15 +82,46 @@ func newE2ERig(ctx context.Context, dir string, clients int, memory int64) (_ *e
 		r.eng = nil
 		return nil, err
 	}
-	for range clients {
-		c, err := client.New(ctx, client.Config{MasterAddr: r.addr, Logger: log})
-		if err != nil {
-			return nil, err
-		}
-		r.remote = append(r.remote, c)
+	if r.remote, err = remoteClients(ctx, r.addr, clients); err != nil {
+		return nil, err
 	}
 	r.embeded, err = client.New(ctx, client.Config{Master: r.m, LocalNode: r.n, Logger: log})
 	return r, err
+}
+
+// serveMaster starts a master with mc and serves it over gRPC on
+// 127.0.0.1; it returns the master, its server and its address.
+func serveMaster(mc master.Config) (*master.Service, interface{ Stop() }, string, error) {
+	m, err := master.New(mc)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		m.Close()
+		return nil, nil, "", err
+	}
+	srv := master.NewServer(m)
+	go func() { _ = srv.Serve(lis) }()
+	return m, srv, lis.Addr().String(), nil
+}
+
+// remoteClients connects n clients without a local node to the master at
+// addr (every byte they move crosses loopback). On failure it closes the
+// ones it made.
+func remoteClients(ctx context.Context, addr string, n int) ([]*client.Client, error) {
+	var out []*client.Client
+	for range n {
+		c, err := client.New(ctx, client.Config{MasterAddr: addr, Logger: quietLogger()})
+		if err != nil {
+			for _, c := range out {
+				c.Close()
+			}
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
 }
 
 func (r *e2eRig) close() {

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // scenario is one benchmark.
@@ -28,7 +30,7 @@ type scenario struct {
 var scenarios []scenario
 
 // allOrder is the order "all" runs the scenarios in.
-var allOrder = []string{"throughput", "recovery", "churn", "peers", "master", "e2e"}
+var allOrder = []string{"throughput", "recovery", "churn", "peers", "master", "e2e", "replicas"}
 
 func register(s scenario) { scenarios = append(scenarios, s) }
 
@@ -58,6 +60,7 @@ type env struct {
 	duration  time.Duration // soak: --duration (0: 60s, 10s with --quick)
 	keys      int64         // reconcile: --keys (0: 10M, 100k with --quick)
 	seed      int64         // churn: --seed (0: the fixed trace seeds)
+	replicas  int           // crashloop: --replicas
 }
 
 func usage(w io.Writer, fs *flag.FlagSet) {
@@ -102,6 +105,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 	duration := fs.Duration("duration", 0, "soak: how long the clients run (default 60s, 10s with --quick)")
 	keys := fs.Int64("keys", 0, "reconcile: SSD objects of the node (default 10000000, 100000 with --quick)")
 	seed := fs.Int64("seed", 0, "churn: seed of the generated conversations, mixed and zipf-bursts traces (0: the fixed seeds 42 and 7)")
+	replicas := fs.Int("replicas", 1, "crashloop: DRAM replicas of every put (more than 1: on 3 nodes, or as many as replicas)")
 
 	names, help, err := parseArgs(fs, args)
 	if help || err != nil {
@@ -119,6 +123,9 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 	}
 	if *keys < 0 {
 		return fmt.Errorf("%w: --keys must not be negative", errUsage)
+	}
+	if *replicas < 1 || *replicas > masterapi.MaxReplicas {
+		return fmt.Errorf("%w: --replicas must be in 1..%d", errUsage, masterapi.MaxReplicas)
 	}
 	if *readers < 1 || *perLoad < 1 {
 		return fmt.Errorf("%w: --readers and --keys-per-load must be >= 1", errUsage)
@@ -147,7 +154,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 	mkEnv := func(sdir string) *env {
 		e := &env{dir: sdir, quick: *quick, traceFile: *traceFile, stderr: stderr, progress: prog,
 			sizesFlag: *sizes, readers: *readers, perLoad: *perLoad, backends: *backends,
-			objects: *objects, objSize: osize, duration: *duration, keys: *keys, seed: *seed}
+			objects: *objects, objSize: osize, duration: *duration, keys: *keys, seed: *seed, replicas: *replicas}
 		if adjust != nil {
 			adjust(e)
 		}

@@ -29,7 +29,7 @@ func TestSmoke(t *testing.T) {
 			dir := t.TempDir()
 			jsonPath := filepath.Join(dir, "out.json")
 			plotDir := filepath.Join(dir, "plots")
-			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // a bound, not a speed check: a loaded machine is slow
 			defer cancel()
 			var stdout, stderr bytes.Buffer
 			args := []string{s.name, "--quick", "--dir", dir, "--json", jsonPath, "--plot", plotDir}
@@ -100,7 +100,7 @@ func TestSmoke(t *testing.T) {
 func TestE2ESmoke(t *testing.T) {
 	dir := t.TempDir()
 	jsonPath := filepath.Join(dir, "out.json")
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // a bound, not a speed check: a loaded machine is slow
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	err := runWith(ctx, []string{"e2e", "--quick", "--dir", dir, "--json", jsonPath}, &stdout, &stderr,
@@ -304,6 +304,40 @@ func TestFormatCell(t *testing.T) {
 		12.345: "12.3", 1.2345: "1.23", 0.12345: "0.123", 0.0: "0"} {
 		if got := formatCell(in); got != want {
 			t.Errorf("formatCell(%v) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// The replicas scenario (small objects, short rows): puts of 1, 2 and 3
+// replicas per client count, each with its ratio to the 1-replica row.
+func TestReplicasSmoke(t *testing.T) {
+	dir := t.TempDir()
+	jsonPath := filepath.Join(dir, "out.json")
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	err := runWith(ctx, []string{"replicas", "--quick", "--dir", dir, "--json", jsonPath}, &stdout, &stderr,
+		func(e *env) { e.sizes = []int64{64 << 10} })
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, stdout.String())
+	}
+	tb := readReport(t, jsonPath, "replicas").Results[0].Tables[0]
+	col := map[string]int{}
+	for i, c := range tb.Columns {
+		col[c] = i
+	}
+	seen := map[string]int{}
+	for _, r := range tb.Rows {
+		name := r[col["row"]].(string)
+		seen[name]++
+		x, ok := r[col["x 1 replica"]].(float64)
+		if strings.HasPrefix(name, "put") && (!ok || x <= 0) {
+			t.Errorf("row %q has no ratio to 1 replica: %v", name, r)
+		}
+	}
+	for _, want := range []string{"raw tcp", "put, 1 replica", "put, 2 replicas", "put, 3 replicas"} {
+		if seen[want] != 2 { // 1 and 4 clients
+			t.Errorf("row %q: %d lines, want one per client count", want, seen[want])
 		}
 	}
 }

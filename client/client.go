@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,6 +66,11 @@ type ReadStats struct {
 	// (ReportBadReplica), which dropped them. Transport failures (node
 	// unreachable) are never reported.
 	MissingReplicasReported int64
+	// RemovedUnderRead counts replicas whose bytes failed the checksum, or
+	// whose node did not hold them, because they were removed, evicted or
+	// replaced while the read was in flight (the master no longer lists
+	// them as the object's): not corruption, and not in ChecksumFailures.
+	RemovedUnderRead int64
 }
 
 // Client reads and writes objects of a tierstore cluster. It is safe for
@@ -84,12 +90,16 @@ type Client struct {
 
 	localDRAM, remoteDRAM, localSSD, remoteSSD atomic.Int64
 	fallbacks, checksumFailures, badReported   atomic.Int64
-	missingReported                            atomic.Int64
+	missingReported, removedUnderRead          atomic.Int64
+	// spread turns the remote DRAM replica a read starts with
+	// (spreadRemoteDRAM); random at New, so clients start apart.
+	spread atomic.Uint32
 }
 
 // New connects to the master (cfg.Master, or dials cfg.MasterAddr).
 func New(ctx context.Context, cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, log: cfg.Logger, local: cfg.LocalNode}
+	c.spread.Store(rand.Uint32())
 	c.data.ConnsPerNode = cfg.ConnsPerNode
 	if c.log == nil {
 		c.log = slog.Default()
@@ -374,12 +384,7 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
 }
 
 // lookupAndRead looks key up and reads it (readBest) into the buffer
-// bufFor gives for what the lookup answered. When every replica failed its
-// checksum, the key may have been replaced while it was read: a forced
-// remove freed the range the lookup named and the next put wrote it. Then
-// it is looked up once more: gone, it is OBJECT_NOT_FOUND; another object
-// (another CRC32C, size or put), it is read again; the same object, the
-// checksum error stands.
+// bufFor gives for what the lookup answered, then readAgain.
 func (c *Client) lookupAndRead(ctx context.Context, key string, start time.Time, bufFor func(masterapi.ObjectInfo) ([]byte, error)) error {
 	info, err := c.m.GetReplicaList(ctx, key)
 	if err != nil {
@@ -389,18 +394,33 @@ func (c *Client) lookupAndRead(ctx context.Context, key string, start time.Time,
 	if err != nil {
 		return err
 	}
-	err = c.readBest(ctx, info, buf, start)
-	if !errors.Is(err, codes.ErrChecksumMismatch) {
+	return c.readAgain(ctx, info, c.readBest(ctx, info, buf, start), start, bufFor)
+}
+
+// readAgain is what a read of info that ended with err does next. When
+// every replica failed its checksum, or went away under the read
+// (errGoneUnderRead), the key may have been removed or replaced while it
+// was read: a forced remove freed the range the lookup named and the next
+// put wrote it, or an SSD key was removed and offloaded again. It is then
+// looked up once more: gone, it is that lookup's answer (OBJECT_NOT_FOUND,
+// or REPLICA_IS_GONE inside a lease); another object (another CRC32C,
+// size or put), or replicas that went away, it is read again into the
+// buffer bufFor gives; the same object whose bytes failed, the checksum
+// error stands (issue 21 item 5).
+func (c *Client) readAgain(ctx context.Context, info masterapi.ObjectInfo, err error, start time.Time, bufFor func(masterapi.ObjectInfo) ([]byte, error)) error {
+	gone := errors.Is(err, errGoneUnderRead)
+	if !gone && !errors.Is(err, codes.ErrChecksumMismatch) || ctx.Err() != nil {
 		return err
 	}
-	again, lerr := c.m.GetReplicaList(ctx, key)
+	again, lerr := c.m.GetReplicaList(ctx, info.Key)
 	switch {
-	case errors.Is(lerr, codes.ErrObjectNotFound):
-		return fmt.Errorf("client: get %s: removed while it was read: %w", masterapi.ShortKey(key), lerr)
-	case lerr != nil || sameObject(info, again):
+	case errors.Is(lerr, codes.ErrObjectNotFound), gone && lerr != nil:
+		return fmt.Errorf("client: get %s: removed while it was read: %w", masterapi.ShortKey(info.Key), lerr)
+	case lerr != nil || (!gone && sameObject(info, again)):
 		return err
 	}
-	if buf, err = bufFor(again); err != nil {
+	buf, err := bufFor(again)
+	if err != nil {
 		return err
 	}
 	return c.readBest(ctx, again, buf, start)
@@ -428,21 +448,29 @@ const reportBadReplicaTimeout = 2 * time.Second
 // reportBad tells the master that replica r of info failed its size/CRC
 // check, or (missing) that its node answered it does not hold the object on
 // SSD, so that it stops listing it (the master drops it; the next reconcile
-// deletes an SSD copy). Best effort: a failure is logged; the read goes on
-// with the next replica either way, and is not held past its deadline
-// (afterCall).
-func (c *Client) reportBad(ctx context.Context, info masterapi.ObjectInfo, r masterapi.Replica, missing bool) {
+// deletes an SSD copy). It reports whether the master answered that r is
+// not, or no longer, the object's (removed, evicted or put again since the
+// lookup: the replica went away under the read, which is not corruption;
+// docs/design.md, "Reads racing a removal"). Best effort: a failure is
+// logged; the read goes on with the next replica either way, and is not
+// held past its deadline (afterCall; an answer that comes after is not
+// waited for, and counts as not gone).
+func (c *Client) reportBad(ctx context.Context, info masterapi.ObjectInfo, r masterapi.Replica, missing bool) (gone bool) {
+	var g atomic.Bool
 	c.afterCall(ctx, reportBadReplicaTimeout, func(ctx context.Context) error {
-		return c.report(ctx, info, r, missing)
+		gone, err := c.report(ctx, info, r, missing)
+		g.Store(gone)
+		return err
 	})
+	return g.Load()
 }
 
-func (c *Client) report(ctx context.Context, info masterapi.ObjectInfo, r masterapi.Replica, missing bool) error {
+func (c *Client) report(ctx context.Context, info masterapi.ObjectInfo, r masterapi.Replica, missing bool) (gone bool, err error) {
 	what := "fails its checksum"
 	if missing {
 		what = "is missing on its node"
 	}
-	err := c.m.ReportBadReplica(ctx, info.Key, info.CRC, r)
+	err = c.m.ReportBadReplica(ctx, info.Key, info.CRC, r)
 	switch {
 	case err == nil && missing:
 		c.missingReported.Add(1)
@@ -451,13 +479,14 @@ func (c *Client) report(ctx context.Context, info masterapi.ObjectInfo, r master
 		c.badReported.Add(1)
 		c.log.Warn("reported a replica that "+what, "key", info.Key, "node", r.Node, "kind", r.Kind)
 	case errors.Is(err, codes.ErrReplicaNotFound), errors.Is(err, codes.ErrObjectNotFound):
-		// Already dropped (a node that detects a corrupt SSD entry drops
-		// it itself), or the key changed since the lookup.
-		return nil
+		// Not (or no longer) the object's replica: removed, evicted or
+		// put again since the lookup (or already dropped: a node that
+		// detects a corrupt SSD entry drops it itself).
+		return true, nil
 	default:
 		c.log.Warn("reporting a replica that "+what+" failed", "key", info.Key, "node", r.Node, "kind", r.Kind, "err", err)
 	}
-	return err
+	return false, err
 }
 
 func (c *Client) countRead(r masterapi.Replica) {
@@ -481,6 +510,7 @@ func (c *Client) ReadStats() ReadStats {
 		Fallbacks: c.fallbacks.Load(), ChecksumFailures: c.checksumFailures.Load(),
 		BadReplicasReported:     c.badReported.Load(),
 		MissingReplicasReported: c.missingReported.Load(),
+		RemovedUnderRead:        c.removedUnderRead.Load(),
 	}
 }
 

@@ -179,7 +179,10 @@ func (c *Client) batchRead(ctx context.Context, keys []string, bufFor func(i int
 	c.readPipelined(ctx, res, bufs, todo, start)
 	parallel(len(idx), func(j int) {
 		if todo[j] {
-			errs[idx[j]] = c.readBest(ctx, res[j].Info, bufs[j], start)
+			info := res[j].Info
+			errs[idx[j]] = c.readAgain(ctx, info, c.readBest(ctx, info, bufs[j], start), start, func(again masterapi.ObjectInfo) ([]byte, error) {
+				return bufFor(idx[j], again)
+			})
 		}
 	})
 	return errs
@@ -243,23 +246,84 @@ func (c *Client) readPipelined(ctx context.Context, res []masterapi.ReplicaListR
 }
 
 // bestRemoteDRAM returns info's best complete replica when it is in a
-// remote node's DRAM, reachable over the data plane.
+// remote node's DRAM, reachable over the data plane; of several remote
+// DRAM replicas (a put of several replicas), the next in turn (see
+// spreadRemoteDRAM).
 func (c *Client) bestRemoteDRAM(info masterapi.ObjectInfo) (masterapi.Replica, bool) {
-	best, rank := masterapi.Replica{}, -1
+	best, rank, same := masterapi.Replica{}, -1, 0
 	for _, r := range info.Replicas {
-		if k := c.rank(r); r.Status == masterapi.Complete && (rank < 0 || k < rank) {
-			best, rank = r, k
+		switch k := c.rank(r); {
+		case r.Status != masterapi.Complete:
+		case rank < 0 || k < rank:
+			best, rank, same = r, k, 1
+		case k == rank:
+			same++
+		}
+	}
+	if rank == 1 && same > 1 {
+		turn := int(c.spread.Add(1) % uint32(same))
+		for _, r := range info.Replicas {
+			if r.Status == masterapi.Complete && c.rank(r) == 1 {
+				if turn == 0 {
+					best = r
+					break
+				}
+				turn--
+			}
 		}
 	}
 	ok := rank == 1 && !strings.HasPrefix(best.Endpoint, "inproc:")
 	return best, ok
 }
 
+// spreadRemoteDRAM rotates the run of remote DRAM replicas in reps (sorted
+// by rank) one step further at each read of this client, from a random
+// start: the readers of an object put with several replicas (a hot
+// prefix every worker reads) share its nodes' bandwidth instead of all
+// reading the first. Among remote nodes none is nearer; local DRAM stays
+// first, and the others remain the fallbacks.
+func (c *Client) spreadRemoteDRAM(reps []masterapi.Replica) {
+	i := 0
+	for i < len(reps) && c.rank(reps[i]) < 1 {
+		i++
+	}
+	j := i
+	for j < len(reps) && c.rank(reps[j]) == 1 {
+		j++
+	}
+	run := reps[i:j]
+	if len(run) < 2 {
+		return
+	}
+	k := int(c.spread.Add(1) % uint32(len(run)))
+	slices.Reverse(run[:k])
+	slices.Reverse(run[k:])
+	slices.Reverse(run)
+}
+
 // readBest reads the object into buf (exactly its size) from the best
 // replica whose bytes match the object's size and CRC32C; on any failure
 // it falls back to the next replica. Each transfer is checked once, by
-// this side, against the CRC32C from the lookup.
+// this side, against the CRC32C from the lookup. When every failure was a
+// replica the master no longer lists as the object's (removed, evicted or
+// put again under the read: issue 21 item 5), the error wraps
+// errGoneUnderRead instead of counting as a checksum failure; readAgain
+// then looks the key up once more.
 func (c *Client) readBest(ctx context.Context, info masterapi.ObjectInfo, buf []byte, start time.Time) error {
+	gone, err := c.readFrom(ctx, info, buf, start)
+	if gone {
+		return fmt.Errorf("%w: %w", errGoneUnderRead, err)
+	}
+	return err
+}
+
+// errGoneUnderRead marks a read whose every replica went away while it
+// was read (the master said so when it was reported).
+var errGoneUnderRead = errors.New("client: the replicas read were removed while they were read")
+
+// readFrom is readBest's pass over info's replicas; gone reports that
+// every failure was a replica removed under the read.
+func (c *Client) readFrom(ctx context.Context, info masterapi.ObjectInfo, buf []byte, start time.Time) (gone bool, err error) {
 	var small [4]masterapi.Replica // most objects have one to three replicas
 	reps := small[:0]
 	for _, r := range info.Replicas {
@@ -269,8 +333,9 @@ func (c *Client) readBest(ctx context.Context, info masterapi.ObjectInfo, buf []
 	}
 	// Stable: keeps the master's order within a rank.
 	slices.SortStableFunc(reps, func(a, b masterapi.Replica) int { return c.rank(a) - c.rank(b) })
+	c.spreadRemoteDRAM(reps)
 	var last error
-	sawChecksum := false
+	sawChecksum, removed, other := false, 0, 0
 	for _, r := range reps {
 		err := c.readReplica(ctx, info, r, buf)
 		if err == nil {
@@ -278,20 +343,36 @@ func (c *Client) readBest(ctx context.Context, info masterapi.ObjectInfo, buf []
 			if c.cfg.Observer != nil {
 				c.cfg.Observer.ObserveGet(Tier(c.rank(r)), time.Since(start))
 			}
-			return nil
-		}
-		if errors.Is(err, wire.ErrBadChecksum) {
-			c.checksumFailures.Add(1)
+			return false, nil
 		}
 		switch {
 		case errors.Is(err, codes.ErrChecksumMismatch):
+			// Only bytes this side checked can belong to a replica that
+			// went away under the read; a node that found its own SSD copy
+			// corrupt (no wire.ErrBadChecksum) dropped it itself.
+			received := errors.Is(err, wire.ErrBadChecksum)
+			if c.reportBad(ctx, info, r, false) && received {
+				removed++
+				c.removedUnderRead.Add(1)
+				break
+			}
 			sawChecksum = true
-			c.reportBad(ctx, info, r, false)
+			other++
+			if received {
+				c.checksumFailures.Add(1)
+			}
 		case r.Kind == masterapi.LocalDisk && errors.Is(err, codes.ErrObjectNotFound):
 			// The node answered for its own SSD: it does not hold the
 			// object. The master must stop offering that replica. (A
 			// transport error says nothing about the SSD: not reported.)
-			c.reportBad(ctx, info, r, true)
+			if c.reportBad(ctx, info, r, true) {
+				removed++
+				c.removedUnderRead.Add(1)
+			} else {
+				other++
+			}
+		default:
+			other++
 		}
 		c.log.Debug("replica read failed; trying the next", "key", info.Key, "node", r.Node, "kind", r.Kind, "err", err)
 		c.fallbacks.Add(1)
@@ -300,7 +381,7 @@ func (c *Client) readBest(ctx context.Context, info masterapi.ObjectInfo, buf []
 			break
 		}
 	}
-	return c.allFailed(ctx, info, len(reps), last, sawChecksum)
+	return removed > 0 && other == 0, c.allFailed(ctx, info, len(reps), last, sawChecksum)
 }
 
 // allFailed is readBest's error when no replica could be read.

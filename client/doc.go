@@ -9,21 +9,27 @@
 // an etcd:// address is refused at New, and the client links no etcd.
 //
 // New connects a Client to a master. Put asks the master for a DRAM range (on the local node when
-// there is one), writes the bytes and completes the put; Get (or GetInto,
+// there is one), writes the bytes and completes the put; PutWith and
+// BatchPutWith take PutOptions (Replicas: that many DRAM replicas on as
+// many nodes, written in parallel, published together); Get (or GetInto,
 // into the caller's buffer without an allocation) asks for the
 // replica list (which grants a read lease) and reads the best replica
-// first: local DRAM, remote DRAM, local SSD, remote SSD, verifying size and
+// first: local DRAM, remote DRAM (of several, the next in turn, so that the
+// readers of a replicated object share its nodes), local SSD, remote SSD, verifying size and
 // CRC32C and falling back to the next replica on any failure; a replica
 // that fails the checksum, and an SSD replica whose node answers that it
 // does not hold the object, are reported to the master (ReportBadReplica),
 // which stops listing them (a node that cannot be reached is not reported:
-// plain fallback). When every replica fails the checksum because the key
-// was replaced while it was read (a forced remove freed the range, the
-// next put wrote it), Get and GetInto look it up once more and read the
-// new object. A call's follow-ups (a failed put's revoke, a bad-replica
+// plain fallback). When every replica fails the checksum, or the master
+// answers that the replicas read are no longer the object's (removed,
+// evicted or put again under the read: its range reused, its SSD key
+// re-offloaded; not corruption, counted in ReadStats.RemovedUnderRead),
+// Get, GetInto and the batch forms look the key up once more and read the
+// new object, or answer OBJECT_NOT_FOUND (REPLICA_IS_GONE inside a lease),
+// never CHECKSUM_MISMATCH for bytes that were not damaged. A call's follow-ups (a failed put's revoke, a bad-replica
 // report) run within its deadline and, once it has passed, in the
-// background (Close waits for them). Exists, Remove, EvictMemory and the
-// batch forms complete the API; BatchPut goes in pipelined waves (the next
+// background (Close waits for them). Exists, Remove, RemoveAll,
+// RemoveByRegex, EvictMemory and the batch forms complete the API; BatchPut goes in pipelined waves (the next
 // wave's ranges are asked for while the current one is written). Errors
 // wrap the sentinels this package re-exports from
 // internal/codes (ErrObjectNotFound, ErrReplicaGone, ..., and Code, CodeOf),

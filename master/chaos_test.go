@@ -12,7 +12,7 @@ import (
 	"github.com/tierstore/tierstore/masterapi"
 )
 
-// TestConcurrentChaos runs puts, lookups, removes, evictions, offload
+// TestConcurrentChaos runs puts (of 1 to 3 replicas), lookups, removes, evictions, offload
 // round trips, bad-replica reports, reconciles, node expiries and remounts on many goroutines,
 // then verifies every internal invariant with Check. Errors returned along
 // the way must all be documented codes.
@@ -58,7 +58,8 @@ func TestConcurrentChaos(t *testing.T) {
 				switch op := r.IntN(12); op {
 				case 0, 1:
 					size := int64(1 + r.IntN(8<<10))
-					rep, err := s.PutStart(bg, masterapi.PutStartRequest{Key: k, Size: size, CRC: crcOf(k), PreferredNode: n, SoftPin: r.IntN(4) == 0})
+					rep, err := s.PutStart(bg, masterapi.PutStartRequest{Key: k, Size: size, CRC: crcOf(k), PreferredNode: n, SoftPin: r.IntN(4) == 0,
+						Replicas: r.IntN(4), AllowFewer: r.IntN(2) == 0}) // 0 (one) to 3 replicas on the 3 nodes
 					note(err)
 					if err == nil {
 						if r.IntN(5) == 0 {

@@ -150,8 +150,8 @@ func (s *Service) takeCensus(c *census) error {
 // addMem counts o's DRAM replicas and checks their shape: all of one put
 // (one token, all complete or none), each on a different node.
 func (c *census) addMem(k string, o *object) error {
-	if o.mem.seg == nil && len(o.more) > 0 {
-		return inconsistent("key %s: %d further DRAM replicas without a first", masterapi.ShortKey(k), len(o.more))
+	if (o.mem.seg == nil && o.more != nil) || (o.more != nil && len(*o.more) == 0) {
+		return inconsistent("key %s: further DRAM replicas %v without a first, or an empty list", masterapi.ShortKey(k), o.more)
 	}
 	for i, m := range o.mems() {
 		c.memR++

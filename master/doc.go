@@ -65,6 +65,19 @@
 // once, PutStart waits on the room broadcast (room.go), bounded by its
 // context and put_start_max_wait.
 //
+// # Replicas
+//
+// A put may ask for several DRAM replicas (PutStartRequest.Replicas),
+// placed on distinct nodes by placement.go (strict by default: every one
+// or the put fails; AllowFewer: as many as fit now). They belong to one
+// put: one token, all Complete at PutEnd at once, which fails when any of
+// their segments died. object.mem is the first, object.more the others
+// (replicas.go iterates them: mems, memOn, memAt, removeMemAt). Lookups
+// list every readable one; the offload task reads from one (memSource) and
+// moves to another replica's node when its source goes; DRAM eviction
+// drops all of a victim's; a bad-replica report or a dead node's sweep
+// drops one. docs/master.md, "Replicas on several nodes".
+//
 // # Eviction
 //
 // When a segment's use passes eviction_high_watermark_ratio (background

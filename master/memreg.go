@@ -101,12 +101,8 @@ func (s *Service) registerMem(g *segment, m masterapi.MemoryObject, now int64) e
 		s.dropAllDisk(m.Key, o) // an older value's copies (memConflict allowed it)
 	}
 	o.size, o.crc, o.token = m.Length, m.CRC, m.PutToken
-	r := memReplica{seg: g, off: m.Offset, len: m.Length, token: m.PutToken, complete: true}
-	if o.mem.seg == nil {
-		o.mem = r
-	} else {
-		o.more = append(o.more, r) // another node's replica of the same put
-	}
+	// The first, or another node's replica of the same put.
+	o.addMem(memReplica{seg: g, off: m.Offset, len: m.Length, token: m.PutToken, complete: true})
 	o.lastUse = now
 	o.hardPin, o.softPin = o.hardPin || m.HardPin, o.softPin || m.SoftPin
 	if o.softPin {

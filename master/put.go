@@ -69,13 +69,8 @@ func (s *Service) putStart(ctx context.Context, req masterapi.PutStartRequest) (
 	// range's owners (invariant 8). One token for all the put's replicas.
 	token := s.tokens.next(now)
 	o.token = token
-	for i, p := range places {
-		m := memReplica{seg: p.seg, off: p.off, len: req.Size, token: token}
-		if i == 0 {
-			o.mem = m
-		} else {
-			o.more = append(o.more, m)
-		}
+	for _, p := range places {
+		o.addMem(memReplica{seg: p.seg, off: p.off, len: req.Size, token: token})
 		s.processing.Add(1)
 		s.countMem(p.seg.node, 1, req.Size)
 	}
@@ -87,9 +82,13 @@ func (s *Service) putStart(ctx context.Context, req masterapi.PutStartRequest) (
 // putReply describes the DRAM replicas of o's put. Caller holds the shard
 // lock.
 func (s *Service) putReply(o *object) masterapi.PutStartReply {
-	out := masterapi.PutStartReply{Replica: s.memDescriptor(&o.mem)}
-	for i := range o.more {
-		out.More = append(out.More, s.memDescriptor(&o.more[i]))
+	var out masterapi.PutStartReply
+	for i, m := range o.mems() {
+		if i == 0 {
+			out.Replica = s.memDescriptor(m)
+		} else {
+			out.More = append(out.More, s.memDescriptor(m))
+		}
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package master
 
 import (
 	"iter"
+	"slices"
 
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/masterapi"
@@ -12,11 +13,11 @@ import (
 // replicas while iterating. Caller holds the shard lock.
 func (o *object) mems() iter.Seq2[int, *memReplica] {
 	return func(yield func(int, *memReplica) bool) {
-		if o.mem.seg == nil || !yield(0, &o.mem) {
+		if o.mem.seg == nil || !yield(0, &o.mem) || o.more == nil {
 			return
 		}
-		for i := range o.more {
-			if !yield(i+1, &o.more[i]) {
+		for i := range *o.more {
+			if !yield(i+1, &(*o.more)[i]) {
 				return
 			}
 		}
@@ -25,10 +26,13 @@ func (o *object) mems() iter.Seq2[int, *memReplica] {
 
 // memCount is the number of o's DRAM replicas.
 func (o *object) memCount() int {
-	if o.mem.seg == nil {
+	switch {
+	case o.mem.seg == nil:
 		return 0
+	case o.more == nil:
+		return 1
 	}
-	return 1 + len(o.more)
+	return 1 + len(*o.more)
 }
 
 // memOn returns the index of o's DRAM replica on node n, or -1.
@@ -39,6 +43,18 @@ func (o *object) memOn(n *node) int {
 		}
 	}
 	return -1
+}
+
+// addMem adds m as o's next DRAM replica (the first when o has none).
+func (o *object) addMem(m memReplica) {
+	switch {
+	case o.mem.seg == nil:
+		o.mem = m
+	case o.more == nil:
+		o.more = &[]memReplica{m}
+	default:
+		*o.more = append(*o.more, m)
+	}
 }
 
 // readableMemOn returns o's DRAM replica on node n when it is readable
@@ -57,7 +73,7 @@ func (o *object) memAt(i int) *memReplica {
 	if i == 0 {
 		return &o.mem
 	}
-	return &o.more[i-1]
+	return &(*o.more)[i-1]
 }
 
 // removeMemAt forgets o's i-th DRAM replica from the slots (no counters,
@@ -65,14 +81,14 @@ func (o *object) memAt(i int) *memReplica {
 func (o *object) removeMemAt(i int) {
 	switch {
 	case i > 0:
-		o.more = append(o.more[:i-1], o.more[i:]...)
-	case len(o.more) > 0:
-		o.mem = o.more[0]
-		o.more = o.more[1:]
+		*o.more = slices.Delete(*o.more, i-1, i)
+	case o.more != nil:
+		o.mem = (*o.more)[0]
+		*o.more = slices.Delete(*o.more, 0, 1)
 	default:
 		o.mem = memReplica{}
 	}
-	if len(o.more) == 0 {
+	if o.more != nil && len(*o.more) == 0 {
 		o.more = nil
 	}
 }

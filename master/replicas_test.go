@@ -384,8 +384,9 @@ func TestReplicasReRegisteredFromEveryNode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	obj := masterapi.MemoryObject{Key: "k", Offset: 0, Length: 100, CRC: 7, PutToken: s.RemovalLog().Origin + 1<<40} // a put of the previous master, after the log began
-	for _, n := range []string{"a", "b", "a"} {                                                                      // a's call sent twice
+	// A put of the previous master, after the removal log began.
+	obj := masterapi.MemoryObject{Key: "k", Offset: 0, Length: 100, CRC: 7, PutToken: s.RemovalLog().Origin + 1<<40}
+	for _, n := range []string{"a", "b", "a"} { // a's call sent twice
 		if errs, err := s.ReRegisterMemoryObjects(bg, n, "seg0", []masterapi.MemoryObject{obj}, true); err != nil || errs[0] != nil {
 			t.Fatalf("node %s: %v %v", n, err, errs)
 		}
@@ -431,5 +432,40 @@ func TestReplicasBatchPutStart(t *testing.T) {
 		if err := s.PutEnd(bg, []string{"x", "y", "z"}[i], res[i].PutToken); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// An object whose SSD copy dies with its node, and that keeps a DRAM
+// replica on another node, is offloaded again from there: DRAM eviction
+// would otherwise drop it for want of an SSD copy.
+func TestReplicasSSDCopyRestoredFromAnotherNode(t *testing.T) {
+	s, clk := offloadService(t, func(c *Config) { c.ClientTTL = 10 * time.Second })
+	mount(t, s, "a", 1<<20)
+	mount(t, s, "b", 1<<20)
+	putReplicas(t, s, "k", 100, "a", 2)
+	put(t, s, "one", 100, "a") // one replica: lost with a, nothing to restore
+	if ts, _ := heartbeat(s, "a", 0); len(ts) != 2 {
+		t.Fatalf("tasks of a: %v", taskKeys(ts))
+	}
+	persisted := []masterapi.DiskObject{{Key: "k", Size: 100, CRC: crcOf("k")}, {Key: "one", Size: 100, CRC: crcOf("one")}}
+	if _, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: persisted}); err != nil {
+		t.Fatal(err)
+	}
+	if ts, _ := heartbeat(s, "b", 0); len(ts) != 0 {
+		t.Fatalf("b got tasks %v while a's SSD copy is readable", taskKeys(ts))
+	}
+	expire(t, s, clk, "a", "b")
+	ts, err := heartbeat(s, "b", 0)
+	if err != nil || len(ts) != 1 || ts[0].Key != "k" {
+		t.Fatalf("after a died: tasks of b %v %v", taskKeys(ts), err)
+	}
+	if _, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "b", Persisted: persisted[:1]}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.EvictMemory(bg, []string{"k"}, false); err != nil || res.Dropped != 1 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "LOCAL_DISK@b " {
+		t.Fatalf("%s %v", kinds(info), err)
 	}
 }

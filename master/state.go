@@ -77,22 +77,21 @@ type diskReplica struct {
 }
 
 // object is the metadata of one key. All fields are protected by the lock of
-// the shard that holds the object.
+// the shard that holds the object. (Fields are ordered so that the struct
+// has no padding beyond memReplica's and 4 bytes: 152 bytes, in the
+// allocator's 160-byte class; the master's memory per object,
+// docs/benchmarks.md.)
 type object struct {
 	size int64
-	crc  uint32
-	// token is the put token of the put that wrote the object's bytes (0
-	// for an object re-registered from SSD, whose copies carry none): a
-	// RemoveAll or RemoveByRegex leaves objects put during its scan.
-	token uint64
 
 	// mem is the first DRAM replica when mem.seg != nil (the put's
-	// preferred node's, when it had room), more the put's further DRAM
-	// replicas (PutStartRequest.Replicas > 1), each on another node; more
-	// is empty when mem.seg is nil. Go through mems, memOn and
+	// preferred node's, when it had room); more, when not nil, the put's
+	// further DRAM replicas (PutStartRequest.Replicas > 1), each on
+	// another node, and nil when mem.seg is nil. A pointer: a put of one
+	// replica pays 8 bytes for it. Go through mems, memOn, memAt and
 	// removeMemAt (replicas.go), which keep that shape.
 	mem  memReplica
-	more []memReplica
+	more *[]memReplica
 	disk []diskReplica // at most one per node id
 
 	leaseUntil int64 // unix ns: read lease; removal paths wait for it
@@ -104,13 +103,19 @@ type object struct {
 	softPinUntil   int64 // unix ns, meaningful when softPin
 	putStart       int64 // unix ns of PutStart while mem is not complete
 	lastUse        int64 // unix ns of the last lookup hit, or of PutEnd: orders eviction victims
-	softPin        bool
-	hardPin        bool
-	reads          uint32 // demand lookups counted by read admission
+	// token is the put token of the put that wrote the object's bytes (0
+	// for an object re-registered from SSD, whose copies carry none): a
+	// RemoveAll or RemoveByRegex leaves objects put during its scan.
+	token uint64
 
 	// offload is the node whose offload task (queued or in flight) pins mem;
 	// nil when no task exists.
 	offload *node
+
+	crc     uint32
+	reads   uint32 // demand lookups counted by read admission
+	softPin bool
+	hardPin bool
 	// offloadFails counts the retryable failures (and timeouts) of the
 	// current admission's offload task; at maxOffloadAttempts the task is
 	// dropped. Reset when admission queues the object anew.

@@ -8,9 +8,12 @@ import "github.com/tierstore/tierstore/masterapi"
 // only then too. Abandoned puts (PROCESSING longer than
 // put_start_discard_timeout) are reclaimed. Offload pins held by dead nodes
 // are released, and the task queued again on the node of another DRAM
-// replica if the object has one.
+// replica if the object has one; an object whose SSD copies all died with
+// their nodes is queued for offload again from another node's DRAM
+// replica (restoreSSDCopy).
 func (s *Service) sweep(now int64) {
 	left := false
+	restored := 0
 	discard := s.cfg.PutStartDiscardTimeout.Nanoseconds()
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -19,6 +22,9 @@ func (s *Service) sweep(now int64) {
 			if n := o.offload; n != nil && n.dead.Load() {
 				o.offload = nil // the dead node's mailbox went with it
 				s.requeueElsewhere(key, o, n, "its node died")
+			}
+			if s.restoreSSDCopy(key, o) {
+				restored++
 			}
 			if o.putInProgress() && now-o.putStart > discard {
 				s.log.Debug("reclaiming abandoned put", "key_len", len(key), "node", o.mem.seg.node.id, "replicas", o.memCount())
@@ -38,6 +44,22 @@ func (s *Service) sweep(now int64) {
 	if !left {
 		s.sweepDirty.Store(false)
 	}
+	if restored > 0 {
+		s.log.Info("offload queued again for objects whose SSD copies died with their node, from another node's DRAM replica", "objects", restored)
+	}
+}
+
+// restoreSSDCopy queues an offload task for o when every SSD copy it had
+// is on a dead node and another node still holds a readable DRAM replica
+// of it (a put of several replicas): the object had been admitted to SSD,
+// and without a copy there DRAM eviction would drop it. It reports whether
+// it queued. Caller holds the shard lock, before clearDead drops the dead
+// copies.
+func (s *Service) restoreSSDCopy(key string, o *object) bool {
+	if o.offload != nil || len(o.disk) == 0 || o.readableDisk() || !o.readableMem() {
+		return false
+	}
+	return s.enqueue(key, o)
 }
 
 // clearDead drops o's unreadable replicas if o's lease has expired; it

@@ -3,11 +3,13 @@ package node
 import (
 	"bytes"
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tierstore/tierstore/client"
+	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -103,5 +105,48 @@ func TestReaderFallsBackWhenDRAMRangeReallocated(t *testing.T) {
 	}
 	if err := m.Check(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Issue 21 item 5, made deterministic: between a reader's lookup and its
+// read the object is force-removed and its DRAM range re-allocated (and
+// written) to another object, over the data plane. The bytes there fail
+// the CRC32C, but the replica was removed, not damaged: the Get answers
+// OBJECT_NOT_FOUND (a fresh lookup's answer), counts no checksum failure
+// and reports nothing bad; the other object keeps its replica.
+func TestReadOfRemovedReusedRangeIsNotFound(t *testing.T) {
+	ctx := context.Background()
+	m := newMaster(t, testMasterConfig())
+	n := startTestNode(t, m, "127.0.0.1:0", nil)
+	writer := newTestClient(t, client.Config{Master: m, LocalNode: n})
+	if err := writer.Put(ctx, "A", rnd(64<<10)); err != nil {
+		t.Fatal(err)
+	}
+	var reused bool
+	sl := &staleLookup{API: m, key: "A", between: func(info masterapi.ObjectInfo) {
+		if err := m.Remove(ctx, "A", true); err != nil {
+			t.Errorf("remove A: %v", err)
+			return
+		}
+		if err := writer.Put(ctx, "B", rnd(64<<10)); err != nil {
+			t.Errorf("put B: %v", err)
+			return
+		}
+		bi, err := m.GetReplicaList(masterapi.WithOffloadPath(ctx), "B")
+		reused = err == nil && bi.Replicas[0].Offset == info.Replicas[0].Offset
+	}}
+	reader := newTestClient(t, client.Config{Master: sl}) // remote: the data plane
+	_, err := reader.Get(ctx, "A")
+	if !errors.Is(err, codes.ErrObjectNotFound) || errors.Is(err, codes.ErrChecksumMismatch) {
+		t.Fatalf("get of A removed under the read: %v, want OBJECT_NOT_FOUND", err)
+	}
+	if !reused {
+		t.Fatal("B did not take A's old range: the test did not exercise the reuse")
+	}
+	if rs := reader.ReadStats(); rs.ChecksumFailures != 0 || rs.BadReplicasReported != 0 || rs.RemovedUnderRead != 1 {
+		t.Fatalf("read stats %+v: want one replica removed under the read, no checksum failure", rs)
+	}
+	if bi, err := m.GetReplicaList(ctx, "B"); err != nil || len(bi.Replicas) != 1 {
+		t.Fatalf("B after A's reader: %+v %v", bi, err)
 	}
 }

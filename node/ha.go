@@ -143,6 +143,13 @@ func compareInt64(a, b int64) int {
 	return 0
 }
 
+// recordCount is how many DRAM records the node keeps.
+func (h *nodeHA) recordCount() int64 {
+	h.recMu.Lock()
+	defer h.recMu.Unlock()
+	return int64(len(h.records))
+}
+
 // forgetAll drops every record and returns how many there were.
 func (h *nodeHA) forgetAll() int {
 	h.recMu.Lock()

@@ -59,6 +59,10 @@ type Stats struct {
 	ReconcileKeysSent       int64 // SSD keys sent to the master by reconciles (only those of differing ranges)
 	NotifyRetries           int64 // notifies sent again after a transport error
 	RemovalLogRemoved       int64 // SSD objects deleted by the master's removal log
+	// DRAMRecords are the DRAM objects recorded for re-registration;
+	// RemovalDRAM and RemovalSSD the node's removal log cursors.
+	DRAMRecords             int64
+	RemovalDRAM, RemovalSSD masterapi.RemovalCursor
 	// SSDReports counts the SSD reports sent to the master's admission
 	// policy, SketchesReceived the admission sketches taken from it.
 	SSDReports, SketchesReceived int64
@@ -373,6 +377,8 @@ func (n *Node) Stats() Stats {
 	for c := range numCauses {
 		st.OffloadFailedBy[c.String()] = n.metrics.failedBy[c].Load()
 	}
+	st.DRAMRecords = n.ha.recordCount()
+	st.RemovalDRAM, st.RemovalSSD = n.RemovalCursors()
 	if n.tier != nil {
 		st.Tier = n.tier.Stats()
 	}

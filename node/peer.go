@@ -53,6 +53,9 @@ func (s *peerServer) NodeStats(ctx context.Context, _ *rpcpb.PeerStatsRequest) (
 		OffloadPersisted: st.OffloadPersisted, OffloadFailed: st.OffloadFailed,
 		PeerReadsDram: st.PeerReadsDRAM, PeerReadsSsd: st.PeerReadsSSD,
 		OffloadFailedBy: st.OffloadFailedBy,
+		DramRecords:     st.DRAMRecords, RemovalLog: st.RemovalSSD.Log,
+		RemovalCursorDram: st.RemovalDRAM.Seq, RemovalCursorSsd: st.RemovalSSD.Seq,
+		RemovalLogRemoved: st.RemovalLogRemoved,
 	}, nil
 }
 

@@ -60,21 +60,28 @@ func TestReplicasWrittenToTwoNodesAndReadAcrossFallback(t *testing.T) {
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// Consecutive reads of one object start at each of its replicas in
+	// turn (spreadRemoteDRAM): of 2 reads of k, one starts at a's replica
+	// and falls back; of 3 reads of each 3-replica key, one.
 	r := newTestClient(t, client.Config{Master: seen})
-	got, err := r.Get(ctx, "k")
-	if err != nil || !bytes.Equal(got, val) {
-		t.Fatalf("get with the first replica's node closed: %v", err)
-	}
-	if rs := r.ReadStats(); rs.RemoteDRAM != 1 || rs.Fallbacks != 1 {
-		t.Fatalf("read stats %+v, want one remote DRAM read after one fallback", rs)
-	}
-	for i, k := range keys {
-		if got, err := r.Get(ctx, k); err != nil || !bytes.Equal(got, vals[i]) {
-			t.Fatalf("get %s with node a closed: %v", k, err)
+	for range 2 {
+		got, err := r.Get(ctx, "k")
+		if err != nil || !bytes.Equal(got, val) {
+			t.Fatalf("get with the first replica's node closed: %v", err)
 		}
 	}
-	if rs := r.ReadStats(); rs.RemoteDRAM != 4 || rs.Fallbacks != 4 {
-		t.Fatalf("read stats %+v, want 4 remote DRAM reads after 4 fallbacks", rs)
+	if rs := r.ReadStats(); rs.RemoteDRAM != 2 || rs.Fallbacks != 1 {
+		t.Fatalf("read stats %+v, want 2 remote DRAM reads, one after a fallback", rs)
+	}
+	for i, k := range keys {
+		for range 3 {
+			if got, err := r.Get(ctx, k); err != nil || !bytes.Equal(got, vals[i]) {
+				t.Fatalf("get %s with node a closed: %v", k, err)
+			}
+		}
+	}
+	if rs := r.ReadStats(); rs.RemoteDRAM != 11 || rs.Fallbacks != 4 {
+		t.Fatalf("read stats %+v, want 11 remote DRAM reads, 4 after a fallback", rs)
 	}
 	gv, gerrs := newTestClient(t, client.Config{MasterAddr: addr}).BatchGet(ctx, keys) // the master knows a left
 	for i := range keys {
@@ -140,4 +147,41 @@ func (f frozenLookups) GetReplicaList(ctx context.Context, key string) (masterap
 		return info, nil
 	}
 	return f.API.GetReplicaList(ctx, key)
+}
+
+// The readers of an object put with 2 replicas share its two nodes (a hot
+// prefix read by every worker): single and batch reads alternate between
+// the replicas.
+func TestReplicasReadsSpreadOverNodes(t *testing.T) {
+	m := newMaster(t, testMasterConfig())
+	addr := serveMaster(t, m)
+	a := startTestNode(t, m, "127.0.0.1:0", nil)
+	b := startTestNode(t, m, "127.0.0.1:0", nil)
+	ctx := context.Background()
+	w := newTestClient(t, client.Config{MasterAddr: addr})
+	val := rnd(64 << 10)
+	if err := w.PutWith(ctx, "hot", val, client.PutOptions{Replicas: 2}); err != nil {
+		t.Fatal(err)
+	}
+	r := newTestClient(t, client.Config{MasterAddr: addr})
+	for range 10 {
+		if got, err := r.Get(ctx, "hot"); err != nil || !bytes.Equal(got, val) {
+			t.Fatalf("get: %v", err)
+		}
+	}
+	if ra, rb := a.Stats().PeerReadsDRAM, b.Stats().PeerReadsDRAM; ra != 5 || rb != 5 {
+		t.Fatalf("10 gets served %d by a, %d by b: want 5 each", ra, rb)
+	}
+	for range 10 {
+		vals, errs := r.BatchGet(ctx, []string{"hot"})
+		if errs[0] != nil || !bytes.Equal(vals[0], val) {
+			t.Fatalf("batch get: %v", errs[0])
+		}
+	}
+	if ra, rb := a.Stats().PeerReadsDRAM, b.Stats().PeerReadsDRAM; ra != 10 || rb != 10 {
+		t.Fatalf("20 reads served %d by a, %d by b: want 10 each", ra, rb)
+	}
+	if rs := r.ReadStats(); rs.RemoteDRAM != 20 || rs.Fallbacks != 0 {
+		t.Fatalf("read stats %+v", rs)
+	}
 }

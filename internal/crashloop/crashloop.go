@@ -26,9 +26,13 @@ type Config struct {
 	// master. Every fifth cycle kills the master while MasterCycles last.
 	NodeCycles, MasterCycles int
 	Nodes                    int // store nodes (default 2)
-	Clients                  int // concurrent writers per cycle (default 4)
-	ObjectSize               int // bytes per object (default 64 KiB)
-	PerWriter                int // most objects one writer puts per cycle (default 40)
+	// Replicas: DRAM replicas of every put, each on another node (default
+	// 1; at most Nodes). With more than one, a node kill must also lose
+	// none of the objects with a replica on another node.
+	Replicas   int
+	Clients    int // concurrent writers per cycle (default 4)
+	ObjectSize int // bytes per object (default 64 KiB)
+	PerWriter  int // most objects one writer puts per cycle (default 40)
 	// PutWindow: how long writers run before the kill, at most (a random
 	// moment in [PutWindow/4, PutWindow]). Default 600 ms.
 	PutWindow time.Duration
@@ -43,6 +47,9 @@ type Config struct {
 func (c *Config) defaults() {
 	if c.Nodes <= 0 {
 		c.Nodes = 2
+	}
+	if c.Replicas <= 0 {
+		c.Replicas = 1
 	}
 	if c.Clients <= 0 {
 		c.Clients = 4
@@ -73,8 +80,12 @@ type Report struct {
 	// a LOCAL_DISK replica just before a kill (checked after each restart;
 	// AnnouncedChecks counts those checks).
 	AnnouncedOnSSD, AnnouncedChecks int
-	// Lost: announced-on-SSD objects that could not be read after the
-	// restart. Must be 0.
+	// HeldElsewhere, HeldElsewhereChecks: with Replicas > 1, the distinct
+	// acknowledged objects the master listed with a complete replica on a
+	// node other than the victim just before a node kill, and the checks.
+	HeldElsewhere, HeldElsewhereChecks int
+	// Lost: announced-on-SSD (or held-elsewhere) objects that could not be
+	// read after the restart. Must be 0.
 	Lost int
 	// WrongBytes: reads that returned bytes other than those put. Must be 0.
 	WrongBytes int
@@ -95,8 +106,8 @@ func (r Report) OK() bool {
 }
 
 func (r Report) String() string {
-	return fmt.Sprintf("cycles: %d node, %d master; acknowledged %d; announced on SSD %d (%d checks); lost %d; wrong bytes %d; phantom replicas %d; duplicate replicas %d; DRAM-only objects lost with their process %d (seed %d)",
-		r.NodeCycles, r.MasterCycles, r.Acknowledged, r.AnnouncedOnSSD, r.AnnouncedChecks, r.Lost, r.WrongBytes, r.Phantoms, r.Duplicates, r.DRAMOnlyLost, r.Seed)
+	return fmt.Sprintf("cycles: %d node, %d master; acknowledged %d; announced on SSD %d (%d checks); held on another node %d (%d checks); lost %d; wrong bytes %d; phantom replicas %d; duplicate replicas %d; DRAM-only objects lost with their process %d (seed %d)",
+		r.NodeCycles, r.MasterCycles, r.Acknowledged, r.AnnouncedOnSSD, r.AnnouncedChecks, r.HeldElsewhere, r.HeldElsewhereChecks, r.Lost, r.WrongBytes, r.Phantoms, r.Duplicates, r.DRAMOnlyLost, r.Seed)
 }
 
 // loop is one crash loop's state.
@@ -113,11 +124,11 @@ type loop struct {
 	// goroutines of a cycle add to it, under mu.
 	mu      sync.Mutex
 	objects map[string][]byte
-	// everAnnounced: keys counted in Report.AnnouncedOnSSD (the main
-	// goroutine only).
-	everAnnounced map[string]bool
-	rep           Report
-	peers         wire.DataPool
+	// everAnnounced, everElsewhere: keys counted in Report.AnnouncedOnSSD
+	// and HeldElsewhere (the main goroutine only).
+	everAnnounced, everElsewhere map[string]bool
+	rep                          Report
+	peers                        wire.DataPool
 }
 
 // Run builds the binaries, starts a master and cfg.Nodes nodes, and runs
@@ -126,8 +137,12 @@ type loop struct {
 // in the report (Report.OK).
 func Run(ctx context.Context, cfg Config) (Report, error) {
 	cfg.defaults()
-	l := &loop{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed>>1|1)), objects: map[string][]byte{}, everAnnounced: map[string]bool{}}
+	l := &loop{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed>>1|1)), objects: map[string][]byte{},
+		everAnnounced: map[string]bool{}, everElsewhere: map[string]bool{}}
 	l.rep.Seed = cfg.Seed
+	if cfg.Replicas > cfg.Nodes {
+		return l.rep, fmt.Errorf("crashloop: %d replicas on %d nodes", cfg.Replicas, cfg.Nodes)
+	}
 	defer l.peers.Close()
 	var err error
 	if l.bins = cfg.Bins; l.bins == nil {
@@ -228,7 +243,7 @@ func (l *loop) cycle(ctx context.Context, cycle int, killMaster bool) error {
 		}()
 	}
 	time.Sleep(window) // the random moment of the kill: writers and offload rounds are running
-	announced, err := l.announced(ctx, c, killMaster, victim)
+	announced, elsewhere, err := l.announced(ctx, c, killMaster, victim)
 	if err != nil {
 		stopWriters()
 		wg.Wait()
@@ -250,8 +265,8 @@ func (l *loop) cycle(ctx context.Context, cycle int, killMaster bool) error {
 	} else if l.nodes[victim], err = l.startNode(victim); err != nil {
 		return err
 	}
-	fmt.Fprintf(l.cfg.Log, "cycle %d: kill -9 %s after %v; %d objects announced on SSD\n", cycle, what, window.Round(time.Millisecond), len(announced))
-	return l.check(ctx, announced)
+	fmt.Fprintf(l.cfg.Log, "cycle %d: kill -9 %s after %v; %d objects announced on SSD, %d held on another node\n", cycle, what, window.Round(time.Millisecond), len(announced), len(elsewhere))
+	return l.check(ctx, announced, elsewhere)
 }
 
 // write puts fresh objects until ctx ends, recording each acknowledged one.
@@ -271,7 +286,7 @@ func (l *loop) write(ctx context.Context, c *client.Client, cycle, w int) {
 		for j := range val {
 			val[j] = byte(cycle*31 + w*7 + i + j*13)
 		}
-		if err := c.Put(ctx, key, val); err == nil {
+		if err := c.PutWith(ctx, key, val, client.PutOptions{Replicas: l.cfg.Replicas}); err == nil {
 			l.mu.Lock()
 			l.objects[key] = val
 			l.rep.Acknowledged++
@@ -282,26 +297,33 @@ func (l *loop) write(ctx context.Context, c *client.Client, cycle, w int) {
 
 // announced lists the acknowledged keys the master holds a LOCAL_DISK
 // replica of that the coming kill must not lose: every such key for a
-// master kill, the victim node's for a node kill.
-func (l *loop) announced(ctx context.Context, c *client.Client, all bool, victim int) ([]string, error) {
+// master kill, the victim node's for a node kill. With Replicas > 1 and a
+// node kill, elsewhere lists the keys with a complete replica (DRAM or
+// SSD) on another node, which the kill must not lose either.
+func (l *loop) announced(ctx context.Context, c *client.Client, all bool, victim int) (onSSD, elsewhere []string, err error) {
 	keys := l.keys()
 	res, err := c.Master().BatchGetReplicaList(masterapi.WithOffloadPath(ctx), keys)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var out []string
 	for i, r := range res {
 		if r.Err != nil {
 			continue
 		}
+		ssd, other := false, false
 		for _, rep := range r.Info.Replicas {
-			if rep.Kind == masterapi.LocalDisk && rep.Status == masterapi.Complete && (all || rep.Node == l.nodes[victim].Node) {
-				out = append(out, keys[i])
-				break
-			}
+			mine := rep.Node == l.nodes[victim].Node
+			ssd = ssd || rep.Kind == masterapi.LocalDisk && rep.Status == masterapi.Complete && (all || mine)
+			other = other || rep.Status == masterapi.Complete && !mine
+		}
+		if ssd {
+			onSSD = append(onSSD, keys[i])
+		}
+		if other && !all && l.cfg.Replicas > 1 {
+			elsewhere = append(elsewhere, keys[i])
 		}
 	}
-	return out, nil
+	return onSSD, elsewhere, nil
 }
 
 func (l *loop) keys() []string {
@@ -315,24 +337,41 @@ func (l *loop) keys() []string {
 }
 
 // check waits until the restarted process has re-registered (bounded), then
-// reads every announced object back, reads a sample of all acknowledged
-// objects (none may return wrong bytes), and asks each node for every
-// LOCAL_DISK replica the master lists on it.
-func (l *loop) check(ctx context.Context, announced []string) error {
+// reads every announced (and held-elsewhere) object back, reads a sample
+// of all acknowledged objects (none may return wrong bytes), and asks each
+// node for every LOCAL_DISK replica the master lists on it.
+func (l *loop) check(ctx context.Context, announced, elsewhere []string) error {
 	c, err := client.New(ctx, client.Config{MasterAddr: l.master.Addr, Timeout: 5 * time.Second})
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	l.rep.AnnouncedChecks += len(announced)
-	for _, k := range announced {
-		if !l.everAnnounced[k] {
-			l.everAnnounced[k] = true
-			l.rep.AnnouncedOnSSD++
+	l.rep.HeldElsewhereChecks += len(elsewhere)
+	l.rep.AnnouncedOnSSD += countNew(l.everAnnounced, announced)
+	l.rep.HeldElsewhere += countNew(l.everElsewhere, elsewhere)
+	deadline := time.Now().Add(20 * time.Second)
+	l.mustRead(ctx, c, announced, deadline, "announced object")
+	l.mustRead(ctx, c, elsewhere, deadline, "object held on another node")
+	return l.checkAll(ctx, c)
+}
+
+// countNew marks keys in seen and returns how many were not there.
+func countNew(seen map[string]bool, keys []string) int {
+	n := 0
+	for _, k := range keys {
+		if !seen[k] {
+			seen[k] = true
+			n++
 		}
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for _, k := range announced {
+	return n
+}
+
+// mustRead reads every key back, retrying until deadline: a key still not
+// readable then is lost (Report.Lost), wrong bytes are counted.
+func (l *loop) mustRead(ctx context.Context, c *client.Client, keys []string, deadline time.Time, what string) {
+	for _, k := range keys {
 		for {
 			got, err := c.Get(ctx, k)
 			if err == nil {
@@ -345,13 +384,12 @@ func (l *loop) check(ctx context.Context, announced []string) error {
 			// until then the object may be unknown or its replica gone.
 			if time.Now().After(deadline) {
 				l.rep.Lost++
-				fmt.Fprintf(l.cfg.Log, "  lost announced object %s: %v\n", k, err)
+				fmt.Fprintf(l.cfg.Log, "  lost %s %s: %v\n", what, k, err)
 				break
 			}
 			time.Sleep(50 * time.Millisecond) // poll interval of a bounded wait
 		}
 	}
-	return l.checkAll(ctx, c)
 }
 
 func (l *loop) value(k string) []byte {

@@ -40,6 +40,30 @@ func TestCrashLoopShort(t *testing.T) {
 	}
 }
 
+// The short crash loop with 2 replicas on 3 nodes: besides the promises
+// above, a node kill loses none of the objects with a replica on another
+// node (issue 21: a DRAM-only object survives the loss of one node).
+func TestCrashLoopShortReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash loop: real processes, about a minute")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep, err := crashloop.Run(ctx, crashloop.Config{
+		NodeCycles: 6, MasterCycles: 1, Nodes: 3, Replicas: 2, Bins: bins, Dir: t.TempDir(), Log: testLog{t},
+	})
+	t.Log(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Fatalf("crash loop broke a promise: %v", rep)
+	}
+	if rep.HeldElsewhere == 0 {
+		t.Fatalf("no object had a replica on another node at any kill: the loop checked nothing: %v", rep)
+	}
+}
+
 // testLog writes the crash loop's progress lines to the test log.
 type testLog struct{ t *testing.T }
 

@@ -21,13 +21,19 @@ import (
 // its SSD copy): every object reads back byte-identical, before the master
 // notices (the reader falls back) and after; a put asking for more
 // replicas than live nodes fails with a clear error; remove leaves
-// nothing on the master or the live nodes.
+// nothing on the master or any node, the killed one included when it
+// comes back on its SSD directory.
 func TestReplicasSurviveKill9OfAHolder(t *testing.T) {
 	m := startMaster(t, 0)
 	nodes := map[string]*proc{}
 	var a *proc
+	aDir := t.TempDir()
 	for i := 0; i < 3; i++ {
-		p := startNode(t, m.Addr, t.TempDir(), "--reconcile_interval=300ms")
+		dir := aDir
+		if i > 0 {
+			dir = t.TempDir()
+		}
+		p := startNode(t, m.Addr, dir, "--reconcile_interval=300ms")
 		nodes[p.Node] = p
 		if i == 0 {
 			a = p
@@ -101,7 +107,9 @@ func TestReplicasSurviveKill9OfAHolder(t *testing.T) {
 		t.Fatalf("cli get of rep-big after the kill: code %d, equal %v", code, got == string(big))
 	}
 
-	// Remove: nothing is left on the master or the live nodes.
+	// Remove: nothing is left on the master or the nodes, the killed one
+	// included once it comes back on its SSD directory (which holds the
+	// SSD copies of the removed objects: they must not come back).
 	for _, k := range keys[:n] {
 		if err := reader.Remove(ctx, k, true); err != nil {
 			t.Fatalf("remove %s: %v", k, err)
@@ -115,12 +123,14 @@ func TestReplicasSurviveKill9OfAHolder(t *testing.T) {
 			t.Fatalf("exists %s after remove: %d %q", k, code, out)
 		}
 	}
+	a2 := startNode(t, m.Addr, aDir, "--reconcile_interval=300ms")
+	nodes[a2.Node] = a2
 	eventually(t, 20*time.Second, "nothing left", func() error {
 		st, err := reader.Stats(ctx)
 		if err != nil {
 			return err
 		}
-		if st.Objects != 0 || st.MemoryReplicas != 0 || st.DiskReplicas != 0 || st.SegmentUsed != 0 {
+		if st.Nodes != 3 || st.Objects != 0 || st.MemoryReplicas != 0 || st.DiskReplicas != 0 || st.SegmentUsed != 0 {
 			return fmt.Errorf("master still has %+v", st)
 		}
 		for id, p := range nodes {
@@ -130,6 +140,11 @@ func TestReplicasSurviveKill9OfAHolder(t *testing.T) {
 		}
 		return nil
 	})
+	for _, k := range keys {
+		if out, _, code := cli(t, "exists", "--master", m.Addr, k); code != 1 || strings.TrimSpace(out) != "false" {
+			t.Fatalf("exists %s after the killed node came back: %d %q", k, code, out)
+		}
+	}
 }
 
 // firstHolders counts the objects whose first DRAM replica each node

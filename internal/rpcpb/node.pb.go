@@ -89,8 +89,15 @@ type PeerStatsReply struct {
 	// Offload tasks answered failed, by cause (too_large, no_space,
 	// master_refused, ...; tierstore_node_offload_failures_total{reason}).
 	OffloadFailedBy map[string]int64 `protobuf:"bytes,19,rep,name=offload_failed_by,json=offloadFailedBy,proto3" json:"offload_failed_by,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// DRAM records kept for re-registration, and the removal log: the log
+	// id, the node's DRAM and SSD cursors, SSD objects it removed.
+	DramRecords       int64  `protobuf:"varint,20,opt,name=dram_records,json=dramRecords,proto3" json:"dram_records,omitempty"`
+	RemovalLog        string `protobuf:"bytes,21,opt,name=removal_log,json=removalLog,proto3" json:"removal_log,omitempty"`
+	RemovalCursorDram uint64 `protobuf:"varint,22,opt,name=removal_cursor_dram,json=removalCursorDram,proto3" json:"removal_cursor_dram,omitempty"`
+	RemovalCursorSsd  uint64 `protobuf:"varint,23,opt,name=removal_cursor_ssd,json=removalCursorSsd,proto3" json:"removal_cursor_ssd,omitempty"`
+	RemovalLogRemoved int64  `protobuf:"varint,24,opt,name=removal_log_removed,json=removalLogRemoved,proto3" json:"removal_log_removed,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *PeerStatsReply) Reset() {
@@ -256,13 +263,48 @@ func (x *PeerStatsReply) GetOffloadFailedBy() map[string]int64 {
 	return nil
 }
 
+func (x *PeerStatsReply) GetDramRecords() int64 {
+	if x != nil {
+		return x.DramRecords
+	}
+	return 0
+}
+
+func (x *PeerStatsReply) GetRemovalLog() string {
+	if x != nil {
+		return x.RemovalLog
+	}
+	return ""
+}
+
+func (x *PeerStatsReply) GetRemovalCursorDram() uint64 {
+	if x != nil {
+		return x.RemovalCursorDram
+	}
+	return 0
+}
+
+func (x *PeerStatsReply) GetRemovalCursorSsd() uint64 {
+	if x != nil {
+		return x.RemovalCursorSsd
+	}
+	return 0
+}
+
+func (x *PeerStatsReply) GetRemovalLogRemoved() int64 {
+	if x != nil {
+		return x.RemovalLogRemoved
+	}
+	return 0
+}
+
 var File_node_proto protoreflect.FileDescriptor
 
 const file_node_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
 	"node.proto\x12\x11tierstore.node.v1\"\x12\n" +
-	"\x10PeerStatsRequest\"\xea\x06\n" +
+	"\x10PeerStatsRequest\"\xbc\b\n" +
 	"\x0ePeerStatsReply\x12\x18\n" +
 	"\asegment\x18\x01 \x01(\tR\asegment\x12!\n" +
 	"\fsegment_size\x18\x02 \x01(\x04R\vsegmentSize\x12'\n" +
@@ -285,7 +327,13 @@ const file_node_proto_rawDesc = "" +
 	"\x0eoffload_failed\x18\x10 \x01(\x03R\roffloadFailed\x12&\n" +
 	"\x0fpeer_reads_dram\x18\x11 \x01(\x03R\rpeerReadsDram\x12$\n" +
 	"\x0epeer_reads_ssd\x18\x12 \x01(\x03R\fpeerReadsSsd\x12b\n" +
-	"\x11offload_failed_by\x18\x13 \x03(\v26.tierstore.node.v1.PeerStatsReply.OffloadFailedByEntryR\x0foffloadFailedBy\x1aB\n" +
+	"\x11offload_failed_by\x18\x13 \x03(\v26.tierstore.node.v1.PeerStatsReply.OffloadFailedByEntryR\x0foffloadFailedBy\x12!\n" +
+	"\fdram_records\x18\x14 \x01(\x03R\vdramRecords\x12\x1f\n" +
+	"\vremoval_log\x18\x15 \x01(\tR\n" +
+	"removalLog\x12.\n" +
+	"\x13removal_cursor_dram\x18\x16 \x01(\x04R\x11removalCursorDram\x12,\n" +
+	"\x12removal_cursor_ssd\x18\x17 \x01(\x04R\x10removalCursorSsd\x12.\n" +
+	"\x13removal_log_removed\x18\x18 \x01(\x03R\x11removalLogRemoved\x1aB\n" +
 	"\x14OffloadFailedByEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x012_\n" +

@@ -1,0 +1,260 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tierstore/tierstore/client"
+	"github.com/tierstore/tierstore/masterapi"
+)
+
+// A removal is final (issue 21, docs/design.md invariant 10), through the
+// real binaries: after each event below a removed key reads as not found,
+// `exists` says false, and the node that held it drops its copies, while
+// a key that was not removed (the control) comes back whole. Each test
+// waits for the control to be readable again, which proves that the
+// re-registrations it is about have happened.
+
+// lifecycleRig is one master (with a state directory, so the removal log
+// survives its kill -9) and one node with an SSD.
+type lifecycleRig struct {
+	t      *testing.T
+	port   int
+	state  string
+	ssd    string
+	master *proc
+	node   *proc
+	c      *client.Client
+	vals   map[string][]byte
+	keys   []string // removed by the scenario
+	ctrl   string   // kept
+}
+
+const lifecycleSize = 256 << 10
+
+func newLifecycleRig(t *testing.T) *lifecycleRig {
+	r := &lifecycleRig{t: t, port: freePort(t), state: t.TempDir(), ssd: t.TempDir()}
+	r.startMaster()
+	r.startNode()
+	r.c = newClient(t, r.master.Addr, "")
+	r.vals, r.keys = putAll(t, r.c, "k", 5, lifecycleSize)
+	r.ctrl = "control"
+	r.vals[r.ctrl] = randomValue(lifecycleSize)
+	if err := r.c.Put(context.Background(), r.ctrl, r.vals[r.ctrl]); err != nil {
+		t.Fatal(err)
+	}
+	waitDiskReplicas(t, r.c, 6)
+	return r
+}
+
+func (r *lifecycleRig) startMaster() {
+	r.master = startMaster(r.t, r.port, "--state_dir="+r.state)
+}
+
+func (r *lifecycleRig) startNode() {
+	r.node = startNode(r.t, r.master.Addr, r.ssd, "--reconcile_interval=1h") // reconcile would hide a resurrection
+}
+
+// removeAll removes the scenario's keys with one `tierstore rm --regex`,
+// forced (the puts' and the offload's leases and pins do not matter
+// here), and checks the count.
+func (r *lifecycleRig) removeAll() {
+	r.t.Helper()
+	if out, e, code := cli(r.t, "rm", "--master", r.master.Addr, "--force", "--regex", "^k-"); code != 0 || strings.TrimSpace(out) != fmt.Sprintf("removed %d", len(r.keys)) {
+		r.t.Fatalf("rm --regex: %d %q %s", code, out, e)
+	}
+}
+
+// checkGone waits until the control key reads back whole (through a new
+// client: the master may have restarted), then checks that every removed
+// key is not found for get and false for exists, that the master knows
+// the control only, and that the node holds only the control on SSD.
+func (r *lifecycleRig) checkGone() {
+	t := r.t
+	t.Helper()
+	c := newClient(t, r.master.Addr, "")
+	ctx := context.Background()
+	eventually(t, 30*time.Second, "the control key readable", func() error {
+		got, err := c.Get(ctx, r.ctrl)
+		if err == nil && !bytes.Equal(got, r.vals[r.ctrl]) {
+			t.Fatal("the control key read back other bytes")
+		}
+		return err
+	})
+	for _, k := range r.keys {
+		if _, err := c.Get(ctx, k); !errors.Is(err, client.ErrObjectNotFound) {
+			t.Fatalf("get %s after its removal: %v (want OBJECT_NOT_FOUND)", k, err)
+		}
+		if out, _, code := cli(t, "exists", "--master", r.master.Addr, k); code != 1 || strings.TrimSpace(out) != "false" {
+			t.Fatalf("exists %s after its removal: exit %d, %q", k, code, out)
+		}
+	}
+	eventually(t, 20*time.Second, "the node holds the control only", func() error {
+		st, err := c.Stats(ctx)
+		if err != nil {
+			return err
+		}
+		if st.Objects != 1 {
+			return fmt.Errorf("the master knows %d objects", st.Objects)
+		}
+		if ns := nodeStats(t, r.node.Addr); ns.GetSsdObjects() != 1 {
+			return fmt.Errorf("the node holds %d SSD objects", ns.GetSsdObjects())
+		}
+		return nil
+	})
+}
+
+// The issue's scenario: the five keys on SSD, two evicted from DRAM, all
+// five removed; kill -9 of the master, then of the node: none comes back,
+// and an evicted DRAM copy is not re-registered either.
+func TestRemoveThenMasterAndNodeKill9(t *testing.T) {
+	r := newLifecycleRig(t)
+	if out, e, code := cli(t, "evict", "--master", r.master.Addr, "--tier", "memory", r.keys[0], r.keys[1]); code != 0 || !strings.HasPrefix(out, "dropped 2") {
+		t.Fatalf("evict: %d %q %s", code, out, e)
+	}
+	r.removeAll()
+	r.master.Kill(syscall.SIGKILL)
+	r.startMaster()
+	r.checkGone()
+	r.node.Kill(syscall.SIGKILL)
+	r.startNode()
+	r.checkGone()
+}
+
+// A DRAM eviction the node has applied is final: after a kill -9 of the
+// master the evicted keys are readable from SSD only (no DRAM replica is
+// re-registered), the others from DRAM too.
+func TestEvictThenMasterKill9(t *testing.T) {
+	r := newLifecycleRig(t)
+	if _, e, code := cli(t, "evict", "--master", r.master.Addr, "--tier", "memory", r.keys[0], r.keys[1]); code != 0 {
+		t.Fatalf("evict: %d %s", code, e)
+	}
+	eventually(t, 10*time.Second, "the node forgot the evicted DRAM records", func() error {
+		if n := nodeStats(t, r.node.Addr).GetDramRecords(); n != 4 {
+			return fmt.Errorf("%d DRAM records", n)
+		}
+		return nil
+	})
+	r.master.Kill(syscall.SIGKILL)
+	r.startMaster()
+	c := newClient(t, r.master.Addr, "")
+	ctx := context.Background()
+	eventually(t, 30*time.Second, "the control key readable", func() error { _, err := c.Get(ctx, r.ctrl); return err })
+	evicted := map[string]bool{r.keys[0]: true, r.keys[1]: true}
+	for _, k := range append([]string{r.ctrl}, r.keys...) {
+		// The DRAM re-registration comes before the SSD one: once the SSD
+		// replica is listed, every DRAM replica that will be is.
+		eventually(t, 20*time.Second, "the replicas of "+k, func() error {
+			info, err := c.Master().GetReplicaList(ctx, k)
+			if err != nil {
+				return err
+			}
+			mem, disk := false, false
+			for _, rep := range info.Replicas {
+				mem = mem || rep.Kind == masterapi.Memory
+				disk = disk || rep.Kind == masterapi.LocalDisk
+			}
+			switch {
+			case !disk:
+				return fmt.Errorf("no SSD replica yet: %+v", info.Replicas)
+			case evicted[k] && mem:
+				t.Fatalf("%s was evicted from DRAM, yet its DRAM replica was re-registered: %+v", k, info.Replicas)
+			case !evicted[k] && !mem:
+				return fmt.Errorf("no DRAM replica yet: %+v", info.Replicas)
+			}
+			return nil
+		})
+		if got, err := c.Get(ctx, k); err != nil || !bytes.Equal(got, r.vals[k]) {
+			t.Fatalf("get %s: %v", k, err)
+		}
+	}
+}
+
+// kill -9 between the acknowledgement of a removal and its arrival at the
+// node: the node is stopped (it cannot pull) when the removals are
+// acknowledged, then the master is killed and restarted (or the node is
+// killed and restarted on its SSD directory).
+func TestRemovalAcknowledgedBeforeTheNodeLearnsOfIt(t *testing.T) {
+	for _, who := range []string{"master", "node"} {
+		t.Run("kill -9 of the "+who, func(t *testing.T) {
+			r := newLifecycleRig(t)
+			r.node.Kill(syscall.SIGSTOP)
+			r.removeAll()
+			if who == "master" {
+				r.master.Kill(syscall.SIGKILL)
+				r.startMaster()
+				r.node.Kill(syscall.SIGCONT)
+			} else {
+				r.node.Kill(syscall.SIGKILL)
+				r.startNode()
+			}
+			r.checkGone()
+		})
+	}
+}
+
+// A node partitioned when the removals are acknowledged (here: stopped),
+// for less than client_ttl and for more (the master expired it; it comes
+// back with its DRAM records and its SSD, and a cursor from before).
+func TestRemoveWhileNodePartitionedThenHeal(t *testing.T) {
+	for _, away := range []time.Duration{500 * time.Millisecond, 5 * time.Second} { // client_ttl is 2 s
+		t.Run(fmt.Sprint("away ", away), func(t *testing.T) {
+			r := newLifecycleRig(t)
+			r.node.Kill(syscall.SIGSTOP)
+			r.removeAll()
+			time.Sleep(away) // the partition's length is the scenario, not a wait for an event
+			r.node.Kill(syscall.SIGCONT)
+			r.checkGone()
+		})
+	}
+}
+
+// An HA failover (kill -9 of the leader) after the removals: the next
+// leader loads the removal log from etcd.
+func TestRemoveThenHAFailover(t *testing.T) {
+	h := startHA(t, 2)
+	lead, term := h.leader(0)
+	n := startNode(t, h.url, t.TempDir(), "--reconcile_interval=1h")
+	c := haClient(t, h.url)
+	vals, keys := putAll(t, c, "k", 5, lifecycleSize)
+	vals["control"] = randomValue(lifecycleSize)
+	ctx := context.Background()
+	if err := c.Put(ctx, "control", vals["control"]); err != nil {
+		t.Fatal(err)
+	}
+	waitDiskReplicas(t, c, 6)
+	for _, k := range keys {
+		if err := c.Remove(ctx, k, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lead.Kill(syscall.SIGKILL)
+	h.leader(term)
+	eventually(t, 30*time.Second, "the control key readable at the new leader", func() error {
+		got, err := c.Get(ctx, "control")
+		if err == nil && !bytes.Equal(got, vals["control"]) {
+			t.Fatal("the control read back other bytes")
+		}
+		return err
+	})
+	for _, k := range keys {
+		if _, err := c.Get(ctx, k); !errors.Is(err, client.ErrObjectNotFound) {
+			t.Fatalf("get %s after the failover: %v", k, err)
+		}
+		if ok, err := c.Exists(ctx, k); ok || err != nil {
+			t.Fatalf("exists %s after the failover: %v %v", k, ok, err)
+		}
+	}
+	eventually(t, 20*time.Second, "the node holds the control only", func() error {
+		if got := nodeStats(t, n.Addr).GetSsdObjects(); got != 1 {
+			return fmt.Errorf("%d SSD objects", got)
+		}
+		return nil
+	})
+}
