@@ -97,7 +97,7 @@
 //
 // This package imports the etcd client and the master's gRPC transport
 // (mastergrpc), never the etcd server: that is imported by ha/etcdserver,
-// ha/hatest and ha/cmd/tierstore-etcd only, for tests and development.
+// ha/hatest and cmd/tierstore-etcd only, for tests and development.
 //
 // # Concurrency
 //

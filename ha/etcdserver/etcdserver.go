@@ -2,7 +2,7 @@
 // calling process (go.etcd.io/etcd/server/v3/embed). It exists so that tests,
 // end-to-end tests and developers get an etcd without downloading a binary:
 // package ha/hatest wraps it for tests, and the tierstore-etcd command
-// (ha/cmd/tierstore-etcd) runs it as a separate process.
+// (cmd/tierstore-etcd) runs it as a separate process.
 //
 // It is not a production deployment: one member, no TLS, no auth. Production
 // HA masters use an operator-run etcd cluster (docs/ha.md).

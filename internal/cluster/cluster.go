@@ -33,7 +33,7 @@ func Build(ctx context.Context, race bool) (*Binaries, error) {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	b := &Binaries{Dir: dir}
-	if err := b.Add(ctx, race, "./cmd/tierstore-master", "./cmd/tierstore-node", "./cmd/tierstore", "./ha/cmd/tierstore-etcd"); err != nil {
+	if err := b.Add(ctx, race, "./cmd/tierstore-master", "./cmd/tierstore-node", "./cmd/tierstore", "./cmd/tierstore-etcd"); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}

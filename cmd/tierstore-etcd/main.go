@@ -2,7 +2,7 @@
 // server library, embedded) as its own process, so that end-to-end tests, CI
 // and developers can run HA masters without downloading an etcd binary:
 //
-//	go run ./ha/cmd/tierstore-etcd --data-dir /tmp/etcd --listen-client 127.0.0.1:0
+//	go run ./cmd/tierstore-etcd --data-dir /tmp/etcd --listen-client 127.0.0.1:0
 //	tierstore-etcd listening on 127.0.0.1:PORT master=etcd://127.0.0.1:PORT
 //
 // It binds 127.0.0.1 unless told otherwise, keeps its data in --data-dir
