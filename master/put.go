@@ -29,6 +29,10 @@ func (s *Service) putStart(ctx context.Context, req PutStartRequest) (PutStartRe
 	if err != nil {
 		return PutStartReply{}, err
 	}
+	// A removal of the key still being made durable goes first.
+	if err := s.rlog.waitKey(ctx, req.Key); err != nil {
+		return PutStartReply{}, err
+	}
 	sh := s.shardOf(req.Key)
 	// Cheap pre-check so that a duplicate put neither allocates nor evicts.
 	sh.mu.Lock()

@@ -9,32 +9,20 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/internal/netlab"
-	"github.com/tierstore/tierstore/internal/netlab/history"
 )
-
-// resurrection is the open finding of every scenario in which a node
-// re-registers its objects with a master (after it was expired, or with a
-// new leader): objects removed meanwhile come back, with the bytes of a
-// put that was removed, or that a newer put on another node superseded
-// (docs/reliability.md). Making removals final on the nodes is the
-// lifecycle work's (issue 21).
-var resurrection = map[string]string{
-	history.Resurrected: "a node re-registering its objects brings back objects removed meanwhile (removals are not final on the nodes: issue 21)",
-	history.Stale:       "a new leader rebuilt from some nodes serves an old copy a node still holds of a key removed and put again elsewhere (removals are not final on the nodes: issue 21)",
-}
 
 // all is every scenario, in the order Run runs them.
 var all = []scenario{
-	{"node-cut-from-master", "a node cut off from the master (not from clients) past client_ttl, clients reading it and writing its keys elsewhere; heal", always, nodeCutFromMaster, resurrection},
-	{"node-isolated-offload", "a node cut off from everyone during its offload rounds, then healed", always, nodeIsolatedOffload, resurrection},
+	{"node-cut-from-master", "a node cut off from the master (not from clients) past client_ttl, clients reading it and writing its keys elsewhere; heal", always, nodeCutFromMaster, nil},
+	{"node-isolated-offload", "a node cut off from everyone during its offload rounds, then healed", always, nodeIsolatedOffload, nil},
 	{"client-node-cut-32MiB", "a client cut off from a node in the middle of a 32 MiB put, then of a 32 MiB get", needTBF, clientNodeCut, nil},
 	{"client-master-cut-32MiB", "a client cut off from the master (not from the node) in the middle of a 32 MiB put: its PutEnd is lost", needTBF, clientMasterCut, nil},
-	{"ha-leader-cut-from-etcd", "the HA leader cut off from etcd but not from nodes and clients", always, haLeaderFromEtcd, resurrection},
-	{"ha-leader-cut-from-cluster", "the HA leader cut off from nodes and clients but not from etcd", always, haLeaderFromCluster, resurrection},
-	{"split-halves", "the cluster split in two halves with a master in each (the leader in the half without etcd)", always, splitHalves, resurrection},
+	{"ha-leader-cut-from-etcd", "the HA leader cut off from etcd but not from nodes and clients", always, haLeaderFromEtcd, nil},
+	{"ha-leader-cut-from-cluster", "the HA leader cut off from nodes and clients but not from etcd", always, haLeaderFromCluster, nil},
+	{"split-halves", "the cluster split in two halves with a master in each (the leader in the half without etcd)", always, splitHalves, nil},
 	{"delay-loss", "150 ms delay with 50 ms jitter (relay) and 10% loss between 4 clients and the nodes, 1 MiB puts and gets", needRelay, delayLoss, nil},
 	{"dup-reorder", "5% duplicated and 10% reordered packets with 5 ms jitter between clients and nodes (relay)", needRelay, dupReorder, nil},
-	{"flapping-link", "the link between the master and a node up 2 s, down 1 s, clients working throughout", always, flapping, resurrection},
+	{"flapping-link", "the link between the master and a node up 2 s, down 1 s, clients working throughout", always, flapping, nil},
 }
 
 func always(netlab.Caps) string { return "" }
