@@ -18,7 +18,8 @@ import (
 	"github.com/tierstore/tierstore/bench/internal/trace"
 	"github.com/tierstore/tierstore/embedded"
 	"github.com/tierstore/tierstore/internal/codes"
-	"github.com/tierstore/tierstore/master"
+	"github.com/tierstore/tierstore/masterapi"
+
 	"github.com/tierstore/tierstore/node"
 )
 
@@ -650,7 +651,7 @@ func collectChurnFigures(ctx context.Context, emb *churnStack, f *churnFigures) 
 
 // drainOffload waits (polling, bounded) until the master has no offload
 // task queued or in flight.
-func drainOffload(ctx context.Context, m master.API) error {
+func drainOffload(ctx context.Context, m masterapi.API) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		st, err := m.Stats(ctx)

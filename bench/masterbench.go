@@ -29,7 +29,7 @@ type masterOp struct {
 	name    string
 	workers int
 	ops     int
-	do      func(ctx context.Context, api master.API, i int, r *rand.Rand) (int, error)
+	do      func(ctx context.Context, api masterapi.API, i int, r *rand.Rand) (int, error)
 }
 
 // masterSizes: objects put, lookups made, keys per batch lookup, and each
@@ -71,7 +71,7 @@ func runMaster(ctx context.Context, e *env) (*result, error) {
 	}
 	for _, mode := range []struct {
 		name    string
-		api     master.API
+		api     masterapi.API
 		seg     string
 		workers int
 	}{
@@ -126,7 +126,7 @@ func startBenchMaster(ctx context.Context, cfg master.Config, sz masterSizes) (*
 
 // measureMode runs the put phase, then the lookup phases, of one mode and
 // adds a row per operation to t.
-func measureMode(ctx context.Context, e *env, t *table, name string, api master.API, seg string, workers int, sz masterSizes) error {
+func measureMode(ctx context.Context, e *env, t *table, name string, api masterapi.API, seg string, workers int, sz masterSizes) error {
 	keyList := make([]string, sz.objects)
 	for i := range keyList {
 		keyList[i] = fmt.Sprintf("%s/obj/%09d", seg, i)
@@ -164,7 +164,7 @@ func measureMode(ctx context.Context, e *env, t *table, name string, api master.
 func masterOps(keyList []string, node string, workers int, sz masterSizes, stored []bool, rnd func(*rand.Rand) int) []masterOp {
 	key := func(i int) string { return keyList[i] }
 	return []masterOp{
-		{"put pair (PutStart+PutEnd)", workers, sz.objects, func(ctx context.Context, api master.API, i int, r *rand.Rand) (int, error) {
+		{"put pair (PutStart+PutEnd)", workers, sz.objects, func(ctx context.Context, api masterapi.API, i int, r *rand.Rand) (int, error) {
 			rep, err := api.PutStart(ctx, masterapi.PutStartRequest{Key: key(i), Size: masterObjSize, CRC: uint32(i), PreferredNode: node})
 			if err != nil {
 				return 0, err
@@ -175,7 +175,7 @@ func masterOps(keyList []string, node string, workers int, sz masterSizes, store
 			stored[i] = true
 			return 1, nil
 		}},
-		{"ExistKey", workers, sz.lookups, func(ctx context.Context, api master.API, i int, r *rand.Rand) (int, error) {
+		{"ExistKey", workers, sz.lookups, func(ctx context.Context, api masterapi.API, i int, r *rand.Rand) (int, error) {
 			k := key(rnd(r))
 			ok, err := api.ExistKey(ctx, k)
 			if err == nil && !ok {
@@ -183,7 +183,7 @@ func masterOps(keyList []string, node string, workers int, sz masterSizes, store
 			}
 			return 1, err
 		}},
-		{"GetReplicaList", workers, sz.lookups, func(ctx context.Context, api master.API, i int, r *rand.Rand) (int, error) {
+		{"GetReplicaList", workers, sz.lookups, func(ctx context.Context, api masterapi.API, i int, r *rand.Rand) (int, error) {
 			k := key(rnd(r))
 			info, err := api.GetReplicaList(ctx, k)
 			if err == nil && len(info.Replicas) == 0 {
@@ -191,7 +191,7 @@ func masterOps(keyList []string, node string, workers int, sz masterSizes, store
 			}
 			return 1, err
 		}},
-		{fmt.Sprintf("BatchGetReplicaList x%d", sz.batch), workers, sz.lookups / sz.batch, func(ctx context.Context, api master.API, i int, r *rand.Rand) (int, error) {
+		{fmt.Sprintf("BatchGetReplicaList x%d", sz.batch), workers, sz.lookups / sz.batch, func(ctx context.Context, api masterapi.API, i int, r *rand.Rand) (int, error) {
 			keys := make([]string, sz.batch)
 			for j := range keys {
 				keys[j] = key(rnd(r))
@@ -216,7 +216,7 @@ type opFigures struct {
 	p50, p99                float64
 }
 
-func measureMasterOp(ctx context.Context, e *env, api master.API, op masterOp, budget time.Duration) (opFigures, error) {
+func measureMasterOp(ctx context.Context, e *env, api masterapi.API, op masterOp, budget time.Duration) (opFigures, error) {
 	var f opFigures
 	ctx, cancel := context.WithTimeout(ctx, budget+10*time.Second)
 	defer cancel()

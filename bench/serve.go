@@ -283,7 +283,7 @@ func serveCharts(dir string, cells []serveCell) ([]string, error) {
 		if len(groups) == 0 {
 			continue
 		}
-		mk := func(m map[string]map[string]float64) []series {
+		mk := func(groups []string, m map[string]map[string]float64) []series {
 			var ss []series
 			for _, s := range stores {
 				v := make([]float64, len(groups))
@@ -299,13 +299,19 @@ func serveCharts(dir string, cells []serveCell) ([]string, error) {
 			return ss
 		}
 		p := filepath.Join(dir, "serve-"+size+"-gbps.png")
-		if err := groupedBars(p, "working set "+size+" DRAM: GB/s per operation", "GB/s", groups, mk(vals), nil); err != nil {
+		if err := groupedBars(p, "working set "+size+" DRAM: GB/s per operation", "GB/s", groups, mk(groups, vals), nil); err != nil {
 			return files, err
 		}
 		files = append(files, p)
-		if size == "3x" {
+		var reads []string // the groups that read (puts have no hit ratio)
+		for _, g := range groups {
+			if len(hits[g]) > 0 {
+				reads = append(reads, g)
+			}
+		}
+		if size == "3x" && len(reads) > 0 {
 			p := filepath.Join(dir, "serve-3x-hits.png")
-			if err := groupedBars(p, "working set 3x DRAM: hit ratio", "hit ratio", groups, mk(hits), nil); err != nil {
+			if err := groupedBars(p, "working set 3x DRAM: hit ratio", "hit ratio", reads, mk(reads, hits), nil); err != nil {
 				return files, err
 			}
 			files = append(files, p)

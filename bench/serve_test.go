@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"math/rand/v2"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -28,7 +30,7 @@ func TestServeSmoke(t *testing.T) {
 	}
 	dir := t.TempDir()
 	jsonPath, plotDir := filepath.Join(dir, "out.json"), filepath.Join(dir, "plots")
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute) // 131 s under -race at load 25
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	if err := run(ctx, []string{"serve", "--quick", "--dir", dir, "--json", jsonPath, "--plot", plotDir}, &stdout, &stderr); err != nil {
@@ -133,5 +135,14 @@ func TestMergeOps(t *testing.T) {
 	}
 	if len(a[0].lat) != 2 {
 		t.Fatalf("the first pass's latencies were changed: %v", a[0].lat)
+	}
+}
+
+// A peer whose binary is missing is unavailable, with one line naming it
+// and the package to install (the scenario then skips that store).
+func TestServeMissingPeer(t *testing.T) {
+	_, err := startPeer(context.Background(), t.TempDir(), "no-such-peer-server", "127.0.0.1:1")
+	if !errors.Is(err, errUnavailable) || !strings.Contains(err.Error(), "no-such-peer-server is not installed") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("missing peer: %v", err)
 	}
 }

@@ -184,15 +184,14 @@ func (c *Client) endWave(ctx context.Context, keys []string, w *putWave, errs []
 			endReps = append(endReps, w.starts[j].Replica)
 		}
 	}
-	if len(revokes) > 0 {
-		if _, err := c.m.BatchPutRevoke(ctx, revokes); err != nil {
-			c.log.Debug("batch put revoke failed", "err", err)
-		}
-	}
+	c.revokeBatch(ctx, revokes)
 	if len(ends) == 0 {
 		return
 	}
 	res, err := c.m.BatchPutEnd(ctx, ends)
+	if err != nil {
+		c.revokeBatch(ctx, ends) // as Put does after a failed PutEnd
+	}
 	for j, i := range endIdx {
 		switch {
 		case err != nil:
@@ -205,6 +204,21 @@ func (c *Client) endWave(ctx context.Context, keys []string, w *putWave, errs []
 			c.observePut(endReps[j], start)
 		}
 	}
+}
+
+// revokeBatch abandons the put tokens of puts (best effort, as revoke:
+// within the batch's deadline ctx, then in the background).
+func (c *Client) revokeBatch(ctx context.Context, puts []masterapi.PutRef) {
+	if len(puts) == 0 {
+		return
+	}
+	c.afterCall(ctx, revokeTimeout, func(ctx context.Context) error {
+		_, err := c.m.BatchPutRevoke(ctx, puts)
+		if err != nil {
+			c.log.Debug("batch put revoke failed", "puts", len(puts), "err", err)
+		}
+		return err
+	})
 }
 
 // BatchExists answers Exists for every key with one call.

@@ -44,4 +44,5 @@ var (
 	ErrUnableOffload     = codes.ErrUnableOffload     // UNABLE_OFFLOAD (-1300): offload not enabled
 	ErrTaskNotFound      = codes.ErrTaskNotFound      // TASK_NOT_FOUND (-1400)
 	ErrNeedRemount       = codes.ErrNeedRemount       // NEED_REMOUNT (-1500)
+	ErrVersionMismatch   = codes.ErrVersionMismatch   // VERSION_MISMATCH (-1600): a master or node of another protocol version (docs/design.md)
 )

@@ -4,7 +4,7 @@
 //
 // # Records
 //
-// Four record kinds share the pebble key space, told apart by a one-byte
+// Five record kinds share the pebble key space, told apart by a one-byte
 // prefix (the layout is documented in docs/format/index.md):
 //
 //	'k' key              -> object location (bucket, offset, lengths, codec, CRC32C)
@@ -12,12 +12,14 @@
 //	'm' be64(bucket)     -> bucket record (size, objects written, creation time,
 //	                        live objects and bytes, trailer offset/length/CRC32C)
 //	'n'                  -> next bucket id
+//	'f'                  -> format version of the tier directory (FormatVersion)
 //
 // Object keys are opaque bytes of 1 to MaxKeyLen bytes. Because the object
 // key only ever follows the prefix (or a fixed-width bucket id), no choice of
 // key bytes can make two records collide. Every value starts with a version
 // byte; a value that does not decode is reported as a *CorruptError, which
-// matches ErrCorrupt and names the key or bucket.
+// matches ErrCorrupt and names the key or bucket. Open refuses an index of
+// another format version (ErrFormatVersion) before reading anything else.
 //
 // # Invariants
 //

@@ -36,6 +36,9 @@ var (
 	// ErrInconsistent: Check found records that break an invariant of the
 	// index.
 	ErrInconsistent = errors.New("index: inconsistent records")
+	// ErrFormatVersion: Open found an index of another format version than
+	// FormatVersion (the message names both); nothing was changed.
+	ErrFormatVersion = errors.New("index: format version mismatch")
 )
 
 // CorruptError describes a record that failed to decode. It matches

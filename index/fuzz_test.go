@@ -11,15 +11,16 @@ import (
 // FuzzOpenRecords writes arbitrary records (any kind, any key and value
 // bytes: a damaged or foreign database) straight into pebble, then opens
 // the index on it and drives every read, key deletion and bucket
-// deletion. Nothing may panic; every error is ErrCorrupt or
-// ErrInconsistent; what Keys yields is a valid key; and when Check accepts
+// deletion (the format record of this build is written first). Nothing may
+// panic; every error is ErrCorrupt, ErrInconsistent or (Open)
+// ErrFormatVersion; what Keys yields is a valid key; and when Check accepts
 // the records, the index agrees with itself (Count, Keys, Get, GetMany,
 // BucketKeys, BucketLiveKeys) and deleting every bucket leaves an empty,
 // consistent index. See docs/fuzzing.md.
 //
 // Input: a sequence of records, each
 //
-//	kind byte (k, b, m, n, or anything else: raw key), key length byte,
+//	kind byte (k, b, m, n, f, or anything else: raw key), key length byte,
 //	key bytes, value length byte, value bytes.
 //
 // For 'b' and 'm' the key bytes follow the prefix unchanged, so the bucket
@@ -66,6 +67,11 @@ func writeRaw(t *testing.T, fs vfs.FS, data []byte) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The format record of this build, as Open writes it (the input may
+	// overwrite it).
+	if err := db.Set(formatKey, encodeFormat(FormatVersion), pebble.NoSync); err != nil {
+		t.Fatal(err)
+	}
 	n := 0
 	for len(data) >= 2 {
 		kind, klen := data[0], int(data[1])
@@ -81,7 +87,7 @@ func writeRaw(t *testing.T, fs vfs.FS, data []byte) bool {
 			val, data = data[1:1+vlen], data[1+vlen:]
 		}
 		switch kind {
-		case prefixObject, prefixMembership, prefixBucket, prefixNext:
+		case prefixObject, prefixMembership, prefixBucket, prefixNext, prefixFormat:
 			key = append([]byte{kind}, key...)
 		}
 		if len(key) == 0 {
@@ -100,7 +106,7 @@ func writeRaw(t *testing.T, fs vfs.FS, data []byte) bool {
 
 func requireIndexErr(t *testing.T, what string, err error) {
 	t.Helper()
-	if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrInconsistent) {
+	if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrInconsistent) && !errors.Is(err, ErrFormatVersion) {
 		t.Fatalf("%s: untyped error %v", what, err)
 	}
 }

@@ -169,6 +169,9 @@ func Open(dir string, opts Options) (ix *Index, err error) {
 // count as the sum of the
 // buckets' live counts (one record per bucket, not per object).
 func (ix *Index) load() error {
+	if err := ix.checkFormat(); err != nil {
+		return err
+	}
 	next := uint64(1)
 	v, closer, err := ix.db.Get(nextKey)
 	switch {
@@ -208,6 +211,48 @@ func (ix *Index) load() error {
 	ix.count.Store(n)
 	ix.next.Store(next)
 	return nil
+}
+
+// checkFormat reads the format record. An index without one is new (it has
+// no record at all; the format record is then written, unless read-only)
+// or was written before formats were versioned (format 0). Any version but
+// FormatVersion is refused, naming both, and nothing is written.
+func (ix *Index) checkFormat() error {
+	v, closer, err := ix.db.Get(formatKey)
+	switch {
+	case err == nil:
+		got, derr := decodeFormat(v)
+		closer.Close()
+		if derr != nil {
+			return derr
+		}
+		if got != FormatVersion {
+			return fmt.Errorf("%w: the index is of format version %d, this build reads version %d", ErrFormatVersion, got, FormatVersion)
+		}
+		return nil
+	case !errors.Is(err, pebble.ErrNotFound):
+		return err
+	}
+	it, err := ix.db.NewIter(nil)
+	if err != nil {
+		return err
+	}
+	empty := !it.First()
+	if err := it.Close(); err != nil {
+		return err
+	}
+	if !empty {
+		return fmt.Errorf("%w: the index has records but no format record (format version 0, written before formats were versioned), this build reads version %d", ErrFormatVersion, FormatVersion)
+	}
+	if ix.readOnly {
+		return nil
+	}
+	b := ix.db.NewBatch()
+	defer b.Close()
+	if err := b.Set(formatKey, encodeFormat(FormatVersion), nil); err != nil {
+		return err
+	}
+	return ix.commit(b)
 }
 
 // scan calls fn for every record whose key starts with prefix, in key order.

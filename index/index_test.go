@@ -597,3 +597,43 @@ func TestCloseFlushes(t *testing.T) {
 	require.NoError(t, err)
 	closer.Close()
 }
+
+// The format version (docs/design.md, "Format and protocol versions"): a
+// new index records FormatVersion; an index of another version, or one
+// with records but no format record (written before formats were
+// versioned: version 0), is refused naming both versions, and left as it
+// was.
+func TestFormatVersion(t *testing.T) {
+	fs := vfs.NewMem()
+	ix := open(t, "index", fs)
+	commit(t, ix, 1, "a")
+	require.NoError(t, ix.Close())
+	rawGet := func() []byte {
+		db, err := pebble.Open("index", &pebble.Options{FS: fs, Logger: pebbleLogger{quietLogger}})
+		require.NoError(t, err)
+		defer db.Close()
+		v, closer, err := db.Get(formatKey)
+		if errors.Is(err, pebble.ErrNotFound) {
+			return nil
+		}
+		require.NoError(t, err)
+		defer closer.Close()
+		return bytes.Clone(v)
+	}
+	require.Equal(t, encodeFormat(FormatVersion), rawGet())
+
+	rawSet(t, fs, "index", formatKey, encodeFormat(FormatVersion+1))
+	_, err := Open("index", Options{FS: fs, Logger: quietLogger})
+	require.ErrorIs(t, err, ErrFormatVersion)
+	require.ErrorContains(t, err, fmt.Sprintf("format version %d, this build reads version %d", FormatVersion+1, FormatVersion))
+	require.Equal(t, encodeFormat(FormatVersion+1), rawGet(), "a refused index is left as it was")
+
+	db, err := pebble.Open("index", &pebble.Options{FS: fs, Logger: pebbleLogger{quietLogger}})
+	require.NoError(t, err)
+	require.NoError(t, db.Delete(formatKey, pebble.Sync))
+	require.NoError(t, db.Close())
+	_, err = Open("index", Options{FS: fs, Logger: quietLogger})
+	require.ErrorIs(t, err, ErrFormatVersion)
+	require.ErrorContains(t, err, "format version 0")
+	require.Nil(t, rawGet(), "no format record is written into a refused index")
+}

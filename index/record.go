@@ -14,6 +14,7 @@ const (
 	prefixMembership = 'b' // 'b' be64(bucket) key    -> membershipValue
 	prefixBucket     = 'm' // 'm' be64(bucket)        -> bucketValue
 	prefixNext       = 'n' // 'n'                     -> nextValue
+	prefixFormat     = 'f' // 'f'                     -> formatValue
 
 	// recordVersion is the first byte of every value but the bucket
 	// record's.
@@ -25,11 +26,13 @@ const (
 	membershipValueLen = 1
 	bucketValueLen     = 1 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 4 // 61
 	nextValueLen       = 1 + 8
+	formatValueLen     = 1 + 4
 
 	kindObject     = "object"
 	kindMembership = "membership"
 	kindBucket     = "bucket"
 	kindNext       = "next-bucket-id"
+	kindFormat     = "format"
 )
 
 // MaxKeyLen is the longest object key accepted, in bytes.
@@ -75,6 +78,30 @@ func bucketKey(id uint64) []byte {
 }
 
 var nextKey = []byte{prefixNext}
+
+var formatKey = []byte{prefixFormat}
+
+// FormatVersion is the on-disk format of an SSD tier directory that this
+// build reads and writes: the index records of docs/format/index.md and the
+// bucket files they list (bucket.Version). It is recorded in the index
+// (the format record) when the index is created, and any change of a record
+// layout or of the bucket file format bumps it (docs/design.md, "Format and
+// protocol versions"). Open refuses another version (ErrFormatVersion).
+const FormatVersion = 1
+
+func encodeFormat(version uint32) []byte {
+	v := make([]byte, formatValueLen)
+	v[0] = recordVersion
+	binary.BigEndian.PutUint32(v[1:], version)
+	return v
+}
+
+func decodeFormat(v []byte) (uint32, error) {
+	if err := checkValue(v, formatValueLen); err != "" {
+		return 0, &CorruptError{Kind: kindFormat, Reason: err}
+	}
+	return binary.BigEndian.Uint32(v[1:]), nil
+}
 
 // prefixUpperBound returns the smallest key greater than every key that has
 // prefix p (p must not be all 0xff bytes).

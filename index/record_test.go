@@ -31,6 +31,8 @@ func TestRecordLayoutGolden(t *testing.T) {
 	require.Equal(t, "62"+"0000000000000102"+"6162", hex.EncodeToString(membershipKey(0x0102, []byte("ab"))))
 	require.Equal(t, "6d"+"0000000000000102", hex.EncodeToString(bucketKey(0x0102)))
 	require.Equal(t, "6e", hex.EncodeToString(nextKey))
+	require.Equal(t, "66", hex.EncodeToString(formatKey))
+	require.Equal(t, "01"+"00000001", hex.EncodeToString(encodeFormat(1)))
 
 	got, err := decodeObject([]byte("ab"), encodeObject(loc))
 	require.NoError(t, err)

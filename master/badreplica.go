@@ -4,10 +4,11 @@ import (
 	"context"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // ReportBadReplica implements API.
-func (s *Service) ReportBadReplica(ctx context.Context, key string, crc uint32, r Replica) error {
+func (s *Service) ReportBadReplica(ctx context.Context, key string, crc uint32, r masterapi.Replica) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
@@ -25,14 +26,14 @@ func (s *Service) ReportBadReplica(ctx context.Context, key string, crc uint32, 
 		return s.observe(codes.Errorf(codes.ReplicaNotFound, "master: report_bad_replica: the object now has CRC32C %08x, the report is about %08x", o.crc, crc))
 	}
 	switch r.Kind {
-	case Memory:
+	case masterapi.Memory:
 		i := memReported(o, r)
 		if i < 0 {
 			return s.observe(codes.Errorf(codes.ReplicaNotFound, "master: report_bad_replica: no such MEMORY replica on node %q", r.Node))
 		}
 		s.dropMemReplica(key, o, i, codes.ReplicaNotFound) // the others stay
 		s.settleEmpty(sh, key, o, now)
-	case LocalDisk:
+	case masterapi.LocalDisk:
 		if !s.dropDisk(sh, key, o, r.Node, now) {
 			return s.observe(codes.Errorf(codes.ReplicaNotFound, "master: report_bad_replica: no LOCAL_DISK replica on node %q", r.Node))
 		}
@@ -47,7 +48,7 @@ func (s *Service) ReportBadReplica(ctx context.Context, key string, crc uint32, 
 // memReported returns the index of o's complete DRAM replica that r
 // describes (node, segment, range and, when given, put token), or -1.
 // Caller holds the shard lock.
-func memReported(o *object, r Replica) int {
+func memReported(o *object, r masterapi.Replica) int {
 	for i, m := range o.mems() {
 		if m.complete && m.seg.node.id == r.Node && m.seg.name == r.Segment && m.off == r.Offset && m.len == r.Length &&
 			(r.PutToken == 0 || r.PutToken == m.token) {

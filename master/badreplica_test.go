@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // TestReportBadReplica (invariant 5): a reported replica is dropped; with another
@@ -15,9 +16,9 @@ func TestReportBadReplica(t *testing.T) {
 	s, clk := offloadService(t, nil)
 	mount(t, s, "a", 1<<20)
 	rep := put(t, s, "k", 100, "a")
-	rep.Status = Complete
+	rep.Status = masterapi.Complete
 	heartbeat(s, "a", 0)
-	s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Persisted: []DiskObject{{Key: "k", Size: 100, CRC: crcOf("k")}}})
+	s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "k", Size: 100, CRC: crcOf("k")}}})
 
 	// A report about other bytes (the key was put again since) or a
 	// replica that does not exist changes nothing.
@@ -26,7 +27,7 @@ func TestReportBadReplica(t *testing.T) {
 	moved.Offset += 4096
 	mustIs(t, s.ReportBadReplica(bg, "k", crcOf("k"), moved), codes.ErrReplicaNotFound)
 	mustIs(t, s.ReportBadReplica(bg, "nope", 1, rep), codes.ErrObjectNotFound)
-	mustIs(t, s.ReportBadReplica(bg, "k", crcOf("k"), Replica{Kind: LocalDisk, Node: "b"}), codes.ErrReplicaNotFound)
+	mustIs(t, s.ReportBadReplica(bg, "k", crcOf("k"), masterapi.Replica{Kind: masterapi.LocalDisk, Node: "b"}), codes.ErrReplicaNotFound)
 
 	info, err := s.GetReplicaList(bg, "k") // lease
 	if err != nil || kinds(info) != "MEMORY@a LOCAL_DISK@a " {
@@ -42,7 +43,7 @@ func TestReportBadReplica(t *testing.T) {
 		t.Fatalf("DRAM range not freed: %+v", st)
 	}
 	// The last replica: leased, so the metadata stays and lookups say gone.
-	if err := s.ReportBadReplica(bg, "k", crcOf("k"), Replica{Kind: LocalDisk, Node: "a"}); err != nil {
+	if err := s.ReportBadReplica(bg, "k", crcOf("k"), masterapi.Replica{Kind: masterapi.LocalDisk, Node: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = s.GetReplicaList(bg, "k")
@@ -54,7 +55,7 @@ func TestReportBadReplica(t *testing.T) {
 
 	// Without a lease the object goes at once.
 	rep = put(t, s, "u", 100, "a")
-	rep.Status = Complete
+	rep.Status = masterapi.Complete
 	if err := s.ReportBadReplica(bg, "u", crcOf("u"), rep); err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +76,7 @@ func TestReportBadReplicaNeverDropsAnotherReplica(t *testing.T) {
 	for _, via := range []string{"service", "grpc"} {
 		t.Run(via, func(t *testing.T) {
 			s, _ := testService(t, func(c *Config) { c.ClientTTL = time.Hour })
-			var api API = s
+			var api masterapi.API = s
 			if via == "grpc" {
 				api = remoteService(t, s)
 			}

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // benchObjects is the population of the lookup benchmarks.
@@ -36,7 +38,7 @@ func benchService(b *testing.B) (*Service, []string) {
 			panic(err)
 		}
 		for n := 0; n < 4; n++ {
-			if err := s.MountSegment(bg, MountRequest{Node: fmt.Sprint("n", n), Endpoint: "e", Segment: "s", Size: 32 << 20}); err != nil {
+			if err := s.MountSegment(bg, masterapi.MountRequest{Node: fmt.Sprint("n", n), Endpoint: "e", Segment: "s", Size: 32 << 20}); err != nil {
 				panic(err)
 			}
 		}
@@ -48,7 +50,7 @@ func benchService(b *testing.B) (*Service, []string) {
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
 		for i, k := range keys {
-			r, err := s.PutStart(bg, PutStartRequest{Key: k, Size: 64, CRC: uint32(i), PreferredNode: fmt.Sprint("n", i%4)})
+			r, err := s.PutStart(bg, masterapi.PutStartRequest{Key: k, Size: 64, CRC: uint32(i), PreferredNode: fmt.Sprint("n", i%4)})
 			if err != nil {
 				panic(err)
 			}
@@ -56,7 +58,7 @@ func benchService(b *testing.B) (*Service, []string) {
 				panic(err)
 			}
 			if i%4 == 0 {
-				s.ReRegisterDiskObjects(bg, fmt.Sprint("n", (i+1)%4), []DiskObject{{Key: k, Size: 64, CRC: uint32(i)}})
+				s.ReRegisterDiskObjects(bg, fmt.Sprint("n", (i+1)%4), []masterapi.DiskObject{{Key: k, Size: 64, CRC: uint32(i)}})
 			}
 		}
 		runtime.GC()
@@ -168,7 +170,7 @@ func BenchmarkPutStartEnd(b *testing.B) {
 	}
 	defer s.Close()
 	for n := 0; n < 2; n++ {
-		if err := s.MountSegment(bg, MountRequest{Node: fmt.Sprint("n", n), Endpoint: "e", Segment: "s", Size: 128 << 20}); err != nil {
+		if err := s.MountSegment(bg, masterapi.MountRequest{Node: fmt.Sprint("n", n), Endpoint: "e", Segment: "s", Size: 128 << 20}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -178,7 +180,7 @@ func BenchmarkPutStartEnd(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			k := benchKey(int(ctr.Add(1)))
-			r, err := s.PutStart(bg, PutStartRequest{Key: k, Size: 4096})
+			r, err := s.PutStart(bg, masterapi.PutStartRequest{Key: k, Size: 4096})
 			if err != nil {
 				b.Fatal(err)
 			}

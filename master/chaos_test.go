@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // TestConcurrentChaos runs puts, lookups, removes, evictions, offload
@@ -57,7 +58,7 @@ func TestConcurrentChaos(t *testing.T) {
 				switch op := r.IntN(12); op {
 				case 0, 1:
 					size := int64(1 + r.IntN(8<<10))
-					rep, err := s.PutStart(bg, PutStartRequest{Key: k, Size: size, CRC: crcOf(k), PreferredNode: n, SoftPin: r.IntN(4) == 0})
+					rep, err := s.PutStart(bg, masterapi.PutStartRequest{Key: k, Size: size, CRC: crcOf(k), PreferredNode: n, SoftPin: r.IntN(4) == 0})
 					note(err)
 					if err == nil {
 						if r.IntN(5) == 0 {
@@ -83,13 +84,13 @@ func TestConcurrentChaos(t *testing.T) {
 				case 6:
 					ts, err := heartbeat(s, n, 5)
 					note(err)
-					var req NotifyRequest
+					var req masterapi.NotifyRequest
 					req.Node = n
 					for j, task := range ts {
 						if j%3 == 2 {
-							req.Failed = append(req.Failed, OffloadFailure{Key: task.Key, Retryable: true})
+							req.Failed = append(req.Failed, masterapi.OffloadFailure{Key: task.Key, Retryable: true})
 						} else {
-							req.Persisted = append(req.Persisted, DiskObject{Key: task.Key, Size: task.Size, CRC: task.CRC})
+							req.Persisted = append(req.Persisted, masterapi.DiskObject{Key: task.Key, Size: task.Size, CRC: task.CRC})
 						}
 					}
 					errs, err := s.NotifyOffloadSuccess(bg, req)
@@ -108,7 +109,7 @@ func TestConcurrentChaos(t *testing.T) {
 				case 9:
 					if r.IntN(20) == 0 {
 						s.ExpireNode(n)
-						note(s.MountSegment(bg, MountRequest{Node: n, Endpoint: n + ":1", Segment: "seg0", Size: 64 << 10}))
+						note(s.MountSegment(bg, masterapi.MountRequest{Node: n, Endpoint: n + ":1", Segment: "seg0", Size: 64 << 10}))
 					}
 				case 10:
 					_, err := s.EvictMemory(bg, []string{k}, false)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/admission"
+	"github.com/tierstore/tierstore/masterapi"
 	"pgregory.net/rapid"
 )
 
@@ -52,7 +53,7 @@ func TestColdPutOrderMatchesReference(t *testing.T) {
 		}
 		defer s.Close()
 		const obj, slots = 4 << 10, 5
-		if err := s.MountSegment(bg, MountRequest{Node: "a", Endpoint: "a:1", Segment: "seg0", Size: slots * obj}); err != nil {
+		if err := s.MountSegment(bg, masterapi.MountRequest{Node: "a", Endpoint: "a:1", Segment: "seg0", Size: slots * obj}); err != nil {
 			t.Fatal(err)
 		}
 		type ref struct {
@@ -101,7 +102,7 @@ func TestColdPutOrderMatchesReference(t *testing.T) {
 				gone = res[v].key
 				res = append(res[:v], res[v+1:]...)
 			}
-			r, err := s.PutStart(bg, PutStartRequest{Key: key, Size: obj, CRC: crcOf(key), PreferredNode: "a"})
+			r, err := s.PutStart(bg, masterapi.PutStartRequest{Key: key, Size: obj, CRC: crcOf(key), PreferredNode: "a"})
 			if err != nil {
 				t.Fatalf("step %d: PutStart(%s): %v", step, key, err)
 			}

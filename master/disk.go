@@ -32,16 +32,16 @@ func (s *Service) dropDisk(sh *shard, key string, o *object, id string, now int6
 // stays and the key is answered in Keep, for the node to keep readable.
 // The lease protects readability, never the bucket: the node's SSD keeps
 // admitting whatever the readers do.
-func (s *Service) EvictDiskReplica(ctx context.Context, nodeID string, keys []string) (EvictResult, error) {
+func (s *Service) EvictDiskReplica(ctx context.Context, nodeID string, keys []string) (masterapi.EvictResult, error) {
 	if err := s.check(ctx); err != nil {
-		return EvictResult{}, err
+		return masterapi.EvictResult{}, err
 	}
 	for _, k := range keys {
 		if err := validKey(k); err != nil {
-			return EvictResult{}, s.observe(err)
+			return masterapi.EvictResult{}, s.observe(err)
 		}
 	}
-	var res EvictResult
+	var res masterapi.EvictResult
 	var kept map[string]struct{} // Keep's keys, once each
 	for _, k := range keys {
 		sh := s.shardOf(k)

@@ -50,15 +50,15 @@ func logTo(c *Config) *logBuffer {
 }
 
 // failAll plays node n: it fetches every queued task and answers it failed.
-func failAll(t *testing.T, api API, n string, retryable bool, reason string) int {
+func failAll(t *testing.T, api masterapi.API, n string, retryable bool, reason string) int {
 	t.Helper()
 	ts, err := heartbeat(api, n, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := NotifyRequest{Node: n}
+	req := masterapi.NotifyRequest{Node: n}
 	for _, task := range ts {
-		req.Failed = append(req.Failed, OffloadFailure{Key: task.Key, Retryable: retryable, Reason: reason})
+		req.Failed = append(req.Failed, masterapi.OffloadFailure{Key: task.Key, Retryable: retryable, Reason: reason})
 	}
 	if len(ts) > 0 {
 		if _, err := api.NotifyOffloadSuccess(bg, req); err != nil {
@@ -85,7 +85,7 @@ func TestOnEvictDoesNotWedge(t *testing.T) {
 				c.PutStartMaxWait = 30 * time.Second
 				logs = logTo(c)
 			})
-			var api API = s
+			var api masterapi.API = s
 			if via == "grpc" {
 				api = remoteService(t, s)
 			}
@@ -102,7 +102,7 @@ func TestOnEvictDoesNotWedge(t *testing.T) {
 			if len(ts) != 2 {
 				t.Fatalf("tasks %v", taskKeys(ts))
 			}
-			api.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: []OffloadFailure{
+			api.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Failed: []masterapi.OffloadFailure{
 				{Key: "too-big-for-a-bucket", Retryable: false, Reason: "object larger than a bucket"},
 				{Key: "ssd-full", Retryable: true, Reason: "SSD full"}}})
 			for i := 1; i < maxOffloadAttempts; i++ {
@@ -212,10 +212,10 @@ func TestOnEvictOffloadsInPutOrder(t *testing.T) {
 			s.evictIfAboveWatermark()
 			ts, _ := heartbeat(s, "a", 0)
 			offloaded = append(offloaded, taskKeys(ts)...)
-			var req NotifyRequest
+			var req masterapi.NotifyRequest
 			req.Node = "a"
 			for _, task := range ts {
-				req.Persisted = append(req.Persisted, DiskObject{Key: task.Key, Size: task.Size, CRC: task.CRC})
+				req.Persisted = append(req.Persisted, masterapi.DiskObject{Key: task.Key, Size: task.Size, CRC: task.CRC})
 			}
 			s.NotifyOffloadSuccess(bg, req)
 		}
@@ -246,7 +246,7 @@ func TestEvictContinuesPastQueuedVictims(t *testing.T) {
 				c.AdmissionFlags.Margin = 0
 				c.EvictionRatio = 0.25 // 2 victims of 8 per pass
 			})
-			var api API = s
+			var api masterapi.API = s
 			if via == "grpc" {
 				api = remoteService(t, s)
 			}

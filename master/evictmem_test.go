@@ -15,8 +15,8 @@ func TestEvictMemoryCountsSkips(t *testing.T) {
 	for _, k := range []string{"ok", "leased", "nodisk", "pending"} {
 		put(t, s, k, 64, "a")
 	}
-	putWith(t, s, PutStartRequest{Key: "hard", Size: 64, CRC: crcOf("hard"), HardPin: true})
-	if _, err := s.PutStart(bg, PutStartRequest{Key: "prog", Size: 64, CRC: crcOf("prog")}); err != nil {
+	putWith(t, s, masterapi.PutStartRequest{Key: "hard", Size: 64, CRC: crcOf("hard"), HardPin: true})
+	if _, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "prog", Size: 64, CRC: crcOf("prog")}); err != nil {
 		t.Fatal(err)
 	}
 	// A reader of "leased" is given only its DRAM replica.
@@ -27,17 +27,17 @@ func TestEvictMemoryCountsSkips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := NotifyRequest{Node: "a"}
+	req := masterapi.NotifyRequest{Node: "a"}
 	for _, tk := range tasks {
 		switch tk.Key {
 		case "ok", "leased":
-			req.Persisted = append(req.Persisted, DiskObject{Key: tk.Key, Size: tk.Size, CRC: tk.CRC})
+			req.Persisted = append(req.Persisted, masterapi.DiskObject{Key: tk.Key, Size: tk.Size, CRC: tk.CRC})
 		case "nodisk":
-			req.Failed = append(req.Failed, OffloadFailure{Key: tk.Key, Reason: "too large"})
+			req.Failed = append(req.Failed, masterapi.OffloadFailure{Key: tk.Key, Reason: "too large"})
 		case "pending":
 			// in flight: the node has not answered yet
 		default:
-			req.Persisted = append(req.Persisted, DiskObject{Key: tk.Key, Size: tk.Size, CRC: tk.CRC})
+			req.Persisted = append(req.Persisted, masterapi.DiskObject{Key: tk.Key, Size: tk.Size, CRC: tk.CRC})
 		}
 	}
 	if _, err := s.NotifyOffloadSuccess(bg, req); err != nil {

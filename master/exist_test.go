@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // TestExistAgreesWithGet: ExistKey (single, batch, over gRPC) tells the
@@ -24,7 +25,7 @@ func TestExistAgreesWithGet(t *testing.T) {
 	mount(t, s, "b", 1<<20)
 	_, err := s.GetReplicaList(bg, "k")
 	mustIs(t, err, codes.ErrReplicaGone)
-	for name, api := range map[string]API{"in-process": s, "gRPC": r} {
+	for name, api := range map[string]masterapi.API{"in-process": s, "gRPC": r} {
 		ok, err := api.ExistKey(bg, "k")
 		if ok {
 			t.Errorf("%s: exists true for a lost object", name)
@@ -36,7 +37,7 @@ func TestExistAgreesWithGet(t *testing.T) {
 		}
 		mustIs(t, res[0].Err, codes.ErrReplicaGone)
 	}
-	if _, err := s.PutStart(bg, PutStartRequest{Key: "p", Size: 10, CRC: 1}); err != nil {
+	if _, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "p", Size: 10, CRC: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := s.ExistKey(bg, "p"); ok || err != nil {

@@ -46,25 +46,25 @@ func remoteService(t testing.TB, s *Service) *masterapi.Remote {
 func TestRemoteMatchesService(t *testing.T) {
 	s, clk := testService(t, func(c *Config) { c.EnableOffload = true; c.OffloadReadAdmissionThreshold = 2; c.ClientTTL = time.Hour })
 	r := remoteService(t, s)
-	var api API = r
+	var api masterapi.API = r
 	ctx, cancel := context.WithTimeout(bg, 20*time.Second)
 	defer cancel()
 
-	if p, err := api.Ping(ctx, "a"); err != nil || p.Status != NeedRemount || p.ClientTTL != time.Hour {
+	if p, err := api.Ping(ctx, "a"); err != nil || p.Status != masterapi.NeedRemount || p.ClientTTL != time.Hour {
 		t.Fatalf("ping unknown: %+v %v", p, err)
 	}
 	mount(t, api, "a", 1<<20)
-	if p, _ := api.Ping(ctx, "a"); p.Status != NodeOK {
+	if p, _ := api.Ping(ctx, "a"); p.Status != masterapi.NodeOK {
 		t.Fatal("ping after mount")
 	}
-	err := api.MountSegment(ctx, MountRequest{Node: "a", Segment: "seg0", Size: 1 << 21})
+	err := api.MountSegment(ctx, masterapi.MountRequest{Node: "a", Segment: "seg0", Size: 1 << 21})
 	mustIs(t, err, codes.ErrSegmentExists)
 
 	rep := put(t, api, "k", 1000, "a")
-	if rep.Node != "a" || rep.Endpoint != "a:1" || rep.Segment != "seg0" || rep.Length != 1000 || rep.Status != Processing {
+	if rep.Node != "a" || rep.Endpoint != "a:1" || rep.Segment != "seg0" || rep.Length != 1000 || rep.Status != masterapi.Processing {
 		t.Fatalf("replica %+v", rep)
 	}
-	_, err = api.PutStart(ctx, PutStartRequest{Key: "k", Size: 1})
+	_, err = api.PutStart(ctx, masterapi.PutStartRequest{Key: "k", Size: 1})
 	mustIs(t, err, codes.ErrObjectExists)
 	if codes.Of(err) != codes.ObjectExists {
 		t.Fatal("code lost")
@@ -104,31 +104,31 @@ func TestRemoteMatchesService(t *testing.T) {
 	if ts, _ := heartbeat(api, "a", 10); len(ts) != 0 {
 		t.Fatalf("offload-path lookups counted: %v", taskKeys(ts))
 	}
-	errs, err := api.NotifyOffloadSuccess(ctx, NotifyRequest{Node: "a",
-		Persisted: []DiskObject{{Key: "k", Size: 1000, CRC: crcOf("k")}, {Key: "q", Size: 10, CRC: 0xbad}},
-		Failed:    []OffloadFailure{{Key: "zz", Retryable: true}}})
+	errs, err := api.NotifyOffloadSuccess(ctx, masterapi.NotifyRequest{Node: "a",
+		Persisted: []masterapi.DiskObject{{Key: "k", Size: 1000, CRC: crcOf("k")}, {Key: "q", Size: 10, CRC: 0xbad}},
+		Failed:    []masterapi.OffloadFailure{{Key: "zz", Retryable: true}}})
 	if err != nil || errs[0] != nil || !errors.Is(errs[1], codes.ErrChecksumConflict) {
 		t.Fatalf("notify %v %v", errs, err)
 	}
-	_, err = api.NotifyOffloadSuccess(ctx, NotifyRequest{Node: "ghost"})
+	_, err = api.NotifyOffloadSuccess(ctx, masterapi.NotifyRequest{Node: "ghost"})
 	mustIs(t, err, codes.ErrNeedRemount)
 
-	bp, err := api.BatchPutStart(ctx, []PutStartRequest{{Key: "b1", Size: 10}, {Key: "k", Size: 10}})
+	bp, err := api.BatchPutStart(ctx, []masterapi.PutStartRequest{{Key: "b1", Size: 10}, {Key: "k", Size: 10}})
 	if err != nil || bp[0].Err != nil || bp[0].Replica.Node != "a" || !errors.Is(bp[1].Err, codes.ErrObjectExists) {
 		t.Fatalf("batch put %+v %v", bp, err)
 	}
-	be, err := api.BatchPutEnd(ctx, []PutRef{{Key: "b1", Token: bp[0].Replica.PutToken}, {Key: "none", Token: bp[0].Replica.PutToken}})
+	be, err := api.BatchPutEnd(ctx, []masterapi.PutRef{{Key: "b1", Token: bp[0].Replica.PutToken}, {Key: "none", Token: bp[0].Replica.PutToken}})
 	if err != nil || be[0] != nil || !errors.Is(be[1], masterapi.ErrStalePut) {
 		t.Fatalf("batch put end %v %v", be, err)
 	}
-	bp, err = api.BatchPutStart(ctx, []PutStartRequest{{Key: "b2", Size: 10}})
+	bp, err = api.BatchPutStart(ctx, []masterapi.PutStartRequest{{Key: "b2", Size: 10}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bv, err := api.BatchPutRevoke(ctx, []PutRef{{Key: "b2", Token: bp[0].Replica.PutToken}}); err != nil || bv[0] != nil {
+	if bv, err := api.BatchPutRevoke(ctx, []masterapi.PutRef{{Key: "b2", Token: bp[0].Replica.PutToken}}); err != nil || bv[0] != nil {
 		t.Fatal(bv, err)
 	}
-	if errs, err := api.ReRegisterDiskObjects(ctx, "a", []DiskObject{{Key: "d", Size: 5, CRC: 5}}); err != nil || errs[0] != nil {
+	if errs, err := api.ReRegisterDiskObjects(ctx, "a", []masterapi.DiskObject{{Key: "d", Size: 5, CRC: 5}}); err != nil || errs[0] != nil {
 		t.Fatal(errs, err)
 	}
 	if res, err := api.EvictDiskReplica(ctx, "a", []string{"d"}); err != nil || res.Dropped != 1 || res.Keep != nil {
@@ -143,8 +143,8 @@ func TestRemoteMatchesService(t *testing.T) {
 	mustIs(t, err, codes.ErrNeedRemount)
 	// ReportBadReplica over the wire: a wrong replica is REPLICA_NOT_FOUND,
 	// an unknown key OBJECT_NOT_FOUND.
-	mustIs(t, api.ReportBadReplica(ctx, "k", crcOf("k"), Replica{Kind: LocalDisk, Node: "a"}), codes.ErrReplicaNotFound)
-	mustIs(t, api.ReportBadReplica(ctx, "nope", 1, Replica{Kind: Memory, Node: "a"}), codes.ErrObjectNotFound)
+	mustIs(t, api.ReportBadReplica(ctx, "k", crcOf("k"), masterapi.Replica{Kind: masterapi.LocalDisk, Node: "a"}), codes.ErrReplicaNotFound)
+	mustIs(t, api.ReportBadReplica(ctx, "nope", 1, masterapi.Replica{Kind: masterapi.Memory, Node: "a"}), codes.ErrObjectNotFound)
 	clk.Advance(2 * time.Hour)
 	if n, err := api.EvictMemory(ctx, nil, true); err != nil || n.Dropped != 0 {
 		t.Fatal(n, err)
@@ -203,7 +203,7 @@ func TestRemoteMooncake4508(t *testing.T) {
 	if err != nil || !errors.Is(br[0].Err, codes.ErrReplicaGone) {
 		t.Fatalf("batch load: %+v %v", br, err)
 	}
-	if p, _ := r.Ping(bg, "a"); p.Status != NeedRemount {
+	if p, _ := r.Ping(bg, "a"); p.Status != masterapi.NeedRemount {
 		t.Fatal("no NEED_REMOUNT")
 	}
 }

@@ -45,7 +45,7 @@ func TestFenceRefusesEveryCall(t *testing.T) {
 	lost := errors.New("lease not confirmed")
 	fence.Store(&lost)
 
-	_, err := s.PutStart(bg, PutStartRequest{Key: "new", Size: 10})
+	_, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "new", Size: 10})
 	mustIs(t, err, ErrNotLeader)
 	mustIs(t, err, codes.ErrUnavailable)
 	mustIs(t, err, lost)
@@ -54,7 +54,7 @@ func TestFenceRefusesEveryCall(t *testing.T) {
 	mustIs(t, err, ErrNotLeader)
 	_, err = s.Ping(bg, "a")
 	mustIs(t, err, ErrNotLeader)
-	mustIs(t, s.MountSegment(bg, MountRequest{Node: "b", Segment: "s", Size: 1 << 20}), ErrNotLeader)
+	mustIs(t, s.MountSegment(bg, masterapi.MountRequest{Node: "b", Segment: "s", Size: 1 << 20}), ErrNotLeader)
 	_, err = heartbeat(s, "a", 0)
 	mustIs(t, err, ErrNotLeader)
 	_, err = s.ReRegisterMemoryObjects(bg, "a", "seg0", nil, true)
@@ -74,7 +74,7 @@ func TestFenceRefusesEveryCall(t *testing.T) {
 // Ping answers and offload tasks carry the leadership term.
 func TestPingAndTasksCarryTerm(t *testing.T) {
 	s, _, _ := haService(t, func(c *Config) { c.EnableOffload = true })
-	if p, err := s.Ping(bg, "a"); err != nil || p.Term != 7 || p.Status != NeedRemount {
+	if p, err := s.Ping(bg, "a"); err != nil || p.Term != 7 || p.Status != masterapi.NeedRemount {
 		t.Fatalf("ping: %+v %v", p, err)
 	}
 	mount(t, s, "a", 1<<20)
@@ -91,7 +91,7 @@ func TestPingAndTasksCarryTerm(t *testing.T) {
 
 func holdMount(t *testing.T, s *Service, node string, size int64) {
 	t.Helper()
-	if err := s.MountSegment(bg, MountRequest{Node: node, Endpoint: node + ":1", Segment: "seg0", Size: size, HoldAllocation: true}); err != nil {
+	if err := s.MountSegment(bg, masterapi.MountRequest{Node: node, Endpoint: node + ":1", Segment: "seg0", Size: size, HoldAllocation: true}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -103,12 +103,12 @@ func TestReRegisterMemoryObjects(t *testing.T) {
 	s, _ := testService(t, nil)
 	holdMount(t, s, "a", 64<<10)
 	for _, pref := range []string{"", "a"} {
-		if _, err := s.PutStart(bg, PutStartRequest{Key: "p", Size: 100, PreferredNode: pref}); !errors.Is(err, codes.ErrNoAvailableHandle) {
+		if _, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "p", Size: 100, PreferredNode: pref}); !errors.Is(err, codes.ErrNoAvailableHandle) {
 			t.Fatalf("put into a held segment (preferred %q): %v", pref, err)
 		}
 	}
 	const tok = 1 << 63 // above this master's own tokens (unix ms << 22)
-	objs := []MemoryObject{
+	objs := []masterapi.MemoryObject{
 		{Key: "a", Offset: 0, Length: 1000, CRC: 11, PutToken: tok},
 		{Key: "b", Offset: 1024, Length: 500, CRC: 22, PutToken: tok + 1, HardPin: true},
 	}
@@ -120,10 +120,10 @@ func TestReRegisterMemoryObjects(t *testing.T) {
 	if err != nil || len(info.Replicas) != 1 || info.CRC != 11 || info.Size != 1000 {
 		t.Fatalf("a: %+v %v", info, err)
 	}
-	if r := info.Replicas[0]; r.Kind != Memory || r.Status != Complete || r.Offset != 0 || r.PutToken != tok {
+	if r := info.Replicas[0]; r.Kind != masterapi.Memory || r.Status != masterapi.Complete || r.Offset != 0 || r.PutToken != tok {
 		t.Fatalf("a's replica %+v", r)
 	}
-	if _, err := s.PutStart(bg, PutStartRequest{Key: "p", Size: 100}); !errors.Is(err, codes.ErrNoAvailableHandle) {
+	if _, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "p", Size: 100}); !errors.Is(err, codes.ErrNoAvailableHandle) {
 		t.Fatalf("put before done: %v", err)
 	}
 	if errs, err := s.ReRegisterMemoryObjects(bg, "a", "seg0", objs, true); err != nil || errs[0] != nil || errs[1] != nil {
@@ -137,7 +137,7 @@ func TestReRegisterMemoryObjects(t *testing.T) {
 		t.Fatalf("PutEnd of the re-registered put: %v", err)
 	}
 	for i := range 40 { // fill the segment: no range may overlap a or b
-		r, err := s.PutStart(bg, PutStartRequest{Key: fmt.Sprint("p", i), Size: 1500})
+		r, err := s.PutStart(bg, masterapi.PutStartRequest{Key: fmt.Sprint("p", i), Size: 1500})
 		if errors.Is(err, codes.ErrNoAvailableHandle) {
 			break
 		}
@@ -165,44 +165,44 @@ func TestReRegisterMemoryConflicts(t *testing.T) {
 	// Tokens of the previous master: above the removal log's origin (a
 	// record older than the log is refused, TestRemovedRecordRefused).
 	tok := s.RemovalLog().Origin + 1<<40
-	reg := func(node string, m MemoryObject) error {
+	reg := func(node string, m masterapi.MemoryObject) error {
 		t.Helper()
-		errs, err := s.ReRegisterMemoryObjects(bg, node, "seg0", []MemoryObject{m}, false)
+		errs, err := s.ReRegisterMemoryObjects(bg, node, "seg0", []masterapi.MemoryObject{m}, false)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return errs[0]
 	}
-	if err := reg("a", MemoryObject{Key: "k", Offset: 0, Length: 1000, CRC: 1, PutToken: tok}); err != nil {
+	if err := reg("a", masterapi.MemoryObject{Key: "k", Offset: 0, Length: 1000, CRC: 1, PutToken: tok}); err != nil {
 		t.Fatal(err)
 	}
-	mustIs(t, reg("a", MemoryObject{Key: "x", Offset: 512, Length: 100, CRC: 1, PutToken: tok + 5}), codes.ErrInvalidParams)
-	mustIs(t, reg("b", MemoryObject{Key: "k", Offset: 0, Length: 1000, CRC: 1, PutToken: tok - 1}), codes.ErrObjectExists)
+	mustIs(t, reg("a", masterapi.MemoryObject{Key: "x", Offset: 512, Length: 100, CRC: 1, PutToken: tok + 5}), codes.ErrInvalidParams)
+	mustIs(t, reg("b", masterapi.MemoryObject{Key: "k", Offset: 0, Length: 1000, CRC: 1, PutToken: tok - 1}), codes.ErrObjectExists)
 	// A newer put of k on b: it replaces a's replica, whose range is freed.
-	if err := reg("b", MemoryObject{Key: "k", Offset: 4096, Length: 2000, CRC: 2, PutToken: tok + 1}); err != nil {
+	if err := reg("b", masterapi.MemoryObject{Key: "k", Offset: 4096, Length: 2000, CRC: 2, PutToken: tok + 1}); err != nil {
 		t.Fatal(err)
 	}
 	info, err := s.GetReplicaList(bg, "k")
 	if err != nil || len(info.Replicas) != 1 || info.Replicas[0].Node != "b" || info.CRC != 2 || info.Size != 2000 {
 		t.Fatalf("k after the newer put: %+v %v", info, err)
 	}
-	if err := reg("a", MemoryObject{Key: "x", Offset: 512, Length: 100, CRC: 1, PutToken: tok + 5}); err != nil {
+	if err := reg("a", masterapi.MemoryObject{Key: "x", Offset: 512, Length: 100, CRC: 1, PutToken: tok + 5}); err != nil {
 		t.Fatalf("a's freed range: %v", err)
 	}
 	// An SSD copy with other bytes wins over a later DRAM copy.
-	if errs, err := s.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "d", Size: 300, CRC: 9}}); err != nil || errs[0] != nil {
+	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "d", Size: 300, CRC: 9}}); err != nil || errs[0] != nil {
 		t.Fatal(errs, err)
 	}
-	mustIs(t, reg("b", MemoryObject{Key: "d", Offset: 8192, Length: 300, CRC: 8, PutToken: tok + 2}), codes.ErrChecksumConflict)
-	if err := reg("b", MemoryObject{Key: "d", Offset: 8192, Length: 300, CRC: 9, PutToken: tok + 2}); err != nil {
+	mustIs(t, reg("b", masterapi.MemoryObject{Key: "d", Offset: 8192, Length: 300, CRC: 8, PutToken: tok + 2}), codes.ErrChecksumConflict)
+	if err := reg("b", masterapi.MemoryObject{Key: "d", Offset: 8192, Length: 300, CRC: 9, PutToken: tok + 2}); err != nil {
 		t.Fatal(err)
 	}
 	if info, err := s.GetReplicaList(bg, "d"); err != nil || kinds(info) != "MEMORY@b LOCAL_DISK@a " {
 		t.Fatalf("d: %q %v", kinds(info), err)
 	}
-	mustIs(t, reg("a", MemoryObject{Key: "y", Offset: 64<<10 - 64, Length: 100, CRC: 1, PutToken: tok}), codes.ErrInvalidParams)
-	mustIs(t, reg("a", MemoryObject{Key: "y", Offset: 100, Length: 100, CRC: 1, PutToken: tok}), codes.ErrInvalidParams)
-	mustIs(t, reg("a", MemoryObject{Key: "y", Offset: 20000, Length: 100, CRC: 1}), codes.ErrInvalidParams)
+	mustIs(t, reg("a", masterapi.MemoryObject{Key: "y", Offset: 64<<10 - 64, Length: 100, CRC: 1, PutToken: tok}), codes.ErrInvalidParams)
+	mustIs(t, reg("a", masterapi.MemoryObject{Key: "y", Offset: 100, Length: 100, CRC: 1, PutToken: tok}), codes.ErrInvalidParams)
+	mustIs(t, reg("a", masterapi.MemoryObject{Key: "y", Offset: 20000, Length: 100, CRC: 1}), codes.ErrInvalidParams)
 	_, err = s.ReRegisterMemoryObjects(bg, "nobody", "seg0", nil, true)
 	mustIs(t, err, codes.ErrNeedRemount)
 	_, err = s.ReRegisterMemoryObjects(bg, "a", "other", nil, true)
@@ -273,7 +273,7 @@ func TestRebuildWindowTurnsMissesIntoRetry(t *testing.T) {
 func TestRebuiltLeaseAndReadmission(t *testing.T) {
 	s, clk, _ := haService(t, func(c *Config) { c.EnableOffload = true })
 	holdMount(t, s, "a", 1<<20)
-	objs := []MemoryObject{{Key: "k", Offset: 0, Length: 1000, CRC: 1, PutToken: s.RemovalLog().Origin + 1}}
+	objs := []masterapi.MemoryObject{{Key: "k", Offset: 0, Length: 1000, CRC: 1, PutToken: s.RemovalLog().Origin + 1}}
 	if errs, err := s.ReRegisterMemoryObjects(bg, "a", "seg0", objs, true); err != nil || errs[0] != nil {
 		t.Fatal(errs, err)
 	}

@@ -42,17 +42,17 @@ func testService(t testing.TB, mut func(*Config)) (*Service, *ManualClock) {
 	return s, clk
 }
 
-func mount(t testing.TB, api API, node string, size int64) {
+func mount(t testing.TB, api masterapi.API, node string, size int64) {
 	t.Helper()
-	if err := api.MountSegment(bg, MountRequest{Node: node, Endpoint: node + ":1", Segment: "seg0", Size: size}); err != nil {
+	if err := api.MountSegment(bg, masterapi.MountRequest{Node: node, Endpoint: node + ":1", Segment: "seg0", Size: size}); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // put stores key (PutStart + PutEnd) and returns its Memory replica.
-func put(t testing.TB, api API, key string, size int64, node string) Replica {
+func put(t testing.TB, api masterapi.API, key string, size int64, node string) masterapi.Replica {
 	t.Helper()
-	r, err := api.PutStart(bg, PutStartRequest{Key: key, Size: size, CRC: crcOf(key), PreferredNode: node})
+	r, err := api.PutStart(bg, masterapi.PutStartRequest{Key: key, Size: size, CRC: crcOf(key), PreferredNode: node})
 	if err != nil {
 		t.Fatalf("PutStart(%q): %v", key, err)
 	}
@@ -64,7 +64,7 @@ func put(t testing.TB, api API, key string, size int64, node string) Replica {
 
 // putWith stores req (PutStart + PutEnd with PutStart's token) and returns
 // its Memory replica.
-func putWith(t testing.TB, api API, req PutStartRequest) Replica {
+func putWith(t testing.TB, api masterapi.API, req masterapi.PutStartRequest) masterapi.Replica {
 	t.Helper()
 	r, err := api.PutStart(bg, req)
 	if err != nil {
@@ -85,7 +85,7 @@ func mustIs(t testing.TB, err, target error) {
 	}
 }
 
-func kinds(info ObjectInfo) string {
+func kinds(info masterapi.ObjectInfo) string {
 	s := ""
 	for _, r := range info.Replicas {
 		s += fmt.Sprintf("%s@%s ", r.Kind, r.Node)
@@ -95,7 +95,7 @@ func kinds(info ObjectInfo) string {
 
 // heartbeat is a node's heartbeat that only fetches tasks: up to max (0: the
 // default) offload tasks of node.
-func heartbeat(api NodeAPI, node string, max int) ([]OffloadTask, error) {
+func heartbeat(api masterapi.NodeAPI, node string, max int) ([]masterapi.OffloadTask, error) {
 	rep, err := api.Heartbeat(bg, masterapi.HeartbeatRequest{Node: node, Max: max})
 	return rep.Tasks, err
 }

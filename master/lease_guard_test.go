@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // The tests in this file guard issue 9 item 7: every lease check on every
@@ -18,20 +19,20 @@ import (
 // OBJECT_NOT_FOUND (-704).
 
 // leased stores key in node a's DRAM and grants it a lease.
-func leased(t *testing.T, s *Service, key string) Replica {
+func leased(t *testing.T, s *Service, key string) masterapi.Replica {
 	t.Helper()
 	r := put(t, s, key, 100, "a")
 	if ok, err := s.ExistKey(bg, key); !ok || err != nil {
 		t.Fatalf("lookup of %s: %v %v", key, ok, err)
 	}
-	r.Status = Complete
+	r.Status = masterapi.Complete
 	return r
 }
 
 // leasedOnDisk registers key on node a's SSD only and grants it a lease.
 func leasedOnDisk(t *testing.T, s *Service, key string) {
 	t.Helper()
-	if errs, err := s.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: key, Size: 100, CRC: crcOf(key)}}); err != nil || errs[0] != nil {
+	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: key, Size: 100, CRC: crcOf(key)}}); err != nil || errs[0] != nil {
 		t.Fatal(errs, err)
 	}
 	if ok, err := s.ExistKey(bg, key); !ok || err != nil {
@@ -126,7 +127,7 @@ func TestLeaseGuardReconcile(t *testing.T) {
 func TestLeaseGuardOffloadFailure(t *testing.T) {
 	s, _ := leaseService(t, func(c *Config) { c.EnableOffload = true })
 	leasedOnDisk(t, s, "k")
-	if _, err := s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: []OffloadFailure{{Key: "k", Reason: "corrupt entry dropped"}}}); err != nil {
+	if _, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Failed: []masterapi.OffloadFailure{{Key: "k", Reason: "corrupt entry dropped"}}}); err != nil {
 		t.Fatal(err)
 	}
 	mustBeGone(t, s, "k")
@@ -175,7 +176,7 @@ func TestLeaseGuardEvictMemory(t *testing.T) {
 	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "MEMORY@a " {
 		t.Fatal(kinds(info), err)
 	}
-	s.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "k", Size: 100, CRC: crcOf("k")}})
+	s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "k", Size: 100, CRC: crcOf("k")}})
 	if n, err := s.EvictMemory(bg, nil, true); n.Dropped != 0 || n.Leased != 1 || err != nil {
 		t.Fatalf("EvictMemory dropped %d DRAM replicas a reader depends on (%+v): %v", n.Dropped, n, err)
 	}

@@ -16,11 +16,11 @@ import (
 func TestPutLookupBasics(t *testing.T) {
 	s, _ := testService(t, nil)
 	mount(t, s, "a", 1<<20)
-	r, err := s.PutStart(bg, PutStartRequest{Key: "k", Size: 1000, CRC: 42})
+	r, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "k", Size: 1000, CRC: 42})
 	if err == nil && r.PutToken == 0 {
 		t.Fatal("PutStart answered no put token")
 	}
-	if err != nil || r.Kind != Memory || r.Status != Processing || r.Node != "a" || r.Length != 1000 {
+	if err != nil || r.Kind != masterapi.Memory || r.Status != masterapi.Processing || r.Node != "a" || r.Length != 1000 {
 		t.Fatalf("PutStart = %+v, %v", r, err)
 	}
 	if ok, _ := s.ExistKey(bg, "k"); ok {
@@ -28,28 +28,28 @@ func TestPutLookupBasics(t *testing.T) {
 	}
 	_, err = s.GetReplicaList(bg, "k")
 	mustIs(t, err, codes.ErrReplicaNotReady)
-	_, err = s.PutStart(bg, PutStartRequest{Key: "k", Size: 1000})
+	_, err = s.PutStart(bg, masterapi.PutStartRequest{Key: "k", Size: 1000})
 	mustIs(t, err, codes.ErrObjectExists)
 	if err := s.PutEnd(bg, "k", r.PutToken); err != nil {
 		t.Fatal(err)
 	}
 	info, err := s.GetReplicaList(bg, "k")
-	if err != nil || info.Size != 1000 || info.CRC != 42 || len(info.Replicas) != 1 || info.Replicas[0].Status != Complete {
+	if err != nil || info.Size != 1000 || info.CRC != 42 || len(info.Replicas) != 1 || info.Replicas[0].Status != masterapi.Complete {
 		t.Fatalf("GetReplicaList = %+v, %v", info, err)
 	}
-	_, err = s.PutStart(bg, PutStartRequest{Key: "k", Size: 1000})
+	_, err = s.PutStart(bg, masterapi.PutStartRequest{Key: "k", Size: 1000})
 	mustIs(t, err, codes.ErrObjectExists)
 	_, err = s.GetReplicaList(bg, "missing")
 	mustIs(t, err, codes.ErrObjectNotFound)
-	_, err = s.PutStart(bg, PutStartRequest{Key: "", Size: 1})
+	_, err = s.PutStart(bg, masterapi.PutStartRequest{Key: "", Size: 1})
 	mustIs(t, err, codes.ErrInvalidKey)
-	_, err = s.PutStart(bg, PutStartRequest{Key: string(make([]byte, MaxKeyLen+1)), Size: 1})
+	_, err = s.PutStart(bg, masterapi.PutStartRequest{Key: string(make([]byte, masterapi.MaxKeyLen+1)), Size: 1})
 	mustIs(t, err, codes.ErrInvalidKey)
-	_, err = s.PutStart(bg, PutStartRequest{Key: "z", Size: 0})
+	_, err = s.PutStart(bg, masterapi.PutStartRequest{Key: "z", Size: 0})
 	mustIs(t, err, codes.ErrInvalidParams)
 
 	// Revoke frees the space.
-	rr, err := s.PutStart(bg, PutStartRequest{Key: "r", Size: 4096})
+	rr, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "r", Size: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestPutLookupBasics(t *testing.T) {
 func TestAbandonedPutReclaimed(t *testing.T) {
 	s, clk := testService(t, func(c *Config) { c.PutStartDiscardTimeout = 30 * time.Second; c.ClientTTL = time.Hour })
 	mount(t, s, "a", 1<<20)
-	if _, err := s.PutStart(bg, PutStartRequest{Key: "k", Size: 1000}); err != nil {
+	if _, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "k", Size: 1000}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(29 * time.Second)
@@ -127,7 +127,7 @@ func TestPinsOrderEviction(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		for _, kind := range []string{"soft", "plain", "hard"} {
 			k := fmt.Sprintf("%s%d", kind, i)
-			putWith(t, s, PutStartRequest{Key: k, Size: 64, SoftPin: kind == "soft", HardPin: kind == "hard"})
+			putWith(t, s, masterapi.PutStartRequest{Key: k, Size: 64, SoftPin: kind == "soft", HardPin: kind == "hard"})
 		}
 	}
 	alive := func(k string) bool { _, err := s.GetReplicaList(masterapi.WithOffloadPath(bg), k); return err == nil }
@@ -150,7 +150,7 @@ func TestHardPinNeverEvicted(t *testing.T) {
 	mount(t, s, "a", 1<<20)
 	for i := 0; i < 5; i++ {
 		k := fmt.Sprintf("hard%d", i)
-		putWith(t, s, PutStartRequest{Key: k, Size: 64, HardPin: true})
+		putWith(t, s, masterapi.PutStartRequest{Key: k, Size: 64, HardPin: true})
 	}
 	for r := 0; r < 3; r++ {
 		clk.Advance(time.Hour)
@@ -206,7 +206,7 @@ func TestPutsBeyondSegmentEvict(t *testing.T) {
 	}
 	// Everything leased: the next put cannot evict and fails cleanly.
 	s.BatchExistKey(bg, allKeys(s))
-	_, err := s.PutStart(bg, PutStartRequest{Key: "big", Size: seg})
+	_, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "big", Size: seg})
 	mustIs(t, err, codes.ErrNoAvailableHandle)
 }
 
@@ -238,7 +238,7 @@ func TestMooncake4508Replay(t *testing.T) {
 	put(t, s, "only-dram", 1000, "a")
 	put(t, s, "also-ssd", 1000, "a")
 	// Node b holds "also-ssd" on its SSD too.
-	if errs, err := s.ReRegisterDiskObjects(bg, "b", []DiskObject{{Key: "also-ssd", Size: 1000, CRC: crcOf("also-ssd")}}); err != nil || errs[0] != nil {
+	if errs, err := s.ReRegisterDiskObjects(bg, "b", []masterapi.DiskObject{{Key: "also-ssd", Size: 1000, CRC: crcOf("also-ssd")}}); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}
 
@@ -263,7 +263,7 @@ func TestMooncake4508Replay(t *testing.T) {
 		t.Fatalf("code %d", codes.Of(err))
 	}
 	info, err := s.GetReplicaList(bg, "also-ssd")
-	if err != nil || len(info.Replicas) != 1 || info.Replicas[0].Kind != LocalDisk || info.Replicas[0].Node != "b" {
+	if err != nil || len(info.Replicas) != 1 || info.Replicas[0].Kind != masterapi.LocalDisk || info.Replicas[0].Node != "b" {
 		t.Fatalf("load with a live SSD replica: %s %v", kinds(info), err)
 	}
 	// Once the lease expires the sweep clears the dead replica and the
@@ -277,7 +277,7 @@ func TestMooncake4508Replay(t *testing.T) {
 		t.Fatalf("object with a live SSD replica lost: %v", err)
 	}
 	// Node a comes back: told to remount.
-	if p, _ := s.Ping(bg, "a"); p.Status != NeedRemount {
+	if p, _ := s.Ping(bg, "a"); p.Status != masterapi.NeedRemount {
 		t.Fatalf("ping from expired node: %v", p.Status)
 	}
 }
@@ -341,7 +341,7 @@ type op4508 struct {
 type env4508 struct {
 	s    *Service
 	clk  *ManualClock
-	list ObjectInfo
+	list masterapi.ObjectInfo
 	inc  int
 }
 
@@ -352,10 +352,10 @@ func lease4508Ops() []op4508 {
 		{"sweep", false, func(e *env4508) { e.s.Tick() }},
 		{"n0 restarts and remounts", true, func(e *env4508) {
 			e.inc++
-			e.s.MountSegment(bg, MountRequest{Node: "n0", Endpoint: "n0:1", Segment: "seg0", Size: 1 << 20, Incarnation: fmt.Sprint("inc", e.inc)})
+			e.s.MountSegment(bg, masterapi.MountRequest{Node: "n0", Endpoint: "n0:1", Segment: "seg0", Size: 1 << 20, Incarnation: fmt.Sprint("inc", e.inc)})
 		}},
 		{"re-put", false, func(e *env4508) {
-			if r, err := e.s.PutStart(bg, PutStartRequest{Key: "k", Size: 256, CRC: crcOf("k"), PreferredNode: "n0"}); err == nil {
+			if r, err := e.s.PutStart(bg, masterapi.PutStartRequest{Key: "k", Size: 256, CRC: crcOf("k"), PreferredNode: "n0"}); err == nil {
 				e.s.PutEnd(bg, "k", r.PutToken)
 			}
 		}},
@@ -371,7 +371,7 @@ func lease4508Ops() []op4508 {
 			}
 		}},
 		{"offload failure from n1", true, func(e *env4508) {
-			e.s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "n1", Failed: []OffloadFailure{{Key: "k", Reason: "not on SSD"}}})
+			e.s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "n1", Failed: []masterapi.OffloadFailure{{Key: "k", Reason: "not on SSD"}}})
 		}},
 		{"1s passes", false, func(e *env4508) { e.clk.Advance(time.Second) }},
 	}
@@ -395,7 +395,7 @@ func run4508(t *testing.T, ops []op4508, seq []int, onDisk bool) (gone bool, _ e
 	mount(t, s, "n1", 1<<20)
 	put(t, s, "k", 256, "n0")
 	if onDisk {
-		s.ReRegisterDiskObjects(bg, "n1", []DiskObject{{Key: "k", Size: 256, CRC: crcOf("k")}})
+		s.ReRegisterDiskObjects(bg, "n1", []masterapi.DiskObject{{Key: "k", Size: 256, CRC: crcOf("k")}})
 	}
 	e := &env4508{s: s, clk: clk}
 	if e.list, err = s.GetReplicaList(bg, "k"); err != nil { // the lookup hit
@@ -424,8 +424,8 @@ func TestExpiryLeavesOtherNodesAlone(t *testing.T) {
 	mount(t, s, "b", 1<<20)
 	put(t, s, "ka", 100, "a")
 	put(t, s, "kb", 100, "b")
-	s.ReRegisterDiskObjects(bg, "b", []DiskObject{{Key: "ka", Size: 100, CRC: crcOf("ka")}})
-	s.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "kb", Size: 100, CRC: crcOf("kb")}})
+	s.ReRegisterDiskObjects(bg, "b", []masterapi.DiskObject{{Key: "ka", Size: 100, CRC: crcOf("ka")}})
+	s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "kb", Size: 100, CRC: crcOf("kb")}})
 	clk.Advance(s.cfg.ClientTTL / 2)
 	s.Ping(bg, "b")
 	clk.Advance(s.cfg.ClientTTL/2 + time.Second)
@@ -449,7 +449,7 @@ func TestExpiryLeavesOtherNodesAlone(t *testing.T) {
 func TestSoftPinNotEvictedWhenDisallowed(t *testing.T) {
 	s, clk := testService(t, func(c *Config) { c.EvictionRatio = 1; c.AllowEvictSoftPinned = false; c.ClientTTL = 100 * time.Hour })
 	mount(t, s, "a", 1<<20)
-	putWith(t, s, PutStartRequest{Key: "soft", Size: 64, SoftPin: true})
+	putWith(t, s, masterapi.PutStartRequest{Key: "soft", Size: 64, SoftPin: true})
 	put(t, s, "plain", 64, "")
 	if n := s.EvictNow(); n != 1 {
 		t.Fatalf("evicted %d", n)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // waitFor polls cond until it holds or the deadline passes.
@@ -41,10 +42,10 @@ func TestBackgroundLoop(t *testing.T) {
 	s.Ping(bg, "b")
 	clk.Advance(s.cfg.ClientTTL/2 + time.Second)
 	waitFor(t, "node expiry", func() bool { st, _ := s.Stats(bg); return st.ExpiredNodes == 1 && st.Nodes == 1 })
-	if p, _ := s.Ping(bg, "a"); p.Status != NeedRemount {
+	if p, _ := s.Ping(bg, "a"); p.Status != masterapi.NeedRemount {
 		t.Fatal("expired node not told to remount")
 	}
-	if p, _ := s.Ping(bg, "b"); p.Status != NodeOK {
+	if p, _ := s.Ping(bg, "b"); p.Status != masterapi.NodeOK {
 		t.Fatal("live node expired")
 	}
 }
@@ -54,20 +55,20 @@ func TestBackgroundLoop(t *testing.T) {
 func TestMasterRestartRecovery(t *testing.T) {
 	s1, _ := testService(t, nil)
 	mount(t, s1, "a", 1<<20)
-	s1.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "x", Size: 10, CRC: 3}})
+	s1.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "x", Size: 10, CRC: 3}})
 	s1.Close()
 	if _, err := s1.Stats(bg); !codesIs(err, codes.ErrShuttingDown) {
 		t.Fatalf("after close: %v", err)
 	}
 
 	s2, _ := testService(t, nil)
-	_, err := s2.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "x", Size: 10, CRC: 3}})
+	_, err := s2.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "x", Size: 10, CRC: 3}})
 	mustIs(t, err, codes.ErrNeedRemount)
-	if p, _ := s2.Ping(bg, "a"); p.Status != NeedRemount {
+	if p, _ := s2.Ping(bg, "a"); p.Status != masterapi.NeedRemount {
 		t.Fatal("new master knows the node")
 	}
 	mount(t, s2, "a", 1<<20)
-	if errs, err := s2.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "x", Size: 10, CRC: 3}}); err != nil || errs[0] != nil {
+	if errs, err := s2.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "x", Size: 10, CRC: 3}}); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}
 	info, err := s2.GetReplicaList(bg, "x")
@@ -92,13 +93,13 @@ func TestNodeDeathReleasesOffloadPin(t *testing.T) {
 	// The node returns and answers the old task: the object is gone, so
 	// the answer is refused (the node deletes the copy)...
 	mount(t, s, "a", 1<<20)
-	errs, err := s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Persisted: []DiskObject{{Key: "k", Size: 64, CRC: crcOf("k")}}})
+	errs, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "k", Size: 64, CRC: crcOf("k")}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	mustIs(t, errs[0], codes.ErrObjectNotFound)
 	// ...while re-registration after the remount creates it.
-	if errs, err := s.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "k", Size: 64, CRC: crcOf("k")}}); err != nil || errs[0] != nil {
+	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "k", Size: 64, CRC: crcOf("k")}}); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}
 	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "LOCAL_DISK@a " {
@@ -145,7 +146,7 @@ func TestMetrics(t *testing.T) {
 	mount(t, s, "a", 1<<20)
 	put(t, s, "k", 100, "a")
 	s.GetReplicaList(bg, "nope")
-	s.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "d", Size: 50, CRC: 1}})
+	s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "d", Size: 50, CRC: 1}})
 	for _, c := range []struct {
 		name, label, value string
 		want               float64
@@ -163,7 +164,7 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 	heartbeat(s, "a", 0) // a failure answers a fetched task only
-	s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: []OffloadFailure{{Key: "k"}}})
+	s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Failed: []masterapi.OffloadFailure{{Key: "k"}}})
 	clk.Advance(time.Hour)
 	s.Ping(bg, "a")
 	s.EvictNow()
@@ -181,7 +182,7 @@ func TestMetrics(t *testing.T) {
 func TestRestartedNodeRetiresOldIncarnation(t *testing.T) {
 	s, _ := testService(t, func(c *Config) { c.ClientTTL = time.Hour })
 	inc := func(n, e, i string) error {
-		return s.MountSegment(bg, MountRequest{Node: n, Endpoint: e, Segment: "seg0", Size: 1 << 20, Incarnation: i})
+		return s.MountSegment(bg, masterapi.MountRequest{Node: n, Endpoint: e, Segment: "seg0", Size: 1 << 20, Incarnation: i})
 	}
 	if err := inc("a", "a:1", "p1"); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // metrics are the master's Prometheus collectors, in a registry of their own
@@ -119,11 +120,11 @@ func (s *Service) queueDepth() (queued, inflight int) {
 }
 
 // Stats implements API.
-func (s *Service) Stats(ctx context.Context) (Stats, error) {
+func (s *Service) Stats(ctx context.Context) (masterapi.Stats, error) {
 	if err := s.check(ctx); err != nil {
-		return Stats{}, err
+		return masterapi.Stats{}, err
 	}
-	st := Stats{
+	st := masterapi.Stats{
 		Objects:             s.cnt.objects.Load(),
 		MemoryReplicas:      s.cnt.memReplicas.Load(),
 		DiskReplicas:        s.cnt.diskReplicas.Load(),
@@ -139,7 +140,7 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 	}
 	s.nodesMu.RLock()
 	st.Nodes = int64(len(s.nodes))
-	st.PerNode = make([]NodeStats, 0, len(s.nodes))
+	st.PerNode = make([]masterapi.NodeStats, 0, len(s.nodes))
 	for _, n := range s.nodes {
 		row := n.stats(true)
 		for _, g := range n.segments {
@@ -154,7 +155,7 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 		st.OffloadInFlight += row.OffloadInFlight
 		st.PerNode = append(st.PerNode, row)
 	}
-	var dead []NodeStats
+	var dead []masterapi.NodeStats
 	for _, n := range s.retired {
 		if row := n.stats(false); row.MemoryReplicas+row.DiskReplicas > 0 {
 			dead = append(dead, row)
@@ -167,7 +168,7 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 		}
 	}
 	s.nodesMu.RUnlock()
-	byID := func(a []NodeStats) {
+	byID := func(a []masterapi.NodeStats) {
 		sort.Slice(a, func(i, j int) bool { return a[i].Node < a[j].Node })
 	}
 	byID(st.PerNode)
@@ -194,8 +195,8 @@ func (s *Service) pruneRetiredLocked() {
 }
 
 // stats returns n's row of Stats without its segment figures.
-func (n *node) stats(alive bool) NodeStats {
-	r := NodeStats{Node: n.id, Endpoint: n.endpoint, Incarnation: n.incarnation, Alive: alive,
+func (n *node) stats(alive bool) masterapi.NodeStats {
+	r := masterapi.NodeStats{Node: n.id, Endpoint: n.endpoint, Incarnation: n.incarnation, Alive: alive,
 		MemoryReplicas: n.memReplicas.Load(), MemoryBytes: n.memBytes.Load(),
 		DiskReplicas: n.diskReplicas.Load(), DiskBytes: n.diskBytes.Load()}
 	if alive {

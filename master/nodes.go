@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 func (s *Service) lookupNode(id string) *node {
@@ -14,7 +15,7 @@ func (s *Service) lookupNode(id string) *node {
 }
 
 // MountSegment implements API.
-func (s *Service) MountSegment(ctx context.Context, req MountRequest) error {
+func (s *Service) MountSegment(ctx context.Context, req masterapi.MountRequest) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
@@ -54,7 +55,7 @@ func (s *Service) MountSegment(ctx context.Context, req MountRequest) error {
 }
 
 // mountLocked adds req's segment to n. Caller holds nodesMu.
-func (s *Service) mountLocked(n *node, req MountRequest) error {
+func (s *Service) mountLocked(n *node, req masterapi.MountRequest) error {
 	if g, ok := n.segments[req.Segment]; ok {
 		if g.size != req.Size {
 			return codes.Errorf(codes.SegmentExists, "master: segment %q of node %q is mounted with size %d, not %d", req.Segment, req.Node, g.size, req.Size)
@@ -95,14 +96,14 @@ func (s *Service) UnmountSegment(ctx context.Context, nodeID, seg string) error 
 }
 
 // Ping implements API.
-func (s *Service) Ping(ctx context.Context, nodeID string) (PingReply, error) {
+func (s *Service) Ping(ctx context.Context, nodeID string) (masterapi.PingReply, error) {
 	if err := s.check(ctx); err != nil {
-		return PingReply{}, err
+		return masterapi.PingReply{}, err
 	}
-	r := PingReply{Status: NeedRemount, ClientTTL: s.cfg.ClientTTL, Term: s.cfg.HA.Term}
+	r := masterapi.PingReply{Status: masterapi.NeedRemount, ClientTTL: s.cfg.ClientTTL, Term: s.cfg.HA.Term}
 	if n := s.lookupNode(nodeID); n != nil {
 		n.lastPing.Store(s.now())
-		r.Status = NodeOK
+		r.Status = masterapi.NodeOK
 	}
 	return r, nil
 }

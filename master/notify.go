@@ -8,7 +8,7 @@ import (
 )
 
 // NotifyOffloadSuccess implements API.
-func (s *Service) NotifyOffloadSuccess(ctx context.Context, req NotifyRequest) ([]error, error) {
+func (s *Service) NotifyOffloadSuccess(ctx context.Context, req masterapi.NotifyRequest) ([]error, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
@@ -36,7 +36,7 @@ func (s *Service) NotifyOffloadSuccess(ctx context.Context, req NotifyRequest) (
 // Whatever the task's state, the failure says the key is not on n's SSD,
 // and n's word about its own SSD is authoritative: a LocalDisk replica of n
 // the master lists goes (with the usual lease rule for the metadata).
-func (s *Service) answerFailure(n *node, f OffloadFailure) {
+func (s *Service) answerFailure(n *node, f masterapi.OffloadFailure) {
 	orph, orphaned := n.box.takeOrphan(f.Key)
 	if orphaned {
 		s.freeOrphan(orph) // the object went away during the task
@@ -99,7 +99,7 @@ func (s *Service) countFailure() {
 // OBJECT_NOT_FOUND (the node deletes its SSD copy); only
 // ReRegisterDiskObjects creates objects (invariant 1: a notify must not resurrect
 // a removed key).
-func (s *Service) answerPersisted(n *node, d DiskObject) error {
+func (s *Service) answerPersisted(n *node, d masterapi.DiskObject) error {
 	if err := validKey(d.Key); err != nil {
 		return err
 	}
@@ -111,7 +111,7 @@ func (s *Service) answerPersisted(n *node, d DiskObject) error {
 }
 
 // ReRegisterDiskObjects implements API.
-func (s *Service) ReRegisterDiskObjects(ctx context.Context, nodeID string, objs []DiskObject) ([]error, error) {
+func (s *Service) ReRegisterDiskObjects(ctx context.Context, nodeID string, objs []masterapi.DiskObject) ([]error, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
@@ -134,7 +134,7 @@ func (s *Service) ReRegisterDiskObjects(ctx context.Context, nodeID string, objs
 // is unknown and create is set (re-registration), else a new or refreshed
 // LocalDisk replica (one per node id). A task of n for the key is answered
 // and its pin released. Without create an unknown key is OBJECT_NOT_FOUND.
-func (s *Service) registerDisk(n *node, d DiskObject, create bool) error {
+func (s *Service) registerDisk(n *node, d masterapi.DiskObject, create bool) error {
 	if err := validKey(d.Key); err != nil {
 		return err
 	}

@@ -163,7 +163,7 @@ func (s *Service) Enqueue(key string) error {
 
 // offloadTasks is the task part of Heartbeat: up to max (0: a default)
 // queued tasks of nodeID, marked in flight; it counts as a ping.
-func (s *Service) offloadTasks(ctx context.Context, nodeID string, max int) ([]OffloadTask, error) {
+func (s *Service) offloadTasks(ctx context.Context, nodeID string, max int) ([]masterapi.OffloadTask, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
@@ -180,7 +180,7 @@ func (s *Service) offloadTasks(ctx context.Context, nodeID string, max int) ([]O
 		max = masterapi.MaxHeartbeatTasks
 	}
 	keys := n.box.take(max, now+s.cfg.OffloadTaskTimeout.Nanoseconds())
-	tasks := make([]OffloadTask, 0, len(keys))
+	tasks := make([]masterapi.OffloadTask, 0, len(keys))
 	for _, k := range keys {
 		sh := s.shardOf(k)
 		sh.mu.Lock()
@@ -198,7 +198,7 @@ func (s *Service) offloadTasks(ctx context.Context, nodeID string, max int) ([]O
 			s.cancelTask(k, o) // n's DRAM replica, the task's source, went
 		default:
 			m := o.readableMemOn(n)
-			tasks = append(tasks, OffloadTask{Key: k, Segment: m.seg.name, Offset: m.off,
+			tasks = append(tasks, masterapi.OffloadTask{Key: k, Segment: m.seg.name, Offset: m.off,
 				Length: m.len, Size: o.size, CRC: o.crc, Term: s.cfg.HA.Term})
 		}
 		sh.mu.Unlock()

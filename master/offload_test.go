@@ -20,7 +20,7 @@ func offloadService(t *testing.T, mut func(*Config)) (*Service, *ManualClock) {
 	})
 }
 
-func taskKeys(ts []OffloadTask) []string {
+func taskKeys(ts []masterapi.OffloadTask) []string {
 	var out []string
 	for _, t := range ts {
 		out = append(out, t.Key)
@@ -42,7 +42,7 @@ func TestMailboxEagerDedupeAndTask(t *testing.T) {
 	if err != nil || len(ts) != 1 {
 		t.Fatalf("tasks %v %v", ts, err)
 	}
-	want := OffloadTask{Key: "k", Segment: r.Segment, Offset: r.Offset, Length: 1000, Size: 1000, CRC: crcOf("k")}
+	want := masterapi.OffloadTask{Key: "k", Segment: r.Segment, Offset: r.Offset, Length: 1000, Size: 1000, CRC: crcOf("k")}
 	if ts[0] != want {
 		t.Fatalf("task %+v, want %+v", ts[0], want)
 	}
@@ -77,7 +77,7 @@ func TestMailboxQueueLimit(t *testing.T) {
 	}
 	mustIs(t, s.Enqueue("3"), codes.ErrKeysUltraLimit)
 	// Answering one frees one slot.
-	s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Persisted: []DiskObject{{Key: "0", Size: 64, CRC: crcOf("0")}}})
+	s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "0", Size: 64, CRC: crcOf("0")}}})
 	if err := s.Enqueue("3"); err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestMailboxPinUntilAnswer(t *testing.T) {
 	if len(ts) != 2 {
 		t.Fatalf("tasks %v", taskKeys(ts))
 	}
-	s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Persisted: []DiskObject{{Key: "other", Size: 64, CRC: crcOf("other")}}})
+	s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "other", Size: 64, CRC: crcOf("other")}}})
 	if n := s.EvictNow(); n != 1 {
 		t.Fatalf("evicted %d, want 1 (other's DRAM copy)", n)
 	}
@@ -112,7 +112,7 @@ func TestMailboxPinUntilAnswer(t *testing.T) {
 	}
 	// Permanent NACK: pin released, object evictable (a retryable one
 	// queues the task again, see TestRetryableFailureRequeued).
-	if _, err := s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: []OffloadFailure{{Key: "k", Retryable: false, Reason: "bad range"}}}); err != nil {
+	if _, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Failed: []masterapi.OffloadFailure{{Key: "k", Retryable: false, Reason: "bad range"}}}); err != nil {
 		t.Fatal(err)
 	}
 	if n := s.EvictNow(); n != 1 {
@@ -151,7 +151,7 @@ func TestRetryableFailureRequeued(t *testing.T) {
 		if fmt.Sprint(taskKeys(ts)) != "[k]" {
 			t.Fatalf("attempt %d: tasks %v", attempt, taskKeys(ts))
 		}
-		s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: []OffloadFailure{{Key: "k", Retryable: true, Reason: "disk busy"}}})
+		s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Failed: []masterapi.OffloadFailure{{Key: "k", Retryable: true, Reason: "disk busy"}}})
 	}
 	if ts, _ := heartbeat(s, "a", 0); len(ts) != 0 {
 		t.Fatalf("delivered beyond %d attempts: %v", maxOffloadAttempts, taskKeys(ts))
@@ -165,19 +165,19 @@ func TestRetryableFailureRequeued(t *testing.T) {
 	// Permanent failure: not retried.
 	put(t, s, "p", 64, "a")
 	heartbeat(s, "a", 0)
-	s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: []OffloadFailure{{Key: "p", Retryable: false, Reason: "bad range"}}})
+	s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Failed: []masterapi.OffloadFailure{{Key: "p", Retryable: false, Reason: "bad range"}}})
 	if ts, _ := heartbeat(s, "a", 0); len(ts) != 0 {
 		t.Fatalf("permanent failure retried: %v", taskKeys(ts))
 	}
 	// One retryable failure, then success: persisted, no further task.
 	put(t, s, "r", 64, "a")
 	heartbeat(s, "a", 0)
-	s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: []OffloadFailure{{Key: "r", Retryable: true}}})
+	s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Failed: []masterapi.OffloadFailure{{Key: "r", Retryable: true}}})
 	ts, _ := heartbeat(s, "a", 0)
 	if fmt.Sprint(taskKeys(ts)) != "[r]" {
 		t.Fatalf("retry of r: %v", taskKeys(ts))
 	}
-	errs, _ := s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Persisted: []DiskObject{{Key: "r", Size: 64, CRC: crcOf("r")}}})
+	errs, _ := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "r", Size: 64, CRC: crcOf("r")}}})
 	if errs[0] != nil {
 		t.Fatal(errs[0])
 	}
@@ -258,14 +258,14 @@ func TestForcedRemoveDefersFree(t *testing.T) {
 	if fmt.Sprint(taskKeys(ts)) != "[other]" {
 		t.Fatalf("tasks %v while the old task of k is out", taskKeys(ts))
 	}
-	errs, err := s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Persisted: []DiskObject{{Key: "k", Size: 4096, CRC: crcOf("k")}}})
+	errs, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "k", Size: 4096, CRC: crcOf("k")}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	mustIs(t, errs[0], codes.ErrObjectNotFound)
 	// The node deletes its copy and answers the task failed as well; that
 	// answer concerns the old task and must not cancel the new k's.
-	s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: []OffloadFailure{{Key: "k", Reason: "master refused the replica"}}})
+	s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Failed: []masterapi.OffloadFailure{{Key: "k", Reason: "master refused the replica"}}})
 	if info, _ := s.GetReplicaList(masterapi.WithOffloadPath(bg), "k"); kinds(info) != "MEMORY@a " {
 		t.Fatalf("the refused answer touched the new k: %s", kinds(info))
 	}
@@ -295,7 +295,7 @@ func TestForcedRemoveDefersFree(t *testing.T) {
 	put(t, s, "f", 4096, "a")
 	heartbeat(s, "a", 0)
 	s.Remove(bg, "f", true)
-	s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: []OffloadFailure{{Key: "f", Retryable: true}}})
+	s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Failed: []masterapi.OffloadFailure{{Key: "f", Retryable: true}}})
 	if st, _ := s.Stats(bg); st.SegmentUsed != 4096 || st.OffloadQueued != 0 {
 		t.Fatalf("after a failed answer: %+v", st)
 	}
@@ -309,7 +309,7 @@ func TestNotifyIdempotent(t *testing.T) {
 	mount(t, s, "a", 1<<20)
 	put(t, s, "k", 100, "a")
 	heartbeat(s, "a", 0)
-	req := NotifyRequest{Node: "a", Persisted: []DiskObject{{Key: "k", Size: 100, CRC: crcOf("k")}}}
+	req := masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "k", Size: 100, CRC: crcOf("k")}}}
 	for i := 0; i < 2; i++ {
 		errs, err := s.NotifyOffloadSuccess(bg, req)
 		if err != nil || errs[0] != nil {
@@ -326,13 +326,13 @@ func TestNotifyIdempotent(t *testing.T) {
 	// Invariant 1: a notify never creates an object (that resurrected removed
 	// keys); an unknown key is refused per key, OBJECT_NOT_FOUND, so the
 	// node deletes its copy. Only re-registration creates.
-	errs, _ := s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Persisted: []DiskObject{{Key: "new", Size: 7, CRC: 9}, {Key: "k", Size: 100, CRC: 1}}})
+	errs, _ := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "new", Size: 7, CRC: 9}, {Key: "k", Size: 100, CRC: 1}}})
 	mustIs(t, errs[0], codes.ErrObjectNotFound)
 	mustIs(t, errs[1], codes.ErrChecksumConflict)
 	if _, err := s.GetReplicaList(bg, "new"); !codesIs(err, codes.ErrObjectNotFound) {
 		t.Fatalf("notify created an object: %v", err)
 	}
-	if errs, err := s.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "new", Size: 7, CRC: 9}}); err != nil || errs[0] != nil {
+	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "new", Size: 7, CRC: 9}}); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}
 	info, err := s.GetReplicaList(bg, "new")
@@ -343,12 +343,12 @@ func TestNotifyIdempotent(t *testing.T) {
 	if err := s.Remove(bg, "new", true); err != nil {
 		t.Fatal(err)
 	}
-	errs, _ = s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Persisted: []DiskObject{{Key: "new", Size: 7, CRC: 9}}})
+	errs, _ = s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "new", Size: 7, CRC: 9}}})
 	mustIs(t, errs[0], codes.ErrObjectNotFound)
 	if _, err := s.GetReplicaList(bg, "new"); !codesIs(err, codes.ErrObjectNotFound) {
 		t.Fatalf("removed key resurrected: %v", err)
 	}
-	_, err = s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "ghost", Persisted: req.Persisted})
+	_, err = s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "ghost", Persisted: req.Persisted})
 	mustIs(t, err, codes.ErrNeedRemount)
 }
 
@@ -357,9 +357,9 @@ func TestReconcile(t *testing.T) {
 	s, _ := offloadService(t, nil)
 	mount(t, s, "a", 1<<20)
 	mount(t, s, "b", 1<<20)
-	var objs []DiskObject
+	var objs []masterapi.DiskObject
 	for i := 0; i < 6; i++ {
-		objs = append(objs, DiskObject{Key: fmt.Sprint("d", i), Size: 10, CRC: 1})
+		objs = append(objs, masterapi.DiskObject{Key: fmt.Sprint("d", i), Size: 10, CRC: 1})
 	}
 	s.ReRegisterDiskObjects(bg, "a", objs)
 	s.ReRegisterDiskObjects(bg, "b", objs[:3])
@@ -413,14 +413,14 @@ func TestEvictDiskReplicaPerKey(t *testing.T) {
 	for _, via := range []string{"service", "grpc"} {
 		t.Run(via, func(t *testing.T) {
 			s, clk := offloadService(t, nil)
-			var api API = s
+			var api masterapi.API = s
 			if via == "grpc" {
 				api = remoteService(t, s)
 			}
 			mount(t, api, "a", 1<<20)
 			mount(t, api, "b", 1<<20)
-			api.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "x", Size: 10, CRC: 1}, {Key: "y", Size: 10, CRC: 1}, {Key: "z", Size: 10, CRC: 1}})
-			api.ReRegisterDiskObjects(bg, "b", []DiskObject{{Key: "z", Size: 10, CRC: 1}})
+			api.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "x", Size: 10, CRC: 1}, {Key: "y", Size: 10, CRC: 1}, {Key: "z", Size: 10, CRC: 1}})
+			api.ReRegisterDiskObjects(bg, "b", []masterapi.DiskObject{{Key: "z", Size: 10, CRC: 1}})
 			api.ExistKey(bg, "x")
 			api.ExistKey(bg, "z")
 			res, err := api.EvictDiskReplica(bg, "a", []string{"y", "x", "z", "x", "unknown"})
@@ -462,8 +462,8 @@ func TestFailedAnswerDropsPhantomDiskReplica(t *testing.T) {
 	if ts, _ := heartbeat(s, "a", 0); len(ts) != 2 {
 		t.Fatalf("tasks %v", ts)
 	}
-	persisted := []DiskObject{{Key: "k", Size: 64, CRC: crcOf("k")}, {Key: "l", Size: 64, CRC: crcOf("l")}}
-	if errs, err := s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Persisted: persisted}); err != nil || errs[0] != nil || errs[1] != nil {
+	persisted := []masterapi.DiskObject{{Key: "k", Size: 64, CRC: crcOf("k")}, {Key: "l", Size: 64, CRC: crcOf("l")}}
+	if errs, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: persisted}); err != nil || errs[0] != nil || errs[1] != nil {
 		t.Fatalf("notify %v %v", errs, err)
 	}
 	// The reply was lost: the node rolled the bucket back and answers
@@ -472,8 +472,8 @@ func TestFailedAnswerDropsPhantomDiskReplica(t *testing.T) {
 		t.Fatalf("evict memory of l: %d %v", n, err)
 	}
 	s.ExistKey(bg, "l") // lease l: its only replica is the phantom
-	fails := []OffloadFailure{{Key: "k", Retryable: true, Reason: "notify: reply lost"}, {Key: "l", Retryable: true, Reason: "notify: reply lost"}}
-	if _, err := s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: fails}); err != nil {
+	fails := []masterapi.OffloadFailure{{Key: "k", Retryable: true, Reason: "notify: reply lost"}, {Key: "l", Retryable: true, Reason: "notify: reply lost"}}
+	if _, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Failed: fails}); err != nil {
 		t.Fatal(err)
 	}
 	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "MEMORY@a " {
@@ -513,7 +513,7 @@ func TestOnEvictOffloadsInsteadOfDropping(t *testing.T) {
 	if len(ts) != 1 {
 		t.Fatalf("tasks %v", ts)
 	}
-	s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Persisted: []DiskObject{{Key: "k", Size: 64, CRC: crcOf("k")}}})
+	s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "k", Size: 64, CRC: crcOf("k")}}})
 	if n := s.EvictNow(); n != 1 {
 		t.Fatal("not dropped after persisting")
 	}
@@ -569,7 +569,7 @@ func TestRestartedMasterCountsOnlyItsTasks(t *testing.T) {
 		t.Run(via, func(t *testing.T) {
 			var logs *logBuffer
 			s, _ := offloadService(t, func(c *Config) { logs = logTo(c); c.OffloadReadAdmissionThreshold = 1000 })
-			var api API = s
+			var api masterapi.API = s
 			if via == "grpc" {
 				api = remoteService(t, s)
 			}
@@ -579,7 +579,7 @@ func TestRestartedMasterCountsOnlyItsTasks(t *testing.T) {
 			mount(t, api, "a", 1<<20)
 			mount(t, api, "b", 1<<20)
 			put(t, api, "registered", 64, "a")
-			if errs, err := api.ReRegisterDiskObjects(bg, "b", []DiskObject{{Key: "registered", Size: 64, CRC: crcOf("registered")}}); err != nil || errs[0] != nil {
+			if errs, err := api.ReRegisterDiskObjects(bg, "b", []masterapi.DiskObject{{Key: "registered", Size: 64, CRC: crcOf("registered")}}); err != nil || errs[0] != nil {
 				t.Fatal(errs, err)
 			}
 			put(t, api, "queued", 64, "a")
@@ -587,13 +587,13 @@ func TestRestartedMasterCountsOnlyItsTasks(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Answers to the previous master's tasks.
-			if _, err := api.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: []OffloadFailure{
+			if _, err := api.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Failed: []masterapi.OffloadFailure{
 				{Key: "unknown", Retryable: true, Reason: "SSD full"},
 				{Key: "queued", Retryable: false, Reason: "object larger than a bucket"},
 			}}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := api.NotifyOffloadSuccess(bg, NotifyRequest{Node: "b", Failed: []OffloadFailure{
+			if _, err := api.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "b", Failed: []masterapi.OffloadFailure{
 				{Key: "registered", Retryable: true, Reason: "rolled back"},
 			}}); err != nil {
 				t.Fatal(err)
@@ -613,7 +613,7 @@ func TestRestartedMasterCountsOnlyItsTasks(t *testing.T) {
 			if ts, _ := heartbeat(api, "a", 0); fmt.Sprint(taskKeys(ts)) != "[queued]" {
 				t.Fatalf("tasks %v", taskKeys(ts))
 			}
-			api.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Failed: []OffloadFailure{{Key: "queued", Reason: "object larger than a bucket"}}})
+			api.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Failed: []masterapi.OffloadFailure{{Key: "queued", Reason: "object larger than a bucket"}}})
 			if st, _ := api.Stats(bg); st.OffloadFailed != 1 {
 				t.Fatalf("own task's failure: counted %d", st.OffloadFailed)
 			}

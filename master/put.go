@@ -10,41 +10,41 @@ import (
 )
 
 // PutStart implements API.
-func (s *Service) PutStart(ctx context.Context, req PutStartRequest) (PutStartReply, error) {
+func (s *Service) PutStart(ctx context.Context, req masterapi.PutStartRequest) (masterapi.PutStartReply, error) {
 	if err := s.check(ctx); err != nil {
-		return PutStartReply{}, err
+		return masterapi.PutStartReply{}, err
 	}
 	r, err := s.putStart(ctx, req)
 	return r, s.observe(err)
 }
 
-func (s *Service) putStart(ctx context.Context, req PutStartRequest) (PutStartReply, error) {
+func (s *Service) putStart(ctx context.Context, req masterapi.PutStartRequest) (masterapi.PutStartReply, error) {
 	if err := validKey(req.Key); err != nil {
-		return PutStartReply{}, err
+		return masterapi.PutStartReply{}, err
 	}
 	if req.Size <= 0 {
-		return PutStartReply{}, codes.Errorf(codes.InvalidParams, "master: put_start: size must be > 0, got %d", req.Size)
+		return masterapi.PutStartReply{}, codes.Errorf(codes.InvalidParams, "master: put_start: size must be > 0, got %d", req.Size)
 	}
 	want, err := validReplicas(req.Replicas)
 	if err != nil {
-		return PutStartReply{}, err
+		return masterapi.PutStartReply{}, err
 	}
 	// A removal of the key still being made durable goes first.
 	if err := s.rlog.waitKey(ctx, req.Key); err != nil {
-		return PutStartReply{}, err
+		return masterapi.PutStartReply{}, err
 	}
 	sh := s.shardOf(req.Key)
 	// Cheap pre-check so that a duplicate put neither allocates nor evicts.
 	sh.mu.Lock()
 	if o := sh.objs[req.Key]; o != nil && s.blocksPut(o) {
 		sh.mu.Unlock()
-		return PutStartReply{}, codes.Errorf(codes.ObjectExists, "master: put_start")
+		return masterapi.PutStartReply{}, codes.Errorf(codes.ObjectExists, "master: put_start")
 	}
 	sh.mu.Unlock()
 
 	places, err := s.placeReplicas(ctx, req.Size, req.PreferredNode, want, req.AllowFewer)
 	if err != nil {
-		return PutStartReply{}, err
+		return masterapi.PutStartReply{}, err
 	}
 	now := s.now()
 	sh.mu.Lock()
@@ -54,7 +54,7 @@ func (s *Service) putStart(ctx context.Context, req PutStartRequest) (PutStartRe
 		for _, p := range places {
 			s.freeRange(p.seg, p.off, req.Size)
 		}
-		return PutStartReply{}, codes.Errorf(codes.ObjectExists, "master: put_start")
+		return masterapi.PutStartReply{}, codes.Errorf(codes.ObjectExists, "master: put_start")
 	}
 	if o == nil {
 		o = &object{}
@@ -90,8 +90,8 @@ func (s *Service) putStart(ctx context.Context, req PutStartRequest) (PutStartRe
 
 // putReply describes the DRAM replicas of o's put. Caller holds the shard
 // lock.
-func (s *Service) putReply(o *object) PutStartReply {
-	out := PutStartReply{Replica: s.memDescriptor(&o.mem)}
+func (s *Service) putReply(o *object) masterapi.PutStartReply {
+	out := masterapi.PutStartReply{Replica: s.memDescriptor(&o.mem)}
 	for i := range o.more {
 		out.More = append(out.More, s.memDescriptor(&o.more[i]))
 	}
@@ -105,12 +105,12 @@ func (s *Service) blocksPut(o *object) bool {
 }
 
 // memDescriptor describes DRAM replica m. Caller holds the shard lock.
-func (s *Service) memDescriptor(m *memReplica) Replica {
-	st := Processing
+func (s *Service) memDescriptor(m *memReplica) masterapi.Replica {
+	st := masterapi.Processing
 	if m.complete {
-		st = Complete
+		st = masterapi.Complete
 	}
-	return Replica{Kind: Memory, Status: st, Node: m.seg.node.id, Endpoint: m.seg.node.endpoint,
+	return masterapi.Replica{Kind: masterapi.Memory, Status: st, Node: m.seg.node.id, Endpoint: m.seg.node.endpoint,
 		Segment: m.seg.name, Offset: m.off, Length: m.len, PutToken: m.token}
 }
 
@@ -212,11 +212,11 @@ func (s *Service) putRevoke(key string, token uint64) error {
 }
 
 // BatchPutStart implements API.
-func (s *Service) BatchPutStart(ctx context.Context, reqs []PutStartRequest) ([]PutStartResult, error) {
+func (s *Service) BatchPutStart(ctx context.Context, reqs []masterapi.PutStartRequest) ([]masterapi.PutStartResult, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	out := make([]PutStartResult, len(reqs))
+	out := make([]masterapi.PutStartResult, len(reqs))
 	for i, r := range reqs {
 		out[i].PutStartReply, out[i].Err = s.putStart(ctx, r)
 		s.observe(out[i].Err)
@@ -225,7 +225,7 @@ func (s *Service) BatchPutStart(ctx context.Context, reqs []PutStartRequest) ([]
 }
 
 // BatchPutEnd implements API.
-func (s *Service) BatchPutEnd(ctx context.Context, puts []PutRef) ([]error, error) {
+func (s *Service) BatchPutEnd(ctx context.Context, puts []masterapi.PutRef) ([]error, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
@@ -237,7 +237,7 @@ func (s *Service) BatchPutEnd(ctx context.Context, puts []PutRef) ([]error, erro
 }
 
 // BatchPutRevoke implements API.
-func (s *Service) BatchPutRevoke(ctx context.Context, puts []PutRef) ([]error, error) {
+func (s *Service) BatchPutRevoke(ctx context.Context, puts []masterapi.PutRef) ([]error, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}

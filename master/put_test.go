@@ -15,7 +15,7 @@ import (
 )
 
 // overlaps reports whether two Memory replicas share bytes of one segment.
-func overlaps(a, b Replica) bool {
+func overlaps(a, b masterapi.Replica) bool {
 	return a.Node == b.Node && a.Segment == b.Segment && a.Offset < b.Offset+alignUp(b.Length) && b.Offset < a.Offset+alignUp(a.Length)
 }
 
@@ -35,7 +35,7 @@ func TestPutTokensGrow(t *testing.T) {
 		}
 		last = r.PutToken
 	}
-	res, err := s1.BatchPutStart(bg, []PutStartRequest{{Key: "b1", Size: 64}, {Key: "b2", Size: 64}})
+	res, err := s1.BatchPutStart(bg, []masterapi.PutStartRequest{{Key: "b1", Size: 64}, {Key: "b2", Size: 64}})
 	if err != nil || res[0].Err != nil || res[1].Err != nil || res[0].Replica.PutToken <= last || res[1].Replica.PutToken <= res[0].Replica.PutToken {
 		t.Fatalf("batch tokens after %d: %+v %v", last, res, err)
 	}
@@ -73,19 +73,19 @@ func TestStaleTokenNeverCompletesAnotherPut(t *testing.T) {
 	for _, via := range []string{"service", "grpc"} {
 		t.Run(via, func(t *testing.T) {
 			s, clk := testService(t, func(c *Config) { c.ClientTTL = time.Hour })
-			var api API = s
+			var api masterapi.API = s
 			if via == "grpc" {
 				api = remoteService(t, s)
 			}
 			mount(t, api, "a", 1<<20)
-			old, err := api.PutStart(bg, PutStartRequest{Key: "k", Size: 100, CRC: 1})
+			old, err := api.PutStart(bg, masterapi.PutStartRequest{Key: "k", Size: 100, CRC: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if err := api.PutRevoke(bg, "k", old.PutToken); err != nil {
 				t.Fatal(err)
 			}
-			cur, err := api.PutStart(bg, PutStartRequest{Key: "k", Size: 100, CRC: 2})
+			cur, err := api.PutStart(bg, masterapi.PutStartRequest{Key: "k", Size: 100, CRC: 2})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -112,7 +112,7 @@ func TestStaleTokenNeverCompletesAnotherPut(t *testing.T) {
 			mustIs(t, api.PutRevoke(bg, "k", old.PutToken), masterapi.ErrStalePut)
 			// An abandoned put reclaimed after the discard timeout: its
 			// late PutEnd is stale and does not create anything.
-			ab, err := api.PutStart(bg, PutStartRequest{Key: "abandoned", Size: 100})
+			ab, err := api.PutStart(bg, masterapi.PutStartRequest{Key: "abandoned", Size: 100})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -122,15 +122,15 @@ func TestStaleTokenNeverCompletesAnotherPut(t *testing.T) {
 			_, err = api.GetReplicaList(bg, "abandoned")
 			mustIs(t, err, codes.ErrObjectNotFound)
 			// Batch forms: per-item ErrStalePut.
-			bs, err := api.BatchPutStart(bg, []PutStartRequest{{Key: "b", Size: 10}})
+			bs, err := api.BatchPutStart(bg, []masterapi.PutStartRequest{{Key: "b", Size: 10}})
 			if err != nil || bs[0].Err != nil {
 				t.Fatal(bs, err)
 			}
-			errs, err := api.BatchPutEnd(bg, []PutRef{{Key: "b", Token: ab.PutToken}, {Key: "b", Token: bs[0].Replica.PutToken}})
+			errs, err := api.BatchPutEnd(bg, []masterapi.PutRef{{Key: "b", Token: ab.PutToken}, {Key: "b", Token: bs[0].Replica.PutToken}})
 			if err != nil || !errors.Is(errs[0], masterapi.ErrStalePut) || errs[1] != nil {
 				t.Fatalf("batch put end: %v %v", errs, err)
 			}
-			errs, err = api.BatchPutRevoke(bg, []PutRef{{Key: "b", Token: ab.PutToken}})
+			errs, err = api.BatchPutRevoke(bg, []masterapi.PutRef{{Key: "b", Token: ab.PutToken}})
 			if err != nil || !errors.Is(errs[0], masterapi.ErrStalePut) {
 				t.Fatalf("batch put revoke: %v %v", errs, err)
 			}
@@ -149,12 +149,12 @@ func TestRemoveDuringPutKeepsRange(t *testing.T) {
 	for _, via := range []string{"service", "grpc"} {
 		t.Run(via, func(t *testing.T) {
 			s, clk := testService(t, func(c *Config) { c.ClientTTL = time.Hour; c.PutStartDiscardTimeout = time.Minute })
-			var api API = s
+			var api masterapi.API = s
 			if via == "grpc" {
 				api = remoteService(t, s)
 			}
 			mount(t, api, "a", 1<<20)
-			doomed, err := api.PutStart(bg, PutStartRequest{Key: "doomed", Size: 4096, CRC: crcOf("doomed")})
+			doomed, err := api.PutStart(bg, masterapi.PutStartRequest{Key: "doomed", Size: 4096, CRC: crcOf("doomed")})
 			if err != nil || doomed.Offset != 0 {
 				t.Fatalf("doomed: %+v %v", doomed, err)
 			}
@@ -178,7 +178,7 @@ func TestRemoveDuringPutKeepsRange(t *testing.T) {
 			}
 
 			// Forced: the object goes, the range stays with the writer.
-			doomed2, err := api.PutStart(bg, PutStartRequest{Key: "doomed2", Size: 4096})
+			doomed2, err := api.PutStart(bg, masterapi.PutStartRequest{Key: "doomed2", Size: 4096})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -204,7 +204,7 @@ func TestRemoveDuringPutKeepsRange(t *testing.T) {
 
 			// Forced, and the writer never comes back: freed at the
 			// discard deadline, not before.
-			doomed3, err := api.PutStart(bg, PutStartRequest{Key: "doomed3", Size: 4096})
+			doomed3, err := api.PutStart(bg, masterapi.PutStartRequest{Key: "doomed3", Size: 4096})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -233,7 +233,7 @@ func TestBatchPutTokensOnePerKey(t *testing.T) {
 	s, _ := testService(t, nil)
 	addr := serveGRPC(t, s)
 	mount(t, s, "a", 1<<20)
-	rep, err := s.PutStart(bg, PutStartRequest{Key: "k", Size: 10})
+	rep, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "k", Size: 10})
 	if err != nil {
 		t.Fatal(err)
 	}

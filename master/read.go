@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // grantLease extends o's read lease (and its soft pin) to now + ttl. Caller
@@ -65,18 +66,18 @@ func (s *Service) exist(key string, now int64, count bool) (bool, error) {
 // replicaList answers one GetReplicaList.
 // slab, when not nil, is a shared backing array for the Replicas of a batch
 // (one allocation per batch instead of one per key).
-func (s *Service) replicaList(key string, now int64, count bool, slab *[]Replica) (ObjectInfo, error) {
+func (s *Service) replicaList(key string, now int64, count bool, slab *[]masterapi.Replica) (masterapi.ObjectInfo, error) {
 	sh, err := s.lockKey(key)
 	if err != nil {
-		return ObjectInfo{}, err
+		return masterapi.ObjectInfo{}, err
 	}
 	defer sh.mu.Unlock()
 	o := sh.objs[key]
 	s.observeLookup(key, o, count)
 	if o == nil {
-		return ObjectInfo{}, codes.Errorf(codes.ObjectNotFound, "master: get_replica_list")
+		return masterapi.ObjectInfo{}, codes.Errorf(codes.ObjectNotFound, "master: get_replica_list")
 	}
-	info := ObjectInfo{Key: key, Size: o.size, CRC: o.crc}
+	info := masterapi.ObjectInfo{Key: key, Size: o.size, CRC: o.crc}
 	n := 0
 	for _, m := range o.mems() {
 		if m.complete && m.seg.live() {
@@ -90,18 +91,18 @@ func (s *Service) replicaList(key string, now int64, count bool, slab *[]Replica
 	}
 	if n == 0 {
 		if o.putInProgress() {
-			return ObjectInfo{}, codes.Errorf(codes.ReplicaNotReady, "master: get_replica_list: put in progress")
+			return masterapi.ObjectInfo{}, codes.Errorf(codes.ReplicaNotReady, "master: get_replica_list: put in progress")
 		}
 		// Every replica is on a dead node or was dropped while the object
 		// was leased: it existed, it is gone (Mooncake #4508).
-		return ObjectInfo{}, codes.Errorf(codes.ReplicaIsGone, "master: get_replica_list")
+		return masterapi.ObjectInfo{}, codes.Errorf(codes.ReplicaIsGone, "master: get_replica_list")
 	}
 	if slab != nil && cap(*slab)-len(*slab) >= n {
 		l := len(*slab)
 		info.Replicas = (*slab)[l : l : l+n]
 		*slab = (*slab)[:l+n]
 	} else {
-		info.Replicas = make([]Replica, 0, n)
+		info.Replicas = make([]masterapi.Replica, 0, n)
 	}
 	for _, m := range o.mems() { // the put's first (preferred) replica first
 		if m.complete && m.seg.live() {
@@ -110,11 +111,11 @@ func (s *Service) replicaList(key string, now int64, count bool, slab *[]Replica
 	}
 	for _, d := range o.disk {
 		if !d.node.dead.Load() {
-			info.Replicas = append(info.Replicas, Replica{Kind: LocalDisk, Status: Complete, Node: d.node.id, Endpoint: d.node.endpoint})
+			info.Replicas = append(info.Replicas, masterapi.Replica{Kind: masterapi.LocalDisk, Status: masterapi.Complete, Node: d.node.id, Endpoint: d.node.endpoint})
 		}
 	}
 	s.grantLease(o, now)
-	if len(info.Replicas) > 0 && info.Replicas[len(info.Replicas)-1].Kind != LocalDisk {
+	if len(info.Replicas) > 0 && info.Replicas[len(info.Replicas)-1].Kind != masterapi.LocalDisk {
 		// This reader has only DRAM replicas to read: keep them for the
 		// lease (invariant 4).
 		o.dramLeaseUntil = o.leaseUntil
@@ -131,16 +132,16 @@ func (s *Service) ExistKey(ctx context.Context, key string) (bool, error) {
 	if err := s.check(ctx); err != nil {
 		return false, err
 	}
-	ok, err := s.exist(key, s.now(), s.countLookups && !IsOffloadPath(ctx))
+	ok, err := s.exist(key, s.now(), s.countLookups && !masterapi.IsOffloadPath(ctx))
 	return ok, s.observe(err)
 }
 
 // GetReplicaList implements API.
-func (s *Service) GetReplicaList(ctx context.Context, key string) (ObjectInfo, error) {
+func (s *Service) GetReplicaList(ctx context.Context, key string) (masterapi.ObjectInfo, error) {
 	if err := s.check(ctx); err != nil {
-		return ObjectInfo{}, err
+		return masterapi.ObjectInfo{}, err
 	}
-	info, err := s.replicaList(key, s.now(), s.countLookups && !IsOffloadPath(ctx), nil)
+	info, err := s.replicaList(key, s.now(), s.countLookups && !masterapi.IsOffloadPath(ctx), nil)
 	return info, s.observe(err)
 }
 
@@ -149,7 +150,7 @@ func (s *Service) GetReplicaList(ctx context.Context, key string) (ObjectInfo, e
 // caller is not the offload path, and the key did not occur earlier in the
 // batch.
 func (s *Service) batchCounter(ctx context.Context, keys []string) func(string) bool {
-	if !s.countLookups || IsOffloadPath(ctx) {
+	if !s.countLookups || masterapi.IsOffloadPath(ctx) {
 		return func(string) bool { return false }
 	}
 	seen := make(map[string]struct{}, len(keys))
@@ -163,13 +164,13 @@ func (s *Service) batchCounter(ctx context.Context, keys []string) func(string) 
 }
 
 // BatchExistKey implements API.
-func (s *Service) BatchExistKey(ctx context.Context, keys []string) ([]ExistResult, error) {
+func (s *Service) BatchExistKey(ctx context.Context, keys []string) ([]masterapi.ExistResult, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
 	now := s.now()
 	count := s.batchCounter(ctx, keys)
-	out := make([]ExistResult, len(keys))
+	out := make([]masterapi.ExistResult, len(keys))
 	for i, k := range keys {
 		out[i].Exists, out[i].Err = s.exist(k, now, count(k))
 		s.observe(out[i].Err)
@@ -178,14 +179,14 @@ func (s *Service) BatchExistKey(ctx context.Context, keys []string) ([]ExistResu
 }
 
 // BatchGetReplicaList implements API.
-func (s *Service) BatchGetReplicaList(ctx context.Context, keys []string) ([]ReplicaListResult, error) {
+func (s *Service) BatchGetReplicaList(ctx context.Context, keys []string) ([]masterapi.ReplicaListResult, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
 	now := s.now()
 	count := s.batchCounter(ctx, keys)
-	out := make([]ReplicaListResult, len(keys))
-	slab := make([]Replica, 0, 2*len(keys))
+	out := make([]masterapi.ReplicaListResult, len(keys))
+	slab := make([]masterapi.Replica, 0, 2*len(keys))
 	for i, k := range keys {
 		out[i].Info, out[i].Err = s.replicaList(k, now, count(k), &slab)
 		s.observe(out[i].Err)

@@ -43,7 +43,7 @@ type reconciled struct {
 // runReconcile runs a whole reconcile session for node holding keys, at
 // digest resolution ranges, sending the keys of differing ranges in batches
 // of batch. It returns the session's Differ and the outcome.
-func runReconcile(api API, node string, keys []string, ranges, batch int) ([]uint32, reconciled, error) {
+func runReconcile(api masterapi.API, node string, keys []string, ranges, batch int) ([]uint32, reconciled, error) {
 	var res reconciled
 	ses, err := api.ReconcileBegin(bg, node, digestOfKeys(keys, ranges))
 	if err != nil || len(ses.Differ) == 0 {
@@ -71,7 +71,7 @@ func runReconcile(api API, node string, keys []string, ranges, batch int) ([]uin
 }
 
 // sessionReconcile is runReconcile that fails the test on an error.
-func sessionReconcile(t fataler, api API, node string, keys []string, ranges, batch int) ([]uint32, reconciled) {
+func sessionReconcile(t fataler, api masterapi.API, node string, keys []string, ranges, batch int) ([]uint32, reconciled) {
 	t.Helper()
 	differ, res, err := runReconcile(api, node, keys, ranges, batch)
 	if err != nil {
@@ -82,7 +82,7 @@ func sessionReconcile(t fataler, api API, node string, keys []string, ranges, ba
 
 // reconcileAll reconciles node holding keys in one range and one batch:
 // every key sent, the replicas of every other key dropped.
-func reconcileAll(api API, node string, keys []string) (reconciled, error) {
+func reconcileAll(api masterapi.API, node string, keys []string) (reconciled, error) {
 	_, res, err := runReconcile(api, node, keys, 1, len(keys)+1)
 	return res, err
 }
@@ -95,9 +95,9 @@ func TestReconcileSession(t *testing.T) {
 			s, _ := offloadService(t, nil)
 			mount(t, s, "a", 1<<20)
 			mount(t, s, "b", 1<<20)
-			var objs []DiskObject
+			var objs []masterapi.DiskObject
 			for i := range 6 {
-				objs = append(objs, DiskObject{Key: fmt.Sprint("d", i), Size: 10, CRC: 1})
+				objs = append(objs, masterapi.DiskObject{Key: fmt.Sprint("d", i), Size: 10, CRC: 1})
 			}
 			s.ReRegisterDiskObjects(bg, "a", objs)
 			s.ReRegisterDiskObjects(bg, "b", objs[:3])
@@ -145,11 +145,11 @@ func TestReconcileSession(t *testing.T) {
 func TestReconcileSessionOnlyDifferingRanges(t *testing.T) {
 	s, _ := offloadService(t, nil)
 	mount(t, s, "a", 1<<20)
-	var objs []DiskObject
+	var objs []masterapi.DiskObject
 	var keys []string
 	for i := range 2000 {
 		k := fmt.Sprint("k", i)
-		objs = append(objs, DiskObject{Key: k, Size: 10, CRC: 1})
+		objs = append(objs, masterapi.DiskObject{Key: k, Size: 10, CRC: 1})
 		keys = append(keys, k)
 	}
 	if _, err := s.ReRegisterDiskObjects(bg, "a", objs); err != nil {
@@ -193,7 +193,7 @@ func TestReconcileSessionOnlyDifferingRanges(t *testing.T) {
 func TestReconcileSessionRefusals(t *testing.T) {
 	s, _ := offloadService(t, nil)
 	mount(t, s, "a", 1<<20)
-	s.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "x", Size: 1, CRC: 1}, {Key: "y", Size: 1, CRC: 1}})
+	s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "x", Size: 1, CRC: 1}, {Key: "y", Size: 1, CRC: 1}})
 	d := digestOfKeys([]string{"x"}, 4) // the node lost y
 	s1, err := s.ReconcileBegin(bg, "a", d)
 	if err != nil || len(s1.Differ) != 1 {
@@ -221,12 +221,12 @@ func TestReconcileSessionRefusals(t *testing.T) {
 	_, err = s.ReconcileEnd(bg, "a", s2.ID)
 	mustIs(t, err, codes.ErrInvalidParams) // ended
 	// A session begun by an earlier incarnation is void after a restart.
-	s.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "z", Size: 1, CRC: 1}})
+	s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "z", Size: 1, CRC: 1}})
 	s3, err := s.ReconcileBegin(bg, "a", digestOfKeys(nil, 1))
 	if err != nil || len(s3.Differ) != 1 {
 		t.Fatalf("begin s3 %+v %v", s3, err)
 	}
-	if err := s.MountSegment(bg, MountRequest{Node: "a", Endpoint: "a:1", Segment: "seg0", Size: 1 << 20, Incarnation: "new"}); err != nil {
+	if err := s.MountSegment(bg, masterapi.MountRequest{Node: "a", Endpoint: "a:1", Segment: "seg0", Size: 1 << 20, Incarnation: "new"}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = s.ReconcileEnd(bg, "a", s3.ID)
@@ -256,7 +256,7 @@ func TestReconcileSessionKeepsReplicasRecordedMeanwhile(t *testing.T) {
 	if err != nil || len(ses.Differ) != 1 {
 		t.Fatalf("begin %+v %v", ses, err)
 	}
-	if _, err := s.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "late", Size: 1, CRC: 1}}); err != nil {
+	if _, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "late", Size: 1, CRC: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := s.ReconcileEnd(bg, "a", ses.ID); err != nil || n != 0 {
@@ -296,7 +296,7 @@ func TestReconcileSessionMatchesModel(t *testing.T) {
 		}
 		defer s.Close()
 		for _, n := range []string{"a", "b"} {
-			if err := s.MountSegment(bg, MountRequest{Node: n, Endpoint: n + ":1", Segment: "seg0", Size: 1 << 20}); err != nil {
+			if err := s.MountSegment(bg, masterapi.MountRequest{Node: n, Endpoint: n + ":1", Segment: "seg0", Size: 1 << 20}); err != nil {
 				rt.Fatal(err)
 			}
 		}
@@ -360,10 +360,10 @@ func TestReconcileSessionMatchesModel(t *testing.T) {
 	})
 }
 
-func diskObjsOf(ids []int) []DiskObject {
-	out := make([]DiskObject, len(ids))
+func diskObjsOf(ids []int) []masterapi.DiskObject {
+	out := make([]masterapi.DiskObject, len(ids))
 	for i, id := range ids {
-		out[i] = DiskObject{Key: fmt.Sprint("k", id), Size: 8, CRC: 3}
+		out[i] = masterapi.DiskObject{Key: fmt.Sprint("k", id), Size: 8, CRC: 3}
 	}
 	return out
 }
@@ -414,9 +414,9 @@ func TestReconcileSessionOverGRPC(t *testing.T) {
 	s, _ := offloadService(t, nil)
 	api := remoteService(t, s)
 	mount(t, api, "a", 1<<20)
-	var objs []DiskObject
+	var objs []masterapi.DiskObject
 	for i := range 100 {
-		objs = append(objs, DiskObject{Key: fmt.Sprint("g", i), Size: 4, CRC: 2})
+		objs = append(objs, masterapi.DiskObject{Key: fmt.Sprint("g", i), Size: 4, CRC: 2})
 	}
 	if _, err := api.ReRegisterDiskObjects(bg, "a", objs); err != nil {
 		t.Fatal(err)

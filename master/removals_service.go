@@ -124,7 +124,7 @@ func (s *Service) removedDisk(id, key string) error {
 // removedMem says why a DRAM record must not be re-registered: an entry
 // covers it (its put token is below the entry's sequence number), or it
 // predates the removal log. Nil otherwise.
-func (s *Service) removedMem(m MemoryObject) error {
+func (s *Service) removedMem(m masterapi.MemoryObject) error {
 	if m.PutToken < s.rlog.origin {
 		return codes.Errorf(codes.ObjectNotFound, "master: re_register_memory: put %d predates the removal log (origin %d)", m.PutToken, s.rlog.origin)
 	}

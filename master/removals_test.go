@@ -16,7 +16,7 @@ import (
 
 // pullAll pulls node's entries above the cursors until nothing is new and
 // returns them with the last reply's cursor position.
-func pullAll(t *testing.T, api API, node string, dram, ssd masterapi.RemovalCursor) ([]masterapi.Removal, masterapi.PullReply) {
+func pullAll(t *testing.T, api masterapi.API, node string, dram, ssd masterapi.RemovalCursor) ([]masterapi.Removal, masterapi.PullReply) {
 	t.Helper()
 	var all []masterapi.Removal
 	for {
@@ -39,7 +39,7 @@ func pullAll(t *testing.T, api API, node string, dram, ssd masterapi.RemovalCurs
 func TestRemovalLogEntryRefusesReRegistration(t *testing.T) {
 	store := NewMemoryRemovalStore()
 	s, _ := testService(t, func(c *Config) { c.Removals = store })
-	var api API = remoteService(t, s) // the whole flow over gRPC
+	var api masterapi.API = remoteService(t, s) // the whole flow over gRPC
 	mount(t, api, "a", 1<<20)
 	r := put(t, api, "k", 1000, "a")
 	cur := masterapi.RemovalCursor{Log: s.RemovalLog().ID, Seq: s.RemovalLog().Durable}
@@ -62,13 +62,13 @@ func TestRemovalLogEntryRefusesReRegistration(t *testing.T) {
 	s2, _ := testService(t, func(c *Config) { c.Removals = store })
 	api2 := remoteService(t, s2)
 	holdMount(t, s2, "a", 1<<20)
-	rec := MemoryObject{Key: "k", Offset: r.Offset, Length: 1000, CRC: crcOf("k"), PutToken: r.PutToken}
-	errs, err := api2.ReRegisterMemoryObjects(bg, "a", "seg0", []MemoryObject{rec}, true)
+	rec := masterapi.MemoryObject{Key: "k", Offset: r.Offset, Length: 1000, CRC: crcOf("k"), PutToken: r.PutToken}
+	errs, err := api2.ReRegisterMemoryObjects(bg, "a", "seg0", []masterapi.MemoryObject{rec}, true)
 	if err != nil || !errors.Is(errs[0], codes.ErrObjectNotFound) || !strings.Contains(errs[0].Error(), "removed") {
 		t.Fatalf("re-registration of the removed DRAM record: %v %v", errs, err)
 	}
 	pullAll(t, api2, "a", cur, cur) // the node reports its cursor (below the entry)
-	errs, err = api2.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "k", Size: 1000, CRC: crcOf("k")}})
+	errs, err = api2.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "k", Size: 1000, CRC: crcOf("k")}})
 	if err != nil || !errors.Is(errs[0], codes.ErrObjectNotFound) {
 		t.Fatalf("re-registration of the removed SSD copy: %v %v", errs, err)
 	}
@@ -76,7 +76,7 @@ func TestRemovalLogEntryRefusesReRegistration(t *testing.T) {
 	// it holds is a newer put's: accepted.
 	applied := masterapi.RemovalCursor{Log: rep.Log, Seq: rep.Through}
 	pullAll(t, api2, "a", applied, applied)
-	if errs, err := api2.ReRegisterDiskObjects(bg, "a", []DiskObject{{Key: "k", Size: 7, CRC: 7}}); err != nil || errs[0] != nil {
+	if errs, err := api2.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "k", Size: 7, CRC: 7}}); err != nil || errs[0] != nil {
 		t.Fatalf("an SSD copy written after the node applied the removal: %v %v", errs, err)
 	}
 	// A new put of the key: its token is above the entry; a DRAM record of
@@ -85,7 +85,7 @@ func TestRemovalLogEntryRefusesReRegistration(t *testing.T) {
 	r2 := put(t, api2, "k", 1000, "a")
 	s3, _ := testService(t, func(c *Config) { c.Removals = store })
 	holdMount(t, s3, "a", 1<<20)
-	if errs, err := s3.ReRegisterMemoryObjects(bg, "a", "seg0", []MemoryObject{{Key: "k", Offset: r2.Offset, Length: 1000, CRC: crcOf("k"), PutToken: r2.PutToken}}, true); err != nil || errs[0] != nil {
+	if errs, err := s3.ReRegisterMemoryObjects(bg, "a", "seg0", []masterapi.MemoryObject{{Key: "k", Offset: r2.Offset, Length: 1000, CRC: crcOf("k"), PutToken: r2.PutToken}}, true); err != nil || errs[0] != nil {
 		t.Fatalf("the put after the removal: %v %v", errs, err)
 	}
 }
@@ -108,7 +108,7 @@ func TestRemovalLogLostTellsNodesToDrop(t *testing.T) {
 	if err != nil || !rep.DropDRAM || !rep.DropSSD || rep.Log == old.Log {
 		t.Fatalf("pull with another log's cursors: %+v %v", rep, err)
 	}
-	errs, err := s2.ReRegisterMemoryObjects(bg, "a", "seg0", []MemoryObject{{Key: "k", Offset: r.Offset, Length: 1000, CRC: crcOf("k"), PutToken: r.PutToken}}, true)
+	errs, err := s2.ReRegisterMemoryObjects(bg, "a", "seg0", []masterapi.MemoryObject{{Key: "k", Offset: r.Offset, Length: 1000, CRC: crcOf("k"), PutToken: r.PutToken}}, true)
 	if err != nil || !errors.Is(errs[0], codes.ErrObjectNotFound) || !strings.Contains(errs[0].Error(), "predates") {
 		t.Fatalf("a record older than the log: %v %v", errs, err)
 	}
@@ -342,7 +342,7 @@ func TestPullForgetList(t *testing.T) {
 	if len(tasks) != 1 {
 		t.Fatal(tasks)
 	}
-	if _, err := s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Persisted: []DiskObject{{Key: "k", Size: 100, CRC: crcOf("k")}}}); err != nil {
+	if _, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "k", Size: 100, CRC: crcOf("k")}}}); err != nil {
 		t.Fatal(err)
 	}
 	if res, _ := s.EvictMemory(bg, []string{"k"}, false); res.Dropped != 1 {
@@ -370,7 +370,7 @@ func TestPutWaitsForTheRemovalBeforeIt(t *testing.T) {
 	if err := s.Remove(bg, "k", true); err == nil {
 		t.Fatal("a removal that is not durable was acknowledged")
 	}
-	if _, err := s.PutStart(bg, PutStartRequest{Key: "k", Size: 100, CRC: 1}); !errors.Is(err, codes.ErrInternal) || !strings.Contains(err.Error(), "etcd unreachable") {
+	if _, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "k", Size: 100, CRC: 1}); !errors.Is(err, codes.ErrInternal) || !strings.Contains(err.Error(), "etcd unreachable") {
 		t.Fatalf("a put over a removal that is not durable: %v", err)
 	}
 	put(t, s, "other", 100, "a") // other keys are not held up

@@ -133,8 +133,8 @@ func (s *Service) removeMatching(ctx context.Context, e masterapi.Removal, match
 }
 
 // EvictMemory implements API.
-func (s *Service) EvictMemory(ctx context.Context, keys []string, all bool) (EvictMemoryResult, error) {
-	var res EvictMemoryResult
+func (s *Service) EvictMemory(ctx context.Context, keys []string, all bool) (masterapi.EvictMemoryResult, error) {
+	var res masterapi.EvictMemoryResult
 	if err := s.check(ctx); err != nil {
 		return res, err
 	}
@@ -179,7 +179,7 @@ func (s *Service) EvictMemory(ctx context.Context, keys []string, all bool) (Evi
 // evictMemOf drops o's DRAM replica if it has a readable SSD copy and
 // nothing holds it (evictable), and counts the outcome in res, by reason.
 // Caller holds the shard lock; o has a DRAM replica.
-func (s *Service) evictMemOf(o *object, now int64, res *EvictMemoryResult) {
+func (s *Service) evictMemOf(o *object, now int64, res *masterapi.EvictMemoryResult) {
 	switch {
 	case !o.mem.complete:
 		res.PutInProgress++

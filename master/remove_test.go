@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // TestRemoveAllAndRegexOverGRPC: RemoveAll and RemoveByRegex through a
@@ -19,7 +20,7 @@ import (
 // naming it, and removes nothing.
 func TestRemoveAllAndRegexOverGRPC(t *testing.T) {
 	s, clk := testService(t, func(c *Config) { c.EnableOffload = true; c.OffloadOnEvict = true; c.ClientTTL = time.Hour })
-	var api API = remoteService(t, s)
+	var api masterapi.API = remoteService(t, s)
 	ctx, cancel := context.WithTimeout(bg, 20*time.Second)
 	defer cancel()
 	mount(t, api, "a", 1<<20)
@@ -31,7 +32,7 @@ func TestRemoveAllAndRegexOverGRPC(t *testing.T) {
 	if _, err := api.GetReplicaList(ctx, "layer0/b"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := api.PutStart(ctx, PutStartRequest{Key: "layer1/c", Size: 1000, CRC: 1, PreferredNode: "a"}); err != nil {
+	if _, err := api.PutStart(ctx, masterapi.PutStartRequest{Key: "layer1/c", Size: 1000, CRC: 1, PreferredNode: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	sh := s.shardOf("other")

@@ -15,9 +15,9 @@ import (
 
 // putReplicas starts and ends a put of key with n replicas, preferred
 // node first, and returns its replicas.
-func putReplicas(t *testing.T, api API, key string, size int64, node string, n int) []Replica {
+func putReplicas(t *testing.T, api masterapi.API, key string, size int64, node string, n int) []masterapi.Replica {
 	t.Helper()
-	r, err := api.PutStart(bg, PutStartRequest{Key: key, Size: size, CRC: crcOf(key), PreferredNode: node, Replicas: n})
+	r, err := api.PutStart(bg, masterapi.PutStartRequest{Key: key, Size: size, CRC: crcOf(key), PreferredNode: node, Replicas: n})
 	if err != nil {
 		t.Fatalf("PutStart(%q, %d replicas): %v", key, n, err)
 	}
@@ -28,7 +28,7 @@ func putReplicas(t *testing.T, api API, key string, size int64, node string, n i
 }
 
 // nodesOf lists the nodes of rs, in order.
-func nodesOf(rs []Replica) []string {
+func nodesOf(rs []masterapi.Replica) []string {
 	var out []string
 	for _, r := range rs {
 		out = append(out, r.Node)
@@ -37,7 +37,7 @@ func nodesOf(rs []Replica) []string {
 }
 
 // distinct reports whether rs are on pairwise different nodes.
-func distinct(rs []Replica) bool {
+func distinct(rs []masterapi.Replica) bool {
 	seen := map[string]bool{}
 	for _, r := range rs {
 		if seen[r.Node] {
@@ -77,7 +77,7 @@ func expire(t *testing.T, s *Service, clk *ManualClock, dead string, alive ...st
 		}
 	}
 	s.Tick()
-	if p, _ := s.Ping(bg, dead); p.Status != NeedRemount {
+	if p, _ := s.Ping(bg, dead); p.Status != masterapi.NeedRemount {
 		t.Fatalf("node %q not expired", dead)
 	}
 }
@@ -94,7 +94,7 @@ func TestReplicasPlacedOnDistinctNodesPreferredFirst(t *testing.T) {
 			t.Fatalf("put %d (preferred %s): replicas on %v, want 3 distinct nodes, %s first", i, pref, nodesOf(reps), pref)
 		}
 		for _, r := range reps {
-			if r.Kind != Memory || r.Status != Processing || r.PutToken != reps[0].PutToken || r.Length != 4096 {
+			if r.Kind != masterapi.Memory || r.Status != masterapi.Processing || r.PutToken != reps[0].PutToken || r.Length != 4096 {
 				t.Fatalf("put %d: replica %+v (first %+v)", i, r, reps[0])
 			}
 		}
@@ -120,7 +120,7 @@ func TestReplicasPublishedOnlyWhenAllEnd(t *testing.T) {
 	s, _ := testService(t, nil)
 	mount(t, s, "a", 1<<20)
 	mount(t, s, "b", 1<<20)
-	r, err := s.PutStart(bg, PutStartRequest{Key: "k", Size: 100, CRC: crcOf("k"), Replicas: 2})
+	r, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "k", Size: 100, CRC: crcOf("k"), Replicas: 2})
 	if err != nil || len(r.More) != 1 {
 		t.Fatalf("%+v %v", r, err)
 	}
@@ -137,7 +137,7 @@ func TestReplicasPublishedOnlyWhenAllEnd(t *testing.T) {
 		t.Fatalf("%s %v", kinds(info), err)
 	}
 	for _, x := range info.Replicas {
-		if x.Status != Complete {
+		if x.Status != masterapi.Complete {
 			t.Fatalf("published %+v", x)
 		}
 	}
@@ -150,17 +150,17 @@ func TestReplicasMoreThanLiveNodes(t *testing.T) {
 	s, _ := testService(t, nil)
 	mount(t, s, "a", 1<<20)
 	mount(t, s, "b", 1<<20)
-	_, err := s.PutStart(bg, PutStartRequest{Key: "k", Size: 100, Replicas: 3})
+	_, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "k", Size: 100, Replicas: 3})
 	mustIs(t, err, codes.ErrNoAvailableHandle)
 	if st, _ := s.Stats(bg); st.Objects != 0 || st.SegmentUsed != 0 {
 		t.Fatalf("a refused put left %+v", st)
 	}
-	r, err := s.PutStart(bg, PutStartRequest{Key: "k", Size: 100, Replicas: 3, AllowFewer: true, PreferredNode: "b"})
+	r, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "k", Size: 100, Replicas: 3, AllowFewer: true, PreferredNode: "b"})
 	if err != nil || len(r.Replicas()) != 2 || r.Node != "b" || !distinct(r.Replicas()) {
 		t.Fatalf("allow fewer: %+v %v", r, err)
 	}
 	for _, n := range []int{-1, masterapi.MaxReplicas + 1} {
-		_, err = s.PutStart(bg, PutStartRequest{Key: "x", Size: 100, Replicas: n})
+		_, err = s.PutStart(bg, masterapi.PutStartRequest{Key: "x", Size: 100, Replicas: n})
 		mustIs(t, err, codes.ErrInvalidParams)
 	}
 	if err := s.PutRevoke(bg, "k", r.PutToken); err != nil {
@@ -178,14 +178,14 @@ func TestReplicasNoRoomOnOneNode(t *testing.T) {
 	mount(t, s, "a", 1<<20)
 	mount(t, s, "b", 1<<20)
 	mount(t, s, "c", 64<<10)
-	putWith(t, s, PutStartRequest{Key: "fill", Size: 60 << 10, PreferredNode: "c", HardPin: true})
+	putWith(t, s, masterapi.PutStartRequest{Key: "fill", Size: 60 << 10, PreferredNode: "c", HardPin: true})
 	usedC := segUsed(t, s, "c")
-	_, err := s.PutStart(bg, PutStartRequest{Key: "k", Size: 32 << 10, Replicas: 3})
+	_, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "k", Size: 32 << 10, Replicas: 3})
 	mustIs(t, err, codes.ErrNoAvailableHandle)
 	if segUsed(t, s, "a") != 0 || segUsed(t, s, "b") != 0 || segUsed(t, s, "c") != usedC {
 		t.Fatal("a failed strict put kept ranges")
 	}
-	r, err := s.PutStart(bg, PutStartRequest{Key: "k", Size: 32 << 10, Replicas: 3, AllowFewer: true})
+	r, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "k", Size: 32 << 10, Replicas: 3, AllowFewer: true})
 	if err != nil || len(r.Replicas()) != 2 || !distinct(r.Replicas()) {
 		t.Fatalf("%+v %v", r, err)
 	}
@@ -206,7 +206,7 @@ func TestReplicasNodeDiesDuringPut(t *testing.T) {
 	s, clk := testService(t, func(c *Config) { c.PutStartDiscardTimeout = time.Hour })
 	mount(t, s, "a", 1<<20)
 	mount(t, s, "b", 1<<20)
-	r, err := s.PutStart(bg, PutStartRequest{Key: "k", Size: 100, PreferredNode: "a", Replicas: 2})
+	r, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "k", Size: 100, PreferredNode: "a", Replicas: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +282,7 @@ func TestReplicasOffloadFromOneThenFromASurvivor(t *testing.T) {
 	if err != nil || len(ts) != 1 || ts[0].Key != "k" {
 		t.Fatalf("after a died: tasks %v %v", taskKeys(ts), err)
 	}
-	if errs, err := s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "b", Persisted: []DiskObject{{Key: "k", Size: 100, CRC: crcOf("k")}}}); err != nil || errs[0] != nil {
+	if errs, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "b", Persisted: []masterapi.DiskObject{{Key: "k", Size: 100, CRC: crcOf("k")}}}); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}
 	info, err := s.GetReplicaList(bg, "k")
@@ -299,7 +299,7 @@ func TestReplicasEvictionDropsEveryDRAMReplica(t *testing.T) {
 	mount(t, s, "b", 1<<20)
 	putReplicas(t, s, "k", 100, "a", 2)
 	heartbeat(s, "a", 0)
-	if errs, err := s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "a", Persisted: []DiskObject{{Key: "k", Size: 100, CRC: crcOf("k")}}}); err != nil || errs[0] != nil {
+	if errs, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "k", Size: 100, CRC: crcOf("k")}}}); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}
 	res, err := s.EvictMemory(bg, []string{"k"}, false)
@@ -315,7 +315,7 @@ func TestReplicasEvictionDropsEveryDRAMReplica(t *testing.T) {
 	// Watermark or allocation eviction: the same, object by object.
 	putReplicas(t, s, "m", 100, "b", 2) // no SSD copy: eviction drops the object
 	heartbeat(s, "b", 0)
-	s.NotifyOffloadSuccess(bg, NotifyRequest{Node: "b", Failed: []OffloadFailure{{Key: "m", Reason: "test"}}})
+	s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "b", Failed: []masterapi.OffloadFailure{{Key: "m", Reason: "test"}}})
 	if n := s.EvictNow(); n != 1 {
 		t.Fatalf("eviction round dropped %d", n)
 	}
@@ -332,7 +332,7 @@ func TestReplicasBadReportDropsOneRemoveAll(t *testing.T) {
 	}
 	reps := putReplicas(t, s, "k", 100, "a", 3)
 	bad := reps[1]
-	bad.Status = Complete
+	bad.Status = masterapi.Complete
 	if err := s.ReportBadReplica(bg, "k", crcOf("k"), bad); err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +357,7 @@ func TestReplicasForcedRemoveParksEveryRange(t *testing.T) {
 	s, _ := testService(t, nil)
 	mount(t, s, "a", 1<<20)
 	mount(t, s, "b", 1<<20)
-	r, err := s.PutStart(bg, PutStartRequest{Key: "k", Size: 4096, Replicas: 2})
+	r, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "k", Size: 4096, Replicas: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,20 +380,20 @@ func TestReplicasForcedRemoveParksEveryRange(t *testing.T) {
 func TestReplicasReRegisteredFromEveryNode(t *testing.T) {
 	s, _ := testService(t, nil)
 	for _, n := range []string{"a", "b", "c"} {
-		if err := s.MountSegment(bg, MountRequest{Node: n, Endpoint: n + ":1", Segment: "seg0", Size: 1 << 20, HoldAllocation: true}); err != nil {
+		if err := s.MountSegment(bg, masterapi.MountRequest{Node: n, Endpoint: n + ":1", Segment: "seg0", Size: 1 << 20, HoldAllocation: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// A put of the previous master, after the removal log began.
-	obj := MemoryObject{Key: "k", Offset: 0, Length: 100, CRC: 7, PutToken: s.RemovalLog().Origin + 1<<40}
+	obj := masterapi.MemoryObject{Key: "k", Offset: 0, Length: 100, CRC: 7, PutToken: s.RemovalLog().Origin + 1<<40}
 	for _, n := range []string{"a", "b", "a"} { // a's call sent twice
-		if errs, err := s.ReRegisterMemoryObjects(bg, n, "seg0", []MemoryObject{obj}, true); err != nil || errs[0] != nil {
+		if errs, err := s.ReRegisterMemoryObjects(bg, n, "seg0", []masterapi.MemoryObject{obj}, true); err != nil || errs[0] != nil {
 			t.Fatalf("node %s: %v %v", n, err, errs)
 		}
 	}
 	other := obj
 	other.CRC = 8
-	errs, err := s.ReRegisterMemoryObjects(bg, "c", "seg0", []MemoryObject{other}, true)
+	errs, err := s.ReRegisterMemoryObjects(bg, "c", "seg0", []masterapi.MemoryObject{other}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,7 +405,7 @@ func TestReplicasReRegisteredFromEveryNode(t *testing.T) {
 	newer := obj
 	newer.PutToken++
 	newer.Offset = 4096
-	if errs, err := s.ReRegisterMemoryObjects(bg, "c", "seg0", []MemoryObject{newer}, true); err != nil || errs[0] != nil {
+	if errs, err := s.ReRegisterMemoryObjects(bg, "c", "seg0", []masterapi.MemoryObject{newer}, true); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}
 	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "MEMORY@c " {
@@ -417,7 +417,7 @@ func TestReplicasBatchPutStart(t *testing.T) {
 	s, _ := testService(t, nil)
 	mount(t, s, "a", 1<<20)
 	mount(t, s, "b", 1<<20)
-	res, err := s.BatchPutStart(bg, []PutStartRequest{{Key: "x", Size: 10, Replicas: 2}, {Key: "y", Size: 10, Replicas: 3}, {Key: "z", Size: 10}})
+	res, err := s.BatchPutStart(bg, []masterapi.PutStartRequest{{Key: "x", Size: 10, Replicas: 2}, {Key: "y", Size: 10, Replicas: 3}, {Key: "z", Size: 10}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,16 +14,16 @@ import (
 
 // offloadAll plays node n: it fetches every queued task and answers it
 // persisted.
-func offloadAll(t *testing.T, api API, n string) int {
+func offloadAll(t *testing.T, api masterapi.API, n string) int {
 	t.Helper()
 	ts, err := heartbeat(api, n, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var req NotifyRequest
+	var req masterapi.NotifyRequest
 	req.Node = n
 	for _, task := range ts {
-		req.Persisted = append(req.Persisted, DiskObject{Key: task.Key, Size: task.Size, CRC: task.CRC})
+		req.Persisted = append(req.Persisted, masterapi.DiskObject{Key: task.Key, Size: task.Size, CRC: task.CRC})
 	}
 	if len(ts) > 0 {
 		errs, err := api.NotifyOffloadSuccess(bg, req)
@@ -52,17 +52,17 @@ func TestReadTrafficDoesNotStarvePuts(t *testing.T) {
 	for _, via := range []string{"service", "grpc"} {
 		t.Run(via, func(t *testing.T) {
 			s, clk := offloadService(t, func(c *Config) { c.DefaultKVLeaseTTL = 5 * time.Second })
-			var api API = s
+			var api masterapi.API = s
 			if via == "grpc" {
 				api = remoteService(t, s)
 			}
 			const obj = 4 << 10
 			mount(t, api, "a", 16*obj) // room for 16 objects
 			var keys []string
-			firstList := map[string]ObjectInfo{} // each key's list from the round it was put in
+			firstList := map[string]masterapi.ObjectInfo{} // each key's list from the round it was put in
 			for i := 0; i < 64; i++ {
 				k := fmt.Sprint("k", i)
-				r, err := api.PutStart(bg, PutStartRequest{Key: k, Size: obj, CRC: crcOf(k), PreferredNode: "a"})
+				r, err := api.PutStart(bg, masterapi.PutStartRequest{Key: k, Size: obj, CRC: crcOf(k), PreferredNode: "a"})
 				if err != nil {
 					t.Fatalf("put %d of a read-hot working set: %v", i, err)
 				}
@@ -157,7 +157,7 @@ func TestLeaseKeepsDRAMForItsReaders(t *testing.T) {
 		t.Fatal(res, err)
 	}
 	mount(t, s, "b", 1<<20)
-	s.ReRegisterDiskObjects(bg, "b", []DiskObject{{Key: "m", Size: 64, CRC: crcOf("m")}})
+	s.ReRegisterDiskObjects(bg, "b", []masterapi.DiskObject{{Key: "m", Size: 64, CRC: crcOf("m")}})
 	if n := s.EvictNow(); n != 0 {
 		t.Fatal("DRAM dropped while readers hold a list whose SSD replica was dropped")
 	}
@@ -169,7 +169,7 @@ func TestLeaseKeepsDRAMForItsReaders(t *testing.T) {
 // waitingPut starts PutStart of key on api in a goroutine and returns once
 // it is waiting for room (the putWaiting hook), with the channel its result
 // arrives on and the channel that receives each later wait.
-func waitingPut(t *testing.T, s *Service, api API, ctx context.Context, key string, size int64) (<-chan error, <-chan struct{}) {
+func waitingPut(t *testing.T, s *Service, api masterapi.API, ctx context.Context, key string, size int64) (<-chan error, <-chan struct{}) {
 	t.Helper()
 	waiting := make(chan struct{}, 1)
 	s.hooks.putWaiting = func() {
@@ -180,7 +180,7 @@ func waitingPut(t *testing.T, s *Service, api API, ctx context.Context, key stri
 	}
 	done := make(chan error, 1)
 	go func() {
-		r, err := api.PutStart(ctx, PutStartRequest{Key: key, Size: size, CRC: crcOf(key)})
+		r, err := api.PutStart(ctx, masterapi.PutStartRequest{Key: key, Size: size, CRC: crcOf(key)})
 		if err == nil {
 			err = api.PutEnd(bg, key, r.PutToken)
 		}
@@ -205,7 +205,7 @@ func TestPutStartWaitsForRoom(t *testing.T) {
 	for _, via := range []string{"service", "grpc"} {
 		t.Run(via, func(t *testing.T) {
 			s, clk := offloadService(t, func(c *Config) { c.PutStartMaxWait = 30 * time.Second; c.Admission = admission.None{} })
-			var api API = s
+			var api masterapi.API = s
 			if via == "grpc" {
 				api = remoteService(t, s)
 			}
@@ -225,7 +225,7 @@ func TestPutStartWaitsForRoom(t *testing.T) {
 				t.Fatalf("put after the leases ended: %v", err)
 			}
 			// A put in progress is revoked: its range wakes the next put.
-			r, err := api.PutStart(bg, PutStartRequest{Key: "revoked", Size: obj}) // evicts an unleased object
+			r, err := api.PutStart(bg, masterapi.PutStartRequest{Key: "revoked", Size: obj}) // evicts an unleased object
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -244,7 +244,7 @@ func TestPutStartWaitsForRoom(t *testing.T) {
 				t.Fatalf("put after a revoke: %v", err)
 			}
 			// A put in progress ends: its object may be evicted now.
-			r, err = api.PutStart(bg, PutStartRequest{Key: "ending", Size: obj}) // evicts after-revoke
+			r, err = api.PutStart(bg, masterapi.PutStartRequest{Key: "ending", Size: obj}) // evicts after-revoke
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -266,7 +266,7 @@ func TestPutStartWaitsForRoom(t *testing.T) {
 			}
 			// Larger than any segment: at once, no wait.
 			s.hooks.putWaiting = func() { t.Error("waited for a put no segment can hold") }
-			_, err = api.PutStart(bg, PutStartRequest{Key: "huge", Size: 8 * obj})
+			_, err = api.PutStart(bg, masterapi.PutStartRequest{Key: "huge", Size: 8 * obj})
 			mustIs(t, err, codes.ErrNoAvailableHandle)
 			s.hooks.putWaiting = nil
 			if v := metricValue(t, s, "tierstore_master_put_start_waits_total", "", ""); v != 4 {

@@ -20,14 +20,16 @@ const MaxMessageSize = 64 << 20
 // tierstore.rpc.Master.
 type Server struct {
 	pb.UnimplementedMasterServer
-	api API
+	api masterapi.API
 	gs  *grpc.Server
 }
 
 // NewServer returns a gRPC server for api. Extra options are appended to the
-// defaults (message size limit MaxMessageSize).
-func NewServer(api API, opts ...grpc.ServerOption) *Server {
-	all := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize)}, opts...)
+// defaults (message size limit MaxMessageSize; a caller of another protocol
+// version than pb.MasterProtocol is refused, pb.VersionCheck).
+func NewServer(api masterapi.API, opts ...grpc.ServerOption) *Server {
+	all := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize),
+		grpc.ChainUnaryInterceptor(pb.VersionCheck("master", pb.MasterProtocol))}, opts...)
 	s := &Server{api: api, gs: grpc.NewServer(all...)}
 	pb.RegisterMasterServer(s.gs, s)
 	return s
@@ -80,7 +82,7 @@ func strs(keys [][]byte) []string {
 	return out
 }
 
-func infoPB(in ObjectInfo) *pb.ObjectInfo {
+func infoPB(in masterapi.ObjectInfo) *pb.ObjectInfo {
 	out := &pb.ObjectInfo{Key: []byte(in.Key), Size: in.Size, Crc: in.CRC, Replicas: make([]*pb.Replica, len(in.Replicas))}
 	if !in.LeaseDeadline.IsZero() {
 		out.LeaseDeadlineUnixNano = in.LeaseDeadline.UnixNano()
@@ -99,7 +101,7 @@ func lookupCtx(ctx context.Context, offload bool) context.Context {
 }
 
 func (s *Server) MountSegment(ctx context.Context, r *pb.MountSegmentRequest) (*pb.MountSegmentResponse, error) {
-	err := s.api.MountSegment(ctx, MountRequest{Node: r.GetNode(), Endpoint: r.GetEndpoint(), Segment: r.GetSegment(), Size: r.GetSize(), Incarnation: r.GetIncarnation(), HoldAllocation: r.GetHoldAllocation()})
+	err := s.api.MountSegment(ctx, masterapi.MountRequest{Node: r.GetNode(), Endpoint: r.GetEndpoint(), Segment: r.GetSegment(), Size: r.GetSize(), Incarnation: r.GetIncarnation(), HoldAllocation: r.GetHoldAllocation()})
 	return &pb.MountSegmentResponse{}, toStatus(err)
 }
 
@@ -134,19 +136,19 @@ func (s *Server) PutRevoke(ctx context.Context, r *pb.KeyRequest) (*pb.Empty, er
 }
 
 // puts reads the keys and put tokens of a batch put call: one token per key.
-func puts(r *pb.KeysRequest) ([]PutRef, error) {
+func puts(r *pb.KeysRequest) ([]masterapi.PutRef, error) {
 	if len(r.GetPutTokens()) != len(r.GetKeys()) {
 		return nil, codes.Errorf(codes.InvalidParams, "master: %d put tokens for %d keys; send one per key", len(r.GetPutTokens()), len(r.GetKeys()))
 	}
-	out := make([]PutRef, len(r.GetKeys()))
+	out := make([]masterapi.PutRef, len(r.GetKeys()))
 	for i, k := range r.GetKeys() {
-		out[i] = PutRef{Key: string(k), Token: r.GetPutTokens()[i]}
+		out[i] = masterapi.PutRef{Key: string(k), Token: r.GetPutTokens()[i]}
 	}
 	return out, nil
 }
 
 func (s *Server) BatchPutStart(ctx context.Context, r *pb.BatchPutStartRequest) (*pb.BatchPutStartResponse, error) {
-	reqs := make([]PutStartRequest, len(r.GetItems()))
+	reqs := make([]masterapi.PutStartRequest, len(r.GetItems()))
 	for i, it := range r.GetItems() {
 		reqs[i] = masterapi.PutStartRequestFromPB(it)
 	}
@@ -311,18 +313,18 @@ func (s *Server) PromoteEnd(ctx context.Context, r *pb.PromoteEndRequest) (*pb.K
 	return keyResults(errs), nil
 }
 
-func diskObjs(in []*pb.DiskObject) []DiskObject {
-	out := make([]DiskObject, len(in))
+func diskObjs(in []*pb.DiskObject) []masterapi.DiskObject {
+	out := make([]masterapi.DiskObject, len(in))
 	for i, d := range in {
-		out[i] = DiskObject{Key: string(d.GetKey()), Size: d.GetSize(), CRC: d.GetCrc()}
+		out[i] = masterapi.DiskObject{Key: string(d.GetKey()), Size: d.GetSize(), CRC: d.GetCrc()}
 	}
 	return out
 }
 
 func (s *Server) NotifyOffloadSuccess(ctx context.Context, r *pb.NotifyOffloadSuccessRequest) (*pb.KeyResults, error) {
-	req := NotifyRequest{Node: r.GetNode(), Persisted: diskObjs(r.GetPersisted()), Failed: make([]OffloadFailure, len(r.GetFailed()))}
+	req := masterapi.NotifyRequest{Node: r.GetNode(), Persisted: diskObjs(r.GetPersisted()), Failed: make([]masterapi.OffloadFailure, len(r.GetFailed()))}
 	for i, f := range r.GetFailed() {
-		req.Failed[i] = OffloadFailure{Key: string(f.GetKey()), Retryable: f.GetRetryable(), Reason: f.GetReason()}
+		req.Failed[i] = masterapi.OffloadFailure{Key: string(f.GetKey()), Retryable: f.GetRetryable(), Reason: f.GetReason()}
 	}
 	errs, err := s.api.NotifyOffloadSuccess(ctx, req)
 	if err != nil {
@@ -384,7 +386,7 @@ func keyBytes(keys []string) [][]byte {
 }
 
 func (s *Server) ReportBadReplica(ctx context.Context, r *pb.ReportBadReplicaRequest) (*pb.Empty, error) {
-	var rep Replica
+	var rep masterapi.Replica
 	if p := r.GetReplica(); p != nil {
 		rep = masterapi.ReplicaFromPB(p)
 	}

@@ -103,7 +103,7 @@ type counters struct {
 	sketchTooLarge                      atomic.Int64
 }
 
-var _ API = (*Service)(nil)
+var _ masterapi.API = (*Service)(nil)
 
 // New returns a Service for cfg. Zero-valued Clock and Logger take
 // SystemClock and slog.Default(). With cfg.MonitorInterval > 0 a background
@@ -259,8 +259,8 @@ func validKey(key string) error {
 	if len(key) == 0 {
 		return codes.Errorf(codes.InvalidKey, "master: empty key")
 	}
-	if len(key) > MaxKeyLen {
-		return codes.Errorf(codes.InvalidKey, "master: key of %d bytes exceeds %d", len(key), MaxKeyLen)
+	if len(key) > masterapi.MaxKeyLen {
+		return codes.Errorf(codes.InvalidKey, "master: key of %d bytes exceeds %d", len(key), masterapi.MaxKeyLen)
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // TestStatsPerNode: Stats has one row per node with its segment figures and
@@ -19,7 +21,7 @@ func TestStatsPerNode(t *testing.T) {
 	put(t, s, "x", 100, "a")
 	put(t, s, "y", 5000, "a")
 	put(t, s, "z", 300, "b")
-	if _, err := s.ReRegisterDiskObjects(bg, "b", []DiskObject{{Key: "y", Size: 5000, CRC: crcOf("y")}, {Key: "w", Size: 70, CRC: 1}}); err != nil {
+	if _, err := s.ReRegisterDiskObjects(bg, "b", []masterapi.DiskObject{{Key: "y", Size: 5000, CRC: crcOf("y")}, {Key: "w", Size: 70, CRC: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	st, err := s.Stats(bg)
@@ -27,7 +29,7 @@ func TestStatsPerNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := fmt.Sprintf("%+v", st.PerNode)
-	want := fmt.Sprintf("%+v", []NodeStats{
+	want := fmt.Sprintf("%+v", []masterapi.NodeStats{
 		{Node: "a", Endpoint: "a:1", Alive: true, Segments: 1, SegmentSize: 1 << 20, SegmentUsed: alignUp(100) + alignUp(5000),
 			MemoryReplicas: 2, MemoryBytes: 5100, OffloadQueued: 2},
 		{Node: "b", Endpoint: "b:1", Alive: true, Segments: 1, SegmentSize: 2 << 20, SegmentUsed: alignUp(300),
@@ -43,7 +45,7 @@ func TestStatsPerNode(t *testing.T) {
 	// a restarts with a new incarnation while x is leased: the old
 	// incarnation's unreadable replica stays for the lease.
 	s.ExistKey(bg, "x")
-	if err := s.MountSegment(bg, MountRequest{Node: "a", Endpoint: "a:1", Segment: "seg1", Size: 1 << 20, Incarnation: "two"}); err != nil {
+	if err := s.MountSegment(bg, masterapi.MountRequest{Node: "a", Endpoint: "a:1", Segment: "seg1", Size: 1 << 20, Incarnation: "two"}); err != nil {
 		t.Fatal(err)
 	}
 	st, _ = s.Stats(bg)

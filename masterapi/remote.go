@@ -42,6 +42,7 @@ func Dial(ctx context.Context, addr string, opts ...grpc.DialOption) (*Remote, e
 	all := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)),
+		pb.WithVersion(pb.MasterProtocol),
 	}, opts...)
 	cc, err := grpc.NewClient(addr, all...)
 	if err != nil {

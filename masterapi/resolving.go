@@ -90,6 +90,7 @@ func dialLeader(addr string, opts []grpc.DialOption) (*Remote, error) {
 	rc.opts = append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)),
+		pb.WithVersion(pb.MasterProtocol),
 	}, opts...)
 	return &Remote{rc: rc, c: pb.NewMasterClient(rc), addr: addr}, nil
 }

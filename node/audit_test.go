@@ -11,18 +11,19 @@ import (
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/master"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // lostReplies applies every notify at the master, then loses the reply of
 // the first `lose` notifies that persist something (a transport error, as a
 // dropped connection would give).
 type lostReplies struct {
-	master.API
+	masterapi.API
 	lose int64
 	lost atomic.Int64
 }
 
-func (f *lostReplies) NotifyOffloadSuccess(ctx context.Context, r master.NotifyRequest) ([]error, error) {
+func (f *lostReplies) NotifyOffloadSuccess(ctx context.Context, r masterapi.NotifyRequest) ([]error, error) {
 	errs, err := f.API.NotifyOffloadSuccess(ctx, r)
 	if len(r.Persisted) > 0 && f.lost.Add(1) <= f.lose {
 		return nil, codes.Errorf(codes.RPCFail, "injected: reply lost")
@@ -34,7 +35,7 @@ func (f *lostReplies) NotifyOffloadSuccess(ctx context.Context, r master.NotifyR
 // loses `lose` notify replies, offloads it and drops its DRAM replica where
 // an SSD copy is listed. It returns the master's stats, the node and the
 // Get result.
-func offloadOneWithLostReplies(t *testing.T, lose int64) (master.Stats, *Node, []byte, []byte, error) {
+func offloadOneWithLostReplies(t *testing.T, lose int64) (masterapi.Stats, *Node, []byte, []byte, error) {
 	t.Helper()
 	m := newMaster(t, testMasterConfig())
 	cfg := testNodeConfig("")
@@ -161,7 +162,7 @@ func TestGetReportsMissingSSDReplica(t *testing.T) {
 
 // crashMaster never forwards UnmountSegment: a node closed through it
 // vanishes as a crashed process would, its segment still mounted.
-type crashMaster struct{ master.API }
+type crashMaster struct{ masterapi.API }
 
 func (crashMaster) UnmountSegment(context.Context, string, string) error { return nil }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/internal/units"
 	"github.com/tierstore/tierstore/master"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // benchCluster: a master over gRPC on 127.0.0.1, one node with a real peer
@@ -64,7 +65,7 @@ func benchClusterWith(b *testing.B, ssd, remote bool, backendName string) (*clie
 	return c, n, m
 }
 
-func serveMasterB(b *testing.B, m master.API) string {
+func serveMasterB(b *testing.B, m masterapi.API) string {
 	b.Helper()
 	lis, err := listenLoopback()
 	if err != nil {

@@ -54,7 +54,7 @@ func testNodeConfig(listen string) Config {
 	return c
 }
 
-func startTestNode(t *testing.T, m master.API, listen string, tr SSDTier) *Node {
+func startTestNode(t *testing.T, m masterapi.API, listen string, tr SSDTier) *Node {
 	t.Helper()
 	var opts []Option
 	if tr != nil {
@@ -88,7 +88,7 @@ func rnd(n int) []byte {
 }
 
 // serveMaster exposes m over gRPC on 127.0.0.1 and returns its address.
-func serveMaster(t *testing.T, m master.API) string {
+func serveMaster(t *testing.T, m masterapi.API) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -137,7 +137,7 @@ func TestInProcessPutGetExistsRemove(t *testing.T) {
 	if _, err := c.Get(ctx, "k1"); !errors.Is(err, codes.ErrObjectNotFound) {
 		t.Fatalf("get after remove: %v", err)
 	}
-	for _, bad := range []string{"", string(make([]byte, master.MaxKeyLen+1))} {
+	for _, bad := range []string{"", string(make([]byte, masterapi.MaxKeyLen+1))} {
 		if err := c.Put(ctx, bad, val); !errors.Is(err, codes.ErrInvalidKey) {
 			t.Fatalf("put with a key of %d bytes: %v", len(bad), err)
 		}
@@ -252,9 +252,9 @@ func TestOffloadAnswersEveryTaskAndReadFallsBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mem master.Replica
+	var mem masterapi.Replica
 	for _, r := range info.Replicas {
-		if r.Kind == master.Memory {
+		if r.Kind == masterapi.Memory {
 			mem = r
 		}
 	}
@@ -312,7 +312,7 @@ func TestOffloadAlreadyPresent(t *testing.T) {
 	}
 	// The stale key was answered failed (retryable): no disk replica for it.
 	info, err = m.GetReplicaList(ctx, "stale")
-	if err != nil || len(info.Replicas) != 1 || info.Replicas[0].Kind != master.Memory {
+	if err != nil || len(info.Replicas) != 1 || info.Replicas[0].Kind != masterapi.Memory {
 		t.Fatalf("stale object replicas: %+v %v", info, err)
 	}
 	if ns := n.Stats(); ns.OffloadPersisted != 1 || ns.OffloadFailed != 1 {
@@ -323,20 +323,20 @@ func TestOffloadAlreadyPresent(t *testing.T) {
 // switchable is a master.API whose target can be replaced (a master
 // restart, in-process).
 type switchable struct {
-	master.API
+	masterapi.API
 	cur atomic.Pointer[master.Service]
 }
 
-func (s *switchable) get() master.API { return s.cur.Load() }
+func (s *switchable) get() masterapi.API { return s.cur.Load() }
 
 // The methods the node uses, forwarded to the current master.
-func (s *switchable) MountSegment(ctx context.Context, r master.MountRequest) error {
+func (s *switchable) MountSegment(ctx context.Context, r masterapi.MountRequest) error {
 	return s.get().MountSegment(ctx, r)
 }
 func (s *switchable) UnmountSegment(ctx context.Context, node, seg string) error {
 	return s.get().UnmountSegment(ctx, node, seg)
 }
-func (s *switchable) Ping(ctx context.Context, node string) (master.PingReply, error) {
+func (s *switchable) Ping(ctx context.Context, node string) (masterapi.PingReply, error) {
 	return s.get().Ping(ctx, node)
 }
 func (s *switchable) Heartbeat(ctx context.Context, req masterapi.HeartbeatRequest) (masterapi.HeartbeatReply, error) {
@@ -345,13 +345,13 @@ func (s *switchable) Heartbeat(ctx context.Context, req masterapi.HeartbeatReque
 func (s *switchable) PromoteEnd(ctx context.Context, node string, res []masterapi.PromoteResult) ([]error, error) {
 	return s.get().PromoteEnd(ctx, node, res)
 }
-func (s *switchable) NotifyOffloadSuccess(ctx context.Context, r master.NotifyRequest) ([]error, error) {
+func (s *switchable) NotifyOffloadSuccess(ctx context.Context, r masterapi.NotifyRequest) ([]error, error) {
 	return s.get().NotifyOffloadSuccess(ctx, r)
 }
-func (s *switchable) ReRegisterDiskObjects(ctx context.Context, node string, objs []master.DiskObject) ([]error, error) {
+func (s *switchable) ReRegisterDiskObjects(ctx context.Context, node string, objs []masterapi.DiskObject) ([]error, error) {
 	return s.get().ReRegisterDiskObjects(ctx, node, objs)
 }
-func (s *switchable) EvictDiskReplica(ctx context.Context, node string, keys []string) (master.EvictResult, error) {
+func (s *switchable) EvictDiskReplica(ctx context.Context, node string, keys []string) (masterapi.EvictResult, error) {
 	return s.get().EvictDiskReplica(ctx, node, keys)
 }
 func (s *switchable) ReconcileBegin(ctx context.Context, node string, d masterapi.RangeDigest) (masterapi.ReconcileSession, error) {
@@ -366,7 +366,7 @@ func (s *switchable) ReconcileEnd(ctx context.Context, node string, id uint64) (
 func (s *switchable) PullRemovals(ctx context.Context, r masterapi.PullRequest) (masterapi.PullReply, error) {
 	return s.get().PullRemovals(ctx, r)
 }
-func (s *switchable) ReRegisterMemoryObjects(ctx context.Context, node, seg string, objs []master.MemoryObject, done bool) ([]error, error) {
+func (s *switchable) ReRegisterMemoryObjects(ctx context.Context, node, seg string, objs []masterapi.MemoryObject, done bool) ([]error, error) {
 	return s.get().ReRegisterMemoryObjects(ctx, node, seg, objs, done)
 }
 
@@ -641,11 +641,11 @@ func TestSSDEvictionTellsMasterRealTier(t *testing.T) {
 // failNotify refuses the first NotifyOffloadSuccess call explicitly (an
 // answer, not a transport failure), then passes the calls on.
 type failNotify struct {
-	master.API
+	masterapi.API
 	failed atomic.Int64
 }
 
-func (f *failNotify) NotifyOffloadSuccess(ctx context.Context, r master.NotifyRequest) ([]error, error) {
+func (f *failNotify) NotifyOffloadSuccess(ctx context.Context, r masterapi.NotifyRequest) ([]error, error) {
 	if f.failed.Add(1) == 1 {
 		return nil, codes.Errorf(codes.InvalidParams, "injected: the master refuses this notify")
 	}

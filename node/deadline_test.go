@@ -160,3 +160,52 @@ func TestGetReturnsByItsDeadlineWhenTheReportIsCut(t *testing.T) {
 	cm.heal()
 	waitFor(t, "the background report", func() bool { return cm.reports.Load() == 1 })
 }
+
+func (m *cutMaster) BatchPutEnd(ctx context.Context, puts []masterapi.PutRef) ([]error, error) {
+	if err := m.through(ctx); err != nil {
+		return nil, err
+	}
+	return m.ClientAPI.BatchPutEnd(ctx, puts)
+}
+
+func (m *cutMaster) BatchPutRevoke(ctx context.Context, puts []masterapi.PutRef) ([]error, error) {
+	if err := m.through(ctx); err != nil {
+		return nil, err
+	}
+	m.revokes.Add(int64(len(puts)))
+	return m.ClientAPI.BatchPutRevoke(ctx, puts)
+}
+
+// A batch put whose BatchPutEnd is lost in a partition returns by its
+// deadline and revokes its puts, in the background once the deadline has
+// passed, as a put does: after the heal its keys can be put again at once
+// (they are not left in progress until put_start_discard_timeout).
+func TestBatchPutRevokesAcrossACutMaster(t *testing.T) {
+	m := newMaster(t, testMasterConfig())
+	startTestNode(t, m, "127.0.0.1:0", nil)
+	cm := &cutMaster{ClientAPI: m}
+	c := newTestClient(t, client.Config{Master: cm})
+	keys := []string{"a", "b", "c"}
+	vals := [][]byte{rnd(32 << 10), rnd(32 << 10), rnd(32 << 10)}
+	cm.cut()
+	const deadline = 300 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	start := time.Now()
+	errs := c.BatchPut(ctx, keys, vals)
+	if took := time.Since(start); took > deadline+1500*time.Millisecond {
+		t.Fatalf("batch put with a deadline of %v returned after %v", deadline, took)
+	}
+	for i, err := range errs {
+		if !errors.Is(err, codes.ErrContextCanceled) {
+			t.Fatalf("item %d across a cut link: %v, want CONTEXT_CANCELED", i, err)
+		}
+	}
+	cm.heal()
+	waitFor(t, "the background revoke", func() bool { return cm.revokes.Load() == int64(len(keys)) })
+	for i, err := range c.BatchPut(context.Background(), keys, vals) {
+		if err != nil {
+			t.Fatalf("put %s again after the revoke: %v", keys[i], err)
+		}
+	}
+}

@@ -18,7 +18,7 @@ import (
 // of that moment, then runs between (the store moves on: the DRAM replica
 // goes and its range is re-allocated) before the reader gets the answer.
 type staleLookup struct {
-	master.API
+	masterapi.API
 	key     string
 	once    sync.Once
 	between func(info masterapi.ObjectInfo)

@@ -98,17 +98,17 @@ func TestDRAMObjectsSurviveANewMaster(t *testing.T) {
 // termAPI stamps the node-facing answers of a master with a term the test
 // sets, as leaders of successive terms would.
 type termAPI struct {
-	master.API
+	masterapi.API
 	term atomic.Uint64
 	// remount: Ping answers NEED_REMOUNT whatever the master says.
 	remount atomic.Bool
 }
 
-func (a *termAPI) Ping(ctx context.Context, node string) (master.PingReply, error) {
+func (a *termAPI) Ping(ctx context.Context, node string) (masterapi.PingReply, error) {
 	r, err := a.API.Ping(ctx, node)
 	r.Term = a.term.Load()
 	if a.remount.Load() {
-		r.Status = master.NeedRemount
+		r.Status = masterapi.NeedRemount
 	}
 	return r, err
 }
@@ -171,10 +171,10 @@ type racingAPI struct {
 	got chan error
 }
 
-func (a *racingAPI) ReRegisterMemoryObjects(ctx context.Context, node, seg string, objs []master.MemoryObject, done bool) ([]error, error) {
+func (a *racingAPI) ReRegisterMemoryObjects(ctx context.Context, node, seg string, objs []masterapi.MemoryObject, done bool) ([]error, error) {
 	if len(objs) > 0 {
 		pctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-		_, err := a.get().PutStart(pctx, master.PutStartRequest{Key: "racer", Size: 1000})
+		_, err := a.get().PutStart(pctx, masterapi.PutStartRequest{Key: "racer", Size: 1000})
 		cancel()
 		a.got <- err
 	}

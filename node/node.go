@@ -291,7 +291,7 @@ func (n *Node) serve() (err error) {
 		return fmt.Errorf("%w: --listen %q: %v", ErrBadConfig, n.cfg.Listen, err)
 	}
 	n.endpoint = n.lis.Addr().String()
-	n.srv = grpc.NewServer()
+	n.srv = grpc.NewServer(grpc.ChainUnaryInterceptor(rpcpb.VersionCheck("node", rpcpb.NodeProtocol)))
 	rpcpb.RegisterNodePeerServer(n.srv, &peerServer{n: n})
 	glis := n.startDataPlane(n.lis) // data connections split off; the rest is gRPC
 	go func() { _ = n.srv.Serve(glis) }()

@@ -171,7 +171,7 @@ func TestReconcileRemovesUnwanted(t *testing.T) {
 		}
 		// The DRAM replica comes back too (re-registered from the
 		// node's records, docs/ha.md); the SSD one is what this waits for.
-		if info, err := m2.GetReplicaList(ctx, "keep"); err == nil && hasKind(info, master.LocalDisk) {
+		if info, err := m2.GetReplicaList(ctx, "keep"); err == nil && hasKind(info, masterapi.LocalDisk) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -195,7 +195,7 @@ func TestCorruptReplicaReported(t *testing.T) {
 	corrupt := func(key string) {
 		t.Helper()
 		info, err := m.GetReplicaList(masterapi.WithOffloadPath(ctx), key)
-		if err != nil || info.Replicas[0].Kind != master.Memory {
+		if err != nil || info.Replicas[0].Kind != masterapi.Memory {
 			t.Fatalf("%s: %+v %v", key, info, err)
 		}
 		r := info.Replicas[0]
@@ -219,7 +219,7 @@ func TestCorruptReplicaReported(t *testing.T) {
 		t.Fatalf("read stats %+v", rs)
 	}
 	info, err := m.GetReplicaList(ctx, "both")
-	if err != nil || len(info.Replicas) != 1 || info.Replicas[0].Kind != master.LocalDisk {
+	if err != nil || len(info.Replicas) != 1 || info.Replicas[0].Kind != masterapi.LocalDisk {
 		t.Fatalf("the corrupt DRAM replica is still listed: %+v %v", info, err)
 	}
 
@@ -299,7 +299,7 @@ func TestRefusedAcrossRemountKeptAndReregistered(t *testing.T) {
 	deadline = time.Now().Add(10 * time.Second)
 	for {
 		info, err := m2.GetReplicaList(ctx, "k")
-		if err == nil && len(info.Replicas) == 2 && hasKind(info, master.LocalDisk) && hasKind(info, master.Memory) {
+		if err == nil && len(info.Replicas) == 2 && hasKind(info, masterapi.LocalDisk) && hasKind(info, masterapi.Memory) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -310,7 +310,7 @@ func TestRefusedAcrossRemountKeptAndReregistered(t *testing.T) {
 }
 
 // hasKind reports whether info lists a replica of kind k.
-func hasKind(info master.ObjectInfo, k master.ReplicaKind) bool {
+func hasKind(info masterapi.ObjectInfo, k masterapi.ReplicaKind) bool {
 	for _, r := range info.Replicas {
 		if r.Kind == k {
 			return true

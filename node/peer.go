@@ -196,7 +196,7 @@ func (n *Node) ReadSSD(ctx context.Context, key []byte) ([]byte, error) {
 
 // PeerStats asks the node serving peers at endpoint for its Stats.
 func PeerStats(ctx context.Context, endpoint string) (Stats, error) {
-	cc, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()), rpcpb.WithVersion(rpcpb.NodeProtocol))
 	if err != nil {
 		return Stats{}, fmt.Errorf("node: dial node %s: %w: %v", endpoint, codes.ErrRPCFail, err)
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/master"
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // syncBuffer is a bytes.Buffer safe for the node's concurrent logging.
@@ -37,7 +37,7 @@ func (s *syncBuffer) lines(substr string) []string {
 	return out
 }
 
-func ssdNodeWithLog(t *testing.T, m master.API, limit, capacity int64) (*Node, *syncBuffer) {
+func ssdNodeWithLog(t *testing.T, m masterapi.API, limit, capacity int64) (*Node, *syncBuffer) {
 	t.Helper()
 	logs := &syncBuffer{}
 	cfg := testNodeConfig("")
@@ -62,7 +62,7 @@ func TestBucketSizeLimitIsTheLargestObject(t *testing.T) {
 	n, logs := ssdNodeWithLog(t, m, limit, 0)
 	c := newTestClient(t, client.Config{Master: m, LocalNode: n})
 	ctx := context.Background()
-	longKey := strings.Repeat("k", master.MaxKeyLen)
+	longKey := strings.Repeat("k", masterapi.MaxKeyLen)
 	vals := map[string][]byte{"exact": rnd(limit), longKey: rnd(limit), "big1": rnd(limit + 1), "big2": rnd(limit + 4096)}
 	for k, v := range vals {
 		if err := c.Put(ctx, k, v); err != nil {

@@ -15,7 +15,7 @@ import (
 // recordingMaster forwards to a master and records the reconcile and
 // re-registration calls; hooks may change answers.
 type recordingMaster struct {
-	master.API
+	masterapi.API
 	mu          sync.Mutex // protects the fields below
 	reRegisters []int      // objects per ReRegisterDiskObjects call
 	keysCalls   []int      // keys per ReconcileKeys call
@@ -23,7 +23,7 @@ type recordingMaster struct {
 	onKeys      func()     // runs before each ReconcileKeys is forwarded
 }
 
-func (r *recordingMaster) ReRegisterDiskObjects(ctx context.Context, node string, objs []master.DiskObject) ([]error, error) {
+func (r *recordingMaster) ReRegisterDiskObjects(ctx context.Context, node string, objs []masterapi.DiskObject) ([]error, error) {
 	r.mu.Lock()
 	r.reRegisters = append(r.reRegisters, len(objs))
 	r.mu.Unlock()
@@ -101,7 +101,7 @@ func TestReconcileSendsOnlyDifferingRanges(t *testing.T) {
 	if _, err := m.EvictDiskReplica(ctx, n.Name(), []string{"k7"}); err != nil { // the node keeps the bytes
 		t.Fatal(err)
 	}
-	if _, err := m.ReRegisterDiskObjects(ctx, n.Name(), []master.DiskObject{{Key: "phantom", Size: 3, CRC: 1}}); err != nil {
+	if _, err := m.ReRegisterDiskObjects(ctx, n.Name(), []masterapi.DiskObject{{Key: "phantom", Size: 3, CRC: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.Reconcile(ctx); err != nil {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/internal/codes"
-	"github.com/tierstore/tierstore/master"
+
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -25,12 +25,12 @@ func TestReplicasWrittenToTwoNodesAndReadAcrossFallback(t *testing.T) {
 	nodes := map[string]*Node{a.Name(): a, b.Name(): b, c.Name(): c}
 	w := newTestClient(t, client.Config{MasterAddr: addr, PreferredNode: a.Name()})
 	ctx := context.Background()
-	val := rnd(2*(1<<20) + 777)
+	val := rnd(2*writeChunk + 777)
 	if err := w.PutWith(ctx, "k", val, client.PutOptions{Replicas: 2}); err != nil {
 		t.Fatal(err)
 	}
 	keys := []string{"b0", "b1", "b2"}
-	vals := [][]byte{rnd(10), rnd(70000), rnd((1 << 20) + 1)}
+	vals := [][]byte{rnd(10), rnd(70000), rnd(writeChunk + 1)}
 	for i, err := range w.BatchPutWith(ctx, keys, vals, client.PutOptions{Replicas: 3}) {
 		if err != nil {
 			t.Fatalf("batch put %d: %v", i, err)
@@ -131,7 +131,7 @@ func TestReplicasMoreThanNodesThroughClient(t *testing.T) {
 // frozenLookups answers GetReplicaList with the replica lists recorded in
 // infos (what the master listed earlier), the rest as the master does.
 type frozenLookups struct {
-	master.API
+	masterapi.API
 	infos map[string]masterapi.ObjectInfo
 }
 

@@ -93,10 +93,10 @@ func TestEtcdStoreAcrossLeaders(t *testing.T) {
 	if svc.RemovalLog().ID != "log1" {
 		t.Fatalf("the Service's log %q", svc.RemovalLog().ID)
 	}
-	if err := svc.MountSegment(ctx, master.MountRequest{Node: "a", Segment: "s", Size: 1 << 20}); err != nil {
+	if err := svc.MountSegment(ctx, masterapi.MountRequest{Node: "a", Segment: "s", Size: 1 << 20}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := svc.PutStart(ctx, master.PutStartRequest{Key: "x", Size: 100})
+	r, err := svc.PutStart(ctx, masterapi.PutStartRequest{Key: "x", Size: 100})
 	if err == nil {
 		err = svc.PutEnd(ctx, "x", r.PutToken)
 	}

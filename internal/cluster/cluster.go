@@ -166,6 +166,9 @@ func (b *Binaries) StartWrapped(wrapper []string, binary string, wait time.Durat
 	}
 }
 
+// Pid is the process id.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
 // Output is everything the process printed so far.
 func (p *Proc) Output() string {
 	p.mu.Lock()

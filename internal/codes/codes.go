@@ -38,6 +38,7 @@ const (
 	ChecksumConflict  Code = -802  // tierstore: a node reported a size/CRC that differs from the object's metadata
 	ShuttingDown      Code = -1012 // tierstore: the service is closing
 	ContextCanceled   Code = -901  // tierstore: the caller's context was cancelled or timed out
+	VersionMismatch   Code = -1600 // tierstore: the peer speaks another protocol version, or the data is of another format version (docs/design.md)
 )
 
 type info struct {
@@ -80,6 +81,7 @@ var (
 	ErrUnableOffload     = def(UnableOffload, "UNABLE_OFFLOAD", "offload is not enabled")
 	ErrTaskNotFound      = def(TaskNotFound, "TASK_NOT_FOUND", "task not found")
 	ErrNeedRemount       = def(NeedRemount, "NEED_REMOUNT", "node must remount its segments")
+	ErrVersionMismatch   = def(VersionMismatch, "VERSION_MISMATCH", "protocol or format version mismatch")
 )
 
 // Error is the type of the sentinel errors. Its identity is the sentinel: two

@@ -30,7 +30,7 @@ func grpcCode(c Code) grpccodes.Code {
 		return grpccodes.NotFound
 	case ObjectExists, SegmentExists:
 		return grpccodes.AlreadyExists
-	case ObjectHasLease, ReplicaNotReady, NeedRemount, ChecksumConflict:
+	case ObjectHasLease, ReplicaNotReady, NeedRemount, ChecksumConflict, VersionMismatch:
 		return grpccodes.FailedPrecondition
 	case NoAvailableHandle, KeysUltraLimit:
 		return grpccodes.ResourceExhausted

@@ -10,10 +10,13 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tierstore/tierstore/internal/cluster"
 )
 
 // newLab returns a lab with hosts a, b and c, closed at the end of the
@@ -24,7 +27,9 @@ func newLab(t *testing.T) (*Lab, *Host, *Host, *Host) {
 		t.Skip(err)
 	}
 	l, err := New(nil)
-	if err != nil {
+	if errors.Is(err, ErrUnavailable) {
+		t.Skip(err)
+	} else if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -421,4 +426,76 @@ func pollGone(prefix string, bound time.Duration) error {
 		}
 		time.Sleep(50 * time.Millisecond) // poll the namespace list, bounded
 	}
+}
+
+// TestStartAndPause: a process started in a host runs in the host's
+// network namespace; Pause stops it (every thread in state T) and healing
+// resumes it; Close kills it.
+func TestStartAndPause(t *testing.T) {
+	if err := Available(); err != nil {
+		t.Skip(err)
+	}
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip("sleep not found")
+	}
+	l, err := New(&cluster.Binaries{Dir: filepath.Dir(sleep)})
+	if errors.Is(err, ErrUnavailable) {
+		t.Skip(err)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	h, err := l.AddHost("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := h.Start("sleep", 0, "600")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want, got syscall.Stat_t
+	if err := syscall.Stat("/run/netns/"+h.NS, &want); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for { // ip netns exec enters the namespace, then execs sleep in place
+		if err := syscall.Stat(fmt.Sprintf("/proc/%d/ns/net", p.Pid()), &got); err == nil && got.Ino == want.Ino {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d is not in namespace %s", p.Pid(), h.NS)
+		}
+		time.Sleep(10 * time.Millisecond) // poll /proc, bounded
+	}
+	f := Pause("sleep", p)
+	if err := l.Inject(f); err != nil {
+		t.Fatal(err)
+	}
+	if st := state(t, p.Pid()); st != 'T' {
+		t.Errorf("paused process in state %c, want T", st)
+	}
+	if err := l.Heal(f); err != nil {
+		t.Fatal(err)
+	}
+	if st := state(t, p.Pid()); st == 'T' {
+		t.Error("healed pause: the process is still stopped")
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Wait(5 * time.Second); err == nil || errors.Is(err, cluster.ErrStillRunning) {
+		t.Errorf("after Close the process: %v, want killed", err)
+	}
+}
+
+// state is the state letter of pid in /proc.
+func state(t *testing.T, pid int) byte {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return b[i+2]
 }

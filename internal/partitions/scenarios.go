@@ -13,16 +13,17 @@ import (
 
 // all is every scenario, in the order Run runs them.
 var all = []scenario{
-	{"node-cut-from-master", "a node cut off from the master (not from clients) past client_ttl, clients reading it and writing its keys elsewhere; heal", always, nodeCutFromMaster, nil},
-	{"node-isolated-offload", "a node cut off from everyone during its offload rounds, then healed", always, nodeIsolatedOffload, nil},
-	{"client-node-cut-32MiB", "a client cut off from a node in the middle of a 32 MiB put, then of a 32 MiB get", needTBF, clientNodeCut, nil},
-	{"client-master-cut-32MiB", "a client cut off from the master (not from the node) in the middle of a 32 MiB put: its PutEnd is lost", needTBF, clientMasterCut, nil},
-	{"ha-leader-cut-from-etcd", "the HA leader cut off from etcd but not from nodes and clients", always, haLeaderFromEtcd, nil},
-	{"ha-leader-cut-from-cluster", "the HA leader cut off from nodes and clients but not from etcd", always, haLeaderFromCluster, nil},
-	{"split-halves", "the cluster split in two halves with a master in each (the leader in the half without etcd)", always, splitHalves, nil},
-	{"delay-loss", "150 ms delay with 50 ms jitter (relay) and 10% loss between 4 clients and the nodes, 1 MiB puts and gets", needRelay, delayLoss, nil},
-	{"dup-reorder", "5% duplicated and 10% reordered packets with 5 ms jitter between clients and nodes (relay)", needRelay, dupReorder, nil},
-	{"flapping-link", "the link between the master and a node up 2 s, down 1 s, clients working throughout", always, flapping, nil},
+	{"node-cut-from-master", "a node cut off from the master (not from clients) past client_ttl, clients reading it and writing its keys elsewhere; heal", always, nodeCutFromMaster},
+	{"node-paused", "the same with n1 paused (SIGSTOP: its sockets stay open, nothing answers) instead of cut off", always, nodePaused},
+	{"node-isolated-offload", "a node cut off from everyone during its offload rounds, then healed", always, nodeIsolatedOffload},
+	{"client-node-cut-32MiB", "a client cut off from a node in the middle of a 32 MiB put, then of a 32 MiB get", needTBF, clientNodeCut},
+	{"client-master-cut-32MiB", "a client cut off from the master (not from the node) in the middle of a 32 MiB put: its PutEnd is lost", needTBF, clientMasterCut},
+	{"ha-leader-cut-from-etcd", "the HA leader cut off from etcd but not from nodes and clients", always, haLeaderFromEtcd},
+	{"ha-leader-cut-from-cluster", "the HA leader cut off from nodes and clients but not from etcd", always, haLeaderFromCluster},
+	{"split-halves", "the cluster split in two halves with a master in each (the leader in the half without etcd)", always, splitHalves},
+	{"delay-loss", "150 ms delay with 50 ms jitter (relay) and 10% loss between 4 clients and the nodes, 1 MiB puts and gets", needRelay, delayLoss},
+	{"dup-reorder", "5% duplicated and 10% reordered packets with 5 ms jitter between clients and nodes (relay)", needRelay, dupReorder},
+	{"flapping-link", "the link between the master and a node up 2 s, down 1 s, clients working throughout", always, flapping},
 }
 
 func always(netlab.Caps) string { return "" }
@@ -96,12 +97,22 @@ func (r *rig) faultWindow(ctx context.Context, g *group, lead, hold, clientTime 
 }
 
 func nodeCutFromMaster(ctx context.Context, r *rig) error {
+	return r.nodeAway(ctx, func() netlab.Fault { return netlab.Cut(r.hosts("n1"), r.hosts("m1")) })
+}
+
+func nodePaused(ctx context.Context, r *rig) error {
+	return r.nodeAway(ctx, func() netlab.Fault { return netlab.Pause("n1", r.nodes[0]) })
+}
+
+// nodeAway puts 32 keys on n1 (DRAM and SSD), then takes n1 away with the
+// fault fault makes, past client_ttl, while c1 reads every key and c2
+// removes and puts half of them again, on n2; heals; reads them all.
+func (r *rig) nodeAway(ctx context.Context, fault func() netlab.Fault) error {
 	if err := r.basic("n1", "n2"); err != nil {
 		return err
 	}
 	n1, n2 := r.nodes[0], r.nodes[1]
 	ks := keys("k", 32, "256KiB")
-	// Every key on n1, in DRAM and on SSD, before the cut.
 	if err := r.clientRun("c1", "put", time.Minute, with(ks, "--preferred="+n1.Node, "--duration=20s")...); err != nil {
 		return err
 	}
@@ -109,9 +120,8 @@ func nodeCutFromMaster(ctx context.Context, r *rig) error {
 	work := time.Second + hold + r.dur(8*time.Second, 15*time.Second)
 	g := &group{r: r}
 	g.add("c1", "work", with(ks, "--mix=get:4,exists:1", "--seed=11", durFlag(work))...)
-	// Half of the keys written again, elsewhere, while n1 is away.
 	g.add("c2", "work", with(keys("k", 16, "256KiB"), "--mix=replace:2,remove:1,get:1", "--preferred="+n2.Node, "--seed=12", durFlag(work))...)
-	if err := r.faultWindow(ctx, g, time.Second, hold, work, netlab.Cut(r.hosts("n1"), r.hosts("m1"))); err != nil {
+	if err := r.faultWindow(ctx, g, time.Second, hold, work, fault()); err != nil {
 		return err
 	}
 	r.noteLog(n1, "master asks for a remount", "n1 was expired and remounted")
@@ -282,12 +292,12 @@ func (r *rig) haRig(masters ...string) ([]string, error) {
 	return ks, r.clientRun("c1", "put", time.Minute, with(ks, "--duration=20s")...)
 }
 
-// haWorkload is the clients of the HA scenarios: reads, replaces and
-// exists from c1 and c2.
+// haWorkload is the clients of the HA scenarios: reads, replaces, exists
+// and batch reads and puts from c1 and c2.
 func (r *rig) haWorkload(ks []string, work time.Duration) *group {
 	g := &group{r: r}
-	g.add("c1", "work", with(ks, "--mix=get:3,replace:1,exists:1", "--seed=41", durFlag(work))...)
-	g.add("c2", "work", with(ks, "--mix=get:3,replace:1,exists:1", "--seed=42", durFlag(work))...)
+	g.add("c1", "work", with(ks, "--mix=get:3,replace:1,exists:1,bget:1", "--seed=41", durFlag(work))...)
+	g.add("c2", "work", with(ks, "--mix=get:3,replace:1,exists:1,bput:1", "--seed=42", durFlag(work))...)
 	return g
 }
 
@@ -398,7 +408,7 @@ func (r *rig) shapedWork(ctx context.Context, d time.Duration, faults func(clien
 	g := &group{r: r}
 	for i, c := range clients {
 		// The client's own defaults: 30 s per call, 5 s per replica.
-		g.add(c.Name, "work", with(ks, "--workers=1", "--mix=put:1,get:2,replace:1", "--deadline=30s", fmt.Sprintf("--seed=%d", 60+i), durFlag(d+after))...)
+		g.add(c.Name, "work", with(ks, "--workers=1", "--mix=put:1,get:2,replace:1,bput:1,bget:1", "--deadline=30s", fmt.Sprintf("--seed=%d", 60+i), durFlag(d+after))...)
 	}
 	before := r.lab.RelayStats()
 	err := r.faultWindow(ctx, g, 0, d, d+after, faults(clients, r.hosts("n1", "n2"))...)
@@ -432,7 +442,7 @@ func flapping(ctx context.Context, r *rig) error {
 	after := r.dur(6*time.Second, 15*time.Second)
 	g := &group{r: r}
 	g.add("c1", "work", with(ks, "--mix=put:1,get:3,replace:1", "--preferred="+n1.Node, "--seed=71", durFlag(d+after))...)
-	g.add("c2", "work", with(ks, "--mix=get:3,exists:1", "--seed=72", durFlag(d+after))...)
+	g.add("c2", "work", with(ks, "--mix=get:3,exists:1,bget:1", "--seed=72", durFlag(d+after))...)
 	flap := netlab.Flap(netlab.Cut(r.hosts("m1"), r.hosts("n1")), 2*time.Second, time.Second)
 	if err := r.faultWindow(ctx, g, 0, d, d+after, flap); err != nil {
 		return err

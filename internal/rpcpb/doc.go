@@ -8,9 +8,9 @@
 //     counters (NodeStats; package node). Values travel on the data plane
 //     (internal/wire), not here.
 //
-// Nothing here is hand-written apart from this file and gen*.go; tierstore
-// code uses these types only at the wire boundary and converts to its own
-// types at once.
+// Nothing here is hand-written apart from this file, gen*.go and
+// version.go; tierstore code uses these types only at the wire boundary and
+// converts to its own types at once.
 //
 // # Regenerating
 //
@@ -30,26 +30,23 @@
 // google.golang.org/protobuf in go.mod) and protoc-gen-go-grpc v1.6.x on
 // PATH or in ~/go/bin. Commit the .proto and the regenerated files together.
 //
-// # Wire compatibility
+// # Versions
 //
-// Masters and nodes of different builds talk to each other during a rolling
-// upgrade, so every change must keep the wire format readable both ways:
+// Each service has a protocol version (version.go: MasterProtocol,
+// NodeProtocol). Callers name theirs in the request metadata (WithVersion)
+// and servers refuse another one with VERSION_MISMATCH, naming both
+// (VersionCheck); docs/design.md, "Format and protocol versions", lists the
+// versions and the compatibility window (before the first release: the
+// same version only). A change that a peer of the current version could
+// misread (a field renumbered, retyped or given a new meaning, a method
+// removed or renamed, a message replaced) bumps the version and gets a row
+// there. Within a version the usual protobuf rules hold: never reuse a
+// removed field's number (mark it reserved); enum values are only appended,
+// 0 is always UNSPECIFIED.
 //
-//   - never renumber a field, change its type or reuse a removed field's
-//     number (mark it `reserved`); never rename or renumber a service method;
-//   - add new fields with new numbers; an old peer ignores them, so a new
-//     field must have a meaning when it is absent (zero value = old
-//     behaviour);
-//   - a method's response type may be replaced only by a message whose
-//     existing field numbers and types are the old ones (example:
-//     EvictMemoryResponse keeps CountResponse's field 1 `count`);
-//   - enum values are only appended; 0 is always UNSPECIFIED;
-//   - errors travel as a gRPC status carrying an errdetails.ErrorInfo (domain
-//     "tierstore", metadata "code" = the Mooncake code number, see
-//     internal/codes); per-key results of batch calls carry `code` (0 = OK)
-//     and `message`. A code a peer does not know decodes as INTERNAL_ERROR
-//     with the number kept in the message, so new codes are safe to add.
-//   - a new method answers codes.Unimplemented from an old server; callers
-//     of a new method must treat that as "not supported" rather than fail
-//     hard.
+// Errors travel as a gRPC status carrying an errdetails.ErrorInfo (domain
+// "tierstore", metadata "code" = the Mooncake code number, see
+// internal/codes); per-key results of batch calls carry `code` (0 = OK)
+// and `message`. A code a peer does not know decodes as INTERNAL_ERROR with
+// the number kept in the message.
 package rpcpb

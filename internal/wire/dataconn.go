@@ -93,7 +93,7 @@ func DialData(ctx context.Context, endpoint string, timeout time.Duration) (*Dat
 	var got [HelloLen]byte
 	if _, err := io.ReadFull(c, got[:]); err != nil {
 		c.Close()
-		return nil, codes.Errorf(codes.RPCFail, "wire: no data-plane hello from %s (a node of an older build?): %v", endpoint, err)
+		return nil, codes.Errorf(codes.RPCFail, "wire: no data-plane hello from %s (not a store node's data port?): %v", endpoint, err)
 	}
 	if err := checkHello(got[:]); err != nil {
 		c.Close()

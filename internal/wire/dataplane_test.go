@@ -461,6 +461,27 @@ func TestDataPlaneMoreThanAnnounced(t *testing.T) {
 	}
 }
 
+// cancelWhileFilling cancels once the node has sent half a payload
+// (sentHalf), pending calls of dc are left (the earlier ones completed) and
+// dc's reader is filling one of them: the context ends mid-payload of
+// that call, whatever the load. Bounded.
+func cancelWhileFilling(dc *DataConn, pending int, sentHalf <-chan struct{}, cancel func()) {
+	<-sentHalf
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		dc.mu.Lock()
+		filling := false
+		for _, c := range dc.calls {
+			filling = filling || c.reading
+		}
+		filling = filling && len(dc.calls) == pending
+		dc.mu.Unlock()
+		if filling {
+			break
+		}
+	}
+	cancel()
+}
+
 // A caller whose context ends while its payload is arriving gets its
 // buffer back: the bytes the node sends afterwards never reach it.
 func TestDataPlaneCancelMidPayload(t *testing.T) {
@@ -475,15 +496,17 @@ func TestDataPlaneCancelMidPayload(t *testing.T) {
 		<-finish
 		c.Write(val[n/2:]) // after the caller returned
 	}))
+	release := sync.OnceFunc(func() { close(finish) })
+	t.Cleanup(release) // before fakeNode's cleanup waits for the node
 	buf, guard := guarded(t, n)
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { <-sentHalf; time.Sleep(10 * time.Millisecond); cancel() }()
+	go cancelWhileFilling(dc, 1, sentHalf, cancel)
 	err := dc.ReadRange(ctx, "seg", 0, buf, CRC32C(val))
 	if !errors.Is(err, codes.ErrContextCanceled) && !errors.Is(err, codes.ErrTransferFail) {
 		t.Fatalf("cancelled mid-payload: %v", err)
 	}
 	snapshot := bytes.Clone(buf)
-	close(finish)
+	release()
 	<-dc.readerDone // the reader has stopped for good
 	if !bytes.Equal(buf, snapshot) {
 		t.Fatal("the buffer changed after the call returned")
@@ -792,6 +815,46 @@ func TestDataDialWrongPeer(t *testing.T) {
 	}
 }
 
+// A client and a node of different data protocol versions refuse each
+// other naming both versions: the node answers its own hello before it
+// hangs up, and a client that reads another version's hello refuses it.
+func TestDataPlaneVersionMismatch(t *testing.T) {
+	addr := serveMem(t, newMemHandler(1<<20))
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte{'T', 'S', 'D', 'P', DataVersion + 1, 0, 0, 0}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(c)
+	if h := hello(); err != nil || !bytes.Equal(got, h[:]) {
+		t.Fatalf("node's answer to a hello of another version: %q %v, want its hello and the end", got, err)
+	}
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	go func() {
+		c, err := lis.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		var h [HelloLen]byte
+		_, _ = io.ReadFull(c, h[:])
+		_, _ = c.Write([]byte{'T', 'S', 'D', 'P', DataVersion + 1, 0, 0, 0})
+	}()
+	_, err = DialData(context.Background(), lis.Addr().String(), 5*time.Second)
+	if !errors.Is(err, codes.ErrVersionMismatch) || !strings.Contains(err.Error(), fmt.Sprintf("version %d, this build version %d", DataVersion+1, DataVersion)) {
+		t.Fatalf("dial of a node of another version: %v", err)
+	}
+}
+
 // The server refuses a malformed request with a reply that says why, then
 // hangs up; Close waits for a request in progress and closes idle
 // connections.
@@ -837,8 +900,10 @@ func TestDataServerRefusesAndCloses(t *testing.T) {
 	go func() {
 		res <- busy.ReadSSD(context.Background(), []byte("slow"), make([]byte, 5), CRC32C([]byte("bytes")))
 	}()
-	for srv.inflight() == 0 {
-		time.Sleep(time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); srv.inflight() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the SSD read never reached the server")
+		}
 	}
 	closed := make(chan struct{})
 	go func() { m.Close(); close(closed) }()
@@ -1048,8 +1113,10 @@ func TestDataPlaneReadRangesCancelMidPayload(t *testing.T) {
 		rs[i] = RangeRead{Segment: "seg", CRC: CRC32C(val)}
 		rs[i].Buf, guards[i] = guarded(t, n)
 	}
+	release := sync.OnceFunc(func() { close(finish) })
+	t.Cleanup(release) // before fakeNode's cleanup waits for the node
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { <-sentHalf; time.Sleep(10 * time.Millisecond); cancel() }()
+	go cancelWhileFilling(dc, 2, sentHalf, cancel) // the first read completed
 	dc.ReadRanges(ctx, rs)
 	if rs[0].Err != nil || !bytes.Equal(rs[0].Buf, val) {
 		t.Fatalf("first read: %v", rs[0].Err)
@@ -1061,7 +1128,7 @@ func TestDataPlaneReadRangesCancelMidPayload(t *testing.T) {
 		}
 		snapshots[i] = bytes.Clone(rs[i].Buf)
 	}
-	close(finish)
+	release()
 	dc.Close() // waits for the reader (stopped already if it was mid-payload)
 	for i := 1; i < 3; i++ {
 		if !bytes.Equal(rs[i].Buf, snapshots[i]) {

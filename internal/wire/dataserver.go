@@ -185,13 +185,18 @@ func (sc *serverConn) handshake(prefix []byte) error {
 		return fmt.Errorf("wire: reading the hello: %w", err)
 	}
 	_ = sc.c.SetReadDeadline(time.Time{})
-	if err := checkHello(got[:]); err != nil {
-		return err
+	herr := checkHello(got[:])
+	if herr != nil && !errors.Is(herr, codes.ErrVersionMismatch) {
+		return herr
 	}
+	// A client of another version gets this side's hello before the
+	// connection closes, so that its refusal names both versions too.
 	h := hello()
 	_ = sc.c.SetWriteDeadline(time.Now().Add(sc.s.opts.WriteTimeout))
-	_, err := sc.c.Write(h[:])
-	return err
+	if _, err := sc.c.Write(h[:]); err != nil {
+		return err
+	}
+	return herr
 }
 
 // loop reads requests until the connection ends or breaks the protocol.

@@ -319,13 +319,15 @@ func hello() [HelloLen]byte {
 	return [HelloLen]byte{DataMagic[0], DataMagic[1], DataMagic[2], DataMagic[3], DataVersion}
 }
 
-// checkHello validates the peer's hello.
+// checkHello validates the peer's hello. A data-plane hello of another
+// protocol version is ErrFrame and codes.ErrVersionMismatch, naming both
+// versions (docs/design.md, "Format and protocol versions").
 func checkHello(b []byte) error {
-	if len(b) < HelloLen || string(b[:4]) != DataMagic {
+	if len(b) < HelloLen || string(b[:4]) != DataMagic || b[5] != 0 || b[6] != 0 || b[7] != 0 {
 		return frameErr(ErrFrame, "wire: peer does not speak the data protocol (hello %q)", b)
 	}
-	if b[4] != DataVersion || b[5] != 0 || b[6] != 0 || b[7] != 0 {
-		return frameErr(ErrFrame, "wire: peer speaks data protocol version %d, this build %d", b[4], DataVersion)
+	if b[4] != DataVersion {
+		return fmt.Errorf("wire: peer speaks data protocol version %d, this build version %d: %w: %w", b[4], DataVersion, ErrFrame, codes.ErrVersionMismatch)
 	}
 	return nil
 }

@@ -3,7 +3,9 @@ package wire
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/tierstore/tierstore/internal/codes"
@@ -128,6 +130,10 @@ func TestHello(t *testing.T) {
 		if err := checkHello(bad); !errors.Is(err, ErrFrame) {
 			t.Errorf("hello %q: %v", bad, err)
 		}
+	}
+	other := []byte{'T', 'S', 'D', 'P', DataVersion + 1, 0, 0, 0}
+	if err := checkHello(other); !errors.Is(err, codes.ErrVersionMismatch) || !strings.Contains(err.Error(), fmt.Sprintf("version %d, this build version %d", DataVersion+1, DataVersion)) {
+		t.Errorf("hello of another version: %v", err)
 	}
 	// The HTTP/2 preface must never look like a data connection.
 	if string("PRI * HTTP/2.0"[:len(DataMagic)]) == DataMagic {

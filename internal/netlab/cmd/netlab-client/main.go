@@ -42,7 +42,7 @@ import (
 
 type options struct {
 	master, name, historyPath, mode, prefix, preferred, mix string
-	keys, first, workers                                    int
+	keys, first, workers, batch                             int
 	size                                                    int64
 	duration, deadline, replicaTimeout, probe               time.Duration
 	seed                                                    uint64
@@ -65,7 +65,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.deadline, "deadline", 5*time.Second, "deadline of each call")
 	fs.DurationVar(&o.replicaTimeout, "replica_timeout", 0, "client.Config.ReplicaTimeout (0: the client's default)")
 	fs.DurationVar(&o.probe, "probe", 300*time.Millisecond, "SSD probe period (0: no probe)")
-	fs.StringVar(&o.mix, "mix", "put:1,get:4,replace:1,exists:1", "work: call weights (put, get, replace = remove then put, remove, exists)")
+	fs.StringVar(&o.mix, "mix", "put:1,get:4,replace:1,exists:1", "work: call weights (put, get, replace = remove then put, remove, exists, bput and bget = BatchPut and BatchGet of --batch keys)")
+	fs.IntVar(&o.batch, "batch", 4, "keys of one bput or bget")
 	fs.StringVar(&o.preferred, "preferred", "", "node id puts prefer (client.Config.PreferredNode)")
 	fs.Uint64Var(&o.seed, "seed", 1, "random seed")
 	if err := fs.Parse(args); err != nil {
@@ -81,8 +82,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("--master and --history are required")
 	case o.mode != "put" && o.mode != "work" && o.mode != "final":
 		return o, fmt.Errorf("--mode %q: want put, work or final", o.mode)
-	case o.keys <= 0 || o.workers <= 0 || o.deadline <= 0:
-		return o, errors.New("--keys, --workers and --deadline must be positive")
+	case o.keys <= 0 || o.workers <= 0 || o.deadline <= 0 || o.batch <= 0:
+		return o, errors.New("--keys, --workers, --batch and --deadline must be positive")
 	case fs.NArg() > 0:
 		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
@@ -92,6 +93,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	}
 	return o, nil
 }
+
+var validCall = map[string]bool{"put": true, "get": true, "replace": true, "remove": true, "exists": true, "bput": true, "bget": true}
 
 // mixEntry is one call kind and its weight.
 type mixEntry struct {
@@ -108,7 +111,7 @@ func parseMix(s string) ([]mixEntry, error) {
 		switch {
 		case !ok || err != nil || n < 0:
 			return nil, fmt.Errorf("--mix: %q: want call:weight", part)
-		case name != "put" && name != "get" && name != "replace" && name != "remove" && name != "exists":
+		case !validCall[name]:
 			return nil, fmt.Errorf("--mix: unknown call %q", name)
 		}
 		m = append(m, mixEntry{name, n})
@@ -222,6 +225,10 @@ func (p *proc) call(name string, rng *rand.Rand, seq uint64) {
 	}
 	key := p.key(rng.IntN(p.o.keys))
 	switch call {
+	case "bput":
+		p.batchPut(name, p.batchKeys(rng), seq)
+	case "bget":
+		p.batchGet(name, p.batchKeys(rng))
 	case "put":
 		p.put(name, key, seq)
 	case "get":
@@ -294,6 +301,61 @@ func (p *proc) exists(name, key string) {
 		op.Found, err = p.c.Exists(ctx, key)
 		return err
 	})
+}
+
+// batchKeys draws --batch distinct keys (fewer when there are fewer).
+func (p *proc) batchKeys(rng *rand.Rand) []string {
+	perm := rng.Perm(p.o.keys)
+	ks := make([]string, 0, p.o.batch)
+	for _, i := range perm[:min(p.o.batch, len(perm))] {
+		ks = append(ks, p.key(i))
+	}
+	return ks
+}
+
+// batch times one batch call and records one operation per key, each
+// with the batch's start and end and its own result (fill sets what an
+// item read).
+func (p *proc) batch(ops []history.Op, call func(ctx context.Context) []error, fill func(i int, op *history.Op)) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.o.deadline)
+	defer cancel()
+	start := time.Now().UnixNano()
+	errs := call(ctx)
+	end := time.Now().UnixNano()
+	for i := range ops {
+		ops[i].Start, ops[i].End, ops[i].Deadline = start, end, int64(p.o.deadline)
+		if i < len(errs) && errs[i] != nil {
+			ops[i].Err, ops[i].Msg = codes.Of(errs[i]).String(), errs[i].Error()
+		} else if fill != nil {
+			fill(i, &ops[i])
+		}
+		_ = p.rec.Record(ops[i])
+	}
+}
+
+func (p *proc) batchPut(name string, keys []string, seq uint64) {
+	vals := make([][]byte, len(keys))
+	ops := make([]history.Op, len(keys))
+	for i, k := range keys {
+		vals[i] = p.value(name, k, seq)
+		ops[i] = history.Op{Client: name, Kind: history.Put, Key: k, Value: history.Hash(vals[i]), CRC: client.CRC32C(vals[i])}
+	}
+	p.batch(ops, func(ctx context.Context) []error { return p.c.BatchPut(ctx, keys, vals) }, nil)
+	for _, op := range ops {
+		if op.Err == "" && p.probe != nil {
+			p.probe.add(op.Key, op.CRC)
+		}
+	}
+}
+
+func (p *proc) batchGet(name string, keys []string) {
+	ops := make([]history.Op, len(keys))
+	for i, k := range keys {
+		ops[i] = history.Op{Client: name, Kind: history.Get, Key: k}
+	}
+	var vals [][]byte
+	p.batch(ops, func(ctx context.Context) (errs []error) { vals, errs = p.c.BatchGet(ctx, keys); return errs },
+		func(i int, op *history.Op) { op.Value = history.Hash(vals[i]) })
 }
 
 // probe records when the master lists the objects this process put on

@@ -1,0 +1,52 @@
+package rpcpb
+
+import (
+	"context"
+	"strconv"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/tierstore/tierstore/internal/codes"
+)
+
+// Protocol versions of the services in this directory (docs/design.md,
+// "Format and protocol versions"). A build speaks exactly one version of
+// each; a caller and a server of different versions refuse each other with
+// codes.ErrVersionMismatch, naming both. A change the other side of the
+// previous version could misread bumps the version.
+const (
+	// MasterProtocol is the version of master.proto's Master service.
+	MasterProtocol = 1
+	// NodeProtocol is the version of node.proto's NodePeer service.
+	NodeProtocol = 1
+)
+
+// VersionHeader is the request metadata key in which a caller names the
+// protocol version it speaks (decimal).
+const VersionHeader = "tierstore-protocol"
+
+// WithVersion is the dial option of a caller of a service of protocol
+// version: every unary call names it in VersionHeader.
+func WithVersion(version int) grpc.DialOption {
+	v := strconv.Itoa(version)
+	return grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		return invoker(metadata.AppendToOutgoingContext(ctx, VersionHeader, v), method, req, reply, cc, opts...)
+	})
+}
+
+// VersionCheck is the server interceptor of service (for messages: "master",
+// "node") of protocol version: a call that names another version in
+// VersionHeader is refused with codes.ErrVersionMismatch before it is
+// served. A call that names none (a hand-made client, grpcurl) is served.
+func VersionCheck(service string, version int) grpc.UnaryServerInterceptor {
+	want := strconv.Itoa(version)
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if got := md.Get(VersionHeader); len(got) > 0 && got[0] != want {
+			return nil, codes.ToStatus(codes.Errorf(codes.VersionMismatch,
+				"%s speaks protocol version %s, the caller version %s: run the same tierstore release on both sides", service, want, got[0]))
+		}
+		return handler(ctx, req)
+	}
+}

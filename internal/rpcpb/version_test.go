@@ -1,0 +1,62 @@
+package rpcpb_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/rpcpb"
+)
+
+type statsServer struct {
+	rpcpb.UnimplementedNodePeerServer
+}
+
+func (statsServer) NodeStats(context.Context, *rpcpb.PeerStatsRequest) (*rpcpb.PeerStatsReply, error) {
+	return &rpcpb.PeerStatsReply{Segment: "seg"}, nil
+}
+
+// A caller of another protocol version is refused with VERSION_MISMATCH
+// naming both versions, over real gRPC; the same version, and a caller that
+// names none, are served.
+func TestVersionCheck(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(rpcpb.VersionCheck("node", 3)))
+	rpcpb.RegisterNodePeerServer(srv, statsServer{})
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	call := func(opts ...grpc.DialOption) error {
+		cc, err := grpc.NewClient(lis.Addr().String(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		r, err := rpcpb.NewNodePeerClient(cc).NodeStats(ctx, &rpcpb.PeerStatsRequest{})
+		if err == nil && r.GetSegment() != "seg" {
+			t.Fatalf("served %+v", r)
+		}
+		return codes.FromStatus(err)
+	}
+	if err := call(rpcpb.WithVersion(3)); err != nil {
+		t.Fatalf("same version: %v", err)
+	}
+	if err := call(); err != nil {
+		t.Fatalf("no version named: %v", err)
+	}
+	err = call(rpcpb.WithVersion(2))
+	if !errors.Is(err, codes.ErrVersionMismatch) || !strings.Contains(err.Error(), "node speaks protocol version 3, the caller version 2") {
+		t.Fatalf("another version: %v", err)
+	}
+}
