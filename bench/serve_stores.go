@@ -101,7 +101,8 @@ func startTierstore(ctx context.Context, dir, bin string, b serveBudget) (_ kvSe
 		}
 	}()
 	line, err := s.cl.start(ctx, dir, filepath.Join(bin, "tierstore-master"), "tierstore-master listening on ",
-		"--rpc_port=0", "--metrics_port=0", "--enable_offload=true", "--offload_admission_policy=tinylfu", "--log_level=warn")
+		"--rpc_port=0", "--metrics_port=0", "--enable_offload=true", "--offload_admission_policy=tinylfu", "--log_level=warn",
+		"--state_dir="+filepath.Join(dir, "master-state"))
 	if err != nil {
 		return nil, err
 	}

@@ -354,7 +354,7 @@ func startCluster(ctx context.Context, dir, bin string) (cl *cluster, err error)
 		}
 	}()
 	line, err := cl.start(ctx, dir, filepath.Join(bin, "tierstore-master"), "tierstore-master listening on ",
-		"--rpc_port=0", "--metrics_port=0", "--enable_offload=true", "--log_level=warn")
+		"--rpc_port=0", "--metrics_port=0", "--enable_offload=true", "--log_level=warn", "--state_dir="+filepath.Join(dir, "master-state"))
 	if err != nil {
 		return cl, err
 	}

@@ -144,6 +144,24 @@
 // new Incarnation (or endpoint) under a known node id retires the previous
 // incarnation the same way at once.
 //
+// # Removals are final (invariant 10)
+//
+// Remove, RemoveAll and RemoveByRegex send every key through removeObj
+// (remove.go) and append one entry to the removal log (removals.go) under
+// the shard lock that deletes the object; the entry's sequence number is a
+// put token, so it covers the copies whose put token is below it and never
+// a later put. The removal is acknowledged once a RemovalStore holds the
+// entry (FileRemovalStore for --state_dir, ha/etcdremovals for HA, memory
+// otherwise); a PutStart of a key an entry still being written covers
+// waits for it. Nodes pull durable entries (PullRemovals) with the DRAM
+// records to forget (evicted replicas); ReRegisterMemoryObjects refuses a
+// record an entry covers or older than the log's origin,
+// ReRegisterDiskObjects a key an entry above the node's last reported SSD
+// cursor covers. Tick trims entries past removal_log_retention or beyond
+// removal_log_limit. Locks: the log's mutex is a leaf, taken under shard
+// locks; the store is written by one caller at a time (group commit),
+// under no lock of the Service; cursorMu is a leaf.
+//
 // # High availability
 //
 // With Config.HA set the Service is one elected leader of several masters

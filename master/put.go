@@ -29,6 +29,10 @@ func (s *Service) putStart(ctx context.Context, req masterapi.PutStartRequest) (
 	if err != nil {
 		return masterapi.PutStartReply{}, err
 	}
+	// A removal of the key still being made durable goes first.
+	if err := s.rlog.waitKey(ctx, req.Key); err != nil {
+		return masterapi.PutStartReply{}, err
+	}
 	sh := s.shardOf(req.Key)
 	// Cheap pre-check so that a duplicate put neither allocates nor evicts.
 	sh.mu.Lock()

@@ -229,6 +229,27 @@ func (l *removalLog) wait(ctx context.Context, seq uint64) error {
 	}
 }
 
+// waitKey returns once no entry covering key is still being written (or
+// ctx ends, or the store fails it). A put of a key must not be
+// acknowledged before the removal that made room for it is durable: if
+// that removal were lost (a crash, a leader cut from etcd), the copies it
+// removed would come back over the newer put. The common case (every
+// entry durable) takes the log's lock once.
+func (l *removalLog) waitKey(ctx context.Context, key string) error {
+	l.mu.Lock()
+	var seq uint64
+	for _, e := range l.entries[l.durable:] {
+		if m, err := e.Matcher(); err == nil && m(key) {
+			seq = e.Seq
+		}
+	}
+	l.mu.Unlock()
+	if seq == 0 {
+		return nil
+	}
+	return l.wait(ctx, seq)
+}
+
 // durableSeqLocked is the largest durable sequence number.
 func (l *removalLog) durableSeqLocked() uint64 {
 	if l.durable == 0 {

@@ -356,3 +356,27 @@ func TestPullForgetList(t *testing.T) {
 		t.Fatalf("forget handed out twice: %+v", rep.Forget)
 	}
 }
+
+// A put of a key whose removal is not durable yet waits for it, and fails
+// when the store fails it: otherwise a lost removal (a crash, a leader
+// cut from etcd) would let the removed copies come back over a newer put
+// that was acknowledged.
+func TestPutWaitsForTheRemovalBeforeIt(t *testing.T) {
+	fs := &failingStore{MemoryRemovalStore: NewMemoryRemovalStore()}
+	s, _ := testService(t, func(c *Config) { c.Removals = fs })
+	mount(t, s, "a", 1<<20)
+	put(t, s, "k", 100, "a")
+	fs.fail = errors.New("etcd unreachable")
+	if err := s.Remove(bg, "k", true); err == nil {
+		t.Fatal("a removal that is not durable was acknowledged")
+	}
+	if _, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "k", Size: 100, CRC: 1}); !errors.Is(err, codes.ErrInternal) || !strings.Contains(err.Error(), "etcd unreachable") {
+		t.Fatalf("a put over a removal that is not durable: %v", err)
+	}
+	put(t, s, "other", 100, "a") // other keys are not held up
+	fs.fail = nil
+	put(t, s, "k", 100, "a")
+	if got := fs.st.Entries; len(got) != 1 || got[0].Key != "k" {
+		t.Fatalf("store entries %+v", got)
+	}
+}

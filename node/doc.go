@@ -103,11 +103,20 @@
 //     segment before it knows the live objects. The node keeps the highest
 //     leadership term seen and ignores Ping answers and offload tasks of
 //     older terms.
+//   - Removals are final (removals.go, docs/design.md invariant 10): the
+//     node pulls the master's removal log every PingInterval, before each
+//     re-registration and between fetching an offload round's tasks and
+//     writing them; it forgets the DRAM records an entry covers (and those
+//     the pull's forget list names), removes the SSD keys an entry covers
+//     in one synced batch and then stores its cursor with the tier
+//     (SSDTier.SetMark); a tier the master's log cannot answer for drops
+//     every copy. The SSD part runs under roundMu, so an SSD copy is
+//     always newer than every entry the node has applied.
 //
 // # Concurrency
 //
-// A Node is safe for concurrent use. A node runs three loops
-// (ping, offload heartbeat, reconcile); offload rounds, re-registration and
+// A Node is safe for concurrent use. A node runs four loops
+// (ping, removal log pull, offload heartbeat, reconcile); offload rounds, re-registration and
 // reconcile are serialised by Node.roundMu; the ping loop never waits for
 // them (a long offload round must not make the node miss its TTL), it only
 // remounts and flags a re-registration for the heartbeat loop. Segment
@@ -119,5 +128,8 @@
 // socket; recording a write's object takes it exclusively too.
 // nodeHA.recMu protects the records, regMu serialises DRAM
 // re-registrations, pingMu serialises pings (the ping loop and the leader
-// follower, a fourth goroutine when the master connection follows etcd).
+// follower, a fifth goroutine when the master connection follows etcd).
+// nodeRemovals.syncMu serialises pulls (taken after roundMu when the SSD
+// part is applied, alone for the DRAM part), nodeRemovals.mu protects the
+// cursors and the entries applied lately (a leaf).
 package node

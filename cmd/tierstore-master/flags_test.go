@@ -212,3 +212,19 @@ func TestHelp(t *testing.T) {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
 	}
 }
+
+// state_dir: not with enable_ha; a directory another master holds is
+// refused at start naming the holder.
+func TestStateDirFlag(t *testing.T) {
+	if _, _, err := parseAll([]string{"--enable_ha=true", "--etcd_endpoints=127.0.0.1:2379", "--state_dir=/tmp/x"}, io.Discard); err == nil || !strings.Contains(err.Error(), "state_dir") {
+		t.Fatalf("state_dir with enable_ha: %v", err)
+	}
+	if _, _, err := parseAll([]string{"--removal_log_limit=0"}, io.Discard); err == nil || !strings.Contains(err.Error(), "removal_log_limit") {
+		t.Fatalf("removal_log_limit=0: %v", err)
+	}
+	dir := t.TempDir()
+	_, opt, err := parseAll([]string{"--state_dir=" + dir, "--removal_log_retention=90s"}, io.Discard)
+	if err != nil || opt.stateDir != dir {
+		t.Fatalf("state_dir: %+v %v", opt, err)
+	}
+}

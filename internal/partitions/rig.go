@@ -137,7 +137,7 @@ func (r *rig) startMaster(host string, extra ...string) (*cluster.Proc, error) {
 	if r.ha {
 		args = cluster.HAMasterArgs(fmt.Sprintf("%s:%d", r.host("etcd").IP, etcdPort), append([]string{"--rpc_address=" + ip}, extra...)...)
 	} else {
-		args = cluster.MasterArgs(masterPort, append([]string{"--rpc_address=" + ip}, extra...)...)
+		args = cluster.MasterArgs(masterPort, append([]string{"--rpc_address=" + ip, "--state_dir=" + filepath.Join(r.dir, "state-"+host)}, extra...)...)
 	}
 	p, err := r.start(host, "tierstore-master", 30*time.Second, args...)
 	if err == nil {
