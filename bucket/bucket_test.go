@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
+
+	"github.com/tierstore/tierstore/internal/keyspec"
 )
 
 func concat(data [][]byte) []byte {
@@ -103,9 +105,9 @@ func TestEncodeReferencesValues(t *testing.T) {
 func TestEncodeRejectsBadKeys(t *testing.T) {
 	_, err := Encode([]Object{{Key: nil, Value: []byte("x")}}, EncodeOptions{})
 	require.ErrorIs(t, err, ErrInvalidKey)
-	_, err = Encode([]Object{{Key: make([]byte, MaxKeyLen+1)}}, EncodeOptions{})
+	_, err = Encode([]Object{{Key: make([]byte, keyspec.MaxLen+1)}}, EncodeOptions{})
 	require.ErrorIs(t, err, ErrInvalidKey)
-	_, err = Encode([]Object{{Key: make([]byte, MaxKeyLen)}}, EncodeOptions{})
+	_, err = Encode([]Object{{Key: make([]byte, keyspec.MaxLen)}}, EncodeOptions{})
 	require.NoError(t, err)
 	_, err = Encode(nil, EncodeOptions{Compression: 9})
 	require.ErrorIs(t, err, ErrUnknownCodec)

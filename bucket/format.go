@@ -8,6 +8,8 @@ import (
 	"math"
 
 	"github.com/pierrec/lz4/v4"
+
+	"github.com/tierstore/tierstore/internal/keyspec"
 )
 
 // Format constants; see docs/format/bucket.md.
@@ -30,8 +32,6 @@ const (
 	// of on a block boundary, and never crosses one, so one block read
 	// still holds it.
 	PackBelow = Align
-	// MaxKeyLen is the longest key, in bytes.
-	MaxKeyLen = 4096
 	// MaxValueLen is the longest value, in bytes.
 	MaxValueLen = math.MaxUint32
 
@@ -90,13 +90,13 @@ func ParseCodec(s string) (Codec, error) {
 // AlignUp rounds n up to a multiple of Align.
 func AlignUp(n int64) int64 { return (n + Align - 1) &^ (Align - 1) }
 
-// ValidKey reports whether key is 1 to MaxKeyLen bytes long.
+// ValidKey reports whether key is 1 to keyspec.MaxLen bytes long.
 func ValidKey(key []byte) error {
 	if len(key) == 0 {
 		return fmt.Errorf("%w: empty key", ErrInvalidKey)
 	}
-	if len(key) > MaxKeyLen {
-		return fmt.Errorf("%w: key of %d bytes exceeds %d", ErrInvalidKey, len(key), MaxKeyLen)
+	if len(key) > keyspec.MaxLen {
+		return fmt.Errorf("%w: key of %d bytes exceeds %d", ErrInvalidKey, len(key), keyspec.MaxLen)
 	}
 	return nil
 }
@@ -373,7 +373,7 @@ func DecodeTrailer(b []byte, f Footer) ([]Entry, error) {
 		}
 		klen := int(le.Uint16(b[p+22:]))
 		p += EntryFixedSize
-		if klen == 0 || klen > MaxKeyLen || len(b)-p < klen {
+		if klen == 0 || klen > keyspec.MaxLen || len(b)-p < klen {
 			return nil, corrupt(at, "entry %d key length %d", i, klen)
 		}
 		e.Key = bytes.Clone(b[p : p+klen])

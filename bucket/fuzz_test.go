@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"testing"
+
+	"github.com/tierstore/tierstore/internal/keyspec"
 )
 
 // Fuzz targets for every decoder of bucket bytes read from disk (untrusted:
@@ -130,7 +132,7 @@ func FuzzDecodeTrailer(f *testing.F) {
 			if e.Offset < end || e.Offset+int64(e.StoredLen) > trailerOff || (e.Offset%Align != 0 && !(small && inBlock)) {
 				t.Fatalf("entry %d at %d+%d: outside [%d, %d), overlapping or misplaced", i, e.Offset, e.StoredLen, end, trailerOff)
 			}
-			if len(e.Key) == 0 || len(e.Key) > MaxKeyLen {
+			if len(e.Key) == 0 || len(e.Key) > keyspec.MaxLen {
 				t.Fatalf("entry %d key of %d bytes", i, len(e.Key))
 			}
 			switch e.Codec {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -61,7 +62,7 @@ func (c *Client) BatchPutWith(ctx context.Context, keys []string, values [][]byt
 			continue
 		}
 		if len(values[i]) == 0 {
-			errs[i] = codes.Errorf(codes.InvalidParams, "client: empty value for key %s", masterapi.ShortKey(k))
+			errs[i] = codes.Errorf(codes.InvalidParams, "client: empty value for key %s", keyspec.Show(k))
 			continue
 		}
 		idx = append(idx, i)
@@ -144,11 +145,11 @@ func (c *Client) writeWave(ctx context.Context, keys []string, values [][]byte, 
 	var wg sync.WaitGroup
 	for j, i := range w.idx {
 		if w.err != nil {
-			errs[i] = fmt.Errorf("client: batch put %s: %w", masterapi.ShortKey(keys[i]), w.err)
+			errs[i] = fmt.Errorf("client: batch put %s: %w", keyspec.Show(keys[i]), w.err)
 			continue
 		}
 		if w.starts[j].Err != nil {
-			errs[i] = fmt.Errorf("client: put %s: %w", masterapi.ShortKey(keys[i]), w.starts[j].Err)
+			errs[i] = fmt.Errorf("client: put %s: %w", keyspec.Show(keys[i]), w.starts[j].Err)
 			continue
 		}
 		sem <- struct{}{}
@@ -156,7 +157,7 @@ func (c *Client) writeWave(ctx context.Context, keys []string, values [][]byte, 
 			defer func() { <-sem }()
 			wctx := wire.WithObject(ctx, wire.Object{Key: keys[i], SoftPin: c.cfg.SoftPin, HardPin: c.cfg.HardPin})
 			if err := c.writeReplicas(wctx, w.starts[j].PutStartReply, values[i], w.crcs[j]); err != nil {
-				errs[i] = fmt.Errorf("client: put %s: %w", masterapi.ShortKey(keys[i]), err)
+				errs[i] = fmt.Errorf("client: put %s: %w", keyspec.Show(keys[i]), err)
 			}
 		})
 	}
@@ -195,9 +196,9 @@ func (c *Client) endWave(ctx context.Context, keys []string, w *putWave, errs []
 	for j, i := range endIdx {
 		switch {
 		case err != nil:
-			errs[i] = fmt.Errorf("client: put %s: %w", masterapi.ShortKey(keys[i]), err)
+			errs[i] = fmt.Errorf("client: put %s: %w", keyspec.Show(keys[i]), err)
 		case j < len(res) && res[j] != nil:
-			errs[i] = fmt.Errorf("client: put %s: %w", masterapi.ShortKey(keys[i]), res[j])
+			errs[i] = fmt.Errorf("client: put %s: %w", keyspec.Show(keys[i]), res[j])
 		default:
 			// Each completed item, from the batch's start (the
 			// Observer's contract), like Put.
@@ -234,9 +235,9 @@ func (c *Client) BatchExists(ctx context.Context, keys []string) ([]bool, []erro
 	for i := range keys {
 		switch {
 		case err != nil:
-			errs[i] = fmt.Errorf("client: exists %s: %w", masterapi.ShortKey(keys[i]), err)
+			errs[i] = fmt.Errorf("client: exists %s: %w", keyspec.Show(keys[i]), err)
 		case res[i].Err != nil:
-			errs[i] = fmt.Errorf("client: exists %s: %w", masterapi.ShortKey(keys[i]), res[i].Err)
+			errs[i] = fmt.Errorf("client: exists %s: %w", keyspec.Show(keys[i]), res[i].Err)
 		default:
 			out[i] = res[i].Exists
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tierstore/tierstore/admission"
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -43,7 +44,7 @@ func TestPutLookupBasics(t *testing.T) {
 	mustIs(t, err, codes.ErrObjectNotFound)
 	_, err = s.PutStart(bg, masterapi.PutStartRequest{Key: "", Size: 1})
 	mustIs(t, err, codes.ErrInvalidKey)
-	_, err = s.PutStart(bg, masterapi.PutStartRequest{Key: string(make([]byte, masterapi.MaxKeyLen+1)), Size: 1})
+	_, err = s.PutStart(bg, masterapi.PutStartRequest{Key: string(make([]byte, keyspec.MaxLen+1)), Size: 1})
 	mustIs(t, err, codes.ErrInvalidKey)
 	_, err = s.PutStart(bg, masterapi.PutStartRequest{Key: "z", Size: 0})
 	mustIs(t, err, codes.ErrInvalidParams)

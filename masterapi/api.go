@@ -28,10 +28,6 @@ import (
 // MaxHeartbeatTasks caps the offload tasks one Heartbeat returns.
 const MaxHeartbeatTasks = 16384
 
-// MaxKeyLen is the longest key the master accepts, in bytes (the same bound
-// as the SSD tier's).
-const MaxKeyLen = 4096
-
 // ReplicaKind says where a replica lives.
 type ReplicaKind uint8
 

@@ -72,7 +72,7 @@
 //     bucket being read is never deleted under its reader. A re-insertion
 //     bucket is written only if it fits beside what is on disk.
 //
-// Keys are opaque bytes of 1 to MaxKeyLen bytes and never become file names.
+// Keys are opaque bytes of 1 to keyspec.MaxLen bytes and never become file names.
 //
 // # Files
 //

@@ -18,6 +18,7 @@ import (
 	"github.com/tierstore/tierstore/backend/mem"
 	"github.com/tierstore/tierstore/backend/pwrite"
 	"github.com/tierstore/tierstore/bucket"
+	"github.com/tierstore/tierstore/internal/keyspec"
 )
 
 var bg = context.Background()
@@ -383,7 +384,7 @@ func TestBadInput(t *testing.T) {
 	big := make([]byte, 2<<20)
 	out := e.Offload(bg, []Task{
 		{Key: nil, Value: []byte("x")},
-		{Key: make([]byte, MaxKeyLen+1), Value: []byte("x")},
+		{Key: make([]byte, keyspec.MaxLen+1), Value: []byte("x")},
 		{Key: []byte("big"), Value: big},
 		{Key: []byte("fine"), Value: []byte("ok")},
 	}, nil)
