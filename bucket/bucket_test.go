@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 
+	"github.com/tierstore/tierstore/internal/crc32c"
 	"github.com/tierstore/tierstore/internal/keyspec"
 )
 
@@ -349,7 +350,7 @@ func TestSmallObjectsPacked(t *testing.T) {
 	v1 := bytes.Clone(file)
 	foot := v1[len(v1)-FooterSize:]
 	binary.LittleEndian.PutUint16(foot[8:], 1)
-	binary.LittleEndian.PutUint32(foot[footerCRCOff:], Checksum(foot[:footerCRCOff]))
+	binary.LittleEndian.PutUint32(foot[footerCRCOff:], crc32c.Checksum(foot[:footerCRCOff]))
 	_, err = Decode(v1, false)
 	require.ErrorIs(t, err, ErrCorrupt)
 	require.ErrorContains(t, err, "footer version 1, this build reads version 2")
@@ -364,8 +365,8 @@ func TestSmallObjectsPacked(t *testing.T) {
 	}
 	binary.LittleEndian.PutUint64(tr[p:], uint64(enc.Entries[15].Offset+100))
 	foot = bad[len(bad)-FooterSize:]
-	binary.LittleEndian.PutUint32(foot[40:], Checksum(tr))
-	binary.LittleEndian.PutUint32(foot[footerCRCOff:], Checksum(foot[:footerCRCOff]))
+	binary.LittleEndian.PutUint32(foot[40:], crc32c.Checksum(tr))
+	binary.LittleEndian.PutUint32(foot[footerCRCOff:], crc32c.Checksum(foot[:footerCRCOff]))
 	_, err = Decode(bad, false)
 	require.ErrorIs(t, err, ErrCorrupt)
 	require.ErrorContains(t, err, "not a small object inside one")

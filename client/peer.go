@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 
+	"github.com/tierstore/tierstore/internal/crc32c"
 	"github.com/tierstore/tierstore/internal/wire"
 )
 
@@ -28,7 +29,7 @@ type LocalNode interface {
 }
 
 // CRC32C is the Castagnoli CRC of b, the checksum every object carries.
-func CRC32C(b []byte) uint32 { return wire.CRC32C(b) }
+func CRC32C(b []byte) uint32 { return crc32c.Checksum(b) }
 
 // peer is the data plane to one node: the local node directly, or a remote
 // node through the data protocol (package wire). Reads fill buf, exactly

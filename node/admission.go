@@ -8,6 +8,7 @@ import (
 
 	"github.com/tierstore/tierstore/admission"
 	"github.com/tierstore/tierstore/eviction"
+	"github.com/tierstore/tierstore/internal/crc32c"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/tier"
@@ -200,7 +201,7 @@ func (n *Node) promoteOne(ctx context.Context, t masterapi.PromoteTask) masterap
 		return r
 	}
 	v := lr[0].Value
-	if int64(len(v)) != t.Size || wire.CRC32C(v) != t.CRC {
+	if int64(len(v)) != t.Size || crc32c.Checksum(v) != t.CRC {
 		r.Reason = "the SSD copy has other bytes than the object"
 		return r
 	}

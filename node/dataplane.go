@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tierstore/tierstore/internal/crc32c"
 	"github.com/tierstore/tierstore/internal/wire"
 )
 
@@ -178,7 +179,7 @@ func copyCRCUpdate(crc uint32, dst, src []byte) uint32 {
 	for i := 0; i < len(dst); i += copyChunk {
 		j := min(i+copyChunk, len(dst))
 		copy(dst[i:j], src[i:j])
-		crc = wire.UpdateCRC32C(crc, dst[i:j])
+		crc = crc32c.Update(crc, dst[i:j])
 	}
 	return crc
 }

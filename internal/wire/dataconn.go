@@ -5,13 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"net"
 	"sync"
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/crc32c"
 )
 
 // crcChunk is how much of a payload is read before its CRC32C is updated:
@@ -472,7 +472,7 @@ func readCRC(r io.Reader, buf []byte) (uint32, error) {
 	for got := 0; got < len(buf); {
 		end := min(got+crcChunk, len(buf))
 		n, err := io.ReadFull(r, buf[got:end])
-		crc = crc32.Update(crc, castagnoli, buf[got:got+n])
+		crc = crc32c.Update(crc, buf[got:got+n])
 		got += n
 		if err != nil {
 			return 0, fmt.Errorf("%d of %d payload bytes, then %w", got, len(buf), err)
