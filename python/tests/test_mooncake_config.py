@@ -49,13 +49,17 @@ def test_defaults_and_aliases():
     ({"enable_ssd_offload": "maybe"}, "enable_ssd_offload"),
     ({"enable_ssd_offload": True, "ssd_offload_path": "rel/dir"}, "ssd_offload_path"),
     ({"enable_ssd_offload": True, "ssd_offload_path": "/x", "global_segment_size": 0}, "enable_ssd_offload"),
-    ({"no_such_key": 1}, "no_such_key"),
     ({"master_server_addr": "a:1", "master_server_address": "b:2"}, "master_server_address"),
 ])
 def test_bad_fields(fields, field):
     with pytest.raises(config.ConfigError) as e:
         config.parse(dict({"master_server_address": "127.0.0.1:1"}, **fields))
     assert field in str(e.value)
+
+
+def test_unknown_keys_are_collected_not_refused():
+    c = config.parse({"master_server_address": "a:1", "mode": "embedded", "extra_thing": 1, "tenant_id": "x"})
+    assert c.unknown == ["extra_thing"]
 
 
 def test_protocol_message_says_tcp():
@@ -149,3 +153,16 @@ def test_calls_before_setup_are_errors_not_exceptions():
     assert s.get_size("a") < 0 and s.remove("a") < 0 and s.remove_all() < 0
     assert s.get_buffer("a") is None and s.get_replica_desc("a") == []
     assert s.get_hostname() == "" and s.close() == 0
+
+
+def test_register_buffer_refuses_what_is_not_host_memory(caplog):
+    import numpy as np
+    s = MooncakeDistributedStore()
+    a = np.zeros(8192, dtype=np.uint8)
+    assert s.register_buffer(a.ctypes.data, a.nbytes) == 0
+    assert s.unregister_buffer(a.ctypes.data) == 0
+    with caplog.at_level(logging.ERROR, logger="tierstore.mooncake"):
+        assert s.register_buffer(4096, 4096) == INVALID_PARAMS                   # unmapped page
+        assert s.register_buffer(a.ctypes.data, 1 << 46) == INVALID_PARAMS       # runs past the mapping
+        assert s.register_buffer(0, 10) == INVALID_PARAMS and s.register_buffer(a.ctypes.data, 0) == INVALID_PARAMS
+    assert sum("not host memory" in r.getMessage() for r in caplog.records) == 2

@@ -56,7 +56,7 @@ _ALIASES = {
 # Accepted and without effect in tierstore (kept so that configs written for
 # Mooncake load unchanged).
 _IGNORED = {"engine", "tenant_id", "enable_client_http_server", "client_http_port",
-            "transfer_timeout", "replica_num", "ssd_offload_capacity"}
+            "transfer_timeout", "replica_num", "mode", "enable_offload", "device_name_per_gpu"}
 
 
 class ConfigError(ValueError):
@@ -80,6 +80,7 @@ class Config:
     master_server_address: str = DEFAULT_MASTER
     enable_ssd_offload: bool = False
     ssd_offload_path: str = ""
+    unknown: list = dataclasses.field(default_factory=list)  # keys given that tierstore does not know
 
 
 _UNITS = {
@@ -146,12 +147,13 @@ def _check_hostport(field: str, value: str, need_port: bool) -> None:
 def parse(fields: dict) -> Config:
     """A checked Config from Mooncake's field names (aliases accepted).
 
-    Unknown names are refused; the names of Mooncake features tierstore has
+    Unknown names are collected in ``unknown`` (the caller logs them); the names of Mooncake features tierstore has
     no use for (engine, tenant_id, the client HTTP server) are accepted and
     ignored.
     """
     cfg = Config()
     seen = set()
+    unknown = []  # keys of other programs sharing the file (vLLM's, LMCache's): reported, not refused
     for raw_name, value in fields.items():
         if not isinstance(raw_name, str):
             raise ConfigError(repr(raw_name), "configuration keys are strings")
@@ -169,12 +171,13 @@ def parse(fields: dict) -> Config:
                       "master_server_address", "ssd_offload_path"):
             setattr(cfg, name, _parse_str(raw_name, value))
         else:
-            raise ConfigError(raw_name, "unknown configuration key")
+            unknown.append(raw_name)
 
     if cfg.protocol.lower() != "tcp":
         raise ConfigError("protocol", f"tierstore speaks TCP only (its data plane is TCP); "
                                       f"set protocol to \"tcp\", got {cfg.protocol!r}")
     cfg.protocol = "tcp"
+    cfg.unknown = unknown
     if not cfg.local_hostname:
         cfg.local_hostname = "127.0.0.1"
     _check_hostport("local_hostname", cfg.local_hostname, need_port=False)

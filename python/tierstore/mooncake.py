@@ -174,6 +174,29 @@ def _same_lengths(*lists) -> bool:
         return False
 
 
+def _host_memory(ptr: int, size: int) -> bool:
+    """Whether the first and last bytes of [ptr, ptr+size) are readable memory of this process.
+
+    A device pointer (CUDA, NPU) is not: tierstore moves bytes with the CPU,
+    and handing it such an address would crash the process at the first
+    transfer. Read through /proc/self/mem, which fails (EIO) instead of faulting.
+    """
+    try:
+        fd = os.open("/proc/self/mem", os.O_RDONLY)
+    except OSError:
+        return True  # cannot tell: trust the caller
+    try:
+        for a in (ptr, ptr + size - 1):
+            try:
+                if len(os.pread(fd, 1, a)) != 1:
+                    return False
+            except (OSError, OverflowError):
+                return False
+        return True
+    finally:
+        os.close(fd)
+
+
 class _NotSetUp(Exception):
     code = INVALID_PARAMS
 
@@ -203,6 +226,9 @@ class MooncakeDistributedStore:
         except _config.ConfigError as e:
             log.error("tierstore.mooncake setup: invalid configuration: %s", e)
             return INVALID_PARAMS
+        if cfg.unknown:
+            log.warning("tierstore.mooncake setup: ignoring configuration keys tierstore does not know: %s",
+                        ", ".join(map(str, cfg.unknown)))
         with self._lock:
             if self._client is not None:
                 log.error("tierstore.mooncake setup: already set up; close() first")
@@ -319,6 +345,11 @@ class MooncakeDistributedStore:
         """Record [ptr, ptr+size) as a buffer of the zero-copy calls. 0, or -600 for a bad range."""
         if not isinstance(buffer_ptr, int) or not isinstance(size, int) or buffer_ptr <= 0 or size <= 0:
             log.error("tierstore.mooncake register_buffer: bad buffer (ptr=%r, size=%r)", buffer_ptr, size)
+            return INVALID_PARAMS
+        if not _host_memory(buffer_ptr, size):
+            log.error("tierstore.mooncake register_buffer: [%#x, +%d) is not host memory of this process (a GPU or "
+                      "NPU device pointer?): tierstore moves bytes with the CPU; register host (CPU) buffers",
+                      buffer_ptr, size)
             return INVALID_PARAMS
         with self._buffers_lock:
             self._buffers[buffer_ptr] = size
