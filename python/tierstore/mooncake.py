@@ -121,11 +121,11 @@ class ReplicaDescriptor:
 
     __slots__ = ("tier", "node", "object_size", "status")
 
-    def __init__(self, tier: str, node: str, object_size: int):
+    def __init__(self, tier: str, node: str, object_size: int, status: str = "COMPLETE"):
         self.tier = tier                # "memory" or "disk"
         self.node = node                # "host:port" of the node holding it
         self.object_size = object_size
-        self.status = "COMPLETE"        # tierstore lists only complete replicas
+        self.status = status            # Mooncake's replica status name, e.g. "COMPLETE"
 
     def is_memory_replica(self) -> bool:
         return self.tier == "memory"
@@ -620,7 +620,8 @@ class MooncakeDistributedStore:
     def get_replica_desc(self, key: str) -> list:
         """The object's replicas (empty when missing or on error)."""
         try:
-            return [ReplicaDescriptor(r["tier"], r["node"], r["size"]) for r in self._c().replicas(key)]
+            return [ReplicaDescriptor(r["tier"], r["node"], r["size"], r.get("status") or "COMPLETE")
+                    for r in self._c().replicas(key)]
         except Exception as e:  # noqa: BLE001
             self._fail("get_replica_desc", e)
             return []
