@@ -78,7 +78,7 @@ func (c *Client) BatchPutWith(ctx context.Context, keys []string, values [][]byt
 	sem := make(chan struct{}, batchParallelism) // writes in flight, across waves
 	var ends sync.WaitGroup
 	for w := range started {
-		writes := c.writeWave(ctx, keys, values, w, errs, sem)
+		writes := c.writeWave(ctx, keys, values, opts, w, errs, sem)
 		ends.Go(func() {
 			writes.Wait()
 			c.endWave(ctx, keys, w, errs, start)
@@ -140,7 +140,7 @@ func (c *Client) startWave(ctx context.Context, keys []string, values [][]byte, 
 
 // writeWave writes w's bytes, each item on a goroutine holding a slot of
 // sem, and returns what to wait on for them; errs[i] records a failure.
-func (c *Client) writeWave(ctx context.Context, keys []string, values [][]byte, w *putWave, errs []error, sem chan struct{}) *sync.WaitGroup {
+func (c *Client) writeWave(ctx context.Context, keys []string, values [][]byte, opts PutOptions, w *putWave, errs []error, sem chan struct{}) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	for j, i := range w.idx {
 		if w.err != nil {
@@ -154,7 +154,7 @@ func (c *Client) writeWave(ctx context.Context, keys []string, values [][]byte, 
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			wctx := wire.WithObject(ctx, wire.Object{Key: keys[i], SoftPin: c.cfg.SoftPin, HardPin: c.cfg.HardPin})
+			wctx := wire.WithObject(ctx, c.object(keys[i], opts))
 			if err := c.writeReplicas(wctx, w.starts[j].PutStartReply, values[i], w.crcs[j]); err != nil {
 				errs[i] = fmt.Errorf("client: put %s: %w", masterapi.ShortKey(keys[i]), err)
 			}

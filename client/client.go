@@ -232,6 +232,8 @@ type PutOptions struct {
 	// PreferredNode places the first replica on this node's segment when
 	// it has room; "" = Config.PreferredNode (or the local node).
 	PreferredNode string
+	// SoftPin / HardPin pin this put's object (or'ed with Config's).
+	SoftPin, HardPin bool
 }
 
 // Put stores value under key: the master allocates a DRAM range (on the
@@ -259,7 +261,7 @@ func (c *Client) PutWith(ctx context.Context, key string, value []byte, opts Put
 	if err != nil {
 		return fmt.Errorf("client: put %s: %w", masterapi.ShortKey(key), err)
 	}
-	wctx := wire.WithObject(ctx, wire.Object{Key: key, SoftPin: c.cfg.SoftPin, HardPin: c.cfg.HardPin})
+	wctx := wire.WithObject(ctx, c.object(key, opts))
 	if err := c.writeReplicas(wctx, r, value, crc); err != nil {
 		c.revoke(ctx, key, r.PutToken)
 		return fmt.Errorf("client: put %s: %w", masterapi.ShortKey(key), err)
@@ -272,13 +274,18 @@ func (c *Client) PutWith(ctx context.Context, key string, value []byte, opts Put
 	return nil
 }
 
+// object is what the data plane records of a put of key with opts.
+func (c *Client) object(key string, opts PutOptions) wire.Object {
+	return wire.Object{Key: key, SoftPin: c.cfg.SoftPin || opts.SoftPin, HardPin: c.cfg.HardPin || opts.HardPin}
+}
+
 // revokeTimeout bounds a put's PutRevoke (within the put's deadline, or
 // after it in the background: afterCall).
 const revokeTimeout = 5 * time.Second
 
 // putRequest is the PutStart request of a put of key.
 func (c *Client) putRequest(key string, size int64, crc uint32, opts PutOptions) masterapi.PutStartRequest {
-	req := masterapi.PutStartRequest{Key: key, Size: size, CRC: crc, SoftPin: c.cfg.SoftPin, HardPin: c.cfg.HardPin,
+	req := masterapi.PutStartRequest{Key: key, Size: size, CRC: crc, SoftPin: c.cfg.SoftPin || opts.SoftPin, HardPin: c.cfg.HardPin || opts.HardPin,
 		Replicas: opts.Replicas, AllowFewer: opts.AllowFewer, PreferredNode: opts.PreferredNode}
 	if req.PreferredNode == "" {
 		req.PreferredNode = c.preferred()
