@@ -156,6 +156,7 @@ func pyRepo() (string, error) {
 func pyBuildLib(ctx context.Context, repo string) error {
 	cmd := exec.CommandContext(ctx, "go", "build", "-buildmode=c-shared", "-o", pyLibRelPath, "./python/capi")
 	cmd.Dir = repo
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("bench: python: building %s: %v\n%s", pyLibRelPath, err, out)
 	}

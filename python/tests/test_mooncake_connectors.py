@@ -153,7 +153,10 @@ def test_sglang_hicache_mooncake_store(mc, cluster):
         res = store.batch_get_into(keys, ptrs, [page] * len(keys))
         assert all(r > 0 for r in res) and res == [page] * len(keys)   # success means > 0 bytes
         assert np.array_equal(host, want)
-        assert store.remove_all() >= len(keys)
+        # remove_all() without force skips objects inside a read lease: every one was just read.
+        assert store.remove_all() == 0 and store.batch_is_exist(keys) == [1] * len(keys)
+        assert store.remove_all(force=True) >= len(keys) + 1
+        assert store.batch_is_exist(keys + [warm]) == [0] * (len(keys) + 1)
     finally:
         assert store.close() == 0
 

@@ -211,6 +211,7 @@ class MooncakeDistributedStore:
         self._ssd_dir = None            # this process's SSD directory, removed at close
         self._buffers_lock = threading.Lock()
         self._buffers = {}              # registered buffers: ptr -> size (guarded by _buffers_lock)
+        self._node_ids = {}             # segment "host:port" -> node id (replaced whole, never mutated)
 
     # ---- setup and close -------------------------------------------------
 
@@ -257,7 +258,7 @@ class MooncakeDistributedStore:
                 if ssd_dir:
                     shutil.rmtree(ssd_dir, ignore_errors=True)
                 return _code(e)
-            self._client, self._cfg, self._ssd_dir = client, cfg, ssd_dir
+            self._client, self._cfg, self._ssd_dir, self._node_ids = client, cfg, ssd_dir, {}
         return OK
 
     @staticmethod
@@ -328,16 +329,32 @@ class MooncakeDistributedStore:
         opts = {}
         if config.replica_num != 1:
             opts["replicas"] = config.replica_num
+        # prefer_alloc_in_same_node: a client with a segment prefers it already (tierstore.Client's default).
         node = config.preferred_segment or (config.preferred_segments[0] if config.preferred_segments else "")
-        if not node and config.prefer_alloc_in_same_node and self._cfg and self._cfg.global_segment_size > 0:
-            node = self._c().hostname
         if node:
-            opts["preferred_node"] = node
+            opts["preferred_node"] = self._node_id(node)
         if config.with_soft_pin or config.soft_pin_action == SoftPinAction.ENABLE:
             opts["soft_pin"] = True
         if config.with_hard_pin:
             opts["hard_pin"] = True
         return opts
+
+    def _node_id(self, segment: str) -> str:
+        """The master's node id for a Mooncake segment name ("host:port", the node's endpoint).
+
+        Looked up in the master's per-node stats and cached per setup; a name
+        that is no live node's endpoint is passed on unchanged (an id, or
+        unknown: the master then places the object anywhere).
+        """
+        ids = self._node_ids
+        if segment not in ids:
+            try:
+                per_node = self._c().stats().get("master", {}).get("PerNode") or []
+                ids = {n["Endpoint"]: n["Node"] for n in per_node if n.get("Alive") and n.get("Endpoint")}
+                self._node_ids = ids
+            except Exception as e:  # noqa: BLE001 - placement is a preference
+                log.warning("tierstore.mooncake: cannot map segment %r to a node: %s", segment, e)
+        return ids.get(segment, segment)
 
     # ---- buffers ----------------------------------------------------------
 
