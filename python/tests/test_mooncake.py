@@ -202,10 +202,11 @@ def test_close_then_setup_again(cluster):
             assert s.put(k, rand_bytes(256 * KiB, i), ReplicateConfig(prefer_alloc_in_same_node=True)) == 0
             assert [r.node for r in s.get_replica_desc(k)] == [host]
         assert other.batch_is_exist(keys) == [1] * 4
-        # preferred_segment names another node by its "host:port": the object goes there.
-        assert s.put("reopen/there", b"t" * 1000, ReplicateConfig(preferred_segment=cluster.nodes[0])) == 0
-        assert [r.node for r in s.get_replica_desc("reopen/there")] == [cluster.nodes[0]]
-        assert s.remove("reopen/there", force=True) == 0
+        # preferred_segment names a node by its "host:port": a pure client's put goes there (not to the
+        # cluster's node, which has the most room).
+        assert other.put("reopen/there", b"t" * 1000, ReplicateConfig(preferred_segment=host)) == 0
+        assert [r.node for r in other.get_replica_desc("reopen/there")] == [host]
+        assert other.remove("reopen/there", force=True) == 0
         assert s.close() == 0
         assert s.health_check() == 1 and s.get(keys[0]) == b""
         # Its objects left the pool with its segment.
