@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/backoff"
 
 	"github.com/tierstore/tierstore/client"
-	_ "github.com/tierstore/tierstore/ha" // registers etcd:// master addresses
+	"github.com/tierstore/tierstore/ha" // also registers etcd:// master addresses
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/mastergrpc"
 	"github.com/tierstore/tierstore/node"
@@ -119,6 +119,11 @@ func open(cfgJSON string) (int64, error) {
 		return 0, codes.Errorf(codes.InvalidParams, "open: ssd_dir: needs segment_size > 0 (the SSD tier is under the in-process node)")
 	case cfg.Timeout < 0:
 		return 0, codes.Errorf(codes.InvalidParams, "open: timeout: must not be negative, got %v", cfg.Timeout)
+	}
+	if strings.Contains(cfg.Master, "://") {
+		if _, err := ha.ParseMasterURL(cfg.Master); err != nil {
+			return 0, codes.Errorf(codes.InvalidParams, "open: master: %v", err)
+		}
 	}
 	level, err := parseLevel(cfg.LogLevel)
 	if err != nil {
