@@ -271,6 +271,7 @@ func (e *Engine) commitIndex(j *bucketJob) (emptied []uint64, err error) {
 		}}
 	}
 	b := &bucketState{id: j.id, size: j.enc.Size}
+	b.written, b.live = encodedStored(j.enc), storedBytes(entries)
 	e.mu.Lock()
 	e.reserved -= j.enc.Size
 	e.used += j.enc.Size
@@ -303,6 +304,7 @@ func (e *Engine) commitIndex(j *bucketJob) (emptied []uint64, err error) {
 		e.deleteFile(del)
 		return nil, fmt.Errorf("tier: index commit of bucket %d: %w", j.id, err)
 	}
+	e.left(res.Replaced)
 	return res.Emptied, nil
 }
 
