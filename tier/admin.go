@@ -179,10 +179,8 @@ func (e *Engine) Stats() Stats {
 		}
 		s.LiveBytes += b.live
 		s.DeadBytes += b.written - b.live
-		if b.mostlyDead() {
-			s.MostlyDeadBuckets++
-		}
 	}
+	s.MostlyDeadBuckets = int64(len(e.dying))
 	e.mu.Unlock()
 	s.Objects = e.ix.Count()
 	s.BucketsWritten = e.st.bucketsWritten.Load()

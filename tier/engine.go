@@ -46,12 +46,15 @@ type Engine struct {
 	// mu guards the in-memory state below. It is held only for memory
 	// operations: never across I/O on bucket files, a pebble write or a
 	// callback, so that a Load never waits for a disk or a WAL sync.
-	mu       sync.Mutex
-	buckets  map[uint64]*bucketState // every bucket file the engine knows
-	policy   eviction.Policy         // committed, notified, evictable buckets
-	used     int64                   // bytes of bucket files present
-	reserved int64                   // bytes reserved by bucket writes in progress
-	nextID   uint64                  // next bucket id to hand out
+	mu      sync.Mutex
+	buckets map[uint64]*bucketState // every bucket file the engine knows
+	// dying holds the buckets that are at least half dead and
+	// not dead yet: the first eviction candidates (space.go).
+	dying    map[uint64]*bucketState
+	policy   eviction.Policy // committed, notified, evictable buckets
+	used     int64           // bytes of bucket files present
+	reserved int64           // bytes reserved by bucket writes in progress
+	nextID   uint64          // next bucket id to hand out
 	// pending holds keys being committed, or committed and waiting for
 	// their notify. They are registered before the commit, so that a key
 	// found in the index and not pending has its notify settled. A

@@ -279,6 +279,7 @@ func (e *Engine) commitIndex(j *bucketJob) (emptied []uint64, err error) {
 	// finds their bucket, and a key found in the index that is not
 	// pending has its notify settled.
 	e.buckets[j.id] = b
+	e.track(b)
 	for _, en := range entries {
 		e.pending[string(en.Key)] = j.pb
 	}

@@ -48,7 +48,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 	}
 	e := &Engine{
 		dir: dir, opts: o, be: be, ix: ix, lim: lim, codec: codec, log: o.Logger,
-		buckets: map[uint64]*bucketState{}, policy: policy, pending: map[string]*pendingBucket{},
+		buckets: map[uint64]*bucketState{}, dying: map[uint64]*bucketState{}, policy: policy, pending: map[string]*pendingBucket{},
 	}
 	e.indexOpenTime = time.Since(t0)
 	if err := e.reconcile(); err != nil {
@@ -284,7 +284,9 @@ func (e *Engine) admit(m index.BucketMeta, written int64, reason string) error {
 	if reason != "" {
 		return e.dropBucket(m.ID, true, reason)
 	}
-	e.buckets[m.ID] = &bucketState{id: m.ID, size: m.Size, notified: true, written: max(written, m.LiveBytes), live: m.LiveBytes}
+	b := &bucketState{id: m.ID, size: m.Size, notified: true, written: max(written, m.LiveBytes), live: m.LiveBytes}
+	e.buckets[m.ID] = b
+	e.track(b)
 	e.used += m.Size
 	e.policy.Add(m.ID, m.Size)
 	return nil

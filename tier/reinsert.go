@@ -177,6 +177,7 @@ func (r *reinsertion) commit(id uint64, enc *bucket.Encoded, at []index.Location
 		// (after the commit) finds them.
 		e.mu.Lock()
 		b.written, b.live = encodedStored(enc), storedBytes(entries)
+		e.track(b)
 		e.mu.Unlock()
 	}
 	var cr index.CommitResult

@@ -25,6 +25,7 @@ func (e *Engine) markDead(b *bucketState) *bucketState {
 	}
 	b.dead.Store(true)
 	e.policy.Remove(b.id)
+	delete(e.dying, b.id)
 	if b.readers.Load() == 0 && b.deleted.CompareAndSwap(false, true) {
 		return b
 	}
@@ -42,6 +43,7 @@ func (e *Engine) left(locs []index.KeyLoc) {
 	for _, kl := range locs {
 		if b := e.buckets[kl.Loc.Bucket]; b != nil {
 			b.live = max(b.live-int64(kl.Loc.StoredLen), 0)
+			e.track(b)
 		}
 	}
 	e.mu.Unlock()
@@ -70,6 +72,14 @@ func (b *bucketState) mostlyDead() bool {
 	return b.written > 0 && 2*b.live <= b.written
 }
 
+// track adds b to the mostly dead buckets when it is one. Caller holds
+// e.mu.
+func (e *Engine) track(b *bucketState) {
+	if b.mostlyDead() && !b.dead.Load() {
+		e.dying[b.id] = b
+	}
+}
+
 // mostlyDeadVictim returns the evictable bucket with the most dead bytes
 // among those whose dead bytes are at least half their object bytes, or
 // nil. Caller holds e.mu.
@@ -78,8 +88,8 @@ func (e *Engine) mostlyDeadVictim(skip func(id uint64) bool) *bucketState {
 		return nil
 	}
 	var best *bucketState
-	for id, b := range e.buckets {
-		if !b.mostlyDead() || skip(id) {
+	for id, b := range e.dying {
+		if skip(id) {
 			continue
 		}
 		if best == nil || b.written-b.live > best.written-best.live || (b.written-b.live == best.written-best.live && id < best.id) {
