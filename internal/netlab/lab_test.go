@@ -499,3 +499,81 @@ func state(t *testing.T, pid int) byte {
 	i := strings.LastIndexByte(string(b), ')')
 	return b[i+2]
 }
+
+// TestNothingLeavesTheLab: a lab adds no link or address to the namespace
+// the test runs in; a host has its lab address, loopback and one route,
+// to the lab's subnet, and no IPv6 address (so it sends no neighbour or
+// router solicitation); a packet for any address outside the lab is
+// refused in the host (network unreachable) before anything is sent.
+func TestNothingLeavesTheLab(t *testing.T) {
+	if err := Available(); err != nil {
+		t.Skip(err)
+	}
+	links := func() string {
+		out, err := exec.Command("ip", "-o", "link", "show").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, line := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(line); len(f) > 1 {
+				names = append(names, f[1])
+			}
+		}
+		return strings.Join(names, " ")
+	}
+	addrs := func() string {
+		out, err := exec.Command("ip", "-o", "addr", "show").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out)
+	}
+	linksBefore, addrsBefore := links(), addrs()
+	l, a, b, _ := newLab(t)
+	if got := links(); got != linksBefore {
+		t.Errorf("links of the test's namespace changed:\nbefore %s\nafter  %s", linksBefore, got)
+	}
+	if got := addrs(); got != addrsBefore {
+		t.Errorf("addresses of the test's namespace changed:\nbefore %s\nafter  %s", addrsBefore, got)
+	}
+	for _, ns := range []string{l.Name, a.NS} {
+		out, err := exec.Command("ip", "-n", ns, "-6", "-o", "addr", "show").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := strings.TrimSpace(string(out)); s != "" {
+			t.Errorf("namespace %s has IPv6 addresses:\n%s", ns, s)
+		}
+	}
+	out, err := exec.Command("ip", "-n", a.NS, "-4", "route", "show", "table", "all").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		dst := strings.Fields(line)[0]
+		if dst == "local" || dst == "broadcast" { // the local table: the host's own addresses
+			dst = strings.Fields(line)[1]
+		}
+		if dst != Subnet && !strings.HasPrefix(dst, "127.") && dst != a.IP && dst != "10.231.0.255" {
+			t.Errorf("host %s has a route outside the lab: %s", a.Name, line)
+		}
+	}
+	// The machine's own addresses and its default gateway's side of the
+	// world, from inside a host: refused before a packet is sent.
+	for _, dst := range []string{"192.0.2.1:9", "10.255.255.53:53", "8.8.8.8:53", "10.231.1.2:9"} {
+		err := a.Do(func() error {
+			c, err := net.Dial("udp4", dst)
+			if err == nil {
+				c.Close()
+			}
+			return err
+		})
+		if !errors.Is(err, syscall.ENETUNREACH) {
+			t.Errorf("from host %s, dial %s: %v, want network unreachable", a.Name, dst, err)
+		}
+	}
+	if !reaches(t, a, b) {
+		t.Error("hosts of the lab do not reach each other")
+	}
+}
