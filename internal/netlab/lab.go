@@ -337,14 +337,9 @@ func namespaces() []string {
 // write end only this process holds.
 func (l *Lab) startReaper() error {
 	script := `trap '' INT TERM HUP; read _ ; for ns in $(ip netns list | awk '{print $1}'); do case "$ns" in "$1"|"$1"-*) for p in $(ip netns pids "$ns"); do kill -9 "$p"; done; ip netns del "$ns";; esac; done`
-	cmd := exec.Command("sh", "-c", script, "reaper", l.Name)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	in, err := cmd.StdinPipe()
+	cmd, in, err := startReaper(script, "reaper", l.Name)
 	if err != nil {
-		return fmt.Errorf("netlab: reaper: %w", err)
-	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("netlab: reaper: %w", err)
+		return err
 	}
 	l.reaper, l.reaperIn = cmd, in
 	return nil

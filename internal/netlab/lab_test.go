@@ -577,3 +577,84 @@ func TestNothingLeavesTheLab(t *testing.T) {
 		t.Error("hosts of the lab do not reach each other")
 	}
 }
+
+// TestSweeper: Close removes the paths added; a process killed with
+// SIGKILL has them removed by its sweeper shell; bad paths are refused.
+func TestSweeper(t *testing.T) {
+	if os.Getenv("NETLAB_SWEEP_CHILD") != "" {
+		s, err := NewSweeper()
+		if err == nil {
+			err = s.Add(os.Getenv("NETLAB_SWEEP_CHILD"))
+		}
+		if err != nil {
+			fmt.Println("ERR", err)
+			os.Exit(1)
+		}
+		fmt.Println("ADDED")
+		select {} // until killed
+	}
+	s, err := NewSweeper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"", "rel/dir", "/", "/tmp/a\n/etc"} {
+		if err := s.Add(bad); err == nil {
+			t.Errorf("Add(%q): no error", bad)
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "run")
+	if err := os.MkdirAll(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	keep := filepath.Join(t.TempDir(), "keep")
+	if err := os.WriteFile(keep, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Add(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("after Close %s: %v, want gone", dir, err)
+	}
+	if _, err := os.Stat(keep); err != nil {
+		t.Errorf("a path not added was removed: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+
+	// A process killed by SIGKILL.
+	dir = filepath.Join(t.TempDir(), "killed")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSweeper$")
+	cmd.Env = append(os.Environ(), "NETLAB_SWEEP_CHILD="+dir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	if _, err := fmt.Fscanln(out, &line); err != nil || line != "ADDED" {
+		_ = cmd.Process.Kill()
+		t.Fatalf("child: %q %v", line, err)
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still there 10 s after its process was killed", dir)
+		}
+		time.Sleep(20 * time.Millisecond) // poll the directory, bounded
+	}
+}
