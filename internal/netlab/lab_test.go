@@ -658,3 +658,37 @@ func TestSweeper(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // poll the directory, bounded
 	}
 }
+
+// TestAvailableNamesWhatIsMissing: without a tool, Available answers
+// ErrUnavailable in one line naming the tools missing and the packages.
+func TestAvailableNamesWhatIsMissing(t *testing.T) {
+	if os.Geteuid() != 0 {
+		err := Available()
+		if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "not root") {
+			t.Fatalf("not root: Available() = %v, want ErrUnavailable saying not root", err)
+		}
+		return
+	}
+	dir := t.TempDir()
+	for _, tool := range []string{"ip", "tc"} {
+		p, err := exec.LookPath(tool)
+		if err != nil {
+			t.Skip(err)
+		}
+		if err := os.Symlink(p, filepath.Join(dir, tool)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", dir)
+	err := Available()
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("without iptables: Available() = %v, want ErrUnavailable", err)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "iptables, iptables-restore not installed") || !strings.Contains(msg, "apt-get install") || strings.Contains(msg, "\n") {
+		t.Errorf("without iptables: %q, want one line naming iptables and iptables-restore and the packages", msg)
+	}
+	if _, err := New(nil); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("New without iptables: %v, want ErrUnavailable", err)
+	}
+}
