@@ -331,22 +331,37 @@ func haLeaderFromEtcd(ctx context.Context, r *rig) error {
 	return r.final(ks)
 }
 
-// noteTakeover waits for the old leader to step down and a new one to be
+// noteTakeover watches, from the cut on, for the old leader to lose its
+// leadership (its fence down: it answers "not the leader" from then on),
+// for it to switch to its standby server, and for a new leader to be
 // elected, and notes how long each took after the cut.
-func (r *rig) noteTakeover(old interface {
-	Output() string
-	WaitOutput(string, time.Duration) error
-}, term int, cutAt time.Time) error {
-	if err := old.WaitOutput(fmt.Sprintf("standby (term %d ended)", term), 15*time.Second); err != nil {
-		return fmt.Errorf("the leader cut off from etcd did not step down: %w", err)
+func (r *rig) noteTakeover(old interface{ Output() string }, term int, cutAt time.Time) error {
+	const lostLine = "leadership lost"
+	standby := fmt.Sprintf("standby (term %d ended)", term)
+	lostBefore := strings.Count(old.Output(), lostLine)
+	var lost, down, elected time.Duration
+	nt := 0
+	for lost == 0 || down == 0 || elected == 0 {
+		out := old.Output()
+		now := time.Since(cutAt)
+		if lost == 0 && strings.Count(out, lostLine) > lostBefore {
+			lost = now
+		}
+		if down == 0 && strings.Contains(out, standby) {
+			down = now
+		}
+		if elected == 0 {
+			if _, t, err := r.leader(term, 0); err == nil {
+				elected, nt = now, t
+			}
+		}
+		if now > 20*time.Second {
+			return fmt.Errorf("partitions: 20 s after the leader of term %d was cut off from etcd: leadership lost after %v, standby after %v, a new term elected after %v (0: not seen)", term, lost, down, elected)
+		}
+		time.Sleep(20 * time.Millisecond) // poll the masters' output, bounded
 	}
-	down := time.Since(cutAt)
-	_, nt, err := r.leader(term, 15*time.Second)
-	if err != nil {
-		return err
-	}
-	r.note("the leader of term %d stepped down %v after the cut; term %d was elected %v after it",
-		term, down.Round(10*time.Millisecond), nt, time.Since(cutAt).Round(10*time.Millisecond))
+	r.note("the leader of term %d lost its leadership %v after the cut and was standby %v after it; term %d was elected %v after it",
+		term, lost.Round(10*time.Millisecond), down.Round(10*time.Millisecond), nt, elected.Round(10*time.Millisecond))
 	return nil
 }
 
