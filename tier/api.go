@@ -117,21 +117,6 @@ type NotifyFunc func(ctx context.Context, committed []Committed) error
 // keep and the error are then only logged.
 type EvictFunc func(ctx context.Context, keys [][]byte) (keep [][]byte, err error)
 
-// ReinsertResult says what a re-insertion did.
-type ReinsertResult struct {
-	// Bucket is the new bucket holding the re-inserted objects (0 when
-	// none was written).
-	Bucket uint64
-	// Objects and Bytes are the objects re-inserted and the bucket bytes
-	// written for them.
-	Objects int
-	Bytes   int64
-	// Skipped are the keys asked for that were not re-inserted: not on SSD,
-	// moved or removed meanwhile, failing their checksum (then dropped, as
-	// by Load), or beyond the byte limit.
-	Skipped [][]byte
-}
-
 // Options configure an Engine. The zero value of each field takes the
 // documented default.
 type Options struct {
@@ -204,8 +189,8 @@ type Stats struct {
 	EntriesDropped     int64
 	// ReinsertedObjects and ReinsertedBytes count objects rewritten into
 	// new buckets because the owner kept them when their bucket was
-	// evicted (or Reinsert was called), and the bucket bytes written for
-	// them: write amplification beyond BytesWritten's first copies.
+	// evicted, and the bucket bytes written for them: write amplification
+	// beyond BytesWritten's first copies.
 	ReinsertedObjects int64
 	ReinsertedBytes   int64
 	// DiscardedBuckets and DiscardedBytes count buckets written and then

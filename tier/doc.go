@@ -82,7 +82,7 @@
 //	load.go     Load, LoadInto, LoadAsync: lookup, pinning, one read, verification
 //	reader.go   OpenReader: ranged reads of one pinned object, for streaming
 //	space.go    reservation, eviction (with kept keys), bucket death and file deletion
-//	reinsert.go re-insertion of kept objects (eviction) and Reinsert
+//	reinsert.go re-insertion of the objects eviction keeps
 //	admin.go    Exists, Stat, Remove, Keys, Stats, Close
 //
 // # Storage failures
