@@ -388,7 +388,7 @@ type NodeStats struct {
 // ...): test them with errors.Is, the same way for both implementations.
 // Batch calls return one result per input, in order; their own error is
 // reserved for failures of the whole call (bad request, transport). Keys are
-// opaque bytes carried in a string, 1..MaxKeyLen long.
+// opaque bytes carried in a string, 1..keyspec.MaxLen long.
 type ClientAPI interface {
 	// PutStart allocates the Memory replicas (status Processing) of a new
 	// object: req.Replicas of them (default one), on as many distinct
