@@ -3,7 +3,6 @@ package master
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -384,7 +383,7 @@ func run4508(t *testing.T, ops []op4508, seq []int, onDisk bool) (gone bool, _ e
 	clk := NewManualClock(t0)
 	cfg := DefaultConfig()
 	cfg.Clock, cfg.MonitorInterval, cfg.Shards = clk, 0, 1
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.Admission, cfg.EvictionRatio, cfg.PutStartMaxWait = admission.None{}, 1, 0
 	cfg.DefaultKVLeaseTTL, cfg.ClientTTL = 5*time.Second, time.Hour
 	s, err := New(cfg)

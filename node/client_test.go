@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http/httptest"
@@ -22,7 +21,7 @@ import (
 	"github.com/tierstore/tierstore/masterapi"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 func testMasterConfig() master.Config {
 	mc := master.DefaultConfig()

@@ -2,7 +2,6 @@ package hamaster_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -42,7 +41,7 @@ func start(t *testing.T, etcd *hatest.Etcd, mcfg master.Config, changes chan<- c
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	c := &candidate{addr: lis.Addr().String(), ended: make(chan struct{})}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.DiscardHandler)
 	mcfg.Logger = log
 	c.m = hamaster.New(lis, hamaster.Config{
 		Master:   mcfg,

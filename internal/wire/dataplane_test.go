@@ -27,7 +27,7 @@ import (
 	"github.com/tierstore/tierstore/internal/rpcpb"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 func rnd(n int) []byte {
 	b := make([]byte, n)
