@@ -6,20 +6,9 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/testkit"
 	"github.com/tierstore/tierstore/masterapi"
 )
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond) // polling interval, not synchronisation
-	}
-}
 
 // TestBackgroundLoop: with MonitorInterval set, the loop expires a silent
 // node and evicts above the high watermark without anyone calling Tick.
@@ -34,14 +23,14 @@ func TestBackgroundLoop(t *testing.T) {
 	for i := 0; i < 12; i++ { // 12 x 4 KiB = 75% of a's segment
 		put(t, s, fmt.Sprint("k", i), 4<<10, "a")
 	}
-	waitFor(t, "watermark eviction", func() bool {
+	testkit.Eventually(t, "watermark eviction", func() bool {
 		st, _ := s.Stats(bg)
 		return st.Evictions > 0 && st.SegmentUsed <= 32<<10
 	})
 	clk.Advance(s.cfg.ClientTTL / 2)
 	s.Ping(bg, "b")
 	clk.Advance(s.cfg.ClientTTL/2 + time.Second)
-	waitFor(t, "node expiry", func() bool { st, _ := s.Stats(bg); return st.ExpiredNodes == 1 && st.Nodes == 1 })
+	testkit.Eventually(t, "node expiry", func() bool { st, _ := s.Stats(bg); return st.ExpiredNodes == 1 && st.Nodes == 1 })
 	if p, _ := s.Ping(bg, "a"); p.Status != masterapi.NeedRemount {
 		t.Fatal("expired node not told to remount")
 	}

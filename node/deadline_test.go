@@ -10,6 +10,7 @@ import (
 
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/testkit"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -88,18 +89,6 @@ func (m *cutMaster) GetReplicaList(ctx context.Context, key string) (masterapi.O
 	return info, err
 }
 
-// waitFor polls cond (bounded).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
-		}
-		time.Sleep(10 * time.Millisecond) // poll, bounded
-	}
-}
-
 // A put whose PutEnd is lost in a partition returns by its deadline: its
 // revoke does not hold it 5 s longer, and is still delivered, in the
 // background, once the link heals (the key can be put again at once).
@@ -126,7 +115,7 @@ func TestPutReturnsByItsDeadlineAcrossACutMaster(t *testing.T) {
 		t.Fatalf("%d revokes reached the master through a cut link", n)
 	}
 	cm.heal()
-	waitFor(t, "the background revoke", func() bool { return cm.revokes.Load() == 1 })
+	testkit.Eventually(t, "the background revoke", func() bool { return cm.revokes.Load() == 1 })
 	if err := c.Put(context.Background(), "k", rnd(64<<10)); err != nil {
 		t.Fatalf("put again after the revoke: %v", err)
 	}
@@ -158,7 +147,7 @@ func TestGetReturnsByItsDeadlineWhenTheReportIsCut(t *testing.T) {
 		t.Fatalf("get with a deadline of %v returned after %v (the report's bound is 2 s)", deadline, took)
 	}
 	cm.heal()
-	waitFor(t, "the background report", func() bool { return cm.reports.Load() == 1 })
+	testkit.Eventually(t, "the background report", func() bool { return cm.reports.Load() == 1 })
 }
 
 func (m *cutMaster) BatchPutEnd(ctx context.Context, puts []masterapi.PutRef) ([]error, error) {
@@ -202,7 +191,7 @@ func TestBatchPutRevokesAcrossACutMaster(t *testing.T) {
 		}
 	}
 	cm.heal()
-	waitFor(t, "the background revoke", func() bool { return cm.revokes.Load() == int64(len(keys)) })
+	testkit.Eventually(t, "the background revoke", func() bool { return cm.revokes.Load() == int64(len(keys)) })
 	for i, err := range c.BatchPut(context.Background(), keys, vals) {
 		if err != nil {
 			t.Fatalf("put %s again after the revoke: %v", keys[i], err)

@@ -25,6 +25,7 @@ import (
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/crc32c"
 	"github.com/tierstore/tierstore/internal/rpcpb"
+	"github.com/tierstore/tierstore/internal/testkit"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -901,11 +902,7 @@ func TestDataServerRefusesAndCloses(t *testing.T) {
 	go func() {
 		res <- busy.ReadSSD(context.Background(), []byte("slow"), make([]byte, 5), crc32c.Checksum([]byte("bytes")))
 	}()
-	for deadline := time.Now().Add(10 * time.Second); srv.inflight() == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the SSD read never reached the server")
-		}
-	}
+	testkit.Eventually(t, "the SSD read reaches the server", func() bool { return srv.inflight() != 0 })
 	closed := make(chan struct{})
 	go func() { m.Close(); close(closed) }()
 	select {

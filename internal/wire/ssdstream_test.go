@@ -10,6 +10,7 @@ import (
 
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/crc32c"
+	"github.com/tierstore/tierstore/internal/testkit"
 )
 
 // An SSD value is streamed in pieces behind one header that carries the
@@ -80,7 +81,7 @@ func TestSSDStreamMidStreamFailure(t *testing.T) {
 		t.Fatalf("read after the failures: %v", err)
 	}
 	guard()
-	waitFor(t, func() bool { return h.closes.Load() == 3 }, "every value closed")
+	testkit.Eventually(t, "every value closed", func() bool { return h.closes.Load() == 3 })
 }
 
 // A value whose pieces hold more than it announced is cut off before the
@@ -150,17 +151,5 @@ func TestSSDStreamVerifyRetry(t *testing.T) {
 	}
 	if dc.Broken() {
 		t.Fatal("a checksum failure broke the connection")
-	}
-}
-
-// waitFor polls cond until it holds (another goroutine's work that the
-// test cannot join), failing after 10 s.
-func waitFor(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	for end := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(end) {
-			t.Fatalf("timed out waiting for: %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }

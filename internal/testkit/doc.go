@@ -1,0 +1,9 @@
+// Package testkit holds the helpers tests of several packages share, so
+// that each exists once: Eventually, the one polling helper for work a test
+// cannot join. Only test code imports it.
+//
+// Invariant: every wait is bounded; a condition that never holds fails the
+// test with what was awaited, never hangs it.
+//
+// Concurrency: Eventually runs cond on the caller's goroutine.
+package testkit
