@@ -12,21 +12,17 @@ import (
 
 const reinsertBlk = 64 << 10
 
+// reinsertKeys returns n keys "k000", "k001", ...
 func reinsertKeys(n int) [][]byte {
-	ks := make([][]byte, n)
-	for i := range ks {
-		ks[i] = []byte(fmt.Sprintf("k%03d", i))
+	var ks [][]byte
+	for i := range n {
+		ks = append(ks, fmt.Appendf(nil, "k%03d", i))
 	}
 	return ks
 }
 
-func reinsertSizes(n int, size int64) []int64 {
-	s := make([]int64, n)
-	for i := range s {
-		s[i] = size
-	}
-	return s
-}
+// reinsertSizes returns n sizes of size bytes.
+func reinsertSizes(n int, size int64) []int64 { return slices.Repeat([]int64{size}, n) }
 
 func TestReinsertRuleKeepsHottestWithinBounds(t *testing.T) {
 	keys := reinsertKeys(8)
