@@ -2,6 +2,7 @@ package master
 
 import (
 	"fmt"
+	"github.com/tierstore/tierstore/mastergrpc"
 	"log/slog"
 	"runtime"
 	"sync"
@@ -195,26 +196,25 @@ func BenchmarkPutStartEnd(b *testing.B) {
 // BenchmarkGRPCBatchGetReplicaList1000: batch lookups of 1000 keys through
 // *mastergrpc.Client over a real 127.0.0.1 gRPC connection.
 func BenchmarkGRPCBatchGetReplicaList1000(b *testing.B) {
-	s, keys := benchService(b)
-	r := remoteService(b, s)
-	bs := batches(keys, 1000)
-	var ctr atomic.Uint64
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		i := int(ctr.Add(1))
-		for pb.Next() {
-			i++
-			res, err := r.BatchGetReplicaList(bg, bs[i%len(bs)])
-			if err != nil || res[0].Err != nil {
-				b.Fatal(err)
-			}
+	benchGRPCBatches(b, func(r *mastergrpc.Client, keys []string) error {
+		res, err := r.BatchGetReplicaList(bg, keys)
+		if err == nil {
+			err = res[0].Err
 		}
+		return err
 	})
-	b.ReportMetric(float64(b.N)*1000/b.Elapsed().Seconds(), "keys/s")
 }
 
 func BenchmarkGRPCBatchExistKey1000(b *testing.B) {
+	benchGRPCBatches(b, func(r *mastergrpc.Client, keys []string) error {
+		_, err := r.BatchExistKey(bg, keys)
+		return err
+	})
+}
+
+// benchGRPCBatches runs call over gRPC on batches of 1000 keys from
+// parallel goroutines and reports keys per second.
+func benchGRPCBatches(b *testing.B, call func(r *mastergrpc.Client, keys []string) error) {
 	s, keys := benchService(b)
 	r := remoteService(b, s)
 	bs := batches(keys, 1000)
@@ -225,7 +225,7 @@ func BenchmarkGRPCBatchExistKey1000(b *testing.B) {
 		i := int(ctr.Add(1))
 		for pb.Next() {
 			i++
-			if _, err := r.BatchExistKey(bg, bs[i%len(bs)]); err != nil {
+			if err := call(r, bs[i%len(bs)]); err != nil {
 				b.Fatal(err)
 			}
 		}
