@@ -10,6 +10,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/internal/codes"
@@ -125,5 +126,50 @@ func TestOpenCloseReopen(t *testing.T) {
 func TestCodeOf(t *testing.T) {
 	if codeOf(nil) != 0 || codeOf(client.ErrClosed) != -600 || codeOf(codes.ErrObjectNotFound) != -704 {
 		t.Fatal(codeOf(nil), codeOf(client.ErrClosed), codeOf(codes.ErrObjectNotFound))
+	}
+}
+
+// slowProxy forwards connections to addr, each only after delay (a master
+// whose handshake is slow: a loaded machine).
+func slowProxy(t *testing.T, addr string, delay time.Duration) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				time.Sleep(delay)
+				up, err := net.Dial("tcp", addr)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				go func() { _, _ = io.Copy(up, c) }()
+				_, _ = io.Copy(c, up)
+			}()
+		}
+	}()
+	return lis.Addr().String()
+}
+
+// A master whose connection takes longer than the reconnect backoff's
+// first delay to set up still answers: the connection attempt is bounded
+// by a connect timeout, not by the backoff delay (100 ms).
+func TestSlowMasterHandshake(t *testing.T) {
+	addr := slowProxy(t, serveMaster(t), 400*time.Millisecond)
+	id, h := mustOpen(t, fmt.Sprintf(`{"master":%q,"timeout":10}`, addr))
+	defer closeHandle(id)
+	ctx, cancel := h.ctx()
+	defer cancel()
+	if _, err := h.c.Stats(ctx); err != nil {
+		t.Fatalf("stats through a slow handshake: %v", err)
 	}
 }
