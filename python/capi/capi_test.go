@@ -173,3 +173,19 @@ func TestSlowMasterHandshake(t *testing.T) {
 		t.Fatalf("stats through a slow handshake: %v", err)
 	}
 }
+
+// A master that does not answer fails open (RPC_FAIL naming the address)
+// within the timeout, and leaves no handle.
+func TestOpenUnreachableMaster(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close() // nothing listens there now
+	_, err = open(fmt.Sprintf(`{"master":%q,"timeout":2}`, addr))
+	if err == nil || !strings.Contains(err.Error(), addr) || codeOf(err) >= 0 {
+		t.Fatalf("open of an unreachable master: %v (code %d)", err, codeOf(err))
+	}
+	t.Logf("%v (code %d)", err, codeOf(err))
+}

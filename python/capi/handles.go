@@ -180,6 +180,12 @@ func open(cfgJSON string) (int64, error) {
 		h.closeAll()
 		return 0, fmt.Errorf("open: %w", err)
 	}
+	// The master must answer now (as Mooncake's setup connects): a wrong
+	// address fails open, not the first call.
+	if _, err := h.c.Stats(dctx); err != nil {
+		h.closeAll()
+		return 0, fmt.Errorf("open: master %s does not answer: %w", cfg.Master, err)
+	}
 	handlesMu.Lock()
 	nextID++
 	id := nextID
