@@ -151,7 +151,7 @@ func (s *DataServer) ServeConn(c net.Conn, prefix []byte) {
 		s.log.Debug("data connection refused", "remote", c.RemoteAddr(), "err", err)
 		return
 	}
-	if err := sc.loop(); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+	if err := sc.loop(); !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		s.log.Debug("data connection ended", "remote", c.RemoteAddr(), "err", err)
 	}
 }
@@ -199,7 +199,8 @@ func (sc *serverConn) handshake(prefix []byte) error {
 	return herr
 }
 
-// loop reads requests until the connection ends or breaks the protocol.
+// loop reads requests until the connection ends or breaks the protocol; it
+// returns why (never nil).
 func (sc *serverConn) loop() error {
 	hb := make([]byte, HeaderLen)
 	meta := make([]byte, 0, MaxMeta)
