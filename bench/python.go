@@ -290,12 +290,24 @@ var pyThreadBufs = sync.OnceValue(func() [][]byte {
 
 func pyThreadBuf(w int) []byte { return pyThreadBufs()[w] }
 
-// pyTimed calls op (with its round number) until d of time inside op has
-// passed, running cleanup (untimed) after each; MB/s over the time inside op.
+// pyTimed calls op (with its round number) once untimed to warm up, then
+// until d of time inside op has passed, running cleanup (untimed) after
+// each; MB/s over the time inside op.
 func pyTimed(d time.Duration, bytesPerOp int64, op func(round int) error, cleanup func() error) (float64, error) {
 	var in time.Duration
 	var moved int64
-	for round := 0; in < d; round++ {
+	for round := -1; in < d; round++ { // round -1 warms up, untimed
+		if round < 0 {
+			if err := op(1 << 30); err != nil {
+				return 0, err
+			}
+			if cleanup != nil {
+				if err := cleanup(); err != nil {
+					return 0, err
+				}
+			}
+			continue
+		}
 		t0 := time.Now()
 		if err := op(round); err != nil {
 			return 0, err
