@@ -57,6 +57,8 @@ func newMetrics(s *Service) *metrics {
 			func() float64 { return float64(s.cnt.putWaits.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_put_start_wait_failures_total", Help: "PutStarts that waited for DRAM room and gave up (context or put_start_max_wait)."},
 			func() float64 { return float64(s.cnt.putWaitsFailed.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_offload_wakes_total", Help: "WaitOffload calls answered pressed: a node fetched its tasks before its heartbeat tick (a put waited for room, queued offload bytes passed a quarter of its DRAM, or promotions were queued)."},
+			func() float64 { return float64(s.cnt.offloadWakes.Load()) }),
 		promotionCounter("queued", &s.cnt.promotionsQueued),       // SSD hits the admission policy found worth a DRAM copy, queued for their node.
 		promotionCounter("started", &s.cnt.promotionsStarted),     // Promotions handed to a node (a DRAM range allocated).
 		promotionCounter("published", &s.cnt.promotions),          // Promotions the node loaded: DRAM replica published.

@@ -76,6 +76,19 @@ func (b *promoBox) add(key string, tries uint8) bool {
 	return true
 }
 
+// fresh reports whether a key is queued that no heartbeat has taken yet
+// (one that found no room waits for the next tick: wake.go).
+func (b *promoBox) fresh() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, t := range b.tries {
+		if t == 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // has reports whether key is queued.
 func (b *promoBox) has(key string) bool {
 	b.mu.Lock()
@@ -123,6 +136,7 @@ func (s *Service) considerPromotion(key string, o *object) {
 	}
 	if n.promo.add(key, 0) {
 		s.cnt.promotionsQueued.Add(1)
+		n.wake.signal()
 	}
 }
 

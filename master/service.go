@@ -94,6 +94,7 @@ type counters struct {
 	offloadRetried, offloadAbandoned   atomic.Int64
 	badReplicas                        atomic.Int64
 	putWaits, putWaitsFailed           atomic.Int64
+	offloadWakes                       atomic.Int64 // WaitOffload calls answered pressed (wake.go)
 	offloadDroppedVictims              atomic.Int64
 	// promotion (promote.go) and the admission sketch sent to nodes
 	promotionsQueued, promotionsStarted atomic.Int64
