@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/tierstore/tierstore/bench/internal/fio"
@@ -116,9 +117,9 @@ func runFullPut(ctx context.Context, e *env) (*result, error) {
 		fioMean += f / float64(len(fioRates))
 	}
 	t := &table{Title: "puts into a full DRAM vs fio sequential write on the same disk (MB/s = 10^6 B/s)",
-		Columns: []string{"row", "heartbeat", "MB/s", "x fio write", "put p50 ms", "put p99 ms", "put failures", "SSD MiB written", "load avg", "goal 0.8x"}}
+		Columns: []string{"row", "heartbeat", "MB/s", "x fio write", "put p50 ms", "put p99 ms", "put failures", "SSD MiB written", "cpu ms/MiB client", "master", "node", "load avg", "goal 0.8x"}}
 	for i, f := range fioRates {
-		t.add(fmt.Sprintf("fio seq write (%s)", []string{"before", "after"}[min(i, 1)]), "-", f, f/fioMean, nil, nil, nil, nil, nil, "")
+		t.add(fmt.Sprintf("fio seq write (%s)", []string{"before", "after"}[min(i, 1)]), "-", f, f/fioMean, nil, nil, nil, nil, nil, nil, nil, nil, "")
 	}
 	for _, m := range got {
 		x := m.st.mbps / fioMean
@@ -127,7 +128,7 @@ func runFullPut(ctx context.Context, e *env) (*result, error) {
 			goal = map[bool]string{true: "yes", false: "no"}[x >= 0.8]
 		}
 		t.add(m.row.name, m.row.heartbeat.String(), m.st.mbps, x, m.st.p50, m.st.p99, m.st.failures,
-			float64(m.st.ssdBytes)/(1<<20), m.load, goal)
+			float64(m.st.ssdBytes)/(1<<20), m.st.cpu[0], m.st.cpu[1], m.st.cpu[2], m.load, goal)
 	}
 	res.Tables = []*table{t}
 	res.Elapsed = time.Since(started).Seconds()
@@ -138,6 +139,9 @@ type fullPutStats struct {
 	mbps, p50, p99 float64
 	failures       int64
 	ssdBytes       int64
+	// cpu: CPU ms per MiB put (all of the row's puts) of the load
+	// generator (this process, client library), the master and the node.
+	cpu [3]float64
 }
 
 // fullPutOne runs one row: a fresh master and node, the writers for dur.
@@ -189,6 +193,10 @@ func fullPutOne(ctx context.Context, dir, bin string, r fullPutRow, dur time.Dur
 	if r.limit > 0 {
 		warm = 0
 	}
+	cpu0, err := fullPutCPU(cl)
+	if err != nil {
+		return st, err
+	}
 	begin := time.Now()
 	fullAt.Store(begin.UnixNano())
 	deadline := begin.Add(dur)
@@ -236,6 +244,15 @@ func fullPutOne(ctx context.Context, dir, bin string, r fullPutRow, dur time.Dur
 	if firstErr != nil {
 		return st, firstErr
 	}
+	cpu1, err := fullPutCPU(cl)
+	if err != nil {
+		return st, err
+	}
+	if mib := float64(total.Load()) / (1 << 20); mib > 0 {
+		for i := range st.cpu {
+			st.cpu[i] = float64((cpu1[i] - cpu0[i]).Milliseconds()) / mib
+		}
+	}
 	secs := end.Sub(time.Unix(0, fullAt.Load())).Seconds()
 	st.failures = failures.Load()
 	st.p50, st.p99 = math.NaN(), math.NaN() // no put ended after DRAM filled: "-"
@@ -259,4 +276,23 @@ func loadAvg() string {
 		return "?"
 	}
 	return strings.Fields(string(b))[0]
+}
+
+// fullPutCPU returns the CPU time (user + system) used so far by this
+// process, the master and the node of cl.
+func fullPutCPU(cl *cluster) ([3]time.Duration, error) {
+	var out [3]time.Duration
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return out, err
+	}
+	out[0] = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	for i, p := range cl.procs[:2] {
+		st, err := readProc(p.Process.Pid)
+		if err != nil {
+			return out, err
+		}
+		out[i+1] = st.cpu
+	}
+	return out, nil
 }

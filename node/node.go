@@ -595,7 +595,7 @@ const (
 // as before; both run heartbeat, which serialises on roundMu.
 func (n *Node) wakeLoop() {
 	w, ok := n.m.(masterapi.OffloadWaiter)
-	if !ok {
+	if !ok || !n.cfg.OffloadWake {
 		return
 	}
 	n.wg.Add(1)
