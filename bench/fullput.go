@@ -46,6 +46,7 @@ const (
 type fullPutRow struct {
 	name      string
 	heartbeat time.Duration
+	wake      bool // --offload_wake
 	memory    int64
 	limit     int64 // stop after this many bytes (0: the duration only)
 }
@@ -67,15 +68,17 @@ func runFullPut(ctx context.Context, e *env) (*result, error) {
 		}
 	}
 	rows := []fullPutRow{
-		{"full DRAM, heartbeat 1s", time.Second, fullPutDRAM, 0},
-		{"full DRAM, heartbeat 50ms", 50 * time.Millisecond, fullPutDRAM, 0},
-		{"full DRAM, heartbeat 1h", time.Hour, fullPutDRAM, 0},
-		{"DRAM never fills (1 GiB)", time.Second, 1 << 30, 3 << 28},
+		{"full DRAM, ticks only", time.Second, false, fullPutDRAM, 0},
+		{"full DRAM, ticks only", 50 * time.Millisecond, false, fullPutDRAM, 0},
+		{"full DRAM, woken", time.Second, true, fullPutDRAM, 0},
+		{"full DRAM, woken", 50 * time.Millisecond, true, fullPutDRAM, 0},
+		{"full DRAM, woken", time.Hour, true, fullPutDRAM, 0},
+		{"DRAM never fills (1 GiB)", time.Second, true, 1 << 30, 3 << 28},
 	}
 	res := &result{Options: map[string]string{
 		"binaries": bin,
 		"master":   "--enable_offload --offload_admission_policy=eager",
-		"node":     fmt.Sprintf("--memory=%s (1 GiB for the last row) --enable_offload --ssd_capacity=16GiB (uring, O_DIRECT)", fmtBytes(fullPutDRAM)),
+		"node":     fmt.Sprintf("--memory=%s (1 GiB for the last row) --enable_offload --ssd_capacity=16GiB (uring, O_DIRECT); ticks only: --offload_wake=false (offload on the heartbeat tick only, as before issue 24 item 3)", fmtBytes(fullPutDRAM)),
 		"load":     fmt.Sprintf("%d writers, %s values, new keys, %v per row; MB/s counted after the first %s put (the last row: all of it)", fullPutWriters, fmtBytes(fullPutSize), dur, fmtBytes(2*fullPutDRAM)),
 		"fio":      "sequential write, bs 1 MiB, iodepth 16, O_DIRECT, fdatasync every 32 MiB, on the same directory, before and after the rows (their mean is the reference)",
 	}}
@@ -165,7 +168,7 @@ func fullPutOne(ctx context.Context, dir, bin string, r fullPutRow, dur time.Dur
 	addr := strings.Fields(line)[0]
 	line, err = cl.start(ctx, dir, filepath.Join(bin, "tierstore-node"), "tierstore-node listening on ",
 		"--master="+addr, fmt.Sprintf("--memory=%d", r.memory), "--enable_offload", "--ssd_dir="+filepath.Join(dir, "ssd"),
-		"--ssd_capacity=16GiB", fmt.Sprintf("--heartbeat_interval=%v", r.heartbeat))
+		"--ssd_capacity=16GiB", fmt.Sprintf("--heartbeat_interval=%v", r.heartbeat), fmt.Sprintf("--offload_wake=%v", r.wake))
 	if err != nil {
 		return st, err
 	}
