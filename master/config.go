@@ -2,8 +2,8 @@ package master
 
 import (
 	"fmt"
-	"math"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/tierstore/tierstore/admission"
