@@ -12,7 +12,6 @@ import (
 
 const pfObj = 64 << 10
 
-
 // prefetchService: tinylfu promoting from the first access (the put), the
 // given prefetch budget in MB/s, node "a" with slots objects of pfObj.
 func prefetchService(t *testing.T, budget float64, slots int64) (*Service, *ManualClock) {
