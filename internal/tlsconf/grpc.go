@@ -1,0 +1,193 @@
+package tlsconf
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net"
+	"path"
+	"slices"
+	"strings"
+
+	"google.golang.org/grpc"
+	grpccodes "google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+// ServerCredentials are the gRPC transport credentials of a server
+// (ServerConfig). A refused handshake is logged on log, with the peer's
+// address and the reason (the peer sees the TLS alert), when log is not nil.
+func (s *Source) ServerCredentials(log *slog.Logger) credentials.TransportCredentials {
+	return &loggingCreds{TransportCredentials: credentials.NewTLS(s.ServerConfig()), log: log}
+}
+
+// ClientCredentials are the gRPC transport credentials of a client of a
+// server of role want (ClientConfig).
+func (s *Source) ClientCredentials(want Role) credentials.TransportCredentials {
+	return credentials.NewTLS(s.ClientConfig(want))
+}
+
+type loggingCreds struct {
+	credentials.TransportCredentials
+	log *slog.Logger
+}
+
+func (c *loggingCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := c.TransportCredentials.ServerHandshake(raw)
+	if err != nil {
+		LogRefused(c.log, raw.RemoteAddr(), err)
+	}
+	return conn, info, err
+}
+
+func (c *loggingCreds) Clone() credentials.TransportCredentials {
+	return &loggingCreds{TransportCredentials: c.TransportCredentials.Clone(), log: c.log}
+}
+
+// LogRefused logs a refused TLS handshake (nil log: nothing).
+func LogRefused(log *slog.Logger, from net.Addr, err error) {
+	if log != nil {
+		log.Warn("tls: connection refused", "peer", from.String(), "err", err)
+	}
+}
+
+// Handshaken are the gRPC server credentials for connections a listener
+// already took through the TLS handshake (the node's Mux: TLS first, then
+// the data plane or gRPC inside). Each connection must implement
+// ConnectionState (a *tls.Conn, or a wrapper that forwards it); its state
+// becomes the call's credentials.TLSInfo, which Authorize reads.
+func Handshaken() credentials.TransportCredentials { return handshaken{} }
+
+// StateConn is a connection that went through a TLS handshake.
+type StateConn interface {
+	net.Conn
+	ConnectionState() tls.ConnectionState
+}
+
+type handshaken struct{}
+
+func (handshaken) ClientHandshake(context.Context, string, net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return nil, nil, fmt.Errorf("tlsconf: Handshaken is for servers only")
+}
+
+func (handshaken) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	sc, ok := c.(StateConn)
+	if !ok {
+		return nil, nil, fmt.Errorf("tlsconf: connection from %s did not go through TLS", c.RemoteAddr())
+	}
+	return c, credentials.TLSInfo{State: sc.ConnectionState(), CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}, nil
+}
+
+func (handshaken) Info() credentials.ProtocolInfo {
+	return credentials.ProtocolInfo{SecurityProtocol: "tls"}
+}
+func (h handshaken) Clone() credentials.TransportCredentials { return h }
+func (handshaken) OverrideServerName(string) error           { return nil }
+
+// Table maps each full gRPC method name ("/pkg.Service/Method") to the
+// roles allowed to call it.
+type Table map[string][]Role
+
+// Check returns an error naming every method of the services that has no
+// entry in t, and every entry that is no method of theirs: a new RPC
+// without roles fails its service's test.
+func (t Table) Check(services ...grpc.ServiceDesc) error {
+	seen := map[string]bool{}
+	var missing, unknown []string
+	for _, sd := range services {
+		names := make([]string, 0, len(sd.Methods)+len(sd.Streams))
+		for _, m := range sd.Methods {
+			names = append(names, m.MethodName)
+		}
+		for _, st := range sd.Streams {
+			names = append(names, st.StreamName)
+		}
+		for _, n := range names {
+			full := "/" + sd.ServiceName + "/" + n
+			seen[full] = true
+			if len(t[full]) == 0 {
+				missing = append(missing, full)
+			}
+		}
+	}
+	for m := range t {
+		if !seen[m] {
+			unknown = append(unknown, m)
+		}
+	}
+	slices.Sort(missing)
+	slices.Sort(unknown)
+	if missing != nil || unknown != nil {
+		return fmt.Errorf("tlsconf: roles table: methods without roles %v; entries that are no method %v", missing, unknown)
+	}
+	return nil
+}
+
+// authorize returns nil if the caller of ctx may call method, else a
+// PERMISSION_DENIED status naming the call, the roles it needs and the
+// caller's.
+func (t Table) authorize(ctx context.Context, method string) error {
+	call := path.Base(method)
+	need := t[method]
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return status.Errorf(grpccodes.PermissionDenied, "%s: no peer information; the call needs role %s", call, roleList(need))
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return status.Errorf(grpccodes.PermissionDenied, "%s needs role %s over mutual TLS; the connection from %s is not TLS", call, roleList(need), p.Addr)
+	}
+	have := PeerRoles(info.State)
+	for _, r := range have {
+		if slices.Contains(need, r) {
+			return nil
+		}
+	}
+	if len(need) == 0 {
+		return status.Errorf(grpccodes.PermissionDenied, "%s: no role may call it (not in the server's roles table)", call)
+	}
+	who := "no verified certificate"
+	if len(info.State.PeerCertificates) > 0 {
+		who = "certificate " + Describe(info.State.PeerCertificates[0])
+	}
+	return status.Errorf(grpccodes.PermissionDenied, "%s needs role %s; the caller from %s has %s", call, roleList(need), p.Addr, who)
+}
+
+func roleList(rs []Role) string {
+	s := make([]string, len(rs))
+	for i, r := range rs {
+		s[i] = string(r)
+	}
+	return strings.Join(s, " or ")
+}
+
+// Interceptors are the unary and stream server interceptors that refuse a
+// call whose caller's certificate names none of the roles t gives its
+// method (PERMISSION_DENIED, naming the call and the roles it needs). A
+// method t does not name is refused. Put them first in the chain.
+func (t Table) Interceptors() (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
+	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if err := t.authorize(ctx, info.FullMethod); err != nil {
+			return nil, err
+		}
+		return h(ctx, req)
+	}
+	stream := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		if err := t.authorize(ss.Context(), info.FullMethod); err != nil {
+			return err
+		}
+		return h(srv, ss)
+	}
+	return unary, stream
+}
+
+// ServerOptions are the gRPC server options of a server with TLS from s
+// and the role checks of t: the transport credentials and both
+// interceptors (chained first).
+func (s *Source) ServerOptions(t Table, log *slog.Logger) []grpc.ServerOption {
+	u, st := t.Interceptors()
+	return []grpc.ServerOption{grpc.Creds(s.ServerCredentials(log)), grpc.ChainUnaryInterceptor(u), grpc.ChainStreamInterceptor(st)}
+}
