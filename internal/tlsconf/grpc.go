@@ -167,7 +167,7 @@ func roleList(rs []Role) string {
 // Interceptors are the unary and stream server interceptors that refuse a
 // call whose caller's certificate names none of the roles t gives its
 // method (PERMISSION_DENIED, naming the call and the roles it needs). A
-// method t does not name is refused. Put them first in the chain.
+// method t does not name is refused.
 func (t Table) Interceptors() (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
 	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		if err := t.authorize(ctx, info.FullMethod); err != nil {
@@ -186,7 +186,9 @@ func (t Table) Interceptors() (grpc.UnaryServerInterceptor, grpc.StreamServerInt
 
 // ServerOptions are the gRPC server options of a server with TLS from s
 // and the role checks of t: the transport credentials and both
-// interceptors (chained first).
+// interceptors (chained after those the server installs itself, such as
+// the protocol version check: a caller of another version learns only
+// that).
 func (s *Source) ServerOptions(t Table, log *slog.Logger) []grpc.ServerOption {
 	u, st := t.Interceptors()
 	return []grpc.ServerOption{grpc.Creds(s.ServerCredentials(log)), grpc.ChainUnaryInterceptor(u), grpc.ChainStreamInterceptor(st)}
