@@ -11,10 +11,10 @@ import (
 	"strings"
 
 	"google.golang.org/grpc"
-	grpccodes "google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
+
+	"github.com/tierstore/tierstore/internal/codes"
 )
 
 // ServerCredentials are the gRPC transport credentials of a server
@@ -134,11 +134,11 @@ func (t Table) authorize(ctx context.Context, method string) error {
 	need := t[method]
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return status.Errorf(grpccodes.PermissionDenied, "%s: no peer information; the call needs role %s", call, roleList(need))
+		return denied("%s: no peer information; the call needs role %s", call, roleList(need))
 	}
 	info, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok {
-		return status.Errorf(grpccodes.PermissionDenied, "%s needs role %s over mutual TLS; the connection from %s is not TLS", call, roleList(need), p.Addr)
+		return denied("%s needs role %s over mutual TLS; the connection from %s is not TLS", call, roleList(need), p.Addr)
 	}
 	have := PeerRoles(info.State)
 	for _, r := range have {
@@ -147,13 +147,19 @@ func (t Table) authorize(ctx context.Context, method string) error {
 		}
 	}
 	if len(need) == 0 {
-		return status.Errorf(grpccodes.PermissionDenied, "%s: no role may call it (not in the server's roles table)", call)
+		return denied("%s: no role may call it (not in the server's roles table)", call)
 	}
 	who := "no verified certificate"
 	if len(info.State.PeerCertificates) > 0 {
 		who = "certificate " + Describe(info.State.PeerCertificates[0])
 	}
-	return status.Errorf(grpccodes.PermissionDenied, "%s needs role %s; the caller from %s has %s", call, roleList(need), p.Addr, who)
+	return denied("%s needs role %s; the caller from %s has %s", call, roleList(need), p.Addr, who)
+}
+
+// denied is a PERMISSION_DENIED status carrying the tierstore code
+// (codes.ErrPermissionDenied on the caller's side).
+func denied(format string, args ...any) error {
+	return codes.ToStatus(codes.Errorf(codes.PermissionDenied, format, args...))
 }
 
 func roleList(rs []Role) string {

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -18,9 +19,11 @@ const sniffTimeout = 10 * time.Second
 // through Listener. The node's endpoint, as the master announces it, thus
 // serves both; the master API is unchanged.
 type Mux struct {
-	base net.Listener
-	data *DataServer
-	grpc chan net.Conn
+	base    net.Listener
+	data    *DataServer
+	grpc    chan net.Conn
+	tls     *tls.Config           // nil: plaintext
+	refused func(net.Addr, error) // refused TLS handshakes; may be nil
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -35,8 +38,18 @@ type Mux struct {
 // NewMux starts accepting on base. Close (or closing Listener) stops it,
 // closes base and the data server.
 func NewMux(base net.Listener, data *DataServer) *Mux {
+	return NewMuxTLS(base, data, nil, nil)
+}
+
+// NewMuxTLS is NewMux with TLS first (cfg nil: plaintext): each accepted
+// connection goes through the TLS handshake with cfg (within the sniff
+// timeout), then its first bytes inside choose the data plane or gRPC.
+// The connections handed on are *tls.Conn (the data plane) or forward
+// ConnectionState (gRPC: serve it with tlsconf.Handshaken credentials). A
+// refused handshake is passed to refused (nil: dropped silently).
+func NewMuxTLS(base net.Listener, data *DataServer, cfg *tls.Config, refused func(from net.Addr, err error)) *Mux {
 	m := &Mux{base: base, data: data, grpc: make(chan net.Conn), done: make(chan struct{}),
-		sniffing: map[net.Conn]struct{}{}}
+		sniffing: map[net.Conn]struct{}{}, tls: cfg, refused: refused}
 	m.wg.Add(1)
 	go m.acceptLoop()
 	return m
@@ -107,11 +120,22 @@ func (m *Mux) acceptLoop() {
 // sniff reads a connection's first bytes and routes it.
 func (m *Mux) sniff(c net.Conn) {
 	var b [len(DataMagic)]byte
-	_ = c.SetReadDeadline(time.Now().Add(sniffTimeout))
-	_, err := io.ReadFull(c, b[:])
-	_ = c.SetReadDeadline(time.Time{})
+	raw := c
+	_ = c.SetDeadline(time.Now().Add(sniffTimeout))
+	var err error
+	if m.tls != nil {
+		tc := tls.Server(c, m.tls)
+		if err = tc.Handshake(); err != nil && m.refused != nil {
+			m.refused(c.RemoteAddr(), err)
+		}
+		c = tc
+	}
+	if err == nil {
+		_, err = io.ReadFull(c, b[:])
+	}
+	_ = c.SetDeadline(time.Time{})
 	m.mu.Lock()
-	delete(m.sniffing, c)
+	delete(m.sniffing, raw)
 	m.mu.Unlock()
 	if err != nil {
 		m.wg.Done()
@@ -150,6 +174,15 @@ func (l muxListener) Addr() net.Addr { return l.m.base.Addr() }
 type prefixConn struct {
 	net.Conn
 	prefix []byte
+}
+
+// ConnectionState is the TLS state of the connection (zero without TLS):
+// the gRPC server's credentials read the peer's certificate from it.
+func (c *prefixConn) ConnectionState() tls.ConnectionState {
+	if tc, ok := c.Conn.(*tls.Conn); ok {
+		return tc.ConnectionState()
+	}
+	return tls.ConnectionState{}
 }
 
 func (c *prefixConn) Read(p []byte) (int, error) {
