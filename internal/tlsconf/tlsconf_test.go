@@ -333,3 +333,14 @@ func TestTableCheck(t *testing.T) {
 	require.False(t, errors.Is(err, ErrFiles))
 	require.True(t, bytes.Contains([]byte(err.Error()), []byte("no method")))
 }
+
+func TestLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:1": true, "localhost:2": true, "[::1]:3": true, "127.0.0.1": true,
+		"0.0.0.0:1": false, ":1": false, "10.1.2.3:4": false, "node7:5": false, "[::]:6": false,
+	} {
+		if Loopback(addr) != want {
+			t.Errorf("Loopback(%q) = %v", addr, !want)
+		}
+	}
+}
