@@ -294,7 +294,7 @@ func (n *Node) serve() (err error) {
 	n.endpoint = n.lis.Addr().String()
 	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(rpcpb.VersionCheck("node", rpcpb.NodeProtocol))}
 	if n.cfg.TLS != nil {
-		u, s := Roles.Interceptors()
+		u, s := Roles.Interceptors(n.log)
 		opts = append(opts, grpc.Creds(tlsconf.Handshaken()), grpc.ChainUnaryInterceptor(u), grpc.ChainStreamInterceptor(s))
 	}
 	n.srv = grpc.NewServer(opts...)

@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"path"
 	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -21,7 +23,7 @@ import (
 // (ServerConfig). A refused handshake is logged on log, with the peer's
 // address and the reason (the peer sees the TLS alert), when log is not nil.
 func (s *Source) ServerCredentials(log *slog.Logger) credentials.TransportCredentials {
-	return &loggingCreds{TransportCredentials: credentials.NewTLS(s.ServerConfig()), log: log}
+	return &serverCreds{cfg: s.ServerConfig(), log: log}
 }
 
 // ClientCredentials are the gRPC transport credentials of a client of a
@@ -30,21 +32,55 @@ func (s *Source) ClientCredentials(want Role) credentials.TransportCredentials {
 	return credentials.NewTLS(s.ClientConfig(want))
 }
 
-type loggingCreds struct {
-	credentials.TransportCredentials
+// serverCreds are gRPC server credentials of their own rather than
+// credentials.NewTLS's, which closes a refused connection at once: a
+// refused handshake is logged and the connection lingers (Linger) so the
+// client reads the alert that says why.
+type serverCreds struct {
+	cfg *tls.Config
 	log *slog.Logger
 }
 
-func (c *loggingCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	conn, info, err := c.TransportCredentials.ServerHandshake(raw)
-	if err != nil {
+func (c *serverCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn := tls.Server(raw, c.cfg)
+	if err := conn.Handshake(); err != nil {
 		LogRefused(c.log, raw.RemoteAddr(), err)
+		Linger(raw)
+		raw.Close()
+		return nil, nil, err
 	}
-	return conn, info, err
+	return conn, credentials.TLSInfo{State: conn.ConnectionState(), CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}, nil
 }
 
-func (c *loggingCreds) Clone() credentials.TransportCredentials {
-	return &loggingCreds{TransportCredentials: c.TransportCredentials.Clone(), log: c.log}
+func (c *serverCreds) ClientHandshake(context.Context, string, net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return nil, nil, fmt.Errorf("tlsconf: server credentials used by a client")
+}
+
+func (c *serverCreds) Info() credentials.ProtocolInfo {
+	return credentials.ProtocolInfo{SecurityProtocol: "tls", SecurityVersion: "1.3"}
+}
+func (c *serverCreds) Clone() credentials.TransportCredentials {
+	return &serverCreds{cfg: c.cfg, log: c.log}
+}
+func (c *serverCreds) OverrideServerName(string) error { return nil }
+
+// lingerFor bounds how long Linger waits for a refused peer.
+const lingerFor = time.Second
+
+// Linger is called on a connection whose TLS handshake the server refused,
+// before it is closed: the TLS 1.3 client, whose handshake finished before
+// the server checked its certificate, has already sent its first bytes;
+// closing with them unread would reset the connection and the client
+// would see "broken pipe" or "connection reset" instead of the alert that
+// names the reason. So the server half-closes, then reads and drops what
+// the client sent (at most 64 KiB, for at most a second), until the
+// client, having read the alert, closes.
+func Linger(c net.Conn) {
+	if hc, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = hc.CloseWrite()
+	}
+	_ = c.SetReadDeadline(time.Now().Add(lingerFor))
+	_, _ = io.CopyN(io.Discard, c, 64<<10)
 }
 
 // LogRefused logs a refused TLS handshake (nil log: nothing).
@@ -173,16 +209,24 @@ func roleList(rs []Role) string {
 // Interceptors are the unary and stream server interceptors that refuse a
 // call whose caller's certificate names none of the roles t gives its
 // method (PERMISSION_DENIED, naming the call and the roles it needs). A
-// method t does not name is refused.
-func (t Table) Interceptors() (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
+// method t does not name is refused. Each refusal is logged on log (nil:
+// not logged).
+func (t Table) Interceptors(log *slog.Logger) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
+	check := func(ctx context.Context, method string) error {
+		err := t.authorize(ctx, method)
+		if err != nil && log != nil {
+			log.Warn("call refused", "method", method, "err", err)
+		}
+		return err
+	}
 	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		if err := t.authorize(ctx, info.FullMethod); err != nil {
+		if err := check(ctx, info.FullMethod); err != nil {
 			return nil, err
 		}
 		return h(ctx, req)
 	}
 	stream := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		if err := t.authorize(ss.Context(), info.FullMethod); err != nil {
+		if err := check(ss.Context(), info.FullMethod); err != nil {
 			return err
 		}
 		return h(srv, ss)
@@ -196,6 +240,6 @@ func (t Table) Interceptors() (grpc.UnaryServerInterceptor, grpc.StreamServerInt
 // the protocol version check: a caller of another version learns only
 // that).
 func (s *Source) ServerOptions(t Table, log *slog.Logger) []grpc.ServerOption {
-	u, st := t.Interceptors()
+	u, st := t.Interceptors(log)
 	return []grpc.ServerOption{grpc.Creds(s.ServerCredentials(log)), grpc.ChainUnaryInterceptor(u), grpc.ChainStreamInterceptor(st)}
 }

@@ -125,8 +125,11 @@ func (m *Mux) sniff(c net.Conn) {
 	var err error
 	if m.tls != nil {
 		tc := tls.Server(c, m.tls)
-		if err = tc.Handshake(); err != nil && m.refused != nil {
-			m.refused(c.RemoteAddr(), err)
+		if err = tc.Handshake(); err != nil {
+			if m.refused != nil {
+				m.refused(c.RemoteAddr(), err)
+			}
+			linger(c)
 		}
 		c = tc
 	}
@@ -192,4 +195,19 @@ func (c *prefixConn) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	return c.Conn.Read(p)
+}
+
+// linger is called on a connection whose TLS handshake was refused, before
+// it is closed: the TLS 1.3 client, whose handshake finished before the
+// server checked its certificate, has already sent its first bytes; closing
+// with them unread would reset the connection, and the client would see
+// "connection reset" instead of the alert that names the reason. So the
+// Mux half-closes, then reads and drops what the client sent (at most
+// 64 KiB, for at most a second) until the client closes.
+func linger(c net.Conn) {
+	if hc, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = hc.CloseWrite()
+	}
+	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+	_, _ = io.CopyN(io.Discard, c, 64<<10)
 }
