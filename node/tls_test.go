@@ -13,6 +13,7 @@ import (
 
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/rpcpb"
 	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/master"
@@ -129,5 +130,13 @@ func TestNodeOverTLS(t *testing.T) {
 	// Plaintext on a TLS port: refused.
 	if _, err := wire.DialData(ctx, n.Endpoint(), 2*time.Second); err == nil {
 		t.Fatal("a plaintext data connection to a TLS node was accepted")
+	}
+}
+
+// TestNodeRolesCoverEveryMethod: every method of the node's gRPC service
+// has roles; a new RPC without an entry fails here.
+func TestNodeRolesCoverEveryMethod(t *testing.T) {
+	if err := Roles.Check(rpcpb.NodePeer_ServiceDesc); err != nil {
+		t.Fatal(err)
 	}
 }

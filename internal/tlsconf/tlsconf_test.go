@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -343,4 +344,94 @@ func TestLoopback(t *testing.T) {
 			t.Errorf("Loopback(%q) = %v", addr, !want)
 		}
 	}
+}
+
+// TestRotationUnderLiveTraffic rotates the server's and the client's
+// certificates (file by file, as an operator's copy does) while callers
+// make calls on a long-lived connection and on a new connection per call:
+// no call fails, and the new certificates are in use at the end.
+func TestRotationUnderLiveTraffic(t *testing.T) {
+	p := newPKI(t)
+	srvFiles := p.files("node-0", Node)
+	srv, err := Load(srvFiles)
+	require.NoError(t, err)
+	gs := grpc.NewServer(srv.ServerOptions(Table{"/tierstore.node.v1.NodePeer/NodeStats": {Client}}, nil)...)
+	pb.RegisterNodePeerServer(gs, peerServer{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go gs.Serve(lis)
+	t.Cleanup(gs.Stop)
+	cliFiles := p.files("client-0", Client)
+	cli, err := Load(cliFiles)
+	require.NoError(t, err)
+
+	call := func(cc *grpc.ClientConn) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := pb.NewNodePeerClient(cc).NodeStats(ctx, &pb.PeerStatsRequest{})
+		return err
+	}
+	dial := func() *grpc.ClientConn {
+		cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(cli.ClientCredentials(Node)))
+		require.NoError(t, err)
+		return cc
+	}
+	long := dial()
+	defer long.Close()
+
+	stop := make(chan struct{})
+	errs := make(chan error, 4)
+	calls := make(chan int, 4)
+	for w := 0; w < 2; w++ {
+		go func(fresh bool) {
+			n := 0
+			for i := 0; i < 10000; i++ { // bounded; stops when the rotations are done
+				select {
+				case <-stop:
+					calls <- n
+					errs <- nil
+					return
+				default:
+				}
+				cc := long
+				if fresh {
+					cc = dial()
+				}
+				err := call(cc)
+				if fresh {
+					cc.Close()
+				}
+				if err != nil {
+					calls <- n
+					errs <- err
+					return
+				}
+				n++
+			}
+			calls <- n
+			errs <- nil
+		}(w == 1)
+	}
+	for r := 1; r <= 5; r++ {
+		l := p.leaf("node-"+strconv.Itoa(r), Node)
+		require.NoError(t, WriteFileAtomic(srvFiles.Cert, l.CertPEM, 0o644))
+		time.Sleep(5 * time.Millisecond) // not synchronisation: widens the half-done window the callers may hit
+		require.NoError(t, WriteFileAtomic(srvFiles.Key, l.KeyPEM, 0o600))
+		c := p.leaf("client-"+strconv.Itoa(r), Client)
+		require.NoError(t, WriteFileAtomic(cliFiles.Cert, c.CertPEM, 0o644))
+		require.NoError(t, WriteFileAtomic(cliFiles.Key, c.KeyPEM, 0o600))
+		require.NoError(t, call(long))
+	}
+	close(stop)
+	total := 0
+	for w := 0; w < 2; w++ {
+		require.NoError(t, <-errs, "a call failed during rotation")
+		total += <-calls
+	}
+	require.Positive(t, total)
+	cc := dial()
+	defer cc.Close()
+	require.NoError(t, call(cc))
+	require.Equal(t, "node-5", srv.Leaf().Subject.CommonName)
+	require.Equal(t, "client-5", cli.Leaf().Subject.CommonName)
 }
