@@ -21,7 +21,7 @@ import (
 )
 
 type testPKI struct {
-	t   *testing.T
+	t   testing.TB
 	ca  *tlsconf.CA
 	dir string
 }
