@@ -146,8 +146,8 @@ func (c *Client) Close() error {
 	}
 	// A barrier, not a critical section: every afterCall that saw the client
 	// open has counted itself in c.bg once this lock was free.
-	//lint:ignore SA2001 the empty critical section is the barrier.
 	c.bgMu.Lock()
+	//lint:ignore SA2001 the empty critical section is the barrier.
 	c.bgMu.Unlock()
 	c.data.Close()
 	var err error
