@@ -58,9 +58,6 @@ func (g *ghost) resize(size int) {
 	*g = *n
 }
 
-// len is the number of remembered hashes.
-func (g *ghost) len() int { return len(g.set) }
-
 // regret records a lookup miss of h: a regret of rejecting it when h is a
 // rejected candidate still remembered, a regret of pushing it out when h
 // left SSD not long ago. Caller holds TinyLFU.mu.

@@ -45,7 +45,7 @@ type churnPolicy struct {
 	// budget is ssd_write_budget in MB/s (0: none).
 	budget float64
 	// reinsert: the node re-inserts the hot objects of SSD eviction
-	// victims (eviction.Reinsertion with its defaults).
+	// victims (reinsertRule with its defaults).
 	reinsert bool
 }
 

@@ -9,7 +9,6 @@ import (
 	"github.com/tierstore/tierstore/backend/pwrite"
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/embedded"
-	"github.com/tierstore/tierstore/eviction"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/node"
 	"github.com/tierstore/tierstore/tier"
@@ -39,7 +38,7 @@ const churnNodeName = "churn-node"
 // of its SSD eviction victims (CacheLib Navy's reinsertion): objSize is
 // the size the decision assumes for every object (the replay's block).
 type churnReinsert struct {
-	rule    eviction.Reinsertion
+	rule    reinsertRule
 	objSize int64
 }
 
@@ -93,7 +92,7 @@ func startChurnStack(ctx context.Context, cfg embedded.Config, ri *churnReinsert
 }
 
 // churnEvictFunc is the tier's eviction callback: node.EvictFunc, and
-// with ri the hot objects of the victim (ri.rule.Keep, valued with the
+// with ri the hot objects of the victim (ri.rule.keep, valued with the
 // master's sketch) are kept too: the master is told only of the others,
 // and the tier re-inserts the kept ones with those the master keeps.
 func churnEvictFunc(m *master.Service, ri *churnReinsert) tier.EvictFunc {
@@ -107,7 +106,7 @@ func churnEvictFunc(m *master.Service, ri *churnReinsert) tier.EvictFunc {
 		for i := range sizes {
 			sizes[i] = ri.objSize
 		}
-		hot := ri.rule.Keep(keys, sizes, est.EstimateBytes, -1)
+		hot := ri.rule.keep(keys, sizes, est.EstimateBytes, -1)
 		var gone, keep [][]byte
 		for i, k := range keys {
 			if hot[i] {

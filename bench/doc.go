@@ -1,10 +1,12 @@
 // Command bench measures what the SSD tier does on an operator's disk and
 // access pattern, over the real engine (no model of it):
 //
-//	go run ./bench throughput|churn|peers|master|all [--dir D] [--quick] [--json FILE] [--plot DIR] [--trace FILE] [--keep]
+//	go run ./bench SCENARIO|all [--dir D] [--quick] [--json FILE] [--plot DIR] [--trace FILE] [--keep]
 //	    [--cpuprofile F] [--mutexprofile F] [--blockprofile F] [--sizes 64K,256K,1M] [--readers N] [--keys-per-load K]
 //
-// Scenarios:
+// Scenarios (each registers itself with a one-line help in its file; "all"
+// runs throughput, recovery, churn, peers, master, e2e and replicas; README,
+// Benchmarks, has the flags):
 //
 //   - throughput: Offload and Load of 64 KiB, 256 KiB and 1 MiB objects
 //     through the tier engine for each backend (uring O_DIRECT, pwrite
@@ -14,17 +16,28 @@
 //   - churn: access traces replayed through a real master and a real store
 //     node with the tier engine, embedded in-process, with scaled-down DRAM
 //     and SSD capacities, for each admission and eviction policy (eager+lru,
-//     eager+fifo, on-evict+lru, read>=2+lru, and the lru2 variants when the
-//     node accepts them); hit ratios, SSD bytes written per byte read,
+//     the tinylfu variants and the rows of bench/churn.go's policy table);
+//     hit ratios, SSD bytes written per byte read,
 //     evictions, and Belady's MIN (package bench/internal/belady) as upper
 //     bound. Traces come from bench/internal/trace: repeated scans over twice
 //     the SSD capacity, Zipf multi-turn conversations with a shared prefix,
 //     the same mixed with one-hit wonders, and --trace FILE ("key size" per
 //     line).
+//   - recovery: the tier engine's Open time with N objects, after a clean
+//     close and after kill -9 of the process writing.
 //   - peers: the same ingest and random-read workload against the tier
 //     engine, pebble v2 holding the values itself, and badger v4 with its
 //     value log holding them.
 //   - master: lookups and put pairs per second, in-process and over gRPC.
+//   - e2e: client -> node over loopback (put, get from DRAM and from SSD,
+//     batch get) as ratios to a raw TCP stream and tier.Load.
+//   - replicas: puts with 2 and 3 DRAM replicas on 3 nodes against 1.
+//   - crashloop: kill -9 of nodes and the master under puts and offload:
+//     objects lost, wrong bytes, phantoms.
+//   - soak (not in "all"): real master and node processes, 8 clients
+//     reading, writing and removing for --duration.
+//   - partitions (not in "all"; root): network faults between real
+//     processes in network namespaces (internal/partitions).
 //   - reconcile (not in "all": it needs about 400 B of master memory per
 //     key): a tierstore-master process built from cmd/ and, in-process, a
 //     real store node whose SSD tier lists --keys synthetic keys (default

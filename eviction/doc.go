@@ -38,33 +38,8 @@
 //     ValueAware (the admission sketch, package admission); without one
 //     the policy is lru.
 //
-// Reinsertion (Reinsertion.Keep) is the decision a node makes from the
-// tier's eviction callback: given a victim bucket's objects, which of them
-// to write again into the bucket being written (CacheLib Navy's
-// reinsertion), hottest first, only those reaching MinFreq, bounded to a
-// fraction of the victim's live bytes and to the room left in the bucket
-// being written. Measured in `go run ./bench churn` (policy
-// tinylfu+value+reinsert, docs/bench/bench.md): it re-inserts 1 to 15 MiB
-// per trace (write amplification 1.01 to 1.12) and costs hits on
-// conversations and zipf-bursts, so the node does not use it by default.
-//
-// Value and Worth also give the node what it reports to the master for SSD
-// admission (admission.SSDReport): the value density of its next victims.
-//
-// # Invariants
-//
-//   - Len and Size are the number and the summed sizes of the tracked ids.
-//   - Victims returns distinct tracked ids, none for which skip is true, in
-//     eviction order; their sizes sum to at least need, or they are every
-//     tracked id not skipped. It returns no more ids than needed: without its
-//     last id the sum is below need. need <= 0 yields no victims.
-//   - Sizes are non-negative; Add panics on a negative size (a programming
-//     error in the caller, like a negative slice length).
-//
-// # Concurrency
-//
 // A Policy is not safe for concurrent use. The tier engine calls it under its
 // own lock (the one that protects its bucket table), and skip and a Valuer
 // are called with that lock held, so they must not take it again.
-// Reinsertion and Value are pure functions of their arguments.
+// Value is a pure function of its arguments.
 package eviction

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/rpcpb"
+	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/tier"
 )
@@ -294,7 +295,12 @@ func (n *Node) serve() (err error) {
 		return fmt.Errorf("%w: --listen %q: %v", ErrBadConfig, n.cfg.Listen, err)
 	}
 	n.endpoint = n.lis.Addr().String()
-	n.srv = grpc.NewServer(grpc.ChainUnaryInterceptor(rpcpb.VersionCheck("node", rpcpb.NodeProtocol)))
+	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(rpcpb.VersionCheck("node", rpcpb.NodeProtocol))}
+	if n.cfg.TLS != nil {
+		u, s := Roles.Interceptors(n.log)
+		opts = append(opts, grpc.Creds(tlsconf.Handshaken()), grpc.ChainUnaryInterceptor(u), grpc.ChainStreamInterceptor(s))
+	}
+	n.srv = grpc.NewServer(opts...)
 	rpcpb.RegisterNodePeerServer(n.srv, &peerServer{n: n})
 	glis := n.startDataPlane(n.lis) // data connections split off; the rest is gRPC
 	go func() { _ = n.srv.Serve(glis) }()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tierstore/tierstore/bucket"
 	"github.com/tierstore/tierstore/eviction"
+	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/internal/units"
 	"github.com/tierstore/tierstore/tier"
 	"golang.org/x/sys/unix"
@@ -40,6 +41,11 @@ const (
 type Config struct {
 	// Listen is the peer gRPC address [--listen]. Ignored by embedded nodes.
 	Listen string
+	// TLS, when not nil, is the node's mutual TLS [--tls_cert, --tls_key,
+	// --tls_ca]: the shared port takes the TLS handshake first, then the
+	// data plane or gRPC inside; the data plane needs role client, NodeStats
+	// any role (Roles). nil: plaintext.
+	TLS *tlsconf.Source
 	// Memory is the DRAM segment size in bytes [--memory].
 	Memory int64
 	// EnableOffload turns on the SSD tier and the offload heartbeat

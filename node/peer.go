@@ -56,6 +56,7 @@ func (s *peerServer) NodeStats(ctx context.Context, _ *rpcpb.PeerStatsRequest) (
 		DramRecords:     st.DRAMRecords, RemovalLog: st.RemovalSSD.Log,
 		RemovalCursorDram: st.RemovalDRAM.Seq, RemovalCursorSsd: st.RemovalSSD.Seq,
 		RemovalLogRemoved: st.RemovalLogRemoved,
+		SsdBytesLive:      st.Tier.LiveBytes, SsdBytesDead: st.Tier.DeadBytes, SsdBucketsMostlyDead: st.Tier.MostlyDeadBuckets,
 	}, nil
 }
 
@@ -194,9 +195,11 @@ func (n *Node) ReadSSD(ctx context.Context, key []byte) ([]byte, error) {
 	return n.readSSD(ctx, key)
 }
 
-// PeerStats asks the node serving peers at endpoint for its Stats.
-func PeerStats(ctx context.Context, endpoint string) (Stats, error) {
-	cc, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()), rpcpb.WithVersion(rpcpb.NodeProtocol))
+// PeerStats asks the node serving peers at endpoint for its Stats; opts
+// follow the plaintext default (a node with TLS: the credentials).
+func PeerStats(ctx context.Context, endpoint string, opts ...grpc.DialOption) (Stats, error) {
+	all := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), rpcpb.WithVersion(rpcpb.NodeProtocol)}, opts...)
+	cc, err := grpc.NewClient(endpoint, all...)
 	if err != nil {
 		return Stats{}, fmt.Errorf("node: dial node %s: %w: %v", endpoint, codes.ErrRPCFail, err)
 	}
@@ -213,6 +216,7 @@ func PeerStats(ctx context.Context, endpoint string) (Stats, error) {
 			Capacity: r.GetSsdCapacity(), BucketsWritten: r.GetSsdBucketsWritten(),
 			BytesWritten: r.GetSsdBytesWritten(), ObjectsLoaded: r.GetSsdObjectsLoaded(),
 			BytesRead: r.GetSsdBytesRead(), Evictions: r.GetSsdEvictions(), ChecksumErrors: r.GetSsdChecksumErrors(),
+			LiveBytes: r.GetSsdBytesLive(), DeadBytes: r.GetSsdBytesDead(), MostlyDeadBuckets: r.GetSsdBucketsMostlyDead(),
 		},
 		OffloadPersisted: r.GetOffloadPersisted(), OffloadFailed: r.GetOffloadFailed(),
 		PeerReadsDRAM: r.GetPeerReadsDram(), PeerReadsSSD: r.GetPeerReadsSsd(),

@@ -117,21 +117,6 @@ type NotifyFunc func(ctx context.Context, committed []Committed) error
 // keep and the error are then only logged.
 type EvictFunc func(ctx context.Context, keys [][]byte) (keep [][]byte, err error)
 
-// ReinsertResult says what a re-insertion did.
-type ReinsertResult struct {
-	// Bucket is the new bucket holding the re-inserted objects (0 when
-	// none was written).
-	Bucket uint64
-	// Objects and Bytes are the objects re-inserted and the bucket bytes
-	// written for them.
-	Objects int
-	Bytes   int64
-	// Skipped are the keys asked for that were not re-inserted: not on SSD,
-	// moved or removed meanwhile, failing their checksum (then dropped, as
-	// by Load), or beyond the byte limit.
-	Skipped [][]byte
-}
-
 // Options configure an Engine. The zero value of each field takes the
 // documented default.
 type Options struct {
@@ -186,26 +171,35 @@ type KeyInfo struct {
 
 // Stats is a snapshot of the engine's counters.
 type Stats struct {
-	Objects        int64
-	Buckets        int64
-	BytesUsed      int64 // bucket file bytes
-	Capacity       int64
-	BucketsWritten int64
-	BytesWritten   int64
-	ObjectsLoaded  int64
-	BytesRead      int64
-	Evictions      int64 // buckets evicted
-	EvictedKeys    int64
-	ChecksumErrors int64
-	NotifyFailures int64
+	Objects   int64
+	Buckets   int64
+	BytesUsed int64 // bucket file bytes
+	// LiveBytes is the stored bytes of the objects the tier holds;
+	// DeadBytes those of objects removed, superseded by a newer offload or
+	// moved away whose bucket file is still on disk (the rest of
+	// BytesUsed is the bucket format: headers, trailers, alignment). An
+	// object leaves LiveBytes in the synced batch that removes it.
+	LiveBytes, DeadBytes int64
+	// MostlyDeadBuckets counts the buckets whose dead bytes are at least
+	// half their object bytes: eviction takes them first, most dead first.
+	MostlyDeadBuckets int64
+	Capacity          int64
+	BucketsWritten    int64
+	BytesWritten      int64
+	ObjectsLoaded     int64
+	BytesRead         int64
+	Evictions         int64 // buckets evicted
+	EvictedKeys       int64
+	ChecksumErrors    int64
+	NotifyFailures    int64
 	// Repaired at the last Open: orphan bucket files removed and index
 	// entries dropped because their bucket was missing or invalid.
 	OrphanFilesRemoved int64
 	EntriesDropped     int64
 	// ReinsertedObjects and ReinsertedBytes count objects rewritten into
 	// new buckets because the owner kept them when their bucket was
-	// evicted (or Reinsert was called), and the bucket bytes written for
-	// them: write amplification beyond BytesWritten's first copies.
+	// evicted, and the bucket bytes written for them: write amplification
+	// beyond BytesWritten's first copies.
 	ReinsertedObjects int64
 	ReinsertedBytes   int64
 	// DiscardedBuckets and DiscardedBytes count buckets written and then
@@ -213,6 +207,10 @@ type Stats struct {
 	// (a re-offload, Mooncake #2827: the check is at commit time).
 	DiscardedBuckets int64
 	DiscardedBytes   int64
+	// EvictedLiveBytes and EvictedDeadBytes split the object bytes of the
+	// evicted buckets: live objects lost with their bucket (not counting
+	// those re-inserted) and dead ones reclaimed.
+	EvictedLiveBytes, EvictedDeadBytes int64
 	// OpenTime is how long Open took, IndexOpenTime the part spent opening
 	// the index (pebble, its WAL replay, the bucket records); the rest is
 	// the reconciliation of index and files.

@@ -10,39 +10,19 @@ import (
 	"github.com/tierstore/tierstore/index"
 )
 
-// Reinsert rewrites the objects of keys into a new bucket, under the same
-// key, size and CRC32C (nothing to announce), and commits their new
-// locations in one synced index batch; the buckets they leave lose them, and
-// a bucket left empty is deleted. Objects are taken in the order given until
-// the new bucket would exceed maxBytes (at most the bucket size limit; 0
-// means that limit); the others are Skipped, as are keys not on SSD, moved or
-// removed meanwhile, or failing their checksum. The new bucket's bytes are
-// reserved as an offload's are (evicting if needed).
-//
-// Eviction uses the same path for the objects the owner keeps; an admission
-// policy can use it to gather hot objects into a fresh bucket, the cap
-// bounding the write amplification it costs (counted in ReinsertedObjects
-// and ReinsertedBytes).
-func (e *Engine) Reinsert(ctx context.Context, keys [][]byte, maxBytes int64) (ReinsertResult, error) {
-	if err := e.begin(); err != nil {
-		return ReinsertResult{}, err
-	}
-	defer e.ops.Done()
-	for _, k := range keys {
-		if err := validKey(k); err != nil {
-			return ReinsertResult{}, err
-		}
-	}
-	if maxBytes <= 0 || maxBytes > e.lim.MaxBytes {
-		maxBytes = e.lim.MaxBytes
-	}
-	r := &reinsertion{e: e, maxBytes: maxBytes, reserve: func(size int64) error { return e.reserve(ctx, size) }}
-	res, cr, err := r.run(ctx, keys, nil, 0)
-	if err != nil {
-		return res, err
-	}
-	e.buryEmptied(cr.Emptied)
-	return res, nil
+// reinsertResult says what a re-insertion did.
+type reinsertResult struct {
+	// Bucket is the new bucket holding the re-inserted objects (0 when
+	// none was written).
+	Bucket uint64
+	// Objects and Bytes are the objects re-inserted and the bucket bytes
+	// written for them.
+	Objects int
+	Bytes   int64
+	// Skipped are the keys asked for that were not re-inserted: not on SSD,
+	// moved or removed meanwhile, failing their checksum (then dropped, as
+	// by Load), or beyond the byte limit.
+	Skipped [][]byte
 }
 
 // reinsertion is one re-insertion on its way: read, encode, reserve,
@@ -58,9 +38,9 @@ type reinsertion struct {
 // when from is 0), dropping the buckets in drop in the same index batch.
 // When nothing is left to re-insert and drop is not empty, the buckets are
 // dropped alone.
-func (r *reinsertion) run(ctx context.Context, keys [][]byte, drop []uint64, from uint64) (ReinsertResult, index.CommitResult, error) {
+func (r *reinsertion) run(ctx context.Context, keys [][]byte, drop []uint64, from uint64) (reinsertResult, index.CommitResult, error) {
 	e := r.e
-	var res ReinsertResult
+	var res reinsertResult
 	vals, locs := e.loadAt(ctx, keys)
 	var objs []bucket.Object
 	var at []index.Location
@@ -172,6 +152,14 @@ func (r *reinsertion) commit(id uint64, enc *bucket.Encoded, at []index.Location
 
 	e.commitMu.Lock()
 	entries, err := r.stillAt(enc, at)
+	if err == nil {
+		// Set before the commit, under commitMu: a removal of a moved key
+		// (after the commit) finds them.
+		e.mu.Lock()
+		b.written, b.live = encodedStored(enc), storedBytes(entries)
+		e.track(b)
+		e.mu.Unlock()
+	}
 	var cr index.CommitResult
 	switch {
 	case err != nil:
@@ -189,6 +177,9 @@ func (r *reinsertion) commit(id uint64, enc *bucket.Encoded, at []index.Location
 	}
 	e.commitMu.Unlock()
 
+	if err == nil {
+		e.left(cr.Replaced)
+	}
 	e.mu.Lock()
 	var del *bucketState
 	if err != nil || len(entries) == 0 {

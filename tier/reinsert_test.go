@@ -205,33 +205,3 @@ func TestReinsertionBounds(t *testing.T) {
 	require.Zero(t, e.Stats().ReinsertedObjects)
 	require.NoError(t, e.ix.Check())
 }
-
-// Reinsert (for an admission policy) gathers objects into a new bucket,
-// capped: the buckets they leave lose them, an emptied one is deleted, keys
-// beyond the cap or not on SSD are skipped.
-func TestReinsert(t *testing.T) {
-	e := openEngine(t, t.TempDir(), Options{Backend: mem.New(), BucketKeysLimit: 2})
-	tasks := makeTasks("hot", 6, 10000, 3) // buckets {0,1} {2,3} {4,5}
-	requireStatus(t, e.Offload(bg, tasks, nil), Persisted)
-	require.Len(t, fileIDs(t, e.Backend()), 3)
-	keys := [][]byte{tasks[0].Key, tasks[1].Key, []byte("missing"), tasks[2].Key, tasks[4].Key}
-	capBytes := encodedSize(nil) + 3*12*1024 // room for three of them
-	res, err := e.Reinsert(bg, keys, capBytes)
-	require.NoError(t, err)
-	require.Equal(t, 3, res.Objects)
-	require.Positive(t, res.Bucket)
-	require.ElementsMatch(t, [][]byte{[]byte("missing"), tasks[4].Key}, res.Skipped)
-	for _, k := range []int{0, 1, 2} {
-		info, err := e.Stat(tasks[k].Key)
-		require.NoError(t, err)
-		require.Equal(t, res.Bucket, info.Bucket)
-	}
-	requireLoads(t, e, tasks)
-	require.Len(t, fileIDs(t, e.Backend()), 3, "bucket {0,1} emptied and deleted; {2,3}, {4,5} and the new one stay")
-	s := e.Stats()
-	require.EqualValues(t, 3, s.ReinsertedObjects)
-	require.Equal(t, res.Bytes, s.ReinsertedBytes)
-	require.NoError(t, e.ix.Check())
-	_, err = e.Reinsert(bg, [][]byte{nil}, 0)
-	require.ErrorIs(t, err, ErrInvalidKey)
-}

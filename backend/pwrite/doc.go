@@ -43,7 +43,7 @@
 // buffer, otherwise (and always with a Buf) the bytes are copied out of a
 // pooled staging buffer. An O_DIRECT op of 512 KiB or more is cut into 256 KiB pieces
 // read by up to 4 goroutines, so that one large op keeps several requests in
-// flight (about +15% for 1 MiB ops on the benchmark disk). Because an open
+// flight (measured in docs/bench/backend.md). Because an open
 // file survives its unlink, a Read that has opened the file is not disturbed
 // by a concurrent Delete.
 //

@@ -21,10 +21,8 @@
 // above zero), a bucket write keeps at most WriteDepthUnderReads (2) chunk
 // writes in flight instead of WriteDepth, so a read queues behind two 1 MiB
 // writes on the device, not eight; the write returns to full depth as soon
-// as no read is pending. fio on this project's virtual disk showed why
-// (docs/benchmarks.md, "Reads ahead of writes"): a 64 KiB random read's p99
-// went from about 11.5 ms beside a 1 MiB write stream at iodepth 8 to about
-// 4 ms at iodepth 2, with the stream's throughput unchanged.
+// as no read is pending. Why, with the measured figures: docs/benchmarks.md,
+// "Reads ahead of writes".
 //
 // # Reads
 //

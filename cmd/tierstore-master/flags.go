@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/master"
 )
 
@@ -65,6 +66,8 @@ type options struct {
 	ha haOptions
 	// stateDir (state_dir): where a single master keeps its removal log.
 	stateDir string
+	// tls: tls_cert, tls_key, tls_ca (empty: plaintext).
+	tls tlsconf.Files
 }
 
 // parseFlags parses the command line (without the program name) into a
@@ -127,6 +130,7 @@ func parseAll(args []string, helpOut io.Writer) (master.Config, options, error) 
 	fs.Int("rpc_conn_timeout_seconds", 0, "accepted, no effect")
 	allocator := fs.String("memory_allocator", "offset", "segment allocator: offset (the only one)")
 	registerHAFlags(fs, &opt.ha)
+	opt.tls.Register(fs)
 
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -152,6 +156,9 @@ func parseAll(args []string, helpOut io.Writer) (master.Config, options, error) 
 	}
 	if err := opt.ha.check(set, cfg); err != nil {
 		return cfg, opt, err
+	}
+	if err := opt.tls.Check(); err != nil {
+		return cfg, opt, fmt.Errorf("%w: %s", errUsage, err)
 	}
 	if opt.ha.enable && set["state_dir"] {
 		return cfg, opt, fmt.Errorf("%w: state_dir: not with enable_ha=true (the leaders keep the removal log in etcd)", errUsage)

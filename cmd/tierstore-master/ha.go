@@ -98,16 +98,19 @@ type haMaster struct {
 	addr   string // the published RPC address
 	hand   *handoff
 	cur    atomic.Pointer[master.Service] // the Service of the current term; nil as standby
+	// srvOpts: the gRPC server options of mutual TLS (none: plaintext),
+	// for the leader's server and the standby's alike.
+	srvOpts []grpc.ServerOption
 }
 
 // runHA is run for --enable_ha=true: it returns the exit status.
-func runHA(cfg master.Config, opt options, log *slog.Logger, stdout, stderr io.Writer) int {
+func runHA(cfg master.Config, opt options, srvOpts []grpc.ServerOption, log *slog.Logger, stdout, stderr io.Writer) int {
 	lis, err := net.Listen("tcp", net.JoinHostPort(cfg.RPCAddress, strconv.Itoa(cfg.RPCPort)))
 	if err != nil {
 		fmt.Fprintf(stderr, "tierstore-master: rpc_port: listen: %v\n", err)
 		return 1
 	}
-	m := &haMaster{cfg: cfg, opt: opt.ha, log: log, stdout: stdout, addr: lis.Addr().String(), hand: newHandoff(lis)}
+	m := &haMaster{cfg: cfg, opt: opt.ha, log: log, stdout: stdout, addr: lis.Addr().String(), hand: newHandoff(lis), srvOpts: srvOpts}
 	defer m.hand.Close()
 	stopMetrics, err := m.serveMetrics()
 	if err != nil {
@@ -119,7 +122,7 @@ func runHA(cfg master.Config, opt options, log *slog.Logger, stdout, stderr io.W
 	log.Info("listening", "rpc", m.addr, "ha", true, "etcd", opt.ha.endpoints, "prefix", opt.ha.prefix)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	standby := m.serve(standbyServer(m.addr))
+	standby := m.serve(standbyServer(m.addr, m.srvOpts...))
 	for ctx.Err() == nil {
 		var err error
 		if standby, err = m.term(ctx, standby); err != nil {
@@ -156,7 +159,7 @@ func (m *haMaster) term(ctx context.Context, standby func()) (func(), error) {
 		return standby, err
 	}
 	m.cur.Store(svc)
-	leader := m.serve(master.NewServer(svc, grpc.ChainUnaryInterceptor(svc.Interceptor())).GRPC())
+	leader := m.serve(master.NewServer(svc, append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(svc.Interceptor())}, m.srvOpts...)...).GRPC())
 	standby()
 	fmt.Fprintf(m.stdout, "tierstore-master leading term=%d on %s\n", l.Term(), m.addr)
 	syncOut(m.stdout)
@@ -168,7 +171,7 @@ func (m *haMaster) term(ctx context.Context, standby func()) (func(), error) {
 		_ = l.Resign(rctx) // the fence goes down first: a standby takes over at once
 		cancel()
 	}
-	standby = m.serve(standbyServer(m.addr))
+	standby = m.serve(standbyServer(m.addr, m.srvOpts...))
 	leader()
 	m.cur.Store(nil)
 	svc.Close()
@@ -198,10 +201,10 @@ func (m *haMaster) serve(gs *grpc.Server) (stop func()) {
 const stopGrace = time.Second
 
 // standbyServer answers every call "not the leader".
-func standbyServer(addr string) *grpc.Server {
-	return grpc.NewServer(grpc.UnknownServiceHandler(func(any, grpc.ServerStream) error {
+func standbyServer(addr string, opts ...grpc.ServerOption) *grpc.Server {
+	return grpc.NewServer(append([]grpc.ServerOption{grpc.UnknownServiceHandler(func(any, grpc.ServerStream) error {
 		return codes.ToStatus(fmt.Errorf("master %s is a standby: %w", addr, master.ErrNotLeader))
-	}))
+	})}, opts...)...)
 }
 
 // serveMetrics serves the current term's metrics (503 as a standby).

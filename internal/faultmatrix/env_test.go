@@ -309,12 +309,6 @@ func (v *env) snapshot() ([][]byte, map[string][]byte) {
 	return keys, vals
 }
 
-func (v *env) announcedCount() int {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return len(v.announced)
-}
-
 // loadCheck loads keys and fails the test on any wrong bytes. It returns
 // the number served and the errors of the others.
 func (v *env) loadCheck(keys [][]byte) (ok int, errs []error) {

@@ -2,33 +2,29 @@
 // generated from the .proto files in this directory:
 //
 //   - master.proto: service tierstore.rpc.Master, spoken by store nodes and
-//     clients to the master (package master implements the server and the
-//     server, Server; package mastergrpc the client);
+//     clients to the master (package master implements the server,
+//     master.Server; package mastergrpc the client, mastergrpc.Client);
 //   - node.proto: service tierstore.node.v1.NodePeer, a store node's
-//     counters (NodeStats; package node). Values travel on the data plane
+//     counters (NodeStats; package node implements both sides: its server
+//     and node.PeerStats). Values travel on the data plane
 //     (internal/wire), not here.
 //
-// Nothing here is hand-written apart from this file, gen*.go and
-// version.go; tierstore code uses these types only at the wire boundary and
-// converts to its own types at once.
+// Nothing here is hand-written apart from this file, gen.go, protogen.sh
+// and version.go; tierstore code uses these types only at the wire boundary
+// and converts to its own types at once.
 //
 // # Regenerating
 //
 // The generated code is committed, so a build needs no protoc. After editing
-// a .proto file run, in this directory,
+// a .proto file run, at the repository's root,
 //
-//	go generate .
+//	make proto        (or go generate ./internal/rpcpb)
 //
-// which runs, for each file (see gen.go and gen_node.go):
-//
-//	protoc --proto_path=. --go_out=. --go_opt=paths=source_relative \
-//	    --go-grpc_out=. --go-grpc_opt=paths=source_relative master.proto
-//	protoc --proto_path=. --go_out=. --go_opt=paths=source_relative \
-//	    --go-grpc_out=. --go-grpc_opt=paths=source_relative node.proto
-//
-// with protoc (3.21 or newer), protoc-gen-go v1.36.12 (the version of
-// google.golang.org/protobuf in go.mod) and protoc-gen-go-grpc v1.6.x on
-// PATH or in ~/go/bin. Commit the .proto and the regenerated files together.
+// which runs protogen.sh: protoc (Debian's protobuf-compiler, 3.21.12) with
+// protoc-gen-go and protoc-gen-go-grpc, both pinned as tool lines in go.mod
+// (go tool -n finds them), on master.proto and node.proto. Commit the .proto
+// and the regenerated files together: `make protocheck`, part of make test,
+// regenerates into a temporary directory and fails on any difference.
 //
 // # Versions
 //

@@ -1,3 +1,3 @@
 package rpcpb
 
-//go:generate sh -c "PATH=$HOME/go/bin:$PATH protoc --proto_path=. --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative master.proto"
+//go:generate ./protogen.sh .

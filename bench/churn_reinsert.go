@@ -1,11 +1,14 @@
-package eviction
+package main
 
 import "sort"
 
-// Reinsertion decides which objects of a victim bucket are worth writing
+// reinsertRule decides which objects of a victim bucket are worth writing
 // again, into the bucket being written, instead of leaving SSD with it
-// (CacheLib Navy's reinsertion): the node calls Keep from the tier's
-// eviction callback with the victim's objects. Whole buckets stay the
+// (CacheLib Navy's reinsertion): the churn benchmark's
+// tinylfu+value+reinsert policy calls Keep from the tier's eviction
+// callback with the victim's objects. It was measured there and costs hits
+// (docs/bench/bench.md), so it lives with the experiment, not in package
+// eviction. Whole buckets stay the
 // unit of deletion; reinsertion moves the few hot objects of a cold bucket
 // out of the way first.
 //
@@ -13,9 +16,9 @@ import "sort"
 // and at most the room the caller has left in the bucket it is writing.
 // Within it the hottest objects go first (ties: smaller first, then key
 // order), and only objects whose estimated frequency reaches MinFreq.
-// Reinsertion writes bytes a second time; the SSD write budget, when there
+// Re-insertion writes bytes a second time; the SSD write budget, when there
 // is one, should be charged for them by the caller.
-type Reinsertion struct {
+type reinsertRule struct {
 	// MinFreq is the estimated frequency an object needs to be kept
 	// (default 3: seen in several halving periods' worth of accesses, or
 	// often in the current one).
@@ -25,7 +28,7 @@ type Reinsertion struct {
 	MaxFraction float64
 }
 
-func (r Reinsertion) withDefaults() Reinsertion {
+func (r reinsertRule) withDefaults() reinsertRule {
 	if r.MinFreq == 0 {
 		r.MinFreq = 3
 	}
@@ -36,11 +39,11 @@ func (r Reinsertion) withDefaults() Reinsertion {
 	return r
 }
 
-// Keep returns, for each object of a victim bucket (keys, with value sizes
+// keep returns, for each object of a victim bucket (keys, with value sizes
 // in sizes), whether to re-insert it. freq estimates an object's access
 // frequency (the admission sketch); room is the bytes the caller can still
 // put in the bucket being written (< 0: no limit besides MaxFraction).
-func (r Reinsertion) Keep(keys [][]byte, sizes []int64, freq func(key []byte) uint32, room int64) []bool {
+func (r reinsertRule) keep(keys [][]byte, sizes []int64, freq func(key []byte) uint32, room int64) []bool {
 	r = r.withDefaults()
 	keep := make([]bool, len(keys))
 	var live int64
