@@ -83,17 +83,11 @@ func (b *promoBox) add(key string, tries uint8, pre bool) bool {
 	return true
 }
 
-// fresh reports whether a key is queued that no heartbeat has taken yet
-// (one that found no room waits for the next tick: wake.go).
-func (b *promoBox) fresh() bool {
+// size returns how many keys are queued.
+func (b *promoBox) size() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, t := range b.tries {
-		if t == 0 {
-			return true
-		}
-	}
-	return false
+	return len(b.keys)
 }
 
 // has reports whether key is queued.
