@@ -5,9 +5,9 @@
 GO ?= go
 PROTO_GO := master.pb.go master_grpc.pb.go node.pb.go node_grpc.pb.go
 
-.PHONY: test fmt vet staticcheck protocheck proto gotest
+.PHONY: test fmt vet staticcheck protocheck proto gotest python pytest
 
-test: fmt vet staticcheck protocheck gotest
+test: fmt vet staticcheck protocheck gotest python pytest
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
@@ -35,3 +35,16 @@ protocheck:
 
 gotest:
 	$(GO) test -race -timeout 20m ./...
+
+# The Python package's native library: the Go client and node behind a C
+# ABI (python/capi), loaded by python/tierstore with ctypes (docs/python.md).
+PYLIB := python/tierstore/_lib/libtierstore.so
+
+python:
+	CGO_ENABLED=1 $(GO) build -buildmode=c-shared -o $(PYLIB) ./python/capi
+
+# Debian's python3 (with python3-pytest and python3-numpy), not a pyenv one.
+PYTHON ?= /usr/bin/python3
+
+pytest: python
+	$(PYTHON) -m pytest -q python/tests

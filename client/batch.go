@@ -44,6 +44,27 @@ func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte) [
 // BatchPutWith is BatchPut with the options of every put (PutOptions:
 // replicas).
 func (c *Client) BatchPutWith(ctx context.Context, keys []string, values [][]byte, opts PutOptions) []error {
+	if len(values) != len(keys) {
+		return badBatch("batch put", len(keys), len(values), "values")
+	}
+	parts := make([][][]byte, len(values))
+	for i := range values {
+		parts[i] = values[i : i+1 : i+1]
+	}
+	return c.batchPut(ctx, keys, parts, opts)
+}
+
+// badBatch is the per-key error of a batch whose lists differ in length.
+func badBatch(what string, keys, other int, name string) []error {
+	errs := make([]error, keys)
+	for i := range errs {
+		errs[i] = codes.Errorf(codes.InvalidParams, "client: %s: %d keys, %d %s", what, keys, other, name)
+	}
+	return errs
+}
+
+// batchPut is BatchPutWith where values[i] is the parts of item i.
+func (c *Client) batchPut(ctx context.Context, keys []string, values [][][]byte, opts PutOptions) []error {
 	errs := make([]error, len(keys))
 	if len(values) != len(keys) {
 		for i := range errs {
@@ -60,13 +81,13 @@ func (c *Client) BatchPutWith(ctx context.Context, keys []string, values [][]byt
 			errs[i] = err
 			continue
 		}
-		if len(values[i]) == 0 {
+		if partsLen(values[i]) == 0 {
 			errs[i] = codes.Errorf(codes.InvalidParams, "client: empty value for key %s", masterapi.ShortKey(k))
 			continue
 		}
 		idx = append(idx, i)
 	}
-	waves := putWaves(idx, func(i int) int64 { return int64(len(values[i])) })
+	waves := putWaves(idx, func(i int) int64 { return partsLen(values[i]) })
 	started := make(chan *putWave, 1) // the starter runs at most two waves ahead
 	go func() {
 		defer close(started)
@@ -78,7 +99,7 @@ func (c *Client) BatchPutWith(ctx context.Context, keys []string, values [][]byt
 	sem := make(chan struct{}, batchParallelism) // writes in flight, across waves
 	var ends sync.WaitGroup
 	for w := range started {
-		writes := c.writeWave(ctx, keys, values, w, errs, sem)
+		writes := c.writeWave(ctx, keys, values, opts, w, errs, sem)
 		ends.Go(func() {
 			writes.Wait()
 			c.endWave(ctx, keys, w, errs, start)
@@ -125,12 +146,12 @@ func putWaves(idx []int, size func(i int) int64) []*putWave {
 }
 
 // startWave computes w's CRC32Cs and asks the master for its ranges.
-func (c *Client) startWave(ctx context.Context, keys []string, values [][]byte, opts PutOptions, w *putWave) {
+func (c *Client) startWave(ctx context.Context, keys []string, values [][][]byte, opts PutOptions, w *putWave) {
 	reqs := make([]masterapi.PutStartRequest, len(w.idx))
 	w.crcs = make([]uint32, len(w.idx))
 	for j, i := range w.idx {
-		w.crcs[j] = CRC32C(values[i])
-		reqs[j] = c.putRequest(keys[i], int64(len(values[i])), w.crcs[j], opts)
+		w.crcs[j] = crcParts(values[i])
+		reqs[j] = c.putRequest(keys[i], partsLen(values[i]), w.crcs[j], opts)
 	}
 	w.starts, w.err = c.m.BatchPutStart(ctx, reqs)
 	if w.err == nil && len(w.starts) != len(reqs) {
@@ -140,7 +161,7 @@ func (c *Client) startWave(ctx context.Context, keys []string, values [][]byte, 
 
 // writeWave writes w's bytes, each item on a goroutine holding a slot of
 // sem, and returns what to wait on for them; errs[i] records a failure.
-func (c *Client) writeWave(ctx context.Context, keys []string, values [][]byte, w *putWave, errs []error, sem chan struct{}) *sync.WaitGroup {
+func (c *Client) writeWave(ctx context.Context, keys []string, values [][][]byte, opts PutOptions, w *putWave, errs []error, sem chan struct{}) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	for j, i := range w.idx {
 		if w.err != nil {
@@ -154,7 +175,7 @@ func (c *Client) writeWave(ctx context.Context, keys []string, values [][]byte, 
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			wctx := wire.WithObject(ctx, wire.Object{Key: keys[i], SoftPin: c.cfg.SoftPin, HardPin: c.cfg.HardPin})
+			wctx := wire.WithObject(ctx, c.object(keys[i], opts))
 			if err := c.writeReplicas(wctx, w.starts[j].PutStartReply, values[i], w.crcs[j]); err != nil {
 				errs[i] = fmt.Errorf("client: put %s: %w", masterapi.ShortKey(keys[i]), err)
 			}

@@ -260,6 +260,8 @@ type PutOptions struct {
 	// PreferredNode places the first replica on this node's segment when
 	// it has room; "" = Config.PreferredNode (or the local node).
 	PreferredNode string
+	// SoftPin / HardPin pin this put's object (or'ed with Config's).
+	SoftPin, HardPin bool
 }
 
 // Put stores value under key: the master allocates a DRAM range (on the
@@ -273,21 +275,27 @@ func (c *Client) Put(ctx context.Context, key string, value []byte) error {
 // PutWith is Put with options: opts.Replicas DRAM replicas on as many
 // nodes, written in parallel, published together (see PutOptions).
 func (c *Client) PutWith(ctx context.Context, key string, value []byte, opts PutOptions) error {
+	return c.putParts(ctx, key, [][]byte{value}, opts)
+}
+
+// putParts is PutWith of the concatenation of parts.
+func (c *Client) putParts(ctx context.Context, key string, value [][]byte, opts PutOptions) error {
 	if err := c.check(key); err != nil {
 		return err
 	}
-	if len(value) == 0 {
+	size := partsLen(value)
+	if size == 0 {
 		return codes.Errorf(codes.InvalidParams, "client: empty value for key %s", masterapi.ShortKey(key))
 	}
 	start := time.Now()
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
-	crc := CRC32C(value)
-	r, err := c.m.PutStart(ctx, c.putRequest(key, int64(len(value)), crc, opts))
+	crc := crcParts(value)
+	r, err := c.m.PutStart(ctx, c.putRequest(key, size, crc, opts))
 	if err != nil {
 		return fmt.Errorf("client: put %s: %w", masterapi.ShortKey(key), err)
 	}
-	wctx := wire.WithObject(ctx, wire.Object{Key: key, SoftPin: c.cfg.SoftPin, HardPin: c.cfg.HardPin})
+	wctx := wire.WithObject(ctx, c.object(key, opts))
 	if err := c.writeReplicas(wctx, r, value, crc); err != nil {
 		c.revoke(ctx, key, r.PutToken)
 		return fmt.Errorf("client: put %s: %w", masterapi.ShortKey(key), err)
@@ -300,13 +308,18 @@ func (c *Client) PutWith(ctx context.Context, key string, value []byte, opts Put
 	return nil
 }
 
+// object is what the data plane records of a put of key with opts.
+func (c *Client) object(key string, opts PutOptions) wire.Object {
+	return wire.Object{Key: key, SoftPin: c.cfg.SoftPin || opts.SoftPin, HardPin: c.cfg.HardPin || opts.HardPin}
+}
+
 // revokeTimeout bounds a put's PutRevoke (within the put's deadline, or
 // after it in the background: afterCall).
 const revokeTimeout = 5 * time.Second
 
 // putRequest is the PutStart request of a put of key.
 func (c *Client) putRequest(key string, size int64, crc uint32, opts PutOptions) masterapi.PutStartRequest {
-	req := masterapi.PutStartRequest{Key: key, Size: size, CRC: crc, SoftPin: c.cfg.SoftPin, HardPin: c.cfg.HardPin,
+	req := masterapi.PutStartRequest{Key: key, Size: size, CRC: crc, SoftPin: c.cfg.SoftPin || opts.SoftPin, HardPin: c.cfg.HardPin || opts.HardPin,
 		Replicas: opts.Replicas, AllowFewer: opts.AllowFewer, PreferredNode: opts.PreferredNode}
 	if req.PreferredNode == "" {
 		req.PreferredNode = c.preferred()
@@ -330,7 +343,7 @@ func (c *Client) revoke(ctx context.Context, key string, token uint64) {
 // writeReplicas writes value to every replica of the put p, in parallel
 // when there are several; the first failure cancels the others' writes
 // and is the error (naming the replica's node).
-func (c *Client) writeReplicas(ctx context.Context, p masterapi.PutStartReply, value []byte, crc uint32) error {
+func (c *Client) writeReplicas(ctx context.Context, p masterapi.PutStartReply, value [][]byte, crc uint32) error {
 	if len(p.More) == 0 {
 		return c.writeReplica(ctx, p.Replica, value, crc)
 	}
@@ -357,9 +370,9 @@ func (c *Client) writeReplicas(ctx context.Context, p masterapi.PutStartReply, v
 }
 
 // writeReplica writes value to the put's replica r.
-func (c *Client) writeReplica(ctx context.Context, r masterapi.Replica, value []byte, crc uint32) error {
-	if r.Kind != masterapi.Memory || r.Length != int64(len(value)) {
-		return codes.Errorf(codes.InternalError, "client: master allocated a %v replica of %d bytes for %d", r.Kind, r.Length, len(value))
+func (c *Client) writeReplica(ctx context.Context, r masterapi.Replica, value [][]byte, crc uint32) error {
+	if size := partsLen(value); r.Kind != masterapi.Memory || r.Length != size {
+		return codes.Errorf(codes.InternalError, "client: master allocated a %v replica of %d bytes for %d", r.Kind, r.Length, size)
 	}
 	p, err := c.peerFor(ctx, r)
 	if err == nil {
@@ -401,9 +414,9 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
 	var buf []byte
-	err := c.lookupAndRead(ctx, key, start, func(info masterapi.ObjectInfo) ([]byte, error) {
+	err := c.lookupAndRead(ctx, key, start, func(info masterapi.ObjectInfo) ([][]byte, error) {
 		buf = make([]byte, info.Size)
-		return buf, nil
+		return [][]byte{buf}, nil
 	})
 	if err != nil {
 		return nil, err
@@ -413,7 +426,7 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
 
 // lookupAndRead looks key up and reads it (readBest) into the buffer
 // bufFor gives for what the lookup answered, then readAgain.
-func (c *Client) lookupAndRead(ctx context.Context, key string, start time.Time, bufFor func(masterapi.ObjectInfo) ([]byte, error)) error {
+func (c *Client) lookupAndRead(ctx context.Context, key string, start time.Time, bufFor func(masterapi.ObjectInfo) ([][]byte, error)) error {
 	info, err := c.m.GetReplicaList(ctx, key)
 	if err != nil {
 		return fmt.Errorf("client: get %s: %w", masterapi.ShortKey(key), err)
@@ -435,7 +448,7 @@ func (c *Client) lookupAndRead(ctx context.Context, key string, start time.Time,
 // size or put), or replicas that went away, it is read again into the
 // buffer bufFor gives; the same object whose bytes failed, the checksum
 // error stands (issue 21 item 5).
-func (c *Client) readAgain(ctx context.Context, info masterapi.ObjectInfo, err error, start time.Time, bufFor func(masterapi.ObjectInfo) ([]byte, error)) error {
+func (c *Client) readAgain(ctx context.Context, info masterapi.ObjectInfo, err error, start time.Time, bufFor func(masterapi.ObjectInfo) ([][]byte, error)) error {
 	gone := errors.Is(err, errGoneUnderRead)
 	if !gone && !errors.Is(err, codes.ErrChecksumMismatch) || ctx.Err() != nil {
 		return err

@@ -71,12 +71,12 @@ func (c *Client) GetInto(ctx context.Context, key string, buf []byte) (int, erro
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
 	n := 0
-	err := c.lookupAndRead(ctx, key, start, func(info masterapi.ObjectInfo) ([]byte, error) {
-		if err := fits(info, buf); err != nil {
+	err := c.lookupAndRead(ctx, key, start, func(info masterapi.ObjectInfo) ([][]byte, error) {
+		if err := fits(info, int64(len(buf))); err != nil {
 			return nil, err
 		}
 		n = int(info.Size)
-		return buf[:info.Size], nil
+		return [][]byte{buf[:info.Size]}, nil
 	})
 	if err != nil {
 		return 0, err
@@ -84,9 +84,9 @@ func (c *Client) GetInto(ctx context.Context, key string, buf []byte) (int, erro
 	return n, nil
 }
 
-func fits(info masterapi.ObjectInfo, buf []byte) error {
-	if info.Size > int64(len(buf)) {
-		return fmt.Errorf("client: get %s: buffer of %d bytes, the object has %d: %w: %w", masterapi.ShortKey(info.Key), len(buf), info.Size, ErrBufferTooSmall, codes.ErrInvalidParams)
+func fits(info masterapi.ObjectInfo, room int64) error {
+	if info.Size > room {
+		return fmt.Errorf("client: get %s: buffer of %d bytes, the object has %d: %w: %w", masterapi.ShortKey(info.Key), room, info.Size, ErrBufferTooSmall, codes.ErrInvalidParams)
 	}
 	return nil
 }
@@ -104,12 +104,12 @@ func (c *Client) BatchGetInto(ctx context.Context, keys []string, bufs [][]byte)
 		}
 		return ns, errs
 	}
-	errs = c.batchRead(ctx, keys, func(i int, info masterapi.ObjectInfo) ([]byte, error) {
-		if err := fits(info, bufs[i]); err != nil {
+	errs = c.batchRead(ctx, keys, func(i int, info masterapi.ObjectInfo) ([][]byte, error) {
+		if err := fits(info, int64(len(bufs[i]))); err != nil {
 			return nil, err
 		}
 		ns[i] = int(info.Size)
-		return bufs[i][:info.Size], nil
+		return [][]byte{bufs[i][:info.Size]}, nil
 	})
 	for i, err := range errs {
 		if err != nil {
@@ -123,9 +123,9 @@ func (c *Client) BatchGetInto(ctx context.Context, keys []string, bufs [][]byte)
 // errs[i] is not.
 func (c *Client) BatchGet(ctx context.Context, keys []string) ([][]byte, []error) {
 	vals := make([][]byte, len(keys))
-	errs := c.batchRead(ctx, keys, func(i int, info masterapi.ObjectInfo) ([]byte, error) {
+	errs := c.batchRead(ctx, keys, func(i int, info masterapi.ObjectInfo) ([][]byte, error) {
 		vals[i] = make([]byte, info.Size)
-		return vals[i], nil
+		return [][]byte{vals[i]}, nil
 	})
 	for i, err := range errs {
 		if err != nil {
@@ -137,7 +137,7 @@ func (c *Client) BatchGet(ctx context.Context, keys []string) ([][]byte, []error
 
 // batchRead looks keys up with one call and reads each into the buffer
 // bufFor gives it, up to batchParallelism at once.
-func (c *Client) batchRead(ctx context.Context, keys []string, bufFor func(i int, info masterapi.ObjectInfo) ([]byte, error)) []error {
+func (c *Client) batchRead(ctx context.Context, keys []string, bufFor func(i int, info masterapi.ObjectInfo) ([][]byte, error)) []error {
 	start := time.Now()
 	errs := make([]error, len(keys))
 	ctx, cancel := c.opCtx(ctx)
@@ -165,7 +165,7 @@ func (c *Client) batchRead(ctx context.Context, keys []string, bufFor func(i int
 		}
 		return errs
 	}
-	bufs := make([][]byte, len(idx))
+	bufs := make([][][]byte, len(idx))
 	todo := make([]bool, len(idx)) // still to be read (readBest)
 	for j, i := range idx {
 		if res[j].Err != nil {
@@ -180,7 +180,7 @@ func (c *Client) batchRead(ctx context.Context, keys []string, bufFor func(i int
 	parallel(len(idx), func(j int) {
 		if todo[j] {
 			info := res[j].Info
-			errs[idx[j]] = c.readAgain(ctx, info, c.readBest(ctx, info, bufs[j], start), start, func(again masterapi.ObjectInfo) ([]byte, error) {
+			errs[idx[j]] = c.readAgain(ctx, info, c.readBest(ctx, info, bufs[j], start), start, func(again masterapi.ObjectInfo) ([][]byte, error) {
 				return bufFor(idx[j], again)
 			})
 		}
@@ -195,7 +195,7 @@ func (c *Client) batchRead(ctx context.Context, keys []string, bufFor func(i int
 // and no request write per item). Each item read and checked is marked
 // done in todo; any other outcome leaves it to readBest (which tries
 // again, falls back and reports as for a single Get).
-func (c *Client) readPipelined(ctx context.Context, res []masterapi.ReplicaListResult, bufs [][]byte, todo []bool, start time.Time) {
+func (c *Client) readPipelined(ctx context.Context, res []masterapi.ReplicaListResult, bufs [][][]byte, todo []bool, start time.Time) {
 	type item struct {
 		j int
 		r masterapi.Replica
@@ -219,7 +219,7 @@ func (c *Client) readPipelined(ctx context.Context, res []masterapi.ReplicaListR
 			wg.Go(func() {
 				rs := make([]wire.RangeRead, len(part))
 				for k, it := range part {
-					rs[k] = wire.RangeRead{Segment: it.r.Segment, Offset: it.r.Offset, Buf: bufs[it.j], CRC: res[it.j].Info.CRC}
+					rs[k] = wire.RangeRead{Segment: it.r.Segment, Offset: it.r.Offset, Parts: bufs[it.j], CRC: res[it.j].Info.CRC}
 				}
 				// Each item's share of the replica timeout, as when
 				// batchParallelism of them are in flight at once.
@@ -309,7 +309,7 @@ func (c *Client) spreadRemoteDRAM(reps []masterapi.Replica) {
 // put again under the read: issue 21 item 5), the error wraps
 // errGoneUnderRead instead of counting as a checksum failure; readAgain
 // then looks the key up once more.
-func (c *Client) readBest(ctx context.Context, info masterapi.ObjectInfo, buf []byte, start time.Time) error {
+func (c *Client) readBest(ctx context.Context, info masterapi.ObjectInfo, buf [][]byte, start time.Time) error {
 	gone, err := c.readFrom(ctx, info, buf, start)
 	if gone {
 		return fmt.Errorf("%w: %w", errGoneUnderRead, err)
@@ -323,7 +323,7 @@ var errGoneUnderRead = errors.New("client: the replicas read were removed while 
 
 // readFrom is readBest's pass over info's replicas; gone reports that
 // every failure was a replica removed under the read.
-func (c *Client) readFrom(ctx context.Context, info masterapi.ObjectInfo, buf []byte, start time.Time) (gone bool, err error) {
+func (c *Client) readFrom(ctx context.Context, info masterapi.ObjectInfo, buf [][]byte, start time.Time) (gone bool, err error) {
 	var small [4]masterapi.Replica // most objects have one to three replicas
 	reps := small[:0]
 	for _, r := range info.Replicas {
@@ -403,7 +403,7 @@ func (c *Client) allFailed(ctx context.Context, info masterapi.ObjectInfo, n int
 
 // readReplica reads replica r of info into buf, checked against the
 // object's size and CRC32C.
-func (c *Client) readReplica(ctx context.Context, info masterapi.ObjectInfo, r masterapi.Replica, buf []byte) error {
+func (c *Client) readReplica(ctx context.Context, info masterapi.ObjectInfo, r masterapi.Replica, buf [][]byte) error {
 	if r.Kind == masterapi.Memory && c.local != nil && r.Node == c.local.Name() {
 		// A copy out of this process's segment cannot stall: no replica
 		// timeout (its context and timer would cost more than the copy

@@ -35,6 +35,14 @@
 // internal/codes (ErrObjectNotFound, ErrReplicaGone, ..., and Code, CodeOf),
 // checked with errors.Is, whether the master is local or remote.
 //
+// Gather and scatter: PutParts, BatchPutParts, GetIntoParts and
+// BatchGetIntoParts take one object as several of the caller's buffers (a
+// KV-cache block from one buffer per layer): one object, one CRC32C over
+// the whole computed part by part, the parts written to the socket with
+// one writev (or copied straight into the local node's segment) and read
+// from the socket (or the local segment or SSD) straight into each part in
+// order; no part is copied into an intermediate buffer.
+//
 // Values travel on the nodes' data plane (package wire): frames over TCP,
 // several transfers in flight per connection, written from and read into
 // the caller's memory, each checked once against the object's CRC32C by

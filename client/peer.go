@@ -17,56 +17,92 @@ type LocalNode interface {
 	// WriteRange writes value into segment at off for the put identified
 	// by token (masterapi.Replica.PutToken); crc is value's CRC32C.
 	WriteRange(ctx context.Context, segment string, off int64, value []byte, crc uint32, token uint64) error
+	// WriteRangeParts is WriteRange of the concatenation of parts, copied
+	// from each part straight into the segment (gather).
+	WriteRangeParts(ctx context.Context, segment string, off int64, parts [][]byte, crc uint32, token uint64) error
 	// ReadRangeInto copies len(buf) bytes of segment at off into buf and
 	// returns the CRC32C of what it copied (computed as it copies; the
 	// client compares it with the object's: the read's one check).
 	ReadRangeInto(ctx context.Context, segment string, off int64, buf []byte) (uint32, error)
+	// ReadRangeIntoParts is ReadRangeInto scattering the range (the parts'
+	// total length) over parts in order; the CRC32C is the whole's.
+	ReadRangeIntoParts(ctx context.Context, segment string, off int64, parts [][]byte) (uint32, error)
 	// ReadSSDInto reads key from the node's SSD tier into buf, exactly the
 	// object's size (a copy of another size is an error, with nothing
 	// written), and returns the CRC32C of what it copied.
 	ReadSSDInto(ctx context.Context, key []byte, buf []byte) (uint32, error)
+	// ReadSSDIntoParts is ReadSSDInto scattering the value over parts in
+	// order (their total length is the object's size).
+	ReadSSDIntoParts(ctx context.Context, key []byte, parts [][]byte) (uint32, error)
 }
 
 // CRC32C is the Castagnoli CRC of b, the checksum every object carries.
 func CRC32C(b []byte) uint32 { return wire.CRC32C(b) }
 
+// crcParts is the CRC32C of the concatenation of parts, computed part by
+// part (no copy).
+func crcParts(parts [][]byte) uint32 {
+	var crc uint32
+	for _, p := range parts {
+		crc = wire.UpdateCRC32C(crc, p)
+	}
+	return crc
+}
+
 // peer is the data plane to one node: the local node directly, or a remote
-// node through the data protocol (package wire). Reads fill buf, exactly
-// the object's size, and check it against crc (the object's CRC32C) once.
+// node through the data protocol (package wire). Values are the caller's
+// memory in parts, sent or filled in order (one part in the common case).
+// Reads fill buf, exactly the object's size, and check it against crc (the
+// object's CRC32C) once.
 type peer interface {
-	writeRange(ctx context.Context, segment string, off int64, value []byte, crc uint32, token uint64) error
-	readRange(ctx context.Context, segment string, off int64, buf []byte, crc uint32) error
-	readSSD(ctx context.Context, key []byte, buf []byte, crc uint32) error
+	writeRange(ctx context.Context, segment string, off int64, value [][]byte, crc uint32, token uint64) error
+	readRange(ctx context.Context, segment string, off int64, buf [][]byte, crc uint32) error
+	readSSD(ctx context.Context, key []byte, buf [][]byte, crc uint32) error
 }
 
 // localPeer reaches the node of this process without a socket.
 type localPeer struct{ n LocalNode }
 
-func (p localPeer) writeRange(ctx context.Context, segment string, off int64, value []byte, crc uint32, token uint64) error {
-	return p.n.WriteRange(ctx, segment, off, value, crc, token)
+func (p localPeer) writeRange(ctx context.Context, segment string, off int64, value [][]byte, crc uint32, token uint64) error {
+	if len(value) == 1 {
+		return p.n.WriteRange(ctx, segment, off, value[0], crc, token)
+	}
+	return p.n.WriteRangeParts(ctx, segment, off, value, crc, token)
 }
 
-func (p localPeer) readRange(ctx context.Context, segment string, off int64, buf []byte, crc uint32) error {
-	got, err := p.n.ReadRangeInto(ctx, segment, off, buf)
+func (p localPeer) readRange(ctx context.Context, segment string, off int64, buf [][]byte, crc uint32) error {
+	var got uint32
+	var err error
+	if len(buf) == 1 {
+		got, err = p.n.ReadRangeInto(ctx, segment, off, buf[0])
+	} else {
+		got, err = p.n.ReadRangeIntoParts(ctx, segment, off, buf)
+	}
 	if err != nil {
 		return err
 	}
-	return checkLocal(got, crc, len(buf), "DRAM")
+	return checkLocal(got, crc, partsLen(buf), "DRAM")
 }
 
-func (p localPeer) readSSD(ctx context.Context, key []byte, buf []byte, crc uint32) error {
-	got, err := p.n.ReadSSDInto(ctx, key, buf)
+func (p localPeer) readSSD(ctx context.Context, key []byte, buf [][]byte, crc uint32) error {
+	var got uint32
+	var err error
+	if len(buf) == 1 {
+		got, err = p.n.ReadSSDInto(ctx, key, buf[0])
+	} else {
+		got, err = p.n.ReadSSDIntoParts(ctx, key, buf)
+	}
 	if err != nil {
 		return err
 	}
-	return checkLocal(got, crc, len(buf), "SSD")
+	return checkLocal(got, crc, partsLen(buf), "SSD")
 }
 
 // checkLocal compares the CRC32C of n bytes read from the local node with
 // the object's crc. The node of this process hands over its bytes
 // unchecked (DRAM) or checked against its own index (SSD, which may hold
 // another version of the key).
-func checkLocal(got, crc uint32, n int, what string) error {
+func checkLocal(got, crc uint32, n int64, what string) error {
 	if got != crc {
 		return wire.BadChecksum("client: local %s replica: %d bytes with CRC32C %08x, the object has %08x", what, n, got, crc)
 	}
@@ -76,14 +112,14 @@ func checkLocal(got, crc uint32, n int, what string) error {
 // remotePeer reaches a node through its data connections.
 type remotePeer struct{ c *wire.DataConn }
 
-func (p remotePeer) writeRange(ctx context.Context, segment string, off int64, value []byte, crc uint32, token uint64) error {
-	return p.c.Write(ctx, segment, off, value, crc, token)
+func (p remotePeer) writeRange(ctx context.Context, segment string, off int64, value [][]byte, crc uint32, token uint64) error {
+	return p.c.WriteParts(ctx, segment, off, value, crc, token)
 }
 
-func (p remotePeer) readRange(ctx context.Context, segment string, off int64, buf []byte, crc uint32) error {
-	return p.c.ReadRange(ctx, segment, off, buf, crc)
+func (p remotePeer) readRange(ctx context.Context, segment string, off int64, buf [][]byte, crc uint32) error {
+	return p.c.ReadRangeParts(ctx, segment, off, buf, crc)
 }
 
-func (p remotePeer) readSSD(ctx context.Context, key []byte, buf []byte, crc uint32) error {
-	return p.c.ReadSSD(ctx, key, buf, crc)
+func (p remotePeer) readSSD(ctx context.Context, key []byte, buf [][]byte, crc uint32) error {
+	return p.c.ReadSSDParts(ctx, key, buf, crc)
 }

@@ -223,7 +223,7 @@ func copyCRCUpdate(crc uint32, dst, src []byte) uint32 {
 // A mismatch drops the entry and the master's replica (invariant 5).
 func (n *Node) ReadSSDInto(ctx context.Context, key []byte, buf []byte) (uint32, error) {
 	start := time.Now()
-	crc, err := n.readSSDStream(ctx, key, buf)
+	crc, err := n.readSSDStream(ctx, key, [][]byte{buf})
 	if err != nil {
 		return 0, err
 	}

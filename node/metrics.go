@@ -17,6 +17,7 @@ type metricDef struct {
 
 var metricDefs = []metricDef{
 	{"offload_rounds_total", "Offload heartbeats that returned tasks.", prometheus.CounterValue, false, func(s *Stats) int64 { return s.OffloadRounds }},
+	{"offload_wakes_total", "Heartbeats run at once because the master said the offload was pressing (a put waited for DRAM room, queued offload bytes passed a quarter of the DRAM, promotions were queued).", prometheus.CounterValue, false, func(s *Stats) int64 { return s.OffloadWakes }},
 	{"offload_persisted_total", "Offload tasks answered persisted.", prometheus.CounterValue, false, func(s *Stats) int64 { return s.OffloadPersisted }},
 	{"offload_failed_total", "Offload tasks answered failed.", prometheus.CounterValue, false, func(s *Stats) int64 { return s.OffloadFailed }},
 	{"peer_writes_total", "Segment range writes served to peers.", prometheus.CounterValue, false, func(s *Stats) int64 { return s.PeerWrites }},
@@ -38,6 +39,11 @@ var metricDefs = []metricDef{
 	{"ssd_objects", "Objects on the SSD tier.", prometheus.GaugeValue, true, func(s *Stats) int64 { return s.Tier.Objects }},
 	{"ssd_buckets", "Bucket files on the SSD tier.", prometheus.GaugeValue, true, func(s *Stats) int64 { return s.Tier.Buckets }},
 	{"ssd_bytes_used", "Bucket file bytes on the SSD tier.", prometheus.GaugeValue, true, func(s *Stats) int64 { return s.Tier.BytesUsed }},
+	{"ssd_bytes_live", "Stored bytes of the objects on the SSD tier.", prometheus.GaugeValue, true, func(s *Stats) int64 { return s.Tier.LiveBytes }},
+	{"ssd_bytes_dead", "Stored bytes of removed or superseded objects whose bucket file is still on the SSD tier.", prometheus.GaugeValue, true, func(s *Stats) int64 { return s.Tier.DeadBytes }},
+	{"ssd_buckets_mostly_dead", "Bucket files at least half dead (evicted before buckets of live data).", prometheus.GaugeValue, true, func(s *Stats) int64 { return s.Tier.MostlyDeadBuckets }},
+	{"ssd_evicted_live_bytes_total", "Stored bytes of live objects evicted with their bucket (not re-inserted).", prometheus.CounterValue, true, func(s *Stats) int64 { return s.Tier.EvictedLiveBytes }},
+	{"ssd_evicted_dead_bytes_total", "Stored bytes of dead objects reclaimed by bucket evictions.", prometheus.CounterValue, true, func(s *Stats) int64 { return s.Tier.EvictedDeadBytes }},
 	{"ssd_bytes_written_total", "Bytes written to bucket files.", prometheus.CounterValue, true, func(s *Stats) int64 { return s.Tier.BytesWritten }},
 	{"ssd_bytes_read_total", "Bytes read from bucket files.", prometheus.CounterValue, true, func(s *Stats) int64 { return s.Tier.BytesRead }},
 	{"ssd_evictions_total", "Buckets evicted.", prometheus.CounterValue, true, func(s *Stats) int64 { return s.Tier.Evictions }},

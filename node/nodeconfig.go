@@ -87,6 +87,13 @@ type Config struct {
 	// HeartbeatInterval is the offload heartbeat period
 	// [--heartbeat_interval].
 	HeartbeatInterval time.Duration
+	// OffloadWake keeps a WaitOffload open at the master beside the
+	// heartbeat ticks: the node runs a heartbeat as soon as the master says
+	// its offload is pressing (a put waits for DRAM room, queued offload
+	// bytes pass a quarter of its DRAM, promotions are queued), so a full
+	// DRAM drains at the disk's pace whatever the interval. false: ticks
+	// only [--offload_wake].
+	OffloadWake bool
 	// PingInterval is the liveness ping period [--ping_interval].
 	PingInterval time.Duration
 	// ReconcileInterval is the period of the SSD key-list reconcile
@@ -120,6 +127,7 @@ func DefaultConfig() Config {
 		BucketEviction:    DefaultBucketEviction,
 		Compression:       DefaultCompression,
 		HeartbeatInterval: DefaultHeartbeatInterval,
+		OffloadWake:       true,
 		PingInterval:      DefaultPingInterval,
 		ReconcileInterval: DefaultReconcileInterval,
 		OffloadBatch:      DefaultOffloadBatch,

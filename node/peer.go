@@ -56,6 +56,7 @@ func (s *peerServer) NodeStats(ctx context.Context, _ *rpcpb.PeerStatsRequest) (
 		DramRecords:     st.DRAMRecords, RemovalLog: st.RemovalSSD.Log,
 		RemovalCursorDram: st.RemovalDRAM.Seq, RemovalCursorSsd: st.RemovalSSD.Seq,
 		RemovalLogRemoved: st.RemovalLogRemoved,
+		SsdBytesLive:      st.Tier.LiveBytes, SsdBytesDead: st.Tier.DeadBytes, SsdBucketsMostlyDead: st.Tier.MostlyDeadBuckets,
 	}, nil
 }
 
@@ -215,6 +216,7 @@ func PeerStats(ctx context.Context, endpoint string, opts ...grpc.DialOption) (S
 			Capacity: r.GetSsdCapacity(), BucketsWritten: r.GetSsdBucketsWritten(),
 			BytesWritten: r.GetSsdBytesWritten(), ObjectsLoaded: r.GetSsdObjectsLoaded(),
 			BytesRead: r.GetSsdBytesRead(), Evictions: r.GetSsdEvictions(), ChecksumErrors: r.GetSsdChecksumErrors(),
+			LiveBytes: r.GetSsdBytesLive(), DeadBytes: r.GetSsdBytesDead(), MostlyDeadBuckets: r.GetSsdBucketsMostlyDead(),
 		},
 		OffloadPersisted: r.GetOffloadPersisted(), OffloadFailed: r.GetOffloadFailed(),
 		PeerReadsDRAM: r.GetPeerReadsDram(), PeerReadsSSD: r.GetPeerReadsSsd(),

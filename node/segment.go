@@ -85,6 +85,11 @@ func (s *Segment) ReadAt(p []byte, off int64) error {
 // what it copied (copyCRC: chunk by chunk, while in cache), holding the
 // mapping without a closure (the in-process read's path; no allocation).
 func (s *Segment) readCRC(p []byte, off int64) (uint32, error) {
+	return s.readCRCUpdate(0, p, off)
+}
+
+// readCRCUpdate is readCRC continuing the CRC32C crc of earlier bytes.
+func (s *Segment) readCRCUpdate(crc uint32, p []byte, off int64) (uint32, error) {
 	if err := s.check(off, len(p)); err != nil {
 		return 0, err
 	}
@@ -93,7 +98,7 @@ func (s *Segment) readCRC(p []byte, off int64) (uint32, error) {
 	if s.mem == nil {
 		return 0, ErrClosed
 	}
-	return copyCRC(p, s.mem[off:off+int64(len(p))]), nil
+	return copyCRCUpdate(crc, p, s.mem[off:off+int64(len(p))]), nil
 }
 
 // Read returns a copy of n bytes at off.

@@ -236,17 +236,19 @@ func (s *ssdStream) Close() {
 // piece by piece, computing the CRC32C as each piece is copied, and
 // checks it against the CRC the tier's index records: the one check of an
 // in-process SSD read. A mismatch drops the entry (invariant 5).
-func (n *Node) readSSDStream(ctx context.Context, key []byte, buf []byte) (uint32, error) {
+func (n *Node) readSSDStream(ctx context.Context, key []byte, parts [][]byte) (uint32, error) {
 	v, err := n.openSSD(ctx, key, false)
 	if err != nil {
 		return 0, err
 	}
 	defer v.Close()
-	if v.Size() != int64(len(buf)) {
-		return 0, codes.Errorf(codes.ChecksumMismatch, "node: the SSD copy of %q has %d bytes, the reader expects %d", key, v.Size(), len(buf))
+	size := partsLen(parts)
+	if v.Size() != size {
+		return 0, codes.Errorf(codes.ChecksumMismatch, "node: the SSD copy of %q has %d bytes, the reader expects %d", key, v.Size(), size)
 	}
 	var crc uint32
-	off := 0
+	var off int64
+	dst := partsCursor{parts: parts}
 	for {
 		p, err := v.Next()
 		if errors.Is(err, io.EOF) {
@@ -255,14 +257,14 @@ func (n *Node) readSSDStream(ctx context.Context, key []byte, buf []byte) (uint3
 		if err != nil {
 			return 0, err
 		}
-		if off+len(p) > len(buf) {
-			return 0, codes.Errorf(codes.InternalError, "node: the SSD read of %q gave more than its %d bytes", key, len(buf))
+		if off+int64(len(p)) > size {
+			return 0, codes.Errorf(codes.InternalError, "node: the SSD read of %q gave more than its %d bytes", key, size)
 		}
-		crc = copyCRCUpdate(crc, buf[off:off+len(p)], p)
-		off += len(p)
+		crc = dst.copyCRC(crc, p)
+		off += int64(len(p))
 	}
-	if off != len(buf) {
-		return 0, codes.Errorf(codes.InternalError, "node: the SSD read of %q gave %d of its %d bytes", key, off, len(buf))
+	if off != size {
+		return 0, codes.Errorf(codes.InternalError, "node: the SSD read of %q gave %d of its %d bytes", key, off, size)
 	}
 	if want, ok := v.CRC(); ok && crc != want {
 		v.corrupt(ctx)

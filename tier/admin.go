@@ -64,6 +64,7 @@ func (e *Engine) Remove(key []byte) error {
 	if len(res.Removed) == 0 {
 		return fmt.Errorf("%w: %q", ErrNotFound, key)
 	}
+	e.left(res.Removed)
 	e.buryEmptied(res.Emptied)
 	return nil
 }
@@ -90,6 +91,7 @@ func (e *Engine) RemoveKeys(keys [][]byte) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	e.left(res.Removed)
 	e.buryEmptied(res.Emptied)
 	return len(res.Removed), nil
 }
@@ -170,6 +172,15 @@ func (e *Engine) Stats() Stats {
 		BytesUsed: e.used,
 		Capacity:  e.opts.Capacity,
 	}
+	for _, b := range e.buckets {
+		if b.dead.Load() {
+			s.DeadBytes += b.written // its file waits for its readers
+			continue
+		}
+		s.LiveBytes += b.live
+		s.DeadBytes += b.written - b.live
+	}
+	s.MostlyDeadBuckets = int64(len(e.dying))
 	e.mu.Unlock()
 	s.Objects = e.ix.Count()
 	s.BucketsWritten = e.st.bucketsWritten.Load()
@@ -186,6 +197,8 @@ func (e *Engine) Stats() Stats {
 	s.ReinsertedBytes = e.st.reinsertedBytes.Load()
 	s.DiscardedBuckets = e.st.discardedBuckets.Load()
 	s.DiscardedBytes = e.st.discardedBytes.Load()
+	s.EvictedLiveBytes = e.st.evictedLiveBytes.Load()
+	s.EvictedDeadBytes = e.st.evictedDeadBytes.Load()
 	s.OpenTime, s.IndexOpenTime = e.openTime, e.indexOpenTime
 	return s
 }

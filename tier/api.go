@@ -171,18 +171,27 @@ type KeyInfo struct {
 
 // Stats is a snapshot of the engine's counters.
 type Stats struct {
-	Objects        int64
-	Buckets        int64
-	BytesUsed      int64 // bucket file bytes
-	Capacity       int64
-	BucketsWritten int64
-	BytesWritten   int64
-	ObjectsLoaded  int64
-	BytesRead      int64
-	Evictions      int64 // buckets evicted
-	EvictedKeys    int64
-	ChecksumErrors int64
-	NotifyFailures int64
+	Objects   int64
+	Buckets   int64
+	BytesUsed int64 // bucket file bytes
+	// LiveBytes is the stored bytes of the objects the tier holds;
+	// DeadBytes those of objects removed, superseded by a newer offload or
+	// moved away whose bucket file is still on disk (the rest of
+	// BytesUsed is the bucket format: headers, trailers, alignment). An
+	// object leaves LiveBytes in the synced batch that removes it.
+	LiveBytes, DeadBytes int64
+	// MostlyDeadBuckets counts the buckets whose dead bytes are at least
+	// half their object bytes: eviction takes them first, most dead first.
+	MostlyDeadBuckets int64
+	Capacity          int64
+	BucketsWritten    int64
+	BytesWritten      int64
+	ObjectsLoaded     int64
+	BytesRead         int64
+	Evictions         int64 // buckets evicted
+	EvictedKeys       int64
+	ChecksumErrors    int64
+	NotifyFailures    int64
 	// Repaired at the last Open: orphan bucket files removed and index
 	// entries dropped because their bucket was missing or invalid.
 	OrphanFilesRemoved int64
@@ -198,6 +207,10 @@ type Stats struct {
 	// (a re-offload, Mooncake #2827: the check is at commit time).
 	DiscardedBuckets int64
 	DiscardedBytes   int64
+	// EvictedLiveBytes and EvictedDeadBytes split the object bytes of the
+	// evicted buckets: live objects lost with their bucket (not counting
+	// those re-inserted) and dead ones reclaimed.
+	EvictedLiveBytes, EvictedDeadBytes int64
 	// OpenTime is how long Open took, IndexOpenTime the part spent opening
 	// the index (pebble, its WAL replay, the bucket records); the rest is
 	// the reconciliation of index and files.

@@ -71,6 +71,11 @@
 //     to the low watermark; OnEvict hears of the keys before the bytes go; a
 //     bucket being read is never deleted under its reader. A re-insertion
 //     bucket is written only if it fits beside what is on disk.
+//  8. Space: an object removed, superseded or moved leaves Stats.LiveBytes
+//     (and joins DeadBytes) when the synced batch that does it has
+//     committed; a bucket with no live object left is deleted; a bucket at
+//     least half dead is evicted before any bucket of live data, most dead
+//     first, then the policy's order (evicted, not compacted).
 //
 // Keys are opaque bytes of 1 to MaxKeyLen bytes and never become file names.
 //

@@ -46,12 +46,15 @@ type Engine struct {
 	// mu guards the in-memory state below. It is held only for memory
 	// operations: never across I/O on bucket files, a pebble write or a
 	// callback, so that a Load never waits for a disk or a WAL sync.
-	mu       sync.Mutex
-	buckets  map[uint64]*bucketState // every bucket file the engine knows
-	policy   eviction.Policy         // committed, notified, evictable buckets
-	used     int64                   // bytes of bucket files present
-	reserved int64                   // bytes reserved by bucket writes in progress
-	nextID   uint64                  // next bucket id to hand out
+	mu      sync.Mutex
+	buckets map[uint64]*bucketState // every bucket file the engine knows
+	// dying holds the buckets that are at least half dead and
+	// not dead yet: the first eviction candidates (space.go).
+	dying    map[uint64]*bucketState
+	policy   eviction.Policy // committed, notified, evictable buckets
+	used     int64           // bytes of bucket files present
+	reserved int64           // bytes reserved by bucket writes in progress
+	nextID   uint64          // next bucket id to hand out
 	// pending holds keys being committed, or committed and waiting for
 	// their notify. They are registered before the commit, so that a key
 	// found in the index and not pending has its notify settled. A
@@ -76,6 +79,9 @@ type Engine struct {
 	// testHookReinserted runs after a re-insertion's index commit, before
 	// the victim's file is deleted.
 	testHookReinserted func(id uint64)
+	// noDeadFirst turns off the eviction of mostly dead buckets before the
+	// policy's order (set by the benchmark that measures what it buys).
+	noDeadFirst bool
 }
 
 // bucketState is the engine's view of one bucket file. Its plain fields are
@@ -85,10 +91,15 @@ type Engine struct {
 // Engine.mu, and whoever sees "dead and no readers" first (CAS on deleted)
 // deletes the file.
 type bucketState struct {
-	id       uint64
-	size     int64
-	notified bool // notify succeeded (the bucket is evictable)
-	evicting bool // chosen as an eviction victim
+	id   uint64
+	size int64
+	// written is the stored bytes of every object written into the file,
+	// live the stored bytes of those the index still holds there (objects
+	// removed, superseded by a newer offload or moved away left it in
+	// the same synced batch). written-live is the bucket's dead bytes.
+	written, live int64
+	notified      bool // notify succeeded (the bucket is evictable)
+	evicting      bool // chosen as an eviction victim
 	// drained is closed when the bucket is dead and its file deleted; it
 	// is made (under Engine.mu) before dead is set.
 	drained chan struct{}
@@ -109,6 +120,7 @@ type counters struct {
 	notifyFailures, orphans, dropped       atomic.Int64
 	reinsertedObjects, reinsertedBytes     atomic.Int64
 	discardedBuckets, discardedBytes       atomic.Int64
+	evictedLiveBytes, evictedDeadBytes     atomic.Int64
 }
 
 func (e *Engine) begin() error {

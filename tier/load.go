@@ -300,6 +300,7 @@ func (e *Engine) dropEntries(ctx context.Context, bad []readReq, keys [][]byte, 
 		e.log.Error("tier: could not drop entries that cannot be served", "why", why, "keys", len(bad), "err", err)
 		return
 	}
+	e.left(res.Removed)
 	e.buryEmptied(res.Emptied)
 	if len(res.Removed) == 0 {
 		return

@@ -271,6 +271,7 @@ func (e *Engine) commitIndex(j *bucketJob) (emptied []uint64, err error) {
 		}}
 	}
 	b := &bucketState{id: j.id, size: j.enc.Size}
+	b.written, b.live = encodedStored(j.enc), storedBytes(entries)
 	e.mu.Lock()
 	e.reserved -= j.enc.Size
 	e.used += j.enc.Size
@@ -278,6 +279,7 @@ func (e *Engine) commitIndex(j *bucketJob) (emptied []uint64, err error) {
 	// finds their bucket, and a key found in the index that is not
 	// pending has its notify settled.
 	e.buckets[j.id] = b
+	e.track(b)
 	for _, en := range entries {
 		e.pending[string(en.Key)] = j.pb
 	}
@@ -303,6 +305,7 @@ func (e *Engine) commitIndex(j *bucketJob) (emptied []uint64, err error) {
 		e.deleteFile(del)
 		return nil, fmt.Errorf("tier: index commit of bucket %d: %w", j.id, err)
 	}
+	e.left(res.Replaced)
 	return res.Emptied, nil
 }
 

@@ -48,7 +48,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 	}
 	e := &Engine{
 		dir: dir, opts: o, be: be, ix: ix, lim: lim, codec: codec, log: o.Logger,
-		buckets: map[uint64]*bucketState{}, policy: policy, pending: map[string]*pendingBucket{},
+		buckets: map[uint64]*bucketState{}, dying: map[uint64]*bucketState{}, policy: policy, pending: map[string]*pendingBucket{},
 	}
 	e.indexOpenTime = time.Since(t0)
 	if err := e.reconcile(); err != nil {
@@ -238,12 +238,13 @@ func (e *Engine) validateBuckets(metas []index.BucketMeta) error {
 	}
 	for n, m := range withOps {
 		reason := ""
+		var written int64
 		if ops[n].Err != nil {
 			reason = ops[n].Err.Error()
 		} else {
-			reason = checkTail(m, ops[n].Data)
+			reason, written = checkTail(m, ops[n].Data)
 		}
-		if err := e.admit(m, reason); err != nil {
+		if err := e.admit(m, written, reason); err != nil {
 			return err
 		}
 	}
@@ -251,30 +252,41 @@ func (e *Engine) validateBuckets(metas []index.BucketMeta) error {
 }
 
 // checkTail checks the bytes from a bucket's trailer to the end of its file
-// against its index record; it returns why they disagree, or "".
-func checkTail(m index.BucketMeta, tail []byte) string {
+// against its index record; it returns why they disagree, or "", and the
+// stored bytes of every object the trailer lists (the bucket's written
+// bytes: its dead bytes are those the index no longer counts live).
+func checkTail(m index.BucketMeta, tail []byte) (reason string, written int64) {
 	f, err := bucket.DecodeFooter(tail[len(tail)-bucket.FooterSize:], m.Size)
 	switch {
 	case err != nil:
-		return err.Error()
+		return err.Error(), 0
 	case f.ID != m.ID:
-		return fmt.Sprintf("footer names bucket %d", f.ID)
+		return fmt.Sprintf("footer names bucket %d", f.ID), 0
 	case f.TrailerOff != m.TrailerOff || f.TrailerLen != m.TrailerLen || f.TrailerCRC != m.TrailerCRC || int(f.Count) != m.Keys:
 		return fmt.Sprintf("footer (trailer %d+%d crc %08x, %d objects) disagrees with the index (trailer %d+%d crc %08x, %d objects)",
-			f.TrailerOff, f.TrailerLen, f.TrailerCRC, f.Count, m.TrailerOff, m.TrailerLen, m.TrailerCRC, m.Keys)
+			f.TrailerOff, f.TrailerLen, f.TrailerCRC, f.Count, m.TrailerOff, m.TrailerLen, m.TrailerCRC, m.Keys), 0
 	case bucket.Checksum(tail[:f.TrailerLen]) != f.TrailerCRC:
-		return "trailer fails its checksum"
+		return "trailer fails its checksum", 0
 	}
-	return ""
+	entries, err := bucket.DecodeTrailer(tail[:f.TrailerLen], f)
+	if err != nil {
+		return err.Error(), 0
+	}
+	for _, en := range entries {
+		written += int64(en.StoredLen)
+	}
+	return "", written
 }
 
 // admit adds a validated bucket to the engine's table (reason "") or drops
 // it.
-func (e *Engine) admit(m index.BucketMeta, reason string) error {
+func (e *Engine) admit(m index.BucketMeta, written int64, reason string) error {
 	if reason != "" {
 		return e.dropBucket(m.ID, true, reason)
 	}
-	e.buckets[m.ID] = &bucketState{id: m.ID, size: m.Size, notified: true}
+	b := &bucketState{id: m.ID, size: m.Size, notified: true, written: max(written, m.LiveBytes), live: m.LiveBytes}
+	e.buckets[m.ID] = b
+	e.track(b)
 	e.used += m.Size
 	e.policy.Add(m.ID, m.Size)
 	return nil

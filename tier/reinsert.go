@@ -152,6 +152,14 @@ func (r *reinsertion) commit(id uint64, enc *bucket.Encoded, at []index.Location
 
 	e.commitMu.Lock()
 	entries, err := r.stillAt(enc, at)
+	if err == nil {
+		// Set before the commit, under commitMu: a removal of a moved key
+		// (after the commit) finds them.
+		e.mu.Lock()
+		b.written, b.live = encodedStored(enc), storedBytes(entries)
+		e.track(b)
+		e.mu.Unlock()
+	}
 	var cr index.CommitResult
 	switch {
 	case err != nil:
@@ -169,6 +177,9 @@ func (r *reinsertion) commit(id uint64, enc *bucket.Encoded, at []index.Location
 	}
 	e.commitMu.Unlock()
 
+	if err == nil {
+		e.left(cr.Replaced)
+	}
 	e.mu.Lock()
 	var del *bucketState
 	if err != nil || len(entries) == 0 {

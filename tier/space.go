@@ -25,10 +25,78 @@ func (e *Engine) markDead(b *bucketState) *bucketState {
 	}
 	b.dead.Store(true)
 	e.policy.Remove(b.id)
+	delete(e.dying, b.id)
 	if b.readers.Load() == 0 && b.deleted.CompareAndSwap(false, true) {
 		return b
 	}
 	return nil
+}
+
+// left records that the objects at locs left their buckets (removed,
+// superseded by a newer version, moved or dropped) in an index batch that
+// has committed: their stored bytes stop counting as live at once.
+func (e *Engine) left(locs []index.KeyLoc) {
+	if len(locs) == 0 {
+		return
+	}
+	e.mu.Lock()
+	for _, kl := range locs {
+		if b := e.buckets[kl.Loc.Bucket]; b != nil {
+			b.live = max(b.live-int64(kl.Loc.StoredLen), 0)
+			e.track(b)
+		}
+	}
+	e.mu.Unlock()
+}
+
+// storedBytes is the sum of the stored lengths of entries.
+func storedBytes(entries []index.KeyLoc) int64 {
+	var n int64
+	for _, en := range entries {
+		n += int64(en.Loc.StoredLen)
+	}
+	return n
+}
+
+// encodedStored is the sum of the stored lengths of every object of enc.
+func encodedStored(enc *bucket.Encoded) int64 {
+	var n int64
+	for _, en := range enc.Entries {
+		n += int64(en.StoredLen)
+	}
+	return n
+}
+
+// mostlyDead reports whether at least half of b's object bytes are dead.
+func (b *bucketState) mostlyDead() bool {
+	return b.written > 0 && 2*b.live <= b.written
+}
+
+// track adds b to the mostly dead buckets when it is one. Caller holds
+// e.mu.
+func (e *Engine) track(b *bucketState) {
+	if b.mostlyDead() && !b.dead.Load() {
+		e.dying[b.id] = b
+	}
+}
+
+// mostlyDeadVictim returns the evictable bucket with the most dead bytes
+// among those whose dead bytes are at least half their object bytes, or
+// nil. Caller holds e.mu.
+func (e *Engine) mostlyDeadVictim(skip func(id uint64) bool) *bucketState {
+	if e.noDeadFirst {
+		return nil
+	}
+	var best *bucketState
+	for id, b := range e.dying {
+		if skip(id) {
+			continue
+		}
+		if best == nil || b.written-b.live > best.written-best.live || (b.written-b.live == best.written-best.live && id < best.id) {
+			best = b
+		}
+	}
+	return best
 }
 
 // deleteFile removes a dead bucket's file, then its accounting. A file that
@@ -120,15 +188,22 @@ func (e *Engine) evictDownTo(ctx context.Context, low, own int64) (refusal error
 			e.mu.Unlock()
 			return refusal
 		}
-		victims := e.policy.Victims(1, func(id uint64) bool {
+		skip := func(id uint64) bool {
 			b := e.buckets[id]
 			return b == nil || b.readers.Load() > 0 || b.evicting || b.dead.Load() || !b.notified || refused[id]
-		})
-		if len(victims) == 0 {
-			e.mu.Unlock()
-			return refusal
 		}
-		b := e.buckets[victims[0]]
+		// A mostly dead bucket goes before any bucket of live data, most
+		// dead first (docs/design.md, reclaiming SSD space); then the
+		// policy's order.
+		b := e.mostlyDeadVictim(skip)
+		if b == nil {
+			victims := e.policy.Victims(1, skip)
+			if len(victims) == 0 {
+				e.mu.Unlock()
+				return refusal
+			}
+			b = e.buckets[victims[0]]
+		}
 		b.evicting = true
 		e.policy.Remove(b.id)
 		e.mu.Unlock()
@@ -169,6 +244,9 @@ func (e *Engine) evictBucket(ctx context.Context, b *bucketState, budget *int64,
 		}
 	}
 	keep = members(keep, keys)
+	e.mu.Lock()
+	live, written := b.live, b.written
+	e.mu.Unlock()
 	if len(keep) == 0 {
 		removed, err := e.ix.DeleteBucket(b.id)
 		if err != nil {
@@ -176,6 +254,8 @@ func (e *Engine) evictBucket(ctx context.Context, b *bucketState, budget *int64,
 		}
 		e.st.evictions.Add(1)
 		e.st.evictedKeys.Add(int64(len(removed)))
+		e.st.evictedLiveBytes.Add(live)
+		e.st.evictedDeadBytes.Add(written - live)
 		return e.bury(ctx, b)
 	}
 	cr, err := e.keepAndEvict(ctx, b, keep, budget, own)
@@ -185,6 +265,8 @@ func (e *Engine) evictBucket(ctx context.Context, b *bucketState, budget *int64,
 	}
 	e.st.evictions.Add(1)
 	e.st.evictedKeys.Add(int64(len(cr.Dropped)))
+	e.st.evictedLiveBytes.Add(max(live-storedBytes(cr.Replaced), 0))
+	e.st.evictedDeadBytes.Add(written - live)
 	e.buryEmptied(cr.Emptied)
 	return e.bury(ctx, b)
 }
@@ -277,6 +359,7 @@ func (e *Engine) evictExcept(b *bucketState, keys, keep [][]byte) {
 		var res index.Removal
 		res, err = e.ix.RemoveIfAt(at)
 		e.st.evictedKeys.Add(int64(len(res.Removed)))
+		e.left(res.Removed)
 		e.buryEmptied(res.Emptied)
 	}
 	if err != nil {

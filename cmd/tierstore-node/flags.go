@@ -101,6 +101,7 @@ func parseFlags(args []string, helpOut io.Writer) (options, error) {
 	fs.StringVar(&c.Compression, "compression", c.Compression, "object compression on SSD: none or lz4")
 	fs.IntVar(&c.MetricsPort, "metrics_port", 0, "Prometheus metrics port on 127.0.0.1 (0 = off)")
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat_interval", c.HeartbeatInterval, "offload heartbeat period")
+	fs.BoolVar(&c.OffloadWake, "offload_wake", c.OffloadWake, "also run a heartbeat as soon as the master says the offload is pressing (a put waits for DRAM room, queued offload bytes pass a quarter of the DRAM, promotions are queued); false: on the heartbeat ticks only")
 	fs.DurationVar(&c.PingInterval, "ping_interval", c.PingInterval, "liveness ping period")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile_interval", c.ReconcileInterval, "period of the SSD key-list reconcile with the master")
 	fs.Var(secondsFlag{&c.OffloadTaskTimeout}, "offload_task_timeout", "bound of one offload round, in seconds or as a duration; keep it equal to the master's: an unanswered notify is sent again until then, and its durable bucket is kept and re-registered")

@@ -304,9 +304,10 @@ func runStats(ctx context.Context, c *client.Client, a opArgs, stdout, _ io.Writ
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "node %s (%s): segment %s %s; SSD %d objects, %d buckets, %s used; offload persisted %d, failed %d; reads served DRAM %d, SSD %d\n",
+		fmt.Fprintf(stdout, "node %s (%s): segment %s %s; SSD %d objects, %d buckets, %s used (%s live, %s dead, %d buckets mostly dead); offload persisted %d, failed %d; reads served DRAM %d, SSD %d\n",
 			addr, ns.Backend, ns.Segment, units.Human(ns.SegmentSize), ns.Tier.Objects, ns.Tier.Buckets,
-			units.Human(ns.Tier.BytesUsed), ns.OffloadPersisted, ns.OffloadFailed, ns.PeerReadsDRAM, ns.PeerReadsSSD)
+			units.Human(ns.Tier.BytesUsed), units.Human(ns.Tier.LiveBytes), units.Human(ns.Tier.DeadBytes), ns.Tier.MostlyDeadBuckets,
+			ns.OffloadPersisted, ns.OffloadFailed, ns.PeerReadsDRAM, ns.PeerReadsSSD)
 	}
 	return nil
 }

@@ -124,20 +124,24 @@ func (s *Store) Load(ctx context.Context) (master.RemovalState, error) {
 
 // Create implements master.RemovalStore: only if no log exists.
 func (s *Store) Create(ctx context.Context, id string, origin uint64) error {
+	ctx, cancel := s.whileLeading(ctx)
+	defer cancel()
 	t := s.txn(ctx, clientv3.Compare(clientv3.Version(s.meta()), "=", 0)).
 		Then(clientv3.OpPut(s.meta(), formatMeta(id, origin, origin)))
-	return s.commit(t, "create the log")
+	return s.commit(ctx, t, "create the log")
 }
 
 // Append implements master.RemovalStore.
 func (s *Store) Append(ctx context.Context, entries []masterapi.Removal) error {
+	ctx, cancel := s.whileLeading(ctx)
+	defer cancel()
 	var ops []clientv3.Op
 	size := 0
 	flush := func() error {
 		if len(ops) == 0 {
 			return nil
 		}
-		err := s.commit(s.txn(ctx).Then(ops...), "append")
+		err := s.commit(ctx, s.txn(ctx).Then(ops...), "append")
 		ops, size = ops[:0], 0
 		return err
 	}
@@ -160,6 +164,8 @@ func (s *Store) Append(ctx context.Context, entries []masterapi.Removal) error {
 
 // Trim implements master.RemovalStore.
 func (s *Store) Trim(ctx context.Context, floor uint64) error {
+	ctx, cancel := s.whileLeading(ctx)
+	defer cancel()
 	m, err := s.g.KV().Get(ctx, s.meta())
 	if err != nil || len(m.Kvs) == 0 {
 		return fmt.Errorf("etcdremovals: trim: reading %s: %v", s.meta(), err)
@@ -174,7 +180,31 @@ func (s *Store) Trim(ctx context.Context, floor uint64) error {
 	end := fmt.Sprintf("%s%016x", s.entryPrefix(), floor)
 	t := s.txn(ctx).Then(clientv3.OpDelete(s.entryPrefix(), clientv3.WithRange(end)),
 		clientv3.OpPut(s.meta(), formatMeta(st.ID, st.Origin, floor)))
-	return s.commit(t, "trim")
+	return s.commit(ctx, t, "trim")
+}
+
+// whileLeading is ctx, also ended (cause ErrDeposed) when the leadership
+// guarding the store ends, if the Guarded says when (ha.Leadership's
+// Done). The master flushes its removal log without a deadline; a leader
+// cut off from etcd would otherwise hold that flush, and the call that
+// runs it, until its etcd client is closed, seconds after its fence went
+// down (partitions scenario ha-leader-cut-from-etcd), although a deposed
+// leader's write is refused by the guard anyway.
+func (s *Store) whileLeading(ctx context.Context) (context.Context, context.CancelFunc) {
+	d, ok := s.g.(interface{ Done() <-chan struct{} })
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := make(chan struct{})
+	go func() {
+		select {
+		case <-d.Done():
+			cancel(ErrDeposed)
+		case <-stop:
+		}
+	}()
+	return ctx, func() { close(stop); cancel(nil) }
 }
 
 // txn starts a transaction guarded by the leadership, and by more.
@@ -182,8 +212,11 @@ func (s *Store) txn(ctx context.Context, more ...clientv3.Cmp) clientv3.Txn {
 	return s.g.KV().Txn(ctx).If(append([]clientv3.Cmp{s.g.Guard()}, more...)...)
 }
 
-func (s *Store) commit(t clientv3.Txn, what string) error {
+func (s *Store) commit(ctx context.Context, t clientv3.Txn, what string) error {
 	r, err := t.Commit()
+	if err != nil && errors.Is(context.Cause(ctx), ErrDeposed) {
+		return fmt.Errorf("etcdremovals: %s under %s: %w (%v)", what, s.prefix, ErrDeposed, err)
+	}
 	if err != nil {
 		return fmt.Errorf("etcdremovals: %s under %s: %w", what, s.prefix, err)
 	}

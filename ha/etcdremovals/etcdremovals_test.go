@@ -139,3 +139,38 @@ type staleGuard struct {
 
 func (g staleGuard) Guard() clientv3.Cmp { return g.cmp }
 func (g staleGuard) KV() clientv3.KV     { return g.kv }
+
+// TestAppendEndsWithTheLeadership: an Append that etcd does not answer
+// (etcd stopped, as for a leader cut off from it) ends with ErrDeposed when
+// the leadership guarding the store ends, although its context has no
+// deadline (the master flushes its removal log without one). Before, it
+// waited for the leadership's etcd client to be closed after two more
+// requests to the unreachable etcd, and failed with the client's error:
+// a deposed leader held its removal flush, the call running it and its
+// step-down for seconds (partitions scenario ha-leader-cut-from-etcd).
+func TestAppendEndsWithTheLeadership(t *testing.T) {
+	e := hatest.Start(t)
+	l := campaign(t, e, "127.0.0.1:1")
+	s := New(l, ha.DefaultPrefix+Suffix)
+	if err := s.Create(context.Background(), "log1", 100); err != nil {
+		t.Fatal(err)
+	}
+	e.Stop()
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Append(context.Background(), []masterapi.Removal{{Seq: 101, Kind: masterapi.RemovalKey, Key: "k"}})
+	}()
+	select {
+	case <-l.Done(): // the fence goes down within the session TTL (2 s)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the leadership did not end 20 s after etcd stopped")
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrDeposed) {
+			t.Fatalf("Append after the leadership ended: %v, want ErrDeposed", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Append still running 20 s after the leadership ended")
+	}
+}

@@ -74,7 +74,8 @@ func (r *lifecycleRig) removeAll() {
 // checkGone waits until the control key reads back whole (through a new
 // client: the master may have restarted), then checks that every removed
 // key is not found for get and false for exists, that the master knows
-// the control only, and that the node holds only the control on SSD.
+// the control only, and that the node holds only the control on SSD (its
+// live SSD bytes are the control's, in NodeStats and `tierstore stats`).
 func (r *lifecycleRig) checkGone() {
 	t := r.t
 	t.Helper()
@@ -103,11 +104,15 @@ func (r *lifecycleRig) checkGone() {
 		if st.Objects != 1 {
 			return fmt.Errorf("the master knows %d objects", st.Objects)
 		}
-		if ns := nodeStats(t, r.node.Addr); ns.GetSsdObjects() != 1 {
-			return fmt.Errorf("the node holds %d SSD objects", ns.GetSsdObjects())
+		if ns := nodeStats(t, r.node.Addr); ns.GetSsdObjects() != 1 || ns.GetSsdBytesLive() != lifecycleSize {
+			return fmt.Errorf("the node holds %d SSD objects, %d live bytes", ns.GetSsdObjects(), ns.GetSsdBytesLive())
 		}
 		return nil
 	})
+	// What an operator sees: the removed objects' bytes are not live.
+	if out, e, code := cli(t, "stats", "--master", r.master.Addr, "--node", r.node.Addr); code != 0 || !strings.Contains(out, "256.0 KiB live") {
+		t.Fatalf("stats --node: %d %s\n%s", code, e, out)
+	}
 }
 
 // The issue's scenario: the five keys on SSD, two evicted from DRAM, all

@@ -13,7 +13,10 @@
 // the bridge (also named ts-lab-PID) and one veth end per host; host H
 // lives in namespace ts-lab-PID-SEQ-H with eth0 at 10.231.0.N/24. Nothing
 // is created in the namespace the test runs in, so no address, route or
-// rule of the machine changes and nothing is sent outside the lab. The
+// rule of the machine changes and nothing is sent outside the lab: a host's
+// only route is the lab's subnet (a packet for any other address is refused
+// in the host, network unreachable), and IPv6 is off in every namespace of
+// the lab (no link-local address, no neighbour or router solicitation). The
 // test process itself cannot reach the hosts: every client is a process
 // started in a host.
 //
@@ -37,7 +40,10 @@
 // shell started with the lab that waits for the end of a pipe held by this
 // process only; and New removes labs of processes no longer running before
 // it starts. Processes started in a lab receive SIGKILL when the process
-// that started them dies (cluster.DieWithParent).
+// that started them dies (cluster.DieWithParent). What a run creates
+// outside its labs (temporary directories of binaries, histories and SSD
+// files) goes the same way with a Sweeper: a shell that removes the paths
+// it was given when the run's pipe ends, at Close or at the run's death.
 //
 // # Requirements
 //

@@ -104,6 +104,10 @@ func New(bins *cluster.Binaries) (*Lab, error) {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	br := fmt.Sprintf("%s%d", prefix, pid)
+	if err := noIPv6(l.Name); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
 	if err := l.runAll([][]string{
 		{"ip", "-n", l.Name, "link", "add", br, "type", "bridge"},
 		{"ip", "-n", l.Name, "link", "set", br, "up"},
@@ -165,6 +169,9 @@ func (l *Lab) AddHost(name string) (*Host, error) {
 		return nil, err
 	}
 	l.hosts = append(l.hosts, h)
+	if err := noIPv6(h.NS); err != nil {
+		return nil, err
+	}
 	err := l.runAll([][]string{
 		{"ip", "-n", l.Name, "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", h.NS},
 		{"ip", "-n", l.Name, "link", "set", veth, "master", br},
@@ -177,6 +184,22 @@ func (l *Lab) AddHost(name string) (*Host, error) {
 		return nil, err
 	}
 	return h, nil
+}
+
+// noIPv6 switches IPv6 off in namespace ns before any link is added to
+// it: a link then gets no link-local address, so a host sends no neighbour
+// or router solicitation, nor anything else, but the IPv4 traffic of the
+// lab (whose relay forwards IPv4 only).
+func noIPv6(ns string) error {
+	return inNS(ns, func() error {
+		for _, c := range []string{"default", "all"} {
+			p := "/proc/sys/net/ipv6/conf/" + c + "/disable_ipv6"
+			if err := os.WriteFile(p, []byte("1"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("netlab: %s: %w", ns, err) // a kernel without IPv6 has no such file: nothing to switch off
+			}
+		}
+		return nil
+	})
 }
 
 // Hosts returns the lab's hosts in the order they were added.
@@ -314,14 +337,9 @@ func namespaces() []string {
 // write end only this process holds.
 func (l *Lab) startReaper() error {
 	script := `trap '' INT TERM HUP; read _ ; for ns in $(ip netns list | awk '{print $1}'); do case "$ns" in "$1"|"$1"-*) for p in $(ip netns pids "$ns"); do kill -9 "$p"; done; ip netns del "$ns";; esac; done`
-	cmd := exec.Command("sh", "-c", script, "reaper", l.Name)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	in, err := cmd.StdinPipe()
+	cmd, in, err := startReaper(script, "reaper", l.Name)
 	if err != nil {
-		return fmt.Errorf("netlab: reaper: %w", err)
-	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("netlab: reaper: %w", err)
+		return err
 	}
 	l.reaper, l.reaperIn = cmd, in
 	return nil

@@ -499,3 +499,196 @@ func state(t *testing.T, pid int) byte {
 	i := strings.LastIndexByte(string(b), ')')
 	return b[i+2]
 }
+
+// TestNothingLeavesTheLab: a lab adds no link or address to the namespace
+// the test runs in; a host has its lab address, loopback and one route,
+// to the lab's subnet, and no IPv6 address (so it sends no neighbour or
+// router solicitation); a packet for any address outside the lab is
+// refused in the host (network unreachable) before anything is sent.
+func TestNothingLeavesTheLab(t *testing.T) {
+	if err := Available(); err != nil {
+		t.Skip(err)
+	}
+	links := func() string {
+		out, err := exec.Command("ip", "-o", "link", "show").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, line := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(line); len(f) > 1 {
+				names = append(names, f[1])
+			}
+		}
+		return strings.Join(names, " ")
+	}
+	addrs := func() string {
+		out, err := exec.Command("ip", "-o", "addr", "show").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out)
+	}
+	linksBefore, addrsBefore := links(), addrs()
+	l, a, b, _ := newLab(t)
+	if got := links(); got != linksBefore {
+		t.Errorf("links of the test's namespace changed:\nbefore %s\nafter  %s", linksBefore, got)
+	}
+	if got := addrs(); got != addrsBefore {
+		t.Errorf("addresses of the test's namespace changed:\nbefore %s\nafter  %s", addrsBefore, got)
+	}
+	for _, ns := range []string{l.Name, a.NS} {
+		out, err := exec.Command("ip", "-n", ns, "-6", "-o", "addr", "show").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := strings.TrimSpace(string(out)); s != "" {
+			t.Errorf("namespace %s has IPv6 addresses:\n%s", ns, s)
+		}
+	}
+	out, err := exec.Command("ip", "-n", a.NS, "-4", "route", "show", "table", "all").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		dst := strings.Fields(line)[0]
+		if dst == "local" || dst == "broadcast" { // the local table: the host's own addresses
+			dst = strings.Fields(line)[1]
+		}
+		if dst != Subnet && !strings.HasPrefix(dst, "127.") && dst != a.IP && dst != "10.231.0.255" {
+			t.Errorf("host %s has a route outside the lab: %s", a.Name, line)
+		}
+	}
+	// The machine's own addresses and its default gateway's side of the
+	// world, from inside a host: refused before a packet is sent.
+	for _, dst := range []string{"192.0.2.1:9", "10.255.255.53:53", "8.8.8.8:53", "10.231.1.2:9"} {
+		err := a.Do(func() error {
+			c, err := net.Dial("udp4", dst)
+			if err == nil {
+				c.Close()
+			}
+			return err
+		})
+		if !errors.Is(err, syscall.ENETUNREACH) {
+			t.Errorf("from host %s, dial %s: %v, want network unreachable", a.Name, dst, err)
+		}
+	}
+	if !reaches(t, a, b) {
+		t.Error("hosts of the lab do not reach each other")
+	}
+}
+
+// TestSweeper: Close removes the paths added; a process killed with
+// SIGKILL has them removed by its sweeper shell; bad paths are refused.
+func TestSweeper(t *testing.T) {
+	if os.Getenv("NETLAB_SWEEP_CHILD") != "" {
+		s, err := NewSweeper()
+		if err == nil {
+			err = s.Add(os.Getenv("NETLAB_SWEEP_CHILD"))
+		}
+		if err != nil {
+			fmt.Println("ERR", err)
+			os.Exit(1)
+		}
+		fmt.Println("ADDED")
+		select {} // until killed
+	}
+	s, err := NewSweeper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"", "rel/dir", "/", "/tmp/a\n/etc"} {
+		if err := s.Add(bad); err == nil {
+			t.Errorf("Add(%q): no error", bad)
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "run")
+	if err := os.MkdirAll(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	keep := filepath.Join(t.TempDir(), "keep")
+	if err := os.WriteFile(keep, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Add(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("after Close %s: %v, want gone", dir, err)
+	}
+	if _, err := os.Stat(keep); err != nil {
+		t.Errorf("a path not added was removed: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+
+	// A process killed by SIGKILL.
+	dir = filepath.Join(t.TempDir(), "killed")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSweeper$")
+	cmd.Env = append(os.Environ(), "NETLAB_SWEEP_CHILD="+dir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	if _, err := fmt.Fscanln(out, &line); err != nil || line != "ADDED" {
+		_ = cmd.Process.Kill()
+		t.Fatalf("child: %q %v", line, err)
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still there 10 s after its process was killed", dir)
+		}
+		time.Sleep(20 * time.Millisecond) // poll the directory, bounded
+	}
+}
+
+// TestAvailableNamesWhatIsMissing: without a tool, Available answers
+// ErrUnavailable in one line naming the tools missing and the packages.
+func TestAvailableNamesWhatIsMissing(t *testing.T) {
+	if os.Geteuid() != 0 {
+		err := Available()
+		if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "not root") {
+			t.Fatalf("not root: Available() = %v, want ErrUnavailable saying not root", err)
+		}
+		return
+	}
+	dir := t.TempDir()
+	for _, tool := range []string{"ip", "tc"} {
+		p, err := exec.LookPath(tool)
+		if err != nil {
+			t.Skip(err)
+		}
+		if err := os.Symlink(p, filepath.Join(dir, tool)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", dir)
+	err := Available()
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("without iptables: Available() = %v, want ErrUnavailable", err)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "iptables, iptables-restore not installed") || !strings.Contains(msg, "apt-get install") || strings.Contains(msg, "\n") {
+		t.Errorf("without iptables: %q, want one line naming iptables and iptables-restore and the packages", msg)
+	}
+	if _, err := New(nil); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("New without iptables: %v, want ErrUnavailable", err)
+	}
+}

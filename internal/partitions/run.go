@@ -69,12 +69,23 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if err := netlab.Available(); err != nil {
 		return nil, err
 	}
+	// The temporary directories of this run go with it, also when the
+	// process is killed (the labs' own reapers take the namespaces and
+	// processes).
+	sweep, err := netlab.NewSweeper()
+	if err != nil {
+		return nil, err
+	}
+	defer sweep.Close()
 	if cfg.Bins == nil {
 		b, err := cluster.Build(ctx, cfg.Race)
 		if err != nil {
 			return nil, err
 		}
 		defer b.Close()
+		if err := sweep.Add(b.Dir); err != nil {
+			return nil, err
+		}
 		if err := b.Add(ctx, cfg.Race, clientPackage); err != nil {
 			return nil, err
 		}
@@ -86,6 +97,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			return nil, err
 		}
 		defer os.RemoveAll(d)
+		if err := sweep.Add(d); err != nil {
+			return nil, err
+		}
 		cfg.Dir = d
 	}
 	var out []Result

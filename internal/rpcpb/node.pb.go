@@ -96,8 +96,14 @@ type PeerStatsReply struct {
 	RemovalCursorDram uint64 `protobuf:"varint,22,opt,name=removal_cursor_dram,json=removalCursorDram,proto3" json:"removal_cursor_dram,omitempty"`
 	RemovalCursorSsd  uint64 `protobuf:"varint,23,opt,name=removal_cursor_ssd,json=removalCursorSsd,proto3" json:"removal_cursor_ssd,omitempty"`
 	RemovalLogRemoved int64  `protobuf:"varint,24,opt,name=removal_log_removed,json=removalLogRemoved,proto3" json:"removal_log_removed,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// SSD object bytes: live (the objects held), dead (removed or
+	// superseded objects whose bucket file is still there), buckets at
+	// least half dead (issue 21 item 2).
+	SsdBytesLive         int64 `protobuf:"varint,25,opt,name=ssd_bytes_live,json=ssdBytesLive,proto3" json:"ssd_bytes_live,omitempty"`
+	SsdBytesDead         int64 `protobuf:"varint,26,opt,name=ssd_bytes_dead,json=ssdBytesDead,proto3" json:"ssd_bytes_dead,omitempty"`
+	SsdBucketsMostlyDead int64 `protobuf:"varint,27,opt,name=ssd_buckets_mostly_dead,json=ssdBucketsMostlyDead,proto3" json:"ssd_buckets_mostly_dead,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *PeerStatsReply) Reset() {
@@ -298,13 +304,34 @@ func (x *PeerStatsReply) GetRemovalLogRemoved() int64 {
 	return 0
 }
 
+func (x *PeerStatsReply) GetSsdBytesLive() int64 {
+	if x != nil {
+		return x.SsdBytesLive
+	}
+	return 0
+}
+
+func (x *PeerStatsReply) GetSsdBytesDead() int64 {
+	if x != nil {
+		return x.SsdBytesDead
+	}
+	return 0
+}
+
+func (x *PeerStatsReply) GetSsdBucketsMostlyDead() int64 {
+	if x != nil {
+		return x.SsdBucketsMostlyDead
+	}
+	return 0
+}
+
 var File_node_proto protoreflect.FileDescriptor
 
 const file_node_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
 	"node.proto\x12\x11tierstore.node.v1\"\x12\n" +
-	"\x10PeerStatsRequest\"\xbc\b\n" +
+	"\x10PeerStatsRequest\"\xbf\t\n" +
 	"\x0ePeerStatsReply\x12\x18\n" +
 	"\asegment\x18\x01 \x01(\tR\asegment\x12!\n" +
 	"\fsegment_size\x18\x02 \x01(\x04R\vsegmentSize\x12'\n" +
@@ -333,7 +360,10 @@ const file_node_proto_rawDesc = "" +
 	"removalLog\x12.\n" +
 	"\x13removal_cursor_dram\x18\x16 \x01(\x04R\x11removalCursorDram\x12,\n" +
 	"\x12removal_cursor_ssd\x18\x17 \x01(\x04R\x10removalCursorSsd\x12.\n" +
-	"\x13removal_log_removed\x18\x18 \x01(\x03R\x11removalLogRemoved\x1aB\n" +
+	"\x13removal_log_removed\x18\x18 \x01(\x03R\x11removalLogRemoved\x12$\n" +
+	"\x0essd_bytes_live\x18\x19 \x01(\x03R\fssdBytesLive\x12$\n" +
+	"\x0essd_bytes_dead\x18\x1a \x01(\x03R\fssdBytesDead\x125\n" +
+	"\x17ssd_buckets_mostly_dead\x18\x1b \x01(\x03R\x14ssdBucketsMostlyDead\x1aB\n" +
 	"\x14OffloadFailedByEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x012_\n" +

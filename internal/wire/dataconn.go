@@ -52,7 +52,7 @@ type DataConn struct {
 // it signals done.
 type call struct {
 	op  Op
-	buf []byte // reads: where the payload goes; exactly len(buf) expected
+	buf [][]byte // reads: where the payload goes, in order; exactly their total length expected
 	// reading is set (under DataConn.mu) while the reader fills buf.
 	reading bool
 	// results, written by the reader before done is signalled
@@ -166,6 +166,13 @@ func (dc *DataConn) fail(err error) {
 // range the put claimed: a mismatch fails the write, and the node records
 // nothing of it.
 func (dc *DataConn) Write(ctx context.Context, segment string, off int64, value []byte, crc uint32, token uint64) error {
+	return dc.WriteParts(ctx, segment, off, [][]byte{value}, crc, token)
+}
+
+// WriteParts is Write of the concatenation of parts (crc is its CRC32C),
+// sent straight from the parts with one writev (gather): no copy into one
+// buffer.
+func (dc *DataConn) WriteParts(ctx context.Context, segment string, off int64, parts [][]byte, crc uint32, token uint64) error {
 	req := Request{Op: OpWrite, Segment: segment, Offset: uint64(off), Token: token}
 	if o, ok := ObjectOf(ctx); ok {
 		// The object the bytes are, for the node's record of its DRAM
@@ -180,7 +187,7 @@ func (dc *DataConn) Write(ctx context.Context, segment string, off int64, value 
 	}
 	c := callPool.Get().(*call)
 	c.op = OpWrite
-	err := dc.roundTrip(ctx, &req, value, crc, c)
+	err := dc.roundTrip(ctx, &req, parts, crc, c)
 	callPool.Put(c)
 	return err
 }
@@ -190,8 +197,16 @@ func (dc *DataConn) Write(ctx context.Context, segment string, off int64, value 
 // this transfer. Nothing is written beyond len(buf); on error buf's
 // contents are undefined.
 func (dc *DataConn) ReadRange(ctx context.Context, segment string, off int64, buf []byte, crc uint32) error {
-	req := Request{Op: OpReadRange, Segment: segment, Offset: uint64(off), Length: uint64(len(buf))}
-	return dc.read(ctx, &req, buf, crc)
+	return dc.ReadRangeParts(ctx, segment, off, [][]byte{buf}, crc)
+}
+
+// ReadRangeParts is ReadRange into parts in order (scatter): the range is
+// their total length, read from the socket straight into each part, one
+// CRC32C over the whole.
+func (dc *DataConn) ReadRangeParts(ctx context.Context, segment string, off int64, parts [][]byte, crc uint32) error {
+	req := Request{Op: OpReadRange, Segment: segment, Offset: uint64(off), Length: uint64(partsLen(parts))}
+	_, err := dc.readOnce(ctx, &req, parts, crc)
+	return err
 }
 
 // ReadSSD reads key's value from the node's SSD tier into buf, which must
@@ -204,24 +219,25 @@ func (dc *DataConn) ReadRange(ctx context.Context, segment string, off int64, bu
 // once more with FlagVerify: the node then checks its copy before sending
 // it, and drops a corrupt one (invariant 5), answering CHECKSUM_MISMATCH.
 func (dc *DataConn) ReadSSD(ctx context.Context, key []byte, buf []byte, crc uint32) error {
-	req := Request{Op: OpReadSSD, Key: key, Length: uint64(len(buf))}
-	again, err := dc.readOnce(ctx, &req, buf, crc)
-	if again {
-		req.Verify = true
-		_, err = dc.readOnce(ctx, &req, buf, crc)
-	}
-	return err
+	return dc.ReadSSDParts(ctx, key, [][]byte{buf}, crc)
 }
 
-func (dc *DataConn) read(ctx context.Context, req *Request, buf []byte, crc uint32) error {
-	_, err := dc.readOnce(ctx, req, buf, crc)
+// ReadSSDParts is ReadSSD into parts in order (scatter); their total
+// length must be the object's size.
+func (dc *DataConn) ReadSSDParts(ctx context.Context, key []byte, parts [][]byte, crc uint32) error {
+	req := Request{Op: OpReadSSD, Key: key, Length: uint64(partsLen(parts))}
+	again, err := dc.readOnce(ctx, &req, parts, crc)
+	if again {
+		req.Verify = true
+		_, err = dc.readOnce(ctx, &req, parts, crc)
+	}
 	return err
 }
 
 // readOnce is one read call; again reports a read-ssd whose bytes failed
 // the check while the node announced the object's CRC (worth asking again
 // with FlagVerify).
-func (dc *DataConn) readOnce(ctx context.Context, req *Request, buf []byte, crc uint32) (again bool, err error) {
+func (dc *DataConn) readOnce(ctx context.Context, req *Request, buf [][]byte, crc uint32) (again bool, err error) {
 	c := callPool.Get().(*call)
 	c.op, c.buf = req.Op, buf
 	err = dc.roundTrip(ctx, req, nil, 0, c)
@@ -238,13 +254,23 @@ func (dc *DataConn) readOnce(ctx context.Context, req *Request, buf []byte, crc 
 
 // RangeRead is one read of a ReadRanges call: Buf is filled with
 // len(Buf) bytes at Offset of Segment and checked against CRC; Err is its
-// result.
+// result. When Parts is set, the range is scattered over Parts in order
+// instead (their total length), and Buf is ignored.
 type RangeRead struct {
 	Segment string
 	Offset  int64
 	Buf     []byte
+	Parts   [][]byte
 	CRC     uint32
 	Err     error
+}
+
+// parts is where r's bytes go.
+func (r *RangeRead) parts() [][]byte {
+	if r.Parts != nil {
+		return r.Parts
+	}
+	return [][]byte{r.Buf}
 }
 
 // ReadRanges is ReadRange for many ranges at once: every request is
@@ -261,7 +287,7 @@ func (dc *DataConn) ReadRanges(ctx context.Context, rs []RangeRead) {
 		return
 	}
 	calls := make([]*call, len(rs))
-	first, err := dc.register(calls, func(i int) []byte { return rs[i].Buf })
+	first, err := dc.register(calls, func(i int) [][]byte { return rs[i].parts() })
 	if err != nil {
 		for i := range rs {
 			rs[i].Err = err
@@ -284,7 +310,7 @@ func (dc *DataConn) ReadRanges(ctx context.Context, rs []RangeRead) {
 
 // register enters len(calls) read calls under consecutive ids from the
 // returned first, their buffers given by buf.
-func (dc *DataConn) register(calls []*call, buf func(i int) []byte) (uint32, error) {
+func (dc *DataConn) register(calls []*call, buf func(i int) [][]byte) (uint32, error) {
 	dc.mu.Lock()
 	defer dc.mu.Unlock()
 	if dc.err != nil {
@@ -310,6 +336,9 @@ func (dc *DataConn) sendReads(ctx context.Context, first uint32, rs []RangeRead)
 	b := dc.wbuf[:0]
 	for i, r := range rs {
 		req := Request{Op: OpReadRange, Segment: r.Segment, Offset: uint64(r.Offset), Length: uint64(len(r.Buf))}
+		if r.Parts != nil {
+			req.Length = uint64(partsLen(r.Parts))
+		}
 		at := len(b)
 		b = req.AppendMeta(append(b, zero[:]...))
 		h := Header{Op: OpReadRange, ID: first + uint32(i), MetaLen: uint32(len(b) - at - HeaderLen)}
@@ -331,7 +360,7 @@ func (dc *DataConn) checkRead(c *call, crc uint32) error {
 	case c.hasCRC && c.sent != crc:
 		return BadChecksum("wire: %v from %s: the node's copy has CRC32C %08x, the object %08x", c.op, dc.endpoint, c.sent, crc)
 	case c.crc != crc:
-		return BadChecksum("wire: %v from %s: %d bytes with CRC32C %08x, the object has %08x", c.op, dc.endpoint, len(c.buf), c.crc, crc)
+		return BadChecksum("wire: %v from %s: %d bytes with CRC32C %08x, the object has %08x", c.op, dc.endpoint, partsLen(c.buf), c.crc, crc)
 	}
 	return nil
 }
@@ -340,7 +369,7 @@ func (dc *DataConn) checkRead(c *call, crc uint32) error {
 // under a fresh id before the request is written; on return the reader no
 // longer touches c (it is either completed or was never answered and is
 // forgotten).
-func (dc *DataConn) roundTrip(ctx context.Context, req *Request, payload []byte, crc uint32, c *call) error {
+func (dc *DataConn) roundTrip(ctx context.Context, req *Request, payload [][]byte, crc uint32, c *call) error {
 	c.err, c.crc, c.hasCRC, c.sent, c.reading = nil, 0, false, 0, false
 	if err := ctx.Err(); err != nil {
 		// Before anything is written: a deadline already past would break
@@ -393,12 +422,13 @@ func (dc *DataConn) await(ctx context.Context, id uint32, c *call) error {
 }
 
 // send writes one request frame: header and metadata from wbuf, then the
-// payload straight from the caller's memory (one writev).
-func (dc *DataConn) send(ctx context.Context, id uint32, req *Request, payload []byte, crc uint32) error {
+// payload straight from the caller's memory, its parts in order (one
+// writev).
+func (dc *DataConn) send(ctx context.Context, id uint32, req *Request, payload [][]byte, crc uint32) error {
 	dc.wmu.Lock()
 	defer dc.wmu.Unlock()
 	b := req.AppendMeta(dc.wbuf[:HeaderLen])
-	h := Header{Op: req.Op, ID: id, MetaLen: uint32(len(b) - HeaderLen), PayloadLen: uint64(len(payload))}
+	h := Header{Op: req.Op, ID: id, MetaLen: uint32(len(b) - HeaderLen), PayloadLen: uint64(partsLen(payload))}
 	if req.Op == OpWrite {
 		h.Flags, h.CRC = FlagCRC, crc
 	}
@@ -411,7 +441,7 @@ func (dc *DataConn) send(ctx context.Context, id uint32, req *Request, payload [
 	// need a bound on a stalled peer give their context a deadline.
 	dl, _ := ctx.Deadline()
 	_ = dc.conn.SetWriteDeadline(dl)
-	dc.wv = append(dc.wv[:0], b, payload) // an empty payload is skipped by writev
+	dc.wv = append(append(dc.wv[:0], b), payload...) // empty parts are skipped by writev
 	v := dc.wv
 	_, err := v.WriteTo(dc.conn)
 	clear(dc.wv[:cap(dc.wv)]) // keep no reference to the caller's memory
@@ -464,16 +494,16 @@ func (dc *DataConn) reply(h Header, meta []byte) error {
 		dc.complete(h.ID, c, codes.WithMessage(h.Status, string(meta)))
 		return nil
 	}
-	if h.PayloadLen != uint64(len(c.buf)) {
+	if want := partsLen(c.buf); h.PayloadLen != uint64(want) {
 		dc.mu.Unlock()
-		err := frameErr(ErrFrame, "wire: %s announced a %v of %d bytes, %d were asked for", dc.endpoint, c.op, h.PayloadLen, len(c.buf))
+		err := frameErr(ErrFrame, "wire: %s announced a %v of %d bytes, %d were asked for", dc.endpoint, c.op, h.PayloadLen, want)
 		dc.complete(h.ID, c, err)
 		return err
 	}
 	c.reading = true
 	dc.mu.Unlock()
 	c.hasCRC, c.sent = h.Flags&FlagCRC != 0, h.CRC
-	crc, err := readCRC(dc.br, c.buf)
+	crc, err := readPartsCRC(dc.br, c.buf)
 	if err != nil {
 		why := ""
 		if c.op == OpReadSSD {
@@ -488,20 +518,33 @@ func (dc *DataConn) reply(h Header, meta []byte) error {
 	return nil
 }
 
-// readCRC fills buf from r and returns its CRC32C, computed chunk by chunk
-// as the bytes arrive.
-func readCRC(r io.Reader, buf []byte) (uint32, error) {
+// readPartsCRC fills parts in order from r and returns the CRC32C of the
+// whole, each part read straight into (scatter).
+func readPartsCRC(r io.Reader, parts [][]byte) (uint32, error) {
 	var crc uint32
-	for got := 0; got < len(buf); {
-		end := min(got+crcChunk, len(buf))
-		n, err := io.ReadFull(r, buf[got:end])
-		crc = crc32.Update(crc, castagnoli, buf[got:got+n])
-		got += n
-		if err != nil {
-			return 0, fmt.Errorf("%d of %d payload bytes, then %w", got, len(buf), err)
+	var done int64
+	for _, p := range parts {
+		for got := 0; got < len(p); {
+			end := min(got+crcChunk, len(p))
+			n, err := io.ReadFull(r, p[got:end])
+			crc = crc32.Update(crc, castagnoli, p[got:got+n])
+			got += n
+			if err != nil {
+				return 0, fmt.Errorf("%d of %d payload bytes, then %w", done+int64(got), partsLen(parts), err)
+			}
 		}
+		done += int64(len(p))
 	}
 	return crc, nil
+}
+
+// partsLen is the total length of parts.
+func partsLen(parts [][]byte) int64 {
+	var n int64
+	for _, p := range parts {
+		n += int64(len(p))
+	}
+	return n
 }
 
 // complete ends call c with err and wakes its caller, unless the caller

@@ -5,7 +5,8 @@
 // TCP, on the node's gRPC port (Mux routes a connection by its first four
 // bytes). A client's DataConn writes a frame's header and then the value
 // straight from the caller's memory (one writev), and reads a reply's value
-// straight into the caller's buffer; several calls are in flight on one
+// straight into the caller's buffer (or, for the Parts forms, the
+// caller's buffers in order: gather/scatter); several calls are in flight on one
 // connection (pipelined, matched by id), and DataPool keeps ConnsPerNode
 // connections per node. A node's DataServer serves a DataHandler: writes
 // (the handler claims the range first, BeginWrite; the payload is then
