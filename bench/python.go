@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/master"
-	"github.com/tierstore/tierstore/node"
 )
 
 func init() {
@@ -36,6 +34,13 @@ var pyFigureNames = []string{
 	"batch_put_from 128 x 2 MiB",
 	"get_into 1 MiB",
 	"get_into 1 MiB, 8 threads",
+}
+
+// pyGoOnly are Go figures without a Python counterpart: the plain batch
+// calls, beside the parts forms the Python calls reach.
+var pyGoOnly = []string{
+	"Go BatchGetInto 128 x 2 MiB",
+	"Go BatchPut 128 x 2 MiB",
 }
 
 // pyBenchKeys are the keys both sides read: bench.py's names.
@@ -65,21 +70,25 @@ func runPython(ctx context.Context, e *env) (*result, error) {
 	if err := pyBuildLib(ctx, repo); err != nil {
 		return nil, err
 	}
-	mc := master.DefaultConfig()
-	mc.Logger = quietLogger()
-	m, srv, addr, err := serveMaster(mc)
-	if err != nil {
-		return nil, fmt.Errorf("bench: python: master: %w", err)
+	// The master and the node are processes of their own, so that the Go
+	// client here and the Python one in its process each share a CPU with
+	// nothing of the cluster's.
+	bin := filepath.Join(e.dir, "bin")
+	if err := buildBinaries(ctx, bin); err != nil {
+		return nil, err
 	}
-	defer m.Close()
-	defer srv.Stop()
-	nc := node.DefaultConfig()
-	nc.Listen, nc.Memory, nc.Logger = "127.0.0.1:0", 1<<30, quietLogger()
-	n, err := node.Start(ctx, nc, m)
+	cl := &cluster{}
+	defer cl.stop()
+	line, err := cl.start(ctx, e.dir, filepath.Join(bin, "tierstore-master"), "tierstore-master listening on ",
+		"--rpc_port=0", "--metrics_port=0", "--log_level=warn")
 	if err != nil {
-		return nil, fmt.Errorf("bench: python: node: %w", err)
+		return nil, fmt.Errorf("bench: python: master: %w\n%s", err, cl.logTail())
 	}
-	defer n.Close()
+	addr := strings.Fields(line)[0]
+	if _, err := cl.start(ctx, e.dir, filepath.Join(bin, "tierstore-node"), "tierstore-node listening on ",
+		"--master="+addr, "--memory=1GiB"); err != nil {
+		return nil, fmt.Errorf("bench: python: node: %w\n%s", err, cl.logTail())
+	}
 	cs, err := remoteClients(ctx, addr, 1)
 	if err != nil {
 		return nil, fmt.Errorf("bench: python: client: %w", err)
@@ -109,8 +118,8 @@ func runPython(ctx context.Context, e *env) (*result, error) {
 	}
 
 	res := &result{Options: map[string]string{
-		"cluster":  "master over gRPC on 127.0.0.1 and one 1 GiB DRAM node with a real listener, in the bench process; every byte crosses loopback",
-		"go":       "one client.Client without a local node (BatchGetInto, BatchPut, GetInto), in the bench process",
+		"cluster":  "tierstore-master and one tierstore-node (1 GiB DRAM) processes on 127.0.0.1, built from cmd/; every byte crosses loopback",
+		"go":       "one client.Client without a local node, in the bench process: BatchGetIntoParts, BatchPutParts (what the Python batch calls reach), GetInto; and BatchGetInto, BatchPut",
 		"python":   pyPython + " -m tierstore.bench: MooncakeDistributedStore (global_segment_size=0) on the tierstore.Client C library, in its own process",
 		"per_pass": fmt.Sprintf("%v of timed work per figure; %d passes alternating Go and Python; the median pass, ratio the median of per-pass ratios", d, passes),
 	}}
@@ -126,10 +135,21 @@ func runPython(ctx context.Context, e *env) (*result, error) {
 		}
 		t.add(name, median(gs), median(ps), median(rs))
 	}
+	for _, name := range pyGoOnly {
+		var gs, rs []float64
+		for i := range goPasses {
+			gs = append(gs, goPasses[i][name])
+			if goPasses[i][name] > 0 {
+				rs = append(rs, pyPassesOut[i][strings.Replace(strings.Replace(name, "Go BatchGetInto", "batch_get_into", 1), "Go BatchPut", "batch_put_from", 1)]/goPasses[i][name])
+			}
+		}
+		t.add(name, median(gs), nil, median(rs))
+	}
 	res.Tables = []*table{t}
 	res.Notes = append(res.Notes,
-		"batch_get_into: one call reads 128 objects of 2 MiB into 128 buffers (Go: BatchGetInto); MB/s over the time inside the calls",
-		"batch_put_from: one call puts 128 new objects of 2 MiB from 128 buffers (Go: BatchPut); they are removed after each call (untimed)",
+		"batch_get_into: one call reads 128 objects of 2 MiB into 128 buffers (Go: BatchGetIntoParts, one part per key, the call the Python one reaches); MB/s over the time inside the calls",
+		"batch_put_from: one call puts 128 new objects of 2 MiB from 128 buffers (Go: BatchPutParts); they are removed after each call (untimed)",
+		"Go BatchGetInto, Go BatchPut: the plain Go batch calls on the same work; their Python / Go column is the Python figure of the same work over them",
 		"get_into 1 MiB: one caller reading one 1 MiB object after another; 8 threads: 8 Python threads sharing one store against 8 goroutines sharing one client, MB/s over the wall time",
 		"goal: every Python figure >= 0.9 x the Go figure")
 	res.Elapsed = time.Since(started).Seconds()
@@ -192,7 +212,20 @@ func pyGoPass(ctx context.Context, c *client.Client, d time.Duration, pass int) 
 		keys[i], bufs[i] = pyGetKey(i), make([]byte, pyBatchSize)
 	}
 	var err error
+	parts := make([][][]byte, pyBatchKeys)
+	for i := range parts {
+		parts[i] = [][]byte{bufs[i]}
+	}
+	// The calls the Python ones reach (ts_batch_get_into and
+	// ts_batch_put_parts call the parts forms), then the plain Go ones.
 	f[pyFigureNames[0]], err = pyTimed(d, pyBatchKeys*pyBatchSize, func(int) error {
+		_, errs := c.BatchGetIntoParts(ctx, keys, parts)
+		return firstErr(errs)
+	}, nil)
+	if err != nil {
+		return nil, err
+	}
+	f[pyGoOnly[0]], err = pyTimed(d, pyBatchKeys*pyBatchSize, func(int) error {
 		_, errs := c.BatchGetInto(ctx, keys, bufs)
 		return firstErr(errs)
 	}, nil)
@@ -204,16 +237,30 @@ func pyGoPass(ctx context.Context, c *client.Client, d time.Duration, pass int) 
 	for i := range vals {
 		vals[i] = src.value(i)
 	}
+	valParts := make([][][]byte, pyBatchKeys)
+	for i := range vals {
+		valParts[i] = [][]byte{vals[i]}
+	}
 	put := make([]string, pyBatchKeys)
+	cleanup := func() error {
+		_, err := c.RemoveByRegex(ctx, "^pybench/goput/", true)
+		return err
+	}
 	f[pyFigureNames[1]], err = pyTimed(d, pyBatchKeys*pyBatchSize, func(round int) error {
 		for i := range put {
 			put[i] = fmt.Sprintf("pybench/goput/%d/%d/%d", pass, round, i)
 		}
+		return firstErr(c.BatchPutParts(ctx, put, valParts, client.PutOptions{}))
+	}, cleanup)
+	if err != nil {
+		return nil, err
+	}
+	f[pyGoOnly[1]], err = pyTimed(d, pyBatchKeys*pyBatchSize, func(round int) error {
+		for i := range put {
+			put[i] = fmt.Sprintf("pybench/goput/%d/b%d/%d", pass, round, i)
+		}
 		return firstErr(c.BatchPut(ctx, put, vals))
-	}, func() error {
-		_, err := c.RemoveByRegex(ctx, "^pybench/goput/", true)
-		return err
-	})
+	}, cleanup)
 	if err != nil {
 		return nil, err
 	}
@@ -243,12 +290,24 @@ var pyThreadBufs = sync.OnceValue(func() [][]byte {
 
 func pyThreadBuf(w int) []byte { return pyThreadBufs()[w] }
 
-// pyTimed calls op (with its round number) until d of time inside op has
-// passed, running cleanup (untimed) after each; MB/s over the time inside op.
+// pyTimed calls op (with its round number) once untimed to warm up, then
+// until d of time inside op has passed, running cleanup (untimed) after
+// each; MB/s over the time inside op.
 func pyTimed(d time.Duration, bytesPerOp int64, op func(round int) error, cleanup func() error) (float64, error) {
 	var in time.Duration
 	var moved int64
-	for round := 0; in < d; round++ {
+	for round := -1; in < d; round++ { // round -1 warms up, untimed
+		if round < 0 {
+			if err := op(1 << 30); err != nil {
+				return 0, err
+			}
+			if cleanup != nil {
+				if err := cleanup(); err != nil {
+					return 0, err
+				}
+			}
+			continue
+		}
 		t0 := time.Now()
 		if err := op(round); err != nil {
 			return 0, err

@@ -10,8 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/keyspec"
+	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/mastergrpc"
@@ -49,7 +52,17 @@ type Config struct {
 	ConnsPerNode int
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// TLS, when its three paths are set, is the client's mutual TLS
+	// [--tls_cert, --tls_key, --tls_ca]: the connection to the master and
+	// every data connection use it, re-reading the files when they change.
+	// The certificate must name role client (docs/security.md). Zero:
+	// plaintext.
+	TLS TLSFiles
 }
+
+// TLSFiles are the paths of a certificate, its key and the CA that signed
+// the cluster's certificates (PEM).
+type TLSFiles = tlsconf.Files
 
 // ReadStats counts Get results by the tier that served them.
 type ReadStats struct {
@@ -111,11 +124,23 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if c.cfg.ReplicaTimeout <= 0 {
 		c.cfg.ReplicaTimeout = 5 * time.Second
 	}
+	var opts []grpc.DialOption
+	if cfg.TLS.Enabled() {
+		src, err := tlsconf.Load(cfg.TLS)
+		if err == nil {
+			err = src.NeedRole(tlsconf.Client)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
+		}
+		opts = append(opts, grpc.WithTransportCredentials(src.ClientCredentials(tlsconf.Master)))
+		c.data.TLS = src.ClientConfig(tlsconf.Node)
+	}
 	switch {
 	case cfg.Master != nil:
 		c.m = cfg.Master
 	case cfg.MasterAddr != "":
-		r, err := mastergrpc.Dial(ctx, cfg.MasterAddr)
+		r, err := mastergrpc.Dial(ctx, cfg.MasterAddr, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("client: connecting to master %s: %w", cfg.MasterAddr, err)
 		}

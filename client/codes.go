@@ -45,4 +45,5 @@ var (
 	ErrTaskNotFound      = codes.ErrTaskNotFound      // TASK_NOT_FOUND (-1400)
 	ErrNeedRemount       = codes.ErrNeedRemount       // NEED_REMOUNT (-1500)
 	ErrVersionMismatch   = codes.ErrVersionMismatch   // VERSION_MISMATCH (-1600): a master or node of another protocol version (docs/design.md)
+	ErrPermissionDenied  = codes.ErrPermissionDenied  // PERMISSION_DENIED (-1700): the caller's TLS certificate lacks the role the call needs (docs/security.md)
 )

@@ -55,7 +55,7 @@ func TestCodesReExported(t *testing.T) {
 		codes.ChecksumConflict: client.ErrChecksumConflict, codes.RPCFail: client.ErrRPCFail, codes.ContextCanceled: client.ErrContextCanceled,
 		codes.UnavailableStatus: client.ErrUnavailable, codes.ShuttingDown: client.ErrShuttingDown, codes.KeysUltraLimit: client.ErrKeysUltraLimit,
 		codes.UnableOffload: client.ErrUnableOffload, codes.TaskNotFound: client.ErrTaskNotFound, codes.NeedRemount: client.ErrNeedRemount,
-		codes.VersionMismatch: client.ErrVersionMismatch,
+		codes.VersionMismatch: client.ErrVersionMismatch, codes.PermissionDenied: client.ErrPermissionDenied,
 	}
 	for _, code := range codes.All() {
 		e, ok := all[code]

@@ -37,9 +37,10 @@ func (s *Service) startAdmission() {
 
 // observeLookup tells a lookup-observing policy about one demand lookup of
 // key, whose object is o (nil when absent). count is the caller's "counted
-// demand lookup" (not the offload path, first occurrence in its batch).
-// Caller holds the shard lock.
-func (s *Service) observeLookup(key string, o *object, count bool) {
+// demand lookup" (not the offload path, first occurrence in its batch);
+// pre: the lookup is an ExistKey, whose SSD hit is a prefetch (a read will
+// follow: prefetch.go). Caller holds the shard lock.
+func (s *Service) observeLookup(key string, o *object, count, pre bool) {
 	if !count {
 		return
 	}
@@ -54,7 +55,9 @@ func (s *Service) observeLookup(key string, o *object, count bool) {
 		ob.ObserveLookup(key, admission.DRAMHit, o.size)
 	case o.readableDisk():
 		ob.ObserveLookup(key, admission.SSDHit, o.size)
-		s.considerPromotion(key, o)
+		if !pre || s.cfg.PrefetchBudget > 0 { // prefetch_budget 0: a lookup does not prefetch
+			s.considerPromotion(key, o, pre)
+		}
 	default:
 		ob.ObserveLookup(key, admission.Miss, 0)
 	}

@@ -253,8 +253,14 @@ func checkSegment(g *segment, rs []rng) error {
 func checkMailbox(n *node, pinned map[string]bool) error {
 	n.box.mu.Lock()
 	boxKeys := map[string]bool{}
-	for k := range n.box.pending {
+	var pendingBytes int64
+	for k, b := range n.box.pending {
 		boxKeys[k] = true
+		pendingBytes += b
+	}
+	if pendingBytes != n.box.pendingBytes {
+		n.box.mu.Unlock()
+		return inconsistent("node %q: offload mailbox counts %d queued bytes, its tasks hold %d", n.id, n.box.pendingBytes, pendingBytes)
 	}
 	for k := range n.box.inflight {
 		boxKeys[k] = true

@@ -3,6 +3,7 @@ package master
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/tierstore/tierstore/admission"
@@ -40,6 +41,12 @@ type Config struct {
 	// also by the caller's context. 0: fail at once with
 	// NO_AVAILABLE_HANDLE.
 	PutStartMaxWait time.Duration
+	// PrefetchBudget (prefetch_budget, MB/s of 10^6 bytes): the rate of
+	// object bytes prefetch may queue for promotion (ExistKey and
+	// BatchExistKey hits on SSD-only objects, Prefetch), in bursts of one
+	// second's worth; beyond it a prefetch is refused (prefetch.go). 0
+	// turns prefetch off.
+	PrefetchBudget float64
 
 	// MonitorInterval is the period of the background loop (liveness,
 	// sweep, reclaim, watermark eviction). 0 disables the loop: tests call
@@ -88,6 +95,7 @@ func DefaultConfig() Config {
 		OffloadTaskTimeout:         300 * time.Second,
 		PutStartDiscardTimeout:     30 * time.Second,
 		PutStartMaxWait:            5 * time.Second,
+		PrefetchBudget:             512,
 		MonitorInterval:            time.Second,
 		Shards:                     1024,
 		AdmissionFlags:             admission.DefaultOptions(),
@@ -131,6 +139,9 @@ func (c Config) Validate() error {
 	}
 	if c.PutStartDiscardTimeout <= 0 {
 		return bad("put_start_discard_timeout_sec must be > 0, got %v", c.PutStartDiscardTimeout)
+	}
+	if c.PrefetchBudget < 0 || math.IsNaN(c.PrefetchBudget) || math.IsInf(c.PrefetchBudget, 0) {
+		return bad("prefetch_budget must be a finite MB/s >= 0, got %v", c.PrefetchBudget)
 	}
 	if c.PutStartMaxWait < 0 {
 		return bad("put_start_max_wait must be >= 0, got %v", c.PutStartMaxWait)

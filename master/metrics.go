@@ -57,6 +57,14 @@ func newMetrics(s *Service) *metrics {
 			func() float64 { return float64(s.cnt.putWaits.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_put_start_wait_failures_total", Help: "PutStarts that waited for DRAM room and gave up (context or put_start_max_wait)."},
 			func() float64 { return float64(s.cnt.putWaitsFailed.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_offload_wakes_total", Help: "WaitOffload calls answered pressed: a node fetched its tasks before its heartbeat tick (a put waited for room, queued offload bytes passed a quarter of its DRAM, or promotions were queued)."},
+			func() float64 { return float64(s.cnt.offloadWakes.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_prefetch_queued_total", Help: "Prefetches queued for promotion (ExistKey/BatchExistKey hits on SSD-only objects, Prefetch)."},
+			func() float64 { return float64(s.cnt.prefetchQueued.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_prefetch_over_budget_total", Help: "Prefetches the frequency test admitted and the prefetch budget refused."},
+			func() float64 { return float64(s.cnt.prefetchOverBudget.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_prefetch_evictions_total", Help: "DRAM replicas of colder objects with an SSD copy dropped to make room for a prefetch."},
+			func() float64 { return float64(s.cnt.prefetchEvictions.Load()) }),
 		promotionCounter("queued", &s.cnt.promotionsQueued),       // SSD hits the admission policy found worth a DRAM copy, queued for their node.
 		promotionCounter("started", &s.cnt.promotionsStarted),     // Promotions handed to a node (a DRAM range allocated).
 		promotionCounter("published", &s.cnt.promotions),          // Promotions the node loaded: DRAM replica published.

@@ -42,13 +42,14 @@ func (s *Service) queueTask(key string, o *object) bool {
 		return false
 	}
 	n := src.seg.node
-	if !n.box.add(key, s.cfg.OffloadingQueueLimit) {
+	if !n.box.add(key, src.len, s.cfg.OffloadingQueueLimit) {
 		s.met.countErr(codes.ErrKeysUltraLimit)
 		s.log.Debug("offload queue full", "node", n.id, "limit", s.cfg.OffloadingQueueLimit)
 		return false
 	}
 	o.offload = n
 	s.cnt.offloadQueued.Add(1)
+	n.wake.signal() // the queued bytes may pass the wake threshold
 	return true
 }
 

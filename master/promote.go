@@ -51,15 +51,18 @@ const maxPromoTries = 4
 // promoBox is a node's queue of promotion candidates. Lock order: shard.mu
 // before promoBox.mu.
 type promoBox struct {
-	mu    sync.Mutex // protects keys and tries
+	mu    sync.Mutex // protects keys, tries and prefetch
 	keys  []string
 	tries map[string]uint8 // queued key -> heartbeats it found no room
-	drops int64            // candidates refused because the queue was full
+	// prefetch marks the queued keys a prefetch asked for (prefetch.go):
+	// they evict only colder objects that stay readable from SSD.
+	prefetch map[string]bool
+	drops    int64 // candidates refused because the queue was full
 }
 
-// add queues key once (tries: the heartbeats it already found no room);
-// false when the queue is full.
-func (b *promoBox) add(key string, tries uint8) bool {
+// add queues key once (tries: the heartbeats it already found no room;
+// pre: a prefetch); false when the queue is full.
+func (b *promoBox) add(key string, tries uint8, pre bool) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if _, ok := b.tries[key]; ok {
@@ -70,11 +73,21 @@ func (b *promoBox) add(key string, tries uint8) bool {
 		return false
 	}
 	if b.tries == nil {
-		b.tries = map[string]uint8{}
+		b.tries, b.prefetch = map[string]uint8{}, map[string]bool{}
 	}
 	b.tries[key] = tries
+	if pre {
+		b.prefetch[key] = true
+	}
 	b.keys = append(b.keys, key)
 	return true
+}
+
+// size returns how many keys are queued.
+func (b *promoBox) size() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.keys)
 }
 
 // has reports whether key is queued.
@@ -86,19 +99,21 @@ func (b *promoBox) has(key string) bool {
 }
 
 // take removes and returns up to n queued keys, oldest first, with their
-// tries.
-func (b *promoBox) take(n int) ([]string, []uint8) {
+// tries and whether a prefetch asked for them.
+func (b *promoBox) take(n int) ([]string, []uint8, []bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	n = min(n, len(b.keys))
 	out := append([]string(nil), b.keys[:n]...)
 	tries := make([]uint8, n)
+	pre := make([]bool, n)
 	b.keys = append(b.keys[:0], b.keys[n:]...)
 	for i, k := range out {
-		tries[i] = b.tries[k]
+		tries[i], pre[i] = b.tries[k], b.prefetch[k]
 		delete(b.tries, k)
+		delete(b.prefetch, k)
 	}
-	return out, tries
+	return out, tries, pre
 }
 
 // promoter is a policy that answers whether an SSD hit deserves a DRAM copy.
@@ -106,11 +121,12 @@ type promoter interface{ Promote(key string) bool }
 
 // considerPromotion queues key for promotion on the node of its live
 // LocalDisk replica when o is read from SSD only and the policy says it is
-// worth it. Caller holds the shard lock.
-func (s *Service) considerPromotion(key string, o *object) {
+// worth it; a prefetch (pre) also needs the prefetch budget. It reports
+// whether key is queued now. Caller holds the shard lock.
+func (s *Service) considerPromotion(key string, o *object, pre bool) bool {
 	p, ok := s.policy.(promoter)
 	if !ok || o.mem.seg != nil || o.offload != nil {
-		return
+		return false
 	}
 	var n *node
 	for _, d := range o.disk {
@@ -120,11 +136,21 @@ func (s *Service) considerPromotion(key string, o *object) {
 		}
 	}
 	if n == nil || n.promo.has(key) || !p.Promote(key) {
-		return // (a queued key is not asked again: Promote counts its yes)
+		return false // (a queued key is not asked again: Promote counts its yes)
 	}
-	if n.promo.add(key, 0) {
-		s.cnt.promotionsQueued.Add(1)
+	if pre && !s.prefetch.take(o.size, s.now()) {
+		s.cnt.prefetchOverBudget.Add(1)
+		return false
 	}
+	if !n.promo.add(key, 0, pre) {
+		return false
+	}
+	s.cnt.promotionsQueued.Add(1)
+	if pre {
+		s.cnt.prefetchQueued.Add(1)
+	}
+	n.wake.signal()
+	return true
 }
 
 // takePromotions turns up to max of n's queued candidates into promotion
@@ -132,14 +158,14 @@ func (s *Service) considerPromotion(key string, o *object) {
 // replica in progress.
 func (s *Service) takePromotions(n *node, max int) []masterapi.PromoteTask {
 	var out []masterapi.PromoteTask
-	keys, tries := n.promo.take(max)
+	keys, tries, pre := n.promo.take(max)
 	for i, key := range keys {
-		t, res := s.startPromotion(n, key)
+		t, res := s.startPromotion(n, key, pre[i])
 		switch {
 		case res == promoStarted:
 			out = append(out, t)
 		case res == promoNoRoom && tries[i]+1 < maxPromoTries:
-			n.promo.add(key, tries[i]+1) // the eviction it started may free room by the next heartbeat
+			n.promo.add(key, tries[i]+1, pre[i]) // the eviction it started may free room by the next heartbeat
 		case res == promoNoRoom:
 			s.cnt.promotionsNoRoom.Add(1)
 		}
@@ -169,7 +195,9 @@ const (
 
 // startPromotion allocates key's range in n's segment and records it as
 // o's DRAM replica in progress (a put of a new token, marked promo).
-func (s *Service) startPromotion(n *node, key string) (masterapi.PromoteTask, promoStart) {
+// A prefetch (pre) evicts only colder objects that stay readable from SSD
+// (allocateColder).
+func (s *Service) startPromotion(n *node, key string, pre bool) (masterapi.PromoteTask, promoStart) {
 	sh := s.shardOf(key)
 	sh.mu.Lock()
 	o := sh.objs[key]
@@ -182,7 +210,13 @@ func (s *Service) startPromotion(n *node, key string) (masterapi.PromoteTask, pr
 	if !ok {
 		return masterapi.PromoteTask{}, promoMoot
 	}
-	seg, off, ok := s.allocateOnNode(n, size)
+	var seg *segment
+	var off int64
+	if pre {
+		seg, off, ok = s.allocateColder(n, size, key)
+	} else {
+		seg, off, ok = s.allocateOnNode(n, size)
+	}
 	if !ok {
 		return masterapi.PromoteTask{}, promoNoRoom
 	}

@@ -46,7 +46,7 @@ func (s *Service) exist(key string, now int64, count bool) (bool, error) {
 	}
 	defer sh.mu.Unlock()
 	o := sh.objs[key]
-	s.observeLookup(key, o, count)
+	s.observeLookup(key, o, count, true)
 	switch {
 	case o == nil:
 		return false, nil
@@ -73,7 +73,7 @@ func (s *Service) replicaList(key string, now int64, count bool, slab *[]mastera
 	}
 	defer sh.mu.Unlock()
 	o := sh.objs[key]
-	s.observeLookup(key, o, count)
+	s.observeLookup(key, o, count, false)
 	if o == nil {
 		return masterapi.ObjectInfo{}, codes.Errorf(codes.ObjectNotFound, "master: get_replica_list")
 	}

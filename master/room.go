@@ -92,6 +92,7 @@ func (s *Service) waitForRoom(ctx context.Context, size int64, preferred string,
 		if err == nil || !s.roomCanCome(size, exclude) {
 			return seg, off, err
 		}
+		s.wakeNodes() // their queued offload tasks may make room
 		if h := s.hooks.putWaiting; h != nil {
 			h()
 		}

@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"net"
+	"time"
 	"unsafe"
 
 	"google.golang.org/grpc"
@@ -408,4 +409,28 @@ func (s *Server) Stats(ctx context.Context, _ *pb.StatsRequest) (*pb.StatsRespon
 		Evictions: x.Evictions, OffloadQueuedTotal: x.OffloadQueuedTot, OffloadPersistedTotal: x.OffloadPersisted,
 		OffloadFailedTotal: x.OffloadFailed, ExpiredNodesTotal: x.ExpiredNodes,
 		PromotionsTotal: x.Promotions, PromotionsAbandonedTotal: x.PromotionsAbandoned}, nil
+}
+
+func (s *Server) WaitOffload(ctx context.Context, r *pb.WaitOffloadRequest) (*pb.WaitOffloadResponse, error) {
+	w, ok := s.api.(masterapi.OffloadWaiter)
+	if !ok {
+		return nil, toStatus(codes.Errorf(codes.UnableOffload, "master: wait_offload: not implemented by %T", s.api))
+	}
+	pressed, err := w.WaitOffload(ctx, r.GetNode(), time.Duration(r.GetTimeoutMs())*time.Millisecond)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.WaitOffloadResponse{Pressed: pressed}, nil
+}
+
+func (s *Server) Prefetch(ctx context.Context, r *pb.KeysRequest) (*pb.PrefetchResponse, error) {
+	p, ok := s.api.(masterapi.Prefetcher)
+	if !ok {
+		return nil, toStatus(codes.Errorf(codes.UnableOffload, "master: prefetch: not implemented by %T", s.api))
+	}
+	n, err := p.Prefetch(ctx, strs(r.GetKeys()))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.PrefetchResponse{Queued: int32(n)}, nil
 }

@@ -51,6 +51,8 @@ type Service struct {
 
 	// room wakes PutStarts waiting for DRAM room (room.go).
 	room broadcast
+	// prefetch is the prefetch budget (prefetch.go).
+	prefetch tokenBucket
 	// hooks are test seams; nil in production.
 	hooks struct {
 		putWaiting func() // a PutStart is about to wait for room
@@ -95,6 +97,10 @@ type counters struct {
 	offloadRetried, offloadAbandoned   atomic.Int64
 	badReplicas                        atomic.Int64
 	putWaits, putWaitsFailed           atomic.Int64
+	offloadWakes                       atomic.Int64 // WaitOffload calls answered pressed (wake.go)
+	// prefetch (prefetch.go)
+	prefetchQueued, prefetchOverBudget atomic.Int64
+	prefetchEvictions                  atomic.Int64
 	offloadDroppedVictims              atomic.Int64
 	// promotion (promote.go) and the admission sketch sent to nodes
 	promotionsQueued, promotionsStarted atomic.Int64
@@ -128,6 +134,7 @@ func New(cfg Config) (*Service, error) {
 		}
 	}
 	s.countLookups = s.policy.WantsLookups()
+	s.prefetch.init(cfg.PrefetchBudget*1e6, s.now())
 	n := 1 << bits.Len(uint(cfg.Shards-1))
 	s.shards = make([]shard, n)
 	for i := range s.shards {

@@ -21,6 +21,9 @@ type node struct {
 	segments map[string]*segment
 
 	box mailbox
+	// wake is rung when the node's offload may have become pressing
+	// (wake.go): a WaitOffload of the node re-checks.
+	wake broadcast
 	// promo queues the node's promotion candidates (promote.go).
 	promo promoBox
 	// forget lists the DRAM records the node must forget (removals_service.go).
@@ -263,10 +266,13 @@ type parkedPut struct {
 
 // mailbox is a node's offload queue. Lock order: shard.mu before mailbox.mu.
 type mailbox struct {
-	mu       sync.Mutex          // protects the fields below
-	queue    []string            // FIFO of keys; entries not in pending are stale
-	pending  map[string]struct{} // queued, not yet fetched
-	inflight map[string]int64    // fetched by the node: key -> deadline (unix ns)
+	mu      sync.Mutex       // protects the fields below
+	queue   []string         // FIFO of keys; entries not in pending are stale
+	pending map[string]int64 // queued, not yet fetched: key -> bytes of its source range
+	// pendingBytes is the sum of pending's bytes (wake.go: a node is woken
+	// when it passes a quarter of its DRAM).
+	pendingBytes int64
+	inflight     map[string]int64 // fetched by the node: key -> deadline (unix ns)
 	// orphans are fetched tasks whose object (or source replica) went away;
 	// a pending task of the same key is not handed out while its orphan
 	// exists, so the node's answer for a key is never ambiguous.
@@ -274,7 +280,7 @@ type mailbox struct {
 }
 
 func (b *mailbox) init() {
-	b.pending = map[string]struct{}{}
+	b.pending = map[string]int64{}
 	b.inflight = map[string]int64{}
 	b.orphans = map[string]orphan{}
 }
@@ -341,8 +347,9 @@ func (b *mailbox) orphanList() []orphan {
 
 func (b *mailbox) size() int { return len(b.pending) + len(b.inflight) }
 
-// add queues key; false when the mailbox holds limit tasks already.
-func (b *mailbox) add(key string, limit int) bool {
+// add queues key, whose source range is bytes long; false when the
+// mailbox holds limit tasks already.
+func (b *mailbox) add(key string, bytes int64, limit int) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if _, ok := b.pending[key]; ok {
@@ -354,7 +361,8 @@ func (b *mailbox) add(key string, limit int) bool {
 	if b.size() >= limit {
 		return false
 	}
-	b.pending[key] = struct{}{}
+	b.pending[key] = bytes
+	b.pendingBytes += bytes
 	b.queue = append(b.queue, key)
 	return true
 }
@@ -362,6 +370,7 @@ func (b *mailbox) add(key string, limit int) bool {
 // drop forgets key's task, queued or in flight.
 func (b *mailbox) drop(key string) {
 	b.mu.Lock()
+	b.pendingBytes -= b.pending[key]
 	delete(b.pending, key)
 	delete(b.inflight, key)
 	if len(b.queue) > 64 && len(b.queue) > 4*len(b.pending) {
@@ -392,6 +401,7 @@ func (b *mailbox) take(max int, deadline int64) []string {
 			held = append(held, k)
 			continue
 		}
+		b.pendingBytes -= b.pending[k]
 		delete(b.pending, k)
 		b.inflight[k] = deadline
 		out = append(out, k)
@@ -414,6 +424,14 @@ func (b *mailbox) expired(now int64) []string {
 		}
 	}
 	return out
+}
+
+// queuedBytes returns how many tasks are queued (not fetched) and the
+// bytes of their sources.
+func (b *mailbox) queuedBytes() (int, int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.pending), b.pendingBytes
 }
 
 func (b *mailbox) counts() (queued, inflight int) {

@@ -586,3 +586,32 @@ func IsOffloadPath(ctx context.Context) bool {
 	v, _ := ctx.Value(offloadPathKey{}).(bool)
 	return v
 }
+
+// MaxOffloadWait caps the timeout of one OffloadWaiter.WaitOffload.
+const MaxOffloadWait = time.Minute
+
+// OffloadWaiter is the part of NodeAPI that lets a master wake a node when
+// its offload is pressing (a put waits for DRAM room, queued offload bytes
+// pass a quarter of the node's DRAM, promotions are queued), so that the
+// node fetches its tasks at once instead of at its next heartbeat tick.
+// *master.Service and *mastergrpc.Client implement it; a node whose master
+// does not offloads on its ticks only.
+type OffloadWaiter interface {
+	// WaitOffload returns true as soon as node's offload is pressing (at
+	// once if it is), false after timeout (capped at MaxOffloadWait).
+	// ErrNeedRemount for an unknown node. Not a ping.
+	WaitOffload(ctx context.Context, node string, timeout time.Duration) (bool, error)
+}
+
+// Prefetcher is the part of ClientAPI that brings SSD-resident objects into
+// DRAM ahead of a read: each key whose only readable copies are on SSD is
+// queued for promotion on the node of its SSD copy, admitted by the
+// admission policy's frequency test and bounded by the master's prefetch
+// budget; keys in DRAM already, missing keys or keys the policy or budget
+// refuse are left as they are (not errors). *master.Service and
+// *mastergrpc.Client implement it.
+type Prefetcher interface {
+	// Prefetch returns how many keys it queued for promotion.
+	// ErrInvalidKey for a malformed key (nothing is queued then).
+	Prefetch(ctx context.Context, keys []string) (int, error)
+}

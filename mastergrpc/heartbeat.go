@@ -2,6 +2,7 @@ package mastergrpc
 
 import (
 	"context"
+	"time"
 
 	pb "github.com/tierstore/tierstore/internal/rpcpb"
 	"github.com/tierstore/tierstore/masterapi"
@@ -56,4 +57,22 @@ func ssdReportPB(r masterapi.SSDReport) *pb.SSDReport {
 		out.Victims[i] = &pb.SSDVictim{Bytes: v.Bytes, Span: v.Span, Value: v.Value}
 	}
 	return out
+}
+
+// WaitOffload implements masterapi.OffloadWaiter over the WaitOffload RPC.
+func (r *Client) WaitOffload(ctx context.Context, node string, timeout time.Duration) (bool, error) {
+	p, err := r.c.WaitOffload(ctx, &pb.WaitOffloadRequest{Node: node, TimeoutMs: timeout.Milliseconds()})
+	if err != nil {
+		return false, fromStatus(err)
+	}
+	return p.GetPressed(), nil
+}
+
+// Prefetch implements masterapi.Prefetcher over the Prefetch RPC.
+func (r *Client) Prefetch(ctx context.Context, keys []string) (int, error) {
+	p, err := r.c.Prefetch(ctx, &pb.KeysRequest{Keys: keyBytes(keys)})
+	if err != nil {
+		return 0, fromStatus(err)
+	}
+	return int(p.GetQueued()), nil
 }

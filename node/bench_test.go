@@ -42,6 +42,7 @@ func benchClusterWith(b *testing.B, ssd, remote bool, backendName string) (*clie
 	nc.Memory = 512 << 20
 	nc.Logger = quiet
 	nc.HeartbeatInterval = time.Hour
+	nc.OffloadWake = false
 	if ssd {
 		nc.EnableOffload = true
 		nc.SSDDir = b.TempDir()

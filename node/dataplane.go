@@ -2,13 +2,17 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/crc32c"
+	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/internal/wire"
 )
 
@@ -70,9 +74,36 @@ func (d *dataPlane) register(reg prometheus.Registerer, labels prometheus.Labels
 // service, and returns the listener to give the gRPC server.
 func (n *Node) startDataPlane(lis net.Listener) net.Listener {
 	n.dp.metrics()
-	srv := wire.NewDataServer(dataHandler{n}, wire.DataServerOptions{Logger: n.log})
-	n.dp.mux = wire.NewMux(lis, srv)
+	opts := wire.DataServerOptions{Logger: n.log}
+	if n.cfg.TLS == nil {
+		n.dp.mux = wire.NewMux(lis, wire.NewDataServer(dataHandler{n}, opts))
+		return n.dp.mux.Listener()
+	}
+	opts.Authorize = authorizeData
+	refused := func(from net.Addr, err error) { tlsconf.LogRefused(n.log, from, err) }
+	n.dp.mux = wire.NewMuxTLS(lis, wire.NewDataServer(dataHandler{n}, opts), n.cfg.TLS.ServerConfig(), refused)
 	return n.dp.mux.Listener()
+}
+
+// Roles gives the node's gRPC methods the roles that may call them with
+// mutual TLS; its test fails for a method without roles. The data plane
+// (reads and writes of ranges) needs role client (authorizeData).
+var Roles = tlsconf.Table{
+	"/tierstore.node.v1.NodePeer/NodeStats": {tlsconf.Client, tlsconf.Node, tlsconf.Master},
+}
+
+// authorizeData lets a data connection through if its peer's certificate
+// names role client (the Mux verified the certificate).
+func authorizeData(c net.Conn) error {
+	tc, ok := c.(*tls.Conn)
+	if !ok {
+		return codes.Errorf(codes.PermissionDenied, "the data plane needs role client over mutual TLS; the connection is not TLS")
+	}
+	cs := tc.ConnectionState()
+	if slices.Contains(tlsconf.PeerRoles(cs), tlsconf.Client) {
+		return nil
+	}
+	return codes.Errorf(codes.PermissionDenied, "the data plane (reads and writes of ranges) needs role client; the peer has certificate %s", tlsconf.Describe(cs.PeerCertificates[0]))
 }
 
 // observeLocalPut records an in-process put (WriteRange called by a client

@@ -43,6 +43,7 @@ func testNodeConfig(listen string) Config {
 	c.Listen = listen
 	c.Memory = 16 << 20
 	c.HeartbeatInterval = time.Hour
+	c.OffloadWake = false
 	c.ReconcileInterval = time.Hour
 	c.PingInterval = 20 * time.Millisecond
 	c.Logger = quiet

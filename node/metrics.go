@@ -17,6 +17,7 @@ type metricDef struct {
 
 var metricDefs = []metricDef{
 	{"offload_rounds_total", "Offload heartbeats that returned tasks.", prometheus.CounterValue, false, func(s *Stats) int64 { return s.OffloadRounds }},
+	{"offload_wakes_total", "Heartbeats run at once because the master said the offload was pressing (a put waited for DRAM room, queued offload bytes passed a quarter of the DRAM, promotions were queued).", prometheus.CounterValue, false, func(s *Stats) int64 { return s.OffloadWakes }},
 	{"offload_persisted_total", "Offload tasks answered persisted.", prometheus.CounterValue, false, func(s *Stats) int64 { return s.OffloadPersisted }},
 	{"offload_failed_total", "Offload tasks answered failed.", prometheus.CounterValue, false, func(s *Stats) int64 { return s.OffloadFailed }},
 	{"peer_writes_total", "Segment range writes served to peers.", prometheus.CounterValue, false, func(s *Stats) int64 { return s.PeerWrites }},

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/rpcpb"
+	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/tier"
 )
@@ -59,6 +60,7 @@ type Stats struct {
 	Backend                 string
 	Tier                    tier.Stats
 	OffloadRounds           int64 // heartbeats that returned tasks
+	OffloadWakes            int64 // heartbeats run because the master woke the node (WaitOffload)
 	OffloadPersisted        int64 // tasks answered persisted (incl. already present)
 	OffloadFailed           int64 // tasks answered failed
 	PeerWrites              int64
@@ -91,6 +93,7 @@ type Stats struct {
 
 type nodeMetrics struct {
 	offloadRounds, offloadPersisted, offloadFailed  atomic.Int64
+	offloadWakes                                    atomic.Int64 // heartbeats run because the master woke the node
 	peerWrites, peerReadsDRAM, peerReadsSSD         atomic.Int64
 	remounts, reconciles, reconcileRemoved          atomic.Int64
 	reconcileKeysSent                               atomic.Int64
@@ -246,7 +249,8 @@ func Start(ctx context.Context, cfg Config, m masterapi.NodeAPI, opts ...Option)
 	n.every(cfg.PingInterval, n.removalTick)
 	n.followLeader()
 	if n.tier != nil {
-		n.every(cfg.HeartbeatInterval, n.heartbeat)
+		n.every(cfg.HeartbeatInterval, func() { n.heartbeat() })
+		n.wakeLoop()
 		n.every(cfg.ReconcileInterval, n.reconcileTick)
 	}
 	n.log.Info("node started", "endpoint", n.endpoint, "segment", n.segName,
@@ -303,7 +307,12 @@ func (n *Node) serve() (err error) {
 		return fmt.Errorf("%w: --listen %q: %v", ErrBadConfig, n.cfg.Listen, err)
 	}
 	n.endpoint = n.lis.Addr().String()
-	n.srv = grpc.NewServer(grpc.ChainUnaryInterceptor(rpcpb.VersionCheck("node", rpcpb.NodeProtocol)))
+	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(rpcpb.VersionCheck("node", rpcpb.NodeProtocol))}
+	if n.cfg.TLS != nil {
+		u, s := Roles.Interceptors(n.log)
+		opts = append(opts, grpc.Creds(tlsconf.Handshaken()), grpc.ChainUnaryInterceptor(u), grpc.ChainStreamInterceptor(s))
+	}
+	n.srv = grpc.NewServer(opts...)
 	rpcpb.RegisterNodePeerServer(n.srv, &peerServer{n: n})
 	glis := n.startDataPlane(n.lis) // data connections split off; the rest is gRPC
 	go func() { _ = n.srv.Serve(glis) }()
@@ -368,6 +377,7 @@ func (n *Node) Stats() Stats {
 		Name: n.name, Endpoint: n.endpoint, Segment: n.segName, SegmentSize: n.seg.Size(),
 		OffloadEnabled: n.tier != nil, Backend: n.backend,
 		OffloadRounds:     n.metrics.offloadRounds.Load(),
+		OffloadWakes:      n.metrics.offloadWakes.Load(),
 		OffloadPersisted:  n.metrics.offloadPersisted.Load(),
 		OffloadFailed:     n.metrics.offloadFailed.Load(),
 		PeerWrites:        n.metrics.peerWrites.Load(),
@@ -565,17 +575,75 @@ func (n *Node) remount(ctx context.Context) error {
 }
 
 // heartbeat runs a pending re-registration, then offload rounds while the
-// master hands out full batches.
-func (n *Node) heartbeat() {
+// master hands out full batches. It returns how many tasks (offload and
+// promotion) the master handed out.
+func (n *Node) heartbeat() int {
 	n.roundMu.Lock()
 	defer n.roundMu.Unlock()
 	if n.reregister.Swap(false) {
 		n.reRegister(n.ctx)
 	}
+	total := 0
 	for n.ctx.Err() == nil {
-		if got := n.offloadRound(); got < n.cfg.OffloadBatch {
+		got, promos := n.offloadRound()
+		total += got + promos
+		if got < n.cfg.OffloadBatch {
 			break
 		}
+	}
+	return total
+}
+
+// Waking (master/wake.go): wakeWait is the timeout of one WaitOffload,
+// wakeRetry the pause after a failed one (a master without WaitOffload, a
+// master that does not know the node yet: the ping loop remounts), wakeIdle
+// the pause after a wake that handed out no task (tasks held back by an
+// orphan of a removal), so that the loop never spins.
+const (
+	wakeWait  = 10 * time.Second
+	wakeRetry = time.Second
+	wakeIdle  = 20 * time.Millisecond
+)
+
+// wakeLoop keeps a WaitOffload open at the master when it implements
+// masterapi.OffloadWaiter, and runs a heartbeat as soon as the master says
+// that this node's offload is pressing (a put waits for DRAM room, queued
+// offload bytes pass a quarter of the DRAM, promotions are queued): a full
+// DRAM drains at the disk's pace, not one batch per tick. The ticks go on
+// as before; both run heartbeat, which serialises on roundMu.
+func (n *Node) wakeLoop() {
+	w, ok := n.m.(masterapi.OffloadWaiter)
+	if !ok || !n.cfg.OffloadWake {
+		return
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		for n.ctx.Err() == nil {
+			ctx, cancel := context.WithTimeout(n.ctx, wakeWait+wakeRetry)
+			pressed, err := w.WaitOffload(ctx, n.name, wakeWait)
+			cancel()
+			switch {
+			case err != nil:
+				n.log.Debug("wait_offload failed; offloading on the heartbeat tick meanwhile", "err", err)
+				n.pause(wakeRetry)
+			case pressed:
+				n.metrics.offloadWakes.Add(1)
+				if n.heartbeat() == 0 {
+					n.pause(wakeIdle)
+				}
+			}
+		}
+	}()
+}
+
+// pause waits d or until Close.
+func (n *Node) pause(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-n.ctx.Done():
+	case <-t.C:
 	}
 }
 
@@ -589,5 +657,6 @@ func (n *Node) OffloadNow() int {
 	}
 	n.roundMu.Lock()
 	defer n.roundMu.Unlock()
-	return n.offloadRound()
+	got, _ := n.offloadRound()
+	return got
 }

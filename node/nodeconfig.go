@@ -13,6 +13,7 @@ import (
 	"github.com/tierstore/tierstore/bucket"
 	"github.com/tierstore/tierstore/eviction"
 	"github.com/tierstore/tierstore/internal/keyspec"
+	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/internal/units"
 	"golang.org/x/sys/unix"
 )
@@ -40,6 +41,11 @@ const (
 type Config struct {
 	// Listen is the peer gRPC address [--listen]. Ignored by embedded nodes.
 	Listen string
+	// TLS, when not nil, is the node's mutual TLS [--tls_cert, --tls_key,
+	// --tls_ca]: the shared port takes the TLS handshake first, then the
+	// data plane or gRPC inside; the data plane needs role client, NodeStats
+	// any role (Roles). nil: plaintext.
+	TLS *tlsconf.Source
 	// Memory is the DRAM segment size in bytes [--memory].
 	Memory int64
 	// EnableOffload turns on the SSD tier and the offload heartbeat
@@ -81,6 +87,13 @@ type Config struct {
 	// HeartbeatInterval is the offload heartbeat period
 	// [--heartbeat_interval].
 	HeartbeatInterval time.Duration
+	// OffloadWake keeps a WaitOffload open at the master beside the
+	// heartbeat ticks: the node runs a heartbeat as soon as the master says
+	// its offload is pressing (a put waits for DRAM room, queued offload
+	// bytes pass a quarter of its DRAM, promotions are queued), so a full
+	// DRAM drains at the disk's pace whatever the interval. false: ticks
+	// only [--offload_wake].
+	OffloadWake bool
 	// PingInterval is the liveness ping period [--ping_interval].
 	PingInterval time.Duration
 	// ReconcileInterval is the period of the SSD key-list reconcile
@@ -114,6 +127,7 @@ func DefaultConfig() Config {
 		BucketEviction:    DefaultBucketEviction,
 		Compression:       DefaultCompression,
 		HeartbeatInterval: DefaultHeartbeatInterval,
+		OffloadWake:       true,
 		PingInterval:      DefaultPingInterval,
 		ReconcileInterval: DefaultReconcileInterval,
 		OffloadBatch:      DefaultOffloadBatch,

@@ -25,21 +25,21 @@ import (
 //     answered in one final NotifyOffloadSuccess (invariant 3).
 
 // offloadRound fetches up to OffloadBatch tasks, offloads them and answers
-// every one of them. Caller holds roundMu. It returns how many tasks the
-// master handed out.
+// every one of them. Caller holds roundMu. It returns how many offload
+// tasks and how many promotion tasks the master handed out.
 //
 // The round runs on its own context, bounded by OffloadTaskTimeout (the
 // master's task timeout), not the node's: Close waits for a round in
 // progress to finish (SIGTERM drains); only the notify retries stop at
 // Close (the buckets they were announcing are kept, invariant 9).
-func (n *Node) offloadRound() int {
+func (n *Node) offloadRound() (int, int) {
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.OffloadTaskTimeout)
 	defer cancel()
 	gen := n.mountGen.Load()
 	tasks, promos := n.fetchTasks(ctx)
 	n.promote(ctx, promos)
 	if len(tasks) == 0 {
-		return 0
+		return 0, len(promos)
 	}
 	// Removals first: an SSD copy this round writes is then newer than
 	// every entry the node has applied (docs/design.md, invariant 10).
@@ -51,7 +51,7 @@ func (n *Node) offloadRound() int {
 	r.validate(tasks)
 	r.offload(ctx)
 	r.answer(ctx)
-	return len(tasks)
+	return len(tasks), len(promos)
 }
 
 // fetchTasks is phase 1: it asks the master for tasks (the same heartbeat

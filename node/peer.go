@@ -195,9 +195,11 @@ func (n *Node) ReadSSD(ctx context.Context, key []byte) ([]byte, error) {
 	return n.readSSD(ctx, key)
 }
 
-// PeerStats asks the node serving peers at endpoint for its Stats.
-func PeerStats(ctx context.Context, endpoint string) (Stats, error) {
-	cc, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()), rpcpb.WithVersion(rpcpb.NodeProtocol))
+// PeerStats asks the node serving peers at endpoint for its Stats; opts
+// follow the plaintext default (a node with TLS: the credentials).
+func PeerStats(ctx context.Context, endpoint string, opts ...grpc.DialOption) (Stats, error) {
+	all := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), rpcpb.WithVersion(rpcpb.NodeProtocol)}, opts...)
+	cc, err := grpc.NewClient(endpoint, all...)
 	if err != nil {
 		return Stats{}, fmt.Errorf("node: dial node %s: %w: %v", endpoint, codes.ErrRPCFail, err)
 	}

@@ -102,6 +102,7 @@ func fzNode(f *testing.F) *Node {
 	c.SSDDir = f.TempDir()
 	c.Backend = "pwrite"
 	c.HeartbeatInterval = time.Hour
+	c.OffloadWake = false
 	c.ReconcileInterval = time.Hour
 	c.PingInterval = time.Second
 	c.Logger = quietLog

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/master"
 )
 
@@ -65,6 +66,8 @@ type options struct {
 	ha haOptions
 	// stateDir (state_dir): where a single master keeps its removal log.
 	stateDir string
+	// tls: tls_cert, tls_key, tls_ca (empty: plaintext).
+	tls tlsconf.Files
 }
 
 // parseFlags parses the command line (without the program name) into a
@@ -109,6 +112,7 @@ func parseAll(args []string, helpOut io.Writer) (master.Config, options, error) 
 	fs.Var(durationFlag{&cfg.OffloadTaskTimeout, time.Second}, "offload_task_timeout", "unanswered offload task is dropped after this, in s or as a duration")
 	fs.Var(durationFlag{&cfg.PutStartDiscardTimeout, time.Second}, "put_start_discard_timeout_sec", "abandoned put is reclaimed after this, in s or as a duration")
 	fs.Var(durationFlag{&cfg.PutStartMaxWait, time.Millisecond}, "put_start_max_wait", "how long a put waits for DRAM room eviction cannot make at once, in ms or as a duration (0: fail at once)")
+	fs.Float64Var(&cfg.PrefetchBudget, "prefetch_budget", cfg.PrefetchBudget, "MB/s of objects a lookup hit (ExistKey, BatchExistKey) or a Prefetch may queue for promotion from SSD to DRAM, in bursts of one second's worth; admitted by the tinylfu frequency test (dram_promotion_min_freq); 0: no prefetch")
 	fs.IntVar(&cfg.Shards, "metadata_shards", cfg.Shards, "metadata shards")
 	cfg.AdmissionFlags.RegisterFlags(fs)
 	fs.BoolVar(&cfg.AllowEvictSoftPinned, "allow_evict_soft_pinned_objects", cfg.AllowEvictSoftPinned, "soft-pinned objects may be evicted after unpinned ones")
@@ -126,6 +130,7 @@ func parseAll(args []string, helpOut io.Writer) (master.Config, options, error) 
 	fs.Int("rpc_conn_timeout_seconds", 0, "accepted, no effect")
 	allocator := fs.String("memory_allocator", "offset", "segment allocator: offset (the only one)")
 	registerHAFlags(fs, &opt.ha)
+	opt.tls.Register(fs)
 
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -151,6 +156,9 @@ func parseAll(args []string, helpOut io.Writer) (master.Config, options, error) 
 	}
 	if err := opt.ha.check(set, cfg); err != nil {
 		return cfg, opt, err
+	}
+	if err := opt.tls.Check(); err != nil {
+		return cfg, opt, fmt.Errorf("%w: %s", errUsage, err)
 	}
 	if opt.ha.enable && set["state_dir"] {
 		return cfg, opt, fmt.Errorf("%w: state_dir: not with enable_ha=true (the leaders keep the removal log in etcd)", errUsage)

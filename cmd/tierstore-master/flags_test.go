@@ -120,6 +120,8 @@ func TestEveryFlag(t *testing.T) {
 func TestBadFlags(t *testing.T) {
 	cases := []struct{ arg, name string }{
 		{"--rpc_port=x", "rpc_port"},
+		{"--tls_cert=a.crt", "tls_key"},
+		{"--tls_ca=ca.crt", "tls_cert"},
 		{"--rpc_port=70000", "rpc_port"},
 		{"--rpc_port=-1", "rpc_port"},
 		{"--rpc_address=", "rpc_address"},

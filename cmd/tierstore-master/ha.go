@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"google.golang.org/grpc"
 	"io"
 	"log/slog"
 	"net"
@@ -83,7 +84,7 @@ func (o *haOptions) check(set map[string]bool, cfg master.Config) error {
 // runHA is run for --enable_ha=true: it returns the exit status. The term
 // loop is package ha/hamaster's; this prints its switches and serves its
 // metrics.
-func runHA(cfg master.Config, opt options, log *slog.Logger, stdout, stderr io.Writer) int {
+func runHA(cfg master.Config, opt options, srvOpts []grpc.ServerOption, log *slog.Logger, stdout, stderr io.Writer) int {
 	lis, err := net.Listen("tcp", net.JoinHostPort(cfg.RPCAddress, strconv.Itoa(cfg.RPCPort)))
 	if err != nil {
 		fmt.Fprintf(stderr, "tierstore-master: rpc_port: listen: %v\n", err)
@@ -95,6 +96,7 @@ func runHA(cfg master.Config, opt options, log *slog.Logger, stdout, stderr io.W
 		Election: ha.Config{Endpoints: opt.ha.parsed, Prefix: opt.ha.prefix, Address: addr,
 			SessionTTL: opt.ha.sessionTTL, Logger: log},
 		RebuildWindow: opt.ha.rebuildWindow,
+		ServerOptions: srvOpts,
 		OnChange: func(term uint64, leading bool) {
 			if leading {
 				fmt.Fprintf(stdout, "tierstore-master leading term=%d on %s\n", term, addr)

@@ -15,6 +15,9 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
+
+	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/master"
 )
 
@@ -39,8 +42,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	for _, n := range opt.ignored {
 		log.Warn("flag accepted for Mooncake compatibility, no effect", "flag", n)
 	}
+	srvOpts, err := serverTLS(opt.tls, net.JoinHostPort(cfg.RPCAddress, strconv.Itoa(cfg.RPCPort)), log)
+	if err != nil {
+		fmt.Fprintln(stderr, "tierstore-master:", err)
+		return 2
+	}
 	if opt.ha.enable {
-		return runHA(cfg, opt, log, stdout, stderr)
+		return runHA(cfg, opt, srvOpts, log, stdout, stderr)
 	}
 	if opt.stateDir == "" {
 		log.Warn("no --state_dir: the removal log is kept in memory; after a restart of this master the nodes drop every object they hold")
@@ -65,7 +73,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tierstore-master: rpc_port: listen: %v\n", err)
 		return 1
 	}
-	srv := master.NewServer(svc)
+	srv := master.NewServer(svc, srvOpts...)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(lis) }()
 
@@ -115,4 +123,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 	svc.Close()
 	log.Info("stopped")
 	return code
+}
+
+// serverTLS loads the master's certificate (it must name role master) and
+// returns the gRPC server options of mutual TLS with master.Roles; without
+// the flags it returns none, and warns once if addr is not loopback.
+func serverTLS(f tlsconf.Files, addr string, log *slog.Logger) ([]grpc.ServerOption, error) {
+	if !f.Enabled() {
+		tlsconf.WarnPlaintext(log, "master rpc", addr)
+		return nil, nil
+	}
+	src, err := tlsconf.Load(f)
+	if err == nil {
+		err = src.NeedRole(tlsconf.Master)
+	}
+	if err != nil {
+		return nil, err
+	}
+	log.Info("mutual TLS", "cert", f.Cert, "ca", f.CA, "roles", src.Roles())
+	return src.ServerOptions(master.Roles, log), nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/ha"
+	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/internal/units"
 	"github.com/tierstore/tierstore/node"
 )
@@ -65,6 +66,7 @@ func (s secondsFlag) Set(v string) error {
 type options struct {
 	master string
 	node   node.Config
+	tls    tlsconf.Files // tls_cert, tls_key, tls_ca (empty: plaintext)
 }
 
 const usageHeader = `usage: tierstore-node --master=HOST:PORT|etcd://H1:2379,H2:2379[/PREFIX] [--name=value ...]
@@ -99,9 +101,11 @@ func parseFlags(args []string, helpOut io.Writer) (options, error) {
 	fs.StringVar(&c.Compression, "compression", c.Compression, "object compression on SSD: none or lz4")
 	fs.IntVar(&c.MetricsPort, "metrics_port", 0, "Prometheus metrics port on 127.0.0.1 (0 = off)")
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat_interval", c.HeartbeatInterval, "offload heartbeat period")
+	fs.BoolVar(&c.OffloadWake, "offload_wake", c.OffloadWake, "also run a heartbeat as soon as the master says the offload is pressing (a put waits for DRAM room, queued offload bytes pass a quarter of the DRAM, promotions are queued); false: on the heartbeat ticks only")
 	fs.DurationVar(&c.PingInterval, "ping_interval", c.PingInterval, "liveness ping period")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile_interval", c.ReconcileInterval, "period of the SSD key-list reconcile with the master")
 	fs.Var(secondsFlag{&c.OffloadTaskTimeout}, "offload_task_timeout", "bound of one offload round, in seconds or as a duration; keep it equal to the master's: an unanswered notify is sent again until then, and its durable bucket is kept and re-registered")
+	o.tls.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(helpOut, usageHeader)
@@ -114,6 +118,9 @@ func parseFlags(args []string, helpOut io.Writer) (options, error) {
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q (flags are --name=value)", fs.Arg(0))
+	}
+	if err := o.tls.Check(); err != nil {
+		return o, err
 	}
 	if o.master == "" {
 		return o, fmt.Errorf("--master: required (host:port of tierstore-master, or etcd://h1:2379,h2:2379)")

@@ -92,6 +92,8 @@ func TestParseFlagsRefusesBadValues(t *testing.T) {
 	}{
 		{[]string{}, "master"},
 		{[]string{m, "--memory=0"}, "memory"},
+		{[]string{m, "--tls_cert=a.crt"}, "tls_key"},
+		{[]string{m, "--tls_cert=a.crt", "--tls_key=a.key"}, "tls_ca"},
 		{[]string{m, "--memory=-1"}, "memory"},
 		{[]string{m, "--memory=4XiB"}, "memory"},
 		{[]string{m, "--memory=1.5GiB"}, "memory"},

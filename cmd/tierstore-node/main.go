@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 
+	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/mastergrpc"
 	"github.com/tierstore/tierstore/node"
 )
@@ -41,11 +42,27 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	// Reconnect quickly after a master outage (gRPC's default backoff
 	// grows to 2 minutes): unanswered notifies are being sent again.
-	m, err := mastergrpc.Dial(dctx, o.master, grpc.WithConnectParams(grpc.ConnectParams{
-		Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second}}))
+	dial := []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second}})}
+	if o.tls.Enabled() {
+		src, err := tlsconf.Load(o.tls)
+		if err == nil {
+			err = src.NeedRole(tlsconf.Node)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "tierstore-node: %v\n", err)
+			return 2
+		}
+		o.node.TLS = src
+		dial = append(dial, grpc.WithTransportCredentials(src.ClientCredentials(tlsconf.Master)))
+		log.Info("mutual TLS", "cert", o.tls.Cert, "ca", o.tls.CA, "roles", src.Roles())
+	} else {
+		tlsconf.WarnPlaintext(log, "node data plane and gRPC", o.node.Listen)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	m, err := mastergrpc.Dial(dctx, o.master, dial...)
 	cancel()
 	if err != nil {
 		fmt.Fprintf(stderr, "tierstore-node: --master %s: %v\n", o.master, err)

@@ -10,8 +10,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/internal/keyspec"
+	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/internal/units"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/node"
@@ -45,6 +48,7 @@ type opArgs struct {
 	replicas   int // put
 	pos        []string
 	value      []byte // put: the value, read before connecting
+	tls        tlsconf.Files
 }
 
 // runOp runs put, get, exists, rm, stats and evict against a master. Each
@@ -57,7 +61,7 @@ func runOp(cmd string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
 	defer cancel()
-	c, err := client.New(ctx, client.Config{MasterAddr: a.addr})
+	c, err := client.New(ctx, client.Config{MasterAddr: a.addr, TLS: a.tls})
 	if err != nil {
 		fmt.Fprintf(stderr, "tierstore %s: --master %s: %v\n", cmd, a.addr, err)
 		return 1
@@ -88,6 +92,7 @@ func parseOp(cmd string, args []string, stdin io.Reader, stdout, stderr io.Write
 	fs := newFlagSet(cmd)
 	fs.StringVar(&a.addr, "master", "127.0.0.1:50051", "master gRPC address host:port, or etcd://h1:2379,h2:2379[/prefix] (the elected leader)")
 	fs.DurationVar(&a.timeout, "timeout", 30*time.Second, "bound on the whole command (> 0)")
+	a.tls.Register(fs)
 	switch cmd {
 	case "put":
 		fs.IntVar(&a.replicas, "replicas", 1, fmt.Sprintf("DRAM replicas, each on a different node (1..%d); fails when fewer live nodes have room", masterapi.MaxReplicas))
@@ -105,6 +110,10 @@ func parseOp(cmd string, args []string, stdin io.Reader, stdout, stderr io.Write
 		return a, code, true
 	}
 	a.pos = fs.Args()
+	if err := a.tls.Check(); err != nil {
+		fmt.Fprintf(stderr, "tierstore %s: %v\n", cmd, err)
+		return a, 2, true
+	}
 	if msg := checkOp(&a); msg != "" {
 		fmt.Fprintf(stderr, "tierstore %s: %s\n", cmd, msg)
 		return a, 2, true
@@ -274,7 +283,15 @@ func runStats(ctx context.Context, c *client.Client, a opArgs, stdout, _ io.Writ
 	fmt.Fprintf(stdout, "expired nodes      %d\n", st.ExpiredNodes)
 	printNodeTable(stdout, st.PerNode)
 	for _, addr := range a.nodes {
-		ns, err := node.PeerStats(ctx, addr)
+		var opts []grpc.DialOption
+		if a.tls.Enabled() {
+			src, err := tlsconf.Load(a.tls)
+			if err != nil {
+				return err
+			}
+			opts = append(opts, grpc.WithTransportCredentials(src.ClientCredentials(tlsconf.Node)))
+		}
+		ns, err := node.PeerStats(ctx, addr, opts...)
 		if err != nil {
 			return err
 		}

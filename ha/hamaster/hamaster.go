@@ -34,6 +34,10 @@ type Config struct {
 	// (leading true) and once the standby serves again after it (leading
 	// false).
 	OnChange func(term uint64, leading bool)
+	// ServerOptions are added to the gRPC servers of the standby and of
+	// each term's leader (mutual TLS: internal/tlsconf); none serves
+	// plaintext.
+	ServerOptions []grpc.ServerOption
 }
 
 // Master is a highly available master on one listener.
@@ -71,7 +75,7 @@ func (m *Master) MetricsHandler() http.Handler {
 // listener before it returns.
 func (m *Master) Run(ctx context.Context) error {
 	defer m.hand.Close()
-	standby := m.serve(standbyServer(m.cfg.Election.Address))
+	standby := m.serve(standbyServer(m.cfg.Election.Address, m.cfg.ServerOptions...))
 	for ctx.Err() == nil {
 		var err error
 		if standby, err = m.term(ctx, standby); err != nil {
@@ -105,7 +109,7 @@ func (m *Master) term(ctx context.Context, standby func()) (func(), error) {
 		return standby, err
 	}
 	m.cur.Store(svc)
-	leader := m.serve(master.NewServer(svc, grpc.ChainUnaryInterceptor(svc.Interceptor())).GRPC())
+	leader := m.serve(master.NewServer(svc, append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(svc.Interceptor())}, m.cfg.ServerOptions...)...).GRPC())
 	standby()
 	m.changed(l.Term(), true)
 	log := m.cfg.Election.Logger
@@ -119,7 +123,7 @@ func (m *Master) term(ctx context.Context, standby func()) (func(), error) {
 		_ = l.Resign(rctx) // the fence goes down first: a standby takes over at once
 		cancel()
 	}
-	standby = m.serve(standbyServer(m.cfg.Election.Address))
+	standby = m.serve(standbyServer(m.cfg.Election.Address, m.cfg.ServerOptions...))
 	leader()
 	m.cur.Store(nil)
 	svc.Close()
@@ -161,10 +165,10 @@ func (m *Master) serve(gs *grpc.Server) (stop func()) {
 const stopGrace = time.Second
 
 // standbyServer answers every call "not the leader".
-func standbyServer(addr string) *grpc.Server {
-	return grpc.NewServer(grpc.UnknownServiceHandler(func(any, grpc.ServerStream) error {
+func standbyServer(addr string, opts ...grpc.ServerOption) *grpc.Server {
+	return grpc.NewServer(append([]grpc.ServerOption{grpc.UnknownServiceHandler(func(any, grpc.ServerStream) error {
 		return codes.ToStatus(fmt.Errorf("master %s is a standby: %w", addr, master.ErrNotLeader))
-	}))
+	})}, opts...)...)
 }
 
 // handoff hands the connections one listener accepts to the gRPC server of

@@ -39,6 +39,7 @@ const (
 	ShuttingDown      Code = -1012 // tierstore: the service is closing
 	ContextCanceled   Code = -901  // tierstore: the caller's context was cancelled or timed out
 	VersionMismatch   Code = -1600 // tierstore: the peer speaks another protocol version, or the data is of another format version (docs/design.md)
+	PermissionDenied  Code = -1700 // tierstore: the caller's TLS certificate lacks the role the call needs (docs/security.md)
 )
 
 type info struct {
@@ -82,6 +83,7 @@ var (
 	ErrTaskNotFound      = def(TaskNotFound, "TASK_NOT_FOUND", "task not found")
 	ErrNeedRemount       = def(NeedRemount, "NEED_REMOUNT", "node must remount its segments")
 	ErrVersionMismatch   = def(VersionMismatch, "VERSION_MISMATCH", "protocol or format version mismatch")
+	ErrPermissionDenied  = def(PermissionDenied, "PERMISSION_DENIED", "the caller's role may not make this call")
 )
 
 // Error is the type of the sentinel errors. Its identity is the sentinel: two

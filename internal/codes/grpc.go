@@ -44,6 +44,8 @@ func grpcCode(c Code) grpccodes.Code {
 		return grpccodes.Canceled
 	case ChecksumMismatch:
 		return grpccodes.DataLoss
+	case PermissionDenied:
+		return grpccodes.PermissionDenied
 	}
 	return grpccodes.Internal
 }

@@ -40,7 +40,10 @@
 // shell started with the lab that waits for the end of a pipe held by this
 // process only; and New removes labs of processes no longer running before
 // it starts. Processes started in a lab receive SIGKILL when the process
-// that started them dies (cluster.DieWithParent).
+// that started them dies (cluster.DieWithParent). What a run creates
+// outside its labs (temporary directories of binaries, histories and SSD
+// files) goes the same way with a Sweeper: a shell that removes the paths
+// it was given when the run's pipe ends, at Close or at the run's death.
 //
 // # Requirements
 //

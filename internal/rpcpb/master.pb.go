@@ -2209,6 +2209,146 @@ func (x *EvictMemoryRequest) GetAll() bool {
 	return false
 }
 
+type WaitOffloadRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	TimeoutMs     int64                  `protobuf:"varint,2,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"` // the master caps it
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitOffloadRequest) Reset() {
+	*x = WaitOffloadRequest{}
+	mi := &file_master_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitOffloadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitOffloadRequest) ProtoMessage() {}
+
+func (x *WaitOffloadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitOffloadRequest.ProtoReflect.Descriptor instead.
+func (*WaitOffloadRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *WaitOffloadRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *WaitOffloadRequest) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+type WaitOffloadResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pressed       bool                   `protobuf:"varint,1,opt,name=pressed,proto3" json:"pressed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitOffloadResponse) Reset() {
+	*x = WaitOffloadResponse{}
+	mi := &file_master_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitOffloadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitOffloadResponse) ProtoMessage() {}
+
+func (x *WaitOffloadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitOffloadResponse.ProtoReflect.Descriptor instead.
+func (*WaitOffloadResponse) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *WaitOffloadResponse) GetPressed() bool {
+	if x != nil {
+		return x.Pressed
+	}
+	return false
+}
+
+type PrefetchResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queued        int32                  `protobuf:"varint,1,opt,name=queued,proto3" json:"queued,omitempty"` // keys queued for promotion
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrefetchResponse) Reset() {
+	*x = PrefetchResponse{}
+	mi := &file_master_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrefetchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrefetchResponse) ProtoMessage() {}
+
+func (x *PrefetchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrefetchResponse.ProtoReflect.Descriptor instead.
+func (*PrefetchResponse) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *PrefetchResponse) GetQueued() int32 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
+}
+
 type OffloadHeartbeatRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Node     string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
@@ -2229,7 +2369,7 @@ type OffloadHeartbeatRequest struct {
 
 func (x *OffloadHeartbeatRequest) Reset() {
 	*x = OffloadHeartbeatRequest{}
-	mi := &file_master_proto_msgTypes[36]
+	mi := &file_master_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2241,7 +2381,7 @@ func (x *OffloadHeartbeatRequest) String() string {
 func (*OffloadHeartbeatRequest) ProtoMessage() {}
 
 func (x *OffloadHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[36]
+	mi := &file_master_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2254,7 +2394,7 @@ func (x *OffloadHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*OffloadHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{36}
+	return file_master_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *OffloadHeartbeatRequest) GetNode() string {
@@ -2305,7 +2445,7 @@ type SSDVictim struct {
 
 func (x *SSDVictim) Reset() {
 	*x = SSDVictim{}
-	mi := &file_master_proto_msgTypes[37]
+	mi := &file_master_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2317,7 +2457,7 @@ func (x *SSDVictim) String() string {
 func (*SSDVictim) ProtoMessage() {}
 
 func (x *SSDVictim) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[37]
+	mi := &file_master_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2330,7 +2470,7 @@ func (x *SSDVictim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SSDVictim.ProtoReflect.Descriptor instead.
 func (*SSDVictim) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{37}
+	return file_master_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SSDVictim) GetBytes() int64 {
@@ -2367,7 +2507,7 @@ type SSDReport struct {
 
 func (x *SSDReport) Reset() {
 	*x = SSDReport{}
-	mi := &file_master_proto_msgTypes[38]
+	mi := &file_master_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2379,7 +2519,7 @@ func (x *SSDReport) String() string {
 func (*SSDReport) ProtoMessage() {}
 
 func (x *SSDReport) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[38]
+	mi := &file_master_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2392,7 +2532,7 @@ func (x *SSDReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SSDReport.ProtoReflect.Descriptor instead.
 func (*SSDReport) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{38}
+	return file_master_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SSDReport) GetHigh() int64 {
@@ -2442,7 +2582,7 @@ type PromoteTask struct {
 
 func (x *PromoteTask) Reset() {
 	*x = PromoteTask{}
-	mi := &file_master_proto_msgTypes[39]
+	mi := &file_master_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2454,7 +2594,7 @@ func (x *PromoteTask) String() string {
 func (*PromoteTask) ProtoMessage() {}
 
 func (x *PromoteTask) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[39]
+	mi := &file_master_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2467,7 +2607,7 @@ func (x *PromoteTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteTask.ProtoReflect.Descriptor instead.
 func (*PromoteTask) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{39}
+	return file_master_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PromoteTask) GetKey() []byte {
@@ -2533,7 +2673,7 @@ type OffloadTask struct {
 
 func (x *OffloadTask) Reset() {
 	*x = OffloadTask{}
-	mi := &file_master_proto_msgTypes[40]
+	mi := &file_master_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2545,7 +2685,7 @@ func (x *OffloadTask) String() string {
 func (*OffloadTask) ProtoMessage() {}
 
 func (x *OffloadTask) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[40]
+	mi := &file_master_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2558,7 +2698,7 @@ func (x *OffloadTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadTask.ProtoReflect.Descriptor instead.
 func (*OffloadTask) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{40}
+	return file_master_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *OffloadTask) GetKey() []byte {
@@ -2626,7 +2766,7 @@ type OffloadHeartbeatResponse struct {
 
 func (x *OffloadHeartbeatResponse) Reset() {
 	*x = OffloadHeartbeatResponse{}
-	mi := &file_master_proto_msgTypes[41]
+	mi := &file_master_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2638,7 +2778,7 @@ func (x *OffloadHeartbeatResponse) String() string {
 func (*OffloadHeartbeatResponse) ProtoMessage() {}
 
 func (x *OffloadHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[41]
+	mi := &file_master_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2651,7 +2791,7 @@ func (x *OffloadHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*OffloadHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{41}
+	return file_master_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *OffloadHeartbeatResponse) GetTasks() []*OffloadTask {
@@ -2709,7 +2849,7 @@ type PromoteResult struct {
 
 func (x *PromoteResult) Reset() {
 	*x = PromoteResult{}
-	mi := &file_master_proto_msgTypes[42]
+	mi := &file_master_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2721,7 +2861,7 @@ func (x *PromoteResult) String() string {
 func (*PromoteResult) ProtoMessage() {}
 
 func (x *PromoteResult) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[42]
+	mi := &file_master_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2734,7 +2874,7 @@ func (x *PromoteResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteResult.ProtoReflect.Descriptor instead.
 func (*PromoteResult) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{42}
+	return file_master_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PromoteResult) GetKey() []byte {
@@ -2775,7 +2915,7 @@ type PromoteEndRequest struct {
 
 func (x *PromoteEndRequest) Reset() {
 	*x = PromoteEndRequest{}
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2787,7 +2927,7 @@ func (x *PromoteEndRequest) String() string {
 func (*PromoteEndRequest) ProtoMessage() {}
 
 func (x *PromoteEndRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2800,7 +2940,7 @@ func (x *PromoteEndRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteEndRequest.ProtoReflect.Descriptor instead.
 func (*PromoteEndRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{43}
+	return file_master_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PromoteEndRequest) GetNode() string {
@@ -2828,7 +2968,7 @@ type DiskObject struct {
 
 func (x *DiskObject) Reset() {
 	*x = DiskObject{}
-	mi := &file_master_proto_msgTypes[44]
+	mi := &file_master_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2840,7 +2980,7 @@ func (x *DiskObject) String() string {
 func (*DiskObject) ProtoMessage() {}
 
 func (x *DiskObject) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[44]
+	mi := &file_master_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2853,7 +2993,7 @@ func (x *DiskObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskObject.ProtoReflect.Descriptor instead.
 func (*DiskObject) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{44}
+	return file_master_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DiskObject) GetKey() []byte {
@@ -2888,7 +3028,7 @@ type OffloadFailure struct {
 
 func (x *OffloadFailure) Reset() {
 	*x = OffloadFailure{}
-	mi := &file_master_proto_msgTypes[45]
+	mi := &file_master_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2900,7 +3040,7 @@ func (x *OffloadFailure) String() string {
 func (*OffloadFailure) ProtoMessage() {}
 
 func (x *OffloadFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[45]
+	mi := &file_master_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2913,7 +3053,7 @@ func (x *OffloadFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadFailure.ProtoReflect.Descriptor instead.
 func (*OffloadFailure) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{45}
+	return file_master_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *OffloadFailure) GetKey() []byte {
@@ -2948,7 +3088,7 @@ type NotifyOffloadSuccessRequest struct {
 
 func (x *NotifyOffloadSuccessRequest) Reset() {
 	*x = NotifyOffloadSuccessRequest{}
-	mi := &file_master_proto_msgTypes[46]
+	mi := &file_master_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2960,7 +3100,7 @@ func (x *NotifyOffloadSuccessRequest) String() string {
 func (*NotifyOffloadSuccessRequest) ProtoMessage() {}
 
 func (x *NotifyOffloadSuccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[46]
+	mi := &file_master_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2973,7 +3113,7 @@ func (x *NotifyOffloadSuccessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotifyOffloadSuccessRequest.ProtoReflect.Descriptor instead.
 func (*NotifyOffloadSuccessRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{46}
+	return file_master_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *NotifyOffloadSuccessRequest) GetNode() string {
@@ -3007,7 +3147,7 @@ type RegisterDiskObjectsRequest struct {
 
 func (x *RegisterDiskObjectsRequest) Reset() {
 	*x = RegisterDiskObjectsRequest{}
-	mi := &file_master_proto_msgTypes[47]
+	mi := &file_master_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3019,7 +3159,7 @@ func (x *RegisterDiskObjectsRequest) String() string {
 func (*RegisterDiskObjectsRequest) ProtoMessage() {}
 
 func (x *RegisterDiskObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[47]
+	mi := &file_master_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3032,7 +3172,7 @@ func (x *RegisterDiskObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterDiskObjectsRequest.ProtoReflect.Descriptor instead.
 func (*RegisterDiskObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{47}
+	return file_master_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RegisterDiskObjectsRequest) GetNode() string {
@@ -3059,7 +3199,7 @@ type EvictDiskReplicaRequest struct {
 
 func (x *EvictDiskReplicaRequest) Reset() {
 	*x = EvictDiskReplicaRequest{}
-	mi := &file_master_proto_msgTypes[48]
+	mi := &file_master_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3071,7 +3211,7 @@ func (x *EvictDiskReplicaRequest) String() string {
 func (*EvictDiskReplicaRequest) ProtoMessage() {}
 
 func (x *EvictDiskReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[48]
+	mi := &file_master_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3084,7 +3224,7 @@ func (x *EvictDiskReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictDiskReplicaRequest.ProtoReflect.Descriptor instead.
 func (*EvictDiskReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{48}
+	return file_master_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *EvictDiskReplicaRequest) GetNode() string {
@@ -3115,7 +3255,7 @@ type EvictDiskReplicaResponse struct {
 
 func (x *EvictDiskReplicaResponse) Reset() {
 	*x = EvictDiskReplicaResponse{}
-	mi := &file_master_proto_msgTypes[49]
+	mi := &file_master_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3127,7 +3267,7 @@ func (x *EvictDiskReplicaResponse) String() string {
 func (*EvictDiskReplicaResponse) ProtoMessage() {}
 
 func (x *EvictDiskReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[49]
+	mi := &file_master_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3140,7 +3280,7 @@ func (x *EvictDiskReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictDiskReplicaResponse.ProtoReflect.Descriptor instead.
 func (*EvictDiskReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{49}
+	return file_master_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *EvictDiskReplicaResponse) GetCount() int64 {
@@ -3169,7 +3309,7 @@ type ReportBadReplicaRequest struct {
 
 func (x *ReportBadReplicaRequest) Reset() {
 	*x = ReportBadReplicaRequest{}
-	mi := &file_master_proto_msgTypes[50]
+	mi := &file_master_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3181,7 +3321,7 @@ func (x *ReportBadReplicaRequest) String() string {
 func (*ReportBadReplicaRequest) ProtoMessage() {}
 
 func (x *ReportBadReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[50]
+	mi := &file_master_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3194,7 +3334,7 @@ func (x *ReportBadReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportBadReplicaRequest.ProtoReflect.Descriptor instead.
 func (*ReportBadReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{50}
+	return file_master_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ReportBadReplicaRequest) GetKey() []byte {
@@ -3236,7 +3376,7 @@ type MemoryObject struct {
 
 func (x *MemoryObject) Reset() {
 	*x = MemoryObject{}
-	mi := &file_master_proto_msgTypes[51]
+	mi := &file_master_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3248,7 +3388,7 @@ func (x *MemoryObject) String() string {
 func (*MemoryObject) ProtoMessage() {}
 
 func (x *MemoryObject) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[51]
+	mi := &file_master_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3261,7 +3401,7 @@ func (x *MemoryObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemoryObject.ProtoReflect.Descriptor instead.
 func (*MemoryObject) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{51}
+	return file_master_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *MemoryObject) GetKey() []byte {
@@ -3328,7 +3468,7 @@ type RegisterMemoryObjectsRequest struct {
 
 func (x *RegisterMemoryObjectsRequest) Reset() {
 	*x = RegisterMemoryObjectsRequest{}
-	mi := &file_master_proto_msgTypes[52]
+	mi := &file_master_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3340,7 +3480,7 @@ func (x *RegisterMemoryObjectsRequest) String() string {
 func (*RegisterMemoryObjectsRequest) ProtoMessage() {}
 
 func (x *RegisterMemoryObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[52]
+	mi := &file_master_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3353,7 +3493,7 @@ func (x *RegisterMemoryObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterMemoryObjectsRequest.ProtoReflect.Descriptor instead.
 func (*RegisterMemoryObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{52}
+	return file_master_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RegisterMemoryObjectsRequest) GetNode() string {
@@ -3392,7 +3532,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_master_proto_msgTypes[53]
+	mi := &file_master_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3404,7 +3544,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[53]
+	mi := &file_master_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3417,7 +3557,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{53}
+	return file_master_proto_rawDescGZIP(), []int{56}
 }
 
 type StatsResponse struct {
@@ -3451,7 +3591,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_master_proto_msgTypes[54]
+	mi := &file_master_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3463,7 +3603,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[54]
+	mi := &file_master_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3476,7 +3616,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{54}
+	return file_master_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *StatsResponse) GetObjects() int64 {
@@ -3633,7 +3773,7 @@ type NodeStats struct {
 
 func (x *NodeStats) Reset() {
 	*x = NodeStats{}
-	mi := &file_master_proto_msgTypes[55]
+	mi := &file_master_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3645,7 +3785,7 @@ func (x *NodeStats) String() string {
 func (*NodeStats) ProtoMessage() {}
 
 func (x *NodeStats) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[55]
+	mi := &file_master_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3658,7 +3798,7 @@ func (x *NodeStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStats.ProtoReflect.Descriptor instead.
 func (*NodeStats) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{55}
+	return file_master_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *NodeStats) GetNode() string {
@@ -3765,7 +3905,7 @@ type ReconcileBeginRequest struct {
 
 func (x *ReconcileBeginRequest) Reset() {
 	*x = ReconcileBeginRequest{}
-	mi := &file_master_proto_msgTypes[56]
+	mi := &file_master_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3777,7 +3917,7 @@ func (x *ReconcileBeginRequest) String() string {
 func (*ReconcileBeginRequest) ProtoMessage() {}
 
 func (x *ReconcileBeginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[56]
+	mi := &file_master_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3790,7 +3930,7 @@ func (x *ReconcileBeginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileBeginRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileBeginRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{56}
+	return file_master_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ReconcileBeginRequest) GetNode() string {
@@ -3824,7 +3964,7 @@ type ReconcileBeginResponse struct {
 
 func (x *ReconcileBeginResponse) Reset() {
 	*x = ReconcileBeginResponse{}
-	mi := &file_master_proto_msgTypes[57]
+	mi := &file_master_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3836,7 +3976,7 @@ func (x *ReconcileBeginResponse) String() string {
 func (*ReconcileBeginResponse) ProtoMessage() {}
 
 func (x *ReconcileBeginResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[57]
+	mi := &file_master_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3849,7 +3989,7 @@ func (x *ReconcileBeginResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileBeginResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileBeginResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{57}
+	return file_master_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ReconcileBeginResponse) GetSession() uint64 {
@@ -3877,7 +4017,7 @@ type ReconcileKeysRequest struct {
 
 func (x *ReconcileKeysRequest) Reset() {
 	*x = ReconcileKeysRequest{}
-	mi := &file_master_proto_msgTypes[58]
+	mi := &file_master_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3889,7 +4029,7 @@ func (x *ReconcileKeysRequest) String() string {
 func (*ReconcileKeysRequest) ProtoMessage() {}
 
 func (x *ReconcileKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[58]
+	mi := &file_master_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3902,7 +4042,7 @@ func (x *ReconcileKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileKeysRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileKeysRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{58}
+	return file_master_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ReconcileKeysRequest) GetNode() string {
@@ -3935,7 +4075,7 @@ type ReconcileKeysResponse struct {
 
 func (x *ReconcileKeysResponse) Reset() {
 	*x = ReconcileKeysResponse{}
-	mi := &file_master_proto_msgTypes[59]
+	mi := &file_master_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3947,7 +4087,7 @@ func (x *ReconcileKeysResponse) String() string {
 func (*ReconcileKeysResponse) ProtoMessage() {}
 
 func (x *ReconcileKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[59]
+	mi := &file_master_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3960,7 +4100,7 @@ func (x *ReconcileKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileKeysResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileKeysResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{59}
+	return file_master_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ReconcileKeysResponse) GetUnwanted() [][]byte {
@@ -3980,7 +4120,7 @@ type ReconcileEndRequest struct {
 
 func (x *ReconcileEndRequest) Reset() {
 	*x = ReconcileEndRequest{}
-	mi := &file_master_proto_msgTypes[60]
+	mi := &file_master_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3992,7 +4132,7 @@ func (x *ReconcileEndRequest) String() string {
 func (*ReconcileEndRequest) ProtoMessage() {}
 
 func (x *ReconcileEndRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[60]
+	mi := &file_master_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4005,7 +4145,7 @@ func (x *ReconcileEndRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileEndRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileEndRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{60}
+	return file_master_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ReconcileEndRequest) GetNode() string {
@@ -4031,7 +4171,7 @@ type ReconcileEndResponse struct {
 
 func (x *ReconcileEndResponse) Reset() {
 	*x = ReconcileEndResponse{}
-	mi := &file_master_proto_msgTypes[61]
+	mi := &file_master_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4043,7 +4183,7 @@ func (x *ReconcileEndResponse) String() string {
 func (*ReconcileEndResponse) ProtoMessage() {}
 
 func (x *ReconcileEndResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[61]
+	mi := &file_master_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4056,7 +4196,7 @@ func (x *ReconcileEndResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileEndResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileEndResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{61}
+	return file_master_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ReconcileEndResponse) GetCount() int64 {
@@ -4085,7 +4225,7 @@ type EvictMemoryResponse struct {
 
 func (x *EvictMemoryResponse) Reset() {
 	*x = EvictMemoryResponse{}
-	mi := &file_master_proto_msgTypes[62]
+	mi := &file_master_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4097,7 +4237,7 @@ func (x *EvictMemoryResponse) String() string {
 func (*EvictMemoryResponse) ProtoMessage() {}
 
 func (x *EvictMemoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[62]
+	mi := &file_master_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4110,7 +4250,7 @@ func (x *EvictMemoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictMemoryResponse.ProtoReflect.Descriptor instead.
 func (*EvictMemoryResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{62}
+	return file_master_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *EvictMemoryResponse) GetCount() int64 {
@@ -4302,7 +4442,15 @@ const file_master_proto_rawDesc = "" +
 	"\x04more\x18\a \x01(\bR\x04more\":\n" +
 	"\x12EvictMemoryRequest\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\fR\x04keys\x12\x10\n" +
-	"\x03all\x18\x02 \x01(\bR\x03all\"\xcb\x01\n" +
+	"\x03all\x18\x02 \x01(\bR\x03all\"G\n" +
+	"\x12WaitOffloadRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x02 \x01(\x03R\ttimeoutMs\"/\n" +
+	"\x13WaitOffloadResponse\x12\x18\n" +
+	"\apressed\x18\x01 \x01(\bR\apressed\"*\n" +
+	"\x10PrefetchResponse\x12\x16\n" +
+	"\x06queued\x18\x01 \x01(\x05R\x06queued\"\xcb\x01\n" +
 	"\x17OffloadHeartbeatRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1b\n" +
 	"\tmax_tasks\x18\x02 \x01(\x05R\bmaxTasks\x127\n" +
@@ -4472,7 +4620,7 @@ const file_master_proto_rawDesc = "" +
 	"NodeStatus\x12\x1b\n" +
 	"\x17NODE_STATUS_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aNODE_OK\x10\x01\x12\x10\n" +
-	"\fNEED_REMOUNT\x10\x022\x81\x13\n" +
+	"\fNEED_REMOUNT\x10\x022\xa0\x14\n" +
 	"\x06Master\x12W\n" +
 	"\fMountSegment\x12\".tierstore.rpc.MountSegmentRequest\x1a#.tierstore.rpc.MountSegmentResponse\x12]\n" +
 	"\x0eUnmountSegment\x12$.tierstore.rpc.UnmountSegmentRequest\x1a%.tierstore.rpc.UnmountSegmentResponse\x12?\n" +
@@ -4503,7 +4651,9 @@ const file_master_proto_rawDesc = "" +
 	"\rReconcileKeys\x12#.tierstore.rpc.ReconcileKeysRequest\x1a$.tierstore.rpc.ReconcileKeysResponse\x12W\n" +
 	"\fReconcileEnd\x12\".tierstore.rpc.ReconcileEndRequest\x1a#.tierstore.rpc.ReconcileEndResponse\x12a\n" +
 	"\x17ReRegisterMemoryObjects\x12+.tierstore.rpc.RegisterMemoryObjectsRequest\x1a\x19.tierstore.rpc.KeyResults\x12W\n" +
-	"\fPullRemovals\x12\".tierstore.rpc.PullRemovalsRequest\x1a#.tierstore.rpc.PullRemovalsResponseB/Z-github.com/tierstore/tierstore/internal/rpcpbb\x06proto3"
+	"\fPullRemovals\x12\".tierstore.rpc.PullRemovalsRequest\x1a#.tierstore.rpc.PullRemovalsResponse\x12T\n" +
+	"\vWaitOffload\x12!.tierstore.rpc.WaitOffloadRequest\x1a\".tierstore.rpc.WaitOffloadResponse\x12G\n" +
+	"\bPrefetch\x12\x1a.tierstore.rpc.KeysRequest\x1a\x1f.tierstore.rpc.PrefetchResponseB/Z-github.com/tierstore/tierstore/internal/rpcpbb\x06proto3"
 
 var (
 	file_master_proto_rawDescOnce sync.Once
@@ -4518,7 +4668,7 @@ func file_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_master_proto_goTypes = []any{
 	(ReplicaKind)(0),                     // 0: tierstore.rpc.ReplicaKind
 	(ReplicaStatus)(0),                   // 1: tierstore.rpc.ReplicaStatus
@@ -4559,33 +4709,36 @@ var file_master_proto_goTypes = []any{
 	(*PullRemovalsRequest)(nil),          // 36: tierstore.rpc.PullRemovalsRequest
 	(*PullRemovalsResponse)(nil),         // 37: tierstore.rpc.PullRemovalsResponse
 	(*EvictMemoryRequest)(nil),           // 38: tierstore.rpc.EvictMemoryRequest
-	(*OffloadHeartbeatRequest)(nil),      // 39: tierstore.rpc.OffloadHeartbeatRequest
-	(*SSDVictim)(nil),                    // 40: tierstore.rpc.SSDVictim
-	(*SSDReport)(nil),                    // 41: tierstore.rpc.SSDReport
-	(*PromoteTask)(nil),                  // 42: tierstore.rpc.PromoteTask
-	(*OffloadTask)(nil),                  // 43: tierstore.rpc.OffloadTask
-	(*OffloadHeartbeatResponse)(nil),     // 44: tierstore.rpc.OffloadHeartbeatResponse
-	(*PromoteResult)(nil),                // 45: tierstore.rpc.PromoteResult
-	(*PromoteEndRequest)(nil),            // 46: tierstore.rpc.PromoteEndRequest
-	(*DiskObject)(nil),                   // 47: tierstore.rpc.DiskObject
-	(*OffloadFailure)(nil),               // 48: tierstore.rpc.OffloadFailure
-	(*NotifyOffloadSuccessRequest)(nil),  // 49: tierstore.rpc.NotifyOffloadSuccessRequest
-	(*RegisterDiskObjectsRequest)(nil),   // 50: tierstore.rpc.RegisterDiskObjectsRequest
-	(*EvictDiskReplicaRequest)(nil),      // 51: tierstore.rpc.EvictDiskReplicaRequest
-	(*EvictDiskReplicaResponse)(nil),     // 52: tierstore.rpc.EvictDiskReplicaResponse
-	(*ReportBadReplicaRequest)(nil),      // 53: tierstore.rpc.ReportBadReplicaRequest
-	(*MemoryObject)(nil),                 // 54: tierstore.rpc.MemoryObject
-	(*RegisterMemoryObjectsRequest)(nil), // 55: tierstore.rpc.RegisterMemoryObjectsRequest
-	(*StatsRequest)(nil),                 // 56: tierstore.rpc.StatsRequest
-	(*StatsResponse)(nil),                // 57: tierstore.rpc.StatsResponse
-	(*NodeStats)(nil),                    // 58: tierstore.rpc.NodeStats
-	(*ReconcileBeginRequest)(nil),        // 59: tierstore.rpc.ReconcileBeginRequest
-	(*ReconcileBeginResponse)(nil),       // 60: tierstore.rpc.ReconcileBeginResponse
-	(*ReconcileKeysRequest)(nil),         // 61: tierstore.rpc.ReconcileKeysRequest
-	(*ReconcileKeysResponse)(nil),        // 62: tierstore.rpc.ReconcileKeysResponse
-	(*ReconcileEndRequest)(nil),          // 63: tierstore.rpc.ReconcileEndRequest
-	(*ReconcileEndResponse)(nil),         // 64: tierstore.rpc.ReconcileEndResponse
-	(*EvictMemoryResponse)(nil),          // 65: tierstore.rpc.EvictMemoryResponse
+	(*WaitOffloadRequest)(nil),           // 39: tierstore.rpc.WaitOffloadRequest
+	(*WaitOffloadResponse)(nil),          // 40: tierstore.rpc.WaitOffloadResponse
+	(*PrefetchResponse)(nil),             // 41: tierstore.rpc.PrefetchResponse
+	(*OffloadHeartbeatRequest)(nil),      // 42: tierstore.rpc.OffloadHeartbeatRequest
+	(*SSDVictim)(nil),                    // 43: tierstore.rpc.SSDVictim
+	(*SSDReport)(nil),                    // 44: tierstore.rpc.SSDReport
+	(*PromoteTask)(nil),                  // 45: tierstore.rpc.PromoteTask
+	(*OffloadTask)(nil),                  // 46: tierstore.rpc.OffloadTask
+	(*OffloadHeartbeatResponse)(nil),     // 47: tierstore.rpc.OffloadHeartbeatResponse
+	(*PromoteResult)(nil),                // 48: tierstore.rpc.PromoteResult
+	(*PromoteEndRequest)(nil),            // 49: tierstore.rpc.PromoteEndRequest
+	(*DiskObject)(nil),                   // 50: tierstore.rpc.DiskObject
+	(*OffloadFailure)(nil),               // 51: tierstore.rpc.OffloadFailure
+	(*NotifyOffloadSuccessRequest)(nil),  // 52: tierstore.rpc.NotifyOffloadSuccessRequest
+	(*RegisterDiskObjectsRequest)(nil),   // 53: tierstore.rpc.RegisterDiskObjectsRequest
+	(*EvictDiskReplicaRequest)(nil),      // 54: tierstore.rpc.EvictDiskReplicaRequest
+	(*EvictDiskReplicaResponse)(nil),     // 55: tierstore.rpc.EvictDiskReplicaResponse
+	(*ReportBadReplicaRequest)(nil),      // 56: tierstore.rpc.ReportBadReplicaRequest
+	(*MemoryObject)(nil),                 // 57: tierstore.rpc.MemoryObject
+	(*RegisterMemoryObjectsRequest)(nil), // 58: tierstore.rpc.RegisterMemoryObjectsRequest
+	(*StatsRequest)(nil),                 // 59: tierstore.rpc.StatsRequest
+	(*StatsResponse)(nil),                // 60: tierstore.rpc.StatsResponse
+	(*NodeStats)(nil),                    // 61: tierstore.rpc.NodeStats
+	(*ReconcileBeginRequest)(nil),        // 62: tierstore.rpc.ReconcileBeginRequest
+	(*ReconcileBeginResponse)(nil),       // 63: tierstore.rpc.ReconcileBeginResponse
+	(*ReconcileKeysRequest)(nil),         // 64: tierstore.rpc.ReconcileKeysRequest
+	(*ReconcileKeysResponse)(nil),        // 65: tierstore.rpc.ReconcileKeysResponse
+	(*ReconcileEndRequest)(nil),          // 66: tierstore.rpc.ReconcileEndRequest
+	(*ReconcileEndResponse)(nil),         // 67: tierstore.rpc.ReconcileEndResponse
+	(*EvictMemoryResponse)(nil),          // 68: tierstore.rpc.EvictMemoryResponse
 }
 var file_master_proto_depIdxs = []int32{
 	0,  // 0: tierstore.rpc.Replica.kind:type_name -> tierstore.rpc.ReplicaKind
@@ -4607,17 +4760,17 @@ var file_master_proto_depIdxs = []int32{
 	33, // 16: tierstore.rpc.PullRemovalsRequest.ssd:type_name -> tierstore.rpc.RemovalCursor
 	34, // 17: tierstore.rpc.PullRemovalsResponse.removals:type_name -> tierstore.rpc.Removal
 	35, // 18: tierstore.rpc.PullRemovalsResponse.forget:type_name -> tierstore.rpc.MemoryRef
-	41, // 19: tierstore.rpc.OffloadHeartbeatRequest.ssd_report:type_name -> tierstore.rpc.SSDReport
-	40, // 20: tierstore.rpc.SSDReport.victims:type_name -> tierstore.rpc.SSDVictim
-	43, // 21: tierstore.rpc.OffloadHeartbeatResponse.tasks:type_name -> tierstore.rpc.OffloadTask
-	42, // 22: tierstore.rpc.OffloadHeartbeatResponse.promotions:type_name -> tierstore.rpc.PromoteTask
-	45, // 23: tierstore.rpc.PromoteEndRequest.results:type_name -> tierstore.rpc.PromoteResult
-	47, // 24: tierstore.rpc.NotifyOffloadSuccessRequest.persisted:type_name -> tierstore.rpc.DiskObject
-	48, // 25: tierstore.rpc.NotifyOffloadSuccessRequest.failed:type_name -> tierstore.rpc.OffloadFailure
-	47, // 26: tierstore.rpc.RegisterDiskObjectsRequest.objects:type_name -> tierstore.rpc.DiskObject
+	44, // 19: tierstore.rpc.OffloadHeartbeatRequest.ssd_report:type_name -> tierstore.rpc.SSDReport
+	43, // 20: tierstore.rpc.SSDReport.victims:type_name -> tierstore.rpc.SSDVictim
+	46, // 21: tierstore.rpc.OffloadHeartbeatResponse.tasks:type_name -> tierstore.rpc.OffloadTask
+	45, // 22: tierstore.rpc.OffloadHeartbeatResponse.promotions:type_name -> tierstore.rpc.PromoteTask
+	48, // 23: tierstore.rpc.PromoteEndRequest.results:type_name -> tierstore.rpc.PromoteResult
+	50, // 24: tierstore.rpc.NotifyOffloadSuccessRequest.persisted:type_name -> tierstore.rpc.DiskObject
+	51, // 25: tierstore.rpc.NotifyOffloadSuccessRequest.failed:type_name -> tierstore.rpc.OffloadFailure
+	50, // 26: tierstore.rpc.RegisterDiskObjectsRequest.objects:type_name -> tierstore.rpc.DiskObject
 	3,  // 27: tierstore.rpc.ReportBadReplicaRequest.replica:type_name -> tierstore.rpc.Replica
-	54, // 28: tierstore.rpc.RegisterMemoryObjectsRequest.objects:type_name -> tierstore.rpc.MemoryObject
-	58, // 29: tierstore.rpc.StatsResponse.per_node:type_name -> tierstore.rpc.NodeStats
+	57, // 28: tierstore.rpc.RegisterMemoryObjectsRequest.objects:type_name -> tierstore.rpc.MemoryObject
+	61, // 29: tierstore.rpc.StatsResponse.per_node:type_name -> tierstore.rpc.NodeStats
 	5,  // 30: tierstore.rpc.Master.MountSegment:input_type -> tierstore.rpc.MountSegmentRequest
 	7,  // 31: tierstore.rpc.Master.UnmountSegment:input_type -> tierstore.rpc.UnmountSegmentRequest
 	9,  // 32: tierstore.rpc.Master.Ping:input_type -> tierstore.rpc.PingRequest
@@ -4635,49 +4788,53 @@ var file_master_proto_depIdxs = []int32{
 	30, // 44: tierstore.rpc.Master.RemoveAll:input_type -> tierstore.rpc.RemoveAllRequest
 	31, // 45: tierstore.rpc.Master.RemoveByRegex:input_type -> tierstore.rpc.RemoveByRegexRequest
 	38, // 46: tierstore.rpc.Master.EvictMemory:input_type -> tierstore.rpc.EvictMemoryRequest
-	39, // 47: tierstore.rpc.Master.OffloadHeartbeat:input_type -> tierstore.rpc.OffloadHeartbeatRequest
-	49, // 48: tierstore.rpc.Master.NotifyOffloadSuccess:input_type -> tierstore.rpc.NotifyOffloadSuccessRequest
-	50, // 49: tierstore.rpc.Master.ReRegisterDiskObjects:input_type -> tierstore.rpc.RegisterDiskObjectsRequest
-	51, // 50: tierstore.rpc.Master.EvictDiskReplica:input_type -> tierstore.rpc.EvictDiskReplicaRequest
-	53, // 51: tierstore.rpc.Master.ReportBadReplica:input_type -> tierstore.rpc.ReportBadReplicaRequest
-	46, // 52: tierstore.rpc.Master.PromoteEnd:input_type -> tierstore.rpc.PromoteEndRequest
-	56, // 53: tierstore.rpc.Master.Stats:input_type -> tierstore.rpc.StatsRequest
-	59, // 54: tierstore.rpc.Master.ReconcileBegin:input_type -> tierstore.rpc.ReconcileBeginRequest
-	61, // 55: tierstore.rpc.Master.ReconcileKeys:input_type -> tierstore.rpc.ReconcileKeysRequest
-	63, // 56: tierstore.rpc.Master.ReconcileEnd:input_type -> tierstore.rpc.ReconcileEndRequest
-	55, // 57: tierstore.rpc.Master.ReRegisterMemoryObjects:input_type -> tierstore.rpc.RegisterMemoryObjectsRequest
+	42, // 47: tierstore.rpc.Master.OffloadHeartbeat:input_type -> tierstore.rpc.OffloadHeartbeatRequest
+	52, // 48: tierstore.rpc.Master.NotifyOffloadSuccess:input_type -> tierstore.rpc.NotifyOffloadSuccessRequest
+	53, // 49: tierstore.rpc.Master.ReRegisterDiskObjects:input_type -> tierstore.rpc.RegisterDiskObjectsRequest
+	54, // 50: tierstore.rpc.Master.EvictDiskReplica:input_type -> tierstore.rpc.EvictDiskReplicaRequest
+	56, // 51: tierstore.rpc.Master.ReportBadReplica:input_type -> tierstore.rpc.ReportBadReplicaRequest
+	49, // 52: tierstore.rpc.Master.PromoteEnd:input_type -> tierstore.rpc.PromoteEndRequest
+	59, // 53: tierstore.rpc.Master.Stats:input_type -> tierstore.rpc.StatsRequest
+	62, // 54: tierstore.rpc.Master.ReconcileBegin:input_type -> tierstore.rpc.ReconcileBeginRequest
+	64, // 55: tierstore.rpc.Master.ReconcileKeys:input_type -> tierstore.rpc.ReconcileKeysRequest
+	66, // 56: tierstore.rpc.Master.ReconcileEnd:input_type -> tierstore.rpc.ReconcileEndRequest
+	58, // 57: tierstore.rpc.Master.ReRegisterMemoryObjects:input_type -> tierstore.rpc.RegisterMemoryObjectsRequest
 	36, // 58: tierstore.rpc.Master.PullRemovals:input_type -> tierstore.rpc.PullRemovalsRequest
-	6,  // 59: tierstore.rpc.Master.MountSegment:output_type -> tierstore.rpc.MountSegmentResponse
-	8,  // 60: tierstore.rpc.Master.UnmountSegment:output_type -> tierstore.rpc.UnmountSegmentResponse
-	10, // 61: tierstore.rpc.Master.Ping:output_type -> tierstore.rpc.PingResponse
-	12, // 62: tierstore.rpc.Master.PutStart:output_type -> tierstore.rpc.PutStartResponse
-	17, // 63: tierstore.rpc.Master.PutEnd:output_type -> tierstore.rpc.Empty
-	17, // 64: tierstore.rpc.Master.PutRevoke:output_type -> tierstore.rpc.Empty
-	15, // 65: tierstore.rpc.Master.BatchPutStart:output_type -> tierstore.rpc.BatchPutStartResponse
-	20, // 66: tierstore.rpc.Master.BatchPutEnd:output_type -> tierstore.rpc.KeyResults
-	20, // 67: tierstore.rpc.Master.BatchPutRevoke:output_type -> tierstore.rpc.KeyResults
-	22, // 68: tierstore.rpc.Master.ExistKey:output_type -> tierstore.rpc.ExistKeyResponse
-	25, // 69: tierstore.rpc.Master.BatchExistKey:output_type -> tierstore.rpc.BatchExistKeyResponse
-	26, // 70: tierstore.rpc.Master.GetReplicaList:output_type -> tierstore.rpc.GetReplicaListResponse
-	28, // 71: tierstore.rpc.Master.BatchGetReplicaList:output_type -> tierstore.rpc.BatchGetReplicaListResponse
-	17, // 72: tierstore.rpc.Master.Remove:output_type -> tierstore.rpc.Empty
-	32, // 73: tierstore.rpc.Master.RemoveAll:output_type -> tierstore.rpc.CountResponse
-	32, // 74: tierstore.rpc.Master.RemoveByRegex:output_type -> tierstore.rpc.CountResponse
-	65, // 75: tierstore.rpc.Master.EvictMemory:output_type -> tierstore.rpc.EvictMemoryResponse
-	44, // 76: tierstore.rpc.Master.OffloadHeartbeat:output_type -> tierstore.rpc.OffloadHeartbeatResponse
-	20, // 77: tierstore.rpc.Master.NotifyOffloadSuccess:output_type -> tierstore.rpc.KeyResults
-	20, // 78: tierstore.rpc.Master.ReRegisterDiskObjects:output_type -> tierstore.rpc.KeyResults
-	52, // 79: tierstore.rpc.Master.EvictDiskReplica:output_type -> tierstore.rpc.EvictDiskReplicaResponse
-	17, // 80: tierstore.rpc.Master.ReportBadReplica:output_type -> tierstore.rpc.Empty
-	20, // 81: tierstore.rpc.Master.PromoteEnd:output_type -> tierstore.rpc.KeyResults
-	57, // 82: tierstore.rpc.Master.Stats:output_type -> tierstore.rpc.StatsResponse
-	60, // 83: tierstore.rpc.Master.ReconcileBegin:output_type -> tierstore.rpc.ReconcileBeginResponse
-	62, // 84: tierstore.rpc.Master.ReconcileKeys:output_type -> tierstore.rpc.ReconcileKeysResponse
-	64, // 85: tierstore.rpc.Master.ReconcileEnd:output_type -> tierstore.rpc.ReconcileEndResponse
-	20, // 86: tierstore.rpc.Master.ReRegisterMemoryObjects:output_type -> tierstore.rpc.KeyResults
-	37, // 87: tierstore.rpc.Master.PullRemovals:output_type -> tierstore.rpc.PullRemovalsResponse
-	59, // [59:88] is the sub-list for method output_type
-	30, // [30:59] is the sub-list for method input_type
+	39, // 59: tierstore.rpc.Master.WaitOffload:input_type -> tierstore.rpc.WaitOffloadRequest
+	18, // 60: tierstore.rpc.Master.Prefetch:input_type -> tierstore.rpc.KeysRequest
+	6,  // 61: tierstore.rpc.Master.MountSegment:output_type -> tierstore.rpc.MountSegmentResponse
+	8,  // 62: tierstore.rpc.Master.UnmountSegment:output_type -> tierstore.rpc.UnmountSegmentResponse
+	10, // 63: tierstore.rpc.Master.Ping:output_type -> tierstore.rpc.PingResponse
+	12, // 64: tierstore.rpc.Master.PutStart:output_type -> tierstore.rpc.PutStartResponse
+	17, // 65: tierstore.rpc.Master.PutEnd:output_type -> tierstore.rpc.Empty
+	17, // 66: tierstore.rpc.Master.PutRevoke:output_type -> tierstore.rpc.Empty
+	15, // 67: tierstore.rpc.Master.BatchPutStart:output_type -> tierstore.rpc.BatchPutStartResponse
+	20, // 68: tierstore.rpc.Master.BatchPutEnd:output_type -> tierstore.rpc.KeyResults
+	20, // 69: tierstore.rpc.Master.BatchPutRevoke:output_type -> tierstore.rpc.KeyResults
+	22, // 70: tierstore.rpc.Master.ExistKey:output_type -> tierstore.rpc.ExistKeyResponse
+	25, // 71: tierstore.rpc.Master.BatchExistKey:output_type -> tierstore.rpc.BatchExistKeyResponse
+	26, // 72: tierstore.rpc.Master.GetReplicaList:output_type -> tierstore.rpc.GetReplicaListResponse
+	28, // 73: tierstore.rpc.Master.BatchGetReplicaList:output_type -> tierstore.rpc.BatchGetReplicaListResponse
+	17, // 74: tierstore.rpc.Master.Remove:output_type -> tierstore.rpc.Empty
+	32, // 75: tierstore.rpc.Master.RemoveAll:output_type -> tierstore.rpc.CountResponse
+	32, // 76: tierstore.rpc.Master.RemoveByRegex:output_type -> tierstore.rpc.CountResponse
+	68, // 77: tierstore.rpc.Master.EvictMemory:output_type -> tierstore.rpc.EvictMemoryResponse
+	47, // 78: tierstore.rpc.Master.OffloadHeartbeat:output_type -> tierstore.rpc.OffloadHeartbeatResponse
+	20, // 79: tierstore.rpc.Master.NotifyOffloadSuccess:output_type -> tierstore.rpc.KeyResults
+	20, // 80: tierstore.rpc.Master.ReRegisterDiskObjects:output_type -> tierstore.rpc.KeyResults
+	55, // 81: tierstore.rpc.Master.EvictDiskReplica:output_type -> tierstore.rpc.EvictDiskReplicaResponse
+	17, // 82: tierstore.rpc.Master.ReportBadReplica:output_type -> tierstore.rpc.Empty
+	20, // 83: tierstore.rpc.Master.PromoteEnd:output_type -> tierstore.rpc.KeyResults
+	60, // 84: tierstore.rpc.Master.Stats:output_type -> tierstore.rpc.StatsResponse
+	63, // 85: tierstore.rpc.Master.ReconcileBegin:output_type -> tierstore.rpc.ReconcileBeginResponse
+	65, // 86: tierstore.rpc.Master.ReconcileKeys:output_type -> tierstore.rpc.ReconcileKeysResponse
+	67, // 87: tierstore.rpc.Master.ReconcileEnd:output_type -> tierstore.rpc.ReconcileEndResponse
+	20, // 88: tierstore.rpc.Master.ReRegisterMemoryObjects:output_type -> tierstore.rpc.KeyResults
+	37, // 89: tierstore.rpc.Master.PullRemovals:output_type -> tierstore.rpc.PullRemovalsResponse
+	40, // 90: tierstore.rpc.Master.WaitOffload:output_type -> tierstore.rpc.WaitOffloadResponse
+	41, // 91: tierstore.rpc.Master.Prefetch:output_type -> tierstore.rpc.PrefetchResponse
+	61, // [61:92] is the sub-list for method output_type
+	30, // [30:61] is the sub-list for method input_type
 	30, // [30:30] is the sub-list for extension type_name
 	30, // [30:30] is the sub-list for extension extendee
 	0,  // [0:30] is the sub-list for field type_name
@@ -4694,7 +4851,7 @@ func file_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   63,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

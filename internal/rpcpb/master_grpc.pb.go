@@ -54,6 +54,8 @@ const (
 	Master_ReconcileEnd_FullMethodName            = "/tierstore.rpc.Master/ReconcileEnd"
 	Master_ReRegisterMemoryObjects_FullMethodName = "/tierstore.rpc.Master/ReRegisterMemoryObjects"
 	Master_PullRemovals_FullMethodName            = "/tierstore.rpc.Master/PullRemovals"
+	Master_WaitOffload_FullMethodName             = "/tierstore.rpc.Master/WaitOffload"
+	Master_Prefetch_FullMethodName                = "/tierstore.rpc.Master/Prefetch"
 )
 
 // MasterClient is the client API for Master service.
@@ -97,6 +99,16 @@ type MasterClient interface {
 	// The removal log (docs/design.md, invariant 10): a node pulls the
 	// entries above its cursors and applies them to its copies.
 	PullRemovals(ctx context.Context, in *PullRemovalsRequest, opts ...grpc.CallOption) (*PullRemovalsResponse, error)
+	// A node waits for its offload to be pressing (tasks queued while a put
+	// waits for DRAM room or while their bytes pass a quarter of the node's
+	// DRAM, or promotions queued) and then runs a heartbeat at once instead
+	// of at its next tick. The call returns pressed=true as soon as that
+	// holds (at once if it holds already), pressed=false after timeout_ms.
+	WaitOffload(ctx context.Context, in *WaitOffloadRequest, opts ...grpc.CallOption) (*WaitOffloadResponse, error)
+	// A client asks that keys whose only readable copies are on SSD be
+	// brought into DRAM (a promotion, within the master's prefetch budget).
+	// Per key OK (queued, or nothing to do: in DRAM already, missing), or why not.
+	Prefetch(ctx context.Context, in *KeysRequest, opts ...grpc.CallOption) (*PrefetchResponse, error)
 }
 
 type masterClient struct {
@@ -397,6 +409,26 @@ func (c *masterClient) PullRemovals(ctx context.Context, in *PullRemovalsRequest
 	return out, nil
 }
 
+func (c *masterClient) WaitOffload(ctx context.Context, in *WaitOffloadRequest, opts ...grpc.CallOption) (*WaitOffloadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WaitOffloadResponse)
+	err := c.cc.Invoke(ctx, Master_WaitOffload_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) Prefetch(ctx context.Context, in *KeysRequest, opts ...grpc.CallOption) (*PrefetchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PrefetchResponse)
+	err := c.cc.Invoke(ctx, Master_Prefetch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -438,6 +470,16 @@ type MasterServer interface {
 	// The removal log (docs/design.md, invariant 10): a node pulls the
 	// entries above its cursors and applies them to its copies.
 	PullRemovals(context.Context, *PullRemovalsRequest) (*PullRemovalsResponse, error)
+	// A node waits for its offload to be pressing (tasks queued while a put
+	// waits for DRAM room or while their bytes pass a quarter of the node's
+	// DRAM, or promotions queued) and then runs a heartbeat at once instead
+	// of at its next tick. The call returns pressed=true as soon as that
+	// holds (at once if it holds already), pressed=false after timeout_ms.
+	WaitOffload(context.Context, *WaitOffloadRequest) (*WaitOffloadResponse, error)
+	// A client asks that keys whose only readable copies are on SSD be
+	// brought into DRAM (a promotion, within the master's prefetch budget).
+	// Per key OK (queued, or nothing to do: in DRAM already, missing), or why not.
+	Prefetch(context.Context, *KeysRequest) (*PrefetchResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -534,6 +576,12 @@ func (UnimplementedMasterServer) ReRegisterMemoryObjects(context.Context, *Regis
 }
 func (UnimplementedMasterServer) PullRemovals(context.Context, *PullRemovalsRequest) (*PullRemovalsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PullRemovals not implemented")
+}
+func (UnimplementedMasterServer) WaitOffload(context.Context, *WaitOffloadRequest) (*WaitOffloadResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WaitOffload not implemented")
+}
+func (UnimplementedMasterServer) Prefetch(context.Context, *KeysRequest) (*PrefetchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Prefetch not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -1078,6 +1126,42 @@ func _Master_PullRemovals_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_WaitOffload_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WaitOffloadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).WaitOffload(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_WaitOffload_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).WaitOffload(ctx, req.(*WaitOffloadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_Prefetch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KeysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).Prefetch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_Prefetch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).Prefetch(ctx, req.(*KeysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1200,6 +1284,14 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PullRemovals",
 			Handler:    _Master_PullRemovals_Handler,
+		},
+		{
+			MethodName: "WaitOffload",
+			Handler:    _Master_WaitOffload_Handler,
+		},
+		{
+			MethodName: "Prefetch",
+			Handler:    _Master_Prefetch_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

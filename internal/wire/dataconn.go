@@ -3,6 +3,7 @@ package wire
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -67,6 +68,12 @@ var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}
 // DialData opens a data connection to the node at endpoint (host:port)
 // and exchanges hellos; timeout and ctx bound both.
 func DialData(ctx context.Context, endpoint string, timeout time.Duration) (*DataConn, error) {
+	return DialDataTLS(ctx, endpoint, timeout, nil)
+}
+
+// DialDataTLS is DialData over TLS with cfg (nil: plaintext): the TLS
+// handshake first, then the hello inside (the node's Mux, NewMuxTLS).
+func DialDataTLS(ctx context.Context, endpoint string, timeout time.Duration, cfg *tls.Config) (*DataConn, error) {
 	d := net.Dialer{Timeout: timeout}
 	c, err := d.DialContext(ctx, "tcp", endpoint)
 	if err != nil {
@@ -74,6 +81,17 @@ func DialData(ctx context.Context, endpoint string, timeout time.Duration) (*Dat
 	}
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
+	}
+	if cfg != nil {
+		tc := tls.Client(c, cfg)
+		hctx, cancel := context.WithTimeout(ctx, timeout)
+		err := tc.HandshakeContext(hctx)
+		cancel()
+		if err != nil {
+			c.Close()
+			return nil, codes.Errorf(codes.RPCFail, "wire: TLS handshake with the data plane of %s: %v", endpoint, err)
+		}
+		c = tc
 	}
 	// The hello is bounded by the caller's deadline too: a node that
 	// accepts but never answers (a stopped process) must not hold a read
@@ -93,6 +111,11 @@ func DialData(ctx context.Context, endpoint string, timeout time.Duration) (*Dat
 	var got [HelloLen]byte
 	if _, err := io.ReadFull(c, got[:]); err != nil {
 		c.Close()
+		if cfg != nil {
+			// TLS 1.3: the node checks the client's certificate after the
+			// client's handshake is done; its refusal arrives here.
+			return nil, codes.Errorf(codes.RPCFail, "wire: no data-plane hello from %s over TLS (refused by the node, or not a store node's data port): %v", endpoint, err)
+		}
 		return nil, codes.Errorf(codes.RPCFail, "wire: no data-plane hello from %s (not a store node's data port?): %v", endpoint, err)
 	}
 	if err := checkHello(got[:]); err != nil {

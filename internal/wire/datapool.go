@@ -3,6 +3,7 @@ package wire
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,9 @@ type DataPool struct {
 	ConnsPerNode int
 	// DialTimeout bounds a dial and its hello (default DefaultDialTimeout).
 	DialTimeout time.Duration
+	// TLS, when not nil, is the client configuration of every data
+	// connection (DialDataTLS). Set before first use.
+	TLS *tls.Config
 
 	// mu protects nodes and closed.
 	mu     sync.Mutex
@@ -106,7 +110,7 @@ func (p *DataPool) Get(ctx context.Context, endpoint string) (*DataConn, error) 
 	if old != nil {
 		old.Close()
 	}
-	c, err := DialData(ctx, endpoint, cmp.Or(p.DialTimeout, DefaultDialTimeout))
+	c, err := DialDataTLS(ctx, endpoint, cmp.Or(p.DialTimeout, DefaultDialTimeout), p.TLS)
 	n.mu.Lock()
 	// Checked under n.mu: a Close that has not seen this slot yet will.
 	if err == nil && p.isClosed() {

@@ -71,6 +71,11 @@ type DataServerOptions struct {
 	SSDReadsPerConn int
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// Authorize, when not nil, is asked after the hello whether the
+	// connection's peer may use the data plane (its TLS certificate's
+	// role); its error answers every request of the connection, whose
+	// payload is dropped, and is logged once.
+	Authorize func(net.Conn) error
 }
 
 // DataServer serves data connections for one DataHandler. Safe for
@@ -122,6 +127,8 @@ type serverConn struct {
 
 	ssd chan struct{}
 	wg  sync.WaitGroup // SSD reads in flight
+
+	denied error // DataServerOptions.Authorize's refusal, set before loop
 }
 
 // ServeConn serves one data connection until it ends or the server
@@ -151,6 +158,11 @@ func (s *DataServer) ServeConn(c net.Conn, prefix []byte) {
 	if err := sc.handshake(prefix); err != nil {
 		s.log.Debug("data connection refused", "remote", c.RemoteAddr(), "err", err)
 		return
+	}
+	if a := s.opts.Authorize; a != nil {
+		if sc.denied = a(c); sc.denied != nil {
+			s.log.Warn("data connection refused", "remote", c.RemoteAddr(), "err", sc.denied)
+		}
 	}
 	if err := sc.loop(); !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		s.log.Debug("data connection ended", "remote", c.RemoteAddr(), "err", err)
@@ -221,6 +233,9 @@ func (sc *serverConn) loop() error {
 // error that ends the connection is returned.
 func (sc *serverConn) serve(h Header, meta []byte) error {
 	start := time.Now()
+	if sc.denied != nil {
+		return sc.refuse(h, sc.denied)
+	}
 	req, err := sc.request(h, meta)
 	if err != nil {
 		return sc.refuse(h, err)

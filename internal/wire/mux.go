@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -18,9 +19,11 @@ const sniffTimeout = 10 * time.Second
 // through Listener. The node's endpoint, as the master announces it, thus
 // serves both; the master API is unchanged.
 type Mux struct {
-	base net.Listener
-	data *DataServer
-	grpc chan net.Conn
+	base    net.Listener
+	data    *DataServer
+	grpc    chan net.Conn
+	tls     *tls.Config           // nil: plaintext
+	refused func(net.Addr, error) // refused TLS handshakes; may be nil
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -35,8 +38,18 @@ type Mux struct {
 // NewMux starts accepting on base. Close (or closing Listener) stops it,
 // closes base and the data server.
 func NewMux(base net.Listener, data *DataServer) *Mux {
+	return NewMuxTLS(base, data, nil, nil)
+}
+
+// NewMuxTLS is NewMux with TLS first (cfg nil: plaintext): each accepted
+// connection goes through the TLS handshake with cfg (within the sniff
+// timeout), then its first bytes inside choose the data plane or gRPC.
+// The connections handed on are *tls.Conn (the data plane) or forward
+// ConnectionState (gRPC: serve it with tlsconf.Handshaken credentials). A
+// refused handshake is passed to refused (nil: dropped silently).
+func NewMuxTLS(base net.Listener, data *DataServer, cfg *tls.Config, refused func(from net.Addr, err error)) *Mux {
 	m := &Mux{base: base, data: data, grpc: make(chan net.Conn), done: make(chan struct{}),
-		sniffing: map[net.Conn]struct{}{}}
+		sniffing: map[net.Conn]struct{}{}, tls: cfg, refused: refused}
 	m.wg.Add(1)
 	go m.acceptLoop()
 	return m
@@ -107,11 +120,25 @@ func (m *Mux) acceptLoop() {
 // sniff reads a connection's first bytes and routes it.
 func (m *Mux) sniff(c net.Conn) {
 	var b [len(DataMagic)]byte
-	_ = c.SetReadDeadline(time.Now().Add(sniffTimeout))
-	_, err := io.ReadFull(c, b[:])
-	_ = c.SetReadDeadline(time.Time{})
+	raw := c
+	_ = c.SetDeadline(time.Now().Add(sniffTimeout))
+	var err error
+	if m.tls != nil {
+		tc := tls.Server(c, m.tls)
+		if err = tc.Handshake(); err != nil {
+			if m.refused != nil {
+				m.refused(c.RemoteAddr(), err)
+			}
+			linger(c)
+		}
+		c = tc
+	}
+	if err == nil {
+		_, err = io.ReadFull(c, b[:])
+	}
+	_ = c.SetDeadline(time.Time{})
 	m.mu.Lock()
-	delete(m.sniffing, c)
+	delete(m.sniffing, raw)
 	m.mu.Unlock()
 	if err != nil {
 		m.wg.Done()
@@ -152,6 +179,15 @@ type prefixConn struct {
 	prefix []byte
 }
 
+// ConnectionState is the TLS state of the connection (zero without TLS):
+// the gRPC server's credentials read the peer's certificate from it.
+func (c *prefixConn) ConnectionState() tls.ConnectionState {
+	if tc, ok := c.Conn.(*tls.Conn); ok {
+		return tc.ConnectionState()
+	}
+	return tls.ConnectionState{}
+}
+
 func (c *prefixConn) Read(p []byte) (int, error) {
 	if len(c.prefix) > 0 {
 		n := copy(p, c.prefix)
@@ -159,4 +195,19 @@ func (c *prefixConn) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	return c.Conn.Read(p)
+}
+
+// linger is called on a connection whose TLS handshake was refused, before
+// it is closed: the TLS 1.3 client, whose handshake finished before the
+// server checked its certificate, has already sent its first bytes; closing
+// with them unread would reset the connection, and the client would see
+// "connection reset" instead of the alert that names the reason. So the
+// Mux half-closes, then reads and drops what the client sent (at most
+// 64 KiB, for at most a second) until the client closes.
+func linger(c net.Conn) {
+	if hc, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = hc.CloseWrite()
+	}
+	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+	_, _ = io.CopyN(io.Discard, c, 64<<10)
 }

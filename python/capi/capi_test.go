@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/internal/codes"
@@ -125,4 +127,65 @@ func TestCodeOf(t *testing.T) {
 	if codeOf(nil) != 0 || codeOf(client.ErrClosed) != -600 || codeOf(codes.ErrObjectNotFound) != -704 {
 		t.Fatal(codeOf(nil), codeOf(client.ErrClosed), codeOf(codes.ErrObjectNotFound))
 	}
+}
+
+// slowProxy forwards connections to addr, each only after delay (a master
+// whose handshake is slow: a loaded machine).
+func slowProxy(t *testing.T, addr string, delay time.Duration) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				time.Sleep(delay)
+				up, err := net.Dial("tcp", addr)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				go func() { _, _ = io.Copy(up, c) }()
+				_, _ = io.Copy(c, up)
+			}()
+		}
+	}()
+	return lis.Addr().String()
+}
+
+// A master whose connection takes longer than the reconnect backoff's
+// first delay to set up still answers: the connection attempt is bounded
+// by a connect timeout, not by the backoff delay (100 ms).
+func TestSlowMasterHandshake(t *testing.T) {
+	addr := slowProxy(t, serveMaster(t), 400*time.Millisecond)
+	id, h := mustOpen(t, fmt.Sprintf(`{"master":%q,"timeout":10}`, addr))
+	defer closeHandle(id)
+	ctx, cancel := h.ctx()
+	defer cancel()
+	if _, err := h.c.Stats(ctx); err != nil {
+		t.Fatalf("stats through a slow handshake: %v", err)
+	}
+}
+
+// A master that does not answer fails open (RPC_FAIL naming the address)
+// within the timeout, and leaves no handle.
+func TestOpenUnreachableMaster(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close() // nothing listens there now
+	_, err = open(fmt.Sprintf(`{"master":%q,"timeout":2}`, addr))
+	if err == nil || !strings.Contains(err.Error(), addr) || codeOf(err) >= 0 {
+		t.Fatalf("open of an unreachable master: %v (code %d)", err, codeOf(err))
+	}
+	t.Logf("%v (code %d)", err, codeOf(err))
 }

@@ -142,8 +142,14 @@ func open(cfgJSON string) (int64, error) {
 
 	dctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	// Reconnect quickly after a master outage (gRPC's default backoff grows
+	// to 2 minutes). MinConnectTimeout must be given with ConnectParams: its
+	// zero value bounds a connection attempt by the backoff delay (100 ms),
+	// which a loaded machine's loopback connect + handshake can exceed,
+	// failing calls with RPC_FAIL "i/o timeout".
 	h.m, err = mastergrpc.Dial(dctx, cfg.Master, grpc.WithConnectParams(grpc.ConnectParams{
-		Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second}}))
+		Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+		MinConnectTimeout: 20 * time.Second}))
 	if err != nil {
 		return 0, fmt.Errorf("open: master %s: %w", cfg.Master, err)
 	}
@@ -173,6 +179,12 @@ func open(cfgJSON string) (int64, error) {
 	if err != nil {
 		h.closeAll()
 		return 0, fmt.Errorf("open: %w", err)
+	}
+	// The master must answer now (as Mooncake's setup connects): a wrong
+	// address fails open, not the first call.
+	if _, err := h.c.Stats(dctx); err != nil {
+		h.closeAll()
+		return 0, fmt.Errorf("open: master %s does not answer: %w", cfg.Master, err)
 	}
 	handlesMu.Lock()
 	nextID++

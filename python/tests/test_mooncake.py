@@ -454,3 +454,42 @@ def test_forked_child_gets_clear_error(store):
     assert out["put"] < 0 and out["get"] == 0 and out["exist"] == -1
     assert any("fork" in m and "spawn" in m for m in out["msgs"]), out["msgs"]
     assert store.is_exist(k + "2") == 0 and store.get(k) == b"v"  # the parent is unaffected
+
+
+# ---- configuration without arguments, against the cluster ----------------------
+
+def test_setup_from_config_file_and_env(cluster, tmp_path, monkeypatch):
+    p = tmp_path / "mooncake.json"
+    p.write_text(json.dumps({"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE",
+                             "master_server_address": cluster.master, "global_segment_size": 0,
+                             "local_buffer_size": "1MB", "protocol": "tcp", "device_name": "", "mode": "embedded"}))
+    monkeypatch.setenv("MOONCAKE_CONFIG_PATH", str(p))
+    s = MooncakeDistributedStore()
+    assert s.setup() == 0
+    try:
+        assert s.put("cfgfile/k", b"from the file's store") == 0
+        assert s.put("cfgfile/big", b"x" * (MiB + 1)) == BUFFER_OVERFLOW   # local_buffer_size "1MB" applies
+    finally:
+        s.close()
+    monkeypatch.delenv("MOONCAKE_CONFIG_PATH")
+    monkeypatch.setenv("MOONCAKE_MASTER", cluster.master)
+    monkeypatch.setenv("MOONCAKE_GLOBAL_SEGMENT_SIZE", "0")
+    monkeypatch.setenv("MOONCAKE_PROTOCOL", "tcp")
+    s = MooncakeDistributedStore()
+    assert s.setup() == 0
+    try:
+        assert s.get("cfgfile/k") == b"from the file's store"
+        assert s.remove("cfgfile/k", force=True) == 0
+    finally:
+        s.close()
+
+
+def test_torch_cpu_tensors_by_data_ptr(store):
+    torch = pytest.importorskip("torch")
+    t = torch.arange(4096, dtype=torch.int32)
+    n = t.numel() * t.element_size()
+    assert store.register_buffer(t.data_ptr(), n) == 0
+    assert store.put_from(store.prefix + "t", t.data_ptr(), n) == 0
+    u = torch.zeros_like(t)
+    assert store.get_into(store.prefix + "t", u.data_ptr(), n) == n
+    assert torch.equal(t, u)

@@ -31,6 +31,30 @@ def _keys(keys):
     return n, (ctypes.c_char_p * n)(*ks), (ctypes.c_int64 * n)(*[len(k) for k in ks])
 
 
+def _flatten(ppk, writable, bufs, what):
+    """The ctypes arrays (nparts, ptrs, sizes) of a list of part lists,
+    flattened; (addr, size) tuples take a fast path."""
+    counts = []
+    addrs = []
+    sizes = []
+    add = bufs.add
+    for i, ps in enumerate(ppk):
+        c = 0
+        for p in ps:
+            if type(p) is tuple and len(p) == 2 and type(p[0]) is int and type(p[1]) is int and p[1] >= 0 and (p[0] or not p[1]):
+                addrs.append(p[0])
+                sizes.append(p[1])
+            else:
+                a, n = add(p, writable, "%s: key %d part %d" % (what, i, c))
+                addrs.append(a)
+                sizes.append(n)
+            c += 1
+        counts.append(c)
+    n = max(len(counts), 1)
+    t = max(len(addrs), 1)
+    return (ctypes.c_int64 * n)(*counts), (ctypes.c_void_p * t)(*addrs), (ctypes.c_int64 * t)(*sizes)
+
+
 def _results(n, res, err, errtext, ok):
     """Turns per-key codes into results: ok(v) for v >= 0, Error for < 0."""
     out = []
@@ -147,10 +171,7 @@ class Client:
         parts = list(parts)
         n = len(parts)
         with Buffers() as bufs:
-            ptrs = (ctypes.c_void_p * n)()
-            sizes = (ctypes.c_int64 * n)()
-            for i, p in enumerate(parts):
-                ptrs[i], sizes[i] = bufs.add(p, False, "part %d" % i)
+            _, ptrs, sizes = _flatten((parts,), False, bufs, "put_parts")
             rc = lib.ts_put_parts(h, k, len(k), ptrs, sizes, n, replicas, _flags(soft_pin, hard_pin), _pref(preferred_node), e.buf, e.SIZE)
         if rc < 0:
             raise e.error(rc)
@@ -191,10 +212,7 @@ class Client:
         parts = list(parts)
         n = len(parts)
         with Buffers() as bufs:
-            ptrs = (ctypes.c_void_p * n)()
-            sizes = (ctypes.c_int64 * n)()
-            for i, p in enumerate(parts):
-                ptrs[i], sizes[i] = bufs.add(p, True, "part %d" % i)
+            _, ptrs, sizes = _flatten((parts,), True, bufs, "get_into_parts")
             got = lib.ts_get_into_parts(h, k, len(k), ptrs, sizes, n, e.buf, e.SIZE)
         if got < 0:
             raise e.error(got)
@@ -288,10 +306,7 @@ class Client:
         e = ErrBuf()
         res = (ctypes.c_int64 * max(n, 1))()
         with Buffers() as bufs:
-            ptrs = (ctypes.c_void_p * max(n, 1))()
-            sizes = (ctypes.c_int64 * max(n, 1))()
-            for i, v in enumerate(values):
-                ptrs[i], sizes[i] = bufs.add(v, False, "value %d" % i)
+            _, ptrs, sizes = _flatten((values,), False, bufs, "batch_put")
             rc = lib.ts_batch_put(h, n, ka, kl, ptrs, sizes, replicas, _flags(soft_pin, hard_pin), _pref(preferred_node), res, e.buf, e.SIZE)
         if rc < 0:
             raise e.error(rc)
@@ -300,22 +315,14 @@ class Client:
     def batch_put_parts(self, keys, parts_per_key, *, replicas=1, preferred_node=None, soft_pin=False, hard_pin=False):
         """One object per key gathered from its parts; None or Error per key."""
         h = self._handle()
-        ppk = [list(p) for p in parts_per_key]
+        ppk = list(parts_per_key)
         n, ka, kl = _keys(keys)
         if len(ppk) != n:
             raise Error(codes.INVALID_PARAMS, "batch_put_parts: %d keys, %d part lists" % (n, len(ppk)))
-        total = sum(len(p) for p in ppk)
         e = ErrBuf()
         res = (ctypes.c_int64 * max(n, 1))()
         with Buffers() as bufs:
-            nparts = (ctypes.c_int64 * max(n, 1))(*[len(p) for p in ppk])
-            ptrs = (ctypes.c_void_p * max(total, 1))()
-            sizes = (ctypes.c_int64 * max(total, 1))()
-            j = 0
-            for i, ps in enumerate(ppk):
-                for k, p in enumerate(ps):
-                    ptrs[j], sizes[j] = bufs.add(p, False, "key %d part %d" % (i, k))
-                    j += 1
+            nparts, ptrs, sizes = _flatten(ppk, False, bufs, "batch_put_parts")
             rc = lib.ts_batch_put_parts(h, n, ka, kl, nparts, ptrs, sizes, replicas, _flags(soft_pin, hard_pin), _pref(preferred_node), res, e.buf, e.SIZE)
         if rc < 0:
             raise e.error(rc)
@@ -331,10 +338,7 @@ class Client:
         e = ErrBuf()
         res = (ctypes.c_int64 * max(n, 1))()
         with Buffers() as bufs:
-            ptrs = (ctypes.c_void_p * max(n, 1))()
-            sizes = (ctypes.c_int64 * max(n, 1))()
-            for i, b in enumerate(blist):
-                ptrs[i], sizes[i] = bufs.add(b, True, "buffer %d" % i)
+            _, ptrs, sizes = _flatten((blist,), True, bufs, "batch_get_into")
             rc = lib.ts_batch_get_into(h, n, ka, kl, ptrs, sizes, res, e.buf, e.SIZE)
         if rc < 0:
             raise e.error(rc)
@@ -343,22 +347,14 @@ class Client:
     def batch_get_into_parts(self, keys, parts_per_key):
         """Scatters each key's value over its parts; bytes read or Error per key."""
         h = self._handle()
-        ppk = [list(p) for p in parts_per_key]
+        ppk = list(parts_per_key)
         n, ka, kl = _keys(keys)
         if len(ppk) != n:
             raise Error(codes.INVALID_PARAMS, "batch_get_into_parts: %d keys, %d part lists" % (n, len(ppk)))
-        total = sum(len(p) for p in ppk)
         e = ErrBuf()
         res = (ctypes.c_int64 * max(n, 1))()
         with Buffers() as bufs:
-            nparts = (ctypes.c_int64 * max(n, 1))(*[len(p) for p in ppk])
-            ptrs = (ctypes.c_void_p * max(total, 1))()
-            sizes = (ctypes.c_int64 * max(total, 1))()
-            j = 0
-            for i, ps in enumerate(ppk):
-                for k, p in enumerate(ps):
-                    ptrs[j], sizes[j] = bufs.add(p, True, "key %d part %d" % (i, k))
-                    j += 1
+            nparts, ptrs, sizes = _flatten(ppk, True, bufs, "batch_get_into_parts")
             rc = lib.ts_batch_get_into_parts(h, n, ka, kl, nparts, ptrs, sizes, res, e.buf, e.SIZE)
         if rc < 0:
             raise e.error(rc)
