@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/crc32c"
 	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/internal/wire"
 )
@@ -200,13 +201,13 @@ func (n *Node) ReadRangeInto(_ context.Context, segment string, off int64, buf [
 const copyChunk = 64 << 10
 
 // copyCRCUpdate copies src into dst (of the same length) and returns crc
-// (the CRC32C of earlier bytes) updated with what it copied, checksumming
+// (the CRC32C of earlier bytes) continued over what it copied, checksumming
 // each chunk of dst as soon as it is copied.
 func copyCRCUpdate(crc uint32, dst, src []byte) uint32 {
 	for i := 0; i < len(dst); i += copyChunk {
 		j := min(i+copyChunk, len(dst))
 		copy(dst[i:j], src[i:j])
-		crc = wire.UpdateCRC32C(crc, dst[i:j])
+		crc = crc32c.Update(crc, dst[i:j])
 	}
 	return crc
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"strings"
@@ -21,7 +20,7 @@ import (
 func serveMaster(t *testing.T) string {
 	t.Helper()
 	cfg := master.DefaultConfig()
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Logger = slog.New(slog.DiscardHandler)
 	m, err := master.New(cfg)
 	if err != nil {
 		t.Fatal(err)
