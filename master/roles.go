@@ -27,6 +27,7 @@ var Roles = tlsconf.Table{
 	svc + "ReconcileEnd":            nodeOnly,
 	svc + "ReRegisterMemoryObjects": nodeOnly,
 	svc + "PullRemovals":            nodeOnly,
+	svc + "WaitOffload":             nodeOnly,
 
 	svc + "PutStart":            clientOnly,
 	svc + "PutEnd":              clientOnly,
@@ -43,6 +44,7 @@ var Roles = tlsconf.Table{
 	svc + "RemoveByRegex":       clientOnly,
 	svc + "EvictMemory":         clientOnly,
 	svc + "ReportBadReplica":    clientOnly,
+	svc + "Prefetch":            clientOnly,
 
 	svc + "Stats": {tlsconf.Client, tlsconf.Node, tlsconf.Master},
 }
