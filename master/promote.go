@@ -6,6 +6,7 @@ import (
 
 	"github.com/tierstore/tierstore/admission"
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/mastergrpc"
 )
@@ -320,7 +321,7 @@ func (s *Service) promoteEnd(nodeID string, r masterapi.PromoteResult) error {
 	if !r.Loaded || !o.mem.seg.live() {
 		s.dropMem(o)
 		if !r.Loaded {
-			s.log.Debug("promotion not loaded by the node", "key", keyHex(r.Key), "node", nodeID, "reason", r.Reason)
+			s.log.Debug("promotion not loaded by the node", "key", keyspec.Show(r.Key), "node", nodeID, "reason", r.Reason)
 		}
 		s.settleEmpty(sh, r.Key, o, now)
 		if r.Loaded {

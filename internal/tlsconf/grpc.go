@@ -57,7 +57,7 @@ func (c *serverCreds) ClientHandshake(context.Context, string, net.Conn) (net.Co
 }
 
 func (c *serverCreds) Info() credentials.ProtocolInfo {
-	return credentials.ProtocolInfo{SecurityProtocol: "tls", SecurityVersion: "1.3"}
+	return credentials.ProtocolInfo{SecurityProtocol: "tls"}
 }
 func (c *serverCreds) Clone() credentials.TransportCredentials {
 	return &serverCreds{cfg: c.cfg, log: c.log}
