@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"os"
@@ -528,7 +527,7 @@ func replay(ctx context.Context, e *env, tr *trace.Trace, p churnPolicy, sz chur
 
 // churnConfig is the embedded configuration of one replay.
 func churnConfig(p churnPolicy, sz churnSizes, dir string) embedded.Config {
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	quiet := slog.New(slog.DiscardHandler)
 	cfg := embedded.DefaultConfig()
 	cfg.Master.Logger = quiet
 	cfg.Master.EnableOffload = true

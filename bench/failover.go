@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -56,7 +55,7 @@ func startFailoverCluster(ctx context.Context, dir string, ssdNodes, dramNodes i
 	if err != nil {
 		return nil, fmt.Errorf("%w: failover needs the go tool inside the tierstore module: %v", errUnavailable, err)
 	}
-	fc := &foCluster{bins: bins, dir: dir, quiet: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	fc := &foCluster{bins: bins, dir: dir, quiet: slog.New(slog.DiscardHandler)}
 	if err := fc.start(ctx, ssdNodes, dramNodes); err != nil {
 		fc.stop()
 		return nil, err

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -49,7 +48,7 @@ func runMaster(ctx context.Context, e *env) (*result, error) {
 	}
 	cfg := master.DefaultConfig()
 	cfg.MonitorInterval = 0 // no background loop: nothing but the measured calls
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.DefaultKVLeaseTTL = time.Minute
 	svc, remote, stop, err := startBenchMaster(ctx, cfg, sz)
 	if err != nil {

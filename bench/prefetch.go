@@ -54,7 +54,7 @@ func runPrefetch(ctx context.Context, e *env) (*result, error) {
 		}
 	}
 	res := &result{Options: map[string]string{
-		"master": "--enable_offload --offload_admission_policy=tinylfu --dram_promotion_min_freq=2 (a put and the batch_exists); --prefetch_budget=1024 (with) or 0 (without)",
+		"master": "--enable_offload --offload_admission_policy=tinylfu --dram_promotion_min_freq=2 (a put and the batch_exists) --put_start_max_wait=60s; --prefetch_budget=1024 (with) or 0 (without)",
 		"node":   fmt.Sprintf("--memory=%s --enable_offload --ssd_capacity=16GiB --heartbeat_interval=1s (uring, O_DIRECT)", fmtBytes(dram)),
 		"load": fmt.Sprintf("%d rounds of %d x %s objects put, then %s of fillers (DRAM full, the batches on SSD only); per round: batch_exists, a gap (20 ms or 1 s, alternating), batch get; DRAM: the same on the last %d fillers put",
 			rounds, pfBatch, fmtBytes(pfSize), fmtBytes(dram*3/2), pfBatch),
@@ -127,7 +127,7 @@ func prefetchOne(ctx context.Context, dir, bin string, dram int64, rounds, budge
 	}
 	line, err := cl.start(ctx, dir, filepath.Join(bin, "tierstore-master"), "tierstore-master listening on ",
 		"--rpc_port=0", "--metrics_port=0", "--enable_offload=true", "--offload_admission_policy=tinylfu",
-		"--dram_promotion_min_freq=2", fmt.Sprintf("--prefetch_budget=%d", budget), "--log_level=warn",
+		"--dram_promotion_min_freq=2", fmt.Sprintf("--prefetch_budget=%d", budget), "--put_start_max_wait=60s", "--log_level=warn",
 		"--state_dir="+filepath.Join(dir, "master-state"))
 	if err != nil {
 		return ssd, mem, err

@@ -116,7 +116,7 @@ func startTierstore(ctx context.Context, dir, bin string, b serveBudget) (_ kvSe
 		return nil, err
 	}
 	s.cl.nodeEndpoint = strings.Fields(line)[0]
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.DiscardHandler)
 	for range b.workers {
 		c, err := client.New(ctx, client.Config{MasterAddr: addr, Logger: log})
 		if err != nil {

@@ -106,7 +106,7 @@ func runSoak(ctx context.Context, e *env) (*result, error) {
 		return nil, fmt.Errorf("bench: soak: node stats: %w\n%s", err, cl.logTail())
 	}
 	maxSSD.Store(max(maxSSD.Load(), ns.Tier.BytesUsed))
-	mc, err := client.New(fctx, client.Config{MasterAddr: cl.masterAddr, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	mc, err := client.New(fctx, client.Config{MasterAddr: cl.masterAddr, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return nil, fmt.Errorf("bench: soak: %w", err)
 	}
@@ -205,7 +205,7 @@ func sortedCauses(m map[string]int64) []string {
 // checked against the bytes that were put (independently of the CRC the
 // client library checks).
 func soakClient(ctx context.Context, addr string, id int, cnt *soakCounts) error {
-	c, err := client.New(context.Background(), client.Config{MasterAddr: addr, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	c, err := client.New(context.Background(), client.Config{MasterAddr: addr, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return fmt.Errorf("bench: soak: client: %w", err)
 	}

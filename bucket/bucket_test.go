@@ -10,6 +10,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
+
+	"github.com/tierstore/tierstore/internal/crc32c"
+	"github.com/tierstore/tierstore/internal/keyspec"
 )
 
 func concat(data [][]byte) []byte {
@@ -103,9 +106,9 @@ func TestEncodeReferencesValues(t *testing.T) {
 func TestEncodeRejectsBadKeys(t *testing.T) {
 	_, err := Encode([]Object{{Key: nil, Value: []byte("x")}}, EncodeOptions{})
 	require.ErrorIs(t, err, ErrInvalidKey)
-	_, err = Encode([]Object{{Key: make([]byte, MaxKeyLen+1)}}, EncodeOptions{})
+	_, err = Encode([]Object{{Key: make([]byte, keyspec.MaxLen+1)}}, EncodeOptions{})
 	require.ErrorIs(t, err, ErrInvalidKey)
-	_, err = Encode([]Object{{Key: make([]byte, MaxKeyLen)}}, EncodeOptions{})
+	_, err = Encode([]Object{{Key: make([]byte, keyspec.MaxLen)}}, EncodeOptions{})
 	require.NoError(t, err)
 	_, err = Encode(nil, EncodeOptions{Compression: 9})
 	require.ErrorIs(t, err, ErrUnknownCodec)
@@ -347,7 +350,7 @@ func TestSmallObjectsPacked(t *testing.T) {
 	v1 := bytes.Clone(file)
 	foot := v1[len(v1)-FooterSize:]
 	binary.LittleEndian.PutUint16(foot[8:], 1)
-	binary.LittleEndian.PutUint32(foot[footerCRCOff:], Checksum(foot[:footerCRCOff]))
+	binary.LittleEndian.PutUint32(foot[footerCRCOff:], crc32c.Checksum(foot[:footerCRCOff]))
 	_, err = Decode(v1, false)
 	require.ErrorIs(t, err, ErrCorrupt)
 	require.ErrorContains(t, err, "footer version 1, this build reads version 2")
@@ -362,8 +365,8 @@ func TestSmallObjectsPacked(t *testing.T) {
 	}
 	binary.LittleEndian.PutUint64(tr[p:], uint64(enc.Entries[15].Offset+100))
 	foot = bad[len(bad)-FooterSize:]
-	binary.LittleEndian.PutUint32(foot[40:], Checksum(tr))
-	binary.LittleEndian.PutUint32(foot[footerCRCOff:], Checksum(foot[:footerCRCOff]))
+	binary.LittleEndian.PutUint32(foot[40:], crc32c.Checksum(tr))
+	binary.LittleEndian.PutUint32(foot[footerCRCOff:], crc32c.Checksum(foot[:footerCRCOff]))
 	_, err = Decode(bad, false)
 	require.ErrorIs(t, err, ErrCorrupt)
 	require.ErrorContains(t, err, "not a small object inside one")

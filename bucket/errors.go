@@ -11,7 +11,7 @@ var (
 	// ErrChecksum: an object's stored bytes fail their CRC32C or do not
 	// decompress to the recorded length.
 	ErrChecksum = errors.New("bucket: object checksum mismatch")
-	// ErrInvalidKey: an empty key or one longer than MaxKeyLen.
+	// ErrInvalidKey: an empty key or one longer than keyspec.MaxLen.
 	ErrInvalidKey = errors.New("bucket: invalid key")
 	// ErrTooLarge: an object that cannot fit in one bucket.
 	ErrTooLarge = errors.New("bucket: object larger than the bucket size limit")

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"math"
 
 	"github.com/pierrec/lz4/v4"
+
+	"github.com/tierstore/tierstore/internal/crc32c"
+	"github.com/tierstore/tierstore/internal/keyspec"
 )
 
 // Format constants; see docs/format/bucket.md.
@@ -30,8 +32,6 @@ const (
 	// of on a block boundary, and never crosses one, so one block read
 	// still holds it.
 	PackBelow = Align
-	// MaxKeyLen is the longest key, in bytes.
-	MaxKeyLen = 4096
 	// MaxValueLen is the longest value, in bytes.
 	MaxValueLen = math.MaxUint32
 
@@ -48,13 +48,9 @@ const (
 var (
 	headerMagic = [8]byte{'T', 'S', 'B', 'U', 'C', 'K', 'E', 'T'}
 	footerMagic = [8]byte{'T', 'S', 'B', 'F', 'O', 'O', 'T', 'R'}
-	castagnoli  = crc32.MakeTable(crc32.Castagnoli)
 	// zeros is the shared padding block; never written to.
 	zeros = make([]byte, Align)
 )
-
-// Checksum is the CRC32C (Castagnoli) of b, the checksum every object carries.
-func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
 // Codec is how an object's value is stored.
 type Codec uint8
@@ -90,13 +86,13 @@ func ParseCodec(s string) (Codec, error) {
 // AlignUp rounds n up to a multiple of Align.
 func AlignUp(n int64) int64 { return (n + Align - 1) &^ (Align - 1) }
 
-// ValidKey reports whether key is 1 to MaxKeyLen bytes long.
+// ValidKey reports whether key is 1 to keyspec.MaxLen bytes long.
 func ValidKey(key []byte) error {
 	if len(key) == 0 {
 		return fmt.Errorf("%w: empty key", ErrInvalidKey)
 	}
-	if len(key) > MaxKeyLen {
-		return fmt.Errorf("%w: key of %d bytes exceeds %d", ErrInvalidKey, len(key), MaxKeyLen)
+	if len(key) > keyspec.MaxLen {
+		return fmt.Errorf("%w: key of %d bytes exceeds %d", ErrInvalidKey, len(key), keyspec.MaxLen)
 	}
 	return nil
 }
@@ -175,7 +171,7 @@ func Encode(objs []Object, opt EncodeOptions) (*Encoded, error) {
 		}
 		e := Entry{
 			Key: o.Key, Offset: off, ValueLen: uint32(len(o.Value)),
-			StoredLen: uint32(len(stored)), Codec: codec, CRC: Checksum(o.Value),
+			StoredLen: uint32(len(stored)), Codec: codec, CRC: crc32c.Checksum(o.Value),
 		}
 		// Small objects are packed into the current block when they fit
 		// in what is left of it; every other object starts a block.
@@ -206,7 +202,7 @@ func Encode(objs []Object, opt EncodeOptions) (*Encoded, error) {
 	for _, e := range enc.Entries {
 		p += putEntry(tail[p:], e)
 	}
-	trailerCRC := Checksum(tail[:trailerLen])
+	trailerCRC := crc32c.Checksum(tail[:trailerLen])
 	putHeader(header, uint32(len(objs)), opt.ID, opt.Created)
 	enc.Footer = Footer{
 		Version: Version, Count: uint32(len(objs)), ID: opt.ID, TrailerOff: trailerOff,
@@ -265,7 +261,7 @@ func putHeader(b []byte, count uint32, id uint64, created int64) {
 	le.PutUint32(b[12:], count)
 	le.PutUint64(b[16:], id)
 	le.PutUint64(b[24:], uint64(created))
-	le.PutUint32(b[headerFieldsLen:], Checksum(b[:headerFieldsLen]))
+	le.PutUint32(b[headerFieldsLen:], crc32c.Checksum(b[:headerFieldsLen]))
 }
 
 // DecodeHeader validates and decodes the first bytes of a bucket file (at
@@ -278,7 +274,7 @@ func DecodeHeader(b []byte) (Header, error) {
 	if !bytes.Equal(b[0:8], headerMagic[:]) {
 		return Header{}, corrupt(0, "header magic %q", b[0:8])
 	}
-	if got, want := le.Uint32(b[headerFieldsLen:]), Checksum(b[:headerFieldsLen]); got != want {
+	if got, want := le.Uint32(b[headerFieldsLen:]), crc32c.Checksum(b[:headerFieldsLen]); got != want {
 		return Header{}, corrupt(0, "header checksum %08x, want %08x", got, want)
 	}
 	if v := le.Uint16(b[8:]); v != Version {
@@ -307,7 +303,7 @@ func putFooter(b []byte, f Footer) {
 	le.PutUint64(b[24:], uint64(f.TrailerOff))
 	le.PutUint64(b[32:], uint64(f.TrailerLen))
 	le.PutUint32(b[40:], f.TrailerCRC)
-	le.PutUint32(b[footerCRCOff:], Checksum(b[:footerCRCOff]))
+	le.PutUint32(b[footerCRCOff:], crc32c.Checksum(b[:footerCRCOff]))
 }
 
 // DecodeFooter validates the last FooterSize bytes b of a bucket file of
@@ -324,7 +320,7 @@ func DecodeFooter(b []byte, fileSize int64) (Footer, error) {
 	if !bytes.Equal(b[0:8], footerMagic[:]) {
 		return Footer{}, corrupt(foff, "footer magic %q", b[0:8])
 	}
-	if got, want := le.Uint32(b[footerCRCOff:]), Checksum(b[:footerCRCOff]); got != want {
+	if got, want := le.Uint32(b[footerCRCOff:]), crc32c.Checksum(b[:footerCRCOff]); got != want {
 		return Footer{}, corrupt(foff, "footer checksum %08x, want %08x", got, want)
 	}
 	v := le.Uint16(b[8:])
@@ -354,7 +350,7 @@ func DecodeTrailer(b []byte, f Footer) ([]Entry, error) {
 	if int64(len(b)) != f.TrailerLen {
 		return nil, corrupt(f.TrailerOff, "trailer of %d bytes, footer says %d", len(b), f.TrailerLen)
 	}
-	if got := Checksum(b); got != f.TrailerCRC {
+	if got := crc32c.Checksum(b); got != f.TrailerCRC {
 		return nil, corrupt(f.TrailerOff, "trailer checksum %08x, want %08x", got, f.TrailerCRC)
 	}
 	// f.Count comes from the file: an entry takes at least
@@ -373,7 +369,7 @@ func DecodeTrailer(b []byte, f Footer) ([]Entry, error) {
 		}
 		klen := int(le.Uint16(b[p+22:]))
 		p += EntryFixedSize
-		if klen == 0 || klen > MaxKeyLen || len(b)-p < klen {
+		if klen == 0 || klen > keyspec.MaxLen || len(b)-p < klen {
 			return nil, corrupt(at, "entry %d key length %d", i, klen)
 		}
 		e.Key = bytes.Clone(b[p : p+klen])
@@ -444,7 +440,7 @@ func DecodeValueInto(e Entry, stored, dst []byte) ([]byte, error) {
 		// object the entry describes, whatever their CRC32C.
 		return nil, &CorruptionError{What: fmt.Sprintf("object %q: %d uncompressed bytes for a %d-byte value", e.Key, e.StoredLen, e.ValueLen), Off: e.Offset, Err: ErrChecksum}
 	}
-	if got := Checksum(v); got != e.CRC {
+	if got := crc32c.Checksum(v); got != e.CRC {
 		return nil, &CorruptionError{What: fmt.Sprintf("object %q: crc32c %08x, want %08x", e.Key, got, e.CRC), Off: e.Offset, Err: ErrChecksum}
 	}
 	return v, nil

@@ -7,6 +7,9 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"testing"
+
+	"github.com/tierstore/tierstore/internal/crc32c"
+	"github.com/tierstore/tierstore/internal/keyspec"
 )
 
 // Fuzz targets for every decoder of bucket bytes read from disk (untrusted:
@@ -105,7 +108,7 @@ func FuzzDecodeTrailer(f *testing.F) {
 	f.Add(file[ft.TrailerOff:ft.TrailerOff+ft.TrailerLen], uint32(1<<31), ft.TrailerOff)
 	f.Add([]byte{}, uint32(0), int64(HeaderSize))
 	f.Fuzz(func(t *testing.T, b []byte, count uint32, trailerOff int64) {
-		ft := Footer{Count: count, ID: 1, TrailerOff: trailerOff, TrailerLen: int64(len(b)), TrailerCRC: Checksum(b)}
+		ft := Footer{Count: count, ID: 1, TrailerOff: trailerOff, TrailerLen: int64(len(b)), TrailerCRC: crc32c.Checksum(b)}
 		var entries []Entry
 		var err error
 		n := allocated(func() { entries, err = DecodeTrailer(b, ft) })
@@ -130,7 +133,7 @@ func FuzzDecodeTrailer(f *testing.F) {
 			if e.Offset < end || e.Offset+int64(e.StoredLen) > trailerOff || (e.Offset%Align != 0 && !(small && inBlock)) {
 				t.Fatalf("entry %d at %d+%d: outside [%d, %d), overlapping or misplaced", i, e.Offset, e.StoredLen, end, trailerOff)
 			}
-			if len(e.Key) == 0 || len(e.Key) > MaxKeyLen {
+			if len(e.Key) == 0 || len(e.Key) > keyspec.MaxLen {
 				t.Fatalf("entry %d key of %d bytes", i, len(e.Key))
 			}
 			switch e.Codec {
@@ -182,8 +185,8 @@ func FuzzDecodeValue(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if uint32(len(v)) != valueLen || Checksum(v) != crc {
-			t.Fatalf("accepted a value of %d bytes, crc %08x; entry says %d, %08x", len(v), Checksum(v), valueLen, crc)
+		if uint32(len(v)) != valueLen || crc32c.Checksum(v) != crc {
+			t.Fatalf("accepted a value of %d bytes, crc %08x; entry says %d, %08x", len(v), crc32c.Checksum(v), valueLen, crc)
 		}
 	})
 }
@@ -195,7 +198,7 @@ func FuzzDecodeValue(f *testing.F) {
 func reseal(file []byte) {
 	le := binary.LittleEndian
 	if len(file) >= headerFieldsLen+4 {
-		le.PutUint32(file[headerFieldsLen:], Checksum(file[:headerFieldsLen]))
+		le.PutUint32(file[headerFieldsLen:], crc32c.Checksum(file[:headerFieldsLen]))
 	}
 	if len(file) < FooterSize {
 		return
@@ -203,9 +206,9 @@ func reseal(file []byte) {
 	foot := file[len(file)-FooterSize:]
 	off, n := int64(le.Uint64(foot[24:])), int64(le.Uint64(foot[32:]))
 	if off >= 0 && n >= 0 && off <= int64(len(file)) && n <= int64(len(file))-off {
-		le.PutUint32(foot[40:], Checksum(file[off:off+n]))
+		le.PutUint32(foot[40:], crc32c.Checksum(file[off:off+n]))
 	}
-	le.PutUint32(foot[footerCRCOff:], Checksum(foot[:footerCRCOff]))
+	le.PutUint32(foot[footerCRCOff:], crc32c.Checksum(foot[:footerCRCOff]))
 }
 
 // FuzzDecodeResealed mutates a valid bucket file at fuzzer-chosen offsets
@@ -255,7 +258,7 @@ func FuzzDecodeResealed(f *testing.F) {
 		}
 		for _, e := range bf.Entries {
 			v, err := DecodeValue(e, file[e.Offset:e.Offset+int64(e.StoredLen)])
-			if err != nil || Checksum(v) != e.CRC {
+			if err != nil || crc32c.Checksum(v) != e.CRC {
 				t.Fatalf("Decode accepted entry %q whose value fails: %v", e.Key, err)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -82,7 +83,7 @@ func (c *Client) batchPut(ctx context.Context, keys []string, values [][][]byte,
 			continue
 		}
 		if partsLen(values[i]) == 0 {
-			errs[i] = codes.Errorf(codes.InvalidParams, "client: empty value for key %s", masterapi.ShortKey(k))
+			errs[i] = codes.Errorf(codes.InvalidParams, "client: empty value for key %s", keyspec.Show(k))
 			continue
 		}
 		idx = append(idx, i)
@@ -165,11 +166,11 @@ func (c *Client) writeWave(ctx context.Context, keys []string, values [][][]byte
 	var wg sync.WaitGroup
 	for j, i := range w.idx {
 		if w.err != nil {
-			errs[i] = fmt.Errorf("client: batch put %s: %w", masterapi.ShortKey(keys[i]), w.err)
+			errs[i] = fmt.Errorf("client: batch put %s: %w", keyspec.Show(keys[i]), w.err)
 			continue
 		}
 		if w.starts[j].Err != nil {
-			errs[i] = fmt.Errorf("client: put %s: %w", masterapi.ShortKey(keys[i]), w.starts[j].Err)
+			errs[i] = fmt.Errorf("client: put %s: %w", keyspec.Show(keys[i]), w.starts[j].Err)
 			continue
 		}
 		sem <- struct{}{}
@@ -177,7 +178,7 @@ func (c *Client) writeWave(ctx context.Context, keys []string, values [][][]byte
 			defer func() { <-sem }()
 			wctx := wire.WithObject(ctx, c.object(keys[i], opts))
 			if err := c.writeReplicas(wctx, w.starts[j].PutStartReply, values[i], w.crcs[j]); err != nil {
-				errs[i] = fmt.Errorf("client: put %s: %w", masterapi.ShortKey(keys[i]), err)
+				errs[i] = fmt.Errorf("client: put %s: %w", keyspec.Show(keys[i]), err)
 			}
 		})
 	}
@@ -216,9 +217,9 @@ func (c *Client) endWave(ctx context.Context, keys []string, w *putWave, errs []
 	for j, i := range endIdx {
 		switch {
 		case err != nil:
-			errs[i] = fmt.Errorf("client: put %s: %w", masterapi.ShortKey(keys[i]), err)
+			errs[i] = fmt.Errorf("client: put %s: %w", keyspec.Show(keys[i]), err)
 		case j < len(res) && res[j] != nil:
-			errs[i] = fmt.Errorf("client: put %s: %w", masterapi.ShortKey(keys[i]), res[j])
+			errs[i] = fmt.Errorf("client: put %s: %w", keyspec.Show(keys[i]), res[j])
 		default:
 			// Each completed item, from the batch's start (the
 			// Observer's contract), like Put.
@@ -255,9 +256,9 @@ func (c *Client) BatchExists(ctx context.Context, keys []string) ([]bool, []erro
 	for i := range keys {
 		switch {
 		case err != nil:
-			errs[i] = fmt.Errorf("client: exists %s: %w", masterapi.ShortKey(keys[i]), err)
+			errs[i] = fmt.Errorf("client: exists %s: %w", keyspec.Show(keys[i]), err)
 		case res[i].Err != nil:
-			errs[i] = fmt.Errorf("client: exists %s: %w", masterapi.ShortKey(keys[i]), res[i].Err)
+			errs[i] = fmt.Errorf("client: exists %s: %w", keyspec.Show(keys[i]), res[i].Err)
 		default:
 			out[i] = res[i].Exists
 		}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/masterapi"
@@ -171,8 +172,8 @@ func (c *Client) Close() error {
 	}
 	// A barrier, not a critical section: every afterCall that saw the client
 	// open has counted itself in c.bg once this lock was free.
-	//lint:ignore SA2001 the empty critical section is the barrier.
 	c.bgMu.Lock()
+	//lint:ignore SA2001 the empty critical section is the barrier.
 	c.bgMu.Unlock()
 	c.data.Close()
 	var err error
@@ -221,8 +222,8 @@ func (c *Client) check(key string) error {
 	if c.closed.Load() {
 		return ErrClosed
 	}
-	if len(key) == 0 || len(key) > masterapi.MaxKeyLen {
-		return codes.Errorf(codes.InvalidKey, "client: key of %d bytes (1..%d allowed)", len(key), masterapi.MaxKeyLen)
+	if len(key) == 0 || len(key) > keyspec.MaxLen {
+		return codes.Errorf(codes.InvalidKey, "client: key of %d bytes (1..%d allowed)", len(key), keyspec.MaxLen)
 	}
 	return nil
 }
@@ -285,7 +286,7 @@ func (c *Client) putParts(ctx context.Context, key string, value [][]byte, opts 
 	}
 	size := partsLen(value)
 	if size == 0 {
-		return codes.Errorf(codes.InvalidParams, "client: empty value for key %s", masterapi.ShortKey(key))
+		return codes.Errorf(codes.InvalidParams, "client: empty value for key %s", keyspec.Show(key))
 	}
 	start := time.Now()
 	ctx, cancel := c.opCtx(ctx)
@@ -293,16 +294,16 @@ func (c *Client) putParts(ctx context.Context, key string, value [][]byte, opts 
 	crc := crcParts(value)
 	r, err := c.m.PutStart(ctx, c.putRequest(key, size, crc, opts))
 	if err != nil {
-		return fmt.Errorf("client: put %s: %w", masterapi.ShortKey(key), err)
+		return fmt.Errorf("client: put %s: %w", keyspec.Show(key), err)
 	}
 	wctx := wire.WithObject(ctx, c.object(key, opts))
 	if err := c.writeReplicas(wctx, r, value, crc); err != nil {
 		c.revoke(ctx, key, r.PutToken)
-		return fmt.Errorf("client: put %s: %w", masterapi.ShortKey(key), err)
+		return fmt.Errorf("client: put %s: %w", keyspec.Show(key), err)
 	}
 	if err := c.m.PutEnd(ctx, key, r.PutToken); err != nil {
 		c.revoke(ctx, key, r.PutToken)
-		return fmt.Errorf("client: put %s: %w", masterapi.ShortKey(key), err)
+		return fmt.Errorf("client: put %s: %w", keyspec.Show(key), err)
 	}
 	c.observePut(r.Replica, start)
 	return nil
@@ -429,7 +430,7 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
 func (c *Client) lookupAndRead(ctx context.Context, key string, start time.Time, bufFor func(masterapi.ObjectInfo) ([][]byte, error)) error {
 	info, err := c.m.GetReplicaList(ctx, key)
 	if err != nil {
-		return fmt.Errorf("client: get %s: %w", masterapi.ShortKey(key), err)
+		return fmt.Errorf("client: get %s: %w", keyspec.Show(key), err)
 	}
 	buf, err := bufFor(info)
 	if err != nil {
@@ -456,7 +457,7 @@ func (c *Client) readAgain(ctx context.Context, info masterapi.ObjectInfo, err e
 	again, lerr := c.m.GetReplicaList(ctx, info.Key)
 	switch {
 	case errors.Is(lerr, codes.ErrObjectNotFound), gone && lerr != nil:
-		return fmt.Errorf("client: get %s: removed while it was read: %w", masterapi.ShortKey(info.Key), lerr)
+		return fmt.Errorf("client: get %s: removed while it was read: %w", keyspec.Show(info.Key), lerr)
 	case lerr != nil || (!gone && sameObject(info, again)):
 		return err
 	}
@@ -568,7 +569,7 @@ func (c *Client) Exists(ctx context.Context, key string) (bool, error) {
 	defer cancel()
 	ok, err := c.m.ExistKey(ctx, key)
 	if err != nil {
-		return false, fmt.Errorf("client: exists %s: %w", masterapi.ShortKey(key), err)
+		return false, fmt.Errorf("client: exists %s: %w", keyspec.Show(key), err)
 	}
 	return ok, nil
 }
@@ -582,7 +583,7 @@ func (c *Client) Remove(ctx context.Context, key string, force bool) error {
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
 	if err := c.m.Remove(ctx, key, force); err != nil {
-		return fmt.Errorf("client: remove %s: %w", masterapi.ShortKey(key), err)
+		return fmt.Errorf("client: remove %s: %w", keyspec.Show(key), err)
 	}
 	return nil
 }

@@ -3,7 +3,6 @@ package client_test
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"testing"
@@ -18,7 +17,7 @@ import (
 func TestCodesReExported(t *testing.T) {
 	mc := master.DefaultConfig()
 	mc.MonitorInterval = 0
-	mc.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	mc.Logger = slog.New(slog.DiscardHandler)
 	m, err := master.New(mc)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -86,7 +87,7 @@ func (c *Client) GetInto(ctx context.Context, key string, buf []byte) (int, erro
 
 func fits(info masterapi.ObjectInfo, room int64) error {
 	if info.Size > room {
-		return fmt.Errorf("client: get %s: buffer of %d bytes, the object has %d: %w: %w", masterapi.ShortKey(info.Key), room, info.Size, ErrBufferTooSmall, codes.ErrInvalidParams)
+		return fmt.Errorf("client: get %s: buffer of %d bytes, the object has %d: %w: %w", keyspec.Show(info.Key), room, info.Size, ErrBufferTooSmall, codes.ErrInvalidParams)
 	}
 	return nil
 }
@@ -161,7 +162,7 @@ func (c *Client) batchRead(ctx context.Context, keys []string, bufFor func(i int
 	}
 	if err != nil {
 		for _, i := range idx {
-			errs[i] = fmt.Errorf("client: get %s: %w", masterapi.ShortKey(keys[i]), err)
+			errs[i] = fmt.Errorf("client: get %s: %w", keyspec.Show(keys[i]), err)
 		}
 		return errs
 	}
@@ -169,7 +170,7 @@ func (c *Client) batchRead(ctx context.Context, keys []string, bufFor func(i int
 	todo := make([]bool, len(idx)) // still to be read (readBest)
 	for j, i := range idx {
 		if res[j].Err != nil {
-			errs[i] = fmt.Errorf("client: get %s: %w", masterapi.ShortKey(keys[i]), res[j].Err)
+			errs[i] = fmt.Errorf("client: get %s: %w", keyspec.Show(keys[i]), res[j].Err)
 			continue
 		}
 		if bufs[j], errs[i] = bufFor(i, res[j].Info); errs[i] == nil {
@@ -387,7 +388,7 @@ func (c *Client) readFrom(ctx context.Context, info masterapi.ObjectInfo, buf []
 // allFailed is readBest's error when no replica could be read.
 func (c *Client) allFailed(ctx context.Context, info masterapi.ObjectInfo, n int, last error, sawChecksum bool) error {
 	if last == nil {
-		return codes.Errorf(codes.ReplicaNotReady, "client: get %s: no complete replica", masterapi.ShortKey(info.Key))
+		return codes.Errorf(codes.ReplicaNotReady, "client: get %s: no complete replica", keyspec.Show(info.Key))
 	}
 	code := codes.TransferFail
 	if sawChecksum {
@@ -398,7 +399,7 @@ func (c *Client) allFailed(ctx context.Context, info masterapi.ObjectInfo, n int
 	}
 	// The sentinel's text ends the returned error once, not twice.
 	lastMsg := strings.TrimSuffix(last.Error(), ": "+codes.Err(codes.Of(last)).Error())
-	return codes.Errorf(code, "client: get %s: all %d replicas failed, last: %s", masterapi.ShortKey(info.Key), n, lastMsg)
+	return codes.Errorf(code, "client: get %s: all %d replicas failed, last: %s", keyspec.Show(info.Key), n, lastMsg)
 }
 
 // readReplica reads replica r of info into buf, checked against the

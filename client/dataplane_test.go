@@ -17,7 +17,7 @@ import (
 	"github.com/tierstore/tierstore/masterapi"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 // badNode is a store node that speaks the data plane at the frame level:
 // it accepts every write (dropping the bytes) and answers every memory

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -127,7 +128,7 @@ func (c *Client) GetAlloc(ctx context.Context, key string, alloc func(size int64
 			return nil, err
 		}
 		if int64(len(b)) != info.Size {
-			return nil, codes.Errorf(codes.InvalidParams, "client: get %s: alloc gave %d bytes for %d", masterapi.ShortKey(key), len(b), info.Size)
+			return nil, codes.Errorf(codes.InvalidParams, "client: get %s: alloc gave %d bytes for %d", keyspec.Show(key), len(b), info.Size)
 		}
 		n = int(info.Size)
 		return [][]byte{b}, nil
@@ -148,7 +149,7 @@ func (c *Client) Lookup(ctx context.Context, key string) (masterapi.ObjectInfo, 
 	defer cancel()
 	info, err := c.m.GetReplicaList(ctx, key)
 	if err != nil {
-		return info, fmt.Errorf("client: lookup %s: %w", masterapi.ShortKey(key), err)
+		return info, fmt.Errorf("client: lookup %s: %w", keyspec.Show(key), err)
 	}
 	return info, nil
 }

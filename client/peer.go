@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 
+	"github.com/tierstore/tierstore/internal/crc32c"
 	"github.com/tierstore/tierstore/internal/wire"
 )
 
@@ -37,14 +38,14 @@ type LocalNode interface {
 }
 
 // CRC32C is the Castagnoli CRC of b, the checksum every object carries.
-func CRC32C(b []byte) uint32 { return wire.CRC32C(b) }
+func CRC32C(b []byte) uint32 { return crc32c.Checksum(b) }
 
 // crcParts is the CRC32C of the concatenation of parts, computed part by
 // part (no copy).
 func crcParts(parts [][]byte) uint32 {
 	var crc uint32
 	for _, p := range parts {
-		crc = wire.UpdateCRC32C(crc, p)
+		crc = crc32c.Update(crc, p)
 	}
 	return crc
 }

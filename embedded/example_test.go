@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 
 	"github.com/tierstore/tierstore/client"
@@ -17,7 +16,7 @@ import (
 func ExampleNew() {
 	ctx := context.Background()
 	cfg := embedded.DefaultConfig() // offload on, temporary SSD directory
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	quiet := slog.New(slog.DiscardHandler)
 	cfg.Master.Logger, cfg.Node.Logger = quiet, quiet
 	cfg.Node.Memory = 64 << 20
 	e, err := embedded.New(ctx, cfg)
@@ -43,7 +42,7 @@ func ExampleNew() {
 func Example_errors() {
 	ctx := context.Background()
 	cfg := embedded.DefaultConfig()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	quiet := slog.New(slog.DiscardHandler)
 	cfg.Master.Logger, cfg.Node.Logger = quiet, quiet
 	cfg.Node.Memory = 16 << 20
 	e, err := embedded.New(ctx, cfg)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"io"
 	"log/slog"
 	"testing"
 
@@ -23,7 +22,7 @@ const maxGetIntoAllocs = 6
 func TestEmbeddedGetIntoAllocations(t *testing.T) {
 	ctx := context.Background()
 	cfg := embedded.DefaultConfig()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	quiet := slog.New(slog.DiscardHandler)
 	cfg.Master.Logger, cfg.Node.Logger = quiet, quiet
 	cfg.Node.EnableOffload, cfg.Master.EnableOffload = false, false
 	cfg.Node.Memory = 16 << 20

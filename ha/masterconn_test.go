@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"sync/atomic"
@@ -94,7 +93,7 @@ func listen(t *testing.T) net.Listener {
 func leader(t *testing.T, lis net.Listener, term uint64) (*master.Service, func()) {
 	t.Helper()
 	cfg := master.DefaultConfig()
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.PutStartMaxWait = 0
 	cfg.HA = master.HAConfig{Term: term}
 	svc, err := master.New(cfg)

@@ -3,6 +3,8 @@ package index
 import (
 	"encoding/binary"
 	"fmt"
+
+	"github.com/tierstore/tierstore/internal/keyspec"
 )
 
 // Check verifies the invariants of the index against its records and returns
@@ -73,11 +75,11 @@ func (ix *Index) Check() error {
 		_, hasBucket := buckets[id]
 		switch {
 		case !ok:
-			return fmt.Errorf("%w: key %s is a member of bucket %d but has no object record", ErrInconsistent, showKey(key), id)
+			return fmt.Errorf("%w: key %s is a member of bucket %d but has no object record", ErrInconsistent, keyspec.Show(key), id)
 		case loc.Bucket != id:
-			return fmt.Errorf("%w: key %s is a member of bucket %d but its location is in bucket %d", ErrInconsistent, showKey(key), id, loc.Bucket)
+			return fmt.Errorf("%w: key %s is a member of bucket %d but its location is in bucket %d", ErrInconsistent, keyspec.Show(key), id, loc.Bucket)
 		case !hasBucket:
-			return fmt.Errorf("%w: key %s is a member of bucket %d, which has no bucket record", ErrInconsistent, showKey(key), id)
+			return fmt.Errorf("%w: key %s is a member of bucket %d, which has no bucket record", ErrInconsistent, keyspec.Show(key), id)
 		}
 		member[string(key)] = true
 		live[id]++
@@ -89,7 +91,7 @@ func (ix *Index) Check() error {
 	}
 	for key, loc := range objects {
 		if !member[key] {
-			return fmt.Errorf("index: check: %w: key %s has no membership record in bucket %d", ErrInconsistent, showKey([]byte(key)), loc.Bucket)
+			return fmt.Errorf("index: check: %w: key %s has no membership record in bucket %d", ErrInconsistent, keyspec.Show([]byte(key)), loc.Bucket)
 		}
 	}
 	if n := ix.count.Load(); n != int64(len(objects)) {

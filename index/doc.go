@@ -14,7 +14,7 @@
 //	'n'                  -> next bucket id
 //	'f'                  -> format version of the tier directory (FormatVersion)
 //
-// Object keys are opaque bytes of 1 to MaxKeyLen bytes. Because the object
+// Object keys are opaque bytes of 1 to keyspec.MaxLen bytes. Because the object
 // key only ever follows the prefix (or a fixed-width bucket id), no choice of
 // key bytes can make two records collide. Every value starts with a version
 // byte; a value that does not decode is reported as a *CorruptError, which

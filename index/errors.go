@@ -11,7 +11,7 @@ var (
 	// ErrInvalidOptions: Open was given an empty directory name or invalid
 	// Options; the message names the field.
 	ErrInvalidOptions = errors.New("index: invalid options")
-	// ErrInvalidKey: a key is empty or longer than MaxKeyLen bytes.
+	// ErrInvalidKey: a key is empty or longer than keyspec.MaxLen bytes.
 	ErrInvalidKey = errors.New("index: invalid key")
 	// ErrInvalidEntry: CommitBucket was given an entry that does not belong
 	// to the bucket being committed (Loc.Bucket differs from meta.ID), a

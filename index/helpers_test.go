@@ -2,7 +2,6 @@ package index
 
 import (
 	"fmt"
-	"io"
 	"log/slog"
 	"testing"
 
@@ -11,7 +10,7 @@ import (
 )
 
 // quietLogger drops pebble's informational chatter in tests.
-var quietLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quietLogger = slog.New(slog.DiscardHandler)
 
 // open opens dir on fs (the OS filesystem when nil) and closes the index at
 // the end of the test unless the test closed it already.

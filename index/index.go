@@ -14,6 +14,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/tierstore/tierstore/internal/keyspec"
 )
 
 // Location says where an object's bytes are: which bucket file, at which
@@ -317,7 +319,7 @@ func (ix *Index) Get(key []byte) (loc Location, found bool, err error) {
 	}
 	loc, found, err = ix.get(key)
 	if err != nil {
-		return Location{}, false, fmt.Errorf("index: get %s: %w", showKey(key), err)
+		return Location{}, false, fmt.Errorf("index: get %s: %w", keyspec.Show(key), err)
 	}
 	return loc, found, nil
 }
@@ -630,15 +632,6 @@ func (ix *Index) Close() (err error) {
 		return fmt.Errorf("index: close: %w", err)
 	}
 	return nil
-}
-
-// showKey renders a key for an error message, shortened if long.
-func showKey(key []byte) string {
-	const max = 64
-	if len(key) > max {
-		return fmt.Sprintf("%q...(%d bytes)", key[:max], len(key))
-	}
-	return fmt.Sprintf("%q", key)
 }
 
 // pebbleFatal is the panic value of pebbleLogger.Fatalf.

@@ -12,6 +12,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tierstore/tierstore/internal/keyspec"
 )
 
 // Keys chosen to look like other record kinds, to contain 0x00 and 0xff, and
@@ -25,8 +27,8 @@ var trickyKeys = []string{
 	"\x00",
 	"\xff",
 	"\xff\xff\xff",
-	string(bytes.Repeat([]byte{0xff}, MaxKeyLen)),
-	string(bytes.Repeat([]byte{'x'}, MaxKeyLen)),
+	string(bytes.Repeat([]byte{0xff}, keyspec.MaxLen)),
+	string(bytes.Repeat([]byte{'x'}, keyspec.MaxLen)),
 }
 
 func TestRoundTripAndReopen(t *testing.T) {
@@ -91,7 +93,7 @@ func TestRoundTripAndReopen(t *testing.T) {
 
 func TestInvalidInput(t *testing.T) {
 	ix := open(t, filepath.Join(t.TempDir(), "index"), nil)
-	long := bytes.Repeat([]byte{'x'}, MaxKeyLen+1)
+	long := bytes.Repeat([]byte{'x'}, keyspec.MaxLen+1)
 
 	for _, key := range [][]byte{nil, {}, long} {
 		_, _, err := ix.Get(key)

@@ -3,6 +3,8 @@ package index
 import (
 	"encoding/binary"
 	"fmt"
+
+	"github.com/tierstore/tierstore/internal/keyspec"
 )
 
 // Record layout (documented in docs/format/index.md). Every pebble key starts
@@ -35,15 +37,12 @@ const (
 	kindFormat     = "format"
 )
 
-// MaxKeyLen is the longest object key accepted, in bytes.
-const MaxKeyLen = 4096
-
 func checkKey(key []byte) error {
 	if len(key) == 0 {
 		return fmt.Errorf("%w: empty key", ErrInvalidKey)
 	}
-	if len(key) > MaxKeyLen {
-		return fmt.Errorf("%w: key of %d bytes exceeds the limit of %d", ErrInvalidKey, len(key), MaxKeyLen)
+	if len(key) > keyspec.MaxLen {
+		return fmt.Errorf("%w: key of %d bytes exceeds the limit of %d", ErrInvalidKey, len(key), keyspec.MaxLen)
 	}
 	return nil
 }
@@ -131,8 +130,8 @@ func encodeObject(loc Location) []byte {
 // keyReason says why a key read back from a record is not a valid object
 // key ("" when it is): a record written by this package always holds one.
 func keyReason(key []byte) string {
-	if len(key) == 0 || len(key) > MaxKeyLen {
-		return fmt.Sprintf("object key of %d bytes (want 1 to %d)", len(key), MaxKeyLen)
+	if len(key) == 0 || len(key) > keyspec.MaxLen {
+		return fmt.Sprintf("object key of %d bytes (want 1 to %d)", len(key), keyspec.MaxLen)
 	}
 	return ""
 }

@@ -8,6 +8,8 @@ import (
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/tierstore/tierstore/internal/keyspec"
 )
 
 // Commit is one bucket commit: a single synced pebble batch (invariant 1 of
@@ -184,13 +186,13 @@ func validateCommit(c Commit) error {
 			return fmt.Errorf("entry %d: %w", i, err)
 		}
 		if e.Loc.Bucket != meta.ID {
-			return fmt.Errorf("%w: entry %d (key %s) has location in bucket %d", ErrInvalidEntry, i, showKey(e.Key), e.Loc.Bucket)
+			return fmt.Errorf("%w: entry %d (key %s) has location in bucket %d", ErrInvalidEntry, i, keyspec.Show(e.Key), e.Loc.Bucket)
 		}
 		if e.Loc.Offset < 0 {
-			return fmt.Errorf("%w: entry %d (key %s) has negative offset %d", ErrInvalidEntry, i, showKey(e.Key), e.Loc.Offset)
+			return fmt.Errorf("%w: entry %d (key %s) has negative offset %d", ErrInvalidEntry, i, keyspec.Show(e.Key), e.Loc.Offset)
 		}
 		if _, dup := seen[string(e.Key)]; dup {
-			return fmt.Errorf("%w: key %s appears twice", ErrInvalidEntry, showKey(e.Key))
+			return fmt.Errorf("%w: key %s appears twice", ErrInvalidEntry, keyspec.Show(e.Key))
 		}
 		seen[string(e.Key)] = struct{}{}
 	}
@@ -259,7 +261,7 @@ func (ix *Index) stageDeleteBucket(b *pebble.Batch, id uint64, keep map[string]b
 			}
 			removed = append(removed, key)
 		} else if err != nil {
-			return nil, false, fmt.Errorf("read %s: %w", showKey(key), err)
+			return nil, false, fmt.Errorf("read %s: %w", keyspec.Show(key), err)
 		}
 	}
 	if err := b.Delete(bucketKey(id), nil); err != nil {
@@ -333,7 +335,7 @@ func (ix *Index) remove(keys [][]byte, expect []KeyLoc) (Removal, error) {
 		case errors.As(err, &ce):
 			continue // not where the caller saw it
 		case err != nil:
-			return Removal{}, fmt.Errorf("index: delete keys: read %s: %w", showKey(key), err)
+			return Removal{}, fmt.Errorf("index: delete keys: read %s: %w", keyspec.Show(key), err)
 		case !found:
 			continue
 		case expect != nil && (loc.Bucket != expect[i].Loc.Bucket || loc.Offset != expect[i].Loc.Offset):

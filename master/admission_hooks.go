@@ -55,7 +55,9 @@ func (s *Service) observeLookup(key string, o *object, count, pre bool) {
 		ob.ObserveLookup(key, admission.DRAMHit, o.size)
 	case o.readableDisk():
 		ob.ObserveLookup(key, admission.SSDHit, o.size)
-		s.considerPromotion(key, o, pre && s.cfg.PrefetchBudget > 0)
+		if !pre || s.cfg.PrefetchBudget > 0 { // prefetch_budget 0: a lookup does not prefetch
+			s.considerPromotion(key, o, pre)
+		}
 	default:
 		ob.ObserveLookup(key, admission.Miss, 0)
 	}

@@ -2,7 +2,6 @@ package master
 
 import (
 	"fmt"
-	"io"
 	"log/slog"
 	"runtime"
 	"sync"
@@ -32,7 +31,7 @@ func benchService(b *testing.B) (*Service, []string) {
 		cfg := DefaultConfig()
 		cfg.MonitorInterval = 0
 		cfg.ClientTTL = time.Hour
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg.Logger = slog.New(slog.DiscardHandler)
 		s, err := New(cfg)
 		if err != nil {
 			panic(err)
@@ -163,7 +162,7 @@ func BenchmarkPutStartEnd(b *testing.B) {
 	cfg := DefaultConfig()
 	cfg.MonitorInterval = 0
 	cfg.ClientTTL = time.Hour
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Logger = slog.New(slog.DiscardHandler)
 	s, err := New(cfg)
 	if err != nil {
 		b.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -122,7 +123,7 @@ func (s *Service) takeCensus(c *census) error {
 			seen := map[string]bool{}
 			for _, d := range o.disk {
 				if seen[d.node.id] {
-					return inconsistent("key %s: two LOCAL_DISK replicas on node %q", masterapi.ShortKey(k), d.node.id)
+					return inconsistent("key %s: two LOCAL_DISK replicas on node %q", keyspec.Show(k), d.node.id)
 				}
 				seen[d.node.id] = true
 				c.diskR++
@@ -151,7 +152,7 @@ func (s *Service) takeCensus(c *census) error {
 // (one token, all complete or none), each on a different node.
 func (c *census) addMem(k string, o *object) error {
 	if (o.mem.seg == nil && o.more != nil) || (o.more != nil && len(*o.more) == 0) {
-		return inconsistent("key %s: further DRAM replicas %v without a first, or an empty list", masterapi.ShortKey(k), o.more)
+		return inconsistent("key %s: further DRAM replicas %v without a first, or an empty list", keyspec.Show(k), o.more)
 	}
 	for i, m := range o.mems() {
 		c.memR++
@@ -162,14 +163,14 @@ func (c *census) addMem(k string, o *object) error {
 			c.processing++
 		}
 		if m.len != o.size {
-			return inconsistent("key %s: DRAM length %d != size %d", masterapi.ShortKey(k), m.len, o.size)
+			return inconsistent("key %s: DRAM length %d != size %d", keyspec.Show(k), m.len, o.size)
 		}
 		if m.token != o.mem.token || m.complete != o.mem.complete || m.promo != o.mem.promo {
 			return inconsistent("key %s: DRAM replica %d is of put %d (complete %v), the first of put %d (complete %v)",
-				masterapi.ShortKey(k), i, m.token, m.complete, o.mem.token, o.mem.complete)
+				keyspec.Show(k), i, m.token, m.complete, o.mem.token, o.mem.complete)
 		}
 		if o.memOn(m.seg.node) != i {
-			return inconsistent("key %s: two DRAM replicas on node %q", masterapi.ShortKey(k), m.seg.node.id)
+			return inconsistent("key %s: two DRAM replicas on node %q", keyspec.Show(k), m.seg.node.id)
 		}
 		if m.seg.live() {
 			c.ranges[m.seg] = append(c.ranges[m.seg], rng{m.off, alignUp(m.len), k})
@@ -211,7 +212,7 @@ func (s *Service) checkNode(c *census, n *node) error {
 	}
 	for _, orph := range n.box.orphanList() {
 		if orph.seg.node != n {
-			return inconsistent("orphan %s of node %q holds a range of node %q", masterapi.ShortKey(orph.key), n.id, orph.seg.node.id)
+			return inconsistent("orphan %s of node %q holds a range of node %q", keyspec.Show(orph.key), n.id, orph.seg.node.id)
 		}
 		if orph.seg.live() {
 			c.ranges[orph.seg] = append(c.ranges[orph.seg], rng{orph.off, alignUp(orph.len), "orphan:" + orph.key})
@@ -233,10 +234,10 @@ func checkSegment(g *segment, rs []rng) error {
 	for i, r := range rs {
 		used += r.n
 		if r.off < 0 || r.off+r.n > g.alloc.size {
-			return inconsistent("key %s: range [%d,+%d) outside segment %s/%s", masterapi.ShortKey(r.key), r.off, r.n, g.node.id, g.name)
+			return inconsistent("key %s: range [%d,+%d) outside segment %s/%s", keyspec.Show(r.key), r.off, r.n, g.node.id, g.name)
 		}
 		if i > 0 && rs[i-1].off+rs[i-1].n > r.off {
-			return inconsistent("keys %s and %s overlap in segment %s/%s", masterapi.ShortKey(rs[i-1].key), masterapi.ShortKey(r.key), g.node.id, g.name)
+			return inconsistent("keys %s and %s overlap in segment %s/%s", keyspec.Show(rs[i-1].key), keyspec.Show(r.key), g.node.id, g.name)
 		}
 	}
 	g.mu.Lock()
@@ -267,12 +268,12 @@ func checkMailbox(n *node, pinned map[string]bool) error {
 	n.box.mu.Unlock()
 	for k := range pinned {
 		if !boxKeys[k] {
-			return inconsistent("key %s pinned by node %q has no task", masterapi.ShortKey(k), n.id)
+			return inconsistent("key %s pinned by node %q has no task", keyspec.Show(k), n.id)
 		}
 	}
 	for k := range boxKeys {
 		if !pinned[k] {
-			return inconsistent("node %q has a task for %s, which it does not pin", n.id, masterapi.ShortKey(k))
+			return inconsistent("node %q has a task for %s, which it does not pin", n.id, keyspec.Show(k))
 		}
 	}
 	return nil

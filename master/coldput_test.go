@@ -2,7 +2,6 @@ package master
 
 import (
 	"fmt"
-	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -43,7 +42,7 @@ func TestColdPutOrderMatchesReference(t *testing.T) {
 		clk := NewManualClock(t0)
 		cfg := DefaultConfig()
 		cfg.Clock, cfg.MonitorInterval, cfg.Shards, cfg.PutStartMaxWait = clk, 0, 16, 0
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg.Logger = slog.New(slog.DiscardHandler)
 		cfg.Admission = pol
 		cfg.EvictionRatio = 0.01 // one victim per round
 		cfg.DefaultKVLeaseTTL = time.Millisecond

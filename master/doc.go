@@ -94,6 +94,13 @@
 //
 // # Offload mailbox
 //
+// A node fetches its tasks on its heartbeat tick and whenever its offload
+// is pressing (wake.go: WaitOffload answers as soon as a task of the node
+// is queued while a put waits for room or while queued bytes reach a
+// quarter of its DRAM, or a promotion is queued). Prefetch (prefetch.go) is
+// a promotion asked for by an ExistKey hit on an SSD-only object or by
+// Prefetch, within prefetch_budget, evicting only colder objects.
+//
 // Each node has a bounded mailbox (offloading_queue_limit tasks, queued plus
 // in flight; KEYS_ULTRA_LIMIT beyond). A key is queued at most once. Queuing
 // pins the DRAM replica until NotifyOffloadSuccess answers the key (persisted

@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"github.com/tierstore/tierstore/admission"
+	"github.com/tierstore/tierstore/internal/keyspec"
 )
 
 // victim is an eviction candidate.
@@ -148,7 +149,7 @@ func (s *Service) evictVictim(c victim, now int64) (freed int64, queued bool) {
 			// Its offload failed for good: dropped like any cache entry.
 			s.cnt.offloadDroppedVictims.Add(1)
 			s.log.Warn("DRAM eviction dropped a victim whose offload failed; the object leaves the cache",
-				"key", keyHex(c.key), "reason", o.offloadGaveUp.String(), "node", memNode(o))
+				"key", keyspec.Show(c.key), "reason", o.offloadGaveUp.String(), "node", memNode(o))
 		}
 	}
 	// Every DRAM replica of the object goes (a victim is an object, not

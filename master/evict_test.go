@@ -5,12 +5,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tierstore/tierstore/admission"
+	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -120,7 +122,7 @@ func TestOnEvictDoesNotWedge(t *testing.T) {
 				t.Fatalf("offload_dropped_victims_total %v", v)
 			}
 			for key, reason := range map[string]string{"too-big-for-a-bucket": "failed permanently", "ssd-full": "every attempt"} {
-				if l := logs.lines("dropped a victim", fmt.Sprintf("key=%x", key[:8]), reason); len(l) != 1 {
+				if l := logs.lines("dropped a victim", "key="+strconv.Quote(keyspec.Show(key)), reason); len(l) != 1 {
 					t.Fatalf("log lines for %s: %q", key, l)
 				}
 			}

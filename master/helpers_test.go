@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -25,7 +24,7 @@ func testService(t testing.TB, mut func(*Config)) (*Service, *ManualClock) {
 	cfg.MonitorInterval = 0
 	cfg.Shards = 16
 	cfg.PutStartMaxWait = 0 // fail at once; tests of waiting set it
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Logger = slog.New(slog.DiscardHandler)
 	if mut != nil {
 		mut(&cfg)
 	}

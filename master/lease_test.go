@@ -3,13 +3,13 @@ package master
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/tierstore/tierstore/admission"
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -43,7 +43,7 @@ func TestPutLookupBasics(t *testing.T) {
 	mustIs(t, err, codes.ErrObjectNotFound)
 	_, err = s.PutStart(bg, masterapi.PutStartRequest{Key: "", Size: 1})
 	mustIs(t, err, codes.ErrInvalidKey)
-	_, err = s.PutStart(bg, masterapi.PutStartRequest{Key: string(make([]byte, masterapi.MaxKeyLen+1)), Size: 1})
+	_, err = s.PutStart(bg, masterapi.PutStartRequest{Key: string(make([]byte, keyspec.MaxLen+1)), Size: 1})
 	mustIs(t, err, codes.ErrInvalidKey)
 	_, err = s.PutStart(bg, masterapi.PutStartRequest{Key: "z", Size: 0})
 	mustIs(t, err, codes.ErrInvalidParams)
@@ -383,7 +383,7 @@ func run4508(t *testing.T, ops []op4508, seq []int, onDisk bool) (gone bool, _ e
 	clk := NewManualClock(t0)
 	cfg := DefaultConfig()
 	cfg.Clock, cfg.MonitorInterval, cfg.Shards = clk, 0, 1
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.Admission, cfg.EvictionRatio, cfg.PutStartMaxWait = admission.None{}, 1, 0
 	cfg.DefaultKVLeaseTTL, cfg.ClientTTL = 5*time.Second, time.Hour
 	s, err := New(cfg)

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -50,7 +51,7 @@ func (s *Service) answerFailure(n *node, f masterapi.OffloadFailure) {
 	case orphaned:
 	case o == nil || o.offload != n:
 		n.box.drop(f.Key)
-		s.log.Debug("failure answer for a task this master did not issue; not counted", "node", n.id, "key", keyHex(f.Key))
+		s.log.Debug("failure answer for a task this master did not issue; not counted", "node", n.id, "key", keyspec.Show(f.Key))
 	case !n.box.inFlight(f.Key):
 		// Queued anew since (the key was removed and put again): the
 		// answer is about the older task, which is already settled.
@@ -61,7 +62,7 @@ func (s *Service) answerFailure(n *node, f masterapi.OffloadFailure) {
 			s.retryTask(f.Key, o, n.id, f.Reason)
 		} else {
 			o.offloadGaveUp = offloadPermanent
-			s.log.Info("offload failed permanently; not retried", "node", n.id, "key", keyHex(f.Key), "reason", f.Reason)
+			s.log.Info("offload failed permanently; not retried", "node", n.id, "key", keyspec.Show(f.Key), "reason", f.Reason)
 		}
 	}
 	if o == nil {
@@ -78,7 +79,7 @@ func (s *Service) answerFailure(n *node, f masterapi.OffloadFailure) {
 	// like any other.
 	viaTask := o.disk[i].viaTask
 	s.dropDisk(sh, f.Key, o, n.id, s.now())
-	s.log.Warn("LOCAL_DISK replica dropped: its node says the key is not on its SSD", "node", n.id, "key", keyHex(f.Key), "reason", f.Reason)
+	s.log.Warn("LOCAL_DISK replica dropped: its node says the key is not on its SSD", "node", n.id, "key", keyspec.Show(f.Key), "reason", f.Reason)
 	if viaTask && o.offload == nil && sh.objs[f.Key] == o {
 		s.countFailure()
 		if f.Retryable {

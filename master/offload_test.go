@@ -2,11 +2,13 @@ package master
 
 import (
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/tierstore/tierstore/admission"
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -617,7 +619,7 @@ func TestRestartedMasterCountsOnlyItsTasks(t *testing.T) {
 			if st, _ := api.Stats(bg); st.OffloadFailed != 1 {
 				t.Fatalf("own task's failure: counted %d", st.OffloadFailed)
 			}
-			if l := logs.lines("offload failed permanently", keyHex("queued")); len(l) != 1 {
+			if l := logs.lines("offload failed permanently", "key="+strconv.Quote(keyspec.Show("queued"))); len(l) != 1 {
 				t.Fatalf("own task's failure logged %q", l)
 			}
 		})

@@ -20,10 +20,8 @@ import (
 //     prefetch never floods the disk;
 //   - its DRAM range comes from free room, or from evicting objects that
 //     are colder than it (the policy's frequency estimate strictly below
-//     the prefetched key's) and stay readable from SSD (allocateColder):
-//     a prefetch never evicts an object hotter than the one it brings in,
-//     and never one whose only copy is in DRAM (that would cost an
-//     offload: a disk write);
+//     the prefetched key's; allocateColder): a prefetch never evicts an
+//     object hotter than the one it brings in;
 //   - queuing rings the node (wake.go), which starts the promotion at once
 //     instead of at its next heartbeat tick.
 //
@@ -94,10 +92,12 @@ func (s *Service) Prefetch(ctx context.Context, keys []string) (int, error) {
 }
 
 // allocateColder allocates size bytes in one of n's segments for a
-// prefetch of key: in free room, else after dropping, least recently used
-// first, the DRAM replicas on n of objects colder than key (the policy's
-// estimate strictly lower) that have a readable SSD copy and may be evicted
-// now. Without a frequency estimate it only takes free room.
+// prefetch of key: in free room, else after evicting, least recently used
+// first, objects with a DRAM replica on n that are colder than key (the
+// policy's estimate strictly lower) and may be evicted now, as DRAM
+// eviction does (a victim without an SSD copy is queued for offload, its
+// room comes at a later heartbeat). Without a frequency estimate it only
+// takes free room.
 func (s *Service) allocateColder(n *node, size int64, key string) (*segment, int64, bool) {
 	if g, off, ok := s.tryAllocateOn(n, size); ok {
 		return g, off, true
@@ -113,7 +113,7 @@ func (s *Service) allocateColder(n *node, size int64, key string) (*segment, int
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for k, o := range sh.objs {
-			if k != key && s.colderVictim(o, n, now) && est.Estimate(k) < hot {
+			if k != key && s.victimOK(o, now) && o.memOn(n) >= 0 && est.Estimate(k) < hot {
 				cands = append(cands, victim{key: k, o: o, sh: sh, lastUse: o.lastUse, soft: o.softPinned(now)})
 			}
 		}
@@ -128,24 +128,27 @@ func (s *Service) allocateColder(n *node, size int64, key string) (*segment, int
 		}
 		return 0
 	})
+	var pending int64 // bytes freed or queued for offload by this call
 	for _, c := range cands {
-		c.sh.mu.Lock()
-		if c.sh.objs[c.key] == c.o && s.colderVictim(c.o, n, now) {
-			s.dropMem(c.o)
+		if pending >= size {
+			break // the room will come when the queued victims are on SSD
+		}
+		// As any eviction (evictVictim): a victim without an SSD copy is
+		// queued for offload when the policy admits it (its range frees
+		// once it is on SSD, and the promotion is tried again at the next
+		// heartbeat), else dropped.
+		freed, queued := s.evictVictim(c, now)
+		switch {
+		case queued:
+			pending += alignUp(c.o.size)
+		case freed > 0:
+			pending += freed
 			s.cnt.prefetchEvictions.Add(1)
 			s.cnt.evictions.Add(1)
-		}
-		c.sh.mu.Unlock()
-		if g, off, ok := s.tryAllocateOn(n, size); ok {
-			return g, off, true
+			if g, off, ok := s.tryAllocateOn(n, size); ok {
+				return g, off, true
+			}
 		}
 	}
-	return nil, 0, false
-}
-
-// colderVictim reports whether o's DRAM replicas may go for a prefetch on
-// n: evictable now, one of them on n, and a readable SSD copy stays.
-// Caller holds the shard lock.
-func (s *Service) colderVictim(o *object, n *node, now int64) bool {
-	return s.victimOK(o, now) && o.memOn(n) >= 0 && o.readableDisk()
+	return s.tryAllocateOn(n, size)
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/tierstore/tierstore/admission"
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/mastergrpc"
 )
@@ -82,17 +83,11 @@ func (b *promoBox) add(key string, tries uint8, pre bool) bool {
 	return true
 }
 
-// fresh reports whether a key is queued that no heartbeat has taken yet
-// (one that found no room waits for the next tick: wake.go).
-func (b *promoBox) fresh() bool {
+// size returns how many keys are queued.
+func (b *promoBox) size() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, t := range b.tries {
-		if t == 0 {
-			return true
-		}
-	}
-	return false
+	return len(b.keys)
 }
 
 // has reports whether key is queued.
@@ -326,7 +321,7 @@ func (s *Service) promoteEnd(nodeID string, r masterapi.PromoteResult) error {
 	if !r.Loaded || !o.mem.seg.live() {
 		s.dropMem(o)
 		if !r.Loaded {
-			s.log.Debug("promotion not loaded by the node", "key", keyHex(r.Key), "node", nodeID, "reason", r.Reason)
+			s.log.Debug("promotion not loaded by the node", "key", keyspec.Show(r.Key), "node", nodeID, "reason", r.Reason)
 		}
 		s.settleEmpty(sh, r.Key, o, now)
 		if r.Loaded {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/tierstore/tierstore/admission"
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -266,7 +267,7 @@ func (s *Service) park(key string, o *object) bool {
 	s.parked[o.mem.token] = ps
 	s.parkMu.Unlock()
 	s.log.Info("put in progress removed by force; its ranges stay allocated until the put ends or its discard deadline",
-		"key", keyHex(key), "node", o.mem.seg.node.id, "segment", o.mem.seg.name, "offset", o.mem.off, "replicas", len(ps))
+		"key", keyspec.Show(key), "node", o.mem.seg.node.id, "segment", o.mem.seg.name, "offset", o.mem.off, "replicas", len(ps))
 	return true
 }
 

@@ -2,7 +2,6 @@ package master
 
 import (
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"sort"
@@ -289,7 +288,7 @@ func TestReconcileSessionMatchesModel(t *testing.T) {
 		cfg.Shards = shards
 		cfg.EnableOffload = true
 		cfg.ClientTTL = time.Hour
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg.Logger = slog.New(slog.DiscardHandler)
 		s, err := New(cfg)
 		if err != nil {
 			rt.Fatal(err)

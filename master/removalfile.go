@@ -6,12 +6,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
 	"sync"
 
+	"github.com/tierstore/tierstore/internal/crc32c"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -46,8 +46,6 @@ const (
 	maxRemovalRecord  = 64 << 20
 	removalRecordHead = 8 // u32 length, u32 CRC32C of the payload
 )
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // OpenFileRemovalStore opens (creating it if needed) the removal log of
 // the state directory dir and locks the directory.
@@ -278,7 +276,7 @@ func readRecord(r io.Reader) ([]byte, int64, error) {
 	if _, err := io.ReadFull(r, p); err != nil {
 		return nil, 0, err
 	}
-	if crc32.Checksum(p, castagnoli) != binary.BigEndian.Uint32(h[4:]) {
+	if crc32c.Checksum(p) != binary.BigEndian.Uint32(h[4:]) {
 		return nil, 0, errors.New("record checksum mismatch")
 	}
 	return p, int64(removalRecordHead) + int64(n), nil
@@ -286,7 +284,7 @@ func readRecord(r io.Reader) ([]byte, int64, error) {
 
 func appendRecord(buf, p []byte) []byte {
 	buf = binary.BigEndian.AppendUint32(buf, uint32(len(p)))
-	buf = binary.BigEndian.AppendUint32(buf, crc32.Checksum(p, castagnoli))
+	buf = binary.BigEndian.AppendUint32(buf, crc32c.Checksum(p))
 	return append(buf, p...)
 }
 

@@ -14,10 +14,6 @@ import (
 	"github.com/tierstore/tierstore/mastergrpc"
 )
 
-// MaxMessageSize bounds one gRPC message of the master service (both ways).
-// Reconcile of a node holding a few hundred thousand keys fits.
-const MaxMessageSize = 64 << 20
-
 // Server exposes an API (normally a *Service) as the gRPC service
 // tierstore.rpc.Master.
 type Server struct {
@@ -27,7 +23,7 @@ type Server struct {
 }
 
 // NewServer returns a gRPC server for api. Extra options are appended to the
-// defaults (message size limit MaxMessageSize; a caller of another protocol
+// defaults (message size limit mastergrpc.MaxMessageSize; a caller of another protocol
 // version than pb.MasterProtocol is refused, pb.VersionCheck).
 func NewServer(api masterapi.API, opts ...grpc.ServerOption) *Server {
 	all := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(mastergrpc.MaxMessageSize), grpc.MaxSendMsgSize(mastergrpc.MaxMessageSize),

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tierstore/tierstore/admission"
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -266,8 +267,8 @@ func validKey(key string) error {
 	if len(key) == 0 {
 		return codes.Errorf(codes.InvalidKey, "master: empty key")
 	}
-	if len(key) > masterapi.MaxKeyLen {
-		return codes.Errorf(codes.InvalidKey, "master: key of %d bytes exceeds %d", len(key), masterapi.MaxKeyLen)
+	if len(key) > keyspec.MaxLen {
+		return codes.Errorf(codes.InvalidKey, "master: key of %d bytes exceeds %d", len(key), keyspec.MaxLen)
 	}
 	return nil
 }
@@ -278,14 +279,4 @@ func (s *Service) observe(err error) error {
 		s.met.countErr(err)
 	}
 	return err
-}
-
-// keyHex is how logs name a key: keys are opaque bytes, so the log shows
-// their hex, cut after 16 bytes ("6b6579...4096B" for a 4096-byte key).
-func keyHex(key string) string {
-	const prefix = 16
-	if len(key) <= prefix {
-		return fmt.Sprintf("%x", key)
-	}
-	return fmt.Sprintf("%x...%dB", key[:prefix], len(key))
 }

@@ -20,9 +20,9 @@ import (
 //   - a PutStart waits for DRAM room (waitForRoom rings every node), or
 //   - the queued tasks' source bytes reach wakeShare of the node's DRAM
 //     (queueTask rings the node), or
-//   - a promotion is queued for the node that no heartbeat took yet (a
-//     prefetch or an SSD hit the policy found worth a DRAM copy: promote.go
-//     rings the node; one that found no room waits for the next tick).
+//   - a promotion is queued for the node (a prefetch or an SSD hit the
+//     policy found worth a DRAM copy: promote.go rings the node; one that
+//     finds no room is tried again at most maxPromoTries times).
 //
 // Each wait re-checks the condition after registering on the node's
 // broadcast, so a ring between a check and the wait is never lost; a
@@ -36,7 +36,7 @@ const wakeShare = 4 // a quarter
 
 // offloadPressing reports whether node n should fetch its tasks now.
 func (s *Service) offloadPressing(n *node) bool {
-	if n.promo.fresh() {
+	if n.promo.size() > 0 {
 		return true
 	}
 	queued, bytes := n.box.queuedBytes()

@@ -28,10 +28,6 @@ import (
 // MaxHeartbeatTasks caps the offload tasks one Heartbeat returns.
 const MaxHeartbeatTasks = 16384
 
-// MaxKeyLen is the longest key the master accepts, in bytes (the same bound
-// as the SSD tier's).
-const MaxKeyLen = 4096
-
 // ReplicaKind says where a replica lives.
 type ReplicaKind uint8
 
@@ -392,7 +388,7 @@ type NodeStats struct {
 // ...): test them with errors.Is, the same way for both implementations.
 // Batch calls return one result per input, in order; their own error is
 // reserved for failures of the whole call (bad request, transport). Keys are
-// opaque bytes carried in a string, 1..MaxKeyLen long.
+// opaque bytes carried in a string, 1..keyspec.MaxLen long.
 type ClientAPI interface {
 	// PutStart allocates the Memory replicas (status Processing) of a new
 	// object: req.Replicas of them (default one), on as many distinct

@@ -181,14 +181,3 @@ type ReconcileKeysResult struct {
 	// node deletes them from its SSD.
 	Unwanted []string
 }
-
-// ShortKey renders key for an error message: a key longer than 48 bytes is
-// cut to its first 48 bytes and its length ("abc...(4096 bytes)"), so that
-// a 4 KiB key does not fill an operator's screen. The result is quoted.
-func ShortKey(key string) string {
-	const keep = 48
-	if len(key) <= keep {
-		return fmt.Sprintf("%q", key)
-	}
-	return fmt.Sprintf("%q...(%d bytes)", key[:keep], len(key))
-}

@@ -59,17 +59,6 @@ func TestRangesFor(t *testing.T) {
 	}
 }
 
-func TestShortKey(t *testing.T) {
-	if got := ShortKey("abc"); got != `"abc"` {
-		t.Errorf("short key: %s", got)
-	}
-	long := strings.Repeat("k", 4096)
-	got := ShortKey(long)
-	if want := `"` + strings.Repeat("k", 48) + `"...(4096 bytes)`; got != want {
-		t.Errorf("long key: %s", got)
-	}
-}
-
 var sinkHash uint64
 
 // BenchmarkKeyHash: the cost of the stable hash every master operation

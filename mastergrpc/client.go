@@ -17,7 +17,8 @@ import (
 )
 
 // MaxMessageSize bounds one gRPC message of the master service (both ways):
-// the client's and the server's limit.
+// the client's and the server's (package master) limit. Reconcile of a node
+// holding a few hundred thousand keys fits.
 const MaxMessageSize = 64 << 20
 
 // Client is a client of a master over gRPC. It implements masterapi.API;

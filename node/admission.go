@@ -8,6 +8,7 @@ import (
 
 	"github.com/tierstore/tierstore/admission"
 	"github.com/tierstore/tierstore/eviction"
+	"github.com/tierstore/tierstore/internal/crc32c"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/tier"
@@ -33,9 +34,16 @@ import (
 // All of it runs in the heartbeat loop, under roundMu; the sketch itself
 // is swapped atomically because the tier reads it under its own lock.
 
-// admissionTier is what admission needs of the tier beyond SSDTier
-// (*tier.Engine implements it; a test double need not).
-type admissionTier interface {
+// ValueTier is the value-eviction capability of an SSDTier (*tier.Engine
+// has it): Outlook describes the buckets eviction would take next, and
+// SetValueFreq hands the tier the master's frequency sketch to rank
+// buckets by (--bucket_eviction=value). The node uses it when the tier has
+// it. A tier without it loses two things, silently for the operator: the
+// node sends no SSD report, so a tinylfu master admits every DRAM victim
+// it holds as offload_on_evict does (no_report) instead of comparing it
+// with what it would push out; and the sketch the master sends is received
+// but never used, so bucket eviction is by recency only.
+type ValueTier interface {
 	Outlook(cover int64) (tier.Outlook, error)
 	SetValueFreq(freq func(key []byte) uint32) bool
 }
@@ -79,7 +87,7 @@ func (n *Node) heartbeatRequest() masterapi.HeartbeatRequest {
 // one or a new sketch arrived, nil otherwise or when the tier cannot tell.
 func (n *Node) ssdReport() *masterapi.SSDReport {
 	a := &n.adm
-	at, ok := n.tier.(admissionTier)
+	at, ok := n.tier.(ValueTier)
 	if !ok {
 		return nil
 	}
@@ -132,7 +140,7 @@ func (n *Node) takeAdmission(rep masterapi.HeartbeatReply) {
 	a.stale = true // the victims' values changed
 	n.metrics.sketchesReceived.Add(1)
 	if !a.valuer {
-		if at, ok := n.tier.(admissionTier); ok {
+		if at, ok := n.tier.(ValueTier); ok {
 			at.SetValueFreq(a.freq) // false unless bucket_eviction is "value"
 			a.valuer = true
 		}
@@ -193,7 +201,7 @@ func (n *Node) promoteOne(ctx context.Context, t masterapi.PromoteTask) masterap
 		return r
 	}
 	v := lr[0].Value
-	if int64(len(v)) != t.Size || wire.CRC32C(v) != t.CRC {
+	if int64(len(v)) != t.Size || crc32c.Checksum(v) != t.CRC {
 		r.Reason = "the SSD copy has other bytes than the object"
 		return r
 	}

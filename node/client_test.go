@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http/httptest"
@@ -17,11 +16,12 @@ import (
 
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 func testMasterConfig() master.Config {
 	mc := master.DefaultConfig()
@@ -138,7 +138,7 @@ func TestInProcessPutGetExistsRemove(t *testing.T) {
 	if _, err := c.Get(ctx, "k1"); !errors.Is(err, codes.ErrObjectNotFound) {
 		t.Fatalf("get after remove: %v", err)
 	}
-	for _, bad := range []string{"", string(make([]byte, masterapi.MaxKeyLen+1))} {
+	for _, bad := range []string{"", string(make([]byte, keyspec.MaxLen+1))} {
 		if err := c.Put(ctx, bad, val); !errors.Is(err, codes.ErrInvalidKey) {
 			t.Fatalf("put with a key of %d bytes: %v", len(bad), err)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/crc32c"
 	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/internal/wire"
 )
@@ -196,20 +197,17 @@ func (n *Node) ReadRangeInto(_ context.Context, segment string, off int64, buf [
 	return crc, nil
 }
 
-// copyChunk is how much copyCRC copies before checksumming it.
+// copyChunk is how much copyCRCUpdate copies before checksumming it.
 const copyChunk = 64 << 10
 
-// copyCRC copies src into dst (of the same length) and returns the CRC32C
-// of what it copied, checksumming each chunk of dst as soon as it is
-// copied.
-func copyCRC(dst, src []byte) uint32 { return copyCRCUpdate(0, dst, src) }
-
-// copyCRCUpdate is copyCRC continuing the CRC32C crc of earlier bytes.
+// copyCRCUpdate copies src into dst (of the same length) and returns crc
+// (the CRC32C of earlier bytes) continued over what it copied, checksumming
+// each chunk of dst as soon as it is copied.
 func copyCRCUpdate(crc uint32, dst, src []byte) uint32 {
 	for i := 0; i < len(dst); i += copyChunk {
 		j := min(i+copyChunk, len(dst))
 		copy(dst[i:j], src[i:j])
-		crc = wire.UpdateCRC32C(crc, dst[i:j])
+		crc = crc32c.Update(crc, dst[i:j])
 	}
 	return crc
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/crc32c"
 	"github.com/tierstore/tierstore/internal/wire"
 )
 
@@ -194,7 +195,7 @@ func TestDataPlaneRangeChecks(t *testing.T) {
 		t.Fatalf("read past the end: %v", err)
 	}
 	val := rnd(10)
-	if err := dc.Write(ctx, n.SegmentName(), n.seg.Size()-5, val, wire.CRC32C(val), 1); !errors.Is(err, codes.ErrInvalidParams) {
+	if err := dc.Write(ctx, n.SegmentName(), n.seg.Size()-5, val, crc32c.Checksum(val), 1); !errors.Is(err, codes.ErrInvalidParams) {
 		t.Fatalf("write past the end: %v", err)
 	}
 	if err := dc.Write(ctx, n.SegmentName(), 0, make([]byte, n.seg.Size()+1), 0, 1); !errors.Is(err, codes.ErrInvalidParams) {

@@ -1,10 +1,10 @@
 package node
 
 import (
-	"encoding/hex"
 	"errors"
 	"log/slog"
 
+	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/tier"
 )
 
@@ -56,15 +56,6 @@ type causeTally struct {
 	retryable bool
 }
 
-// keyHex is a printable prefix of a key (keys are opaque bytes).
-func keyHex(key string) string {
-	const max = 16
-	if len(key) > max {
-		return hex.EncodeToString([]byte(key[:max])) + "..."
-	}
-	return hex.EncodeToString([]byte(key))
-}
-
 // logFailures logs one line per cause of this round's failures, with the
 // count, the SSD directory and the first key, and counts them by cause.
 func (r *round) logFailures() {
@@ -78,6 +69,6 @@ func (r *round) logFailures() {
 			level = slog.LevelWarn
 		}
 		r.n.log.Log(r.n.ctx, level, "offload tasks failed", "cause", failCause(c).String(), "count", t.count,
-			"retryable", t.retryable, "ssd_dir", r.n.cfg.SSDDir, "first_key_hex", keyHex(t.key), "reason", t.reason)
+			"retryable", t.retryable, "ssd_dir", r.n.cfg.SSDDir, "first_key_hex", keyspec.Show(t.key), "reason", t.reason)
 	}
 }

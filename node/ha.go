@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tierstore/tierstore/internal/crc32c"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -285,7 +286,7 @@ func (n *Node) checkedRecords() ([]masterapi.MemoryObject, []memRecord) {
 	good := recs[:0]
 	for _, r := range recs {
 		b, err := view(r.off, int(r.len))
-		if err != nil || wire.CRC32C(b) != r.crc {
+		if err != nil || crc32c.Checksum(b) != r.crc {
 			h.forget(r)
 			continue
 		}

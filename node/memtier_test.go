@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/tierstore/tierstore/internal/wire"
+	"github.com/tierstore/tierstore/internal/crc32c"
 	"github.com/tierstore/tierstore/tier"
 )
 
@@ -56,7 +56,7 @@ func (m *memTier) Offload(ctx context.Context, tasks []tier.Task, notify tier.No
 			outs[i].Status = tier.AlreadyPresent
 		default:
 			m.objs[string(t.Key)] = append([]byte(nil), t.Value...)
-			committed = append(committed, tier.Committed{Key: t.Key, Size: int64(len(t.Value)), CRC: wire.CRC32C(t.Value), Bucket: 1})
+			committed = append(committed, tier.Committed{Key: t.Key, Size: int64(len(t.Value)), CRC: crc32c.Checksum(t.Value), Bucket: 1})
 			idx = append(idx, i)
 		}
 	}
@@ -157,7 +157,7 @@ func (m *memTier) Keys(fn func([]byte, tier.KeyInfo) bool) error {
 	}
 	m.mu.Unlock()
 	for _, e := range all {
-		if !fn([]byte(e.k), tier.KeyInfo{Size: int64(len(e.v)), CRC: wire.CRC32C(e.v), Bucket: 1}) {
+		if !fn([]byte(e.k), tier.KeyInfo{Size: int64(len(e.v)), CRC: crc32c.Checksum(e.v), Bucket: 1}) {
 			break
 		}
 	}

@@ -23,7 +23,10 @@ import (
 )
 
 // SSDTier is what a node needs of the SSD tier engine (*tier.Engine
-// implements it). Tests of the node may substitute their own.
+// implements it). Tests of the node may substitute their own. Two
+// capabilities are optional, used when the tier has them: ValueTier (value
+// eviction and the SSD report of admission) and StreamTier (streamed SSD
+// reads); each type's doc says what a tier without it loses.
 type SSDTier interface {
 	Offload(ctx context.Context, tasks []tier.Task, notify tier.NotifyFunc) []tier.Outcome
 	Load(ctx context.Context, keys [][]byte) []tier.LoadResult
@@ -40,6 +43,14 @@ type SSDTier interface {
 	Stats() tier.Stats
 	Close() error
 }
+
+// The engine has every capability: a change of its methods that dropped
+// one would otherwise turn it off silently.
+var (
+	_ SSDTier    = (*tier.Engine)(nil)
+	_ ValueTier  = (*tier.Engine)(nil)
+	_ StreamTier = (*tier.Engine)(nil)
+)
 
 // Stats is a snapshot of a node's state and counters.
 type Stats struct {
@@ -163,7 +174,8 @@ type options struct {
 }
 
 // WithTier makes the node use t as its SSD tier instead of opening one in
-// Config.SSDDir. The node closes t.
+// Config.SSDDir. The node closes t. The node uses ValueTier and StreamTier
+// when t has them.
 func WithTier(t SSDTier) Option { return func(o *options) { o.tier = t } }
 
 // WithName sets the node id. Default: with an SSD directory of its own, the

@@ -12,9 +12,9 @@ import (
 
 	"github.com/tierstore/tierstore/bucket"
 	"github.com/tierstore/tierstore/eviction"
+	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/internal/units"
-	"github.com/tierstore/tierstore/tier"
 	"golang.org/x/sys/unix"
 )
 
@@ -143,7 +143,7 @@ func DefaultConfig() Config {
 // footer, padded to 4 KiB). The tier's bucket limit is set to it, so an
 // object of exactly objectLimit bytes always fits.
 func BucketFileLimit(objectLimit int64) int64 {
-	return bucket.Size(1, tier.MaxKeyLen, bucket.AlignUp(objectLimit))
+	return bucket.Size(1, keyspec.MaxLen, bucket.AlignUp(objectLimit))
 }
 
 // DerivedBucketSizeLimit is the --bucket_size_limit of a node that does

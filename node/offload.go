@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/tierstore/tierstore/internal/wire"
+	"github.com/tierstore/tierstore/internal/crc32c"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/tier"
 )
@@ -226,7 +226,7 @@ func (r *round) offload(ctx context.Context) {
 		case err != nil:
 			r.jobs[j].out = tier.Outcome{Status: tier.Failed, Err: fmt.Errorf("%w: %w", errSourceBytes, err)}
 			continue
-		case wire.CRC32C(val) != t.CRC:
+		case crc32c.Checksum(val) != t.CRC:
 			r.jobs[j].out = tier.Outcome{Status: tier.Failed, Err: fmt.Errorf("%w: DRAM replica fails its CRC32C", errSourceBytes)}
 			continue
 		}
@@ -321,7 +321,7 @@ func (r *round) answer(ctx context.Context) {
 // ssdMatches reports whether the SSD copy of key has the given CRC and size.
 func (n *Node) ssdMatches(ctx context.Context, key []byte, crc uint32, size int64) bool {
 	r := n.tier.Load(ctx, [][]byte{key})
-	return len(r) == 1 && r[0].Err == nil && int64(len(r[0].Value)) == size && wire.CRC32C(r[0].Value) == crc
+	return len(r) == 1 && r[0].Err == nil && int64(len(r[0].Value)) == size && crc32c.Checksum(r[0].Value) == crc
 }
 
 func (n *Node) removeFromSSD(key string) {

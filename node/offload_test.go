@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/tierstore/tierstore/internal/codes"
-	"github.com/tierstore/tierstore/internal/wire"
+	"github.com/tierstore/tierstore/internal/crc32c"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/tier"
 )
@@ -24,7 +24,7 @@ func TestRoundPhases(t *testing.T) {
 	if err := n.seg.WriteAt(good, 0); err != nil {
 		t.Fatal(err)
 	}
-	crc := wire.CRC32C(good)
+	crc := crc32c.Checksum(good)
 	tasks := []masterapi.OffloadTask{
 		{Key: "ok", Segment: n.segName, Offset: 0, Length: 1000, Size: 1000, CRC: crc},
 		{Key: "ok", Segment: n.segName, Offset: 0, Length: 1000, Size: 1000, CRC: crc}, // duplicate

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/crc32c"
 	"github.com/tierstore/tierstore/internal/wire"
 )
 
@@ -27,7 +28,7 @@ func TestLateWriteOfOldPutRefused(t *testing.T) {
 	defer p.Close()
 	seg := n.SegmentName()
 	newer := rnd(3 * writeChunk / 2)
-	if err := p.Write(ctx, seg, 8192, newer, wire.CRC32C(newer), 7); err != nil {
+	if err := p.Write(ctx, seg, 8192, newer, crc32c.Checksum(newer), 7); err != nil {
 		t.Fatal(err)
 	}
 	late := rnd(4096)
@@ -35,10 +36,10 @@ func TestLateWriteOfOldPutRefused(t *testing.T) {
 		name string
 		do   func() error
 	}{
-		{"peer", func() error { return p.Write(ctx, seg, 4096+2048, late, wire.CRC32C(late), 6) }},
-		{"in-process", func() error { return n.WriteRange(ctx, seg, 8192+writeChunk, late, wire.CRC32C(late), 3) }},
-		{"untokened peer", func() error { return p.Write(ctx, seg, 1<<20*8, late, wire.CRC32C(late), 0) }},
-		{"untokened in-process", func() error { return n.WriteRange(ctx, seg, 1<<20*8, late, wire.CRC32C(late), 0) }},
+		{"peer", func() error { return p.Write(ctx, seg, 4096+2048, late, crc32c.Checksum(late), 6) }},
+		{"in-process", func() error { return n.WriteRange(ctx, seg, 8192+writeChunk, late, crc32c.Checksum(late), 3) }},
+		{"untokened peer", func() error { return p.Write(ctx, seg, 1<<20*8, late, crc32c.Checksum(late), 0) }},
+		{"untokened in-process", func() error { return n.WriteRange(ctx, seg, 1<<20*8, late, crc32c.Checksum(late), 0) }},
 	} {
 		err := w.do()
 		if !errors.Is(err, codes.ErrInvalidParams) || !strings.Contains(err.Error(), "write refused") {
@@ -46,15 +47,15 @@ func TestLateWriteOfOldPutRefused(t *testing.T) {
 		}
 	}
 	got := make([]byte, len(newer))
-	if err := p.ReadRange(ctx, seg, 8192, got, wire.CRC32C(newer)); err != nil || !bytes.Equal(got, newer) {
+	if err := p.ReadRange(ctx, seg, 8192, got, crc32c.Checksum(newer)); err != nil || !bytes.Equal(got, newer) {
 		t.Fatalf("the newer put's bytes were overwritten (%v)", err)
 	}
 	// The same put may write its range again (a retry), and a newer put
 	// may take over part of it.
-	if err := n.WriteRange(ctx, seg, 8192, newer, wire.CRC32C(newer), 7); err != nil {
+	if err := n.WriteRange(ctx, seg, 8192, newer, crc32c.Checksum(newer), 7); err != nil {
 		t.Fatalf("the owner's retry: %v", err)
 	}
-	if err := n.WriteRange(ctx, seg, 8192, late, wire.CRC32C(late), 8); err != nil {
+	if err := n.WriteRange(ctx, seg, 8192, late, crc32c.Checksum(late), 8); err != nil {
 		t.Fatalf("a newer put: %v", err)
 	}
 }
@@ -70,7 +71,7 @@ func TestOldPutWriteOvertakenMidPayload(t *testing.T) {
 	seg := n.SegmentName()
 	old := rnd(2 * writeChunk)
 	c := rawData(t, n.Endpoint())
-	writeHead(t, c, seg, 0, 1, "old", len(old), wire.CRC32C(old))
+	writeHead(t, c, seg, 0, 1, "old", len(old), crc32c.Checksum(old))
 	if _, err := c.Write(old[:writeChunk]); err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +89,7 @@ func TestOldPutWriteOvertakenMidPayload(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	newer := rnd(2 * writeChunk)
-	if err := n.WriteRange(ctx, seg, 0, newer, wire.CRC32C(newer), 2); err != nil {
+	if err := n.WriteRange(ctx, seg, 0, newer, crc32c.Checksum(newer), 2); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Write(old[writeChunk:]); err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/crc32c"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/master"
 )
@@ -170,7 +171,7 @@ func FuzzPeerRequests(f *testing.F) {
 		}
 		key = key[:min(len(key), 2*fzMaxKey)]
 		if rightCRC {
-			crc = wire.CRC32C(data)
+			crc = crc32c.Checksum(data)
 		}
 		var err error
 		malformed := len(seg) > fzMaxName
@@ -215,7 +216,7 @@ func fzWrite(ctx context.Context, t *testing.T, dc *wire.DataConn, n *Node, seg 
 		}
 		return err
 	}
-	if seg != n.SegmentName() || !inRange(int64(off), int64(len(data)), n.seg.Size()) || crc != wire.CRC32C(data) {
+	if seg != n.SegmentName() || !inRange(int64(off), int64(len(data)), n.seg.Size()) || crc != crc32c.Checksum(data) {
 		t.Fatalf("Write of %d bytes at %d (segment %q, crc %08x) accepted", len(data), off, seg, crc)
 	}
 	got, rerr := n.seg.Read(int64(off), len(data))
@@ -237,7 +238,7 @@ func fzRead(ctx context.Context, t *testing.T, dc *wire.DataConn, n *Node, seg s
 		if err != nil {
 			t.Fatal(err)
 		}
-		crc = wire.CRC32C(want)
+		crc = crc32c.Checksum(want)
 	}
 	err := dc.ReadRange(ctx, seg, int64(off), make([]byte, length), crc)
 	switch {

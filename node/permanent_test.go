@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/tierstore/tierstore/client"
+	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -62,7 +63,7 @@ func TestBucketSizeLimitIsTheLargestObject(t *testing.T) {
 	n, logs := ssdNodeWithLog(t, m, limit, 0)
 	c := newTestClient(t, client.Config{Master: m, LocalNode: n})
 	ctx := context.Background()
-	longKey := strings.Repeat("k", masterapi.MaxKeyLen)
+	longKey := strings.Repeat("k", keyspec.MaxLen)
 	vals := map[string][]byte{"exact": rnd(limit), longKey: rnd(limit), "big1": rnd(limit + 1), "big2": rnd(limit + 4096)}
 	for k, v := range vals {
 		if err := c.Put(ctx, k, v); err != nil {

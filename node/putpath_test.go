@@ -12,6 +12,7 @@ import (
 
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/crc32c"
 	"github.com/tierstore/tierstore/internal/wire"
 )
 
@@ -78,10 +79,10 @@ func TestDataPlanePutFailuresLeaveNothing(t *testing.T) {
 	put := func(off int64, v []byte, crc uint32, token uint64, key string) error {
 		return dc.Write(wire.WithObject(ctx, wire.Object{Key: key}), seg, off, v, crc, token)
 	}
-	if err := put(0, left, wire.CRC32C(left), 1, "left"); err != nil {
+	if err := put(0, left, crc32c.Checksum(left), 1, "left"); err != nil {
 		t.Fatal(err)
 	}
-	if err := put(2*S, right, wire.CRC32C(right), 2, "right"); err != nil {
+	if err := put(2*S, right, crc32c.Checksum(right), 2, "right"); err != nil {
 		t.Fatal(err)
 	}
 	intact := func(what string) {
@@ -98,7 +99,7 @@ func TestDataPlanePutFailuresLeaveNothing(t *testing.T) {
 		}
 	}
 	val := rnd(S)
-	crc := wire.CRC32C(val)
+	crc := crc32c.Checksum(val)
 
 	// A wrong CRC32C: refused, the connection kept.
 	if err := put(S, val, crc^1, 3, "mid"); !errors.Is(err, codes.ErrChecksumMismatch) || dc.Broken() {
@@ -186,7 +187,7 @@ func TestRangeWriteOvertakenBetweenChunks(t *testing.T) {
 	if err != nil || k != 1<<20 {
 		t.Fatalf("first chunk: %d %v", k, err)
 	}
-	if err := n.WriteRange(wire.WithObject(context.Background(), wire.Object{Key: "new"}), seg, 4096, newer, wire.CRC32C(newer), 2); err != nil {
+	if err := n.WriteRange(wire.WithObject(context.Background(), wire.Object{Key: "new"}), seg, 4096, newer, crc32c.Checksum(newer), 2); err != nil {
 		t.Fatal(err)
 	}
 	called := false
@@ -194,7 +195,7 @@ func TestRangeWriteOvertakenBetweenChunks(t *testing.T) {
 	if !errors.Is(err, codes.ErrInvalidParams) || !strings.Contains(err.Error(), "write refused") || called {
 		t.Fatalf("fill after a newer claim: %v (fill called: %v)", err, called)
 	}
-	w.Commit(wire.CRC32C(old))
+	w.Commit(crc32c.Checksum(old))
 	if recorded(n, 4096, 1) || !recorded(n, 4096, 2) {
 		t.Fatal("the overtaken write was recorded over the newer one")
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/tier"
 )
@@ -94,7 +95,7 @@ func (n *Node) dropConflicts(objs []masterapi.DiskObject, errs []error, gen uint
 		}
 		if errors.Is(e, codes.ErrChecksumConflict) || errors.Is(e, codes.ErrObjectNotFound) || errors.Is(e, codes.ErrReplicaNotFound) {
 			if err := n.tier.Remove([]byte(objs[i].Key)); err != nil && !errors.Is(err, tier.ErrNotFound) {
-				n.log.Warn("removing an SSD object the master refused", "key", masterapi.ShortKey(objs[i].Key), "err", err)
+				n.log.Warn("removing an SSD object the master refused", "key", keyspec.Show(objs[i].Key), "err", err)
 			}
 		}
 	}
@@ -262,7 +263,7 @@ func (n *Node) removeUnwanted(keys []string) {
 	for _, k := range keys {
 		if err := n.tier.Remove([]byte(k)); err != nil {
 			if !errors.Is(err, tier.ErrNotFound) {
-				n.log.Warn("reconcile: removing an unwanted SSD object", "key", masterapi.ShortKey(k), "err", err)
+				n.log.Warn("reconcile: removing an unwanted SSD object", "key", keyspec.Show(k), "err", err)
 			}
 			continue
 		}

@@ -82,7 +82,7 @@ func (s *Segment) ReadAt(p []byte, off int64) error {
 }
 
 // readCRC copies len(p) bytes at off into p and returns the CRC32C of
-// what it copied (copyCRC: chunk by chunk, while in cache), holding the
+// what it copied (copyCRCUpdate: chunk by chunk, while in cache), holding the
 // mapping without a closure (the in-process read's path; no allocation).
 func (s *Segment) readCRC(p []byte, off int64) (uint32, error) {
 	return s.readCRCUpdate(0, p, off)

@@ -67,9 +67,14 @@ func (l *chunkFreeList) Put(b *[]byte) {
 	l.mu.Unlock()
 }
 
-// rangedTier is the part of *tier.Engine a streamed read needs; an
-// SSDTier without it (a test double) is read whole through Load.
-type rangedTier interface {
+// StreamTier is the streamed-read capability of an SSDTier (*tier.Engine
+// has it): OpenReader pins one object and reads it in ranges, so the data
+// plane sends an SSD value piece by piece while later pieces are still
+// being read, and the receiver checks the CRC32C once. A tier without it
+// loses that: every remote SSD read is read whole through Load (and
+// checked by the tier) before its first byte leaves, so the whole value
+// sits in the node's memory and the first byte waits for the last one.
+type StreamTier interface {
 	OpenReader(ctx context.Context, key []byte) (*tier.Reader, error)
 }
 
@@ -93,7 +98,7 @@ func (n *Node) openSSD(ctx context.Context, key []byte, verify bool) (ssdValue, 
 	if n.tier == nil {
 		return nil, codes.Errorf(codes.UnableOffload, "node: node %s has no SSD tier", n.name)
 	}
-	if rt, ok := n.tier.(rangedTier); ok && !verify {
+	if rt, ok := n.tier.(StreamTier); ok && !verify {
 		r, err := rt.OpenReader(ctx, key)
 		if err == nil {
 			return newSSDStream(ctx, n, r), nil

@@ -13,7 +13,7 @@ import (
 
 // Errors of the tier engine. Check with errors.Is.
 var (
-	// ErrInvalidKey: a key is empty or longer than MaxKeyLen (Mooncake
+	// ErrInvalidKey: a key is empty or longer than keyspec.MaxLen (Mooncake
 	// INVALID_KEY, -400).
 	ErrInvalidKey = errors.New("tier: invalid key")
 	// ErrNotFound: the key is not on this node's SSD (OBJECT_NOT_FOUND, -704).
@@ -37,9 +37,6 @@ var (
 	// message names the key and both sizes); nothing was written to it.
 	ErrBufferTooSmall = errors.New("tier: buffer too small")
 )
-
-// MaxKeyLen is the longest key accepted, in bytes.
-const MaxKeyLen = 4096
 
 // Task is one object to move to SSD.
 type Task struct {

@@ -77,7 +77,7 @@
 //     least half dead is evicted before any bucket of live data, most dead
 //     first, then the policy's order (evicted, not compacted).
 //
-// Keys are opaque bytes of 1 to MaxKeyLen bytes and never become file names.
+// Keys are opaque bytes of 1 to keyspec.MaxLen bytes and never become file names.
 //
 // # Files
 //

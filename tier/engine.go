@@ -11,6 +11,7 @@ import (
 	"github.com/tierstore/tierstore/bucket"
 	"github.com/tierstore/tierstore/eviction"
 	"github.com/tierstore/tierstore/index"
+	"github.com/tierstore/tierstore/internal/keyspec"
 )
 
 // offloadPipeline is how many buckets of one Offload call are in flight at
@@ -137,8 +138,8 @@ func validKey(k []byte) error {
 	if len(k) == 0 {
 		return fmt.Errorf("%w: empty key", ErrInvalidKey)
 	}
-	if len(k) > MaxKeyLen {
-		return fmt.Errorf("%w: key of %d bytes exceeds %d", ErrInvalidKey, len(k), MaxKeyLen)
+	if len(k) > keyspec.MaxLen {
+		return fmt.Errorf("%w: key of %d bytes exceeds %d", ErrInvalidKey, len(k), keyspec.MaxLen)
 	}
 	return nil
 }

@@ -17,7 +17,8 @@ import (
 	"github.com/tierstore/tierstore/backend"
 	"github.com/tierstore/tierstore/backend/mem"
 	"github.com/tierstore/tierstore/backend/pwrite"
-	"github.com/tierstore/tierstore/bucket"
+	"github.com/tierstore/tierstore/internal/crc32c"
+	"github.com/tierstore/tierstore/internal/keyspec"
 )
 
 var bg = context.Background()
@@ -149,7 +150,7 @@ func TestIssue2799CommitBeforePublish(t *testing.T) {
 		keys := make([][]byte, len(c))
 		for i, x := range c {
 			keys[i] = x.Key
-			require.Equal(t, bucket.Checksum(tasks[i].Value), x.CRC)
+			require.Equal(t, crc32c.Checksum(tasks[i].Value), x.CRC)
 			require.EqualValues(t, len(tasks[i].Value), x.Size)
 		}
 		inNotify = e.Load(bg, keys)
@@ -383,7 +384,7 @@ func TestBadInput(t *testing.T) {
 	big := make([]byte, 2<<20)
 	out := e.Offload(bg, []Task{
 		{Key: nil, Value: []byte("x")},
-		{Key: make([]byte, MaxKeyLen+1), Value: []byte("x")},
+		{Key: make([]byte, keyspec.MaxLen+1), Value: []byte("x")},
 		{Key: []byte("big"), Value: big},
 		{Key: []byte("fine"), Value: []byte("ok")},
 	}, nil)
@@ -485,7 +486,7 @@ func TestReoffloadWithOtherBytesReplaces(t *testing.T) {
 	})
 	requireStatus(t, out, Persisted)
 	require.Len(t, announced, 2)
-	require.Equal(t, bucket.Checksum(v2[0].Value), announced[0].CRC)
+	require.Equal(t, crc32c.Checksum(v2[0].Value), announced[0].CRC)
 	requireLoads(t, e, v2)
 	info, err := e.Stat(v2[1].Key)
 	require.NoError(t, err)

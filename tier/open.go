@@ -13,6 +13,7 @@ import (
 	"github.com/tierstore/tierstore/bucket"
 	"github.com/tierstore/tierstore/eviction"
 	"github.com/tierstore/tierstore/index"
+	"github.com/tierstore/tierstore/internal/crc32c"
 )
 
 // Open opens (creating if needed) the tier in dir, an absolute path, and
@@ -265,7 +266,7 @@ func checkTail(m index.BucketMeta, tail []byte) (reason string, written int64) {
 	case f.TrailerOff != m.TrailerOff || f.TrailerLen != m.TrailerLen || f.TrailerCRC != m.TrailerCRC || int(f.Count) != m.Keys:
 		return fmt.Sprintf("footer (trailer %d+%d crc %08x, %d objects) disagrees with the index (trailer %d+%d crc %08x, %d objects)",
 			f.TrailerOff, f.TrailerLen, f.TrailerCRC, f.Count, m.TrailerOff, m.TrailerLen, m.TrailerCRC, m.Keys), 0
-	case bucket.Checksum(tail[:f.TrailerLen]) != f.TrailerCRC:
+	case crc32c.Checksum(tail[:f.TrailerLen]) != f.TrailerCRC:
 		return "trailer fails its checksum", 0
 	}
 	entries, err := bucket.DecodeTrailer(tail[:f.TrailerLen], f)

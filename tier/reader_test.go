@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierstore/tierstore/backend"
-	"github.com/tierstore/tierstore/bucket"
+	"github.com/tierstore/tierstore/internal/crc32c"
 )
 
 // readAll reads r's value in pieces of piece bytes, all in flight at once,
@@ -61,7 +61,7 @@ func TestReaderRanges(t *testing.T) {
 				require.NoError(t, err)
 				t.Cleanup(r.Close) // a failing assertion must not leave Close waiting
 				require.Equal(t, int64(len(tk.Value)), r.Size())
-				require.Equal(t, bucket.Checksum(tk.Value), r.CRC())
+				require.Equal(t, crc32c.Checksum(tk.Value), r.CRC())
 				got, err := readAll(t, r, 64<<10)
 				require.NoError(t, err)
 				require.True(t, bytes.Equal(tk.Value, got), "key %s", tk.Key)

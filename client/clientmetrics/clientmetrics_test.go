@@ -2,7 +2,6 @@ package clientmetrics_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"net/http/httptest"
 	"strings"
@@ -21,7 +20,7 @@ import (
 // A client with Metrics as its Observer fills the histograms by tier: puts
 // and gets against the node of its process are dram_local.
 func TestHistogramsByTier(t *testing.T) {
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	quiet := slog.New(slog.DiscardHandler)
 	mc := master.DefaultConfig()
 	mc.MonitorInterval, mc.Logger = 0, quiet
 	m, err := master.New(mc)

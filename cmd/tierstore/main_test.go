@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -136,7 +135,7 @@ func TestHelp(t *testing.T) {
 // The object commands against a real master (gRPC on 127.0.0.1) and a real
 // node (DRAM only).
 func TestObjectCommands(t *testing.T) {
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	quiet := slog.New(slog.DiscardHandler)
 	mc := master.DefaultConfig()
 	mc.Logger = quiet
 	m, err := master.New(mc)

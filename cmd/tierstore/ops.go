@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tierstore/tierstore/client"
+	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/internal/units"
 	"github.com/tierstore/tierstore/masterapi"
@@ -161,7 +162,7 @@ func checkOp(a *opArgs) string {
 		}
 	case "stats":
 		if len(pos) != 0 {
-			return fmt.Sprintf("takes no arguments, got %q", shortKey(pos[0]))
+			return fmt.Sprintf("takes no arguments, got %q", keyspec.Show(pos[0]))
 		}
 	case "evict":
 		if a.tierName != "memory" {
@@ -202,16 +203,6 @@ func checkRm(a *opArgs) string {
 	return ""
 }
 
-// shortKey is key as it appears in messages: keys may be up to 4 KiB, so
-// long ones are cut to their first 48 bytes and their length.
-func shortKey(key string) string {
-	const keep = 48
-	if len(key) <= keep {
-		return key
-	}
-	return fmt.Sprintf("%s...(%d bytes)", key[:keep], len(key))
-}
-
 // opHandlers run each object command once its arguments are checked.
 var opHandlers = map[string]func(ctx context.Context, c *client.Client, a opArgs, stdout, stderr io.Writer) error{
 	"put": func(ctx context.Context, c *client.Client, a opArgs, _, stderr io.Writer) error {
@@ -222,7 +213,7 @@ var opHandlers = map[string]func(ctx context.Context, c *client.Client, a opArgs
 		if a.replicas > 1 {
 			reps = fmt.Sprintf("%d replicas on as many nodes", a.replicas)
 		}
-		fmt.Fprintf(stderr, "stored %q: %d bytes, crc32c %08x, %s\n", shortKey(a.pos[0]), len(a.value), client.CRC32C(a.value), reps)
+		fmt.Fprintf(stderr, "stored %q: %d bytes, crc32c %08x, %s\n", keyspec.Show(a.pos[0]), len(a.value), client.CRC32C(a.value), reps)
 		return nil
 	},
 	"get": func(ctx context.Context, c *client.Client, a opArgs, stdout, _ io.Writer) error {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -22,7 +21,7 @@ func campaign(t *testing.T, e *hatest.Etcd, addr string) *ha.Leadership {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	l, err := ha.Campaign(ctx, ha.Config{Endpoints: e.Endpoints(), Address: addr, SessionTTL: 2 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +83,7 @@ func TestEtcdStoreAcrossLeaders(t *testing.T) {
 	// A Service on the store: a removal's entry is in etcd before Remove
 	// answers.
 	mc := master.DefaultConfig()
-	mc.MonitorInterval, mc.Logger, mc.Removals = 0, slog.New(slog.NewTextHandler(io.Discard, nil)), s2
+	mc.MonitorInterval, mc.Logger, mc.Removals = 0, slog.New(slog.DiscardHandler), s2
 	svc, err := master.New(mc)
 	if err != nil {
 		t.Fatal(err)

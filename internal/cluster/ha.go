@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"time"
@@ -37,7 +36,7 @@ func WaitLeader(ctx context.Context, url string, after uint64) (ha.Leader, error
 	if err != nil {
 		return ha.Leader{}, fmt.Errorf("cluster: %w", err)
 	}
-	r, err := ha.NewResolver(u, ha.ResolverOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	r, err := ha.NewResolver(u, ha.ResolverOptions{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return ha.Leader{}, fmt.Errorf("cluster: %w", err)
 	}

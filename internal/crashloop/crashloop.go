@@ -16,6 +16,7 @@ import (
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/internal/cluster"
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/crc32c"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -442,7 +443,7 @@ func (l *loop) checkSSDReplica(ctx context.Context, k string, rep masterapi.Repl
 	if err != nil {
 		return
 	}
-	err = dc.ReadSSD(ctx, []byte(k), make([]byte, size), wire.CRC32C(l.value(k)))
+	err = dc.ReadSSD(ctx, []byte(k), make([]byte, size), crc32c.Checksum(l.value(k)))
 	switch {
 	case errors.Is(err, codes.ErrObjectNotFound):
 		l.rep.Phantoms++

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -25,13 +24,13 @@ import (
 	"github.com/tierstore/tierstore/backend/faulty"
 	"github.com/tierstore/tierstore/backend/pwrite"
 	"github.com/tierstore/tierstore/index"
+	"github.com/tierstore/tierstore/internal/crc32c"
 	"github.com/tierstore/tierstore/tier"
 )
 
 var (
 	bg    = context.Background()
 	quiet = slog.New(slog.DiscardHandler)
-	crcT  = crc32.MakeTable(crc32.Castagnoli)
 )
 
 // guard bounds every wait of the matrix on an event the engine or pebble
@@ -226,7 +225,7 @@ func (v *env) notify(_ context.Context, cs []tier.Committed) error {
 		switch {
 		case !ok:
 			v.t.Errorf("notify of key %.20q that was never offered", c.Key)
-		case c.Size != int64(len(want)) || c.CRC != crc32.Checksum(want, crcT):
+		case c.Size != int64(len(want)) || c.CRC != crc32c.Checksum(want):
 			v.t.Errorf("notify of %.20q: size %d crc %08x, offered %d bytes", c.Key, c.Size, c.CRC, len(want))
 		}
 		if c.Bucket != cs[0].Bucket {

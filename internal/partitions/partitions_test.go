@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/cluster"
 	"github.com/tierstore/tierstore/internal/netlab"
 )
 
@@ -42,22 +41,16 @@ func TestScenariosShort(t *testing.T) {
 	// -race: the scenarios measure deadlines and recovery times, which a
 	// 5-10x slower binary would miss for its own sake (internal/e2e runs
 	// them with it).
-	bins, err := cluster.Build(ctx, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bins.Close()
 	sweep, err := netlab.NewSweeper() // the binaries go also if the test is killed
-	if err == nil {
-		err = sweep.Add(bins.Dir)
-	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sweep.Close()
-	if err := bins.Add(ctx, false, clientPackage); err != nil {
+	bins, err := buildBinaries(ctx, false, sweep)
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer bins.Close()
 	var all []Result
 	for _, name := range Names() {
 		if len(only) > 0 && !slices.Contains(only, name) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -78,17 +79,11 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	}
 	defer sweep.Close()
 	if cfg.Bins == nil {
-		b, err := cluster.Build(ctx, cfg.Race)
+		b, err := buildBinaries(ctx, cfg.Race, sweep)
 		if err != nil {
 			return nil, err
 		}
 		defer b.Close()
-		if err := sweep.Add(b.Dir); err != nil {
-			return nil, err
-		}
-		if err := b.Add(ctx, cfg.Race, clientPackage); err != nil {
-			return nil, err
-		}
 		cfg.Bins = b
 	}
 	if cfg.Dir == "" {
@@ -113,6 +108,52 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		out = append(out, runOne(ctx, cfg, s))
 	}
 	return out, nil
+}
+
+// buildBinaries builds the binaries the scenarios start (master, node,
+// etcd and ClientBinary) into a new temporary directory that sweep removes
+// even if the process is killed during the build.
+func buildBinaries(ctx context.Context, race bool, sweep *netlab.Sweeper) (*cluster.Binaries, error) {
+	dir, err := os.MkdirTemp("", "tierstore-bin-*")
+	if err != nil {
+		return nil, fmt.Errorf("partitions: %w", err)
+	}
+	if err := sweep.Add(dir); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	b := &cluster.Binaries{Dir: dir}
+	root, err := cluster.ModuleRoot()
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	args := []string{"build", "-o", dir + "/"}
+	if race {
+		args = append(args, "-race")
+	}
+	// go's work directory is swept too.
+	work, err := os.MkdirTemp("", "tierstore-gotmp-*")
+	if err == nil {
+		err = sweep.Add(work)
+	}
+	if err != nil {
+		b.Close()
+		return nil, fmt.Errorf("partitions: %w", err)
+	}
+	defer os.RemoveAll(work)
+	cmd := exec.CommandContext(ctx, "go", append(args, "./cmd/tierstore-master", "./cmd/tierstore-node", "./cmd/tierstore-etcd", clientPackage)...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOTMPDIR="+work)
+	// A run killed during the build kills the build too, which would
+	// otherwise finish and write the binaries into the directory again
+	// after the sweeper removed it (go finishes its build on SIGINT).
+	cluster.DieWithParent(cmd)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("partitions: go build: %w\n%s", err, out)
+	}
+	return b, nil
 }
 
 // runOne runs s in a new lab and checks its history.

@@ -3,7 +3,6 @@ package uring
 import (
 	"bytes"
 	"errors"
-	"hash/crc32"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -17,9 +16,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
-)
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+	"github.com/tierstore/tierstore/internal/crc32c"
+)
 
 // newRing creates a ring for a test or skips the test when io_uring is not
 // available in this environment.
@@ -113,7 +112,7 @@ func TestWriteThenReadChecksums(t *testing.T) {
 	}
 	want := make([]uint32, nblocks)
 	for i := range nblocks {
-		want[i] = crc32.Checksum(src.Bytes()[i*block:(i+1)*block], castagnoli)
+		want[i] = crc32c.Checksum(src.Bytes()[i*block : (i+1)*block])
 	}
 	// Write the blocks in shuffled order, at most 8 in flight, via WRITE
 	// and WRITEV alternately.
@@ -144,7 +143,7 @@ func TestWriteThenReadChecksums(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, block*nblocks, len(onDisk))
 	for i := range nblocks {
-		require.Equal(t, want[i], crc32.Checksum(onDisk[i*block:(i+1)*block], castagnoli), "block %d", i)
+		require.Equal(t, want[i], crc32c.Checksum(onDisk[i*block:(i+1)*block]), "block %d", i)
 	}
 	// Read back through the ring, READ and READV.
 	dst := newBuf(t, block*nblocks)
@@ -163,7 +162,7 @@ func TestWriteThenReadChecksums(t *testing.T) {
 		}
 	}
 	for i := range nblocks {
-		require.Equal(t, want[i], crc32.Checksum(dst.Bytes()[i*block:(i+1)*block], castagnoli), "block %d", i)
+		require.Equal(t, want[i], crc32c.Checksum(dst.Bytes()[i*block:(i+1)*block]), "block %d", i)
 	}
 }
 

@@ -6,13 +6,13 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"net"
 	"sync"
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/crc32c"
 )
 
 // crcChunk is how much of a payload is read before its CRC32C is updated:
@@ -527,7 +527,7 @@ func readPartsCRC(r io.Reader, parts [][]byte) (uint32, error) {
 		for got := 0; got < len(p); {
 			end := min(got+crcChunk, len(p))
 			n, err := io.ReadFull(r, p[got:end])
-			crc = crc32.Update(crc, castagnoli, p[got:got+n])
+			crc = crc32c.Update(crc, p[got:got+n])
 			got += n
 			if err != nil {
 				return 0, fmt.Errorf("%d of %d payload bytes, then %w", done+int64(got), partsLen(parts), err)

@@ -23,10 +23,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/crc32c"
 	"github.com/tierstore/tierstore/internal/rpcpb"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 func rnd(n int) []byte {
 	b := make([]byte, n)
@@ -140,7 +141,7 @@ func (h *memHandler) OpenSSD(_ context.Context, key []byte, verify bool) (SSDVal
 	crc, hasCRC := h.ssdCRC[string(key)]
 	if verify {
 		h.verified.Add(1)
-		if hasCRC && CRC32C(v) != crc {
+		if hasCRC && crc32c.Checksum(v) != crc {
 			delete(h.ssd, string(key))
 			h.drops.Add(1)
 			return nil, codes.Errorf(codes.ChecksumMismatch, "test: %q failed its CRC; dropped", key)
@@ -240,24 +241,24 @@ func TestDataPlaneRoundTrip(t *testing.T) {
 	dc := dial(t, addr)
 	ctx := context.Background()
 	val := rnd(3<<20 + 17)
-	if err := dc.Write(ctx, "seg", 4096, val, CRC32C(val), 1); err != nil {
+	if err := dc.Write(ctx, "seg", 4096, val, crc32c.Checksum(val), 1); err != nil {
 		t.Fatal(err)
 	}
 	buf, guard := guarded(t, len(val))
-	if err := dc.ReadRange(ctx, "seg", 4096, buf, CRC32C(val)); err != nil || !bytes.Equal(buf, val) {
+	if err := dc.ReadRange(ctx, "seg", 4096, buf, crc32c.Checksum(val)); err != nil || !bytes.Equal(buf, val) {
 		t.Fatalf("read back: %v", err)
 	}
 	guard()
 	h.setSSD("k", val[:1000])
 	sb, sguard := guarded(t, 1000)
-	if err := dc.ReadSSD(ctx, []byte("k"), sb, CRC32C(val[:1000])); err != nil || !bytes.Equal(sb, val[:1000]) {
+	if err := dc.ReadSSD(ctx, []byte("k"), sb, crc32c.Checksum(val[:1000])); err != nil || !bytes.Equal(sb, val[:1000]) {
 		t.Fatalf("ssd read: %v", err)
 	}
 	sguard()
 
 	// Errors of the handler cross with their code and message; the
 	// connection stays usable.
-	if err := dc.Write(ctx, "other", 0, val[:10], CRC32C(val[:10]), 1); !errors.Is(err, codes.ErrSegmentNotFound) || !bytes.Contains([]byte(err.Error()), []byte(`"other"`)) {
+	if err := dc.Write(ctx, "other", 0, val[:10], crc32c.Checksum(val[:10]), 1); !errors.Is(err, codes.ErrSegmentNotFound) || !bytes.Contains([]byte(err.Error()), []byte(`"other"`)) {
 		t.Fatalf("write to another segment: %v", err)
 	}
 	if err := dc.ReadSSD(ctx, []byte("missing"), sb, 0); !errors.Is(err, codes.ErrObjectNotFound) {
@@ -269,7 +270,7 @@ func TestDataPlaneRoundTrip(t *testing.T) {
 	if err := dc.Write(ctx, "seg", 0, make([]byte, 9<<20), 0, 1); !errors.Is(err, codes.ErrInvalidParams) || !strings.Contains(err.Error(), "into a segment of") {
 		t.Fatalf("write larger than the segment: %v", err)
 	}
-	if err := dc.ReadRange(ctx, "seg", 4096, buf, CRC32C(val)); err != nil || dc.Broken() {
+	if err := dc.ReadRange(ctx, "seg", 4096, buf, crc32c.Checksum(val)); err != nil || dc.Broken() {
 		t.Fatalf("the connection after a refused write: %v", err)
 	}
 
@@ -294,15 +295,15 @@ func TestDataPlaneChecksums(t *testing.T) {
 	dc := dial(t, serveMem(t, h))
 	ctx := context.Background()
 	val := rnd(200 << 10)
-	err := dc.Write(ctx, "seg", 0, val, CRC32C(val)^1, 1)
+	err := dc.Write(ctx, "seg", 0, val, crc32c.Checksum(val)^1, 1)
 	if !errors.Is(err, codes.ErrChecksumMismatch) || h.writes.Load() != 0 {
 		t.Fatalf("write with a wrong CRC: %v (handler writes %d)", err, h.writes.Load())
 	}
-	if err := dc.Write(ctx, "seg", 0, val, CRC32C(val), 1); err != nil {
+	if err := dc.Write(ctx, "seg", 0, val, crc32c.Checksum(val), 1); err != nil {
 		t.Fatal(err)
 	}
 	buf := make([]byte, len(val))
-	err = dc.ReadRange(ctx, "seg", 0, buf, CRC32C(val)^1)
+	err = dc.ReadRange(ctx, "seg", 0, buf, crc32c.Checksum(val)^1)
 	if !errors.Is(err, ErrBadChecksum) || !errors.Is(err, codes.ErrChecksumMismatch) {
 		t.Fatalf("read checked against another CRC: %v", err)
 	}
@@ -390,7 +391,7 @@ func TestDataPlaneMisbehavingPeer(t *testing.T) {
 		{"node's CRC differs from the object's", func(c net.Conn, h Header, _ Request) {
 			b := replyHeader(h, n)
 			b[3] = FlagCRC
-			binary.LittleEndian.PutUint32(b[12:], CRC32C(val)^1)
+			binary.LittleEndian.PutUint32(b[12:], crc32c.Checksum(val)^1)
 			c.Write(b)
 			c.Write(val)
 			io.Copy(io.Discard, c)
@@ -419,7 +420,7 @@ func TestDataPlaneMisbehavingPeer(t *testing.T) {
 			buf, guard := guarded(t, n)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			err := dc.ReadRange(ctx, "seg", 0, buf, CRC32C(val))
+			err := dc.ReadRange(ctx, "seg", 0, buf, crc32c.Checksum(val))
 			for _, w := range tc.want {
 				if !errors.Is(err, w) {
 					t.Fatalf("got %v, want %v", err, w)
@@ -450,12 +451,12 @@ func TestDataPlaneMoreThanAnnounced(t *testing.T) {
 		io.Copy(io.Discard, c)
 	}))
 	buf, guard := guarded(t, n)
-	if err := dc.ReadRange(context.Background(), "seg", 0, buf, CRC32C(val)); err != nil || !bytes.Equal(buf, val) {
+	if err := dc.ReadRange(context.Background(), "seg", 0, buf, crc32c.Checksum(val)); err != nil || !bytes.Equal(buf, val) {
 		t.Fatalf("the announced bytes: %v", err)
 	}
 	guard()
 	<-dc.readerDone
-	err := dc.ReadRange(context.Background(), "seg", 0, buf, CRC32C(val))
+	err := dc.ReadRange(context.Background(), "seg", 0, buf, crc32c.Checksum(val))
 	if !errors.Is(err, ErrFrame) || !errors.Is(err, codes.ErrTransferFail) {
 		t.Fatalf("after the surplus: %v", err)
 	}
@@ -501,7 +502,7 @@ func TestDataPlaneCancelMidPayload(t *testing.T) {
 	buf, guard := guarded(t, n)
 	ctx, cancel := context.WithCancel(context.Background())
 	go cancelWhileFilling(dc, 1, sentHalf, cancel)
-	err := dc.ReadRange(ctx, "seg", 0, buf, CRC32C(val))
+	err := dc.ReadRange(ctx, "seg", 0, buf, crc32c.Checksum(val))
 	if !errors.Is(err, codes.ErrContextCanceled) && !errors.Is(err, codes.ErrTransferFail) {
 		t.Fatalf("cancelled mid-payload: %v", err)
 	}
@@ -522,10 +523,10 @@ func TestDataPlaneEndedContext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), -time.Second)
 	defer cancel()
 	val := rnd(1000)
-	if err := dc.Write(ctx, "seg", 0, val, CRC32C(val), 1); !errors.Is(err, codes.ErrContextCanceled) {
+	if err := dc.Write(ctx, "seg", 0, val, crc32c.Checksum(val), 1); !errors.Is(err, codes.ErrContextCanceled) {
 		t.Fatalf("write with an ended context: %v", err)
 	}
-	if err := dc.Write(context.Background(), "seg", 0, val, CRC32C(val), 1); err != nil || dc.Broken() {
+	if err := dc.Write(context.Background(), "seg", 0, val, crc32c.Checksum(val), 1); err != nil || dc.Broken() {
 		t.Fatalf("the next call: %v", err)
 	}
 }
@@ -557,7 +558,7 @@ func TestDataPlaneAbandonedCall(t *testing.T) {
 	}
 	close(answer)
 	second := make([]byte, n)
-	if err := dc.ReadRange(context.Background(), "seg", 0, second, CRC32C(val)); err != nil || !bytes.Equal(second, val) {
+	if err := dc.ReadRange(context.Background(), "seg", 0, second, crc32c.Checksum(val)); err != nil || !bytes.Equal(second, val) {
 		t.Fatalf("the next call: %v", err)
 	}
 	if bytes.IndexByte(first, 0xEE) >= 0 {
@@ -620,7 +621,7 @@ func TestDataPlanePipelined(t *testing.T) {
 	dc := dial(t, serveMem(t, h))
 	ctx := context.Background()
 	seg := rnd(1 << 20)
-	if err := dc.Write(ctx, "seg", 0, seg, CRC32C(seg), 1); err != nil {
+	if err := dc.Write(ctx, "seg", 0, seg, crc32c.Checksum(seg), 1); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -630,7 +631,7 @@ func TestDataPlanePipelined(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			buf := make([]byte, len(vals[i]))
-			if err := dc.ReadSSD(ctx, []byte(fmt.Sprint(i)), buf, CRC32C(vals[i])); err != nil {
+			if err := dc.ReadSSD(ctx, []byte(fmt.Sprint(i)), buf, crc32c.Checksum(vals[i])); err != nil {
 				errc <- err
 			}
 		}()
@@ -638,7 +639,7 @@ func TestDataPlanePipelined(t *testing.T) {
 			defer wg.Done()
 			off := i * 4096
 			buf := make([]byte, 64<<10)
-			if err := dc.ReadRange(ctx, "seg", int64(off), buf, CRC32C(seg[off:off+len(buf)])); err != nil {
+			if err := dc.ReadRange(ctx, "seg", int64(off), buf, crc32c.Checksum(seg[off:off+len(buf)])); err != nil {
 				errc <- err
 			}
 		}()
@@ -898,7 +899,7 @@ func TestDataServerRefusesAndCloses(t *testing.T) {
 	busy := dial(t, addr)
 	res := make(chan error, 1)
 	go func() {
-		res <- busy.ReadSSD(context.Background(), []byte("slow"), make([]byte, 5), CRC32C([]byte("bytes")))
+		res <- busy.ReadSSD(context.Background(), []byte("slow"), make([]byte, 5), crc32c.Checksum([]byte("bytes")))
 	}()
 	for deadline := time.Now().Add(10 * time.Second); srv.inflight() == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -936,7 +937,7 @@ func TestDataPlaneWriteRefusedMidPayload(t *testing.T) {
 	dc := dial(t, serveMem(t, h))
 	ctx := context.Background()
 	val := rnd(2 << 20)
-	err := dc.Write(ctx, "seg", 0, val, CRC32C(val), 1)
+	err := dc.Write(ctx, "seg", 0, val, crc32c.Checksum(val), 1)
 	if !errors.Is(err, codes.ErrInvalidParams) || !strings.Contains(err.Error(), "write refused") {
 		t.Fatalf("write refused mid-payload: %v", err)
 	}
@@ -944,14 +945,14 @@ func TestDataPlaneWriteRefusedMidPayload(t *testing.T) {
 		t.Fatalf("commits %d, aborts %d, broken %v", h.writes.Load(), h.aborts.Load(), dc.Broken())
 	}
 	h.setFailFill(nil)
-	if err := dc.Write(ctx, "seg", 0, val, CRC32C(val), 2); err != nil || h.writes.Load() != 1 {
+	if err := dc.Write(ctx, "seg", 0, val, crc32c.Checksum(val), 2); err != nil || h.writes.Load() != 1 {
 		t.Fatalf("the next write on the connection: %v", err)
 	}
-	if err := dc.Write(ctx, "seg", 0, val, CRC32C(val), 0); !errors.Is(err, codes.ErrInvalidParams) || h.aborts.Load() != 1 {
+	if err := dc.Write(ctx, "seg", 0, val, crc32c.Checksum(val), 0); !errors.Is(err, codes.ErrInvalidParams) || h.aborts.Load() != 1 {
 		t.Fatalf("a write refused at once: %v (aborts %d)", err, h.aborts.Load())
 	}
 	buf := make([]byte, len(val))
-	if err := dc.ReadRange(ctx, "seg", 0, buf, CRC32C(val)); err != nil {
+	if err := dc.ReadRange(ctx, "seg", 0, buf, crc32c.Checksum(val)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -982,18 +983,18 @@ func TestDataServerWriteWithoutDescriptor(t *testing.T) {
 		}
 		return rh
 	}
-	if rh := write(1, CRC32C(val)); rh.Status != codes.OK || h.writes.Load() != 1 || !bytes.Equal(h.seg[4096:4096+len(val)], val) {
+	if rh := write(1, crc32c.Checksum(val)); rh.Status != codes.OK || h.writes.Load() != 1 || !bytes.Equal(h.seg[4096:4096+len(val)], val) {
 		t.Fatalf("whole write: status %d, commits %d", rh.Status, h.writes.Load())
 	}
-	if rh := write(2, CRC32C(val)^1); rh.Status != codes.ChecksumMismatch || h.writes.Load() != 1 {
+	if rh := write(2, crc32c.Checksum(val)^1); rh.Status != codes.ChecksumMismatch || h.writes.Load() != 1 {
 		t.Fatalf("wrong CRC: status %d, commits %d", rh.Status, h.writes.Load())
 	}
 	h.setFailFill(func(pos int64) bool { return pos >= 128<<10 })
-	if rh := write(3, CRC32C(val)); rh.Status != codes.InvalidParams || h.aborts.Load() != 2 {
+	if rh := write(3, crc32c.Checksum(val)); rh.Status != codes.InvalidParams || h.aborts.Load() != 2 {
 		t.Fatalf("refused mid-payload: status %d, aborts %d", rh.Status, h.aborts.Load())
 	}
 	h.setFailFill(nil)
-	if rh := write(4, CRC32C(val)); rh.Status != codes.OK || h.writes.Load() != 2 {
+	if rh := write(4, crc32c.Checksum(val)); rh.Status != codes.OK || h.writes.Load() != 2 {
 		t.Fatalf("the write after: status %d", rh.Status)
 	}
 }
@@ -1016,7 +1017,7 @@ func TestDataPlaneReadRanges(t *testing.T) {
 		rs[i].Segment, rs[i].Offset = "seg", s.off
 		rs[i].Buf, guards[i] = guarded(t, int(s.n))
 		if s.off+s.n <= int64(len(h.seg)) {
-			rs[i].CRC = CRC32C(h.seg[s.off : s.off+s.n])
+			rs[i].CRC = crc32c.Checksum(h.seg[s.off : s.off+s.n])
 		}
 		if s.badCRC {
 			rs[i].CRC ^= 1
@@ -1042,7 +1043,7 @@ func TestDataPlaneReadRanges(t *testing.T) {
 		t.Fatal("the connection broke")
 	}
 	buf := make([]byte, 10)
-	if err := dc.ReadRange(ctx, "seg", 0, buf, CRC32C(h.seg[:10])); err != nil {
+	if err := dc.ReadRange(ctx, "seg", 0, buf, crc32c.Checksum(h.seg[:10])); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -1065,7 +1066,7 @@ func TestDataPlaneReadRangesLyingNode(t *testing.T) {
 	rs := make([]RangeRead, 3)
 	guards := make([]func(), 3)
 	for i := range rs {
-		rs[i] = RangeRead{Segment: "seg", Offset: int64(i) << 20, CRC: CRC32C(val)}
+		rs[i] = RangeRead{Segment: "seg", Offset: int64(i) << 20, CRC: crc32c.Checksum(val)}
 		rs[i].Buf, guards[i] = guarded(t, len(val))
 	}
 	dc.ReadRanges(context.Background(), rs)
@@ -1110,7 +1111,7 @@ func TestDataPlaneReadRangesCancelMidPayload(t *testing.T) {
 	rs := make([]RangeRead, 3)
 	guards := make([]func(), 3)
 	for i := range rs {
-		rs[i] = RangeRead{Segment: "seg", CRC: CRC32C(val)}
+		rs[i] = RangeRead{Segment: "seg", CRC: crc32c.Checksum(val)}
 		rs[i].Buf, guards[i] = guarded(t, n)
 	}
 	release := sync.OnceFunc(func() { close(finish) })

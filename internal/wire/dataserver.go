@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/keyspec"
 )
 
 // DataHandler is what a node gives the data plane (package node implements
@@ -362,7 +363,7 @@ func (sc *serverConn) readSSD(id uint32, key []byte, want uint64, verify bool, s
 		defer v.Close()
 		switch {
 		case v.Size() < 0 || uint64(v.Size()) != want:
-			err = codes.Errorf(codes.ChecksumMismatch, "wire: the SSD copy of %q has %d bytes, the reader expects %d", shortKey(key), v.Size(), want)
+			err = codes.Errorf(codes.ChecksumMismatch, "wire: the SSD copy of %q has %d bytes, the reader expects %d", keyspec.Show(key), v.Size(), want)
 		default:
 			if first, err = v.Next(); errors.Is(err, io.EOF) {
 				first, err = nil, nil
@@ -378,7 +379,7 @@ func (sc *serverConn) readSSD(id uint32, key []byte, want uint64, verify bool, s
 	}
 	err = sc.stream(id, v, first)
 	if err != nil {
-		sc.s.log.Warn("wire: SSD read broken off mid-stream; connection closed", "key", shortKey(key), "remote", sc.c.RemoteAddr(), "err", err)
+		sc.s.log.Warn("wire: SSD read broken off mid-stream; connection closed", "key", keyspec.Show(key), "remote", sc.c.RemoteAddr(), "err", err)
 		sc.c.Close() // the loop sees it and ends
 	}
 	sc.s.h.Served(OpReadSSD, time.Since(start), err)
@@ -450,12 +451,4 @@ func (sc *serverConn) reply(id uint32, op Op, err error, payload []byte) error {
 	_, werr := v.WriteTo(sc.c)
 	clear(sc.wv[:cap(sc.wv)])
 	return werr
-}
-
-// shortKey shortens a key for messages.
-func shortKey(k []byte) string {
-	if len(k) > 64 {
-		return string(k[:61]) + "..."
-	}
-	return string(k)
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/keyspec"
 )
 
 // The data plane's framing (docs/format/dataplane.md). A data connection
@@ -23,7 +24,7 @@ const (
 	HelloLen = 8
 	// HeaderLen is the length of a frame header.
 	HeaderLen = 32
-	// MaxMeta bounds a frame's metadata: a key of masterapi.MaxKeyLen
+	// MaxMeta bounds a frame's metadata: a key of keyspec.MaxLen
 	// bytes or a segment name, two integers, or an error message.
 	MaxMeta = 8 << 10
 	// MaxPayload bounds any payload a frame may announce (an object
@@ -32,8 +33,6 @@ const (
 	MaxPayload = 1 << 40
 	// maxName bounds a segment name in request metadata.
 	maxName = 1024
-	// maxKey bounds a key in request metadata (masterapi.MaxKeyLen).
-	maxKey = 4096
 )
 
 // frameMagic opens every frame header ("TF"): a stream that lost its
@@ -256,8 +255,8 @@ func ParseRequest(op Op, meta []byte) (Request, error) {
 		r.Segment = string(meta[16:])
 	case OpReadSSD:
 		r.Length = binary.LittleEndian.Uint64(meta)
-		if n := len(meta) - 8; n == 0 || n > maxKey {
-			return Request{}, frameErr(ErrFrame, "wire: key of %d bytes (1..%d allowed)", n, maxKey)
+		if n := len(meta) - 8; n == 0 || n > keyspec.MaxLen {
+			return Request{}, frameErr(ErrFrame, "wire: key of %d bytes (1..%d allowed)", n, keyspec.MaxLen)
 		}
 		r.Key = meta[8:]
 	default:
@@ -276,8 +275,8 @@ func parseWrite(meta []byte) (Request, error) {
 	switch {
 	case segLen > maxName || segLen > len(rest):
 		return Request{}, frameErr(ErrFrame, "wire: segment name of %d bytes in %d bytes of metadata (at most %d allowed)", segLen, len(rest), maxName)
-	case len(rest)-segLen > maxKey:
-		return Request{}, frameErr(ErrFrame, "wire: key of %d bytes, at most %d allowed", len(rest)-segLen, maxKey)
+	case len(rest)-segLen > keyspec.MaxLen:
+		return Request{}, frameErr(ErrFrame, "wire: key of %d bytes, at most %d allowed", len(rest)-segLen, keyspec.MaxLen)
 	case r.Pins&^(PinSoft|PinHard) != 0:
 		return Request{}, frameErr(ErrFrame, "wire: unknown pin bits %#x", r.Pins)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/keyspec"
 )
 
 func encodeFrame(h Header, meta, payload []byte) []byte {
@@ -111,7 +112,7 @@ func TestParseRequestRefusesMalformed(t *testing.T) {
 		"short range":   {OpReadRange, make([]byte, 8)},
 		"long segment":  {OpReadRange, long},
 		"empty key":     {OpReadSSD, make([]byte, 8)},
-		"long key":      {OpReadSSD, make([]byte, 8+maxKey+1)},
+		"long key":      {OpReadSSD, make([]byte, 8+keyspec.MaxLen+1)},
 		"reply as req":  {OpReadSSD | ReplyBit, make([]byte, 9)},
 		"short ssd req": {OpReadSSD, make([]byte, 7)},
 	} {

@@ -3,8 +3,9 @@ package wire
 import (
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
+
+	"github.com/tierstore/tierstore/internal/crc32c"
 )
 
 // RangeWriter receives one write's payload in place, in the node's memory
@@ -44,7 +45,7 @@ func (sc *serverConn) receive(w RangeWriter, n int64) (got int64, crc uint32, er
 	for got < n && sc.br.Buffered() > 0 {
 		k, ferr := w.Fill(got, func(dst []byte) (int, error) {
 			m, _ := sc.br.Read(dst[:min(len(dst), sc.br.Buffered(), crcChunk)]) // from the buffer: never blocks
-			crc = crc32.Update(crc, castagnoli, dst[:m])
+			crc = crc32c.Update(crc, dst[:m])
 			return m, nil
 		})
 		got += int64(k)
@@ -66,7 +67,7 @@ func (sc *serverConn) receive(w RangeWriter, n int64) (got int64, crc uint32, er
 					ioErr = err
 					return 0, err
 				}
-				crc = crc32.Update(crc, castagnoli, dst[:m])
+				crc = crc32c.Update(crc, dst[:m])
 				return m, nil
 			})
 			return ioErr != errAgain // not ready: wait for the socket, then call again
@@ -97,7 +98,7 @@ func (sc *serverConn) receiveCopy(w RangeWriter, n, got int64, crc uint32) (int6
 		}
 		k, err := w.Fill(got, func(dst []byte) (int, error) {
 			m := copy(dst, b)
-			crc = crc32.Update(crc, castagnoli, dst[:m])
+			crc = crc32c.Update(crc, dst[:m])
 			return m, nil
 		})
 		if err != nil {

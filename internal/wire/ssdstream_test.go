@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/crc32c"
 )
 
 // An SSD value is streamed in pieces behind one header that carries the
@@ -22,9 +23,9 @@ func TestSSDStreamPieces(t *testing.T) {
 		val := rnd(n)
 		key := strings.Repeat("k", n%7+1) + string(rune('a'+n%26))
 		h.setSSD(key, val)
-		h.locked(func() { h.ssdCRC[key] = CRC32C(val) })
+		h.locked(func() { h.ssdCRC[key] = crc32c.Checksum(val) })
 		buf, guard := guarded(t, n)
-		if err := dc.ReadSSD(ctx, []byte(key), buf, CRC32C(val)); err != nil || !bytes.Equal(buf, val) {
+		if err := dc.ReadSSD(ctx, []byte(key), buf, crc32c.Checksum(val)); err != nil || !bytes.Equal(buf, val) {
 			t.Fatalf("%d bytes: %v", n, err)
 		}
 		guard()
@@ -47,11 +48,11 @@ func TestSSDStreamMidStreamFailure(t *testing.T) {
 	defer cancel()
 	val := rnd(4*ssdPiece + 100)
 	h.setSSD("k", val)
-	h.locked(func() { h.ssdCRC["k"] = CRC32C(val) })
+	h.locked(func() { h.ssdCRC["k"] = crc32c.Checksum(val) })
 	h.locked(func() { h.ssdFailAfter["k"] = 2 })
 	dc := dial(t, addr)
 	buf, guard := guarded(t, len(val))
-	err := dc.ReadSSD(ctx, []byte("k"), buf, CRC32C(val))
+	err := dc.ReadSSD(ctx, []byte("k"), buf, crc32c.Checksum(val))
 	if !errors.Is(err, ErrShortFrame) || !errors.Is(err, codes.ErrTransferFail) || !strings.Contains(err.Error(), "broke off its SSD read") || ctx.Err() != nil {
 		t.Fatalf("mid-stream failure: %v", err)
 	}
@@ -68,14 +69,14 @@ func TestSSDStreamMidStreamFailure(t *testing.T) {
 	h.ssdFailAfter["k"] = 0
 	h.mu.Unlock()
 	dc2 := dial(t, addr)
-	err = dc2.ReadSSD(ctx, []byte("k"), buf, CRC32C(val))
+	err = dc2.ReadSSD(ctx, []byte("k"), buf, crc32c.Checksum(val))
 	if !errors.Is(err, codes.ErrInternal) || dc2.Broken() {
 		t.Fatalf("failure before the first piece: %v (broken %v)", err, dc2.Broken())
 	}
 	h.mu.Lock()
 	delete(h.ssdFailAfter, "k")
 	h.mu.Unlock()
-	if err := dc2.ReadSSD(ctx, []byte("k"), buf, CRC32C(val)); err != nil || !bytes.Equal(buf, val) {
+	if err := dc2.ReadSSD(ctx, []byte("k"), buf, crc32c.Checksum(val)); err != nil || !bytes.Equal(buf, val) {
 		t.Fatalf("read after the failures: %v", err)
 	}
 	guard()
@@ -94,11 +95,11 @@ func TestSSDStreamPiecesBeyondSize(t *testing.T) {
 	}{{"first piece", ssdPiece / 2}, {"later piece", 3*ssdPiece + 10}} {
 		val := rnd(tc.size)
 		h.setSSD(tc.name, val)
-		h.locked(func() { h.ssdCRC[tc.name] = CRC32C(val) })
+		h.locked(func() { h.ssdCRC[tc.name] = crc32c.Checksum(val) })
 		h.locked(func() { h.ssdLie[tc.name] = 5 })
 		dc := dial(t, addr)
 		buf, guard := guarded(t, tc.size-5)
-		err := dc.ReadSSD(ctx, []byte(tc.name), buf, CRC32C(val[:tc.size-5]))
+		err := dc.ReadSSD(ctx, []byte(tc.name), buf, crc32c.Checksum(val[:tc.size-5]))
 		if errors.Is(err, codes.ErrTransferFail) {
 			<-dc.readerDone // the call ends before its reader marks the connection broken
 		}
@@ -123,17 +124,17 @@ func TestSSDStreamVerifyRetry(t *testing.T) {
 	bad[100] ^= 1
 
 	h.setSSD("corrupt", bad)
-	h.locked(func() { h.ssdCRC["corrupt"] = CRC32C(val) })
+	h.locked(func() { h.ssdCRC["corrupt"] = crc32c.Checksum(val) })
 	buf := make([]byte, len(val))
-	err := dc.ReadSSD(ctx, []byte("corrupt"), buf, CRC32C(val))
+	err := dc.ReadSSD(ctx, []byte("corrupt"), buf, crc32c.Checksum(val))
 	if !errors.Is(err, codes.ErrChecksumMismatch) || h.verified.Load() != 1 || h.drops.Load() != 1 {
 		t.Fatalf("corrupt copy: %v (verified %d, dropped %d)", err, h.verified.Load(), h.drops.Load())
 	}
 
 	h.setSSD("glitch", val)
-	h.locked(func() { h.ssdCRC["glitch"] = CRC32C(val) })
+	h.locked(func() { h.ssdCRC["glitch"] = crc32c.Checksum(val) })
 	h.locked(func() { h.ssdGlitch["glitch"] = true })
-	if err := dc.ReadSSD(ctx, []byte("glitch"), buf, CRC32C(val)); err != nil || !bytes.Equal(buf, val) {
+	if err := dc.ReadSSD(ctx, []byte("glitch"), buf, crc32c.Checksum(val)); err != nil || !bytes.Equal(buf, val) {
 		t.Fatalf("damage on the way: %v", err)
 	}
 	if h.verified.Load() != 2 || h.drops.Load() != 1 {
@@ -142,8 +143,8 @@ func TestSSDStreamVerifyRetry(t *testing.T) {
 
 	other := rnd(len(val))
 	h.setSSD("version", other)
-	h.locked(func() { h.ssdCRC["version"] = CRC32C(other) })
-	err = dc.ReadSSD(ctx, []byte("version"), buf, CRC32C(val))
+	h.locked(func() { h.ssdCRC["version"] = crc32c.Checksum(other) })
+	err = dc.ReadSSD(ctx, []byte("version"), buf, crc32c.Checksum(val))
 	if !errors.Is(err, ErrBadChecksum) || h.verified.Load() != 2 {
 		t.Fatalf("another version: %v (verified %d)", err, h.verified.Load())
 	}

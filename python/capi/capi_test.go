@@ -21,7 +21,7 @@ import (
 func serveMaster(t *testing.T) string {
 	t.Helper()
 	cfg := master.DefaultConfig()
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Logger = slog.New(slog.DiscardHandler)
 	m, err := master.New(cfg)
 	if err != nil {
 		t.Fatal(err)
