@@ -312,10 +312,13 @@ func (n *Node) serve() (err error) {
 		u, s := Roles.Interceptors(n.log)
 		opts = append(opts, grpc.Creds(tlsconf.Handshaken()), grpc.ChainUnaryInterceptor(u), grpc.ChainStreamInterceptor(s))
 	}
-	n.srv = grpc.NewServer(opts...)
-	rpcpb.RegisterNodePeerServer(n.srv, &peerServer{n: n})
+	srv := grpc.NewServer(opts...)
+	n.srv = srv
+	rpcpb.RegisterNodePeerServer(srv, &peerServer{n: n})
 	glis := n.startDataPlane(n.lis) // data connections split off; the rest is gRPC
-	go func() { _ = n.srv.Serve(glis) }()
+	// srv, not n.srv: a Close that runs before this goroutine does sets
+	// n.srv to nil (seen as a nil-pointer panic in the node tests).
+	go func() { _ = srv.Serve(glis) }()
 	return nil
 }
 

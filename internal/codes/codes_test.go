@@ -118,3 +118,12 @@ func TestWrap(t *testing.T) {
 		t.Fatalf("over gRPC: %v", back)
 	}
 }
+
+// A plaintext client of a TLS server sees the connection closed before the
+// server's preface; the message says TLS may be why.
+func TestFromStatusHintsAtTLS(t *testing.T) {
+	err := FromStatus(status.Error(grpccodes.Unavailable, `connection error: desc = "error reading server preface: EOF"`))
+	if !errors.Is(err, ErrRPCFail) || !strings.Contains(err.Error(), "does it require mutual TLS") {
+		t.Fatalf("no TLS hint: %v", err)
+	}
+}

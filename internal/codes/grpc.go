@@ -136,9 +136,16 @@ func FromStatus(err error) error {
 	if st.Code() == grpccodes.Unavailable && strings.Contains(st.Message(), httpPreface) {
 		msg += " (the address answers HTTP/1.1, not gRPC: is it a metrics port? tierstore-master prints its RPC address as 'tierstore-master listening on HOST:PORT')"
 	}
+	if st.Code() == grpccodes.Unavailable && strings.Contains(st.Message(), closedPreface) {
+		msg += " (the server closed the connection before answering: does it require mutual TLS? then give --tls_cert, --tls_key and --tls_ca, docs/security.md)"
+	}
 	return &remoteError{msg: msg, sentinel: ErrRPCFail, status: st}
 }
 
 // httpPreface is what gRPC's transport says when the server's first bytes
 // are an HTTP/1.1 response: a client pointed at a metrics port.
 const httpPreface = "looked like an HTTP/1.1 header"
+
+// closedPreface is what gRPC's transport says when the server closes the
+// connection before its first bytes: a plaintext client of a TLS server.
+const closedPreface = "error reading server preface: EOF"

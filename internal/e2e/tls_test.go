@@ -156,7 +156,7 @@ func TestMutualTLSCluster(t *testing.T) {
 		client string // in the CLI's stderr
 		server string // in the master's log
 	}{
-		{"plaintext", nil, "rpc", "first record does not look like a TLS handshake"},
+		{"plaintext", nil, "does it require mutual TLS", "first record does not look like a TLS handshake"},
 		{"other CA", tlsFlags(id.otherCA), "unknown certificate authority", "certificate signed by unknown authority"},
 		{"expired", tlsFlags(id.expired), "expired certificate", "certificate has expired"},
 		{"wrong role", tlsFlags(id.nodeRole), "does not name role client", ""},
