@@ -105,6 +105,29 @@ func keyOf(key *C.char, n C.int64_t) (string, error) {
 	return C.GoStringN(key, C.int(n)), nil
 }
 
+// answerKeyed runs f on handle h with the key (key, keylen) and a context
+// bounded by the handle's timeout: f's count (>= 0), or the code of its
+// error with the error's text in (errbuf, errlen). It is the shape of every
+// single-key call.
+func answerKeyed(h C.int64_t, key *C.char, keylen C.int64_t, errbuf *C.char, errlen C.int64_t,
+	f func(ctx context.Context, hd *handle, k string) (int64, error)) C.int64_t {
+	var n int64
+	err := use(int64(h), func(hd *handle) error {
+		k, err := keyOf(key, keylen)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := hd.ctx()
+		defer cancel()
+		n, err = f(ctx, hd, k)
+		return err
+	})
+	if err != nil {
+		return fail(err, errbuf, errlen)
+	}
+	return C.int64_t(n)
+}
+
 // partsOf views nparts C buffers (pointers ptrs, sizes sizes).
 func partsOf(ptrs *unsafe.Pointer, sizes *C.int64_t, nparts int64) ([][]byte, error) {
 	if nparts < 0 || nparts > 0 && (ptrs == nil || sizes == nil) {
@@ -187,96 +210,62 @@ func ts_close(h C.int64_t, errbuf *C.char, errlen C.int64_t) (ret C.int64_t) {
 func ts_put(h C.int64_t, key *C.char, keylen C.int64_t, buf unsafe.Pointer, size C.int64_t,
 	replicas, flags C.int64_t, preferred *C.char, errbuf *C.char, errlen C.int64_t) (ret C.int64_t) {
 	defer guard(&ret, errbuf, errlen)
-	return fail(use(int64(h), func(hd *handle) error {
-		k, err := keyOf(key, keylen)
-		if err != nil {
-			return err
-		}
+	return answerKeyed(h, key, keylen, errbuf, errlen, func(ctx context.Context, hd *handle, k string) (int64, error) {
 		v, err := bytesOf(buf, size)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		o, err := putOptions(replicas, flags, preferred)
 		if err != nil {
-			return err
+			return 0, err
 		}
-		ctx, cancel := hd.ctx()
-		defer cancel()
-		return hd.c.PutWith(ctx, k, v, o)
-	}), errbuf, errlen)
+		return 0, hd.c.PutWith(ctx, k, v, o)
+	})
 }
 
 //export ts_put_parts
 func ts_put_parts(h C.int64_t, key *C.char, keylen C.int64_t, ptrs *unsafe.Pointer, sizes *C.int64_t, nparts C.int64_t,
 	replicas, flags C.int64_t, preferred *C.char, errbuf *C.char, errlen C.int64_t) (ret C.int64_t) {
 	defer guard(&ret, errbuf, errlen)
-	return fail(use(int64(h), func(hd *handle) error {
-		k, err := keyOf(key, keylen)
-		if err != nil {
-			return err
-		}
+	return answerKeyed(h, key, keylen, errbuf, errlen, func(ctx context.Context, hd *handle, k string) (int64, error) {
 		parts, err := partsOf(ptrs, sizes, int64(nparts))
 		if err != nil {
-			return err
+			return 0, err
 		}
 		o, err := putOptions(replicas, flags, preferred)
 		if err != nil {
-			return err
+			return 0, err
 		}
-		ctx, cancel := hd.ctx()
-		defer cancel()
-		return hd.c.PutParts(ctx, k, parts, o)
-	}), errbuf, errlen)
+		return 0, hd.c.PutParts(ctx, k, parts, o)
+	})
 }
 
 //export ts_get_into
 func ts_get_into(h C.int64_t, key *C.char, keylen C.int64_t, buf unsafe.Pointer, size C.int64_t,
 	errbuf *C.char, errlen C.int64_t) (ret C.int64_t) {
 	defer guard(&ret, errbuf, errlen)
-	var n int
-	err := use(int64(h), func(hd *handle) error {
-		k, err := keyOf(key, keylen)
-		if err != nil {
-			return err
-		}
+	return answerKeyed(h, key, keylen, errbuf, errlen, func(ctx context.Context, hd *handle, k string) (int64, error) {
 		b, err := bytesOf(buf, size)
 		if err != nil {
-			return err
+			return 0, err
 		}
-		ctx, cancel := hd.ctx()
-		defer cancel()
-		n, err = hd.c.GetInto(ctx, k, b)
-		return err
+		n, err := hd.c.GetInto(ctx, k, b)
+		return int64(n), err
 	})
-	if err != nil {
-		return fail(err, errbuf, errlen)
-	}
-	return C.int64_t(n)
 }
 
 //export ts_get_into_parts
 func ts_get_into_parts(h C.int64_t, key *C.char, keylen C.int64_t, ptrs *unsafe.Pointer, sizes *C.int64_t, nparts C.int64_t,
 	errbuf *C.char, errlen C.int64_t) (ret C.int64_t) {
 	defer guard(&ret, errbuf, errlen)
-	var n int
-	err := use(int64(h), func(hd *handle) error {
-		k, err := keyOf(key, keylen)
-		if err != nil {
-			return err
-		}
+	return answerKeyed(h, key, keylen, errbuf, errlen, func(ctx context.Context, hd *handle, k string) (int64, error) {
 		parts, err := partsOf(ptrs, sizes, int64(nparts))
 		if err != nil {
-			return err
+			return 0, err
 		}
-		ctx, cancel := hd.ctx()
-		defer cancel()
-		n, err = hd.c.GetIntoParts(ctx, k, parts)
-		return err
+		n, err := hd.c.GetIntoParts(ctx, k, parts)
+		return int64(n), err
 	})
-	if err != nil {
-		return fail(err, errbuf, errlen)
-	}
-	return C.int64_t(n)
 }
 
 // ts_get reads key into memory it allocates with malloc (*out; the caller
@@ -494,24 +483,13 @@ func ts_batch_get_into_parts(h C.int64_t, n C.int64_t, keys **C.char, keylens *C
 //export ts_exists
 func ts_exists(h C.int64_t, key *C.char, keylen C.int64_t, errbuf *C.char, errlen C.int64_t) (ret C.int64_t) {
 	defer guard(&ret, errbuf, errlen)
-	var ok bool
-	err := use(int64(h), func(hd *handle) error {
-		k, err := keyOf(key, keylen)
-		if err != nil {
-			return err
+	return answerKeyed(h, key, keylen, errbuf, errlen, func(ctx context.Context, hd *handle, k string) (int64, error) {
+		ok, err := hd.c.Exists(ctx, k)
+		if ok {
+			return 1, err
 		}
-		ctx, cancel := hd.ctx()
-		defer cancel()
-		ok, err = hd.c.Exists(ctx, k)
-		return err
+		return 0, err
 	})
-	if err != nil {
-		return fail(err, errbuf, errlen)
-	}
-	if ok {
-		return 1
-	}
-	return 0
 }
 
 //export ts_batch_exists
@@ -542,36 +520,18 @@ func ts_batch_exists(h C.int64_t, n C.int64_t, keys **C.char, keylens *C.int64_t
 //export ts_get_size
 func ts_get_size(h C.int64_t, key *C.char, keylen C.int64_t, errbuf *C.char, errlen C.int64_t) (ret C.int64_t) {
 	defer guard(&ret, errbuf, errlen)
-	var size int64
-	err := use(int64(h), func(hd *handle) error {
-		k, err := keyOf(key, keylen)
-		if err != nil {
-			return err
-		}
-		ctx, cancel := hd.ctx()
-		defer cancel()
+	return answerKeyed(h, key, keylen, errbuf, errlen, func(ctx context.Context, hd *handle, k string) (int64, error) {
 		info, err := hd.c.Lookup(ctx, k)
-		size = info.Size
-		return err
+		return info.Size, err
 	})
-	if err != nil {
-		return fail(err, errbuf, errlen)
-	}
-	return C.int64_t(size)
 }
 
 //export ts_remove
 func ts_remove(h C.int64_t, key *C.char, keylen C.int64_t, force C.int64_t, errbuf *C.char, errlen C.int64_t) (ret C.int64_t) {
 	defer guard(&ret, errbuf, errlen)
-	return fail(use(int64(h), func(hd *handle) error {
-		k, err := keyOf(key, keylen)
-		if err != nil {
-			return err
-		}
-		ctx, cancel := hd.ctx()
-		defer cancel()
-		return hd.c.Remove(ctx, k, force != 0)
-	}), errbuf, errlen)
+	return answerKeyed(h, key, keylen, errbuf, errlen, func(ctx context.Context, hd *handle, k string) (int64, error) {
+		return 0, hd.c.Remove(ctx, k, force != 0)
+	})
 }
 
 //export ts_batch_remove
