@@ -155,23 +155,10 @@ func fullPutOne(ctx context.Context, dir, bin string, r fullPutRow, dur time.Dur
 		}
 		cl.stop()
 	}()
-	if err := os.MkdirAll(filepath.Join(dir, "ssd"), 0o755); err != nil {
-		return st, err
-	}
-	line, err := cl.start(ctx, dir, filepath.Join(bin, "tierstore-master"), "tierstore-master listening on ",
-		"--rpc_port=0", "--metrics_port=0", "--enable_offload=true", "--offload_admission_policy=eager", "--log_level=warn",
-		"--state_dir="+filepath.Join(dir, "master-state"))
+	addr, endpoint, err := fullPutCluster(ctx, cl, dir, bin, r)
 	if err != nil {
 		return st, err
 	}
-	addr := strings.Fields(line)[0]
-	line, err = cl.start(ctx, dir, filepath.Join(bin, "tierstore-node"), "tierstore-node listening on ",
-		"--master="+addr, fmt.Sprintf("--memory=%d", r.memory), "--enable_offload", "--ssd_dir="+filepath.Join(dir, "ssd"),
-		"--ssd_capacity=16GiB", fmt.Sprintf("--heartbeat_interval=%v", r.heartbeat), fmt.Sprintf("--offload_wake=%v", r.wake))
-	if err != nil {
-		return st, err
-	}
-	endpoint := strings.Fields(line)[0]
 	log := slog.New(slog.DiscardHandler)
 	clients := make([]*client.Client, fullPutWriters)
 	for i := range clients {
@@ -180,6 +167,71 @@ func fullPutOne(ctx context.Context, dir, bin string, r fullPutRow, dur time.Dur
 		}
 		defer clients[i].Close()
 	}
+	cpu0, err := fullPutCPU(cl)
+	if err != nil {
+		return st, err
+	}
+	w := fullPutWrite(ctx, clients, r, dur)
+	if w.err != nil {
+		return st, w.err
+	}
+	cpu1, err := fullPutCPU(cl)
+	if err != nil {
+		return st, err
+	}
+	if mib := float64(w.total) / (1 << 20); mib > 0 {
+		for i := range st.cpu {
+			st.cpu[i] = float64((cpu1[i] - cpu0[i]).Milliseconds()) / mib
+		}
+	}
+	secs := w.end.Sub(w.fullAt).Seconds()
+	st.failures = w.failures
+	st.p50, st.p99 = math.NaN(), math.NaN() // no put ended after DRAM filled: "-"
+	if w.after > 0 && secs > 0 {
+		st.mbps = float64(w.after) / mb / secs
+		slices.Sort(w.lats)
+		st.p50, st.p99 = w.lats[len(w.lats)/2], w.lats[min(len(w.lats)-1, len(w.lats)*99/100)]
+	}
+	ps, err := node.PeerStats(ctx, endpoint)
+	if err != nil {
+		return st, err
+	}
+	st.ssdBytes = ps.Tier.BytesWritten
+	return st, nil
+}
+
+// fullPutCluster starts a master and a node of row r in cl: the master's
+// address and the node's endpoint.
+func fullPutCluster(ctx context.Context, cl *cluster, dir, bin string, r fullPutRow) (addr, endpoint string, err error) {
+	if err := os.MkdirAll(filepath.Join(dir, "ssd"), 0o755); err != nil {
+		return "", "", err
+	}
+	line, err := cl.start(ctx, dir, filepath.Join(bin, "tierstore-master"), "tierstore-master listening on ",
+		"--rpc_port=0", "--metrics_port=0", "--enable_offload=true", "--offload_admission_policy=eager", "--log_level=warn",
+		"--state_dir="+filepath.Join(dir, "master-state"))
+	if err != nil {
+		return "", "", err
+	}
+	addr = strings.Fields(line)[0]
+	line, err = cl.start(ctx, dir, filepath.Join(bin, "tierstore-node"), "tierstore-node listening on ",
+		"--master="+addr, fmt.Sprintf("--memory=%d", r.memory), "--enable_offload", "--ssd_dir="+filepath.Join(dir, "ssd"),
+		"--ssd_capacity=16GiB", fmt.Sprintf("--heartbeat_interval=%v", r.heartbeat), fmt.Sprintf("--offload_wake=%v", r.wake))
+	if err != nil {
+		return "", "", err
+	}
+	return addr, strings.Fields(line)[0], nil
+}
+
+// fullPutWritten is what the writers of one row did.
+type fullPutWritten struct {
+	total, after, failures int64     // bytes put, bytes put once DRAM was full, puts refused
+	fullAt, end            time.Time // when total passed 2x DRAM (the start without a warm-up), when the writers ended
+	lats                   []float64 // ms of each put once DRAM was full
+	err                    error     // the first error other than a refusal
+}
+
+// fullPutWrite runs one writer per client for dur (or until r.limit bytes).
+func fullPutWrite(ctx context.Context, clients []*client.Client, r fullPutRow, dur time.Duration) fullPutWritten {
 	val := make([]byte, fullPutSize)
 	for i := range val {
 		val[i] = byte(i * 7)
@@ -187,7 +239,7 @@ func fullPutOne(ctx context.Context, dir, bin string, r fullPutRow, dur time.Dur
 	var (
 		total, after, failures atomic.Int64
 		fullAt                 atomic.Int64 // unix ns when total passed 2x DRAM
-		mu                     sync.Mutex
+		mu                     sync.Mutex   // protects lats and firstErr
 		lats                   []float64
 		firstErr               error
 	)
@@ -195,15 +247,11 @@ func fullPutOne(ctx context.Context, dir, bin string, r fullPutRow, dur time.Dur
 	if r.limit > 0 {
 		warm = 0
 	}
-	cpu0, err := fullPutCPU(cl)
-	if err != nil {
-		return st, err
-	}
 	begin := time.Now()
 	fullAt.Store(begin.UnixNano())
 	deadline := begin.Add(dur)
 	var wg sync.WaitGroup
-	for w := range fullPutWriters {
+	for w := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -242,33 +290,8 @@ func fullPutOne(ctx context.Context, dir, bin string, r fullPutRow, dur time.Dur
 		}()
 	}
 	wg.Wait()
-	end := time.Now()
-	if firstErr != nil {
-		return st, firstErr
-	}
-	cpu1, err := fullPutCPU(cl)
-	if err != nil {
-		return st, err
-	}
-	if mib := float64(total.Load()) / (1 << 20); mib > 0 {
-		for i := range st.cpu {
-			st.cpu[i] = float64((cpu1[i] - cpu0[i]).Milliseconds()) / mib
-		}
-	}
-	secs := end.Sub(time.Unix(0, fullAt.Load())).Seconds()
-	st.failures = failures.Load()
-	st.p50, st.p99 = math.NaN(), math.NaN() // no put ended after DRAM filled: "-"
-	if after.Load() > 0 && secs > 0 {
-		st.mbps = float64(after.Load()) / mb / secs
-		slices.Sort(lats)
-		st.p50, st.p99 = lats[len(lats)/2], lats[min(len(lats)-1, len(lats)*99/100)]
-	}
-	ps, err := node.PeerStats(ctx, endpoint)
-	if err != nil {
-		return st, err
-	}
-	st.ssdBytes = ps.Tier.BytesWritten
-	return st, nil
+	return fullPutWritten{total: total.Load(), after: after.Load(), failures: failures.Load(),
+		fullAt: time.Unix(0, fullAt.Load()), end: time.Now(), lats: lats, err: firstErr}
 }
 
 // loadAvg is /proc/loadavg's 1-minute figure.
