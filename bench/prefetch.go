@@ -180,41 +180,45 @@ func prefetchOne(ctx context.Context, dir, bin string, dram int64, rounds, budge
 	for i := range bufs {
 		bufs[i] = make([]byte, pfSize)
 	}
-	measure := func(keys []string, gap time.Duration, into *pfLat, of int) error {
-		before := c.ReadStats()
-		t0 := time.Now()
-		ok, errs := c.BatchExists(ctx, keys)
-		for i := range keys {
-			if errs[i] != nil || !ok[i] {
-				return fmt.Errorf("batch exists %s: %v %v", keys[i], ok[i], errs[i])
-			}
-		}
-		time.Sleep(gap) // the scheduler step between the lookup and the read
-		ns, gerrs := c.BatchGetInto(ctx, keys, bufs)
-		el := time.Since(t0)
-		for i := range keys {
-			if gerrs[i] != nil || ns[i] != pfSize {
-				return fmt.Errorf("batch get %s: %d bytes, %v", keys[i], ns[i], gerrs[i])
-			}
-		}
-		after := c.ReadStats()
-		into.lat = append(into.lat, float64(el.Microseconds())/1000)
-		d := after.LocalDRAM + after.RemoteDRAM - before.LocalDRAM - before.RemoteDRAM
-		into.fromDRAM += float64(d) / float64(len(keys)*of)
-		return nil
-	}
 	for r, b := range batches {
 		g := r % len(pfGaps)
-		if err := measure(b, pfGaps[g], &ssd[g], (rounds-g+1)/len(pfGaps)); err != nil {
+		if err := pfMeasure(ctx, c, b, bufs, pfGaps[g], &ssd[g], (rounds-g+1)/len(pfGaps)); err != nil {
 			return ssd, mem, err
 		}
 	}
 	dramRounds := min(rounds, 2)
 	for r := range dramRounds {
 		last := fillers[len(fillers)-pfBatch*(r+1) : len(fillers)-pfBatch*r]
-		if err := measure(last, pfGaps[0], &mem, dramRounds); err != nil {
+		if err := pfMeasure(ctx, c, last, bufs, pfGaps[0], &mem, dramRounds); err != nil {
 			return ssd, mem, err
 		}
 	}
 	return ssd, mem, nil
+}
+
+// pfMeasure times one batch_exists, the gap, then the batch get of keys into
+// bufs, adding the latency and the share of the keys read from DRAM (over
+// of batches) to into.
+func pfMeasure(ctx context.Context, c *client.Client, keys []string, bufs [][]byte, gap time.Duration, into *pfLat, of int) error {
+	before := c.ReadStats()
+	t0 := time.Now()
+	ok, errs := c.BatchExists(ctx, keys)
+	for i := range keys {
+		if errs[i] != nil || !ok[i] {
+			return fmt.Errorf("batch exists %s: %v %v", keys[i], ok[i], errs[i])
+		}
+	}
+	time.Sleep(gap) // the scheduler step between the lookup and the read
+	ns, gerrs := c.BatchGetInto(ctx, keys, bufs)
+	el := time.Since(t0)
+	for i := range keys {
+		if gerrs[i] != nil || ns[i] != pfSize {
+			return fmt.Errorf("batch get %s: %d bytes, %v", keys[i], ns[i], gerrs[i])
+		}
+	}
+	after := c.ReadStats()
+	into.lat = append(into.lat, float64(el.Microseconds())/1000)
+	d := after.LocalDRAM + after.RemoteDRAM - before.LocalDRAM - before.RemoteDRAM
+	into.fromDRAM += float64(d) / float64(len(keys)*of)
+	return nil
 }
