@@ -419,8 +419,20 @@ func (p *TinyLFU) budgetWouldAllow(f uint32, size int64, st *nodeState) bool {
 // has queued or in flight: admitted, but not in the report's Used yet; they
 // are counted at the average size of admitted objects.
 func (p *TinyLFU) ReportSSD(node string, r SSDReport, outstanding int) {
+	p.ReportSSDCounted(node, r, func() int { return outstanding })
+}
+
+// ReportSSDCounted is ReportSSD with the outstanding tasks counted by
+// outstanding, called under the policy's lock: an admission (which takes
+// the lock) is then either before the count, and counted in it by a
+// caller that counts an admitted object until its task is queued, or after
+// the report, and added to it. The master reports this way (counting with
+// ReportSSD, an admission between the caller's count and the report would
+// be forgotten, and the room estimate would admit one object too many).
+func (p *TinyLFU) ReportSSDCounted(node string, r SSDReport, outstandingFn func() int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	outstanding := outstandingFn()
 	st := p.nodes[node]
 	if st == nil {
 		st = &nodeState{}

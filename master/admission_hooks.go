@@ -19,9 +19,11 @@ type lookupObserver interface {
 	ObserveLookup(key string, o admission.Outcome, size int64)
 }
 
-// ssdReportSink is a policy that takes the nodes' SSD reports.
+// ssdReportSink is a policy that takes the nodes' SSD reports; it counts
+// the node's outstanding tasks with the function it is given, under the
+// lock its admissions take.
 type ssdReportSink interface {
-	ReportSSD(node string, r admission.SSDReport, outstanding int)
+	ReportSSDCounted(node string, r admission.SSDReport, outstanding func() int)
 }
 
 // startAdmission connects the policy to the master: the object count (which
@@ -83,10 +85,36 @@ func memNode(o *object) string {
 	return o.mem.seg.node.id
 }
 
+// admitToSSD asks the admission policy (ask: its OnEvict or AtPutEnd)
+// whether o goes to SSD and, when it does and queue is true, queues o's
+// offload task. From just before the policy's decision (which counts o's
+// bytes as admitted to the node) until the task is queued, o is counted in
+// its node's admitting: a report of the node that arrives in between
+// (ReportSSD, which resets what the policy counts as admitted to the
+// outstanding tasks) still counts it, so the room estimate never loses an
+// admitted object. Caller holds the shard lock.
+func (s *Service) admitToSSD(key string, o *object, ask func(admission.Object) bool, queue bool) (admitted, queued bool) {
+	var n *node
+	if m := o.memSource(); m != nil {
+		n = m.seg.node
+		n.admitting.Add(1)
+		defer n.admitting.Add(-1)
+	}
+	if !ask(s.admissionView(key, o)) {
+		return false, false
+	}
+	if h := s.hooks.admitted; h != nil {
+		h()
+	}
+	return true, queue && s.enqueue(key, o)
+}
+
 // ReportSSD passes node's SSD report (fill level, value of its next
 // eviction victims) to the admission policy, with the node's offload tasks
-// still queued or in flight (admitted, not yet in the report's fill
-// level); policies that do not use reports ignore it. The offload
+// still queued or in flight and the objects admitted whose task is being
+// queued (admitted, not yet in the report's fill level), counted under the
+// policy's lock so that no admission falls between the count and the
+// report; policies that do not use reports ignore it. The offload
 // heartbeat carries the report over RPC; the node computes it before it
 // fetches the heartbeat's tasks.
 func (s *Service) ReportSSD(node string, r admission.SSDReport) {
@@ -94,12 +122,18 @@ func (s *Service) ReportSSD(node string, r admission.SSDReport) {
 	if !ok {
 		return
 	}
-	out := 0
-	if n := s.lookupNode(node); n != nil {
+	n := s.lookupNode(node)
+	p.ReportSSDCounted(node, r, func() int {
+		if n == nil {
+			return 0
+		}
+		// admitting first: an object that leaves it has its task queued
+		// already, so it is counted once at least (twice at worst, which
+		// only underrates the room).
+		a := n.admitting.Load()
 		q, i := n.box.counts()
-		out = q + i
-	}
-	p.ReportSSD(node, r, out)
+		return int(a) + q + i
+	})
 }
 
 // AdmissionSketch returns the admission policy's frequency sketch, encoded

@@ -140,12 +140,11 @@ func (s *Service) evictVictim(c victim, now int64) (freed int64, queued bool) {
 	if c.sh.objs[c.key] != o || !s.victimOK(o, now) {
 		return 0, false
 	}
-	if !o.readableDisk() && s.policy.OnEvict(s.admissionView(c.key, o)) {
-		if o.offloadGaveUp == offloadOK {
-			if s.enqueue(c.key, o) {
-				return 0, true
-			}
-		} else {
+	if !o.readableDisk() {
+		switch admitted, queued := s.admitToSSD(c.key, o, s.policy.OnEvict, o.offloadGaveUp == offloadOK); {
+		case queued:
+			return 0, true
+		case admitted && o.offloadGaveUp != offloadOK:
 			// Its offload failed for good: dropped like any cache entry.
 			s.cnt.offloadDroppedVictims.Add(1)
 			s.log.Warn("DRAM eviction dropped a victim whose offload failed; the object leaves the cache",

@@ -126,8 +126,10 @@ func (s *Service) haTick() {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for k, o := range sh.objs {
-			if o.offload == nil && o.readableMem() && !o.readableDisk() && s.policy.AtPutEnd(s.admissionView(k, o)) && s.enqueue(k, o) {
-				n++
+			if o.offload == nil && o.readableMem() && !o.readableDisk() {
+				if _, queued := s.admitToSSD(k, o, s.policy.AtPutEnd, true); queued {
+					n++
+				}
 			}
 		}
 		sh.mu.Unlock()

@@ -70,6 +70,10 @@ func newMetrics(s *Service) *metrics {
 		promotionCounter("published", &s.cnt.promotions),          // Promotions the node loaded: DRAM replica published.
 		promotionCounter("abandoned", &s.cnt.promotionsAbandoned), // Promotions given up: SSD copy gone, object removed or put again, node failed to load.
 		promotionCounter("no_room", &s.cnt.promotionsNoRoom),      // Promotion candidates dropped: no DRAM room on their node even after eviction.
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_promotion_evictions_total", Help: "DRAM replicas of objects readable from SSD dropped to make room for a promotion (prefetches included)."},
+			func() float64 { return float64(s.cnt.promotionEvictions.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_promotion_spared_victims_total", Help: "DRAM-only objects a promotion needing room left in DRAM: the admission policy refused their offload, and a promotion never drops an object it would lose."},
+			func() float64 { return float64(s.cnt.promotionsSpared.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_admission_sketches_sent_total", Help: "Admission sketches sent to nodes in heartbeat replies."},
 			func() float64 { return float64(s.cnt.sketchesSent.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_admission_sketch_bytes_sent_total", Help: "Bytes of admission sketches sent to nodes."},

@@ -2,7 +2,6 @@ package master
 
 import (
 	"context"
-	"slices"
 	"sync"
 )
 
@@ -18,10 +17,11 @@ import (
 //   - bounded by the prefetch budget (prefetch_budget MB/s, bursts of one
 //     second's worth, tokenBucket): beyond it the prefetch is refused, so
 //     prefetch never floods the disk;
-//   - its DRAM range comes from free room, or from evicting objects that
-//     are colder than it (the policy's frequency estimate strictly below
-//     the prefetched key's; allocateColder): a prefetch never evicts an
-//     object hotter than the one it brings in;
+//   - its DRAM range comes from free room, or from objects that are
+//     colder than it (the policy's frequency estimate strictly below the
+//     prefetched key's) and, as for every promotion, stay readable
+//     (allocatePromotion): a prefetch never evicts an object hotter than
+//     the one it brings in, nor drops a DRAM-only one;
 //   - queuing rings the node (wake.go), which starts the promotion at once
 //     instead of at its next heartbeat tick.
 //
@@ -89,66 +89,4 @@ func (s *Service) Prefetch(ctx context.Context, keys []string) (int, error) {
 		sh.mu.Unlock()
 	}
 	return queued, nil
-}
-
-// allocateColder allocates size bytes in one of n's segments for a
-// prefetch of key: in free room, else after evicting, least recently used
-// first, objects with a DRAM replica on n that are colder than key (the
-// policy's estimate strictly lower) and may be evicted now, as DRAM
-// eviction does (a victim without an SSD copy is queued for offload, its
-// room comes at a later heartbeat). Without a frequency estimate it only
-// takes free room.
-func (s *Service) allocateColder(n *node, size int64, key string) (*segment, int64, bool) {
-	if g, off, ok := s.tryAllocateOn(n, size); ok {
-		return g, off, true
-	}
-	est, ok := s.policy.(estimator)
-	if !ok {
-		return nil, 0, false
-	}
-	hot := est.Estimate(key)
-	now := s.now()
-	var cands []victim
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		for k, o := range sh.objs {
-			if k != key && s.victimOK(o, now) && o.memOn(n) >= 0 && est.Estimate(k) < hot {
-				cands = append(cands, victim{key: k, o: o, sh: sh, lastUse: o.lastUse, soft: o.softPinned(now)})
-			}
-		}
-		sh.mu.Unlock()
-	}
-	slices.SortFunc(cands, func(a, b victim) int {
-		switch {
-		case a.before(b):
-			return -1
-		case b.before(a):
-			return 1
-		}
-		return 0
-	})
-	var pending int64 // bytes freed or queued for offload by this call
-	for _, c := range cands {
-		if pending >= size {
-			break // the room will come when the queued victims are on SSD
-		}
-		// As any eviction (evictVictim): a victim without an SSD copy is
-		// queued for offload when the policy admits it (its range frees
-		// once it is on SSD, and the promotion is tried again at the next
-		// heartbeat), else dropped.
-		freed, queued := s.evictVictim(c, now)
-		switch {
-		case queued:
-			pending += alignUp(c.o.size)
-		case freed > 0:
-			pending += freed
-			s.cnt.prefetchEvictions.Add(1)
-			s.cnt.evictions.Add(1)
-			if g, off, ok := s.tryAllocateOn(n, size); ok {
-				return g, off, true
-			}
-		}
-	}
-	return s.tryAllocateOn(n, size)
 }

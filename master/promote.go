@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"github.com/tierstore/tierstore/admission"
@@ -19,8 +20,10 @@ import (
 //     a yes queues the key in the node's promotion queue (promoBox,
 //     bounded, one entry per key).
 //  2. The node's next Heartbeat takes up to MaxPromotions keys: for each,
-//     the master allocates a range in that node's segment (evicting like a
-//     put, never waiting) and records it as the object's DRAM replica in
+//     the master allocates a range in that node's segment (never waiting;
+//     its room comes from free space or from objects that stay readable
+//     without their DRAM replica, never from dropping a DRAM-only object:
+//     allocatePromotion) and records it as the object's DRAM replica in
 //     progress, owned by a new put token and marked promo; the reply
 //     carries the task.
 //  3. The node loads the key from its SSD tier, checks the CRC32C, writes
@@ -44,8 +47,8 @@ import (
 const maxPromoQueue = 4096
 
 // maxPromoTries bounds the heartbeats a candidate waits for DRAM room: the
-// eviction a promotion starts may only queue the victim's offload (tinylfu
-// admits DRAM victims), which frees its range a heartbeat or so later.
+// room a promotion makes may only queue a DRAM-only victim's offload
+// (allocatePromotion), which frees its range a heartbeat or so later.
 const maxPromoTries = 4
 
 // promoBox is a node's queue of promotion candidates. Lock order: shard.mu
@@ -55,7 +58,7 @@ type promoBox struct {
 	keys  []string
 	tries map[string]uint8 // queued key -> heartbeats it found no room
 	// prefetch marks the queued keys a prefetch asked for (prefetch.go):
-	// they evict only colder objects that stay readable from SSD.
+	// their room comes only from colder objects (allocatePromotion).
 	prefetch map[string]bool
 	drops    int64 // candidates refused because the queue was full
 }
@@ -195,8 +198,8 @@ const (
 
 // startPromotion allocates key's range in n's segment and records it as
 // o's DRAM replica in progress (a put of a new token, marked promo).
-// A prefetch (pre) evicts only colder objects that stay readable from SSD
-// (allocateColder).
+// Its room never costs a DRAM-only object (allocatePromotion); a prefetch
+// (pre) also evicts only colder objects.
 func (s *Service) startPromotion(n *node, key string, pre bool) (masterapi.PromoteTask, promoStart) {
 	sh := s.shardOf(key)
 	sh.mu.Lock()
@@ -210,13 +213,7 @@ func (s *Service) startPromotion(n *node, key string, pre bool) (masterapi.Promo
 	if !ok {
 		return masterapi.PromoteTask{}, promoMoot
 	}
-	var seg *segment
-	var off int64
-	if pre {
-		seg, off, ok = s.allocateColder(n, size, key)
-	} else {
-		seg, off, ok = s.allocateOnNode(n, size)
-	}
+	seg, off, ok := s.allocatePromotion(n, size, key, pre)
 	if !ok {
 		return masterapi.PromoteTask{}, promoNoRoom
 	}
@@ -236,18 +233,98 @@ func (s *Service) startPromotion(n *node, key string, pre bool) (masterapi.Promo
 		CRC: o.crc, PutToken: o.mem.token}, promoStarted
 }
 
-// allocateOnNode allocates size bytes in one of n's segments, evicting as
-// a put would (evictRounds rounds at most), never waiting for room.
-func (s *Service) allocateOnNode(n *node, size int64) (*segment, int64, bool) {
-	for round := 0; ; round++ {
-		gen := s.evictGen.Load()
-		if g, off, ok := s.tryAllocateOn(n, size); ok {
-			return g, off, true
+// allocatePromotion allocates size bytes in one of n's segments for a
+// promotion of key: in free room, else by making room on n, least recently
+// used first, with objects that stay readable without their DRAM replica
+// (promotionVictim). A promotion brings in a copy of an object that is
+// already on SSD, so it never drops a DRAM-only object for it (that object
+// would be lost). A prefetch (pre) also takes only objects colder than key
+// (the policy's estimate strictly lower; without an estimate, free room
+// only). Room that comes from a victim queued for offload arrives once the
+// node has written it (a later heartbeat: the candidate is tried again,
+// maxPromoTries).
+func (s *Service) allocatePromotion(n *node, size int64, key string, pre bool) (*segment, int64, bool) {
+	if g, off, ok := s.tryAllocateOn(n, size); ok {
+		return g, off, true
+	}
+	est, hasEst := s.policy.(estimator)
+	if pre && !hasEst {
+		return nil, 0, false
+	}
+	var hot uint32
+	if pre {
+		hot = est.Estimate(key)
+	}
+	now := s.now()
+	var cands []victim
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, o := range sh.objs {
+			if k != key && s.victimOK(o, now) && o.memOn(n) >= 0 && (!pre || est.Estimate(k) < hot) {
+				cands = append(cands, victim{key: k, o: o, sh: sh, lastUse: o.lastUse, soft: o.softPinned(now)})
+			}
 		}
-		if round == evictRounds || !s.evictAfter(gen, size) {
-			return nil, 0, false
+		sh.mu.Unlock()
+	}
+	slices.SortFunc(cands, func(a, b victim) int {
+		switch {
+		case a.before(b):
+			return -1
+		case b.before(a):
+			return 1
+		}
+		return 0
+	})
+	var pending int64 // bytes freed or queued for offload by this call
+	for _, c := range cands {
+		if pending >= size {
+			break // the room will come when the queued victims are on SSD
+		}
+		freed, queued := s.promotionVictim(c, now)
+		switch {
+		case queued:
+			pending += alignUp(c.o.size)
+		case freed > 0:
+			pending += freed
+			s.cnt.promotionEvictions.Add(1)
+			s.cnt.evictions.Add(1)
+			if pre {
+				s.cnt.prefetchEvictions.Add(1)
+			}
+			if g, off, ok := s.tryAllocateOn(n, size); ok {
+				return g, off, true
+			}
 		}
 	}
+	return s.tryAllocateOn(n, size)
+}
+
+// promotionVictim re-checks c under its shard lock and makes room with it
+// for a promotion, never losing it: an object readable from SSD loses its
+// DRAM replicas (it stays readable there); a DRAM-only object is queued
+// for offload when the admission policy admits it (its range frees once
+// it is on SSD), and is otherwise left alone, never dropped. It returns
+// the bytes freed and whether c was queued instead.
+func (s *Service) promotionVictim(c victim, now int64) (freed int64, queued bool) {
+	c.sh.mu.Lock()
+	defer c.sh.mu.Unlock()
+	o := c.o
+	if c.sh.objs[c.key] != o || !s.victimOK(o, now) {
+		return 0, false
+	}
+	if !o.readableDisk() {
+		if o.offloadGaveUp == offloadOK {
+			if _, queued := s.admitToSSD(c.key, o, s.policy.OnEvict, true); queued {
+				return 0, true
+			}
+		}
+		s.cnt.promotionsSpared.Add(1)
+		return 0, false
+	}
+	freed = alignUp(o.size)
+	s.dropMem(o)
+	return freed, false
 }
 
 // tryAllocateOn allocates size bytes in one of n's live segments.

@@ -176,9 +176,7 @@ func (s *Service) putEnd(key string, token uint64) error {
 	if o.softPin {
 		o.softPinUntil = now + s.cfg.DefaultKVSoftPinTTL.Nanoseconds()
 	}
-	if s.policy.AtPutEnd(s.admissionView(key, o)) {
-		s.enqueue(key, o)
-	}
+	s.admitToSSD(key, o, s.policy.AtPutEnd, true)
 	o.lastUse = s.putUse(key, o, now)
 	return nil
 }

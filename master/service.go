@@ -59,6 +59,9 @@ type Service struct {
 		// victimsPicked runs in an eviction round between the scan that
 		// picked the victims and their drop (no shard lock held).
 		victimsPicked func()
+		// admitted runs between an admission to SSD and the queuing of
+		// its task (admitToSSD; the object's shard lock held).
+		admitted func()
 	}
 
 	// tokens issues put tokens (invariant 8).
@@ -106,8 +109,12 @@ type counters struct {
 	promotionsQueued, promotionsStarted atomic.Int64
 	promotions, promotionsAbandoned     atomic.Int64
 	promotionsNoRoom                    atomic.Int64
-	sketchesSent, sketchBytesSent       atomic.Int64
-	sketchTooLarge                      atomic.Int64
+	// promotionEvictions: DRAM replicas of objects readable from SSD
+	// dropped for a promotion's room; promotionsSpared: DRAM-only victims
+	// a promotion left alone (neither admitted to SSD nor droppable).
+	promotionEvictions, promotionsSpared atomic.Int64
+	sketchesSent, sketchBytesSent        atomic.Int64
+	sketchTooLarge                       atomic.Int64
 }
 
 var _ masterapi.API = (*Service)(nil)

@@ -21,6 +21,10 @@ type node struct {
 	segments map[string]*segment
 
 	box mailbox
+	// admitting counts the objects the admission policy admitted to this
+	// node's SSD whose task is not queued yet (admitToSSD): a report of
+	// the node counts them as outstanding (ReportSSD).
+	admitting atomic.Int64
 	// wake is rung when the node's offload may have become pressing
 	// (wake.go): a WaitOffload of the node re-checks.
 	wake broadcast
