@@ -1,6 +1,8 @@
 package admission
 
 import (
+	"errors"
+	"fmt"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -519,9 +521,24 @@ func (p *TinyLFU) ColdPut(o Object) bool {
 	return cold
 }
 
-// MarshalSketch encodes the current sketch for a node (Sketch.MarshalBinary).
+// MarshalSketch encodes the current sketch (Sketch.MarshalBinary). The
+// words are copied out a piece at a time (SketchChunk) and encoded with
+// the policy's lock released.
 func (p *TinyLFU) MarshalSketch() ([]byte, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.sk.MarshalBinary()
+	var a SketchAssembly
+	off := uint64(0)
+	for restarts := 0; restarts < 16; {
+		sk, err := a.Add(p.SketchChunk(off, 1<<30))
+		switch {
+		case errors.Is(err, ErrSketchChanged):
+			off, restarts = 0, restarts+1
+			continue
+		case err != nil:
+			return nil, err
+		case sk != nil:
+			return sk.MarshalBinary()
+		}
+		_, off = a.Transfer()
+	}
+	return nil, fmt.Errorf("%w: it changed during 16 copies in a row", ErrSketchChanged)
 }

@@ -157,31 +157,22 @@ func TestHeartbeatCarriesAdmissionState(t *testing.T) {
 	if !rep.WantSSDReport || rep.Sketch != nil || p.Stats().Reports != 1 {
 		t.Fatalf("reply %+v, reports %d", rep, p.Stats().Reports)
 	}
-	rep, err = s.Heartbeat(bg, masterapi.HeartbeatRequest{Node: "a", WantSketch: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sk admission.Sketch
-	if err := sk.UnmarshalBinary(rep.Sketch); err != nil {
-		t.Fatal(err)
-	}
+	sk, v := joinSketch(t, s, "a", 0)
 	if sk.Estimate("k") != p.Estimate("k") || p.Estimate("k") == 0 {
-		t.Fatalf("decoded sketch estimates %d, the policy %d", sk.Estimate("k"), p.Estimate("k"))
+		t.Fatalf("joined sketch estimates %d, the policy %d", sk.Estimate("k"), p.Estimate("k"))
 	}
-	t.Logf("sketch at the default width (%d counters a row): %d bytes", sk.Width(), len(rep.Sketch))
 	// A node whose copy is current gets none; once the master's sketch has
 	// moved by 1/64 of its period (10240 accesses here), it gets one again.
-	v := rep.SketchVersion
 	if rep, err = s.Heartbeat(bg, masterapi.HeartbeatRequest{Node: "a", WantSketch: true, SketchVersion: v}); err != nil || rep.Sketch != nil {
-		t.Fatalf("sketch sent to a node whose copy is current: %d bytes, %v", len(rep.Sketch), err)
+		t.Fatalf("sketch sent to a node whose copy is current: %+v, %v", rep.Sketch, err)
 	}
 	for range p.Stats().Period / 64 {
 		if _, err := s.ExistKey(bg, "k"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if rep, err = s.Heartbeat(bg, masterapi.HeartbeatRequest{Node: "a", WantSketch: true, SketchVersion: v}); err != nil || rep.Sketch == nil || rep.SketchVersion <= v {
-		t.Fatalf("no new sketch after 1/64 of a period: version %d -> %d, %v", v, rep.SketchVersion, err)
+	if _, v2 := joinSketch(t, s, "a", v); v2 <= v {
+		t.Fatalf("no new sketch after 1/64 of a period: version %d -> %d", v, v2)
 	}
 	if _, err := s.Heartbeat(bg, masterapi.HeartbeatRequest{Node: "nope"}); !errors.Is(err, codes.ErrNeedRemount) {
 		t.Fatalf("heartbeat of an unknown node: %v", err)
@@ -193,6 +184,36 @@ func TestHeartbeatCarriesAdmissionState(t *testing.T) {
 	if err != nil || rep.WantSSDReport || rep.Sketch != nil {
 		t.Fatalf("eager policy: %+v %v", rep, err)
 	}
+}
+
+// joinSketch fetches the master's sketch for node, holding version have,
+// through heartbeats as a node does (chunk after chunk) and returns it and
+// its version.
+func joinSketch(t *testing.T, s *Service, node string, have uint64) (*admission.Sketch, uint64) {
+	t.Helper()
+	var a admission.SketchAssembly
+	for range 1000 {
+		req := masterapi.HeartbeatRequest{Node: node, WantSketch: true, SketchVersion: have}
+		req.SketchTransfer, req.SketchOffset = a.Transfer()
+		rep, err := s.Heartbeat(bg, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := rep.Sketch
+		if c == nil {
+			t.Fatal("no sketch chunk")
+		}
+		sk, err := a.Add(admission.SketchChunk{Version: c.Version, Width: c.Width, DoorBits: c.DoorBits, Period: c.Period,
+			Samples: c.Samples, Resets: c.Resets, Offset: c.Offset, Total: c.Total, Data: c.Data})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sk != nil {
+			return sk, c.Version
+		}
+	}
+	t.Fatal("sketch transfer did not end in 1000 heartbeats")
+	return nil, 0
 }
 
 // TestReportCountsAdmissionInProgress (issue 23 item 4, the room estimate

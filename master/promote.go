@@ -428,7 +428,7 @@ func (s *Service) Heartbeat(ctx context.Context, req masterapi.HeartbeatRequest)
 		s.ReportSSD(req.Node, ssdReportOf(*req.SSD))
 	}
 	if req.WantSketch {
-		rep.Sketch, rep.SketchVersion = s.sketchForNode(req.Node, req.SketchVersion)
+		rep.Sketch = s.sketchForNode(req.Node, req.SketchVersion, req.SketchTransfer, req.SketchOffset)
 	}
 	if n := s.lookupNode(req.Node); n != nil {
 		rep.Promotions = s.takePromotions(n, masterapi.MaxPromotions)
@@ -436,48 +436,49 @@ func (s *Service) Heartbeat(ctx context.Context, req masterapi.HeartbeatRequest)
 	return rep, nil
 }
 
-// maxSketchBytes bounds the sketch a heartbeat carries (half the RPC
-// message limit, the other half for tasks): a larger one is not sent, and
-// the node keeps valuing its buckets with the copy it has (or by recency
-// without one, and sends no SSD report). The sketch takes about 24 bytes
-// per cached object (24,613 bytes at the default width of 8192 counters a
-// row, up to 1024 objects), so up to about 1.3 million cached objects.
-const maxSketchBytes = mastergrpc.MaxMessageSize / 2
+// sketchChunkBytes bounds the sketch chunk a heartbeat carries (a quarter
+// of the RPC message limit, the rest for tasks and promotions): a sketch
+// of 50 million cached objects (384 MiB) goes in 24 chunks, which the node
+// fetches in back-to-back heartbeats (node.heartbeat).
+const sketchChunkBytes = mastergrpc.MaxMessageSize / 4
 
 // sketchMoves is the fraction of the sketch's ageing period (accesses
 // between halvings) after which a node's copy is out of date: a copy
 // misses at most 1/64 of a period's counts.
 const sketchMoves = 64
 
-// sketchForNode encodes the policy's sketch for node and its version when
-// node has none (have 0) or its copy, version have, is out of date; nil
-// when the policy keeps none, the copy is current, or the sketch is too
-// large to send. A version is 1 + the lookups the policy had counted.
-func (s *Service) sketchForNode(node string, have uint64) ([]byte, uint64) {
+// sketchForNode answers a node's sketch request (want: it takes one): the
+// next chunk of the transfer it is joining (transfer, offset), else the
+// first chunk of a new transfer when it holds none (have 0) or its copy,
+// version have, is out of date; nil when the policy keeps no sketch or the
+// copy is current. A version is 1 + the lookups the policy had counted.
+// The chunk is copied under the policy's lock a piece at a time and
+// encoded outside it (admission.TinyLFU.SketchChunk).
+func (s *Service) sketchForNode(node string, have, transfer, offset uint64) *masterapi.SketchChunk {
 	p, ok := s.policy.(interface {
-		MarshalSketch() ([]byte, error)
+		SketchChunk(offset uint64, maxBytes int) admission.SketchChunk
 		Stats() admission.TinyLFUStats
 	})
 	if !ok {
-		return nil, 0
+		return nil
 	}
-	st := p.Stats()
-	cur := uint64(st.Lookups) + 1
-	if have != 0 && have <= cur && cur-have < uint64(max(1, st.Period/sketchMoves)) {
-		return nil, 0
+	if transfer == 0 || offset == 0 {
+		st := p.Stats()
+		cur := uint64(st.Lookups) + 1
+		if have != 0 && have <= cur && cur-have < uint64(max(1, st.Period/sketchMoves)) {
+			return nil
+		}
+		transfer, offset = cur, 0
 	}
-	b, err := p.MarshalSketch()
-	if err != nil {
-		s.log.Warn("admission sketch not sent", "node", node, "err", err)
-		return nil, 0
+	c := p.SketchChunk(offset, sketchChunkBytes)
+	if c.Offset != offset {
+		transfer = uint64(p.Stats().Lookups) + 1 // the sketch shrank: a new transfer
 	}
-	if len(b) > maxSketchBytes {
-		s.cnt.sketchTooLarge.Add(1)
-		s.log.Warn("admission sketch not sent: larger than half the RPC message limit", "node", node,
-			"bytes", len(b), "limit", maxSketchBytes)
-		return nil, 0
+	s.cnt.sketchChunksSent.Add(1)
+	s.cnt.sketchBytesSent.Add(int64(len(c.Data)))
+	if c.Offset+uint64(len(c.Data)/8) == c.Total {
+		s.cnt.sketchesSent.Add(1)
 	}
-	s.cnt.sketchesSent.Add(1)
-	s.cnt.sketchBytesSent.Add(int64(len(b)))
-	return b, cur
+	return &masterapi.SketchChunk{Version: transfer, Width: c.Width, DoorBits: c.DoorBits, Period: c.Period, Samples: c.Samples,
+		Resets: c.Resets, Offset: c.Offset, Total: c.Total, Data: c.Data}
 }

@@ -287,12 +287,13 @@ func (s *Server) EvictMemory(ctx context.Context, r *pb.EvictMemoryRequest) (*pb
 
 func (s *Server) OffloadHeartbeat(ctx context.Context, r *pb.OffloadHeartbeatRequest) (*pb.OffloadHeartbeatResponse, error) {
 	rep, err := s.api.Heartbeat(ctx, masterapi.HeartbeatRequest{Node: r.GetNode(), Max: int(r.GetMaxTasks()),
-		SSD: ssdReportFromPB(r.GetSsdReport()), WantSketch: r.GetWantSketch(), SketchVersion: r.GetSketchVersion()})
+		SSD: ssdReportFromPB(r.GetSsdReport()), WantSketch: r.GetWantSketch(), SketchVersion: r.GetSketchVersion(),
+		SketchTransfer: r.GetSketchTransfer(), SketchOffset: r.GetSketchOffset()})
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	out := &pb.OffloadHeartbeatResponse{Tasks: make([]*pb.OffloadTask, len(rep.Tasks)), Term: rep.Term,
-		AdmissionSketch: rep.Sketch, SketchVersion: rep.SketchVersion, SsdReportWanted: rep.WantSSDReport}
+		SketchChunk: sketchChunkPB(rep.Sketch), SsdReportWanted: rep.WantSSDReport}
 	for i, t := range rep.Tasks {
 		out.Term = t.Term
 		out.Tasks[i] = &pb.OffloadTask{Key: []byte(t.Key), Segment: t.Segment, Offset: t.Offset, Length: t.Length, Size: t.Size, Crc: t.CRC}
@@ -433,4 +434,13 @@ func (s *Server) Prefetch(ctx context.Context, r *pb.KeysRequest) (*pb.PrefetchR
 		return nil, toStatus(err)
 	}
 	return &pb.PrefetchResponse{Queued: int32(n)}, nil
+}
+
+// sketchChunkPB converts a sketch chunk to its wire form (nil: absent).
+func sketchChunkPB(c *masterapi.SketchChunk) *pb.SketchChunk {
+	if c == nil {
+		return nil
+	}
+	return &pb.SketchChunk{Version: c.Version, Width: c.Width, DoorBits: c.DoorBits, Period: c.Period, Samples: c.Samples,
+		Resets: c.Resets, Offset: c.Offset, Total: c.Total, Data: c.Data}
 }

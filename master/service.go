@@ -113,8 +113,9 @@ type counters struct {
 	// dropped for a promotion's room; promotionsSpared: DRAM-only victims
 	// a promotion left alone (neither admitted to SSD nor droppable).
 	promotionEvictions, promotionsSpared atomic.Int64
-	sketchesSent, sketchBytesSent        atomic.Int64
-	sketchTooLarge                       atomic.Int64
+	// sketch transfers (sketchForNode): chunks and bytes sent, and
+	// transfers whose last chunk was sent.
+	sketchChunksSent, sketchBytesSent, sketchesSent atomic.Int64
 }
 
 var _ masterapi.API = (*Service)(nil)

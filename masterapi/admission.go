@@ -31,11 +31,24 @@ type HeartbeatRequest struct {
 	// SSD is the node's SSD report; nil: unchanged since its last one.
 	SSD *SSDReport
 	// WantSketch: the node takes the admission policy's frequency sketch,
-	// answered when SketchVersion is 0 or the master's sketch has moved
-	// on since that version (by 1/64 of its ageing period).
+	// in chunks: a transfer starts when SketchVersion is 0 or the master's
+	// sketch has moved on since that version (by 1/64 of its ageing
+	// period), and a transfer in progress (SketchTransfer) continues.
 	WantSketch bool
 	// SketchVersion is the version of the sketch the node holds (0: none).
 	SketchVersion uint64
+	// SketchTransfer is the version of the sketch transfer the node is
+	// joining (0: none), SketchOffset the words of it received so far.
+	SketchTransfer, SketchOffset uint64
+}
+
+// SketchChunk is a piece of the admission sketch (admission.SketchChunk):
+// words [Offset, Offset+len(Data)/8) of Total.
+type SketchChunk struct {
+	Version, Width, DoorBits uint64
+	Period, Samples, Resets  int64
+	Offset, Total            uint64
+	Data                     []byte
 }
 
 // PromoteTask tells a node to copy Key from its SSD tier into its
@@ -58,11 +71,9 @@ type HeartbeatReply struct {
 	// Term is the leadership term of the answer (0 without high
 	// availability); a node drops tasks and promotions of an older term.
 	Term uint64
-	// Sketch is the admission policy's sketch (admission.Sketch
-	// MarshalBinary) when asked for, kept and moved on; nil otherwise.
-	// SketchVersion is its version.
-	Sketch        []byte
-	SketchVersion uint64
+	// Sketch is the next chunk of the admission policy's sketch when
+	// asked for and due (see HeartbeatRequest.WantSketch); nil otherwise.
+	Sketch *SketchChunk
 	// WantSSDReport: the admission policy uses the node's SSD reports.
 	WantSSDReport bool
 	// Promotions are objects to copy from SSD into DRAM.

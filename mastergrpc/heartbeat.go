@@ -14,7 +14,8 @@ func (r *Client) Heartbeat(ctx context.Context, req masterapi.HeartbeatRequest) 
 	if max < 0 {
 		max = 0
 	}
-	in := &pb.OffloadHeartbeatRequest{Node: req.Node, MaxTasks: int32(max), WantSketch: req.WantSketch, SketchVersion: req.SketchVersion}
+	in := &pb.OffloadHeartbeatRequest{Node: req.Node, MaxTasks: int32(max), WantSketch: req.WantSketch, SketchVersion: req.SketchVersion,
+		SketchTransfer: req.SketchTransfer, SketchOffset: req.SketchOffset}
 	if req.SSD != nil {
 		in.SsdReport = ssdReportPB(*req.SSD)
 	}
@@ -22,7 +23,7 @@ func (r *Client) Heartbeat(ctx context.Context, req masterapi.HeartbeatRequest) 
 	if err != nil {
 		return masterapi.HeartbeatReply{}, fromStatus(err)
 	}
-	out := masterapi.HeartbeatReply{Term: p.GetTerm(), Sketch: p.GetAdmissionSketch(), SketchVersion: p.GetSketchVersion(), WantSSDReport: p.GetSsdReportWanted(),
+	out := masterapi.HeartbeatReply{Term: p.GetTerm(), WantSSDReport: p.GetSsdReportWanted(),
 		Tasks: make([]masterapi.OffloadTask, len(p.GetTasks()))}
 	for i, t := range p.GetTasks() {
 		out.Tasks[i] = masterapi.OffloadTask{Key: string(t.GetKey()), Segment: t.GetSegment(), Offset: t.GetOffset(), Length: t.GetLength(), Size: t.GetSize(), CRC: t.GetCrc(), Term: p.GetTerm()}
@@ -31,8 +32,9 @@ func (r *Client) Heartbeat(ctx context.Context, req masterapi.HeartbeatRequest) 
 		out.Promotions = append(out.Promotions, masterapi.PromoteTask{Key: string(t.GetKey()), Segment: t.GetSegment(), Offset: t.GetOffset(),
 			Length: t.GetLength(), Size: t.GetSize(), CRC: t.GetCrc(), PutToken: t.GetPutToken()})
 	}
-	if len(out.Sketch) == 0 {
-		out.Sketch = nil
+	if c := p.GetSketchChunk(); c != nil {
+		out.Sketch = &masterapi.SketchChunk{Version: c.GetVersion(), Width: c.GetWidth(), DoorBits: c.GetDoorBits(), Period: c.GetPeriod(),
+			Samples: c.GetSamples(), Resets: c.GetResets(), Offset: c.GetOffset(), Total: c.GetTotal(), Data: c.GetData()}
 	}
 	return out, nil
 }

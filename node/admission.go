@@ -20,7 +20,12 @@ import (
 //   - the heartbeat takes the master's frequency sketch, which the master
 //     sends when the node has none or its copy (the version it sends
 //     back) has fallen 1/64 of the sketch's ageing period behind, at most
-//     once per AdmissionSketchInterval; the node decodes it and its tier
+//     once per AdmissionSketchInterval; it comes in chunks (a quarter of
+//     the RPC message limit each: 384 MiB at 50 million cached objects is
+//     24 of them), fetched in back-to-back heartbeats (heartbeat: one
+//     round after the other while a transfer is in progress), joined
+//     into a new sketch (admission.SketchAssembly) while the tier keeps
+//     using the previous one, which the complete one replaces; the tier
 //     ranks buckets with it (bucket_eviction "value",
 //     tier.Engine.SetValueFreq);
 //   - when the master says its policy uses SSD reports, the heartbeat
@@ -53,13 +58,14 @@ type ValueTier interface {
 // heartbeat loop (roundMu).
 type nodeAdmission struct {
 	sketch     atomic.Pointer[admission.Sketch]
-	version    uint64     // of sketch (0: none)
-	sketchAt   time.Time  // when sketch was received
-	valuer     bool       // the tier was given the valuer
-	wantReport bool       // the master's policy takes SSD reports
-	last       tier.Stats // of the last report
-	stale      bool       // a report is due whatever the tier did (new sketch)
-	cover      int64      // bytes of victims a report describes (High-Low, plus a bucket)
+	version    uint64                   // of sketch (0: none)
+	asm        admission.SketchAssembly // the sketch transfer in progress
+	sketchAt   time.Time                // when sketch was received
+	valuer     bool                     // the tier was given the valuer
+	wantReport bool                     // the master's policy takes SSD reports
+	last       tier.Stats               // of the last report
+	stale      bool                     // a report is due whatever the tier did (new sketch)
+	cover      int64                    // bytes of victims a report describes (High-Low, plus a bucket)
 }
 
 // freq is the sketch's estimate of key, 0 without a sketch.
@@ -75,7 +81,8 @@ func (a *nodeAdmission) freq(key []byte) uint32 {
 func (n *Node) heartbeatRequest() masterapi.HeartbeatRequest {
 	a := &n.adm
 	req := masterapi.HeartbeatRequest{Node: n.name, Max: n.cfg.OffloadBatch}
-	req.WantSketch = a.version == 0 || time.Since(a.sketchAt) >= n.cfg.AdmissionSketchInterval
+	req.SketchTransfer, req.SketchOffset = a.asm.Transfer()
+	req.WantSketch = a.version == 0 || req.SketchTransfer != 0 || time.Since(a.sketchAt) >= n.cfg.AdmissionSketchInterval
 	req.SketchVersion = a.version
 	if a.wantReport && a.sketch.Load() != nil {
 		req.SSD = n.ssdReport()
@@ -118,25 +125,56 @@ func (n *Node) ssdReport() *masterapi.SSDReport {
 	return r
 }
 
-// takeAdmission applies the admission part of a heartbeat reply: the
-// sketch (decoded, handed to the tier's valuer once) and whether the
-// master wants SSD reports. Caller holds roundMu.
+// sketchMark is where the sketch transfer in progress stands.
+type sketchMark struct{ transfer, offset uint64 }
+
+// sketchMark returns where the sketch transfer stands. Caller holds roundMu.
+func (a *nodeAdmission) sketchMark() sketchMark {
+	v, off := a.asm.Transfer()
+	return sketchMark{v, off}
+}
+
+// sketchMoved reports whether a sketch transfer is in progress and moved
+// since before: the next heartbeat should follow at once. A transfer that
+// did not move (the heartbeat failed) waits for the next tick, so a lost
+// master is not hammered. Caller holds roundMu.
+func (a *nodeAdmission) sketchMoved(before sketchMark) bool {
+	now := a.sketchMark()
+	return now.transfer != 0 && now != before
+}
+
+// takeAdmission applies the admission part of a heartbeat reply: a sketch
+// chunk (joined; a complete sketch replaces the one in use and is handed
+// to the tier's valuer once) and whether the master wants SSD reports.
+// Caller holds roundMu.
 func (n *Node) takeAdmission(rep masterapi.HeartbeatReply) {
 	a := &n.adm
 	if a.wantReport != rep.WantSSDReport {
 		a.wantReport = rep.WantSSDReport
 		a.stale = true // report at the next heartbeat
 	}
-	if len(rep.Sketch) == 0 {
+	c := rep.Sketch
+	if c == nil {
 		return
 	}
-	var s admission.Sketch
-	if err := s.UnmarshalBinary(rep.Sketch); err != nil {
-		n.log.Warn("admission sketch from the master ignored", "bytes", len(rep.Sketch), "err", err)
+	n.metrics.sketchChunksReceived.Add(1)
+	s, err := a.asm.Add(admission.SketchChunk{Version: c.Version, Width: c.Width, DoorBits: c.DoorBits, Period: c.Period,
+		Samples: c.Samples, Resets: c.Resets, Offset: c.Offset, Total: c.Total, Data: c.Data})
+	switch {
+	case errors.Is(err, admission.ErrSketchChanged):
+		// The master's sketch halved or was resized since the transfer
+		// began: the next heartbeat starts it again.
+		n.metrics.sketchRestarts.Add(1)
+		n.log.Debug("admission sketch transfer starts again", "err", err)
 		return
+	case err != nil:
+		n.log.Warn("admission sketch chunk from the master ignored", "bytes", len(c.Data), "offset", c.Offset, "err", err)
+		return
+	case s == nil:
+		return // more chunks to come
 	}
-	a.sketch.Store(&s)
-	a.version, a.sketchAt = rep.SketchVersion, time.Now()
+	a.sketch.Store(s)
+	a.version, a.sketchAt = c.Version, time.Now()
 	a.stale = true // the victims' values changed
 	n.metrics.sketchesReceived.Add(1)
 	if !a.valuer {

@@ -77,8 +77,12 @@ type Stats struct {
 	DRAMRecords             int64
 	RemovalDRAM, RemovalSSD masterapi.RemovalCursor
 	// SSDReports counts the SSD reports sent to the master's admission
-	// policy, SketchesReceived the admission sketches taken from it.
-	SSDReports, SketchesReceived int64
+	// policy, SketchesReceived the admission sketches taken from it (whole:
+	// transfers completed), SketchChunksReceived their chunks and
+	// SketchRestarts the transfers started again because the master's
+	// sketch halved or was resized meanwhile.
+	SSDReports, SketchesReceived         int64
+	SketchChunksReceived, SketchRestarts int64
 	// Promotions counts objects copied from SSD into DRAM and published;
 	// PromotionsFailed those not loaded (not on SSD any more, other
 	// bytes, range refused); PromotionsRefused those loaded but refused by
@@ -100,6 +104,7 @@ type nodeMetrics struct {
 	notifyRetries                                   atomic.Int64
 	removalsApplied                                 atomic.Int64
 	ssdReports, sketchesReceived                    atomic.Int64
+	sketchChunksReceived, sketchRestarts            atomic.Int64
 	promotions, promotionsFailed, promotionsRefused atomic.Int64
 	failedBy                                        [numCauses]atomic.Int64 // offload failures by cause
 }
@@ -379,25 +384,27 @@ func (n *Node) Stats() Stats {
 	st := Stats{
 		Name: n.name, Endpoint: n.endpoint, Segment: n.segName, SegmentSize: n.seg.Size(),
 		OffloadEnabled: n.tier != nil, Backend: n.backend,
-		OffloadRounds:     n.metrics.offloadRounds.Load(),
-		OffloadWakes:      n.metrics.offloadWakes.Load(),
-		OffloadPersisted:  n.metrics.offloadPersisted.Load(),
-		OffloadFailed:     n.metrics.offloadFailed.Load(),
-		PeerWrites:        n.metrics.peerWrites.Load(),
-		PeerReadsDRAM:     n.metrics.peerReadsDRAM.Load(),
-		PeerReadsSSD:      n.metrics.peerReadsSSD.Load(),
-		Remounts:          n.metrics.remounts.Load(),
-		Reconciles:        n.metrics.reconciles.Load(),
-		ReconcileRemoved:  n.metrics.reconcileRemoved.Load(),
-		ReconcileKeysSent: n.metrics.reconcileKeysSent.Load(),
-		NotifyRetries:     n.metrics.notifyRetries.Load(),
-		RemovalLogRemoved: n.metrics.removalsApplied.Load(),
-		SSDReports:        n.metrics.ssdReports.Load(),
-		SketchesReceived:  n.metrics.sketchesReceived.Load(),
-		Promotions:        n.metrics.promotions.Load(),
-		PromotionsFailed:  n.metrics.promotionsFailed.Load(),
-		PromotionsRefused: n.metrics.promotionsRefused.Load(),
-		OffloadFailedBy:   make(map[string]int64, numCauses),
+		OffloadRounds:        n.metrics.offloadRounds.Load(),
+		OffloadWakes:         n.metrics.offloadWakes.Load(),
+		OffloadPersisted:     n.metrics.offloadPersisted.Load(),
+		OffloadFailed:        n.metrics.offloadFailed.Load(),
+		PeerWrites:           n.metrics.peerWrites.Load(),
+		PeerReadsDRAM:        n.metrics.peerReadsDRAM.Load(),
+		PeerReadsSSD:         n.metrics.peerReadsSSD.Load(),
+		Remounts:             n.metrics.remounts.Load(),
+		Reconciles:           n.metrics.reconciles.Load(),
+		ReconcileRemoved:     n.metrics.reconcileRemoved.Load(),
+		ReconcileKeysSent:    n.metrics.reconcileKeysSent.Load(),
+		NotifyRetries:        n.metrics.notifyRetries.Load(),
+		RemovalLogRemoved:    n.metrics.removalsApplied.Load(),
+		SSDReports:           n.metrics.ssdReports.Load(),
+		SketchesReceived:     n.metrics.sketchesReceived.Load(),
+		SketchChunksReceived: n.metrics.sketchChunksReceived.Load(),
+		SketchRestarts:       n.metrics.sketchRestarts.Load(),
+		Promotions:           n.metrics.promotions.Load(),
+		PromotionsFailed:     n.metrics.promotionsFailed.Load(),
+		PromotionsRefused:    n.metrics.promotionsRefused.Load(),
+		OffloadFailedBy:      make(map[string]int64, numCauses),
 	}
 	for c := range numCauses {
 		st.OffloadFailedBy[c.String()] = n.metrics.failedBy[c].Load()
@@ -588,9 +595,10 @@ func (n *Node) heartbeat() int {
 	}
 	total := 0
 	for n.ctx.Err() == nil {
+		before := n.adm.sketchMark()
 		got, promos := n.offloadRound()
 		total += got + promos
-		if got < n.cfg.OffloadBatch {
+		if got < n.cfg.OffloadBatch && !n.adm.sketchMoved(before) {
 			break
 		}
 	}
@@ -660,6 +668,12 @@ func (n *Node) OffloadNow() int {
 	}
 	n.roundMu.Lock()
 	defer n.roundMu.Unlock()
+	before := n.adm.sketchMark()
 	got, _ := n.offloadRound()
+	for n.adm.sketchMoved(before) && n.ctx.Err() == nil { // the rest of a sketch transfer
+		before = n.adm.sketchMark()
+		more, _ := n.offloadRound()
+		got += more
+	}
 	return got
 }

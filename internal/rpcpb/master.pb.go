@@ -2358,13 +2358,18 @@ type OffloadHeartbeatRequest struct {
 	// Absent: unchanged since the node's last report (or never asked for).
 	SsdReport *SSDReport `protobuf:"bytes,3,opt,name=ssd_report,json=ssdReport,proto3" json:"ssd_report,omitempty"`
 	// want_sketch: the node takes the admission policy's frequency sketch;
-	// the answer's admission_sketch carries it when the node has none
-	// (sketch_version 0) or the master's has moved on since sketch_version.
+	// the answer's sketch_chunk starts a transfer when the node has none
+	// (sketch_version 0) or the master's has moved on since sketch_version,
+	// and continues the transfer in progress (sketch_transfer) otherwise.
 	WantSketch bool `protobuf:"varint,4,opt,name=want_sketch,json=wantSketch,proto3" json:"want_sketch,omitempty"`
 	// sketch_version: the version of the sketch the node holds (0: none).
 	SketchVersion uint64 `protobuf:"varint,5,opt,name=sketch_version,json=sketchVersion,proto3" json:"sketch_version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// sketch_transfer: the version of the sketch transfer the node is
+	// joining (0: none); sketch_offset: the words of it received so far.
+	SketchTransfer uint64 `protobuf:"varint,6,opt,name=sketch_transfer,json=sketchTransfer,proto3" json:"sketch_transfer,omitempty"`
+	SketchOffset   uint64 `protobuf:"varint,7,opt,name=sketch_offset,json=sketchOffset,proto3" json:"sketch_offset,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *OffloadHeartbeatRequest) Reset() {
@@ -2432,6 +2437,133 @@ func (x *OffloadHeartbeatRequest) GetSketchVersion() uint64 {
 	return 0
 }
 
+func (x *OffloadHeartbeatRequest) GetSketchTransfer() uint64 {
+	if x != nil {
+		return x.SketchTransfer
+	}
+	return 0
+}
+
+func (x *OffloadHeartbeatRequest) GetSketchOffset() uint64 {
+	if x != nil {
+		return x.SketchOffset
+	}
+	return 0
+}
+
+// A piece of the admission sketch (admission.SketchChunk, protocol
+// version 2): words [offset, offset + len(data)/8) of its encoding (4 rows
+// of width/16 words of 4-bit counters, then door_bits/64 words of
+// doorkeeper), little-endian. A transfer is the chunks from offset 0 to
+// total; the node starts again when width, door_bits or resets change.
+type SketchChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"` // the transfer's: 1 + lookups counted at its first chunk
+	Width         uint64                 `protobuf:"varint,2,opt,name=width,proto3" json:"width,omitempty"`     // counters per row
+	DoorBits      uint64                 `protobuf:"varint,3,opt,name=door_bits,json=doorBits,proto3" json:"door_bits,omitempty"`
+	Period        int64                  `protobuf:"varint,4,opt,name=period,proto3" json:"period,omitempty"`   // accesses between halvings
+	Samples       int64                  `protobuf:"varint,5,opt,name=samples,proto3" json:"samples,omitempty"` // accesses since the last halving
+	Resets        int64                  `protobuf:"varint,6,opt,name=resets,proto3" json:"resets,omitempty"`   // halvings so far
+	Offset        uint64                 `protobuf:"varint,7,opt,name=offset,proto3" json:"offset,omitempty"`   // first word of data
+	Total         uint64                 `protobuf:"varint,8,opt,name=total,proto3" json:"total,omitempty"`     // words of the whole sketch
+	Data          []byte                 `protobuf:"bytes,9,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SketchChunk) Reset() {
+	*x = SketchChunk{}
+	mi := &file_master_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SketchChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SketchChunk) ProtoMessage() {}
+
+func (x *SketchChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SketchChunk.ProtoReflect.Descriptor instead.
+func (*SketchChunk) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *SketchChunk) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *SketchChunk) GetWidth() uint64 {
+	if x != nil {
+		return x.Width
+	}
+	return 0
+}
+
+func (x *SketchChunk) GetDoorBits() uint64 {
+	if x != nil {
+		return x.DoorBits
+	}
+	return 0
+}
+
+func (x *SketchChunk) GetPeriod() int64 {
+	if x != nil {
+		return x.Period
+	}
+	return 0
+}
+
+func (x *SketchChunk) GetSamples() int64 {
+	if x != nil {
+		return x.Samples
+	}
+	return 0
+}
+
+func (x *SketchChunk) GetResets() int64 {
+	if x != nil {
+		return x.Resets
+	}
+	return 0
+}
+
+func (x *SketchChunk) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *SketchChunk) GetTotal() uint64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *SketchChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 // One SSD bucket the node would evict next, valued with the master's
 // sketch (admission.VictimValue).
 type SSDVictim struct {
@@ -2445,7 +2577,7 @@ type SSDVictim struct {
 
 func (x *SSDVictim) Reset() {
 	*x = SSDVictim{}
-	mi := &file_master_proto_msgTypes[40]
+	mi := &file_master_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2457,7 +2589,7 @@ func (x *SSDVictim) String() string {
 func (*SSDVictim) ProtoMessage() {}
 
 func (x *SSDVictim) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[40]
+	mi := &file_master_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2470,7 +2602,7 @@ func (x *SSDVictim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SSDVictim.ProtoReflect.Descriptor instead.
 func (*SSDVictim) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{40}
+	return file_master_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SSDVictim) GetBytes() int64 {
@@ -2507,7 +2639,7 @@ type SSDReport struct {
 
 func (x *SSDReport) Reset() {
 	*x = SSDReport{}
-	mi := &file_master_proto_msgTypes[41]
+	mi := &file_master_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2519,7 +2651,7 @@ func (x *SSDReport) String() string {
 func (*SSDReport) ProtoMessage() {}
 
 func (x *SSDReport) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[41]
+	mi := &file_master_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2532,7 +2664,7 @@ func (x *SSDReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SSDReport.ProtoReflect.Descriptor instead.
 func (*SSDReport) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{41}
+	return file_master_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SSDReport) GetHigh() int64 {
@@ -2582,7 +2714,7 @@ type PromoteTask struct {
 
 func (x *PromoteTask) Reset() {
 	*x = PromoteTask{}
-	mi := &file_master_proto_msgTypes[42]
+	mi := &file_master_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2594,7 +2726,7 @@ func (x *PromoteTask) String() string {
 func (*PromoteTask) ProtoMessage() {}
 
 func (x *PromoteTask) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[42]
+	mi := &file_master_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2607,7 +2739,7 @@ func (x *PromoteTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteTask.ProtoReflect.Descriptor instead.
 func (*PromoteTask) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{42}
+	return file_master_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PromoteTask) GetKey() []byte {
@@ -2673,7 +2805,7 @@ type OffloadTask struct {
 
 func (x *OffloadTask) Reset() {
 	*x = OffloadTask{}
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2685,7 +2817,7 @@ func (x *OffloadTask) String() string {
 func (*OffloadTask) ProtoMessage() {}
 
 func (x *OffloadTask) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2698,7 +2830,7 @@ func (x *OffloadTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadTask.ProtoReflect.Descriptor instead.
 func (*OffloadTask) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{43}
+	return file_master_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *OffloadTask) GetKey() []byte {
@@ -2749,24 +2881,21 @@ type OffloadHeartbeatResponse struct {
 	// term: the leadership term the tasks were issued under (0 without high
 	// availability); a node drops tasks of a term older than one it has seen.
 	Term uint64 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
-	// admission_sketch: the admission policy's frequency sketch
-	// (admission.Sketch.MarshalBinary), answered to want_sketch when the
-	// policy keeps one; empty otherwise.
-	AdmissionSketch []byte `protobuf:"bytes,3,opt,name=admission_sketch,json=admissionSketch,proto3" json:"admission_sketch,omitempty"`
 	// ssd_report_wanted: the admission policy uses the nodes' SSD reports.
 	SsdReportWanted bool `protobuf:"varint,4,opt,name=ssd_report_wanted,json=ssdReportWanted,proto3" json:"ssd_report_wanted,omitempty"`
 	// promotions: objects this node reads from SSD often enough to deserve
 	// a DRAM replica (dram_promotion_min_freq).
 	Promotions []*PromoteTask `protobuf:"bytes,5,rep,name=promotions,proto3" json:"promotions,omitempty"`
-	// sketch_version: the version of admission_sketch, when sent.
-	SketchVersion uint64 `protobuf:"varint,6,opt,name=sketch_version,json=sketchVersion,proto3" json:"sketch_version,omitempty"`
+	// sketch_chunk: the next piece of the admission sketch, answered to
+	// want_sketch (see OffloadHeartbeatRequest); absent otherwise.
+	SketchChunk   *SketchChunk `protobuf:"bytes,7,opt,name=sketch_chunk,json=sketchChunk,proto3" json:"sketch_chunk,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OffloadHeartbeatResponse) Reset() {
 	*x = OffloadHeartbeatResponse{}
-	mi := &file_master_proto_msgTypes[44]
+	mi := &file_master_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2778,7 +2907,7 @@ func (x *OffloadHeartbeatResponse) String() string {
 func (*OffloadHeartbeatResponse) ProtoMessage() {}
 
 func (x *OffloadHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[44]
+	mi := &file_master_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2791,7 +2920,7 @@ func (x *OffloadHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*OffloadHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{44}
+	return file_master_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *OffloadHeartbeatResponse) GetTasks() []*OffloadTask {
@@ -2808,13 +2937,6 @@ func (x *OffloadHeartbeatResponse) GetTerm() uint64 {
 	return 0
 }
 
-func (x *OffloadHeartbeatResponse) GetAdmissionSketch() []byte {
-	if x != nil {
-		return x.AdmissionSketch
-	}
-	return nil
-}
-
 func (x *OffloadHeartbeatResponse) GetSsdReportWanted() bool {
 	if x != nil {
 		return x.SsdReportWanted
@@ -2829,11 +2951,11 @@ func (x *OffloadHeartbeatResponse) GetPromotions() []*PromoteTask {
 	return nil
 }
 
-func (x *OffloadHeartbeatResponse) GetSketchVersion() uint64 {
+func (x *OffloadHeartbeatResponse) GetSketchChunk() *SketchChunk {
 	if x != nil {
-		return x.SketchVersion
+		return x.SketchChunk
 	}
-	return 0
+	return nil
 }
 
 // The outcome of one PromoteTask.
@@ -2849,7 +2971,7 @@ type PromoteResult struct {
 
 func (x *PromoteResult) Reset() {
 	*x = PromoteResult{}
-	mi := &file_master_proto_msgTypes[45]
+	mi := &file_master_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2861,7 +2983,7 @@ func (x *PromoteResult) String() string {
 func (*PromoteResult) ProtoMessage() {}
 
 func (x *PromoteResult) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[45]
+	mi := &file_master_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2874,7 +2996,7 @@ func (x *PromoteResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteResult.ProtoReflect.Descriptor instead.
 func (*PromoteResult) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{45}
+	return file_master_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PromoteResult) GetKey() []byte {
@@ -2915,7 +3037,7 @@ type PromoteEndRequest struct {
 
 func (x *PromoteEndRequest) Reset() {
 	*x = PromoteEndRequest{}
-	mi := &file_master_proto_msgTypes[46]
+	mi := &file_master_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2927,7 +3049,7 @@ func (x *PromoteEndRequest) String() string {
 func (*PromoteEndRequest) ProtoMessage() {}
 
 func (x *PromoteEndRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[46]
+	mi := &file_master_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2940,7 +3062,7 @@ func (x *PromoteEndRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteEndRequest.ProtoReflect.Descriptor instead.
 func (*PromoteEndRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{46}
+	return file_master_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PromoteEndRequest) GetNode() string {
@@ -2968,7 +3090,7 @@ type DiskObject struct {
 
 func (x *DiskObject) Reset() {
 	*x = DiskObject{}
-	mi := &file_master_proto_msgTypes[47]
+	mi := &file_master_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2980,7 +3102,7 @@ func (x *DiskObject) String() string {
 func (*DiskObject) ProtoMessage() {}
 
 func (x *DiskObject) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[47]
+	mi := &file_master_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2993,7 +3115,7 @@ func (x *DiskObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskObject.ProtoReflect.Descriptor instead.
 func (*DiskObject) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{47}
+	return file_master_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DiskObject) GetKey() []byte {
@@ -3028,7 +3150,7 @@ type OffloadFailure struct {
 
 func (x *OffloadFailure) Reset() {
 	*x = OffloadFailure{}
-	mi := &file_master_proto_msgTypes[48]
+	mi := &file_master_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3040,7 +3162,7 @@ func (x *OffloadFailure) String() string {
 func (*OffloadFailure) ProtoMessage() {}
 
 func (x *OffloadFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[48]
+	mi := &file_master_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3053,7 +3175,7 @@ func (x *OffloadFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadFailure.ProtoReflect.Descriptor instead.
 func (*OffloadFailure) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{48}
+	return file_master_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *OffloadFailure) GetKey() []byte {
@@ -3088,7 +3210,7 @@ type NotifyOffloadSuccessRequest struct {
 
 func (x *NotifyOffloadSuccessRequest) Reset() {
 	*x = NotifyOffloadSuccessRequest{}
-	mi := &file_master_proto_msgTypes[49]
+	mi := &file_master_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3100,7 +3222,7 @@ func (x *NotifyOffloadSuccessRequest) String() string {
 func (*NotifyOffloadSuccessRequest) ProtoMessage() {}
 
 func (x *NotifyOffloadSuccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[49]
+	mi := &file_master_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3113,7 +3235,7 @@ func (x *NotifyOffloadSuccessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotifyOffloadSuccessRequest.ProtoReflect.Descriptor instead.
 func (*NotifyOffloadSuccessRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{49}
+	return file_master_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *NotifyOffloadSuccessRequest) GetNode() string {
@@ -3147,7 +3269,7 @@ type RegisterDiskObjectsRequest struct {
 
 func (x *RegisterDiskObjectsRequest) Reset() {
 	*x = RegisterDiskObjectsRequest{}
-	mi := &file_master_proto_msgTypes[50]
+	mi := &file_master_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3159,7 +3281,7 @@ func (x *RegisterDiskObjectsRequest) String() string {
 func (*RegisterDiskObjectsRequest) ProtoMessage() {}
 
 func (x *RegisterDiskObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[50]
+	mi := &file_master_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3172,7 +3294,7 @@ func (x *RegisterDiskObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterDiskObjectsRequest.ProtoReflect.Descriptor instead.
 func (*RegisterDiskObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{50}
+	return file_master_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RegisterDiskObjectsRequest) GetNode() string {
@@ -3199,7 +3321,7 @@ type EvictDiskReplicaRequest struct {
 
 func (x *EvictDiskReplicaRequest) Reset() {
 	*x = EvictDiskReplicaRequest{}
-	mi := &file_master_proto_msgTypes[51]
+	mi := &file_master_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3211,7 +3333,7 @@ func (x *EvictDiskReplicaRequest) String() string {
 func (*EvictDiskReplicaRequest) ProtoMessage() {}
 
 func (x *EvictDiskReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[51]
+	mi := &file_master_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3224,7 +3346,7 @@ func (x *EvictDiskReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictDiskReplicaRequest.ProtoReflect.Descriptor instead.
 func (*EvictDiskReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{51}
+	return file_master_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *EvictDiskReplicaRequest) GetNode() string {
@@ -3255,7 +3377,7 @@ type EvictDiskReplicaResponse struct {
 
 func (x *EvictDiskReplicaResponse) Reset() {
 	*x = EvictDiskReplicaResponse{}
-	mi := &file_master_proto_msgTypes[52]
+	mi := &file_master_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3267,7 +3389,7 @@ func (x *EvictDiskReplicaResponse) String() string {
 func (*EvictDiskReplicaResponse) ProtoMessage() {}
 
 func (x *EvictDiskReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[52]
+	mi := &file_master_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3280,7 +3402,7 @@ func (x *EvictDiskReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictDiskReplicaResponse.ProtoReflect.Descriptor instead.
 func (*EvictDiskReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{52}
+	return file_master_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *EvictDiskReplicaResponse) GetCount() int64 {
@@ -3309,7 +3431,7 @@ type ReportBadReplicaRequest struct {
 
 func (x *ReportBadReplicaRequest) Reset() {
 	*x = ReportBadReplicaRequest{}
-	mi := &file_master_proto_msgTypes[53]
+	mi := &file_master_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3321,7 +3443,7 @@ func (x *ReportBadReplicaRequest) String() string {
 func (*ReportBadReplicaRequest) ProtoMessage() {}
 
 func (x *ReportBadReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[53]
+	mi := &file_master_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3334,7 +3456,7 @@ func (x *ReportBadReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportBadReplicaRequest.ProtoReflect.Descriptor instead.
 func (*ReportBadReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{53}
+	return file_master_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ReportBadReplicaRequest) GetKey() []byte {
@@ -3376,7 +3498,7 @@ type MemoryObject struct {
 
 func (x *MemoryObject) Reset() {
 	*x = MemoryObject{}
-	mi := &file_master_proto_msgTypes[54]
+	mi := &file_master_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3388,7 +3510,7 @@ func (x *MemoryObject) String() string {
 func (*MemoryObject) ProtoMessage() {}
 
 func (x *MemoryObject) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[54]
+	mi := &file_master_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3401,7 +3523,7 @@ func (x *MemoryObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemoryObject.ProtoReflect.Descriptor instead.
 func (*MemoryObject) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{54}
+	return file_master_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *MemoryObject) GetKey() []byte {
@@ -3468,7 +3590,7 @@ type RegisterMemoryObjectsRequest struct {
 
 func (x *RegisterMemoryObjectsRequest) Reset() {
 	*x = RegisterMemoryObjectsRequest{}
-	mi := &file_master_proto_msgTypes[55]
+	mi := &file_master_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3480,7 +3602,7 @@ func (x *RegisterMemoryObjectsRequest) String() string {
 func (*RegisterMemoryObjectsRequest) ProtoMessage() {}
 
 func (x *RegisterMemoryObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[55]
+	mi := &file_master_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3493,7 +3615,7 @@ func (x *RegisterMemoryObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterMemoryObjectsRequest.ProtoReflect.Descriptor instead.
 func (*RegisterMemoryObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{55}
+	return file_master_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RegisterMemoryObjectsRequest) GetNode() string {
@@ -3532,7 +3654,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_master_proto_msgTypes[56]
+	mi := &file_master_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3544,7 +3666,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[56]
+	mi := &file_master_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3557,7 +3679,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{56}
+	return file_master_proto_rawDescGZIP(), []int{57}
 }
 
 type StatsResponse struct {
@@ -3591,7 +3713,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_master_proto_msgTypes[57]
+	mi := &file_master_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3603,7 +3725,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[57]
+	mi := &file_master_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3616,7 +3738,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{57}
+	return file_master_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *StatsResponse) GetObjects() int64 {
@@ -3773,7 +3895,7 @@ type NodeStats struct {
 
 func (x *NodeStats) Reset() {
 	*x = NodeStats{}
-	mi := &file_master_proto_msgTypes[58]
+	mi := &file_master_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3785,7 +3907,7 @@ func (x *NodeStats) String() string {
 func (*NodeStats) ProtoMessage() {}
 
 func (x *NodeStats) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[58]
+	mi := &file_master_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3798,7 +3920,7 @@ func (x *NodeStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStats.ProtoReflect.Descriptor instead.
 func (*NodeStats) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{58}
+	return file_master_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *NodeStats) GetNode() string {
@@ -3905,7 +4027,7 @@ type ReconcileBeginRequest struct {
 
 func (x *ReconcileBeginRequest) Reset() {
 	*x = ReconcileBeginRequest{}
-	mi := &file_master_proto_msgTypes[59]
+	mi := &file_master_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3917,7 +4039,7 @@ func (x *ReconcileBeginRequest) String() string {
 func (*ReconcileBeginRequest) ProtoMessage() {}
 
 func (x *ReconcileBeginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[59]
+	mi := &file_master_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3930,7 +4052,7 @@ func (x *ReconcileBeginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileBeginRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileBeginRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{59}
+	return file_master_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ReconcileBeginRequest) GetNode() string {
@@ -3964,7 +4086,7 @@ type ReconcileBeginResponse struct {
 
 func (x *ReconcileBeginResponse) Reset() {
 	*x = ReconcileBeginResponse{}
-	mi := &file_master_proto_msgTypes[60]
+	mi := &file_master_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3976,7 +4098,7 @@ func (x *ReconcileBeginResponse) String() string {
 func (*ReconcileBeginResponse) ProtoMessage() {}
 
 func (x *ReconcileBeginResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[60]
+	mi := &file_master_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3989,7 +4111,7 @@ func (x *ReconcileBeginResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileBeginResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileBeginResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{60}
+	return file_master_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ReconcileBeginResponse) GetSession() uint64 {
@@ -4017,7 +4139,7 @@ type ReconcileKeysRequest struct {
 
 func (x *ReconcileKeysRequest) Reset() {
 	*x = ReconcileKeysRequest{}
-	mi := &file_master_proto_msgTypes[61]
+	mi := &file_master_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4029,7 +4151,7 @@ func (x *ReconcileKeysRequest) String() string {
 func (*ReconcileKeysRequest) ProtoMessage() {}
 
 func (x *ReconcileKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[61]
+	mi := &file_master_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4042,7 +4164,7 @@ func (x *ReconcileKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileKeysRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileKeysRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{61}
+	return file_master_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ReconcileKeysRequest) GetNode() string {
@@ -4075,7 +4197,7 @@ type ReconcileKeysResponse struct {
 
 func (x *ReconcileKeysResponse) Reset() {
 	*x = ReconcileKeysResponse{}
-	mi := &file_master_proto_msgTypes[62]
+	mi := &file_master_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4087,7 +4209,7 @@ func (x *ReconcileKeysResponse) String() string {
 func (*ReconcileKeysResponse) ProtoMessage() {}
 
 func (x *ReconcileKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[62]
+	mi := &file_master_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4100,7 +4222,7 @@ func (x *ReconcileKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileKeysResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileKeysResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{62}
+	return file_master_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ReconcileKeysResponse) GetUnwanted() [][]byte {
@@ -4120,7 +4242,7 @@ type ReconcileEndRequest struct {
 
 func (x *ReconcileEndRequest) Reset() {
 	*x = ReconcileEndRequest{}
-	mi := &file_master_proto_msgTypes[63]
+	mi := &file_master_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4132,7 +4254,7 @@ func (x *ReconcileEndRequest) String() string {
 func (*ReconcileEndRequest) ProtoMessage() {}
 
 func (x *ReconcileEndRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[63]
+	mi := &file_master_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4145,7 +4267,7 @@ func (x *ReconcileEndRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileEndRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileEndRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{63}
+	return file_master_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ReconcileEndRequest) GetNode() string {
@@ -4171,7 +4293,7 @@ type ReconcileEndResponse struct {
 
 func (x *ReconcileEndResponse) Reset() {
 	*x = ReconcileEndResponse{}
-	mi := &file_master_proto_msgTypes[64]
+	mi := &file_master_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4183,7 +4305,7 @@ func (x *ReconcileEndResponse) String() string {
 func (*ReconcileEndResponse) ProtoMessage() {}
 
 func (x *ReconcileEndResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[64]
+	mi := &file_master_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4196,7 +4318,7 @@ func (x *ReconcileEndResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileEndResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileEndResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{64}
+	return file_master_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ReconcileEndResponse) GetCount() int64 {
@@ -4225,7 +4347,7 @@ type EvictMemoryResponse struct {
 
 func (x *EvictMemoryResponse) Reset() {
 	*x = EvictMemoryResponse{}
-	mi := &file_master_proto_msgTypes[65]
+	mi := &file_master_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4237,7 +4359,7 @@ func (x *EvictMemoryResponse) String() string {
 func (*EvictMemoryResponse) ProtoMessage() {}
 
 func (x *EvictMemoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[65]
+	mi := &file_master_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4250,7 +4372,7 @@ func (x *EvictMemoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictMemoryResponse.ProtoReflect.Descriptor instead.
 func (*EvictMemoryResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{65}
+	return file_master_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *EvictMemoryResponse) GetCount() int64 {
@@ -4450,7 +4572,7 @@ const file_master_proto_rawDesc = "" +
 	"\x13WaitOffloadResponse\x12\x18\n" +
 	"\apressed\x18\x01 \x01(\bR\apressed\"*\n" +
 	"\x10PrefetchResponse\x12\x16\n" +
-	"\x06queued\x18\x01 \x01(\x05R\x06queued\"\xcb\x01\n" +
+	"\x06queued\x18\x01 \x01(\x05R\x06queued\"\x99\x02\n" +
 	"\x17OffloadHeartbeatRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1b\n" +
 	"\tmax_tasks\x18\x02 \x01(\x05R\bmaxTasks\x127\n" +
@@ -4458,7 +4580,19 @@ const file_master_proto_rawDesc = "" +
 	"ssd_report\x18\x03 \x01(\v2\x18.tierstore.rpc.SSDReportR\tssdReport\x12\x1f\n" +
 	"\vwant_sketch\x18\x04 \x01(\bR\n" +
 	"wantSketch\x12%\n" +
-	"\x0esketch_version\x18\x05 \x01(\x04R\rsketchVersion\"K\n" +
+	"\x0esketch_version\x18\x05 \x01(\x04R\rsketchVersion\x12'\n" +
+	"\x0fsketch_transfer\x18\x06 \x01(\x04R\x0esketchTransfer\x12#\n" +
+	"\rsketch_offset\x18\a \x01(\x04R\fsketchOffset\"\xe6\x01\n" +
+	"\vSketchChunk\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x14\n" +
+	"\x05width\x18\x02 \x01(\x04R\x05width\x12\x1b\n" +
+	"\tdoor_bits\x18\x03 \x01(\x04R\bdoorBits\x12\x16\n" +
+	"\x06period\x18\x04 \x01(\x03R\x06period\x12\x18\n" +
+	"\asamples\x18\x05 \x01(\x03R\asamples\x12\x16\n" +
+	"\x06resets\x18\x06 \x01(\x03R\x06resets\x12\x16\n" +
+	"\x06offset\x18\a \x01(\x04R\x06offset\x12\x14\n" +
+	"\x05total\x18\b \x01(\x04R\x05total\x12\x12\n" +
+	"\x04data\x18\t \x01(\fR\x04data\"K\n" +
 	"\tSSDVictim\x12\x14\n" +
 	"\x05bytes\x18\x01 \x01(\x03R\x05bytes\x12\x12\n" +
 	"\x04span\x18\x02 \x01(\x03R\x04span\x12\x14\n" +
@@ -4482,16 +4616,15 @@ const file_master_proto_rawDesc = "" +
 	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x16\n" +
 	"\x06length\x18\x04 \x01(\x03R\x06length\x12\x12\n" +
 	"\x04size\x18\x05 \x01(\x03R\x04size\x12\x10\n" +
-	"\x03crc\x18\x06 \x01(\rR\x03crc\"\x9a\x02\n" +
+	"\x03crc\x18\x06 \x01(\rR\x03crc\"\xa5\x02\n" +
 	"\x18OffloadHeartbeatResponse\x120\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x1a.tierstore.rpc.OffloadTaskR\x05tasks\x12\x12\n" +
-	"\x04term\x18\x02 \x01(\x04R\x04term\x12)\n" +
-	"\x10admission_sketch\x18\x03 \x01(\fR\x0fadmissionSketch\x12*\n" +
+	"\x04term\x18\x02 \x01(\x04R\x04term\x12*\n" +
 	"\x11ssd_report_wanted\x18\x04 \x01(\bR\x0fssdReportWanted\x12:\n" +
 	"\n" +
 	"promotions\x18\x05 \x03(\v2\x1a.tierstore.rpc.PromoteTaskR\n" +
-	"promotions\x12%\n" +
-	"\x0esketch_version\x18\x06 \x01(\x04R\rsketchVersion\"n\n" +
+	"promotions\x12=\n" +
+	"\fsketch_chunk\x18\a \x01(\v2\x1a.tierstore.rpc.SketchChunkR\vsketchChunkJ\x04\b\x03\x10\x04J\x04\b\x06\x10\aR\x10admission_sketch\"n\n" +
 	"\rPromoteResult\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x1b\n" +
 	"\tput_token\x18\x02 \x01(\x04R\bputToken\x12\x16\n" +
@@ -4668,7 +4801,7 @@ func file_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_master_proto_goTypes = []any{
 	(ReplicaKind)(0),                     // 0: tierstore.rpc.ReplicaKind
 	(ReplicaStatus)(0),                   // 1: tierstore.rpc.ReplicaStatus
@@ -4713,32 +4846,33 @@ var file_master_proto_goTypes = []any{
 	(*WaitOffloadResponse)(nil),          // 40: tierstore.rpc.WaitOffloadResponse
 	(*PrefetchResponse)(nil),             // 41: tierstore.rpc.PrefetchResponse
 	(*OffloadHeartbeatRequest)(nil),      // 42: tierstore.rpc.OffloadHeartbeatRequest
-	(*SSDVictim)(nil),                    // 43: tierstore.rpc.SSDVictim
-	(*SSDReport)(nil),                    // 44: tierstore.rpc.SSDReport
-	(*PromoteTask)(nil),                  // 45: tierstore.rpc.PromoteTask
-	(*OffloadTask)(nil),                  // 46: tierstore.rpc.OffloadTask
-	(*OffloadHeartbeatResponse)(nil),     // 47: tierstore.rpc.OffloadHeartbeatResponse
-	(*PromoteResult)(nil),                // 48: tierstore.rpc.PromoteResult
-	(*PromoteEndRequest)(nil),            // 49: tierstore.rpc.PromoteEndRequest
-	(*DiskObject)(nil),                   // 50: tierstore.rpc.DiskObject
-	(*OffloadFailure)(nil),               // 51: tierstore.rpc.OffloadFailure
-	(*NotifyOffloadSuccessRequest)(nil),  // 52: tierstore.rpc.NotifyOffloadSuccessRequest
-	(*RegisterDiskObjectsRequest)(nil),   // 53: tierstore.rpc.RegisterDiskObjectsRequest
-	(*EvictDiskReplicaRequest)(nil),      // 54: tierstore.rpc.EvictDiskReplicaRequest
-	(*EvictDiskReplicaResponse)(nil),     // 55: tierstore.rpc.EvictDiskReplicaResponse
-	(*ReportBadReplicaRequest)(nil),      // 56: tierstore.rpc.ReportBadReplicaRequest
-	(*MemoryObject)(nil),                 // 57: tierstore.rpc.MemoryObject
-	(*RegisterMemoryObjectsRequest)(nil), // 58: tierstore.rpc.RegisterMemoryObjectsRequest
-	(*StatsRequest)(nil),                 // 59: tierstore.rpc.StatsRequest
-	(*StatsResponse)(nil),                // 60: tierstore.rpc.StatsResponse
-	(*NodeStats)(nil),                    // 61: tierstore.rpc.NodeStats
-	(*ReconcileBeginRequest)(nil),        // 62: tierstore.rpc.ReconcileBeginRequest
-	(*ReconcileBeginResponse)(nil),       // 63: tierstore.rpc.ReconcileBeginResponse
-	(*ReconcileKeysRequest)(nil),         // 64: tierstore.rpc.ReconcileKeysRequest
-	(*ReconcileKeysResponse)(nil),        // 65: tierstore.rpc.ReconcileKeysResponse
-	(*ReconcileEndRequest)(nil),          // 66: tierstore.rpc.ReconcileEndRequest
-	(*ReconcileEndResponse)(nil),         // 67: tierstore.rpc.ReconcileEndResponse
-	(*EvictMemoryResponse)(nil),          // 68: tierstore.rpc.EvictMemoryResponse
+	(*SketchChunk)(nil),                  // 43: tierstore.rpc.SketchChunk
+	(*SSDVictim)(nil),                    // 44: tierstore.rpc.SSDVictim
+	(*SSDReport)(nil),                    // 45: tierstore.rpc.SSDReport
+	(*PromoteTask)(nil),                  // 46: tierstore.rpc.PromoteTask
+	(*OffloadTask)(nil),                  // 47: tierstore.rpc.OffloadTask
+	(*OffloadHeartbeatResponse)(nil),     // 48: tierstore.rpc.OffloadHeartbeatResponse
+	(*PromoteResult)(nil),                // 49: tierstore.rpc.PromoteResult
+	(*PromoteEndRequest)(nil),            // 50: tierstore.rpc.PromoteEndRequest
+	(*DiskObject)(nil),                   // 51: tierstore.rpc.DiskObject
+	(*OffloadFailure)(nil),               // 52: tierstore.rpc.OffloadFailure
+	(*NotifyOffloadSuccessRequest)(nil),  // 53: tierstore.rpc.NotifyOffloadSuccessRequest
+	(*RegisterDiskObjectsRequest)(nil),   // 54: tierstore.rpc.RegisterDiskObjectsRequest
+	(*EvictDiskReplicaRequest)(nil),      // 55: tierstore.rpc.EvictDiskReplicaRequest
+	(*EvictDiskReplicaResponse)(nil),     // 56: tierstore.rpc.EvictDiskReplicaResponse
+	(*ReportBadReplicaRequest)(nil),      // 57: tierstore.rpc.ReportBadReplicaRequest
+	(*MemoryObject)(nil),                 // 58: tierstore.rpc.MemoryObject
+	(*RegisterMemoryObjectsRequest)(nil), // 59: tierstore.rpc.RegisterMemoryObjectsRequest
+	(*StatsRequest)(nil),                 // 60: tierstore.rpc.StatsRequest
+	(*StatsResponse)(nil),                // 61: tierstore.rpc.StatsResponse
+	(*NodeStats)(nil),                    // 62: tierstore.rpc.NodeStats
+	(*ReconcileBeginRequest)(nil),        // 63: tierstore.rpc.ReconcileBeginRequest
+	(*ReconcileBeginResponse)(nil),       // 64: tierstore.rpc.ReconcileBeginResponse
+	(*ReconcileKeysRequest)(nil),         // 65: tierstore.rpc.ReconcileKeysRequest
+	(*ReconcileKeysResponse)(nil),        // 66: tierstore.rpc.ReconcileKeysResponse
+	(*ReconcileEndRequest)(nil),          // 67: tierstore.rpc.ReconcileEndRequest
+	(*ReconcileEndResponse)(nil),         // 68: tierstore.rpc.ReconcileEndResponse
+	(*EvictMemoryResponse)(nil),          // 69: tierstore.rpc.EvictMemoryResponse
 }
 var file_master_proto_depIdxs = []int32{
 	0,  // 0: tierstore.rpc.Replica.kind:type_name -> tierstore.rpc.ReplicaKind
@@ -4760,84 +4894,85 @@ var file_master_proto_depIdxs = []int32{
 	33, // 16: tierstore.rpc.PullRemovalsRequest.ssd:type_name -> tierstore.rpc.RemovalCursor
 	34, // 17: tierstore.rpc.PullRemovalsResponse.removals:type_name -> tierstore.rpc.Removal
 	35, // 18: tierstore.rpc.PullRemovalsResponse.forget:type_name -> tierstore.rpc.MemoryRef
-	44, // 19: tierstore.rpc.OffloadHeartbeatRequest.ssd_report:type_name -> tierstore.rpc.SSDReport
-	43, // 20: tierstore.rpc.SSDReport.victims:type_name -> tierstore.rpc.SSDVictim
-	46, // 21: tierstore.rpc.OffloadHeartbeatResponse.tasks:type_name -> tierstore.rpc.OffloadTask
-	45, // 22: tierstore.rpc.OffloadHeartbeatResponse.promotions:type_name -> tierstore.rpc.PromoteTask
-	48, // 23: tierstore.rpc.PromoteEndRequest.results:type_name -> tierstore.rpc.PromoteResult
-	50, // 24: tierstore.rpc.NotifyOffloadSuccessRequest.persisted:type_name -> tierstore.rpc.DiskObject
-	51, // 25: tierstore.rpc.NotifyOffloadSuccessRequest.failed:type_name -> tierstore.rpc.OffloadFailure
-	50, // 26: tierstore.rpc.RegisterDiskObjectsRequest.objects:type_name -> tierstore.rpc.DiskObject
-	3,  // 27: tierstore.rpc.ReportBadReplicaRequest.replica:type_name -> tierstore.rpc.Replica
-	57, // 28: tierstore.rpc.RegisterMemoryObjectsRequest.objects:type_name -> tierstore.rpc.MemoryObject
-	61, // 29: tierstore.rpc.StatsResponse.per_node:type_name -> tierstore.rpc.NodeStats
-	5,  // 30: tierstore.rpc.Master.MountSegment:input_type -> tierstore.rpc.MountSegmentRequest
-	7,  // 31: tierstore.rpc.Master.UnmountSegment:input_type -> tierstore.rpc.UnmountSegmentRequest
-	9,  // 32: tierstore.rpc.Master.Ping:input_type -> tierstore.rpc.PingRequest
-	11, // 33: tierstore.rpc.Master.PutStart:input_type -> tierstore.rpc.PutStartRequest
-	16, // 34: tierstore.rpc.Master.PutEnd:input_type -> tierstore.rpc.KeyRequest
-	16, // 35: tierstore.rpc.Master.PutRevoke:input_type -> tierstore.rpc.KeyRequest
-	13, // 36: tierstore.rpc.Master.BatchPutStart:input_type -> tierstore.rpc.BatchPutStartRequest
-	18, // 37: tierstore.rpc.Master.BatchPutEnd:input_type -> tierstore.rpc.KeysRequest
-	18, // 38: tierstore.rpc.Master.BatchPutRevoke:input_type -> tierstore.rpc.KeysRequest
-	21, // 39: tierstore.rpc.Master.ExistKey:input_type -> tierstore.rpc.LookupRequest
-	23, // 40: tierstore.rpc.Master.BatchExistKey:input_type -> tierstore.rpc.BatchLookupRequest
-	21, // 41: tierstore.rpc.Master.GetReplicaList:input_type -> tierstore.rpc.LookupRequest
-	23, // 42: tierstore.rpc.Master.BatchGetReplicaList:input_type -> tierstore.rpc.BatchLookupRequest
-	29, // 43: tierstore.rpc.Master.Remove:input_type -> tierstore.rpc.RemoveRequest
-	30, // 44: tierstore.rpc.Master.RemoveAll:input_type -> tierstore.rpc.RemoveAllRequest
-	31, // 45: tierstore.rpc.Master.RemoveByRegex:input_type -> tierstore.rpc.RemoveByRegexRequest
-	38, // 46: tierstore.rpc.Master.EvictMemory:input_type -> tierstore.rpc.EvictMemoryRequest
-	42, // 47: tierstore.rpc.Master.OffloadHeartbeat:input_type -> tierstore.rpc.OffloadHeartbeatRequest
-	52, // 48: tierstore.rpc.Master.NotifyOffloadSuccess:input_type -> tierstore.rpc.NotifyOffloadSuccessRequest
-	53, // 49: tierstore.rpc.Master.ReRegisterDiskObjects:input_type -> tierstore.rpc.RegisterDiskObjectsRequest
-	54, // 50: tierstore.rpc.Master.EvictDiskReplica:input_type -> tierstore.rpc.EvictDiskReplicaRequest
-	56, // 51: tierstore.rpc.Master.ReportBadReplica:input_type -> tierstore.rpc.ReportBadReplicaRequest
-	49, // 52: tierstore.rpc.Master.PromoteEnd:input_type -> tierstore.rpc.PromoteEndRequest
-	59, // 53: tierstore.rpc.Master.Stats:input_type -> tierstore.rpc.StatsRequest
-	62, // 54: tierstore.rpc.Master.ReconcileBegin:input_type -> tierstore.rpc.ReconcileBeginRequest
-	64, // 55: tierstore.rpc.Master.ReconcileKeys:input_type -> tierstore.rpc.ReconcileKeysRequest
-	66, // 56: tierstore.rpc.Master.ReconcileEnd:input_type -> tierstore.rpc.ReconcileEndRequest
-	58, // 57: tierstore.rpc.Master.ReRegisterMemoryObjects:input_type -> tierstore.rpc.RegisterMemoryObjectsRequest
-	36, // 58: tierstore.rpc.Master.PullRemovals:input_type -> tierstore.rpc.PullRemovalsRequest
-	39, // 59: tierstore.rpc.Master.WaitOffload:input_type -> tierstore.rpc.WaitOffloadRequest
-	18, // 60: tierstore.rpc.Master.Prefetch:input_type -> tierstore.rpc.KeysRequest
-	6,  // 61: tierstore.rpc.Master.MountSegment:output_type -> tierstore.rpc.MountSegmentResponse
-	8,  // 62: tierstore.rpc.Master.UnmountSegment:output_type -> tierstore.rpc.UnmountSegmentResponse
-	10, // 63: tierstore.rpc.Master.Ping:output_type -> tierstore.rpc.PingResponse
-	12, // 64: tierstore.rpc.Master.PutStart:output_type -> tierstore.rpc.PutStartResponse
-	17, // 65: tierstore.rpc.Master.PutEnd:output_type -> tierstore.rpc.Empty
-	17, // 66: tierstore.rpc.Master.PutRevoke:output_type -> tierstore.rpc.Empty
-	15, // 67: tierstore.rpc.Master.BatchPutStart:output_type -> tierstore.rpc.BatchPutStartResponse
-	20, // 68: tierstore.rpc.Master.BatchPutEnd:output_type -> tierstore.rpc.KeyResults
-	20, // 69: tierstore.rpc.Master.BatchPutRevoke:output_type -> tierstore.rpc.KeyResults
-	22, // 70: tierstore.rpc.Master.ExistKey:output_type -> tierstore.rpc.ExistKeyResponse
-	25, // 71: tierstore.rpc.Master.BatchExistKey:output_type -> tierstore.rpc.BatchExistKeyResponse
-	26, // 72: tierstore.rpc.Master.GetReplicaList:output_type -> tierstore.rpc.GetReplicaListResponse
-	28, // 73: tierstore.rpc.Master.BatchGetReplicaList:output_type -> tierstore.rpc.BatchGetReplicaListResponse
-	17, // 74: tierstore.rpc.Master.Remove:output_type -> tierstore.rpc.Empty
-	32, // 75: tierstore.rpc.Master.RemoveAll:output_type -> tierstore.rpc.CountResponse
-	32, // 76: tierstore.rpc.Master.RemoveByRegex:output_type -> tierstore.rpc.CountResponse
-	68, // 77: tierstore.rpc.Master.EvictMemory:output_type -> tierstore.rpc.EvictMemoryResponse
-	47, // 78: tierstore.rpc.Master.OffloadHeartbeat:output_type -> tierstore.rpc.OffloadHeartbeatResponse
-	20, // 79: tierstore.rpc.Master.NotifyOffloadSuccess:output_type -> tierstore.rpc.KeyResults
-	20, // 80: tierstore.rpc.Master.ReRegisterDiskObjects:output_type -> tierstore.rpc.KeyResults
-	55, // 81: tierstore.rpc.Master.EvictDiskReplica:output_type -> tierstore.rpc.EvictDiskReplicaResponse
-	17, // 82: tierstore.rpc.Master.ReportBadReplica:output_type -> tierstore.rpc.Empty
-	20, // 83: tierstore.rpc.Master.PromoteEnd:output_type -> tierstore.rpc.KeyResults
-	60, // 84: tierstore.rpc.Master.Stats:output_type -> tierstore.rpc.StatsResponse
-	63, // 85: tierstore.rpc.Master.ReconcileBegin:output_type -> tierstore.rpc.ReconcileBeginResponse
-	65, // 86: tierstore.rpc.Master.ReconcileKeys:output_type -> tierstore.rpc.ReconcileKeysResponse
-	67, // 87: tierstore.rpc.Master.ReconcileEnd:output_type -> tierstore.rpc.ReconcileEndResponse
-	20, // 88: tierstore.rpc.Master.ReRegisterMemoryObjects:output_type -> tierstore.rpc.KeyResults
-	37, // 89: tierstore.rpc.Master.PullRemovals:output_type -> tierstore.rpc.PullRemovalsResponse
-	40, // 90: tierstore.rpc.Master.WaitOffload:output_type -> tierstore.rpc.WaitOffloadResponse
-	41, // 91: tierstore.rpc.Master.Prefetch:output_type -> tierstore.rpc.PrefetchResponse
-	61, // [61:92] is the sub-list for method output_type
-	30, // [30:61] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	45, // 19: tierstore.rpc.OffloadHeartbeatRequest.ssd_report:type_name -> tierstore.rpc.SSDReport
+	44, // 20: tierstore.rpc.SSDReport.victims:type_name -> tierstore.rpc.SSDVictim
+	47, // 21: tierstore.rpc.OffloadHeartbeatResponse.tasks:type_name -> tierstore.rpc.OffloadTask
+	46, // 22: tierstore.rpc.OffloadHeartbeatResponse.promotions:type_name -> tierstore.rpc.PromoteTask
+	43, // 23: tierstore.rpc.OffloadHeartbeatResponse.sketch_chunk:type_name -> tierstore.rpc.SketchChunk
+	49, // 24: tierstore.rpc.PromoteEndRequest.results:type_name -> tierstore.rpc.PromoteResult
+	51, // 25: tierstore.rpc.NotifyOffloadSuccessRequest.persisted:type_name -> tierstore.rpc.DiskObject
+	52, // 26: tierstore.rpc.NotifyOffloadSuccessRequest.failed:type_name -> tierstore.rpc.OffloadFailure
+	51, // 27: tierstore.rpc.RegisterDiskObjectsRequest.objects:type_name -> tierstore.rpc.DiskObject
+	3,  // 28: tierstore.rpc.ReportBadReplicaRequest.replica:type_name -> tierstore.rpc.Replica
+	58, // 29: tierstore.rpc.RegisterMemoryObjectsRequest.objects:type_name -> tierstore.rpc.MemoryObject
+	62, // 30: tierstore.rpc.StatsResponse.per_node:type_name -> tierstore.rpc.NodeStats
+	5,  // 31: tierstore.rpc.Master.MountSegment:input_type -> tierstore.rpc.MountSegmentRequest
+	7,  // 32: tierstore.rpc.Master.UnmountSegment:input_type -> tierstore.rpc.UnmountSegmentRequest
+	9,  // 33: tierstore.rpc.Master.Ping:input_type -> tierstore.rpc.PingRequest
+	11, // 34: tierstore.rpc.Master.PutStart:input_type -> tierstore.rpc.PutStartRequest
+	16, // 35: tierstore.rpc.Master.PutEnd:input_type -> tierstore.rpc.KeyRequest
+	16, // 36: tierstore.rpc.Master.PutRevoke:input_type -> tierstore.rpc.KeyRequest
+	13, // 37: tierstore.rpc.Master.BatchPutStart:input_type -> tierstore.rpc.BatchPutStartRequest
+	18, // 38: tierstore.rpc.Master.BatchPutEnd:input_type -> tierstore.rpc.KeysRequest
+	18, // 39: tierstore.rpc.Master.BatchPutRevoke:input_type -> tierstore.rpc.KeysRequest
+	21, // 40: tierstore.rpc.Master.ExistKey:input_type -> tierstore.rpc.LookupRequest
+	23, // 41: tierstore.rpc.Master.BatchExistKey:input_type -> tierstore.rpc.BatchLookupRequest
+	21, // 42: tierstore.rpc.Master.GetReplicaList:input_type -> tierstore.rpc.LookupRequest
+	23, // 43: tierstore.rpc.Master.BatchGetReplicaList:input_type -> tierstore.rpc.BatchLookupRequest
+	29, // 44: tierstore.rpc.Master.Remove:input_type -> tierstore.rpc.RemoveRequest
+	30, // 45: tierstore.rpc.Master.RemoveAll:input_type -> tierstore.rpc.RemoveAllRequest
+	31, // 46: tierstore.rpc.Master.RemoveByRegex:input_type -> tierstore.rpc.RemoveByRegexRequest
+	38, // 47: tierstore.rpc.Master.EvictMemory:input_type -> tierstore.rpc.EvictMemoryRequest
+	42, // 48: tierstore.rpc.Master.OffloadHeartbeat:input_type -> tierstore.rpc.OffloadHeartbeatRequest
+	53, // 49: tierstore.rpc.Master.NotifyOffloadSuccess:input_type -> tierstore.rpc.NotifyOffloadSuccessRequest
+	54, // 50: tierstore.rpc.Master.ReRegisterDiskObjects:input_type -> tierstore.rpc.RegisterDiskObjectsRequest
+	55, // 51: tierstore.rpc.Master.EvictDiskReplica:input_type -> tierstore.rpc.EvictDiskReplicaRequest
+	57, // 52: tierstore.rpc.Master.ReportBadReplica:input_type -> tierstore.rpc.ReportBadReplicaRequest
+	50, // 53: tierstore.rpc.Master.PromoteEnd:input_type -> tierstore.rpc.PromoteEndRequest
+	60, // 54: tierstore.rpc.Master.Stats:input_type -> tierstore.rpc.StatsRequest
+	63, // 55: tierstore.rpc.Master.ReconcileBegin:input_type -> tierstore.rpc.ReconcileBeginRequest
+	65, // 56: tierstore.rpc.Master.ReconcileKeys:input_type -> tierstore.rpc.ReconcileKeysRequest
+	67, // 57: tierstore.rpc.Master.ReconcileEnd:input_type -> tierstore.rpc.ReconcileEndRequest
+	59, // 58: tierstore.rpc.Master.ReRegisterMemoryObjects:input_type -> tierstore.rpc.RegisterMemoryObjectsRequest
+	36, // 59: tierstore.rpc.Master.PullRemovals:input_type -> tierstore.rpc.PullRemovalsRequest
+	39, // 60: tierstore.rpc.Master.WaitOffload:input_type -> tierstore.rpc.WaitOffloadRequest
+	18, // 61: tierstore.rpc.Master.Prefetch:input_type -> tierstore.rpc.KeysRequest
+	6,  // 62: tierstore.rpc.Master.MountSegment:output_type -> tierstore.rpc.MountSegmentResponse
+	8,  // 63: tierstore.rpc.Master.UnmountSegment:output_type -> tierstore.rpc.UnmountSegmentResponse
+	10, // 64: tierstore.rpc.Master.Ping:output_type -> tierstore.rpc.PingResponse
+	12, // 65: tierstore.rpc.Master.PutStart:output_type -> tierstore.rpc.PutStartResponse
+	17, // 66: tierstore.rpc.Master.PutEnd:output_type -> tierstore.rpc.Empty
+	17, // 67: tierstore.rpc.Master.PutRevoke:output_type -> tierstore.rpc.Empty
+	15, // 68: tierstore.rpc.Master.BatchPutStart:output_type -> tierstore.rpc.BatchPutStartResponse
+	20, // 69: tierstore.rpc.Master.BatchPutEnd:output_type -> tierstore.rpc.KeyResults
+	20, // 70: tierstore.rpc.Master.BatchPutRevoke:output_type -> tierstore.rpc.KeyResults
+	22, // 71: tierstore.rpc.Master.ExistKey:output_type -> tierstore.rpc.ExistKeyResponse
+	25, // 72: tierstore.rpc.Master.BatchExistKey:output_type -> tierstore.rpc.BatchExistKeyResponse
+	26, // 73: tierstore.rpc.Master.GetReplicaList:output_type -> tierstore.rpc.GetReplicaListResponse
+	28, // 74: tierstore.rpc.Master.BatchGetReplicaList:output_type -> tierstore.rpc.BatchGetReplicaListResponse
+	17, // 75: tierstore.rpc.Master.Remove:output_type -> tierstore.rpc.Empty
+	32, // 76: tierstore.rpc.Master.RemoveAll:output_type -> tierstore.rpc.CountResponse
+	32, // 77: tierstore.rpc.Master.RemoveByRegex:output_type -> tierstore.rpc.CountResponse
+	69, // 78: tierstore.rpc.Master.EvictMemory:output_type -> tierstore.rpc.EvictMemoryResponse
+	48, // 79: tierstore.rpc.Master.OffloadHeartbeat:output_type -> tierstore.rpc.OffloadHeartbeatResponse
+	20, // 80: tierstore.rpc.Master.NotifyOffloadSuccess:output_type -> tierstore.rpc.KeyResults
+	20, // 81: tierstore.rpc.Master.ReRegisterDiskObjects:output_type -> tierstore.rpc.KeyResults
+	56, // 82: tierstore.rpc.Master.EvictDiskReplica:output_type -> tierstore.rpc.EvictDiskReplicaResponse
+	17, // 83: tierstore.rpc.Master.ReportBadReplica:output_type -> tierstore.rpc.Empty
+	20, // 84: tierstore.rpc.Master.PromoteEnd:output_type -> tierstore.rpc.KeyResults
+	61, // 85: tierstore.rpc.Master.Stats:output_type -> tierstore.rpc.StatsResponse
+	64, // 86: tierstore.rpc.Master.ReconcileBegin:output_type -> tierstore.rpc.ReconcileBeginResponse
+	66, // 87: tierstore.rpc.Master.ReconcileKeys:output_type -> tierstore.rpc.ReconcileKeysResponse
+	68, // 88: tierstore.rpc.Master.ReconcileEnd:output_type -> tierstore.rpc.ReconcileEndResponse
+	20, // 89: tierstore.rpc.Master.ReRegisterMemoryObjects:output_type -> tierstore.rpc.KeyResults
+	37, // 90: tierstore.rpc.Master.PullRemovals:output_type -> tierstore.rpc.PullRemovalsResponse
+	40, // 91: tierstore.rpc.Master.WaitOffload:output_type -> tierstore.rpc.WaitOffloadResponse
+	41, // 92: tierstore.rpc.Master.Prefetch:output_type -> tierstore.rpc.PrefetchResponse
+	62, // [62:93] is the sub-list for method output_type
+	31, // [31:62] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
@@ -4851,7 +4986,7 @@ func file_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   66,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

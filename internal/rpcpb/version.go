@@ -17,7 +17,9 @@ import (
 // previous version could misread bumps the version.
 const (
 	// MasterProtocol is the version of master.proto's Master service.
-	MasterProtocol = 1
+	// Version 2: the heartbeat carries the admission sketch in chunks
+	// (SketchChunk) instead of whole.
+	MasterProtocol = 2
 	// NodeProtocol is the version of node.proto's NodePeer service.
 	NodeProtocol = 1
 )
