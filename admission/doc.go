@@ -113,18 +113,23 @@
 // Used: int64; Victims: repeated {Bytes int64, Span int64, Value double};
 // rpcpb SSDReport); the master passes it to Service.ReportSSD, which adds
 // the node's outstanding tasks. The node values its victims with the
-// master's sketch, which the heartbeat reply carries when the node's copy
+// master's sketch, which the heartbeat replies carry when the node's copy
 // (whose version the request sends back) has fallen 1/64 of the ageing
-// period behind, at most once per --admission_sketch_interval (Service.
-// AdmissionSketch, Sketch.MarshalBinary / UnmarshalBinary: the key hash
-// has a fixed seed, so the estimates are the same in both processes). The
-// encoding is 37 bytes of header plus 4 rows of Width()/2 bytes of
-// counters plus the doorkeeper: 24,613 bytes at the default width (8192
-// counters a row, up to 1024 cached objects), about 24 bytes per cached
-// object beyond. The master does not send one above half the RPC message
-// limit (32 MiB, about 1.3 million cached objects); that node then ranks
-// its buckets by recency and sends no report (its victims would be worth
-// nothing), and its candidates are admitted as "no_report".
+// period behind, at most once per --admission_sketch_interval: in chunks
+// (SketchChunk, sketchchunk.go: words of 4 rows of Width()/16 words of
+// counters then the doorkeeper, with the geometry and the halvings so
+// far), at most a quarter of the RPC message limit each, which the node
+// fetches in back-to-back heartbeats and joins (SketchAssembly); the key
+// hash has a fixed seed, so the estimates are the same in both processes.
+// The sketch is about 24 bytes per cached object: 24,613 bytes at the
+// default width (8192 counters a row, up to 1024 cached objects), 384 MiB
+// at 50 million (2^26 counters a row, 2^31 doorkeeper bits: 24 chunks).
+// TinyLFU.SketchChunk copies the words under the policy's lock 1 MiB at a
+// time and encodes them after, so a transfer never holds up lookups; a
+// halving or resize between two chunks makes the node start over (its
+// words would mix periods), which the chunk's Resets and geometry reveal.
+// A node without a sketch (its first transfer not complete) sends no
+// report, and its candidates are admitted as "no_report".
 //
 // # Invariants
 //

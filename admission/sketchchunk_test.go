@@ -3,7 +3,10 @@ package admission
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"testing"
+	"time"
 )
 
 // joinChunks fetches p's sketch in chunks of maxBytes and joins them.
@@ -115,5 +118,62 @@ func TestSketchChunkMalformed(t *testing.T) {
 		if v, n := a.Transfer(); v != 0 || n != 0 {
 			t.Fatalf("case %d: transfer kept", i)
 		}
+	}
+}
+
+// BenchmarkSketchCopyStall: how long a lookup (ObserveLookup, which takes
+// the policy's lock) can wait while the whole sketch is copied out for a
+// node, side by side: "whole" encodes it under the lock in one go (protocol
+// version 1's MarshalSketch), "chunks" copies it as SketchChunk does (1 MiB
+// per hold of the lock, encoded outside). The sketch is sized for
+// TIERSTORE_SKETCH_POPULATION cached objects (default 50 million: 384 MiB).
+// longest-lookup-ms is the longest lookup seen during the copies.
+// go test -run '^$' -bench SketchCopyStall -benchtime 2x ./admission
+func BenchmarkSketchCopyStall(b *testing.B) {
+	population := int64(50_000_000)
+	if v, err := strconv.ParseInt(os.Getenv("TIERSTORE_SKETCH_POPULATION"), 10, 64); err == nil && v > 0 {
+		population = v
+	}
+	p := NewTinyLFU(TinyLFUConfig{MinPopulation: population})
+	copies := map[string]func(){
+		"whole": func() {
+			p.mu.Lock()
+			_, _ = p.sk.MarshalBinary()
+			p.mu.Unlock()
+		},
+		"chunks": func() {
+			for off := uint64(0); ; {
+				c := p.SketchChunk(off, 16<<20)
+				off = c.Offset + uint64(len(c.Data)/8)
+				if off == c.Total {
+					return
+				}
+			}
+		},
+	}
+	for _, name := range []string{"whole", "chunks"} {
+		b.Run(name, func(b *testing.B) {
+			stop, done := make(chan struct{}), make(chan int64)
+			go func() {
+				var longest int64
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						done <- longest
+						return
+					default:
+					}
+					t0 := time.Now()
+					p.ObserveLookup(strconv.Itoa(i), Miss, 0)
+					longest = max(longest, int64(time.Since(t0)))
+				}
+			}()
+			for range b.N {
+				copies[name]()
+			}
+			close(stop)
+			b.ReportMetric(float64(<-done)/1e6, "longest-lookup-ms")
+			b.ReportMetric(float64(8*sketchWords(uint64(p.sk.Width()), uint64(len(p.sk.door))*64)), "sketch-bytes")
+		})
 	}
 }

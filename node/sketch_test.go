@@ -2,9 +2,13 @@ package node
 
 import (
 	"context"
+	"os"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/tierstore/tierstore/admission"
+	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/mastergrpc"
 )
 
@@ -70,4 +74,101 @@ func TestLargeSketchReachesNode(t *testing.T) {
 	if d["no_report"] != 0 || d["room"] == 0 {
 		t.Fatalf("decisions %v: want victims admitted to the reported room, none without a report", d)
 	}
+}
+
+// BenchmarkSketchTransfer delivers the master's sketch to a node over gRPC
+// on loopback (OffloadNow: the back-to-back heartbeats of one transfer),
+// the sketch sized for TIERSTORE_SKETCH_POPULATION cached objects (default
+// 50 million: 384 MiB). It reports the sketch's bytes and chunks; ns/op is
+// one whole delivery. The master keeps counting lookups meanwhile
+// (lookups/op, on another goroutine), which shows the chunks' copies do
+// not stall the policy's lock. go test -run '^$' -bench SketchTransfer
+// -benchtime 3x ./node (docs/benchmarks.md).
+func BenchmarkSketchTransfer(b *testing.B) {
+	population := int64(50_000_000)
+	if v, err := strconv.ParseInt(os.Getenv("TIERSTORE_SKETCH_POPULATION"), 10, 64); err == nil && v > 0 {
+		population = v
+	}
+	m, err := master.New(admMasterConfig(0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { m.Close() })
+	tl := m.Policy().(*admission.TinyLFU)
+	r, err := mastergrpc.Dial(context.Background(), serveMasterB(b, m))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { r.Close() })
+	nc := testNodeConfig("127.0.0.1:0")
+	nc.EnableOffload = true
+	nc.SSDDir = b.TempDir()
+	nc.SSDCapacity = 8 << 20
+	n, err := Start(context.Background(), nc, r, WithName("sketch-node"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { n.Close() })
+	tl.SetPopulation(func() int64 { return population })
+	for range tl.Stats().Period {
+		tl.ObserveLookup("filler", admission.Miss, 0)
+	}
+	// lookups counts lookups on another goroutine until stop closes, and
+	// sends how many and the longest one took.
+	lookups := func(stop <-chan struct{}, done chan<- [2]int64) {
+		var n, longest int64
+		for {
+			select {
+			case <-stop:
+				done <- [2]int64{n, longest}
+				return
+			default:
+			}
+			t0 := time.Now()
+			tl.ObserveLookup(strconv.FormatInt(n, 10), admission.Miss, 0)
+			longest = max(longest, int64(time.Since(t0)))
+			n++
+		}
+	}
+	// The same lookups without a transfer, as long as one delivery took in
+	// a first, untimed, delivery: the baseline of the longest lookup.
+	t0 := time.Now()
+	n.OffloadNow()
+	first := time.Since(t0)
+	stop, done := make(chan struct{}), make(chan [2]int64)
+	go lookups(stop, done)
+	time.Sleep(first) // a measurement window, not synchronisation
+	close(stop)
+	idle := <-done
+	stop = make(chan struct{})
+	go lookups(stop, done)
+	n.roundMu.Lock()
+	n.adm.version = 0
+	n.roundMu.Unlock()
+	before := n.Stats()
+	b.ResetTimer()
+	for range b.N {
+		n.roundMu.Lock()
+		n.adm.version = 0 // the node holds no sketch: a whole transfer is due
+		n.roundMu.Unlock()
+		n.OffloadNow()
+	}
+	b.StopTimer()
+	close(stop)
+	busy := <-done
+	after := n.Stats()
+	if got := after.SketchesReceived - before.SketchesReceived; got != int64(b.N) {
+		b.Fatalf("%d sketches received in %d deliveries", got, b.N)
+	}
+	bytes, err := m.AdmissionSketch()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(len(bytes)), "sketch-bytes")
+	b.ReportMetric(float64(after.SketchChunksReceived-before.SketchChunksReceived)/float64(b.N), "chunks/op")
+	b.ReportMetric(float64(after.SketchRestarts-before.SketchRestarts)/float64(b.N), "restarts/op")
+	b.ReportMetric(float64(busy[0])/float64(b.N), "lookups/op")
+	b.ReportMetric(float64(idle[0])/first.Seconds(), "lookups/s-idle")
+	b.ReportMetric(float64(busy[1])/1e6, "longest-lookup-ms")
+	b.ReportMetric(float64(idle[1])/1e6, "longest-lookup-ms-idle")
 }
