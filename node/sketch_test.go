@@ -5,7 +5,8 @@ import (
 	"os"
 	"strconv"
 	"testing"
-	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/tierstore/tierstore/admission"
 	"github.com/tierstore/tierstore/master"
@@ -79,11 +80,12 @@ func TestLargeSketchReachesNode(t *testing.T) {
 // BenchmarkSketchTransfer delivers the master's sketch to a node over gRPC
 // on loopback (OffloadNow: the back-to-back heartbeats of one transfer),
 // the sketch sized for TIERSTORE_SKETCH_POPULATION cached objects (default
-// 50 million: 384 MiB). It reports the sketch's bytes and chunks; ns/op is
-// one whole delivery. The master keeps counting lookups meanwhile
-// (lookups/op, on another goroutine), which shows the chunks' copies do
-// not stall the policy's lock. go test -run '^$' -bench SketchTransfer
-// -benchtime 3x ./node (docs/benchmarks.md).
+// 50 million: 384 MiB). ns/op is one whole delivery; it reports the
+// sketch's bytes, chunks per delivery, and the process's CPU seconds per
+// delivery (master and node share the process). How long lookups wait
+// meanwhile is admission's BenchmarkSketchCopyStall.
+// go test -run '^$' -bench SketchTransfer -benchtime 2x ./node
+// (docs/benchmarks.md).
 func BenchmarkSketchTransfer(b *testing.B) {
 	population := int64(50_000_000)
 	if v, err := strconv.ParseInt(os.Getenv("TIERSTORE_SKETCH_POPULATION"), 10, 64); err == nil && v > 0 {
@@ -110,42 +112,12 @@ func BenchmarkSketchTransfer(b *testing.B) {
 	}
 	b.Cleanup(func() { n.Close() })
 	tl.SetPopulation(func() int64 { return population })
-	for range tl.Stats().Period {
+	for range tl.Stats().Period { // the next halving sizes the sketch for the population
 		tl.ObserveLookup("filler", admission.Miss, 0)
 	}
-	// lookups counts lookups on another goroutine until stop closes, and
-	// sends how many and the longest one took.
-	lookups := func(stop <-chan struct{}, done chan<- [2]int64) {
-		var n, longest int64
-		for {
-			select {
-			case <-stop:
-				done <- [2]int64{n, longest}
-				return
-			default:
-			}
-			t0 := time.Now()
-			tl.ObserveLookup(strconv.FormatInt(n, 10), admission.Miss, 0)
-			longest = max(longest, int64(time.Since(t0)))
-			n++
-		}
-	}
-	// The same lookups without a transfer, as long as one delivery took in
-	// a first, untimed, delivery: the baseline of the longest lookup.
-	t0 := time.Now()
-	n.OffloadNow()
-	first := time.Since(t0)
-	stop, done := make(chan struct{}), make(chan [2]int64)
-	go lookups(stop, done)
-	time.Sleep(first) // a measurement window, not synchronisation
-	close(stop)
-	idle := <-done
-	stop = make(chan struct{})
-	go lookups(stop, done)
-	n.roundMu.Lock()
-	n.adm.version = 0
-	n.roundMu.Unlock()
+	n.OffloadNow() // a first delivery, untimed
 	before := n.Stats()
+	cpu0 := cpuSeconds(b)
 	b.ResetTimer()
 	for range b.N {
 		n.roundMu.Lock()
@@ -154,8 +126,7 @@ func BenchmarkSketchTransfer(b *testing.B) {
 		n.OffloadNow()
 	}
 	b.StopTimer()
-	close(stop)
-	busy := <-done
+	cpu := cpuSeconds(b) - cpu0
 	after := n.Stats()
 	if got := after.SketchesReceived - before.SketchesReceived; got != int64(b.N) {
 		b.Fatalf("%d sketches received in %d deliveries", got, b.N)
@@ -167,8 +138,14 @@ func BenchmarkSketchTransfer(b *testing.B) {
 	b.ReportMetric(float64(len(bytes)), "sketch-bytes")
 	b.ReportMetric(float64(after.SketchChunksReceived-before.SketchChunksReceived)/float64(b.N), "chunks/op")
 	b.ReportMetric(float64(after.SketchRestarts-before.SketchRestarts)/float64(b.N), "restarts/op")
-	b.ReportMetric(float64(busy[0])/float64(b.N), "lookups/op")
-	b.ReportMetric(float64(idle[0])/first.Seconds(), "lookups/s-idle")
-	b.ReportMetric(float64(busy[1])/1e6, "longest-lookup-ms")
-	b.ReportMetric(float64(idle[1])/1e6, "longest-lookup-ms-idle")
+	b.ReportMetric(cpu/float64(b.N), "cpu-s/op")
+}
+
+// cpuSeconds is the process's user and system CPU time so far.
+func cpuSeconds(b *testing.B) float64 {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
