@@ -28,6 +28,10 @@ import (
 // the policy's lock (1 MiB: about 50 µs of copying).
 const snapshotWords = 1 << 17
 
+// pieceCopied, when set (tests), runs after each piece SketchChunk copies,
+// with the lock released.
+var pieceCopied func()
+
 // SketchChunk is one piece of a sketch in transit: its geometry, period,
 // halvings so far, and the words [Offset, Offset+len(Data)/8) of its
 // encoding (rows, then the doorkeeper), little-endian.
@@ -79,6 +83,9 @@ func (p *TinyLFU) SketchChunk(offset uint64, maxBytes int) SketchChunk {
 		n := min(snapshotWords, limit-uint64(len(words)), total-from)
 		words = sk.appendWords(words, from, n)
 		p.mu.Unlock()
+		if pieceCopied != nil {
+			pieceCopied()
+		}
 		if uint64(len(words)) == limit || offset+uint64(len(words)) == total {
 			break
 		}

@@ -177,3 +177,35 @@ func BenchmarkSketchCopyStall(b *testing.B) {
 		})
 	}
 }
+
+// TestSketchChunkEndsAtHalving: a halving while a chunk is being copied
+// (between two of its pieces) ends the chunk at the last word copied
+// before it, so no chunk mixes two periods; the next chunk names the new
+// halving count and the joiner starts over.
+func TestSketchChunkEndsAtHalving(t *testing.T) {
+	p := NewTinyLFU(TinyLFUConfig{MinPopulation: 1 << 16}) // 4 rows of 2^19 counters: 16 pieces
+	for i := range 1000 {
+		p.ObserveLookup(fmt.Sprintf("k%d", i%100), Miss, 0)
+	}
+	resets := p.sk.Resets()
+	pieces := 0
+	pieceCopied = func() {
+		if pieces++; pieces == 1 {
+			p.mu.Lock()
+			p.sk.Halve()
+			p.mu.Unlock()
+		}
+	}
+	defer func() { pieceCopied = nil }()
+	c := p.SketchChunk(0, 1<<30)
+	if len(c.Data) != 8*snapshotWords || c.Resets != resets {
+		t.Fatalf("chunk of %d bytes with %d resets, want the first piece (%d bytes) of the period before the halving (%d)", len(c.Data), c.Resets, 8*snapshotWords, resets)
+	}
+	var a SketchAssembly
+	if _, err := a.Add(c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Add(p.SketchChunk(uint64(len(c.Data)/8), 1<<30)); !errors.Is(err, ErrSketchChanged) {
+		t.Fatalf("the chunk after the halving: %v, want ErrSketchChanged", err)
+	}
+}

@@ -57,6 +57,15 @@ func TestLargeSketchReachesNode(t *testing.T) {
 	if s.n.adm.freq([]byte("hot")) == 0 {
 		t.Fatal("setup: hot estimated 0")
 	}
+	// The heartbeat loop's round (heartbeat) fetches a whole transfer too,
+	// one chunk after the other, not one chunk per tick.
+	s.n.roundMu.Lock()
+	s.n.adm.version = 0
+	s.n.roundMu.Unlock()
+	s.n.heartbeat()
+	if got := s.n.Stats().SketchesReceived; got != 2 {
+		t.Fatalf("after a heartbeat round the node received %d sketches, want 2", got)
+	}
 
 	ctx := context.Background()
 	val := rnd(64 << 10)
