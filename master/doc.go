@@ -112,7 +112,8 @@
 //
 // The offload heartbeat also carries admission state
 // (masterapi.NodeAPI.Heartbeat, admission_hooks.go): the node's SSD report goes to the
-// policy, the policy's sketch to the node when it asks. With tinylfu and
+// policy, the policy's sketch to the node in chunks when it asks
+// (promote.go, sketchForNode). With tinylfu and
 // dram_promotion_min_freq, an SSD hit of a frequent object queues a
 // promotion (promote.go): a range of the node's segment owned by a new put
 // token, which the node fills from its SSD before the master publishes
