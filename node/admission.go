@@ -60,6 +60,7 @@ type nodeAdmission struct {
 	sketch     atomic.Pointer[admission.Sketch]
 	version    uint64                   // of sketch (0: none)
 	asm        admission.SketchAssembly // the sketch transfer in progress
+	asmTerm    uint64                   // the leadership term of its first chunk
 	sketchAt   time.Time                // when sketch was received
 	valuer     bool                     // the tier was given the valuer
 	wantReport bool                     // the master's policy takes SSD reports
@@ -158,6 +159,15 @@ func (n *Node) takeAdmission(rep masterapi.HeartbeatReply) {
 		return
 	}
 	n.metrics.sketchChunksReceived.Add(1)
+	if c.Offset == 0 {
+		a.asmTerm = rep.Term
+	} else if v, _ := a.asm.Transfer(); v != 0 && rep.Term != a.asmTerm {
+		// Another leader's sketch: its words must not join the ones of
+		// the previous leader's (a new transfer starts next heartbeat).
+		a.asm.Reset()
+		n.metrics.sketchRestarts.Add(1)
+		return
+	}
 	s, err := a.asm.Add(admission.SketchChunk{Version: c.Version, Width: c.Width, DoorBits: c.DoorBits, Period: c.Period,
 		Samples: c.Samples, Resets: c.Resets, Offset: c.Offset, Total: c.Total, Data: c.Data})
 	switch {

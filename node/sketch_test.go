@@ -10,6 +10,7 @@ import (
 
 	"github.com/tierstore/tierstore/admission"
 	"github.com/tierstore/tierstore/master"
+	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/mastergrpc"
 )
 
@@ -157,4 +158,42 @@ func cpuSeconds(b *testing.B) float64 {
 		b.Fatal(err)
 	}
 	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
+// TestSketchTransferStopsAtNewLeader: a chunk answered under another
+// leadership term than the transfer's first does not join it (the words of
+// two masters' sketches would mix): the node drops the transfer and counts
+// a restart; a transfer within one term completes.
+func TestSketchTransferStopsAtNewLeader(t *testing.T) {
+	s := newAdmStack(t, admMasterConfig(0), nil, nil)
+	p := admission.NewTinyLFU(admission.TinyLFUConfig{MinPopulation: 4096})
+	chunk := func(off uint64) *masterapi.SketchChunk {
+		c := p.SketchChunk(off, 4096)
+		return &masterapi.SketchChunk{Version: 7, Width: c.Width, DoorBits: c.DoorBits, Period: c.Period, Samples: c.Samples,
+			Resets: c.Resets, Offset: c.Offset, Total: c.Total, Data: c.Data}
+	}
+	s.n.roundMu.Lock()
+	defer s.n.roundMu.Unlock()
+	before := s.n.Stats()
+	s.n.takeAdmission(masterapi.HeartbeatReply{Term: 1, Sketch: chunk(0)})
+	s.n.takeAdmission(masterapi.HeartbeatReply{Term: 2, Sketch: chunk(512)})
+	st := s.n.Stats()
+	if v, _ := s.n.adm.asm.Transfer(); v != 0 || st.SketchRestarts != before.SketchRestarts+1 {
+		t.Fatalf("transfer %d still joined after a new term; restarts %d -> %d", v, before.SketchRestarts, st.SketchRestarts)
+	}
+	received := st.SketchesReceived
+	for off, i := uint64(0), 0; ; i++ {
+		if i > 1000 {
+			t.Fatal("transfer never completed")
+		}
+		c := chunk(off)
+		s.n.takeAdmission(masterapi.HeartbeatReply{Term: 2, Sketch: c})
+		off = c.Offset + uint64(len(c.Data)/8)
+		if off == c.Total {
+			break
+		}
+	}
+	if got := s.n.Stats().SketchesReceived; got != received+1 {
+		t.Fatalf("sketches received %d, want %d", got, received+1)
+	}
 }
