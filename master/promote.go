@@ -242,7 +242,8 @@ func (s *Service) startPromotion(n *node, key string, pre bool) (masterapi.Promo
 // (the policy's estimate strictly lower; without an estimate, free room
 // only). Room that comes from a victim queued for offload arrives once the
 // node has written it (a later heartbeat: the candidate is tried again,
-// maxPromoTries).
+// maxPromoTries); at most maxPromoAsks DRAM-only victims are put to the
+// policy per attempt.
 func (s *Service) allocatePromotion(n *node, size int64, key string, pre bool) (*segment, int64, bool) {
 	if g, off, ok := s.tryAllocateOn(n, size); ok {
 		return g, off, true
@@ -277,11 +278,15 @@ func (s *Service) allocatePromotion(n *node, size int64, key string, pre bool) (
 		return 0
 	})
 	var pending int64 // bytes freed or queued for offload by this call
+	asks := 0         // DRAM-only victims the admission policy was asked about
 	for _, c := range cands {
 		if pending >= size {
 			break // the room will come when the queued victims are on SSD
 		}
-		freed, queued := s.promotionVictim(c, now)
+		freed, queued, asked := s.promotionVictim(c, now, asks < maxPromoAsks)
+		if asked {
+			asks++
+		}
 		switch {
 		case queued:
 			pending += alignUp(c.o.size)
@@ -300,31 +305,39 @@ func (s *Service) allocatePromotion(n *node, size int64, key string, pre bool) (
 	return s.tryAllocateOn(n, size)
 }
 
+// maxPromoAsks bounds the DRAM-only victims one promotion attempt asks the
+// admission policy about: when the SSD refuses them, asking every object
+// in DRAM at every attempt would cost a scan's worth of decisions (and
+// count them all as rejections) for one promotion.
+const maxPromoAsks = 4
+
 // promotionVictim re-checks c under its shard lock and makes room with it
 // for a promotion, never losing it: an object readable from SSD loses its
-// DRAM replicas (it stays readable there); a DRAM-only object is queued
-// for offload when the admission policy admits it (its range frees once
-// it is on SSD), and is otherwise left alone, never dropped. It returns
-// the bytes freed and whether c was queued instead.
-func (s *Service) promotionVictim(c victim, now int64) (freed int64, queued bool) {
+// DRAM replicas (it stays readable there); a DRAM-only object, when ask,
+// is queued for offload if the admission policy admits it (its range
+// frees once it is on SSD), and is otherwise left alone, never dropped.
+// It returns the bytes freed, whether c was queued instead, and whether
+// the policy was asked.
+func (s *Service) promotionVictim(c victim, now int64, ask bool) (freed int64, queued, asked bool) {
 	c.sh.mu.Lock()
 	defer c.sh.mu.Unlock()
 	o := c.o
 	if c.sh.objs[c.key] != o || !s.victimOK(o, now) {
-		return 0, false
+		return 0, false, false
 	}
 	if !o.readableDisk() {
-		if o.offloadGaveUp == offloadOK {
-			if _, queued := s.admitToSSD(c.key, o, s.policy.OnEvict, true); queued {
-				return 0, true
-			}
+		if !ask || o.offloadGaveUp != offloadOK {
+			return 0, false, false
+		}
+		if _, queued := s.admitToSSD(c.key, o, s.policy.OnEvict, true); queued {
+			return 0, true, true
 		}
 		s.cnt.promotionsSpared.Add(1)
-		return 0, false
+		return 0, false, true
 	}
 	freed = alignUp(o.size)
 	s.dropMem(o)
-	return freed, false
+	return freed, false, false
 }
 
 // tryAllocateOn allocates size bytes in one of n's live segments.

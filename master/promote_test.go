@@ -14,13 +14,13 @@ var fullSSD = admission.SSDReport{High: 1 << 20, Used: 1 << 20,
 	Victims: []admission.VictimValue{{Bytes: 1 << 20, Span: 1 << 20, Value: 9 << 20}}}
 
 // promoteSetup: tinylfu promoting from the first access on node "a" with
-// four DRAM slots, an SSD-only object "c", and DRAM full of the DRAM-only
-// objects d0..d3, all evictable (their leases over).
+// eight DRAM slots, an SSD-only object "c", and DRAM full of the DRAM-only
+// objects d0..d7, all evictable (their leases over).
 func promoteSetup(t *testing.T) (*Service, *ManualClock, []string) {
 	t.Helper()
-	s, clk := prefetchService(t, 0, 4)
+	s, clk := prefetchService(t, 0, 8)
 	ssdOnly(t, s, clk, "c")
-	dram := []string{"d0", "d1", "d2", "d3"}
+	dram := []string{"d0", "d1", "d2", "d3", "d4", "d5", "d6", "d7"}
 	for _, k := range dram {
 		put(t, s, k, pfObj, "a")
 	}
@@ -61,11 +61,16 @@ func TestPromotionNeverDropsDRAMOnly(t *testing.T) {
 		t.Fatalf("%d promotions queued, want 1", got)
 	}
 	clk.Advance(time.Second)
+	p := s.policy.(*admission.TinyLFU)
 	for range maxPromoTries {
+		before := p.Stats().Decisions["lost"]
 		if ps := promos(t, s); len(ps) != 0 {
 			t.Fatalf("a promotion started in a DRAM holding only DRAM-only objects: %+v", ps)
 		}
 		readable(t, s, dram...)
+		if asked := p.Stats().Decisions["lost"] - before; asked == 0 || asked > maxPromoAsks {
+			t.Fatalf("one promotion attempt put %d DRAM-only victims to the policy, want 1 to %d", asked, maxPromoAsks)
+		}
 	}
 	if got := s.cnt.promotionsNoRoom.Load(); got != 1 {
 		t.Fatalf("promotions given up for room: %d, want 1", got)
