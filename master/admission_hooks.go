@@ -19,10 +19,16 @@ type lookupObserver interface {
 	ObserveLookup(key string, o admission.Outcome, size int64)
 }
 
-// ssdReportSink is a policy that takes the nodes' SSD reports; it counts
-// the node's outstanding tasks with the function it is given, under the
-// lock its admissions take.
+// ssdReportSink is a policy that takes the nodes' SSD reports with the
+// node's outstanding tasks counted beforehand.
 type ssdReportSink interface {
+	ReportSSD(node string, r admission.SSDReport, outstanding int)
+}
+
+// countedReportSink is an ssdReportSink that counts the node's outstanding
+// tasks with the function it is given, under the lock its admissions take
+// (TinyLFU): no admission can fall between the count and the report.
+type countedReportSink interface {
 	ReportSSDCounted(node string, r admission.SSDReport, outstanding func() int)
 }
 
@@ -123,7 +129,7 @@ func (s *Service) ReportSSD(node string, r admission.SSDReport) {
 		return
 	}
 	n := s.lookupNode(node)
-	p.ReportSSDCounted(node, r, func() int {
+	count := func() int {
 		if n == nil {
 			return 0
 		}
@@ -133,7 +139,12 @@ func (s *Service) ReportSSD(node string, r admission.SSDReport) {
 		a := n.admitting.Load()
 		q, i := n.box.counts()
 		return int(a) + q + i
-	})
+	}
+	if c, ok := p.(countedReportSink); ok {
+		c.ReportSSDCounted(node, r, count)
+		return
+	}
+	p.ReportSSD(node, r, count())
 }
 
 // AdmissionSketch returns the admission policy's frequency sketch, encoded
