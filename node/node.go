@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/peerlimit"
 	"github.com/tierstore/tierstore/internal/rpcpb"
 	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/masterapi"
@@ -123,6 +124,9 @@ type Node struct {
 	lis net.Listener
 	srv *grpc.Server
 	dp  dataPlane // the bulk data protocol on lis, and Put/Get latencies
+	// guard bounds what one peer may make the node spend on lis (nil
+	// without a listener); set by serve before lis is served.
+	guard *peerlimit.Guard
 
 	metrics nodeMetrics
 
@@ -296,6 +300,10 @@ func (n *Node) openStorage(o options) (err error) {
 	return err
 }
 
+// peerMaxMessage bounds a gRPC message a peer may send the node (NodeStats
+// requests are empty; values travel on the data plane).
+const peerMaxMessage = 64 << 10
+
 // serve starts the peer service on cfg.Listen ("" : none, the node is
 // reached in-process).
 func (n *Node) serve() (err error) {
@@ -307,7 +315,10 @@ func (n *Node) serve() (err error) {
 		return fmt.Errorf("%w: --listen %q: %v", ErrBadConfig, n.cfg.Listen, err)
 	}
 	n.endpoint = n.lis.Addr().String()
-	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(rpcpb.VersionCheck("node", rpcpb.NodeProtocol))}
+	n.guard = peerlimit.New(n.cfg.Limits, n.log)
+	n.lis = n.guard.Listener(n.lis)
+	opts := append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(rpcpb.VersionCheck("node", rpcpb.NodeProtocol)),
+		grpc.MaxRecvMsgSize(peerMaxMessage)}, n.guard.GRPCOptions()...)
 	if n.cfg.TLS != nil {
 		u, s := Roles.Interceptors(n.log)
 		opts = append(opts, grpc.Creds(tlsconf.Handshaken()), grpc.ChainUnaryInterceptor(u), grpc.ChainStreamInterceptor(s))

@@ -22,8 +22,10 @@ import (
 // ServerCredentials are the gRPC transport credentials of a server
 // (ServerConfig). A refused handshake is logged on log, with the peer's
 // address and the reason (the peer sees the TLS alert), when log is not nil.
-func (s *Source) ServerCredentials(log *slog.Logger) credentials.TransportCredentials {
-	return &serverCreds{cfg: s.ServerConfig(), log: log}
+// Each refused handshake is also passed to every hook (a Guard counts
+// those that timed out).
+func (s *Source) ServerCredentials(log *slog.Logger, hooks ...func(from net.Addr, err error)) credentials.TransportCredentials {
+	return &serverCreds{cfg: s.ServerConfig(), log: log, hooks: hooks}
 }
 
 // ClientCredentials are the gRPC transport credentials of a client of a
@@ -37,14 +39,18 @@ func (s *Source) ClientCredentials(want Role) credentials.TransportCredentials {
 // refused handshake is logged and the connection lingers (Linger) so the
 // client reads the alert that says why.
 type serverCreds struct {
-	cfg *tls.Config
-	log *slog.Logger
+	cfg   *tls.Config
+	log   *slog.Logger
+	hooks []func(from net.Addr, err error)
 }
 
 func (c *serverCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	conn := tls.Server(raw, c.cfg)
 	if err := conn.Handshake(); err != nil {
 		LogRefused(c.log, raw.RemoteAddr(), err)
+		for _, h := range c.hooks {
+			h(raw.RemoteAddr(), err)
+		}
 		Linger(raw)
 		raw.Close()
 		return nil, nil, err
@@ -60,7 +66,7 @@ func (c *serverCreds) Info() credentials.ProtocolInfo {
 	return credentials.ProtocolInfo{SecurityProtocol: "tls"}
 }
 func (c *serverCreds) Clone() credentials.TransportCredentials {
-	return &serverCreds{cfg: c.cfg, log: c.log}
+	return &serverCreds{cfg: c.cfg, log: c.log, hooks: c.hooks}
 }
 func (c *serverCreds) OverrideServerName(string) error { return nil }
 
@@ -238,8 +244,8 @@ func (t Table) Interceptors(log *slog.Logger) (grpc.UnaryServerInterceptor, grpc
 // and the role checks of t: the transport credentials and both
 // interceptors (chained after those the server installs itself, such as
 // the protocol version check: a caller of another version learns only
-// that).
-func (s *Source) ServerOptions(t Table, log *slog.Logger) []grpc.ServerOption {
+// that). Refused handshakes are passed to hooks (ServerCredentials).
+func (s *Source) ServerOptions(t Table, log *slog.Logger, hooks ...func(from net.Addr, err error)) []grpc.ServerOption {
 	u, st := t.Interceptors(log)
-	return []grpc.ServerOption{grpc.Creds(s.ServerCredentials(log)), grpc.ChainUnaryInterceptor(u), grpc.ChainStreamInterceptor(st)}
+	return []grpc.ServerOption{grpc.Creds(s.ServerCredentials(log, hooks...)), grpc.ChainUnaryInterceptor(u), grpc.ChainStreamInterceptor(st)}
 }
