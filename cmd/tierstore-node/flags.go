@@ -135,10 +135,18 @@ func parseFlags(args []string, helpOut io.Writer) (options, error) {
 	}
 	// Left unset, the bucket size is derived from --ssd_capacity (Config's
 	// 0); given, it must be a positive size that fits the capacity.
+	// So are the bounds per peer: 0 in a Config takes the default, given
+	// on the command line it is refused.
 	var badBucket error
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "bucket_size_limit" && c.BucketSizeLimit <= 0 {
 			badBucket = fmt.Errorf("%w: --bucket_size_limit: must be positive, got %d", node.ErrBadConfig, c.BucketSizeLimit)
+		}
+		switch f.Name {
+		case "max_conns_per_peer", "max_streams_per_conn", "tls_handshake_timeout", "max_peer_buffer", "max_requests_per_conn", "data_frame_timeout":
+			if v := f.Value.String(); v == "0" || v == "0s" || v == "0B" || strings.HasPrefix(v, "-") {
+				badBucket = fmt.Errorf("%w: --%s: must be positive, got %s", node.ErrBadConfig, f.Name, v)
+			}
 		}
 	})
 	if badBucket != nil {
