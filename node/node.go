@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -262,6 +264,17 @@ func Start(ctx context.Context, cfg Config, m masterapi.NodeAPI, opts ...Option)
 	return n, nil
 }
 
+// nameSource says where a node's name came from, for messages.
+func nameSource(given, ownDir bool) string {
+	switch {
+	case given:
+		return "the name it was given"
+	case ownDir:
+		return "the id in --ssd_dir's " + nodeIDFile
+	}
+	return "a fresh name"
+}
+
 // openStorage locks the SSD directory, names the node, and creates the
 // segment and the SSD tier.
 func (n *Node) openStorage(o options) (err error) {
@@ -273,9 +286,16 @@ func (n *Node) openStorage(o options) (err error) {
 		}
 	}
 	n.name = o.name
+	var bound []string // the node names the TLS certificate allows (none: any)
+	if cfg.TLS != nil {
+		bound = tlsconf.NodesOf(cfg.TLS.Leaf())
+	}
 	if n.name == "" {
 		host, _ := os.Hostname()
 		n.name = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomID())
+		if len(bound) == 1 {
+			n.name = bound[0] // the certificate names the node
+		}
 		if ownDir {
 			// The id belongs to the SSD contents: the same --ssd_dir
 			// comes back under the same id.
@@ -283,6 +303,10 @@ func (n *Node) openStorage(o options) (err error) {
 				return err
 			}
 		}
+	}
+	if len(bound) > 0 && !slices.Contains(bound, n.name) {
+		return fmt.Errorf("%w: the node is %q (%s), but its --tls_cert is bound to node %s (SAN URI %s): the master would refuse its calls",
+			ErrBadNodeID, n.name, nameSource(o.name != "", ownDir), strings.Join(bound, ", "), tlsconf.NodeURI(bound[0]))
 	}
 	n.incarnation = randomID() + randomID()
 	n.segName = "seg-" + randomID()

@@ -198,6 +198,48 @@ func (t Table) authorize(ctx context.Context, method string) error {
 	return denied("%s needs role %s; the caller from %s has %s", call, roleList(need), p.Addr, who)
 }
 
+// nodeNamed is a request that names the node making it.
+type nodeNamed interface{ GetNode() string }
+
+// bindNode refuses a node's call (a method t allows role node) whose
+// request names a node the caller's certificate is not bound to, when the
+// certificate is bound to any (NodesOf); a certificate bound to none may
+// act as any node.
+func (t Table) bindNode(ctx context.Context, method string, req any) error {
+	nn, ok := req.(nodeNamed)
+	if !ok || !slices.Contains(t[method], Node) {
+		return nil
+	}
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.PeerCertificates) == 0 {
+		return nil
+	}
+	cert := info.State.PeerCertificates[0]
+	names := NodesOf(cert)
+	if len(names) == 0 || slices.Contains(names, nn.GetNode()) {
+		return nil
+	}
+	return denied("%s as node %q: the caller from %s has certificate %s, bound to node %s (SAN URI %s): %v",
+		path.Base(method), nn.GetNode(), p.Addr, Describe(cert), strings.Join(names, ", "), NodeURI(names[0]), ErrWrongNode)
+}
+
+// boundStream checks every message a node's stream receives (bindNode).
+type boundStream struct {
+	grpc.ServerStream
+	check func(m any) error
+}
+
+func (s *boundStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	return s.check(m)
+}
+
 // denied is a PERMISSION_DENIED status carrying the tierstore code
 // (codes.ErrPermissionDenied on the caller's side).
 func denied(format string, args ...any) error {
@@ -225,8 +267,18 @@ func (t Table) Interceptors(log *slog.Logger) (grpc.UnaryServerInterceptor, grpc
 		}
 		return err
 	}
+	bind := func(ctx context.Context, method string, req any) error {
+		err := t.bindNode(ctx, method, req)
+		if err != nil && log != nil {
+			log.Warn("call refused", "method", method, "err", err)
+		}
+		return err
+	}
 	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		if err := check(ctx, info.FullMethod); err != nil {
+			return nil, err
+		}
+		if err := bind(ctx, info.FullMethod, req); err != nil {
 			return nil, err
 		}
 		return h(ctx, req)
@@ -235,7 +287,7 @@ func (t Table) Interceptors(log *slog.Logger) (grpc.UnaryServerInterceptor, grpc
 		if err := check(ss.Context(), info.FullMethod); err != nil {
 			return err
 		}
-		return h(srv, ss)
+		return h(srv, &boundStream{ServerStream: ss, check: func(m any) error { return bind(ss.Context(), info.FullMethod, m) }})
 	}
 	return unary, stream
 }
