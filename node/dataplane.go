@@ -140,7 +140,8 @@ func (h dataHandler) BeginWrite(ctx context.Context, segment string, off, n int6
 }
 
 // ViewRange pins the segment (Close waits) and hands out the range as it
-// is: no copy and no checksum on the node; the reader checks the object's
+// is, if it is exactly a complete object's (checkReadRange): no copy and
+// no checksum on the node; the reader checks the object's
 // CRC32C, so a range reused under it is a miss, not wrong bytes.
 func (h dataHandler) ViewRange(segment string, off, n int64) ([]byte, func(), error) {
 	if err := h.n.checkSegment(segment); err != nil {
@@ -148,6 +149,9 @@ func (h dataHandler) ViewRange(segment string, off, n int64) ([]byte, func(), er
 	}
 	view, release := h.n.seg.pin()
 	v, err := view(off, int(n))
+	if err == nil {
+		err = h.n.checkReadRange(off, n) // only the range of a complete object (readcheck.go)
+	}
 	if err != nil {
 		release()
 		return nil, nil, toCode(err)
