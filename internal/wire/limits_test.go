@@ -41,12 +41,6 @@ func serveLimited(t *testing.T, h DataHandler, opts DataServerOptions, mo MuxOpt
 	return ls
 }
 
-func (ls *limitedServer) counts() (limited, refused int) {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	return len(ls.limited), len(ls.refused)
-}
-
 // rawData dials addr and exchanges hellos.
 func rawData(t *testing.T, addr string) net.Conn {
 	t.Helper()
