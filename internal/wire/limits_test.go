@@ -221,6 +221,9 @@ func TestDataServerHoldsSSDReads(t *testing.T) {
 	if err := dc.ReadSSD(ctx, []byte("small"), make([]byte, len(small)), crc32c.Checksum(small)); err != nil {
 		t.Fatalf("the connection after the refusals: %v", err)
 	}
+	// The reply goes out before its read's release (the client may see
+	// it first).
+	testkit.Eventually(t, "the last read releases its bytes", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.held == 0 })
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.refused.Load() != 2 || b.held != 0 {
