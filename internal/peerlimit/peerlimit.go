@@ -336,8 +336,8 @@ func (g *Guard) admit(c net.Conn) (net.Conn, bool) {
 	}
 	if p.conns >= g.lim.ConnsPerPeer {
 		g.mu.Unlock()
-		c.Close()
 		g.Count(LimitConnsPerPeer, c.RemoteAddr(), fmt.Errorf("%s has %d connections open: %w", h, g.lim.ConnsPerPeer, ErrConnsPerPeer))
+		c.Close() // after the count: a peer that sees the close sees it counted
 		return nil, false
 	}
 	p.conns++
