@@ -160,15 +160,15 @@ func (h *nodeHA) forgetAll() int {
 	return n
 }
 
-// forgetCovered drops the records an entry of set removes (an entry
-// covering the key with a sequence number above the record's put token)
-// and returns how many.
+// forgetCovered drops the records an entry of set removes or evicts (an
+// entry covering the key's DRAM copies with a sequence number above the
+// record's put token) and returns how many.
 func (h *nodeHA) forgetCovered(set *masterapi.RemovalSet) int {
 	h.recMu.Lock()
 	defer h.recMu.Unlock()
 	n := 0
 	for off, r := range h.records {
-		if set.Latest(r.obj.Key) > r.token {
+		if set.LatestDRAM(r.obj.Key) > r.token {
 			delete(h.records, off)
 			n++
 		}
