@@ -41,10 +41,13 @@ import (
 // of at the next ping.
 //
 // Resurrection: the records are of complete writes, not of objects the
-// master still knows. An object removed (or evicted, or a put revoked
-// after its bytes were written) under the old leader whose range no later
-// put has overwritten comes back after a failover with its exact bytes
-// (its CRC32C still matches). See docs/ha.md.
+// master still knows. The removal log keeps removed objects and DRAM
+// copies evicted by EvictMemory out (the node pulls it before it
+// re-registers; removals.go). A DRAM copy the old leader dropped without
+// an entry (evicted for room, reported bad) whose forget list the node had
+// not pulled, and whose range no later put has overwritten, comes back
+// after a failover: a copy of the object's current version (docs/design.md,
+// "Crash windows").
 
 // nodeHA is the node's high-availability state.
 type nodeHA struct {
