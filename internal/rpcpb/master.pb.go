@@ -1930,7 +1930,9 @@ func (x *RemovalCursor) GetSeq() uint64 {
 }
 
 // Removal: kind 1 = one key, 2 = every key but spared, 3 = the keys the
-// pattern (key) matches anywhere, but spared.
+// pattern (key) matches anywhere, but spared; 4 = the DRAM copies of one
+// key, 5 = the DRAM copies of every key but spared (DRAM evictions; since
+// protocol version 2).
 type Removal struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
@@ -2505,8 +2507,8 @@ func (x *OffloadHeartbeatRequest) GetSketchOffset() uint64 {
 	return 0
 }
 
-// A piece of the admission sketch (admission.SketchChunk, protocol
-// version 2): words [offset, offset + len(data)/8) of its encoding (4 rows
+// A piece of the admission sketch (admission.SketchChunk, since protocol
+// version 3): words [offset, offset + len(data)/8) of its encoding (4 rows
 // of width/16 words of 4-bit counters, then door_bits/64 words of
 // doorkeeper), little-endian. A transfer is the chunks from offset 0 to
 // total; the node starts again when width, door_bits or resets change.

@@ -16,10 +16,12 @@ import (
 // codes.ErrVersionMismatch, naming both. A change the other side of the
 // previous version could misread bumps the version.
 const (
-	// MasterProtocol is the version of master.proto's Master service.
-	// Version 2: the heartbeat carries the admission sketch in chunks
-	// (SketchChunk) instead of whole.
-	MasterProtocol = 2
+	// MasterProtocol is the version of master.proto's Master service. 2:
+	// removal log entries of kinds 4 and 5 (DRAM evictions), which a node
+	// of version 1 would ignore, re-registering the evicted copies. 3: the
+	// heartbeat carries the admission sketch in chunks (SketchChunk)
+	// instead of whole, which a node of version 2 would read as no sketch.
+	MasterProtocol = 3
 	// NodeProtocol is the version of node.proto's NodePeer service.
 	NodeProtocol = 1
 )
