@@ -282,7 +282,7 @@ func TestPrefetchWaitsForItsVictimsOffload(t *testing.T) {
 	put(t, s, "d0", pfObj, "a") // DRAM only, put once: colder than c
 	clk.Advance(time.Millisecond)
 	put(t, s, "d1", pfObj, "a") // used after d0
-	clk.Advance(time.Second) // past the puts' leases
+	clk.Advance(time.Second)    // past the puts' leases
 	if res, err := s.BatchExistKey(bg, []string{"c"}); err != nil || !res[0].Exists {
 		t.Fatalf("exists c: %+v %v", res, err)
 	}
