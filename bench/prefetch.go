@@ -22,8 +22,8 @@ import (
 // without (--prefetch_budget=0), against a batch of objects in DRAM read
 // with the same gap. One master and one node process per mode; the
 // node's DRAM is full of fillers (put once, never read; on SSD only once
-// evicted) when the batches are read, so a prefetch's room must first be
-// offloaded. fio's random read and sequential write on the same directory
+// evicted) when each batch is read, put anew before each round, so a
+// prefetch's room must first be offloaded. fio's random read and sequential write on the same directory
 // give the disk's bound: the batch cannot come from DRAM before it was
 // read from SSD, nor before as many bytes of victims were written.
 func init() {
@@ -62,8 +62,8 @@ func runPrefetch(ctx context.Context, e *env) (*result, error) {
 	res := &result{Options: map[string]string{
 		"master": "--enable_offload --offload_admission_policy=tinylfu --dram_promotion_min_freq=2 (a put and the batch_exists) --put_start_max_wait=60s; --prefetch_budget=1024 (with) or 0 (without)",
 		"node":   fmt.Sprintf("--memory=%s --enable_offload --ssd_capacity=16GiB --heartbeat_interval=1s (uring, O_DIRECT)", fmtBytes(dram)),
-		"load": fmt.Sprintf("%d rounds of %d x %s objects put, then %s of fillers (DRAM full, the batches on SSD only); per round, once no offload is queued or in flight: batch_exists, a gap (20 ms or 1 s, alternating), batch get; DRAM: the same on %d objects put last",
-			rounds, pfBatch, fmtBytes(pfSize), fmtBytes(dram*3/2), pfBatch),
+		"load": fmt.Sprintf("%d rounds of %d x %s objects put; per round: %s of new fillers (DRAM full of objects not on SSD, the batches on SSD only), then once no offload is queued or in flight: batch_exists, a gap (20 ms or 1 s, alternating), batch get; DRAM: the same on %d objects put last",
+			rounds, pfBatch, fmtBytes(pfSize), fmtBytes(dram), pfBatch),
 		"fio": "randread bs 2 MiB, iodepth 16, O_DIRECT, and sequential write bs 1 MiB, iodepth 16, O_DIRECT, fdatasync every 32 MiB, on the same directory before the modes",
 	}}
 	fr, fw := pfFio(ctx, e, fioSize, res)
@@ -218,14 +218,21 @@ func prefetchOne(ctx context.Context, dir, bin string, dram int64, rounds, budge
 			return ssd, mem, err
 		}
 	}
-	var fillers []string
-	for i := int64(0); i < dram*3/2/pfSize; i++ {
-		fillers = append(fillers, fmt.Sprintf("fill-%d", i))
-	}
-	for i := 0; i < len(fillers); i += 16 {
-		if err := putBatch(fillers[i:min(i+16, len(fillers))]); err != nil {
-			return ssd, mem, err
+	// fill puts n bytes of fillers (put once, never read): the least
+	// recently used objects leave DRAM (tinylfu queues them for offload).
+	fillN := 0
+	fill := func(n int64) error {
+		var fillers []string
+		for range n / pfSize {
+			fillers = append(fillers, fmt.Sprintf("fill-%d", fillN))
+			fillN++
 		}
+		for i := 0; i < len(fillers); i += 16 {
+			if err := putBatch(fillers[i:min(i+16, len(fillers))]); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	bufs := make([][]byte, pfBatch)
 	for i := range bufs {
@@ -233,6 +240,12 @@ func prefetchOne(ctx context.Context, dir, bin string, dram int64, rounds, budge
 	}
 	for r, b := range batches {
 		g := r % len(pfGaps)
+		// Each round finds DRAM full of fillers not on SSD yet (room for a
+		// prefetch is made by offloading some), whatever the rounds
+		// before it promoted.
+		if err := fill(dram); err != nil {
+			return ssd, mem, err
+		}
 		if err := pfSettle(ctx, c); err != nil {
 			return ssd, mem, err
 		}
