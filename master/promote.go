@@ -92,13 +92,6 @@ func (b *promoBox) add(key string, tries uint8, pre bool) bool {
 	return true
 }
 
-// size returns how many keys are queued.
-func (b *promoBox) size() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.keys)
-}
-
 // counts returns how many keys are queued, and how many of them were
 // never tried.
 func (b *promoBox) counts() (queued, fresh int) {
