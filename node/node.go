@@ -91,6 +91,9 @@ type Stats struct {
 	// bytes, range refused); PromotionsRefused those loaded but refused by
 	// the master (removed, put again or abandoned meanwhile).
 	Promotions, PromotionsFailed, PromotionsRefused int64
+	// PromotionReadsJoined counts SSD reads served from a promotion's load
+	// under way instead of a second read of the SSD (promote.go).
+	PromotionReadsJoined int64
 	// OffloadFailedBy counts offload failures by cause (the reason label of
 	// tierstore_node_offload_failures_total): bad_task, source_bytes,
 	// too_large, no_space, master_refused, notify_refused, stale_copy,
@@ -109,6 +112,7 @@ type nodeMetrics struct {
 	ssdReports, sketchesReceived                    atomic.Int64
 	sketchChunksReceived, sketchRestarts            atomic.Int64
 	promotions, promotionsFailed, promotionsRefused atomic.Int64
+	promotionReadsJoined                            atomic.Int64
 	failedBy                                        [numCauses]atomic.Int64 // offload failures by cause
 }
 
@@ -174,6 +178,8 @@ type Node struct {
 	rem nodeRemovals // the removal log's cursors (removals.go)
 
 	adm nodeAdmission // sketch, SSD reports (admission.go)
+
+	promoting promoLoads // promotion loads under way, for SSD reads to join (promote.go)
 }
 
 // Option adjusts Start (tests).
@@ -439,6 +445,7 @@ func (n *Node) Stats() Stats {
 		Promotions:           n.metrics.promotions.Load(),
 		PromotionsFailed:     n.metrics.promotionsFailed.Load(),
 		PromotionsRefused:    n.metrics.promotionsRefused.Load(),
+		PromotionReadsJoined: n.metrics.promotionReadsJoined.Load(),
 		OffloadFailedBy:      make(map[string]int64, numCauses),
 	}
 	for c := range numCauses {
