@@ -85,6 +85,10 @@ type churnSizes struct {
 	zipfKeys         int
 	burstEvery       int
 	burstLen         int
+	// The shapes of churn_shapes.go (zipf0.9-bursts, tenants, shifting,
+	// prefixes): requests per trace and the key set of one Zipf tenant.
+	shapeRequests int
+	shapeKeys     int
 }
 
 type churnFigures struct {
@@ -134,10 +138,10 @@ func (f churnFigures) writtenPerRead() float64 {
 func runChurn(ctx context.Context, e *env) (*result, error) {
 	start := time.Now()
 	sz := churnSizes{dram: 16 << 20, ssd: 64 << 20, block: 64 << 10, convRequests: 12000, scanPasses: 4, sessions: 200,
-		loopPasses: 5, zipfKeys: 4096, burstEvery: 1000, burstLen: 384}
+		loopPasses: 5, zipfKeys: 4096, burstEvery: 1000, burstLen: 384, shapeRequests: 16000, shapeKeys: 4096}
 	if e.quick {
 		sz = churnSizes{dram: 1 << 20, ssd: 4 << 20, block: 64 << 10, convRequests: 400, scanPasses: 2, sessions: 16,
-			loopPasses: 3, zipfKeys: 256, burstEvery: 100, burstLen: 24}
+			loopPasses: 3, zipfKeys: 256, burstEvery: 100, burstLen: 24, shapeRequests: 600, shapeKeys: 256}
 	}
 	traces, err := churnTraces(e, sz)
 	if err != nil {
@@ -155,6 +159,9 @@ func runChurn(ctx context.Context, e *env) (*result, error) {
 		"zipf-bursts":   fmt.Sprintf("%d requests, %d keys zipf 1.1, a burst of %d one-off keys every %d, seed %d", sz.convRequests, sz.zipfKeys, sz.burstLen, sz.burstEvery, zipfSeed),
 		"mode":          "master+node+client in one process, pwrite backend, SSD report every heartbeat",
 	}}
+	for name, desc := range churnShapeOptions(e, sz) {
+		res.Options[name] = desc
+	}
 	tt, bounds, err := churnBounds(traces, sz)
 	if err != nil {
 		return nil, err
@@ -203,6 +210,11 @@ func churnTraces(e *env, sz churnSizes) ([]*trace.Trace, error) {
 			return nil, err
 		}
 	}
+	shapes, err := churnShapes(e, sz)
+	if err != nil {
+		return nil, err
+	}
+	traces = append(traces, shapes...)
 	if e.traceFile != "" {
 		tf, err := trace.ReadFile(e.traceFile)
 		if err != nil {
@@ -263,6 +275,9 @@ type churnBound struct {
 	ssd, all   belady.Result
 	tiers      float64
 	tierBlocks int
+	// wtinylfu is the hit ratio of the single-tier W-TinyLFU reference at
+	// tierBlocks (churn_wtinylfu.go).
+	wtinylfu float64
 }
 
 // churnBounds computes Belady's MIN per trace at the SSD and the DRAM+SSD
@@ -271,7 +286,7 @@ func churnBounds(traces []*trace.Trace, sz churnSizes) (*table, map[string]churn
 	tt := &table{
 		Title: "traces",
 		Columns: []string{"trace", "requests", "unique keys", "unique MiB", "MIN ssd hit", "MIN dram+ssd hit", "MIN exact",
-			"two-tier bound (blocks)", "two-tier bound hit"},
+			"two-tier bound (blocks)", "two-tier bound hit", "W-TinyLFU 1 tier hit", "W-TinyLFU of MIN"},
 	}
 	bounds := map[string]churnBound{}
 	for _, tr := range traces {
@@ -286,13 +301,14 @@ func churnBounds(traces []*trace.Trace, sz churnSizes) (*table, map[string]churn
 		}
 		b := churnBound{ssd: bs, all: ba, tierBlocks: churnUsableBlocks(sz, meanKeyLen(tr.Requests))}
 		b.tiers = float64(demandMIN(tr.Requests, b.tierBlocks)) / float64(max(1, len(tr.Requests)))
+		b.wtinylfu = float64(wtinyLFUHits(tr.Requests, b.tierBlocks)) / float64(max(1, len(tr.Requests)))
 		bounds[tr.Name] = b
 		exact := "yes"
 		if !bs.Exact {
 			exact = "no (heuristic)"
 		}
 		tt.add(tr.Name, st.Requests, st.UniqueKeys, float64(st.UniqueBytes)/(1<<20), bs.HitRatio(), ba.HitRatio(), exact,
-			b.tierBlocks, b.tiers)
+			b.tierBlocks, b.tiers, b.wtinylfu, ratio(b.wtinylfu, ba.HitRatio()))
 	}
 	return tt, bounds, nil
 }
