@@ -2,6 +2,8 @@ package admission
 
 import (
 	"math"
+	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +34,14 @@ type TinyLFUConfig struct {
 	// of ARC's ghost lists). MaxMargin equal to Margin with a zero
 	// MarginStep keeps it fixed.
 	MaxMargin float64
+	// MinMargin is the adaptive margin's lower bound (default 0; may be
+	// negative).
+	MinMargin float64
+	// FreeRoom admits every candidate that fits under the high watermark.
+	FreeRoom bool
+	// FixedWindow: every new key's put enters warm (no hill climbing of
+	// the cold fraction, climb.go).
+	FixedWindow bool
 	// MarginStep is the adaptation step (default 0.25; negative: none).
 	MarginStep float64
 	// GhostFraction sizes the two ghost lists (rejected, pushed out) as a
@@ -83,6 +93,15 @@ func (c *TinyLFUConfig) defaults() {
 	}
 	if c.GhostFraction <= 0 {
 		c.GhostFraction = 0.25
+	}
+	if v, err := strconv.ParseFloat(os.Getenv("TIERSTORE_DEV_MINMARGIN"), 64); err == nil {
+		c.MinMargin = v
+	}
+	if os.Getenv("TIERSTORE_DEV_FIXEDWINDOW") != "" {
+		c.FixedWindow = true
+	}
+	if os.Getenv("TIERSTORE_DEV_FREEROOM") != "" {
+		c.FreeRoom = true
 	}
 	if c.MinPopulation <= 0 {
 		c.MinPopulation = 1024
@@ -169,6 +188,9 @@ type TinyLFU struct {
 	margin           float64
 	rejected, pushed *ghost
 	adapt            adaptState
+	// window is the cold fraction of new keys' puts and its ghosts
+	// (window.go).
+	window windowState
 
 	st tinyStats
 }
@@ -188,6 +210,7 @@ type tinyStats struct {
 	ssdHitBytes      atomic.Int64
 	promotions       atomic.Int64
 	coldPuts         atomic.Int64
+	pushedKeys       atomic.Int64
 	regretRejected   atomic.Int64
 	regretPushed     atomic.Int64
 	reports, resizes atomic.Int64
@@ -197,7 +220,8 @@ type tinyStats struct {
 func NewTinyLFU(cfg TinyLFUConfig) *TinyLFU {
 	cfg.defaults()
 	p := &TinyLFU{cfg: cfg, nodes: map[string]*nodeState{}, margin: cfg.Margin,
-		rejected: newGhost(int(cfg.MinPopulation / 4)), pushed: newGhost(int(cfg.MinPopulation / 4))}
+		rejected: newGhost(int(cfg.MinPopulation / 4)), pushed: newGhost(int(cfg.MinPopulation / 4)),
+		window: newWindowState(int(cfg.MinPopulation / 4))}
 	p.sk = NewSketch(cfg.MinPopulation, cfg.SampleFactor*cfg.MinPopulation)
 	return p
 }
@@ -259,6 +283,9 @@ func (p *TinyLFU) ObserveLookup(key string, o Outcome, size int64) {
 	if o == Miss {
 		p.recent[h&(recentMisses-1)] = h
 		p.regret(h)
+		p.windowRegret(h)
+	} else if o == DRAMHit {
+		p.windowHit(h)
 	}
 	p.mu.Unlock()
 	if int(o) < len(p.st.lookups) {
@@ -305,6 +332,7 @@ func (p *TinyLFU) admitLocked(o Object, h uint64) bool {
 	r := p.decide(f, o.Size, st)
 	p.st.decisions[r].Add(1)
 	if !r.Accepted() {
+		p.windowLost(h)
 		if r == RejectLost {
 			p.rejected.add(h)
 			p.adapt.rejects++
@@ -348,7 +376,15 @@ func (p *TinyLFU) valueTest(f uint32, size int64, st *nodeState) Reason {
 	}
 	over := rep.Used + int64(float64(st.pending+size)*expansion(rep)) - rep.High
 	if over <= 0 {
-		return AcceptRoom
+		if p.cfg.FreeRoom || p.st.pushedKeys.Load() == 0 || len(rep.Victims) == 0 ||
+			rep.Used+int64(float64(st.pending+size)*expansion(rep)) <= rep.Low {
+			return AcceptRoom
+		}
+		// Room between the watermarks is taken from the next victim.
+		if float64(f) > rep.Victims[0].Density()+p.margin {
+			return AcceptRoom
+		}
+		return RejectLost
 	}
 	if len(rep.Victims) == 0 {
 		return RejectNoVictim
@@ -492,13 +528,21 @@ func (p *TinyLFU) ColdPut(o Object) bool {
 	p.mu.Lock()
 	f := p.sk.EstimateHash(h)
 	st := p.nodes[o.Node]
-	cold := f >= p.cfg.ColdPutFreq && st != nil
+	// A key coming back is cold when the SSD would turn it away; a new
+	// key only if also its sample point falls in the cold fraction.
+	isNew := f < p.cfg.ColdPutFreq
+	cold := st != nil && (!isNew || (!p.cfg.FixedWindow && samplePoint(h) < p.window.frac))
 	if cold {
 		switch p.valueTest(f, o.Size, st) {
 		case RejectLost, RejectNoVictim:
 		default:
 			cold = p.cfg.WriteBudget > 0 && !p.budgetWouldAllow(f, o.Size, st)
 		}
+	}
+	if cold && isNew {
+		p.window.coldNew.add(h)
+	} else if cold {
+		p.window.coldOld.add(h)
 	}
 	p.mu.Unlock()
 	if cold {
@@ -513,3 +557,4 @@ func (p *TinyLFU) MarshalSketch() ([]byte, error) {
 	defer p.mu.Unlock()
 	return p.sk.MarshalBinary()
 }
+
