@@ -100,7 +100,7 @@ func (p *TinyLFU) maybeAdapt() {
 		rR, rV := ratioOf(a.rejectHits, a.rejects), ratioOf(a.pushHits, a.pushes)
 		switch {
 		case rR > rV:
-			p.margin = max(p.cfg.MinMargin, p.margin-p.cfg.MarginStep)
+			p.margin = max(0, p.margin-p.cfg.MarginStep)
 		case rV > rR:
 			p.margin = min(p.cfg.MaxMargin, p.margin+p.cfg.MarginStep)
 		}
@@ -127,7 +127,6 @@ func (p *TinyLFU) resizeGhosts(objects int64) {
 	n := int(max(64, float64(objects)*p.cfg.GhostFraction))
 	p.rejected.resize(n)
 	p.pushed.resize(n)
-	p.window.resize(n)
 }
 
 // Margin is the current adaptive margin.

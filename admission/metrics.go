@@ -23,11 +23,6 @@ type TinyLFUStats struct {
 	// count the misses of rejected and pushed-out keys that moved it.
 	Margin                       float64
 	RegretRejected, RegretPushed int64
-	// ColdFraction is the adaptive window's cold fraction of new keys'
-	// puts now; ColdRegrets and TailRegrets count the misses of its two
-	// ghosts that moved it (window.go).
-	ColdFraction             float64
-	ColdRegrets, TailRegrets int64
 	// Halvings of the sketch, sketch resizes, SSD reports received.
 	Halvings, Resizes, Reports int64
 	// SketchWidth is the counters per row; Period the accesses between
@@ -81,8 +76,6 @@ func (p *TinyLFU) Stats() TinyLFUStats {
 	s.SketchWidth = p.sk.Width()
 	s.Period = p.sk.Period()
 	s.Margin = p.margin
-	s.ColdFraction = p.window.frac
-	s.ColdRegrets, s.TailRegrets = p.window.coldRegrets, p.window.tailRegrets
 	p.mu.Unlock()
 	return s
 }

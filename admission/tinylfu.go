@@ -2,8 +2,6 @@ package admission
 
 import (
 	"math"
-	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,14 +32,9 @@ type TinyLFUConfig struct {
 	// of ARC's ghost lists). MaxMargin equal to Margin with a zero
 	// MarginStep keeps it fixed.
 	MaxMargin float64
-	// MinMargin is the adaptive margin's lower bound (default 0; may be
-	// negative).
-	MinMargin float64
-	// FreeRoom admits every candidate that fits under the high watermark.
+	// FreeRoom admits every candidate that fits under the high watermark,
+	// as before the room test (see valueTest); for comparisons.
 	FreeRoom bool
-	// FixedWindow: every new key's put enters warm (no hill climbing of
-	// the cold fraction, climb.go).
-	FixedWindow bool
 	// MarginStep is the adaptation step (default 0.25; negative: none).
 	MarginStep float64
 	// GhostFraction sizes the two ghost lists (rejected, pushed out) as a
@@ -93,15 +86,6 @@ func (c *TinyLFUConfig) defaults() {
 	}
 	if c.GhostFraction <= 0 {
 		c.GhostFraction = 0.25
-	}
-	if v, err := strconv.ParseFloat(os.Getenv("TIERSTORE_DEV_MINMARGIN"), 64); err == nil {
-		c.MinMargin = v
-	}
-	if os.Getenv("TIERSTORE_DEV_FIXEDWINDOW") != "" {
-		c.FixedWindow = true
-	}
-	if os.Getenv("TIERSTORE_DEV_FREEROOM") != "" {
-		c.FreeRoom = true
 	}
 	if c.MinPopulation <= 0 {
 		c.MinPopulation = 1024
@@ -188,9 +172,6 @@ type TinyLFU struct {
 	margin           float64
 	rejected, pushed *ghost
 	adapt            adaptState
-	// window is the cold fraction of new keys' puts and its ghosts
-	// (window.go).
-	window windowState
 
 	st tinyStats
 }
@@ -220,8 +201,7 @@ type tinyStats struct {
 func NewTinyLFU(cfg TinyLFUConfig) *TinyLFU {
 	cfg.defaults()
 	p := &TinyLFU{cfg: cfg, nodes: map[string]*nodeState{}, margin: cfg.Margin,
-		rejected: newGhost(int(cfg.MinPopulation / 4)), pushed: newGhost(int(cfg.MinPopulation / 4)),
-		window: newWindowState(int(cfg.MinPopulation / 4))}
+		rejected: newGhost(int(cfg.MinPopulation / 4)), pushed: newGhost(int(cfg.MinPopulation / 4))}
 	p.sk = NewSketch(cfg.MinPopulation, cfg.SampleFactor*cfg.MinPopulation)
 	return p
 }
@@ -283,9 +263,6 @@ func (p *TinyLFU) ObserveLookup(key string, o Outcome, size int64) {
 	if o == Miss {
 		p.recent[h&(recentMisses-1)] = h
 		p.regret(h)
-		p.windowRegret(h)
-	} else if o == DRAMHit {
-		p.windowHit(h)
 	}
 	p.mu.Unlock()
 	if int(o) < len(p.st.lookups) {
@@ -332,7 +309,6 @@ func (p *TinyLFU) admitLocked(o Object, h uint64) bool {
 	r := p.decide(f, o.Size, st)
 	p.st.decisions[r].Add(1)
 	if !r.Accepted() {
-		p.windowLost(h)
 		if r == RejectLost {
 			p.rejected.add(h)
 			p.adapt.rejects++
@@ -374,15 +350,16 @@ func (p *TinyLFU) valueTest(f uint32, size int64, st *nodeState) Reason {
 	if rep.High <= 0 {
 		return AcceptRoom
 	}
-	over := rep.Used + int64(float64(st.pending+size)*expansion(rep)) - rep.High
+	after := rep.Used + int64(float64(st.pending+size)*expansion(rep))
+	over := after - rep.High
 	if over <= 0 {
-		if p.cfg.FreeRoom || p.st.pushedKeys.Load() == 0 || len(rep.Victims) == 0 ||
-			rep.Used+int64(float64(st.pending+size)*expansion(rep)) <= rep.Low {
+		if after <= rep.Low || !p.roomTested() || len(rep.Victims) == 0 {
 			return AcceptRoom
 		}
-		// Room between the watermarks is taken from the next victim.
+		// Room between the watermarks is the next victim's, which the
+		// next eviction takes.
 		if float64(f) > rep.Victims[0].Density()+p.margin {
-			return AcceptRoom
+			return AcceptWon
 		}
 		return RejectLost
 	}
@@ -402,6 +379,17 @@ func (p *TinyLFU) valueTest(f uint32, size int64, st *nodeState) Reason {
 		return AcceptWon
 	}
 	return RejectLost
+}
+
+// roomTested reports whether a candidate that fits under the high
+// watermark but not under the low one must beat the next victim: once an
+// SSD has evicted (the room between the watermarks is then what the last
+// eviction freed, and what is admitted into it decides what the next one
+// takes), while the adaptive margin is above 0 (the ghosts say that
+// pushed-out objects come back at least as often as rejected
+// candidates), unless Config.FreeRoom. Caller holds mu.
+func (p *TinyLFU) roomTested() bool {
+	return !p.cfg.FreeRoom && p.margin > 0 && p.st.pushedKeys.Load() > 0
 }
 
 // expansion estimates the SSD bytes an object byte takes once written
@@ -528,21 +516,13 @@ func (p *TinyLFU) ColdPut(o Object) bool {
 	p.mu.Lock()
 	f := p.sk.EstimateHash(h)
 	st := p.nodes[o.Node]
-	// A key coming back is cold when the SSD would turn it away; a new
-	// key only if also its sample point falls in the cold fraction.
-	isNew := f < p.cfg.ColdPutFreq
-	cold := st != nil && (!isNew || (!p.cfg.FixedWindow && samplePoint(h) < p.window.frac))
+	cold := f >= p.cfg.ColdPutFreq && st != nil
 	if cold {
 		switch p.valueTest(f, o.Size, st) {
 		case RejectLost, RejectNoVictim:
 		default:
 			cold = p.cfg.WriteBudget > 0 && !p.budgetWouldAllow(f, o.Size, st)
 		}
-	}
-	if cold && isNew {
-		p.window.coldNew.add(h)
-	} else if cold {
-		p.window.coldOld.add(h)
 	}
 	p.mu.Unlock()
 	if cold {
@@ -557,4 +537,3 @@ func (p *TinyLFU) MarshalSketch() ([]byte, error) {
 	defer p.mu.Unlock()
 	return p.sk.MarshalBinary()
 }
-
