@@ -58,9 +58,10 @@
 //     first victim's density by more than the margin ("won", else
 //     "lost"): that room is what the next eviction takes back, and on
 //     Zipf traffic with bursts of one-off keys free room let each burst
-//     fill it and push out a whole bucket of popular keys (0.835 of MIN
-//     on zipf0.9-bursts, SSD writes 233 MiB; tested room, docs/bench/
-//     bench.md);
+//     fill it and push out a whole bucket of popular keys (on the churn
+//     bench's zipf0.9-bursts 0.829 of MIN with free room, 0.854 tested,
+//     SSD writes 0.49 and 0.17 of eager's; tenants 0.621 and 0.697;
+//     docs/bench/bench.md);
 //   - otherwise those bytes are taken from the reported victims in
 //     eviction order; the candidate is admitted ("won") only if f exceeds
 //     the density of the victim where they run out by more than the
