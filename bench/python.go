@@ -1,10 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,13 +46,14 @@ var pyGoOnly = []string{
 
 // pyBenchKeys are the keys both sides read: bench.py's names.
 const (
-	pyBatchKeys  = 128
-	pyBatchSize  = 2 << 20
-	pySmallSize  = 1 << 20
-	pyThreads    = 8
-	pyPasses     = 3
-	pyPython     = "/usr/bin/python3"
-	pyLibRelPath = "python/tierstore/_lib/libtierstore.so"
+	pyBatchKeys   = 128
+	pyBatchSize   = 2 << 20
+	pySmallSize   = 1 << 20
+	pyThreads     = 8
+	pyPasses      = 5
+	pyQuickPasses = 3
+	pyPython      = "/usr/bin/python3"
+	pyLibRelPath  = "python/tierstore/_lib/libtierstore.so"
 )
 
 func pyGetKey(i int) string   { return fmt.Sprintf("pybench/get/%d", i) }
@@ -59,7 +61,7 @@ func pySmallKey(i int) string { return fmt.Sprintf("pybench/small/%d", i) }
 
 func runPython(ctx context.Context, e *env) (*result, error) {
 	started := time.Now()
-	d := 3 * time.Second
+	d := 2 * time.Second
 	if e.quick {
 		d = 500 * time.Millisecond
 	}
@@ -100,28 +102,49 @@ func runPython(ctx context.Context, e *env) (*result, error) {
 	}
 
 	passes := pyPasses
+	if e.quick {
+		passes = pyQuickPasses
+	}
 	if e.sizes != nil { // tests: one short pass
 		passes, d = 1, 200*time.Millisecond
 	}
-	var goPasses, pyPassesOut []pyFigures
+	py, err := startPyServer(ctx, repo, addr)
+	if err != nil {
+		return nil, fmt.Errorf("bench: python: %w", err)
+	}
+	defer py.close()
+	goFig := pyGoFigures(ctx, c)
+	// Figure by figure, Go and Python take turns (the side that goes first
+	// alternates by pass), so that each ratio compares two measures taken
+	// seconds apart on a machine whose load drifts.
+	goPasses, pyPassesOut := make([]pyFigures, passes), make([]pyFigures, passes)
 	for p := range passes {
-		g, err := pyGoPass(ctx, c, d, p)
-		if err != nil {
-			return nil, fmt.Errorf("bench: python: Go pass: %w", err)
+		goPasses[p], pyPassesOut[p] = pyFigures{}, pyFigures{}
+		for _, name := range append(slices.Clone(pyFigureNames), pyGoOnly...) {
+			pyName, both := pyCounterpart(name)
+			for turn := range 2 {
+				if (turn+p)%2 == 0 {
+					v, err := goFig[name](d, p)
+					if err != nil {
+						return nil, fmt.Errorf("bench: python: Go %s: %w", name, err)
+					}
+					goPasses[p][name] = v
+				} else if both {
+					v, err := py.measure(pyName, d)
+					if err != nil {
+						return nil, fmt.Errorf("bench: python: Python %s: %w", pyName, err)
+					}
+					pyPassesOut[p][pyName] = v
+				}
+			}
 		}
-		goPasses = append(goPasses, g)
-		py, err := pyPythonPass(ctx, repo, addr, d)
-		if err != nil {
-			return nil, fmt.Errorf("bench: python: Python pass: %w", err)
-		}
-		pyPassesOut = append(pyPassesOut, py)
 	}
 
 	res := &result{Options: map[string]string{
 		"cluster":  "tierstore-master and one tierstore-node (1 GiB DRAM) processes on 127.0.0.1, built from cmd/; every byte crosses loopback",
 		"go":       "one client.Client without a local node, in the bench process: BatchGetIntoParts, BatchPutParts (what the Python batch calls reach), GetInto; and BatchGetInto, BatchPut",
 		"python":   pyPython + " -m tierstore.bench: MooncakeDistributedStore (global_segment_size=0) on the tierstore.Client C library, in its own process",
-		"per_pass": fmt.Sprintf("%v of timed work per figure; %d passes alternating Go and Python; the median pass, ratio the median of per-pass ratios", d, passes),
+		"per_pass": fmt.Sprintf("%v of timed work per figure; %d passes, Go and Python taking turns figure by figure (who goes first alternates by pass) against one long-lived Python store; the median pass, ratio the median of per-pass ratios", d, passes),
 	}}
 	t := &table{Title: "Python (MooncakeDistributedStore) against the Go client, same cluster, same run",
 		Columns: []string{"figure", "Go MB/s", "Python MB/s", "Python / Go"}}
@@ -137,10 +160,11 @@ func runPython(ctx context.Context, e *env) (*result, error) {
 	}
 	for _, name := range pyGoOnly {
 		var gs, rs []float64
+		pyName, _ := pyCounterpart(name)
 		for i := range goPasses {
 			gs = append(gs, goPasses[i][name])
 			if goPasses[i][name] > 0 {
-				rs = append(rs, pyPassesOut[i][strings.Replace(strings.Replace(name, "Go BatchGetInto", "batch_get_into", 1), "Go BatchPut", "batch_put_from", 1)]/goPasses[i][name])
+				rs = append(rs, pyPassesOut[i][pyName]/goPasses[i][name])
 			}
 		}
 		t.add(name, median(gs), nil, median(rs))
@@ -203,81 +227,87 @@ func pyPopulate(ctx context.Context, c *client.Client) error {
 	return nil
 }
 
-// pyGoPass measures the four figures with the Go client.
-func pyGoPass(ctx context.Context, c *client.Client, d time.Duration, pass int) (pyFigures, error) {
-	f := pyFigures{}
+// pyCounterpart is the Python figure compared with Go figure name, and
+// whether the Python side measures name itself (false for the plain Go
+// calls of pyGoOnly, compared with the Python figure of the same work).
+func pyCounterpart(name string) (string, bool) {
+	switch name {
+	case pyGoOnly[0]:
+		return pyFigureNames[0], false
+	case pyGoOnly[1]:
+		return pyFigureNames[1], false
+	}
+	return name, true
+}
+
+// pyGoFigure measures one figure with the Go client for d of timed work
+// (pass keeps the keys of different passes apart).
+type pyGoFigure func(d time.Duration, pass int) (float64, error)
+
+// pyGoFigures are the Go side's figures, by name: pyFigureNames and pyGoOnly.
+func pyGoFigures(ctx context.Context, c *client.Client) map[string]pyGoFigure {
 	keys := make([]string, pyBatchKeys)
 	bufs := make([][]byte, pyBatchKeys)
-	for i := range keys {
-		keys[i], bufs[i] = pyGetKey(i), make([]byte, pyBatchSize)
-	}
-	var err error
 	parts := make([][][]byte, pyBatchKeys)
-	for i := range parts {
-		parts[i] = [][]byte{bufs[i]}
-	}
-	// The calls the Python ones reach (ts_batch_get_into and
-	// ts_batch_put_parts call the parts forms), then the plain Go ones.
-	f[pyFigureNames[0]], err = pyTimed(d, pyBatchKeys*pyBatchSize, func(int) error {
-		_, errs := c.BatchGetIntoParts(ctx, keys, parts)
-		return firstErr(errs)
-	}, nil)
-	if err != nil {
-		return nil, err
-	}
-	f[pyGoOnly[0]], err = pyTimed(d, pyBatchKeys*pyBatchSize, func(int) error {
-		_, errs := c.BatchGetInto(ctx, keys, bufs)
-		return firstErr(errs)
-	}, nil)
-	if err != nil {
-		return nil, err
-	}
 	src := newValueSource(pyBatchSize, 33)
 	vals := make([][]byte, pyBatchKeys)
-	for i := range vals {
-		vals[i] = src.value(i)
-	}
 	valParts := make([][][]byte, pyBatchKeys)
-	for i := range vals {
-		valParts[i] = [][]byte{vals[i]}
+	for i := range keys {
+		keys[i], bufs[i], vals[i] = pyGetKey(i), make([]byte, pyBatchSize), src.value(i)
+		parts[i], valParts[i] = [][]byte{bufs[i]}, [][]byte{vals[i]}
 	}
 	put := make([]string, pyBatchKeys)
 	cleanup := func() error {
 		_, err := c.RemoveByRegex(ctx, "^pybench/goput/", true)
 		return err
 	}
-	f[pyFigureNames[1]], err = pyTimed(d, pyBatchKeys*pyBatchSize, func(round int) error {
+	name := func(form string, pass, round int) {
 		for i := range put {
-			put[i] = fmt.Sprintf("pybench/goput/%d/%d/%d", pass, round, i)
+			put[i] = fmt.Sprintf("pybench/goput/%d/%s%d/%d", pass, form, round, i)
 		}
-		return firstErr(c.BatchPutParts(ctx, put, valParts, client.PutOptions{}))
-	}, cleanup)
-	if err != nil {
-		return nil, err
-	}
-	f[pyGoOnly[1]], err = pyTimed(d, pyBatchKeys*pyBatchSize, func(round int) error {
-		for i := range put {
-			put[i] = fmt.Sprintf("pybench/goput/%d/b%d/%d", pass, round, i)
-		}
-		return firstErr(c.BatchPut(ctx, put, vals))
-	}, cleanup)
-	if err != nil {
-		return nil, err
 	}
 	one := make([]byte, pySmallSize)
-	f[pyFigureNames[2]], err = pyTimed(d, pySmallSize, func(int) error {
-		_, err := c.GetInto(ctx, pySmallKey(0), one)
-		return err
-	}, nil)
-	if err != nil {
-		return nil, err
+	return map[string]pyGoFigure{
+		// The calls the Python ones reach (ts_batch_get_into and
+		// ts_batch_put_parts call the parts forms), then the plain Go ones.
+		pyFigureNames[0]: func(d time.Duration, _ int) (float64, error) {
+			return pyTimed(d, pyBatchKeys*pyBatchSize, func(int) error {
+				_, errs := c.BatchGetIntoParts(ctx, keys, parts)
+				return firstErr(errs)
+			}, nil)
+		},
+		pyGoOnly[0]: func(d time.Duration, _ int) (float64, error) {
+			return pyTimed(d, pyBatchKeys*pyBatchSize, func(int) error {
+				_, errs := c.BatchGetInto(ctx, keys, bufs)
+				return firstErr(errs)
+			}, nil)
+		},
+		pyFigureNames[1]: func(d time.Duration, pass int) (float64, error) {
+			return pyTimed(d, pyBatchKeys*pyBatchSize, func(round int) error {
+				name("p", pass, round)
+				return firstErr(c.BatchPutParts(ctx, put, valParts, client.PutOptions{}))
+			}, cleanup)
+		},
+		pyGoOnly[1]: func(d time.Duration, pass int) (float64, error) {
+			return pyTimed(d, pyBatchKeys*pyBatchSize, func(round int) error {
+				name("b", pass, round)
+				return firstErr(c.BatchPut(ctx, put, vals))
+			}, cleanup)
+		},
+		pyFigureNames[2]: func(d time.Duration, _ int) (float64, error) {
+			return pyTimed(d, pySmallSize, func(int) error {
+				_, err := c.GetInto(ctx, pySmallKey(0), one)
+				return err
+			}, nil)
+		},
+		pyFigureNames[3]: func(d time.Duration, _ int) (float64, error) {
+			fig, err := measure(ctx, pyThreads, d, pySmallSize, func(w, _ int) error {
+				_, err := c.GetInto(ctx, pySmallKey(w), pyThreadBuf(w))
+				return err
+			})
+			return fig.mbps, err
+		},
 	}
-	fig, err := measure(ctx, pyThreads, d, pySmallSize, func(w, _ int) error {
-		_, err := c.GetInto(ctx, pySmallKey(w), pyThreadBuf(w))
-		return err
-	})
-	f[pyFigureNames[3]] = fig.mbps
-	return f, err
 }
 
 var pyThreadBufs = sync.OnceValue(func() [][]byte {
@@ -332,28 +362,78 @@ func firstErr(errs []error) error {
 	return nil
 }
 
-// pyPythonPass runs python3 -m tierstore.bench against the cluster and
-// reads its figures (one JSON object on its last stdout line).
-func pyPythonPass(ctx context.Context, repo, addr string, d time.Duration) (pyFigures, error) {
-	cmd := exec.CommandContext(ctx, pyPython, "-m", "tierstore.bench", "--master", addr,
-		"--duration", fmt.Sprintf("%.3f", d.Seconds()), "--json")
+// pyServer is python3 -m tierstore.bench --serve against the cluster: one
+// store, set up once, measuring one figure per request.
+type pyServer struct {
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	out    *bufio.Scanner
+	stderr *strings.Builder
+}
+
+func startPyServer(ctx context.Context, repo, addr string) (*pyServer, error) {
+	cmd := exec.CommandContext(ctx, pyPython, "-m", "tierstore.bench", "--master", addr, "--serve")
 	cmd.Dir = repo
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(repo, "python"))
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	p := &pyServer{cmd: cmd, stderr: &strings.Builder{}}
+	cmd.Stderr = p.stderr
+	var err error
+	if p.in, err = cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, fmt.Errorf("%s -m tierstore.bench: %v\n%s", pyPython, err, stderr.String())
+		return nil, err
 	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	var f pyFigures
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &f); err != nil {
-		return nil, fmt.Errorf("%s -m tierstore.bench printed no figures (%v): %q", pyPython, err, out)
+	p.out = bufio.NewScanner(out)
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("%s -m tierstore.bench --serve: %w", pyPython, err)
 	}
-	for _, name := range pyFigureNames {
-		if _, ok := f[name]; !ok {
-			return nil, fmt.Errorf("%s -m tierstore.bench: no figure %q in %v", pyPython, name, slices.Sorted(maps.Keys(f)))
-		}
+	var ready struct{ Ready bool }
+	if err := p.read(&ready); err != nil || !ready.Ready {
+		p.close()
+		return nil, fmt.Errorf("%s -m tierstore.bench --serve did not start (%v): %s", pyPython, err, p.stderr)
 	}
-	return f, nil
+	return p, nil
+}
+
+// read decodes the next answer line into v.
+func (p *pyServer) read(v any) error {
+	if !p.out.Scan() {
+		return fmt.Errorf("no answer (%v); stderr: %s", p.out.Err(), p.stderr)
+	}
+	return json.Unmarshal(p.out.Bytes(), v)
+}
+
+// measure asks for figure name over d of timed work: MB/s.
+func (p *pyServer) measure(name string, d time.Duration) (float64, error) {
+	req, _ := json.Marshal(map[string]any{"figure": name, "seconds": d.Seconds()})
+	if _, err := p.in.Write(append(req, '\n')); err != nil {
+		return 0, fmt.Errorf("asking for %q: %w; stderr: %s", name, err, p.stderr)
+	}
+	var ans struct {
+		Figure string
+		MBps   float64 `json:"mbps"`
+		Error  string
+	}
+	if err := p.read(&ans); err != nil {
+		return 0, err
+	}
+	if ans.Error != "" || ans.Figure != name {
+		return 0, fmt.Errorf("asked for %q, answered %q: %s", name, ans.Figure, ans.Error)
+	}
+	return ans.MBps, nil
+}
+
+// close ends the server (end of input) and waits for it.
+func (p *pyServer) close() {
+	p.in.Close()
+	done := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-done
+	}
 }

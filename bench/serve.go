@@ -240,7 +240,7 @@ func serveGoal(size string, o *opStat, peers ...*opStat) (string, any) {
 
 func serveNotes(sc serveScale) []string {
 	return []string{
-		fmt.Sprintf("vllm: %s blocks, the first quarter put one by one, the rest in batches of %d; batch get of %d consecutive blocks and single gets at random. tierstore gets each block from one contiguous buffer (the client's gather of 64 x 32 KiB is not in main yet)", sizeName(sc.block), sc.vBatch, sc.vBatch),
+		fmt.Sprintf("vllm: %s blocks, the first quarter put one by one, the rest in batches of %d; batch get of %d consecutive blocks and single gets at random. tierstore gathers each block from %d layer buffers and scatters it back into them (PutParts, BatchPutParts, GetIntoParts, BatchGetIntoParts), as the connector's batch_put_from_multi_buffers and batch_get_into_multi_buffers; the peers move it as one value", sizeName(sc.block), sc.vBatch, sc.vBatch, serveLayers),
 		fmt.Sprintf("sglang: pages of a K and a V object of %s each; ingest = requests of %d new pages after a prefix: batch_exists of the %d pages' objects, then a batch put of the missing ones; batch get of %d consecutive pages (%d objects), 3 per worker", sizeName(sc.page), max(1, sc.sBatch/4), sc.sBatch, sc.sBatch, 2*sc.sBatch),
 		fmt.Sprintf("lmcache: %s chunks, put and read one by one", sizeName(sc.chunk)),
 		fmt.Sprintf("multi-turn: prefixes of %d blocks of %s put once, then requests re-reading a prefix drawn by Zipf(%.1f) (batch get, misses put back), one in %.0f a one-off request of %d new blocks (read, put, never read again; 0.4x DRAM in all); fits = prefixes of 0.4x DRAM; hit ratio of prefix re-reads only", sc.prefix, sizeName(sc.block), zipfS, 1/oneOffShare, sc.oneOff),

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -90,6 +91,37 @@ type tierServer struct {
 	cl      *cluster
 	clients []*client.Client
 	dir     string
+	// layers > 1: each value is put gathered from, and read scattered
+	// into, that many equal buffers (a vLLM block, one buffer per layer:
+	// PutParts, BatchPutParts, GetIntoParts, BatchGetIntoParts).
+	layers atomic.Int32
+}
+
+// layered is a store that can gather an object from several buffers and
+// scatter it back; the vLLM workload hands it each block as layer buffers.
+type layered interface {
+	setLayers(n int)
+}
+
+func (s *tierServer) setLayers(n int) { s.layers.Store(int32(n)) }
+
+// split cuts v into the server's layer buffers (nil when layers <= 1): n
+// views of len(v)/n bytes, the last taking the remainder.
+func (s *tierServer) split(v []byte) [][]byte {
+	n := int(s.layers.Load())
+	if n <= 1 {
+		return nil
+	}
+	parts := make([][]byte, n)
+	each := len(v) / n
+	for i := range parts {
+		end := (i + 1) * each
+		if i == n-1 {
+			end = len(v)
+		}
+		parts[i] = v[i*each : end]
+	}
+	return parts
 }
 
 func startTierstore(ctx context.Context, dir, bin string, b serveBudget) (_ kvServer, err error) {
@@ -130,6 +162,9 @@ func startTierstore(ctx context.Context, dir, bin string, b serveBudget) (_ kvSe
 func (s *tierServer) c(w int) *client.Client { return s.clients[w%len(s.clients)] }
 
 func (s *tierServer) put(ctx context.Context, w int, key string, v []byte) error {
+	if parts := s.split(v); parts != nil {
+		return notStored(s.c(w).PutParts(ctx, key, parts, client.PutOptions{}))
+	}
 	return notStored(s.c(w).Put(ctx, key, v))
 }
 
@@ -139,7 +174,13 @@ func tierMiss(err error) bool {
 }
 
 func (s *tierServer) get(ctx context.Context, w int, key string, buf []byte) (bool, error) {
-	n, err := s.c(w).GetInto(ctx, key, buf)
+	var n int
+	var err error
+	if parts := s.split(buf); parts != nil {
+		n, err = s.c(w).GetIntoParts(ctx, key, parts)
+	} else {
+		n, err = s.c(w).GetInto(ctx, key, buf)
+	}
 	switch {
 	case tierMiss(err):
 		return false, nil
@@ -153,7 +194,17 @@ func (s *tierServer) get(ctx context.Context, w int, key string, buf []byte) (bo
 
 func (s *tierServer) batchPut(ctx context.Context, w int, keys []string, vals [][]byte) (int, error) {
 	failed := 0
-	for _, err := range s.c(w).BatchPut(ctx, keys, vals) {
+	var errs []error
+	if s.layers.Load() > 1 {
+		parts := make([][][]byte, len(vals))
+		for i, v := range vals {
+			parts[i] = s.split(v)
+		}
+		errs = s.c(w).BatchPutParts(ctx, keys, parts, client.PutOptions{})
+	} else {
+		errs = s.c(w).BatchPut(ctx, keys, vals)
+	}
+	for _, err := range errs {
 		switch {
 		case err == nil:
 		case errors.Is(err, codes.ErrObjectExists):
@@ -168,7 +219,17 @@ func (s *tierServer) batchPut(ctx context.Context, w int, keys []string, vals []
 }
 
 func (s *tierServer) batchGet(ctx context.Context, w int, keys []string, bufs [][]byte) ([]bool, error) {
-	ns, errs := s.c(w).BatchGetInto(ctx, keys, bufs)
+	var ns []int
+	var errs []error
+	if s.layers.Load() > 1 {
+		parts := make([][][]byte, len(bufs))
+		for i, b := range bufs {
+			parts[i] = s.split(b)
+		}
+		ns, errs = s.c(w).BatchGetIntoParts(ctx, keys, parts)
+	} else {
+		ns, errs = s.c(w).BatchGetInto(ctx, keys, bufs)
+	}
 	hit := make([]bool, len(keys))
 	for i, err := range errs {
 		switch {

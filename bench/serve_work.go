@@ -276,9 +276,17 @@ func (r *serveRun) countHits(hit []bool, size int64) opResult {
 	return res
 }
 
+// serveLayers is the number of layer buffers a vLLM block is gathered
+// from and scattered into by tierstore (64 x 32 KiB for 2 MiB).
+const serveLayers = 64
+
 // vLLM: blocks of 2 MiB put in batches of 16 (the first quarter one by
 // one), read back in batches of 16 consecutive blocks and one by one.
 func serveVLLM(ctx context.Context, r *serveRun) error {
+	if l, ok := r.s.(layered); ok { // tierstore: one buffer per layer, as the connector
+		l.setLayers(serveLayers)
+		defer l.setLayers(1)
+	}
 	b := r.sc.vBatch
 	n := max(2*b, int(r.ws/r.sc.block)/b*b)
 	q := n / 4 / b * b

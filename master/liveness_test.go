@@ -199,3 +199,53 @@ func TestRestartedNodeRetiresOldIncarnation(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// TestLeaveNode: a node that leaves is retired at once (its DRAM and SSD
+// replicas are no longer listed, without waiting for client_ttl); a leave
+// of an earlier incarnation leaves the current one alone; an unknown node
+// is ErrClientNotFound.
+func TestLeaveNode(t *testing.T) {
+	s, _ := testService(t, nil)
+	inc := func(node, inc string) {
+		t.Helper()
+		if err := s.MountSegment(bg, masterapi.MountRequest{Node: node, Segment: node + "/seg", Size: 1 << 20, Incarnation: inc}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inc("a", "a1")
+	inc("b", "b1")
+	put(t, s, "mem", 4<<10, "a")
+	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "disk", Size: 10, CRC: 3}}); err != nil || errs[0] != nil {
+		t.Fatal(err, errs)
+	}
+	put(t, s, "onb", 4<<10, "b")
+
+	mustIs(t, s.LeaveNode(bg, "nobody", ""), codes.ErrClientNotFound)
+	if err := s.LeaveNode(bg, "a", "a0"); err != nil { // an earlier incarnation's late leave
+		t.Fatal(err)
+	}
+	if p, _ := s.Ping(bg, "a"); p.Status != masterapi.NodeOK { // (a lookup would take a lease)
+		t.Fatal("a retired by an earlier incarnation's leave")
+	}
+	if err := s.LeaveNode(bg, "a", "a1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"mem", "disk"} {
+		if ok, err := s.ExistKey(bg, k); err != nil || ok {
+			t.Fatalf("%s still listed after its node left: %v %v", k, ok, err)
+		}
+	}
+	if p, _ := s.Ping(bg, "a"); p.Status != masterapi.NeedRemount {
+		t.Fatal("a node that left is still known")
+	}
+	if ok, err := s.ExistKey(bg, "onb"); err != nil || !ok {
+		t.Fatalf("another node's object: %v %v", ok, err)
+	}
+	inc("a", "a2") // it comes back and re-registers
+	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "disk", Size: 10, CRC: 3}}); err != nil || errs[0] != nil {
+		t.Fatal(err, errs)
+	}
+	if ok, err := s.ExistKey(bg, "disk"); err != nil || !ok {
+		t.Fatalf("re-registered after the return: %v %v", ok, err)
+	}
+}

@@ -95,6 +95,30 @@ func (s *Service) UnmountSegment(ctx context.Context, nodeID, seg string) error 
 	return nil
 }
 
+// LeaveNode implements API.
+func (s *Service) LeaveNode(ctx context.Context, nodeID, incarnation string) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	s.nodesMu.Lock()
+	n := s.nodes[nodeID]
+	if n == nil {
+		s.nodesMu.Unlock()
+		return s.observe(codes.Errorf(codes.ClientNotFound, "master: leave: node %q", nodeID))
+	}
+	if incarnation != "" && incarnation != n.incarnation {
+		s.nodesMu.Unlock()
+		s.log.Info("leave of an earlier incarnation ignored", "node", nodeID, "incarnation", incarnation, "current", n.incarnation)
+		return nil
+	}
+	s.retireLocked(n)
+	s.nodesMu.Unlock()
+	s.log.Info("node left", "node", nodeID, "incarnation", incarnation)
+	s.sweepDirty.Store(true)
+	s.sweep(s.now())
+	return nil
+}
+
 // Ping implements API.
 func (s *Service) Ping(ctx context.Context, nodeID string) (masterapi.PingReply, error) {
 	if err := s.check(ctx); err != nil {

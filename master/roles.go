@@ -16,6 +16,7 @@ const svc = "/tierstore.rpc.Master/"
 var Roles = tlsconf.Table{
 	svc + "MountSegment":            nodeOnly,
 	svc + "UnmountSegment":          nodeOnly,
+	svc + "LeaveNode":               nodeOnly,
 	svc + "Ping":                    nodeOnly,
 	svc + "OffloadHeartbeat":        nodeOnly,
 	svc + "NotifyOffloadSuccess":    nodeOnly,

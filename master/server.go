@@ -107,6 +107,10 @@ func (s *Server) UnmountSegment(ctx context.Context, r *pb.UnmountSegmentRequest
 	return &pb.UnmountSegmentResponse{}, toStatus(s.api.UnmountSegment(ctx, r.GetNode(), r.GetSegment()))
 }
 
+func (s *Server) LeaveNode(ctx context.Context, r *pb.LeaveNodeRequest) (*pb.Empty, error) {
+	return &pb.Empty{}, toStatus(s.api.LeaveNode(ctx, r.GetNode(), r.GetIncarnation()))
+}
+
 func (s *Server) Ping(ctx context.Context, r *pb.PingRequest) (*pb.PingResponse, error) {
 	p, err := s.api.Ping(ctx, r.GetNode())
 	if err != nil {

@@ -488,6 +488,14 @@ type NodeAPI interface {
 	// UnmountSegment removes a segment: its Memory replicas become
 	// unreadable at once and are cleared by the lease-aware sweep.
 	UnmountSegment(ctx context.Context, node, segment string) error
+	// LeaveNode retires node now, as if its client_ttl had passed: its
+	// process is closing it (Node.Close), so its DRAM and SSD replicas
+	// stop being listed at once instead of client_ttl later (an SSD tier
+	// that survives is re-registered when the node mounts again). Only
+	// the incarnation given is retired ("" matches any): a late call of
+	// an old process does not retire its successor (nil). An unknown
+	// node is ErrClientNotFound.
+	LeaveNode(ctx context.Context, node, incarnation string) error
 	// Ping keeps node alive. An unknown node gets NeedRemount (not an error).
 	Ping(ctx context.Context, node string) (PingReply, error)
 	// Heartbeat returns up to req.Max (0: a default) queued offload tasks

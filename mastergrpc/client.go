@@ -138,6 +138,12 @@ func (r *Client) UnmountSegment(ctx context.Context, node, segment string) error
 	return fromStatus(err)
 }
 
+// LeaveNode implements API.
+func (r *Client) LeaveNode(ctx context.Context, node, incarnation string) error {
+	_, err := r.c.LeaveNode(ctx, &pb.LeaveNodeRequest{Node: node, Incarnation: incarnation})
+	return fromStatus(err)
+}
+
 // Ping implements API.
 func (r *Client) Ping(ctx context.Context, node string) (masterapi.PingReply, error) {
 	p, err := r.c.Ping(ctx, &pb.PingRequest{Node: node})

@@ -165,6 +165,7 @@ func TestGetReportsMissingSSDReplica(t *testing.T) {
 type crashMaster struct{ masterapi.API }
 
 func (crashMaster) UnmountSegment(context.Context, string, string) error { return nil }
+func (crashMaster) LeaveNode(context.Context, string, string) error      { return nil }
 
 // TestRestartOnSameSSDDirRetiresOldIncarnation: a node restarted on the same
 // --ssd_dir, before the master expired it, comes back under the same id;

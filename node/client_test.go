@@ -254,6 +254,9 @@ func (s *switchable) MountSegment(ctx context.Context, r masterapi.MountRequest)
 func (s *switchable) UnmountSegment(ctx context.Context, node, seg string) error {
 	return s.get().UnmountSegment(ctx, node, seg)
 }
+func (s *switchable) LeaveNode(ctx context.Context, node, incarnation string) error {
+	return s.get().LeaveNode(ctx, node, incarnation)
+}
 func (s *switchable) Ping(ctx context.Context, node string) (masterapi.PingReply, error) {
 	return s.get().Ping(ctx, node)
 }

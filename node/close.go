@@ -9,7 +9,8 @@ import (
 
 // Close drains and stops the node: the loops stop after the offload round
 // in progress (which finishes and answers its tasks), the segment is
-// unmounted at the master, the peer service stops after its in-flight calls
+// unmounted and the node leaves at the master (which stops listing its SSD
+// replicas too), the peer service stops after its in-flight calls
 // (bounded), then the tier and the segment are closed.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
@@ -18,6 +19,12 @@ func (n *Node) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if err := n.m.UnmountSegment(ctx, n.name, n.segName); err != nil {
 			n.log.Warn("unmount at close failed", "err", err)
+		}
+		// Leave, so that the master stops listing the SSD replicas too at
+		// once, not client_ttl later (they are re-registered when the node
+		// mounts again).
+		if err := n.m.LeaveNode(ctx, n.name, n.incarnation); err != nil {
+			n.log.Warn("leave at close failed", "err", err)
 		}
 		cancel()
 		if n.srv != nil {

@@ -44,8 +44,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	// Reconnect quickly after a master outage (gRPC's default backoff
 	// grows to 2 minutes): unanswered notifies are being sent again.
+	// MinConnectTimeout must be given with ConnectParams: its zero value
+	// cuts each connection attempt at the backoff delay (100 ms), which a
+	// loaded machine's connect and TLS handshake can exceed.
 	dial := []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
-		Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second}})}
+		Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+		MinConnectTimeout: 20 * time.Second})}
 	if o.tls.Enabled() {
 		src, err := tlsconf.Load(o.tls)
 		if err == nil {

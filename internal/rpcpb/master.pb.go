@@ -569,6 +569,60 @@ func (*UnmountSegmentResponse) Descriptor() ([]byte, []int) {
 	return file_master_proto_rawDescGZIP(), []int{5}
 }
 
+// LeaveNodeRequest: the node's process is closing it (incarnation: the
+// one its MountSegment sent; "" matches any).
+type LeaveNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Incarnation   string                 `protobuf:"bytes,2,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaveNodeRequest) Reset() {
+	*x = LeaveNodeRequest{}
+	mi := &file_master_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaveNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaveNodeRequest) ProtoMessage() {}
+
+func (x *LeaveNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaveNodeRequest.ProtoReflect.Descriptor instead.
+func (*LeaveNodeRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *LeaveNodeRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *LeaveNodeRequest) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
+}
+
 type PingRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
@@ -578,7 +632,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_master_proto_msgTypes[6]
+	mi := &file_master_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +644,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[6]
+	mi := &file_master_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +657,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{6}
+	return file_master_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PingRequest) GetNode() string {
@@ -627,7 +681,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_master_proto_msgTypes[7]
+	mi := &file_master_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -639,7 +693,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[7]
+	mi := &file_master_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -652,7 +706,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{7}
+	return file_master_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PingResponse) GetStatus() NodeStatus {
@@ -696,7 +750,7 @@ type PutStartRequest struct {
 
 func (x *PutStartRequest) Reset() {
 	*x = PutStartRequest{}
-	mi := &file_master_proto_msgTypes[8]
+	mi := &file_master_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -708,7 +762,7 @@ func (x *PutStartRequest) String() string {
 func (*PutStartRequest) ProtoMessage() {}
 
 func (x *PutStartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[8]
+	mi := &file_master_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -721,7 +775,7 @@ func (x *PutStartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutStartRequest.ProtoReflect.Descriptor instead.
 func (*PutStartRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{8}
+	return file_master_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PutStartRequest) GetKey() []byte {
@@ -793,7 +847,7 @@ type PutStartResponse struct {
 
 func (x *PutStartResponse) Reset() {
 	*x = PutStartResponse{}
-	mi := &file_master_proto_msgTypes[9]
+	mi := &file_master_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -805,7 +859,7 @@ func (x *PutStartResponse) String() string {
 func (*PutStartResponse) ProtoMessage() {}
 
 func (x *PutStartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[9]
+	mi := &file_master_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -818,7 +872,7 @@ func (x *PutStartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutStartResponse.ProtoReflect.Descriptor instead.
 func (*PutStartResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{9}
+	return file_master_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PutStartResponse) GetReplica() *Replica {
@@ -844,7 +898,7 @@ type BatchPutStartRequest struct {
 
 func (x *BatchPutStartRequest) Reset() {
 	*x = BatchPutStartRequest{}
-	mi := &file_master_proto_msgTypes[10]
+	mi := &file_master_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -856,7 +910,7 @@ func (x *BatchPutStartRequest) String() string {
 func (*BatchPutStartRequest) ProtoMessage() {}
 
 func (x *BatchPutStartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[10]
+	mi := &file_master_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -869,7 +923,7 @@ func (x *BatchPutStartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchPutStartRequest.ProtoReflect.Descriptor instead.
 func (*BatchPutStartRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{10}
+	return file_master_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *BatchPutStartRequest) GetItems() []*PutStartRequest {
@@ -891,7 +945,7 @@ type PutStartResult struct {
 
 func (x *PutStartResult) Reset() {
 	*x = PutStartResult{}
-	mi := &file_master_proto_msgTypes[11]
+	mi := &file_master_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +957,7 @@ func (x *PutStartResult) String() string {
 func (*PutStartResult) ProtoMessage() {}
 
 func (x *PutStartResult) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[11]
+	mi := &file_master_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +970,7 @@ func (x *PutStartResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutStartResult.ProtoReflect.Descriptor instead.
 func (*PutStartResult) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{11}
+	return file_master_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PutStartResult) GetCode() int32 {
@@ -956,7 +1010,7 @@ type BatchPutStartResponse struct {
 
 func (x *BatchPutStartResponse) Reset() {
 	*x = BatchPutStartResponse{}
-	mi := &file_master_proto_msgTypes[12]
+	mi := &file_master_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -968,7 +1022,7 @@ func (x *BatchPutStartResponse) String() string {
 func (*BatchPutStartResponse) ProtoMessage() {}
 
 func (x *BatchPutStartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[12]
+	mi := &file_master_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -981,7 +1035,7 @@ func (x *BatchPutStartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchPutStartResponse.ProtoReflect.Descriptor instead.
 func (*BatchPutStartResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{12}
+	return file_master_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BatchPutStartResponse) GetResults() []*PutStartResult {
@@ -1001,7 +1055,7 @@ type KeyRequest struct {
 
 func (x *KeyRequest) Reset() {
 	*x = KeyRequest{}
-	mi := &file_master_proto_msgTypes[13]
+	mi := &file_master_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1013,7 +1067,7 @@ func (x *KeyRequest) String() string {
 func (*KeyRequest) ProtoMessage() {}
 
 func (x *KeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[13]
+	mi := &file_master_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1026,7 +1080,7 @@ func (x *KeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyRequest.ProtoReflect.Descriptor instead.
 func (*KeyRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{13}
+	return file_master_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *KeyRequest) GetKey() []byte {
@@ -1051,7 +1105,7 @@ type Empty struct {
 
 func (x *Empty) Reset() {
 	*x = Empty{}
-	mi := &file_master_proto_msgTypes[14]
+	mi := &file_master_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1063,7 +1117,7 @@ func (x *Empty) String() string {
 func (*Empty) ProtoMessage() {}
 
 func (x *Empty) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[14]
+	mi := &file_master_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1076,7 +1130,7 @@ func (x *Empty) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Empty.ProtoReflect.Descriptor instead.
 func (*Empty) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{14}
+	return file_master_proto_rawDescGZIP(), []int{15}
 }
 
 type KeysRequest struct {
@@ -1089,7 +1143,7 @@ type KeysRequest struct {
 
 func (x *KeysRequest) Reset() {
 	*x = KeysRequest{}
-	mi := &file_master_proto_msgTypes[15]
+	mi := &file_master_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1101,7 +1155,7 @@ func (x *KeysRequest) String() string {
 func (*KeysRequest) ProtoMessage() {}
 
 func (x *KeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[15]
+	mi := &file_master_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1114,7 +1168,7 @@ func (x *KeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysRequest.ProtoReflect.Descriptor instead.
 func (*KeysRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{15}
+	return file_master_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *KeysRequest) GetKeys() [][]byte {
@@ -1141,7 +1195,7 @@ type KeyResult struct {
 
 func (x *KeyResult) Reset() {
 	*x = KeyResult{}
-	mi := &file_master_proto_msgTypes[16]
+	mi := &file_master_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1153,7 +1207,7 @@ func (x *KeyResult) String() string {
 func (*KeyResult) ProtoMessage() {}
 
 func (x *KeyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[16]
+	mi := &file_master_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1166,7 +1220,7 @@ func (x *KeyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyResult.ProtoReflect.Descriptor instead.
 func (*KeyResult) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{16}
+	return file_master_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *KeyResult) GetCode() int32 {
@@ -1192,7 +1246,7 @@ type KeyResults struct {
 
 func (x *KeyResults) Reset() {
 	*x = KeyResults{}
-	mi := &file_master_proto_msgTypes[17]
+	mi := &file_master_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1204,7 +1258,7 @@ func (x *KeyResults) String() string {
 func (*KeyResults) ProtoMessage() {}
 
 func (x *KeyResults) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[17]
+	mi := &file_master_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1217,7 +1271,7 @@ func (x *KeyResults) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyResults.ProtoReflect.Descriptor instead.
 func (*KeyResults) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{17}
+	return file_master_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *KeyResults) GetResults() []*KeyResult {
@@ -1239,7 +1293,7 @@ type LookupRequest struct {
 
 func (x *LookupRequest) Reset() {
 	*x = LookupRequest{}
-	mi := &file_master_proto_msgTypes[18]
+	mi := &file_master_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1251,7 +1305,7 @@ func (x *LookupRequest) String() string {
 func (*LookupRequest) ProtoMessage() {}
 
 func (x *LookupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[18]
+	mi := &file_master_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1264,7 +1318,7 @@ func (x *LookupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupRequest.ProtoReflect.Descriptor instead.
 func (*LookupRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{18}
+	return file_master_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LookupRequest) GetKey() []byte {
@@ -1290,7 +1344,7 @@ type ExistKeyResponse struct {
 
 func (x *ExistKeyResponse) Reset() {
 	*x = ExistKeyResponse{}
-	mi := &file_master_proto_msgTypes[19]
+	mi := &file_master_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1302,7 +1356,7 @@ func (x *ExistKeyResponse) String() string {
 func (*ExistKeyResponse) ProtoMessage() {}
 
 func (x *ExistKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[19]
+	mi := &file_master_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1315,7 +1369,7 @@ func (x *ExistKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExistKeyResponse.ProtoReflect.Descriptor instead.
 func (*ExistKeyResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{19}
+	return file_master_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ExistKeyResponse) GetExists() bool {
@@ -1335,7 +1389,7 @@ type BatchLookupRequest struct {
 
 func (x *BatchLookupRequest) Reset() {
 	*x = BatchLookupRequest{}
-	mi := &file_master_proto_msgTypes[20]
+	mi := &file_master_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1347,7 +1401,7 @@ func (x *BatchLookupRequest) String() string {
 func (*BatchLookupRequest) ProtoMessage() {}
 
 func (x *BatchLookupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[20]
+	mi := &file_master_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1360,7 +1414,7 @@ func (x *BatchLookupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchLookupRequest.ProtoReflect.Descriptor instead.
 func (*BatchLookupRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{20}
+	return file_master_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *BatchLookupRequest) GetKeys() [][]byte {
@@ -1388,7 +1442,7 @@ type ExistResult struct {
 
 func (x *ExistResult) Reset() {
 	*x = ExistResult{}
-	mi := &file_master_proto_msgTypes[21]
+	mi := &file_master_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1400,7 +1454,7 @@ func (x *ExistResult) String() string {
 func (*ExistResult) ProtoMessage() {}
 
 func (x *ExistResult) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[21]
+	mi := &file_master_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1413,7 +1467,7 @@ func (x *ExistResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExistResult.ProtoReflect.Descriptor instead.
 func (*ExistResult) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{21}
+	return file_master_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ExistResult) GetCode() int32 {
@@ -1446,7 +1500,7 @@ type BatchExistKeyResponse struct {
 
 func (x *BatchExistKeyResponse) Reset() {
 	*x = BatchExistKeyResponse{}
-	mi := &file_master_proto_msgTypes[22]
+	mi := &file_master_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1512,7 @@ func (x *BatchExistKeyResponse) String() string {
 func (*BatchExistKeyResponse) ProtoMessage() {}
 
 func (x *BatchExistKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[22]
+	mi := &file_master_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1525,7 @@ func (x *BatchExistKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchExistKeyResponse.ProtoReflect.Descriptor instead.
 func (*BatchExistKeyResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{22}
+	return file_master_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BatchExistKeyResponse) GetResults() []*ExistResult {
@@ -1490,7 +1544,7 @@ type GetReplicaListResponse struct {
 
 func (x *GetReplicaListResponse) Reset() {
 	*x = GetReplicaListResponse{}
-	mi := &file_master_proto_msgTypes[23]
+	mi := &file_master_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1502,7 +1556,7 @@ func (x *GetReplicaListResponse) String() string {
 func (*GetReplicaListResponse) ProtoMessage() {}
 
 func (x *GetReplicaListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[23]
+	mi := &file_master_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1515,7 +1569,7 @@ func (x *GetReplicaListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReplicaListResponse.ProtoReflect.Descriptor instead.
 func (*GetReplicaListResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{23}
+	return file_master_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetReplicaListResponse) GetInfo() *ObjectInfo {
@@ -1536,7 +1590,7 @@ type ReplicaListResult struct {
 
 func (x *ReplicaListResult) Reset() {
 	*x = ReplicaListResult{}
-	mi := &file_master_proto_msgTypes[24]
+	mi := &file_master_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1548,7 +1602,7 @@ func (x *ReplicaListResult) String() string {
 func (*ReplicaListResult) ProtoMessage() {}
 
 func (x *ReplicaListResult) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[24]
+	mi := &file_master_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1561,7 +1615,7 @@ func (x *ReplicaListResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaListResult.ProtoReflect.Descriptor instead.
 func (*ReplicaListResult) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{24}
+	return file_master_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReplicaListResult) GetCode() int32 {
@@ -1594,7 +1648,7 @@ type BatchGetReplicaListResponse struct {
 
 func (x *BatchGetReplicaListResponse) Reset() {
 	*x = BatchGetReplicaListResponse{}
-	mi := &file_master_proto_msgTypes[25]
+	mi := &file_master_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1606,7 +1660,7 @@ func (x *BatchGetReplicaListResponse) String() string {
 func (*BatchGetReplicaListResponse) ProtoMessage() {}
 
 func (x *BatchGetReplicaListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[25]
+	mi := &file_master_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1619,7 +1673,7 @@ func (x *BatchGetReplicaListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetReplicaListResponse.ProtoReflect.Descriptor instead.
 func (*BatchGetReplicaListResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{25}
+	return file_master_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *BatchGetReplicaListResponse) GetResults() []*ReplicaListResult {
@@ -1639,7 +1693,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_master_proto_msgTypes[26]
+	mi := &file_master_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1651,7 +1705,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[26]
+	mi := &file_master_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1664,7 +1718,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{26}
+	return file_master_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RemoveRequest) GetKey() []byte {
@@ -1690,7 +1744,7 @@ type RemoveAllRequest struct {
 
 func (x *RemoveAllRequest) Reset() {
 	*x = RemoveAllRequest{}
-	mi := &file_master_proto_msgTypes[27]
+	mi := &file_master_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1702,7 +1756,7 @@ func (x *RemoveAllRequest) String() string {
 func (*RemoveAllRequest) ProtoMessage() {}
 
 func (x *RemoveAllRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[27]
+	mi := &file_master_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1715,7 +1769,7 @@ func (x *RemoveAllRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveAllRequest.ProtoReflect.Descriptor instead.
 func (*RemoveAllRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{27}
+	return file_master_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RemoveAllRequest) GetForce() bool {
@@ -1737,7 +1791,7 @@ type RemoveByRegexRequest struct {
 
 func (x *RemoveByRegexRequest) Reset() {
 	*x = RemoveByRegexRequest{}
-	mi := &file_master_proto_msgTypes[28]
+	mi := &file_master_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1749,7 +1803,7 @@ func (x *RemoveByRegexRequest) String() string {
 func (*RemoveByRegexRequest) ProtoMessage() {}
 
 func (x *RemoveByRegexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[28]
+	mi := &file_master_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1762,7 +1816,7 @@ func (x *RemoveByRegexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveByRegexRequest.ProtoReflect.Descriptor instead.
 func (*RemoveByRegexRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{28}
+	return file_master_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RemoveByRegexRequest) GetPattern() string {
@@ -1788,7 +1842,7 @@ type CountResponse struct {
 
 func (x *CountResponse) Reset() {
 	*x = CountResponse{}
-	mi := &file_master_proto_msgTypes[29]
+	mi := &file_master_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1800,7 +1854,7 @@ func (x *CountResponse) String() string {
 func (*CountResponse) ProtoMessage() {}
 
 func (x *CountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[29]
+	mi := &file_master_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1813,7 +1867,7 @@ func (x *CountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountResponse.ProtoReflect.Descriptor instead.
 func (*CountResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{29}
+	return file_master_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CountResponse) GetCount() int64 {
@@ -1833,7 +1887,7 @@ type RemovalCursor struct {
 
 func (x *RemovalCursor) Reset() {
 	*x = RemovalCursor{}
-	mi := &file_master_proto_msgTypes[30]
+	mi := &file_master_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +1899,7 @@ func (x *RemovalCursor) String() string {
 func (*RemovalCursor) ProtoMessage() {}
 
 func (x *RemovalCursor) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[30]
+	mi := &file_master_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +1912,7 @@ func (x *RemovalCursor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovalCursor.ProtoReflect.Descriptor instead.
 func (*RemovalCursor) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{30}
+	return file_master_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RemovalCursor) GetLog() string {
@@ -1889,7 +1943,7 @@ type Removal struct {
 
 func (x *Removal) Reset() {
 	*x = Removal{}
-	mi := &file_master_proto_msgTypes[31]
+	mi := &file_master_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1901,7 +1955,7 @@ func (x *Removal) String() string {
 func (*Removal) ProtoMessage() {}
 
 func (x *Removal) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[31]
+	mi := &file_master_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1914,7 +1968,7 @@ func (x *Removal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Removal.ProtoReflect.Descriptor instead.
 func (*Removal) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{31}
+	return file_master_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Removal) GetSeq() uint64 {
@@ -1955,7 +2009,7 @@ type MemoryRef struct {
 
 func (x *MemoryRef) Reset() {
 	*x = MemoryRef{}
-	mi := &file_master_proto_msgTypes[32]
+	mi := &file_master_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1967,7 +2021,7 @@ func (x *MemoryRef) String() string {
 func (*MemoryRef) ProtoMessage() {}
 
 func (x *MemoryRef) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[32]
+	mi := &file_master_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1980,7 +2034,7 @@ func (x *MemoryRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemoryRef.ProtoReflect.Descriptor instead.
 func (*MemoryRef) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{32}
+	return file_master_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *MemoryRef) GetOffset() int64 {
@@ -2009,7 +2063,7 @@ type PullRemovalsRequest struct {
 
 func (x *PullRemovalsRequest) Reset() {
 	*x = PullRemovalsRequest{}
-	mi := &file_master_proto_msgTypes[33]
+	mi := &file_master_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2021,7 +2075,7 @@ func (x *PullRemovalsRequest) String() string {
 func (*PullRemovalsRequest) ProtoMessage() {}
 
 func (x *PullRemovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[33]
+	mi := &file_master_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2034,7 +2088,7 @@ func (x *PullRemovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullRemovalsRequest.ProtoReflect.Descriptor instead.
 func (*PullRemovalsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{33}
+	return file_master_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PullRemovalsRequest) GetNode() string {
@@ -2080,7 +2134,7 @@ type PullRemovalsResponse struct {
 
 func (x *PullRemovalsResponse) Reset() {
 	*x = PullRemovalsResponse{}
-	mi := &file_master_proto_msgTypes[34]
+	mi := &file_master_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2092,7 +2146,7 @@ func (x *PullRemovalsResponse) String() string {
 func (*PullRemovalsResponse) ProtoMessage() {}
 
 func (x *PullRemovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[34]
+	mi := &file_master_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2105,7 +2159,7 @@ func (x *PullRemovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullRemovalsResponse.ProtoReflect.Descriptor instead.
 func (*PullRemovalsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{34}
+	return file_master_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PullRemovalsResponse) GetLog() string {
@@ -2167,7 +2221,7 @@ type EvictMemoryRequest struct {
 
 func (x *EvictMemoryRequest) Reset() {
 	*x = EvictMemoryRequest{}
-	mi := &file_master_proto_msgTypes[35]
+	mi := &file_master_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2179,7 +2233,7 @@ func (x *EvictMemoryRequest) String() string {
 func (*EvictMemoryRequest) ProtoMessage() {}
 
 func (x *EvictMemoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[35]
+	mi := &file_master_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2192,7 +2246,7 @@ func (x *EvictMemoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictMemoryRequest.ProtoReflect.Descriptor instead.
 func (*EvictMemoryRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{35}
+	return file_master_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *EvictMemoryRequest) GetKeys() [][]byte {
@@ -2219,7 +2273,7 @@ type WaitOffloadRequest struct {
 
 func (x *WaitOffloadRequest) Reset() {
 	*x = WaitOffloadRequest{}
-	mi := &file_master_proto_msgTypes[36]
+	mi := &file_master_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2231,7 +2285,7 @@ func (x *WaitOffloadRequest) String() string {
 func (*WaitOffloadRequest) ProtoMessage() {}
 
 func (x *WaitOffloadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[36]
+	mi := &file_master_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2244,7 +2298,7 @@ func (x *WaitOffloadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitOffloadRequest.ProtoReflect.Descriptor instead.
 func (*WaitOffloadRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{36}
+	return file_master_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *WaitOffloadRequest) GetNode() string {
@@ -2270,7 +2324,7 @@ type WaitOffloadResponse struct {
 
 func (x *WaitOffloadResponse) Reset() {
 	*x = WaitOffloadResponse{}
-	mi := &file_master_proto_msgTypes[37]
+	mi := &file_master_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2282,7 +2336,7 @@ func (x *WaitOffloadResponse) String() string {
 func (*WaitOffloadResponse) ProtoMessage() {}
 
 func (x *WaitOffloadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[37]
+	mi := &file_master_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2295,7 +2349,7 @@ func (x *WaitOffloadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitOffloadResponse.ProtoReflect.Descriptor instead.
 func (*WaitOffloadResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{37}
+	return file_master_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *WaitOffloadResponse) GetPressed() bool {
@@ -2314,7 +2368,7 @@ type PrefetchResponse struct {
 
 func (x *PrefetchResponse) Reset() {
 	*x = PrefetchResponse{}
-	mi := &file_master_proto_msgTypes[38]
+	mi := &file_master_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2326,7 +2380,7 @@ func (x *PrefetchResponse) String() string {
 func (*PrefetchResponse) ProtoMessage() {}
 
 func (x *PrefetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[38]
+	mi := &file_master_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2339,7 +2393,7 @@ func (x *PrefetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefetchResponse.ProtoReflect.Descriptor instead.
 func (*PrefetchResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{38}
+	return file_master_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PrefetchResponse) GetQueued() int32 {
@@ -2369,7 +2423,7 @@ type OffloadHeartbeatRequest struct {
 
 func (x *OffloadHeartbeatRequest) Reset() {
 	*x = OffloadHeartbeatRequest{}
-	mi := &file_master_proto_msgTypes[39]
+	mi := &file_master_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2381,7 +2435,7 @@ func (x *OffloadHeartbeatRequest) String() string {
 func (*OffloadHeartbeatRequest) ProtoMessage() {}
 
 func (x *OffloadHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[39]
+	mi := &file_master_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2394,7 +2448,7 @@ func (x *OffloadHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*OffloadHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{39}
+	return file_master_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *OffloadHeartbeatRequest) GetNode() string {
@@ -2445,7 +2499,7 @@ type SSDVictim struct {
 
 func (x *SSDVictim) Reset() {
 	*x = SSDVictim{}
-	mi := &file_master_proto_msgTypes[40]
+	mi := &file_master_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2457,7 +2511,7 @@ func (x *SSDVictim) String() string {
 func (*SSDVictim) ProtoMessage() {}
 
 func (x *SSDVictim) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[40]
+	mi := &file_master_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2470,7 +2524,7 @@ func (x *SSDVictim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SSDVictim.ProtoReflect.Descriptor instead.
 func (*SSDVictim) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{40}
+	return file_master_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SSDVictim) GetBytes() int64 {
@@ -2507,7 +2561,7 @@ type SSDReport struct {
 
 func (x *SSDReport) Reset() {
 	*x = SSDReport{}
-	mi := &file_master_proto_msgTypes[41]
+	mi := &file_master_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2519,7 +2573,7 @@ func (x *SSDReport) String() string {
 func (*SSDReport) ProtoMessage() {}
 
 func (x *SSDReport) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[41]
+	mi := &file_master_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2532,7 +2586,7 @@ func (x *SSDReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SSDReport.ProtoReflect.Descriptor instead.
 func (*SSDReport) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{41}
+	return file_master_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SSDReport) GetHigh() int64 {
@@ -2582,7 +2636,7 @@ type PromoteTask struct {
 
 func (x *PromoteTask) Reset() {
 	*x = PromoteTask{}
-	mi := &file_master_proto_msgTypes[42]
+	mi := &file_master_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2594,7 +2648,7 @@ func (x *PromoteTask) String() string {
 func (*PromoteTask) ProtoMessage() {}
 
 func (x *PromoteTask) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[42]
+	mi := &file_master_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2607,7 +2661,7 @@ func (x *PromoteTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteTask.ProtoReflect.Descriptor instead.
 func (*PromoteTask) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{42}
+	return file_master_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PromoteTask) GetKey() []byte {
@@ -2673,7 +2727,7 @@ type OffloadTask struct {
 
 func (x *OffloadTask) Reset() {
 	*x = OffloadTask{}
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2685,7 +2739,7 @@ func (x *OffloadTask) String() string {
 func (*OffloadTask) ProtoMessage() {}
 
 func (x *OffloadTask) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2698,7 +2752,7 @@ func (x *OffloadTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadTask.ProtoReflect.Descriptor instead.
 func (*OffloadTask) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{43}
+	return file_master_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *OffloadTask) GetKey() []byte {
@@ -2766,7 +2820,7 @@ type OffloadHeartbeatResponse struct {
 
 func (x *OffloadHeartbeatResponse) Reset() {
 	*x = OffloadHeartbeatResponse{}
-	mi := &file_master_proto_msgTypes[44]
+	mi := &file_master_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2778,7 +2832,7 @@ func (x *OffloadHeartbeatResponse) String() string {
 func (*OffloadHeartbeatResponse) ProtoMessage() {}
 
 func (x *OffloadHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[44]
+	mi := &file_master_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2791,7 +2845,7 @@ func (x *OffloadHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*OffloadHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{44}
+	return file_master_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *OffloadHeartbeatResponse) GetTasks() []*OffloadTask {
@@ -2849,7 +2903,7 @@ type PromoteResult struct {
 
 func (x *PromoteResult) Reset() {
 	*x = PromoteResult{}
-	mi := &file_master_proto_msgTypes[45]
+	mi := &file_master_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2861,7 +2915,7 @@ func (x *PromoteResult) String() string {
 func (*PromoteResult) ProtoMessage() {}
 
 func (x *PromoteResult) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[45]
+	mi := &file_master_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2874,7 +2928,7 @@ func (x *PromoteResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteResult.ProtoReflect.Descriptor instead.
 func (*PromoteResult) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{45}
+	return file_master_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PromoteResult) GetKey() []byte {
@@ -2915,7 +2969,7 @@ type PromoteEndRequest struct {
 
 func (x *PromoteEndRequest) Reset() {
 	*x = PromoteEndRequest{}
-	mi := &file_master_proto_msgTypes[46]
+	mi := &file_master_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2927,7 +2981,7 @@ func (x *PromoteEndRequest) String() string {
 func (*PromoteEndRequest) ProtoMessage() {}
 
 func (x *PromoteEndRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[46]
+	mi := &file_master_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2940,7 +2994,7 @@ func (x *PromoteEndRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteEndRequest.ProtoReflect.Descriptor instead.
 func (*PromoteEndRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{46}
+	return file_master_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PromoteEndRequest) GetNode() string {
@@ -2968,7 +3022,7 @@ type DiskObject struct {
 
 func (x *DiskObject) Reset() {
 	*x = DiskObject{}
-	mi := &file_master_proto_msgTypes[47]
+	mi := &file_master_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2980,7 +3034,7 @@ func (x *DiskObject) String() string {
 func (*DiskObject) ProtoMessage() {}
 
 func (x *DiskObject) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[47]
+	mi := &file_master_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2993,7 +3047,7 @@ func (x *DiskObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskObject.ProtoReflect.Descriptor instead.
 func (*DiskObject) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{47}
+	return file_master_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DiskObject) GetKey() []byte {
@@ -3028,7 +3082,7 @@ type OffloadFailure struct {
 
 func (x *OffloadFailure) Reset() {
 	*x = OffloadFailure{}
-	mi := &file_master_proto_msgTypes[48]
+	mi := &file_master_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3040,7 +3094,7 @@ func (x *OffloadFailure) String() string {
 func (*OffloadFailure) ProtoMessage() {}
 
 func (x *OffloadFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[48]
+	mi := &file_master_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3053,7 +3107,7 @@ func (x *OffloadFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadFailure.ProtoReflect.Descriptor instead.
 func (*OffloadFailure) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{48}
+	return file_master_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *OffloadFailure) GetKey() []byte {
@@ -3088,7 +3142,7 @@ type NotifyOffloadSuccessRequest struct {
 
 func (x *NotifyOffloadSuccessRequest) Reset() {
 	*x = NotifyOffloadSuccessRequest{}
-	mi := &file_master_proto_msgTypes[49]
+	mi := &file_master_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3100,7 +3154,7 @@ func (x *NotifyOffloadSuccessRequest) String() string {
 func (*NotifyOffloadSuccessRequest) ProtoMessage() {}
 
 func (x *NotifyOffloadSuccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[49]
+	mi := &file_master_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3113,7 +3167,7 @@ func (x *NotifyOffloadSuccessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotifyOffloadSuccessRequest.ProtoReflect.Descriptor instead.
 func (*NotifyOffloadSuccessRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{49}
+	return file_master_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *NotifyOffloadSuccessRequest) GetNode() string {
@@ -3147,7 +3201,7 @@ type RegisterDiskObjectsRequest struct {
 
 func (x *RegisterDiskObjectsRequest) Reset() {
 	*x = RegisterDiskObjectsRequest{}
-	mi := &file_master_proto_msgTypes[50]
+	mi := &file_master_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3159,7 +3213,7 @@ func (x *RegisterDiskObjectsRequest) String() string {
 func (*RegisterDiskObjectsRequest) ProtoMessage() {}
 
 func (x *RegisterDiskObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[50]
+	mi := &file_master_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3172,7 +3226,7 @@ func (x *RegisterDiskObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterDiskObjectsRequest.ProtoReflect.Descriptor instead.
 func (*RegisterDiskObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{50}
+	return file_master_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RegisterDiskObjectsRequest) GetNode() string {
@@ -3199,7 +3253,7 @@ type EvictDiskReplicaRequest struct {
 
 func (x *EvictDiskReplicaRequest) Reset() {
 	*x = EvictDiskReplicaRequest{}
-	mi := &file_master_proto_msgTypes[51]
+	mi := &file_master_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3211,7 +3265,7 @@ func (x *EvictDiskReplicaRequest) String() string {
 func (*EvictDiskReplicaRequest) ProtoMessage() {}
 
 func (x *EvictDiskReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[51]
+	mi := &file_master_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3224,7 +3278,7 @@ func (x *EvictDiskReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictDiskReplicaRequest.ProtoReflect.Descriptor instead.
 func (*EvictDiskReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{51}
+	return file_master_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *EvictDiskReplicaRequest) GetNode() string {
@@ -3255,7 +3309,7 @@ type EvictDiskReplicaResponse struct {
 
 func (x *EvictDiskReplicaResponse) Reset() {
 	*x = EvictDiskReplicaResponse{}
-	mi := &file_master_proto_msgTypes[52]
+	mi := &file_master_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3267,7 +3321,7 @@ func (x *EvictDiskReplicaResponse) String() string {
 func (*EvictDiskReplicaResponse) ProtoMessage() {}
 
 func (x *EvictDiskReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[52]
+	mi := &file_master_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3280,7 +3334,7 @@ func (x *EvictDiskReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictDiskReplicaResponse.ProtoReflect.Descriptor instead.
 func (*EvictDiskReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{52}
+	return file_master_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *EvictDiskReplicaResponse) GetCount() int64 {
@@ -3309,7 +3363,7 @@ type ReportBadReplicaRequest struct {
 
 func (x *ReportBadReplicaRequest) Reset() {
 	*x = ReportBadReplicaRequest{}
-	mi := &file_master_proto_msgTypes[53]
+	mi := &file_master_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3321,7 +3375,7 @@ func (x *ReportBadReplicaRequest) String() string {
 func (*ReportBadReplicaRequest) ProtoMessage() {}
 
 func (x *ReportBadReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[53]
+	mi := &file_master_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3334,7 +3388,7 @@ func (x *ReportBadReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportBadReplicaRequest.ProtoReflect.Descriptor instead.
 func (*ReportBadReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{53}
+	return file_master_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ReportBadReplicaRequest) GetKey() []byte {
@@ -3376,7 +3430,7 @@ type MemoryObject struct {
 
 func (x *MemoryObject) Reset() {
 	*x = MemoryObject{}
-	mi := &file_master_proto_msgTypes[54]
+	mi := &file_master_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3388,7 +3442,7 @@ func (x *MemoryObject) String() string {
 func (*MemoryObject) ProtoMessage() {}
 
 func (x *MemoryObject) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[54]
+	mi := &file_master_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3401,7 +3455,7 @@ func (x *MemoryObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemoryObject.ProtoReflect.Descriptor instead.
 func (*MemoryObject) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{54}
+	return file_master_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *MemoryObject) GetKey() []byte {
@@ -3468,7 +3522,7 @@ type RegisterMemoryObjectsRequest struct {
 
 func (x *RegisterMemoryObjectsRequest) Reset() {
 	*x = RegisterMemoryObjectsRequest{}
-	mi := &file_master_proto_msgTypes[55]
+	mi := &file_master_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3480,7 +3534,7 @@ func (x *RegisterMemoryObjectsRequest) String() string {
 func (*RegisterMemoryObjectsRequest) ProtoMessage() {}
 
 func (x *RegisterMemoryObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[55]
+	mi := &file_master_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3493,7 +3547,7 @@ func (x *RegisterMemoryObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterMemoryObjectsRequest.ProtoReflect.Descriptor instead.
 func (*RegisterMemoryObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{55}
+	return file_master_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RegisterMemoryObjectsRequest) GetNode() string {
@@ -3532,7 +3586,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_master_proto_msgTypes[56]
+	mi := &file_master_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3544,7 +3598,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[56]
+	mi := &file_master_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3557,7 +3611,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{56}
+	return file_master_proto_rawDescGZIP(), []int{57}
 }
 
 type StatsResponse struct {
@@ -3591,7 +3645,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_master_proto_msgTypes[57]
+	mi := &file_master_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3603,7 +3657,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[57]
+	mi := &file_master_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3616,7 +3670,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{57}
+	return file_master_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *StatsResponse) GetObjects() int64 {
@@ -3773,7 +3827,7 @@ type NodeStats struct {
 
 func (x *NodeStats) Reset() {
 	*x = NodeStats{}
-	mi := &file_master_proto_msgTypes[58]
+	mi := &file_master_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3785,7 +3839,7 @@ func (x *NodeStats) String() string {
 func (*NodeStats) ProtoMessage() {}
 
 func (x *NodeStats) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[58]
+	mi := &file_master_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3798,7 +3852,7 @@ func (x *NodeStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStats.ProtoReflect.Descriptor instead.
 func (*NodeStats) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{58}
+	return file_master_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *NodeStats) GetNode() string {
@@ -3905,7 +3959,7 @@ type ReconcileBeginRequest struct {
 
 func (x *ReconcileBeginRequest) Reset() {
 	*x = ReconcileBeginRequest{}
-	mi := &file_master_proto_msgTypes[59]
+	mi := &file_master_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3917,7 +3971,7 @@ func (x *ReconcileBeginRequest) String() string {
 func (*ReconcileBeginRequest) ProtoMessage() {}
 
 func (x *ReconcileBeginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[59]
+	mi := &file_master_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3930,7 +3984,7 @@ func (x *ReconcileBeginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileBeginRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileBeginRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{59}
+	return file_master_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ReconcileBeginRequest) GetNode() string {
@@ -3964,7 +4018,7 @@ type ReconcileBeginResponse struct {
 
 func (x *ReconcileBeginResponse) Reset() {
 	*x = ReconcileBeginResponse{}
-	mi := &file_master_proto_msgTypes[60]
+	mi := &file_master_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3976,7 +4030,7 @@ func (x *ReconcileBeginResponse) String() string {
 func (*ReconcileBeginResponse) ProtoMessage() {}
 
 func (x *ReconcileBeginResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[60]
+	mi := &file_master_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3989,7 +4043,7 @@ func (x *ReconcileBeginResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileBeginResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileBeginResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{60}
+	return file_master_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ReconcileBeginResponse) GetSession() uint64 {
@@ -4017,7 +4071,7 @@ type ReconcileKeysRequest struct {
 
 func (x *ReconcileKeysRequest) Reset() {
 	*x = ReconcileKeysRequest{}
-	mi := &file_master_proto_msgTypes[61]
+	mi := &file_master_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4029,7 +4083,7 @@ func (x *ReconcileKeysRequest) String() string {
 func (*ReconcileKeysRequest) ProtoMessage() {}
 
 func (x *ReconcileKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[61]
+	mi := &file_master_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4042,7 +4096,7 @@ func (x *ReconcileKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileKeysRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileKeysRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{61}
+	return file_master_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ReconcileKeysRequest) GetNode() string {
@@ -4075,7 +4129,7 @@ type ReconcileKeysResponse struct {
 
 func (x *ReconcileKeysResponse) Reset() {
 	*x = ReconcileKeysResponse{}
-	mi := &file_master_proto_msgTypes[62]
+	mi := &file_master_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4087,7 +4141,7 @@ func (x *ReconcileKeysResponse) String() string {
 func (*ReconcileKeysResponse) ProtoMessage() {}
 
 func (x *ReconcileKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[62]
+	mi := &file_master_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4100,7 +4154,7 @@ func (x *ReconcileKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileKeysResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileKeysResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{62}
+	return file_master_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ReconcileKeysResponse) GetUnwanted() [][]byte {
@@ -4120,7 +4174,7 @@ type ReconcileEndRequest struct {
 
 func (x *ReconcileEndRequest) Reset() {
 	*x = ReconcileEndRequest{}
-	mi := &file_master_proto_msgTypes[63]
+	mi := &file_master_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4132,7 +4186,7 @@ func (x *ReconcileEndRequest) String() string {
 func (*ReconcileEndRequest) ProtoMessage() {}
 
 func (x *ReconcileEndRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[63]
+	mi := &file_master_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4145,7 +4199,7 @@ func (x *ReconcileEndRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileEndRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileEndRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{63}
+	return file_master_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ReconcileEndRequest) GetNode() string {
@@ -4171,7 +4225,7 @@ type ReconcileEndResponse struct {
 
 func (x *ReconcileEndResponse) Reset() {
 	*x = ReconcileEndResponse{}
-	mi := &file_master_proto_msgTypes[64]
+	mi := &file_master_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4183,7 +4237,7 @@ func (x *ReconcileEndResponse) String() string {
 func (*ReconcileEndResponse) ProtoMessage() {}
 
 func (x *ReconcileEndResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[64]
+	mi := &file_master_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4196,7 +4250,7 @@ func (x *ReconcileEndResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileEndResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileEndResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{64}
+	return file_master_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ReconcileEndResponse) GetCount() int64 {
@@ -4225,7 +4279,7 @@ type EvictMemoryResponse struct {
 
 func (x *EvictMemoryResponse) Reset() {
 	*x = EvictMemoryResponse{}
-	mi := &file_master_proto_msgTypes[65]
+	mi := &file_master_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4237,7 +4291,7 @@ func (x *EvictMemoryResponse) String() string {
 func (*EvictMemoryResponse) ProtoMessage() {}
 
 func (x *EvictMemoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[65]
+	mi := &file_master_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4250,7 +4304,7 @@ func (x *EvictMemoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictMemoryResponse.ProtoReflect.Descriptor instead.
 func (*EvictMemoryResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{65}
+	return file_master_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *EvictMemoryResponse) GetCount() int64 {
@@ -4341,7 +4395,10 @@ const file_master_proto_rawDesc = "" +
 	"\x15UnmountSegmentRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\asegment\x18\x02 \x01(\tR\asegment\"\x18\n" +
-	"\x16UnmountSegmentResponse\"!\n" +
+	"\x16UnmountSegmentResponse\"H\n" +
+	"\x10LeaveNodeRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12 \n" +
+	"\vincarnation\x18\x02 \x01(\tR\vincarnation\"!\n" +
 	"\vPingRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\"y\n" +
 	"\fPingResponse\x121\n" +
@@ -4620,11 +4677,12 @@ const file_master_proto_rawDesc = "" +
 	"NodeStatus\x12\x1b\n" +
 	"\x17NODE_STATUS_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aNODE_OK\x10\x01\x12\x10\n" +
-	"\fNEED_REMOUNT\x10\x022\xa0\x14\n" +
+	"\fNEED_REMOUNT\x10\x022\xe4\x14\n" +
 	"\x06Master\x12W\n" +
 	"\fMountSegment\x12\".tierstore.rpc.MountSegmentRequest\x1a#.tierstore.rpc.MountSegmentResponse\x12]\n" +
 	"\x0eUnmountSegment\x12$.tierstore.rpc.UnmountSegmentRequest\x1a%.tierstore.rpc.UnmountSegmentResponse\x12?\n" +
-	"\x04Ping\x12\x1a.tierstore.rpc.PingRequest\x1a\x1b.tierstore.rpc.PingResponse\x12K\n" +
+	"\x04Ping\x12\x1a.tierstore.rpc.PingRequest\x1a\x1b.tierstore.rpc.PingResponse\x12B\n" +
+	"\tLeaveNode\x12\x1f.tierstore.rpc.LeaveNodeRequest\x1a\x14.tierstore.rpc.Empty\x12K\n" +
 	"\bPutStart\x12\x1e.tierstore.rpc.PutStartRequest\x1a\x1f.tierstore.rpc.PutStartResponse\x129\n" +
 	"\x06PutEnd\x12\x19.tierstore.rpc.KeyRequest\x1a\x14.tierstore.rpc.Empty\x12<\n" +
 	"\tPutRevoke\x12\x19.tierstore.rpc.KeyRequest\x1a\x14.tierstore.rpc.Empty\x12Z\n" +
@@ -4668,7 +4726,7 @@ func file_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_master_proto_goTypes = []any{
 	(ReplicaKind)(0),                     // 0: tierstore.rpc.ReplicaKind
 	(ReplicaStatus)(0),                   // 1: tierstore.rpc.ReplicaStatus
@@ -4679,66 +4737,67 @@ var file_master_proto_goTypes = []any{
 	(*MountSegmentResponse)(nil),         // 6: tierstore.rpc.MountSegmentResponse
 	(*UnmountSegmentRequest)(nil),        // 7: tierstore.rpc.UnmountSegmentRequest
 	(*UnmountSegmentResponse)(nil),       // 8: tierstore.rpc.UnmountSegmentResponse
-	(*PingRequest)(nil),                  // 9: tierstore.rpc.PingRequest
-	(*PingResponse)(nil),                 // 10: tierstore.rpc.PingResponse
-	(*PutStartRequest)(nil),              // 11: tierstore.rpc.PutStartRequest
-	(*PutStartResponse)(nil),             // 12: tierstore.rpc.PutStartResponse
-	(*BatchPutStartRequest)(nil),         // 13: tierstore.rpc.BatchPutStartRequest
-	(*PutStartResult)(nil),               // 14: tierstore.rpc.PutStartResult
-	(*BatchPutStartResponse)(nil),        // 15: tierstore.rpc.BatchPutStartResponse
-	(*KeyRequest)(nil),                   // 16: tierstore.rpc.KeyRequest
-	(*Empty)(nil),                        // 17: tierstore.rpc.Empty
-	(*KeysRequest)(nil),                  // 18: tierstore.rpc.KeysRequest
-	(*KeyResult)(nil),                    // 19: tierstore.rpc.KeyResult
-	(*KeyResults)(nil),                   // 20: tierstore.rpc.KeyResults
-	(*LookupRequest)(nil),                // 21: tierstore.rpc.LookupRequest
-	(*ExistKeyResponse)(nil),             // 22: tierstore.rpc.ExistKeyResponse
-	(*BatchLookupRequest)(nil),           // 23: tierstore.rpc.BatchLookupRequest
-	(*ExistResult)(nil),                  // 24: tierstore.rpc.ExistResult
-	(*BatchExistKeyResponse)(nil),        // 25: tierstore.rpc.BatchExistKeyResponse
-	(*GetReplicaListResponse)(nil),       // 26: tierstore.rpc.GetReplicaListResponse
-	(*ReplicaListResult)(nil),            // 27: tierstore.rpc.ReplicaListResult
-	(*BatchGetReplicaListResponse)(nil),  // 28: tierstore.rpc.BatchGetReplicaListResponse
-	(*RemoveRequest)(nil),                // 29: tierstore.rpc.RemoveRequest
-	(*RemoveAllRequest)(nil),             // 30: tierstore.rpc.RemoveAllRequest
-	(*RemoveByRegexRequest)(nil),         // 31: tierstore.rpc.RemoveByRegexRequest
-	(*CountResponse)(nil),                // 32: tierstore.rpc.CountResponse
-	(*RemovalCursor)(nil),                // 33: tierstore.rpc.RemovalCursor
-	(*Removal)(nil),                      // 34: tierstore.rpc.Removal
-	(*MemoryRef)(nil),                    // 35: tierstore.rpc.MemoryRef
-	(*PullRemovalsRequest)(nil),          // 36: tierstore.rpc.PullRemovalsRequest
-	(*PullRemovalsResponse)(nil),         // 37: tierstore.rpc.PullRemovalsResponse
-	(*EvictMemoryRequest)(nil),           // 38: tierstore.rpc.EvictMemoryRequest
-	(*WaitOffloadRequest)(nil),           // 39: tierstore.rpc.WaitOffloadRequest
-	(*WaitOffloadResponse)(nil),          // 40: tierstore.rpc.WaitOffloadResponse
-	(*PrefetchResponse)(nil),             // 41: tierstore.rpc.PrefetchResponse
-	(*OffloadHeartbeatRequest)(nil),      // 42: tierstore.rpc.OffloadHeartbeatRequest
-	(*SSDVictim)(nil),                    // 43: tierstore.rpc.SSDVictim
-	(*SSDReport)(nil),                    // 44: tierstore.rpc.SSDReport
-	(*PromoteTask)(nil),                  // 45: tierstore.rpc.PromoteTask
-	(*OffloadTask)(nil),                  // 46: tierstore.rpc.OffloadTask
-	(*OffloadHeartbeatResponse)(nil),     // 47: tierstore.rpc.OffloadHeartbeatResponse
-	(*PromoteResult)(nil),                // 48: tierstore.rpc.PromoteResult
-	(*PromoteEndRequest)(nil),            // 49: tierstore.rpc.PromoteEndRequest
-	(*DiskObject)(nil),                   // 50: tierstore.rpc.DiskObject
-	(*OffloadFailure)(nil),               // 51: tierstore.rpc.OffloadFailure
-	(*NotifyOffloadSuccessRequest)(nil),  // 52: tierstore.rpc.NotifyOffloadSuccessRequest
-	(*RegisterDiskObjectsRequest)(nil),   // 53: tierstore.rpc.RegisterDiskObjectsRequest
-	(*EvictDiskReplicaRequest)(nil),      // 54: tierstore.rpc.EvictDiskReplicaRequest
-	(*EvictDiskReplicaResponse)(nil),     // 55: tierstore.rpc.EvictDiskReplicaResponse
-	(*ReportBadReplicaRequest)(nil),      // 56: tierstore.rpc.ReportBadReplicaRequest
-	(*MemoryObject)(nil),                 // 57: tierstore.rpc.MemoryObject
-	(*RegisterMemoryObjectsRequest)(nil), // 58: tierstore.rpc.RegisterMemoryObjectsRequest
-	(*StatsRequest)(nil),                 // 59: tierstore.rpc.StatsRequest
-	(*StatsResponse)(nil),                // 60: tierstore.rpc.StatsResponse
-	(*NodeStats)(nil),                    // 61: tierstore.rpc.NodeStats
-	(*ReconcileBeginRequest)(nil),        // 62: tierstore.rpc.ReconcileBeginRequest
-	(*ReconcileBeginResponse)(nil),       // 63: tierstore.rpc.ReconcileBeginResponse
-	(*ReconcileKeysRequest)(nil),         // 64: tierstore.rpc.ReconcileKeysRequest
-	(*ReconcileKeysResponse)(nil),        // 65: tierstore.rpc.ReconcileKeysResponse
-	(*ReconcileEndRequest)(nil),          // 66: tierstore.rpc.ReconcileEndRequest
-	(*ReconcileEndResponse)(nil),         // 67: tierstore.rpc.ReconcileEndResponse
-	(*EvictMemoryResponse)(nil),          // 68: tierstore.rpc.EvictMemoryResponse
+	(*LeaveNodeRequest)(nil),             // 9: tierstore.rpc.LeaveNodeRequest
+	(*PingRequest)(nil),                  // 10: tierstore.rpc.PingRequest
+	(*PingResponse)(nil),                 // 11: tierstore.rpc.PingResponse
+	(*PutStartRequest)(nil),              // 12: tierstore.rpc.PutStartRequest
+	(*PutStartResponse)(nil),             // 13: tierstore.rpc.PutStartResponse
+	(*BatchPutStartRequest)(nil),         // 14: tierstore.rpc.BatchPutStartRequest
+	(*PutStartResult)(nil),               // 15: tierstore.rpc.PutStartResult
+	(*BatchPutStartResponse)(nil),        // 16: tierstore.rpc.BatchPutStartResponse
+	(*KeyRequest)(nil),                   // 17: tierstore.rpc.KeyRequest
+	(*Empty)(nil),                        // 18: tierstore.rpc.Empty
+	(*KeysRequest)(nil),                  // 19: tierstore.rpc.KeysRequest
+	(*KeyResult)(nil),                    // 20: tierstore.rpc.KeyResult
+	(*KeyResults)(nil),                   // 21: tierstore.rpc.KeyResults
+	(*LookupRequest)(nil),                // 22: tierstore.rpc.LookupRequest
+	(*ExistKeyResponse)(nil),             // 23: tierstore.rpc.ExistKeyResponse
+	(*BatchLookupRequest)(nil),           // 24: tierstore.rpc.BatchLookupRequest
+	(*ExistResult)(nil),                  // 25: tierstore.rpc.ExistResult
+	(*BatchExistKeyResponse)(nil),        // 26: tierstore.rpc.BatchExistKeyResponse
+	(*GetReplicaListResponse)(nil),       // 27: tierstore.rpc.GetReplicaListResponse
+	(*ReplicaListResult)(nil),            // 28: tierstore.rpc.ReplicaListResult
+	(*BatchGetReplicaListResponse)(nil),  // 29: tierstore.rpc.BatchGetReplicaListResponse
+	(*RemoveRequest)(nil),                // 30: tierstore.rpc.RemoveRequest
+	(*RemoveAllRequest)(nil),             // 31: tierstore.rpc.RemoveAllRequest
+	(*RemoveByRegexRequest)(nil),         // 32: tierstore.rpc.RemoveByRegexRequest
+	(*CountResponse)(nil),                // 33: tierstore.rpc.CountResponse
+	(*RemovalCursor)(nil),                // 34: tierstore.rpc.RemovalCursor
+	(*Removal)(nil),                      // 35: tierstore.rpc.Removal
+	(*MemoryRef)(nil),                    // 36: tierstore.rpc.MemoryRef
+	(*PullRemovalsRequest)(nil),          // 37: tierstore.rpc.PullRemovalsRequest
+	(*PullRemovalsResponse)(nil),         // 38: tierstore.rpc.PullRemovalsResponse
+	(*EvictMemoryRequest)(nil),           // 39: tierstore.rpc.EvictMemoryRequest
+	(*WaitOffloadRequest)(nil),           // 40: tierstore.rpc.WaitOffloadRequest
+	(*WaitOffloadResponse)(nil),          // 41: tierstore.rpc.WaitOffloadResponse
+	(*PrefetchResponse)(nil),             // 42: tierstore.rpc.PrefetchResponse
+	(*OffloadHeartbeatRequest)(nil),      // 43: tierstore.rpc.OffloadHeartbeatRequest
+	(*SSDVictim)(nil),                    // 44: tierstore.rpc.SSDVictim
+	(*SSDReport)(nil),                    // 45: tierstore.rpc.SSDReport
+	(*PromoteTask)(nil),                  // 46: tierstore.rpc.PromoteTask
+	(*OffloadTask)(nil),                  // 47: tierstore.rpc.OffloadTask
+	(*OffloadHeartbeatResponse)(nil),     // 48: tierstore.rpc.OffloadHeartbeatResponse
+	(*PromoteResult)(nil),                // 49: tierstore.rpc.PromoteResult
+	(*PromoteEndRequest)(nil),            // 50: tierstore.rpc.PromoteEndRequest
+	(*DiskObject)(nil),                   // 51: tierstore.rpc.DiskObject
+	(*OffloadFailure)(nil),               // 52: tierstore.rpc.OffloadFailure
+	(*NotifyOffloadSuccessRequest)(nil),  // 53: tierstore.rpc.NotifyOffloadSuccessRequest
+	(*RegisterDiskObjectsRequest)(nil),   // 54: tierstore.rpc.RegisterDiskObjectsRequest
+	(*EvictDiskReplicaRequest)(nil),      // 55: tierstore.rpc.EvictDiskReplicaRequest
+	(*EvictDiskReplicaResponse)(nil),     // 56: tierstore.rpc.EvictDiskReplicaResponse
+	(*ReportBadReplicaRequest)(nil),      // 57: tierstore.rpc.ReportBadReplicaRequest
+	(*MemoryObject)(nil),                 // 58: tierstore.rpc.MemoryObject
+	(*RegisterMemoryObjectsRequest)(nil), // 59: tierstore.rpc.RegisterMemoryObjectsRequest
+	(*StatsRequest)(nil),                 // 60: tierstore.rpc.StatsRequest
+	(*StatsResponse)(nil),                // 61: tierstore.rpc.StatsResponse
+	(*NodeStats)(nil),                    // 62: tierstore.rpc.NodeStats
+	(*ReconcileBeginRequest)(nil),        // 63: tierstore.rpc.ReconcileBeginRequest
+	(*ReconcileBeginResponse)(nil),       // 64: tierstore.rpc.ReconcileBeginResponse
+	(*ReconcileKeysRequest)(nil),         // 65: tierstore.rpc.ReconcileKeysRequest
+	(*ReconcileKeysResponse)(nil),        // 66: tierstore.rpc.ReconcileKeysResponse
+	(*ReconcileEndRequest)(nil),          // 67: tierstore.rpc.ReconcileEndRequest
+	(*ReconcileEndResponse)(nil),         // 68: tierstore.rpc.ReconcileEndResponse
+	(*EvictMemoryResponse)(nil),          // 69: tierstore.rpc.EvictMemoryResponse
 }
 var file_master_proto_depIdxs = []int32{
 	0,  // 0: tierstore.rpc.Replica.kind:type_name -> tierstore.rpc.ReplicaKind
@@ -4747,94 +4806,96 @@ var file_master_proto_depIdxs = []int32{
 	2,  // 3: tierstore.rpc.PingResponse.status:type_name -> tierstore.rpc.NodeStatus
 	3,  // 4: tierstore.rpc.PutStartResponse.replica:type_name -> tierstore.rpc.Replica
 	3,  // 5: tierstore.rpc.PutStartResponse.more:type_name -> tierstore.rpc.Replica
-	11, // 6: tierstore.rpc.BatchPutStartRequest.items:type_name -> tierstore.rpc.PutStartRequest
+	12, // 6: tierstore.rpc.BatchPutStartRequest.items:type_name -> tierstore.rpc.PutStartRequest
 	3,  // 7: tierstore.rpc.PutStartResult.replica:type_name -> tierstore.rpc.Replica
 	3,  // 8: tierstore.rpc.PutStartResult.more:type_name -> tierstore.rpc.Replica
-	14, // 9: tierstore.rpc.BatchPutStartResponse.results:type_name -> tierstore.rpc.PutStartResult
-	19, // 10: tierstore.rpc.KeyResults.results:type_name -> tierstore.rpc.KeyResult
-	24, // 11: tierstore.rpc.BatchExistKeyResponse.results:type_name -> tierstore.rpc.ExistResult
+	15, // 9: tierstore.rpc.BatchPutStartResponse.results:type_name -> tierstore.rpc.PutStartResult
+	20, // 10: tierstore.rpc.KeyResults.results:type_name -> tierstore.rpc.KeyResult
+	25, // 11: tierstore.rpc.BatchExistKeyResponse.results:type_name -> tierstore.rpc.ExistResult
 	4,  // 12: tierstore.rpc.GetReplicaListResponse.info:type_name -> tierstore.rpc.ObjectInfo
 	4,  // 13: tierstore.rpc.ReplicaListResult.info:type_name -> tierstore.rpc.ObjectInfo
-	27, // 14: tierstore.rpc.BatchGetReplicaListResponse.results:type_name -> tierstore.rpc.ReplicaListResult
-	33, // 15: tierstore.rpc.PullRemovalsRequest.dram:type_name -> tierstore.rpc.RemovalCursor
-	33, // 16: tierstore.rpc.PullRemovalsRequest.ssd:type_name -> tierstore.rpc.RemovalCursor
-	34, // 17: tierstore.rpc.PullRemovalsResponse.removals:type_name -> tierstore.rpc.Removal
-	35, // 18: tierstore.rpc.PullRemovalsResponse.forget:type_name -> tierstore.rpc.MemoryRef
-	44, // 19: tierstore.rpc.OffloadHeartbeatRequest.ssd_report:type_name -> tierstore.rpc.SSDReport
-	43, // 20: tierstore.rpc.SSDReport.victims:type_name -> tierstore.rpc.SSDVictim
-	46, // 21: tierstore.rpc.OffloadHeartbeatResponse.tasks:type_name -> tierstore.rpc.OffloadTask
-	45, // 22: tierstore.rpc.OffloadHeartbeatResponse.promotions:type_name -> tierstore.rpc.PromoteTask
-	48, // 23: tierstore.rpc.PromoteEndRequest.results:type_name -> tierstore.rpc.PromoteResult
-	50, // 24: tierstore.rpc.NotifyOffloadSuccessRequest.persisted:type_name -> tierstore.rpc.DiskObject
-	51, // 25: tierstore.rpc.NotifyOffloadSuccessRequest.failed:type_name -> tierstore.rpc.OffloadFailure
-	50, // 26: tierstore.rpc.RegisterDiskObjectsRequest.objects:type_name -> tierstore.rpc.DiskObject
+	28, // 14: tierstore.rpc.BatchGetReplicaListResponse.results:type_name -> tierstore.rpc.ReplicaListResult
+	34, // 15: tierstore.rpc.PullRemovalsRequest.dram:type_name -> tierstore.rpc.RemovalCursor
+	34, // 16: tierstore.rpc.PullRemovalsRequest.ssd:type_name -> tierstore.rpc.RemovalCursor
+	35, // 17: tierstore.rpc.PullRemovalsResponse.removals:type_name -> tierstore.rpc.Removal
+	36, // 18: tierstore.rpc.PullRemovalsResponse.forget:type_name -> tierstore.rpc.MemoryRef
+	45, // 19: tierstore.rpc.OffloadHeartbeatRequest.ssd_report:type_name -> tierstore.rpc.SSDReport
+	44, // 20: tierstore.rpc.SSDReport.victims:type_name -> tierstore.rpc.SSDVictim
+	47, // 21: tierstore.rpc.OffloadHeartbeatResponse.tasks:type_name -> tierstore.rpc.OffloadTask
+	46, // 22: tierstore.rpc.OffloadHeartbeatResponse.promotions:type_name -> tierstore.rpc.PromoteTask
+	49, // 23: tierstore.rpc.PromoteEndRequest.results:type_name -> tierstore.rpc.PromoteResult
+	51, // 24: tierstore.rpc.NotifyOffloadSuccessRequest.persisted:type_name -> tierstore.rpc.DiskObject
+	52, // 25: tierstore.rpc.NotifyOffloadSuccessRequest.failed:type_name -> tierstore.rpc.OffloadFailure
+	51, // 26: tierstore.rpc.RegisterDiskObjectsRequest.objects:type_name -> tierstore.rpc.DiskObject
 	3,  // 27: tierstore.rpc.ReportBadReplicaRequest.replica:type_name -> tierstore.rpc.Replica
-	57, // 28: tierstore.rpc.RegisterMemoryObjectsRequest.objects:type_name -> tierstore.rpc.MemoryObject
-	61, // 29: tierstore.rpc.StatsResponse.per_node:type_name -> tierstore.rpc.NodeStats
+	58, // 28: tierstore.rpc.RegisterMemoryObjectsRequest.objects:type_name -> tierstore.rpc.MemoryObject
+	62, // 29: tierstore.rpc.StatsResponse.per_node:type_name -> tierstore.rpc.NodeStats
 	5,  // 30: tierstore.rpc.Master.MountSegment:input_type -> tierstore.rpc.MountSegmentRequest
 	7,  // 31: tierstore.rpc.Master.UnmountSegment:input_type -> tierstore.rpc.UnmountSegmentRequest
-	9,  // 32: tierstore.rpc.Master.Ping:input_type -> tierstore.rpc.PingRequest
-	11, // 33: tierstore.rpc.Master.PutStart:input_type -> tierstore.rpc.PutStartRequest
-	16, // 34: tierstore.rpc.Master.PutEnd:input_type -> tierstore.rpc.KeyRequest
-	16, // 35: tierstore.rpc.Master.PutRevoke:input_type -> tierstore.rpc.KeyRequest
-	13, // 36: tierstore.rpc.Master.BatchPutStart:input_type -> tierstore.rpc.BatchPutStartRequest
-	18, // 37: tierstore.rpc.Master.BatchPutEnd:input_type -> tierstore.rpc.KeysRequest
-	18, // 38: tierstore.rpc.Master.BatchPutRevoke:input_type -> tierstore.rpc.KeysRequest
-	21, // 39: tierstore.rpc.Master.ExistKey:input_type -> tierstore.rpc.LookupRequest
-	23, // 40: tierstore.rpc.Master.BatchExistKey:input_type -> tierstore.rpc.BatchLookupRequest
-	21, // 41: tierstore.rpc.Master.GetReplicaList:input_type -> tierstore.rpc.LookupRequest
-	23, // 42: tierstore.rpc.Master.BatchGetReplicaList:input_type -> tierstore.rpc.BatchLookupRequest
-	29, // 43: tierstore.rpc.Master.Remove:input_type -> tierstore.rpc.RemoveRequest
-	30, // 44: tierstore.rpc.Master.RemoveAll:input_type -> tierstore.rpc.RemoveAllRequest
-	31, // 45: tierstore.rpc.Master.RemoveByRegex:input_type -> tierstore.rpc.RemoveByRegexRequest
-	38, // 46: tierstore.rpc.Master.EvictMemory:input_type -> tierstore.rpc.EvictMemoryRequest
-	42, // 47: tierstore.rpc.Master.OffloadHeartbeat:input_type -> tierstore.rpc.OffloadHeartbeatRequest
-	52, // 48: tierstore.rpc.Master.NotifyOffloadSuccess:input_type -> tierstore.rpc.NotifyOffloadSuccessRequest
-	53, // 49: tierstore.rpc.Master.ReRegisterDiskObjects:input_type -> tierstore.rpc.RegisterDiskObjectsRequest
-	54, // 50: tierstore.rpc.Master.EvictDiskReplica:input_type -> tierstore.rpc.EvictDiskReplicaRequest
-	56, // 51: tierstore.rpc.Master.ReportBadReplica:input_type -> tierstore.rpc.ReportBadReplicaRequest
-	49, // 52: tierstore.rpc.Master.PromoteEnd:input_type -> tierstore.rpc.PromoteEndRequest
-	59, // 53: tierstore.rpc.Master.Stats:input_type -> tierstore.rpc.StatsRequest
-	62, // 54: tierstore.rpc.Master.ReconcileBegin:input_type -> tierstore.rpc.ReconcileBeginRequest
-	64, // 55: tierstore.rpc.Master.ReconcileKeys:input_type -> tierstore.rpc.ReconcileKeysRequest
-	66, // 56: tierstore.rpc.Master.ReconcileEnd:input_type -> tierstore.rpc.ReconcileEndRequest
-	58, // 57: tierstore.rpc.Master.ReRegisterMemoryObjects:input_type -> tierstore.rpc.RegisterMemoryObjectsRequest
-	36, // 58: tierstore.rpc.Master.PullRemovals:input_type -> tierstore.rpc.PullRemovalsRequest
-	39, // 59: tierstore.rpc.Master.WaitOffload:input_type -> tierstore.rpc.WaitOffloadRequest
-	18, // 60: tierstore.rpc.Master.Prefetch:input_type -> tierstore.rpc.KeysRequest
-	6,  // 61: tierstore.rpc.Master.MountSegment:output_type -> tierstore.rpc.MountSegmentResponse
-	8,  // 62: tierstore.rpc.Master.UnmountSegment:output_type -> tierstore.rpc.UnmountSegmentResponse
-	10, // 63: tierstore.rpc.Master.Ping:output_type -> tierstore.rpc.PingResponse
-	12, // 64: tierstore.rpc.Master.PutStart:output_type -> tierstore.rpc.PutStartResponse
-	17, // 65: tierstore.rpc.Master.PutEnd:output_type -> tierstore.rpc.Empty
-	17, // 66: tierstore.rpc.Master.PutRevoke:output_type -> tierstore.rpc.Empty
-	15, // 67: tierstore.rpc.Master.BatchPutStart:output_type -> tierstore.rpc.BatchPutStartResponse
-	20, // 68: tierstore.rpc.Master.BatchPutEnd:output_type -> tierstore.rpc.KeyResults
-	20, // 69: tierstore.rpc.Master.BatchPutRevoke:output_type -> tierstore.rpc.KeyResults
-	22, // 70: tierstore.rpc.Master.ExistKey:output_type -> tierstore.rpc.ExistKeyResponse
-	25, // 71: tierstore.rpc.Master.BatchExistKey:output_type -> tierstore.rpc.BatchExistKeyResponse
-	26, // 72: tierstore.rpc.Master.GetReplicaList:output_type -> tierstore.rpc.GetReplicaListResponse
-	28, // 73: tierstore.rpc.Master.BatchGetReplicaList:output_type -> tierstore.rpc.BatchGetReplicaListResponse
-	17, // 74: tierstore.rpc.Master.Remove:output_type -> tierstore.rpc.Empty
-	32, // 75: tierstore.rpc.Master.RemoveAll:output_type -> tierstore.rpc.CountResponse
-	32, // 76: tierstore.rpc.Master.RemoveByRegex:output_type -> tierstore.rpc.CountResponse
-	68, // 77: tierstore.rpc.Master.EvictMemory:output_type -> tierstore.rpc.EvictMemoryResponse
-	47, // 78: tierstore.rpc.Master.OffloadHeartbeat:output_type -> tierstore.rpc.OffloadHeartbeatResponse
-	20, // 79: tierstore.rpc.Master.NotifyOffloadSuccess:output_type -> tierstore.rpc.KeyResults
-	20, // 80: tierstore.rpc.Master.ReRegisterDiskObjects:output_type -> tierstore.rpc.KeyResults
-	55, // 81: tierstore.rpc.Master.EvictDiskReplica:output_type -> tierstore.rpc.EvictDiskReplicaResponse
-	17, // 82: tierstore.rpc.Master.ReportBadReplica:output_type -> tierstore.rpc.Empty
-	20, // 83: tierstore.rpc.Master.PromoteEnd:output_type -> tierstore.rpc.KeyResults
-	60, // 84: tierstore.rpc.Master.Stats:output_type -> tierstore.rpc.StatsResponse
-	63, // 85: tierstore.rpc.Master.ReconcileBegin:output_type -> tierstore.rpc.ReconcileBeginResponse
-	65, // 86: tierstore.rpc.Master.ReconcileKeys:output_type -> tierstore.rpc.ReconcileKeysResponse
-	67, // 87: tierstore.rpc.Master.ReconcileEnd:output_type -> tierstore.rpc.ReconcileEndResponse
-	20, // 88: tierstore.rpc.Master.ReRegisterMemoryObjects:output_type -> tierstore.rpc.KeyResults
-	37, // 89: tierstore.rpc.Master.PullRemovals:output_type -> tierstore.rpc.PullRemovalsResponse
-	40, // 90: tierstore.rpc.Master.WaitOffload:output_type -> tierstore.rpc.WaitOffloadResponse
-	41, // 91: tierstore.rpc.Master.Prefetch:output_type -> tierstore.rpc.PrefetchResponse
-	61, // [61:92] is the sub-list for method output_type
-	30, // [30:61] is the sub-list for method input_type
+	10, // 32: tierstore.rpc.Master.Ping:input_type -> tierstore.rpc.PingRequest
+	9,  // 33: tierstore.rpc.Master.LeaveNode:input_type -> tierstore.rpc.LeaveNodeRequest
+	12, // 34: tierstore.rpc.Master.PutStart:input_type -> tierstore.rpc.PutStartRequest
+	17, // 35: tierstore.rpc.Master.PutEnd:input_type -> tierstore.rpc.KeyRequest
+	17, // 36: tierstore.rpc.Master.PutRevoke:input_type -> tierstore.rpc.KeyRequest
+	14, // 37: tierstore.rpc.Master.BatchPutStart:input_type -> tierstore.rpc.BatchPutStartRequest
+	19, // 38: tierstore.rpc.Master.BatchPutEnd:input_type -> tierstore.rpc.KeysRequest
+	19, // 39: tierstore.rpc.Master.BatchPutRevoke:input_type -> tierstore.rpc.KeysRequest
+	22, // 40: tierstore.rpc.Master.ExistKey:input_type -> tierstore.rpc.LookupRequest
+	24, // 41: tierstore.rpc.Master.BatchExistKey:input_type -> tierstore.rpc.BatchLookupRequest
+	22, // 42: tierstore.rpc.Master.GetReplicaList:input_type -> tierstore.rpc.LookupRequest
+	24, // 43: tierstore.rpc.Master.BatchGetReplicaList:input_type -> tierstore.rpc.BatchLookupRequest
+	30, // 44: tierstore.rpc.Master.Remove:input_type -> tierstore.rpc.RemoveRequest
+	31, // 45: tierstore.rpc.Master.RemoveAll:input_type -> tierstore.rpc.RemoveAllRequest
+	32, // 46: tierstore.rpc.Master.RemoveByRegex:input_type -> tierstore.rpc.RemoveByRegexRequest
+	39, // 47: tierstore.rpc.Master.EvictMemory:input_type -> tierstore.rpc.EvictMemoryRequest
+	43, // 48: tierstore.rpc.Master.OffloadHeartbeat:input_type -> tierstore.rpc.OffloadHeartbeatRequest
+	53, // 49: tierstore.rpc.Master.NotifyOffloadSuccess:input_type -> tierstore.rpc.NotifyOffloadSuccessRequest
+	54, // 50: tierstore.rpc.Master.ReRegisterDiskObjects:input_type -> tierstore.rpc.RegisterDiskObjectsRequest
+	55, // 51: tierstore.rpc.Master.EvictDiskReplica:input_type -> tierstore.rpc.EvictDiskReplicaRequest
+	57, // 52: tierstore.rpc.Master.ReportBadReplica:input_type -> tierstore.rpc.ReportBadReplicaRequest
+	50, // 53: tierstore.rpc.Master.PromoteEnd:input_type -> tierstore.rpc.PromoteEndRequest
+	60, // 54: tierstore.rpc.Master.Stats:input_type -> tierstore.rpc.StatsRequest
+	63, // 55: tierstore.rpc.Master.ReconcileBegin:input_type -> tierstore.rpc.ReconcileBeginRequest
+	65, // 56: tierstore.rpc.Master.ReconcileKeys:input_type -> tierstore.rpc.ReconcileKeysRequest
+	67, // 57: tierstore.rpc.Master.ReconcileEnd:input_type -> tierstore.rpc.ReconcileEndRequest
+	59, // 58: tierstore.rpc.Master.ReRegisterMemoryObjects:input_type -> tierstore.rpc.RegisterMemoryObjectsRequest
+	37, // 59: tierstore.rpc.Master.PullRemovals:input_type -> tierstore.rpc.PullRemovalsRequest
+	40, // 60: tierstore.rpc.Master.WaitOffload:input_type -> tierstore.rpc.WaitOffloadRequest
+	19, // 61: tierstore.rpc.Master.Prefetch:input_type -> tierstore.rpc.KeysRequest
+	6,  // 62: tierstore.rpc.Master.MountSegment:output_type -> tierstore.rpc.MountSegmentResponse
+	8,  // 63: tierstore.rpc.Master.UnmountSegment:output_type -> tierstore.rpc.UnmountSegmentResponse
+	11, // 64: tierstore.rpc.Master.Ping:output_type -> tierstore.rpc.PingResponse
+	18, // 65: tierstore.rpc.Master.LeaveNode:output_type -> tierstore.rpc.Empty
+	13, // 66: tierstore.rpc.Master.PutStart:output_type -> tierstore.rpc.PutStartResponse
+	18, // 67: tierstore.rpc.Master.PutEnd:output_type -> tierstore.rpc.Empty
+	18, // 68: tierstore.rpc.Master.PutRevoke:output_type -> tierstore.rpc.Empty
+	16, // 69: tierstore.rpc.Master.BatchPutStart:output_type -> tierstore.rpc.BatchPutStartResponse
+	21, // 70: tierstore.rpc.Master.BatchPutEnd:output_type -> tierstore.rpc.KeyResults
+	21, // 71: tierstore.rpc.Master.BatchPutRevoke:output_type -> tierstore.rpc.KeyResults
+	23, // 72: tierstore.rpc.Master.ExistKey:output_type -> tierstore.rpc.ExistKeyResponse
+	26, // 73: tierstore.rpc.Master.BatchExistKey:output_type -> tierstore.rpc.BatchExistKeyResponse
+	27, // 74: tierstore.rpc.Master.GetReplicaList:output_type -> tierstore.rpc.GetReplicaListResponse
+	29, // 75: tierstore.rpc.Master.BatchGetReplicaList:output_type -> tierstore.rpc.BatchGetReplicaListResponse
+	18, // 76: tierstore.rpc.Master.Remove:output_type -> tierstore.rpc.Empty
+	33, // 77: tierstore.rpc.Master.RemoveAll:output_type -> tierstore.rpc.CountResponse
+	33, // 78: tierstore.rpc.Master.RemoveByRegex:output_type -> tierstore.rpc.CountResponse
+	69, // 79: tierstore.rpc.Master.EvictMemory:output_type -> tierstore.rpc.EvictMemoryResponse
+	48, // 80: tierstore.rpc.Master.OffloadHeartbeat:output_type -> tierstore.rpc.OffloadHeartbeatResponse
+	21, // 81: tierstore.rpc.Master.NotifyOffloadSuccess:output_type -> tierstore.rpc.KeyResults
+	21, // 82: tierstore.rpc.Master.ReRegisterDiskObjects:output_type -> tierstore.rpc.KeyResults
+	56, // 83: tierstore.rpc.Master.EvictDiskReplica:output_type -> tierstore.rpc.EvictDiskReplicaResponse
+	18, // 84: tierstore.rpc.Master.ReportBadReplica:output_type -> tierstore.rpc.Empty
+	21, // 85: tierstore.rpc.Master.PromoteEnd:output_type -> tierstore.rpc.KeyResults
+	61, // 86: tierstore.rpc.Master.Stats:output_type -> tierstore.rpc.StatsResponse
+	64, // 87: tierstore.rpc.Master.ReconcileBegin:output_type -> tierstore.rpc.ReconcileBeginResponse
+	66, // 88: tierstore.rpc.Master.ReconcileKeys:output_type -> tierstore.rpc.ReconcileKeysResponse
+	68, // 89: tierstore.rpc.Master.ReconcileEnd:output_type -> tierstore.rpc.ReconcileEndResponse
+	21, // 90: tierstore.rpc.Master.ReRegisterMemoryObjects:output_type -> tierstore.rpc.KeyResults
+	38, // 91: tierstore.rpc.Master.PullRemovals:output_type -> tierstore.rpc.PullRemovalsResponse
+	41, // 92: tierstore.rpc.Master.WaitOffload:output_type -> tierstore.rpc.WaitOffloadResponse
+	42, // 93: tierstore.rpc.Master.Prefetch:output_type -> tierstore.rpc.PrefetchResponse
+	62, // [62:94] is the sub-list for method output_type
+	30, // [30:62] is the sub-list for method input_type
 	30, // [30:30] is the sub-list for extension type_name
 	30, // [30:30] is the sub-list for extension extendee
 	0,  // [0:30] is the sub-list for field type_name
@@ -4851,7 +4912,7 @@ func file_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   66,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

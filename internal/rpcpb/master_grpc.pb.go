@@ -28,6 +28,7 @@ const (
 	Master_MountSegment_FullMethodName            = "/tierstore.rpc.Master/MountSegment"
 	Master_UnmountSegment_FullMethodName          = "/tierstore.rpc.Master/UnmountSegment"
 	Master_Ping_FullMethodName                    = "/tierstore.rpc.Master/Ping"
+	Master_LeaveNode_FullMethodName               = "/tierstore.rpc.Master/LeaveNode"
 	Master_PutStart_FullMethodName                = "/tierstore.rpc.Master/PutStart"
 	Master_PutEnd_FullMethodName                  = "/tierstore.rpc.Master/PutEnd"
 	Master_PutRevoke_FullMethodName               = "/tierstore.rpc.Master/PutRevoke"
@@ -65,6 +66,7 @@ type MasterClient interface {
 	MountSegment(ctx context.Context, in *MountSegmentRequest, opts ...grpc.CallOption) (*MountSegmentResponse, error)
 	UnmountSegment(ctx context.Context, in *UnmountSegmentRequest, opts ...grpc.CallOption) (*UnmountSegmentResponse, error)
 	Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error)
+	LeaveNode(ctx context.Context, in *LeaveNodeRequest, opts ...grpc.CallOption) (*Empty, error)
 	PutStart(ctx context.Context, in *PutStartRequest, opts ...grpc.CallOption) (*PutStartResponse, error)
 	PutEnd(ctx context.Context, in *KeyRequest, opts ...grpc.CallOption) (*Empty, error)
 	PutRevoke(ctx context.Context, in *KeyRequest, opts ...grpc.CallOption) (*Empty, error)
@@ -143,6 +145,16 @@ func (c *masterClient) Ping(ctx context.Context, in *PingRequest, opts ...grpc.C
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(PingResponse)
 	err := c.cc.Invoke(ctx, Master_Ping_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) LeaveNode(ctx context.Context, in *LeaveNodeRequest, opts ...grpc.CallOption) (*Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Empty)
+	err := c.cc.Invoke(ctx, Master_LeaveNode_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -436,6 +448,7 @@ type MasterServer interface {
 	MountSegment(context.Context, *MountSegmentRequest) (*MountSegmentResponse, error)
 	UnmountSegment(context.Context, *UnmountSegmentRequest) (*UnmountSegmentResponse, error)
 	Ping(context.Context, *PingRequest) (*PingResponse, error)
+	LeaveNode(context.Context, *LeaveNodeRequest) (*Empty, error)
 	PutStart(context.Context, *PutStartRequest) (*PutStartResponse, error)
 	PutEnd(context.Context, *KeyRequest) (*Empty, error)
 	PutRevoke(context.Context, *KeyRequest) (*Empty, error)
@@ -498,6 +511,9 @@ func (UnimplementedMasterServer) UnmountSegment(context.Context, *UnmountSegment
 }
 func (UnimplementedMasterServer) Ping(context.Context, *PingRequest) (*PingResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Ping not implemented")
+}
+func (UnimplementedMasterServer) LeaveNode(context.Context, *LeaveNodeRequest) (*Empty, error) {
+	return nil, status.Error(codes.Unimplemented, "method LeaveNode not implemented")
 }
 func (UnimplementedMasterServer) PutStart(context.Context, *PutStartRequest) (*PutStartResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PutStart not implemented")
@@ -654,6 +670,24 @@ func _Master_Ping_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(MasterServer).Ping(ctx, req.(*PingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_LeaveNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaveNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).LeaveNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_LeaveNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).LeaveNode(ctx, req.(*LeaveNodeRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1180,6 +1214,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Ping",
 			Handler:    _Master_Ping_Handler,
+		},
+		{
+			MethodName: "LeaveNode",
+			Handler:    _Master_LeaveNode_Handler,
 		},
 		{
 			MethodName: "PutStart",

@@ -18,6 +18,7 @@ import (
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/ha" // also registers etcd:// master addresses
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/mastergrpc"
 	"github.com/tierstore/tierstore/node"
 )
@@ -33,6 +34,13 @@ type openConfig struct {
 	// LogLevel is "debug", "info", "warn" (default) or "error"; logs go to
 	// stderr.
 	LogLevel string `json:"log_level"`
+	// TLSCert, TLSKey, TLSCA: mutual TLS (all three, or none for
+	// plaintext), as --tls_cert, --tls_key, --tls_ca of the binaries. The
+	// certificate must name the client role, and the node role too when
+	// SegmentSize > 0 (the in-process node serves and registers with it).
+	TLSCert string `json:"tls_cert"`
+	TLSKey  string `json:"tls_key"`
+	TLSCA   string `json:"tls_ca"`
 }
 
 // handle is one open client.
@@ -139,6 +147,11 @@ func open(cfgJSON string) (int64, error) {
 		host = "127.0.0.1"
 	}
 	h := &handle{timeout: timeout, hostname: host}
+	tlsFiles := tlsconf.Files{Cert: cfg.TLSCert, Key: cfg.TLSKey, CA: cfg.TLSCA}
+	tlsSrc, err := loadTLS(tlsFiles, cfg.SegmentSize > 0)
+	if err != nil {
+		return 0, err
+	}
 
 	dctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -147,13 +160,20 @@ func open(cfgJSON string) (int64, error) {
 	// zero value bounds a connection attempt by the backoff delay (100 ms),
 	// which a loaded machine's loopback connect + handshake can exceed,
 	// failing calls with RPC_FAIL "i/o timeout".
-	h.m, err = mastergrpc.Dial(dctx, cfg.Master, grpc.WithConnectParams(grpc.ConnectParams{
+	dial := []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
 		Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
-		MinConnectTimeout: 20 * time.Second}))
+		MinConnectTimeout: 20 * time.Second})}
+	if tlsSrc != nil {
+		dial = append(dial, grpc.WithTransportCredentials(tlsSrc.ClientCredentials(tlsconf.Master)))
+	}
+	h.m, err = mastergrpc.Dial(dctx, cfg.Master, dial...)
 	if err != nil {
 		return 0, fmt.Errorf("open: master %s: %w", cfg.Master, err)
 	}
 	ccfg := client.Config{Master: h.m, Timeout: timeout, Logger: log}
+	if tlsSrc != nil {
+		ccfg.TLS = tlsFiles
+	}
 	if cfg.SegmentSize > 0 {
 		ncfg := node.DefaultConfig()
 		ncfg.Memory = cfg.SegmentSize
@@ -162,6 +182,7 @@ func open(cfgJSON string) (int64, error) {
 		if _, _, err := net.SplitHostPort(host); err != nil {
 			ncfg.Listen = net.JoinHostPort(host, "0")
 		}
+		ncfg.TLS = tlsSrc
 		if cfg.SSDDir != "" {
 			ncfg.EnableOffload = true
 			ncfg.SSDDir = cfg.SSDDir
@@ -192,6 +213,34 @@ func open(cfgJSON string) (int64, error) {
 	handles[id] = h
 	handlesMu.Unlock()
 	return id, nil
+}
+
+// loadTLS loads the mutual TLS files (nil, nil when none is set) and
+// checks that the certificate names the roles this handle acts in: client,
+// and node too when it runs an in-process node.
+func loadTLS(f tlsconf.Files, withNode bool) (*tlsconf.Source, error) {
+	if f.Cert == "" && f.Key == "" && f.CA == "" {
+		return nil, nil
+	}
+	for _, m := range []struct{ name, v string }{{"tls_cert", f.Cert}, {"tls_key", f.Key}, {"tls_ca", f.CA}} {
+		if m.v == "" {
+			return nil, codes.Errorf(codes.InvalidParams, "open: %s: required with the other TLS files (tls_cert, tls_key, tls_ca: all three or none)", m.name)
+		}
+	}
+	src, err := tlsconf.Load(f)
+	if err == nil {
+		err = src.NeedRole(tlsconf.Client)
+	}
+	if err == nil && withNode {
+		err = src.NeedRole(tlsconf.Node)
+		if err != nil {
+			err = fmt.Errorf("%w (the in-process node of segment_size > 0 serves and registers with this certificate)", err)
+		}
+	}
+	if err != nil {
+		return nil, codes.Wrap(codes.InvalidParams, fmt.Errorf("open: TLS: %w", err))
+	}
+	return src, nil
 }
 
 // closeAll closes the client, then the node (unmounting its segment), then

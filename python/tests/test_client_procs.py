@@ -109,6 +109,13 @@ def test_in_process_node_ssd_tier(cluster, tmp_path):
         assert bytes.fromhex(out.strip()) == vals[0]
     finally:
         c.close()
+    # The node left the master at close: its SSD objects are no longer
+    # listed at once (absent, or REPLICA_IS_GONE inside the read leases the
+    # reads above took), not client_ttl (10 s) later.
+    probe = ("for k in %r:\n    try:\n        print(c.exists(k))\n    except tierstore.Error as e:\n"
+             "        print(e.name)\n") % (keys,)
+    gone = other_process(cluster.master, probe).split()
+    assert len(gone) == len(keys) and all(g in ("False", "REPLICA_IS_GONE") for g in gone), gone
 
 
 def _spawned(master, k, q):

@@ -20,7 +20,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import leader
+from conftest import Cluster, leader
 from tierstore.mooncake import (BUFFER_OVERFLOW, INVALID_PARAMS, OBJECT_HAS_LEASE, OBJECT_NOT_FOUND,
                                 MooncakeDistributedStore, ReplicateConfig, SoftPinAction)
 
@@ -493,3 +493,29 @@ def test_torch_cpu_tensors_by_data_ptr(store):
     u = torch.zeros_like(t)
     assert store.get_into(store.prefix + "t", u.data_ptr(), n) == n
     assert torch.equal(t, u)
+
+
+def test_is_exist_is_a_miss_once_the_owning_process_closed(binaries, tmp_path):
+    """An object whose only replica was in a store process that closed is a
+    miss (0) for is_exist and batch_is_exist, not an error (-1), even while a
+    read lease taken before the close lasts (the master then answers
+    REPLICA_IS_GONE): LMCache tests is_exist as a bool, vLLM and SGLang
+    count anything but 1 as a miss and put the block again."""
+    c = Cluster(binaries, str(tmp_path))
+    try:
+        _, master = c.start_master("--default_kv_lease_ttl=600s")  # the lease outlives the test
+        c.start_node(master, "64MiB", False)
+        owner = new_store(master, segment=32 * MiB, buffer=16 * MiB)
+        reader = new_store(master, buffer=16 * MiB)
+        k = "gone-owner/" + os.urandom(8).hex()
+        assert owner.put(k, b"v" * 4096) == 0
+        assert [r["node"] for r in owner._c().replicas(k)] == [owner.get_hostname()]  # only in the owner
+        assert reader.is_exist(k) == 1  # takes the read lease
+        owner.close()
+        assert reader.is_exist(k) == 0
+        assert reader.batch_is_exist([k, k + "-never"]) == [0, 0]
+        assert reader.get(k) == b""
+        assert reader.put(k, b"w" * 4096) == 0  # the connector puts the block again
+        reader.close()
+    finally:
+        c.stop()

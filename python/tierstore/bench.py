@@ -4,8 +4,10 @@ Measures, through MooncakeDistributedStore (the class the connectors use):
 batch_get_into and batch_put_from of 128 objects of 2 MiB, get_into of
 1 MiB, and get_into of 1 MiB from 8 threads sharing one store. Figures are
 MB/s (10^6 bytes per second). With --json the last stdout line is one JSON
-object {figure name: MB/s}, the names `go run ./bench python` reads
-(bench/python.go); without it, one line per figure.
+object {figure name: MB/s}; without it, one line per figure. With
+--serve it measures one figure per request line (JSON in, JSON out), so
+that `go run ./bench python` (bench/python.go) can alternate Go and Python
+figure by figure against one long-lived store.
 
 It reads the objects pybench/get/0..127 (2 MiB) and pybench/small/0..7
 (1 MiB), storing any that are missing, and puts (then removes) objects
@@ -85,54 +87,83 @@ def populate(s, bufs, small):
                                         [len(src[i]) for i in todo]), 0)
 
 
-def run(master: str, d: float) -> dict:
-    s = MooncakeDistributedStore()
-    r = s.setup({"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE", "global_segment_size": 0,
-                 "local_buffer_size": 0, "protocol": "tcp", "master_server_address": master})
-    if r != 0:
-        raise BenchError(f"setup against {master} returned {r}")
-    try:
-        bufs = [bytearray(BATCH_SIZE) for _ in range(BATCH_KEYS)]
-        small = [bytearray(SMALL_SIZE) for _ in range(THREADS)]
-        for b in bufs + small:
-            s.register_buffer(_addr(b), len(b))
-        populate(s, bufs, small)
-        keys = [_get_key(i) for i in range(BATCH_KEYS)]
-        ptrs = [_addr(b) for b in bufs]
-        sizes = [BATCH_SIZE] * BATCH_KEYS
-        out = {}
+class Bench:
+    """The figures on one MooncakeDistributedStore: figure(name, d) measures
+    one of NAMES for d seconds of timed work."""
 
-        def batch_get(_):
-            _check("batch_get_into", s.batch_get_into(keys, ptrs, sizes), BATCH_SIZE)
-        out[NAMES[0]] = _timed(d, BATCH_KEYS * BATCH_SIZE, batch_get)
+    def __init__(self, master: str):
+        s = MooncakeDistributedStore()
+        r = s.setup({"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE", "global_segment_size": 0,
+                     "local_buffer_size": 0, "protocol": "tcp", "master_server_address": master})
+        if r != 0:
+            raise BenchError(f"setup against {master} returned {r}")
+        self.s = s
+        try:
+            self.bufs = [bytearray(BATCH_SIZE) for _ in range(BATCH_KEYS)]
+            self.small = [bytearray(SMALL_SIZE) for _ in range(THREADS)]
+            for b in self.bufs + self.small:
+                s.register_buffer(_addr(b), len(b))
+            populate(s, self.bufs, self.small)
+        except BaseException:
+            s.close()
+            raise
+        self.keys = [_get_key(i) for i in range(BATCH_KEYS)]
+        self.ptrs = [_addr(b) for b in self.bufs]
+        self.sizes = [BATCH_SIZE] * BATCH_KEYS
+        self.tag = f"{os.getpid()}"
+        self.calls = 0  # figure calls so far: keeps put keys of different calls apart
+        self._figures = dict(zip(NAMES, (self._batch_get, self._batch_put, self._get_one, self._threads)))
 
-        tag = f"{os.getpid()}"
+    def close(self):
+        self.s.close()
 
-        def batch_put(rnd):
-            put = [f"pybench/pyput/{tag}/{rnd}/{i}" for i in range(BATCH_KEYS)]
-            _check("batch_put_from", s.batch_put_from(put, ptrs, sizes), 0)
+    def figure(self, name: str, d: float) -> float:
+        f = self._figures.get(name)
+        if f is None:
+            raise BenchError(f"no figure {name!r}; the figures are {list(NAMES)}")
+        self.calls += 1
+        return f(d)
+
+    def _batch_get(self, d):
+        s = self.s
+
+        def op(_):
+            _check("batch_get_into", s.batch_get_into(self.keys, self.ptrs, self.sizes), BATCH_SIZE)
+        return _timed(d, BATCH_KEYS * BATCH_SIZE, op)
+
+    def _batch_put(self, d):
+        s, prefix = self.s, f"pybench/pyput/{self.tag}/{self.calls}"
+
+        def op(rnd):
+            put = [f"{prefix}/{rnd}/{i}" for i in range(BATCH_KEYS)]
+            _check("batch_put_from", s.batch_put_from(put, self.ptrs, self.sizes), 0)
 
         def cleanup():
-            if s.remove_by_regex(f"^pybench/pyput/{tag}/", True) != BATCH_KEYS:
+            if s.remove_by_regex(f"^{prefix}/", True) != BATCH_KEYS:
                 raise BenchError("removing a round's puts")
-        out[NAMES[1]] = _timed(d, BATCH_KEYS * BATCH_SIZE, batch_put, cleanup)
+        return _timed(d, BATCH_KEYS * BATCH_SIZE, op, cleanup)
 
-        one, k0 = _addr(small[0]), _small_key(0)
+    def _get_one(self, d):
+        s, one, k0 = self.s, _addr(self.small[0]), _small_key(0)
 
-        def get_one(_):
+        def op(_):
             if s.get_into(k0, one, SMALL_SIZE) != SMALL_SIZE:
                 raise BenchError("get_into 1 MiB failed")
-        out[NAMES[2]] = _timed(d, SMALL_SIZE, get_one)
+        return _timed(d, SMALL_SIZE, op)
 
+    def _threads(self, d):
+        s = self.s
         counts = [0] * THREADS
         errors = []
         start = threading.Barrier(THREADS + 1)
 
         def worker(w):
-            k, p = _small_key(w), _addr(small[w])
+            k, p = _small_key(w), _addr(self.small[w])
+            if s.get_into(k, p, SMALL_SIZE) != SMALL_SIZE:  # warm-up, untimed
+                errors.append(w)
             start.wait()
             deadline = time.perf_counter() + d
-            while time.perf_counter() < deadline:
+            while not errors and time.perf_counter() < deadline:
                 if s.get_into(k, p, SMALL_SIZE) != SMALL_SIZE:
                     errors.append(w)
                     return
@@ -147,10 +178,37 @@ def run(master: str, d: float) -> dict:
         el = time.perf_counter() - t0
         if errors:
             raise BenchError(f"get_into 1 MiB failed in threads {errors}")
-        out[NAMES[3]] = sum(counts) * SMALL_SIZE / el / 1e6
-        return out
+        return sum(counts) * SMALL_SIZE / el / 1e6
+
+
+def run(master: str, d: float) -> dict:
+    """Every figure once: {name: MB/s}."""
+    b = Bench(master)
+    try:
+        return {name: b.figure(name, d) for name in NAMES}
     finally:
-        s.close()
+        b.close()
+
+
+def serve(master: str, lines, out) -> None:
+    """Measures figures on request: each line of lines is a JSON object
+    {"figure": name, "seconds": d}; each answer, one line of out, is
+    {"figure": name, "mbps": x} or {"error": text}. Setup is done once,
+    before the first answer: a line {"ready": true}."""
+    b = Bench(master)
+    try:
+        print(json.dumps({"ready": True}), file=out, flush=True)
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                req = json.loads(line)
+                ans = {"figure": req["figure"], "mbps": b.figure(req["figure"], float(req["seconds"]))}
+            except (BenchError, KeyError, TypeError, ValueError) as e:
+                ans = {"error": f"{type(e).__name__}: {e}"}
+            print(json.dumps(ans), file=out, flush=True)
+    finally:
+        b.close()
 
 
 def main(argv=None) -> int:
@@ -158,8 +216,13 @@ def main(argv=None) -> int:
     ap.add_argument("--master", required=True, help="master address host:port or etcd://...")
     ap.add_argument("--duration", type=float, default=3.0, help="seconds of timed work per figure")
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    ap.add_argument("--serve", action="store_true",
+                    help="measure figures on request, one JSON line in and out each (what `go run ./bench python` uses)")
     a = ap.parse_args(argv)
     try:
+        if a.serve:
+            serve(a.master, sys.stdin, sys.stdout)
+            return 0
         out = run(a.master, a.duration)
     except BenchError as e:
         print(f"tierstore.bench: {e}", file=sys.stderr)

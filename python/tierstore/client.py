@@ -70,10 +70,13 @@ class Client:
     bytes into the pool, listens on local_hostname (host or host:port; a
     port is picked when not given) so that other clients read its bytes,
     has an SSD tier under it when ssd_dir is set, and leaves the pool (its
-    objects with it) at close()."""
+    objects with it) at close(). tls_cert, tls_key and tls_ca (all three or
+    none) turn on mutual TLS to the master and the nodes, as the binaries'
+    --tls_* flags: the certificate names the client role, and the node role
+    too with segment_size > 0 (docs/security.md)."""
 
     def __init__(self, master, segment_size=0, local_hostname="127.0.0.1", ssd_dir=None,
-                 ssd_capacity=0, timeout=30.0, log_level="warn"):
+                 ssd_capacity=0, timeout=30.0, log_level="warn", tls_cert=None, tls_key=None, tls_ca=None):
         _native.check_process()
         if not isinstance(master, str) or not master:
             raise Error(codes.INVALID_PARAMS, "master: a host:port or etcd://... string is required, got %r" % (master,))
@@ -85,6 +88,9 @@ class Client:
             "ssd_capacity": int(ssd_capacity),
             "timeout": float(timeout),
             "log_level": log_level,
+            "tls_cert": tls_cert or "",
+            "tls_key": tls_key or "",
+            "tls_ca": tls_ca or "",
         }
         self._h = 0
         e = ErrBuf()

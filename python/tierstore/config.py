@@ -14,7 +14,11 @@ Invariants:
     refused with a message saying tierstore speaks TCP;
   * ``master_server_address`` is "host:port" or "etcd://..." and required;
   * ``enable_ssd_offload`` needs ``ssd_offload_path`` and a segment
-    (``global_segment_size`` > 0): the SSD tier lives under the segment.
+    (``global_segment_size`` > 0): the SSD tier lives under the segment;
+  * ``tls_cert``, ``tls_key``, ``tls_ca`` (tierstore's mutual TLS) are all
+    three readable files or none; when the configuration names none, the
+    variables TIERSTORE_TLS_CERT, TIERSTORE_TLS_KEY, TIERSTORE_TLS_CA give
+    them (in every form of setup, positional too).
 
 The module has no state and imports nothing native: it is safe to use
 from any thread and before the library is loaded.
@@ -80,6 +84,10 @@ class Config:
     master_server_address: str = DEFAULT_MASTER
     enable_ssd_offload: bool = False
     ssd_offload_path: str = ""
+    # Mutual TLS (tierstore's, not Mooncake's): the three paths, or none.
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""
     unknown: list = dataclasses.field(default_factory=list)  # keys given that tierstore does not know
 
 
@@ -144,7 +152,33 @@ def _check_hostport(field: str, value: str, need_port: bool) -> None:
         raise ConfigError(field, f"want host or host:port with a port in 0..65535, got {value!r}")
 
 
-def parse(fields: dict) -> Config:
+# The environment variables that give the TLS files when the configuration
+# does not: connectors that call setup() with Mooncake's positional
+# arguments (vLLM) have no other way to pass them.
+TLS_ENV = {"TIERSTORE_TLS_CERT": "tls_cert", "TIERSTORE_TLS_KEY": "tls_key", "TIERSTORE_TLS_CA": "tls_ca"}
+
+
+def _parse_tls(cfg: Config, environ) -> None:
+    """Fills the TLS paths from TIERSTORE_TLS_* when the configuration names
+    none, and checks they are all three or none, each a readable file."""
+    names = list(TLS_ENV.values())
+    if not any(getattr(cfg, n) for n in names):
+        for var, n in TLS_ENV.items():
+            setattr(cfg, n, environ.get(var, "").strip())
+    given = [n for n in names if getattr(cfg, n)]
+    if not given:
+        return
+    for n in names:
+        if not getattr(cfg, n):
+            raise ConfigError(n, "required with " + " and ".join(g for g in given) +
+                              " (mutual TLS takes tls_cert, tls_key and tls_ca, or none; "
+                              "also TIERSTORE_TLS_CERT, TIERSTORE_TLS_KEY, TIERSTORE_TLS_CA)")
+        path = getattr(cfg, n)
+        if not os.path.isfile(path) or not os.access(path, os.R_OK):
+            raise ConfigError(n, f"{path!r} is not a readable file")
+
+
+def parse(fields: dict, environ=None) -> Config:
     """A checked Config from Mooncake's field names (aliases accepted).
 
     Unknown names are collected in ``unknown`` (the caller logs them); the names of Mooncake features tierstore has
@@ -168,7 +202,7 @@ def parse(fields: dict) -> Config:
         elif name == "enable_ssd_offload":
             cfg.enable_ssd_offload = _parse_bool(raw_name, value)
         elif name in ("local_hostname", "metadata_server", "protocol", "device_name",
-                      "master_server_address", "ssd_offload_path"):
+                      "master_server_address", "ssd_offload_path", "tls_cert", "tls_key", "tls_ca"):
             setattr(cfg, name, _parse_str(raw_name, value))
         else:
             unknown.append(raw_name)
@@ -191,6 +225,7 @@ def parse(fields: dict) -> Config:
                           f"want host:port or etcd://..., got {cfg.master_server_address!r}")
     else:
         _check_hostport("master_server_address", cfg.master_server_address, need_port=True)
+    _parse_tls(cfg, os.environ if environ is None else environ)
     if cfg.enable_ssd_offload:
         if not cfg.ssd_offload_path:
             raise ConfigError("ssd_offload_path", "required with enable_ssd_offload")
@@ -241,12 +276,12 @@ def from_environment(environ=None) -> Config:
     environ = os.environ if environ is None else environ
     path = environ.get("MOONCAKE_CONFIG_PATH")
     if path:
-        return parse(from_file(path))
+        return parse(from_file(path), environ)
     fields = from_env(environ)
     if "master_server_address" not in fields:
         raise ConfigError("MOONCAKE_MASTER", "setup() without arguments needs MOONCAKE_CONFIG_PATH or MOONCAKE_MASTER")
     try:
-        return parse(fields)
+        return parse(fields, environ)
     except ConfigError as e:
         var = next((v for v, f in ENV.items() if f == e.field), e.field)
         raise ConfigError(var, str(e).split(": ", 1)[1]) from None

@@ -53,6 +53,7 @@ INVALID_PARAMS = -600
 OBJECT_NOT_FOUND = -704
 OBJECT_ALREADY_EXISTS = -705
 OBJECT_HAS_LEASE = -706
+REPLICA_IS_GONE = -712
 
 # Errors a caller meets in normal operation: not logged.
 _QUIET = {OBJECT_NOT_FOUND, OBJECT_ALREADY_EXISTS, OBJECT_HAS_LEASE, NO_AVAILABLE_HANDLE}
@@ -252,7 +253,8 @@ class MooncakeDistributedStore:
                 client = tierstore.Client(master=cfg.master_server_address,
                                           segment_size=cfg.global_segment_size,
                                           local_hostname=cfg.local_hostname,
-                                          ssd_dir=ssd_dir, ssd_capacity=0)
+                                          ssd_dir=ssd_dir, ssd_capacity=0, tls_cert=cfg.tls_cert,
+                                          tls_key=cfg.tls_key, tls_ca=cfg.tls_ca)
             except Exception as e:  # noqa: BLE001 - reported as Mooncake's number
                 log.error("tierstore.mooncake setup: %s", e)
                 if ssd_dir:
@@ -304,6 +306,16 @@ class MooncakeDistributedStore:
         if code not in _QUIET:
             log.warning("tierstore.mooncake %s: %s", call, e)
         return code
+
+    def _exist_fail(self, call: str, e: BaseException) -> int:
+        """is_exist's answer for an error: 0, not logged, when every replica
+        of the object is gone (its node left or died while a read lease was
+        held: nothing can be read, so it is a miss; LMCache tests the answer
+        as a bool), -1 for any other error."""
+        if _code(e) == REPLICA_IS_GONE:
+            return 0
+        self._fail(call, e)
+        return -1
 
     def _staging(self, n: int) -> bool:
         """Whether n bytes fit the staging buffer (local_buffer_size) of the copying calls."""
@@ -606,8 +618,7 @@ class MooncakeDistributedStore:
         try:
             return 1 if self._c().exists(key) else 0
         except Exception as e:  # noqa: BLE001
-            self._fail("is_exist", e)
-            return -1
+            return self._exist_fail("is_exist", e)
 
     def batch_is_exist(self, keys) -> list:
         """is_exist for each key, in one batch."""
@@ -623,8 +634,7 @@ class MooncakeDistributedStore:
             if isinstance(r, bool):
                 out.append(1 if r else 0)
             else:
-                self._fail("batch_is_exist", r)
-                out.append(-1)
+                out.append(self._exist_fail("batch_is_exist", r))
         return out
 
     def get_size(self, key: str) -> int:
