@@ -46,4 +46,5 @@ var (
 	ErrNeedRemount       = codes.ErrNeedRemount       // NEED_REMOUNT (-1500)
 	ErrVersionMismatch   = codes.ErrVersionMismatch   // VERSION_MISMATCH (-1600): a master or node of another protocol version (docs/design.md)
 	ErrPermissionDenied  = codes.ErrPermissionDenied  // PERMISSION_DENIED (-1700): the caller's TLS certificate lacks the role the call needs (docs/security.md)
+	ErrPeerLimit         = codes.ErrPeerLimit         // PEER_LIMIT_EXCEEDED (-1701): the caller passed a bound on what one peer may make a process spend (docs/security.md)
 )

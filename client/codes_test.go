@@ -56,6 +56,7 @@ func TestCodesReExported(t *testing.T) {
 		codes.UnavailableStatus: client.ErrUnavailable, codes.ShuttingDown: client.ErrShuttingDown, codes.KeysUltraLimit: client.ErrKeysUltraLimit,
 		codes.UnableOffload: client.ErrUnableOffload, codes.TaskNotFound: client.ErrTaskNotFound, codes.NeedRemount: client.ErrNeedRemount,
 		codes.VersionMismatch: client.ErrVersionMismatch, codes.PermissionDenied: client.ErrPermissionDenied,
+		codes.PeerLimit: client.ErrPeerLimit,
 	}
 	for _, code := range codes.All() {
 		e, ok := all[code]

@@ -4,7 +4,7 @@
 //
 // # Records
 //
-// Five record kinds share the pebble key space, told apart by a one-byte
+// Six record kinds share the pebble key space, told apart by a one-byte
 // prefix (the layout is documented in docs/format/index.md):
 //
 //	'k' key              -> object location (bucket, offset, lengths, codec, CRC32C)
@@ -13,6 +13,8 @@
 //	                        live objects and bytes, trailer offset/length/CRC32C)
 //	'n'                  -> next bucket id
 //	'f'                  -> format version of the tier directory (FormatVersion)
+//	'e' be64(bucket)     -> the bucket is being evicted (MarkEvicting); it goes
+//	                        with the bucket's removal or UnmarkEvicting
 //
 // Object keys are opaque bytes of 1 to keyspec.MaxLen bytes. Because the object
 // key only ever follows the prefix (or a fixed-width bucket id), no choice of

@@ -17,6 +17,7 @@ const (
 	prefixBucket     = 'm' // 'm' be64(bucket)        -> bucketValue
 	prefixNext       = 'n' // 'n'                     -> nextValue
 	prefixFormat     = 'f' // 'f'                     -> formatValue
+	prefixEvicting   = 'e' // 'e' be64(bucket)        -> evictingValue (since format 2)
 
 	// recordVersion is the first byte of every value but the bucket
 	// record's.
@@ -29,12 +30,14 @@ const (
 	bucketValueLen     = 1 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 4 // 61
 	nextValueLen       = 1 + 8
 	formatValueLen     = 1 + 4
+	evictingValueLen   = 1
 
 	kindObject     = "object"
 	kindMembership = "membership"
 	kindBucket     = "bucket"
 	kindNext       = "next-bucket-id"
 	kindFormat     = "format"
+	kindEvicting   = "evicting"
 )
 
 func checkKey(key []byte) error {
@@ -86,7 +89,8 @@ var formatKey = []byte{prefixFormat}
 // (the format record) when the index is created, and any change of a record
 // layout or of the bucket file format bumps it (docs/design.md, "Format and
 // protocol versions"). Open refuses another version (ErrFormatVersion).
-const FormatVersion = 1
+// Version 2 added the evicting record ('e').
+const FormatVersion = 2
 
 func encodeFormat(version uint32) []byte {
 	v := make([]byte, formatValueLen)
@@ -204,6 +208,15 @@ func checkBucket(m BucketMeta) (BucketMeta, error) {
 }
 
 var membershipValue = []byte{recordVersion}
+
+var evictingValue = []byte{recordVersion}
+
+func evictingKey(id uint64) []byte {
+	k := make([]byte, 9)
+	k[0] = prefixEvicting
+	binary.BigEndian.PutUint64(k[1:], id)
+	return k
+}
 
 func decodeMembership(id uint64, key, v []byte) error {
 	if r := keyReason(key); r != "" {

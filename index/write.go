@@ -267,7 +267,77 @@ func (ix *Index) stageDeleteBucket(b *pebble.Batch, id uint64, keep map[string]b
 	if err := b.Delete(bucketKey(id), nil); err != nil {
 		return nil, false, err
 	}
+	if err := b.Delete(evictingKey(id), nil); err != nil {
+		return nil, false, err
+	}
 	return removed, true, nil
+}
+
+// MarkEvicting records, in one synced batch, that bucket id is being
+// evicted: its owner is being asked (tier.EvictFunc), and once it has
+// answered the bucket goes. The record goes with the bucket
+// (DeleteBucket, Commit's Drop) or with UnmarkEvicting (the owner
+// refused); a tier that finds it at Open (a crash between the owner's
+// answer and the bucket's removal) completes the eviction.
+func (ix *Index) MarkEvicting(id uint64) error {
+	return ix.setEvicting(id, true)
+}
+
+// UnmarkEvicting removes bucket id's evicting record in one synced batch
+// (absent: nothing to do).
+func (ix *Index) UnmarkEvicting(id uint64) error {
+	return ix.setEvicting(id, false)
+}
+
+func (ix *Index) setEvicting(id uint64, on bool) error {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	if err := ix.writable(); err != nil {
+		return fmt.Errorf("index: evicting record of bucket %d: %w", id, err)
+	}
+	ix.writeMu.Lock()
+	defer ix.writeMu.Unlock()
+	b := ix.db.NewBatch()
+	defer b.Close()
+	var err error
+	if on {
+		err = b.Set(evictingKey(id), evictingValue, nil)
+	} else {
+		err = b.Delete(evictingKey(id), nil)
+	}
+	if err == nil {
+		err = ix.commit(b)
+	}
+	if err != nil {
+		return fmt.Errorf("index: evicting record of bucket %d: %w", id, err)
+	}
+	return nil
+}
+
+// Evicting returns the ids of the buckets with an evicting record
+// (MarkEvicting), in order. A record that does not decode is ErrCorrupt.
+func (ix *Index) Evicting() ([]uint64, error) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	if err := ix.usable(); err != nil {
+		return nil, fmt.Errorf("index: evicting records: %w", err)
+	}
+	var ids []uint64
+	err := ix.scan([]byte{prefixEvicting}, func(k, v []byte) error {
+		if len(k) != 9 {
+			return &CorruptError{Kind: kindEvicting, Reason: fmt.Sprintf("record key is %d bytes, want 9", len(k))}
+		}
+		id := binary.BigEndian.Uint64(k[1:])
+		if r := checkValue(v, evictingValueLen); r != "" {
+			return &CorruptError{Kind: kindEvicting, Bucket: id, Reason: r}
+		}
+		ids = append(ids, id)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("index: evicting records: %w", err)
+	}
+	return ids, nil
 }
 
 // DeleteKeys is RemoveKeys for callers that need no result.
@@ -436,6 +506,9 @@ func (ix *Index) applyTally(b *pebble.Batch, t tally, skip map[uint64]bool) ([]u
 		m.LiveBytes = max(m.LiveBytes-d.bytes, 0)
 		if m.Live <= 0 {
 			if err := b.Delete(bucketKey(id), nil); err != nil {
+				return nil, err
+			}
+			if err := b.Delete(evictingKey(id), nil); err != nil {
 				return nil, err
 			}
 			emptied = append(emptied, id)

@@ -160,9 +160,12 @@
 // a later put. The removal is acknowledged once a RemovalStore holds the
 // entry (FileRemovalStore for --state_dir, ha/etcdremovals for HA, memory
 // otherwise); a PutStart of a key an entry still being written covers
-// waits for it. Nodes pull durable entries (PullRemovals) with the DRAM
-// records to forget (evicted replicas); ReRegisterMemoryObjects refuses a
-// record an entry covers or older than the log's origin,
+// waits for it. EvictMemory appends DRAM-only entries (EvictionKey,
+// EvictionEvery) the same way and answers once they are durable; a put
+// never waits for those. Nodes pull durable entries (PullRemovals) with
+// the DRAM records to forget (replicas dropped without an entry: evicted
+// for room, bad, abandoned); ReRegisterMemoryObjects refuses a record an
+// entry covers (LatestDRAM) or older than the log's origin,
 // ReRegisterDiskObjects a key an entry above the node's last reported SSD
 // cursor covers. Tick trims entries past removal_log_retention or beyond
 // removal_log_limit. Locks: the log's mutex is a leaf, taken under shard

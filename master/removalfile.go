@@ -39,7 +39,7 @@ type FileRemovalStore struct {
 const (
 	removalFile       = "removals.log"
 	removalLockFile   = "LOCK"
-	removalFormat     = 1 // the format version in the header (docs/format/removals.md)
+	removalFormat     = 2 // the format version in the header (docs/design.md, format versions): 2 adds the DRAM eviction kinds
 	recHeader         = 'H'
 	recEntry          = 'E'
 	recFloor          = 'F'

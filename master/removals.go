@@ -201,6 +201,13 @@ func (l *removalLog) latest(key string) uint64 {
 	return l.set.Latest(key)
 }
 
+// latestDRAM is latest for a DRAM copy: DRAM evictions count too.
+func (l *removalLog) latestDRAM(key string) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.set.LatestDRAM(key)
+}
+
 // wait returns once the entry seq is durable, or ctx ends, or the store
 // failed to write it (the error names the store's).
 func (l *removalLog) wait(ctx context.Context, seq uint64) error {
@@ -233,12 +240,16 @@ func (l *removalLog) wait(ctx context.Context, seq uint64) error {
 // ctx ends, or the store fails it). A put of a key must not be
 // acknowledged before the removal that made room for it is durable: if
 // that removal were lost (a crash, a leader cut from etcd), the copies it
-// removed would come back over the newer put. The common case (every
-// entry durable) takes the log's lock once.
+// removed would come back over the newer put. A DRAM eviction made no
+// room for a put (the object stays) and is not waited for. The common
+// case (every entry durable) takes the log's lock once.
 func (l *removalLog) waitKey(ctx context.Context, key string) error {
 	l.mu.Lock()
 	var seq uint64
 	for _, e := range l.entries[l.durable:] {
+		if e.Kind.DRAMOnly() {
+			continue
+		}
 		if m, err := e.Matcher(); err == nil && m(key) {
 			seq = e.Seq
 		}

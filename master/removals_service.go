@@ -122,14 +122,18 @@ func (s *Service) removedDisk(id, key string) error {
 }
 
 // removedMem says why a DRAM record must not be re-registered: an entry
-// covers it (its put token is below the entry's sequence number), or it
-// predates the removal log. Nil otherwise.
+// covers it (its put token is below the entry's sequence number: a
+// removal, or an acknowledged DRAM eviction), or it predates the removal
+// log. Nil otherwise.
 func (s *Service) removedMem(m masterapi.MemoryObject) error {
 	if m.PutToken < s.rlog.origin {
 		return codes.Errorf(codes.ObjectNotFound, "master: re_register_memory: put %d predates the removal log (origin %d)", m.PutToken, s.rlog.origin)
 	}
 	if seq := s.rlog.latest(m.Key); seq > m.PutToken {
 		return codes.Errorf(codes.ObjectNotFound, "master: re_register_memory: put %d was removed (removal log entry %d)", m.PutToken, seq)
+	}
+	if seq := s.rlog.latestDRAM(m.Key); seq > m.PutToken {
+		return codes.Errorf(codes.ObjectNotFound, "master: re_register_memory: the DRAM copy of put %d was evicted (removal log entry %d)", m.PutToken, seq)
 	}
 	return nil
 }

@@ -132,7 +132,13 @@ func (s *Service) removeMatching(ctx context.Context, e masterapi.Removal, match
 	return n, s.rlog.wait(ctx, last)
 }
 
-// EvictMemory implements API.
+// EvictMemory implements API. Each DRAM copy it drops is an entry of the
+// removal log (EvictionKey; EvictionEvery for all), appended under the
+// shard lock that drops it, and the call answers once they are durable:
+// an acknowledged eviction is never undone by a master restart or a
+// failover, whether or not the nodes had pulled it (docs/design.md,
+// invariant 10). A failure to make them durable answers INTERNAL_ERROR
+// (the copies are dropped here, but the eviction was not acknowledged).
 func (s *Service) EvictMemory(ctx context.Context, keys []string, all bool) (masterapi.EvictMemoryResult, error) {
 	var res masterapi.EvictMemoryResult
 	if err := s.check(ctx); err != nil {
@@ -148,18 +154,9 @@ func (s *Service) EvictMemory(ctx context.Context, keys []string, all bool) (mas
 	}
 	now := s.now()
 	if all {
-		for i := range s.shards {
-			sh := &s.shards[i]
-			sh.mu.Lock()
-			for _, o := range sh.objs {
-				if o.mem.seg != nil {
-					s.evictMemOf(o, now, &res)
-				}
-			}
-			sh.mu.Unlock()
-		}
-		return res, nil
+		return res, s.observe(s.evictAllMemory(ctx, now, &res))
 	}
+	var last uint64
 	for _, k := range keys {
 		sh := s.shardOf(k)
 		sh.mu.Lock()
@@ -169,17 +166,56 @@ func (s *Service) EvictMemory(ctx context.Context, keys []string, all bool) (mas
 		case o.mem.seg == nil || (o.mem.complete && !o.readableMem()):
 			res.NotInMemory++
 		default:
-			s.evictMemOf(o, now, &res)
+			if s.evictMemOf(o, now, &res) {
+				last = s.rlog.add(masterapi.Removal{Kind: masterapi.EvictionKey, Key: k}, &s.tokens, now, false)
+			}
 		}
 		sh.mu.Unlock()
 	}
-	return res, nil
+	if last == 0 {
+		return res, nil
+	}
+	return res, s.observe(s.rlog.wait(ctx, last))
+}
+
+// evictAllMemory is EvictMemory of every object: one EvictionEvery entry,
+// its sequence number taken before the scan (objects put during it have
+// larger tokens), sparing the keys whose DRAM copies stay. A DRAM copy
+// newer than the entry (a promotion that started during the scan) gets an
+// EvictionKey entry of its own.
+func (s *Service) evictAllMemory(ctx context.Context, now int64, res *masterapi.EvictMemoryResult) error {
+	seq := s.rlog.add(masterapi.Removal{Kind: masterapi.EvictionEvery}, &s.tokens, now, true)
+	last := seq
+	var spared []string
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, o := range sh.objs {
+			if o.mem.seg == nil {
+				continue
+			}
+			newer := o.mem.token > seq
+			switch {
+			case !s.evictMemOf(o, now, res):
+				spared = append(spared, k)
+			case newer:
+				last = s.rlog.add(masterapi.Removal{Kind: masterapi.EvictionKey, Key: k}, &s.tokens, now, false)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	slices.Sort(spared)
+	if err := s.rlog.seal(seq, spared); err != nil {
+		return codes.Wrap(codes.InternalError, err)
+	}
+	return s.rlog.wait(ctx, last)
 }
 
 // evictMemOf drops o's DRAM replica if it has a readable SSD copy and
-// nothing holds it (evictable), and counts the outcome in res, by reason.
-// Caller holds the shard lock; o has a DRAM replica.
-func (s *Service) evictMemOf(o *object, now int64, res *masterapi.EvictMemoryResult) {
+// nothing holds it (evictable), counts the outcome in res, by reason, and
+// reports whether it dropped it. Caller holds the shard lock; o has a
+// DRAM replica.
+func (s *Service) evictMemOf(o *object, now int64, res *masterapi.EvictMemoryResult) bool {
 	switch {
 	case !o.mem.complete:
 		res.PutInProgress++
@@ -200,7 +236,9 @@ func (s *Service) evictMemOf(o *object, now int64, res *masterapi.EvictMemoryRes
 		s.cnt.evictions.Add(1)
 		s.met.evictions.Inc()
 		res.Dropped++
+		return true
 	}
+	return false
 }
 
 // evictable reports whether o's complete DRAM replica may be dropped now:

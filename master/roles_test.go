@@ -104,3 +104,82 @@ func TestRolesOverTLS(t *testing.T) {
 		t.Fatalf("a client reads stats: %v", err)
 	}
 }
+
+// TestNodeNameBinding: a node certificate bound to a node name
+// (tierstore://node/NAME) makes a node's calls only as that node; one
+// bound to no name may act as any node; client calls are not affected.
+func TestNodeNameBinding(t *testing.T) {
+	ca, err := tlsconf.NewCA("test ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	source := func(name string, r tlsconf.Role, nodes ...string) *tlsconf.Source {
+		l, err := ca.IssueNode(name, []tlsconf.Role{r}, nodes, time.Now().Add(-time.Minute), time.Now().Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := ca.WriteFiles(dir, name, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := tlsconf.Load(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s, _ := testService(t, nil)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(s, source("master", tlsconf.Master).ServerOptions(Roles, nil)...)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	dial := func(src *tlsconf.Source) *mastergrpc.Client {
+		c, err := mastergrpc.Dial(bg, lis.Addr().String(), grpc.WithTransportCredentials(src.ClientCredentials(tlsconf.Master)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	n1 := dial(source("node-n1", tlsconf.Node, "n1"))
+	anyNode := dial(source("node-any", tlsconf.Node))
+	ctx, cancel := context.WithTimeout(bg, 20*time.Second)
+	defer cancel()
+	denied := func(err error) {
+		t.Helper()
+		if status.Code(err) != grpccodes.PermissionDenied {
+			t.Fatalf("want PERMISSION_DENIED, got %v", err)
+		}
+		if got := status.Convert(err).Message(); !strings.Contains(got, `as node "n2"`) || !strings.Contains(got, "bound to node n1") {
+			t.Fatalf("message %q does not name the node asked and the node bound", got)
+		}
+	}
+	mount := func(name string) masterapi.MountRequest {
+		return masterapi.MountRequest{Node: name, Endpoint: name + ":1", Segment: "seg-" + name, Size: 1 << 20, Incarnation: "i"}
+	}
+	if err := n1.MountSegment(ctx, mount("n1")); err != nil {
+		t.Fatalf("n1 mounts as n1: %v", err)
+	}
+	denied(n1.MountSegment(ctx, mount("n2")))
+	if err := anyNode.MountSegment(ctx, mount("n2")); err != nil {
+		t.Fatalf("a certificate bound to no name mounts n2: %v", err)
+	}
+	_, err = n1.Ping(ctx, "n2")
+	denied(err)
+	_, err = n1.PullRemovals(ctx, masterapi.PullRequest{Node: "n2"})
+	denied(err)
+	_, err = n1.ReRegisterDiskObjects(ctx, "n2", nil)
+	denied(err)
+	_, err = n1.WaitOffload(ctx, "n2", 10*time.Millisecond)
+	denied(err)
+	if _, err := n1.Ping(ctx, "n1"); err != nil {
+		t.Fatalf("n1 pings as n1: %v", err)
+	}
+	if _, err := n1.Stats(ctx); err != nil {
+		t.Fatalf("n1 reads stats: %v", err)
+	}
+}

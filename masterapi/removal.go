@@ -12,7 +12,9 @@ import (
 // copies they hold, and report how far they got (a RemovalCursor). An
 // entry's sequence number is a put token: an entry with Seq s removes the
 // copies of the keys it covers whose put token is below s, so a later put
-// of the same key is never hit.
+// of the same key is never hit. A DRAM eviction acknowledged to a caller
+// (EvictMemory) is an entry too, of a kind that covers DRAM copies only
+// (RemovalKind.DRAMOnly): the object and its SSD copies stay.
 
 // RemovalKind is what a Removal covers.
 type RemovalKind uint8
@@ -26,7 +28,17 @@ const (
 	// RemovalPattern covers every key the regular expression Key matches
 	// anywhere, but Spared (RemoveByRegex).
 	RemovalPattern
+	// EvictionKey covers the DRAM copies of one key (EvictMemory of that
+	// key): its SSD copies and the object stay.
+	EvictionKey
+	// EvictionEvery covers the DRAM copies of every key but Spared
+	// (EvictMemory of all objects); SSD copies stay.
+	EvictionEvery
 )
+
+// DRAMOnly reports whether entries of kind k cover DRAM copies only (a
+// DRAM eviction): an SSD copy of a key they cover is not touched.
+func (k RemovalKind) DRAMOnly() bool { return k == EvictionKey || k == EvictionEvery }
 
 func (k RemovalKind) String() string {
 	switch k {
@@ -36,6 +48,10 @@ func (k RemovalKind) String() string {
 		return "every"
 	case RemovalPattern:
 		return "pattern"
+	case EvictionKey:
+		return "dram-key"
+	case EvictionEvery:
+		return "dram-every"
 	}
 	return fmt.Sprintf("removal-kind(%d)", uint8(k))
 }
@@ -60,13 +76,13 @@ func (r Removal) Validate() error {
 	switch {
 	case r.Seq == 0:
 		return fmt.Errorf("masterapi: removal of kind %v without a sequence number", r.Kind)
-	case r.Kind == RemovalKey && r.Key == "":
-		return fmt.Errorf("masterapi: key removal %d without a key", r.Seq)
+	case (r.Kind == RemovalKey || r.Kind == EvictionKey) && r.Key == "":
+		return fmt.Errorf("masterapi: %v entry %d without a key", r.Kind, r.Seq)
 	case r.Kind == RemovalPattern:
 		if _, err := regexp.Compile(r.Key); err != nil {
 			return fmt.Errorf("masterapi: pattern removal %d: %w", r.Seq, err)
 		}
-	case r.Kind != RemovalKey && r.Kind != RemovalEvery:
+	case r.Kind != RemovalKey && r.Kind != RemovalEvery && !r.Kind.DRAMOnly():
 		return fmt.Errorf("masterapi: removal %d of unknown kind %d", r.Seq, r.Kind)
 	}
 	return nil
@@ -123,10 +139,16 @@ func (r PullReply) Empty() bool {
 }
 
 // RemovalSet indexes removal entries for the question both sides ask:
-// which is the latest entry covering a key. Not safe for concurrent use.
+// which is the latest entry covering a key, for its copies on every tier
+// (Latest) and for its DRAM copies (LatestDRAM: DRAM evictions too). Not
+// safe for concurrent use.
 type RemovalSet struct {
 	keys  map[string]uint64 // key -> the largest Seq of its RemovalKey entries
 	broad []broadRemoval    // RemovalEvery and RemovalPattern entries, by Seq
+	// dramKeys and dramBroad are the same for EvictionKey and
+	// EvictionEvery entries.
+	dramKeys  map[string]uint64
+	dramBroad []broadRemoval
 }
 
 type broadRemoval struct {
@@ -136,7 +158,9 @@ type broadRemoval struct {
 }
 
 // NewRemovalSet returns an empty set.
-func NewRemovalSet() *RemovalSet { return &RemovalSet{keys: map[string]uint64{}} }
+func NewRemovalSet() *RemovalSet {
+	return &RemovalSet{keys: map[string]uint64{}, dramKeys: map[string]uint64{}}
+}
 
 // Add indexes r (entries are added in Seq order). A pattern that does not
 // compile is an error (Validate).
@@ -152,6 +176,10 @@ func (s *RemovalSet) Add(r Removal) error {
 			return fmt.Errorf("masterapi: removal %d: pattern %q: %w", r.Seq, r.Key, err)
 		}
 		s.broad = append(s.broad, broadRemoval{seq: r.Seq, re: re, spared: r.Spared})
+	case EvictionKey:
+		s.dramKeys[r.Key] = max(s.dramKeys[r.Key], r.Seq)
+	case EvictionEvery:
+		s.dramBroad = append(s.dramBroad, broadRemoval{seq: r.Seq, spared: r.Spared})
 	default:
 		return fmt.Errorf("masterapi: removal %d of unknown kind %d", r.Seq, r.Kind)
 	}
@@ -160,14 +188,18 @@ func (s *RemovalSet) Add(r Removal) error {
 
 // Drop forgets r, which was added before (trimming the oldest entries).
 func (s *RemovalSet) Drop(r Removal) {
-	if r.Kind == RemovalKey {
-		if s.keys[r.Key] == r.Seq {
-			delete(s.keys, r.Key)
+	keys, broad := s.keys, &s.broad
+	if r.Kind.DRAMOnly() {
+		keys, broad = s.dramKeys, &s.dramBroad
+	}
+	if r.Kind == RemovalKey || r.Kind == EvictionKey {
+		if keys[r.Key] == r.Seq {
+			delete(keys, r.Key)
 		}
 		return
 	}
-	if i := slices.IndexFunc(s.broad, func(b broadRemoval) bool { return b.seq == r.Seq }); i >= 0 {
-		s.broad = slices.Delete(s.broad, i, i+1)
+	if i := slices.IndexFunc(*broad, func(b broadRemoval) bool { return b.seq == r.Seq }); i >= 0 {
+		*broad = slices.Delete(*broad, i, i+1)
 	}
 }
 
@@ -175,18 +207,29 @@ func (s *RemovalSet) Drop(r Removal) {
 // none. A copy of key with put token t is removed when Latest(key) > t; a
 // copy that carries no token (an SSD copy) is removed when Latest(key)
 // lies above the cursor its node had when the copy was written.
-func (s *RemovalSet) Latest(key string) uint64 {
-	seq := s.keys[key]
-	for i := len(s.broad) - 1; i >= 0 && s.broad[i].seq > seq; i-- {
-		if s.broad[i].covers(key) {
-			return s.broad[i].seq
+func (s *RemovalSet) Latest(key string) uint64 { return latestIn(s.keys, s.broad, key) }
+
+// LatestDRAM is Latest for a DRAM copy: the largest Seq among the
+// entries covering key, DRAM evictions included. A DRAM copy of key with
+// put token t is removed or evicted when LatestDRAM(key) > t.
+func (s *RemovalSet) LatestDRAM(key string) uint64 {
+	return max(s.Latest(key), latestIn(s.dramKeys, s.dramBroad, key))
+}
+
+func latestIn(keys map[string]uint64, broad []broadRemoval, key string) uint64 {
+	seq := keys[key]
+	for i := len(broad) - 1; i >= 0 && broad[i].seq > seq; i-- {
+		if broad[i].covers(key) {
+			return broad[i].seq
 		}
 	}
 	return seq
 }
 
 // Len is the number of entries indexed (a key's entries count once).
-func (s *RemovalSet) Len() int { return len(s.keys) + len(s.broad) }
+func (s *RemovalSet) Len() int {
+	return len(s.keys) + len(s.broad) + len(s.dramKeys) + len(s.dramBroad)
+}
 
 func (b broadRemoval) covers(key string) bool {
 	if b.re != nil && !b.re.MatchString(key) {
@@ -201,9 +244,9 @@ func (b broadRemoval) covers(key string) bool {
 // not compile or an unknown kind (Validate).
 func (r Removal) Matcher() (func(key string) bool, error) {
 	switch r.Kind {
-	case RemovalKey:
+	case RemovalKey, EvictionKey:
 		return func(k string) bool { return k == r.Key }, nil
-	case RemovalEvery:
+	case RemovalEvery, EvictionEvery:
 		return broadRemoval{spared: r.Spared}.covers, nil
 	case RemovalPattern:
 		re, err := regexp.Compile(r.Key)

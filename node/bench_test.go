@@ -10,6 +10,7 @@ import (
 
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/internal/units"
+	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -325,5 +326,54 @@ func BenchmarkE2EBatchPut(b *testing.B) {
 			}
 		}
 		b.StartTimer()
+	}
+}
+
+// BenchmarkReadCheck: BenchmarkE2EGetDRAM with the node's check that a
+// read is exactly a complete object's range (readcheck.go) on and off,
+// side by side on one cluster (docs/benchmarks.md, Reads bound to
+// objects).
+func BenchmarkReadCheck(b *testing.B) {
+	for _, size := range []int{4 << 10, 1 << 20} {
+		c, _, _ := benchCluster(b, false)
+		keys := benchPut(b, c, size, 64)
+		for _, mode := range []string{"checked", "unchecked", "checked-again"} {
+			b.Run(mode+"/"+units.Format(int64(size)), func(b *testing.B) {
+				readCheck.Store(mode != "unchecked")
+				defer readCheck.Store(true)
+				benchGet(b, c, keys, size)
+			})
+		}
+	}
+}
+
+// BenchmarkCheckReadRange: the read check alone (readcheck.go) on a node
+// holding 4096 objects of 4 KiB, checked in turn.
+func BenchmarkCheckReadRange(b *testing.B) {
+	m, err := master.New(testMasterConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { m.Close() })
+	cfg := testNodeConfig("")
+	cfg.Memory = 32 << 20
+	n, err := Start(context.Background(), cfg, m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { n.Close() })
+	const objects, size = 4096, 4 << 10
+	for i := range objects {
+		off := int64(i * size)
+		if err := n.claimRange(off, size, uint64(i+1)); err != nil {
+			b.Fatal(err)
+		}
+		n.recordWrite(wire.Object{Key: fmt.Sprint(i)}, off, size, 0, uint64(i+1))
+	}
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if err := n.checkReadRange(int64(i%objects*size), size); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

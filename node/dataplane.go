@@ -12,6 +12,7 @@ import (
 
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/crc32c"
+	"github.com/tierstore/tierstore/internal/peerlimit"
 	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/internal/wire"
 )
@@ -74,14 +75,22 @@ func (d *dataPlane) register(reg prometheus.Registerer, labels prometheus.Labels
 // service, and returns the listener to give the gRPC server.
 func (n *Node) startDataPlane(lis net.Listener) net.Listener {
 	n.dp.metrics()
-	opts := wire.DataServerOptions{Logger: n.log}
-	if n.cfg.TLS == nil {
-		n.dp.mux = wire.NewMux(lis, wire.NewDataServer(dataHandler{n}, opts))
-		return n.dp.mux.Listener()
+	g := n.guard
+	opts := wire.DataServerOptions{Logger: n.log, SSDReadsPerConn: n.cfg.RequestsPerConn, FrameTimeout: n.cfg.DataFrameTimeout,
+		StreamHold: ssdChunk * ssdWindow,
+		Hold:       func(c net.Conn, size int64) (func(), error) { return g.Hold(c.RemoteAddr(), size) },
+		Limited:    func(from net.Addr, err error) { g.Count(peerlimit.LimitFrameTimeout, from, err) }}
+	mo := wire.MuxOptions{HandshakeTimeout: g.Limits().HandshakeTimeout,
+		Refused: func(from net.Addr, err error) {
+			if !g.HandshakeRefused(from, err) && n.cfg.TLS != nil {
+				tlsconf.LogRefused(n.log, from, err)
+			}
+		}}
+	if n.cfg.TLS != nil {
+		opts.Authorize = authorizeData
+		mo.TLS = n.cfg.TLS.ServerConfig()
 	}
-	opts.Authorize = authorizeData
-	refused := func(from net.Addr, err error) { tlsconf.LogRefused(n.log, from, err) }
-	n.dp.mux = wire.NewMuxTLS(lis, wire.NewDataServer(dataHandler{n}, opts), n.cfg.TLS.ServerConfig(), refused)
+	n.dp.mux = wire.NewMuxWith(lis, wire.NewDataServer(dataHandler{n}, opts), mo)
 	return n.dp.mux.Listener()
 }
 
@@ -131,7 +140,8 @@ func (h dataHandler) BeginWrite(ctx context.Context, segment string, off, n int6
 }
 
 // ViewRange pins the segment (Close waits) and hands out the range as it
-// is: no copy and no checksum on the node; the reader checks the object's
+// is, if it is exactly a complete object's (checkReadRange): no copy and
+// no checksum on the node; the reader checks the object's
 // CRC32C, so a range reused under it is a miss, not wrong bytes.
 func (h dataHandler) ViewRange(segment string, off, n int64) ([]byte, func(), error) {
 	if err := h.n.checkSegment(segment); err != nil {
@@ -139,6 +149,9 @@ func (h dataHandler) ViewRange(segment string, off, n int64) ([]byte, func(), er
 	}
 	view, release := h.n.seg.pin()
 	v, err := view(off, int(n))
+	if err == nil {
+		err = h.n.checkReadRange(off, n) // only the range of a complete object (readcheck.go)
+	}
 	if err != nil {
 		release()
 		return nil, nil, toCode(err)

@@ -37,6 +37,10 @@
 //
 // # Invariants
 //
+//   - A data-plane read of DRAM is served only for exactly the range of a
+//     complete object the node stores, no byte of which a newer put has
+//     claimed (readcheck.go); any other range is refused (ErrNotAnObject),
+//     so freed ranges and puts in progress are not readable remotely.
 //   - Commit before publish (docs/design.md invariant 1): a LOCAL_DISK replica is
 //     announced only from the tier's per-bucket notify, which runs after the
 //     bucket is durable and indexed; keys the master refuses there are

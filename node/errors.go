@@ -13,7 +13,8 @@ var (
 	ErrOutOfRange = errors.New("node: range outside the segment")
 	// ErrClosed: the client, node or segment was closed.
 	ErrClosed = errors.New("node: closed")
-	// ErrBadNodeID: the NODE_ID file in --ssd_dir holds no valid id.
+	// ErrBadNodeID: the NODE_ID file in --ssd_dir holds no valid id, or
+	// the node's name is not one its TLS certificate is bound to.
 	ErrBadNodeID = errors.New("node: invalid node id file")
 	// ErrSSDDirInUse: another node (process) runs on the --ssd_dir.
 	ErrSSDDirInUse = errors.New("node: SSD directory in use")
@@ -25,4 +26,8 @@ var (
 	// enforces put ownership (invariant 8). Peers receive it as
 	// INVALID_PARAMS with this text.
 	ErrNoPutToken = errors.New("node: write refused: no put token")
+	// ErrNotAnObject: a data-plane read of a DRAM range that is not
+	// exactly a complete object the node stores (readcheck.go). Peers
+	// receive it as REPLICA_IS_GONE with this text.
+	ErrNotAnObject = errors.New("node: read refused: the range is no complete object of this node")
 )

@@ -41,10 +41,13 @@ import (
 // of at the next ping.
 //
 // Resurrection: the records are of complete writes, not of objects the
-// master still knows. An object removed (or evicted, or a put revoked
-// after its bytes were written) under the old leader whose range no later
-// put has overwritten comes back after a failover with its exact bytes
-// (its CRC32C still matches). See docs/ha.md.
+// master still knows. The removal log keeps removed objects and DRAM
+// copies evicted by EvictMemory out (the node pulls it before it
+// re-registers; removals.go). A DRAM copy the old leader dropped without
+// an entry (evicted for room, reported bad) whose forget list the node had
+// not pulled, and whose range no later put has overwritten, comes back
+// after a failover: a copy of the object's current version (docs/design.md,
+// "Crash windows").
 
 // nodeHA is the node's high-availability state.
 type nodeHA struct {
@@ -160,15 +163,15 @@ func (h *nodeHA) forgetAll() int {
 	return n
 }
 
-// forgetCovered drops the records an entry of set removes (an entry
-// covering the key with a sequence number above the record's put token)
-// and returns how many.
+// forgetCovered drops the records an entry of set removes or evicts (an
+// entry covering the key's DRAM copies with a sequence number above the
+// record's put token) and returns how many.
 func (h *nodeHA) forgetCovered(set *masterapi.RemovalSet) int {
 	h.recMu.Lock()
 	defer h.recMu.Unlock()
 	n := 0
 	for off, r := range h.records {
-		if set.Latest(r.obj.Key) > r.token {
+		if set.LatestDRAM(r.obj.Key) > r.token {
 			delete(h.records, off)
 			n++
 		}

@@ -100,5 +100,8 @@ func (n *Node) MetricsHandler() http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(newCollector(n))
 	n.dp.register(reg, prometheus.Labels{"node": n.name})
+	if n.guard != nil {
+		prometheus.WrapRegistererWith(prometheus.Labels{"node": n.name}, reg).MustRegister(n.guard.Collector())
+	}
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 }

@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/peerlimit"
 	"github.com/tierstore/tierstore/internal/rpcpb"
 	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/masterapi"
@@ -123,6 +126,9 @@ type Node struct {
 	lis net.Listener
 	srv *grpc.Server
 	dp  dataPlane // the bulk data protocol on lis, and Put/Get latencies
+	// guard bounds what one peer may make the node spend on lis (nil
+	// without a listener); set by serve before lis is served.
+	guard *peerlimit.Guard
 
 	metrics nodeMetrics
 
@@ -258,6 +264,17 @@ func Start(ctx context.Context, cfg Config, m masterapi.NodeAPI, opts ...Option)
 	return n, nil
 }
 
+// nameSource says where a node's name came from, for messages.
+func nameSource(given, ownDir bool) string {
+	switch {
+	case given:
+		return "the name it was given"
+	case ownDir:
+		return "the id in --ssd_dir's " + nodeIDFile
+	}
+	return "a fresh name"
+}
+
 // openStorage locks the SSD directory, names the node, and creates the
 // segment and the SSD tier.
 func (n *Node) openStorage(o options) (err error) {
@@ -269,9 +286,16 @@ func (n *Node) openStorage(o options) (err error) {
 		}
 	}
 	n.name = o.name
+	var bound []string // the node names the TLS certificate allows (none: any)
+	if cfg.TLS != nil {
+		bound = tlsconf.NodesOf(cfg.TLS.Leaf())
+	}
 	if n.name == "" {
 		host, _ := os.Hostname()
 		n.name = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomID())
+		if len(bound) == 1 {
+			n.name = bound[0] // the certificate names the node
+		}
 		if ownDir {
 			// The id belongs to the SSD contents: the same --ssd_dir
 			// comes back under the same id.
@@ -279,6 +303,10 @@ func (n *Node) openStorage(o options) (err error) {
 				return err
 			}
 		}
+	}
+	if len(bound) > 0 && !slices.Contains(bound, n.name) {
+		return fmt.Errorf("%w: the node is %q (%s), but its --tls_cert is bound to node %s (SAN URI %s): the master would refuse its calls",
+			ErrBadNodeID, n.name, nameSource(o.name != "", ownDir), strings.Join(bound, ", "), tlsconf.NodeURI(bound[0]))
 	}
 	n.incarnation = randomID() + randomID()
 	n.segName = "seg-" + randomID()
@@ -296,6 +324,10 @@ func (n *Node) openStorage(o options) (err error) {
 	return err
 }
 
+// peerMaxMessage bounds a gRPC message a peer may send the node (NodeStats
+// requests are empty; values travel on the data plane).
+const peerMaxMessage = 64 << 10
+
 // serve starts the peer service on cfg.Listen ("" : none, the node is
 // reached in-process).
 func (n *Node) serve() (err error) {
@@ -307,7 +339,10 @@ func (n *Node) serve() (err error) {
 		return fmt.Errorf("%w: --listen %q: %v", ErrBadConfig, n.cfg.Listen, err)
 	}
 	n.endpoint = n.lis.Addr().String()
-	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(rpcpb.VersionCheck("node", rpcpb.NodeProtocol))}
+	n.guard = peerlimit.New(n.cfg.Limits, n.log)
+	n.lis = n.guard.Listener(n.lis)
+	opts := append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(rpcpb.VersionCheck("node", rpcpb.NodeProtocol)),
+		grpc.MaxRecvMsgSize(peerMaxMessage)}, n.guard.GRPCOptions()...)
 	if n.cfg.TLS != nil {
 		u, s := Roles.Interceptors(n.log)
 		opts = append(opts, grpc.Creds(tlsconf.Handshaken()), grpc.ChainUnaryInterceptor(u), grpc.ChainStreamInterceptor(s))

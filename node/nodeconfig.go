@@ -13,8 +13,10 @@ import (
 	"github.com/tierstore/tierstore/bucket"
 	"github.com/tierstore/tierstore/eviction"
 	"github.com/tierstore/tierstore/internal/keyspec"
+	"github.com/tierstore/tierstore/internal/peerlimit"
 	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/internal/units"
+	"github.com/tierstore/tierstore/internal/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -34,7 +36,19 @@ const (
 	// DefaultOffloadTaskTimeout is the master's default
 	// offload_task_timeout.
 	DefaultOffloadTaskTimeout = 300 * time.Second
+	// DefaultRequestsPerConn is the data plane's SSD reads served at once
+	// per connection.
+	DefaultRequestsPerConn = 8
+	// DefaultDataFrameTimeout: wire.DefaultFrameTimeout.
+	DefaultDataFrameTimeout = wire.DefaultFrameTimeout
 )
+
+// DerivedPeerBuffer is the --max_peer_buffer of a node that does not set
+// one: peerlimit.DefaultPeerBuffer, or twice the largest SSD object when
+// that is more (a verified read holds its whole value).
+func DerivedPeerBuffer(bucketSizeLimit int64) int64 {
+	return max(peerlimit.DefaultPeerBuffer, 2*bucketSizeLimit)
+}
 
 // Config configures a store node. Flag names of tierstore-node are given
 // in brackets; Validate's errors name the flag.
@@ -46,6 +60,21 @@ type Config struct {
 	// data plane or gRPC inside; the data plane needs role client, NodeStats
 	// any role (Roles). nil: plaintext.
 	TLS *tlsconf.Source
+	// Limits are the bounds per peer of the shared port
+	// [--max_conns_per_peer, --max_streams_per_conn (gRPC),
+	// --tls_handshake_timeout, --max_peer_buffer]; zero fields take the
+	// defaults, PeerBuffer DerivedPeerBuffer(BucketSizeLimit) (Validate
+	// sets it). docs/security.md, Bounds per peer.
+	Limits peerlimit.Limits
+	// RequestsPerConn bounds the data-plane SSD reads served at once on
+	// one connection; further requests wait in the socket (the client's
+	// sends block), nothing is refused [--max_requests_per_conn].
+	RequestsPerConn int
+	// DataFrameTimeout bounds how long a data-plane request frame may take
+	// to arrive once its first byte is in, plus its payload at 1 MiB/s; a
+	// slower one ends its connection (PEER_LIMIT_EXCEEDED)
+	// [--data_frame_timeout].
+	DataFrameTimeout time.Duration
 	// Memory is the DRAM segment size in bytes [--memory].
 	Memory int64
 	// EnableOffload turns on the SSD tier and the offload heartbeat
@@ -133,6 +162,10 @@ func DefaultConfig() Config {
 		OffloadBatch:      DefaultOffloadBatch,
 
 		OffloadTaskTimeout: DefaultOffloadTaskTimeout,
+		Limits: peerlimit.Limits{ConnsPerPeer: peerlimit.DefaultConnsPerPeer, StreamsPerConn: peerlimit.DefaultStreamsPerConn,
+			HandshakeTimeout: peerlimit.DefaultHandshakeTimeout}, // PeerBuffer: derived
+		RequestsPerConn:  DefaultRequestsPerConn,
+		DataFrameTimeout: DefaultDataFrameTimeout,
 	}
 }
 
@@ -199,6 +232,9 @@ func (c *Config) validate(checkDir bool) error {
 		return badFlag("bucket_size_limit", "%s needs bucket files of up to %d bytes (header, trailer and footer added), more than --ssd_capacity %s",
 			units.Format(c.BucketSizeLimit), f, units.Format(c.SSDCapacity))
 	}
+	if err := c.validateLimits(); err != nil {
+		return err
+	}
 	if !slices.Contains(eviction.Names, c.BucketEviction) {
 		return badFlag("bucket_eviction", "%q is not one of %s", c.BucketEviction, strings.Join(eviction.Names, ", "))
 	}
@@ -241,6 +277,34 @@ func (c *Config) validate(checkDir bool) error {
 		if !c.EnableOffload {
 			return badFlag("ssd_dir", "given without --enable_offload")
 		}
+	}
+	return nil
+}
+
+// validateLimits checks the bounds per peer (zero: the default) and
+// derives PeerBuffer; BucketSizeLimit is set.
+func (c *Config) validateLimits() error {
+	l := &c.Limits
+	switch {
+	case l.ConnsPerPeer < 0:
+		return badFlag("max_conns_per_peer", "must be positive, got %d", l.ConnsPerPeer)
+	case l.StreamsPerConn < 0 || int64(l.StreamsPerConn) > math.MaxUint32:
+		return badFlag("max_streams_per_conn", "must be positive, got %d", l.StreamsPerConn)
+	case l.HandshakeTimeout < 0:
+		return badFlag("tls_handshake_timeout", "must be positive, got %v", l.HandshakeTimeout)
+	case l.PeerBuffer < 0:
+		return badFlag("max_peer_buffer", "must be positive, got %d", l.PeerBuffer)
+	case c.RequestsPerConn < 0:
+		return badFlag("max_requests_per_conn", "must be positive, got %d", c.RequestsPerConn)
+	case c.DataFrameTimeout < 0:
+		return badFlag("data_frame_timeout", "must be positive, got %v", c.DataFrameTimeout)
+	}
+	if l.PeerBuffer == 0 {
+		l.PeerBuffer = DerivedPeerBuffer(c.BucketSizeLimit)
+	}
+	if c.EnableOffload && l.PeerBuffer < c.BucketSizeLimit {
+		return badFlag("max_peer_buffer", "%s is less than --bucket_size_limit %s: a verified read of the largest SSD object holds it whole",
+			units.Format(l.PeerBuffer), units.Format(c.BucketSizeLimit))
 	}
 	return nil
 }

@@ -28,7 +28,7 @@ func TestLateWriteOfOldPutRefused(t *testing.T) {
 	defer p.Close()
 	seg := n.SegmentName()
 	newer := rnd(3 * writeChunk / 2)
-	if err := p.Write(ctx, seg, 8192, newer, crc32c.Checksum(newer), 7); err != nil {
+	if err := p.Write(wire.WithObject(ctx, wire.Object{Key: "newer"}), seg, 8192, newer, crc32c.Checksum(newer), 7); err != nil {
 		t.Fatal(err)
 	}
 	late := rnd(4096)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -227,11 +228,13 @@ func fzWrite(ctx context.Context, t *testing.T, dc *wire.DataConn, n *Node, seg 
 }
 
 // fzRead reads length bytes (at most one more than the segment holds) at
-// off of seg: accepted only inside the segment, with its bytes.
+// off of seg: accepted only inside the segment and exactly on a complete
+// object (checkReadRange), with its bytes.
 func fzRead(ctx context.Context, t *testing.T, dc *wire.DataConn, n *Node, seg string, off, length uint64) error {
 	size := n.seg.Size()
 	length = min(length, uint64(size)+1)
-	ok := seg == n.SegmentName() && inRange(int64(off), int64(length), size)
+	inside := seg == n.SegmentName() && inRange(int64(off), int64(length), size)
+	ok := inside && n.checkReadRange(int64(off), int64(length)) == nil
 	var crc uint32
 	if ok {
 		want, err := n.seg.Read(int64(off), int(length))
@@ -243,7 +246,9 @@ func fzRead(ctx context.Context, t *testing.T, dc *wire.DataConn, n *Node, seg s
 	err := dc.ReadRange(ctx, seg, int64(off), make([]byte, length), crc)
 	switch {
 	case ok && err != nil:
-		t.Fatalf("ReadRange(%d, %d) inside the segment refused: %v", off, length, err)
+		t.Fatalf("ReadRange(%d, %d) of a complete object refused: %v", off, length, err)
+	case inside && !ok && (!errors.Is(err, codes.ErrReplicaGone) || !strings.Contains(err.Error(), "no complete object")):
+		t.Fatalf("ReadRange(%d, %d) inside the segment, not an object: want REPLICA_IS_GONE (ErrNotAnObject), got %v", off, length, err)
 	case !ok && err == nil:
 		t.Fatalf("ReadRange(%d, %d) of segment %q outside the segment answered", off, length, seg)
 	case err != nil && len(seg) <= fzMaxName:

@@ -21,9 +21,10 @@ import (
 // next pull:
 //
 //   - DRAM: a record of key K written by put t is forgotten when an entry
-//     covering K has a sequence number above t (tokens make it exact), or
-//     when the master lists it in the pull's forget list (an evicted
-//     replica). The DRAM cursor lives in memory: a new process's DRAM is
+//     covering K has a sequence number above t (tokens make it exact; a
+//     DRAM eviction's entry too), or when the master lists it in the
+//     pull's forget list (a replica dropped without an entry: evicted to
+//     make room, reported bad, abandoned). The DRAM cursor lives in memory: a new process's DRAM is
 //     empty. Entries applied in the last appliedKeep are remembered, so
 //     that a put that completes after its object was removed (a forced
 //     Remove of a put in progress) is not recorded.
@@ -175,6 +176,9 @@ func (n *Node) applyDRAM(rep masterapi.PullReply, c masterapi.RemovalCursor) {
 			n.log.Warn("removal log entry ignored", "seq", e.Seq, "err", err)
 			continue
 		}
+		if e.Kind.DRAMOnly() {
+			continue // an eviction: a later write of the key (a promotion) is recorded
+		}
 		_ = r.applied.Add(e)
 		r.times = append(r.times, appliedAt{e: e, at: now})
 	}
@@ -254,6 +258,9 @@ func (n *Node) coveredSSDKeys(es []masterapi.Removal) ([][]byte, error) {
 	var keys [][]byte
 	broad := false
 	for _, e := range es {
+		if e.Kind.DRAMOnly() {
+			continue // a DRAM eviction: the SSD copy stays
+		}
 		if err := set.Add(e); err != nil {
 			continue // logged by applyDRAM
 		}

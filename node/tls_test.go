@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -139,4 +141,75 @@ func TestNodeRolesCoverEveryMethod(t *testing.T) {
 	if err := Roles.Check(rpcpb.NodePeer_ServiceDesc); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestNodeNamedByCertificate: a node whose certificate is bound to one
+// node name (tierstore://node/NAME) takes that name; a name given, or kept
+// in --ssd_dir's NODE_ID, that the certificate does not allow stops the
+// start with ErrBadNodeID naming both (the master would refuse its calls).
+func TestNodeNamedByCertificate(t *testing.T) {
+	ca, err := tlsconf.NewCA("test ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	bound := func(file string, nodes ...string) *tlsconf.Source {
+		l, err := ca.IssueNode(file, []tlsconf.Role{tlsconf.Node}, nodes, time.Now().Add(-time.Minute), time.Now().Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := ca.WriteFiles(dir, file, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := tlsconf.Load(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	m := newMaster(t, testMasterConfig())
+	ctx := context.Background()
+	cfg := testNodeConfig("127.0.0.1:0")
+	cfg.TLS = bound("n1", "n1")
+	n, err := Start(ctx, cfg, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Name() != "n1" {
+		t.Fatalf("node named %q, its certificate n1", n.Name())
+	}
+	n.Close()
+	refused := func(err error, want ...string) {
+		t.Helper()
+		if !errors.Is(err, ErrBadNodeID) {
+			t.Fatalf("want ErrBadNodeID, got %v", err)
+		}
+		for _, w := range want {
+			if !strings.Contains(err.Error(), w) {
+				t.Fatalf("%q does not say %q", err, w)
+			}
+		}
+	}
+	_, err = Start(ctx, cfg, m, WithName("n2"))
+	refused(err, `"n2"`, "bound to node n1")
+
+	ssd := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ssd, nodeIDFile), []byte("old\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	withDir := cfg
+	withDir.EnableOffload, withDir.SSDDir, withDir.Backend = true, ssd, "pwrite"
+	_, err = Start(ctx, withDir, m)
+	refused(err, `"old"`, nodeIDFile, "bound to node n1")
+
+	two := cfg
+	two.TLS = bound("n1n3", "n1", "n3")
+	_, err = Start(ctx, two, m)
+	refused(err, "bound to node n1, n3")
+	n, err = Start(ctx, two, m, WithName("n3"))
+	if err != nil {
+		t.Fatalf("a name among the certificate's: %v", err)
+	}
+	n.Close()
 }

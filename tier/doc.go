@@ -69,7 +69,10 @@
 //  7. Capacity: bucket file bytes never exceed Options.Capacity; crossing the
 //     high watermark evicts whole buckets (lru by last read, fifo, lru2) down
 //     to the low watermark; OnEvict hears of the keys before the bytes go; a
-//     bucket being read is never deleted under its reader. A re-insertion
+//     bucket being read is never deleted under its reader. A victim is
+//     marked evicting (synced) before OnEvict is asked, and the mark goes
+//     with the bucket or with a refusal: Open completes a marked eviction,
+//     so a crash after the owner answered never brings its keys back. A re-insertion
 //     bucket is written only if it fits beside what is on disk.
 //  8. Space: an object removed, superseded or moved leaves Stats.LiveBytes
 //     (and joins DeadBytes) when the synced batch that does it has

@@ -137,6 +137,9 @@ func (e *Engine) reconcile() error {
 		sizes[f.ID] = f.Size
 		maxFile = max(maxFile, f.ID)
 	}
+	if err := e.completeEvictions(); err != nil {
+		return err
+	}
 	metas, err := e.ix.Buckets()
 	if err != nil {
 		return err
@@ -171,6 +174,32 @@ func (e *Engine) reconcile() error {
 		return err
 	}
 	e.nextID = max(e.ix.NextBucketID(), maxFile+1, 1)
+	return nil
+}
+
+// completeEvictions ends the evictions a crash interrupted: a bucket
+// still marked evicting (index.MarkEvicting) may have been given up by
+// its owner (OnEvict answered, the master dropped its replicas) before
+// the process died, so its keys must not come back (docs/design.md,
+// invariant 10): the bucket leaves the index (its file is then an orphan)
+// with every key it held, those the owner might have kept included.
+func (e *Engine) completeEvictions() error {
+	ids, err := e.ix.Evicting()
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		removed, err := e.ix.DeleteBucket(id)
+		if err == nil {
+			err = e.ix.UnmarkEvicting(id) // a bucket already gone leaves the record alone
+		}
+		if err != nil {
+			return fmt.Errorf("completing the eviction of bucket %d: %w", id, err)
+		}
+		e.st.evictions.Add(1)
+		e.st.evictedKeys.Add(int64(len(removed)))
+		e.log.Warn("tier: completed an eviction a crash interrupted", "bucket", id, "keys", len(removed))
+	}
 	return nil
 }
 

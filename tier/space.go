@@ -239,7 +239,16 @@ func (e *Engine) evictBucket(ctx context.Context, b *bucketState, budget *int64,
 	}
 	var keep [][]byte
 	if e.opts.OnEvict != nil && len(keys) > 0 {
+		// Once the owner has answered, the keys it did not keep are gone
+		// for it: a crash before the batch below must not bring them back
+		// (docs/design.md, invariant 10). The mark makes the next Open
+		// complete the eviction; it goes with the bucket, or now if the
+		// owner refuses.
+		if err := e.ix.MarkEvicting(b.id); err != nil {
+			return fmt.Errorf("tier: eviction: %w", err)
+		}
 		if keep, err = e.opts.OnEvict(ctx, keys); err != nil {
+			e.unmarkEvicting(b)
 			return fmt.Errorf("tier: owner refused eviction of bucket %d: %w", b.id, err)
 		}
 	}
@@ -261,6 +270,7 @@ func (e *Engine) evictBucket(ctx context.Context, b *bucketState, budget *int64,
 	cr, err := e.keepAndEvict(ctx, b, keep, budget, own)
 	if err != nil {
 		e.evictExcept(b, keys, keep)
+		e.unmarkEvicting(b) // b stays with the kept objects
 		return err
 	}
 	e.st.evictions.Add(1)
@@ -269,6 +279,14 @@ func (e *Engine) evictBucket(ctx context.Context, b *bucketState, budget *int64,
 	e.st.evictedDeadBytes.Add(written - live)
 	e.buryEmptied(cr.Emptied)
 	return e.bury(ctx, b)
+}
+
+// unmarkEvicting removes b's evicting mark: b stays. A failure is logged
+// (the index is failing): the next Open would then evict b.
+func (e *Engine) unmarkEvicting(b *bucketState) {
+	if err := e.ix.UnmarkEvicting(b.id); err != nil {
+		e.log.Error("tier: could not clear the evicting mark of a bucket that stays; the next open evicts it", "bucket", b.id, "err", err)
+	}
 }
 
 // members returns the keys of keep that are in keys, once each.

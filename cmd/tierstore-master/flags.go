@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tierstore/tierstore/internal/peerlimit"
 	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/master"
 )
@@ -68,6 +69,9 @@ type options struct {
 	stateDir string
 	// tls: tls_cert, tls_key, tls_ca (empty: plaintext).
 	tls tlsconf.Files
+	// limits: the bounds per peer of the rpc port (max_conns_per_peer,
+	// max_streams_per_conn, tls_handshake_timeout).
+	limits peerlimit.Limits
 }
 
 // parseFlags parses the command line (without the program name) into a
@@ -90,7 +94,7 @@ Mooncake's; a duration flag takes a number in its unit or a Go duration
 // wraps errUsage and is one line naming the flag.
 func parseAll(args []string, helpOut io.Writer) (master.Config, options, error) {
 	cfg := master.DefaultConfig()
-	opt := options{logLevel: slog.LevelInfo}
+	opt := options{logLevel: slog.LevelInfo, limits: peerlimit.Defaults()}
 	fs := flag.NewFlagSet("tierstore-master", flag.ContinueOnError)
 	// Parse errors are reported by the caller as one line; the flag
 	// package's own usage dump is suppressed.
@@ -131,6 +135,7 @@ func parseAll(args []string, helpOut io.Writer) (master.Config, options, error) 
 	allocator := fs.String("memory_allocator", "offset", "segment allocator: offset (the only one)")
 	registerHAFlags(fs, &opt.ha)
 	opt.tls.Register(fs)
+	opt.limits.Register(fs, false)
 
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -156,6 +161,9 @@ func parseAll(args []string, helpOut io.Writer) (master.Config, options, error) 
 	}
 	if err := opt.ha.check(set, cfg); err != nil {
 		return cfg, opt, err
+	}
+	if err := opt.limits.Check(); err != nil {
+		return cfg, opt, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	if err := opt.tls.Check(); err != nil {
 		return cfg, opt, fmt.Errorf("%w: %s", errUsage, err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/admission"
+	"github.com/tierstore/tierstore/internal/peerlimit"
 	"github.com/tierstore/tierstore/master"
 )
 
@@ -110,6 +111,13 @@ func TestEveryFlag(t *testing.T) {
 	if cfg, _ := parseFlags([]string{"--port=1", "--rpc_port=2"}); cfg.RPCPort != 2 {
 		t.Fatalf("port vs rpc_port: %d", cfg.RPCPort)
 	}
+	if _, opt, err := parseAll([]string{"--max_conns_per_peer=5", "--max_streams_per_conn=7", "--tls_handshake_timeout=3s"}, io.Discard); err != nil ||
+		opt.limits.ConnsPerPeer != 5 || opt.limits.StreamsPerConn != 7 || opt.limits.HandshakeTimeout != 3*time.Second {
+		t.Fatalf("bounds per peer: %v %+v", err, opt.limits)
+	}
+	if _, opt, err := parseAll(nil, io.Discard); err != nil || opt.limits != peerlimit.Defaults() {
+		t.Fatalf("bounds per peer, defaults: %v %+v", err, opt.limits)
+	}
 	if _, opt, _ := parseAll([]string{"--rpc_thread_num=4"}, io.Discard); len(opt.ignored) != 1 || opt.ignored[0] != "rpc_thread_num" {
 		t.Fatalf("ignored %v", opt.ignored)
 	}
@@ -122,6 +130,10 @@ func TestBadFlags(t *testing.T) {
 		{"--rpc_port=x", "rpc_port"},
 		{"--tls_cert=a.crt", "tls_key"},
 		{"--tls_ca=ca.crt", "tls_cert"},
+		{"--max_conns_per_peer=0", "max_conns_per_peer"},
+		{"--max_streams_per_conn=-2", "max_streams_per_conn"},
+		{"--tls_handshake_timeout=0s", "tls_handshake_timeout"},
+		{"--max_peer_buffer=1GiB", "max_peer_buffer"}, // a node's flag only
 		{"--rpc_port=70000", "rpc_port"},
 		{"--rpc_port=-1", "rpc_port"},
 		{"--rpc_address=", "rpc_address"},

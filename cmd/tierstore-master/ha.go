@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"google.golang.org/grpc"
 	"io"
 	"log/slog"
 	"net"
@@ -16,8 +15,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+
 	"github.com/tierstore/tierstore/ha"
 	"github.com/tierstore/tierstore/ha/hamaster"
+	"github.com/tierstore/tierstore/internal/peerlimit"
 	"github.com/tierstore/tierstore/master"
 )
 
@@ -84,12 +87,13 @@ func (o *haOptions) check(set map[string]bool, cfg master.Config) error {
 // runHA is run for --enable_ha=true: it returns the exit status. The term
 // loop is package ha/hamaster's; this prints its switches and serves its
 // metrics.
-func runHA(cfg master.Config, opt options, srvOpts []grpc.ServerOption, log *slog.Logger, stdout, stderr io.Writer) int {
+func runHA(cfg master.Config, opt options, srvOpts []grpc.ServerOption, guard *peerlimit.Guard, log *slog.Logger, stdout, stderr io.Writer) int {
 	lis, err := net.Listen("tcp", net.JoinHostPort(cfg.RPCAddress, strconv.Itoa(cfg.RPCPort)))
 	if err != nil {
 		fmt.Fprintf(stderr, "tierstore-master: rpc_port: listen: %v\n", err)
 		return 1
 	}
+	lis = guard.Listener(lis)
 	addr := lis.Addr().String()
 	m := hamaster.New(lis, hamaster.Config{
 		Master: cfg,
@@ -106,7 +110,9 @@ func runHA(cfg master.Config, opt options, srvOpts []grpc.ServerOption, log *slo
 			syncOut(stdout)
 		},
 	})
-	stopMetrics, err := serveMetrics(cfg, m.MetricsHandler(), log, stdout)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(guard.Collector())
+	stopMetrics, err := serveMetrics(cfg, m.MetricsHandlerWith(reg), log, stdout)
 	if err != nil {
 		lis.Close()
 		fmt.Fprintf(stderr, "tierstore-master: metrics_port: listen: %v\n", err)

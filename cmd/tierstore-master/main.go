@@ -17,6 +17,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/tierstore/tierstore/internal/peerlimit"
 	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/master"
 )
@@ -42,13 +43,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	for _, n := range opt.ignored {
 		log.Warn("flag accepted for Mooncake compatibility, no effect", "flag", n)
 	}
-	srvOpts, err := serverTLS(opt.tls, net.JoinHostPort(cfg.RPCAddress, strconv.Itoa(cfg.RPCPort)), log)
+	guard := peerlimit.New(opt.limits, log)
+	srvOpts, err := serverTLS(opt.tls, net.JoinHostPort(cfg.RPCAddress, strconv.Itoa(cfg.RPCPort)), guard, log)
 	if err != nil {
 		fmt.Fprintln(stderr, "tierstore-master:", err)
 		return 2
 	}
 	if opt.ha.enable {
-		return runHA(cfg, opt, srvOpts, log, stdout, stderr)
+		return runHA(cfg, opt, srvOpts, guard, log, stdout, stderr)
 	}
 	if opt.stateDir == "" {
 		log.Warn("no --state_dir: the removal log is kept in memory; after a restart of this master the nodes drop every object they hold")
@@ -67,12 +69,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer svc.Close()
+	svc.Registry().MustRegister(guard.Collector())
 
 	lis, err := net.Listen("tcp", net.JoinHostPort(cfg.RPCAddress, strconv.Itoa(cfg.RPCPort)))
 	if err != nil {
 		fmt.Fprintf(stderr, "tierstore-master: rpc_port: listen: %v\n", err)
 		return 1
 	}
+	lis = guard.Listener(lis)
 	srv := master.NewServer(svc, srvOpts...)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(lis) }()
@@ -126,12 +130,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // serverTLS loads the master's certificate (it must name role master) and
-// returns the gRPC server options of mutual TLS with master.Roles; without
-// the flags it returns none, and warns once if addr is not loopback.
-func serverTLS(f tlsconf.Files, addr string, log *slog.Logger) ([]grpc.ServerOption, error) {
+// returns the gRPC server options of the bounds per peer of guard and of
+// mutual TLS with master.Roles (a handshake that times out counted by
+// guard); without the TLS flags, the bounds' only, and a warning once if
+// addr is not loopback.
+func serverTLS(f tlsconf.Files, addr string, guard *peerlimit.Guard, log *slog.Logger) ([]grpc.ServerOption, error) {
 	if !f.Enabled() {
 		tlsconf.WarnPlaintext(log, "master rpc", addr)
-		return nil, nil
+		return guard.GRPCOptions(), nil
 	}
 	src, err := tlsconf.Load(f)
 	if err == nil {
@@ -141,5 +147,5 @@ func serverTLS(f tlsconf.Files, addr string, log *slog.Logger) ([]grpc.ServerOpt
 		return nil, err
 	}
 	log.Info("mutual TLS", "cert", f.Cert, "ca", f.CA, "roles", src.Roles())
-	return src.ServerOptions(master.Roles, log), nil
+	return append(guard.GRPCOptions(), src.ServerOptions(master.Roles, log, func(from net.Addr, err error) { guard.HandshakeRefused(from, err) })...), nil
 }

@@ -106,6 +106,9 @@ func parseFlags(args []string, helpOut io.Writer) (options, error) {
 	fs.DurationVar(&c.ReconcileInterval, "reconcile_interval", c.ReconcileInterval, "period of the SSD key-list reconcile with the master")
 	fs.Var(secondsFlag{&c.OffloadTaskTimeout}, "offload_task_timeout", "bound of one offload round, in seconds or as a duration; keep it equal to the master's: an unanswered notify is sent again until then, and its durable bucket is kept and re-registered")
 	o.tls.Register(fs)
+	c.Limits.Register(fs, true)
+	fs.IntVar(&c.RequestsPerConn, "max_requests_per_conn", c.RequestsPerConn, "most data-plane SSD reads served at once on one connection; further requests wait in the socket (the client's sends block), none is refused")
+	fs.DurationVar(&c.DataFrameTimeout, "data_frame_timeout", c.DataFrameTimeout, "a data-plane request frame must arrive within this once its first byte is in, plus its payload at 1 MiB/s; a slower one ends its connection (PEER_LIMIT_EXCEEDED). Idle connections are not timed")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(helpOut, usageHeader)
@@ -132,10 +135,18 @@ func parseFlags(args []string, helpOut io.Writer) (options, error) {
 	}
 	// Left unset, the bucket size is derived from --ssd_capacity (Config's
 	// 0); given, it must be a positive size that fits the capacity.
+	// So are the bounds per peer: 0 in a Config takes the default, given
+	// on the command line it is refused.
 	var badBucket error
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "bucket_size_limit" && c.BucketSizeLimit <= 0 {
 			badBucket = fmt.Errorf("%w: --bucket_size_limit: must be positive, got %d", node.ErrBadConfig, c.BucketSizeLimit)
+		}
+		switch f.Name {
+		case "max_conns_per_peer", "max_streams_per_conn", "tls_handshake_timeout", "max_peer_buffer", "max_requests_per_conn", "data_frame_timeout":
+			if v := f.Value.String(); v == "0" || v == "0s" || v == "0B" || strings.HasPrefix(v, "-") {
+				badBucket = fmt.Errorf("%w: --%s: must be positive, got %s", node.ErrBadConfig, f.Name, v)
+			}
 		}
 	})
 	if badBucket != nil {

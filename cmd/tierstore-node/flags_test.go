@@ -50,6 +50,19 @@ func TestParseFlagsDefaultsAndValues(t *testing.T) {
 			t.Fatalf("--ssd_capacity=%s alone: %v, bucket size %d, want %d", capacity, err, o.node.BucketSizeLimit, want)
 		}
 	}
+	if l := o.node.Limits; l.ConnsPerPeer != 128 || l.StreamsPerConn != 256 || l.HandshakeTimeout != 10*time.Second ||
+		l.PeerBuffer != 1<<30 || o.node.RequestsPerConn != 8 || o.node.DataFrameTimeout != 30*time.Second {
+		t.Fatalf("bounds per peer, defaults: %+v, %d, %v", l, o.node.RequestsPerConn, o.node.DataFrameTimeout)
+	}
+	o, err = parseFlags([]string{"--master=m:1", "--max_conns_per_peer=9", "--max_streams_per_conn=17", "--tls_handshake_timeout=3s",
+		"--max_peer_buffer=2GiB", "--max_requests_per_conn=4", "--data_frame_timeout=5s"}, io.Discard)
+	if l := o.node.Limits; err != nil || l.ConnsPerPeer != 9 || l.StreamsPerConn != 17 || l.HandshakeTimeout != 3*time.Second ||
+		l.PeerBuffer != 2<<30 || o.node.RequestsPerConn != 4 || o.node.DataFrameTimeout != 5*time.Second {
+		t.Fatalf("bounds per peer: %v %+v", err, o.node)
+	}
+	if o, err := parseFlags([]string{"--master=m:1", "--bucket_size_limit=1GiB"}, io.Discard); err != nil || o.node.Limits.PeerBuffer != 2<<30 {
+		t.Fatalf("--max_peer_buffer derived from --bucket_size_limit=1GiB: %v %d", err, o.node.Limits.PeerBuffer)
+	}
 	if o.node.OffloadTaskTimeout != 300*time.Second {
 		t.Fatalf("offload_task_timeout default %v", o.node.OffloadTaskTimeout)
 	}
@@ -122,6 +135,13 @@ func TestParseFlagsRefusesBadValues(t *testing.T) {
 		{[]string{m, "--offload_task_timeout=soon"}, "offload_task_timeout"},
 		{[]string{m, "--offload_task_timeout=0s"}, "offload_task_timeout"},
 		{[]string{m, "--no_such_flag"}, "no_such_flag"},
+		{[]string{m, "--max_conns_per_peer=0"}, "max_conns_per_peer"},
+		{[]string{m, "--max_streams_per_conn=-1"}, "max_streams_per_conn"},
+		{[]string{m, "--tls_handshake_timeout=0s"}, "tls_handshake_timeout"},
+		{[]string{m, "--max_peer_buffer=0"}, "max_peer_buffer"},
+		{[]string{m, "--enable_offload", "--ssd_dir=" + dir, "--max_peer_buffer=1MiB"}, "max_peer_buffer"}, // less than a bucket's largest object
+		{[]string{m, "--max_requests_per_conn=0"}, "max_requests_per_conn"},
+		{[]string{m, "--data_frame_timeout=-1s"}, "data_frame_timeout"},
 	}
 	if !roWritable {
 		cases = append(cases, struct {

@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/tierstore/tierstore/master"
@@ -153,7 +155,8 @@ func TestObjectCommands(t *testing.T) {
 	addr := lis.Addr().String()
 	nc := node.DefaultConfig()
 	nc.Memory, nc.Logger = 8<<20, quiet
-	n, err := node.Start(context.Background(), nc, m)
+	nm := &cutOff{NodeAPI: m}
+	n, err := node.Start(context.Background(), nc, nm)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,6 +256,9 @@ func TestObjectCommands(t *testing.T) {
 	if _, e, code := runCLI("", "exists", "--master", addr, "k2"); code != 0 {
 		t.Fatalf("exists k2: %d %s", code, e)
 	}
+	// The node cannot come back (remount and re-register k2) before the
+	// commands below have looked.
+	nm.cut.Store(true)
 	m.ExpireNode(n.Name())
 	for _, cmd := range []string{"exists", "get"} {
 		if o, e, code := runCLI("", cmd, "--master", addr, "k2"); code != 1 || !strings.Contains(e, "REPLICA_IS_GONE") {
@@ -267,6 +273,22 @@ func TestObjectCommands(t *testing.T) {
 	if o, e, code := runCLI("", "rm", "--master", addr, "--all", "--force"); code != 0 || strings.TrimSpace(o) != "removed 1" {
 		t.Fatalf("rm --all --force: %d %q %q", code, o, e)
 	}
+}
+
+// cutOff is a node's master connection whose way back can be cut: once
+// cut, MountSegment fails, so a node the master expired stays out (its
+// pings are answered NEED_REMOUNT, its remounts fail) instead of
+// re-registering its objects whenever its next ping comes.
+type cutOff struct {
+	masterapi.NodeAPI
+	cut atomic.Bool
+}
+
+func (c *cutOff) MountSegment(ctx context.Context, req masterapi.MountRequest) error {
+	if c.cut.Load() {
+		return errors.New("test: the node is cut off from the master")
+	}
+	return c.NodeAPI.MountSegment(ctx, req)
 }
 
 // The demo, in-process: a small run passes and prints the table.

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 
 	"github.com/tierstore/tierstore/ha"
@@ -58,10 +60,18 @@ func (m *Master) Service() *master.Service { return m.cur.Load() }
 
 // MetricsHandler serves the current term's metrics, and 503 while a
 // standby.
-func (m *Master) MetricsHandler() http.Handler {
+func (m *Master) MetricsHandler() http.Handler { return m.MetricsHandlerWith(nil) }
+
+// MetricsHandlerWith is MetricsHandler with the metrics of extra (the
+// process's, such as its bounds per peer) added to the term's; nil: none.
+func (m *Master) MetricsHandlerWith(extra prometheus.Gatherer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if svc := m.cur.Load(); svc != nil {
-			svc.MetricsHandler().ServeHTTP(w, r)
+			if extra == nil {
+				svc.MetricsHandler().ServeHTTP(w, r)
+				return
+			}
+			promhttp.HandlerFor(prometheus.Gatherers{svc.Registry(), extra}, promhttp.HandlerOpts{}).ServeHTTP(w, r)
 			return
 		}
 		http.Error(w, "standby: not the leader", http.StatusServiceUnavailable)

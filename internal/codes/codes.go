@@ -40,6 +40,7 @@ const (
 	ContextCanceled   Code = -901  // tierstore: the caller's context was cancelled or timed out
 	VersionMismatch   Code = -1600 // tierstore: the peer speaks another protocol version, or the data is of another format version (docs/design.md)
 	PermissionDenied  Code = -1700 // tierstore: the caller's TLS certificate lacks the role the call needs (docs/security.md)
+	PeerLimit         Code = -1701 // tierstore: the caller passed a bound on what one peer may make a process spend (docs/security.md, Bounds per peer)
 )
 
 type info struct {
@@ -84,6 +85,7 @@ var (
 	ErrNeedRemount       = def(NeedRemount, "NEED_REMOUNT", "node must remount its segments")
 	ErrVersionMismatch   = def(VersionMismatch, "VERSION_MISMATCH", "protocol or format version mismatch")
 	ErrPermissionDenied  = def(PermissionDenied, "PERMISSION_DENIED", "the caller's role may not make this call")
+	ErrPeerLimit         = def(PeerLimit, "PEER_LIMIT_EXCEEDED", "the caller passed a bound on what one peer may make this process spend")
 )
 
 // Error is the type of the sentinel errors. Its identity is the sentinel: two

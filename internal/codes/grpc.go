@@ -32,7 +32,7 @@ func grpcCode(c Code) grpccodes.Code {
 		return grpccodes.AlreadyExists
 	case ObjectHasLease, ReplicaNotReady, NeedRemount, ChecksumConflict, VersionMismatch:
 		return grpccodes.FailedPrecondition
-	case NoAvailableHandle, KeysUltraLimit:
+	case NoAvailableHandle, KeysUltraLimit, PeerLimit:
 		return grpccodes.ResourceExhausted
 	case ReplicaIsGone:
 		return grpccodes.NotFound

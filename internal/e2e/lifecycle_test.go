@@ -148,10 +148,54 @@ func TestEvictThenMasterKill9(t *testing.T) {
 	})
 	r.master.Kill(syscall.SIGKILL)
 	r.startMaster()
+	r.checkDRAM(map[string]bool{r.keys[0]: true, r.keys[1]: true})
+}
+
+// An acknowledged DRAM eviction the node has not applied yet (it is
+// stopped, so it cannot pull the removal log) survives a kill -9 of the
+// master in that window: the evicted keys come back from SSD only. A
+// newer put of an evicted key (evicted, removed, put again before the
+// window) keeps its DRAM copy: the eviction's entry covers only older
+// puts.
+func TestEvictAcknowledgedBeforeTheNodeLearnsOfIt(t *testing.T) {
+	r := newLifecycleRig(t)
+	again := r.keys[2]
+	r.evictMemory(again)
+	if err := r.c.Remove(context.Background(), again, true); err != nil {
+		t.Fatal(err)
+	}
+	r.vals[again] = randomValue(lifecycleSize)
+	if err := r.c.Put(context.Background(), again, r.vals[again]); err != nil {
+		t.Fatal(err)
+	}
+	waitDiskReplicas(t, r.c, 6)
+	r.node.Kill(syscall.SIGSTOP)
+	r.evictMemory(r.keys[0], r.keys[1])
+	r.master.Kill(syscall.SIGKILL)
+	r.startMaster()
+	r.node.Kill(syscall.SIGCONT)
+	r.checkDRAM(map[string]bool{r.keys[0]: true, r.keys[1]: true})
+}
+
+// evictMemory evicts keys from DRAM with `tierstore evict --tier memory`
+// and checks that each was dropped.
+func (r *lifecycleRig) evictMemory(keys ...string) {
+	r.t.Helper()
+	args := append([]string{"evict", "--master", r.master.Addr, "--tier", "memory"}, keys...)
+	if out, e, code := cli(r.t, args...); code != 0 || !strings.HasPrefix(out, fmt.Sprintf("dropped %d", len(keys))) {
+		r.t.Fatalf("evict: %d %q %s", code, out, e)
+	}
+}
+
+// checkDRAM waits, through a new client, until every key of r.vals has
+// its SSD replica re-registered, then checks that the evicted keys have no
+// DRAM replica, the others one, and that each reads back its bytes.
+func (r *lifecycleRig) checkDRAM(evicted map[string]bool) {
+	t := r.t
+	t.Helper()
 	c := newClient(t, r.master.Addr, "")
 	ctx := context.Background()
 	eventually(t, 30*time.Second, "the control key readable", func() error { _, err := c.Get(ctx, r.ctrl); return err })
-	evicted := map[string]bool{r.keys[0]: true, r.keys[1]: true}
 	for _, k := range append([]string{r.ctrl}, r.keys...) {
 		// The DRAM re-registration comes before the SSD one: once the SSD
 		// replica is listed, every DRAM replica that will be is.
@@ -262,4 +306,51 @@ func TestRemoveThenHAFailover(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// An acknowledged DRAM eviction the node has not applied yet (it is
+// stopped) survives an HA failover (kill -9 of the leader): the next
+// leader loads the eviction's entry from etcd and refuses the evicted
+// DRAM copies; the keys stay readable from SSD, the others keep DRAM.
+func TestEvictThenHAFailover(t *testing.T) {
+	h := startHA(t, 2)
+	lead, term := h.leader(0)
+	n := startNode(t, h.url, t.TempDir(), "--reconcile_interval=1h")
+	c := haClient(t, h.url)
+	vals, keys := putAll(t, c, "k", 4, lifecycleSize)
+	ctx := context.Background()
+	waitDiskReplicas(t, c, 4)
+	n.Kill(syscall.SIGSTOP)
+	evicted := map[string]bool{keys[0]: true, keys[1]: true}
+	if res, err := c.EvictMemory(ctx, keys[:2], false); err != nil || res.Dropped != 2 {
+		t.Fatalf("evict: %+v %v", res, err)
+	}
+	lead.Kill(syscall.SIGKILL)
+	h.leader(term)
+	n.Kill(syscall.SIGCONT)
+	for _, k := range keys {
+		eventually(t, 30*time.Second, "the replicas of "+k+" at the new leader", func() error {
+			info, err := c.Master().GetReplicaList(ctx, k)
+			if err != nil {
+				return err
+			}
+			mem, disk := false, false
+			for _, rep := range info.Replicas {
+				mem = mem || rep.Kind == masterapi.Memory
+				disk = disk || rep.Kind == masterapi.LocalDisk
+			}
+			switch {
+			case !disk:
+				return fmt.Errorf("no SSD replica yet: %+v", info.Replicas)
+			case evicted[k] && mem:
+				t.Fatalf("%s was evicted from DRAM, yet its DRAM replica was re-registered: %+v", k, info.Replicas)
+			case !evicted[k] && !mem:
+				return fmt.Errorf("no DRAM replica yet: %+v", info.Replicas)
+			}
+			return nil
+		})
+		if got, err := c.Get(ctx, k); err != nil || !bytes.Equal(got, vals[k]) {
+			t.Fatalf("get %s after the failover: %v", k, err)
+		}
+	}
 }

@@ -1930,7 +1930,9 @@ func (x *RemovalCursor) GetSeq() uint64 {
 }
 
 // Removal: kind 1 = one key, 2 = every key but spared, 3 = the keys the
-// pattern (key) matches anywhere, but spared.
+// pattern (key) matches anywhere, but spared; 4 = the DRAM copies of one
+// key, 5 = the DRAM copies of every key but spared (DRAM evictions; since
+// protocol version 2).
 type Removal struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`

@@ -16,8 +16,10 @@ import (
 // codes.ErrVersionMismatch, naming both. A change the other side of the
 // previous version could misread bumps the version.
 const (
-	// MasterProtocol is the version of master.proto's Master service.
-	MasterProtocol = 1
+	// MasterProtocol is the version of master.proto's Master service. 2:
+	// removal log entries of kinds 4 and 5 (DRAM evictions), which a node
+	// of version 1 would ignore, re-registering the evicted copies.
+	MasterProtocol = 2
 	// NodeProtocol is the version of node.proto's NodePeer service.
 	NodeProtocol = 1
 )

@@ -22,8 +22,10 @@ import (
 // ServerCredentials are the gRPC transport credentials of a server
 // (ServerConfig). A refused handshake is logged on log, with the peer's
 // address and the reason (the peer sees the TLS alert), when log is not nil.
-func (s *Source) ServerCredentials(log *slog.Logger) credentials.TransportCredentials {
-	return &serverCreds{cfg: s.ServerConfig(), log: log}
+// Each refused handshake is also passed to every hook (a Guard counts
+// those that timed out).
+func (s *Source) ServerCredentials(log *slog.Logger, hooks ...func(from net.Addr, err error)) credentials.TransportCredentials {
+	return &serverCreds{cfg: s.ServerConfig(), log: log, hooks: hooks}
 }
 
 // ClientCredentials are the gRPC transport credentials of a client of a
@@ -37,14 +39,18 @@ func (s *Source) ClientCredentials(want Role) credentials.TransportCredentials {
 // refused handshake is logged and the connection lingers (Linger) so the
 // client reads the alert that says why.
 type serverCreds struct {
-	cfg *tls.Config
-	log *slog.Logger
+	cfg   *tls.Config
+	log   *slog.Logger
+	hooks []func(from net.Addr, err error)
 }
 
 func (c *serverCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	conn := tls.Server(raw, c.cfg)
 	if err := conn.Handshake(); err != nil {
 		LogRefused(c.log, raw.RemoteAddr(), err)
+		for _, h := range c.hooks {
+			h(raw.RemoteAddr(), err)
+		}
 		Linger(raw)
 		raw.Close()
 		return nil, nil, err
@@ -60,7 +66,7 @@ func (c *serverCreds) Info() credentials.ProtocolInfo {
 	return credentials.ProtocolInfo{SecurityProtocol: "tls"}
 }
 func (c *serverCreds) Clone() credentials.TransportCredentials {
-	return &serverCreds{cfg: c.cfg, log: c.log}
+	return &serverCreds{cfg: c.cfg, log: c.log, hooks: c.hooks}
 }
 func (c *serverCreds) OverrideServerName(string) error { return nil }
 
@@ -192,6 +198,48 @@ func (t Table) authorize(ctx context.Context, method string) error {
 	return denied("%s needs role %s; the caller from %s has %s", call, roleList(need), p.Addr, who)
 }
 
+// nodeNamed is a request that names the node making it.
+type nodeNamed interface{ GetNode() string }
+
+// bindNode refuses a node's call (a method t allows role node) whose
+// request names a node the caller's certificate is not bound to, when the
+// certificate is bound to any (NodesOf); a certificate bound to none may
+// act as any node.
+func (t Table) bindNode(ctx context.Context, method string, req any) error {
+	nn, ok := req.(nodeNamed)
+	if !ok || !slices.Contains(t[method], Node) {
+		return nil
+	}
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.PeerCertificates) == 0 {
+		return nil
+	}
+	cert := info.State.PeerCertificates[0]
+	names := NodesOf(cert)
+	if len(names) == 0 || slices.Contains(names, nn.GetNode()) {
+		return nil
+	}
+	return denied("%s as node %q: the caller from %s has certificate %s, bound to node %s (SAN URI %s): %v",
+		path.Base(method), nn.GetNode(), p.Addr, Describe(cert), strings.Join(names, ", "), NodeURI(names[0]), ErrWrongNode)
+}
+
+// boundStream checks every message a node's stream receives (bindNode).
+type boundStream struct {
+	grpc.ServerStream
+	check func(m any) error
+}
+
+func (s *boundStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	return s.check(m)
+}
+
 // denied is a PERMISSION_DENIED status carrying the tierstore code
 // (codes.ErrPermissionDenied on the caller's side).
 func denied(format string, args ...any) error {
@@ -219,8 +267,18 @@ func (t Table) Interceptors(log *slog.Logger) (grpc.UnaryServerInterceptor, grpc
 		}
 		return err
 	}
+	bind := func(ctx context.Context, method string, req any) error {
+		err := t.bindNode(ctx, method, req)
+		if err != nil && log != nil {
+			log.Warn("call refused", "method", method, "err", err)
+		}
+		return err
+	}
 	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		if err := check(ctx, info.FullMethod); err != nil {
+			return nil, err
+		}
+		if err := bind(ctx, info.FullMethod, req); err != nil {
 			return nil, err
 		}
 		return h(ctx, req)
@@ -229,7 +287,7 @@ func (t Table) Interceptors(log *slog.Logger) (grpc.UnaryServerInterceptor, grpc
 		if err := check(ss.Context(), info.FullMethod); err != nil {
 			return err
 		}
-		return h(srv, ss)
+		return h(srv, &boundStream{ServerStream: ss, check: func(m any) error { return bind(ss.Context(), info.FullMethod, m) }})
 	}
 	return unary, stream
 }
@@ -238,8 +296,8 @@ func (t Table) Interceptors(log *slog.Logger) (grpc.UnaryServerInterceptor, grpc
 // and the role checks of t: the transport credentials and both
 // interceptors (chained after those the server installs itself, such as
 // the protocol version check: a caller of another version learns only
-// that).
-func (s *Source) ServerOptions(t Table, log *slog.Logger) []grpc.ServerOption {
+// that). Refused handshakes are passed to hooks (ServerCredentials).
+func (s *Source) ServerOptions(t Table, log *slog.Logger, hooks ...func(from net.Addr, err error)) []grpc.ServerOption {
 	u, st := t.Interceptors(log)
-	return []grpc.ServerOption{grpc.Creds(s.ServerCredentials(log)), grpc.ChainUnaryInterceptor(u), grpc.ChainStreamInterceptor(st)}
+	return []grpc.ServerOption{grpc.Creds(s.ServerCredentials(log, hooks...)), grpc.ChainUnaryInterceptor(u), grpc.ChainStreamInterceptor(st)}
 }

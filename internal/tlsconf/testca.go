@@ -65,6 +65,11 @@ type Leaf struct {
 // Issue makes a certificate named name with roles, valid from notBefore to
 // notAfter, for both TLS client and server use.
 func (ca *CA) Issue(name string, roles []Role, notBefore, notAfter time.Time) (Leaf, error) {
+	return ca.IssueNode(name, roles, nil, notBefore, notAfter)
+}
+
+// IssueNode is Issue with the certificate bound to node names (NodeURI).
+func (ca *CA) IssueNode(name string, roles []Role, nodes []string, notBefore, notAfter time.Time) (Leaf, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return Leaf{}, err
@@ -72,6 +77,9 @@ func (ca *CA) Issue(name string, roles []Role, notBefore, notAfter time.Time) (L
 	uris := make([]*url.URL, len(roles))
 	for i, r := range roles {
 		uris[i] = r.URI()
+	}
+	for _, n := range nodes {
+		uris = append(uris, NodeURI(n))
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),

@@ -29,6 +29,27 @@ func (r Role) URI() *url.URL {
 	return &url.URL{Scheme: "tierstore", Host: "role", Path: "/" + string(r)}
 }
 
+// NodeURI is the SAN URI that binds a certificate to node name: its holder
+// may make a node's calls at a master only as that node (docs/security.md,
+// Node names).
+func NodeURI(name string) *url.URL {
+	return &url.URL{Scheme: "tierstore", Host: "node", Path: "/" + name}
+}
+
+// NodesOf returns the node names cert is bound to (its SAN URIs
+// tierstore://node/<name>), in the order given; none: any node name.
+func NodesOf(cert *x509.Certificate) []string {
+	var out []string
+	for _, u := range cert.URIs {
+		if u.Scheme == "tierstore" && u.Host == "node" {
+			if n := strings.TrimPrefix(u.Path, "/"); n != "" && !slices.Contains(out, n) {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
 func (r Role) known() bool { return r == Client || r == Node || r == Master }
 
 // Sentinel errors; the errors of this package wrap them.
@@ -41,6 +62,9 @@ var (
 	// ErrWrongRole: a peer's certificate lacks the role the connection or
 	// call needs.
 	ErrWrongRole = errors.New("tlsconf: wrong role")
+	// ErrWrongNode: a node's call names a node its certificate is not
+	// bound to (NodesOf).
+	ErrWrongNode = errors.New("tlsconf: the certificate is bound to another node name")
 	// ErrUntrusted: a server's certificate does not verify against the CA.
 	ErrUntrusted = errors.New("tlsconf: certificate not trusted")
 )
@@ -73,6 +97,9 @@ func PeerRoles(cs tls.ConnectionState) []Role {
 
 // Describe names a certificate in messages: its subject and roles.
 func Describe(cert *x509.Certificate) string {
+	if nodes := NodesOf(cert); len(nodes) > 0 {
+		return fmt.Sprintf("subject %q, roles %v, nodes %v", cert.Subject.String(), RolesOf(cert), nodes)
+	}
 	return fmt.Sprintf("subject %q, roles %v", cert.Subject.String(), RolesOf(cert))
 }
 

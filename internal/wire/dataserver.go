@@ -61,6 +61,13 @@ type SSDValue interface {
 	Close()
 }
 
+// DefaultFrameTimeout is DataServerOptions.FrameTimeout's default.
+const DefaultFrameTimeout = 30 * time.Second
+
+// MinPayloadRate is the slowest a request's payload may arrive (bytes a
+// second) before its frame runs out of time (DataServerOptions.FrameTimeout).
+const MinPayloadRate = 1 << 20
+
 // DataServerOptions tune a DataServer; zero values take the defaults.
 type DataServerOptions struct {
 	// WriteTimeout bounds writing one reply (a stalled reader must not
@@ -71,6 +78,25 @@ type DataServerOptions struct {
 	SSDReadsPerConn int
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// FrameTimeout bounds how long one request frame may take to arrive
+	// once its first byte is in: its header and metadata within
+	// FrameTimeout, a payload within FrameTimeout plus its length at
+	// MinPayloadRate. A connection may idle between frames for ever. A
+	// frame that takes longer ends its connection (ErrSlowFrame, the
+	// request answered with it when its header was read) and is passed to
+	// Limited. Default DefaultFrameTimeout.
+	FrameTimeout time.Duration
+	// Hold, when not nil, reserves n bytes of the peer's budget for an SSD
+	// read before it is opened (the bytes it may hold on the node: the
+	// whole value when verified, else at most StreamHold) and returns the
+	// release; its error refuses the read.
+	Hold func(c net.Conn, n int64) (release func(), err error)
+	// StreamHold is what Hold is asked for an SSD read streamed in pieces
+	// (at most its length); default 1 MiB.
+	StreamHold int64
+	// Limited, when not nil, is told each frame that did not arrive in
+	// time (ErrSlowFrame).
+	Limited func(from net.Addr, err error)
 	// Authorize, when not nil, is asked after the hello whether the
 	// connection's peer may use the data plane (its TLS certificate's
 	// role); its error answers every request of the connection, whose
@@ -88,6 +114,10 @@ type DataServer struct {
 	ctx    context.Context // passed to the handler; cancelled by Close
 	cancel context.CancelFunc
 	busy   atomic.Int64 // requests being served
+	// closing is set by Close before it sets the read deadlines that stop
+	// the connections' loops (a loop that sets a frame's deadline after
+	// that puts it back to now).
+	closing atomic.Bool
 
 	// mu protects conns and closed.
 	mu     sync.Mutex
@@ -103,6 +133,12 @@ func NewDataServer(h DataHandler, opts DataServerOptions) *DataServer {
 	}
 	if opts.SSDReadsPerConn <= 0 {
 		opts.SSDReadsPerConn = 8
+	}
+	if opts.FrameTimeout <= 0 {
+		opts.FrameTimeout = DefaultFrameTimeout
+	}
+	if opts.StreamHold <= 0 {
+		opts.StreamHold = 1 << 20
 	}
 	s := &DataServer{h: h, opts: opts, log: opts.Logger, conns: map[*serverConn]struct{}{}}
 	if s.log == nil {
@@ -129,6 +165,8 @@ type serverConn struct {
 	wg  sync.WaitGroup // SSD reads in flight
 
 	denied error // DataServerOptions.Authorize's refusal, set before loop
+
+	deadline time.Time // the read deadline of the frame being read; zero between frames (loop's goroutine only)
 }
 
 // ServeConn serves one data connection until it ends or the server
@@ -177,6 +215,7 @@ func (s *DataServer) inflight() int64 { return s.busy.Load() }
 func (s *DataServer) Close() {
 	s.mu.Lock()
 	s.closed = true
+	s.closing.Store(true)
 	for sc := range s.conns {
 		// Stop reading requests; a reply being written still goes out.
 		if cr, ok := sc.c.(interface{ CloseRead() error }); ok {
@@ -214,19 +253,65 @@ func (sc *serverConn) handshake(prefix []byte) error {
 
 // loop reads requests until the connection ends or breaks the protocol; it
 // returns why (never nil).
+//
+// Between frames the connection may idle for ever; once a frame's first
+// byte is in, the frame must arrive within its deadline (FrameTimeout,
+// plus its payload at MinPayloadRate), or the connection ends
+// (ErrSlowFrame).
 func (sc *serverConn) loop() error {
 	hb := make([]byte, HeaderLen)
 	meta := make([]byte, 0, MaxMeta)
+	ft := sc.s.opts.FrameTimeout
 	for {
+		if _, err := sc.br.Peek(1); err != nil {
+			return err
+		}
+		sc.readDeadline(time.Now().Add(ft))
 		h, m, err := ReadFrameHead(sc.br, hb, meta)
 		meta = m
 		if err != nil {
-			return err
+			return sc.slow(err, nil)
+		}
+		if h.PayloadLen > 0 {
+			sc.readDeadline(time.Now().Add(ft + time.Duration(min(h.PayloadLen, MaxPayload)/MinPayloadRate)*time.Second))
 		}
 		if err := sc.serve(h, meta); err != nil {
-			return err
+			return sc.slow(err, &h)
 		}
+		sc.readDeadline(time.Time{})
 	}
+}
+
+// readDeadline sets the connection's read deadline to t, unless the
+// server is closing (its deadline, now, stays).
+func (sc *serverConn) readDeadline(t time.Time) {
+	sc.deadline = t
+	_ = sc.c.SetReadDeadline(t)
+	if sc.s.closing.Load() {
+		_ = sc.c.SetReadDeadline(time.Now())
+	}
+}
+
+// slow turns err, which ends the connection, into ErrSlowFrame when a
+// frame's deadline caused it (not the server's Close): the peer is told
+// (h: the request whose header was read) and Limited called.
+func (sc *serverConn) slow(err error, h *Header) error {
+	if sc.deadline.IsZero() || time.Now().Before(sc.deadline) || sc.s.closing.Load() {
+		return err // not the frame's deadline (errors of short reads do not all wrap their cause)
+	}
+	what := "a frame's header"
+	if h != nil {
+		what = fmt.Sprintf("a %v frame of %d payload bytes", h.Op, h.PayloadLen)
+	}
+	serr := fmt.Errorf("wire: %s from %s did not arrive within its deadline (%v, plus the payload at %d MiB/s): %w: %w: %v",
+		what, sc.c.RemoteAddr(), sc.s.opts.FrameTimeout, MinPayloadRate>>20, ErrSlowFrame, codes.ErrPeerLimit, err)
+	if h != nil {
+		_ = sc.reply(h.ID, h.Op&^ReplyBit, serr, nil)
+	}
+	if l := sc.s.opts.Limited; l != nil {
+		l(sc.c.RemoteAddr(), serr)
+	}
+	return serr
 }
 
 // serve answers one request whose header and metadata were read; only an
@@ -240,14 +325,27 @@ func (sc *serverConn) serve(h Header, meta []byte) error {
 	if err != nil {
 		return sc.refuse(h, err)
 	}
-	sc.s.busy.Add(1)
 	if req.Op == OpReadSSD {
+		verify := h.Flags&FlagVerify != 0
+		release := func() {}
+		if hold := sc.s.opts.Hold; hold != nil {
+			n := int64(min(req.Length, uint64(sc.s.opts.StreamHold)))
+			if verify {
+				n = int64(min(req.Length, MaxPayload))
+			}
+			if release, err = hold(sc.c, n); err != nil {
+				sc.s.h.Served(OpReadSSD, time.Since(start), err)
+				return sc.reply(h.ID, OpReadSSD, err, nil)
+			}
+		}
 		key := append([]byte(nil), req.Key...) // meta is reused by the next frame
+		sc.s.busy.Add(1)
 		sc.ssd <- struct{}{}
 		sc.wg.Add(1)
-		go sc.readSSD(h.ID, key, req.Length, h.Flags&FlagVerify != 0, start)
+		go sc.readSSD(h.ID, key, req.Length, verify, start, release)
 		return nil
 	}
+	sc.s.busy.Add(1)
 	defer sc.s.busy.Add(-1)
 	if req.Op == OpWrite {
 		return sc.write(h, req, start)
@@ -355,8 +453,8 @@ func (sc *serverConn) write(h Header, req Request, start time.Time) error {
 // connection is closed there: the client's read ends short
 // (ErrShortFrame) with nothing beyond its buffer written, and its other
 // calls on the connection fail over to a new one.
-func (sc *serverConn) readSSD(id uint32, key []byte, want uint64, verify bool, start time.Time) {
-	defer func() { sc.s.busy.Add(-1); <-sc.ssd; sc.wg.Done() }()
+func (sc *serverConn) readSSD(id uint32, key []byte, want uint64, verify bool, start time.Time, release func()) {
+	defer func() { release(); sc.s.busy.Add(-1); <-sc.ssd; sc.wg.Done() }()
 	v, err := sc.s.h.OpenSSD(sc.s.ctx, key, verify)
 	var first []byte
 	if err == nil {

@@ -123,6 +123,10 @@ var (
 	// CRC32C (also wraps codes.ErrChecksumMismatch). A node that finds its
 	// own SSD copy corrupt answers codes.ErrChecksumMismatch without it.
 	ErrBadChecksum = errors.New("wire: received bytes fail the object's CRC32C")
+	// ErrSlowFrame: a request frame did not arrive within its deadline
+	// (DataServerOptions.FrameTimeout); the connection ends. It wraps
+	// codes.ErrPeerLimit, not ErrTransferFail.
+	ErrSlowFrame = errors.New("wire: a frame did not arrive within its deadline")
 )
 
 // BadChecksum returns an error wrapping ErrBadChecksum and

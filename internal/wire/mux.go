@@ -9,9 +9,24 @@ import (
 	"time"
 )
 
-// sniffTimeout bounds how long an accepted connection may take to send
-// its first four bytes.
-const sniffTimeout = 10 * time.Second
+// DefaultHandshakeTimeout bounds how long an accepted connection may take
+// to finish its TLS handshake and send its first four bytes
+// (MuxOptions.HandshakeTimeout).
+const DefaultHandshakeTimeout = 10 * time.Second
+
+// MuxOptions tune a Mux; zero values take the defaults.
+type MuxOptions struct {
+	// TLS, when not nil, is taken first on every connection.
+	TLS *tls.Config
+	// HandshakeTimeout bounds an accepted connection's TLS handshake and
+	// first four bytes together (default DefaultHandshakeTimeout); a
+	// connection that takes longer is closed and passed to Refused.
+	HandshakeTimeout time.Duration
+	// Refused, when not nil, is told each connection dropped before it
+	// was routed: a refused TLS handshake, or one that did not finish (or
+	// send its first bytes) in time (a net.Error whose Timeout is true).
+	Refused func(from net.Addr, err error)
+}
 
 // Mux shares one listener between a node's gRPC peer service and its data
 // plane: a connection that opens with DataMagic is a data connection, any
@@ -23,7 +38,8 @@ type Mux struct {
 	data    *DataServer
 	grpc    chan net.Conn
 	tls     *tls.Config           // nil: plaintext
-	refused func(net.Addr, error) // refused TLS handshakes; may be nil
+	refused func(net.Addr, error) // connections dropped before routing; may be nil
+	timeout time.Duration         // of the handshake and first bytes
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -48,8 +64,16 @@ func NewMux(base net.Listener, data *DataServer) *Mux {
 // ConnectionState (gRPC: serve it with tlsconf.Handshaken credentials). A
 // refused handshake is passed to refused (nil: dropped silently).
 func NewMuxTLS(base net.Listener, data *DataServer, cfg *tls.Config, refused func(from net.Addr, err error)) *Mux {
+	return NewMuxWith(base, data, MuxOptions{TLS: cfg, Refused: refused})
+}
+
+// NewMuxWith is NewMux with opts.
+func NewMuxWith(base net.Listener, data *DataServer, opts MuxOptions) *Mux {
+	if opts.HandshakeTimeout <= 0 {
+		opts.HandshakeTimeout = DefaultHandshakeTimeout
+	}
 	m := &Mux{base: base, data: data, grpc: make(chan net.Conn), done: make(chan struct{}),
-		sniffing: map[net.Conn]struct{}{}, tls: cfg, refused: refused}
+		sniffing: map[net.Conn]struct{}{}, tls: opts.TLS, refused: opts.Refused, timeout: opts.HandshakeTimeout}
 	m.wg.Add(1)
 	go m.acceptLoop()
 	return m
@@ -121,7 +145,7 @@ func (m *Mux) acceptLoop() {
 func (m *Mux) sniff(c net.Conn) {
 	var b [len(DataMagic)]byte
 	raw := c
-	_ = c.SetDeadline(time.Now().Add(sniffTimeout))
+	_ = c.SetDeadline(time.Now().Add(m.timeout))
 	var err error
 	if m.tls != nil {
 		tc := tls.Server(c, m.tls)
@@ -129,12 +153,18 @@ func (m *Mux) sniff(c net.Conn) {
 			if m.refused != nil {
 				m.refused(c.RemoteAddr(), err)
 			}
-			linger(c)
+			if !isTimeout(err) {
+				linger(c)
+			}
 		}
 		c = tc
-	}
-	if err == nil {
-		_, err = io.ReadFull(c, b[:])
+		if err == nil {
+			if _, err = io.ReadFull(c, b[:]); err != nil && isTimeout(err) && m.refused != nil {
+				m.refused(c.RemoteAddr(), err)
+			}
+		}
+	} else if _, err = io.ReadFull(c, b[:]); err != nil && isTimeout(err) && m.refused != nil {
+		m.refused(c.RemoteAddr(), err)
 	}
 	_ = c.SetDeadline(time.Time{})
 	m.mu.Lock()
@@ -210,4 +240,10 @@ func linger(c net.Conn) {
 	}
 	_ = c.SetReadDeadline(time.Now().Add(time.Second))
 	_, _ = io.CopyN(io.Discard, c, 64<<10)
+}
+
+// isTimeout reports whether err is a deadline's.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }

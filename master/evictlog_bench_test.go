@@ -1,0 +1,104 @@
+package master
+
+import (
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tierstore/tierstore/masterapi"
+)
+
+// evictStores names the removal stores the eviction benchmarks compare:
+// in memory, and a file in a temporary --state_dir (an fdatasync per
+// group commit).
+func evictStores(b *testing.B) map[string]func() RemovalStore {
+	return map[string]func() RemovalStore{
+		"memory": func() RemovalStore { return NewMemoryRemovalStore() },
+		"file": func() RemovalStore {
+			f, err := OpenFileRemovalStore(b.TempDir())
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { f.Close() })
+			return f
+		},
+	}
+}
+
+func evictBenchService(b *testing.B, store RemovalStore, segment int64) *Service {
+	cfg := DefaultConfig()
+	cfg.MonitorInterval = 0
+	cfg.ClientTTL = time.Hour
+	cfg.EnableOffload = true
+	cfg.Removals = store
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	s, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	if err := s.MountSegment(bg, masterapi.MountRequest{Node: "n", Endpoint: "e", Segment: "s", Size: segment}); err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// BenchmarkPutUnderEviction: puts of 4 KiB into a 16 MiB segment, every
+// one past the first 4096 evicting for room, with the removal log in
+// memory and in a file. Evictions for room write no log entry, so the two
+// must cost the same (docs/design.md, "Evictions").
+func BenchmarkPutUnderEviction(b *testing.B) {
+	for _, name := range []string{"memory", "file"} {
+		b.Run(name, func(b *testing.B) {
+			s := evictBenchService(b, evictStores(b)[name](), 16<<20)
+			var ctr atomic.Uint64
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				k := benchKey(int(ctr.Add(1)))
+				r, err := s.PutStart(bg, masterapi.PutStartRequest{Key: k, Size: 4096})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := s.PutEnd(bg, k, r.PutToken); err != nil {
+					b.Fatal(err)
+				}
+				s.ReRegisterDiskObjects(bg, "n", []masterapi.DiskObject{{Key: k, Size: 4096}}) // evictable
+			}
+			b.StopTimer()
+			st, _ := s.Stats(bg)
+			b.ReportMetric(float64(st.Evictions)/float64(b.N), "evictions/op")
+			b.ReportMetric(float64(s.RemovalLog().Retained), "log-entries")
+		})
+	}
+}
+
+// BenchmarkEvictMemory: one EvictMemory of one key (its entry durable
+// before the answer), with the removal log in memory and in a file.
+func BenchmarkEvictMemory(b *testing.B) {
+	for _, name := range []string{"memory", "file"} {
+		b.Run(name, func(b *testing.B) {
+			s := evictBenchService(b, evictStores(b)[name](), 1<<30)
+			keys := make([]string, b.N)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("k%d", i)
+				r, err := s.PutStart(bg, masterapi.PutStartRequest{Key: keys[i], Size: 4096})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := s.PutEnd(bg, keys[i], r.PutToken); err != nil {
+					b.Fatal(err)
+				}
+				s.ReRegisterDiskObjects(bg, "n", []masterapi.DiskObject{{Key: keys[i], Size: 4096}})
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				if res, err := s.EvictMemory(bg, keys[i:i+1], false); err != nil || res.Dropped != 1 {
+					b.Fatal(res, err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,50 @@
+package node
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/tierstore/tierstore/internal/codes"
+)
+
+// Reads bound to objects (docs/security.md, Reads bound to objects): the
+// data plane serves a DRAM range only when it is exactly the range of a
+// complete object this node stores, as its records of complete writes say
+// (ha.go: a write's record is made at its Commit, or a promotion's, and
+// dropped when the node applies a removal of its key), and no newer put
+// has claimed any byte of it since (claims.go). The master hands a reader
+// exactly such ranges; a client that asks for another range (a guessed
+// offset, part of an object, a removed object whose removal the node
+// applied, a put still being written) is refused with REPLICA_IS_GONE
+// (ErrNotAnObject), and tries its next replica as after any miss.
+//
+// readCheck turns the check off for the side-by-side benchmark only
+// (BenchmarkE2EGetDRAM's "unchecked" rows); it is on in every node.
+var readCheck atomic.Bool
+
+func init() { readCheck.Store(true) }
+
+// checkReadRange returns nil when [off, off+length) is exactly the range
+// of a complete object the node stores, else an error wrapping
+// ErrNotAnObject and codes.ErrReplicaGone.
+func (n *Node) checkReadRange(off, length int64) error {
+	if !readCheck.Load() {
+		return nil
+	}
+	n.ownMu.RLock()
+	defer n.ownMu.RUnlock()
+	h := &n.ha
+	h.recMu.Lock()
+	r, ok := h.records[off]
+	h.recMu.Unlock()
+	switch {
+	case !ok:
+		return codes.Wrap(codes.ReplicaIsGone, fmt.Errorf("%w: no object starts at %d", ErrNotAnObject, off))
+	case r.len != length:
+		return codes.Wrap(codes.ReplicaIsGone, fmt.Errorf("%w: the object at %d has %d bytes, the read asks %d", ErrNotAnObject, off, r.len, length))
+	}
+	if err := n.owners.check(off, off+length, r.token); err != nil {
+		return codes.Wrap(codes.ReplicaIsGone, fmt.Errorf("%w: a newer put claimed part of [%d, %d)", ErrNotAnObject, off, off+length))
+	}
+	return nil
+}
