@@ -107,7 +107,11 @@ func runFullPut(ctx context.Context, e *env) (*result, error) {
 	var got []measured
 	for i, r := range rows {
 		fmt.Fprintf(e.stderr, "fullput: %s\n", r.name)
-		st, err := fullPutOne(ctx, filepath.Join(e.dir, fmt.Sprintf("row%d", i)), bin, r, dur)
+		prof := ""
+		if e.procProf != "" {
+			prof = filepath.Join(e.procProf, fmt.Sprintf("row%d", i))
+		}
+		st, err := fullPutOne(ctx, filepath.Join(e.dir, fmt.Sprintf("row%d", i)), bin, r, dur, prof)
 		if err != nil {
 			return nil, fmt.Errorf("bench: fullput %s: %w", r.name, err)
 		}
@@ -147,7 +151,8 @@ type fullPutStats struct {
 }
 
 // fullPutOne runs one row: a fresh master and node, the writers for dur.
-func fullPutOne(ctx context.Context, dir, bin string, r fullPutRow, dur time.Duration) (st fullPutStats, err error) {
+// prof, when not empty, is the prefix of the processes' CPU profiles.
+func fullPutOne(ctx context.Context, dir, bin string, r fullPutRow, dur time.Duration, prof string) (st fullPutStats, err error) {
 	cl := &cluster{}
 	defer func() {
 		if err != nil {
@@ -155,7 +160,7 @@ func fullPutOne(ctx context.Context, dir, bin string, r fullPutRow, dur time.Dur
 		}
 		cl.stop()
 	}()
-	addr, endpoint, err := fullPutCluster(ctx, cl, dir, bin, r)
+	addr, endpoint, err := fullPutCluster(ctx, cl, dir, bin, r, prof)
 	if err != nil {
 		return st, err
 	}
@@ -202,20 +207,24 @@ func fullPutOne(ctx context.Context, dir, bin string, r fullPutRow, dur time.Dur
 
 // fullPutCluster starts a master and a node of row r in cl: the master's
 // address and the node's endpoint.
-func fullPutCluster(ctx context.Context, cl *cluster, dir, bin string, r fullPutRow) (addr, endpoint string, err error) {
+func fullPutCluster(ctx context.Context, cl *cluster, dir, bin string, r fullPutRow, prof string) (addr, endpoint string, err error) {
 	if err := os.MkdirAll(filepath.Join(dir, "ssd"), 0o755); err != nil {
 		return "", "", err
 	}
-	line, err := cl.start(ctx, dir, filepath.Join(bin, "tierstore-master"), "tierstore-master listening on ",
-		"--rpc_port=0", "--metrics_port=0", "--enable_offload=true", "--offload_admission_policy=eager", "--log_level=warn",
-		"--state_dir="+filepath.Join(dir, "master-state"))
+	var mprof, nprof []string
+	if prof != "" {
+		mprof, nprof = []string{"--cpuprofile=" + prof + "-master.pprof"}, []string{"--cpuprofile=" + prof + "-node.pprof"}
+	}
+	margs := append([]string{"--rpc_port=0", "--metrics_port=0", "--enable_offload=true", "--offload_admission_policy=eager", "--log_level=warn",
+		"--state_dir=" + filepath.Join(dir, "master-state")}, mprof...)
+	line, err := cl.start(ctx, dir, filepath.Join(bin, "tierstore-master"), "tierstore-master listening on ", margs...)
 	if err != nil {
 		return "", "", err
 	}
 	addr = strings.Fields(line)[0]
-	line, err = cl.start(ctx, dir, filepath.Join(bin, "tierstore-node"), "tierstore-node listening on ",
-		"--master="+addr, fmt.Sprintf("--memory=%d", r.memory), "--enable_offload", "--ssd_dir="+filepath.Join(dir, "ssd"),
-		"--ssd_capacity=16GiB", fmt.Sprintf("--heartbeat_interval=%v", r.heartbeat), fmt.Sprintf("--offload_wake=%v", r.wake))
+	nargs := append([]string{"--master=" + addr, fmt.Sprintf("--memory=%d", r.memory), "--enable_offload", "--ssd_dir=" + filepath.Join(dir, "ssd"),
+		"--ssd_capacity=16GiB", fmt.Sprintf("--heartbeat_interval=%v", r.heartbeat), fmt.Sprintf("--offload_wake=%v", r.wake)}, nprof...)
+	line, err = cl.start(ctx, dir, filepath.Join(bin, "tierstore-node"), "tierstore-node listening on ", nargs...)
 	if err != nil {
 		return "", "", err
 	}

@@ -62,6 +62,7 @@ type env struct {
 	seed      int64         // churn: --seed (0: the fixed trace seeds)
 	replicas  int           // crashloop: --replicas
 	bin       string        // fullput: --bin (prebuilt binaries; "": built from the tree)
+	procProf  string        // fullput: --procprofile (directory of the processes' CPU profiles; "": none)
 }
 
 func usage(w io.Writer, fs *flag.FlagSet) {
@@ -107,6 +108,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 	keys := fs.Int64("keys", 0, "reconcile: SSD objects of the node (default 10000000, 100000 with --quick)")
 	seed := fs.Int64("seed", 0, "churn: seed of the generated traces: conversations and mixed N, zipf-bursts N+1, the others N+2 (0: the fixed seeds 42, 7 and 11)")
 	bin := fs.String("bin", "", "fullput: directory of prebuilt tierstore-master and tierstore-node (default: built from this tree)")
+	procProf := fs.String("procprofile", "", "fullput: write CPU profiles of each row's master and node processes into this directory (ROW-master.pprof, ROW-node.pprof)")
 	replicas := fs.Int("replicas", 1, "crashloop: DRAM replicas of every put (more than 1: on 3 nodes, or as many as replicas)")
 
 	names, help, err := parseArgs(fs, args)
@@ -156,7 +158,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 	mkEnv := func(sdir string) *env {
 		e := &env{dir: sdir, quick: *quick, traceFile: *traceFile, stderr: stderr, progress: prog,
 			sizesFlag: *sizes, readers: *readers, perLoad: *perLoad, backends: *backends,
-			objects: *objects, objSize: osize, duration: *duration, keys: *keys, seed: *seed, replicas: *replicas, bin: *bin}
+			objects: *objects, objSize: osize, duration: *duration, keys: *keys, seed: *seed, replicas: *replicas, bin: *bin, procProf: *procProf}
 		if adjust != nil {
 			adjust(e)
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -10,17 +11,22 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tierstore/tierstore/bench/internal/fio"
 	"github.com/tierstore/tierstore/client"
 )
 
 // The prefetch scenario (issue 24 item 4): an engine looks a batch up
 // (batch_exists) a scheduler step before it reads it. The figure is the
 // time from the start of BatchExists to the end of the BatchGetInto that
-// follows it after a 20 ms gap, for 128 objects of 2 MiB whose only copy
-// is on SSD, with prefetch (the master's --prefetch_budget) and without
-// (--prefetch_budget=0), against the same batch of objects in DRAM. One
-// master and one node process per mode; the node's DRAM is full of
-// fillers (put once, never read, offloaded) when the batches are read.
+// follows it after a gap (20 ms, and 1 s), for 128 objects of 2 MiB whose
+// only copy is on SSD, with prefetch (the master's --prefetch_budget) and
+// without (--prefetch_budget=0), against a batch of objects in DRAM read
+// with the same gap. One master and one node process per mode; the
+// node's DRAM is full of fillers (put once, never read; on SSD only once
+// evicted) when each batch is read, put anew before each round, so a
+// prefetch's room must first be offloaded. fio's random read and sequential write on the same directory
+// give the disk's bound: the batch cannot come from DRAM before it was
+// read from SSD, nor before as many bytes of victims were written.
 func init() {
 	register(scenario{
 		name: "prefetch",
@@ -37,13 +43,15 @@ const (
 // pfGaps: the gap between batch_exists and the batch get: a scheduler step
 // (20 ms, the issue's), and one long enough for this disk to load the
 // batch (1 s). The rounds alternate between them.
-var pfGaps = []time.Duration{20 * time.Millisecond, time.Second}
+var pfGaps = [pfNGaps]time.Duration{20 * time.Millisecond, time.Second}
+
+const pfNGaps = 2
 
 func runPrefetch(ctx context.Context, e *env) (*result, error) {
 	started := time.Now()
-	rounds, dram := 4, int64(1<<30)
+	rounds, dram, fioSize := 4, int64(1<<30), int64(1<<30)
 	if e.quick {
-		rounds = 2
+		rounds, fioSize = 2, 512<<20
 	}
 	bin := e.bin
 	if bin == "" {
@@ -55,21 +63,23 @@ func runPrefetch(ctx context.Context, e *env) (*result, error) {
 	res := &result{Options: map[string]string{
 		"master": "--enable_offload --offload_admission_policy=tinylfu --dram_promotion_min_freq=2 (a put and the batch_exists) --put_start_max_wait=60s; --prefetch_budget=1024 (with) or 0 (without)",
 		"node":   fmt.Sprintf("--memory=%s --enable_offload --ssd_capacity=16GiB --heartbeat_interval=1s (uring, O_DIRECT)", fmtBytes(dram)),
-		"load": fmt.Sprintf("%d rounds of %d x %s objects put, then %s of fillers (DRAM full, the batches on SSD only); per round: batch_exists, a gap (20 ms or 1 s, alternating), batch get; DRAM: the same on the last %d fillers put",
-			rounds, pfBatch, fmtBytes(pfSize), fmtBytes(dram*3/2), pfBatch),
+		"load": fmt.Sprintf("%d rounds of %d x %s objects put; per round: %s of new fillers (DRAM full of objects not on SSD, the batches on SSD only), then once no offload is queued or in flight: batch_exists, a gap (20 ms or 1 s, alternating), batch get; DRAM: the same on %d objects put last",
+			rounds, pfBatch, fmtBytes(pfSize), fmtBytes(dram), pfBatch),
+		"fio": "randread bs 2 MiB, iodepth 16, O_DIRECT, and sequential write bs 1 MiB, iodepth 16, O_DIRECT, fdatasync every 32 MiB, on the same directory before the modes",
 	}}
-	t := &table{Title: "batch_exists + 20 ms + batch get of 128 x 2 MiB (ms from the start of batch_exists to the end of the batch get)",
-		Columns: []string{"mode", "gap", "batches", "p50 ms", "max ms", "x DRAM (p50)", "objects read from DRAM", "load avg", "goal 1.5x"}}
-	var dramP50 float64
+	fr, fw := pfFio(ctx, e, fioSize, res)
+	t := &table{Title: "batch_exists + gap + batch get of 128 x 2 MiB (ms from the start of batch_exists to the end of the batch get)",
+		Columns: []string{"mode", "gap", "batches", "p50 ms", "max ms", "x DRAM (p50, same gap)", "objects read from DRAM", "load avg", "goal 1.5x"}}
 	type row struct {
 		name       string
-		gap        time.Duration
+		gap        int
 		lat        []float64
 		fromDRAM   float64
 		load       string
 		isPrefetch bool
 	}
 	var rows []row
+	var dramP50 [pfNGaps]float64
 	for _, mode := range []struct {
 		name   string
 		budget int
@@ -79,25 +89,67 @@ func runPrefetch(ctx context.Context, e *env) (*result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("bench: prefetch %s: %w", mode.name, err)
 		}
-		for g, gap := range pfGaps {
-			rows = append(rows, row{"SSD-resident, " + mode.name, gap, ssd[g].lat, ssd[g].fromDRAM, loadAvg(), mode.budget > 0})
+		for g := range pfGaps {
+			rows = append(rows, row{"SSD-resident, " + mode.name, g, ssd[g].lat, ssd[g].fromDRAM, loadAvg(), mode.budget > 0})
 		}
 		if mode.budget > 0 {
-			rows = append(rows, row{"DRAM-resident", pfGaps[0], mem.lat, mem.fromDRAM, loadAvg(), false})
-			dramP50 = pfMedian(mem.lat)
+			for g := range pfGaps {
+				rows = append(rows, row{"DRAM-resident", g, mem[g].lat, mem[g].fromDRAM, loadAvg(), false})
+				dramP50[g] = pfMedian(mem[g].lat)
+			}
 		}
 	}
 	for _, r := range rows {
-		x := pfMedian(r.lat) / dramP50
+		x := pfMedian(r.lat) / dramP50[r.gap]
 		goal := "-"
 		if r.isPrefetch {
 			goal = map[bool]string{true: "yes", false: "no"}[x <= 1.5]
 		}
-		t.add(r.name, r.gap.String(), len(r.lat), pfMedian(r.lat), slices.Max(r.lat), x, r.fromDRAM, r.load, goal)
+		t.add(r.name, pfGaps[r.gap].String(), len(r.lat), pfMedian(r.lat), slices.Max(r.lat), x, r.fromDRAM, r.load, goal)
+	}
+	// The disk's bound: the batch cannot be read from DRAM before it was
+	// read from SSD (at fio's randread rate), nor, when its room must first
+	// be made by offloading as many bytes of victims (DRAM full of objects
+	// not on SSD yet), before those were written (at fio's write rate).
+	if fr > 0 {
+		batch := float64(pfBatch * pfSize)
+		for g, gap := range pfGaps {
+			read := batch / (fr * mb) * 1000
+			t.add("disk bound: read the batch (fio randread "+fmt.Sprintf("%.0f MB/s)", fr), gap.String(), "", max(read, dramP50[g]), "", max(read, dramP50[g])/dramP50[g], "", "", "")
+			if fw > 0 {
+				both := read + batch/(fw*mb)*1000
+				t.add("disk bound: write as many victims, then read ("+fmt.Sprintf("fio write %.0f MB/s)", fw), gap.String(), "", max(both, dramP50[g]), "", max(both, dramP50[g])/dramP50[g], "", "", "")
+			}
+		}
 	}
 	res.Tables = []*table{t}
 	res.Elapsed = time.Since(started).Seconds()
 	return res, nil
+}
+
+// pfFio measures the disk under the bench's directory: random 2 MiB reads
+// and sequential writes, in MB/s (0 when fio is missing or fails: noted).
+func pfFio(ctx context.Context, e *env, size int64, res *result) (read, write float64) {
+	dir := filepath.Join(e.dir, "fio")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		res.Notes = append(res.Notes, "fio: "+err.Error())
+		return 0, 0
+	}
+	defer os.RemoveAll(dir)
+	w, err := fio.Run(ctx, fio.Job{Name: "seqwrite", Dir: dir, FileName: "data", RW: "write", BlockSize: 1 << 20,
+		IODepth: 16, Direct: true, Size: size, FdatasyncEvery: 32, EndFsync: true})
+	if err != nil {
+		res.Notes = append(res.Notes, "fio: "+err.Error())
+		fmt.Fprintf(e.stderr, "prefetch: fio: %v\n", err)
+		return 0, 0
+	}
+	r, err := fio.Run(ctx, fio.Job{Name: "randread", Dir: dir, FileName: "data", RW: "randread", BlockSize: pfSize,
+		IODepth: 16, Direct: true, Size: size})
+	if err != nil {
+		res.Notes = append(res.Notes, "fio: "+err.Error())
+		return 0, w.BytesPerSec / mb
+	}
+	return r.BytesPerSec / mb, w.BytesPerSec / mb
 }
 
 type pfLat struct {
@@ -113,7 +165,7 @@ func pfMedian(v []float64) float64 {
 
 // prefetchOne runs one mode on a fresh master and node: the SSD batches,
 // then (for comparison) batches of fillers that are in DRAM.
-func prefetchOne(ctx context.Context, dir, bin string, dram int64, rounds, budget int) (ssd [2]pfLat, mem pfLat, err error) {
+func prefetchOne(ctx context.Context, dir, bin string, dram int64, rounds, budget int) (ssd, mem [pfNGaps]pfLat, err error) {
 	cl := &cluster{}
 	defer func() {
 		if err != nil {
@@ -158,6 +210,13 @@ func prefetchOne(ctx context.Context, dir, bin string, dram int64, rounds, budge
 		}
 		return nil
 	}
+	var warm []string // read once, untimed, before the rounds
+	for i := range pfBatch {
+		warm = append(warm, fmt.Sprintf("warm-%d", i))
+	}
+	if err := putBatch(warm); err != nil {
+		return ssd, mem, err
+	}
 	batches := make([][]string, rounds)
 	for r := range batches {
 		for i := range pfBatch {
@@ -167,33 +226,93 @@ func prefetchOne(ctx context.Context, dir, bin string, dram int64, rounds, budge
 			return ssd, mem, err
 		}
 	}
-	var fillers []string
-	for i := int64(0); i < dram*3/2/pfSize; i++ {
-		fillers = append(fillers, fmt.Sprintf("fill-%d", i))
-	}
-	for i := 0; i < len(fillers); i += 16 {
-		if err := putBatch(fillers[i:min(i+16, len(fillers))]); err != nil {
-			return ssd, mem, err
+	// fill puts n bytes of fillers (put once, never read): the least
+	// recently used objects leave DRAM (tinylfu queues them for offload).
+	fillN := 0
+	fill := func(n int64) error {
+		var fillers []string
+		for range n / pfSize {
+			fillers = append(fillers, fmt.Sprintf("fill-%d", fillN))
+			fillN++
 		}
+		for i := 0; i < len(fillers); i += 16 {
+			if err := putBatch(fillers[i:min(i+16, len(fillers))]); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	bufs := make([][]byte, pfBatch)
 	for i := range bufs {
 		bufs[i] = make([]byte, pfSize)
 	}
+	// Warm-up: the first batch get of a process ran 2 to 4 times slower
+	// than the next ones, whatever its gap and tier (the round's position,
+	// not its gap, made it slow), so an untimed one of an SSD-resident
+	// batch goes first.
+	if err := fill(dram); err != nil {
+		return ssd, mem, err
+	}
+	if err := pfSettle(ctx, c); err != nil {
+		return ssd, mem, err
+	}
+	if _, errs := c.BatchGetInto(ctx, warm, bufs); errors.Join(errs...) != nil {
+		return ssd, mem, fmt.Errorf("warm-up batch get: %w", errors.Join(errs...))
+	}
 	for r, b := range batches {
 		g := r % len(pfGaps)
+		// Each round finds DRAM full of fillers not on SSD yet (room for a
+		// prefetch is made by offloading some), whatever the rounds
+		// before it promoted.
+		if err := fill(dram); err != nil {
+			return ssd, mem, err
+		}
+		if err := pfSettle(ctx, c); err != nil {
+			return ssd, mem, err
+		}
 		if err := pfMeasure(ctx, c, b, bufs, pfGaps[g], &ssd[g], (rounds-g+1)/len(pfGaps)); err != nil {
 			return ssd, mem, err
 		}
 	}
-	dramRounds := min(rounds, 2)
-	for r := range dramRounds {
-		last := fillers[len(fillers)-pfBatch*(r+1) : len(fillers)-pfBatch*r]
-		if err := pfMeasure(ctx, c, last, bufs, pfGaps[0], &mem, dramRounds); err != nil {
+	// The DRAM reference: a batch put last (the most recently used
+	// objects; the prefetches above evicted older ones), read at each gap.
+	var last []string
+	for i := range pfBatch {
+		last = append(last, fmt.Sprintf("dram-%d", i))
+	}
+	if err := putBatch(last); err != nil {
+		return ssd, mem, err
+	}
+	for g := range pfGaps {
+		if err := pfSettle(ctx, c); err != nil {
+			return ssd, mem, err
+		}
+		if err := pfMeasure(ctx, c, last, bufs, pfGaps[g], &mem[g], 1); err != nil {
 			return ssd, mem, err
 		}
 	}
 	return ssd, mem, nil
+}
+
+// pfSettle waits (up to a minute) until the master has no offload task
+// queued or in flight: a round is not timed against the tail of the
+// previous puts' offload.
+func pfSettle(ctx context.Context, c *client.Client) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		st, err := c.Stats(ctx)
+		if err != nil {
+			return err
+		}
+		if st.OffloadQueued+st.OffloadInFlight == 0 || time.Now().After(deadline) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // pfMeasure times one batch_exists, the gap, then the batch get of keys into

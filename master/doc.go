@@ -97,7 +97,9 @@
 // A node fetches its tasks on its heartbeat tick and whenever its offload
 // is pressing (wake.go: WaitOffload answers as soon as a task of the node
 // is queued while a put waits for room or while queued bytes reach a
-// quarter of its DRAM, or a promotion is queued). Prefetch (prefetch.go) is
+// quarter of its DRAM, or a promotion is queued that was not tried yet:
+// one that found no room waits until the node answered the offload tasks
+// it fetched, its victims' among them). Prefetch (prefetch.go) is
 // a promotion asked for by an ExistKey hit on an SSD-only object or by
 // Prefetch, within prefetch_budget, evicting only colder objects.
 //

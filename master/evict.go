@@ -37,9 +37,11 @@ func (s *Service) evict(need int64) int {
 	s.evictMu.Lock()
 	defer s.evictMu.Unlock()
 	defer s.evictGen.Add(1)
+	ring := s.room.gen.Load()
 	now := s.now()
 	total := s.countVictims(now)
 	if total == 0 {
+		s.fruitless.Store(ring + 1)
 		return 0
 	}
 	target := int(math.Ceil(s.cfg.EvictionRatio * float64(total)))
@@ -72,6 +74,9 @@ func (s *Service) evict(need int64) int {
 		if freed >= need || queuedNow == 0 {
 			break
 		}
+	}
+	if dropped+queued == 0 {
+		s.fruitless.Store(ring + 1)
 	}
 	s.cnt.evictions.Add(int64(dropped))
 	s.met.evictions.Add(float64(dropped))
@@ -210,10 +215,16 @@ func (h *victimHeap) Pop() any {
 
 // evictAfter runs an eviction round for an allocation of need bytes that
 // failed while the eviction generation was gen; if another round finished
-// since, it returns at once (the caller retries its allocation).
+// since, it returns at once (the caller retries its allocation). It
+// returns false without a round when the last one was fruitless and the
+// room broadcast has not rung since (evictIsFruitless): the puts a ring
+// wakes then scan once between them, not once each.
 func (s *Service) evictAfter(gen uint64, need int64) bool {
 	if s.evictGen.Load() != gen {
 		return true
+	}
+	if s.evictIsFruitless() {
+		return false
 	}
 	s.evictMu.Lock()
 	if s.evictGen.Load() != gen {
@@ -224,6 +235,14 @@ func (s *Service) evictAfter(gen uint64, need int64) bool {
 	return s.evict(need) > 0
 }
 
+// evictIsFruitless reports whether the last eviction round found nothing
+// to drop or queue and the room broadcast has not rung since (no free, no
+// answered offload, no ended put, no Tick): a new round would find the
+// same.
+func (s *Service) evictIsFruitless() bool {
+	return s.fruitless.Load() == s.room.gen.Load()+1
+}
+
 // EvictNow runs one eviction round as if an allocation had failed (tests,
 // operators) and returns the number of DRAM replicas dropped.
 func (s *Service) EvictNow() int { return s.evict(0) }
@@ -232,7 +251,7 @@ func (s *Service) EvictNow() int { return s.evict(0) }
 // eviction_high_watermark_ratio and rounds make progress.
 func (s *Service) evictIfAboveWatermark() {
 	for round := 0; round < evictRounds; round++ {
-		if !s.aboveWatermark() {
+		if !s.aboveWatermark() || s.evictIsFruitless() {
 			return
 		}
 		if s.evict(0) == 0 {

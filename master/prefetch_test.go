@@ -269,3 +269,42 @@ func TestExistKeyHitOnSSDPrefetches(t *testing.T) {
 		t.Fatalf("%d prefetches queued, want 1", got)
 	}
 }
+
+// TestPrefetchWaitsForItsVictimsOffload: a prefetch that finds DRAM full
+// of colder objects not yet on SSD queues the victim's offload, which goes
+// out in the same heartbeat reply; it does not press its node again while
+// that offload is in flight (a try then would find no room and queue yet
+// another victim), and is started at the first heartbeat after the victim
+// is on SSD.
+func TestPrefetchWaitsForItsVictimsOffload(t *testing.T) {
+	s, clk := prefetchService(t, 512, 2)
+	ssdOnly(t, s, clk, "c")
+	put(t, s, "d0", pfObj, "a") // DRAM only, put once: colder than c
+	clk.Advance(time.Millisecond)
+	put(t, s, "d1", pfObj, "a") // used after d0
+	clk.Advance(time.Second)    // past the puts' leases
+	if res, err := s.BatchExistKey(bg, []string{"c"}); err != nil || !res[0].Exists {
+		t.Fatalf("exists c: %+v %v", res, err)
+	}
+	rep, err := s.Heartbeat(bg, masterapi.HeartbeatRequest{Node: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Promotions) != 0 || len(rep.Tasks) != 1 || rep.Tasks[0].Key != "d0" {
+		t.Fatalf("first heartbeat: promotions %+v, tasks %+v; want none and the victim d0's offload", rep.Promotions, rep.Tasks)
+	}
+	if pressed, err := s.WaitOffload(bg, "a", 0); err != nil || pressed {
+		t.Fatalf("node pressed while the victim's offload is in flight: %v %v", pressed, err)
+	}
+	offloadAllTasks(t, s, rep.Tasks)
+	if pressed, err := s.WaitOffload(bg, "a", 0); err != nil || !pressed {
+		t.Fatalf("node not pressed once the victim is on SSD: %v %v", pressed, err)
+	}
+	ps := promos(t, s)
+	if len(ps) != 1 || ps[0].Key != "c" {
+		t.Fatalf("promotions %+v, want c", ps)
+	}
+	if pfInDRAM(t, s, "d0") || !pfInDRAM(t, s, "d1") {
+		t.Fatal("the prefetch evicted another object than its one victim d0")
+	}
+}

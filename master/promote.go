@@ -45,15 +45,21 @@ const maxPromoQueue = 4096
 
 // maxPromoTries bounds the heartbeats a candidate waits for DRAM room: the
 // eviction a promotion starts may only queue the victim's offload (tinylfu
-// admits DRAM victims), which frees its range a heartbeat or so later.
+// admits DRAM victims), which frees its range once the node has offloaded
+// it. The victims go out in the same heartbeat reply as the promotions
+// that found no room (Heartbeat), and such a waiting candidate wakes its
+// node only once the node has answered every offload task it fetched
+// (offloadPressing), so each try comes after its victims' offload, not
+// milliseconds after the previous one.
 const maxPromoTries = 4
 
 // promoBox is a node's queue of promotion candidates. Lock order: shard.mu
 // before promoBox.mu.
 type promoBox struct {
-	mu    sync.Mutex // protects keys, tries and prefetch
+	mu    sync.Mutex // protects keys, tries, fresh and prefetch
 	keys  []string
 	tries map[string]uint8 // queued key -> heartbeats it found no room
+	fresh int              // queued keys never tried (tries 0)
 	// prefetch marks the queued keys a prefetch asked for (prefetch.go):
 	// they evict only colder objects that stay readable from SSD.
 	prefetch map[string]bool
@@ -76,6 +82,9 @@ func (b *promoBox) add(key string, tries uint8, pre bool) bool {
 		b.tries, b.prefetch = map[string]uint8{}, map[string]bool{}
 	}
 	b.tries[key] = tries
+	if tries == 0 {
+		b.fresh++
+	}
 	if pre {
 		b.prefetch[key] = true
 	}
@@ -83,11 +92,12 @@ func (b *promoBox) add(key string, tries uint8, pre bool) bool {
 	return true
 }
 
-// size returns how many keys are queued.
-func (b *promoBox) size() int {
+// counts returns how many keys are queued, and how many of them were
+// never tried.
+func (b *promoBox) counts() (queued, fresh int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return len(b.keys)
+	return len(b.keys), b.fresh
 }
 
 // has reports whether key is queued.
@@ -110,6 +120,9 @@ func (b *promoBox) take(n int) ([]string, []uint8, []bool) {
 	b.keys = append(b.keys[:0], b.keys[n:]...)
 	for i, k := range out {
 		tries[i], pre[i] = b.tries[k], b.prefetch[k]
+		if tries[i] == 0 {
+			b.fresh--
+		}
 		delete(b.tries, k)
 		delete(b.prefetch, k)
 	}
@@ -340,21 +353,30 @@ func (s *Service) promoteEnd(nodeID string, r masterapi.PromoteResult) error {
 // Heartbeat implements NodeAPI: the node's offload tasks, its SSD report
 // to the policy, the policy's sketch when asked for, and the node's
 // promotion tasks.
+//
+// The promotions are taken first: the offload of the victims their
+// eviction queued (their room) then goes out in this same reply.
 func (s *Service) Heartbeat(ctx context.Context, req masterapi.HeartbeatRequest) (masterapi.HeartbeatReply, error) {
-	tasks, err := s.offloadTasks(ctx, req.Node, req.Max)
-	if err != nil {
+	if err := s.check(ctx); err != nil {
 		return masterapi.HeartbeatReply{}, err
 	}
-	rep := masterapi.HeartbeatReply{Tasks: tasks, Term: s.cfg.HA.Term}
+	var promos []masterapi.PromoteTask
+	if n := s.lookupNode(req.Node); n != nil {
+		promos = s.takePromotions(n, masterapi.MaxPromotions)
+	}
+	tasks, err := s.offloadTasks(ctx, req.Node, req.Max)
+	if err != nil {
+		// The node was not known after all: the promotions started are
+		// reclaimed as unanswered puts (put_start_discard_timeout).
+		return masterapi.HeartbeatReply{}, err
+	}
+	rep := masterapi.HeartbeatReply{Tasks: tasks, Term: s.cfg.HA.Term, Promotions: promos}
 	_, rep.WantSSDReport = s.policy.(ssdReportSink)
 	if req.SSD != nil {
 		s.ReportSSD(req.Node, ssdReportOf(*req.SSD))
 	}
 	if req.WantSketch {
 		rep.Sketch, rep.SketchVersion = s.sketchForNode(req.Node, req.SketchVersion)
-	}
-	if n := s.lookupNode(req.Node); n != nil {
-		rep.Promotions = s.takePromotions(n, masterapi.MaxPromotions)
 	}
 	return rep, nil
 }

@@ -172,7 +172,6 @@ func (s *Service) putEnd(key string, token uint64) error {
 		s.processing.Add(-1)
 	}
 	o.lastUse = now
-	defer s.room.signal() // the object may be evicted now
 	if o.softPin {
 		o.softPinUntil = now + s.cfg.DefaultKVSoftPinTTL.Nanoseconds()
 	}
@@ -180,6 +179,13 @@ func (s *Service) putEnd(key string, token uint64) error {
 		s.enqueue(key, o)
 	}
 	o.lastUse = s.putUse(key, o, now)
+	if s.victimOK(o, now) {
+		// The object may be evicted now. One that is not (queued for
+		// offload, pinned) becomes evictable at a later ring (its offload
+		// answered, a Tick): ringing now would only wake the puts that wait
+		// for room to find none.
+		s.room.signal()
+	}
 	return nil
 }
 

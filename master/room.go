@@ -115,6 +115,7 @@ func (s *Service) waitForRoom(ctx context.Context, size int64, preferred string,
 // nobody waits (one atomic load), so every path that may make room calls
 // it: frees, answered offload tasks, ended puts, mounts, Tick.
 type broadcast struct {
+	gen     atomic.Uint64 // signals so far
 	waiting atomic.Int64  // registered waiters
 	mu      sync.Mutex    // protects ch
 	ch      chan struct{} // closed by the next signal; nil when no one took it
@@ -140,6 +141,7 @@ func (b *broadcast) rearm() <-chan struct{} {
 
 // signal wakes the registered waiters.
 func (b *broadcast) signal() {
+	b.gen.Add(1)
 	if b.waiting.Load() == 0 {
 		return
 	}

@@ -300,3 +300,73 @@ func TestPutStartWaitsForOnEvictOffload(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWaitingPutsScanOncePerRing: puts waiting for room in a DRAM whose
+// every object is pinned by its offload task (eager offload, nothing on
+// SSD yet) are all woken by each ring of the room broadcast; between them
+// they run at most one eviction round (a scan of every object) per ring,
+// not one or more each: a round that finds nothing to evict holds until
+// the next ring.
+func TestWaitingPutsScanOncePerRing(t *testing.T) {
+	s, _ := offloadService(t, func(c *Config) { c.PutStartMaxWait = 30 * time.Second })
+	const obj, waiters, rings = 4 << 10, 8, 5
+	mount(t, s, "a", 4*obj)
+	for i := range 4 {
+		put(t, s, fmt.Sprint("pinned", i), obj, "a") // eager: queued for offload, not evictable
+	}
+	waits := make(chan struct{}, waiters*(rings+2))
+	s.hooks.putWaiting = func() { waits <- struct{}{} }
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	done := make(chan error, waiters)
+	for i := range waiters {
+		go func() {
+			_, err := s.PutStart(ctx, masterapi.PutStartRequest{Key: fmt.Sprint("w", i), Size: obj, CRC: crcOf("w")})
+			done <- err
+		}()
+	}
+	for range waiters {
+		<-waits
+	}
+	before := s.evictGen.Load()
+	for range rings {
+		s.room.signal()
+		for range waiters {
+			<-waits // each waiter retried and waits again
+		}
+	}
+	if rounds := s.evictGen.Load() - before; rounds > rings {
+		t.Fatalf("%d eviction rounds for %d waiting puts woken %d times; want at most one per ring", rounds, waiters, rings)
+	}
+	cancel()
+	for range waiters {
+		if err := <-done; !errors.Is(err, codes.ErrNoAvailableHandle) {
+			t.Fatalf("waiting put after its context ended: %v", err)
+		}
+	}
+}
+
+// TestPutEndRingsOnlyForAnEvictableObject: a put's end rings the room
+// broadcast when its object may be evicted now, not when it is pinned by
+// the offload task its put queued (eager), which rings once answered.
+func TestPutEndRingsOnlyForAnEvictableObject(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		policy admission.Policy
+		ring   bool
+	}{{"eager", nil, false}, {"none", admission.None{}, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, _ := offloadService(t, func(c *Config) {
+				if tc.policy != nil {
+					c.Admission = tc.policy
+				}
+			})
+			mount(t, s, "a", 1<<20)
+			before := s.room.gen.Load()
+			put(t, s, "k", 4<<10, "a")
+			if rang := s.room.gen.Load() != before; rang != tc.ring {
+				t.Fatalf("put end rang the room broadcast: %v, want %v", rang, tc.ring)
+			}
+		})
+	}
+}

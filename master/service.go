@@ -40,6 +40,12 @@ type Service struct {
 
 	evictMu  sync.Mutex    // serialises eviction rounds
 	evictGen atomic.Uint64 // incremented after every eviction round
+	// fruitless is 1 + the room broadcast's generation at the start of
+	// the last eviction round that neither dropped nor queued anything (0:
+	// none). Until the broadcast rings again nothing became evictable, so
+	// evictAfter and the watermark loop skip their rounds (each a scan of
+	// every object) instead of repeating it for every waiting put.
+	fruitless atomic.Uint64
 
 	// sweepDirty is set when replicas became unreadable (unmount, expiry,
 	// lost disk replica) and cleared by a sweep that left nothing behind.

@@ -22,7 +22,9 @@ import (
 //     (queueTask rings the node), or
 //   - a promotion is queued for the node (a prefetch or an SSD hit the
 //     policy found worth a DRAM copy: promote.go rings the node; one that
-//     finds no room is tried again at most maxPromoTries times).
+//     found no room presses again only once the node has answered every
+//     offload task it fetched, its victims' among them, and is tried at
+//     most maxPromoTries times).
 //
 // Each wait re-checks the condition after registering on the node's
 // broadcast, so a ring between a check and the wait is never lost; a
@@ -36,8 +38,15 @@ const wakeShare = 4 // a quarter
 
 // offloadPressing reports whether node n should fetch its tasks now.
 func (s *Service) offloadPressing(n *node) bool {
-	if n.promo.size() > 0 {
+	if promos, fresh := n.promo.counts(); fresh > 0 {
 		return true
+	} else if promos > 0 {
+		// Candidates that found no room wait for the offload of the
+		// victims their eviction queued: tried again once the node has
+		// answered every task it fetched (promote.go, maxPromoTries).
+		if _, inflight := n.box.counts(); inflight == 0 {
+			return true
+		}
 	}
 	queued, bytes := n.box.queuedBytes()
 	if queued == 0 {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/tierstore/tierstore/admission"
 	"github.com/tierstore/tierstore/eviction"
-	"github.com/tierstore/tierstore/internal/crc32c"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/tier"
@@ -29,9 +28,11 @@ import (
 //     recomputed when the tier changed or a new sketch arrived (the values
 //     depend on nothing else);
 //   - promotion tasks of the reply are loaded from the tier into the
-//     segment as the put the task names, then answered (PromoteEnd).
+//     segment as the put the task names, then answered (PromoteEnd),
+//     several at once alongside the round's offload (promote.go).
 //
-// All of it runs in the heartbeat loop, under roundMu; the sketch itself
+// All of it runs in the heartbeat loop, under roundMu (the promotions'
+// loads in goroutines the round waits for); the sketch itself
 // is swapped atomically because the tier reads it under its own lock.
 
 // ValueTier is the value-eviction capability of an SSDTier (*tier.Engine
@@ -147,17 +148,18 @@ func (n *Node) takeAdmission(rep masterapi.HeartbeatReply) {
 	}
 }
 
-// promote runs the promotion tasks of a heartbeat reply and answers them.
-// Caller holds roundMu.
-func (n *Node) promote(ctx context.Context, tasks []masterapi.PromoteTask) {
-	if len(tasks) == 0 {
-		return
-	}
-	res := make([]masterapi.PromoteResult, len(tasks))
-	for i, t := range tasks {
-		res[i] = n.promoteOne(ctx, t)
+// answerPromotions answers the promotions of group (PromoteEnd) and
+// forgets their loads: a read of one of these keys goes to the replica the
+// master lists from now on.
+func (n *Node) answerPromotions(ctx context.Context, group []*promoLoad) {
+	res := make([]masterapi.PromoteResult, len(group))
+	for i, p := range group {
+		res[i] = p.res
 	}
 	errs, err := n.m.PromoteEnd(ctx, n.name, res)
+	for _, p := range group {
+		n.promoting.remove(p)
+	}
 	if err != nil {
 		// The master reclaims the ranges after put_start_discard_timeout.
 		n.log.Warn("answering promotions failed", "promotions", len(res), "err", err)
@@ -178,39 +180,29 @@ func (n *Node) promote(ctx context.Context, tasks []masterapi.PromoteTask) {
 	}
 }
 
-// promoteOne copies t's object from the tier into the segment range the
-// master allocated, as put t.PutToken (invariant 8), after checking it
-// against the task's size and CRC32C (the tier checked it against its
-// index).
-func (n *Node) promoteOne(ctx context.Context, t masterapi.PromoteTask) masterapi.PromoteResult {
-	r := masterapi.PromoteResult{Key: t.Key, PutToken: t.PutToken}
+// promoteOne copies p's object from the tier (its load, run here unless a
+// reader ran it) into the segment range the master allocated, as put
+// p.t.PutToken (invariant 8), after checking it against the task's size
+// and CRC32C (the tier checked it against its index); p.res is the answer.
+func (n *Node) promoteOne(p *promoLoad) {
+	t := p.t
+	p.res = masterapi.PromoteResult{Key: t.Key, PutToken: t.PutToken}
 	if err := n.checkSegment(t.Segment); err != nil {
-		r.Reason = err.Error()
-		return r
+		p.res.Reason = err.Error()
+		return
 	}
-	if t.Length != t.Size || t.Size <= 0 {
-		r.Reason = "promotion range length differs from the object size"
-		return r
+	if !p.tryRun(n) {
+		<-p.done
 	}
-	lr := n.tier.Load(ctx, [][]byte{[]byte(t.Key)})
-	if len(lr) != 1 || lr[0].Err != nil {
-		r.Reason = "not on SSD"
-		if len(lr) == 1 {
-			r.Reason += ": " + lr[0].Err.Error()
-		}
-		return r
+	if p.v == nil {
+		p.res.Reason = p.reason
+		return
 	}
-	v := lr[0].Value
-	if int64(len(v)) != t.Size || crc32c.Checksum(v) != t.CRC {
-		r.Reason = "the SSD copy has other bytes than the object"
-		return r
+	if err := n.writePromoted(t, p.v); err != nil {
+		p.res.Reason = err.Error()
+		return
 	}
-	if err := n.writePromoted(t, v); err != nil {
-		r.Reason = err.Error()
-		return r
-	}
-	r.Loaded = true
-	return r
+	p.res.Loaded = true
 }
 
 // writePromoted claims t's range for its token and copies v into it, the

@@ -41,7 +41,7 @@ func admMasterConfig(promote int64) master.Config {
 
 // newAdmStack starts the stack; edit adjusts the node's configuration,
 // wrap (nil: none) what the node sees of the master.
-func newAdmStack(t *testing.T, mc master.Config, edit func(*Config), wrap func(*mastergrpc.Client) masterapi.NodeAPI) *admStack {
+func newAdmStack(t *testing.T, mc master.Config, edit func(*Config), wrap func(*mastergrpc.Client) masterapi.NodeAPI, opts ...Option) *admStack {
 	t.Helper()
 	s := &admStack{m: newMaster(t, mc)}
 	s.tl = s.m.Policy().(*admission.TinyLFU)
@@ -62,7 +62,7 @@ func newAdmStack(t *testing.T, mc master.Config, edit func(*Config), wrap func(*
 	if wrap != nil {
 		api = wrap(r)
 	}
-	n, err := Start(context.Background(), nc, api, WithName("adm-node"))
+	n, err := Start(context.Background(), nc, api, append([]Option{WithName("adm-node")}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,10 @@
 // report to a tinylfu master, takes its frequency sketch (bucket eviction "value" ranks by it) and runs the
 // promotions it hands out: the object is loaded from the tier into the
 // segment range the master allocated, written as the promotion's put token,
-// and confirmed with PromoteEnd (admission.go). Every ReconcileInterval it reconciles its SSD
+// and confirmed with PromoteEnd (admission.go), up to promoteParallel at
+// once beside the round's offload, answered in groups as they complete; an
+// SSD read of a key whose promotion is loading takes that load's bytes
+// (promote.go). The round waits for its promotions. Every ReconcileInterval it reconciles its SSD
 // keys with the master's list of its replicas (a digest per hash range,
 // then the keys of the ranges that differ; reconcile.go). Bucket eviction tells the master
 // (EvictDiskReplica, once per victim bucket) before the bytes disappear;

@@ -33,6 +33,7 @@ var metricDefs = []metricDef{
 	{"admission_sketches_received_total", "Admission sketches received from the master.", prometheus.CounterValue, true, func(s *Stats) int64 { return s.SketchesReceived }},
 	{"promotions_total", "Objects copied from SSD into DRAM and published by the master.", prometheus.CounterValue, true, func(s *Stats) int64 { return s.Promotions }},
 	{"promotions_failed_total", "Promotions the node could not load (SSD copy gone or different, range refused).", prometheus.CounterValue, true, func(s *Stats) int64 { return s.PromotionsFailed }},
+	{"promotion_reads_joined_total", "SSD reads served from a promotion's load under way instead of a second read of the SSD.", prometheus.CounterValue, true, func(s *Stats) int64 { return s.PromotionReadsJoined }},
 	{"promotions_refused_total", "Promotions loaded but refused by the master (object removed or put again meanwhile).", prometheus.CounterValue, true, func(s *Stats) int64 { return s.PromotionsRefused }},
 	{"dram_records", "DRAM objects recorded for re-registration at a new master.", prometheus.GaugeValue, false, func(s *Stats) int64 { return s.DRAMRecords }},
 	{"segment_bytes", "Size of the DRAM segment.", prometheus.GaugeValue, false, func(s *Stats) int64 { return s.SegmentSize }},

@@ -87,6 +87,9 @@ type Stats struct {
 	// bytes, range refused); PromotionsRefused those loaded but refused by
 	// the master (removed, put again or abandoned meanwhile).
 	Promotions, PromotionsFailed, PromotionsRefused int64
+	// PromotionReadsJoined counts SSD reads served from a promotion's load
+	// under way instead of a second read of the SSD (promote.go).
+	PromotionReadsJoined int64
 	// OffloadFailedBy counts offload failures by cause (the reason label of
 	// tierstore_node_offload_failures_total): bad_task, source_bytes,
 	// too_large, no_space, master_refused, notify_refused, stale_copy,
@@ -104,6 +107,7 @@ type nodeMetrics struct {
 	removalsApplied                                 atomic.Int64
 	ssdReports, sketchesReceived                    atomic.Int64
 	promotions, promotionsFailed, promotionsRefused atomic.Int64
+	promotionReadsJoined                            atomic.Int64
 	failedBy                                        [numCauses]atomic.Int64 // offload failures by cause
 }
 
@@ -169,6 +173,8 @@ type Node struct {
 	rem nodeRemovals // the removal log's cursors (removals.go)
 
 	adm nodeAdmission // sketch, SSD reports (admission.go)
+
+	promoting promoLoads // promotion loads under way, for SSD reads to join (promote.go)
 }
 
 // Option adjusts Start (tests).
@@ -414,25 +420,26 @@ func (n *Node) Stats() Stats {
 	st := Stats{
 		Name: n.name, Endpoint: n.endpoint, Segment: n.segName, SegmentSize: n.seg.Size(),
 		OffloadEnabled: n.tier != nil, Backend: n.backend,
-		OffloadRounds:     n.metrics.offloadRounds.Load(),
-		OffloadWakes:      n.metrics.offloadWakes.Load(),
-		OffloadPersisted:  n.metrics.offloadPersisted.Load(),
-		OffloadFailed:     n.metrics.offloadFailed.Load(),
-		PeerWrites:        n.metrics.peerWrites.Load(),
-		PeerReadsDRAM:     n.metrics.peerReadsDRAM.Load(),
-		PeerReadsSSD:      n.metrics.peerReadsSSD.Load(),
-		Remounts:          n.metrics.remounts.Load(),
-		Reconciles:        n.metrics.reconciles.Load(),
-		ReconcileRemoved:  n.metrics.reconcileRemoved.Load(),
-		ReconcileKeysSent: n.metrics.reconcileKeysSent.Load(),
-		NotifyRetries:     n.metrics.notifyRetries.Load(),
-		RemovalLogRemoved: n.metrics.removalsApplied.Load(),
-		SSDReports:        n.metrics.ssdReports.Load(),
-		SketchesReceived:  n.metrics.sketchesReceived.Load(),
-		Promotions:        n.metrics.promotions.Load(),
-		PromotionsFailed:  n.metrics.promotionsFailed.Load(),
-		PromotionsRefused: n.metrics.promotionsRefused.Load(),
-		OffloadFailedBy:   make(map[string]int64, numCauses),
+		OffloadRounds:        n.metrics.offloadRounds.Load(),
+		OffloadWakes:         n.metrics.offloadWakes.Load(),
+		OffloadPersisted:     n.metrics.offloadPersisted.Load(),
+		OffloadFailed:        n.metrics.offloadFailed.Load(),
+		PeerWrites:           n.metrics.peerWrites.Load(),
+		PeerReadsDRAM:        n.metrics.peerReadsDRAM.Load(),
+		PeerReadsSSD:         n.metrics.peerReadsSSD.Load(),
+		Remounts:             n.metrics.remounts.Load(),
+		Reconciles:           n.metrics.reconciles.Load(),
+		ReconcileRemoved:     n.metrics.reconcileRemoved.Load(),
+		ReconcileKeysSent:    n.metrics.reconcileKeysSent.Load(),
+		NotifyRetries:        n.metrics.notifyRetries.Load(),
+		RemovalLogRemoved:    n.metrics.removalsApplied.Load(),
+		SSDReports:           n.metrics.ssdReports.Load(),
+		SketchesReceived:     n.metrics.sketchesReceived.Load(),
+		Promotions:           n.metrics.promotions.Load(),
+		PromotionsFailed:     n.metrics.promotionsFailed.Load(),
+		PromotionsRefused:    n.metrics.promotionsRefused.Load(),
+		PromotionReadsJoined: n.metrics.promotionReadsJoined.Load(),
+		OffloadFailedBy:      make(map[string]int64, numCauses),
 	}
 	for c := range numCauses {
 		st.OffloadFailedBy[c.String()] = n.metrics.failedBy[c].Load()

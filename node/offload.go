@@ -37,7 +37,9 @@ func (n *Node) offloadRound() (int, int) {
 	defer cancel()
 	gen := n.mountGen.Load()
 	tasks, promos := n.fetchTasks(ctx)
-	n.promote(ctx, promos)
+	// The promotions load while the offload runs (its victims may make
+	// room for the next ones); the round ends once they are answered.
+	defer n.startPromotions(ctx, promos)()
 	if len(tasks) == 0 {
 		return 0, len(promos)
 	}

@@ -98,6 +98,9 @@ func (n *Node) openSSD(ctx context.Context, key []byte, verify bool) (ssdValue, 
 	if n.tier == nil {
 		return nil, codes.Errorf(codes.UnableOffload, "node: node %s has no SSD tier", n.name)
 	}
+	if v, ok := n.joinPromotion(ctx, key); ok {
+		return &wholeValue{v: v}, nil // loaded once for the promotion and this read
+	}
 	if rt, ok := n.tier.(StreamTier); ok && !verify {
 		r, err := rt.OpenReader(ctx, key)
 		if err == nil {

@@ -72,6 +72,9 @@ type options struct {
 	// limits: the bounds per peer of the rpc port (max_conns_per_peer,
 	// max_streams_per_conn, tls_handshake_timeout).
 	limits peerlimit.Limits
+	// cpuProfile (cpuprofile): file of the CPU profile from start-up to
+	// shutdown (empty: none).
+	cpuProfile string
 }
 
 // parseFlags parses the command line (without the program name) into a
@@ -120,6 +123,7 @@ func parseAll(args []string, helpOut io.Writer) (master.Config, options, error) 
 	fs.IntVar(&cfg.Shards, "metadata_shards", cfg.Shards, "metadata shards")
 	cfg.AdmissionFlags.RegisterFlags(fs)
 	fs.BoolVar(&cfg.AllowEvictSoftPinned, "allow_evict_soft_pinned_objects", cfg.AllowEvictSoftPinned, "soft-pinned objects may be evicted after unpinned ones")
+	fs.StringVar(&opt.cpuProfile, "cpuprofile", "", "write a CPU profile (runtime/pprof) from start-up to shutdown to this file (empty: none)")
 	fs.StringVar(&opt.stateDir, "state_dir", "", "directory of the removal log of a single master, so that removals stay final across its restarts (empty: in memory; a restart then empties the cluster). Not with enable_ha: leaders keep it in etcd")
 	fs.Var(durationFlag{&cfg.RemovalLogRetention, time.Second}, "removal_log_retention", "removal log entries are kept at least this long; a node away longer comes back empty, in s or as a duration")
 	fs.IntVar(&cfg.RemovalLogLimit, "removal_log_limit", cfg.RemovalLogLimit, "most removal log entries kept (the oldest are trimmed first)")

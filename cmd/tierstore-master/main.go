@@ -17,6 +17,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/tierstore/tierstore/internal/cpuprofile"
 	"github.com/tierstore/tierstore/internal/peerlimit"
 	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/master"
@@ -40,6 +41,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: opt.logLevel}))
 	cfg.Logger = log
+	stopProfile, err := cpuprofile.Start(opt.cpuProfile)
+	if err != nil {
+		fmt.Fprintln(stderr, "tierstore-master:", err)
+		return 2
+	}
+	defer stopProfile()
 	for _, n := range opt.ignored {
 		log.Warn("flag accepted for Mooncake compatibility, no effect", "flag", n)
 	}

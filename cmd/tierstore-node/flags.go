@@ -64,9 +64,10 @@ func (s secondsFlag) Set(v string) error {
 
 // options are the parsed command line of tierstore-node.
 type options struct {
-	master string
-	node   node.Config
-	tls    tlsconf.Files // tls_cert, tls_key, tls_ca (empty: plaintext)
+	master     string
+	node       node.Config
+	tls        tlsconf.Files // tls_cert, tls_key, tls_ca (empty: plaintext)
+	cpuProfile string        // cpuprofile: CPU profile file, start-up to shutdown (empty: none)
 }
 
 const usageHeader = `usage: tierstore-node --master=HOST:PORT|etcd://H1:2379,H2:2379[/PREFIX] [--name=value ...]
@@ -86,6 +87,7 @@ func parseFlags(args []string, helpOut io.Writer) (options, error) {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	c := &o.node
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile (runtime/pprof) from start-up to shutdown to this file (empty: none)")
 	fs.StringVar(&o.master, "master", "", "master gRPC address host:port, or etcd://h1:2379,h2:2379[/prefix] for the elected leader of highly available masters (required)")
 	fs.StringVar(&c.Listen, "listen", c.Listen, "peer gRPC listen address; port 0 picks one, printed at start")
 	fs.Var(sizeFlag{&c.Memory}, "memory", "DRAM segment size (4GiB, 256MiB or bytes)")

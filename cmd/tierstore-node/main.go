@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 
+	"github.com/tierstore/tierstore/internal/cpuprofile"
 	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/mastergrpc"
 	"github.com/tierstore/tierstore/node"
@@ -38,6 +39,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	o.node.Logger = log
+	stopProfile, err := cpuprofile.Start(o.cpuProfile)
+	if err != nil {
+		fmt.Fprintf(stderr, "tierstore-node: %v\n", err)
+		return 2
+	}
+	defer stopProfile()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
