@@ -117,6 +117,7 @@ func (p *TinyLFU) ObserveSSDEviction(keys []string) {
 		p.pushed.add(hashKey(k))
 	}
 	p.adapt.pushes += float64(len(keys))
+	p.st.pushedKeys.Add(int64(len(keys)))
 	p.maybeAdapt()
 }
 

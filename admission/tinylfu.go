@@ -34,6 +34,9 @@ type TinyLFUConfig struct {
 	// of ARC's ghost lists). MaxMargin equal to Margin with a zero
 	// MarginStep keeps it fixed.
 	MaxMargin float64
+	// FreeRoom admits every candidate that fits under the high watermark,
+	// as before the room test (see valueTest); for comparisons.
+	FreeRoom bool
 	// MarginStep is the adaptation step (default 0.25; negative: none).
 	MarginStep float64
 	// GhostFraction sizes the two ghost lists (rejected, pushed out) as a
@@ -190,6 +193,7 @@ type tinyStats struct {
 	ssdHitBytes      atomic.Int64
 	promotions       atomic.Int64
 	coldPuts         atomic.Int64
+	pushedKeys       atomic.Int64
 	regretRejected   atomic.Int64
 	regretPushed     atomic.Int64
 	reports, resizes atomic.Int64
@@ -348,9 +352,18 @@ func (p *TinyLFU) valueTest(f uint32, size int64, st *nodeState) Reason {
 	if rep.High <= 0 {
 		return AcceptRoom
 	}
-	over := rep.Used + int64(float64(st.pending+size)*expansion(rep)) - rep.High
+	after := rep.Used + int64(float64(st.pending+size)*expansion(rep))
+	over := after - rep.High
 	if over <= 0 {
-		return AcceptRoom
+		if after <= rep.Low || !p.roomTested() || len(rep.Victims) == 0 {
+			return AcceptRoom
+		}
+		// Room between the watermarks is the next victim's, which the
+		// next eviction takes.
+		if float64(f) > rep.Victims[0].Density()+p.margin {
+			return AcceptWon
+		}
+		return RejectLost
 	}
 	if len(rep.Victims) == 0 {
 		return RejectNoVictim
@@ -368,6 +381,17 @@ func (p *TinyLFU) valueTest(f uint32, size int64, st *nodeState) Reason {
 		return AcceptWon
 	}
 	return RejectLost
+}
+
+// roomTested reports whether a candidate that fits under the high
+// watermark but not under the low one must beat the next victim: once an
+// SSD has evicted (the room between the watermarks is then what the last
+// eviction freed, and what is admitted into it decides what the next one
+// takes), while the adaptive margin is above 0 (the ghosts say that
+// pushed-out objects come back at least as often as rejected
+// candidates), unless Config.FreeRoom. Caller holds mu.
+func (p *TinyLFU) roomTested() bool {
+	return !p.cfg.FreeRoom && p.margin > 0 && p.st.pushedKeys.Load() > 0
 }
 
 // expansion estimates the SSD bytes an object byte takes once written

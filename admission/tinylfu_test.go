@@ -315,7 +315,14 @@ func TestTinyLFUAdaptiveMargin(t *testing.T) {
 // the candidate's bytes (scaled by the victims' file-per-object-byte
 // ratio) beyond the watermark are taken from the victims in order; the
 // victim where they run out must be beaten by more than the margin.
+// Between the watermarks it admits, unless the room is tested (the SSD
+// evicted before and the margin is above 0): the first victim must then
+// be beaten by more than the margin.
 func refDecide(f uint32, size, pending int64, r *SSDReport, margin float64) Reason {
+	return refDecideRoom(f, size, pending, r, margin, false)
+}
+
+func refDecideRoom(f uint32, size, pending int64, r *SSDReport, margin float64, evicted bool) Reason {
 	if r == nil {
 		return AcceptNoReport
 	}
@@ -333,7 +340,13 @@ func refDecide(f uint32, size, pending int64, r *SSDReport, margin float64) Reas
 	}
 	need := r.Used + int64(float64(pending+size)*exp) - r.High
 	if need <= 0 {
-		return AcceptRoom
+		if !evicted || margin <= 0 || len(r.Victims) == 0 || need+r.High <= r.Low {
+			return AcceptRoom
+		}
+		if beats(f, r.Victims[0], margin) {
+			return AcceptWon
+		}
+		return RejectLost
 	}
 	if len(r.Victims) == 0 {
 		return RejectNoVictim
@@ -343,14 +356,18 @@ func refDecide(f uint32, size, pending int64, r *SSDReport, margin float64) Reas
 		i++
 		freed += r.Victims[i].Bytes
 	}
-	v := r.Victims[i]
-	if v.Span > 0 && float64(f)*float64(v.Span) > v.Value+margin*float64(v.Span) {
-		return AcceptWon
-	}
-	if v.Span <= 0 && float64(f) > margin {
+	if beats(f, r.Victims[i], margin) {
 		return AcceptWon
 	}
 	return RejectLost
+}
+
+// beats: f exceeds v's value per byte of its span by more than margin.
+func beats(f uint32, v VictimValue, margin float64) bool {
+	if v.Span > 0 {
+		return float64(f)*float64(v.Span) > v.Value+margin*float64(v.Span)
+	}
+	return float64(f) > margin
 }
 
 func TestTinyLFUDecideMatchesReference(t *testing.T) {
@@ -360,6 +377,7 @@ func TestTinyLFUDecideMatchesReference(t *testing.T) {
 		var rep *SSDReport
 		if rapid.IntRange(0, 9).Draw(t, "hasReport") > 0 {
 			rep = &SSDReport{High: rapid.Int64Range(0, 1<<20).Draw(t, "high")}
+			rep.Low = rapid.Int64Range(0, rep.High).Draw(t, "low")
 			rep.Used = rapid.Int64Range(0, rep.High+1<<18).Draw(t, "used")
 			for n := rapid.IntRange(0, 6).Draw(t, "victims"); n > 0; n-- {
 				span := rapid.Int64Range(0, 1<<16).Draw(t, "span")
@@ -377,7 +395,11 @@ func TestTinyLFUDecideMatchesReference(t *testing.T) {
 		if rep != nil {
 			st = &nodeState{rep: *rep, pending: pending}
 		}
-		got, want := p.decide(f, size, st), refDecide(f, size, pending, rep, margin)
+		evicted := rapid.Bool().Draw(t, "evicted")
+		if evicted {
+			p.ObserveSSDEviction([]string{"gone"})
+		}
+		got, want := p.decide(f, size, st), refDecideRoom(f, size, pending, rep, margin, evicted)
 		if got != want {
 			t.Fatalf("decide = %s, reference %s (f %d size %d pending %d report %+v)", got, want, f, size, pending, rep)
 		}

@@ -215,7 +215,12 @@ type ZipfBurstConfig struct {
 	Requests int
 	// Keys is the number of keys of the Zipf-popular set.
 	Keys int
-	// ZipfS is the Zipf exponent (> 1). Default 1.1.
+	// Name is the trace's name. Default "zipf-bursts".
+	Name string
+	// ZipfS is the Zipf exponent (> 0). Default 1.1. Exponents above 1
+	// draw with math/rand's Zipf, the others from the cumulative
+	// distribution (zipfTable): the traces of exponents above 1 stay those
+	// of earlier runs.
 	ZipfS float64
 	// BlockSize is the size of every object.
 	BlockSize int64
@@ -233,13 +238,16 @@ func ZipfBursts(c ZipfBurstConfig) (*Trace, error) {
 	if c.ZipfS == 0 {
 		c.ZipfS = 1.1
 	}
+	if c.Name == "" {
+		c.Name = "zipf-bursts"
+	}
 	switch {
 	case c.Requests <= 0:
 		return nil, fmt.Errorf("%w: Requests %d must be > 0", ErrBadConfig, c.Requests)
 	case c.Keys <= 1:
 		return nil, fmt.Errorf("%w: Keys %d must be > 1", ErrBadConfig, c.Keys)
-	case c.ZipfS <= 1:
-		return nil, fmt.Errorf("%w: ZipfS %g must be > 1", ErrBadConfig, c.ZipfS)
+	case !(c.ZipfS > 0):
+		return nil, fmt.Errorf("%w: ZipfS %g must be > 0", ErrBadConfig, c.ZipfS)
 	case c.BlockSize <= 0:
 		return nil, fmt.Errorf("%w: BlockSize %d must be > 0", ErrBadConfig, c.BlockSize)
 	case c.BurstEvery <= 0:
@@ -248,8 +256,8 @@ func ZipfBursts(c ZipfBurstConfig) (*Trace, error) {
 		return nil, fmt.Errorf("%w: BurstLen %d must be >= 0", ErrBadConfig, c.BurstLen)
 	}
 	r := rand.New(rand.NewPCG(c.Seed, c.Seed^0x6a09e667f3bcc909))
-	z := rand.NewZipf(r, c.ZipfS, 1, uint64(c.Keys-1))
-	t := &Trace{Name: "zipf-bursts", Requests: make([]Request, 0, c.Requests)}
+	z := newRanker(r, c.ZipfS, c.Keys)
+	t := &Trace{Name: c.Name, Requests: make([]Request, 0, c.Requests)}
 	burst, since := 0, 0
 	for len(t.Requests) < c.Requests {
 		if since == c.BurstEvery {

@@ -251,7 +251,7 @@ func TestZipfBurstsShape(t *testing.T) {
 		t.Fatalf("%d zipf keys (at most %d); z/0 seen %d times, the most %d", once, c.Keys, seen["z/0"], hot)
 	}
 	for _, bad := range []ZipfBurstConfig{{Requests: 0, Keys: 2, BlockSize: 1, BurstEvery: 1}, {Requests: 1, Keys: 1, BlockSize: 1, BurstEvery: 1},
-		{Requests: 1, Keys: 2, BlockSize: 1, BurstEvery: 0}, {Requests: 1, Keys: 2, BlockSize: 1, BurstEvery: 1, ZipfS: 0.5}} {
+		{Requests: 1, Keys: 2, BlockSize: 1, BurstEvery: 0}, {Requests: 1, Keys: 2, BlockSize: 1, BurstEvery: 1, ZipfS: -0.5}} {
 		if _, err := ZipfBursts(bad); !errors.Is(err, ErrBadConfig) {
 			t.Errorf("%+v: err %v", bad, err)
 		}
