@@ -36,15 +36,7 @@ func TestRolesOverTLS(t *testing.T) {
 	}
 	dir := t.TempDir()
 	source := func(name string, r tlsconf.Role) *tlsconf.Source {
-		l, err := ca.Issue(name, []tlsconf.Role{r}, time.Now().Add(-time.Minute), time.Now().Add(time.Hour))
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := ca.WriteFiles(dir, name, l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := tlsconf.Load(f)
+		s, err := ca.Source(dir, name, []tlsconf.Role{r})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,15 +107,7 @@ func TestNodeNameBinding(t *testing.T) {
 	}
 	dir := t.TempDir()
 	source := func(name string, r tlsconf.Role, nodes ...string) *tlsconf.Source {
-		l, err := ca.IssueNode(name, []tlsconf.Role{r}, nodes, time.Now().Add(-time.Minute), time.Now().Add(time.Hour))
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := ca.WriteFiles(dir, name, l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := tlsconf.Load(f)
+		s, err := ca.Source(dir, name, []tlsconf.Role{r}, nodes...)
 		if err != nil {
 			t.Fatal(err)
 		}

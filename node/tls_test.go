@@ -154,15 +154,7 @@ func TestNodeNamedByCertificate(t *testing.T) {
 	}
 	dir := t.TempDir()
 	bound := func(file string, nodes ...string) *tlsconf.Source {
-		l, err := ca.IssueNode(file, []tlsconf.Role{tlsconf.Node}, nodes, time.Now().Add(-time.Minute), time.Now().Add(time.Hour))
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := ca.WriteFiles(dir, file, l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := tlsconf.Load(f)
+		s, err := ca.Source(dir, file, []tlsconf.Role{tlsconf.Node}, nodes...)
 		if err != nil {
 			t.Fatal(err)
 		}

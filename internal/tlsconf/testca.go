@@ -121,6 +121,21 @@ func (ca *CA) WriteFiles(dir, name string, l Leaf) (Files, error) {
 	return f, nil
 }
 
+// Source issues a leaf valid from a minute ago for an hour (bound to
+// nodes, when any), writes it into dir (WriteFiles) and loads it: the
+// certificate of one process of a test.
+func (ca *CA) Source(dir, name string, roles []Role, nodes ...string) (*Source, error) {
+	l, err := ca.IssueNode(name, roles, nodes, time.Now().Add(-time.Minute), time.Now().Add(time.Hour))
+	if err != nil {
+		return nil, err
+	}
+	f, err := ca.WriteFiles(dir, name, l)
+	if err != nil {
+		return nil, err
+	}
+	return Load(f)
+}
+
 // WriteFileAtomic writes data to path through a temporary file renamed over
 // it, so a reader sees the old content or the new, never half of it.
 func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
