@@ -109,29 +109,39 @@ func parseLevel(s string) (slog.Level, error) {
 
 // open parses cfg, dials the master, starts the in-process node when
 // segment_size > 0 and returns the new handle's id.
-func open(cfgJSON string) (int64, error) {
+// parseOpenConfig decodes and checks ts_open's JSON configuration (unknown
+// fields refused); each error names the field.
+func parseOpenConfig(cfgJSON string) (openConfig, error) {
 	var cfg openConfig
 	dec := json.NewDecoder(strings.NewReader(cfgJSON))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&cfg); err != nil {
-		return 0, codes.Errorf(codes.InvalidParams, "open: configuration: %v", err)
+		return openConfig{}, codes.Errorf(codes.InvalidParams, "open: configuration: %v", err)
 	}
 	switch {
 	case cfg.Master == "":
-		return 0, codes.Errorf(codes.InvalidParams, "open: master: required (host:port or etcd://h:2379[/prefix])")
+		return openConfig{}, codes.Errorf(codes.InvalidParams, "open: master: required (host:port or etcd://h:2379[/prefix])")
 	case cfg.SegmentSize < 0:
-		return 0, codes.Errorf(codes.InvalidParams, "open: segment_size: must not be negative, got %d", cfg.SegmentSize)
+		return openConfig{}, codes.Errorf(codes.InvalidParams, "open: segment_size: must not be negative, got %d", cfg.SegmentSize)
 	case cfg.SSDCapacity < 0:
-		return 0, codes.Errorf(codes.InvalidParams, "open: ssd_capacity: must not be negative, got %d", cfg.SSDCapacity)
+		return openConfig{}, codes.Errorf(codes.InvalidParams, "open: ssd_capacity: must not be negative, got %d", cfg.SSDCapacity)
 	case cfg.SSDDir != "" && cfg.SegmentSize == 0:
-		return 0, codes.Errorf(codes.InvalidParams, "open: ssd_dir: needs segment_size > 0 (the SSD tier is under the in-process node)")
+		return openConfig{}, codes.Errorf(codes.InvalidParams, "open: ssd_dir: needs segment_size > 0 (the SSD tier is under the in-process node)")
 	case cfg.Timeout < 0:
-		return 0, codes.Errorf(codes.InvalidParams, "open: timeout: must not be negative, got %v", cfg.Timeout)
+		return openConfig{}, codes.Errorf(codes.InvalidParams, "open: timeout: must not be negative, got %v", cfg.Timeout)
 	}
 	if strings.Contains(cfg.Master, "://") {
 		if _, err := ha.ParseMasterURL(cfg.Master); err != nil {
-			return 0, codes.Errorf(codes.InvalidParams, "open: master: %v", err)
+			return openConfig{}, codes.Errorf(codes.InvalidParams, "open: master: %v", err)
 		}
+	}
+	return cfg, nil
+}
+
+func open(cfgJSON string) (int64, error) {
+	cfg, err := parseOpenConfig(cfgJSON)
+	if err != nil {
+		return 0, err
 	}
 	level, err := parseLevel(cfg.LogLevel)
 	if err != nil {
