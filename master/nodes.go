@@ -72,14 +72,9 @@ func (s *Service) mountLocked(n *node, req masterapi.MountRequest) error {
 
 // UnmountSegment implements API.
 func (s *Service) UnmountSegment(ctx context.Context, nodeID, seg string) error {
-	if err := s.check(ctx); err != nil {
+	n, err := s.lockNode(ctx, nodeID, "unmount")
+	if err != nil {
 		return err
-	}
-	s.nodesMu.Lock()
-	n := s.nodes[nodeID]
-	if n == nil {
-		s.nodesMu.Unlock()
-		return s.observe(codes.Errorf(codes.ClientNotFound, "master: unmount: node %q", nodeID))
 	}
 	g := n.segments[seg]
 	if g == nil {
@@ -95,16 +90,27 @@ func (s *Service) UnmountSegment(ctx context.Context, nodeID, seg string) error 
 	return nil
 }
 
-// LeaveNode implements API.
-func (s *Service) LeaveNode(ctx context.Context, nodeID, incarnation string) error {
+// lockNode takes nodesMu and returns node nodeID with it held, for a
+// node's call (named in the error): ErrClientNotFound, nodesMu released,
+// when the master does not know the node.
+func (s *Service) lockNode(ctx context.Context, nodeID, call string) (*node, error) {
 	if err := s.check(ctx); err != nil {
-		return err
+		return nil, err
 	}
 	s.nodesMu.Lock()
 	n := s.nodes[nodeID]
 	if n == nil {
 		s.nodesMu.Unlock()
-		return s.observe(codes.Errorf(codes.ClientNotFound, "master: leave: node %q", nodeID))
+		return nil, s.observe(codes.Errorf(codes.ClientNotFound, "master: %s: node %q", call, nodeID))
+	}
+	return n, nil
+}
+
+// LeaveNode implements API.
+func (s *Service) LeaveNode(ctx context.Context, nodeID, incarnation string) error {
+	n, err := s.lockNode(ctx, nodeID, "leave")
+	if err != nil {
+		return err
 	}
 	if incarnation != "" && incarnation != n.incarnation {
 		s.nodesMu.Unlock()
