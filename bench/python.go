@@ -72,24 +72,11 @@ func runPython(ctx context.Context, e *env) (*result, error) {
 	if err := pyBuildLib(ctx, repo); err != nil {
 		return nil, err
 	}
-	// The master and the node are processes of their own, so that the Go
-	// client here and the Python one in its process each share a CPU with
-	// nothing of the cluster's.
-	bin := filepath.Join(e.dir, "bin")
-	if err := buildBinaries(ctx, bin); err != nil {
-		return nil, err
-	}
 	cl := &cluster{}
 	defer cl.stop()
-	line, err := cl.start(ctx, e.dir, filepath.Join(bin, "tierstore-master"), "tierstore-master listening on ",
-		"--rpc_port=0", "--metrics_port=0", "--log_level=warn")
+	addr, err := pyCluster(ctx, e.dir, cl)
 	if err != nil {
-		return nil, fmt.Errorf("bench: python: master: %w\n%s", err, cl.logTail())
-	}
-	addr := strings.Fields(line)[0]
-	if _, err := cl.start(ctx, e.dir, filepath.Join(bin, "tierstore-node"), "tierstore-node listening on ",
-		"--master="+addr, "--memory=1GiB"); err != nil {
-		return nil, fmt.Errorf("bench: python: node: %w\n%s", err, cl.logTail())
+		return nil, err
 	}
 	cs, err := remoteClients(ctx, addr, 1)
 	if err != nil {
@@ -108,36 +95,9 @@ func runPython(ctx context.Context, e *env) (*result, error) {
 	if e.sizes != nil { // tests: one short pass
 		passes, d = 1, 200*time.Millisecond
 	}
-	py, err := startPyServer(ctx, repo, addr)
+	goPasses, pyPassesOut, err := pyRunPasses(ctx, c, repo, addr, passes, d)
 	if err != nil {
-		return nil, fmt.Errorf("bench: python: %w", err)
-	}
-	defer py.close()
-	goFig := pyGoFigures(ctx, c)
-	// Figure by figure, Go and Python take turns (the side that goes first
-	// alternates by pass), so that each ratio compares two measures taken
-	// seconds apart on a machine whose load drifts.
-	goPasses, pyPassesOut := make([]pyFigures, passes), make([]pyFigures, passes)
-	for p := range passes {
-		goPasses[p], pyPassesOut[p] = pyFigures{}, pyFigures{}
-		for _, name := range append(slices.Clone(pyFigureNames), pyGoOnly...) {
-			pyName, both := pyCounterpart(name)
-			for turn := range 2 {
-				if (turn+p)%2 == 0 {
-					v, err := goFig[name](d, p)
-					if err != nil {
-						return nil, fmt.Errorf("bench: python: Go %s: %w", name, err)
-					}
-					goPasses[p][name] = v
-				} else if both {
-					v, err := py.measure(pyName, d)
-					if err != nil {
-						return nil, fmt.Errorf("bench: python: Python %s: %w", pyName, err)
-					}
-					pyPassesOut[p][pyName] = v
-				}
-			}
-		}
+		return nil, err
 	}
 
 	res := &result{Options: map[string]string{
@@ -178,6 +138,66 @@ func runPython(ctx context.Context, e *env) (*result, error) {
 		"goal: every Python figure >= 0.9 x the Go figure")
 	res.Elapsed = time.Since(started).Seconds()
 	return res, nil
+}
+
+// pyCluster builds and starts the master and one node of 1 GiB DRAM as
+// processes of cl; it returns the master's address.
+func pyCluster(ctx context.Context, dir string, cl *cluster) (string, error) {
+	// The master and the node are processes of their own, so that the Go
+	// client here and the Python one in its process each share a CPU with
+	// nothing of the cluster's.
+	bin := filepath.Join(dir, "bin")
+	if err := buildBinaries(ctx, bin); err != nil {
+		return "", err
+	}
+	line, err := cl.start(ctx, dir, filepath.Join(bin, "tierstore-master"), "tierstore-master listening on ",
+		"--rpc_port=0", "--metrics_port=0", "--log_level=warn")
+	if err != nil {
+		return "", fmt.Errorf("bench: python: master: %w\n%s", err, cl.logTail())
+	}
+	addr := strings.Fields(line)[0]
+	if _, err := cl.start(ctx, dir, filepath.Join(bin, "tierstore-node"), "tierstore-node listening on ",
+		"--master="+addr, "--memory=1GiB"); err != nil {
+		return "", fmt.Errorf("bench: python: node: %w\n%s", err, cl.logTail())
+	}
+	return addr, nil
+}
+
+// pyRunPasses measures every figure passes times, d of timed work each: Go
+// in this process and Python in one long-lived server process, taking
+// turns figure by figure (who goes first alternates by pass), so that each
+// ratio compares two measures taken seconds apart on a machine whose load
+// drifts.
+func pyRunPasses(ctx context.Context, c *client.Client, repo, addr string, passes int, d time.Duration) (goPasses, pyPassesOut []pyFigures, err error) {
+	py, err := startPyServer(ctx, repo, addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("bench: python: %w", err)
+	}
+	defer py.close()
+	goFig := pyGoFigures(ctx, c)
+	goPasses, pyPassesOut = make([]pyFigures, passes), make([]pyFigures, passes)
+	for p := range passes {
+		goPasses[p], pyPassesOut[p] = pyFigures{}, pyFigures{}
+		for _, name := range append(slices.Clone(pyFigureNames), pyGoOnly...) {
+			pyName, both := pyCounterpart(name)
+			for turn := range 2 {
+				if (turn+p)%2 == 0 {
+					v, err := goFig[name](d, p)
+					if err != nil {
+						return nil, nil, fmt.Errorf("bench: python: Go %s: %w", name, err)
+					}
+					goPasses[p][name] = v
+				} else if both {
+					v, err := py.measure(pyName, d)
+					if err != nil {
+						return nil, nil, fmt.Errorf("bench: python: Python %s: %w", pyName, err)
+					}
+					pyPassesOut[p][pyName] = v
+				}
+			}
+		}
+	}
+	return goPasses, pyPassesOut, nil
 }
 
 // pyRepo is the repository root (the bench runs from it: go run ./bench).
