@@ -1,14 +1,12 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -88,23 +86,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(lis) }()
 
-	var metrics *http.Server
-	if cfg.MetricsPort != 0 {
-		mlis, err := net.Listen("tcp", net.JoinHostPort(cfg.RPCAddress, strconv.Itoa(cfg.MetricsPort)))
-		if err != nil {
-			srv.Stop()
-			fmt.Fprintf(stderr, "tierstore-master: metrics_port: listen: %v\n", err)
-			return 1
-		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", svc.MetricsHandler())
-		metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := metrics.Serve(mlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("metrics server", "err", err)
-			}
-		}()
-		fmt.Fprintf(stdout, "tierstore-master metrics on http://%s/metrics\n", mlis.Addr())
+	stopMetrics, err := serveMetrics(cfg, svc.MetricsHandler(), log, stdout)
+	if err != nil {
+		srv.Stop()
+		fmt.Fprintf(stderr, "tierstore-master: metrics_port: listen: %v\n", err)
+		return 1
 	}
 	fmt.Fprintf(stdout, "tierstore-master listening on %s\n", lis.Addr())
 	log.Info("listening", "rpc", lis.Addr().String(), "metrics_port", cfg.MetricsPort)
@@ -126,11 +112,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case <-time.After(10 * time.Second):
 		srv.Stop()
 	}
-	if metrics != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		metrics.Shutdown(ctx)
-		cancel()
-	}
+	stopMetrics()
 	svc.Close()
 	log.Info("stopped")
 	return code
