@@ -9,10 +9,10 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
-	"github.com/tierstore/tierstore/internal/crc32c"
 )
 
 // crcChunk is how much of a payload is read before its CRC32C is updated:
@@ -33,6 +33,8 @@ type DataConn struct {
 	conn     net.Conn
 	endpoint string
 	br       *bufio.Reader // the reader goroutine's alone
+	// raw is conn's socket for the reader's readv (readv.go); nil over TLS.
+	raw syscall.RawConn
 
 	// wmu serialises frame writes; it protects wbuf and wv.
 	wmu  sync.Mutex
@@ -124,7 +126,7 @@ func DialDataTLS(ctx context.Context, endpoint string, timeout time.Duration, cf
 	}
 	_ = c.SetDeadline(time.Time{})
 	dc := &DataConn{
-		conn: c, endpoint: endpoint, br: bufio.NewReaderSize(c, 16<<10),
+		conn: c, endpoint: endpoint, br: bufio.NewReaderSize(c, 16<<10), raw: rawConnOf(c),
 		wbuf: make([]byte, 0, HeaderLen+MaxMeta), calls: map[uint32]*call{},
 		readerDone: make(chan struct{}),
 	}
@@ -503,7 +505,7 @@ func (dc *DataConn) reply(h Header, meta []byte) error {
 	c.reading = true
 	dc.mu.Unlock()
 	c.hasCRC, c.sent = h.Flags&FlagCRC != 0, h.CRC
-	crc, err := readPartsCRC(dc.br, c.buf)
+	crc, err := readPartsCRC(dc.br, dc.raw, c.buf)
 	if err != nil {
 		why := ""
 		if c.op == OpReadSSD {
@@ -516,26 +518,6 @@ func (dc *DataConn) reply(h Header, meta []byte) error {
 	c.crc = crc
 	dc.complete(h.ID, c, nil)
 	return nil
-}
-
-// readPartsCRC fills parts in order from r and returns the CRC32C of the
-// whole, each part read straight into (scatter).
-func readPartsCRC(r io.Reader, parts [][]byte) (uint32, error) {
-	var crc uint32
-	var done int64
-	for _, p := range parts {
-		for got := 0; got < len(p); {
-			end := min(got+crcChunk, len(p))
-			n, err := io.ReadFull(r, p[got:end])
-			crc = crc32c.Update(crc, p[got:got+n])
-			got += n
-			if err != nil {
-				return 0, fmt.Errorf("%d of %d payload bytes, then %w", done+int64(got), partsLen(parts), err)
-			}
-		}
-		done += int64(len(p))
-	}
-	return crc, nil
 }
 
 // partsLen is the total length of parts.
