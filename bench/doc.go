@@ -45,6 +45,12 @@
 //     start-up re-registration and reconciles with nothing changed, with
 //     100 and with 10000 keys drifted: wall time, master CPU and RSS
 //     (/proc of the master process), node CPU (getrusage) and heap growth.
+//   - scale (not in "all": 10M objects take ~4 GiB): one in-process master
+//     filled with N objects of 108-byte vLLM-shaped keys made on the fly
+//     (--scale_objects, default 1M and 10M), the fill stopping at
+//     --scale_rss_cap: RSS and heap per object, how many objects it held
+//     when its RSS growth passed 8 GiB, put pairs per second at that size,
+//     and ExistKey / GetReplicaList p50 and p99 (issue 23 item 2).
 //   - failover (not part of all): highly available masters as real
 //     processes (tierstore-etcd, 3 masters with the default HA settings,
 //     nodes): kill -9 of the leader 20 times (3 with --quick), the time to

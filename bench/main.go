@@ -45,24 +45,26 @@ func findScenario(name string) (scenario, bool) {
 
 // env is what a scenario gets: the parsed options and the output channels.
 type env struct {
-	dir       string // scratch directory for this scenario (exists, empty)
-	quick     bool
-	traceFile string
-	stderr    io.Writer
-	progress  progressFactory
-	sizes     []int64       // tests only: object sizes of throughput (nil: all)
-	sizesFlag string        // throughput: --sizes
-	readers   int           // throughput: --readers
-	perLoad   int           // throughput: --keys-per-load
-	backends  string        // throughput: --backends
-	objects   int           // recovery: --objects
-	objSize   int64         // recovery: --object-size
-	duration  time.Duration // soak: --duration (0: 60s, 10s with --quick)
-	keys      int64         // reconcile: --keys (0: 10M, 100k with --quick)
-	seed      int64         // churn: --seed (0: the fixed trace seeds)
-	replicas  int           // crashloop: --replicas
-	bin       string        // fullput: --bin (prebuilt binaries; "": built from the tree)
-	procProf  string        // fullput: --procprofile (directory of the processes' CPU profiles; "": none)
+	dir          string // scratch directory for this scenario (exists, empty)
+	quick        bool
+	traceFile    string
+	stderr       io.Writer
+	progress     progressFactory
+	sizes        []int64       // tests only: object sizes of throughput (nil: all)
+	sizesFlag    string        // throughput: --sizes
+	readers      int           // throughput: --readers
+	perLoad      int           // throughput: --keys-per-load
+	backends     string        // throughput: --backends
+	objects      int           // recovery: --objects
+	objSize      int64         // recovery: --object-size
+	duration     time.Duration // soak: --duration (0: 60s, 10s with --quick)
+	keys         int64         // reconcile: --keys (0: 10M, 100k with --quick)
+	seed         int64         // churn: --seed (0: the fixed trace seeds)
+	replicas     int           // crashloop: --replicas
+	bin          string        // fullput: --bin (prebuilt binaries; "": built from the tree)
+	procProf     string        // fullput: --procprofile (directory of the processes' CPU profiles; "": none)
+	scaleObjects string        // scale: --scale_objects ("": 1M,10M; 100k with --quick)
+	scaleRSSCap  int64         // scale: --scale_rss_cap (0: 16 GiB)
 }
 
 func usage(w io.Writer, fs *flag.FlagSet) {
@@ -109,6 +111,8 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 	seed := fs.Int64("seed", 0, "churn: seed of the generated traces: conversations and mixed N, zipf-bursts N+1, the others N+2 (0: the fixed seeds 42, 7 and 11)")
 	bin := fs.String("bin", "", "fullput: directory of prebuilt tierstore-master and tierstore-node (default: built from this tree)")
 	procProf := fs.String("procprofile", "", "fullput: write CPU profiles of each row's master and node processes into this directory (ROW-master.pprof, ROW-node.pprof)")
+	scaleObjects := fs.String("scale_objects", "", "scale: master sizes to measure, comma-separated (default 1M,10M; --quick 100k; e.g. 1M,10M,50M)")
+	scaleRSSCap := fs.String("scale_rss_cap", "16G", "scale: stop filling a master whose RSS grew by this much")
 	replicas := fs.Int("replicas", 1, "crashloop: DRAM replicas of every put (more than 1: on 3 nodes, or as many as replicas)")
 
 	names, help, err := parseArgs(fs, args)
@@ -138,6 +142,10 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 	if err != nil || osize < 1 || *objects < 0 {
 		return fmt.Errorf("%w: --objects must be >= 0 and --object-size a positive size (e.g. 4K)", errUsage)
 	}
+	rssCap, err := parseSize(*scaleRSSCap)
+	if err != nil || rssCap < 1 {
+		return fmt.Errorf("%w: --scale_rss_cap must be a positive size (e.g. 16G)", errUsage)
+	}
 	if *traceFile != "" {
 		if _, err := os.Stat(*traceFile); err != nil {
 			return fmt.Errorf("%w: --trace: %v", errUsage, err)
@@ -158,7 +166,8 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 	mkEnv := func(sdir string) *env {
 		e := &env{dir: sdir, quick: *quick, traceFile: *traceFile, stderr: stderr, progress: prog,
 			sizesFlag: *sizes, readers: *readers, perLoad: *perLoad, backends: *backends,
-			objects: *objects, objSize: osize, duration: *duration, keys: *keys, seed: *seed, replicas: *replicas, bin: *bin, procProf: *procProf}
+			objects: *objects, objSize: osize, duration: *duration, keys: *keys, seed: *seed, replicas: *replicas, bin: *bin, procProf: *procProf,
+			scaleObjects: *scaleObjects, scaleRSSCap: rssCap}
 		if adjust != nil {
 			adjust(e)
 		}

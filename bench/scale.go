@@ -1,0 +1,302 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tierstore/tierstore/master"
+	"github.com/tierstore/tierstore/masterapi"
+)
+
+func init() {
+	register(scenario{
+		name: "scale",
+		help: "one in-process master filled to 1M, 10M (--scale_objects) objects of vLLM-shaped keys: RSS and heap per object, put pairs/s and lookup p99 at that size",
+		run:  runScale,
+	})
+}
+
+// scaleObjSize is every object's size: the master keeps the same metadata
+// whatever the size, and the segment is bookkeeping only.
+const scaleObjSize = 64 << 10
+
+// scaleKey is object i's key in vLLM's layout (108 bytes: a fixed prefix
+// and a 256-bit block hash in hex), made on demand so that the bench holds
+// no key list: at 50M keys that list alone would be gigabytes.
+func scaleKey(i int) string {
+	var words [4]uint64
+	for j := range words {
+		words[j] = mix(uint64(4*i+j) * 0x9e3779b97f4a7c15)
+	}
+	return fmt.Sprintf("model@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@%016x%016x%016x%016x", words[0], words[1], words[2], words[3])
+}
+
+// scaleBudget is the master RSS issue 23 allows 50M objects.
+const scaleBudget = 8 << 30
+
+// scaleSizes parses --scale_objects ("1M,10M,50M").
+func scaleSizes(s string, quick bool) ([]int, error) {
+	if s == "" {
+		if quick {
+			return []int{100_000}, nil
+		}
+		return []int{1_000_000, 10_000_000}, nil
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		mul := 1
+		switch {
+		case strings.HasSuffix(f, "M"):
+			mul, f = 1_000_000, strings.TrimSuffix(f, "M")
+		case strings.HasSuffix(f, "k"):
+			mul, f = 1_000, strings.TrimSuffix(f, "k")
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%w: --scale_objects: %q is not a positive count (e.g. 1M, 500k, 20000)", errUsage, f)
+		}
+		out = append(out, n*mul)
+	}
+	return out, nil
+}
+
+// rssBytes is this process's resident set.
+func rssBytes() (int64, error) {
+	st, err := readProc(os.Getpid())
+	return st.rss, err
+}
+
+func runScale(ctx context.Context, e *env) (*result, error) {
+	sizes, err := scaleSizes(e.scaleObjects, e.quick)
+	if err != nil {
+		return nil, err
+	}
+	capRSS := e.scaleRSSCap
+	if capRSS == 0 {
+		capRSS = 16 << 30
+	}
+	probes := 200_000
+	if e.quick {
+		probes = 10_000
+	}
+	res := &result{Options: map[string]string{
+		"keys":       "108 bytes, vLLM's layout (model@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@<256-bit hash hex>)",
+		"object":     sizeName(scaleObjSize) + " (metadata only: the segment is bookkeeping)",
+		"master":     "in-process master.Service, one segment, no monitor loop, the Go runtime's default GC (GOGC=100) as tierstore-master",
+		"rss_cap":    sizeName(capRSS) + " (--scale_rss_cap): filling stops there",
+		"probes":     fmt.Sprint(probes),
+		"gomaxprocs": fmt.Sprint(runtimeProcs()),
+	}}
+	t := &table{
+		Title: "master at size: memory, put pairs and lookups",
+		Columns: []string{"objects wanted", "objects held", "RSS GiB", "RSS B/object", "heap B/object", "objects at 8 GiB RSS",
+			"fill pairs/s", "put pairs/s at size", "ExistKey p50 us", "ExistKey p99 us", "GetReplicaList p50 us", "GetReplicaList p99 us"},
+	}
+	for _, n := range sizes {
+		row, err := scaleOne(ctx, e, n, probes, capRSS)
+		if err != nil {
+			return nil, fmt.Errorf("scale %d: %w", n, err)
+		}
+		t.add(row...)
+	}
+	res.Tables = append(res.Tables, t)
+	res.Notes = append(res.Notes,
+		"RSS and heap per object: growth over the empty master (after a GC), divided by the objects held; key bytes included",
+		"objects at 8 GiB RSS: how many objects the master held when its growth first passed 8 GiB (issue 23's budget for 50M); '-' when it never did",
+		"fill pairs/s: PutStart+PutEnd pairs from 2 goroutines over the whole fill; put pairs/s at size: "+fmt.Sprint(probes)+" more pairs once the size is reached",
+		"lookups: one goroutine, keys drawn at random among those held, each call timed")
+	return res, nil
+}
+
+// scaleOne fills a fresh master with n objects (or up to capRSS) and
+// measures it; the row's cells follow runScale's columns.
+func scaleOne(ctx context.Context, e *env, n, probes int, capRSS int64) ([]any, error) {
+	runtime.GC()
+	base, err := rssBytes()
+	if err != nil {
+		return nil, err
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	baseHeap := ms.HeapAlloc
+
+	cfg := master.DefaultConfig()
+	cfg.MonitorInterval = 0
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg.DefaultKVLeaseTTL = time.Minute
+	svc, err := master.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer svc.Close()
+	total := n + probes
+	if err := svc.MountSegment(ctx, masterapi.MountRequest{Node: "bench-scale", Endpoint: "127.0.0.1:1",
+		Segment: "scale", Size: int64(2*total) * scaleObjSize}); err != nil {
+		return nil, err
+	}
+	put := func(i int) error {
+		k := scaleKey(i)
+		rep, err := svc.PutStart(ctx, masterapi.PutStartRequest{Key: k, Size: scaleObjSize, CRC: uint32(i), PreferredNode: "bench-scale"})
+		if err != nil {
+			return err
+		}
+		return svc.PutEnd(ctx, k, rep.PutToken)
+	}
+
+	// Fill: 2 goroutines take indexes in order; every 64k objects one of
+	// them checks RSS against the cap and the 8 GiB budget.
+	var next, held atomic.Int64
+	var atBudget atomic.Int64
+	atBudget.Store(-1)
+	var stop atomic.Bool
+	var firstErr error
+	var mu sync.Mutex // protects firstErr
+	bar := e.progress(fmt.Sprintf("scale fill %d", n), int64(n))
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	for w := 0; w < 2; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := put(i); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					stop.Store(true)
+					return
+				}
+				h := held.Add(1)
+				bar.Add(1)
+				if h%(64<<10) == 0 {
+					rss, err := rssBytes()
+					if err == nil && rss-base >= scaleBudget && atBudget.Load() < 0 {
+						atBudget.Store(h)
+					}
+					if err == nil && rss-base >= capRSS {
+						stop.Store(true)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	fill := time.Since(t0)
+	bar.Finish()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	// A goroutine checks stop before it takes an index and puts every index
+	// it takes below n, so the objects held are exactly 0..nHeld-1.
+	nHeld := int(held.Load())
+	runtime.GC()
+	rss, err := rssBytes()
+	if err != nil {
+		return nil, err
+	}
+	runtime.ReadMemStats(&ms)
+	heap := int64(ms.HeapAlloc) - int64(baseHeap)
+	rssPer := float64(rss-base) / float64(nHeld)
+	heapPer := float64(heap) / float64(nHeld)
+
+	// Put pairs at size.
+	t1 := time.Now()
+	var perr error
+	var pwg sync.WaitGroup
+	var pnext atomic.Int64
+	for w := 0; w < 2; w++ {
+		pwg.Add(1)
+		go func() {
+			defer pwg.Done()
+			for {
+				i := int(pnext.Add(1) - 1)
+				if i >= probes {
+					return
+				}
+				if err := put(n + i); err != nil {
+					mu.Lock()
+					if perr == nil {
+						perr = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	pwg.Wait()
+	atSize := float64(probes) / time.Since(t1).Seconds()
+	if perr != nil {
+		return nil, perr
+	}
+
+	lookupRange := nHeld
+	if lookupRange < 1 {
+		return nil, fmt.Errorf("bench: scale: no object held")
+	}
+	exist, err := scaleProbe(probes, lookupRange, func(k string) error {
+		ok, err := svc.ExistKey(ctx, k)
+		if err == nil && !ok {
+			err = fmt.Errorf("%w: ExistKey(%s) = false", errVerify, k)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	replicas, err := scaleProbe(probes, lookupRange, func(k string) error {
+		info, err := svc.GetReplicaList(ctx, k)
+		if err == nil && len(info.Replicas) == 0 {
+			err = fmt.Errorf("%w: no replica for %s", errVerify, k)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	var budgetCell any = "-"
+	if b := atBudget.Load(); b >= 0 {
+		budgetCell = b
+	}
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	return []any{n, nHeld, float64(rss-base) / (1 << 30), rssPer, heapPer, budgetCell,
+		float64(nHeld) / fill.Seconds(), atSize,
+		us(exist.pct(50)), us(exist.pct(99)), us(replicas.pct(50)), us(replicas.pct(99))}, nil
+}
+
+// scaleProbe times probes calls of f on keys drawn among objects 0..n-1
+// (a fixed stride walk, so that every run draws the same keys). The key is
+// made before the clock starts.
+func scaleProbe(probes, n int, f func(key string) error) (latencies, error) {
+	lat := make(latencies, 0, probes)
+	stride := 2654435761 % n
+	if stride == 0 {
+		stride = 1
+	}
+	i := 0
+	for range probes {
+		i = (i + stride) % n
+		k := scaleKey(i)
+		t0 := time.Now()
+		if err := f(k); err != nil {
+			return nil, err
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	return lat, nil
+}
