@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -120,7 +121,9 @@ func runScale(ctx context.Context, e *env) (*result, error) {
 // scaleOne fills a fresh master with n objects (or up to capRSS) and
 // measures it; the row's cells follow runScale's columns.
 func scaleOne(ctx context.Context, e *env, n, probes int, capRSS int64) ([]any, error) {
-	runtime.GC()
+	// The previous size's master is gone: hand its memory back to the OS,
+	// or the new master would reuse it without growing RSS.
+	debug.FreeOSMemory()
 	base, err := rssBytes()
 	if err != nil {
 		return nil, err
