@@ -3,7 +3,9 @@ package wire
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -97,5 +99,56 @@ func TestTLSFrameGathered(t *testing.T) {
 		if want := int64(size/tlsGather + 1); got > want {
 			t.Errorf("a %d-byte read reply took %d socket writes, want at most %d (records not gathered)", size, got, want)
 		}
+	}
+}
+
+// Over TLS, one connection carries concurrent writes, memory reads and
+// SSD reads (the node answers those from their own goroutines, each a
+// gathered reply) and every call gets its own bytes: gathered records of
+// different frames never interleave.
+func TestTLSConcurrentFrames(t *testing.T) {
+	h := newMemHandler(8 << 20)
+	const k = 8
+	vals := make([][]byte, k)
+	for i := range vals {
+		vals[i] = rnd(300<<10 + i*1000) // over a gathered write each
+		h.setSSD(fmt.Sprint(i), vals[i])
+	}
+	addr, _, pool := serveTLS(t, h)
+	ctx := context.Background()
+	dc, err := pool.Get(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errc := make(chan error, 3*k)
+	for i := range k {
+		off := int64(i) << 20
+		wg.Go(func() {
+			v := rnd(512<<10 + i)
+			if err := dc.Write(ctx, "seg", off, v, crc32c.Checksum(v), uint64(i+1)); err != nil {
+				errc <- err
+				return
+			}
+			buf := make([]byte, len(v))
+			if err := dc.ReadRange(ctx, "seg", off, buf, crc32c.Checksum(v)); err != nil {
+				errc <- err
+			} else if !bytes.Equal(buf, v) {
+				errc <- fmt.Errorf("range %d: other bytes", i)
+			}
+		})
+		wg.Go(func() {
+			buf := make([]byte, len(vals[i]))
+			if err := dc.ReadSSD(ctx, []byte(fmt.Sprint(i)), buf, crc32c.Checksum(vals[i])); err != nil {
+				errc <- err
+			} else if !bytes.Equal(buf, vals[i]) {
+				errc <- fmt.Errorf("ssd %d: other bytes", i)
+			}
+		})
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
 	}
 }
