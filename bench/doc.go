@@ -32,6 +32,9 @@
 //   - e2e: client -> node over loopback (put, get from DRAM and from SSD,
 //     batch get) as ratios to a raw TCP stream and tier.Load.
 //   - replicas: puts with 2 and 3 DRAM replicas on 3 nodes against 1.
+//   - tls (not in "all"): a plaintext and a mutual-TLS cluster (master
+//     over gRPC, node on a loopback listener) in one process, measured in
+//     turns per pass: get and put of 1 MiB, batch get; MB/s and the ratio.
 //   - crashloop: kill -9 of nodes and the master under puts and offload:
 //     objects lost, wrong bytes, phantoms.
 //   - soak (not in "all"): real master and node processes, 8 clients

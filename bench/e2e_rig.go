@@ -16,9 +16,11 @@ import (
 	"github.com/tierstore/tierstore/admission"
 	"github.com/tierstore/tierstore/backend/uring"
 	"github.com/tierstore/tierstore/client"
+	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/node"
 	"github.com/tierstore/tierstore/tier"
+	"google.golang.org/grpc"
 )
 
 // ssdPrefix marks the keys the e2e master queues for offload at PutEnd;
@@ -48,6 +50,8 @@ type e2eRig struct {
 	n       *node.Node
 	remote  []*client.Client // no local node: every byte crosses loopback
 	embeded *client.Client   // master and node in-process
+
+	tlsClient *tlsconf.Source // the tls scenario's TLS cluster: a client's certificate (nil: plaintext)
 }
 
 func newE2ERig(ctx context.Context, dir string, clients int, memory int64) (_ *e2eRig, err error) {
@@ -92,6 +96,11 @@ func newE2ERig(ctx context.Context, dir string, clients int, memory int64) (_ *e
 // serveMaster starts a master with mc and serves it over gRPC on
 // 127.0.0.1; it returns the master, its server and its address.
 func serveMaster(mc master.Config) (*master.Service, interface{ Stop() }, string, error) {
+	return serveMasterWith(mc)
+}
+
+// serveMasterWith is serveMaster with the gRPC server's options (TLS).
+func serveMasterWith(mc master.Config, opts ...grpc.ServerOption) (*master.Service, interface{ Stop() }, string, error) {
 	m, err := master.New(mc)
 	if err != nil {
 		return nil, nil, "", err
@@ -101,7 +110,7 @@ func serveMaster(mc master.Config) (*master.Service, interface{ Stop() }, string
 		m.Close()
 		return nil, nil, "", err
 	}
-	srv := master.NewServer(m)
+	srv := master.NewServer(m, opts...)
 	go func() { _ = srv.Serve(lis) }()
 	return m, srv, lis.Addr().String(), nil
 }

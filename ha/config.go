@@ -51,12 +51,17 @@ type Config struct {
 	SafetyMargin time.Duration
 	// DialTimeout bounds one etcd request. Default DefaultDialTimeout.
 	DialTimeout time.Duration
+	// TLS are the files of a TLS connection to etcd; zero: plaintext.
+	TLS EtcdTLS
 	// Logger receives state changes. Default slog.Default().
 	Logger *slog.Logger
 }
 
 func (c Config) withDefaults() (Config, error) {
 	if err := checkEndpoints(c.Endpoints); err != nil {
+		return c, err
+	}
+	if err := c.TLS.Check(); err != nil {
 		return c, err
 	}
 	if err := checkHostPort(c.Address); err != nil {

@@ -75,7 +75,8 @@
 //
 // ParseMasterURL reads a --master value: a plain host:port is one master
 // used directly (Term 0); etcd://h1:2379,h2:2379[/prefix] names an etcd
-// cluster. A Resolver reads the leader (the first-created key under the
+// cluster; a query ?ca=FILE&cert=FILE&key=FILE reaches it over TLS
+// (EtcdTLS, also Config.TLS of a candidate). A Resolver reads the leader (the first-created key under the
 // prefix, etcd's own rule) and watches the prefix; on any watch failure it
 // re-reads and re-watches with capped backoff, and it re-reads every
 // ResyncInterval even when the watch is quiet. It survives etcd restarts and

@@ -54,7 +54,7 @@ func Campaign(ctx context.Context, cfg Config) (*Leadership, error) {
 	if err != nil {
 		return nil, err
 	}
-	cli, err := newClient(cfg.Endpoints, cfg.DialTimeout)
+	cli, err := newClient(cfg.Endpoints, cfg.DialTimeout, cfg.TLS)
 	if err != nil {
 		return nil, err
 	}
@@ -78,10 +78,15 @@ func Campaign(ctx context.Context, cfg Config) (*Leadership, error) {
 	}
 }
 
-func newClient(endpoints []string, dialTimeout time.Duration) (*clientv3.Client, error) {
+func newClient(endpoints []string, dialTimeout time.Duration, files EtcdTLS) (*clientv3.Client, error) {
+	tc, err := files.config()
+	if err != nil {
+		return nil, err
+	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: dialTimeout,
+		TLS:         tc,
 		Logger:      zap.NewNop(), // the client logs every retry; we log state changes
 	})
 	if err != nil {

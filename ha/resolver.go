@@ -94,7 +94,7 @@ func NewResolver(u MasterURL, opts ResolverOptions) (*Resolver, error) {
 		return nil, err
 	}
 	r.url = u
-	if r.client, err = newClient(u.Endpoints, opts.DialTimeout); err != nil {
+	if r.client, err = newClient(u.Endpoints, opts.DialTimeout, u.TLS); err != nil {
 		return nil, err
 	}
 	ctx, stop := context.WithCancel(context.Background())

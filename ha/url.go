@@ -2,6 +2,7 @@ package ha
 
 import (
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 )
@@ -16,6 +17,9 @@ type MasterURL struct {
 	// Prefix is the election prefix in etcd form (DefaultPrefix unless the
 	// URL has a path).
 	Prefix string
+	// TLS are the files of a TLS connection to etcd (the URL's query
+	// ?ca=FILE&cert=FILE&key=FILE); zero: plaintext.
+	TLS EtcdTLS
 }
 
 // IsEtcd reports whether the master is found through etcd.
@@ -30,6 +34,15 @@ func (u MasterURL) String() string {
 	if u.Prefix != DefaultPrefix {
 		s += u.Prefix
 	}
+	if u.TLS.Enabled() {
+		q := url.Values{}
+		for _, kv := range [][2]string{{"ca", u.TLS.CA}, {"cert", u.TLS.Cert}, {"key", u.TLS.Key}} {
+			if kv[1] != "" {
+				q.Set(kv[0], kv[1])
+			}
+		}
+		s += "?" + q.Encode()
+	}
 	return s
 }
 
@@ -39,10 +52,13 @@ func (u MasterURL) String() string {
 //	etcd://h1:2379,h2:2379            the leader elected under DefaultPrefix
 //	etcd://h1:2379;h2:2379            ';' separates endpoints too (Mooncake's form)
 //	etcd://h1:2379/my/cluster         the leader elected under /my/cluster
+//	etcd://h1:2379?ca=CA&cert=C&key=K etcd over TLS: CA verifies etcd, C and K
+//	                                  are the client certificate (EtcdTLS)
 //
 // Errors wrap ErrBadMasterURL and say what is wrong: empty input, unknown
 // scheme, empty host list, empty endpoint, missing host, bad port, duplicate
-// endpoint, query or fragment.
+// endpoint, a query other than ca, cert and key (each once, ca needed with
+// cert and key), or a fragment.
 func ParseMasterURL(s string) (MasterURL, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
@@ -58,8 +74,16 @@ func ParseMasterURL(s string) (MasterURL, error) {
 	if !strings.EqualFold(scheme, "etcd") {
 		return MasterURL{}, fmt.Errorf("%w: %q: unknown scheme %q, want etcd:// or a plain host:port", ErrBadMasterURL, s, scheme)
 	}
-	if strings.ContainsAny(rest, "?#") {
-		return MasterURL{}, fmt.Errorf("%w: %q: query and fragment are not supported", ErrBadMasterURL, s)
+	if strings.Contains(rest, "#") {
+		return MasterURL{}, fmt.Errorf("%w: %q: a fragment is not supported", ErrBadMasterURL, s)
+	}
+	rest, query, hasQuery := strings.Cut(rest, "?")
+	var tlsFiles EtcdTLS
+	if hasQuery {
+		var err error
+		if tlsFiles, err = parseTLSQuery(query); err != nil {
+			return MasterURL{}, fmt.Errorf("%w: %q: %w", ErrBadMasterURL, s, err)
+		}
 	}
 	hosts, path, _ := strings.Cut(rest, "/")
 	eps, err := parseEndpoints(ErrBadMasterURL, strconv.Quote(s), hosts)
@@ -72,7 +96,39 @@ func ParseMasterURL(s string) (MasterURL, error) {
 			return MasterURL{}, fmt.Errorf("%w: %q: bad prefix path %q", ErrBadMasterURL, s, "/"+path)
 		}
 	}
-	return MasterURL{Endpoints: eps, Prefix: prefix}, nil
+	return MasterURL{Endpoints: eps, Prefix: prefix, TLS: tlsFiles}, nil
+}
+
+// parseTLSQuery reads an etcd:// address's query: ca, cert and key, each
+// at most once, nothing else.
+func parseTLSQuery(query string) (EtcdTLS, error) {
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return EtcdTLS{}, fmt.Errorf("query %q: %v", query, err)
+	}
+	var t EtcdTLS
+	for k, vs := range q {
+		if len(vs) != 1 || vs[0] == "" {
+			return EtcdTLS{}, fmt.Errorf("query parameter %q: give it once, with a file", k)
+		}
+		switch k {
+		case "ca":
+			t.CA = vs[0]
+		case "cert":
+			t.Cert = vs[0]
+		case "key":
+			t.Key = vs[0]
+		default:
+			return EtcdTLS{}, fmt.Errorf("unknown query parameter %q (want ca, cert, key: etcd's TLS files)", k)
+		}
+	}
+	if !t.Enabled() {
+		return EtcdTLS{}, fmt.Errorf("empty query (want ca, cert, key: etcd's TLS files)")
+	}
+	if err := t.Check(); err != nil {
+		return EtcdTLS{}, err
+	}
+	return t, nil
 }
 
 // ParseEndpoints parses a master's --etcd_endpoints value: host:port

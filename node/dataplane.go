@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"crypto/tls"
 	"net"
 	"slices"
 	"sync"
@@ -104,7 +103,7 @@ var Roles = tlsconf.Table{
 // authorizeData lets a data connection through if its peer's certificate
 // names role client (the Mux verified the certificate).
 func authorizeData(c net.Conn) error {
-	tc, ok := c.(*tls.Conn)
+	tc, ok := c.(tlsconf.StateConn)
 	if !ok {
 		return codes.Errorf(codes.PermissionDenied, "the data plane needs role client over mutual TLS; the connection is not TLS")
 	}

@@ -7,8 +7,11 @@
 //
 // It binds 127.0.0.1 unless told otherwise, keeps its data in --data-dir
 // (a restart on the same directory and ports keeps every key and revision),
-// and stops cleanly on SIGTERM or SIGINT (exit 0). It is a development and
-// test tool: one member, no TLS, no auth (docs/ha.md).
+// and stops cleanly on SIGTERM or SIGINT (exit 0). With --tls_cert,
+// --tls_key and --tls_ca it serves clients over TLS and requires a client
+// certificate of that CA (etcd's --client-cert-auth); its certificate must
+// name the client address's IP. It is a development and test tool: one
+// member, no auth (docs/ha.md, docs/security.md).
 package main
 
 import (
@@ -73,6 +76,9 @@ func parse(args []string, stdout io.Writer) (etcdserver.Config, error) {
 	fs.StringVar(&cfg.Name, "name", "tierstore-etcd", "member name")
 	fs.StringVar(&cfg.LogLevel, "log-level", "error", "etcd log level: debug, info, warn, error, panic, fatal")
 	fs.DurationVar(&cfg.StartTimeout, "start-timeout", 30*time.Second, "how long to wait for the member to serve")
+	fs.StringVar(&cfg.TLS.Cert, "tls_cert", "", "client TLS: the server's certificate file (its SANs name the client address's IP); with tls_key and tls_ca")
+	fs.StringVar(&cfg.TLS.Key, "tls_key", "", "client TLS: the key file of tls_cert")
+	fs.StringVar(&cfg.TLS.CA, "tls_ca", "", "client TLS: the CA file that clients' certificates must be signed by (a client certificate is required)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stdout, "usage: tierstore-etcd --data-dir DIR [flags]")
@@ -97,6 +103,16 @@ func parse(args []string, stdout io.Writer) (etcdserver.Config, error) {
 	for _, a := range []struct{ flag, addr string }{{"--listen-client", cfg.ClientAddr}, {"--listen-peer", cfg.PeerAddr}} {
 		if _, _, err := etcdserver.ParseAddr(a.addr); err != nil {
 			return cfg, fmt.Errorf("%s: %v", a.flag, err)
+		}
+	}
+	if t := cfg.TLS; t.Enabled() {
+		if t.Cert == "" || t.Key == "" || t.CA == "" {
+			return cfg, fmt.Errorf("--tls_cert, --tls_key and --tls_ca go together (got cert %q, key %q, ca %q)", t.Cert, t.Key, t.CA)
+		}
+		for _, f := range []struct{ flag, path string }{{"--tls_cert", t.Cert}, {"--tls_key", t.Key}, {"--tls_ca", t.CA}} {
+			if _, err := os.Stat(f.path); err != nil {
+				return cfg, fmt.Errorf("%s: %v", f.flag, err)
+			}
 		}
 	}
 	if cfg.StartTimeout <= 0 {

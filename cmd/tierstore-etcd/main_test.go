@@ -26,6 +26,8 @@ func TestBadCommandLines(t *testing.T) {
 		{"--data-dir /tmp/x --log-level loud", "--log-level"},
 		{"--data-dir /tmp/x --start-timeout 0s", "--start-timeout"},
 		{"--bogus", "bogus"},
+		{"--data-dir /tmp/x --tls_cert /c --tls_key /k", "go together"},
+		{"--data-dir /tmp/x --tls_cert /nonexistent/c --tls_key /nonexistent/k --tls_ca /nonexistent/ca", "--tls_cert"},
 	}
 	for _, c := range cases {
 		var out, errOut bytes.Buffer

@@ -37,7 +37,8 @@ type haOptions struct {
 	prefix        string
 	sessionTTL    time.Duration
 	rebuildWindow time.Duration
-	parsed        []string // endpoints, parsed
+	etcdTLS       ha.EtcdTLS // --etcd_tls_*: the etcd client's TLS files
+	parsed        []string   // endpoints, parsed
 }
 
 // registerHAFlags defines the HA flags (Mooncake's enable_ha and
@@ -49,12 +50,15 @@ func registerHAFlags(fs *flag.FlagSet, o *haOptions) {
 	fs.StringVar(&o.prefix, "ha_prefix", o.prefix, "etcd key prefix of the election; nodes and clients use etcd://ENDPOINTS/PREFIX")
 	fs.Var(durationFlag{&o.sessionTTL, time.Second}, "ha_session_ttl", "etcd session TTL: a dead leader is replaced about this long after its last keepalive, in s or as a duration")
 	fs.Var(durationFlag{&o.rebuildWindow, time.Millisecond}, "ha_rebuild_window", "after winning, misses are answered 'ask again' this long while nodes re-register, in ms or as a duration")
+	fs.StringVar(&o.etcdTLS.CA, "etcd_tls_ca", "", "etcd over TLS: the CA file that signed etcd's server certificate (with enable_ha; nodes and clients use etcd://ENDPOINTS?ca=FILE&cert=FILE&key=FILE)")
+	fs.StringVar(&o.etcdTLS.Cert, "etcd_tls_cert", "", "etcd over TLS: this master's client certificate file, for an etcd with --client-cert-auth (with etcd_tls_ca and etcd_tls_key)")
+	fs.StringVar(&o.etcdTLS.Key, "etcd_tls_key", "", "etcd over TLS: the key file of etcd_tls_cert")
 }
 
 // check validates the HA flags once parsed; set holds the flags given.
 func (o *haOptions) check(set map[string]bool, cfg master.Config) error {
 	if !o.enable {
-		for _, n := range []string{"etcd_endpoints", "ha_prefix", "ha_session_ttl", "ha_rebuild_window"} {
+		for _, n := range []string{"etcd_endpoints", "ha_prefix", "ha_session_ttl", "ha_rebuild_window", "etcd_tls_ca", "etcd_tls_cert", "etcd_tls_key"} {
 			if set[n] {
 				return fmt.Errorf("%w: %s given without enable_ha=true", errUsage, n)
 			}
@@ -69,6 +73,17 @@ func (o *haOptions) check(set map[string]bool, cfg master.Config) error {
 		return fmt.Errorf("%w: etcd_endpoints: %s", errUsage, oneLine(err))
 	}
 	o.parsed = eps
+	if err := o.etcdTLS.Check(); err != nil {
+		return fmt.Errorf("%w: etcd_tls_*: %s", errUsage, oneLine(err))
+	}
+	for _, f := range []struct{ flag, path string }{{"etcd_tls_ca", o.etcdTLS.CA}, {"etcd_tls_cert", o.etcdTLS.Cert}, {"etcd_tls_key", o.etcdTLS.Key}} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			return fmt.Errorf("%w: %s: %v", errUsage, f.flag, err)
+		}
+	}
 	if ip := net.ParseIP(cfg.RPCAddress); ip != nil && ip.IsUnspecified() {
 		return fmt.Errorf("%w: rpc_address %s: with enable_ha the master publishes its address for nodes and clients; give the address they reach it at", errUsage, cfg.RPCAddress)
 	}
@@ -98,7 +113,7 @@ func runHA(cfg master.Config, opt options, srvOpts []grpc.ServerOption, guard *p
 	m := hamaster.New(lis, hamaster.Config{
 		Master: cfg,
 		Election: ha.Config{Endpoints: opt.ha.parsed, Prefix: opt.ha.prefix, Address: addr,
-			SessionTTL: opt.ha.sessionTTL, Logger: log},
+			SessionTTL: opt.ha.sessionTTL, TLS: opt.ha.etcdTLS, Logger: log},
 		RebuildWindow: opt.ha.rebuildWindow,
 		ServerOptions: srvOpts,
 		OnChange: func(term uint64, leading bool) {

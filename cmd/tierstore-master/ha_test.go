@@ -47,6 +47,10 @@ func TestHAFlags(t *testing.T) {
 		{[]string{ha, eps, "--ha_prefix="}, "ha_prefix"},
 		{[]string{ha, eps, "--rpc_address=0.0.0.0"}, "rpc_address"},
 		{[]string{ha, eps, "--rpc_address=::"}, "rpc_address"},
+		{[]string{"--etcd_tls_ca=/x"}, "etcd_tls_ca"},
+		{[]string{ha, eps, "--etcd_tls_cert=/c", "--etcd_tls_key=/k"}, "etcd_tls_ca"},
+		{[]string{ha, eps, "--etcd_tls_ca=/nonexistent/ca", "--etcd_tls_cert=/c"}, "etcd_tls_"},
+		{[]string{ha, eps, "--etcd_tls_ca=/nonexistent/ca"}, "etcd_tls_ca"},
 	} {
 		_, _, err := parseAll(c.args, io.Discard)
 		if err == nil {

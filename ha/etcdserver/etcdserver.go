@@ -4,8 +4,10 @@
 // package ha/hatest wraps it for tests, and the tierstore-etcd command
 // (cmd/tierstore-etcd) runs it as a separate process.
 //
-// It is not a production deployment: one member, no TLS, no auth. Production
-// HA masters use an operator-run etcd cluster (docs/ha.md).
+// It is not a production deployment: one member, no auth, client TLS only
+// when asked (Config.TLS; peers stay plaintext, the single member has
+// none). Production HA masters use an operator-run etcd cluster
+// (docs/ha.md).
 //
 // Only this package and its users pull in the etcd server; package ha (used
 // by the light client) imports the etcd client alone.
@@ -24,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 )
 
@@ -57,7 +60,20 @@ type Config struct {
 	// NoFsync turns off etcd's fsync. It makes a crash lose data, so only
 	// tests that never simulate a crash of etcd itself may set it.
 	NoFsync bool
+	// TLS, when its three files are set, serves clients over TLS with
+	// this certificate and key and requires a client certificate signed
+	// by CA (etcd's --client-cert-auth). The certificate must name the
+	// client address's IP in its SANs (clients check it).
+	TLS TLSFiles
 }
+
+// TLSFiles are the files of the server's client TLS.
+type TLSFiles struct {
+	Cert, Key, CA string
+}
+
+// Enabled reports whether any file is set.
+func (t TLSFiles) Enabled() bool { return t.Cert != "" || t.Key != "" || t.CA != "" }
 
 // Server is a running (or stopped) embedded etcd member. Its client and
 // peer ports are fixed at the first Start, so Stop followed by Start brings
@@ -138,6 +154,9 @@ func withDefaults(cfg Config) (Config, error) {
 	if cfg.StartTimeout < 0 {
 		return cfg, fmt.Errorf("%w: StartTimeout %v is negative", ErrConfig, cfg.StartTimeout)
 	}
+	if t := cfg.TLS; t.Enabled() && (t.Cert == "" || t.Key == "" || t.CA == "") {
+		return cfg, fmt.Errorf("%w: TLS needs all of Cert, Key and CA; got cert %q, key %q, ca %q", ErrConfig, t.Cert, t.Key, t.CA)
+	}
 	return cfg, nil
 }
 
@@ -187,6 +206,10 @@ func (s *Server) embedConfig() *embed.Config {
 	ec.Name = s.cfg.Name
 	ec.Dir = s.cfg.Dir
 	cu := url.URL{Scheme: "http", Host: s.cfg.ClientAddr}
+	if t := s.cfg.TLS; t.Enabled() {
+		cu.Scheme = "https"
+		ec.ClientTLSInfo = transport.TLSInfo{CertFile: t.Cert, KeyFile: t.Key, TrustedCAFile: t.CA, ClientCertAuth: true}
+	}
 	pu := url.URL{Scheme: "http", Host: s.cfg.PeerAddr}
 	ec.ListenClientUrls = []url.URL{cu}
 	ec.AdvertiseClientUrls = []url.URL{cu}
@@ -229,9 +252,15 @@ func (s *Server) Endpoints() []string {
 }
 
 // MasterURL returns the etcd:// URL that nodes and clients are given
-// (--master=etcd://127.0.0.1:PORT), see ha.ParseMasterURL.
+// (--master=etcd://127.0.0.1:PORT), see ha.ParseMasterURL. With TLS it
+// carries the CA (?ca=FILE); a client adds its own certificate and key
+// (&cert=FILE&key=FILE), which this server requires.
 func (s *Server) MasterURL() string {
-	return "etcd://" + s.Endpoints()[0]
+	u := "etcd://" + s.Endpoints()[0]
+	if s.cfg.TLS.Enabled() {
+		u += "?" + url.Values{"ca": {s.cfg.TLS.CA}}.Encode()
+	}
+	return u
 }
 
 // Dir returns the data directory.

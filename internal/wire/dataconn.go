@@ -85,7 +85,7 @@ func DialDataTLS(ctx context.Context, endpoint string, timeout time.Duration, cf
 		_ = tc.SetNoDelay(true)
 	}
 	if cfg != nil {
-		tc := tls.Client(c, cfg)
+		tc := tlsDataClient(c, cfg)
 		hctx, cancel := context.WithTimeout(ctx, timeout)
 		err := tc.HandshakeContext(hctx)
 		cancel()
@@ -125,6 +125,9 @@ func DialDataTLS(ctx context.Context, endpoint string, timeout time.Duration, cf
 		return nil, fmt.Errorf("wire: %s: %w", endpoint, err)
 	}
 	_ = c.SetDeadline(time.Time{})
+	if tc, ok := c.(*tlsConn); ok {
+		tc.bufferReads() // before the reader starts
+	}
 	dc := &DataConn{
 		conn: c, endpoint: endpoint, br: bufio.NewReaderSize(c, 16<<10), raw: rawConnOf(c),
 		wbuf: make([]byte, 0, HeaderLen+MaxMeta), calls: map[uint32]*call{},
@@ -444,8 +447,7 @@ func (dc *DataConn) send(ctx context.Context, id uint32, req *Request, payload [
 	dl, _ := ctx.Deadline()
 	_ = dc.conn.SetWriteDeadline(dl)
 	dc.wv = append(append(dc.wv[:0], b), payload...) // empty parts are skipped by writev
-	v := dc.wv
-	_, err := v.WriteTo(dc.conn)
+	_, err := writeFrame(dc.conn, dc.wv)
 	clear(dc.wv[:cap(dc.wv)]) // keep no reference to the caller's memory
 	if err != nil {
 		return codes.Errorf(codes.TransferFail, "wire: sending %v to %s: %v", req.Op, dc.endpoint, err)

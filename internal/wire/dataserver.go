@@ -202,6 +202,9 @@ func (s *DataServer) ServeConn(c net.Conn, prefix []byte) {
 			s.log.Warn("data connection refused", "remote", c.RemoteAddr(), "err", sc.denied)
 		}
 	}
+	if tc, ok := c.(*tlsConn); ok && sc.denied == nil {
+		tc.bufferReads() // a refused connection gets no read buffer
+	}
 	if err := sc.loop(); !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		s.log.Debug("data connection ended", "remote", c.RemoteAddr(), "err", err)
 	}
@@ -502,8 +505,7 @@ func (sc *serverConn) stream(id uint32, v SSDValue, first []byte) error {
 	sent := uint64(len(first))
 	_ = sc.c.SetWriteDeadline(time.Now().Add(sc.s.opts.WriteTimeout))
 	sc.wv = append(sc.wv[:0], b, first)
-	v2 := sc.wv
-	_, err := v2.WriteTo(sc.c)
+	_, err := writeFrame(sc.c, sc.wv)
 	clear(sc.wv[:cap(sc.wv)])
 	for err == nil && sent < h.PayloadLen {
 		var p []byte
@@ -545,8 +547,7 @@ func (sc *serverConn) reply(id uint32, op Op, err error, payload []byte) error {
 	h.Encode(b)
 	_ = sc.c.SetWriteDeadline(time.Now().Add(sc.s.opts.WriteTimeout))
 	sc.wv = append(sc.wv[:0], b, payload)
-	v := sc.wv
-	_, werr := v.WriteTo(sc.c)
+	_, werr := writeFrame(sc.c, sc.wv)
 	clear(sc.wv[:cap(sc.wv)])
 	return werr
 }

@@ -45,6 +45,17 @@
 //     codes.ErrTransferFail) breaks the connection: every call on it fails
 //     clearly, none reads stray bytes.
 //
+// # TLS
+//
+// With a tls.Config (DialDataTLS, NewMuxTLS) the data plane runs inside
+// TLS 1.3. crypto/tls makes a record of at most 16 KiB at a time and
+// writes each to the socket; the data plane's TLS connections gather the
+// records of one frame and write them in pieces of up to 256 KiB, and read
+// the socket through a 128 KiB buffer allocated once the handshake, hello
+// and role check are done (tlsconn.go). The zero-copy paths of plaintext
+// (writev from the segment, reads and readv into the caller's buffer) do
+// not apply: crypto/tls encrypts into and decrypts out of its own buffers.
+//
 // # Concurrency
 //
 // DataConn, DataPool, DataServer and Mux are safe for concurrent use.

@@ -148,7 +148,7 @@ func (m *Mux) sniff(c net.Conn) {
 	_ = c.SetDeadline(time.Now().Add(m.timeout))
 	var err error
 	if m.tls != nil {
-		tc := tls.Server(c, m.tls)
+		tc := tlsDataServer(c, m.tls)
 		if err = tc.Handshake(); err != nil {
 			if m.refused != nil {
 				m.refused(c.RemoteAddr(), err)
@@ -212,7 +212,7 @@ type prefixConn struct {
 // ConnectionState is the TLS state of the connection (zero without TLS):
 // the gRPC server's credentials read the peer's certificate from it.
 func (c *prefixConn) ConnectionState() tls.ConnectionState {
-	if tc, ok := c.Conn.(*tls.Conn); ok {
+	if tc, ok := c.Conn.(interface{ ConnectionState() tls.ConnectionState }); ok {
 		return tc.ConnectionState()
 	}
 	return tls.ConnectionState{}

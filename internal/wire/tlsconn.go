@@ -1,0 +1,169 @@
+package wire
+
+import (
+	"bufio"
+	"crypto/tls"
+	"net"
+	"sync"
+)
+
+// TLS on the data plane. crypto/tls turns every Write into records of at
+// most 16 KiB and hands each record to the socket as its own write(2); a
+// frame written part by part (header, then each payload part) is one
+// record or more per part. Reads return at most one record each, with a
+// read(2) or more per record. On loopback those system calls, not the
+// cipher, were most of TLS's cost (docs/benchmarks.md, TLS).
+//
+// So a data connection over TLS runs over a gatherConn: while a frame is
+// written (tlsConn.Write, writeFrame) the records crypto/tls makes are
+// gathered into one buffer and go to the socket in writes of up to
+// tlsGather bytes; once the connection is through its handshake and hello
+// (bufferReads), the socket is read through a tlsReadBuf buffer, which
+// holds several records a read(2). The buffers are allocated only then,
+// so a connection refused at its handshake costs none.
+const (
+	tlsGather  = 256 << 10
+	tlsReadBuf = 128 << 10
+)
+
+// gatherConn is the socket under a data connection's tls.Conn.
+type gatherConn struct {
+	net.Conn
+
+	// br, once set (bufferReads), reads the socket; only the connection's
+	// reader uses it (crypto/tls reads under its own input lock).
+	br *bufio.Reader
+
+	// mu protects corked and out; it is held across the socket writes, so
+	// that what crypto/tls writes outside a frame (an alert) cannot pass
+	// gathered bytes.
+	mu     sync.Mutex
+	corked bool
+	out    []byte
+}
+
+func newGatherConn(c net.Conn) *gatherConn { return &gatherConn{Conn: c} }
+
+func (g *gatherConn) Read(p []byte) (int, error) {
+	if g.br != nil {
+		return g.br.Read(p)
+	}
+	return g.Conn.Read(p)
+}
+
+// Write takes one TLS record (or handshake message): gathered while
+// corked, written through otherwise.
+func (g *gatherConn) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.corked {
+		return g.Conn.Write(p)
+	}
+	if len(g.out)+len(p) > tlsGather && len(g.out) > 0 {
+		if err := g.flushLocked(); err != nil {
+			return 0, err
+		}
+	}
+	if len(p) >= tlsGather {
+		return g.Conn.Write(p)
+	}
+	g.out = append(g.out, p...)
+	return len(p), nil
+}
+
+func (g *gatherConn) cork() {
+	g.mu.Lock()
+	if g.out == nil {
+		g.out = make([]byte, 0, tlsGather)
+	}
+	g.corked = true
+	g.mu.Unlock()
+}
+
+// uncork writes what was gathered and stops gathering.
+func (g *gatherConn) uncork() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.corked = false
+	return g.flushLocked()
+}
+
+func (g *gatherConn) flushLocked() error {
+	b := g.out
+	g.out = g.out[:0]
+	for len(b) > 0 {
+		n, err := g.Conn.Write(b)
+		if err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// tlsConn is a data connection over TLS: a tls.Conn (its ConnectionState,
+// deadlines and Close) over a gatherConn.
+type tlsConn struct {
+	*tls.Conn
+	g *gatherConn
+}
+
+// tlsDataClient and tlsDataServer wrap c for a data connection over TLS
+// with cfg; the handshake is the caller's.
+func tlsDataClient(c net.Conn, cfg *tls.Config) *tlsConn {
+	g := newGatherConn(c)
+	return &tlsConn{Conn: tls.Client(g, cfg), g: g}
+}
+
+func tlsDataServer(c net.Conn, cfg *tls.Config) *tlsConn {
+	g := newGatherConn(c)
+	return &tlsConn{Conn: tls.Server(g, cfg), g: g}
+}
+
+// Write encrypts p and hands its records to the socket gathered.
+func (c *tlsConn) Write(p []byte) (int, error) {
+	c.g.cork()
+	n, err := c.Conn.Write(p)
+	if ferr := c.g.uncork(); err == nil {
+		err = ferr
+	}
+	return n, err
+}
+
+// writeBuffers writes v's parts in order, their records gathered.
+func (c *tlsConn) writeBuffers(v net.Buffers) (int64, error) {
+	c.g.cork()
+	var n int64
+	var err error
+	for _, p := range v {
+		if len(p) == 0 {
+			continue
+		}
+		var m int
+		m, err = c.Conn.Write(p)
+		n += int64(m)
+		if err != nil {
+			break
+		}
+	}
+	if ferr := c.g.uncork(); err == nil {
+		err = ferr
+	}
+	return n, err
+}
+
+// bufferReads makes the connection read its socket through a buffer of
+// tlsReadBuf bytes. Called once, by the goroutine that will read, after
+// the handshake and the hello.
+func (c *tlsConn) bufferReads() {
+	c.g.br = bufio.NewReaderSize(c.g.Conn, tlsReadBuf)
+}
+
+// writeFrame writes v to c: over TLS as one gathered write, otherwise with
+// writev (net.Buffers).
+func writeFrame(c net.Conn, v net.Buffers) (int64, error) {
+	if tc, ok := c.(*tlsConn); ok {
+		return tc.writeBuffers(v)
+	}
+	return v.WriteTo(c)
+}
