@@ -101,6 +101,12 @@ func ValidKey(key []byte) error {
 type Object struct {
 	Key   []byte
 	Value []byte
+	// CRC, when CRCKnown, is the CRC32C of Value as the caller computed it
+	// (while copying the value, or when it was put): Encode records it
+	// without reading Value again. Encode does not check it; a CRC that is
+	// not Value's makes every read of the object fail with ErrChecksum.
+	CRC      uint32
+	CRCKnown bool
 }
 
 // Entry locates one object inside a bucket file.
@@ -169,9 +175,13 @@ func Encode(objs []Object, opt EncodeOptions) (*Encoded, error) {
 				stored, codec = c, CodecLZ4
 			}
 		}
+		crc := o.CRC
+		if !o.CRCKnown {
+			crc = crc32c.Checksum(o.Value)
+		}
 		e := Entry{
 			Key: o.Key, Offset: off, ValueLen: uint32(len(o.Value)),
-			StoredLen: uint32(len(stored)), Codec: codec, CRC: crc32c.Checksum(o.Value),
+			StoredLen: uint32(len(stored)), Codec: codec, CRC: crc,
 		}
 		// Small objects are packed into the current block when they fit
 		// in what is left of it; every other object starts a block.

@@ -42,6 +42,13 @@ var (
 type Task struct {
 	Key   []byte
 	Value []byte
+	// CRC, when CRCKnown, is the CRC32C of Value, computed by the caller
+	// (the node computes it while copying the value out of DRAM, and checks
+	// it against the object's): the bucket records it without a pass over
+	// Value. The engine does not check it; a CRC that is not Value's makes
+	// every Load of the key fail with ErrChecksum (and drop the entry).
+	CRC      uint32
+	CRCKnown bool
 }
 
 // Status is how an offload task ended.

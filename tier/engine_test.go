@@ -496,3 +496,36 @@ func TestReoffloadWithOtherBytesReplaces(t *testing.T) {
 	_, err = e.Stat([]byte("nope"))
 	require.ErrorIs(t, err, ErrNotFound)
 }
+
+// A Task's CRC given by the caller (CRCKnown) is the one the index and the
+// bucket record, with no pass of the engine's own: a value whose bytes
+// changed after the caller took its CRC fails Load with ErrChecksum (and
+// its entry is dropped); the values whose CRC matches load with their
+// bytes, and a task without a CRC gets the one its bytes have.
+func TestOffloadRecordsTheCallersCRC(t *testing.T) {
+	e := openEngine(t, t.TempDir(), Options{})
+	tasks := makeTasks("crc", 3, 64<<10, 5)
+	for i := range tasks[:2] {
+		tasks[i].CRC, tasks[i].CRCKnown = crc32c.Checksum(tasks[i].Value), true
+	}
+	tasks[1].Value[100] ^= 0x04 // changed after its CRC was taken
+	requireStatus(t, e.Offload(bg, tasks, nil), Persisted)
+	for i, task := range tasks {
+		info, err := e.Stat(task.Key)
+		require.NoError(t, err)
+		if task.CRCKnown {
+			require.Equal(t, task.CRC, info.CRC, "task %d", i)
+		} else {
+			require.Equal(t, crc32c.Checksum(task.Value), info.CRC, "task %d", i)
+		}
+	}
+	got := e.Load(bg, keysOf(tasks))
+	require.NoError(t, got[0].Err)
+	require.Equal(t, tasks[0].Value, got[0].Value)
+	require.ErrorIs(t, got[1].Err, ErrChecksum)
+	require.NoError(t, got[2].Err)
+	require.Equal(t, tasks[2].Value, got[2].Value)
+	ok, err := e.Exists(tasks[1].Key)
+	require.NoError(t, err)
+	require.False(t, ok, "the entry that failed its CRC is still indexed")
+}

@@ -142,7 +142,8 @@ func (e *Engine) writeAndReserve(ctx context.Context, j *bucketJob) bool {
 
 	objs := make([]bucket.Object, len(j.idx))
 	for k, i := range j.idx {
-		objs[k] = bucket.Object{Key: j.tasks[i].Key, Value: j.tasks[i].Value}
+		t := &j.tasks[i]
+		objs[k] = bucket.Object{Key: t.Key, Value: t.Value, CRC: t.CRC, CRCKnown: t.CRCKnown}
 	}
 	j.created = time.Now().UnixNano()
 	enc, err := bucket.Encode(objs, bucket.EncodeOptions{ID: j.id, Created: j.created, Compression: e.codec})
