@@ -133,6 +133,9 @@ type Encoded struct {
 	Data    [][]byte
 	Size    int64
 	Entries []Entry
+	// Pieces[i] is the index in Data of Entries[i]'s stored bytes (the
+	// value itself when stored uncompressed), -1 for an empty value.
+	Pieces []int
 	// Footer is the file's footer: where its trailer is and the trailer's
 	// CRC32C, which the index records so that recovery checks a bucket
 	// with one read.
@@ -157,6 +160,7 @@ func Encode(objs []Object, opt EncodeOptions) (*Encoded, error) {
 	enc := &Encoded{
 		Data:    make([][]byte, 0, 2*len(objs)+2),
 		Entries: make([]Entry, 0, len(objs)),
+		Pieces:  make([]int, 0, len(objs)),
 	}
 	header := make([]byte, HeaderSize)
 	enc.Data = append(enc.Data, header)
@@ -191,9 +195,12 @@ func Encode(objs []Object, opt EncodeOptions) (*Encoded, error) {
 		}
 		e.Offset = off
 		enc.Entries = append(enc.Entries, e)
+		piece := -1
 		if len(stored) > 0 {
+			piece = len(enc.Data)
 			enc.Data = append(enc.Data, stored)
 		}
+		enc.Pieces = append(enc.Pieces, piece)
 		off += int64(len(stored))
 		if int64(len(stored)) >= PackBelow {
 			padded := AlignUp(off)

@@ -204,21 +204,24 @@ func (r *round) notifyBucket(ctx context.Context, committed []tier.Committed) er
 	return nil
 }
 
-// offload is phase 3: it copies each job's source bytes out of the segment,
-// computing their CRC32C in the same pass, checks it against the task's CRC
-// and hands the copies to the tier in chunks of about one bucket, so the
-// copies stay bounded; each Offload call writes all its buckets, the tail
-// included (invariant 3). The values are copied, not viewed in place: the
-// master pins a task's source range, but a forced Remove may still free it
-// and a new put reuse it, and the tier must only ever see bytes that matched
-// the task's CRC. The tier is handed that CRC (tier.Task.CRCKnown), which is
-// the copy's, so the bucket records it without a pass of its own; a copy
-// whose CRC differs from the task's never reaches the tier.
-//
-// The copies go to one buffer per chunk (Node.offloadBuf, reused from round
-// to round): a fresh allocation per value cost a page fault per 4 KiB, a
-// third of the node's CPU in a run of puts into a full DRAM.
+// offload is phase 3. A tier that takes unstable values gets views of the
+// segment (offloadViews). For any other, it copies each job's source bytes
+// out of the segment, computing their CRC32C in the same pass, checks it
+// against the task's CRC and hands the copies to the tier in chunks of
+// about one bucket, so the copies stay bounded; each Offload call writes
+// all its buckets, the tail included (invariant 3). The values are copied,
+// not viewed in place: the master pins a task's source range, but a forced
+// Remove may still free it and a new put reuse it, and such a tier must
+// only ever see bytes that matched the task's CRC. The tier is handed that
+// CRC (tier.Task.CRCKnown), which is the copy's, so the bucket records it
+// without a pass of its own; a copy whose CRC differs from the task's never
+// reaches the tier. The copies go to one buffer per chunk (Node.offloadBuf,
+// kept from round to round) rather than an allocation per value.
 func (r *round) offload(ctx context.Context) {
+	if ut, ok := r.n.tier.(unstableTier); ok && ut.TakesUnstableValues() {
+		r.offloadViews(ctx)
+		return
+	}
 	var tt []tier.Task
 	var tj []int // index into r.jobs of each task in tt
 	var total int64
@@ -259,9 +262,6 @@ func (r *round) offload(ctx context.Context) {
 			r.jobs[j].out = tier.Outcome{Status: tier.Failed, Err: fmt.Errorf("%w: DRAM replica fails its CRC32C", errSourceBytes)}
 			continue
 		}
-		if testHookOffloadCopied != nil {
-			testHookOffloadCopied(t.Key, val)
-		}
 		tt = append(tt, tier.Task{Key: []byte(t.Key), Value: val, CRC: crc, CRCKnown: true})
 		tj = append(tj, j)
 	}
@@ -286,11 +286,48 @@ func (n *Node) offloadBuffer(size int64) []byte {
 	return b
 }
 
-// testHookOffloadCopied, when set by a test, sees each value an offload
-// round copied and checked, before the tier gets it (a test corrupts it to
-// check that a wrong carried CRC is caught on the SSD read). Nil outside
-// tests.
-var testHookOffloadCopied func(key string, val []byte)
+// unstableTier is an SSDTier that takes values which may change while it
+// writes them (tier.Task.Unstable: it writes only bytes whose CRC32C it
+// checked as it copied them). tier.Engine is one.
+type unstableTier interface {
+	TakesUnstableValues() bool
+}
+
+// offloadViews is phase 3 for a tier that takes unstable values: the tier
+// gets views of the segment, uncopied, with the task's CRC; it copies each
+// into its write buffers, computing the CRC32C as it copies, and writes
+// only a copy that matches (one copy and one CRC pass per byte, against
+// two copies and two passes). A range freed and reused under the round
+// fails its task with tier.ErrSourceChanged. The segment stays mapped
+// (pinned) until the tier returns.
+func (r *round) offloadViews(ctx context.Context) {
+	view, release := r.n.seg.pin()
+	defer release()
+	var tt []tier.Task
+	var tj []int // index into r.jobs of each task in tt
+	var chunkBytes int64
+	flush := func() {
+		if len(tt) > 0 {
+			r.offloadChunk(ctx, tt, tj)
+		}
+		tt, tj, chunkBytes = tt[:0], tj[:0], 0
+	}
+	for j := range r.jobs {
+		t := r.jobs[j].t
+		val, err := view(t.Offset, int(t.Length))
+		if err != nil {
+			r.jobs[j].out = tier.Outcome{Status: tier.Failed, Err: fmt.Errorf("%w: %w", errSourceBytes, err)}
+			continue
+		}
+		tt = append(tt, tier.Task{Key: []byte(t.Key), Value: val, CRC: t.CRC, CRCKnown: true, Unstable: true})
+		tj = append(tj, j)
+		chunkBytes += t.Length
+		if chunkBytes >= r.n.cfg.BucketSizeLimit {
+			flush()
+		}
+	}
+	flush()
+}
 
 // offloadChunk runs one tier.Offload call and records its outcomes in the
 // jobs tj; a missing outcome is a retryable failure.
@@ -347,7 +384,7 @@ func (r *round) answer(ctx context.Context) {
 			reason, cause := "failed", causeTier
 			if o.Err != nil {
 				reason, cause = o.Err.Error(), tierCause(o.Err)
-				if errors.Is(o.Err, errSourceBytes) {
+				if errors.Is(o.Err, errSourceBytes) || errors.Is(o.Err, tier.ErrSourceChanged) {
 					cause = causeSourceBytes
 				}
 			}
