@@ -66,7 +66,11 @@ func TestOffloadCarriesTheObjectsCRC(t *testing.T) {
 	if err != nil || info.Replicas[0].Kind != masterapi.Memory {
 		t.Fatalf("flipped: %+v %v", info, err)
 	}
-	if err := n.seg.WriteAt([]byte{0xEE}, info.Replicas[0].Offset+777); err != nil {
+	b := make([]byte, 1) // flipped, not overwritten: an overwrite may write the same byte
+	if err := n.seg.ReadAt(b, info.Replicas[0].Offset+777); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.seg.WriteAt([]byte{b[0] ^ 0xFF}, info.Replicas[0].Offset+777); err != nil {
 		t.Fatal(err)
 	}
 	failedBefore := n.Stats().OffloadFailedBy["source_bytes"]
