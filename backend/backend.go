@@ -28,6 +28,14 @@ var (
 	ErrUnaligned = errors.New("backend: bucket length not a multiple of the alignment")
 	// ErrShortRead: a read range extends past the end of the file.
 	ErrShortRead = errors.New("backend: read past end of bucket file")
+	// ErrSourceChanged: a checked write (CheckedWriter) copied a piece whose
+	// bytes do not have the CRC32C the caller gave; nothing was made
+	// durable and the file was removed.
+	ErrSourceChanged = errors.New("backend: source bytes changed under a checked write")
+	// ErrUnchecked: a CheckedWriter that cannot copy the bytes into memory
+	// of its own now (an O_DIRECT backend that fell back to buffered
+	// writes) refused a checked write before writing anything.
+	ErrUnchecked = errors.New("backend: checked write not available")
 	// ErrInjected: a failure injected by a test (see package faulty).
 	ErrInjected = errors.New("backend: injected fault")
 	// ErrBadRange: a ReadOp with a negative offset or length (set in the
@@ -117,6 +125,26 @@ type Backend interface {
 	// Close releases the backend's resources. Calls after Close return
 	// ErrClosed.
 	Close() error
+}
+
+// PieceCRC names one piece of a bucket's data (an index into WriteBucket's
+// data) and the CRC32C its bytes must have.
+type PieceCRC struct {
+	Piece int
+	CRC   uint32
+}
+
+// CheckedWriter is a Backend that copies a bucket's bytes into memory of its
+// own before writing them (O_DIRECT staging buffers), so that it can write
+// pieces whose memory may change while it runs (views of memory another
+// writer may reuse) without the caller copying them first.
+type CheckedWriter interface {
+	// WriteBucketChecked is WriteBucket, except that it computes the CRC32C
+	// of every piece named in checks from the bytes it copied (the bytes it
+	// writes), and fails with ErrSourceChanged, nothing durable and the
+	// file removed, when one differs from its CRC. It fails with
+	// ErrUnchecked, before writing anything, when it cannot copy now.
+	WriteBucketChecked(ctx context.Context, id uint64, data [][]byte, checks []PieceCRC) error
 }
 
 // AsyncReader is a Backend that can start reads without waiting for them,

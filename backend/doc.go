@@ -21,6 +21,11 @@
 // refuses other lengths with ErrUnaligned before creating anything, so O_DIRECT
 // reads of whole blocks are always inside the file.
 //
+// A backend that stages writes in memory of its own (uring with O_DIRECT)
+// also implements CheckedWriter: it checks the CRC32C of chosen pieces on
+// the staged copy, so its caller can hand it memory that may change while
+// it writes, without copying it first.
+//
 // # Durability
 //
 // Bucket files are write-once. WriteBucket has exactly one durable point, at

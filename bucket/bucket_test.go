@@ -371,3 +371,38 @@ func TestSmallObjectsPacked(t *testing.T) {
 	require.ErrorIs(t, err, ErrCorrupt)
 	require.ErrorContains(t, err, "not a small object inside one")
 }
+
+// A CRC the caller computed (Object.CRCKnown) is the one recorded: a value
+// whose bytes changed after its CRC was taken fails DecodeValue with
+// ErrChecksum, stored plain or compressed, and a matching one decodes.
+func TestEncodeRecordsTheCallersCRC(t *testing.T) {
+	for _, codec := range []Codec{CodecNone, CodecLZ4} {
+		good := bytes.Repeat([]byte("abcdefgh"), 1000)
+		flipped := bytes.Clone(good)
+		want := crc32c.Checksum(good)
+		flipped[len(flipped)/3] ^= 0x10 // changed after its CRC was taken
+		objs := []Object{
+			{Key: []byte("good"), Value: good, CRC: want, CRCKnown: true},
+			{Key: []byte("flipped"), Value: flipped, CRC: want, CRCKnown: true},
+			{Key: []byte("computed"), Value: flipped},
+		}
+		enc, err := Encode(objs, EncodeOptions{Compression: codec})
+		require.NoError(t, err)
+		file := concat(enc.Data)
+		f, err := Decode(file, false)
+		require.NoError(t, err)
+		require.Equal(t, enc.Entries, f.Entries)
+		require.Equal(t, want, f.Entries[0].CRC)
+		require.Equal(t, want, f.Entries[1].CRC)
+		require.Equal(t, crc32c.Checksum(flipped), f.Entries[2].CRC, "no CRC given: Encode computes it")
+		for i, e := range f.Entries {
+			v, err := DecodeValue(e, file[e.Offset:e.Offset+int64(e.StoredLen)])
+			if i == 1 {
+				require.ErrorIs(t, err, ErrChecksum, "codec %d", codec)
+				continue
+			}
+			require.NoError(t, err)
+			require.Equal(t, objs[i].Value, v)
+		}
+	}
+}

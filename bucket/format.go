@@ -101,6 +101,12 @@ func ValidKey(key []byte) error {
 type Object struct {
 	Key   []byte
 	Value []byte
+	// CRC, when CRCKnown, is the CRC32C of Value as the caller computed it
+	// (while copying the value, or when it was put): Encode records it
+	// without reading Value again. Encode does not check it; a CRC that is
+	// not Value's makes every read of the object fail with ErrChecksum.
+	CRC      uint32
+	CRCKnown bool
 }
 
 // Entry locates one object inside a bucket file.
@@ -127,6 +133,9 @@ type Encoded struct {
 	Data    [][]byte
 	Size    int64
 	Entries []Entry
+	// Pieces[i] is the index in Data of Entries[i]'s stored bytes (the
+	// value itself when stored uncompressed), -1 for an empty value.
+	Pieces []int
 	// Footer is the file's footer: where its trailer is and the trailer's
 	// CRC32C, which the index records so that recovery checks a bucket
 	// with one read.
@@ -151,6 +160,7 @@ func Encode(objs []Object, opt EncodeOptions) (*Encoded, error) {
 	enc := &Encoded{
 		Data:    make([][]byte, 0, 2*len(objs)+2),
 		Entries: make([]Entry, 0, len(objs)),
+		Pieces:  make([]int, 0, len(objs)),
 	}
 	header := make([]byte, HeaderSize)
 	enc.Data = append(enc.Data, header)
@@ -169,9 +179,13 @@ func Encode(objs []Object, opt EncodeOptions) (*Encoded, error) {
 				stored, codec = c, CodecLZ4
 			}
 		}
+		crc := o.CRC
+		if !o.CRCKnown {
+			crc = crc32c.Checksum(o.Value)
+		}
 		e := Entry{
 			Key: o.Key, Offset: off, ValueLen: uint32(len(o.Value)),
-			StoredLen: uint32(len(stored)), Codec: codec, CRC: crc32c.Checksum(o.Value),
+			StoredLen: uint32(len(stored)), Codec: codec, CRC: crc,
 		}
 		// Small objects are packed into the current block when they fit
 		// in what is left of it; every other object starts a block.
@@ -181,9 +195,12 @@ func Encode(objs []Object, opt EncodeOptions) (*Encoded, error) {
 		}
 		e.Offset = off
 		enc.Entries = append(enc.Entries, e)
+		piece := -1
 		if len(stored) > 0 {
+			piece = len(enc.Data)
 			enc.Data = append(enc.Data, stored)
 		}
+		enc.Pieces = append(enc.Pieces, piece)
 		off += int64(len(stored))
 		if int64(len(stored)) >= PackBelow {
 			padded := AlignUp(off)

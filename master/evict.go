@@ -99,11 +99,11 @@ func (s *Service) countVictims(now int64) int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for _, o := range sh.objs {
+		sh.memObjects(func(_ string, o *object) {
 			if s.victimOK(o, now) {
 				total++
 			}
-		}
+		})
 		sh.mu.Unlock()
 	}
 	return total
@@ -116,9 +116,9 @@ func (s *Service) pickVictims(target int, now int64) []victim {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, o := range sh.objs {
+		sh.memObjects(func(k string, o *object) {
 			if !s.victimOK(o, now) {
-				continue
+				return
 			}
 			v := victim{key: k, o: o, sh: sh, lastUse: o.lastUse, soft: o.softPinned(now)}
 			if len(h) < target {
@@ -127,7 +127,7 @@ func (s *Service) pickVictims(target int, now int64) []victim {
 				h[0] = v
 				heap.Fix(&h, 0)
 			}
-		}
+		})
 		sh.mu.Unlock()
 	}
 	cands := []victim(h)

@@ -103,6 +103,7 @@ func (s *Service) registerMem(g *segment, m masterapi.MemoryObject, now int64) e
 	o.size, o.crc, o.token = m.Length, m.CRC, m.PutToken
 	// The first, or another node's replica of the same put.
 	o.addMem(memReplica{seg: g, off: m.Offset, len: m.Length, token: m.PutToken, complete: true})
+	sh.noteMem(m.Key, o)
 	o.lastUse = now
 	o.hardPin, o.softPin = o.hardPin || m.HardPin, o.softPin || m.SoftPin
 	if o.softPin {

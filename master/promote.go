@@ -238,6 +238,7 @@ func (s *Service) startPromotion(n *node, key string, pre bool) (masterapi.Promo
 		return masterapi.PromoteTask{}, promoMoot
 	}
 	o.mem = memReplica{seg: seg, off: off, len: size, token: s.tokens.next(now), promo: true}
+	sh.noteMem(key, o)
 	o.putStart = now
 	s.processing.Add(1)
 	s.countMem(n, 1, size)

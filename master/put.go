@@ -76,6 +76,7 @@ func (s *Service) putStart(ctx context.Context, req masterapi.PutStartRequest) (
 	o.token = token
 	for _, p := range places {
 		o.addMem(memReplica{seg: p.seg, off: p.off, len: req.Size, token: token})
+		sh.noteMem(req.Key, o)
 		s.processing.Add(1)
 		s.countMem(p.seg.node, 1, req.Size)
 	}

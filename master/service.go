@@ -153,6 +153,7 @@ func New(cfg Config) (*Service, error) {
 	s.shards = make([]shard, n)
 	for i := range s.shards {
 		s.shards[i].objs = map[string]*object{}
+		s.shards[i].mem = map[string]*object{}
 	}
 	s.mask = uint64(n - 1)
 	s.digests = map[string]*diskDigest{}

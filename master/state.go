@@ -236,9 +236,32 @@ func (o *object) diskIndex(id string) int {
 
 // shard is one slice of the key space.
 type shard struct {
-	mu   sync.Mutex // protects objs and every *object in it
+	mu   sync.Mutex // protects objs, mem and every *object in them
 	objs map[string]*object
-	_    [40]byte // keep neighbouring shard locks on different cache lines
+	// mem holds every object of objs that has a DRAM replica (noteMem,
+	// called wherever one is added), and possibly some that no longer do
+	// or that left objs: the DRAM eviction scans (memObjects) walk it
+	// instead of every object, SSD-only ones included, and drop those
+	// stale entries as they pass them.
+	mem map[string]*object
+	_   [32]byte // keep neighbouring shard locks on different cache lines
+}
+
+// noteMem records that o, objs[key], has a DRAM replica now. Caller holds
+// the shard lock.
+func (sh *shard) noteMem(key string, o *object) { sh.mem[key] = o }
+
+// memObjects calls fn for every object of the shard that has a DRAM
+// replica (and may call it for none other), dropping the stale entries of
+// mem on the way. Caller holds the shard lock.
+func (sh *shard) memObjects(fn func(key string, o *object)) {
+	for k, o := range sh.mem {
+		if sh.objs[k] != o || o.memCount() == 0 {
+			delete(sh.mem, k)
+			continue
+		}
+		fn(k, o)
+	}
 }
 
 // orphan is the source range of an in-flight offload task whose object was

@@ -65,7 +65,9 @@
 //     Failures are counted by cause (failures.go) and logged once per
 //     cause and round, with the count, the SSD directory and a key prefix.
 //   - The tier only ever sees a copy of a task's source bytes whose CRC32C
-//     matched the task, and a bucket whose committed size or CRC differs
+//     matched the task (computed while copying, in one pass, and handed to
+//     the tier with the copy so that the bucket records it without a pass
+//     of its own: a byte changed after that pass fails the SSD read), and a bucket whose committed size or CRC differs
 //     from its tasks is refused (rolled back): a DRAM range reused under
 //     the offload (a forced Remove frees it at once) can never reach SSD
 //     under the old key.

@@ -152,6 +152,10 @@ type Node struct {
 	// (a reconcile key list taken before an offload commit must not reach
 	// the master after that commit's notify).
 	roundMu sync.Mutex
+	// offloadBuf is the offload round's copy buffer, kept from one round to
+	// the next (up to offloadBufKeep bytes) so that the copies out of the
+	// segment land in memory already faulted in. Guarded by roundMu.
+	offloadBuf []byte
 	// reregister is set by the ping loop before it remounts; the heartbeat
 	// loop (or the next reconcile) re-registers the SSD objects under
 	// roundMu.

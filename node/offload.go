@@ -204,14 +204,105 @@ func (r *round) notifyBucket(ctx context.Context, committed []tier.Committed) er
 	return nil
 }
 
-// offload is phase 3: it copies each job's source bytes out of the segment,
-// checks them against the task's CRC and hands them to the tier in chunks
-// of about one bucket, so the copies stay bounded; each Offload call writes
+// offload is phase 3. A tier that takes unstable values gets views of the
+// segment (offloadViews). For any other, it copies each job's source bytes
+// out of the segment, computing their CRC32C in the same pass, checks it
+// against the task's CRC and hands the copies to the tier in chunks of
+// about one bucket, so the copies stay bounded; each Offload call writes
 // all its buckets, the tail included (invariant 3). The values are copied,
 // not viewed in place: the master pins a task's source range, but a forced
-// Remove may still free it and a new put reuse it, and the tier must only
-// ever see (and checksum) bytes that matched the task's CRC.
+// Remove may still free it and a new put reuse it, and such a tier must
+// only ever see bytes that matched the task's CRC. The tier is handed that
+// CRC (tier.Task.CRCKnown), which is the copy's, so the bucket records it
+// without a pass of its own; a copy whose CRC differs from the task's never
+// reaches the tier. The copies go to one buffer per chunk (Node.offloadBuf,
+// kept from round to round) rather than an allocation per value.
 func (r *round) offload(ctx context.Context) {
+	if ut, ok := r.n.tier.(unstableTier); ok && ut.TakesUnstableValues() {
+		r.offloadViews(ctx)
+		return
+	}
+	var tt []tier.Task
+	var tj []int // index into r.jobs of each task in tt
+	var total int64
+	for j := range r.jobs {
+		total += max(r.jobs[j].t.Length, 0)
+	}
+	buf := r.n.offloadBuffer(min(total, r.n.cfg.BucketSizeLimit))
+	used := 0 // bytes of buf holding the values of tt
+	flush := func() {
+		if len(tt) > 0 {
+			r.offloadChunk(ctx, tt, tj)
+		}
+		tt, tj, used = tt[:0], tj[:0], 0
+	}
+	for j := range r.jobs {
+		t := r.jobs[j].t
+		n := int(t.Length)
+		if err := r.n.seg.check(t.Offset, n); err != nil {
+			r.jobs[j].out = tier.Outcome{Status: tier.Failed, Err: fmt.Errorf("%w: %w", errSourceBytes, err)}
+			continue
+		}
+		var val []byte
+		if n > len(buf) {
+			val = make([]byte, n) // larger than the buffer: a copy of its own
+		} else {
+			if used+n > len(buf) {
+				flush()
+			}
+			val = buf[used : used+n : used+n]
+			used += n
+		}
+		crc, err := r.n.seg.readCRC(val, t.Offset)
+		switch {
+		case err != nil:
+			r.jobs[j].out = tier.Outcome{Status: tier.Failed, Err: fmt.Errorf("%w: %w", errSourceBytes, err)}
+			continue
+		case crc != t.CRC:
+			r.jobs[j].out = tier.Outcome{Status: tier.Failed, Err: fmt.Errorf("%w: DRAM replica fails its CRC32C", errSourceBytes)}
+			continue
+		}
+		tt = append(tt, tier.Task{Key: []byte(t.Key), Value: val, CRC: crc, CRCKnown: true})
+		tj = append(tj, j)
+	}
+	flush()
+}
+
+// offloadBufKeep is the largest offload copy buffer a node keeps between
+// rounds; a round that needs more allocates it and lets it go.
+const offloadBufKeep = 64 << 20
+
+// offloadBuffer returns a buffer of n bytes for an offload round's copies:
+// Node.offloadBuf when it is large enough, else a new one (kept for the
+// next rounds when it is at most offloadBufKeep). Caller holds roundMu.
+func (n *Node) offloadBuffer(size int64) []byte {
+	if size <= int64(cap(n.offloadBuf)) {
+		return n.offloadBuf[:size]
+	}
+	b := make([]byte, size)
+	if size <= offloadBufKeep {
+		n.offloadBuf = b
+	}
+	return b
+}
+
+// unstableTier is an SSDTier that takes values which may change while it
+// writes them (tier.Task.Unstable: it writes only bytes whose CRC32C it
+// checked as it copied them). tier.Engine is one.
+type unstableTier interface {
+	TakesUnstableValues() bool
+}
+
+// offloadViews is phase 3 for a tier that takes unstable values: the tier
+// gets views of the segment, uncopied, with the task's CRC; it copies each
+// into its write buffers, computing the CRC32C as it copies, and writes
+// only a copy that matches (one copy and one CRC pass per byte, against
+// two copies and two passes). A range freed and reused under the round
+// fails its task with tier.ErrSourceChanged. The segment stays mapped
+// (pinned) until the tier returns.
+func (r *round) offloadViews(ctx context.Context) {
+	view, release := r.n.seg.pin()
+	defer release()
 	var tt []tier.Task
 	var tj []int // index into r.jobs of each task in tt
 	var chunkBytes int64
@@ -223,16 +314,12 @@ func (r *round) offload(ctx context.Context) {
 	}
 	for j := range r.jobs {
 		t := r.jobs[j].t
-		val, err := r.n.seg.Read(t.Offset, int(t.Length))
-		switch {
-		case err != nil:
+		val, err := view(t.Offset, int(t.Length))
+		if err != nil {
 			r.jobs[j].out = tier.Outcome{Status: tier.Failed, Err: fmt.Errorf("%w: %w", errSourceBytes, err)}
 			continue
-		case crc32c.Checksum(val) != t.CRC:
-			r.jobs[j].out = tier.Outcome{Status: tier.Failed, Err: fmt.Errorf("%w: DRAM replica fails its CRC32C", errSourceBytes)}
-			continue
 		}
-		tt = append(tt, tier.Task{Key: []byte(t.Key), Value: val})
+		tt = append(tt, tier.Task{Key: []byte(t.Key), Value: val, CRC: t.CRC, CRCKnown: true, Unstable: true})
 		tj = append(tj, j)
 		chunkBytes += t.Length
 		if chunkBytes >= r.n.cfg.BucketSizeLimit {
@@ -297,7 +384,7 @@ func (r *round) answer(ctx context.Context) {
 			reason, cause := "failed", causeTier
 			if o.Err != nil {
 				reason, cause = o.Err.Error(), tierCause(o.Err)
-				if errors.Is(o.Err, errSourceBytes) {
+				if errors.Is(o.Err, errSourceBytes) || errors.Is(o.Err, tier.ErrSourceChanged) {
 					cause = causeSourceBytes
 				}
 			}

@@ -33,6 +33,9 @@ var (
 	ErrClosed = errors.New("tier: closed")
 	// ErrBadOptions: Options are invalid; the message names the field.
 	ErrBadOptions = errors.New("tier: invalid options")
+	// ErrSourceChanged: an Unstable task's value no longer had the CRC32C
+	// the task gave when the engine copied it; nothing of it was written.
+	ErrSourceChanged = errors.New("tier: source bytes changed during the offload")
 	// ErrBufferTooSmall: a LoadInto buffer is shorter than its value (the
 	// message names the key and both sizes); nothing was written to it.
 	ErrBufferTooSmall = errors.New("tier: buffer too small")
@@ -42,7 +45,25 @@ var (
 type Task struct {
 	Key   []byte
 	Value []byte
+	// CRC, when CRCKnown, is the CRC32C of Value, computed by the caller
+	// (the node computes it while copying the value out of DRAM, and checks
+	// it against the object's): the bucket records it without a pass over
+	// Value. The engine does not check it; a CRC that is not Value's makes
+	// every Load of the key fail with ErrChecksum (and drop the entry).
+	CRC      uint32
+	CRCKnown bool
+	// Unstable says that Value may change while Offload runs (a view of
+	// memory another writer may reuse): the engine then writes only bytes
+	// it copied and whose CRC32C is CRC (CRCKnown required to avoid a copy
+	// of the engine's own: a backend.CheckedWriter checks while staging the
+	// O_DIRECT writes), and fails a task whose bytes differ with
+	// ErrSourceChanged (retryable).
+	Unstable bool
 }
+
+// TakesUnstableValues reports that Offload takes Task.Unstable values
+// (always: it checks them while staging its writes, or copies them first).
+func (e *Engine) TakesUnstableValues() bool { return true }
 
 // Status is how an offload task ended.
 type Status int

@@ -58,6 +58,12 @@
 //     (Stats.ReinsertedObjects, ReinsertedBytes).
 //  5. Integrity: every Load verifies the CRC32C of each object; a mismatch is
 //     ErrChecksum for that key only, the entry is dropped and the owner told.
+//     A Task may carry its value's CRC32C (CRCKnown): the bucket records it
+//     without a pass of its own. An Unstable task's value (memory another
+//     writer may reuse) is written only as bytes whose CRC32C matched the
+//     task's, checked on the backend's staged copy (backend.CheckedWriter)
+//     or on a copy the engine makes first; a changed value fails with
+//     ErrSourceChanged and nothing of it is written.
 //     A Reader hands the check to its caller (Reader.CRC is what the bytes
 //     must hash to); Reader.Corrupt drops the entry the same way, once.
 //  6. Recovery: Open removes bucket files the index does not know and drops

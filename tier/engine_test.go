@@ -17,6 +17,7 @@ import (
 	"github.com/tierstore/tierstore/backend"
 	"github.com/tierstore/tierstore/backend/mem"
 	"github.com/tierstore/tierstore/backend/pwrite"
+	"github.com/tierstore/tierstore/backend/uring"
 	"github.com/tierstore/tierstore/internal/crc32c"
 	"github.com/tierstore/tierstore/internal/keyspec"
 )
@@ -495,4 +496,86 @@ func TestReoffloadWithOtherBytesReplaces(t *testing.T) {
 	require.EqualValues(t, 2, e.Stats().Objects)
 	_, err = e.Stat([]byte("nope"))
 	require.ErrorIs(t, err, ErrNotFound)
+}
+
+// A Task's CRC given by the caller (CRCKnown) is the one the index and the
+// bucket record, with no pass of the engine's own: a value whose bytes
+// changed after the caller took its CRC fails Load with ErrChecksum (and
+// its entry is dropped); the values whose CRC matches load with their
+// bytes, and a task without a CRC gets the one its bytes have.
+func TestOffloadRecordsTheCallersCRC(t *testing.T) {
+	e := openEngine(t, t.TempDir(), Options{})
+	tasks := makeTasks("crc", 3, 64<<10, 5)
+	for i := range tasks[:2] {
+		tasks[i].CRC, tasks[i].CRCKnown = crc32c.Checksum(tasks[i].Value), true
+	}
+	tasks[1].Value[100] ^= 0x04 // changed after its CRC was taken
+	requireStatus(t, e.Offload(bg, tasks, nil), Persisted)
+	for i, task := range tasks {
+		info, err := e.Stat(task.Key)
+		require.NoError(t, err)
+		if task.CRCKnown {
+			require.Equal(t, task.CRC, info.CRC, "task %d", i)
+		} else {
+			require.Equal(t, crc32c.Checksum(task.Value), info.CRC, "task %d", i)
+		}
+	}
+	got := e.Load(bg, keysOf(tasks))
+	require.NoError(t, got[0].Err)
+	require.Equal(t, tasks[0].Value, got[0].Value)
+	require.ErrorIs(t, got[1].Err, ErrChecksum)
+	require.NoError(t, got[2].Err)
+	require.Equal(t, tasks[2].Value, got[2].Value)
+	ok, err := e.Exists(tasks[1].Key)
+	require.NoError(t, err)
+	require.False(t, ok, "the entry that failed its CRC is still indexed")
+}
+
+// Unstable values (views of memory another writer may reuse) are written
+// only as bytes whose CRC32C matched their task: through the io_uring
+// backend's checked write and through a backend without one (the engine
+// copies them first). A value changed before the write fails its task with
+// ErrSourceChanged (retryable); the others of its bucket are written and
+// load with their bytes.
+func TestOffloadUnstableValues(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		be   func(dir string) backend.Backend
+	}{
+		{"uring+direct", func(dir string) backend.Backend {
+			be, err := uring.Open(dir, uring.Options{Direct: true})
+			require.NoError(t, err)
+			return be
+		}},
+		{"mem", func(string) backend.Backend { return mem.New() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			e := openEngine(t, dir, Options{Backend: tc.be(filepath.Join(dir, "buckets"))})
+			tasks := makeTasks("u", 5, 100<<10, 8)
+			for i := range tasks {
+				tasks[i].CRC, tasks[i].CRCKnown, tasks[i].Unstable = crc32c.Checksum(tasks[i].Value), true, true
+			}
+			tasks[2].Value[5000] ^= 0x80 // changed under the offload
+			out := e.Offload(bg, tasks, nil)
+			for i, o := range out {
+				if i == 2 {
+					require.Equal(t, Failed, o.Status)
+					require.ErrorIs(t, o.Err, ErrSourceChanged)
+					require.True(t, o.Retryable)
+					continue
+				}
+				require.Equal(t, Persisted, o.Status, "task %d: %v", i, o.Err)
+			}
+			got := e.Load(bg, keysOf(tasks))
+			for i, r := range got {
+				if i == 2 {
+					require.ErrorIs(t, r.Err, ErrNotFound)
+					continue
+				}
+				require.NoError(t, r.Err)
+				require.Equal(t, tasks[i].Value, r.Value)
+			}
+		})
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/tierstore/tierstore/backend"
 	"github.com/tierstore/tierstore/bucket"
 	"github.com/tierstore/tierstore/index"
+	"github.com/tierstore/tierstore/internal/crc32c"
 )
 
 func fail(err error, retryable bool) Outcome {
@@ -107,7 +108,10 @@ type bucketJob struct {
 	created int64
 	enc     *bucket.Encoded
 	commit  []int // positions in idx whose entries were committed
-	pb      *pendingBucket
+	// vals, when not nil, holds the engine's copies of the unstable values
+	// (stabilize), by position in idx; nil entries: the task's own Value.
+	vals [][]byte
+	pb   *pendingBucket
 }
 
 func (j *bucketJob) failAll(err error, retryable bool) {
@@ -134,39 +138,128 @@ func (e *Engine) offloadBucket(ctx context.Context, tasks []Task, idx []int, not
 // writeAndReserve encodes the job's objects as bucket j.id, reserves its
 // bytes (evicting if needed, invariant 7) and writes it durably. It reports
 // false, with every outcome recorded, when the bucket was not written.
+//
+// Unstable values (Task.Unstable) are written by a checked write when the
+// backend has one (backend.CheckedWriter, values stored uncompressed, every
+// CRC given): the backend computes each one's CRC32C while it copies it
+// into its staging buffers. When it cannot, or a value changed (the write
+// fails with backend.ErrSourceChanged and nothing is durable), the values
+// are copied here first (stabilize) and the bucket written plainly, under a
+// new id.
 func (e *Engine) writeAndReserve(ctx context.Context, j *bucketJob) bool {
-	e.mu.Lock()
-	j.id = e.nextID
-	e.nextID++
-	e.mu.Unlock()
-
-	objs := make([]bucket.Object, len(j.idx))
-	for k, i := range j.idx {
-		objs[k] = bucket.Object{Key: j.tasks[i].Key, Value: j.tasks[i].Value}
-	}
-	j.created = time.Now().UnixNano()
-	enc, err := bucket.Encode(objs, bucket.EncodeOptions{ID: j.id, Created: j.created, Compression: e.codec})
-	if err != nil {
-		j.failAll(err, false)
-		return false
-	}
-	j.enc = enc
-	if err := e.reserve(ctx, enc.Size); err != nil {
-		j.failAll(err, !errors.Is(err, ErrTooLarge))
-		return false
-	}
-	if err := e.be.WriteBucket(ctx, j.id, enc.Data); err != nil {
-		e.unreserve(enc.Size)
-		if errors.Is(err, backend.ErrNoSpace) {
-			err = mark(ErrNoSpace, err) // backend's error says "no space" already
+	cw, checked := e.be.(backend.CheckedWriter)
+	checked = checked && e.codec == bucket.CodecNone
+	unstable := false
+	for _, i := range j.idx {
+		if t := &j.tasks[i]; t.Unstable {
+			unstable = true
+			checked = checked && t.CRCKnown
 		}
-		j.failAll(fmt.Errorf("tier: write bucket %d: %w", j.id, err), true)
-		return false
 	}
-	e.st.bucketsWritten.Add(1)
-	e.st.bytesWritten.Add(enc.Size)
-	return true
+	if unstable && !checked {
+		if !e.stabilize(j) {
+			return false
+		}
+		unstable = false
+	}
+	for {
+		e.mu.Lock()
+		j.id = e.nextID
+		e.nextID++
+		e.mu.Unlock()
+
+		objs := make([]bucket.Object, len(j.idx))
+		for k, i := range j.idx {
+			t := &j.tasks[i]
+			objs[k] = bucket.Object{Key: t.Key, Value: t.Value, CRC: t.CRC, CRCKnown: t.CRCKnown}
+			if j.vals != nil && j.vals[k] != nil {
+				objs[k].Value = j.vals[k]
+			}
+		}
+		j.created = time.Now().UnixNano()
+		enc, err := bucket.Encode(objs, bucket.EncodeOptions{ID: j.id, Created: j.created, Compression: e.codec})
+		if err != nil {
+			j.failAll(err, false)
+			return false
+		}
+		j.enc = enc
+		if err := e.reserve(ctx, enc.Size); err != nil {
+			j.failAll(err, !errors.Is(err, ErrTooLarge))
+			return false
+		}
+		if unstable {
+			var checks []backend.PieceCRC
+			for k, i := range j.idx {
+				if t := &j.tasks[i]; t.Unstable && enc.Pieces[k] >= 0 {
+					checks = append(checks, backend.PieceCRC{Piece: enc.Pieces[k], CRC: t.CRC})
+				}
+			}
+			err = cw.WriteBucketChecked(ctx, j.id, enc.Data, checks)
+		} else {
+			err = e.be.WriteBucket(ctx, j.id, enc.Data)
+		}
+		if err != nil {
+			e.unreserve(enc.Size)
+			if unstable && (errors.Is(err, backend.ErrSourceChanged) || errors.Is(err, backend.ErrUnchecked)) {
+				if !e.stabilize(j) {
+					return false
+				}
+				unstable = false
+				continue
+			}
+			if errors.Is(err, backend.ErrNoSpace) {
+				err = mark(ErrNoSpace, err) // backend's error says "no space" already
+			}
+			j.failAll(fmt.Errorf("tier: write bucket %d: %w", j.id, err), true)
+			return false
+		}
+		e.st.bucketsWritten.Add(1)
+		e.st.bytesWritten.Add(enc.Size)
+		return true
+	}
 }
+
+// stabilize copies the job's unstable values (j.vals), each checked against
+// its task's CRC in the same pass when one is given, and fails the tasks
+// whose copy does not match (ErrSourceChanged, retryable), dropping them
+// from the job. It reports false when no task is left.
+func (e *Engine) stabilize(j *bucketJob) bool {
+	vals := make([][]byte, 0, len(j.idx))
+	idx := j.idx[:0:0]
+	for k, i := range j.idx {
+		t := &j.tasks[i]
+		var v []byte
+		if j.vals != nil {
+			v = j.vals[k]
+		}
+		if t.Unstable && v == nil {
+			v = make([]byte, len(t.Value))
+			crc := copyCRC(v, t.Value)
+			if t.CRCKnown && crc != t.CRC {
+				j.out[i] = fail(fmt.Errorf("%w: %q: CRC32C %08x, the task says %08x", ErrSourceChanged, t.Key, crc, t.CRC), true)
+				continue
+			}
+		}
+		idx = append(idx, i)
+		vals = append(vals, v)
+	}
+	j.idx, j.vals = idx, vals
+	return len(idx) > 0
+}
+
+// copyCRC copies src to dst (as long) and returns the CRC32C of the copy,
+// computed piece by piece while each is in cache.
+func copyCRC(dst, src []byte) uint32 {
+	var crc uint32
+	for i := 0; i < len(dst); i += copyCRCChunk {
+		end := min(i+copyCRCChunk, len(dst))
+		copy(dst[i:end], src[i:end])
+		crc = crc32c.Update(crc, dst[i:end])
+	}
+	return crc
+}
+
+const copyCRCChunk = 64 << 10
 
 // commitBucket is the commit phase: under commitMu, the duplicate check of
 // the written bucket's keys and its index commit (invariant 2). Keys already

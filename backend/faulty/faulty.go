@@ -203,6 +203,23 @@ type volatileWriter interface {
 // WriteBucket implements backend.Backend with the OpWrite, ShortWrite and
 // OpSync rules.
 func (f *Backend) WriteBucket(ctx context.Context, id uint64, data [][]byte) error {
+	return f.writeBucket(ctx, id, data, f.inner.WriteBucket)
+}
+
+// WriteBucketChecked implements backend.CheckedWriter with the rules of
+// WriteBucket, around the inner backend's checked write
+// (backend.ErrUnchecked when it has none).
+func (f *Backend) WriteBucketChecked(ctx context.Context, id uint64, data [][]byte, checks []backend.PieceCRC) error {
+	cw, ok := f.inner.(backend.CheckedWriter)
+	if !ok {
+		return fmt.Errorf("faulty: write bucket %016x: %w", id, backend.ErrUnchecked)
+	}
+	return f.writeBucket(ctx, id, data, func(ctx context.Context, id uint64, data [][]byte) error {
+		return cw.WriteBucketChecked(ctx, id, data, checks)
+	})
+}
+
+func (f *Backend) writeBucket(ctx context.Context, id uint64, data [][]byte, write func(context.Context, uint64, [][]byte) error) error {
 	if r := f.enter(OpWrite); r != nil {
 		if r.kind == kindShortWrite {
 			return f.shortWrite(ctx, id, data)
@@ -213,7 +230,7 @@ func (f *Backend) WriteBucket(ctx context.Context, id uint64, data [][]byte) err
 	if before != nil {
 		before(id)
 	}
-	if err := f.inner.WriteBucket(ctx, id, data); err != nil {
+	if err := write(ctx, id, data); err != nil {
 		return err
 	}
 	if r := f.enter(OpSync); r != nil {

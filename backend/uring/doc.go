@@ -17,6 +17,14 @@
 // point, at the end. Short writes are resubmitted for the rest. On any error
 // the partial file is removed.
 //
+// WriteBucketChecked (backend.CheckedWriter) is the same write for slices
+// whose memory may change meanwhile (the node's DRAM segment): the CRC32C of
+// each checked piece is computed from its copy in the slots, 64 KiB at a
+// time as it is copied, and a piece whose CRC differs from the caller's
+// stops the write (backend.ErrSourceChanged, file removed) before its last
+// slot is submitted; only bytes whose CRC matched are ever written. Without
+// O_DIRECT (the fallback below) it refuses with backend.ErrUnchecked.
+//
 // Reads go first: while any read waits on the read ring (reactor.pending
 // above zero), a bucket write keeps at most WriteDepthUnderReads (2) chunk
 // writes in flight instead of WriteDepth, so a read queues behind two 1 MiB

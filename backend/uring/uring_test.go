@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 	"github.com/tierstore/tierstore/backend"
 	"github.com/tierstore/tierstore/backend/backendtest"
 	"github.com/tierstore/tierstore/backend/pwrite"
+	"github.com/tierstore/tierstore/internal/crc32c"
 	iuring "github.com/tierstore/tierstore/internal/uring"
 )
 
@@ -398,4 +400,44 @@ func TestWritesYieldToPendingReads(t *testing.T) {
 	require.Equal(t, [2]int{2, 2}, depths[1], "a read pending: WriteDepthUnderReads")
 	require.Equal(t, [2]int{4, 0}, depths[2], "the read done: full depth again")
 	require.Zero(t, b.rx.pending.Load())
+}
+
+// A checked write computes each named piece's CRC32C from the bytes it
+// copied into its slots (pieces spanning several 64 KiB slots, a piece
+// after an unchecked one): with every CRC right the file holds the data;
+// with one piece's bytes changed after its CRC was taken it fails with
+// backend.ErrSourceChanged and leaves no file. Without O_DIRECT it refuses
+// with backend.ErrUnchecked before writing.
+func TestWriteBucketChecked(t *testing.T) {
+	b := openOrFail(t, t.TempDir(), small(true))
+	defer b.Close()
+	cw := b.(backend.CheckedWriter)
+	ctx := context.Background()
+	pieces := [][]byte{bytes.Repeat([]byte{1}, 4096), bytes.Repeat([]byte("ab"), 100<<10), bytes.Repeat([]byte{3}, 12288), bytes.Repeat([]byte("xyz"), 20<<10)}
+	pieces[3] = pieces[3][:len(pieces[3])-int(backend.TotalLen(pieces)%backend.Alignment)]
+	checks := []backend.PieceCRC{{Piece: 1, CRC: crc32c.Checksum(pieces[1])}, {Piece: 3, CRC: crc32c.Checksum(pieces[3])}}
+	require.NoError(t, cw.WriteBucketChecked(ctx, 1, pieces, checks))
+	got := make([]byte, backend.TotalLen(pieces))
+	ops := []backend.ReadOp{{ID: 1, Off: 0, Len: len(got), Buf: got}}
+	require.NoError(t, b.Read(ctx, ops))
+	require.NoError(t, ops[0].Err)
+	require.Equal(t, bytes.Join(pieces, nil), got)
+
+	for _, bad := range []int{1, 3} {
+		changed := slices.Clone(pieces)
+		changed[bad] = bytes.Clone(pieces[bad])
+		changed[bad][len(changed[bad])-1] ^= 0x20
+		err := cw.WriteBucketChecked(ctx, uint64(1+bad), changed, checks)
+		require.ErrorIs(t, err, backend.ErrSourceChanged, "piece %d", bad)
+	}
+	files, err := b.List()
+	require.NoError(t, err)
+	require.Len(t, files, 1, "a failed checked write left its file")
+
+	buffered := openOrFail(t, t.TempDir(), small(false))
+	defer buffered.Close()
+	require.ErrorIs(t, buffered.(backend.CheckedWriter).WriteBucketChecked(ctx, 1, pieces, checks), backend.ErrUnchecked)
+	files, err = buffered.List()
+	require.NoError(t, err)
+	require.Empty(t, files)
 }

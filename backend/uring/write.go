@@ -11,6 +11,7 @@ import (
 
 	"github.com/tierstore/tierstore/backend"
 	"github.com/tierstore/tierstore/backend/internal/bfile"
+	"github.com/tierstore/tierstore/internal/crc32c"
 	iuring "github.com/tierstore/tierstore/internal/uring"
 )
 
@@ -19,11 +20,47 @@ import (
 // in flight; then one FSYNC(DATASYNC) and an fsync of the directory (see
 // bfile.Dir.WriteBucket for the steps around the ring).
 func (b *Backend) WriteBucket(ctx context.Context, id uint64, data [][]byte) error {
-	return b.d.WriteBucket(ctx, id, data, b.writeFile)
+	return b.d.WriteBucket(ctx, id, data, func(ctx context.Context, fd int, data [][]byte, direct bool) error {
+		return b.writeFile(ctx, fd, data, direct, nil)
+	})
 }
 
-// writeFile writes data to fd through a ring and fdatasyncs it.
-func (b *Backend) writeFile(ctx context.Context, fd int, data [][]byte, direct bool) error {
+// WriteBucketChecked implements backend.CheckedWriter: with O_DIRECT the
+// CRC32C of each checked piece is computed as it is copied into the slots
+// (in pieces of copyChunk, while in cache), and a piece whose CRC differs
+// stops the write before its slot is submitted. Without O_DIRECT (a
+// directory that refused it) the caller's slices would be written in place:
+// backend.ErrUnchecked.
+func (b *Backend) WriteBucketChecked(ctx context.Context, id uint64, data [][]byte, checks []backend.PieceCRC) error {
+	want := make([]pieceCheck, len(data))
+	for _, c := range checks {
+		if c.Piece < 0 || c.Piece >= len(data) {
+			return fmt.Errorf("uring: write bucket %016x: check of piece %d of %d: %w", id, c.Piece, len(data), backend.ErrBadRange)
+		}
+		want[c.Piece] = pieceCheck{on: true, want: c.CRC}
+	}
+	return b.d.WriteBucket(ctx, id, data, func(ctx context.Context, fd int, data [][]byte, direct bool) error {
+		if !direct {
+			return backend.ErrUnchecked
+		}
+		return b.writeFile(ctx, fd, data, direct, want)
+	})
+}
+
+// pieceCheck is the CRC32C a piece of a checked write must have, and what
+// its bytes copied so far have.
+type pieceCheck struct {
+	on        bool
+	want, got uint32
+}
+
+// copyChunk is how much of a checked piece is copied before its CRC32C is
+// updated over the copy (while the bytes are in cache).
+const copyChunk = 64 << 10
+
+// writeFile writes data to fd through a ring and fdatasyncs it; checks,
+// when not nil, has one entry per piece of data (direct only).
+func (b *Backend) writeFile(ctx context.Context, fd int, data [][]byte, direct bool, checks []pieceCheck) error {
 	if direct {
 		// Allocate the whole file first: O_DIRECT writes inside i_size
 		// run in parallel, while ext4 serialises (and io_uring punts to
@@ -44,7 +81,7 @@ func (b *Backend) writeFile(ctx context.Context, fd int, data [][]byte, direct b
 		}
 	}
 	s := &writer{w: w, fd: fd, depth: b.opts.WriteDepth, yieldDepth: b.opts.WriteDepthUnderReads,
-		reads: &b.rx.pending, direct: direct}
+		reads: &b.rx.pending, direct: direct, checks: checks}
 	data = slices.Clone(data) // consumed below; the caller's slice stays intact
 	write := s.writeBuffered
 	if direct {
@@ -85,7 +122,9 @@ type writer struct {
 	maxInFlight, maxUnderReads int
 	direct                     bool
 	broken                     bool // the ring failed; the worker must not be reused
-	comps                      []iuring.Completion
+	// checks: the CRC32C each piece of data must have (nil: unchecked).
+	checks []pieceCheck
+	comps  []iuring.Completion
 }
 
 // wreq is the tag of one write in flight: what remains to be written.
@@ -194,6 +233,7 @@ func (s *writer) drain(inflight int, first error) error {
 func (s *writer) writeDirect(ctx context.Context, data [][]byte) error {
 	var off int64
 	inflight := 0
+	piece := 0 // index of data[0] in the caller's data
 	for {
 		for len(data) > 0 && s.room(inflight) && len(s.w.free) > 0 {
 			if err := ctx.Err(); err != nil {
@@ -204,10 +244,23 @@ func (s *writer) writeDirect(ctx context.Context, data [][]byte) error {
 			buf := s.w.slot(slot)
 			fill := 0
 			for len(data) > 0 && fill < len(buf) {
-				n := copy(buf[fill:], data[0])
+				var n int
+				if s.checks != nil && s.checks[piece].on {
+					c := &s.checks[piece]
+					n = copy(buf[fill:min(fill+copyChunk, len(buf))], data[0])
+					c.got = crc32c.Update(c.got, buf[fill:fill+n])
+				} else {
+					n = copy(buf[fill:], data[0])
+				}
 				fill += n
 				if data[0] = data[0][n:]; len(data[0]) == 0 {
+					if s.checks != nil && s.checks[piece].on && s.checks[piece].got != s.checks[piece].want {
+						s.w.free = append(s.w.free, slot)
+						c := s.checks[piece]
+						return s.drain(inflight, fmt.Errorf("piece %d: CRC32C %08x, want %08x: %w", piece, c.got, c.want, backend.ErrSourceChanged))
+					}
 					data = data[1:]
+					piece++
 				}
 			}
 			if err := s.prepare(&wreq{slot: slot, off: off, buf: buf[:fill]}); err != nil {
