@@ -18,7 +18,7 @@ import (
 // with tens of millions of SSD objects re-registers and reconciles like a
 // small one (docs/design.md invariant 6; masterapi/reconcile.go).
 const (
-	// reRegisterBatch is the objects of one ReRegisterDiskObjects call.
+	// reRegisterBatch is the objects of one ReRegisterDiskColumns call.
 	reRegisterBatch = 4096
 	// reconcileBatchKeys and reconcileBatchBytes bound one ReconcileKeys
 	// call (keys, and key bytes).
@@ -44,27 +44,29 @@ func (n *Node) reRegister(ctx context.Context) {
 		n.reregister.Store(true)
 		return
 	}
-	batch := make([]masterapi.DiskObject, 0, reRegisterBatch)
+	// One chunk of columns, reused: no allocation per object.
+	batch := masterapi.DiskColumns{Lens: make([]uint32, 0, reRegisterBatch), Sizes: make([]int64, 0, reRegisterBatch),
+		CRCs: make([]uint32, 0, reRegisterBatch), Expected: n.tier.Stats().Objects}
 	var sent int64
 	var callErr error
 	flush := func() bool {
 		cctx, cancel := context.WithTimeout(ctx, masterCallTimeout)
-		errs, err := n.m.ReRegisterDiskObjects(cctx, n.name, batch)
+		errs, err := n.m.ReRegisterDiskColumns(cctx, n.name, batch)
 		cancel()
 		if err != nil {
 			callErr = err
 			return false
 		}
-		n.dropConflicts(batch, errs, gen)
-		sent += int64(len(batch))
-		batch = batch[:0]
+		n.dropConflicts(&batch, errs, gen)
+		sent += int64(batch.Len())
+		batch.Reset()
 		return true
 	}
 	err := n.tier.Keys(func(key []byte, info tier.KeyInfo) bool {
-		batch = append(batch, masterapi.DiskObject{Key: string(key), Size: info.Size, CRC: info.CRC})
-		return len(batch) < reRegisterBatch || flush()
+		batch.Append(key, info.Size, info.CRC)
+		return batch.Len() < reRegisterBatch || flush()
 	})
-	if err == nil && callErr == nil && len(batch) > 0 {
+	if err == nil && callErr == nil && batch.Len() > 0 {
 		flush()
 	}
 	switch {
@@ -85,17 +87,21 @@ func (n *Node) reRegister(ctx context.Context) {
 // A key refused as unknown is kept, and a re-registration flagged, when the
 // node remounted since gen (the master may have restarted and not heard the
 // SSD objects yet).
-func (n *Node) dropConflicts(objs []masterapi.DiskObject, errs []error, gen uint64) {
-	for i, e := range errs {
-		if i >= len(objs) || e == nil {
+func (n *Node) dropConflicts(objs *masterapi.DiskColumns, errs []error, gen uint64) {
+	off := 0
+	for i := 0; i < objs.Len(); i++ {
+		var key []byte
+		key, off = objs.Key(i, off)
+		if i >= len(errs) || errs[i] == nil {
 			continue
 		}
+		e := errs[i]
 		if n.refusedKeepsCopy(e, gen) {
 			continue
 		}
 		if errors.Is(e, codes.ErrChecksumConflict) || errors.Is(e, codes.ErrObjectNotFound) || errors.Is(e, codes.ErrReplicaNotFound) {
-			if err := n.tier.Remove([]byte(objs[i].Key)); err != nil && !errors.Is(err, tier.ErrNotFound) {
-				n.log.Warn("removing an SSD object the master refused", "key", keyspec.Show(objs[i].Key), "err", err)
+			if err := n.tier.Remove(key); err != nil && !errors.Is(err, tier.ErrNotFound) {
+				n.log.Warn("removing an SSD object the master refused", "key", keyspec.Show(key), "err", err)
 			}
 		}
 	}

@@ -17,17 +17,17 @@ import (
 type recordingMaster struct {
 	masterapi.API
 	mu          sync.Mutex // protects the fields below
-	reRegisters []int      // objects per ReRegisterDiskObjects call
+	reRegisters []int      // objects per ReRegisterDiskColumns call
 	keysCalls   []int      // keys per ReconcileKeys call
 	ends        int        // ReconcileEnd calls
 	onKeys      func()     // runs before each ReconcileKeys is forwarded
 }
 
-func (r *recordingMaster) ReRegisterDiskObjects(ctx context.Context, node string, objs []masterapi.DiskObject) ([]error, error) {
+func (r *recordingMaster) ReRegisterDiskColumns(ctx context.Context, node string, objs masterapi.DiskColumns) ([]error, error) {
 	r.mu.Lock()
-	r.reRegisters = append(r.reRegisters, len(objs))
+	r.reRegisters = append(r.reRegisters, objs.Len())
 	r.mu.Unlock()
-	return r.API.ReRegisterDiskObjects(ctx, node, objs)
+	return r.API.ReRegisterDiskColumns(ctx, node, objs)
 }
 
 func (r *recordingMaster) ReconcileKeys(ctx context.Context, node string, id uint64, keys []string) (masterapi.ReconcileKeysResult, error) {
