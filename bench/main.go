@@ -108,7 +108,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 	keys := fs.Int64("keys", 0, "reconcile: SSD objects of the node (default 10000000, 100000 with --quick)")
 	seed := fs.Int64("seed", 0, "churn: seed of the generated traces: conversations and mixed N, zipf-bursts N+1, the others N+2 (0: the fixed seeds 42, 7 and 11)")
 	bin := fs.String("bin", "", "fullput: directory of prebuilt tierstore-master and tierstore-node (default: built from this tree)")
-	procProf := fs.String("procprofile", "", "fullput: write CPU profiles of each row's master and node processes into this directory (ROW-master.pprof, ROW-node.pprof)")
+	procProf := fs.String("procprofile", "", "fullput: write CPU profiles of each row's master and node processes into this directory (ROW-master.pprof, ROW-node.pprof); reconcile: the master's (reconcile-master.pprof)")
 	replicas := fs.Int("replicas", 1, "crashloop: DRAM replicas of every put (more than 1: on 3 nodes, or as many as replicas)")
 
 	names, help, err := parseArgs(fs, args)
