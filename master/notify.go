@@ -172,7 +172,7 @@ func (s *Service) ReRegisterDiskColumns(ctx context.Context, nodeID string, c ma
 	for i, off := 0, 0; i < count; i++ {
 		end := off + int(c.Lens[i])
 		key := all[off:end]
-		items[i] = reItem{key: key, h: masterapi.KeyHash(key), i: int32(i)}
+		items[i] = reItem{key: key, h: masterapi.KeyHash(key)}
 		off = end
 	}
 	s.removedDiskMany(nodeID, items, out)
@@ -217,11 +217,10 @@ func (s *Service) ReRegisterDiskColumns(ctx context.Context, nodeID string, c ma
 }
 
 // reItem is one object of a re-registration chunk: its key (a slice of
-// the chunk's key string), its hash and its index in the chunk.
+// the chunk's key string) and its hash.
 type reItem struct {
 	key string
 	h   uint64
-	i   int32
 }
 
 // presize grows the shards' maps, once per node incarnation, to hold
