@@ -285,6 +285,10 @@ func runScenarios(ctx context.Context, todo []scenario, base string, quick bool,
 				rep.Skipped = append(rep.Skipped, skipped{Scenario: s.name, Reason: err.Error()})
 				continue
 			}
+			if res != nil { // what was measured before the failure
+				res.Scenario, res.Started = s.name, started
+				printResult(stdout, hdr, res)
+			}
 			return nil, fmt.Errorf("scenario %s: %w", s.name, err)
 		}
 		res.Scenario = s.name

@@ -370,7 +370,8 @@ func runReconcile(ctx context.Context, e *env) (*result, error) {
 		msBefore, _ := m.Stats(ctx)
 		f, err := measureStep(pid, func() error { return n.Reconcile(ctx) })
 		if err != nil {
-			return nil, err
+			// The steps measured so far are still reported.
+			return res, fmt.Errorf("bench: %s after %.1f s: %w", d.name, f.wall.Seconds(), err)
 		}
 		after := n.Stats()
 		msAfter, _ := m.Stats(ctx)
