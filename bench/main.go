@@ -110,7 +110,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 	keys := fs.Int64("keys", 0, "reconcile: SSD objects of the node (default 10000000, 100000 with --quick)")
 	seed := fs.Int64("seed", 0, "churn: seed of the generated traces: conversations and mixed N, zipf-bursts N+1, the others N+2 (0: the fixed seeds 42, 7 and 11)")
 	bin := fs.String("bin", "", "fullput: directory of prebuilt tierstore-master and tierstore-node (default: built from this tree)")
-	procProf := fs.String("procprofile", "", "fullput: write CPU profiles of each row's master and node processes into this directory (ROW-master.pprof, ROW-node.pprof)")
+	procProf := fs.String("procprofile", "", "fullput: write CPU profiles of each row's master and node processes into this directory (ROW-master.pprof, ROW-node.pprof); reconcile: the master's (reconcile-master.pprof)")
 	scaleObjects := fs.String("scale_objects", "", "scale: master sizes to measure, comma-separated (default 1M,10M; --quick 100k; e.g. 1M,10M,50M)")
 	scaleRSSCap := fs.String("scale_rss_cap", "16G", "scale: stop filling a master whose RSS grew by this much")
 	replicas := fs.Int("replicas", 1, "crashloop: DRAM replicas of every put (more than 1: on 3 nodes, or as many as replicas)")
@@ -293,6 +293,10 @@ func runScenarios(ctx context.Context, todo []scenario, base string, quick bool,
 				fmt.Fprintf(stdout, "== %s: skipped: %v\n\n", s.name, err)
 				rep.Skipped = append(rep.Skipped, skipped{Scenario: s.name, Reason: err.Error()})
 				continue
+			}
+			if res != nil { // what was measured before the failure
+				res.Scenario, res.Started = s.name, started
+				printResult(stdout, hdr, res)
 			}
 			return nil, fmt.Errorf("scenario %s: %w", s.name, err)
 		}

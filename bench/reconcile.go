@@ -234,6 +234,7 @@ func heapBytes() int64 {
 type stepFigures struct {
 	wall, masterCPU, nodeCPU time.Duration
 	masterPeakRSS            int64 // largest master RSS seen during the step
+	nodePeakRSS              int64 // largest RSS of this process (the node) seen during the step
 	masterRSSGrowth          int64 // master RSS at the end minus at the start
 	nodeHeapGrowth           int64 // largest node heap seen minus at the start
 }
@@ -247,9 +248,12 @@ func measureStep(pid int, fn func() error) (stepFigures, error) {
 		return f, err
 	}
 	c0, h0 := selfCPU(), heapBytes()
-	var peakRSS, peakHeap atomic.Int64
+	var peakRSS, peakHeap, nodeRSS atomic.Int64
 	peakRSS.Store(p0.rss)
 	peakHeap.Store(h0)
+	if p, err := readProc(os.Getpid()); err == nil {
+		nodeRSS.Store(p.rss)
+	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -269,6 +273,9 @@ func measureStep(pid int, fn func() error) (stepFigures, error) {
 			if h := heapBytes(); h > peakHeap.Load() {
 				peakHeap.Store(h)
 			}
+			if p, err := readProc(os.Getpid()); err == nil && p.rss > nodeRSS.Load() {
+				nodeRSS.Store(p.rss)
+			}
 		}
 	}()
 	start := time.Now()
@@ -285,6 +292,7 @@ func measureStep(pid int, fn func() error) (stepFigures, error) {
 	f.masterPeakRSS = max(peakRSS.Load(), p1.rss)
 	f.masterRSSGrowth = p1.rss - p0.rss
 	f.nodeHeapGrowth = peakHeap.Load() - h0
+	f.nodePeakRSS = nodeRSS.Load()
 	return f, err
 }
 
@@ -302,8 +310,11 @@ func runReconcile(ctx context.Context, e *env) (*result, error) {
 	}
 	cl := &cluster{}
 	defer cl.stop()
-	line, err := cl.start(ctx, e.dir, filepath.Join(bin, "tierstore-master"), "tierstore-master listening on ",
-		"--rpc_port=0", "--metrics_port=0", "--log_level=warn", "--client_ttl=600")
+	margs := []string{"--rpc_port=0", "--metrics_port=0", "--log_level=warn", "--client_ttl=600"}
+	if e.procProf != "" {
+		margs = append(margs, "--cpuprofile="+filepath.Join(e.procProf, "reconcile-master.pprof"))
+	}
+	line, err := cl.start(ctx, e.dir, filepath.Join(bin, "tierstore-master"), "tierstore-master listening on ", margs...)
 	if err != nil {
 		return nil, fmt.Errorf("%w\n%s", err, cl.logTail())
 	}
@@ -316,7 +327,7 @@ func runReconcile(ctx context.Context, e *env) (*result, error) {
 	defer m.Close()
 	res := &result{Options: map[string]string{"keys": strconv.FormatInt(keys, 10), "master": "process, loopback gRPC"}}
 	tb := &table{Title: fmt.Sprintf("reconcile at scale: one node with %d SSD objects (keys of ~32 B)", keys),
-		Columns: []string{"step", "seconds", "master CPU s", "node CPU s", "keys sent", "master RSS MiB (peak)", "master RSS growth MiB", "node heap growth MiB"}}
+		Columns: []string{"step", "seconds", "master CPU s", "node CPU s", "keys sent", "master RSS MiB (peak)", "master RSS growth MiB", "node RSS MiB (peak)", "node heap growth MiB"}}
 	res.Tables = append(res.Tables, tb)
 	p0, _ := readProc(pid)
 	res.Notes = append(res.Notes, fmt.Sprintf("master RSS before re-registration: %.0f MiB", mib(p0.rss)))
@@ -340,7 +351,7 @@ func runReconcile(ctx context.Context, e *env) (*result, error) {
 	if err != nil || ms.DiskReplicas != keys {
 		return nil, fmt.Errorf("bench: reconcile: master lists %d disk replicas after re-registration, want %d (%v)", ms.DiskReplicas, keys, err)
 	}
-	addStep(tb, "re-register (node start, 4096 per call)", f, keys)
+	addStep(tb, "re-register (node start, chunks of 4096 in columns)", f, keys)
 	perKey := float64(f.masterRSSGrowth) / float64(keys)
 	res.Notes = append(res.Notes, fmt.Sprintf("master RSS per registered object: %.0f B; re-registration master CPU per key: %.2f us",
 		perKey, float64(f.masterCPU.Microseconds())/float64(keys)))
@@ -359,7 +370,8 @@ func runReconcile(ctx context.Context, e *env) (*result, error) {
 		msBefore, _ := m.Stats(ctx)
 		f, err := measureStep(pid, func() error { return n.Reconcile(ctx) })
 		if err != nil {
-			return nil, err
+			// The steps measured so far are still reported.
+			return res, fmt.Errorf("bench: %s after %.1f s: %w", d.name, f.wall.Seconds(), err)
 		}
 		after := n.Stats()
 		msAfter, _ := m.Stats(ctx)
@@ -376,7 +388,7 @@ func runReconcile(ctx context.Context, e *env) (*result, error) {
 
 func addStep(tb *table, name string, f stepFigures, sent int64) {
 	tb.add(name, f.wall.Seconds(), f.masterCPU.Seconds(), f.nodeCPU.Seconds(), sent,
-		mib(f.masterPeakRSS), mib(f.masterRSSGrowth), mib(f.nodeHeapGrowth))
+		mib(f.masterPeakRSS), mib(f.masterRSSGrowth), mib(f.nodePeakRSS), mib(f.nodeHeapGrowth))
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -46,13 +47,22 @@ func TestRecoveryScenario(t *testing.T) {
 		}
 	}
 	f := strings.Fields(row)
-	if len(f) != 12 {
-		t.Fatalf("row %q: want 12 cells", row)
+	if len(f) != 21 {
+		t.Fatalf("row %q: want 21 cells", row)
 	}
-	if f[11] != "0" {
-		t.Fatalf("objects lost after kill -9: row %q", row)
+	if f[19] != "0" || f[20] != "0" {
+		t.Fatalf("objects lost or read back wrong after kill -9: row %q", row)
 	}
-	if f[10] == "0" {
+	if f[18] == "0" {
 		t.Fatalf("the killed child acknowledged nothing: row %q", row)
+	}
+	// Tier format 3: a clean close leaves nothing to read; after the kill
+	// only the killed session's buckets are read (it wrote a few of 500
+	// objects; the populated tier has 3000/500 = 6).
+	if f[8] != "0" {
+		t.Fatalf("Open after a clean close read %s buckets: row %q", f[8], row)
+	}
+	if k, err := strconv.Atoi(f[14]); err != nil || k < 3 || k > 4 {
+		t.Fatalf("Open after kill -9 read %s buckets, want the killed session's (3 acknowledged, maybe 1 more): row %q", f[14], row)
 	}
 }

@@ -4,17 +4,20 @@
 //
 // # Records
 //
-// Six record kinds share the pebble key space, told apart by a one-byte
+// Seven record kinds share the pebble key space, told apart by a one-byte
 // prefix (the layout is documented in docs/format/index.md):
 //
 //	'k' key              -> object location (bucket, offset, lengths, codec, CRC32C)
 //	'b' be64(bucket) key -> membership: key lives in bucket
 //	'm' be64(bucket)     -> bucket record (size, objects written, creation time,
-//	                        live objects and bytes, trailer offset/length/CRC32C)
+//	                        live objects and bytes, trailer offset/length/CRC32C,
+//	                        written bytes)
 //	'n'                  -> next bucket id
 //	'f'                  -> format version of the tier directory (FormatVersion)
 //	'e' be64(bucket)     -> the bucket is being evicted (MarkEvicting); it goes
 //	                        with the bucket's removal or UnmarkEvicting
+//	's'                  -> session: buckets below a mark are proven (Session);
+//	                        the tier's Open and clean Close write it
 //
 // Object keys are opaque bytes of 1 to keyspec.MaxLen bytes. Because the object
 // key only ever follows the prefix (or a fixed-width bucket id), no choice of

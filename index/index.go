@@ -50,6 +50,26 @@ type BucketMeta struct {
 	TrailerOff int64
 	TrailerLen int64
 	TrailerCRC uint32
+	// Written is the stored bytes of every object written into the bucket
+	// file (the sum of its trailer's stored lengths; its dead bytes are
+	// Written - LiveBytes), as the committer gave it; it never changes
+	// afterwards. A tier that opens without reading the bucket's trailer
+	// takes its dead bytes from it.
+	Written int64
+}
+
+// Session is the session record (format 3): which buckets a later Open
+// need not read to prove them against their records. Every bucket with an
+// id below ProvenBelow was committed before the session that wrote the
+// record started (and was proven at that Open, or by the clean close
+// before it), or, when Clean, the record was written by a clean close and
+// covers every bucket. A tier writes it (synced) at Open, before it writes
+// any bucket, with ProvenBelow its next bucket id, and again at a clean
+// Close: after a crash only the buckets the crashed session wrote (ids at
+// or above ProvenBelow) are read.
+type Session struct {
+	ProvenBelow uint64
+	Clean       bool
 }
 
 // KeyLoc is one object committed by CommitBucket.
@@ -81,7 +101,7 @@ const (
 	memTableReserve = 3
 	// keysChunk is how many objects Keys reads under the lock before it
 	// calls fn for them without the lock.
-	keysChunk = 256
+	keysChunk = 1024
 )
 
 // Index is the pebble-backed object index of one tier directory. See the
@@ -553,8 +573,9 @@ func (ix *Index) BucketLiveKeys(id uint64) (int, error) {
 func (ix *Index) Keys(fn func(key []byte, loc Location) bool) error {
 	lower := []byte{prefixObject}
 	upper := prefixUpperBound(lower)
+	buf := make([]KeyLoc, 0, keysChunk)
 	for {
-		batch, err := ix.keysChunk(lower, upper)
+		batch, err := ix.keysChunk(lower, upper, buf)
 		if err != nil {
 			return fmt.Errorf("index: keys: %w", err)
 		}
@@ -567,36 +588,50 @@ func (ix *Index) Keys(fn func(key []byte, loc Location) bool) error {
 			return nil
 		}
 		// Resume just after the last key seen: its successor is key+0x00.
-		lower = append(objectKey(batch[len(batch)-1].Key), 0)
+		last := batch[len(batch)-1].Key
+		lower = append(append(append(lower[:0], prefixObject), last...), 0)
 	}
 }
 
-// keysChunk reads up to keysChunk object records from lower on.
-func (ix *Index) keysChunk(lower, upper []byte) ([]KeyLoc, error) {
+// keysChunk reads up to keysChunk object records from lower on into out
+// (reset), their keys copied into one new arena per chunk (not one
+// allocation per key: fn owns each key, so the arena is never reused).
+func (ix *Index) keysChunk(lower, upper []byte, out []KeyLoc) ([]KeyLoc, error) {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
+	out = out[:0]
 	if err := ix.usable(); err != nil {
 		return nil, err
 	}
-	out := make([]KeyLoc, 0, keysChunk)
-	errStop := errors.New("stop")
+	var arena []byte
 	err := ix.scanRange(lower, upper, func(k, v []byte) error {
-		key := clone(k[1:])
+		k = k[1:]
+		if len(arena)+len(k) > cap(arena) {
+			arena = make([]byte, 0, max(keysArena, len(k)))
+		}
+		start := len(arena)
+		arena = append(arena, k...)
+		key := arena[start:len(arena):len(arena)]
 		loc, err := decodeObject(key, v)
 		if err != nil {
 			return err
 		}
 		out = append(out, KeyLoc{Key: key, Loc: loc})
 		if len(out) == keysChunk {
-			return errStop
+			return errStopKeys
 		}
 		return nil
 	})
-	if err != nil && err != errStop {
+	if err != nil && err != errStopKeys {
 		return nil, err
 	}
 	return out, nil
 }
+
+// keysArena is the size of the arenas Keys copies keys into.
+const keysArena = 64 << 10
+
+var errStopKeys = errors.New("stop")
 
 // NextBucketID returns the smallest bucket id greater than every committed
 // one (1 for an empty index). The engine allocates bucket ids from it.

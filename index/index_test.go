@@ -630,6 +630,14 @@ func TestFormatVersion(t *testing.T) {
 	require.ErrorContains(t, err, fmt.Sprintf("format version %d, this build reads version %d", FormatVersion+1, FormatVersion))
 	require.Equal(t, encodeFormat(FormatVersion+1), rawGet(), "a refused index is left as it was")
 
+	// Format 2 (before the session record) is refused too: nothing has
+	// been released, so this build does not upgrade it (docs/design.md).
+	rawSet(t, fs, "index", formatKey, encodeFormat(2))
+	_, err = Open("index", Options{FS: fs, Logger: quietLogger})
+	require.ErrorIs(t, err, ErrFormatVersion)
+	require.ErrorContains(t, err, "the index is of format version 2, this build reads version 3")
+	require.Equal(t, encodeFormat(2), rawGet(), "a refused index is left as it was")
+
 	db, err := pebble.Open("index", &pebble.Options{FS: fs, Logger: pebbleLogger{quietLogger}})
 	require.NoError(t, err)
 	require.NoError(t, db.Delete(formatKey, pebble.Sync))
@@ -638,4 +646,56 @@ func TestFormatVersion(t *testing.T) {
 	require.ErrorIs(t, err, ErrFormatVersion)
 	require.ErrorContains(t, err, "format version 0")
 	require.Nil(t, rawGet(), "no format record is written into a refused index")
+}
+
+// The session record (format 3) is absent in a new index, and what
+// SetSession wrote is what Session reads, also after a reopen.
+func TestSessionRecord(t *testing.T) {
+	fs := vfs.NewMem()
+	ix := open(t, "index", fs)
+	_, found, err := ix.Session()
+	require.NoError(t, err)
+	require.False(t, found)
+	require.NoError(t, ix.SetSession(Session{ProvenBelow: 5}))
+	s, found, err := ix.Session()
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, Session{ProvenBelow: 5}, s)
+	require.NoError(t, ix.SetSession(Session{ProvenBelow: 9, Clean: true}))
+	require.NoError(t, ix.Close())
+	require.ErrorIs(t, ix.SetSession(Session{}), ErrClosed)
+	ix = open(t, "index", fs)
+	s, found, err = ix.Session()
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, Session{ProvenBelow: 9, Clean: true}, s)
+	require.NoError(t, ix.Close())
+
+	rawSet(t, fs, "index", sessionKey, []byte{1, 2})
+	ix = open(t, "index", fs)
+	defer ix.Close()
+	_, _, err = ix.Session()
+	require.ErrorIs(t, err, ErrCorrupt)
+	require.ErrorContains(t, err, "session")
+}
+
+// Keys does not allocate per key: its keys are copied into shared arenas.
+func TestKeysAllocatesPerChunk(t *testing.T) {
+	ix := open(t, "index", vfs.NewMem())
+	defer ix.Close()
+	const n = 20000
+	keys := keysN("some-fairly-long-key-prefix/", n)
+	for i := 0; i < n; i += 1000 {
+		commit(t, ix, uint64(i/1000+1), keys[i:i+1000]...)
+	}
+	var seen int
+	allocs := testing.AllocsPerRun(3, func() {
+		seen = 0
+		require.NoError(t, ix.Keys(func(k []byte, _ Location) bool { seen++; return true }))
+	})
+	require.Equal(t, n, seen)
+	if raceEnabled {
+		t.Skip("allocations are not counted under the race detector")
+	}
+	require.Less(t, allocs, float64(n)/20, "Keys allocates %.0f times for %d keys", allocs, n)
 }

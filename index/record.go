@@ -18,19 +18,21 @@ const (
 	prefixNext       = 'n' // 'n'                     -> nextValue
 	prefixFormat     = 'f' // 'f'                     -> formatValue
 	prefixEvicting   = 'e' // 'e' be64(bucket)        -> evictingValue (since format 2)
+	prefixSession    = 's' // 's'                     -> sessionValue (since format 3)
 
 	// recordVersion is the first byte of every value but the bucket
 	// record's.
 	recordVersion = 1
 	// bucketVersion is the first byte of a bucket record.
-	bucketVersion = 2
+	bucketVersion = 3
 
 	objectValueLen     = 1 + 8 + 8 + 4 + 4 + 1 + 4 // 30
 	membershipValueLen = 1
-	bucketValueLen     = 1 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 4 // 61
+	bucketValueLen     = 1 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 4 + 8 // 69
 	nextValueLen       = 1 + 8
 	formatValueLen     = 1 + 4
 	evictingValueLen   = 1
+	sessionValueLen    = 1 + 8 + 1
 
 	kindObject     = "object"
 	kindMembership = "membership"
@@ -38,6 +40,7 @@ const (
 	kindNext       = "next-bucket-id"
 	kindFormat     = "format"
 	kindEvicting   = "evicting"
+	kindSession    = "session"
 )
 
 func checkKey(key []byte) error {
@@ -89,8 +92,31 @@ var formatKey = []byte{prefixFormat}
 // (the format record) when the index is created, and any change of a record
 // layout or of the bucket file format bumps it (docs/design.md, "Format and
 // protocol versions"). Open refuses another version (ErrFormatVersion).
-// Version 2 added the evicting record ('e').
-const FormatVersion = 2
+// Version 2 added the evicting record ('e'); version 3 the session record
+// ('s') and the written bytes of the bucket record (record version 3).
+const FormatVersion = 3
+
+var sessionKey = []byte{prefixSession}
+
+func encodeSession(s Session) []byte {
+	v := make([]byte, sessionValueLen)
+	v[0] = recordVersion
+	binary.BigEndian.PutUint64(v[1:], s.ProvenBelow)
+	if s.Clean {
+		v[9] = 1
+	}
+	return v
+}
+
+func decodeSession(v []byte) (Session, error) {
+	if err := checkValue(v, sessionValueLen); err != "" {
+		return Session{}, &CorruptError{Kind: kindSession, Reason: err}
+	}
+	if v[9] > 1 {
+		return Session{}, &CorruptError{Kind: kindSession, Reason: fmt.Sprintf("clean flag is %d, want 0 or 1", v[9])}
+	}
+	return Session{ProvenBelow: binary.BigEndian.Uint64(v[1:]), Clean: v[9] == 1}, nil
+}
 
 func encodeFormat(version uint32) []byte {
 	v := make([]byte, formatValueLen)
@@ -172,6 +198,7 @@ func encodeBucket(m BucketMeta) []byte {
 	binary.BigEndian.PutUint64(v[41:], uint64(m.TrailerOff))
 	binary.BigEndian.PutUint64(v[49:], uint64(m.TrailerLen))
 	binary.BigEndian.PutUint32(v[57:], m.TrailerCRC)
+	binary.BigEndian.PutUint64(v[61:], uint64(m.Written))
 	return v
 }
 
@@ -193,9 +220,10 @@ func decodeBucket(id uint64, v []byte) (BucketMeta, error) {
 		TrailerOff: int64(binary.BigEndian.Uint64(v[41:])),
 		TrailerLen: int64(binary.BigEndian.Uint64(v[49:])),
 		TrailerCRC: binary.BigEndian.Uint32(v[57:]),
+		Written:    int64(binary.BigEndian.Uint64(v[61:])),
 	})
-	if err == nil && (m.Live < 0 || m.LiveBytes < 0 || m.TrailerOff < 0 || m.TrailerLen < 0) {
-		return BucketMeta{}, &CorruptError{Kind: kindBucket, Bucket: id, Reason: fmt.Sprintf("negative live count %d, live bytes %d or trailer %d+%d", m.Live, m.LiveBytes, m.TrailerOff, m.TrailerLen)}
+	if err == nil && (m.Live < 0 || m.LiveBytes < 0 || m.TrailerOff < 0 || m.TrailerLen < 0 || m.Written < 0) {
+		return BucketMeta{}, &CorruptError{Kind: kindBucket, Bucket: id, Reason: fmt.Sprintf("negative live count %d, live bytes %d, written bytes %d or trailer %d+%d", m.Live, m.LiveBytes, m.Written, m.TrailerOff, m.TrailerLen)}
 	}
 	return m, err
 }

@@ -2,6 +2,7 @@ package index
 
 import (
 	"encoding/hex"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -14,11 +15,25 @@ func TestRecordLayoutGolden(t *testing.T) {
 		"01"+"0102030405060708"+"0000000000001000"+"0000aabb"+"0000ccdd"+"01"+"deadbeef",
 		hex.EncodeToString(encodeObject(loc)))
 	meta := BucketMeta{ID: 9, Size: 0x10000, Keys: 500, Created: 0x1122334455667788,
-		Live: 3, LiveBytes: 0x3000, TrailerOff: 0xf000, TrailerLen: 0x77, TrailerCRC: 0xcafebabe}
+		Live: 3, LiveBytes: 0x3000, TrailerOff: 0xf000, TrailerLen: 0x77, TrailerCRC: 0xcafebabe, Written: 0x5000}
 	require.Equal(t,
-		"02"+"0000000000010000"+"00000000000001f4"+"1122334455667788"+"0000000000000003"+"0000000000003000"+
-			"000000000000f000"+"0000000000000077"+"cafebabe",
+		"03"+"0000000000010000"+"00000000000001f4"+"1122334455667788"+"0000000000000003"+"0000000000003000"+
+			"000000000000f000"+"0000000000000077"+"cafebabe"+"0000000000005000",
 		hex.EncodeToString(encodeBucket(meta)))
+	// A bucket record of version 2 (format 2, no written bytes) is corrupt.
+	v2, err := hex.DecodeString("02" + strings.Repeat("00", 60))
+	require.NoError(t, err)
+	_, err = decodeBucket(9, v2)
+	require.ErrorIs(t, err, ErrCorrupt)
+	require.Equal(t, "73", hex.EncodeToString(sessionKey))
+	require.Equal(t, "01"+"0000000000000102"+"01", hex.EncodeToString(encodeSession(Session{ProvenBelow: 0x102, Clean: true})))
+	for _, s := range []Session{{}, {ProvenBelow: 7}, {ProvenBelow: 9, Clean: true}} {
+		got, err := decodeSession(encodeSession(s))
+		require.NoError(t, err)
+		require.Equal(t, s, got)
+	}
+	_, err = decodeSession([]byte{1, 0, 0, 0, 0, 0, 0, 0, 1, 2})
+	require.ErrorIs(t, err, ErrCorrupt)
 	// A bucket record of another version is corrupt, not guessed at.
 	v1, err := hex.DecodeString("01" + "0000000000010000" + "00000000000001f4" + "1122334455667788")
 	require.NoError(t, err)

@@ -174,8 +174,8 @@ func validateCommit(c Commit) error {
 	if meta.ID == math.MaxUint64 {
 		return fmt.Errorf("%w: bucket id %d is reserved", ErrInvalidEntry, meta.ID)
 	}
-	if meta.Size < 0 || meta.Keys < 0 || meta.TrailerOff < 0 || meta.TrailerLen < 0 {
-		return fmt.Errorf("%w: negative bucket size %d, key count %d or trailer %d+%d", ErrInvalidEntry, meta.Size, meta.Keys, meta.TrailerOff, meta.TrailerLen)
+	if meta.Size < 0 || meta.Keys < 0 || meta.TrailerOff < 0 || meta.TrailerLen < 0 || meta.Written < 0 {
+		return fmt.Errorf("%w: negative bucket size %d, key count %d, written bytes %d or trailer %d+%d", ErrInvalidEntry, meta.Size, meta.Keys, meta.Written, meta.TrailerOff, meta.TrailerLen)
 	}
 	if slices.Contains(c.Drop, meta.ID) {
 		return fmt.Errorf("%w: bucket %d both committed and dropped", ErrInvalidEntry, meta.ID)
@@ -534,4 +534,49 @@ func (ix *Index) commit(b *pebble.Batch) (err error) {
 		}
 	}()
 	return b.Commit(pebble.Sync)
+}
+
+// Session returns the session record (found false when there is none: a
+// new index, or one whose tier never completed an Open). A record that
+// does not decode is ErrCorrupt.
+func (ix *Index) Session() (s Session, found bool, err error) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	if err := ix.usable(); err != nil {
+		return Session{}, false, fmt.Errorf("index: session record: %w", err)
+	}
+	v, closer, err := ix.db.Get(sessionKey)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return Session{}, false, nil
+	}
+	if err != nil {
+		return Session{}, false, fmt.Errorf("index: session record: %w", err)
+	}
+	defer closer.Close()
+	s, err = decodeSession(v)
+	if err != nil {
+		return Session{}, false, fmt.Errorf("index: session record: %w", err)
+	}
+	return s, true, nil
+}
+
+// SetSession writes the session record in one synced batch.
+func (ix *Index) SetSession(s Session) error {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	if err := ix.writable(); err != nil {
+		return fmt.Errorf("index: session record: %w", err)
+	}
+	ix.writeMu.Lock()
+	defer ix.writeMu.Unlock()
+	b := ix.db.NewBatch()
+	defer b.Close()
+	err := b.Set(sessionKey, encodeSession(s), nil)
+	if err == nil {
+		err = ix.commit(b)
+	}
+	if err != nil {
+		return fmt.Errorf("index: session record: %w", err)
+	}
+	return nil
 }

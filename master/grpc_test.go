@@ -129,7 +129,7 @@ func TestRemoteMatchesService(t *testing.T) {
 	if bv, err := api.BatchPutRevoke(ctx, []masterapi.PutRef{{Key: "b2", Token: bp[0].Replica.PutToken}}); err != nil || bv[0] != nil {
 		t.Fatal(bv, err)
 	}
-	if errs, err := api.ReRegisterDiskObjects(ctx, "a", []masterapi.DiskObject{{Key: "d", Size: 5, CRC: 5}}); err != nil || errs[0] != nil {
+	if errs, err := api.ReRegisterDiskColumns(ctx, "a", masterapi.ColumnsOf([]masterapi.DiskObject{{Key: "d", Size: 5, CRC: 5}})); err != nil || errs[0] != nil {
 		t.Fatal(errs, err)
 	}
 	if res, err := api.EvictDiskReplica(ctx, "a", []string{"d"}); err != nil || res.Dropped != 1 || res.Keep != nil {

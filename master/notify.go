@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"math/bits"
 
 	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/keyspec"
@@ -111,24 +112,134 @@ func (s *Service) answerPersisted(n *node, d masterapi.DiskObject) error {
 	return s.registerDisk(n, d, false)
 }
 
-// ReRegisterDiskObjects implements API.
+// ReRegisterDiskObjects is ReRegisterDiskColumns of objs (in-process
+// callers and tests).
 func (s *Service) ReRegisterDiskObjects(ctx context.Context, nodeID string, objs []masterapi.DiskObject) ([]error, error) {
+	for _, d := range objs {
+		if err := validKey(d.Key); err != nil {
+			// A bad key is refused alone here, as before columns.
+			return s.reRegisterEach(ctx, nodeID, objs)
+		}
+	}
+	return s.ReRegisterDiskColumns(ctx, nodeID, masterapi.ColumnsOf(objs))
+}
+
+// reRegisterEach re-registers objs one at a time, each refused or
+// recorded on its own.
+func (s *Service) reRegisterEach(ctx context.Context, nodeID string, objs []masterapi.DiskObject) ([]error, error) {
+	out := make([]error, len(objs))
+	for i, d := range objs {
+		if err := validKey(d.Key); err != nil {
+			out[i] = s.observe(err)
+			continue
+		}
+		errs, err := s.ReRegisterDiskColumns(ctx, nodeID, masterapi.ColumnsOf(objs[i:i+1]))
+		if err != nil {
+			return nil, err
+		}
+		out[i] = errs[0]
+	}
+	return out, nil
+}
+
+// ReRegisterDiskColumns implements API. A chunk costs the master one copy
+// of its key bytes (the map keys of new objects are slices of it), one
+// hash per key, one removal-log lock and one lock per shard it touches,
+// not per object; the first chunk's Expected hint sizes the shards' maps.
+func (s *Service) ReRegisterDiskColumns(ctx context.Context, nodeID string, c masterapi.DiskColumns) ([]error, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
+	}
+	if err := c.Check(); err != nil {
+		return nil, s.observe(err)
 	}
 	n := s.lookupNode(nodeID)
 	if n == nil {
 		return nil, s.observe(codes.Errorf(codes.NeedRemount, "master: re_register: unknown node %q", nodeID))
 	}
-	n.lastPing.Store(s.now())
-	out := make([]error, len(objs))
-	for i, d := range objs {
-		if out[i] = s.removedDisk(nodeID, d.Key); out[i] == nil {
-			out[i] = s.registerDisk(n, d, true)
+	now := s.now()
+	n.lastPing.Store(now)
+	count := c.Len()
+	out := make([]error, count)
+	if count == 0 {
+		return out, nil
+	}
+	if c.Expected > 0 && n.presized.CompareAndSwap(false, true) {
+		s.presize(c.Expected)
+	}
+	all := string(c.Keys)
+	items := make([]reItem, count)
+	for i, off := 0, 0; i < count; i++ {
+		end := off + int(c.Lens[i])
+		key := all[off:end]
+		items[i] = reItem{key: key, h: masterapi.KeyHash(key)}
+		off = end
+	}
+	s.removedDiskMany(nodeID, items, out)
+	// Group by shard (counting sort), then each shard once under its lock.
+	order := make([]int32, count)
+	starts := make([]int32, len(s.shards)+1)
+	for i := range items {
+		starts[int(items[i].h&s.mask)+1]++
+	}
+	for i := 1; i < len(starts); i++ {
+		starts[i] += starts[i-1]
+	}
+	fill := append([]int32(nil), starts[:len(s.shards)]...)
+	for i := range items {
+		sh := int(items[i].h & s.mask)
+		order[fill[sh]] = int32(i)
+		fill[sh]++
+	}
+	seen := n.dig.epoch.Load()
+	for sh := range s.shards {
+		lo, hi := starts[sh], starts[sh+1]
+		if lo == hi {
+			continue
 		}
-		s.observe(out[i])
+		shd := &s.shards[sh]
+		shd.mu.Lock()
+		for _, i := range order[lo:hi] {
+			if out[i] != nil {
+				continue
+			}
+			it := &items[i]
+			out[i] = s.registerDiskLocked(shd, n, it.key, it.h, c.Sizes[i], c.CRCs[i], true, seen, now)
+		}
+		shd.mu.Unlock()
+	}
+	for _, e := range out {
+		if e != nil {
+			s.observe(e)
+		}
 	}
 	return out, nil
+}
+
+// reItem is one object of a re-registration chunk: its key (a slice of
+// the chunk's key string) and its hash.
+type reItem struct {
+	key string
+	h   uint64
+}
+
+// presize grows the shards' maps, once per node incarnation, to hold
+// expected more objects, when that at least doubles them: a new master
+// learning its nodes then builds each map once instead of growing it.
+func (s *Service) presize(expected int64) {
+	per := int(expected>>bits.TrailingZeros64(s.mask+1)) + 1
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		if want := len(sh.objs) + per; len(sh.objs) < want/2 {
+			m := make(map[string]*object, want+want/8)
+			for k, o := range sh.objs {
+				m[k] = o
+			}
+			sh.objs = m
+		}
+		sh.mu.Unlock()
+	}
 }
 
 // registerDisk records that n holds d on its SSD: a new object when the key
@@ -139,49 +250,55 @@ func (s *Service) registerDisk(n *node, d masterapi.DiskObject, create bool) err
 	if err := validKey(d.Key); err != nil {
 		return err
 	}
-	if d.Size <= 0 {
-		return codes.Errorf(codes.InvalidParams, "master: register disk object: size must be > 0, got %d", d.Size)
-	}
-	sh := s.shardOf(d.Key)
+	h := masterapi.KeyHash(d.Key)
+	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	o := sh.objs[d.Key]
+	return s.registerDiskLocked(sh, n, d.Key, h, d.Size, d.CRC, create, n.dig.epoch.Load(), s.now())
+}
+
+// registerDiskLocked is registerDisk of a valid key whose hash is h, under
+// its shard's lock; seen is n's reconcile epoch (a replica recorded now is
+// on the node's SSD: a reconcile session in progress counts it as seen,
+// reconcile.go).
+func (s *Service) registerDiskLocked(sh *shard, n *node, key string, h uint64, size int64, crc uint32, create bool, seen uint32, now int64) error {
+	if size <= 0 {
+		return codes.Errorf(codes.InvalidParams, "master: register disk object: size must be > 0, got %d", size)
+	}
+	o := sh.objs[key]
 	if o == nil && !create {
 		return codes.Errorf(codes.ObjectNotFound, "master: notify: node %q persisted a key the master does not know (removed?); delete the SSD copy", n.id)
 	}
-	// A replica recorded now is on the node's SSD: a reconcile session in
-	// progress counts it as seen (reconcile.go).
-	seen := n.dig.epoch.Load()
 	if o == nil {
-		o = &object{size: d.Size, crc: d.CRC, disk: []diskReplica{{node: n, seen: seen}}}
-		sh.objs[d.Key] = o
-		s.rebuiltLease(o, s.now())
+		o = &object{size: size, crc: crc, disk: []diskReplica{{node: n, seen: seen}}}
+		sh.objs[key] = o
+		s.rebuiltLease(o, now)
 		s.cnt.objects.Add(1)
-		s.countDisk(n, masterapi.KeyHash(d.Key), 1, d.Size)
+		s.countDisk(n, h, 1, size)
 		return nil
 	}
 	viaTask := o.offload == n
 	if viaTask {
-		s.cancelTask(d.Key, o)
+		s.cancelTask(key, o)
 		o.offloadFails = 0
 		s.cnt.offloadPersisted.Add(1)
 		s.met.offloadPersisted.Inc()
 	}
-	if o.size != d.Size || o.crc != d.CRC {
+	if o.size != size || o.crc != crc {
 		return codes.Errorf(codes.ChecksumConflict, "master: node %q reports size %d crc %08x, metadata has size %d crc %08x",
-			n.id, d.Size, d.CRC, o.size, o.crc)
+			n.id, size, crc, o.size, o.crc)
 	}
 	if i := o.diskIndex(n.id); i >= 0 {
 		prev := o.disk[i]
 		if prev.node != n { // refresh: a new incarnation (same id, same digest)
-			s.countDisk(prev.node, masterapi.KeyHash(d.Key), -1, -o.size)
-			s.countDisk(n, masterapi.KeyHash(d.Key), 1, o.size)
+			s.countDisk(prev.node, h, -1, -o.size)
+			s.countDisk(n, h, 1, o.size)
 		}
 		o.disk[i] = diskReplica{node: n, viaTask: viaTask || (prev.viaTask && prev.node == n), seen: seen}
 	} else {
 		o.disk = append(o.disk, diskReplica{node: n, viaTask: viaTask, seen: seen})
 		s.room.signal() // the DRAM replica may be evicted now
-		s.countDisk(n, masterapi.KeyHash(d.Key), 1, o.size)
+		s.countDisk(n, h, 1, o.size)
 	}
 	return nil
 }

@@ -421,8 +421,8 @@ func TestEvictDiskReplicaPerKey(t *testing.T) {
 			}
 			mount(t, api, "a", 1<<20)
 			mount(t, api, "b", 1<<20)
-			api.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "x", Size: 10, CRC: 1}, {Key: "y", Size: 10, CRC: 1}, {Key: "z", Size: 10, CRC: 1}})
-			api.ReRegisterDiskObjects(bg, "b", []masterapi.DiskObject{{Key: "z", Size: 10, CRC: 1}})
+			api.ReRegisterDiskColumns(bg, "a", masterapi.ColumnsOf([]masterapi.DiskObject{{Key: "x", Size: 10, CRC: 1}, {Key: "y", Size: 10, CRC: 1}, {Key: "z", Size: 10, CRC: 1}}))
+			api.ReRegisterDiskColumns(bg, "b", masterapi.ColumnsOf([]masterapi.DiskObject{{Key: "z", Size: 10, CRC: 1}}))
 			api.ExistKey(bg, "x")
 			api.ExistKey(bg, "z")
 			res, err := api.EvictDiskReplica(bg, "a", []string{"y", "x", "z", "x", "unknown"})
@@ -581,7 +581,7 @@ func TestRestartedMasterCountsOnlyItsTasks(t *testing.T) {
 			mount(t, api, "a", 1<<20)
 			mount(t, api, "b", 1<<20)
 			put(t, api, "registered", 64, "a")
-			if errs, err := api.ReRegisterDiskObjects(bg, "b", []masterapi.DiskObject{{Key: "registered", Size: 64, CRC: crcOf("registered")}}); err != nil || errs[0] != nil {
+			if errs, err := api.ReRegisterDiskColumns(bg, "b", masterapi.ColumnsOf([]masterapi.DiskObject{{Key: "registered", Size: 64, CRC: crcOf("registered")}})); err != nil || errs[0] != nil {
 				t.Fatal(errs, err)
 			}
 			put(t, api, "queued", 64, "a")

@@ -417,7 +417,7 @@ func TestReconcileSessionOverGRPC(t *testing.T) {
 	for i := range 100 {
 		objs = append(objs, masterapi.DiskObject{Key: fmt.Sprint("g", i), Size: 4, CRC: 2})
 	}
-	if _, err := api.ReRegisterDiskObjects(bg, "a", objs); err != nil {
+	if _, err := api.ReRegisterDiskColumns(bg, "a", masterapi.ColumnsOf(objs)); err != nil {
 		t.Fatal(err)
 	}
 	held := []string{"new"}

@@ -110,15 +110,23 @@ func (s *Service) ssdCursor(id string) uint64 {
 	return c.Seq
 }
 
-// removedDisk says why node id's SSD copy of key must not be re-registered
-// (an entry the node had not applied when it wrote or kept the copy covers
-// it), or nil.
-func (s *Service) removedDisk(id, key string) error {
+// removedDiskMany says, for every item of a re-registration chunk, why
+// node id's SSD copy of its key must not be re-registered: an entry above
+// the node's cursor covers it (out[i] set). One lock of the removal log
+// per chunk.
+func (s *Service) removedDiskMany(id string, items []reItem, out []error) {
 	cur := s.ssdCursor(id)
-	if seq := s.rlog.latest(key); seq > cur {
-		return codes.Errorf(codes.ObjectNotFound, "master: re_register: removed (removal log entry %d, above node %q's cursor %d); delete the SSD copy", seq, id, cur)
+	l := s.rlog
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.set.Len() == 0 {
+		return
 	}
-	return nil
+	for i := range items {
+		if seq := l.set.Latest(items[i].key); seq > cur {
+			out[i] = codes.Errorf(codes.ObjectNotFound, "master: re_register: removed (removal log entry %d, above node %q's cursor %d); delete the SSD copy", seq, id, cur)
+		}
+	}
 }
 
 // removedMem says why a DRAM record must not be re-registered: an entry

@@ -68,7 +68,7 @@ func TestRemovalLogEntryRefusesReRegistration(t *testing.T) {
 		t.Fatalf("re-registration of the removed DRAM record: %v %v", errs, err)
 	}
 	pullAll(t, api2, "a", cur, cur) // the node reports its cursor (below the entry)
-	errs, err = api2.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "k", Size: 1000, CRC: crcOf("k")}})
+	errs, err = api2.ReRegisterDiskColumns(bg, "a", masterapi.ColumnsOf([]masterapi.DiskObject{{Key: "k", Size: 1000, CRC: crcOf("k")}}))
 	if err != nil || !errors.Is(errs[0], codes.ErrObjectNotFound) {
 		t.Fatalf("re-registration of the removed SSD copy: %v %v", errs, err)
 	}
@@ -76,7 +76,7 @@ func TestRemovalLogEntryRefusesReRegistration(t *testing.T) {
 	// it holds is a newer put's: accepted.
 	applied := masterapi.RemovalCursor{Log: rep.Log, Seq: rep.Through}
 	pullAll(t, api2, "a", applied, applied)
-	if errs, err := api2.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "k", Size: 7, CRC: 7}}); err != nil || errs[0] != nil {
+	if errs, err := api2.ReRegisterDiskColumns(bg, "a", masterapi.ColumnsOf([]masterapi.DiskObject{{Key: "k", Size: 7, CRC: 7}})); err != nil || errs[0] != nil {
 		t.Fatalf("an SSD copy written after the node applied the removal: %v %v", errs, err)
 	}
 	// A new put of the key: its token is above the entry; a DRAM record of

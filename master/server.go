@@ -336,12 +336,21 @@ func (s *Server) NotifyOffloadSuccess(ctx context.Context, r *pb.NotifyOffloadSu
 	return keyResults(errs), nil
 }
 
-func (s *Server) ReRegisterDiskObjects(ctx context.Context, r *pb.RegisterDiskObjectsRequest) (*pb.KeyResults, error) {
-	errs, err := s.api.ReRegisterDiskObjects(ctx, r.GetNode(), diskObjs(r.GetObjects()))
+func (s *Server) ReRegisterDiskObjects(ctx context.Context, r *pb.RegisterDiskObjectsRequest) (*pb.RegisterDiskObjectsResponse, error) {
+	c := r.GetObjects()
+	errs, err := s.api.ReRegisterDiskColumns(ctx, r.GetNode(), masterapi.DiskColumns{Keys: c.GetKeys(), Lens: c.GetKeyLens(),
+		Sizes: c.GetSizes(), CRCs: c.GetCrcs(), Expected: r.GetExpected()})
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return keyResults(errs), nil
+	out := &pb.RegisterDiskObjectsResponse{}
+	for i, e := range errs {
+		if e != nil {
+			out.Refused = append(out.Refused, uint32(i))
+			out.Results = append(out.Results, &pb.KeyResult{Code: int32(codes.Of(e)), Message: e.Error()})
+		}
+	}
+	return out, nil
 }
 
 func (s *Server) EvictDiskReplica(ctx context.Context, r *pb.EvictDiskReplicaRequest) (*pb.EvictDiskReplicaResponse, error) {

@@ -16,6 +16,9 @@ type node struct {
 	incarnation string       // immutable; "" when the node does not send one
 	lastPing    atomic.Int64 // unix nanoseconds of the last ping, mount or heartbeat
 	dead        atomic.Bool  // set once, when the node expires
+	// presized: a re-registration of this incarnation sized the shards'
+	// maps (ReRegisterDiskColumns' Expected hint); once per incarnation.
+	presized atomic.Bool
 
 	// segments is protected by Service.nodesMu.
 	segments map[string]*segment

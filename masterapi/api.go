@@ -119,7 +119,7 @@ const (
 	NodeOK NodeStatus = 1
 	// NeedRemount: the master does not know the node (it expired, or the
 	// master restarted): the node must MountSegment again and re-register
-	// its SSD objects (ReRegisterDiskObjects).
+	// its SSD objects (ReRegisterDiskColumns).
 	NeedRemount NodeStatus = 2
 )
 
@@ -522,13 +522,17 @@ type NodeAPI interface {
 	// Persisted item: nil (recorded), ErrChecksumConflict (size/CRC differ
 	// from the object's metadata) or ErrObjectNotFound (the key is unknown,
 	// or its object was removed while node offloaded it): the node must
-	// delete the SSD copy of every refused key. Only ReRegisterDiskObjects
+	// delete the SSD copy of every refused key. Only ReRegisterDiskColumns
 	// creates objects.
 	NotifyOffloadSuccess(ctx context.Context, req NotifyRequest) ([]error, error)
-	// ReRegisterDiskObjects records objects a node holds on SSD (after a
-	// node or master restart), creating unknown ones; an existing object
-	// with another size/CRC is refused per item (ErrChecksumConflict).
-	ReRegisterDiskObjects(ctx context.Context, node string, objs []DiskObject) ([]error, error)
+	// ReRegisterDiskColumns records objects a node holds on SSD (after a
+	// node or master restart), creating unknown ones, a chunk at a time in
+	// columns; an existing object with another size/CRC is refused per
+	// item (ErrChecksumConflict), as is one removed above the node's
+	// removal log cursor (ErrObjectNotFound). The result has one error per
+	// object (nil: recorded). A chunk whose columns do not agree or that
+	// holds a bad key is refused whole (ErrBadColumns), nothing recorded.
+	ReRegisterDiskColumns(ctx context.Context, node string, objs DiskColumns) ([]error, error)
 	// EvictDiskReplica is called before node deletes an SSD bucket holding
 	// keys. Key by key, the master drops node's LocalDisk replica, except
 	// for a key whose read lease is active and whose only readable replica

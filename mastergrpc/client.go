@@ -373,13 +373,38 @@ func (r *Client) NotifyOffloadSuccess(ctx context.Context, req masterapi.NotifyR
 	return keyErrs(p, len(req.Persisted))
 }
 
-// ReRegisterDiskObjects implements API.
-func (r *Client) ReRegisterDiskObjects(ctx context.Context, node string, objs []masterapi.DiskObject) ([]error, error) {
-	p, err := r.c.ReRegisterDiskObjects(ctx, &pb.RegisterDiskObjectsRequest{Node: node, Objects: diskPB(objs)})
-	if err != nil {
-		return nil, fromStatus(err)
+// ReRegisterDiskColumns implements API: the chunk goes as columns
+// (master protocol 4) and the answer lists only the refused objects.
+func (r *Client) ReRegisterDiskColumns(ctx context.Context, node string, objs masterapi.DiskColumns) ([]error, error) {
+	if err := objs.Check(); err != nil {
+		return nil, err
 	}
-	return keyErrs(p, len(objs))
+	p, err := r.c.ReRegisterDiskObjects(ctx, &pb.RegisterDiskObjectsRequest{Node: node, Expected: objs.Expected,
+		Objects: &pb.DiskObjectColumns{Keys: objs.Keys, KeyLens: objs.Lens, Sizes: objs.Sizes, Crcs: objs.CRCs}})
+	if err != nil {
+		return nil, columnsErr(fromStatus(err))
+	}
+	refused, results := p.GetRefused(), p.GetResults()
+	if len(refused) != len(results) {
+		return nil, fmt.Errorf("mastergrpc: re-register: %d refused indexes for %d results: %w", len(refused), len(results), codes.ErrRPCFail)
+	}
+	out := make([]error, objs.Len())
+	for i, at := range refused {
+		if int(at) >= len(out) {
+			return nil, fmt.Errorf("mastergrpc: re-register: refused index %d in a chunk of %d: %w", at, len(out), codes.ErrRPCFail)
+		}
+		out[at] = itemErr(results[i].GetCode(), results[i].GetMessage())
+	}
+	return out, nil
+}
+
+// columnsErr restores masterapi.ErrBadColumns on an error that crossed
+// the wire (INVALID_PARAMS with its message).
+func columnsErr(err error) error {
+	if err == nil || codes.Of(err) != codes.InvalidParams || !strings.Contains(err.Error(), "bad disk object columns") {
+		return err
+	}
+	return &wireErr{msg: err.Error(), errs: []error{masterapi.ErrBadColumns, err}}
 }
 
 // EvictDiskReplica implements API.

@@ -269,8 +269,8 @@ func (s *switchable) PromoteEnd(ctx context.Context, node string, res []masterap
 func (s *switchable) NotifyOffloadSuccess(ctx context.Context, r masterapi.NotifyRequest) ([]error, error) {
 	return s.get().NotifyOffloadSuccess(ctx, r)
 }
-func (s *switchable) ReRegisterDiskObjects(ctx context.Context, node string, objs []masterapi.DiskObject) ([]error, error) {
-	return s.get().ReRegisterDiskObjects(ctx, node, objs)
+func (s *switchable) ReRegisterDiskColumns(ctx context.Context, node string, objs masterapi.DiskColumns) ([]error, error) {
+	return s.get().ReRegisterDiskColumns(ctx, node, objs)
 }
 func (s *switchable) EvictDiskReplica(ctx context.Context, node string, keys []string) (masterapi.EvictResult, error) {
 	return s.get().EvictDiskReplica(ctx, node, keys)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/tierstore/tierstore/internal/crc32c"
@@ -398,8 +399,9 @@ func (r *round) answer(ctx context.Context) {
 			// (a bounded number of times); keys on SSD are re-registered
 			// (notify flagged it when the master did not answer).
 			n.log.Warn("answering offload tasks failed", "persisted", len(persisted), "failed", len(r.failed), "err", err)
-		} else {
-			n.dropConflicts(persisted, errs, r.gen)
+		} else if slices.ContainsFunc(errs, func(e error) bool { return e != nil }) {
+			cols := masterapi.ColumnsOf(persisted)
+			n.dropConflicts(&cols, errs, r.gen)
 		}
 	}
 	n.metrics.offloadPersisted.Add(nPersisted + int64(len(persisted)))

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tierstore/tierstore/internal/codes"
@@ -18,8 +20,11 @@ import (
 // with tens of millions of SSD objects re-registers and reconciles like a
 // small one (docs/design.md invariant 6; masterapi/reconcile.go).
 const (
-	// reRegisterBatch is the objects of one ReRegisterDiskObjects call.
+	// reRegisterBatch is the objects of one ReRegisterDiskColumns call.
 	reRegisterBatch = 4096
+	// reRegisterInFlight is how many ReRegisterDiskColumns calls one
+	// re-registration keeps in flight.
+	reRegisterInFlight = 3
 	// reconcileBatchKeys and reconcileBatchBytes bound one ReconcileKeys
 	// call (keys, and key bytes).
 	reconcileBatchKeys  = 16384
@@ -28,8 +33,9 @@ const (
 	masterCallTimeout = 30 * time.Second
 )
 
-// reRegister tells the master every object the SSD tier holds, in batches
-// of reRegisterBatch as the tier lists them. Objects the master refuses as
+// reRegister tells the master every object the SSD tier holds, in chunks
+// of reRegisterBatch as the tier lists them, up to reRegisterInFlight
+// chunks in flight. Objects the master refuses as
 // conflicting (the key was re-put with other bytes) are stale and removed
 // from SSD. A failure flags a new re-registration. Caller holds roundMu.
 func (n *Node) reRegister(ctx context.Context) {
@@ -44,36 +50,73 @@ func (n *Node) reRegister(ctx context.Context) {
 		n.reregister.Store(true)
 		return
 	}
-	batch := make([]masterapi.DiskObject, 0, reRegisterBatch)
-	var sent int64
-	var callErr error
-	flush := func() bool {
+	// reRegisterInFlight chunks of columns, reused: no allocation per
+	// object. The node lists the next chunk while the master records the
+	// previous ones (on other cores).
+	expected := n.tier.Stats().Objects
+	free := make(chan *masterapi.DiskColumns, reRegisterInFlight)
+	for range reRegisterInFlight {
+		free <- &masterapi.DiskColumns{Lens: make([]uint32, 0, reRegisterBatch), Sizes: make([]int64, 0, reRegisterBatch),
+			CRCs: make([]uint32, 0, reRegisterBatch), Expected: expected}
+	}
+	var (
+		wg     sync.WaitGroup
+		sent   atomic.Int64
+		failed atomic.Bool
+		errMu  sync.Mutex // protects callErr
+		// callErr is the first failed call's error.
+		callErr error
+	)
+	send := func(b *masterapi.DiskColumns) {
+		defer wg.Done()
 		cctx, cancel := context.WithTimeout(ctx, masterCallTimeout)
-		errs, err := n.m.ReRegisterDiskObjects(cctx, n.name, batch)
+		errs, err := n.m.ReRegisterDiskColumns(cctx, n.name, *b)
 		cancel()
 		if err != nil {
-			callErr = err
+			errMu.Lock()
+			if callErr == nil {
+				callErr = err
+			}
+			errMu.Unlock()
+			failed.Store(true)
+		} else {
+			n.dropConflicts(b, errs, gen)
+			sent.Add(int64(b.Len()))
+		}
+		b.Reset()
+		free <- b
+	}
+	cur := <-free
+	err := n.tier.Keys(func(key []byte, info tier.KeyInfo) bool {
+		cur.Append(key, info.Size, info.CRC)
+		if cur.Len() < reRegisterBatch {
+			return true
+		}
+		wg.Add(1)
+		go send(cur)
+		select {
+		case cur = <-free:
+		case <-ctx.Done():
+			failed.Store(true)
 			return false
 		}
-		n.dropConflicts(batch, errs, gen)
-		sent += int64(len(batch))
-		batch = batch[:0]
-		return true
-	}
-	err := n.tier.Keys(func(key []byte, info tier.KeyInfo) bool {
-		batch = append(batch, masterapi.DiskObject{Key: string(key), Size: info.Size, CRC: info.CRC})
-		return len(batch) < reRegisterBatch || flush()
+		return !failed.Load()
 	})
-	if err == nil && callErr == nil && len(batch) > 0 {
-		flush()
+	if err == nil && !failed.Load() && cur.Len() > 0 {
+		wg.Add(1)
+		go send(cur)
+	}
+	wg.Wait()
+	if callErr == nil && ctx.Err() != nil && failed.Load() {
+		callErr = ctx.Err()
 	}
 	switch {
 	case err != nil:
 		n.log.Error("re-register: listing SSD keys", "err", err)
 	case callErr != nil:
-		n.log.Warn("re-register SSD objects failed; will retry", "err", callErr, "sent", sent)
+		n.log.Warn("re-register SSD objects failed; will retry", "err", callErr, "sent", sent.Load())
 	default:
-		n.log.Info("re-registered SSD objects", "objects", sent)
+		n.log.Info("re-registered SSD objects", "objects", sent.Load())
 		return
 	}
 	n.reregister.Store(true)
@@ -85,17 +128,21 @@ func (n *Node) reRegister(ctx context.Context) {
 // A key refused as unknown is kept, and a re-registration flagged, when the
 // node remounted since gen (the master may have restarted and not heard the
 // SSD objects yet).
-func (n *Node) dropConflicts(objs []masterapi.DiskObject, errs []error, gen uint64) {
-	for i, e := range errs {
-		if i >= len(objs) || e == nil {
+func (n *Node) dropConflicts(objs *masterapi.DiskColumns, errs []error, gen uint64) {
+	off := 0
+	for i := 0; i < objs.Len(); i++ {
+		var key []byte
+		key, off = objs.Key(i, off)
+		if i >= len(errs) || errs[i] == nil {
 			continue
 		}
+		e := errs[i]
 		if n.refusedKeepsCopy(e, gen) {
 			continue
 		}
 		if errors.Is(e, codes.ErrChecksumConflict) || errors.Is(e, codes.ErrObjectNotFound) || errors.Is(e, codes.ErrReplicaNotFound) {
-			if err := n.tier.Remove([]byte(objs[i].Key)); err != nil && !errors.Is(err, tier.ErrNotFound) {
-				n.log.Warn("removing an SSD object the master refused", "key", keyspec.Show(objs[i].Key), "err", err)
+			if err := n.tier.Remove(key); err != nil && !errors.Is(err, tier.ErrNotFound) {
+				n.log.Warn("removing an SSD object the master refused", "key", keyspec.Show(key), "err", err)
 			}
 		}
 	}

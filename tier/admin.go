@@ -200,15 +200,23 @@ func (e *Engine) Stats() Stats {
 	s.EvictedLiveBytes = e.st.evictedLiveBytes.Load()
 	s.EvictedDeadBytes = e.st.evictedDeadBytes.Load()
 	s.OpenTime, s.IndexOpenTime = e.openTime, e.indexOpenTime
+	s.OpenBucketReads = e.st.openReads.Load()
+	s.OpenAfterCleanClose = e.lastSession.Clean
 	return s
 }
 
 // Backend returns the engine's backend (for its name and metrics).
 func (e *Engine) Backend() backend.Backend { return e.be }
 
-// Close waits for calls in progress, then closes the index and the backend
-// (the engine owns both, including a Backend passed in Options).
-func (e *Engine) Close() error {
+// Close waits for calls in progress, then records a clean close in the
+// index's session record (the next Open reads no bucket) and closes the
+// index and the backend (the engine owns both, including a Backend passed
+// in Options).
+func (e *Engine) Close() error { return e.close(true) }
+
+// close is Close; clean false leaves the session record as Open wrote it,
+// as a crash does (tests).
+func (e *Engine) close(clean bool) error {
 	e.life.Lock()
 	if e.closed {
 		e.life.Unlock()
@@ -217,5 +225,17 @@ func (e *Engine) Close() error {
 	e.closed = true
 	e.life.Unlock()
 	e.ops.Wait()
+	// A clean close: every bucket in the index is committed and durable,
+	// so the next Open reads none (the session record, format 3). A failed
+	// index keeps the record of the session's Open.
+	e.mu.Lock()
+	next := e.nextID
+	e.mu.Unlock()
+	if !clean {
+		return errors.Join(e.ix.Close(), e.be.Close())
+	}
+	if err := e.ix.SetSession(index.Session{ProvenBelow: next, Clean: true}); err != nil {
+		e.log.Warn("tier: close: recording a clean close failed; the next Open reads this session's buckets", "err", err)
+	}
 	return errors.Join(e.ix.Close(), e.be.Close())
 }

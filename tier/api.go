@@ -233,4 +233,11 @@ type Stats struct {
 	// the index (pebble, its WAL replay, the bucket records); the rest is
 	// the reconciliation of index and files.
 	OpenTime, IndexOpenTime time.Duration
+	// OpenBucketReads is how many buckets Open read to prove them against
+	// their index records (the buckets the session record does not cover:
+	// none after a clean close, those a crashed session wrote after a
+	// crash), and OpenAfterCleanClose whether the last session closed
+	// cleanly.
+	OpenBucketReads     int64
+	OpenAfterCleanClose bool
 }

@@ -71,7 +71,10 @@
 //     validation or disagrees with the bucket's index record. Its work is per
 //     bucket, not per object: the bucket record holds the live count and the
 //     trailer's CRC32C, and one read of each bucket's trailer and footer
-//     checks the file.
+//     checks the file. Only the buckets the index's session record does not
+//     cover are read (tier format 3): none after a clean Close, after a
+//     crash those the crashed session wrote; the others are checked against
+//     the directory listing (present, recorded size).
 //  7. Capacity: bucket file bytes never exceed Options.Capacity; crossing the
 //     high watermark evicts whole buckets (lru by last read, fifo, lru2) down
 //     to the low watermark; OnEvict hears of the keys before the bytes go; a

@@ -68,6 +68,8 @@ type Engine struct {
 	// openTime and indexOpenTime are how long Open took, and its index
 	// part (set by Open, read-only afterwards).
 	openTime, indexOpenTime time.Duration
+	// lastSession is the session record Open found (read-only afterwards).
+	lastSession index.Session
 
 	// Test hooks, set by tests before the engine is used.
 	//
@@ -119,6 +121,7 @@ type counters struct {
 	objectsLoaded, bytesRead               atomic.Int64
 	evictions, evictedKeys, checksumErrors atomic.Int64
 	notifyFailures, orphans, dropped       atomic.Int64
+	openReads                              atomic.Int64
 	reinsertedObjects, reinsertedBytes     atomic.Int64
 	discardedBuckets, discardedBytes       atomic.Int64
 	evictedLiveBytes, evictedDeadBytes     atomic.Int64

@@ -379,7 +379,8 @@ func (e *Engine) commitIndex(j *bucketJob) (emptied []uint64, err error) {
 	e.mu.Unlock()
 
 	meta := index.BucketMeta{ID: j.id, Size: j.enc.Size, Keys: len(j.enc.Entries), Created: j.created,
-		TrailerOff: j.enc.Footer.TrailerOff, TrailerLen: j.enc.Footer.TrailerLen, TrailerCRC: j.enc.Footer.TrailerCRC}
+		TrailerOff: j.enc.Footer.TrailerOff, TrailerLen: j.enc.Footer.TrailerLen, TrailerCRC: j.enc.Footer.TrailerCRC,
+		Written: encodedStored(j.enc)}
 	var res index.CommitResult
 	if e.testHookCommit != nil {
 		err = e.testHookCommit(j.id)

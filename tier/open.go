@@ -126,6 +126,12 @@ const validateBatch = 256
 // file is missing, has another size, or whose trailer or footer disagrees
 // with its record loses its index entries; a file the index does not know
 // is an orphan and is deleted.
+//
+// Only the buckets the session record (index.Session, format 3) does not
+// cover are read: none after a clean close, those the crashed session
+// wrote after a crash. Every bucket is still checked against the directory
+// listing (present, of the recorded size), and every value against its
+// CRC32C when it is loaded (invariant 5).
 func (e *Engine) reconcile() error {
 	files, err := e.be.List()
 	if err != nil {
@@ -144,6 +150,13 @@ func (e *Engine) reconcile() error {
 	if err != nil {
 		return err
 	}
+	// Buckets below the session record's mark were proven by an earlier
+	// Open or are covered by a clean close: they are not read.
+	sess, _, err := e.ix.Session()
+	if err != nil {
+		return err
+	}
+	e.lastSession = sess
 	known := make(map[uint64]bool, len(metas))
 	var check []index.BucketMeta
 	for _, m := range metas {
@@ -156,6 +169,8 @@ func (e *Engine) reconcile() error {
 			err = e.dropBucket(m.ID, true, fmt.Sprintf("bucket file has %d bytes, index says %d", size, m.Size))
 		case m.Live == 0:
 			err = e.dropBucket(m.ID, true, "")
+		case m.ID < sess.ProvenBelow:
+			err = e.admit(m, m.Written, "")
 		default:
 			check = append(check, m)
 		}
@@ -174,7 +189,10 @@ func (e *Engine) reconcile() error {
 		return err
 	}
 	e.nextID = max(e.ix.NextBucketID(), maxFile+1, 1)
-	return nil
+	// Every bucket below nextID is now proven (or gone); the buckets this
+	// session writes are above it, and the record is synced before the
+	// first of them, so a crash leaves only those to read at the next Open.
+	return e.ix.SetSession(index.Session{ProvenBelow: e.nextID})
 }
 
 // completeEvictions ends the evictions a crash interrupted: a bucket
@@ -262,6 +280,7 @@ func (e *Engine) validateBuckets(metas []index.BucketMeta) error {
 		withOps = append(withOps, m)
 	}
 	if len(ops) > 0 {
+		e.st.openReads.Add(int64(len(ops)))
 		if err := e.be.Read(context.Background(), ops); err != nil {
 			return err
 		}

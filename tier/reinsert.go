@@ -167,7 +167,8 @@ func (r *reinsertion) commit(id uint64, enc *bucket.Encoded, at []index.Location
 		cr, err = r.dropOnly(drop)
 	default:
 		meta := index.BucketMeta{ID: id, Size: enc.Size, Keys: len(enc.Entries), Created: time.Now().UnixNano(),
-			TrailerOff: enc.Footer.TrailerOff, TrailerLen: enc.Footer.TrailerLen, TrailerCRC: enc.Footer.TrailerCRC}
+			TrailerOff: enc.Footer.TrailerOff, TrailerLen: enc.Footer.TrailerLen, TrailerCRC: enc.Footer.TrailerCRC,
+			Written: encodedStored(enc)}
 		if e.testHookCommit != nil {
 			err = e.testHookCommit(id)
 		}

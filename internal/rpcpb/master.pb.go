@@ -3315,17 +3315,94 @@ func (x *NotifyOffloadSuccessRequest) GetFailed() []*OffloadFailure {
 	return nil
 }
 
-type RegisterDiskObjectsRequest struct {
+// A chunk of a node's SSD objects in columns (master protocol 4): object i
+// has key keys[o_i : o_i + key_lens[i]] with o_i the sum of key_lens[:i],
+// size sizes[i] and CRC32C crcs[i]. The columns have one entry per object
+// and key_lens add up to len(keys); a chunk that breaks this, or holds an
+// empty or too long key, is refused whole (INVALID_PARAMS) with nothing
+// recorded.
+type DiskObjectColumns struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Objects       []*DiskObject          `protobuf:"bytes,2,rep,name=objects,proto3" json:"objects,omitempty"`
+	Keys          []byte                 `protobuf:"bytes,1,opt,name=keys,proto3" json:"keys,omitempty"`
+	KeyLens       []uint32               `protobuf:"varint,2,rep,packed,name=key_lens,json=keyLens,proto3" json:"key_lens,omitempty"`
+	Sizes         []int64                `protobuf:"varint,3,rep,packed,name=sizes,proto3" json:"sizes,omitempty"`
+	Crcs          []uint32               `protobuf:"fixed32,4,rep,packed,name=crcs,proto3" json:"crcs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiskObjectColumns) Reset() {
+	*x = DiskObjectColumns{}
+	mi := &file_master_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiskObjectColumns) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiskObjectColumns) ProtoMessage() {}
+
+func (x *DiskObjectColumns) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiskObjectColumns.ProtoReflect.Descriptor instead.
+func (*DiskObjectColumns) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *DiskObjectColumns) GetKeys() []byte {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *DiskObjectColumns) GetKeyLens() []uint32 {
+	if x != nil {
+		return x.KeyLens
+	}
+	return nil
+}
+
+func (x *DiskObjectColumns) GetSizes() []int64 {
+	if x != nil {
+		return x.Sizes
+	}
+	return nil
+}
+
+func (x *DiskObjectColumns) GetCrcs() []uint32 {
+	if x != nil {
+		return x.Crcs
+	}
+	return nil
+}
+
+type RegisterDiskObjectsRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Node    string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Objects *DiskObjectColumns     `protobuf:"bytes,3,opt,name=objects,proto3" json:"objects,omitempty"`
+	// expected: how many objects this re-registration sends in all (a
+	// hint: the master sizes its maps once instead of growing them).
+	Expected      int64 `protobuf:"varint,4,opt,name=expected,proto3" json:"expected,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterDiskObjectsRequest) Reset() {
 	*x = RegisterDiskObjectsRequest{}
-	mi := &file_master_proto_msgTypes[52]
+	mi := &file_master_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3337,7 +3414,7 @@ func (x *RegisterDiskObjectsRequest) String() string {
 func (*RegisterDiskObjectsRequest) ProtoMessage() {}
 
 func (x *RegisterDiskObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[52]
+	mi := &file_master_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3350,7 +3427,7 @@ func (x *RegisterDiskObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterDiskObjectsRequest.ProtoReflect.Descriptor instead.
 func (*RegisterDiskObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{52}
+	return file_master_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RegisterDiskObjectsRequest) GetNode() string {
@@ -3360,9 +3437,70 @@ func (x *RegisterDiskObjectsRequest) GetNode() string {
 	return ""
 }
 
-func (x *RegisterDiskObjectsRequest) GetObjects() []*DiskObject {
+func (x *RegisterDiskObjectsRequest) GetObjects() *DiskObjectColumns {
 	if x != nil {
 		return x.Objects
+	}
+	return nil
+}
+
+func (x *RegisterDiskObjectsRequest) GetExpected() int64 {
+	if x != nil {
+		return x.Expected
+	}
+	return 0
+}
+
+// The refused objects of a re-registration chunk: refused[i] is the index
+// in the chunk of the object results[i] refuses; the others were recorded.
+type RegisterDiskObjectsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Refused       []uint32               `protobuf:"varint,1,rep,packed,name=refused,proto3" json:"refused,omitempty"`
+	Results       []*KeyResult           `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterDiskObjectsResponse) Reset() {
+	*x = RegisterDiskObjectsResponse{}
+	mi := &file_master_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterDiskObjectsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterDiskObjectsResponse) ProtoMessage() {}
+
+func (x *RegisterDiskObjectsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterDiskObjectsResponse.ProtoReflect.Descriptor instead.
+func (*RegisterDiskObjectsResponse) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *RegisterDiskObjectsResponse) GetRefused() []uint32 {
+	if x != nil {
+		return x.Refused
+	}
+	return nil
+}
+
+func (x *RegisterDiskObjectsResponse) GetResults() []*KeyResult {
+	if x != nil {
+		return x.Results
 	}
 	return nil
 }
@@ -3377,7 +3515,7 @@ type EvictDiskReplicaRequest struct {
 
 func (x *EvictDiskReplicaRequest) Reset() {
 	*x = EvictDiskReplicaRequest{}
-	mi := &file_master_proto_msgTypes[53]
+	mi := &file_master_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3389,7 +3527,7 @@ func (x *EvictDiskReplicaRequest) String() string {
 func (*EvictDiskReplicaRequest) ProtoMessage() {}
 
 func (x *EvictDiskReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[53]
+	mi := &file_master_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3402,7 +3540,7 @@ func (x *EvictDiskReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictDiskReplicaRequest.ProtoReflect.Descriptor instead.
 func (*EvictDiskReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{53}
+	return file_master_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *EvictDiskReplicaRequest) GetNode() string {
@@ -3433,7 +3571,7 @@ type EvictDiskReplicaResponse struct {
 
 func (x *EvictDiskReplicaResponse) Reset() {
 	*x = EvictDiskReplicaResponse{}
-	mi := &file_master_proto_msgTypes[54]
+	mi := &file_master_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3445,7 +3583,7 @@ func (x *EvictDiskReplicaResponse) String() string {
 func (*EvictDiskReplicaResponse) ProtoMessage() {}
 
 func (x *EvictDiskReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[54]
+	mi := &file_master_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3458,7 +3596,7 @@ func (x *EvictDiskReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictDiskReplicaResponse.ProtoReflect.Descriptor instead.
 func (*EvictDiskReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{54}
+	return file_master_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *EvictDiskReplicaResponse) GetCount() int64 {
@@ -3487,7 +3625,7 @@ type ReportBadReplicaRequest struct {
 
 func (x *ReportBadReplicaRequest) Reset() {
 	*x = ReportBadReplicaRequest{}
-	mi := &file_master_proto_msgTypes[55]
+	mi := &file_master_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3499,7 +3637,7 @@ func (x *ReportBadReplicaRequest) String() string {
 func (*ReportBadReplicaRequest) ProtoMessage() {}
 
 func (x *ReportBadReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[55]
+	mi := &file_master_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3512,7 +3650,7 @@ func (x *ReportBadReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportBadReplicaRequest.ProtoReflect.Descriptor instead.
 func (*ReportBadReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{55}
+	return file_master_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ReportBadReplicaRequest) GetKey() []byte {
@@ -3554,7 +3692,7 @@ type MemoryObject struct {
 
 func (x *MemoryObject) Reset() {
 	*x = MemoryObject{}
-	mi := &file_master_proto_msgTypes[56]
+	mi := &file_master_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3566,7 +3704,7 @@ func (x *MemoryObject) String() string {
 func (*MemoryObject) ProtoMessage() {}
 
 func (x *MemoryObject) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[56]
+	mi := &file_master_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3579,7 +3717,7 @@ func (x *MemoryObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemoryObject.ProtoReflect.Descriptor instead.
 func (*MemoryObject) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{56}
+	return file_master_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *MemoryObject) GetKey() []byte {
@@ -3646,7 +3784,7 @@ type RegisterMemoryObjectsRequest struct {
 
 func (x *RegisterMemoryObjectsRequest) Reset() {
 	*x = RegisterMemoryObjectsRequest{}
-	mi := &file_master_proto_msgTypes[57]
+	mi := &file_master_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3658,7 +3796,7 @@ func (x *RegisterMemoryObjectsRequest) String() string {
 func (*RegisterMemoryObjectsRequest) ProtoMessage() {}
 
 func (x *RegisterMemoryObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[57]
+	mi := &file_master_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3671,7 +3809,7 @@ func (x *RegisterMemoryObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterMemoryObjectsRequest.ProtoReflect.Descriptor instead.
 func (*RegisterMemoryObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{57}
+	return file_master_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *RegisterMemoryObjectsRequest) GetNode() string {
@@ -3710,7 +3848,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_master_proto_msgTypes[58]
+	mi := &file_master_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3722,7 +3860,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[58]
+	mi := &file_master_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3735,7 +3873,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{58}
+	return file_master_proto_rawDescGZIP(), []int{60}
 }
 
 type StatsResponse struct {
@@ -3769,7 +3907,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_master_proto_msgTypes[59]
+	mi := &file_master_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3781,7 +3919,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[59]
+	mi := &file_master_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3794,7 +3932,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{59}
+	return file_master_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *StatsResponse) GetObjects() int64 {
@@ -3951,7 +4089,7 @@ type NodeStats struct {
 
 func (x *NodeStats) Reset() {
 	*x = NodeStats{}
-	mi := &file_master_proto_msgTypes[60]
+	mi := &file_master_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3963,7 +4101,7 @@ func (x *NodeStats) String() string {
 func (*NodeStats) ProtoMessage() {}
 
 func (x *NodeStats) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[60]
+	mi := &file_master_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3976,7 +4114,7 @@ func (x *NodeStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStats.ProtoReflect.Descriptor instead.
 func (*NodeStats) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{60}
+	return file_master_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *NodeStats) GetNode() string {
@@ -4083,7 +4221,7 @@ type ReconcileBeginRequest struct {
 
 func (x *ReconcileBeginRequest) Reset() {
 	*x = ReconcileBeginRequest{}
-	mi := &file_master_proto_msgTypes[61]
+	mi := &file_master_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4095,7 +4233,7 @@ func (x *ReconcileBeginRequest) String() string {
 func (*ReconcileBeginRequest) ProtoMessage() {}
 
 func (x *ReconcileBeginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[61]
+	mi := &file_master_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4108,7 +4246,7 @@ func (x *ReconcileBeginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileBeginRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileBeginRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{61}
+	return file_master_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ReconcileBeginRequest) GetNode() string {
@@ -4142,7 +4280,7 @@ type ReconcileBeginResponse struct {
 
 func (x *ReconcileBeginResponse) Reset() {
 	*x = ReconcileBeginResponse{}
-	mi := &file_master_proto_msgTypes[62]
+	mi := &file_master_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4154,7 +4292,7 @@ func (x *ReconcileBeginResponse) String() string {
 func (*ReconcileBeginResponse) ProtoMessage() {}
 
 func (x *ReconcileBeginResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[62]
+	mi := &file_master_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4167,7 +4305,7 @@ func (x *ReconcileBeginResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileBeginResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileBeginResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{62}
+	return file_master_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ReconcileBeginResponse) GetSession() uint64 {
@@ -4195,7 +4333,7 @@ type ReconcileKeysRequest struct {
 
 func (x *ReconcileKeysRequest) Reset() {
 	*x = ReconcileKeysRequest{}
-	mi := &file_master_proto_msgTypes[63]
+	mi := &file_master_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4207,7 +4345,7 @@ func (x *ReconcileKeysRequest) String() string {
 func (*ReconcileKeysRequest) ProtoMessage() {}
 
 func (x *ReconcileKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[63]
+	mi := &file_master_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4220,7 +4358,7 @@ func (x *ReconcileKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileKeysRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileKeysRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{63}
+	return file_master_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ReconcileKeysRequest) GetNode() string {
@@ -4253,7 +4391,7 @@ type ReconcileKeysResponse struct {
 
 func (x *ReconcileKeysResponse) Reset() {
 	*x = ReconcileKeysResponse{}
-	mi := &file_master_proto_msgTypes[64]
+	mi := &file_master_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4265,7 +4403,7 @@ func (x *ReconcileKeysResponse) String() string {
 func (*ReconcileKeysResponse) ProtoMessage() {}
 
 func (x *ReconcileKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[64]
+	mi := &file_master_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4278,7 +4416,7 @@ func (x *ReconcileKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileKeysResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileKeysResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{64}
+	return file_master_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ReconcileKeysResponse) GetUnwanted() [][]byte {
@@ -4298,7 +4436,7 @@ type ReconcileEndRequest struct {
 
 func (x *ReconcileEndRequest) Reset() {
 	*x = ReconcileEndRequest{}
-	mi := &file_master_proto_msgTypes[65]
+	mi := &file_master_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4310,7 +4448,7 @@ func (x *ReconcileEndRequest) String() string {
 func (*ReconcileEndRequest) ProtoMessage() {}
 
 func (x *ReconcileEndRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[65]
+	mi := &file_master_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4323,7 +4461,7 @@ func (x *ReconcileEndRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileEndRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileEndRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{65}
+	return file_master_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ReconcileEndRequest) GetNode() string {
@@ -4349,7 +4487,7 @@ type ReconcileEndResponse struct {
 
 func (x *ReconcileEndResponse) Reset() {
 	*x = ReconcileEndResponse{}
-	mi := &file_master_proto_msgTypes[66]
+	mi := &file_master_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4361,7 +4499,7 @@ func (x *ReconcileEndResponse) String() string {
 func (*ReconcileEndResponse) ProtoMessage() {}
 
 func (x *ReconcileEndResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[66]
+	mi := &file_master_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4374,7 +4512,7 @@ func (x *ReconcileEndResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileEndResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileEndResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{66}
+	return file_master_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ReconcileEndResponse) GetCount() int64 {
@@ -4403,7 +4541,7 @@ type EvictMemoryResponse struct {
 
 func (x *EvictMemoryResponse) Reset() {
 	*x = EvictMemoryResponse{}
-	mi := &file_master_proto_msgTypes[67]
+	mi := &file_master_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4415,7 +4553,7 @@ func (x *EvictMemoryResponse) String() string {
 func (*EvictMemoryResponse) ProtoMessage() {}
 
 func (x *EvictMemoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[67]
+	mi := &file_master_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4428,7 +4566,7 @@ func (x *EvictMemoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictMemoryResponse.ProtoReflect.Descriptor instead.
 func (*EvictMemoryResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{67}
+	return file_master_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *EvictMemoryResponse) GetCount() int64 {
@@ -4704,10 +4842,19 @@ const file_master_proto_rawDesc = "" +
 	"\x1bNotifyOffloadSuccessRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x127\n" +
 	"\tpersisted\x18\x02 \x03(\v2\x19.tierstore.rpc.DiskObjectR\tpersisted\x125\n" +
-	"\x06failed\x18\x03 \x03(\v2\x1d.tierstore.rpc.OffloadFailureR\x06failed\"e\n" +
+	"\x06failed\x18\x03 \x03(\v2\x1d.tierstore.rpc.OffloadFailureR\x06failed\"l\n" +
+	"\x11DiskObjectColumns\x12\x12\n" +
+	"\x04keys\x18\x01 \x01(\fR\x04keys\x12\x19\n" +
+	"\bkey_lens\x18\x02 \x03(\rR\akeyLens\x12\x14\n" +
+	"\x05sizes\x18\x03 \x03(\x03R\x05sizes\x12\x12\n" +
+	"\x04crcs\x18\x04 \x03(\aR\x04crcs\"\x8e\x01\n" +
 	"\x1aRegisterDiskObjectsRequest\x12\x12\n" +
-	"\x04node\x18\x01 \x01(\tR\x04node\x123\n" +
-	"\aobjects\x18\x02 \x03(\v2\x19.tierstore.rpc.DiskObjectR\aobjects\"A\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12:\n" +
+	"\aobjects\x18\x03 \x01(\v2 .tierstore.rpc.DiskObjectColumnsR\aobjects\x12\x1a\n" +
+	"\bexpected\x18\x04 \x01(\x03R\bexpectedJ\x04\b\x02\x10\x03\"k\n" +
+	"\x1bRegisterDiskObjectsResponse\x12\x18\n" +
+	"\arefused\x18\x01 \x03(\rR\arefused\x122\n" +
+	"\aresults\x18\x02 \x03(\v2\x18.tierstore.rpc.KeyResultR\aresults\"A\n" +
 	"\x17EvictDiskReplicaRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04keys\x18\x02 \x03(\fR\x04keys\"D\n" +
@@ -4812,7 +4959,7 @@ const file_master_proto_rawDesc = "" +
 	"NodeStatus\x12\x1b\n" +
 	"\x17NODE_STATUS_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aNODE_OK\x10\x01\x12\x10\n" +
-	"\fNEED_REMOUNT\x10\x022\xe4\x14\n" +
+	"\fNEED_REMOUNT\x10\x022\xf5\x14\n" +
 	"\x06Master\x12W\n" +
 	"\fMountSegment\x12\".tierstore.rpc.MountSegmentRequest\x1a#.tierstore.rpc.MountSegmentResponse\x12]\n" +
 	"\x0eUnmountSegment\x12$.tierstore.rpc.UnmountSegmentRequest\x1a%.tierstore.rpc.UnmountSegmentResponse\x12?\n" +
@@ -4833,8 +4980,8 @@ const file_master_proto_rawDesc = "" +
 	"\rRemoveByRegex\x12#.tierstore.rpc.RemoveByRegexRequest\x1a\x1c.tierstore.rpc.CountResponse\x12T\n" +
 	"\vEvictMemory\x12!.tierstore.rpc.EvictMemoryRequest\x1a\".tierstore.rpc.EvictMemoryResponse\x12c\n" +
 	"\x10OffloadHeartbeat\x12&.tierstore.rpc.OffloadHeartbeatRequest\x1a'.tierstore.rpc.OffloadHeartbeatResponse\x12]\n" +
-	"\x14NotifyOffloadSuccess\x12*.tierstore.rpc.NotifyOffloadSuccessRequest\x1a\x19.tierstore.rpc.KeyResults\x12]\n" +
-	"\x15ReRegisterDiskObjects\x12).tierstore.rpc.RegisterDiskObjectsRequest\x1a\x19.tierstore.rpc.KeyResults\x12c\n" +
+	"\x14NotifyOffloadSuccess\x12*.tierstore.rpc.NotifyOffloadSuccessRequest\x1a\x19.tierstore.rpc.KeyResults\x12n\n" +
+	"\x15ReRegisterDiskObjects\x12).tierstore.rpc.RegisterDiskObjectsRequest\x1a*.tierstore.rpc.RegisterDiskObjectsResponse\x12c\n" +
 	"\x10EvictDiskReplica\x12&.tierstore.rpc.EvictDiskReplicaRequest\x1a'.tierstore.rpc.EvictDiskReplicaResponse\x12P\n" +
 	"\x10ReportBadReplica\x12&.tierstore.rpc.ReportBadReplicaRequest\x1a\x14.tierstore.rpc.Empty\x12I\n" +
 	"\n" +
@@ -4861,7 +5008,7 @@ func file_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_master_proto_goTypes = []any{
 	(ReplicaKind)(0),                     // 0: tierstore.rpc.ReplicaKind
 	(ReplicaStatus)(0),                   // 1: tierstore.rpc.ReplicaStatus
@@ -4918,22 +5065,24 @@ var file_master_proto_goTypes = []any{
 	(*DiskObject)(nil),                   // 52: tierstore.rpc.DiskObject
 	(*OffloadFailure)(nil),               // 53: tierstore.rpc.OffloadFailure
 	(*NotifyOffloadSuccessRequest)(nil),  // 54: tierstore.rpc.NotifyOffloadSuccessRequest
-	(*RegisterDiskObjectsRequest)(nil),   // 55: tierstore.rpc.RegisterDiskObjectsRequest
-	(*EvictDiskReplicaRequest)(nil),      // 56: tierstore.rpc.EvictDiskReplicaRequest
-	(*EvictDiskReplicaResponse)(nil),     // 57: tierstore.rpc.EvictDiskReplicaResponse
-	(*ReportBadReplicaRequest)(nil),      // 58: tierstore.rpc.ReportBadReplicaRequest
-	(*MemoryObject)(nil),                 // 59: tierstore.rpc.MemoryObject
-	(*RegisterMemoryObjectsRequest)(nil), // 60: tierstore.rpc.RegisterMemoryObjectsRequest
-	(*StatsRequest)(nil),                 // 61: tierstore.rpc.StatsRequest
-	(*StatsResponse)(nil),                // 62: tierstore.rpc.StatsResponse
-	(*NodeStats)(nil),                    // 63: tierstore.rpc.NodeStats
-	(*ReconcileBeginRequest)(nil),        // 64: tierstore.rpc.ReconcileBeginRequest
-	(*ReconcileBeginResponse)(nil),       // 65: tierstore.rpc.ReconcileBeginResponse
-	(*ReconcileKeysRequest)(nil),         // 66: tierstore.rpc.ReconcileKeysRequest
-	(*ReconcileKeysResponse)(nil),        // 67: tierstore.rpc.ReconcileKeysResponse
-	(*ReconcileEndRequest)(nil),          // 68: tierstore.rpc.ReconcileEndRequest
-	(*ReconcileEndResponse)(nil),         // 69: tierstore.rpc.ReconcileEndResponse
-	(*EvictMemoryResponse)(nil),          // 70: tierstore.rpc.EvictMemoryResponse
+	(*DiskObjectColumns)(nil),            // 55: tierstore.rpc.DiskObjectColumns
+	(*RegisterDiskObjectsRequest)(nil),   // 56: tierstore.rpc.RegisterDiskObjectsRequest
+	(*RegisterDiskObjectsResponse)(nil),  // 57: tierstore.rpc.RegisterDiskObjectsResponse
+	(*EvictDiskReplicaRequest)(nil),      // 58: tierstore.rpc.EvictDiskReplicaRequest
+	(*EvictDiskReplicaResponse)(nil),     // 59: tierstore.rpc.EvictDiskReplicaResponse
+	(*ReportBadReplicaRequest)(nil),      // 60: tierstore.rpc.ReportBadReplicaRequest
+	(*MemoryObject)(nil),                 // 61: tierstore.rpc.MemoryObject
+	(*RegisterMemoryObjectsRequest)(nil), // 62: tierstore.rpc.RegisterMemoryObjectsRequest
+	(*StatsRequest)(nil),                 // 63: tierstore.rpc.StatsRequest
+	(*StatsResponse)(nil),                // 64: tierstore.rpc.StatsResponse
+	(*NodeStats)(nil),                    // 65: tierstore.rpc.NodeStats
+	(*ReconcileBeginRequest)(nil),        // 66: tierstore.rpc.ReconcileBeginRequest
+	(*ReconcileBeginResponse)(nil),       // 67: tierstore.rpc.ReconcileBeginResponse
+	(*ReconcileKeysRequest)(nil),         // 68: tierstore.rpc.ReconcileKeysRequest
+	(*ReconcileKeysResponse)(nil),        // 69: tierstore.rpc.ReconcileKeysResponse
+	(*ReconcileEndRequest)(nil),          // 70: tierstore.rpc.ReconcileEndRequest
+	(*ReconcileEndResponse)(nil),         // 71: tierstore.rpc.ReconcileEndResponse
+	(*EvictMemoryResponse)(nil),          // 72: tierstore.rpc.EvictMemoryResponse
 }
 var file_master_proto_depIdxs = []int32{
 	0,  // 0: tierstore.rpc.Replica.kind:type_name -> tierstore.rpc.ReplicaKind
@@ -4963,79 +5112,80 @@ var file_master_proto_depIdxs = []int32{
 	50, // 24: tierstore.rpc.PromoteEndRequest.results:type_name -> tierstore.rpc.PromoteResult
 	52, // 25: tierstore.rpc.NotifyOffloadSuccessRequest.persisted:type_name -> tierstore.rpc.DiskObject
 	53, // 26: tierstore.rpc.NotifyOffloadSuccessRequest.failed:type_name -> tierstore.rpc.OffloadFailure
-	52, // 27: tierstore.rpc.RegisterDiskObjectsRequest.objects:type_name -> tierstore.rpc.DiskObject
-	3,  // 28: tierstore.rpc.ReportBadReplicaRequest.replica:type_name -> tierstore.rpc.Replica
-	59, // 29: tierstore.rpc.RegisterMemoryObjectsRequest.objects:type_name -> tierstore.rpc.MemoryObject
-	63, // 30: tierstore.rpc.StatsResponse.per_node:type_name -> tierstore.rpc.NodeStats
-	5,  // 31: tierstore.rpc.Master.MountSegment:input_type -> tierstore.rpc.MountSegmentRequest
-	7,  // 32: tierstore.rpc.Master.UnmountSegment:input_type -> tierstore.rpc.UnmountSegmentRequest
-	10, // 33: tierstore.rpc.Master.Ping:input_type -> tierstore.rpc.PingRequest
-	9,  // 34: tierstore.rpc.Master.LeaveNode:input_type -> tierstore.rpc.LeaveNodeRequest
-	12, // 35: tierstore.rpc.Master.PutStart:input_type -> tierstore.rpc.PutStartRequest
-	17, // 36: tierstore.rpc.Master.PutEnd:input_type -> tierstore.rpc.KeyRequest
-	17, // 37: tierstore.rpc.Master.PutRevoke:input_type -> tierstore.rpc.KeyRequest
-	14, // 38: tierstore.rpc.Master.BatchPutStart:input_type -> tierstore.rpc.BatchPutStartRequest
-	19, // 39: tierstore.rpc.Master.BatchPutEnd:input_type -> tierstore.rpc.KeysRequest
-	19, // 40: tierstore.rpc.Master.BatchPutRevoke:input_type -> tierstore.rpc.KeysRequest
-	22, // 41: tierstore.rpc.Master.ExistKey:input_type -> tierstore.rpc.LookupRequest
-	24, // 42: tierstore.rpc.Master.BatchExistKey:input_type -> tierstore.rpc.BatchLookupRequest
-	22, // 43: tierstore.rpc.Master.GetReplicaList:input_type -> tierstore.rpc.LookupRequest
-	24, // 44: tierstore.rpc.Master.BatchGetReplicaList:input_type -> tierstore.rpc.BatchLookupRequest
-	30, // 45: tierstore.rpc.Master.Remove:input_type -> tierstore.rpc.RemoveRequest
-	31, // 46: tierstore.rpc.Master.RemoveAll:input_type -> tierstore.rpc.RemoveAllRequest
-	32, // 47: tierstore.rpc.Master.RemoveByRegex:input_type -> tierstore.rpc.RemoveByRegexRequest
-	39, // 48: tierstore.rpc.Master.EvictMemory:input_type -> tierstore.rpc.EvictMemoryRequest
-	43, // 49: tierstore.rpc.Master.OffloadHeartbeat:input_type -> tierstore.rpc.OffloadHeartbeatRequest
-	54, // 50: tierstore.rpc.Master.NotifyOffloadSuccess:input_type -> tierstore.rpc.NotifyOffloadSuccessRequest
-	55, // 51: tierstore.rpc.Master.ReRegisterDiskObjects:input_type -> tierstore.rpc.RegisterDiskObjectsRequest
-	56, // 52: tierstore.rpc.Master.EvictDiskReplica:input_type -> tierstore.rpc.EvictDiskReplicaRequest
-	58, // 53: tierstore.rpc.Master.ReportBadReplica:input_type -> tierstore.rpc.ReportBadReplicaRequest
-	51, // 54: tierstore.rpc.Master.PromoteEnd:input_type -> tierstore.rpc.PromoteEndRequest
-	61, // 55: tierstore.rpc.Master.Stats:input_type -> tierstore.rpc.StatsRequest
-	64, // 56: tierstore.rpc.Master.ReconcileBegin:input_type -> tierstore.rpc.ReconcileBeginRequest
-	66, // 57: tierstore.rpc.Master.ReconcileKeys:input_type -> tierstore.rpc.ReconcileKeysRequest
-	68, // 58: tierstore.rpc.Master.ReconcileEnd:input_type -> tierstore.rpc.ReconcileEndRequest
-	60, // 59: tierstore.rpc.Master.ReRegisterMemoryObjects:input_type -> tierstore.rpc.RegisterMemoryObjectsRequest
-	37, // 60: tierstore.rpc.Master.PullRemovals:input_type -> tierstore.rpc.PullRemovalsRequest
-	40, // 61: tierstore.rpc.Master.WaitOffload:input_type -> tierstore.rpc.WaitOffloadRequest
-	19, // 62: tierstore.rpc.Master.Prefetch:input_type -> tierstore.rpc.KeysRequest
-	6,  // 63: tierstore.rpc.Master.MountSegment:output_type -> tierstore.rpc.MountSegmentResponse
-	8,  // 64: tierstore.rpc.Master.UnmountSegment:output_type -> tierstore.rpc.UnmountSegmentResponse
-	11, // 65: tierstore.rpc.Master.Ping:output_type -> tierstore.rpc.PingResponse
-	18, // 66: tierstore.rpc.Master.LeaveNode:output_type -> tierstore.rpc.Empty
-	13, // 67: tierstore.rpc.Master.PutStart:output_type -> tierstore.rpc.PutStartResponse
-	18, // 68: tierstore.rpc.Master.PutEnd:output_type -> tierstore.rpc.Empty
-	18, // 69: tierstore.rpc.Master.PutRevoke:output_type -> tierstore.rpc.Empty
-	16, // 70: tierstore.rpc.Master.BatchPutStart:output_type -> tierstore.rpc.BatchPutStartResponse
-	21, // 71: tierstore.rpc.Master.BatchPutEnd:output_type -> tierstore.rpc.KeyResults
-	21, // 72: tierstore.rpc.Master.BatchPutRevoke:output_type -> tierstore.rpc.KeyResults
-	23, // 73: tierstore.rpc.Master.ExistKey:output_type -> tierstore.rpc.ExistKeyResponse
-	26, // 74: tierstore.rpc.Master.BatchExistKey:output_type -> tierstore.rpc.BatchExistKeyResponse
-	27, // 75: tierstore.rpc.Master.GetReplicaList:output_type -> tierstore.rpc.GetReplicaListResponse
-	29, // 76: tierstore.rpc.Master.BatchGetReplicaList:output_type -> tierstore.rpc.BatchGetReplicaListResponse
-	18, // 77: tierstore.rpc.Master.Remove:output_type -> tierstore.rpc.Empty
-	33, // 78: tierstore.rpc.Master.RemoveAll:output_type -> tierstore.rpc.CountResponse
-	33, // 79: tierstore.rpc.Master.RemoveByRegex:output_type -> tierstore.rpc.CountResponse
-	70, // 80: tierstore.rpc.Master.EvictMemory:output_type -> tierstore.rpc.EvictMemoryResponse
-	49, // 81: tierstore.rpc.Master.OffloadHeartbeat:output_type -> tierstore.rpc.OffloadHeartbeatResponse
-	21, // 82: tierstore.rpc.Master.NotifyOffloadSuccess:output_type -> tierstore.rpc.KeyResults
-	21, // 83: tierstore.rpc.Master.ReRegisterDiskObjects:output_type -> tierstore.rpc.KeyResults
-	57, // 84: tierstore.rpc.Master.EvictDiskReplica:output_type -> tierstore.rpc.EvictDiskReplicaResponse
-	18, // 85: tierstore.rpc.Master.ReportBadReplica:output_type -> tierstore.rpc.Empty
-	21, // 86: tierstore.rpc.Master.PromoteEnd:output_type -> tierstore.rpc.KeyResults
-	62, // 87: tierstore.rpc.Master.Stats:output_type -> tierstore.rpc.StatsResponse
-	65, // 88: tierstore.rpc.Master.ReconcileBegin:output_type -> tierstore.rpc.ReconcileBeginResponse
-	67, // 89: tierstore.rpc.Master.ReconcileKeys:output_type -> tierstore.rpc.ReconcileKeysResponse
-	69, // 90: tierstore.rpc.Master.ReconcileEnd:output_type -> tierstore.rpc.ReconcileEndResponse
-	21, // 91: tierstore.rpc.Master.ReRegisterMemoryObjects:output_type -> tierstore.rpc.KeyResults
-	38, // 92: tierstore.rpc.Master.PullRemovals:output_type -> tierstore.rpc.PullRemovalsResponse
-	41, // 93: tierstore.rpc.Master.WaitOffload:output_type -> tierstore.rpc.WaitOffloadResponse
-	42, // 94: tierstore.rpc.Master.Prefetch:output_type -> tierstore.rpc.PrefetchResponse
-	63, // [63:95] is the sub-list for method output_type
-	31, // [31:63] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	55, // 27: tierstore.rpc.RegisterDiskObjectsRequest.objects:type_name -> tierstore.rpc.DiskObjectColumns
+	20, // 28: tierstore.rpc.RegisterDiskObjectsResponse.results:type_name -> tierstore.rpc.KeyResult
+	3,  // 29: tierstore.rpc.ReportBadReplicaRequest.replica:type_name -> tierstore.rpc.Replica
+	61, // 30: tierstore.rpc.RegisterMemoryObjectsRequest.objects:type_name -> tierstore.rpc.MemoryObject
+	65, // 31: tierstore.rpc.StatsResponse.per_node:type_name -> tierstore.rpc.NodeStats
+	5,  // 32: tierstore.rpc.Master.MountSegment:input_type -> tierstore.rpc.MountSegmentRequest
+	7,  // 33: tierstore.rpc.Master.UnmountSegment:input_type -> tierstore.rpc.UnmountSegmentRequest
+	10, // 34: tierstore.rpc.Master.Ping:input_type -> tierstore.rpc.PingRequest
+	9,  // 35: tierstore.rpc.Master.LeaveNode:input_type -> tierstore.rpc.LeaveNodeRequest
+	12, // 36: tierstore.rpc.Master.PutStart:input_type -> tierstore.rpc.PutStartRequest
+	17, // 37: tierstore.rpc.Master.PutEnd:input_type -> tierstore.rpc.KeyRequest
+	17, // 38: tierstore.rpc.Master.PutRevoke:input_type -> tierstore.rpc.KeyRequest
+	14, // 39: tierstore.rpc.Master.BatchPutStart:input_type -> tierstore.rpc.BatchPutStartRequest
+	19, // 40: tierstore.rpc.Master.BatchPutEnd:input_type -> tierstore.rpc.KeysRequest
+	19, // 41: tierstore.rpc.Master.BatchPutRevoke:input_type -> tierstore.rpc.KeysRequest
+	22, // 42: tierstore.rpc.Master.ExistKey:input_type -> tierstore.rpc.LookupRequest
+	24, // 43: tierstore.rpc.Master.BatchExistKey:input_type -> tierstore.rpc.BatchLookupRequest
+	22, // 44: tierstore.rpc.Master.GetReplicaList:input_type -> tierstore.rpc.LookupRequest
+	24, // 45: tierstore.rpc.Master.BatchGetReplicaList:input_type -> tierstore.rpc.BatchLookupRequest
+	30, // 46: tierstore.rpc.Master.Remove:input_type -> tierstore.rpc.RemoveRequest
+	31, // 47: tierstore.rpc.Master.RemoveAll:input_type -> tierstore.rpc.RemoveAllRequest
+	32, // 48: tierstore.rpc.Master.RemoveByRegex:input_type -> tierstore.rpc.RemoveByRegexRequest
+	39, // 49: tierstore.rpc.Master.EvictMemory:input_type -> tierstore.rpc.EvictMemoryRequest
+	43, // 50: tierstore.rpc.Master.OffloadHeartbeat:input_type -> tierstore.rpc.OffloadHeartbeatRequest
+	54, // 51: tierstore.rpc.Master.NotifyOffloadSuccess:input_type -> tierstore.rpc.NotifyOffloadSuccessRequest
+	56, // 52: tierstore.rpc.Master.ReRegisterDiskObjects:input_type -> tierstore.rpc.RegisterDiskObjectsRequest
+	58, // 53: tierstore.rpc.Master.EvictDiskReplica:input_type -> tierstore.rpc.EvictDiskReplicaRequest
+	60, // 54: tierstore.rpc.Master.ReportBadReplica:input_type -> tierstore.rpc.ReportBadReplicaRequest
+	51, // 55: tierstore.rpc.Master.PromoteEnd:input_type -> tierstore.rpc.PromoteEndRequest
+	63, // 56: tierstore.rpc.Master.Stats:input_type -> tierstore.rpc.StatsRequest
+	66, // 57: tierstore.rpc.Master.ReconcileBegin:input_type -> tierstore.rpc.ReconcileBeginRequest
+	68, // 58: tierstore.rpc.Master.ReconcileKeys:input_type -> tierstore.rpc.ReconcileKeysRequest
+	70, // 59: tierstore.rpc.Master.ReconcileEnd:input_type -> tierstore.rpc.ReconcileEndRequest
+	62, // 60: tierstore.rpc.Master.ReRegisterMemoryObjects:input_type -> tierstore.rpc.RegisterMemoryObjectsRequest
+	37, // 61: tierstore.rpc.Master.PullRemovals:input_type -> tierstore.rpc.PullRemovalsRequest
+	40, // 62: tierstore.rpc.Master.WaitOffload:input_type -> tierstore.rpc.WaitOffloadRequest
+	19, // 63: tierstore.rpc.Master.Prefetch:input_type -> tierstore.rpc.KeysRequest
+	6,  // 64: tierstore.rpc.Master.MountSegment:output_type -> tierstore.rpc.MountSegmentResponse
+	8,  // 65: tierstore.rpc.Master.UnmountSegment:output_type -> tierstore.rpc.UnmountSegmentResponse
+	11, // 66: tierstore.rpc.Master.Ping:output_type -> tierstore.rpc.PingResponse
+	18, // 67: tierstore.rpc.Master.LeaveNode:output_type -> tierstore.rpc.Empty
+	13, // 68: tierstore.rpc.Master.PutStart:output_type -> tierstore.rpc.PutStartResponse
+	18, // 69: tierstore.rpc.Master.PutEnd:output_type -> tierstore.rpc.Empty
+	18, // 70: tierstore.rpc.Master.PutRevoke:output_type -> tierstore.rpc.Empty
+	16, // 71: tierstore.rpc.Master.BatchPutStart:output_type -> tierstore.rpc.BatchPutStartResponse
+	21, // 72: tierstore.rpc.Master.BatchPutEnd:output_type -> tierstore.rpc.KeyResults
+	21, // 73: tierstore.rpc.Master.BatchPutRevoke:output_type -> tierstore.rpc.KeyResults
+	23, // 74: tierstore.rpc.Master.ExistKey:output_type -> tierstore.rpc.ExistKeyResponse
+	26, // 75: tierstore.rpc.Master.BatchExistKey:output_type -> tierstore.rpc.BatchExistKeyResponse
+	27, // 76: tierstore.rpc.Master.GetReplicaList:output_type -> tierstore.rpc.GetReplicaListResponse
+	29, // 77: tierstore.rpc.Master.BatchGetReplicaList:output_type -> tierstore.rpc.BatchGetReplicaListResponse
+	18, // 78: tierstore.rpc.Master.Remove:output_type -> tierstore.rpc.Empty
+	33, // 79: tierstore.rpc.Master.RemoveAll:output_type -> tierstore.rpc.CountResponse
+	33, // 80: tierstore.rpc.Master.RemoveByRegex:output_type -> tierstore.rpc.CountResponse
+	72, // 81: tierstore.rpc.Master.EvictMemory:output_type -> tierstore.rpc.EvictMemoryResponse
+	49, // 82: tierstore.rpc.Master.OffloadHeartbeat:output_type -> tierstore.rpc.OffloadHeartbeatResponse
+	21, // 83: tierstore.rpc.Master.NotifyOffloadSuccess:output_type -> tierstore.rpc.KeyResults
+	57, // 84: tierstore.rpc.Master.ReRegisterDiskObjects:output_type -> tierstore.rpc.RegisterDiskObjectsResponse
+	59, // 85: tierstore.rpc.Master.EvictDiskReplica:output_type -> tierstore.rpc.EvictDiskReplicaResponse
+	18, // 86: tierstore.rpc.Master.ReportBadReplica:output_type -> tierstore.rpc.Empty
+	21, // 87: tierstore.rpc.Master.PromoteEnd:output_type -> tierstore.rpc.KeyResults
+	64, // 88: tierstore.rpc.Master.Stats:output_type -> tierstore.rpc.StatsResponse
+	67, // 89: tierstore.rpc.Master.ReconcileBegin:output_type -> tierstore.rpc.ReconcileBeginResponse
+	69, // 90: tierstore.rpc.Master.ReconcileKeys:output_type -> tierstore.rpc.ReconcileKeysResponse
+	71, // 91: tierstore.rpc.Master.ReconcileEnd:output_type -> tierstore.rpc.ReconcileEndResponse
+	21, // 92: tierstore.rpc.Master.ReRegisterMemoryObjects:output_type -> tierstore.rpc.KeyResults
+	38, // 93: tierstore.rpc.Master.PullRemovals:output_type -> tierstore.rpc.PullRemovalsResponse
+	41, // 94: tierstore.rpc.Master.WaitOffload:output_type -> tierstore.rpc.WaitOffloadResponse
+	42, // 95: tierstore.rpc.Master.Prefetch:output_type -> tierstore.rpc.PrefetchResponse
+	64, // [64:96] is the sub-list for method output_type
+	32, // [32:64] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
@@ -5049,7 +5199,7 @@ func file_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   68,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

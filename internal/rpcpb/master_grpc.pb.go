@@ -83,7 +83,7 @@ type MasterClient interface {
 	EvictMemory(ctx context.Context, in *EvictMemoryRequest, opts ...grpc.CallOption) (*EvictMemoryResponse, error)
 	OffloadHeartbeat(ctx context.Context, in *OffloadHeartbeatRequest, opts ...grpc.CallOption) (*OffloadHeartbeatResponse, error)
 	NotifyOffloadSuccess(ctx context.Context, in *NotifyOffloadSuccessRequest, opts ...grpc.CallOption) (*KeyResults, error)
-	ReRegisterDiskObjects(ctx context.Context, in *RegisterDiskObjectsRequest, opts ...grpc.CallOption) (*KeyResults, error)
+	ReRegisterDiskObjects(ctx context.Context, in *RegisterDiskObjectsRequest, opts ...grpc.CallOption) (*RegisterDiskObjectsResponse, error)
 	EvictDiskReplica(ctx context.Context, in *EvictDiskReplicaRequest, opts ...grpc.CallOption) (*EvictDiskReplicaResponse, error)
 	ReportBadReplica(ctx context.Context, in *ReportBadReplicaRequest, opts ...grpc.CallOption) (*Empty, error)
 	// A node answers promotions of OffloadHeartbeat: per result OK (loaded:
@@ -321,9 +321,9 @@ func (c *masterClient) NotifyOffloadSuccess(ctx context.Context, in *NotifyOfflo
 	return out, nil
 }
 
-func (c *masterClient) ReRegisterDiskObjects(ctx context.Context, in *RegisterDiskObjectsRequest, opts ...grpc.CallOption) (*KeyResults, error) {
+func (c *masterClient) ReRegisterDiskObjects(ctx context.Context, in *RegisterDiskObjectsRequest, opts ...grpc.CallOption) (*RegisterDiskObjectsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(KeyResults)
+	out := new(RegisterDiskObjectsResponse)
 	err := c.cc.Invoke(ctx, Master_ReRegisterDiskObjects_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -465,7 +465,7 @@ type MasterServer interface {
 	EvictMemory(context.Context, *EvictMemoryRequest) (*EvictMemoryResponse, error)
 	OffloadHeartbeat(context.Context, *OffloadHeartbeatRequest) (*OffloadHeartbeatResponse, error)
 	NotifyOffloadSuccess(context.Context, *NotifyOffloadSuccessRequest) (*KeyResults, error)
-	ReRegisterDiskObjects(context.Context, *RegisterDiskObjectsRequest) (*KeyResults, error)
+	ReRegisterDiskObjects(context.Context, *RegisterDiskObjectsRequest) (*RegisterDiskObjectsResponse, error)
 	EvictDiskReplica(context.Context, *EvictDiskReplicaRequest) (*EvictDiskReplicaResponse, error)
 	ReportBadReplica(context.Context, *ReportBadReplicaRequest) (*Empty, error)
 	// A node answers promotions of OffloadHeartbeat: per result OK (loaded:
@@ -563,7 +563,7 @@ func (UnimplementedMasterServer) OffloadHeartbeat(context.Context, *OffloadHeart
 func (UnimplementedMasterServer) NotifyOffloadSuccess(context.Context, *NotifyOffloadSuccessRequest) (*KeyResults, error) {
 	return nil, status.Error(codes.Unimplemented, "method NotifyOffloadSuccess not implemented")
 }
-func (UnimplementedMasterServer) ReRegisterDiskObjects(context.Context, *RegisterDiskObjectsRequest) (*KeyResults, error) {
+func (UnimplementedMasterServer) ReRegisterDiskObjects(context.Context, *RegisterDiskObjectsRequest) (*RegisterDiskObjectsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReRegisterDiskObjects not implemented")
 }
 func (UnimplementedMasterServer) EvictDiskReplica(context.Context, *EvictDiskReplicaRequest) (*EvictDiskReplicaResponse, error) {

@@ -21,7 +21,10 @@ const (
 	// of version 1 would ignore, re-registering the evicted copies. 3: the
 	// heartbeat carries the admission sketch in chunks (SketchChunk)
 	// instead of whole, which a node of version 2 would read as no sketch.
-	MasterProtocol = 3
+	// 4: ReRegisterDiskObjects carries objects in columns
+	// (DiskObjectColumns) and answers only the refused ones, which a peer
+	// of version 3 would read as no objects and every object recorded.
+	MasterProtocol = 4
 	// NodeProtocol is the version of node.proto's NodePeer service.
 	NodeProtocol = 1
 )
