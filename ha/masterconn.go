@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/mastergrpc"
 )
 
@@ -319,8 +319,8 @@ func classify(err error) outcome {
 		return done
 	}
 	for _, d := range st.Details() {
-		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetDomain() == codes.Domain {
-			if ei.GetReason() == codes.UnavailableStatus.String() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetDomain() == errcode.Domain {
+			if ei.GetReason() == errcode.UnavailableStatus.String() {
 				return again
 			}
 			return done

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/tierstore/tierstore/admission"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -174,7 +174,7 @@ func TestHeartbeatCarriesAdmissionState(t *testing.T) {
 	if _, v2 := joinSketch(t, s, "a", v); v2 <= v {
 		t.Fatalf("no new sketch after 1/64 of a period: version %d -> %d", v, v2)
 	}
-	if _, err := s.Heartbeat(bg, masterapi.HeartbeatRequest{Node: "nope"}); !errors.Is(err, codes.ErrNeedRemount) {
+	if _, err := s.Heartbeat(bg, masterapi.HeartbeatRequest{Node: "nope"}); !errors.Is(err, errcode.ErrNeedRemount) {
 		t.Fatalf("heartbeat of an unknown node: %v", err)
 	}
 

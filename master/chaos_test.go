@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -28,9 +28,9 @@ func TestConcurrentChaos(t *testing.T) {
 	for _, n := range nodes {
 		mount(t, s, n, 64<<10)
 	}
-	allowed := []error{codes.ErrObjectExists, codes.ErrObjectNotFound, codes.ErrNoAvailableHandle,
-		codes.ErrReplicaNotReady, codes.ErrReplicaGone, codes.ErrObjectHasLease, codes.ErrNeedRemount,
-		codes.ErrKeysUltraLimit, codes.ErrChecksumConflict, codes.ErrInvalidParams, codes.ErrSegmentExists, codes.ErrReplicaNotFound}
+	allowed := []error{errcode.ErrObjectExists, errcode.ErrObjectNotFound, errcode.ErrNoAvailableHandle,
+		errcode.ErrReplicaNotReady, errcode.ErrReplicaGone, errcode.ErrObjectHasLease, errcode.ErrNeedRemount,
+		errcode.ErrKeysUltraLimit, errcode.ErrChecksumConflict, errcode.ErrInvalidParams, errcode.ErrSegmentExists, errcode.ErrReplicaNotFound}
 	var mu sync.Mutex
 	var unexpected []error
 	note := func(err error) {

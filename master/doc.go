@@ -10,7 +10,7 @@
 // (embedded deployments call it without a socket); NewServer exposes a
 // Service over gRPC (service tierstore.rpc.Master) and mastergrpc.Dial
 // returns a *mastergrpc.Client that implements API over that service. Errors wrap the sentinels of package
-// internal/codes and keep them across gRPC.
+// internal/errcode and keep them across gRPC.
 //
 // # Metadata
 //

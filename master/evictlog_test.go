@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -72,7 +72,7 @@ func TestEvictMemoryIsALogEntry(t *testing.T) {
 		{Key: "other", Offset: ro.Offset, Length: 1000, CRC: crcOf("other"), PutToken: ro.PutToken},
 	}
 	errs, err := s2.ReRegisterMemoryObjects(bg, "a", "seg0", recs, true)
-	if err != nil || !errors.Is(errs[0], codes.ErrObjectNotFound) || !strings.Contains(errs[0].Error(), "evicted") || errs[1] != nil {
+	if err != nil || !errors.Is(errs[0], errcode.ErrObjectNotFound) || !strings.Contains(errs[0].Error(), "evicted") || errs[1] != nil {
 		t.Fatalf("re-registration after the eviction: %v %v", errs, err)
 	}
 	pullAll(t, s2, "a", before, before) // the node's SSD cursor is below the entry
@@ -116,7 +116,7 @@ func TestEvictMemoryAllIsOneEntry(t *testing.T) {
 		{Key: "x", Offset: rx.Offset, Length: 1000, CRC: crcOf("x"), PutToken: rx.PutToken},
 		{Key: "nodisk", Offset: rn.Offset, Length: 1000, CRC: crcOf("nodisk"), PutToken: rn.PutToken},
 	}, true)
-	if err != nil || !errors.Is(errs[0], codes.ErrObjectNotFound) || errs[1] != nil {
+	if err != nil || !errors.Is(errs[0], errcode.ErrObjectNotFound) || errs[1] != nil {
 		t.Fatalf("re-registration after EvictMemory(all): %v %v", errs, err)
 	}
 }
@@ -133,7 +133,7 @@ func TestEvictMemoryNotDurableNotAcknowledged(t *testing.T) {
 	fs.fail = errors.New("disk full")
 	fs.mu.Unlock()
 	_, err := s.EvictMemory(bg, []string{"k"}, false)
-	if !errors.Is(err, codes.ErrInternal) || !strings.Contains(err.Error(), "disk full") {
+	if !errors.Is(err, errcode.ErrInternal) || !strings.Contains(err.Error(), "disk full") {
 		t.Fatalf("EvictMemory with a failing store: %v", err)
 	}
 }
@@ -149,7 +149,7 @@ func TestPutDoesNotWaitForAnEviction(t *testing.T) {
 		t.Fatalf("waitKey behind an eviction that is not durable: %v", err)
 	}
 	s.rlog.add(masterapi.Removal{Kind: masterapi.RemovalKey, Key: "k"}, &s.tokens, s.now(), false)
-	if err := s.rlog.waitKey(bg, "k"); !errors.Is(err, codes.ErrInternal) {
+	if err := s.rlog.waitKey(bg, "k"); !errors.Is(err, errcode.ErrInternal) {
 		t.Fatalf("waitKey behind a removal that is not durable: %v", err)
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	pb "github.com/tierstore/tierstore/internal/rpcpb"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/mastergrpc"
@@ -48,7 +48,7 @@ func TestFenceRefusesEveryCall(t *testing.T) {
 
 	_, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "new", Size: 10})
 	mustIs(t, err, ErrNotLeader)
-	mustIs(t, err, codes.ErrUnavailable)
+	mustIs(t, err, errcode.ErrUnavailable)
 	mustIs(t, err, lost)
 	mustIs(t, s.Remove(bg, "k", true), ErrNotLeader)
 	_, err = s.GetReplicaList(bg, "k")
@@ -104,7 +104,7 @@ func TestReRegisterMemoryObjects(t *testing.T) {
 	s, _ := testService(t, nil)
 	holdMount(t, s, "a", 64<<10)
 	for _, pref := range []string{"", "a"} {
-		if _, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "p", Size: 100, PreferredNode: pref}); !errors.Is(err, codes.ErrNoAvailableHandle) {
+		if _, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "p", Size: 100, PreferredNode: pref}); !errors.Is(err, errcode.ErrNoAvailableHandle) {
 			t.Fatalf("put into a held segment (preferred %q): %v", pref, err)
 		}
 	}
@@ -124,7 +124,7 @@ func TestReRegisterMemoryObjects(t *testing.T) {
 	if r := info.Replicas[0]; r.Kind != masterapi.Memory || r.Status != masterapi.Complete || r.Offset != 0 || r.PutToken != tok {
 		t.Fatalf("a's replica %+v", r)
 	}
-	if _, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "p", Size: 100}); !errors.Is(err, codes.ErrNoAvailableHandle) {
+	if _, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "p", Size: 100}); !errors.Is(err, errcode.ErrNoAvailableHandle) {
 		t.Fatalf("put before done: %v", err)
 	}
 	if errs, err := s.ReRegisterMemoryObjects(bg, "a", "seg0", objs, true); err != nil || errs[0] != nil || errs[1] != nil {
@@ -139,7 +139,7 @@ func TestReRegisterMemoryObjects(t *testing.T) {
 	}
 	for i := range 40 { // fill the segment: no range may overlap a or b
 		r, err := s.PutStart(bg, masterapi.PutStartRequest{Key: fmt.Sprint("p", i), Size: 1500})
-		if errors.Is(err, codes.ErrNoAvailableHandle) {
+		if errors.Is(err, errcode.ErrNoAvailableHandle) {
 			break
 		}
 		if err != nil {
@@ -177,8 +177,8 @@ func TestReRegisterMemoryConflicts(t *testing.T) {
 	if err := reg("a", masterapi.MemoryObject{Key: "k", Offset: 0, Length: 1000, CRC: 1, PutToken: tok}); err != nil {
 		t.Fatal(err)
 	}
-	mustIs(t, reg("a", masterapi.MemoryObject{Key: "x", Offset: 512, Length: 100, CRC: 1, PutToken: tok + 5}), codes.ErrInvalidParams)
-	mustIs(t, reg("b", masterapi.MemoryObject{Key: "k", Offset: 0, Length: 1000, CRC: 1, PutToken: tok - 1}), codes.ErrObjectExists)
+	mustIs(t, reg("a", masterapi.MemoryObject{Key: "x", Offset: 512, Length: 100, CRC: 1, PutToken: tok + 5}), errcode.ErrInvalidParams)
+	mustIs(t, reg("b", masterapi.MemoryObject{Key: "k", Offset: 0, Length: 1000, CRC: 1, PutToken: tok - 1}), errcode.ErrObjectExists)
 	// A newer put of k on b: it replaces a's replica, whose range is freed.
 	if err := reg("b", masterapi.MemoryObject{Key: "k", Offset: 4096, Length: 2000, CRC: 2, PutToken: tok + 1}); err != nil {
 		t.Fatal(err)
@@ -194,20 +194,20 @@ func TestReRegisterMemoryConflicts(t *testing.T) {
 	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "d", Size: 300, CRC: 9}}); err != nil || errs[0] != nil {
 		t.Fatal(errs, err)
 	}
-	mustIs(t, reg("b", masterapi.MemoryObject{Key: "d", Offset: 8192, Length: 300, CRC: 8, PutToken: tok + 2}), codes.ErrChecksumConflict)
+	mustIs(t, reg("b", masterapi.MemoryObject{Key: "d", Offset: 8192, Length: 300, CRC: 8, PutToken: tok + 2}), errcode.ErrChecksumConflict)
 	if err := reg("b", masterapi.MemoryObject{Key: "d", Offset: 8192, Length: 300, CRC: 9, PutToken: tok + 2}); err != nil {
 		t.Fatal(err)
 	}
 	if info, err := s.GetReplicaList(bg, "d"); err != nil || kinds(info) != "MEMORY@b LOCAL_DISK@a " {
 		t.Fatalf("d: %q %v", kinds(info), err)
 	}
-	mustIs(t, reg("a", masterapi.MemoryObject{Key: "y", Offset: 64<<10 - 64, Length: 100, CRC: 1, PutToken: tok}), codes.ErrInvalidParams)
-	mustIs(t, reg("a", masterapi.MemoryObject{Key: "y", Offset: 100, Length: 100, CRC: 1, PutToken: tok}), codes.ErrInvalidParams)
-	mustIs(t, reg("a", masterapi.MemoryObject{Key: "y", Offset: 20000, Length: 100, CRC: 1}), codes.ErrInvalidParams)
+	mustIs(t, reg("a", masterapi.MemoryObject{Key: "y", Offset: 64<<10 - 64, Length: 100, CRC: 1, PutToken: tok}), errcode.ErrInvalidParams)
+	mustIs(t, reg("a", masterapi.MemoryObject{Key: "y", Offset: 100, Length: 100, CRC: 1, PutToken: tok}), errcode.ErrInvalidParams)
+	mustIs(t, reg("a", masterapi.MemoryObject{Key: "y", Offset: 20000, Length: 100, CRC: 1}), errcode.ErrInvalidParams)
 	_, err = s.ReRegisterMemoryObjects(bg, "nobody", "seg0", nil, true)
-	mustIs(t, err, codes.ErrNeedRemount)
+	mustIs(t, err, errcode.ErrNeedRemount)
 	_, err = s.ReRegisterMemoryObjects(bg, "a", "other", nil, true)
-	mustIs(t, err, codes.ErrSegmentNotFound)
+	mustIs(t, err, errcode.ErrSegmentNotFound)
 }
 
 // serveHA serves s with its interceptor on 127.0.0.1 and returns a raw
@@ -245,27 +245,27 @@ func TestRebuildWindowTurnsMissesIntoRetry(t *testing.T) {
 		t.Fatalf("term trailer %v", tr)
 	}
 	_, err := c.GetReplicaList(bg, miss)
-	mustIs(t, codes.FromStatus(err), codes.ErrUnavailable)
-	if r, err := c.ExistKey(bg, miss); !errors.Is(codes.FromStatus(err), codes.ErrUnavailable) {
+	mustIs(t, errcode.FromStatus(err), errcode.ErrUnavailable)
+	if r, err := c.ExistKey(bg, miss); !errors.Is(errcode.FromStatus(err), errcode.ErrUnavailable) {
 		t.Fatalf("exists of a miss inside the window: %v %v", r, err)
 	}
 	_, err = c.PutEnd(bg, &pb.KeyRequest{Key: []byte("miss"), PutToken: 5})
-	mustIs(t, codes.FromStatus(err), codes.ErrUnavailable)
+	mustIs(t, errcode.FromStatus(err), errcode.ErrUnavailable)
 	res, err := c.BatchGetReplicaList(bg, &pb.BatchLookupRequest{Keys: [][]byte{[]byte("hit"), []byte("miss")}})
-	mustIs(t, codes.FromStatus(err), codes.ErrUnavailable)
+	mustIs(t, errcode.FromStatus(err), errcode.ErrUnavailable)
 	_ = res
 
 	clk.Advance(3 * time.Second)
 	_, err = c.GetReplicaList(bg, miss)
-	mustIs(t, codes.FromStatus(err), codes.ErrObjectNotFound)
+	mustIs(t, errcode.FromStatus(err), errcode.ErrObjectNotFound)
 	holdMount(t, s, "b", 1<<20) // a node re-registering: the window reopens
 	_, err = c.GetReplicaList(bg, miss)
-	mustIs(t, codes.FromStatus(err), codes.ErrUnavailable)
+	mustIs(t, errcode.FromStatus(err), errcode.ErrUnavailable)
 	if _, err := s.ReRegisterMemoryObjects(bg, "b", "seg0", nil, true); err != nil {
 		t.Fatal(err)
 	}
 	_, err = c.GetReplicaList(bg, miss)
-	mustIs(t, codes.FromStatus(err), codes.ErrObjectNotFound)
+	mustIs(t, errcode.FromStatus(err), errcode.ErrObjectNotFound)
 }
 
 // Rebuilt objects honour the previous leader's leases (a lease of
@@ -278,7 +278,7 @@ func TestRebuiltLeaseAndReadmission(t *testing.T) {
 	if errs, err := s.ReRegisterMemoryObjects(bg, "a", "seg0", objs, true); err != nil || errs[0] != nil {
 		t.Fatal(errs, err)
 	}
-	mustIs(t, s.Remove(bg, "k", false), codes.ErrObjectHasLease)
+	mustIs(t, s.Remove(bg, "k", false), errcode.ErrObjectHasLease)
 	s.Tick()
 	if tasks, _ := heartbeat(s, "a", 0); len(tasks) != 0 {
 		t.Fatalf("offload queued during the rebuild: %+v", tasks)
@@ -290,7 +290,7 @@ func TestRebuiltLeaseAndReadmission(t *testing.T) {
 		t.Fatalf("tasks after the rebuild: %+v %v", tasks, err)
 	}
 	clk.Advance(s.Config().DefaultKVLeaseTTL)
-	if err := s.Remove(bg, "k", false); !errors.Is(err, codes.ErrObjectHasLease) { // pinned by its offload task now
+	if err := s.Remove(bg, "k", false); !errors.Is(err, errcode.ErrObjectHasLease) { // pinned by its offload task now
 		t.Fatalf("remove: %v", err)
 	}
 }

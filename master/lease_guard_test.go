@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -44,7 +44,7 @@ func leasedOnDisk(t *testing.T, s *Service, key string) {
 func mustBeGone(t *testing.T, s *Service, key string) {
 	t.Helper()
 	_, err := s.GetReplicaList(bg, key)
-	if !errors.Is(err, codes.ErrReplicaGone) {
+	if !errors.Is(err, errcode.ErrReplicaGone) {
 		t.Fatalf("%s inside its lease: %v, want REPLICA_IS_GONE (-712)", key, err)
 	}
 }
@@ -78,7 +78,7 @@ func TestLeaseGuardSweep(t *testing.T) {
 	mustBeGone(t, s, "k")
 	afterLease(s, clk)
 	_, err := s.GetReplicaList(bg, "k")
-	mustIs(t, err, codes.ErrObjectNotFound)
+	mustIs(t, err, errcode.ErrObjectNotFound)
 }
 
 // Dead-node clear: the sweep after a node's expiry keeps the unreadable
@@ -109,7 +109,7 @@ func TestLeaseGuardBadReplicaReport(t *testing.T) {
 	mustBeGone(t, s, "k")
 	afterLease(s, clk)
 	_, err := s.GetReplicaList(bg, "k")
-	mustIs(t, err, codes.ErrObjectNotFound)
+	mustIs(t, err, errcode.ErrObjectNotFound)
 }
 
 // Reconcile: the node's list no longer has the leased object's only copy.
@@ -205,7 +205,7 @@ func TestLeaseGuardRemove(t *testing.T) {
 	s, clk := leaseService(t, nil)
 	leased(t, s, "k")
 	err := s.Remove(bg, "k", false)
-	if !errors.Is(err, codes.ErrObjectHasLease) || codes.Of(err) != -706 {
+	if !errors.Is(err, errcode.ErrObjectHasLease) || errcode.Of(err) != -706 {
 		t.Fatalf("Remove of a leased object: %v", err)
 	}
 	if _, err := s.GetReplicaList(bg, "k"); err != nil {

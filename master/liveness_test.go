@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/testkit"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -46,13 +46,13 @@ func TestMasterRestartRecovery(t *testing.T) {
 	mount(t, s1, "a", 1<<20)
 	s1.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "x", Size: 10, CRC: 3}})
 	s1.Close()
-	if _, err := s1.Stats(bg); !codesIs(err, codes.ErrShuttingDown) {
+	if _, err := s1.Stats(bg); !codesIs(err, errcode.ErrShuttingDown) {
 		t.Fatalf("after close: %v", err)
 	}
 
 	s2, _ := testService(t, nil)
 	_, err := s2.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "x", Size: 10, CRC: 3}})
-	mustIs(t, err, codes.ErrNeedRemount)
+	mustIs(t, err, errcode.ErrNeedRemount)
 	if p, _ := s2.Ping(bg, "a"); p.Status != masterapi.NeedRemount {
 		t.Fatal("new master knows the node")
 	}
@@ -86,7 +86,7 @@ func TestNodeDeathReleasesOffloadPin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustIs(t, errs[0], codes.ErrObjectNotFound)
+	mustIs(t, errs[0], errcode.ErrObjectNotFound)
 	// ...while re-registration after the remount creates it.
 	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "k", Size: 64, CRC: crcOf("k")}}); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
@@ -188,13 +188,13 @@ func TestRestartedNodeRetiresOldIncarnation(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := s.GetReplicaList(bg, "k")
-	mustIs(t, err, codes.ErrReplicaGone) // leased: gone, not not-found
+	mustIs(t, err, errcode.ErrReplicaGone) // leased: gone, not not-found
 	put(t, s, "k2", 100, "a")
 	if err := inc("a", "a:2", "p2"); err != nil { // new endpoint: restarted too
 		t.Fatal(err)
 	}
 	_, err = s.GetReplicaList(bg, "k2")
-	mustIs(t, err, codes.ErrObjectNotFound) // never looked up: no lease
+	mustIs(t, err, errcode.ErrObjectNotFound) // never looked up: no lease
 	if st, _ := s.Stats(bg); st.ExpiredNodes != 2 || st.Nodes != 1 || st.SegmentUsed != 0 {
 		t.Fatalf("stats %+v", st)
 	}
@@ -220,7 +220,7 @@ func TestLeaveNode(t *testing.T) {
 	}
 	put(t, s, "onb", 4<<10, "b")
 
-	mustIs(t, s.LeaveNode(bg, "nobody", ""), codes.ErrClientNotFound)
+	mustIs(t, s.LeaveNode(bg, "nobody", ""), errcode.ErrClientNotFound)
 	if err := s.LeaveNode(bg, "a", "a0"); err != nil { // an earlier incarnation's late leave
 		t.Fatal(err)
 	}

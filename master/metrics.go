@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -22,7 +22,7 @@ type metrics struct {
 	offloadPersisted prometheus.Counter
 	offloadFailed    prometheus.Counter
 	errs             *prometheus.CounterVec
-	byCode           map[codes.Code]prometheus.Counter // pre-resolved children of errs
+	byCode           map[errcode.Code]prometheus.Counter // pre-resolved children of errs
 }
 
 func newMetrics(s *Service) *metrics {
@@ -88,8 +88,8 @@ func newMetrics(s *Service) *metrics {
 	m.offloadFailed = prometheus.NewCounter(prometheus.CounterOpts{Name: "tierstore_master_offload_failed_total", Help: "Offload tasks answered as failed."})
 	m.errs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tierstore_master_errors_total", Help: "Errors returned, by Mooncake error code name."}, []string{"code"})
 	m.reg.MustRegister(m.evictions, m.offloadPersisted, m.offloadFailed, m.errs)
-	m.byCode = map[codes.Code]prometheus.Counter{}
-	for _, c := range codes.All() {
+	m.byCode = map[errcode.Code]prometheus.Counter{}
+	for _, c := range errcode.All() {
 		m.byCode[c] = m.errs.WithLabelValues(c.String())
 	}
 	return m
@@ -107,7 +107,7 @@ func (m *metrics) countErr(err error) {
 	if errors.Is(err, ErrClosed) {
 		return
 	}
-	if c, ok := m.byCode[codes.Of(err)]; ok {
+	if c, ok := m.byCode[errcode.Of(err)]; ok {
 		c.Inc()
 	}
 }

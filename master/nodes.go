@@ -3,7 +3,7 @@ package master
 import (
 	"context"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -21,11 +21,11 @@ func (s *Service) MountSegment(ctx context.Context, req masterapi.MountRequest) 
 	}
 	switch {
 	case req.Node == "":
-		return s.observe(codes.Errorf(codes.InvalidParams, "master: mount: empty node id"))
+		return s.observe(errcode.Errorf(errcode.InvalidParams, "master: mount: empty node id"))
 	case req.Segment == "":
-		return s.observe(codes.Errorf(codes.InvalidParams, "master: mount: empty segment name"))
+		return s.observe(errcode.Errorf(errcode.InvalidParams, "master: mount: empty segment name"))
 	case req.Size < allocAlign:
-		return s.observe(codes.Errorf(codes.InvalidParams, "master: mount: segment size %d below %d bytes", req.Size, allocAlign))
+		return s.observe(errcode.Errorf(errcode.InvalidParams, "master: mount: segment size %d below %d bytes", req.Size, allocAlign))
 	}
 	now := s.now()
 	s.nodesMu.Lock()
@@ -58,7 +58,7 @@ func (s *Service) MountSegment(ctx context.Context, req masterapi.MountRequest) 
 func (s *Service) mountLocked(n *node, req masterapi.MountRequest) error {
 	if g, ok := n.segments[req.Segment]; ok {
 		if g.size != req.Size {
-			return codes.Errorf(codes.SegmentExists, "master: segment %q of node %q is mounted with size %d, not %d", req.Segment, req.Node, g.size, req.Size)
+			return errcode.Errorf(errcode.SegmentExists, "master: segment %q of node %q is mounted with size %d, not %d", req.Segment, req.Node, g.size, req.Size)
 		}
 		return nil
 	}
@@ -79,7 +79,7 @@ func (s *Service) UnmountSegment(ctx context.Context, nodeID, seg string) error 
 	g := n.segments[seg]
 	if g == nil {
 		s.nodesMu.Unlock()
-		return s.observe(codes.Errorf(codes.SegmentNotFound, "master: unmount: segment %q of node %q", seg, nodeID))
+		return s.observe(errcode.Errorf(errcode.SegmentNotFound, "master: unmount: segment %q of node %q", seg, nodeID))
 	}
 	delete(n.segments, seg)
 	g.dead.Store(true)
@@ -101,7 +101,7 @@ func (s *Service) lockNode(ctx context.Context, nodeID, call string) (*node, err
 	n := s.nodes[nodeID]
 	if n == nil {
 		s.nodesMu.Unlock()
-		return nil, s.observe(codes.Errorf(codes.ClientNotFound, "master: %s: node %q", call, nodeID))
+		return nil, s.observe(errcode.Errorf(errcode.ClientNotFound, "master: %s: node %q", call, nodeID))
 	}
 	return n, nil
 }

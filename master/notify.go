@@ -3,7 +3,7 @@ package master
 import (
 	"context"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -15,7 +15,7 @@ func (s *Service) NotifyOffloadSuccess(ctx context.Context, req masterapi.Notify
 	}
 	n := s.lookupNode(req.Node)
 	if n == nil {
-		return nil, s.observe(codes.Errorf(codes.NeedRemount, "master: notify_offload_success: unknown node %q", req.Node))
+		return nil, s.observe(errcode.Errorf(errcode.NeedRemount, "master: notify_offload_success: unknown node %q", req.Node))
 	}
 	n.lastPing.Store(s.now())
 	out := make([]error, len(req.Persisted))
@@ -106,7 +106,7 @@ func (s *Service) answerPersisted(n *node, d masterapi.DiskObject) error {
 	}
 	if orph, ok := n.box.takeOrphan(d.Key); ok {
 		s.freeOrphan(orph)
-		return codes.Errorf(orph.code, "master: notify: the object was removed while node %q offloaded it; delete the SSD copy", n.id)
+		return errcode.Errorf(orph.code, "master: notify: the object was removed while node %q offloaded it; delete the SSD copy", n.id)
 	}
 	return s.registerDisk(n, d, false)
 }
@@ -118,7 +118,7 @@ func (s *Service) ReRegisterDiskObjects(ctx context.Context, nodeID string, objs
 	}
 	n := s.lookupNode(nodeID)
 	if n == nil {
-		return nil, s.observe(codes.Errorf(codes.NeedRemount, "master: re_register: unknown node %q", nodeID))
+		return nil, s.observe(errcode.Errorf(errcode.NeedRemount, "master: re_register: unknown node %q", nodeID))
 	}
 	n.lastPing.Store(s.now())
 	out := make([]error, len(objs))
@@ -140,14 +140,14 @@ func (s *Service) registerDisk(n *node, d masterapi.DiskObject, create bool) err
 		return err
 	}
 	if d.Size <= 0 {
-		return codes.Errorf(codes.InvalidParams, "master: register disk object: size must be > 0, got %d", d.Size)
+		return errcode.Errorf(errcode.InvalidParams, "master: register disk object: size must be > 0, got %d", d.Size)
 	}
 	sh := s.shardOf(d.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	o := sh.objs[d.Key]
 	if o == nil && !create {
-		return codes.Errorf(codes.ObjectNotFound, "master: notify: node %q persisted a key the master does not know (removed?); delete the SSD copy", n.id)
+		return errcode.Errorf(errcode.ObjectNotFound, "master: notify: node %q persisted a key the master does not know (removed?); delete the SSD copy", n.id)
 	}
 	// A replica recorded now is on the node's SSD: a reconcile session in
 	// progress counts it as seen (reconcile.go).
@@ -168,7 +168,7 @@ func (s *Service) registerDisk(n *node, d masterapi.DiskObject, create bool) err
 		s.met.offloadPersisted.Inc()
 	}
 	if o.size != d.Size || o.crc != d.CRC {
-		return codes.Errorf(codes.ChecksumConflict, "master: node %q reports size %d crc %08x, metadata has size %d crc %08x",
+		return errcode.Errorf(errcode.ChecksumConflict, "master: node %q reports size %d crc %08x, metadata has size %d crc %08x",
 			n.id, d.Size, d.CRC, o.size, o.crc)
 	}
 	if i := o.diskIndex(n.id); i >= 0 {

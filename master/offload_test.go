@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/admission"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -54,12 +54,12 @@ func TestMailboxEagerDedupeAndTask(t *testing.T) {
 	if ts, _ := heartbeat(s, "a", 0); len(ts) != 0 {
 		t.Fatalf("duplicate task delivered: %v", taskKeys(ts))
 	}
-	if _, err := heartbeat(s, "nobody", 0); !codesIs(err, codes.ErrNeedRemount) {
+	if _, err := heartbeat(s, "nobody", 0); !codesIs(err, errcode.ErrNeedRemount) {
 		t.Fatalf("unknown node: %v", err)
 	}
 }
 
-func codesIs(err, target error) bool { return err != nil && codes.Of(err) == codes.Of(target) }
+func codesIs(err, target error) bool { return err != nil && errcode.Of(err) == errcode.Of(target) }
 
 func TestMailboxQueueLimit(t *testing.T) {
 	s, _ := offloadService(t, func(c *Config) { c.OffloadingQueueLimit = 3; c.Admission = admission.OnEvict{} })
@@ -72,18 +72,18 @@ func TestMailboxQueueLimit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	mustIs(t, s.Enqueue("3"), codes.ErrKeysUltraLimit)
+	mustIs(t, s.Enqueue("3"), errcode.ErrKeysUltraLimit)
 	// In-flight tasks count toward the limit too.
 	if ts, _ := heartbeat(s, "a", 2); len(ts) != 2 {
 		t.Fatalf("got %d", len(ts))
 	}
-	mustIs(t, s.Enqueue("3"), codes.ErrKeysUltraLimit)
+	mustIs(t, s.Enqueue("3"), errcode.ErrKeysUltraLimit)
 	// Answering one frees one slot.
 	s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "0", Size: 64, CRC: crcOf("0")}}})
 	if err := s.Enqueue("3"); err != nil {
 		t.Fatal(err)
 	}
-	mustIs(t, s.Enqueue("4"), codes.ErrKeysUltraLimit)
+	mustIs(t, s.Enqueue("4"), errcode.ErrKeysUltraLimit)
 }
 
 // TestMailboxPinUntilAnswer: the source replica cannot be evicted (or
@@ -104,7 +104,7 @@ func TestMailboxPinUntilAnswer(t *testing.T) {
 	if n := s.EvictNow(); n != 1 {
 		t.Fatalf("evicted %d, want 1 (other's DRAM copy)", n)
 	}
-	mustIs(t, s.Remove(bg, "k", false), codes.ErrObjectHasLease)
+	mustIs(t, s.Remove(bg, "k", false), errcode.ErrObjectHasLease)
 	if _, err := s.GetReplicaList(bg, "k"); err != nil {
 		t.Fatalf("pinned object evicted: %v", err)
 	}
@@ -197,7 +197,7 @@ func TestEnqueueNeedsOffload(t *testing.T) {
 	s, _ := testService(t, nil)
 	mount(t, s, "a", 1<<20)
 	put(t, s, "k", 64, "a")
-	mustIs(t, s.Enqueue("k"), codes.ErrUnableOffload)
+	mustIs(t, s.Enqueue("k"), errcode.ErrUnableOffload)
 	if ts, _ := heartbeat(s, "a", 0); len(ts) != 0 {
 		t.Fatal("task without enable_offload")
 	}
@@ -245,7 +245,7 @@ func TestForcedRemoveDefersFree(t *testing.T) {
 	if err := s.Remove(bg, "k", true); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.GetReplicaList(bg, "k"); !codesIs(err, codes.ErrObjectNotFound) {
+	if _, err := s.GetReplicaList(bg, "k"); !codesIs(err, errcode.ErrObjectNotFound) {
 		t.Fatalf("removed object still readable: %v", err)
 	}
 	// Another put must not land on the range the node may be copying.
@@ -264,7 +264,7 @@ func TestForcedRemoveDefersFree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustIs(t, errs[0], codes.ErrObjectNotFound)
+	mustIs(t, errs[0], errcode.ErrObjectNotFound)
 	// The node deletes its copy and answers the task failed as well; that
 	// answer concerns the old task and must not cancel the new k's.
 	s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Failed: []masterapi.OffloadFailure{{Key: "k", Reason: "master refused the replica"}}})
@@ -329,9 +329,9 @@ func TestNotifyIdempotent(t *testing.T) {
 	// keys); an unknown key is refused per key, OBJECT_NOT_FOUND, so the
 	// node deletes its copy. Only re-registration creates.
 	errs, _ := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "new", Size: 7, CRC: 9}, {Key: "k", Size: 100, CRC: 1}}})
-	mustIs(t, errs[0], codes.ErrObjectNotFound)
-	mustIs(t, errs[1], codes.ErrChecksumConflict)
-	if _, err := s.GetReplicaList(bg, "new"); !codesIs(err, codes.ErrObjectNotFound) {
+	mustIs(t, errs[0], errcode.ErrObjectNotFound)
+	mustIs(t, errs[1], errcode.ErrChecksumConflict)
+	if _, err := s.GetReplicaList(bg, "new"); !codesIs(err, errcode.ErrObjectNotFound) {
 		t.Fatalf("notify created an object: %v", err)
 	}
 	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "new", Size: 7, CRC: 9}}); err != nil || errs[0] != nil {
@@ -346,12 +346,12 @@ func TestNotifyIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	errs, _ = s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "new", Size: 7, CRC: 9}}})
-	mustIs(t, errs[0], codes.ErrObjectNotFound)
-	if _, err := s.GetReplicaList(bg, "new"); !codesIs(err, codes.ErrObjectNotFound) {
+	mustIs(t, errs[0], errcode.ErrObjectNotFound)
+	if _, err := s.GetReplicaList(bg, "new"); !codesIs(err, errcode.ErrObjectNotFound) {
 		t.Fatalf("removed key resurrected: %v", err)
 	}
 	_, err = s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "ghost", Persisted: req.Persisted})
-	mustIs(t, err, codes.ErrNeedRemount)
+	mustIs(t, err, errcode.ErrNeedRemount)
 }
 
 // TestReconcile drops exactly the node's replicas missing from its list.
@@ -380,7 +380,7 @@ func TestReconcile(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"d3", "d5"} {
-		if _, err := s.GetReplicaList(bg, k); !codesIs(err, codes.ErrObjectNotFound) {
+		if _, err := s.GetReplicaList(bg, k); !codesIs(err, errcode.ErrObjectNotFound) {
 			t.Errorf("%s: %v, want not found", k, err)
 		}
 	}
@@ -401,7 +401,7 @@ func TestReconcile(t *testing.T) {
 	// An unknown node (master restarted, node expired) must re-register
 	// first: reconciling it would call every key unwanted.
 	_, err = reconcileAll(s, "ghost", []string{"d4"})
-	mustIs(t, err, codes.ErrNeedRemount)
+	mustIs(t, err, errcode.ErrNeedRemount)
 }
 
 // TestEvictDiskReplicaPerKey guards issue 9 item 3 (the SSD keeps admitting,
@@ -433,7 +433,7 @@ func TestEvictDiskReplicaPerKey(t *testing.T) {
 				t.Fatalf("kept x: %s %v", kinds(info), err)
 			}
 			_, err = api.GetReplicaList(bg, "y") // unleased, nothing left: gone
-			mustIs(t, err, codes.ErrObjectNotFound)
+			mustIs(t, err, errcode.ErrObjectNotFound)
 			if info, err := api.GetReplicaList(bg, "z"); err != nil || kinds(info) != "LOCAL_DISK@b " {
 				t.Fatalf("z: %s %v", kinds(info), err)
 			}
@@ -444,9 +444,9 @@ func TestEvictDiskReplicaPerKey(t *testing.T) {
 				t.Fatalf("after the lease: %+v %v", res, err)
 			}
 			_, err = api.GetReplicaList(bg, "x")
-			mustIs(t, err, codes.ErrObjectNotFound)
+			mustIs(t, err, errcode.ErrObjectNotFound)
 			_, err = api.EvictDiskReplica(bg, "a", []string{""})
-			mustIs(t, err, codes.ErrInvalidKey)
+			mustIs(t, err, errcode.ErrInvalidKey)
 		})
 	}
 }
@@ -490,11 +490,11 @@ func TestFailedAnswerDropsPhantomDiskReplica(t *testing.T) {
 		t.Fatalf("tasks after the failure: %+v", ts)
 	}
 	_, err := s.GetReplicaList(bg, "l")
-	mustIs(t, err, codes.ErrReplicaGone)
+	mustIs(t, err, errcode.ErrReplicaGone)
 	clk.Advance(time.Hour)
 	s.Tick()
 	_, err = s.GetReplicaList(bg, "l")
-	mustIs(t, err, codes.ErrObjectNotFound)
+	mustIs(t, err, errcode.ErrObjectNotFound)
 }
 
 // TestOnEvictOffloadsInsteadOfDropping: with offload_on_evict a victim

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/admission"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -204,7 +204,7 @@ func TestPrefetchMissingKeyIsNoOp(t *testing.T) {
 	if n, err := s.Prefetch(bg, []string{"disk"}); err != nil || n != 1 {
 		t.Fatalf("the budget of one object was spent by the no-ops: %d, %v", n, err)
 	}
-	if _, err := s.Prefetch(bg, []string{""}); !errors.Is(err, codes.ErrInvalidKey) {
+	if _, err := s.Prefetch(bg, []string{""}); !errors.Is(err, errcode.ErrInvalidKey) {
 		t.Fatalf("prefetch of an empty key: %v", err)
 	}
 }

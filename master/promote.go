@@ -6,7 +6,7 @@ import (
 	"sync"
 
 	"github.com/tierstore/tierstore/admission"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/mastergrpc"
@@ -414,9 +414,9 @@ func (s *Service) promoteEnd(nodeID string, r masterapi.PromoteResult) error {
 	}
 	switch {
 	case !o.mem.promo:
-		return codes.Errorf(codes.InvalidParams, "master: promote_end: put %d is a client's put, not a promotion", r.PutToken)
+		return errcode.Errorf(errcode.InvalidParams, "master: promote_end: put %d is a client's put, not a promotion", r.PutToken)
 	case o.mem.seg.node.id != nodeID:
-		return codes.Errorf(codes.InvalidParams, "master: promote_end: promotion %d belongs to node %q, not %q", r.PutToken, o.mem.seg.node.id, nodeID)
+		return errcode.Errorf(errcode.InvalidParams, "master: promote_end: promotion %d belongs to node %q, not %q", r.PutToken, o.mem.seg.node.id, nodeID)
 	case o.mem.complete:
 		return nil // repeated answer
 	}
@@ -428,7 +428,7 @@ func (s *Service) promoteEnd(nodeID string, r masterapi.PromoteResult) error {
 		}
 		s.settleEmpty(sh, r.Key, o, now)
 		if r.Loaded {
-			return codes.Errorf(codes.ReplicaIsGone, "master: promote_end: segment of node %q is gone", nodeID)
+			return errcode.Errorf(errcode.ReplicaIsGone, "master: promote_end: segment of node %q is gone", nodeID)
 		}
 		return nil
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -54,7 +54,7 @@ func (s *Service) exist(key string, now int64, count bool) (bool, error) {
 	case o.putInProgress():
 		return false, nil
 	default:
-		return false, codes.Errorf(codes.ReplicaIsGone, "master: exist_key: every replica was lost inside the lease")
+		return false, errcode.Errorf(errcode.ReplicaIsGone, "master: exist_key: every replica was lost inside the lease")
 	}
 	s.grantLease(o, now)
 	if count {
@@ -75,7 +75,7 @@ func (s *Service) replicaList(key string, now int64, count bool, slab *[]mastera
 	o := sh.objs[key]
 	s.observeLookup(key, o, count, false)
 	if o == nil {
-		return masterapi.ObjectInfo{}, codes.Errorf(codes.ObjectNotFound, "master: get_replica_list")
+		return masterapi.ObjectInfo{}, errcode.Errorf(errcode.ObjectNotFound, "master: get_replica_list")
 	}
 	info := masterapi.ObjectInfo{Key: key, Size: o.size, CRC: o.crc}
 	n := 0
@@ -91,11 +91,11 @@ func (s *Service) replicaList(key string, now int64, count bool, slab *[]mastera
 	}
 	if n == 0 {
 		if o.putInProgress() {
-			return masterapi.ObjectInfo{}, codes.Errorf(codes.ReplicaNotReady, "master: get_replica_list: put in progress")
+			return masterapi.ObjectInfo{}, errcode.Errorf(errcode.ReplicaNotReady, "master: get_replica_list: put in progress")
 		}
 		// Every replica is on a dead node or was dropped while the object
 		// was leased: it existed, it is gone (Mooncake #4508).
-		return masterapi.ObjectInfo{}, codes.Errorf(codes.ReplicaIsGone, "master: get_replica_list")
+		return masterapi.ObjectInfo{}, errcode.Errorf(errcode.ReplicaIsGone, "master: get_replica_list")
 	}
 	if slab != nil && cap(*slab)-len(*slab) >= n {
 		l := len(*slab)

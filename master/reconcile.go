@@ -6,7 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -96,7 +96,7 @@ func (s *Service) ReconcileBegin(ctx context.Context, nodeID string, nd masterap
 		return masterapi.ReconcileSession{}, err
 	}
 	if err := nd.Validate(); err != nil {
-		return masterapi.ReconcileSession{}, s.observe(codes.Wrap(codes.InvalidParams, err))
+		return masterapi.ReconcileSession{}, s.observe(errcode.Wrap(errcode.InvalidParams, err))
 	}
 	n, err := s.reconcileNode("reconcile_begin", nodeID)
 	if err != nil {
@@ -127,11 +127,11 @@ func (s *Service) ReconcileBegin(ctx context.Context, nodeID string, nd masterap
 // (a restarted master knows no keys: the node must re-register first).
 func (s *Service) reconcileNode(op, nodeID string) (*node, error) {
 	if nodeID == "" {
-		return nil, s.observe(codes.Errorf(codes.InvalidParams, "master: %s: empty node id", op))
+		return nil, s.observe(errcode.Errorf(errcode.InvalidParams, "master: %s: empty node id", op))
 	}
 	n := s.lookupNode(nodeID)
 	if n == nil {
-		return nil, s.observe(codes.Errorf(codes.NeedRemount, "master: %s: unknown node %q", op, nodeID))
+		return nil, s.observe(errcode.Errorf(errcode.NeedRemount, "master: %s: unknown node %q", op, nodeID))
 	}
 	return n, nil
 }
@@ -148,7 +148,7 @@ func (s *Service) session(op, nodeID string, id uint64) (*node, *diskDigest, err
 	d.mu.Lock()
 	if !d.open || uint64(d.epoch.Load()) != id || d.inc != n {
 		d.mu.Unlock()
-		return nil, nil, s.observe(codes.Errorf(codes.InvalidParams,
+		return nil, nil, s.observe(errcode.Errorf(errcode.InvalidParams,
 			"master: %s: session %d is not node %q's open reconcile (superseded, ended, or begun by an earlier incarnation)", op, id, nodeID))
 	}
 	return n, d, nil

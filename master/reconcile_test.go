@@ -11,7 +11,7 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -115,7 +115,7 @@ func TestReconcileSession(t *testing.T) {
 				}
 			}
 			for _, k := range []string{"d3", "d5"} {
-				if _, err := s.GetReplicaList(bg, k); !codesIs(err, codes.ErrObjectNotFound) {
+				if _, err := s.GetReplicaList(bg, k); !codesIs(err, errcode.ErrObjectNotFound) {
 					t.Errorf("%s: %v, want not found", k, err)
 				}
 			}
@@ -132,7 +132,7 @@ func TestReconcileSession(t *testing.T) {
 				t.Fatalf("reconcile after remove %+v", res)
 			}
 			_, err := s.ReconcileBegin(bg, "ghost", digestOfKeys(nil, ranges))
-			mustIs(t, err, codes.ErrNeedRemount)
+			mustIs(t, err, errcode.ErrNeedRemount)
 		})
 	}
 }
@@ -203,9 +203,9 @@ func TestReconcileSessionRefusals(t *testing.T) {
 		t.Fatalf("second begin %+v %v", s2, err)
 	}
 	_, err = s.ReconcileKeys(bg, "a", s1.ID, []string{"x"})
-	mustIs(t, err, codes.ErrInvalidParams)
+	mustIs(t, err, errcode.ErrInvalidParams)
 	_, err = s.ReconcileEnd(bg, "a", s1.ID)
-	mustIs(t, err, codes.ErrInvalidParams)
+	mustIs(t, err, errcode.ErrInvalidParams)
 	// s2 named nothing: every replica of a in its differing ranges goes
 	// (y's range; x's too if they share it).
 	want := int64(0)
@@ -218,7 +218,7 @@ func TestReconcileSessionRefusals(t *testing.T) {
 		t.Fatalf("end s2: %d %v, want %d", n, err, want)
 	}
 	_, err = s.ReconcileEnd(bg, "a", s2.ID)
-	mustIs(t, err, codes.ErrInvalidParams) // ended
+	mustIs(t, err, errcode.ErrInvalidParams) // ended
 	// A session begun by an earlier incarnation is void after a restart.
 	s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "z", Size: 1, CRC: 1}})
 	s3, err := s.ReconcileBegin(bg, "a", digestOfKeys(nil, 1))
@@ -229,7 +229,7 @@ func TestReconcileSessionRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = s.ReconcileEnd(bg, "a", s3.ID)
-	mustIs(t, err, codes.ErrInvalidParams)
+	mustIs(t, err, errcode.ErrInvalidParams)
 	for _, bad := range []masterapi.RangeDigest{
 		{Counts: make([]uint32, 3), Sums: make([]uint64, 3)},
 		{Counts: make([]uint32, 4), Sums: make([]uint64, 2)},
@@ -237,12 +237,12 @@ func TestReconcileSessionRefusals(t *testing.T) {
 		{},
 	} {
 		_, err := s.ReconcileBegin(bg, "a", bad)
-		mustIs(t, err, codes.ErrInvalidParams)
+		mustIs(t, err, errcode.ErrInvalidParams)
 	}
 	_, err = s.ReconcileKeys(bg, "ghost", 1, nil)
-	mustIs(t, err, codes.ErrNeedRemount)
+	mustIs(t, err, errcode.ErrNeedRemount)
 	_, err = s.ReconcileBegin(bg, "", digestOfKeys(nil, 1))
-	mustIs(t, err, codes.ErrInvalidParams)
+	mustIs(t, err, errcode.ErrInvalidParams)
 }
 
 // TestReconcileSessionKeepsReplicasRecordedMeanwhile: a replica recorded
@@ -429,5 +429,5 @@ func TestReconcileSessionOverGRPC(t *testing.T) {
 		t.Fatalf("session over gRPC: %+v", res)
 	}
 	_, err := api.ReconcileEnd(bg, "a", 12345)
-	mustIs(t, err, codes.ErrInvalidParams)
+	mustIs(t, err, errcode.ErrInvalidParams)
 }

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -53,7 +53,7 @@ func (s *Service) PullRemovals(ctx context.Context, req masterapi.PullRequest) (
 	}
 	n := s.lookupNode(req.Node)
 	if n == nil {
-		return masterapi.PullReply{}, s.observe(codes.Errorf(codes.NeedRemount, "master: pull_removals: unknown node %q", req.Node))
+		return masterapi.PullReply{}, s.observe(errcode.Errorf(errcode.NeedRemount, "master: pull_removals: unknown node %q", req.Node))
 	}
 	n.lastPing.Store(s.now())
 	id, floor, durable := s.rlog.position()
@@ -116,7 +116,7 @@ func (s *Service) ssdCursor(id string) uint64 {
 func (s *Service) removedDisk(id, key string) error {
 	cur := s.ssdCursor(id)
 	if seq := s.rlog.latest(key); seq > cur {
-		return codes.Errorf(codes.ObjectNotFound, "master: re_register: removed (removal log entry %d, above node %q's cursor %d); delete the SSD copy", seq, id, cur)
+		return errcode.Errorf(errcode.ObjectNotFound, "master: re_register: removed (removal log entry %d, above node %q's cursor %d); delete the SSD copy", seq, id, cur)
 	}
 	return nil
 }
@@ -127,13 +127,13 @@ func (s *Service) removedDisk(id, key string) error {
 // log. Nil otherwise.
 func (s *Service) removedMem(m masterapi.MemoryObject) error {
 	if m.PutToken < s.rlog.origin {
-		return codes.Errorf(codes.ObjectNotFound, "master: re_register_memory: put %d predates the removal log (origin %d)", m.PutToken, s.rlog.origin)
+		return errcode.Errorf(errcode.ObjectNotFound, "master: re_register_memory: put %d predates the removal log (origin %d)", m.PutToken, s.rlog.origin)
 	}
 	if seq := s.rlog.latest(m.Key); seq > m.PutToken {
-		return codes.Errorf(codes.ObjectNotFound, "master: re_register_memory: put %d was removed (removal log entry %d)", m.PutToken, seq)
+		return errcode.Errorf(errcode.ObjectNotFound, "master: re_register_memory: put %d was removed (removal log entry %d)", m.PutToken, seq)
 	}
 	if seq := s.rlog.latestDRAM(m.Key); seq > m.PutToken {
-		return codes.Errorf(codes.ObjectNotFound, "master: re_register_memory: the DRAM copy of put %d was evicted (removal log entry %d)", m.PutToken, seq)
+		return errcode.Errorf(errcode.ObjectNotFound, "master: re_register_memory: the DRAM copy of put %d was evicted (removal log entry %d)", m.PutToken, seq)
 	}
 	return nil
 }

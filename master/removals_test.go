@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -64,12 +64,12 @@ func TestRemovalLogEntryRefusesReRegistration(t *testing.T) {
 	holdMount(t, s2, "a", 1<<20)
 	rec := masterapi.MemoryObject{Key: "k", Offset: r.Offset, Length: 1000, CRC: crcOf("k"), PutToken: r.PutToken}
 	errs, err := api2.ReRegisterMemoryObjects(bg, "a", "seg0", []masterapi.MemoryObject{rec}, true)
-	if err != nil || !errors.Is(errs[0], codes.ErrObjectNotFound) || !strings.Contains(errs[0].Error(), "removed") {
+	if err != nil || !errors.Is(errs[0], errcode.ErrObjectNotFound) || !strings.Contains(errs[0].Error(), "removed") {
 		t.Fatalf("re-registration of the removed DRAM record: %v %v", errs, err)
 	}
 	pullAll(t, api2, "a", cur, cur) // the node reports its cursor (below the entry)
 	errs, err = api2.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "k", Size: 1000, CRC: crcOf("k")}})
-	if err != nil || !errors.Is(errs[0], codes.ErrObjectNotFound) {
+	if err != nil || !errors.Is(errs[0], errcode.ErrObjectNotFound) {
 		t.Fatalf("re-registration of the removed SSD copy: %v %v", errs, err)
 	}
 	// Once the node applied the entry (its cursor passed it), an SSD copy
@@ -109,7 +109,7 @@ func TestRemovalLogLostTellsNodesToDrop(t *testing.T) {
 		t.Fatalf("pull with another log's cursors: %+v %v", rep, err)
 	}
 	errs, err := s2.ReRegisterMemoryObjects(bg, "a", "seg0", []masterapi.MemoryObject{{Key: "k", Offset: r.Offset, Length: 1000, CRC: crcOf("k"), PutToken: r.PutToken}}, true)
-	if err != nil || !errors.Is(errs[0], codes.ErrObjectNotFound) || !strings.Contains(errs[0].Error(), "predates") {
+	if err != nil || !errors.Is(errs[0], errcode.ErrObjectNotFound) || !strings.Contains(errs[0].Error(), "predates") {
 		t.Fatalf("a record older than the log: %v %v", errs, err)
 	}
 	// A new process (no DRAM cursor) with no SSD: nothing to drop.
@@ -121,7 +121,7 @@ func TestRemovalLogLostTellsNodesToDrop(t *testing.T) {
 	if rep, _ := s2.PullRemovals(bg, masterapi.PullRequest{Node: "a", HasSSD: true}); rep.DropSSD || rep.DropDRAM {
 		t.Fatalf("pull of a never-pulled SSD: %+v", rep)
 	}
-	mustIs(t, func() error { _, err := s2.PullRemovals(bg, masterapi.PullRequest{Node: "ghost"}); return err }(), codes.ErrNeedRemount)
+	mustIs(t, func() error { _, err := s2.PullRemovals(bg, masterapi.PullRequest{Node: "ghost"}); return err }(), errcode.ErrNeedRemount)
 }
 
 // RemoveAll and RemoveByRegex are one entry each, with the keys they
@@ -184,7 +184,7 @@ func TestRemovalNotDurableNotAcknowledged(t *testing.T) {
 	put(t, s, "k2", 100, "a")
 	fs.fail = errors.New("disk full")
 	err := s.Remove(bg, "k1", true)
-	if !errors.Is(err, codes.ErrInternal) || !strings.Contains(err.Error(), "disk full") {
+	if !errors.Is(err, errcode.ErrInternal) || !strings.Contains(err.Error(), "disk full") {
 		t.Fatalf("Remove with a failing store: %v", err)
 	}
 	cur := masterapi.RemovalCursor{Log: s.RemovalLog().ID, Seq: s.RemovalLog().Origin}
@@ -370,7 +370,7 @@ func TestPutWaitsForTheRemovalBeforeIt(t *testing.T) {
 	if err := s.Remove(bg, "k", true); err == nil {
 		t.Fatal("a removal that is not durable was acknowledged")
 	}
-	if _, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "k", Size: 100, CRC: 1}); !errors.Is(err, codes.ErrInternal) || !strings.Contains(err.Error(), "etcd unreachable") {
+	if _, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "k", Size: 100, CRC: 1}); !errors.Is(err, errcode.ErrInternal) || !strings.Contains(err.Error(), "etcd unreachable") {
 		t.Fatalf("a put over a removal that is not durable: %v", err)
 	}
 	put(t, s, "other", 100, "a") // other keys are not held up

@@ -4,7 +4,7 @@ import (
 	"iter"
 	"slices"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -187,7 +187,7 @@ func (s *Service) deleteObj(sh *shard, key string, o *object) {
 	if s.park(key, o) {
 		s.forgetMem(o, keepAll) // a put in progress: its ranges are parked
 	} else {
-		s.dropMemAndTask(key, o, codes.ObjectNotFound)
+		s.dropMemAndTask(key, o, errcode.ObjectNotFound)
 	}
 	s.dropAllDisk(key, o)
 	delete(sh.objs, key)

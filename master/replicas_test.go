@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -125,7 +125,7 @@ func TestReplicasPublishedOnlyWhenAllEnd(t *testing.T) {
 		t.Fatalf("%+v %v", r, err)
 	}
 	_, err = s.GetReplicaList(bg, "k")
-	mustIs(t, err, codes.ErrReplicaNotReady)
+	mustIs(t, err, errcode.ErrReplicaNotReady)
 	if ok, err := s.ExistKey(bg, "k"); ok || err != nil {
 		t.Fatalf("exists during the put: %v %v", ok, err)
 	}
@@ -151,7 +151,7 @@ func TestReplicasMoreThanLiveNodes(t *testing.T) {
 	mount(t, s, "a", 1<<20)
 	mount(t, s, "b", 1<<20)
 	_, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "k", Size: 100, Replicas: 3})
-	mustIs(t, err, codes.ErrNoAvailableHandle)
+	mustIs(t, err, errcode.ErrNoAvailableHandle)
 	if st, _ := s.Stats(bg); st.Objects != 0 || st.SegmentUsed != 0 {
 		t.Fatalf("a refused put left %+v", st)
 	}
@@ -161,7 +161,7 @@ func TestReplicasMoreThanLiveNodes(t *testing.T) {
 	}
 	for _, n := range []int{-1, masterapi.MaxReplicas + 1} {
 		_, err = s.PutStart(bg, masterapi.PutStartRequest{Key: "x", Size: 100, Replicas: n})
-		mustIs(t, err, codes.ErrInvalidParams)
+		mustIs(t, err, errcode.ErrInvalidParams)
 	}
 	if err := s.PutRevoke(bg, "k", r.PutToken); err != nil {
 		t.Fatal(err)
@@ -181,7 +181,7 @@ func TestReplicasNoRoomOnOneNode(t *testing.T) {
 	putWith(t, s, masterapi.PutStartRequest{Key: "fill", Size: 60 << 10, PreferredNode: "c", HardPin: true})
 	usedC := segUsed(t, s, "c")
 	_, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "k", Size: 32 << 10, Replicas: 3})
-	mustIs(t, err, codes.ErrNoAvailableHandle)
+	mustIs(t, err, errcode.ErrNoAvailableHandle)
 	if segUsed(t, s, "a") != 0 || segUsed(t, s, "b") != 0 || segUsed(t, s, "c") != usedC {
 		t.Fatal("a failed strict put kept ranges")
 	}
@@ -213,16 +213,16 @@ func TestReplicasNodeDiesDuringPut(t *testing.T) {
 	expire(t, s, clk, "b", "a")
 	s.Tick() // the sweep runs again: the dead replica stays with the put
 	err = s.PutEnd(bg, "k", r.PutToken)
-	mustIs(t, err, codes.ErrReplicaGone)
+	mustIs(t, err, errcode.ErrReplicaGone)
 	_, err = s.GetReplicaList(bg, "k")
-	mustIs(t, err, codes.ErrReplicaNotReady)
+	mustIs(t, err, errcode.ErrReplicaNotReady)
 	if err := s.PutRevoke(bg, "k", r.PutToken); err != nil {
 		t.Fatal(err)
 	}
 	if segUsed(t, s, "a") != 0 {
 		t.Fatal("revoke left a's range allocated")
 	}
-	if _, err := s.GetReplicaList(bg, "k"); !codesIs(err, codes.ErrObjectNotFound) {
+	if _, err := s.GetReplicaList(bg, "k"); !codesIs(err, errcode.ErrObjectNotFound) {
 		t.Fatalf("after revoke: %v", err)
 	}
 }
@@ -340,7 +340,7 @@ func TestReplicasBadReportDropsOneRemoveAll(t *testing.T) {
 	if err != nil || len(info.Replicas) != 2 || info.Replicas[0].Node != reps[0].Node || info.Replicas[1].Node != reps[2].Node {
 		t.Fatalf("after the report: %s %v", kinds(info), err)
 	}
-	if err := s.ReportBadReplica(bg, "k", crcOf("k"), bad); !codesIs(err, codes.ErrReplicaNotFound) {
+	if err := s.ReportBadReplica(bg, "k", crcOf("k"), bad); !codesIs(err, errcode.ErrReplicaNotFound) {
 		t.Fatalf("second report: %v", err)
 	}
 	if err := s.Remove(bg, "k", true); err != nil {
@@ -397,7 +397,7 @@ func TestReplicasReRegisteredFromEveryNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustIs(t, errs[0], codes.ErrChecksumConflict)
+	mustIs(t, errs[0], errcode.ErrChecksumConflict)
 	info, err := s.GetReplicaList(bg, "k")
 	if err != nil || kinds(info) != "MEMORY@a MEMORY@b " {
 		t.Fatalf("%s %v", kinds(info), err)
@@ -424,7 +424,7 @@ func TestReplicasBatchPutStart(t *testing.T) {
 	if res[0].Err != nil || len(res[0].Replicas()) != 2 || !distinct(res[0].Replicas()) {
 		t.Fatalf("x: %+v", res[0])
 	}
-	mustIs(t, res[1].Err, codes.ErrNoAvailableHandle)
+	mustIs(t, res[1].Err, errcode.ErrNoAvailableHandle)
 	if res[2].Err != nil || len(res[2].More) != 0 {
 		t.Fatalf("z: %+v", res[2])
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/admission"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -98,7 +98,7 @@ func TestReadTrafficDoesNotStarvePuts(t *testing.T) {
 					t.Fatalf("%s: first list %s", k, kinds(firstList[k]))
 				}
 				stale++
-				mustIs(t, api.ReportBadReplica(bg, k, crcOf(k), firstList[k].Replicas[0]), codes.ErrReplicaNotFound)
+				mustIs(t, api.ReportBadReplica(bg, k, crcOf(k), firstList[k].Replicas[0]), errcode.ErrReplicaNotFound)
 				if info, err := api.GetReplicaList(bg, k); err != nil || kinds(info) != "LOCAL_DISK@a " {
 					t.Fatalf("%s after the stale report: %s %v", k, kinds(info), err)
 				}
@@ -261,13 +261,13 @@ func TestPutStartWaitsForRoom(t *testing.T) {
 			short, cancelShort := context.WithCancel(bg)
 			done, _ = waitingPut(t, s, api, short, "never", obj)
 			cancelShort()
-			if err := <-done; !errors.Is(err, codes.ErrNoAvailableHandle) && !errors.Is(err, codes.ErrContextCanceled) {
+			if err := <-done; !errors.Is(err, errcode.ErrNoAvailableHandle) && !errors.Is(err, errcode.ErrContextCanceled) {
 				t.Fatalf("put whose context ended: %v", err)
 			}
 			// Larger than any segment: at once, no wait.
 			s.hooks.putWaiting = func() { t.Error("waited for a put no segment can hold") }
 			_, err = api.PutStart(bg, masterapi.PutStartRequest{Key: "huge", Size: 8 * obj})
-			mustIs(t, err, codes.ErrNoAvailableHandle)
+			mustIs(t, err, errcode.ErrNoAvailableHandle)
 			s.hooks.putWaiting = nil
 			if v := metricValue(t, s, "tierstore_master_put_start_waits_total", "", ""); v != 4 {
 				t.Fatalf("put_start_waits_total %v", v)
@@ -340,7 +340,7 @@ func TestWaitingPutsScanOncePerRing(t *testing.T) {
 	}
 	cancel()
 	for range waiters {
-		if err := <-done; !errors.Is(err, codes.ErrNoAvailableHandle) {
+		if err := <-done; !errors.Is(err, errcode.ErrNoAvailableHandle) {
 			t.Fatalf("waiting put after its context ended: %v", err)
 		}
 	}

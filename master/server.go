@@ -8,7 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	pb "github.com/tierstore/tierstore/internal/rpcpb"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/mastergrpc"
@@ -46,14 +46,14 @@ func (s *Server) Stop() { s.gs.Stop() }
 // same port).
 func (s *Server) GRPC() *grpc.Server { return s.gs }
 
-func toStatus(err error) error { return codes.ToStatus(err) }
+func toStatus(err error) error { return errcode.ToStatus(err) }
 
 func keyResults(errs []error) *pb.KeyResults {
 	out := &pb.KeyResults{Results: make([]*pb.KeyResult, len(errs))}
 	for i, e := range errs {
 		r := &pb.KeyResult{}
 		if e != nil {
-			r.Code, r.Message = int32(codes.Of(e)), e.Error()
+			r.Code, r.Message = int32(errcode.Of(e)), e.Error()
 		}
 		out.Results[i] = r
 	}
@@ -140,7 +140,7 @@ func (s *Server) PutRevoke(ctx context.Context, r *pb.KeyRequest) (*pb.Empty, er
 // puts reads the keys and put tokens of a batch put call: one token per key.
 func puts(r *pb.KeysRequest) ([]masterapi.PutRef, error) {
 	if len(r.GetPutTokens()) != len(r.GetKeys()) {
-		return nil, codes.Errorf(codes.InvalidParams, "master: %d put tokens for %d keys; send one per key", len(r.GetPutTokens()), len(r.GetKeys()))
+		return nil, errcode.Errorf(errcode.InvalidParams, "master: %d put tokens for %d keys; send one per key", len(r.GetPutTokens()), len(r.GetKeys()))
 	}
 	out := make([]masterapi.PutRef, len(r.GetKeys()))
 	for i, k := range r.GetKeys() {
@@ -162,7 +162,7 @@ func (s *Server) BatchPutStart(ctx context.Context, r *pb.BatchPutStartRequest) 
 	for i, x := range res {
 		p := &pb.PutStartResult{}
 		if x.Err != nil {
-			p.Code, p.Message = int32(codes.Of(x.Err)), x.Err.Error()
+			p.Code, p.Message = int32(errcode.Of(x.Err)), x.Err.Error()
 		} else {
 			p.Replica, p.More = putReplyPB(x.PutStartReply)
 		}
@@ -214,7 +214,7 @@ func (s *Server) BatchExistKey(ctx context.Context, r *pb.BatchLookupRequest) (*
 		p := &results[i]
 		p.Exists = x.Exists
 		if x.Err != nil {
-			p.Code, p.Message = int32(codes.Of(x.Err)), x.Err.Error()
+			p.Code, p.Message = int32(errcode.Of(x.Err)), x.Err.Error()
 		}
 		out.Results[i] = p
 	}
@@ -248,7 +248,7 @@ func (s *Server) BatchGetReplicaList(ctx context.Context, r *pb.BatchLookupReque
 		p := &results[i]
 		out.Results[i] = p
 		if x.Err != nil {
-			p.Code, p.Message = int32(codes.Of(x.Err)), x.Err.Error()
+			p.Code, p.Message = int32(errcode.Of(x.Err)), x.Err.Error()
 			continue
 		}
 		in := &infos[i]
@@ -419,7 +419,7 @@ func (s *Server) Stats(ctx context.Context, _ *pb.StatsRequest) (*pb.StatsRespon
 func (s *Server) WaitOffload(ctx context.Context, r *pb.WaitOffloadRequest) (*pb.WaitOffloadResponse, error) {
 	w, ok := s.api.(masterapi.OffloadWaiter)
 	if !ok {
-		return nil, toStatus(codes.Errorf(codes.UnableOffload, "master: wait_offload: not implemented by %T", s.api))
+		return nil, toStatus(errcode.Errorf(errcode.UnableOffload, "master: wait_offload: not implemented by %T", s.api))
 	}
 	pressed, err := w.WaitOffload(ctx, r.GetNode(), time.Duration(r.GetTimeoutMs())*time.Millisecond)
 	if err != nil {
@@ -431,7 +431,7 @@ func (s *Server) WaitOffload(ctx context.Context, r *pb.WaitOffloadRequest) (*pb
 func (s *Server) Prefetch(ctx context.Context, r *pb.KeysRequest) (*pb.PrefetchResponse, error) {
 	p, ok := s.api.(masterapi.Prefetcher)
 	if !ok {
-		return nil, toStatus(codes.Errorf(codes.UnableOffload, "master: prefetch: not implemented by %T", s.api))
+		return nil, toStatus(errcode.Errorf(errcode.UnableOffload, "master: prefetch: not implemented by %T", s.api))
 	}
 	n, err := p.Prefetch(ctx, strs(r.GetKeys()))
 	if err != nil {

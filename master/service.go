@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/admission"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -279,10 +279,10 @@ func (s *Service) check(ctx context.Context) error {
 
 func validKey(key string) error {
 	if len(key) == 0 {
-		return codes.Errorf(codes.InvalidKey, "master: empty key")
+		return errcode.Errorf(errcode.InvalidKey, "master: empty key")
 	}
 	if len(key) > keyspec.MaxLen {
-		return codes.Errorf(codes.InvalidKey, "master: key of %d bytes exceeds %d", len(key), keyspec.MaxLen)
+		return errcode.Errorf(errcode.InvalidKey, "master: key of %d bytes exceeds %d", len(key), keyspec.MaxLen)
 	}
 	return nil
 }

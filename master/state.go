@@ -4,7 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 )
 
 // node is one incarnation of a store node. When a node expires its node value
@@ -252,8 +252,8 @@ type orphan struct {
 	key      string
 	seg      *segment
 	off, len int64
-	deadline int64      // unix ns, the task's deadline
-	code     codes.Code // the per-key answer to a persisted notify
+	deadline int64        // unix ns, the task's deadline
+	code     errcode.Code // the per-key answer to a persisted notify
 }
 
 // parkedPut is a range of a put in progress whose object a forced Remove

@@ -4,16 +4,16 @@
 // (what a store node needs, its side of SSD admission and promotion
 // included: the heartbeat with the SSD report and the admission sketch,
 // PromoteEnd; admission.go), their errors (ErrStalePut, and the sentinels of
-// internal/codes), the reconcile digest both sides compute (reconcile.go)
+// internal/errcode), the reconcile digest both sides compute (reconcile.go)
 // and the removal log's entries (removal.go). It holds no implementation
 // and no transport: *master.Service implements API in-process, and
 // package mastergrpc over gRPC (mastergrpc.Dial, host:port; etcd://...
 // for the elected leader when package ha is linked into the program).
-// Importing it links no gRPC client (only internal/codes with its gRPC
+// Importing it links no gRPC client (only internal/errcode with its gRPC
 // status mapping), no etcd, pebble or SSD tier
 // (docs/design.md, package map).
 //
-// Errors wrap the sentinels of internal/codes and are checked with
+// Errors wrap the sentinels of internal/errcode and are checked with
 // errors.Is, whichever implementation answered.
 package masterapi
 
@@ -384,7 +384,7 @@ type NodeStats struct {
 // lookups, removal, memory eviction, bad-replica reports and counters.
 // Implemented in-process by *master.Service and over gRPC by
 // *mastergrpc.Client.
-// Errors wrap the sentinels of package internal/codes (codes.ErrObjectNotFound,
+// Errors wrap the sentinels of package internal/errcode (codes.ErrObjectNotFound,
 // ...): test them with errors.Is, the same way for both implementations.
 // Batch calls return one result per input, in order; their own error is
 // reserved for failures of the whole call (bad request, transport). Keys are

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	pb "github.com/tierstore/tierstore/internal/rpcpb"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -22,8 +22,8 @@ import (
 const MaxMessageSize = 64 << 20
 
 // Client is a client of a master over gRPC. It implements masterapi.API;
-// errors carry the server's codes (errors.Is(err, codes.ErrObjectNotFound)
-// works), and transport failures wrap codes.ErrRPCFail. Safe for
+// errors carry the server's codes (errors.Is(err, errcode.ErrObjectNotFound)
+// works), and transport failures wrap errcode.ErrRPCFail. Safe for
 // concurrent use.
 type Client struct {
 	conn Conn
@@ -49,7 +49,7 @@ func DefaultDialOptions() []grpc.DialOption {
 // (RegisterScheme; package ha registers etcd://h1:2379,h2:2379[/prefix],
 // the elected leader of highly available masters, docs/ha.md). It does not
 // wait for the connection: the first call connects (and fails with
-// codes.ErrRPCFail if the master is unreachable). opts are appended to
+// errcode.ErrRPCFail if the master is unreachable). opts are appended to
 // DefaultDialOptions.
 func Dial(ctx context.Context, addr string, opts ...grpc.DialOption) (*Client, error) {
 	if err := ctx.Err(); err != nil {
@@ -60,7 +60,7 @@ func Dial(ctx context.Context, addr string, opts ...grpc.DialOption) (*Client, e
 		d := schemeDialer(scheme)
 		if d == nil {
 			return nil, fmt.Errorf("mastergrpc: dial %s: %w: no dialer for %s:// is linked into this program (for etcd://, import github.com/tierstore/tierstore/ha)",
-				addr, codes.ErrInvalidParams, scheme)
+				addr, errcode.ErrInvalidParams, scheme)
 		}
 		conn, err := d(addr, all)
 		if err != nil {
@@ -70,7 +70,7 @@ func Dial(ctx context.Context, addr string, opts ...grpc.DialOption) (*Client, e
 	}
 	cc, err := grpc.NewClient(addr, all...)
 	if err != nil {
-		return nil, fmt.Errorf("mastergrpc: dial %s: %w: %w", addr, codes.ErrRPCFail, err)
+		return nil, fmt.Errorf("mastergrpc: dial %s: %w: %w", addr, errcode.ErrRPCFail, err)
 	}
 	return NewClient(cc, addr), nil
 }
@@ -85,7 +85,7 @@ func NewClient(conn Conn, addr string) *Client {
 // its resolver).
 func (r *Client) Close() error { return r.conn.Close() }
 
-func fromStatus(err error) error { return codes.FromStatus(err) }
+func fromStatus(err error) error { return errcode.FromStatus(err) }
 
 func keyBytes(keys []string) [][]byte {
 	out := make([][]byte, len(keys))
@@ -95,7 +95,7 @@ func keyBytes(keys []string) [][]byte {
 	return out
 }
 
-func itemErr(code int32, msg string) error { return codes.WithMessage(codes.Code(code), msg) }
+func itemErr(code int32, msg string) error { return errcode.WithMessage(errcode.Code(code), msg) }
 
 // ReplicaFromPB converts a wire replica back (for the master's gRPC server).
 func ReplicaFromPB(p *pb.Replica) masterapi.Replica {
@@ -117,7 +117,7 @@ func infoFromPB(p *pb.ObjectInfo) masterapi.ObjectInfo {
 
 func keyErrs(r *pb.KeyResults, n int) ([]error, error) {
 	if len(r.GetResults()) != n {
-		return nil, fmt.Errorf("mastergrpc: %d results for %d items: %w", len(r.GetResults()), n, codes.ErrRPCFail)
+		return nil, fmt.Errorf("mastergrpc: %d results for %d items: %w", len(r.GetResults()), n, errcode.ErrRPCFail)
 	}
 	out := make([]error, n)
 	for i, x := range r.GetResults() {
@@ -216,7 +216,7 @@ func (r *Client) BatchPutStart(ctx context.Context, reqs []masterapi.PutStartReq
 		return nil, fromStatus(err)
 	}
 	if len(p.GetResults()) != len(reqs) {
-		return nil, fmt.Errorf("mastergrpc: %d results for %d items: %w", len(p.GetResults()), len(reqs), codes.ErrRPCFail)
+		return nil, fmt.Errorf("mastergrpc: %d results for %d items: %w", len(p.GetResults()), len(reqs), errcode.ErrRPCFail)
 	}
 	out := make([]masterapi.PutStartResult, len(reqs))
 	for i, x := range p.GetResults() {
@@ -272,7 +272,7 @@ func (r *Client) BatchExistKey(ctx context.Context, keys []string) ([]masterapi.
 		return nil, fromStatus(err)
 	}
 	if len(p.GetResults()) != len(keys) {
-		return nil, fmt.Errorf("mastergrpc: %d results for %d keys: %w", len(p.GetResults()), len(keys), codes.ErrRPCFail)
+		return nil, fmt.Errorf("mastergrpc: %d results for %d keys: %w", len(p.GetResults()), len(keys), errcode.ErrRPCFail)
 	}
 	out := make([]masterapi.ExistResult, len(keys))
 	for i, x := range p.GetResults() {
@@ -288,7 +288,7 @@ func (r *Client) BatchGetReplicaList(ctx context.Context, keys []string) ([]mast
 		return nil, fromStatus(err)
 	}
 	if len(p.GetResults()) != len(keys) {
-		return nil, fmt.Errorf("mastergrpc: %d results for %d keys: %w", len(p.GetResults()), len(keys), codes.ErrRPCFail)
+		return nil, fmt.Errorf("mastergrpc: %d results for %d keys: %w", len(p.GetResults()), len(keys), errcode.ErrRPCFail)
 	}
 	out := make([]masterapi.ReplicaListResult, len(keys))
 	nrep := 0
@@ -508,7 +508,7 @@ func (e *wireErr) Unwrap() []error { return e.errs }
 // putErr restores ErrStalePut on an error of PutEnd or PutRevoke that
 // crossed the wire: those calls answer REPLICA_NOT_FOUND for nothing else.
 func putErr(err error) error {
-	if err == nil || codes.Of(err) != codes.ReplicaNotFound || errors.Is(err, masterapi.ErrStalePut) {
+	if err == nil || errcode.Of(err) != errcode.ReplicaNotFound || errors.Is(err, masterapi.ErrStalePut) {
 		return err
 	}
 	return &wireErr{msg: err.Error(), errs: []error{masterapi.ErrStalePut, err}}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -26,7 +26,7 @@ type lostReplies struct {
 func (f *lostReplies) NotifyOffloadSuccess(ctx context.Context, r masterapi.NotifyRequest) ([]error, error) {
 	errs, err := f.API.NotifyOffloadSuccess(ctx, r)
 	if len(r.Persisted) > 0 && f.lost.Add(1) <= f.lose {
-		return nil, codes.Errorf(codes.RPCFail, "injected: reply lost")
+		return nil, errcode.Errorf(errcode.RPCFail, "injected: reply lost")
 	}
 	return errs, err
 }

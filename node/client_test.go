@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/masterapi"
@@ -27,7 +27,7 @@ func TestInProcessPutGetExistsRemove(t *testing.T) {
 	if err := c.Put(ctx, "k1", val); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Put(ctx, "k1", val); !errors.Is(err, codes.ErrObjectExists) {
+	if err := c.Put(ctx, "k1", val); !errors.Is(err, errcode.ErrObjectExists) {
 		t.Fatalf("second put: %v", err)
 	}
 	got, err := c.Get(ctx, "k1")
@@ -43,24 +43,24 @@ func TestInProcessPutGetExistsRemove(t *testing.T) {
 	if ok, err := c.Exists(ctx, "nope"); ok || err != nil {
 		t.Fatalf("exists of a missing key: %v %v", ok, err)
 	}
-	if _, err := c.Get(ctx, "nope"); !errors.Is(err, codes.ErrObjectNotFound) {
+	if _, err := c.Get(ctx, "nope"); !errors.Is(err, errcode.ErrObjectNotFound) {
 		t.Fatalf("get of a missing key: %v", err)
 	}
-	if err := c.Remove(ctx, "k1", false); !errors.Is(err, codes.ErrObjectHasLease) {
+	if err := c.Remove(ctx, "k1", false); !errors.Is(err, errcode.ErrObjectHasLease) {
 		t.Fatalf("remove inside the lease: %v", err)
 	}
 	if err := c.Remove(ctx, "k1", true); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Get(ctx, "k1"); !errors.Is(err, codes.ErrObjectNotFound) {
+	if _, err := c.Get(ctx, "k1"); !errors.Is(err, errcode.ErrObjectNotFound) {
 		t.Fatalf("get after remove: %v", err)
 	}
 	for _, bad := range []string{"", string(make([]byte, keyspec.MaxLen+1))} {
-		if err := c.Put(ctx, bad, val); !errors.Is(err, codes.ErrInvalidKey) {
+		if err := c.Put(ctx, bad, val); !errors.Is(err, errcode.ErrInvalidKey) {
 			t.Fatalf("put with a key of %d bytes: %v", len(bad), err)
 		}
 	}
-	if err := c.Put(ctx, "empty", nil); !errors.Is(err, codes.ErrInvalidParams) {
+	if err := c.Put(ctx, "empty", nil); !errors.Is(err, errcode.ErrInvalidParams) {
 		t.Fatalf("empty value: %v", err)
 	}
 }
@@ -95,7 +95,7 @@ func TestRemoteNodesOverGRPC(t *testing.T) {
 			t.Fatalf("batch put item %d: %v", i, e)
 		}
 	}
-	if !errors.Is(errs[3], codes.ErrInvalidKey) {
+	if !errors.Is(errs[3], errcode.ErrInvalidKey) {
 		t.Fatalf("empty key in batch: %v", errs[3])
 	}
 	gv, gerrs := ca.BatchGet(ctx, append(keys, "missing"))
@@ -107,7 +107,7 @@ func TestRemoteNodesOverGRPC(t *testing.T) {
 			t.Fatalf("batch get item %d: %v", i, gerrs[i])
 		}
 	}
-	if !errors.Is(gerrs[5], codes.ErrObjectNotFound) {
+	if !errors.Is(gerrs[5], errcode.ErrObjectNotFound) {
 		t.Fatalf("batch get of a missing key: %v", gerrs[5])
 	}
 	ex, eerrs := ca.BatchExists(ctx, []string{"b0", "missing"})
@@ -195,7 +195,7 @@ func TestOffloadAnswersEveryTaskAndReadFallsBack(t *testing.T) {
 	if err := n.seg.WriteAt([]byte("garbage"), info.Replicas[0].Offset); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Get(ctx, "f"); !errors.Is(err, codes.ErrChecksumMismatch) {
+	if _, err := c.Get(ctx, "f"); !errors.Is(err, errcode.ErrChecksumMismatch) {
 		t.Fatalf("get of a corrupt only replica: %v", err)
 	}
 }
@@ -329,7 +329,7 @@ func TestReRegisterAtStartAndAfterMasterRestart(t *testing.T) {
 			}
 			break
 		}
-		if !errors.Is(err, codes.ErrObjectNotFound) || time.Now().After(deadline) {
+		if !errors.Is(err, errcode.ErrObjectNotFound) || time.Now().After(deadline) {
 			t.Fatalf("after the master restart: %v", err)
 		}
 		time.Sleep(10 * time.Millisecond) // poll interval of a bounded wait
@@ -433,7 +433,7 @@ func TestCorruptSSDReplicaIsDropped(t *testing.T) {
 	tr.mu.Lock()
 	tr.corrupt["k"] = true
 	tr.mu.Unlock()
-	if _, err := c.Get(ctx, "k"); !errors.Is(err, codes.ErrChecksumMismatch) {
+	if _, err := c.Get(ctx, "k"); !errors.Is(err, errcode.ErrChecksumMismatch) {
 		t.Fatalf("get of a corrupt SSD-only object: %v", err)
 	}
 	if st, _ := m.Stats(ctx); st.DiskReplicas != 0 {
@@ -441,7 +441,7 @@ func TestCorruptSSDReplicaIsDropped(t *testing.T) {
 	}
 	// Inside the lease of the last lookup the master says the replica is
 	// gone; it never hands out the dropped replica again.
-	if _, err := c.Get(ctx, "k"); !errors.Is(err, codes.ErrReplicaGone) && !errors.Is(err, codes.ErrObjectNotFound) {
+	if _, err := c.Get(ctx, "k"); !errors.Is(err, errcode.ErrReplicaGone) && !errors.Is(err, errcode.ErrObjectNotFound) {
 		t.Fatalf("after the drop: %v", err)
 	}
 }
@@ -568,7 +568,7 @@ type failNotify struct {
 
 func (f *failNotify) NotifyOffloadSuccess(ctx context.Context, r masterapi.NotifyRequest) ([]error, error) {
 	if f.failed.Add(1) == 1 {
-		return nil, codes.Errorf(codes.InvalidParams, "injected: the master refuses this notify")
+		return nil, errcode.Errorf(errcode.InvalidParams, "injected: the master refuses this notify")
 	}
 	return f.API.NotifyOffloadSuccess(ctx, r)
 }

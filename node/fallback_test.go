@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -137,7 +137,7 @@ func TestReadOfRemovedReusedRangeIsNotFound(t *testing.T) {
 	}}
 	reader := newTestClient(t, client.Config{Master: sl}) // remote: the data plane
 	_, err := reader.Get(ctx, "A")
-	if !errors.Is(err, codes.ErrObjectNotFound) || errors.Is(err, codes.ErrChecksumMismatch) {
+	if !errors.Is(err, errcode.ErrObjectNotFound) || errors.Is(err, errcode.ErrChecksumMismatch) {
 		t.Fatalf("get of A removed under the read: %v, want OBJECT_NOT_FOUND", err)
 	}
 	if !reused {

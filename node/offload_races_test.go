@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -245,7 +245,7 @@ func TestCorruptReplicaReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	corrupt("solo")
-	if _, err := c.Get(ctx, "solo"); !errors.Is(err, client.ErrChecksumMismatch) || client.CodeOf(err) != codes.ChecksumMismatch {
+	if _, err := c.Get(ctx, "solo"); !errors.Is(err, client.ErrChecksumMismatch) || client.CodeOf(err) != errcode.ChecksumMismatch {
 		t.Fatalf("get of a corrupt DRAM-only object: %v", err)
 	}
 	if _, err := c.Get(ctx, "solo"); !errors.Is(err, client.ErrReplicaGone) {

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/crc32c"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/tier"
 )
@@ -76,7 +76,7 @@ func TestEvictFuncPassesKeepList(t *testing.T) {
 	if err != nil || len(keep) != 1 || string(keep[0]) != "leased" {
 		t.Fatalf("keep %q, err %v; want [leased]", keep, err)
 	}
-	if _, err := m.GetReplicaList(masterapi.WithOffloadPath(ctx), "free"); !errors.Is(err, codes.ErrObjectNotFound) {
+	if _, err := m.GetReplicaList(masterapi.WithOffloadPath(ctx), "free"); !errors.Is(err, errcode.ErrObjectNotFound) {
 		t.Fatalf("the evicted object is still listed: %v", err)
 	}
 }

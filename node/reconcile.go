@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/tier"
@@ -93,7 +93,7 @@ func (n *Node) dropConflicts(objs []masterapi.DiskObject, errs []error, gen uint
 		if n.refusedKeepsCopy(e, gen) {
 			continue
 		}
-		if errors.Is(e, codes.ErrChecksumConflict) || errors.Is(e, codes.ErrObjectNotFound) || errors.Is(e, codes.ErrReplicaNotFound) {
+		if errors.Is(e, errcode.ErrChecksumConflict) || errors.Is(e, errcode.ErrObjectNotFound) || errors.Is(e, errcode.ErrReplicaNotFound) {
 			if err := n.tier.Remove([]byte(objs[i].Key)); err != nil && !errors.Is(err, tier.ErrNotFound) {
 				n.log.Warn("removing an SSD object the master refused", "key", keyspec.Show(objs[i].Key), "err", err)
 			}
@@ -106,7 +106,7 @@ func (n *Node) dropConflicts(objs []masterapi.DiskObject, errs []error, gen uint
 // since gen, so that master may be a restarted one; a re-registration is
 // flagged to announce it.
 func (n *Node) refusedKeepsCopy(err error, gen uint64) bool {
-	if errors.Is(err, codes.ErrObjectNotFound) && n.mountGen.Load() != gen {
+	if errors.Is(err, errcode.ErrObjectNotFound) && n.mountGen.Load() != gen {
 		n.reregister.Store(true)
 		return true
 	}
@@ -152,7 +152,7 @@ func (n *Node) Reconcile(ctx context.Context) error {
 	if n.reregister.Swap(false) {
 		n.reRegister(ctx)
 		if n.reregister.Load() {
-			return fmt.Errorf("node: reconcile: %w: re-registration pending", codes.ErrNeedRemount)
+			return fmt.Errorf("node: reconcile: %w: re-registration pending", errcode.ErrNeedRemount)
 		}
 	}
 	gen := n.mountGen.Load()
@@ -196,7 +196,7 @@ func (n *Node) Reconcile(ctx context.Context) error {
 // reconcileFailed wraps a reconcile call's error; NEED_REMOUNT flags a
 // re-registration before the next try (the ping loop remounts).
 func (n *Node) reconcileFailed(err error) error {
-	if errors.Is(err, codes.ErrNeedRemount) {
+	if errors.Is(err, errcode.ErrNeedRemount) {
 		n.reregister.Store(true)
 	}
 	return fmt.Errorf("node: reconcile: %w", err)
@@ -210,7 +210,7 @@ func (n *Node) sendDiffering(ctx context.Context, ses masterapi.ReconcileSession
 	differ := make([]bool, ranges)
 	for _, r := range ses.Differ {
 		if int(r) >= ranges {
-			return fmt.Errorf("master answered range %d of a %d-range digest: %w", r, ranges, codes.ErrInvalidParams)
+			return fmt.Errorf("master answered range %d of a %d-range digest: %w", r, ranges, errcode.ErrInvalidParams)
 		}
 		differ[r] = true
 	}

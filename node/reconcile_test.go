@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -110,7 +110,7 @@ func TestReconcileSendsOnlyDifferingRanges(t *testing.T) {
 	if tr.has("stray") || tr.has("k7") || !tr.has("k8") {
 		t.Fatalf("after reconcile: stray %v k7 %v k8 %v", tr.has("stray"), tr.has("k7"), tr.has("k8"))
 	}
-	if _, err := m.GetReplicaList(ctx, "phantom"); !errors.Is(err, codes.ErrObjectNotFound) {
+	if _, err := m.GetReplicaList(ctx, "phantom"); !errors.Is(err, errcode.ErrObjectNotFound) {
 		t.Fatalf("phantom replica not dropped: %v", err)
 	}
 	ns := n.Stats()

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/rpcpb"
 	"github.com/tierstore/tierstore/masterapi"
 	"google.golang.org/grpc"
@@ -142,7 +142,7 @@ func TestTwoNodesCrossRead(t *testing.T) {
 		t.Fatal("cli get returned other bytes")
 	}
 	// A key that never existed is OBJECT_NOT_FOUND, through the library and the CLI.
-	if _, err := reader.Get(ctx, "never-put"); !errors.Is(err, codes.ErrObjectNotFound) {
+	if _, err := reader.Get(ctx, "never-put"); !errors.Is(err, errcode.ErrObjectNotFound) {
 		t.Fatalf("missing key: %v", err)
 	}
 	if _, errOut, code := cli(t, "get", "--master", m.Addr, "never-put"); code != 1 || !strings.Contains(errOut, "OBJECT_NOT_FOUND") {
@@ -331,7 +331,7 @@ func TestNodeStopsPinging(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, "REPLICA_IS_GONE after client_ttl", func() error {
 		err := getA()
-		if errors.Is(err, codes.ErrReplicaGone) {
+		if errors.Is(err, errcode.ErrReplicaGone) {
 			gone = time.Now()
 			return nil
 		}
@@ -342,13 +342,13 @@ func TestNodeStopsPinging(t *testing.T) {
 	}
 	eventually(t, 15*time.Second, "OBJECT_NOT_FOUND after the lease", func() error {
 		err := getA()
-		if errors.Is(err, codes.ErrObjectNotFound) {
+		if errors.Is(err, errcode.ErrObjectNotFound) {
 			if time.Now().Before(beforeLease.Add(lease)) {
 				t.Fatalf("OBJECT_NOT_FOUND inside the lease")
 			}
 			return nil
 		}
-		if !errors.Is(err, codes.ErrReplicaGone) {
+		if !errors.Is(err, errcode.ErrReplicaGone) {
 			t.Fatalf("between expiry and the end of the lease: %v", err)
 		}
 		return fmt.Errorf("got %v", err)

@@ -42,7 +42,7 @@
 //
 // Errors travel as a gRPC status carrying an errdetails.ErrorInfo (domain
 // "tierstore", metadata "code" = the Mooncake code number, see
-// internal/codes); per-key results of batch calls carry `code` (0 = OK)
+// internal/errcode); per-key results of batch calls carry `code` (0 = OK)
 // and `message`. A code a peer does not know decodes as INTERNAL_ERROR with
 // the number kept in the message.
 package rpcpb

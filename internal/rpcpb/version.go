@@ -7,13 +7,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 )
 
 // Protocol versions of the services in this directory (docs/design.md,
 // "Format and protocol versions"). A build speaks exactly one version of
 // each; a caller and a server of different versions refuse each other with
-// codes.ErrVersionMismatch, naming both. A change the other side of the
+// errcode.ErrVersionMismatch, naming both. A change the other side of the
 // previous version could misread bumps the version.
 const (
 	// MasterProtocol is the version of master.proto's Master service. 2:
@@ -41,14 +41,14 @@ func WithVersion(version int) grpc.DialOption {
 
 // VersionCheck is the server interceptor of service (for messages: "master",
 // "node") of protocol version: a call that names another version in
-// VersionHeader is refused with codes.ErrVersionMismatch before it is
+// VersionHeader is refused with errcode.ErrVersionMismatch before it is
 // served. A call that names none (a hand-made client, grpcurl) is served.
 func VersionCheck(service string, version int) grpc.UnaryServerInterceptor {
 	want := strconv.Itoa(version)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		md, _ := metadata.FromIncomingContext(ctx)
 		if got := md.Get(VersionHeader); len(got) > 0 && got[0] != want {
-			return nil, codes.ToStatus(codes.Errorf(codes.VersionMismatch,
+			return nil, errcode.ToStatus(errcode.Errorf(errcode.VersionMismatch,
 				"%s speaks protocol version %s, the caller version %s: run the same tierstore release on both sides", service, want, got[0]))
 		}
 		return handler(ctx, req)

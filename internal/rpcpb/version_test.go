@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/rpcpb"
 )
 
@@ -47,7 +47,7 @@ func TestVersionCheck(t *testing.T) {
 		if err == nil && r.GetSegment() != "seg" {
 			t.Fatalf("served %+v", r)
 		}
-		return codes.FromStatus(err)
+		return errcode.FromStatus(err)
 	}
 	if err := call(rpcpb.WithVersion(3)); err != nil {
 		t.Fatalf("same version: %v", err)
@@ -56,7 +56,7 @@ func TestVersionCheck(t *testing.T) {
 		t.Fatalf("no version named: %v", err)
 	}
 	err = call(rpcpb.WithVersion(2))
-	if !errors.Is(err, codes.ErrVersionMismatch) || !strings.Contains(err.Error(), "node speaks protocol version 3, the caller version 2") {
+	if !errors.Is(err, errcode.ErrVersionMismatch) || !strings.Contains(err.Error(), "node speaks protocol version 3, the caller version 2") {
 		t.Fatalf("another version: %v", err)
 	}
 }
