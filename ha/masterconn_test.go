@@ -12,7 +12,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
-	grpccodes "google.golang.org/grpc/codes"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/tierstore/tierstore/ha"
@@ -246,7 +246,7 @@ func TestRemoteTransportFailure(t *testing.T) {
 	defer ha.SetFailoverWait(300 * time.Millisecond)()
 	e := newElection(t)
 	la, lb := listen(t), listen(t)
-	broken := func(context.Context, string) error { return status.Error(grpccodes.Unavailable, "connection reset") }
+	broken := func(context.Context, string) error { return status.Error(codes.Unavailable, "connection reset") }
 	calls := fake(t, la, broken)
 	_, gone := e.campaign(la.Addr().String())
 	r := dial(t, e.url)

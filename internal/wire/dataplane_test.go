@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	grpccodes "google.golang.org/grpc/codes"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -282,7 +282,7 @@ func TestDataPlaneRoundTrip(t *testing.T) {
 	}
 	defer cc.Close()
 	_, err = rpcpb.NewNodePeerClient(cc).NodeStats(ctx, &rpcpb.PeerStatsRequest{})
-	if status.Code(err) != grpccodes.Unimplemented {
+	if status.Code(err) != codes.Unimplemented {
 		t.Fatalf("gRPC through the mux: %v", err)
 	}
 }
