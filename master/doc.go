@@ -8,7 +8,7 @@
 //
 // API (masterapi.API) is the interface. *Service implements it in-process
 // (embedded deployments call it without a socket); NewServer exposes a
-// Service over gRPC (service tierstore.rpc.Master) and mastergrpc.Dial
+// Service over gRPC (service tierstore.master.v1.Master) and mastergrpc.Dial
 // returns a *mastergrpc.Client that implements API over that service. Errors wrap the sentinels of package
 // internal/errcode and keep them across gRPC.
 //

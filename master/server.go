@@ -15,7 +15,7 @@ import (
 )
 
 // Server exposes an API (normally a *Service) as the gRPC service
-// tierstore.rpc.Master.
+// tierstore.master.v1.Master.
 type Server struct {
 	pb.UnimplementedMasterServer
 	api masterapi.API
