@@ -3,9 +3,12 @@ package rpcpb
 import (
 	"context"
 	"strconv"
+	"strings"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/tierstore/tierstore/internal/errcode"
 )
@@ -21,7 +24,11 @@ const (
 	// of version 1 would ignore, re-registering the evicted copies. 3: the
 	// heartbeat carries the admission sketch in chunks (SketchChunk)
 	// instead of whole, which a node of version 2 would read as no sketch.
-	MasterProtocol = 3
+	// 6: the proto package is tierstore.master.v1 (was tierstore.rpc), so
+	// every method has a new name on the wire; a master refuses calls to
+	// the former name with VERSION_MISMATCH (FormerService). (4 and 5 are
+	// assigned to changes made beside this one.)
+	MasterProtocol = 6
 	// NodeProtocol is the version of node.proto's NodePeer service.
 	NodeProtocol = 1
 )
@@ -53,4 +60,28 @@ func VersionCheck(service string, version int) grpc.UnaryServerInterceptor {
 		}
 		return handler(ctx, req)
 	}
+}
+
+// FormerService is the server option of service (for messages: "master")
+// of protocol version whose methods an earlier version served under another
+// service name, former (the master's were tierstore.rpc.Master up to
+// protocol 5): a call to a method of former is refused with
+// errcode.ErrVersionMismatch naming both sides, as VersionCheck refuses,
+// instead of gRPC's UNIMPLEMENTED "unknown service". A call to any other
+// unknown service stays UNIMPLEMENTED.
+func FormerService(service string, version int, former string) grpc.ServerOption {
+	prefix := "/" + former + "/"
+	return grpc.UnknownServiceHandler(func(_ any, st grpc.ServerStream) error {
+		method, _ := grpc.MethodFromServerStream(st)
+		if !strings.HasPrefix(method, prefix) {
+			return status.Errorf(codes.Unimplemented, "unknown service or method %s", method)
+		}
+		caller := "an earlier version"
+		if md, _ := metadata.FromIncomingContext(st.Context()); len(md.Get(VersionHeader)) > 0 {
+			caller = "version " + md.Get(VersionHeader)[0]
+		}
+		return errcode.ToStatus(errcode.Errorf(errcode.VersionMismatch,
+			"%s speaks protocol version %d, the caller %s (it called %s, a method of an earlier protocol): run the same tierstore release on both sides",
+			service, version, caller, method))
+	})
 }
