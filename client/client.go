@@ -372,7 +372,7 @@ func (c *Client) writeReplicas(ctx context.Context, p masterapi.PutStartReply, v
 
 // writeReplica writes value to the put's replica r.
 func (c *Client) writeReplica(ctx context.Context, r masterapi.Replica, value [][]byte, crc uint32) error {
-	if size := partsLen(value); r.Kind != masterapi.Memory || r.Length != size {
+	if size := partsLen(value); r.Kind != masterapi.DRAM || r.Length != size {
 		return errcode.Errorf(errcode.InternalError, "client: master allocated a %v replica of %d bytes for %d", r.Kind, r.Length, size)
 	}
 	p, err := c.peerFor(ctx, r)
@@ -390,9 +390,9 @@ func (c *Client) writeReplica(ctx context.Context, r masterapi.Replica, value []
 func (c *Client) rank(r masterapi.Replica) int {
 	local := c.local != nil && r.Node == c.local.Name()
 	switch {
-	case r.Kind == masterapi.Memory && local:
+	case r.Kind == masterapi.DRAM && local:
 		return 0
-	case r.Kind == masterapi.Memory:
+	case r.Kind == masterapi.DRAM:
 		return 1
 	case local:
 		return 2
@@ -474,7 +474,7 @@ func (c *Client) readAgain(ctx context.Context, info masterapi.ObjectInfo, err e
 func sameObject(a, b masterapi.ObjectInfo) bool {
 	token := func(in masterapi.ObjectInfo) uint64 {
 		for _, r := range in.Replicas {
-			if r.Kind == masterapi.Memory {
+			if r.Kind == masterapi.DRAM {
 				return r.PutToken
 			}
 		}

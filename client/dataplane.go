@@ -362,7 +362,7 @@ func (c *Client) readFrom(ctx context.Context, info masterapi.ObjectInfo, buf []
 			if received {
 				c.checksumFailures.Add(1)
 			}
-		case r.Kind == masterapi.LocalDisk && errors.Is(err, errcode.ErrObjectNotFound):
+		case r.Kind == masterapi.SSD && errors.Is(err, errcode.ErrObjectNotFound):
 			// The node answered for its own SSD: it does not hold the
 			// object. The master must stop offering that replica. (A
 			// transport error says nothing about the SSD: not reported.)
@@ -405,7 +405,7 @@ func (c *Client) allFailed(ctx context.Context, info masterapi.ObjectInfo, n int
 // readReplica reads replica r of info into buf, checked against the
 // object's size and CRC32C.
 func (c *Client) readReplica(ctx context.Context, info masterapi.ObjectInfo, r masterapi.Replica, buf [][]byte) error {
-	if r.Kind == masterapi.Memory && c.local != nil && r.Node == c.local.Name() {
+	if r.Kind == masterapi.DRAM && c.local != nil && r.Node == c.local.Name() {
 		// A copy out of this process's segment cannot stall: no replica
 		// timeout (its context and timer would cost more than the copy
 		// of a small object).
@@ -417,7 +417,7 @@ func (c *Client) readReplica(ctx context.Context, info masterapi.ObjectInfo, r m
 	if err != nil {
 		return err
 	}
-	if r.Kind == masterapi.Memory {
+	if r.Kind == masterapi.DRAM {
 		// The object's size, not r.Length: a replica of another length
 		// fails the CRC check like any other wrong bytes.
 		return p.readRange(ctx, r.Segment, r.Offset, buf, info.CRC)

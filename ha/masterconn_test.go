@@ -230,7 +230,7 @@ func TestRemoteRefusesStaleTerm(t *testing.T) {
 		return errcode.ToStatus(errcode.Errorf(errcode.ObjectNotFound, "stale answer"))
 	})
 	r := dial(t, e.url)
-	_, err := r.NotifyOffloadSuccess(ctxFor(t, 400*time.Millisecond), masterapi.NotifyRequest{Node: "n", Persisted: []masterapi.DiskObject{{Key: "k", Size: 1}}})
+	_, err := r.NotifyOffloadSuccess(ctxFor(t, 400*time.Millisecond), masterapi.NotifyRequest{Node: "n", Persisted: []masterapi.SSDObject{{Key: "k", Size: 1}}})
 	if errors.Is(err, errcode.ErrObjectNotFound) || calls.Load() < 2 {
 		t.Fatalf("a deposed leader's answer came through: %v (%d calls)", err, calls.Load())
 	}

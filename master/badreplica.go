@@ -26,14 +26,14 @@ func (s *Service) ReportBadReplica(ctx context.Context, key string, crc uint32, 
 		return s.observe(errcode.Errorf(errcode.ReplicaNotFound, "master: report_bad_replica: the object now has CRC32C %08x, the report is about %08x", o.crc, crc))
 	}
 	switch r.Kind {
-	case masterapi.Memory:
+	case masterapi.DRAM:
 		i := memReported(o, r)
 		if i < 0 {
 			return s.observe(errcode.Errorf(errcode.ReplicaNotFound, "master: report_bad_replica: no such MEMORY replica on node %q", r.Node))
 		}
 		s.dropMemReplica(key, o, i, errcode.ReplicaNotFound) // the others stay
 		s.settleEmpty(sh, key, o, now)
-	case masterapi.LocalDisk:
+	case masterapi.SSD:
 		if !s.dropDisk(sh, key, o, r.Node, now) {
 			return s.observe(errcode.Errorf(errcode.ReplicaNotFound, "master: report_bad_replica: no LOCAL_DISK replica on node %q", r.Node))
 		}

@@ -18,7 +18,7 @@ func TestReportBadReplica(t *testing.T) {
 	rep := put(t, s, "k", 100, "a")
 	rep.Status = masterapi.Complete
 	heartbeat(s, "a", 0)
-	s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "k", Size: 100, CRC: crcOf("k")}}})
+	s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.SSDObject{{Key: "k", Size: 100, CRC: crcOf("k")}}})
 
 	// A report about other bytes (the key was put again since) or a
 	// replica that does not exist changes nothing.
@@ -27,7 +27,7 @@ func TestReportBadReplica(t *testing.T) {
 	moved.Offset += 4096
 	mustIs(t, s.ReportBadReplica(bg, "k", crcOf("k"), moved), errcode.ErrReplicaNotFound)
 	mustIs(t, s.ReportBadReplica(bg, "nope", 1, rep), errcode.ErrObjectNotFound)
-	mustIs(t, s.ReportBadReplica(bg, "k", crcOf("k"), masterapi.Replica{Kind: masterapi.LocalDisk, Node: "b"}), errcode.ErrReplicaNotFound)
+	mustIs(t, s.ReportBadReplica(bg, "k", crcOf("k"), masterapi.Replica{Kind: masterapi.SSD, Node: "b"}), errcode.ErrReplicaNotFound)
 
 	info, err := s.GetReplicaList(bg, "k") // lease
 	if err != nil || kinds(info) != "MEMORY@a LOCAL_DISK@a " {
@@ -39,11 +39,11 @@ func TestReportBadReplica(t *testing.T) {
 	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "LOCAL_DISK@a " {
 		t.Fatalf("after dropping DRAM: %s %v", kinds(info), err)
 	}
-	if st, _ := s.Stats(bg); st.SegmentUsed != 0 || st.MemoryReplicas != 0 {
+	if st, _ := s.Stats(bg); st.SegmentUsed != 0 || st.DRAMReplicas != 0 {
 		t.Fatalf("DRAM range not freed: %+v", st)
 	}
 	// The last replica: leased, so the metadata stays and lookups say gone.
-	if err := s.ReportBadReplica(bg, "k", crcOf("k"), masterapi.Replica{Kind: masterapi.LocalDisk, Node: "a"}); err != nil {
+	if err := s.ReportBadReplica(bg, "k", crcOf("k"), masterapi.Replica{Kind: masterapi.SSD, Node: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = s.GetReplicaList(bg, "k")

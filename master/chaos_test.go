@@ -91,7 +91,7 @@ func TestConcurrentChaos(t *testing.T) {
 						if j%3 == 2 {
 							req.Failed = append(req.Failed, masterapi.OffloadFailure{Key: task.Key, Retryable: true})
 						} else {
-							req.Persisted = append(req.Persisted, masterapi.DiskObject{Key: task.Key, Size: task.Size, CRC: task.CRC})
+							req.Persisted = append(req.Persisted, masterapi.SSDObject{Key: task.Key, Size: task.Size, CRC: task.CRC})
 						}
 					}
 					errs, err := s.NotifyOffloadSuccess(bg, req)

@@ -217,7 +217,7 @@ func TestOnEvictOffloadsInPutOrder(t *testing.T) {
 			var req masterapi.NotifyRequest
 			req.Node = "a"
 			for _, task := range ts {
-				req.Persisted = append(req.Persisted, masterapi.DiskObject{Key: task.Key, Size: task.Size, CRC: task.CRC})
+				req.Persisted = append(req.Persisted, masterapi.SSDObject{Key: task.Key, Size: task.Size, CRC: task.CRC})
 			}
 			s.NotifyOffloadSuccess(bg, req)
 		}

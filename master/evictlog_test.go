@@ -27,7 +27,7 @@ func toDisk(t *testing.T, s *Service, node string, keys ...string) {
 	req := masterapi.NotifyRequest{Node: node}
 	for _, tk := range tasks {
 		if want[tk.Key] {
-			req.Persisted = append(req.Persisted, masterapi.DiskObject{Key: tk.Key, Size: tk.Size, CRC: tk.CRC})
+			req.Persisted = append(req.Persisted, masterapi.SSDObject{Key: tk.Key, Size: tk.Size, CRC: tk.CRC})
 			delete(want, tk.Key)
 		}
 	}
@@ -67,7 +67,7 @@ func TestEvictMemoryIsALogEntry(t *testing.T) {
 	// kill -9 of the master before any node applied it: the next one.
 	s2, _ := offloadService(t, func(c *Config) { c.Removals = store })
 	holdMount(t, s2, "a", 1<<20)
-	recs := []masterapi.MemoryObject{
+	recs := []masterapi.DRAMObject{
 		{Key: "k", Offset: rk.Offset, Length: 1000, CRC: crcOf("k"), PutToken: rk.PutToken},
 		{Key: "other", Offset: ro.Offset, Length: 1000, CRC: crcOf("other"), PutToken: ro.PutToken},
 	}
@@ -76,7 +76,7 @@ func TestEvictMemoryIsALogEntry(t *testing.T) {
 		t.Fatalf("re-registration after the eviction: %v %v", errs, err)
 	}
 	pullAll(t, s2, "a", before, before) // the node's SSD cursor is below the entry
-	errs, err = s2.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "k", Size: 1000, CRC: crcOf("k")}, {Key: "other", Size: 1000, CRC: crcOf("other")}})
+	errs, err = s2.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "k", Size: 1000, CRC: crcOf("k")}, {Key: "other", Size: 1000, CRC: crcOf("other")}})
 	if err != nil || errs[0] != nil || errs[1] != nil {
 		t.Fatalf("the SSD copies (a DRAM eviction leaves them): %v %v", errs, err)
 	}
@@ -89,7 +89,7 @@ func TestEvictMemoryIsALogEntry(t *testing.T) {
 	r2 := put(t, s2, "k", 1000, "a")
 	s3, _ := offloadService(t, func(c *Config) { c.Removals = store })
 	holdMount(t, s3, "a", 1<<20)
-	if errs, err := s3.ReRegisterMemoryObjects(bg, "a", "seg0", []masterapi.MemoryObject{{Key: "k", Offset: r2.Offset, Length: 1000, CRC: crcOf("k"), PutToken: r2.PutToken}}, true); err != nil || errs[0] != nil {
+	if errs, err := s3.ReRegisterMemoryObjects(bg, "a", "seg0", []masterapi.DRAMObject{{Key: "k", Offset: r2.Offset, Length: 1000, CRC: crcOf("k"), PutToken: r2.PutToken}}, true); err != nil || errs[0] != nil {
 		t.Fatalf("the put after the eviction: %v %v", errs, err)
 	}
 }
@@ -112,7 +112,7 @@ func TestEvictMemoryAllIsOneEntry(t *testing.T) {
 	}
 	s2, _ := offloadService(t, func(c *Config) { c.Removals = store })
 	holdMount(t, s2, "a", 1<<20)
-	errs, err := s2.ReRegisterMemoryObjects(bg, "a", "seg0", []masterapi.MemoryObject{
+	errs, err := s2.ReRegisterMemoryObjects(bg, "a", "seg0", []masterapi.DRAMObject{
 		{Key: "x", Offset: rx.Offset, Length: 1000, CRC: crcOf("x"), PutToken: rx.PutToken},
 		{Key: "nodisk", Offset: rn.Offset, Length: 1000, CRC: crcOf("nodisk"), PutToken: rn.PutToken},
 	}, true)

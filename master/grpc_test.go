@@ -106,7 +106,7 @@ func TestRemoteMatchesService(t *testing.T) {
 		t.Fatalf("offload-path lookups counted: %v", taskKeys(ts))
 	}
 	errs, err := api.NotifyOffloadSuccess(ctx, masterapi.NotifyRequest{Node: "a",
-		Persisted: []masterapi.DiskObject{{Key: "k", Size: 1000, CRC: crcOf("k")}, {Key: "q", Size: 10, CRC: 0xbad}},
+		Persisted: []masterapi.SSDObject{{Key: "k", Size: 1000, CRC: crcOf("k")}, {Key: "q", Size: 10, CRC: 0xbad}},
 		Failed:    []masterapi.OffloadFailure{{Key: "zz", Retryable: true}}})
 	if err != nil || errs[0] != nil || !errors.Is(errs[1], errcode.ErrChecksumConflict) {
 		t.Fatalf("notify %v %v", errs, err)
@@ -129,7 +129,7 @@ func TestRemoteMatchesService(t *testing.T) {
 	if bv, err := api.BatchPutRevoke(ctx, []masterapi.PutRef{{Key: "b2", Token: bp[0].Replica.PutToken}}); err != nil || bv[0] != nil {
 		t.Fatal(bv, err)
 	}
-	if errs, err := api.ReRegisterDiskObjects(ctx, "a", []masterapi.DiskObject{{Key: "d", Size: 5, CRC: 5}}); err != nil || errs[0] != nil {
+	if errs, err := api.ReRegisterDiskObjects(ctx, "a", []masterapi.SSDObject{{Key: "d", Size: 5, CRC: 5}}); err != nil || errs[0] != nil {
 		t.Fatal(errs, err)
 	}
 	if res, err := api.EvictDiskReplica(ctx, "a", []string{"d"}); err != nil || res.Dropped != 1 || res.Keep != nil {
@@ -144,8 +144,8 @@ func TestRemoteMatchesService(t *testing.T) {
 	mustIs(t, err, errcode.ErrNeedRemount)
 	// ReportBadReplica over the wire: a wrong replica is REPLICA_NOT_FOUND,
 	// an unknown key OBJECT_NOT_FOUND.
-	mustIs(t, api.ReportBadReplica(ctx, "k", crcOf("k"), masterapi.Replica{Kind: masterapi.LocalDisk, Node: "a"}), errcode.ErrReplicaNotFound)
-	mustIs(t, api.ReportBadReplica(ctx, "nope", 1, masterapi.Replica{Kind: masterapi.Memory, Node: "a"}), errcode.ErrObjectNotFound)
+	mustIs(t, api.ReportBadReplica(ctx, "k", crcOf("k"), masterapi.Replica{Kind: masterapi.SSD, Node: "a"}), errcode.ErrReplicaNotFound)
+	mustIs(t, api.ReportBadReplica(ctx, "nope", 1, masterapi.Replica{Kind: masterapi.DRAM, Node: "a"}), errcode.ErrObjectNotFound)
 	clk.Advance(2 * time.Hour)
 	if n, err := api.EvictMemory(ctx, nil, true); err != nil || n.Dropped != 0 {
 		t.Fatal(n, err)

@@ -109,7 +109,7 @@ func TestReRegisterMemoryObjects(t *testing.T) {
 		}
 	}
 	const tok = 1 << 63 // above this master's own tokens (unix ms << 22)
-	objs := []masterapi.MemoryObject{
+	objs := []masterapi.DRAMObject{
 		{Key: "a", Offset: 0, Length: 1000, CRC: 11, PutToken: tok},
 		{Key: "b", Offset: 1024, Length: 500, CRC: 22, PutToken: tok + 1, HardPin: true},
 	}
@@ -121,7 +121,7 @@ func TestReRegisterMemoryObjects(t *testing.T) {
 	if err != nil || len(info.Replicas) != 1 || info.CRC != 11 || info.Size != 1000 {
 		t.Fatalf("a: %+v %v", info, err)
 	}
-	if r := info.Replicas[0]; r.Kind != masterapi.Memory || r.Status != masterapi.Complete || r.Offset != 0 || r.PutToken != tok {
+	if r := info.Replicas[0]; r.Kind != masterapi.DRAM || r.Status != masterapi.Complete || r.Offset != 0 || r.PutToken != tok {
 		t.Fatalf("a's replica %+v", r)
 	}
 	if _, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "p", Size: 100}); !errors.Is(err, errcode.ErrNoAvailableHandle) {
@@ -130,7 +130,7 @@ func TestReRegisterMemoryObjects(t *testing.T) {
 	if errs, err := s.ReRegisterMemoryObjects(bg, "a", "seg0", objs, true); err != nil || errs[0] != nil || errs[1] != nil {
 		t.Fatalf("the same call again (done): %v %v", errs, err)
 	}
-	if st, _ := s.Stats(bg); st.Objects != 2 || st.MemoryReplicas != 2 || st.SegmentUsed != 1024+512 {
+	if st, _ := s.Stats(bg); st.Objects != 2 || st.DRAMReplicas != 2 || st.SegmentUsed != 1024+512 {
 		t.Fatalf("after a repeated call: %+v", st)
 	}
 	// The put that wrote a's range ends again: a no-op, as any repeated PutEnd.
@@ -166,44 +166,44 @@ func TestReRegisterMemoryConflicts(t *testing.T) {
 	// Tokens of the previous master: above the removal log's origin (a
 	// record older than the log is refused, TestRemovedRecordRefused).
 	tok := s.RemovalLog().Origin + 1<<40
-	reg := func(node string, m masterapi.MemoryObject) error {
+	reg := func(node string, m masterapi.DRAMObject) error {
 		t.Helper()
-		errs, err := s.ReRegisterMemoryObjects(bg, node, "seg0", []masterapi.MemoryObject{m}, false)
+		errs, err := s.ReRegisterMemoryObjects(bg, node, "seg0", []masterapi.DRAMObject{m}, false)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return errs[0]
 	}
-	if err := reg("a", masterapi.MemoryObject{Key: "k", Offset: 0, Length: 1000, CRC: 1, PutToken: tok}); err != nil {
+	if err := reg("a", masterapi.DRAMObject{Key: "k", Offset: 0, Length: 1000, CRC: 1, PutToken: tok}); err != nil {
 		t.Fatal(err)
 	}
-	mustIs(t, reg("a", masterapi.MemoryObject{Key: "x", Offset: 512, Length: 100, CRC: 1, PutToken: tok + 5}), errcode.ErrInvalidParams)
-	mustIs(t, reg("b", masterapi.MemoryObject{Key: "k", Offset: 0, Length: 1000, CRC: 1, PutToken: tok - 1}), errcode.ErrObjectExists)
+	mustIs(t, reg("a", masterapi.DRAMObject{Key: "x", Offset: 512, Length: 100, CRC: 1, PutToken: tok + 5}), errcode.ErrInvalidParams)
+	mustIs(t, reg("b", masterapi.DRAMObject{Key: "k", Offset: 0, Length: 1000, CRC: 1, PutToken: tok - 1}), errcode.ErrObjectExists)
 	// A newer put of k on b: it replaces a's replica, whose range is freed.
-	if err := reg("b", masterapi.MemoryObject{Key: "k", Offset: 4096, Length: 2000, CRC: 2, PutToken: tok + 1}); err != nil {
+	if err := reg("b", masterapi.DRAMObject{Key: "k", Offset: 4096, Length: 2000, CRC: 2, PutToken: tok + 1}); err != nil {
 		t.Fatal(err)
 	}
 	info, err := s.GetReplicaList(bg, "k")
 	if err != nil || len(info.Replicas) != 1 || info.Replicas[0].Node != "b" || info.CRC != 2 || info.Size != 2000 {
 		t.Fatalf("k after the newer put: %+v %v", info, err)
 	}
-	if err := reg("a", masterapi.MemoryObject{Key: "x", Offset: 512, Length: 100, CRC: 1, PutToken: tok + 5}); err != nil {
+	if err := reg("a", masterapi.DRAMObject{Key: "x", Offset: 512, Length: 100, CRC: 1, PutToken: tok + 5}); err != nil {
 		t.Fatalf("a's freed range: %v", err)
 	}
 	// An SSD copy with other bytes wins over a later DRAM copy.
-	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "d", Size: 300, CRC: 9}}); err != nil || errs[0] != nil {
+	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "d", Size: 300, CRC: 9}}); err != nil || errs[0] != nil {
 		t.Fatal(errs, err)
 	}
-	mustIs(t, reg("b", masterapi.MemoryObject{Key: "d", Offset: 8192, Length: 300, CRC: 8, PutToken: tok + 2}), errcode.ErrChecksumConflict)
-	if err := reg("b", masterapi.MemoryObject{Key: "d", Offset: 8192, Length: 300, CRC: 9, PutToken: tok + 2}); err != nil {
+	mustIs(t, reg("b", masterapi.DRAMObject{Key: "d", Offset: 8192, Length: 300, CRC: 8, PutToken: tok + 2}), errcode.ErrChecksumConflict)
+	if err := reg("b", masterapi.DRAMObject{Key: "d", Offset: 8192, Length: 300, CRC: 9, PutToken: tok + 2}); err != nil {
 		t.Fatal(err)
 	}
 	if info, err := s.GetReplicaList(bg, "d"); err != nil || kinds(info) != "MEMORY@b LOCAL_DISK@a " {
 		t.Fatalf("d: %q %v", kinds(info), err)
 	}
-	mustIs(t, reg("a", masterapi.MemoryObject{Key: "y", Offset: 64<<10 - 64, Length: 100, CRC: 1, PutToken: tok}), errcode.ErrInvalidParams)
-	mustIs(t, reg("a", masterapi.MemoryObject{Key: "y", Offset: 100, Length: 100, CRC: 1, PutToken: tok}), errcode.ErrInvalidParams)
-	mustIs(t, reg("a", masterapi.MemoryObject{Key: "y", Offset: 20000, Length: 100, CRC: 1}), errcode.ErrInvalidParams)
+	mustIs(t, reg("a", masterapi.DRAMObject{Key: "y", Offset: 64<<10 - 64, Length: 100, CRC: 1, PutToken: tok}), errcode.ErrInvalidParams)
+	mustIs(t, reg("a", masterapi.DRAMObject{Key: "y", Offset: 100, Length: 100, CRC: 1, PutToken: tok}), errcode.ErrInvalidParams)
+	mustIs(t, reg("a", masterapi.DRAMObject{Key: "y", Offset: 20000, Length: 100, CRC: 1}), errcode.ErrInvalidParams)
 	_, err = s.ReRegisterMemoryObjects(bg, "nobody", "seg0", nil, true)
 	mustIs(t, err, errcode.ErrNeedRemount)
 	_, err = s.ReRegisterMemoryObjects(bg, "a", "other", nil, true)
@@ -274,7 +274,7 @@ func TestRebuildWindowTurnsMissesIntoRetry(t *testing.T) {
 func TestRebuiltLeaseAndReadmission(t *testing.T) {
 	s, clk, _ := haService(t, func(c *Config) { c.EnableOffload = true })
 	holdMount(t, s, "a", 1<<20)
-	objs := []masterapi.MemoryObject{{Key: "k", Offset: 0, Length: 1000, CRC: 1, PutToken: s.RemovalLog().Origin + 1}}
+	objs := []masterapi.DRAMObject{{Key: "k", Offset: 0, Length: 1000, CRC: 1, PutToken: s.RemovalLog().Origin + 1}}
 	if errs, err := s.ReRegisterMemoryObjects(bg, "a", "seg0", objs, true); err != nil || errs[0] != nil {
 		t.Fatal(errs, err)
 	}

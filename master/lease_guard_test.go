@@ -32,7 +32,7 @@ func leased(t *testing.T, s *Service, key string) masterapi.Replica {
 // leasedOnDisk registers key on node a's SSD only and grants it a lease.
 func leasedOnDisk(t *testing.T, s *Service, key string) {
 	t.Helper()
-	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: key, Size: 100, CRC: crcOf(key)}}); err != nil || errs[0] != nil {
+	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: key, Size: 100, CRC: crcOf(key)}}); err != nil || errs[0] != nil {
 		t.Fatal(errs, err)
 	}
 	if ok, err := s.ExistKey(bg, key); !ok || err != nil {
@@ -90,7 +90,7 @@ func TestLeaseGuardDeadNodeClear(t *testing.T) {
 	s.ExpireNode("a")
 	mustBeGone(t, s, "k")
 	st, _ := s.Stats(bg)
-	if len(st.PerNode) != 1 || st.PerNode[0].Alive || st.PerNode[0].MemoryReplicas != 1 {
+	if len(st.PerNode) != 1 || st.PerNode[0].Alive || st.PerNode[0].DRAMReplicas != 1 {
 		t.Fatalf("the expired incarnation's replica was cleared inside the lease: %+v", st.PerNode)
 	}
 	afterLease(s, clk)
@@ -176,7 +176,7 @@ func TestLeaseGuardEvictMemory(t *testing.T) {
 	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "MEMORY@a " {
 		t.Fatal(kinds(info), err)
 	}
-	s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "k", Size: 100, CRC: crcOf("k")}})
+	s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "k", Size: 100, CRC: crcOf("k")}})
 	if n, err := s.EvictMemory(bg, nil, true); n.Dropped != 0 || n.Leased != 1 || err != nil {
 		t.Fatalf("EvictMemory dropped %d DRAM replicas a reader depends on (%+v): %v", n.Dropped, n, err)
 	}

@@ -20,7 +20,7 @@ func TestPutLookupBasics(t *testing.T) {
 	if err == nil && r.PutToken == 0 {
 		t.Fatal("PutStart answered no put token")
 	}
-	if err != nil || r.Kind != masterapi.Memory || r.Status != masterapi.Processing || r.Node != "a" || r.Length != 1000 {
+	if err != nil || r.Kind != masterapi.DRAM || r.Status != masterapi.Processing || r.Node != "a" || r.Length != 1000 {
 		t.Fatalf("PutStart = %+v, %v", r, err)
 	}
 	if ok, _ := s.ExistKey(bg, "k"); ok {
@@ -238,7 +238,7 @@ func TestMooncake4508Replay(t *testing.T) {
 	put(t, s, "only-dram", 1000, "a")
 	put(t, s, "also-ssd", 1000, "a")
 	// Node b holds "also-ssd" on its SSD too.
-	if errs, err := s.ReRegisterDiskObjects(bg, "b", []masterapi.DiskObject{{Key: "also-ssd", Size: 1000, CRC: crcOf("also-ssd")}}); err != nil || errs[0] != nil {
+	if errs, err := s.ReRegisterDiskObjects(bg, "b", []masterapi.SSDObject{{Key: "also-ssd", Size: 1000, CRC: crcOf("also-ssd")}}); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}
 
@@ -263,7 +263,7 @@ func TestMooncake4508Replay(t *testing.T) {
 		t.Fatalf("code %d", errcode.Of(err))
 	}
 	info, err := s.GetReplicaList(bg, "also-ssd")
-	if err != nil || len(info.Replicas) != 1 || info.Replicas[0].Kind != masterapi.LocalDisk || info.Replicas[0].Node != "b" {
+	if err != nil || len(info.Replicas) != 1 || info.Replicas[0].Kind != masterapi.SSD || info.Replicas[0].Node != "b" {
 		t.Fatalf("load with a live SSD replica: %s %v", kinds(info), err)
 	}
 	// Once the lease expires the sweep clears the dead replica and the
@@ -395,7 +395,7 @@ func run4508(t *testing.T, ops []op4508, seq []int, onDisk bool) (gone bool, _ e
 	mount(t, s, "n1", 1<<20)
 	put(t, s, "k", 256, "n0")
 	if onDisk {
-		s.ReRegisterDiskObjects(bg, "n1", []masterapi.DiskObject{{Key: "k", Size: 256, CRC: crcOf("k")}})
+		s.ReRegisterDiskObjects(bg, "n1", []masterapi.SSDObject{{Key: "k", Size: 256, CRC: crcOf("k")}})
 	}
 	e := &env4508{s: s, clk: clk}
 	if e.list, err = s.GetReplicaList(bg, "k"); err != nil { // the lookup hit
@@ -424,8 +424,8 @@ func TestExpiryLeavesOtherNodesAlone(t *testing.T) {
 	mount(t, s, "b", 1<<20)
 	put(t, s, "ka", 100, "a")
 	put(t, s, "kb", 100, "b")
-	s.ReRegisterDiskObjects(bg, "b", []masterapi.DiskObject{{Key: "ka", Size: 100, CRC: crcOf("ka")}})
-	s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "kb", Size: 100, CRC: crcOf("kb")}})
+	s.ReRegisterDiskObjects(bg, "b", []masterapi.SSDObject{{Key: "ka", Size: 100, CRC: crcOf("ka")}})
+	s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "kb", Size: 100, CRC: crcOf("kb")}})
 	clk.Advance(s.cfg.ClientTTL / 2)
 	s.Ping(bg, "b")
 	clk.Advance(s.cfg.ClientTTL/2 + time.Second)
@@ -439,7 +439,7 @@ func TestExpiryLeavesOtherNodesAlone(t *testing.T) {
 		t.Fatalf("kb: %s %v", kinds(ib), err)
 	}
 	st, _ := s.Stats(bg)
-	if st.MemoryReplicas != 1 || st.DiskReplicas != 1 || st.Nodes != 1 {
+	if st.DRAMReplicas != 1 || st.SSDReplicas != 1 || st.Nodes != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 }

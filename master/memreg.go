@@ -20,7 +20,7 @@ import (
 // segment take new puts: no put is ever given the range of a live object.
 
 // ReRegisterMemoryObjects implements API.
-func (s *Service) ReRegisterMemoryObjects(ctx context.Context, nodeID, segName string, objs []masterapi.MemoryObject, done bool) ([]error, error) {
+func (s *Service) ReRegisterMemoryObjects(ctx context.Context, nodeID, segName string, objs []masterapi.DRAMObject, done bool) ([]error, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
@@ -60,7 +60,7 @@ func (s *Service) holdSegment(g *segment, hold bool) {
 }
 
 // registerMem records m as a complete Memory replica in g.
-func (s *Service) registerMem(g *segment, m masterapi.MemoryObject, now int64) error {
+func (s *Service) registerMem(g *segment, m masterapi.DRAMObject, now int64) error {
 	if err := validKey(m.Key); err != nil {
 		return err
 	}
@@ -121,7 +121,7 @@ func (s *Service) registerMem(g *segment, m masterapi.MemoryObject, now int64) e
 // than an SSD copy the master knows: the first registered wins (nothing
 // tells which is newer), the other is refused with CHECKSUM_CONFLICT.
 // Caller holds the shard lock.
-func (s *Service) memConflict(o *object, n *node, m masterapi.MemoryObject) error {
+func (s *Service) memConflict(o *object, n *node, m masterapi.DRAMObject) error {
 	live := o != nil && (o.readableMem() || o.putInProgress()) // a replica on a live segment
 	switch {
 	case o == nil:

@@ -138,10 +138,10 @@ func (s *Service) Stats(ctx context.Context) (masterapi.Stats, error) {
 	}
 	st := masterapi.Stats{
 		Objects:             s.cnt.objects.Load(),
-		MemoryReplicas:      s.cnt.memReplicas.Load(),
-		DiskReplicas:        s.cnt.diskReplicas.Load(),
-		MemoryBytes:         s.cnt.memBytes.Load(),
-		DiskBytes:           s.cnt.diskBytes.Load(),
+		DRAMReplicas:        s.cnt.memReplicas.Load(),
+		SSDReplicas:         s.cnt.diskReplicas.Load(),
+		DRAMBytes:           s.cnt.memBytes.Load(),
+		SSDBytes:            s.cnt.diskBytes.Load(),
 		Evictions:           s.cnt.evictions.Load(),
 		OffloadQueuedTot:    s.cnt.offloadQueued.Load(),
 		OffloadPersisted:    s.cnt.offloadPersisted.Load(),
@@ -169,14 +169,14 @@ func (s *Service) Stats(ctx context.Context) (masterapi.Stats, error) {
 	}
 	var dead []masterapi.NodeStats
 	for _, n := range s.retired {
-		if row := n.stats(false); row.MemoryReplicas+row.DiskReplicas > 0 {
+		if row := n.stats(false); row.DRAMReplicas+row.SSDReplicas > 0 {
 			dead = append(dead, row)
 			// The totals count live incarnations' replicas only: these
 			// are unreadable, kept for a lease (their rows say so).
-			st.MemoryReplicas -= row.MemoryReplicas
-			st.MemoryBytes -= row.MemoryBytes
-			st.DiskReplicas -= row.DiskReplicas
-			st.DiskBytes -= row.DiskBytes
+			st.DRAMReplicas -= row.DRAMReplicas
+			st.DRAMBytes -= row.DRAMBytes
+			st.SSDReplicas -= row.SSDReplicas
+			st.SSDBytes -= row.SSDBytes
 		}
 	}
 	s.nodesMu.RUnlock()
@@ -209,8 +209,8 @@ func (s *Service) pruneRetiredLocked() {
 // stats returns n's row of Stats without its segment figures.
 func (n *node) stats(alive bool) masterapi.NodeStats {
 	r := masterapi.NodeStats{Node: n.id, Endpoint: n.endpoint, Incarnation: n.incarnation, Alive: alive,
-		MemoryReplicas: n.memReplicas.Load(), MemoryBytes: n.memBytes.Load(),
-		DiskReplicas: n.diskReplicas.Load(), DiskBytes: n.diskBytes.Load()}
+		DRAMReplicas: n.memReplicas.Load(), DRAMBytes: n.memBytes.Load(),
+		SSDReplicas: n.diskReplicas.Load(), SSDBytes: n.diskBytes.Load()}
 	if alive {
 		q, i := n.box.counts()
 		r.OffloadQueued, r.OffloadInFlight = int64(q), int64(i)

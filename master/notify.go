@@ -100,7 +100,7 @@ func (s *Service) countFailure() {
 // OBJECT_NOT_FOUND (the node deletes its SSD copy); only
 // ReRegisterDiskObjects creates objects (invariant 1: a notify must not resurrect
 // a removed key).
-func (s *Service) answerPersisted(n *node, d masterapi.DiskObject) error {
+func (s *Service) answerPersisted(n *node, d masterapi.SSDObject) error {
 	if err := validKey(d.Key); err != nil {
 		return err
 	}
@@ -112,7 +112,7 @@ func (s *Service) answerPersisted(n *node, d masterapi.DiskObject) error {
 }
 
 // ReRegisterDiskObjects implements API.
-func (s *Service) ReRegisterDiskObjects(ctx context.Context, nodeID string, objs []masterapi.DiskObject) ([]error, error) {
+func (s *Service) ReRegisterDiskObjects(ctx context.Context, nodeID string, objs []masterapi.SSDObject) ([]error, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
@@ -135,7 +135,7 @@ func (s *Service) ReRegisterDiskObjects(ctx context.Context, nodeID string, objs
 // is unknown and create is set (re-registration), else a new or refreshed
 // LocalDisk replica (one per node id). A task of n for the key is answered
 // and its pin released. Without create an unknown key is OBJECT_NOT_FOUND.
-func (s *Service) registerDisk(n *node, d masterapi.DiskObject, create bool) error {
+func (s *Service) registerDisk(n *node, d masterapi.SSDObject, create bool) error {
 	if err := validKey(d.Key); err != nil {
 		return err
 	}

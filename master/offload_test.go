@@ -79,7 +79,7 @@ func TestMailboxQueueLimit(t *testing.T) {
 	}
 	mustIs(t, s.Enqueue("3"), errcode.ErrKeysUltraLimit)
 	// Answering one frees one slot.
-	s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "0", Size: 64, CRC: crcOf("0")}}})
+	s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.SSDObject{{Key: "0", Size: 64, CRC: crcOf("0")}}})
 	if err := s.Enqueue("3"); err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestMailboxPinUntilAnswer(t *testing.T) {
 	if len(ts) != 2 {
 		t.Fatalf("tasks %v", taskKeys(ts))
 	}
-	s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "other", Size: 64, CRC: crcOf("other")}}})
+	s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.SSDObject{{Key: "other", Size: 64, CRC: crcOf("other")}}})
 	if n := s.EvictNow(); n != 1 {
 		t.Fatalf("evicted %d, want 1 (other's DRAM copy)", n)
 	}
@@ -179,7 +179,7 @@ func TestRetryableFailureRequeued(t *testing.T) {
 	if fmt.Sprint(taskKeys(ts)) != "[r]" {
 		t.Fatalf("retry of r: %v", taskKeys(ts))
 	}
-	errs, _ := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "r", Size: 64, CRC: crcOf("r")}}})
+	errs, _ := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.SSDObject{{Key: "r", Size: 64, CRC: crcOf("r")}}})
 	if errs[0] != nil {
 		t.Fatal(errs[0])
 	}
@@ -260,7 +260,7 @@ func TestForcedRemoveDefersFree(t *testing.T) {
 	if fmt.Sprint(taskKeys(ts)) != "[other]" {
 		t.Fatalf("tasks %v while the old task of k is out", taskKeys(ts))
 	}
-	errs, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "k", Size: 4096, CRC: crcOf("k")}}})
+	errs, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.SSDObject{{Key: "k", Size: 4096, CRC: crcOf("k")}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +311,7 @@ func TestNotifyIdempotent(t *testing.T) {
 	mount(t, s, "a", 1<<20)
 	put(t, s, "k", 100, "a")
 	heartbeat(s, "a", 0)
-	req := masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "k", Size: 100, CRC: crcOf("k")}}}
+	req := masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.SSDObject{{Key: "k", Size: 100, CRC: crcOf("k")}}}
 	for i := 0; i < 2; i++ {
 		errs, err := s.NotifyOffloadSuccess(bg, req)
 		if err != nil || errs[0] != nil {
@@ -322,19 +322,19 @@ func TestNotifyIdempotent(t *testing.T) {
 	if kinds(info) != "MEMORY@a LOCAL_DISK@a " {
 		t.Fatalf("replicas %s", kinds(info))
 	}
-	if st, _ := s.Stats(bg); st.DiskReplicas != 1 || st.OffloadInFlight != 0 || st.OffloadPersisted != 1 {
+	if st, _ := s.Stats(bg); st.SSDReplicas != 1 || st.OffloadInFlight != 0 || st.OffloadPersisted != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 	// Invariant 1: a notify never creates an object (that resurrected removed
 	// keys); an unknown key is refused per key, OBJECT_NOT_FOUND, so the
 	// node deletes its copy. Only re-registration creates.
-	errs, _ := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "new", Size: 7, CRC: 9}, {Key: "k", Size: 100, CRC: 1}}})
+	errs, _ := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.SSDObject{{Key: "new", Size: 7, CRC: 9}, {Key: "k", Size: 100, CRC: 1}}})
 	mustIs(t, errs[0], errcode.ErrObjectNotFound)
 	mustIs(t, errs[1], errcode.ErrChecksumConflict)
 	if _, err := s.GetReplicaList(bg, "new"); !codesIs(err, errcode.ErrObjectNotFound) {
 		t.Fatalf("notify created an object: %v", err)
 	}
-	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "new", Size: 7, CRC: 9}}); err != nil || errs[0] != nil {
+	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "new", Size: 7, CRC: 9}}); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}
 	info, err := s.GetReplicaList(bg, "new")
@@ -345,7 +345,7 @@ func TestNotifyIdempotent(t *testing.T) {
 	if err := s.Remove(bg, "new", true); err != nil {
 		t.Fatal(err)
 	}
-	errs, _ = s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "new", Size: 7, CRC: 9}}})
+	errs, _ = s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.SSDObject{{Key: "new", Size: 7, CRC: 9}}})
 	mustIs(t, errs[0], errcode.ErrObjectNotFound)
 	if _, err := s.GetReplicaList(bg, "new"); !codesIs(err, errcode.ErrObjectNotFound) {
 		t.Fatalf("removed key resurrected: %v", err)
@@ -359,9 +359,9 @@ func TestReconcile(t *testing.T) {
 	s, _ := offloadService(t, nil)
 	mount(t, s, "a", 1<<20)
 	mount(t, s, "b", 1<<20)
-	var objs []masterapi.DiskObject
+	var objs []masterapi.SSDObject
 	for i := 0; i < 6; i++ {
-		objs = append(objs, masterapi.DiskObject{Key: fmt.Sprint("d", i), Size: 10, CRC: 1})
+		objs = append(objs, masterapi.SSDObject{Key: fmt.Sprint("d", i), Size: 10, CRC: 1})
 	}
 	s.ReRegisterDiskObjects(bg, "a", objs)
 	s.ReRegisterDiskObjects(bg, "b", objs[:3])
@@ -384,7 +384,7 @@ func TestReconcile(t *testing.T) {
 			t.Errorf("%s: %v, want not found", k, err)
 		}
 	}
-	if st, _ := s.Stats(bg); st.DiskReplicas != 6 || st.Objects != 4 {
+	if st, _ := s.Stats(bg); st.SSDReplicas != 6 || st.Objects != 4 {
 		t.Fatalf("stats %+v", st)
 	}
 	// Invariant 6: keys the master no longer wants on the node come back in the
@@ -421,8 +421,8 @@ func TestEvictDiskReplicaPerKey(t *testing.T) {
 			}
 			mount(t, api, "a", 1<<20)
 			mount(t, api, "b", 1<<20)
-			api.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "x", Size: 10, CRC: 1}, {Key: "y", Size: 10, CRC: 1}, {Key: "z", Size: 10, CRC: 1}})
-			api.ReRegisterDiskObjects(bg, "b", []masterapi.DiskObject{{Key: "z", Size: 10, CRC: 1}})
+			api.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "x", Size: 10, CRC: 1}, {Key: "y", Size: 10, CRC: 1}, {Key: "z", Size: 10, CRC: 1}})
+			api.ReRegisterDiskObjects(bg, "b", []masterapi.SSDObject{{Key: "z", Size: 10, CRC: 1}})
 			api.ExistKey(bg, "x")
 			api.ExistKey(bg, "z")
 			res, err := api.EvictDiskReplica(bg, "a", []string{"y", "x", "z", "x", "unknown"})
@@ -464,7 +464,7 @@ func TestFailedAnswerDropsPhantomDiskReplica(t *testing.T) {
 	if ts, _ := heartbeat(s, "a", 0); len(ts) != 2 {
 		t.Fatalf("tasks %v", ts)
 	}
-	persisted := []masterapi.DiskObject{{Key: "k", Size: 64, CRC: crcOf("k")}, {Key: "l", Size: 64, CRC: crcOf("l")}}
+	persisted := []masterapi.SSDObject{{Key: "k", Size: 64, CRC: crcOf("k")}, {Key: "l", Size: 64, CRC: crcOf("l")}}
 	if errs, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: persisted}); err != nil || errs[0] != nil || errs[1] != nil {
 		t.Fatalf("notify %v %v", errs, err)
 	}
@@ -481,8 +481,8 @@ func TestFailedAnswerDropsPhantomDiskReplica(t *testing.T) {
 	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "MEMORY@a " {
 		t.Fatalf("k keeps only its DRAM replica: %s %v", kinds(info), err)
 	}
-	if st, _ := s.Stats(bg); st.DiskReplicas != 0 {
-		t.Fatalf("phantom LocalDisk replicas: %d", st.DiskReplicas)
+	if st, _ := s.Stats(bg); st.SSDReplicas != 0 {
+		t.Fatalf("phantom LocalDisk replicas: %d", st.SSDReplicas)
 	}
 	// The failure was retryable: k (still in DRAM) is offered again; l has
 	// no DRAM replica left to copy.
@@ -515,7 +515,7 @@ func TestOnEvictOffloadsInsteadOfDropping(t *testing.T) {
 	if len(ts) != 1 {
 		t.Fatalf("tasks %v", ts)
 	}
-	s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "k", Size: 64, CRC: crcOf("k")}}})
+	s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.SSDObject{{Key: "k", Size: 64, CRC: crcOf("k")}}})
 	if n := s.EvictNow(); n != 1 {
 		t.Fatal("not dropped after persisting")
 	}
@@ -525,7 +525,7 @@ func TestOnEvictOffloadsInsteadOfDropping(t *testing.T) {
 	}
 	// EvictMemory skips objects without an SSD copy.
 	put(t, s, "m", 64, "a")
-	if n, _ := s.EvictMemory(bg, nil, true); n.Dropped != 0 || n.NoDiskCopy != 1 {
+	if n, _ := s.EvictMemory(bg, nil, true); n.Dropped != 0 || n.NoSSDCopy != 1 {
 		t.Fatalf("EvictMemory: %+v", n)
 	}
 }
@@ -581,7 +581,7 @@ func TestRestartedMasterCountsOnlyItsTasks(t *testing.T) {
 			mount(t, api, "a", 1<<20)
 			mount(t, api, "b", 1<<20)
 			put(t, api, "registered", 64, "a")
-			if errs, err := api.ReRegisterDiskObjects(bg, "b", []masterapi.DiskObject{{Key: "registered", Size: 64, CRC: crcOf("registered")}}); err != nil || errs[0] != nil {
+			if errs, err := api.ReRegisterDiskObjects(bg, "b", []masterapi.SSDObject{{Key: "registered", Size: 64, CRC: crcOf("registered")}}); err != nil || errs[0] != nil {
 				t.Fatal(errs, err)
 			}
 			put(t, api, "queued", 64, "a")
@@ -608,7 +608,7 @@ func TestRestartedMasterCountsOnlyItsTasks(t *testing.T) {
 			if l := logs.lines("offload"); len(l) != 0 {
 				t.Fatalf("logged as offload failures: %q", l)
 			}
-			if st.DiskReplicas != 0 {
+			if st.SSDReplicas != 0 {
 				t.Fatal("the node's word about its own SSD was ignored")
 			}
 			// Its own task: fetched, answered failed, counted once.

@@ -63,7 +63,7 @@ func offloadAllTasks(t *testing.T, s *Service, ts []masterapi.OffloadTask) {
 	t.Helper()
 	req := masterapi.NotifyRequest{Node: "a"}
 	for _, task := range ts {
-		req.Persisted = append(req.Persisted, masterapi.DiskObject{Key: task.Key, Size: task.Size, CRC: task.CRC})
+		req.Persisted = append(req.Persisted, masterapi.SSDObject{Key: task.Key, Size: task.Size, CRC: task.CRC})
 	}
 	if len(ts) > 0 {
 		if _, err := s.NotifyOffloadSuccess(bg, req); err != nil {
@@ -78,7 +78,7 @@ func pfInDRAM(t *testing.T, s *Service, key string) bool {
 	if err != nil {
 		t.Fatalf("lookup %s: %v", key, err)
 	}
-	return info.Replicas[0].Kind == masterapi.Memory
+	return info.Replicas[0].Kind == masterapi.DRAM
 }
 
 // TestPrefetchNeverEvictsHotter: a prefetch into a full DRAM evicts only

@@ -110,7 +110,7 @@ func (s *Service) memDescriptor(m *memReplica) masterapi.Replica {
 	if m.complete {
 		st = masterapi.Complete
 	}
-	return masterapi.Replica{Kind: masterapi.Memory, Status: st, Node: m.seg.node.id, Endpoint: m.seg.node.endpoint,
+	return masterapi.Replica{Kind: masterapi.DRAM, Status: st, Node: m.seg.node.id, Endpoint: m.seg.node.endpoint,
 		Segment: m.seg.name, Offset: m.off, Length: m.len, PutToken: m.token}
 }
 

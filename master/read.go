@@ -111,11 +111,11 @@ func (s *Service) replicaList(key string, now int64, count bool, slab *[]mastera
 	}
 	for _, d := range o.disk {
 		if !d.node.dead.Load() {
-			info.Replicas = append(info.Replicas, masterapi.Replica{Kind: masterapi.LocalDisk, Status: masterapi.Complete, Node: d.node.id, Endpoint: d.node.endpoint})
+			info.Replicas = append(info.Replicas, masterapi.Replica{Kind: masterapi.SSD, Status: masterapi.Complete, Node: d.node.id, Endpoint: d.node.endpoint})
 		}
 	}
 	s.grantLease(o, now)
-	if len(info.Replicas) > 0 && info.Replicas[len(info.Replicas)-1].Kind != masterapi.LocalDisk {
+	if len(info.Replicas) > 0 && info.Replicas[len(info.Replicas)-1].Kind != masterapi.SSD {
 		// This reader has only DRAM replicas to read: keep them for the
 		// lease (invariant 4).
 		o.dramLeaseUntil = o.leaseUntil

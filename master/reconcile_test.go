@@ -94,9 +94,9 @@ func TestReconcileSession(t *testing.T) {
 			s, _ := offloadService(t, nil)
 			mount(t, s, "a", 1<<20)
 			mount(t, s, "b", 1<<20)
-			var objs []masterapi.DiskObject
+			var objs []masterapi.SSDObject
 			for i := range 6 {
-				objs = append(objs, masterapi.DiskObject{Key: fmt.Sprint("d", i), Size: 10, CRC: 1})
+				objs = append(objs, masterapi.SSDObject{Key: fmt.Sprint("d", i), Size: 10, CRC: 1})
 			}
 			s.ReRegisterDiskObjects(bg, "a", objs)
 			s.ReRegisterDiskObjects(bg, "b", objs[:3])
@@ -144,11 +144,11 @@ func TestReconcileSession(t *testing.T) {
 func TestReconcileSessionOnlyDifferingRanges(t *testing.T) {
 	s, _ := offloadService(t, nil)
 	mount(t, s, "a", 1<<20)
-	var objs []masterapi.DiskObject
+	var objs []masterapi.SSDObject
 	var keys []string
 	for i := range 2000 {
 		k := fmt.Sprint("k", i)
-		objs = append(objs, masterapi.DiskObject{Key: k, Size: 10, CRC: 1})
+		objs = append(objs, masterapi.SSDObject{Key: k, Size: 10, CRC: 1})
 		keys = append(keys, k)
 	}
 	if _, err := s.ReRegisterDiskObjects(bg, "a", objs); err != nil {
@@ -182,8 +182,8 @@ func TestReconcileSessionOnlyDifferingRanges(t *testing.T) {
 	if err != nil || dropped != int64(inDiffer) {
 		t.Fatalf("End dropped %d (%v), want %d: the keys of the differing ranges only", dropped, err, inDiffer)
 	}
-	if st, _ := s.Stats(bg); st.DiskReplicas != int64(len(keys)-inDiffer) {
-		t.Fatalf("disk replicas %d, want %d", st.DiskReplicas, len(keys)-inDiffer)
+	if st, _ := s.Stats(bg); st.SSDReplicas != int64(len(keys)-inDiffer) {
+		t.Fatalf("disk replicas %d, want %d", st.SSDReplicas, len(keys)-inDiffer)
 	}
 }
 
@@ -192,7 +192,7 @@ func TestReconcileSessionOnlyDifferingRanges(t *testing.T) {
 func TestReconcileSessionRefusals(t *testing.T) {
 	s, _ := offloadService(t, nil)
 	mount(t, s, "a", 1<<20)
-	s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "x", Size: 1, CRC: 1}, {Key: "y", Size: 1, CRC: 1}})
+	s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "x", Size: 1, CRC: 1}, {Key: "y", Size: 1, CRC: 1}})
 	d := digestOfKeys([]string{"x"}, 4) // the node lost y
 	s1, err := s.ReconcileBegin(bg, "a", d)
 	if err != nil || len(s1.Differ) != 1 {
@@ -220,7 +220,7 @@ func TestReconcileSessionRefusals(t *testing.T) {
 	_, err = s.ReconcileEnd(bg, "a", s2.ID)
 	mustIs(t, err, errcode.ErrInvalidParams) // ended
 	// A session begun by an earlier incarnation is void after a restart.
-	s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "z", Size: 1, CRC: 1}})
+	s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "z", Size: 1, CRC: 1}})
 	s3, err := s.ReconcileBegin(bg, "a", digestOfKeys(nil, 1))
 	if err != nil || len(s3.Differ) != 1 {
 		t.Fatalf("begin s3 %+v %v", s3, err)
@@ -255,14 +255,14 @@ func TestReconcileSessionKeepsReplicasRecordedMeanwhile(t *testing.T) {
 	if err != nil || len(ses.Differ) != 1 {
 		t.Fatalf("begin %+v %v", ses, err)
 	}
-	if _, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "late", Size: 1, CRC: 1}}); err != nil {
+	if _, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "late", Size: 1, CRC: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := s.ReconcileEnd(bg, "a", ses.ID); err != nil || n != 0 {
 		t.Fatalf("End dropped %d (%v): a replica recorded during the session", n, err)
 	}
-	if st, _ := s.Stats(bg); st.DiskReplicas != 1 {
-		t.Fatalf("disk replicas %d", st.DiskReplicas)
+	if st, _ := s.Stats(bg); st.SSDReplicas != 1 {
+		t.Fatalf("disk replicas %d", st.SSDReplicas)
 	}
 }
 
@@ -359,10 +359,10 @@ func TestReconcileSessionMatchesModel(t *testing.T) {
 	})
 }
 
-func diskObjsOf(ids []int) []masterapi.DiskObject {
-	out := make([]masterapi.DiskObject, len(ids))
+func diskObjsOf(ids []int) []masterapi.SSDObject {
+	out := make([]masterapi.SSDObject, len(ids))
 	for i, id := range ids {
-		out[i] = masterapi.DiskObject{Key: fmt.Sprint("k", id), Size: 8, CRC: 3}
+		out[i] = masterapi.SSDObject{Key: fmt.Sprint("k", id), Size: 8, CRC: 3}
 	}
 	return out
 }
@@ -413,9 +413,9 @@ func TestReconcileSessionOverGRPC(t *testing.T) {
 	s, _ := offloadService(t, nil)
 	api := remoteService(t, s)
 	mount(t, api, "a", 1<<20)
-	var objs []masterapi.DiskObject
+	var objs []masterapi.SSDObject
 	for i := range 100 {
-		objs = append(objs, masterapi.DiskObject{Key: fmt.Sprint("g", i), Size: 4, CRC: 2})
+		objs = append(objs, masterapi.SSDObject{Key: fmt.Sprint("g", i), Size: 4, CRC: 2})
 	}
 	if _, err := api.ReRegisterDiskObjects(bg, "a", objs); err != nil {
 		t.Fatal(err)

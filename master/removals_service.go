@@ -26,10 +26,10 @@ const removalTrimEvery = time.Minute
 // put) while the object lives on, delivered with the node's next pull.
 type forgetBox struct {
 	mu   sync.Mutex // protects refs; a leaf
-	refs []masterapi.MemoryRef
+	refs []masterapi.DRAMRef
 }
 
-func (b *forgetBox) add(r masterapi.MemoryRef) {
+func (b *forgetBox) add(r masterapi.DRAMRef) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.refs) >= forgetLimit {
@@ -38,7 +38,7 @@ func (b *forgetBox) add(r masterapi.MemoryRef) {
 	b.refs = append(b.refs, r)
 }
 
-func (b *forgetBox) take() []masterapi.MemoryRef {
+func (b *forgetBox) take() []masterapi.DRAMRef {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := b.refs
@@ -125,7 +125,7 @@ func (s *Service) removedDisk(id, key string) error {
 // covers it (its put token is below the entry's sequence number: a
 // removal, or an acknowledged DRAM eviction), or it predates the removal
 // log. Nil otherwise.
-func (s *Service) removedMem(m masterapi.MemoryObject) error {
+func (s *Service) removedMem(m masterapi.DRAMObject) error {
 	if m.PutToken < s.rlog.origin {
 		return errcode.Errorf(errcode.ObjectNotFound, "master: re_register_memory: put %d predates the removal log (origin %d)", m.PutToken, s.rlog.origin)
 	}
@@ -142,7 +142,7 @@ func (s *Service) removedMem(m masterapi.MemoryObject) error {
 // forgetting. Caller holds the shard lock.
 func (s *Service) forgetRecord(m *memReplica) {
 	if m.seg != nil && m.complete && m.seg.live() {
-		m.seg.node.forget.add(masterapi.MemoryRef{Offset: m.off, Token: m.token})
+		m.seg.node.forget.add(masterapi.DRAMRef{Offset: m.off, Token: m.token})
 	}
 }
 

@@ -164,7 +164,7 @@ func (s *Service) EvictMemory(ctx context.Context, keys []string, all bool) (mas
 		case o == nil:
 			res.NotFound++
 		case o.mem.seg == nil || (o.mem.complete && !o.readableMem()):
-			res.NotInMemory++
+			res.NotInDRAM++
 		default:
 			if s.evictMemOf(o, now, &res) {
 				last = s.rlog.add(masterapi.Removal{Kind: masterapi.EvictionKey, Key: k}, &s.tokens, now, false)
@@ -226,7 +226,7 @@ func (s *Service) evictMemOf(o *object, now int64, res *masterapi.EvictMemoryRes
 	case o.offload != nil:
 		res.OffloadPending++
 	case !o.readableDisk():
-		res.NoDiskCopy++
+		res.NoSSDCopy++
 	case o.leaseNeedsDRAM(now):
 		res.Leased++
 	case !s.evictable(o, now):

@@ -23,7 +23,7 @@ func offloadAll(t *testing.T, api masterapi.API, n string) int {
 	var req masterapi.NotifyRequest
 	req.Node = n
 	for _, task := range ts {
-		req.Persisted = append(req.Persisted, masterapi.DiskObject{Key: task.Key, Size: task.Size, CRC: task.CRC})
+		req.Persisted = append(req.Persisted, masterapi.SSDObject{Key: task.Key, Size: task.Size, CRC: task.CRC})
 	}
 	if len(ts) > 0 {
 		errs, err := api.NotifyOffloadSuccess(bg, req)
@@ -106,7 +106,7 @@ func TestReadTrafficDoesNotStarvePuts(t *testing.T) {
 			if stale < 64-16 {
 				t.Fatalf("%d objects left DRAM, want at least %d", stale, 64-16)
 			}
-			if st, _ := s.Stats(bg); st.Objects != 64 || st.DiskReplicas != 64 || st.MemoryReplicas > 16 {
+			if st, _ := s.Stats(bg); st.Objects != 64 || st.SSDReplicas != 64 || st.DRAMReplicas > 16 {
 				t.Fatalf("stats %+v", st)
 			}
 		})
@@ -157,7 +157,7 @@ func TestLeaseKeepsDRAMForItsReaders(t *testing.T) {
 		t.Fatal(res, err)
 	}
 	mount(t, s, "b", 1<<20)
-	s.ReRegisterDiskObjects(bg, "b", []masterapi.DiskObject{{Key: "m", Size: 64, CRC: crcOf("m")}})
+	s.ReRegisterDiskObjects(bg, "b", []masterapi.SSDObject{{Key: "m", Size: 64, CRC: crcOf("m")}})
 	if n := s.EvictNow(); n != 0 {
 		t.Fatal("DRAM dropped while readers hold a list whose SSD replica was dropped")
 	}

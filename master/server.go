@@ -318,10 +318,10 @@ func (s *Server) PromoteEnd(ctx context.Context, r *pb.PromoteEndRequest) (*pb.K
 	return keyResults(errs), nil
 }
 
-func diskObjs(in []*pb.DiskObject) []masterapi.DiskObject {
-	out := make([]masterapi.DiskObject, len(in))
+func diskObjs(in []*pb.DiskObject) []masterapi.SSDObject {
+	out := make([]masterapi.SSDObject, len(in))
 	for i, d := range in {
-		out[i] = masterapi.DiskObject{Key: string(d.GetKey()), Size: d.GetSize(), CRC: d.GetCrc()}
+		out[i] = masterapi.SSDObject{Key: string(d.GetKey()), Size: d.GetSize(), CRC: d.GetCrc()}
 	}
 	return out
 }
@@ -407,11 +407,11 @@ func (s *Server) Stats(ctx context.Context, _ *pb.StatsRequest) (*pb.StatsRespon
 	for i, n := range x.PerNode {
 		rows[i] = &pb.NodeStats{Node: n.Node, Endpoint: n.Endpoint, Incarnation: n.Incarnation, Alive: n.Alive,
 			Segments: n.Segments, SegmentSize: n.SegmentSize, SegmentUsed: n.SegmentUsed,
-			MemoryReplicas: n.MemoryReplicas, MemoryBytes: n.MemoryBytes, DiskReplicas: n.DiskReplicas, DiskBytes: n.DiskBytes,
+			MemoryReplicas: n.DRAMReplicas, MemoryBytes: n.DRAMBytes, DiskReplicas: n.SSDReplicas, DiskBytes: n.SSDBytes,
 			OffloadQueued: n.OffloadQueued, OffloadInFlight: n.OffloadInFlight}
 	}
-	return &pb.StatsResponse{PerNode: rows, Objects: x.Objects, MemoryReplicas: x.MemoryReplicas, DiskReplicas: x.DiskReplicas,
-		MemoryBytes: x.MemoryBytes, DiskBytes: x.DiskBytes, Segments: x.Segments, SegmentCapacity: x.SegmentCapacity,
+	return &pb.StatsResponse{PerNode: rows, Objects: x.Objects, MemoryReplicas: x.DRAMReplicas, DiskReplicas: x.SSDReplicas,
+		MemoryBytes: x.DRAMBytes, DiskBytes: x.SSDBytes, Segments: x.Segments, SegmentCapacity: x.SegmentCapacity,
 		SegmentUsed: x.SegmentUsed, Nodes: x.Nodes, OffloadQueued: x.OffloadQueued, OffloadInFlight: x.OffloadInFlight,
 		Evictions: x.Evictions, OffloadQueuedTotal: x.OffloadQueuedTot, OffloadPersistedTotal: x.OffloadPersisted,
 		OffloadFailedTotal: x.OffloadFailed, ExpiredNodesTotal: x.ExpiredNodes,

@@ -32,17 +32,17 @@ const MaxHeartbeatTasks = 16384
 type ReplicaKind uint8
 
 const (
-	// Memory: bytes in a node's DRAM segment at Segment/Offset/Length.
-	Memory ReplicaKind = 1
-	// LocalDisk: bytes on a node's SSD tier, served by Node at Endpoint.
-	LocalDisk ReplicaKind = 2
+	// DRAM: bytes in a node's DRAM segment at Segment/Offset/Length.
+	DRAM ReplicaKind = 1
+	// SSD: bytes on a node's SSD tier, served by Node at Endpoint.
+	SSD ReplicaKind = 2
 )
 
 func (k ReplicaKind) String() string {
 	switch k {
-	case Memory:
+	case DRAM:
 		return "MEMORY"
-	case LocalDisk:
+	case SSD:
 		return "LOCAL_DISK"
 	}
 	return "UNKNOWN"
@@ -238,8 +238,8 @@ type OffloadTask struct {
 	Term uint64
 }
 
-// DiskObject is an object held on a node's SSD.
-type DiskObject struct {
+// SSDObject is an object held on a node's SSD.
+type SSDObject struct {
 	Key  string
 	Size int64
 	CRC  uint32
@@ -257,7 +257,7 @@ type OffloadFailure struct {
 // Failed keys are not on SSD.
 type NotifyRequest struct {
 	Node      string
-	Persisted []DiskObject
+	Persisted []SSDObject
 	Failed    []OffloadFailure
 }
 
@@ -279,9 +279,9 @@ type EvictResult struct {
 // Dropped or one reason.
 type EvictMemoryResult struct {
 	Dropped int64
-	// NoDiskCopy: the object has no readable LocalDisk replica (yet): its
+	// NoSSDCopy: the object has no readable LocalDisk replica (yet): its
 	// offload has not been answered, or offload is off.
-	NoDiskCopy int64
+	NoSSDCopy int64
 	// Leased: a reader of the object's lease was given only the DRAM
 	// replica (docs/design.md invariant 4); it may go when the lease ends.
 	Leased int64
@@ -292,14 +292,14 @@ type EvictMemoryResult struct {
 	HardPinned int64
 	// PutInProgress: the key's put has not ended.
 	PutInProgress int64
-	// NotFound, NotInMemory: a named key with no object, or with no DRAM
+	// NotFound, NotInDRAM: a named key with no object, or with no DRAM
 	// replica.
-	NotFound, NotInMemory int64
+	NotFound, NotInDRAM int64
 }
 
 // Skipped is the number of replicas (or named keys) left in place.
 func (r EvictMemoryResult) Skipped() int64 {
-	return r.NoDiskCopy + r.Leased + r.OffloadPending + r.HardPinned + r.PutInProgress + r.NotFound + r.NotInMemory
+	return r.NoSSDCopy + r.Leased + r.OffloadPending + r.HardPinned + r.PutInProgress + r.NotFound + r.NotInDRAM
 }
 
 // SkipReasons renders the non-zero skip counts, most frequent reason first
@@ -310,13 +310,13 @@ func (r EvictMemoryResult) SkipReasons() string {
 		what string
 	}
 	rs := []reason{
-		{r.NoDiskCopy, "without an SSD copy yet"},
+		{r.NoSSDCopy, "without an SSD copy yet"},
 		{r.OffloadPending, "pinned by an offload task"},
 		{r.Leased, "leased by a reader that has only the DRAM copy"},
 		{r.HardPinned, "hard-pinned"},
 		{r.PutInProgress, "put in progress"},
 		{r.NotFound, "not found"},
-		{r.NotInMemory, "not in memory"},
+		{r.NotInDRAM, "not in memory"},
 	}
 	sort.SliceStable(rs, func(i, j int) bool { return rs[i].n > rs[j].n })
 	var parts []string
@@ -335,10 +335,10 @@ func (r EvictMemoryResult) SkipReasons() string {
 // lease included.
 type Stats struct {
 	Objects          int64
-	MemoryReplicas   int64
-	DiskReplicas     int64
-	MemoryBytes      int64 // object bytes with a Memory replica
-	DiskBytes        int64 // object bytes with at least one LocalDisk replica, per replica
+	DRAMReplicas     int64
+	SSDReplicas      int64
+	DRAMBytes        int64 // object bytes with a Memory replica
+	SSDBytes         int64 // object bytes with at least one LocalDisk replica, per replica
 	Segments         int64
 	SegmentCapacity  int64
 	SegmentUsed      int64
@@ -372,10 +372,10 @@ type NodeStats struct {
 	Segments        int64 // mounted DRAM segments
 	SegmentSize     int64 // their bytes
 	SegmentUsed     int64 // bytes allocated in them
-	MemoryReplicas  int64 // objects with a Memory replica on this node
-	MemoryBytes     int64 // their bytes
-	DiskReplicas    int64 // objects with a LocalDisk replica on this node
-	DiskBytes       int64 // their bytes
+	DRAMReplicas    int64 // objects with a Memory replica on this node
+	DRAMBytes       int64 // their bytes
+	SSDReplicas     int64 // objects with a LocalDisk replica on this node
+	SSDBytes        int64 // their bytes
 	OffloadQueued   int64 // tasks waiting to be fetched by this node
 	OffloadInFlight int64 // tasks this node fetched, not yet answered
 }
@@ -528,7 +528,7 @@ type NodeAPI interface {
 	// ReRegisterDiskObjects records objects a node holds on SSD (after a
 	// node or master restart), creating unknown ones; an existing object
 	// with another size/CRC is refused per item (ErrChecksumConflict).
-	ReRegisterDiskObjects(ctx context.Context, node string, objs []DiskObject) ([]error, error)
+	ReRegisterDiskObjects(ctx context.Context, node string, objs []SSDObject) ([]error, error)
 	// EvictDiskReplica is called before node deletes an SSD bucket holding
 	// keys. Key by key, the master drops node's LocalDisk replica, except
 	// for a key whose read lease is active and whose only readable replica
@@ -564,7 +564,7 @@ type NodeAPI interface {
 	// segment's re-registration: a segment mounted with HoldAllocation
 	// takes new puts only after it. ErrNeedRemount for an unknown node,
 	// ErrSegmentNotFound for a segment it has not mounted.
-	ReRegisterMemoryObjects(ctx context.Context, node, segment string, objs []MemoryObject, done bool) ([]error, error)
+	ReRegisterMemoryObjects(ctx context.Context, node, segment string, objs []DRAMObject, done bool) ([]error, error)
 	// PullRemovals hands node the durable entries of the removal log above
 	// its cursors (and the DRAM records it must forget), and records its
 	// SSD cursor, against which its SSD re-registration is checked

@@ -95,9 +95,9 @@ type RemovalCursor struct {
 	Seq uint64
 }
 
-// MemoryRef names one DRAM record of a node: the range at Offset written
+// DRAMRef names one DRAM record of a node: the range at Offset written
 // by the put Token.
-type MemoryRef struct {
+type DRAMRef struct {
 	Offset int64
 	Token  uint64
 }
@@ -129,7 +129,7 @@ type PullReply struct {
 	// Forget lists DRAM records of dropped Memory replicas (evicted,
 	// reported bad, abandoned) that no entry covers, since the node's
 	// previous pull.
-	Forget []MemoryRef
+	Forget []DRAMRef
 	More   bool
 }
 

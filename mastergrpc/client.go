@@ -346,13 +346,13 @@ func (r *Client) EvictMemory(ctx context.Context, keys []string, all bool) (mast
 	if err != nil {
 		return masterapi.EvictMemoryResult{}, fromStatus(err)
 	}
-	return masterapi.EvictMemoryResult{Dropped: p.GetCount(), NoDiskCopy: p.GetSkippedNoDiskCopy(), Leased: p.GetSkippedLeased(),
+	return masterapi.EvictMemoryResult{Dropped: p.GetCount(), NoSSDCopy: p.GetSkippedNoDiskCopy(), Leased: p.GetSkippedLeased(),
 		OffloadPending: p.GetSkippedOffloadPending(), HardPinned: p.GetSkippedHardPinned(),
 		PutInProgress: p.GetSkippedPutInProgress(), NotFound: p.GetSkippedNotFound(),
-		NotInMemory: p.GetSkippedNotInMemory()}, nil
+		NotInDRAM: p.GetSkippedNotInMemory()}, nil
 }
 
-func diskPB(objs []masterapi.DiskObject) []*pb.DiskObject {
+func diskPB(objs []masterapi.SSDObject) []*pb.DiskObject {
 	out := make([]*pb.DiskObject, len(objs))
 	for i, d := range objs {
 		out[i] = &pb.DiskObject{Key: []byte(d.Key), Size: d.Size, Crc: d.CRC}
@@ -374,7 +374,7 @@ func (r *Client) NotifyOffloadSuccess(ctx context.Context, req masterapi.NotifyR
 }
 
 // ReRegisterDiskObjects implements API.
-func (r *Client) ReRegisterDiskObjects(ctx context.Context, node string, objs []masterapi.DiskObject) ([]error, error) {
+func (r *Client) ReRegisterDiskObjects(ctx context.Context, node string, objs []masterapi.SSDObject) ([]error, error) {
 	p, err := r.c.ReRegisterDiskObjects(ctx, &pb.RegisterDiskObjectsRequest{Node: node, Objects: diskPB(objs)})
 	if err != nil {
 		return nil, fromStatus(err)
@@ -448,11 +448,11 @@ func (r *Client) Stats(ctx context.Context) (masterapi.Stats, error) {
 	for _, n := range p.GetPerNode() {
 		rows = append(rows, masterapi.NodeStats{Node: n.GetNode(), Endpoint: n.GetEndpoint(), Incarnation: n.GetIncarnation(), Alive: n.GetAlive(),
 			Segments: n.GetSegments(), SegmentSize: n.GetSegmentSize(), SegmentUsed: n.GetSegmentUsed(),
-			MemoryReplicas: n.GetMemoryReplicas(), MemoryBytes: n.GetMemoryBytes(), DiskReplicas: n.GetDiskReplicas(), DiskBytes: n.GetDiskBytes(),
+			DRAMReplicas: n.GetMemoryReplicas(), DRAMBytes: n.GetMemoryBytes(), SSDReplicas: n.GetDiskReplicas(), SSDBytes: n.GetDiskBytes(),
 			OffloadQueued: n.GetOffloadQueued(), OffloadInFlight: n.GetOffloadInFlight()})
 	}
-	return masterapi.Stats{PerNode: rows, Objects: p.GetObjects(), MemoryReplicas: p.GetMemoryReplicas(), DiskReplicas: p.GetDiskReplicas(),
-		MemoryBytes: p.GetMemoryBytes(), DiskBytes: p.GetDiskBytes(), Segments: p.GetSegments(),
+	return masterapi.Stats{PerNode: rows, Objects: p.GetObjects(), DRAMReplicas: p.GetMemoryReplicas(), SSDReplicas: p.GetDiskReplicas(),
+		DRAMBytes: p.GetMemoryBytes(), SSDBytes: p.GetDiskBytes(), Segments: p.GetSegments(),
 		SegmentCapacity: p.GetSegmentCapacity(), SegmentUsed: p.GetSegmentUsed(), Nodes: p.GetNodes(),
 		OffloadQueued: p.GetOffloadQueued(), OffloadInFlight: p.GetOffloadInFlight(), Evictions: p.GetEvictions(),
 		OffloadQueuedTot: p.GetOffloadQueuedTotal(), OffloadPersisted: p.GetOffloadPersistedTotal(),
@@ -487,9 +487,9 @@ func (r *Client) PullRemovals(ctx context.Context, req masterapi.PullRequest) (m
 		}
 	}
 	if n := len(p.GetForget()); n > 0 {
-		rep.Forget = make([]masterapi.MemoryRef, n)
+		rep.Forget = make([]masterapi.DRAMRef, n)
 		for i, f := range p.GetForget() {
-			rep.Forget[i] = masterapi.MemoryRef{Offset: f.GetOffset(), Token: f.GetPutToken()}
+			rep.Forget[i] = masterapi.DRAMRef{Offset: f.GetOffset(), Token: f.GetPutToken()}
 		}
 	}
 	return rep, nil

@@ -158,8 +158,8 @@ func TestOffloadAnswersEveryTaskAndReadFallsBack(t *testing.T) {
 	if st.OffloadInFlight != 0 {
 		t.Fatalf("%d offload tasks left unanswered", st.OffloadInFlight)
 	}
-	if st.DiskReplicas != 2 {
-		t.Fatalf("%d disk replicas, want 2", st.DiskReplicas)
+	if st.SSDReplicas != 2 {
+		t.Fatalf("%d disk replicas, want 2", st.SSDReplicas)
 	}
 	if ns := n.Stats(); ns.OffloadPersisted != 2 || ns.OffloadFailed != 1 {
 		t.Fatalf("node stats %+v", ns)
@@ -172,7 +172,7 @@ func TestOffloadAnswersEveryTaskAndReadFallsBack(t *testing.T) {
 	}
 	var mem masterapi.Replica
 	for _, r := range info.Replicas {
-		if r.Kind == masterapi.Memory {
+		if r.Kind == masterapi.DRAM {
 			mem = r
 		}
 	}
@@ -225,12 +225,12 @@ func TestOffloadAlreadyPresent(t *testing.T) {
 	if tr.has("stale") {
 		t.Fatal("stale SSD copy was not removed")
 	}
-	if st, _ := m.Stats(ctx); st.OffloadInFlight != 0 || st.DiskReplicas != 1 {
+	if st, _ := m.Stats(ctx); st.OffloadInFlight != 0 || st.SSDReplicas != 1 {
 		t.Fatalf("master stats %+v", st)
 	}
 	// The stale key was answered failed (retryable): no disk replica for it.
 	info, err = m.GetReplicaList(ctx, "stale")
-	if err != nil || len(info.Replicas) != 1 || info.Replicas[0].Kind != masterapi.Memory {
+	if err != nil || len(info.Replicas) != 1 || info.Replicas[0].Kind != masterapi.DRAM {
 		t.Fatalf("stale object replicas: %+v %v", info, err)
 	}
 	if ns := n.Stats(); ns.OffloadPersisted != 1 || ns.OffloadFailed != 1 {
@@ -269,7 +269,7 @@ func (s *switchable) PromoteEnd(ctx context.Context, node string, res []masterap
 func (s *switchable) NotifyOffloadSuccess(ctx context.Context, r masterapi.NotifyRequest) ([]error, error) {
 	return s.get().NotifyOffloadSuccess(ctx, r)
 }
-func (s *switchable) ReRegisterDiskObjects(ctx context.Context, node string, objs []masterapi.DiskObject) ([]error, error) {
+func (s *switchable) ReRegisterDiskObjects(ctx context.Context, node string, objs []masterapi.SSDObject) ([]error, error) {
 	return s.get().ReRegisterDiskObjects(ctx, node, objs)
 }
 func (s *switchable) EvictDiskReplica(ctx context.Context, node string, keys []string) (masterapi.EvictResult, error) {
@@ -287,7 +287,7 @@ func (s *switchable) ReconcileEnd(ctx context.Context, node string, id uint64) (
 func (s *switchable) PullRemovals(ctx context.Context, r masterapi.PullRequest) (masterapi.PullReply, error) {
 	return s.get().PullRemovals(ctx, r)
 }
-func (s *switchable) ReRegisterMemoryObjects(ctx context.Context, node, seg string, objs []masterapi.MemoryObject, done bool) ([]error, error) {
+func (s *switchable) ReRegisterMemoryObjects(ctx context.Context, node, seg string, objs []masterapi.DRAMObject, done bool) ([]error, error) {
 	return s.get().ReRegisterMemoryObjects(ctx, node, seg, objs, done)
 }
 
@@ -357,7 +357,7 @@ func TestReconcileAndEvictCallback(t *testing.T) {
 		}
 	}
 	n.OffloadNow()
-	if st, _ := m.Stats(ctx); st.DiskReplicas != 3 {
+	if st, _ := m.Stats(ctx); st.SSDReplicas != 3 {
 		t.Fatalf("stats %+v", st)
 	}
 	// "a" vanishes from the SSD behind the node's back.
@@ -367,14 +367,14 @@ func TestReconcileAndEvictCallback(t *testing.T) {
 	if err := n.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := m.Stats(ctx); st.DiskReplicas != 2 {
+	if st, _ := m.Stats(ctx); st.SSDReplicas != 2 {
 		t.Fatalf("reconcile did not prune: %+v", st)
 	}
 	// The tier's eviction callback tells the master first.
 	if _, err := n.onEvict(ctx, [][]byte{[]byte("b")}); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := m.Stats(ctx); st.DiskReplicas != 1 {
+	if st, _ := m.Stats(ctx); st.SSDReplicas != 1 {
 		t.Fatalf("evict callback did not drop the replica: %+v", st)
 	}
 }
@@ -436,7 +436,7 @@ func TestCorruptSSDReplicaIsDropped(t *testing.T) {
 	if _, err := c.Get(ctx, "k"); !errors.Is(err, errcode.ErrChecksumMismatch) {
 		t.Fatalf("get of a corrupt SSD-only object: %v", err)
 	}
-	if st, _ := m.Stats(ctx); st.DiskReplicas != 0 {
+	if st, _ := m.Stats(ctx); st.SSDReplicas != 0 {
 		t.Fatalf("the corrupt replica is still listed: %+v", st)
 	}
 	// Inside the lease of the last lookup the master says the replica is
@@ -541,8 +541,8 @@ func TestSSDEvictionTellsMasterRealTier(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.DiskReplicas != ts.Objects {
-		t.Fatalf("master lists %d SSD replicas, the tier holds %d objects", st.DiskReplicas, ts.Objects)
+	if st.SSDReplicas != ts.Objects {
+		t.Fatalf("master lists %d SSD replicas, the tier holds %d objects", st.SSDReplicas, ts.Objects)
 	}
 	if _, err := c.EvictMemory(ctx, nil, true); err != nil {
 		t.Fatal(err)
@@ -604,7 +604,7 @@ func TestNotifyFailureRollsBackRealTier(t *testing.T) {
 		t.Fatalf("after a failed announcement: %+v", ns)
 	}
 	st, _ := m.Stats(ctx)
-	if st.DiskReplicas != 0 || st.OffloadInFlight != 0 {
+	if st.SSDReplicas != 0 || st.OffloadInFlight != 0 {
 		t.Fatalf("master after a failed announcement: %+v", st)
 	}
 }

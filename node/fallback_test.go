@@ -79,7 +79,7 @@ func TestReaderFallsBackWhenDRAMRangeReallocated(t *testing.T) {
 			return
 		}
 		for _, r := range info.Replicas {
-			if r.Kind == masterapi.Memory {
+			if r.Kind == masterapi.DRAM {
 				reused = bi.Replicas[0].Offset == r.Offset
 			}
 		}
@@ -97,7 +97,7 @@ func TestReaderFallsBackWhenDRAMRangeReallocated(t *testing.T) {
 	}
 	// B keeps its replica and its bytes.
 	bi, err := m.GetReplicaList(ctx, "B")
-	if err != nil || len(bi.Replicas) != 1 || bi.Replicas[0].Kind != masterapi.Memory {
+	if err != nil || len(bi.Replicas) != 1 || bi.Replicas[0].Kind != masterapi.DRAM {
 		t.Fatalf("B after A's reader reported what it saw: %+v %v", bi, err)
 	}
 	if got, err := writer.Get(ctx, "B"); err != nil || !bytes.Equal(got, valB) {

@@ -171,7 +171,7 @@ type racingAPI struct {
 	got chan error
 }
 
-func (a *racingAPI) ReRegisterMemoryObjects(ctx context.Context, node, seg string, objs []masterapi.MemoryObject, done bool) ([]error, error) {
+func (a *racingAPI) ReRegisterMemoryObjects(ctx context.Context, node, seg string, objs []masterapi.DRAMObject, done bool) ([]error, error) {
 	if len(objs) > 0 {
 		pctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		_, err := a.get().PutStart(pctx, masterapi.PutStartRequest{Key: "racer", Size: 1000})

@@ -65,7 +65,7 @@ func TestEvictFuncPassesKeepList(t *testing.T) {
 	m := newMaster(t, testMasterConfig())
 	n := startTestNode(t, m, "", nil)
 	ctx := context.Background()
-	objs := []masterapi.DiskObject{{Key: "leased", Size: 1, CRC: 1}, {Key: "free", Size: 1, CRC: 2}}
+	objs := []masterapi.SSDObject{{Key: "leased", Size: 1, CRC: 1}, {Key: "free", Size: 1, CRC: 2}}
 	if _, err := m.ReRegisterDiskObjects(ctx, n.Name(), objs); err != nil {
 		t.Fatal(err)
 	}

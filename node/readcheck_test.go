@@ -35,7 +35,7 @@ func TestReadsBoundToObjects(t *testing.T) {
 	at := func(k string) masterapi.Replica {
 		t.Helper()
 		info, err := m.GetReplicaList(ctx, k)
-		if err != nil || len(info.Replicas) != 1 || info.Replicas[0].Kind != masterapi.Memory {
+		if err != nil || len(info.Replicas) != 1 || info.Replicas[0].Kind != masterapi.DRAM {
 			t.Fatalf("lookup %s: %v %+v", k, err, info)
 		}
 		return info.Replicas[0]

@@ -44,7 +44,7 @@ func (n *Node) reRegister(ctx context.Context) {
 		n.reregister.Store(true)
 		return
 	}
-	batch := make([]masterapi.DiskObject, 0, reRegisterBatch)
+	batch := make([]masterapi.SSDObject, 0, reRegisterBatch)
 	var sent int64
 	var callErr error
 	flush := func() bool {
@@ -61,7 +61,7 @@ func (n *Node) reRegister(ctx context.Context) {
 		return true
 	}
 	err := n.tier.Keys(func(key []byte, info tier.KeyInfo) bool {
-		batch = append(batch, masterapi.DiskObject{Key: string(key), Size: info.Size, CRC: info.CRC})
+		batch = append(batch, masterapi.SSDObject{Key: string(key), Size: info.Size, CRC: info.CRC})
 		return len(batch) < reRegisterBatch || flush()
 	})
 	if err == nil && callErr == nil && len(batch) > 0 {
@@ -85,7 +85,7 @@ func (n *Node) reRegister(ctx context.Context) {
 // A key refused as unknown is kept, and a re-registration flagged, when the
 // node remounted since gen (the master may have restarted and not heard the
 // SSD objects yet).
-func (n *Node) dropConflicts(objs []masterapi.DiskObject, errs []error, gen uint64) {
+func (n *Node) dropConflicts(objs []masterapi.SSDObject, errs []error, gen uint64) {
 	for i, e := range errs {
 		if i >= len(objs) || e == nil {
 			continue

@@ -23,7 +23,7 @@ type recordingMaster struct {
 	onKeys      func()     // runs before each ReconcileKeys is forwarded
 }
 
-func (r *recordingMaster) ReRegisterDiskObjects(ctx context.Context, node string, objs []masterapi.DiskObject) ([]error, error) {
+func (r *recordingMaster) ReRegisterDiskObjects(ctx context.Context, node string, objs []masterapi.SSDObject) ([]error, error) {
 	r.mu.Lock()
 	r.reRegisters = append(r.reRegisters, len(objs))
 	r.mu.Unlock()
@@ -78,8 +78,8 @@ func TestReRegisterStreamsBatches(t *testing.T) {
 	if len(calls) != 3 || calls[0] != reRegisterBatch || calls[1] != reRegisterBatch || calls[2] != 5 {
 		t.Fatalf("re-registration calls %v, want [%d %d 5]", calls, reRegisterBatch, reRegisterBatch)
 	}
-	if st, _ := m.Stats(context.Background()); st.DiskReplicas != objects {
-		t.Fatalf("master lists %d disk replicas, want %d", st.DiskReplicas, objects)
+	if st, _ := m.Stats(context.Background()); st.SSDReplicas != objects {
+		t.Fatalf("master lists %d disk replicas, want %d", st.SSDReplicas, objects)
 	}
 }
 
@@ -101,7 +101,7 @@ func TestReconcileSendsOnlyDifferingRanges(t *testing.T) {
 	if _, err := m.EvictDiskReplica(ctx, n.Name(), []string{"k7"}); err != nil { // the node keeps the bytes
 		t.Fatal(err)
 	}
-	if _, err := m.ReRegisterDiskObjects(ctx, n.Name(), []masterapi.DiskObject{{Key: "phantom", Size: 3, CRC: 1}}); err != nil {
+	if _, err := m.ReRegisterDiskObjects(ctx, n.Name(), []masterapi.SSDObject{{Key: "phantom", Size: 3, CRC: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.Reconcile(ctx); err != nil {
@@ -124,8 +124,8 @@ func TestReconcileSendsOnlyDifferingRanges(t *testing.T) {
 	if ends != 1 {
 		t.Fatalf("%d ReconcileEnd calls, want 1", ends)
 	}
-	if st, _ := m.Stats(ctx); st.DiskReplicas != objects-1 {
-		t.Fatalf("master lists %d disk replicas, want %d", st.DiskReplicas, objects-1)
+	if st, _ := m.Stats(ctx); st.SSDReplicas != objects-1 {
+		t.Fatalf("master lists %d disk replicas, want %d", st.SSDReplicas, objects-1)
 	}
 }
 

@@ -35,7 +35,7 @@ func memOffset(t *testing.T, m masterapi.ClientAPI, key string) int64 {
 		t.Fatal(err)
 	}
 	for _, r := range info.Replicas {
-		if r.Kind == masterapi.Memory {
+		if r.Kind == masterapi.DRAM {
 			return r.Offset
 		}
 	}

@@ -314,7 +314,7 @@ func (l *loop) announced(ctx context.Context, c *client.Client, all bool, victim
 		ssd, other := false, false
 		for _, rep := range r.Info.Replicas {
 			mine := rep.Node == l.nodes[victim].Node
-			ssd = ssd || rep.Kind == masterapi.LocalDisk && rep.Status == masterapi.Complete && (all || mine)
+			ssd = ssd || rep.Kind == masterapi.SSD && rep.Status == masterapi.Complete && (all || mine)
 			other = other || rep.Status == masterapi.Complete && !mine
 		}
 		if ssd {
@@ -423,7 +423,7 @@ func (l *loop) checkAll(ctx context.Context, c *client.Client) error {
 				l.rep.Duplicates++
 			}
 			seen[id] = true
-			if rep.Kind == masterapi.LocalDisk && rep.Status == masterapi.Complete {
+			if rep.Kind == masterapi.SSD && rep.Status == masterapi.Complete {
 				l.checkSSDReplica(ctx, k, rep, r.Info.Size)
 			}
 		}

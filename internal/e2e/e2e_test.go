@@ -41,8 +41,8 @@ func waitDiskReplicas(t *testing.T, c *client.Client, n int64) {
 		if err != nil {
 			return err
 		}
-		if st.DiskReplicas < n {
-			return fmt.Errorf("%d of %d disk replicas", st.DiskReplicas, n)
+		if st.SSDReplicas < n {
+			return fmt.Errorf("%d of %d disk replicas", st.SSDReplicas, n)
 		}
 		return nil
 	})
@@ -115,7 +115,7 @@ func TestTwoNodesCrossRead(t *testing.T) {
 		return nil
 	})
 	st, err := reader.Stats(ctx)
-	if err != nil || st.MemoryReplicas != 0 || dropped != n {
+	if err != nil || st.DRAMReplicas != 0 || dropped != n {
 		t.Fatalf("after evict (%d dropped): %+v, %v", dropped, st, err)
 	}
 	for _, k := range keys {
@@ -197,7 +197,7 @@ func TestNodeKill9MidOffload(t *testing.T) {
 				continue
 			}
 			for _, rep := range r.Info.Replicas {
-				if rep.Kind == masterapi.LocalDisk {
+				if rep.Kind == masterapi.SSD {
 					out = append(out, keys[i])
 					break
 				}

@@ -206,8 +206,8 @@ func (r *lifecycleRig) checkDRAM(evicted map[string]bool) {
 			}
 			mem, disk := false, false
 			for _, rep := range info.Replicas {
-				mem = mem || rep.Kind == masterapi.Memory
-				disk = disk || rep.Kind == masterapi.LocalDisk
+				mem = mem || rep.Kind == masterapi.DRAM
+				disk = disk || rep.Kind == masterapi.SSD
 			}
 			switch {
 			case !disk:
@@ -336,8 +336,8 @@ func TestEvictThenHAFailover(t *testing.T) {
 			}
 			mem, disk := false, false
 			for _, rep := range info.Replicas {
-				mem = mem || rep.Kind == masterapi.Memory
-				disk = disk || rep.Kind == masterapi.LocalDisk
+				mem = mem || rep.Kind == masterapi.DRAM
+				disk = disk || rep.Kind == masterapi.SSD
 			}
 			switch {
 			case !disk:

@@ -64,7 +64,7 @@ func TestReplicasSurviveKill9OfAHolder(t *testing.T) {
 	keys, vals["rep-big"] = append(keys, "rep-big"), big
 
 	st, err := c.Stats(ctx)
-	if err != nil || st.Objects != n+1 || st.MemoryReplicas != 2*(n+1) {
+	if err != nil || st.Objects != n+1 || st.DRAMReplicas != 2*(n+1) {
 		t.Fatalf("after the puts: %+v %v", st, err)
 	}
 	if _, errOut, code := cli(t, "put", "--master", m.Addr, "--replicas", "4", "rep-four", file); code != 1 || !strings.Contains(errOut, "4 replicas asked, 3 live nodes") {
@@ -72,8 +72,8 @@ func TestReplicasSurviveKill9OfAHolder(t *testing.T) {
 	}
 	// Offload runs from one replica: every object reaches one SSD, once.
 	waitDiskReplicas(t, c, n+1)
-	if st, _ := c.Stats(ctx); st.DiskReplicas != n+1 {
-		t.Fatalf("%d SSD replicas of %d objects", st.DiskReplicas, n+1)
+	if st, _ := c.Stats(ctx); st.SSDReplicas != n+1 {
+		t.Fatalf("%d SSD replicas of %d objects", st.SSDReplicas, n+1)
 	}
 
 	// kill -9 of a: each object's first DRAM replica, and the SSD copies
@@ -130,7 +130,7 @@ func TestReplicasSurviveKill9OfAHolder(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if st.Nodes != 3 || st.Objects != 0 || st.MemoryReplicas != 0 || st.DiskReplicas != 0 || st.SegmentUsed != 0 {
+		if st.Nodes != 3 || st.Objects != 0 || st.DRAMReplicas != 0 || st.SSDReplicas != 0 || st.SegmentUsed != 0 {
 			return fmt.Errorf("master still has %+v", st)
 		}
 		for id, p := range nodes {
@@ -157,7 +157,7 @@ func firstHolders(t *testing.T, c *client.Client, keys []string) map[string]int 
 	}
 	out := map[string]int{}
 	for i, r := range res {
-		if r.Err != nil || len(r.Info.Replicas) < 2 || r.Info.Replicas[0].Kind != masterapi.Memory || r.Info.Replicas[1].Kind != masterapi.Memory {
+		if r.Err != nil || len(r.Info.Replicas) < 2 || r.Info.Replicas[0].Kind != masterapi.DRAM || r.Info.Replicas[1].Kind != masterapi.DRAM {
 			t.Fatalf("%s: replicas %+v %v", keys[i], r.Info.Replicas, r.Err)
 		}
 		out[r.Info.Replicas[0].Node]++

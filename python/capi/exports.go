@@ -614,7 +614,7 @@ func ts_replicas(h C.int64_t, key *C.char, keylen C.int64_t, out *C.char, outlen
 		reps := make([]replicaJSON, 0, len(info.Replicas))
 		for _, r := range info.Replicas {
 			t := "memory"
-			if r.Kind == masterapi.LocalDisk {
+			if r.Kind == masterapi.SSD {
 				t = "disk"
 			}
 			reps = append(reps, replicaJSON{Tier: t, Node: r.Endpoint, NodeID: r.Node, Size: info.Size, Status: r.Status.String()})

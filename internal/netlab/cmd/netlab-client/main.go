@@ -433,7 +433,7 @@ func (pr *probe) once(ctx context.Context) {
 			continue
 		}
 		for _, rep := range r.Info.Replicas {
-			if rep.Kind == masterapi.LocalDisk && rep.Status == masterapi.Complete {
+			if rep.Kind == masterapi.SSD && rep.Status == masterapi.Complete {
 				_ = pr.rec.Record(history.Op{Client: pr.name, Kind: history.OnSSD, Key: keys[i], Start: now, End: now, CRC: r.Info.CRC})
 				if pr.pending[keys[i]] == r.Info.CRC {
 					delete(pr.pending, keys[i])
