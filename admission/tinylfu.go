@@ -110,9 +110,9 @@ type Outcome uint8
 const (
 	// Miss: the key has no readable replica.
 	Miss Outcome = iota
-	// DRAMHit: a Memory replica answers it.
+	// DRAMHit: a DRAM replica answers it.
 	DRAMHit
-	// SSDHit: only LocalDisk replicas answer it (the reader goes to SSD).
+	// SSDHit: only SSD replicas answer it (the reader goes to SSD).
 	SSDHit
 )
 

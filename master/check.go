@@ -52,7 +52,7 @@ func (s *Service) Check() error {
 }
 
 // checkDigests compares every node id's reconcile digest with the one the
-// census computed from the LocalDisk replicas.
+// census computed from the SSD replicas.
 func (s *Service) checkDigests(c *census) error {
 	s.digestMu.Lock()
 	defer s.digestMu.Unlock()
@@ -96,7 +96,7 @@ type census struct {
 	ranges                                        map[*segment][]rng
 	pinned                                        map[*node]map[string]bool
 	byNode                                        map[*node]*perNode
-	digests                                       map[string]masterapi.RangeDigest // per node id, of its LocalDisk replicas
+	digests                                       map[string]masterapi.RangeDigest // per node id, of its SSD replicas
 }
 
 func newCensus() *census {

@@ -14,7 +14,7 @@ import (
 // nothing is allocated in it, then re-registers every complete object it
 // recorded (key, range, CRC32C, put token, pins) with
 // ReRegisterMemoryObjects, the last call with done set. Each object gets a
-// complete Memory replica and its range is marked allocated; a range that
+// complete DRAM replica and its range is marked allocated; a range that
 // is not free, or an object that conflicts with what the master knows, is
 // refused per item (the node forgets that record). Only then does the
 // segment take new puts: no put is ever given the range of a live object.
@@ -59,7 +59,7 @@ func (s *Service) holdSegment(g *segment, hold bool) {
 	}
 }
 
-// registerMem records m as a complete Memory replica in g.
+// registerMem records m as a complete DRAM replica in g.
 func (s *Service) registerMem(g *segment, m masterapi.DRAMObject, now int64) error {
 	if err := validKey(m.Key); err != nil {
 		return err

@@ -35,7 +35,7 @@ func (s *Service) NotifyOffloadSuccess(ctx context.Context, req masterapi.Notify
 // removal) counts and is logged as an offload failure: a restarted master
 // that receives answers to its predecessor's tasks ignores them as answers.
 // Whatever the task's state, the failure says the key is not on n's SSD,
-// and n's word about its own SSD is authoritative: a LocalDisk replica of n
+// and n's word about its own SSD is authoritative: an SSD replica of n
 // the master lists goes (with the usual lease rule for the metadata).
 func (s *Service) answerFailure(n *node, f masterapi.OffloadFailure) {
 	orph, orphaned := n.box.takeOrphan(f.Key)
@@ -72,7 +72,7 @@ func (s *Service) answerFailure(n *node, f masterapi.OffloadFailure) {
 	if i < 0 {
 		return
 	}
-	// A LocalDisk replica of n the node says it does not hold. If this
+	// An SSD replica of n the node says it does not hold. If this
 	// master recorded it as the answer to its own task (a persisted notify
 	// whose reply the node never got, so the node rolled the bucket back),
 	// that task failed after all: a retryable failure is an attempt of it
@@ -133,7 +133,7 @@ func (s *Service) ReRegisterDiskObjects(ctx context.Context, nodeID string, objs
 
 // registerDisk records that n holds d on its SSD: a new object when the key
 // is unknown and create is set (re-registration), else a new or refreshed
-// LocalDisk replica (one per node id). A task of n for the key is answered
+// SSD replica (one per node id). A task of n for the key is answered
 // and its pin released. Without create an unknown key is OBJECT_NOT_FOUND.
 func (s *Service) registerDisk(n *node, d masterapi.SSDObject, create bool) error {
 	if err := validKey(d.Key); err != nil {

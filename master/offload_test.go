@@ -406,7 +406,7 @@ func TestReconcile(t *testing.T) {
 
 // TestEvictDiskReplicaPerKey guards issue 9 item 3 (the SSD keeps admitting,
 // invariant 4): EvictDiskReplica decides key by key. A leased key whose only
-// readable replica is the node's LocalDisk one is kept and answered in Keep
+// readable replica is the node's SSD one is kept and answered in Keep
 // (once, even if named twice) and stays readable; every other key of the
 // same call loses that node's replica at once (no more all-or-nothing
 // refusal); after the lease the kept key goes too. In-process and over
@@ -452,7 +452,7 @@ func TestEvictDiskReplicaPerKey(t *testing.T) {
 }
 
 // TestFailedAnswerDropsPhantomDiskReplica: a notify the master applied but
-// whose reply the node lost leaves a LocalDisk replica the node rolled
+// whose reply the node lost leaves an SSD replica the node rolled
 // back; the node's later failure for that key (the task already settled)
 // drops it. Inside a lease with nothing else readable the metadata stays
 // as "gone" until the lease ends.
@@ -564,7 +564,7 @@ func TestReadThresholdCounting(t *testing.T) {
 // master receives the node's failures for its predecessor's tasks: of a key
 // it does not know, of a key it queued but never handed out, of a key it
 // knows from re-registration only. None counts, none is retried or logged
-// as an offload failure; the node's word still drops its LocalDisk replica.
+// as an offload failure; the node's word still drops its SSD replica.
 // Then a failure of a task it did issue counts once.
 func TestRestartedMasterCountsOnlyItsTasks(t *testing.T) {
 	for _, via := range []string{"service", "grpc"} {

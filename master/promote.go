@@ -37,7 +37,7 @@ import (
 // answer finds its token stale: ErrStalePut, the range is freed, nothing
 // is published; a removed object never comes back), and the discard
 // timeout reclaims an unanswered one. When the promotion's source, the
-// node's LocalDisk replica, is dropped (SSD eviction, a failed notify, a
+// node's SSD replica, is dropped (SSD eviction, a failed notify, a
 // reconcile, a bad-replica report), the promotion is abandoned at once the
 // same way (dropDisk), so an object is never left with only a promotion in
 // progress.
@@ -136,7 +136,7 @@ func (b *promoBox) take(n int) ([]string, []uint8, []bool) {
 type promoter interface{ Promote(key string) bool }
 
 // considerPromotion queues key for promotion on the node of its live
-// LocalDisk replica when o is read from SSD only and the policy says it is
+// SSD replica when o is read from SSD only and the policy says it is
 // worth it; a prefetch (pre) also needs the prefetch budget. It reports
 // whether key is queued now. Caller holds the shard lock.
 func (s *Service) considerPromotion(key string, o *object, pre bool) bool {
@@ -190,7 +190,7 @@ func (s *Service) takePromotions(n *node, max int) []masterapi.PromoteTask {
 }
 
 // promotable reports whether o can take a promotion from node n's SSD: no
-// DRAM replica or put, no offload task, a LocalDisk replica on n. Caller
+// DRAM replica or put, no offload task, an SSD replica on n. Caller
 // holds the shard lock.
 func promotable(o *object, n *node) bool {
 	if o == nil || o.mem.seg != nil || o.offload != nil {
@@ -372,7 +372,7 @@ func (s *Service) tryAllocateOn(n *node, size int64) (*segment, int64, bool) {
 }
 
 // abandonPromotion gives up o's promotion in progress when its source,
-// node id's LocalDisk replica, is going: the range stays parked until the
+// node id's SSD replica, is going: the range stays parked until the
 // node answers (it may be writing) or the discard deadline. Caller holds
 // the shard lock, before dropping the replica.
 func (s *Service) abandonPromotion(key string, o *object, id string) {

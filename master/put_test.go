@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-// overlaps reports whether two Memory replicas share bytes of one segment.
+// overlaps reports whether two DRAM replicas share bytes of one segment.
 func overlaps(a, b masterapi.Replica) bool {
 	return a.Node == b.Node && a.Segment == b.Segment && a.Offset < b.Offset+alignUp(b.Length) && b.Offset < a.Offset+alignUp(a.Length)
 }

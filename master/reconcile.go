@@ -11,7 +11,7 @@ import (
 )
 
 // Reconcile sessions (masterapi/reconcile.go; docs/design.md invariant 6):
-// the master keeps, per node id, a digest of the LocalDisk replicas it
+// the master keeps, per node id, a digest of the SSD replicas it
 // lists for that id (every incarnation), at the finest resolution
 // masterapi.MaxReconcileRanges, updated with the replica counters under the
 // object's shard lock. A node's reconcile compares digests first, and only
@@ -26,7 +26,7 @@ import (
 
 const digestRanges = masterapi.MaxReconcileRanges
 
-// diskDigest is the running digest of one node id's LocalDisk replicas, and
+// diskDigest is the running digest of one node id's SSD replicas, and
 // its reconcile session.
 type diskDigest struct {
 	// counts and sums are atomics: replicas of one range can change under
@@ -223,7 +223,7 @@ func (s *Service) ReconcileEnd(ctx context.Context, nodeID string, id uint64) (i
 	return dropped, nil
 }
 
-// dropUnseen drops node id's LocalDisk replicas in the differing ranges
+// dropUnseen drops node id's SSD replicas in the differing ranges
 // (at resolution ranges) whose stamp is not session: the node did not name
 // them, so its SSD does not hold them. Only the shards that hold those
 // ranges are scanned. Caller holds the node's digest lock (no session

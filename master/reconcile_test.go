@@ -367,7 +367,7 @@ func diskObjsOf(ids []int) []masterapi.SSDObject {
 	return out
 }
 
-// diskState renders every object and its LocalDisk replicas, sorted.
+// diskState renders every object and its SSD replicas, sorted.
 func diskState(s *Service) string {
 	var rows []string
 	for i := range s.shards {

@@ -22,7 +22,7 @@ const forgetLimit = 1 << 16
 const removalTrimEvery = time.Minute
 
 // forgetBox is a node incarnation's list of DRAM records to forget: those
-// of Memory replicas the master dropped (eviction, bad replica, abandoned
+// of DRAM replicas the master dropped (eviction, bad replica, abandoned
 // put) while the object lives on, delivered with the node's next pull.
 type forgetBox struct {
 	mu   sync.Mutex // protects refs; a leaf
@@ -138,7 +138,7 @@ func (s *Service) removedMem(m masterapi.DRAMObject) error {
 	return nil
 }
 
-// forgetRecord queues the node's DRAM record of the Memory replica m for
+// forgetRecord queues the node's DRAM record of the DRAM replica m for
 // forgetting. Caller holds the shard lock.
 func (s *Service) forgetRecord(m *memReplica) {
 	if m.seg != nil && m.complete && m.seg.live() {

@@ -115,8 +115,8 @@ func TestReadTrafficDoesNotStarvePuts(t *testing.T) {
 
 // TestLeaseKeepsDRAMForItsReaders guards issue 9 item 2's limit (invariant
 // 4): DRAM of a leased object goes only when every reader of the lease was
-// given a LocalDisk replica. A lookup that listed only the DRAM replica
-// (before the offload) keeps it until that lease ends; so does a LocalDisk
+// given an SSD replica. A lookup that listed only the DRAM replica
+// (before the offload) keeps it until that lease ends; so does an SSD
 // replica dropped inside the lease.
 func TestLeaseKeepsDRAMForItsReaders(t *testing.T) {
 	s, clk := offloadService(t, func(c *Config) { c.EvictionRatio = 1 })
@@ -145,8 +145,8 @@ func TestLeaseKeepsDRAMForItsReaders(t *testing.T) {
 		t.Fatalf("%s %v", kinds(info), err)
 	}
 
-	// A LocalDisk replica dropped inside the lease: its readers now rely on
-	// DRAM, which stays for the lease, even when another LocalDisk replica
+	// An SSD replica dropped inside the lease: its readers now rely on
+	// DRAM, which stays for the lease, even when another SSD replica
 	// (which they were not given) appears.
 	put(t, s, "m", 64, "a")
 	offloadAll(t, s, "a")

@@ -29,7 +29,7 @@ type Service struct {
 	mask   uint64
 
 	digestMu sync.Mutex             // protects digests
-	digests  map[string]*diskDigest // per node id: its LocalDisk replicas' digest (reconcile.go)
+	digests  map[string]*diskDigest // per node id: its SSD replicas' digest (reconcile.go)
 
 	nodesMu sync.RWMutex // protects nodes, retired and every node.segments map
 	nodes   map[string]*node

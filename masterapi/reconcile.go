@@ -15,7 +15,7 @@ import (
 //  1. ReconcileBegin: the node sends a RangeDigest of its SSD keys: the key
 //     space is cut into Ranges hash ranges (KeyHash), and each range has a
 //     count and a sum of a per-key hash. The master keeps the same digest
-//     of the LocalDisk replicas it lists for the node, maintained as
+//     of the SSD replicas it lists for the node, maintained as
 //     replicas come and go, and answers the ranges whose digests differ.
 //     Equal digests mean equal key sets (but for a 64-bit hash collision),
 //     so when nothing changed the call costs O(Ranges) at both ends and
@@ -24,7 +24,7 @@ import (
 //     holds in the differing ranges; the master marks the node's replica of
 //     each as seen and answers the keys it does not want on that node
 //     (ReconcileKeysResult.Unwanted).
-//  3. ReconcileEnd: the master drops the node's LocalDisk replicas in the
+//  3. ReconcileEnd: the master drops the node's SSD replicas in the
 //     differing ranges that no batch of the session marked, and answers how
 //     many. Only the metadata shards holding those ranges are scanned.
 //

@@ -126,7 +126,7 @@ type PullReply struct {
 	// tier. A tier that never pulled (Log "") is never dropped: its
 	// re-registration is checked against every retained entry.
 	DropDRAM, DropSSD bool
-	// Forget lists DRAM records of dropped Memory replicas (evicted,
+	// Forget lists DRAM records of dropped DRAM replicas (evicted,
 	// reported bad, abandoned) that no entry covers, since the node's
 	// previous pull.
 	Forget []DRAMRef

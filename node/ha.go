@@ -276,7 +276,7 @@ func (n *Node) reRegisterMemory(ctx context.Context) error {
 }
 
 // checkedRecords returns the records whose bytes still match their CRC32C
-// (forgetting the others), sorted by offset, and as MemoryObjects.
+// (forgetting the others), sorted by offset, and as DRAMObjects.
 func (n *Node) checkedRecords() ([]masterapi.DRAMObject, []memRecord) {
 	h := &n.ha
 	h.recMu.Lock()

@@ -499,7 +499,7 @@ func (n *Node) readSSD(ctx context.Context, key []byte) ([]byte, error) {
 
 // dropDiskReplica tells the master that this node no longer holds key on
 // SSD, as an offload failure for key: the master drops this node's
-// LocalDisk replica whatever the lease (the bytes are gone; an
+// SSD replica whatever the lease (the bytes are gone; an
 // EvictDiskReplica would be refused inside a lease). A failure is left to
 // the next reconcile.
 func (n *Node) dropDiskReplica(ctx context.Context, key []byte) {

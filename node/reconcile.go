@@ -126,7 +126,7 @@ func (n *Node) remountedSince(gen uint64) bool {
 	return n.mountGen.Load() != gen || n.reregister.Load()
 }
 
-// Reconcile brings the master's list of this node's LocalDisk replicas and
+// Reconcile brings the master's list of this node's SSD replicas and
 // the SSD's contents together: the master drops replicas the SSD no longer
 // holds, and the node deletes from its SSD the keys the master answers as
 // unwanted (removed objects, dropped replicas). It runs periodically; tests
