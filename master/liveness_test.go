@@ -141,8 +141,8 @@ func TestMetrics(t *testing.T) {
 		want               float64
 	}{
 		{"tierstore_master_objects", "", "", 2},
-		{"tierstore_master_bytes", "tier", "memory", 100},
-		{"tierstore_master_bytes", "tier", "local_disk", 50},
+		{"tierstore_master_bytes", "tier", "dram", 100},
+		{"tierstore_master_bytes", "tier", "ssd", 50},
 		{"tierstore_master_offload_queue_depth", "", "", 1},
 		{"tierstore_master_errors_total", "code", "OBJECT_NOT_FOUND", 1},
 		{"tierstore_master_nodes", "", "", 1},

@@ -119,7 +119,7 @@ func TestBinary(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, m := range []string{"tierstore_master_objects 1", `tierstore_master_errors_total{code="OBJECT_NOT_FOUND"} 1`, `tierstore_master_bytes{tier="memory"} 100`, "tierstore_master_offload_queue_depth 0"} {
+	for _, m := range []string{"tierstore_master_objects 1", `tierstore_master_errors_total{code="OBJECT_NOT_FOUND"} 1`, `tierstore_master_bytes{tier="dram"} 100`, "tierstore_master_offload_queue_depth 0"} {
 		if !strings.Contains(string(body), m) {
 			t.Errorf("metrics lack %q", m)
 		}
