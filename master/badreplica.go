@@ -9,7 +9,7 @@ import (
 
 // ReportBadReplica implements API.
 func (s *Service) ReportBadReplica(ctx context.Context, key string, crc uint32, r masterapi.Replica) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return err
 	}
 	now := s.now()

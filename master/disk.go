@@ -33,7 +33,7 @@ func (s *Service) dropDisk(sh *shard, key string, o *object, id string, now int6
 // The lease protects readability, never the bucket: the node's SSD keeps
 // admitting whatever the readers do.
 func (s *Service) EvictDiskReplica(ctx context.Context, nodeID string, keys []string) (masterapi.EvictResult, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return masterapi.EvictResult{}, err
 	}
 	for _, k := range keys {

@@ -25,7 +25,7 @@ import (
 // availability (a single master).
 type HAConfig struct {
 	// Fence is consulted at the top of every API call, before anything
-	// changes (ha.Leadership.Check): once it fails the call is answered
+	// changes (ha.Leadership.Fence): once it fails the call is answered
 	// ErrNotLeader and nothing changes.
 	Fence func() error
 	// Term is the leadership term (ha.Leadership.Term), stamped on Ping

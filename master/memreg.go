@@ -21,7 +21,7 @@ import (
 
 // ReRegisterMemoryObjects implements API.
 func (s *Service) ReRegisterMemoryObjects(ctx context.Context, nodeID, segName string, objs []masterapi.DRAMObject, done bool) ([]error, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return nil, err
 	}
 	n := s.lookupNode(nodeID)

@@ -133,7 +133,7 @@ func (s *Service) queueDepth() (queued, inflight int) {
 
 // Stats implements API.
 func (s *Service) Stats(ctx context.Context) (masterapi.Stats, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return masterapi.Stats{}, err
 	}
 	st := masterapi.Stats{

@@ -16,7 +16,7 @@ func (s *Service) lookupNode(id string) *node {
 
 // MountSegment implements API.
 func (s *Service) MountSegment(ctx context.Context, req masterapi.MountRequest) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return err
 	}
 	switch {
@@ -94,7 +94,7 @@ func (s *Service) UnmountSegment(ctx context.Context, nodeID, seg string) error 
 // node's call (named in the error): ErrClientNotFound, nodesMu released,
 // when the master does not know the node.
 func (s *Service) lockNode(ctx context.Context, nodeID, call string) (*node, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return nil, err
 	}
 	s.nodesMu.Lock()
@@ -127,7 +127,7 @@ func (s *Service) LeaveNode(ctx context.Context, nodeID, incarnation string) err
 
 // Ping implements API.
 func (s *Service) Ping(ctx context.Context, nodeID string) (masterapi.PingReply, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return masterapi.PingReply{}, err
 	}
 	r := masterapi.PingReply{Status: masterapi.NeedRemount, ClientTTL: s.cfg.ClientTTL, Term: s.cfg.HA.Term}

@@ -10,7 +10,7 @@ import (
 
 // NotifyOffloadSuccess implements API.
 func (s *Service) NotifyOffloadSuccess(ctx context.Context, req masterapi.NotifyRequest) ([]error, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return nil, err
 	}
 	n := s.lookupNode(req.Node)
@@ -113,7 +113,7 @@ func (s *Service) answerPersisted(n *node, d masterapi.SSDObject) error {
 
 // ReRegisterDiskObjects implements API.
 func (s *Service) ReRegisterDiskObjects(ctx context.Context, nodeID string, objs []masterapi.SSDObject) ([]error, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return nil, err
 	}
 	n := s.lookupNode(nodeID)

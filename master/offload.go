@@ -165,7 +165,7 @@ func (s *Service) Enqueue(key string) error {
 // offloadTasks is the task part of Heartbeat: up to max (0: a default)
 // queued tasks of nodeID, marked in flight; it counts as a ping.
 func (s *Service) offloadTasks(ctx context.Context, nodeID string, max int) ([]masterapi.OffloadTask, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return nil, err
 	}
 	n := s.lookupNode(nodeID)

@@ -388,7 +388,7 @@ func (s *Service) abandonPromotion(key string, o *object, id string) {
 
 // PromoteEnd implements NodeAPI.
 func (s *Service) PromoteEnd(ctx context.Context, nodeID string, results []masterapi.PromoteResult) ([]error, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return nil, err
 	}
 	out := make([]error, len(results))
@@ -447,7 +447,7 @@ func (s *Service) promoteEnd(nodeID string, r masterapi.PromoteResult) error {
 // The promotions are taken first: the offload of the victims their
 // eviction queued (their room) then goes out in this same reply.
 func (s *Service) Heartbeat(ctx context.Context, req masterapi.HeartbeatRequest) (masterapi.HeartbeatReply, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return masterapi.HeartbeatReply{}, err
 	}
 	var promos []masterapi.PromoteTask

@@ -12,7 +12,7 @@ import (
 
 // PutStart implements API.
 func (s *Service) PutStart(ctx context.Context, req masterapi.PutStartRequest) (masterapi.PutStartReply, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return masterapi.PutStartReply{}, err
 	}
 	r, err := s.putStart(ctx, req)
@@ -116,7 +116,7 @@ func (s *Service) memDescriptor(m *memReplica) masterapi.Replica {
 
 // PutEnd implements API.
 func (s *Service) PutEnd(ctx context.Context, key string, token uint64) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return err
 	}
 	return s.observe(s.putEnd(key, token))
@@ -189,7 +189,7 @@ func (s *Service) putEnd(key string, token uint64) error {
 
 // PutRevoke implements API.
 func (s *Service) PutRevoke(ctx context.Context, key string, token uint64) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return err
 	}
 	return s.observe(s.putRevoke(key, token))
@@ -217,7 +217,7 @@ func (s *Service) putRevoke(key string, token uint64) error {
 
 // BatchPutStart implements API.
 func (s *Service) BatchPutStart(ctx context.Context, reqs []masterapi.PutStartRequest) ([]masterapi.PutStartResult, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return nil, err
 	}
 	out := make([]masterapi.PutStartResult, len(reqs))
@@ -230,7 +230,7 @@ func (s *Service) BatchPutStart(ctx context.Context, reqs []masterapi.PutStartRe
 
 // BatchPutEnd implements API.
 func (s *Service) BatchPutEnd(ctx context.Context, puts []masterapi.PutRef) ([]error, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return nil, err
 	}
 	out := make([]error, len(puts))
@@ -242,7 +242,7 @@ func (s *Service) BatchPutEnd(ctx context.Context, puts []masterapi.PutRef) ([]e
 
 // BatchPutRevoke implements API.
 func (s *Service) BatchPutRevoke(ctx context.Context, puts []masterapi.PutRef) ([]error, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return nil, err
 	}
 	out := make([]error, len(puts))

@@ -129,7 +129,7 @@ func (s *Service) replicaList(key string, now int64, count bool, slab *[]mastera
 
 // ExistKey implements API.
 func (s *Service) ExistKey(ctx context.Context, key string) (bool, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return false, err
 	}
 	ok, err := s.exist(key, s.now(), s.countLookups && !masterapi.IsOffloadPath(ctx))
@@ -138,7 +138,7 @@ func (s *Service) ExistKey(ctx context.Context, key string) (bool, error) {
 
 // GetReplicaList implements API.
 func (s *Service) GetReplicaList(ctx context.Context, key string) (masterapi.ObjectInfo, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return masterapi.ObjectInfo{}, err
 	}
 	info, err := s.replicaList(key, s.now(), s.countLookups && !masterapi.IsOffloadPath(ctx), nil)
@@ -165,7 +165,7 @@ func (s *Service) batchCounter(ctx context.Context, keys []string) func(string) 
 
 // BatchExistKey implements API.
 func (s *Service) BatchExistKey(ctx context.Context, keys []string) ([]masterapi.ExistResult, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return nil, err
 	}
 	now := s.now()
@@ -180,7 +180,7 @@ func (s *Service) BatchExistKey(ctx context.Context, keys []string) ([]masterapi
 
 // BatchGetReplicaList implements API.
 func (s *Service) BatchGetReplicaList(ctx context.Context, keys []string) ([]masterapi.ReplicaListResult, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return nil, err
 	}
 	now := s.now()

@@ -53,7 +53,7 @@ type diskDigest struct {
 // add applies delta (+1 or -1) replicas of the key with hash h.
 func (d *diskDigest) add(h uint64, delta int64) {
 	r := masterapi.RangeOf(h, digestRanges)
-	t := masterapi.DigestTerm(h)
+	t := masterapi.DigestAddend(h)
 	if delta > 0 {
 		d.counts[r].Add(1)
 		d.sums[r].Add(t)
@@ -92,7 +92,7 @@ func (s *Service) digestOf(id string) *diskDigest {
 
 // ReconcileBegin implements API.
 func (s *Service) ReconcileBegin(ctx context.Context, nodeID string, nd masterapi.RangeDigest) (masterapi.ReconcileSession, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return masterapi.ReconcileSession{}, err
 	}
 	if err := nd.Validate(); err != nil {
@@ -157,7 +157,7 @@ func (s *Service) session(op, nodeID string, id uint64) (*node, *diskDigest, err
 // ReconcileKeys implements API. It does not retain keys after it returns
 // (the gRPC server passes strings that share the request's bytes).
 func (s *Service) ReconcileKeys(ctx context.Context, nodeID string, id uint64, keys []string) (masterapi.ReconcileKeysResult, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return masterapi.ReconcileKeysResult{}, err
 	}
 	n, d, err := s.session("reconcile_keys", nodeID, id)
@@ -207,7 +207,7 @@ func (s *Service) markHeld(n *node, id uint32, ranges int, differs func(int) boo
 
 // ReconcileEnd implements API.
 func (s *Service) ReconcileEnd(ctx context.Context, nodeID string, id uint64) (int64, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return 0, err
 	}
 	_, d, err := s.session("reconcile_end", nodeID, id)

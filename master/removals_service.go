@@ -48,7 +48,7 @@ func (b *forgetBox) take() []masterapi.DRAMRef {
 
 // PullRemovals implements API.
 func (s *Service) PullRemovals(ctx context.Context, req masterapi.PullRequest) (masterapi.PullReply, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return masterapi.PullReply{}, err
 	}
 	n := s.lookupNode(req.Node)

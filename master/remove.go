@@ -13,7 +13,7 @@ import (
 // Remove implements API. The removal is acknowledged once its entry of
 // the removal log is durable (docs/design.md, invariant 10).
 func (s *Service) Remove(ctx context.Context, key string, force bool) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return err
 	}
 	sh, err := s.lockKey(key)
@@ -68,7 +68,7 @@ func removeRefusal(o *object, now int64) error {
 
 // RemoveAll implements API.
 func (s *Service) RemoveAll(ctx context.Context, force bool) (int64, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return 0, err
 	}
 	n, err := s.removeMatching(ctx, masterapi.Removal{Kind: masterapi.RemovalEvery}, func(string) bool { return true }, force)
@@ -80,7 +80,7 @@ func (s *Service) RemoveAll(ctx context.Context, force bool) (int64, error) {
 // std::regex_search does; a pattern that does not compile (or uses what
 // RE2 lacks: backreferences, lookaround) is INVALID_PARAMS naming it.
 func (s *Service) RemoveByRegex(ctx context.Context, pattern string, force bool) (int64, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return 0, err
 	}
 	re, err := regexp.Compile(pattern)
@@ -141,7 +141,7 @@ func (s *Service) removeMatching(ctx context.Context, e masterapi.Removal, match
 // (the copies are dropped here, but the eviction was not acknowledged).
 func (s *Service) EvictMemory(ctx context.Context, keys []string, all bool) (masterapi.EvictMemoryResult, error) {
 	var res masterapi.EvictMemoryResult
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return res, err
 	}
 	if all && len(keys) > 0 {

@@ -265,9 +265,9 @@ func (s *Service) shardIndex(key string) int {
 	return int(masterapi.KeyHash(key) & s.mask)
 }
 
-// check returns ErrClosed after Close, the context's error, and
+// gate returns ErrClosed after Close, the context's error, and
 // ErrNotLeader once an elected leader's fence is down (ha.go).
-func (s *Service) check(ctx context.Context) error {
+func (s *Service) gate(ctx context.Context) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}

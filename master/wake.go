@@ -83,7 +83,7 @@ func (s *Service) wakeNodes() {
 // (capped at masterapi.MaxOffloadWait) passed. ErrNeedRemount for an
 // unknown node. It is not a ping: a node that only waits expires.
 func (s *Service) WaitOffload(ctx context.Context, nodeID string, timeout time.Duration) (bool, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return false, err
 	}
 	n := s.lookupNode(nodeID)

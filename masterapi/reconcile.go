@@ -103,10 +103,10 @@ func mix64(h uint64) uint64 {
 	return h
 }
 
-// DigestTerm is what one key with hash h adds to its range's sum: a second
+// DigestAddend is what one key with hash h adds to its range's sum: a second
 // mix of h, so that the sum does not depend on the bits that chose the
 // range.
-func DigestTerm(h uint64) uint64 { return mix64(h ^ h2) }
+func DigestAddend(h uint64) uint64 { return mix64(h ^ h2) }
 
 // RangeOf is the range of a key with hash h in a digest of ranges ranges
 // (a power of two).
@@ -130,7 +130,7 @@ func ValidRanges(r int) bool {
 }
 
 // RangeDigest summarises a set of keys: per hash range, how many keys and
-// the sum (modulo 2^64) of their DigestTerm. Adding and removing a key are
+// the sum (modulo 2^64) of their DigestAddend. Adding and removing a key are
 // inverse operations, so the master keeps its digest up to date as
 // replicas come and go.
 type RangeDigest struct {
@@ -150,7 +150,7 @@ func (d RangeDigest) Ranges() int { return len(d.Counts) }
 func (d RangeDigest) Add(h uint64) {
 	r := RangeOf(h, len(d.Counts))
 	d.Counts[r]++
-	d.Sums[r] += DigestTerm(h)
+	d.Sums[r] += DigestAddend(h)
 }
 
 // Validate reports a malformed digest.

@@ -111,7 +111,7 @@ func (m *Master) term(ctx context.Context, standby func()) (func(), error) {
 		return standby, err
 	}
 	cfg := m.cfg.Master
-	cfg.HA = master.HAConfig{Fence: l.Check, Term: l.Term(), RebuildWindow: m.cfg.RebuildWindow}
+	cfg.HA = master.HAConfig{Fence: l.Fence, Term: l.Term(), RebuildWindow: m.cfg.RebuildWindow}
 	cfg.Removals = etcdremovals.New(l, m.prefix()+etcdremovals.Suffix)
 	svc, err := master.New(cfg)
 	if err != nil {
