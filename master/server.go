@@ -359,7 +359,7 @@ func (s *Server) EvictDiskReplica(ctx context.Context, r *pb.EvictDiskReplicaReq
 }
 
 func (s *Server) ReconcileBegin(ctx context.Context, r *pb.ReconcileBeginRequest) (*pb.ReconcileBeginResponse, error) {
-	ses, err := s.api.ReconcileBegin(ctx, r.GetNode(), masterapi.RangeDigest{Counts: r.GetCounts(), Sums: r.GetSums()})
+	ses, err := s.api.ReconcileBegin(ctx, r.GetNode(), masterapi.SlotDigest{Counts: r.GetCounts(), Sums: r.GetSums()})
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -260,7 +260,7 @@ func (s *Service) lockKey(key string) (*shard, error) {
 }
 
 // shardIndex is the index in s.shards of key's shard: the low bits of the
-// key's stable hash, the same bits as its reconcile range (reconcile.go).
+// key's stable hash, the same bits as its reconcile slot (reconcile.go).
 func (s *Service) shardIndex(key string) int {
 	return int(masterapi.KeyHash(key) & s.mask)
 }

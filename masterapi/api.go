@@ -543,7 +543,7 @@ type NodeAPI interface {
 	// whose digests differ from the master's digest of node's SSD
 	// replicas. It supersedes node's previous session. ErrNeedRemount for
 	// an unknown node; ErrInvalidParams for a malformed digest.
-	ReconcileBegin(ctx context.Context, node string, d RangeDigest) (ReconcileSession, error)
+	ReconcileBegin(ctx context.Context, node string, d SlotDigest) (ReconcileSession, error)
 	// ReconcileKeys sends keys node holds in the session's differing ranges
 	// (keys of other ranges are ignored). Each key's replica is marked
 	// seen; the answer lists the keys the node must delete

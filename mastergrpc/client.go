@@ -399,7 +399,7 @@ func (r *Client) EvictDiskReplica(ctx context.Context, node string, keys []strin
 }
 
 // ReconcileBegin implements API.
-func (r *Client) ReconcileBegin(ctx context.Context, node string, d masterapi.RangeDigest) (masterapi.ReconcileSession, error) {
+func (r *Client) ReconcileBegin(ctx context.Context, node string, d masterapi.SlotDigest) (masterapi.ReconcileSession, error) {
 	p, err := r.c.ReconcileBegin(ctx, &pb.ReconcileBeginRequest{Node: node, Counts: d.Counts, Sums: d.Sums})
 	if err != nil {
 		return masterapi.ReconcileSession{}, fromStatus(err)

@@ -275,7 +275,7 @@ func (s *switchable) ReRegisterDiskObjects(ctx context.Context, node string, obj
 func (s *switchable) EvictDiskReplica(ctx context.Context, node string, keys []string) (masterapi.EvictResult, error) {
 	return s.get().EvictDiskReplica(ctx, node, keys)
 }
-func (s *switchable) ReconcileBegin(ctx context.Context, node string, d masterapi.RangeDigest) (masterapi.ReconcileSession, error) {
+func (s *switchable) ReconcileBegin(ctx context.Context, node string, d masterapi.SlotDigest) (masterapi.ReconcileSession, error) {
 	return s.get().ReconcileBegin(ctx, node, d)
 }
 func (s *switchable) ReconcileKeys(ctx context.Context, node string, id uint64, keys []string) (masterapi.ReconcileKeysResult, error) {

@@ -14,7 +14,7 @@ import (
 
 // Re-registration and reconcile stream the SSD key list: the node's memory
 // is one batch (and a reconcile digest of at most
-// masterapi.MaxReconcileRanges ranges), never the key count, so a node
+// masterapi.MaxReconcileSlots slots), never the key count, so a node
 // with tens of millions of SSD objects re-registers and reconciles like a
 // small one (docs/design.md invariant 6; masterapi/reconcile.go).
 const (
@@ -133,7 +133,7 @@ func (n *Node) remountedSince(gen uint64) bool {
 // and operators may call it directly.
 //
 // It is a session (masterapi/reconcile.go): a digest of the SSD keys per
-// hash range, then the keys of the ranges whose digests differ, in
+// hash slot, then the keys of the slots whose digests differ, in
 // batches, then the end of the session. When nothing changed it costs one
 // pass over the SSD index and one small call.
 //
@@ -156,7 +156,7 @@ func (n *Node) Reconcile(ctx context.Context) error {
 		}
 	}
 	gen := n.mountGen.Load()
-	d := masterapi.NewRangeDigest(masterapi.RangesFor(n.tier.Stats().Objects))
+	d := masterapi.NewSlotDigest(masterapi.SlotsFor(n.tier.Stats().Objects))
 	if err := n.tier.Keys(func(k []byte, _ tier.KeyInfo) bool {
 		d.Add(masterapi.KeyHashBytes(k))
 		return true
@@ -173,7 +173,7 @@ func (n *Node) Reconcile(ctx context.Context) error {
 		n.metrics.reconciles.Add(1)
 		return nil
 	}
-	if err := n.sendDiffering(ctx, ses, d.Ranges(), gen); err != nil {
+	if err := n.sendDiffering(ctx, ses, d.Slots(), gen); err != nil {
 		return n.reconcileFailed(err)
 	}
 	if n.remountedSince(gen) {
@@ -203,14 +203,14 @@ func (n *Node) reconcileFailed(err error) error {
 }
 
 // sendDiffering sends the master, in batches, every SSD key of the
-// session's differing ranges (at resolution ranges), and deletes the keys
+// session's differing slots (at resolution slots), and deletes the keys
 // it answers as unwanted, unless the node remounted since gen (then it
 // stops sending: the session is void).
-func (n *Node) sendDiffering(ctx context.Context, ses masterapi.ReconcileSession, ranges int, gen uint64) error {
-	differ := make([]bool, ranges)
+func (n *Node) sendDiffering(ctx context.Context, ses masterapi.ReconcileSession, slots int, gen uint64) error {
+	differ := make([]bool, slots)
 	for _, r := range ses.Differ {
-		if int(r) >= ranges {
-			return fmt.Errorf("master answered range %d of a %d-range digest: %w", r, ranges, errcode.ErrInvalidParams)
+		if int(r) >= slots {
+			return fmt.Errorf("master answered slot %d of a %d-slot digest: %w", r, slots, errcode.ErrInvalidParams)
 		}
 		differ[r] = true
 	}
@@ -237,7 +237,7 @@ func (n *Node) sendDiffering(ctx context.Context, ses masterapi.ReconcileSession
 		return true
 	}
 	err := n.tier.Keys(func(k []byte, _ tier.KeyInfo) bool {
-		if !differ[masterapi.RangeOf(masterapi.KeyHashBytes(k), ranges)] {
+		if !differ[masterapi.SlotOf(masterapi.KeyHashBytes(k), slots)] {
 			return true
 		}
 		batch = append(batch, string(k))

@@ -85,7 +85,7 @@ func TestReRegisterStreamsBatches(t *testing.T) {
 
 // TestReconcileSendsOnlyDifferingRanges: when SSD and master agree a
 // reconcile sends no key at all; when a few keys differ it sends only the
-// keys of their ranges, removes what the master does not want, and the
+// keys of their slots, removes what the master does not want, and the
 // master drops what the SSD does not hold.
 func TestReconcileSendsOnlyDifferingRanges(t *testing.T) {
 	const objects = 5000
@@ -114,7 +114,7 @@ func TestReconcileSendsOnlyDifferingRanges(t *testing.T) {
 		t.Fatalf("phantom replica not dropped: %v", err)
 	}
 	ns := n.Stats()
-	// Three ranges differ, of RangesFor(5000) = 32: about 3/32 of the keys.
+	// Three slots differ, of SlotsFor(5000) = 32: about 3/32 of the keys.
 	if ns.ReconcileKeysSent == 0 || ns.ReconcileKeysSent > objects/4 || ns.ReconcileRemoved != 2 {
 		t.Fatalf("keys sent %d (of %d), removed %d", ns.ReconcileKeysSent, objects, ns.ReconcileRemoved)
 	}
@@ -129,7 +129,7 @@ func TestReconcileSendsOnlyDifferingRanges(t *testing.T) {
 	}
 }
 
-// TestReconcileBatchesKeys: a reconcile whose every range differs (the
+// TestReconcileBatchesKeys: a reconcile whose every slot differs (the
 // master lost the node's replicas without asking for a remount) sends the
 // keys in batches of at most reconcileBatchKeys.
 func TestReconcileBatchesKeys(t *testing.T) {

@@ -4070,8 +4070,8 @@ func (x *NodeStats) GetOffloadInFlight() int64 {
 	return 0
 }
 
-// A node's digest of its SSD keys: per hash range (a power of two of them,
-// at most 16384), the number of keys and the sum of their digest terms.
+// A node's digest of its SSD keys: per hash slot (a power of two of them,
+// at most 16384), the number of keys and the sum of their digest addends.
 type ReconcileBeginRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
@@ -4135,7 +4135,7 @@ func (x *ReconcileBeginRequest) GetSums() []uint64 {
 type ReconcileBeginResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
-	Differ        []uint32               `protobuf:"varint,2,rep,packed,name=differ,proto3" json:"differ,omitempty"` // ranges whose digests differ, increasing
+	Differ        []uint32               `protobuf:"varint,2,rep,packed,name=differ,proto3" json:"differ,omitempty"` // slots whose digests differ, increasing
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4188,7 +4188,7 @@ type ReconcileKeysRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	Session       uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
-	Keys          [][]byte               `protobuf:"bytes,3,rep,name=keys,proto3" json:"keys,omitempty"` // keys the node holds in differing ranges
+	Keys          [][]byte               `protobuf:"bytes,3,rep,name=keys,proto3" json:"keys,omitempty"` // keys the node holds in differing slots
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
