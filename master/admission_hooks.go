@@ -162,7 +162,7 @@ func (s *Service) AdmissionSketch() ([]byte, error) {
 func ssdReportOf(r masterapi.SSDReport) admission.SSDReport {
 	out := admission.SSDReport{High: r.High, Low: r.Low, Used: r.Used, Victims: make([]admission.VictimValue, len(r.Victims))}
 	for i, v := range r.Victims {
-		out.Victims[i] = admission.VictimValue{Bytes: v.Bytes, Span: v.Span, Value: v.Value}
+		out.Victims[i] = admission.VictimValue{Bytes: v.FileBytes, Span: v.Span, Value: v.Value}
 	}
 	return out
 }

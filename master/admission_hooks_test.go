@@ -150,7 +150,7 @@ func TestHeartbeatCarriesAdmissionState(t *testing.T) {
 	mount(t, s, "a", 1<<20)
 	put(t, s, "k", 64, "a")
 	rep, err := s.Heartbeat(bg, masterapi.HeartbeatRequest{Node: "a", SSD: &masterapi.SSDReport{High: 100, Low: 80, Used: 90,
-		Victims: []masterapi.SSDVictim{{Bytes: 10, Span: 8, Value: 16}}}})
+		Victims: []masterapi.SSDVictim{{FileBytes: 10, Span: 8, Value: 16}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

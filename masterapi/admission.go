@@ -12,9 +12,9 @@ const MaxPromotions = 256
 // SSDVictim is one SSD bucket the node would evict next
 // (admission.VictimValue).
 type SSDVictim struct {
-	Bytes int64   // file bytes its eviction frees
-	Span  int64   // object bytes it holds, live and dead
-	Value float64 // sum over its live objects of estimated frequency x size
+	FileBytes int64   // file bytes its eviction frees
+	Span      int64   // object bytes it holds, live and dead
+	Value     float64 // sum over its live objects of estimated frequency x size
 }
 
 // SSDReport is a node's SSD fill level and next eviction victims
