@@ -30,7 +30,8 @@
 //     (go test -run HitRatio -v ./eviction).
 //   - "value": lru order, but a victim is the bucket of lowest value
 //     density among the 8 least recently used (ties: the least recently
-//     used). A bucket's value is what it still holds (Value, Worth): the
+//     used). A bucket's value is what it still holds (Value, a
+//     masterapi.SSDVictim): the
 //     sum over its live objects of estimated frequency x size, per byte
 //     of object space, dead space included, so a bucket hollowed out by
 //     removals and re-offloads goes before a full one of equal heat. The

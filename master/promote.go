@@ -463,7 +463,7 @@ func (s *Service) Heartbeat(ctx context.Context, req masterapi.HeartbeatRequest)
 	rep := masterapi.HeartbeatReply{Tasks: tasks, Term: s.cfg.HA.Term, Promotions: promos}
 	_, rep.WantSSDReport = s.policy.(ssdReportSink)
 	if req.SSD != nil {
-		s.ReportSSD(req.Node, ssdReportOf(*req.SSD))
+		s.ReportSSD(req.Node, *req.SSD)
 	}
 	if req.WantSketch {
 		rep.Sketch = s.sketchForNode(req.Node, req.SketchVersion, req.SketchTransfer, req.SketchOffset)

@@ -2621,12 +2621,12 @@ func (x *SketchChunk) GetData() []byte {
 }
 
 // One SSD bucket the node would evict next, valued with the master's
-// sketch (admission.VictimValue).
+// sketch (masterapi.SSDVictim).
 type SSDVictim struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Bytes         int64                  `protobuf:"varint,1,opt,name=bytes,proto3" json:"bytes,omitempty"`  // file bytes its eviction frees
-	Span          int64                  `protobuf:"varint,2,opt,name=span,proto3" json:"span,omitempty"`    // object bytes it holds, live and dead
-	Value         float64                `protobuf:"fixed64,3,opt,name=value,proto3" json:"value,omitempty"` // sum over live objects of estimated frequency x size
+	FileBytes     int64                  `protobuf:"varint,1,opt,name=file_bytes,json=fileBytes,proto3" json:"file_bytes,omitempty"` // file bytes its eviction frees
+	Span          int64                  `protobuf:"varint,2,opt,name=span,proto3" json:"span,omitempty"`                            // object bytes it holds, live and dead
+	Value         float64                `protobuf:"fixed64,3,opt,name=value,proto3" json:"value,omitempty"`                         // sum over live objects of estimated frequency x size
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2661,9 +2661,9 @@ func (*SSDVictim) Descriptor() ([]byte, []int) {
 	return file_master_proto_rawDescGZIP(), []int{42}
 }
 
-func (x *SSDVictim) GetBytes() int64 {
+func (x *SSDVictim) GetFileBytes() int64 {
 	if x != nil {
-		return x.Bytes
+		return x.FileBytes
 	}
 	return 0
 }
@@ -2682,7 +2682,7 @@ func (x *SSDVictim) GetValue() float64 {
 	return 0
 }
 
-// admission.SSDReport: fill level in bytes, victims first to go first.
+// masterapi.SSDReport: fill level in bytes, victims first to go first.
 type SSDReport struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	High          int64                  `protobuf:"varint,1,opt,name=high,proto3" json:"high,omitempty"`
@@ -4651,9 +4651,10 @@ const file_master_proto_rawDesc = "" +
 	"\x06resets\x18\x06 \x01(\x03R\x06resets\x12\x16\n" +
 	"\x06offset\x18\a \x01(\x04R\x06offset\x12\x14\n" +
 	"\x05total\x18\b \x01(\x04R\x05total\x12\x12\n" +
-	"\x04data\x18\t \x01(\fR\x04data\"K\n" +
-	"\tSSDVictim\x12\x14\n" +
-	"\x05bytes\x18\x01 \x01(\x03R\x05bytes\x12\x12\n" +
+	"\x04data\x18\t \x01(\fR\x04data\"T\n" +
+	"\tSSDVictim\x12\x1d\n" +
+	"\n" +
+	"file_bytes\x18\x01 \x01(\x03R\tfileBytes\x12\x12\n" +
 	"\x04span\x18\x02 \x01(\x03R\x04span\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\x01R\x05value\"\x7f\n" +
 	"\tSSDReport\x12\x12\n" +
