@@ -863,8 +863,9 @@ func TestDataPlaneVersionMismatch(t *testing.T) {
 func TestDataServerRefusesAndCloses(t *testing.T) {
 	h := newMemHandler(1 << 20)
 	release := make(chan struct{})
+	var readDone atomic.Bool // the slow read's handler got past release
 	h.ssd["slow"] = []byte("bytes")
-	h.ssdDelay = func([]byte) { <-release }
+	h.ssdDelay = func([]byte) { <-release; readDone.Store(true) }
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -904,18 +905,25 @@ func TestDataServerRefusesAndCloses(t *testing.T) {
 	}()
 	testkit.Eventually(t, "the SSD read reaches the server", func() bool { return srv.inflight() != 0 })
 	closed := make(chan struct{})
-	go func() { m.Close(); close(closed) }()
+	var closedAfterRead bool // written before close(closed)
+	go func() { m.Close(); closedAfterRead = readDone.Load(); close(closed) }()
+	// The idle connection's end shows Close under way; the read is still
+	// held by release, so Close must not have returned, and when it does
+	// the read's handler must have finished before it.
+	<-idle.readerDone
 	select {
 	case <-closed:
 		t.Fatal("Close did not wait for the read in progress")
-	case <-time.After(50 * time.Millisecond):
+	default:
 	}
 	close(release)
 	<-closed
+	if !closedAfterRead {
+		t.Fatal("Close returned before the read in progress finished")
+	}
 	if err := <-res; err != nil {
 		t.Fatalf("the read in progress at Close: %v", err)
 	}
-	<-idle.readerDone
 	if !idle.Broken() {
 		t.Fatal("idle connection survived Close")
 	}
