@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierstore/tierstore/internal/testkit"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -49,7 +50,7 @@ func TestGoldenTraces(t *testing.T) {
 	for _, pc := range policies {
 		t.Run(pc.file, func(t *testing.T) {
 			got := replayAdmission(t, pc.new, "testdata/golden/trace.txt")
-			goldenCompare(t, filepath.Join("testdata/golden", pc.file+".txt"), got)
+			testkit.Golden(t, filepath.Join("testdata/golden", pc.file+".txt"), got, *update)
 		})
 	}
 }
@@ -169,36 +170,4 @@ func replayAdmission(t *testing.T, newPolicy func(now func() time.Time) Policy, 
 
 type ssdReportTaker interface {
 	ReportSSD(node string, r masterapi.SSDReport, outstanding int)
-}
-
-// goldenCompare compares got with the golden file (or rewrites it with
-// -update) and names the first line that differs.
-func goldenCompare(t *testing.T, path, got string) {
-	t.Helper()
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if got == string(want) {
-		return
-	}
-	g, w := strings.Split(got, "\n"), strings.Split(string(want), "\n")
-	for i := 0; i < len(g) || i < len(w); i++ {
-		var gl, wl string
-		if i < len(g) {
-			gl = g[i]
-		}
-		if i < len(w) {
-			wl = w[i]
-		}
-		if gl != wl {
-			t.Fatalf("decisions differ from %s at its line %d:\n got: %s\nwant: %s\n(a policy change? check the diff, then accept it with -update)", path, i+1, gl, wl)
-		}
-	}
 }

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/tierstore/tierstore/internal/testkit"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/golden/*.txt from the policies' current decisions")
@@ -21,7 +23,7 @@ func TestGoldenTraces(t *testing.T) {
 	for _, name := range Names {
 		t.Run(name, func(t *testing.T) {
 			got := replay(t, name, "testdata/golden/trace.txt")
-			goldenCompare(t, filepath.Join("testdata/golden", name+".txt"), got)
+			testkit.Golden(t, filepath.Join("testdata/golden", name+".txt"), got, *update)
 		})
 	}
 }
@@ -79,36 +81,4 @@ func replay(t *testing.T, name, path string) string {
 		t.Fatal(err)
 	}
 	return out.String()
-}
-
-// goldenCompare compares got with the golden file (or rewrites it with
-// -update) and names the first line that differs.
-func goldenCompare(t *testing.T, path, got string) {
-	t.Helper()
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if got == string(want) {
-		return
-	}
-	g, w := strings.Split(got, "\n"), strings.Split(string(want), "\n")
-	for i := 0; i < len(g) || i < len(w); i++ {
-		var gl, wl string
-		if i < len(g) {
-			gl = g[i]
-		}
-		if i < len(w) {
-			wl = w[i]
-		}
-		if gl != wl {
-			t.Fatalf("decisions differ from %s at its line %d:\n got: %s\nwant: %s\n(a policy change? check the diff, then accept it with -update)", path, i+1, gl, wl)
-		}
-	}
 }

@@ -33,3 +33,26 @@ func TestEventuallyFails(t *testing.T) {
 		t.Fatal("Eventually returned without the condition or a failure")
 	}
 }
+
+// Golden passes on equal output, fails on a difference or a missing file,
+// and with update writes the file that then passes.
+func TestGolden(t *testing.T) {
+	path := t.TempDir() + "/golden.txt"
+	r := &recorder{TB: t}
+	Golden(r, path, "a\nb\n", false)
+	if !r.failed.Load() {
+		t.Fatal("a missing golden file passed")
+	}
+	Golden(t, path, "a\nb\n", true)
+	Golden(t, path, "a\nb\n", false)
+	r = &recorder{TB: t}
+	Golden(r, path, "a\nc\n", false)
+	if !r.failed.Load() {
+		t.Fatal("a different line passed")
+	}
+	r = &recorder{TB: t}
+	Golden(r, path, "a\nb\nc\n", false)
+	if !r.failed.Load() {
+		t.Fatal("an extra line passed")
+	}
+}
