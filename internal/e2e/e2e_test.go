@@ -14,6 +14,7 @@ import (
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/rpcpb"
+	"github.com/tierstore/tierstore/internal/testkit"
 	"github.com/tierstore/tierstore/masterapi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -36,7 +37,7 @@ func putAll(t *testing.T, c *client.Client, prefix string, n, size int) (map[str
 
 func waitDiskReplicas(t *testing.T, c *client.Client, n int64) {
 	t.Helper()
-	eventually(t, 30*time.Second, "objects offloaded", func() error {
+	testkit.Within(t, 30*time.Second, "objects offloaded", func() error {
 		st, err := c.Stats(context.Background())
 		if err != nil {
 			return err
@@ -102,7 +103,7 @@ func TestTwoNodesCrossRead(t *testing.T) {
 	// The DRAM reads above granted read leases, which eviction honours:
 	// evict until every DRAM replica is gone (the leases expire in 3s).
 	dropped := 0
-	eventually(t, 20*time.Second, "evict --tier memory --all", func() error {
+	testkit.Within(t, 20*time.Second, "evict --tier memory --all", func() error {
 		out, errOut, code := cli(t, "evict", "--master", m.Addr, "--tier", "memory", "--all")
 		var d int
 		if _, err := fmt.Sscanf(out, "dropped %d", &d); code != 0 || err != nil {
@@ -226,7 +227,7 @@ func TestNodeKill9MidOffload(t *testing.T) {
 	// Every object on SSD at the kill (a superset of what the master
 	// reported just before it) is readable after the restart.
 	for _, k := range atKill {
-		eventually(t, 20*time.Second, "read after restart of "+k, func() error {
+		testkit.Within(t, 20*time.Second, "read after restart of "+k, func() error {
 			got, err := c.Get(ctx, k)
 			if err != nil {
 				return err
@@ -269,7 +270,7 @@ func TestMasterKill9Restart(t *testing.T) {
 	c2 := newClient(t, m2.Addr, "")
 	ctx := context.Background()
 	for _, k := range keys {
-		eventually(t, 20*time.Second, "read after master restart of "+k, func() error {
+		testkit.Within(t, 20*time.Second, "read after master restart of "+k, func() error {
 			got, err := c2.Get(ctx, k)
 			if err != nil {
 				return err
@@ -329,7 +330,7 @@ func TestNodeStopsPinging(t *testing.T) {
 		_, err := cb.Get(ctx, "on-a")
 		return err
 	}
-	eventually(t, 10*time.Second, "REPLICA_IS_GONE after client_ttl", func() error {
+	testkit.Within(t, 10*time.Second, "REPLICA_IS_GONE after client_ttl", func() error {
 		err := getA()
 		if errors.Is(err, errcode.ErrReplicaGone) {
 			gone = time.Now()
@@ -340,7 +341,7 @@ func TestNodeStopsPinging(t *testing.T) {
 	if gone.After(leased.Add(lease)) {
 		t.Fatalf("REPLICA_IS_GONE first seen %v after the lease was granted, outside the %v lease", gone.Sub(leased), lease)
 	}
-	eventually(t, 15*time.Second, "OBJECT_NOT_FOUND after the lease", func() error {
+	testkit.Within(t, 15*time.Second, "OBJECT_NOT_FOUND after the lease", func() error {
 		err := getA()
 		if errors.Is(err, errcode.ErrObjectNotFound) {
 			if time.Now().Before(beforeLease.Add(lease)) {
@@ -390,7 +391,7 @@ func TestNodeSIGTERM(t *testing.T) {
 	}
 	startNode(t, m.Addr, dir)
 	for _, k := range keys {
-		eventually(t, 20*time.Second, "read after clean restart of "+k, func() error {
+		testkit.Within(t, 20*time.Second, "read after clean restart of "+k, func() error {
 			got, err := c.Get(ctx, k)
 			if err != nil {
 				return err
@@ -444,7 +445,7 @@ func TestRemovedKeyLeavesNodeSSD(t *testing.T) {
 	if _, err := c.Get(ctx, keys[0]); !errors.Is(err, client.ErrObjectNotFound) || client.CodeOf(err).String() != "OBJECT_NOT_FOUND" {
 		t.Fatalf("get of a removed key over gRPC: %v", err)
 	}
-	eventually(t, 20*time.Second, "removed key deleted from the node's SSD", func() error {
+	testkit.Within(t, 20*time.Second, "removed key deleted from the node's SSD", func() error {
 		if st := nodeStats(t, a.Addr); st.GetSsdObjects() != 2 {
 			return fmt.Errorf("%d objects on SSD", st.GetSsdObjects())
 		}

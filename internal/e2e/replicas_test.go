@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/client"
+	"github.com/tierstore/tierstore/internal/testkit"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -96,7 +97,7 @@ func TestReplicasSurviveKill9OfAHolder(t *testing.T) {
 	if rs := reader.ReadStats(); rs.RemoteDRAM != int64(len(keys)) {
 		t.Fatalf("reads after the kill %+v: want every one from another node's DRAM", rs)
 	}
-	eventually(t, 20*time.Second, "the master expires the killed node", func() error {
+	testkit.Within(t, 20*time.Second, "the master expires the killed node", func() error {
 		if st, err := reader.Stats(ctx); err != nil || st.Nodes != 2 {
 			return fmt.Errorf("%d live nodes (%v)", st.Nodes, err)
 		}
@@ -125,7 +126,7 @@ func TestReplicasSurviveKill9OfAHolder(t *testing.T) {
 	}
 	a2 := startNode(t, m.Addr, aDir, "--reconcile_interval=300ms")
 	nodes[a2.Node] = a2
-	eventually(t, 20*time.Second, "nothing left", func() error {
+	testkit.Within(t, 20*time.Second, "nothing left", func() error {
 		st, err := reader.Stats(ctx)
 		if err != nil {
 			return err

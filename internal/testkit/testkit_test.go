@@ -1,8 +1,10 @@
 package testkit
 
 import (
+	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // recorder is a testing.TB whose Fatalf is recorded, not fatal.
@@ -54,5 +56,25 @@ func TestGolden(t *testing.T) {
 	Golden(r, path, "a\nb\nc\n", false)
 	if !r.failed.Load() {
 		t.Fatal("an extra line passed")
+	}
+}
+
+// Within returns once cond answers nil and fails naming cond's last error
+// when it never does.
+func TestWithin(t *testing.T) {
+	n := 0
+	Within(t, time.Second, "three calls", func() error {
+		if n++; n < 3 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if n != 3 {
+		t.Fatalf("cond called %d times, want 3", n)
+	}
+	r := &recorder{TB: t}
+	Within(r, 20*time.Millisecond, "never", func() error { return errors.New("still no") })
+	if !r.failed.Load() {
+		t.Fatal("Within returned without the condition or a failure")
 	}
 }
