@@ -6,8 +6,8 @@ import "fmt"
 type Object struct {
 	Key    string
 	Size   int64
-	InDRAM bool   // has a complete Memory replica
-	OnDisk bool   // has a LocalDisk replica
+	InDRAM bool   // has a complete DRAM replica
+	OnDisk bool   // has an SSD replica
 	Queued bool   // an offload task is queued or in flight
 	Reads  uint32 // demand lookups counted so far; OnLookup may advance it
 	Node   string // node holding the DRAM replica ("" without one): where an offload would go
@@ -26,7 +26,7 @@ type Policy interface {
 	// removed duplicates within a batch and lookups by the offload path) and
 	// says whether to queue o now. It may advance o.Reads.
 	OnLookup(o *Object) bool
-	// OnEvict: DRAM eviction picked o (which has no LocalDisk replica);
+	// OnEvict: DRAM eviction picked o (which has no SSD replica);
 	// offload it instead of dropping it?
 	OnEvict(o Object) bool
 }

@@ -34,7 +34,7 @@
 // Where it runs. On the master: it is the only place that sees every
 // lookup, including misses. The node holds what admission must compare
 // with — its SSD's fill level and the value of the buckets it would evict
-// next — and reports it (SSDReport, computed from tier.Engine.Outlook with
+// next — and reports it (masterapi.SSDReport, computed from tier.Engine.Outlook with
 // eviction.Value). A bucket's value is what it still holds: the sum over
 // its live objects of estimated frequency x size, and its density is that
 // per byte of object space, dead space (objects removed or re-offloaded
@@ -119,9 +119,9 @@
 //
 // # Wire format (the offload heartbeat)
 //
-// The offload heartbeat request carries the node's SSDReport (High, Low,
-// Used: int64; Victims: repeated {Bytes int64, Span int64, Value double};
-// rpcpb SSDReport); the master passes it to Service.ReportSSD, which adds
+// The offload heartbeat request carries the node's masterapi.SSDReport (High, Low,
+// Used: int64; Victims: repeated {FileBytes int64, Span int64, Value double};
+// rpcpb SSDReport, converted by mastergrpc and master); the master passes it to Service.ReportSSD, which adds
 // the node's outstanding tasks. The node values its victims with the
 // master's sketch, which the heartbeat replies carry when the node's copy
 // (whose version the request sends back) has fallen 1/64 of the ageing

@@ -3,12 +3,14 @@ package admission
 import (
 	"fmt"
 	"testing"
+
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // between is a report of an SSD between its watermarks (room for ten
 // objects below the high one, five above the low one) whose next victim
 // has density d.
-func between(d float64) SSDReport {
+func between(d float64) masterapi.SSDReport {
 	r := full(d, d)
 	r.Used = 90 * obj
 	return r

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"sort"
 	"testing"
+
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // A two-tier store in miniature, to judge the policy on a whole trace:
@@ -88,9 +90,9 @@ func (s *simStore) report() {
 	if !ok {
 		return
 	}
-	r := SSDReport{High: simHigh * obj, Low: simLow * obj, Used: s.used()}
+	r := masterapi.SSDReport{High: simHigh * obj, Low: simLow * obj, Used: s.used()}
 	for _, b := range s.victims(t.Estimate) {
-		r.Victims = append(r.Victims, VictimValue{Bytes: simBucket * obj, Span: simBucket * obj,
+		r.Victims = append(r.Victims, masterapi.SSDVictim{FileBytes: simBucket * obj, Span: simBucket * obj,
 			Value: s.density(b, t.Estimate) * simBucket * obj})
 	}
 	t.ReportSSD("n", r, 0)

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tierstore/tierstore/masterapi"
 )
 
 // TinyLFUConfig tunes the TinyLFU policy. The zero value of each field
@@ -110,9 +112,9 @@ type Outcome uint8
 const (
 	// Miss: the key has no readable replica.
 	Miss Outcome = iota
-	// DRAMHit: a Memory replica answers it.
+	// DRAMHit: a DRAM replica answers it.
 	DRAMHit
-	// SSDHit: only LocalDisk replicas answer it (the reader goes to SSD).
+	// SSDHit: only SSD replicas answer it (the reader goes to SSD).
 	SSDHit
 )
 
@@ -179,7 +181,7 @@ type TinyLFU struct {
 }
 
 type nodeState struct {
-	rep     SSDReport
+	rep     masterapi.SSDReport
 	pending int64 // bytes admitted since rep
 	tokens  float64
 	last    time.Time // of the last token refill
@@ -371,7 +373,7 @@ func (p *TinyLFU) valueTest(f uint32, size int64, st *nodeState) Reason {
 	var cum int64
 	d := rep.Victims[len(rep.Victims)-1].Density()
 	for _, v := range rep.Victims {
-		cum += v.Bytes
+		cum += v.FileBytes
 		if cum >= over {
 			d = v.Density()
 			break
@@ -397,10 +399,10 @@ func (p *TinyLFU) roomTested() bool {
 // expansion estimates the SSD bytes an object byte takes once written
 // (bucket header, trailer and alignment), from the reported victims: their
 // file bytes over their object space; 1 without victims.
-func expansion(r *SSDReport) float64 {
+func expansion(r *masterapi.SSDReport) float64 {
 	var file, span int64
 	for _, v := range r.Victims {
-		file += v.Bytes
+		file += v.FileBytes
 		span += v.Span
 	}
 	if span <= 0 || file <= span {
@@ -444,7 +446,7 @@ func (p *TinyLFU) budgetWouldAllow(f uint32, size int64, st *nodeState) bool {
 // outstanding is the number of the node's offload tasks the master still
 // has queued or in flight: admitted, but not in the report's Used yet; they
 // are counted at the average size of admitted objects.
-func (p *TinyLFU) ReportSSD(node string, r SSDReport, outstanding int) {
+func (p *TinyLFU) ReportSSD(node string, r masterapi.SSDReport, outstanding int) {
 	p.ReportSSDCounted(node, r, func() int { return outstanding })
 }
 
@@ -455,7 +457,7 @@ func (p *TinyLFU) ReportSSD(node string, r SSDReport, outstanding int) {
 // the report, and added to it. The master reports this way (counting with
 // ReportSSD, an admission between the caller's count and the report would
 // be forgotten, and the room estimate would admit one object too many).
-func (p *TinyLFU) ReportSSDCounted(node string, r SSDReport, outstandingFn func() int) {
+func (p *TinyLFU) ReportSSDCounted(node string, r masterapi.SSDReport, outstandingFn func() int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	outstanding := outstandingFn()

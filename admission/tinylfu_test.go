@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierstore/tierstore/masterapi"
 	"pgregory.net/rapid"
 )
 
@@ -24,10 +25,10 @@ func touch(p *TinyLFU, key string, n int) {
 
 // full is a report of an SSD exactly at its high watermark whose next
 // victims have the given densities, one object each.
-func full(densities ...float64) SSDReport {
-	r := SSDReport{High: 100 * obj, Low: 80 * obj, Used: 100 * obj}
+func full(densities ...float64) masterapi.SSDReport {
+	r := masterapi.SSDReport{High: 100 * obj, Low: 80 * obj, Used: 100 * obj}
 	for _, d := range densities {
-		r.Victims = append(r.Victims, VictimValue{Bytes: obj, Span: obj, Value: d * obj})
+		r.Victims = append(r.Victims, masterapi.SSDVictim{FileBytes: obj, Span: obj, Value: d * obj})
 	}
 	return r
 }
@@ -88,11 +89,11 @@ func TestTinyLFURoomNoReportNoVictim(t *testing.T) {
 	if ok, why := decideOnce(t, p, "r3"); ok || why != "lost" {
 		t.Fatalf("third object with the SSD full: %v %s", ok, why)
 	}
-	p.ReportSSD("n1", SSDReport{High: 10, Used: 10}, 0)
+	p.ReportSSD("n1", masterapi.SSDReport{High: 10, Used: 10}, 0)
 	if ok, why := decideOnce(t, p, "r4"); ok || why != "no_victim" {
 		t.Fatalf("full without victims: %v %s", ok, why)
 	}
-	p.ReportSSD("n1", SSDReport{}, 0) // unlimited tier
+	p.ReportSSD("n1", masterapi.SSDReport{}, 0) // unlimited tier
 	if ok, why := decideOnce(t, p, "r5"); !ok || why != "room" {
 		t.Fatalf("unlimited tier: %v %s", ok, why)
 	}
@@ -149,12 +150,12 @@ type ssdModel struct {
 	perBucket  int
 }
 
-func (m *ssdModel) report(p *TinyLFU) SSDReport {
+func (m *ssdModel) report(p *TinyLFU) masterapi.SSDReport {
 	n := len(m.bucketKeys) * m.perBucket
-	r := SSDReport{High: int64(n) * obj, Low: int64(n-m.perBucket) * obj}
+	r := masterapi.SSDReport{High: int64(n) * obj, Low: int64(n-m.perBucket) * obj}
 	for _, b := range m.bucketKeys {
 		r.Used += int64(m.perBucket) * obj
-		v := VictimValue{Bytes: int64(m.perBucket) * obj, Span: int64(m.perBucket) * obj}
+		v := masterapi.SSDVictim{FileBytes: int64(m.perBucket) * obj, Span: int64(m.perBucket) * obj}
 		for _, k := range b {
 			v.Value += float64(p.Estimate(k)) * obj
 		}
@@ -245,7 +246,7 @@ func (c *fakeClock) now() time.Time { return c.t }
 func TestTinyLFUWriteBudget(t *testing.T) {
 	clk := &fakeClock{t: time.Unix(1000, 0)}
 	p := NewTinyLFU(TinyLFUConfig{Margin: 1, MaxMargin: 1, MarginStep: -1, WriteBudget: 16 * obj, Now: clk.now})
-	p.ReportSSD("n1", SSDReport{}, 0) // unlimited tier: only the budget limits
+	p.ReportSSD("n1", masterapi.SSDReport{}, 0) // unlimited tier: only the budget limits
 	touch(p, "hot", 16)
 	touch(p, "warm", 8)
 	// Spend half of the burst with hot objects (floor 0 for them).
@@ -318,11 +319,11 @@ func TestTinyLFUAdaptiveMargin(t *testing.T) {
 // Between the watermarks it admits, unless the room is tested (the SSD
 // evicted before and the margin is above 0): the first victim must then
 // be beaten by more than the margin.
-func refDecide(f uint32, size, pending int64, r *SSDReport, margin float64) Reason {
+func refDecide(f uint32, size, pending int64, r *masterapi.SSDReport, margin float64) Reason {
 	return refDecideRoom(f, size, pending, r, margin, false)
 }
 
-func refDecideRoom(f uint32, size, pending int64, r *SSDReport, margin float64, evicted bool) Reason {
+func refDecideRoom(f uint32, size, pending int64, r *masterapi.SSDReport, margin float64, evicted bool) Reason {
 	if r == nil {
 		return AcceptNoReport
 	}
@@ -331,7 +332,7 @@ func refDecideRoom(f uint32, size, pending int64, r *SSDReport, margin float64, 
 	}
 	var file, span int64
 	for _, v := range r.Victims {
-		file += v.Bytes
+		file += v.FileBytes
 		span += v.Span
 	}
 	exp := 1.0
@@ -352,9 +353,9 @@ func refDecideRoom(f uint32, size, pending int64, r *SSDReport, margin float64, 
 		return RejectNoVictim
 	}
 	i := 0
-	for freed := r.Victims[0].Bytes; freed < need && i+1 < len(r.Victims); {
+	for freed := r.Victims[0].FileBytes; freed < need && i+1 < len(r.Victims); {
 		i++
-		freed += r.Victims[i].Bytes
+		freed += r.Victims[i].FileBytes
 	}
 	if beats(f, r.Victims[i], margin) {
 		return AcceptWon
@@ -363,7 +364,7 @@ func refDecideRoom(f uint32, size, pending int64, r *SSDReport, margin float64, 
 }
 
 // beats: f exceeds v's value per byte of its span by more than margin.
-func beats(f uint32, v VictimValue, margin float64) bool {
+func beats(f uint32, v masterapi.SSDVictim, margin float64) bool {
 	if v.Span > 0 {
 		return float64(f)*float64(v.Span) > v.Value+margin*float64(v.Span)
 	}
@@ -374,17 +375,17 @@ func TestTinyLFUDecideMatchesReference(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		margin := float64(rapid.IntRange(0, 8).Draw(t, "margin4")) / 4
 		p := fixedPolicy(margin)
-		var rep *SSDReport
+		var rep *masterapi.SSDReport
 		if rapid.IntRange(0, 9).Draw(t, "hasReport") > 0 {
-			rep = &SSDReport{High: rapid.Int64Range(0, 1<<20).Draw(t, "high")}
+			rep = &masterapi.SSDReport{High: rapid.Int64Range(0, 1<<20).Draw(t, "high")}
 			rep.Low = rapid.Int64Range(0, rep.High).Draw(t, "low")
 			rep.Used = rapid.Int64Range(0, rep.High+1<<18).Draw(t, "used")
 			for n := rapid.IntRange(0, 6).Draw(t, "victims"); n > 0; n-- {
 				span := rapid.Int64Range(0, 1<<16).Draw(t, "span")
-				rep.Victims = append(rep.Victims, VictimValue{
-					Bytes: span + rapid.Int64Range(0, 1<<13).Draw(t, "overhead"),
-					Span:  span,
-					Value: float64(rapid.IntRange(0, 16*4).Draw(t, "density4")) / 4 * float64(span),
+				rep.Victims = append(rep.Victims, masterapi.SSDVictim{
+					FileBytes: span + rapid.Int64Range(0, 1<<13).Draw(t, "overhead"),
+					Span:      span,
+					Value:     float64(rapid.IntRange(0, 16*4).Draw(t, "density4")) / 4 * float64(span),
 				})
 			}
 		}
@@ -482,11 +483,11 @@ func TestTinyLFUColdPut(t *testing.T) {
 	if put("back") {
 		t.Fatal("a key the SSD would admit is cold")
 	}
-	p.ReportSSD("n1", SSDReport{High: 100 * obj, Used: 0}, 0) // room
+	p.ReportSSD("n1", masterapi.SSDReport{High: 100 * obj, Used: 0}, 0) // room
 	if put("back") {
 		t.Fatal("a key is cold although the SSD has room")
 	}
-	p.ReportSSD("n1", SSDReport{High: obj, Used: obj}, 0) // full, no victim
+	p.ReportSSD("n1", masterapi.SSDReport{High: obj, Used: obj}, 0) // full, no victim
 	if !put("back") {
 		t.Fatal("a key coming back is warm although the SSD reported no victim")
 	}
@@ -513,12 +514,12 @@ func TestTinyLFUColdPutMatchesReference(t *testing.T) {
 		cold := uint32(rapid.IntRange(0, 6).Draw(t, "coldFreq"))
 		p := NewTinyLFU(TinyLFUConfig{Margin: margin, MaxMargin: margin, MarginStep: -1, ColdPutFreq: cold})
 		touch(p, "k", rapid.IntRange(0, 10).Draw(t, "accesses"))
-		var rep *SSDReport
+		var rep *masterapi.SSDReport
 		if rapid.Bool().Draw(t, "hasReport") {
-			rep = &SSDReport{High: rapid.Int64Range(0, 8*obj).Draw(t, "high")}
+			rep = &masterapi.SSDReport{High: rapid.Int64Range(0, 8*obj).Draw(t, "high")}
 			rep.Used = rapid.Int64Range(0, rep.High+2*obj).Draw(t, "used")
 			for n := rapid.IntRange(0, 4).Draw(t, "victims"); n > 0; n-- {
-				rep.Victims = append(rep.Victims, VictimValue{Bytes: obj, Span: obj,
+				rep.Victims = append(rep.Victims, masterapi.SSDVictim{FileBytes: obj, Span: obj,
 					Value: float64(rapid.IntRange(0, 16*4).Draw(t, "density4")) / 4 * obj})
 			}
 			p.ReportSSD("n1", *rep, 0)
@@ -541,7 +542,7 @@ func TestTinyLFUColdPutMatchesReference(t *testing.T) {
 func TestTinyLFUColdPutUnderBudget(t *testing.T) {
 	clk := &fakeClock{t: time.Unix(1000, 0)}
 	p := NewTinyLFU(TinyLFUConfig{Margin: 1, MaxMargin: 1, MarginStep: -1, WriteBudget: 16 * obj, Now: clk.now, ColdPutFreq: 2})
-	p.ReportSSD("n1", SSDReport{}, 0) // unlimited tier: only the budget limits
+	p.ReportSSD("n1", masterapi.SSDReport{}, 0) // unlimited tier: only the budget limits
 	touch(p, "hot", 16)
 	touch(p, "back", 4)
 	if p.ColdPut(candidate("back")) {

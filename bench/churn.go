@@ -16,7 +16,7 @@ import (
 	"github.com/tierstore/tierstore/bench/internal/belady"
 	"github.com/tierstore/tierstore/bench/internal/trace"
 	"github.com/tierstore/tierstore/embedded"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 
 	"github.com/tierstore/tierstore/node"
@@ -610,7 +610,7 @@ func (rp *replayer) request(ctx context.Context, i int, r trace.Request) error {
 		return nil
 	}
 	f.misses++
-	if !errors.Is(err, codes.ErrObjectNotFound) {
+	if !errors.Is(err, errcode.ErrObjectNotFound) {
 		f.getErrors++
 	}
 	val := rp.vs.value(i)
@@ -618,7 +618,7 @@ func (rp *replayer) request(ctx context.Context, i int, r trace.Request) error {
 		val = make([]byte, r.Size)
 	}
 	err = c.Put(ctx, r.Key, val)
-	if errors.Is(err, codes.ErrNoAvailableHandle) {
+	if errors.Is(err, errcode.ErrNoAvailableHandle) {
 		// DRAM is full of objects pinned by offload tasks (on-evict keeps
 		// victims until they reach SSD): let offload catch up and retry
 		// once, as a client backing off would.
@@ -628,7 +628,7 @@ func (rp *replayer) request(ctx context.Context, i int, r trace.Request) error {
 		}
 		err = c.Put(ctx, r.Key, val)
 	}
-	if err != nil && !errors.Is(err, codes.ErrObjectExists) {
+	if err != nil && !errors.Is(err, errcode.ErrObjectExists) {
 		f.putFailures++
 	}
 	rp.puts++

@@ -303,11 +303,11 @@ func waitOffloaded(ctx context.Context, c *client.Client, n int64) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		st, err := c.Stats(ctx)
-		if err == nil && st.DiskReplicas >= n {
+		if err == nil && st.SSDReplicas >= n {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("bench: failover: %d of %d objects offloaded after 60s (%v)", st.DiskReplicas, n, err)
+			return fmt.Errorf("bench: failover: %d of %d objects offloaded after 60s (%v)", st.SSDReplicas, n, err)
 		}
 		time.Sleep(100 * time.Millisecond) // poll the master's counters
 	}

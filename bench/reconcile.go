@@ -348,8 +348,8 @@ func runReconcile(ctx context.Context, e *env) (*result, error) {
 	}
 	defer n.Close()
 	ms, err := m.Stats(ctx)
-	if err != nil || ms.DiskReplicas != keys {
-		return nil, fmt.Errorf("bench: reconcile: master lists %d disk replicas after re-registration, want %d (%v)", ms.DiskReplicas, keys, err)
+	if err != nil || ms.SSDReplicas != keys {
+		return nil, fmt.Errorf("bench: reconcile: master lists %d disk replicas after re-registration, want %d (%v)", ms.SSDReplicas, keys, err)
 	}
 	addStep(tb, "re-register (node start, chunks of 4096 in columns)", f, keys)
 	perKey := float64(f.masterRSSGrowth) / float64(keys)
@@ -375,7 +375,7 @@ func runReconcile(ctx context.Context, e *env) (*result, error) {
 		}
 		after := n.Stats()
 		msAfter, _ := m.Stats(ctx)
-		if got := msBefore.DiskReplicas - msAfter.DiskReplicas; got != d.dropped {
+		if got := msBefore.SSDReplicas - msAfter.SSDReplicas; got != d.dropped {
 			return nil, fmt.Errorf("bench: %s: master dropped %d replicas, want %d", d.name, got, d.dropped)
 		}
 		if got := after.ReconcileRemoved - before.ReconcileRemoved; got != d.strays {

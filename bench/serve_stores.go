@@ -22,7 +22,7 @@ import (
 
 	"github.com/tierstore/tierstore/client"
 	tscluster "github.com/tierstore/tierstore/internal/cluster"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/node"
 )
 
@@ -58,7 +58,7 @@ func notStored(err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, codes.ErrNoAvailableHandle) || strings.Contains(err.Error(), "out of memory") || strings.HasPrefix(err.Error(), "OOM ") {
+	if errors.Is(err, errcode.ErrNoAvailableHandle) || strings.Contains(err.Error(), "out of memory") || strings.HasPrefix(err.Error(), "OOM ") {
 		return fmt.Errorf("%w: %v", errNotStored, err)
 	}
 	return err
@@ -170,7 +170,7 @@ func (s *tierServer) put(ctx context.Context, w int, key string, v []byte) error
 
 func tierMiss(err error) bool {
 	// Not ready: another worker's put of the key is in progress.
-	return errors.Is(err, codes.ErrObjectNotFound) || errors.Is(err, codes.ErrReplicaGone) || errors.Is(err, codes.ErrReplicaNotReady)
+	return errors.Is(err, errcode.ErrObjectNotFound) || errors.Is(err, errcode.ErrReplicaGone) || errors.Is(err, errcode.ErrReplicaNotReady)
 }
 
 func (s *tierServer) get(ctx context.Context, w int, key string, buf []byte) (bool, error) {
@@ -207,7 +207,7 @@ func (s *tierServer) batchPut(ctx context.Context, w int, keys []string, vals []
 	for _, err := range errs {
 		switch {
 		case err == nil:
-		case errors.Is(err, codes.ErrObjectExists):
+		case errors.Is(err, errcode.ErrObjectExists):
 			// Another worker's overlapping window put it first.
 		case errors.Is(notStored(err), errNotStored):
 			failed++ // DRAM full of objects that cannot go yet: not cached

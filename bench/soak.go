@@ -20,7 +20,7 @@ import (
 
 	"github.com/tierstore/tierstore/client"
 	tscluster "github.com/tierstore/tierstore/internal/cluster"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/node"
 )
@@ -57,7 +57,7 @@ type soakCounts struct {
 }
 
 func (c *soakCounts) putFailed(err error) {
-	name := codes.Of(err).String()
+	name := errcode.Of(err).String()
 	v, _ := c.putErrs.LoadOrStore(name, new(atomic.Int64))
 	v.(*atomic.Int64).Add(1)
 	c.firstErr.LoadOrStore(name, err.Error())
@@ -225,7 +225,7 @@ func soakClient(ctx context.Context, addr string, id int, cnt *soakCounts) error
 			switch {
 			case err == nil:
 				cnt.putsOK.Add(1)
-			case ctx.Err() != nil || errors.Is(err, codes.ErrContextCanceled):
+			case ctx.Err() != nil || errors.Is(err, errcode.ErrContextCanceled):
 				// Cut off by the end of the run: the run's deadline is the
 				// only one a put has (gRPC may see it a moment before
 				// ctx.Err() does).
@@ -268,7 +268,7 @@ func soakPut(ctx context.Context, c *client.Client, k string, v []byte, cnt *soa
 	wait, deadline := soakBackoff, time.Now().Add(soakPutPatience)
 	for {
 		err := c.Put(ctx, k, v)
-		if !errors.Is(err, codes.ErrNoAvailableHandle) || time.Now().After(deadline) {
+		if !errors.Is(err, errcode.ErrNoAvailableHandle) || time.Now().After(deadline) {
 			return err
 		}
 		cnt.backpressure.Add(1)

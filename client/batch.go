@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/masterapi"
@@ -59,7 +59,7 @@ func (c *Client) BatchPutWith(ctx context.Context, keys []string, values [][]byt
 func badBatch(what string, keys, other int, name string) []error {
 	errs := make([]error, keys)
 	for i := range errs {
-		errs[i] = codes.Errorf(codes.InvalidParams, "client: %s: %d keys, %d %s", what, keys, other, name)
+		errs[i] = errcode.Errorf(errcode.InvalidParams, "client: %s: %d keys, %d %s", what, keys, other, name)
 	}
 	return errs
 }
@@ -69,7 +69,7 @@ func (c *Client) batchPut(ctx context.Context, keys []string, values [][][]byte,
 	errs := make([]error, len(keys))
 	if len(values) != len(keys) {
 		for i := range errs {
-			errs[i] = codes.Errorf(codes.InvalidParams, "client: batch put: %d keys, %d values", len(keys), len(values))
+			errs[i] = errcode.Errorf(errcode.InvalidParams, "client: batch put: %d keys, %d values", len(keys), len(values))
 		}
 		return errs
 	}
@@ -83,7 +83,7 @@ func (c *Client) batchPut(ctx context.Context, keys []string, values [][][]byte,
 			continue
 		}
 		if partsLen(values[i]) == 0 {
-			errs[i] = codes.Errorf(codes.InvalidParams, "client: empty value for key %s", keyspec.Show(k))
+			errs[i] = errcode.Errorf(errcode.InvalidParams, "client: empty value for key %s", keyspec.Show(k))
 			continue
 		}
 		idx = append(idx, i)
@@ -156,7 +156,7 @@ func (c *Client) startWave(ctx context.Context, keys []string, values [][][]byte
 	}
 	w.starts, w.err = c.m.BatchPutStart(ctx, reqs)
 	if w.err == nil && len(w.starts) != len(reqs) {
-		w.err = codes.Errorf(codes.InternalError, "client: batch put start: %d results for %d keys", len(w.starts), len(reqs))
+		w.err = errcode.Errorf(errcode.InternalError, "client: batch put start: %d results for %d keys", len(w.starts), len(reqs))
 	}
 }
 
@@ -251,7 +251,7 @@ func (c *Client) BatchExists(ctx context.Context, keys []string) ([]bool, []erro
 	defer cancel()
 	res, err := c.m.BatchExistKey(ctx, keys)
 	if err == nil && len(res) != len(keys) {
-		err = codes.Errorf(codes.InternalError, "client: batch exists: %d results for %d keys", len(res), len(keys))
+		err = errcode.Errorf(errcode.InternalError, "client: batch exists: %d results for %d keys", len(res), len(keys))
 	}
 	for i := range keys {
 		switch {

@@ -12,7 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/internal/wire"
@@ -223,7 +223,7 @@ func (c *Client) check(key string) error {
 		return ErrClosed
 	}
 	if len(key) == 0 || len(key) > keyspec.MaxLen {
-		return codes.Errorf(codes.InvalidKey, "client: key of %d bytes (1..%d allowed)", len(key), keyspec.MaxLen)
+		return errcode.Errorf(errcode.InvalidKey, "client: key of %d bytes (1..%d allowed)", len(key), keyspec.MaxLen)
 	}
 	return nil
 }
@@ -233,7 +233,7 @@ func (c *Client) peerFor(ctx context.Context, r masterapi.Replica) (peer, error)
 		return localPeer{c.local}, nil
 	}
 	if len(r.Endpoint) > 7 && r.Endpoint[:7] == "inproc:" {
-		return nil, codes.Errorf(codes.TransferFail, "client: node %s is in another process's embedded mode", r.Node)
+		return nil, errcode.Errorf(errcode.TransferFail, "client: node %s is in another process's embedded mode", r.Node)
 	}
 	dc, err := c.data.Get(ctx, r.Endpoint)
 	if errors.Is(err, wire.ErrClosed) {
@@ -286,7 +286,7 @@ func (c *Client) putParts(ctx context.Context, key string, value [][]byte, opts 
 	}
 	size := partsLen(value)
 	if size == 0 {
-		return codes.Errorf(codes.InvalidParams, "client: empty value for key %s", keyspec.Show(key))
+		return errcode.Errorf(errcode.InvalidParams, "client: empty value for key %s", keyspec.Show(key))
 	}
 	start := time.Now()
 	ctx, cancel := c.opCtx(ctx)
@@ -372,8 +372,8 @@ func (c *Client) writeReplicas(ctx context.Context, p masterapi.PutStartReply, v
 
 // writeReplica writes value to the put's replica r.
 func (c *Client) writeReplica(ctx context.Context, r masterapi.Replica, value [][]byte, crc uint32) error {
-	if size := partsLen(value); r.Kind != masterapi.Memory || r.Length != size {
-		return codes.Errorf(codes.InternalError, "client: master allocated a %v replica of %d bytes for %d", r.Kind, r.Length, size)
+	if size := partsLen(value); r.Kind != masterapi.DRAM || r.Length != size {
+		return errcode.Errorf(errcode.InternalError, "client: master allocated a %v replica of %d bytes for %d", r.Kind, r.Length, size)
 	}
 	p, err := c.peerFor(ctx, r)
 	if err == nil {
@@ -390,9 +390,9 @@ func (c *Client) writeReplica(ctx context.Context, r masterapi.Replica, value []
 func (c *Client) rank(r masterapi.Replica) int {
 	local := c.local != nil && r.Node == c.local.Name()
 	switch {
-	case r.Kind == masterapi.Memory && local:
+	case r.Kind == masterapi.DRAM && local:
 		return 0
-	case r.Kind == masterapi.Memory:
+	case r.Kind == masterapi.DRAM:
 		return 1
 	case local:
 		return 2
@@ -451,12 +451,12 @@ func (c *Client) lookupAndRead(ctx context.Context, key string, start time.Time,
 // error stands (issue 21 item 5).
 func (c *Client) readAgain(ctx context.Context, info masterapi.ObjectInfo, err error, start time.Time, bufFor func(masterapi.ObjectInfo) ([][]byte, error)) error {
 	gone := errors.Is(err, errGoneUnderRead)
-	if !gone && !errors.Is(err, codes.ErrChecksumMismatch) || ctx.Err() != nil {
+	if !gone && !errors.Is(err, errcode.ErrChecksumMismatch) || ctx.Err() != nil {
 		return err
 	}
 	again, lerr := c.m.GetReplicaList(ctx, info.Key)
 	switch {
-	case errors.Is(lerr, codes.ErrObjectNotFound), gone && lerr != nil:
+	case errors.Is(lerr, errcode.ErrObjectNotFound), gone && lerr != nil:
 		return fmt.Errorf("client: get %s: removed while it was read: %w", keyspec.Show(info.Key), lerr)
 	case lerr != nil || (!gone && sameObject(info, again)):
 		return err
@@ -474,7 +474,7 @@ func (c *Client) readAgain(ctx context.Context, info masterapi.ObjectInfo, err e
 func sameObject(a, b masterapi.ObjectInfo) bool {
 	token := func(in masterapi.ObjectInfo) uint64 {
 		for _, r := range in.Replicas {
-			if r.Kind == masterapi.Memory {
+			if r.Kind == masterapi.DRAM {
 				return r.PutToken
 			}
 		}
@@ -520,7 +520,7 @@ func (c *Client) report(ctx context.Context, info masterapi.ObjectInfo, r master
 	case err == nil:
 		c.badReported.Add(1)
 		c.log.Warn("reported a replica that "+what, "key", info.Key, "node", r.Node, "kind", r.Kind)
-	case errors.Is(err, codes.ErrReplicaNotFound), errors.Is(err, codes.ErrObjectNotFound):
+	case errors.Is(err, errcode.ErrReplicaNotFound), errors.Is(err, errcode.ErrObjectNotFound):
 		// Not (or no longer) the object's replica: removed, evicted or
 		// put again since the lookup (or already dropped: a node that
 		// detects a corrupt SSD entry drops it itself).

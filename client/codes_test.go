@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/master"
 )
 
@@ -40,31 +40,31 @@ func TestCodesReExported(t *testing.T) {
 	if !errors.Is(err, client.ErrObjectNotFound) || errors.Is(err, client.ErrReplicaGone) {
 		t.Fatalf("get over gRPC: %v", err)
 	}
-	if code := client.CodeOf(err); code != codes.ObjectNotFound || code.String() != "OBJECT_NOT_FOUND" || int32(code) != -704 {
+	if code := client.CodeOf(err); code != errcode.ObjectNotFound || code.String() != "OBJECT_NOT_FOUND" || int32(code) != -704 {
 		t.Fatalf("CodeOf: %v", code)
 	}
-	if client.CodeOf(nil) != codes.OK {
+	if client.CodeOf(nil) != errcode.OK {
 		t.Fatal("client.CodeOf(nil)")
 	}
 	all := map[client.Code]error{
-		codes.InternalError: client.ErrInternal, codes.SegmentNotFound: client.ErrSegmentNotFound, codes.SegmentExists: client.ErrSegmentExists,
-		codes.ClientNotFound: client.ErrClientNotFound, codes.NoAvailableHandle: client.ErrNoAvailableHandle, codes.InvalidKey: client.ErrInvalidKey,
-		codes.InvalidParams: client.ErrInvalidParams, codes.ReplicaNotReady: client.ErrReplicaNotReady, codes.ObjectNotFound: client.ErrObjectNotFound,
-		codes.ObjectExists: client.ErrObjectExists, codes.ObjectHasLease: client.ErrObjectHasLease, codes.ReplicaNotFound: client.ErrReplicaNotFound,
-		codes.ReplicaIsGone: client.ErrReplicaGone, codes.TransferFail: client.ErrTransferFail, codes.ChecksumMismatch: client.ErrChecksumMismatch,
-		codes.ChecksumConflict: client.ErrChecksumConflict, codes.RPCFail: client.ErrRPCFail, codes.ContextCanceled: client.ErrContextCanceled,
-		codes.UnavailableStatus: client.ErrUnavailable, codes.ShuttingDown: client.ErrShuttingDown, codes.KeysUltraLimit: client.ErrKeysUltraLimit,
-		codes.UnableOffload: client.ErrUnableOffload, codes.TaskNotFound: client.ErrTaskNotFound, codes.NeedRemount: client.ErrNeedRemount,
-		codes.VersionMismatch: client.ErrVersionMismatch, codes.PermissionDenied: client.ErrPermissionDenied,
-		codes.PeerLimit: client.ErrPeerLimit,
+		errcode.InternalError: client.ErrInternal, errcode.SegmentNotFound: client.ErrSegmentNotFound, errcode.SegmentExists: client.ErrSegmentExists,
+		errcode.ClientNotFound: client.ErrClientNotFound, errcode.NoAvailableHandle: client.ErrNoAvailableHandle, errcode.InvalidKey: client.ErrInvalidKey,
+		errcode.InvalidParams: client.ErrInvalidParams, errcode.ReplicaNotReady: client.ErrReplicaNotReady, errcode.ObjectNotFound: client.ErrObjectNotFound,
+		errcode.ObjectExists: client.ErrObjectExists, errcode.ObjectHasLease: client.ErrObjectHasLease, errcode.ReplicaNotFound: client.ErrReplicaNotFound,
+		errcode.ReplicaIsGone: client.ErrReplicaGone, errcode.TransferFail: client.ErrTransferFail, errcode.ChecksumMismatch: client.ErrChecksumMismatch,
+		errcode.ChecksumConflict: client.ErrChecksumConflict, errcode.RPCFail: client.ErrRPCFail, errcode.ContextCanceled: client.ErrContextCanceled,
+		errcode.UnavailableStatus: client.ErrUnavailable, errcode.ShuttingDown: client.ErrShuttingDown, errcode.KeysUltraLimit: client.ErrKeysUltraLimit,
+		errcode.UnableOffload: client.ErrUnableOffload, errcode.TaskNotFound: client.ErrTaskNotFound, errcode.NeedRemount: client.ErrNeedRemount,
+		errcode.VersionMismatch: client.ErrVersionMismatch, errcode.PermissionDenied: client.ErrPermissionDenied,
+		errcode.PeerLimit: client.ErrPeerLimit,
 	}
-	for _, code := range codes.All() {
+	for _, code := range errcode.All() {
 		e, ok := all[code]
 		if !ok {
 			t.Errorf("code %v has no client sentinel", code)
 			continue
 		}
-		if !errors.Is(codes.Errorf(code, "x"), e) || client.CodeOf(e) != code {
+		if !errors.Is(errcode.Errorf(code, "x"), e) || client.CodeOf(e) != code {
 			t.Errorf("client sentinel of %v does not match", code)
 		}
 	}

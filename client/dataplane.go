@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/masterapi"
@@ -87,7 +87,7 @@ func (c *Client) GetInto(ctx context.Context, key string, buf []byte) (int, erro
 
 func fits(info masterapi.ObjectInfo, room int64) error {
 	if info.Size > room {
-		return fmt.Errorf("client: get %s: buffer of %d bytes, the object has %d: %w: %w", keyspec.Show(info.Key), room, info.Size, ErrBufferTooSmall, codes.ErrInvalidParams)
+		return fmt.Errorf("client: get %s: buffer of %d bytes, the object has %d: %w: %w", keyspec.Show(info.Key), room, info.Size, ErrBufferTooSmall, errcode.ErrInvalidParams)
 	}
 	return nil
 }
@@ -101,7 +101,7 @@ func (c *Client) BatchGetInto(ctx context.Context, keys []string, bufs [][]byte)
 	if len(bufs) != len(keys) {
 		errs = make([]error, len(keys))
 		for i := range errs {
-			errs[i] = codes.Errorf(codes.InvalidParams, "client: batch get: %d keys, %d buffers", len(keys), len(bufs))
+			errs[i] = errcode.Errorf(errcode.InvalidParams, "client: batch get: %d keys, %d buffers", len(keys), len(bufs))
 		}
 		return ns, errs
 	}
@@ -158,7 +158,7 @@ func (c *Client) batchRead(ctx context.Context, keys []string, bufFor func(i int
 	}
 	res, err := c.m.BatchGetReplicaList(ctx, ask)
 	if err == nil && len(res) != len(ask) {
-		err = codes.Errorf(codes.InternalError, "client: batch get: %d results for %d keys", len(res), len(ask))
+		err = errcode.Errorf(errcode.InternalError, "client: batch get: %d results for %d keys", len(res), len(ask))
 	}
 	if err != nil {
 		for _, i := range idx {
@@ -347,7 +347,7 @@ func (c *Client) readFrom(ctx context.Context, info masterapi.ObjectInfo, buf []
 			return false, nil
 		}
 		switch {
-		case errors.Is(err, codes.ErrChecksumMismatch):
+		case errors.Is(err, errcode.ErrChecksumMismatch):
 			// Only bytes this side checked can belong to a replica that
 			// went away under the read; a node that found its own SSD copy
 			// corrupt (no wire.ErrBadChecksum) dropped it itself.
@@ -362,7 +362,7 @@ func (c *Client) readFrom(ctx context.Context, info masterapi.ObjectInfo, buf []
 			if received {
 				c.checksumFailures.Add(1)
 			}
-		case r.Kind == masterapi.LocalDisk && errors.Is(err, codes.ErrObjectNotFound):
+		case r.Kind == masterapi.SSD && errors.Is(err, errcode.ErrObjectNotFound):
 			// The node answered for its own SSD: it does not hold the
 			// object. The master must stop offering that replica. (A
 			// transport error says nothing about the SSD: not reported.)
@@ -388,24 +388,24 @@ func (c *Client) readFrom(ctx context.Context, info masterapi.ObjectInfo, buf []
 // allFailed is readBest's error when no replica could be read.
 func (c *Client) allFailed(ctx context.Context, info masterapi.ObjectInfo, n int, last error, sawChecksum bool) error {
 	if last == nil {
-		return codes.Errorf(codes.ReplicaNotReady, "client: get %s: no complete replica", keyspec.Show(info.Key))
+		return errcode.Errorf(errcode.ReplicaNotReady, "client: get %s: no complete replica", keyspec.Show(info.Key))
 	}
-	code := codes.TransferFail
+	code := errcode.TransferFail
 	if sawChecksum {
-		code = codes.ChecksumMismatch
+		code = errcode.ChecksumMismatch
 	}
 	if ctx.Err() != nil {
-		code = codes.ContextCanceled
+		code = errcode.ContextCanceled
 	}
 	// The sentinel's text ends the returned error once, not twice.
-	lastMsg := strings.TrimSuffix(last.Error(), ": "+codes.Err(codes.Of(last)).Error())
-	return codes.Errorf(code, "client: get %s: all %d replicas failed, last: %s", keyspec.Show(info.Key), n, lastMsg)
+	lastMsg := strings.TrimSuffix(last.Error(), ": "+errcode.Err(errcode.Of(last)).Error())
+	return errcode.Errorf(code, "client: get %s: all %d replicas failed, last: %s", keyspec.Show(info.Key), n, lastMsg)
 }
 
 // readReplica reads replica r of info into buf, checked against the
 // object's size and CRC32C.
 func (c *Client) readReplica(ctx context.Context, info masterapi.ObjectInfo, r masterapi.Replica, buf [][]byte) error {
-	if r.Kind == masterapi.Memory && c.local != nil && r.Node == c.local.Name() {
+	if r.Kind == masterapi.DRAM && c.local != nil && r.Node == c.local.Name() {
 		// A copy out of this process's segment cannot stall: no replica
 		// timeout (its context and timer would cost more than the copy
 		// of a small object).
@@ -417,7 +417,7 @@ func (c *Client) readReplica(ctx context.Context, info masterapi.ObjectInfo, r m
 	if err != nil {
 		return err
 	}
-	if r.Kind == masterapi.Memory {
+	if r.Kind == masterapi.DRAM {
 		// The object's size, not r.Length: a replica of another length
 		// fails the CRC check like any other wrong bytes.
 		return p.readRange(ctx, r.Segment, r.Offset, buf, info.CRC)

@@ -32,7 +32,7 @@
 // RemoveByRegex, EvictMemory and the batch forms complete the API; BatchPut goes in pipelined waves (the next
 // wave's ranges are asked for while the current one is written). Errors
 // wrap the sentinels this package re-exports from
-// internal/codes (ErrObjectNotFound, ErrReplicaGone, ..., and Code, CodeOf),
+// internal/errcode (ErrObjectNotFound, ErrReplicaGone, ..., and Code, CodeOf),
 // checked with errors.Is, whether the master is local or remote.
 //
 // Gather and scatter: PutParts, BatchPutParts, GetIntoParts and

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -128,7 +128,7 @@ func (c *Client) GetAlloc(ctx context.Context, key string, alloc func(size int64
 			return nil, err
 		}
 		if int64(len(b)) != info.Size {
-			return nil, codes.Errorf(codes.InvalidParams, "client: get %s: alloc gave %d bytes for %d", keyspec.Show(key), len(b), info.Size)
+			return nil, errcode.Errorf(errcode.InvalidParams, "client: get %s: alloc gave %d bytes for %d", keyspec.Show(key), len(b), info.Size)
 		}
 		n = int(info.Size)
 		return [][]byte{b}, nil

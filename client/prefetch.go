@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -27,7 +27,7 @@ func (c *Client) Prefetch(ctx context.Context, keys []string) (int, error) {
 	}
 	p, ok := c.m.(masterapi.Prefetcher)
 	if !ok {
-		return 0, codes.Errorf(codes.UnableOffload, "client: prefetch: the master connection (%T) has no Prefetch", c.m)
+		return 0, errcode.Errorf(errcode.UnableOffload, "client: prefetch: the master connection (%T) has no Prefetch", c.m)
 	}
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()

@@ -24,13 +24,14 @@
 //     them again. Under plain LRU a scan that reads many cold buckets once
 //     (a long prompt prefilled once, a re-registration sweep) pushes out
 //     buckets that are read over and over; under lru2 the scan's buckets
-//     stay in probation and are evicted first. On the synthetic trace of
-//     sim_test.go (a Zipf working set interleaved with one-hit scans, a tier
-//     of 200 buckets) lru2 hits 44% of reads, lru 36%, fifo 34%
-//     (go test -run HitRatio -v ./eviction).
+//     stay in probation and are evicted first. sim_test.go measures the
+//     policies' hit ratios on a Zipf working set interleaved with one-hit
+//     scans (figures: docs/benchmarks.md, "Bucket eviction policies on a
+//     scan mix").
 //   - "value": lru order, but a victim is the bucket of lowest value
 //     density among the 8 least recently used (ties: the least recently
-//     used). A bucket's value is what it still holds (Value, Worth): the
+//     used). A bucket's value is what it still holds (Value, a
+//     masterapi.SSDVictim): the
 //     sum over its live objects of estimated frequency x size, per byte
 //     of object space, dead space included, so a bucket hollowed out by
 //     removals and re-offloads goes before a full one of equal heat. The

@@ -33,15 +33,15 @@ func TestValueOfIntactAndHollowBuckets(t *testing.T) {
 	freq := map[string]uint32{"k000": 1, "k001": 2, "k002": 3, "k003": 6}
 	f := func(k []byte) uint32 { return freq[string(k)] }
 	w := Value(file, keys, sizesOf(4, blk), f)
-	require.Equal(t, int64(0), w.DeadBytes, "intact bucket")
-	require.Equal(t, int64(4*blk), w.LiveBytes)
+	require.Equal(t, int64(4*blk), w.Span, "intact bucket: no dead bytes")
+	require.Equal(t, file, w.FileBytes)
 	require.InDelta(t, 3.0, w.Density(), 1e-9, "mean frequency of an intact bucket")
 	// The same file after two of its objects went elsewhere: half dead.
 	h := Value(file, keys[2:], sizesOf(2, blk), f)
-	require.Equal(t, int64(2*blk), h.DeadBytes)
+	require.Equal(t, int64(2*blk+2*blk), h.Span, "2 live and 2 dead blocks")
 	require.InDelta(t, (3.0+6.0)/4, h.Density(), 1e-9)
 	e := Value(file, nil, nil, f)
-	require.Equal(t, file, e.DeadBytes)
+	require.Equal(t, file, e.Span, "all dead")
 	require.Zero(t, e.Density())
 }
 

@@ -2,7 +2,7 @@ package eviction
 
 import "math"
 
-// Valuer gives a bucket's value density (Worth.Density of what it still
+// Valuer gives a bucket's value density (masterapi.SSDVictim.Density of what it still
 // holds) for the "value" policy, or false when it cannot tell. It is called
 // from Victims, so under the tier engine's lock: it must not take that lock
 // (the tier's index and the admission sketch have their own).

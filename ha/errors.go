@@ -11,7 +11,7 @@ var (
 	// ErrBadMasterURL: ParseMasterURL refused its input; the message says
 	// what is wrong (empty host list, bad port, unknown scheme, ...).
 	ErrBadMasterURL = errors.New("ha: invalid master URL")
-	// ErrNotLeader: Leadership.Check found the leadership not (or no longer)
+	// ErrNotLeader: Leadership.Fence found the leadership not (or no longer)
 	// valid. A master answers writes with it (wrapped with the cause) once
 	// its fence is down.
 	ErrNotLeader = errors.New("ha: not the leader")

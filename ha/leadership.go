@@ -230,8 +230,8 @@ func (l *Leadership) Err() error {
 // every write a leader makes.
 func (l *Leadership) Valid() bool { return l.fence.valid() }
 
-// Check is Valid as an error: nil, or ErrNotLeader wrapping the reason.
-func (l *Leadership) Check() error {
+// Fence is Valid as an error: nil, or ErrNotLeader wrapping the reason.
+func (l *Leadership) Fence() error {
 	if l.fence.valid() {
 		return nil
 	}

@@ -109,8 +109,8 @@ func TestSingleCandidateLeads(t *testing.T) {
 	etcd := hatest.Start(t)
 	ctx := testCtx(t, time.Minute)
 	l := mustCampaign(t, ctx, candidate(etcd.Endpoints(), "127.0.0.1:7001"))
-	if l.Term() == 0 || !l.Valid() || l.Check() != nil || l.Err() != nil {
-		t.Fatalf("new leader: term %d valid %v check %v err %v", l.Term(), l.Valid(), l.Check(), l.Err())
+	if l.Term() == 0 || !l.Valid() || l.Fence() != nil || l.Err() != nil {
+		t.Fatalf("new leader: term %d valid %v check %v err %v", l.Term(), l.Valid(), l.Fence(), l.Err())
 	}
 	if r := l.Remaining(); r <= 0 || r > testTTL {
 		t.Fatalf("Remaining = %v, want in (0, %v]", r, testTTL)
@@ -136,8 +136,8 @@ func TestSingleCandidateLeads(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitDone(t, l, time.Second)
-	if l.Valid() || !errors.Is(l.Err(), ErrResigned) || !errors.Is(l.Check(), ErrNotLeader) || !errors.Is(l.Check(), ErrResigned) {
-		t.Fatalf("after Resign: valid %v err %v check %v", l.Valid(), l.Err(), l.Check())
+	if l.Valid() || !errors.Is(l.Err(), ErrResigned) || !errors.Is(l.Fence(), ErrNotLeader) || !errors.Is(l.Fence(), ErrResigned) {
+		t.Fatalf("after Resign: valid %v err %v check %v", l.Valid(), l.Err(), l.Fence())
 	}
 	if get, err := cli.Get(ctx, DefaultPrefix+"/", clientv3.WithPrefix()); err != nil || len(get.Kvs) != 0 {
 		t.Fatalf("keys left after Resign: %v %v", get.Kvs, err)

@@ -11,11 +11,11 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
-	grpccodes "google.golang.org/grpc/codes"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/mastergrpc"
 )
 
@@ -106,7 +106,7 @@ type masterConn struct {
 	highest atomic.Uint64 // newest term seen, from the resolver or an answer
 }
 
-var errRemoteClosed = status.Error(grpccodes.Canceled, "ha: remote closed")
+var errRemoteClosed = status.Error(codes.Canceled, "ha: remote closed")
 
 // Close closes the connections and the resolver.
 func (c *masterConn) Close() error {
@@ -166,7 +166,7 @@ func (c *masterConn) conn(addr string) (*grpc.ClientConn, error) {
 	}
 	cc, err := grpc.NewClient(addr, c.opts...)
 	if err != nil {
-		return nil, status.Errorf(grpccodes.Unavailable, "ha: dial leader %s: %v", addr, err)
+		return nil, status.Errorf(codes.Unavailable, "ha: dial leader %s: %v", addr, err)
 	}
 	c.conns[addr] = cc
 	return cc, nil
@@ -175,7 +175,7 @@ func (c *masterConn) conn(addr string) (*grpc.ClientConn, error) {
 // NewStream implements grpc.ClientConnInterface: the master service has no
 // streaming calls.
 func (c *masterConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
-	return nil, status.Error(grpccodes.Unimplemented, "ha: no streaming calls on the master")
+	return nil, status.Error(codes.Unimplemented, "ha: no streaming calls on the master")
 }
 
 // outcome is what Invoke does after one attempt.
@@ -281,7 +281,7 @@ func (c *masterConn) attempt(ctx context.Context, l Leader, changed <-chan struc
 	err = cc.Invoke(actx, method, args, reply, append(opts, grpc.Trailer(&tr))...)
 	if t := mastergrpc.TermOf(tr); t != 0 {
 		if t < c.highest.Load() {
-			return again, status.Errorf(grpccodes.Unavailable, "ha: answer of leadership term %d discarded: term %d leads", t, c.highest.Load())
+			return again, status.Errorf(codes.Unavailable, "ha: answer of leadership term %d discarded: term %d leads", t, c.highest.Load())
 		}
 		c.raise(t)
 	}
@@ -319,15 +319,15 @@ func classify(err error) outcome {
 		return done
 	}
 	for _, d := range st.Details() {
-		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetDomain() == codes.Domain {
-			if ei.GetReason() == codes.UnavailableStatus.String() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetDomain() == errcode.Domain {
+			if ei.GetReason() == errcode.UnavailableStatus.String() {
 				return again
 			}
 			return done
 		}
 	}
 	switch st.Code() {
-	case grpccodes.Unavailable, grpccodes.Internal, grpccodes.Unknown, grpccodes.Aborted, grpccodes.Canceled, grpccodes.DeadlineExceeded:
+	case codes.Unavailable, codes.Internal, codes.Unknown, codes.Aborted, codes.Canceled, codes.DeadlineExceeded:
 		return maybeTwice
 	}
 	return done

@@ -12,12 +12,12 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
-	grpccodes "google.golang.org/grpc/codes"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/tierstore/tierstore/ha"
 	"github.com/tierstore/tierstore/ha/hatest"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/mastergrpc"
@@ -179,21 +179,21 @@ func TestRemoteRetriesUnavailable(t *testing.T) {
 	var ready atomic.Bool
 	calls := fake(t, lis, func(context.Context, string) error {
 		if ready.Load() {
-			return codes.ToStatus(codes.Errorf(codes.ObjectNotFound, "no such key"))
+			return errcode.ToStatus(errcode.Errorf(errcode.ObjectNotFound, "no such key"))
 		}
-		return codes.ToStatus(fmt.Errorf("standby: %w", master.ErrNotLeader))
+		return errcode.ToStatus(fmt.Errorf("standby: %w", master.ErrNotLeader))
 	})
 	e.campaign(lis.Addr().String())
 	r := dial(t, e.url)
 	_, err := r.GetReplicaList(ctxFor(t, 500*time.Millisecond), "k")
 	// At least one call again after the first refusal (under CI load the
 	// backoff leaves room for only one more within 500 ms).
-	if !errors.Is(err, codes.ErrUnavailable) || calls.Load() < 2 {
+	if !errors.Is(err, errcode.ErrUnavailable) || calls.Load() < 2 {
 		t.Fatalf("until the deadline: %v after %d calls", err, calls.Load())
 	}
 	go func() { time.Sleep(200 * time.Millisecond); ready.Store(true) }()
 	_, err = r.GetReplicaList(ctxFor(t, 10*time.Second), "k")
-	if !errors.Is(err, codes.ErrObjectNotFound) {
+	if !errors.Is(err, errcode.ErrObjectNotFound) {
 		t.Fatalf("once the master answers: %v", err)
 	}
 }
@@ -227,14 +227,14 @@ func TestRemoteRefusesStaleTerm(t *testing.T) {
 	term, _ := e.campaign(lis.Addr().String())
 	calls := fake(t, lis, func(ctx context.Context, _ string) error {
 		_ = grpc.SetTrailer(ctx, mastergrpc.TermMD(term-1))
-		return codes.ToStatus(codes.Errorf(codes.ObjectNotFound, "stale answer"))
+		return errcode.ToStatus(errcode.Errorf(errcode.ObjectNotFound, "stale answer"))
 	})
 	r := dial(t, e.url)
-	_, err := r.NotifyOffloadSuccess(ctxFor(t, 400*time.Millisecond), masterapi.NotifyRequest{Node: "n", Persisted: []masterapi.DiskObject{{Key: "k", Size: 1}}})
-	if errors.Is(err, codes.ErrObjectNotFound) || calls.Load() < 2 {
+	_, err := r.NotifyOffloadSuccess(ctxFor(t, 400*time.Millisecond), masterapi.NotifyRequest{Node: "n", Persisted: []masterapi.SSDObject{{Key: "k", Size: 1}}})
+	if errors.Is(err, errcode.ErrObjectNotFound) || calls.Load() < 2 {
 		t.Fatalf("a deposed leader's answer came through: %v (%d calls)", err, calls.Load())
 	}
-	if !errors.Is(err, codes.ErrRPCFail) && !errors.Is(err, codes.ErrContextCanceled) {
+	if !errors.Is(err, errcode.ErrRPCFail) && !errors.Is(err, errcode.ErrContextCanceled) {
 		t.Fatalf("error %v", err)
 	}
 }
@@ -246,16 +246,16 @@ func TestRemoteTransportFailure(t *testing.T) {
 	defer ha.SetFailoverWait(300 * time.Millisecond)()
 	e := newElection(t)
 	la, lb := listen(t), listen(t)
-	broken := func(context.Context, string) error { return status.Error(grpccodes.Unavailable, "connection reset") }
+	broken := func(context.Context, string) error { return status.Error(codes.Unavailable, "connection reset") }
 	calls := fake(t, la, broken)
 	_, gone := e.campaign(la.Addr().String())
 	r := dial(t, e.url)
-	if _, err := r.Ping(ctxFor(t, 400*time.Millisecond), "n"); !errors.Is(err, codes.ErrRPCFail) || calls.Load() < 3 {
+	if _, err := r.Ping(ctxFor(t, 400*time.Millisecond), "n"); !errors.Is(err, errcode.ErrRPCFail) || calls.Load() < 3 {
 		t.Fatalf("ping: %v after %d calls", err, calls.Load())
 	}
 	calls.Store(0)
 	_, err := r.PutStart(ctxFor(t, 5*time.Second), masterapi.PutStartRequest{Key: "k", Size: 10})
-	if !errors.Is(err, codes.ErrRPCFail) || calls.Load() != 1 {
+	if !errors.Is(err, errcode.ErrRPCFail) || calls.Load() != 1 {
 		t.Fatalf("put start sent %d times to one leader: %v", calls.Load(), err)
 	}
 	// With a new leader within the wait: sent there.

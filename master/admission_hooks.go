@@ -22,14 +22,14 @@ type lookupObserver interface {
 // ssdReportSink is a policy that takes the nodes' SSD reports with the
 // node's outstanding tasks counted beforehand.
 type ssdReportSink interface {
-	ReportSSD(node string, r admission.SSDReport, outstanding int)
+	ReportSSD(node string, r masterapi.SSDReport, outstanding int)
 }
 
 // countedReportSink is an ssdReportSink that counts the node's outstanding
 // tasks with the function it is given, under the lock its admissions take
 // (TinyLFU): no admission can fall between the count and the report.
 type countedReportSink interface {
-	ReportSSDCounted(node string, r admission.SSDReport, outstanding func() int)
+	ReportSSDCounted(node string, r masterapi.SSDReport, outstanding func() int)
 }
 
 // startAdmission connects the policy to the master: the object count (which
@@ -123,7 +123,7 @@ func (s *Service) admitToSSD(key string, o *object, ask func(admission.Object) b
 // report; policies that do not use reports ignore it. The offload
 // heartbeat carries the report over RPC; the node computes it before it
 // fetches the heartbeat's tasks.
-func (s *Service) ReportSSD(node string, r admission.SSDReport) {
+func (s *Service) ReportSSD(node string, r masterapi.SSDReport) {
 	p, ok := s.policy.(ssdReportSink)
 	if !ok {
 		return
@@ -156,13 +156,4 @@ func (s *Service) AdmissionSketch() ([]byte, error) {
 		return nil, fmt.Errorf("%w: admission policy %s keeps no frequency sketch", ErrBadConfig, s.policy.Name())
 	}
 	return p.MarshalSketch()
-}
-
-// ssdReportOf converts a node's SSD report from its wire form.
-func ssdReportOf(r masterapi.SSDReport) admission.SSDReport {
-	out := admission.SSDReport{High: r.High, Low: r.Low, Used: r.Used, Victims: make([]admission.VictimValue, len(r.Victims))}
-	for i, v := range r.Victims {
-		out.Victims[i] = admission.VictimValue{Bytes: v.Bytes, Span: v.Span, Value: v.Value}
-	}
-	return out
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/tierstore/tierstore/admission"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -63,15 +63,15 @@ func TestAdmissionAtDRAMEviction(t *testing.T) {
 	for _, k := range []string{"v0", "v1", "v2", "v3"} {
 		put(t, s, k, 4096, "a")
 	}
-	s.ReportSSD("a", admission.SSDReport{High: 1 << 30, Used: 0})
+	s.ReportSSD("a", masterapi.SSDReport{High: 1 << 30, Used: 0})
 	if s.EvictNow() != 0 {
 		t.Fatal("victims dropped although the SSD has room")
 	}
 	if st, _ := s.Stats(bg); st.OffloadQueued == 0 {
 		t.Fatal("no victim queued for offload")
 	}
-	full := admission.SSDReport{High: 1 << 20, Used: 1 << 20,
-		Victims: []admission.VictimValue{{Bytes: 1 << 20, Span: 1 << 20, Value: 9 << 20}}}
+	full := masterapi.SSDReport{High: 1 << 20, Used: 1 << 20,
+		Victims: []masterapi.SSDVictim{{FileBytes: 1 << 20, Span: 1 << 20, Value: 9 << 20}}}
 	s.ReportSSD("a", full)
 	before := p.Stats()
 	put(t, s, "w", 4096, "a") // needs room: evicts, the tinylfu test rejects
@@ -115,7 +115,7 @@ func TestAdmissionSketchNeedsTinyLFU(t *testing.T) {
 	if _, err := e.AdmissionSketch(); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "eager") {
 		t.Fatalf("eager master: %v", err)
 	}
-	e.ReportSSD("a", admission.SSDReport{}) // ignored, no panic
+	e.ReportSSD("a", masterapi.SSDReport{}) // ignored, no panic
 }
 
 // TestReportCountsOutstandingTasks: tasks still queued for a node are
@@ -126,14 +126,14 @@ func TestReportCountsOutstandingTasks(t *testing.T) {
 	for _, k := range []string{"v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7"} {
 		put(t, s, k, 4096, "a")
 	}
-	s.ReportSSD("a", admission.SSDReport{High: 1 << 30})
+	s.ReportSSD("a", masterapi.SSDReport{High: 1 << 30})
 	s.EvictNow() // one victim admitted and queued
 	if st, _ := s.Stats(bg); st.OffloadQueued != 1 {
 		t.Fatalf("queued %d, want 1", st.OffloadQueued)
 	}
 	// Room for exactly one more object, were the queued one not counted.
-	s.ReportSSD("a", admission.SSDReport{High: 1 << 20, Used: 1<<20 - 4096,
-		Victims: []admission.VictimValue{{Bytes: 1 << 20, Span: 1 << 20, Value: 9 << 20}}})
+	s.ReportSSD("a", masterapi.SSDReport{High: 1 << 20, Used: 1<<20 - 4096,
+		Victims: []masterapi.SSDVictim{{FileBytes: 1 << 20, Span: 1 << 20, Value: 9 << 20}}})
 	before := p.Stats().Decisions["room"]
 	s.EvictNow()
 	if got := p.Stats().Decisions["room"] - before; got != 0 {
@@ -150,7 +150,7 @@ func TestHeartbeatCarriesAdmissionState(t *testing.T) {
 	mount(t, s, "a", 1<<20)
 	put(t, s, "k", 64, "a")
 	rep, err := s.Heartbeat(bg, masterapi.HeartbeatRequest{Node: "a", SSD: &masterapi.SSDReport{High: 100, Low: 80, Used: 90,
-		Victims: []masterapi.SSDVictim{{Bytes: 10, Span: 8, Value: 16}}}})
+		Victims: []masterapi.SSDVictim{{FileBytes: 10, Span: 8, Value: 16}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestHeartbeatCarriesAdmissionState(t *testing.T) {
 	if _, v2 := joinSketch(t, s, "a", v); v2 <= v {
 		t.Fatalf("no new sketch after 1/64 of a period: version %d -> %d", v, v2)
 	}
-	if _, err := s.Heartbeat(bg, masterapi.HeartbeatRequest{Node: "nope"}); !errors.Is(err, codes.ErrNeedRemount) {
+	if _, err := s.Heartbeat(bg, masterapi.HeartbeatRequest{Node: "nope"}); !errors.Is(err, errcode.ErrNeedRemount) {
 		t.Fatalf("heartbeat of an unknown node: %v", err)
 	}
 
@@ -230,8 +230,8 @@ func TestReportCountsAdmissionInProgress(t *testing.T) {
 	for _, k := range []string{"v0", "v1", "v2", "v3"} {
 		put(t, s, k, 4096, "a")
 	}
-	oneRoom := admission.SSDReport{High: 1 << 20, Used: 1<<20 - 4096,
-		Victims: []admission.VictimValue{{Bytes: 1 << 20, Span: 1 << 20, Value: 9 << 20}}}
+	oneRoom := masterapi.SSDReport{High: 1 << 20, Used: 1<<20 - 4096,
+		Victims: []masterapi.SSDVictim{{FileBytes: 1 << 20, Span: 1 << 20, Value: 9 << 20}}}
 	s.ReportSSD("a", oneRoom)
 	reported := 0
 	s.hooks.admitted = func() {

@@ -3,13 +3,13 @@ package master
 import (
 	"context"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
 // ReportBadReplica implements API.
 func (s *Service) ReportBadReplica(ctx context.Context, key string, crc uint32, r masterapi.Replica) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return err
 	}
 	now := s.now()
@@ -20,25 +20,25 @@ func (s *Service) ReportBadReplica(ctx context.Context, key string, crc uint32, 
 	defer sh.mu.Unlock()
 	o := sh.objs[key]
 	if o == nil {
-		return s.observe(codes.Errorf(codes.ObjectNotFound, "master: report_bad_replica"))
+		return s.observe(errcode.Errorf(errcode.ObjectNotFound, "master: report_bad_replica"))
 	}
 	if o.crc != crc {
-		return s.observe(codes.Errorf(codes.ReplicaNotFound, "master: report_bad_replica: the object now has CRC32C %08x, the report is about %08x", o.crc, crc))
+		return s.observe(errcode.Errorf(errcode.ReplicaNotFound, "master: report_bad_replica: the object now has CRC32C %08x, the report is about %08x", o.crc, crc))
 	}
 	switch r.Kind {
-	case masterapi.Memory:
+	case masterapi.DRAM:
 		i := memReported(o, r)
 		if i < 0 {
-			return s.observe(codes.Errorf(codes.ReplicaNotFound, "master: report_bad_replica: no such MEMORY replica on node %q", r.Node))
+			return s.observe(errcode.Errorf(errcode.ReplicaNotFound, "master: report_bad_replica: no such MEMORY replica on node %q", r.Node))
 		}
-		s.dropMemReplica(key, o, i, codes.ReplicaNotFound) // the others stay
+		s.dropMemReplica(key, o, i, errcode.ReplicaNotFound) // the others stay
 		s.settleEmpty(sh, key, o, now)
-	case masterapi.LocalDisk:
+	case masterapi.SSD:
 		if !s.dropDisk(sh, key, o, r.Node, now) {
-			return s.observe(codes.Errorf(codes.ReplicaNotFound, "master: report_bad_replica: no LOCAL_DISK replica on node %q", r.Node))
+			return s.observe(errcode.Errorf(errcode.ReplicaNotFound, "master: report_bad_replica: no LOCAL_DISK replica on node %q", r.Node))
 		}
 	default:
-		return s.observe(codes.Errorf(codes.InvalidParams, "master: report_bad_replica: replica kind %v", r.Kind))
+		return s.observe(errcode.Errorf(errcode.InvalidParams, "master: report_bad_replica: replica kind %v", r.Kind))
 	}
 	s.cnt.badReplicas.Add(1)
 	s.log.Warn("replica dropped: a reader found it fails its checksum or its node does not hold it", "kind", r.Kind, "node", r.Node)
@@ -61,7 +61,7 @@ func memReported(o *object, r masterapi.Replica) int {
 // dropMemReplica removes o's i-th DRAM replica alone. If it is the source
 // of o's offload task, the task goes too (its range an orphan when the
 // node fetched it, see dropMemAndTask). Caller holds the shard lock.
-func (s *Service) dropMemReplica(key string, o *object, i int, code codes.Code) {
+func (s *Service) dropMemReplica(key string, o *object, i int, code errcode.Code) {
 	n := o.offload
 	if n == nil || o.memAt(i).seg.node != n {
 		s.dropMemAt(o, i)

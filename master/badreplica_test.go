@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -18,16 +18,16 @@ func TestReportBadReplica(t *testing.T) {
 	rep := put(t, s, "k", 100, "a")
 	rep.Status = masterapi.Complete
 	heartbeat(s, "a", 0)
-	s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "k", Size: 100, CRC: crcOf("k")}}})
+	s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.SSDObject{{Key: "k", Size: 100, CRC: crcOf("k")}}})
 
 	// A report about other bytes (the key was put again since) or a
 	// replica that does not exist changes nothing.
-	mustIs(t, s.ReportBadReplica(bg, "k", crcOf("k")+1, rep), codes.ErrReplicaNotFound)
+	mustIs(t, s.ReportBadReplica(bg, "k", crcOf("k")+1, rep), errcode.ErrReplicaNotFound)
 	moved := rep
 	moved.Offset += 4096
-	mustIs(t, s.ReportBadReplica(bg, "k", crcOf("k"), moved), codes.ErrReplicaNotFound)
-	mustIs(t, s.ReportBadReplica(bg, "nope", 1, rep), codes.ErrObjectNotFound)
-	mustIs(t, s.ReportBadReplica(bg, "k", crcOf("k"), masterapi.Replica{Kind: masterapi.LocalDisk, Node: "b"}), codes.ErrReplicaNotFound)
+	mustIs(t, s.ReportBadReplica(bg, "k", crcOf("k"), moved), errcode.ErrReplicaNotFound)
+	mustIs(t, s.ReportBadReplica(bg, "nope", 1, rep), errcode.ErrObjectNotFound)
+	mustIs(t, s.ReportBadReplica(bg, "k", crcOf("k"), masterapi.Replica{Kind: masterapi.SSD, Node: "b"}), errcode.ErrReplicaNotFound)
 
 	info, err := s.GetReplicaList(bg, "k") // lease
 	if err != nil || kinds(info) != "MEMORY@a LOCAL_DISK@a " {
@@ -39,19 +39,19 @@ func TestReportBadReplica(t *testing.T) {
 	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "LOCAL_DISK@a " {
 		t.Fatalf("after dropping DRAM: %s %v", kinds(info), err)
 	}
-	if st, _ := s.Stats(bg); st.SegmentUsed != 0 || st.MemoryReplicas != 0 {
+	if st, _ := s.Stats(bg); st.SegmentUsed != 0 || st.DRAMReplicas != 0 {
 		t.Fatalf("DRAM range not freed: %+v", st)
 	}
 	// The last replica: leased, so the metadata stays and lookups say gone.
-	if err := s.ReportBadReplica(bg, "k", crcOf("k"), masterapi.Replica{Kind: masterapi.LocalDisk, Node: "a"}); err != nil {
+	if err := s.ReportBadReplica(bg, "k", crcOf("k"), masterapi.Replica{Kind: masterapi.SSD, Node: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = s.GetReplicaList(bg, "k")
-	mustIs(t, err, codes.ErrReplicaGone)
+	mustIs(t, err, errcode.ErrReplicaGone)
 	clk.Advance(time.Hour)
 	s.Tick()
 	_, err = s.GetReplicaList(bg, "k")
-	mustIs(t, err, codes.ErrObjectNotFound)
+	mustIs(t, err, errcode.ErrObjectNotFound)
 
 	// Without a lease the object goes at once.
 	rep = put(t, s, "u", 100, "a")
@@ -60,7 +60,7 @@ func TestReportBadReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = s.GetReplicaList(bg, "u")
-	mustIs(t, err, codes.ErrObjectNotFound)
+	mustIs(t, err, errcode.ErrObjectNotFound)
 	if v := metricValue(t, s, "tierstore_master_bad_replicas_total", "", ""); v != 3 {
 		t.Fatalf("bad_replicas_total %v", v)
 	}
@@ -94,7 +94,7 @@ func TestReportBadReplicaNeverDropsAnotherReplica(t *testing.T) {
 			if again.Offset != old.Replicas[0].Offset {
 				t.Fatalf("the new put is elsewhere (%d), the test needs the same place", again.Offset)
 			}
-			mustIs(t, api.ReportBadReplica(bg, "k", crcOf("k"), old.Replicas[0]), codes.ErrReplicaNotFound)
+			mustIs(t, api.ReportBadReplica(bg, "k", crcOf("k"), old.Replicas[0]), errcode.ErrReplicaNotFound)
 			info, err := api.GetReplicaList(bg, "k")
 			if err != nil || kinds(info) != "MEMORY@a " || info.Replicas[0].PutToken != again.PutToken {
 				t.Fatalf("the new replica after a stale report: %+v %v", info, err)

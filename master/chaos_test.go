@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -28,9 +28,9 @@ func TestConcurrentChaos(t *testing.T) {
 	for _, n := range nodes {
 		mount(t, s, n, 64<<10)
 	}
-	allowed := []error{codes.ErrObjectExists, codes.ErrObjectNotFound, codes.ErrNoAvailableHandle,
-		codes.ErrReplicaNotReady, codes.ErrReplicaGone, codes.ErrObjectHasLease, codes.ErrNeedRemount,
-		codes.ErrKeysUltraLimit, codes.ErrChecksumConflict, codes.ErrInvalidParams, codes.ErrSegmentExists, codes.ErrReplicaNotFound}
+	allowed := []error{errcode.ErrObjectExists, errcode.ErrObjectNotFound, errcode.ErrNoAvailableHandle,
+		errcode.ErrReplicaNotReady, errcode.ErrReplicaGone, errcode.ErrObjectHasLease, errcode.ErrNeedRemount,
+		errcode.ErrKeysUltraLimit, errcode.ErrChecksumConflict, errcode.ErrInvalidParams, errcode.ErrSegmentExists, errcode.ErrReplicaNotFound}
 	var mu sync.Mutex
 	var unexpected []error
 	note := func(err error) {
@@ -91,7 +91,7 @@ func TestConcurrentChaos(t *testing.T) {
 						if j%3 == 2 {
 							req.Failed = append(req.Failed, masterapi.OffloadFailure{Key: task.Key, Retryable: true})
 						} else {
-							req.Persisted = append(req.Persisted, masterapi.DiskObject{Key: task.Key, Size: task.Size, CRC: task.CRC})
+							req.Persisted = append(req.Persisted, masterapi.SSDObject{Key: task.Key, Size: task.Size, CRC: task.CRC})
 						}
 					}
 					errs, err := s.NotifyOffloadSuccess(bg, req)

@@ -52,7 +52,7 @@ func (s *Service) Check() error {
 }
 
 // checkDigests compares every node id's reconcile digest with the one the
-// census computed from the LocalDisk replicas.
+// census computed from the SSD replicas.
 func (s *Service) checkDigests(c *census) error {
 	s.digestMu.Lock()
 	defer s.digestMu.Unlock()
@@ -62,14 +62,14 @@ func (s *Service) checkDigests(c *census) error {
 		}
 	}
 	for id, d := range s.digests {
-		got := d.folded(digestRanges)
+		got := d.folded(digestSlots)
 		want := c.digests[id]
 		if want.Counts == nil {
-			want = masterapi.NewRangeDigest(digestRanges)
+			want = masterapi.NewSlotDigest(digestSlots)
 		}
-		for r := range digestRanges {
+		for r := range digestSlots {
 			if got.Counts[r] != want.Counts[r] || got.Sums[r] != want.Sums[r] {
-				return inconsistent("node %q reconcile digest range %d: %d keys sum %x, metadata has %d keys sum %x",
+				return inconsistent("node %q reconcile digest slot %d: %d keys sum %x, metadata has %d keys sum %x",
 					id, r, got.Counts[r], got.Sums[r], want.Counts[r], want.Sums[r])
 			}
 		}
@@ -96,12 +96,12 @@ type census struct {
 	ranges                                        map[*segment][]rng
 	pinned                                        map[*node]map[string]bool
 	byNode                                        map[*node]*perNode
-	digests                                       map[string]masterapi.RangeDigest // per node id, of its LocalDisk replicas
+	digests                                       map[string]masterapi.SlotDigest // per node id, of its SSD replicas
 }
 
 func newCensus() *census {
 	return &census{ranges: map[*segment][]rng{}, pinned: map[*node]map[string]bool{}, byNode: map[*node]*perNode{},
-		digests: map[string]masterapi.RangeDigest{}}
+		digests: map[string]masterapi.SlotDigest{}}
 }
 
 func (c *census) at(n *node) *perNode {
@@ -132,7 +132,7 @@ func (s *Service) takeCensus(c *census) error {
 				c.at(d.node).diskB += o.size
 				dg, ok := c.digests[d.node.id]
 				if !ok {
-					dg = masterapi.NewRangeDigest(digestRanges)
+					dg = masterapi.NewSlotDigest(digestSlots)
 					c.digests[d.node.id] = dg
 				}
 				dg.Add(masterapi.KeyHash(k))

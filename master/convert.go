@@ -28,9 +28,9 @@ func putReplyPB(p masterapi.PutStartReply) (*pb.Replica, []*pb.Replica) {
 
 // evictMemoryPB converts res to its wire form.
 func evictMemoryPB(res masterapi.EvictMemoryResult) *pb.EvictMemoryResponse {
-	return &pb.EvictMemoryResponse{Count: res.Dropped, SkippedNoDiskCopy: res.NoDiskCopy, SkippedLeased: res.Leased,
+	return &pb.EvictMemoryResponse{Count: res.Dropped, SkippedNoDiskCopy: res.NoSSDCopy, SkippedLeased: res.Leased,
 		SkippedOffloadPending: res.OffloadPending, SkippedHardPinned: res.HardPinned,
-		SkippedPutInProgress: res.PutInProgress, SkippedNotFound: res.NotFound, SkippedNotInMemory: res.NotInMemory}
+		SkippedPutInProgress: res.PutInProgress, SkippedNotFound: res.NotFound, SkippedNotInMemory: res.NotInDRAM}
 }
 
 // ssdReportFromPB converts a wire report back;
@@ -41,7 +41,7 @@ func ssdReportFromPB(p *pb.SSDReport) *masterapi.SSDReport {
 	}
 	out := &masterapi.SSDReport{High: p.GetHigh(), Low: p.GetLow(), Used: p.GetUsed(), Victims: make([]masterapi.SSDVictim, len(p.GetVictims()))}
 	for i, v := range p.GetVictims() {
-		out.Victims[i] = masterapi.SSDVictim{Bytes: v.GetBytes(), Span: v.GetSpan(), Value: v.GetValue()}
+		out.Victims[i] = masterapi.SSDVictim{FileBytes: v.GetFileBytes(), Span: v.GetSpan(), Value: v.GetValue()}
 	}
 	return out
 }
@@ -66,10 +66,10 @@ func promoteTasksPB(in []masterapi.PromoteTask) []*pb.PromoteTask {
 }
 
 // memoryObjectsFromPB converts the wire form back.
-func memoryObjectsFromPB(in []*pb.MemoryObject) []masterapi.MemoryObject {
-	out := make([]masterapi.MemoryObject, len(in))
+func memoryObjectsFromPB(in []*pb.MemoryObject) []masterapi.DRAMObject {
+	out := make([]masterapi.DRAMObject, len(in))
 	for i, m := range in {
-		out[i] = masterapi.MemoryObject{Key: string(m.GetKey()), Offset: m.GetOffset(), Length: m.GetLength(), CRC: m.GetCrc(),
+		out[i] = masterapi.DRAMObject{Key: string(m.GetKey()), Offset: m.GetOffset(), Length: m.GetLength(), CRC: m.GetCrc(),
 			PutToken: m.GetPutToken(), SoftPin: m.GetSoftPin(), HardPin: m.GetHardPin()}
 	}
 	return out

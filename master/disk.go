@@ -6,7 +6,7 @@ import (
 	"github.com/tierstore/tierstore/masterapi"
 )
 
-// dropDisk removes node id's LocalDisk replica from o; an object left
+// dropDisk removes node id's SSD replica from o; an object left
 // without replicas is removed, or kept as "gone" until its lease expires.
 // Caller holds the shard lock. Reports whether a replica was removed.
 func (s *Service) dropDisk(sh *shard, key string, o *object, id string, now int64) bool {
@@ -27,13 +27,13 @@ func (s *Service) dropDisk(sh *shard, key string, o *object, id string, now int6
 }
 
 // EvictDiskReplica implements API. Each key is decided on its own, under
-// its shard lock (invariant 4): node's LocalDisk replica goes, unless the
+// its shard lock (invariant 4): node's SSD replica goes, unless the
 // key's lease is active and that replica is its only readable one; then it
 // stays and the key is answered in Keep, for the node to keep readable.
 // The lease protects readability, never the bucket: the node's SSD keeps
 // admitting whatever the readers do.
 func (s *Service) EvictDiskReplica(ctx context.Context, nodeID string, keys []string) (masterapi.EvictResult, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return masterapi.EvictResult{}, err
 	}
 	for _, k := range keys {

@@ -8,9 +8,9 @@
 //
 // API (masterapi.API) is the interface. *Service implements it in-process
 // (embedded deployments call it without a socket); NewServer exposes a
-// Service over gRPC (service tierstore.rpc.Master) and mastergrpc.Dial
+// Service over gRPC (service tierstore.master.v1.Master) and mastergrpc.Dial
 // returns a *mastergrpc.Client that implements API over that service. Errors wrap the sentinels of package
-// internal/codes and keep them across gRPC.
+// internal/errcode and keep them across gRPC.
 //
 // # Metadata
 //
@@ -135,12 +135,12 @@
 // key. It never creates objects (that would resurrect removed keys); only
 // ReRegisterDiskObjects does. A reconcile drops the node's LOCAL_DISK
 // replicas of keys its SSD no longer holds and answers the keys the node
-// must delete: a session (reconcile.go) compares per-range digests of the
+// must delete: a session (reconcile.go) compares per-slot digests of the
 // node's keys first (kept per node id as replicas come and go) and then
-// only the ranges that differ, key by key, so neither side holds a key list
+// only the slots that differ, key by key, so neither side holds a key list
 // and nothing is scanned when nothing changed.
 // A key's shard is the low bits of masterapi.KeyHash, the same bits as its
-// reconcile range. Locks: a digest's session lock (diskDigest.mu) is taken
+// reconcile slot. Locks: a digest's session lock (diskDigest.mu) is taken
 // before shard locks, never under one; digestMu (the map of digests) is a
 // leaf.
 //

@@ -4,22 +4,22 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 )
 
 // Errors of package master itself. Errors about objects, segments and nodes
-// wrap the sentinels of package internal/codes (codes.ErrObjectNotFound, ...)
+// wrap the sentinels of package internal/errcode (errcode.ErrObjectNotFound, ...)
 // so that they keep their Mooncake code across gRPC.
 var (
 	// ErrBadConfig: a Config field is invalid; the message names the flag.
 	ErrBadConfig = errors.New("master: invalid configuration")
 	// ErrClosed: the Service or Remote was closed.
-	ErrClosed = fmt.Errorf("master: closed: %w", codes.ErrShuttingDown)
+	ErrClosed = fmt.Errorf("master: closed: %w", errcode.ErrShuttingDown)
 	// ErrNotLeader: a highly available master that does not (or no
 	// longer) lead, or that still rebuilds its metadata, answers with it
 	// (UNAVAILABLE_IN_CURRENT_STATUS): ask again, the elected leader
 	// (docs/ha.md).
-	ErrNotLeader = fmt.Errorf("master: not the leader: %w", codes.ErrUnavailable)
+	ErrNotLeader = fmt.Errorf("master: not the leader: %w", errcode.ErrUnavailable)
 	// ErrInconsistent: Check found a violated internal invariant.
 	ErrInconsistent = errors.New("master: inconsistent state")
 )

@@ -31,7 +31,7 @@ type victim struct {
 // and need is not freed yet, the round picks the next evictable objects
 // (up to evictExtraPasses more passes) before it gives up, so a put is not
 // refused only because every least recently used object was admitted to
-// SSD. Objects that keep a LocalDisk replica keep their metadata. It
+// SSD. Objects that keep an SSD replica keep their metadata. It
 // returns the number of DRAM replicas dropped.
 func (s *Service) evict(need int64) int {
 	s.evictMu.Lock()

@@ -217,7 +217,7 @@ func TestOnEvictOffloadsInPutOrder(t *testing.T) {
 			var req masterapi.NotifyRequest
 			req.Node = "a"
 			for _, task := range ts {
-				req.Persisted = append(req.Persisted, masterapi.DiskObject{Key: task.Key, Size: task.Size, CRC: task.CRC})
+				req.Persisted = append(req.Persisted, masterapi.SSDObject{Key: task.Key, Size: task.Size, CRC: task.CRC})
 			}
 			s.NotifyOffloadSuccess(bg, req)
 		}
@@ -260,8 +260,8 @@ func TestEvictContinuesPastQueuedVictims(t *testing.T) {
 			}
 			// Room for exactly two objects under the high watermark; beyond
 			// it, a victim bucket no candidate can beat (density 16).
-			s.ReportSSD("a", admission.SSDReport{High: 2 * obj, Used: 0,
-				Victims: []admission.VictimValue{{Bytes: 1 << 20, Span: 1 << 20, Value: 16 << 20}}})
+			s.ReportSSD("a", masterapi.SSDReport{High: 2 * obj, Used: 0,
+				Victims: []masterapi.SSDVictim{{FileBytes: 1 << 20, Span: 1 << 20, Value: 16 << 20}}})
 			put(t, api, "new", obj, "a")
 			st, err := s.Stats(bg)
 			if err != nil {
@@ -300,8 +300,8 @@ func TestColdPutIsFirstDRAMVictim(t *testing.T) {
 	})
 	const obj = 4 << 10
 	mount(t, s, "a", 5*obj)
-	s.ReportSSD("a", admission.SSDReport{High: obj, Used: obj,
-		Victims: []admission.VictimValue{{Bytes: 1 << 20, Span: 1 << 20, Value: 16 << 20}}})
+	s.ReportSSD("a", masterapi.SSDReport{High: obj, Used: obj,
+		Victims: []masterapi.SSDVictim{{FileBytes: 1 << 20, Span: 1 << 20, Value: 16 << 20}}})
 	for _, k := range []string{"w0", "w1", "w2"} {
 		put(t, s, k, obj, "a")
 		clk.Advance(time.Millisecond)
@@ -360,7 +360,7 @@ func TestEvictionScansDRAMObjectsOnly(t *testing.T) {
 	s, clk := testService(t, func(c *Config) { c.EvictionRatio = 1 })
 	holdMount(t, s, "a", 64<<10)
 	const tok = 1 << 63
-	objs := []masterapi.MemoryObject{{Key: "rereg", Offset: 0, Length: 1000, CRC: 11, PutToken: tok}}
+	objs := []masterapi.DRAMObject{{Key: "rereg", Offset: 0, Length: 1000, CRC: 11, PutToken: tok}}
 	if errs, err := s.ReRegisterMemoryObjects(bg, "a", "seg0", objs, true); err != nil || errs[0] != nil {
 		t.Fatalf("re-register: %v %v", errs, err)
 	}

@@ -65,7 +65,7 @@ func BenchmarkPutUnderEviction(b *testing.B) {
 				if err := s.PutEnd(bg, k, r.PutToken); err != nil {
 					b.Fatal(err)
 				}
-				s.ReRegisterDiskObjects(bg, "n", []masterapi.DiskObject{{Key: k, Size: 4096}}) // evictable
+				s.ReRegisterDiskObjects(bg, "n", []masterapi.SSDObject{{Key: k, Size: 4096}}) // evictable
 			}
 			b.StopTimer()
 			st, _ := s.Stats(bg)
@@ -91,7 +91,7 @@ func BenchmarkEvictMemory(b *testing.B) {
 				if err := s.PutEnd(bg, keys[i], r.PutToken); err != nil {
 					b.Fatal(err)
 				}
-				s.ReRegisterDiskObjects(bg, "n", []masterapi.DiskObject{{Key: keys[i], Size: 4096}})
+				s.ReRegisterDiskObjects(bg, "n", []masterapi.SSDObject{{Key: keys[i], Size: 4096}})
 			}
 			b.ResetTimer()
 			for i := range b.N {

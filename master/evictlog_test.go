@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -27,7 +27,7 @@ func toDisk(t *testing.T, s *Service, node string, keys ...string) {
 	req := masterapi.NotifyRequest{Node: node}
 	for _, tk := range tasks {
 		if want[tk.Key] {
-			req.Persisted = append(req.Persisted, masterapi.DiskObject{Key: tk.Key, Size: tk.Size, CRC: tk.CRC})
+			req.Persisted = append(req.Persisted, masterapi.SSDObject{Key: tk.Key, Size: tk.Size, CRC: tk.CRC})
 			delete(want, tk.Key)
 		}
 	}
@@ -67,16 +67,16 @@ func TestEvictMemoryIsALogEntry(t *testing.T) {
 	// kill -9 of the master before any node applied it: the next one.
 	s2, _ := offloadService(t, func(c *Config) { c.Removals = store })
 	holdMount(t, s2, "a", 1<<20)
-	recs := []masterapi.MemoryObject{
+	recs := []masterapi.DRAMObject{
 		{Key: "k", Offset: rk.Offset, Length: 1000, CRC: crcOf("k"), PutToken: rk.PutToken},
 		{Key: "other", Offset: ro.Offset, Length: 1000, CRC: crcOf("other"), PutToken: ro.PutToken},
 	}
 	errs, err := s2.ReRegisterMemoryObjects(bg, "a", "seg0", recs, true)
-	if err != nil || !errors.Is(errs[0], codes.ErrObjectNotFound) || !strings.Contains(errs[0].Error(), "evicted") || errs[1] != nil {
+	if err != nil || !errors.Is(errs[0], errcode.ErrObjectNotFound) || !strings.Contains(errs[0].Error(), "evicted") || errs[1] != nil {
 		t.Fatalf("re-registration after the eviction: %v %v", errs, err)
 	}
 	pullAll(t, s2, "a", before, before) // the node's SSD cursor is below the entry
-	errs, err = s2.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "k", Size: 1000, CRC: crcOf("k")}, {Key: "other", Size: 1000, CRC: crcOf("other")}})
+	errs, err = s2.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "k", Size: 1000, CRC: crcOf("k")}, {Key: "other", Size: 1000, CRC: crcOf("other")}})
 	if err != nil || errs[0] != nil || errs[1] != nil {
 		t.Fatalf("the SSD copies (a DRAM eviction leaves them): %v %v", errs, err)
 	}
@@ -89,7 +89,7 @@ func TestEvictMemoryIsALogEntry(t *testing.T) {
 	r2 := put(t, s2, "k", 1000, "a")
 	s3, _ := offloadService(t, func(c *Config) { c.Removals = store })
 	holdMount(t, s3, "a", 1<<20)
-	if errs, err := s3.ReRegisterMemoryObjects(bg, "a", "seg0", []masterapi.MemoryObject{{Key: "k", Offset: r2.Offset, Length: 1000, CRC: crcOf("k"), PutToken: r2.PutToken}}, true); err != nil || errs[0] != nil {
+	if errs, err := s3.ReRegisterMemoryObjects(bg, "a", "seg0", []masterapi.DRAMObject{{Key: "k", Offset: r2.Offset, Length: 1000, CRC: crcOf("k"), PutToken: r2.PutToken}}, true); err != nil || errs[0] != nil {
 		t.Fatalf("the put after the eviction: %v %v", errs, err)
 	}
 }
@@ -112,11 +112,11 @@ func TestEvictMemoryAllIsOneEntry(t *testing.T) {
 	}
 	s2, _ := offloadService(t, func(c *Config) { c.Removals = store })
 	holdMount(t, s2, "a", 1<<20)
-	errs, err := s2.ReRegisterMemoryObjects(bg, "a", "seg0", []masterapi.MemoryObject{
+	errs, err := s2.ReRegisterMemoryObjects(bg, "a", "seg0", []masterapi.DRAMObject{
 		{Key: "x", Offset: rx.Offset, Length: 1000, CRC: crcOf("x"), PutToken: rx.PutToken},
 		{Key: "nodisk", Offset: rn.Offset, Length: 1000, CRC: crcOf("nodisk"), PutToken: rn.PutToken},
 	}, true)
-	if err != nil || !errors.Is(errs[0], codes.ErrObjectNotFound) || errs[1] != nil {
+	if err != nil || !errors.Is(errs[0], errcode.ErrObjectNotFound) || errs[1] != nil {
 		t.Fatalf("re-registration after EvictMemory(all): %v %v", errs, err)
 	}
 }
@@ -133,7 +133,7 @@ func TestEvictMemoryNotDurableNotAcknowledged(t *testing.T) {
 	fs.fail = errors.New("disk full")
 	fs.mu.Unlock()
 	_, err := s.EvictMemory(bg, []string{"k"}, false)
-	if !errors.Is(err, codes.ErrInternal) || !strings.Contains(err.Error(), "disk full") {
+	if !errors.Is(err, errcode.ErrInternal) || !strings.Contains(err.Error(), "disk full") {
 		t.Fatalf("EvictMemory with a failing store: %v", err)
 	}
 }
@@ -149,7 +149,7 @@ func TestPutDoesNotWaitForAnEviction(t *testing.T) {
 		t.Fatalf("waitKey behind an eviction that is not durable: %v", err)
 	}
 	s.rlog.add(masterapi.Removal{Kind: masterapi.RemovalKey, Key: "k"}, &s.tokens, s.now(), false)
-	if err := s.rlog.waitKey(bg, "k"); !errors.Is(err, codes.ErrInternal) {
+	if err := s.rlog.waitKey(bg, "k"); !errors.Is(err, errcode.ErrInternal) {
 		t.Fatalf("waitKey behind a removal that is not durable: %v", err)
 	}
 }

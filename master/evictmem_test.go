@@ -31,25 +31,25 @@ func TestEvictMemoryCountsSkips(t *testing.T) {
 	for _, tk := range tasks {
 		switch tk.Key {
 		case "ok", "leased":
-			req.Persisted = append(req.Persisted, masterapi.DiskObject{Key: tk.Key, Size: tk.Size, CRC: tk.CRC})
+			req.Persisted = append(req.Persisted, masterapi.SSDObject{Key: tk.Key, Size: tk.Size, CRC: tk.CRC})
 		case "nodisk":
 			req.Failed = append(req.Failed, masterapi.OffloadFailure{Key: tk.Key, Reason: "too large"})
 		case "pending":
 			// in flight: the node has not answered yet
 		default:
-			req.Persisted = append(req.Persisted, masterapi.DiskObject{Key: tk.Key, Size: tk.Size, CRC: tk.CRC})
+			req.Persisted = append(req.Persisted, masterapi.SSDObject{Key: tk.Key, Size: tk.Size, CRC: tk.CRC})
 		}
 	}
 	if _, err := s.NotifyOffloadSuccess(bg, req); err != nil {
 		t.Fatal(err)
 	}
 	res, err := s.EvictMemory(bg, nil, true)
-	want := masterapi.EvictMemoryResult{Dropped: 1, Leased: 1, NoDiskCopy: 1, OffloadPending: 1, HardPinned: 1, PutInProgress: 1}
+	want := masterapi.EvictMemoryResult{Dropped: 1, Leased: 1, NoSSDCopy: 1, OffloadPending: 1, HardPinned: 1, PutInProgress: 1}
 	if err != nil || res != want {
 		t.Fatalf("EvictMemory(all) = %+v, %v; want %+v", res, err, want)
 	}
 	res, err = s.EvictMemory(bg, []string{"ok", "nope", "leased"}, false)
-	want = masterapi.EvictMemoryResult{NotInMemory: 1, NotFound: 1, Leased: 1}
+	want = masterapi.EvictMemoryResult{NotInDRAM: 1, NotFound: 1, Leased: 1}
 	if err != nil || res != want {
 		t.Fatalf("EvictMemory(keys) = %+v, %v; want %+v", res, err, want)
 	}

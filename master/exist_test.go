@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -24,18 +24,18 @@ func TestExistAgreesWithGet(t *testing.T) {
 	s.ExpireNode("a")
 	mount(t, s, "b", 1<<20)
 	_, err := s.GetReplicaList(bg, "k")
-	mustIs(t, err, codes.ErrReplicaGone)
+	mustIs(t, err, errcode.ErrReplicaGone)
 	for name, api := range map[string]masterapi.API{"in-process": s, "gRPC": r} {
 		ok, err := api.ExistKey(bg, "k")
 		if ok {
 			t.Errorf("%s: exists true for a lost object", name)
 		}
-		mustIs(t, err, codes.ErrReplicaGone)
+		mustIs(t, err, errcode.ErrReplicaGone)
 		res, err := api.BatchExistKey(bg, []string{"k", "nope"})
 		if err != nil || res[0].Exists || res[1].Exists || res[1].Err != nil {
 			t.Fatalf("%s: batch %+v %v", name, res, err)
 		}
-		mustIs(t, res[0].Err, codes.ErrReplicaGone)
+		mustIs(t, res[0].Err, errcode.ErrReplicaGone)
 	}
 	if _, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "p", Size: 10, CRC: 1}); err != nil {
 		t.Fatal(err)
@@ -49,5 +49,5 @@ func TestExistAgreesWithGet(t *testing.T) {
 		t.Fatalf("after the lease: exists %v %v, want false", ok, err)
 	}
 	_, err = s.GetReplicaList(bg, "k")
-	mustIs(t, err, codes.ErrObjectNotFound)
+	mustIs(t, err, errcode.ErrObjectNotFound)
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/mastergrpc"
 )
@@ -59,20 +59,20 @@ func TestRemoteMatchesService(t *testing.T) {
 		t.Fatal("ping after mount")
 	}
 	err := api.MountSegment(ctx, masterapi.MountRequest{Node: "a", Segment: "seg0", Size: 1 << 21})
-	mustIs(t, err, codes.ErrSegmentExists)
+	mustIs(t, err, errcode.ErrSegmentExists)
 
 	rep := put(t, api, "k", 1000, "a")
 	if rep.Node != "a" || rep.Endpoint != "a:1" || rep.Segment != "seg0" || rep.Length != 1000 || rep.Status != masterapi.Processing {
 		t.Fatalf("replica %+v", rep)
 	}
 	_, err = api.PutStart(ctx, masterapi.PutStartRequest{Key: "k", Size: 1})
-	mustIs(t, err, codes.ErrObjectExists)
-	if codes.Of(err) != codes.ObjectExists {
+	mustIs(t, err, errcode.ErrObjectExists)
+	if errcode.Of(err) != errcode.ObjectExists {
 		t.Fatal("code lost")
 	}
 	_, err = api.GetReplicaList(ctx, "nope")
-	mustIs(t, err, codes.ErrObjectNotFound)
-	if errors.Is(err, codes.ErrReplicaGone) {
+	mustIs(t, err, errcode.ErrObjectNotFound)
+	if errors.Is(err, errcode.ErrReplicaGone) {
 		t.Fatal("wrong sentinel matched")
 	}
 
@@ -80,11 +80,11 @@ func TestRemoteMatchesService(t *testing.T) {
 	if err != nil || info.Size != 1000 || info.CRC != crcOf("k") || kinds(info) != "MEMORY@a " || info.LeaseDeadline.IsZero() {
 		t.Fatalf("info %+v %v", info, err)
 	}
-	mustIs(t, api.Remove(ctx, "k", false), codes.ErrObjectHasLease)
+	mustIs(t, api.Remove(ctx, "k", false), errcode.ErrObjectHasLease)
 
 	// Batches: per-item codes.
 	res, err := api.BatchGetReplicaList(ctx, []string{"k", "nope", ""})
-	if err != nil || res[0].Err != nil || !errors.Is(res[1].Err, codes.ErrObjectNotFound) || !errors.Is(res[2].Err, codes.ErrInvalidKey) {
+	if err != nil || res[0].Err != nil || !errors.Is(res[1].Err, errcode.ErrObjectNotFound) || !errors.Is(res[2].Err, errcode.ErrInvalidKey) {
 		t.Fatalf("batch %+v %v", res, err)
 	}
 	ex, err := api.BatchExistKey(ctx, []string{"k", "nope"})
@@ -106,16 +106,16 @@ func TestRemoteMatchesService(t *testing.T) {
 		t.Fatalf("offload-path lookups counted: %v", taskKeys(ts))
 	}
 	errs, err := api.NotifyOffloadSuccess(ctx, masterapi.NotifyRequest{Node: "a",
-		Persisted: []masterapi.DiskObject{{Key: "k", Size: 1000, CRC: crcOf("k")}, {Key: "q", Size: 10, CRC: 0xbad}},
+		Persisted: []masterapi.SSDObject{{Key: "k", Size: 1000, CRC: crcOf("k")}, {Key: "q", Size: 10, CRC: 0xbad}},
 		Failed:    []masterapi.OffloadFailure{{Key: "zz", Retryable: true}}})
-	if err != nil || errs[0] != nil || !errors.Is(errs[1], codes.ErrChecksumConflict) {
+	if err != nil || errs[0] != nil || !errors.Is(errs[1], errcode.ErrChecksumConflict) {
 		t.Fatalf("notify %v %v", errs, err)
 	}
 	_, err = api.NotifyOffloadSuccess(ctx, masterapi.NotifyRequest{Node: "ghost"})
-	mustIs(t, err, codes.ErrNeedRemount)
+	mustIs(t, err, errcode.ErrNeedRemount)
 
 	bp, err := api.BatchPutStart(ctx, []masterapi.PutStartRequest{{Key: "b1", Size: 10}, {Key: "k", Size: 10}})
-	if err != nil || bp[0].Err != nil || bp[0].Replica.Node != "a" || !errors.Is(bp[1].Err, codes.ErrObjectExists) {
+	if err != nil || bp[0].Err != nil || bp[0].Replica.Node != "a" || !errors.Is(bp[1].Err, errcode.ErrObjectExists) {
 		t.Fatalf("batch put %+v %v", bp, err)
 	}
 	be, err := api.BatchPutEnd(ctx, []masterapi.PutRef{{Key: "b1", Token: bp[0].Replica.PutToken}, {Key: "none", Token: bp[0].Replica.PutToken}})
@@ -129,7 +129,7 @@ func TestRemoteMatchesService(t *testing.T) {
 	if bv, err := api.BatchPutRevoke(ctx, []masterapi.PutRef{{Key: "b2", Token: bp[0].Replica.PutToken}}); err != nil || bv[0] != nil {
 		t.Fatal(bv, err)
 	}
-	if errs, err := api.ReRegisterDiskColumns(ctx, "a", masterapi.ColumnsOf([]masterapi.DiskObject{{Key: "d", Size: 5, CRC: 5}})); err != nil || errs[0] != nil {
+	if errs, err := api.ReRegisterDiskColumns(ctx, "a", masterapi.ColumnsOf([]masterapi.SSDObject{{Key: "d", Size: 5, CRC: 5}})); err != nil || errs[0] != nil {
 		t.Fatal(errs, err)
 	}
 	if res, err := api.EvictDiskReplica(ctx, "a", []string{"d"}); err != nil || res.Dropped != 1 || res.Keep != nil {
@@ -141,11 +141,11 @@ func TestRemoteMatchesService(t *testing.T) {
 		t.Fatal(res, err)
 	}
 	_, err = reconcileAll(api, "ghost", nil)
-	mustIs(t, err, codes.ErrNeedRemount)
+	mustIs(t, err, errcode.ErrNeedRemount)
 	// ReportBadReplica over the wire: a wrong replica is REPLICA_NOT_FOUND,
 	// an unknown key OBJECT_NOT_FOUND.
-	mustIs(t, api.ReportBadReplica(ctx, "k", crcOf("k"), masterapi.Replica{Kind: masterapi.LocalDisk, Node: "a"}), codes.ErrReplicaNotFound)
-	mustIs(t, api.ReportBadReplica(ctx, "nope", 1, masterapi.Replica{Kind: masterapi.Memory, Node: "a"}), codes.ErrObjectNotFound)
+	mustIs(t, api.ReportBadReplica(ctx, "k", crcOf("k"), masterapi.Replica{Kind: masterapi.SSD, Node: "a"}), errcode.ErrReplicaNotFound)
+	mustIs(t, api.ReportBadReplica(ctx, "nope", 1, masterapi.Replica{Kind: masterapi.DRAM, Node: "a"}), errcode.ErrObjectNotFound)
 	clk.Advance(2 * time.Hour)
 	if n, err := api.EvictMemory(ctx, nil, true); err != nil || n.Dropped != 0 {
 		t.Fatal(n, err)
@@ -160,7 +160,7 @@ func TestRemoteMatchesService(t *testing.T) {
 	if err := api.UnmountSegment(ctx, "a", "seg0"); err != nil {
 		t.Fatal(err)
 	}
-	mustIs(t, api.UnmountSegment(ctx, "a", "seg0"), codes.ErrSegmentNotFound)
+	mustIs(t, api.UnmountSegment(ctx, "a", "seg0"), errcode.ErrSegmentNotFound)
 }
 
 func TestRemoteTransportError(t *testing.T) {
@@ -178,7 +178,7 @@ func TestRemoteTransportError(t *testing.T) {
 	ctx, cancel := context.WithTimeout(bg, 5*time.Second)
 	defer cancel()
 	_, err = r.Ping(ctx, "a")
-	if !errors.Is(err, codes.ErrRPCFail) && !errors.Is(err, codes.ErrContextCanceled) {
+	if !errors.Is(err, errcode.ErrRPCFail) && !errors.Is(err, errcode.ErrContextCanceled) {
 		t.Fatalf("got %v", err)
 	}
 }
@@ -197,11 +197,11 @@ func TestRemoteMooncake4508(t *testing.T) {
 	}
 	s.ExpireNode("a")
 	_, err = r.GetReplicaList(bg, "k")
-	if !errors.Is(err, codes.ErrReplicaGone) || codes.Of(err) != -712 {
+	if !errors.Is(err, errcode.ErrReplicaGone) || errcode.Of(err) != -712 {
 		t.Fatalf("single load: %v", err)
 	}
 	br, err := r.BatchGetReplicaList(bg, []string{"k"})
-	if err != nil || !errors.Is(br[0].Err, codes.ErrReplicaGone) {
+	if err != nil || !errors.Is(br[0].Err, errcode.ErrReplicaGone) {
 		t.Fatalf("batch load: %+v %v", br, err)
 	}
 	if p, _ := r.Ping(bg, "a"); p.Status != masterapi.NeedRemount {

@@ -9,7 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	pb "github.com/tierstore/tierstore/internal/rpcpb"
 	"github.com/tierstore/tierstore/mastergrpc"
 )
@@ -25,7 +25,7 @@ import (
 // availability (a single master).
 type HAConfig struct {
 	// Fence is consulted at the top of every API call, before anything
-	// changes (ha.Leadership.Check): once it fails the call is answered
+	// changes (ha.Leadership.Fence): once it fails the call is answered
 	// ErrNotLeader and nothing changes.
 	Fence func() error
 	// Term is the leadership term (ha.Leadership.Term), stamped on Ping
@@ -157,7 +157,7 @@ func (s *Service) Interceptor() grpc.UnaryServerInterceptor {
 		_ = grpc.SetTrailer(ctx, mastergrpc.TermMD(s.cfg.HA.Term))
 		resp, err := handler(ctx, req)
 		if s.cfg.HA.on() && rebuildMiss(info.FullMethod, resp, err) && s.Rebuilding() {
-			return nil, codes.ToStatus(fmt.Errorf("master: term %d is rebuilding its metadata from the nodes, ask again: %w", s.cfg.HA.Term, ErrNotLeader))
+			return nil, errcode.ToStatus(fmt.Errorf("master: term %d is rebuilding its metadata from the nodes, ask again: %w", s.cfg.HA.Term, ErrNotLeader))
 		}
 		return resp, err
 	}
@@ -182,11 +182,11 @@ func rebuildMiss(method string, resp any, err error) bool {
 		}
 		return false
 	case "GetReplicaList", "Remove", "PutEnd", "PutRevoke", "PutStart":
-		return missCode(codes.Of(codes.FromStatus(err)))
+		return missCode(errcode.Of(errcode.FromStatus(err)))
 	case "BatchGetReplicaList":
 		if r, ok := resp.(*pb.BatchGetReplicaListResponse); ok && err == nil {
 			for _, x := range r.GetResults() {
-				if missCode(codes.Code(x.GetCode())) {
+				if missCode(errcode.Code(x.GetCode())) {
 					return true
 				}
 			}
@@ -195,7 +195,7 @@ func rebuildMiss(method string, resp any, err error) bool {
 	case "BatchPutEnd", "BatchPutRevoke":
 		if r, ok := resp.(*pb.KeyResults); ok && err == nil {
 			for _, x := range r.GetResults() {
-				if missCode(codes.Code(x.GetCode())) {
+				if missCode(errcode.Code(x.GetCode())) {
 					return true
 				}
 			}
@@ -205,9 +205,9 @@ func rebuildMiss(method string, resp any, err error) bool {
 	return false
 }
 
-func missCode(c codes.Code) bool {
+func missCode(c errcode.Code) bool {
 	switch c {
-	case codes.ObjectNotFound, codes.ReplicaIsGone, codes.ReplicaNotFound, codes.NoAvailableHandle:
+	case errcode.ObjectNotFound, errcode.ReplicaIsGone, errcode.ReplicaNotFound, errcode.NoAvailableHandle:
 		return true
 	}
 	return false

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	pb "github.com/tierstore/tierstore/internal/rpcpb"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/mastergrpc"
@@ -48,7 +48,7 @@ func TestFenceRefusesEveryCall(t *testing.T) {
 
 	_, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "new", Size: 10})
 	mustIs(t, err, ErrNotLeader)
-	mustIs(t, err, codes.ErrUnavailable)
+	mustIs(t, err, errcode.ErrUnavailable)
 	mustIs(t, err, lost)
 	mustIs(t, s.Remove(bg, "k", true), ErrNotLeader)
 	_, err = s.GetReplicaList(bg, "k")
@@ -104,12 +104,12 @@ func TestReRegisterMemoryObjects(t *testing.T) {
 	s, _ := testService(t, nil)
 	holdMount(t, s, "a", 64<<10)
 	for _, pref := range []string{"", "a"} {
-		if _, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "p", Size: 100, PreferredNode: pref}); !errors.Is(err, codes.ErrNoAvailableHandle) {
+		if _, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "p", Size: 100, PreferredNode: pref}); !errors.Is(err, errcode.ErrNoAvailableHandle) {
 			t.Fatalf("put into a held segment (preferred %q): %v", pref, err)
 		}
 	}
 	const tok = 1 << 63 // above this master's own tokens (unix ms << 22)
-	objs := []masterapi.MemoryObject{
+	objs := []masterapi.DRAMObject{
 		{Key: "a", Offset: 0, Length: 1000, CRC: 11, PutToken: tok},
 		{Key: "b", Offset: 1024, Length: 500, CRC: 22, PutToken: tok + 1, HardPin: true},
 	}
@@ -121,16 +121,16 @@ func TestReRegisterMemoryObjects(t *testing.T) {
 	if err != nil || len(info.Replicas) != 1 || info.CRC != 11 || info.Size != 1000 {
 		t.Fatalf("a: %+v %v", info, err)
 	}
-	if r := info.Replicas[0]; r.Kind != masterapi.Memory || r.Status != masterapi.Complete || r.Offset != 0 || r.PutToken != tok {
+	if r := info.Replicas[0]; r.Kind != masterapi.DRAM || r.Status != masterapi.Complete || r.Offset != 0 || r.PutToken != tok {
 		t.Fatalf("a's replica %+v", r)
 	}
-	if _, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "p", Size: 100}); !errors.Is(err, codes.ErrNoAvailableHandle) {
+	if _, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "p", Size: 100}); !errors.Is(err, errcode.ErrNoAvailableHandle) {
 		t.Fatalf("put before done: %v", err)
 	}
 	if errs, err := s.ReRegisterMemoryObjects(bg, "a", "seg0", objs, true); err != nil || errs[0] != nil || errs[1] != nil {
 		t.Fatalf("the same call again (done): %v %v", errs, err)
 	}
-	if st, _ := s.Stats(bg); st.Objects != 2 || st.MemoryReplicas != 2 || st.SegmentUsed != 1024+512 {
+	if st, _ := s.Stats(bg); st.Objects != 2 || st.DRAMReplicas != 2 || st.SegmentUsed != 1024+512 {
 		t.Fatalf("after a repeated call: %+v", st)
 	}
 	// The put that wrote a's range ends again: a no-op, as any repeated PutEnd.
@@ -139,7 +139,7 @@ func TestReRegisterMemoryObjects(t *testing.T) {
 	}
 	for i := range 40 { // fill the segment: no range may overlap a or b
 		r, err := s.PutStart(bg, masterapi.PutStartRequest{Key: fmt.Sprint("p", i), Size: 1500})
-		if errors.Is(err, codes.ErrNoAvailableHandle) {
+		if errors.Is(err, errcode.ErrNoAvailableHandle) {
 			break
 		}
 		if err != nil {
@@ -166,48 +166,48 @@ func TestReRegisterMemoryConflicts(t *testing.T) {
 	// Tokens of the previous master: above the removal log's origin (a
 	// record older than the log is refused, TestRemovedRecordRefused).
 	tok := s.RemovalLog().Origin + 1<<40
-	reg := func(node string, m masterapi.MemoryObject) error {
+	reg := func(node string, m masterapi.DRAMObject) error {
 		t.Helper()
-		errs, err := s.ReRegisterMemoryObjects(bg, node, "seg0", []masterapi.MemoryObject{m}, false)
+		errs, err := s.ReRegisterMemoryObjects(bg, node, "seg0", []masterapi.DRAMObject{m}, false)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return errs[0]
 	}
-	if err := reg("a", masterapi.MemoryObject{Key: "k", Offset: 0, Length: 1000, CRC: 1, PutToken: tok}); err != nil {
+	if err := reg("a", masterapi.DRAMObject{Key: "k", Offset: 0, Length: 1000, CRC: 1, PutToken: tok}); err != nil {
 		t.Fatal(err)
 	}
-	mustIs(t, reg("a", masterapi.MemoryObject{Key: "x", Offset: 512, Length: 100, CRC: 1, PutToken: tok + 5}), codes.ErrInvalidParams)
-	mustIs(t, reg("b", masterapi.MemoryObject{Key: "k", Offset: 0, Length: 1000, CRC: 1, PutToken: tok - 1}), codes.ErrObjectExists)
+	mustIs(t, reg("a", masterapi.DRAMObject{Key: "x", Offset: 512, Length: 100, CRC: 1, PutToken: tok + 5}), errcode.ErrInvalidParams)
+	mustIs(t, reg("b", masterapi.DRAMObject{Key: "k", Offset: 0, Length: 1000, CRC: 1, PutToken: tok - 1}), errcode.ErrObjectExists)
 	// A newer put of k on b: it replaces a's replica, whose range is freed.
-	if err := reg("b", masterapi.MemoryObject{Key: "k", Offset: 4096, Length: 2000, CRC: 2, PutToken: tok + 1}); err != nil {
+	if err := reg("b", masterapi.DRAMObject{Key: "k", Offset: 4096, Length: 2000, CRC: 2, PutToken: tok + 1}); err != nil {
 		t.Fatal(err)
 	}
 	info, err := s.GetReplicaList(bg, "k")
 	if err != nil || len(info.Replicas) != 1 || info.Replicas[0].Node != "b" || info.CRC != 2 || info.Size != 2000 {
 		t.Fatalf("k after the newer put: %+v %v", info, err)
 	}
-	if err := reg("a", masterapi.MemoryObject{Key: "x", Offset: 512, Length: 100, CRC: 1, PutToken: tok + 5}); err != nil {
+	if err := reg("a", masterapi.DRAMObject{Key: "x", Offset: 512, Length: 100, CRC: 1, PutToken: tok + 5}); err != nil {
 		t.Fatalf("a's freed range: %v", err)
 	}
 	// An SSD copy with other bytes wins over a later DRAM copy.
-	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "d", Size: 300, CRC: 9}}); err != nil || errs[0] != nil {
+	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "d", Size: 300, CRC: 9}}); err != nil || errs[0] != nil {
 		t.Fatal(errs, err)
 	}
-	mustIs(t, reg("b", masterapi.MemoryObject{Key: "d", Offset: 8192, Length: 300, CRC: 8, PutToken: tok + 2}), codes.ErrChecksumConflict)
-	if err := reg("b", masterapi.MemoryObject{Key: "d", Offset: 8192, Length: 300, CRC: 9, PutToken: tok + 2}); err != nil {
+	mustIs(t, reg("b", masterapi.DRAMObject{Key: "d", Offset: 8192, Length: 300, CRC: 8, PutToken: tok + 2}), errcode.ErrChecksumConflict)
+	if err := reg("b", masterapi.DRAMObject{Key: "d", Offset: 8192, Length: 300, CRC: 9, PutToken: tok + 2}); err != nil {
 		t.Fatal(err)
 	}
 	if info, err := s.GetReplicaList(bg, "d"); err != nil || kinds(info) != "MEMORY@b LOCAL_DISK@a " {
 		t.Fatalf("d: %q %v", kinds(info), err)
 	}
-	mustIs(t, reg("a", masterapi.MemoryObject{Key: "y", Offset: 64<<10 - 64, Length: 100, CRC: 1, PutToken: tok}), codes.ErrInvalidParams)
-	mustIs(t, reg("a", masterapi.MemoryObject{Key: "y", Offset: 100, Length: 100, CRC: 1, PutToken: tok}), codes.ErrInvalidParams)
-	mustIs(t, reg("a", masterapi.MemoryObject{Key: "y", Offset: 20000, Length: 100, CRC: 1}), codes.ErrInvalidParams)
+	mustIs(t, reg("a", masterapi.DRAMObject{Key: "y", Offset: 64<<10 - 64, Length: 100, CRC: 1, PutToken: tok}), errcode.ErrInvalidParams)
+	mustIs(t, reg("a", masterapi.DRAMObject{Key: "y", Offset: 100, Length: 100, CRC: 1, PutToken: tok}), errcode.ErrInvalidParams)
+	mustIs(t, reg("a", masterapi.DRAMObject{Key: "y", Offset: 20000, Length: 100, CRC: 1}), errcode.ErrInvalidParams)
 	_, err = s.ReRegisterMemoryObjects(bg, "nobody", "seg0", nil, true)
-	mustIs(t, err, codes.ErrNeedRemount)
+	mustIs(t, err, errcode.ErrNeedRemount)
 	_, err = s.ReRegisterMemoryObjects(bg, "a", "other", nil, true)
-	mustIs(t, err, codes.ErrSegmentNotFound)
+	mustIs(t, err, errcode.ErrSegmentNotFound)
 }
 
 // serveHA serves s with its interceptor on 127.0.0.1 and returns a raw
@@ -245,27 +245,27 @@ func TestRebuildWindowTurnsMissesIntoRetry(t *testing.T) {
 		t.Fatalf("term trailer %v", tr)
 	}
 	_, err := c.GetReplicaList(bg, miss)
-	mustIs(t, codes.FromStatus(err), codes.ErrUnavailable)
-	if r, err := c.ExistKey(bg, miss); !errors.Is(codes.FromStatus(err), codes.ErrUnavailable) {
+	mustIs(t, errcode.FromStatus(err), errcode.ErrUnavailable)
+	if r, err := c.ExistKey(bg, miss); !errors.Is(errcode.FromStatus(err), errcode.ErrUnavailable) {
 		t.Fatalf("exists of a miss inside the window: %v %v", r, err)
 	}
 	_, err = c.PutEnd(bg, &pb.KeyRequest{Key: []byte("miss"), PutToken: 5})
-	mustIs(t, codes.FromStatus(err), codes.ErrUnavailable)
+	mustIs(t, errcode.FromStatus(err), errcode.ErrUnavailable)
 	res, err := c.BatchGetReplicaList(bg, &pb.BatchLookupRequest{Keys: [][]byte{[]byte("hit"), []byte("miss")}})
-	mustIs(t, codes.FromStatus(err), codes.ErrUnavailable)
+	mustIs(t, errcode.FromStatus(err), errcode.ErrUnavailable)
 	_ = res
 
 	clk.Advance(3 * time.Second)
 	_, err = c.GetReplicaList(bg, miss)
-	mustIs(t, codes.FromStatus(err), codes.ErrObjectNotFound)
+	mustIs(t, errcode.FromStatus(err), errcode.ErrObjectNotFound)
 	holdMount(t, s, "b", 1<<20) // a node re-registering: the window reopens
 	_, err = c.GetReplicaList(bg, miss)
-	mustIs(t, codes.FromStatus(err), codes.ErrUnavailable)
+	mustIs(t, errcode.FromStatus(err), errcode.ErrUnavailable)
 	if _, err := s.ReRegisterMemoryObjects(bg, "b", "seg0", nil, true); err != nil {
 		t.Fatal(err)
 	}
 	_, err = c.GetReplicaList(bg, miss)
-	mustIs(t, codes.FromStatus(err), codes.ErrObjectNotFound)
+	mustIs(t, errcode.FromStatus(err), errcode.ErrObjectNotFound)
 }
 
 // Rebuilt objects honour the previous leader's leases (a lease of
@@ -274,11 +274,11 @@ func TestRebuildWindowTurnsMissesIntoRetry(t *testing.T) {
 func TestRebuiltLeaseAndReadmission(t *testing.T) {
 	s, clk, _ := haService(t, func(c *Config) { c.EnableOffload = true })
 	holdMount(t, s, "a", 1<<20)
-	objs := []masterapi.MemoryObject{{Key: "k", Offset: 0, Length: 1000, CRC: 1, PutToken: s.RemovalLog().Origin + 1}}
+	objs := []masterapi.DRAMObject{{Key: "k", Offset: 0, Length: 1000, CRC: 1, PutToken: s.RemovalLog().Origin + 1}}
 	if errs, err := s.ReRegisterMemoryObjects(bg, "a", "seg0", objs, true); err != nil || errs[0] != nil {
 		t.Fatal(errs, err)
 	}
-	mustIs(t, s.Remove(bg, "k", false), codes.ErrObjectHasLease)
+	mustIs(t, s.Remove(bg, "k", false), errcode.ErrObjectHasLease)
 	s.Tick()
 	if tasks, _ := heartbeat(s, "a", 0); len(tasks) != 0 {
 		t.Fatalf("offload queued during the rebuild: %+v", tasks)
@@ -290,7 +290,7 @@ func TestRebuiltLeaseAndReadmission(t *testing.T) {
 		t.Fatalf("tasks after the rebuild: %+v %v", tasks, err)
 	}
 	clk.Advance(s.Config().DefaultKVLeaseTTL)
-	if err := s.Remove(bg, "k", false); !errors.Is(err, codes.ErrObjectHasLease) { // pinned by its offload task now
+	if err := s.Remove(bg, "k", false); !errors.Is(err, errcode.ErrObjectHasLease) { // pinned by its offload task now
 		t.Fatalf("remove: %v", err)
 	}
 }

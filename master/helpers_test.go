@@ -48,7 +48,7 @@ func mount(t testing.TB, api masterapi.API, node string, size int64) {
 	}
 }
 
-// put stores key (PutStart + PutEnd) and returns its Memory replica.
+// put stores key (PutStart + PutEnd) and returns its DRAM replica.
 func put(t testing.TB, api masterapi.API, key string, size int64, node string) masterapi.Replica {
 	t.Helper()
 	r, err := api.PutStart(bg, masterapi.PutStartRequest{Key: key, Size: size, CRC: crcOf(key), PreferredNode: node})
@@ -62,7 +62,7 @@ func put(t testing.TB, api masterapi.API, key string, size int64, node string) m
 }
 
 // putWith stores req (PutStart + PutEnd with PutStart's token) and returns
-// its Memory replica.
+// its DRAM replica.
 func putWith(t testing.TB, api masterapi.API, req masterapi.PutStartRequest) masterapi.Replica {
 	t.Helper()
 	r, err := api.PutStart(bg, req)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -32,7 +32,7 @@ func leased(t *testing.T, s *Service, key string) masterapi.Replica {
 // leasedOnDisk registers key on node a's SSD only and grants it a lease.
 func leasedOnDisk(t *testing.T, s *Service, key string) {
 	t.Helper()
-	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: key, Size: 100, CRC: crcOf(key)}}); err != nil || errs[0] != nil {
+	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: key, Size: 100, CRC: crcOf(key)}}); err != nil || errs[0] != nil {
 		t.Fatal(errs, err)
 	}
 	if ok, err := s.ExistKey(bg, key); !ok || err != nil {
@@ -44,7 +44,7 @@ func leasedOnDisk(t *testing.T, s *Service, key string) {
 func mustBeGone(t *testing.T, s *Service, key string) {
 	t.Helper()
 	_, err := s.GetReplicaList(bg, key)
-	if !errors.Is(err, codes.ErrReplicaGone) {
+	if !errors.Is(err, errcode.ErrReplicaGone) {
 		t.Fatalf("%s inside its lease: %v, want REPLICA_IS_GONE (-712)", key, err)
 	}
 }
@@ -78,7 +78,7 @@ func TestLeaseGuardSweep(t *testing.T) {
 	mustBeGone(t, s, "k")
 	afterLease(s, clk)
 	_, err := s.GetReplicaList(bg, "k")
-	mustIs(t, err, codes.ErrObjectNotFound)
+	mustIs(t, err, errcode.ErrObjectNotFound)
 }
 
 // Dead-node clear: the sweep after a node's expiry keeps the unreadable
@@ -90,7 +90,7 @@ func TestLeaseGuardDeadNodeClear(t *testing.T) {
 	s.ExpireNode("a")
 	mustBeGone(t, s, "k")
 	st, _ := s.Stats(bg)
-	if len(st.PerNode) != 1 || st.PerNode[0].Alive || st.PerNode[0].MemoryReplicas != 1 {
+	if len(st.PerNode) != 1 || st.PerNode[0].Alive || st.PerNode[0].DRAMReplicas != 1 {
 		t.Fatalf("the expired incarnation's replica was cleared inside the lease: %+v", st.PerNode)
 	}
 	afterLease(s, clk)
@@ -109,7 +109,7 @@ func TestLeaseGuardBadReplicaReport(t *testing.T) {
 	mustBeGone(t, s, "k")
 	afterLease(s, clk)
 	_, err := s.GetReplicaList(bg, "k")
-	mustIs(t, err, codes.ErrObjectNotFound)
+	mustIs(t, err, errcode.ErrObjectNotFound)
 }
 
 // Reconcile: the node's list no longer has the leased object's only copy.
@@ -176,7 +176,7 @@ func TestLeaseGuardEvictMemory(t *testing.T) {
 	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "MEMORY@a " {
 		t.Fatal(kinds(info), err)
 	}
-	s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "k", Size: 100, CRC: crcOf("k")}})
+	s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "k", Size: 100, CRC: crcOf("k")}})
 	if n, err := s.EvictMemory(bg, nil, true); n.Dropped != 0 || n.Leased != 1 || err != nil {
 		t.Fatalf("EvictMemory dropped %d DRAM replicas a reader depends on (%+v): %v", n.Dropped, n, err)
 	}
@@ -205,7 +205,7 @@ func TestLeaseGuardRemove(t *testing.T) {
 	s, clk := leaseService(t, nil)
 	leased(t, s, "k")
 	err := s.Remove(bg, "k", false)
-	if !errors.Is(err, codes.ErrObjectHasLease) || codes.Of(err) != -706 {
+	if !errors.Is(err, errcode.ErrObjectHasLease) || errcode.Of(err) != -706 {
 		t.Fatalf("Remove of a leased object: %v", err)
 	}
 	if _, err := s.GetReplicaList(bg, "k"); err != nil {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/admission"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -20,16 +20,16 @@ func TestPutLookupBasics(t *testing.T) {
 	if err == nil && r.PutToken == 0 {
 		t.Fatal("PutStart answered no put token")
 	}
-	if err != nil || r.Kind != masterapi.Memory || r.Status != masterapi.Processing || r.Node != "a" || r.Length != 1000 {
+	if err != nil || r.Kind != masterapi.DRAM || r.Status != masterapi.Processing || r.Node != "a" || r.Length != 1000 {
 		t.Fatalf("PutStart = %+v, %v", r, err)
 	}
 	if ok, _ := s.ExistKey(bg, "k"); ok {
 		t.Fatal("processing object must not exist for readers")
 	}
 	_, err = s.GetReplicaList(bg, "k")
-	mustIs(t, err, codes.ErrReplicaNotReady)
+	mustIs(t, err, errcode.ErrReplicaNotReady)
 	_, err = s.PutStart(bg, masterapi.PutStartRequest{Key: "k", Size: 1000})
-	mustIs(t, err, codes.ErrObjectExists)
+	mustIs(t, err, errcode.ErrObjectExists)
 	if err := s.PutEnd(bg, "k", r.PutToken); err != nil {
 		t.Fatal(err)
 	}
@@ -38,15 +38,15 @@ func TestPutLookupBasics(t *testing.T) {
 		t.Fatalf("GetReplicaList = %+v, %v", info, err)
 	}
 	_, err = s.PutStart(bg, masterapi.PutStartRequest{Key: "k", Size: 1000})
-	mustIs(t, err, codes.ErrObjectExists)
+	mustIs(t, err, errcode.ErrObjectExists)
 	_, err = s.GetReplicaList(bg, "missing")
-	mustIs(t, err, codes.ErrObjectNotFound)
+	mustIs(t, err, errcode.ErrObjectNotFound)
 	_, err = s.PutStart(bg, masterapi.PutStartRequest{Key: "", Size: 1})
-	mustIs(t, err, codes.ErrInvalidKey)
+	mustIs(t, err, errcode.ErrInvalidKey)
 	_, err = s.PutStart(bg, masterapi.PutStartRequest{Key: string(make([]byte, keyspec.MaxLen+1)), Size: 1})
-	mustIs(t, err, codes.ErrInvalidKey)
+	mustIs(t, err, errcode.ErrInvalidKey)
 	_, err = s.PutStart(bg, masterapi.PutStartRequest{Key: "z", Size: 0})
-	mustIs(t, err, codes.ErrInvalidParams)
+	mustIs(t, err, errcode.ErrInvalidParams)
 
 	// Revoke frees the space.
 	rr, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "r", Size: 4096})
@@ -57,7 +57,7 @@ func TestPutLookupBasics(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = s.GetReplicaList(bg, "r")
-	mustIs(t, err, codes.ErrObjectNotFound)
+	mustIs(t, err, errcode.ErrObjectNotFound)
 	st, _ := s.Stats(bg)
 	if st.Objects != 1 || st.SegmentUsed != alignUp(1000) {
 		t.Fatalf("stats %+v", st)
@@ -73,12 +73,12 @@ func TestAbandonedPutReclaimed(t *testing.T) {
 	clk.Advance(29 * time.Second)
 	s.Tick()
 	_, err := s.GetReplicaList(bg, "k")
-	mustIs(t, err, codes.ErrReplicaNotReady)
+	mustIs(t, err, errcode.ErrReplicaNotReady)
 	// Reclaimed by a sweep within a quarter timeout after the deadline.
 	clk.Advance(30*time.Second/4 + time.Second)
 	s.Tick()
 	_, err = s.GetReplicaList(bg, "k")
-	mustIs(t, err, codes.ErrObjectNotFound)
+	mustIs(t, err, errcode.ErrObjectNotFound)
 	if st, _ := s.Stats(bg); st.SegmentUsed != 0 || st.Objects != 0 {
 		t.Fatalf("space not reclaimed: %+v", st)
 	}
@@ -95,7 +95,7 @@ func TestLeaseBlocksRemoveAndEviction(t *testing.T) {
 		t.Fatal("lookup miss")
 	}
 	err := s.Remove(bg, "leased", false)
-	mustIs(t, err, codes.ErrObjectHasLease)
+	mustIs(t, err, errcode.ErrObjectHasLease)
 	if n := s.EvictNow(); n != 1 {
 		t.Fatalf("evicted %d, want only the unleased one", n)
 	}
@@ -103,16 +103,16 @@ func TestLeaseBlocksRemoveAndEviction(t *testing.T) {
 		t.Fatalf("leased object evicted: %v", err)
 	}
 	_, err = s.GetReplicaList(bg, "free")
-	mustIs(t, err, codes.ErrObjectNotFound)
+	mustIs(t, err, errcode.ErrObjectNotFound)
 	if err := s.Remove(bg, "leased", true); err != nil {
 		t.Fatalf("forced remove: %v", err)
 	}
 	_, err = s.GetReplicaList(bg, "leased")
-	mustIs(t, err, codes.ErrObjectNotFound)
+	mustIs(t, err, errcode.ErrObjectNotFound)
 
 	put(t, s, "x", 100, "")
 	s.ExistKey(bg, "x")
-	mustIs(t, s.Remove(bg, "x", false), codes.ErrObjectHasLease)
+	mustIs(t, s.Remove(bg, "x", false), errcode.ErrObjectHasLease)
 	clk.Advance(s.cfg.DefaultKVLeaseTTL + time.Millisecond)
 	if err := s.Remove(bg, "x", false); err != nil {
 		t.Fatalf("remove after lease expiry: %v", err)
@@ -207,7 +207,7 @@ func TestPutsBeyondSegmentEvict(t *testing.T) {
 	// Everything leased: the next put cannot evict and fails cleanly.
 	s.BatchExistKey(bg, allKeys(s))
 	_, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "big", Size: seg})
-	mustIs(t, err, codes.ErrNoAvailableHandle)
+	mustIs(t, err, errcode.ErrNoAvailableHandle)
 }
 
 func allKeys(s *Service) []string {
@@ -238,7 +238,7 @@ func TestMooncake4508Replay(t *testing.T) {
 	put(t, s, "only-dram", 1000, "a")
 	put(t, s, "also-ssd", 1000, "a")
 	// Node b holds "also-ssd" on its SSD too.
-	if errs, err := s.ReRegisterDiskObjects(bg, "b", []masterapi.DiskObject{{Key: "also-ssd", Size: 1000, CRC: crcOf("also-ssd")}}); err != nil || errs[0] != nil {
+	if errs, err := s.ReRegisterDiskObjects(bg, "b", []masterapi.SSDObject{{Key: "also-ssd", Size: 1000, CRC: crcOf("also-ssd")}}); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}
 
@@ -256,14 +256,14 @@ func TestMooncake4508Replay(t *testing.T) {
 		t.Fatalf("node a not expired: %+v", st)
 	}
 	_, err := s.GetReplicaList(bg, "only-dram") // load
-	if errors.Is(err, codes.ErrObjectNotFound) || !errors.Is(err, codes.ErrReplicaGone) {
+	if errors.Is(err, errcode.ErrObjectNotFound) || !errors.Is(err, errcode.ErrReplicaGone) {
 		t.Fatalf("load after hit and node death: %v, want REPLICA_IS_GONE", err)
 	}
-	if codes.Of(err) != -712 {
-		t.Fatalf("code %d", codes.Of(err))
+	if errcode.Of(err) != -712 {
+		t.Fatalf("code %d", errcode.Of(err))
 	}
 	info, err := s.GetReplicaList(bg, "also-ssd")
-	if err != nil || len(info.Replicas) != 1 || info.Replicas[0].Kind != masterapi.LocalDisk || info.Replicas[0].Node != "b" {
+	if err != nil || len(info.Replicas) != 1 || info.Replicas[0].Kind != masterapi.SSD || info.Replicas[0].Node != "b" {
 		t.Fatalf("load with a live SSD replica: %s %v", kinds(info), err)
 	}
 	// Once the lease expires the sweep clears the dead replica and the
@@ -272,7 +272,7 @@ func TestMooncake4508Replay(t *testing.T) {
 	s.Ping(bg, "b")
 	s.Tick()
 	_, err = s.GetReplicaList(bg, "only-dram")
-	mustIs(t, err, codes.ErrObjectNotFound)
+	mustIs(t, err, errcode.ErrObjectNotFound)
 	if _, err := s.GetReplicaList(bg, "also-ssd"); err != nil {
 		t.Fatalf("object with a live SSD replica lost: %v", err)
 	}
@@ -395,7 +395,7 @@ func run4508(t *testing.T, ops []op4508, seq []int, onDisk bool) (gone bool, _ e
 	mount(t, s, "n1", 1<<20)
 	put(t, s, "k", 256, "n0")
 	if onDisk {
-		s.ReRegisterDiskObjects(bg, "n1", []masterapi.DiskObject{{Key: "k", Size: 256, CRC: crcOf("k")}})
+		s.ReRegisterDiskObjects(bg, "n1", []masterapi.SSDObject{{Key: "k", Size: 256, CRC: crcOf("k")}})
 	}
 	e := &env4508{s: s, clk: clk}
 	if e.list, err = s.GetReplicaList(bg, "k"); err != nil { // the lookup hit
@@ -408,7 +408,7 @@ func run4508(t *testing.T, ops []op4508, seq []int, onDisk bool) (gone bool, _ e
 	}
 	_, err = s.GetReplicaList(bg, "k") // the load, inside the lease
 	switch {
-	case errors.Is(err, codes.ErrReplicaGone) && loses:
+	case errors.Is(err, errcode.ErrReplicaGone) && loses:
 		gone = true
 	case err != nil:
 		return false, fmt.Errorf("load answered %v", err)
@@ -424,8 +424,8 @@ func TestExpiryLeavesOtherNodesAlone(t *testing.T) {
 	mount(t, s, "b", 1<<20)
 	put(t, s, "ka", 100, "a")
 	put(t, s, "kb", 100, "b")
-	s.ReRegisterDiskObjects(bg, "b", []masterapi.DiskObject{{Key: "ka", Size: 100, CRC: crcOf("ka")}})
-	s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "kb", Size: 100, CRC: crcOf("kb")}})
+	s.ReRegisterDiskObjects(bg, "b", []masterapi.SSDObject{{Key: "ka", Size: 100, CRC: crcOf("ka")}})
+	s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "kb", Size: 100, CRC: crcOf("kb")}})
 	clk.Advance(s.cfg.ClientTTL / 2)
 	s.Ping(bg, "b")
 	clk.Advance(s.cfg.ClientTTL/2 + time.Second)
@@ -439,7 +439,7 @@ func TestExpiryLeavesOtherNodesAlone(t *testing.T) {
 		t.Fatalf("kb: %s %v", kinds(ib), err)
 	}
 	st, _ := s.Stats(bg)
-	if st.MemoryReplicas != 1 || st.DiskReplicas != 1 || st.Nodes != 1 {
+	if st.DRAMReplicas != 1 || st.SSDReplicas != 1 || st.Nodes != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 }

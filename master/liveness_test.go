@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/testkit"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -44,20 +44,20 @@ func TestBackgroundLoop(t *testing.T) {
 func TestMasterRestartRecovery(t *testing.T) {
 	s1, _ := testService(t, nil)
 	mount(t, s1, "a", 1<<20)
-	s1.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "x", Size: 10, CRC: 3}})
+	s1.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "x", Size: 10, CRC: 3}})
 	s1.Close()
-	if _, err := s1.Stats(bg); !codesIs(err, codes.ErrShuttingDown) {
+	if _, err := s1.Stats(bg); !codesIs(err, errcode.ErrShuttingDown) {
 		t.Fatalf("after close: %v", err)
 	}
 
 	s2, _ := testService(t, nil)
-	_, err := s2.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "x", Size: 10, CRC: 3}})
-	mustIs(t, err, codes.ErrNeedRemount)
+	_, err := s2.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "x", Size: 10, CRC: 3}})
+	mustIs(t, err, errcode.ErrNeedRemount)
 	if p, _ := s2.Ping(bg, "a"); p.Status != masterapi.NeedRemount {
 		t.Fatal("new master knows the node")
 	}
 	mount(t, s2, "a", 1<<20)
-	if errs, err := s2.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "x", Size: 10, CRC: 3}}); err != nil || errs[0] != nil {
+	if errs, err := s2.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "x", Size: 10, CRC: 3}}); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}
 	info, err := s2.GetReplicaList(bg, "x")
@@ -82,13 +82,13 @@ func TestNodeDeathReleasesOffloadPin(t *testing.T) {
 	// The node returns and answers the old task: the object is gone, so
 	// the answer is refused (the node deletes the copy)...
 	mount(t, s, "a", 1<<20)
-	errs, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "k", Size: 64, CRC: crcOf("k")}}})
+	errs, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.SSDObject{{Key: "k", Size: 64, CRC: crcOf("k")}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustIs(t, errs[0], codes.ErrObjectNotFound)
+	mustIs(t, errs[0], errcode.ErrObjectNotFound)
 	// ...while re-registration after the remount creates it.
-	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "k", Size: 64, CRC: crcOf("k")}}); err != nil || errs[0] != nil {
+	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "k", Size: 64, CRC: crcOf("k")}}); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}
 	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "LOCAL_DISK@a " {
@@ -135,14 +135,14 @@ func TestMetrics(t *testing.T) {
 	mount(t, s, "a", 1<<20)
 	put(t, s, "k", 100, "a")
 	s.GetReplicaList(bg, "nope")
-	s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "d", Size: 50, CRC: 1}})
+	s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "d", Size: 50, CRC: 1}})
 	for _, c := range []struct {
 		name, label, value string
 		want               float64
 	}{
 		{"tierstore_master_objects", "", "", 2},
-		{"tierstore_master_bytes", "tier", "memory", 100},
-		{"tierstore_master_bytes", "tier", "local_disk", 50},
+		{"tierstore_master_bytes", "tier", "dram", 100},
+		{"tierstore_master_bytes", "tier", "ssd", 50},
 		{"tierstore_master_offload_queue_depth", "", "", 1},
 		{"tierstore_master_errors_total", "code", "OBJECT_NOT_FOUND", 1},
 		{"tierstore_master_nodes", "", "", 1},
@@ -188,13 +188,13 @@ func TestRestartedNodeRetiresOldIncarnation(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := s.GetReplicaList(bg, "k")
-	mustIs(t, err, codes.ErrReplicaGone) // leased: gone, not not-found
+	mustIs(t, err, errcode.ErrReplicaGone) // leased: gone, not not-found
 	put(t, s, "k2", 100, "a")
 	if err := inc("a", "a:2", "p2"); err != nil { // new endpoint: restarted too
 		t.Fatal(err)
 	}
 	_, err = s.GetReplicaList(bg, "k2")
-	mustIs(t, err, codes.ErrObjectNotFound) // never looked up: no lease
+	mustIs(t, err, errcode.ErrObjectNotFound) // never looked up: no lease
 	if st, _ := s.Stats(bg); st.ExpiredNodes != 2 || st.Nodes != 1 || st.SegmentUsed != 0 {
 		t.Fatalf("stats %+v", st)
 	}
@@ -215,12 +215,12 @@ func TestLeaveNode(t *testing.T) {
 	inc("a", "a1")
 	inc("b", "b1")
 	put(t, s, "mem", 4<<10, "a")
-	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "disk", Size: 10, CRC: 3}}); err != nil || errs[0] != nil {
+	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "disk", Size: 10, CRC: 3}}); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}
 	put(t, s, "onb", 4<<10, "b")
 
-	mustIs(t, s.LeaveNode(bg, "nobody", ""), codes.ErrClientNotFound)
+	mustIs(t, s.LeaveNode(bg, "nobody", ""), errcode.ErrClientNotFound)
 	if err := s.LeaveNode(bg, "a", "a0"); err != nil { // an earlier incarnation's late leave
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func TestLeaveNode(t *testing.T) {
 		t.Fatalf("another node's object: %v %v", ok, err)
 	}
 	inc("a", "a2") // it comes back and re-registers
-	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "disk", Size: 10, CRC: 3}}); err != nil || errs[0] != nil {
+	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "disk", Size: 10, CRC: 3}}); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}
 	if ok, err := s.ExistKey(bg, "disk"); err != nil || !ok {

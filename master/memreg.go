@@ -3,7 +3,7 @@ package master
 import (
 	"context"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	pb "github.com/tierstore/tierstore/internal/rpcpb"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -14,19 +14,19 @@ import (
 // nothing is allocated in it, then re-registers every complete object it
 // recorded (key, range, CRC32C, put token, pins) with
 // ReRegisterMemoryObjects, the last call with done set. Each object gets a
-// complete Memory replica and its range is marked allocated; a range that
+// complete DRAM replica and its range is marked allocated; a range that
 // is not free, or an object that conflicts with what the master knows, is
 // refused per item (the node forgets that record). Only then does the
 // segment take new puts: no put is ever given the range of a live object.
 
 // ReRegisterMemoryObjects implements API.
-func (s *Service) ReRegisterMemoryObjects(ctx context.Context, nodeID, segName string, objs []masterapi.MemoryObject, done bool) ([]error, error) {
-	if err := s.check(ctx); err != nil {
+func (s *Service) ReRegisterMemoryObjects(ctx context.Context, nodeID, segName string, objs []masterapi.DRAMObject, done bool) ([]error, error) {
+	if err := s.gate(ctx); err != nil {
 		return nil, err
 	}
 	n := s.lookupNode(nodeID)
 	if n == nil {
-		return nil, s.observe(codes.Errorf(codes.NeedRemount, "master: re_register_memory: unknown node %q", nodeID))
+		return nil, s.observe(errcode.Errorf(errcode.NeedRemount, "master: re_register_memory: unknown node %q", nodeID))
 	}
 	now := s.now()
 	n.lastPing.Store(now)
@@ -34,7 +34,7 @@ func (s *Service) ReRegisterMemoryObjects(ctx context.Context, nodeID, segName s
 	g := n.segments[segName]
 	s.nodesMu.RUnlock()
 	if g == nil {
-		return nil, s.observe(codes.Errorf(codes.SegmentNotFound, "master: re_register_memory: segment %q of node %q", segName, nodeID))
+		return nil, s.observe(errcode.Errorf(errcode.SegmentNotFound, "master: re_register_memory: segment %q of node %q", segName, nodeID))
 	}
 	out := make([]error, len(objs))
 	kept := 0
@@ -59,13 +59,13 @@ func (s *Service) holdSegment(g *segment, hold bool) {
 	}
 }
 
-// registerMem records m as a complete Memory replica in g.
-func (s *Service) registerMem(g *segment, m masterapi.MemoryObject, now int64) error {
+// registerMem records m as a complete DRAM replica in g.
+func (s *Service) registerMem(g *segment, m masterapi.DRAMObject, now int64) error {
 	if err := validKey(m.Key); err != nil {
 		return err
 	}
 	if m.Length <= 0 || m.Offset < 0 || m.Offset%allocAlign != 0 || m.Offset > g.size-m.Length || m.PutToken == 0 {
-		return codes.Errorf(codes.InvalidParams, "master: re_register_memory: bad range [%d, +%d) or token %d in a segment of %d bytes",
+		return errcode.Errorf(errcode.InvalidParams, "master: re_register_memory: bad range [%d, +%d) or token %d in a segment of %d bytes",
 			m.Offset, m.Length, m.PutToken, g.size)
 	}
 	s.tokens.observe(m.PutToken)
@@ -88,14 +88,14 @@ func (s *Service) registerMem(g *segment, m masterapi.MemoryObject, now int64) e
 	ok := g.alloc.reserve(m.Offset, m.Length)
 	g.mu.Unlock()
 	if !ok {
-		return codes.Errorf(codes.InvalidParams, "master: re_register_memory: range [%d, +%d) of segment %q is not free", m.Offset, m.Length, g.name)
+		return errcode.Errorf(errcode.InvalidParams, "master: re_register_memory: range [%d, +%d) of segment %q is not free", m.Offset, m.Length, g.name)
 	}
 	if o == nil {
 		o = &object{}
 		sh.objs[m.Key] = o
 		s.cnt.objects.Add(1)
 	} else if o.mem.seg != nil && o.mem.token != m.PutToken {
-		s.dropMemAndTask(m.Key, o, codes.ObjectNotFound) // an older put of the key
+		s.dropMemAndTask(m.Key, o, errcode.ObjectNotFound) // an older put of the key
 	}
 	if o.size != m.Length || o.crc != m.CRC {
 		s.dropAllDisk(m.Key, o) // an older value's copies (memConflict allowed it)
@@ -122,22 +122,22 @@ func (s *Service) registerMem(g *segment, m masterapi.MemoryObject, now int64) e
 // than an SSD copy the master knows: the first registered wins (nothing
 // tells which is newer), the other is refused with CHECKSUM_CONFLICT.
 // Caller holds the shard lock.
-func (s *Service) memConflict(o *object, n *node, m masterapi.MemoryObject) error {
+func (s *Service) memConflict(o *object, n *node, m masterapi.DRAMObject) error {
 	live := o != nil && (o.readableMem() || o.putInProgress()) // a replica on a live segment
 	switch {
 	case o == nil:
 		return nil
 	case live && !o.mem.complete:
-		return codes.Errorf(codes.ObjectExists, "master: re_register_memory: a put of the key is in progress")
+		return errcode.Errorf(errcode.ObjectExists, "master: re_register_memory: a put of the key is in progress")
 	case live && o.mem.token > m.PutToken:
-		return codes.Errorf(codes.ObjectExists, "master: re_register_memory: a newer put of the key (token %d > %d) is registered", o.mem.token, m.PutToken)
+		return errcode.Errorf(errcode.ObjectExists, "master: re_register_memory: a newer put of the key (token %d > %d) is registered", o.mem.token, m.PutToken)
 	case o.mem.seg != nil && o.mem.token == m.PutToken && (o.size != m.Length || o.crc != m.CRC):
-		return codes.Errorf(codes.ChecksumConflict, "master: re_register_memory: put %d has size %d crc %08x on another node, this copy size %d crc %08x",
+		return errcode.Errorf(errcode.ChecksumConflict, "master: re_register_memory: put %d has size %d crc %08x on another node, this copy size %d crc %08x",
 			m.PutToken, o.size, o.crc, m.Length, m.CRC)
 	case o.mem.seg != nil && o.mem.token == m.PutToken && o.memOn(n) >= 0:
-		return codes.Errorf(codes.InvalidParams, "master: re_register_memory: put %d already has a replica on node %q", m.PutToken, n.id)
+		return errcode.Errorf(errcode.InvalidParams, "master: re_register_memory: put %d already has a replica on node %q", m.PutToken, n.id)
 	case !live && (o.size != m.Length || o.crc != m.CRC) && len(o.disk) > 0:
-		return codes.Errorf(codes.ChecksumConflict, "master: re_register_memory: size %d crc %08x, the SSD copies have size %d crc %08x",
+		return errcode.Errorf(errcode.ChecksumConflict, "master: re_register_memory: size %d crc %08x, the SSD copies have size %d crc %08x",
 			m.Length, m.CRC, o.size, o.crc)
 	}
 	return nil

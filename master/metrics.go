@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -22,7 +22,7 @@ type metrics struct {
 	offloadPersisted prometheus.Counter
 	offloadFailed    prometheus.Counter
 	errs             *prometheus.CounterVec
-	byCode           map[codes.Code]prometheus.Counter // pre-resolved children of errs
+	byCode           map[errcode.Code]prometheus.Counter // pre-resolved children of errs
 }
 
 func newMetrics(s *Service) *metrics {
@@ -31,13 +31,13 @@ func newMetrics(s *Service) *metrics {
 	m.reg.MustRegister(
 		f(prometheus.GaugeOpts{Name: "tierstore_master_objects", Help: "Objects in the master's metadata."},
 			func() float64 { return float64(s.cnt.objects.Load()) }),
-		f(prometheus.GaugeOpts{Name: "tierstore_master_bytes", Help: "Object bytes per tier (one count per replica).", ConstLabels: prometheus.Labels{"tier": "memory"}},
+		f(prometheus.GaugeOpts{Name: "tierstore_master_bytes", Help: "Object bytes per tier (one count per replica).", ConstLabels: prometheus.Labels{"tier": "dram"}},
 			func() float64 { return float64(s.cnt.memBytes.Load()) }),
-		f(prometheus.GaugeOpts{Name: "tierstore_master_bytes", Help: "Object bytes per tier (one count per replica).", ConstLabels: prometheus.Labels{"tier": "local_disk"}},
+		f(prometheus.GaugeOpts{Name: "tierstore_master_bytes", Help: "Object bytes per tier (one count per replica).", ConstLabels: prometheus.Labels{"tier": "ssd"}},
 			func() float64 { return float64(s.cnt.diskBytes.Load()) }),
-		f(prometheus.GaugeOpts{Name: "tierstore_master_replicas", Help: "Replicas per tier.", ConstLabels: prometheus.Labels{"tier": "memory"}},
+		f(prometheus.GaugeOpts{Name: "tierstore_master_replicas", Help: "Replicas per tier.", ConstLabels: prometheus.Labels{"tier": "dram"}},
 			func() float64 { return float64(s.cnt.memReplicas.Load()) }),
-		f(prometheus.GaugeOpts{Name: "tierstore_master_replicas", Help: "Replicas per tier.", ConstLabels: prometheus.Labels{"tier": "local_disk"}},
+		f(prometheus.GaugeOpts{Name: "tierstore_master_replicas", Help: "Replicas per tier.", ConstLabels: prometheus.Labels{"tier": "ssd"}},
 			func() float64 { return float64(s.cnt.diskReplicas.Load()) }),
 		f(prometheus.GaugeOpts{Name: "tierstore_master_offload_queue_depth", Help: "Offload tasks queued or in flight, all nodes."},
 			func() float64 { q, i := s.queueDepth(); return float64(q + i) }),
@@ -88,8 +88,8 @@ func newMetrics(s *Service) *metrics {
 	m.offloadFailed = prometheus.NewCounter(prometheus.CounterOpts{Name: "tierstore_master_offload_failed_total", Help: "Offload tasks answered as failed."})
 	m.errs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tierstore_master_errors_total", Help: "Errors returned, by Mooncake error code name."}, []string{"code"})
 	m.reg.MustRegister(m.evictions, m.offloadPersisted, m.offloadFailed, m.errs)
-	m.byCode = map[codes.Code]prometheus.Counter{}
-	for _, c := range codes.All() {
+	m.byCode = map[errcode.Code]prometheus.Counter{}
+	for _, c := range errcode.All() {
 		m.byCode[c] = m.errs.WithLabelValues(c.String())
 	}
 	return m
@@ -107,7 +107,7 @@ func (m *metrics) countErr(err error) {
 	if errors.Is(err, ErrClosed) {
 		return
 	}
-	if c, ok := m.byCode[codes.Of(err)]; ok {
+	if c, ok := m.byCode[errcode.Of(err)]; ok {
 		c.Inc()
 	}
 }
@@ -133,15 +133,15 @@ func (s *Service) queueDepth() (queued, inflight int) {
 
 // Stats implements API.
 func (s *Service) Stats(ctx context.Context) (masterapi.Stats, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return masterapi.Stats{}, err
 	}
 	st := masterapi.Stats{
 		Objects:             s.cnt.objects.Load(),
-		MemoryReplicas:      s.cnt.memReplicas.Load(),
-		DiskReplicas:        s.cnt.diskReplicas.Load(),
-		MemoryBytes:         s.cnt.memBytes.Load(),
-		DiskBytes:           s.cnt.diskBytes.Load(),
+		DRAMReplicas:        s.cnt.memReplicas.Load(),
+		SSDReplicas:         s.cnt.diskReplicas.Load(),
+		DRAMBytes:           s.cnt.memBytes.Load(),
+		SSDBytes:            s.cnt.diskBytes.Load(),
 		Evictions:           s.cnt.evictions.Load(),
 		OffloadQueuedTot:    s.cnt.offloadQueued.Load(),
 		OffloadPersisted:    s.cnt.offloadPersisted.Load(),
@@ -169,14 +169,14 @@ func (s *Service) Stats(ctx context.Context) (masterapi.Stats, error) {
 	}
 	var dead []masterapi.NodeStats
 	for _, n := range s.retired {
-		if row := n.stats(false); row.MemoryReplicas+row.DiskReplicas > 0 {
+		if row := n.stats(false); row.DRAMReplicas+row.SSDReplicas > 0 {
 			dead = append(dead, row)
 			// The totals count live incarnations' replicas only: these
 			// are unreadable, kept for a lease (their rows say so).
-			st.MemoryReplicas -= row.MemoryReplicas
-			st.MemoryBytes -= row.MemoryBytes
-			st.DiskReplicas -= row.DiskReplicas
-			st.DiskBytes -= row.DiskBytes
+			st.DRAMReplicas -= row.DRAMReplicas
+			st.DRAMBytes -= row.DRAMBytes
+			st.SSDReplicas -= row.SSDReplicas
+			st.SSDBytes -= row.SSDBytes
 		}
 	}
 	s.nodesMu.RUnlock()
@@ -209,8 +209,8 @@ func (s *Service) pruneRetiredLocked() {
 // stats returns n's row of Stats without its segment figures.
 func (n *node) stats(alive bool) masterapi.NodeStats {
 	r := masterapi.NodeStats{Node: n.id, Endpoint: n.endpoint, Incarnation: n.incarnation, Alive: alive,
-		MemoryReplicas: n.memReplicas.Load(), MemoryBytes: n.memBytes.Load(),
-		DiskReplicas: n.diskReplicas.Load(), DiskBytes: n.diskBytes.Load()}
+		DRAMReplicas: n.memReplicas.Load(), DRAMBytes: n.memBytes.Load(),
+		SSDReplicas: n.diskReplicas.Load(), SSDBytes: n.diskBytes.Load()}
 	if alive {
 		q, i := n.box.counts()
 		r.OffloadQueued, r.OffloadInFlight = int64(q), int64(i)

@@ -3,7 +3,7 @@ package master
 import (
 	"context"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -16,16 +16,16 @@ func (s *Service) lookupNode(id string) *node {
 
 // MountSegment implements API.
 func (s *Service) MountSegment(ctx context.Context, req masterapi.MountRequest) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return err
 	}
 	switch {
 	case req.Node == "":
-		return s.observe(codes.Errorf(codes.InvalidParams, "master: mount: empty node id"))
+		return s.observe(errcode.Errorf(errcode.InvalidParams, "master: mount: empty node id"))
 	case req.Segment == "":
-		return s.observe(codes.Errorf(codes.InvalidParams, "master: mount: empty segment name"))
+		return s.observe(errcode.Errorf(errcode.InvalidParams, "master: mount: empty segment name"))
 	case req.Size < allocAlign:
-		return s.observe(codes.Errorf(codes.InvalidParams, "master: mount: segment size %d below %d bytes", req.Size, allocAlign))
+		return s.observe(errcode.Errorf(errcode.InvalidParams, "master: mount: segment size %d below %d bytes", req.Size, allocAlign))
 	}
 	now := s.now()
 	s.nodesMu.Lock()
@@ -58,7 +58,7 @@ func (s *Service) MountSegment(ctx context.Context, req masterapi.MountRequest) 
 func (s *Service) mountLocked(n *node, req masterapi.MountRequest) error {
 	if g, ok := n.segments[req.Segment]; ok {
 		if g.size != req.Size {
-			return codes.Errorf(codes.SegmentExists, "master: segment %q of node %q is mounted with size %d, not %d", req.Segment, req.Node, g.size, req.Size)
+			return errcode.Errorf(errcode.SegmentExists, "master: segment %q of node %q is mounted with size %d, not %d", req.Segment, req.Node, g.size, req.Size)
 		}
 		return nil
 	}
@@ -79,7 +79,7 @@ func (s *Service) UnmountSegment(ctx context.Context, nodeID, seg string) error 
 	g := n.segments[seg]
 	if g == nil {
 		s.nodesMu.Unlock()
-		return s.observe(codes.Errorf(codes.SegmentNotFound, "master: unmount: segment %q of node %q", seg, nodeID))
+		return s.observe(errcode.Errorf(errcode.SegmentNotFound, "master: unmount: segment %q of node %q", seg, nodeID))
 	}
 	delete(n.segments, seg)
 	g.dead.Store(true)
@@ -94,14 +94,14 @@ func (s *Service) UnmountSegment(ctx context.Context, nodeID, seg string) error 
 // node's call (named in the error): ErrClientNotFound, nodesMu released,
 // when the master does not know the node.
 func (s *Service) lockNode(ctx context.Context, nodeID, call string) (*node, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return nil, err
 	}
 	s.nodesMu.Lock()
 	n := s.nodes[nodeID]
 	if n == nil {
 		s.nodesMu.Unlock()
-		return nil, s.observe(codes.Errorf(codes.ClientNotFound, "master: %s: node %q", call, nodeID))
+		return nil, s.observe(errcode.Errorf(errcode.ClientNotFound, "master: %s: node %q", call, nodeID))
 	}
 	return n, nil
 }
@@ -127,7 +127,7 @@ func (s *Service) LeaveNode(ctx context.Context, nodeID, incarnation string) err
 
 // Ping implements API.
 func (s *Service) Ping(ctx context.Context, nodeID string) (masterapi.PingReply, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return masterapi.PingReply{}, err
 	}
 	r := masterapi.PingReply{Status: masterapi.NeedRemount, ClientTTL: s.cfg.ClientTTL, Term: s.cfg.HA.Term}

@@ -4,19 +4,19 @@ import (
 	"context"
 	"math/bits"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
 // NotifyOffloadSuccess implements API.
 func (s *Service) NotifyOffloadSuccess(ctx context.Context, req masterapi.NotifyRequest) ([]error, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return nil, err
 	}
 	n := s.lookupNode(req.Node)
 	if n == nil {
-		return nil, s.observe(codes.Errorf(codes.NeedRemount, "master: notify_offload_success: unknown node %q", req.Node))
+		return nil, s.observe(errcode.Errorf(errcode.NeedRemount, "master: notify_offload_success: unknown node %q", req.Node))
 	}
 	n.lastPing.Store(s.now())
 	out := make([]error, len(req.Persisted))
@@ -36,7 +36,7 @@ func (s *Service) NotifyOffloadSuccess(ctx context.Context, req masterapi.Notify
 // removal) counts and is logged as an offload failure: a restarted master
 // that receives answers to its predecessor's tasks ignores them as answers.
 // Whatever the task's state, the failure says the key is not on n's SSD,
-// and n's word about its own SSD is authoritative: a LocalDisk replica of n
+// and n's word about its own SSD is authoritative: an SSD replica of n
 // the master lists goes (with the usual lease rule for the metadata).
 func (s *Service) answerFailure(n *node, f masterapi.OffloadFailure) {
 	orph, orphaned := n.box.takeOrphan(f.Key)
@@ -73,7 +73,7 @@ func (s *Service) answerFailure(n *node, f masterapi.OffloadFailure) {
 	if i < 0 {
 		return
 	}
-	// A LocalDisk replica of n the node says it does not hold. If this
+	// An SSD replica of n the node says it does not hold. If this
 	// master recorded it as the answer to its own task (a persisted notify
 	// whose reply the node never got, so the node rolled the bucket back),
 	// that task failed after all: a retryable failure is an attempt of it
@@ -101,20 +101,20 @@ func (s *Service) countFailure() {
 // OBJECT_NOT_FOUND (the node deletes its SSD copy); only
 // ReRegisterDiskObjects creates objects (invariant 1: a notify must not resurrect
 // a removed key).
-func (s *Service) answerPersisted(n *node, d masterapi.DiskObject) error {
+func (s *Service) answerPersisted(n *node, d masterapi.SSDObject) error {
 	if err := validKey(d.Key); err != nil {
 		return err
 	}
 	if orph, ok := n.box.takeOrphan(d.Key); ok {
 		s.freeOrphan(orph)
-		return codes.Errorf(orph.code, "master: notify: the object was removed while node %q offloaded it; delete the SSD copy", n.id)
+		return errcode.Errorf(orph.code, "master: notify: the object was removed while node %q offloaded it; delete the SSD copy", n.id)
 	}
 	return s.registerDisk(n, d, false)
 }
 
 // ReRegisterDiskObjects is ReRegisterDiskColumns of objs (in-process
 // callers and tests).
-func (s *Service) ReRegisterDiskObjects(ctx context.Context, nodeID string, objs []masterapi.DiskObject) ([]error, error) {
+func (s *Service) ReRegisterDiskObjects(ctx context.Context, nodeID string, objs []masterapi.SSDObject) ([]error, error) {
 	for _, d := range objs {
 		if err := validKey(d.Key); err != nil {
 			// A bad key is refused alone here, as before columns.
@@ -126,7 +126,7 @@ func (s *Service) ReRegisterDiskObjects(ctx context.Context, nodeID string, objs
 
 // reRegisterEach re-registers objs one at a time, each refused or
 // recorded on its own.
-func (s *Service) reRegisterEach(ctx context.Context, nodeID string, objs []masterapi.DiskObject) ([]error, error) {
+func (s *Service) reRegisterEach(ctx context.Context, nodeID string, objs []masterapi.SSDObject) ([]error, error) {
 	out := make([]error, len(objs))
 	for i, d := range objs {
 		if err := validKey(d.Key); err != nil {
@@ -147,7 +147,7 @@ func (s *Service) reRegisterEach(ctx context.Context, nodeID string, objs []mast
 // hash per key, one removal-log lock and one lock per shard it touches,
 // not per object; the first chunk's Expected hint sizes the shards' maps.
 func (s *Service) ReRegisterDiskColumns(ctx context.Context, nodeID string, c masterapi.DiskColumns) ([]error, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return nil, err
 	}
 	if err := c.Check(); err != nil {
@@ -155,7 +155,7 @@ func (s *Service) ReRegisterDiskColumns(ctx context.Context, nodeID string, c ma
 	}
 	n := s.lookupNode(nodeID)
 	if n == nil {
-		return nil, s.observe(codes.Errorf(codes.NeedRemount, "master: re_register: unknown node %q", nodeID))
+		return nil, s.observe(errcode.Errorf(errcode.NeedRemount, "master: re_register: unknown node %q", nodeID))
 	}
 	now := s.now()
 	n.lastPing.Store(now)
@@ -244,9 +244,9 @@ func (s *Service) presize(expected int64) {
 
 // registerDisk records that n holds d on its SSD: a new object when the key
 // is unknown and create is set (re-registration), else a new or refreshed
-// LocalDisk replica (one per node id). A task of n for the key is answered
+// SSD replica (one per node id). A task of n for the key is answered
 // and its pin released. Without create an unknown key is OBJECT_NOT_FOUND.
-func (s *Service) registerDisk(n *node, d masterapi.DiskObject, create bool) error {
+func (s *Service) registerDisk(n *node, d masterapi.SSDObject, create bool) error {
 	if err := validKey(d.Key); err != nil {
 		return err
 	}
@@ -263,11 +263,11 @@ func (s *Service) registerDisk(n *node, d masterapi.DiskObject, create bool) err
 // reconcile.go).
 func (s *Service) registerDiskLocked(sh *shard, n *node, key string, h uint64, size int64, crc uint32, create bool, seen uint32, now int64) error {
 	if size <= 0 {
-		return codes.Errorf(codes.InvalidParams, "master: register disk object: size must be > 0, got %d", size)
+		return errcode.Errorf(errcode.InvalidParams, "master: register disk object: size must be > 0, got %d", size)
 	}
 	o := sh.objs[key]
 	if o == nil && !create {
-		return codes.Errorf(codes.ObjectNotFound, "master: notify: node %q persisted a key the master does not know (removed?); delete the SSD copy", n.id)
+		return errcode.Errorf(errcode.ObjectNotFound, "master: notify: node %q persisted a key the master does not know (removed?); delete the SSD copy", n.id)
 	}
 	if o == nil {
 		o = &object{size: size, crc: crc, disk: []diskReplica{{node: n, seen: seen}}}
@@ -285,7 +285,7 @@ func (s *Service) registerDiskLocked(sh *shard, n *node, key string, h uint64, s
 		s.met.offloadPersisted.Inc()
 	}
 	if o.size != size || o.crc != crc {
-		return codes.Errorf(codes.ChecksumConflict, "master: node %q reports size %d crc %08x, metadata has size %d crc %08x",
+		return errcode.Errorf(errcode.ChecksumConflict, "master: node %q reports size %d crc %08x, metadata has size %d crc %08x",
 			n.id, size, crc, o.size, o.crc)
 	}
 	if i := o.diskIndex(n.id); i >= 0 {

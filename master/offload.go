@@ -3,7 +3,7 @@ package master
 import (
 	"context"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -43,7 +43,7 @@ func (s *Service) queueTask(key string, o *object) bool {
 	}
 	n := src.seg.node
 	if !n.box.add(key, src.len, s.cfg.OffloadingQueueLimit) {
-		s.met.countErr(codes.ErrKeysUltraLimit)
+		s.met.countErr(errcode.ErrKeysUltraLimit)
 		s.log.Debug("offload queue full", "node", n.id, "limit", s.cfg.OffloadingQueueLimit)
 		return false
 	}
@@ -107,7 +107,7 @@ func (s *Service) cancelTask(key string, o *object) {
 // the node deletes its SSD copy), when the node dies, or when the task
 // times out. The ranges of the other replicas are freed at once. Caller
 // holds the shard lock.
-func (s *Service) dropMemAndTask(key string, o *object, code codes.Code) {
+func (s *Service) dropMemAndTask(key string, o *object, code errcode.Code) {
 	if i := s.releaseTask(key, o, code); i >= 0 {
 		src := o.memAt(i)
 		s.forgetMem(o, func(m *memReplica) bool { return m == src })
@@ -121,7 +121,7 @@ func (s *Service) dropMemAndTask(key string, o *object, code codes.Code) {
 // (see dropMemAndTask) and its index is returned: the caller forgets that
 // replica without freeing its range. -1 otherwise. Caller holds the shard
 // lock.
-func (s *Service) releaseTask(key string, o *object, code codes.Code) int {
+func (s *Service) releaseTask(key string, o *object, code errcode.Code) int {
 	n := o.offload
 	if n == nil {
 		return -1
@@ -147,17 +147,17 @@ func (s *Service) freeOrphan(o orphan) { s.freeRange(o.seg, o.off, o.len) }
 // readable DRAM replica and ErrKeysUltraLimit when the node's queue is full.
 func (s *Service) Enqueue(key string) error {
 	if !s.cfg.EnableOffload && s.cfg.Admission == nil {
-		return codes.Errorf(codes.UnableOffload, "master: enqueue: enable_offload is off")
+		return errcode.Errorf(errcode.UnableOffload, "master: enqueue: enable_offload is off")
 	}
 	sh := s.shardOf(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	o := sh.objs[key]
 	if o == nil || !o.readableMem() {
-		return codes.Errorf(codes.ObjectNotFound, "master: enqueue: no DRAM replica")
+		return errcode.Errorf(errcode.ObjectNotFound, "master: enqueue: no DRAM replica")
 	}
 	if !s.enqueue(key, o) {
-		return codes.Errorf(codes.KeysUltraLimit, "master: enqueue: offload queue of node %q is full", memNode(o))
+		return errcode.Errorf(errcode.KeysUltraLimit, "master: enqueue: offload queue of node %q is full", memNode(o))
 	}
 	return nil
 }
@@ -165,12 +165,12 @@ func (s *Service) Enqueue(key string) error {
 // offloadTasks is the task part of Heartbeat: up to max (0: a default)
 // queued tasks of nodeID, marked in flight; it counts as a ping.
 func (s *Service) offloadTasks(ctx context.Context, nodeID string, max int) ([]masterapi.OffloadTask, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return nil, err
 	}
 	n := s.lookupNode(nodeID)
 	if n == nil {
-		return nil, s.observe(codes.Errorf(codes.NeedRemount, "master: offload_heartbeat: unknown node %q", nodeID))
+		return nil, s.observe(errcode.Errorf(errcode.NeedRemount, "master: offload_heartbeat: unknown node %q", nodeID))
 	}
 	now := s.now()
 	n.lastPing.Store(now)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/admission"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -54,12 +54,12 @@ func TestMailboxEagerDedupeAndTask(t *testing.T) {
 	if ts, _ := heartbeat(s, "a", 0); len(ts) != 0 {
 		t.Fatalf("duplicate task delivered: %v", taskKeys(ts))
 	}
-	if _, err := heartbeat(s, "nobody", 0); !codesIs(err, codes.ErrNeedRemount) {
+	if _, err := heartbeat(s, "nobody", 0); !codesIs(err, errcode.ErrNeedRemount) {
 		t.Fatalf("unknown node: %v", err)
 	}
 }
 
-func codesIs(err, target error) bool { return err != nil && codes.Of(err) == codes.Of(target) }
+func codesIs(err, target error) bool { return err != nil && errcode.Of(err) == errcode.Of(target) }
 
 func TestMailboxQueueLimit(t *testing.T) {
 	s, _ := offloadService(t, func(c *Config) { c.OffloadingQueueLimit = 3; c.Admission = admission.OnEvict{} })
@@ -72,18 +72,18 @@ func TestMailboxQueueLimit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	mustIs(t, s.Enqueue("3"), codes.ErrKeysUltraLimit)
+	mustIs(t, s.Enqueue("3"), errcode.ErrKeysUltraLimit)
 	// In-flight tasks count toward the limit too.
 	if ts, _ := heartbeat(s, "a", 2); len(ts) != 2 {
 		t.Fatalf("got %d", len(ts))
 	}
-	mustIs(t, s.Enqueue("3"), codes.ErrKeysUltraLimit)
+	mustIs(t, s.Enqueue("3"), errcode.ErrKeysUltraLimit)
 	// Answering one frees one slot.
-	s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "0", Size: 64, CRC: crcOf("0")}}})
+	s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.SSDObject{{Key: "0", Size: 64, CRC: crcOf("0")}}})
 	if err := s.Enqueue("3"); err != nil {
 		t.Fatal(err)
 	}
-	mustIs(t, s.Enqueue("4"), codes.ErrKeysUltraLimit)
+	mustIs(t, s.Enqueue("4"), errcode.ErrKeysUltraLimit)
 }
 
 // TestMailboxPinUntilAnswer: the source replica cannot be evicted (or
@@ -100,11 +100,11 @@ func TestMailboxPinUntilAnswer(t *testing.T) {
 	if len(ts) != 2 {
 		t.Fatalf("tasks %v", taskKeys(ts))
 	}
-	s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "other", Size: 64, CRC: crcOf("other")}}})
+	s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.SSDObject{{Key: "other", Size: 64, CRC: crcOf("other")}}})
 	if n := s.EvictNow(); n != 1 {
 		t.Fatalf("evicted %d, want 1 (other's DRAM copy)", n)
 	}
-	mustIs(t, s.Remove(bg, "k", false), codes.ErrObjectHasLease)
+	mustIs(t, s.Remove(bg, "k", false), errcode.ErrObjectHasLease)
 	if _, err := s.GetReplicaList(bg, "k"); err != nil {
 		t.Fatalf("pinned object evicted: %v", err)
 	}
@@ -179,7 +179,7 @@ func TestRetryableFailureRequeued(t *testing.T) {
 	if fmt.Sprint(taskKeys(ts)) != "[r]" {
 		t.Fatalf("retry of r: %v", taskKeys(ts))
 	}
-	errs, _ := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "r", Size: 64, CRC: crcOf("r")}}})
+	errs, _ := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.SSDObject{{Key: "r", Size: 64, CRC: crcOf("r")}}})
 	if errs[0] != nil {
 		t.Fatal(errs[0])
 	}
@@ -197,7 +197,7 @@ func TestEnqueueNeedsOffload(t *testing.T) {
 	s, _ := testService(t, nil)
 	mount(t, s, "a", 1<<20)
 	put(t, s, "k", 64, "a")
-	mustIs(t, s.Enqueue("k"), codes.ErrUnableOffload)
+	mustIs(t, s.Enqueue("k"), errcode.ErrUnableOffload)
 	if ts, _ := heartbeat(s, "a", 0); len(ts) != 0 {
 		t.Fatal("task without enable_offload")
 	}
@@ -245,7 +245,7 @@ func TestForcedRemoveDefersFree(t *testing.T) {
 	if err := s.Remove(bg, "k", true); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.GetReplicaList(bg, "k"); !codesIs(err, codes.ErrObjectNotFound) {
+	if _, err := s.GetReplicaList(bg, "k"); !codesIs(err, errcode.ErrObjectNotFound) {
 		t.Fatalf("removed object still readable: %v", err)
 	}
 	// Another put must not land on the range the node may be copying.
@@ -260,11 +260,11 @@ func TestForcedRemoveDefersFree(t *testing.T) {
 	if fmt.Sprint(taskKeys(ts)) != "[other]" {
 		t.Fatalf("tasks %v while the old task of k is out", taskKeys(ts))
 	}
-	errs, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "k", Size: 4096, CRC: crcOf("k")}}})
+	errs, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.SSDObject{{Key: "k", Size: 4096, CRC: crcOf("k")}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustIs(t, errs[0], codes.ErrObjectNotFound)
+	mustIs(t, errs[0], errcode.ErrObjectNotFound)
 	// The node deletes its copy and answers the task failed as well; that
 	// answer concerns the old task and must not cancel the new k's.
 	s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Failed: []masterapi.OffloadFailure{{Key: "k", Reason: "master refused the replica"}}})
@@ -311,7 +311,7 @@ func TestNotifyIdempotent(t *testing.T) {
 	mount(t, s, "a", 1<<20)
 	put(t, s, "k", 100, "a")
 	heartbeat(s, "a", 0)
-	req := masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "k", Size: 100, CRC: crcOf("k")}}}
+	req := masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.SSDObject{{Key: "k", Size: 100, CRC: crcOf("k")}}}
 	for i := 0; i < 2; i++ {
 		errs, err := s.NotifyOffloadSuccess(bg, req)
 		if err != nil || errs[0] != nil {
@@ -322,19 +322,19 @@ func TestNotifyIdempotent(t *testing.T) {
 	if kinds(info) != "MEMORY@a LOCAL_DISK@a " {
 		t.Fatalf("replicas %s", kinds(info))
 	}
-	if st, _ := s.Stats(bg); st.DiskReplicas != 1 || st.OffloadInFlight != 0 || st.OffloadPersisted != 1 {
+	if st, _ := s.Stats(bg); st.SSDReplicas != 1 || st.OffloadInFlight != 0 || st.OffloadPersisted != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 	// Invariant 1: a notify never creates an object (that resurrected removed
 	// keys); an unknown key is refused per key, OBJECT_NOT_FOUND, so the
 	// node deletes its copy. Only re-registration creates.
-	errs, _ := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "new", Size: 7, CRC: 9}, {Key: "k", Size: 100, CRC: 1}}})
-	mustIs(t, errs[0], codes.ErrObjectNotFound)
-	mustIs(t, errs[1], codes.ErrChecksumConflict)
-	if _, err := s.GetReplicaList(bg, "new"); !codesIs(err, codes.ErrObjectNotFound) {
+	errs, _ := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.SSDObject{{Key: "new", Size: 7, CRC: 9}, {Key: "k", Size: 100, CRC: 1}}})
+	mustIs(t, errs[0], errcode.ErrObjectNotFound)
+	mustIs(t, errs[1], errcode.ErrChecksumConflict)
+	if _, err := s.GetReplicaList(bg, "new"); !codesIs(err, errcode.ErrObjectNotFound) {
 		t.Fatalf("notify created an object: %v", err)
 	}
-	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "new", Size: 7, CRC: 9}}); err != nil || errs[0] != nil {
+	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "new", Size: 7, CRC: 9}}); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}
 	info, err := s.GetReplicaList(bg, "new")
@@ -345,13 +345,13 @@ func TestNotifyIdempotent(t *testing.T) {
 	if err := s.Remove(bg, "new", true); err != nil {
 		t.Fatal(err)
 	}
-	errs, _ = s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "new", Size: 7, CRC: 9}}})
-	mustIs(t, errs[0], codes.ErrObjectNotFound)
-	if _, err := s.GetReplicaList(bg, "new"); !codesIs(err, codes.ErrObjectNotFound) {
+	errs, _ = s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.SSDObject{{Key: "new", Size: 7, CRC: 9}}})
+	mustIs(t, errs[0], errcode.ErrObjectNotFound)
+	if _, err := s.GetReplicaList(bg, "new"); !codesIs(err, errcode.ErrObjectNotFound) {
 		t.Fatalf("removed key resurrected: %v", err)
 	}
 	_, err = s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "ghost", Persisted: req.Persisted})
-	mustIs(t, err, codes.ErrNeedRemount)
+	mustIs(t, err, errcode.ErrNeedRemount)
 }
 
 // TestReconcile drops exactly the node's replicas missing from its list.
@@ -359,9 +359,9 @@ func TestReconcile(t *testing.T) {
 	s, _ := offloadService(t, nil)
 	mount(t, s, "a", 1<<20)
 	mount(t, s, "b", 1<<20)
-	var objs []masterapi.DiskObject
+	var objs []masterapi.SSDObject
 	for i := 0; i < 6; i++ {
-		objs = append(objs, masterapi.DiskObject{Key: fmt.Sprint("d", i), Size: 10, CRC: 1})
+		objs = append(objs, masterapi.SSDObject{Key: fmt.Sprint("d", i), Size: 10, CRC: 1})
 	}
 	s.ReRegisterDiskObjects(bg, "a", objs)
 	s.ReRegisterDiskObjects(bg, "b", objs[:3])
@@ -380,11 +380,11 @@ func TestReconcile(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"d3", "d5"} {
-		if _, err := s.GetReplicaList(bg, k); !codesIs(err, codes.ErrObjectNotFound) {
+		if _, err := s.GetReplicaList(bg, k); !codesIs(err, errcode.ErrObjectNotFound) {
 			t.Errorf("%s: %v, want not found", k, err)
 		}
 	}
-	if st, _ := s.Stats(bg); st.DiskReplicas != 6 || st.Objects != 4 {
+	if st, _ := s.Stats(bg); st.SSDReplicas != 6 || st.Objects != 4 {
 		t.Fatalf("stats %+v", st)
 	}
 	// Invariant 6: keys the master no longer wants on the node come back in the
@@ -401,12 +401,12 @@ func TestReconcile(t *testing.T) {
 	// An unknown node (master restarted, node expired) must re-register
 	// first: reconciling it would call every key unwanted.
 	_, err = reconcileAll(s, "ghost", []string{"d4"})
-	mustIs(t, err, codes.ErrNeedRemount)
+	mustIs(t, err, errcode.ErrNeedRemount)
 }
 
 // TestEvictDiskReplicaPerKey guards issue 9 item 3 (the SSD keeps admitting,
 // invariant 4): EvictDiskReplica decides key by key. A leased key whose only
-// readable replica is the node's LocalDisk one is kept and answered in Keep
+// readable replica is the node's SSD one is kept and answered in Keep
 // (once, even if named twice) and stays readable; every other key of the
 // same call loses that node's replica at once (no more all-or-nothing
 // refusal); after the lease the kept key goes too. In-process and over
@@ -421,8 +421,8 @@ func TestEvictDiskReplicaPerKey(t *testing.T) {
 			}
 			mount(t, api, "a", 1<<20)
 			mount(t, api, "b", 1<<20)
-			api.ReRegisterDiskColumns(bg, "a", masterapi.ColumnsOf([]masterapi.DiskObject{{Key: "x", Size: 10, CRC: 1}, {Key: "y", Size: 10, CRC: 1}, {Key: "z", Size: 10, CRC: 1}}))
-			api.ReRegisterDiskColumns(bg, "b", masterapi.ColumnsOf([]masterapi.DiskObject{{Key: "z", Size: 10, CRC: 1}}))
+			api.ReRegisterDiskColumns(bg, "a", masterapi.ColumnsOf([]masterapi.SSDObject{{Key: "x", Size: 10, CRC: 1}, {Key: "y", Size: 10, CRC: 1}, {Key: "z", Size: 10, CRC: 1}}))
+			api.ReRegisterDiskColumns(bg, "b", masterapi.ColumnsOf([]masterapi.SSDObject{{Key: "z", Size: 10, CRC: 1}}))
 			api.ExistKey(bg, "x")
 			api.ExistKey(bg, "z")
 			res, err := api.EvictDiskReplica(bg, "a", []string{"y", "x", "z", "x", "unknown"})
@@ -433,7 +433,7 @@ func TestEvictDiskReplicaPerKey(t *testing.T) {
 				t.Fatalf("kept x: %s %v", kinds(info), err)
 			}
 			_, err = api.GetReplicaList(bg, "y") // unleased, nothing left: gone
-			mustIs(t, err, codes.ErrObjectNotFound)
+			mustIs(t, err, errcode.ErrObjectNotFound)
 			if info, err := api.GetReplicaList(bg, "z"); err != nil || kinds(info) != "LOCAL_DISK@b " {
 				t.Fatalf("z: %s %v", kinds(info), err)
 			}
@@ -444,15 +444,15 @@ func TestEvictDiskReplicaPerKey(t *testing.T) {
 				t.Fatalf("after the lease: %+v %v", res, err)
 			}
 			_, err = api.GetReplicaList(bg, "x")
-			mustIs(t, err, codes.ErrObjectNotFound)
+			mustIs(t, err, errcode.ErrObjectNotFound)
 			_, err = api.EvictDiskReplica(bg, "a", []string{""})
-			mustIs(t, err, codes.ErrInvalidKey)
+			mustIs(t, err, errcode.ErrInvalidKey)
 		})
 	}
 }
 
 // TestFailedAnswerDropsPhantomDiskReplica: a notify the master applied but
-// whose reply the node lost leaves a LocalDisk replica the node rolled
+// whose reply the node lost leaves an SSD replica the node rolled
 // back; the node's later failure for that key (the task already settled)
 // drops it. Inside a lease with nothing else readable the metadata stays
 // as "gone" until the lease ends.
@@ -464,7 +464,7 @@ func TestFailedAnswerDropsPhantomDiskReplica(t *testing.T) {
 	if ts, _ := heartbeat(s, "a", 0); len(ts) != 2 {
 		t.Fatalf("tasks %v", ts)
 	}
-	persisted := []masterapi.DiskObject{{Key: "k", Size: 64, CRC: crcOf("k")}, {Key: "l", Size: 64, CRC: crcOf("l")}}
+	persisted := []masterapi.SSDObject{{Key: "k", Size: 64, CRC: crcOf("k")}, {Key: "l", Size: 64, CRC: crcOf("l")}}
 	if errs, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: persisted}); err != nil || errs[0] != nil || errs[1] != nil {
 		t.Fatalf("notify %v %v", errs, err)
 	}
@@ -481,8 +481,8 @@ func TestFailedAnswerDropsPhantomDiskReplica(t *testing.T) {
 	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "MEMORY@a " {
 		t.Fatalf("k keeps only its DRAM replica: %s %v", kinds(info), err)
 	}
-	if st, _ := s.Stats(bg); st.DiskReplicas != 0 {
-		t.Fatalf("phantom LocalDisk replicas: %d", st.DiskReplicas)
+	if st, _ := s.Stats(bg); st.SSDReplicas != 0 {
+		t.Fatalf("phantom LocalDisk replicas: %d", st.SSDReplicas)
 	}
 	// The failure was retryable: k (still in DRAM) is offered again; l has
 	// no DRAM replica left to copy.
@@ -490,11 +490,11 @@ func TestFailedAnswerDropsPhantomDiskReplica(t *testing.T) {
 		t.Fatalf("tasks after the failure: %+v", ts)
 	}
 	_, err := s.GetReplicaList(bg, "l")
-	mustIs(t, err, codes.ErrReplicaGone)
+	mustIs(t, err, errcode.ErrReplicaGone)
 	clk.Advance(time.Hour)
 	s.Tick()
 	_, err = s.GetReplicaList(bg, "l")
-	mustIs(t, err, codes.ErrObjectNotFound)
+	mustIs(t, err, errcode.ErrObjectNotFound)
 }
 
 // TestOnEvictOffloadsInsteadOfDropping: with offload_on_evict a victim
@@ -515,7 +515,7 @@ func TestOnEvictOffloadsInsteadOfDropping(t *testing.T) {
 	if len(ts) != 1 {
 		t.Fatalf("tasks %v", ts)
 	}
-	s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "k", Size: 64, CRC: crcOf("k")}}})
+	s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.SSDObject{{Key: "k", Size: 64, CRC: crcOf("k")}}})
 	if n := s.EvictNow(); n != 1 {
 		t.Fatal("not dropped after persisting")
 	}
@@ -525,7 +525,7 @@ func TestOnEvictOffloadsInsteadOfDropping(t *testing.T) {
 	}
 	// EvictMemory skips objects without an SSD copy.
 	put(t, s, "m", 64, "a")
-	if n, _ := s.EvictMemory(bg, nil, true); n.Dropped != 0 || n.NoDiskCopy != 1 {
+	if n, _ := s.EvictMemory(bg, nil, true); n.Dropped != 0 || n.NoSSDCopy != 1 {
 		t.Fatalf("EvictMemory: %+v", n)
 	}
 }
@@ -564,7 +564,7 @@ func TestReadThresholdCounting(t *testing.T) {
 // master receives the node's failures for its predecessor's tasks: of a key
 // it does not know, of a key it queued but never handed out, of a key it
 // knows from re-registration only. None counts, none is retried or logged
-// as an offload failure; the node's word still drops its LocalDisk replica.
+// as an offload failure; the node's word still drops its SSD replica.
 // Then a failure of a task it did issue counts once.
 func TestRestartedMasterCountsOnlyItsTasks(t *testing.T) {
 	for _, via := range []string{"service", "grpc"} {
@@ -581,7 +581,7 @@ func TestRestartedMasterCountsOnlyItsTasks(t *testing.T) {
 			mount(t, api, "a", 1<<20)
 			mount(t, api, "b", 1<<20)
 			put(t, api, "registered", 64, "a")
-			if errs, err := api.ReRegisterDiskColumns(bg, "b", masterapi.ColumnsOf([]masterapi.DiskObject{{Key: "registered", Size: 64, CRC: crcOf("registered")}})); err != nil || errs[0] != nil {
+			if errs, err := api.ReRegisterDiskColumns(bg, "b", masterapi.ColumnsOf([]masterapi.SSDObject{{Key: "registered", Size: 64, CRC: crcOf("registered")}})); err != nil || errs[0] != nil {
 				t.Fatal(errs, err)
 			}
 			put(t, api, "queued", 64, "a")
@@ -608,7 +608,7 @@ func TestRestartedMasterCountsOnlyItsTasks(t *testing.T) {
 			if l := logs.lines("offload"); len(l) != 0 {
 				t.Fatalf("logged as offload failures: %q", l)
 			}
-			if st.DiskReplicas != 0 {
+			if st.SSDReplicas != 0 {
 				t.Fatal("the node's word about its own SSD was ignored")
 			}
 			// Its own task: fetched, answered failed, counted once.

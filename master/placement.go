@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -30,7 +30,7 @@ type place struct {
 // count to place (0 means 1).
 func validReplicas(n int) (int, error) {
 	if n < 0 || n > masterapi.MaxReplicas {
-		return 0, codes.Errorf(codes.InvalidParams, "master: put_start: %d replicas asked; 1..%d (0 means 1)", n, masterapi.MaxReplicas)
+		return 0, errcode.Errorf(errcode.InvalidParams, "master: put_start: %d replicas asked; 1..%d (0 means 1)", n, masterapi.MaxReplicas)
 	}
 	return max(n, 1), nil
 }
@@ -41,7 +41,7 @@ func validReplicas(n int) (int, error) {
 func (s *Service) placeReplicas(ctx context.Context, size int64, preferred string, want int, fewer bool) ([]place, error) {
 	if want > 1 && !fewer {
 		if have := s.nodesWithSegment(size); have < want {
-			return nil, codes.Errorf(codes.NoAvailableHandle,
+			return nil, errcode.Errorf(errcode.NoAvailableHandle,
 				"master: put_start: %d replicas asked, %d live nodes have a segment of %d bytes or more (ask for fewer, or allow fewer)",
 				want, have, size)
 		}

@@ -68,7 +68,7 @@ type estimator interface{ Estimate(key string) uint32 }
 // they are. It is not a demand lookup: it neither counts toward admission
 // nor grants a lease. ErrInvalidKey for a malformed key (nothing queued).
 func (s *Service) Prefetch(ctx context.Context, keys []string) (int, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return 0, err
 	}
 	for _, k := range keys {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/admission"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -63,7 +63,7 @@ func offloadAllTasks(t *testing.T, s *Service, ts []masterapi.OffloadTask) {
 	t.Helper()
 	req := masterapi.NotifyRequest{Node: "a"}
 	for _, task := range ts {
-		req.Persisted = append(req.Persisted, masterapi.DiskObject{Key: task.Key, Size: task.Size, CRC: task.CRC})
+		req.Persisted = append(req.Persisted, masterapi.SSDObject{Key: task.Key, Size: task.Size, CRC: task.CRC})
 	}
 	if len(ts) > 0 {
 		if _, err := s.NotifyOffloadSuccess(bg, req); err != nil {
@@ -78,7 +78,7 @@ func pfInDRAM(t *testing.T, s *Service, key string) bool {
 	if err != nil {
 		t.Fatalf("lookup %s: %v", key, err)
 	}
-	return info.Replicas[0].Kind == masterapi.Memory
+	return info.Replicas[0].Kind == masterapi.DRAM
 }
 
 // TestPrefetchNeverEvictsHotter: a prefetch into a full DRAM evicts only
@@ -204,7 +204,7 @@ func TestPrefetchMissingKeyIsNoOp(t *testing.T) {
 	if n, err := s.Prefetch(bg, []string{"disk"}); err != nil || n != 1 {
 		t.Fatalf("the budget of one object was spent by the no-ops: %d, %v", n, err)
 	}
-	if _, err := s.Prefetch(bg, []string{""}); !errors.Is(err, codes.ErrInvalidKey) {
+	if _, err := s.Prefetch(bg, []string{""}); !errors.Is(err, errcode.ErrInvalidKey) {
 		t.Fatalf("prefetch of an empty key: %v", err)
 	}
 }

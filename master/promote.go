@@ -6,7 +6,7 @@ import (
 	"sync"
 
 	"github.com/tierstore/tierstore/admission"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/mastergrpc"
@@ -37,7 +37,7 @@ import (
 // answer finds its token stale: ErrStalePut, the range is freed, nothing
 // is published; a removed object never comes back), and the discard
 // timeout reclaims an unanswered one. When the promotion's source, the
-// node's LocalDisk replica, is dropped (SSD eviction, a failed notify, a
+// node's SSD replica, is dropped (SSD eviction, a failed notify, a
 // reconcile, a bad-replica report), the promotion is abandoned at once the
 // same way (dropDisk), so an object is never left with only a promotion in
 // progress.
@@ -136,7 +136,7 @@ func (b *promoBox) take(n int) ([]string, []uint8, []bool) {
 type promoter interface{ Promote(key string) bool }
 
 // considerPromotion queues key for promotion on the node of its live
-// LocalDisk replica when o is read from SSD only and the policy says it is
+// SSD replica when o is read from SSD only and the policy says it is
 // worth it; a prefetch (pre) also needs the prefetch budget. It reports
 // whether key is queued now. Caller holds the shard lock.
 func (s *Service) considerPromotion(key string, o *object, pre bool) bool {
@@ -190,7 +190,7 @@ func (s *Service) takePromotions(n *node, max int) []masterapi.PromoteTask {
 }
 
 // promotable reports whether o can take a promotion from node n's SSD: no
-// DRAM replica or put, no offload task, a LocalDisk replica on n. Caller
+// DRAM replica or put, no offload task, an SSD replica on n. Caller
 // holds the shard lock.
 func promotable(o *object, n *node) bool {
 	if o == nil || o.mem.seg != nil || o.offload != nil {
@@ -373,7 +373,7 @@ func (s *Service) tryAllocateOn(n *node, size int64) (*segment, int64, bool) {
 }
 
 // abandonPromotion gives up o's promotion in progress when its source,
-// node id's LocalDisk replica, is going: the range stays parked until the
+// node id's SSD replica, is going: the range stays parked until the
 // node answers (it may be writing) or the discard deadline. Caller holds
 // the shard lock, before dropping the replica.
 func (s *Service) abandonPromotion(key string, o *object, id string) {
@@ -389,7 +389,7 @@ func (s *Service) abandonPromotion(key string, o *object, id string) {
 
 // PromoteEnd implements NodeAPI.
 func (s *Service) PromoteEnd(ctx context.Context, nodeID string, results []masterapi.PromoteResult) ([]error, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return nil, err
 	}
 	out := make([]error, len(results))
@@ -415,9 +415,9 @@ func (s *Service) promoteEnd(nodeID string, r masterapi.PromoteResult) error {
 	}
 	switch {
 	case !o.mem.promo:
-		return codes.Errorf(codes.InvalidParams, "master: promote_end: put %d is a client's put, not a promotion", r.PutToken)
+		return errcode.Errorf(errcode.InvalidParams, "master: promote_end: put %d is a client's put, not a promotion", r.PutToken)
 	case o.mem.seg.node.id != nodeID:
-		return codes.Errorf(codes.InvalidParams, "master: promote_end: promotion %d belongs to node %q, not %q", r.PutToken, o.mem.seg.node.id, nodeID)
+		return errcode.Errorf(errcode.InvalidParams, "master: promote_end: promotion %d belongs to node %q, not %q", r.PutToken, o.mem.seg.node.id, nodeID)
 	case o.mem.complete:
 		return nil // repeated answer
 	}
@@ -429,7 +429,7 @@ func (s *Service) promoteEnd(nodeID string, r masterapi.PromoteResult) error {
 		}
 		s.settleEmpty(sh, r.Key, o, now)
 		if r.Loaded {
-			return codes.Errorf(codes.ReplicaIsGone, "master: promote_end: segment of node %q is gone", nodeID)
+			return errcode.Errorf(errcode.ReplicaIsGone, "master: promote_end: segment of node %q is gone", nodeID)
 		}
 		return nil
 	}
@@ -448,7 +448,7 @@ func (s *Service) promoteEnd(nodeID string, r masterapi.PromoteResult) error {
 // The promotions are taken first: the offload of the victims their
 // eviction queued (their room) then goes out in this same reply.
 func (s *Service) Heartbeat(ctx context.Context, req masterapi.HeartbeatRequest) (masterapi.HeartbeatReply, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return masterapi.HeartbeatReply{}, err
 	}
 	var promos []masterapi.PromoteTask
@@ -464,7 +464,7 @@ func (s *Service) Heartbeat(ctx context.Context, req masterapi.HeartbeatRequest)
 	rep := masterapi.HeartbeatReply{Tasks: tasks, Term: s.cfg.HA.Term, Promotions: promos}
 	_, rep.WantSSDReport = s.policy.(ssdReportSink)
 	if req.SSD != nil {
-		s.ReportSSD(req.Node, ssdReportOf(*req.SSD))
+		s.ReportSSD(req.Node, *req.SSD)
 	}
 	if req.WantSketch {
 		rep.Sketch = s.sketchForNode(req.Node, req.SketchVersion, req.SketchTransfer, req.SketchOffset)

@@ -10,8 +10,8 @@ import (
 
 // fullSSD is a report of node "a" whose SSD is full of buckets worth more
 // than any candidate below frequency 9: tinylfu refuses every DRAM victim.
-var fullSSD = admission.SSDReport{High: 1 << 20, Used: 1 << 20,
-	Victims: []admission.VictimValue{{Bytes: 1 << 20, Span: 1 << 20, Value: 9 << 20}}}
+var fullSSD = masterapi.SSDReport{High: 1 << 20, Used: 1 << 20,
+	Victims: []masterapi.SSDVictim{{FileBytes: 1 << 20, Span: 1 << 20, Value: 9 << 20}}}
 
 // promoteSetup: tinylfu promoting from the first access on node "a" with
 // eight DRAM slots, an SSD-only object "c", and DRAM full of the DRAM-only
@@ -120,7 +120,7 @@ func TestPromotionNeverDropsDRAMOnly(t *testing.T) {
 // lost) and takes its room once it is on SSD.
 func TestPromotionOffloadsAdmittedDRAMOnly(t *testing.T) {
 	s, clk, dram := promoteSetup(t)
-	s.ReportSSD("a", admission.SSDReport{High: 1 << 30}) // room: tinylfu admits every victim
+	s.ReportSSD("a", masterapi.SSDReport{High: 1 << 30}) // room: tinylfu admits every victim
 	if _, err := s.GetReplicaList(bg, "c"); err != nil {
 		t.Fatal(err)
 	}

@@ -5,14 +5,14 @@ import (
 	"fmt"
 
 	"github.com/tierstore/tierstore/admission"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
 // PutStart implements API.
 func (s *Service) PutStart(ctx context.Context, req masterapi.PutStartRequest) (masterapi.PutStartReply, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return masterapi.PutStartReply{}, err
 	}
 	r, err := s.putStart(ctx, req)
@@ -24,7 +24,7 @@ func (s *Service) putStart(ctx context.Context, req masterapi.PutStartRequest) (
 		return masterapi.PutStartReply{}, err
 	}
 	if req.Size <= 0 {
-		return masterapi.PutStartReply{}, codes.Errorf(codes.InvalidParams, "master: put_start: size must be > 0, got %d", req.Size)
+		return masterapi.PutStartReply{}, errcode.Errorf(errcode.InvalidParams, "master: put_start: size must be > 0, got %d", req.Size)
 	}
 	want, err := validReplicas(req.Replicas)
 	if err != nil {
@@ -39,7 +39,7 @@ func (s *Service) putStart(ctx context.Context, req masterapi.PutStartRequest) (
 	sh.mu.Lock()
 	if o := sh.objs[req.Key]; o != nil && s.blocksPut(o) {
 		sh.mu.Unlock()
-		return masterapi.PutStartReply{}, codes.Errorf(codes.ObjectExists, "master: put_start")
+		return masterapi.PutStartReply{}, errcode.Errorf(errcode.ObjectExists, "master: put_start")
 	}
 	sh.mu.Unlock()
 
@@ -55,7 +55,7 @@ func (s *Service) putStart(ctx context.Context, req masterapi.PutStartRequest) (
 		for _, p := range places {
 			s.freeRange(p.seg, p.off, req.Size)
 		}
-		return masterapi.PutStartReply{}, codes.Errorf(codes.ObjectExists, "master: put_start")
+		return masterapi.PutStartReply{}, errcode.Errorf(errcode.ObjectExists, "master: put_start")
 	}
 	if o == nil {
 		o = &object{}
@@ -111,13 +111,13 @@ func (s *Service) memDescriptor(m *memReplica) masterapi.Replica {
 	if m.complete {
 		st = masterapi.Complete
 	}
-	return masterapi.Replica{Kind: masterapi.Memory, Status: st, Node: m.seg.node.id, Endpoint: m.seg.node.endpoint,
+	return masterapi.Replica{Kind: masterapi.DRAM, Status: st, Node: m.seg.node.id, Endpoint: m.seg.node.endpoint,
 		Segment: m.seg.name, Offset: m.off, Length: m.len, PutToken: m.token}
 }
 
 // PutEnd implements API.
 func (s *Service) PutEnd(ctx context.Context, key string, token uint64) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return err
 	}
 	return s.observe(s.putEnd(key, token))
@@ -129,7 +129,7 @@ func (s *Service) PutEnd(ctx context.Context, key string, token uint64) error {
 // Caller holds the shard lock.
 func (s *Service) ownPut(sh *shard, op, key string, token uint64) (*object, error) {
 	if token == 0 {
-		return nil, codes.Errorf(codes.InvalidParams, "master: %s: no put token; pass the token PutStart answered", op)
+		return nil, errcode.Errorf(errcode.InvalidParams, "master: %s: no put token; pass the token PutStart answered", op)
 	}
 	o := sh.objs[key]
 	if o != nil && o.mem.seg != nil && o.mem.token == token {
@@ -159,7 +159,7 @@ func (s *Service) putEnd(key string, token uint64) error {
 	}
 	for _, m := range o.mems() {
 		if !m.seg.live() {
-			return codes.Errorf(codes.ReplicaIsGone, "master: put_end: segment %q of node %q (replica %d of %d) is gone; nothing is published",
+			return errcode.Errorf(errcode.ReplicaIsGone, "master: put_end: segment %q of node %q (replica %d of %d) is gone; nothing is published",
 				m.seg.name, m.seg.node.id, o.memOn(m.seg.node)+1, o.memCount())
 		}
 	}
@@ -190,7 +190,7 @@ func (s *Service) putEnd(key string, token uint64) error {
 
 // PutRevoke implements API.
 func (s *Service) PutRevoke(ctx context.Context, key string, token uint64) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return err
 	}
 	return s.observe(s.putRevoke(key, token))
@@ -207,7 +207,7 @@ func (s *Service) putRevoke(key string, token uint64) error {
 		return err
 	}
 	if o.mem.complete {
-		return codes.Errorf(codes.InvalidParams, "master: put_revoke: put %d already ended", token)
+		return errcode.Errorf(errcode.InvalidParams, "master: put_revoke: put %d already ended", token)
 	}
 	s.dropMem(o)
 	if o.empty() {
@@ -218,7 +218,7 @@ func (s *Service) putRevoke(key string, token uint64) error {
 
 // BatchPutStart implements API.
 func (s *Service) BatchPutStart(ctx context.Context, reqs []masterapi.PutStartRequest) ([]masterapi.PutStartResult, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return nil, err
 	}
 	out := make([]masterapi.PutStartResult, len(reqs))
@@ -231,7 +231,7 @@ func (s *Service) BatchPutStart(ctx context.Context, reqs []masterapi.PutStartRe
 
 // BatchPutEnd implements API.
 func (s *Service) BatchPutEnd(ctx context.Context, puts []masterapi.PutRef) ([]error, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return nil, err
 	}
 	out := make([]error, len(puts))
@@ -243,7 +243,7 @@ func (s *Service) BatchPutEnd(ctx context.Context, puts []masterapi.PutRef) ([]e
 
 // BatchPutRevoke implements API.
 func (s *Service) BatchPutRevoke(ctx context.Context, puts []masterapi.PutRef) ([]error, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return nil, err
 	}
 	out := make([]error, len(puts))

@@ -7,14 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	pb "github.com/tierstore/tierstore/internal/rpcpb"
 	"github.com/tierstore/tierstore/masterapi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-// overlaps reports whether two Memory replicas share bytes of one segment.
+// overlaps reports whether two DRAM replicas share bytes of one segment.
 func overlaps(a, b masterapi.Replica) bool {
 	return a.Node == b.Node && a.Segment == b.Segment && a.Offset < b.Offset+alignUp(b.Length) && b.Offset < a.Offset+alignUp(a.Length)
 }
@@ -90,14 +90,14 @@ func TestStaleTokenNeverCompletesAnotherPut(t *testing.T) {
 				t.Fatal(err)
 			}
 			err = api.PutEnd(bg, "k", old.PutToken)
-			if !errors.Is(err, masterapi.ErrStalePut) || codes.Of(err) != codes.ReplicaNotFound {
+			if !errors.Is(err, masterapi.ErrStalePut) || errcode.Of(err) != errcode.ReplicaNotFound {
 				t.Fatalf("PutEnd with the revoked put's token: %v, want ErrStalePut", err)
 			}
 			mustIs(t, api.PutRevoke(bg, "k", old.PutToken), masterapi.ErrStalePut)
-			if _, err := api.GetReplicaList(bg, "k"); !errors.Is(err, codes.ErrReplicaNotReady) {
+			if _, err := api.GetReplicaList(bg, "k"); !errors.Is(err, errcode.ErrReplicaNotReady) {
 				t.Fatalf("the current put was touched by a stale token: %v", err)
 			}
-			mustIs(t, api.PutEnd(bg, "k", 0), codes.ErrInvalidParams)
+			mustIs(t, api.PutEnd(bg, "k", 0), errcode.ErrInvalidParams)
 			if err := api.PutEnd(bg, "k", cur.PutToken); err != nil {
 				t.Fatal(err)
 			}
@@ -108,7 +108,7 @@ func TestStaleTokenNeverCompletesAnotherPut(t *testing.T) {
 			if err != nil || info.CRC != 2 || info.Replicas[0].PutToken != cur.PutToken {
 				t.Fatalf("k: %+v %v", info, err)
 			}
-			mustIs(t, api.PutRevoke(bg, "k", cur.PutToken), codes.ErrInvalidParams) // ended
+			mustIs(t, api.PutRevoke(bg, "k", cur.PutToken), errcode.ErrInvalidParams) // ended
 			mustIs(t, api.PutRevoke(bg, "k", old.PutToken), masterapi.ErrStalePut)
 			// An abandoned put reclaimed after the discard timeout: its
 			// late PutEnd is stale and does not create anything.
@@ -120,7 +120,7 @@ func TestStaleTokenNeverCompletesAnotherPut(t *testing.T) {
 			s.Tick()
 			mustIs(t, api.PutEnd(bg, "abandoned", ab.PutToken), masterapi.ErrStalePut)
 			_, err = api.GetReplicaList(bg, "abandoned")
-			mustIs(t, err, codes.ErrObjectNotFound)
+			mustIs(t, err, errcode.ErrObjectNotFound)
 			// Batch forms: per-item ErrStalePut.
 			bs, err := api.BatchPutStart(bg, []masterapi.PutStartRequest{{Key: "b", Size: 10}})
 			if err != nil || bs[0].Err != nil {
@@ -160,7 +160,7 @@ func TestRemoveDuringPutKeepsRange(t *testing.T) {
 			}
 			// Not forced: refused, the put goes on.
 			err = api.Remove(bg, "doomed", false)
-			if !errors.Is(err, codes.ErrReplicaNotReady) || codes.Of(err) != -703 {
+			if !errors.Is(err, errcode.ErrReplicaNotReady) || errcode.Of(err) != -703 {
 				t.Fatalf("Remove during the put: %v, want REPLICA_IS_NOT_READY", err)
 			}
 			if n, err := api.RemoveAll(bg, false); err != nil || n != 0 {
@@ -186,7 +186,7 @@ func TestRemoveDuringPutKeepsRange(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err = api.GetReplicaList(bg, "doomed2")
-			mustIs(t, err, codes.ErrObjectNotFound)
+			mustIs(t, err, errcode.ErrObjectNotFound)
 			for i := 0; i < 3; i++ { // a few puts: none lands on doomed2's bytes
 				r := put(t, api, "innocent2-"+string(rune('0'+i)), 4096, "a")
 				if overlaps(r, doomed2.Replica) {
@@ -200,7 +200,7 @@ func TestRemoveDuringPutKeepsRange(t *testing.T) {
 				t.Fatalf("the parked range was not freed by its PutEnd: %d -> %d", before, used())
 			}
 			_, err = api.GetReplicaList(bg, "doomed2")
-			mustIs(t, err, codes.ErrObjectNotFound)
+			mustIs(t, err, errcode.ErrObjectNotFound)
 
 			// Forced, and the writer never comes back: freed at the
 			// discard deadline, not before.
@@ -247,13 +247,13 @@ func TestBatchPutTokensOnePerKey(t *testing.T) {
 		"BatchPutEnd": c.BatchPutEnd, "BatchPutRevoke": c.BatchPutRevoke,
 	} {
 		_, err := call(bg, &pb.KeysRequest{Keys: [][]byte{[]byte("k")}})
-		err = codes.FromStatus(err)
-		if !errors.Is(err, codes.ErrInvalidParams) || !strings.Contains(err.Error(), "0 put tokens for 1 keys") {
+		err = errcode.FromStatus(err)
+		if !errors.Is(err, errcode.ErrInvalidParams) || !strings.Contains(err.Error(), "0 put tokens for 1 keys") {
 			t.Fatalf("%s without tokens: %v", name, err)
 		}
 	}
 	_, err = s.GetReplicaList(bg, "k")
-	mustIs(t, err, codes.ErrReplicaNotReady)
+	mustIs(t, err, errcode.ErrReplicaNotReady)
 	if err := s.PutEnd(bg, "k", rep.PutToken); err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -54,7 +54,7 @@ func (s *Service) exist(key string, now int64, count bool) (bool, error) {
 	case o.putInProgress():
 		return false, nil
 	default:
-		return false, codes.Errorf(codes.ReplicaIsGone, "master: exist_key: every replica was lost inside the lease")
+		return false, errcode.Errorf(errcode.ReplicaIsGone, "master: exist_key: every replica was lost inside the lease")
 	}
 	s.grantLease(o, now)
 	if count {
@@ -75,7 +75,7 @@ func (s *Service) replicaList(key string, now int64, count bool, slab *[]mastera
 	o := sh.objs[key]
 	s.observeLookup(key, o, count, false)
 	if o == nil {
-		return masterapi.ObjectInfo{}, codes.Errorf(codes.ObjectNotFound, "master: get_replica_list")
+		return masterapi.ObjectInfo{}, errcode.Errorf(errcode.ObjectNotFound, "master: get_replica_list")
 	}
 	info := masterapi.ObjectInfo{Key: key, Size: o.size, CRC: o.crc}
 	n := 0
@@ -91,11 +91,11 @@ func (s *Service) replicaList(key string, now int64, count bool, slab *[]mastera
 	}
 	if n == 0 {
 		if o.putInProgress() {
-			return masterapi.ObjectInfo{}, codes.Errorf(codes.ReplicaNotReady, "master: get_replica_list: put in progress")
+			return masterapi.ObjectInfo{}, errcode.Errorf(errcode.ReplicaNotReady, "master: get_replica_list: put in progress")
 		}
 		// Every replica is on a dead node or was dropped while the object
 		// was leased: it existed, it is gone (Mooncake #4508).
-		return masterapi.ObjectInfo{}, codes.Errorf(codes.ReplicaIsGone, "master: get_replica_list")
+		return masterapi.ObjectInfo{}, errcode.Errorf(errcode.ReplicaIsGone, "master: get_replica_list")
 	}
 	if slab != nil && cap(*slab)-len(*slab) >= n {
 		l := len(*slab)
@@ -111,11 +111,11 @@ func (s *Service) replicaList(key string, now int64, count bool, slab *[]mastera
 	}
 	for _, d := range o.disk {
 		if !d.node.dead.Load() {
-			info.Replicas = append(info.Replicas, masterapi.Replica{Kind: masterapi.LocalDisk, Status: masterapi.Complete, Node: d.node.id, Endpoint: d.node.endpoint})
+			info.Replicas = append(info.Replicas, masterapi.Replica{Kind: masterapi.SSD, Status: masterapi.Complete, Node: d.node.id, Endpoint: d.node.endpoint})
 		}
 	}
 	s.grantLease(o, now)
-	if len(info.Replicas) > 0 && info.Replicas[len(info.Replicas)-1].Kind != masterapi.LocalDisk {
+	if len(info.Replicas) > 0 && info.Replicas[len(info.Replicas)-1].Kind != masterapi.SSD {
 		// This reader has only DRAM replicas to read: keep them for the
 		// lease (invariant 4).
 		o.dramLeaseUntil = o.leaseUntil
@@ -129,7 +129,7 @@ func (s *Service) replicaList(key string, now int64, count bool, slab *[]mastera
 
 // ExistKey implements API.
 func (s *Service) ExistKey(ctx context.Context, key string) (bool, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return false, err
 	}
 	ok, err := s.exist(key, s.now(), s.countLookups && !masterapi.IsOffloadPath(ctx))
@@ -138,7 +138,7 @@ func (s *Service) ExistKey(ctx context.Context, key string) (bool, error) {
 
 // GetReplicaList implements API.
 func (s *Service) GetReplicaList(ctx context.Context, key string) (masterapi.ObjectInfo, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return masterapi.ObjectInfo{}, err
 	}
 	info, err := s.replicaList(key, s.now(), s.countLookups && !masterapi.IsOffloadPath(ctx), nil)
@@ -165,7 +165,7 @@ func (s *Service) batchCounter(ctx context.Context, keys []string) func(string) 
 
 // BatchExistKey implements API.
 func (s *Service) BatchExistKey(ctx context.Context, keys []string) ([]masterapi.ExistResult, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return nil, err
 	}
 	now := s.now()
@@ -180,7 +180,7 @@ func (s *Service) BatchExistKey(ctx context.Context, keys []string) ([]masterapi
 
 // BatchGetReplicaList implements API.
 func (s *Service) BatchGetReplicaList(ctx context.Context, keys []string) ([]masterapi.ReplicaListResult, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return nil, err
 	}
 	now := s.now()

@@ -6,33 +6,33 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
 // Reconcile sessions (masterapi/reconcile.go; docs/design.md invariant 6):
-// the master keeps, per node id, a digest of the LocalDisk replicas it
+// the master keeps, per node id, a digest of the SSD replicas it
 // lists for that id (every incarnation), at the finest resolution
-// masterapi.MaxReconcileRanges, updated with the replica counters under the
+// masterapi.MaxReconcileSlots, updated with the replica counters under the
 // object's shard lock. A node's reconcile compares digests first, and only
-// the ranges that differ are compared key by key: a replica named by the
+// the slots that differ are compared key by key: a replica named by the
 // node is stamped with the session (diskReplica.seen), and ReconcileEnd
-// drops the unstamped replicas of the node in those ranges. Memory: one
+// drops the unstamped replicas of the node in those slots. Memory: one
 // digest per node id (192 KiB), one batch per call; no key set is held.
 //
-// A key's range is masterapi.KeyHash's low bits, and so is its shard
-// (Service.shardIndex): a range lies in one shard (or, with more shards
-// than ranges, in a known set of them), so ReconcileEnd scans only those.
+// A key's slot is masterapi.KeyHash's low bits, and so is its shard
+// (Service.shardIndex): a slot lies in one shard (or, with more shards
+// than slots, in a known set of them), so ReconcileEnd scans only those.
 
-const digestRanges = masterapi.MaxReconcileRanges
+const digestSlots = masterapi.MaxReconcileSlots
 
-// diskDigest is the running digest of one node id's LocalDisk replicas, and
+// diskDigest is the running digest of one node id's SSD replicas, and
 // its reconcile session.
 type diskDigest struct {
-	// counts and sums are atomics: replicas of one range can change under
-	// different shard locks when there are more shards than ranges.
-	counts [digestRanges]atomic.Uint32
-	sums   [digestRanges]atomic.Uint64
+	// counts and sums are atomics: replicas of one slot can change under
+	// different shard locks when there are more shards than slots.
+	counts [digestSlots]atomic.Uint32
+	sums   [digestSlots]atomic.Uint64
 
 	// epoch is the id of the current (or last) session; a replica recorded
 	// by a notify or re-registration is stamped with it, so a session in
@@ -44,16 +44,16 @@ type diskDigest struct {
 	open bool
 	// inc is the node incarnation that began the session.
 	inc *node
-	// ranges is the session's digest resolution; differ holds its
-	// differing ranges, one bit each.
-	ranges int
+	// slots is the session's digest resolution; differ holds its
+	// differing slots, one bit each.
+	slots  int
 	differ []uint64
 }
 
 // add applies delta (+1 or -1) replicas of the key with hash h.
 func (d *diskDigest) add(h uint64, delta int64) {
-	r := masterapi.RangeOf(h, digestRanges)
-	t := masterapi.DigestTerm(h)
+	r := masterapi.SlotOf(h, digestSlots)
+	t := masterapi.DigestAddend(h)
 	if delta > 0 {
 		d.counts[r].Add(1)
 		d.sums[r].Add(t)
@@ -63,12 +63,12 @@ func (d *diskDigest) add(h uint64, delta int64) {
 	}
 }
 
-// folded returns the digest at resolution ranges (a power of two up to
-// digestRanges): the sums of the finer ranges that map to each.
-func (d *diskDigest) folded(ranges int) masterapi.RangeDigest {
-	out := masterapi.NewRangeDigest(ranges)
-	for i := range digestRanges {
-		r := i & (ranges - 1)
+// folded returns the digest at resolution slots (a power of two up to
+// digestSlots): the sums of the finer slots that map to each.
+func (d *diskDigest) folded(slots int) masterapi.SlotDigest {
+	out := masterapi.NewSlotDigest(slots)
+	for i := range digestSlots {
+		r := i & (slots - 1)
 		out.Counts[r] += d.counts[i].Load()
 		out.Sums[r] += d.sums[i].Load()
 	}
@@ -91,25 +91,25 @@ func (s *Service) digestOf(id string) *diskDigest {
 }
 
 // ReconcileBegin implements API.
-func (s *Service) ReconcileBegin(ctx context.Context, nodeID string, nd masterapi.RangeDigest) (masterapi.ReconcileSession, error) {
-	if err := s.check(ctx); err != nil {
+func (s *Service) ReconcileBegin(ctx context.Context, nodeID string, nd masterapi.SlotDigest) (masterapi.ReconcileSession, error) {
+	if err := s.gate(ctx); err != nil {
 		return masterapi.ReconcileSession{}, err
 	}
 	if err := nd.Validate(); err != nil {
-		return masterapi.ReconcileSession{}, s.observe(codes.Wrap(codes.InvalidParams, err))
+		return masterapi.ReconcileSession{}, s.observe(errcode.Wrap(errcode.InvalidParams, err))
 	}
 	n, err := s.reconcileNode("reconcile_begin", nodeID)
 	if err != nil {
 		return masterapi.ReconcileSession{}, err
 	}
-	ranges := nd.Ranges()
+	slots := nd.Slots()
 	d := n.dig
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	mine := d.folded(ranges)
+	mine := d.folded(slots)
 	var differ []uint32
-	bits := make([]uint64, (ranges+63)/64)
-	for r := range ranges {
+	bits := make([]uint64, (slots+63)/64)
+	for r := range slots {
 		if mine.Counts[r] != nd.Counts[r] || mine.Sums[r] != nd.Sums[r] {
 			differ = append(differ, uint32(r))
 			bits[r>>6] |= 1 << (r & 63)
@@ -119,7 +119,7 @@ func (s *Service) ReconcileBegin(ctx context.Context, nodeID string, nd masterap
 	if id == 0 { // 0 never names a session: fresh replicas carry it
 		id = d.epoch.Add(1)
 	}
-	d.open, d.inc, d.ranges, d.differ = len(differ) > 0, n, ranges, bits
+	d.open, d.inc, d.slots, d.differ = len(differ) > 0, n, slots, bits
 	return masterapi.ReconcileSession{ID: uint64(id), Differ: differ}, nil
 }
 
@@ -127,11 +127,11 @@ func (s *Service) ReconcileBegin(ctx context.Context, nodeID string, nd masterap
 // (a restarted master knows no keys: the node must re-register first).
 func (s *Service) reconcileNode(op, nodeID string) (*node, error) {
 	if nodeID == "" {
-		return nil, s.observe(codes.Errorf(codes.InvalidParams, "master: %s: empty node id", op))
+		return nil, s.observe(errcode.Errorf(errcode.InvalidParams, "master: %s: empty node id", op))
 	}
 	n := s.lookupNode(nodeID)
 	if n == nil {
-		return nil, s.observe(codes.Errorf(codes.NeedRemount, "master: %s: unknown node %q", op, nodeID))
+		return nil, s.observe(errcode.Errorf(errcode.NeedRemount, "master: %s: unknown node %q", op, nodeID))
 	}
 	return n, nil
 }
@@ -148,7 +148,7 @@ func (s *Service) session(op, nodeID string, id uint64) (*node, *diskDigest, err
 	d.mu.Lock()
 	if !d.open || uint64(d.epoch.Load()) != id || d.inc != n {
 		d.mu.Unlock()
-		return nil, nil, s.observe(codes.Errorf(codes.InvalidParams,
+		return nil, nil, s.observe(errcode.Errorf(errcode.InvalidParams,
 			"master: %s: session %d is not node %q's open reconcile (superseded, ended, or begun by an earlier incarnation)", op, id, nodeID))
 	}
 	return n, d, nil
@@ -157,7 +157,7 @@ func (s *Service) session(op, nodeID string, id uint64) (*node, *diskDigest, err
 // ReconcileKeys implements API. It does not retain keys after it returns
 // (the gRPC server passes strings that share the request's bytes).
 func (s *Service) ReconcileKeys(ctx context.Context, nodeID string, id uint64, keys []string) (masterapi.ReconcileKeysResult, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return masterapi.ReconcileKeysResult{}, err
 	}
 	n, d, err := s.session("reconcile_keys", nodeID, id)
@@ -165,20 +165,20 @@ func (s *Service) ReconcileKeys(ctx context.Context, nodeID string, id uint64, k
 		return masterapi.ReconcileKeysResult{}, err
 	}
 	defer d.mu.Unlock()
-	return masterapi.ReconcileKeysResult{Unwanted: s.markHeld(n, uint32(id), d.ranges, d.differs, keys)}, nil
+	return masterapi.ReconcileKeysResult{Unwanted: s.markHeld(n, uint32(id), d.slots, d.differs, keys)}, nil
 }
 
-// markHeld stamps node n's replica of each key (of a range in differs, at
-// resolution ranges) with session id and returns the keys the master does
+// markHeld stamps node n's replica of each key (of a slot in differs, at
+// resolution slots) with session id and returns the keys the master does
 // not want on n, each once: no object (never known, or removed), or an
 // object that lists no replica of n's id and has no offload task of n (the
 // replica was dropped, or the key was removed and put again). Invalid keys
 // are ignored. Caller holds n.dig.mu.
-func (s *Service) markHeld(n *node, id uint32, ranges int, differs func(int) bool, keys []string) []string {
+func (s *Service) markHeld(n *node, id uint32, slots int, differs func(int) bool, keys []string) []string {
 	var unwanted []string
 	var dup map[string]struct{}
 	for _, k := range keys {
-		if validKey(k) != nil || !differs(masterapi.RangeOf(masterapi.KeyHash(k), ranges)) {
+		if validKey(k) != nil || !differs(masterapi.SlotOf(masterapi.KeyHash(k), slots)) {
 			continue
 		}
 		sh := s.shardOf(k)
@@ -207,7 +207,7 @@ func (s *Service) markHeld(n *node, id uint32, ranges int, differs func(int) boo
 
 // ReconcileEnd implements API.
 func (s *Service) ReconcileEnd(ctx context.Context, nodeID string, id uint64) (int64, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return 0, err
 	}
 	_, d, err := s.session("reconcile_end", nodeID, id)
@@ -216,22 +216,22 @@ func (s *Service) ReconcileEnd(ctx context.Context, nodeID string, id uint64) (i
 	}
 	defer d.mu.Unlock()
 	d.open = false
-	dropped := s.dropUnseen(nodeID, uint32(id), d.ranges, d.differs)
+	dropped := s.dropUnseen(nodeID, uint32(id), d.slots, d.differs)
 	if dropped > 0 {
 		s.log.Info("reconcile dropped LOCAL_DISK replicas the node no longer holds", "node", nodeID, "dropped", dropped)
 	}
 	return dropped, nil
 }
 
-// dropUnseen drops node id's LocalDisk replicas in the differing ranges
-// (at resolution ranges) whose stamp is not session: the node did not name
+// dropUnseen drops node id's SSD replicas in the differing slots
+// (at resolution slots) whose stamp is not session: the node did not name
 // them, so its SSD does not hold them. Only the shards that hold those
-// ranges are scanned. Caller holds the node's digest lock (no session
+// slots are scanned. Caller holds the node's digest lock (no session
 // stamps a replica meanwhile).
-func (s *Service) dropUnseen(nodeID string, session uint32, ranges int, differs func(int) bool) int64 {
+func (s *Service) dropUnseen(nodeID string, session uint32, slots int, differs func(int) bool) int64 {
 	now := s.now()
 	var dropped int64
-	for _, i := range s.shardsOfRanges(ranges, differs) {
+	for _, i := range s.shardsOfSlots(slots, differs) {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for k, o := range sh.objs {
@@ -239,7 +239,7 @@ func (s *Service) dropUnseen(nodeID string, session uint32, ranges int, differs 
 				continue
 			}
 			j := o.diskIndex(nodeID)
-			if j < 0 || o.disk[j].seen == session || !differs(masterapi.RangeOf(masterapi.KeyHash(k), ranges)) {
+			if j < 0 || o.disk[j].seen == session || !differs(masterapi.SlotOf(masterapi.KeyHash(k), slots)) {
 				continue
 			}
 			if s.dropDisk(sh, k, o, nodeID, now) {
@@ -251,22 +251,22 @@ func (s *Service) dropUnseen(nodeID string, session uint32, ranges int, differs 
 	return dropped
 }
 
-// shardsOfRanges returns, in increasing order, the indexes of the shards
-// that hold keys of the differing ranges. A key's shard is its hash's low
-// bits, as is its range: with at least as many ranges as shards, range r
+// shardsOfSlots returns, in increasing order, the indexes of the shards
+// that hold keys of the differing slots. A key's shard is its hash's low
+// bits, as is its slot: with at least as many slots as shards, slot r
 // lies in shard r&mask; with fewer, in every shard whose index has r's low
 // bits.
-func (s *Service) shardsOfRanges(ranges int, differs func(int) bool) []int {
+func (s *Service) shardsOfSlots(slots int, differs func(int) bool) []int {
 	nshards := len(s.shards)
 	var out []int
 	for i := range nshards {
 		hit := false
-		if ranges >= nshards {
-			for r := i; r < ranges && !hit; r += nshards {
+		if slots >= nshards {
+			for r := i; r < slots && !hit; r += nshards {
 				hit = differs(r)
 			}
 		} else {
-			hit = differs(i & (ranges - 1))
+			hit = differs(i & (slots - 1))
 		}
 		if hit {
 			out = append(out, i)

@@ -11,7 +11,7 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -22,9 +22,9 @@ type fataler interface {
 }
 
 // digestOfKeys is the node side of a reconcile: the digest of keys at
-// resolution ranges.
-func digestOfKeys(keys []string, ranges int) masterapi.RangeDigest {
-	d := masterapi.NewRangeDigest(ranges)
+// resolution slots.
+func digestOfKeys(keys []string, slots int) masterapi.SlotDigest {
+	d := masterapi.NewSlotDigest(slots)
 	for _, k := range keys {
 		d.Add(masterapi.KeyHash(k))
 	}
@@ -40,17 +40,17 @@ type reconciled struct {
 }
 
 // runReconcile runs a whole reconcile session for node holding keys, at
-// digest resolution ranges, sending the keys of differing ranges in batches
+// digest resolution slots, sending the keys of differing slots in batches
 // of batch. It returns the session's Differ and the outcome.
-func runReconcile(api masterapi.API, node string, keys []string, ranges, batch int) ([]uint32, reconciled, error) {
+func runReconcile(api masterapi.API, node string, keys []string, slots, batch int) ([]uint32, reconciled, error) {
 	var res reconciled
-	ses, err := api.ReconcileBegin(bg, node, digestOfKeys(keys, ranges))
+	ses, err := api.ReconcileBegin(bg, node, digestOfKeys(keys, slots))
 	if err != nil || len(ses.Differ) == 0 {
 		return nil, res, err
 	}
 	var send []string
 	for _, k := range keys {
-		if slices.Contains(ses.Differ, uint32(masterapi.RangeOf(masterapi.KeyHash(k), ranges))) {
+		if slices.Contains(ses.Differ, uint32(masterapi.SlotOf(masterapi.KeyHash(k), slots))) {
 			send = append(send, k)
 		}
 	}
@@ -70,16 +70,16 @@ func runReconcile(api masterapi.API, node string, keys []string, ranges, batch i
 }
 
 // sessionReconcile is runReconcile that fails the test on an error.
-func sessionReconcile(t fataler, api masterapi.API, node string, keys []string, ranges, batch int) ([]uint32, reconciled) {
+func sessionReconcile(t fataler, api masterapi.API, node string, keys []string, slots, batch int) ([]uint32, reconciled) {
 	t.Helper()
-	differ, res, err := runReconcile(api, node, keys, ranges, batch)
+	differ, res, err := runReconcile(api, node, keys, slots, batch)
 	if err != nil {
 		t.Fatalf("reconcile of %s: %v", node, err)
 	}
 	return differ, res
 }
 
-// reconcileAll reconciles node holding keys in one range and one batch:
+// reconcileAll reconciles node holding keys in one slot and one batch:
 // every key sent, the replicas of every other key dropped.
 func reconcileAll(api masterapi.API, node string, keys []string) (reconciled, error) {
 	_, res, err := runReconcile(api, node, keys, 1, len(keys)+1)
@@ -89,18 +89,18 @@ func reconcileAll(api masterapi.API, node string, keys []string) (reconciled, er
 // TestReconcileSession is TestReconcile through a session: the same
 // replicas dropped, the same keys unwanted, at every digest resolution.
 func TestReconcileSession(t *testing.T) {
-	for _, ranges := range []int{1, 2, 64, masterapi.MaxReconcileRanges} {
-		t.Run(fmt.Sprint(ranges), func(t *testing.T) {
+	for _, slots := range []int{1, 2, 64, masterapi.MaxReconcileSlots} {
+		t.Run(fmt.Sprint(slots), func(t *testing.T) {
 			s, _ := offloadService(t, nil)
 			mount(t, s, "a", 1<<20)
 			mount(t, s, "b", 1<<20)
-			var objs []masterapi.DiskObject
+			var objs []masterapi.SSDObject
 			for i := range 6 {
-				objs = append(objs, masterapi.DiskObject{Key: fmt.Sprint("d", i), Size: 10, CRC: 1})
+				objs = append(objs, masterapi.SSDObject{Key: fmt.Sprint("d", i), Size: 10, CRC: 1})
 			}
 			s.ReRegisterDiskObjects(bg, "a", objs)
 			s.ReRegisterDiskObjects(bg, "b", objs[:3])
-			_, res := sessionReconcile(t, s, "a", []string{"d0", "d2", "d4", "unknown"}, ranges, 1)
+			_, res := sessionReconcile(t, s, "a", []string{"d0", "d2", "d4", "unknown"}, slots, 1)
 			if res.Dropped != 3 || fmt.Sprint(res.Unwanted) != "[unknown]" {
 				t.Fatalf("reconcile %+v", res)
 			}
@@ -115,75 +115,75 @@ func TestReconcileSession(t *testing.T) {
 				}
 			}
 			for _, k := range []string{"d3", "d5"} {
-				if _, err := s.GetReplicaList(bg, k); !codesIs(err, codes.ErrObjectNotFound) {
+				if _, err := s.GetReplicaList(bg, k); !codesIs(err, errcode.ErrObjectNotFound) {
 					t.Errorf("%s: %v, want not found", k, err)
 				}
 			}
 			// Nothing changed since: the digests agree, nothing to send.
-			if differ, res := sessionReconcile(t, s, "a", []string{"d0", "d2", "d4"}, ranges, 1); differ != nil || res.Dropped != 0 {
+			if differ, res := sessionReconcile(t, s, "a", []string{"d0", "d2", "d4"}, slots, 1); differ != nil || res.Dropped != 0 {
 				t.Fatalf("second reconcile: differ %v, %+v", differ, res)
 			}
 			if err := s.Remove(bg, "d0", true); err != nil {
 				t.Fatal(err)
 			}
 			s.EvictDiskReplica(bg, "a", []string{"d2"})
-			_, res = sessionReconcile(t, s, "a", []string{"d0", "d2", "d4"}, ranges, 2)
+			_, res = sessionReconcile(t, s, "a", []string{"d0", "d2", "d4"}, slots, 2)
 			if res.Dropped != 0 || fmt.Sprint(res.Unwanted) != "[d0 d2]" {
 				t.Fatalf("reconcile after remove %+v", res)
 			}
-			_, err := s.ReconcileBegin(bg, "ghost", digestOfKeys(nil, ranges))
-			mustIs(t, err, codes.ErrNeedRemount)
+			_, err := s.ReconcileBegin(bg, "ghost", digestOfKeys(nil, slots))
+			mustIs(t, err, errcode.ErrNeedRemount)
 		})
 	}
 }
 
 // TestReconcileSessionOnlyDifferingRanges: with 2000 keys on the node and
 // two of them out of step (one the master lacks, one the node lacks), only
-// their ranges differ; a replica of another range that the node does not
-// name in its batches is not dropped (End touches only differing ranges).
+// their slots differ; a replica of another slot that the node does not
+// name in its batches is not dropped (End touches only differing slots).
 func TestReconcileSessionOnlyDifferingRanges(t *testing.T) {
 	s, _ := offloadService(t, nil)
 	mount(t, s, "a", 1<<20)
-	var objs []masterapi.DiskObject
+	var objs []masterapi.SSDObject
 	var keys []string
 	for i := range 2000 {
 		k := fmt.Sprint("k", i)
-		objs = append(objs, masterapi.DiskObject{Key: k, Size: 10, CRC: 1})
+		objs = append(objs, masterapi.SSDObject{Key: k, Size: 10, CRC: 1})
 		keys = append(keys, k)
 	}
 	if _, err := s.ReRegisterDiskObjects(bg, "a", objs); err != nil {
 		t.Fatal(err)
 	}
 	held := append(slices.Clone(keys[1:]), "extra") // the node lost k0 and has an unknown key
-	const ranges = 1024
-	ses, err := s.ReconcileBegin(bg, "a", digestOfKeys(held, ranges))
+	const slots = 1024
+	ses, err := s.ReconcileBegin(bg, "a", digestOfKeys(held, slots))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []uint32{uint32(masterapi.RangeOf(masterapi.KeyHash("k0"), ranges)), uint32(masterapi.RangeOf(masterapi.KeyHash("extra"), ranges))}
+	want := []uint32{uint32(masterapi.SlotOf(masterapi.KeyHash("k0"), slots)), uint32(masterapi.SlotOf(masterapi.KeyHash("extra"), slots))}
 	slices.Sort(want)
 	want = slices.Compact(want)
 	if !slices.Equal(ses.Differ, want) {
 		t.Fatalf("differ %v, want %v", ses.Differ, want)
 	}
-	// Send only "extra": the other keys of the differing ranges are not
-	// named, so End drops them too; keys of other ranges stay.
+	// Send only "extra": the other keys of the differing slots are not
+	// named, so End drops them too; keys of other slots stay.
 	kr, err := s.ReconcileKeys(bg, "a", ses.ID, []string{"extra", "k1"})
 	if err != nil || fmt.Sprint(kr.Unwanted) != "[extra]" {
 		t.Fatalf("keys: %+v %v", kr, err)
 	}
 	inDiffer := 0
 	for _, k := range keys {
-		if slices.Contains(ses.Differ, uint32(masterapi.RangeOf(masterapi.KeyHash(k), ranges))) {
+		if slices.Contains(ses.Differ, uint32(masterapi.SlotOf(masterapi.KeyHash(k), slots))) {
 			inDiffer++
 		}
 	}
 	dropped, err := s.ReconcileEnd(bg, "a", ses.ID)
 	if err != nil || dropped != int64(inDiffer) {
-		t.Fatalf("End dropped %d (%v), want %d: the keys of the differing ranges only", dropped, err, inDiffer)
+		t.Fatalf("End dropped %d (%v), want %d: the keys of the differing slots only", dropped, err, inDiffer)
 	}
-	if st, _ := s.Stats(bg); st.DiskReplicas != int64(len(keys)-inDiffer) {
-		t.Fatalf("disk replicas %d, want %d", st.DiskReplicas, len(keys)-inDiffer)
+	if st, _ := s.Stats(bg); st.SSDReplicas != int64(len(keys)-inDiffer) {
+		t.Fatalf("disk replicas %d, want %d", st.SSDReplicas, len(keys)-inDiffer)
 	}
 }
 
@@ -192,7 +192,7 @@ func TestReconcileSessionOnlyDifferingRanges(t *testing.T) {
 func TestReconcileSessionRefusals(t *testing.T) {
 	s, _ := offloadService(t, nil)
 	mount(t, s, "a", 1<<20)
-	s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "x", Size: 1, CRC: 1}, {Key: "y", Size: 1, CRC: 1}})
+	s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "x", Size: 1, CRC: 1}, {Key: "y", Size: 1, CRC: 1}})
 	d := digestOfKeys([]string{"x"}, 4) // the node lost y
 	s1, err := s.ReconcileBegin(bg, "a", d)
 	if err != nil || len(s1.Differ) != 1 {
@@ -203,14 +203,14 @@ func TestReconcileSessionRefusals(t *testing.T) {
 		t.Fatalf("second begin %+v %v", s2, err)
 	}
 	_, err = s.ReconcileKeys(bg, "a", s1.ID, []string{"x"})
-	mustIs(t, err, codes.ErrInvalidParams)
+	mustIs(t, err, errcode.ErrInvalidParams)
 	_, err = s.ReconcileEnd(bg, "a", s1.ID)
-	mustIs(t, err, codes.ErrInvalidParams)
-	// s2 named nothing: every replica of a in its differing ranges goes
-	// (y's range; x's too if they share it).
+	mustIs(t, err, errcode.ErrInvalidParams)
+	// s2 named nothing: every replica of a in its differing slots goes
+	// (y's slot; x's too if they share it).
 	want := int64(0)
 	for _, k := range []string{"x", "y"} {
-		if slices.Contains(s2.Differ, uint32(masterapi.RangeOf(masterapi.KeyHash(k), 4))) {
+		if slices.Contains(s2.Differ, uint32(masterapi.SlotOf(masterapi.KeyHash(k), 4))) {
 			want++
 		}
 	}
@@ -218,9 +218,9 @@ func TestReconcileSessionRefusals(t *testing.T) {
 		t.Fatalf("end s2: %d %v, want %d", n, err, want)
 	}
 	_, err = s.ReconcileEnd(bg, "a", s2.ID)
-	mustIs(t, err, codes.ErrInvalidParams) // ended
+	mustIs(t, err, errcode.ErrInvalidParams) // ended
 	// A session begun by an earlier incarnation is void after a restart.
-	s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "z", Size: 1, CRC: 1}})
+	s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "z", Size: 1, CRC: 1}})
 	s3, err := s.ReconcileBegin(bg, "a", digestOfKeys(nil, 1))
 	if err != nil || len(s3.Differ) != 1 {
 		t.Fatalf("begin s3 %+v %v", s3, err)
@@ -229,20 +229,20 @@ func TestReconcileSessionRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = s.ReconcileEnd(bg, "a", s3.ID)
-	mustIs(t, err, codes.ErrInvalidParams)
-	for _, bad := range []masterapi.RangeDigest{
+	mustIs(t, err, errcode.ErrInvalidParams)
+	for _, bad := range []masterapi.SlotDigest{
 		{Counts: make([]uint32, 3), Sums: make([]uint64, 3)},
 		{Counts: make([]uint32, 4), Sums: make([]uint64, 2)},
-		{Counts: make([]uint32, 2*masterapi.MaxReconcileRanges), Sums: make([]uint64, 2*masterapi.MaxReconcileRanges)},
+		{Counts: make([]uint32, 2*masterapi.MaxReconcileSlots), Sums: make([]uint64, 2*masterapi.MaxReconcileSlots)},
 		{},
 	} {
 		_, err := s.ReconcileBegin(bg, "a", bad)
-		mustIs(t, err, codes.ErrInvalidParams)
+		mustIs(t, err, errcode.ErrInvalidParams)
 	}
 	_, err = s.ReconcileKeys(bg, "ghost", 1, nil)
-	mustIs(t, err, codes.ErrNeedRemount)
+	mustIs(t, err, errcode.ErrNeedRemount)
 	_, err = s.ReconcileBegin(bg, "", digestOfKeys(nil, 1))
-	mustIs(t, err, codes.ErrInvalidParams)
+	mustIs(t, err, errcode.ErrInvalidParams)
 }
 
 // TestReconcileSessionKeepsReplicasRecordedMeanwhile: a replica recorded
@@ -255,14 +255,14 @@ func TestReconcileSessionKeepsReplicasRecordedMeanwhile(t *testing.T) {
 	if err != nil || len(ses.Differ) != 1 {
 		t.Fatalf("begin %+v %v", ses, err)
 	}
-	if _, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.DiskObject{{Key: "late", Size: 1, CRC: 1}}); err != nil {
+	if _, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "late", Size: 1, CRC: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := s.ReconcileEnd(bg, "a", ses.ID); err != nil || n != 0 {
 		t.Fatalf("End dropped %d (%v): a replica recorded during the session", n, err)
 	}
-	if st, _ := s.Stats(bg); st.DiskReplicas != 1 {
-		t.Fatalf("disk replicas %d", st.DiskReplicas)
+	if st, _ := s.Stats(bg); st.SSDReplicas != 1 {
+		t.Fatalf("disk replicas %d", st.SSDReplicas)
 	}
 }
 
@@ -275,7 +275,7 @@ func TestReconcileSessionKeepsReplicasRecordedMeanwhile(t *testing.T) {
 func TestReconcileSessionMatchesModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		shards := 1 << rapid.IntRange(0, 6).Draw(rt, "shardsLog")
-		ranges := 1 << rapid.IntRange(0, 8).Draw(rt, "rangesLog")
+		slots := 1 << rapid.IntRange(0, 8).Draw(rt, "rangesLog")
 		batch := rapid.IntRange(1, 50).Draw(rt, "batch")
 		universe := rapid.IntRange(1, 200).Draw(rt, "universe")
 		onA := rapid.SliceOfDistinct(rapid.IntRange(0, universe-1), rapid.ID).Draw(rt, "onA")
@@ -344,7 +344,7 @@ func TestReconcileSessionMatchesModel(t *testing.T) {
 			rows = append(rows, k+"="+strings.Join(ns, ","))
 		}
 		sort.Strings(rows)
-		_, got := sessionReconcile(rt, s, "a", keys, ranges, batch)
+		_, got := sessionReconcile(rt, s, "a", keys, slots, batch)
 		sort.Strings(want.Unwanted)
 		sort.Strings(got.Unwanted)
 		if got.Dropped != want.Dropped || !slices.Equal(got.Unwanted, want.Unwanted) {
@@ -359,15 +359,15 @@ func TestReconcileSessionMatchesModel(t *testing.T) {
 	})
 }
 
-func diskObjsOf(ids []int) []masterapi.DiskObject {
-	out := make([]masterapi.DiskObject, len(ids))
+func diskObjsOf(ids []int) []masterapi.SSDObject {
+	out := make([]masterapi.SSDObject, len(ids))
 	for i, id := range ids {
-		out[i] = masterapi.DiskObject{Key: fmt.Sprint("k", id), Size: 8, CRC: 3}
+		out[i] = masterapi.SSDObject{Key: fmt.Sprint("k", id), Size: 8, CRC: 3}
 	}
 	return out
 }
 
-// diskState renders every object and its LocalDisk replicas, sorted.
+// diskState renders every object and its SSD replicas, sorted.
 func diskState(s *Service) string {
 	var rows []string
 	for i := range s.shards {
@@ -388,20 +388,20 @@ func diskState(s *Service) string {
 }
 
 // TestShardsOfRanges (property): a key's shard is among the shards
-// shardsOfRanges names for the key's range, whatever the shard count and
+// shardsOfSlots names for the key's slot, whatever the shard count and
 // resolution, and no more shards are named than needed.
 func TestShardsOfRanges(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		shards := 1 << rapid.IntRange(0, 10).Draw(rt, "shardsLog")
-		ranges := 1 << rapid.IntRange(0, 14).Draw(rt, "rangesLog")
+		slots := 1 << rapid.IntRange(0, 14).Draw(rt, "rangesLog")
 		s := &Service{shards: make([]shard, shards), mask: uint64(shards - 1)}
 		key := rapid.String().Draw(rt, "key")
-		r := masterapi.RangeOf(masterapi.KeyHash(key), ranges)
-		got := s.shardsOfRanges(ranges, func(x int) bool { return x == r })
+		r := masterapi.SlotOf(masterapi.KeyHash(key), slots)
+		got := s.shardsOfSlots(slots, func(x int) bool { return x == r })
 		if !slices.Contains(got, s.shardIndex(key)) {
-			rt.Fatalf("key %q (range %d of %d) is in shard %d, not in %v", key, r, ranges, s.shardIndex(key), got)
+			rt.Fatalf("key %q (range %d of %d) is in shard %d, not in %v", key, r, slots, s.shardIndex(key), got)
 		}
-		if want := max(1, shards/ranges); len(got) != want {
+		if want := max(1, shards/slots); len(got) != want {
 			rt.Fatalf("%d shards named for one range, want %d", len(got), want)
 		}
 	})
@@ -413,9 +413,9 @@ func TestReconcileSessionOverGRPC(t *testing.T) {
 	s, _ := offloadService(t, nil)
 	api := remoteService(t, s)
 	mount(t, api, "a", 1<<20)
-	var objs []masterapi.DiskObject
+	var objs []masterapi.SSDObject
 	for i := range 100 {
-		objs = append(objs, masterapi.DiskObject{Key: fmt.Sprint("g", i), Size: 4, CRC: 2})
+		objs = append(objs, masterapi.SSDObject{Key: fmt.Sprint("g", i), Size: 4, CRC: 2})
 	}
 	if _, err := api.ReRegisterDiskColumns(bg, "a", masterapi.ColumnsOf(objs)); err != nil {
 		t.Fatal(err)
@@ -429,5 +429,5 @@ func TestReconcileSessionOverGRPC(t *testing.T) {
 		t.Fatalf("session over gRPC: %+v", res)
 	}
 	_, err := api.ReconcileEnd(bg, "a", 12345)
-	mustIs(t, err, codes.ErrInvalidParams)
+	mustIs(t, err, errcode.ErrInvalidParams)
 }

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -219,7 +219,7 @@ func (l *removalLog) wait(ctx context.Context, seq uint64) error {
 		}
 		if err := l.failed; err != nil && tried && !l.flushing {
 			l.mu.Unlock()
-			return codes.Errorf(codes.InternalError, "master: removal log: the removal is not durable: %v", err)
+			return errcode.Errorf(errcode.InternalError, "master: removal log: the removal is not durable: %v", err)
 		}
 		if !l.flushing && l.writableLocked() > 0 {
 			l.flushLocked(ctx) // unlocks

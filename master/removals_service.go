@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -22,14 +22,14 @@ const forgetLimit = 1 << 16
 const removalTrimEvery = time.Minute
 
 // forgetBox is a node incarnation's list of DRAM records to forget: those
-// of Memory replicas the master dropped (eviction, bad replica, abandoned
+// of DRAM replicas the master dropped (eviction, bad replica, abandoned
 // put) while the object lives on, delivered with the node's next pull.
 type forgetBox struct {
 	mu   sync.Mutex // protects refs; a leaf
-	refs []masterapi.MemoryRef
+	refs []masterapi.DRAMRef
 }
 
-func (b *forgetBox) add(r masterapi.MemoryRef) {
+func (b *forgetBox) add(r masterapi.DRAMRef) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.refs) >= forgetLimit {
@@ -38,7 +38,7 @@ func (b *forgetBox) add(r masterapi.MemoryRef) {
 	b.refs = append(b.refs, r)
 }
 
-func (b *forgetBox) take() []masterapi.MemoryRef {
+func (b *forgetBox) take() []masterapi.DRAMRef {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := b.refs
@@ -48,12 +48,12 @@ func (b *forgetBox) take() []masterapi.MemoryRef {
 
 // PullRemovals implements API.
 func (s *Service) PullRemovals(ctx context.Context, req masterapi.PullRequest) (masterapi.PullReply, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return masterapi.PullReply{}, err
 	}
 	n := s.lookupNode(req.Node)
 	if n == nil {
-		return masterapi.PullReply{}, s.observe(codes.Errorf(codes.NeedRemount, "master: pull_removals: unknown node %q", req.Node))
+		return masterapi.PullReply{}, s.observe(errcode.Errorf(errcode.NeedRemount, "master: pull_removals: unknown node %q", req.Node))
 	}
 	n.lastPing.Store(s.now())
 	id, floor, durable := s.rlog.position()
@@ -124,7 +124,7 @@ func (s *Service) removedDiskMany(id string, items []reItem, out []error) {
 	}
 	for i := range items {
 		if seq := l.set.Latest(items[i].key); seq > cur {
-			out[i] = codes.Errorf(codes.ObjectNotFound, "master: re_register: removed (removal log entry %d, above node %q's cursor %d); delete the SSD copy", seq, id, cur)
+			out[i] = errcode.Errorf(errcode.ObjectNotFound, "master: re_register: removed (removal log entry %d, above node %q's cursor %d); delete the SSD copy", seq, id, cur)
 		}
 	}
 }
@@ -133,24 +133,24 @@ func (s *Service) removedDiskMany(id string, items []reItem, out []error) {
 // covers it (its put token is below the entry's sequence number: a
 // removal, or an acknowledged DRAM eviction), or it predates the removal
 // log. Nil otherwise.
-func (s *Service) removedMem(m masterapi.MemoryObject) error {
+func (s *Service) removedMem(m masterapi.DRAMObject) error {
 	if m.PutToken < s.rlog.origin {
-		return codes.Errorf(codes.ObjectNotFound, "master: re_register_memory: put %d predates the removal log (origin %d)", m.PutToken, s.rlog.origin)
+		return errcode.Errorf(errcode.ObjectNotFound, "master: re_register_memory: put %d predates the removal log (origin %d)", m.PutToken, s.rlog.origin)
 	}
 	if seq := s.rlog.latest(m.Key); seq > m.PutToken {
-		return codes.Errorf(codes.ObjectNotFound, "master: re_register_memory: put %d was removed (removal log entry %d)", m.PutToken, seq)
+		return errcode.Errorf(errcode.ObjectNotFound, "master: re_register_memory: put %d was removed (removal log entry %d)", m.PutToken, seq)
 	}
 	if seq := s.rlog.latestDRAM(m.Key); seq > m.PutToken {
-		return codes.Errorf(codes.ObjectNotFound, "master: re_register_memory: the DRAM copy of put %d was evicted (removal log entry %d)", m.PutToken, seq)
+		return errcode.Errorf(errcode.ObjectNotFound, "master: re_register_memory: the DRAM copy of put %d was evicted (removal log entry %d)", m.PutToken, seq)
 	}
 	return nil
 }
 
-// forgetRecord queues the node's DRAM record of the Memory replica m for
+// forgetRecord queues the node's DRAM record of the DRAM replica m for
 // forgetting. Caller holds the shard lock.
 func (s *Service) forgetRecord(m *memReplica) {
 	if m.seg != nil && m.complete && m.seg.live() {
-		m.seg.node.forget.add(masterapi.MemoryRef{Offset: m.off, Token: m.token})
+		m.seg.node.forget.add(masterapi.DRAMRef{Offset: m.off, Token: m.token})
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -62,21 +62,21 @@ func TestRemovalLogEntryRefusesReRegistration(t *testing.T) {
 	s2, _ := testService(t, func(c *Config) { c.Removals = store })
 	api2 := remoteService(t, s2)
 	holdMount(t, s2, "a", 1<<20)
-	rec := masterapi.MemoryObject{Key: "k", Offset: r.Offset, Length: 1000, CRC: crcOf("k"), PutToken: r.PutToken}
-	errs, err := api2.ReRegisterMemoryObjects(bg, "a", "seg0", []masterapi.MemoryObject{rec}, true)
-	if err != nil || !errors.Is(errs[0], codes.ErrObjectNotFound) || !strings.Contains(errs[0].Error(), "removed") {
+	rec := masterapi.DRAMObject{Key: "k", Offset: r.Offset, Length: 1000, CRC: crcOf("k"), PutToken: r.PutToken}
+	errs, err := api2.ReRegisterMemoryObjects(bg, "a", "seg0", []masterapi.DRAMObject{rec}, true)
+	if err != nil || !errors.Is(errs[0], errcode.ErrObjectNotFound) || !strings.Contains(errs[0].Error(), "removed") {
 		t.Fatalf("re-registration of the removed DRAM record: %v %v", errs, err)
 	}
 	pullAll(t, api2, "a", cur, cur) // the node reports its cursor (below the entry)
-	errs, err = api2.ReRegisterDiskColumns(bg, "a", masterapi.ColumnsOf([]masterapi.DiskObject{{Key: "k", Size: 1000, CRC: crcOf("k")}}))
-	if err != nil || !errors.Is(errs[0], codes.ErrObjectNotFound) {
+	errs, err = api2.ReRegisterDiskColumns(bg, "a", masterapi.ColumnsOf([]masterapi.SSDObject{{Key: "k", Size: 1000, CRC: crcOf("k")}}))
+	if err != nil || !errors.Is(errs[0], errcode.ErrObjectNotFound) {
 		t.Fatalf("re-registration of the removed SSD copy: %v %v", errs, err)
 	}
 	// Once the node applied the entry (its cursor passed it), an SSD copy
 	// it holds is a newer put's: accepted.
 	applied := masterapi.RemovalCursor{Log: rep.Log, Seq: rep.Through}
 	pullAll(t, api2, "a", applied, applied)
-	if errs, err := api2.ReRegisterDiskColumns(bg, "a", masterapi.ColumnsOf([]masterapi.DiskObject{{Key: "k", Size: 7, CRC: 7}})); err != nil || errs[0] != nil {
+	if errs, err := api2.ReRegisterDiskColumns(bg, "a", masterapi.ColumnsOf([]masterapi.SSDObject{{Key: "k", Size: 7, CRC: 7}})); err != nil || errs[0] != nil {
 		t.Fatalf("an SSD copy written after the node applied the removal: %v %v", errs, err)
 	}
 	// A new put of the key: its token is above the entry; a DRAM record of
@@ -85,7 +85,7 @@ func TestRemovalLogEntryRefusesReRegistration(t *testing.T) {
 	r2 := put(t, api2, "k", 1000, "a")
 	s3, _ := testService(t, func(c *Config) { c.Removals = store })
 	holdMount(t, s3, "a", 1<<20)
-	if errs, err := s3.ReRegisterMemoryObjects(bg, "a", "seg0", []masterapi.MemoryObject{{Key: "k", Offset: r2.Offset, Length: 1000, CRC: crcOf("k"), PutToken: r2.PutToken}}, true); err != nil || errs[0] != nil {
+	if errs, err := s3.ReRegisterMemoryObjects(bg, "a", "seg0", []masterapi.DRAMObject{{Key: "k", Offset: r2.Offset, Length: 1000, CRC: crcOf("k"), PutToken: r2.PutToken}}, true); err != nil || errs[0] != nil {
 		t.Fatalf("the put after the removal: %v %v", errs, err)
 	}
 }
@@ -108,8 +108,8 @@ func TestRemovalLogLostTellsNodesToDrop(t *testing.T) {
 	if err != nil || !rep.DropDRAM || !rep.DropSSD || rep.Log == old.Log {
 		t.Fatalf("pull with another log's cursors: %+v %v", rep, err)
 	}
-	errs, err := s2.ReRegisterMemoryObjects(bg, "a", "seg0", []masterapi.MemoryObject{{Key: "k", Offset: r.Offset, Length: 1000, CRC: crcOf("k"), PutToken: r.PutToken}}, true)
-	if err != nil || !errors.Is(errs[0], codes.ErrObjectNotFound) || !strings.Contains(errs[0].Error(), "predates") {
+	errs, err := s2.ReRegisterMemoryObjects(bg, "a", "seg0", []masterapi.DRAMObject{{Key: "k", Offset: r.Offset, Length: 1000, CRC: crcOf("k"), PutToken: r.PutToken}}, true)
+	if err != nil || !errors.Is(errs[0], errcode.ErrObjectNotFound) || !strings.Contains(errs[0].Error(), "predates") {
 		t.Fatalf("a record older than the log: %v %v", errs, err)
 	}
 	// A new process (no DRAM cursor) with no SSD: nothing to drop.
@@ -121,7 +121,7 @@ func TestRemovalLogLostTellsNodesToDrop(t *testing.T) {
 	if rep, _ := s2.PullRemovals(bg, masterapi.PullRequest{Node: "a", HasSSD: true}); rep.DropSSD || rep.DropDRAM {
 		t.Fatalf("pull of a never-pulled SSD: %+v", rep)
 	}
-	mustIs(t, func() error { _, err := s2.PullRemovals(bg, masterapi.PullRequest{Node: "ghost"}); return err }(), codes.ErrNeedRemount)
+	mustIs(t, func() error { _, err := s2.PullRemovals(bg, masterapi.PullRequest{Node: "ghost"}); return err }(), errcode.ErrNeedRemount)
 }
 
 // RemoveAll and RemoveByRegex are one entry each, with the keys they
@@ -184,7 +184,7 @@ func TestRemovalNotDurableNotAcknowledged(t *testing.T) {
 	put(t, s, "k2", 100, "a")
 	fs.fail = errors.New("disk full")
 	err := s.Remove(bg, "k1", true)
-	if !errors.Is(err, codes.ErrInternal) || !strings.Contains(err.Error(), "disk full") {
+	if !errors.Is(err, errcode.ErrInternal) || !strings.Contains(err.Error(), "disk full") {
 		t.Fatalf("Remove with a failing store: %v", err)
 	}
 	cur := masterapi.RemovalCursor{Log: s.RemovalLog().ID, Seq: s.RemovalLog().Origin}
@@ -342,14 +342,14 @@ func TestPullForgetList(t *testing.T) {
 	if len(tasks) != 1 {
 		t.Fatal(tasks)
 	}
-	if _, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "k", Size: 100, CRC: crcOf("k")}}}); err != nil {
+	if _, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.SSDObject{{Key: "k", Size: 100, CRC: crcOf("k")}}}); err != nil {
 		t.Fatal(err)
 	}
 	if res, _ := s.EvictMemory(bg, []string{"k"}, false); res.Dropped != 1 {
 		t.Fatal(res)
 	}
 	rep, _ := s.PullRemovals(bg, masterapi.PullRequest{Node: "a"})
-	if len(rep.Forget) != 1 || rep.Forget[0] != (masterapi.MemoryRef{Offset: r.Offset, Token: r.PutToken}) {
+	if len(rep.Forget) != 1 || rep.Forget[0] != (masterapi.DRAMRef{Offset: r.Offset, Token: r.PutToken}) {
 		t.Fatalf("forget %+v, want the evicted replica", rep.Forget)
 	}
 	if rep, _ := s.PullRemovals(bg, masterapi.PullRequest{Node: "a"}); len(rep.Forget) != 0 {
@@ -370,7 +370,7 @@ func TestPutWaitsForTheRemovalBeforeIt(t *testing.T) {
 	if err := s.Remove(bg, "k", true); err == nil {
 		t.Fatal("a removal that is not durable was acknowledged")
 	}
-	if _, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "k", Size: 100, CRC: 1}); !errors.Is(err, codes.ErrInternal) || !strings.Contains(err.Error(), "etcd unreachable") {
+	if _, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "k", Size: 100, CRC: 1}); !errors.Is(err, errcode.ErrInternal) || !strings.Contains(err.Error(), "etcd unreachable") {
 		t.Fatalf("a put over a removal that is not durable: %v", err)
 	}
 	put(t, s, "other", 100, "a") // other keys are not held up

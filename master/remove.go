@@ -6,14 +6,14 @@ import (
 	"slices"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
 // Remove implements API. The removal is acknowledged once its entry of
 // the removal log is durable (docs/design.md, invariant 10).
 func (s *Service) Remove(ctx context.Context, key string, force bool) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return err
 	}
 	sh, err := s.lockKey(key)
@@ -23,7 +23,7 @@ func (s *Service) Remove(ctx context.Context, key string, force bool) error {
 	o := sh.objs[key]
 	if o == nil {
 		sh.mu.Unlock()
-		return s.observe(codes.Errorf(codes.ObjectNotFound, "master: remove"))
+		return s.observe(errcode.Errorf(errcode.ObjectNotFound, "master: remove"))
 	}
 	now := s.now()
 	if err := s.removeObj(sh, key, o, force, now); err != nil {
@@ -57,18 +57,18 @@ func (s *Service) removeObj(sh *shard, key string, o *object, force bool, now in
 func removeRefusal(o *object, now int64) error {
 	switch {
 	case o.putInProgress() && !o.mem.promo:
-		return codes.Errorf(codes.ReplicaNotReady, "master: remove: a put of the key is in progress (token %d); it completes normally", o.mem.token)
+		return errcode.Errorf(errcode.ReplicaNotReady, "master: remove: a put of the key is in progress (token %d); it completes normally", o.mem.token)
 	case o.leased(now):
-		return codes.Errorf(codes.ObjectHasLease, "master: remove: lease until %v", time.Unix(0, o.leaseUntil).UTC())
+		return errcode.Errorf(errcode.ObjectHasLease, "master: remove: lease until %v", time.Unix(0, o.leaseUntil).UTC())
 	case o.offload != nil:
-		return codes.Errorf(codes.ObjectHasLease, "master: remove: pinned by an offload task on node %q", o.offload.id)
+		return errcode.Errorf(errcode.ObjectHasLease, "master: remove: pinned by an offload task on node %q", o.offload.id)
 	}
 	return nil
 }
 
 // RemoveAll implements API.
 func (s *Service) RemoveAll(ctx context.Context, force bool) (int64, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return 0, err
 	}
 	n, err := s.removeMatching(ctx, masterapi.Removal{Kind: masterapi.RemovalEvery}, func(string) bool { return true }, force)
@@ -80,12 +80,12 @@ func (s *Service) RemoveAll(ctx context.Context, force bool) (int64, error) {
 // std::regex_search does; a pattern that does not compile (or uses what
 // RE2 lacks: backreferences, lookaround) is INVALID_PARAMS naming it.
 func (s *Service) RemoveByRegex(ctx context.Context, pattern string, force bool) (int64, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return 0, err
 	}
 	re, err := regexp.Compile(pattern)
 	if err != nil {
-		return 0, s.observe(codes.Errorf(codes.InvalidParams, "master: remove_by_regex: pattern %q: %v", pattern, err))
+		return 0, s.observe(errcode.Errorf(errcode.InvalidParams, "master: remove_by_regex: pattern %q: %v", pattern, err))
 	}
 	n, err := s.removeMatching(ctx, masterapi.Removal{Kind: masterapi.RemovalPattern, Key: pattern}, re.MatchString, force)
 	return n, s.observe(err)
@@ -127,7 +127,7 @@ func (s *Service) removeMatching(ctx context.Context, e masterapi.Removal, match
 	}
 	slices.Sort(spared)
 	if err := s.rlog.seal(seq, spared); err != nil {
-		return n, codes.Wrap(codes.InternalError, err)
+		return n, errcode.Wrap(errcode.InternalError, err)
 	}
 	return n, s.rlog.wait(ctx, last)
 }
@@ -141,11 +141,11 @@ func (s *Service) removeMatching(ctx context.Context, e masterapi.Removal, match
 // (the copies are dropped here, but the eviction was not acknowledged).
 func (s *Service) EvictMemory(ctx context.Context, keys []string, all bool) (masterapi.EvictMemoryResult, error) {
 	var res masterapi.EvictMemoryResult
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return res, err
 	}
 	if all && len(keys) > 0 {
-		return res, s.observe(codes.Errorf(codes.InvalidParams, "master: evict_memory: give keys or all, not both"))
+		return res, s.observe(errcode.Errorf(errcode.InvalidParams, "master: evict_memory: give keys or all, not both"))
 	}
 	for _, k := range keys {
 		if err := validKey(k); err != nil {
@@ -164,7 +164,7 @@ func (s *Service) EvictMemory(ctx context.Context, keys []string, all bool) (mas
 		case o == nil:
 			res.NotFound++
 		case o.mem.seg == nil || (o.mem.complete && !o.readableMem()):
-			res.NotInMemory++
+			res.NotInDRAM++
 		default:
 			if s.evictMemOf(o, now, &res) {
 				last = s.rlog.add(masterapi.Removal{Kind: masterapi.EvictionKey, Key: k}, &s.tokens, now, false)
@@ -206,7 +206,7 @@ func (s *Service) evictAllMemory(ctx context.Context, now int64, res *masterapi.
 	}
 	slices.Sort(spared)
 	if err := s.rlog.seal(seq, spared); err != nil {
-		return codes.Wrap(codes.InternalError, err)
+		return errcode.Wrap(errcode.InternalError, err)
 	}
 	return s.rlog.wait(ctx, last)
 }
@@ -226,7 +226,7 @@ func (s *Service) evictMemOf(o *object, now int64, res *masterapi.EvictMemoryRes
 	case o.offload != nil:
 		res.OffloadPending++
 	case !o.readableDisk():
-		res.NoDiskCopy++
+		res.NoSSDCopy++
 	case o.leaseNeedsDRAM(now):
 		res.Leased++
 	case !s.evictable(o, now):

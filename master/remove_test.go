@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -42,12 +42,12 @@ func TestRemoveAllAndRegexOverGRPC(t *testing.T) {
 
 	// A bad pattern: INVALID_PARAMS naming it, nothing removed.
 	_, err := api.RemoveByRegex(ctx, "layer(", false)
-	mustIs(t, err, codes.ErrInvalidParams)
+	mustIs(t, err, errcode.ErrInvalidParams)
 	if !strings.Contains(err.Error(), `"layer("`) {
 		t.Fatalf("the error does not name the pattern: %v", err)
 	}
 	// Backreferences are Mooncake's ECMAScript, not RE2: refused the same.
-	if _, err := api.RemoveByRegex(ctx, `(a)\1`, true); !errors.Is(err, codes.ErrInvalidParams) {
+	if _, err := api.RemoveByRegex(ctx, `(a)\1`, true); !errors.Is(err, errcode.ErrInvalidParams) {
 		t.Fatalf("backreference: %v", err)
 	}
 	if st, _ := api.Stats(ctx); st.Objects != 6 {

@@ -4,7 +4,7 @@ import (
 	"iter"
 	"slices"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -147,7 +147,7 @@ func (s *Service) uncountMem(o *object, m *memReplica, free bool) {
 	s.countMem(m.seg.node, -1, -o.size)
 }
 
-// countMem adds delta Memory replicas of bytes bytes in all to the global
+// countMem adds delta DRAM replicas of bytes bytes in all to the global
 // counters and to node n's. Caller holds the object's shard lock.
 func (s *Service) countMem(n *node, delta, bytes int64) {
 	s.cnt.memReplicas.Add(delta)
@@ -156,7 +156,7 @@ func (s *Service) countMem(n *node, delta, bytes int64) {
 	n.memBytes.Add(bytes)
 }
 
-// countDisk is countMem for LocalDisk replicas; it also updates n's id's
+// countDisk is countMem for SSD replicas; it also updates n's id's
 // reconcile digest with the key's hash h (masterapi.KeyHash).
 func (s *Service) countDisk(n *node, h uint64, delta, bytes int64) {
 	s.cnt.diskReplicas.Add(delta)
@@ -166,7 +166,7 @@ func (s *Service) countDisk(n *node, h uint64, delta, bytes int64) {
 	n.dig.add(h, delta)
 }
 
-// dropAllDisk forgets every LocalDisk replica of key's object o. Caller
+// dropAllDisk forgets every SSD replica of key's object o. Caller
 // holds the shard lock.
 func (s *Service) dropAllDisk(key string, o *object) {
 	if len(o.disk) == 0 {
@@ -187,7 +187,7 @@ func (s *Service) deleteObj(sh *shard, key string, o *object) {
 	if s.park(key, o) {
 		s.forgetMem(o, keepAll) // a put in progress: its ranges are parked
 	} else {
-		s.dropMemAndTask(key, o, codes.ObjectNotFound)
+		s.dropMemAndTask(key, o, errcode.ObjectNotFound)
 	}
 	s.dropAllDisk(key, o)
 	delete(sh.objs, key)

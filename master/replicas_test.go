@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -94,7 +94,7 @@ func TestReplicasPlacedOnDistinctNodesPreferredFirst(t *testing.T) {
 			t.Fatalf("put %d (preferred %s): replicas on %v, want 3 distinct nodes, %s first", i, pref, nodesOf(reps), pref)
 		}
 		for _, r := range reps {
-			if r.Kind != masterapi.Memory || r.Status != masterapi.Processing || r.PutToken != reps[0].PutToken || r.Length != 4096 {
+			if r.Kind != masterapi.DRAM || r.Status != masterapi.Processing || r.PutToken != reps[0].PutToken || r.Length != 4096 {
 				t.Fatalf("put %d: replica %+v (first %+v)", i, r, reps[0])
 			}
 		}
@@ -104,12 +104,12 @@ func TestReplicasPlacedOnDistinctNodesPreferredFirst(t *testing.T) {
 		}
 	}
 	st, _ := s.Stats(bg)
-	if st.MemoryReplicas != 60 || st.Objects != 20 || st.MemoryBytes != 60*4096 {
+	if st.DRAMReplicas != 60 || st.Objects != 20 || st.DRAMBytes != 60*4096 {
 		t.Fatalf("stats %+v, want 60 DRAM replicas of 20 objects", st)
 	}
 	lo, hi := int64(60), int64(0)
 	for _, n := range st.PerNode { // the roomiest segment takes the others: spread
-		lo, hi = min(lo, n.MemoryReplicas), max(hi, n.MemoryReplicas)
+		lo, hi = min(lo, n.DRAMReplicas), max(hi, n.DRAMReplicas)
 	}
 	if hi-lo > 2 {
 		t.Fatalf("replicas per node from %d to %d, want them spread: %+v", lo, hi, st.PerNode)
@@ -125,7 +125,7 @@ func TestReplicasPublishedOnlyWhenAllEnd(t *testing.T) {
 		t.Fatalf("%+v %v", r, err)
 	}
 	_, err = s.GetReplicaList(bg, "k")
-	mustIs(t, err, codes.ErrReplicaNotReady)
+	mustIs(t, err, errcode.ErrReplicaNotReady)
 	if ok, err := s.ExistKey(bg, "k"); ok || err != nil {
 		t.Fatalf("exists during the put: %v %v", ok, err)
 	}
@@ -151,7 +151,7 @@ func TestReplicasMoreThanLiveNodes(t *testing.T) {
 	mount(t, s, "a", 1<<20)
 	mount(t, s, "b", 1<<20)
 	_, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "k", Size: 100, Replicas: 3})
-	mustIs(t, err, codes.ErrNoAvailableHandle)
+	mustIs(t, err, errcode.ErrNoAvailableHandle)
 	if st, _ := s.Stats(bg); st.Objects != 0 || st.SegmentUsed != 0 {
 		t.Fatalf("a refused put left %+v", st)
 	}
@@ -161,7 +161,7 @@ func TestReplicasMoreThanLiveNodes(t *testing.T) {
 	}
 	for _, n := range []int{-1, masterapi.MaxReplicas + 1} {
 		_, err = s.PutStart(bg, masterapi.PutStartRequest{Key: "x", Size: 100, Replicas: n})
-		mustIs(t, err, codes.ErrInvalidParams)
+		mustIs(t, err, errcode.ErrInvalidParams)
 	}
 	if err := s.PutRevoke(bg, "k", r.PutToken); err != nil {
 		t.Fatal(err)
@@ -181,7 +181,7 @@ func TestReplicasNoRoomOnOneNode(t *testing.T) {
 	putWith(t, s, masterapi.PutStartRequest{Key: "fill", Size: 60 << 10, PreferredNode: "c", HardPin: true})
 	usedC := segUsed(t, s, "c")
 	_, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "k", Size: 32 << 10, Replicas: 3})
-	mustIs(t, err, codes.ErrNoAvailableHandle)
+	mustIs(t, err, errcode.ErrNoAvailableHandle)
 	if segUsed(t, s, "a") != 0 || segUsed(t, s, "b") != 0 || segUsed(t, s, "c") != usedC {
 		t.Fatal("a failed strict put kept ranges")
 	}
@@ -213,16 +213,16 @@ func TestReplicasNodeDiesDuringPut(t *testing.T) {
 	expire(t, s, clk, "b", "a")
 	s.Tick() // the sweep runs again: the dead replica stays with the put
 	err = s.PutEnd(bg, "k", r.PutToken)
-	mustIs(t, err, codes.ErrReplicaGone)
+	mustIs(t, err, errcode.ErrReplicaGone)
 	_, err = s.GetReplicaList(bg, "k")
-	mustIs(t, err, codes.ErrReplicaNotReady)
+	mustIs(t, err, errcode.ErrReplicaNotReady)
 	if err := s.PutRevoke(bg, "k", r.PutToken); err != nil {
 		t.Fatal(err)
 	}
 	if segUsed(t, s, "a") != 0 {
 		t.Fatal("revoke left a's range allocated")
 	}
-	if _, err := s.GetReplicaList(bg, "k"); !codesIs(err, codes.ErrObjectNotFound) {
+	if _, err := s.GetReplicaList(bg, "k"); !codesIs(err, errcode.ErrObjectNotFound) {
 		t.Fatalf("after revoke: %v", err)
 	}
 }
@@ -256,7 +256,7 @@ func TestReplicasNodeLossLeavesOthersReadable(t *testing.T) {
 	}
 	s.Tick()
 	st, _ := s.Stats(bg)
-	if st.MemoryReplicas != 1 || st.Objects != 1 {
+	if st.DRAMReplicas != 1 || st.Objects != 1 {
 		t.Fatalf("after the sweep: %+v", st)
 	}
 	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "MEMORY@"+reps[1].Node+" " {
@@ -282,7 +282,7 @@ func TestReplicasOffloadFromOneThenFromASurvivor(t *testing.T) {
 	if err != nil || len(ts) != 1 || ts[0].Key != "k" {
 		t.Fatalf("after a died: tasks %v %v", taskKeys(ts), err)
 	}
-	if errs, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "b", Persisted: []masterapi.DiskObject{{Key: "k", Size: 100, CRC: crcOf("k")}}}); err != nil || errs[0] != nil {
+	if errs, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "b", Persisted: []masterapi.SSDObject{{Key: "k", Size: 100, CRC: crcOf("k")}}}); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}
 	info, err := s.GetReplicaList(bg, "k")
@@ -299,7 +299,7 @@ func TestReplicasEvictionDropsEveryDRAMReplica(t *testing.T) {
 	mount(t, s, "b", 1<<20)
 	putReplicas(t, s, "k", 100, "a", 2)
 	heartbeat(s, "a", 0)
-	if errs, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.DiskObject{{Key: "k", Size: 100, CRC: crcOf("k")}}}); err != nil || errs[0] != nil {
+	if errs, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.SSDObject{{Key: "k", Size: 100, CRC: crcOf("k")}}}); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}
 	res, err := s.EvictMemory(bg, []string{"k"}, false)
@@ -319,7 +319,7 @@ func TestReplicasEvictionDropsEveryDRAMReplica(t *testing.T) {
 	if n := s.EvictNow(); n != 1 {
 		t.Fatalf("eviction round dropped %d", n)
 	}
-	if st, _ := s.Stats(bg); st.MemoryReplicas != 0 || st.Objects != 1 {
+	if st, _ := s.Stats(bg); st.DRAMReplicas != 0 || st.Objects != 1 {
 		t.Fatalf("%+v", st)
 	}
 }
@@ -340,13 +340,13 @@ func TestReplicasBadReportDropsOneRemoveAll(t *testing.T) {
 	if err != nil || len(info.Replicas) != 2 || info.Replicas[0].Node != reps[0].Node || info.Replicas[1].Node != reps[2].Node {
 		t.Fatalf("after the report: %s %v", kinds(info), err)
 	}
-	if err := s.ReportBadReplica(bg, "k", crcOf("k"), bad); !codesIs(err, codes.ErrReplicaNotFound) {
+	if err := s.ReportBadReplica(bg, "k", crcOf("k"), bad); !codesIs(err, errcode.ErrReplicaNotFound) {
 		t.Fatalf("second report: %v", err)
 	}
 	if err := s.Remove(bg, "k", true); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := s.Stats(bg); st.SegmentUsed != 0 || st.MemoryReplicas != 0 || st.Objects != 0 {
+	if st, _ := s.Stats(bg); st.SegmentUsed != 0 || st.DRAMReplicas != 0 || st.Objects != 0 {
 		t.Fatalf("after remove: %+v", st)
 	}
 }
@@ -385,19 +385,19 @@ func TestReplicasReRegisteredFromEveryNode(t *testing.T) {
 		}
 	}
 	// A put of the previous master, after the removal log began.
-	obj := masterapi.MemoryObject{Key: "k", Offset: 0, Length: 100, CRC: 7, PutToken: s.RemovalLog().Origin + 1<<40}
+	obj := masterapi.DRAMObject{Key: "k", Offset: 0, Length: 100, CRC: 7, PutToken: s.RemovalLog().Origin + 1<<40}
 	for _, n := range []string{"a", "b", "a"} { // a's call sent twice
-		if errs, err := s.ReRegisterMemoryObjects(bg, n, "seg0", []masterapi.MemoryObject{obj}, true); err != nil || errs[0] != nil {
+		if errs, err := s.ReRegisterMemoryObjects(bg, n, "seg0", []masterapi.DRAMObject{obj}, true); err != nil || errs[0] != nil {
 			t.Fatalf("node %s: %v %v", n, err, errs)
 		}
 	}
 	other := obj
 	other.CRC = 8
-	errs, err := s.ReRegisterMemoryObjects(bg, "c", "seg0", []masterapi.MemoryObject{other}, true)
+	errs, err := s.ReRegisterMemoryObjects(bg, "c", "seg0", []masterapi.DRAMObject{other}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustIs(t, errs[0], codes.ErrChecksumConflict)
+	mustIs(t, errs[0], errcode.ErrChecksumConflict)
 	info, err := s.GetReplicaList(bg, "k")
 	if err != nil || kinds(info) != "MEMORY@a MEMORY@b " {
 		t.Fatalf("%s %v", kinds(info), err)
@@ -405,7 +405,7 @@ func TestReplicasReRegisteredFromEveryNode(t *testing.T) {
 	newer := obj
 	newer.PutToken++
 	newer.Offset = 4096
-	if errs, err := s.ReRegisterMemoryObjects(bg, "c", "seg0", []masterapi.MemoryObject{newer}, true); err != nil || errs[0] != nil {
+	if errs, err := s.ReRegisterMemoryObjects(bg, "c", "seg0", []masterapi.DRAMObject{newer}, true); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}
 	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "MEMORY@c " {
@@ -424,7 +424,7 @@ func TestReplicasBatchPutStart(t *testing.T) {
 	if res[0].Err != nil || len(res[0].Replicas()) != 2 || !distinct(res[0].Replicas()) {
 		t.Fatalf("x: %+v", res[0])
 	}
-	mustIs(t, res[1].Err, codes.ErrNoAvailableHandle)
+	mustIs(t, res[1].Err, errcode.ErrNoAvailableHandle)
 	if res[2].Err != nil || len(res[2].More) != 0 {
 		t.Fatalf("z: %+v", res[2])
 	}
@@ -447,7 +447,7 @@ func TestReplicasSSDCopyRestoredFromAnotherNode(t *testing.T) {
 	if ts, _ := heartbeat(s, "a", 0); len(ts) != 2 {
 		t.Fatalf("tasks of a: %v", taskKeys(ts))
 	}
-	persisted := []masterapi.DiskObject{{Key: "k", Size: 100, CRC: crcOf("k")}, {Key: "one", Size: 100, CRC: crcOf("one")}}
+	persisted := []masterapi.SSDObject{{Key: "k", Size: 100, CRC: crcOf("k")}, {Key: "one", Size: 100, CRC: crcOf("one")}}
 	if _, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: persisted}); err != nil {
 		t.Fatal(err)
 	}

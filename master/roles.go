@@ -4,7 +4,7 @@ import (
 	"github.com/tierstore/tierstore/internal/tlsconf"
 )
 
-const svc = "/tierstore.rpc.Master/"
+const svc = "/tierstore.master.v1.Master/"
 
 // Roles gives every method of the master service the roles that may call
 // it when the master runs with mutual TLS (docs/security.md): the node's

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	grpccodes "google.golang.org/grpc/codes"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/tierstore/tierstore/internal/rpcpb"
@@ -67,7 +67,7 @@ func TestRolesOverTLS(t *testing.T) {
 
 	denied := func(err error, want string) {
 		t.Helper()
-		if status.Code(err) != grpccodes.PermissionDenied {
+		if status.Code(err) != codes.PermissionDenied {
 			t.Fatalf("want PERMISSION_DENIED, got %v", err)
 		}
 		if got := status.Convert(err).Message(); !strings.Contains(got, want) {
@@ -135,7 +135,7 @@ func TestNodeNameBinding(t *testing.T) {
 	defer cancel()
 	denied := func(err error) {
 		t.Helper()
-		if status.Code(err) != grpccodes.PermissionDenied {
+		if status.Code(err) != codes.PermissionDenied {
 			t.Fatalf("want PERMISSION_DENIED, got %v", err)
 		}
 		if got := status.Convert(err).Message(); !strings.Contains(got, `as node "n2"`) || !strings.Contains(got, "bound to node n1") {

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 )
 
 // evictRounds bounds the evict-and-retry rounds of one allocation.
@@ -47,12 +47,12 @@ func (s *Service) allocateNow(size int64, preferred string, exclude []*node) (*s
 		}
 	}
 	if s.segmentCount() == 0 {
-		return nil, 0, codes.Errorf(codes.NoAvailableHandle, "master: put_start: no segment mounted")
+		return nil, 0, errcode.Errorf(errcode.NoAvailableHandle, "master: put_start: no segment mounted")
 	}
 	if len(exclude) > 0 {
-		return nil, 0, codes.Errorf(codes.NoAvailableHandle, "master: put_start: no segment of a node other than the %d holding the put's other replicas has %d free bytes", len(exclude), size)
+		return nil, 0, errcode.Errorf(errcode.NoAvailableHandle, "master: put_start: no segment of a node other than the %d holding the put's other replicas has %d free bytes", len(exclude), size)
 	}
-	return nil, 0, codes.Errorf(codes.NoAvailableHandle, "master: put_start: no segment has %d free bytes", size)
+	return nil, 0, errcode.Errorf(errcode.NoAvailableHandle, "master: put_start: no segment has %d free bytes", size)
 }
 
 // roomCanCome reports whether waiting can help a put of size bytes: some
@@ -101,10 +101,10 @@ func (s *Service) waitForRoom(ctx context.Context, size int64, preferred string,
 			ch = s.room.rearm()
 		case <-ctx.Done():
 			s.cnt.putWaitsFailed.Add(1)
-			return nil, 0, codes.Errorf(codes.NoAvailableHandle, "master: put_start: no room for %d bytes before the caller's context ended (%v)", size, ctx.Err())
+			return nil, 0, errcode.Errorf(errcode.NoAvailableHandle, "master: put_start: no room for %d bytes before the caller's context ended (%v)", size, ctx.Err())
 		case <-timer.C:
 			s.cnt.putWaitsFailed.Add(1)
-			return nil, 0, codes.Errorf(codes.NoAvailableHandle, "master: put_start: no room for %d bytes within put_start_max_wait (%v)", size, s.cfg.PutStartMaxWait)
+			return nil, 0, errcode.Errorf(errcode.NoAvailableHandle, "master: put_start: no room for %d bytes within put_start_max_wait (%v)", size, s.cfg.PutStartMaxWait)
 		case <-s.stop:
 			return nil, 0, ErrClosed
 		}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/admission"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -23,7 +23,7 @@ func offloadAll(t *testing.T, api masterapi.API, n string) int {
 	var req masterapi.NotifyRequest
 	req.Node = n
 	for _, task := range ts {
-		req.Persisted = append(req.Persisted, masterapi.DiskObject{Key: task.Key, Size: task.Size, CRC: task.CRC})
+		req.Persisted = append(req.Persisted, masterapi.SSDObject{Key: task.Key, Size: task.Size, CRC: task.CRC})
 	}
 	if len(ts) > 0 {
 		errs, err := api.NotifyOffloadSuccess(bg, req)
@@ -98,7 +98,7 @@ func TestReadTrafficDoesNotStarvePuts(t *testing.T) {
 					t.Fatalf("%s: first list %s", k, kinds(firstList[k]))
 				}
 				stale++
-				mustIs(t, api.ReportBadReplica(bg, k, crcOf(k), firstList[k].Replicas[0]), codes.ErrReplicaNotFound)
+				mustIs(t, api.ReportBadReplica(bg, k, crcOf(k), firstList[k].Replicas[0]), errcode.ErrReplicaNotFound)
 				if info, err := api.GetReplicaList(bg, k); err != nil || kinds(info) != "LOCAL_DISK@a " {
 					t.Fatalf("%s after the stale report: %s %v", k, kinds(info), err)
 				}
@@ -106,7 +106,7 @@ func TestReadTrafficDoesNotStarvePuts(t *testing.T) {
 			if stale < 64-16 {
 				t.Fatalf("%d objects left DRAM, want at least %d", stale, 64-16)
 			}
-			if st, _ := s.Stats(bg); st.Objects != 64 || st.DiskReplicas != 64 || st.MemoryReplicas > 16 {
+			if st, _ := s.Stats(bg); st.Objects != 64 || st.SSDReplicas != 64 || st.DRAMReplicas > 16 {
 				t.Fatalf("stats %+v", st)
 			}
 		})
@@ -115,8 +115,8 @@ func TestReadTrafficDoesNotStarvePuts(t *testing.T) {
 
 // TestLeaseKeepsDRAMForItsReaders guards issue 9 item 2's limit (invariant
 // 4): DRAM of a leased object goes only when every reader of the lease was
-// given a LocalDisk replica. A lookup that listed only the DRAM replica
-// (before the offload) keeps it until that lease ends; so does a LocalDisk
+// given an SSD replica. A lookup that listed only the DRAM replica
+// (before the offload) keeps it until that lease ends; so does an SSD
 // replica dropped inside the lease.
 func TestLeaseKeepsDRAMForItsReaders(t *testing.T) {
 	s, clk := offloadService(t, func(c *Config) { c.EvictionRatio = 1 })
@@ -145,8 +145,8 @@ func TestLeaseKeepsDRAMForItsReaders(t *testing.T) {
 		t.Fatalf("%s %v", kinds(info), err)
 	}
 
-	// A LocalDisk replica dropped inside the lease: its readers now rely on
-	// DRAM, which stays for the lease, even when another LocalDisk replica
+	// An SSD replica dropped inside the lease: its readers now rely on
+	// DRAM, which stays for the lease, even when another SSD replica
 	// (which they were not given) appears.
 	put(t, s, "m", 64, "a")
 	offloadAll(t, s, "a")
@@ -157,7 +157,7 @@ func TestLeaseKeepsDRAMForItsReaders(t *testing.T) {
 		t.Fatal(res, err)
 	}
 	mount(t, s, "b", 1<<20)
-	s.ReRegisterDiskObjects(bg, "b", []masterapi.DiskObject{{Key: "m", Size: 64, CRC: crcOf("m")}})
+	s.ReRegisterDiskObjects(bg, "b", []masterapi.SSDObject{{Key: "m", Size: 64, CRC: crcOf("m")}})
 	if n := s.EvictNow(); n != 0 {
 		t.Fatal("DRAM dropped while readers hold a list whose SSD replica was dropped")
 	}
@@ -261,13 +261,13 @@ func TestPutStartWaitsForRoom(t *testing.T) {
 			short, cancelShort := context.WithCancel(bg)
 			done, _ = waitingPut(t, s, api, short, "never", obj)
 			cancelShort()
-			if err := <-done; !errors.Is(err, codes.ErrNoAvailableHandle) && !errors.Is(err, codes.ErrContextCanceled) {
+			if err := <-done; !errors.Is(err, errcode.ErrNoAvailableHandle) && !errors.Is(err, errcode.ErrContextCanceled) {
 				t.Fatalf("put whose context ended: %v", err)
 			}
 			// Larger than any segment: at once, no wait.
 			s.hooks.putWaiting = func() { t.Error("waited for a put no segment can hold") }
 			_, err = api.PutStart(bg, masterapi.PutStartRequest{Key: "huge", Size: 8 * obj})
-			mustIs(t, err, codes.ErrNoAvailableHandle)
+			mustIs(t, err, errcode.ErrNoAvailableHandle)
 			s.hooks.putWaiting = nil
 			if v := metricValue(t, s, "tierstore_master_put_start_waits_total", "", ""); v != 4 {
 				t.Fatalf("put_start_waits_total %v", v)
@@ -340,7 +340,7 @@ func TestWaitingPutsScanOncePerRing(t *testing.T) {
 	}
 	cancel()
 	for range waiters {
-		if err := <-done; !errors.Is(err, codes.ErrNoAvailableHandle) {
+		if err := <-done; !errors.Is(err, errcode.ErrNoAvailableHandle) {
 			t.Fatalf("waiting put after its context ended: %v", err)
 		}
 	}

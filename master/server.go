@@ -8,14 +8,14 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	pb "github.com/tierstore/tierstore/internal/rpcpb"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/mastergrpc"
 )
 
 // Server exposes an API (normally a *Service) as the gRPC service
-// tierstore.rpc.Master.
+// tierstore.master.v1.Master.
 type Server struct {
 	pb.UnimplementedMasterServer
 	api masterapi.API
@@ -24,10 +24,12 @@ type Server struct {
 
 // NewServer returns a gRPC server for api. Extra options are appended to the
 // defaults (message size limit mastergrpc.MaxMessageSize; a caller of another protocol
-// version than pb.MasterProtocol is refused, pb.VersionCheck).
+// version than pb.MasterProtocol is refused, pb.VersionCheck, and so is a
+// call to the service's name before protocol 6, pb.FormerService).
 func NewServer(api masterapi.API, opts ...grpc.ServerOption) *Server {
 	all := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(mastergrpc.MaxMessageSize), grpc.MaxSendMsgSize(mastergrpc.MaxMessageSize),
-		grpc.ChainUnaryInterceptor(pb.VersionCheck("master", pb.MasterProtocol))}, opts...)
+		grpc.ChainUnaryInterceptor(pb.VersionCheck("master", pb.MasterProtocol)),
+		pb.FormerService("master", pb.MasterProtocol, "tierstore.rpc.Master")}, opts...)
 	s := &Server{api: api, gs: grpc.NewServer(all...)}
 	pb.RegisterMasterServer(s.gs, s)
 	return s
@@ -46,14 +48,14 @@ func (s *Server) Stop() { s.gs.Stop() }
 // same port).
 func (s *Server) GRPC() *grpc.Server { return s.gs }
 
-func toStatus(err error) error { return codes.ToStatus(err) }
+func toStatus(err error) error { return errcode.ToStatus(err) }
 
 func keyResults(errs []error) *pb.KeyResults {
 	out := &pb.KeyResults{Results: make([]*pb.KeyResult, len(errs))}
 	for i, e := range errs {
 		r := &pb.KeyResult{}
 		if e != nil {
-			r.Code, r.Message = int32(codes.Of(e)), e.Error()
+			r.Code, r.Message = int32(errcode.Of(e)), e.Error()
 		}
 		out.Results[i] = r
 	}
@@ -140,7 +142,7 @@ func (s *Server) PutRevoke(ctx context.Context, r *pb.KeyRequest) (*pb.Empty, er
 // puts reads the keys and put tokens of a batch put call: one token per key.
 func puts(r *pb.KeysRequest) ([]masterapi.PutRef, error) {
 	if len(r.GetPutTokens()) != len(r.GetKeys()) {
-		return nil, codes.Errorf(codes.InvalidParams, "master: %d put tokens for %d keys; send one per key", len(r.GetPutTokens()), len(r.GetKeys()))
+		return nil, errcode.Errorf(errcode.InvalidParams, "master: %d put tokens for %d keys; send one per key", len(r.GetPutTokens()), len(r.GetKeys()))
 	}
 	out := make([]masterapi.PutRef, len(r.GetKeys()))
 	for i, k := range r.GetKeys() {
@@ -162,7 +164,7 @@ func (s *Server) BatchPutStart(ctx context.Context, r *pb.BatchPutStartRequest) 
 	for i, x := range res {
 		p := &pb.PutStartResult{}
 		if x.Err != nil {
-			p.Code, p.Message = int32(codes.Of(x.Err)), x.Err.Error()
+			p.Code, p.Message = int32(errcode.Of(x.Err)), x.Err.Error()
 		} else {
 			p.Replica, p.More = putReplyPB(x.PutStartReply)
 		}
@@ -214,7 +216,7 @@ func (s *Server) BatchExistKey(ctx context.Context, r *pb.BatchLookupRequest) (*
 		p := &results[i]
 		p.Exists = x.Exists
 		if x.Err != nil {
-			p.Code, p.Message = int32(codes.Of(x.Err)), x.Err.Error()
+			p.Code, p.Message = int32(errcode.Of(x.Err)), x.Err.Error()
 		}
 		out.Results[i] = p
 	}
@@ -248,7 +250,7 @@ func (s *Server) BatchGetReplicaList(ctx context.Context, r *pb.BatchLookupReque
 		p := &results[i]
 		out.Results[i] = p
 		if x.Err != nil {
-			p.Code, p.Message = int32(codes.Of(x.Err)), x.Err.Error()
+			p.Code, p.Message = int32(errcode.Of(x.Err)), x.Err.Error()
 			continue
 		}
 		in := &infos[i]
@@ -316,10 +318,10 @@ func (s *Server) PromoteEnd(ctx context.Context, r *pb.PromoteEndRequest) (*pb.K
 	return keyResults(errs), nil
 }
 
-func diskObjs(in []*pb.DiskObject) []masterapi.DiskObject {
-	out := make([]masterapi.DiskObject, len(in))
+func diskObjs(in []*pb.DiskObject) []masterapi.SSDObject {
+	out := make([]masterapi.SSDObject, len(in))
 	for i, d := range in {
-		out[i] = masterapi.DiskObject{Key: string(d.GetKey()), Size: d.GetSize(), CRC: d.GetCrc()}
+		out[i] = masterapi.SSDObject{Key: string(d.GetKey()), Size: d.GetSize(), CRC: d.GetCrc()}
 	}
 	return out
 }
@@ -347,7 +349,7 @@ func (s *Server) ReRegisterDiskObjects(ctx context.Context, r *pb.RegisterDiskOb
 	for i, e := range errs {
 		if e != nil {
 			out.Refused = append(out.Refused, uint32(i))
-			out.Results = append(out.Results, &pb.KeyResult{Code: int32(codes.Of(e)), Message: e.Error()})
+			out.Results = append(out.Results, &pb.KeyResult{Code: int32(errcode.Of(e)), Message: e.Error()})
 		}
 	}
 	return out, nil
@@ -366,7 +368,7 @@ func (s *Server) EvictDiskReplica(ctx context.Context, r *pb.EvictDiskReplicaReq
 }
 
 func (s *Server) ReconcileBegin(ctx context.Context, r *pb.ReconcileBeginRequest) (*pb.ReconcileBeginResponse, error) {
-	ses, err := s.api.ReconcileBegin(ctx, r.GetNode(), masterapi.RangeDigest{Counts: r.GetCounts(), Sums: r.GetSums()})
+	ses, err := s.api.ReconcileBegin(ctx, r.GetNode(), masterapi.SlotDigest{Counts: r.GetCounts(), Sums: r.GetSums()})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -414,11 +416,11 @@ func (s *Server) Stats(ctx context.Context, _ *pb.StatsRequest) (*pb.StatsRespon
 	for i, n := range x.PerNode {
 		rows[i] = &pb.NodeStats{Node: n.Node, Endpoint: n.Endpoint, Incarnation: n.Incarnation, Alive: n.Alive,
 			Segments: n.Segments, SegmentSize: n.SegmentSize, SegmentUsed: n.SegmentUsed,
-			MemoryReplicas: n.MemoryReplicas, MemoryBytes: n.MemoryBytes, DiskReplicas: n.DiskReplicas, DiskBytes: n.DiskBytes,
+			MemoryReplicas: n.DRAMReplicas, MemoryBytes: n.DRAMBytes, DiskReplicas: n.SSDReplicas, DiskBytes: n.SSDBytes,
 			OffloadQueued: n.OffloadQueued, OffloadInFlight: n.OffloadInFlight}
 	}
-	return &pb.StatsResponse{PerNode: rows, Objects: x.Objects, MemoryReplicas: x.MemoryReplicas, DiskReplicas: x.DiskReplicas,
-		MemoryBytes: x.MemoryBytes, DiskBytes: x.DiskBytes, Segments: x.Segments, SegmentCapacity: x.SegmentCapacity,
+	return &pb.StatsResponse{PerNode: rows, Objects: x.Objects, MemoryReplicas: x.DRAMReplicas, DiskReplicas: x.SSDReplicas,
+		MemoryBytes: x.DRAMBytes, DiskBytes: x.SSDBytes, Segments: x.Segments, SegmentCapacity: x.SegmentCapacity,
 		SegmentUsed: x.SegmentUsed, Nodes: x.Nodes, OffloadQueued: x.OffloadQueued, OffloadInFlight: x.OffloadInFlight,
 		Evictions: x.Evictions, OffloadQueuedTotal: x.OffloadQueuedTot, OffloadPersistedTotal: x.OffloadPersisted,
 		OffloadFailedTotal: x.OffloadFailed, ExpiredNodesTotal: x.ExpiredNodes,
@@ -428,7 +430,7 @@ func (s *Server) Stats(ctx context.Context, _ *pb.StatsRequest) (*pb.StatsRespon
 func (s *Server) WaitOffload(ctx context.Context, r *pb.WaitOffloadRequest) (*pb.WaitOffloadResponse, error) {
 	w, ok := s.api.(masterapi.OffloadWaiter)
 	if !ok {
-		return nil, toStatus(codes.Errorf(codes.UnableOffload, "master: wait_offload: not implemented by %T", s.api))
+		return nil, toStatus(errcode.Errorf(errcode.UnableOffload, "master: wait_offload: not implemented by %T", s.api))
 	}
 	pressed, err := w.WaitOffload(ctx, r.GetNode(), time.Duration(r.GetTimeoutMs())*time.Millisecond)
 	if err != nil {
@@ -440,7 +442,7 @@ func (s *Server) WaitOffload(ctx context.Context, r *pb.WaitOffloadRequest) (*pb
 func (s *Server) Prefetch(ctx context.Context, r *pb.KeysRequest) (*pb.PrefetchResponse, error) {
 	p, ok := s.api.(masterapi.Prefetcher)
 	if !ok {
-		return nil, toStatus(codes.Errorf(codes.UnableOffload, "master: prefetch: not implemented by %T", s.api))
+		return nil, toStatus(errcode.Errorf(errcode.UnableOffload, "master: prefetch: not implemented by %T", s.api))
 	}
 	n, err := p.Prefetch(ctx, strs(r.GetKeys()))
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/admission"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -29,7 +29,7 @@ type Service struct {
 	mask   uint64
 
 	digestMu sync.Mutex             // protects digests
-	digests  map[string]*diskDigest // per node id: its LocalDisk replicas' digest (reconcile.go)
+	digests  map[string]*diskDigest // per node id: its SSD replicas' digest (reconcile.go)
 
 	nodesMu sync.RWMutex // protects nodes, retired and every node.segments map
 	nodes   map[string]*node
@@ -261,14 +261,14 @@ func (s *Service) lockKey(key string) (*shard, error) {
 }
 
 // shardIndex is the index in s.shards of key's shard: the low bits of the
-// key's stable hash, the same bits as its reconcile range (reconcile.go).
+// key's stable hash, the same bits as its reconcile slot (reconcile.go).
 func (s *Service) shardIndex(key string) int {
 	return int(masterapi.KeyHash(key) & s.mask)
 }
 
-// check returns ErrClosed after Close, the context's error, and
+// gate returns ErrClosed after Close, the context's error, and
 // ErrNotLeader once an elected leader's fence is down (ha.go).
-func (s *Service) check(ctx context.Context) error {
+func (s *Service) gate(ctx context.Context) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
@@ -280,10 +280,10 @@ func (s *Service) check(ctx context.Context) error {
 
 func validKey(key string) error {
 	if len(key) == 0 {
-		return codes.Errorf(codes.InvalidKey, "master: empty key")
+		return errcode.Errorf(errcode.InvalidKey, "master: empty key")
 	}
 	if len(key) > keyspec.MaxLen {
-		return codes.Errorf(codes.InvalidKey, "master: key of %d bytes exceeds %d", len(key), keyspec.MaxLen)
+		return errcode.Errorf(errcode.InvalidKey, "master: key of %d bytes exceeds %d", len(key), keyspec.MaxLen)
 	}
 	return nil
 }

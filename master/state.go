@@ -4,7 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 )
 
 // node is one incarnation of a store node. When a node expires its node value
@@ -36,7 +36,7 @@ type node struct {
 	// forget lists the DRAM records the node must forget (removals_service.go).
 	forget forgetBox
 
-	// dig is the LocalDisk replica digest of the node id, shared by all
+	// dig is the SSD replica digest of the node id, shared by all
 	// its incarnations (reconcile.go). Immutable.
 	dig *diskDigest
 
@@ -106,8 +106,8 @@ type object struct {
 
 	leaseUntil int64 // unix ns: read lease; removal paths wait for it
 	// dramLeaseUntil (unix ns) is the end of the latest lease whose reader
-	// may depend on the DRAM replica: its lookup listed no LocalDisk
-	// replica, or a LocalDisk replica was dropped while it was leased.
+	// may depend on the DRAM replica: its lookup listed no SSD
+	// replica, or an SSD replica was dropped while it was leased.
 	// Until then DRAM eviction keeps the DRAM replica (see leaseNeedsDRAM).
 	dramLeaseUntil int64
 	softPinUntil   int64 // unix ns, meaningful when softPin
@@ -162,7 +162,7 @@ func (o *object) leased(now int64) bool { return o.leaseUntil > now }
 // leaseNeedsDRAM reports whether o's lease forbids dropping its DRAM
 // replica (invariant 4): a lease promises that the object stays readable,
 // not that its DRAM replica stays, so DRAM may go inside a lease when a
-// LocalDisk replica on a live node stays readable and every reader of the
+// SSD replica on a live node stays readable and every reader of the
 // lease was given that replica (dramLeaseUntil has passed).
 func (o *object) leaseNeedsDRAM(now int64) bool {
 	return o.leased(now) && (o.dramLeaseUntil > now || !o.readableDisk())
@@ -193,7 +193,7 @@ func (o *object) readableDisk() bool {
 	return false
 }
 
-// onlyReadableOn reports whether node id's LocalDisk replica is o's only
+// onlyReadableOn reports whether node id's SSD replica is o's only
 // readable replica (no readable DRAM copy, no other live disk copy).
 func (o *object) onlyReadableOn(id string) bool {
 	if o.readableMem() {
@@ -278,8 +278,8 @@ type orphan struct {
 	key      string
 	seg      *segment
 	off, len int64
-	deadline int64      // unix ns, the task's deadline
-	code     codes.Code // the per-key answer to a persisted notify
+	deadline int64        // unix ns, the task's deadline
+	code     errcode.Code // the per-key answer to a persisted notify
 }
 
 // parkedPut is a range of a put in progress whose object a forced Remove

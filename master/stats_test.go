@@ -21,7 +21,7 @@ func TestStatsPerNode(t *testing.T) {
 	put(t, s, "x", 100, "a")
 	put(t, s, "y", 5000, "a")
 	put(t, s, "z", 300, "b")
-	if _, err := s.ReRegisterDiskObjects(bg, "b", []masterapi.DiskObject{{Key: "y", Size: 5000, CRC: crcOf("y")}, {Key: "w", Size: 70, CRC: 1}}); err != nil {
+	if _, err := s.ReRegisterDiskObjects(bg, "b", []masterapi.SSDObject{{Key: "y", Size: 5000, CRC: crcOf("y")}, {Key: "w", Size: 70, CRC: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	st, err := s.Stats(bg)
@@ -31,9 +31,9 @@ func TestStatsPerNode(t *testing.T) {
 	got := fmt.Sprintf("%+v", st.PerNode)
 	want := fmt.Sprintf("%+v", []masterapi.NodeStats{
 		{Node: "a", Endpoint: "a:1", Alive: true, Segments: 1, SegmentSize: 1 << 20, SegmentUsed: alignUp(100) + alignUp(5000),
-			MemoryReplicas: 2, MemoryBytes: 5100, OffloadQueued: 2},
+			DRAMReplicas: 2, DRAMBytes: 5100, OffloadQueued: 2},
 		{Node: "b", Endpoint: "b:1", Alive: true, Segments: 1, SegmentSize: 2 << 20, SegmentUsed: alignUp(300),
-			MemoryReplicas: 1, MemoryBytes: 300, DiskReplicas: 2, DiskBytes: 5070, OffloadQueued: 1},
+			DRAMReplicas: 1, DRAMBytes: 300, SSDReplicas: 2, SSDBytes: 5070, OffloadQueued: 1},
 	})
 	if got != want {
 		t.Fatalf("per-node stats\n got %s\nwant %s", got, want)
@@ -52,15 +52,15 @@ func TestStatsPerNode(t *testing.T) {
 	if len(st.PerNode) != 3 {
 		t.Fatalf("rows %+v", st.PerNode)
 	}
-	if old := st.PerNode[2]; old.Node != "a" || old.Alive || old.MemoryReplicas != 1 || old.MemoryBytes != 100 || old.Segments != 0 {
+	if old := st.PerNode[2]; old.Node != "a" || old.Alive || old.DRAMReplicas != 1 || old.DRAMBytes != 100 || old.Segments != 0 {
 		t.Fatalf("retired row %+v", old)
 	}
-	if cur := st.PerNode[0]; cur.Node != "a" || !cur.Alive || cur.Incarnation != "two" || cur.MemoryReplicas != 0 || cur.SegmentUsed != 0 {
+	if cur := st.PerNode[0]; cur.Node != "a" || !cur.Alive || cur.Incarnation != "two" || cur.DRAMReplicas != 0 || cur.SegmentUsed != 0 {
 		t.Fatalf("new incarnation row %+v", cur)
 	}
 	// The totals count live replicas only: z's DRAM replica on b, y's and
 	// w's SSD replicas on b; not x's, unreadable on the retired a.
-	if st.MemoryReplicas != 1 || st.MemoryBytes != 300 || st.DiskReplicas != 2 || st.DiskBytes != 5070 || st.Objects != 4 {
+	if st.DRAMReplicas != 1 || st.DRAMBytes != 300 || st.SSDReplicas != 2 || st.SSDBytes != 5070 || st.Objects != 4 {
 		t.Fatalf("totals with a retired incarnation: %+v", st)
 	}
 	clk.Advance(time.Hour)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -83,12 +83,12 @@ func (s *Service) wakeNodes() {
 // (capped at masterapi.MaxOffloadWait) passed. ErrNeedRemount for an
 // unknown node. It is not a ping: a node that only waits expires.
 func (s *Service) WaitOffload(ctx context.Context, nodeID string, timeout time.Duration) (bool, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.gate(ctx); err != nil {
 		return false, err
 	}
 	n := s.lookupNode(nodeID)
 	if n == nil {
-		return false, s.observe(codes.Errorf(codes.NeedRemount, "master: wait_offload: unknown node %q", nodeID))
+		return false, s.observe(errcode.Errorf(errcode.NeedRemount, "master: wait_offload: unknown node %q", nodeID))
 	}
 	timeout = min(max(timeout, 0), masterapi.MaxOffloadWait)
 	timer := time.NewTimer(timeout)
@@ -101,7 +101,7 @@ func (s *Service) WaitOffload(ctx context.Context, nodeID string, timeout time.D
 			return true, nil
 		}
 		if n.dead.Load() {
-			return false, s.observe(codes.Errorf(codes.NeedRemount, "master: wait_offload: node %q expired", nodeID))
+			return false, s.observe(errcode.Errorf(errcode.NeedRemount, "master: wait_offload: node %q expired", nodeID))
 		}
 		select {
 		case <-ch:

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 )
 
 // A put that waits for DRAM room makes the node's offload pressing as soon
@@ -90,5 +90,5 @@ func TestWaitOffloadWakesOnQueuedBytes(t *testing.T) {
 func TestWaitOffloadUnknownNode(t *testing.T) {
 	s, _ := offloadService(t, nil)
 	_, err := s.WaitOffload(bg, "nobody", time.Hour)
-	mustIs(t, err, codes.ErrNeedRemount)
+	mustIs(t, err, errcode.ErrNeedRemount)
 }

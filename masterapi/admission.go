@@ -9,19 +9,52 @@ package masterapi
 // MaxPromotions caps the promotion tasks of one heartbeat.
 const MaxPromotions = 256
 
-// SSDVictim is one SSD bucket the node would evict next
-// (admission.VictimValue).
-type SSDVictim struct {
-	Bytes int64   // file bytes its eviction frees
-	Span  int64   // object bytes it holds, live and dead
-	Value float64 // sum over its live objects of estimated frequency x size
+// SSDReport is what a store node tells the master about its SSD tier, so
+// that admission (package admission, TinyLFU.ReportSSD) can compare a
+// candidate with what it would displace. The node computes it from its
+// tier (fill level, and the next eviction victims valued with
+// eviction.Value and the master's sketch); the heartbeat carries it
+// (rpcpb SSDReport); the master keeps the latest per node. This is the one
+// shape of the report: node, wire converters and admission all use it.
+type SSDReport struct {
+	// High is the fill level in bytes (bucket files plus writes in
+	// progress) that a write may reach without evicting: capacity times
+	// the tier's high watermark. 0 means the tier is unlimited.
+	High int64
+	// Low is the level an eviction round brings the tier down to.
+	Low int64
+	// Used is the bytes of bucket files plus writes in progress.
+	Used int64
+	// Victims are the buckets the tier would evict next, first to go
+	// first; a node reports at least enough of them to cover High-Low
+	// bytes.
+	Victims []SSDVictim
 }
 
-// SSDReport is a node's SSD fill level and next eviction victims
-// (admission.SSDReport).
-type SSDReport struct {
-	High, Low, Used int64
-	Victims         []SSDVictim // first to go first
+// SSDVictim is one SSD bucket as admission sees it (eviction.Value
+// computes it).
+type SSDVictim struct {
+	// FileBytes is the bucket file's size: what evicting it frees.
+	FileBytes int64
+	// Span is the bytes of object space it holds, live and dead (file
+	// size without the bucket format's overhead).
+	Span int64
+	// Value is the sum, over the objects the bucket still holds, of
+	// estimated frequency times size in bytes.
+	Value float64
+}
+
+// Density is the bucket's value per byte of object space, dead space
+// included: the size-weighted mean frequency of the live objects, scaled
+// down by the share of dead space, so comparable to a candidate's
+// estimated frequency (a candidate of frequency f earns f per byte it
+// occupies; the bucket format's own overhead is left out on both sides).
+// Objects removed or re-offloaded elsewhere lower it.
+func (v SSDVictim) Density() float64 {
+	if v.Span <= 0 {
+		return 0
+	}
+	return v.Value / float64(v.Span)
 }
 
 // HeartbeatRequest is the offload heartbeat with admission state.

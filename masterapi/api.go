@@ -4,16 +4,16 @@
 // (what a store node needs, its side of SSD admission and promotion
 // included: the heartbeat with the SSD report and the admission sketch,
 // PromoteEnd; admission.go), their errors (ErrStalePut, and the sentinels of
-// internal/codes), the reconcile digest both sides compute (reconcile.go)
+// internal/errcode), the reconcile digest both sides compute (reconcile.go)
 // and the removal log's entries (removal.go). It holds no implementation
 // and no transport: *master.Service implements API in-process, and
 // package mastergrpc over gRPC (mastergrpc.Dial, host:port; etcd://...
 // for the elected leader when package ha is linked into the program).
-// Importing it links no gRPC client (only internal/codes with its gRPC
+// Importing it links no gRPC client (only internal/errcode with its gRPC
 // status mapping), no etcd, pebble or SSD tier
 // (docs/design.md, package map).
 //
-// Errors wrap the sentinels of internal/codes and are checked with
+// Errors wrap the sentinels of internal/errcode and are checked with
 // errors.Is, whichever implementation answered.
 package masterapi
 
@@ -32,17 +32,17 @@ const MaxHeartbeatTasks = 16384
 type ReplicaKind uint8
 
 const (
-	// Memory: bytes in a node's DRAM segment at Segment/Offset/Length.
-	Memory ReplicaKind = 1
-	// LocalDisk: bytes on a node's SSD tier, served by Node at Endpoint.
-	LocalDisk ReplicaKind = 2
+	// DRAM: bytes in a node's DRAM segment at Segment/Offset/Length.
+	DRAM ReplicaKind = 1
+	// SSD: bytes on a node's SSD tier, served by Node at Endpoint.
+	SSD ReplicaKind = 2
 )
 
 func (k ReplicaKind) String() string {
 	switch k {
-	case Memory:
+	case DRAM:
 		return "MEMORY"
-	case LocalDisk:
+	case SSD:
 		return "LOCAL_DISK"
 	}
 	return "UNKNOWN"
@@ -78,12 +78,12 @@ type Replica struct {
 	Segment  string // Memory only: segment name on Node
 	Offset   int64  // Memory only: byte offset inside the segment
 	Length   int64  // Memory only: bytes at Offset (== object size)
-	// PutToken identifies the put that allocated a Memory replica's range
-	// (0 for LocalDisk). PutStart answers it with the Processing replica:
+	// PutToken identifies the put that allocated a DRAM replica's range
+	// (0 for SSD). PutStart answers it with the Processing replica:
 	// the writer carries it to the node (WriteRange) and to the master
 	// (PutEnd, PutRevoke); a node refuses a write whose token does not own
 	// the range (docs/design.md invariant 8). Lookups answer the token of
-	// the put that wrote a Complete Memory replica, and ReportBadReplica
+	// the put that wrote a Complete DRAM replica, and ReportBadReplica
 	// uses it to tell that replica from a later one at the same place.
 	//
 	// Tokens grow strictly: every PutStart gets a larger token than any the
@@ -102,7 +102,7 @@ type PutRef struct {
 
 // ObjectInfo is what GetReplicaList answers: the object's size and CRC32C
 // (Castagnoli) and its readable replicas, best first (Memory before
-// LocalDisk).
+// SSD).
 type ObjectInfo struct {
 	Key           string
 	Size          int64
@@ -187,7 +187,7 @@ type PutStartRequest struct {
 // MaxReplicas bounds PutStartRequest.Replicas.
 const MaxReplicas = 16
 
-// PutStartReply answers PutStart: the Memory replicas (status Processing)
+// PutStartReply answers PutStart: the DRAM replicas (status Processing)
 // the caller must fill, all of one put (one PutToken), each on a different
 // node. The embedded Replica is the first, on the preferred node when it
 // had room; More holds the others (PutStartRequest.Replicas > 1). The put
@@ -202,7 +202,7 @@ func (p PutStartReply) Replicas() []Replica {
 	return append([]Replica{p.Replica}, p.More...)
 }
 
-// PutStartResult answers one item of BatchPutStart: the Memory replicas
+// PutStartResult answers one item of BatchPutStart: the DRAM replicas
 // (status Processing) the caller must fill, or Err.
 type PutStartResult struct {
 	PutStartReply
@@ -238,8 +238,8 @@ type OffloadTask struct {
 	Term uint64
 }
 
-// DiskObject is an object held on a node's SSD.
-type DiskObject struct {
+// SSDObject is an object held on a node's SSD.
+type SSDObject struct {
 	Key  string
 	Size int64
 	CRC  uint32
@@ -257,16 +257,16 @@ type OffloadFailure struct {
 // Failed keys are not on SSD.
 type NotifyRequest struct {
 	Node      string
-	Persisted []DiskObject
+	Persisted []SSDObject
 	Failed    []OffloadFailure
 }
 
 // EvictResult answers EvictDiskReplica.
 type EvictResult struct {
-	// Dropped counts the node's LocalDisk replicas the master dropped.
+	// Dropped counts the node's SSD replicas the master dropped.
 	Dropped int64
 	// Keep lists the keys of the call whose replica the master kept: the
-	// key's read lease is active and the node's LocalDisk replica is its
+	// key's read lease is active and the node's SSD replica is its
 	// only readable one (docs/design.md invariant 4). The node must keep
 	// each of them readable (re-insert it into another bucket before the
 	// victim bucket goes); it stays listed as the node's replica.
@@ -279,9 +279,9 @@ type EvictResult struct {
 // Dropped or one reason.
 type EvictMemoryResult struct {
 	Dropped int64
-	// NoDiskCopy: the object has no readable LocalDisk replica (yet): its
+	// NoSSDCopy: the object has no readable SSD replica (yet): its
 	// offload has not been answered, or offload is off.
-	NoDiskCopy int64
+	NoSSDCopy int64
 	// Leased: a reader of the object's lease was given only the DRAM
 	// replica (docs/design.md invariant 4); it may go when the lease ends.
 	Leased int64
@@ -292,14 +292,14 @@ type EvictMemoryResult struct {
 	HardPinned int64
 	// PutInProgress: the key's put has not ended.
 	PutInProgress int64
-	// NotFound, NotInMemory: a named key with no object, or with no DRAM
+	// NotFound, NotInDRAM: a named key with no object, or with no DRAM
 	// replica.
-	NotFound, NotInMemory int64
+	NotFound, NotInDRAM int64
 }
 
 // Skipped is the number of replicas (or named keys) left in place.
 func (r EvictMemoryResult) Skipped() int64 {
-	return r.NoDiskCopy + r.Leased + r.OffloadPending + r.HardPinned + r.PutInProgress + r.NotFound + r.NotInMemory
+	return r.NoSSDCopy + r.Leased + r.OffloadPending + r.HardPinned + r.PutInProgress + r.NotFound + r.NotInDRAM
 }
 
 // SkipReasons renders the non-zero skip counts, most frequent reason first
@@ -310,13 +310,13 @@ func (r EvictMemoryResult) SkipReasons() string {
 		what string
 	}
 	rs := []reason{
-		{r.NoDiskCopy, "without an SSD copy yet"},
+		{r.NoSSDCopy, "without an SSD copy yet"},
 		{r.OffloadPending, "pinned by an offload task"},
 		{r.Leased, "leased by a reader that has only the DRAM copy"},
 		{r.HardPinned, "hard-pinned"},
 		{r.PutInProgress, "put in progress"},
 		{r.NotFound, "not found"},
-		{r.NotInMemory, "not in memory"},
+		{r.NotInDRAM, "not in memory"},
 	}
 	sort.SliceStable(rs, func(i, j int) bool { return rs[i].n > rs[j].n })
 	var parts []string
@@ -335,17 +335,17 @@ func (r EvictMemoryResult) SkipReasons() string {
 // lease included.
 type Stats struct {
 	Objects          int64
-	MemoryReplicas   int64
-	DiskReplicas     int64
-	MemoryBytes      int64 // object bytes with a Memory replica
-	DiskBytes        int64 // object bytes with at least one LocalDisk replica, per replica
+	DRAMReplicas     int64
+	SSDReplicas      int64
+	DRAMBytes        int64 // object bytes with a DRAM replica
+	SSDBytes         int64 // object bytes with at least one SSD replica, per replica
 	Segments         int64
 	SegmentCapacity  int64
 	SegmentUsed      int64
 	Nodes            int64
 	OffloadQueued    int64 // tasks waiting to be fetched
 	OffloadInFlight  int64 // tasks fetched, not yet answered
-	Evictions        int64 // Memory replicas evicted since start
+	Evictions        int64 // DRAM replicas evicted since start
 	OffloadQueuedTot int64
 	OffloadPersisted int64
 	OffloadFailed    int64
@@ -372,10 +372,10 @@ type NodeStats struct {
 	Segments        int64 // mounted DRAM segments
 	SegmentSize     int64 // their bytes
 	SegmentUsed     int64 // bytes allocated in them
-	MemoryReplicas  int64 // objects with a Memory replica on this node
-	MemoryBytes     int64 // their bytes
-	DiskReplicas    int64 // objects with a LocalDisk replica on this node
-	DiskBytes       int64 // their bytes
+	DRAMReplicas    int64 // objects with a DRAM replica on this node
+	DRAMBytes       int64 // their bytes
+	SSDReplicas     int64 // objects with an SSD replica on this node
+	SSDBytes        int64 // their bytes
 	OffloadQueued   int64 // tasks waiting to be fetched by this node
 	OffloadInFlight int64 // tasks this node fetched, not yet answered
 }
@@ -384,13 +384,13 @@ type NodeStats struct {
 // lookups, removal, memory eviction, bad-replica reports and counters.
 // Implemented in-process by *master.Service and over gRPC by
 // *mastergrpc.Client.
-// Errors wrap the sentinels of package internal/codes (codes.ErrObjectNotFound,
+// Errors wrap the sentinels of package internal/errcode (codes.ErrObjectNotFound,
 // ...): test them with errors.Is, the same way for both implementations.
 // Batch calls return one result per input, in order; their own error is
 // reserved for failures of the whole call (bad request, transport). Keys are
 // opaque bytes carried in a string, 1..keyspec.MaxLen long.
 type ClientAPI interface {
-	// PutStart allocates the Memory replicas (status Processing) of a new
+	// PutStart allocates the DRAM replicas (status Processing) of a new
 	// object: req.Replicas of them (default one), on as many distinct
 	// nodes. ErrObjectExists if the key has a complete replica (or a put
 	// in progress); ErrNoAvailableHandle if no segment has room even after
@@ -451,10 +451,10 @@ type ClientAPI interface {
 	// remove_by_regex). A pattern that does not compile is
 	// ErrInvalidParams, naming it; nothing is removed then.
 	RemoveByRegex(ctx context.Context, pattern string, force bool) (int64, error)
-	// EvictMemory drops the Memory replicas of the given keys (or of every
-	// object when all) that also have a readable LocalDisk replica,
+	// EvictMemory drops the DRAM replicas of the given keys (or of every
+	// object when all) that also have a readable SSD replica,
 	// honouring pins, offload tasks and leases (a leased object's Memory
-	// replica stays while a reader of the lease was given no LocalDisk
+	// replica stays while a reader of the lease was given no SSD
 	// replica, docs/design.md invariant 4). Answers how many were dropped,
 	// and how many were left in place, by reason.
 	EvictMemory(ctx context.Context, keys []string, all bool) (EvictMemoryResult, error)
@@ -467,8 +467,8 @@ type ClientAPI interface {
 	// ErrReplicaGone) and is removed after. ErrObjectNotFound for an
 	// unknown key; ErrReplicaNotFound, and nothing dropped, when the object
 	// has no such replica: already dropped (DRAM eviction may drop a leased
-	// object's Memory replica that has an SSD copy), or the key was put
-	// again (another CRC, or for a Memory replica another PutToken). Such
+	// object's DRAM replica that has an SSD copy), or the key was put
+	// again (another CRC, or for a DRAM replica another PutToken). Such
 	// reports are expected and harmless.
 	ReportBadReplica(ctx context.Context, key string, crc uint32, r Replica) error
 	// Stats returns a snapshot of counters.
@@ -485,7 +485,7 @@ type NodeAPI interface {
 	// a different size is ErrSegmentExists. A mount counts as a ping. A new
 	// Incarnation or Endpoint retires the node's previous incarnation first.
 	MountSegment(ctx context.Context, req MountRequest) error
-	// UnmountSegment removes a segment: its Memory replicas become
+	// UnmountSegment removes a segment: its DRAM replicas become
 	// unreadable at once and are cleared by the lease-aware sweep.
 	UnmountSegment(ctx context.Context, node, segment string) error
 	// LeaveNode retires node now, as if its client_ttl had passed: its
@@ -513,11 +513,11 @@ type NodeAPI interface {
 	// copy went: its range is freed and nothing is published).
 	PromoteEnd(ctx context.Context, node string, results []PromoteResult) ([]error, error)
 	// NotifyOffloadSuccess answers tasks: each Persisted key gets (or
-	// refreshes) a LocalDisk replica on node and its source is unpinned;
+	// refreshes) an SSD replica on node and its source is unpinned;
 	// each Failed key's task is dropped and its source unpinned, and a
 	// Retryable failure queues the task again (at most 3 attempts in all,
 	// timeouts included); whatever the task's state, a Failed key also
-	// loses node's LocalDisk replica if it has one (the node says the key
+	// loses node's SSD replica if it has one (the node says the key
 	// is not on its SSD). It is idempotent. The result has one error per
 	// Persisted item: nil (recorded), ErrChecksumConflict (size/CRC differ
 	// from the object's metadata) or ErrObjectNotFound (the key is unknown,
@@ -534,7 +534,7 @@ type NodeAPI interface {
 	// holds a bad key is refused whole (ErrBadColumns), nothing recorded.
 	ReRegisterDiskColumns(ctx context.Context, node string, objs DiskColumns) ([]error, error)
 	// EvictDiskReplica is called before node deletes an SSD bucket holding
-	// keys. Key by key, the master drops node's LocalDisk replica, except
+	// keys. Key by key, the master drops node's SSD replica, except
 	// for a key whose read lease is active and whose only readable replica
 	// is that one: it is kept and answered in EvictResult.Keep, and the
 	// node must keep it readable (re-insert it elsewhere on its SSD). An
@@ -544,31 +544,31 @@ type NodeAPI interface {
 	EvictDiskReplica(ctx context.Context, node string, keys []string) (EvictResult, error)
 	// ReconcileBegin starts a reconcile session of node (see reconcile.go):
 	// d digests the keys the node holds on SSD; the answer lists the ranges
-	// whose digests differ from the master's digest of node's LocalDisk
+	// whose digests differ from the master's digest of node's SSD
 	// replicas. It supersedes node's previous session. ErrNeedRemount for
 	// an unknown node; ErrInvalidParams for a malformed digest.
-	ReconcileBegin(ctx context.Context, node string, d RangeDigest) (ReconcileSession, error)
+	ReconcileBegin(ctx context.Context, node string, d SlotDigest) (ReconcileSession, error)
 	// ReconcileKeys sends keys node holds in the session's differing ranges
 	// (keys of other ranges are ignored). Each key's replica is marked
 	// seen; the answer lists the keys the node must delete
 	// (ReconcileKeysResult.Unwanted). ErrInvalidParams when session is not
 	// node's current session (superseded, ended, or the master restarted).
 	ReconcileKeys(ctx context.Context, node string, session uint64, keys []string) (ReconcileKeysResult, error)
-	// ReconcileEnd drops node's LocalDisk replicas in the session's
+	// ReconcileEnd drops node's SSD replicas in the session's
 	// differing ranges that no ReconcileKeys of the session named (with the
 	// usual lease rule for the metadata) and returns how many it dropped;
 	// the session ends. The same errors as ReconcileKeys. The node must not
 	// send a notify or re-registration between Begin and End, and must not
 	// end a session (nor act on Unwanted) if it remounted meanwhile.
 	ReconcileEnd(ctx context.Context, node string, session uint64) (int64, error)
-	// ReRegisterMemoryObjects recreates complete Memory replicas of objects
+	// ReRegisterMemoryObjects recreates complete DRAM replicas of objects
 	// node's DRAM segment holds (after a failover or master restart; see
-	// MemoryObject) and marks their ranges allocated. Per item: nil, or why
+	// DRAMObject) and marks their ranges allocated. Per item: nil, or why
 	// it was refused (the node forgets that record). done ends the
 	// segment's re-registration: a segment mounted with HoldAllocation
 	// takes new puts only after it. ErrNeedRemount for an unknown node,
 	// ErrSegmentNotFound for a segment it has not mounted.
-	ReRegisterMemoryObjects(ctx context.Context, node, segment string, objs []MemoryObject, done bool) ([]error, error)
+	ReRegisterMemoryObjects(ctx context.Context, node, segment string, objs []DRAMObject, done bool) ([]error, error)
 	// PullRemovals hands node the durable entries of the removal log above
 	// its cursors (and the DRAM records it must forget), and records its
 	// SSD cursor, against which its SSD re-registration is checked

@@ -3,7 +3,7 @@ package masterapi
 import (
 	"fmt"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/keyspec"
 )
 
@@ -13,7 +13,7 @@ import (
 // refused and nothing of it is recorded. Its code is INVALID_PARAMS;
 // errors.Is(err, ErrBadColumns) holds in process and over gRPC (the
 // message starts with the sentinel's).
-var ErrBadColumns = fmt.Errorf("masterapi: bad disk object columns: %w", codes.ErrInvalidParams)
+var ErrBadColumns = fmt.Errorf("masterapi: bad disk object columns: %w", errcode.ErrInvalidParams)
 
 // DiskColumns is a chunk of a node's SSD objects in columns, as
 // re-registration sends them (master protocol 4): object i has key
@@ -77,7 +77,7 @@ func (c *DiskColumns) Key(i, off int) (key []byte, next int) {
 }
 
 // ColumnsOf puts objs into columns.
-func ColumnsOf(objs []DiskObject) DiskColumns {
+func ColumnsOf(objs []SSDObject) DiskColumns {
 	var c DiskColumns
 	for _, d := range objs {
 		c.Keys = append(c.Keys, d.Key...)

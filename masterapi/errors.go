@@ -3,7 +3,7 @@ package masterapi
 import (
 	"fmt"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 )
 
 // ErrStalePut answers a PutEnd or PutRevoke (or one item of their batch
@@ -14,4 +14,4 @@ import (
 // REPLICA_NOT_FOUND (-710): the put's replica is not, or no longer, the
 // key's. errors.Is(err, ErrStalePut) holds for the in-process master and
 // over gRPC alike (mastergrpc.Client restores it from the code).
-var ErrStalePut = fmt.Errorf("masterapi: the put token is not the current put of the key: %w", codes.ErrReplicaNotFound)
+var ErrStalePut = fmt.Errorf("masterapi: the put token is not the current put of the key: %w", errcode.ErrReplicaNotFound)

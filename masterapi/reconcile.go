@@ -12,21 +12,21 @@ import (
 // reconcile when nothing changed. So a reconcile is a session of three
 // calls, each bounded by one batch:
 //
-//  1. ReconcileBegin: the node sends a RangeDigest of its SSD keys: the key
-//     space is cut into Ranges hash ranges (KeyHash), and each range has a
+//  1. ReconcileBegin: the node sends a SlotDigest of its SSD keys: the key
+//     space is cut into Slots hash slots (KeyHash), and each slot has a
 //     count and a sum of a per-key hash. The master keeps the same digest
-//     of the LocalDisk replicas it lists for the node, maintained as
-//     replicas come and go, and answers the ranges whose digests differ.
+//     of the SSD replicas it lists for the node, maintained as
+//     replicas come and go, and answers the slots whose digests differ.
 //     Equal digests mean equal key sets (but for a 64-bit hash collision),
-//     so when nothing changed the call costs O(Ranges) at both ends and
+//     so when nothing changed the call costs O(Slots) at both ends and
 //     nothing else.
 //  2. ReconcileKeys, repeated: the node sends, in batches, every key it
-//     holds in the differing ranges; the master marks the node's replica of
+//     holds in the differing slots; the master marks the node's replica of
 //     each as seen and answers the keys it does not want on that node
 //     (ReconcileKeysResult.Unwanted).
-//  3. ReconcileEnd: the master drops the node's LocalDisk replicas in the
-//     differing ranges that no batch of the session marked, and answers how
-//     many. Only the metadata shards holding those ranges are scanned.
+//  3. ReconcileEnd: the master drops the node's SSD replicas in the
+//     differing slots that no batch of the session marked, and answers how
+//     many. Only the metadata shards holding those slots are scanned.
 //
 // The master's memory is a batch (plus a fixed-size digest per node id);
 // the node's is a batch plus its digest. Replicas the master records for
@@ -35,17 +35,17 @@ import (
 // session, whose Keys and End are then refused (ErrInvalidParams), so a
 // stale session never drops anything.
 
-// MaxReconcileRanges is the finest digest resolution: a RangeDigest has a
-// power of two ranges, at most this many.
-const MaxReconcileRanges = 1 << 14
+// MaxReconcileSlots is the finest digest resolution: a SlotDigest has a
+// power of two slots, at most this many.
+const MaxReconcileSlots = 1 << 14
 
-// keysPerRange is the number of keys per range a node aims at when it
-// chooses its digest's resolution (RangesFor).
-const keysPerRange = 256
+// keysPerSlot is the number of keys per slot a node aims at when it
+// chooses its digest's resolution (SlotsFor).
+const keysPerSlot = 256
 
 // KeyHash is the stable 64-bit hash of a key that master and nodes share:
-// a key's reconcile range is its low bits, and the master's metadata shard
-// its low bits too (so a range lies in known shards). It is not keyed and
+// a key's reconcile slot is its low bits, and the master's metadata shard
+// its low bits too (so a slot lies in known shards). It is not keyed and
 // not for security; it only needs to spread keys evenly, and to be the same
 // in every process and build.
 func KeyHash(key string) uint64 { return keyHash(key) }
@@ -103,61 +103,61 @@ func mix64(h uint64) uint64 {
 	return h
 }
 
-// DigestTerm is what one key with hash h adds to its range's sum: a second
+// DigestAddend is what one key with hash h adds to its slot's sum: a second
 // mix of h, so that the sum does not depend on the bits that chose the
-// range.
-func DigestTerm(h uint64) uint64 { return mix64(h ^ h2) }
+// slot.
+func DigestAddend(h uint64) uint64 { return mix64(h ^ h2) }
 
-// RangeOf is the range of a key with hash h in a digest of ranges ranges
+// SlotOf is the slot of a key with hash h in a digest of slots slots
 // (a power of two).
-func RangeOf(h uint64, ranges int) int { return int(h & uint64(ranges-1)) }
+func SlotOf(h uint64, slots int) int { return int(h & uint64(slots-1)) }
 
-// RangesFor is the digest resolution a node holding keys SSD objects uses:
-// about keysPerRange keys per range, a power of two between 1 and
-// MaxReconcileRanges.
-func RangesFor(keys int64) int {
+// SlotsFor is the digest resolution a node holding keys SSD objects uses:
+// about keysPerSlot keys per slot, a power of two between 1 and
+// MaxReconcileSlots.
+func SlotsFor(keys int64) int {
 	r := 1
-	for r < MaxReconcileRanges && int64(r)*keysPerRange < keys {
+	for r < MaxReconcileSlots && int64(r)*keysPerSlot < keys {
 		r <<= 1
 	}
 	return r
 }
 
-// ValidRanges reports whether r is a digest resolution the master accepts:
-// a power of two between 1 and MaxReconcileRanges.
-func ValidRanges(r int) bool {
-	return r >= 1 && r <= MaxReconcileRanges && r&(r-1) == 0
+// ValidSlots reports whether r is a digest resolution the master accepts:
+// a power of two between 1 and MaxReconcileSlots.
+func ValidSlots(r int) bool {
+	return r >= 1 && r <= MaxReconcileSlots && r&(r-1) == 0
 }
 
-// RangeDigest summarises a set of keys: per hash range, how many keys and
-// the sum (modulo 2^64) of their DigestTerm. Adding and removing a key are
+// SlotDigest summarises a set of keys: per hash slot, how many keys and
+// the sum (modulo 2^64) of their DigestAddend. Adding and removing a key are
 // inverse operations, so the master keeps its digest up to date as
 // replicas come and go.
-type RangeDigest struct {
+type SlotDigest struct {
 	Counts []uint32
 	Sums   []uint64
 }
 
-// NewRangeDigest returns an empty digest of ranges ranges (ValidRanges).
-func NewRangeDigest(ranges int) RangeDigest {
-	return RangeDigest{Counts: make([]uint32, ranges), Sums: make([]uint64, ranges)}
+// NewSlotDigest returns an empty digest of slots slots (ValidSlots).
+func NewSlotDigest(slots int) SlotDigest {
+	return SlotDigest{Counts: make([]uint32, slots), Sums: make([]uint64, slots)}
 }
 
-// Ranges is the digest's resolution.
-func (d RangeDigest) Ranges() int { return len(d.Counts) }
+// Slots is the digest's resolution.
+func (d SlotDigest) Slots() int { return len(d.Counts) }
 
 // Add adds a key with hash h.
-func (d RangeDigest) Add(h uint64) {
-	r := RangeOf(h, len(d.Counts))
+func (d SlotDigest) Add(h uint64) {
+	r := SlotOf(h, len(d.Counts))
 	d.Counts[r]++
-	d.Sums[r] += DigestTerm(h)
+	d.Sums[r] += DigestAddend(h)
 }
 
 // Validate reports a malformed digest.
-func (d RangeDigest) Validate() error {
-	if !ValidRanges(len(d.Counts)) || len(d.Sums) != len(d.Counts) {
+func (d SlotDigest) Validate() error {
+	if !ValidSlots(len(d.Counts)) || len(d.Sums) != len(d.Counts) {
 		return fmt.Errorf("masterapi: reconcile digest of %d counts and %d sums: want a power of two up to %d, the same for both",
-			len(d.Counts), len(d.Sums), MaxReconcileRanges)
+			len(d.Counts), len(d.Sums), MaxReconcileSlots)
 	}
 	return nil
 }
@@ -166,7 +166,7 @@ func (d RangeDigest) Validate() error {
 type ReconcileSession struct {
 	// ID names the session in ReconcileKeys and ReconcileEnd.
 	ID uint64
-	// Differ lists, in increasing order, the ranges (of the node's digest
+	// Differ lists, in increasing order, the slots (of the node's digest
 	// resolution) whose digests differ: the node sends every key it holds
 	// in them. Empty: the node's SSD and the master agree; the session is
 	// over (no ReconcileEnd needed).

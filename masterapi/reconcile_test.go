@@ -7,7 +7,7 @@ import (
 )
 
 // TestKeyHashStable pins KeyHash: masters and nodes of different builds
-// must agree on it (reconcile ranges and digests travel between them).
+// must agree on it (reconcile slots and digests travel between them).
 func TestKeyHashStable(t *testing.T) {
 	for _, c := range []struct {
 		key  string
@@ -29,22 +29,22 @@ func TestKeyHashStable(t *testing.T) {
 }
 
 // TestKeyHashSpreads: sequential, structured keys spread evenly over the
-// ranges (the reconcile ranges and the master's shards are its low bits).
+// slots (the reconcile slots and the master's shards are its low bits).
 func TestKeyHashSpreads(t *testing.T) {
-	const n, ranges = 200000, 1024
-	var c [ranges]int
+	const n, slots = 200000, 1024
+	var c [slots]int
 	for i := range n {
-		c[RangeOf(KeyHash("layer"+strconv.Itoa(i%61)+"/blk"+strconv.Itoa(i)), ranges)]++
+		c[SlotOf(KeyHash("layer"+strconv.Itoa(i%61)+"/blk"+strconv.Itoa(i)), slots)]++
 	}
-	want := float64(n) / ranges
+	want := float64(n) / slots
 	chi := 0.0
 	for _, v := range c {
 		chi += (float64(v) - want) * (float64(v) - want) / want
 	}
 	// chi-square per degree of freedom is about 1 for a uniform spread;
 	// 1.3 is far in the tail (p < 1e-10 for 1023 degrees of freedom).
-	if chi/(ranges-1) > 1.3 {
-		t.Fatalf("keys spread unevenly: chi2/df %.2f", chi/(ranges-1))
+	if chi/(slots-1) > 1.3 {
+		t.Fatalf("keys spread unevenly: chi2/df %.2f", chi/(slots-1))
 	}
 }
 
@@ -52,9 +52,9 @@ func TestRangesFor(t *testing.T) {
 	for _, c := range []struct {
 		keys int64
 		want int
-	}{{0, 1}, {1, 1}, {256, 1}, {257, 2}, {10_000_000, MaxReconcileRanges}, {50_000_000, MaxReconcileRanges}} {
-		if got := RangesFor(c.keys); got != c.want || !ValidRanges(got) {
-			t.Errorf("RangesFor(%d) = %d, want %d", c.keys, got, c.want)
+	}{{0, 1}, {1, 1}, {256, 1}, {257, 2}, {10_000_000, MaxReconcileSlots}, {50_000_000, MaxReconcileSlots}} {
+		if got := SlotsFor(c.keys); got != c.want || !ValidSlots(got) {
+			t.Errorf("SlotsFor(%d) = %d, want %d", c.keys, got, c.want)
 		}
 	}
 }

@@ -95,9 +95,9 @@ type RemovalCursor struct {
 	Seq uint64
 }
 
-// MemoryRef names one DRAM record of a node: the range at Offset written
+// DRAMRef names one DRAM record of a node: the range at Offset written
 // by the put Token.
-type MemoryRef struct {
+type DRAMRef struct {
 	Offset int64
 	Token  uint64
 }
@@ -126,10 +126,10 @@ type PullReply struct {
 	// tier. A tier that never pulled (Log "") is never dropped: its
 	// re-registration is checked against every retained entry.
 	DropDRAM, DropSSD bool
-	// Forget lists DRAM records of dropped Memory replicas (evicted,
+	// Forget lists DRAM records of dropped DRAM replicas (evicted,
 	// reported bad, abandoned) that no entry covers, since the node's
 	// previous pull.
-	Forget []MemoryRef
+	Forget []DRAMRef
 	More   bool
 }
 

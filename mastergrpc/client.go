@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	pb "github.com/tierstore/tierstore/internal/rpcpb"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -22,8 +22,8 @@ import (
 const MaxMessageSize = 64 << 20
 
 // Client is a client of a master over gRPC. It implements masterapi.API;
-// errors carry the server's codes (errors.Is(err, codes.ErrObjectNotFound)
-// works), and transport failures wrap codes.ErrRPCFail. Safe for
+// errors carry the server's codes (errors.Is(err, errcode.ErrObjectNotFound)
+// works), and transport failures wrap errcode.ErrRPCFail. Safe for
 // concurrent use.
 type Client struct {
 	conn Conn
@@ -49,7 +49,7 @@ func DefaultDialOptions() []grpc.DialOption {
 // (RegisterScheme; package ha registers etcd://h1:2379,h2:2379[/prefix],
 // the elected leader of highly available masters, docs/ha.md). It does not
 // wait for the connection: the first call connects (and fails with
-// codes.ErrRPCFail if the master is unreachable). opts are appended to
+// errcode.ErrRPCFail if the master is unreachable). opts are appended to
 // DefaultDialOptions.
 func Dial(ctx context.Context, addr string, opts ...grpc.DialOption) (*Client, error) {
 	if err := ctx.Err(); err != nil {
@@ -60,7 +60,7 @@ func Dial(ctx context.Context, addr string, opts ...grpc.DialOption) (*Client, e
 		d := schemeDialer(scheme)
 		if d == nil {
 			return nil, fmt.Errorf("mastergrpc: dial %s: %w: no dialer for %s:// is linked into this program (for etcd://, import github.com/tierstore/tierstore/ha)",
-				addr, codes.ErrInvalidParams, scheme)
+				addr, errcode.ErrInvalidParams, scheme)
 		}
 		conn, err := d(addr, all)
 		if err != nil {
@@ -70,7 +70,7 @@ func Dial(ctx context.Context, addr string, opts ...grpc.DialOption) (*Client, e
 	}
 	cc, err := grpc.NewClient(addr, all...)
 	if err != nil {
-		return nil, fmt.Errorf("mastergrpc: dial %s: %w: %w", addr, codes.ErrRPCFail, err)
+		return nil, fmt.Errorf("mastergrpc: dial %s: %w: %w", addr, errcode.ErrRPCFail, err)
 	}
 	return NewClient(cc, addr), nil
 }
@@ -85,7 +85,7 @@ func NewClient(conn Conn, addr string) *Client {
 // its resolver).
 func (r *Client) Close() error { return r.conn.Close() }
 
-func fromStatus(err error) error { return codes.FromStatus(err) }
+func fromStatus(err error) error { return errcode.FromStatus(err) }
 
 func keyBytes(keys []string) [][]byte {
 	out := make([][]byte, len(keys))
@@ -95,7 +95,7 @@ func keyBytes(keys []string) [][]byte {
 	return out
 }
 
-func itemErr(code int32, msg string) error { return codes.WithMessage(codes.Code(code), msg) }
+func itemErr(code int32, msg string) error { return errcode.WithMessage(errcode.Code(code), msg) }
 
 // ReplicaFromPB converts a wire replica back (for the master's gRPC server).
 func ReplicaFromPB(p *pb.Replica) masterapi.Replica {
@@ -117,7 +117,7 @@ func infoFromPB(p *pb.ObjectInfo) masterapi.ObjectInfo {
 
 func keyErrs(r *pb.KeyResults, n int) ([]error, error) {
 	if len(r.GetResults()) != n {
-		return nil, fmt.Errorf("mastergrpc: %d results for %d items: %w", len(r.GetResults()), n, codes.ErrRPCFail)
+		return nil, fmt.Errorf("mastergrpc: %d results for %d items: %w", len(r.GetResults()), n, errcode.ErrRPCFail)
 	}
 	out := make([]error, n)
 	for i, x := range r.GetResults() {
@@ -216,7 +216,7 @@ func (r *Client) BatchPutStart(ctx context.Context, reqs []masterapi.PutStartReq
 		return nil, fromStatus(err)
 	}
 	if len(p.GetResults()) != len(reqs) {
-		return nil, fmt.Errorf("mastergrpc: %d results for %d items: %w", len(p.GetResults()), len(reqs), codes.ErrRPCFail)
+		return nil, fmt.Errorf("mastergrpc: %d results for %d items: %w", len(p.GetResults()), len(reqs), errcode.ErrRPCFail)
 	}
 	out := make([]masterapi.PutStartResult, len(reqs))
 	for i, x := range p.GetResults() {
@@ -272,7 +272,7 @@ func (r *Client) BatchExistKey(ctx context.Context, keys []string) ([]masterapi.
 		return nil, fromStatus(err)
 	}
 	if len(p.GetResults()) != len(keys) {
-		return nil, fmt.Errorf("mastergrpc: %d results for %d keys: %w", len(p.GetResults()), len(keys), codes.ErrRPCFail)
+		return nil, fmt.Errorf("mastergrpc: %d results for %d keys: %w", len(p.GetResults()), len(keys), errcode.ErrRPCFail)
 	}
 	out := make([]masterapi.ExistResult, len(keys))
 	for i, x := range p.GetResults() {
@@ -288,7 +288,7 @@ func (r *Client) BatchGetReplicaList(ctx context.Context, keys []string) ([]mast
 		return nil, fromStatus(err)
 	}
 	if len(p.GetResults()) != len(keys) {
-		return nil, fmt.Errorf("mastergrpc: %d results for %d keys: %w", len(p.GetResults()), len(keys), codes.ErrRPCFail)
+		return nil, fmt.Errorf("mastergrpc: %d results for %d keys: %w", len(p.GetResults()), len(keys), errcode.ErrRPCFail)
 	}
 	out := make([]masterapi.ReplicaListResult, len(keys))
 	nrep := 0
@@ -346,13 +346,13 @@ func (r *Client) EvictMemory(ctx context.Context, keys []string, all bool) (mast
 	if err != nil {
 		return masterapi.EvictMemoryResult{}, fromStatus(err)
 	}
-	return masterapi.EvictMemoryResult{Dropped: p.GetCount(), NoDiskCopy: p.GetSkippedNoDiskCopy(), Leased: p.GetSkippedLeased(),
+	return masterapi.EvictMemoryResult{Dropped: p.GetCount(), NoSSDCopy: p.GetSkippedNoDiskCopy(), Leased: p.GetSkippedLeased(),
 		OffloadPending: p.GetSkippedOffloadPending(), HardPinned: p.GetSkippedHardPinned(),
 		PutInProgress: p.GetSkippedPutInProgress(), NotFound: p.GetSkippedNotFound(),
-		NotInMemory: p.GetSkippedNotInMemory()}, nil
+		NotInDRAM: p.GetSkippedNotInMemory()}, nil
 }
 
-func diskPB(objs []masterapi.DiskObject) []*pb.DiskObject {
+func diskPB(objs []masterapi.SSDObject) []*pb.DiskObject {
 	out := make([]*pb.DiskObject, len(objs))
 	for i, d := range objs {
 		out[i] = &pb.DiskObject{Key: []byte(d.Key), Size: d.Size, Crc: d.CRC}
@@ -386,12 +386,12 @@ func (r *Client) ReRegisterDiskColumns(ctx context.Context, node string, objs ma
 	}
 	refused, results := p.GetRefused(), p.GetResults()
 	if len(refused) != len(results) {
-		return nil, fmt.Errorf("mastergrpc: re-register: %d refused indexes for %d results: %w", len(refused), len(results), codes.ErrRPCFail)
+		return nil, fmt.Errorf("mastergrpc: re-register: %d refused indexes for %d results: %w", len(refused), len(results), errcode.ErrRPCFail)
 	}
 	out := make([]error, objs.Len())
 	for i, at := range refused {
 		if int(at) >= len(out) {
-			return nil, fmt.Errorf("mastergrpc: re-register: refused index %d in a chunk of %d: %w", at, len(out), codes.ErrRPCFail)
+			return nil, fmt.Errorf("mastergrpc: re-register: refused index %d in a chunk of %d: %w", at, len(out), errcode.ErrRPCFail)
 		}
 		out[at] = itemErr(results[i].GetCode(), results[i].GetMessage())
 	}
@@ -401,7 +401,7 @@ func (r *Client) ReRegisterDiskColumns(ctx context.Context, node string, objs ma
 // columnsErr restores masterapi.ErrBadColumns on an error that crossed
 // the wire (INVALID_PARAMS with its message).
 func columnsErr(err error) error {
-	if err == nil || codes.Of(err) != codes.InvalidParams || !strings.Contains(err.Error(), "bad disk object columns") {
+	if err == nil || errcode.Of(err) != errcode.InvalidParams || !strings.Contains(err.Error(), "bad disk object columns") {
 		return err
 	}
 	return &wireErr{msg: err.Error(), errs: []error{masterapi.ErrBadColumns, err}}
@@ -424,7 +424,7 @@ func (r *Client) EvictDiskReplica(ctx context.Context, node string, keys []strin
 }
 
 // ReconcileBegin implements API.
-func (r *Client) ReconcileBegin(ctx context.Context, node string, d masterapi.RangeDigest) (masterapi.ReconcileSession, error) {
+func (r *Client) ReconcileBegin(ctx context.Context, node string, d masterapi.SlotDigest) (masterapi.ReconcileSession, error) {
 	p, err := r.c.ReconcileBegin(ctx, &pb.ReconcileBeginRequest{Node: node, Counts: d.Counts, Sums: d.Sums})
 	if err != nil {
 		return masterapi.ReconcileSession{}, fromStatus(err)
@@ -473,11 +473,11 @@ func (r *Client) Stats(ctx context.Context) (masterapi.Stats, error) {
 	for _, n := range p.GetPerNode() {
 		rows = append(rows, masterapi.NodeStats{Node: n.GetNode(), Endpoint: n.GetEndpoint(), Incarnation: n.GetIncarnation(), Alive: n.GetAlive(),
 			Segments: n.GetSegments(), SegmentSize: n.GetSegmentSize(), SegmentUsed: n.GetSegmentUsed(),
-			MemoryReplicas: n.GetMemoryReplicas(), MemoryBytes: n.GetMemoryBytes(), DiskReplicas: n.GetDiskReplicas(), DiskBytes: n.GetDiskBytes(),
+			DRAMReplicas: n.GetMemoryReplicas(), DRAMBytes: n.GetMemoryBytes(), SSDReplicas: n.GetDiskReplicas(), SSDBytes: n.GetDiskBytes(),
 			OffloadQueued: n.GetOffloadQueued(), OffloadInFlight: n.GetOffloadInFlight()})
 	}
-	return masterapi.Stats{PerNode: rows, Objects: p.GetObjects(), MemoryReplicas: p.GetMemoryReplicas(), DiskReplicas: p.GetDiskReplicas(),
-		MemoryBytes: p.GetMemoryBytes(), DiskBytes: p.GetDiskBytes(), Segments: p.GetSegments(),
+	return masterapi.Stats{PerNode: rows, Objects: p.GetObjects(), DRAMReplicas: p.GetMemoryReplicas(), SSDReplicas: p.GetDiskReplicas(),
+		DRAMBytes: p.GetMemoryBytes(), SSDBytes: p.GetDiskBytes(), Segments: p.GetSegments(),
 		SegmentCapacity: p.GetSegmentCapacity(), SegmentUsed: p.GetSegmentUsed(), Nodes: p.GetNodes(),
 		OffloadQueued: p.GetOffloadQueued(), OffloadInFlight: p.GetOffloadInFlight(), Evictions: p.GetEvictions(),
 		OffloadQueuedTot: p.GetOffloadQueuedTotal(), OffloadPersisted: p.GetOffloadPersistedTotal(),
@@ -512,9 +512,9 @@ func (r *Client) PullRemovals(ctx context.Context, req masterapi.PullRequest) (m
 		}
 	}
 	if n := len(p.GetForget()); n > 0 {
-		rep.Forget = make([]masterapi.MemoryRef, n)
+		rep.Forget = make([]masterapi.DRAMRef, n)
 		for i, f := range p.GetForget() {
-			rep.Forget[i] = masterapi.MemoryRef{Offset: f.GetOffset(), Token: f.GetPutToken()}
+			rep.Forget[i] = masterapi.DRAMRef{Offset: f.GetOffset(), Token: f.GetPutToken()}
 		}
 	}
 	return rep, nil
@@ -533,7 +533,7 @@ func (e *wireErr) Unwrap() []error { return e.errs }
 // putErr restores ErrStalePut on an error of PutEnd or PutRevoke that
 // crossed the wire: those calls answer REPLICA_NOT_FOUND for nothing else.
 func putErr(err error) error {
-	if err == nil || codes.Of(err) != codes.ReplicaNotFound || errors.Is(err, masterapi.ErrStalePut) {
+	if err == nil || errcode.Of(err) != errcode.ReplicaNotFound || errors.Is(err, masterapi.ErrStalePut) {
 		return err
 	}
 	return &wireErr{msg: err.Error(), errs: []error{masterapi.ErrStalePut, err}}

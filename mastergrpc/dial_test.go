@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/mastergrpc"
 )
 
@@ -32,7 +32,7 @@ func TestDialMetricsPortSaysSo(t *testing.T) {
 	}
 	defer r.Close()
 	_, err = r.Ping(ctx, "n1")
-	if !errors.Is(err, codes.ErrRPCFail) {
+	if !errors.Is(err, errcode.ErrRPCFail) {
 		t.Fatalf("Ping of an HTTP server: %v, want an RPC failure", err)
 	}
 	if !strings.Contains(err.Error(), "metrics port") || !strings.Contains(err.Error(), "tierstore-master listening on") {
@@ -45,7 +45,7 @@ func TestDialMetricsPortSaysSo(t *testing.T) {
 // not a gRPC resolver failure at the first call.
 func TestDialUnlinkedScheme(t *testing.T) {
 	_, err := mastergrpc.Dial(context.Background(), "etcd://127.0.0.1:2379")
-	if !errors.Is(err, codes.ErrInvalidParams) || !strings.Contains(err.Error(), "import github.com/tierstore/tierstore/ha") {
+	if !errors.Is(err, errcode.ErrInvalidParams) || !strings.Contains(err.Error(), "import github.com/tierstore/tierstore/ha") {
 		t.Fatalf("dial of etcd:// without package ha: %v", err)
 	}
 }

@@ -1,5 +1,5 @@
 // Package mastergrpc is the master's gRPC transport (service
-// tierstore.rpc.Master, internal/rpcpb): Client, which implements
+// tierstore.master.v1.Master, internal/rpcpb): Client, which implements
 // masterapi.API over it, and the conventions the master's server shares
 // with it (MaxMessageSize, TermTrailer, the replica conversion used both
 // ways). The server itself is package master's (master.NewServer).

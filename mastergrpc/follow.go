@@ -36,7 +36,7 @@ func TermOf(md metadata.MD) uint64 {
 }
 
 // memoryObjectsPB is the wire form of objs.
-func memoryObjectsPB(objs []masterapi.MemoryObject) []*pb.MemoryObject {
+func memoryObjectsPB(objs []masterapi.DRAMObject) []*pb.MemoryObject {
 	out := make([]*pb.MemoryObject, len(objs))
 	for i, m := range objs {
 		out[i] = &pb.MemoryObject{Key: []byte(m.Key), Offset: m.Offset, Length: m.Length, Crc: m.CRC,
@@ -46,7 +46,7 @@ func memoryObjectsPB(objs []masterapi.MemoryObject) []*pb.MemoryObject {
 }
 
 // ReRegisterMemoryObjects implements API.
-func (r *Client) ReRegisterMemoryObjects(ctx context.Context, node, segment string, objs []masterapi.MemoryObject, done bool) ([]error, error) {
+func (r *Client) ReRegisterMemoryObjects(ctx context.Context, node, segment string, objs []masterapi.DRAMObject, done bool) ([]error, error) {
 	p, err := r.c.ReRegisterMemoryObjects(ctx, &pb.RegisterMemoryObjectsRequest{Node: node, Segment: segment,
 		Objects: memoryObjectsPB(objs), Done: done})
 	if err != nil {

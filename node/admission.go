@@ -120,8 +120,7 @@ func (n *Node) ssdReport() *masterapi.SSDReport {
 	a.last, a.stale = st, false
 	r := &masterapi.SSDReport{High: ol.High, Low: ol.Low, Used: ol.Used, Victims: make([]masterapi.SSDVictim, 0, len(ol.Victims))}
 	for _, v := range ol.Victims {
-		w := eviction.Value(v.Size, v.Keys, v.Sizes, a.freq)
-		r.Victims = append(r.Victims, masterapi.SSDVictim{Bytes: w.FileBytes, Span: w.LiveBytes + w.DeadBytes, Value: w.Value})
+		r.Victims = append(r.Victims, eviction.Value(v.FileBytes, v.Keys, v.Sizes, a.freq))
 	}
 	n.metrics.ssdReports.Add(1)
 	return r

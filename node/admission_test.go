@@ -9,7 +9,7 @@ import (
 
 	"github.com/tierstore/tierstore/admission"
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/mastergrpc"
@@ -480,4 +480,4 @@ func TestPromotionRacingRemove(t *testing.T) {
 	}
 }
 
-func isNotFound(err error) bool { return errors.Is(err, codes.ErrObjectNotFound) }
+func isNotFound(err error) bool { return errors.Is(err, errcode.ErrObjectNotFound) }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -26,7 +26,7 @@ type lostReplies struct {
 func (f *lostReplies) NotifyOffloadSuccess(ctx context.Context, r masterapi.NotifyRequest) ([]error, error) {
 	errs, err := f.API.NotifyOffloadSuccess(ctx, r)
 	if len(r.Persisted) > 0 && f.lost.Add(1) <= f.lose {
-		return nil, codes.Errorf(codes.RPCFail, "injected: reply lost")
+		return nil, errcode.Errorf(errcode.RPCFail, "injected: reply lost")
 	}
 	return errs, err
 }
@@ -71,9 +71,9 @@ func offloadOneWithLostReplies(t *testing.T, lose int64) (masterapi.Stats, *Node
 // listed there, and is read from SSD once DRAM is dropped.
 func TestLostNotifyReplyIsRetried(t *testing.T) {
 	st, n, val, got, err := offloadOneWithLostReplies(t, 1)
-	if st.DiskReplicas != 1 || n.Stats().Tier.Objects != 1 {
+	if st.SSDReplicas != 1 || n.Stats().Tier.Objects != 1 {
 		t.Fatalf("after one lost reply: master lists %d SSD replicas, node holds %d objects, want 1 and 1",
-			st.DiskReplicas, n.Stats().Tier.Objects)
+			st.SSDReplicas, n.Stats().Tier.Objects)
 	}
 	if n.Stats().NotifyRetries != 1 {
 		t.Errorf("notify retries %d, want 1", n.Stats().NotifyRetries)
@@ -93,8 +93,8 @@ func TestLostNotifyRepliesKeepDurableBucket(t *testing.T) {
 	if objs := n.Stats().Tier.Objects; objs != 1 {
 		t.Fatalf("node holds %d SSD objects after notifies the master applied but never answered, want 1", objs)
 	}
-	if st.DiskReplicas != 1 {
-		t.Fatalf("master lists %d SSD replicas, want 1", st.DiskReplicas)
+	if st.SSDReplicas != 1 {
+		t.Fatalf("master lists %d SSD replicas, want 1", st.SSDReplicas)
 	}
 	if err != nil || string(got) != string(val) {
 		t.Fatalf("get: %v", err)

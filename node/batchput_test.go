@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -20,7 +20,7 @@ type failingStarts struct {
 	calls, failAt atomic.Int64
 }
 
-var errInjected = codes.Errorf(codes.RPCFail, "test: injected BatchPutStart failure")
+var errInjected = errcode.Errorf(errcode.RPCFail, "test: injected BatchPutStart failure")
 
 func (f *failingStarts) BatchPutStart(ctx context.Context, reqs []masterapi.PutStartRequest) ([]masterapi.PutStartResult, error) {
 	if f.calls.Add(1) == f.failAt.Load() {
@@ -56,15 +56,15 @@ func TestBatchPutWaves(t *testing.T) {
 		for i, err := range errs {
 			switch {
 			case i == 3:
-				if !errors.Is(err, codes.ErrInvalidKey) {
+				if !errors.Is(err, errcode.ErrInvalidKey) {
 					t.Errorf("item 3 (empty key): %v", err)
 				}
 			case i == 5:
-				if !errors.Is(err, codes.ErrInvalidParams) {
+				if !errors.Is(err, errcode.ErrInvalidParams) {
 					t.Errorf("item 5 (empty value): %v", err)
 				}
 			case i == 7:
-				if !errors.Is(err, codes.ErrObjectExists) {
+				if !errors.Is(err, errcode.ErrObjectExists) {
 					t.Errorf("item 7 (existing key): %v", err)
 				}
 			case failed(i):

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/masterapi"
@@ -27,7 +27,7 @@ func TestInProcessPutGetExistsRemove(t *testing.T) {
 	if err := c.Put(ctx, "k1", val); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Put(ctx, "k1", val); !errors.Is(err, codes.ErrObjectExists) {
+	if err := c.Put(ctx, "k1", val); !errors.Is(err, errcode.ErrObjectExists) {
 		t.Fatalf("second put: %v", err)
 	}
 	got, err := c.Get(ctx, "k1")
@@ -43,24 +43,24 @@ func TestInProcessPutGetExistsRemove(t *testing.T) {
 	if ok, err := c.Exists(ctx, "nope"); ok || err != nil {
 		t.Fatalf("exists of a missing key: %v %v", ok, err)
 	}
-	if _, err := c.Get(ctx, "nope"); !errors.Is(err, codes.ErrObjectNotFound) {
+	if _, err := c.Get(ctx, "nope"); !errors.Is(err, errcode.ErrObjectNotFound) {
 		t.Fatalf("get of a missing key: %v", err)
 	}
-	if err := c.Remove(ctx, "k1", false); !errors.Is(err, codes.ErrObjectHasLease) {
+	if err := c.Remove(ctx, "k1", false); !errors.Is(err, errcode.ErrObjectHasLease) {
 		t.Fatalf("remove inside the lease: %v", err)
 	}
 	if err := c.Remove(ctx, "k1", true); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Get(ctx, "k1"); !errors.Is(err, codes.ErrObjectNotFound) {
+	if _, err := c.Get(ctx, "k1"); !errors.Is(err, errcode.ErrObjectNotFound) {
 		t.Fatalf("get after remove: %v", err)
 	}
 	for _, bad := range []string{"", string(make([]byte, keyspec.MaxLen+1))} {
-		if err := c.Put(ctx, bad, val); !errors.Is(err, codes.ErrInvalidKey) {
+		if err := c.Put(ctx, bad, val); !errors.Is(err, errcode.ErrInvalidKey) {
 			t.Fatalf("put with a key of %d bytes: %v", len(bad), err)
 		}
 	}
-	if err := c.Put(ctx, "empty", nil); !errors.Is(err, codes.ErrInvalidParams) {
+	if err := c.Put(ctx, "empty", nil); !errors.Is(err, errcode.ErrInvalidParams) {
 		t.Fatalf("empty value: %v", err)
 	}
 }
@@ -95,7 +95,7 @@ func TestRemoteNodesOverGRPC(t *testing.T) {
 			t.Fatalf("batch put item %d: %v", i, e)
 		}
 	}
-	if !errors.Is(errs[3], codes.ErrInvalidKey) {
+	if !errors.Is(errs[3], errcode.ErrInvalidKey) {
 		t.Fatalf("empty key in batch: %v", errs[3])
 	}
 	gv, gerrs := ca.BatchGet(ctx, append(keys, "missing"))
@@ -107,7 +107,7 @@ func TestRemoteNodesOverGRPC(t *testing.T) {
 			t.Fatalf("batch get item %d: %v", i, gerrs[i])
 		}
 	}
-	if !errors.Is(gerrs[5], codes.ErrObjectNotFound) {
+	if !errors.Is(gerrs[5], errcode.ErrObjectNotFound) {
 		t.Fatalf("batch get of a missing key: %v", gerrs[5])
 	}
 	ex, eerrs := ca.BatchExists(ctx, []string{"b0", "missing"})
@@ -158,8 +158,8 @@ func TestOffloadAnswersEveryTaskAndReadFallsBack(t *testing.T) {
 	if st.OffloadInFlight != 0 {
 		t.Fatalf("%d offload tasks left unanswered", st.OffloadInFlight)
 	}
-	if st.DiskReplicas != 2 {
-		t.Fatalf("%d disk replicas, want 2", st.DiskReplicas)
+	if st.SSDReplicas != 2 {
+		t.Fatalf("%d disk replicas, want 2", st.SSDReplicas)
 	}
 	if ns := n.Stats(); ns.OffloadPersisted != 2 || ns.OffloadFailed != 1 {
 		t.Fatalf("node stats %+v", ns)
@@ -172,7 +172,7 @@ func TestOffloadAnswersEveryTaskAndReadFallsBack(t *testing.T) {
 	}
 	var mem masterapi.Replica
 	for _, r := range info.Replicas {
-		if r.Kind == masterapi.Memory {
+		if r.Kind == masterapi.DRAM {
 			mem = r
 		}
 	}
@@ -195,7 +195,7 @@ func TestOffloadAnswersEveryTaskAndReadFallsBack(t *testing.T) {
 	if err := n.seg.WriteAt([]byte("garbage"), info.Replicas[0].Offset); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Get(ctx, "f"); !errors.Is(err, codes.ErrChecksumMismatch) {
+	if _, err := c.Get(ctx, "f"); !errors.Is(err, errcode.ErrChecksumMismatch) {
 		t.Fatalf("get of a corrupt only replica: %v", err)
 	}
 }
@@ -225,12 +225,12 @@ func TestOffloadAlreadyPresent(t *testing.T) {
 	if tr.has("stale") {
 		t.Fatal("stale SSD copy was not removed")
 	}
-	if st, _ := m.Stats(ctx); st.OffloadInFlight != 0 || st.DiskReplicas != 1 {
+	if st, _ := m.Stats(ctx); st.OffloadInFlight != 0 || st.SSDReplicas != 1 {
 		t.Fatalf("master stats %+v", st)
 	}
 	// The stale key was answered failed (retryable): no disk replica for it.
 	info, err = m.GetReplicaList(ctx, "stale")
-	if err != nil || len(info.Replicas) != 1 || info.Replicas[0].Kind != masterapi.Memory {
+	if err != nil || len(info.Replicas) != 1 || info.Replicas[0].Kind != masterapi.DRAM {
 		t.Fatalf("stale object replicas: %+v %v", info, err)
 	}
 	if ns := n.Stats(); ns.OffloadPersisted != 1 || ns.OffloadFailed != 1 {
@@ -275,7 +275,7 @@ func (s *switchable) ReRegisterDiskColumns(ctx context.Context, node string, obj
 func (s *switchable) EvictDiskReplica(ctx context.Context, node string, keys []string) (masterapi.EvictResult, error) {
 	return s.get().EvictDiskReplica(ctx, node, keys)
 }
-func (s *switchable) ReconcileBegin(ctx context.Context, node string, d masterapi.RangeDigest) (masterapi.ReconcileSession, error) {
+func (s *switchable) ReconcileBegin(ctx context.Context, node string, d masterapi.SlotDigest) (masterapi.ReconcileSession, error) {
 	return s.get().ReconcileBegin(ctx, node, d)
 }
 func (s *switchable) ReconcileKeys(ctx context.Context, node string, id uint64, keys []string) (masterapi.ReconcileKeysResult, error) {
@@ -287,7 +287,7 @@ func (s *switchable) ReconcileEnd(ctx context.Context, node string, id uint64) (
 func (s *switchable) PullRemovals(ctx context.Context, r masterapi.PullRequest) (masterapi.PullReply, error) {
 	return s.get().PullRemovals(ctx, r)
 }
-func (s *switchable) ReRegisterMemoryObjects(ctx context.Context, node, seg string, objs []masterapi.MemoryObject, done bool) ([]error, error) {
+func (s *switchable) ReRegisterMemoryObjects(ctx context.Context, node, seg string, objs []masterapi.DRAMObject, done bool) ([]error, error) {
 	return s.get().ReRegisterMemoryObjects(ctx, node, seg, objs, done)
 }
 
@@ -329,7 +329,7 @@ func TestReRegisterAtStartAndAfterMasterRestart(t *testing.T) {
 			}
 			break
 		}
-		if !errors.Is(err, codes.ErrObjectNotFound) || time.Now().After(deadline) {
+		if !errors.Is(err, errcode.ErrObjectNotFound) || time.Now().After(deadline) {
 			t.Fatalf("after the master restart: %v", err)
 		}
 		time.Sleep(10 * time.Millisecond) // poll interval of a bounded wait
@@ -357,7 +357,7 @@ func TestReconcileAndEvictCallback(t *testing.T) {
 		}
 	}
 	n.OffloadNow()
-	if st, _ := m.Stats(ctx); st.DiskReplicas != 3 {
+	if st, _ := m.Stats(ctx); st.SSDReplicas != 3 {
 		t.Fatalf("stats %+v", st)
 	}
 	// "a" vanishes from the SSD behind the node's back.
@@ -367,14 +367,14 @@ func TestReconcileAndEvictCallback(t *testing.T) {
 	if err := n.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := m.Stats(ctx); st.DiskReplicas != 2 {
+	if st, _ := m.Stats(ctx); st.SSDReplicas != 2 {
 		t.Fatalf("reconcile did not prune: %+v", st)
 	}
 	// The tier's eviction callback tells the master first.
 	if _, err := n.onEvict(ctx, [][]byte{[]byte("b")}); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := m.Stats(ctx); st.DiskReplicas != 1 {
+	if st, _ := m.Stats(ctx); st.SSDReplicas != 1 {
 		t.Fatalf("evict callback did not drop the replica: %+v", st)
 	}
 }
@@ -433,15 +433,15 @@ func TestCorruptSSDReplicaIsDropped(t *testing.T) {
 	tr.mu.Lock()
 	tr.corrupt["k"] = true
 	tr.mu.Unlock()
-	if _, err := c.Get(ctx, "k"); !errors.Is(err, codes.ErrChecksumMismatch) {
+	if _, err := c.Get(ctx, "k"); !errors.Is(err, errcode.ErrChecksumMismatch) {
 		t.Fatalf("get of a corrupt SSD-only object: %v", err)
 	}
-	if st, _ := m.Stats(ctx); st.DiskReplicas != 0 {
+	if st, _ := m.Stats(ctx); st.SSDReplicas != 0 {
 		t.Fatalf("the corrupt replica is still listed: %+v", st)
 	}
 	// Inside the lease of the last lookup the master says the replica is
 	// gone; it never hands out the dropped replica again.
-	if _, err := c.Get(ctx, "k"); !errors.Is(err, codes.ErrReplicaGone) && !errors.Is(err, codes.ErrObjectNotFound) {
+	if _, err := c.Get(ctx, "k"); !errors.Is(err, errcode.ErrReplicaGone) && !errors.Is(err, errcode.ErrObjectNotFound) {
 		t.Fatalf("after the drop: %v", err)
 	}
 }
@@ -541,8 +541,8 @@ func TestSSDEvictionTellsMasterRealTier(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.DiskReplicas != ts.Objects {
-		t.Fatalf("master lists %d SSD replicas, the tier holds %d objects", st.DiskReplicas, ts.Objects)
+	if st.SSDReplicas != ts.Objects {
+		t.Fatalf("master lists %d SSD replicas, the tier holds %d objects", st.SSDReplicas, ts.Objects)
 	}
 	if _, err := c.EvictMemory(ctx, nil, true); err != nil {
 		t.Fatal(err)
@@ -568,7 +568,7 @@ type failNotify struct {
 
 func (f *failNotify) NotifyOffloadSuccess(ctx context.Context, r masterapi.NotifyRequest) ([]error, error) {
 	if f.failed.Add(1) == 1 {
-		return nil, codes.Errorf(codes.InvalidParams, "injected: the master refuses this notify")
+		return nil, errcode.Errorf(errcode.InvalidParams, "injected: the master refuses this notify")
 	}
 	return f.API.NotifyOffloadSuccess(ctx, r)
 }
@@ -604,7 +604,7 @@ func TestNotifyFailureRollsBackRealTier(t *testing.T) {
 		t.Fatalf("after a failed announcement: %+v", ns)
 	}
 	st, _ := m.Stats(ctx)
-	if st.DiskReplicas != 0 || st.OffloadInFlight != 0 {
+	if st.SSDReplicas != 0 || st.OffloadInFlight != 0 {
 		t.Fatalf("master after a failed announcement: %+v", st)
 	}
 }

@@ -9,8 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/crc32c"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/peerlimit"
 	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/internal/wire"
@@ -105,13 +105,13 @@ var Roles = tlsconf.Table{
 func authorizeData(c net.Conn) error {
 	tc, ok := c.(tlsconf.StateConn)
 	if !ok {
-		return codes.Errorf(codes.PermissionDenied, "the data plane needs role client over mutual TLS; the connection is not TLS")
+		return errcode.Errorf(errcode.PermissionDenied, "the data plane needs role client over mutual TLS; the connection is not TLS")
 	}
 	cs := tc.ConnectionState()
 	if slices.Contains(tlsconf.PeerRoles(cs), tlsconf.Client) {
 		return nil
 	}
-	return codes.Errorf(codes.PermissionDenied, "the data plane (reads and writes of ranges) needs role client; the peer has certificate %s", tlsconf.Describe(cs.PeerCertificates[0]))
+	return errcode.Errorf(errcode.PermissionDenied, "the data plane (reads and writes of ranges) needs role client; the peer has certificate %s", tlsconf.Describe(cs.PeerCertificates[0]))
 }
 
 // observeLocalPut records an in-process put (WriteRange called by a client

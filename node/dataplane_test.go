@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/crc32c"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/wire"
 )
 
@@ -103,13 +103,13 @@ func TestGetIntoRemote(t *testing.T) {
 	if !errors.Is(errs[1], client.ErrBufferTooSmall) || ns[1] != 0 {
 		t.Fatalf("batch item 1: %d %v", ns[1], errs[1])
 	}
-	if !errors.Is(errs[2], codes.ErrObjectNotFound) {
+	if !errors.Is(errs[2], errcode.ErrObjectNotFound) {
 		t.Fatalf("batch item 2: %v", errs[2])
 	}
 	if errs[3] != nil || ns[3] != 1000 || !bytes.Equal(bufs[3][:1000], val[:1000]) {
 		t.Fatalf("batch item 3: %d %v", ns[3], errs[3])
 	}
-	if _, errs := c.BatchGetInto(ctx, []string{"k"}, nil); !errors.Is(errs[0], codes.ErrInvalidParams) {
+	if _, errs := c.BatchGetInto(ctx, []string{"k"}, nil); !errors.Is(errs[0], errcode.ErrInvalidParams) {
 		t.Fatalf("batch with no buffers: %v", errs[0])
 	}
 	if st := n.Stats(); st.PeerWrites != 2 || st.PeerReadsDRAM != 4 {
@@ -150,7 +150,7 @@ func TestGetIntoRemoteSSD(t *testing.T) {
 	wrong := bytes.Clone(val)
 	wrong[1000] ^= 0xFF
 	tr.put("s", wrong)
-	if _, err := c.GetInto(ctx, "s", buf); !errors.Is(err, codes.ErrChecksumMismatch) {
+	if _, err := c.GetInto(ctx, "s", buf); !errors.Is(err, errcode.ErrChecksumMismatch) {
 		t.Fatalf("SSD copy with other bytes: %v", err)
 	}
 	guard()
@@ -172,7 +172,7 @@ func TestGetIntoRemoteSSD(t *testing.T) {
 	for i := range buf {
 		buf[i] = 0x5A
 	}
-	if _, err := local.GetInto(ctx, "s2", buf); !errors.Is(err, codes.ErrChecksumMismatch) {
+	if _, err := local.GetInto(ctx, "s2", buf); !errors.Is(err, errcode.ErrChecksumMismatch) {
 		t.Fatalf("local SSD copy of another size: %v", err)
 	}
 	if bytes.IndexFunc(buf, func(r rune) bool { return r != 0x5A }) >= 0 {
@@ -191,17 +191,17 @@ func TestDataPlaneRangeChecks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dc.Close()
-	if err := dc.ReadRange(ctx, n.SegmentName(), n.seg.Size()-5, make([]byte, 10), 0); !errors.Is(err, codes.ErrInvalidParams) {
+	if err := dc.ReadRange(ctx, n.SegmentName(), n.seg.Size()-5, make([]byte, 10), 0); !errors.Is(err, errcode.ErrInvalidParams) {
 		t.Fatalf("read past the end: %v", err)
 	}
 	val := rnd(10)
-	if err := dc.Write(ctx, n.SegmentName(), n.seg.Size()-5, val, crc32c.Checksum(val), 1); !errors.Is(err, codes.ErrInvalidParams) {
+	if err := dc.Write(ctx, n.SegmentName(), n.seg.Size()-5, val, crc32c.Checksum(val), 1); !errors.Is(err, errcode.ErrInvalidParams) {
 		t.Fatalf("write past the end: %v", err)
 	}
-	if err := dc.Write(ctx, n.SegmentName(), 0, make([]byte, n.seg.Size()+1), 0, 1); !errors.Is(err, codes.ErrInvalidParams) {
+	if err := dc.Write(ctx, n.SegmentName(), 0, make([]byte, n.seg.Size()+1), 0, 1); !errors.Is(err, errcode.ErrInvalidParams) {
 		t.Fatalf("write larger than the segment: %v", err)
 	}
-	if err := dc.ReadSSD(ctx, []byte("k"), make([]byte, 1), 0); !errors.Is(err, codes.ErrUnableOffload) {
+	if err := dc.ReadSSD(ctx, []byte("k"), make([]byte, 1), 0); !errors.Is(err, errcode.ErrUnableOffload) {
 		t.Fatalf("SSD read on a node without a tier: %v", err)
 	}
 }
@@ -247,7 +247,7 @@ func TestNodeLatencyHistograms(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dc.Close()
-	if err := dc.ReadRange(ctx, "no-such-segment", 0, buf, 0); !errors.Is(err, codes.ErrSegmentNotFound) {
+	if err := dc.ReadRange(ctx, "no-such-segment", 0, buf, 0); !errors.Is(err, errcode.ErrSegmentNotFound) {
 		t.Fatalf("read of another segment: %v", err)
 	}
 	// Close drains the data plane: every request has been observed.
@@ -305,7 +305,7 @@ func TestCloseWithDataConnections(t *testing.T) {
 		t.Fatal("Close hangs on an idle data connection")
 	}
 	err = dc.ReadRange(ctx, n.SegmentName(), 0, make([]byte, 10), 0)
-	if !errors.Is(err, codes.ErrTransferFail) {
+	if !errors.Is(err, errcode.ErrTransferFail) {
 		t.Fatalf("read on a closed node: %v", err)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/testkit"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -54,7 +54,7 @@ func (m *cutMaster) through(ctx context.Context) error {
 	case <-h:
 		return nil
 	case <-ctx.Done():
-		return codes.Errorf(codes.ContextCanceled, "cut link: %v", ctx.Err())
+		return errcode.Errorf(errcode.ContextCanceled, "cut link: %v", ctx.Err())
 	}
 }
 
@@ -104,7 +104,7 @@ func TestPutReturnsByItsDeadlineAcrossACutMaster(t *testing.T) {
 	start := time.Now()
 	err := c.Put(ctx, "k", rnd(64<<10))
 	took := time.Since(start)
-	if !errors.Is(err, codes.ErrContextCanceled) {
+	if !errors.Is(err, errcode.ErrContextCanceled) {
 		t.Fatalf("put across a cut link: %v, want CONTEXT_CANCELED", err)
 	}
 	// Scheduling slack of a loaded machine; the revoke's own bound was 5 s.
@@ -140,7 +140,7 @@ func TestGetReturnsByItsDeadlineWhenTheReportIsCut(t *testing.T) {
 	start := time.Now()
 	_, err := c.Get(ctx, "k")
 	took := time.Since(start)
-	if !errors.Is(err, codes.ErrChecksumMismatch) && !errors.Is(err, codes.ErrContextCanceled) {
+	if !errors.Is(err, errcode.ErrChecksumMismatch) && !errors.Is(err, errcode.ErrContextCanceled) {
 		t.Fatalf("get of bytes failing their check: %v", err)
 	}
 	if took > deadline+1500*time.Millisecond {
@@ -186,7 +186,7 @@ func TestBatchPutRevokesAcrossACutMaster(t *testing.T) {
 		t.Fatalf("batch put with a deadline of %v returned after %v", deadline, took)
 	}
 	for i, err := range errs {
-		if !errors.Is(err, codes.ErrContextCanceled) {
+		if !errors.Is(err, errcode.ErrContextCanceled) {
 			t.Fatalf("item %d across a cut link: %v, want CONTEXT_CANCELED", i, err)
 		}
 	}

@@ -25,7 +25,7 @@
 // once beside the round's offload, answered in groups as they complete; an
 // SSD read of a key whose promotion is loading takes that load's bytes
 // (promote.go). The round waits for its promotions. Every ReconcileInterval it reconciles its SSD
-// keys with the master's list of its replicas (a digest per hash range,
+// keys with the master's list of its replicas (a digest per hash slot,
 // then the keys of the ranges that differ; reconcile.go). Bucket eviction tells the master
 // (EvictDiskReplica, once per victim bucket) before the bytes disappear;
 // the master refuses (OBJECT_HAS_LEASE) a bucket holding a leased object's

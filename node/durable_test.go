@@ -174,18 +174,18 @@ func TestMasterOutageDuringNotifyKeepsDurableBuckets(t *testing.T) {
 				for {
 					err := n.Reconcile(ctx)
 					st, _ := m.Stats(ctx)
-					if err == nil && st.DiskReplicas == int64(len(vals)) {
+					if err == nil && st.SSDReplicas == int64(len(vals)) {
 						break
 					}
 					if time.Now().After(deadline) {
-						t.Fatalf("the restarted master lists %d of %d SSD replicas (%v)", st.DiskReplicas, len(vals), err)
+						t.Fatalf("the restarted master lists %d of %d SSD replicas (%v)", st.SSDReplicas, len(vals), err)
 					}
 					time.Sleep(20 * time.Millisecond)
 				}
 			}
 			st, err := m.Stats(ctx)
-			if err != nil || st.DiskReplicas != int64(len(vals)) {
-				t.Fatalf("master lists %d of %d SSD replicas (%v)", st.DiskReplicas, len(vals), err)
+			if err != nil || st.SSDReplicas != int64(len(vals)) {
+				t.Fatalf("master lists %d of %d SSD replicas (%v)", st.SSDReplicas, len(vals), err)
 			}
 			rc := newTestClient(t, client.Config{Master: m, LocalNode: n})
 			if _, err := rc.EvictMemory(ctx, nil, true); err != nil {

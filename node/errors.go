@@ -4,7 +4,7 @@ import "errors"
 
 // Errors of package node that are not tierstore error codes. Errors that
 // are codes (OBJECT_NOT_FOUND, REPLICA_IS_GONE, ...) are the sentinels of
-// internal/codes and are checked with errors.Is against those.
+// internal/errcode and are checked with errors.Is against those.
 var (
 	// ErrBadConfig: a Config or Config field is invalid; the message
 	// names the field or flag.

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 )
 
 // An SSD replica whose bytes fail their checksum (a real tier, a byte of
@@ -61,7 +61,7 @@ func TestChecksumErrorTextHasNoRepeatedChain(t *testing.T) {
 		t.Fatalf("flipping a byte of the bucket file: %d files, %v", flipped, err)
 	}
 	_, err = c.Get(ctx, "k")
-	if !errors.Is(err, codes.ErrChecksumMismatch) {
+	if !errors.Is(err, errcode.ErrChecksumMismatch) {
 		t.Fatalf("get: %v", err)
 	}
 	msg := err.Error()

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -79,7 +79,7 @@ func TestReaderFallsBackWhenDRAMRangeReallocated(t *testing.T) {
 			return
 		}
 		for _, r := range info.Replicas {
-			if r.Kind == masterapi.Memory {
+			if r.Kind == masterapi.DRAM {
 				reused = bi.Replicas[0].Offset == r.Offset
 			}
 		}
@@ -97,7 +97,7 @@ func TestReaderFallsBackWhenDRAMRangeReallocated(t *testing.T) {
 	}
 	// B keeps its replica and its bytes.
 	bi, err := m.GetReplicaList(ctx, "B")
-	if err != nil || len(bi.Replicas) != 1 || bi.Replicas[0].Kind != masterapi.Memory {
+	if err != nil || len(bi.Replicas) != 1 || bi.Replicas[0].Kind != masterapi.DRAM {
 		t.Fatalf("B after A's reader reported what it saw: %+v %v", bi, err)
 	}
 	if got, err := writer.Get(ctx, "B"); err != nil || !bytes.Equal(got, valB) {
@@ -137,7 +137,7 @@ func TestReadOfRemovedReusedRangeIsNotFound(t *testing.T) {
 	}}
 	reader := newTestClient(t, client.Config{Master: sl}) // remote: the data plane
 	_, err := reader.Get(ctx, "A")
-	if !errors.Is(err, codes.ErrObjectNotFound) || errors.Is(err, codes.ErrChecksumMismatch) {
+	if !errors.Is(err, errcode.ErrObjectNotFound) || errors.Is(err, errcode.ErrChecksumMismatch) {
 		t.Fatalf("get of A removed under the read: %v, want OBJECT_NOT_FOUND", err)
 	}
 	if !reused {

@@ -181,7 +181,7 @@ func (h *nodeHA) forgetCovered(set *masterapi.RemovalSet) int {
 
 // forgetRefs drops the records named by refs (range and put token) and
 // returns how many it found.
-func (h *nodeHA) forgetRefs(refs []masterapi.MemoryRef) int {
+func (h *nodeHA) forgetRefs(refs []masterapi.DRAMRef) int {
 	if len(refs) == 0 {
 		return 0
 	}
@@ -276,8 +276,8 @@ func (n *Node) reRegisterMemory(ctx context.Context) error {
 }
 
 // checkedRecords returns the records whose bytes still match their CRC32C
-// (forgetting the others), sorted by offset, and as MemoryObjects.
-func (n *Node) checkedRecords() ([]masterapi.MemoryObject, []memRecord) {
+// (forgetting the others), sorted by offset, and as DRAMObjects.
+func (n *Node) checkedRecords() ([]masterapi.DRAMObject, []memRecord) {
 	h := &n.ha
 	h.recMu.Lock()
 	recs := h.pruneLocked()
@@ -285,7 +285,7 @@ func (n *Node) checkedRecords() ([]masterapi.MemoryObject, []memRecord) {
 	h.recMu.Unlock()
 	view, release := n.seg.pin()
 	defer release()
-	objs := make([]masterapi.MemoryObject, 0, len(recs))
+	objs := make([]masterapi.DRAMObject, 0, len(recs))
 	good := recs[:0]
 	for _, r := range recs {
 		b, err := view(r.off, int(r.len))
@@ -294,7 +294,7 @@ func (n *Node) checkedRecords() ([]masterapi.MemoryObject, []memRecord) {
 			continue
 		}
 		good = append(good, r)
-		objs = append(objs, masterapi.MemoryObject{Key: r.obj.Key, Offset: r.off, Length: r.len, CRC: r.crc,
+		objs = append(objs, masterapi.DRAMObject{Key: r.obj.Key, Offset: r.off, Length: r.len, CRC: r.crc,
 			PutToken: r.token, SoftPin: r.obj.SoftPin, HardPin: r.obj.HardPin})
 	}
 	return objs, good

@@ -118,7 +118,7 @@ func offloadAcrossFailover(t *testing.T, remountFirst bool) {
 	for {
 		_ = n.Reconcile(ctx) // runs a pending re-registration first
 		info, err := b.GetReplicaList(ctx, "k")
-		if err == nil && hasKind(info, masterapi.LocalDisk) && hasKind(info, masterapi.Memory) != remountFirst && n.Term() == b.Term() {
+		if err == nil && hasKind(info, masterapi.SSD) && hasKind(info, masterapi.DRAM) != remountFirst && n.Term() == b.Term() {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/masterapi"
@@ -73,7 +73,7 @@ func TestDRAMObjectsSurviveANewMaster(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"corrupt", "old", "removed"} {
-		if _, err := m2.GetReplicaList(ctx, k); !errors.Is(err, codes.ErrObjectNotFound) {
+		if _, err := m2.GetReplicaList(ctx, k); !errors.Is(err, errcode.ErrObjectNotFound) {
 			t.Fatalf("%s came back: %v", k, err)
 		}
 	}
@@ -171,7 +171,7 @@ type racingAPI struct {
 	got chan error
 }
 
-func (a *racingAPI) ReRegisterMemoryObjects(ctx context.Context, node, seg string, objs []masterapi.MemoryObject, done bool) ([]error, error) {
+func (a *racingAPI) ReRegisterMemoryObjects(ctx context.Context, node, seg string, objs []masterapi.DRAMObject, done bool) ([]error, error) {
 	if len(objs) > 0 {
 		pctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		_, err := a.get().PutStart(pctx, masterapi.PutStartRequest{Key: "racer", Size: 1000})
@@ -200,7 +200,7 @@ func TestRemountHoldsAllocation(t *testing.T) {
 	}
 	api.cur.Store(newMaster(t, m1.Config())) // the same removal log
 	n.pingLocked()
-	if err := <-api.got; !errors.Is(err, codes.ErrNoAvailableHandle) {
+	if err := <-api.got; !errors.Is(err, errcode.ErrNoAvailableHandle) {
 		t.Fatalf("a put during the re-registration: %v", err)
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/master"
 )
 
@@ -126,7 +126,7 @@ func TestLifecycleModel(t *testing.T) {
 				switch err := r.c.Put(ctx, k, v); {
 				case err == nil:
 					model.acked(k, v)
-				case errors.Is(err, codes.ErrObjectExists):
+				case errors.Is(err, errcode.ErrObjectExists):
 				default:
 					model.maybe(k, v)
 				}
@@ -137,7 +137,7 @@ func TestLifecycleModel(t *testing.T) {
 				if err == nil && !model.ok(k, v) {
 					rt.Fatalf("get %s returned a value that is not its latest acknowledged put (or it was removed): %s", k, describe(k, v))
 				}
-				if errors.Is(err, codes.ErrChecksumMismatch) {
+				if errors.Is(err, errcode.ErrChecksumMismatch) {
 					rt.Fatalf("get %s: %v", k, err)
 				}
 			},

@@ -26,7 +26,7 @@ var metricDefs = []metricDef{
 	{"remounts_total", "Remounts after NEED_REMOUNT.", prometheus.CounterValue, false, func(s *Stats) int64 { return s.Remounts }},
 	{"reconciles_total", "Reconciles of the SSD key list with the master.", prometheus.CounterValue, false, func(s *Stats) int64 { return s.Reconciles }},
 	{"reconcile_removed_total", "SSD objects deleted because a reconcile called them unwanted.", prometheus.CounterValue, false, func(s *Stats) int64 { return s.ReconcileRemoved }},
-	{"reconcile_keys_sent_total", "SSD keys sent by reconciles (the keys of hash ranges whose digests differ).", prometheus.CounterValue, false, func(s *Stats) int64 { return s.ReconcileKeysSent }},
+	{"reconcile_keys_sent_total", "SSD keys sent by reconciles (the keys of hash slots whose digests differ).", prometheus.CounterValue, false, func(s *Stats) int64 { return s.ReconcileKeysSent }},
 	{"removal_log_removed_total", "SSD objects deleted by entries of the master's removal log.", prometheus.CounterValue, true, func(s *Stats) int64 { return s.RemovalLogRemoved }},
 	{"notify_retries_total", "Offload notifies sent again after a transport error.", prometheus.CounterValue, false, func(s *Stats) int64 { return s.NotifyRetries }},
 	{"ssd_reports_total", "SSD reports sent to the master's admission policy.", prometheus.CounterValue, true, func(s *Stats) int64 { return s.SSDReports }},

@@ -17,7 +17,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/peerlimit"
 	"github.com/tierstore/tierstore/internal/rpcpb"
 	"github.com/tierstore/tierstore/internal/tlsconf"
@@ -465,7 +465,7 @@ func (n *Node) Stats() Stats {
 
 func (n *Node) checkSegment(name string) error {
 	if name != n.segName {
-		return codes.Errorf(codes.SegmentNotFound, "node: node %s has no segment %q", n.name, name)
+		return errcode.Errorf(errcode.SegmentNotFound, "node: node %s has no segment %q", n.name, name)
 	}
 	return nil
 }
@@ -483,11 +483,11 @@ func (n *Node) readRange(segment string, off, length int64) ([]byte, error) {
 
 func (n *Node) readSSD(ctx context.Context, key []byte) ([]byte, error) {
 	if n.tier == nil {
-		return nil, codes.Errorf(codes.UnableOffload, "node: node %s has no SSD tier", n.name)
+		return nil, errcode.Errorf(errcode.UnableOffload, "node: node %s has no SSD tier", n.name)
 	}
 	r := n.tier.Load(ctx, [][]byte{key})
 	if len(r) != 1 {
-		return nil, codes.Errorf(codes.InternalError, "node: tier answered %d results for 1 key", len(r))
+		return nil, errcode.Errorf(errcode.InternalError, "node: tier answered %d results for 1 key", len(r))
 	}
 	if r[0].Err != nil {
 		if errors.Is(r[0].Err, tier.ErrChecksum) {
@@ -503,7 +503,7 @@ func (n *Node) readSSD(ctx context.Context, key []byte) ([]byte, error) {
 
 // dropDiskReplica tells the master that this node no longer holds key on
 // SSD, as an offload failure for key: the master drops this node's
-// LocalDisk replica whatever the lease (the bytes are gone; an
+// SSD replica whatever the lease (the bytes are gone; an
 // EvictDiskReplica would be refused inside a lease). A failure is left to
 // the next reconcile.
 func (n *Node) dropDiskReplica(ctx context.Context, key []byte) {
@@ -600,7 +600,7 @@ func (n *Node) pingOnce() {
 	ctx, cancel := context.WithTimeout(n.ctx, max(n.cfg.PingInterval, time.Second))
 	rep, err := n.m.Ping(ctx, n.name)
 	cancel()
-	if err != nil && !errors.Is(err, codes.ErrNeedRemount) && !errors.Is(err, codes.ErrClientNotFound) {
+	if err != nil && !errors.Is(err, errcode.ErrNeedRemount) && !errors.Is(err, errcode.ErrClientNotFound) {
 		n.log.Debug("ping failed", "err", err)
 		return
 	}

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -30,15 +30,15 @@ var errNotAnswered = errors.New("node: the master did not answer the notify")
 // transport failure, a master shutting down or not serving, a send that
 // timed out.
 func noAnswer(err error) bool {
-	return errors.Is(err, codes.ErrRPCFail) || errors.Is(err, codes.ErrShuttingDown) ||
-		errors.Is(err, codes.ErrUnavailable) || errors.Is(err, codes.ErrContextCanceled) ||
+	return errors.Is(err, errcode.ErrRPCFail) || errors.Is(err, errcode.ErrShuttingDown) ||
+		errors.Is(err, errcode.ErrUnavailable) || errors.Is(err, errcode.ErrContextCanceled) ||
 		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
 // unknownNode reports whether err is the master saying it does not know
 // this node: it must remount and re-register.
 func unknownNode(err error) bool {
-	return errors.Is(err, codes.ErrNeedRemount) || errors.Is(err, codes.ErrClientNotFound)
+	return errors.Is(err, errcode.ErrNeedRemount) || errors.Is(err, errcode.ErrClientNotFound)
 }
 
 // notify sends req until the master answers it; the call is idempotent, so

@@ -173,7 +173,7 @@ func (r *round) validate(tasks []masterapi.OffloadTask) {
 // notifyBucket is the tier's NotifyFunc: it announces one durable, indexed
 // bucket (invariant 1). Keys the master refuses are recorded in r.refused.
 func (r *round) notifyBucket(ctx context.Context, committed []tier.Committed) error {
-	objs := make([]masterapi.DiskObject, len(committed))
+	objs := make([]masterapi.SSDObject, len(committed))
 	for i, c := range committed {
 		if t, ok := r.byKey[string(c.Key)]; !ok || t.CRC != c.CRC || t.Size != c.Size {
 			// Never announce bytes other than the task's: refuse the
@@ -181,7 +181,7 @@ func (r *round) notifyBucket(ctx context.Context, committed []tier.Committed) er
 			return fmt.Errorf("node: tier committed %q with size %d CRC %08x, the task says %d, %08x",
 				c.Key, c.Size, c.CRC, t.Size, t.CRC)
 		}
-		objs[i] = masterapi.DiskObject{Key: string(c.Key), Size: c.Size, CRC: c.CRC}
+		objs[i] = masterapi.SSDObject{Key: string(c.Key), Size: c.Size, CRC: c.CRC}
 	}
 	errs, err := r.n.notify(ctx, masterapi.NotifyRequest{Node: r.n.name, Persisted: objs})
 	if errors.Is(err, errNotAnswered) {
@@ -353,7 +353,7 @@ func (r *round) offloadChunk(ctx context.Context, tt []tier.Task, tj []int) {
 // removed from SSD again.
 func (r *round) answer(ctx context.Context) {
 	n := r.n
-	var persisted []masterapi.DiskObject
+	var persisted []masterapi.SSDObject
 	var nPersisted int64
 	for _, jb := range r.jobs {
 		key, t, o := jb.t.Key, jb.t, jb.out
@@ -376,7 +376,7 @@ func (r *round) answer(ctx context.Context) {
 			// must still be this object's (the key may have been removed
 			// and put again with other bytes since they were written).
 			if n.ssdMatches(ctx, []byte(key), t.CRC, t.Size) {
-				persisted = append(persisted, masterapi.DiskObject{Key: key, Size: t.Size, CRC: t.CRC})
+				persisted = append(persisted, masterapi.SSDObject{Key: key, Size: t.Size, CRC: t.CRC})
 			} else {
 				n.removeFromSSD(key)
 				r.fail(key, true, causeStaleCopy, "a stale copy with other bytes was on SSD; removed")

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -171,7 +171,7 @@ func TestReconcileRemovesUnwanted(t *testing.T) {
 		}
 		// The DRAM replica comes back too (re-registered from the
 		// node's records, docs/ha.md); the SSD one is what this waits for.
-		if info, err := m2.GetReplicaList(ctx, "keep"); err == nil && hasKind(info, masterapi.LocalDisk) {
+		if info, err := m2.GetReplicaList(ctx, "keep"); err == nil && hasKind(info, masterapi.SSD) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -195,7 +195,7 @@ func TestCorruptReplicaReported(t *testing.T) {
 	corrupt := func(key string) {
 		t.Helper()
 		info, err := m.GetReplicaList(masterapi.WithOffloadPath(ctx), key)
-		if err != nil || info.Replicas[0].Kind != masterapi.Memory {
+		if err != nil || info.Replicas[0].Kind != masterapi.DRAM {
 			t.Fatalf("%s: %+v %v", key, info, err)
 		}
 		r := info.Replicas[0]
@@ -219,7 +219,7 @@ func TestCorruptReplicaReported(t *testing.T) {
 		t.Fatalf("read stats %+v", rs)
 	}
 	info, err := m.GetReplicaList(ctx, "both")
-	if err != nil || len(info.Replicas) != 1 || info.Replicas[0].Kind != masterapi.LocalDisk {
+	if err != nil || len(info.Replicas) != 1 || info.Replicas[0].Kind != masterapi.SSD {
 		t.Fatalf("the corrupt DRAM replica is still listed: %+v %v", info, err)
 	}
 
@@ -245,7 +245,7 @@ func TestCorruptReplicaReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	corrupt("solo")
-	if _, err := c.Get(ctx, "solo"); !errors.Is(err, client.ErrChecksumMismatch) || client.CodeOf(err) != codes.ChecksumMismatch {
+	if _, err := c.Get(ctx, "solo"); !errors.Is(err, client.ErrChecksumMismatch) || client.CodeOf(err) != errcode.ChecksumMismatch {
 		t.Fatalf("get of a corrupt DRAM-only object: %v", err)
 	}
 	if _, err := c.Get(ctx, "solo"); !errors.Is(err, client.ErrReplicaGone) {
@@ -299,7 +299,7 @@ func TestRefusedAcrossRemountKeptAndReregistered(t *testing.T) {
 	deadline = time.Now().Add(10 * time.Second)
 	for {
 		info, err := m2.GetReplicaList(ctx, "k")
-		if err == nil && len(info.Replicas) == 2 && hasKind(info, masterapi.LocalDisk) && hasKind(info, masterapi.Memory) {
+		if err == nil && len(info.Replicas) == 2 && hasKind(info, masterapi.SSD) && hasKind(info, masterapi.DRAM) {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/crc32c"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/tier"
 )
@@ -65,7 +65,7 @@ func TestEvictFuncPassesKeepList(t *testing.T) {
 	m := newMaster(t, testMasterConfig())
 	n := startTestNode(t, m, "", nil)
 	ctx := context.Background()
-	objs := []masterapi.DiskObject{{Key: "leased", Size: 1, CRC: 1}, {Key: "free", Size: 1, CRC: 2}}
+	objs := []masterapi.SSDObject{{Key: "leased", Size: 1, CRC: 1}, {Key: "free", Size: 1, CRC: 2}}
 	if _, err := m.ReRegisterDiskObjects(ctx, n.Name(), objs); err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestEvictFuncPassesKeepList(t *testing.T) {
 	if err != nil || len(keep) != 1 || string(keep[0]) != "leased" {
 		t.Fatalf("keep %q, err %v; want [leased]", keep, err)
 	}
-	if _, err := m.GetReplicaList(masterapi.WithOffloadPath(ctx), "free"); !errors.Is(err, codes.ErrObjectNotFound) {
+	if _, err := m.GetReplicaList(masterapi.WithOffloadPath(ctx), "free"); !errors.Is(err, errcode.ErrObjectNotFound) {
 		t.Fatalf("the evicted object is still listed: %v", err)
 	}
 }

@@ -10,8 +10,8 @@ import (
 
 	"github.com/tierstore/tierstore/backend/uring"
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/crc32c"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/tier"
 )
@@ -63,7 +63,7 @@ func TestOffloadCarriesTheObjectsCRC(t *testing.T) {
 		}
 	}
 	info, err := m.GetReplicaList(masterapi.WithOffloadPath(ctx), "flipped")
-	if err != nil || info.Replicas[0].Kind != masterapi.Memory {
+	if err != nil || info.Replicas[0].Kind != masterapi.DRAM {
 		t.Fatalf("flipped: %+v %v", info, err)
 	}
 	b := make([]byte, 1) // flipped, not overwritten: an overwrite may write the same byte
@@ -120,7 +120,7 @@ func TestOffloadCarriesTheObjectsCRC(t *testing.T) {
 	k, v := keys[1], vals[1]
 	corruptOnDisk(t, dir, v)
 	before := n.Stats().Tier.ChecksumErrors
-	if _, err := remote.GetInto(ctx, k, make([]byte, len(v))); !errors.Is(err, codes.ErrChecksumMismatch) {
+	if _, err := remote.GetInto(ctx, k, make([]byte, len(v))); !errors.Is(err, errcode.ErrChecksumMismatch) {
 		t.Fatalf("a value corrupted on SSD was read: %v", err)
 	}
 	if got := n.Stats().Tier.ChecksumErrors - before; got != 1 {

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/crc32c"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/wire"
 )
 
@@ -42,7 +42,7 @@ func TestLateWriteOfOldPutRefused(t *testing.T) {
 		{"untokened in-process", func() error { return n.WriteRange(ctx, seg, 1<<20*8, late, crc32c.Checksum(late), 0) }},
 	} {
 		err := w.do()
-		if !errors.Is(err, codes.ErrInvalidParams) || !strings.Contains(err.Error(), "write refused") {
+		if !errors.Is(err, errcode.ErrInvalidParams) || !strings.Contains(err.Error(), "write refused") {
 			t.Errorf("%s late write: %v, want INVALID_PARAMS \"write refused\"", w.name, err)
 		}
 	}
@@ -96,7 +96,7 @@ func TestOldPutWriteOvertakenMidPayload(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, msg, err := wire.ReadFrameHead(c, make([]byte, wire.HeaderLen), nil)
-	if err != nil || h.Status != codes.InvalidParams || !strings.Contains(string(msg), "write refused") {
+	if err != nil || h.Status != errcode.InvalidParams || !strings.Contains(string(msg), "write refused") {
 		t.Fatalf("overtaken write: reply %+v %q %v, want INVALID_PARAMS \"write refused\"", h, msg, err)
 	}
 	got, err := n.ReadRange(ctx, seg, 0, int64(len(newer)))

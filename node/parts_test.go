@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 )
 
 // layerParts is a vLLM block: n layer buffers of size bytes each, random.
@@ -172,7 +172,7 @@ func TestPartsMismatched(t *testing.T) {
 	for name, c := range map[string]*client.Client{"remote": remote, "local": local} {
 		small := [][]byte{bytes.Repeat([]byte{7}, 1000), bytes.Repeat([]byte{7}, 2999)}
 		_, err := c.GetIntoParts(ctx, "k", small)
-		if !errors.Is(err, client.ErrBufferTooSmall) || !errors.Is(err, codes.ErrInvalidParams) {
+		if !errors.Is(err, client.ErrBufferTooSmall) || !errors.Is(err, errcode.ErrInvalidParams) {
 			t.Fatalf("%s: too-small parts: %v", name, err)
 		}
 		if bytes.Count(small[0], []byte{7}) != 1000 || bytes.Count(small[1], []byte{7}) != 2999 {
@@ -196,16 +196,16 @@ func TestPartsMismatched(t *testing.T) {
 		}
 		_, errs = c.BatchGetIntoParts(ctx, []string{"k", "k"}, [][][]byte{{make([]byte, 4000)}})
 		for _, err := range errs {
-			if !errors.Is(err, codes.ErrInvalidParams) {
+			if !errors.Is(err, errcode.ErrInvalidParams) {
 				t.Fatalf("%s: 2 keys, 1 part list: %v", name, err)
 			}
 		}
 		for _, err := range c.BatchPutParts(ctx, []string{"a", "b"}, [][][]byte{{rnd(1)}}, client.PutOptions{}) {
-			if !errors.Is(err, codes.ErrInvalidParams) {
+			if !errors.Is(err, errcode.ErrInvalidParams) {
 				t.Fatalf("%s: batch put, 2 keys, 1 part list: %v", name, err)
 			}
 		}
-		if err := c.PutParts(ctx, "empty-"+name, [][]byte{{}, {}}, client.PutOptions{}); !errors.Is(err, codes.ErrInvalidParams) {
+		if err := c.PutParts(ctx, "empty-"+name, [][]byte{{}, {}}, client.PutOptions{}); !errors.Is(err, errcode.ErrInvalidParams) {
 			t.Fatalf("%s: empty parts put: %v", name, err)
 		}
 		if ok, _ := c.Exists(ctx, "empty-"+name); ok {

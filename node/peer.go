@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/rpcpb"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/tier"
@@ -21,15 +21,15 @@ func toCode(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, ErrOutOfRange), errors.Is(err, ErrRangeNotOwned), errors.Is(err, ErrNoPutToken):
-		return codes.Wrap(codes.InvalidParams, err)
+		return errcode.Wrap(errcode.InvalidParams, err)
 	case errors.Is(err, tier.ErrNotFound):
-		return codes.Wrap(codes.ObjectNotFound, err)
+		return errcode.Wrap(errcode.ObjectNotFound, err)
 	case errors.Is(err, tier.ErrChecksum):
-		return codes.Wrap(codes.ChecksumMismatch, err)
+		return errcode.Wrap(errcode.ChecksumMismatch, err)
 	case errors.Is(err, tier.ErrInvalidKey):
-		return codes.Wrap(codes.InvalidKey, err)
+		return errcode.Wrap(errcode.InvalidKey, err)
 	case errors.Is(err, ErrClosed), errors.Is(err, tier.ErrClosed):
-		return codes.Wrap(codes.ShuttingDown, err)
+		return errcode.Wrap(errcode.ShuttingDown, err)
 	}
 	return err
 }
@@ -67,7 +67,7 @@ const writeChunk = 1 << 20
 // WriteRange writes value into the node's segment at off for the put
 // identified by token (the in-process form of the data plane's write;
 // client.LocalNode). It is refused (ErrRangeNotOwned, wrapped in
-// codes.ErrInvalidParams) when a newer put wrote an overlapping range,
+// errcode.ErrInvalidParams) when a newer put wrote an overlapping range,
 // and (ErrNoPutToken) without a token (docs/design.md invariant 8).
 //
 // A write whose context carries its object (wire.WithObject) is recorded
@@ -201,12 +201,12 @@ func PeerStats(ctx context.Context, endpoint string, opts ...grpc.DialOption) (S
 	all := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), rpcpb.WithVersion(rpcpb.NodeProtocol)}, opts...)
 	cc, err := grpc.NewClient(endpoint, all...)
 	if err != nil {
-		return Stats{}, fmt.Errorf("node: dial node %s: %w: %v", endpoint, codes.ErrRPCFail, err)
+		return Stats{}, fmt.Errorf("node: dial node %s: %w: %v", endpoint, errcode.ErrRPCFail, err)
 	}
 	defer cc.Close()
 	r, err := rpcpb.NewNodePeerClient(cc).NodeStats(ctx, &rpcpb.PeerStatsRequest{})
 	if err != nil {
-		return Stats{}, fmt.Errorf("node: node stats of %s: %w", endpoint, codes.FromStatus(err))
+		return Stats{}, fmt.Errorf("node: node stats of %s: %w", endpoint, errcode.FromStatus(err))
 	}
 	return Stats{
 		Endpoint: endpoint, Segment: r.GetSegment(), SegmentSize: int64(r.GetSegmentSize()),

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/crc32c"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/master"
 )
@@ -119,7 +119,7 @@ func fzNode(f *testing.F) *Node {
 // an internal error or a broken transport).
 func refusal(t *testing.T, what string, err error) {
 	t.Helper()
-	if c := codes.Of(err); c == codes.InternalError || c == codes.RPCFail || c == codes.OK {
+	if c := errcode.Of(err); c == errcode.InternalError || c == errcode.RPCFail || c == errcode.OK {
 		t.Fatalf("%s refused without a code: %v (code %v)", what, err, c)
 	}
 }
@@ -187,7 +187,7 @@ func FuzzPeerRequests(f *testing.F) {
 			if err == nil {
 				t.Fatalf("ReadSSD(%q) of a key never offloaded succeeded", key)
 			}
-			if !malformed && !errors.Is(err, codes.ErrObjectNotFound) && !errors.Is(err, codes.ErrInvalidKey) {
+			if !malformed && !errors.Is(err, errcode.ErrObjectNotFound) && !errors.Is(err, errcode.ErrInvalidKey) {
 				t.Fatalf("ReadSSD(%q): %v", key, err)
 			}
 		}
@@ -247,7 +247,7 @@ func fzRead(ctx context.Context, t *testing.T, dc *wire.DataConn, n *Node, seg s
 	switch {
 	case ok && err != nil:
 		t.Fatalf("ReadRange(%d, %d) of a complete object refused: %v", off, length, err)
-	case inside && !ok && (!errors.Is(err, codes.ErrReplicaGone) || !strings.Contains(err.Error(), "no complete object")):
+	case inside && !ok && (!errors.Is(err, errcode.ErrReplicaGone) || !strings.Contains(err.Error(), "no complete object")):
 		t.Fatalf("ReadRange(%d, %d) inside the segment, not an object: want REPLICA_IS_GONE (ErrNotAnObject), got %v", off, length, err)
 	case !ok && err == nil:
 		t.Fatalf("ReadRange(%d, %d) of segment %q outside the segment answered", off, length, seg)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierstore/tierstore/internal/testkit"
 	"github.com/tierstore/tierstore/tier"
 )
 
@@ -96,18 +97,6 @@ func promotedStack(t *testing.T, g *gateTier, keys []string, val []byte) *admSta
 	return s
 }
 
-// waitFor polls cond until it holds, failing after 20 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // TestPromotionsLoadTogetherAndAnswerAsTheyComplete: while one promotion's
 // load is held up, the others of the same heartbeat load, are answered and
 // read from DRAM; the held one follows once its load ends.
@@ -119,7 +108,7 @@ func TestPromotionsLoadTogetherAndAnswerAsTheyComplete(t *testing.T) {
 	g.gate(keys[0])
 	round := make(chan struct{})
 	go func() { defer close(round); s.n.OffloadNow() }()
-	waitFor(t, "the other promotions to be published while the first one loads", func() bool {
+	testkit.Eventually(t, "the other promotions to be published while the first one loads", func() bool {
 		return s.n.Stats().Promotions == 3
 	})
 	before := s.c.ReadStats()

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/crc32c"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/wire"
 )
 
@@ -102,7 +102,7 @@ func TestDataPlanePutFailuresLeaveNothing(t *testing.T) {
 	crc := crc32c.Checksum(val)
 
 	// A wrong CRC32C: refused, the connection kept.
-	if err := put(S, val, crc^1, 3, "mid"); !errors.Is(err, codes.ErrChecksumMismatch) || dc.Broken() {
+	if err := put(S, val, crc^1, 3, "mid"); !errors.Is(err, errcode.ErrChecksumMismatch) || dc.Broken() {
 		t.Fatalf("wrong CRC: %v (broken %v)", err, dc.Broken())
 	}
 	if recorded(n, S, 3) {
@@ -118,7 +118,7 @@ func TestDataPlanePutFailuresLeaveNothing(t *testing.T) {
 	_, _ = c.Write(bytes.Repeat([]byte{0xEE}, S-S/2+64))
 	_ = c.CloseWrite()
 	h, msg, err := wire.ReadFrameHead(c, make([]byte, wire.HeaderLen), nil)
-	if err != nil || h.Status != codes.ChecksumMismatch {
+	if err != nil || h.Status != errcode.ChecksumMismatch {
 		t.Fatalf("short payload: reply %+v %q %v, want CHECKSUM_MISMATCH", h, msg, err)
 	}
 	if _, err := io.Copy(io.Discard, c); err != nil { // the node hangs up on the junk frame
@@ -151,7 +151,7 @@ func TestDataPlanePutFailuresLeaveNothing(t *testing.T) {
 	_, _ = c.Write(bytes.Repeat([]byte{0xEE}, 4096))
 	_ = c.CloseWrite()
 	h, msg, err = wire.ReadFrameHead(c, make([]byte, wire.HeaderLen), nil)
-	if err != nil || h.Status != codes.OK {
+	if err != nil || h.Status != errcode.OK {
 		t.Fatalf("longer payload: first reply %+v %q %v", h, msg, err)
 	}
 	if _, err := io.Copy(io.Discard, c); err != nil {
@@ -192,7 +192,7 @@ func TestRangeWriteOvertakenBetweenChunks(t *testing.T) {
 	}
 	called := false
 	_, err = w.Fill(1<<20, func(dst []byte) (int, error) { called = true; return copy(dst, old[1<<20:]), nil })
-	if !errors.Is(err, codes.ErrInvalidParams) || !strings.Contains(err.Error(), "write refused") || called {
+	if !errors.Is(err, errcode.ErrInvalidParams) || !strings.Contains(err.Error(), "write refused") || called {
 		t.Fatalf("fill after a newer claim: %v (fill called: %v)", err, called)
 	}
 	w.Commit(crc32c.Checksum(old))
@@ -218,10 +218,10 @@ func TestRefusedPutPublishesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := c.Put(ctx, "k", rnd(300<<10))
-	if !errors.Is(err, codes.ErrInvalidParams) || !strings.Contains(err.Error(), "write refused") {
+	if !errors.Is(err, errcode.ErrInvalidParams) || !strings.Contains(err.Error(), "write refused") {
 		t.Fatalf("put into a range another put owns: %v", err)
 	}
-	if _, err := c.Get(ctx, "k"); !errors.Is(err, codes.ErrObjectNotFound) {
+	if _, err := c.Get(ctx, "k"); !errors.Is(err, errcode.ErrObjectNotFound) {
 		t.Fatalf("get after the refused put: %v, want OBJECT_NOT_FOUND", err)
 	}
 }
@@ -259,7 +259,7 @@ func TestBatchGetPipelinedWithCorruptItem(t *testing.T) {
 	for i := range keys {
 		guards[i]()
 		if keys[i] == "c" {
-			if !errors.Is(errs[i], codes.ErrChecksumMismatch) || ns[i] != 0 {
+			if !errors.Is(errs[i], errcode.ErrChecksumMismatch) || ns[i] != 0 {
 				t.Fatalf("corrupt item: %d %v", ns[i], errs[i])
 			}
 			continue

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 )
 
 // Issue 21 item 5: 32 clients re-putting, reading and force-removing 200
@@ -67,10 +67,10 @@ func TestReadRacingRemovalIsNotCorruption(t *testing.T) {
 							errc <- cerr
 							return
 						}
-					case errors.Is(err, codes.ErrChecksumMismatch):
+					case errors.Is(err, errcode.ErrChecksumMismatch):
 						errc <- fmt.Errorf("get %s: a replica removed under the read reported as corruption: %w", k, err)
 						return
-					case errors.Is(err, codes.ErrObjectNotFound), errors.Is(err, codes.ErrReplicaGone), errors.Is(err, codes.ErrReplicaNotReady):
+					case errors.Is(err, errcode.ErrObjectNotFound), errors.Is(err, errcode.ErrReplicaGone), errors.Is(err, errcode.ErrReplicaNotReady):
 						notFound.Add(1)
 					}
 				}

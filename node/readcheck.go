@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 )
 
 // Reads bound to objects (docs/security.md, Reads bound to objects): the
@@ -26,7 +26,7 @@ func init() { readCheck.Store(true) }
 
 // checkReadRange returns nil when [off, off+length) is exactly the range
 // of a complete object the node stores, else an error wrapping
-// ErrNotAnObject and codes.ErrReplicaGone.
+// ErrNotAnObject and errcode.ErrReplicaGone.
 func (n *Node) checkReadRange(off, length int64) error {
 	if !readCheck.Load() {
 		return nil
@@ -39,12 +39,12 @@ func (n *Node) checkReadRange(off, length int64) error {
 	h.recMu.Unlock()
 	switch {
 	case !ok:
-		return codes.Wrap(codes.ReplicaIsGone, fmt.Errorf("%w: no object starts at %d", ErrNotAnObject, off))
+		return errcode.Wrap(errcode.ReplicaIsGone, fmt.Errorf("%w: no object starts at %d", ErrNotAnObject, off))
 	case r.len != length:
-		return codes.Wrap(codes.ReplicaIsGone, fmt.Errorf("%w: the object at %d has %d bytes, the read asks %d", ErrNotAnObject, off, r.len, length))
+		return errcode.Wrap(errcode.ReplicaIsGone, fmt.Errorf("%w: the object at %d has %d bytes, the read asks %d", ErrNotAnObject, off, r.len, length))
 	}
 	if err := n.owners.check(off, off+length, r.token); err != nil {
-		return codes.Wrap(codes.ReplicaIsGone, fmt.Errorf("%w: a newer put claimed part of [%d, %d)", ErrNotAnObject, off, off+length))
+		return errcode.Wrap(errcode.ReplicaIsGone, fmt.Errorf("%w: a newer put claimed part of [%d, %d)", ErrNotAnObject, off, off+length))
 	}
 	return nil
 }

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/crc32c"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/testkit"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/masterapi"
@@ -35,7 +35,7 @@ func TestReadsBoundToObjects(t *testing.T) {
 	at := func(k string) masterapi.Replica {
 		t.Helper()
 		info, err := m.GetReplicaList(ctx, k)
-		if err != nil || len(info.Replicas) != 1 || info.Replicas[0].Kind != masterapi.Memory {
+		if err != nil || len(info.Replicas) != 1 || info.Replicas[0].Kind != masterapi.DRAM {
 			t.Fatalf("lookup %s: %v %+v", k, err, info)
 		}
 		return info.Replicas[0]
@@ -55,7 +55,7 @@ func TestReadsBoundToObjects(t *testing.T) {
 	}
 	refused := func(err error, why string) {
 		t.Helper()
-		if !errors.Is(err, codes.ErrReplicaGone) || !strings.Contains(err.Error(), "no complete object") || !strings.Contains(err.Error(), why) {
+		if !errors.Is(err, errcode.ErrReplicaGone) || !strings.Contains(err.Error(), "no complete object") || !strings.Contains(err.Error(), why) {
 			t.Fatalf("want REPLICA_IS_GONE (no complete object: %s), got %v", why, err)
 		}
 	}
@@ -81,7 +81,7 @@ func TestReadsBoundToObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, "the node refuses the removed object's range", func() bool {
-		return errors.Is(read(rc.Offset, rc.Length, nil), codes.ErrReplicaGone)
+		return errors.Is(read(rc.Offset, rc.Length, nil), errcode.ErrReplicaGone)
 	})
 	refused(read(rc.Offset, rc.Length, nil), "no object starts at")
 	// a still reads, and the client's gets of a work.

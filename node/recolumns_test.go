@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/keyspec"
 	pb "github.com/tierstore/tierstore/internal/rpcpb"
 	"github.com/tierstore/tierstore/masterapi"
@@ -75,12 +75,12 @@ func TestRemoteReRegisterColumns(t *testing.T) {
 		t.Fatalf("re-registration chunks %v, want three of %d and one of 17", calls, reRegisterBatch)
 	}
 	st, err := m.Stats(ctx)
-	if err != nil || st.DiskReplicas != count || st.Objects != count {
+	if err != nil || st.SSDReplicas != count || st.Objects != count {
 		t.Fatalf("master stats %+v (%v): want %d objects on disk", st, err, count)
 	}
 	for k, info := range want {
 		got, err := m.GetReplicaList(ctx, k)
-		if err != nil || got.Size != info.Size || got.CRC != info.CRC || len(got.Replicas) != 1 || got.Replicas[0].Kind != masterapi.LocalDisk {
+		if err != nil || got.Size != info.Size || got.CRC != info.CRC || len(got.Replicas) != 1 || got.Replicas[0].Kind != masterapi.SSD {
 			t.Fatalf("key %s: master has %+v (%v), tier size %d crc %08x", keyspec.Show(k), got, err, info.Size, info.CRC)
 		}
 	}
@@ -106,16 +106,16 @@ func TestRemoteReRegisterColumns(t *testing.T) {
 		{"short size column", &pb.DiskObjectColumns{Keys: good, KeyLens: []uint32{7, 7}, Sizes: []int64{1}, Crcs: []uint32{1, 1}}, "2 key lengths, 1 sizes, 2 CRCs"},
 	} {
 		_, err := raw.ReRegisterDiskObjects(ctx, &pb.RegisterDiskObjectsRequest{Node: n.Name(), Objects: bad.cols})
-		err = codes.FromStatus(err)
-		if codes.Of(err) != codes.InvalidParams || !strings.Contains(err.Error(), bad.says) || !strings.Contains(err.Error(), "bad disk object columns") {
+		err = errcode.FromStatus(err)
+		if errcode.Of(err) != errcode.InvalidParams || !strings.Contains(err.Error(), bad.says) || !strings.Contains(err.Error(), "bad disk object columns") {
 			t.Fatalf("%s: got %v, want INVALID_PARAMS saying %q", bad.name, err, bad.says)
 		}
-		if st, _ := m.Stats(ctx); st.Objects != count || st.DiskReplicas != count {
+		if st, _ := m.Stats(ctx); st.Objects != count || st.SSDReplicas != count {
 			t.Fatalf("%s: the refused chunk was partly recorded: %+v", bad.name, st)
 		}
 		// The same chunk in process: the sentinel.
 		_, err = m.ReRegisterDiskColumns(ctx, n.Name(), masterapi.DiskColumns{Keys: bad.cols.Keys, Lens: bad.cols.KeyLens, Sizes: bad.cols.Sizes, CRCs: bad.cols.Crcs})
-		if !errors.Is(err, masterapi.ErrBadColumns) || !errors.Is(err, codes.ErrInvalidParams) {
+		if !errors.Is(err, masterapi.ErrBadColumns) || !errors.Is(err, errcode.ErrInvalidParams) {
 			t.Fatalf("%s in process: got %v, want ErrBadColumns", bad.name, err)
 		}
 		// And through the client: refused before sending, the sentinel.
@@ -128,9 +128,9 @@ func TestRemoteReRegisterColumns(t *testing.T) {
 	// Refusals are per object and sparse: a conflicting size is refused
 	// alone, a new key recorded.
 	k0 := string(tasks[0].Key)
-	cols := masterapi.ColumnsOf([]masterapi.DiskObject{{Key: "brand-new", Size: 9, CRC: 9}, {Key: k0, Size: want[k0].Size + 1, CRC: want[k0].CRC}})
+	cols := masterapi.ColumnsOf([]masterapi.SSDObject{{Key: "brand-new", Size: 9, CRC: 9}, {Key: k0, Size: want[k0].Size + 1, CRC: want[k0].CRC}})
 	errs, err := r.ReRegisterDiskColumns(ctx, n.Name(), cols)
-	if err != nil || len(errs) != 2 || errs[0] != nil || !errors.Is(errs[1], codes.ErrChecksumConflict) {
+	if err != nil || len(errs) != 2 || errs[0] != nil || !errors.Is(errs[1], errcode.ErrChecksumConflict) {
 		t.Fatalf("mixed chunk: %v %v", errs, err)
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/tier"
@@ -16,7 +16,7 @@ import (
 
 // Re-registration and reconcile stream the SSD key list: the node's memory
 // is one batch (and a reconcile digest of at most
-// masterapi.MaxReconcileRanges ranges), never the key count, so a node
+// masterapi.MaxReconcileSlots slots), never the key count, so a node
 // with tens of millions of SSD objects re-registers and reconciles like a
 // small one (docs/design.md invariant 6; masterapi/reconcile.go).
 const (
@@ -140,7 +140,7 @@ func (n *Node) dropConflicts(objs *masterapi.DiskColumns, errs []error, gen uint
 		if n.refusedKeepsCopy(e, gen) {
 			continue
 		}
-		if errors.Is(e, codes.ErrChecksumConflict) || errors.Is(e, codes.ErrObjectNotFound) || errors.Is(e, codes.ErrReplicaNotFound) {
+		if errors.Is(e, errcode.ErrChecksumConflict) || errors.Is(e, errcode.ErrObjectNotFound) || errors.Is(e, errcode.ErrReplicaNotFound) {
 			if err := n.tier.Remove(key); err != nil && !errors.Is(err, tier.ErrNotFound) {
 				n.log.Warn("removing an SSD object the master refused", "key", keyspec.Show(key), "err", err)
 			}
@@ -153,7 +153,7 @@ func (n *Node) dropConflicts(objs *masterapi.DiskColumns, errs []error, gen uint
 // since gen, so that master may be a restarted one; a re-registration is
 // flagged to announce it.
 func (n *Node) refusedKeepsCopy(err error, gen uint64) bool {
-	if errors.Is(err, codes.ErrObjectNotFound) && n.mountGen.Load() != gen {
+	if errors.Is(err, errcode.ErrObjectNotFound) && n.mountGen.Load() != gen {
 		n.reregister.Store(true)
 		return true
 	}
@@ -173,14 +173,14 @@ func (n *Node) remountedSince(gen uint64) bool {
 	return n.mountGen.Load() != gen || n.reregister.Load()
 }
 
-// Reconcile brings the master's list of this node's LocalDisk replicas and
+// Reconcile brings the master's list of this node's SSD replicas and
 // the SSD's contents together: the master drops replicas the SSD no longer
 // holds, and the node deletes from its SSD the keys the master answers as
 // unwanted (removed objects, dropped replicas). It runs periodically; tests
 // and operators may call it directly.
 //
 // It is a session (masterapi/reconcile.go): a digest of the SSD keys per
-// hash range, then the keys of the ranges whose digests differ, in
+// hash slot, then the keys of the slots whose digests differ, in
 // batches, then the end of the session. When nothing changed it costs one
 // pass over the SSD index and one small call.
 //
@@ -199,11 +199,11 @@ func (n *Node) Reconcile(ctx context.Context) error {
 	if n.reregister.Swap(false) {
 		n.reRegister(ctx)
 		if n.reregister.Load() {
-			return fmt.Errorf("node: reconcile: %w: re-registration pending", codes.ErrNeedRemount)
+			return fmt.Errorf("node: reconcile: %w: re-registration pending", errcode.ErrNeedRemount)
 		}
 	}
 	gen := n.mountGen.Load()
-	d := masterapi.NewRangeDigest(masterapi.RangesFor(n.tier.Stats().Objects))
+	d := masterapi.NewSlotDigest(masterapi.SlotsFor(n.tier.Stats().Objects))
 	if err := n.tier.Keys(func(k []byte, _ tier.KeyInfo) bool {
 		d.Add(masterapi.KeyHashBytes(k))
 		return true
@@ -220,7 +220,7 @@ func (n *Node) Reconcile(ctx context.Context) error {
 		n.metrics.reconciles.Add(1)
 		return nil
 	}
-	if err := n.sendDiffering(ctx, ses, d.Ranges(), gen); err != nil {
+	if err := n.sendDiffering(ctx, ses, d.Slots(), gen); err != nil {
 		return n.reconcileFailed(err)
 	}
 	if n.remountedSince(gen) {
@@ -243,21 +243,21 @@ func (n *Node) Reconcile(ctx context.Context) error {
 // reconcileFailed wraps a reconcile call's error; NEED_REMOUNT flags a
 // re-registration before the next try (the ping loop remounts).
 func (n *Node) reconcileFailed(err error) error {
-	if errors.Is(err, codes.ErrNeedRemount) {
+	if errors.Is(err, errcode.ErrNeedRemount) {
 		n.reregister.Store(true)
 	}
 	return fmt.Errorf("node: reconcile: %w", err)
 }
 
 // sendDiffering sends the master, in batches, every SSD key of the
-// session's differing ranges (at resolution ranges), and deletes the keys
+// session's differing slots (at resolution slots), and deletes the keys
 // it answers as unwanted, unless the node remounted since gen (then it
 // stops sending: the session is void).
-func (n *Node) sendDiffering(ctx context.Context, ses masterapi.ReconcileSession, ranges int, gen uint64) error {
-	differ := make([]bool, ranges)
+func (n *Node) sendDiffering(ctx context.Context, ses masterapi.ReconcileSession, slots int, gen uint64) error {
+	differ := make([]bool, slots)
 	for _, r := range ses.Differ {
-		if int(r) >= ranges {
-			return fmt.Errorf("master answered range %d of a %d-range digest: %w", r, ranges, codes.ErrInvalidParams)
+		if int(r) >= slots {
+			return fmt.Errorf("master answered slot %d of a %d-slot digest: %w", r, slots, errcode.ErrInvalidParams)
 		}
 		differ[r] = true
 	}
@@ -284,7 +284,7 @@ func (n *Node) sendDiffering(ctx context.Context, ses masterapi.ReconcileSession
 		return true
 	}
 	err := n.tier.Keys(func(k []byte, _ tier.KeyInfo) bool {
-		if !differ[masterapi.RangeOf(masterapi.KeyHashBytes(k), ranges)] {
+		if !differ[masterapi.SlotOf(masterapi.KeyHashBytes(k), slots)] {
 			return true
 		}
 		batch = append(batch, string(k))

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -81,14 +81,14 @@ func TestReRegisterStreamsBatches(t *testing.T) {
 	if len(calls) != 3 || calls[0] != reRegisterBatch || calls[1] != reRegisterBatch || calls[2] != 5 {
 		t.Fatalf("re-registration calls %v, want [%d %d 5]", calls, reRegisterBatch, reRegisterBatch)
 	}
-	if st, _ := m.Stats(context.Background()); st.DiskReplicas != objects {
-		t.Fatalf("master lists %d disk replicas, want %d", st.DiskReplicas, objects)
+	if st, _ := m.Stats(context.Background()); st.SSDReplicas != objects {
+		t.Fatalf("master lists %d disk replicas, want %d", st.SSDReplicas, objects)
 	}
 }
 
 // TestReconcileSendsOnlyDifferingRanges: when SSD and master agree a
 // reconcile sends no key at all; when a few keys differ it sends only the
-// keys of their ranges, removes what the master does not want, and the
+// keys of their slots, removes what the master does not want, and the
 // master drops what the SSD does not hold.
 func TestReconcileSendsOnlyDifferingRanges(t *testing.T) {
 	const objects = 5000
@@ -104,7 +104,7 @@ func TestReconcileSendsOnlyDifferingRanges(t *testing.T) {
 	if _, err := m.EvictDiskReplica(ctx, n.Name(), []string{"k7"}); err != nil { // the node keeps the bytes
 		t.Fatal(err)
 	}
-	if _, err := m.ReRegisterDiskObjects(ctx, n.Name(), []masterapi.DiskObject{{Key: "phantom", Size: 3, CRC: 1}}); err != nil {
+	if _, err := m.ReRegisterDiskObjects(ctx, n.Name(), []masterapi.SSDObject{{Key: "phantom", Size: 3, CRC: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.Reconcile(ctx); err != nil {
@@ -113,11 +113,11 @@ func TestReconcileSendsOnlyDifferingRanges(t *testing.T) {
 	if tr.has("stray") || tr.has("k7") || !tr.has("k8") {
 		t.Fatalf("after reconcile: stray %v k7 %v k8 %v", tr.has("stray"), tr.has("k7"), tr.has("k8"))
 	}
-	if _, err := m.GetReplicaList(ctx, "phantom"); !errors.Is(err, codes.ErrObjectNotFound) {
+	if _, err := m.GetReplicaList(ctx, "phantom"); !errors.Is(err, errcode.ErrObjectNotFound) {
 		t.Fatalf("phantom replica not dropped: %v", err)
 	}
 	ns := n.Stats()
-	// Three ranges differ, of RangesFor(5000) = 32: about 3/32 of the keys.
+	// Three slots differ, of SlotsFor(5000) = 32: about 3/32 of the keys.
 	if ns.ReconcileKeysSent == 0 || ns.ReconcileKeysSent > objects/4 || ns.ReconcileRemoved != 2 {
 		t.Fatalf("keys sent %d (of %d), removed %d", ns.ReconcileKeysSent, objects, ns.ReconcileRemoved)
 	}
@@ -127,12 +127,12 @@ func TestReconcileSendsOnlyDifferingRanges(t *testing.T) {
 	if ends != 1 {
 		t.Fatalf("%d ReconcileEnd calls, want 1", ends)
 	}
-	if st, _ := m.Stats(ctx); st.DiskReplicas != objects-1 {
-		t.Fatalf("master lists %d disk replicas, want %d", st.DiskReplicas, objects-1)
+	if st, _ := m.Stats(ctx); st.SSDReplicas != objects-1 {
+		t.Fatalf("master lists %d disk replicas, want %d", st.SSDReplicas, objects-1)
 	}
 }
 
-// TestReconcileBatchesKeys: a reconcile whose every range differs (the
+// TestReconcileBatchesKeys: a reconcile whose every slot differs (the
 // master lost the node's replicas without asking for a remount) sends the
 // keys in batches of at most reconcileBatchKeys.
 func TestReconcileBatchesKeys(t *testing.T) {

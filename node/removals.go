@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/tier"
 )
@@ -295,7 +295,7 @@ func (n *Node) removalTick() {
 		n.roundMu.Lock()
 		defer n.roundMu.Unlock()
 	}
-	if err := n.syncRemovals(n.ctx, true); err != nil && !errors.Is(err, codes.ErrNeedRemount) {
+	if err := n.syncRemovals(n.ctx, true); err != nil && !errors.Is(err, errcode.ErrNeedRemount) {
 		n.log.Debug("removal log pull failed; will retry", "err", err)
 	}
 }

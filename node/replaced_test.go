@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -35,7 +35,7 @@ func memOffset(t *testing.T, m masterapi.ClientAPI, key string) int64 {
 		t.Fatal(err)
 	}
 	for _, r := range info.Replicas {
-		if r.Kind == masterapi.Memory {
+		if r.Kind == masterapi.DRAM {
 			return r.Offset
 		}
 	}
@@ -59,7 +59,7 @@ func TestGetOfAKeyReplacedWhileItReads(t *testing.T) {
 		gone    bool
 		wantErr error
 	}{
-		{name: "get"}, {name: "get into", into: true}, {name: "removed", gone: true, wantErr: codes.ErrObjectNotFound},
+		{name: "get"}, {name: "get into", into: true}, {name: "removed", gone: true, wantErr: errcode.ErrObjectNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key, other := "k-"+tc.name, "other-"+tc.name
@@ -102,7 +102,7 @@ func TestGetOfAKeyReplacedWhileItReads(t *testing.T) {
 			case tc.wantErr == nil && !bytes.Equal(got, v2):
 				t.Fatal("get of a key replaced while it read: not the new value")
 			}
-			if err := w.Remove(ctx, key, true); err != nil && !errors.Is(err, codes.ErrObjectNotFound) {
+			if err := w.Remove(ctx, key, true); err != nil && !errors.Is(err, errcode.ErrObjectNotFound) {
 				t.Fatal(err)
 			}
 			_ = w.Remove(ctx, other, true)

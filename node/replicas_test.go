@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -102,7 +102,7 @@ func TestReplicasWrittenToTwoNodesAndReadAcrossFallback(t *testing.T) {
 	if err := w.Remove(ctx, "k", true); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Get(ctx, "k"); !errors.Is(err, codes.ErrObjectNotFound) {
+	if _, err := w.Get(ctx, "k"); !errors.Is(err, errcode.ErrObjectNotFound) {
 		t.Fatalf("after remove: %v", err)
 	}
 }
@@ -117,7 +117,7 @@ func TestReplicasMoreThanNodesThroughClient(t *testing.T) {
 	w := newTestClient(t, client.Config{MasterAddr: addr})
 	ctx := context.Background()
 	err := w.PutWith(ctx, "k", rnd(100), client.PutOptions{Replicas: 3})
-	if !errors.Is(err, codes.ErrNoAvailableHandle) {
+	if !errors.Is(err, errcode.ErrNoAvailableHandle) {
 		t.Fatalf("3 replicas on 2 nodes: %v", err)
 	}
 	t.Logf("the error: %v", err)
@@ -130,7 +130,7 @@ func TestReplicasMoreThanNodesThroughClient(t *testing.T) {
 	if info, err := m.GetReplicaList(ctx, "k"); err != nil || len(info.Replicas) != 2 {
 		t.Fatalf("allow fewer: %+v %v", info.Replicas, err)
 	}
-	if err := w.PutWith(ctx, "x", rnd(100), client.PutOptions{Replicas: -1}); !errors.Is(err, codes.ErrInvalidParams) {
+	if err := w.PutWith(ctx, "x", rnd(100), client.PutOptions{Replicas: -1}); !errors.Is(err, errcode.ErrInvalidParams) {
 		t.Fatalf("-1 replicas: %v", err)
 	}
 }

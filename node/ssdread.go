@@ -7,7 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/tier"
 )
@@ -96,7 +96,7 @@ type ssdValue interface {
 // corrupt entry.
 func (n *Node) openSSD(ctx context.Context, key []byte, verify bool) (ssdValue, error) {
 	if n.tier == nil {
-		return nil, codes.Errorf(codes.UnableOffload, "node: node %s has no SSD tier", n.name)
+		return nil, errcode.Errorf(errcode.UnableOffload, "node: node %s has no SSD tier", n.name)
 	}
 	if v, ok := n.joinPromotion(ctx, key); ok {
 		return &wholeValue{v: v}, nil // loaded once for the promotion and this read
@@ -252,7 +252,7 @@ func (n *Node) readSSDStream(ctx context.Context, key []byte, parts [][]byte) (u
 	defer v.Close()
 	size := partsLen(parts)
 	if v.Size() != size {
-		return 0, codes.Errorf(codes.ChecksumMismatch, "node: the SSD copy of %q has %d bytes, the reader expects %d", key, v.Size(), size)
+		return 0, errcode.Errorf(errcode.ChecksumMismatch, "node: the SSD copy of %q has %d bytes, the reader expects %d", key, v.Size(), size)
 	}
 	var crc uint32
 	var off int64
@@ -266,17 +266,17 @@ func (n *Node) readSSDStream(ctx context.Context, key []byte, parts [][]byte) (u
 			return 0, err
 		}
 		if off+int64(len(p)) > size {
-			return 0, codes.Errorf(codes.InternalError, "node: the SSD read of %q gave more than its %d bytes", key, size)
+			return 0, errcode.Errorf(errcode.InternalError, "node: the SSD read of %q gave more than its %d bytes", key, size)
 		}
 		crc = dst.copyCRC(crc, p)
 		off += int64(len(p))
 	}
 	if off != size {
-		return 0, codes.Errorf(codes.InternalError, "node: the SSD read of %q gave %d of its %d bytes", key, off, size)
+		return 0, errcode.Errorf(errcode.InternalError, "node: the SSD read of %q gave %d of its %d bytes", key, off, size)
 	}
 	if want, ok := v.CRC(); ok && crc != want {
 		v.corrupt(ctx)
-		return 0, codes.Errorf(codes.ChecksumMismatch, "node: the SSD copy of %q has CRC32C %08x, its index says %08x; dropped", key, crc, want)
+		return 0, errcode.Errorf(errcode.ChecksumMismatch, "node: the SSD copy of %q has CRC32C %08x, its index says %08x; dropped", key, crc, want)
 	}
 	return crc, nil
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/tierstore/tierstore/backend/faulty"
 	"github.com/tierstore/tierstore/backend/uring"
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/tier"
 )
@@ -117,7 +117,7 @@ func TestSSDReadMidStreamFailure(t *testing.T) {
 	fb.FailNth(faulty.OpRead, 5, nil)
 	buf, guard := guardedBuf(t, len(val))
 	_, err := remote.GetInto(ctx, "m", buf)
-	if !errors.Is(err, codes.ErrTransferFail) || !strings.Contains(err.Error(), "SSD read") {
+	if !errors.Is(err, errcode.ErrTransferFail) || !strings.Contains(err.Error(), "SSD read") {
 		t.Fatalf("remote read with a failing piece: %v", err)
 	}
 	guard()
@@ -212,7 +212,7 @@ func TestSSDReadCorruptCopyDroppedOnce(t *testing.T) {
 			if err == nil {
 				t.Fatalf("%s: a corrupt copy was returned (try %d)", tc.key, try)
 			}
-			if try == 0 && !errors.Is(err, codes.ErrChecksumMismatch) {
+			if try == 0 && !errors.Is(err, errcode.ErrChecksumMismatch) {
 				t.Fatalf("%s: %v", tc.key, err)
 			}
 		}

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 )
 
 // versioned returns the value of version v of key: a header naming both,
@@ -102,8 +102,8 @@ func TestConcurrentChurnNeverWrongBytes(t *testing.T) {
 					// ObjectNotFound, ReplicaNotFound (a stale put token):
 					// a concurrent force Remove cancelled the put between
 					// PutStart and PutEnd.
-					if err != nil && !errors.Is(err, codes.ErrObjectExists) && !errors.Is(err, codes.ErrNoAvailableHandle) &&
-						!errors.Is(err, codes.ErrObjectNotFound) && !errors.Is(err, codes.ErrReplicaNotFound) {
+					if err != nil && !errors.Is(err, errcode.ErrObjectExists) && !errors.Is(err, errcode.ErrNoAvailableHandle) &&
+						!errors.Is(err, errcode.ErrObjectNotFound) && !errors.Is(err, errcode.ErrReplicaNotFound) {
 						errc <- fmt.Errorf("put %s: %w", k, err)
 						return
 					}

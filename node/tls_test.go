@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/rpcpb"
 	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/internal/wire"
@@ -117,7 +117,7 @@ func TestNodeOverTLS(t *testing.T) {
 	defer dc.Close()
 	buf := make([]byte, rep.Length)
 	err = dc.ReadRange(ctx, rep.Segment, int64(rep.Offset), buf, info.CRC)
-	if !errors.Is(err, codes.ErrPermissionDenied) || !strings.Contains(err.Error(), "needs role client") {
+	if !errors.Is(err, errcode.ErrPermissionDenied) || !strings.Contains(err.Error(), "needs role client") {
 		t.Fatalf("a master reading a range: want PERMISSION_DENIED naming role client, got %v", err)
 	}
 	// A client's certificate on the same connection shape reads it.

@@ -65,8 +65,8 @@ func TestFullDRAMDrainsWithoutTicks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.DiskReplicas != int64(len(vals)) || st.OffloadQueued != 0 || st.OffloadInFlight != 0 {
-		t.Fatalf("%d disk replicas of %d objects, %d tasks queued, %d in flight", st.DiskReplicas, len(vals), st.OffloadQueued, st.OffloadInFlight)
+	if st.SSDReplicas != int64(len(vals)) || st.OffloadQueued != 0 || st.OffloadInFlight != 0 {
+		t.Fatalf("%d disk replicas of %d objects, %d tasks queued, %d in flight", st.SSDReplicas, len(vals), st.OffloadQueued, st.OffloadInFlight)
 	}
 	ns := n.Stats()
 	if ns.OffloadPersisted != int64(len(vals)) || ns.OffloadFailed != 0 || ns.Tier.Objects != int64(len(vals)) {

@@ -25,8 +25,8 @@ type Outlook struct {
 
 // OutlookBucket is one bucket of an Outlook.
 type OutlookBucket struct {
-	ID   uint64
-	Size int64 // file bytes its eviction frees
+	ID        uint64
+	FileBytes int64 // file bytes its eviction frees
 	// Keys are the objects the bucket still holds, Sizes their value
 	// lengths.
 	Keys  [][]byte
@@ -57,7 +57,7 @@ func (e *Engine) Outlook(cover int64) (Outlook, error) {
 		return b == nil || b.readers.Load() > 0 || b.evicting || b.dead.Load() || !b.notified
 	})
 	for _, id := range ids {
-		o.Victims = append(o.Victims, OutlookBucket{ID: id, Size: e.buckets[id].size})
+		o.Victims = append(o.Victims, OutlookBucket{ID: id, FileBytes: e.buckets[id].size})
 	}
 	e.mu.Unlock()
 	for i := range o.Victims {

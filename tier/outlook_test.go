@@ -40,7 +40,7 @@ func TestOutlookListsNextVictimsWithTheirObjects(t *testing.T) {
 	require.Len(t, o.Victims, 2, "enough victims to cover two buckets")
 	require.Equal(t, idb, o.Victims[0].ID)
 	require.Equal(t, idc, o.Victims[1].ID)
-	require.Equal(t, bucketBytes, o.Victims[0].Size)
+	require.Equal(t, bucketBytes, o.Victims[0].FileBytes)
 	require.Equal(t, keysOf(b[:3]), o.Victims[0].Keys, "the removed object is not listed")
 	require.Equal(t, []int64{objSize, objSize, objSize}, o.Victims[0].Sizes)
 	require.Equal(t, keysOf(c), o.Victims[1].Keys)
@@ -80,5 +80,5 @@ func TestSetValueFreqRanksVictims(t *testing.T) {
 	o, err = e.Outlook(1)
 	require.NoError(t, err)
 	require.Equal(t, idCold, o.Victims[0].ID, "the cold bucket goes first")
-	require.Equal(t, bucket.Size(4, 4*8, 4*bucket.AlignUp(objSize)), o.Victims[0].Size)
+	require.Equal(t, bucket.Size(4, 4*8, 4*bucket.AlignUp(objSize)), o.Victims[0].FileBytes)
 }

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/mastergrpc"
 )
@@ -109,7 +109,7 @@ func TestBinary(t *testing.T) {
 	if got := time.Until(info.LeaseDeadline); got < 9*time.Second || got > 12*time.Second {
 		t.Fatalf("lease %v, want ~11s (default_kv_lease_ttl=11000 ms)", got)
 	}
-	if _, err := r.GetReplicaList(ctx, "absent"); !errors.Is(err, codes.ErrObjectNotFound) {
+	if _, err := r.GetReplicaList(ctx, "absent"); !errors.Is(err, errcode.ErrObjectNotFound) {
 		t.Fatalf("absent: %v", err)
 	}
 
@@ -119,7 +119,7 @@ func TestBinary(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, m := range []string{"tierstore_master_objects 1", `tierstore_master_errors_total{code="OBJECT_NOT_FOUND"} 1`, `tierstore_master_bytes{tier="memory"} 100`, "tierstore_master_offload_queue_depth 0"} {
+	for _, m := range []string{"tierstore_master_objects 1", `tierstore_master_errors_total{code="OBJECT_NOT_FOUND"} 1`, `tierstore_master_bytes{tier="dram"} 100`, "tierstore_master_offload_queue_depth 0"} {
 		if !strings.Contains(string(body), m) {
 			t.Errorf("metrics lack %q", m)
 		}

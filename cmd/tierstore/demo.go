@@ -176,7 +176,7 @@ func (r *demoResult) put(ctx context.Context, e *embedded.Embedded) ([]string, [
 	if err != nil {
 		return nil, nil, err
 	}
-	r.putDRAMBytes = st.MemoryBytes
+	r.putDRAMBytes = st.DRAMBytes
 	return keys, sums, nil
 }
 
@@ -205,7 +205,7 @@ func (r *demoResult) offload(ctx context.Context, e *embedded.Embedded) error {
 	if err != nil {
 		return err
 	}
-	r.ssdBytes = st.DiskBytes
+	r.ssdBytes = st.SSDBytes
 	return nil
 }
 
@@ -220,7 +220,7 @@ func (r *demoResult) evict(ctx context.Context, e *embedded.Embedded, keys []str
 	if err != nil {
 		return err
 	}
-	r.dramAfterEvict, r.ssdAfterEvict = st.MemoryBytes, st.DiskBytes
+	r.dramAfterEvict, r.ssdAfterEvict = st.DRAMBytes, st.SSDBytes
 	return nil
 }
 

@@ -331,8 +331,8 @@ func TestNodeTable(t *testing.T) {
 	var b bytes.Buffer
 	printNodeTable(&b, []masterapi.NodeStats{
 		{Node: "node-a", Endpoint: "127.0.0.1:7001", Alive: true, Segments: 1, SegmentSize: 64 << 20, SegmentUsed: 3 << 20,
-			MemoryReplicas: 3, MemoryBytes: 3 << 20, DiskReplicas: 5, DiskBytes: 5 << 20, OffloadQueued: 2, OffloadInFlight: 1},
-		{Node: "node-b", Endpoint: "127.0.0.1:7002", SegmentSize: 32 << 20, MemoryReplicas: 1, MemoryBytes: 100},
+			DRAMReplicas: 3, DRAMBytes: 3 << 20, SSDReplicas: 5, SSDBytes: 5 << 20, OffloadQueued: 2, OffloadInFlight: 1},
+		{Node: "node-b", Endpoint: "127.0.0.1:7002", SegmentSize: 32 << 20, DRAMReplicas: 1, DRAMBytes: 100},
 	})
 	out := b.String()
 	if !strings.Contains(out, "NODE") || !strings.Contains(out, "SSD OBJECTS") {

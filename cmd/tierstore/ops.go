@@ -276,8 +276,8 @@ func runStats(ctx context.Context, c *client.Client, a opArgs, stdout, _ io.Writ
 	fmt.Fprintf(stdout, "nodes              %d\n", st.Nodes)
 	fmt.Fprintf(stdout, "segments           %d (%s capacity, %s used)\n", st.Segments, units.Human(st.SegmentCapacity), units.Human(st.SegmentUsed))
 	fmt.Fprintf(stdout, "objects            %d\n", st.Objects)
-	fmt.Fprintf(stdout, "memory replicas    %d (%s)\n", st.MemoryReplicas, units.Human(st.MemoryBytes))
-	fmt.Fprintf(stdout, "disk replicas      %d (%s)\n", st.DiskReplicas, units.Human(st.DiskBytes))
+	fmt.Fprintf(stdout, "memory replicas    %d (%s)\n", st.DRAMReplicas, units.Human(st.DRAMBytes))
+	fmt.Fprintf(stdout, "disk replicas      %d (%s)\n", st.SSDReplicas, units.Human(st.SSDBytes))
 	fmt.Fprintf(stdout, "offload            queued %d, in flight %d, persisted %d, failed %d\n", st.OffloadQueued, st.OffloadInFlight, st.OffloadPersisted, st.OffloadFailed)
 	fmt.Fprintf(stdout, "dram evictions     %d\n", st.Evictions)
 	fmt.Fprintf(stdout, "expired nodes      %d\n", st.ExpiredNodes)
@@ -329,7 +329,7 @@ func printNodeTable(w io.Writer, rows []masterapi.NodeStats) {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s / %s\t%d\t%s\t%d\t%s\t%d / %d\n",
 			r.Node, r.Endpoint, state, units.Human(r.SegmentUsed), units.Human(r.SegmentSize),
-			r.MemoryReplicas, units.Human(r.MemoryBytes), r.DiskReplicas, units.Human(r.DiskBytes),
+			r.DRAMReplicas, units.Human(r.DRAMBytes), r.SSDReplicas, units.Human(r.SSDBytes),
 			r.OffloadQueued, r.OffloadInFlight)
 	}
 	_ = tw.Flush()

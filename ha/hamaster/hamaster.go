@@ -16,7 +16,7 @@ import (
 
 	"github.com/tierstore/tierstore/ha"
 	"github.com/tierstore/tierstore/ha/etcdremovals"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/master"
 )
 
@@ -111,7 +111,7 @@ func (m *Master) term(ctx context.Context, standby func()) (func(), error) {
 		return standby, err
 	}
 	cfg := m.cfg.Master
-	cfg.HA = master.HAConfig{Fence: l.Check, Term: l.Term(), RebuildWindow: m.cfg.RebuildWindow}
+	cfg.HA = master.HAConfig{Fence: l.Fence, Term: l.Term(), RebuildWindow: m.cfg.RebuildWindow}
 	cfg.Removals = etcdremovals.New(l, m.prefix()+etcdremovals.Suffix)
 	svc, err := master.New(cfg)
 	if err != nil {
@@ -177,7 +177,7 @@ const stopGrace = time.Second
 // standbyServer answers every call "not the leader".
 func standbyServer(addr string, opts ...grpc.ServerOption) *grpc.Server {
 	return grpc.NewServer(append([]grpc.ServerOption{grpc.UnknownServiceHandler(func(any, grpc.ServerStream) error {
-		return codes.ToStatus(fmt.Errorf("master %s is a standby: %w", addr, master.ErrNotLeader))
+		return errcode.ToStatus(fmt.Errorf("master %s is a standby: %w", addr, master.ErrNotLeader))
 	})}, opts...)...)
 }
 

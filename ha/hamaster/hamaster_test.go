@@ -14,7 +14,7 @@ import (
 	"github.com/tierstore/tierstore/ha"
 	"github.com/tierstore/tierstore/ha/hamaster"
 	"github.com/tierstore/tierstore/ha/hatest"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/mastergrpc"
 )
@@ -119,7 +119,7 @@ func TestStandbyTakesOverWhenLeaderResigns(t *testing.T) {
 	require.True(t, standby.m.Service() == nil, "no Service outside a term")
 	require.NoError(t, exists(t, leader.addr))
 	err := exists(t, standby.addr)
-	require.ErrorIs(t, err, codes.ErrUnavailable, "a standby answers not the leader")
+	require.ErrorIs(t, err, errcode.ErrUnavailable, "a standby answers not the leader")
 	require.Contains(t, err.Error(), "standby")
 	require.Equal(t, http.StatusOK, metricsStatus(leader.m))
 	require.Equal(t, http.StatusServiceUnavailable, metricsStatus(standby.m))

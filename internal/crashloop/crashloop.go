@@ -15,8 +15,8 @@ import (
 
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/internal/cluster"
-	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/crc32c"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -314,7 +314,7 @@ func (l *loop) announced(ctx context.Context, c *client.Client, all bool, victim
 		ssd, other := false, false
 		for _, rep := range r.Info.Replicas {
 			mine := rep.Node == l.nodes[victim].Node
-			ssd = ssd || rep.Kind == masterapi.LocalDisk && rep.Status == masterapi.Complete && (all || mine)
+			ssd = ssd || rep.Kind == masterapi.SSD && rep.Status == masterapi.Complete && (all || mine)
 			other = other || rep.Status == masterapi.Complete && !mine
 		}
 		if ssd {
@@ -411,7 +411,7 @@ func (l *loop) checkAll(ctx context.Context, c *client.Client) error {
 	for i, r := range res {
 		k := keys[i]
 		if r.Err != nil {
-			if errors.Is(r.Err, codes.ErrObjectNotFound) || errors.Is(r.Err, codes.ErrReplicaGone) {
+			if errors.Is(r.Err, errcode.ErrObjectNotFound) || errors.Is(r.Err, errcode.ErrReplicaGone) {
 				l.forget(k)
 			}
 			continue
@@ -423,7 +423,7 @@ func (l *loop) checkAll(ctx context.Context, c *client.Client) error {
 				l.rep.Duplicates++
 			}
 			seen[id] = true
-			if rep.Kind == masterapi.LocalDisk && rep.Status == masterapi.Complete {
+			if rep.Kind == masterapi.SSD && rep.Status == masterapi.Complete {
 				l.checkSSDReplica(ctx, k, rep, r.Info.Size)
 			}
 		}
@@ -445,7 +445,7 @@ func (l *loop) checkSSDReplica(ctx context.Context, k string, rep masterapi.Repl
 	}
 	err = dc.ReadSSD(ctx, []byte(k), make([]byte, size), crc32c.Checksum(l.value(k)))
 	switch {
-	case errors.Is(err, codes.ErrObjectNotFound):
+	case errors.Is(err, errcode.ErrObjectNotFound):
 		l.rep.Phantoms++
 		fmt.Fprintf(l.cfg.Log, "  phantom: master lists %s on node %s, which does not hold it\n", k, rep.Node)
 	case errors.Is(err, wire.ErrBadChecksum):

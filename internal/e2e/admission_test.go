@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/tierstore/tierstore/internal/testkit"
 )
 
 // TestTinyLFUPromotionAcrossProcesses: the binaries with the recommended
@@ -37,7 +39,7 @@ func TestTinyLFUPromotionAcrossProcesses(t *testing.T) {
 		t.Fatalf("%s was not read from SSD after 23 more puts into a 16-object DRAM", k)
 	}
 	read() // the put and two SSD reads reach dram_promotion_min_freq
-	eventually(t, 20*time.Second, "promotion published", func() error {
+	testkit.Within(t, 20*time.Second, "promotion published", func() error {
 		st, err := c.Stats(ctx)
 		if err != nil {
 			return err

@@ -12,8 +12,9 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/rpcpb"
+	"github.com/tierstore/tierstore/internal/testkit"
 	"github.com/tierstore/tierstore/masterapi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -36,13 +37,13 @@ func putAll(t *testing.T, c *client.Client, prefix string, n, size int) (map[str
 
 func waitDiskReplicas(t *testing.T, c *client.Client, n int64) {
 	t.Helper()
-	eventually(t, 30*time.Second, "objects offloaded", func() error {
+	testkit.Within(t, 30*time.Second, "objects offloaded", func() error {
 		st, err := c.Stats(context.Background())
 		if err != nil {
 			return err
 		}
-		if st.DiskReplicas < n {
-			return fmt.Errorf("%d of %d disk replicas", st.DiskReplicas, n)
+		if st.SSDReplicas < n {
+			return fmt.Errorf("%d of %d disk replicas", st.SSDReplicas, n)
 		}
 		return nil
 	})
@@ -102,7 +103,7 @@ func TestTwoNodesCrossRead(t *testing.T) {
 	// The DRAM reads above granted read leases, which eviction honours:
 	// evict until every DRAM replica is gone (the leases expire in 3s).
 	dropped := 0
-	eventually(t, 20*time.Second, "evict --tier memory --all", func() error {
+	testkit.Within(t, 20*time.Second, "evict --tier memory --all", func() error {
 		out, errOut, code := cli(t, "evict", "--master", m.Addr, "--tier", "memory", "--all")
 		var d int
 		if _, err := fmt.Sscanf(out, "dropped %d", &d); code != 0 || err != nil {
@@ -115,7 +116,7 @@ func TestTwoNodesCrossRead(t *testing.T) {
 		return nil
 	})
 	st, err := reader.Stats(ctx)
-	if err != nil || st.MemoryReplicas != 0 || dropped != n {
+	if err != nil || st.DRAMReplicas != 0 || dropped != n {
 		t.Fatalf("after evict (%d dropped): %+v, %v", dropped, st, err)
 	}
 	for _, k := range keys {
@@ -142,7 +143,7 @@ func TestTwoNodesCrossRead(t *testing.T) {
 		t.Fatal("cli get returned other bytes")
 	}
 	// A key that never existed is OBJECT_NOT_FOUND, through the library and the CLI.
-	if _, err := reader.Get(ctx, "never-put"); !errors.Is(err, codes.ErrObjectNotFound) {
+	if _, err := reader.Get(ctx, "never-put"); !errors.Is(err, errcode.ErrObjectNotFound) {
 		t.Fatalf("missing key: %v", err)
 	}
 	if _, errOut, code := cli(t, "get", "--master", m.Addr, "never-put"); code != 1 || !strings.Contains(errOut, "OBJECT_NOT_FOUND") {
@@ -197,7 +198,7 @@ func TestNodeKill9MidOffload(t *testing.T) {
 				continue
 			}
 			for _, rep := range r.Info.Replicas {
-				if rep.Kind == masterapi.LocalDisk {
+				if rep.Kind == masterapi.SSD {
 					out = append(out, keys[i])
 					break
 				}
@@ -226,7 +227,7 @@ func TestNodeKill9MidOffload(t *testing.T) {
 	// Every object on SSD at the kill (a superset of what the master
 	// reported just before it) is readable after the restart.
 	for _, k := range atKill {
-		eventually(t, 20*time.Second, "read after restart of "+k, func() error {
+		testkit.Within(t, 20*time.Second, "read after restart of "+k, func() error {
 			got, err := c.Get(ctx, k)
 			if err != nil {
 				return err
@@ -269,7 +270,7 @@ func TestMasterKill9Restart(t *testing.T) {
 	c2 := newClient(t, m2.Addr, "")
 	ctx := context.Background()
 	for _, k := range keys {
-		eventually(t, 20*time.Second, "read after master restart of "+k, func() error {
+		testkit.Within(t, 20*time.Second, "read after master restart of "+k, func() error {
 			got, err := c2.Get(ctx, k)
 			if err != nil {
 				return err
@@ -329,9 +330,9 @@ func TestNodeStopsPinging(t *testing.T) {
 		_, err := cb.Get(ctx, "on-a")
 		return err
 	}
-	eventually(t, 10*time.Second, "REPLICA_IS_GONE after client_ttl", func() error {
+	testkit.Within(t, 10*time.Second, "REPLICA_IS_GONE after client_ttl", func() error {
 		err := getA()
-		if errors.Is(err, codes.ErrReplicaGone) {
+		if errors.Is(err, errcode.ErrReplicaGone) {
 			gone = time.Now()
 			return nil
 		}
@@ -340,15 +341,15 @@ func TestNodeStopsPinging(t *testing.T) {
 	if gone.After(leased.Add(lease)) {
 		t.Fatalf("REPLICA_IS_GONE first seen %v after the lease was granted, outside the %v lease", gone.Sub(leased), lease)
 	}
-	eventually(t, 15*time.Second, "OBJECT_NOT_FOUND after the lease", func() error {
+	testkit.Within(t, 15*time.Second, "OBJECT_NOT_FOUND after the lease", func() error {
 		err := getA()
-		if errors.Is(err, codes.ErrObjectNotFound) {
+		if errors.Is(err, errcode.ErrObjectNotFound) {
 			if time.Now().Before(beforeLease.Add(lease)) {
 				t.Fatalf("OBJECT_NOT_FOUND inside the lease")
 			}
 			return nil
 		}
-		if !errors.Is(err, codes.ErrReplicaGone) {
+		if !errors.Is(err, errcode.ErrReplicaGone) {
 			t.Fatalf("between expiry and the end of the lease: %v", err)
 		}
 		return fmt.Errorf("got %v", err)
@@ -390,7 +391,7 @@ func TestNodeSIGTERM(t *testing.T) {
 	}
 	startNode(t, m.Addr, dir)
 	for _, k := range keys {
-		eventually(t, 20*time.Second, "read after clean restart of "+k, func() error {
+		testkit.Within(t, 20*time.Second, "read after clean restart of "+k, func() error {
 			got, err := c.Get(ctx, k)
 			if err != nil {
 				return err
@@ -444,7 +445,7 @@ func TestRemovedKeyLeavesNodeSSD(t *testing.T) {
 	if _, err := c.Get(ctx, keys[0]); !errors.Is(err, client.ErrObjectNotFound) || client.CodeOf(err).String() != "OBJECT_NOT_FOUND" {
 		t.Fatalf("get of a removed key over gRPC: %v", err)
 	}
-	eventually(t, 20*time.Second, "removed key deleted from the node's SSD", func() error {
+	testkit.Within(t, 20*time.Second, "removed key deleted from the node's SSD", func() error {
 		if st := nodeStats(t, a.Addr); st.GetSsdObjects() != 2 {
 			return fmt.Errorf("%d objects on SSD", st.GetSsdObjects())
 		}

@@ -14,7 +14,8 @@ import (
 
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/internal/cluster"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
+	"github.com/tierstore/tierstore/internal/testkit"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/mastergrpc"
 
@@ -267,23 +268,25 @@ func TestHASIGSTOPLeaderIsFenced(t *testing.T) {
 	old.Kill(syscall.SIGCONT)
 	// Refused by the fence, or cut off when the resumed process stops
 	// serving: never applied.
-	if err := <-paused; !errors.Is(err, codes.ErrUnavailable) && !errors.Is(err, codes.ErrRPCFail) {
+	if err := <-paused; !errors.Is(err, errcode.ErrUnavailable) && !errors.Is(err, errcode.ErrRPCFail) {
 		t.Fatalf("the call received while paused: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	refused := func(what string, call func() error) {
 		t.Helper()
-		for { // a connection reset while the process switches servers is a refusal too: ask again
+		// A connection reset while the process switches servers is a
+		// refusal too: ask again.
+		testkit.Within(t, 10*time.Second, "the resumed leader refusing "+what, func() error {
 			err := call()
-			if errors.Is(err, codes.ErrUnavailable) {
-				return
+			if errors.Is(err, errcode.ErrUnavailable) {
+				return nil
 			}
-			if !errors.Is(err, codes.ErrRPCFail) || ctx.Err() != nil {
+			if !errors.Is(err, errcode.ErrRPCFail) {
 				t.Fatalf("the resumed leader answered %s: %v", what, err)
 			}
-			time.Sleep(20 * time.Millisecond) // the process is switching servers
-		}
+			return err
+		})
 	}
 	refused("a lookup", func() error { _, err := direct.GetReplicaList(ctx, "s-000"); return err })
 	refused("a remove", func() error { return direct.Remove(ctx, "s-001", true) })

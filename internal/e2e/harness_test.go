@@ -133,19 +133,3 @@ func randomValue(n int) []byte {
 	_, _ = rand.Read(b)
 	return b
 }
-
-// eventually polls cond every 50ms until it returns nil or d passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	var last error
-	for {
-		if last = cond(); last == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, d, last)
-		}
-		time.Sleep(50 * time.Millisecond) // poll interval of a bounded wait
-	}
-}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/client"
+	"github.com/tierstore/tierstore/internal/testkit"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -81,7 +82,7 @@ func (r *lifecycleRig) checkGone() {
 	t.Helper()
 	c := newClient(t, r.master.Addr, "")
 	ctx := context.Background()
-	eventually(t, 30*time.Second, "the control key readable", func() error {
+	testkit.Within(t, 30*time.Second, "the control key readable", func() error {
 		got, err := c.Get(ctx, r.ctrl)
 		if err == nil && !bytes.Equal(got, r.vals[r.ctrl]) {
 			t.Fatal("the control key read back other bytes")
@@ -96,7 +97,7 @@ func (r *lifecycleRig) checkGone() {
 			t.Fatalf("exists %s after its removal: exit %d, %q", k, code, out)
 		}
 	}
-	eventually(t, 20*time.Second, "the node holds the control only", func() error {
+	testkit.Within(t, 20*time.Second, "the node holds the control only", func() error {
 		st, err := c.Stats(ctx)
 		if err != nil {
 			return err
@@ -140,7 +141,7 @@ func TestEvictThenMasterKill9(t *testing.T) {
 	if _, e, code := cli(t, "evict", "--master", r.master.Addr, "--tier", "memory", r.keys[0], r.keys[1]); code != 0 {
 		t.Fatalf("evict: %d %s", code, e)
 	}
-	eventually(t, 10*time.Second, "the node forgot the evicted DRAM records", func() error {
+	testkit.Within(t, 10*time.Second, "the node forgot the evicted DRAM records", func() error {
 		if n := nodeStats(t, r.node.Addr).GetDramRecords(); n != 4 {
 			return fmt.Errorf("%d DRAM records", n)
 		}
@@ -195,19 +196,19 @@ func (r *lifecycleRig) checkDRAM(evicted map[string]bool) {
 	t.Helper()
 	c := newClient(t, r.master.Addr, "")
 	ctx := context.Background()
-	eventually(t, 30*time.Second, "the control key readable", func() error { _, err := c.Get(ctx, r.ctrl); return err })
+	testkit.Within(t, 30*time.Second, "the control key readable", func() error { _, err := c.Get(ctx, r.ctrl); return err })
 	for _, k := range append([]string{r.ctrl}, r.keys...) {
 		// The DRAM re-registration comes before the SSD one: once the SSD
 		// replica is listed, every DRAM replica that will be is.
-		eventually(t, 20*time.Second, "the replicas of "+k, func() error {
+		testkit.Within(t, 20*time.Second, "the replicas of "+k, func() error {
 			info, err := c.Master().GetReplicaList(ctx, k)
 			if err != nil {
 				return err
 			}
 			mem, disk := false, false
 			for _, rep := range info.Replicas {
-				mem = mem || rep.Kind == masterapi.Memory
-				disk = disk || rep.Kind == masterapi.LocalDisk
+				mem = mem || rep.Kind == masterapi.DRAM
+				disk = disk || rep.Kind == masterapi.SSD
 			}
 			switch {
 			case !disk:
@@ -285,7 +286,7 @@ func TestRemoveThenHAFailover(t *testing.T) {
 	}
 	lead.Kill(syscall.SIGKILL)
 	h.leader(term)
-	eventually(t, 30*time.Second, "the control key readable at the new leader", func() error {
+	testkit.Within(t, 30*time.Second, "the control key readable at the new leader", func() error {
 		got, err := c.Get(ctx, "control")
 		if err == nil && !bytes.Equal(got, vals["control"]) {
 			t.Fatal("the control read back other bytes")
@@ -300,7 +301,7 @@ func TestRemoveThenHAFailover(t *testing.T) {
 			t.Fatalf("exists %s after the failover: %v %v", k, ok, err)
 		}
 	}
-	eventually(t, 20*time.Second, "the node holds the control only", func() error {
+	testkit.Within(t, 20*time.Second, "the node holds the control only", func() error {
 		if got := nodeStats(t, n.Addr).GetSsdObjects(); got != 1 {
 			return fmt.Errorf("%d SSD objects", got)
 		}
@@ -329,15 +330,15 @@ func TestEvictThenHAFailover(t *testing.T) {
 	h.leader(term)
 	n.Kill(syscall.SIGCONT)
 	for _, k := range keys {
-		eventually(t, 30*time.Second, "the replicas of "+k+" at the new leader", func() error {
+		testkit.Within(t, 30*time.Second, "the replicas of "+k+" at the new leader", func() error {
 			info, err := c.Master().GetReplicaList(ctx, k)
 			if err != nil {
 				return err
 			}
 			mem, disk := false, false
 			for _, rep := range info.Replicas {
-				mem = mem || rep.Kind == masterapi.Memory
-				disk = disk || rep.Kind == masterapi.LocalDisk
+				mem = mem || rep.Kind == masterapi.DRAM
+				disk = disk || rep.Kind == masterapi.SSD
 			}
 			switch {
 			case !disk:

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/client"
+	"github.com/tierstore/tierstore/internal/testkit"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -64,7 +65,7 @@ func TestReplicasSurviveKill9OfAHolder(t *testing.T) {
 	keys, vals["rep-big"] = append(keys, "rep-big"), big
 
 	st, err := c.Stats(ctx)
-	if err != nil || st.Objects != n+1 || st.MemoryReplicas != 2*(n+1) {
+	if err != nil || st.Objects != n+1 || st.DRAMReplicas != 2*(n+1) {
 		t.Fatalf("after the puts: %+v %v", st, err)
 	}
 	if _, errOut, code := cli(t, "put", "--master", m.Addr, "--replicas", "4", "rep-four", file); code != 1 || !strings.Contains(errOut, "4 replicas asked, 3 live nodes") {
@@ -72,8 +73,8 @@ func TestReplicasSurviveKill9OfAHolder(t *testing.T) {
 	}
 	// Offload runs from one replica: every object reaches one SSD, once.
 	waitDiskReplicas(t, c, n+1)
-	if st, _ := c.Stats(ctx); st.DiskReplicas != n+1 {
-		t.Fatalf("%d SSD replicas of %d objects", st.DiskReplicas, n+1)
+	if st, _ := c.Stats(ctx); st.SSDReplicas != n+1 {
+		t.Fatalf("%d SSD replicas of %d objects", st.SSDReplicas, n+1)
 	}
 
 	// kill -9 of a: each object's first DRAM replica, and the SSD copies
@@ -96,7 +97,7 @@ func TestReplicasSurviveKill9OfAHolder(t *testing.T) {
 	if rs := reader.ReadStats(); rs.RemoteDRAM != int64(len(keys)) {
 		t.Fatalf("reads after the kill %+v: want every one from another node's DRAM", rs)
 	}
-	eventually(t, 20*time.Second, "the master expires the killed node", func() error {
+	testkit.Within(t, 20*time.Second, "the master expires the killed node", func() error {
 		if st, err := reader.Stats(ctx); err != nil || st.Nodes != 2 {
 			return fmt.Errorf("%d live nodes (%v)", st.Nodes, err)
 		}
@@ -125,12 +126,12 @@ func TestReplicasSurviveKill9OfAHolder(t *testing.T) {
 	}
 	a2 := startNode(t, m.Addr, aDir, "--reconcile_interval=300ms")
 	nodes[a2.Node] = a2
-	eventually(t, 20*time.Second, "nothing left", func() error {
+	testkit.Within(t, 20*time.Second, "nothing left", func() error {
 		st, err := reader.Stats(ctx)
 		if err != nil {
 			return err
 		}
-		if st.Nodes != 3 || st.Objects != 0 || st.MemoryReplicas != 0 || st.DiskReplicas != 0 || st.SegmentUsed != 0 {
+		if st.Nodes != 3 || st.Objects != 0 || st.DRAMReplicas != 0 || st.SSDReplicas != 0 || st.SegmentUsed != 0 {
 			return fmt.Errorf("master still has %+v", st)
 		}
 		for id, p := range nodes {
@@ -157,7 +158,7 @@ func firstHolders(t *testing.T, c *client.Client, keys []string) map[string]int 
 	}
 	out := map[string]int{}
 	for i, r := range res {
-		if r.Err != nil || len(r.Info.Replicas) < 2 || r.Info.Replicas[0].Kind != masterapi.Memory || r.Info.Replicas[1].Kind != masterapi.Memory {
+		if r.Err != nil || len(r.Info.Replicas) < 2 || r.Info.Replicas[0].Kind != masterapi.DRAM || r.Info.Replicas[1].Kind != masterapi.DRAM {
 			t.Fatalf("%s: replicas %+v %v", keys[i], r.Info.Replicas, r.Err)
 		}
 		out[r.Info.Replicas[0].Node]++

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/masterapi"
@@ -192,7 +192,7 @@ func TestMutualTLSCluster(t *testing.T) {
 		}
 		defer c.Close()
 		_, err = c.RemoveAll(ctx, true)
-		if !errors.Is(err, codes.ErrPermissionDenied) || !strings.Contains(err.Error(), "RemoveAll needs role client") {
+		if !errors.Is(err, errcode.ErrPermissionDenied) || !strings.Contains(err.Error(), "RemoveAll needs role client") {
 			t.Fatalf("want PERMISSION_DENIED naming RemoveAll and role client, got %v", err)
 		}
 		waitOutput(t, m, "call refused")
@@ -204,7 +204,7 @@ func TestMutualTLSCluster(t *testing.T) {
 		}
 		defer c.Close()
 		err = c.MountSegment(ctx, masterapi.MountRequest{Node: "intruder", Endpoint: "127.0.0.1:1", Segment: "s", Size: 1 << 20})
-		if !errors.Is(err, codes.ErrPermissionDenied) || !strings.Contains(err.Error(), "MountSegment needs role node") {
+		if !errors.Is(err, errcode.ErrPermissionDenied) || !strings.Contains(err.Error(), "MountSegment needs role node") {
 			t.Fatalf("want PERMISSION_DENIED naming MountSegment and role node, got %v", err)
 		}
 	})
@@ -250,7 +250,7 @@ func TestMutualTLSCluster(t *testing.T) {
 			waitOutput(t, n, tc.server)
 		})
 	}
-	if err := read(loadSource(t, id.client).ClientConfig(tlsconf.Master)); err == nil || !errors.Is(err, codes.ErrRPCFail) || !strings.Contains(err.Error(), "does not name role master") {
+	if err := read(loadSource(t, id.client).ClientConfig(tlsconf.Master)); err == nil || !errors.Is(err, errcode.ErrRPCFail) || !strings.Contains(err.Error(), "does not name role master") {
 		t.Fatalf("a client expecting a master at a node's port: %v", err)
 	}
 }

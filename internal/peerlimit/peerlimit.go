@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/units"
 )
 
@@ -45,7 +45,7 @@ const (
 	LimitFrameTimeout     = "frame_timeout"
 )
 
-// Sentinel errors, each also wrapping codes.ErrPeerLimit
+// Sentinel errors, each also wrapping errcode.ErrPeerLimit
 // (PEER_LIMIT_EXCEEDED) where a peer is told.
 var (
 	// ErrConnsPerPeer: a connection beyond --max_conns_per_peer from one
@@ -254,7 +254,7 @@ func host(addr net.Addr) string {
 
 // Hold reserves n bytes of from's budget (PeerBuffer) for a request,
 // until release is called (once). Beyond the budget it returns an error
-// wrapping ErrPeerBuffer and codes.ErrPeerLimit, counted.
+// wrapping ErrPeerBuffer and errcode.ErrPeerLimit, counted.
 func (g *Guard) Hold(from net.Addr, n int64) (release func(), err error) {
 	h := host(from)
 	g.mu.Lock()
@@ -267,7 +267,7 @@ func (g *Guard) Hold(from net.Addr, n int64) (release func(), err error) {
 		held := p.held
 		g.dropIfIdle(h, p)
 		g.mu.Unlock()
-		err := fmt.Errorf("a read of %d bytes while %s holds %d of its %d: %w: %w", n, h, held, g.lim.PeerBuffer, ErrPeerBuffer, codes.ErrPeerLimit)
+		err := fmt.Errorf("a read of %d bytes while %s holds %d of its %d: %w: %w", n, h, held, g.lim.PeerBuffer, ErrPeerBuffer, errcode.ErrPeerLimit)
 		g.Count(LimitPeerBuffer, from, err)
 		return nil, err
 	}

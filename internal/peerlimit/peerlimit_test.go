@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -113,7 +113,7 @@ func TestHoldPerPeer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := g.Hold(a2, 41); !errors.Is(err, ErrPeerBuffer) || !errors.Is(err, codes.ErrPeerLimit) {
+	if _, err := g.Hold(a2, 41); !errors.Is(err, ErrPeerBuffer) || !errors.Is(err, errcode.ErrPeerLimit) {
 		t.Fatalf("61+41 of 100: want ErrPeerBuffer and PEER_LIMIT_EXCEEDED, got %v", err)
 	}
 	r2, err := g.Hold(a2, 40)

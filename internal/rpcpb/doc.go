@@ -1,7 +1,7 @@
 // Package rpcpb holds tierstore's protobuf messages and gRPC service code,
 // generated from the .proto files in this directory:
 //
-//   - master.proto: service tierstore.rpc.Master, spoken by store nodes and
+//   - master.proto: service tierstore.master.v1.Master, spoken by store nodes and
 //     clients to the master (package master implements the server,
 //     master.Server; package mastergrpc the client, mastergrpc.Client);
 //   - node.proto: service tierstore.node.v1.NodePeer, a store node's
@@ -42,7 +42,7 @@
 //
 // Errors travel as a gRPC status carrying an errdetails.ErrorInfo (domain
 // "tierstore", metadata "code" = the Mooncake code number, see
-// internal/codes); per-key results of batch calls carry `code` (0 = OK)
+// internal/errcode); per-key results of batch calls carry `code` (0 = OK)
 // and `message`. A code a peer does not know decodes as INTERNAL_ERROR with
 // the number kept in the message.
 package rpcpb

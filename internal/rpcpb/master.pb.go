@@ -176,8 +176,8 @@ func (NodeStatus) EnumDescriptor() ([]byte, []int) {
 
 type Replica struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
-	Kind     ReplicaKind            `protobuf:"varint,1,opt,name=kind,proto3,enum=tierstore.rpc.ReplicaKind" json:"kind,omitempty"`
-	Status   ReplicaStatus          `protobuf:"varint,2,opt,name=status,proto3,enum=tierstore.rpc.ReplicaStatus" json:"status,omitempty"`
+	Kind     ReplicaKind            `protobuf:"varint,1,opt,name=kind,proto3,enum=tierstore.master.v1.ReplicaKind" json:"kind,omitempty"`
+	Status   ReplicaStatus          `protobuf:"varint,2,opt,name=status,proto3,enum=tierstore.master.v1.ReplicaStatus" json:"status,omitempty"`
 	Node     string                 `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
 	Endpoint string                 `protobuf:"bytes,4,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
 	Segment  string                 `protobuf:"bytes,5,opt,name=segment,proto3" json:"segment,omitempty"` // MEMORY only
@@ -669,7 +669,7 @@ func (x *PingRequest) GetNode() string {
 
 type PingResponse struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
-	Status      NodeStatus             `protobuf:"varint,1,opt,name=status,proto3,enum=tierstore.rpc.NodeStatus" json:"status,omitempty"`
+	Status      NodeStatus             `protobuf:"varint,1,opt,name=status,proto3,enum=tierstore.master.v1.NodeStatus" json:"status,omitempty"`
 	ClientTtlMs int64                  `protobuf:"varint,2,opt,name=client_ttl_ms,json=clientTtlMs,proto3" json:"client_ttl_ms,omitempty"`
 	// term: the answering master's leadership term (0 without high
 	// availability). A node keeps the highest term it has seen and ignores
@@ -2621,12 +2621,12 @@ func (x *SketchChunk) GetData() []byte {
 }
 
 // One SSD bucket the node would evict next, valued with the master's
-// sketch (admission.VictimValue).
+// sketch (masterapi.SSDVictim).
 type SSDVictim struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Bytes         int64                  `protobuf:"varint,1,opt,name=bytes,proto3" json:"bytes,omitempty"`  // file bytes its eviction frees
-	Span          int64                  `protobuf:"varint,2,opt,name=span,proto3" json:"span,omitempty"`    // object bytes it holds, live and dead
-	Value         float64                `protobuf:"fixed64,3,opt,name=value,proto3" json:"value,omitempty"` // sum over live objects of estimated frequency x size
+	FileBytes     int64                  `protobuf:"varint,1,opt,name=file_bytes,json=fileBytes,proto3" json:"file_bytes,omitempty"` // file bytes its eviction frees
+	Span          int64                  `protobuf:"varint,2,opt,name=span,proto3" json:"span,omitempty"`                            // object bytes it holds, live and dead
+	Value         float64                `protobuf:"fixed64,3,opt,name=value,proto3" json:"value,omitempty"`                         // sum over live objects of estimated frequency x size
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2661,9 +2661,9 @@ func (*SSDVictim) Descriptor() ([]byte, []int) {
 	return file_master_proto_rawDescGZIP(), []int{42}
 }
 
-func (x *SSDVictim) GetBytes() int64 {
+func (x *SSDVictim) GetFileBytes() int64 {
 	if x != nil {
-		return x.Bytes
+		return x.FileBytes
 	}
 	return 0
 }
@@ -2682,7 +2682,7 @@ func (x *SSDVictim) GetValue() float64 {
 	return 0
 }
 
-// admission.SSDReport: fill level in bytes, victims first to go first.
+// masterapi.SSDReport: fill level in bytes, victims first to go first.
 type SSDReport struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	High          int64                  `protobuf:"varint,1,opt,name=high,proto3" json:"high,omitempty"`
@@ -4208,8 +4208,8 @@ func (x *NodeStats) GetOffloadInFlight() int64 {
 	return 0
 }
 
-// A node's digest of its SSD keys: per hash range (a power of two of them,
-// at most 16384), the number of keys and the sum of their digest terms.
+// A node's digest of its SSD keys: per hash slot (a power of two of them,
+// at most 16384), the number of keys and the sum of their digest addends.
 type ReconcileBeginRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
@@ -4273,7 +4273,7 @@ func (x *ReconcileBeginRequest) GetSums() []uint64 {
 type ReconcileBeginResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
-	Differ        []uint32               `protobuf:"varint,2,rep,packed,name=differ,proto3" json:"differ,omitempty"` // ranges whose digests differ, increasing
+	Differ        []uint32               `protobuf:"varint,2,rep,packed,name=differ,proto3" json:"differ,omitempty"` // slots whose digests differ, increasing
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4326,7 +4326,7 @@ type ReconcileKeysRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	Session       uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
-	Keys          [][]byte               `protobuf:"bytes,3,rep,name=keys,proto3" json:"keys,omitempty"` // keys the node holds in differing ranges
+	Keys          [][]byte               `protobuf:"bytes,3,rep,name=keys,proto3" json:"keys,omitempty"` // keys the node holds in differing slots
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4629,22 +4629,22 @@ var File_master_proto protoreflect.FileDescriptor
 
 const file_master_proto_rawDesc = "" +
 	"\n" +
-	"\fmaster.proto\x12\rtierstore.rpc\"\x86\x02\n" +
-	"\aReplica\x12.\n" +
-	"\x04kind\x18\x01 \x01(\x0e2\x1a.tierstore.rpc.ReplicaKindR\x04kind\x124\n" +
-	"\x06status\x18\x02 \x01(\x0e2\x1c.tierstore.rpc.ReplicaStatusR\x06status\x12\x12\n" +
+	"\fmaster.proto\x12\x13tierstore.master.v1\"\x92\x02\n" +
+	"\aReplica\x124\n" +
+	"\x04kind\x18\x01 \x01(\x0e2 .tierstore.master.v1.ReplicaKindR\x04kind\x12:\n" +
+	"\x06status\x18\x02 \x01(\x0e2\".tierstore.master.v1.ReplicaStatusR\x06status\x12\x12\n" +
 	"\x04node\x18\x03 \x01(\tR\x04node\x12\x1a\n" +
 	"\bendpoint\x18\x04 \x01(\tR\bendpoint\x12\x18\n" +
 	"\asegment\x18\x05 \x01(\tR\asegment\x12\x16\n" +
 	"\x06offset\x18\x06 \x01(\x03R\x06offset\x12\x16\n" +
 	"\x06length\x18\a \x01(\x03R\x06length\x12\x1b\n" +
-	"\tput_token\x18\b \x01(\x04R\bputToken\"\xb1\x01\n" +
+	"\tput_token\x18\b \x01(\x04R\bputToken\"\xb7\x01\n" +
 	"\n" +
 	"ObjectInfo\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x10\n" +
-	"\x03crc\x18\x03 \x01(\rR\x03crc\x122\n" +
-	"\breplicas\x18\x04 \x03(\v2\x16.tierstore.rpc.ReplicaR\breplicas\x127\n" +
+	"\x03crc\x18\x03 \x01(\rR\x03crc\x128\n" +
+	"\breplicas\x18\x04 \x03(\v2\x1c.tierstore.master.v1.ReplicaR\breplicas\x127\n" +
 	"\x18lease_deadline_unix_nano\x18\x05 \x01(\x03R\x15leaseDeadlineUnixNano\"\xbe\x01\n" +
 	"\x13MountSegmentRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1a\n" +
@@ -4662,9 +4662,9 @@ const file_master_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\tR\vincarnation\"!\n" +
 	"\vPingRequest\x12\x12\n" +
-	"\x04node\x18\x01 \x01(\tR\x04node\"y\n" +
-	"\fPingResponse\x121\n" +
-	"\x06status\x18\x01 \x01(\x0e2\x19.tierstore.rpc.NodeStatusR\x06status\x12\"\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\"\x7f\n" +
+	"\fPingResponse\x127\n" +
+	"\x06status\x18\x01 \x01(\x0e2\x1f.tierstore.master.v1.NodeStatusR\x06status\x12\"\n" +
 	"\rclient_ttl_ms\x18\x02 \x01(\x03R\vclientTtlMs\x12\x12\n" +
 	"\x04term\x18\x03 \x01(\x04R\x04term\"\xf4\x01\n" +
 	"\x0fPutStartRequest\x12\x10\n" +
@@ -4675,19 +4675,19 @@ const file_master_proto_rawDesc = "" +
 	"\bsoft_pin\x18\x05 \x01(\bR\asoftPin\x12\x19\n" +
 	"\bhard_pin\x18\x06 \x01(\bR\ahardPin\x12\x1a\n" +
 	"\breplicas\x18\a \x01(\x05R\breplicas\x120\n" +
-	"\x14allow_fewer_replicas\x18\b \x01(\bR\x12allowFewerReplicas\"p\n" +
-	"\x10PutStartResponse\x120\n" +
-	"\areplica\x18\x01 \x01(\v2\x16.tierstore.rpc.ReplicaR\areplica\x12*\n" +
-	"\x04more\x18\x02 \x03(\v2\x16.tierstore.rpc.ReplicaR\x04more\"L\n" +
-	"\x14BatchPutStartRequest\x124\n" +
-	"\x05items\x18\x01 \x03(\v2\x1e.tierstore.rpc.PutStartRequestR\x05items\"\x9c\x01\n" +
+	"\x14allow_fewer_replicas\x18\b \x01(\bR\x12allowFewerReplicas\"|\n" +
+	"\x10PutStartResponse\x126\n" +
+	"\areplica\x18\x01 \x01(\v2\x1c.tierstore.master.v1.ReplicaR\areplica\x120\n" +
+	"\x04more\x18\x02 \x03(\v2\x1c.tierstore.master.v1.ReplicaR\x04more\"R\n" +
+	"\x14BatchPutStartRequest\x12:\n" +
+	"\x05items\x18\x01 \x03(\v2$.tierstore.master.v1.PutStartRequestR\x05items\"\xa8\x01\n" +
 	"\x0ePutStartResult\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\x120\n" +
-	"\areplica\x18\x03 \x01(\v2\x16.tierstore.rpc.ReplicaR\areplica\x12*\n" +
-	"\x04more\x18\x04 \x03(\v2\x16.tierstore.rpc.ReplicaR\x04more\"P\n" +
-	"\x15BatchPutStartResponse\x127\n" +
-	"\aresults\x18\x01 \x03(\v2\x1d.tierstore.rpc.PutStartResultR\aresults\";\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x126\n" +
+	"\areplica\x18\x03 \x01(\v2\x1c.tierstore.master.v1.ReplicaR\areplica\x120\n" +
+	"\x04more\x18\x04 \x03(\v2\x1c.tierstore.master.v1.ReplicaR\x04more\"V\n" +
+	"\x15BatchPutStartResponse\x12=\n" +
+	"\aresults\x18\x01 \x03(\v2#.tierstore.master.v1.PutStartResultR\aresults\";\n" +
 	"\n" +
 	"KeyRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x1b\n" +
@@ -4699,10 +4699,10 @@ const file_master_proto_rawDesc = "" +
 	"put_tokens\x18\x02 \x03(\x04R\tputTokens\"9\n" +
 	"\tKeyResult\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"@\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"F\n" +
 	"\n" +
-	"KeyResults\x122\n" +
-	"\aresults\x18\x01 \x03(\v2\x18.tierstore.rpc.KeyResultR\aresults\"D\n" +
+	"KeyResults\x128\n" +
+	"\aresults\x18\x01 \x03(\v2\x1e.tierstore.master.v1.KeyResultR\aresults\"D\n" +
 	"\rLookupRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12!\n" +
 	"\foffload_path\x18\x02 \x01(\bR\voffloadPath\"*\n" +
@@ -4714,17 +4714,17 @@ const file_master_proto_rawDesc = "" +
 	"\vExistResult\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
-	"\x06exists\x18\x03 \x01(\bR\x06exists\"M\n" +
-	"\x15BatchExistKeyResponse\x124\n" +
-	"\aresults\x18\x01 \x03(\v2\x1a.tierstore.rpc.ExistResultR\aresults\"G\n" +
-	"\x16GetReplicaListResponse\x12-\n" +
-	"\x04info\x18\x01 \x01(\v2\x19.tierstore.rpc.ObjectInfoR\x04info\"p\n" +
+	"\x06exists\x18\x03 \x01(\bR\x06exists\"S\n" +
+	"\x15BatchExistKeyResponse\x12:\n" +
+	"\aresults\x18\x01 \x03(\v2 .tierstore.master.v1.ExistResultR\aresults\"M\n" +
+	"\x16GetReplicaListResponse\x123\n" +
+	"\x04info\x18\x01 \x01(\v2\x1f.tierstore.master.v1.ObjectInfoR\x04info\"v\n" +
 	"\x11ReplicaListResult\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\x12-\n" +
-	"\x04info\x18\x03 \x01(\v2\x19.tierstore.rpc.ObjectInfoR\x04info\"Y\n" +
-	"\x1bBatchGetReplicaListResponse\x12:\n" +
-	"\aresults\x18\x01 \x03(\v2 .tierstore.rpc.ReplicaListResultR\aresults\"7\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x123\n" +
+	"\x04info\x18\x03 \x01(\v2\x1f.tierstore.master.v1.ObjectInfoR\x04info\"_\n" +
+	"\x1bBatchGetReplicaListResponse\x12@\n" +
+	"\aresults\x18\x01 \x03(\v2&.tierstore.master.v1.ReplicaListResultR\aresults\"7\n" +
 	"\rRemoveRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"(\n" +
@@ -4745,19 +4745,19 @@ const file_master_proto_rawDesc = "" +
 	"\x06spared\x18\x04 \x03(\fR\x06spared\"@\n" +
 	"\tMemoryRef\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x1b\n" +
-	"\tput_token\x18\x02 \x01(\x04R\bputToken\"\xa4\x01\n" +
+	"\tput_token\x18\x02 \x01(\x04R\bputToken\"\xb0\x01\n" +
 	"\x13PullRemovalsRequest\x12\x12\n" +
-	"\x04node\x18\x01 \x01(\tR\x04node\x120\n" +
-	"\x04dram\x18\x02 \x01(\v2\x1c.tierstore.rpc.RemovalCursorR\x04dram\x12.\n" +
-	"\x03ssd\x18\x03 \x01(\v2\x1c.tierstore.rpc.RemovalCursorR\x03ssd\x12\x17\n" +
-	"\ahas_ssd\x18\x04 \x01(\bR\x06hasSsd\"\xf4\x01\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x126\n" +
+	"\x04dram\x18\x02 \x01(\v2\".tierstore.master.v1.RemovalCursorR\x04dram\x124\n" +
+	"\x03ssd\x18\x03 \x01(\v2\".tierstore.master.v1.RemovalCursorR\x03ssd\x12\x17\n" +
+	"\ahas_ssd\x18\x04 \x01(\bR\x06hasSsd\"\x80\x02\n" +
 	"\x14PullRemovalsResponse\x12\x10\n" +
 	"\x03log\x18\x01 \x01(\tR\x03log\x12\x18\n" +
-	"\athrough\x18\x02 \x01(\x04R\athrough\x122\n" +
-	"\bremovals\x18\x03 \x03(\v2\x16.tierstore.rpc.RemovalR\bremovals\x12\x1b\n" +
+	"\athrough\x18\x02 \x01(\x04R\athrough\x128\n" +
+	"\bremovals\x18\x03 \x03(\v2\x1c.tierstore.master.v1.RemovalR\bremovals\x12\x1b\n" +
 	"\tdrop_dram\x18\x04 \x01(\bR\bdropDram\x12\x19\n" +
-	"\bdrop_ssd\x18\x05 \x01(\bR\adropSsd\x120\n" +
-	"\x06forget\x18\x06 \x03(\v2\x18.tierstore.rpc.MemoryRefR\x06forget\x12\x12\n" +
+	"\bdrop_ssd\x18\x05 \x01(\bR\adropSsd\x126\n" +
+	"\x06forget\x18\x06 \x03(\v2\x1e.tierstore.master.v1.MemoryRefR\x06forget\x12\x12\n" +
 	"\x04more\x18\a \x01(\bR\x04more\":\n" +
 	"\x12EvictMemoryRequest\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\fR\x04keys\x12\x10\n" +
@@ -4769,12 +4769,12 @@ const file_master_proto_rawDesc = "" +
 	"\x13WaitOffloadResponse\x12\x18\n" +
 	"\apressed\x18\x01 \x01(\bR\apressed\"*\n" +
 	"\x10PrefetchResponse\x12\x16\n" +
-	"\x06queued\x18\x01 \x01(\x05R\x06queued\"\x99\x02\n" +
+	"\x06queued\x18\x01 \x01(\x05R\x06queued\"\x9f\x02\n" +
 	"\x17OffloadHeartbeatRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1b\n" +
-	"\tmax_tasks\x18\x02 \x01(\x05R\bmaxTasks\x127\n" +
+	"\tmax_tasks\x18\x02 \x01(\x05R\bmaxTasks\x12=\n" +
 	"\n" +
-	"ssd_report\x18\x03 \x01(\v2\x18.tierstore.rpc.SSDReportR\tssdReport\x12\x1f\n" +
+	"ssd_report\x18\x03 \x01(\v2\x1e.tierstore.master.v1.SSDReportR\tssdReport\x12\x1f\n" +
 	"\vwant_sketch\x18\x04 \x01(\bR\n" +
 	"wantSketch\x12%\n" +
 	"\x0esketch_version\x18\x05 \x01(\x04R\rsketchVersion\x12'\n" +
@@ -4789,16 +4789,17 @@ const file_master_proto_rawDesc = "" +
 	"\x06resets\x18\x06 \x01(\x03R\x06resets\x12\x16\n" +
 	"\x06offset\x18\a \x01(\x04R\x06offset\x12\x14\n" +
 	"\x05total\x18\b \x01(\x04R\x05total\x12\x12\n" +
-	"\x04data\x18\t \x01(\fR\x04data\"K\n" +
-	"\tSSDVictim\x12\x14\n" +
-	"\x05bytes\x18\x01 \x01(\x03R\x05bytes\x12\x12\n" +
+	"\x04data\x18\t \x01(\fR\x04data\"T\n" +
+	"\tSSDVictim\x12\x1d\n" +
+	"\n" +
+	"file_bytes\x18\x01 \x01(\x03R\tfileBytes\x12\x12\n" +
 	"\x04span\x18\x02 \x01(\x03R\x04span\x12\x14\n" +
-	"\x05value\x18\x03 \x01(\x01R\x05value\"y\n" +
+	"\x05value\x18\x03 \x01(\x01R\x05value\"\x7f\n" +
 	"\tSSDReport\x12\x12\n" +
 	"\x04high\x18\x01 \x01(\x03R\x04high\x12\x10\n" +
 	"\x03low\x18\x02 \x01(\x03R\x03low\x12\x12\n" +
-	"\x04used\x18\x03 \x01(\x03R\x04used\x122\n" +
-	"\avictims\x18\x04 \x03(\v2\x18.tierstore.rpc.SSDVictimR\avictims\"\xac\x01\n" +
+	"\x04used\x18\x03 \x01(\x03R\x04used\x128\n" +
+	"\avictims\x18\x04 \x03(\v2\x1e.tierstore.master.v1.SSDVictimR\avictims\"\xac\x01\n" +
 	"\vPromoteTask\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x18\n" +
 	"\asegment\x18\x02 \x01(\tR\asegment\x12\x16\n" +
@@ -4813,23 +4814,23 @@ const file_master_proto_rawDesc = "" +
 	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x16\n" +
 	"\x06length\x18\x04 \x01(\x03R\x06length\x12\x12\n" +
 	"\x04size\x18\x05 \x01(\x03R\x04size\x12\x10\n" +
-	"\x03crc\x18\x06 \x01(\rR\x03crc\"\xa5\x02\n" +
-	"\x18OffloadHeartbeatResponse\x120\n" +
-	"\x05tasks\x18\x01 \x03(\v2\x1a.tierstore.rpc.OffloadTaskR\x05tasks\x12\x12\n" +
+	"\x03crc\x18\x06 \x01(\rR\x03crc\"\xb7\x02\n" +
+	"\x18OffloadHeartbeatResponse\x126\n" +
+	"\x05tasks\x18\x01 \x03(\v2 .tierstore.master.v1.OffloadTaskR\x05tasks\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12*\n" +
-	"\x11ssd_report_wanted\x18\x04 \x01(\bR\x0fssdReportWanted\x12:\n" +
+	"\x11ssd_report_wanted\x18\x04 \x01(\bR\x0fssdReportWanted\x12@\n" +
 	"\n" +
-	"promotions\x18\x05 \x03(\v2\x1a.tierstore.rpc.PromoteTaskR\n" +
-	"promotions\x12=\n" +
-	"\fsketch_chunk\x18\a \x01(\v2\x1a.tierstore.rpc.SketchChunkR\vsketchChunkJ\x04\b\x03\x10\x04J\x04\b\x06\x10\aR\x10admission_sketch\"n\n" +
+	"promotions\x18\x05 \x03(\v2 .tierstore.master.v1.PromoteTaskR\n" +
+	"promotions\x12C\n" +
+	"\fsketch_chunk\x18\a \x01(\v2 .tierstore.master.v1.SketchChunkR\vsketchChunkJ\x04\b\x03\x10\x04J\x04\b\x06\x10\aR\x10admission_sketch\"n\n" +
 	"\rPromoteResult\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x1b\n" +
 	"\tput_token\x18\x02 \x01(\x04R\bputToken\x12\x16\n" +
 	"\x06loaded\x18\x03 \x01(\bR\x06loaded\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"_\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"e\n" +
 	"\x11PromoteEndRequest\x12\x12\n" +
-	"\x04node\x18\x01 \x01(\tR\x04node\x126\n" +
-	"\aresults\x18\x02 \x03(\v2\x1c.tierstore.rpc.PromoteResultR\aresults\"D\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12<\n" +
+	"\aresults\x18\x02 \x03(\v2\".tierstore.master.v1.PromoteResultR\aresults\"D\n" +
 	"\n" +
 	"DiskObject\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x12\n" +
@@ -4838,33 +4839,33 @@ const file_master_proto_rawDesc = "" +
 	"\x0eOffloadFailure\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x1c\n" +
 	"\tretryable\x18\x02 \x01(\bR\tretryable\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xa1\x01\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xad\x01\n" +
 	"\x1bNotifyOffloadSuccessRequest\x12\x12\n" +
-	"\x04node\x18\x01 \x01(\tR\x04node\x127\n" +
-	"\tpersisted\x18\x02 \x03(\v2\x19.tierstore.rpc.DiskObjectR\tpersisted\x125\n" +
-	"\x06failed\x18\x03 \x03(\v2\x1d.tierstore.rpc.OffloadFailureR\x06failed\"l\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12=\n" +
+	"\tpersisted\x18\x02 \x03(\v2\x1f.tierstore.master.v1.DiskObjectR\tpersisted\x12;\n" +
+	"\x06failed\x18\x03 \x03(\v2#.tierstore.master.v1.OffloadFailureR\x06failed\"l\n" +
 	"\x11DiskObjectColumns\x12\x12\n" +
 	"\x04keys\x18\x01 \x01(\fR\x04keys\x12\x19\n" +
 	"\bkey_lens\x18\x02 \x03(\rR\akeyLens\x12\x14\n" +
 	"\x05sizes\x18\x03 \x03(\x03R\x05sizes\x12\x12\n" +
-	"\x04crcs\x18\x04 \x03(\aR\x04crcs\"\x8e\x01\n" +
+	"\x04crcs\x18\x04 \x03(\aR\x04crcs\"\x94\x01\n" +
 	"\x1aRegisterDiskObjectsRequest\x12\x12\n" +
-	"\x04node\x18\x01 \x01(\tR\x04node\x12:\n" +
-	"\aobjects\x18\x03 \x01(\v2 .tierstore.rpc.DiskObjectColumnsR\aobjects\x12\x1a\n" +
-	"\bexpected\x18\x04 \x01(\x03R\bexpectedJ\x04\b\x02\x10\x03\"k\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12@\n" +
+	"\aobjects\x18\x03 \x01(\v2&.tierstore.master.v1.DiskObjectColumnsR\aobjects\x12\x1a\n" +
+	"\bexpected\x18\x04 \x01(\x03R\bexpectedJ\x04\b\x02\x10\x03\"q\n" +
 	"\x1bRegisterDiskObjectsResponse\x12\x18\n" +
-	"\arefused\x18\x01 \x03(\rR\arefused\x122\n" +
-	"\aresults\x18\x02 \x03(\v2\x18.tierstore.rpc.KeyResultR\aresults\"A\n" +
+	"\arefused\x18\x01 \x03(\rR\arefused\x128\n" +
+	"\aresults\x18\x02 \x03(\v2\x1e.tierstore.master.v1.KeyResultR\aresults\"A\n" +
 	"\x17EvictDiskReplicaRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04keys\x18\x02 \x03(\fR\x04keys\"D\n" +
 	"\x18EvictDiskReplicaResponse\x12\x14\n" +
 	"\x05count\x18\x01 \x01(\x03R\x05count\x12\x12\n" +
-	"\x04keep\x18\x02 \x03(\fR\x04keep\"o\n" +
+	"\x04keep\x18\x02 \x03(\fR\x04keep\"u\n" +
 	"\x17ReportBadReplicaRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x10\n" +
-	"\x03crc\x18\x02 \x01(\rR\x03crc\x120\n" +
-	"\areplica\x18\x03 \x01(\v2\x16.tierstore.rpc.ReplicaR\areplica\"\xb5\x01\n" +
+	"\x03crc\x18\x02 \x01(\rR\x03crc\x126\n" +
+	"\areplica\x18\x03 \x01(\v2\x1c.tierstore.master.v1.ReplicaR\areplica\"\xb5\x01\n" +
 	"\fMemoryObject\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x16\n" +
@@ -4872,13 +4873,13 @@ const file_master_proto_rawDesc = "" +
 	"\x03crc\x18\x04 \x01(\rR\x03crc\x12\x1b\n" +
 	"\tput_token\x18\x05 \x01(\x04R\bputToken\x12\x19\n" +
 	"\bsoft_pin\x18\x06 \x01(\bR\asoftPin\x12\x19\n" +
-	"\bhard_pin\x18\a \x01(\bR\ahardPin\"\x97\x01\n" +
+	"\bhard_pin\x18\a \x01(\bR\ahardPin\"\x9d\x01\n" +
 	"\x1cRegisterMemoryObjectsRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
-	"\asegment\x18\x02 \x01(\tR\asegment\x125\n" +
-	"\aobjects\x18\x03 \x03(\v2\x1b.tierstore.rpc.MemoryObjectR\aobjects\x12\x12\n" +
+	"\asegment\x18\x02 \x01(\tR\asegment\x12;\n" +
+	"\aobjects\x18\x03 \x03(\v2!.tierstore.master.v1.MemoryObjectR\aobjects\x12\x12\n" +
 	"\x04done\x18\x04 \x01(\bR\x04done\"\x0e\n" +
-	"\fStatsRequest\"\x94\x06\n" +
+	"\fStatsRequest\"\x9a\x06\n" +
 	"\rStatsResponse\x12\x18\n" +
 	"\aobjects\x18\x01 \x01(\x03R\aobjects\x12'\n" +
 	"\x0fmemory_replicas\x18\x02 \x01(\x03R\x0ememoryReplicas\x12#\n" +
@@ -4897,8 +4898,8 @@ const file_master_proto_rawDesc = "" +
 	"\x14offload_queued_total\x18\r \x01(\x03R\x12offloadQueuedTotal\x126\n" +
 	"\x17offload_persisted_total\x18\x0e \x01(\x03R\x15offloadPersistedTotal\x120\n" +
 	"\x14offload_failed_total\x18\x0f \x01(\x03R\x12offloadFailedTotal\x12.\n" +
-	"\x13expired_nodes_total\x18\x10 \x01(\x03R\x11expiredNodesTotal\x123\n" +
-	"\bper_node\x18\x11 \x03(\v2\x18.tierstore.rpc.NodeStatsR\aperNode\x12)\n" +
+	"\x13expired_nodes_total\x18\x10 \x01(\x03R\x11expiredNodesTotal\x129\n" +
+	"\bper_node\x18\x11 \x03(\v2\x1e.tierstore.master.v1.NodeStatsR\aperNode\x12)\n" +
 	"\x10promotions_total\x18\x12 \x01(\x03R\x0fpromotionsTotal\x12<\n" +
 	"\x1apromotions_abandoned_total\x18\x13 \x01(\x03R\x18promotionsAbandonedTotal\"\xb8\x03\n" +
 	"\tNodeStats\x12\x12\n" +
@@ -4959,41 +4960,41 @@ const file_master_proto_rawDesc = "" +
 	"NodeStatus\x12\x1b\n" +
 	"\x17NODE_STATUS_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aNODE_OK\x10\x01\x12\x10\n" +
-	"\fNEED_REMOUNT\x10\x022\xf5\x14\n" +
-	"\x06Master\x12W\n" +
-	"\fMountSegment\x12\".tierstore.rpc.MountSegmentRequest\x1a#.tierstore.rpc.MountSegmentResponse\x12]\n" +
-	"\x0eUnmountSegment\x12$.tierstore.rpc.UnmountSegmentRequest\x1a%.tierstore.rpc.UnmountSegmentResponse\x12?\n" +
-	"\x04Ping\x12\x1a.tierstore.rpc.PingRequest\x1a\x1b.tierstore.rpc.PingResponse\x12B\n" +
-	"\tLeaveNode\x12\x1f.tierstore.rpc.LeaveNodeRequest\x1a\x14.tierstore.rpc.Empty\x12K\n" +
-	"\bPutStart\x12\x1e.tierstore.rpc.PutStartRequest\x1a\x1f.tierstore.rpc.PutStartResponse\x129\n" +
-	"\x06PutEnd\x12\x19.tierstore.rpc.KeyRequest\x1a\x14.tierstore.rpc.Empty\x12<\n" +
-	"\tPutRevoke\x12\x19.tierstore.rpc.KeyRequest\x1a\x14.tierstore.rpc.Empty\x12Z\n" +
-	"\rBatchPutStart\x12#.tierstore.rpc.BatchPutStartRequest\x1a$.tierstore.rpc.BatchPutStartResponse\x12D\n" +
-	"\vBatchPutEnd\x12\x1a.tierstore.rpc.KeysRequest\x1a\x19.tierstore.rpc.KeyResults\x12G\n" +
-	"\x0eBatchPutRevoke\x12\x1a.tierstore.rpc.KeysRequest\x1a\x19.tierstore.rpc.KeyResults\x12I\n" +
-	"\bExistKey\x12\x1c.tierstore.rpc.LookupRequest\x1a\x1f.tierstore.rpc.ExistKeyResponse\x12X\n" +
-	"\rBatchExistKey\x12!.tierstore.rpc.BatchLookupRequest\x1a$.tierstore.rpc.BatchExistKeyResponse\x12U\n" +
-	"\x0eGetReplicaList\x12\x1c.tierstore.rpc.LookupRequest\x1a%.tierstore.rpc.GetReplicaListResponse\x12d\n" +
-	"\x13BatchGetReplicaList\x12!.tierstore.rpc.BatchLookupRequest\x1a*.tierstore.rpc.BatchGetReplicaListResponse\x12<\n" +
-	"\x06Remove\x12\x1c.tierstore.rpc.RemoveRequest\x1a\x14.tierstore.rpc.Empty\x12J\n" +
-	"\tRemoveAll\x12\x1f.tierstore.rpc.RemoveAllRequest\x1a\x1c.tierstore.rpc.CountResponse\x12R\n" +
-	"\rRemoveByRegex\x12#.tierstore.rpc.RemoveByRegexRequest\x1a\x1c.tierstore.rpc.CountResponse\x12T\n" +
-	"\vEvictMemory\x12!.tierstore.rpc.EvictMemoryRequest\x1a\".tierstore.rpc.EvictMemoryResponse\x12c\n" +
-	"\x10OffloadHeartbeat\x12&.tierstore.rpc.OffloadHeartbeatRequest\x1a'.tierstore.rpc.OffloadHeartbeatResponse\x12]\n" +
-	"\x14NotifyOffloadSuccess\x12*.tierstore.rpc.NotifyOffloadSuccessRequest\x1a\x19.tierstore.rpc.KeyResults\x12n\n" +
-	"\x15ReRegisterDiskObjects\x12).tierstore.rpc.RegisterDiskObjectsRequest\x1a*.tierstore.rpc.RegisterDiskObjectsResponse\x12c\n" +
-	"\x10EvictDiskReplica\x12&.tierstore.rpc.EvictDiskReplicaRequest\x1a'.tierstore.rpc.EvictDiskReplicaResponse\x12P\n" +
-	"\x10ReportBadReplica\x12&.tierstore.rpc.ReportBadReplicaRequest\x1a\x14.tierstore.rpc.Empty\x12I\n" +
+	"\fNEED_REMOUNT\x10\x022\xf5\x17\n" +
+	"\x06Master\x12c\n" +
+	"\fMountSegment\x12(.tierstore.master.v1.MountSegmentRequest\x1a).tierstore.master.v1.MountSegmentResponse\x12i\n" +
+	"\x0eUnmountSegment\x12*.tierstore.master.v1.UnmountSegmentRequest\x1a+.tierstore.master.v1.UnmountSegmentResponse\x12K\n" +
+	"\x04Ping\x12 .tierstore.master.v1.PingRequest\x1a!.tierstore.master.v1.PingResponse\x12N\n" +
+	"\tLeaveNode\x12%.tierstore.master.v1.LeaveNodeRequest\x1a\x1a.tierstore.master.v1.Empty\x12W\n" +
+	"\bPutStart\x12$.tierstore.master.v1.PutStartRequest\x1a%.tierstore.master.v1.PutStartResponse\x12E\n" +
+	"\x06PutEnd\x12\x1f.tierstore.master.v1.KeyRequest\x1a\x1a.tierstore.master.v1.Empty\x12H\n" +
+	"\tPutRevoke\x12\x1f.tierstore.master.v1.KeyRequest\x1a\x1a.tierstore.master.v1.Empty\x12f\n" +
+	"\rBatchPutStart\x12).tierstore.master.v1.BatchPutStartRequest\x1a*.tierstore.master.v1.BatchPutStartResponse\x12P\n" +
+	"\vBatchPutEnd\x12 .tierstore.master.v1.KeysRequest\x1a\x1f.tierstore.master.v1.KeyResults\x12S\n" +
+	"\x0eBatchPutRevoke\x12 .tierstore.master.v1.KeysRequest\x1a\x1f.tierstore.master.v1.KeyResults\x12U\n" +
+	"\bExistKey\x12\".tierstore.master.v1.LookupRequest\x1a%.tierstore.master.v1.ExistKeyResponse\x12d\n" +
+	"\rBatchExistKey\x12'.tierstore.master.v1.BatchLookupRequest\x1a*.tierstore.master.v1.BatchExistKeyResponse\x12a\n" +
+	"\x0eGetReplicaList\x12\".tierstore.master.v1.LookupRequest\x1a+.tierstore.master.v1.GetReplicaListResponse\x12p\n" +
+	"\x13BatchGetReplicaList\x12'.tierstore.master.v1.BatchLookupRequest\x1a0.tierstore.master.v1.BatchGetReplicaListResponse\x12H\n" +
+	"\x06Remove\x12\".tierstore.master.v1.RemoveRequest\x1a\x1a.tierstore.master.v1.Empty\x12V\n" +
+	"\tRemoveAll\x12%.tierstore.master.v1.RemoveAllRequest\x1a\".tierstore.master.v1.CountResponse\x12^\n" +
+	"\rRemoveByRegex\x12).tierstore.master.v1.RemoveByRegexRequest\x1a\".tierstore.master.v1.CountResponse\x12`\n" +
+	"\vEvictMemory\x12'.tierstore.master.v1.EvictMemoryRequest\x1a(.tierstore.master.v1.EvictMemoryResponse\x12o\n" +
+	"\x10OffloadHeartbeat\x12,.tierstore.master.v1.OffloadHeartbeatRequest\x1a-.tierstore.master.v1.OffloadHeartbeatResponse\x12i\n" +
+	"\x14NotifyOffloadSuccess\x120.tierstore.master.v1.NotifyOffloadSuccessRequest\x1a\x1f.tierstore.master.v1.KeyResults\x12z\n" +
+	"\x15ReRegisterDiskObjects\x12/.tierstore.master.v1.RegisterDiskObjectsRequest\x1a0.tierstore.master.v1.RegisterDiskObjectsResponse\x12o\n" +
+	"\x10EvictDiskReplica\x12,.tierstore.master.v1.EvictDiskReplicaRequest\x1a-.tierstore.master.v1.EvictDiskReplicaResponse\x12\\\n" +
+	"\x10ReportBadReplica\x12,.tierstore.master.v1.ReportBadReplicaRequest\x1a\x1a.tierstore.master.v1.Empty\x12U\n" +
 	"\n" +
-	"PromoteEnd\x12 .tierstore.rpc.PromoteEndRequest\x1a\x19.tierstore.rpc.KeyResults\x12B\n" +
-	"\x05Stats\x12\x1b.tierstore.rpc.StatsRequest\x1a\x1c.tierstore.rpc.StatsResponse\x12]\n" +
-	"\x0eReconcileBegin\x12$.tierstore.rpc.ReconcileBeginRequest\x1a%.tierstore.rpc.ReconcileBeginResponse\x12Z\n" +
-	"\rReconcileKeys\x12#.tierstore.rpc.ReconcileKeysRequest\x1a$.tierstore.rpc.ReconcileKeysResponse\x12W\n" +
-	"\fReconcileEnd\x12\".tierstore.rpc.ReconcileEndRequest\x1a#.tierstore.rpc.ReconcileEndResponse\x12a\n" +
-	"\x17ReRegisterMemoryObjects\x12+.tierstore.rpc.RegisterMemoryObjectsRequest\x1a\x19.tierstore.rpc.KeyResults\x12W\n" +
-	"\fPullRemovals\x12\".tierstore.rpc.PullRemovalsRequest\x1a#.tierstore.rpc.PullRemovalsResponse\x12T\n" +
-	"\vWaitOffload\x12!.tierstore.rpc.WaitOffloadRequest\x1a\".tierstore.rpc.WaitOffloadResponse\x12G\n" +
-	"\bPrefetch\x12\x1a.tierstore.rpc.KeysRequest\x1a\x1f.tierstore.rpc.PrefetchResponseB/Z-github.com/tierstore/tierstore/internal/rpcpbb\x06proto3"
+	"PromoteEnd\x12&.tierstore.master.v1.PromoteEndRequest\x1a\x1f.tierstore.master.v1.KeyResults\x12N\n" +
+	"\x05Stats\x12!.tierstore.master.v1.StatsRequest\x1a\".tierstore.master.v1.StatsResponse\x12i\n" +
+	"\x0eReconcileBegin\x12*.tierstore.master.v1.ReconcileBeginRequest\x1a+.tierstore.master.v1.ReconcileBeginResponse\x12f\n" +
+	"\rReconcileKeys\x12).tierstore.master.v1.ReconcileKeysRequest\x1a*.tierstore.master.v1.ReconcileKeysResponse\x12c\n" +
+	"\fReconcileEnd\x12(.tierstore.master.v1.ReconcileEndRequest\x1a).tierstore.master.v1.ReconcileEndResponse\x12m\n" +
+	"\x17ReRegisterMemoryObjects\x121.tierstore.master.v1.RegisterMemoryObjectsRequest\x1a\x1f.tierstore.master.v1.KeyResults\x12c\n" +
+	"\fPullRemovals\x12(.tierstore.master.v1.PullRemovalsRequest\x1a).tierstore.master.v1.PullRemovalsResponse\x12`\n" +
+	"\vWaitOffload\x12'.tierstore.master.v1.WaitOffloadRequest\x1a(.tierstore.master.v1.WaitOffloadResponse\x12S\n" +
+	"\bPrefetch\x12 .tierstore.master.v1.KeysRequest\x1a%.tierstore.master.v1.PrefetchResponseB/Z-github.com/tierstore/tierstore/internal/rpcpbb\x06proto3"
 
 var (
 	file_master_proto_rawDescOnce sync.Once
@@ -5010,177 +5011,177 @@ func file_master_proto_rawDescGZIP() []byte {
 var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_master_proto_goTypes = []any{
-	(ReplicaKind)(0),                     // 0: tierstore.rpc.ReplicaKind
-	(ReplicaStatus)(0),                   // 1: tierstore.rpc.ReplicaStatus
-	(NodeStatus)(0),                      // 2: tierstore.rpc.NodeStatus
-	(*Replica)(nil),                      // 3: tierstore.rpc.Replica
-	(*ObjectInfo)(nil),                   // 4: tierstore.rpc.ObjectInfo
-	(*MountSegmentRequest)(nil),          // 5: tierstore.rpc.MountSegmentRequest
-	(*MountSegmentResponse)(nil),         // 6: tierstore.rpc.MountSegmentResponse
-	(*UnmountSegmentRequest)(nil),        // 7: tierstore.rpc.UnmountSegmentRequest
-	(*UnmountSegmentResponse)(nil),       // 8: tierstore.rpc.UnmountSegmentResponse
-	(*LeaveNodeRequest)(nil),             // 9: tierstore.rpc.LeaveNodeRequest
-	(*PingRequest)(nil),                  // 10: tierstore.rpc.PingRequest
-	(*PingResponse)(nil),                 // 11: tierstore.rpc.PingResponse
-	(*PutStartRequest)(nil),              // 12: tierstore.rpc.PutStartRequest
-	(*PutStartResponse)(nil),             // 13: tierstore.rpc.PutStartResponse
-	(*BatchPutStartRequest)(nil),         // 14: tierstore.rpc.BatchPutStartRequest
-	(*PutStartResult)(nil),               // 15: tierstore.rpc.PutStartResult
-	(*BatchPutStartResponse)(nil),        // 16: tierstore.rpc.BatchPutStartResponse
-	(*KeyRequest)(nil),                   // 17: tierstore.rpc.KeyRequest
-	(*Empty)(nil),                        // 18: tierstore.rpc.Empty
-	(*KeysRequest)(nil),                  // 19: tierstore.rpc.KeysRequest
-	(*KeyResult)(nil),                    // 20: tierstore.rpc.KeyResult
-	(*KeyResults)(nil),                   // 21: tierstore.rpc.KeyResults
-	(*LookupRequest)(nil),                // 22: tierstore.rpc.LookupRequest
-	(*ExistKeyResponse)(nil),             // 23: tierstore.rpc.ExistKeyResponse
-	(*BatchLookupRequest)(nil),           // 24: tierstore.rpc.BatchLookupRequest
-	(*ExistResult)(nil),                  // 25: tierstore.rpc.ExistResult
-	(*BatchExistKeyResponse)(nil),        // 26: tierstore.rpc.BatchExistKeyResponse
-	(*GetReplicaListResponse)(nil),       // 27: tierstore.rpc.GetReplicaListResponse
-	(*ReplicaListResult)(nil),            // 28: tierstore.rpc.ReplicaListResult
-	(*BatchGetReplicaListResponse)(nil),  // 29: tierstore.rpc.BatchGetReplicaListResponse
-	(*RemoveRequest)(nil),                // 30: tierstore.rpc.RemoveRequest
-	(*RemoveAllRequest)(nil),             // 31: tierstore.rpc.RemoveAllRequest
-	(*RemoveByRegexRequest)(nil),         // 32: tierstore.rpc.RemoveByRegexRequest
-	(*CountResponse)(nil),                // 33: tierstore.rpc.CountResponse
-	(*RemovalCursor)(nil),                // 34: tierstore.rpc.RemovalCursor
-	(*Removal)(nil),                      // 35: tierstore.rpc.Removal
-	(*MemoryRef)(nil),                    // 36: tierstore.rpc.MemoryRef
-	(*PullRemovalsRequest)(nil),          // 37: tierstore.rpc.PullRemovalsRequest
-	(*PullRemovalsResponse)(nil),         // 38: tierstore.rpc.PullRemovalsResponse
-	(*EvictMemoryRequest)(nil),           // 39: tierstore.rpc.EvictMemoryRequest
-	(*WaitOffloadRequest)(nil),           // 40: tierstore.rpc.WaitOffloadRequest
-	(*WaitOffloadResponse)(nil),          // 41: tierstore.rpc.WaitOffloadResponse
-	(*PrefetchResponse)(nil),             // 42: tierstore.rpc.PrefetchResponse
-	(*OffloadHeartbeatRequest)(nil),      // 43: tierstore.rpc.OffloadHeartbeatRequest
-	(*SketchChunk)(nil),                  // 44: tierstore.rpc.SketchChunk
-	(*SSDVictim)(nil),                    // 45: tierstore.rpc.SSDVictim
-	(*SSDReport)(nil),                    // 46: tierstore.rpc.SSDReport
-	(*PromoteTask)(nil),                  // 47: tierstore.rpc.PromoteTask
-	(*OffloadTask)(nil),                  // 48: tierstore.rpc.OffloadTask
-	(*OffloadHeartbeatResponse)(nil),     // 49: tierstore.rpc.OffloadHeartbeatResponse
-	(*PromoteResult)(nil),                // 50: tierstore.rpc.PromoteResult
-	(*PromoteEndRequest)(nil),            // 51: tierstore.rpc.PromoteEndRequest
-	(*DiskObject)(nil),                   // 52: tierstore.rpc.DiskObject
-	(*OffloadFailure)(nil),               // 53: tierstore.rpc.OffloadFailure
-	(*NotifyOffloadSuccessRequest)(nil),  // 54: tierstore.rpc.NotifyOffloadSuccessRequest
-	(*DiskObjectColumns)(nil),            // 55: tierstore.rpc.DiskObjectColumns
-	(*RegisterDiskObjectsRequest)(nil),   // 56: tierstore.rpc.RegisterDiskObjectsRequest
-	(*RegisterDiskObjectsResponse)(nil),  // 57: tierstore.rpc.RegisterDiskObjectsResponse
-	(*EvictDiskReplicaRequest)(nil),      // 58: tierstore.rpc.EvictDiskReplicaRequest
-	(*EvictDiskReplicaResponse)(nil),     // 59: tierstore.rpc.EvictDiskReplicaResponse
-	(*ReportBadReplicaRequest)(nil),      // 60: tierstore.rpc.ReportBadReplicaRequest
-	(*MemoryObject)(nil),                 // 61: tierstore.rpc.MemoryObject
-	(*RegisterMemoryObjectsRequest)(nil), // 62: tierstore.rpc.RegisterMemoryObjectsRequest
-	(*StatsRequest)(nil),                 // 63: tierstore.rpc.StatsRequest
-	(*StatsResponse)(nil),                // 64: tierstore.rpc.StatsResponse
-	(*NodeStats)(nil),                    // 65: tierstore.rpc.NodeStats
-	(*ReconcileBeginRequest)(nil),        // 66: tierstore.rpc.ReconcileBeginRequest
-	(*ReconcileBeginResponse)(nil),       // 67: tierstore.rpc.ReconcileBeginResponse
-	(*ReconcileKeysRequest)(nil),         // 68: tierstore.rpc.ReconcileKeysRequest
-	(*ReconcileKeysResponse)(nil),        // 69: tierstore.rpc.ReconcileKeysResponse
-	(*ReconcileEndRequest)(nil),          // 70: tierstore.rpc.ReconcileEndRequest
-	(*ReconcileEndResponse)(nil),         // 71: tierstore.rpc.ReconcileEndResponse
-	(*EvictMemoryResponse)(nil),          // 72: tierstore.rpc.EvictMemoryResponse
+	(ReplicaKind)(0),                     // 0: tierstore.master.v1.ReplicaKind
+	(ReplicaStatus)(0),                   // 1: tierstore.master.v1.ReplicaStatus
+	(NodeStatus)(0),                      // 2: tierstore.master.v1.NodeStatus
+	(*Replica)(nil),                      // 3: tierstore.master.v1.Replica
+	(*ObjectInfo)(nil),                   // 4: tierstore.master.v1.ObjectInfo
+	(*MountSegmentRequest)(nil),          // 5: tierstore.master.v1.MountSegmentRequest
+	(*MountSegmentResponse)(nil),         // 6: tierstore.master.v1.MountSegmentResponse
+	(*UnmountSegmentRequest)(nil),        // 7: tierstore.master.v1.UnmountSegmentRequest
+	(*UnmountSegmentResponse)(nil),       // 8: tierstore.master.v1.UnmountSegmentResponse
+	(*LeaveNodeRequest)(nil),             // 9: tierstore.master.v1.LeaveNodeRequest
+	(*PingRequest)(nil),                  // 10: tierstore.master.v1.PingRequest
+	(*PingResponse)(nil),                 // 11: tierstore.master.v1.PingResponse
+	(*PutStartRequest)(nil),              // 12: tierstore.master.v1.PutStartRequest
+	(*PutStartResponse)(nil),             // 13: tierstore.master.v1.PutStartResponse
+	(*BatchPutStartRequest)(nil),         // 14: tierstore.master.v1.BatchPutStartRequest
+	(*PutStartResult)(nil),               // 15: tierstore.master.v1.PutStartResult
+	(*BatchPutStartResponse)(nil),        // 16: tierstore.master.v1.BatchPutStartResponse
+	(*KeyRequest)(nil),                   // 17: tierstore.master.v1.KeyRequest
+	(*Empty)(nil),                        // 18: tierstore.master.v1.Empty
+	(*KeysRequest)(nil),                  // 19: tierstore.master.v1.KeysRequest
+	(*KeyResult)(nil),                    // 20: tierstore.master.v1.KeyResult
+	(*KeyResults)(nil),                   // 21: tierstore.master.v1.KeyResults
+	(*LookupRequest)(nil),                // 22: tierstore.master.v1.LookupRequest
+	(*ExistKeyResponse)(nil),             // 23: tierstore.master.v1.ExistKeyResponse
+	(*BatchLookupRequest)(nil),           // 24: tierstore.master.v1.BatchLookupRequest
+	(*ExistResult)(nil),                  // 25: tierstore.master.v1.ExistResult
+	(*BatchExistKeyResponse)(nil),        // 26: tierstore.master.v1.BatchExistKeyResponse
+	(*GetReplicaListResponse)(nil),       // 27: tierstore.master.v1.GetReplicaListResponse
+	(*ReplicaListResult)(nil),            // 28: tierstore.master.v1.ReplicaListResult
+	(*BatchGetReplicaListResponse)(nil),  // 29: tierstore.master.v1.BatchGetReplicaListResponse
+	(*RemoveRequest)(nil),                // 30: tierstore.master.v1.RemoveRequest
+	(*RemoveAllRequest)(nil),             // 31: tierstore.master.v1.RemoveAllRequest
+	(*RemoveByRegexRequest)(nil),         // 32: tierstore.master.v1.RemoveByRegexRequest
+	(*CountResponse)(nil),                // 33: tierstore.master.v1.CountResponse
+	(*RemovalCursor)(nil),                // 34: tierstore.master.v1.RemovalCursor
+	(*Removal)(nil),                      // 35: tierstore.master.v1.Removal
+	(*MemoryRef)(nil),                    // 36: tierstore.master.v1.MemoryRef
+	(*PullRemovalsRequest)(nil),          // 37: tierstore.master.v1.PullRemovalsRequest
+	(*PullRemovalsResponse)(nil),         // 38: tierstore.master.v1.PullRemovalsResponse
+	(*EvictMemoryRequest)(nil),           // 39: tierstore.master.v1.EvictMemoryRequest
+	(*WaitOffloadRequest)(nil),           // 40: tierstore.master.v1.WaitOffloadRequest
+	(*WaitOffloadResponse)(nil),          // 41: tierstore.master.v1.WaitOffloadResponse
+	(*PrefetchResponse)(nil),             // 42: tierstore.master.v1.PrefetchResponse
+	(*OffloadHeartbeatRequest)(nil),      // 43: tierstore.master.v1.OffloadHeartbeatRequest
+	(*SketchChunk)(nil),                  // 44: tierstore.master.v1.SketchChunk
+	(*SSDVictim)(nil),                    // 45: tierstore.master.v1.SSDVictim
+	(*SSDReport)(nil),                    // 46: tierstore.master.v1.SSDReport
+	(*PromoteTask)(nil),                  // 47: tierstore.master.v1.PromoteTask
+	(*OffloadTask)(nil),                  // 48: tierstore.master.v1.OffloadTask
+	(*OffloadHeartbeatResponse)(nil),     // 49: tierstore.master.v1.OffloadHeartbeatResponse
+	(*PromoteResult)(nil),                // 50: tierstore.master.v1.PromoteResult
+	(*PromoteEndRequest)(nil),            // 51: tierstore.master.v1.PromoteEndRequest
+	(*DiskObject)(nil),                   // 52: tierstore.master.v1.DiskObject
+	(*OffloadFailure)(nil),               // 53: tierstore.master.v1.OffloadFailure
+	(*NotifyOffloadSuccessRequest)(nil),  // 54: tierstore.master.v1.NotifyOffloadSuccessRequest
+	(*DiskObjectColumns)(nil),            // 55: tierstore.master.v1.DiskObjectColumns
+	(*RegisterDiskObjectsRequest)(nil),   // 56: tierstore.master.v1.RegisterDiskObjectsRequest
+	(*RegisterDiskObjectsResponse)(nil),  // 57: tierstore.master.v1.RegisterDiskObjectsResponse
+	(*EvictDiskReplicaRequest)(nil),      // 58: tierstore.master.v1.EvictDiskReplicaRequest
+	(*EvictDiskReplicaResponse)(nil),     // 59: tierstore.master.v1.EvictDiskReplicaResponse
+	(*ReportBadReplicaRequest)(nil),      // 60: tierstore.master.v1.ReportBadReplicaRequest
+	(*MemoryObject)(nil),                 // 61: tierstore.master.v1.MemoryObject
+	(*RegisterMemoryObjectsRequest)(nil), // 62: tierstore.master.v1.RegisterMemoryObjectsRequest
+	(*StatsRequest)(nil),                 // 63: tierstore.master.v1.StatsRequest
+	(*StatsResponse)(nil),                // 64: tierstore.master.v1.StatsResponse
+	(*NodeStats)(nil),                    // 65: tierstore.master.v1.NodeStats
+	(*ReconcileBeginRequest)(nil),        // 66: tierstore.master.v1.ReconcileBeginRequest
+	(*ReconcileBeginResponse)(nil),       // 67: tierstore.master.v1.ReconcileBeginResponse
+	(*ReconcileKeysRequest)(nil),         // 68: tierstore.master.v1.ReconcileKeysRequest
+	(*ReconcileKeysResponse)(nil),        // 69: tierstore.master.v1.ReconcileKeysResponse
+	(*ReconcileEndRequest)(nil),          // 70: tierstore.master.v1.ReconcileEndRequest
+	(*ReconcileEndResponse)(nil),         // 71: tierstore.master.v1.ReconcileEndResponse
+	(*EvictMemoryResponse)(nil),          // 72: tierstore.master.v1.EvictMemoryResponse
 }
 var file_master_proto_depIdxs = []int32{
-	0,  // 0: tierstore.rpc.Replica.kind:type_name -> tierstore.rpc.ReplicaKind
-	1,  // 1: tierstore.rpc.Replica.status:type_name -> tierstore.rpc.ReplicaStatus
-	3,  // 2: tierstore.rpc.ObjectInfo.replicas:type_name -> tierstore.rpc.Replica
-	2,  // 3: tierstore.rpc.PingResponse.status:type_name -> tierstore.rpc.NodeStatus
-	3,  // 4: tierstore.rpc.PutStartResponse.replica:type_name -> tierstore.rpc.Replica
-	3,  // 5: tierstore.rpc.PutStartResponse.more:type_name -> tierstore.rpc.Replica
-	12, // 6: tierstore.rpc.BatchPutStartRequest.items:type_name -> tierstore.rpc.PutStartRequest
-	3,  // 7: tierstore.rpc.PutStartResult.replica:type_name -> tierstore.rpc.Replica
-	3,  // 8: tierstore.rpc.PutStartResult.more:type_name -> tierstore.rpc.Replica
-	15, // 9: tierstore.rpc.BatchPutStartResponse.results:type_name -> tierstore.rpc.PutStartResult
-	20, // 10: tierstore.rpc.KeyResults.results:type_name -> tierstore.rpc.KeyResult
-	25, // 11: tierstore.rpc.BatchExistKeyResponse.results:type_name -> tierstore.rpc.ExistResult
-	4,  // 12: tierstore.rpc.GetReplicaListResponse.info:type_name -> tierstore.rpc.ObjectInfo
-	4,  // 13: tierstore.rpc.ReplicaListResult.info:type_name -> tierstore.rpc.ObjectInfo
-	28, // 14: tierstore.rpc.BatchGetReplicaListResponse.results:type_name -> tierstore.rpc.ReplicaListResult
-	34, // 15: tierstore.rpc.PullRemovalsRequest.dram:type_name -> tierstore.rpc.RemovalCursor
-	34, // 16: tierstore.rpc.PullRemovalsRequest.ssd:type_name -> tierstore.rpc.RemovalCursor
-	35, // 17: tierstore.rpc.PullRemovalsResponse.removals:type_name -> tierstore.rpc.Removal
-	36, // 18: tierstore.rpc.PullRemovalsResponse.forget:type_name -> tierstore.rpc.MemoryRef
-	46, // 19: tierstore.rpc.OffloadHeartbeatRequest.ssd_report:type_name -> tierstore.rpc.SSDReport
-	45, // 20: tierstore.rpc.SSDReport.victims:type_name -> tierstore.rpc.SSDVictim
-	48, // 21: tierstore.rpc.OffloadHeartbeatResponse.tasks:type_name -> tierstore.rpc.OffloadTask
-	47, // 22: tierstore.rpc.OffloadHeartbeatResponse.promotions:type_name -> tierstore.rpc.PromoteTask
-	44, // 23: tierstore.rpc.OffloadHeartbeatResponse.sketch_chunk:type_name -> tierstore.rpc.SketchChunk
-	50, // 24: tierstore.rpc.PromoteEndRequest.results:type_name -> tierstore.rpc.PromoteResult
-	52, // 25: tierstore.rpc.NotifyOffloadSuccessRequest.persisted:type_name -> tierstore.rpc.DiskObject
-	53, // 26: tierstore.rpc.NotifyOffloadSuccessRequest.failed:type_name -> tierstore.rpc.OffloadFailure
-	55, // 27: tierstore.rpc.RegisterDiskObjectsRequest.objects:type_name -> tierstore.rpc.DiskObjectColumns
-	20, // 28: tierstore.rpc.RegisterDiskObjectsResponse.results:type_name -> tierstore.rpc.KeyResult
-	3,  // 29: tierstore.rpc.ReportBadReplicaRequest.replica:type_name -> tierstore.rpc.Replica
-	61, // 30: tierstore.rpc.RegisterMemoryObjectsRequest.objects:type_name -> tierstore.rpc.MemoryObject
-	65, // 31: tierstore.rpc.StatsResponse.per_node:type_name -> tierstore.rpc.NodeStats
-	5,  // 32: tierstore.rpc.Master.MountSegment:input_type -> tierstore.rpc.MountSegmentRequest
-	7,  // 33: tierstore.rpc.Master.UnmountSegment:input_type -> tierstore.rpc.UnmountSegmentRequest
-	10, // 34: tierstore.rpc.Master.Ping:input_type -> tierstore.rpc.PingRequest
-	9,  // 35: tierstore.rpc.Master.LeaveNode:input_type -> tierstore.rpc.LeaveNodeRequest
-	12, // 36: tierstore.rpc.Master.PutStart:input_type -> tierstore.rpc.PutStartRequest
-	17, // 37: tierstore.rpc.Master.PutEnd:input_type -> tierstore.rpc.KeyRequest
-	17, // 38: tierstore.rpc.Master.PutRevoke:input_type -> tierstore.rpc.KeyRequest
-	14, // 39: tierstore.rpc.Master.BatchPutStart:input_type -> tierstore.rpc.BatchPutStartRequest
-	19, // 40: tierstore.rpc.Master.BatchPutEnd:input_type -> tierstore.rpc.KeysRequest
-	19, // 41: tierstore.rpc.Master.BatchPutRevoke:input_type -> tierstore.rpc.KeysRequest
-	22, // 42: tierstore.rpc.Master.ExistKey:input_type -> tierstore.rpc.LookupRequest
-	24, // 43: tierstore.rpc.Master.BatchExistKey:input_type -> tierstore.rpc.BatchLookupRequest
-	22, // 44: tierstore.rpc.Master.GetReplicaList:input_type -> tierstore.rpc.LookupRequest
-	24, // 45: tierstore.rpc.Master.BatchGetReplicaList:input_type -> tierstore.rpc.BatchLookupRequest
-	30, // 46: tierstore.rpc.Master.Remove:input_type -> tierstore.rpc.RemoveRequest
-	31, // 47: tierstore.rpc.Master.RemoveAll:input_type -> tierstore.rpc.RemoveAllRequest
-	32, // 48: tierstore.rpc.Master.RemoveByRegex:input_type -> tierstore.rpc.RemoveByRegexRequest
-	39, // 49: tierstore.rpc.Master.EvictMemory:input_type -> tierstore.rpc.EvictMemoryRequest
-	43, // 50: tierstore.rpc.Master.OffloadHeartbeat:input_type -> tierstore.rpc.OffloadHeartbeatRequest
-	54, // 51: tierstore.rpc.Master.NotifyOffloadSuccess:input_type -> tierstore.rpc.NotifyOffloadSuccessRequest
-	56, // 52: tierstore.rpc.Master.ReRegisterDiskObjects:input_type -> tierstore.rpc.RegisterDiskObjectsRequest
-	58, // 53: tierstore.rpc.Master.EvictDiskReplica:input_type -> tierstore.rpc.EvictDiskReplicaRequest
-	60, // 54: tierstore.rpc.Master.ReportBadReplica:input_type -> tierstore.rpc.ReportBadReplicaRequest
-	51, // 55: tierstore.rpc.Master.PromoteEnd:input_type -> tierstore.rpc.PromoteEndRequest
-	63, // 56: tierstore.rpc.Master.Stats:input_type -> tierstore.rpc.StatsRequest
-	66, // 57: tierstore.rpc.Master.ReconcileBegin:input_type -> tierstore.rpc.ReconcileBeginRequest
-	68, // 58: tierstore.rpc.Master.ReconcileKeys:input_type -> tierstore.rpc.ReconcileKeysRequest
-	70, // 59: tierstore.rpc.Master.ReconcileEnd:input_type -> tierstore.rpc.ReconcileEndRequest
-	62, // 60: tierstore.rpc.Master.ReRegisterMemoryObjects:input_type -> tierstore.rpc.RegisterMemoryObjectsRequest
-	37, // 61: tierstore.rpc.Master.PullRemovals:input_type -> tierstore.rpc.PullRemovalsRequest
-	40, // 62: tierstore.rpc.Master.WaitOffload:input_type -> tierstore.rpc.WaitOffloadRequest
-	19, // 63: tierstore.rpc.Master.Prefetch:input_type -> tierstore.rpc.KeysRequest
-	6,  // 64: tierstore.rpc.Master.MountSegment:output_type -> tierstore.rpc.MountSegmentResponse
-	8,  // 65: tierstore.rpc.Master.UnmountSegment:output_type -> tierstore.rpc.UnmountSegmentResponse
-	11, // 66: tierstore.rpc.Master.Ping:output_type -> tierstore.rpc.PingResponse
-	18, // 67: tierstore.rpc.Master.LeaveNode:output_type -> tierstore.rpc.Empty
-	13, // 68: tierstore.rpc.Master.PutStart:output_type -> tierstore.rpc.PutStartResponse
-	18, // 69: tierstore.rpc.Master.PutEnd:output_type -> tierstore.rpc.Empty
-	18, // 70: tierstore.rpc.Master.PutRevoke:output_type -> tierstore.rpc.Empty
-	16, // 71: tierstore.rpc.Master.BatchPutStart:output_type -> tierstore.rpc.BatchPutStartResponse
-	21, // 72: tierstore.rpc.Master.BatchPutEnd:output_type -> tierstore.rpc.KeyResults
-	21, // 73: tierstore.rpc.Master.BatchPutRevoke:output_type -> tierstore.rpc.KeyResults
-	23, // 74: tierstore.rpc.Master.ExistKey:output_type -> tierstore.rpc.ExistKeyResponse
-	26, // 75: tierstore.rpc.Master.BatchExistKey:output_type -> tierstore.rpc.BatchExistKeyResponse
-	27, // 76: tierstore.rpc.Master.GetReplicaList:output_type -> tierstore.rpc.GetReplicaListResponse
-	29, // 77: tierstore.rpc.Master.BatchGetReplicaList:output_type -> tierstore.rpc.BatchGetReplicaListResponse
-	18, // 78: tierstore.rpc.Master.Remove:output_type -> tierstore.rpc.Empty
-	33, // 79: tierstore.rpc.Master.RemoveAll:output_type -> tierstore.rpc.CountResponse
-	33, // 80: tierstore.rpc.Master.RemoveByRegex:output_type -> tierstore.rpc.CountResponse
-	72, // 81: tierstore.rpc.Master.EvictMemory:output_type -> tierstore.rpc.EvictMemoryResponse
-	49, // 82: tierstore.rpc.Master.OffloadHeartbeat:output_type -> tierstore.rpc.OffloadHeartbeatResponse
-	21, // 83: tierstore.rpc.Master.NotifyOffloadSuccess:output_type -> tierstore.rpc.KeyResults
-	57, // 84: tierstore.rpc.Master.ReRegisterDiskObjects:output_type -> tierstore.rpc.RegisterDiskObjectsResponse
-	59, // 85: tierstore.rpc.Master.EvictDiskReplica:output_type -> tierstore.rpc.EvictDiskReplicaResponse
-	18, // 86: tierstore.rpc.Master.ReportBadReplica:output_type -> tierstore.rpc.Empty
-	21, // 87: tierstore.rpc.Master.PromoteEnd:output_type -> tierstore.rpc.KeyResults
-	64, // 88: tierstore.rpc.Master.Stats:output_type -> tierstore.rpc.StatsResponse
-	67, // 89: tierstore.rpc.Master.ReconcileBegin:output_type -> tierstore.rpc.ReconcileBeginResponse
-	69, // 90: tierstore.rpc.Master.ReconcileKeys:output_type -> tierstore.rpc.ReconcileKeysResponse
-	71, // 91: tierstore.rpc.Master.ReconcileEnd:output_type -> tierstore.rpc.ReconcileEndResponse
-	21, // 92: tierstore.rpc.Master.ReRegisterMemoryObjects:output_type -> tierstore.rpc.KeyResults
-	38, // 93: tierstore.rpc.Master.PullRemovals:output_type -> tierstore.rpc.PullRemovalsResponse
-	41, // 94: tierstore.rpc.Master.WaitOffload:output_type -> tierstore.rpc.WaitOffloadResponse
-	42, // 95: tierstore.rpc.Master.Prefetch:output_type -> tierstore.rpc.PrefetchResponse
+	0,  // 0: tierstore.master.v1.Replica.kind:type_name -> tierstore.master.v1.ReplicaKind
+	1,  // 1: tierstore.master.v1.Replica.status:type_name -> tierstore.master.v1.ReplicaStatus
+	3,  // 2: tierstore.master.v1.ObjectInfo.replicas:type_name -> tierstore.master.v1.Replica
+	2,  // 3: tierstore.master.v1.PingResponse.status:type_name -> tierstore.master.v1.NodeStatus
+	3,  // 4: tierstore.master.v1.PutStartResponse.replica:type_name -> tierstore.master.v1.Replica
+	3,  // 5: tierstore.master.v1.PutStartResponse.more:type_name -> tierstore.master.v1.Replica
+	12, // 6: tierstore.master.v1.BatchPutStartRequest.items:type_name -> tierstore.master.v1.PutStartRequest
+	3,  // 7: tierstore.master.v1.PutStartResult.replica:type_name -> tierstore.master.v1.Replica
+	3,  // 8: tierstore.master.v1.PutStartResult.more:type_name -> tierstore.master.v1.Replica
+	15, // 9: tierstore.master.v1.BatchPutStartResponse.results:type_name -> tierstore.master.v1.PutStartResult
+	20, // 10: tierstore.master.v1.KeyResults.results:type_name -> tierstore.master.v1.KeyResult
+	25, // 11: tierstore.master.v1.BatchExistKeyResponse.results:type_name -> tierstore.master.v1.ExistResult
+	4,  // 12: tierstore.master.v1.GetReplicaListResponse.info:type_name -> tierstore.master.v1.ObjectInfo
+	4,  // 13: tierstore.master.v1.ReplicaListResult.info:type_name -> tierstore.master.v1.ObjectInfo
+	28, // 14: tierstore.master.v1.BatchGetReplicaListResponse.results:type_name -> tierstore.master.v1.ReplicaListResult
+	34, // 15: tierstore.master.v1.PullRemovalsRequest.dram:type_name -> tierstore.master.v1.RemovalCursor
+	34, // 16: tierstore.master.v1.PullRemovalsRequest.ssd:type_name -> tierstore.master.v1.RemovalCursor
+	35, // 17: tierstore.master.v1.PullRemovalsResponse.removals:type_name -> tierstore.master.v1.Removal
+	36, // 18: tierstore.master.v1.PullRemovalsResponse.forget:type_name -> tierstore.master.v1.MemoryRef
+	46, // 19: tierstore.master.v1.OffloadHeartbeatRequest.ssd_report:type_name -> tierstore.master.v1.SSDReport
+	45, // 20: tierstore.master.v1.SSDReport.victims:type_name -> tierstore.master.v1.SSDVictim
+	48, // 21: tierstore.master.v1.OffloadHeartbeatResponse.tasks:type_name -> tierstore.master.v1.OffloadTask
+	47, // 22: tierstore.master.v1.OffloadHeartbeatResponse.promotions:type_name -> tierstore.master.v1.PromoteTask
+	44, // 23: tierstore.master.v1.OffloadHeartbeatResponse.sketch_chunk:type_name -> tierstore.master.v1.SketchChunk
+	50, // 24: tierstore.master.v1.PromoteEndRequest.results:type_name -> tierstore.master.v1.PromoteResult
+	52, // 25: tierstore.master.v1.NotifyOffloadSuccessRequest.persisted:type_name -> tierstore.master.v1.DiskObject
+	53, // 26: tierstore.master.v1.NotifyOffloadSuccessRequest.failed:type_name -> tierstore.master.v1.OffloadFailure
+	55, // 27: tierstore.master.v1.RegisterDiskObjectsRequest.objects:type_name -> tierstore.master.v1.DiskObjectColumns
+	20, // 28: tierstore.master.v1.RegisterDiskObjectsResponse.results:type_name -> tierstore.master.v1.KeyResult
+	3,  // 29: tierstore.master.v1.ReportBadReplicaRequest.replica:type_name -> tierstore.master.v1.Replica
+	61, // 30: tierstore.master.v1.RegisterMemoryObjectsRequest.objects:type_name -> tierstore.master.v1.MemoryObject
+	65, // 31: tierstore.master.v1.StatsResponse.per_node:type_name -> tierstore.master.v1.NodeStats
+	5,  // 32: tierstore.master.v1.Master.MountSegment:input_type -> tierstore.master.v1.MountSegmentRequest
+	7,  // 33: tierstore.master.v1.Master.UnmountSegment:input_type -> tierstore.master.v1.UnmountSegmentRequest
+	10, // 34: tierstore.master.v1.Master.Ping:input_type -> tierstore.master.v1.PingRequest
+	9,  // 35: tierstore.master.v1.Master.LeaveNode:input_type -> tierstore.master.v1.LeaveNodeRequest
+	12, // 36: tierstore.master.v1.Master.PutStart:input_type -> tierstore.master.v1.PutStartRequest
+	17, // 37: tierstore.master.v1.Master.PutEnd:input_type -> tierstore.master.v1.KeyRequest
+	17, // 38: tierstore.master.v1.Master.PutRevoke:input_type -> tierstore.master.v1.KeyRequest
+	14, // 39: tierstore.master.v1.Master.BatchPutStart:input_type -> tierstore.master.v1.BatchPutStartRequest
+	19, // 40: tierstore.master.v1.Master.BatchPutEnd:input_type -> tierstore.master.v1.KeysRequest
+	19, // 41: tierstore.master.v1.Master.BatchPutRevoke:input_type -> tierstore.master.v1.KeysRequest
+	22, // 42: tierstore.master.v1.Master.ExistKey:input_type -> tierstore.master.v1.LookupRequest
+	24, // 43: tierstore.master.v1.Master.BatchExistKey:input_type -> tierstore.master.v1.BatchLookupRequest
+	22, // 44: tierstore.master.v1.Master.GetReplicaList:input_type -> tierstore.master.v1.LookupRequest
+	24, // 45: tierstore.master.v1.Master.BatchGetReplicaList:input_type -> tierstore.master.v1.BatchLookupRequest
+	30, // 46: tierstore.master.v1.Master.Remove:input_type -> tierstore.master.v1.RemoveRequest
+	31, // 47: tierstore.master.v1.Master.RemoveAll:input_type -> tierstore.master.v1.RemoveAllRequest
+	32, // 48: tierstore.master.v1.Master.RemoveByRegex:input_type -> tierstore.master.v1.RemoveByRegexRequest
+	39, // 49: tierstore.master.v1.Master.EvictMemory:input_type -> tierstore.master.v1.EvictMemoryRequest
+	43, // 50: tierstore.master.v1.Master.OffloadHeartbeat:input_type -> tierstore.master.v1.OffloadHeartbeatRequest
+	54, // 51: tierstore.master.v1.Master.NotifyOffloadSuccess:input_type -> tierstore.master.v1.NotifyOffloadSuccessRequest
+	56, // 52: tierstore.master.v1.Master.ReRegisterDiskObjects:input_type -> tierstore.master.v1.RegisterDiskObjectsRequest
+	58, // 53: tierstore.master.v1.Master.EvictDiskReplica:input_type -> tierstore.master.v1.EvictDiskReplicaRequest
+	60, // 54: tierstore.master.v1.Master.ReportBadReplica:input_type -> tierstore.master.v1.ReportBadReplicaRequest
+	51, // 55: tierstore.master.v1.Master.PromoteEnd:input_type -> tierstore.master.v1.PromoteEndRequest
+	63, // 56: tierstore.master.v1.Master.Stats:input_type -> tierstore.master.v1.StatsRequest
+	66, // 57: tierstore.master.v1.Master.ReconcileBegin:input_type -> tierstore.master.v1.ReconcileBeginRequest
+	68, // 58: tierstore.master.v1.Master.ReconcileKeys:input_type -> tierstore.master.v1.ReconcileKeysRequest
+	70, // 59: tierstore.master.v1.Master.ReconcileEnd:input_type -> tierstore.master.v1.ReconcileEndRequest
+	62, // 60: tierstore.master.v1.Master.ReRegisterMemoryObjects:input_type -> tierstore.master.v1.RegisterMemoryObjectsRequest
+	37, // 61: tierstore.master.v1.Master.PullRemovals:input_type -> tierstore.master.v1.PullRemovalsRequest
+	40, // 62: tierstore.master.v1.Master.WaitOffload:input_type -> tierstore.master.v1.WaitOffloadRequest
+	19, // 63: tierstore.master.v1.Master.Prefetch:input_type -> tierstore.master.v1.KeysRequest
+	6,  // 64: tierstore.master.v1.Master.MountSegment:output_type -> tierstore.master.v1.MountSegmentResponse
+	8,  // 65: tierstore.master.v1.Master.UnmountSegment:output_type -> tierstore.master.v1.UnmountSegmentResponse
+	11, // 66: tierstore.master.v1.Master.Ping:output_type -> tierstore.master.v1.PingResponse
+	18, // 67: tierstore.master.v1.Master.LeaveNode:output_type -> tierstore.master.v1.Empty
+	13, // 68: tierstore.master.v1.Master.PutStart:output_type -> tierstore.master.v1.PutStartResponse
+	18, // 69: tierstore.master.v1.Master.PutEnd:output_type -> tierstore.master.v1.Empty
+	18, // 70: tierstore.master.v1.Master.PutRevoke:output_type -> tierstore.master.v1.Empty
+	16, // 71: tierstore.master.v1.Master.BatchPutStart:output_type -> tierstore.master.v1.BatchPutStartResponse
+	21, // 72: tierstore.master.v1.Master.BatchPutEnd:output_type -> tierstore.master.v1.KeyResults
+	21, // 73: tierstore.master.v1.Master.BatchPutRevoke:output_type -> tierstore.master.v1.KeyResults
+	23, // 74: tierstore.master.v1.Master.ExistKey:output_type -> tierstore.master.v1.ExistKeyResponse
+	26, // 75: tierstore.master.v1.Master.BatchExistKey:output_type -> tierstore.master.v1.BatchExistKeyResponse
+	27, // 76: tierstore.master.v1.Master.GetReplicaList:output_type -> tierstore.master.v1.GetReplicaListResponse
+	29, // 77: tierstore.master.v1.Master.BatchGetReplicaList:output_type -> tierstore.master.v1.BatchGetReplicaListResponse
+	18, // 78: tierstore.master.v1.Master.Remove:output_type -> tierstore.master.v1.Empty
+	33, // 79: tierstore.master.v1.Master.RemoveAll:output_type -> tierstore.master.v1.CountResponse
+	33, // 80: tierstore.master.v1.Master.RemoveByRegex:output_type -> tierstore.master.v1.CountResponse
+	72, // 81: tierstore.master.v1.Master.EvictMemory:output_type -> tierstore.master.v1.EvictMemoryResponse
+	49, // 82: tierstore.master.v1.Master.OffloadHeartbeat:output_type -> tierstore.master.v1.OffloadHeartbeatResponse
+	21, // 83: tierstore.master.v1.Master.NotifyOffloadSuccess:output_type -> tierstore.master.v1.KeyResults
+	57, // 84: tierstore.master.v1.Master.ReRegisterDiskObjects:output_type -> tierstore.master.v1.RegisterDiskObjectsResponse
+	59, // 85: tierstore.master.v1.Master.EvictDiskReplica:output_type -> tierstore.master.v1.EvictDiskReplicaResponse
+	18, // 86: tierstore.master.v1.Master.ReportBadReplica:output_type -> tierstore.master.v1.Empty
+	21, // 87: tierstore.master.v1.Master.PromoteEnd:output_type -> tierstore.master.v1.KeyResults
+	64, // 88: tierstore.master.v1.Master.Stats:output_type -> tierstore.master.v1.StatsResponse
+	67, // 89: tierstore.master.v1.Master.ReconcileBegin:output_type -> tierstore.master.v1.ReconcileBeginResponse
+	69, // 90: tierstore.master.v1.Master.ReconcileKeys:output_type -> tierstore.master.v1.ReconcileKeysResponse
+	71, // 91: tierstore.master.v1.Master.ReconcileEnd:output_type -> tierstore.master.v1.ReconcileEndResponse
+	21, // 92: tierstore.master.v1.Master.ReRegisterMemoryObjects:output_type -> tierstore.master.v1.KeyResults
+	38, // 93: tierstore.master.v1.Master.PullRemovals:output_type -> tierstore.master.v1.PullRemovalsResponse
+	41, // 94: tierstore.master.v1.Master.WaitOffload:output_type -> tierstore.master.v1.WaitOffloadResponse
+	42, // 95: tierstore.master.v1.Master.Prefetch:output_type -> tierstore.master.v1.PrefetchResponse
 	64, // [64:96] is the sub-list for method output_type
 	32, // [32:64] is the sub-list for method input_type
 	32, // [32:32] is the sub-list for extension type_name

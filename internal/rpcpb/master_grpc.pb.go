@@ -25,38 +25,38 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Master_MountSegment_FullMethodName            = "/tierstore.rpc.Master/MountSegment"
-	Master_UnmountSegment_FullMethodName          = "/tierstore.rpc.Master/UnmountSegment"
-	Master_Ping_FullMethodName                    = "/tierstore.rpc.Master/Ping"
-	Master_LeaveNode_FullMethodName               = "/tierstore.rpc.Master/LeaveNode"
-	Master_PutStart_FullMethodName                = "/tierstore.rpc.Master/PutStart"
-	Master_PutEnd_FullMethodName                  = "/tierstore.rpc.Master/PutEnd"
-	Master_PutRevoke_FullMethodName               = "/tierstore.rpc.Master/PutRevoke"
-	Master_BatchPutStart_FullMethodName           = "/tierstore.rpc.Master/BatchPutStart"
-	Master_BatchPutEnd_FullMethodName             = "/tierstore.rpc.Master/BatchPutEnd"
-	Master_BatchPutRevoke_FullMethodName          = "/tierstore.rpc.Master/BatchPutRevoke"
-	Master_ExistKey_FullMethodName                = "/tierstore.rpc.Master/ExistKey"
-	Master_BatchExistKey_FullMethodName           = "/tierstore.rpc.Master/BatchExistKey"
-	Master_GetReplicaList_FullMethodName          = "/tierstore.rpc.Master/GetReplicaList"
-	Master_BatchGetReplicaList_FullMethodName     = "/tierstore.rpc.Master/BatchGetReplicaList"
-	Master_Remove_FullMethodName                  = "/tierstore.rpc.Master/Remove"
-	Master_RemoveAll_FullMethodName               = "/tierstore.rpc.Master/RemoveAll"
-	Master_RemoveByRegex_FullMethodName           = "/tierstore.rpc.Master/RemoveByRegex"
-	Master_EvictMemory_FullMethodName             = "/tierstore.rpc.Master/EvictMemory"
-	Master_OffloadHeartbeat_FullMethodName        = "/tierstore.rpc.Master/OffloadHeartbeat"
-	Master_NotifyOffloadSuccess_FullMethodName    = "/tierstore.rpc.Master/NotifyOffloadSuccess"
-	Master_ReRegisterDiskObjects_FullMethodName   = "/tierstore.rpc.Master/ReRegisterDiskObjects"
-	Master_EvictDiskReplica_FullMethodName        = "/tierstore.rpc.Master/EvictDiskReplica"
-	Master_ReportBadReplica_FullMethodName        = "/tierstore.rpc.Master/ReportBadReplica"
-	Master_PromoteEnd_FullMethodName              = "/tierstore.rpc.Master/PromoteEnd"
-	Master_Stats_FullMethodName                   = "/tierstore.rpc.Master/Stats"
-	Master_ReconcileBegin_FullMethodName          = "/tierstore.rpc.Master/ReconcileBegin"
-	Master_ReconcileKeys_FullMethodName           = "/tierstore.rpc.Master/ReconcileKeys"
-	Master_ReconcileEnd_FullMethodName            = "/tierstore.rpc.Master/ReconcileEnd"
-	Master_ReRegisterMemoryObjects_FullMethodName = "/tierstore.rpc.Master/ReRegisterMemoryObjects"
-	Master_PullRemovals_FullMethodName            = "/tierstore.rpc.Master/PullRemovals"
-	Master_WaitOffload_FullMethodName             = "/tierstore.rpc.Master/WaitOffload"
-	Master_Prefetch_FullMethodName                = "/tierstore.rpc.Master/Prefetch"
+	Master_MountSegment_FullMethodName            = "/tierstore.master.v1.Master/MountSegment"
+	Master_UnmountSegment_FullMethodName          = "/tierstore.master.v1.Master/UnmountSegment"
+	Master_Ping_FullMethodName                    = "/tierstore.master.v1.Master/Ping"
+	Master_LeaveNode_FullMethodName               = "/tierstore.master.v1.Master/LeaveNode"
+	Master_PutStart_FullMethodName                = "/tierstore.master.v1.Master/PutStart"
+	Master_PutEnd_FullMethodName                  = "/tierstore.master.v1.Master/PutEnd"
+	Master_PutRevoke_FullMethodName               = "/tierstore.master.v1.Master/PutRevoke"
+	Master_BatchPutStart_FullMethodName           = "/tierstore.master.v1.Master/BatchPutStart"
+	Master_BatchPutEnd_FullMethodName             = "/tierstore.master.v1.Master/BatchPutEnd"
+	Master_BatchPutRevoke_FullMethodName          = "/tierstore.master.v1.Master/BatchPutRevoke"
+	Master_ExistKey_FullMethodName                = "/tierstore.master.v1.Master/ExistKey"
+	Master_BatchExistKey_FullMethodName           = "/tierstore.master.v1.Master/BatchExistKey"
+	Master_GetReplicaList_FullMethodName          = "/tierstore.master.v1.Master/GetReplicaList"
+	Master_BatchGetReplicaList_FullMethodName     = "/tierstore.master.v1.Master/BatchGetReplicaList"
+	Master_Remove_FullMethodName                  = "/tierstore.master.v1.Master/Remove"
+	Master_RemoveAll_FullMethodName               = "/tierstore.master.v1.Master/RemoveAll"
+	Master_RemoveByRegex_FullMethodName           = "/tierstore.master.v1.Master/RemoveByRegex"
+	Master_EvictMemory_FullMethodName             = "/tierstore.master.v1.Master/EvictMemory"
+	Master_OffloadHeartbeat_FullMethodName        = "/tierstore.master.v1.Master/OffloadHeartbeat"
+	Master_NotifyOffloadSuccess_FullMethodName    = "/tierstore.master.v1.Master/NotifyOffloadSuccess"
+	Master_ReRegisterDiskObjects_FullMethodName   = "/tierstore.master.v1.Master/ReRegisterDiskObjects"
+	Master_EvictDiskReplica_FullMethodName        = "/tierstore.master.v1.Master/EvictDiskReplica"
+	Master_ReportBadReplica_FullMethodName        = "/tierstore.master.v1.Master/ReportBadReplica"
+	Master_PromoteEnd_FullMethodName              = "/tierstore.master.v1.Master/PromoteEnd"
+	Master_Stats_FullMethodName                   = "/tierstore.master.v1.Master/Stats"
+	Master_ReconcileBegin_FullMethodName          = "/tierstore.master.v1.Master/ReconcileBegin"
+	Master_ReconcileKeys_FullMethodName           = "/tierstore.master.v1.Master/ReconcileKeys"
+	Master_ReconcileEnd_FullMethodName            = "/tierstore.master.v1.Master/ReconcileEnd"
+	Master_ReRegisterMemoryObjects_FullMethodName = "/tierstore.master.v1.Master/ReRegisterMemoryObjects"
+	Master_PullRemovals_FullMethodName            = "/tierstore.master.v1.Master/PullRemovals"
+	Master_WaitOffload_FullMethodName             = "/tierstore.master.v1.Master/WaitOffload"
+	Master_Prefetch_FullMethodName                = "/tierstore.master.v1.Master/Prefetch"
 )
 
 // MasterClient is the client API for Master service.
@@ -1200,7 +1200,7 @@ func _Master_Prefetch_Handler(srv interface{}, ctx context.Context, dec func(int
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
 var Master_ServiceDesc = grpc.ServiceDesc{
-	ServiceName: "tierstore.rpc.Master",
+	ServiceName: "tierstore.master.v1.Master",
 	HandlerType: (*MasterServer)(nil),
 	Methods: []grpc.MethodDesc{
 		{

@@ -3,17 +3,20 @@ package rpcpb
 import (
 	"context"
 	"strconv"
+	"strings"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 )
 
 // Protocol versions of the services in this directory (docs/design.md,
 // "Format and protocol versions"). A build speaks exactly one version of
 // each; a caller and a server of different versions refuse each other with
-// codes.ErrVersionMismatch, naming both. A change the other side of the
+// errcode.ErrVersionMismatch, naming both. A change the other side of the
 // previous version could misread bumps the version.
 const (
 	// MasterProtocol is the version of master.proto's Master service. 2:
@@ -24,7 +27,10 @@ const (
 	// 4: ReRegisterDiskObjects carries objects in columns
 	// (DiskObjectColumns) and answers only the refused ones, which a peer
 	// of version 3 would read as no objects and every object recorded.
-	MasterProtocol = 4
+	// 5: the proto package is tierstore.master.v1 (was tierstore.rpc), so
+	// every method has a new name on the wire; a master refuses calls to
+	// the former name with VERSION_MISMATCH (FormerService).
+	MasterProtocol = 5
 	// NodeProtocol is the version of node.proto's NodePeer service.
 	NodeProtocol = 1
 )
@@ -44,16 +50,40 @@ func WithVersion(version int) grpc.DialOption {
 
 // VersionCheck is the server interceptor of service (for messages: "master",
 // "node") of protocol version: a call that names another version in
-// VersionHeader is refused with codes.ErrVersionMismatch before it is
+// VersionHeader is refused with errcode.ErrVersionMismatch before it is
 // served. A call that names none (a hand-made client, grpcurl) is served.
 func VersionCheck(service string, version int) grpc.UnaryServerInterceptor {
 	want := strconv.Itoa(version)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		md, _ := metadata.FromIncomingContext(ctx)
 		if got := md.Get(VersionHeader); len(got) > 0 && got[0] != want {
-			return nil, codes.ToStatus(codes.Errorf(codes.VersionMismatch,
+			return nil, errcode.ToStatus(errcode.Errorf(errcode.VersionMismatch,
 				"%s speaks protocol version %s, the caller version %s: run the same tierstore release on both sides", service, want, got[0]))
 		}
 		return handler(ctx, req)
 	}
+}
+
+// FormerService is the server option of service (for messages: "master")
+// of protocol version whose methods an earlier version served under another
+// service name, former (the master's were tierstore.rpc.Master up to
+// protocol 5): a call to a method of former is refused with
+// errcode.ErrVersionMismatch naming both sides, as VersionCheck refuses,
+// instead of gRPC's UNIMPLEMENTED "unknown service". A call to any other
+// unknown service stays UNIMPLEMENTED.
+func FormerService(service string, version int, former string) grpc.ServerOption {
+	prefix := "/" + former + "/"
+	return grpc.UnknownServiceHandler(func(_ any, st grpc.ServerStream) error {
+		method, _ := grpc.MethodFromServerStream(st)
+		if !strings.HasPrefix(method, prefix) {
+			return status.Errorf(codes.Unimplemented, "unknown service or method %s", method)
+		}
+		caller := "an earlier version"
+		if md, _ := metadata.FromIncomingContext(st.Context()); len(md.Get(VersionHeader)) > 0 {
+			caller = "version " + md.Get(VersionHeader)[0]
+		}
+		return errcode.ToStatus(errcode.Errorf(errcode.VersionMismatch,
+			"%s speaks protocol version %d, the caller %s (it called %s, a method of an earlier protocol): run the same tierstore release on both sides",
+			service, version, caller, method))
+	})
 }

@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/rpcpb"
 )
 
@@ -47,7 +49,7 @@ func TestVersionCheck(t *testing.T) {
 		if err == nil && r.GetSegment() != "seg" {
 			t.Fatalf("served %+v", r)
 		}
-		return codes.FromStatus(err)
+		return errcode.FromStatus(err)
 	}
 	if err := call(rpcpb.WithVersion(3)); err != nil {
 		t.Fatalf("same version: %v", err)
@@ -56,7 +58,41 @@ func TestVersionCheck(t *testing.T) {
 		t.Fatalf("no version named: %v", err)
 	}
 	err = call(rpcpb.WithVersion(2))
-	if !errors.Is(err, codes.ErrVersionMismatch) || !strings.Contains(err.Error(), "node speaks protocol version 3, the caller version 2") {
+	if !errors.Is(err, errcode.ErrVersionMismatch) || !strings.Contains(err.Error(), "node speaks protocol version 3, the caller version 2") {
 		t.Fatalf("another version: %v", err)
+	}
+}
+
+// A caller of a protocol that named the service otherwise (the master's
+// tierstore.rpc.Master before protocol 5) is refused with VERSION_MISMATCH
+// naming both sides, over real gRPC, not with "unknown service"; another
+// unknown service stays UNIMPLEMENTED; the current name is served.
+func TestFormerService(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(rpcpb.VersionCheck("node", 3)), rpcpb.FormerService("node", 3, "tierstore.old.NodePeer"))
+	rpcpb.RegisterNodePeerServer(srv, statsServer{})
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()), rpcpb.WithVersion(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = errcode.FromStatus(cc.Invoke(ctx, "/tierstore.old.NodePeer/NodeStats", &rpcpb.PeerStatsRequest{}, &rpcpb.PeerStatsReply{}))
+	if !errors.Is(err, errcode.ErrVersionMismatch) || !strings.Contains(err.Error(), "node speaks protocol version 3, the caller version 2 (it called /tierstore.old.NodePeer/NodeStats") {
+		t.Fatalf("former service: %v", err)
+	}
+	err = cc.Invoke(ctx, "/tierstore.other.Svc/NodeStats", &rpcpb.PeerStatsRequest{}, &rpcpb.PeerStatsReply{})
+	if status.Code(err) != codes.Unimplemented {
+		t.Fatalf("unknown service: %v", err)
+	}
+	err = errcode.FromStatus(cc.Invoke(ctx, "/tierstore.node.v1.NodePeer/NodeStats", &rpcpb.PeerStatsRequest{}, &rpcpb.PeerStatsReply{}))
+	if !errors.Is(err, errcode.ErrVersionMismatch) || strings.Contains(err.Error(), "it called") {
+		t.Fatalf("current name, another version: %v (want VersionCheck's refusal)", err)
 	}
 }

@@ -1,8 +1,10 @@
 package testkit
 
 import (
+	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // recorder is a testing.TB whose Fatalf is recorded, not fatal.
@@ -31,5 +33,48 @@ func TestEventuallyFails(t *testing.T) {
 	Eventually(r, "never", func() bool { return r.failed.Load() })
 	if !r.failed.Load() {
 		t.Fatal("Eventually returned without the condition or a failure")
+	}
+}
+
+// Golden passes on equal output, fails on a difference or a missing file,
+// and with update writes the file that then passes.
+func TestGolden(t *testing.T) {
+	path := t.TempDir() + "/golden.txt"
+	r := &recorder{TB: t}
+	Golden(r, path, "a\nb\n", false)
+	if !r.failed.Load() {
+		t.Fatal("a missing golden file passed")
+	}
+	Golden(t, path, "a\nb\n", true)
+	Golden(t, path, "a\nb\n", false)
+	r = &recorder{TB: t}
+	Golden(r, path, "a\nc\n", false)
+	if !r.failed.Load() {
+		t.Fatal("a different line passed")
+	}
+	r = &recorder{TB: t}
+	Golden(r, path, "a\nb\nc\n", false)
+	if !r.failed.Load() {
+		t.Fatal("an extra line passed")
+	}
+}
+
+// Within returns once cond answers nil and fails naming cond's last error
+// when it never does.
+func TestWithin(t *testing.T) {
+	n := 0
+	Within(t, time.Second, "three calls", func() error {
+		if n++; n < 3 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if n != 3 {
+		t.Fatalf("cond called %d times, want 3", n)
+	}
+	r := &recorder{TB: t}
+	Within(r, 20*time.Millisecond, "never", func() error { return errors.New("still no") })
+	if !r.failed.Load() {
+		t.Fatal("Within returned without the condition or a failure")
 	}
 }

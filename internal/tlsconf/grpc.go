@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 )
 
 // ServerCredentials are the gRPC transport credentials of a server
@@ -241,9 +241,9 @@ func (s *boundStream) RecvMsg(m any) error {
 }
 
 // denied is a PERMISSION_DENIED status carrying the tierstore code
-// (codes.ErrPermissionDenied on the caller's side).
+// (errcode.ErrPermissionDenied on the caller's side).
 func denied(format string, args ...any) error {
-	return codes.ToStatus(codes.Errorf(codes.PermissionDenied, format, args...))
+	return errcode.ToStatus(errcode.Errorf(errcode.PermissionDenied, format, args...))
 }
 
 func roleList(rs []Role) string {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
-	grpccodes "google.golang.org/grpc/codes"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/tierstore/tierstore/internal/rpcpb"
@@ -313,7 +313,7 @@ func TestInterceptorRefusesWrongRole(t *testing.T) {
 	}
 	require.NoError(t, call(p.source("master", Master)))
 	err = call(p.source("client", Client))
-	require.Equal(t, grpccodes.PermissionDenied, status.Code(err))
+	require.Equal(t, codes.PermissionDenied, status.Code(err))
 	require.Contains(t, err.Error(), "NodeStats needs role master or node")
 	require.Contains(t, err.Error(), "roles [client]")
 
@@ -321,7 +321,7 @@ func TestInterceptorRefusesWrongRole(t *testing.T) {
 	empty := Table{}
 	require.Error(t, empty.Check(pb.NodePeer_ServiceDesc))
 	err = empty.authorize(context.Background(), "/x/Y")
-	require.Equal(t, grpccodes.PermissionDenied, status.Code(err))
+	require.Equal(t, codes.PermissionDenied, status.Code(err))
 }
 
 func TestTableCheck(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 )
 
 // crcChunk is how much of a payload is read before its CRC32C is updated:
@@ -28,7 +28,7 @@ const crcChunk = 128 << 10
 // ends while the reader is filling its buffer breaks the connection and
 // waits for the reader to stop before returning. Once broken (a transport
 // or protocol error, Close) every pending and later call fails with
-// codes.ErrTransferFail; DataPool replaces broken connections.
+// errcode.ErrTransferFail; DataPool replaces broken connections.
 type DataConn struct {
 	conn     net.Conn
 	endpoint string
@@ -79,7 +79,7 @@ func DialDataTLS(ctx context.Context, endpoint string, timeout time.Duration, cf
 	d := net.Dialer{Timeout: timeout}
 	c, err := d.DialContext(ctx, "tcp", endpoint)
 	if err != nil {
-		return nil, codes.Errorf(codes.RPCFail, "wire: dial data plane of %s: %v", endpoint, err)
+		return nil, errcode.Errorf(errcode.RPCFail, "wire: dial data plane of %s: %v", endpoint, err)
 	}
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
@@ -91,7 +91,7 @@ func DialDataTLS(ctx context.Context, endpoint string, timeout time.Duration, cf
 		cancel()
 		if err != nil {
 			c.Close()
-			return nil, codes.Errorf(codes.RPCFail, "wire: TLS handshake with the data plane of %s: %v", endpoint, err)
+			return nil, errcode.Errorf(errcode.RPCFail, "wire: TLS handshake with the data plane of %s: %v", endpoint, err)
 		}
 		c = tc
 	}
@@ -108,7 +108,7 @@ func DialDataTLS(ctx context.Context, endpoint string, timeout time.Duration, cf
 	h := hello()
 	if _, err := c.Write(h[:]); err != nil {
 		c.Close()
-		return nil, codes.Errorf(codes.RPCFail, "wire: hello to %s: %v", endpoint, err)
+		return nil, errcode.Errorf(errcode.RPCFail, "wire: hello to %s: %v", endpoint, err)
 	}
 	var got [HelloLen]byte
 	if _, err := io.ReadFull(c, got[:]); err != nil {
@@ -116,9 +116,9 @@ func DialDataTLS(ctx context.Context, endpoint string, timeout time.Duration, cf
 		if cfg != nil {
 			// TLS 1.3: the node checks the client's certificate after the
 			// client's handshake is done; its refusal arrives here.
-			return nil, codes.Errorf(codes.RPCFail, "wire: no data-plane hello from %s over TLS (refused by the node, or not a store node's data port): %v", endpoint, err)
+			return nil, errcode.Errorf(errcode.RPCFail, "wire: no data-plane hello from %s over TLS (refused by the node, or not a store node's data port): %v", endpoint, err)
 		}
-		return nil, codes.Errorf(codes.RPCFail, "wire: no data-plane hello from %s (not a store node's data port?): %v", endpoint, err)
+		return nil, errcode.Errorf(errcode.RPCFail, "wire: no data-plane hello from %s (not a store node's data port?): %v", endpoint, err)
 	}
 	if err := checkHello(got[:]); err != nil {
 		c.Close()
@@ -150,7 +150,7 @@ func (dc *DataConn) Broken() bool {
 // Close breaks the connection: pending calls fail. It waits for the reader
 // goroutine to stop.
 func (dc *DataConn) Close() error {
-	dc.fail(codes.Errorf(codes.TransferFail, "wire: data connection to %s closed", dc.endpoint))
+	dc.fail(errcode.Errorf(errcode.TransferFail, "wire: data connection to %s closed", dc.endpoint))
 	<-dc.readerDone
 	return nil
 }
@@ -218,7 +218,7 @@ func (dc *DataConn) ReadRangeParts(ctx context.Context, segment string, off int6
 // be exactly the object's size, and checks it against crc (the object's
 // CRC32C from its lookup): the one check of the transfer, the node sends
 // its SSD bytes unchecked. A node whose copy has another size answers
-// codes.ErrChecksumMismatch. When the bytes fail the check although the
+// errcode.ErrChecksumMismatch. When the bytes fail the check although the
 // node's index records the object's CRC (its copy is the right version:
 // the bytes were damaged on its disk or on the way), the read is asked
 // once more with FlagVerify: the node then checks its copy before sending
@@ -287,7 +287,7 @@ func (r *RangeRead) parts() [][]byte {
 func (dc *DataConn) ReadRanges(ctx context.Context, rs []RangeRead) {
 	if err := ctx.Err(); err != nil {
 		for i := range rs {
-			rs[i].Err = codes.Errorf(codes.ContextCanceled, "wire: %v to %s: %v", OpReadRange, dc.endpoint, err)
+			rs[i].Err = errcode.Errorf(errcode.ContextCanceled, "wire: %v to %s: %v", OpReadRange, dc.endpoint, err)
 		}
 		return
 	}
@@ -353,7 +353,7 @@ func (dc *DataConn) sendReads(ctx context.Context, first uint32, rs []RangeRead)
 	dl, _ := ctx.Deadline()
 	_ = dc.conn.SetWriteDeadline(dl)
 	if _, err := dc.conn.Write(b); err != nil {
-		return codes.Errorf(codes.TransferFail, "wire: sending %d %v requests to %s: %v", len(rs), OpReadRange, dc.endpoint, err)
+		return errcode.Errorf(errcode.TransferFail, "wire: sending %d %v requests to %s: %v", len(rs), OpReadRange, dc.endpoint, err)
 	}
 	return nil
 }
@@ -379,7 +379,7 @@ func (dc *DataConn) roundTrip(ctx context.Context, req *Request, payload [][]byt
 	if err := ctx.Err(); err != nil {
 		// Before anything is written: a deadline already past would break
 		// the connection for every other call on it.
-		return codes.Errorf(codes.ContextCanceled, "wire: %v to %s: %v", req.Op, dc.endpoint, err)
+		return errcode.Errorf(errcode.ContextCanceled, "wire: %v to %s: %v", req.Op, dc.endpoint, err)
 	}
 	dc.mu.Lock()
 	if dc.err != nil {
@@ -413,14 +413,14 @@ func (dc *DataConn) await(ctx context.Context, id uint32, c *call) error {
 		// Not answered yet: forget it; the reader discards a late reply.
 		delete(dc.calls, id)
 		dc.mu.Unlock()
-		return codes.Errorf(codes.ContextCanceled, "wire: %v to %s: %v", c.op, dc.endpoint, ctx.Err())
+		return errcode.Errorf(errcode.ContextCanceled, "wire: %v to %s: %v", c.op, dc.endpoint, ctx.Err())
 	}
 	reading := dc.calls[id] == c
 	dc.mu.Unlock()
 	if reading {
 		// The reader is filling the caller's buffer: stop it, so that
 		// nothing is written there once this call returns.
-		dc.fail(codes.Errorf(codes.ContextCanceled, "wire: %v to %s abandoned mid-payload: %v", c.op, dc.endpoint, ctx.Err()))
+		dc.fail(errcode.Errorf(errcode.ContextCanceled, "wire: %v to %s abandoned mid-payload: %v", c.op, dc.endpoint, ctx.Err()))
 	}
 	<-c.done
 	return c.err
@@ -450,7 +450,7 @@ func (dc *DataConn) send(ctx context.Context, id uint32, req *Request, payload [
 	_, err := writeFrame(dc.conn, dc.wv)
 	clear(dc.wv[:cap(dc.wv)]) // keep no reference to the caller's memory
 	if err != nil {
-		return codes.Errorf(codes.TransferFail, "wire: sending %v to %s: %v", req.Op, dc.endpoint, err)
+		return errcode.Errorf(errcode.TransferFail, "wire: sending %v to %s: %v", req.Op, dc.endpoint, err)
 	}
 	return nil
 }
@@ -490,12 +490,12 @@ func (dc *DataConn) reply(h Header, meta []byte) error {
 		dc.mu.Unlock()
 		return frameErr(ErrFrame, "wire: %s answered a %v with a %v", dc.endpoint, c.op, h.Op)
 	}
-	if h.Status != codes.OK {
+	if h.Status != errcode.OK {
 		dc.mu.Unlock()
 		if h.PayloadLen != 0 {
 			return frameErr(ErrFrame, "wire: %s: an error reply with a %d-byte payload", dc.endpoint, h.PayloadLen)
 		}
-		dc.complete(h.ID, c, codes.WithMessage(h.Status, string(meta)))
+		dc.complete(h.ID, c, errcode.WithMessage(h.Status, string(meta)))
 		return nil
 	}
 	if want := partsLen(c.buf); h.PayloadLen != uint64(want) {
@@ -550,7 +550,7 @@ func (dc *DataConn) complete(id uint32, c *call, err error) {
 // broken fails the connection and every call still waiting on it.
 func (dc *DataConn) broken(err error) {
 	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
-		err = codes.Errorf(codes.TransferFail, "wire: data connection to %s closed: %v", dc.endpoint, err)
+		err = errcode.Errorf(errcode.TransferFail, "wire: data connection to %s closed: %v", dc.endpoint, err)
 	}
 	dc.fail(err)
 	dc.mu.Lock()

@@ -18,12 +18,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	grpccodes "google.golang.org/grpc/codes"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/crc32c"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/rpcpb"
 	"github.com/tierstore/tierstore/internal/testkit"
 )
@@ -89,13 +89,13 @@ func (h *memHandler) WriteLimit() int64 { return int64(len(h.seg)) }
 
 func (h *memHandler) BeginWrite(_ context.Context, segment string, off, n int64, token uint64) (RangeWriter, error) {
 	if segment != "seg" {
-		return nil, codes.Errorf(codes.SegmentNotFound, "test: no segment %q", segment)
+		return nil, errcode.Errorf(errcode.SegmentNotFound, "test: no segment %q", segment)
 	}
 	if token == 0 {
-		return nil, codes.Errorf(codes.InvalidParams, "test: no put token")
+		return nil, errcode.Errorf(errcode.InvalidParams, "test: no put token")
 	}
 	if off < 0 || n < 0 || off+n > int64(len(h.seg)) {
-		return nil, codes.Errorf(codes.InvalidParams, "test: out of range")
+		return nil, errcode.Errorf(errcode.InvalidParams, "test: out of range")
 	}
 	return &memWrite{h: h, off: off, n: n}, nil
 }
@@ -110,7 +110,7 @@ func (w *memWrite) Fill(pos int64, fill func([]byte) (int, error)) (int, error) 
 	w.h.mu.Lock()
 	defer w.h.mu.Unlock()
 	if w.h.failFill != nil && w.h.failFill(pos) {
-		return 0, codes.Errorf(codes.InvalidParams, "test: write refused at %d", pos)
+		return 0, errcode.Errorf(errcode.InvalidParams, "test: write refused at %d", pos)
 	}
 	return fill(w.h.seg[w.off+pos : w.off+w.n])
 }
@@ -120,10 +120,10 @@ func (w *memWrite) Abort()        { w.h.aborts.Add(1) }
 
 func (h *memHandler) ViewRange(segment string, off, n int64) ([]byte, func(), error) {
 	if segment != "seg" {
-		return nil, nil, codes.Errorf(codes.SegmentNotFound, "test: no segment %q", segment)
+		return nil, nil, errcode.Errorf(errcode.SegmentNotFound, "test: no segment %q", segment)
 	}
 	if off < 0 || n < 0 || off+n > int64(len(h.seg)) {
-		return nil, nil, codes.Errorf(codes.InvalidParams, "test: out of range")
+		return nil, nil, errcode.Errorf(errcode.InvalidParams, "test: out of range")
 	}
 	h.mu.Lock()
 	return h.seg[off : off+n], h.mu.Unlock, nil
@@ -137,7 +137,7 @@ func (h *memHandler) OpenSSD(_ context.Context, key []byte, verify bool) (SSDVal
 	defer h.mu.Unlock()
 	v, ok := h.ssd[string(key)]
 	if !ok {
-		return nil, codes.Errorf(codes.ObjectNotFound, "test: %q not on SSD", key)
+		return nil, errcode.Errorf(errcode.ObjectNotFound, "test: %q not on SSD", key)
 	}
 	crc, hasCRC := h.ssdCRC[string(key)]
 	if verify {
@@ -145,7 +145,7 @@ func (h *memHandler) OpenSSD(_ context.Context, key []byte, verify bool) (SSDVal
 		if hasCRC && crc32c.Checksum(v) != crc {
 			delete(h.ssd, string(key))
 			h.drops.Add(1)
-			return nil, codes.Errorf(codes.ChecksumMismatch, "test: %q failed its CRC; dropped", key)
+			return nil, errcode.Errorf(errcode.ChecksumMismatch, "test: %q failed its CRC; dropped", key)
 		}
 		hasCRC = false
 	}
@@ -178,7 +178,7 @@ func (m *memValue) Close()              { m.h.closes.Add(1) }
 
 func (m *memValue) Next() ([]byte, error) {
 	if m.pieces == m.failAfter {
-		return nil, codes.Errorf(codes.InternalError, "test: SSD piece %d failed", m.pieces)
+		return nil, errcode.Errorf(errcode.InternalError, "test: SSD piece %d failed", m.pieces)
 	}
 	off := m.pieces * ssdPiece
 	if off >= len(m.v) {
@@ -259,16 +259,16 @@ func TestDataPlaneRoundTrip(t *testing.T) {
 
 	// Errors of the handler cross with their code and message; the
 	// connection stays usable.
-	if err := dc.Write(ctx, "other", 0, val[:10], crc32c.Checksum(val[:10]), 1); !errors.Is(err, codes.ErrSegmentNotFound) || !bytes.Contains([]byte(err.Error()), []byte(`"other"`)) {
+	if err := dc.Write(ctx, "other", 0, val[:10], crc32c.Checksum(val[:10]), 1); !errors.Is(err, errcode.ErrSegmentNotFound) || !bytes.Contains([]byte(err.Error()), []byte(`"other"`)) {
 		t.Fatalf("write to another segment: %v", err)
 	}
-	if err := dc.ReadSSD(ctx, []byte("missing"), sb, 0); !errors.Is(err, codes.ErrObjectNotFound) {
+	if err := dc.ReadSSD(ctx, []byte("missing"), sb, 0); !errors.Is(err, errcode.ErrObjectNotFound) {
 		t.Fatalf("missing SSD key: %v", err)
 	}
-	if err := dc.ReadSSD(ctx, []byte("k"), make([]byte, 999), 0); !errors.Is(err, codes.ErrChecksumMismatch) {
+	if err := dc.ReadSSD(ctx, []byte("k"), make([]byte, 999), 0); !errors.Is(err, errcode.ErrChecksumMismatch) {
 		t.Fatalf("SSD copy of another size: %v", err)
 	}
-	if err := dc.Write(ctx, "seg", 0, make([]byte, 9<<20), 0, 1); !errors.Is(err, codes.ErrInvalidParams) || !strings.Contains(err.Error(), "into a segment of") {
+	if err := dc.Write(ctx, "seg", 0, make([]byte, 9<<20), 0, 1); !errors.Is(err, errcode.ErrInvalidParams) || !strings.Contains(err.Error(), "into a segment of") {
 		t.Fatalf("write larger than the segment: %v", err)
 	}
 	if err := dc.ReadRange(ctx, "seg", 4096, buf, crc32c.Checksum(val)); err != nil || dc.Broken() {
@@ -282,7 +282,7 @@ func TestDataPlaneRoundTrip(t *testing.T) {
 	}
 	defer cc.Close()
 	_, err = rpcpb.NewNodePeerClient(cc).NodeStats(ctx, &rpcpb.PeerStatsRequest{})
-	if status.Code(err) != grpccodes.Unimplemented {
+	if status.Code(err) != codes.Unimplemented {
 		t.Fatalf("gRPC through the mux: %v", err)
 	}
 }
@@ -297,7 +297,7 @@ func TestDataPlaneChecksums(t *testing.T) {
 	ctx := context.Background()
 	val := rnd(200 << 10)
 	err := dc.Write(ctx, "seg", 0, val, crc32c.Checksum(val)^1, 1)
-	if !errors.Is(err, codes.ErrChecksumMismatch) || h.writes.Load() != 0 {
+	if !errors.Is(err, errcode.ErrChecksumMismatch) || h.writes.Load() != 0 {
 		t.Fatalf("write with a wrong CRC: %v (handler writes %d)", err, h.writes.Load())
 	}
 	if err := dc.Write(ctx, "seg", 0, val, crc32c.Checksum(val), 1); err != nil {
@@ -305,7 +305,7 @@ func TestDataPlaneChecksums(t *testing.T) {
 	}
 	buf := make([]byte, len(val))
 	err = dc.ReadRange(ctx, "seg", 0, buf, crc32c.Checksum(val)^1)
-	if !errors.Is(err, ErrBadChecksum) || !errors.Is(err, codes.ErrChecksumMismatch) {
+	if !errors.Is(err, ErrBadChecksum) || !errors.Is(err, errcode.ErrChecksumMismatch) {
 		t.Fatalf("read checked against another CRC: %v", err)
 	}
 }
@@ -362,33 +362,33 @@ func TestDataPlaneMisbehavingPeer(t *testing.T) {
 		{"disconnect mid-payload", func(c net.Conn, h Header, _ Request) {
 			c.Write(replyHeader(h, n))
 			c.Write(val[:n/3])
-		}, []error{ErrShortFrame, codes.ErrTransferFail}},
+		}, []error{ErrShortFrame, errcode.ErrTransferFail}},
 		{"short frame header", func(c net.Conn, h Header, _ Request) {
 			c.Write(replyHeader(h, n)[:HeaderLen/2])
-		}, []error{ErrShortFrame, codes.ErrTransferFail}},
+		}, []error{ErrShortFrame, errcode.ErrTransferFail}},
 		{"wrong checksum", func(c net.Conn, h Header, _ Request) {
 			bad := bytes.Clone(val)
 			bad[n/2] ^= 1
 			c.Write(replyHeader(h, n))
 			c.Write(bad)
 			io.Copy(io.Discard, c)
-		}, []error{ErrBadChecksum, codes.ErrChecksumMismatch}},
+		}, []error{ErrBadChecksum, errcode.ErrChecksumMismatch}},
 		{"value larger than asked", func(c net.Conn, h Header, _ Request) {
 			c.Write(replyHeader(h, n+1))
 			c.Write(val)
 			c.Write(val[:1])
 			io.Copy(io.Discard, c)
-		}, []error{ErrFrame, codes.ErrTransferFail}},
+		}, []error{ErrFrame, errcode.ErrTransferFail}},
 		{"value smaller than asked", func(c net.Conn, h Header, _ Request) {
 			c.Write(replyHeader(h, n-10))
 			c.Write(val)
 			io.Copy(io.Discard, c)
-		}, []error{ErrFrame, codes.ErrTransferFail}},
+		}, []error{ErrFrame, errcode.ErrTransferFail}},
 		{"reply to another op", func(c net.Conn, h Header, _ Request) {
 			h.Op = OpReadSSD
 			c.Write(replyHeader(h, n))
 			io.Copy(io.Discard, c)
-		}, []error{ErrFrame, codes.ErrTransferFail}},
+		}, []error{ErrFrame, errcode.ErrTransferFail}},
 		{"node's CRC differs from the object's", func(c net.Conn, h Header, _ Request) {
 			b := replyHeader(h, n)
 			b[3] = FlagCRC
@@ -396,24 +396,24 @@ func TestDataPlaneMisbehavingPeer(t *testing.T) {
 			c.Write(b)
 			c.Write(val)
 			io.Copy(io.Discard, c)
-		}, []error{ErrBadChecksum, codes.ErrChecksumMismatch}},
+		}, []error{ErrBadChecksum, errcode.ErrChecksumMismatch}},
 		{"error reply with a payload", func(c net.Conn, h Header, _ Request) {
 			b := replyHeader(h, 5)
 			binary.LittleEndian.PutUint32(b[8:], uint32(0xFFFFFD00)) // -768
 			c.Write(b)
 			c.Write([]byte("12345"))
 			io.Copy(io.Discard, c)
-		}, []error{ErrFrame, codes.ErrTransferFail}},
+		}, []error{ErrFrame, errcode.ErrTransferFail}},
 		{"request sent to the client", func(c net.Conn, h Header, _ Request) {
 			b := make([]byte, HeaderLen)
 			(&Header{Op: OpReadRange, ID: h.ID}).Encode(b)
 			c.Write(b)
 			io.Copy(io.Discard, c)
-		}, []error{ErrFrame, codes.ErrTransferFail}},
+		}, []error{ErrFrame, errcode.ErrTransferFail}},
 		{"reply nobody asked for", func(c net.Conn, h Header, _ Request) {
 			h.ID++
 			c.Write(replyHeader(h, 0)[:HeaderLen-1])
-		}, []error{ErrShortFrame, codes.ErrTransferFail}},
+		}, []error{ErrShortFrame, errcode.ErrTransferFail}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -458,7 +458,7 @@ func TestDataPlaneMoreThanAnnounced(t *testing.T) {
 	guard()
 	<-dc.readerDone
 	err := dc.ReadRange(context.Background(), "seg", 0, buf, crc32c.Checksum(val))
-	if !errors.Is(err, ErrFrame) || !errors.Is(err, codes.ErrTransferFail) {
+	if !errors.Is(err, ErrFrame) || !errors.Is(err, errcode.ErrTransferFail) {
 		t.Fatalf("after the surplus: %v", err)
 	}
 }
@@ -504,7 +504,7 @@ func TestDataPlaneCancelMidPayload(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go cancelWhileFilling(dc, 1, sentHalf, cancel)
 	err := dc.ReadRange(ctx, "seg", 0, buf, crc32c.Checksum(val))
-	if !errors.Is(err, codes.ErrContextCanceled) && !errors.Is(err, codes.ErrTransferFail) {
+	if !errors.Is(err, errcode.ErrContextCanceled) && !errors.Is(err, errcode.ErrTransferFail) {
 		t.Fatalf("cancelled mid-payload: %v", err)
 	}
 	snapshot := bytes.Clone(buf)
@@ -524,7 +524,7 @@ func TestDataPlaneEndedContext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), -time.Second)
 	defer cancel()
 	val := rnd(1000)
-	if err := dc.Write(ctx, "seg", 0, val, crc32c.Checksum(val), 1); !errors.Is(err, codes.ErrContextCanceled) {
+	if err := dc.Write(ctx, "seg", 0, val, crc32c.Checksum(val), 1); !errors.Is(err, errcode.ErrContextCanceled) {
 		t.Fatalf("write with an ended context: %v", err)
 	}
 	if err := dc.Write(context.Background(), "seg", 0, val, crc32c.Checksum(val), 1); err != nil || dc.Broken() {
@@ -554,7 +554,7 @@ func TestDataPlaneAbandonedCall(t *testing.T) {
 	first, guard := guarded(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if err := dc.ReadRange(ctx, "seg", 0, first, 0); !errors.Is(err, codes.ErrContextCanceled) {
+	if err := dc.ReadRange(ctx, "seg", 0, first, 0); !errors.Is(err, errcode.ErrContextCanceled) {
 		t.Fatalf("abandoned call: %v", err)
 	}
 	close(answer)
@@ -586,7 +586,7 @@ func TestDataServerRefusesMalformedRequests(t *testing.T) {
 		io.ReadFull(c, make([]byte, HelloLen))
 		c.Write(frame)
 		rh, rm, err := ReadFrameHead(c, make([]byte, HeaderLen), nil)
-		if err != nil || rh.Status != codes.TransferFail || len(rm) == 0 {
+		if err != nil || rh.Status != errcode.TransferFail || len(rm) == 0 {
 			t.Errorf("%s: %+v %q %v", name, rh, rm, err)
 		}
 		if _, err := c.Read(make([]byte, 1)); err != io.EOF {
@@ -683,7 +683,7 @@ func TestDataPool(t *testing.T) {
 		t.Fatalf("closed pool dialled: %v", err)
 	}
 	q := &DataPool{DialTimeout: time.Second}
-	if _, err := q.Get(ctx, "127.0.0.1:1"); !errors.Is(err, codes.ErrRPCFail) {
+	if _, err := q.Get(ctx, "127.0.0.1:1"); !errors.Is(err, errcode.ErrRPCFail) {
 		t.Fatalf("dial of a closed port: %v", err)
 	}
 }
@@ -772,7 +772,7 @@ func TestDataPoolDials(t *testing.T) {
 	for range 2 {
 		select {
 		case err := <-waiters:
-			if !errors.Is(err, codes.ErrContextCanceled) {
+			if !errors.Is(err, errcode.ErrContextCanceled) {
 				t.Fatalf("waiter: %v", err)
 			}
 		case <-time.After(10 * time.Second):
@@ -812,7 +812,7 @@ func TestDataDialWrongPeer(t *testing.T) {
 	go func() { _ = srv.Serve(lis) }()
 	defer srv.Stop()
 	_, err = DialData(context.Background(), lis.Addr().String(), 2*time.Second)
-	if err == nil || (!errors.Is(err, codes.ErrRPCFail) && !errors.Is(err, ErrFrame)) {
+	if err == nil || (!errors.Is(err, errcode.ErrRPCFail) && !errors.Is(err, ErrFrame)) {
 		t.Fatalf("dial of a gRPC-only server: %v", err)
 	}
 }
@@ -852,7 +852,7 @@ func TestDataPlaneVersionMismatch(t *testing.T) {
 		_, _ = c.Write([]byte{'T', 'S', 'D', 'P', DataVersion + 1, 0, 0, 0})
 	}()
 	_, err = DialData(context.Background(), lis.Addr().String(), 5*time.Second)
-	if !errors.Is(err, codes.ErrVersionMismatch) || !strings.Contains(err.Error(), fmt.Sprintf("version %d, this build version %d", DataVersion+1, DataVersion)) {
+	if !errors.Is(err, errcode.ErrVersionMismatch) || !strings.Contains(err.Error(), fmt.Sprintf("version %d, this build version %d", DataVersion+1, DataVersion)) {
 		t.Fatalf("dial of a node of another version: %v", err)
 	}
 }
@@ -863,8 +863,9 @@ func TestDataPlaneVersionMismatch(t *testing.T) {
 func TestDataServerRefusesAndCloses(t *testing.T) {
 	h := newMemHandler(1 << 20)
 	release := make(chan struct{})
+	var readDone atomic.Bool // the slow read's handler got past release
 	h.ssd["slow"] = []byte("bytes")
-	h.ssdDelay = func([]byte) { <-release }
+	h.ssdDelay = func([]byte) { <-release; readDone.Store(true) }
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -884,7 +885,7 @@ func TestDataServerRefusesAndCloses(t *testing.T) {
 	meta := (&Request{Op: OpWrite, Segment: "seg", Token: 1}).AppendMeta(nil)
 	c.Write(encodeFrame(Header{Op: OpWrite, ID: 5}, meta, []byte("abc")))
 	rh, rm, err := ReadFrameHead(c, make([]byte, HeaderLen), nil)
-	if err != nil || rh.ID != 5 || rh.Status != codes.TransferFail || !bytes.Contains(rm, []byte("without a CRC32C")) {
+	if err != nil || rh.ID != 5 || rh.Status != errcode.TransferFail || !bytes.Contains(rm, []byte("without a CRC32C")) {
 		t.Fatalf("refusal: %+v %q %v", rh, rm, err)
 	}
 	if _, err := c.Read(make([]byte, 1)); err != io.EOF {
@@ -904,18 +905,25 @@ func TestDataServerRefusesAndCloses(t *testing.T) {
 	}()
 	testkit.Eventually(t, "the SSD read reaches the server", func() bool { return srv.inflight() != 0 })
 	closed := make(chan struct{})
-	go func() { m.Close(); close(closed) }()
+	var closedAfterRead bool // written before close(closed)
+	go func() { m.Close(); closedAfterRead = readDone.Load(); close(closed) }()
+	// The idle connection's end shows Close under way; the read is still
+	// held by release, so Close must not have returned, and when it does
+	// the read's handler must have finished before it.
+	<-idle.readerDone
 	select {
 	case <-closed:
 		t.Fatal("Close did not wait for the read in progress")
-	case <-time.After(50 * time.Millisecond):
+	default:
 	}
 	close(release)
 	<-closed
+	if !closedAfterRead {
+		t.Fatal("Close returned before the read in progress finished")
+	}
 	if err := <-res; err != nil {
 		t.Fatalf("the read in progress at Close: %v", err)
 	}
-	<-idle.readerDone
 	if !idle.Broken() {
 		t.Fatal("idle connection survived Close")
 	}
@@ -935,7 +943,7 @@ func TestDataPlaneWriteRefusedMidPayload(t *testing.T) {
 	ctx := context.Background()
 	val := rnd(2 << 20)
 	err := dc.Write(ctx, "seg", 0, val, crc32c.Checksum(val), 1)
-	if !errors.Is(err, codes.ErrInvalidParams) || !strings.Contains(err.Error(), "write refused") {
+	if !errors.Is(err, errcode.ErrInvalidParams) || !strings.Contains(err.Error(), "write refused") {
 		t.Fatalf("write refused mid-payload: %v", err)
 	}
 	if h.writes.Load() != 0 || h.aborts.Load() != 1 || dc.Broken() {
@@ -945,7 +953,7 @@ func TestDataPlaneWriteRefusedMidPayload(t *testing.T) {
 	if err := dc.Write(ctx, "seg", 0, val, crc32c.Checksum(val), 2); err != nil || h.writes.Load() != 1 {
 		t.Fatalf("the next write on the connection: %v", err)
 	}
-	if err := dc.Write(ctx, "seg", 0, val, crc32c.Checksum(val), 0); !errors.Is(err, codes.ErrInvalidParams) || h.aborts.Load() != 1 {
+	if err := dc.Write(ctx, "seg", 0, val, crc32c.Checksum(val), 0); !errors.Is(err, errcode.ErrInvalidParams) || h.aborts.Load() != 1 {
 		t.Fatalf("a write refused at once: %v (aborts %d)", err, h.aborts.Load())
 	}
 	buf := make([]byte, len(val))
@@ -980,18 +988,18 @@ func TestDataServerWriteWithoutDescriptor(t *testing.T) {
 		}
 		return rh
 	}
-	if rh := write(1, crc32c.Checksum(val)); rh.Status != codes.OK || h.writes.Load() != 1 || !bytes.Equal(h.seg[4096:4096+len(val)], val) {
+	if rh := write(1, crc32c.Checksum(val)); rh.Status != errcode.OK || h.writes.Load() != 1 || !bytes.Equal(h.seg[4096:4096+len(val)], val) {
 		t.Fatalf("whole write: status %d, commits %d", rh.Status, h.writes.Load())
 	}
-	if rh := write(2, crc32c.Checksum(val)^1); rh.Status != codes.ChecksumMismatch || h.writes.Load() != 1 {
+	if rh := write(2, crc32c.Checksum(val)^1); rh.Status != errcode.ChecksumMismatch || h.writes.Load() != 1 {
 		t.Fatalf("wrong CRC: status %d, commits %d", rh.Status, h.writes.Load())
 	}
 	h.setFailFill(func(pos int64) bool { return pos >= 128<<10 })
-	if rh := write(3, crc32c.Checksum(val)); rh.Status != codes.InvalidParams || h.aborts.Load() != 2 {
+	if rh := write(3, crc32c.Checksum(val)); rh.Status != errcode.InvalidParams || h.aborts.Load() != 2 {
 		t.Fatalf("refused mid-payload: status %d, aborts %d", rh.Status, h.aborts.Load())
 	}
 	h.setFailFill(nil)
-	if rh := write(4, crc32c.Checksum(val)); rh.Status != codes.OK || h.writes.Load() != 2 {
+	if rh := write(4, crc32c.Checksum(val)); rh.Status != errcode.OK || h.writes.Load() != 2 {
 		t.Fatalf("the write after: status %d", rh.Status)
 	}
 }
@@ -1029,7 +1037,7 @@ func TestDataPlaneReadRanges(t *testing.T) {
 				t.Errorf("read %d with a wrong CRC: %v", i, rs[i].Err)
 			}
 		case s.off+s.n > int64(len(h.seg)):
-			if !errors.Is(rs[i].Err, codes.ErrInvalidParams) {
+			if !errors.Is(rs[i].Err, errcode.ErrInvalidParams) {
 				t.Errorf("read %d out of range: %v", i, rs[i].Err)
 			}
 		case rs[i].Err != nil || !bytes.Equal(rs[i].Buf, h.seg[s.off:s.off+s.n]):
@@ -1074,7 +1082,7 @@ func TestDataPlaneReadRangesLyingNode(t *testing.T) {
 		t.Fatalf("first read: %v", rs[0].Err)
 	}
 	for i := 1; i < 3; i++ {
-		if !errors.Is(rs[i].Err, codes.ErrTransferFail) {
+		if !errors.Is(rs[i].Err, errcode.ErrTransferFail) {
 			t.Errorf("read %d after the lying reply: %v", i, rs[i].Err)
 		}
 	}
@@ -1121,7 +1129,7 @@ func TestDataPlaneReadRangesCancelMidPayload(t *testing.T) {
 	}
 	snapshots := make([][]byte, 3)
 	for i := 1; i < 3; i++ {
-		if !errors.Is(rs[i].Err, codes.ErrContextCanceled) && !errors.Is(rs[i].Err, codes.ErrTransferFail) {
+		if !errors.Is(rs[i].Err, errcode.ErrContextCanceled) && !errors.Is(rs[i].Err, errcode.ErrTransferFail) {
 			t.Fatalf("read %d cancelled: %v", i, rs[i].Err)
 		}
 		snapshots[i] = bytes.Clone(rs[i].Buf)

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 )
 
 // DefaultConnsPerNode is how many data connections a DataPool keeps to one
@@ -86,7 +86,7 @@ func (p *DataPool) Get(ctx context.Context, endpoint string) (*DataConn, error) 
 		select {
 		case <-d.done:
 		case <-ctx.Done():
-			cerr = codes.Errorf(codes.ContextCanceled, "wire: waiting for a data connection to %s: %v", endpoint, ctx.Err())
+			cerr = errcode.Errorf(errcode.ContextCanceled, "wire: waiting for a data connection to %s: %v", endpoint, ctx.Err())
 		}
 		n.mu.Lock()
 		d.waiters--

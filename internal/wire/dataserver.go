@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/keyspec"
 )
 
@@ -241,7 +241,7 @@ func (sc *serverConn) handshake(prefix []byte) error {
 	}
 	_ = sc.c.SetReadDeadline(time.Time{})
 	herr := checkHello(got[:])
-	if herr != nil && !errors.Is(herr, codes.ErrVersionMismatch) {
+	if herr != nil && !errors.Is(herr, errcode.ErrVersionMismatch) {
 		return herr
 	}
 	// A client of another version gets this side's hello before the
@@ -307,7 +307,7 @@ func (sc *serverConn) slow(err error, h *Header) error {
 		what = fmt.Sprintf("a %v frame of %d payload bytes", h.Op, h.PayloadLen)
 	}
 	serr := fmt.Errorf("wire: %s from %s did not arrive within its deadline (%v, plus the payload at %d MiB/s): %w: %w: %v",
-		what, sc.c.RemoteAddr(), sc.s.opts.FrameTimeout, MinPayloadRate>>20, ErrSlowFrame, codes.ErrPeerLimit, err)
+		what, sc.c.RemoteAddr(), sc.s.opts.FrameTimeout, MinPayloadRate>>20, ErrSlowFrame, errcode.ErrPeerLimit, err)
 	if h != nil {
 		_ = sc.reply(h.ID, h.Op&^ReplyBit, serr, nil)
 	}
@@ -396,7 +396,7 @@ func (sc *serverConn) request(h Header, meta []byte) (Request, error) {
 	case req.Op == OpWrite && h.Flags&FlagCRC == 0:
 		return Request{}, frameErr(ErrFrame, "wire: a write without a CRC32C")
 	case req.Op == OpWrite && h.PayloadLen > uint64(sc.s.h.WriteLimit()):
-		return Request{}, codes.Errorf(codes.InvalidParams, "wire: a write of %d bytes into a segment of %d", h.PayloadLen, sc.s.h.WriteLimit())
+		return Request{}, errcode.Errorf(errcode.InvalidParams, "wire: a write of %d bytes into a segment of %d", h.PayloadLen, sc.s.h.WriteLimit())
 	}
 	return req, nil
 }
@@ -464,7 +464,7 @@ func (sc *serverConn) readSSD(id uint32, key []byte, want uint64, verify bool, s
 		defer v.Close()
 		switch {
 		case v.Size() < 0 || uint64(v.Size()) != want:
-			err = codes.Errorf(codes.ChecksumMismatch, "wire: the SSD copy of %q has %d bytes, the reader expects %d", keyspec.Show(key), v.Size(), want)
+			err = errcode.Errorf(errcode.ChecksumMismatch, "wire: the SSD copy of %q has %d bytes, the reader expects %d", keyspec.Show(key), v.Size(), want)
 		default:
 			if first, err = v.Next(); errors.Is(err, io.EOF) {
 				first, err = nil, nil
@@ -537,7 +537,7 @@ func (sc *serverConn) reply(id uint32, op Op, err error, payload []byte) error {
 	defer sc.wmu.Unlock()
 	b := sc.wbuf[:HeaderLen]
 	if err != nil {
-		h.Status = codes.Of(err)
+		h.Status = errcode.Of(err)
 		msg := err.Error()
 		b = append(b, msg[:min(len(msg), MaxMeta)]...)
 		payload = nil

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/keyspec"
 )
 
@@ -102,9 +102,9 @@ type Header struct {
 	// ID is chosen by the requester and echoed by the reply: several
 	// requests may be in flight on one connection, replies in any order.
 	ID uint32
-	// Status is a reply's outcome (codes.OK, or the error's code with the
+	// Status is a reply's outcome (errcode.OK, or the error's code with the
 	// message as metadata); 0 in requests.
-	Status codes.Code
+	Status errcode.Code
 	// CRC is the payload's CRC32C when Flags has FlagCRC.
 	CRC        uint32
 	MetaLen    uint32
@@ -112,7 +112,7 @@ type Header struct {
 }
 
 // Errors of the data plane's framing. Every one also wraps
-// codes.ErrTransferFail, so a reader falls back to another replica.
+// errcode.ErrTransferFail, so a reader falls back to another replica.
 var (
 	// ErrFrame: a frame or hello is malformed (bad magic, unknown op or
 	// flags, oversized metadata or payload, a reply nobody asked for).
@@ -120,23 +120,23 @@ var (
 	// ErrShortFrame: the connection ended inside a frame.
 	ErrShortFrame = errors.New("wire: connection ended inside a frame")
 	// ErrBadChecksum: bytes received by this side fail the object's
-	// CRC32C (also wraps codes.ErrChecksumMismatch). A node that finds its
-	// own SSD copy corrupt answers codes.ErrChecksumMismatch without it.
+	// CRC32C (also wraps errcode.ErrChecksumMismatch). A node that finds its
+	// own SSD copy corrupt answers errcode.ErrChecksumMismatch without it.
 	ErrBadChecksum = errors.New("wire: received bytes fail the object's CRC32C")
 	// ErrSlowFrame: a request frame did not arrive within its deadline
 	// (DataServerOptions.FrameTimeout); the connection ends. It wraps
-	// codes.ErrPeerLimit, not ErrTransferFail.
+	// errcode.ErrPeerLimit, not ErrTransferFail.
 	ErrSlowFrame = errors.New("wire: a frame did not arrive within its deadline")
 )
 
 // BadChecksum returns an error wrapping ErrBadChecksum and
-// codes.ErrChecksumMismatch.
+// errcode.ErrChecksumMismatch.
 func BadChecksum(format string, args ...any) error {
-	return fmt.Errorf("%s: %w: %w", fmt.Sprintf(format, args...), ErrBadChecksum, codes.ErrChecksumMismatch)
+	return fmt.Errorf("%s: %w: %w", fmt.Sprintf(format, args...), ErrBadChecksum, errcode.ErrChecksumMismatch)
 }
 
 func frameErr(sentinel error, format string, args ...any) error {
-	return fmt.Errorf("%s: %w: %w", fmt.Sprintf(format, args...), sentinel, codes.ErrTransferFail)
+	return fmt.Errorf("%s: %w: %w", fmt.Sprintf(format, args...), sentinel, errcode.ErrTransferFail)
 }
 
 // Encode writes h into b[:HeaderLen].
@@ -166,7 +166,7 @@ func DecodeHeader(b []byte) (Header, error) {
 	h := Header{
 		Op: Op(b[2]), Flags: b[3],
 		ID:         binary.LittleEndian.Uint32(b[4:]),
-		Status:     codes.Code(int32(binary.LittleEndian.Uint32(b[8:]))),
+		Status:     errcode.Code(int32(binary.LittleEndian.Uint32(b[8:]))),
 		CRC:        binary.LittleEndian.Uint32(b[12:]),
 		MetaLen:    binary.LittleEndian.Uint32(b[16:]),
 		PayloadLen: binary.LittleEndian.Uint64(b[24:]),
@@ -182,7 +182,7 @@ func DecodeHeader(b []byte) (Header, error) {
 		return Header{}, frameErr(ErrFrame, "wire: %v frame announces %d bytes of metadata, at most %d allowed", h.Op, h.MetaLen, MaxMeta)
 	case h.PayloadLen > MaxPayload:
 		return Header{}, frameErr(ErrFrame, "wire: %v frame announces a payload of %d bytes, at most %d allowed", h.Op, h.PayloadLen, uint64(MaxPayload))
-	case h.Op&ReplyBit == 0 && h.Status != codes.OK:
+	case h.Op&ReplyBit == 0 && h.Status != errcode.OK:
 		return Header{}, frameErr(ErrFrame, "wire: %v request carries status %d", h.Op, h.Status)
 	}
 	return h, nil
@@ -323,14 +323,14 @@ func hello() [HelloLen]byte {
 }
 
 // checkHello validates the peer's hello. A data-plane hello of another
-// protocol version is ErrFrame and codes.ErrVersionMismatch, naming both
+// protocol version is ErrFrame and errcode.ErrVersionMismatch, naming both
 // versions (docs/design.md, "Format and protocol versions").
 func checkHello(b []byte) error {
 	if len(b) < HelloLen || string(b[:4]) != DataMagic || b[5] != 0 || b[6] != 0 || b[7] != 0 {
 		return frameErr(ErrFrame, "wire: peer does not speak the data protocol (hello %q)", b)
 	}
 	if b[4] != DataVersion {
-		return fmt.Errorf("wire: peer speaks data protocol version %d, this build version %d: %w: %w", b[4], DataVersion, ErrFrame, codes.ErrVersionMismatch)
+		return fmt.Errorf("wire: peer speaks data protocol version %d, this build version %d: %w: %w", b[4], DataVersion, ErrFrame, errcode.ErrVersionMismatch)
 	}
 	return nil
 }

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/keyspec"
 )
 
@@ -45,9 +45,9 @@ func TestFrameRoundTrip(t *testing.T) {
 		}
 	}
 	// A reply carries a status; a request may not.
-	h := Header{Op: OpReadSSD | ReplyBit, Status: codes.ObjectNotFound}
+	h := Header{Op: OpReadSSD | ReplyBit, Status: errcode.ObjectNotFound}
 	got, _, err := ReadFrameHead(bytes.NewReader(encodeFrame(h, []byte("gone"), nil)), make([]byte, HeaderLen), nil)
-	if err != nil || got.Status != codes.ObjectNotFound {
+	if err != nil || got.Status != errcode.ObjectNotFound {
 		t.Fatalf("error reply: %+v %v", got, err)
 	}
 }
@@ -96,7 +96,7 @@ func TestFrameRefusesMalformed(t *testing.T) {
 		if !errors.Is(err, c.want) {
 			t.Errorf("%s: got %v, want %v", name, err, c.want)
 		}
-		if c.want != io.EOF && !errors.Is(err, codes.ErrTransferFail) {
+		if c.want != io.EOF && !errors.Is(err, errcode.ErrTransferFail) {
 			t.Errorf("%s: %v does not wrap TRANSFER_FAIL", name, err)
 		}
 	}
@@ -133,7 +133,7 @@ func TestHello(t *testing.T) {
 		}
 	}
 	other := []byte{'T', 'S', 'D', 'P', DataVersion + 1, 0, 0, 0}
-	if err := checkHello(other); !errors.Is(err, codes.ErrVersionMismatch) || !strings.Contains(err.Error(), fmt.Sprintf("version %d, this build version %d", DataVersion+1, DataVersion)) {
+	if err := checkHello(other); !errors.Is(err, errcode.ErrVersionMismatch) || !strings.Contains(err.Error(), fmt.Sprintf("version %d, this build version %d", DataVersion+1, DataVersion)) {
 		t.Errorf("hello of another version: %v", err)
 	}
 	// The HTTP/2 preface must never look like a data connection.

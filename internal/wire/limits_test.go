@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/crc32c"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/testkit"
 )
 
@@ -98,7 +98,7 @@ func TestDataServerSlowFrames(t *testing.T) {
 
 	_ = trickle.SetReadDeadline(time.Now().Add(5 * time.Second))
 	rh, rm, err := ReadFrameHead(trickle, make([]byte, HeaderLen), nil)
-	if err != nil || rh.ID != 9 || rh.Status != codes.PeerLimit {
+	if err != nil || rh.ID != 9 || rh.Status != errcode.PeerLimit {
 		t.Fatalf("trickled write: want its reply with PEER_LIMIT_EXCEEDED, got %+v %q %v", rh, rm, err)
 	}
 	for name, c := range map[string]net.Conn{"half header": half, "trickled write": trickle} {
@@ -114,7 +114,7 @@ func TestDataServerSlowFrames(t *testing.T) {
 		t.Fatalf("Limited told %d frames, want 2: %v", len(lim), lim)
 	}
 	for _, err := range lim {
-		if !errors.Is(err, ErrSlowFrame) || !errors.Is(err, codes.ErrPeerLimit) {
+		if !errors.Is(err, ErrSlowFrame) || !errors.Is(err, errcode.ErrPeerLimit) {
 			t.Errorf("Limited got %v, want ErrSlowFrame and PEER_LIMIT_EXCEEDED", err)
 		}
 	}
@@ -125,7 +125,7 @@ func TestDataServerSlowFrames(t *testing.T) {
 	if _, err := idle.Write(frame); err != nil {
 		t.Fatal(err)
 	}
-	if rh, _, err := ReadFrameHead(idle, make([]byte, HeaderLen), nil); err != nil || rh.Status != codes.OK {
+	if rh, _, err := ReadFrameHead(idle, make([]byte, HeaderLen), nil); err != nil || rh.Status != errcode.OK {
 		t.Fatalf("idle connection after %v: %+v %v", time.Since(start), rh, err)
 	}
 }
@@ -164,7 +164,7 @@ func (b *budget) hold(_ net.Conn, n int64) (func(), error) {
 	b.asked = append(b.asked, n)
 	if b.held+n > b.max {
 		b.refused.Add(1)
-		return nil, codes.Errorf(codes.PeerLimit, "test budget")
+		return nil, errcode.Errorf(errcode.PeerLimit, "test budget")
 	}
 	b.held += n
 	return func() { b.mu.Lock(); b.held -= n; b.mu.Unlock() }, nil
@@ -199,7 +199,7 @@ func TestDataServerHoldsSSDReads(t *testing.T) {
 	testkit.Eventually(t, "two reads hold the budget", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.held == 2<<20 })
 	// The budget is spent: a third read is refused, named.
 	err := dc.ReadSSD(ctx, []byte("small"), make([]byte, len(small)), crc32c.Checksum(small))
-	if !errors.Is(err, codes.ErrPeerLimit) {
+	if !errors.Is(err, errcode.ErrPeerLimit) {
 		t.Fatalf("a read beyond the budget: want PEER_LIMIT_EXCEEDED, got %v", err)
 	}
 	free()
@@ -215,7 +215,7 @@ func TestDataServerHoldsSSDReads(t *testing.T) {
 	if _, err := raw.Write(encodeFrame(Header{Op: OpReadSSD, ID: 3, Flags: FlagVerify}, vmeta, nil)); err != nil {
 		t.Fatal(err)
 	}
-	if rh, rm, err := ReadFrameHead(raw, make([]byte, HeaderLen), nil); err != nil || rh.ID != 3 || rh.Status != codes.PeerLimit {
+	if rh, rm, err := ReadFrameHead(raw, make([]byte, HeaderLen), nil); err != nil || rh.ID != 3 || rh.Status != errcode.PeerLimit {
 		t.Fatalf("a verified read of 3 MiB with 2 MiB of budget: want PEER_LIMIT_EXCEEDED, got %+v %q %v", rh, rm, err)
 	}
 	if err := dc.ReadSSD(ctx, []byte("small"), make([]byte, len(small)), crc32c.Checksum(small)); err != nil {

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierstore/tierstore/internal/codes"
 	"github.com/tierstore/tierstore/internal/crc32c"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/testkit"
 )
 
@@ -54,7 +54,7 @@ func TestSSDStreamMidStreamFailure(t *testing.T) {
 	dc := dial(t, addr)
 	buf, guard := guarded(t, len(val))
 	err := dc.ReadSSD(ctx, []byte("k"), buf, crc32c.Checksum(val))
-	if !errors.Is(err, ErrShortFrame) || !errors.Is(err, codes.ErrTransferFail) || !strings.Contains(err.Error(), "broke off its SSD read") || ctx.Err() != nil {
+	if !errors.Is(err, ErrShortFrame) || !errors.Is(err, errcode.ErrTransferFail) || !strings.Contains(err.Error(), "broke off its SSD read") || ctx.Err() != nil {
 		t.Fatalf("mid-stream failure: %v", err)
 	}
 	guard()
@@ -71,7 +71,7 @@ func TestSSDStreamMidStreamFailure(t *testing.T) {
 	h.mu.Unlock()
 	dc2 := dial(t, addr)
 	err = dc2.ReadSSD(ctx, []byte("k"), buf, crc32c.Checksum(val))
-	if !errors.Is(err, codes.ErrInternal) || dc2.Broken() {
+	if !errors.Is(err, errcode.ErrInternal) || dc2.Broken() {
 		t.Fatalf("failure before the first piece: %v (broken %v)", err, dc2.Broken())
 	}
 	h.mu.Lock()
@@ -101,10 +101,10 @@ func TestSSDStreamPiecesBeyondSize(t *testing.T) {
 		dc := dial(t, addr)
 		buf, guard := guarded(t, tc.size-5)
 		err := dc.ReadSSD(ctx, []byte(tc.name), buf, crc32c.Checksum(val[:tc.size-5]))
-		if errors.Is(err, codes.ErrTransferFail) {
+		if errors.Is(err, errcode.ErrTransferFail) {
 			<-dc.readerDone // the call ends before its reader marks the connection broken
 		}
-		if !errors.Is(err, codes.ErrTransferFail) || !dc.Broken() {
+		if !errors.Is(err, errcode.ErrTransferFail) || !dc.Broken() {
 			t.Fatalf("%s: %v (broken %v)", tc.name, err, dc.Broken())
 		}
 		guard()
@@ -128,7 +128,7 @@ func TestSSDStreamVerifyRetry(t *testing.T) {
 	h.locked(func() { h.ssdCRC["corrupt"] = crc32c.Checksum(val) })
 	buf := make([]byte, len(val))
 	err := dc.ReadSSD(ctx, []byte("corrupt"), buf, crc32c.Checksum(val))
-	if !errors.Is(err, codes.ErrChecksumMismatch) || h.verified.Load() != 1 || h.drops.Load() != 1 {
+	if !errors.Is(err, errcode.ErrChecksumMismatch) || h.verified.Load() != 1 || h.drops.Load() != 1 {
 		t.Fatalf("corrupt copy: %v (verified %d, dropped %d)", err, h.verified.Load(), h.drops.Load())
 	}
 

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/master"
 )
 
@@ -68,7 +68,7 @@ func TestOpenBadConfig(t *testing.T) {
 		before := len(handles)
 		handlesMu.Unlock()
 		_, err := open(cfg)
-		if codeOf(err) != int64(codes.InvalidParams) || !strings.Contains(err.Error(), field) {
+		if codeOf(err) != int64(errcode.InvalidParams) || !strings.Contains(err.Error(), field) {
 			t.Errorf("%s: %v (code %d), want INVALID_PARAMS naming %s", cfg, err, codeOf(err), field)
 		}
 		handlesMu.Lock()
@@ -109,14 +109,14 @@ func TestOpenCloseReopen(t *testing.T) {
 			t.Fatal(err)
 		}
 		err = use(id, func(*handle) error { return nil })
-		if codeOf(err) != int64(codes.InvalidParams) || !strings.Contains(err.Error(), "closed") {
+		if codeOf(err) != int64(errcode.InvalidParams) || !strings.Contains(err.Error(), "closed") {
 			t.Fatalf("call after close: %v", err)
 		}
 		if err := closeHandle(id); err != nil {
 			t.Fatalf("second close: %v", err)
 		}
 		_, err = pure.c.Get(ctx, key)
-		if !errors.Is(err, codes.ErrObjectNotFound) && !errors.Is(err, codes.ErrReplicaGone) {
+		if !errors.Is(err, errcode.ErrObjectNotFound) && !errors.Is(err, errcode.ErrReplicaGone) {
 			t.Fatalf("round %d: after close the object is still readable: %v", round, err)
 		}
 	}
@@ -124,8 +124,8 @@ func TestOpenCloseReopen(t *testing.T) {
 
 // codeOf maps a closed client to INVALID_PARAMS and keeps other codes.
 func TestCodeOf(t *testing.T) {
-	if codeOf(nil) != 0 || codeOf(client.ErrClosed) != -600 || codeOf(codes.ErrObjectNotFound) != -704 {
-		t.Fatal(codeOf(nil), codeOf(client.ErrClosed), codeOf(codes.ErrObjectNotFound))
+	if codeOf(nil) != 0 || codeOf(client.ErrClosed) != -600 || codeOf(errcode.ErrObjectNotFound) != -704 {
+		t.Fatal(codeOf(nil), codeOf(client.ErrClosed), codeOf(errcode.ErrObjectNotFound))
 	}
 }
 

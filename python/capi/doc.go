@@ -13,7 +13,7 @@
 //
 // Every function returns int64_t: >= 0 is success (a handle, a byte count,
 // 1/0 for a boolean, a count), < 0 is a tierstore/Mooncake error code
-// (internal/codes: -704 OBJECT_NOT_FOUND, -600 INVALID_PARAMS, ...).
+// (internal/errcode: -704 OBJECT_NOT_FOUND, -600 INVALID_PARAMS, ...).
 // Functions that can fail take (char *err, int64_t errlen) last and write
 // the error's text there, NUL-terminated and cut to errlen-1 bytes, so that
 // each call has its own error text (no thread-local state). Keys are

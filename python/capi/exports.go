@@ -17,7 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -36,9 +36,9 @@ func codeOf(err error) int64 {
 		return 0
 	}
 	if errors.Is(err, client.ErrClosed) {
-		return int64(codes.InvalidParams)
+		return int64(errcode.InvalidParams)
 	}
-	return int64(codes.Of(err))
+	return int64(errcode.Of(err))
 }
 
 // fail writes err's text to (buf, n) and returns its code.
@@ -46,7 +46,7 @@ func fail(err error, buf *C.char, n C.int64_t) C.int64_t {
 	if err == nil {
 		return 0
 	}
-	if errors.Is(err, client.ErrClosed) && !errors.Is(err, codes.ErrInvalidParams) {
+	if errors.Is(err, client.ErrClosed) && !errors.Is(err, errcode.ErrInvalidParams) {
 		err = fmt.Errorf("client is closed: %w", err)
 	}
 	writeText(err.Error(), buf, n)
@@ -78,7 +78,7 @@ func answer(s []byte, out *C.char, n C.int64_t) C.int64_t {
 // never takes the Python process down.
 func guard(ret *C.int64_t, buf *C.char, n C.int64_t) {
 	if r := recover(); r != nil {
-		*ret = fail(codes.Errorf(codes.InternalError, "panic in libtierstore: %v", r), buf, n)
+		*ret = fail(errcode.Errorf(errcode.InternalError, "panic in libtierstore: %v", r), buf, n)
 	}
 }
 
@@ -86,18 +86,18 @@ func guard(ret *C.int64_t, buf *C.char, n C.int64_t) {
 func bytesOf(p unsafe.Pointer, size C.int64_t) ([]byte, error) {
 	switch {
 	case size < 0:
-		return nil, codes.Errorf(codes.InvalidParams, "buffer size %d is negative", int64(size))
+		return nil, errcode.Errorf(errcode.InvalidParams, "buffer size %d is negative", int64(size))
 	case size == 0:
 		return []byte{}, nil
 	case p == nil:
-		return nil, codes.Errorf(codes.InvalidParams, "buffer of %d bytes at NULL", int64(size))
+		return nil, errcode.Errorf(errcode.InvalidParams, "buffer of %d bytes at NULL", int64(size))
 	}
 	return unsafe.Slice((*byte)(p), int(size)), nil
 }
 
 func keyOf(key *C.char, n C.int64_t) (string, error) {
 	if n < 0 || (key == nil && n > 0) {
-		return "", codes.Errorf(codes.InvalidKey, "key of length %d at %p", int64(n), key)
+		return "", errcode.Errorf(errcode.InvalidKey, "key of length %d at %p", int64(n), key)
 	}
 	if n == 0 {
 		return "", nil
@@ -131,7 +131,7 @@ func answerKeyed(h C.int64_t, key *C.char, keylen C.int64_t, errbuf *C.char, err
 // partsOf views nparts C buffers (pointers ptrs, sizes sizes).
 func partsOf(ptrs *unsafe.Pointer, sizes *C.int64_t, nparts int64) ([][]byte, error) {
 	if nparts < 0 || nparts > 0 && (ptrs == nil || sizes == nil) {
-		return nil, codes.Errorf(codes.InvalidParams, "%d parts with NULL arrays", nparts)
+		return nil, errcode.Errorf(errcode.InvalidParams, "%d parts with NULL arrays", nparts)
 	}
 	if nparts == 0 {
 		return nil, nil
@@ -151,7 +151,7 @@ func partsOf(ptrs *unsafe.Pointer, sizes *C.int64_t, nparts int64) ([][]byte, er
 
 func keysOf(n C.int64_t, keys **C.char, keylens *C.int64_t) ([]string, error) {
 	if n < 0 || n > 0 && (keys == nil || keylens == nil) {
-		return nil, codes.Errorf(codes.InvalidParams, "%d keys with NULL arrays", int64(n))
+		return nil, errcode.Errorf(errcode.InvalidParams, "%d keys with NULL arrays", int64(n))
 	}
 	if n == 0 {
 		return []string{}, nil
@@ -171,7 +171,7 @@ func keysOf(n C.int64_t, keys **C.char, keylens *C.int64_t) ([]string, error) {
 
 func putOptions(replicas, flags C.int64_t, preferred *C.char) (client.PutOptions, error) {
 	if replicas < 0 || replicas > masterapi.MaxReplicas {
-		return client.PutOptions{}, codes.Errorf(codes.InvalidParams, "replicas %d: 1..%d allowed", int64(replicas), masterapi.MaxReplicas)
+		return client.PutOptions{}, errcode.Errorf(errcode.InvalidParams, "replicas %d: 1..%d allowed", int64(replicas), masterapi.MaxReplicas)
 	}
 	o := client.PutOptions{Replicas: int(replicas), SoftPin: flags&flagSoftPin != 0, HardPin: flags&flagHardPin != 0}
 	if preferred != nil {
@@ -191,7 +191,7 @@ func results(out *C.int64_t, n C.int64_t) []C.int64_t {
 func ts_open(config *C.char, errbuf *C.char, errlen C.int64_t) (ret C.int64_t) {
 	defer guard(&ret, errbuf, errlen)
 	if config == nil {
-		return fail(codes.Errorf(codes.InvalidParams, "open: NULL configuration"), errbuf, errlen)
+		return fail(errcode.Errorf(errcode.InvalidParams, "open: NULL configuration"), errbuf, errlen)
 	}
 	id, err := open(C.GoString(config))
 	if err != nil {
@@ -275,7 +275,7 @@ func ts_get_into_parts(h C.int64_t, key *C.char, keylen C.int64_t, ptrs *unsafe.
 func ts_get(h C.int64_t, key *C.char, keylen C.int64_t, out *unsafe.Pointer, errbuf *C.char, errlen C.int64_t) (ret C.int64_t) {
 	defer guard(&ret, errbuf, errlen)
 	if out == nil {
-		return fail(codes.Errorf(codes.InvalidParams, "get: NULL out"), errbuf, errlen)
+		return fail(errcode.Errorf(errcode.InvalidParams, "get: NULL out"), errbuf, errlen)
 	}
 	*out = nil
 	var n int
@@ -293,7 +293,7 @@ func ts_get(h C.int64_t, key *C.char, keylen C.int64_t, out *unsafe.Pointer, err
 			}
 			mem = C.malloc(C.size_t(max(size, 1)))
 			if mem == nil {
-				return nil, codes.Errorf(codes.InternalError, "get: malloc of %d bytes failed", size)
+				return nil, errcode.Errorf(errcode.InternalError, "get: malloc of %d bytes failed", size)
 			}
 			return unsafe.Slice((*byte)(mem), int(size)), nil
 		})
@@ -380,13 +380,13 @@ func flatParts(n C.int64_t, nparts *C.int64_t, ptrs *unsafe.Pointer, sizes *C.in
 		return [][][]byte{}, nil
 	}
 	if nparts == nil {
-		return nil, codes.Errorf(codes.InvalidParams, "NULL nparts")
+		return nil, errcode.Errorf(errcode.InvalidParams, "NULL nparts")
 	}
 	np := unsafe.Slice(nparts, int(n))
 	total := int64(0)
 	for i, k := range np {
 		if k < 0 {
-			return nil, codes.Errorf(codes.InvalidParams, "key %d: %d parts", i, int64(k))
+			return nil, errcode.Errorf(errcode.InvalidParams, "key %d: %d parts", i, int64(k))
 		}
 		total += int64(k)
 	}
@@ -571,7 +571,7 @@ func ts_remove_by_regex(h C.int64_t, pattern *C.char, force C.int64_t, errbuf *C
 	var n int64
 	err := use(int64(h), func(hd *handle) error {
 		if pattern == nil {
-			return codes.Errorf(codes.InvalidParams, "remove by regex: NULL pattern")
+			return errcode.Errorf(errcode.InvalidParams, "remove by regex: NULL pattern")
 		}
 		ctx, cancel := hd.ctx()
 		defer cancel()
@@ -614,7 +614,7 @@ func ts_replicas(h C.int64_t, key *C.char, keylen C.int64_t, out *C.char, outlen
 		reps := make([]replicaJSON, 0, len(info.Replicas))
 		for _, r := range info.Replicas {
 			t := "memory"
-			if r.Kind == masterapi.LocalDisk {
+			if r.Kind == masterapi.SSD {
 				t = "disk"
 			}
 			reps = append(reps, replicaJSON{Tier: t, Node: r.Endpoint, NodeID: r.Node, Size: info.Size, Status: r.Status.String()})
@@ -694,13 +694,13 @@ func ts_hostname(h C.int64_t, out *C.char, outlen C.int64_t, errbuf *C.char, err
 }
 
 // ts_codes answers every error code as a JSON object {"-704":
-// "OBJECT_NOT_FOUND", ...} (internal/codes is the source of truth).
+// "OBJECT_NOT_FOUND", ...} (internal/errcode is the source of truth).
 //
 //export ts_codes
 func ts_codes(out *C.char, outlen C.int64_t) (ret C.int64_t) {
 	defer guard(&ret, nil, 0)
 	m := map[string]string{"0": "OK"}
-	for _, c := range codes.All() {
+	for _, c := range errcode.All() {
 		m[strconv.Itoa(int(c))] = c.String()
 	}
 	js, _ := json.Marshal(m)

@@ -17,7 +17,7 @@ import (
 
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/ha" // also registers etcd:// master addresses
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/mastergrpc"
 	"github.com/tierstore/tierstore/node"
@@ -63,7 +63,7 @@ var (
 )
 
 // errClosed is the error of a call on a closed (or unknown) handle.
-var errClosed = codes.Errorf(codes.InvalidParams, "client is closed")
+var errClosed = errcode.Errorf(errcode.InvalidParams, "client is closed")
 
 func lookup(id int64) (*handle, error) {
 	handlesMu.Lock()
@@ -104,7 +104,7 @@ func parseLevel(s string) (slog.Level, error) {
 	case "error":
 		return slog.LevelError, nil
 	}
-	return 0, codes.Errorf(codes.InvalidParams, "log_level %q is not one of debug, info, warn, error", s)
+	return 0, errcode.Errorf(errcode.InvalidParams, "log_level %q is not one of debug, info, warn, error", s)
 }
 
 // open parses cfg, dials the master, starts the in-process node when
@@ -116,23 +116,23 @@ func parseOpenConfig(cfgJSON string) (openConfig, error) {
 	dec := json.NewDecoder(strings.NewReader(cfgJSON))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&cfg); err != nil {
-		return openConfig{}, codes.Errorf(codes.InvalidParams, "open: configuration: %v", err)
+		return openConfig{}, errcode.Errorf(errcode.InvalidParams, "open: configuration: %v", err)
 	}
 	switch {
 	case cfg.Master == "":
-		return openConfig{}, codes.Errorf(codes.InvalidParams, "open: master: required (host:port or etcd://h:2379[/prefix])")
+		return openConfig{}, errcode.Errorf(errcode.InvalidParams, "open: master: required (host:port or etcd://h:2379[/prefix])")
 	case cfg.SegmentSize < 0:
-		return openConfig{}, codes.Errorf(codes.InvalidParams, "open: segment_size: must not be negative, got %d", cfg.SegmentSize)
+		return openConfig{}, errcode.Errorf(errcode.InvalidParams, "open: segment_size: must not be negative, got %d", cfg.SegmentSize)
 	case cfg.SSDCapacity < 0:
-		return openConfig{}, codes.Errorf(codes.InvalidParams, "open: ssd_capacity: must not be negative, got %d", cfg.SSDCapacity)
+		return openConfig{}, errcode.Errorf(errcode.InvalidParams, "open: ssd_capacity: must not be negative, got %d", cfg.SSDCapacity)
 	case cfg.SSDDir != "" && cfg.SegmentSize == 0:
-		return openConfig{}, codes.Errorf(codes.InvalidParams, "open: ssd_dir: needs segment_size > 0 (the SSD tier is under the in-process node)")
+		return openConfig{}, errcode.Errorf(errcode.InvalidParams, "open: ssd_dir: needs segment_size > 0 (the SSD tier is under the in-process node)")
 	case cfg.Timeout < 0:
-		return openConfig{}, codes.Errorf(codes.InvalidParams, "open: timeout: must not be negative, got %v", cfg.Timeout)
+		return openConfig{}, errcode.Errorf(errcode.InvalidParams, "open: timeout: must not be negative, got %v", cfg.Timeout)
 	}
 	if strings.Contains(cfg.Master, "://") {
 		if _, err := ha.ParseMasterURL(cfg.Master); err != nil {
-			return openConfig{}, codes.Errorf(codes.InvalidParams, "open: master: %v", err)
+			return openConfig{}, errcode.Errorf(errcode.InvalidParams, "open: master: %v", err)
 		}
 	}
 	return cfg, nil
@@ -201,7 +201,7 @@ func open(cfgJSON string) (int64, error) {
 		h.n, err = node.Start(dctx, ncfg, h.m)
 		if err != nil {
 			h.m.Close()
-			return 0, codes.Wrap(codes.InvalidParams, fmt.Errorf("open: in-process store node: %w", err))
+			return 0, errcode.Wrap(errcode.InvalidParams, fmt.Errorf("open: in-process store node: %w", err))
 		}
 		h.hostname = h.n.Endpoint()
 		ccfg.LocalNode = h.n
@@ -234,7 +234,7 @@ func loadTLS(f tlsconf.Files, withNode bool) (*tlsconf.Source, error) {
 	}
 	for _, m := range []struct{ name, v string }{{"tls_cert", f.Cert}, {"tls_key", f.Key}, {"tls_ca", f.CA}} {
 		if m.v == "" {
-			return nil, codes.Errorf(codes.InvalidParams, "open: %s: required with the other TLS files (tls_cert, tls_key, tls_ca: all three or none)", m.name)
+			return nil, errcode.Errorf(errcode.InvalidParams, "open: %s: required with the other TLS files (tls_cert, tls_key, tls_ca: all three or none)", m.name)
 		}
 	}
 	src, err := tlsconf.Load(f)
@@ -248,7 +248,7 @@ func loadTLS(f tlsconf.Files, withNode bool) (*tlsconf.Source, error) {
 		}
 	}
 	if err != nil {
-		return nil, codes.Wrap(codes.InvalidParams, fmt.Errorf("open: TLS: %w", err))
+		return nil, errcode.Wrap(errcode.InvalidParams, fmt.Errorf("open: TLS: %w", err))
 	}
 	return src, nil
 }

@@ -34,7 +34,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/client"
-	"github.com/tierstore/tierstore/internal/codes"
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/netlab/history"
 	"github.com/tierstore/tierstore/internal/units"
 	"github.com/tierstore/tierstore/masterapi"
@@ -265,7 +265,7 @@ func (p *proc) do(op history.Op, call func(ctx context.Context, op *history.Op) 
 	err := call(ctx, &op)
 	op.End = time.Now().UnixNano()
 	if err != nil {
-		op.Err = codes.Of(err).String()
+		op.Err = errcode.Of(err).String()
 		op.Msg = err.Error()
 	}
 	_ = p.rec.Record(op) // a full disk ends the run's checks, not this call
@@ -327,7 +327,7 @@ func (p *proc) batch(ops []history.Op, call func(ctx context.Context) []error, f
 	for i := range ops {
 		ops[i].Start, ops[i].End, ops[i].Deadline = start, end, int64(p.o.deadline)
 		if i < len(errs) && errs[i] != nil {
-			ops[i].Err, ops[i].Msg = codes.Of(errs[i]).String(), errs[i].Error()
+			ops[i].Err, ops[i].Msg = errcode.Of(errs[i]).String(), errs[i].Error()
 		} else if fill != nil {
 			fill(i, &ops[i])
 		}
@@ -427,13 +427,13 @@ func (pr *probe) once(ctx context.Context) {
 	defer pr.mu.Unlock()
 	for i, r := range res {
 		if r.Err != nil {
-			if errors.Is(r.Err, codes.ErrObjectNotFound) {
+			if errors.Is(r.Err, errcode.ErrObjectNotFound) {
 				delete(pr.pending, keys[i])
 			}
 			continue
 		}
 		for _, rep := range r.Info.Replicas {
-			if rep.Kind == masterapi.LocalDisk && rep.Status == masterapi.Complete {
+			if rep.Kind == masterapi.SSD && rep.Status == masterapi.Complete {
 				_ = pr.rec.Record(history.Op{Client: pr.name, Kind: history.OnSSD, Key: keys[i], Start: now, End: now, CRC: r.Info.CRC})
 				if pr.pending[keys[i]] == r.Info.CRC {
 					delete(pr.pending, keys[i])

@@ -1,4 +1,4 @@
-package codes
+package errcode
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	grpccodes "google.golang.org/grpc/codes"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -70,16 +70,16 @@ func TestStatusRoundTrip(t *testing.T) {
 		}
 	}
 	// Plain gRPC statuses without our detail.
-	if err := FromStatus(status.Error(grpccodes.Unavailable, "conn refused")); !errors.Is(err, ErrRPCFail) {
+	if err := FromStatus(status.Error(codes.Unavailable, "conn refused")); !errors.Is(err, ErrRPCFail) {
 		t.Fatalf("unavailable: %v", err)
 	}
-	if err := FromStatus(status.Error(grpccodes.DeadlineExceeded, "slow")); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrContextCanceled) {
+	if err := FromStatus(status.Error(codes.DeadlineExceeded, "slow")); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrContextCanceled) {
 		t.Fatalf("deadline: %v", err)
 	}
 	if FromStatus(nil) != nil || ToStatus(nil) != nil {
 		t.Fatal("nil")
 	}
-	if status.Code(ToStatus(ErrObjectNotFound)) != grpccodes.NotFound {
+	if status.Code(ToStatus(ErrObjectNotFound)) != codes.NotFound {
 		t.Fatal("grpc code mapping")
 	}
 }
@@ -122,7 +122,7 @@ func TestWrap(t *testing.T) {
 // A plaintext client of a TLS server sees the connection closed before the
 // server's preface; the message says TLS may be why.
 func TestFromStatusHintsAtTLS(t *testing.T) {
-	err := FromStatus(status.Error(grpccodes.Unavailable, `connection error: desc = "error reading server preface: EOF"`))
+	err := FromStatus(status.Error(codes.Unavailable, `connection error: desc = "error reading server preface: EOF"`))
 	if !errors.Is(err, ErrRPCFail) || !strings.Contains(err.Error(), "does it require mutual TLS") {
 		t.Fatalf("no TLS hint: %v", err)
 	}

@@ -1,4 +1,4 @@
-// Package codes holds tierstore's error codes: Mooncake's ErrorCode numbers
+// Package errcode holds tierstore's error codes: Mooncake's ErrorCode numbers
 // (mooncake-store/include/types.h) as a Go type, one sentinel error per code,
 // and the conversion of those errors to and from gRPC status so that a remote
 // caller can test them with errors.Is exactly like a local caller.
@@ -13,4 +13,4 @@
 //
 // Concurrency: everything here is immutable after package initialisation and
 // safe for concurrent use.
-package codes
+package errcode

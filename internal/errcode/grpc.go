@@ -1,4 +1,4 @@
-package codes
+package errcode
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	grpccodes "google.golang.org/grpc/codes"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -20,34 +20,34 @@ const metaCode = "code"
 
 // grpcCode maps a tierstore code to the closest gRPC status code (only for
 // generic gRPC tooling; tierstore callers use the carried code).
-func grpcCode(c Code) grpccodes.Code {
+func grpcCode(c Code) codes.Code {
 	switch c {
 	case OK:
-		return grpccodes.OK
+		return codes.OK
 	case InvalidKey, InvalidParams:
-		return grpccodes.InvalidArgument
+		return codes.InvalidArgument
 	case ObjectNotFound, SegmentNotFound, ClientNotFound, ReplicaNotFound, TaskNotFound:
-		return grpccodes.NotFound
+		return codes.NotFound
 	case ObjectExists, SegmentExists:
-		return grpccodes.AlreadyExists
+		return codes.AlreadyExists
 	case ObjectHasLease, ReplicaNotReady, NeedRemount, ChecksumConflict, VersionMismatch:
-		return grpccodes.FailedPrecondition
+		return codes.FailedPrecondition
 	case NoAvailableHandle, KeysUltraLimit, PeerLimit:
-		return grpccodes.ResourceExhausted
+		return codes.ResourceExhausted
 	case ReplicaIsGone:
-		return grpccodes.NotFound
+		return codes.NotFound
 	case UnableOffload:
-		return grpccodes.Unimplemented
+		return codes.Unimplemented
 	case ShuttingDown, UnavailableStatus:
-		return grpccodes.Unavailable
+		return codes.Unavailable
 	case ContextCanceled:
-		return grpccodes.Canceled
+		return codes.Canceled
 	case ChecksumMismatch:
-		return grpccodes.DataLoss
+		return codes.DataLoss
 	case PermissionDenied:
-		return grpccodes.PermissionDenied
+		return codes.PermissionDenied
 	}
-	return grpccodes.Internal
+	return codes.Internal
 }
 
 // ToStatus converts err into a gRPC status error that carries its code in an
@@ -64,7 +64,7 @@ func ToStatus(err error) error {
 		}
 	}
 	if errors.Is(err, context.DeadlineExceeded) && c == ContextCanceled {
-		st := status.New(grpccodes.DeadlineExceeded, err.Error())
+		st := status.New(codes.DeadlineExceeded, err.Error())
 		return withCode(st, c)
 	}
 	return withCode(status.New(grpcCode(c), err.Error()), c)
@@ -127,16 +127,16 @@ func FromStatus(err error) error {
 		return &remoteError{msg: st.Message(), sentinel: Err(Code(n)), status: st}
 	}
 	switch st.Code() {
-	case grpccodes.Canceled:
+	case codes.Canceled:
 		return &remoteError{msg: "rpc: " + st.Message(), sentinel: errors.Join(ErrContextCanceled, context.Canceled), status: st}
-	case grpccodes.DeadlineExceeded:
+	case codes.DeadlineExceeded:
 		return &remoteError{msg: "rpc: " + st.Message(), sentinel: errors.Join(ErrContextCanceled, context.DeadlineExceeded), status: st}
 	}
 	msg := "rpc " + st.Code().String() + ": " + st.Message()
-	if st.Code() == grpccodes.Unavailable && strings.Contains(st.Message(), httpPreface) {
+	if st.Code() == codes.Unavailable && strings.Contains(st.Message(), httpPreface) {
 		msg += " (the address answers HTTP/1.1, not gRPC: is it a metrics port? tierstore-master prints its RPC address as 'tierstore-master listening on HOST:PORT')"
 	}
-	if st.Code() == grpccodes.Unavailable && strings.Contains(st.Message(), closedPreface) {
+	if st.Code() == codes.Unavailable && strings.Contains(st.Message(), closedPreface) {
 		msg += " (the server closed the connection before answering: does it require mutual TLS? then give --tls_cert, --tls_key and --tls_ca, docs/security.md)"
 	}
 	return &remoteError{msg: msg, sentinel: ErrRPCFail, status: st}
