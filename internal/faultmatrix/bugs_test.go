@@ -26,6 +26,7 @@ func TestOpenReadErrorKeepsAnnouncedObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	v.e = nil
+	v.forgetCleanClose() // as after a crash: Open reads every bucket
 	err := v.open(func(b *faulty.Backend) { b.FailAll(faulty.OpRead, syscall.EIO) })
 	if err == nil {
 		if st := v.e.Stats(); st.EntriesDropped != 0 {

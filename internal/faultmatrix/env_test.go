@@ -191,6 +191,22 @@ func (v *env) open(arm func(*faulty.Backend)) error {
 	return nil
 }
 
+// forgetCleanClose rewrites the closed engine's session record as a crash
+// leaves it (tier format 3): the next Open reads every bucket, so a fault
+// of the bucket reads at Open is met (after a clean close Open reads none).
+func (v *env) forgetCleanClose() {
+	ix, err := index.Open(filepath.Join(v.dir, "index"), index.Options{Logger: quiet})
+	if err != nil {
+		v.t.Fatalf("index: %v", err)
+	}
+	if err := ix.SetSession(index.Session{}); err != nil {
+		v.t.Fatalf("session record: %v", err)
+	}
+	if err := ix.Close(); err != nil {
+		v.t.Fatalf("index close: %v", err)
+	}
+}
+
 // restart closes the engine and opens it again with every fault cleared.
 func (v *env) restart() error {
 	v.fs.clear()

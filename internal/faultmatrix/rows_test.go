@@ -72,6 +72,7 @@ func (v *env) openFailing(cause string, arm func(*faulty.Backend), armFS func())
 		v.t.Fatalf("close: %v", err)
 	}
 	v.e = nil
+	v.forgetCleanClose()
 	files := len(v.bucketFiles())
 	if armFS != nil {
 		armFS()
