@@ -2,10 +2,13 @@ package ha
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -110,5 +113,142 @@ func TestEtcdTLSBadSettings(t *testing.T) {
 	_, err = Campaign(context.Background(), Config{Endpoints: []string{"127.0.0.1:1"}, Address: "127.0.0.1:2", TLS: EtcdTLS{CA: "/nonexistent/ca.crt"}})
 	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "/nonexistent/ca.crt") {
 		t.Errorf("campaign with a missing CA file: %v, want ErrConfig naming the file", err)
+	}
+}
+
+// TestEtcdTLSRotation: the etcd client's TLS files are re-read when they
+// change, without a restart. A TLS server on loopback stands for etcd (it
+// records the client certificate of each handshake); one tls.Config from
+// EtcdTLS.config serves every handshake, as the etcd client's does.
+func TestEtcdTLSRotation(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	ca1, err := tlsconf.NewCA("etcd ca 1", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca2, err := tlsconf.NewCA("etcd ca 2", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func(ca *tlsconf.CA, name string) tls.Certificate {
+		t.Helper()
+		l, err := ca.Issue(name, []tlsconf.Role{tlsconf.Client}, now.Add(-time.Minute), now.Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pair, err := tls.X509KeyPair(l.CertPEM, l.KeyPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pair
+	}
+	write := func(ca *tlsconf.CA, name string) tlsconf.Files {
+		t.Helper()
+		l, err := ca.Issue(name, []tlsconf.Role{tlsconf.Client}, now.Add(-time.Minute), now.Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := ca.WriteFiles(dir, "client", l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+
+	// The server: its certificate is switchable; it trusts clients of
+	// either CA and reports each handshake's client certificate name.
+	var serverCert atomic.Pointer[tls.Certificate]
+	s1 := issue(ca1, "etcd server 1")
+	serverCert.Store(&s1)
+	clients := x509.NewCertPool()
+	clients.AddCert(ca1.Cert)
+	clients.AddCert(ca2.Cert)
+	lis, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
+		MinVersion:     tls.VersionTLS12,
+		ClientAuth:     tls.RequireAndVerifyClientCert,
+		ClientCAs:      clients,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return serverCert.Load(), nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	seen := make(chan string, 1)
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			tc := c.(*tls.Conn)
+			if tc.Handshake() == nil {
+				seen <- tc.ConnectionState().PeerCertificates[0].Subject.CommonName
+			} else {
+				seen <- ""
+			}
+			c.Close()
+		}
+	}()
+
+	f := write(ca1, "client A")
+	cfg, err := etcdTLSOf(f).config([]string{lis.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// handshake returns the client certificate the server saw, or the
+	// client's handshake error.
+	handshake := func(serverName string) (string, error) {
+		t.Helper()
+		c := cfg.Clone()
+		c.ServerName = serverName
+		conn, err := tls.Dial("tcp", lis.Addr().String(), c)
+		if err != nil {
+			<-seen // the server's side of the failed handshake
+			return "", err
+		}
+		defer conn.Close()
+		return <-seen, nil
+	}
+	expect := func(step, want string) {
+		t.Helper()
+		got, err := handshake("127.0.0.1")
+		if err != nil || got != want {
+			t.Fatalf("%s: handshake presented %q, %v; want %q", step, got, err, want)
+		}
+	}
+	expect("first handshake", "client A")
+
+	write(ca1, "client B") // the client certificate and key rotated
+	expect("after rotating the client certificate", "client B")
+
+	// A half-written rotation: a new certificate whose key is not there
+	// yet keeps the previous pair in use.
+	half, err := ca1.Issue("client C", []tlsconf.Role{tlsconf.Client}, now.Add(-time.Minute), now.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tlsconf.WriteFileAtomic(f.Cert, half.CertPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	expect("with the certificate rotated but not its key", "client B")
+	if err := tlsconf.WriteFileAtomic(f.Key, half.KeyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	expect("with the key following", "client C")
+
+	// etcd's certificate now comes from another CA: refused until the CA
+	// file names it.
+	s2 := issue(ca2, "etcd server 2")
+	serverCert.Store(&s2)
+	if _, err := handshake("127.0.0.1"); err == nil || !strings.Contains(err.Error(), "unknown authority") {
+		t.Fatalf("a server certificate of a CA the file does not name: %v, want unknown authority", err)
+	}
+	write(ca2, "client D")
+	expect("after rotating the CA", "client D")
+
+	// Host names are checked as crypto/tls would.
+	if _, err := handshake("etcd.example"); err == nil || !strings.Contains(err.Error(), "etcd.example") {
+		t.Fatalf("a server name the certificate does not hold: %v, want a refusal naming it", err)
 	}
 }

@@ -79,7 +79,7 @@ func Campaign(ctx context.Context, cfg Config) (*Leadership, error) {
 }
 
 func newClient(endpoints []string, dialTimeout time.Duration, files EtcdTLS) (*clientv3.Client, error) {
-	tc, err := files.config()
+	tc, err := files.config(endpoints)
 	if err != nil {
 		return nil, err
 	}

@@ -129,21 +129,24 @@ func (f Files) Check() error {
 	return nil
 }
 
-// stamp is what a file's stat says about its content: a file replaced by
+// Stamp is what a file's stat says about its content: a file replaced by
 // rename has another inode, one rewritten in place another size or
-// modification time.
-type stamp struct {
+// modification time. Stamps are comparable with ==; the zero Stamp stands
+// for no file.
+type Stamp struct {
 	ino   uint64
 	size  int64
 	mtime time.Time
 }
 
-func statStamp(path string) (stamp, error) {
+// StatStamp stats path. Other packages that re-read files on change (the
+// etcd client's TLS files, package ha) compare Stamps the same way.
+func StatStamp(path string) (Stamp, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
-		return stamp{}, err
+		return Stamp{}, err
 	}
-	s := stamp{size: fi.Size(), mtime: fi.ModTime()}
+	s := Stamp{size: fi.Size(), mtime: fi.ModTime()}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		s.ino = st.Ino
 	}
@@ -157,7 +160,7 @@ type Source struct {
 
 	// mu protects the loaded material and the reload record below.
 	mu      sync.Mutex
-	stamps  [3]stamp // of the files the loaded material came from
+	stamps  [3]Stamp // of the files the loaded material came from
 	cert    *tls.Certificate
 	pool    *x509.CertPool
 	reloads int   // successful reloads since Load
@@ -186,10 +189,10 @@ func Load(f Files) (*Source, error) {
 	return s, nil
 }
 
-func (f Files) stamps() ([3]stamp, error) {
-	var out [3]stamp
+func (f Files) stamps() ([3]Stamp, error) {
+	var out [3]Stamp
 	for i, p := range []struct{ flag, path string }{{"--tls_cert", f.Cert}, {"--tls_key", f.Key}, {"--tls_ca", f.CA}} {
-		st, err := statStamp(p.path)
+		st, err := StatStamp(p.path)
 		if err != nil {
 			return out, fmt.Errorf("%w: %s: %w", ErrFiles, p.flag, err)
 		}
