@@ -232,3 +232,53 @@ func benchGRPCBatches(b *testing.B, call func(r *mastergrpc.Client, keys []strin
 	})
 	b.ReportMetric(float64(b.N)*1000/b.Elapsed().Seconds(), "keys/s")
 }
+
+// BenchmarkAbandonedPutReclaim: one round of the reclaim of abandoned puts
+// on a master holding 1M SSD-only objects and a put in progress, as Tick
+// runs it every quarter of put_start_discard_timeout under steady puts
+// ("reclaim": only the objects with a DRAM replica), beside the full sweep
+// it ran before ("full-sweep": every object).
+func BenchmarkAbandonedPutReclaim(b *testing.B) {
+	const objects = 1 << 20
+	cfg := DefaultConfig()
+	cfg.MonitorInterval = 0
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg.ClientTTL = 1000 * time.Hour // the node stays alive while the clock jumps
+	clk := NewManualClock(time.Unix(1e9, 0))
+	cfg.Clock = clk
+	s, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.MountSegment(bg, masterapi.MountRequest{Node: "n", Endpoint: "e", Segment: "s", Size: 1 << 30}); err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < objects; i += 4096 {
+		objs := make([]masterapi.SSDObject, 0, 4096)
+		for j := i; j < i+4096; j++ {
+			objs = append(objs, masterapi.SSDObject{Key: benchKey(j), Size: 64, CRC: uint32(j)})
+		}
+		if _, err := s.ReRegisterDiskObjects(bg, "n", objs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	quarter := cfg.PutStartDiscardTimeout / 4
+	for _, round := range []struct {
+		name string
+		run  func()
+	}{
+		{"reclaim", s.Tick},
+		{"full-sweep", func() { s.sweep(s.now()) }},
+	} {
+		b.Run(round.name, func(b *testing.B) {
+			for i := 0; b.Loop(); i++ {
+				if _, err := s.PutStart(bg, masterapi.PutStartRequest{Key: fmt.Sprint("in-progress/", round.name, i), Size: 64}); err != nil {
+					b.Fatal(err)
+				}
+				clk.Advance(quarter)
+				round.run()
+			}
+			b.ReportMetric(float64(objects), "objects")
+		})
+	}
+}

@@ -64,6 +64,12 @@
 // the put ends or its discard deadline. When eviction cannot make room at
 // once, PutStart waits on the room broadcast (room.go), bounded by its
 // context and put_start_max_wait.
+// An abandoned put (PROCESSING past put_start_discard_timeout) is
+// reclaimed by Tick at most every quarter of that timeout; the reclaim
+// visits only the objects with a DRAM replica (shard.mem), and only a
+// sweep after a node died or a segment went (sweepDirty) visits every
+// object (sweep.go; BenchmarkAbandonedPutReclaim measures both,
+// docs/benchmarks.md).
 //
 // # Replicas
 //

@@ -84,6 +84,47 @@ func TestAbandonedPutReclaimed(t *testing.T) {
 	}
 }
 
+// TestAbandonedPutReclaimVisitsDRAMObjectsOnly: with no dead replica, the
+// reclaim of abandoned puts visits the objects that have a DRAM replica,
+// not the SSD-only ones (at tens of millions of objects, most of them on
+// SSD only, a scan of every object every quarter of
+// put_start_discard_timeout costs seconds of CPU under steady puts); the
+// abandoned put is reclaimed and the others are untouched.
+func TestAbandonedPutReclaimVisitsDRAMObjectsOnly(t *testing.T) {
+	s, clk := offloadService(t, func(c *Config) {
+		c.PutStartDiscardTimeout = 30 * time.Second
+		c.DefaultKVLeaseTTL = time.Millisecond
+	})
+	mount(t, s, "a", 64<<20)
+	var cold []string
+	for i := range 200 {
+		cold = append(cold, fmt.Sprint("ssd", i))
+	}
+	ssdOnly(t, s, clk, cold...)
+	for i := range 3 {
+		put(t, s, fmt.Sprint("dram", i), 1000, "")
+	}
+	if _, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "abandoned", Size: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(31 * time.Second)
+	before := s.sweepVisits.Load()
+	s.Tick()
+	if visits := s.sweepVisits.Load() - before; visits > 4 {
+		t.Fatalf("the reclaim visited %d objects; want at most the 4 with a DRAM replica (of 204)", visits)
+	}
+	_, err := s.GetReplicaList(bg, "abandoned")
+	mustIs(t, err, errcode.ErrObjectNotFound)
+	for _, k := range append(cold, "dram0", "dram1", "dram2") {
+		if _, err := s.GetReplicaList(bg, k); err != nil {
+			t.Fatalf("%s after the reclaim: %v", k, err)
+		}
+	}
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestLeaseBlocksRemoveAndEviction: an object under lease survives eviction
 // and non-forced Remove; forced Remove succeeds; after the lease it goes.
 func TestLeaseBlocksRemoveAndEviction(t *testing.T) {

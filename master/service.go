@@ -52,8 +52,12 @@ type Service struct {
 	sweepDirty atomic.Bool
 	// processing counts objects whose DRAM replica is not complete yet.
 	processing atomic.Int64
-	// lastReclaim is the time (unix ns) of the last sweep.
+	// lastReclaim is the time (unix ns) of the last sweep or reclaim of
+	// abandoned puts.
 	lastReclaim atomic.Int64
+	// sweepVisits counts the objects the sweeps and reclaims visited (what
+	// they cost; tests read it).
+	sweepVisits atomic.Int64
 
 	// room wakes PutStarts waiting for DRAM room (room.go).
 	room broadcast
@@ -231,13 +235,20 @@ func (s *Service) Tick() {
 	s.expireNodes(now)
 	s.timeoutTasks(now)
 	s.reclaimParked(now)
-	// Abandoned puts need a full scan; do it at most every quarter of
-	// put_start_discard_timeout, and at once when replicas became
-	// unreadable.
+	// Replicas that became unreadable need the full sweep, at once.
+	// Abandoned puts need only the objects with a DRAM replica (a put in
+	// progress has one), at most every quarter of
+	// put_start_discard_timeout: under steady puts there is always one in
+	// progress, and a scan of every object would cost seconds of CPU at
+	// tens of millions of objects, most of them on SSD only.
 	reclaimDue := s.processing.Load() > 0 && now-s.lastReclaim.Load() >= s.cfg.PutStartDiscardTimeout.Nanoseconds()/4
-	if s.sweepDirty.Load() || reclaimDue {
+	switch {
+	case s.sweepDirty.Load():
 		s.lastReclaim.Store(now)
 		s.sweep(now)
+	case reclaimDue:
+		s.lastReclaim.Store(now)
+		s.reclaimAbandoned(now)
 	}
 	s.room.signal() // leases and pins may have ended: waiting puts retry
 	s.haTick()

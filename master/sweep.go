@@ -18,6 +18,7 @@ func (s *Service) sweep(now int64) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
+		s.sweepVisits.Add(int64(len(sh.objs)))
 		for key, o := range sh.objs {
 			if n := o.offload; n != nil && n.dead.Load() {
 				o.offload = nil // the dead node's mailbox went with it
@@ -26,10 +27,7 @@ func (s *Service) sweep(now int64) {
 			if s.restoreSSDCopy(key, o) {
 				restored++
 			}
-			if o.putInProgress() && now-o.putStart > discard {
-				s.log.Debug("reclaiming abandoned put", "key_len", len(key), "node", o.mem.seg.node.id, "replicas", o.memCount())
-				s.dropMem(o)
-			}
+			s.reclaimIfAbandoned(o, now, discard)
 			if !s.clearDead(key, o, now) {
 				left = true
 			}
@@ -47,6 +45,39 @@ func (s *Service) sweep(now int64) {
 	if restored > 0 {
 		s.log.Info("offload queued again for objects whose SSD copies died with their node, from another node's DRAM replica", "objects", restored)
 	}
+}
+
+// reclaimAbandoned is the part of sweep a cluster without dead replicas
+// needs: puts in PROCESSING longer than put_start_discard_timeout are
+// reclaimed. It visits only the objects with a DRAM replica (shard.mem; a
+// put in progress has one), not every object. An object a reclaim leaves
+// without replicas goes at once, or, leased, at the full sweep that
+// settleEmpty asks for.
+func (s *Service) reclaimAbandoned(now int64) {
+	discard := s.cfg.PutStartDiscardTimeout.Nanoseconds()
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		sh.memObjects(func(key string, o *object) {
+			s.sweepVisits.Add(1)
+			if s.reclaimIfAbandoned(o, now, discard) {
+				s.settleEmpty(sh, key, o, now)
+			}
+		})
+		sh.mu.Unlock()
+	}
+}
+
+// reclaimIfAbandoned drops o's DRAM replicas when its put has been in
+// PROCESSING longer than discard ns, and reports whether it did. Caller
+// holds the shard lock.
+func (s *Service) reclaimIfAbandoned(o *object, now, discard int64) bool {
+	if !o.putInProgress() || now-o.putStart <= discard {
+		return false
+	}
+	s.log.Debug("reclaiming abandoned put", "node", o.mem.seg.node.id, "replicas", o.memCount())
+	s.dropMem(o)
+	return true
 }
 
 // restoreSSDCopy queues an offload task for o when every SSD copy it had
