@@ -108,9 +108,9 @@ func TestAbandonedPutReclaimVisitsDRAMObjectsOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Advance(31 * time.Second)
-	before := s.sweepVisits.Load()
+	before := s.scanVisits.Load()
 	s.Tick()
-	if visits := s.sweepVisits.Load() - before; visits > 4 {
+	if visits := s.scanVisits.Load() - before; visits > 4 {
 		t.Fatalf("the reclaim visited %d objects; want at most the 4 with a DRAM replica (of 204)", visits)
 	}
 	_, err := s.GetReplicaList(bg, "abandoned")

@@ -2,6 +2,7 @@ package master
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -306,5 +307,35 @@ func TestPrefetchWaitsForItsVictimsOffload(t *testing.T) {
 	}
 	if pfInDRAM(t, s, "d0") || !pfInDRAM(t, s, "d1") {
 		t.Fatal("the prefetch evicted another object than its one victim d0")
+	}
+}
+
+// TestPromotionVictimScanVisitsDRAMObjectsOnly: a promotion into a full
+// DRAM looks for victims among the objects with a DRAM replica only, not
+// among every object (most of a large master's objects are on SSD only,
+// and each promotion without free room would scan them all).
+func TestPromotionVictimScanVisitsDRAMObjectsOnly(t *testing.T) {
+	s, clk := prefetchService(t, 512, 4)
+	var cold []string
+	for i := range 200 {
+		cold = append(cold, fmt.Sprint("ssd", i))
+	}
+	for i := 0; i < len(cold); i += 4 {
+		ssdOnly(t, s, clk, cold[i:i+4]...)
+	}
+	onSSD(t, s, "d0", "d1", "d2", "d3") // DRAM full, every one evictable
+	before := s.scanVisits.Load()
+	for range 3 { // lookups that hit an SSD-only object prefetch it
+		if _, err := s.ExistKey(bg, "ssd7"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Advance(time.Second)
+	ps := promos(t, s)
+	if len(ps) != 1 || ps[0].Key != "ssd7" {
+		t.Fatalf("promotions %+v, want ssd7", ps)
+	}
+	if visits := s.scanVisits.Load() - before; visits == 0 || visits > 4 {
+		t.Fatalf("the victim scan visited %d objects; want the 4 with a DRAM replica (of 204)", visits)
 	}
 }

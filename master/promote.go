@@ -275,11 +275,12 @@ func (s *Service) allocatePromotion(n *node, size int64, key string, pre bool) (
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, o := range sh.objs {
+		sh.memObjects(func(k string, o *object) { // a victim has a DRAM replica on n
+			s.scanVisits.Add(1)
 			if k != key && s.victimOK(o, now) && o.memOn(n) >= 0 && (!pre || est.Estimate(k) < hot) {
 				cands = append(cands, victim{key: k, o: o, sh: sh, lastUse: o.lastUse, soft: o.softPinned(now)})
 			}
-		}
+		})
 		sh.mu.Unlock()
 	}
 	slices.SortFunc(cands, func(a, b victim) int {

@@ -55,9 +55,10 @@ type Service struct {
 	// lastReclaim is the time (unix ns) of the last sweep or reclaim of
 	// abandoned puts.
 	lastReclaim atomic.Int64
-	// sweepVisits counts the objects the sweeps and reclaims visited (what
-	// they cost; tests read it).
-	sweepVisits atomic.Int64
+	// scanVisits counts the objects the scans over shards visited (sweep,
+	// reclaim of abandoned puts, promotion victims): what they cost; tests
+	// read it.
+	scanVisits atomic.Int64
 
 	// room wakes PutStarts waiting for DRAM room (room.go).
 	room broadcast

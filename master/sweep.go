@@ -18,7 +18,7 @@ func (s *Service) sweep(now int64) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		s.sweepVisits.Add(int64(len(sh.objs)))
+		s.scanVisits.Add(int64(len(sh.objs)))
 		for key, o := range sh.objs {
 			if n := o.offload; n != nil && n.dead.Load() {
 				o.offload = nil // the dead node's mailbox went with it
@@ -59,7 +59,7 @@ func (s *Service) reclaimAbandoned(now int64) {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		sh.memObjects(func(key string, o *object) {
-			s.sweepVisits.Add(1)
+			s.scanVisits.Add(1)
 			if s.reclaimIfAbandoned(o, now, discard) {
 				s.settleEmpty(sh, key, o, now)
 			}
