@@ -125,13 +125,14 @@ func (s *Service) haTick() {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, o := range sh.objs {
+		sh.memObjects(func(k string, o *object) { // SSD-only objects need nothing
+			s.scanVisits.Add(1)
 			if o.offload == nil && o.readableMem() && !o.readableDisk() {
 				if _, queued := s.admitToSSD(k, o, s.policy.AtPutEnd, true); queued {
 					n++
 				}
 			}
-		}
+		})
 		sh.mu.Unlock()
 	}
 	s.log.Info("rebuild over", "term", s.cfg.HA.Term, "offloads_queued_again", n)

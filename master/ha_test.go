@@ -278,13 +278,26 @@ func TestRebuiltLeaseAndReadmission(t *testing.T) {
 	if errs, err := s.ReRegisterMemoryObjects(bg, "a", "seg0", objs, true); err != nil || errs[0] != nil {
 		t.Fatal(errs, err)
 	}
+	// SSD-only objects, which the readmission has nothing to do for, and
+	// does not visit.
+	var ssd []masterapi.SSDObject
+	for i := range 100 {
+		ssd = append(ssd, masterapi.SSDObject{Key: fmt.Sprint("ssd", i), Size: 10, CRC: 2})
+	}
+	if _, err := s.ReRegisterDiskObjects(bg, "a", ssd); err != nil {
+		t.Fatal(err)
+	}
 	mustIs(t, s.Remove(bg, "k", false), errcode.ErrObjectHasLease)
 	s.Tick()
 	if tasks, _ := heartbeat(s, "a", 0); len(tasks) != 0 {
 		t.Fatalf("offload queued during the rebuild: %+v", tasks)
 	}
 	clk.Advance(2500 * time.Millisecond)
+	before := s.scanVisits.Load()
 	s.Tick()
+	if visits := s.scanVisits.Load() - before; visits != 1 {
+		t.Fatalf("the readmission visited %d objects; want the one with a DRAM replica (of 101)", visits)
+	}
 	tasks, err := heartbeat(s, "a", 0)
 	if err != nil || len(tasks) != 1 || tasks[0].Key != "k" || tasks[0].Term != 7 {
 		t.Fatalf("tasks after the rebuild: %+v %v", tasks, err)
