@@ -95,7 +95,7 @@ func replayAdmission(t *testing.T, newPolicy func(now func() time.Time) Policy, 
 				if len(x) != 3 {
 					t.Fatalf("%s:%d: victim %q is not FILEBYTES:SPAN:VALUE", path, line, v)
 				}
-				r.Victims = append(r.Victims, masterapi.SSDVictim{FileBytes: num(x[0]), Span: num(x[1]), Value: float64(num(x[2]))})
+				r.Victims = append(r.Victims, masterapi.SSDVictim{FileBytes: num(x[0]), Span: num(x[1]), Worth: float64(num(x[2]))})
 			}
 			if s, ok := p.(ssdReportTaker); ok {
 				s.ReportSSD("n1", r, 0)

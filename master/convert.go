@@ -41,7 +41,7 @@ func ssdReportFromPB(p *pb.SSDReport) *masterapi.SSDReport {
 	}
 	out := &masterapi.SSDReport{High: p.GetHigh(), Low: p.GetLow(), Used: p.GetUsed(), Victims: make([]masterapi.SSDVictim, len(p.GetVictims()))}
 	for i, v := range p.GetVictims() {
-		out.Victims[i] = masterapi.SSDVictim{FileBytes: v.GetFileBytes(), Span: v.GetSpan(), Value: v.GetValue()}
+		out.Victims[i] = masterapi.SSDVictim{FileBytes: v.GetFileBytes(), Span: v.GetSpan(), Worth: v.GetWorth()}
 	}
 	return out
 }

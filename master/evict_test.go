@@ -261,7 +261,7 @@ func TestEvictContinuesPastQueuedVictims(t *testing.T) {
 			// Room for exactly two objects under the high watermark; beyond
 			// it, a victim bucket no candidate can beat (density 16).
 			s.ReportSSD("a", masterapi.SSDReport{High: 2 * obj, Used: 0,
-				Victims: []masterapi.SSDVictim{{FileBytes: 1 << 20, Span: 1 << 20, Value: 16 << 20}}})
+				Victims: []masterapi.SSDVictim{{FileBytes: 1 << 20, Span: 1 << 20, Worth: 16 << 20}}})
 			put(t, api, "new", obj, "a")
 			st, err := s.Stats(bg)
 			if err != nil {
@@ -301,7 +301,7 @@ func TestColdPutIsFirstDRAMVictim(t *testing.T) {
 	const obj = 4 << 10
 	mount(t, s, "a", 5*obj)
 	s.ReportSSD("a", masterapi.SSDReport{High: obj, Used: obj,
-		Victims: []masterapi.SSDVictim{{FileBytes: 1 << 20, Span: 1 << 20, Value: 16 << 20}}})
+		Victims: []masterapi.SSDVictim{{FileBytes: 1 << 20, Span: 1 << 20, Worth: 16 << 20}}})
 	for _, k := range []string{"w0", "w1", "w2"} {
 		put(t, s, k, obj, "a")
 		clk.Advance(time.Millisecond)

@@ -11,7 +11,7 @@ import (
 // fullSSD is a report of node "a" whose SSD is full of buckets worth more
 // than any candidate below frequency 9: tinylfu refuses every DRAM victim.
 var fullSSD = masterapi.SSDReport{High: 1 << 20, Used: 1 << 20,
-	Victims: []masterapi.SSDVictim{{FileBytes: 1 << 20, Span: 1 << 20, Value: 9 << 20}}}
+	Victims: []masterapi.SSDVictim{{FileBytes: 1 << 20, Span: 1 << 20, Worth: 9 << 20}}}
 
 // promoteSetup: tinylfu promoting from the first access on node "a" with
 // eight DRAM slots, an SSD-only object "c", and DRAM full of the DRAM-only
@@ -46,8 +46,8 @@ func readable(t *testing.T, s *Service, keys ...string) {
 
 // TestPromotionNeverDropsDRAMOnly (issue 23 item 4): a promotion needs
 // room in a DRAM full of objects that exist nowhere else, and the
-// admission policy refuses to offload them (the SSD is full of more
-// valuable buckets). The promotion brings in a copy of an object the SSD
+// admission policy refuses to offload them (the SSD is full of buckets
+// of more worth). The promotion brings in a copy of an object the SSD
 // already holds, so it must not drop any of them: it waits instead. Once
 // one DRAM object also has an SSD copy, the promotion takes that one's
 // room, and every object stays readable.

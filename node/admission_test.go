@@ -234,14 +234,14 @@ func bucketOrder(t *testing.T, policy string) (hot, cold int) {
 	return onSSD("hot"), onSSD("cold")
 }
 
-// TestValueEvictionUsesMasterSketch: with --bucket_eviction=value the
+// TestWorthEvictionUsesMasterSketch: with --bucket_eviction=worth the
 // node ranks its buckets by the master's frequencies (the sketch the
 // heartbeat carries): the hot bucket survives and the cold one goes,
 // although the hot one is the least recently used; lru evicts the hot one.
-func TestValueEvictionUsesMasterSketch(t *testing.T) {
-	hot, cold := bucketOrder(t, "value")
+func TestWorthEvictionUsesMasterSketch(t *testing.T) {
+	hot, cold := bucketOrder(t, "worth")
 	if hot != 4 || cold != 0 {
-		t.Fatalf("value: %d hot and %d cold keys on SSD after eviction, want 4 and 0", hot, cold)
+		t.Fatalf("worth: %d hot and %d cold keys on SSD after eviction, want 4 and 0", hot, cold)
 	}
 	hot, cold = bucketOrder(t, "lru")
 	if hot != 0 || cold != 4 {

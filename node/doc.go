@@ -18,7 +18,7 @@
 // queue at the master, reads each task's source bytes from its own segment
 // (checking their CRC32C), calls tier.Offload, and answers every task
 // through NotifyOffloadSuccess. The same heartbeat carries the tier's SSD
-// report to a tinylfu master, takes its frequency sketch (bucket eviction "value" ranks by it) and runs the
+// report to a tinylfu master, takes its frequency sketch (bucket eviction "worth" ranks by it) and runs the
 // promotions it hands out: the object is loaded from the tier into the
 // segment range the master allocated, written as the promotion's put token,
 // and confirmed with PromoteEnd (admission.go), up to promoteParallel at

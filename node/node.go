@@ -27,7 +27,7 @@ import (
 
 // SSDTier is what a node needs of the SSD tier engine (*tier.Engine
 // implements it). Tests of the node may substitute their own. Two
-// capabilities are optional, used when the tier has them: ValueTier (value
+// capabilities are optional, used when the tier has them: WorthTier (worth
 // eviction and the SSD report of admission) and StreamTier (streamed SSD
 // reads); each type's doc says what a tier without it loses.
 type SSDTier interface {
@@ -51,7 +51,7 @@ type SSDTier interface {
 // one would otherwise turn it off silently.
 var (
 	_ SSDTier    = (*tier.Engine)(nil)
-	_ ValueTier  = (*tier.Engine)(nil)
+	_ WorthTier  = (*tier.Engine)(nil)
 	_ StreamTier = (*tier.Engine)(nil)
 )
 
@@ -195,7 +195,7 @@ type options struct {
 }
 
 // WithTier makes the node use t as its SSD tier instead of opening one in
-// Config.SSDDir. The node closes t. The node uses ValueTier and StreamTier
+// Config.SSDDir. The node closes t. The node uses WorthTier and StreamTier
 // when t has them.
 func WithTier(t SSDTier) Option { return func(o *options) { o.tier = t } }
 

@@ -2409,7 +2409,7 @@ type OffloadHeartbeatRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Node     string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	MaxTasks int32                  `protobuf:"varint,2,opt,name=max_tasks,json=maxTasks,proto3" json:"max_tasks,omitempty"` // 0: the master's default
-	// ssd_report: the node's SSD fill level and the value of its next
+	// ssd_report: the node's SSD fill level and the worth of its next
 	// eviction victims, for SSD admission (package admission, tinylfu).
 	// Absent: unchanged since the node's last report (or never asked for).
 	SsdReport *SSDReport `protobuf:"bytes,3,opt,name=ssd_report,json=ssdReport,proto3" json:"ssd_report,omitempty"`
@@ -2620,13 +2620,13 @@ func (x *SketchChunk) GetData() []byte {
 	return nil
 }
 
-// One SSD bucket the node would evict next, valued with the master's
-// sketch (masterapi.SSDVictim).
+// One SSD bucket the node would evict next, its worth weighed with the
+// master's sketch (masterapi.SSDVictim).
 type SSDVictim struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	FileBytes     int64                  `protobuf:"varint,1,opt,name=file_bytes,json=fileBytes,proto3" json:"file_bytes,omitempty"` // file bytes its eviction frees
 	Span          int64                  `protobuf:"varint,2,opt,name=span,proto3" json:"span,omitempty"`                            // object bytes it holds, live and dead
-	Value         float64                `protobuf:"fixed64,3,opt,name=value,proto3" json:"value,omitempty"`                         // sum over live objects of estimated frequency x size
+	Worth         float64                `protobuf:"fixed64,3,opt,name=worth,proto3" json:"worth,omitempty"`                         // sum over live objects of estimated frequency x size
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2675,9 +2675,9 @@ func (x *SSDVictim) GetSpan() int64 {
 	return 0
 }
 
-func (x *SSDVictim) GetValue() float64 {
+func (x *SSDVictim) GetWorth() float64 {
 	if x != nil {
-		return x.Value
+		return x.Worth
 	}
 	return 0
 }
@@ -4794,7 +4794,7 @@ const file_master_proto_rawDesc = "" +
 	"\n" +
 	"file_bytes\x18\x01 \x01(\x03R\tfileBytes\x12\x12\n" +
 	"\x04span\x18\x02 \x01(\x03R\x04span\x12\x14\n" +
-	"\x05value\x18\x03 \x01(\x01R\x05value\"\x7f\n" +
+	"\x05worth\x18\x03 \x01(\x01R\x05worth\"\x7f\n" +
 	"\tSSDReport\x12\x12\n" +
 	"\x04high\x18\x01 \x01(\x03R\x04high\x12\x10\n" +
 	"\x03low\x18\x02 \x01(\x03R\x03low\x12\x12\n" +
