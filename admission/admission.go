@@ -7,7 +7,7 @@ type Object struct {
 	Key    string
 	Size   int64
 	InDRAM bool   // has a complete DRAM replica
-	OnDisk bool   // has an SSD replica
+	OnSSD  bool   // has an SSD replica
 	Queued bool   // an offload task is queued or in flight
 	Reads  uint32 // demand lookups counted so far; OnLookup may advance it
 	Node   string // node holding the DRAM replica ("" without one): where an offload would go
@@ -44,7 +44,7 @@ type ColdPutter interface {
 	ColdPut(o Object) bool
 }
 
-func eligible(o Object) bool { return o.InDRAM && !o.OnDisk && !o.Queued }
+func eligible(o Object) bool { return o.InDRAM && !o.OnSSD && !o.Queued }
 
 // Eager queues every object at PutEnd.
 type Eager struct{}

@@ -144,7 +144,7 @@
 // # Invariants
 //
 //   - A Policy never queues an object that is already on SSD or already
-//     queued (every policy checks OnDisk and Queued).
+//     queued (every policy checks OnSSD and Queued).
 //   - The sketch never under-estimates a key's accesses since the last
 //     halving (up to saturation at 16).
 //   - ColdPut is true only for a key whose estimate reaches ColdPutFreq

@@ -47,7 +47,7 @@ func newSimStore(p Policy) *simStore {
 }
 
 func (s *simStore) obj(k string) Object {
-	return Object{Key: k, Size: obj, InDRAM: s.inDRAM[k], OnDisk: s.ssd[k] != nil, Node: "n"}
+	return Object{Key: k, Size: obj, InDRAM: s.inDRAM[k], OnSSD: s.ssd[k] != nil, Node: "n"}
 }
 
 func (s *simStore) used() int64 {

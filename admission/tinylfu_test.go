@@ -97,7 +97,7 @@ func TestTinyLFURoomNoReportNoVictim(t *testing.T) {
 	if ok, why := decideOnce(t, p, "r5"); !ok || why != "room" {
 		t.Fatalf("unlimited tier: %v %s", ok, why)
 	}
-	if p.OnEvict(Object{Key: "x", Size: obj, InDRAM: true, OnDisk: true, Node: "n1"}) {
+	if p.OnEvict(Object{Key: "x", Size: obj, InDRAM: true, OnSSD: true, Node: "n1"}) {
 		t.Fatal("an object already on SSD was admitted")
 	}
 }

@@ -78,7 +78,7 @@ func TestAdmissionAtDRAMEviction(t *testing.T) {
 	if d := p.Stats().Decisions["lost"] - before.Decisions["lost"]; d == 0 {
 		t.Fatalf("no candidate lost against the full SSD: %+v", p.Stats().Decisions)
 	}
-	if _, err := s.EvictDiskReplica(bg, "a", []string{"gone1", "gone2"}); err != nil {
+	if _, err := s.EvictSSDReplica(bg, "a", []string{"gone1", "gone2"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range []string{"gone1", "gone2"} {

@@ -58,7 +58,7 @@ func benchService(b *testing.B) (*Service, []string) {
 				panic(err)
 			}
 			if i%4 == 0 {
-				s.ReRegisterDiskObjects(bg, fmt.Sprint("n", (i+1)%4), []masterapi.SSDObject{{Key: k, Size: 64, CRC: uint32(i)}})
+				s.ReRegisterSSDObjects(bg, fmt.Sprint("n", (i+1)%4), []masterapi.SSDObject{{Key: k, Size: 64, CRC: uint32(i)}})
 			}
 		}
 		runtime.GC()

@@ -32,13 +32,13 @@ func newMetrics(s *Service) *metrics {
 		f(prometheus.GaugeOpts{Name: "tierstore_master_objects", Help: "Objects in the master's metadata."},
 			func() float64 { return float64(s.cnt.objects.Load()) }),
 		f(prometheus.GaugeOpts{Name: "tierstore_master_bytes", Help: "Object bytes per tier (one count per replica).", ConstLabels: prometheus.Labels{"tier": "dram"}},
-			func() float64 { return float64(s.cnt.memBytes.Load()) }),
+			func() float64 { return float64(s.cnt.dramBytes.Load()) }),
 		f(prometheus.GaugeOpts{Name: "tierstore_master_bytes", Help: "Object bytes per tier (one count per replica).", ConstLabels: prometheus.Labels{"tier": "ssd"}},
-			func() float64 { return float64(s.cnt.diskBytes.Load()) }),
+			func() float64 { return float64(s.cnt.ssdBytes.Load()) }),
 		f(prometheus.GaugeOpts{Name: "tierstore_master_replicas", Help: "Replicas per tier.", ConstLabels: prometheus.Labels{"tier": "dram"}},
-			func() float64 { return float64(s.cnt.memReplicas.Load()) }),
+			func() float64 { return float64(s.cnt.dramReplicas.Load()) }),
 		f(prometheus.GaugeOpts{Name: "tierstore_master_replicas", Help: "Replicas per tier.", ConstLabels: prometheus.Labels{"tier": "ssd"}},
-			func() float64 { return float64(s.cnt.diskReplicas.Load()) }),
+			func() float64 { return float64(s.cnt.ssdReplicas.Load()) }),
 		f(prometheus.GaugeOpts{Name: "tierstore_master_offload_queue_depth", Help: "Offload tasks queued or in flight, all nodes."},
 			func() float64 { q, i := s.queueDepth(); return float64(q + i) }),
 		f(prometheus.GaugeOpts{Name: "tierstore_master_nodes", Help: "Live store nodes."},
@@ -138,10 +138,10 @@ func (s *Service) Stats(ctx context.Context) (masterapi.Stats, error) {
 	}
 	st := masterapi.Stats{
 		Objects:             s.cnt.objects.Load(),
-		DRAMReplicas:        s.cnt.memReplicas.Load(),
-		SSDReplicas:         s.cnt.diskReplicas.Load(),
-		DRAMBytes:           s.cnt.memBytes.Load(),
-		SSDBytes:            s.cnt.diskBytes.Load(),
+		DRAMReplicas:        s.cnt.dramReplicas.Load(),
+		SSDReplicas:         s.cnt.ssdReplicas.Load(),
+		DRAMBytes:           s.cnt.dramBytes.Load(),
+		SSDBytes:            s.cnt.ssdBytes.Load(),
 		Evictions:           s.cnt.evictions.Load(),
 		OffloadQueuedTot:    s.cnt.offloadQueued.Load(),
 		OffloadPersisted:    s.cnt.offloadPersisted.Load(),
@@ -198,7 +198,7 @@ func (s *Service) Stats(ctx context.Context) (masterapi.Stats, error) {
 func (s *Service) pruneRetiredLocked() {
 	kept := s.retired[:0]
 	for _, n := range s.retired {
-		if n.memReplicas.Load()+n.diskReplicas.Load() > 0 {
+		if n.dramReplicas.Load()+n.ssdReplicas.Load() > 0 {
 			kept = append(kept, n)
 		}
 	}
@@ -209,8 +209,8 @@ func (s *Service) pruneRetiredLocked() {
 // stats returns n's row of Stats without its segment figures.
 func (n *node) stats(alive bool) masterapi.NodeStats {
 	r := masterapi.NodeStats{Node: n.id, Endpoint: n.endpoint, Incarnation: n.incarnation, Alive: alive,
-		DRAMReplicas: n.memReplicas.Load(), DRAMBytes: n.memBytes.Load(),
-		SSDReplicas: n.diskReplicas.Load(), SSDBytes: n.diskBytes.Load()}
+		DRAMReplicas: n.dramReplicas.Load(), DRAMBytes: n.dramBytes.Load(),
+		SSDReplicas: n.ssdReplicas.Load(), SSDBytes: n.ssdBytes.Load()}
 	if alive {
 		q, i := n.box.counts()
 		r.OffloadQueued, r.OffloadInFlight = int64(q), int64(i)

@@ -36,7 +36,7 @@ func readable(t *testing.T, s *Service, keys ...string) {
 		sh := s.shardOf(k)
 		sh.mu.Lock()
 		o := sh.objs[k]
-		ok := o != nil && (o.readableMem() || o.readableDisk())
+		ok := o != nil && (o.readableDRAM() || o.readableSSD())
 		sh.mu.Unlock()
 		if !ok {
 			t.Fatalf("%s lost: no readable replica", k)
@@ -55,7 +55,7 @@ func TestPromotionNeverDropsDRAMOnly(t *testing.T) {
 	s, clk, dram := promoteSetup(t)
 	s.ReportSSD("a", fullSSD)
 	s.countVictims(s.now()) // a scan drops c's entry from the DRAM candidates: c is on SSD only
-	if memSetKeys(s)["c"] {
+	if dramSetKeys(s)["c"] {
 		t.Fatal("c, on SSD only, is among the DRAM eviction candidates after a scan")
 	}
 	if _, err := s.GetReplicaList(bg, "c"); err != nil { // an SSD hit: c is queued for promotion
@@ -110,7 +110,7 @@ func TestPromotionNeverDropsDRAMOnly(t *testing.T) {
 	if got := s.cnt.promotionEvictions.Load(); got != 1 {
 		t.Fatalf("%d promotion evictions, want 1 (d0)", got)
 	}
-	if !memSetKeys(s)["c"] {
+	if !dramSetKeys(s)["c"] {
 		t.Fatal("the promoted c is not among the DRAM eviction candidates: the scans would never evict it")
 	}
 }

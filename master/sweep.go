@@ -27,8 +27,8 @@ func (s *Service) sweep(now int64) {
 				restored++
 			}
 			if o.putInProgress() && now-o.putStart > discard {
-				s.log.Debug("reclaiming abandoned put", "key_len", len(key), "node", o.mem.seg.node.id, "replicas", o.memCount())
-				s.dropMem(o)
+				s.log.Debug("reclaiming abandoned put", "key_len", len(key), "node", o.dram.seg.node.id, "replicas", o.dramCount())
+				s.dropDRAM(o)
 			}
 			if !s.clearDead(key, o, now) {
 				left = true
@@ -56,7 +56,7 @@ func (s *Service) sweep(now int64) {
 // it queued. Caller holds the shard lock, before clearDead drops the dead
 // copies.
 func (s *Service) restoreSSDCopy(key string, o *object) bool {
-	if o.offload != nil || len(o.disk) == 0 || o.readableDisk() || !o.readableMem() {
+	if o.offload != nil || len(o.ssd) == 0 || o.readableSSD() || !o.readableDRAM() {
 		return false
 	}
 	return s.enqueue(key, o)
@@ -66,49 +66,49 @@ func (s *Service) restoreSSDCopy(key string, o *object) bool {
 // reports false when dead replicas remain (kept for the lease, or for the
 // put in progress they belong to). Caller holds the shard lock.
 func (s *Service) clearDead(key string, o *object, now int64) bool {
-	deadMem := false
-	for _, m := range o.mems() {
+	deadDRAM := false
+	for _, m := range o.drams() {
 		if !m.seg.live() {
-			deadMem = true
+			deadDRAM = true
 			break
 		}
 	}
-	deadDisk := false
-	for _, d := range o.disk {
+	deadSSD := false
+	for _, d := range o.ssd {
 		if d.node.dead.Load() {
-			deadDisk = true
+			deadSSD = true
 			break
 		}
 	}
-	if !deadMem && !deadDisk {
+	if !deadDRAM && !deadSSD {
 		return true
 	}
 	if o.leased(now) {
 		return false
 	}
 	kept := true
-	if deadMem && o.putInProgress() {
+	if deadDRAM && o.putInProgress() {
 		// A put in progress keeps its dead replicas: its PutEnd must fail
 		// (ErrReplicaGone) rather than publish fewer replicas than were
 		// placed. It ends by PutRevoke or its discard timeout.
 		kept = false
 	} else {
-		for i := o.memCount() - 1; deadMem && i >= 0; i-- {
-			if !o.memAt(i).seg.live() {
-				s.dropMemAt(o, i) // the others stay readable
+		for i := o.dramCount() - 1; deadDRAM && i >= 0; i-- {
+			if !o.dramAt(i).seg.live() {
+				s.dropDRAMAt(o, i) // the others stay readable
 			}
 		}
 	}
-	if deadDisk {
-		disk := o.disk[:0]
-		for _, d := range o.disk {
+	if deadSSD {
+		disk := o.ssd[:0]
+		for _, d := range o.ssd {
 			if d.node.dead.Load() {
-				s.countDisk(d.node, masterapi.KeyHash(key), -1, -o.size)
+				s.countSSD(d.node, masterapi.KeyHash(key), -1, -o.size)
 				continue
 			}
 			disk = append(disk, d)
 		}
-		o.disk = disk
+		o.ssd = disk
 	}
 	return kept
 }

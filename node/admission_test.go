@@ -261,8 +261,8 @@ func (s *admStack) ssdOnly(t *testing.T, key string, val []byte) {
 		t.Fatal(err)
 	}
 	s.drain(t)
-	if res, err := s.m.EvictMemory(ctx, []string{key}, false); err != nil || res.Dropped != 1 {
-		t.Fatalf("evict memory of %s: %+v %v", key, res, err)
+	if res, err := s.m.EvictDRAM(ctx, []string{key}, false); err != nil || res.Dropped != 1 {
+		t.Fatalf("evict DRAM of %s: %+v %v", key, res, err)
 	}
 }
 
@@ -399,7 +399,7 @@ func TestPromotionNeverResurrects(t *testing.T) {
 			// What the tier's eviction does: tell the master, then delete
 			// (past the reads' lease, so the object goes at once).
 			s.clk.Advance(time.Second)
-			if _, err := s.m.EvictDiskReplica(ctx, s.n.Name(), []string{"p"}); err != nil {
+			if _, err := s.m.EvictSSDReplica(ctx, s.n.Name(), []string{"p"}); err != nil {
 				t.Fatal(err)
 			}
 			if err := s.n.tier.Remove([]byte("p")); err != nil {

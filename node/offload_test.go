@@ -66,7 +66,7 @@ func TestEvictFuncPassesKeepList(t *testing.T) {
 	n := startTestNode(t, m, "", nil)
 	ctx := context.Background()
 	objs := []masterapi.SSDObject{{Key: "leased", Size: 1, CRC: 1}, {Key: "free", Size: 1, CRC: 2}}
-	if _, err := m.ReRegisterDiskObjects(ctx, n.Name(), objs); err != nil {
+	if _, err := m.ReRegisterSSDObjects(ctx, n.Name(), objs); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.GetReplicaList(ctx, "leased"); err != nil { // grants the lease

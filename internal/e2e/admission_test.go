@@ -22,7 +22,7 @@ func TestTinyLFUPromotionAcrossProcesses(t *testing.T) {
 		"--bucket_eviction=worth", "--admission_sketch_interval=100ms")
 	c := newClient(t, m.Addr, a.Node)
 	vals, keys := putAll(t, c, "promo", 24, 64<<10)
-	waitDiskReplicas(t, c, 4)
+	waitSSDReplicas(t, c, 4)
 	ctx := context.Background()
 	k := keys[0]
 	read := func() (fromSSD, fromDRAM bool) {

@@ -50,7 +50,7 @@ func newLifecycleRig(t *testing.T) *lifecycleRig {
 	if err := r.c.Put(context.Background(), r.ctrl, r.vals[r.ctrl]); err != nil {
 		t.Fatal(err)
 	}
-	waitDiskReplicas(t, r.c, 6)
+	waitSSDReplicas(t, r.c, 6)
 	return r
 }
 
@@ -121,7 +121,7 @@ func (r *lifecycleRig) checkGone() {
 // and an evicted DRAM copy is not re-registered either.
 func TestRemoveThenMasterAndNodeKill9(t *testing.T) {
 	r := newLifecycleRig(t)
-	if out, e, code := cli(t, "evict", "--master", r.master.Addr, "--tier", "memory", r.keys[0], r.keys[1]); code != 0 || !strings.HasPrefix(out, "dropped 2") {
+	if out, e, code := cli(t, "evict", "--master", r.master.Addr, "--tier", "dram", r.keys[0], r.keys[1]); code != 0 || !strings.HasPrefix(out, "dropped 2") {
 		t.Fatalf("evict: %d %q %s", code, out, e)
 	}
 	r.removeAll()
@@ -138,7 +138,7 @@ func TestRemoveThenMasterAndNodeKill9(t *testing.T) {
 // re-registered), the others from DRAM too.
 func TestEvictThenMasterKill9(t *testing.T) {
 	r := newLifecycleRig(t)
-	if _, e, code := cli(t, "evict", "--master", r.master.Addr, "--tier", "memory", r.keys[0], r.keys[1]); code != 0 {
+	if _, e, code := cli(t, "evict", "--master", r.master.Addr, "--tier", "dram", r.keys[0], r.keys[1]); code != 0 {
 		t.Fatalf("evict: %d %s", code, e)
 	}
 	testkit.Within(t, 10*time.Second, "the node forgot the evicted DRAM records", func() error {
@@ -161,7 +161,7 @@ func TestEvictThenMasterKill9(t *testing.T) {
 func TestEvictAcknowledgedBeforeTheNodeLearnsOfIt(t *testing.T) {
 	r := newLifecycleRig(t)
 	again := r.keys[2]
-	r.evictMemory(again)
+	r.evictDRAM(again)
 	if err := r.c.Remove(context.Background(), again, true); err != nil {
 		t.Fatal(err)
 	}
@@ -169,20 +169,20 @@ func TestEvictAcknowledgedBeforeTheNodeLearnsOfIt(t *testing.T) {
 	if err := r.c.Put(context.Background(), again, r.vals[again]); err != nil {
 		t.Fatal(err)
 	}
-	waitDiskReplicas(t, r.c, 6)
+	waitSSDReplicas(t, r.c, 6)
 	r.node.Kill(syscall.SIGSTOP)
-	r.evictMemory(r.keys[0], r.keys[1])
+	r.evictDRAM(r.keys[0], r.keys[1])
 	r.master.Kill(syscall.SIGKILL)
 	r.startMaster()
 	r.node.Kill(syscall.SIGCONT)
 	r.checkDRAM(map[string]bool{r.keys[0]: true, r.keys[1]: true})
 }
 
-// evictMemory evicts keys from DRAM with `tierstore evict --tier memory`
+// evictDRAM evicts keys from DRAM with `tierstore evict --tier dram`
 // and checks that each was dropped.
-func (r *lifecycleRig) evictMemory(keys ...string) {
+func (r *lifecycleRig) evictDRAM(keys ...string) {
 	r.t.Helper()
-	args := append([]string{"evict", "--master", r.master.Addr, "--tier", "memory"}, keys...)
+	args := append([]string{"evict", "--master", r.master.Addr, "--tier", "dram"}, keys...)
 	if out, e, code := cli(r.t, args...); code != 0 || !strings.HasPrefix(out, fmt.Sprintf("dropped %d", len(keys))) {
 		r.t.Fatalf("evict: %d %q %s", code, out, e)
 	}
@@ -278,7 +278,7 @@ func TestRemoveThenHAFailover(t *testing.T) {
 	if err := c.Put(ctx, "control", vals["control"]); err != nil {
 		t.Fatal(err)
 	}
-	waitDiskReplicas(t, c, 6)
+	waitSSDReplicas(t, c, 6)
 	for _, k := range keys {
 		if err := c.Remove(ctx, k, true); err != nil {
 			t.Fatal(err)
@@ -320,10 +320,10 @@ func TestEvictThenHAFailover(t *testing.T) {
 	c := haClient(t, h.url)
 	vals, keys := putAll(t, c, "k", 4, lifecycleSize)
 	ctx := context.Background()
-	waitDiskReplicas(t, c, 4)
+	waitSSDReplicas(t, c, 4)
 	n.Kill(syscall.SIGSTOP)
 	evicted := map[string]bool{keys[0]: true, keys[1]: true}
-	if res, err := c.EvictMemory(ctx, keys[:2], false); err != nil || res.Dropped != 2 {
+	if res, err := c.EvictDRAM(ctx, keys[:2], false); err != nil || res.Dropped != 2 {
 		t.Fatalf("evict: %+v %v", res, err)
 	}
 	lead.Kill(syscall.SIGKILL)

@@ -24,13 +24,20 @@ const (
 	// of version 1 would ignore, re-registering the evicted copies. 3: the
 	// heartbeat carries the admission sketch in chunks (SketchChunk)
 	// instead of whole, which a node of version 2 would read as no sketch.
-	// 4: ReRegisterDiskObjects carries objects in columns
-	// (DiskObjectColumns) and answers only the refused ones, which a peer
+	// 4: ReRegisterSSDObjects carries objects in columns
+	// (SSDObjectColumns) and answers only the refused ones, which a peer
 	// of version 3 would read as no objects and every object recorded.
 	// 5: the proto package is tierstore.master.v1 (was tierstore.rpc), so
 	// every method has a new name on the wire; a master refuses calls to
-	// the former name with VERSION_MISMATCH (FormerService).
-	MasterProtocol = 5
+	// the former name with VERSION_MISMATCH (FormerService). 6: the
+	// tiers are DRAM and SSD in every name: ReplicaKind MEMORY/LOCAL_DISK
+	// are DRAM/SSD, the methods EvictMemory, ReRegisterDiskObjects,
+	// EvictDiskReplica and ReRegisterMemoryObjects are EvictDRAM,
+	// ReRegisterSSDObjects, EvictSSDReplica and ReRegisterDRAMObjects (new
+	// names on the wire: a peer of version 5 would find them unknown), and
+	// their messages and the Stats fields are renamed to match (numbers
+	// kept).
+	MasterProtocol = 6
 	// NodeProtocol is the version of node.proto's NodePeer service.
 	NodeProtocol = 1
 )
