@@ -77,17 +77,23 @@ func VersionCheck(service string, version int) grpc.UnaryServerInterceptor {
 // protocol 5): a call to a method of former is refused with
 // errcode.ErrVersionMismatch naming both sides, as VersionCheck refuses,
 // instead of gRPC's UNIMPLEMENTED "unknown service". A call to any other
-// unknown service stays UNIMPLEMENTED.
+// unknown service stays UNIMPLEMENTED, unless its caller names another
+// version in VersionHeader: then it is refused the same way (a method an
+// earlier version had under another name, such as the master's
+// EvictDiskReplica before protocol 6, is unknown here).
 func FormerService(service string, version int, former string) grpc.ServerOption {
 	prefix := "/" + former + "/"
+	want := strconv.Itoa(version)
 	return grpc.UnknownServiceHandler(func(_ any, st grpc.ServerStream) error {
 		method, _ := grpc.MethodFromServerStream(st)
-		if !strings.HasPrefix(method, prefix) {
+		md, _ := metadata.FromIncomingContext(st.Context())
+		named := md.Get(VersionHeader)
+		if !strings.HasPrefix(method, prefix) && (len(named) == 0 || named[0] == want) {
 			return status.Errorf(codes.Unimplemented, "unknown service or method %s", method)
 		}
 		caller := "an earlier version"
-		if md, _ := metadata.FromIncomingContext(st.Context()); len(md.Get(VersionHeader)) > 0 {
-			caller = "version " + md.Get(VersionHeader)[0]
+		if len(named) > 0 {
+			caller = "version " + named[0]
 		}
 		return errcode.ToStatus(errcode.Errorf(errcode.VersionMismatch,
 			"%s speaks protocol version %d, the caller %s (it called %s, a method of an earlier protocol): run the same tierstore release on both sides",
