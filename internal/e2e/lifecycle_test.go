@@ -40,7 +40,7 @@ type lifecycleRig struct {
 const lifecycleSize = 256 << 10
 
 func newLifecycleRig(t *testing.T) *lifecycleRig {
-	r := &lifecycleRig{t: t, port: freePort(t), state: t.TempDir(), ssd: t.TempDir()}
+	r := &lifecycleRig{t: t, port: testkit.FreePort(t), state: t.TempDir(), ssd: t.TempDir()}
 	r.startMaster()
 	r.startNode()
 	r.c = newClient(t, r.master.Addr, "")
@@ -200,30 +200,38 @@ func (r *lifecycleRig) checkDRAM(evicted map[string]bool) {
 	for _, k := range append([]string{r.ctrl}, r.keys...) {
 		// The DRAM re-registration comes before the SSD one: once the SSD
 		// replica is listed, every DRAM replica that will be is.
-		testkit.Within(t, 20*time.Second, "the replicas of "+k, func() error {
-			info, err := c.Master().GetReplicaList(ctx, k)
-			if err != nil {
-				return err
-			}
-			mem, disk := false, false
-			for _, rep := range info.Replicas {
-				mem = mem || rep.Kind == masterapi.DRAM
-				disk = disk || rep.Kind == masterapi.SSD
-			}
-			switch {
-			case !disk:
-				return fmt.Errorf("no SSD replica yet: %+v", info.Replicas)
-			case evicted[k] && mem:
-				t.Fatalf("%s was evicted from DRAM, yet its DRAM replica was re-registered: %+v", k, info.Replicas)
-			case !evicted[k] && !mem:
-				return fmt.Errorf("no DRAM replica yet: %+v", info.Replicas)
-			}
-			return nil
-		})
+		waitReRegistered(t, c, k, evicted[k], 20*time.Second, "the replicas of "+k)
 		if got, err := c.Get(ctx, k); err != nil || !bytes.Equal(got, r.vals[k]) {
 			t.Fatalf("get %s: %v", k, err)
 		}
 	}
+}
+
+// waitReRegistered waits (within d, saying what) until the master lists
+// key's SSD replica and, unless the key was evicted from DRAM, a DRAM one;
+// an evicted key whose DRAM replica comes back fails the test at once.
+func waitReRegistered(t *testing.T, c *client.Client, key string, evicted bool, d time.Duration, what string) {
+	t.Helper()
+	testkit.Within(t, d, what, func() error {
+		info, err := c.Master().GetReplicaList(context.Background(), key)
+		if err != nil {
+			return err
+		}
+		dram, ssd := false, false
+		for _, rep := range info.Replicas {
+			dram = dram || rep.Kind == masterapi.DRAM
+			ssd = ssd || rep.Kind == masterapi.SSD
+		}
+		switch {
+		case !ssd:
+			return fmt.Errorf("no SSD replica yet: %+v", info.Replicas)
+		case evicted && dram:
+			t.Fatalf("%s was evicted from DRAM, yet its DRAM replica was re-registered: %+v", key, info.Replicas)
+		case !evicted && !dram:
+			return fmt.Errorf("no DRAM replica yet: %+v", info.Replicas)
+		}
+		return nil
+	})
 }
 
 // kill -9 between the acknowledgement of a removal and its arrival at the
@@ -330,26 +338,7 @@ func TestEvictThenHAFailover(t *testing.T) {
 	h.leader(term)
 	n.Kill(syscall.SIGCONT)
 	for _, k := range keys {
-		testkit.Within(t, 30*time.Second, "the replicas of "+k+" at the new leader", func() error {
-			info, err := c.Master().GetReplicaList(ctx, k)
-			if err != nil {
-				return err
-			}
-			mem, disk := false, false
-			for _, rep := range info.Replicas {
-				mem = mem || rep.Kind == masterapi.DRAM
-				disk = disk || rep.Kind == masterapi.SSD
-			}
-			switch {
-			case !disk:
-				return fmt.Errorf("no SSD replica yet: %+v", info.Replicas)
-			case evicted[k] && mem:
-				t.Fatalf("%s was evicted from DRAM, yet its DRAM replica was re-registered: %+v", k, info.Replicas)
-			case !evicted[k] && !mem:
-				return fmt.Errorf("no DRAM replica yet: %+v", info.Replicas)
-			}
-			return nil
-		})
+		waitReRegistered(t, c, k, evicted[k], 30*time.Second, "the replicas of "+k+" at the new leader")
 		if got, err := c.Get(ctx, k); err != nil || !bytes.Equal(got, vals[k]) {
 			t.Fatalf("get %s after the failover: %v", k, err)
 		}
