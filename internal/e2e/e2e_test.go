@@ -256,7 +256,7 @@ func TestNodeKill9MidOffload(t *testing.T) {
 // kill -9 of the master, restart on the same port: the node remounts and
 // re-registers its SSD objects, which are readable again.
 func TestMasterKill9Restart(t *testing.T) {
-	port := freePort(t)
+	port := testkit.FreePort(t)
 	state := "--state_dir=" + t.TempDir() // the removal log survives the kill
 	m := startMaster(t, port, state)
 	a := startNode(t, m.Addr, t.TempDir())
