@@ -346,9 +346,7 @@ func TestReRegisterAtStartAndAfterMasterRestart(t *testing.T) {
 // Reconcile prunes SSD replicas the SSD no longer holds; the evict
 // callback removes the replica at the master before the bytes go.
 func TestReconcileAndEvictCallback(t *testing.T) {
-	m := newMaster(t, testMasterConfig())
-	tr := newMemTier()
-	n := startTestNode(t, m, "", tr)
+	m, tr, n := newMemNode(t)
 	c := newTestClient(t, client.Config{Master: m, LocalNode: n})
 	ctx := context.Background()
 	for _, k := range []string{"a", "b", "c"} {
@@ -447,9 +445,7 @@ func TestCorruptSSDReplicaIsDropped(t *testing.T) {
 }
 
 func TestMetricsHandler(t *testing.T) {
-	m := newMaster(t, testMasterConfig())
-	tr := newMemTier()
-	n := startTestNode(t, m, "", tr)
+	m, tr, n := newMemNode(t)
 	c := newTestClient(t, client.Config{Master: m, LocalNode: n})
 	if err := c.Put(context.Background(), "k", rnd(100)); err != nil {
 		t.Fatal(err)

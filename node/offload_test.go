@@ -17,9 +17,7 @@ import (
 // hands the tier only bytes that match the task's CRC; answer sends one
 // final notify with every task the bucket notifies did not answer.
 func TestRoundPhases(t *testing.T) {
-	m := newMaster(t, testMasterConfig())
-	tr := newMemTier()
-	n := startTestNode(t, m, "", tr)
+	_, tr, n := newMemNode(t)
 	good := rnd(1000)
 	if err := n.seg.WriteAt(good, 0); err != nil {
 		t.Fatal(err)
