@@ -159,7 +159,7 @@ func TestReRegisterDRAMObjects(t *testing.T) {
 
 // Conflicts: an overlapping range, an older put of a key, other bytes than
 // the SSD copies; a newer put of a key replaces the older DRAM replica.
-func TestReRegisterMemoryConflicts(t *testing.T) {
+func TestReRegisterDRAMConflicts(t *testing.T) {
 	s, _ := testService(t, nil)
 	holdMount(t, s, "a", 64<<10)
 	holdMount(t, s, "b", 64<<10)

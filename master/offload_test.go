@@ -451,12 +451,12 @@ func TestEvictSSDReplicaPerKey(t *testing.T) {
 	}
 }
 
-// TestFailedAnswerDropsPhantomDiskReplica: a notify the master applied but
+// TestFailedAnswerDropsPhantomSSDReplica: a notify the master applied but
 // whose reply the node lost leaves an SSD replica the node rolled
 // back; the node's later failure for that key (the task already settled)
 // drops it. Inside a lease with nothing else readable the metadata stays
 // as "gone" until the lease ends.
-func TestFailedAnswerDropsPhantomDiskReplica(t *testing.T) {
+func TestFailedAnswerDropsPhantomSSDReplica(t *testing.T) {
 	s, clk := offloadService(t, nil)
 	mount(t, s, "a", 1<<20)
 	put(t, s, "k", 64, "a")
@@ -482,7 +482,7 @@ func TestFailedAnswerDropsPhantomDiskReplica(t *testing.T) {
 		t.Fatalf("k keeps only its DRAM replica: %s %v", kinds(info), err)
 	}
 	if st, _ := s.Stats(bg); st.SSDReplicas != 0 {
-		t.Fatalf("phantom LocalDisk replicas: %d", st.SSDReplicas)
+		t.Fatalf("phantom SSD replicas: %d", st.SSDReplicas)
 	}
 	// The failure was retryable: k (still in DRAM) is offered again; l has
 	// no DRAM replica left to copy.

@@ -7,7 +7,7 @@
 // and re-registers everything its SSD tier holds. It serves clients on one
 // port: the data plane (package wire's frames: writes received straight
 // into their claimed range, with the same put-token checks as the
-// in-process WriteRange; memory reads sent from the mapping without a
+// in-process WriteRange; DRAM reads sent from the mapping without a
 // copy; SSD reads streamed from the tier in 256 KiB pieces through pooled
 // page-aligned buffers, ssdread.go) and, beside it, gRPC for its counters
 // (internal/rpcpb NodePeer: NodeStats). Put and Get latencies are
