@@ -7,7 +7,7 @@ type Object struct {
 	Key    string
 	Size   int64
 	InDRAM bool   // has a complete DRAM replica
-	OnDisk bool   // has an SSD replica
+	OnSSD  bool   // has an SSD replica
 	Queued bool   // an offload task is queued or in flight
 	Reads  uint32 // demand lookups counted so far; OnLookup may advance it
 	Node   string // node holding the DRAM replica ("" without one): where an offload would go
@@ -44,7 +44,7 @@ type ColdPutter interface {
 	ColdPut(o Object) bool
 }
 
-func eligible(o Object) bool { return o.InDRAM && !o.OnDisk && !o.Queued }
+func eligible(o Object) bool { return o.InDRAM && !o.OnSSD && !o.Queued }
 
 // Eager queues every object at PutEnd.
 type Eager struct{}
@@ -159,7 +159,7 @@ func (o *Options) RegisterFlags(fs Flags) {
 	fs.Float64Var(&o.Margin, "admission_margin", o.Margin,
 		"tinylfu: accesses by which a candidate must beat the SSD bucket it displaces")
 	fs.Float64Var(&o.WriteBudgetMBps, "ssd_write_budget", o.WriteBudgetMBps,
-		"tinylfu: SSD write budget per node in MB/s, lowest-value candidates refused first (0: none)")
+		"tinylfu: SSD write budget per node in MB/s, least frequent candidates refused first (0: none)")
 	fs.Int64Var(&o.PromoteMinFreq, "dram_promotion_min_freq", o.PromoteMinFreq,
 		"tinylfu: an SSD hit on an object of at least this estimated frequency (1..16) asks for a DRAM copy (0: off)")
 	fs.Int64Var(&o.ColdPutMinFreq, "admission_cold_put_freq", o.ColdPutMinFreq,

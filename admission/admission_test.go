@@ -53,7 +53,7 @@ func (s *script) lookup(offloadPath bool, keys ...string) {
 // evict reports whether the object is kept (offloaded) instead of dropped.
 func (s *script) evict(k string) bool {
 	o := s.objs[k]
-	if !o.OnDisk && s.p.OnEvict(*o) {
+	if !o.OnSSD && s.p.OnEvict(*o) {
 		s.queue(o)
 		return true
 	}
@@ -62,7 +62,7 @@ func (s *script) evict(k string) bool {
 	return false
 }
 
-func (s *script) persisted(k string) { o := s.objs[k]; o.OnDisk = true; o.Queued = false }
+func (s *script) persisted(k string) { o := s.objs[k]; o.OnSSD = true; o.Queued = false }
 
 func TestEager(t *testing.T) {
 	s := newScript(Eager{})

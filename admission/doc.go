@@ -33,9 +33,9 @@
 //
 // Where it runs. On the master: it is the only place that sees every
 // lookup, including misses. The node holds what admission must compare
-// with — its SSD's fill level and the value of the buckets it would evict
+// with — its SSD's fill level and the worth of the buckets it would evict
 // next — and reports it (masterapi.SSDReport, computed from tier.Engine.Outlook with
-// eviction.Value). A bucket's value is what it still holds: the sum over
+// eviction.Worth). A bucket's worth is what it still holds: the sum over
 // its live objects of estimated frequency x size, and its density is that
 // per byte of object space, dead space (objects removed or re-offloaded
 // elsewhere) included.
@@ -70,7 +70,7 @@
 //   - an admitted candidate may still be refused by the SSD write budget
 //     ("budget", ssd_write_budget): a token bucket of one second of budget
 //     per node, from which a candidate of frequency f may only spend down
-//     to (1 - f/16) of the burst, so the lowest-value candidates are
+//     to (1 - f/16) of the burst, so the least frequent candidates are
 //     refused first.
 //
 // The margin. In a loop larger than the cache, a key just seen counts one
@@ -120,9 +120,9 @@
 // # Wire format (the offload heartbeat)
 //
 // The offload heartbeat request carries the node's masterapi.SSDReport (High, Low,
-// Used: int64; Victims: repeated {FileBytes int64, Span int64, Value double};
+// Used: int64; Victims: repeated {FileBytes int64, Span int64, Worth double};
 // rpcpb SSDReport, converted by mastergrpc and master); the master passes it to Service.ReportSSD, which adds
-// the node's outstanding tasks. The node values its victims with the
+// the node's outstanding tasks. The node weighs its victims with the
 // master's sketch, which the heartbeat replies carry when the node's copy
 // (whose version the request sends back) has fallen 1/64 of the ageing
 // period behind, at most once per --admission_sketch_interval: in chunks
@@ -144,7 +144,7 @@
 // # Invariants
 //
 //   - A Policy never queues an object that is already on SSD or already
-//     queued (every policy checks OnDisk and Queued).
+//     queued (every policy checks OnSSD and Queued).
 //   - The sketch never under-estimates a key's accesses since the last
 //     halving (up to saturation at 16).
 //   - ColdPut is true only for a key whose estimate reaches ColdPutFreq

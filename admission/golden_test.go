@@ -86,7 +86,7 @@ func replayAdmission(t *testing.T, newPolicy func(now func() time.Time) Policy, 
 		}
 		log := func(format string, a ...any) { fmt.Fprintf(&out, "%d: "+format+"\n", append([]any{line}, a...)...) }
 		// offload completes at once: the object is on SSD.
-		offload := func(o *Object) { o.OnDisk, o.Queued = true, false }
+		offload := func(o *Object) { o.OnSSD, o.Queued = true, false }
 		switch w[0] {
 		case "ssd":
 			r := masterapi.SSDReport{High: num(w[1]), Low: num(w[2]), Used: num(w[3])}
@@ -95,7 +95,7 @@ func replayAdmission(t *testing.T, newPolicy func(now func() time.Time) Policy, 
 				if len(x) != 3 {
 					t.Fatalf("%s:%d: victim %q is not FILEBYTES:SPAN:VALUE", path, line, v)
 				}
-				r.Victims = append(r.Victims, masterapi.SSDVictim{FileBytes: num(x[0]), Span: num(x[1]), Value: float64(num(x[2]))})
+				r.Victims = append(r.Victims, masterapi.SSDVictim{FileBytes: num(x[0]), Span: num(x[1]), Worth: float64(num(x[2]))})
 			}
 			if s, ok := p.(ssdReportTaker); ok {
 				s.ReportSSD("n1", r, 0)
@@ -111,7 +111,7 @@ func replayAdmission(t *testing.T, newPolicy func(now func() time.Time) Policy, 
 			case o != nil && o.InDRAM:
 				outcome = DRAMHit
 				dram.MoveToBack(elems[key])
-			case o != nil && o.OnDisk:
+			case o != nil && o.OnSSD:
 				outcome = SSDHit
 			}
 			if tl, ok := p.(*TinyLFU); ok {
@@ -132,11 +132,11 @@ func replayAdmission(t *testing.T, newPolicy func(now func() time.Time) Policy, 
 				if p.OnEvict(*vo) { // asked while the object is still in DRAM
 					log("evict %s: offload", v)
 					offload(vo)
-				} else if !vo.OnDisk {
+				} else if !vo.OnSSD {
 					log("evict %s: drop", v)
 				}
 				vo.InDRAM, vo.Node = false, ""
-				if !vo.OnDisk {
+				if !vo.OnSSD {
 					delete(objs, v)
 				}
 			}

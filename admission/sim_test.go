@@ -15,8 +15,8 @@ import (
 // DRAM holds simDRAM objects in the master's order (warm puts and hits at
 // the back, cold puts at the front, the front evicted first); a DRAM
 // victim the policy admits is written to the SSD's open bucket of
-// simBucket objects; the SSD evicts whole buckets, the least valuable of
-// the 8 least recently read (the "value" bucket policy), from its high
+// simBucket objects; the SSD evicts whole buckets, the one of least worth of
+// the 8 least recently read (the "worth" bucket policy), from its high
 // watermark down to its low one; every request is followed by a fresh
 // SSD report. Every object has one size; a lookup that misses is put.
 
@@ -47,7 +47,7 @@ func newSimStore(p Policy) *simStore {
 }
 
 func (s *simStore) obj(k string) Object {
-	return Object{Key: k, Size: obj, InDRAM: s.inDRAM[k], OnDisk: s.ssd[k] != nil, Node: "n"}
+	return Object{Key: k, Size: obj, InDRAM: s.inDRAM[k], OnSSD: s.ssd[k] != nil, Node: "n"}
 }
 
 func (s *simStore) used() int64 {
@@ -58,7 +58,7 @@ func (s *simStore) used() int64 {
 	return int64(n) * obj
 }
 
-// density is a bucket's value per byte of its span (simBucket objects).
+// density is a bucket's worth per byte of its span (simBucket objects).
 func (s *simStore) density(b *simBucketT, est func(string) uint32) float64 {
 	v := 0.0
 	for k := range b.keys {
@@ -67,7 +67,7 @@ func (s *simStore) density(b *simBucketT, est func(string) uint32) float64 {
 	return v / simBucket
 }
 
-// victims is the SSD's eviction order: repeatedly the least valuable of
+// victims is the SSD's eviction order: repeatedly the one of least worth of
 // the 8 least recently read buckets not yet taken.
 func (s *simStore) victims(est func(string) uint32) []*simBucketT {
 	rest := append([]*simBucketT(nil), s.sealed...)
@@ -93,7 +93,7 @@ func (s *simStore) report() {
 	r := masterapi.SSDReport{High: simHigh * obj, Low: simLow * obj, Used: s.used()}
 	for _, b := range s.victims(t.Estimate) {
 		r.Victims = append(r.Victims, masterapi.SSDVictim{FileBytes: simBucket * obj, Span: simBucket * obj,
-			Value: s.density(b, t.Estimate) * simBucket * obj})
+			Worth: s.density(b, t.Estimate) * simBucket * obj})
 	}
 	t.ReportSSD("n", r, 0)
 }

@@ -20,7 +20,7 @@ type TinyLFUConfig struct {
 	// default 10, the TinyLFU paper's W/C).
 	SampleFactor int64
 	// Margin is what a candidate's frequency must exceed the displaced
-	// bucket's value density by, at start (admission_margin; used as
+	// bucket's worth per byte by, at start (admission_margin; used as
 	// given, the flag's default is 1, DefaultTinyLFUConfig). The incumbent
 	// always wins ties. A margin of one access absorbs the phase
 	// difference of a loop: a key just seen again counts one more than a
@@ -124,7 +124,7 @@ type Reason uint8
 const (
 	// AcceptRoom: the candidate fits under the node's high watermark.
 	AcceptRoom Reason = iota
-	// AcceptWon: the candidate's frequency beats the value density of the
+	// AcceptWon: the candidate's frequency beats the worth per byte of the
 	// bucket it would displace by more than the margin.
 	AcceptWon
 	// AcceptNoReport: the node has not reported its SSD; the candidate is
@@ -413,7 +413,7 @@ func expansion(r *masterapi.SSDReport) float64 {
 
 // budgetAllows refills the node's tokens and reports whether a candidate of
 // frequency f may spend size of them: it may go down to a floor of
-// (1 - f/16) of the burst, so as tokens run out the least valuable
+// (1 - f/16) of the burst, so as tokens run out the least frequent
 // candidates are refused first. Caller holds mu.
 func (p *TinyLFU) budgetAllows(f uint32, size int64, st *nodeState) bool {
 	burst := p.cfg.WriteBudget // one second of budget

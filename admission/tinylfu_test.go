@@ -28,7 +28,7 @@ func touch(p *TinyLFU, key string, n int) {
 func full(densities ...float64) masterapi.SSDReport {
 	r := masterapi.SSDReport{High: 100 * obj, Low: 80 * obj, Used: 100 * obj}
 	for _, d := range densities {
-		r.Victims = append(r.Victims, masterapi.SSDVictim{FileBytes: obj, Span: obj, Value: d * obj})
+		r.Victims = append(r.Victims, masterapi.SSDVictim{FileBytes: obj, Span: obj, Worth: d * obj})
 	}
 	return r
 }
@@ -97,7 +97,7 @@ func TestTinyLFURoomNoReportNoVictim(t *testing.T) {
 	if ok, why := decideOnce(t, p, "r5"); !ok || why != "room" {
 		t.Fatalf("unlimited tier: %v %s", ok, why)
 	}
-	if p.OnEvict(Object{Key: "x", Size: obj, InDRAM: true, OnDisk: true, Node: "n1"}) {
+	if p.OnEvict(Object{Key: "x", Size: obj, InDRAM: true, OnSSD: true, Node: "n1"}) {
 		t.Fatal("an object already on SSD was admitted")
 	}
 }
@@ -144,7 +144,7 @@ func TestTinyLFUPutAfterMissCountsOnce(t *testing.T) {
 }
 
 // ssdModel is a small SSD of buckets in LRU order for the scenario tests:
-// the report a node would send, with values from the policy's sketch.
+// the report a node would send, with worth from the policy's sketch.
 type ssdModel struct {
 	bucketKeys [][]string // LRU first
 	perBucket  int
@@ -157,7 +157,7 @@ func (m *ssdModel) report(p *TinyLFU) masterapi.SSDReport {
 		r.Used += int64(m.perBucket) * obj
 		v := masterapi.SSDVictim{FileBytes: int64(m.perBucket) * obj, Span: int64(m.perBucket) * obj}
 		for _, k := range b {
-			v.Value += float64(p.Estimate(k)) * obj
+			v.Worth += float64(p.Estimate(k)) * obj
 		}
 		r.Victims = append(r.Victims, v)
 	}
@@ -363,10 +363,10 @@ func refDecideRoom(f uint32, size, pending int64, r *masterapi.SSDReport, margin
 	return RejectLost
 }
 
-// beats: f exceeds v's value per byte of its span by more than margin.
+// beats: f exceeds v's worth per byte of its span by more than margin.
 func beats(f uint32, v masterapi.SSDVictim, margin float64) bool {
 	if v.Span > 0 {
-		return float64(f)*float64(v.Span) > v.Value+margin*float64(v.Span)
+		return float64(f)*float64(v.Span) > v.Worth+margin*float64(v.Span)
 	}
 	return float64(f) > margin
 }
@@ -385,7 +385,7 @@ func TestTinyLFUDecideMatchesReference(t *testing.T) {
 				rep.Victims = append(rep.Victims, masterapi.SSDVictim{
 					FileBytes: span + rapid.Int64Range(0, 1<<13).Draw(t, "overhead"),
 					Span:      span,
-					Value:     float64(rapid.IntRange(0, 16*4).Draw(t, "density4")) / 4 * float64(span),
+					Worth:     float64(rapid.IntRange(0, 16*4).Draw(t, "density4")) / 4 * float64(span),
 				})
 			}
 		}
@@ -520,7 +520,7 @@ func TestTinyLFUColdPutMatchesReference(t *testing.T) {
 			rep.Used = rapid.Int64Range(0, rep.High+2*obj).Draw(t, "used")
 			for n := rapid.IntRange(0, 4).Draw(t, "victims"); n > 0; n-- {
 				rep.Victims = append(rep.Victims, masterapi.SSDVictim{FileBytes: obj, Span: obj,
-					Value: float64(rapid.IntRange(0, 16*4).Draw(t, "density4")) / 4 * obj})
+					Worth: float64(rapid.IntRange(0, 16*4).Draw(t, "density4")) / 4 * obj})
 			}
 			p.ReportSSD("n1", *rep, 0)
 		}

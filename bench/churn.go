@@ -56,10 +56,10 @@ var churnPolicies = []churnPolicy{
 	{name: "eager+lru2", eviction: "lru2"},
 	{name: "read>=2+lru2", threshold: 2, eviction: "lru2"},
 	{name: "tinylfu+lru", admission: admission.PolicyTinyLFU, eviction: "lru"},
-	{name: "tinylfu+value", admission: admission.PolicyTinyLFU, eviction: "value"},
-	{name: "tinylfu+value+promote", admission: admission.PolicyTinyLFU, eviction: "value", promote: churnPromoteFreq},
-	{name: "tinylfu+value+budget", admission: admission.PolicyTinyLFU, eviction: "value", budget: churnBudget},
-	{name: "tinylfu+value+reinsert", admission: admission.PolicyTinyLFU, eviction: "value", reinsert: true},
+	{name: "tinylfu+worth", admission: admission.PolicyTinyLFU, eviction: "worth"},
+	{name: "tinylfu+worth+promote", admission: admission.PolicyTinyLFU, eviction: "worth", promote: churnPromoteFreq},
+	{name: "tinylfu+worth+budget", admission: admission.PolicyTinyLFU, eviction: "worth", budget: churnBudget},
+	{name: "tinylfu+worth+reinsert", admission: admission.PolicyTinyLFU, eviction: "worth", reinsert: true},
 }
 
 // churnBudget is the ssd_write_budget (MB/s) of the budgeted policy: about
@@ -73,7 +73,7 @@ const churnPromoteFreq = 8
 // churnBaseline and churnCandidate are the policies the goals compare.
 const (
 	churnBaseline  = "eager+lru"
-	churnCandidate = "tinylfu+value"
+	churnCandidate = "tinylfu+worth"
 )
 
 type churnSizes struct {
@@ -412,15 +412,15 @@ func churnGoals(figs []churnFigures, bounds map[string]churnBound) *table {
 }
 
 // churnQuickPolicies are the policies --quick replays: one of each code
-// path (eager, read-count, tinylfu with value eviction, promotion, write
+// path (eager, read-count, tinylfu with worth eviction, promotion, write
 // budget), so that the smoke test runs in its time bound under -race.
-var churnQuickPolicies = map[string]bool{"eager+lru": true, "read>=2+lru": true, "tinylfu+value": true,
-	"tinylfu+value+promote": true, "tinylfu+value+budget": true}
+var churnQuickPolicies = map[string]bool{"eager+lru": true, "read>=2+lru": true, "tinylfu+worth": true,
+	"tinylfu+worth+promote": true, "tinylfu+worth+budget": true}
 
 // churnCharted are the policies the charts show (the palette repeats
 // beyond five); the tables have them all.
 var churnCharted = map[string]bool{"eager+lru": true, "on-evict+lru": true, "read>=2+lru": true,
-	"tinylfu+lru": true, "tinylfu+value": true}
+	"tinylfu+lru": true, "tinylfu+worth": true}
 
 // churnCharts draws the SSD and overall hit ratio per policy and trace.
 func churnCharts(dir string, traces []*trace.Trace, figs []churnFigures, bounds map[string]churnBound) ([]string, error) {

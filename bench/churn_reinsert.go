@@ -5,7 +5,7 @@ import "sort"
 // reinsertRule decides which objects of a victim bucket are worth writing
 // again, into the bucket being written, instead of leaving SSD with it
 // (CacheLib Navy's reinsertion): the churn benchmark's
-// tinylfu+value+reinsert policy calls Keep from the tier's eviction
+// tinylfu+worth+reinsert policy calls Keep from the tier's eviction
 // callback with the victim's objects. It was measured there and costs hits
 // (docs/bench/bench.md), so it lives with the experiment, not in package
 // eviction. Whole buckets stay the

@@ -19,8 +19,8 @@ import (
 // process, as embedded.New builds them, except that the tier is opened
 // here so that its eviction callback can re-insert (churnReinsert). The
 // node's side of SSD admission is the node's own: every offload heartbeat
-// carries its SSD report (fill level and value of the next eviction
-// victims, valued with the node's copy of the master's sketch), the reply
+// carries its SSD report (fill level and worth of the next eviction
+// victims, weighed with the node's copy of the master's sketch), the reply
 // the sketch when the node's copy is behind, and promotions run through
 // the master's promotion tasks (node/admission.go; docs/bench/bench.md,
 // churn).
@@ -92,7 +92,7 @@ func startChurnStack(ctx context.Context, cfg embedded.Config, ri *churnReinsert
 }
 
 // churnEvictFunc is the tier's eviction callback: node.EvictFunc, and
-// with ri the hot objects of the victim (ri.rule.keep, valued with the
+// with ri the hot objects of the victim (ri.rule.keep, weighed with the
 // master's sketch) are kept too: the master is told only of the others,
 // and the tier re-inserts the kept ones with those the master keeps.
 func churnEvictFunc(m *master.Service, ri *churnReinsert) tier.EvictFunc {

@@ -173,7 +173,7 @@ func (r *e2eRig) populate(ctx context.Context, prefix string, n int, size int64,
 			return nil, nil, fmt.Errorf("bench: offload stalled: %+v", r.n.Stats())
 		}
 	}
-	if d, err := r.remote[0].EvictMemory(ctx, keys, false); err != nil || d.Dropped != int64(n) {
+	if d, err := r.remote[0].EvictDRAM(ctx, keys, false); err != nil || d.Dropped != int64(n) {
 		return nil, nil, fmt.Errorf("bench: dropping the DRAM copies: %d of %d: %v", d.Dropped, n, err)
 	}
 	return keys, vals, nil

@@ -293,7 +293,7 @@ func (fc *foCluster) populate(ctx context.Context) ([]foSet, string, error) {
 			}
 		}
 	})
-	if _, err := c.EvictMemory(ctx, keys, false); err != nil {
+	if _, err := c.EvictDRAM(ctx, keys, false); err != nil {
 		return nil, "", fmt.Errorf("bench: failover: evict: %w", err)
 	}
 	return sets, "fo-0-000", nil

@@ -349,7 +349,7 @@ func runReconcile(ctx context.Context, e *env) (*result, error) {
 	defer n.Close()
 	ms, err := m.Stats(ctx)
 	if err != nil || ms.SSDReplicas != keys {
-		return nil, fmt.Errorf("bench: reconcile: master lists %d disk replicas after re-registration, want %d (%v)", ms.SSDReplicas, keys, err)
+		return nil, fmt.Errorf("bench: reconcile: master lists %d SSD replicas after re-registration, want %d (%v)", ms.SSDReplicas, keys, err)
 	}
 	addStep(tb, "re-register (node start, chunks of 4096 in columns)", f, keys)
 	perKey := float64(f.masterRSSGrowth) / float64(keys)

@@ -1,12 +1,6 @@
 package main
 
-import (
-	"bytes"
-	"context"
-	"path/filepath"
-	"testing"
-	"time"
-)
+import "testing"
 
 // TestReconcileSmoke runs the reconcile scenario with 20000 keys against a
 // real master process: re-registration and the three reconciles must leave
@@ -17,15 +11,7 @@ func TestReconcileSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs tierstore-master")
 	}
-	dir := t.TempDir()
-	jsonPath := filepath.Join(dir, "out.json")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	if err := run(ctx, []string{"reconcile", "--quick", "--keys", "20000", "--dir", dir, "--json", jsonPath}, &stdout, &stderr); err != nil {
-		t.Fatalf("reconcile: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
-	}
-	rep := readReport(t, jsonPath, "reconcile")
+	_, _, rep := runQuick(t, "reconcile", "--keys", "20000")
 	rows := rep.Results[0].Tables[0].Rows
 	if len(rows) != 4 {
 		t.Fatalf("%d steps, want 4: %v", len(rows), rows)

@@ -55,7 +55,7 @@ func runServe(ctx context.Context, e *env) (*result, error) {
 		"sizes":     fmt.Sprintf("working set %.1fx DRAM (fits) and %.0fx DRAM", fitsShare, overShare),
 		"workers":   fmt.Sprintf("%d per store (%d for the SGLang batch get)", sc.workers, sc.sWorkers),
 		"passes":    fmt.Sprintf("%d per workload and size, the stores' order rotated each pass; rows merged", sc.passes),
-		"tierstore": "master --enable_offload --offload_admission_policy=tinylfu; node --bucket_eviction=value --heartbeat_interval=100ms (uring, O_DIRECT)",
+		"tierstore": "master --enable_offload --offload_admission_policy=tinylfu; node --bucket_eviction=worth --heartbeat_interval=100ms (uring, O_DIRECT)",
 	}}
 	var cells []serveCell
 	skip := map[string]bool{}

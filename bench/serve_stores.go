@@ -144,7 +144,7 @@ func startTierstore(ctx context.Context, dir, bin string, b serveBudget) (_ kvSe
 	}
 	if line, err = s.cl.start(ctx, dir, filepath.Join(bin, "tierstore-node"), "tierstore-node listening on ",
 		"--master="+addr, fmt.Sprintf("--memory=%d", b.dram), "--enable_offload", "--ssd_dir="+s.dir,
-		fmt.Sprintf("--ssd_capacity=%d", b.ssd), "--bucket_eviction=value", "--heartbeat_interval=100ms"); err != nil {
+		fmt.Sprintf("--ssd_capacity=%d", b.ssd), "--bucket_eviction=worth", "--heartbeat_interval=100ms"); err != nil {
 		return nil, err
 	}
 	s.cl.nodeEndpoint = strings.Fields(line)[0]

@@ -214,6 +214,24 @@ func TestThroughputWithoutFio(t *testing.T) {
 
 // readReport reads the JSON report a scenario wrote to path and checks it
 // holds one well-formed result of scenario name (checkReport).
+// runQuick runs scenario name with --quick and args in a new directory
+// dir (--dir), its report in dir/out.json (--json), within 3 minutes, and
+// returns dir, what it printed on stdout and its report (readReport). An
+// error fails the test, showing both outputs.
+func runQuick(t *testing.T, name string, args ...string) (dir, stdout string, rep *report) {
+	t.Helper()
+	dir = t.TempDir()
+	jsonPath := filepath.Join(dir, "out.json")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	all := append(append([]string{name, "--quick"}, args...), "--dir", dir, "--json", jsonPath)
+	if err := run(ctx, all, &out, &errOut); err != nil {
+		t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", name, err, out.String(), errOut.String())
+	}
+	return dir, out.String(), readReport(t, jsonPath, name)
+}
+
 func readReport(t *testing.T, path, name string) *report {
 	t.Helper()
 	b, err := os.ReadFile(path)

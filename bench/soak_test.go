@@ -1,13 +1,9 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestSoakSmoke runs the soak for a few seconds with real master and node
@@ -18,22 +14,12 @@ func TestSoakSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binaries")
 	}
-	dir := t.TempDir()
-	jsonPath := filepath.Join(dir, "out.json")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	err := run(ctx, []string{"soak", "--quick", "--duration", "4s", "--dir", dir, "--json", jsonPath}, &stdout, &stderr)
-	if err != nil {
-		t.Fatalf("soak: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
-	}
-	out := stdout.String()
+	dir, out, rep := runQuick(t, "soak", "--duration", "4s")
 	for _, want := range []string{"soak: correctness and health", "wrong bytes (reads)", "abandoned offloads", "put success %", "max SSD bytes", "soak: offload at the node"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)
 		}
 	}
-	rep := readReport(t, jsonPath, "soak")
 	health := rep.Results[0].Tables[0]
 	figures := map[string][]any{}
 	for _, row := range health.Rows {

@@ -620,16 +620,16 @@ func (c *Client) RemoveByRegex(ctx context.Context, pattern string, force bool) 
 	return n, nil
 }
 
-// EvictMemory drops the DRAM replicas of keys (or of every object when all)
+// EvictDRAM drops the DRAM replicas of keys (or of every object when all)
 // that also have an SSD replica. It answers how many were dropped and how
 // many were left in place, by reason (res.Skipped(), res.SkipReasons()):
 // no SSD copy yet, pinned by an offload task, leased by a reader that has
 // only the DRAM copy, hard-pinned, put in progress; for named keys also not
-// found and not in memory.
-func (c *Client) EvictMemory(ctx context.Context, keys []string, all bool) (masterapi.EvictMemoryResult, error) {
+// found and not in DRAM.
+func (c *Client) EvictDRAM(ctx context.Context, keys []string, all bool) (masterapi.EvictDRAMResult, error) {
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
-	res, err := c.m.EvictMemory(ctx, keys, all)
+	res, err := c.m.EvictDRAM(ctx, keys, all)
 	if err != nil {
 		return res, fmt.Errorf("client: evict memory: %w", err)
 	}

@@ -1,5 +1,5 @@
 // Package client is tierstore's client library: Put, Get, Exists, Remove,
-// memory eviction and their batch forms, against a master (in-process
+// DRAM eviction and their batch forms, against a master (in-process
 // masterapi.ClientAPI or a gRPC address) and the store nodes that hold the
 // bytes. Config.MasterAddr is host:port, or etcd://h1:2379,h2:2379 for the
 // elected leader of highly available masters when the program imports
@@ -29,7 +29,7 @@
 // never CHECKSUM_MISMATCH for bytes that were not damaged. A call's follow-ups (a failed put's revoke, a bad-replica
 // report) run within its deadline and, once it has passed, in the
 // background (Close waits for them). Exists, Remove, RemoveAll,
-// RemoveByRegex, EvictMemory and the batch forms complete the API; BatchPut goes in pipelined waves (the next
+// RemoveByRegex, EvictDRAM and the batch forms complete the API; BatchPut goes in pipelined waves (the next
 // wave's ranges are asked for while the current one is written). Errors
 // wrap the sentinels this package re-exports from
 // internal/errcode (ErrObjectNotFound, ErrReplicaGone, ..., and Code, CodeOf),

@@ -31,7 +31,7 @@ func ExampleNew() {
 		return
 	}
 	e.Node.OffloadNow() // the heartbeat would do it within --heartbeat_interval
-	res, _ := e.Client.EvictMemory(ctx, nil, true)
+	res, _ := e.Client.EvictDRAM(ctx, nil, true)
 	v, err := e.Client.Get(ctx, "layer0/block42")
 	fmt.Printf("dropped %d DRAM replica; read %q from SSD (%d SSD reads)\n", res.Dropped, v, e.Client.ReadStats().LocalSSD)
 	// Output: dropped 1 DRAM replica; read "kv-cache bytes" from SSD (1 SSD reads)

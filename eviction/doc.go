@@ -28,19 +28,19 @@
 //     policies' hit ratios on a Zipf working set interleaved with one-hit
 //     scans (figures: docs/benchmarks.md, "Bucket eviction policies on a
 //     scan mix").
-//   - "value": lru order, but a victim is the bucket of lowest value
-//     density among the 8 least recently used (ties: the least recently
-//     used). A bucket's value is what it still holds (Value, a
+//   - "worth": lru order, but a victim is the bucket of lowest worth
+//     per byte among the 8 least recently used (ties: the least recently
+//     used). A bucket's worth is what it still holds (Worth, a
 //     masterapi.SSDVictim): the
 //     sum over its live objects of estimated frequency x size, per byte
 //     of object space, dead space included, so a bucket hollowed out by
 //     removals and re-offloads goes before a full one of equal heat. The
-//     frequencies come from a Valuer the tier engine hands over through
-//     ValueAware (the admission sketch, package admission); without one
+//     frequencies come from a WorthFunc the tier engine hands over through
+//     WorthAware (the admission sketch, package admission); without one
 //     the policy is lru.
 //
 // A Policy is not safe for concurrent use. The tier engine calls it under its
-// own lock (the one that protects its bucket table), and skip and a Valuer
+// own lock (the one that protects its bucket table), and skip and a WorthFunc
 // are called with that lock held, so they must not take it again.
-// Value is a pure function of its arguments.
+// Worth is a pure function of its arguments.
 package eviction

@@ -37,8 +37,8 @@ func replay(t *testing.T, name, path string) string {
 		t.Fatal(err)
 	}
 	density := map[uint64]float64{}
-	if va, ok := p.(ValueAware); ok {
-		va.SetValuer(func(id uint64) (float64, bool) { d, ok := density[id]; return d, ok })
+	if va, ok := p.(WorthAware); ok {
+		va.SetWorthFunc(func(id uint64) (float64, bool) { d, ok := density[id]; return d, ok })
 	}
 	f, err := os.Open(path)
 	if err != nil {

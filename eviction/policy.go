@@ -27,10 +27,10 @@ type Policy interface {
 }
 
 // Names lists the policies New accepts.
-var Names = []string{"lru", "fifo", "lru2", "value"}
+var Names = []string{"lru", "fifo", "lru2", "worth"}
 
 // New returns the policy named name: "lru" (also ""), "fifo", "lru2" or
-// "value" (lru order until given a Valuer through ValueAware).
+// "worth" (lru order until given a WorthFunc through WorthAware).
 func New(name string) (Policy, error) {
 	switch name {
 	case "lru", "":
@@ -39,8 +39,8 @@ func New(name string) (Policy, error) {
 		return NewFIFO(), nil
 	case "lru2":
 		return NewLRU2(), nil
-	case "value":
-		return NewValue(nil), nil
+	case "worth":
+		return NewWorth(nil), nil
 	}
 	return nil, fmt.Errorf("%w %q (valid: %s)", ErrUnknownPolicy, name, strings.Join(Names, ", "))
 }

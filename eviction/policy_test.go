@@ -19,6 +19,11 @@ func TestNew(t *testing.T) {
 	require.ErrorIs(t, err, ErrUnknownPolicy)
 	require.ErrorContains(t, err, `"LFU"`)
 	require.ErrorContains(t, err, "lru, fifo, lru2")
+	// "value" is what "worth" was called until it was renamed (unreleased):
+	// refused like any unknown name, the message naming the valid ones.
+	_, err = New("value")
+	require.ErrorIs(t, err, ErrUnknownPolicy)
+	require.ErrorContains(t, err, `unknown policy "value" (valid: lru, fifo, lru2, worth)`)
 }
 
 func TestAddNegativeSizePanics(t *testing.T) {

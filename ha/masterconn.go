@@ -40,7 +40,7 @@ import (
 //   - a transport failure (connection refused or reset, leader killed): the
 //     call may or may not have been applied. Idempotent calls (every call
 //     but PutStart, BatchPutStart, Remove, RemoveAll, RemoveByRegex and
-//     EvictMemory; PutEnd and PutRevoke are made idempotent by their put
+//     EvictDRAM; PutEnd and PutRevoke are made idempotent by their put
 //     token) are sent again as above. The others are sent again only to a leader of a newer term
 //     (the old leader's metadata went with it, so nothing is applied twice),
 //     waited for at most FailoverWait; otherwise the failure is returned.
@@ -66,7 +66,7 @@ const (
 // notIdempotent lists the calls that must not be applied twice by one
 // leader (by their gRPC method name).
 var notIdempotent = map[string]bool{
-	"PutStart": true, "BatchPutStart": true, "Remove": true, "RemoveAll": true, "RemoveByRegex": true, "EvictMemory": true,
+	"PutStart": true, "BatchPutStart": true, "Remove": true, "RemoveAll": true, "RemoveByRegex": true, "EvictDRAM": true,
 }
 
 func init() { mastergrpc.RegisterScheme(MasterScheme, dialLeader) }

@@ -59,9 +59,9 @@ func (s *Service) observeLookup(key string, o *object, count, pre bool) {
 	switch {
 	case o == nil:
 		ob.ObserveLookup(key, admission.Miss, 0)
-	case o.readableMem():
+	case o.readableDRAM():
 		ob.ObserveLookup(key, admission.DRAMHit, o.size)
-	case o.readableDisk():
+	case o.readableSSD():
 		ob.ObserveLookup(key, admission.SSDHit, o.size)
 		if !pre || s.cfg.PrefetchBudget > 0 { // prefetch_budget 0: a lookup does not prefetch
 			s.considerPromotion(key, o, pre)
@@ -71,24 +71,24 @@ func (s *Service) observeLookup(key string, o *object, count, pre bool) {
 	}
 }
 
-// observeDiskEviction tells a policy that keys are leaving node's SSD (the
+// observeSSDEviction tells a policy that keys are leaving node's SSD (the
 // node evicts their bucket).
-func (s *Service) observeDiskEviction(keys []string) {
+func (s *Service) observeSSDEviction(keys []string) {
 	if p, ok := s.policy.(interface{ ObserveSSDEviction([]string) }); ok {
 		p.ObserveSSDEviction(keys)
 	}
 }
 
-// memNode is the id of the node holding o's DRAM replica (of several, the
+// dramNode is the id of the node holding o's DRAM replica (of several, the
 // offload source: the first readable one, else the first), "" without one.
-func memNode(o *object) string {
-	if m := o.memSource(); m != nil {
+func dramNode(o *object) string {
+	if m := o.dramSource(); m != nil {
 		return m.seg.node.id
 	}
-	if o.mem.seg == nil {
+	if o.dram.seg == nil {
 		return ""
 	}
-	return o.mem.seg.node.id
+	return o.dram.seg.node.id
 }
 
 // admitToSSD asks the admission policy (ask: its OnEvict or AtPutEnd)
@@ -101,7 +101,7 @@ func memNode(o *object) string {
 // admitted object. Caller holds the shard lock.
 func (s *Service) admitToSSD(key string, o *object, ask func(admission.Object) bool, queue bool) (admitted, queued bool) {
 	var n *node
-	if m := o.memSource(); m != nil {
+	if m := o.dramSource(); m != nil {
 		n = m.seg.node
 		n.admitting.Add(1)
 		defer n.admitting.Add(-1)

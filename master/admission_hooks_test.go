@@ -54,7 +54,7 @@ func TestAdmissionSeesMissesHitsAndPuts(t *testing.T) {
 }
 
 // TestAdmissionAtDRAMEviction: tinylfu admits DRAM victims; with the
-// node's report saying the SSD is full of more valuable objects, the
+// node's report saying the SSD is full of buckets of more worth, the
 // victim is dropped instead. Reports count the node's outstanding tasks,
 // and the policy learns which keys left SSD.
 func TestAdmissionAtDRAMEviction(t *testing.T) {
@@ -71,14 +71,14 @@ func TestAdmissionAtDRAMEviction(t *testing.T) {
 		t.Fatal("no victim queued for offload")
 	}
 	full := masterapi.SSDReport{High: 1 << 20, Used: 1 << 20,
-		Victims: []masterapi.SSDVictim{{FileBytes: 1 << 20, Span: 1 << 20, Value: 9 << 20}}}
+		Victims: []masterapi.SSDVictim{{FileBytes: 1 << 20, Span: 1 << 20, Worth: 9 << 20}}}
 	s.ReportSSD("a", full)
 	before := p.Stats()
 	put(t, s, "w", 4096, "a") // needs room: evicts, the tinylfu test rejects
 	if d := p.Stats().Decisions["lost"] - before.Decisions["lost"]; d == 0 {
 		t.Fatalf("no candidate lost against the full SSD: %+v", p.Stats().Decisions)
 	}
-	if _, err := s.EvictDiskReplica(bg, "a", []string{"gone1", "gone2"}); err != nil {
+	if _, err := s.EvictSSDReplica(bg, "a", []string{"gone1", "gone2"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range []string{"gone1", "gone2"} {
@@ -133,7 +133,7 @@ func TestReportCountsOutstandingTasks(t *testing.T) {
 	}
 	// Room for exactly one more object, were the queued one not counted.
 	s.ReportSSD("a", masterapi.SSDReport{High: 1 << 20, Used: 1<<20 - 4096,
-		Victims: []masterapi.SSDVictim{{FileBytes: 1 << 20, Span: 1 << 20, Value: 9 << 20}}})
+		Victims: []masterapi.SSDVictim{{FileBytes: 1 << 20, Span: 1 << 20, Worth: 9 << 20}}})
 	before := p.Stats().Decisions["room"]
 	s.EvictNow()
 	if got := p.Stats().Decisions["room"] - before; got != 0 {
@@ -150,7 +150,7 @@ func TestHeartbeatCarriesAdmissionState(t *testing.T) {
 	mount(t, s, "a", 1<<20)
 	put(t, s, "k", 64, "a")
 	rep, err := s.Heartbeat(bg, masterapi.HeartbeatRequest{Node: "a", SSD: &masterapi.SSDReport{High: 100, Low: 80, Used: 90,
-		Victims: []masterapi.SSDVictim{{FileBytes: 10, Span: 8, Value: 16}}}})
+		Victims: []masterapi.SSDVictim{{FileBytes: 10, Span: 8, Worth: 16}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +231,7 @@ func TestReportCountsAdmissionInProgress(t *testing.T) {
 		put(t, s, k, 4096, "a")
 	}
 	oneRoom := masterapi.SSDReport{High: 1 << 20, Used: 1<<20 - 4096,
-		Victims: []masterapi.SSDVictim{{FileBytes: 1 << 20, Span: 1 << 20, Value: 9 << 20}}}
+		Victims: []masterapi.SSDVictim{{FileBytes: 1 << 20, Span: 1 << 20, Worth: 9 << 20}}}
 	s.ReportSSD("a", oneRoom)
 	reported := 0
 	s.hooks.admitted = func() {

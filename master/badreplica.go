@@ -27,15 +27,15 @@ func (s *Service) ReportBadReplica(ctx context.Context, key string, crc uint32, 
 	}
 	switch r.Kind {
 	case masterapi.DRAM:
-		i := memReported(o, r)
+		i := dramReported(o, r)
 		if i < 0 {
-			return s.observe(errcode.Errorf(errcode.ReplicaNotFound, "master: report_bad_replica: no such MEMORY replica on node %q", r.Node))
+			return s.observe(errcode.Errorf(errcode.ReplicaNotFound, "master: report_bad_replica: no such DRAM replica on node %q", r.Node))
 		}
-		s.dropMemReplica(key, o, i, errcode.ReplicaNotFound) // the others stay
+		s.dropDRAMReplica(key, o, i, errcode.ReplicaNotFound) // the others stay
 		s.settleEmpty(sh, key, o, now)
 	case masterapi.SSD:
-		if !s.dropDisk(sh, key, o, r.Node, now) {
-			return s.observe(errcode.Errorf(errcode.ReplicaNotFound, "master: report_bad_replica: no LOCAL_DISK replica on node %q", r.Node))
+		if !s.dropSSD(sh, key, o, r.Node, now) {
+			return s.observe(errcode.Errorf(errcode.ReplicaNotFound, "master: report_bad_replica: no SSD replica on node %q", r.Node))
 		}
 	default:
 		return s.observe(errcode.Errorf(errcode.InvalidParams, "master: report_bad_replica: replica kind %v", r.Kind))
@@ -45,11 +45,11 @@ func (s *Service) ReportBadReplica(ctx context.Context, key string, crc uint32, 
 	return nil
 }
 
-// memReported returns the index of o's complete DRAM replica that r
+// dramReported returns the index of o's complete DRAM replica that r
 // describes (node, segment, range and, when given, put token), or -1.
 // Caller holds the shard lock.
-func memReported(o *object, r masterapi.Replica) int {
-	for i, m := range o.mems() {
+func dramReported(o *object, r masterapi.Replica) int {
+	for i, m := range o.drams() {
 		if m.complete && m.seg.node.id == r.Node && m.seg.name == r.Segment && m.off == r.Offset && m.len == r.Length &&
 			(r.PutToken == 0 || r.PutToken == m.token) {
 			return i
@@ -58,15 +58,15 @@ func memReported(o *object, r masterapi.Replica) int {
 	return -1
 }
 
-// dropMemReplica removes o's i-th DRAM replica alone. If it is the source
+// dropDRAMReplica removes o's i-th DRAM replica alone. If it is the source
 // of o's offload task, the task goes too (its range an orphan when the
-// node fetched it, see dropMemAndTask). Caller holds the shard lock.
-func (s *Service) dropMemReplica(key string, o *object, i int, code errcode.Code) {
+// node fetched it, see dropDRAMAndTask). Caller holds the shard lock.
+func (s *Service) dropDRAMReplica(key string, o *object, i int, code errcode.Code) {
 	n := o.offload
-	if n == nil || o.memAt(i).seg.node != n {
-		s.dropMemAt(o, i)
+	if n == nil || o.dramAt(i).seg.node != n {
+		s.dropDRAMAt(o, i)
 		return
 	}
-	s.forgetMemAt(o, i, s.releaseTask(key, o, code) != i) // an orphan holds the range
+	s.forgetDRAMAt(o, i, s.releaseTask(key, o, code) != i) // an orphan holds the range
 	s.requeueElsewhere(key, o, n, "its source replica was dropped")
 }

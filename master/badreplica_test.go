@@ -30,13 +30,13 @@ func TestReportBadReplica(t *testing.T) {
 	mustIs(t, s.ReportBadReplica(bg, "k", crcOf("k"), masterapi.Replica{Kind: masterapi.SSD, Node: "b"}), errcode.ErrReplicaNotFound)
 
 	info, err := s.GetReplicaList(bg, "k") // lease
-	if err != nil || kinds(info) != "MEMORY@a LOCAL_DISK@a " {
+	if err != nil || kinds(info) != "DRAM@a SSD@a " {
 		t.Fatalf("%s %v", kinds(info), err)
 	}
 	if err := s.ReportBadReplica(bg, "k", crcOf("k"), info.Replicas[0]); err != nil {
 		t.Fatal(err)
 	}
-	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "LOCAL_DISK@a " {
+	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "SSD@a " {
 		t.Fatalf("after dropping DRAM: %s %v", kinds(info), err)
 	}
 	if st, _ := s.Stats(bg); st.SegmentUsed != 0 || st.DRAMReplicas != 0 {
@@ -96,7 +96,7 @@ func TestReportBadReplicaNeverDropsAnotherReplica(t *testing.T) {
 			}
 			mustIs(t, api.ReportBadReplica(bg, "k", crcOf("k"), old.Replicas[0]), errcode.ErrReplicaNotFound)
 			info, err := api.GetReplicaList(bg, "k")
-			if err != nil || kinds(info) != "MEMORY@a " || info.Replicas[0].PutToken != again.PutToken {
+			if err != nil || kinds(info) != "DRAM@a " || info.Replicas[0].PutToken != again.PutToken {
 				t.Fatalf("the new replica after a stale report: %+v %v", info, err)
 			}
 		})

@@ -58,7 +58,7 @@ func benchService(b *testing.B) (*Service, []string) {
 				panic(err)
 			}
 			if i%4 == 0 {
-				s.ReRegisterDiskObjects(bg, fmt.Sprint("n", (i+1)%4), []masterapi.SSDObject{{Key: k, Size: 64, CRC: uint32(i)}})
+				s.ReRegisterSSDObjects(bg, fmt.Sprint("n", (i+1)%4), []masterapi.SSDObject{{Key: k, Size: 64, CRC: uint32(i)}})
 			}
 		}
 		runtime.GC()
@@ -141,7 +141,12 @@ func BenchmarkBatchGetReplicaList1000(b *testing.B) {
 // reports keys/s.
 func benchBatch1000(b *testing.B, call func(s *Service, keys []string) error) {
 	s, keys := benchService(b)
-	bs := batches(keys, 1000)
+	runBatches(b, s, batches(keys, 1000), call)
+}
+
+// runBatches calls call(on, batch) from parallel goroutines, each starting
+// at another of the batches bs (of 1000 keys), and reports keys/s.
+func runBatches[T any](b *testing.B, on T, bs [][]string, call func(on T, keys []string) error) {
 	var ctr atomic.Uint64
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -149,7 +154,7 @@ func benchBatch1000(b *testing.B, call func(s *Service, keys []string) error) {
 		i := int(ctr.Add(1))
 		for pb.Next() {
 			i++
-			if err := call(s, bs[i%len(bs)]); err != nil {
+			if err := call(on, bs[i%len(bs)]); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -216,21 +221,7 @@ func BenchmarkGRPCBatchExistKey1000(b *testing.B) {
 // parallel goroutines and reports keys per second.
 func benchGRPCBatches(b *testing.B, call func(r *mastergrpc.Client, keys []string) error) {
 	s, keys := benchService(b)
-	r := remoteService(b, s)
-	bs := batches(keys, 1000)
-	var ctr atomic.Uint64
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		i := int(ctr.Add(1))
-		for pb.Next() {
-			i++
-			if err := call(r, bs[i%len(bs)]); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.ReportMetric(float64(b.N)*1000/b.Elapsed().Seconds(), "keys/s")
+	runBatches(b, remoteService(b, s), batches(keys, 1000), call)
 }
 
 // BenchmarkAbandonedPutReclaim: one round of the reclaim of abandoned puts
@@ -258,7 +249,7 @@ func BenchmarkAbandonedPutReclaim(b *testing.B) {
 		for j := i; j < i+4096; j++ {
 			objs = append(objs, masterapi.SSDObject{Key: benchKey(j), Size: 64, CRC: uint32(j)})
 		}
-		if _, err := s.ReRegisterDiskObjects(bg, "n", objs); err != nil {
+		if _, err := s.ReRegisterSSDObjects(bg, "n", objs); err != nil {
 			b.Fatal(err)
 		}
 	}

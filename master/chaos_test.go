@@ -100,7 +100,7 @@ func TestConcurrentChaos(t *testing.T) {
 						note(e)
 					}
 				case 7:
-					_, err := s.EvictDiskReplica(bg, n, []string{k})
+					_, err := s.EvictSSDReplica(bg, n, []string{k})
 					note(err)
 				case 8:
 					if r.IntN(10) == 0 {
@@ -113,7 +113,7 @@ func TestConcurrentChaos(t *testing.T) {
 						note(s.MountSegment(bg, masterapi.MountRequest{Node: n, Endpoint: n + ":1", Segment: "seg0", Size: 64 << 10}))
 					}
 				case 10:
-					_, err := s.EvictMemory(bg, []string{k}, false)
+					_, err := s.EvictDRAM(bg, []string{k}, false)
 					note(err)
 				case 11:
 					if g == 0 && r.IntN(10) == 0 {

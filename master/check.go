@@ -16,7 +16,7 @@ import (
 //
 // Checked: the counters match the metadata; every live segment's allocator
 // accounts for exactly the DRAM ranges of the objects in it and no two
-// ranges overlap; the PROCESSING count matches; at most one LOCAL_DISK
+// ranges overlap; the PROCESSING count matches; at most one SSD
 // replica per node and key; each live node's replica counters (Stats.PerNode)
 // match its replicas; every offload pin is in its live node's mailbox
 // and every mailbox entry pins its object.
@@ -58,7 +58,7 @@ func (s *Service) checkDigests(c *census) error {
 	defer s.digestMu.Unlock()
 	for id := range c.digests {
 		if s.digests[id] == nil {
-			return inconsistent("node %q holds LOCAL_DISK replicas but has no reconcile digest", id)
+			return inconsistent("node %q holds SSD replicas but has no reconcile digest", id)
 		}
 	}
 	for id, d := range s.digests {
@@ -88,11 +88,11 @@ type rng struct {
 }
 
 // perNode is one node's replica counts, as the metadata sees them.
-type perNode struct{ memR, memB, diskR, diskB int64 }
+type perNode struct{ dramR, dramB, ssdR, ssdB int64 }
 
 // census is what Check counts in the metadata.
 type census struct {
-	objects, memR, diskR, memB, diskB, processing int64
+	objects, dramR, ssdR, dramB, ssdB, processing int64
 	ranges                                        map[*segment][]rng
 	pinned                                        map[*node]map[string]bool
 	byNode                                        map[*node]*perNode
@@ -117,19 +117,19 @@ func (s *Service) takeCensus(c *census) error {
 	for i := range s.shards {
 		for k, o := range s.shards[i].objs {
 			c.objects++
-			if err := c.addMem(k, o); err != nil {
+			if err := c.addDRAM(k, o); err != nil {
 				return err
 			}
 			seen := map[string]bool{}
-			for _, d := range o.disk {
+			for _, d := range o.ssd {
 				if seen[d.node.id] {
-					return inconsistent("key %s: two LOCAL_DISK replicas on node %q", keyspec.Show(k), d.node.id)
+					return inconsistent("key %s: two SSD replicas on node %q", keyspec.Show(k), d.node.id)
 				}
 				seen[d.node.id] = true
-				c.diskR++
-				c.diskB += o.size
-				c.at(d.node).diskR++
-				c.at(d.node).diskB += o.size
+				c.ssdR++
+				c.ssdB += o.size
+				c.at(d.node).ssdR++
+				c.at(d.node).ssdB += o.size
 				dg, ok := c.digests[d.node.id]
 				if !ok {
 					dg = masterapi.NewSlotDigest(digestSlots)
@@ -148,28 +148,28 @@ func (s *Service) takeCensus(c *census) error {
 	return nil
 }
 
-// addMem counts o's DRAM replicas and checks their shape: all of one put
+// addDRAM counts o's DRAM replicas and checks their shape: all of one put
 // (one token, all complete or none), each on a different node.
-func (c *census) addMem(k string, o *object) error {
-	if (o.mem.seg == nil && o.more != nil) || (o.more != nil && len(*o.more) == 0) {
+func (c *census) addDRAM(k string, o *object) error {
+	if (o.dram.seg == nil && o.more != nil) || (o.more != nil && len(*o.more) == 0) {
 		return inconsistent("key %s: further DRAM replicas %v without a first, or an empty list", keyspec.Show(k), o.more)
 	}
-	for i, m := range o.mems() {
-		c.memR++
-		c.memB += o.size
-		c.at(m.seg.node).memR++
-		c.at(m.seg.node).memB += o.size
+	for i, m := range o.drams() {
+		c.dramR++
+		c.dramB += o.size
+		c.at(m.seg.node).dramR++
+		c.at(m.seg.node).dramB += o.size
 		if !m.complete {
 			c.processing++
 		}
 		if m.len != o.size {
 			return inconsistent("key %s: DRAM length %d != size %d", keyspec.Show(k), m.len, o.size)
 		}
-		if m.token != o.mem.token || m.complete != o.mem.complete || m.promo != o.mem.promo {
+		if m.token != o.dram.token || m.complete != o.dram.complete || m.promo != o.dram.promo {
 			return inconsistent("key %s: DRAM replica %d is of put %d (complete %v), the first of put %d (complete %v)",
-				keyspec.Show(k), i, m.token, m.complete, o.mem.token, o.mem.complete)
+				keyspec.Show(k), i, m.token, m.complete, o.dram.token, o.dram.complete)
 		}
-		if o.memOn(m.seg.node) != i {
+		if o.dramOn(m.seg.node) != i {
 			return inconsistent("key %s: two DRAM replicas on node %q", keyspec.Show(k), m.seg.node.id)
 		}
 		if m.seg.live() {
@@ -186,10 +186,10 @@ func (s *Service) checkCounters(c *census) error {
 		got, want int64
 	}{
 		{"objects", s.cnt.objects.Load(), c.objects},
-		{"memory replicas", s.cnt.memReplicas.Load(), c.memR},
-		{"memory bytes", s.cnt.memBytes.Load(), c.memB},
-		{"disk replicas", s.cnt.diskReplicas.Load(), c.diskR},
-		{"disk bytes", s.cnt.diskBytes.Load(), c.diskB},
+		{"DRAM replicas", s.cnt.dramReplicas.Load(), c.dramR},
+		{"DRAM bytes", s.cnt.dramBytes.Load(), c.dramB},
+		{"SSD replicas", s.cnt.ssdReplicas.Load(), c.ssdR},
+		{"SSD bytes", s.cnt.ssdBytes.Load(), c.ssdB},
 		{"processing", s.processing.Load(), c.processing},
 	} {
 		if x.got != x.want {
@@ -204,11 +204,11 @@ func (s *Service) checkCounters(c *census) error {
 // the offload pins.
 func (s *Service) checkNode(c *census, n *node) error {
 	want := c.at(n)
-	if n.memReplicas.Load() != want.memR || n.memBytes.Load() != want.memB ||
-		n.diskReplicas.Load() != want.diskR || n.diskBytes.Load() != want.diskB {
-		return inconsistent("node %q counters: memory %d/%dB disk %d/%dB, metadata has %d/%dB and %d/%dB", n.id,
-			n.memReplicas.Load(), n.memBytes.Load(), n.diskReplicas.Load(), n.diskBytes.Load(),
-			want.memR, want.memB, want.diskR, want.diskB)
+	if n.dramReplicas.Load() != want.dramR || n.dramBytes.Load() != want.dramB ||
+		n.ssdReplicas.Load() != want.ssdR || n.ssdBytes.Load() != want.ssdB {
+		return inconsistent("node %q counters: DRAM %d/%dB SSD %d/%dB, metadata has %d/%dB and %d/%dB", n.id,
+			n.dramReplicas.Load(), n.dramBytes.Load(), n.ssdReplicas.Load(), n.ssdBytes.Load(),
+			want.dramR, want.dramB, want.ssdR, want.ssdB)
 	}
 	for _, orph := range n.box.orphanList() {
 		if orph.seg.node != n {

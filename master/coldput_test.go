@@ -29,7 +29,7 @@ func inDRAM(s *Service, key string) bool {
 	}
 	defer sh.mu.Unlock()
 	o := sh.objs[key]
-	return o != nil && o.mem.seg != nil
+	return o != nil && o.dram.seg != nil
 }
 
 // TestColdPutOrderMatchesReference: over random puts (cold or warm) and

@@ -26,11 +26,11 @@ func putReplyPB(p masterapi.PutStartReply) (*pb.Replica, []*pb.Replica) {
 	return mastergrpc.ReplicaPB(p.Replica), more
 }
 
-// evictMemoryPB converts res to its wire form.
-func evictMemoryPB(res masterapi.EvictMemoryResult) *pb.EvictMemoryResponse {
-	return &pb.EvictMemoryResponse{Count: res.Dropped, SkippedNoDiskCopy: res.NoSSDCopy, SkippedLeased: res.Leased,
+// evictDRAMPB converts res to its wire form.
+func evictDRAMPB(res masterapi.EvictDRAMResult) *pb.EvictDRAMResponse {
+	return &pb.EvictDRAMResponse{Count: res.Dropped, SkippedNoSsdCopy: res.NoSSDCopy, SkippedLeased: res.Leased,
 		SkippedOffloadPending: res.OffloadPending, SkippedHardPinned: res.HardPinned,
-		SkippedPutInProgress: res.PutInProgress, SkippedNotFound: res.NotFound, SkippedNotInMemory: res.NotInDRAM}
+		SkippedPutInProgress: res.PutInProgress, SkippedNotFound: res.NotFound, SkippedNotInDram: res.NotInDRAM}
 }
 
 // ssdReportFromPB converts a wire report back;
@@ -41,7 +41,7 @@ func ssdReportFromPB(p *pb.SSDReport) *masterapi.SSDReport {
 	}
 	out := &masterapi.SSDReport{High: p.GetHigh(), Low: p.GetLow(), Used: p.GetUsed(), Victims: make([]masterapi.SSDVictim, len(p.GetVictims()))}
 	for i, v := range p.GetVictims() {
-		out.Victims[i] = masterapi.SSDVictim{FileBytes: v.GetFileBytes(), Span: v.GetSpan(), Value: v.GetValue()}
+		out.Victims[i] = masterapi.SSDVictim{FileBytes: v.GetFileBytes(), Span: v.GetSpan(), Worth: v.GetWorth()}
 	}
 	return out
 }
@@ -65,8 +65,8 @@ func promoteTasksPB(in []masterapi.PromoteTask) []*pb.PromoteTask {
 	return out
 }
 
-// memoryObjectsFromPB converts the wire form back.
-func memoryObjectsFromPB(in []*pb.MemoryObject) []masterapi.DRAMObject {
+// dramObjectsFromPB converts the wire form back.
+func dramObjectsFromPB(in []*pb.DRAMObject) []masterapi.DRAMObject {
 	out := make([]masterapi.DRAMObject, len(in))
 	for i, m := range in {
 		out[i] = masterapi.DRAMObject{Key: string(m.GetKey()), Offset: m.GetOffset(), Length: m.GetLength(), CRC: m.GetCrc(),

@@ -1,6 +1,6 @@
 // Package master is tierstore's metadata service: the compact process that
 // store nodes and clients talk to. It keeps each object's size, CRC32C and
-// replicas (MEMORY in a node's DRAM segment, LOCAL_DISK on a node's SSD),
+// replicas (DRAM: in a node's DRAM segment; SSD: in a node's SSD tier),
 // allocates DRAM ranges inside the segments nodes mount, grants read leases,
 // evicts DRAM under pressure, expires silent nodes, and tells each node which
 // objects to offload to its SSD (the offload mailbox). It never touches SSD
@@ -29,19 +29,19 @@
 // SSD admissions. Every removal path honours it (docs/master.md has the
 // table):
 //   - DRAM eviction drops a leased object's DRAM replica only when a
-//     LOCAL_DISK replica on a live node stays readable and every reader of
+//     SSD replica on a live node stays readable and every reader of
 //     the lease was given one (object.dramLeaseUntil); it re-checks under
 //     the shard lock before dropping a victim;
 //   - Remove and RemoveAll fail with OBJECT_HAS_LEASE unless forced;
 //   - the stale-handle sweep (after a node expires or a segment is
 //     unmounted) removes unreadable replicas, and objects left without
 //     replicas, only once the lease has expired;
-//   - EvictDiskReplica (a node's SSD bucket eviction) decides key by key:
-//     a leased key whose only readable replica is that node's LOCAL_DISK
+//   - EvictSSDReplica (a node's SSD bucket eviction) decides key by key:
+//     a leased key whose only readable replica is that node's SSD
 //     one is kept (answered in Keep; the node keeps it readable), every
 //     other key's replica goes;
 //   - a reconcile, ReportBadReplica and an offload failure (the
-//     node says the key is not on its SSD: its LOCAL_DISK replica goes,
+//     node says the key is not on its SSD: its SSD replica goes,
 //     whatever the task's state) remove the replica at once — the bytes
 //     are gone — but keep a leased object's metadata until the lease
 //     expires (settleEmpty).
@@ -50,7 +50,7 @@
 // lookup of an object whose every replica is unreadable answers
 // REPLICA_IS_GONE (-712), never OBJECT_NOT_FOUND (-704): within a lease, a
 // lookup hit is followed either by a successful GetReplicaList or by
-// REPLICA_IS_GONE. If another replica is readable (LOCAL_DISK on a live node)
+// REPLICA_IS_GONE. If another replica is readable (SSD on a live node)
 // the read succeeds from it.
 //
 // # Puts (invariant 8)
@@ -66,7 +66,7 @@
 // context and put_start_max_wait.
 // An abandoned put (PROCESSING past put_start_discard_timeout) is
 // reclaimed by Tick at most every quarter of that timeout; the reclaim
-// visits only the objects with a DRAM replica (shard.mem), and only a
+// visits only the objects with a DRAM replica (shard.dram), and only a
 // sweep after a node died or a segment went (sweepDirty) visits every
 // object (sweep.go; BenchmarkAbandonedPutReclaim measures both,
 // docs/benchmarks.md).
@@ -77,9 +77,9 @@
 // placed on distinct nodes by placement.go (strict by default: every one
 // or the put fails; AllowFewer: as many as fit now). They belong to one
 // put: one token, all Complete at PutEnd at once, which fails when any of
-// their segments died. object.mem is the first, object.more the others
-// (replicas.go iterates them: mems, memOn, memAt, removeMemAt). Lookups
-// list every readable one; the offload task reads from one (memSource) and
+// their segments died. object.dram is the first, object.more the others
+// (replicas.go iterates them: drams, dramOn, dramAt, removeDRAMAt). Lookups
+// list every readable one; the offload task reads from one (dramSource) and
 // moves to another replica's node when its source goes; DRAM eviction
 // drops all of a victim's; a bad-replica report or a dead node's sweep
 // drops one. docs/master.md, "Replicas on several nodes".
@@ -92,7 +92,7 @@
 // soft-pinned, least recently used first (the last lookup hit, or the put
 // for an object never read). Never evicted: hard-pinned objects, objects
 // whose lease needs their DRAM replica, replicas pinned by an offload task,
-// incomplete puts. Objects that keep a LOCAL_DISK replica keep their
+// incomplete puts. Objects that keep a SSD replica keep their
 // metadata. With offload_on_evict a victim without an SSD copy is queued
 // for offload instead of dropped, unless its offload already failed for
 // good (permanently, or maxOffloadAttempts times): then it is dropped like
@@ -137,16 +137,16 @@
 // at the task's deadline; a new task for the same key is not handed out
 // while the orphan exists.
 //
-// NotifyOffloadSuccess is idempotent: one LOCAL_DISK replica per node and
+// NotifyOffloadSuccess is idempotent: one SSD replica per node and
 // key. It never creates objects (that would resurrect removed keys); only
-// ReRegisterDiskObjects does. A reconcile drops the node's LOCAL_DISK
+// ReRegisterSSDObjects does. A reconcile drops the node's SSD
 // replicas of keys its SSD no longer holds and answers the keys the node
 // must delete: a session (reconcile.go) compares per-slot digests of the
 // node's keys first (kept per node id as replicas come and go) and then
 // only the slots that differ, key by key, so neither side holds a key list
 // and nothing is scanned when nothing changed.
 // A key's shard is the low bits of masterapi.KeyHash, the same bits as its
-// reconcile slot. Locks: a digest's session lock (diskDigest.mu) is taken
+// reconcile slot. Locks: a digest's session lock (ssdDigest.mu) is taken
 // before shard locks, never under one; digestMu (the map of digests) is a
 // leaf.
 //
@@ -156,7 +156,7 @@
 // client_ttl is expired by the background loop: its segments are unmounted,
 // its replicas become unreadable, its mailbox is dropped and the lease-aware
 // sweep runs. A returning node's Ping answers NEED_REMOUNT; it mounts again
-// and re-registers its SSD objects (ReRegisterDiskObjects). A mount with a
+// and re-registers its SSD objects (ReRegisterSSDObjects). A mount with a
 // new Incarnation (or endpoint) under a known node id retires the previous
 // incarnation the same way at once.
 //
@@ -169,13 +169,13 @@
 // a later put. The removal is acknowledged once a RemovalStore holds the
 // entry (FileRemovalStore for --state_dir, ha/etcdremovals for HA, memory
 // otherwise); a PutStart of a key an entry still being written covers
-// waits for it. EvictMemory appends DRAM-only entries (EvictionKey,
+// waits for it. EvictDRAM appends DRAM-only entries (EvictionKey,
 // EvictionEvery) the same way and answers once they are durable; a put
 // never waits for those. Nodes pull durable entries (PullRemovals) with
 // the DRAM records to forget (replicas dropped without an entry: evicted
-// for room, bad, abandoned); ReRegisterMemoryObjects refuses a record an
+// for room, bad, abandoned); ReRegisterDRAMObjects refuses a record an
 // entry covers (LatestDRAM) or older than the log's origin,
-// ReRegisterDiskObjects a key an entry above the node's last reported SSD
+// ReRegisterSSDObjects a key an entry above the node's last reported SSD
 // cursor covers. Tick trims entries past removal_log_retention or beyond
 // removal_log_limit. Locks: the log's mutex is a leaf, taken under shard
 // locks; the store is written by one caller at a time (group commit),
@@ -190,7 +190,7 @@
 // on Ping answers, offload tasks and (Interceptor) every gRPC answer. A
 // Service serves one term and starts empty: nodes mount with
 // HoldAllocation and re-register their DRAM objects
-// (ReRegisterMemoryObjects, memreg.go; nothing is allocated in a held
+// (ReRegisterDRAMObjects, dramreg.go; nothing is allocated in a held
 // segment) and their SSD objects. During the rebuild window misses are
 // answered ErrNotLeader so callers ask again; rebuilt objects get a read
 // lease of default_kv_lease_ttl; when it closes, offloads are queued again.
@@ -213,7 +213,7 @@
 // shard lock or none, nothing taken under them. Check, the only code that
 // holds several shard locks at once, takes them in ascending shard index
 // order. evictMu (one eviction round at a time) and a reconcile session's
-// diskDigest.mu are taken before shard locks; digestMu is a leaf. Counters
+// ssdDigest.mu are taken before shard locks; digestMu is a leaf. Counters
 // and reconcile digests are atomics. Time comes from Config.Clock, so tests
 // drive leases and TTLs with a ManualClock and call Tick instead of sleeping.
 package master

@@ -99,7 +99,7 @@ func (s *Service) countVictims(now int64) int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		sh.memObjects(func(_ string, o *object) {
+		sh.dramObjects(func(_ string, o *object) {
 			if s.victimOK(o, now) {
 				total++
 			}
@@ -116,7 +116,7 @@ func (s *Service) pickVictims(target int, now int64) []victim {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		sh.memObjects(func(k string, o *object) {
+		sh.dramObjects(func(k string, o *object) {
 			if !s.victimOK(o, now) {
 				return
 			}
@@ -145,7 +145,7 @@ func (s *Service) evictVictim(c victim, now int64) (freed int64, queued bool) {
 	if c.sh.objs[c.key] != o || !s.victimOK(o, now) {
 		return 0, false
 	}
-	if !o.readableDisk() {
+	if !o.readableSSD() {
 		switch admitted, queued := s.admitToSSD(c.key, o, s.policy.OnEvict, o.offloadGaveUp == offloadOK); {
 		case queued:
 			return 0, true
@@ -153,14 +153,14 @@ func (s *Service) evictVictim(c victim, now int64) (freed int64, queued bool) {
 			// Its offload failed for good: dropped like any cache entry.
 			s.cnt.offloadDroppedVictims.Add(1)
 			s.log.Warn("DRAM eviction dropped a victim whose offload failed; the object leaves the cache",
-				"key", keyspec.Show(c.key), "reason", o.offloadGaveUp.String(), "node", memNode(o))
+				"key", keyspec.Show(c.key), "reason", o.offloadGaveUp.String(), "node", dramNode(o))
 		}
 	}
 	// Every DRAM replica of the object goes (a victim is an object, not
 	// a copy); freed counts one, what the allocation that needs it gains
 	// on its segment at most.
 	freed = alignUp(o.size)
-	s.dropMem(o)
+	s.dropDRAM(o)
 	if o.empty() {
 		s.deleteObj(c.sh, c.key, o)
 	}
@@ -170,7 +170,7 @@ func (s *Service) evictVictim(c victim, now int64) (freed int64, queued bool) {
 // victimOK reports whether o may be an eviction victim now. Caller holds the
 // shard lock.
 func (s *Service) victimOK(o *object, now int64) bool {
-	if !s.evictable(o, now) || !o.readableMem() {
+	if !s.evictable(o, now) || !o.readableDRAM() {
 		return false
 	}
 	return s.cfg.AllowEvictSoftPinned || !o.softPinned(now)

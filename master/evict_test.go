@@ -261,7 +261,7 @@ func TestEvictContinuesPastQueuedVictims(t *testing.T) {
 			// Room for exactly two objects under the high watermark; beyond
 			// it, a victim bucket no candidate can beat (density 16).
 			s.ReportSSD("a", masterapi.SSDReport{High: 2 * obj, Used: 0,
-				Victims: []masterapi.SSDVictim{{FileBytes: 1 << 20, Span: 1 << 20, Value: 16 << 20}}})
+				Victims: []masterapi.SSDVictim{{FileBytes: 1 << 20, Span: 1 << 20, Worth: 16 << 20}}})
 			put(t, api, "new", obj, "a")
 			st, err := s.Stats(bg)
 			if err != nil {
@@ -301,7 +301,7 @@ func TestColdPutIsFirstDRAMVictim(t *testing.T) {
 	const obj = 4 << 10
 	mount(t, s, "a", 5*obj)
 	s.ReportSSD("a", masterapi.SSDReport{High: obj, Used: obj,
-		Victims: []masterapi.SSDVictim{{FileBytes: 1 << 20, Span: 1 << 20, Value: 16 << 20}}})
+		Victims: []masterapi.SSDVictim{{FileBytes: 1 << 20, Span: 1 << 20, Worth: 16 << 20}}})
 	for _, k := range []string{"w0", "w1", "w2"} {
 		put(t, s, k, obj, "a")
 		clk.Advance(time.Millisecond)
@@ -337,13 +337,13 @@ func TestColdPutIsFirstDRAMVictim(t *testing.T) {
 	}
 }
 
-// memSetKeys returns the keys of every shard's DRAM candidate set.
-func memSetKeys(s *Service) map[string]bool {
+// dramSetKeys returns the keys of every shard's DRAM candidate set.
+func dramSetKeys(s *Service) map[string]bool {
 	keys := map[string]bool{}
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k := range sh.mem {
+		for k := range sh.dram {
 			keys[k] = true
 		}
 		sh.mu.Unlock()
@@ -352,7 +352,7 @@ func memSetKeys(s *Service) map[string]bool {
 }
 
 // The DRAM eviction scans walk only the objects that have a DRAM replica
-// (shard.mem), not every object: an object put, one re-registered by a
+// (shard.dram), not every object: an object put, one re-registered by a
 // node after a master restart, and one promoted from SSD are all in it and
 // are victims; objects that left DRAM leave the set at the next scan, so a
 // master holding many SSD-only objects scans only its DRAM ones.
@@ -361,21 +361,21 @@ func TestEvictionScansDRAMObjectsOnly(t *testing.T) {
 	holdMount(t, s, "a", 64<<10)
 	const tok = 1 << 63
 	objs := []masterapi.DRAMObject{{Key: "rereg", Offset: 0, Length: 1000, CRC: 11, PutToken: tok}}
-	if errs, err := s.ReRegisterMemoryObjects(bg, "a", "seg0", objs, true); err != nil || errs[0] != nil {
+	if errs, err := s.ReRegisterDRAMObjects(bg, "a", "seg0", objs, true); err != nil || errs[0] != nil {
 		t.Fatalf("re-register: %v %v", errs, err)
 	}
 	for i := range 5 {
 		put(t, s, fmt.Sprint("put", i), 1000, "")
 	}
-	if got := len(memSetKeys(s)); got != 6 {
-		t.Fatalf("%d DRAM candidates, want 6: %v", got, memSetKeys(s))
+	if got := len(dramSetKeys(s)); got != 6 {
+		t.Fatalf("%d DRAM candidates, want 6: %v", got, dramSetKeys(s))
 	}
 	clk.Advance(time.Hour) // every lease over
 	if n := s.EvictNow(); n != 6 {
 		t.Fatalf("evicted %d of 6 DRAM objects (the re-registered one among them?)", n)
 	}
 	s.EvictNow() // nothing left: the scan drops the stale entries
-	if keys := memSetKeys(s); len(keys) != 0 {
+	if keys := dramSetKeys(s); len(keys) != 0 {
 		t.Fatalf("DRAM candidates left after every DRAM object went: %v", keys)
 	}
 }

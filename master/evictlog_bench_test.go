@@ -65,7 +65,7 @@ func BenchmarkPutUnderEviction(b *testing.B) {
 				if err := s.PutEnd(bg, k, r.PutToken); err != nil {
 					b.Fatal(err)
 				}
-				s.ReRegisterDiskObjects(bg, "n", []masterapi.SSDObject{{Key: k, Size: 4096}}) // evictable
+				s.ReRegisterSSDObjects(bg, "n", []masterapi.SSDObject{{Key: k, Size: 4096}}) // evictable
 			}
 			b.StopTimer()
 			st, _ := s.Stats(bg)
@@ -75,9 +75,9 @@ func BenchmarkPutUnderEviction(b *testing.B) {
 	}
 }
 
-// BenchmarkEvictMemory: one EvictMemory of one key (its entry durable
+// BenchmarkEvictDRAM: one EvictDRAM of one key (its entry durable
 // before the answer), with the removal log in memory and in a file.
-func BenchmarkEvictMemory(b *testing.B) {
+func BenchmarkEvictDRAM(b *testing.B) {
 	for _, name := range []string{"memory", "file"} {
 		b.Run(name, func(b *testing.B) {
 			s := evictBenchService(b, evictStores(b)[name](), 1<<30)
@@ -91,11 +91,11 @@ func BenchmarkEvictMemory(b *testing.B) {
 				if err := s.PutEnd(bg, keys[i], r.PutToken); err != nil {
 					b.Fatal(err)
 				}
-				s.ReRegisterDiskObjects(bg, "n", []masterapi.SSDObject{{Key: keys[i], Size: 4096}})
+				s.ReRegisterSSDObjects(bg, "n", []masterapi.SSDObject{{Key: keys[i], Size: 4096}})
 			}
 			b.ResetTimer()
 			for i := range b.N {
-				if res, err := s.EvictMemory(bg, keys[i:i+1], false); err != nil || res.Dropped != 1 {
+				if res, err := s.EvictDRAM(bg, keys[i:i+1], false); err != nil || res.Dropped != 1 {
 					b.Fatal(res, err)
 				}
 			}

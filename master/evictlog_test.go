@@ -12,9 +12,9 @@ import (
 	"github.com/tierstore/tierstore/masterapi"
 )
 
-// toDisk gives keys (put on node) their SSD copies: one heartbeat's tasks,
+// toSSD gives keys (put on node) their SSD copies: one heartbeat's tasks,
 // all persisted.
-func toDisk(t *testing.T, s *Service, node string, keys ...string) {
+func toSSD(t *testing.T, s *Service, node string, keys ...string) {
 	t.Helper()
 	tasks, err := heartbeat(s, node, 0)
 	if err != nil {
@@ -40,21 +40,21 @@ func toDisk(t *testing.T, s *Service, node string, keys ...string) {
 }
 
 // An acknowledged DRAM eviction is an entry of the removal log, durable
-// before EvictMemory answers: a restarted master (the same store) refuses
+// before EvictDRAM answers: a restarted master (the same store) refuses
 // the evicted DRAM record even though no node ever pulled the entry, and
 // accepts the key's SSD copy (the eviction does not touch it) and a DRAM
 // record of a newer put of the key.
-func TestEvictMemoryIsALogEntry(t *testing.T) {
+func TestEvictDRAMIsALogEntry(t *testing.T) {
 	store := NewMemoryRemovalStore()
 	s, _ := offloadService(t, func(c *Config) { c.Removals = store })
-	var api masterapi.API = remoteService(t, s) // EvictMemory and the pulls over gRPC
+	var api masterapi.API = remoteService(t, s) // EvictDRAM and the pulls over gRPC
 	mount(t, s, "a", 1<<20)
 	rk := put(t, s, "k", 1000, "a")
 	ro := put(t, s, "other", 1000, "a")
-	toDisk(t, s, "a", "k", "other")
+	toSSD(t, s, "a", "k", "other")
 	before := masterapi.RemovalCursor{Log: s.RemovalLog().ID, Seq: s.RemovalLog().Durable}
-	if res, err := api.EvictMemory(bg, []string{"k"}, false); err != nil || res.Dropped != 1 {
-		t.Fatalf("EvictMemory: %+v %v", res, err)
+	if res, err := api.EvictDRAM(bg, []string{"k"}, false); err != nil || res.Dropped != 1 {
+		t.Fatalf("EvictDRAM: %+v %v", res, err)
 	}
 	if len(store.st.Entries) != 1 {
 		t.Fatalf("the store holds %d entries after the acknowledgement, want 1", len(store.st.Entries))
@@ -71,17 +71,17 @@ func TestEvictMemoryIsALogEntry(t *testing.T) {
 		{Key: "k", Offset: rk.Offset, Length: 1000, CRC: crcOf("k"), PutToken: rk.PutToken},
 		{Key: "other", Offset: ro.Offset, Length: 1000, CRC: crcOf("other"), PutToken: ro.PutToken},
 	}
-	errs, err := s2.ReRegisterMemoryObjects(bg, "a", "seg0", recs, true)
+	errs, err := s2.ReRegisterDRAMObjects(bg, "a", "seg0", recs, true)
 	if err != nil || !errors.Is(errs[0], errcode.ErrObjectNotFound) || !strings.Contains(errs[0].Error(), "evicted") || errs[1] != nil {
 		t.Fatalf("re-registration after the eviction: %v %v", errs, err)
 	}
 	pullAll(t, s2, "a", before, before) // the node's SSD cursor is below the entry
-	errs, err = s2.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "k", Size: 1000, CRC: crcOf("k")}, {Key: "other", Size: 1000, CRC: crcOf("other")}})
+	errs, err = s2.ReRegisterSSDObjects(bg, "a", []masterapi.SSDObject{{Key: "k", Size: 1000, CRC: crcOf("k")}, {Key: "other", Size: 1000, CRC: crcOf("other")}})
 	if err != nil || errs[0] != nil || errs[1] != nil {
 		t.Fatalf("the SSD copies (a DRAM eviction leaves them): %v %v", errs, err)
 	}
 	info, err := s2.GetReplicaList(bg, "k")
-	if err != nil || kinds(info) != "LOCAL_DISK@a " {
+	if err != nil || kinds(info) != "SSD@a " {
 		t.Fatalf("k after the restart: %s %v", kinds(info), err)
 	}
 	// A newer put of the key is not covered by the eviction's entry.
@@ -89,52 +89,52 @@ func TestEvictMemoryIsALogEntry(t *testing.T) {
 	r2 := put(t, s2, "k", 1000, "a")
 	s3, _ := offloadService(t, func(c *Config) { c.Removals = store })
 	holdMount(t, s3, "a", 1<<20)
-	if errs, err := s3.ReRegisterMemoryObjects(bg, "a", "seg0", []masterapi.DRAMObject{{Key: "k", Offset: r2.Offset, Length: 1000, CRC: crcOf("k"), PutToken: r2.PutToken}}, true); err != nil || errs[0] != nil {
+	if errs, err := s3.ReRegisterDRAMObjects(bg, "a", "seg0", []masterapi.DRAMObject{{Key: "k", Offset: r2.Offset, Length: 1000, CRC: crcOf("k"), PutToken: r2.PutToken}}, true); err != nil || errs[0] != nil {
 		t.Fatalf("the put after the eviction: %v %v", errs, err)
 	}
 }
 
-// EvictMemory of all objects is one entry sparing the keys whose DRAM
+// EvictDRAM of all objects is one entry sparing the keys whose DRAM
 // copies stayed: after a restart the evicted record is refused, the
 // spared one (its offload still pending) accepted.
-func TestEvictMemoryAllIsOneEntry(t *testing.T) {
+func TestEvictDRAMAllIsOneEntry(t *testing.T) {
 	store := NewMemoryRemovalStore()
 	s, _ := offloadService(t, func(c *Config) { c.Removals = store })
 	mount(t, s, "a", 1<<20)
 	rx := put(t, s, "x", 1000, "a")
 	rn := put(t, s, "nodisk", 1000, "a")
-	toDisk(t, s, "a", "x")
-	if res, err := s.EvictMemory(bg, nil, true); err != nil || res.Dropped != 1 || res.OffloadPending != 1 {
-		t.Fatalf("EvictMemory(all): %+v %v", res, err)
+	toSSD(t, s, "a", "x")
+	if res, err := s.EvictDRAM(bg, nil, true); err != nil || res.Dropped != 1 || res.OffloadPending != 1 {
+		t.Fatalf("EvictDRAM(all): %+v %v", res, err)
 	}
 	if es := store.st.Entries; len(es) != 1 || es[0].Kind != masterapi.EvictionEvery || len(es[0].Spared) != 1 || es[0].Spared[0] != "nodisk" {
 		t.Fatalf("entries %+v, want one EvictionEvery sparing nodisk", es)
 	}
 	s2, _ := offloadService(t, func(c *Config) { c.Removals = store })
 	holdMount(t, s2, "a", 1<<20)
-	errs, err := s2.ReRegisterMemoryObjects(bg, "a", "seg0", []masterapi.DRAMObject{
+	errs, err := s2.ReRegisterDRAMObjects(bg, "a", "seg0", []masterapi.DRAMObject{
 		{Key: "x", Offset: rx.Offset, Length: 1000, CRC: crcOf("x"), PutToken: rx.PutToken},
 		{Key: "nodisk", Offset: rn.Offset, Length: 1000, CRC: crcOf("nodisk"), PutToken: rn.PutToken},
 	}, true)
 	if err != nil || !errors.Is(errs[0], errcode.ErrObjectNotFound) || errs[1] != nil {
-		t.Fatalf("re-registration after EvictMemory(all): %v %v", errs, err)
+		t.Fatalf("re-registration after EvictDRAM(all): %v %v", errs, err)
 	}
 }
 
 // An eviction whose entry cannot be made durable is not acknowledged
 // (INTERNAL_ERROR naming the store's error).
-func TestEvictMemoryNotDurableNotAcknowledged(t *testing.T) {
+func TestEvictDRAMNotDurableNotAcknowledged(t *testing.T) {
 	fs := &failingStore{MemoryRemovalStore: NewMemoryRemovalStore()}
 	s, _ := offloadService(t, func(c *Config) { c.Removals = fs })
 	mount(t, s, "a", 1<<20)
 	put(t, s, "k", 1000, "a")
-	toDisk(t, s, "a", "k")
+	toSSD(t, s, "a", "k")
 	fs.mu.Lock()
 	fs.fail = errors.New("disk full")
 	fs.mu.Unlock()
-	_, err := s.EvictMemory(bg, []string{"k"}, false)
+	_, err := s.EvictDRAM(bg, []string{"k"}, false)
 	if !errors.Is(err, errcode.ErrInternal) || !strings.Contains(err.Error(), "disk full") {
-		t.Fatalf("EvictMemory with a failing store: %v", err)
+		t.Fatalf("EvictDRAM with a failing store: %v", err)
 	}
 }
 
@@ -166,11 +166,11 @@ func TestFileRemovalStoreEvictions(t *testing.T) {
 	mount(t, s, "a", 1<<20)
 	put(t, s, "k", 1000, "a")
 	put(t, s, "x", 1000, "a")
-	toDisk(t, s, "a", "k", "x")
-	if res, err := s.EvictMemory(bg, []string{"k"}, false); err != nil || res.Dropped != 1 {
+	toSSD(t, s, "a", "k", "x")
+	if res, err := s.EvictDRAM(bg, []string{"k"}, false); err != nil || res.Dropped != 1 {
 		t.Fatal(res, err)
 	}
-	if res, err := s.EvictMemory(bg, nil, true); err != nil || res.Dropped != 1 {
+	if res, err := s.EvictDRAM(bg, nil, true); err != nil || res.Dropped != 1 {
 		t.Fatal(res, err)
 	}
 	s.Close()

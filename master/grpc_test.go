@@ -77,7 +77,7 @@ func TestRemoteMatchesService(t *testing.T) {
 	}
 
 	info, err := api.GetReplicaList(ctx, "k")
-	if err != nil || info.Size != 1000 || info.CRC != crcOf("k") || kinds(info) != "MEMORY@a " || info.LeaseDeadline.IsZero() {
+	if err != nil || info.Size != 1000 || info.CRC != crcOf("k") || kinds(info) != "DRAM@a " || info.LeaseDeadline.IsZero() {
 		t.Fatalf("info %+v %v", info, err)
 	}
 	mustIs(t, api.Remove(ctx, "k", false), errcode.ErrObjectHasLease)
@@ -129,13 +129,13 @@ func TestRemoteMatchesService(t *testing.T) {
 	if bv, err := api.BatchPutRevoke(ctx, []masterapi.PutRef{{Key: "b2", Token: bp[0].Replica.PutToken}}); err != nil || bv[0] != nil {
 		t.Fatal(bv, err)
 	}
-	if errs, err := api.ReRegisterDiskColumns(ctx, "a", masterapi.ColumnsOf([]masterapi.SSDObject{{Key: "d", Size: 5, CRC: 5}})); err != nil || errs[0] != nil {
+	if errs, err := api.ReRegisterSSDColumns(ctx, "a", masterapi.ColumnsOf([]masterapi.SSDObject{{Key: "d", Size: 5, CRC: 5}})); err != nil || errs[0] != nil {
 		t.Fatal(errs, err)
 	}
-	if res, err := api.EvictDiskReplica(ctx, "a", []string{"d"}); err != nil || res.Dropped != 1 || res.Keep != nil {
+	if res, err := api.EvictSSDReplica(ctx, "a", []string{"d"}); err != nil || res.Dropped != 1 || res.Keep != nil {
 		t.Fatal(res, err)
 	}
-	// Drops k's disk replica; "zz" is unknown, so the node must delete it.
+	// Drops k's SSD replica; "zz" is unknown, so the node must delete it.
 	if res, err := reconcileAll(api, "a", []string{"zz"}); err != nil || res.Dropped != 1 ||
 		len(res.Unwanted) != 1 || res.Unwanted[0] != "zz" {
 		t.Fatal(res, err)
@@ -147,7 +147,7 @@ func TestRemoteMatchesService(t *testing.T) {
 	mustIs(t, api.ReportBadReplica(ctx, "k", crcOf("k"), masterapi.Replica{Kind: masterapi.SSD, Node: "a"}), errcode.ErrReplicaNotFound)
 	mustIs(t, api.ReportBadReplica(ctx, "nope", 1, masterapi.Replica{Kind: masterapi.DRAM, Node: "a"}), errcode.ErrObjectNotFound)
 	clk.Advance(2 * time.Hour)
-	if n, err := api.EvictMemory(ctx, nil, true); err != nil || n.Dropped != 0 {
+	if n, err := api.EvictDRAM(ctx, nil, true); err != nil || n.Dropped != 0 {
 		t.Fatal(n, err)
 	}
 	st, err := api.Stats(ctx)

@@ -18,8 +18,8 @@ import (
 // (package ha); the leader runs a Service for its term, the others answer
 // UNAVAILABLE_IN_CURRENT_STATUS. A Service serves one term only: it starts
 // with empty metadata, rebuilt from the nodes' re-registration (their DRAM
-// objects: ReRegisterMemoryObjects, memreg.go; their SSD objects:
-// ReRegisterDiskObjects), and is discarded when the leadership ends.
+// objects: ReRegisterDRAMObjects, dramreg.go; their SSD objects:
+// ReRegisterSSDObjects), and is discarded when the leadership ends.
 
 // HAConfig makes a Service one elected leader. The zero value: no high
 // availability (a single master).
@@ -125,9 +125,9 @@ func (s *Service) haTick() {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		sh.memObjects(func(k string, o *object) { // SSD-only objects need nothing
+		sh.dramObjects(func(k string, o *object) { // SSD-only objects need nothing
 			s.scanVisits.Add(1)
-			if o.offload == nil && o.readableMem() && !o.readableDisk() {
+			if o.offload == nil && o.readableDRAM() && !o.readableSSD() {
 				if _, queued := s.admitToSSD(k, o, s.policy.AtPutEnd, true); queued {
 					n++
 				}

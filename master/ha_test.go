@@ -58,9 +58,9 @@ func TestFenceRefusesEveryCall(t *testing.T) {
 	mustIs(t, s.MountSegment(bg, masterapi.MountRequest{Node: "b", Segment: "s", Size: 1 << 20}), ErrNotLeader)
 	_, err = heartbeat(s, "a", 0)
 	mustIs(t, err, ErrNotLeader)
-	_, err = s.ReRegisterMemoryObjects(bg, "a", "seg0", nil, true)
+	_, err = s.ReRegisterDRAMObjects(bg, "a", "seg0", nil, true)
 	mustIs(t, err, ErrNotLeader)
-	_, err = s.EvictMemory(bg, nil, true)
+	_, err = s.EvictDRAM(bg, nil, true)
 	mustIs(t, err, ErrNotLeader)
 
 	fence.Store(nil) // (a real fence never comes back: only to see what changed)
@@ -100,7 +100,7 @@ func holdMount(t *testing.T, s *Service, node string, size int64) {
 // A held segment takes no put until its DRAM re-registration is done; the
 // re-registered objects are readable at once, their ranges are never
 // handed to a new put, and later tokens are larger than theirs.
-func TestReRegisterMemoryObjects(t *testing.T) {
+func TestReRegisterDRAMObjects(t *testing.T) {
 	s, _ := testService(t, nil)
 	holdMount(t, s, "a", 64<<10)
 	for _, pref := range []string{"", "a"} {
@@ -113,7 +113,7 @@ func TestReRegisterMemoryObjects(t *testing.T) {
 		{Key: "a", Offset: 0, Length: 1000, CRC: 11, PutToken: tok},
 		{Key: "b", Offset: 1024, Length: 500, CRC: 22, PutToken: tok + 1, HardPin: true},
 	}
-	errs, err := s.ReRegisterMemoryObjects(bg, "a", "seg0", objs, false)
+	errs, err := s.ReRegisterDRAMObjects(bg, "a", "seg0", objs, false)
 	if err != nil || errs[0] != nil || errs[1] != nil {
 		t.Fatalf("re-register: %v %v", errs, err)
 	}
@@ -127,7 +127,7 @@ func TestReRegisterMemoryObjects(t *testing.T) {
 	if _, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "p", Size: 100}); !errors.Is(err, errcode.ErrNoAvailableHandle) {
 		t.Fatalf("put before done: %v", err)
 	}
-	if errs, err := s.ReRegisterMemoryObjects(bg, "a", "seg0", objs, true); err != nil || errs[0] != nil || errs[1] != nil {
+	if errs, err := s.ReRegisterDRAMObjects(bg, "a", "seg0", objs, true); err != nil || errs[0] != nil || errs[1] != nil {
 		t.Fatalf("the same call again (done): %v %v", errs, err)
 	}
 	if st, _ := s.Stats(bg); st.Objects != 2 || st.DRAMReplicas != 2 || st.SegmentUsed != 1024+512 {
@@ -159,7 +159,7 @@ func TestReRegisterMemoryObjects(t *testing.T) {
 
 // Conflicts: an overlapping range, an older put of a key, other bytes than
 // the SSD copies; a newer put of a key replaces the older DRAM replica.
-func TestReRegisterMemoryConflicts(t *testing.T) {
+func TestReRegisterDRAMConflicts(t *testing.T) {
 	s, _ := testService(t, nil)
 	holdMount(t, s, "a", 64<<10)
 	holdMount(t, s, "b", 64<<10)
@@ -168,7 +168,7 @@ func TestReRegisterMemoryConflicts(t *testing.T) {
 	tok := s.RemovalLog().Origin + 1<<40
 	reg := func(node string, m masterapi.DRAMObject) error {
 		t.Helper()
-		errs, err := s.ReRegisterMemoryObjects(bg, node, "seg0", []masterapi.DRAMObject{m}, false)
+		errs, err := s.ReRegisterDRAMObjects(bg, node, "seg0", []masterapi.DRAMObject{m}, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,22 +191,22 @@ func TestReRegisterMemoryConflicts(t *testing.T) {
 		t.Fatalf("a's freed range: %v", err)
 	}
 	// An SSD copy with other bytes wins over a later DRAM copy.
-	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "d", Size: 300, CRC: 9}}); err != nil || errs[0] != nil {
+	if errs, err := s.ReRegisterSSDObjects(bg, "a", []masterapi.SSDObject{{Key: "d", Size: 300, CRC: 9}}); err != nil || errs[0] != nil {
 		t.Fatal(errs, err)
 	}
 	mustIs(t, reg("b", masterapi.DRAMObject{Key: "d", Offset: 8192, Length: 300, CRC: 8, PutToken: tok + 2}), errcode.ErrChecksumConflict)
 	if err := reg("b", masterapi.DRAMObject{Key: "d", Offset: 8192, Length: 300, CRC: 9, PutToken: tok + 2}); err != nil {
 		t.Fatal(err)
 	}
-	if info, err := s.GetReplicaList(bg, "d"); err != nil || kinds(info) != "MEMORY@b LOCAL_DISK@a " {
+	if info, err := s.GetReplicaList(bg, "d"); err != nil || kinds(info) != "DRAM@b SSD@a " {
 		t.Fatalf("d: %q %v", kinds(info), err)
 	}
 	mustIs(t, reg("a", masterapi.DRAMObject{Key: "y", Offset: 64<<10 - 64, Length: 100, CRC: 1, PutToken: tok}), errcode.ErrInvalidParams)
 	mustIs(t, reg("a", masterapi.DRAMObject{Key: "y", Offset: 100, Length: 100, CRC: 1, PutToken: tok}), errcode.ErrInvalidParams)
 	mustIs(t, reg("a", masterapi.DRAMObject{Key: "y", Offset: 20000, Length: 100, CRC: 1}), errcode.ErrInvalidParams)
-	_, err = s.ReRegisterMemoryObjects(bg, "nobody", "seg0", nil, true)
+	_, err = s.ReRegisterDRAMObjects(bg, "nobody", "seg0", nil, true)
 	mustIs(t, err, errcode.ErrNeedRemount)
-	_, err = s.ReRegisterMemoryObjects(bg, "a", "other", nil, true)
+	_, err = s.ReRegisterDRAMObjects(bg, "a", "other", nil, true)
 	mustIs(t, err, errcode.ErrSegmentNotFound)
 }
 
@@ -261,7 +261,7 @@ func TestRebuildWindowTurnsMissesIntoRetry(t *testing.T) {
 	holdMount(t, s, "b", 1<<20) // a node re-registering: the window reopens
 	_, err = c.GetReplicaList(bg, miss)
 	mustIs(t, errcode.FromStatus(err), errcode.ErrUnavailable)
-	if _, err := s.ReRegisterMemoryObjects(bg, "b", "seg0", nil, true); err != nil {
+	if _, err := s.ReRegisterDRAMObjects(bg, "b", "seg0", nil, true); err != nil {
 		t.Fatal(err)
 	}
 	_, err = c.GetReplicaList(bg, miss)
@@ -275,7 +275,7 @@ func TestRebuiltLeaseAndReadmission(t *testing.T) {
 	s, clk, _ := haService(t, func(c *Config) { c.EnableOffload = true })
 	holdMount(t, s, "a", 1<<20)
 	objs := []masterapi.DRAMObject{{Key: "k", Offset: 0, Length: 1000, CRC: 1, PutToken: s.RemovalLog().Origin + 1}}
-	if errs, err := s.ReRegisterMemoryObjects(bg, "a", "seg0", objs, true); err != nil || errs[0] != nil {
+	if errs, err := s.ReRegisterDRAMObjects(bg, "a", "seg0", objs, true); err != nil || errs[0] != nil {
 		t.Fatal(errs, err)
 	}
 	// SSD-only objects, which the readmission has nothing to do for, and
@@ -284,7 +284,7 @@ func TestRebuiltLeaseAndReadmission(t *testing.T) {
 	for i := range 100 {
 		ssd = append(ssd, masterapi.SSDObject{Key: fmt.Sprint("ssd", i), Size: 10, CRC: 2})
 	}
-	if _, err := s.ReRegisterDiskObjects(bg, "a", ssd); err != nil {
+	if _, err := s.ReRegisterSSDObjects(bg, "a", ssd); err != nil {
 		t.Fatal(err)
 	}
 	mustIs(t, s.Remove(bg, "k", false), errcode.ErrObjectHasLease)

@@ -29,10 +29,10 @@ func leased(t *testing.T, s *Service, key string) masterapi.Replica {
 	return r
 }
 
-// leasedOnDisk registers key on node a's SSD only and grants it a lease.
-func leasedOnDisk(t *testing.T, s *Service, key string) {
+// leasedOnSSD registers key on node a's SSD only and grants it a lease.
+func leasedOnSSD(t *testing.T, s *Service, key string) {
 	t.Helper()
-	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: key, Size: 100, CRC: crcOf(key)}}); err != nil || errs[0] != nil {
+	if errs, err := s.ReRegisterSSDObjects(bg, "a", []masterapi.SSDObject{{Key: key, Size: 100, CRC: crcOf(key)}}); err != nil || errs[0] != nil {
 		t.Fatal(errs, err)
 	}
 	if ok, err := s.ExistKey(bg, key); !ok || err != nil {
@@ -115,7 +115,7 @@ func TestLeaseGuardBadReplicaReport(t *testing.T) {
 // Reconcile: the node's list no longer has the leased object's only copy.
 func TestLeaseGuardReconcile(t *testing.T) {
 	s, _ := leaseService(t, nil)
-	leasedOnDisk(t, s, "k")
+	leasedOnSSD(t, s, "k")
 	if res, err := reconcileAll(s, "a", nil); err != nil || res.Dropped != 1 {
 		t.Fatal(res, err)
 	}
@@ -126,7 +126,7 @@ func TestLeaseGuardReconcile(t *testing.T) {
 // not on its SSD.
 func TestLeaseGuardOffloadFailure(t *testing.T) {
 	s, _ := leaseService(t, func(c *Config) { c.EnableOffload = true })
-	leasedOnDisk(t, s, "k")
+	leasedOnSSD(t, s, "k")
 	if _, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Failed: []masterapi.OffloadFailure{{Key: "k", Reason: "corrupt entry dropped"}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -168,20 +168,20 @@ func TestLeaseGuardDRAMEvictionRecheck(t *testing.T) {
 	}
 }
 
-// EvictMemory: the DRAM replica of a leased object that has an SSD copy
+// EvictDRAM: the DRAM replica of a leased object that has an SSD copy
 // stays while a reader of the lease was given only the DRAM replica.
-func TestLeaseGuardEvictMemory(t *testing.T) {
+func TestLeaseGuardEvictDRAM(t *testing.T) {
 	s, clk := leaseService(t, nil)
 	put(t, s, "k", 100, "a")
-	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "MEMORY@a " {
+	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "DRAM@a " {
 		t.Fatal(kinds(info), err)
 	}
-	s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "k", Size: 100, CRC: crcOf("k")}})
-	if n, err := s.EvictMemory(bg, nil, true); n.Dropped != 0 || n.Leased != 1 || err != nil {
-		t.Fatalf("EvictMemory dropped %d DRAM replicas a reader depends on (%+v): %v", n.Dropped, n, err)
+	s.ReRegisterSSDObjects(bg, "a", []masterapi.SSDObject{{Key: "k", Size: 100, CRC: crcOf("k")}})
+	if n, err := s.EvictDRAM(bg, nil, true); n.Dropped != 0 || n.Leased != 1 || err != nil {
+		t.Fatalf("EvictDRAM dropped %d DRAM replicas a reader depends on (%+v): %v", n.Dropped, n, err)
 	}
 	afterLease(s, clk)
-	if n, err := s.EvictMemory(bg, nil, true); n.Dropped != 1 || err != nil {
+	if n, err := s.EvictDRAM(bg, nil, true); n.Dropped != 1 || err != nil {
 		t.Fatalf("after the lease: %d %v", n, err)
 	}
 }
@@ -190,12 +190,12 @@ func TestLeaseGuardEvictMemory(t *testing.T) {
 // (answered in Keep) and stays readable.
 func TestLeaseGuardSSDEviction(t *testing.T) {
 	s, _ := leaseService(t, nil)
-	leasedOnDisk(t, s, "k")
-	res, err := s.EvictDiskReplica(bg, "a", []string{"k"})
+	leasedOnSSD(t, s, "k")
+	res, err := s.EvictSSDReplica(bg, "a", []string{"k"})
 	if err != nil || res.Dropped != 0 || fmt.Sprint(res.Keep) != "[k]" {
 		t.Fatalf("%+v %v", res, err)
 	}
-	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "LOCAL_DISK@a " {
+	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "SSD@a " {
 		t.Fatal(kinds(info), err)
 	}
 }

@@ -266,7 +266,7 @@ func allKeys(s *Service) []string {
 // TestMooncake4508Replay replays Mooncake #4508: lookup hit, the node holding
 // the only replica expires and the stale-handle sweep runs, then load. Within
 // the lease the load answers REPLICA_IS_GONE (-712), not OBJECT_NOT_FOUND
-// (-704); with a LOCAL_DISK replica on a live node it succeeds from it; after
+// (-704); with a SSD replica on a live node it succeeds from it; after
 // the lease the metadata goes.
 func TestMooncake4508Replay(t *testing.T) {
 	s, clk := testService(t, func(c *Config) {
@@ -279,7 +279,7 @@ func TestMooncake4508Replay(t *testing.T) {
 	put(t, s, "only-dram", 1000, "a")
 	put(t, s, "also-ssd", 1000, "a")
 	// Node b holds "also-ssd" on its SSD too.
-	if errs, err := s.ReRegisterDiskObjects(bg, "b", []masterapi.SSDObject{{Key: "also-ssd", Size: 1000, CRC: crcOf("also-ssd")}}); err != nil || errs[0] != nil {
+	if errs, err := s.ReRegisterSSDObjects(bg, "b", []masterapi.SSDObject{{Key: "also-ssd", Size: 1000, CRC: crcOf("also-ssd")}}); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}
 
@@ -403,8 +403,8 @@ func lease4508Ops() []op4508 {
 		{"remove", false, func(e *env4508) { e.s.Remove(bg, "k", false) }},
 		{"remove all", false, func(e *env4508) { e.s.RemoveAll(bg, false) }},
 		{"DRAM eviction", false, func(e *env4508) { e.s.EvictNow() }},
-		{"EvictMemory", false, func(e *env4508) { e.s.EvictMemory(bg, nil, true) }},
-		{"SSD eviction on n1", false, func(e *env4508) { e.s.EvictDiskReplica(bg, "n1", []string{"k"}) }},
+		{"EvictDRAM", false, func(e *env4508) { e.s.EvictDRAM(bg, nil, true) }},
+		{"SSD eviction on n1", false, func(e *env4508) { e.s.EvictSSDReplica(bg, "n1", []string{"k"}) }},
 		{"reconcile n1 (holds nothing)", true, func(e *env4508) { reconcileAll(e.s, "n1", nil) }},
 		{"bad-replica reports", true, func(e *env4508) {
 			for _, r := range e.list.Replicas {
@@ -436,7 +436,7 @@ func run4508(t *testing.T, ops []op4508, seq []int, onDisk bool) (gone bool, _ e
 	mount(t, s, "n1", 1<<20)
 	put(t, s, "k", 256, "n0")
 	if onDisk {
-		s.ReRegisterDiskObjects(bg, "n1", []masterapi.SSDObject{{Key: "k", Size: 256, CRC: crcOf("k")}})
+		s.ReRegisterSSDObjects(bg, "n1", []masterapi.SSDObject{{Key: "k", Size: 256, CRC: crcOf("k")}})
 	}
 	e := &env4508{s: s, clk: clk}
 	if e.list, err = s.GetReplicaList(bg, "k"); err != nil { // the lookup hit
@@ -465,18 +465,18 @@ func TestExpiryLeavesOtherNodesAlone(t *testing.T) {
 	mount(t, s, "b", 1<<20)
 	put(t, s, "ka", 100, "a")
 	put(t, s, "kb", 100, "b")
-	s.ReRegisterDiskObjects(bg, "b", []masterapi.SSDObject{{Key: "ka", Size: 100, CRC: crcOf("ka")}})
-	s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "kb", Size: 100, CRC: crcOf("kb")}})
+	s.ReRegisterSSDObjects(bg, "b", []masterapi.SSDObject{{Key: "ka", Size: 100, CRC: crcOf("ka")}})
+	s.ReRegisterSSDObjects(bg, "a", []masterapi.SSDObject{{Key: "kb", Size: 100, CRC: crcOf("kb")}})
 	clk.Advance(s.cfg.ClientTTL / 2)
 	s.Ping(bg, "b")
 	clk.Advance(s.cfg.ClientTTL/2 + time.Second)
 	s.Tick()
 	ia, err := s.GetReplicaList(bg, "ka")
-	if err != nil || kinds(ia) != "LOCAL_DISK@b " {
+	if err != nil || kinds(ia) != "SSD@b " {
 		t.Fatalf("ka: %s %v", kinds(ia), err)
 	}
 	ib, err := s.GetReplicaList(bg, "kb")
-	if err != nil || kinds(ib) != "MEMORY@b " {
+	if err != nil || kinds(ib) != "DRAM@b " {
 		t.Fatalf("kb: %s %v", kinds(ib), err)
 	}
 	st, _ := s.Stats(bg)

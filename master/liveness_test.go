@@ -44,24 +44,24 @@ func TestBackgroundLoop(t *testing.T) {
 func TestMasterRestartRecovery(t *testing.T) {
 	s1, _ := testService(t, nil)
 	mount(t, s1, "a", 1<<20)
-	s1.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "x", Size: 10, CRC: 3}})
+	s1.ReRegisterSSDObjects(bg, "a", []masterapi.SSDObject{{Key: "x", Size: 10, CRC: 3}})
 	s1.Close()
 	if _, err := s1.Stats(bg); !codesIs(err, errcode.ErrShuttingDown) {
 		t.Fatalf("after close: %v", err)
 	}
 
 	s2, _ := testService(t, nil)
-	_, err := s2.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "x", Size: 10, CRC: 3}})
+	_, err := s2.ReRegisterSSDObjects(bg, "a", []masterapi.SSDObject{{Key: "x", Size: 10, CRC: 3}})
 	mustIs(t, err, errcode.ErrNeedRemount)
 	if p, _ := s2.Ping(bg, "a"); p.Status != masterapi.NeedRemount {
 		t.Fatal("new master knows the node")
 	}
 	mount(t, s2, "a", 1<<20)
-	if errs, err := s2.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "x", Size: 10, CRC: 3}}); err != nil || errs[0] != nil {
+	if errs, err := s2.ReRegisterSSDObjects(bg, "a", []masterapi.SSDObject{{Key: "x", Size: 10, CRC: 3}}); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}
 	info, err := s2.GetReplicaList(bg, "x")
-	if err != nil || kinds(info) != "LOCAL_DISK@a " || info.Replicas[0].Endpoint != "a:1" {
+	if err != nil || kinds(info) != "SSD@a " || info.Replicas[0].Endpoint != "a:1" {
 		t.Fatalf("%+v %v", info, err)
 	}
 }
@@ -88,10 +88,10 @@ func TestNodeDeathReleasesOffloadPin(t *testing.T) {
 	}
 	mustIs(t, errs[0], errcode.ErrObjectNotFound)
 	// ...while re-registration after the remount creates it.
-	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "k", Size: 64, CRC: crcOf("k")}}); err != nil || errs[0] != nil {
+	if errs, err := s.ReRegisterSSDObjects(bg, "a", []masterapi.SSDObject{{Key: "k", Size: 64, CRC: crcOf("k")}}); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}
-	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "LOCAL_DISK@a " {
+	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "SSD@a " {
 		t.Fatalf("%s %v", kinds(info), err)
 	}
 }
@@ -135,7 +135,7 @@ func TestMetrics(t *testing.T) {
 	mount(t, s, "a", 1<<20)
 	put(t, s, "k", 100, "a")
 	s.GetReplicaList(bg, "nope")
-	s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "d", Size: 50, CRC: 1}})
+	s.ReRegisterSSDObjects(bg, "a", []masterapi.SSDObject{{Key: "d", Size: 50, CRC: 1}})
 	for _, c := range []struct {
 		name, label, value string
 		want               float64
@@ -215,7 +215,7 @@ func TestLeaveNode(t *testing.T) {
 	inc("a", "a1")
 	inc("b", "b1")
 	put(t, s, "mem", 4<<10, "a")
-	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "disk", Size: 10, CRC: 3}}); err != nil || errs[0] != nil {
+	if errs, err := s.ReRegisterSSDObjects(bg, "a", []masterapi.SSDObject{{Key: "disk", Size: 10, CRC: 3}}); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}
 	put(t, s, "onb", 4<<10, "b")
@@ -242,7 +242,7 @@ func TestLeaveNode(t *testing.T) {
 		t.Fatalf("another node's object: %v %v", ok, err)
 	}
 	inc("a", "a2") // it comes back and re-registers
-	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "disk", Size: 10, CRC: 3}}); err != nil || errs[0] != nil {
+	if errs, err := s.ReRegisterSSDObjects(bg, "a", []masterapi.SSDObject{{Key: "disk", Size: 10, CRC: 3}}); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}
 	if ok, err := s.ExistKey(bg, "disk"); err != nil || !ok {

@@ -31,57 +31,36 @@ func newMetrics(s *Service) *metrics {
 	m.reg.MustRegister(
 		f(prometheus.GaugeOpts{Name: "tierstore_master_objects", Help: "Objects in the master's metadata."},
 			func() float64 { return float64(s.cnt.objects.Load()) }),
-		f(prometheus.GaugeOpts{Name: "tierstore_master_bytes", Help: "Object bytes per tier (one count per replica).", ConstLabels: prometheus.Labels{"tier": "dram"}},
-			func() float64 { return float64(s.cnt.memBytes.Load()) }),
-		f(prometheus.GaugeOpts{Name: "tierstore_master_bytes", Help: "Object bytes per tier (one count per replica).", ConstLabels: prometheus.Labels{"tier": "ssd"}},
-			func() float64 { return float64(s.cnt.diskBytes.Load()) }),
-		f(prometheus.GaugeOpts{Name: "tierstore_master_replicas", Help: "Replicas per tier.", ConstLabels: prometheus.Labels{"tier": "dram"}},
-			func() float64 { return float64(s.cnt.memReplicas.Load()) }),
-		f(prometheus.GaugeOpts{Name: "tierstore_master_replicas", Help: "Replicas per tier.", ConstLabels: prometheus.Labels{"tier": "ssd"}},
-			func() float64 { return float64(s.cnt.diskReplicas.Load()) }),
+		tierGauge("tierstore_master_bytes", "Object bytes per tier (one count per replica).", "dram", &s.cnt.dramBytes),
+		tierGauge("tierstore_master_bytes", "Object bytes per tier (one count per replica).", "ssd", &s.cnt.ssdBytes),
+		tierGauge("tierstore_master_replicas", "Replicas per tier.", "dram", &s.cnt.dramReplicas),
+		tierGauge("tierstore_master_replicas", "Replicas per tier.", "ssd", &s.cnt.ssdReplicas),
 		f(prometheus.GaugeOpts{Name: "tierstore_master_offload_queue_depth", Help: "Offload tasks queued or in flight, all nodes."},
 			func() float64 { q, i := s.queueDepth(); return float64(q + i) }),
 		f(prometheus.GaugeOpts{Name: "tierstore_master_nodes", Help: "Live store nodes."},
 			func() float64 { s.nodesMu.RLock(); defer s.nodesMu.RUnlock(); return float64(len(s.nodes)) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_expired_nodes_total", Help: "Nodes expired for silence (client_ttl)."},
-			func() float64 { return float64(s.cnt.expiredNodes.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_offload_queued_total", Help: "Offload tasks queued."},
-			func() float64 { return float64(s.cnt.offloadQueued.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_offload_retried_total", Help: "Offload tasks queued again after a retryable failure or a timeout."},
-			func() float64 { return float64(s.cnt.offloadRetried.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_offload_abandoned_total", Help: "Offload tasks dropped after their last retryable attempt failed."},
-			func() float64 { return float64(s.cnt.offloadAbandoned.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_offload_dropped_victims_total", Help: "DRAM eviction victims dropped without an SSD copy because their offload failed for good (offload_on_evict would have queued them)."},
-			func() float64 { return float64(s.cnt.offloadDroppedVictims.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_put_start_waits_total", Help: "PutStarts that waited for DRAM room (eviction could not make room at once)."},
-			func() float64 { return float64(s.cnt.putWaits.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_put_start_wait_failures_total", Help: "PutStarts that waited for DRAM room and gave up (context or put_start_max_wait)."},
-			func() float64 { return float64(s.cnt.putWaitsFailed.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_offload_wakes_total", Help: "WaitOffload calls answered pressed: a node fetched its tasks before its heartbeat tick (a put waited for room, queued offload bytes passed a quarter of its DRAM, or promotions were queued)."},
-			func() float64 { return float64(s.cnt.offloadWakes.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_prefetch_queued_total", Help: "Prefetches queued for promotion (ExistKey/BatchExistKey hits on SSD-only objects, Prefetch)."},
-			func() float64 { return float64(s.cnt.prefetchQueued.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_prefetch_over_budget_total", Help: "Prefetches the frequency test admitted and the prefetch budget refused."},
-			func() float64 { return float64(s.cnt.prefetchOverBudget.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_prefetch_evictions_total", Help: "DRAM replicas of colder objects with an SSD copy dropped to make room for a prefetch."},
-			func() float64 { return float64(s.cnt.prefetchEvictions.Load()) }),
+		counter("tierstore_master_expired_nodes_total", "Nodes expired for silence (client_ttl).", &s.cnt.expiredNodes),
+		counter("tierstore_master_offload_queued_total", "Offload tasks queued.", &s.cnt.offloadQueued),
+		counter("tierstore_master_offload_retried_total", "Offload tasks queued again after a retryable failure or a timeout.", &s.cnt.offloadRetried),
+		counter("tierstore_master_offload_abandoned_total", "Offload tasks dropped after their last retryable attempt failed.", &s.cnt.offloadAbandoned),
+		counter("tierstore_master_offload_dropped_victims_total", "DRAM eviction victims dropped without an SSD copy because their offload failed for good (offload_on_evict would have queued them).", &s.cnt.offloadDroppedVictims),
+		counter("tierstore_master_put_start_waits_total", "PutStarts that waited for DRAM room (eviction could not make room at once).", &s.cnt.putWaits),
+		counter("tierstore_master_put_start_wait_failures_total", "PutStarts that waited for DRAM room and gave up (context or put_start_max_wait).", &s.cnt.putWaitsFailed),
+		counter("tierstore_master_offload_wakes_total", "WaitOffload calls answered pressed: a node fetched its tasks before its heartbeat tick (a put waited for room, queued offload bytes passed a quarter of its DRAM, or promotions were queued).", &s.cnt.offloadWakes),
+		counter("tierstore_master_prefetch_queued_total", "Prefetches queued for promotion (ExistKey/BatchExistKey hits on SSD-only objects, Prefetch).", &s.cnt.prefetchQueued),
+		counter("tierstore_master_prefetch_over_budget_total", "Prefetches the frequency test admitted and the prefetch budget refused.", &s.cnt.prefetchOverBudget),
+		counter("tierstore_master_prefetch_evictions_total", "DRAM replicas of colder objects with an SSD copy dropped to make room for a prefetch.", &s.cnt.prefetchEvictions),
 		promotionCounter("queued", &s.cnt.promotionsQueued),       // SSD hits the admission policy found worth a DRAM copy, queued for their node.
 		promotionCounter("started", &s.cnt.promotionsStarted),     // Promotions handed to a node (a DRAM range allocated).
 		promotionCounter("published", &s.cnt.promotions),          // Promotions the node loaded: DRAM replica published.
 		promotionCounter("abandoned", &s.cnt.promotionsAbandoned), // Promotions given up: SSD copy gone, object removed or put again, node failed to load.
 		promotionCounter("no_room", &s.cnt.promotionsNoRoom),      // Promotion candidates dropped: no DRAM room on their node even after eviction.
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_promotion_evictions_total", Help: "DRAM replicas of objects readable from SSD dropped to make room for a promotion (prefetches included)."},
-			func() float64 { return float64(s.cnt.promotionEvictions.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_promotion_spared_victims_total", Help: "DRAM-only objects a promotion needing room left in DRAM: the admission policy refused their offload, and a promotion never drops an object it would lose."},
-			func() float64 { return float64(s.cnt.promotionsSpared.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_admission_sketches_sent_total", Help: "Admission sketch transfers whose last chunk was sent to a node in a heartbeat reply."},
-			func() float64 { return float64(s.cnt.sketchesSent.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_admission_sketch_chunks_sent_total", Help: "Admission sketch chunks sent to nodes in heartbeat replies."},
-			func() float64 { return float64(s.cnt.sketchChunksSent.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_admission_sketch_bytes_sent_total", Help: "Bytes of admission sketch chunks sent to nodes."},
-			func() float64 { return float64(s.cnt.sketchBytesSent.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierstore_master_bad_replicas_total", Help: "Replicas dropped because a reader reported a size or CRC32C mismatch."},
-			func() float64 { return float64(s.cnt.badReplicas.Load()) }),
+		counter("tierstore_master_promotion_evictions_total", "DRAM replicas of objects readable from SSD dropped to make room for a promotion (prefetches included).", &s.cnt.promotionEvictions),
+		counter("tierstore_master_promotion_spared_victims_total", "DRAM-only objects a promotion needing room left in DRAM: the admission policy refused their offload, and a promotion never drops an object it would lose.", &s.cnt.promotionsSpared),
+		counter("tierstore_master_admission_sketches_sent_total", "Admission sketch transfers whose last chunk was sent to a node in a heartbeat reply.", &s.cnt.sketchesSent),
+		counter("tierstore_master_admission_sketch_chunks_sent_total", "Admission sketch chunks sent to nodes in heartbeat replies.", &s.cnt.sketchChunksSent),
+		counter("tierstore_master_admission_sketch_bytes_sent_total", "Bytes of admission sketch chunks sent to nodes.", &s.cnt.sketchBytesSent),
+		counter("tierstore_master_bad_replicas_total", "Replicas dropped because a reader reported a size or CRC32C mismatch.", &s.cnt.badReplicas),
 	)
 	m.evictions = prometheus.NewCounter(prometheus.CounterOpts{Name: "tierstore_master_evictions_total", Help: "DRAM replicas evicted."})
 	m.offloadPersisted = prometheus.NewCounter(prometheus.CounterOpts{Name: "tierstore_master_offload_persisted_total", Help: "Offload tasks answered as persisted."})
@@ -93,6 +72,18 @@ func newMetrics(s *Service) *metrics {
 		m.byCode[c] = m.errs.WithLabelValues(c.String())
 	}
 	return m
+}
+
+// counter is a counter metric that reads v.
+func counter(name, help string, v *atomic.Int64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v.Load()) })
+}
+
+// tierGauge is the gauge name{tier} that reads v (one help text for both
+// tiers, as the registry requires).
+func tierGauge(name, help, tier string, v *atomic.Int64) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: prometheus.Labels{"tier": tier}},
+		func() float64 { return float64(v.Load()) })
 }
 
 // promotionCounter is tierstore_master_promotions_total{result} (one help
@@ -138,10 +129,10 @@ func (s *Service) Stats(ctx context.Context) (masterapi.Stats, error) {
 	}
 	st := masterapi.Stats{
 		Objects:             s.cnt.objects.Load(),
-		DRAMReplicas:        s.cnt.memReplicas.Load(),
-		SSDReplicas:         s.cnt.diskReplicas.Load(),
-		DRAMBytes:           s.cnt.memBytes.Load(),
-		SSDBytes:            s.cnt.diskBytes.Load(),
+		DRAMReplicas:        s.cnt.dramReplicas.Load(),
+		SSDReplicas:         s.cnt.ssdReplicas.Load(),
+		DRAMBytes:           s.cnt.dramBytes.Load(),
+		SSDBytes:            s.cnt.ssdBytes.Load(),
 		Evictions:           s.cnt.evictions.Load(),
 		OffloadQueuedTot:    s.cnt.offloadQueued.Load(),
 		OffloadPersisted:    s.cnt.offloadPersisted.Load(),
@@ -198,7 +189,7 @@ func (s *Service) Stats(ctx context.Context) (masterapi.Stats, error) {
 func (s *Service) pruneRetiredLocked() {
 	kept := s.retired[:0]
 	for _, n := range s.retired {
-		if n.memReplicas.Load()+n.diskReplicas.Load() > 0 {
+		if n.dramReplicas.Load()+n.ssdReplicas.Load() > 0 {
 			kept = append(kept, n)
 		}
 	}
@@ -209,8 +200,8 @@ func (s *Service) pruneRetiredLocked() {
 // stats returns n's row of Stats without its segment figures.
 func (n *node) stats(alive bool) masterapi.NodeStats {
 	r := masterapi.NodeStats{Node: n.id, Endpoint: n.endpoint, Incarnation: n.incarnation, Alive: alive,
-		DRAMReplicas: n.memReplicas.Load(), DRAMBytes: n.memBytes.Load(),
-		SSDReplicas: n.diskReplicas.Load(), SSDBytes: n.diskBytes.Load()}
+		DRAMReplicas: n.dramReplicas.Load(), DRAMBytes: n.dramBytes.Load(),
+		SSDReplicas: n.ssdReplicas.Load(), SSDBytes: n.ssdBytes.Load()}
 	if alive {
 		q, i := n.box.counts()
 		r.OffloadQueued, r.OffloadInFlight = int64(q), int64(i)

@@ -69,7 +69,7 @@ func (s *Service) answerFailure(n *node, f masterapi.OffloadFailure) {
 	if o == nil {
 		return
 	}
-	i := o.diskIndex(n.id)
+	i := o.ssdIndex(n.id)
 	if i < 0 {
 		return
 	}
@@ -78,9 +78,9 @@ func (s *Service) answerFailure(n *node, f masterapi.OffloadFailure) {
 	// whose reply the node never got, so the node rolled the bucket back),
 	// that task failed after all: a retryable failure is an attempt of it
 	// like any other.
-	viaTask := o.disk[i].viaTask
-	s.dropDisk(sh, f.Key, o, n.id, s.now())
-	s.log.Warn("LOCAL_DISK replica dropped: its node says the key is not on its SSD", "node", n.id, "key", keyspec.Show(f.Key), "reason", f.Reason)
+	viaTask := o.ssd[i].viaTask
+	s.dropSSD(sh, f.Key, o, n.id, s.now())
+	s.log.Warn("SSD replica dropped: its node says the key is not on its SSD", "node", n.id, "key", keyspec.Show(f.Key), "reason", f.Reason)
 	if viaTask && o.offload == nil && sh.objs[f.Key] == o {
 		s.countFailure()
 		if f.Retryable {
@@ -99,7 +99,7 @@ func (s *Service) countFailure() {
 // a task of n or an object: a key whose object was removed while n offloaded
 // it (an orphan) or that the master does not know is refused per key with
 // OBJECT_NOT_FOUND (the node deletes its SSD copy); only
-// ReRegisterDiskObjects creates objects (invariant 1: a notify must not resurrect
+// ReRegisterSSDObjects creates objects (invariant 1: a notify must not resurrect
 // a removed key).
 func (s *Service) answerPersisted(n *node, d masterapi.SSDObject) error {
 	if err := validKey(d.Key); err != nil {
@@ -109,19 +109,19 @@ func (s *Service) answerPersisted(n *node, d masterapi.SSDObject) error {
 		s.freeOrphan(orph)
 		return errcode.Errorf(orph.code, "master: notify: the object was removed while node %q offloaded it; delete the SSD copy", n.id)
 	}
-	return s.registerDisk(n, d, false)
+	return s.registerSSD(n, d, false)
 }
 
-// ReRegisterDiskObjects is ReRegisterDiskColumns of objs (in-process
+// ReRegisterSSDObjects is ReRegisterSSDColumns of objs (in-process
 // callers and tests).
-func (s *Service) ReRegisterDiskObjects(ctx context.Context, nodeID string, objs []masterapi.SSDObject) ([]error, error) {
+func (s *Service) ReRegisterSSDObjects(ctx context.Context, nodeID string, objs []masterapi.SSDObject) ([]error, error) {
 	for _, d := range objs {
 		if err := validKey(d.Key); err != nil {
 			// A bad key is refused alone here, as before columns.
 			return s.reRegisterEach(ctx, nodeID, objs)
 		}
 	}
-	return s.ReRegisterDiskColumns(ctx, nodeID, masterapi.ColumnsOf(objs))
+	return s.ReRegisterSSDColumns(ctx, nodeID, masterapi.ColumnsOf(objs))
 }
 
 // reRegisterEach re-registers objs one at a time, each refused or
@@ -133,7 +133,7 @@ func (s *Service) reRegisterEach(ctx context.Context, nodeID string, objs []mast
 			out[i] = s.observe(err)
 			continue
 		}
-		errs, err := s.ReRegisterDiskColumns(ctx, nodeID, masterapi.ColumnsOf(objs[i:i+1]))
+		errs, err := s.ReRegisterSSDColumns(ctx, nodeID, masterapi.ColumnsOf(objs[i:i+1]))
 		if err != nil {
 			return nil, err
 		}
@@ -142,11 +142,11 @@ func (s *Service) reRegisterEach(ctx context.Context, nodeID string, objs []mast
 	return out, nil
 }
 
-// ReRegisterDiskColumns implements API. A chunk costs the master one copy
+// ReRegisterSSDColumns implements API. A chunk costs the master one copy
 // of its key bytes (the map keys of new objects are slices of it), one
 // hash per key, one removal-log lock and one lock per shard it touches,
 // not per object; the first chunk's Expected hint sizes the shards' maps.
-func (s *Service) ReRegisterDiskColumns(ctx context.Context, nodeID string, c masterapi.DiskColumns) ([]error, error) {
+func (s *Service) ReRegisterSSDColumns(ctx context.Context, nodeID string, c masterapi.SSDColumns) ([]error, error) {
 	if err := s.gate(ctx); err != nil {
 		return nil, err
 	}
@@ -175,7 +175,7 @@ func (s *Service) ReRegisterDiskColumns(ctx context.Context, nodeID string, c ma
 		items[i] = reItem{key: key, h: masterapi.KeyHash(key)}
 		off = end
 	}
-	s.removedDiskMany(nodeID, items, out)
+	s.removedSSDMany(nodeID, items, out)
 	// Group by shard (counting sort), then each shard once under its lock.
 	order := make([]int32, count)
 	starts := make([]int32, len(s.shards)+1)
@@ -204,7 +204,7 @@ func (s *Service) ReRegisterDiskColumns(ctx context.Context, nodeID string, c ma
 				continue
 			}
 			it := &items[i]
-			out[i] = s.registerDiskLocked(shd, n, it.key, it.h, c.Sizes[i], c.CRCs[i], true, seen, now)
+			out[i] = s.registerSSDLocked(shd, n, it.key, it.h, c.Sizes[i], c.CRCs[i], true, seen, now)
 		}
 		shd.mu.Unlock()
 	}
@@ -242,11 +242,11 @@ func (s *Service) presize(expected int64) {
 	}
 }
 
-// registerDisk records that n holds d on its SSD: a new object when the key
+// registerSSD records that n holds d on its SSD: a new object when the key
 // is unknown and create is set (re-registration), else a new or refreshed
 // SSD replica (one per node id). A task of n for the key is answered
 // and its pin released. Without create an unknown key is OBJECT_NOT_FOUND.
-func (s *Service) registerDisk(n *node, d masterapi.SSDObject, create bool) error {
+func (s *Service) registerSSD(n *node, d masterapi.SSDObject, create bool) error {
 	if err := validKey(d.Key); err != nil {
 		return err
 	}
@@ -254,27 +254,27 @@ func (s *Service) registerDisk(n *node, d masterapi.SSDObject, create bool) erro
 	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return s.registerDiskLocked(sh, n, d.Key, h, d.Size, d.CRC, create, n.dig.epoch.Load(), s.now())
+	return s.registerSSDLocked(sh, n, d.Key, h, d.Size, d.CRC, create, n.dig.epoch.Load(), s.now())
 }
 
-// registerDiskLocked is registerDisk of a valid key whose hash is h, under
+// registerSSDLocked is registerSSD of a valid key whose hash is h, under
 // its shard's lock; seen is n's reconcile epoch (a replica recorded now is
 // on the node's SSD: a reconcile session in progress counts it as seen,
 // reconcile.go).
-func (s *Service) registerDiskLocked(sh *shard, n *node, key string, h uint64, size int64, crc uint32, create bool, seen uint32, now int64) error {
+func (s *Service) registerSSDLocked(sh *shard, n *node, key string, h uint64, size int64, crc uint32, create bool, seen uint32, now int64) error {
 	if size <= 0 {
-		return errcode.Errorf(errcode.InvalidParams, "master: register disk object: size must be > 0, got %d", size)
+		return errcode.Errorf(errcode.InvalidParams, "master: register SSD object: size must be > 0, got %d", size)
 	}
 	o := sh.objs[key]
 	if o == nil && !create {
 		return errcode.Errorf(errcode.ObjectNotFound, "master: notify: node %q persisted a key the master does not know (removed?); delete the SSD copy", n.id)
 	}
 	if o == nil {
-		o = &object{size: size, crc: crc, disk: []diskReplica{{node: n, seen: seen}}}
+		o = &object{size: size, crc: crc, ssd: []ssdReplica{{node: n, seen: seen}}}
 		sh.objs[key] = o
 		s.rebuiltLease(o, now)
 		s.cnt.objects.Add(1)
-		s.countDisk(n, h, 1, size)
+		s.countSSD(n, h, 1, size)
 		return nil
 	}
 	viaTask := o.offload == n
@@ -288,17 +288,17 @@ func (s *Service) registerDiskLocked(sh *shard, n *node, key string, h uint64, s
 		return errcode.Errorf(errcode.ChecksumConflict, "master: node %q reports size %d crc %08x, metadata has size %d crc %08x",
 			n.id, size, crc, o.size, o.crc)
 	}
-	if i := o.diskIndex(n.id); i >= 0 {
-		prev := o.disk[i]
+	if i := o.ssdIndex(n.id); i >= 0 {
+		prev := o.ssd[i]
 		if prev.node != n { // refresh: a new incarnation (same id, same digest)
-			s.countDisk(prev.node, h, -1, -o.size)
-			s.countDisk(n, h, 1, o.size)
+			s.countSSD(prev.node, h, -1, -o.size)
+			s.countSSD(n, h, 1, o.size)
 		}
-		o.disk[i] = diskReplica{node: n, viaTask: viaTask || (prev.viaTask && prev.node == n), seen: seen}
+		o.ssd[i] = ssdReplica{node: n, viaTask: viaTask || (prev.viaTask && prev.node == n), seen: seen}
 	} else {
-		o.disk = append(o.disk, diskReplica{node: n, viaTask: viaTask, seen: seen})
+		o.ssd = append(o.ssd, ssdReplica{node: n, viaTask: viaTask, seen: seen})
 		s.room.signal() // the DRAM replica may be evicted now
-		s.countDisk(n, h, 1, o.size)
+		s.countSSD(n, h, 1, o.size)
 	}
 	return nil
 }

@@ -37,7 +37,7 @@ func (s *Service) enqueue(key string, o *object) bool {
 // queueTask queues o's task without touching its attempt count. Caller holds
 // the shard lock; o has no task.
 func (s *Service) queueTask(key string, o *object) bool {
-	src := o.memSource()
+	src := o.dramSource()
 	if src == nil {
 		return false
 	}
@@ -84,7 +84,7 @@ func (s *Service) retryTask(key string, o *object, node, why string) {
 // no SSD copy yet: an attempt of the same admission (retryTask). Caller
 // holds the shard lock; o has no task.
 func (s *Service) requeueElsewhere(key string, o *object, n *node, why string) {
-	if o.readableMem() && !o.readableDisk() {
+	if o.readableDRAM() && !o.readableSSD() {
 		s.retryTask(key, o, n.id, why)
 	}
 }
@@ -99,7 +99,7 @@ func (s *Service) cancelTask(key string, o *object) {
 	}
 }
 
-// dropMemAndTask removes o's DRAM replicas and its offload task (invariant
+// dropDRAMAndTask removes o's DRAM replicas and its offload task (invariant
 // 8). If the node has already fetched the task it may be copying the
 // source range (its DRAM replica of o) right now, so that range is not
 // freed: it becomes an orphan of the node's mailbox, freed when the node
@@ -107,18 +107,18 @@ func (s *Service) cancelTask(key string, o *object) {
 // the node deletes its SSD copy), when the node dies, or when the task
 // times out. The ranges of the other replicas are freed at once. Caller
 // holds the shard lock.
-func (s *Service) dropMemAndTask(key string, o *object, code errcode.Code) {
+func (s *Service) dropDRAMAndTask(key string, o *object, code errcode.Code) {
 	if i := s.releaseTask(key, o, code); i >= 0 {
-		src := o.memAt(i)
-		s.forgetMem(o, func(m *memReplica) bool { return m == src })
+		src := o.dramAt(i)
+		s.forgetDRAM(o, func(m *dramReplica) bool { return m == src })
 		return
 	}
-	s.dropMem(o)
+	s.dropDRAM(o)
 }
 
 // releaseTask forgets o's offload task before its DRAM replicas go. When
 // the node has fetched it, the source replica's range becomes an orphan
-// (see dropMemAndTask) and its index is returned: the caller forgets that
+// (see dropDRAMAndTask) and its index is returned: the caller forgets that
 // replica without freeing its range. -1 otherwise. Caller holds the shard
 // lock.
 func (s *Service) releaseTask(key string, o *object, code errcode.Code) int {
@@ -127,8 +127,8 @@ func (s *Service) releaseTask(key string, o *object, code errcode.Code) int {
 		return -1
 	}
 	o.offload = nil
-	if i := o.memOn(n); i >= 0 {
-		m := o.memAt(i)
+	if i := o.dramOn(n); i >= 0 {
+		m := o.dramAt(i)
 		if m.seg.live() && n.box.orphan(key, orphan{seg: m.seg, off: m.off, len: m.len, code: code}) {
 			s.log.Debug("offload source range kept until the node answers", "node", n.id, "segment", m.seg.name, "offset", m.off)
 			return i
@@ -153,11 +153,11 @@ func (s *Service) Enqueue(key string) error {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	o := sh.objs[key]
-	if o == nil || !o.readableMem() {
+	if o == nil || !o.readableDRAM() {
 		return errcode.Errorf(errcode.ObjectNotFound, "master: enqueue: no DRAM replica")
 	}
 	if !s.enqueue(key, o) {
-		return errcode.Errorf(errcode.KeysUltraLimit, "master: enqueue: offload queue of node %q is full", memNode(o))
+		return errcode.Errorf(errcode.KeysUltraLimit, "master: enqueue: offload queue of node %q is full", dramNode(o))
 	}
 	return nil
 }
@@ -195,10 +195,10 @@ func (s *Service) offloadTasks(ctx context.Context, nodeID string, max int) ([]m
 			if orph, ok := n.box.takeOrphan(k); ok {
 				s.freeOrphan(orph)
 			}
-		case o.readableMemOn(n) == nil:
+		case o.readableDRAMOn(n) == nil:
 			s.cancelTask(k, o) // n's DRAM replica, the task's source, went
 		default:
-			m := o.readableMemOn(n)
+			m := o.readableDRAMOn(n)
 			tasks = append(tasks, masterapi.OffloadTask{Key: k, Segment: m.seg.name, Offset: m.off,
 				Length: m.len, Size: o.size, CRC: o.crc, Term: s.cfg.HA.Term})
 		}

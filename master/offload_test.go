@@ -183,7 +183,7 @@ func TestRetryableFailureRequeued(t *testing.T) {
 	if errs[0] != nil {
 		t.Fatal(errs[0])
 	}
-	if info, _ := s.GetReplicaList(bg, "r"); kinds(info) != "MEMORY@a LOCAL_DISK@a " {
+	if info, _ := s.GetReplicaList(bg, "r"); kinds(info) != "DRAM@a SSD@a " {
 		t.Fatalf("r: %s", kinds(info))
 	}
 	if st, _ := s.Stats(bg); st.OffloadQueued+st.OffloadInFlight != 0 {
@@ -268,7 +268,7 @@ func TestForcedRemoveDefersFree(t *testing.T) {
 	// The node deletes its copy and answers the task failed as well; that
 	// answer concerns the old task and must not cancel the new k's.
 	s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Failed: []masterapi.OffloadFailure{{Key: "k", Reason: "master refused the replica"}}})
-	if info, _ := s.GetReplicaList(masterapi.WithOffloadPath(bg), "k"); kinds(info) != "MEMORY@a " {
+	if info, _ := s.GetReplicaList(masterapi.WithOffloadPath(bg), "k"); kinds(info) != "DRAM@a " {
 		t.Fatalf("the refused answer touched the new k: %s", kinds(info))
 	}
 	st, _ := s.Stats(bg)
@@ -303,8 +303,8 @@ func TestForcedRemoveDefersFree(t *testing.T) {
 	}
 }
 
-// TestNotifyIdempotent: NotifyOffloadSuccess twice leaves one LOCAL_DISK
-// replica; a notify of an unknown key is refused (only ReRegisterDiskObjects
+// TestNotifyIdempotent: NotifyOffloadSuccess twice leaves one SSD
+// replica; a notify of an unknown key is refused (only ReRegisterSSDObjects
 // creates objects); a size/CRC mismatch is refused per key.
 func TestNotifyIdempotent(t *testing.T) {
 	s, _ := offloadService(t, nil)
@@ -319,7 +319,7 @@ func TestNotifyIdempotent(t *testing.T) {
 		}
 	}
 	info, _ := s.GetReplicaList(bg, "k")
-	if kinds(info) != "MEMORY@a LOCAL_DISK@a " {
+	if kinds(info) != "DRAM@a SSD@a " {
 		t.Fatalf("replicas %s", kinds(info))
 	}
 	if st, _ := s.Stats(bg); st.SSDReplicas != 1 || st.OffloadInFlight != 0 || st.OffloadPersisted != 1 {
@@ -334,11 +334,11 @@ func TestNotifyIdempotent(t *testing.T) {
 	if _, err := s.GetReplicaList(bg, "new"); !codesIs(err, errcode.ErrObjectNotFound) {
 		t.Fatalf("notify created an object: %v", err)
 	}
-	if errs, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "new", Size: 7, CRC: 9}}); err != nil || errs[0] != nil {
+	if errs, err := s.ReRegisterSSDObjects(bg, "a", []masterapi.SSDObject{{Key: "new", Size: 7, CRC: 9}}); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}
 	info, err := s.GetReplicaList(bg, "new")
-	if err != nil || kinds(info) != "LOCAL_DISK@a " || info.Size != 7 || info.CRC != 9 {
+	if err != nil || kinds(info) != "SSD@a " || info.Size != 7 || info.CRC != 9 {
 		t.Fatalf("registered object: %+v %v", info, err)
 	}
 	// A removed key stays removed when a late notify names it.
@@ -363,15 +363,15 @@ func TestReconcile(t *testing.T) {
 	for i := 0; i < 6; i++ {
 		objs = append(objs, masterapi.SSDObject{Key: fmt.Sprint("d", i), Size: 10, CRC: 1})
 	}
-	s.ReRegisterDiskObjects(bg, "a", objs)
-	s.ReRegisterDiskObjects(bg, "b", objs[:3])
+	s.ReRegisterSSDObjects(bg, "a", objs)
+	s.ReRegisterSSDObjects(bg, "b", objs[:3])
 	res, err := reconcileAll(s, "a", []string{"d0", "d2", "d4", "unknown"})
 	if err != nil || res.Dropped != 3 || fmt.Sprint(res.Unwanted) != "[unknown]" {
 		t.Fatalf("reconcile %+v, %v", res, err)
 	}
 	want := map[string]string{
-		"d0": "LOCAL_DISK@a LOCAL_DISK@b ", "d1": "LOCAL_DISK@b ", "d2": "LOCAL_DISK@a LOCAL_DISK@b ",
-		"d4": "LOCAL_DISK@a ",
+		"d0": "SSD@a SSD@b ", "d1": "SSD@b ", "d2": "SSD@a SSD@b ",
+		"d4": "SSD@a ",
 	}
 	for k, w := range want {
 		info, err := s.GetReplicaList(masterapi.WithOffloadPath(bg), k)
@@ -389,11 +389,11 @@ func TestReconcile(t *testing.T) {
 	}
 	// Invariant 6: keys the master no longer wants on the node come back in the
 	// answer: a removed object, and one whose replica on a was dropped
-	// (EvictDiskReplica, bad report) while the node kept the bytes.
+	// (EvictSSDReplica, bad report) while the node kept the bytes.
 	if err := s.Remove(bg, "d0", true); err != nil {
 		t.Fatal(err)
 	}
-	s.EvictDiskReplica(bg, "a", []string{"d2"})
+	s.EvictSSDReplica(bg, "a", []string{"d2"})
 	res, err = reconcileAll(s, "a", []string{"d0", "d2", "d4"})
 	if err != nil || res.Dropped != 0 || fmt.Sprint(res.Unwanted) != "[d0 d2]" {
 		t.Fatalf("reconcile after remove %+v, %v", res, err)
@@ -404,14 +404,14 @@ func TestReconcile(t *testing.T) {
 	mustIs(t, err, errcode.ErrNeedRemount)
 }
 
-// TestEvictDiskReplicaPerKey guards issue 9 item 3 (the SSD keeps admitting,
-// invariant 4): EvictDiskReplica decides key by key. A leased key whose only
+// TestEvictSSDReplicaPerKey guards issue 9 item 3 (the SSD keeps admitting,
+// invariant 4): EvictSSDReplica decides key by key. A leased key whose only
 // readable replica is the node's SSD one is kept and answered in Keep
 // (once, even if named twice) and stays readable; every other key of the
 // same call loses that node's replica at once (no more all-or-nothing
 // refusal); after the lease the kept key goes too. In-process and over
-// gRPC (Keep travels in EvictDiskReplicaResponse.keep).
-func TestEvictDiskReplicaPerKey(t *testing.T) {
+// gRPC (Keep travels in EvictSSDReplicaResponse.keep).
+func TestEvictSSDReplicaPerKey(t *testing.T) {
 	for _, via := range []string{"service", "grpc"} {
 		t.Run(via, func(t *testing.T) {
 			s, clk := offloadService(t, nil)
@@ -421,42 +421,42 @@ func TestEvictDiskReplicaPerKey(t *testing.T) {
 			}
 			mount(t, api, "a", 1<<20)
 			mount(t, api, "b", 1<<20)
-			api.ReRegisterDiskColumns(bg, "a", masterapi.ColumnsOf([]masterapi.SSDObject{{Key: "x", Size: 10, CRC: 1}, {Key: "y", Size: 10, CRC: 1}, {Key: "z", Size: 10, CRC: 1}}))
-			api.ReRegisterDiskColumns(bg, "b", masterapi.ColumnsOf([]masterapi.SSDObject{{Key: "z", Size: 10, CRC: 1}}))
+			api.ReRegisterSSDColumns(bg, "a", masterapi.ColumnsOf([]masterapi.SSDObject{{Key: "x", Size: 10, CRC: 1}, {Key: "y", Size: 10, CRC: 1}, {Key: "z", Size: 10, CRC: 1}}))
+			api.ReRegisterSSDColumns(bg, "b", masterapi.ColumnsOf([]masterapi.SSDObject{{Key: "z", Size: 10, CRC: 1}}))
 			api.ExistKey(bg, "x")
 			api.ExistKey(bg, "z")
-			res, err := api.EvictDiskReplica(bg, "a", []string{"y", "x", "z", "x", "unknown"})
+			res, err := api.EvictSSDReplica(bg, "a", []string{"y", "x", "z", "x", "unknown"})
 			if err != nil || res.Dropped != 2 || fmt.Sprint(res.Keep) != "[x]" {
 				t.Fatalf("evict: %+v %v, want y and z dropped, x kept", res, err)
 			}
-			if info, err := api.GetReplicaList(bg, "x"); err != nil || kinds(info) != "LOCAL_DISK@a " {
+			if info, err := api.GetReplicaList(bg, "x"); err != nil || kinds(info) != "SSD@a " {
 				t.Fatalf("kept x: %s %v", kinds(info), err)
 			}
 			_, err = api.GetReplicaList(bg, "y") // unleased, nothing left: gone
 			mustIs(t, err, errcode.ErrObjectNotFound)
-			if info, err := api.GetReplicaList(bg, "z"); err != nil || kinds(info) != "LOCAL_DISK@b " {
+			if info, err := api.GetReplicaList(bg, "z"); err != nil || kinds(info) != "SSD@b " {
 				t.Fatalf("z: %s %v", kinds(info), err)
 			}
 			// After the lease the same key goes, and its object with it.
 			clk.Advance(time.Hour)
-			res, err = api.EvictDiskReplica(bg, "a", []string{"x"})
+			res, err = api.EvictSSDReplica(bg, "a", []string{"x"})
 			if err != nil || res.Dropped != 1 || len(res.Keep) != 0 {
 				t.Fatalf("after the lease: %+v %v", res, err)
 			}
 			_, err = api.GetReplicaList(bg, "x")
 			mustIs(t, err, errcode.ErrObjectNotFound)
-			_, err = api.EvictDiskReplica(bg, "a", []string{""})
+			_, err = api.EvictSSDReplica(bg, "a", []string{""})
 			mustIs(t, err, errcode.ErrInvalidKey)
 		})
 	}
 }
 
-// TestFailedAnswerDropsPhantomDiskReplica: a notify the master applied but
+// TestFailedAnswerDropsPhantomSSDReplica: a notify the master applied but
 // whose reply the node lost leaves an SSD replica the node rolled
 // back; the node's later failure for that key (the task already settled)
 // drops it. Inside a lease with nothing else readable the metadata stays
 // as "gone" until the lease ends.
-func TestFailedAnswerDropsPhantomDiskReplica(t *testing.T) {
+func TestFailedAnswerDropsPhantomSSDReplica(t *testing.T) {
 	s, clk := offloadService(t, nil)
 	mount(t, s, "a", 1<<20)
 	put(t, s, "k", 64, "a")
@@ -470,19 +470,19 @@ func TestFailedAnswerDropsPhantomDiskReplica(t *testing.T) {
 	}
 	// The reply was lost: the node rolled the bucket back and answers
 	// both tasks failed.
-	if n, err := s.EvictMemory(bg, []string{"l"}, false); n.Dropped != 1 || err != nil {
-		t.Fatalf("evict memory of l: %d %v", n, err)
+	if n, err := s.EvictDRAM(bg, []string{"l"}, false); n.Dropped != 1 || err != nil {
+		t.Fatalf("evict DRAM of l: %d %v", n, err)
 	}
 	s.ExistKey(bg, "l") // lease l: its only replica is the phantom
 	fails := []masterapi.OffloadFailure{{Key: "k", Retryable: true, Reason: "notify: reply lost"}, {Key: "l", Retryable: true, Reason: "notify: reply lost"}}
 	if _, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Failed: fails}); err != nil {
 		t.Fatal(err)
 	}
-	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "MEMORY@a " {
+	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "DRAM@a " {
 		t.Fatalf("k keeps only its DRAM replica: %s %v", kinds(info), err)
 	}
 	if st, _ := s.Stats(bg); st.SSDReplicas != 0 {
-		t.Fatalf("phantom LocalDisk replicas: %d", st.SSDReplicas)
+		t.Fatalf("phantom SSD replicas: %d", st.SSDReplicas)
 	}
 	// The failure was retryable: k (still in DRAM) is offered again; l has
 	// no DRAM replica left to copy.
@@ -520,13 +520,13 @@ func TestOnEvictOffloadsInsteadOfDropping(t *testing.T) {
 		t.Fatal("not dropped after persisting")
 	}
 	info, err := s.GetReplicaList(bg, "k")
-	if err != nil || kinds(info) != "LOCAL_DISK@a " {
+	if err != nil || kinds(info) != "SSD@a " {
 		t.Fatalf("%s %v", kinds(info), err)
 	}
-	// EvictMemory skips objects without an SSD copy.
+	// EvictDRAM skips objects without an SSD copy.
 	put(t, s, "m", 64, "a")
-	if n, _ := s.EvictMemory(bg, nil, true); n.Dropped != 0 || n.NoSSDCopy != 1 {
-		t.Fatalf("EvictMemory: %+v", n)
+	if n, _ := s.EvictDRAM(bg, nil, true); n.Dropped != 0 || n.NoSSDCopy != 1 {
+		t.Fatalf("EvictDRAM: %+v", n)
 	}
 }
 
@@ -581,7 +581,7 @@ func TestRestartedMasterCountsOnlyItsTasks(t *testing.T) {
 			mount(t, api, "a", 1<<20)
 			mount(t, api, "b", 1<<20)
 			put(t, api, "registered", 64, "a")
-			if errs, err := api.ReRegisterDiskColumns(bg, "b", masterapi.ColumnsOf([]masterapi.SSDObject{{Key: "registered", Size: 64, CRC: crcOf("registered")}})); err != nil || errs[0] != nil {
+			if errs, err := api.ReRegisterSSDColumns(bg, "b", masterapi.ColumnsOf([]masterapi.SSDObject{{Key: "registered", Size: 64, CRC: crcOf("registered")}})); err != nil || errs[0] != nil {
 				t.Fatal(errs, err)
 			}
 			put(t, api, "queued", 64, "a")

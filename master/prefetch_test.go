@@ -44,8 +44,8 @@ func ssdOnly(t *testing.T, s *Service, clk *ManualClock, keys ...string) {
 	t.Helper()
 	onSSD(t, s, keys...)
 	clk.Advance(time.Second) // past the put's lease
-	if res, err := s.EvictMemory(bg, keys, false); err != nil || res.Dropped != int64(len(keys)) {
-		t.Fatalf("evict memory of %v: %+v %v", keys, res, err)
+	if res, err := s.EvictDRAM(bg, keys, false); err != nil || res.Dropped != int64(len(keys)) {
+		t.Fatalf("evict DRAM of %v: %+v %v", keys, res, err)
 	}
 }
 

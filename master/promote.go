@@ -39,7 +39,7 @@ import (
 // timeout reclaims an unanswered one. When the promotion's source, the
 // node's SSD replica, is dropped (SSD eviction, a failed notify, a
 // reconcile, a bad-replica report), the promotion is abandoned at once the
-// same way (dropDisk), so an object is never left with only a promotion in
+// same way (dropSSD), so an object is never left with only a promotion in
 // progress.
 
 // maxPromoQueue bounds a node's queue of promotion candidates; beyond it
@@ -141,11 +141,11 @@ type promoter interface{ Promote(key string) bool }
 // whether key is queued now. Caller holds the shard lock.
 func (s *Service) considerPromotion(key string, o *object, pre bool) bool {
 	p, ok := s.policy.(promoter)
-	if !ok || o.mem.seg != nil || o.offload != nil {
+	if !ok || o.dram.seg != nil || o.offload != nil {
 		return false
 	}
 	var n *node
-	for _, d := range o.disk {
+	for _, d := range o.ssd {
 		if !d.node.dead.Load() {
 			n = d.node
 			break
@@ -193,11 +193,11 @@ func (s *Service) takePromotions(n *node, max int) []masterapi.PromoteTask {
 // DRAM replica or put, no offload task, an SSD replica on n. Caller
 // holds the shard lock.
 func promotable(o *object, n *node) bool {
-	if o == nil || o.mem.seg != nil || o.offload != nil {
+	if o == nil || o.dram.seg != nil || o.offload != nil {
 		return false
 	}
-	i := o.diskIndex(n.id)
-	return i >= 0 && o.disk[i].node == n && !n.dead.Load()
+	i := o.ssdIndex(n.id)
+	return i >= 0 && o.ssd[i].node == n && !n.dead.Load()
 }
 
 // promoStart is the outcome of startPromotion.
@@ -237,14 +237,14 @@ func (s *Service) startPromotion(n *node, key string, pre bool) (masterapi.Promo
 		s.freeRange(seg, off, size)
 		return masterapi.PromoteTask{}, promoMoot
 	}
-	o.mem = memReplica{seg: seg, off: off, len: size, token: s.tokens.next(now), promo: true}
-	sh.noteMem(key, o)
+	o.dram = dramReplica{seg: seg, off: off, len: size, token: s.tokens.next(now), promo: true}
+	sh.noteDRAM(key, o)
 	o.putStart = now
 	s.processing.Add(1)
-	s.countMem(n, 1, size)
+	s.countDRAM(n, 1, size)
 	s.cnt.promotionsStarted.Add(1)
 	return masterapi.PromoteTask{Key: key, Segment: seg.name, Offset: off, Length: size, Size: size,
-		CRC: o.crc, PutToken: o.mem.token}, promoStarted
+		CRC: o.crc, PutToken: o.dram.token}, promoStarted
 }
 
 // allocatePromotion allocates size bytes in one of n's segments for a
@@ -275,9 +275,9 @@ func (s *Service) allocatePromotion(n *node, size int64, key string, pre bool) (
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		sh.memObjects(func(k string, o *object) { // a victim has a DRAM replica on n
+		sh.dramObjects(func(k string, o *object) { // a victim has a DRAM replica on n
 			s.scanVisits.Add(1)
-			if k != key && s.victimOK(o, now) && o.memOn(n) >= 0 && (!pre || est.Estimate(k) < hot) {
+			if k != key && s.victimOK(o, now) && o.dramOn(n) >= 0 && (!pre || est.Estimate(k) < hot) {
 				cands = append(cands, victim{key: k, o: o, sh: sh, lastUse: o.lastUse, soft: o.softPinned(now)})
 			}
 		})
@@ -340,7 +340,7 @@ func (s *Service) promotionVictim(c victim, now int64, ask bool) (freed int64, q
 	if c.sh.objs[c.key] != o || !s.victimOK(o, now) {
 		return 0, false, false
 	}
-	if !o.readableDisk() {
+	if !o.readableSSD() {
 		if !ask || o.offloadGaveUp != offloadOK {
 			return 0, false, false
 		}
@@ -351,7 +351,7 @@ func (s *Service) promotionVictim(c victim, now int64, ask bool) (freed int64, q
 		return 0, false, true
 	}
 	freed = alignUp(o.size)
-	s.dropMem(o)
+	s.dropDRAM(o)
 	return freed, false, false
 }
 
@@ -378,13 +378,13 @@ func (s *Service) tryAllocateOn(n *node, size int64) (*segment, int64, bool) {
 // node answers (it may be writing) or the discard deadline. Caller holds
 // the shard lock, before dropping the replica.
 func (s *Service) abandonPromotion(key string, o *object, id string) {
-	if !o.mem.promo || o.mem.complete || o.mem.seg == nil || o.mem.seg.node.id != id {
+	if !o.dram.promo || o.dram.complete || o.dram.seg == nil || o.dram.seg.node.id != id {
 		return
 	}
 	if s.park(key, o) {
-		s.forgetMem(o, keepAll)
+		s.forgetDRAM(o, keepAll)
 	} else {
-		s.dropMem(o)
+		s.dropDRAM(o)
 	}
 }
 
@@ -415,16 +415,16 @@ func (s *Service) promoteEnd(nodeID string, r masterapi.PromoteResult) error {
 		return err
 	}
 	switch {
-	case !o.mem.promo:
+	case !o.dram.promo:
 		return errcode.Errorf(errcode.InvalidParams, "master: promote_end: put %d is a client's put, not a promotion", r.PutToken)
-	case o.mem.seg.node.id != nodeID:
-		return errcode.Errorf(errcode.InvalidParams, "master: promote_end: promotion %d belongs to node %q, not %q", r.PutToken, o.mem.seg.node.id, nodeID)
-	case o.mem.complete:
+	case o.dram.seg.node.id != nodeID:
+		return errcode.Errorf(errcode.InvalidParams, "master: promote_end: promotion %d belongs to node %q, not %q", r.PutToken, o.dram.seg.node.id, nodeID)
+	case o.dram.complete:
 		return nil // repeated answer
 	}
 	now := s.now()
-	if !r.Loaded || !o.mem.seg.live() {
-		s.dropMem(o)
+	if !r.Loaded || !o.dram.seg.live() {
+		s.dropDRAM(o)
 		if !r.Loaded {
 			s.log.Debug("promotion not loaded by the node", "key", keyspec.Show(r.Key), "node", nodeID, "reason", r.Reason)
 		}
@@ -434,7 +434,7 @@ func (s *Service) promoteEnd(nodeID string, r masterapi.PromoteResult) error {
 		}
 		return nil
 	}
-	o.mem.complete = true // commit (the node wrote and checked) before publish
+	o.dram.complete = true // commit (the node wrote and checked) before publish
 	s.processing.Add(-1)
 	o.lastUse = now
 	s.cnt.promotions.Add(1)

@@ -11,7 +11,7 @@ import (
 // fullSSD is a report of node "a" whose SSD is full of buckets worth more
 // than any candidate below frequency 9: tinylfu refuses every DRAM victim.
 var fullSSD = masterapi.SSDReport{High: 1 << 20, Used: 1 << 20,
-	Victims: []masterapi.SSDVictim{{FileBytes: 1 << 20, Span: 1 << 20, Value: 9 << 20}}}
+	Victims: []masterapi.SSDVictim{{FileBytes: 1 << 20, Span: 1 << 20, Worth: 9 << 20}}}
 
 // promoteSetup: tinylfu promoting from the first access on node "a" with
 // eight DRAM slots, an SSD-only object "c", and DRAM full of the DRAM-only
@@ -36,7 +36,7 @@ func readable(t *testing.T, s *Service, keys ...string) {
 		sh := s.shardOf(k)
 		sh.mu.Lock()
 		o := sh.objs[k]
-		ok := o != nil && (o.readableMem() || o.readableDisk())
+		ok := o != nil && (o.readableDRAM() || o.readableSSD())
 		sh.mu.Unlock()
 		if !ok {
 			t.Fatalf("%s lost: no readable replica", k)
@@ -46,8 +46,8 @@ func readable(t *testing.T, s *Service, keys ...string) {
 
 // TestPromotionNeverDropsDRAMOnly (issue 23 item 4): a promotion needs
 // room in a DRAM full of objects that exist nowhere else, and the
-// admission policy refuses to offload them (the SSD is full of more
-// valuable buckets). The promotion brings in a copy of an object the SSD
+// admission policy refuses to offload them (the SSD is full of buckets
+// of more worth). The promotion brings in a copy of an object the SSD
 // already holds, so it must not drop any of them: it waits instead. Once
 // one DRAM object also has an SSD copy, the promotion takes that one's
 // room, and every object stays readable.
@@ -55,7 +55,7 @@ func TestPromotionNeverDropsDRAMOnly(t *testing.T) {
 	s, clk, dram := promoteSetup(t)
 	s.ReportSSD("a", fullSSD)
 	s.countVictims(s.now()) // a scan drops c's entry from the DRAM candidates: c is on SSD only
-	if memSetKeys(s)["c"] {
+	if dramSetKeys(s)["c"] {
 		t.Fatal("c, on SSD only, is among the DRAM eviction candidates after a scan")
 	}
 	if _, err := s.GetReplicaList(bg, "c"); err != nil { // an SSD hit: c is queued for promotion
@@ -110,7 +110,7 @@ func TestPromotionNeverDropsDRAMOnly(t *testing.T) {
 	if got := s.cnt.promotionEvictions.Load(); got != 1 {
 		t.Fatalf("%d promotion evictions, want 1 (d0)", got)
 	}
-	if !memSetKeys(s)["c"] {
+	if !dramSetKeys(s)["c"] {
 		t.Fatal("the promoted c is not among the DRAM eviction candidates: the scans would never evict it")
 	}
 }

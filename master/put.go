@@ -63,8 +63,8 @@ func (s *Service) putStart(ctx context.Context, req masterapi.PutStartRequest) (
 		s.cnt.objects.Add(1)
 	} else {
 		// Only unreadable leftovers (replicas of dead nodes): start over.
-		s.dropMem(o)
-		s.dropAllDisk(req.Key, o)
+		s.dropDRAM(o)
+		s.dropAllSSD(req.Key, o)
 		o.offloadFails, o.offloadGaveUp = 0, offloadOK
 	}
 	o.size, o.crc = req.Size, req.CRC
@@ -75,10 +75,10 @@ func (s *Service) putStart(ctx context.Context, req masterapi.PutStartRequest) (
 	token := s.tokens.next(now)
 	o.token = token
 	for _, p := range places {
-		o.addMem(memReplica{seg: p.seg, off: p.off, len: req.Size, token: token})
-		sh.noteMem(req.Key, o)
+		o.addDRAM(dramReplica{seg: p.seg, off: p.off, len: req.Size, token: token})
+		sh.noteDRAM(req.Key, o)
 		s.processing.Add(1)
-		s.countMem(p.seg.node, 1, req.Size)
+		s.countDRAM(p.seg.node, 1, req.Size)
 	}
 	o.putStart = now
 	o.softPin, o.hardPin = req.SoftPin, req.HardPin
@@ -89,7 +89,7 @@ func (s *Service) putStart(ctx context.Context, req masterapi.PutStartRequest) (
 // lock.
 func (s *Service) putReply(o *object) masterapi.PutStartReply {
 	var out masterapi.PutStartReply
-	for i, m := range o.mems() {
+	for i, m := range o.drams() {
 		if i == 0 {
 			out.Replica = s.memDescriptor(m)
 		} else {
@@ -106,7 +106,7 @@ func (s *Service) blocksPut(o *object) bool {
 }
 
 // memDescriptor describes DRAM replica m. Caller holds the shard lock.
-func (s *Service) memDescriptor(m *memReplica) masterapi.Replica {
+func (s *Service) memDescriptor(m *dramReplica) masterapi.Replica {
 	st := masterapi.Processing
 	if m.complete {
 		st = masterapi.Complete
@@ -132,15 +132,15 @@ func (s *Service) ownPut(sh *shard, op, key string, token uint64) (*object, erro
 		return nil, errcode.Errorf(errcode.InvalidParams, "master: %s: no put token; pass the token PutStart answered", op)
 	}
 	o := sh.objs[key]
-	if o != nil && o.mem.seg != nil && o.mem.token == token {
+	if o != nil && o.dram.seg != nil && o.dram.token == token {
 		return o, nil
 	}
 	if s.unpark(token) {
 		return nil, fmt.Errorf("master: %s: put %d was removed by a forced Remove while in progress; its range is freed: %w", op, token, masterapi.ErrStalePut)
 	}
 	cur := uint64(0)
-	if o != nil && o.mem.seg != nil {
-		cur = o.mem.token
+	if o != nil && o.dram.seg != nil {
+		cur = o.dram.token
 	}
 	return nil, fmt.Errorf("master: %s: put %d is not the key's current put (current: %d; 0 = none): revoked, reclaimed after put_start_discard_timeout, removed, or put again: %w",
 		op, token, cur, masterapi.ErrStalePut)
@@ -157,18 +157,18 @@ func (s *Service) putEnd(key string, token uint64) error {
 	if err != nil {
 		return err
 	}
-	for _, m := range o.mems() {
+	for _, m := range o.drams() {
 		if !m.seg.live() {
 			return errcode.Errorf(errcode.ReplicaIsGone, "master: put_end: segment %q of node %q (replica %d of %d) is gone; nothing is published",
-				m.seg.name, m.seg.node.id, o.memOn(m.seg.node)+1, o.memCount())
+				m.seg.name, m.seg.node.id, o.dramOn(m.seg.node)+1, o.dramCount())
 		}
 	}
-	if o.mem.complete {
+	if o.dram.complete {
 		return nil // repeated PutEnd
 	}
 	// Every replica at once, under the shard lock: a lookup sees all of
 	// them or none.
-	for _, m := range o.mems() {
+	for _, m := range o.drams() {
 		m.complete = true
 		s.processing.Add(-1)
 	}
@@ -206,10 +206,10 @@ func (s *Service) putRevoke(key string, token uint64) error {
 	if err != nil {
 		return err
 	}
-	if o.mem.complete {
+	if o.dram.complete {
 		return errcode.Errorf(errcode.InvalidParams, "master: put_revoke: put %d already ended", token)
 	}
-	s.dropMem(o)
+	s.dropDRAM(o)
 	if o.empty() {
 		s.deleteObj(sh, key, o)
 	}
@@ -258,26 +258,26 @@ func (s *Service) BatchPutRevoke(ctx context.Context, puts []masterapi.PutRef) (
 // its PutEnd or PutRevoke, or the discard deadline (invariant 8). It
 // reports whether it parked (false: no put in progress on a live segment).
 // Caller holds the shard lock and forgets the DRAM replicas without
-// freeing them (forgetMem(o, keepAll)).
+// freeing them (forgetDRAM(o, keepAll)).
 func (s *Service) park(key string, o *object) bool {
 	if !o.putInProgress() {
 		return false
 	}
 	deadline := o.putStart + s.cfg.PutStartDiscardTimeout.Nanoseconds()
 	var ps []parkedPut
-	for _, m := range o.mems() {
+	for _, m := range o.drams() {
 		ps = append(ps, parkedPut{key: key, seg: m.seg, off: m.off, len: m.len, deadline: deadline})
 	}
 	s.parkMu.Lock()
-	s.parked[o.mem.token] = ps
+	s.parked[o.dram.token] = ps
 	s.parkMu.Unlock()
 	s.log.Info("put in progress removed by force; its ranges stay allocated until the put ends or its discard deadline",
-		"key", keyspec.Show(key), "node", o.mem.seg.node.id, "segment", o.mem.seg.name, "offset", o.mem.off, "replicas", len(ps))
+		"key", keyspec.Show(key), "node", o.dram.seg.node.id, "segment", o.dram.seg.name, "offset", o.dram.off, "replicas", len(ps))
 	return true
 }
 
-// keepAll is forgetMem's kept for ranges handed on whole (parked).
-func keepAll(*memReplica) bool { return true }
+// keepAll is forgetDRAM's kept for ranges handed on whole (parked).
+func keepAll(*dramReplica) bool { return true }
 
 // unpark frees the ranges of the parked put token and reports whether there
 // was one.
@@ -334,10 +334,10 @@ func (s *Service) admissionView(key string, o *object) admission.Object {
 	return admission.Object{
 		Key:    key,
 		Size:   o.size,
-		InDRAM: o.readableMem(),
-		OnDisk: len(o.disk) > 0 && o.readableDisk(),
+		InDRAM: o.readableDRAM(),
+		OnSSD:  len(o.ssd) > 0 && o.readableSSD(),
 		Queued: o.offload != nil,
 		Reads:  o.reads,
-		Node:   memNode(o),
+		Node:   dramNode(o),
 	}
 }

@@ -79,12 +79,12 @@ func (s *Service) replicaList(key string, now int64, count bool, slab *[]mastera
 	}
 	info := masterapi.ObjectInfo{Key: key, Size: o.size, CRC: o.crc}
 	n := 0
-	for _, m := range o.mems() {
+	for _, m := range o.drams() {
 		if m.complete && m.seg.live() {
 			n++
 		}
 	}
-	for _, d := range o.disk {
+	for _, d := range o.ssd {
 		if !d.node.dead.Load() {
 			n++
 		}
@@ -104,12 +104,12 @@ func (s *Service) replicaList(key string, now int64, count bool, slab *[]mastera
 	} else {
 		info.Replicas = make([]masterapi.Replica, 0, n)
 	}
-	for _, m := range o.mems() { // the put's first (preferred) replica first
+	for _, m := range o.drams() { // the put's first (preferred) replica first
 		if m.complete && m.seg.live() {
 			info.Replicas = append(info.Replicas, s.memDescriptor(m))
 		}
 	}
-	for _, d := range o.disk {
+	for _, d := range o.ssd {
 		if !d.node.dead.Load() {
 			info.Replicas = append(info.Replicas, masterapi.Replica{Kind: masterapi.SSD, Status: masterapi.Complete, Node: d.node.id, Endpoint: d.node.endpoint})
 		}

@@ -16,7 +16,7 @@ import (
 // masterapi.MaxReconcileSlots, updated with the replica counters under the
 // object's shard lock. A node's reconcile compares digests first, and only
 // the slots that differ are compared key by key: a replica named by the
-// node is stamped with the session (diskReplica.seen), and ReconcileEnd
+// node is stamped with the session (ssdReplica.seen), and ReconcileEnd
 // drops the unstamped replicas of the node in those slots. Memory: one
 // digest per node id (192 KiB), one batch per call; no key set is held.
 //
@@ -26,9 +26,9 @@ import (
 
 const digestSlots = masterapi.MaxReconcileSlots
 
-// diskDigest is the running digest of one node id's SSD replicas, and
+// ssdDigest is the running digest of one node id's SSD replicas, and
 // its reconcile session.
-type diskDigest struct {
+type ssdDigest struct {
 	// counts and sums are atomics: replicas of one slot can change under
 	// different shard locks when there are more shards than slots.
 	counts [digestSlots]atomic.Uint32
@@ -51,7 +51,7 @@ type diskDigest struct {
 }
 
 // add applies delta (+1 or -1) replicas of the key with hash h.
-func (d *diskDigest) add(h uint64, delta int64) {
+func (d *ssdDigest) add(h uint64, delta int64) {
 	r := masterapi.SlotOf(h, digestSlots)
 	t := masterapi.DigestAddend(h)
 	if delta > 0 {
@@ -65,7 +65,7 @@ func (d *diskDigest) add(h uint64, delta int64) {
 
 // folded returns the digest at resolution slots (a power of two up to
 // digestSlots): the sums of the finer slots that map to each.
-func (d *diskDigest) folded(slots int) masterapi.SlotDigest {
+func (d *ssdDigest) folded(slots int) masterapi.SlotDigest {
 	out := masterapi.NewSlotDigest(slots)
 	for i := range digestSlots {
 		r := i & (slots - 1)
@@ -75,16 +75,16 @@ func (d *diskDigest) folded(slots int) masterapi.SlotDigest {
 	return out
 }
 
-func (d *diskDigest) differs(r int) bool { return d.differ[r>>6]&(1<<(r&63)) != 0 }
+func (d *ssdDigest) differs(r int) bool { return d.differ[r>>6]&(1<<(r&63)) != 0 }
 
 // digestOf returns node id's digest, created on first use. Digests are
 // never dropped: a node id that held SSD replicas keeps its 192 KiB.
-func (s *Service) digestOf(id string) *diskDigest {
+func (s *Service) digestOf(id string) *ssdDigest {
 	s.digestMu.Lock()
 	defer s.digestMu.Unlock()
 	d := s.digests[id]
 	if d == nil {
-		d = &diskDigest{}
+		d = &ssdDigest{}
 		s.digests[id] = d
 	}
 	return d
@@ -139,7 +139,7 @@ func (s *Service) reconcileNode(op, nodeID string) (*node, error) {
 // session locks nodeID's digest and checks that id is its open session,
 // begun by the node's current incarnation. On success the caller must
 // unlock d.mu.
-func (s *Service) session(op, nodeID string, id uint64) (*node, *diskDigest, error) {
+func (s *Service) session(op, nodeID string, id uint64) (*node, *ssdDigest, error) {
 	n, err := s.reconcileNode(op, nodeID)
 	if err != nil {
 		return nil, nil, err
@@ -186,11 +186,11 @@ func (s *Service) markHeld(n *node, id uint32, slots int, differs func(int) bool
 		o := sh.objs[k]
 		i := -1
 		if o != nil {
-			i = o.diskIndex(n.id)
+			i = o.ssdIndex(n.id)
 		}
 		switch {
 		case i >= 0:
-			o.disk[i].seen = id
+			o.ssd[i].seen = id
 		case o == nil || o.offload != n:
 			if _, ok := dup[k]; !ok {
 				if dup == nil {
@@ -218,7 +218,7 @@ func (s *Service) ReconcileEnd(ctx context.Context, nodeID string, id uint64) (i
 	d.open = false
 	dropped := s.dropUnseen(nodeID, uint32(id), d.slots, d.differs)
 	if dropped > 0 {
-		s.log.Info("reconcile dropped LOCAL_DISK replicas the node no longer holds", "node", nodeID, "dropped", dropped)
+		s.log.Info("reconcile dropped SSD replicas the node no longer holds", "node", nodeID, "dropped", dropped)
 	}
 	return dropped, nil
 }
@@ -235,14 +235,14 @@ func (s *Service) dropUnseen(nodeID string, session uint32, slots int, differs f
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for k, o := range sh.objs {
-			if len(o.disk) == 0 {
+			if len(o.ssd) == 0 {
 				continue
 			}
-			j := o.diskIndex(nodeID)
-			if j < 0 || o.disk[j].seen == session || !differs(masterapi.SlotOf(masterapi.KeyHash(k), slots)) {
+			j := o.ssdIndex(nodeID)
+			if j < 0 || o.ssd[j].seen == session || !differs(masterapi.SlotOf(masterapi.KeyHash(k), slots)) {
 				continue
 			}
-			if s.dropDisk(sh, k, o, nodeID, now) {
+			if s.dropSSD(sh, k, o, nodeID, now) {
 				dropped++
 			}
 		}

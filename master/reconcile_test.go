@@ -98,15 +98,15 @@ func TestReconcileSession(t *testing.T) {
 			for i := range 6 {
 				objs = append(objs, masterapi.SSDObject{Key: fmt.Sprint("d", i), Size: 10, CRC: 1})
 			}
-			s.ReRegisterDiskObjects(bg, "a", objs)
-			s.ReRegisterDiskObjects(bg, "b", objs[:3])
+			s.ReRegisterSSDObjects(bg, "a", objs)
+			s.ReRegisterSSDObjects(bg, "b", objs[:3])
 			_, res := sessionReconcile(t, s, "a", []string{"d0", "d2", "d4", "unknown"}, slots, 1)
 			if res.Dropped != 3 || fmt.Sprint(res.Unwanted) != "[unknown]" {
 				t.Fatalf("reconcile %+v", res)
 			}
 			want := map[string]string{
-				"d0": "LOCAL_DISK@a LOCAL_DISK@b ", "d1": "LOCAL_DISK@b ", "d2": "LOCAL_DISK@a LOCAL_DISK@b ",
-				"d4": "LOCAL_DISK@a ",
+				"d0": "SSD@a SSD@b ", "d1": "SSD@b ", "d2": "SSD@a SSD@b ",
+				"d4": "SSD@a ",
 			}
 			for k, w := range want {
 				info, err := s.GetReplicaList(masterapi.WithOffloadPath(bg), k)
@@ -126,7 +126,7 @@ func TestReconcileSession(t *testing.T) {
 			if err := s.Remove(bg, "d0", true); err != nil {
 				t.Fatal(err)
 			}
-			s.EvictDiskReplica(bg, "a", []string{"d2"})
+			s.EvictSSDReplica(bg, "a", []string{"d2"})
 			_, res = sessionReconcile(t, s, "a", []string{"d0", "d2", "d4"}, slots, 2)
 			if res.Dropped != 0 || fmt.Sprint(res.Unwanted) != "[d0 d2]" {
 				t.Fatalf("reconcile after remove %+v", res)
@@ -151,7 +151,7 @@ func TestReconcileSessionOnlyDifferingRanges(t *testing.T) {
 		objs = append(objs, masterapi.SSDObject{Key: k, Size: 10, CRC: 1})
 		keys = append(keys, k)
 	}
-	if _, err := s.ReRegisterDiskObjects(bg, "a", objs); err != nil {
+	if _, err := s.ReRegisterSSDObjects(bg, "a", objs); err != nil {
 		t.Fatal(err)
 	}
 	held := append(slices.Clone(keys[1:]), "extra") // the node lost k0 and has an unknown key
@@ -183,7 +183,7 @@ func TestReconcileSessionOnlyDifferingRanges(t *testing.T) {
 		t.Fatalf("End dropped %d (%v), want %d: the keys of the differing slots only", dropped, err, inDiffer)
 	}
 	if st, _ := s.Stats(bg); st.SSDReplicas != int64(len(keys)-inDiffer) {
-		t.Fatalf("disk replicas %d, want %d", st.SSDReplicas, len(keys)-inDiffer)
+		t.Fatalf("SSD replicas %d, want %d", st.SSDReplicas, len(keys)-inDiffer)
 	}
 }
 
@@ -192,7 +192,7 @@ func TestReconcileSessionOnlyDifferingRanges(t *testing.T) {
 func TestReconcileSessionRefusals(t *testing.T) {
 	s, _ := offloadService(t, nil)
 	mount(t, s, "a", 1<<20)
-	s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "x", Size: 1, CRC: 1}, {Key: "y", Size: 1, CRC: 1}})
+	s.ReRegisterSSDObjects(bg, "a", []masterapi.SSDObject{{Key: "x", Size: 1, CRC: 1}, {Key: "y", Size: 1, CRC: 1}})
 	d := digestOfKeys([]string{"x"}, 4) // the node lost y
 	s1, err := s.ReconcileBegin(bg, "a", d)
 	if err != nil || len(s1.Differ) != 1 {
@@ -220,7 +220,7 @@ func TestReconcileSessionRefusals(t *testing.T) {
 	_, err = s.ReconcileEnd(bg, "a", s2.ID)
 	mustIs(t, err, errcode.ErrInvalidParams) // ended
 	// A session begun by an earlier incarnation is void after a restart.
-	s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "z", Size: 1, CRC: 1}})
+	s.ReRegisterSSDObjects(bg, "a", []masterapi.SSDObject{{Key: "z", Size: 1, CRC: 1}})
 	s3, err := s.ReconcileBegin(bg, "a", digestOfKeys(nil, 1))
 	if err != nil || len(s3.Differ) != 1 {
 		t.Fatalf("begin s3 %+v %v", s3, err)
@@ -255,14 +255,14 @@ func TestReconcileSessionKeepsReplicasRecordedMeanwhile(t *testing.T) {
 	if err != nil || len(ses.Differ) != 1 {
 		t.Fatalf("begin %+v %v", ses, err)
 	}
-	if _, err := s.ReRegisterDiskObjects(bg, "a", []masterapi.SSDObject{{Key: "late", Size: 1, CRC: 1}}); err != nil {
+	if _, err := s.ReRegisterSSDObjects(bg, "a", []masterapi.SSDObject{{Key: "late", Size: 1, CRC: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := s.ReconcileEnd(bg, "a", ses.ID); err != nil || n != 0 {
 		t.Fatalf("End dropped %d (%v): a replica recorded during the session", n, err)
 	}
 	if st, _ := s.Stats(bg); st.SSDReplicas != 1 {
-		t.Fatalf("disk replicas %d", st.SSDReplicas)
+		t.Fatalf("SSD replicas %d", st.SSDReplicas)
 	}
 }
 
@@ -299,8 +299,8 @@ func TestReconcileSessionMatchesModel(t *testing.T) {
 				rt.Fatal(err)
 			}
 		}
-		s.ReRegisterDiskObjects(bg, "a", diskObjsOf(onA))
-		s.ReRegisterDiskObjects(bg, "b", diskObjsOf(onB))
+		s.ReRegisterSSDObjects(bg, "a", ssdObjsOf(onA))
+		s.ReRegisterSSDObjects(bg, "b", ssdObjsOf(onB))
 		for _, r := range removed {
 			_ = s.Remove(bg, fmt.Sprint("k", r), true)
 		}
@@ -350,7 +350,7 @@ func TestReconcileSessionMatchesModel(t *testing.T) {
 		if got.Dropped != want.Dropped || !slices.Equal(got.Unwanted, want.Unwanted) {
 			rt.Fatalf("session %+v, model %+v", got, want)
 		}
-		if a, b := diskState(s), strings.Join(rows, " "); a != b {
+		if a, b := ssdState(s), strings.Join(rows, " "); a != b {
 			rt.Fatalf("metadata differs:\nsession: %s\nmodel:   %s", a, b)
 		}
 		if err := s.Check(); err != nil {
@@ -359,7 +359,7 @@ func TestReconcileSessionMatchesModel(t *testing.T) {
 	})
 }
 
-func diskObjsOf(ids []int) []masterapi.SSDObject {
+func ssdObjsOf(ids []int) []masterapi.SSDObject {
 	out := make([]masterapi.SSDObject, len(ids))
 	for i, id := range ids {
 		out[i] = masterapi.SSDObject{Key: fmt.Sprint("k", id), Size: 8, CRC: 3}
@@ -367,15 +367,15 @@ func diskObjsOf(ids []int) []masterapi.SSDObject {
 	return out
 }
 
-// diskState renders every object and its SSD replicas, sorted.
-func diskState(s *Service) string {
+// ssdState renders every object and its SSD replicas, sorted.
+func ssdState(s *Service) string {
 	var rows []string
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for k, o := range sh.objs {
 			var ns []string
-			for _, d := range o.disk {
+			for _, d := range o.ssd {
 				ns = append(ns, d.node.id)
 			}
 			sort.Strings(ns)
@@ -417,7 +417,7 @@ func TestReconcileSessionOverGRPC(t *testing.T) {
 	for i := range 100 {
 		objs = append(objs, masterapi.SSDObject{Key: fmt.Sprint("g", i), Size: 4, CRC: 2})
 	}
-	if _, err := api.ReRegisterDiskColumns(bg, "a", masterapi.ColumnsOf(objs)); err != nil {
+	if _, err := api.ReRegisterSSDColumns(bg, "a", masterapi.ColumnsOf(objs)); err != nil {
 		t.Fatal(err)
 	}
 	held := []string{"new"}

@@ -24,9 +24,9 @@ func (s *Server) PullRemovals(ctx context.Context, r *pb.PullRemovalsRequest) (*
 		}
 	}
 	if len(rep.Forget) > 0 {
-		out.Forget = make([]*pb.MemoryRef, len(rep.Forget))
+		out.Forget = make([]*pb.DRAMRef, len(rep.Forget))
 		for i, f := range rep.Forget {
-			out.Forget[i] = &pb.MemoryRef{Offset: f.Offset, PutToken: f.Token}
+			out.Forget[i] = &pb.DRAMRef{Offset: f.Offset, PutToken: f.Token}
 		}
 	}
 	return out, nil

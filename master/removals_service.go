@@ -110,11 +110,11 @@ func (s *Service) ssdCursor(id string) uint64 {
 	return c.Seq
 }
 
-// removedDiskMany says, for every item of a re-registration chunk, why
+// removedSSDMany says, for every item of a re-registration chunk, why
 // node id's SSD copy of its key must not be re-registered: an entry above
 // the node's cursor covers it (out[i] set). One lock of the removal log
 // per chunk.
-func (s *Service) removedDiskMany(id string, items []reItem, out []error) {
+func (s *Service) removedSSDMany(id string, items []reItem, out []error) {
 	cur := s.ssdCursor(id)
 	l := s.rlog
 	l.mu.Lock()
@@ -129,26 +129,26 @@ func (s *Service) removedDiskMany(id string, items []reItem, out []error) {
 	}
 }
 
-// removedMem says why a DRAM record must not be re-registered: an entry
+// removedDRAM says why a DRAM record must not be re-registered: an entry
 // covers it (its put token is below the entry's sequence number: a
 // removal, or an acknowledged DRAM eviction), or it predates the removal
 // log. Nil otherwise.
-func (s *Service) removedMem(m masterapi.DRAMObject) error {
+func (s *Service) removedDRAM(m masterapi.DRAMObject) error {
 	if m.PutToken < s.rlog.origin {
-		return errcode.Errorf(errcode.ObjectNotFound, "master: re_register_memory: put %d predates the removal log (origin %d)", m.PutToken, s.rlog.origin)
+		return errcode.Errorf(errcode.ObjectNotFound, "master: re_register_dram: put %d predates the removal log (origin %d)", m.PutToken, s.rlog.origin)
 	}
 	if seq := s.rlog.latest(m.Key); seq > m.PutToken {
-		return errcode.Errorf(errcode.ObjectNotFound, "master: re_register_memory: put %d was removed (removal log entry %d)", m.PutToken, seq)
+		return errcode.Errorf(errcode.ObjectNotFound, "master: re_register_dram: put %d was removed (removal log entry %d)", m.PutToken, seq)
 	}
 	if seq := s.rlog.latestDRAM(m.Key); seq > m.PutToken {
-		return errcode.Errorf(errcode.ObjectNotFound, "master: re_register_memory: the DRAM copy of put %d was evicted (removal log entry %d)", m.PutToken, seq)
+		return errcode.Errorf(errcode.ObjectNotFound, "master: re_register_dram: the DRAM copy of put %d was evicted (removal log entry %d)", m.PutToken, seq)
 	}
 	return nil
 }
 
 // forgetRecord queues the node's DRAM record of the DRAM replica m for
 // forgetting. Caller holds the shard lock.
-func (s *Service) forgetRecord(m *memReplica) {
+func (s *Service) forgetRecord(m *dramReplica) {
 	if m.seg != nil && m.complete && m.seg.live() {
 		m.seg.node.forget.add(masterapi.DRAMRef{Offset: m.off, Token: m.token})
 	}

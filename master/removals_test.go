@@ -63,12 +63,12 @@ func TestRemovalLogEntryRefusesReRegistration(t *testing.T) {
 	api2 := remoteService(t, s2)
 	holdMount(t, s2, "a", 1<<20)
 	rec := masterapi.DRAMObject{Key: "k", Offset: r.Offset, Length: 1000, CRC: crcOf("k"), PutToken: r.PutToken}
-	errs, err := api2.ReRegisterMemoryObjects(bg, "a", "seg0", []masterapi.DRAMObject{rec}, true)
+	errs, err := api2.ReRegisterDRAMObjects(bg, "a", "seg0", []masterapi.DRAMObject{rec}, true)
 	if err != nil || !errors.Is(errs[0], errcode.ErrObjectNotFound) || !strings.Contains(errs[0].Error(), "removed") {
 		t.Fatalf("re-registration of the removed DRAM record: %v %v", errs, err)
 	}
 	pullAll(t, api2, "a", cur, cur) // the node reports its cursor (below the entry)
-	errs, err = api2.ReRegisterDiskColumns(bg, "a", masterapi.ColumnsOf([]masterapi.SSDObject{{Key: "k", Size: 1000, CRC: crcOf("k")}}))
+	errs, err = api2.ReRegisterSSDColumns(bg, "a", masterapi.ColumnsOf([]masterapi.SSDObject{{Key: "k", Size: 1000, CRC: crcOf("k")}}))
 	if err != nil || !errors.Is(errs[0], errcode.ErrObjectNotFound) {
 		t.Fatalf("re-registration of the removed SSD copy: %v %v", errs, err)
 	}
@@ -76,7 +76,7 @@ func TestRemovalLogEntryRefusesReRegistration(t *testing.T) {
 	// it holds is a newer put's: accepted.
 	applied := masterapi.RemovalCursor{Log: rep.Log, Seq: rep.Through}
 	pullAll(t, api2, "a", applied, applied)
-	if errs, err := api2.ReRegisterDiskColumns(bg, "a", masterapi.ColumnsOf([]masterapi.SSDObject{{Key: "k", Size: 7, CRC: 7}})); err != nil || errs[0] != nil {
+	if errs, err := api2.ReRegisterSSDColumns(bg, "a", masterapi.ColumnsOf([]masterapi.SSDObject{{Key: "k", Size: 7, CRC: 7}})); err != nil || errs[0] != nil {
 		t.Fatalf("an SSD copy written after the node applied the removal: %v %v", errs, err)
 	}
 	// A new put of the key: its token is above the entry; a DRAM record of
@@ -85,7 +85,7 @@ func TestRemovalLogEntryRefusesReRegistration(t *testing.T) {
 	r2 := put(t, api2, "k", 1000, "a")
 	s3, _ := testService(t, func(c *Config) { c.Removals = store })
 	holdMount(t, s3, "a", 1<<20)
-	if errs, err := s3.ReRegisterMemoryObjects(bg, "a", "seg0", []masterapi.DRAMObject{{Key: "k", Offset: r2.Offset, Length: 1000, CRC: crcOf("k"), PutToken: r2.PutToken}}, true); err != nil || errs[0] != nil {
+	if errs, err := s3.ReRegisterDRAMObjects(bg, "a", "seg0", []masterapi.DRAMObject{{Key: "k", Offset: r2.Offset, Length: 1000, CRC: crcOf("k"), PutToken: r2.PutToken}}, true); err != nil || errs[0] != nil {
 		t.Fatalf("the put after the removal: %v %v", errs, err)
 	}
 }
@@ -108,7 +108,7 @@ func TestRemovalLogLostTellsNodesToDrop(t *testing.T) {
 	if err != nil || !rep.DropDRAM || !rep.DropSSD || rep.Log == old.Log {
 		t.Fatalf("pull with another log's cursors: %+v %v", rep, err)
 	}
-	errs, err := s2.ReRegisterMemoryObjects(bg, "a", "seg0", []masterapi.DRAMObject{{Key: "k", Offset: r.Offset, Length: 1000, CRC: crcOf("k"), PutToken: r.PutToken}}, true)
+	errs, err := s2.ReRegisterDRAMObjects(bg, "a", "seg0", []masterapi.DRAMObject{{Key: "k", Offset: r.Offset, Length: 1000, CRC: crcOf("k"), PutToken: r.PutToken}}, true)
 	if err != nil || !errors.Is(errs[0], errcode.ErrObjectNotFound) || !strings.Contains(errs[0].Error(), "predates") {
 		t.Fatalf("a record older than the log: %v %v", errs, err)
 	}
@@ -345,7 +345,7 @@ func TestPullForgetList(t *testing.T) {
 	if _, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.SSDObject{{Key: "k", Size: 100, CRC: crcOf("k")}}}); err != nil {
 		t.Fatal(err)
 	}
-	if res, _ := s.EvictMemory(bg, []string{"k"}, false); res.Dropped != 1 {
+	if res, _ := s.EvictDRAM(bg, []string{"k"}, false); res.Dropped != 1 {
 		t.Fatal(res)
 	}
 	rep, _ := s.PullRemovals(bg, masterapi.PullRequest{Node: "a"})

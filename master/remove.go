@@ -56,8 +56,8 @@ func (s *Service) removeObj(sh *shard, key string, o *object, force bool, now in
 // Caller holds the shard lock.
 func removeRefusal(o *object, now int64) error {
 	switch {
-	case o.putInProgress() && !o.mem.promo:
-		return errcode.Errorf(errcode.ReplicaNotReady, "master: remove: a put of the key is in progress (token %d); it completes normally", o.mem.token)
+	case o.putInProgress() && !o.dram.promo:
+		return errcode.Errorf(errcode.ReplicaNotReady, "master: remove: a put of the key is in progress (token %d); it completes normally", o.dram.token)
 	case o.leased(now):
 		return errcode.Errorf(errcode.ObjectHasLease, "master: remove: lease until %v", time.Unix(0, o.leaseUntil).UTC())
 	case o.offload != nil:
@@ -113,7 +113,7 @@ func (s *Service) removeMatching(ctx context.Context, e masterapi.Removal, match
 			if !match(k) || o.token > seq {
 				continue
 			}
-			newer := o.mem.seg != nil && o.mem.token > seq
+			newer := o.dram.seg != nil && o.dram.token > seq
 			if s.removeObj(sh, k, o, force, now) != nil {
 				spared = append(spared, k)
 				continue
@@ -132,20 +132,20 @@ func (s *Service) removeMatching(ctx context.Context, e masterapi.Removal, match
 	return n, s.rlog.wait(ctx, last)
 }
 
-// EvictMemory implements API. Each DRAM copy it drops is an entry of the
+// EvictDRAM implements API. Each DRAM copy it drops is an entry of the
 // removal log (EvictionKey; EvictionEvery for all), appended under the
 // shard lock that drops it, and the call answers once they are durable:
 // an acknowledged eviction is never undone by a master restart or a
 // failover, whether or not the nodes had pulled it (docs/design.md,
 // invariant 10). A failure to make them durable answers INTERNAL_ERROR
 // (the copies are dropped here, but the eviction was not acknowledged).
-func (s *Service) EvictMemory(ctx context.Context, keys []string, all bool) (masterapi.EvictMemoryResult, error) {
-	var res masterapi.EvictMemoryResult
+func (s *Service) EvictDRAM(ctx context.Context, keys []string, all bool) (masterapi.EvictDRAMResult, error) {
+	var res masterapi.EvictDRAMResult
 	if err := s.gate(ctx); err != nil {
 		return res, err
 	}
 	if all && len(keys) > 0 {
-		return res, s.observe(errcode.Errorf(errcode.InvalidParams, "master: evict_memory: give keys or all, not both"))
+		return res, s.observe(errcode.Errorf(errcode.InvalidParams, "master: evict_dram: give keys or all, not both"))
 	}
 	for _, k := range keys {
 		if err := validKey(k); err != nil {
@@ -154,7 +154,7 @@ func (s *Service) EvictMemory(ctx context.Context, keys []string, all bool) (mas
 	}
 	now := s.now()
 	if all {
-		return res, s.observe(s.evictAllMemory(ctx, now, &res))
+		return res, s.observe(s.evictAllDRAM(ctx, now, &res))
 	}
 	var last uint64
 	for _, k := range keys {
@@ -163,10 +163,10 @@ func (s *Service) EvictMemory(ctx context.Context, keys []string, all bool) (mas
 		switch o := sh.objs[k]; {
 		case o == nil:
 			res.NotFound++
-		case o.mem.seg == nil || (o.mem.complete && !o.readableMem()):
+		case o.dram.seg == nil || (o.dram.complete && !o.readableDRAM()):
 			res.NotInDRAM++
 		default:
-			if s.evictMemOf(o, now, &res) {
+			if s.evictDRAMOf(o, now, &res) {
 				last = s.rlog.add(masterapi.Removal{Kind: masterapi.EvictionKey, Key: k}, &s.tokens, now, false)
 			}
 		}
@@ -178,12 +178,12 @@ func (s *Service) EvictMemory(ctx context.Context, keys []string, all bool) (mas
 	return res, s.observe(s.rlog.wait(ctx, last))
 }
 
-// evictAllMemory is EvictMemory of every object: one EvictionEvery entry,
+// evictAllDRAM is EvictDRAM of every object: one EvictionEvery entry,
 // its sequence number taken before the scan (objects put during it have
 // larger tokens), sparing the keys whose DRAM copies stay. A DRAM copy
 // newer than the entry (a promotion that started during the scan) gets an
 // EvictionKey entry of its own.
-func (s *Service) evictAllMemory(ctx context.Context, now int64, res *masterapi.EvictMemoryResult) error {
+func (s *Service) evictAllDRAM(ctx context.Context, now int64, res *masterapi.EvictDRAMResult) error {
 	seq := s.rlog.add(masterapi.Removal{Kind: masterapi.EvictionEvery}, &s.tokens, now, true)
 	last := seq
 	var spared []string
@@ -191,12 +191,12 @@ func (s *Service) evictAllMemory(ctx context.Context, now int64, res *masterapi.
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for k, o := range sh.objs {
-			if o.mem.seg == nil {
+			if o.dram.seg == nil {
 				continue
 			}
-			newer := o.mem.token > seq
+			newer := o.dram.token > seq
 			switch {
-			case !s.evictMemOf(o, now, res):
+			case !s.evictDRAMOf(o, now, res):
 				spared = append(spared, k)
 			case newer:
 				last = s.rlog.add(masterapi.Removal{Kind: masterapi.EvictionKey, Key: k}, &s.tokens, now, false)
@@ -211,28 +211,28 @@ func (s *Service) evictAllMemory(ctx context.Context, now int64, res *masterapi.
 	return s.rlog.wait(ctx, last)
 }
 
-// evictMemOf drops o's DRAM replica if it has a readable SSD copy and
+// evictDRAMOf drops o's DRAM replica if it has a readable SSD copy and
 // nothing holds it (evictable), counts the outcome in res, by reason, and
 // reports whether it dropped it. Caller holds the shard lock; o has a
 // DRAM replica.
-func (s *Service) evictMemOf(o *object, now int64, res *masterapi.EvictMemoryResult) bool {
+func (s *Service) evictDRAMOf(o *object, now int64, res *masterapi.EvictDRAMResult) bool {
 	switch {
-	case !o.mem.complete:
+	case !o.dram.complete:
 		res.PutInProgress++
-	case !o.readableMem():
+	case !o.readableDRAM():
 		// A dead segment's replica: unreadable already, the sweep drops it.
 	case o.hardPin:
 		res.HardPinned++
 	case o.offload != nil:
 		res.OffloadPending++
-	case !o.readableDisk():
+	case !o.readableSSD():
 		res.NoSSDCopy++
 	case o.leaseNeedsDRAM(now):
 		res.Leased++
 	case !s.evictable(o, now):
 		// Held for a reason this switch does not name: left in place.
 	default:
-		s.dropMem(o)
+		s.dropDRAM(o)
 		s.cnt.evictions.Add(1)
 		s.met.evictions.Inc()
 		res.Dropped++
@@ -247,5 +247,5 @@ func (s *Service) evictMemOf(o *object, now int64, res *masterapi.EvictMemoryRes
 // see leaseNeedsDRAM). (Soft pins only order victims.) Caller holds the
 // shard lock.
 func (s *Service) evictable(o *object, now int64) bool {
-	return o.mem.seg != nil && o.mem.complete && !o.hardPin && o.offload == nil && !o.leaseNeedsDRAM(now)
+	return o.dram.seg != nil && o.dram.complete && !o.hardPin && o.offload == nil && !o.leaseNeedsDRAM(now)
 }

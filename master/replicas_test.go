@@ -133,7 +133,7 @@ func TestReplicasPublishedOnlyWhenAllEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	info, err := s.GetReplicaList(bg, "k")
-	if err != nil || kinds(info) != fmt.Sprintf("MEMORY@%s MEMORY@%s ", r.Node, r.More[0].Node) {
+	if err != nil || kinds(info) != fmt.Sprintf("DRAM@%s DRAM@%s ", r.Node, r.More[0].Node) {
 		t.Fatalf("%s %v", kinds(info), err)
 	}
 	for _, x := range info.Replicas {
@@ -247,7 +247,7 @@ func TestReplicasNodeLossLeavesOthersReadable(t *testing.T) {
 	}
 	expire(t, s, clk, reps[0].Node, others...)
 	info, err := s.GetReplicaList(bg, "k")
-	if err != nil || kinds(info) != "MEMORY@"+reps[1].Node+" " {
+	if err != nil || kinds(info) != "DRAM@"+reps[1].Node+" " {
 		t.Fatalf("after %s died: %s %v", reps[0].Node, kinds(info), err)
 	}
 	clk.Advance(time.Minute) // past the lease: the sweep drops the dead replica
@@ -259,7 +259,7 @@ func TestReplicasNodeLossLeavesOthersReadable(t *testing.T) {
 	if st.DRAMReplicas != 1 || st.Objects != 1 {
 		t.Fatalf("after the sweep: %+v", st)
 	}
-	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "MEMORY@"+reps[1].Node+" " {
+	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "DRAM@"+reps[1].Node+" " {
 		t.Fatalf("after the sweep: %s %v", kinds(info), err)
 	}
 }
@@ -286,7 +286,7 @@ func TestReplicasOffloadFromOneThenFromASurvivor(t *testing.T) {
 		t.Fatal(err, errs)
 	}
 	info, err := s.GetReplicaList(bg, "k")
-	if err != nil || kinds(info) != "MEMORY@b LOCAL_DISK@b " {
+	if err != nil || kinds(info) != "DRAM@b SSD@b " {
 		t.Fatalf("%s %v", kinds(info), err)
 	}
 }
@@ -302,14 +302,14 @@ func TestReplicasEvictionDropsEveryDRAMReplica(t *testing.T) {
 	if errs, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Persisted: []masterapi.SSDObject{{Key: "k", Size: 100, CRC: crcOf("k")}}}); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}
-	res, err := s.EvictMemory(bg, []string{"k"}, false)
+	res, err := s.EvictDRAM(bg, []string{"k"}, false)
 	if err != nil || res.Dropped != 1 {
 		t.Fatalf("%+v %v", res, err)
 	}
 	if segUsed(t, s, "a")+segUsed(t, s, "b") != 0 {
 		t.Fatal("eviction left a DRAM replica")
 	}
-	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "LOCAL_DISK@a " {
+	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "SSD@a " {
 		t.Fatalf("%s %v", kinds(info), err)
 	}
 	// Watermark or allocation eviction: the same, object by object.
@@ -387,28 +387,28 @@ func TestReplicasReRegisteredFromEveryNode(t *testing.T) {
 	// A put of the previous master, after the removal log began.
 	obj := masterapi.DRAMObject{Key: "k", Offset: 0, Length: 100, CRC: 7, PutToken: s.RemovalLog().Origin + 1<<40}
 	for _, n := range []string{"a", "b", "a"} { // a's call sent twice
-		if errs, err := s.ReRegisterMemoryObjects(bg, n, "seg0", []masterapi.DRAMObject{obj}, true); err != nil || errs[0] != nil {
+		if errs, err := s.ReRegisterDRAMObjects(bg, n, "seg0", []masterapi.DRAMObject{obj}, true); err != nil || errs[0] != nil {
 			t.Fatalf("node %s: %v %v", n, err, errs)
 		}
 	}
 	other := obj
 	other.CRC = 8
-	errs, err := s.ReRegisterMemoryObjects(bg, "c", "seg0", []masterapi.DRAMObject{other}, true)
+	errs, err := s.ReRegisterDRAMObjects(bg, "c", "seg0", []masterapi.DRAMObject{other}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mustIs(t, errs[0], errcode.ErrChecksumConflict)
 	info, err := s.GetReplicaList(bg, "k")
-	if err != nil || kinds(info) != "MEMORY@a MEMORY@b " {
+	if err != nil || kinds(info) != "DRAM@a DRAM@b " {
 		t.Fatalf("%s %v", kinds(info), err)
 	}
 	newer := obj
 	newer.PutToken++
 	newer.Offset = 4096
-	if errs, err := s.ReRegisterMemoryObjects(bg, "c", "seg0", []masterapi.DRAMObject{newer}, true); err != nil || errs[0] != nil {
+	if errs, err := s.ReRegisterDRAMObjects(bg, "c", "seg0", []masterapi.DRAMObject{newer}, true); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}
-	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "MEMORY@c " {
+	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "DRAM@c " {
 		t.Fatalf("a newer put replaces both: %s %v", kinds(info), err)
 	}
 }
@@ -462,10 +462,10 @@ func TestReplicasSSDCopyRestoredFromAnotherNode(t *testing.T) {
 	if _, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "b", Persisted: persisted[:1]}); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := s.EvictMemory(bg, []string{"k"}, false); err != nil || res.Dropped != 1 {
+	if res, err := s.EvictDRAM(bg, []string{"k"}, false); err != nil || res.Dropped != 1 {
 		t.Fatalf("%+v %v", res, err)
 	}
-	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "LOCAL_DISK@b " {
+	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "SSD@b " {
 		t.Fatalf("%s %v", kinds(info), err)
 	}
 }

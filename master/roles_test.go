@@ -78,8 +78,8 @@ func TestRolesOverTLS(t *testing.T) {
 		t.Fatalf("node mounts: %v", err)
 	}
 	denied(cliC.MountSegment(ctx, masterapi.MountRequest{Node: "evil", Endpoint: "e:1", Segment: "s", Size: 1 << 20}), "MountSegment needs role node")
-	_, err = cliC.ReRegisterDiskColumns(ctx, "n1", masterapi.ColumnsOf(nil))
-	denied(err, "ReRegisterDiskObjects needs role node")
+	_, err = cliC.ReRegisterSSDColumns(ctx, "n1", masterapi.ColumnsOf(nil))
+	denied(err, "ReRegisterSSDObjects needs role node")
 	_, err = cliC.PullRemovals(ctx, masterapi.PullRequest{Node: "n1"})
 	denied(err, "PullRemovals needs role node")
 
@@ -156,7 +156,7 @@ func TestNodeNameBinding(t *testing.T) {
 	denied(err)
 	_, err = n1.PullRemovals(ctx, masterapi.PullRequest{Node: "n2"})
 	denied(err)
-	_, err = n1.ReRegisterDiskColumns(ctx, "n2", masterapi.ColumnsOf(nil))
+	_, err = n1.ReRegisterSSDColumns(ctx, "n2", masterapi.ColumnsOf(nil))
 	denied(err)
 	_, err = n1.WaitOffload(ctx, "n2", 10*time.Millisecond)
 	denied(err)

@@ -91,15 +91,15 @@ func TestReadTrafficDoesNotStarvePuts(t *testing.T) {
 			stale := 0
 			for _, k := range keys {
 				info, err := api.GetReplicaList(bg, k)
-				if err != nil || kinds(info) == "MEMORY@a LOCAL_DISK@a " {
+				if err != nil || kinds(info) == "DRAM@a SSD@a " {
 					continue
 				}
-				if kinds(firstList[k]) != "MEMORY@a LOCAL_DISK@a " {
+				if kinds(firstList[k]) != "DRAM@a SSD@a " {
 					t.Fatalf("%s: first list %s", k, kinds(firstList[k]))
 				}
 				stale++
 				mustIs(t, api.ReportBadReplica(bg, k, crcOf(k), firstList[k].Replicas[0]), errcode.ErrReplicaNotFound)
-				if info, err := api.GetReplicaList(bg, k); err != nil || kinds(info) != "LOCAL_DISK@a " {
+				if info, err := api.GetReplicaList(bg, k); err != nil || kinds(info) != "SSD@a " {
 					t.Fatalf("%s after the stale report: %s %v", k, kinds(info), err)
 				}
 			}
@@ -122,7 +122,7 @@ func TestLeaseKeepsDRAMForItsReaders(t *testing.T) {
 	s, clk := offloadService(t, func(c *Config) { c.EvictionRatio = 1 })
 	mount(t, s, "a", 1<<20)
 	put(t, s, "k", 64, "a")
-	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "MEMORY@a " {
+	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "DRAM@a " {
 		t.Fatalf("%s %v", kinds(info), err)
 	}
 	clk.Advance(time.Second)
@@ -131,7 +131,7 @@ func TestLeaseKeepsDRAMForItsReaders(t *testing.T) {
 		t.Fatal("DRAM dropped under a reader that was given only the DRAM replica")
 	}
 	// A later lookup lists both, but the first reader's lease still runs.
-	if info, _ := s.GetReplicaList(bg, "k"); kinds(info) != "MEMORY@a LOCAL_DISK@a " {
+	if info, _ := s.GetReplicaList(bg, "k"); kinds(info) != "DRAM@a SSD@a " {
 		t.Fatalf("%s", kinds(info))
 	}
 	if n := s.EvictNow(); n != 0 {
@@ -141,7 +141,7 @@ func TestLeaseKeepsDRAMForItsReaders(t *testing.T) {
 	if n := s.EvictNow(); n != 1 {
 		t.Fatal("DRAM kept although every running lease was given the SSD replica")
 	}
-	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "LOCAL_DISK@a " {
+	if info, err := s.GetReplicaList(bg, "k"); err != nil || kinds(info) != "SSD@a " {
 		t.Fatalf("%s %v", kinds(info), err)
 	}
 
@@ -150,18 +150,18 @@ func TestLeaseKeepsDRAMForItsReaders(t *testing.T) {
 	// (which they were not given) appears.
 	put(t, s, "m", 64, "a")
 	offloadAll(t, s, "a")
-	if info, _ := s.GetReplicaList(bg, "m"); kinds(info) != "MEMORY@a LOCAL_DISK@a " {
+	if info, _ := s.GetReplicaList(bg, "m"); kinds(info) != "DRAM@a SSD@a " {
 		t.Fatalf("%s", kinds(info))
 	}
-	if res, err := s.EvictDiskReplica(bg, "a", []string{"m"}); err != nil || res.Dropped != 1 {
+	if res, err := s.EvictSSDReplica(bg, "a", []string{"m"}); err != nil || res.Dropped != 1 {
 		t.Fatal(res, err)
 	}
 	mount(t, s, "b", 1<<20)
-	s.ReRegisterDiskObjects(bg, "b", []masterapi.SSDObject{{Key: "m", Size: 64, CRC: crcOf("m")}})
+	s.ReRegisterSSDObjects(bg, "b", []masterapi.SSDObject{{Key: "m", Size: 64, CRC: crcOf("m")}})
 	if n := s.EvictNow(); n != 0 {
 		t.Fatal("DRAM dropped while readers hold a list whose SSD replica was dropped")
 	}
-	if info, err := s.GetReplicaList(masterapi.WithOffloadPath(bg), "m"); err != nil || kinds(info) != "MEMORY@a LOCAL_DISK@b " {
+	if info, err := s.GetReplicaList(masterapi.WithOffloadPath(bg), "m"); err != nil || kinds(info) != "DRAM@a SSD@b " {
 		t.Fatalf("%s %v", kinds(info), err)
 	}
 }

@@ -25,7 +25,8 @@ type Server struct {
 // NewServer returns a gRPC server for api. Extra options are appended to the
 // defaults (message size limit mastergrpc.MaxMessageSize; a caller of another protocol
 // version than pb.MasterProtocol is refused, pb.VersionCheck, and so is a
-// call to the service's name before protocol 6, pb.FormerService).
+// call to the service's name before protocol 5, or of a method renamed
+// since by a caller of another version, pb.FormerService).
 func NewServer(api masterapi.API, opts ...grpc.ServerOption) *Server {
 	all := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(mastergrpc.MaxMessageSize), grpc.MaxSendMsgSize(mastergrpc.MaxMessageSize),
 		grpc.ChainUnaryInterceptor(pb.VersionCheck("master", pb.MasterProtocol)),
@@ -286,9 +287,9 @@ func (s *Server) RemoveByRegex(ctx context.Context, r *pb.RemoveByRegexRequest) 
 	return &pb.CountResponse{Count: n}, toStatus(err)
 }
 
-func (s *Server) EvictMemory(ctx context.Context, r *pb.EvictMemoryRequest) (*pb.EvictMemoryResponse, error) {
-	res, err := s.api.EvictMemory(ctx, strs(r.GetKeys()), r.GetAll())
-	return evictMemoryPB(res), toStatus(err)
+func (s *Server) EvictDRAM(ctx context.Context, r *pb.EvictDRAMRequest) (*pb.EvictDRAMResponse, error) {
+	res, err := s.api.EvictDRAM(ctx, strs(r.GetKeys()), r.GetAll())
+	return evictDRAMPB(res), toStatus(err)
 }
 
 func (s *Server) OffloadHeartbeat(ctx context.Context, r *pb.OffloadHeartbeatRequest) (*pb.OffloadHeartbeatResponse, error) {
@@ -318,7 +319,7 @@ func (s *Server) PromoteEnd(ctx context.Context, r *pb.PromoteEndRequest) (*pb.K
 	return keyResults(errs), nil
 }
 
-func diskObjs(in []*pb.DiskObject) []masterapi.SSDObject {
+func ssdObjs(in []*pb.SSDObject) []masterapi.SSDObject {
 	out := make([]masterapi.SSDObject, len(in))
 	for i, d := range in {
 		out[i] = masterapi.SSDObject{Key: string(d.GetKey()), Size: d.GetSize(), CRC: d.GetCrc()}
@@ -327,7 +328,7 @@ func diskObjs(in []*pb.DiskObject) []masterapi.SSDObject {
 }
 
 func (s *Server) NotifyOffloadSuccess(ctx context.Context, r *pb.NotifyOffloadSuccessRequest) (*pb.KeyResults, error) {
-	req := masterapi.NotifyRequest{Node: r.GetNode(), Persisted: diskObjs(r.GetPersisted()), Failed: make([]masterapi.OffloadFailure, len(r.GetFailed()))}
+	req := masterapi.NotifyRequest{Node: r.GetNode(), Persisted: ssdObjs(r.GetPersisted()), Failed: make([]masterapi.OffloadFailure, len(r.GetFailed()))}
 	for i, f := range r.GetFailed() {
 		req.Failed[i] = masterapi.OffloadFailure{Key: string(f.GetKey()), Retryable: f.GetRetryable(), Reason: f.GetReason()}
 	}
@@ -338,14 +339,14 @@ func (s *Server) NotifyOffloadSuccess(ctx context.Context, r *pb.NotifyOffloadSu
 	return keyResults(errs), nil
 }
 
-func (s *Server) ReRegisterDiskObjects(ctx context.Context, r *pb.RegisterDiskObjectsRequest) (*pb.RegisterDiskObjectsResponse, error) {
+func (s *Server) ReRegisterSSDObjects(ctx context.Context, r *pb.RegisterSSDObjectsRequest) (*pb.RegisterSSDObjectsResponse, error) {
 	c := r.GetObjects()
-	errs, err := s.api.ReRegisterDiskColumns(ctx, r.GetNode(), masterapi.DiskColumns{Keys: c.GetKeys(), Lens: c.GetKeyLens(),
+	errs, err := s.api.ReRegisterSSDColumns(ctx, r.GetNode(), masterapi.SSDColumns{Keys: c.GetKeys(), Lens: c.GetKeyLens(),
 		Sizes: c.GetSizes(), CRCs: c.GetCrcs(), Expected: r.GetExpected()})
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	out := &pb.RegisterDiskObjectsResponse{}
+	out := &pb.RegisterSSDObjectsResponse{}
 	for i, e := range errs {
 		if e != nil {
 			out.Refused = append(out.Refused, uint32(i))
@@ -355,12 +356,12 @@ func (s *Server) ReRegisterDiskObjects(ctx context.Context, r *pb.RegisterDiskOb
 	return out, nil
 }
 
-func (s *Server) EvictDiskReplica(ctx context.Context, r *pb.EvictDiskReplicaRequest) (*pb.EvictDiskReplicaResponse, error) {
-	res, err := s.api.EvictDiskReplica(ctx, r.GetNode(), strs(r.GetKeys()))
+func (s *Server) EvictSSDReplica(ctx context.Context, r *pb.EvictSSDReplicaRequest) (*pb.EvictSSDReplicaResponse, error) {
+	res, err := s.api.EvictSSDReplica(ctx, r.GetNode(), strs(r.GetKeys()))
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	out := &pb.EvictDiskReplicaResponse{Count: res.Dropped, Keep: make([][]byte, len(res.Keep))}
+	out := &pb.EvictSSDReplicaResponse{Count: res.Dropped, Keep: make([][]byte, len(res.Keep))}
 	for i, k := range res.Keep {
 		out.Keep[i] = []byte(k)
 	}
@@ -416,11 +417,11 @@ func (s *Server) Stats(ctx context.Context, _ *pb.StatsRequest) (*pb.StatsRespon
 	for i, n := range x.PerNode {
 		rows[i] = &pb.NodeStats{Node: n.Node, Endpoint: n.Endpoint, Incarnation: n.Incarnation, Alive: n.Alive,
 			Segments: n.Segments, SegmentSize: n.SegmentSize, SegmentUsed: n.SegmentUsed,
-			MemoryReplicas: n.DRAMReplicas, MemoryBytes: n.DRAMBytes, DiskReplicas: n.SSDReplicas, DiskBytes: n.SSDBytes,
+			DramReplicas: n.DRAMReplicas, DramBytes: n.DRAMBytes, SsdReplicas: n.SSDReplicas, SsdBytes: n.SSDBytes,
 			OffloadQueued: n.OffloadQueued, OffloadInFlight: n.OffloadInFlight}
 	}
-	return &pb.StatsResponse{PerNode: rows, Objects: x.Objects, MemoryReplicas: x.DRAMReplicas, DiskReplicas: x.SSDReplicas,
-		MemoryBytes: x.DRAMBytes, DiskBytes: x.SSDBytes, Segments: x.Segments, SegmentCapacity: x.SegmentCapacity,
+	return &pb.StatsResponse{PerNode: rows, Objects: x.Objects, DramReplicas: x.DRAMReplicas, SsdReplicas: x.SSDReplicas,
+		DramBytes: x.DRAMBytes, SsdBytes: x.SSDBytes, Segments: x.Segments, SegmentCapacity: x.SegmentCapacity,
 		SegmentUsed: x.SegmentUsed, Nodes: x.Nodes, OffloadQueued: x.OffloadQueued, OffloadInFlight: x.OffloadInFlight,
 		Evictions: x.Evictions, OffloadQueuedTotal: x.OffloadQueuedTot, OffloadPersistedTotal: x.OffloadPersisted,
 		OffloadFailedTotal: x.OffloadFailed, ExpiredNodesTotal: x.ExpiredNodes,

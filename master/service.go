@@ -28,8 +28,8 @@ type Service struct {
 	shards []shard
 	mask   uint64
 
-	digestMu sync.Mutex             // protects digests
-	digests  map[string]*diskDigest // per node id: its SSD replicas' digest (reconcile.go)
+	digestMu sync.Mutex            // protects digests
+	digests  map[string]*ssdDigest // per node id: its SSD replicas' digest (reconcile.go)
 
 	nodesMu sync.RWMutex // protects nodes, retired and every node.segments map
 	nodes   map[string]*node
@@ -48,7 +48,7 @@ type Service struct {
 	fruitless atomic.Uint64
 
 	// sweepDirty is set when replicas became unreadable (unmount, expiry,
-	// lost disk replica) and cleared by a sweep that left nothing behind.
+	// lost SSD replica) and cleared by a sweep that left nothing behind.
 	sweepDirty atomic.Bool
 	// processing counts objects whose DRAM replica is not complete yet.
 	processing atomic.Int64
@@ -103,8 +103,8 @@ type Service struct {
 
 // counters are the live totals reported by Stats and the metrics.
 type counters struct {
-	objects, memReplicas, diskReplicas atomic.Int64
-	memBytes, diskBytes                atomic.Int64
+	objects, dramReplicas, ssdReplicas atomic.Int64
+	dramBytes, ssdBytes                atomic.Int64
 	evictions                          atomic.Int64
 	offloadQueued, offloadPersisted    atomic.Int64
 	offloadFailed, expiredNodes        atomic.Int64
@@ -158,10 +158,10 @@ func New(cfg Config) (*Service, error) {
 	s.shards = make([]shard, n)
 	for i := range s.shards {
 		s.shards[i].objs = map[string]*object{}
-		s.shards[i].mem = map[string]*object{}
+		s.shards[i].dram = map[string]*object{}
 	}
 	s.mask = uint64(n - 1)
-	s.digests = map[string]*diskDigest{}
+	s.digests = map[string]*ssdDigest{}
 	s.nodes = map[string]*node{}
 	s.parked = map[uint64][]parkedPut{}
 	s.cursors = map[string]masterapi.RemovalCursor{}

@@ -17,7 +17,7 @@ type node struct {
 	lastPing    atomic.Int64 // unix nanoseconds of the last ping, mount or heartbeat
 	dead        atomic.Bool  // set once, when the node expires
 	// presized: a re-registration of this incarnation sized the shards'
-	// maps (ReRegisterDiskColumns' Expected hint); once per incarnation.
+	// maps (ReRegisterSSDColumns' Expected hint); once per incarnation.
 	presized atomic.Bool
 
 	// segments is protected by Service.nodesMu.
@@ -38,11 +38,11 @@ type node struct {
 
 	// dig is the SSD replica digest of the node id, shared by all
 	// its incarnations (reconcile.go). Immutable.
-	dig *diskDigest
+	dig *ssdDigest
 
 	// Replicas that point at this incarnation, and their object bytes
 	// (changed with the global counters, under the object's shard lock).
-	memReplicas, memBytes, diskReplicas, diskBytes atomic.Int64
+	dramReplicas, dramBytes, ssdReplicas, ssdBytes atomic.Int64
 }
 
 // segment is one mounted DRAM segment of a node.
@@ -52,7 +52,7 @@ type segment struct {
 	size int64
 	dead atomic.Bool // unmounted, or its node expired: replicas unreadable
 	// held: mounted with HoldAllocation, its DRAM re-registration not done
-	// yet: nothing is allocated in it (memreg.go).
+	// yet: nothing is allocated in it (dramreg.go).
 	held atomic.Bool
 
 	mu    sync.Mutex // protects alloc
@@ -61,10 +61,10 @@ type segment struct {
 
 func (g *segment) live() bool { return !g.dead.Load() && !g.node.dead.Load() }
 
-// memReplica is one DRAM copy of an object. The DRAM replicas of an
+// dramReplica is one DRAM copy of an object. The DRAM replicas of an
 // object all belong to one put (one token, completed together by PutEnd),
 // each on a different node.
-type memReplica struct {
+type dramReplica struct {
 	seg      *segment
 	off, len int64
 	token    uint64 // the put that allocated the range (invariant 8)
@@ -74,8 +74,8 @@ type memReplica struct {
 	promo bool
 }
 
-// diskReplica is an object's copy on a node's SSD.
-type diskReplica struct {
+// ssdReplica is an object's copy on a node's SSD.
+type ssdReplica struct {
 	node *node
 	// viaTask: recorded as the persisted answer to an offload task this
 	// master issued (not a re-registration).
@@ -88,21 +88,21 @@ type diskReplica struct {
 
 // object is the metadata of one key. All fields are protected by the lock of
 // the shard that holds the object. (Fields are ordered so that the struct
-// has no padding beyond memReplica's and 4 bytes: 152 bytes, in the
+// has no padding beyond dramReplica's and 4 bytes: 152 bytes, in the
 // allocator's 160-byte class; the master's memory per object,
 // docs/benchmarks.md.)
 type object struct {
 	size int64
 
-	// mem is the first DRAM replica when mem.seg != nil (the put's
+	// dram is the first DRAM replica when dram.seg != nil (the put's
 	// preferred node's, when it had room); more, when not nil, the put's
 	// further DRAM replicas (PutStartRequest.Replicas > 1), each on
-	// another node, and nil when mem.seg is nil. A pointer: a put of one
-	// replica pays 8 bytes for it. Go through mems, memOn, memAt and
-	// removeMemAt (replicas.go), which keep that shape.
-	mem  memReplica
-	more *[]memReplica
-	disk []diskReplica // at most one per node id
+	// another node, and nil when dram.seg is nil. A pointer: a put of one
+	// replica pays 8 bytes for it. Go through drams, dramOn, dramAt and
+	// removeDRAMAt (replicas.go), which keep that shape.
+	dram dramReplica
+	more *[]dramReplica
+	ssd  []ssdReplica // at most one per node id
 
 	leaseUntil int64 // unix ns: read lease; removal paths wait for it
 	// dramLeaseUntil (unix ns) is the end of the latest lease whose reader
@@ -111,14 +111,14 @@ type object struct {
 	// Until then DRAM eviction keeps the DRAM replica (see leaseNeedsDRAM).
 	dramLeaseUntil int64
 	softPinUntil   int64 // unix ns, meaningful when softPin
-	putStart       int64 // unix ns of PutStart while mem is not complete
+	putStart       int64 // unix ns of PutStart while dram is not complete
 	lastUse        int64 // unix ns of the last lookup hit, or of PutEnd: orders eviction victims
 	// token is the put token of the put that wrote the object's bytes (0
 	// for an object re-registered from SSD, whose copies carry none): a
 	// RemoveAll or RemoveByRegex leaves objects put during its scan.
 	token uint64
 
-	// offload is the node whose offload task (queued or in flight) pins mem;
+	// offload is the node whose offload task (queued or in flight) pins dram;
 	// nil when no task exists.
 	offload *node
 
@@ -165,18 +165,18 @@ func (o *object) leased(now int64) bool { return o.leaseUntil > now }
 // SSD replica on a live node stays readable and every reader of the
 // lease was given that replica (dramLeaseUntil has passed).
 func (o *object) leaseNeedsDRAM(now int64) bool {
-	return o.leased(now) && (o.dramLeaseUntil > now || !o.readableDisk())
+	return o.leased(now) && (o.dramLeaseUntil > now || !o.readableSSD())
 }
 
 func (o *object) softPinned(now int64) bool { return o.softPin && o.softPinUntil > now }
 
-// readableMem reports whether a DRAM replica can be read.
-func (o *object) readableMem() bool { return o.memSource() != nil }
+// readableDRAM reports whether a DRAM replica can be read.
+func (o *object) readableDRAM() bool { return o.dramSource() != nil }
 
-// memSource returns o's first readable DRAM replica (complete, on a live
+// dramSource returns o's first readable DRAM replica (complete, on a live
 // segment): the source of its offload task. nil when there is none.
-func (o *object) memSource() *memReplica {
-	for _, m := range o.mems() {
+func (o *object) dramSource() *dramReplica {
+	for _, m := range o.drams() {
 		if m.complete && m.seg.live() {
 			return m
 		}
@@ -184,8 +184,8 @@ func (o *object) memSource() *memReplica {
 	return nil
 }
 
-func (o *object) readableDisk() bool {
-	for _, d := range o.disk {
+func (o *object) readableSSD() bool {
+	for _, d := range o.ssd {
 		if !d.node.dead.Load() {
 			return true
 		}
@@ -194,13 +194,13 @@ func (o *object) readableDisk() bool {
 }
 
 // onlyReadableOn reports whether node id's SSD replica is o's only
-// readable replica (no readable DRAM copy, no other live disk copy).
+// readable replica (no readable DRAM copy, no other live SSD copy).
 func (o *object) onlyReadableOn(id string) bool {
-	if o.readableMem() {
+	if o.readableDRAM() {
 		return false
 	}
 	mine := false
-	for _, d := range o.disk {
+	for _, d := range o.ssd {
 		if d.node.dead.Load() {
 			continue
 		}
@@ -212,12 +212,12 @@ func (o *object) onlyReadableOn(id string) bool {
 	return mine
 }
 
-func (o *object) readable() bool { return o.readableMem() || o.readableDisk() }
+func (o *object) readable() bool { return o.readableDRAM() || o.readableSSD() }
 
 // putInProgress reports whether a put of o's key holds a range on a live
 // segment and has not ended (its writer may be writing).
 func (o *object) putInProgress() bool {
-	for _, m := range o.mems() {
+	for _, m := range o.drams() {
 		if !m.complete && m.seg.live() {
 			return true
 		}
@@ -225,11 +225,11 @@ func (o *object) putInProgress() bool {
 	return false
 }
 
-func (o *object) empty() bool { return o.mem.seg == nil && len(o.disk) == 0 }
+func (o *object) empty() bool { return o.dram.seg == nil && len(o.ssd) == 0 }
 
-// diskIndex returns the index of node id's disk replica, or -1.
-func (o *object) diskIndex(id string) int {
-	for i, d := range o.disk {
+// ssdIndex returns the index of node id's SSD replica, or -1.
+func (o *object) ssdIndex(id string) int {
+	for i, d := range o.ssd {
 		if d.node.id == id {
 			return i
 		}
@@ -239,28 +239,28 @@ func (o *object) diskIndex(id string) int {
 
 // shard is one slice of the key space.
 type shard struct {
-	mu   sync.Mutex // protects objs, mem and every *object in them
+	mu   sync.Mutex // protects objs, dram and every *object in them
 	objs map[string]*object
-	// mem holds every object of objs that has a DRAM replica (noteMem,
+	// dram holds every object of objs that has a DRAM replica (noteDRAM,
 	// called wherever one is added), and possibly some that no longer do
-	// or that left objs: the DRAM eviction scans (memObjects) walk it
+	// or that left objs: the DRAM eviction scans (dramObjects) walk it
 	// instead of every object, SSD-only ones included, and drop those
 	// stale entries as they pass them.
-	mem map[string]*object
-	_   [32]byte // keep neighbouring shard locks on different cache lines
+	dram map[string]*object
+	_    [32]byte // keep neighbouring shard locks on different cache lines
 }
 
-// noteMem records that o, objs[key], has a DRAM replica now. Caller holds
+// noteDRAM records that o, objs[key], has a DRAM replica now. Caller holds
 // the shard lock.
-func (sh *shard) noteMem(key string, o *object) { sh.mem[key] = o }
+func (sh *shard) noteDRAM(key string, o *object) { sh.dram[key] = o }
 
-// memObjects calls fn for every object of the shard that has a DRAM
+// dramObjects calls fn for every object of the shard that has a DRAM
 // replica (and may call it for none other), dropping the stale entries of
-// mem on the way. Caller holds the shard lock.
-func (sh *shard) memObjects(fn func(key string, o *object)) {
-	for k, o := range sh.mem {
-		if sh.objs[k] != o || o.memCount() == 0 {
-			delete(sh.mem, k)
+// dram on the way. Caller holds the shard lock.
+func (sh *shard) dramObjects(fn func(key string, o *object)) {
+	for k, o := range sh.dram {
+		if sh.objs[k] != o || o.dramCount() == 0 {
+			delete(sh.dram, k)
 			continue
 		}
 		fn(k, o)

@@ -21,7 +21,7 @@ func TestStatsPerNode(t *testing.T) {
 	put(t, s, "x", 100, "a")
 	put(t, s, "y", 5000, "a")
 	put(t, s, "z", 300, "b")
-	if _, err := s.ReRegisterDiskObjects(bg, "b", []masterapi.SSDObject{{Key: "y", Size: 5000, CRC: crcOf("y")}, {Key: "w", Size: 70, CRC: 1}}); err != nil {
+	if _, err := s.ReRegisterSSDObjects(bg, "b", []masterapi.SSDObject{{Key: "y", Size: 5000, CRC: crcOf("y")}, {Key: "w", Size: 70, CRC: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	st, err := s.Stats(bg)

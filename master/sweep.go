@@ -49,7 +49,7 @@ func (s *Service) sweep(now int64) {
 
 // reclaimAbandoned is the part of sweep a cluster without dead replicas
 // needs: puts in PROCESSING longer than put_start_discard_timeout are
-// reclaimed. It visits only the objects with a DRAM replica (shard.mem; a
+// reclaimed. It visits only the objects with a DRAM replica (shard.dram; a
 // put in progress has one), not every object. An object a reclaim leaves
 // without replicas goes at once, or, leased, at the full sweep that
 // settleEmpty asks for.
@@ -58,7 +58,7 @@ func (s *Service) reclaimAbandoned(now int64) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		sh.memObjects(func(key string, o *object) {
+		sh.dramObjects(func(key string, o *object) {
 			s.scanVisits.Add(1)
 			if s.reclaimIfAbandoned(o, now, discard) {
 				s.settleEmpty(sh, key, o, now)
@@ -75,8 +75,8 @@ func (s *Service) reclaimIfAbandoned(o *object, now, discard int64) bool {
 	if !o.putInProgress() || now-o.putStart <= discard {
 		return false
 	}
-	s.log.Debug("reclaiming abandoned put", "node", o.mem.seg.node.id, "replicas", o.memCount())
-	s.dropMem(o)
+	s.log.Debug("reclaiming abandoned put", "node", o.dram.seg.node.id, "replicas", o.dramCount())
+	s.dropDRAM(o)
 	return true
 }
 
@@ -87,7 +87,7 @@ func (s *Service) reclaimIfAbandoned(o *object, now, discard int64) bool {
 // it queued. Caller holds the shard lock, before clearDead drops the dead
 // copies.
 func (s *Service) restoreSSDCopy(key string, o *object) bool {
-	if o.offload != nil || len(o.disk) == 0 || o.readableDisk() || !o.readableMem() {
+	if o.offload != nil || len(o.ssd) == 0 || o.readableSSD() || !o.readableDRAM() {
 		return false
 	}
 	return s.enqueue(key, o)
@@ -97,49 +97,49 @@ func (s *Service) restoreSSDCopy(key string, o *object) bool {
 // reports false when dead replicas remain (kept for the lease, or for the
 // put in progress they belong to). Caller holds the shard lock.
 func (s *Service) clearDead(key string, o *object, now int64) bool {
-	deadMem := false
-	for _, m := range o.mems() {
+	deadDRAM := false
+	for _, m := range o.drams() {
 		if !m.seg.live() {
-			deadMem = true
+			deadDRAM = true
 			break
 		}
 	}
-	deadDisk := false
-	for _, d := range o.disk {
+	deadSSD := false
+	for _, d := range o.ssd {
 		if d.node.dead.Load() {
-			deadDisk = true
+			deadSSD = true
 			break
 		}
 	}
-	if !deadMem && !deadDisk {
+	if !deadDRAM && !deadSSD {
 		return true
 	}
 	if o.leased(now) {
 		return false
 	}
 	kept := true
-	if deadMem && o.putInProgress() {
+	if deadDRAM && o.putInProgress() {
 		// A put in progress keeps its dead replicas: its PutEnd must fail
 		// (ErrReplicaGone) rather than publish fewer replicas than were
 		// placed. It ends by PutRevoke or its discard timeout.
 		kept = false
 	} else {
-		for i := o.memCount() - 1; deadMem && i >= 0; i-- {
-			if !o.memAt(i).seg.live() {
-				s.dropMemAt(o, i) // the others stay readable
+		for i := o.dramCount() - 1; deadDRAM && i >= 0; i-- {
+			if !o.dramAt(i).seg.live() {
+				s.dropDRAMAt(o, i) // the others stay readable
 			}
 		}
 	}
-	if deadDisk {
-		disk := o.disk[:0]
-		for _, d := range o.disk {
+	if deadSSD {
+		disk := o.ssd[:0]
+		for _, d := range o.ssd {
 			if d.node.dead.Load() {
-				s.countDisk(d.node, masterapi.KeyHash(key), -1, -o.size)
+				s.countSSD(d.node, masterapi.KeyHash(key), -1, -o.size)
 				continue
 			}
 			disk = append(disk, d)
 		}
-		o.disk = disk
+		o.ssd = disk
 	}
 	return kept
 }

@@ -12,8 +12,8 @@ const MaxPromotions = 256
 // SSDReport is what a store node tells the master about its SSD tier, so
 // that admission (package admission, TinyLFU.ReportSSD) can compare a
 // candidate with what it would displace. The node computes it from its
-// tier (fill level, and the next eviction victims valued with
-// eviction.Value and the master's sketch); the heartbeat carries it
+// tier (fill level, and the next eviction victims weighed with
+// eviction.Worth and the master's sketch); the heartbeat carries it
 // (rpcpb SSDReport); the master keeps the latest per node. This is the one
 // shape of the report: node, wire converters and admission all use it.
 type SSDReport struct {
@@ -31,7 +31,7 @@ type SSDReport struct {
 	Victims []SSDVictim
 }
 
-// SSDVictim is one SSD bucket as admission sees it (eviction.Value
+// SSDVictim is one SSD bucket as admission sees it (eviction.Worth
 // computes it).
 type SSDVictim struct {
 	// FileBytes is the bucket file's size: what evicting it frees.
@@ -39,12 +39,12 @@ type SSDVictim struct {
 	// Span is the bytes of object space it holds, live and dead (file
 	// size without the bucket format's overhead).
 	Span int64
-	// Value is the sum, over the objects the bucket still holds, of
+	// Worth is the sum, over the objects the bucket still holds, of
 	// estimated frequency times size in bytes.
-	Value float64
+	Worth float64
 }
 
-// Density is the bucket's value per byte of object space, dead space
+// Density is the bucket's worth per byte of object space, dead space
 // included: the size-weighted mean frequency of the live objects, scaled
 // down by the share of dead space, so comparable to a candidate's
 // estimated frequency (a candidate of frequency f earns f per byte it
@@ -54,7 +54,7 @@ func (v SSDVictim) Density() float64 {
 	if v.Span <= 0 {
 		return 0
 	}
-	return v.Value / float64(v.Span)
+	return v.Worth / float64(v.Span)
 }
 
 // HeartbeatRequest is the offload heartbeat with admission state.

@@ -41,9 +41,9 @@ const (
 func (k ReplicaKind) String() string {
 	switch k {
 	case DRAM:
-		return "MEMORY"
+		return "DRAM"
 	case SSD:
-		return "LOCAL_DISK"
+		return "SSD"
 	}
 	return "UNKNOWN"
 }
@@ -75,9 +75,9 @@ type Replica struct {
 	Status   ReplicaStatus
 	Node     string // owning node id
 	Endpoint string // the node's peer data service address
-	Segment  string // Memory only: segment name on Node
-	Offset   int64  // Memory only: byte offset inside the segment
-	Length   int64  // Memory only: bytes at Offset (== object size)
+	Segment  string // DRAM only: segment name on Node
+	Offset   int64  // DRAM only: byte offset inside the segment
+	Length   int64  // DRAM only: bytes at Offset (== object size)
 	// PutToken identifies the put that allocated a DRAM replica's range
 	// (0 for SSD). PutStart answers it with the Processing replica:
 	// the writer carries it to the node (WriteRange) and to the master
@@ -101,7 +101,7 @@ type PutRef struct {
 }
 
 // ObjectInfo is what GetReplicaList answers: the object's size and CRC32C
-// (Castagnoli) and its readable replicas, best first (Memory before
+// (Castagnoli) and its readable replicas, best first (DRAM before
 // SSD).
 type ObjectInfo struct {
 	Key           string
@@ -119,7 +119,7 @@ const (
 	NodeOK NodeStatus = 1
 	// NeedRemount: the master does not know the node (it expired, or the
 	// master restarted): the node must MountSegment again and re-register
-	// its SSD objects (ReRegisterDiskColumns).
+	// its SSD objects (ReRegisterSSDColumns).
 	NeedRemount NodeStatus = 2
 )
 
@@ -147,7 +147,7 @@ type MountRequest struct {
 	// new one. "" disables the incarnation check.
 	Incarnation string
 	// HoldAllocation: the node re-registers the objects its segment holds
-	// (ReRegisterMemoryObjects, the last call with done set) before the
+	// (ReRegisterDRAMObjects, the last call with done set) before the
 	// master may allocate in it, so no put is given a range a live object
 	// occupies (docs/ha.md).
 	HoldAllocation bool
@@ -261,7 +261,7 @@ type NotifyRequest struct {
 	Failed    []OffloadFailure
 }
 
-// EvictResult answers EvictDiskReplica.
+// EvictResult answers EvictSSDReplica.
 type EvictResult struct {
 	// Dropped counts the node's SSD replicas the master dropped.
 	Dropped int64
@@ -273,11 +273,11 @@ type EvictResult struct {
 	Keep []string
 }
 
-// EvictMemoryResult answers EvictMemory: the DRAM replicas dropped, and
+// EvictDRAMResult answers EvictDRAM: the DRAM replicas dropped, and
 // those left in place by reason. With all, only objects that hold a DRAM
 // replica are counted; with keys, each named key is counted once under
 // Dropped or one reason.
-type EvictMemoryResult struct {
+type EvictDRAMResult struct {
 	Dropped int64
 	// NoSSDCopy: the object has no readable SSD replica (yet): its
 	// offload has not been answered, or offload is off.
@@ -298,13 +298,13 @@ type EvictMemoryResult struct {
 }
 
 // Skipped is the number of replicas (or named keys) left in place.
-func (r EvictMemoryResult) Skipped() int64 {
+func (r EvictDRAMResult) Skipped() int64 {
 	return r.NoSSDCopy + r.Leased + r.OffloadPending + r.HardPinned + r.PutInProgress + r.NotFound + r.NotInDRAM
 }
 
 // SkipReasons renders the non-zero skip counts, most frequent reason first
 // ("3 without an SSD copy yet, 1 leased"); "" when nothing was skipped.
-func (r EvictMemoryResult) SkipReasons() string {
+func (r EvictDRAMResult) SkipReasons() string {
 	type reason struct {
 		n    int64
 		what string
@@ -316,7 +316,7 @@ func (r EvictMemoryResult) SkipReasons() string {
 		{r.HardPinned, "hard-pinned"},
 		{r.PutInProgress, "put in progress"},
 		{r.NotFound, "not found"},
-		{r.NotInDRAM, "not in memory"},
+		{r.NotInDRAM, "not in DRAM"},
 	}
 	sort.SliceStable(rs, func(i, j int) bool { return rs[i].n > rs[j].n })
 	var parts []string
@@ -381,7 +381,7 @@ type NodeStats struct {
 }
 
 // ClientAPI is what a client (package client) needs of the master: puts,
-// lookups, removal, memory eviction, bad-replica reports and counters.
+// lookups, removal, DRAM eviction, bad-replica reports and counters.
 // Implemented in-process by *master.Service and over gRPC by
 // *mastergrpc.Client.
 // Errors wrap the sentinels of package internal/errcode (codes.ErrObjectNotFound,
@@ -451,13 +451,13 @@ type ClientAPI interface {
 	// remove_by_regex). A pattern that does not compile is
 	// ErrInvalidParams, naming it; nothing is removed then.
 	RemoveByRegex(ctx context.Context, pattern string, force bool) (int64, error)
-	// EvictMemory drops the DRAM replicas of the given keys (or of every
+	// EvictDRAM drops the DRAM replicas of the given keys (or of every
 	// object when all) that also have a readable SSD replica,
-	// honouring pins, offload tasks and leases (a leased object's Memory
+	// honouring pins, offload tasks and leases (a leased object's DRAM
 	// replica stays while a reader of the lease was given no SSD
 	// replica, docs/design.md invariant 4). Answers how many were dropped,
 	// and how many were left in place, by reason.
-	EvictMemory(ctx context.Context, keys []string, all bool) (EvictMemoryResult, error)
+	EvictDRAM(ctx context.Context, keys []string, all bool) (EvictDRAMResult, error)
 	// ReportBadReplica tells the master that replica r of key failed its
 	// size or CRC32C check, or that r's node answered it does not hold the
 	// object on SSD (crc is the CRC32C the reader expected, from its
@@ -522,18 +522,18 @@ type NodeAPI interface {
 	// Persisted item: nil (recorded), ErrChecksumConflict (size/CRC differ
 	// from the object's metadata) or ErrObjectNotFound (the key is unknown,
 	// or its object was removed while node offloaded it): the node must
-	// delete the SSD copy of every refused key. Only ReRegisterDiskColumns
+	// delete the SSD copy of every refused key. Only ReRegisterSSDColumns
 	// creates objects.
 	NotifyOffloadSuccess(ctx context.Context, req NotifyRequest) ([]error, error)
-	// ReRegisterDiskColumns records objects a node holds on SSD (after a
+	// ReRegisterSSDColumns records objects a node holds on SSD (after a
 	// node or master restart), creating unknown ones, a chunk at a time in
 	// columns; an existing object with another size/CRC is refused per
 	// item (ErrChecksumConflict), as is one removed above the node's
 	// removal log cursor (ErrObjectNotFound). The result has one error per
 	// object (nil: recorded). A chunk whose columns do not agree or that
 	// holds a bad key is refused whole (ErrBadColumns), nothing recorded.
-	ReRegisterDiskColumns(ctx context.Context, node string, objs DiskColumns) ([]error, error)
-	// EvictDiskReplica is called before node deletes an SSD bucket holding
+	ReRegisterSSDColumns(ctx context.Context, node string, objs SSDColumns) ([]error, error)
+	// EvictSSDReplica is called before node deletes an SSD bucket holding
 	// keys. Key by key, the master drops node's SSD replica, except
 	// for a key whose read lease is active and whose only readable replica
 	// is that one: it is kept and answered in EvictResult.Keep, and the
@@ -541,7 +541,7 @@ type NodeAPI interface {
 	// object left with no replica is removed (after its lease). Never
 	// all-or-nothing: the call fails whole only for a bad key
 	// (ErrInvalidKey) or a closed master.
-	EvictDiskReplica(ctx context.Context, node string, keys []string) (EvictResult, error)
+	EvictSSDReplica(ctx context.Context, node string, keys []string) (EvictResult, error)
 	// ReconcileBegin starts a reconcile session of node (see reconcile.go):
 	// d digests the keys the node holds on SSD; the answer lists the ranges
 	// whose digests differ from the master's digest of node's SSD
@@ -561,14 +561,14 @@ type NodeAPI interface {
 	// send a notify or re-registration between Begin and End, and must not
 	// end a session (nor act on Unwanted) if it remounted meanwhile.
 	ReconcileEnd(ctx context.Context, node string, session uint64) (int64, error)
-	// ReRegisterMemoryObjects recreates complete DRAM replicas of objects
+	// ReRegisterDRAMObjects recreates complete DRAM replicas of objects
 	// node's DRAM segment holds (after a failover or master restart; see
 	// DRAMObject) and marks their ranges allocated. Per item: nil, or why
 	// it was refused (the node forgets that record). done ends the
 	// segment's re-registration: a segment mounted with HoldAllocation
 	// takes new puts only after it. ErrNeedRemount for an unknown node,
 	// ErrSegmentNotFound for a segment it has not mounted.
-	ReRegisterMemoryObjects(ctx context.Context, node, segment string, objs []DRAMObject, done bool) ([]error, error)
+	ReRegisterDRAMObjects(ctx context.Context, node, segment string, objs []DRAMObject, done bool) ([]error, error)
 	// PullRemovals hands node the durable entries of the removal log above
 	// its cursors (and the DRAM records it must forget), and records its
 	// SSD cursor, against which its SSD re-registration is checked

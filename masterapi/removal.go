@@ -13,7 +13,7 @@ import (
 // entry's sequence number is a put token: an entry with Seq s removes the
 // copies of the keys it covers whose put token is below s, so a later put
 // of the same key is never hit. A DRAM eviction acknowledged to a caller
-// (EvictMemory) is an entry too, of a kind that covers DRAM copies only
+// (EvictDRAM) is an entry too, of a kind that covers DRAM copies only
 // (RemovalKind.DRAMOnly): the object and its SSD copies stay.
 
 // RemovalKind is what a Removal covers.
@@ -28,11 +28,11 @@ const (
 	// RemovalPattern covers every key the regular expression Key matches
 	// anywhere, but Spared (RemoveByRegex).
 	RemovalPattern
-	// EvictionKey covers the DRAM copies of one key (EvictMemory of that
+	// EvictionKey covers the DRAM copies of one key (EvictDRAM of that
 	// key): its SSD copies and the object stay.
 	EvictionKey
 	// EvictionEvery covers the DRAM copies of every key but Spared
-	// (EvictMemory of all objects); SSD copies stay.
+	// (EvictDRAM of all objects); SSD copies stay.
 	EvictionEvery
 )
 

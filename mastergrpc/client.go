@@ -340,29 +340,29 @@ func (r *Client) RemoveByRegex(ctx context.Context, pattern string, force bool) 
 	return p.GetCount(), nil
 }
 
-// EvictMemory implements API.
-func (r *Client) EvictMemory(ctx context.Context, keys []string, all bool) (masterapi.EvictMemoryResult, error) {
-	p, err := r.c.EvictMemory(ctx, &pb.EvictMemoryRequest{Keys: keyBytes(keys), All: all})
+// EvictDRAM implements API.
+func (r *Client) EvictDRAM(ctx context.Context, keys []string, all bool) (masterapi.EvictDRAMResult, error) {
+	p, err := r.c.EvictDRAM(ctx, &pb.EvictDRAMRequest{Keys: keyBytes(keys), All: all})
 	if err != nil {
-		return masterapi.EvictMemoryResult{}, fromStatus(err)
+		return masterapi.EvictDRAMResult{}, fromStatus(err)
 	}
-	return masterapi.EvictMemoryResult{Dropped: p.GetCount(), NoSSDCopy: p.GetSkippedNoDiskCopy(), Leased: p.GetSkippedLeased(),
+	return masterapi.EvictDRAMResult{Dropped: p.GetCount(), NoSSDCopy: p.GetSkippedNoSsdCopy(), Leased: p.GetSkippedLeased(),
 		OffloadPending: p.GetSkippedOffloadPending(), HardPinned: p.GetSkippedHardPinned(),
 		PutInProgress: p.GetSkippedPutInProgress(), NotFound: p.GetSkippedNotFound(),
-		NotInDRAM: p.GetSkippedNotInMemory()}, nil
+		NotInDRAM: p.GetSkippedNotInDram()}, nil
 }
 
-func diskPB(objs []masterapi.SSDObject) []*pb.DiskObject {
-	out := make([]*pb.DiskObject, len(objs))
+func ssdPB(objs []masterapi.SSDObject) []*pb.SSDObject {
+	out := make([]*pb.SSDObject, len(objs))
 	for i, d := range objs {
-		out[i] = &pb.DiskObject{Key: []byte(d.Key), Size: d.Size, Crc: d.CRC}
+		out[i] = &pb.SSDObject{Key: []byte(d.Key), Size: d.Size, Crc: d.CRC}
 	}
 	return out
 }
 
 // NotifyOffloadSuccess implements API.
 func (r *Client) NotifyOffloadSuccess(ctx context.Context, req masterapi.NotifyRequest) ([]error, error) {
-	in := &pb.NotifyOffloadSuccessRequest{Node: req.Node, Persisted: diskPB(req.Persisted), Failed: make([]*pb.OffloadFailure, len(req.Failed))}
+	in := &pb.NotifyOffloadSuccessRequest{Node: req.Node, Persisted: ssdPB(req.Persisted), Failed: make([]*pb.OffloadFailure, len(req.Failed))}
 	for i, f := range req.Failed {
 		in.Failed[i] = &pb.OffloadFailure{Key: []byte(f.Key), Retryable: f.Retryable, Reason: f.Reason}
 	}
@@ -373,14 +373,14 @@ func (r *Client) NotifyOffloadSuccess(ctx context.Context, req masterapi.NotifyR
 	return keyErrs(p, len(req.Persisted))
 }
 
-// ReRegisterDiskColumns implements API: the chunk goes as columns
+// ReRegisterSSDColumns implements API: the chunk goes as columns
 // (master protocol 4) and the answer lists only the refused objects.
-func (r *Client) ReRegisterDiskColumns(ctx context.Context, node string, objs masterapi.DiskColumns) ([]error, error) {
+func (r *Client) ReRegisterSSDColumns(ctx context.Context, node string, objs masterapi.SSDColumns) ([]error, error) {
 	if err := objs.Check(); err != nil {
 		return nil, err
 	}
-	p, err := r.c.ReRegisterDiskObjects(ctx, &pb.RegisterDiskObjectsRequest{Node: node, Expected: objs.Expected,
-		Objects: &pb.DiskObjectColumns{Keys: objs.Keys, KeyLens: objs.Lens, Sizes: objs.Sizes, Crcs: objs.CRCs}})
+	p, err := r.c.ReRegisterSSDObjects(ctx, &pb.RegisterSSDObjectsRequest{Node: node, Expected: objs.Expected,
+		Objects: &pb.SSDObjectColumns{Keys: objs.Keys, KeyLens: objs.Lens, Sizes: objs.Sizes, Crcs: objs.CRCs}})
 	if err != nil {
 		return nil, columnsErr(fromStatus(err))
 	}
@@ -401,15 +401,15 @@ func (r *Client) ReRegisterDiskColumns(ctx context.Context, node string, objs ma
 // columnsErr restores masterapi.ErrBadColumns on an error that crossed
 // the wire (INVALID_PARAMS with its message).
 func columnsErr(err error) error {
-	if err == nil || errcode.Of(err) != errcode.InvalidParams || !strings.Contains(err.Error(), "bad disk object columns") {
+	if err == nil || errcode.Of(err) != errcode.InvalidParams || !strings.Contains(err.Error(), "bad SSD object columns") {
 		return err
 	}
 	return &wireErr{msg: err.Error(), errs: []error{masterapi.ErrBadColumns, err}}
 }
 
-// EvictDiskReplica implements API.
-func (r *Client) EvictDiskReplica(ctx context.Context, node string, keys []string) (masterapi.EvictResult, error) {
-	p, err := r.c.EvictDiskReplica(ctx, &pb.EvictDiskReplicaRequest{Node: node, Keys: keyBytes(keys)})
+// EvictSSDReplica implements API.
+func (r *Client) EvictSSDReplica(ctx context.Context, node string, keys []string) (masterapi.EvictResult, error) {
+	p, err := r.c.EvictSSDReplica(ctx, &pb.EvictSSDReplicaRequest{Node: node, Keys: keyBytes(keys)})
 	if err != nil {
 		return masterapi.EvictResult{}, fromStatus(err)
 	}
@@ -473,11 +473,11 @@ func (r *Client) Stats(ctx context.Context) (masterapi.Stats, error) {
 	for _, n := range p.GetPerNode() {
 		rows = append(rows, masterapi.NodeStats{Node: n.GetNode(), Endpoint: n.GetEndpoint(), Incarnation: n.GetIncarnation(), Alive: n.GetAlive(),
 			Segments: n.GetSegments(), SegmentSize: n.GetSegmentSize(), SegmentUsed: n.GetSegmentUsed(),
-			DRAMReplicas: n.GetMemoryReplicas(), DRAMBytes: n.GetMemoryBytes(), SSDReplicas: n.GetDiskReplicas(), SSDBytes: n.GetDiskBytes(),
+			DRAMReplicas: n.GetDramReplicas(), DRAMBytes: n.GetDramBytes(), SSDReplicas: n.GetSsdReplicas(), SSDBytes: n.GetSsdBytes(),
 			OffloadQueued: n.GetOffloadQueued(), OffloadInFlight: n.GetOffloadInFlight()})
 	}
-	return masterapi.Stats{PerNode: rows, Objects: p.GetObjects(), DRAMReplicas: p.GetMemoryReplicas(), SSDReplicas: p.GetDiskReplicas(),
-		DRAMBytes: p.GetMemoryBytes(), SSDBytes: p.GetDiskBytes(), Segments: p.GetSegments(),
+	return masterapi.Stats{PerNode: rows, Objects: p.GetObjects(), DRAMReplicas: p.GetDramReplicas(), SSDReplicas: p.GetSsdReplicas(),
+		DRAMBytes: p.GetDramBytes(), SSDBytes: p.GetSsdBytes(), Segments: p.GetSegments(),
 		SegmentCapacity: p.GetSegmentCapacity(), SegmentUsed: p.GetSegmentUsed(), Nodes: p.GetNodes(),
 		OffloadQueued: p.GetOffloadQueued(), OffloadInFlight: p.GetOffloadInFlight(), Evictions: p.GetEvictions(),
 		OffloadQueuedTot: p.GetOffloadQueuedTotal(), OffloadPersisted: p.GetOffloadPersistedTotal(),

@@ -35,20 +35,20 @@ func TermOf(md metadata.MD) uint64 {
 	return t
 }
 
-// memoryObjectsPB is the wire form of objs.
-func memoryObjectsPB(objs []masterapi.DRAMObject) []*pb.MemoryObject {
-	out := make([]*pb.MemoryObject, len(objs))
+// dramObjectsPB is the wire form of objs.
+func dramObjectsPB(objs []masterapi.DRAMObject) []*pb.DRAMObject {
+	out := make([]*pb.DRAMObject, len(objs))
 	for i, m := range objs {
-		out[i] = &pb.MemoryObject{Key: []byte(m.Key), Offset: m.Offset, Length: m.Length, Crc: m.CRC,
+		out[i] = &pb.DRAMObject{Key: []byte(m.Key), Offset: m.Offset, Length: m.Length, Crc: m.CRC,
 			PutToken: m.PutToken, SoftPin: m.SoftPin, HardPin: m.HardPin}
 	}
 	return out
 }
 
-// ReRegisterMemoryObjects implements API.
-func (r *Client) ReRegisterMemoryObjects(ctx context.Context, node, segment string, objs []masterapi.DRAMObject, done bool) ([]error, error) {
-	p, err := r.c.ReRegisterMemoryObjects(ctx, &pb.RegisterMemoryObjectsRequest{Node: node, Segment: segment,
-		Objects: memoryObjectsPB(objs), Done: done})
+// ReRegisterDRAMObjects implements API.
+func (r *Client) ReRegisterDRAMObjects(ctx context.Context, node, segment string, objs []masterapi.DRAMObject, done bool) ([]error, error) {
+	p, err := r.c.ReRegisterDRAMObjects(ctx, &pb.RegisterDRAMObjectsRequest{Node: node, Segment: segment,
+		Objects: dramObjectsPB(objs), Done: done})
 	if err != nil {
 		return nil, fromStatus(err)
 	}

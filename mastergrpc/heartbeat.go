@@ -56,7 +56,7 @@ func (r *Client) PromoteEnd(ctx context.Context, node string, results []masterap
 func ssdReportPB(r masterapi.SSDReport) *pb.SSDReport {
 	out := &pb.SSDReport{High: r.High, Low: r.Low, Used: r.Used, Victims: make([]*pb.SSDVictim, len(r.Victims))}
 	for i, v := range r.Victims {
-		out.Victims[i] = &pb.SSDVictim{FileBytes: v.FileBytes, Span: v.Span, Value: v.Value}
+		out.Victims[i] = &pb.SSDVictim{FileBytes: v.FileBytes, Span: v.Span, Worth: v.Worth}
 	}
 	return out
 }

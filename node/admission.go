@@ -25,12 +25,12 @@ import (
 //     round after the other while a transfer is in progress), joined
 //     into a new sketch (admission.SketchAssembly) while the tier keeps
 //     using the previous one, which the complete one replaces; the tier
-//     ranks buckets with it (bucket_eviction "value",
-//     tier.Engine.SetValueFreq);
+//     ranks buckets with it (bucket_eviction "worth",
+//     tier.Engine.SetWorthFreq);
 //   - when the master says its policy uses SSD reports, the heartbeat
-//     carries the tier's fill level and the value of its next victims
-//     (tier.Engine.Outlook valued with eviction.Value and the sketch),
-//     recomputed when the tier changed or a new sketch arrived (the values
+//     carries the tier's fill level and the worth of its next victims
+//     (tier.Engine.Outlook weighed with eviction.Worth and the sketch),
+//     recomputed when the tier changed or a new sketch arrived (their worth
 //     depend on nothing else);
 //   - promotion tasks of the reply are loaded from the tier into the
 //     segment as the put the task names, then answered (PromoteEnd),
@@ -40,22 +40,22 @@ import (
 // loads in goroutines the round waits for); the sketch itself
 // is swapped atomically because the tier reads it under its own lock.
 
-// ValueTier is the value-eviction capability of an SSDTier (*tier.Engine
+// WorthTier is the worth-eviction capability of an SSDTier (*tier.Engine
 // has it): Outlook describes the buckets eviction would take next, and
-// SetValueFreq hands the tier the master's frequency sketch to rank
-// buckets by (--bucket_eviction=value). The node uses it when the tier has
+// SetWorthFreq hands the tier the master's frequency sketch to rank
+// buckets by (--bucket_eviction=worth). The node uses it when the tier has
 // it. A tier without it loses two things, silently for the operator: the
 // node sends no SSD report, so a tinylfu master admits every DRAM victim
 // it holds as offload_on_evict does (no_report) instead of comparing it
 // with what it would push out; and the sketch the master sends is received
 // but never used, so bucket eviction is by recency only.
-type ValueTier interface {
+type WorthTier interface {
 	Outlook(cover int64) (tier.Outlook, error)
-	SetValueFreq(freq func(key []byte) uint32) bool
+	SetWorthFreq(freq func(key []byte) uint32) bool
 }
 
 // nodeAdmission is the node's admission state. sketch is read by the
-// tier's valuer from any goroutine; the other fields belong to the
+// tier's WorthFunc from any goroutine; the other fields belong to the
 // heartbeat loop (roundMu).
 type nodeAdmission struct {
 	sketch     atomic.Pointer[admission.Sketch]
@@ -63,7 +63,7 @@ type nodeAdmission struct {
 	asm        admission.SketchAssembly // the sketch transfer in progress
 	asmTerm    uint64                   // the leadership term of its first chunk
 	sketchAt   time.Time                // when sketch was received
-	valuer     bool                     // the tier was given the valuer
+	freqGiven  bool                     // the tier was given freq to rank buckets by
 	wantReport bool                     // the master's policy takes SSD reports
 	last       tier.Stats               // of the last report
 	stale      bool                     // a report is due whatever the tier did (new sketch)
@@ -96,7 +96,7 @@ func (n *Node) heartbeatRequest() masterapi.HeartbeatRequest {
 // one or a new sketch arrived, nil otherwise or when the tier cannot tell.
 func (n *Node) ssdReport() *masterapi.SSDReport {
 	a := &n.adm
-	at, ok := n.tier.(ValueTier)
+	at, ok := n.tier.(WorthTier)
 	if !ok {
 		return nil
 	}
@@ -120,7 +120,7 @@ func (n *Node) ssdReport() *masterapi.SSDReport {
 	a.last, a.stale = st, false
 	r := &masterapi.SSDReport{High: ol.High, Low: ol.Low, Used: ol.Used, Victims: make([]masterapi.SSDVictim, 0, len(ol.Victims))}
 	for _, v := range ol.Victims {
-		r.Victims = append(r.Victims, eviction.Value(v.FileBytes, v.Keys, v.Sizes, a.freq))
+		r.Victims = append(r.Victims, eviction.Worth(v.FileBytes, v.Keys, v.Sizes, a.freq))
 	}
 	n.metrics.ssdReports.Add(1)
 	return r
@@ -146,7 +146,7 @@ func (a *nodeAdmission) sketchMoved(before sketchMark) bool {
 
 // takeAdmission applies the admission part of a heartbeat reply: a sketch
 // chunk (joined; a complete sketch replaces the one in use and is handed
-// to the tier's valuer once) and whether the master wants SSD reports.
+// to the tier once, SetWorthFreq) and whether the master wants SSD reports.
 // Caller holds roundMu.
 func (n *Node) takeAdmission(rep masterapi.HeartbeatReply) {
 	a := &n.adm
@@ -185,12 +185,12 @@ func (n *Node) takeAdmission(rep masterapi.HeartbeatReply) {
 	}
 	a.sketch.Store(s)
 	a.version, a.sketchAt = c.Version, time.Now()
-	a.stale = true // the victims' values changed
+	a.stale = true // the victims' worth changed
 	n.metrics.sketchesReceived.Add(1)
-	if !a.valuer {
-		if at, ok := n.tier.(ValueTier); ok {
-			at.SetValueFreq(a.freq) // false unless bucket_eviction is "value"
-			a.valuer = true
+	if !a.freqGiven {
+		if at, ok := n.tier.(WorthTier); ok {
+			at.SetWorthFreq(a.freq) // false unless bucket_eviction is "worth"
+			a.freqGiven = true
 		}
 	}
 }

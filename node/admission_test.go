@@ -234,14 +234,14 @@ func bucketOrder(t *testing.T, policy string) (hot, cold int) {
 	return onSSD("hot"), onSSD("cold")
 }
 
-// TestValueEvictionUsesMasterSketch: with --bucket_eviction=value the
+// TestWorthEvictionUsesMasterSketch: with --bucket_eviction=worth the
 // node ranks its buckets by the master's frequencies (the sketch the
 // heartbeat carries): the hot bucket survives and the cold one goes,
 // although the hot one is the least recently used; lru evicts the hot one.
-func TestValueEvictionUsesMasterSketch(t *testing.T) {
-	hot, cold := bucketOrder(t, "value")
+func TestWorthEvictionUsesMasterSketch(t *testing.T) {
+	hot, cold := bucketOrder(t, "worth")
 	if hot != 4 || cold != 0 {
-		t.Fatalf("value: %d hot and %d cold keys on SSD after eviction, want 4 and 0", hot, cold)
+		t.Fatalf("worth: %d hot and %d cold keys on SSD after eviction, want 4 and 0", hot, cold)
 	}
 	hot, cold = bucketOrder(t, "lru")
 	if hot != 0 || cold != 4 {
@@ -261,8 +261,8 @@ func (s *admStack) ssdOnly(t *testing.T, key string, val []byte) {
 		t.Fatal(err)
 	}
 	s.drain(t)
-	if res, err := s.m.EvictMemory(ctx, []string{key}, false); err != nil || res.Dropped != 1 {
-		t.Fatalf("evict memory of %s: %+v %v", key, res, err)
+	if res, err := s.m.EvictDRAM(ctx, []string{key}, false); err != nil || res.Dropped != 1 {
+		t.Fatalf("evict DRAM of %s: %+v %v", key, res, err)
 	}
 }
 
@@ -399,7 +399,7 @@ func TestPromotionNeverResurrects(t *testing.T) {
 			// What the tier's eviction does: tell the master, then delete
 			// (past the reads' lease, so the object goes at once).
 			s.clk.Advance(time.Second)
-			if _, err := s.m.EvictDiskReplica(ctx, s.n.Name(), []string{"p"}); err != nil {
+			if _, err := s.m.EvictSSDReplica(ctx, s.n.Name(), []string{"p"}); err != nil {
 				t.Fatal(err)
 			}
 			if err := s.n.tier.Remove([]byte("p")); err != nil {

@@ -59,7 +59,7 @@ func offloadOneWithLostReplies(t *testing.T, lose int64) (masterapi.Stats, *Node
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.EvictMemory(ctx, nil, true); err != nil {
+	if _, err := c.EvictDRAM(ctx, nil, true); err != nil {
 		t.Fatal(err)
 	}
 	got, gerr := c.Get(ctx, "k")
@@ -86,7 +86,7 @@ func TestLostNotifyReplyIsRetried(t *testing.T) {
 // TestLostNotifyRepliesKeepDurableBucket: every reply lost until the round's
 // task timeout (the master applied each notify, the node never heard): the
 // bucket is durable and indexed and was never refused, so the node keeps it
-// (invariant 9, issue 9 item 5), and the master's LOCAL_DISK replica points
+// (invariant 9, issue 9 item 5), and the master's SSD replica points
 // at bytes the node really holds (invariant 1: no phantom either way).
 func TestLostNotifyRepliesKeepDurableBucket(t *testing.T) {
 	st, n, val, got, err := offloadOneWithLostReplies(t, 1<<30)
@@ -133,7 +133,7 @@ func TestGetReportsMissingSSDReplica(t *testing.T) {
 	if a.OffloadNow() != 1 || b.OffloadNow() != 1 {
 		t.Fatal("offload rounds")
 	}
-	if n, err := c.EvictMemory(ctx, nil, true); n.Dropped != 2 || err != nil {
+	if n, err := c.EvictDRAM(ctx, nil, true); n.Dropped != 2 || err != nil {
 		t.Fatalf("evict memory: %d %v", n, err)
 	}
 	// a loses its SSD copy behind the master's back; b goes away.
@@ -279,7 +279,7 @@ func TestSSDEvictionHonoursLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.OffloadNow()
-	if d, err := c.EvictMemory(ctx, []string{"leased"}, false); d.Dropped != 1 || err != nil {
+	if d, err := c.EvictDRAM(ctx, []string{"leased"}, false); d.Dropped != 1 || err != nil {
 		t.Fatalf("dropping the DRAM replica: %d %v", d, err)
 	}
 	if ok, err := c.Exists(ctx, "leased"); !ok || err != nil { // the lease

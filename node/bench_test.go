@@ -198,7 +198,7 @@ func benchGetSSD(b *testing.B, remote bool, be string, size int) {
 			b.Fatalf("offload stalled: %+v", n.Stats())
 		}
 	}
-	if d, err := c.EvictMemory(ctx, keys, false); err != nil || d.Dropped != int64(len(keys)) {
+	if d, err := c.EvictDRAM(ctx, keys, false); err != nil || d.Dropped != int64(len(keys)) {
 		b.Fatalf("evict: %d %v", d, err)
 	}
 	benchGet(b, c, keys, size)
@@ -264,7 +264,7 @@ func BenchmarkE2EPutToSSD(b *testing.B) {
 					}
 				}
 				// Free the DRAM for the next batch (the SSD copies stay).
-				if _, err := c.EvictMemory(ctx, keys, false); err != nil {
+				if _, err := c.EvictDRAM(ctx, keys, false); err != nil {
 					b.Fatal(err)
 				}
 			}

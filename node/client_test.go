@@ -133,7 +133,7 @@ func TestPeerStats(t *testing.T) {
 }
 
 // Offload: every task is answered (nothing left in flight at the master),
-// persisted keys get a LOCAL_DISK replica, failed ones do not and are
+// persisted keys get a SSD replica, failed ones do not and are
 // queued again, and Get falls back from a corrupt DRAM replica to SSD.
 func TestOffloadAnswersEveryTaskAndReadFallsBack(t *testing.T) {
 	m := newMaster(t, testMasterConfig())
@@ -159,7 +159,7 @@ func TestOffloadAnswersEveryTaskAndReadFallsBack(t *testing.T) {
 		t.Fatalf("%d offload tasks left unanswered", st.OffloadInFlight)
 	}
 	if st.SSDReplicas != 2 {
-		t.Fatalf("%d disk replicas, want 2", st.SSDReplicas)
+		t.Fatalf("%d SSD replicas, want 2", st.SSDReplicas)
 	}
 	if ns := n.Stats(); ns.OffloadPersisted != 2 || ns.OffloadFailed != 1 {
 		t.Fatalf("node stats %+v", ns)
@@ -220,7 +220,7 @@ func TestOffloadAlreadyPresent(t *testing.T) {
 	n.OffloadNow()
 	info, err := m.GetReplicaList(ctx, "same")
 	if err != nil || len(info.Replicas) != 2 {
-		t.Fatalf("already-present object should have a disk replica: %+v %v", info, err)
+		t.Fatalf("already-present object should have an SSD replica: %+v %v", info, err)
 	}
 	if tr.has("stale") {
 		t.Fatal("stale SSD copy was not removed")
@@ -228,7 +228,7 @@ func TestOffloadAlreadyPresent(t *testing.T) {
 	if st, _ := m.Stats(ctx); st.OffloadInFlight != 0 || st.SSDReplicas != 1 {
 		t.Fatalf("master stats %+v", st)
 	}
-	// The stale key was answered failed (retryable): no disk replica for it.
+	// The stale key was answered failed (retryable): no SSD replica for it.
 	info, err = m.GetReplicaList(ctx, "stale")
 	if err != nil || len(info.Replicas) != 1 || info.Replicas[0].Kind != masterapi.DRAM {
 		t.Fatalf("stale object replicas: %+v %v", info, err)
@@ -269,11 +269,11 @@ func (s *switchable) PromoteEnd(ctx context.Context, node string, res []masterap
 func (s *switchable) NotifyOffloadSuccess(ctx context.Context, r masterapi.NotifyRequest) ([]error, error) {
 	return s.get().NotifyOffloadSuccess(ctx, r)
 }
-func (s *switchable) ReRegisterDiskColumns(ctx context.Context, node string, objs masterapi.DiskColumns) ([]error, error) {
-	return s.get().ReRegisterDiskColumns(ctx, node, objs)
+func (s *switchable) ReRegisterSSDColumns(ctx context.Context, node string, objs masterapi.SSDColumns) ([]error, error) {
+	return s.get().ReRegisterSSDColumns(ctx, node, objs)
 }
-func (s *switchable) EvictDiskReplica(ctx context.Context, node string, keys []string) (masterapi.EvictResult, error) {
-	return s.get().EvictDiskReplica(ctx, node, keys)
+func (s *switchable) EvictSSDReplica(ctx context.Context, node string, keys []string) (masterapi.EvictResult, error) {
+	return s.get().EvictSSDReplica(ctx, node, keys)
 }
 func (s *switchable) ReconcileBegin(ctx context.Context, node string, d masterapi.SlotDigest) (masterapi.ReconcileSession, error) {
 	return s.get().ReconcileBegin(ctx, node, d)
@@ -287,8 +287,8 @@ func (s *switchable) ReconcileEnd(ctx context.Context, node string, id uint64) (
 func (s *switchable) PullRemovals(ctx context.Context, r masterapi.PullRequest) (masterapi.PullReply, error) {
 	return s.get().PullRemovals(ctx, r)
 }
-func (s *switchable) ReRegisterMemoryObjects(ctx context.Context, node, seg string, objs []masterapi.DRAMObject, done bool) ([]error, error) {
-	return s.get().ReRegisterMemoryObjects(ctx, node, seg, objs, done)
+func (s *switchable) ReRegisterDRAMObjects(ctx context.Context, node, seg string, objs []masterapi.DRAMObject, done bool) ([]error, error) {
+	return s.get().ReRegisterDRAMObjects(ctx, node, seg, objs, done)
 }
 
 // Start-up re-registers what the SSD holds; after a master restart the node
@@ -343,12 +343,10 @@ func TestReRegisterAtStartAndAfterMasterRestart(t *testing.T) {
 	}
 }
 
-// Reconcile prunes LOCAL_DISK replicas the SSD no longer holds; the evict
+// Reconcile prunes SSD replicas the SSD no longer holds; the evict
 // callback removes the replica at the master before the bytes go.
 func TestReconcileAndEvictCallback(t *testing.T) {
-	m := newMaster(t, testMasterConfig())
-	tr := newMemTier()
-	n := startTestNode(t, m, "", tr)
+	m, tr, n := newMemNode(t)
 	c := newTestClient(t, client.Config{Master: m, LocalNode: n})
 	ctx := context.Background()
 	for _, k := range []string{"a", "b", "c"} {
@@ -427,7 +425,7 @@ func TestCorruptSSDReplicaIsDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.OffloadNow()
-	if d, err := c.EvictMemory(ctx, []string{"k"}, false); err != nil || d.Dropped != 1 {
+	if d, err := c.EvictDRAM(ctx, []string{"k"}, false); err != nil || d.Dropped != 1 {
 		t.Fatalf("evict: %d %v", d, err)
 	}
 	tr.mu.Lock()
@@ -447,9 +445,7 @@ func TestCorruptSSDReplicaIsDropped(t *testing.T) {
 }
 
 func TestMetricsHandler(t *testing.T) {
-	m := newMaster(t, testMasterConfig())
-	tr := newMemTier()
-	n := startTestNode(t, m, "", tr)
+	m, tr, n := newMemNode(t)
 	c := newTestClient(t, client.Config{Master: m, LocalNode: n})
 	if err := c.Put(context.Background(), "k", rnd(100)); err != nil {
 		t.Fatal(err)
@@ -544,7 +540,7 @@ func TestSSDEvictionTellsMasterRealTier(t *testing.T) {
 	if st.SSDReplicas != ts.Objects {
 		t.Fatalf("master lists %d SSD replicas, the tier holds %d objects", st.SSDReplicas, ts.Objects)
 	}
-	if _, err := c.EvictMemory(ctx, nil, true); err != nil {
+	if _, err := c.EvictDRAM(ctx, nil, true); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range keys {

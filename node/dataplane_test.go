@@ -136,7 +136,7 @@ func TestGetIntoRemoteSSD(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.OffloadNow()
-	if d, err := c.EvictMemory(ctx, []string{"s"}, false); err != nil || d.Dropped != 1 {
+	if d, err := c.EvictDRAM(ctx, []string{"s"}, false); err != nil || d.Dropped != 1 {
 		t.Fatalf("evict: %+v %v", d, err)
 	}
 	buf, guard := guardedBuf(t, len(val))
@@ -165,7 +165,7 @@ func TestGetIntoRemoteSSD(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.OffloadNow()
-	if d, err := local.EvictMemory(ctx, []string{"s2"}, false); err != nil || d.Dropped != 1 {
+	if d, err := local.EvictDRAM(ctx, []string{"s2"}, false); err != nil || d.Dropped != 1 {
 		t.Fatalf("evict: %+v %v", d, err)
 	}
 	tr.put("s2", val[:len(val)-1])
@@ -230,7 +230,7 @@ func TestNodeLatencyHistograms(t *testing.T) {
 	if got := n.OffloadNow(); got != 4 {
 		t.Fatalf("offloaded %d", got)
 	}
-	if d, err := local.EvictMemory(ctx, []string{"d"}, false); err != nil || d.Dropped != 1 {
+	if d, err := local.EvictDRAM(ctx, []string{"d"}, false); err != nil || d.Dropped != 1 {
 		t.Fatalf("evicted %+v: %v", d, err)
 	}
 	buf := make([]byte, len(val))

@@ -7,7 +7,7 @@
 // and re-registers everything its SSD tier holds. It serves clients on one
 // port: the data plane (package wire's frames: writes received straight
 // into their claimed range, with the same put-token checks as the
-// in-process WriteRange; memory reads sent from the mapping without a
+// in-process WriteRange; DRAM reads sent from the mapping without a
 // copy; SSD reads streamed from the tier in 256 KiB pieces through pooled
 // page-aligned buffers, ssdread.go) and, beside it, gRPC for its counters
 // (internal/rpcpb NodePeer: NodeStats). Put and Get latencies are
@@ -18,7 +18,7 @@
 // queue at the master, reads each task's source bytes from its own segment
 // (checking their CRC32C), calls tier.Offload, and answers every task
 // through NotifyOffloadSuccess. The same heartbeat carries the tier's SSD
-// report to a tinylfu master, takes its frequency sketch (bucket eviction "value" ranks by it) and runs the
+// report to a tinylfu master, takes its frequency sketch (bucket eviction "worth" ranks by it) and runs the
 // promotions it hands out: the object is loaded from the tier into the
 // segment range the master allocated, written as the promotion's put token,
 // and confirmed with PromoteEnd (admission.go), up to promoteParallel at
@@ -27,7 +27,7 @@
 // (promote.go). The round waits for its promotions. Every ReconcileInterval it reconciles its SSD
 // keys with the master's list of its replicas (a digest per hash slot,
 // then the keys of the ranges that differ; reconcile.go). Bucket eviction tells the master
-// (EvictDiskReplica, once per victim bucket) before the bytes disappear;
+// (EvictSSDReplica, once per victim bucket) before the bytes disappear;
 // the master refuses (OBJECT_HAS_LEASE) a bucket holding a leased object's
 // only readable copy, and the node hands that error back to the tier, which
 // keeps the bucket for now (invariant 4). A notify the master does not
@@ -44,7 +44,7 @@
 //     complete object the node stores, no byte of which a newer put has
 //     claimed (readcheck.go); any other range is refused (ErrNotAnObject),
 //     so freed ranges and puts in progress are not readable remotely.
-//   - Commit before publish (docs/design.md invariant 1): a LOCAL_DISK replica is
+//   - Commit before publish (docs/design.md invariant 1): a SSD replica is
 //     announced only from the tier's per-bucket notify, which runs after the
 //     bucket is durable and indexed; keys the master refuses there are
 //     removed from SSD again, so the node never keeps an unannounced object.
@@ -73,7 +73,7 @@
 //     under the old key.
 //   - A corrupt SSD object found by a read is dropped at the master
 //     (answered as an offload failure of the key: the node's word about its
-//     own SSD drops its LOCAL_DISK replica even inside a lease) as well as
+//     own SSD drops its SSD replica even inside a lease) as well as
 //     from the tier's index. The node streams SSD bytes unchecked (the
 //     receiver's check is the transfer's one): an in-process read checks
 //     them on the node as it copies them, a remote client that finds them
@@ -108,7 +108,7 @@
 //     names its object is recorded per range (unless a newer put claimed
 //     the range meanwhile); after every mount (HoldAllocation) the records
 //     whose bytes still match their CRC32C are re-registered
-//     (ReRegisterMemoryObjects), so the master allocates nothing in the
+//     (ReRegisterDRAMObjects), so the master allocates nothing in the
 //     segment before it knows the live objects. The node keeps the highest
 //     leadership term seen and ignores Ping answers and offload tasks of
 //     older terms.

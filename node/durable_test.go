@@ -188,7 +188,7 @@ func TestMasterOutageDuringNotifyKeepsDurableBuckets(t *testing.T) {
 				t.Fatalf("master lists %d of %d SSD replicas (%v)", st.SSDReplicas, len(vals), err)
 			}
 			rc := newTestClient(t, client.Config{Master: m, LocalNode: n})
-			if _, err := rc.EvictMemory(ctx, nil, true); err != nil {
+			if _, err := rc.EvictDRAM(ctx, nil, true); err != nil {
 				t.Fatal(err)
 			}
 			for k, v := range vals {

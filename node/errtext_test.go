@@ -35,7 +35,7 @@ func TestChecksumErrorTextHasNoRepeatedChain(t *testing.T) {
 	if n.OffloadNow() != 1 {
 		t.Fatal("not offloaded")
 	}
-	if res, err := c.EvictMemory(ctx, []string{"k"}, false); err != nil || res.Dropped != 1 {
+	if res, err := c.EvictDRAM(ctx, []string{"k"}, false); err != nil || res.Dropped != 1 {
 		t.Fatalf("evict: %+v %v", res, err)
 	}
 	flipped := 0

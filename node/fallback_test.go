@@ -65,7 +65,7 @@ func TestReaderFallsBackWhenDRAMRangeReallocated(t *testing.T) {
 		// inside a lease too once the master allows it; the node's side is
 		// the same), the DRAM replica is evicted and B takes its range.
 		clk.Advance(mc.DefaultKVLeaseTTL + time.Second)
-		if d, err := m.EvictMemory(ctx, []string{"A"}, false); d.Dropped != 1 || err != nil {
+		if d, err := m.EvictDRAM(ctx, []string{"A"}, false); d.Dropped != 1 || err != nil {
 			t.Errorf("evicting A's DRAM replica: %d %v", d, err)
 			return
 		}

@@ -64,6 +64,15 @@ func startTestNode(t *testing.T, m masterapi.API, listen string, tr SSDTier) *No
 	return n
 }
 
+// newMemNode is the usual fixture of a node test: a master of
+// testMasterConfig, and a node on it whose SSD tier is a fresh memTier.
+func newMemNode(t *testing.T) (*master.Service, *memTier, *Node) {
+	t.Helper()
+	m := newMaster(t, testMasterConfig())
+	tr := newMemTier()
+	return m, tr, startTestNode(t, m, "", tr)
+}
+
 func newTestClient(t *testing.T, cfg client.Config) *client.Client {
 	t.Helper()
 	if cfg.Logger == nil {

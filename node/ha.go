@@ -19,7 +19,7 @@ import (
 // put's pins; its size, CRC32C and put token come with it). Whenever it
 // mounts (at start, and at every remount: the master restarted, a new
 // leader was elected, or the node expired), it mounts with HoldAllocation
-// and re-registers those objects (ReRegisterMemoryObjects): the master
+// and re-registers those objects (ReRegisterDRAMObjects): the master
 // allocates nothing in the segment until the last call (done), so no put
 // is given the range of a live object. Before a record is sent its bytes
 // are checked against its CRC32C; a record whose bytes changed (its range
@@ -42,7 +42,7 @@ import (
 //
 // Resurrection: the records are of complete writes, not of objects the
 // master still knows. The removal log keeps removed objects and DRAM
-// copies evicted by EvictMemory out (the node pulls it before it
+// copies evicted by EvictDRAM out (the node pulls it before it
 // re-registers; removals.go). A DRAM copy the old leader dropped without
 // an entry (evicted for room, reported bad) whose forget list the node had
 // not pulled, and whose range no later put has overwritten, comes back
@@ -57,17 +57,17 @@ type nodeHA struct {
 	pingMu sync.Mutex
 	// regMu serialises DRAM re-registrations.
 	regMu sync.Mutex
-	// memPending: the last DRAM re-registration did not finish (the
+	// dramPending: the last DRAM re-registration did not finish (the
 	// segment stays held at the master); the ping loop retries it.
-	memPending atomic.Bool
+	dramPending atomic.Bool
 
 	recMu   sync.Mutex // protects records and pruneAt
-	records map[int64]memRecord
+	records map[int64]dramRecord
 	pruneAt int // prune (drop overlapped records) when records grows past it
 }
 
-// memRecord is the object the last complete write of a range stored.
-type memRecord struct {
+// dramRecord is the object the last complete write of a range stored.
+type dramRecord struct {
 	off, len int64
 	token    uint64
 	crc      uint32
@@ -96,10 +96,10 @@ func (n *Node) recordWrite(o wire.Object, off, length int64, crc uint32, token u
 	h.recMu.Lock()
 	defer h.recMu.Unlock()
 	if h.records == nil {
-		h.records = map[int64]memRecord{}
+		h.records = map[int64]dramRecord{}
 		h.pruneAt = claimsLimit(n.seg.Size())
 	}
-	h.records[off] = memRecord{off: off, len: length, token: token, crc: crc, obj: o}
+	h.records[off] = dramRecord{off: off, len: length, token: token, crc: crc, obj: o}
 	if len(h.records) > h.pruneAt {
 		h.pruneLocked()
 		h.pruneAt = max(claimsLimit(n.seg.Size()), 2*len(h.records))
@@ -108,12 +108,12 @@ func (n *Node) recordWrite(o wire.Object, off, length int64, crc uint32, token u
 
 // pruneLocked drops every record overlapped by a record of a newer put and
 // returns the rest sorted by offset. Caller holds recMu.
-func (h *nodeHA) pruneLocked() []memRecord {
-	recs := make([]memRecord, 0, len(h.records))
+func (h *nodeHA) pruneLocked() []dramRecord {
+	recs := make([]dramRecord, 0, len(h.records))
 	for _, r := range h.records {
 		recs = append(recs, r)
 	}
-	slices.SortFunc(recs, func(a, b memRecord) int { return compareInt64(a.off, b.off) })
+	slices.SortFunc(recs, func(a, b dramRecord) int { return compareInt64(a.off, b.off) })
 	out := recs[:0]
 	for _, r := range recs {
 		// Records before r are disjoint and sorted: r overlaps only
@@ -220,7 +220,7 @@ func (n *Node) forgetOverlapped() int {
 }
 
 // forget drops the record at off if it is still r.
-func (h *nodeHA) forget(r memRecord) {
+func (h *nodeHA) forget(r dramRecord) {
 	h.recMu.Lock()
 	defer h.recMu.Unlock()
 	if cur, ok := h.records[r.off]; ok && cur.token == r.token {
@@ -228,18 +228,18 @@ func (h *nodeHA) forget(r memRecord) {
 	}
 }
 
-// memRegBatch is the most objects of one ReRegisterMemoryObjects call.
-const memRegBatch = 4096
+// dramRegBatch is the most objects of one ReRegisterDRAMObjects call.
+const dramRegBatch = 4096
 
-// reRegisterMemory re-registers the segment's recorded objects at the
+// reRegisterDRAM re-registers the segment's recorded objects at the
 // master (the segment was just mounted with HoldAllocation), then ends the
 // re-registration (done). On failure the segment stays held at the master
-// and memPending is set for the ping loop to retry.
-func (n *Node) reRegisterMemory(ctx context.Context) error {
+// and dramPending is set for the ping loop to retry.
+func (n *Node) reRegisterDRAM(ctx context.Context) error {
 	h := &n.ha
 	h.regMu.Lock()
 	defer h.regMu.Unlock()
-	h.memPending.Store(true)
+	h.dramPending.Store(true)
 	// The log first: records it removes are forgotten, and all of them
 	// when the master's log does not cover them (docs/design.md,
 	// invariant 10).
@@ -252,8 +252,8 @@ func (n *Node) reRegisterMemory(ctx context.Context) error {
 	defer cancel()
 	kept := 0
 	for first := true; first || len(objs) > 0; first = false {
-		k := min(len(objs), memRegBatch)
-		errs, err := n.m.ReRegisterMemoryObjects(ctx, n.name, n.segName, objs[:k], k == len(objs))
+		k := min(len(objs), dramRegBatch)
+		errs, err := n.m.ReRegisterDRAMObjects(ctx, n.name, n.segName, objs[:k], k == len(objs))
 		if err != nil {
 			n.log.Warn("re-registering DRAM objects failed; will retry", "err", err)
 			return err
@@ -268,7 +268,7 @@ func (n *Node) reRegisterMemory(ctx context.Context) error {
 		}
 		objs, recs = objs[k:], recs[k:]
 	}
-	h.memPending.Store(false)
+	h.dramPending.Store(false)
 	if kept > 0 {
 		n.log.Info("re-registered DRAM objects", "objects", kept)
 	}
@@ -277,7 +277,7 @@ func (n *Node) reRegisterMemory(ctx context.Context) error {
 
 // checkedRecords returns the records whose bytes still match their CRC32C
 // (forgetting the others), sorted by offset, and as DRAMObjects.
-func (n *Node) checkedRecords() ([]masterapi.DRAMObject, []memRecord) {
+func (n *Node) checkedRecords() ([]masterapi.DRAMObject, []dramRecord) {
 	h := &n.ha
 	h.recMu.Lock()
 	recs := h.pruneLocked()
@@ -303,7 +303,7 @@ func (n *Node) checkedRecords() ([]masterapi.DRAMObject, []memRecord) {
 // afterMount runs after every successful mount: the DRAM re-registration
 // that releases the segment's hold.
 func (n *Node) afterMount(ctx context.Context) {
-	if err := n.reRegisterMemory(ctx); err != nil {
+	if err := n.reRegisterDRAM(ctx); err != nil {
 		n.log.Warn("DRAM re-registration pending", "err", err)
 	}
 }
@@ -313,7 +313,7 @@ func (n *Node) afterMount(ctx context.Context) {
 func (n *Node) pingLocked() {
 	n.ha.pingMu.Lock()
 	defer n.ha.pingMu.Unlock()
-	if n.ha.memPending.Load() {
+	if n.ha.dramPending.Load() {
 		n.afterMount(n.ctx)
 	}
 	n.pingOnce()

@@ -171,14 +171,14 @@ type racingAPI struct {
 	got chan error
 }
 
-func (a *racingAPI) ReRegisterMemoryObjects(ctx context.Context, node, seg string, objs []masterapi.DRAMObject, done bool) ([]error, error) {
+func (a *racingAPI) ReRegisterDRAMObjects(ctx context.Context, node, seg string, objs []masterapi.DRAMObject, done bool) ([]error, error) {
 	if len(objs) > 0 {
 		pctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		_, err := a.get().PutStart(pctx, masterapi.PutStartRequest{Key: "racer", Size: 1000})
 		cancel()
 		a.got <- err
 	}
-	return a.switchable.ReRegisterMemoryObjects(ctx, node, seg, objs, done)
+	return a.switchable.ReRegisterDRAMObjects(ctx, node, seg, objs, done)
 }
 
 // The segment is held from allocation between the mount and the end of the

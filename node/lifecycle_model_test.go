@@ -163,7 +163,7 @@ func TestLifecycleModel(t *testing.T) {
 				}
 			},
 			"evict": func(rt *rapid.T) {
-				_, _ = r.c.EvictMemory(ctx, nil, true)
+				_, _ = r.c.EvictDRAM(ctx, nil, true)
 			},
 			"offload":        func(*rapid.T) { r.n.OffloadNow() },
 			"pull":           func(*rapid.T) { _ = r.n.SyncRemovals(ctx) },

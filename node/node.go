@@ -27,7 +27,7 @@ import (
 
 // SSDTier is what a node needs of the SSD tier engine (*tier.Engine
 // implements it). Tests of the node may substitute their own. Two
-// capabilities are optional, used when the tier has them: ValueTier (value
+// capabilities are optional, used when the tier has them: WorthTier (worth
 // eviction and the SSD report of admission) and StreamTier (streamed SSD
 // reads); each type's doc says what a tier without it loses.
 type SSDTier interface {
@@ -51,7 +51,7 @@ type SSDTier interface {
 // one would otherwise turn it off silently.
 var (
 	_ SSDTier    = (*tier.Engine)(nil)
-	_ ValueTier  = (*tier.Engine)(nil)
+	_ WorthTier  = (*tier.Engine)(nil)
 	_ StreamTier = (*tier.Engine)(nil)
 )
 
@@ -195,7 +195,7 @@ type options struct {
 }
 
 // WithTier makes the node use t as its SSD tier instead of opening one in
-// Config.SSDDir. The node closes t. The node uses ValueTier and StreamTier
+// Config.SSDDir. The node closes t. The node uses WorthTier and StreamTier
 // when t has them.
 func WithTier(t SSDTier) Option { return func(o *options) { o.tier = t } }
 
@@ -494,19 +494,19 @@ func (n *Node) readSSD(ctx context.Context, key []byte) ([]byte, error) {
 			// The tier dropped the corrupt entry; the master must stop
 			// listing this replica (invariant 5: a mismatch is a miss and
 			// drops the replica).
-			n.dropDiskReplica(ctx, key)
+			n.dropSSDReplica(ctx, key)
 		}
 		return nil, toCode(r[0].Err)
 	}
 	return r[0].Value, nil
 }
 
-// dropDiskReplica tells the master that this node no longer holds key on
+// dropSSDReplica tells the master that this node no longer holds key on
 // SSD, as an offload failure for key: the master drops this node's
 // SSD replica whatever the lease (the bytes are gone; an
-// EvictDiskReplica would be refused inside a lease). A failure is left to
+// EvictSSDReplica would be refused inside a lease). A failure is left to
 // the next reconcile.
-func (n *Node) dropDiskReplica(ctx context.Context, key []byte) {
+func (n *Node) dropSSDReplica(ctx context.Context, key []byte) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	req := masterapi.NotifyRequest{Node: n.name, Failed: []masterapi.OffloadFailure{{Key: string(key), Reason: "SSD entry failed its checksum and was dropped"}}}
@@ -559,7 +559,7 @@ func EvictFunc(m masterapi.NodeAPI, node string) tier.EvictFunc {
 		for i, k := range keys {
 			ks[i] = string(k)
 		}
-		res, err := m.EvictDiskReplica(ctx, node, ks)
+		res, err := m.EvictSSDReplica(ctx, node, ks)
 		if err != nil || len(res.Keep) == 0 {
 			return nil, err
 		}

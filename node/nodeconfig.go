@@ -103,7 +103,7 @@ type Config struct {
 	// DerivedBucketSizeLimit(SSDCapacity); Validate sets it.
 	BucketSizeLimit int64
 	// BucketEviction is "lru", "fifo", "lru2" (scan resistant: a bucket
-	// read twice is protected) or "value" (of the least recently used
+	// read twice is protected) or "worth" (of the least recently used
 	// buckets, the one whose live objects are worth least by the master's
 	// admission sketch goes first; lru until a sketch arrives, so use it
 	// with offload_admission_policy=tinylfu) [--bucket_eviction].

@@ -18,9 +18,7 @@ import (
 // the copy it just made; the source range is not handed to another put
 // before the node answered; the removed key stays removed.
 func TestRemovedDuringOffloadNotKeptOnSSD(t *testing.T) {
-	m := newMaster(t, testMasterConfig())
-	tr := newMemTier()
-	n := startTestNode(t, m, "", tr)
+	m, tr, n := newMemNode(t)
 	c := newTestClient(t, client.Config{Master: m, LocalNode: n})
 	ctx := context.Background()
 	val := rnd(64 << 10)
@@ -70,9 +68,7 @@ func TestRemovedDuringOffloadNotKeptOnSSD(t *testing.T) {
 // Already-present path: a key the master refuses in the final answer
 // (removed while the node checked its stale copy) is deleted from SSD.
 func TestAlreadyPresentRefusedKeyDeleted(t *testing.T) {
-	m := newMaster(t, testMasterConfig())
-	tr := newMemTier()
-	n := startTestNode(t, m, "", tr)
+	m, tr, n := newMemNode(t)
 	c := newTestClient(t, client.Config{Master: m, LocalNode: n})
 	ctx := context.Background()
 	val := rnd(4000)
@@ -103,9 +99,7 @@ func TestAlreadyPresentRefusedKeyDeleted(t *testing.T) {
 // With the node: a retryable tier failure is answered, the master
 // queues the task again and the next round persists it.
 func TestRetryableOffloadFailureRetried(t *testing.T) {
-	m := newMaster(t, testMasterConfig())
-	tr := newMemTier()
-	n := startTestNode(t, m, "", tr)
+	m, tr, n := newMemNode(t)
 	c := newTestClient(t, client.Config{Master: m, LocalNode: n})
 	ctx := context.Background()
 	if err := c.Put(ctx, "k", rnd(4000)); err != nil {

@@ -17,9 +17,7 @@ import (
 // hands the tier only bytes that match the task's CRC; answer sends one
 // final notify with every task the bucket notifies did not answer.
 func TestRoundPhases(t *testing.T) {
-	m := newMaster(t, testMasterConfig())
-	tr := newMemTier()
-	n := startTestNode(t, m, "", tr)
+	_, tr, n := newMemNode(t)
 	good := rnd(1000)
 	if err := n.seg.WriteAt(good, 0); err != nil {
 		t.Fatal(err)
@@ -66,7 +64,7 @@ func TestEvictFuncPassesKeepList(t *testing.T) {
 	n := startTestNode(t, m, "", nil)
 	ctx := context.Background()
 	objs := []masterapi.SSDObject{{Key: "leased", Size: 1, CRC: 1}, {Key: "free", Size: 1, CRC: 2}}
-	if _, err := m.ReRegisterDiskObjects(ctx, n.Name(), objs); err != nil {
+	if _, err := m.ReRegisterSSDObjects(ctx, n.Name(), objs); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.GetReplicaList(ctx, "leased"); err != nil { // grants the lease

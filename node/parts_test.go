@@ -79,7 +79,7 @@ func TestGatherScatterVLLMLayout(t *testing.T) {
 	if got := n.OffloadNow(); got != 2*len(ssdKeys) {
 		t.Fatalf("offloaded %d of %d", got, 2*len(ssdKeys))
 	}
-	if d, err := local.EvictMemory(ctx, ssdKeys, false); err != nil || d.Dropped != int64(len(ssdKeys)) {
+	if d, err := local.EvictDRAM(ctx, ssdKeys, false); err != nil || d.Dropped != int64(len(ssdKeys)) {
 		t.Fatalf("evict: %+v %v", d, err)
 	}
 	readAll := func(tierName string) {

@@ -86,7 +86,7 @@ func TestBucketSizeLimitIsTheLargestObject(t *testing.T) {
 		!strings.Contains(lines[0], "ssd_dir="+n.cfg.SSDDir) || !strings.Contains(lines[0], "first_key_hex=") {
 		t.Fatalf("too-large objects must be reported once per round with a count, the SSD dir and the key:\n%s", strings.Join(lines, "\n"))
 	}
-	if _, err := c.EvictMemory(ctx, nil, true); err != nil {
+	if _, err := c.EvictDRAM(ctx, nil, true); err != nil {
 		t.Fatal(err)
 	}
 	for k, v := range vals {
@@ -116,7 +116,7 @@ func TestFullSSDFailsPermanently(t *testing.T) {
 	if got := n.OffloadNow(); got != 1 || n.Stats().Tier.Objects != 1 {
 		t.Fatalf("first offload: %d tasks, %+v", got, n.Stats())
 	}
-	if d, err := c.EvictMemory(ctx, []string{"leased"}, false); d.Dropped != 1 || err != nil {
+	if d, err := c.EvictDRAM(ctx, []string{"leased"}, false); d.Dropped != 1 || err != nil {
 		t.Fatalf("dropping the DRAM replica: %d %v", d, err)
 	}
 	if ok, err := c.Exists(ctx, "leased"); !ok || err != nil { // the lease

@@ -76,7 +76,7 @@ func TestRemoteReRegisterColumns(t *testing.T) {
 	}
 	st, err := m.Stats(ctx)
 	if err != nil || st.SSDReplicas != count || st.Objects != count {
-		t.Fatalf("master stats %+v (%v): want %d objects on disk", st, err, count)
+		t.Fatalf("master stats %+v (%v): want %d objects on SSD", st, err, count)
 	}
 	for k, info := range want {
 		got, err := m.GetReplicaList(ctx, k)
@@ -96,30 +96,30 @@ func TestRemoteReRegisterColumns(t *testing.T) {
 	long := strings.Repeat("z", keyspec.MaxLen+1)
 	for _, bad := range []struct {
 		name string
-		cols *pb.DiskObjectColumns
+		cols *pb.SSDObjectColumns
 		says string
 	}{
-		{"lengths add up to more", &pb.DiskObjectColumns{Keys: good, KeyLens: []uint32{7, 7, 3}, Sizes: []int64{1, 1, 1}, Crcs: []uint32{1, 1, 1}}, "add up to more than the 14 key bytes (at key 2)"},
-		{"lengths add up to less", &pb.DiskObjectColumns{Keys: append(good, "tail"...), KeyLens: []uint32{7, 7}, Sizes: []int64{1, 1}, Crcs: []uint32{1, 1}}, "key lengths add up to 14, the key bytes are 18"},
-		{"too long key", &pb.DiskObjectColumns{Keys: append(good, long...), KeyLens: []uint32{7, 7, uint32(len(long))}, Sizes: []int64{1, 1, 1}, Crcs: []uint32{1, 1, 1}}, "key 2 is 4097 bytes, want 1..4096"},
-		{"empty key", &pb.DiskObjectColumns{Keys: good, KeyLens: []uint32{7, 0, 7}, Sizes: []int64{1, 1, 1}, Crcs: []uint32{1, 1, 1}}, "key 1 is 0 bytes"},
-		{"short size column", &pb.DiskObjectColumns{Keys: good, KeyLens: []uint32{7, 7}, Sizes: []int64{1}, Crcs: []uint32{1, 1}}, "2 key lengths, 1 sizes, 2 CRCs"},
+		{"lengths add up to more", &pb.SSDObjectColumns{Keys: good, KeyLens: []uint32{7, 7, 3}, Sizes: []int64{1, 1, 1}, Crcs: []uint32{1, 1, 1}}, "add up to more than the 14 key bytes (at key 2)"},
+		{"lengths add up to less", &pb.SSDObjectColumns{Keys: append(good, "tail"...), KeyLens: []uint32{7, 7}, Sizes: []int64{1, 1}, Crcs: []uint32{1, 1}}, "key lengths add up to 14, the key bytes are 18"},
+		{"too long key", &pb.SSDObjectColumns{Keys: append(good, long...), KeyLens: []uint32{7, 7, uint32(len(long))}, Sizes: []int64{1, 1, 1}, Crcs: []uint32{1, 1, 1}}, "key 2 is 4097 bytes, want 1..4096"},
+		{"empty key", &pb.SSDObjectColumns{Keys: good, KeyLens: []uint32{7, 0, 7}, Sizes: []int64{1, 1, 1}, Crcs: []uint32{1, 1, 1}}, "key 1 is 0 bytes"},
+		{"short size column", &pb.SSDObjectColumns{Keys: good, KeyLens: []uint32{7, 7}, Sizes: []int64{1}, Crcs: []uint32{1, 1}}, "2 key lengths, 1 sizes, 2 CRCs"},
 	} {
-		_, err := raw.ReRegisterDiskObjects(ctx, &pb.RegisterDiskObjectsRequest{Node: n.Name(), Objects: bad.cols})
+		_, err := raw.ReRegisterSSDObjects(ctx, &pb.RegisterSSDObjectsRequest{Node: n.Name(), Objects: bad.cols})
 		err = errcode.FromStatus(err)
-		if errcode.Of(err) != errcode.InvalidParams || !strings.Contains(err.Error(), bad.says) || !strings.Contains(err.Error(), "bad disk object columns") {
+		if errcode.Of(err) != errcode.InvalidParams || !strings.Contains(err.Error(), bad.says) || !strings.Contains(err.Error(), "bad SSD object columns") {
 			t.Fatalf("%s: got %v, want INVALID_PARAMS saying %q", bad.name, err, bad.says)
 		}
 		if st, _ := m.Stats(ctx); st.Objects != count || st.SSDReplicas != count {
 			t.Fatalf("%s: the refused chunk was partly recorded: %+v", bad.name, st)
 		}
 		// The same chunk in process: the sentinel.
-		_, err = m.ReRegisterDiskColumns(ctx, n.Name(), masterapi.DiskColumns{Keys: bad.cols.Keys, Lens: bad.cols.KeyLens, Sizes: bad.cols.Sizes, CRCs: bad.cols.Crcs})
+		_, err = m.ReRegisterSSDColumns(ctx, n.Name(), masterapi.SSDColumns{Keys: bad.cols.Keys, Lens: bad.cols.KeyLens, Sizes: bad.cols.Sizes, CRCs: bad.cols.Crcs})
 		if !errors.Is(err, masterapi.ErrBadColumns) || !errors.Is(err, errcode.ErrInvalidParams) {
 			t.Fatalf("%s in process: got %v, want ErrBadColumns", bad.name, err)
 		}
 		// And through the client: refused before sending, the sentinel.
-		_, err = r.ReRegisterDiskColumns(ctx, n.Name(), masterapi.DiskColumns{Keys: bad.cols.Keys, Lens: bad.cols.KeyLens, Sizes: bad.cols.Sizes, CRCs: bad.cols.Crcs})
+		_, err = r.ReRegisterSSDColumns(ctx, n.Name(), masterapi.SSDColumns{Keys: bad.cols.Keys, Lens: bad.cols.KeyLens, Sizes: bad.cols.Sizes, CRCs: bad.cols.Crcs})
 		if !errors.Is(err, masterapi.ErrBadColumns) {
 			t.Fatalf("%s through the client: got %v, want ErrBadColumns", bad.name, err)
 		}
@@ -129,7 +129,7 @@ func TestRemoteReRegisterColumns(t *testing.T) {
 	// alone, a new key recorded.
 	k0 := string(tasks[0].Key)
 	cols := masterapi.ColumnsOf([]masterapi.SSDObject{{Key: "brand-new", Size: 9, CRC: 9}, {Key: k0, Size: want[k0].Size + 1, CRC: want[k0].CRC}})
-	errs, err := r.ReRegisterDiskColumns(ctx, n.Name(), cols)
+	errs, err := r.ReRegisterSSDColumns(ctx, n.Name(), cols)
 	if err != nil || len(errs) != 2 || errs[0] != nil || !errors.Is(errs[1], errcode.ErrChecksumConflict) {
 		t.Fatalf("mixed chunk: %v %v", errs, err)
 	}

@@ -20,9 +20,9 @@ import (
 // with tens of millions of SSD objects re-registers and reconciles like a
 // small one (docs/design.md invariant 6; masterapi/reconcile.go).
 const (
-	// reRegisterBatch is the objects of one ReRegisterDiskColumns call.
+	// reRegisterBatch is the objects of one ReRegisterSSDColumns call.
 	reRegisterBatch = 4096
-	// reRegisterInFlight is how many ReRegisterDiskColumns calls one
+	// reRegisterInFlight is how many ReRegisterSSDColumns calls one
 	// re-registration keeps in flight.
 	reRegisterInFlight = 3
 	// reconcileBatchKeys and reconcileBatchBytes bound one ReconcileKeys
@@ -54,9 +54,9 @@ func (n *Node) reRegister(ctx context.Context) {
 	// object. The node lists the next chunk while the master records the
 	// previous ones (on other cores).
 	expected := n.tier.Stats().Objects
-	free := make(chan *masterapi.DiskColumns, reRegisterInFlight)
+	free := make(chan *masterapi.SSDColumns, reRegisterInFlight)
 	for range reRegisterInFlight {
-		free <- &masterapi.DiskColumns{Lens: make([]uint32, 0, reRegisterBatch), Sizes: make([]int64, 0, reRegisterBatch),
+		free <- &masterapi.SSDColumns{Lens: make([]uint32, 0, reRegisterBatch), Sizes: make([]int64, 0, reRegisterBatch),
 			CRCs: make([]uint32, 0, reRegisterBatch), Expected: expected}
 	}
 	var (
@@ -67,10 +67,10 @@ func (n *Node) reRegister(ctx context.Context) {
 		// callErr is the first failed call's error.
 		callErr error
 	)
-	send := func(b *masterapi.DiskColumns) {
+	send := func(b *masterapi.SSDColumns) {
 		defer wg.Done()
 		cctx, cancel := context.WithTimeout(ctx, masterCallTimeout)
-		errs, err := n.m.ReRegisterDiskColumns(cctx, n.name, *b)
+		errs, err := n.m.ReRegisterSSDColumns(cctx, n.name, *b)
 		cancel()
 		if err != nil {
 			errMu.Lock()
@@ -128,7 +128,7 @@ func (n *Node) reRegister(ctx context.Context) {
 // A key refused as unknown is kept, and a re-registration flagged, when the
 // node remounted since gen (the master may have restarted and not heard the
 // SSD objects yet).
-func (n *Node) dropConflicts(objs *masterapi.DiskColumns, errs []error, gen uint64) {
+func (n *Node) dropConflicts(objs *masterapi.SSDColumns, errs []error, gen uint64) {
 	off := 0
 	for i := 0; i < objs.Len(); i++ {
 		var key []byte

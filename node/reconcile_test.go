@@ -18,17 +18,17 @@ import (
 type recordingMaster struct {
 	masterapi.API
 	mu          sync.Mutex // protects the fields below
-	reRegisters []int      // objects per ReRegisterDiskColumns call
+	reRegisters []int      // objects per ReRegisterSSDColumns call
 	keysCalls   []int      // keys per ReconcileKeys call
 	ends        int        // ReconcileEnd calls
 	onKeys      func()     // runs before each ReconcileKeys is forwarded
 }
 
-func (r *recordingMaster) ReRegisterDiskColumns(ctx context.Context, node string, objs masterapi.DiskColumns) ([]error, error) {
+func (r *recordingMaster) ReRegisterSSDColumns(ctx context.Context, node string, objs masterapi.SSDColumns) ([]error, error) {
 	r.mu.Lock()
 	r.reRegisters = append(r.reRegisters, objs.Len())
 	r.mu.Unlock()
-	return r.API.ReRegisterDiskColumns(ctx, node, objs)
+	return r.API.ReRegisterSSDColumns(ctx, node, objs)
 }
 
 func (r *recordingMaster) ReconcileKeys(ctx context.Context, node string, id uint64, keys []string) (masterapi.ReconcileKeysResult, error) {
@@ -82,7 +82,7 @@ func TestReRegisterStreamsBatches(t *testing.T) {
 		t.Fatalf("re-registration calls %v, want [%d %d 5]", calls, reRegisterBatch, reRegisterBatch)
 	}
 	if st, _ := m.Stats(context.Background()); st.SSDReplicas != objects {
-		t.Fatalf("master lists %d disk replicas, want %d", st.SSDReplicas, objects)
+		t.Fatalf("master lists %d SSD replicas, want %d", st.SSDReplicas, objects)
 	}
 }
 
@@ -101,10 +101,10 @@ func TestReconcileSendsOnlyDifferingRanges(t *testing.T) {
 		t.Fatalf("nothing changed, yet the reconcile sent %d keys (%d reconciles)", ns.ReconcileKeysSent, ns.Reconciles)
 	}
 	tr.put("stray", []byte("never announced"))
-	if _, err := m.EvictDiskReplica(ctx, n.Name(), []string{"k7"}); err != nil { // the node keeps the bytes
+	if _, err := m.EvictSSDReplica(ctx, n.Name(), []string{"k7"}); err != nil { // the node keeps the bytes
 		t.Fatal(err)
 	}
-	if _, err := m.ReRegisterDiskObjects(ctx, n.Name(), []masterapi.SSDObject{{Key: "phantom", Size: 3, CRC: 1}}); err != nil {
+	if _, err := m.ReRegisterSSDObjects(ctx, n.Name(), []masterapi.SSDObject{{Key: "phantom", Size: 3, CRC: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.Reconcile(ctx); err != nil {
@@ -128,7 +128,7 @@ func TestReconcileSendsOnlyDifferingRanges(t *testing.T) {
 		t.Fatalf("%d ReconcileEnd calls, want 1", ends)
 	}
 	if st, _ := m.Stats(ctx); st.SSDReplicas != objects-1 {
-		t.Fatalf("master lists %d disk replicas, want %d", st.SSDReplicas, objects-1)
+		t.Fatalf("master lists %d SSD replicas, want %d", st.SSDReplicas, objects-1)
 	}
 }
 
@@ -143,7 +143,7 @@ func TestReconcileBatchesKeys(t *testing.T) {
 	for i := range objects {
 		keys = append(keys, fmt.Sprint("k", i))
 	}
-	if _, err := m.EvictDiskReplica(ctx, n.Name(), keys); err != nil {
+	if _, err := m.EvictSSDReplica(ctx, n.Name(), keys); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.Reconcile(ctx); err != nil {

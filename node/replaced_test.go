@@ -27,8 +27,8 @@ func (m *replacingMaster) GetReplicaList(ctx context.Context, key string) (maste
 	return info, err
 }
 
-// memOffset is the offset of key's DRAM replica.
-func memOffset(t *testing.T, m masterapi.ClientAPI, key string) int64 {
+// dramOffset is the offset of key's DRAM replica.
+func dramOffset(t *testing.T, m masterapi.ClientAPI, key string) int64 {
 	t.Helper()
 	info, err := m.GetReplicaList(masterapi.WithOffloadPath(context.Background()), key)
 	if err != nil {
@@ -67,7 +67,7 @@ func TestGetOfAKeyReplacedWhileItReads(t *testing.T) {
 			if err := w.Put(ctx, key, v1); err != nil {
 				t.Fatal(err)
 			}
-			off := memOffset(t, m, key)
+			off := dramOffset(t, m, key)
 			rm := &replacingMaster{ClientAPI: m, replace: func() {
 				if err := w.Remove(ctx, key, true); err != nil {
 					t.Error(err)
@@ -79,7 +79,7 @@ func TestGetOfAKeyReplacedWhileItReads(t *testing.T) {
 				if err := w.Put(ctx, next, v2); err != nil {
 					t.Error(err)
 				}
-				if got := memOffset(t, m, next); got != off {
+				if got := dramOffset(t, m, next); got != off {
 					t.Errorf("the new put is at offset %d, not in the range freed at %d: the race this test needs did not happen", got, off)
 				}
 			}}

@@ -223,7 +223,7 @@ func (s *ssdStream) Next() ([]byte, error) {
 // corrupt drops the entry read (the tier, once) and the master's replica.
 func (s *ssdStream) corrupt(ctx context.Context) {
 	s.r.Corrupt(ctx)
-	s.n.dropDiskReplica(ctx, s.r.Key())
+	s.n.dropSSDReplica(ctx, s.r.Key())
 }
 
 // Close waits for the pieces still in flight, gives every buffer back and

@@ -53,7 +53,7 @@ func toSSD(t *testing.T, n *Node, c *client.Client, keys []string, vals [][]byte
 	if got := n.OffloadNow(); got != len(keys) {
 		t.Fatalf("offloaded %d of %d", got, len(keys))
 	}
-	if d, err := c.EvictMemory(ctx, keys, false); err != nil || d.Dropped != int64(len(keys)) {
+	if d, err := c.EvictDRAM(ctx, keys, false); err != nil || d.Dropped != int64(len(keys)) {
 		t.Fatalf("evict: %+v %v", d, err)
 	}
 }

@@ -12,27 +12,15 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/client"
+	"github.com/tierstore/tierstore/internal/testkit"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/mastergrpc"
 )
 
-// freeAddr returns a loopback address nothing listens on (it did a moment
-// ago).
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
-	return addr
-}
-
 // Issue 9 item 8: a node started before its master waits for it, saying
 // so, and starts once the master is there: start order does not matter.
 func TestStartWaitsForMaster(t *testing.T) {
-	addr := freeAddr(t)
+	addr := testkit.FreeAddr(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rm, err := mastergrpc.Dial(ctx, addr)
@@ -81,7 +69,7 @@ func TestStartWaitsForMaster(t *testing.T) {
 	// Bounded by ctx: no master at all gives up with a clear error.
 	short, cancelShort := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancelShort()
-	rm2, err := mastergrpc.Dial(short, freeAddr(t))
+	rm2, err := mastergrpc.Dial(short, testkit.FreeAddr(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -112,7 +112,7 @@ func TestConcurrentChurnNeverWrongBytes(t *testing.T) {
 						_ = c.Remove(ctx, k, true)
 					}
 				case op < 5:
-					_, _ = c.EvictMemory(ctx, []string{k}, false)
+					_, _ = c.EvictDRAM(ctx, []string{k}, false)
 				default:
 					gets.Add(1)
 					v, err := c.Get(ctx, k)

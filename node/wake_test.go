@@ -66,7 +66,7 @@ func TestFullDRAMDrainsWithoutTicks(t *testing.T) {
 		t.Fatal(err)
 	}
 	if st.SSDReplicas != int64(len(vals)) || st.OffloadQueued != 0 || st.OffloadInFlight != 0 {
-		t.Fatalf("%d disk replicas of %d objects, %d tasks queued, %d in flight", st.SSDReplicas, len(vals), st.OffloadQueued, st.OffloadInFlight)
+		t.Fatalf("%d SSD replicas of %d objects, %d tasks queued, %d in flight", st.SSDReplicas, len(vals), st.OffloadQueued, st.OffloadInFlight)
 	}
 	ns := n.Stats()
 	if ns.OffloadPersisted != int64(len(vals)) || ns.OffloadFailed != 0 || ns.Tier.Objects != int64(len(vals)) {

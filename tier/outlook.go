@@ -80,21 +80,21 @@ func (e *Engine) Outlook(cover int64) (Outlook, error) {
 	return o, nil
 }
 
-// SetValueFreq gives a value-ranking eviction policy (Options.Eviction
-// "value", package eviction) its valuer: a bucket's value density computed
-// from the objects it still holds, each valued with freq (the admission
+// SetWorthFreq gives a worth-ranking eviction policy (Options.Eviction
+// "worth", package eviction) its WorthFunc: a bucket's worth per byte computed
+// from the objects it still holds, each weighed with freq (the admission
 // sketch's estimate). It reports whether the policy takes one. freq is
 // called under the engine lock and must not call back into the engine.
-func (e *Engine) SetValueFreq(freq func(key []byte) uint32) bool {
+func (e *Engine) SetWorthFreq(freq func(key []byte) uint32) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	va, ok := e.policy.(eviction.ValueAware)
+	va, ok := e.policy.(eviction.WorthAware)
 	if !ok {
 		return false
 	}
-	// The policy calls the valuer from Victims, with e.mu held: the bucket
+	// The policy calls the WorthFunc from Victims, with e.mu held: the bucket
 	// table is read directly, the index through its own lock.
-	va.SetValuer(func(id uint64) (float64, bool) {
+	va.SetWorthFunc(func(id uint64) (float64, bool) {
 		b := e.buckets[id]
 		if b == nil {
 			return 0, false
@@ -115,7 +115,7 @@ func (e *Engine) SetValueFreq(freq func(key []byte) uint32) bool {
 				sizes = append(sizes, int64(locs[j].ValueLen))
 			}
 		}
-		return eviction.Value(b.size, live, sizes, freq).Density(), true
+		return eviction.Worth(b.size, live, sizes, freq).Density(), true
 	})
 	return true
 }

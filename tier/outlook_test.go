@@ -56,22 +56,22 @@ func TestOutlookListsNextVictimsWithTheirObjects(t *testing.T) {
 	require.Empty(t, u.Victims)
 }
 
-// TestSetValueFreqRanksVictims: with the "value" policy the tier evicts
-// the least valuable of the least recently used buckets, valued with the
-// given frequencies; other policies take no valuer.
-func TestSetValueFreqRanksVictims(t *testing.T) {
+// TestSetWorthFreqRanksVictims: with the "worth" policy the tier evicts
+// the one of least worth of the least recently used buckets, weighed with
+// the given frequencies; other policies take no WorthFunc.
+func TestSetWorthFreqRanksVictims(t *testing.T) {
 	lru := openEngine(t, t.TempDir(), Options{Capacity: 100 * bucketBytes})
-	require.False(t, lru.SetValueFreq(func([]byte) uint32 { return 1 }))
+	require.False(t, lru.SetWorthFreq(func([]byte) uint32 { return 1 }))
 
-	e := openEngine(t, t.TempDir(), Options{Capacity: 100 * bucketBytes, Eviction: "value"})
+	e := openEngine(t, t.TempDir(), Options{Capacity: 100 * bucketBytes, Eviction: "worth"})
 	hot := makeTasks("b00", 4, objSize, 1)
 	cold := makeTasks("b01", 4, objSize, 2)
 	offloadOne(t, e, hot)
 	idCold := offloadOne(t, e, cold)
 	o, err := e.Outlook(1)
 	require.NoError(t, err)
-	require.NotEqual(t, idCold, o.Victims[0].ID, "without a valuer: lru order")
-	require.True(t, e.SetValueFreq(func(k []byte) uint32 {
+	require.NotEqual(t, idCold, o.Victims[0].ID, "without a WorthFunc: lru order")
+	require.True(t, e.SetWorthFreq(func(k []byte) uint32 {
 		if string(k[:3]) == "b00" {
 			return 9
 		}

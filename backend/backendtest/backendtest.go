@@ -86,6 +86,20 @@ func (s *suite) openOn(t *testing.T, dir string) backend.Backend {
 	return b
 }
 
+// IDs lists the ids of b's buckets (List), in List's order.
+func IDs(t *testing.T, b backend.Backend) []uint64 {
+	t.Helper()
+	list, err := b.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []uint64
+	for _, fi := range list {
+		out = append(out, fi.ID)
+	}
+	return out
+}
+
 // Pattern returns n deterministic pseudo-random bytes derived from seed.
 func Pattern(seed uint64, n int) []byte {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))

@@ -33,7 +33,8 @@
 // goroutines at once (writes, reads, deletes of distinct ids, and parallel
 // reads of one bucket), so the suite is meant to run under -race. Run itself
 // must be called from one test goroutine; Pattern and Split are pure and
-// safe for concurrent use.
+// safe for concurrent use; IDs (a backend's bucket ids, for the tests of
+// backends of their own) is as safe as the backend's List.
 //
 // Sizes are kept small (at most a few MiB per bucket) so that the suite runs in
 // seconds under -race.

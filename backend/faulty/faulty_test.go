@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 
@@ -39,30 +40,7 @@ func openPwrite(t *testing.T, dir string) *pwrite.Backend {
 
 func page(id uint64, blocks int) []byte { return backendtest.Pattern(id, blocks*backend.Alignment) }
 
-func ids(t *testing.T, b backend.Backend) []uint64 {
-	t.Helper()
-	list, err := b.List()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []uint64
-	for _, fi := range list {
-		out = append(out, fi.ID)
-	}
-	return out
-}
-
-func equalIDs(a []uint64, b ...uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
+func equalIDs(a []uint64, b ...uint64) bool { return slices.Equal(a, b) }
 
 func TestFailNthWrite(t *testing.T) {
 	m := mem.New()
@@ -81,7 +59,7 @@ func TestFailNthWrite(t *testing.T) {
 	if err := f.WriteBucket(bg, 4, [][]byte{page(4, 1)}); err != nil {
 		t.Fatalf("3rd write: %v (the rule fires once)", err)
 	}
-	if got := ids(t, m); !equalIDs(got, 1, 2, 4) {
+	if got := backendtest.IDs(t, m); !equalIDs(got, 1, 2, 4) {
 		t.Fatalf("inner holds %v; the failed write must not reach it", got)
 	}
 	if f.Calls(faulty.OpWrite) != 4 || f.Calls(faulty.OpSync) != 3 {
@@ -137,7 +115,7 @@ func TestFailDeleteListAllocatedClose(t *testing.T) {
 	if err := f.Delete(1); !errors.Is(err, backend.ErrInjected) {
 		t.Fatalf("Delete = %v", err)
 	}
-	if got := ids(t, m); !equalIDs(got, 1) {
+	if got := backendtest.IDs(t, m); !equalIDs(got, 1) {
 		t.Fatalf("failed Delete removed the file: %v", got)
 	}
 	if _, err := f.List(); !errors.Is(err, backend.ErrInjected) {
@@ -146,7 +124,7 @@ func TestFailDeleteListAllocatedClose(t *testing.T) {
 	if _, err := f.Allocated(); !errors.Is(err, backend.ErrInjected) {
 		t.Fatalf("Allocated = %v", err)
 	}
-	if got := ids(t, f); !equalIDs(got, 1) {
+	if got := backendtest.IDs(t, f); !equalIDs(got, 1) {
 		t.Fatalf("second List = %v", got)
 	}
 	if err := f.Delete(1); err != nil {
@@ -169,7 +147,7 @@ func TestNoSpace(t *testing.T) {
 			t.Fatalf("WriteBucket under NoSpace = %v", err)
 		}
 	}
-	if got := ids(t, m); len(got) != 0 {
+	if got := backendtest.IDs(t, m); len(got) != 0 {
 		t.Fatalf("NoSpace wrote %v", got)
 	}
 }
@@ -191,7 +169,7 @@ func TestShortWriteMem(t *testing.T) {
 	if err := backend.ReadFile(bg, m, 1, ops); err != nil || !bytes.Equal(ops[0].Data, want[:len(want)/2]) {
 		t.Fatalf("torn file holds the wrong bytes: %v", err)
 	}
-	if got := ids(t, m.CrashClone()); len(got) != 0 {
+	if got := backendtest.IDs(t, m.CrashClone()); len(got) != 0 {
 		t.Fatalf("the torn file survives a crash: %v", got)
 	}
 	if err := f.WriteBucket(bg, 2, [][]byte{page(2, 1)}); err != nil {
@@ -235,7 +213,7 @@ func TestSyncFail(t *testing.T) {
 	if !equalIDs(innerWrites, 0, 1, 2) {
 		t.Fatalf("inner writes %v: the failed-sync bucket must have been written", innerWrites)
 	}
-	if got := ids(t, m); !equalIDs(got, 0, 2) {
+	if got := backendtest.IDs(t, m); !equalIDs(got, 0, 2) {
 		t.Fatalf("inner holds %v; the failed-sync file must be removed", got)
 	}
 	if !equalIDs(onWrite, 0, 2) {
@@ -254,10 +232,10 @@ func TestHooksCrashPoints(t *testing.T) {
 	if err := f.WriteBucket(bg, 7, [][]byte{page(7, 1)}); err != nil {
 		t.Fatal(err)
 	}
-	if got := ids(t, before); len(got) != 0 {
+	if got := backendtest.IDs(t, before); len(got) != 0 {
 		t.Fatalf("crash before the write: %v survive", got)
 	}
-	if got := ids(t, after); !equalIDs(got, 7) {
+	if got := backendtest.IDs(t, after); !equalIDs(got, 7) {
 		t.Fatalf("crash after the durable point: %v survive, want 7", got)
 	}
 }

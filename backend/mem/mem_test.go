@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/tierstore/tierstore/backend"
@@ -13,30 +14,7 @@ import (
 
 var bg = context.Background()
 
-func ids(t *testing.T, b backend.Backend) []uint64 {
-	t.Helper()
-	list, err := b.List()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []uint64
-	for _, fi := range list {
-		out = append(out, fi.ID)
-	}
-	return out
-}
-
-func same(a []uint64, b ...uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
+func same(a []uint64, b ...uint64) bool { return slices.Equal(a, b) }
 
 func block(id uint64) []byte { return backendtest.Pattern(id, backend.Alignment) }
 
@@ -54,7 +32,7 @@ func TestCrashDuringWrite(t *testing.T) {
 		if id != 2 {
 			return
 		}
-		visible = ids(t, m) // the in-progress file is visible, like on a real fs
+		visible = backendtest.IDs(t, m) // the in-progress file is visible, like on a real fs
 		clone = m.CrashClone()
 		m.Crash()
 	})
@@ -65,10 +43,10 @@ func TestCrashDuringWrite(t *testing.T) {
 	if !same(visible, 1, 2) {
 		t.Fatalf("during the write List = %v, want 1 and 2", visible)
 	}
-	if got := ids(t, m); !same(got, 1) {
+	if got := backendtest.IDs(t, m); !same(got, 1) {
 		t.Fatalf("after Crash the backend holds %v, want only the durable 1", got)
 	}
-	if got := ids(t, clone); !same(got, 1) {
+	if got := backendtest.IDs(t, clone); !same(got, 1) {
 		t.Fatalf("clone taken during the write holds %v, want only 1", got)
 	}
 	// Writes after the crash are durable again.
@@ -76,7 +54,7 @@ func TestCrashDuringWrite(t *testing.T) {
 	if err := m.WriteBucket(bg, 3, [][]byte{block(3)}); err != nil {
 		t.Fatal(err)
 	}
-	if got := ids(t, m.CrashClone()); !same(got, 1, 3) {
+	if got := backendtest.IDs(t, m.CrashClone()); !same(got, 1, 3) {
 		t.Fatalf("clone after a post-crash write = %v", got)
 	}
 }
@@ -94,11 +72,11 @@ func TestCrashKeepsDurableAndDeletes(t *testing.T) {
 	if err := m.WriteVolatile(9, [][]byte{block(9)[:100]}); err != nil {
 		t.Fatal(err)
 	}
-	if got := ids(t, m); !same(got, 0, 1, 3, 9) {
+	if got := backendtest.IDs(t, m); !same(got, 0, 1, 3, 9) {
 		t.Fatalf("before crash: %v", got)
 	}
 	c := m.CrashClone()
-	if got := ids(t, c); !same(got, 0, 1, 3) {
+	if got := backendtest.IDs(t, c); !same(got, 0, 1, 3) {
 		t.Fatalf("clone: %v, want 0 1 3 (volatile 9 lost, delete of 2 kept)", got)
 	}
 	// The clone is independent and holds the right bytes.
@@ -109,11 +87,11 @@ func TestCrashKeepsDurableAndDeletes(t *testing.T) {
 	if err := c.Delete(0); err != nil {
 		t.Fatal(err)
 	}
-	if got := ids(t, m); !same(got, 0, 1, 3, 9) {
+	if got := backendtest.IDs(t, m); !same(got, 0, 1, 3, 9) {
 		t.Fatalf("deleting in the clone changed the original: %v", got)
 	}
 	m.Crash()
-	if got := ids(t, m); !same(got, 0, 1, 3) {
+	if got := backendtest.IDs(t, m); !same(got, 0, 1, 3) {
 		t.Fatalf("after Crash: %v", got)
 	}
 }
@@ -127,7 +105,7 @@ func TestCloneAfterClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := m.CrashClone()
-	if got := ids(t, c); !same(got, 1) {
+	if got := backendtest.IDs(t, c); !same(got, 1) {
 		t.Fatalf("clone of a closed backend: %v", got)
 	}
 }
@@ -152,7 +130,7 @@ func TestCanceledDuringWrite(t *testing.T) {
 	if err := m.WriteBucket(ctx, 1, [][]byte{block(1)}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("WriteBucket canceled before its durable point = %v", err)
 	}
-	if got := ids(t, m); len(got) != 0 {
+	if got := backendtest.IDs(t, m); len(got) != 0 {
 		t.Fatalf("canceled write left %v", got)
 	}
 }

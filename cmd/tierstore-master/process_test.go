@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -16,19 +15,10 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/internal/errcode"
+	"github.com/tierstore/tierstore/internal/testkit"
 	"github.com/tierstore/tierstore/masterapi"
 	"github.com/tierstore/tierstore/mastergrpc"
 )
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // TestBinary builds tierstore-master, starts it as a real process on
 // 127.0.0.1 with the flags of Mooncake #2799's report, talks gRPC to it, scrapes
@@ -42,7 +32,7 @@ func TestBinary(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	mport := freePort(t)
+	mport := testkit.FreePort(t)
 	cmd := exec.Command(bin, "--rpc_port=0", "--eviction_high_watermark_ratio=0.7", "--eviction_ratio=0.2",
 		"--default_kv_lease_ttl=11000", "--enable_offload=true", "--offload_on_evict=true",
 		"--metrics_port="+strconv.Itoa(mport))

@@ -78,9 +78,9 @@ func TestParseFlagsDefaultsAndValues(t *testing.T) {
 		o.node.BucketEviction != "lru2" || o.node.DirectIO {
 		t.Fatalf("lru2, buffered: %v %+v", err, o.node)
 	}
-	if o, err := parseFlags([]string{"--master=m:1", "--bucket_eviction=value", "--admission_sketch_interval=250ms"}, io.Discard); err != nil ||
-		o.node.BucketEviction != "value" || o.node.AdmissionSketchInterval != 250*time.Millisecond {
-		t.Fatalf("value eviction, sketch interval: %v %+v", err, o.node)
+	if o, err := parseFlags([]string{"--master=m:1", "--bucket_eviction=worth", "--admission_sketch_interval=250ms"}, io.Discard); err != nil ||
+		o.node.BucketEviction != "worth" || o.node.AdmissionSketchInterval != 250*time.Millisecond {
+		t.Fatalf("worth eviction, sketch interval: %v %+v", err, o.node)
 	}
 	if o, err := parseFlags([]string{"--master=m:1"}, io.Discard); err != nil || o.node.AdmissionSketchInterval != 0 {
 		t.Fatalf("admission_sketch_interval default: %v %v", err, o.node.AdmissionSketchInterval)
@@ -123,7 +123,8 @@ func TestParseFlagsRefusesBadValues(t *testing.T) {
 		{[]string{m, "--ssd_capacity=64MiB", "--bucket_size_limit=256MiB"}, "bucket_size_limit"}, // an explicit bucket that does not fit
 		{[]string{m, "--ssd_capacity=64MiB", "--bucket_size_limit=64MiB"}, "bucket_size_limit"},
 		{[]string{m, "--ssd_capacity=16KiB"}, "ssd_capacity"},               // too small for any bucket
-		{[]string{m, "--bucket_eviction=random"}, "lru, fifo, lru2, value"}, // names the flag and the choices
+		{[]string{m, "--bucket_eviction=random"}, "lru, fifo, lru2, worth"}, // names the flag and the choices
+		{[]string{m, "--bucket_eviction=value"}, "lru, fifo, lru2, worth"},  // the policy's name before it was worth
 		{[]string{m, "--admission_sketch_interval=-1s"}, "admission_sketch_interval"},
 		{[]string{m, "--compression=zstd"}, "compression"},
 		{[]string{m, "--metrics_port=70000"}, "metrics_port"},

@@ -211,7 +211,7 @@ func (r *demoResult) offload(ctx context.Context, e *embedded.Embedded) error {
 
 // evict drops every DRAM replica (they all have an SSD replica now).
 func (r *demoResult) evict(ctx context.Context, e *embedded.Embedded, keys []string) error {
-	res, err := e.Client.EvictMemory(ctx, keys, false)
+	res, err := e.Client.EvictDRAM(ctx, keys, false)
 	if err != nil {
 		return err
 	}

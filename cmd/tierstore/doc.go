@@ -7,7 +7,7 @@
 //	tierstore exists --master ADDR KEY                      exit 0 if the key exists, 1 if not
 //	tierstore rm     --master ADDR [--force] KEY
 //	tierstore stats  --master ADDR [--node PEER...]         objects and bytes per tier (and per node)
-//	tierstore evict  --master ADDR --tier memory [KEY...|--all]
+//	tierstore evict  --master ADDR --tier dram [KEY...|--all]
 //
 // See docs/node.md. "tierstore CMD -h" prints the usage of CMD with only
 // its own flags and their defaults on stdout (exit 0).

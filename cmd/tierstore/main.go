@@ -19,7 +19,7 @@ commands:
   exists   --master ADDR KEY             print true/false; exit 0 if it exists, 1 if not
   rm       --master ADDR [--force] KEY   remove an object
   stats    --master ADDR [--node PEER...] objects and bytes per tier (and per node)
-  evict    --master ADDR --tier memory [KEY...|--all]
+  evict    --master ADDR --tier dram [KEY...|--all]
                                           drop DRAM replicas of objects that also have an SSD replica
 Run "tierstore <command> -h" for the flags of a command.
 `

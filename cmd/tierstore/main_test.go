@@ -37,8 +37,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"stats", "--master", "x:1", "extra"}, "no arguments"},
 		{[]string{"evict", "--master", "x:1", "--all"}, "--tier"},
 		{[]string{"evict", "--master", "x:1", "--tier", "ssd", "--all"}, "--tier"},
-		{[]string{"evict", "--master", "x:1", "--tier", "memory"}, "keys or --all"},
-		{[]string{"evict", "--master", "x:1", "--tier", "memory", "--all", "k"}, "keys or --all"},
+		{[]string{"evict", "--master", "x:1", "--tier", "dram"}, "keys or --all"},
+		{[]string{"evict", "--master", "x:1", "--tier", "dram", "--all", "k"}, "keys or --all"},
 		{[]string{"demo", "--size", "lots"}, "--size"},
 		{[]string{"demo", "--objects", "0"}, "--objects"},
 		{[]string{"serve"}, "--dir"},
@@ -61,15 +61,15 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"rm", "--master", "x:1", "--regex", "^a", "k"}, "not both"},
 		{[]string{"rm", "--master", "x:1", "--all", "--regex", "^a"}, "not both"},
 		{[]string{"rm", "--master", "x:1", "--regex", "a("}, `--regex "a(": error parsing regexp`},
-		{[]string{"evict", "--master", "x:1", "--tier", "memory", "--regex", "a"}, "--regex"},
+		{[]string{"evict", "--master", "x:1", "--tier", "dram", "--regex", "a"}, "--regex"},
 		{[]string{"exists", "--master", "x:1", "a", "b"}, "want KEY"},
 		{[]string{"get", "--master", "", "k"}, "--master"},
 		{[]string{"get", "--timeout", "0", "k"}, "--timeout"},
-		{[]string{"evict", "--master", "x:1", "--tier", "memory", ""}, "KEY"},
+		{[]string{"evict", "--master", "x:1", "--tier", "dram", ""}, "KEY"},
 		// Each command has only its own flags.
 		{[]string{"stats", "--all"}, "--all"},
 		{[]string{"stats", "--force"}, "--force"},
-		{[]string{"get", "--tier", "memory", "k"}, "--tier"},
+		{[]string{"get", "--tier", "dram", "k"}, "--tier"},
 		{[]string{"rm", "--node", "x:2", "k"}, "--node"},
 		{[]string{"put", "--force", "k"}, "--force"},
 		// A FILE that cannot be read is a usage error of the command line
@@ -217,12 +217,12 @@ func TestObjectCommands(t *testing.T) {
 		t.Fatalf("stats node row %q in:\n%s", row, o)
 	}
 	// No SSD replica: nothing to drop, and evict says why.
-	if o, e, code := runCLI("", "evict", "--master", addr, "--tier", "memory", "--all"); code != 0 ||
-		strings.TrimSpace(o) != "dropped 0 memory replicas; skipped 2: 2 without an SSD copy yet" {
+	if o, e, code := runCLI("", "evict", "--master", addr, "--tier", "dram", "--all"); code != 0 ||
+		strings.TrimSpace(o) != "dropped 0 DRAM replicas; skipped 2: 2 without an SSD copy yet" {
 		t.Fatalf("evict: %d %q %q", code, o, e)
 	}
-	if o, e, code := runCLI("", "evict", "--master", addr, "--tier", "memory", "k1", "nope"); code != 0 ||
-		strings.TrimSpace(o) != "dropped 0 memory replicas; skipped 2: 1 without an SSD copy yet, 1 not found" {
+	if o, e, code := runCLI("", "evict", "--master", addr, "--tier", "dram", "k1", "nope"); code != 0 ||
+		strings.TrimSpace(o) != "dropped 0 DRAM replicas; skipped 2: 1 without an SSD copy yet, 1 not found" {
 		t.Fatalf("evict of named keys: %d %q %q", code, o, e)
 	}
 	if _, e, code := runCLI("", "rm", "--master", addr, "k1"); code != 1 || !strings.Contains(e, "OBJECT_HAS_LEASE") {

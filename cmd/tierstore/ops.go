@@ -33,7 +33,7 @@ var opSynopsis = map[string]string{
 	"exists": "--master ADDR KEY",
 	"rm":     "--master ADDR [--force] KEY | --all | --regex RE",
 	"stats":  "--master ADDR [--node PEER ...]",
-	"evict":  "--master ADDR --tier memory [KEY...|--all]",
+	"evict":  "--master ADDR --tier dram [KEY...|--all]",
 }
 
 // opArgs is one object command's parsed command line.
@@ -101,7 +101,7 @@ func parseOp(cmd string, args []string, stdin io.Reader, stdout, stderr io.Write
 		fs.BoolVar(&a.all, "all", false, "every object (instead of KEY); prints the count removed")
 		fs.StringVar(&a.regex, "regex", "", "every object whose key matches RE anywhere (Go regexp syntax) instead of KEY; prints the count removed")
 	case "evict":
-		fs.StringVar(&a.tierName, "tier", "", "the tier to drop replicas from (only \"memory\"; required)")
+		fs.StringVar(&a.tierName, "tier", "", "the tier to drop replicas from (only \"dram\"; required)")
 		fs.BoolVar(&a.all, "all", false, "every object (instead of KEY...)")
 	case "stats":
 		fs.Var(&a.nodes, "node", "also report this node's segment and SSD tier (peer address host:port; repeatable)")
@@ -165,8 +165,8 @@ func checkOp(a *opArgs) string {
 			return fmt.Sprintf("takes no arguments, got %q", keyspec.Show(pos[0]))
 		}
 	case "evict":
-		if a.tierName != "memory" {
-			return fmt.Sprintf("--tier: %q is not supported (only memory)", a.tierName)
+		if a.tierName != "dram" {
+			return fmt.Sprintf("--tier: %q is not supported (only dram)", a.tierName)
 		}
 		if a.all == (len(pos) > 0) {
 			return "give keys or --all (not both)"
@@ -257,7 +257,7 @@ var opHandlers = map[string]func(ctx context.Context, c *client.Client, a opArgs
 	},
 	"stats": runStats,
 	"evict": func(ctx context.Context, c *client.Client, a opArgs, stdout, _ io.Writer) error {
-		res, err := c.EvictMemory(ctx, a.pos, a.all)
+		res, err := c.EvictDRAM(ctx, a.pos, a.all)
 		if err != nil {
 			return err
 		}
@@ -276,8 +276,8 @@ func runStats(ctx context.Context, c *client.Client, a opArgs, stdout, _ io.Writ
 	fmt.Fprintf(stdout, "nodes              %d\n", st.Nodes)
 	fmt.Fprintf(stdout, "segments           %d (%s capacity, %s used)\n", st.Segments, units.Human(st.SegmentCapacity), units.Human(st.SegmentUsed))
 	fmt.Fprintf(stdout, "objects            %d\n", st.Objects)
-	fmt.Fprintf(stdout, "memory replicas    %d (%s)\n", st.DRAMReplicas, units.Human(st.DRAMBytes))
-	fmt.Fprintf(stdout, "disk replicas      %d (%s)\n", st.SSDReplicas, units.Human(st.SSDBytes))
+	fmt.Fprintf(stdout, "dram replicas      %d (%s)\n", st.DRAMReplicas, units.Human(st.DRAMBytes))
+	fmt.Fprintf(stdout, "ssd replicas       %d (%s)\n", st.SSDReplicas, units.Human(st.SSDBytes))
 	fmt.Fprintf(stdout, "offload            queued %d, in flight %d, persisted %d, failed %d\n", st.OffloadQueued, st.OffloadInFlight, st.OffloadPersisted, st.OffloadFailed)
 	fmt.Fprintf(stdout, "dram evictions     %d\n", st.Evictions)
 	fmt.Fprintf(stdout, "expired nodes      %d\n", st.ExpiredNodes)
@@ -337,8 +337,8 @@ func printNodeTable(w io.Writer, rows []masterapi.NodeStats) {
 
 // evictReport is evict's one-line answer: what was dropped and, when
 // replicas were left in place, how many and why.
-func evictReport(res masterapi.EvictMemoryResult) string {
-	s := fmt.Sprintf("dropped %d memory replicas", res.Dropped)
+func evictReport(res masterapi.EvictDRAMResult) string {
+	s := fmt.Sprintf("dropped %d DRAM replicas", res.Dropped)
 	if n := res.Skipped(); n > 0 {
 		s += fmt.Sprintf("; skipped %d: %s", n, res.SkipReasons())
 	}

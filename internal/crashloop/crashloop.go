@@ -78,7 +78,7 @@ type Report struct {
 	// Acknowledged: puts that returned nil.
 	Acknowledged int
 	// AnnouncedOnSSD: distinct acknowledged objects the master listed with
-	// a LOCAL_DISK replica just before a kill (checked after each restart;
+	// a SSD replica just before a kill (checked after each restart;
 	// AnnouncedChecks counts those checks).
 	AnnouncedOnSSD, AnnouncedChecks int
 	// HeldElsewhere, HeldElsewhereChecks: with Replicas > 1, the distinct
@@ -90,7 +90,7 @@ type Report struct {
 	Lost int
 	// WrongBytes: reads that returned bytes other than those put. Must be 0.
 	WrongBytes int
-	// Phantoms: LOCAL_DISK replicas the master listed on a node that does
+	// Phantoms: SSD replicas the master listed on a node that does
 	// not hold the object, after the restart and a reconcile. Must be 0.
 	Phantoms int
 	// Duplicates: replica lists naming the same replica twice. Must be 0.
@@ -296,7 +296,7 @@ func (l *loop) write(ctx context.Context, c *client.Client, cycle, w int) {
 	}
 }
 
-// announced lists the acknowledged keys the master holds a LOCAL_DISK
+// announced lists the acknowledged keys the master holds a SSD
 // replica of that the coming kill must not lose: every such key for a
 // master kill, the victim node's for a node kill. With Replicas > 1 and a
 // node kill, elsewhere lists the keys with a complete replica (DRAM or
@@ -340,7 +340,7 @@ func (l *loop) keys() []string {
 // check waits until the restarted process has re-registered (bounded), then
 // reads every announced (and held-elsewhere) object back, reads a sample
 // of all acknowledged objects (none may return wrong bytes), and asks each
-// node for every LOCAL_DISK replica the master lists on it.
+// node for every SSD replica the master lists on it.
 func (l *loop) check(ctx context.Context, announced, elsewhere []string) error {
 	c, err := client.New(ctx, client.Config{MasterAddr: l.master.Addr, Timeout: 5 * time.Second})
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 )
 
 // TestTinyLFUPromotionAcrossProcesses: the binaries with the recommended
-// admission flags (master tinylfu with promotion, node value eviction and
+// admission flags (master tinylfu with promotion, node worth eviction and
 // a short sketch interval). DRAM holds 16 objects; 24 puts push the first
 // ones to SSD (tinylfu admits DRAM victims); reading one of them from SSD
 // makes it frequent enough, and the node's heartbeat promotes it: the
@@ -19,10 +19,10 @@ import (
 func TestTinyLFUPromotionAcrossProcesses(t *testing.T) {
 	m := startMaster(t, 0, "--offload_admission_policy=tinylfu", "--dram_promotion_min_freq=3")
 	a := startNode(t, m.Addr, t.TempDir(), "--memory=1MiB", "--ssd_capacity=32MiB", "--backend=uring",
-		"--bucket_eviction=value", "--admission_sketch_interval=100ms")
+		"--bucket_eviction=worth", "--admission_sketch_interval=100ms")
 	c := newClient(t, m.Addr, a.Node)
 	vals, keys := putAll(t, c, "promo", 24, 64<<10)
-	waitDiskReplicas(t, c, 4)
+	waitSSDReplicas(t, c, 4)
 	ctx := context.Background()
 	k := keys[0]
 	read := func() (fromSSD, fromDRAM bool) {

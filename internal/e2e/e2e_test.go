@@ -35,7 +35,7 @@ func putAll(t *testing.T, c *client.Client, prefix string, n, size int) (map[str
 	return vals, keys
 }
 
-func waitDiskReplicas(t *testing.T, c *client.Client, n int64) {
+func waitSSDReplicas(t *testing.T, c *client.Client, n int64) {
 	t.Helper()
 	testkit.Within(t, 30*time.Second, "objects offloaded", func() error {
 		st, err := c.Stats(context.Background())
@@ -43,7 +43,7 @@ func waitDiskReplicas(t *testing.T, c *client.Client, n int64) {
 			return err
 		}
 		if st.SSDReplicas < n {
-			return fmt.Errorf("%d of %d disk replicas", st.SSDReplicas, n)
+			return fmt.Errorf("%d of %d SSD replicas", st.SSDReplicas, n)
 		}
 		return nil
 	})
@@ -66,7 +66,7 @@ func nodeStats(t *testing.T, endpoint string) *rpcpb.PeerStatsReply {
 }
 
 // Two nodes, two clients: objects put through one are read through the
-// other (from DRAM, then, after `tierstore evict --tier memory --all`,
+// other (from DRAM, then, after `tierstore evict --tier dram --all`,
 // from the SSD of whichever node holds them), and the CLI reads them too.
 func TestTwoNodesCrossRead(t *testing.T) {
 	m := startMaster(t, 0)
@@ -98,13 +98,13 @@ func TestTwoNodesCrossRead(t *testing.T) {
 	if rs := reader.ReadStats(); rs.RemoteDRAM != n {
 		t.Fatalf("read stats after DRAM reads: %+v", rs)
 	}
-	waitDiskReplicas(t, reader, n)
+	waitSSDReplicas(t, reader, n)
 
 	// The DRAM reads above granted read leases, which eviction honours:
 	// evict until every DRAM replica is gone (the leases expire in 3s).
 	dropped := 0
-	testkit.Within(t, 20*time.Second, "evict --tier memory --all", func() error {
-		out, errOut, code := cli(t, "evict", "--master", m.Addr, "--tier", "memory", "--all")
+	testkit.Within(t, 20*time.Second, "evict --tier dram --all", func() error {
+		out, errOut, code := cli(t, "evict", "--master", m.Addr, "--tier", "dram", "--all")
 		var d int
 		if _, err := fmt.Sscanf(out, "dropped %d", &d); code != 0 || err != nil {
 			t.Fatalf("evict: code %d, out %q, err %q", code, out, errOut)
@@ -187,7 +187,7 @@ func TestNodeKill9MidOffload(t *testing.T) {
 			t.Fatalf("batch put %s: %v", keys[i], err)
 		}
 	}
-	onDiskKeys := func() []string {
+	onSSDKeys := func() []string {
 		res, err := c.Master().BatchGetReplicaList(ctx, keys)
 		if err != nil {
 			t.Fatal(err)
@@ -213,10 +213,10 @@ func TestNodeKill9MidOffload(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("no object reached SSD in 30s")
 		}
-		onDisk = onDiskKeys()
+		onDisk = onSSDKeys()
 	}
 	a.Kill(syscall.SIGKILL)
-	atKill := onDiskKeys() // the dead node announces nothing more
+	atKill := onSSDKeys() // the dead node announces nothing more
 	t.Logf("killed the node with %d of %d objects reported on SSD (%d at the last poll before the kill)", len(atKill), n, len(onDisk))
 	if len(atKill) >= n {
 		t.Fatalf("all %d objects were on SSD at the kill: the kill did not land mid-offload", n)
@@ -256,14 +256,14 @@ func TestNodeKill9MidOffload(t *testing.T) {
 // kill -9 of the master, restart on the same port: the node remounts and
 // re-registers its SSD objects, which are readable again.
 func TestMasterKill9Restart(t *testing.T) {
-	port := freePort(t)
+	port := testkit.FreePort(t)
 	state := "--state_dir=" + t.TempDir() // the removal log survives the kill
 	m := startMaster(t, port, state)
 	a := startNode(t, m.Addr, t.TempDir())
 	c := newClient(t, m.Addr, a.Node)
 	const n, size = 10, 64 << 10
 	vals, keys := putAll(t, c, "m", n, size)
-	waitDiskReplicas(t, c, n)
+	waitSSDReplicas(t, c, n)
 
 	m.Kill(syscall.SIGKILL)
 	m2 := startMaster(t, port, state)
@@ -379,7 +379,7 @@ func TestNodeSIGTERM(t *testing.T) {
 	a := startNode(t, m.Addr, dir)
 	c := newClient(t, m.Addr, a.Node)
 	vals, keys := putAll(t, c, "t", 5, 32<<10)
-	waitDiskReplicas(t, c, 5)
+	waitSSDReplicas(t, c, 5)
 	a.Kill(syscall.SIGTERM)
 	if err := a.wait(30 * time.Second); err != nil {
 		t.Fatalf("node exit after SIGTERM: %v\n%s", err, a.Output())
@@ -437,7 +437,7 @@ func TestRemovedKeyLeavesNodeSSD(t *testing.T) {
 	a := startNode(t, m.Addr, t.TempDir(), "--reconcile_interval=300ms")
 	c := newClient(t, m.Addr, a.Node)
 	vals, keys := putAll(t, c, "rm", 3, 32<<10)
-	waitDiskReplicas(t, c, 3)
+	waitSSDReplicas(t, c, 3)
 	ctx := context.Background()
 	if err := c.Remove(ctx, keys[0], true); err != nil {
 		t.Fatal(err)

@@ -192,7 +192,7 @@ func TestHAKill9LeaderUnderLoad(t *testing.T) {
 	_, _ = a, b
 	c := haClient(t, h.url)
 	pre, _ := putAll(t, c, "pre", 16, 64<<10)
-	waitDiskReplicas(t, c, 16)
+	waitSSDReplicas(t, c, 16)
 	old, term := h.leader(0)
 
 	ld := startLoad(c, "load", 2, 2)
@@ -223,7 +223,7 @@ func TestHAKill9LeaderUnderLoad(t *testing.T) {
 	readAll(t, c, pre)
 	readAll(t, c, acked)
 	// Offload: every acknowledged object reaches SSD under the new leader.
-	waitDiskReplicas(t, c, int64(len(pre)+len(acked)))
+	waitSSDReplicas(t, c, int64(len(pre)+len(acked)))
 }
 
 func lastErr(l *load) error {
@@ -312,7 +312,7 @@ func TestHAEtcdRestart(t *testing.T) {
 	startNode(t, h.url, t.TempDir())
 	c := haClient(t, h.url)
 	vals, _ := putAll(t, c, "e", 8, 32<<10)
-	waitDiskReplicas(t, c, 8)
+	waitSSDReplicas(t, c, 8)
 	more, _ := putAll(t, c, "dram", 4, 16<<10) // DRAM only, or not offloaded yet
 	old, term := h.leader(0)
 

@@ -76,17 +76,6 @@ func (p *proc) wait(d time.Duration) error {
 	return err
 }
 
-// freePort returns a currently free TCP port on 127.0.0.1 (for a master that
-// must come back on the same address after a kill -9).
-func freePort(t *testing.T) int {
-	t.Helper()
-	port, err := cluster.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return port
-}
-
 func startMaster(t *testing.T, port int, extra ...string) *proc {
 	return start(t, "tierstore-master", cluster.MasterArgs(port, extra...)...)
 }

@@ -40,7 +40,7 @@ type lifecycleRig struct {
 const lifecycleSize = 256 << 10
 
 func newLifecycleRig(t *testing.T) *lifecycleRig {
-	r := &lifecycleRig{t: t, port: freePort(t), state: t.TempDir(), ssd: t.TempDir()}
+	r := &lifecycleRig{t: t, port: testkit.FreePort(t), state: t.TempDir(), ssd: t.TempDir()}
 	r.startMaster()
 	r.startNode()
 	r.c = newClient(t, r.master.Addr, "")
@@ -50,7 +50,7 @@ func newLifecycleRig(t *testing.T) *lifecycleRig {
 	if err := r.c.Put(context.Background(), r.ctrl, r.vals[r.ctrl]); err != nil {
 		t.Fatal(err)
 	}
-	waitDiskReplicas(t, r.c, 6)
+	waitSSDReplicas(t, r.c, 6)
 	return r
 }
 
@@ -121,7 +121,7 @@ func (r *lifecycleRig) checkGone() {
 // and an evicted DRAM copy is not re-registered either.
 func TestRemoveThenMasterAndNodeKill9(t *testing.T) {
 	r := newLifecycleRig(t)
-	if out, e, code := cli(t, "evict", "--master", r.master.Addr, "--tier", "memory", r.keys[0], r.keys[1]); code != 0 || !strings.HasPrefix(out, "dropped 2") {
+	if out, e, code := cli(t, "evict", "--master", r.master.Addr, "--tier", "dram", r.keys[0], r.keys[1]); code != 0 || !strings.HasPrefix(out, "dropped 2") {
 		t.Fatalf("evict: %d %q %s", code, out, e)
 	}
 	r.removeAll()
@@ -138,7 +138,7 @@ func TestRemoveThenMasterAndNodeKill9(t *testing.T) {
 // re-registered), the others from DRAM too.
 func TestEvictThenMasterKill9(t *testing.T) {
 	r := newLifecycleRig(t)
-	if _, e, code := cli(t, "evict", "--master", r.master.Addr, "--tier", "memory", r.keys[0], r.keys[1]); code != 0 {
+	if _, e, code := cli(t, "evict", "--master", r.master.Addr, "--tier", "dram", r.keys[0], r.keys[1]); code != 0 {
 		t.Fatalf("evict: %d %s", code, e)
 	}
 	testkit.Within(t, 10*time.Second, "the node forgot the evicted DRAM records", func() error {
@@ -161,7 +161,7 @@ func TestEvictThenMasterKill9(t *testing.T) {
 func TestEvictAcknowledgedBeforeTheNodeLearnsOfIt(t *testing.T) {
 	r := newLifecycleRig(t)
 	again := r.keys[2]
-	r.evictMemory(again)
+	r.evictDRAM(again)
 	if err := r.c.Remove(context.Background(), again, true); err != nil {
 		t.Fatal(err)
 	}
@@ -169,20 +169,20 @@ func TestEvictAcknowledgedBeforeTheNodeLearnsOfIt(t *testing.T) {
 	if err := r.c.Put(context.Background(), again, r.vals[again]); err != nil {
 		t.Fatal(err)
 	}
-	waitDiskReplicas(t, r.c, 6)
+	waitSSDReplicas(t, r.c, 6)
 	r.node.Kill(syscall.SIGSTOP)
-	r.evictMemory(r.keys[0], r.keys[1])
+	r.evictDRAM(r.keys[0], r.keys[1])
 	r.master.Kill(syscall.SIGKILL)
 	r.startMaster()
 	r.node.Kill(syscall.SIGCONT)
 	r.checkDRAM(map[string]bool{r.keys[0]: true, r.keys[1]: true})
 }
 
-// evictMemory evicts keys from DRAM with `tierstore evict --tier memory`
+// evictDRAM evicts keys from DRAM with `tierstore evict --tier dram`
 // and checks that each was dropped.
-func (r *lifecycleRig) evictMemory(keys ...string) {
+func (r *lifecycleRig) evictDRAM(keys ...string) {
 	r.t.Helper()
-	args := append([]string{"evict", "--master", r.master.Addr, "--tier", "memory"}, keys...)
+	args := append([]string{"evict", "--master", r.master.Addr, "--tier", "dram"}, keys...)
 	if out, e, code := cli(r.t, args...); code != 0 || !strings.HasPrefix(out, fmt.Sprintf("dropped %d", len(keys))) {
 		r.t.Fatalf("evict: %d %q %s", code, out, e)
 	}
@@ -200,30 +200,38 @@ func (r *lifecycleRig) checkDRAM(evicted map[string]bool) {
 	for _, k := range append([]string{r.ctrl}, r.keys...) {
 		// The DRAM re-registration comes before the SSD one: once the SSD
 		// replica is listed, every DRAM replica that will be is.
-		testkit.Within(t, 20*time.Second, "the replicas of "+k, func() error {
-			info, err := c.Master().GetReplicaList(ctx, k)
-			if err != nil {
-				return err
-			}
-			mem, disk := false, false
-			for _, rep := range info.Replicas {
-				mem = mem || rep.Kind == masterapi.DRAM
-				disk = disk || rep.Kind == masterapi.SSD
-			}
-			switch {
-			case !disk:
-				return fmt.Errorf("no SSD replica yet: %+v", info.Replicas)
-			case evicted[k] && mem:
-				t.Fatalf("%s was evicted from DRAM, yet its DRAM replica was re-registered: %+v", k, info.Replicas)
-			case !evicted[k] && !mem:
-				return fmt.Errorf("no DRAM replica yet: %+v", info.Replicas)
-			}
-			return nil
-		})
+		waitReRegistered(t, c, k, evicted[k], 20*time.Second, "the replicas of "+k)
 		if got, err := c.Get(ctx, k); err != nil || !bytes.Equal(got, r.vals[k]) {
 			t.Fatalf("get %s: %v", k, err)
 		}
 	}
+}
+
+// waitReRegistered waits (within d, saying what) until the master lists
+// key's SSD replica and, unless the key was evicted from DRAM, a DRAM one;
+// an evicted key whose DRAM replica comes back fails the test at once.
+func waitReRegistered(t *testing.T, c *client.Client, key string, evicted bool, d time.Duration, what string) {
+	t.Helper()
+	testkit.Within(t, d, what, func() error {
+		info, err := c.Master().GetReplicaList(context.Background(), key)
+		if err != nil {
+			return err
+		}
+		dram, ssd := false, false
+		for _, rep := range info.Replicas {
+			dram = dram || rep.Kind == masterapi.DRAM
+			ssd = ssd || rep.Kind == masterapi.SSD
+		}
+		switch {
+		case !ssd:
+			return fmt.Errorf("no SSD replica yet: %+v", info.Replicas)
+		case evicted && dram:
+			t.Fatalf("%s was evicted from DRAM, yet its DRAM replica was re-registered: %+v", key, info.Replicas)
+		case !evicted && !dram:
+			return fmt.Errorf("no DRAM replica yet: %+v", info.Replicas)
+		}
+		return nil
+	})
 }
 
 // kill -9 between the acknowledgement of a removal and its arrival at the
@@ -278,7 +286,7 @@ func TestRemoveThenHAFailover(t *testing.T) {
 	if err := c.Put(ctx, "control", vals["control"]); err != nil {
 		t.Fatal(err)
 	}
-	waitDiskReplicas(t, c, 6)
+	waitSSDReplicas(t, c, 6)
 	for _, k := range keys {
 		if err := c.Remove(ctx, k, true); err != nil {
 			t.Fatal(err)
@@ -320,36 +328,17 @@ func TestEvictThenHAFailover(t *testing.T) {
 	c := haClient(t, h.url)
 	vals, keys := putAll(t, c, "k", 4, lifecycleSize)
 	ctx := context.Background()
-	waitDiskReplicas(t, c, 4)
+	waitSSDReplicas(t, c, 4)
 	n.Kill(syscall.SIGSTOP)
 	evicted := map[string]bool{keys[0]: true, keys[1]: true}
-	if res, err := c.EvictMemory(ctx, keys[:2], false); err != nil || res.Dropped != 2 {
+	if res, err := c.EvictDRAM(ctx, keys[:2], false); err != nil || res.Dropped != 2 {
 		t.Fatalf("evict: %+v %v", res, err)
 	}
 	lead.Kill(syscall.SIGKILL)
 	h.leader(term)
 	n.Kill(syscall.SIGCONT)
 	for _, k := range keys {
-		testkit.Within(t, 30*time.Second, "the replicas of "+k+" at the new leader", func() error {
-			info, err := c.Master().GetReplicaList(ctx, k)
-			if err != nil {
-				return err
-			}
-			mem, disk := false, false
-			for _, rep := range info.Replicas {
-				mem = mem || rep.Kind == masterapi.DRAM
-				disk = disk || rep.Kind == masterapi.SSD
-			}
-			switch {
-			case !disk:
-				return fmt.Errorf("no SSD replica yet: %+v", info.Replicas)
-			case evicted[k] && mem:
-				t.Fatalf("%s was evicted from DRAM, yet its DRAM replica was re-registered: %+v", k, info.Replicas)
-			case !evicted[k] && !mem:
-				return fmt.Errorf("no DRAM replica yet: %+v", info.Replicas)
-			}
-			return nil
-		})
+		waitReRegistered(t, c, k, evicted[k], 30*time.Second, "the replicas of "+k+" at the new leader")
 		if got, err := c.Get(ctx, k); err != nil || !bytes.Equal(got, vals[k]) {
 			t.Fatalf("get %s after the failover: %v", k, err)
 		}

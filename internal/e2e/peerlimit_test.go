@@ -17,6 +17,7 @@ import (
 
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/internal/crc32c"
+	"github.com/tierstore/tierstore/internal/testkit"
 	"github.com/tierstore/tierstore/internal/wire"
 )
 
@@ -170,7 +171,7 @@ func refusals(t *testing.T, port int) map[string]float64 {
 // on connections per address (--max_conns_per_peer=100000) the attack
 // takes every descriptor and the client cannot connect.
 func TestPeerLimitsUnderAttack(t *testing.T) {
-	mmetrics, nmetrics := freePort(t), freePort(t)
+	mmetrics, nmetrics := testkit.FreePort(t), testkit.FreePort(t)
 	m := startMaster(t, 0, append(limitFlags(attackConnsPerPeer), fmt.Sprintf("--metrics_port=%d", mmetrics))...)
 	n := startNode(t, m.Addr, "", append(limitFlags(attackConnsPerPeer),
 		"--data_frame_timeout="+attackTimeout.String(), fmt.Sprintf("--metrics_port=%d", nmetrics))...)

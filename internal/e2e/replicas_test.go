@@ -72,7 +72,7 @@ func TestReplicasSurviveKill9OfAHolder(t *testing.T) {
 		t.Fatalf("4 replicas on 3 nodes: %d %q", code, errOut)
 	}
 	// Offload runs from one replica: every object reaches one SSD, once.
-	waitDiskReplicas(t, c, n+1)
+	waitSSDReplicas(t, c, n+1)
 	if st, _ := c.Stats(ctx); st.SSDReplicas != n+1 {
 		t.Fatalf("%d SSD replicas of %d objects", st.SSDReplicas, n+1)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tierstore/tierstore/internal/cluster"
 	"github.com/tierstore/tierstore/internal/netlab"
 )
 
@@ -326,34 +327,55 @@ func (r *rig) haWorkload(ks []string, work time.Duration) *group {
 	return g
 }
 
+// haLeaderRun is a scenario that cuts the leader of two masters off: its
+// keys, how long the cut holds, how long the clients work, the clients,
+// and the leader (of term) before the cut.
+type haLeaderRun struct {
+	ks         []string
+	hold, work time.Duration
+	g          *group
+	old        *cluster.Proc
+	term       int
+}
+
+// haLeaderStart starts the two-master rig (m1 leads) and its workload,
+// lets it run 2 s and finds the leader. When no leader answers it waits
+// for the clients before it returns the error.
+func (r *rig) haLeaderStart(ctx context.Context) (x haLeaderRun, err error) {
+	if x.ks, err = r.haRig("m1", "m2"); err != nil {
+		return x, err
+	}
+	x.hold = r.dur(6*time.Second, 10*time.Second)
+	x.work = 2*time.Second + x.hold + r.dur(8*time.Second, 15*time.Second)
+	x.g = r.haWorkload(x.ks, x.work)
+	if err := sleep(ctx, 2*time.Second); err != nil {
+		return x, err
+	}
+	if x.old, x.term, err = r.leader(0, time.Second); err != nil {
+		_ = x.g.wait(x.work + time.Minute)
+	}
+	return x, err
+}
+
 func haLeaderFromEtcd(ctx context.Context, r *rig) error {
-	ks, err := r.haRig("m1", "m2")
+	x, err := r.haLeaderStart(ctx)
 	if err != nil {
 		return err
 	}
-	hold := r.dur(6*time.Second, 10*time.Second)
-	work := 2*time.Second + hold + r.dur(8*time.Second, 15*time.Second)
-	g := r.haWorkload(ks, work)
-	if err := sleep(ctx, 2*time.Second); err != nil {
-		return err
-	}
-	old, term, err := r.leader(0, time.Second)
-	if err == nil {
-		cutAt := time.Now()
-		if err = r.inject(netlab.Cut([]*netlab.Host{r.hostOf(old)}, r.hosts("etcd"))); err == nil {
-			err = r.noteTakeover(old, term, cutAt)
-		}
+	cutAt := time.Now()
+	if err = r.inject(netlab.Cut([]*netlab.Host{r.hostOf(x.old)}, r.hosts("etcd"))); err == nil {
+		err = r.noteTakeover(x.old, x.term, cutAt)
 	}
 	if err == nil {
-		err = r.faultWindow(ctx, g, 0, hold, work)
+		err = r.faultWindow(ctx, x.g, 0, x.hold, x.work)
 	} else {
 		_ = r.healAll()
-		_ = g.wait(work + time.Minute)
+		_ = x.g.wait(x.work + time.Minute)
 	}
 	if err != nil {
 		return err
 	}
-	return r.final(ks)
+	return r.final(x.ks)
 }
 
 // noteTakeover watches, from the cut on, for the old leader to lose its
@@ -391,29 +413,18 @@ func (r *rig) noteTakeover(old interface{ Output() string }, term int, cutAt tim
 }
 
 func haLeaderFromCluster(ctx context.Context, r *rig) error {
-	ks, err := r.haRig("m1", "m2")
+	x, err := r.haLeaderStart(ctx)
 	if err != nil {
 		return err
 	}
-	hold := r.dur(6*time.Second, 10*time.Second)
-	work := 2*time.Second + hold + r.dur(8*time.Second, 15*time.Second)
-	g := r.haWorkload(ks, work)
-	if err := sleep(ctx, 2*time.Second); err != nil {
-		return err
-	}
-	old, term, err := r.leader(0, time.Second)
-	if err != nil {
-		_ = g.wait(work + time.Minute)
-		return err
-	}
-	cut := netlab.Cut([]*netlab.Host{r.hostOf(old)}, r.hosts("n1", "n2", "c1", "c2"))
-	if err := r.faultWindow(ctx, g, 0, hold, work, cut); err != nil {
+	cut := netlab.Cut([]*netlab.Host{r.hostOf(x.old)}, r.hosts("n1", "n2", "c1", "c2"))
+	if err := r.faultWindow(ctx, x.g, 0, x.hold, x.work, cut); err != nil {
 		return err
 	}
 	if now, nt, err := r.leader(0, time.Second); err == nil {
-		r.note("leader after the heal: term %d (before the cut: %d, %s)", nt, term, map[bool]string{true: "the same master", false: "another master"}[now == old])
+		r.note("leader after the heal: term %d (before the cut: %d, %s)", nt, x.term, map[bool]string{true: "the same master", false: "another master"}[now == x.old])
 	}
-	return r.final(ks)
+	return r.final(x.ks)
 }
 
 func splitHalves(ctx context.Context, r *rig) error {

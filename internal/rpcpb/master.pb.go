@@ -31,21 +31,21 @@ type ReplicaKind int32
 
 const (
 	ReplicaKind_REPLICA_KIND_UNSPECIFIED ReplicaKind = 0
-	ReplicaKind_MEMORY                   ReplicaKind = 1
-	ReplicaKind_LOCAL_DISK               ReplicaKind = 2
+	ReplicaKind_DRAM                     ReplicaKind = 1
+	ReplicaKind_SSD                      ReplicaKind = 2
 )
 
 // Enum value maps for ReplicaKind.
 var (
 	ReplicaKind_name = map[int32]string{
 		0: "REPLICA_KIND_UNSPECIFIED",
-		1: "MEMORY",
-		2: "LOCAL_DISK",
+		1: "DRAM",
+		2: "SSD",
 	}
 	ReplicaKind_value = map[string]int32{
 		"REPLICA_KIND_UNSPECIFIED": 0,
-		"MEMORY":                   1,
-		"LOCAL_DISK":               2,
+		"DRAM":                     1,
+		"SSD":                      2,
 	}
 )
 
@@ -180,10 +180,10 @@ type Replica struct {
 	Status   ReplicaStatus          `protobuf:"varint,2,opt,name=status,proto3,enum=tierstore.master.v1.ReplicaStatus" json:"status,omitempty"`
 	Node     string                 `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
 	Endpoint string                 `protobuf:"bytes,4,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
-	Segment  string                 `protobuf:"bytes,5,opt,name=segment,proto3" json:"segment,omitempty"` // MEMORY only
-	Offset   int64                  `protobuf:"varint,6,opt,name=offset,proto3" json:"offset,omitempty"`  // MEMORY only: byte offset inside the segment
-	Length   int64                  `protobuf:"varint,7,opt,name=length,proto3" json:"length,omitempty"`  // MEMORY only: bytes at offset (== object size)
-	// MEMORY only: the identity of the put that allocated the range. In
+	Segment  string                 `protobuf:"bytes,5,opt,name=segment,proto3" json:"segment,omitempty"` // DRAM only
+	Offset   int64                  `protobuf:"varint,6,opt,name=offset,proto3" json:"offset,omitempty"`  // DRAM only: byte offset inside the segment
+	Length   int64                  `protobuf:"varint,7,opt,name=length,proto3" json:"length,omitempty"`  // DRAM only: bytes at offset (== object size)
+	// DRAM only: the identity of the put that allocated the range. In
 	// PutStart's answer (PROCESSING) the writer carries it in WriteRange,
 	// PutEnd and PutRevoke; in lookups (COMPLETE) a reader's
 	// ReportBadReplica carries it back. Tokens grow strictly, also across
@@ -365,7 +365,7 @@ type MountSegmentRequest struct {
 	// endpoint) retires the node's previous incarnation.
 	Incarnation string `protobuf:"bytes,5,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	// hold_allocation: the node will re-register the objects its DRAM
-	// segment holds (ReRegisterMemoryObjects, the last call with done set):
+	// segment holds (ReRegisterDRAMObjects, the last call with done set):
 	// the master allocates nothing in the segment until then, so no put is
 	// given a range a live object occupies (docs/ha.md, rebuild).
 	HoldAllocation bool `protobuf:"varint,6,opt,name=hold_allocation,json=holdAllocation,proto3" json:"hold_allocation,omitempty"`
@@ -2001,7 +2001,7 @@ func (x *Removal) GetSpared() [][]byte {
 	return nil
 }
 
-type MemoryRef struct {
+type DRAMRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Offset        int64                  `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
 	PutToken      uint64                 `protobuf:"varint,2,opt,name=put_token,json=putToken,proto3" json:"put_token,omitempty"`
@@ -2009,20 +2009,20 @@ type MemoryRef struct {
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *MemoryRef) Reset() {
-	*x = MemoryRef{}
+func (x *DRAMRef) Reset() {
+	*x = DRAMRef{}
 	mi := &file_master_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *MemoryRef) String() string {
+func (x *DRAMRef) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*MemoryRef) ProtoMessage() {}
+func (*DRAMRef) ProtoMessage() {}
 
-func (x *MemoryRef) ProtoReflect() protoreflect.Message {
+func (x *DRAMRef) ProtoReflect() protoreflect.Message {
 	mi := &file_master_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -2034,19 +2034,19 @@ func (x *MemoryRef) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use MemoryRef.ProtoReflect.Descriptor instead.
-func (*MemoryRef) Descriptor() ([]byte, []int) {
+// Deprecated: Use DRAMRef.ProtoReflect.Descriptor instead.
+func (*DRAMRef) Descriptor() ([]byte, []int) {
 	return file_master_proto_rawDescGZIP(), []int{33}
 }
 
-func (x *MemoryRef) GetOffset() int64 {
+func (x *DRAMRef) GetOffset() int64 {
 	if x != nil {
 		return x.Offset
 	}
 	return 0
 }
 
-func (x *MemoryRef) GetPutToken() uint64 {
+func (x *DRAMRef) GetPutToken() uint64 {
 	if x != nil {
 		return x.PutToken
 	}
@@ -2128,7 +2128,7 @@ type PullRemovalsResponse struct {
 	Removals      []*Removal             `protobuf:"bytes,3,rep,name=removals,proto3" json:"removals,omitempty"`
 	DropDram      bool                   `protobuf:"varint,4,opt,name=drop_dram,json=dropDram,proto3" json:"drop_dram,omitempty"`
 	DropSsd       bool                   `protobuf:"varint,5,opt,name=drop_ssd,json=dropSsd,proto3" json:"drop_ssd,omitempty"`
-	Forget        []*MemoryRef           `protobuf:"bytes,6,rep,name=forget,proto3" json:"forget,omitempty"`
+	Forget        []*DRAMRef             `protobuf:"bytes,6,rep,name=forget,proto3" json:"forget,omitempty"`
 	More          bool                   `protobuf:"varint,7,opt,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2199,7 +2199,7 @@ func (x *PullRemovalsResponse) GetDropSsd() bool {
 	return false
 }
 
-func (x *PullRemovalsResponse) GetForget() []*MemoryRef {
+func (x *PullRemovalsResponse) GetForget() []*DRAMRef {
 	if x != nil {
 		return x.Forget
 	}
@@ -2213,7 +2213,7 @@ func (x *PullRemovalsResponse) GetMore() bool {
 	return false
 }
 
-type EvictMemoryRequest struct {
+type EvictDRAMRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Keys          [][]byte               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
 	All           bool                   `protobuf:"varint,2,opt,name=all,proto3" json:"all,omitempty"`
@@ -2221,20 +2221,20 @@ type EvictMemoryRequest struct {
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *EvictMemoryRequest) Reset() {
-	*x = EvictMemoryRequest{}
+func (x *EvictDRAMRequest) Reset() {
+	*x = EvictDRAMRequest{}
 	mi := &file_master_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *EvictMemoryRequest) String() string {
+func (x *EvictDRAMRequest) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*EvictMemoryRequest) ProtoMessage() {}
+func (*EvictDRAMRequest) ProtoMessage() {}
 
-func (x *EvictMemoryRequest) ProtoReflect() protoreflect.Message {
+func (x *EvictDRAMRequest) ProtoReflect() protoreflect.Message {
 	mi := &file_master_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -2246,19 +2246,19 @@ func (x *EvictMemoryRequest) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use EvictMemoryRequest.ProtoReflect.Descriptor instead.
-func (*EvictMemoryRequest) Descriptor() ([]byte, []int) {
+// Deprecated: Use EvictDRAMRequest.ProtoReflect.Descriptor instead.
+func (*EvictDRAMRequest) Descriptor() ([]byte, []int) {
 	return file_master_proto_rawDescGZIP(), []int{36}
 }
 
-func (x *EvictMemoryRequest) GetKeys() [][]byte {
+func (x *EvictDRAMRequest) GetKeys() [][]byte {
 	if x != nil {
 		return x.Keys
 	}
 	return nil
 }
 
-func (x *EvictMemoryRequest) GetAll() bool {
+func (x *EvictDRAMRequest) GetAll() bool {
 	if x != nil {
 		return x.All
 	}
@@ -2409,7 +2409,7 @@ type OffloadHeartbeatRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Node     string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	MaxTasks int32                  `protobuf:"varint,2,opt,name=max_tasks,json=maxTasks,proto3" json:"max_tasks,omitempty"` // 0: the master's default
-	// ssd_report: the node's SSD fill level and the value of its next
+	// ssd_report: the node's SSD fill level and the worth of its next
 	// eviction victims, for SSD admission (package admission, tinylfu).
 	// Absent: unchanged since the node's last report (or never asked for).
 	SsdReport *SSDReport `protobuf:"bytes,3,opt,name=ssd_report,json=ssdReport,proto3" json:"ssd_report,omitempty"`
@@ -2620,13 +2620,13 @@ func (x *SketchChunk) GetData() []byte {
 	return nil
 }
 
-// One SSD bucket the node would evict next, valued with the master's
-// sketch (masterapi.SSDVictim).
+// One SSD bucket the node would evict next, its worth weighed with the
+// master's sketch (masterapi.SSDVictim).
 type SSDVictim struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	FileBytes     int64                  `protobuf:"varint,1,opt,name=file_bytes,json=fileBytes,proto3" json:"file_bytes,omitempty"` // file bytes its eviction frees
 	Span          int64                  `protobuf:"varint,2,opt,name=span,proto3" json:"span,omitempty"`                            // object bytes it holds, live and dead
-	Value         float64                `protobuf:"fixed64,3,opt,name=value,proto3" json:"value,omitempty"`                         // sum over live objects of estimated frequency x size
+	Worth         float64                `protobuf:"fixed64,3,opt,name=worth,proto3" json:"worth,omitempty"`                         // sum over live objects of estimated frequency x size
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2675,9 +2675,9 @@ func (x *SSDVictim) GetSpan() int64 {
 	return 0
 }
 
-func (x *SSDVictim) GetValue() float64 {
+func (x *SSDVictim) GetWorth() float64 {
 	if x != nil {
-		return x.Value
+		return x.Worth
 	}
 	return 0
 }
@@ -3135,7 +3135,7 @@ func (x *PromoteEndRequest) GetResults() []*PromoteResult {
 	return nil
 }
 
-type DiskObject struct {
+type SSDObject struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	Size          int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
@@ -3144,20 +3144,20 @@ type DiskObject struct {
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *DiskObject) Reset() {
-	*x = DiskObject{}
+func (x *SSDObject) Reset() {
+	*x = SSDObject{}
 	mi := &file_master_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *DiskObject) String() string {
+func (x *SSDObject) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*DiskObject) ProtoMessage() {}
+func (*SSDObject) ProtoMessage() {}
 
-func (x *DiskObject) ProtoReflect() protoreflect.Message {
+func (x *SSDObject) ProtoReflect() protoreflect.Message {
 	mi := &file_master_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -3169,26 +3169,26 @@ func (x *DiskObject) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use DiskObject.ProtoReflect.Descriptor instead.
-func (*DiskObject) Descriptor() ([]byte, []int) {
+// Deprecated: Use SSDObject.ProtoReflect.Descriptor instead.
+func (*SSDObject) Descriptor() ([]byte, []int) {
 	return file_master_proto_rawDescGZIP(), []int{49}
 }
 
-func (x *DiskObject) GetKey() []byte {
+func (x *SSDObject) GetKey() []byte {
 	if x != nil {
 		return x.Key
 	}
 	return nil
 }
 
-func (x *DiskObject) GetSize() int64 {
+func (x *SSDObject) GetSize() int64 {
 	if x != nil {
 		return x.Size
 	}
 	return 0
 }
 
-func (x *DiskObject) GetCrc() uint32 {
+func (x *SSDObject) GetCrc() uint32 {
 	if x != nil {
 		return x.Crc
 	}
@@ -3258,7 +3258,7 @@ func (x *OffloadFailure) GetReason() string {
 type NotifyOffloadSuccessRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Persisted     []*DiskObject          `protobuf:"bytes,2,rep,name=persisted,proto3" json:"persisted,omitempty"`
+	Persisted     []*SSDObject           `protobuf:"bytes,2,rep,name=persisted,proto3" json:"persisted,omitempty"`
 	Failed        []*OffloadFailure      `protobuf:"bytes,3,rep,name=failed,proto3" json:"failed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3301,7 +3301,7 @@ func (x *NotifyOffloadSuccessRequest) GetNode() string {
 	return ""
 }
 
-func (x *NotifyOffloadSuccessRequest) GetPersisted() []*DiskObject {
+func (x *NotifyOffloadSuccessRequest) GetPersisted() []*SSDObject {
 	if x != nil {
 		return x.Persisted
 	}
@@ -3321,7 +3321,7 @@ func (x *NotifyOffloadSuccessRequest) GetFailed() []*OffloadFailure {
 // and key_lens add up to len(keys); a chunk that breaks this, or holds an
 // empty or too long key, is refused whole (INVALID_PARAMS) with nothing
 // recorded.
-type DiskObjectColumns struct {
+type SSDObjectColumns struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Keys          []byte                 `protobuf:"bytes,1,opt,name=keys,proto3" json:"keys,omitempty"`
 	KeyLens       []uint32               `protobuf:"varint,2,rep,packed,name=key_lens,json=keyLens,proto3" json:"key_lens,omitempty"`
@@ -3331,20 +3331,20 @@ type DiskObjectColumns struct {
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *DiskObjectColumns) Reset() {
-	*x = DiskObjectColumns{}
+func (x *SSDObjectColumns) Reset() {
+	*x = SSDObjectColumns{}
 	mi := &file_master_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *DiskObjectColumns) String() string {
+func (x *SSDObjectColumns) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*DiskObjectColumns) ProtoMessage() {}
+func (*SSDObjectColumns) ProtoMessage() {}
 
-func (x *DiskObjectColumns) ProtoReflect() protoreflect.Message {
+func (x *SSDObjectColumns) ProtoReflect() protoreflect.Message {
 	mi := &file_master_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -3356,43 +3356,43 @@ func (x *DiskObjectColumns) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use DiskObjectColumns.ProtoReflect.Descriptor instead.
-func (*DiskObjectColumns) Descriptor() ([]byte, []int) {
+// Deprecated: Use SSDObjectColumns.ProtoReflect.Descriptor instead.
+func (*SSDObjectColumns) Descriptor() ([]byte, []int) {
 	return file_master_proto_rawDescGZIP(), []int{52}
 }
 
-func (x *DiskObjectColumns) GetKeys() []byte {
+func (x *SSDObjectColumns) GetKeys() []byte {
 	if x != nil {
 		return x.Keys
 	}
 	return nil
 }
 
-func (x *DiskObjectColumns) GetKeyLens() []uint32 {
+func (x *SSDObjectColumns) GetKeyLens() []uint32 {
 	if x != nil {
 		return x.KeyLens
 	}
 	return nil
 }
 
-func (x *DiskObjectColumns) GetSizes() []int64 {
+func (x *SSDObjectColumns) GetSizes() []int64 {
 	if x != nil {
 		return x.Sizes
 	}
 	return nil
 }
 
-func (x *DiskObjectColumns) GetCrcs() []uint32 {
+func (x *SSDObjectColumns) GetCrcs() []uint32 {
 	if x != nil {
 		return x.Crcs
 	}
 	return nil
 }
 
-type RegisterDiskObjectsRequest struct {
+type RegisterSSDObjectsRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Node    string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Objects *DiskObjectColumns     `protobuf:"bytes,3,opt,name=objects,proto3" json:"objects,omitempty"`
+	Objects *SSDObjectColumns      `protobuf:"bytes,3,opt,name=objects,proto3" json:"objects,omitempty"`
 	// expected: how many objects this re-registration sends in all (a
 	// hint: the master sizes its maps once instead of growing them).
 	Expected      int64 `protobuf:"varint,4,opt,name=expected,proto3" json:"expected,omitempty"`
@@ -3400,20 +3400,20 @@ type RegisterDiskObjectsRequest struct {
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *RegisterDiskObjectsRequest) Reset() {
-	*x = RegisterDiskObjectsRequest{}
+func (x *RegisterSSDObjectsRequest) Reset() {
+	*x = RegisterSSDObjectsRequest{}
 	mi := &file_master_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *RegisterDiskObjectsRequest) String() string {
+func (x *RegisterSSDObjectsRequest) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*RegisterDiskObjectsRequest) ProtoMessage() {}
+func (*RegisterSSDObjectsRequest) ProtoMessage() {}
 
-func (x *RegisterDiskObjectsRequest) ProtoReflect() protoreflect.Message {
+func (x *RegisterSSDObjectsRequest) ProtoReflect() protoreflect.Message {
 	mi := &file_master_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -3425,26 +3425,26 @@ func (x *RegisterDiskObjectsRequest) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use RegisterDiskObjectsRequest.ProtoReflect.Descriptor instead.
-func (*RegisterDiskObjectsRequest) Descriptor() ([]byte, []int) {
+// Deprecated: Use RegisterSSDObjectsRequest.ProtoReflect.Descriptor instead.
+func (*RegisterSSDObjectsRequest) Descriptor() ([]byte, []int) {
 	return file_master_proto_rawDescGZIP(), []int{53}
 }
 
-func (x *RegisterDiskObjectsRequest) GetNode() string {
+func (x *RegisterSSDObjectsRequest) GetNode() string {
 	if x != nil {
 		return x.Node
 	}
 	return ""
 }
 
-func (x *RegisterDiskObjectsRequest) GetObjects() *DiskObjectColumns {
+func (x *RegisterSSDObjectsRequest) GetObjects() *SSDObjectColumns {
 	if x != nil {
 		return x.Objects
 	}
 	return nil
 }
 
-func (x *RegisterDiskObjectsRequest) GetExpected() int64 {
+func (x *RegisterSSDObjectsRequest) GetExpected() int64 {
 	if x != nil {
 		return x.Expected
 	}
@@ -3453,7 +3453,7 @@ func (x *RegisterDiskObjectsRequest) GetExpected() int64 {
 
 // The refused objects of a re-registration chunk: refused[i] is the index
 // in the chunk of the object results[i] refuses; the others were recorded.
-type RegisterDiskObjectsResponse struct {
+type RegisterSSDObjectsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Refused       []uint32               `protobuf:"varint,1,rep,packed,name=refused,proto3" json:"refused,omitempty"`
 	Results       []*KeyResult           `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
@@ -3461,20 +3461,20 @@ type RegisterDiskObjectsResponse struct {
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *RegisterDiskObjectsResponse) Reset() {
-	*x = RegisterDiskObjectsResponse{}
+func (x *RegisterSSDObjectsResponse) Reset() {
+	*x = RegisterSSDObjectsResponse{}
 	mi := &file_master_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *RegisterDiskObjectsResponse) String() string {
+func (x *RegisterSSDObjectsResponse) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*RegisterDiskObjectsResponse) ProtoMessage() {}
+func (*RegisterSSDObjectsResponse) ProtoMessage() {}
 
-func (x *RegisterDiskObjectsResponse) ProtoReflect() protoreflect.Message {
+func (x *RegisterSSDObjectsResponse) ProtoReflect() protoreflect.Message {
 	mi := &file_master_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -3486,26 +3486,26 @@ func (x *RegisterDiskObjectsResponse) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use RegisterDiskObjectsResponse.ProtoReflect.Descriptor instead.
-func (*RegisterDiskObjectsResponse) Descriptor() ([]byte, []int) {
+// Deprecated: Use RegisterSSDObjectsResponse.ProtoReflect.Descriptor instead.
+func (*RegisterSSDObjectsResponse) Descriptor() ([]byte, []int) {
 	return file_master_proto_rawDescGZIP(), []int{54}
 }
 
-func (x *RegisterDiskObjectsResponse) GetRefused() []uint32 {
+func (x *RegisterSSDObjectsResponse) GetRefused() []uint32 {
 	if x != nil {
 		return x.Refused
 	}
 	return nil
 }
 
-func (x *RegisterDiskObjectsResponse) GetResults() []*KeyResult {
+func (x *RegisterSSDObjectsResponse) GetResults() []*KeyResult {
 	if x != nil {
 		return x.Results
 	}
 	return nil
 }
 
-type EvictDiskReplicaRequest struct {
+type EvictSSDReplicaRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	Keys          [][]byte               `protobuf:"bytes,2,rep,name=keys,proto3" json:"keys,omitempty"`
@@ -3513,20 +3513,20 @@ type EvictDiskReplicaRequest struct {
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *EvictDiskReplicaRequest) Reset() {
-	*x = EvictDiskReplicaRequest{}
+func (x *EvictSSDReplicaRequest) Reset() {
+	*x = EvictSSDReplicaRequest{}
 	mi := &file_master_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *EvictDiskReplicaRequest) String() string {
+func (x *EvictSSDReplicaRequest) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*EvictDiskReplicaRequest) ProtoMessage() {}
+func (*EvictSSDReplicaRequest) ProtoMessage() {}
 
-func (x *EvictDiskReplicaRequest) ProtoReflect() protoreflect.Message {
+func (x *EvictSSDReplicaRequest) ProtoReflect() protoreflect.Message {
 	mi := &file_master_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -3538,19 +3538,19 @@ func (x *EvictDiskReplicaRequest) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use EvictDiskReplicaRequest.ProtoReflect.Descriptor instead.
-func (*EvictDiskReplicaRequest) Descriptor() ([]byte, []int) {
+// Deprecated: Use EvictSSDReplicaRequest.ProtoReflect.Descriptor instead.
+func (*EvictSSDReplicaRequest) Descriptor() ([]byte, []int) {
 	return file_master_proto_rawDescGZIP(), []int{55}
 }
 
-func (x *EvictDiskReplicaRequest) GetNode() string {
+func (x *EvictSSDReplicaRequest) GetNode() string {
 	if x != nil {
 		return x.Node
 	}
 	return ""
 }
 
-func (x *EvictDiskReplicaRequest) GetKeys() [][]byte {
+func (x *EvictSSDReplicaRequest) GetKeys() [][]byte {
 	if x != nil {
 		return x.Keys
 	}
@@ -3558,9 +3558,9 @@ func (x *EvictDiskReplicaRequest) GetKeys() [][]byte {
 }
 
 // Field 1 matches CountResponse, the answer's former type.
-type EvictDiskReplicaResponse struct {
+type EvictSSDReplicaResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Count int64                  `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"` // the node's LOCAL_DISK replicas dropped
+	Count int64                  `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"` // the node's SSD replicas dropped
 	// keys of the request the master kept: leased, and that node's replica is
 	// their only readable one; the node must keep them readable (re-insert
 	// them into another bucket before the victim bucket goes)
@@ -3569,20 +3569,20 @@ type EvictDiskReplicaResponse struct {
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *EvictDiskReplicaResponse) Reset() {
-	*x = EvictDiskReplicaResponse{}
+func (x *EvictSSDReplicaResponse) Reset() {
+	*x = EvictSSDReplicaResponse{}
 	mi := &file_master_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *EvictDiskReplicaResponse) String() string {
+func (x *EvictSSDReplicaResponse) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*EvictDiskReplicaResponse) ProtoMessage() {}
+func (*EvictSSDReplicaResponse) ProtoMessage() {}
 
-func (x *EvictDiskReplicaResponse) ProtoReflect() protoreflect.Message {
+func (x *EvictSSDReplicaResponse) ProtoReflect() protoreflect.Message {
 	mi := &file_master_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -3594,19 +3594,19 @@ func (x *EvictDiskReplicaResponse) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use EvictDiskReplicaResponse.ProtoReflect.Descriptor instead.
-func (*EvictDiskReplicaResponse) Descriptor() ([]byte, []int) {
+// Deprecated: Use EvictSSDReplicaResponse.ProtoReflect.Descriptor instead.
+func (*EvictSSDReplicaResponse) Descriptor() ([]byte, []int) {
 	return file_master_proto_rawDescGZIP(), []int{56}
 }
 
-func (x *EvictDiskReplicaResponse) GetCount() int64 {
+func (x *EvictSSDReplicaResponse) GetCount() int64 {
 	if x != nil {
 		return x.Count
 	}
 	return 0
 }
 
-func (x *EvictDiskReplicaResponse) GetKeep() [][]byte {
+func (x *EvictSSDReplicaResponse) GetKeep() [][]byte {
 	if x != nil {
 		return x.Keep
 	}
@@ -3677,7 +3677,7 @@ func (x *ReportBadReplicaRequest) GetReplica() *Replica {
 // One complete object in a node's DRAM segment, as the node recorded it
 // from the write that stored it (key, size and CRC32C in the write's
 // header) and re-checked (the bytes' CRC32C) before it re-registers it.
-type MemoryObject struct {
+type DRAMObject struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	Offset        int64                  `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
@@ -3690,20 +3690,20 @@ type MemoryObject struct {
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *MemoryObject) Reset() {
-	*x = MemoryObject{}
+func (x *DRAMObject) Reset() {
+	*x = DRAMObject{}
 	mi := &file_master_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *MemoryObject) String() string {
+func (x *DRAMObject) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*MemoryObject) ProtoMessage() {}
+func (*DRAMObject) ProtoMessage() {}
 
-func (x *MemoryObject) ProtoReflect() protoreflect.Message {
+func (x *DRAMObject) ProtoReflect() protoreflect.Message {
 	mi := &file_master_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -3715,87 +3715,87 @@ func (x *MemoryObject) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use MemoryObject.ProtoReflect.Descriptor instead.
-func (*MemoryObject) Descriptor() ([]byte, []int) {
+// Deprecated: Use DRAMObject.ProtoReflect.Descriptor instead.
+func (*DRAMObject) Descriptor() ([]byte, []int) {
 	return file_master_proto_rawDescGZIP(), []int{58}
 }
 
-func (x *MemoryObject) GetKey() []byte {
+func (x *DRAMObject) GetKey() []byte {
 	if x != nil {
 		return x.Key
 	}
 	return nil
 }
 
-func (x *MemoryObject) GetOffset() int64 {
+func (x *DRAMObject) GetOffset() int64 {
 	if x != nil {
 		return x.Offset
 	}
 	return 0
 }
 
-func (x *MemoryObject) GetLength() int64 {
+func (x *DRAMObject) GetLength() int64 {
 	if x != nil {
 		return x.Length
 	}
 	return 0
 }
 
-func (x *MemoryObject) GetCrc() uint32 {
+func (x *DRAMObject) GetCrc() uint32 {
 	if x != nil {
 		return x.Crc
 	}
 	return 0
 }
 
-func (x *MemoryObject) GetPutToken() uint64 {
+func (x *DRAMObject) GetPutToken() uint64 {
 	if x != nil {
 		return x.PutToken
 	}
 	return 0
 }
 
-func (x *MemoryObject) GetSoftPin() bool {
+func (x *DRAMObject) GetSoftPin() bool {
 	if x != nil {
 		return x.SoftPin
 	}
 	return false
 }
 
-func (x *MemoryObject) GetHardPin() bool {
+func (x *DRAMObject) GetHardPin() bool {
 	if x != nil {
 		return x.HardPin
 	}
 	return false
 }
 
-type RegisterMemoryObjectsRequest struct {
+type RegisterDRAMObjectsRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Node    string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	Segment string                 `protobuf:"bytes,2,opt,name=segment,proto3" json:"segment,omitempty"`
 	// sorted by offset, ranges disjoint (the node keeps the newest put of
 	// overlapping records)
-	Objects []*MemoryObject `protobuf:"bytes,3,rep,name=objects,proto3" json:"objects,omitempty"`
+	Objects []*DRAMObject `protobuf:"bytes,3,rep,name=objects,proto3" json:"objects,omitempty"`
 	// done: the last call for this mount; the segment takes new puts.
 	Done          bool `protobuf:"varint,4,opt,name=done,proto3" json:"done,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *RegisterMemoryObjectsRequest) Reset() {
-	*x = RegisterMemoryObjectsRequest{}
+func (x *RegisterDRAMObjectsRequest) Reset() {
+	*x = RegisterDRAMObjectsRequest{}
 	mi := &file_master_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *RegisterMemoryObjectsRequest) String() string {
+func (x *RegisterDRAMObjectsRequest) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*RegisterMemoryObjectsRequest) ProtoMessage() {}
+func (*RegisterDRAMObjectsRequest) ProtoMessage() {}
 
-func (x *RegisterMemoryObjectsRequest) ProtoReflect() protoreflect.Message {
+func (x *RegisterDRAMObjectsRequest) ProtoReflect() protoreflect.Message {
 	mi := &file_master_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -3807,33 +3807,33 @@ func (x *RegisterMemoryObjectsRequest) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use RegisterMemoryObjectsRequest.ProtoReflect.Descriptor instead.
-func (*RegisterMemoryObjectsRequest) Descriptor() ([]byte, []int) {
+// Deprecated: Use RegisterDRAMObjectsRequest.ProtoReflect.Descriptor instead.
+func (*RegisterDRAMObjectsRequest) Descriptor() ([]byte, []int) {
 	return file_master_proto_rawDescGZIP(), []int{59}
 }
 
-func (x *RegisterMemoryObjectsRequest) GetNode() string {
+func (x *RegisterDRAMObjectsRequest) GetNode() string {
 	if x != nil {
 		return x.Node
 	}
 	return ""
 }
 
-func (x *RegisterMemoryObjectsRequest) GetSegment() string {
+func (x *RegisterDRAMObjectsRequest) GetSegment() string {
 	if x != nil {
 		return x.Segment
 	}
 	return ""
 }
 
-func (x *RegisterMemoryObjectsRequest) GetObjects() []*MemoryObject {
+func (x *RegisterDRAMObjectsRequest) GetObjects() []*DRAMObject {
 	if x != nil {
 		return x.Objects
 	}
 	return nil
 }
 
-func (x *RegisterMemoryObjectsRequest) GetDone() bool {
+func (x *RegisterDRAMObjectsRequest) GetDone() bool {
 	if x != nil {
 		return x.Done
 	}
@@ -3879,10 +3879,10 @@ func (*StatsRequest) Descriptor() ([]byte, []int) {
 type StatsResponse struct {
 	state                 protoimpl.MessageState `protogen:"open.v1"`
 	Objects               int64                  `protobuf:"varint,1,opt,name=objects,proto3" json:"objects,omitempty"`
-	MemoryReplicas        int64                  `protobuf:"varint,2,opt,name=memory_replicas,json=memoryReplicas,proto3" json:"memory_replicas,omitempty"`
-	DiskReplicas          int64                  `protobuf:"varint,3,opt,name=disk_replicas,json=diskReplicas,proto3" json:"disk_replicas,omitempty"`
-	MemoryBytes           int64                  `protobuf:"varint,4,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
-	DiskBytes             int64                  `protobuf:"varint,5,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
+	DramReplicas          int64                  `protobuf:"varint,2,opt,name=dram_replicas,json=dramReplicas,proto3" json:"dram_replicas,omitempty"`
+	SsdReplicas           int64                  `protobuf:"varint,3,opt,name=ssd_replicas,json=ssdReplicas,proto3" json:"ssd_replicas,omitempty"`
+	DramBytes             int64                  `protobuf:"varint,4,opt,name=dram_bytes,json=dramBytes,proto3" json:"dram_bytes,omitempty"`
+	SsdBytes              int64                  `protobuf:"varint,5,opt,name=ssd_bytes,json=ssdBytes,proto3" json:"ssd_bytes,omitempty"`
 	Segments              int64                  `protobuf:"varint,6,opt,name=segments,proto3" json:"segments,omitempty"`
 	SegmentCapacity       int64                  `protobuf:"varint,7,opt,name=segment_capacity,json=segmentCapacity,proto3" json:"segment_capacity,omitempty"`
 	SegmentUsed           int64                  `protobuf:"varint,8,opt,name=segment_used,json=segmentUsed,proto3" json:"segment_used,omitempty"`
@@ -3942,30 +3942,30 @@ func (x *StatsResponse) GetObjects() int64 {
 	return 0
 }
 
-func (x *StatsResponse) GetMemoryReplicas() int64 {
+func (x *StatsResponse) GetDramReplicas() int64 {
 	if x != nil {
-		return x.MemoryReplicas
+		return x.DramReplicas
 	}
 	return 0
 }
 
-func (x *StatsResponse) GetDiskReplicas() int64 {
+func (x *StatsResponse) GetSsdReplicas() int64 {
 	if x != nil {
-		return x.DiskReplicas
+		return x.SsdReplicas
 	}
 	return 0
 }
 
-func (x *StatsResponse) GetMemoryBytes() int64 {
+func (x *StatsResponse) GetDramBytes() int64 {
 	if x != nil {
-		return x.MemoryBytes
+		return x.DramBytes
 	}
 	return 0
 }
 
-func (x *StatsResponse) GetDiskBytes() int64 {
+func (x *StatsResponse) GetSsdBytes() int64 {
 	if x != nil {
-		return x.DiskBytes
+		return x.SsdBytes
 	}
 	return 0
 }
@@ -4077,10 +4077,10 @@ type NodeStats struct {
 	Segments        int64                  `protobuf:"varint,5,opt,name=segments,proto3" json:"segments,omitempty"`
 	SegmentSize     int64                  `protobuf:"varint,6,opt,name=segment_size,json=segmentSize,proto3" json:"segment_size,omitempty"`
 	SegmentUsed     int64                  `protobuf:"varint,7,opt,name=segment_used,json=segmentUsed,proto3" json:"segment_used,omitempty"`
-	MemoryReplicas  int64                  `protobuf:"varint,8,opt,name=memory_replicas,json=memoryReplicas,proto3" json:"memory_replicas,omitempty"`
-	MemoryBytes     int64                  `protobuf:"varint,9,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
-	DiskReplicas    int64                  `protobuf:"varint,10,opt,name=disk_replicas,json=diskReplicas,proto3" json:"disk_replicas,omitempty"`
-	DiskBytes       int64                  `protobuf:"varint,11,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
+	DramReplicas    int64                  `protobuf:"varint,8,opt,name=dram_replicas,json=dramReplicas,proto3" json:"dram_replicas,omitempty"`
+	DramBytes       int64                  `protobuf:"varint,9,opt,name=dram_bytes,json=dramBytes,proto3" json:"dram_bytes,omitempty"`
+	SsdReplicas     int64                  `protobuf:"varint,10,opt,name=ssd_replicas,json=ssdReplicas,proto3" json:"ssd_replicas,omitempty"`
+	SsdBytes        int64                  `protobuf:"varint,11,opt,name=ssd_bytes,json=ssdBytes,proto3" json:"ssd_bytes,omitempty"`
 	OffloadQueued   int64                  `protobuf:"varint,12,opt,name=offload_queued,json=offloadQueued,proto3" json:"offload_queued,omitempty"`
 	OffloadInFlight int64                  `protobuf:"varint,13,opt,name=offload_in_flight,json=offloadInFlight,proto3" json:"offload_in_flight,omitempty"`
 	unknownFields   protoimpl.UnknownFields
@@ -4166,30 +4166,30 @@ func (x *NodeStats) GetSegmentUsed() int64 {
 	return 0
 }
 
-func (x *NodeStats) GetMemoryReplicas() int64 {
+func (x *NodeStats) GetDramReplicas() int64 {
 	if x != nil {
-		return x.MemoryReplicas
+		return x.DramReplicas
 	}
 	return 0
 }
 
-func (x *NodeStats) GetMemoryBytes() int64 {
+func (x *NodeStats) GetDramBytes() int64 {
 	if x != nil {
-		return x.MemoryBytes
+		return x.DramBytes
 	}
 	return 0
 }
 
-func (x *NodeStats) GetDiskReplicas() int64 {
+func (x *NodeStats) GetSsdReplicas() int64 {
 	if x != nil {
-		return x.DiskReplicas
+		return x.SsdReplicas
 	}
 	return 0
 }
 
-func (x *NodeStats) GetDiskBytes() int64 {
+func (x *NodeStats) GetSsdBytes() int64 {
 	if x != nil {
-		return x.DiskBytes
+		return x.SsdBytes
 	}
 	return 0
 }
@@ -4480,7 +4480,7 @@ func (x *ReconcileEndRequest) GetSession() uint64 {
 
 type ReconcileEndResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Count         int64                  `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"` // the node's LOCAL_DISK replicas dropped
+	Count         int64                  `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"` // the node's SSD replicas dropped
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4522,37 +4522,37 @@ func (x *ReconcileEndResponse) GetCount() int64 {
 	return 0
 }
 
-// EvictMemory's answer. Field 1 matches CountResponse, the answer's former
+// EvictDRAM's answer. Field 1 matches CountResponse, the answer's former
 // type, so an old peer still reads the count. The skipped_* fields count
 // DRAM replicas (or named keys) left in place, by reason.
-type EvictMemoryResponse struct {
+type EvictDRAMResponse struct {
 	state                 protoimpl.MessageState `protogen:"open.v1"`
 	Count                 int64                  `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`                                                                // DRAM replicas dropped
-	SkippedNoDiskCopy     int64                  `protobuf:"varint,2,opt,name=skipped_no_disk_copy,json=skippedNoDiskCopy,proto3" json:"skipped_no_disk_copy,omitempty"`           // no readable LOCAL_DISK replica yet
+	SkippedNoSsdCopy      int64                  `protobuf:"varint,2,opt,name=skipped_no_ssd_copy,json=skippedNoSsdCopy,proto3" json:"skipped_no_ssd_copy,omitempty"`              // no readable SSD replica yet
 	SkippedLeased         int64                  `protobuf:"varint,3,opt,name=skipped_leased,json=skippedLeased,proto3" json:"skipped_leased,omitempty"`                           // a reader of the lease was given only DRAM
 	SkippedOffloadPending int64                  `protobuf:"varint,4,opt,name=skipped_offload_pending,json=skippedOffloadPending,proto3" json:"skipped_offload_pending,omitempty"` // pinned by an offload task (queued or in flight)
 	SkippedHardPinned     int64                  `protobuf:"varint,5,opt,name=skipped_hard_pinned,json=skippedHardPinned,proto3" json:"skipped_hard_pinned,omitempty"`             // hard-pinned at put
 	SkippedPutInProgress  int64                  `protobuf:"varint,6,opt,name=skipped_put_in_progress,json=skippedPutInProgress,proto3" json:"skipped_put_in_progress,omitempty"`  // a put of the key has not ended
 	SkippedNotFound       int64                  `protobuf:"varint,7,opt,name=skipped_not_found,json=skippedNotFound,proto3" json:"skipped_not_found,omitempty"`                   // named key: no such object
-	SkippedNotInMemory    int64                  `protobuf:"varint,8,opt,name=skipped_not_in_memory,json=skippedNotInMemory,proto3" json:"skipped_not_in_memory,omitempty"`        // named key: no DRAM replica
+	SkippedNotInDram      int64                  `protobuf:"varint,8,opt,name=skipped_not_in_dram,json=skippedNotInDram,proto3" json:"skipped_not_in_dram,omitempty"`              // named key: no DRAM replica
 	unknownFields         protoimpl.UnknownFields
 	sizeCache             protoimpl.SizeCache
 }
 
-func (x *EvictMemoryResponse) Reset() {
-	*x = EvictMemoryResponse{}
+func (x *EvictDRAMResponse) Reset() {
+	*x = EvictDRAMResponse{}
 	mi := &file_master_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *EvictMemoryResponse) String() string {
+func (x *EvictDRAMResponse) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*EvictMemoryResponse) ProtoMessage() {}
+func (*EvictDRAMResponse) ProtoMessage() {}
 
-func (x *EvictMemoryResponse) ProtoReflect() protoreflect.Message {
+func (x *EvictDRAMResponse) ProtoReflect() protoreflect.Message {
 	mi := &file_master_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -4564,63 +4564,63 @@ func (x *EvictMemoryResponse) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use EvictMemoryResponse.ProtoReflect.Descriptor instead.
-func (*EvictMemoryResponse) Descriptor() ([]byte, []int) {
+// Deprecated: Use EvictDRAMResponse.ProtoReflect.Descriptor instead.
+func (*EvictDRAMResponse) Descriptor() ([]byte, []int) {
 	return file_master_proto_rawDescGZIP(), []int{69}
 }
 
-func (x *EvictMemoryResponse) GetCount() int64 {
+func (x *EvictDRAMResponse) GetCount() int64 {
 	if x != nil {
 		return x.Count
 	}
 	return 0
 }
 
-func (x *EvictMemoryResponse) GetSkippedNoDiskCopy() int64 {
+func (x *EvictDRAMResponse) GetSkippedNoSsdCopy() int64 {
 	if x != nil {
-		return x.SkippedNoDiskCopy
+		return x.SkippedNoSsdCopy
 	}
 	return 0
 }
 
-func (x *EvictMemoryResponse) GetSkippedLeased() int64 {
+func (x *EvictDRAMResponse) GetSkippedLeased() int64 {
 	if x != nil {
 		return x.SkippedLeased
 	}
 	return 0
 }
 
-func (x *EvictMemoryResponse) GetSkippedOffloadPending() int64 {
+func (x *EvictDRAMResponse) GetSkippedOffloadPending() int64 {
 	if x != nil {
 		return x.SkippedOffloadPending
 	}
 	return 0
 }
 
-func (x *EvictMemoryResponse) GetSkippedHardPinned() int64 {
+func (x *EvictDRAMResponse) GetSkippedHardPinned() int64 {
 	if x != nil {
 		return x.SkippedHardPinned
 	}
 	return 0
 }
 
-func (x *EvictMemoryResponse) GetSkippedPutInProgress() int64 {
+func (x *EvictDRAMResponse) GetSkippedPutInProgress() int64 {
 	if x != nil {
 		return x.SkippedPutInProgress
 	}
 	return 0
 }
 
-func (x *EvictMemoryResponse) GetSkippedNotFound() int64 {
+func (x *EvictDRAMResponse) GetSkippedNotFound() int64 {
 	if x != nil {
 		return x.SkippedNotFound
 	}
 	return 0
 }
 
-func (x *EvictMemoryResponse) GetSkippedNotInMemory() int64 {
+func (x *EvictDRAMResponse) GetSkippedNotInDram() int64 {
 	if x != nil {
-		return x.SkippedNotInMemory
+		return x.SkippedNotInDram
 	}
 	return 0
 }
@@ -4742,24 +4742,24 @@ const file_master_proto_rawDesc = "" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\rR\x04kind\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\fR\x03key\x12\x16\n" +
-	"\x06spared\x18\x04 \x03(\fR\x06spared\"@\n" +
-	"\tMemoryRef\x12\x16\n" +
+	"\x06spared\x18\x04 \x03(\fR\x06spared\">\n" +
+	"\aDRAMRef\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x1b\n" +
 	"\tput_token\x18\x02 \x01(\x04R\bputToken\"\xb0\x01\n" +
 	"\x13PullRemovalsRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x126\n" +
 	"\x04dram\x18\x02 \x01(\v2\".tierstore.master.v1.RemovalCursorR\x04dram\x124\n" +
 	"\x03ssd\x18\x03 \x01(\v2\".tierstore.master.v1.RemovalCursorR\x03ssd\x12\x17\n" +
-	"\ahas_ssd\x18\x04 \x01(\bR\x06hasSsd\"\x80\x02\n" +
+	"\ahas_ssd\x18\x04 \x01(\bR\x06hasSsd\"\xfe\x01\n" +
 	"\x14PullRemovalsResponse\x12\x10\n" +
 	"\x03log\x18\x01 \x01(\tR\x03log\x12\x18\n" +
 	"\athrough\x18\x02 \x01(\x04R\athrough\x128\n" +
 	"\bremovals\x18\x03 \x03(\v2\x1c.tierstore.master.v1.RemovalR\bremovals\x12\x1b\n" +
 	"\tdrop_dram\x18\x04 \x01(\bR\bdropDram\x12\x19\n" +
-	"\bdrop_ssd\x18\x05 \x01(\bR\adropSsd\x126\n" +
-	"\x06forget\x18\x06 \x03(\v2\x1e.tierstore.master.v1.MemoryRefR\x06forget\x12\x12\n" +
-	"\x04more\x18\a \x01(\bR\x04more\":\n" +
-	"\x12EvictMemoryRequest\x12\x12\n" +
+	"\bdrop_ssd\x18\x05 \x01(\bR\adropSsd\x124\n" +
+	"\x06forget\x18\x06 \x03(\v2\x1c.tierstore.master.v1.DRAMRefR\x06forget\x12\x12\n" +
+	"\x04more\x18\a \x01(\bR\x04more\"8\n" +
+	"\x10EvictDRAMRequest\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\fR\x04keys\x12\x10\n" +
 	"\x03all\x18\x02 \x01(\bR\x03all\"G\n" +
 	"\x12WaitOffloadRequest\x12\x12\n" +
@@ -4794,7 +4794,7 @@ const file_master_proto_rawDesc = "" +
 	"\n" +
 	"file_bytes\x18\x01 \x01(\x03R\tfileBytes\x12\x12\n" +
 	"\x04span\x18\x02 \x01(\x03R\x04span\x12\x14\n" +
-	"\x05value\x18\x03 \x01(\x01R\x05value\"\x7f\n" +
+	"\x05worth\x18\x03 \x01(\x01R\x05worth\"\x7f\n" +
 	"\tSSDReport\x12\x12\n" +
 	"\x04high\x18\x01 \x01(\x03R\x04high\x12\x10\n" +
 	"\x03low\x18\x02 \x01(\x03R\x03low\x12\x12\n" +
@@ -4830,63 +4830,63 @@ const file_master_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\"e\n" +
 	"\x11PromoteEndRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12<\n" +
-	"\aresults\x18\x02 \x03(\v2\".tierstore.master.v1.PromoteResultR\aresults\"D\n" +
-	"\n" +
-	"DiskObject\x12\x10\n" +
+	"\aresults\x18\x02 \x03(\v2\".tierstore.master.v1.PromoteResultR\aresults\"C\n" +
+	"\tSSDObject\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x10\n" +
 	"\x03crc\x18\x03 \x01(\rR\x03crc\"X\n" +
 	"\x0eOffloadFailure\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x1c\n" +
 	"\tretryable\x18\x02 \x01(\bR\tretryable\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xad\x01\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xac\x01\n" +
 	"\x1bNotifyOffloadSuccessRequest\x12\x12\n" +
-	"\x04node\x18\x01 \x01(\tR\x04node\x12=\n" +
-	"\tpersisted\x18\x02 \x03(\v2\x1f.tierstore.master.v1.DiskObjectR\tpersisted\x12;\n" +
-	"\x06failed\x18\x03 \x03(\v2#.tierstore.master.v1.OffloadFailureR\x06failed\"l\n" +
-	"\x11DiskObjectColumns\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12<\n" +
+	"\tpersisted\x18\x02 \x03(\v2\x1e.tierstore.master.v1.SSDObjectR\tpersisted\x12;\n" +
+	"\x06failed\x18\x03 \x03(\v2#.tierstore.master.v1.OffloadFailureR\x06failed\"k\n" +
+	"\x10SSDObjectColumns\x12\x12\n" +
 	"\x04keys\x18\x01 \x01(\fR\x04keys\x12\x19\n" +
 	"\bkey_lens\x18\x02 \x03(\rR\akeyLens\x12\x14\n" +
 	"\x05sizes\x18\x03 \x03(\x03R\x05sizes\x12\x12\n" +
-	"\x04crcs\x18\x04 \x03(\aR\x04crcs\"\x94\x01\n" +
-	"\x1aRegisterDiskObjectsRequest\x12\x12\n" +
-	"\x04node\x18\x01 \x01(\tR\x04node\x12@\n" +
-	"\aobjects\x18\x03 \x01(\v2&.tierstore.master.v1.DiskObjectColumnsR\aobjects\x12\x1a\n" +
-	"\bexpected\x18\x04 \x01(\x03R\bexpectedJ\x04\b\x02\x10\x03\"q\n" +
-	"\x1bRegisterDiskObjectsResponse\x12\x18\n" +
+	"\x04crcs\x18\x04 \x03(\aR\x04crcs\"\x92\x01\n" +
+	"\x19RegisterSSDObjectsRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12?\n" +
+	"\aobjects\x18\x03 \x01(\v2%.tierstore.master.v1.SSDObjectColumnsR\aobjects\x12\x1a\n" +
+	"\bexpected\x18\x04 \x01(\x03R\bexpectedJ\x04\b\x02\x10\x03\"p\n" +
+	"\x1aRegisterSSDObjectsResponse\x12\x18\n" +
 	"\arefused\x18\x01 \x03(\rR\arefused\x128\n" +
-	"\aresults\x18\x02 \x03(\v2\x1e.tierstore.master.v1.KeyResultR\aresults\"A\n" +
-	"\x17EvictDiskReplicaRequest\x12\x12\n" +
+	"\aresults\x18\x02 \x03(\v2\x1e.tierstore.master.v1.KeyResultR\aresults\"@\n" +
+	"\x16EvictSSDReplicaRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
-	"\x04keys\x18\x02 \x03(\fR\x04keys\"D\n" +
-	"\x18EvictDiskReplicaResponse\x12\x14\n" +
+	"\x04keys\x18\x02 \x03(\fR\x04keys\"C\n" +
+	"\x17EvictSSDReplicaResponse\x12\x14\n" +
 	"\x05count\x18\x01 \x01(\x03R\x05count\x12\x12\n" +
 	"\x04keep\x18\x02 \x03(\fR\x04keep\"u\n" +
 	"\x17ReportBadReplicaRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x10\n" +
 	"\x03crc\x18\x02 \x01(\rR\x03crc\x126\n" +
-	"\areplica\x18\x03 \x01(\v2\x1c.tierstore.master.v1.ReplicaR\areplica\"\xb5\x01\n" +
-	"\fMemoryObject\x12\x10\n" +
+	"\areplica\x18\x03 \x01(\v2\x1c.tierstore.master.v1.ReplicaR\areplica\"\xb3\x01\n" +
+	"\n" +
+	"DRAMObject\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x16\n" +
 	"\x06length\x18\x03 \x01(\x03R\x06length\x12\x10\n" +
 	"\x03crc\x18\x04 \x01(\rR\x03crc\x12\x1b\n" +
 	"\tput_token\x18\x05 \x01(\x04R\bputToken\x12\x19\n" +
 	"\bsoft_pin\x18\x06 \x01(\bR\asoftPin\x12\x19\n" +
-	"\bhard_pin\x18\a \x01(\bR\ahardPin\"\x9d\x01\n" +
-	"\x1cRegisterMemoryObjectsRequest\x12\x12\n" +
+	"\bhard_pin\x18\a \x01(\bR\ahardPin\"\x99\x01\n" +
+	"\x1aRegisterDRAMObjectsRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
-	"\asegment\x18\x02 \x01(\tR\asegment\x12;\n" +
-	"\aobjects\x18\x03 \x03(\v2!.tierstore.master.v1.MemoryObjectR\aobjects\x12\x12\n" +
+	"\asegment\x18\x02 \x01(\tR\asegment\x129\n" +
+	"\aobjects\x18\x03 \x03(\v2\x1f.tierstore.master.v1.DRAMObjectR\aobjects\x12\x12\n" +
 	"\x04done\x18\x04 \x01(\bR\x04done\"\x0e\n" +
-	"\fStatsRequest\"\x9a\x06\n" +
+	"\fStatsRequest\"\x8e\x06\n" +
 	"\rStatsResponse\x12\x18\n" +
-	"\aobjects\x18\x01 \x01(\x03R\aobjects\x12'\n" +
-	"\x0fmemory_replicas\x18\x02 \x01(\x03R\x0ememoryReplicas\x12#\n" +
-	"\rdisk_replicas\x18\x03 \x01(\x03R\fdiskReplicas\x12!\n" +
-	"\fmemory_bytes\x18\x04 \x01(\x03R\vmemoryBytes\x12\x1d\n" +
+	"\aobjects\x18\x01 \x01(\x03R\aobjects\x12#\n" +
+	"\rdram_replicas\x18\x02 \x01(\x03R\fdramReplicas\x12!\n" +
+	"\fssd_replicas\x18\x03 \x01(\x03R\vssdReplicas\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x05 \x01(\x03R\tdiskBytes\x12\x1a\n" +
+	"dram_bytes\x18\x04 \x01(\x03R\tdramBytes\x12\x1b\n" +
+	"\tssd_bytes\x18\x05 \x01(\x03R\bssdBytes\x12\x1a\n" +
 	"\bsegments\x18\x06 \x01(\x03R\bsegments\x12)\n" +
 	"\x10segment_capacity\x18\a \x01(\x03R\x0fsegmentCapacity\x12!\n" +
 	"\fsegment_used\x18\b \x01(\x03R\vsegmentUsed\x12\x14\n" +
@@ -4901,7 +4901,7 @@ const file_master_proto_rawDesc = "" +
 	"\x13expired_nodes_total\x18\x10 \x01(\x03R\x11expiredNodesTotal\x129\n" +
 	"\bper_node\x18\x11 \x03(\v2\x1e.tierstore.master.v1.NodeStatsR\aperNode\x12)\n" +
 	"\x10promotions_total\x18\x12 \x01(\x03R\x0fpromotionsTotal\x12<\n" +
-	"\x1apromotions_abandoned_total\x18\x13 \x01(\x03R\x18promotionsAbandonedTotal\"\xb8\x03\n" +
+	"\x1apromotions_abandoned_total\x18\x13 \x01(\x03R\x18promotionsAbandonedTotal\"\xac\x03\n" +
 	"\tNodeStats\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12 \n" +
@@ -4909,13 +4909,13 @@ const file_master_proto_rawDesc = "" +
 	"\x05alive\x18\x04 \x01(\bR\x05alive\x12\x1a\n" +
 	"\bsegments\x18\x05 \x01(\x03R\bsegments\x12!\n" +
 	"\fsegment_size\x18\x06 \x01(\x03R\vsegmentSize\x12!\n" +
-	"\fsegment_used\x18\a \x01(\x03R\vsegmentUsed\x12'\n" +
-	"\x0fmemory_replicas\x18\b \x01(\x03R\x0ememoryReplicas\x12!\n" +
-	"\fmemory_bytes\x18\t \x01(\x03R\vmemoryBytes\x12#\n" +
-	"\rdisk_replicas\x18\n" +
-	" \x01(\x03R\fdiskReplicas\x12\x1d\n" +
+	"\fsegment_used\x18\a \x01(\x03R\vsegmentUsed\x12#\n" +
+	"\rdram_replicas\x18\b \x01(\x03R\fdramReplicas\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\v \x01(\x03R\tdiskBytes\x12%\n" +
+	"dram_bytes\x18\t \x01(\x03R\tdramBytes\x12!\n" +
+	"\fssd_replicas\x18\n" +
+	" \x01(\x03R\vssdReplicas\x12\x1b\n" +
+	"\tssd_bytes\x18\v \x01(\x03R\bssdBytes\x12%\n" +
 	"\x0eoffload_queued\x18\f \x01(\x03R\roffloadQueued\x12*\n" +
 	"\x11offload_in_flight\x18\r \x01(\x03R\x0foffloadInFlight\"W\n" +
 	"\x15ReconcileBeginRequest\x12\x12\n" +
@@ -4935,22 +4935,20 @@ const file_master_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\",\n" +
 	"\x14ReconcileEndResponse\x12\x14\n" +
-	"\x05count\x18\x01 \x01(\x03R\x05count\"\x81\x03\n" +
-	"\x13EvictMemoryResponse\x12\x14\n" +
-	"\x05count\x18\x01 \x01(\x03R\x05count\x12/\n" +
-	"\x14skipped_no_disk_copy\x18\x02 \x01(\x03R\x11skippedNoDiskCopy\x12%\n" +
+	"\x05count\x18\x01 \x01(\x03R\x05count\"\xf9\x02\n" +
+	"\x11EvictDRAMResponse\x12\x14\n" +
+	"\x05count\x18\x01 \x01(\x03R\x05count\x12-\n" +
+	"\x13skipped_no_ssd_copy\x18\x02 \x01(\x03R\x10skippedNoSsdCopy\x12%\n" +
 	"\x0eskipped_leased\x18\x03 \x01(\x03R\rskippedLeased\x126\n" +
 	"\x17skipped_offload_pending\x18\x04 \x01(\x03R\x15skippedOffloadPending\x12.\n" +
 	"\x13skipped_hard_pinned\x18\x05 \x01(\x03R\x11skippedHardPinned\x125\n" +
 	"\x17skipped_put_in_progress\x18\x06 \x01(\x03R\x14skippedPutInProgress\x12*\n" +
-	"\x11skipped_not_found\x18\a \x01(\x03R\x0fskippedNotFound\x121\n" +
-	"\x15skipped_not_in_memory\x18\b \x01(\x03R\x12skippedNotInMemory*G\n" +
+	"\x11skipped_not_found\x18\a \x01(\x03R\x0fskippedNotFound\x12-\n" +
+	"\x13skipped_not_in_dram\x18\b \x01(\x03R\x10skippedNotInDram*>\n" +
 	"\vReplicaKind\x12\x1c\n" +
-	"\x18REPLICA_KIND_UNSPECIFIED\x10\x00\x12\n" +
-	"\n" +
-	"\x06MEMORY\x10\x01\x12\x0e\n" +
-	"\n" +
-	"LOCAL_DISK\x10\x02*M\n" +
+	"\x18REPLICA_KIND_UNSPECIFIED\x10\x00\x12\b\n" +
+	"\x04DRAM\x10\x01\x12\a\n" +
+	"\x03SSD\x10\x02*M\n" +
 	"\rReplicaStatus\x12\x1e\n" +
 	"\x1aREPLICA_STATUS_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -4960,7 +4958,7 @@ const file_master_proto_rawDesc = "" +
 	"NodeStatus\x12\x1b\n" +
 	"\x17NODE_STATUS_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aNODE_OK\x10\x01\x12\x10\n" +
-	"\fNEED_REMOUNT\x10\x022\xf5\x17\n" +
+	"\fNEED_REMOUNT\x10\x022\xe5\x17\n" +
 	"\x06Master\x12c\n" +
 	"\fMountSegment\x12(.tierstore.master.v1.MountSegmentRequest\x1a).tierstore.master.v1.MountSegmentResponse\x12i\n" +
 	"\x0eUnmountSegment\x12*.tierstore.master.v1.UnmountSegmentRequest\x1a+.tierstore.master.v1.UnmountSegmentResponse\x12K\n" +
@@ -4978,20 +4976,20 @@ const file_master_proto_rawDesc = "" +
 	"\x13BatchGetReplicaList\x12'.tierstore.master.v1.BatchLookupRequest\x1a0.tierstore.master.v1.BatchGetReplicaListResponse\x12H\n" +
 	"\x06Remove\x12\".tierstore.master.v1.RemoveRequest\x1a\x1a.tierstore.master.v1.Empty\x12V\n" +
 	"\tRemoveAll\x12%.tierstore.master.v1.RemoveAllRequest\x1a\".tierstore.master.v1.CountResponse\x12^\n" +
-	"\rRemoveByRegex\x12).tierstore.master.v1.RemoveByRegexRequest\x1a\".tierstore.master.v1.CountResponse\x12`\n" +
-	"\vEvictMemory\x12'.tierstore.master.v1.EvictMemoryRequest\x1a(.tierstore.master.v1.EvictMemoryResponse\x12o\n" +
+	"\rRemoveByRegex\x12).tierstore.master.v1.RemoveByRegexRequest\x1a\".tierstore.master.v1.CountResponse\x12Z\n" +
+	"\tEvictDRAM\x12%.tierstore.master.v1.EvictDRAMRequest\x1a&.tierstore.master.v1.EvictDRAMResponse\x12o\n" +
 	"\x10OffloadHeartbeat\x12,.tierstore.master.v1.OffloadHeartbeatRequest\x1a-.tierstore.master.v1.OffloadHeartbeatResponse\x12i\n" +
-	"\x14NotifyOffloadSuccess\x120.tierstore.master.v1.NotifyOffloadSuccessRequest\x1a\x1f.tierstore.master.v1.KeyResults\x12z\n" +
-	"\x15ReRegisterDiskObjects\x12/.tierstore.master.v1.RegisterDiskObjectsRequest\x1a0.tierstore.master.v1.RegisterDiskObjectsResponse\x12o\n" +
-	"\x10EvictDiskReplica\x12,.tierstore.master.v1.EvictDiskReplicaRequest\x1a-.tierstore.master.v1.EvictDiskReplicaResponse\x12\\\n" +
+	"\x14NotifyOffloadSuccess\x120.tierstore.master.v1.NotifyOffloadSuccessRequest\x1a\x1f.tierstore.master.v1.KeyResults\x12w\n" +
+	"\x14ReRegisterSSDObjects\x12..tierstore.master.v1.RegisterSSDObjectsRequest\x1a/.tierstore.master.v1.RegisterSSDObjectsResponse\x12l\n" +
+	"\x0fEvictSSDReplica\x12+.tierstore.master.v1.EvictSSDReplicaRequest\x1a,.tierstore.master.v1.EvictSSDReplicaResponse\x12\\\n" +
 	"\x10ReportBadReplica\x12,.tierstore.master.v1.ReportBadReplicaRequest\x1a\x1a.tierstore.master.v1.Empty\x12U\n" +
 	"\n" +
 	"PromoteEnd\x12&.tierstore.master.v1.PromoteEndRequest\x1a\x1f.tierstore.master.v1.KeyResults\x12N\n" +
 	"\x05Stats\x12!.tierstore.master.v1.StatsRequest\x1a\".tierstore.master.v1.StatsResponse\x12i\n" +
 	"\x0eReconcileBegin\x12*.tierstore.master.v1.ReconcileBeginRequest\x1a+.tierstore.master.v1.ReconcileBeginResponse\x12f\n" +
 	"\rReconcileKeys\x12).tierstore.master.v1.ReconcileKeysRequest\x1a*.tierstore.master.v1.ReconcileKeysResponse\x12c\n" +
-	"\fReconcileEnd\x12(.tierstore.master.v1.ReconcileEndRequest\x1a).tierstore.master.v1.ReconcileEndResponse\x12m\n" +
-	"\x17ReRegisterMemoryObjects\x121.tierstore.master.v1.RegisterMemoryObjectsRequest\x1a\x1f.tierstore.master.v1.KeyResults\x12c\n" +
+	"\fReconcileEnd\x12(.tierstore.master.v1.ReconcileEndRequest\x1a).tierstore.master.v1.ReconcileEndResponse\x12i\n" +
+	"\x15ReRegisterDRAMObjects\x12/.tierstore.master.v1.RegisterDRAMObjectsRequest\x1a\x1f.tierstore.master.v1.KeyResults\x12c\n" +
 	"\fPullRemovals\x12(.tierstore.master.v1.PullRemovalsRequest\x1a).tierstore.master.v1.PullRemovalsResponse\x12`\n" +
 	"\vWaitOffload\x12'.tierstore.master.v1.WaitOffloadRequest\x1a(.tierstore.master.v1.WaitOffloadResponse\x12S\n" +
 	"\bPrefetch\x12 .tierstore.master.v1.KeysRequest\x1a%.tierstore.master.v1.PrefetchResponseB/Z-github.com/tierstore/tierstore/internal/rpcpbb\x06proto3"
@@ -5011,79 +5009,79 @@ func file_master_proto_rawDescGZIP() []byte {
 var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_master_proto_goTypes = []any{
-	(ReplicaKind)(0),                     // 0: tierstore.master.v1.ReplicaKind
-	(ReplicaStatus)(0),                   // 1: tierstore.master.v1.ReplicaStatus
-	(NodeStatus)(0),                      // 2: tierstore.master.v1.NodeStatus
-	(*Replica)(nil),                      // 3: tierstore.master.v1.Replica
-	(*ObjectInfo)(nil),                   // 4: tierstore.master.v1.ObjectInfo
-	(*MountSegmentRequest)(nil),          // 5: tierstore.master.v1.MountSegmentRequest
-	(*MountSegmentResponse)(nil),         // 6: tierstore.master.v1.MountSegmentResponse
-	(*UnmountSegmentRequest)(nil),        // 7: tierstore.master.v1.UnmountSegmentRequest
-	(*UnmountSegmentResponse)(nil),       // 8: tierstore.master.v1.UnmountSegmentResponse
-	(*LeaveNodeRequest)(nil),             // 9: tierstore.master.v1.LeaveNodeRequest
-	(*PingRequest)(nil),                  // 10: tierstore.master.v1.PingRequest
-	(*PingResponse)(nil),                 // 11: tierstore.master.v1.PingResponse
-	(*PutStartRequest)(nil),              // 12: tierstore.master.v1.PutStartRequest
-	(*PutStartResponse)(nil),             // 13: tierstore.master.v1.PutStartResponse
-	(*BatchPutStartRequest)(nil),         // 14: tierstore.master.v1.BatchPutStartRequest
-	(*PutStartResult)(nil),               // 15: tierstore.master.v1.PutStartResult
-	(*BatchPutStartResponse)(nil),        // 16: tierstore.master.v1.BatchPutStartResponse
-	(*KeyRequest)(nil),                   // 17: tierstore.master.v1.KeyRequest
-	(*Empty)(nil),                        // 18: tierstore.master.v1.Empty
-	(*KeysRequest)(nil),                  // 19: tierstore.master.v1.KeysRequest
-	(*KeyResult)(nil),                    // 20: tierstore.master.v1.KeyResult
-	(*KeyResults)(nil),                   // 21: tierstore.master.v1.KeyResults
-	(*LookupRequest)(nil),                // 22: tierstore.master.v1.LookupRequest
-	(*ExistKeyResponse)(nil),             // 23: tierstore.master.v1.ExistKeyResponse
-	(*BatchLookupRequest)(nil),           // 24: tierstore.master.v1.BatchLookupRequest
-	(*ExistResult)(nil),                  // 25: tierstore.master.v1.ExistResult
-	(*BatchExistKeyResponse)(nil),        // 26: tierstore.master.v1.BatchExistKeyResponse
-	(*GetReplicaListResponse)(nil),       // 27: tierstore.master.v1.GetReplicaListResponse
-	(*ReplicaListResult)(nil),            // 28: tierstore.master.v1.ReplicaListResult
-	(*BatchGetReplicaListResponse)(nil),  // 29: tierstore.master.v1.BatchGetReplicaListResponse
-	(*RemoveRequest)(nil),                // 30: tierstore.master.v1.RemoveRequest
-	(*RemoveAllRequest)(nil),             // 31: tierstore.master.v1.RemoveAllRequest
-	(*RemoveByRegexRequest)(nil),         // 32: tierstore.master.v1.RemoveByRegexRequest
-	(*CountResponse)(nil),                // 33: tierstore.master.v1.CountResponse
-	(*RemovalCursor)(nil),                // 34: tierstore.master.v1.RemovalCursor
-	(*Removal)(nil),                      // 35: tierstore.master.v1.Removal
-	(*MemoryRef)(nil),                    // 36: tierstore.master.v1.MemoryRef
-	(*PullRemovalsRequest)(nil),          // 37: tierstore.master.v1.PullRemovalsRequest
-	(*PullRemovalsResponse)(nil),         // 38: tierstore.master.v1.PullRemovalsResponse
-	(*EvictMemoryRequest)(nil),           // 39: tierstore.master.v1.EvictMemoryRequest
-	(*WaitOffloadRequest)(nil),           // 40: tierstore.master.v1.WaitOffloadRequest
-	(*WaitOffloadResponse)(nil),          // 41: tierstore.master.v1.WaitOffloadResponse
-	(*PrefetchResponse)(nil),             // 42: tierstore.master.v1.PrefetchResponse
-	(*OffloadHeartbeatRequest)(nil),      // 43: tierstore.master.v1.OffloadHeartbeatRequest
-	(*SketchChunk)(nil),                  // 44: tierstore.master.v1.SketchChunk
-	(*SSDVictim)(nil),                    // 45: tierstore.master.v1.SSDVictim
-	(*SSDReport)(nil),                    // 46: tierstore.master.v1.SSDReport
-	(*PromoteTask)(nil),                  // 47: tierstore.master.v1.PromoteTask
-	(*OffloadTask)(nil),                  // 48: tierstore.master.v1.OffloadTask
-	(*OffloadHeartbeatResponse)(nil),     // 49: tierstore.master.v1.OffloadHeartbeatResponse
-	(*PromoteResult)(nil),                // 50: tierstore.master.v1.PromoteResult
-	(*PromoteEndRequest)(nil),            // 51: tierstore.master.v1.PromoteEndRequest
-	(*DiskObject)(nil),                   // 52: tierstore.master.v1.DiskObject
-	(*OffloadFailure)(nil),               // 53: tierstore.master.v1.OffloadFailure
-	(*NotifyOffloadSuccessRequest)(nil),  // 54: tierstore.master.v1.NotifyOffloadSuccessRequest
-	(*DiskObjectColumns)(nil),            // 55: tierstore.master.v1.DiskObjectColumns
-	(*RegisterDiskObjectsRequest)(nil),   // 56: tierstore.master.v1.RegisterDiskObjectsRequest
-	(*RegisterDiskObjectsResponse)(nil),  // 57: tierstore.master.v1.RegisterDiskObjectsResponse
-	(*EvictDiskReplicaRequest)(nil),      // 58: tierstore.master.v1.EvictDiskReplicaRequest
-	(*EvictDiskReplicaResponse)(nil),     // 59: tierstore.master.v1.EvictDiskReplicaResponse
-	(*ReportBadReplicaRequest)(nil),      // 60: tierstore.master.v1.ReportBadReplicaRequest
-	(*MemoryObject)(nil),                 // 61: tierstore.master.v1.MemoryObject
-	(*RegisterMemoryObjectsRequest)(nil), // 62: tierstore.master.v1.RegisterMemoryObjectsRequest
-	(*StatsRequest)(nil),                 // 63: tierstore.master.v1.StatsRequest
-	(*StatsResponse)(nil),                // 64: tierstore.master.v1.StatsResponse
-	(*NodeStats)(nil),                    // 65: tierstore.master.v1.NodeStats
-	(*ReconcileBeginRequest)(nil),        // 66: tierstore.master.v1.ReconcileBeginRequest
-	(*ReconcileBeginResponse)(nil),       // 67: tierstore.master.v1.ReconcileBeginResponse
-	(*ReconcileKeysRequest)(nil),         // 68: tierstore.master.v1.ReconcileKeysRequest
-	(*ReconcileKeysResponse)(nil),        // 69: tierstore.master.v1.ReconcileKeysResponse
-	(*ReconcileEndRequest)(nil),          // 70: tierstore.master.v1.ReconcileEndRequest
-	(*ReconcileEndResponse)(nil),         // 71: tierstore.master.v1.ReconcileEndResponse
-	(*EvictMemoryResponse)(nil),          // 72: tierstore.master.v1.EvictMemoryResponse
+	(ReplicaKind)(0),                    // 0: tierstore.master.v1.ReplicaKind
+	(ReplicaStatus)(0),                  // 1: tierstore.master.v1.ReplicaStatus
+	(NodeStatus)(0),                     // 2: tierstore.master.v1.NodeStatus
+	(*Replica)(nil),                     // 3: tierstore.master.v1.Replica
+	(*ObjectInfo)(nil),                  // 4: tierstore.master.v1.ObjectInfo
+	(*MountSegmentRequest)(nil),         // 5: tierstore.master.v1.MountSegmentRequest
+	(*MountSegmentResponse)(nil),        // 6: tierstore.master.v1.MountSegmentResponse
+	(*UnmountSegmentRequest)(nil),       // 7: tierstore.master.v1.UnmountSegmentRequest
+	(*UnmountSegmentResponse)(nil),      // 8: tierstore.master.v1.UnmountSegmentResponse
+	(*LeaveNodeRequest)(nil),            // 9: tierstore.master.v1.LeaveNodeRequest
+	(*PingRequest)(nil),                 // 10: tierstore.master.v1.PingRequest
+	(*PingResponse)(nil),                // 11: tierstore.master.v1.PingResponse
+	(*PutStartRequest)(nil),             // 12: tierstore.master.v1.PutStartRequest
+	(*PutStartResponse)(nil),            // 13: tierstore.master.v1.PutStartResponse
+	(*BatchPutStartRequest)(nil),        // 14: tierstore.master.v1.BatchPutStartRequest
+	(*PutStartResult)(nil),              // 15: tierstore.master.v1.PutStartResult
+	(*BatchPutStartResponse)(nil),       // 16: tierstore.master.v1.BatchPutStartResponse
+	(*KeyRequest)(nil),                  // 17: tierstore.master.v1.KeyRequest
+	(*Empty)(nil),                       // 18: tierstore.master.v1.Empty
+	(*KeysRequest)(nil),                 // 19: tierstore.master.v1.KeysRequest
+	(*KeyResult)(nil),                   // 20: tierstore.master.v1.KeyResult
+	(*KeyResults)(nil),                  // 21: tierstore.master.v1.KeyResults
+	(*LookupRequest)(nil),               // 22: tierstore.master.v1.LookupRequest
+	(*ExistKeyResponse)(nil),            // 23: tierstore.master.v1.ExistKeyResponse
+	(*BatchLookupRequest)(nil),          // 24: tierstore.master.v1.BatchLookupRequest
+	(*ExistResult)(nil),                 // 25: tierstore.master.v1.ExistResult
+	(*BatchExistKeyResponse)(nil),       // 26: tierstore.master.v1.BatchExistKeyResponse
+	(*GetReplicaListResponse)(nil),      // 27: tierstore.master.v1.GetReplicaListResponse
+	(*ReplicaListResult)(nil),           // 28: tierstore.master.v1.ReplicaListResult
+	(*BatchGetReplicaListResponse)(nil), // 29: tierstore.master.v1.BatchGetReplicaListResponse
+	(*RemoveRequest)(nil),               // 30: tierstore.master.v1.RemoveRequest
+	(*RemoveAllRequest)(nil),            // 31: tierstore.master.v1.RemoveAllRequest
+	(*RemoveByRegexRequest)(nil),        // 32: tierstore.master.v1.RemoveByRegexRequest
+	(*CountResponse)(nil),               // 33: tierstore.master.v1.CountResponse
+	(*RemovalCursor)(nil),               // 34: tierstore.master.v1.RemovalCursor
+	(*Removal)(nil),                     // 35: tierstore.master.v1.Removal
+	(*DRAMRef)(nil),                     // 36: tierstore.master.v1.DRAMRef
+	(*PullRemovalsRequest)(nil),         // 37: tierstore.master.v1.PullRemovalsRequest
+	(*PullRemovalsResponse)(nil),        // 38: tierstore.master.v1.PullRemovalsResponse
+	(*EvictDRAMRequest)(nil),            // 39: tierstore.master.v1.EvictDRAMRequest
+	(*WaitOffloadRequest)(nil),          // 40: tierstore.master.v1.WaitOffloadRequest
+	(*WaitOffloadResponse)(nil),         // 41: tierstore.master.v1.WaitOffloadResponse
+	(*PrefetchResponse)(nil),            // 42: tierstore.master.v1.PrefetchResponse
+	(*OffloadHeartbeatRequest)(nil),     // 43: tierstore.master.v1.OffloadHeartbeatRequest
+	(*SketchChunk)(nil),                 // 44: tierstore.master.v1.SketchChunk
+	(*SSDVictim)(nil),                   // 45: tierstore.master.v1.SSDVictim
+	(*SSDReport)(nil),                   // 46: tierstore.master.v1.SSDReport
+	(*PromoteTask)(nil),                 // 47: tierstore.master.v1.PromoteTask
+	(*OffloadTask)(nil),                 // 48: tierstore.master.v1.OffloadTask
+	(*OffloadHeartbeatResponse)(nil),    // 49: tierstore.master.v1.OffloadHeartbeatResponse
+	(*PromoteResult)(nil),               // 50: tierstore.master.v1.PromoteResult
+	(*PromoteEndRequest)(nil),           // 51: tierstore.master.v1.PromoteEndRequest
+	(*SSDObject)(nil),                   // 52: tierstore.master.v1.SSDObject
+	(*OffloadFailure)(nil),              // 53: tierstore.master.v1.OffloadFailure
+	(*NotifyOffloadSuccessRequest)(nil), // 54: tierstore.master.v1.NotifyOffloadSuccessRequest
+	(*SSDObjectColumns)(nil),            // 55: tierstore.master.v1.SSDObjectColumns
+	(*RegisterSSDObjectsRequest)(nil),   // 56: tierstore.master.v1.RegisterSSDObjectsRequest
+	(*RegisterSSDObjectsResponse)(nil),  // 57: tierstore.master.v1.RegisterSSDObjectsResponse
+	(*EvictSSDReplicaRequest)(nil),      // 58: tierstore.master.v1.EvictSSDReplicaRequest
+	(*EvictSSDReplicaResponse)(nil),     // 59: tierstore.master.v1.EvictSSDReplicaResponse
+	(*ReportBadReplicaRequest)(nil),     // 60: tierstore.master.v1.ReportBadReplicaRequest
+	(*DRAMObject)(nil),                  // 61: tierstore.master.v1.DRAMObject
+	(*RegisterDRAMObjectsRequest)(nil),  // 62: tierstore.master.v1.RegisterDRAMObjectsRequest
+	(*StatsRequest)(nil),                // 63: tierstore.master.v1.StatsRequest
+	(*StatsResponse)(nil),               // 64: tierstore.master.v1.StatsResponse
+	(*NodeStats)(nil),                   // 65: tierstore.master.v1.NodeStats
+	(*ReconcileBeginRequest)(nil),       // 66: tierstore.master.v1.ReconcileBeginRequest
+	(*ReconcileBeginResponse)(nil),      // 67: tierstore.master.v1.ReconcileBeginResponse
+	(*ReconcileKeysRequest)(nil),        // 68: tierstore.master.v1.ReconcileKeysRequest
+	(*ReconcileKeysResponse)(nil),       // 69: tierstore.master.v1.ReconcileKeysResponse
+	(*ReconcileEndRequest)(nil),         // 70: tierstore.master.v1.ReconcileEndRequest
+	(*ReconcileEndResponse)(nil),        // 71: tierstore.master.v1.ReconcileEndResponse
+	(*EvictDRAMResponse)(nil),           // 72: tierstore.master.v1.EvictDRAMResponse
 }
 var file_master_proto_depIdxs = []int32{
 	0,  // 0: tierstore.master.v1.Replica.kind:type_name -> tierstore.master.v1.ReplicaKind
@@ -5104,19 +5102,19 @@ var file_master_proto_depIdxs = []int32{
 	34, // 15: tierstore.master.v1.PullRemovalsRequest.dram:type_name -> tierstore.master.v1.RemovalCursor
 	34, // 16: tierstore.master.v1.PullRemovalsRequest.ssd:type_name -> tierstore.master.v1.RemovalCursor
 	35, // 17: tierstore.master.v1.PullRemovalsResponse.removals:type_name -> tierstore.master.v1.Removal
-	36, // 18: tierstore.master.v1.PullRemovalsResponse.forget:type_name -> tierstore.master.v1.MemoryRef
+	36, // 18: tierstore.master.v1.PullRemovalsResponse.forget:type_name -> tierstore.master.v1.DRAMRef
 	46, // 19: tierstore.master.v1.OffloadHeartbeatRequest.ssd_report:type_name -> tierstore.master.v1.SSDReport
 	45, // 20: tierstore.master.v1.SSDReport.victims:type_name -> tierstore.master.v1.SSDVictim
 	48, // 21: tierstore.master.v1.OffloadHeartbeatResponse.tasks:type_name -> tierstore.master.v1.OffloadTask
 	47, // 22: tierstore.master.v1.OffloadHeartbeatResponse.promotions:type_name -> tierstore.master.v1.PromoteTask
 	44, // 23: tierstore.master.v1.OffloadHeartbeatResponse.sketch_chunk:type_name -> tierstore.master.v1.SketchChunk
 	50, // 24: tierstore.master.v1.PromoteEndRequest.results:type_name -> tierstore.master.v1.PromoteResult
-	52, // 25: tierstore.master.v1.NotifyOffloadSuccessRequest.persisted:type_name -> tierstore.master.v1.DiskObject
+	52, // 25: tierstore.master.v1.NotifyOffloadSuccessRequest.persisted:type_name -> tierstore.master.v1.SSDObject
 	53, // 26: tierstore.master.v1.NotifyOffloadSuccessRequest.failed:type_name -> tierstore.master.v1.OffloadFailure
-	55, // 27: tierstore.master.v1.RegisterDiskObjectsRequest.objects:type_name -> tierstore.master.v1.DiskObjectColumns
-	20, // 28: tierstore.master.v1.RegisterDiskObjectsResponse.results:type_name -> tierstore.master.v1.KeyResult
+	55, // 27: tierstore.master.v1.RegisterSSDObjectsRequest.objects:type_name -> tierstore.master.v1.SSDObjectColumns
+	20, // 28: tierstore.master.v1.RegisterSSDObjectsResponse.results:type_name -> tierstore.master.v1.KeyResult
 	3,  // 29: tierstore.master.v1.ReportBadReplicaRequest.replica:type_name -> tierstore.master.v1.Replica
-	61, // 30: tierstore.master.v1.RegisterMemoryObjectsRequest.objects:type_name -> tierstore.master.v1.MemoryObject
+	61, // 30: tierstore.master.v1.RegisterDRAMObjectsRequest.objects:type_name -> tierstore.master.v1.DRAMObject
 	65, // 31: tierstore.master.v1.StatsResponse.per_node:type_name -> tierstore.master.v1.NodeStats
 	5,  // 32: tierstore.master.v1.Master.MountSegment:input_type -> tierstore.master.v1.MountSegmentRequest
 	7,  // 33: tierstore.master.v1.Master.UnmountSegment:input_type -> tierstore.master.v1.UnmountSegmentRequest
@@ -5135,18 +5133,18 @@ var file_master_proto_depIdxs = []int32{
 	30, // 46: tierstore.master.v1.Master.Remove:input_type -> tierstore.master.v1.RemoveRequest
 	31, // 47: tierstore.master.v1.Master.RemoveAll:input_type -> tierstore.master.v1.RemoveAllRequest
 	32, // 48: tierstore.master.v1.Master.RemoveByRegex:input_type -> tierstore.master.v1.RemoveByRegexRequest
-	39, // 49: tierstore.master.v1.Master.EvictMemory:input_type -> tierstore.master.v1.EvictMemoryRequest
+	39, // 49: tierstore.master.v1.Master.EvictDRAM:input_type -> tierstore.master.v1.EvictDRAMRequest
 	43, // 50: tierstore.master.v1.Master.OffloadHeartbeat:input_type -> tierstore.master.v1.OffloadHeartbeatRequest
 	54, // 51: tierstore.master.v1.Master.NotifyOffloadSuccess:input_type -> tierstore.master.v1.NotifyOffloadSuccessRequest
-	56, // 52: tierstore.master.v1.Master.ReRegisterDiskObjects:input_type -> tierstore.master.v1.RegisterDiskObjectsRequest
-	58, // 53: tierstore.master.v1.Master.EvictDiskReplica:input_type -> tierstore.master.v1.EvictDiskReplicaRequest
+	56, // 52: tierstore.master.v1.Master.ReRegisterSSDObjects:input_type -> tierstore.master.v1.RegisterSSDObjectsRequest
+	58, // 53: tierstore.master.v1.Master.EvictSSDReplica:input_type -> tierstore.master.v1.EvictSSDReplicaRequest
 	60, // 54: tierstore.master.v1.Master.ReportBadReplica:input_type -> tierstore.master.v1.ReportBadReplicaRequest
 	51, // 55: tierstore.master.v1.Master.PromoteEnd:input_type -> tierstore.master.v1.PromoteEndRequest
 	63, // 56: tierstore.master.v1.Master.Stats:input_type -> tierstore.master.v1.StatsRequest
 	66, // 57: tierstore.master.v1.Master.ReconcileBegin:input_type -> tierstore.master.v1.ReconcileBeginRequest
 	68, // 58: tierstore.master.v1.Master.ReconcileKeys:input_type -> tierstore.master.v1.ReconcileKeysRequest
 	70, // 59: tierstore.master.v1.Master.ReconcileEnd:input_type -> tierstore.master.v1.ReconcileEndRequest
-	62, // 60: tierstore.master.v1.Master.ReRegisterMemoryObjects:input_type -> tierstore.master.v1.RegisterMemoryObjectsRequest
+	62, // 60: tierstore.master.v1.Master.ReRegisterDRAMObjects:input_type -> tierstore.master.v1.RegisterDRAMObjectsRequest
 	37, // 61: tierstore.master.v1.Master.PullRemovals:input_type -> tierstore.master.v1.PullRemovalsRequest
 	40, // 62: tierstore.master.v1.Master.WaitOffload:input_type -> tierstore.master.v1.WaitOffloadRequest
 	19, // 63: tierstore.master.v1.Master.Prefetch:input_type -> tierstore.master.v1.KeysRequest
@@ -5167,18 +5165,18 @@ var file_master_proto_depIdxs = []int32{
 	18, // 78: tierstore.master.v1.Master.Remove:output_type -> tierstore.master.v1.Empty
 	33, // 79: tierstore.master.v1.Master.RemoveAll:output_type -> tierstore.master.v1.CountResponse
 	33, // 80: tierstore.master.v1.Master.RemoveByRegex:output_type -> tierstore.master.v1.CountResponse
-	72, // 81: tierstore.master.v1.Master.EvictMemory:output_type -> tierstore.master.v1.EvictMemoryResponse
+	72, // 81: tierstore.master.v1.Master.EvictDRAM:output_type -> tierstore.master.v1.EvictDRAMResponse
 	49, // 82: tierstore.master.v1.Master.OffloadHeartbeat:output_type -> tierstore.master.v1.OffloadHeartbeatResponse
 	21, // 83: tierstore.master.v1.Master.NotifyOffloadSuccess:output_type -> tierstore.master.v1.KeyResults
-	57, // 84: tierstore.master.v1.Master.ReRegisterDiskObjects:output_type -> tierstore.master.v1.RegisterDiskObjectsResponse
-	59, // 85: tierstore.master.v1.Master.EvictDiskReplica:output_type -> tierstore.master.v1.EvictDiskReplicaResponse
+	57, // 84: tierstore.master.v1.Master.ReRegisterSSDObjects:output_type -> tierstore.master.v1.RegisterSSDObjectsResponse
+	59, // 85: tierstore.master.v1.Master.EvictSSDReplica:output_type -> tierstore.master.v1.EvictSSDReplicaResponse
 	18, // 86: tierstore.master.v1.Master.ReportBadReplica:output_type -> tierstore.master.v1.Empty
 	21, // 87: tierstore.master.v1.Master.PromoteEnd:output_type -> tierstore.master.v1.KeyResults
 	64, // 88: tierstore.master.v1.Master.Stats:output_type -> tierstore.master.v1.StatsResponse
 	67, // 89: tierstore.master.v1.Master.ReconcileBegin:output_type -> tierstore.master.v1.ReconcileBeginResponse
 	69, // 90: tierstore.master.v1.Master.ReconcileKeys:output_type -> tierstore.master.v1.ReconcileKeysResponse
 	71, // 91: tierstore.master.v1.Master.ReconcileEnd:output_type -> tierstore.master.v1.ReconcileEndResponse
-	21, // 92: tierstore.master.v1.Master.ReRegisterMemoryObjects:output_type -> tierstore.master.v1.KeyResults
+	21, // 92: tierstore.master.v1.Master.ReRegisterDRAMObjects:output_type -> tierstore.master.v1.KeyResults
 	38, // 93: tierstore.master.v1.Master.PullRemovals:output_type -> tierstore.master.v1.PullRemovalsResponse
 	41, // 94: tierstore.master.v1.Master.WaitOffload:output_type -> tierstore.master.v1.WaitOffloadResponse
 	42, // 95: tierstore.master.v1.Master.Prefetch:output_type -> tierstore.master.v1.PrefetchResponse

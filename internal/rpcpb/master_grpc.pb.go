@@ -25,38 +25,38 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Master_MountSegment_FullMethodName            = "/tierstore.master.v1.Master/MountSegment"
-	Master_UnmountSegment_FullMethodName          = "/tierstore.master.v1.Master/UnmountSegment"
-	Master_Ping_FullMethodName                    = "/tierstore.master.v1.Master/Ping"
-	Master_LeaveNode_FullMethodName               = "/tierstore.master.v1.Master/LeaveNode"
-	Master_PutStart_FullMethodName                = "/tierstore.master.v1.Master/PutStart"
-	Master_PutEnd_FullMethodName                  = "/tierstore.master.v1.Master/PutEnd"
-	Master_PutRevoke_FullMethodName               = "/tierstore.master.v1.Master/PutRevoke"
-	Master_BatchPutStart_FullMethodName           = "/tierstore.master.v1.Master/BatchPutStart"
-	Master_BatchPutEnd_FullMethodName             = "/tierstore.master.v1.Master/BatchPutEnd"
-	Master_BatchPutRevoke_FullMethodName          = "/tierstore.master.v1.Master/BatchPutRevoke"
-	Master_ExistKey_FullMethodName                = "/tierstore.master.v1.Master/ExistKey"
-	Master_BatchExistKey_FullMethodName           = "/tierstore.master.v1.Master/BatchExistKey"
-	Master_GetReplicaList_FullMethodName          = "/tierstore.master.v1.Master/GetReplicaList"
-	Master_BatchGetReplicaList_FullMethodName     = "/tierstore.master.v1.Master/BatchGetReplicaList"
-	Master_Remove_FullMethodName                  = "/tierstore.master.v1.Master/Remove"
-	Master_RemoveAll_FullMethodName               = "/tierstore.master.v1.Master/RemoveAll"
-	Master_RemoveByRegex_FullMethodName           = "/tierstore.master.v1.Master/RemoveByRegex"
-	Master_EvictMemory_FullMethodName             = "/tierstore.master.v1.Master/EvictMemory"
-	Master_OffloadHeartbeat_FullMethodName        = "/tierstore.master.v1.Master/OffloadHeartbeat"
-	Master_NotifyOffloadSuccess_FullMethodName    = "/tierstore.master.v1.Master/NotifyOffloadSuccess"
-	Master_ReRegisterDiskObjects_FullMethodName   = "/tierstore.master.v1.Master/ReRegisterDiskObjects"
-	Master_EvictDiskReplica_FullMethodName        = "/tierstore.master.v1.Master/EvictDiskReplica"
-	Master_ReportBadReplica_FullMethodName        = "/tierstore.master.v1.Master/ReportBadReplica"
-	Master_PromoteEnd_FullMethodName              = "/tierstore.master.v1.Master/PromoteEnd"
-	Master_Stats_FullMethodName                   = "/tierstore.master.v1.Master/Stats"
-	Master_ReconcileBegin_FullMethodName          = "/tierstore.master.v1.Master/ReconcileBegin"
-	Master_ReconcileKeys_FullMethodName           = "/tierstore.master.v1.Master/ReconcileKeys"
-	Master_ReconcileEnd_FullMethodName            = "/tierstore.master.v1.Master/ReconcileEnd"
-	Master_ReRegisterMemoryObjects_FullMethodName = "/tierstore.master.v1.Master/ReRegisterMemoryObjects"
-	Master_PullRemovals_FullMethodName            = "/tierstore.master.v1.Master/PullRemovals"
-	Master_WaitOffload_FullMethodName             = "/tierstore.master.v1.Master/WaitOffload"
-	Master_Prefetch_FullMethodName                = "/tierstore.master.v1.Master/Prefetch"
+	Master_MountSegment_FullMethodName          = "/tierstore.master.v1.Master/MountSegment"
+	Master_UnmountSegment_FullMethodName        = "/tierstore.master.v1.Master/UnmountSegment"
+	Master_Ping_FullMethodName                  = "/tierstore.master.v1.Master/Ping"
+	Master_LeaveNode_FullMethodName             = "/tierstore.master.v1.Master/LeaveNode"
+	Master_PutStart_FullMethodName              = "/tierstore.master.v1.Master/PutStart"
+	Master_PutEnd_FullMethodName                = "/tierstore.master.v1.Master/PutEnd"
+	Master_PutRevoke_FullMethodName             = "/tierstore.master.v1.Master/PutRevoke"
+	Master_BatchPutStart_FullMethodName         = "/tierstore.master.v1.Master/BatchPutStart"
+	Master_BatchPutEnd_FullMethodName           = "/tierstore.master.v1.Master/BatchPutEnd"
+	Master_BatchPutRevoke_FullMethodName        = "/tierstore.master.v1.Master/BatchPutRevoke"
+	Master_ExistKey_FullMethodName              = "/tierstore.master.v1.Master/ExistKey"
+	Master_BatchExistKey_FullMethodName         = "/tierstore.master.v1.Master/BatchExistKey"
+	Master_GetReplicaList_FullMethodName        = "/tierstore.master.v1.Master/GetReplicaList"
+	Master_BatchGetReplicaList_FullMethodName   = "/tierstore.master.v1.Master/BatchGetReplicaList"
+	Master_Remove_FullMethodName                = "/tierstore.master.v1.Master/Remove"
+	Master_RemoveAll_FullMethodName             = "/tierstore.master.v1.Master/RemoveAll"
+	Master_RemoveByRegex_FullMethodName         = "/tierstore.master.v1.Master/RemoveByRegex"
+	Master_EvictDRAM_FullMethodName             = "/tierstore.master.v1.Master/EvictDRAM"
+	Master_OffloadHeartbeat_FullMethodName      = "/tierstore.master.v1.Master/OffloadHeartbeat"
+	Master_NotifyOffloadSuccess_FullMethodName  = "/tierstore.master.v1.Master/NotifyOffloadSuccess"
+	Master_ReRegisterSSDObjects_FullMethodName  = "/tierstore.master.v1.Master/ReRegisterSSDObjects"
+	Master_EvictSSDReplica_FullMethodName       = "/tierstore.master.v1.Master/EvictSSDReplica"
+	Master_ReportBadReplica_FullMethodName      = "/tierstore.master.v1.Master/ReportBadReplica"
+	Master_PromoteEnd_FullMethodName            = "/tierstore.master.v1.Master/PromoteEnd"
+	Master_Stats_FullMethodName                 = "/tierstore.master.v1.Master/Stats"
+	Master_ReconcileBegin_FullMethodName        = "/tierstore.master.v1.Master/ReconcileBegin"
+	Master_ReconcileKeys_FullMethodName         = "/tierstore.master.v1.Master/ReconcileKeys"
+	Master_ReconcileEnd_FullMethodName          = "/tierstore.master.v1.Master/ReconcileEnd"
+	Master_ReRegisterDRAMObjects_FullMethodName = "/tierstore.master.v1.Master/ReRegisterDRAMObjects"
+	Master_PullRemovals_FullMethodName          = "/tierstore.master.v1.Master/PullRemovals"
+	Master_WaitOffload_FullMethodName           = "/tierstore.master.v1.Master/WaitOffload"
+	Master_Prefetch_FullMethodName              = "/tierstore.master.v1.Master/Prefetch"
 )
 
 // MasterClient is the client API for Master service.
@@ -80,11 +80,11 @@ type MasterClient interface {
 	Remove(ctx context.Context, in *RemoveRequest, opts ...grpc.CallOption) (*Empty, error)
 	RemoveAll(ctx context.Context, in *RemoveAllRequest, opts ...grpc.CallOption) (*CountResponse, error)
 	RemoveByRegex(ctx context.Context, in *RemoveByRegexRequest, opts ...grpc.CallOption) (*CountResponse, error)
-	EvictMemory(ctx context.Context, in *EvictMemoryRequest, opts ...grpc.CallOption) (*EvictMemoryResponse, error)
+	EvictDRAM(ctx context.Context, in *EvictDRAMRequest, opts ...grpc.CallOption) (*EvictDRAMResponse, error)
 	OffloadHeartbeat(ctx context.Context, in *OffloadHeartbeatRequest, opts ...grpc.CallOption) (*OffloadHeartbeatResponse, error)
 	NotifyOffloadSuccess(ctx context.Context, in *NotifyOffloadSuccessRequest, opts ...grpc.CallOption) (*KeyResults, error)
-	ReRegisterDiskObjects(ctx context.Context, in *RegisterDiskObjectsRequest, opts ...grpc.CallOption) (*RegisterDiskObjectsResponse, error)
-	EvictDiskReplica(ctx context.Context, in *EvictDiskReplicaRequest, opts ...grpc.CallOption) (*EvictDiskReplicaResponse, error)
+	ReRegisterSSDObjects(ctx context.Context, in *RegisterSSDObjectsRequest, opts ...grpc.CallOption) (*RegisterSSDObjectsResponse, error)
+	EvictSSDReplica(ctx context.Context, in *EvictSSDReplicaRequest, opts ...grpc.CallOption) (*EvictSSDReplicaResponse, error)
 	ReportBadReplica(ctx context.Context, in *ReportBadReplicaRequest, opts ...grpc.CallOption) (*Empty, error)
 	// A node answers promotions of OffloadHeartbeat: per result OK (loaded:
 	// the DRAM replica is published; not loaded: the range is freed), or the
@@ -97,7 +97,7 @@ type MasterClient interface {
 	// A node recreates the complete objects of its DRAM segment at a master
 	// that does not know them (a new leader after a failover): per item OK,
 	// or the reason it was refused (the node forgets that record).
-	ReRegisterMemoryObjects(ctx context.Context, in *RegisterMemoryObjectsRequest, opts ...grpc.CallOption) (*KeyResults, error)
+	ReRegisterDRAMObjects(ctx context.Context, in *RegisterDRAMObjectsRequest, opts ...grpc.CallOption) (*KeyResults, error)
 	// The removal log (docs/design.md, invariant 10): a node pulls the
 	// entries above its cursors and applies them to its copies.
 	PullRemovals(ctx context.Context, in *PullRemovalsRequest, opts ...grpc.CallOption) (*PullRemovalsResponse, error)
@@ -291,10 +291,10 @@ func (c *masterClient) RemoveByRegex(ctx context.Context, in *RemoveByRegexReque
 	return out, nil
 }
 
-func (c *masterClient) EvictMemory(ctx context.Context, in *EvictMemoryRequest, opts ...grpc.CallOption) (*EvictMemoryResponse, error) {
+func (c *masterClient) EvictDRAM(ctx context.Context, in *EvictDRAMRequest, opts ...grpc.CallOption) (*EvictDRAMResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(EvictMemoryResponse)
-	err := c.cc.Invoke(ctx, Master_EvictMemory_FullMethodName, in, out, cOpts...)
+	out := new(EvictDRAMResponse)
+	err := c.cc.Invoke(ctx, Master_EvictDRAM_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -321,20 +321,20 @@ func (c *masterClient) NotifyOffloadSuccess(ctx context.Context, in *NotifyOfflo
 	return out, nil
 }
 
-func (c *masterClient) ReRegisterDiskObjects(ctx context.Context, in *RegisterDiskObjectsRequest, opts ...grpc.CallOption) (*RegisterDiskObjectsResponse, error) {
+func (c *masterClient) ReRegisterSSDObjects(ctx context.Context, in *RegisterSSDObjectsRequest, opts ...grpc.CallOption) (*RegisterSSDObjectsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(RegisterDiskObjectsResponse)
-	err := c.cc.Invoke(ctx, Master_ReRegisterDiskObjects_FullMethodName, in, out, cOpts...)
+	out := new(RegisterSSDObjectsResponse)
+	err := c.cc.Invoke(ctx, Master_ReRegisterSSDObjects_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-func (c *masterClient) EvictDiskReplica(ctx context.Context, in *EvictDiskReplicaRequest, opts ...grpc.CallOption) (*EvictDiskReplicaResponse, error) {
+func (c *masterClient) EvictSSDReplica(ctx context.Context, in *EvictSSDReplicaRequest, opts ...grpc.CallOption) (*EvictSSDReplicaResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(EvictDiskReplicaResponse)
-	err := c.cc.Invoke(ctx, Master_EvictDiskReplica_FullMethodName, in, out, cOpts...)
+	out := new(EvictSSDReplicaResponse)
+	err := c.cc.Invoke(ctx, Master_EvictSSDReplica_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -401,10 +401,10 @@ func (c *masterClient) ReconcileEnd(ctx context.Context, in *ReconcileEndRequest
 	return out, nil
 }
 
-func (c *masterClient) ReRegisterMemoryObjects(ctx context.Context, in *RegisterMemoryObjectsRequest, opts ...grpc.CallOption) (*KeyResults, error) {
+func (c *masterClient) ReRegisterDRAMObjects(ctx context.Context, in *RegisterDRAMObjectsRequest, opts ...grpc.CallOption) (*KeyResults, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(KeyResults)
-	err := c.cc.Invoke(ctx, Master_ReRegisterMemoryObjects_FullMethodName, in, out, cOpts...)
+	err := c.cc.Invoke(ctx, Master_ReRegisterDRAMObjects_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -462,11 +462,11 @@ type MasterServer interface {
 	Remove(context.Context, *RemoveRequest) (*Empty, error)
 	RemoveAll(context.Context, *RemoveAllRequest) (*CountResponse, error)
 	RemoveByRegex(context.Context, *RemoveByRegexRequest) (*CountResponse, error)
-	EvictMemory(context.Context, *EvictMemoryRequest) (*EvictMemoryResponse, error)
+	EvictDRAM(context.Context, *EvictDRAMRequest) (*EvictDRAMResponse, error)
 	OffloadHeartbeat(context.Context, *OffloadHeartbeatRequest) (*OffloadHeartbeatResponse, error)
 	NotifyOffloadSuccess(context.Context, *NotifyOffloadSuccessRequest) (*KeyResults, error)
-	ReRegisterDiskObjects(context.Context, *RegisterDiskObjectsRequest) (*RegisterDiskObjectsResponse, error)
-	EvictDiskReplica(context.Context, *EvictDiskReplicaRequest) (*EvictDiskReplicaResponse, error)
+	ReRegisterSSDObjects(context.Context, *RegisterSSDObjectsRequest) (*RegisterSSDObjectsResponse, error)
+	EvictSSDReplica(context.Context, *EvictSSDReplicaRequest) (*EvictSSDReplicaResponse, error)
 	ReportBadReplica(context.Context, *ReportBadReplicaRequest) (*Empty, error)
 	// A node answers promotions of OffloadHeartbeat: per result OK (loaded:
 	// the DRAM replica is published; not loaded: the range is freed), or the
@@ -479,7 +479,7 @@ type MasterServer interface {
 	// A node recreates the complete objects of its DRAM segment at a master
 	// that does not know them (a new leader after a failover): per item OK,
 	// or the reason it was refused (the node forgets that record).
-	ReRegisterMemoryObjects(context.Context, *RegisterMemoryObjectsRequest) (*KeyResults, error)
+	ReRegisterDRAMObjects(context.Context, *RegisterDRAMObjectsRequest) (*KeyResults, error)
 	// The removal log (docs/design.md, invariant 10): a node pulls the
 	// entries above its cursors and applies them to its copies.
 	PullRemovals(context.Context, *PullRemovalsRequest) (*PullRemovalsResponse, error)
@@ -554,8 +554,8 @@ func (UnimplementedMasterServer) RemoveAll(context.Context, *RemoveAllRequest) (
 func (UnimplementedMasterServer) RemoveByRegex(context.Context, *RemoveByRegexRequest) (*CountResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemoveByRegex not implemented")
 }
-func (UnimplementedMasterServer) EvictMemory(context.Context, *EvictMemoryRequest) (*EvictMemoryResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method EvictMemory not implemented")
+func (UnimplementedMasterServer) EvictDRAM(context.Context, *EvictDRAMRequest) (*EvictDRAMResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method EvictDRAM not implemented")
 }
 func (UnimplementedMasterServer) OffloadHeartbeat(context.Context, *OffloadHeartbeatRequest) (*OffloadHeartbeatResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method OffloadHeartbeat not implemented")
@@ -563,11 +563,11 @@ func (UnimplementedMasterServer) OffloadHeartbeat(context.Context, *OffloadHeart
 func (UnimplementedMasterServer) NotifyOffloadSuccess(context.Context, *NotifyOffloadSuccessRequest) (*KeyResults, error) {
 	return nil, status.Error(codes.Unimplemented, "method NotifyOffloadSuccess not implemented")
 }
-func (UnimplementedMasterServer) ReRegisterDiskObjects(context.Context, *RegisterDiskObjectsRequest) (*RegisterDiskObjectsResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method ReRegisterDiskObjects not implemented")
+func (UnimplementedMasterServer) ReRegisterSSDObjects(context.Context, *RegisterSSDObjectsRequest) (*RegisterSSDObjectsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReRegisterSSDObjects not implemented")
 }
-func (UnimplementedMasterServer) EvictDiskReplica(context.Context, *EvictDiskReplicaRequest) (*EvictDiskReplicaResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method EvictDiskReplica not implemented")
+func (UnimplementedMasterServer) EvictSSDReplica(context.Context, *EvictSSDReplicaRequest) (*EvictSSDReplicaResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method EvictSSDReplica not implemented")
 }
 func (UnimplementedMasterServer) ReportBadReplica(context.Context, *ReportBadReplicaRequest) (*Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportBadReplica not implemented")
@@ -587,8 +587,8 @@ func (UnimplementedMasterServer) ReconcileKeys(context.Context, *ReconcileKeysRe
 func (UnimplementedMasterServer) ReconcileEnd(context.Context, *ReconcileEndRequest) (*ReconcileEndResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReconcileEnd not implemented")
 }
-func (UnimplementedMasterServer) ReRegisterMemoryObjects(context.Context, *RegisterMemoryObjectsRequest) (*KeyResults, error) {
-	return nil, status.Error(codes.Unimplemented, "method ReRegisterMemoryObjects not implemented")
+func (UnimplementedMasterServer) ReRegisterDRAMObjects(context.Context, *RegisterDRAMObjectsRequest) (*KeyResults, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReRegisterDRAMObjects not implemented")
 }
 func (UnimplementedMasterServer) PullRemovals(context.Context, *PullRemovalsRequest) (*PullRemovalsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PullRemovals not implemented")
@@ -926,20 +926,20 @@ func _Master_RemoveByRegex_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
-func _Master_EvictMemory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(EvictMemoryRequest)
+func _Master_EvictDRAM_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EvictDRAMRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
 	if interceptor == nil {
-		return srv.(MasterServer).EvictMemory(ctx, in)
+		return srv.(MasterServer).EvictDRAM(ctx, in)
 	}
 	info := &grpc.UnaryServerInfo{
 		Server:     srv,
-		FullMethod: Master_EvictMemory_FullMethodName,
+		FullMethod: Master_EvictDRAM_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(MasterServer).EvictMemory(ctx, req.(*EvictMemoryRequest))
+		return srv.(MasterServer).EvictDRAM(ctx, req.(*EvictDRAMRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -980,38 +980,38 @@ func _Master_NotifyOffloadSuccess_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
-func _Master_ReRegisterDiskObjects_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(RegisterDiskObjectsRequest)
+func _Master_ReRegisterSSDObjects_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RegisterSSDObjectsRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
 	if interceptor == nil {
-		return srv.(MasterServer).ReRegisterDiskObjects(ctx, in)
+		return srv.(MasterServer).ReRegisterSSDObjects(ctx, in)
 	}
 	info := &grpc.UnaryServerInfo{
 		Server:     srv,
-		FullMethod: Master_ReRegisterDiskObjects_FullMethodName,
+		FullMethod: Master_ReRegisterSSDObjects_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(MasterServer).ReRegisterDiskObjects(ctx, req.(*RegisterDiskObjectsRequest))
+		return srv.(MasterServer).ReRegisterSSDObjects(ctx, req.(*RegisterSSDObjectsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
 
-func _Master_EvictDiskReplica_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(EvictDiskReplicaRequest)
+func _Master_EvictSSDReplica_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EvictSSDReplicaRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
 	if interceptor == nil {
-		return srv.(MasterServer).EvictDiskReplica(ctx, in)
+		return srv.(MasterServer).EvictSSDReplica(ctx, in)
 	}
 	info := &grpc.UnaryServerInfo{
 		Server:     srv,
-		FullMethod: Master_EvictDiskReplica_FullMethodName,
+		FullMethod: Master_EvictSSDReplica_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(MasterServer).EvictDiskReplica(ctx, req.(*EvictDiskReplicaRequest))
+		return srv.(MasterServer).EvictSSDReplica(ctx, req.(*EvictSSDReplicaRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1124,20 +1124,20 @@ func _Master_ReconcileEnd_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
-func _Master_ReRegisterMemoryObjects_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(RegisterMemoryObjectsRequest)
+func _Master_ReRegisterDRAMObjects_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RegisterDRAMObjectsRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
 	if interceptor == nil {
-		return srv.(MasterServer).ReRegisterMemoryObjects(ctx, in)
+		return srv.(MasterServer).ReRegisterDRAMObjects(ctx, in)
 	}
 	info := &grpc.UnaryServerInfo{
 		Server:     srv,
-		FullMethod: Master_ReRegisterMemoryObjects_FullMethodName,
+		FullMethod: Master_ReRegisterDRAMObjects_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(MasterServer).ReRegisterMemoryObjects(ctx, req.(*RegisterMemoryObjectsRequest))
+		return srv.(MasterServer).ReRegisterDRAMObjects(ctx, req.(*RegisterDRAMObjectsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1272,8 +1272,8 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Master_RemoveByRegex_Handler,
 		},
 		{
-			MethodName: "EvictMemory",
-			Handler:    _Master_EvictMemory_Handler,
+			MethodName: "EvictDRAM",
+			Handler:    _Master_EvictDRAM_Handler,
 		},
 		{
 			MethodName: "OffloadHeartbeat",
@@ -1284,12 +1284,12 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Master_NotifyOffloadSuccess_Handler,
 		},
 		{
-			MethodName: "ReRegisterDiskObjects",
-			Handler:    _Master_ReRegisterDiskObjects_Handler,
+			MethodName: "ReRegisterSSDObjects",
+			Handler:    _Master_ReRegisterSSDObjects_Handler,
 		},
 		{
-			MethodName: "EvictDiskReplica",
-			Handler:    _Master_EvictDiskReplica_Handler,
+			MethodName: "EvictSSDReplica",
+			Handler:    _Master_EvictSSDReplica_Handler,
 		},
 		{
 			MethodName: "ReportBadReplica",
@@ -1316,8 +1316,8 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Master_ReconcileEnd_Handler,
 		},
 		{
-			MethodName: "ReRegisterMemoryObjects",
-			Handler:    _Master_ReRegisterMemoryObjects_Handler,
+			MethodName: "ReRegisterDRAMObjects",
+			Handler:    _Master_ReRegisterDRAMObjects_Handler,
 		},
 		{
 			MethodName: "PullRemovals",

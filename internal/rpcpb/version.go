@@ -24,13 +24,20 @@ const (
 	// of version 1 would ignore, re-registering the evicted copies. 3: the
 	// heartbeat carries the admission sketch in chunks (SketchChunk)
 	// instead of whole, which a node of version 2 would read as no sketch.
-	// 4: ReRegisterDiskObjects carries objects in columns
-	// (DiskObjectColumns) and answers only the refused ones, which a peer
+	// 4: ReRegisterSSDObjects carries objects in columns
+	// (SSDObjectColumns) and answers only the refused ones, which a peer
 	// of version 3 would read as no objects and every object recorded.
 	// 5: the proto package is tierstore.master.v1 (was tierstore.rpc), so
 	// every method has a new name on the wire; a master refuses calls to
-	// the former name with VERSION_MISMATCH (FormerService).
-	MasterProtocol = 5
+	// the former name with VERSION_MISMATCH (FormerService). 6: the
+	// tiers are DRAM and SSD in every name: ReplicaKind MEMORY/LOCAL_DISK
+	// are DRAM/SSD, the methods EvictMemory, ReRegisterDiskObjects,
+	// EvictDiskReplica and ReRegisterMemoryObjects are EvictDRAM,
+	// ReRegisterSSDObjects, EvictSSDReplica and ReRegisterDRAMObjects (new
+	// names on the wire: a peer of version 5 would find them unknown), and
+	// their messages and the Stats fields are renamed to match (numbers
+	// kept).
+	MasterProtocol = 6
 	// NodeProtocol is the version of node.proto's NodePeer service.
 	NodeProtocol = 1
 )
@@ -70,17 +77,23 @@ func VersionCheck(service string, version int) grpc.UnaryServerInterceptor {
 // protocol 5): a call to a method of former is refused with
 // errcode.ErrVersionMismatch naming both sides, as VersionCheck refuses,
 // instead of gRPC's UNIMPLEMENTED "unknown service". A call to any other
-// unknown service stays UNIMPLEMENTED.
+// unknown service stays UNIMPLEMENTED, unless its caller names another
+// version in VersionHeader: then it is refused the same way (a method an
+// earlier version had under another name, such as the master's
+// EvictDiskReplica before protocol 6, is unknown here).
 func FormerService(service string, version int, former string) grpc.ServerOption {
 	prefix := "/" + former + "/"
+	want := strconv.Itoa(version)
 	return grpc.UnknownServiceHandler(func(_ any, st grpc.ServerStream) error {
 		method, _ := grpc.MethodFromServerStream(st)
-		if !strings.HasPrefix(method, prefix) {
+		md, _ := metadata.FromIncomingContext(st.Context())
+		named := md.Get(VersionHeader)
+		if !strings.HasPrefix(method, prefix) && (len(named) == 0 || named[0] == want) {
 			return status.Errorf(codes.Unimplemented, "unknown service or method %s", method)
 		}
 		caller := "an earlier version"
-		if md, _ := metadata.FromIncomingContext(st.Context()); len(md.Get(VersionHeader)) > 0 {
-			caller = "version " + md.Get(VersionHeader)[0]
+		if len(named) > 0 {
+			caller = "version " + named[0]
 		}
 		return errcode.ToStatus(errcode.Errorf(errcode.VersionMismatch,
 			"%s speaks protocol version %d, the caller %s (it called %s, a method of an earlier protocol): run the same tierstore release on both sides",

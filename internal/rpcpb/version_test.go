@@ -65,8 +65,11 @@ func TestVersionCheck(t *testing.T) {
 
 // A caller of a protocol that named the service otherwise (the master's
 // tierstore.rpc.Master before protocol 5) is refused with VERSION_MISMATCH
-// naming both sides, over real gRPC, not with "unknown service"; another
-// unknown service stays UNIMPLEMENTED; the current name is served.
+// naming both sides, over real gRPC, not with "unknown service", and so is
+// a caller of another version calling a method this version does not have
+// (one renamed since, as in master protocol 6); an unknown method or
+// service called by a caller of this version or of none stays
+// UNIMPLEMENTED; the current name is served.
 func TestFormerService(t *testing.T) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -87,9 +90,19 @@ func TestFormerService(t *testing.T) {
 	if !errors.Is(err, errcode.ErrVersionMismatch) || !strings.Contains(err.Error(), "node speaks protocol version 3, the caller version 2 (it called /tierstore.old.NodePeer/NodeStats") {
 		t.Fatalf("former service: %v", err)
 	}
-	err = cc.Invoke(ctx, "/tierstore.other.Svc/NodeStats", &rpcpb.PeerStatsRequest{}, &rpcpb.PeerStatsReply{})
-	if status.Code(err) != codes.Unimplemented {
-		t.Fatalf("unknown service: %v", err)
+	err = errcode.FromStatus(cc.Invoke(ctx, "/tierstore.node.v1.NodePeer/OldStats", &rpcpb.PeerStatsRequest{}, &rpcpb.PeerStatsReply{}))
+	if !errors.Is(err, errcode.ErrVersionMismatch) || !strings.Contains(err.Error(), "the caller version 2 (it called /tierstore.node.v1.NodePeer/OldStats") {
+		t.Fatalf("a method renamed since: %v", err)
+	}
+	same, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()), rpcpb.WithVersion(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer same.Close()
+	for _, m := range []string{"/tierstore.other.Svc/NodeStats", "/tierstore.node.v1.NodePeer/OldStats"} {
+		if err := same.Invoke(ctx, m, &rpcpb.PeerStatsRequest{}, &rpcpb.PeerStatsReply{}); status.Code(err) != codes.Unimplemented {
+			t.Fatalf("unknown method %s, same version: %v", m, err)
+		}
 	}
 	err = errcode.FromStatus(cc.Invoke(ctx, "/tierstore.node.v1.NodePeer/NodeStats", &rpcpb.PeerStatsRequest{}, &rpcpb.PeerStatsReply{}))
 	if !errors.Is(err, errcode.ErrVersionMismatch) || strings.Contains(err.Error(), "it called") {

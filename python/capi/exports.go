@@ -587,7 +587,7 @@ func ts_remove_by_regex(h C.int64_t, pattern *C.char, force C.int64_t, errbuf *C
 
 // replicaJSON is one entry of ts_replicas' answer.
 type replicaJSON struct {
-	Tier   string `json:"tier"` // "memory" or "disk"
+	Tier   string `json:"tier"` // "dram" or "ssd"
 	Node   string `json:"node"` // the node's data endpoint, host:port
 	NodeID string `json:"node_id"`
 	Size   int64  `json:"size"`
@@ -613,9 +613,9 @@ func ts_replicas(h C.int64_t, key *C.char, keylen C.int64_t, out *C.char, outlen
 		}
 		reps := make([]replicaJSON, 0, len(info.Replicas))
 		for _, r := range info.Replicas {
-			t := "memory"
+			t := "dram"
 			if r.Kind == masterapi.SSD {
-				t = "disk"
+				t = "ssd"
 			}
 			reps = append(reps, replicaJSON{Tier: t, Node: r.Endpoint, NodeID: r.Node, Size: info.Size, Status: r.Status.String()})
 		}

@@ -155,7 +155,7 @@ def test_batches(client):
     assert client.batch_get_into([], []) == []
     assert client.batch_exists([]) == []
     reps = client.replicas(keys[0])
-    assert reps and reps[0]["tier"] in ("memory", "disk") and reps[0]["size"] == len(vals[0])
+    assert reps and reps[0]["tier"] in ("dram", "ssd") and reps[0]["size"] == len(vals[0])
     assert client.batch_remove(keys + [key("absent")], force=True)[:10] == [None] * 10
     assert client.batch_exists(keys) == [False] * 10
 

@@ -90,14 +90,14 @@ def test_in_process_node_ssd_tier(cluster, tmp_path):
             c.put(k, v)
 
         def on_ssd():
-            return all(any(r["tier"] == "disk" for r in c.replicas(k)) for k in keys)
+            return all(any(r["tier"] == "ssd" for r in c.replicas(k)) for k in keys)
 
         wait_until(on_ssd, 120, "an SSD replica of every object")
 
         def evicted():
-            r = cluster.cli("evict", "--tier", "memory", *keys)
+            r = cluster.cli("evict", "--tier", "dram", *keys)
             assert r.returncode == 0, r.stderr + r.stdout
-            return all(all(x["tier"] == "disk" for x in c.replicas(k)) for k in keys)
+            return all(all(x["tier"] == "ssd" for x in c.replicas(k)) for k in keys)
 
         wait_until(evicted, 60, "every DRAM replica to be dropped", interval=0.5)
         assert [c.get(k) for k in keys] == vals

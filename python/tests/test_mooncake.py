@@ -361,7 +361,7 @@ def test_evicted_objects_read_back_from_ssd(store, cluster):
 
     def evicted():
         # The lookups above leased the DRAM copies: evict skips those until the lease ends (5 s).
-        r = cluster.cli("evict", "--tier", "memory", *keys)
+        r = cluster.cli("evict", "--tier", "dram", *keys)
         assert r.returncode == 0, r.stderr + r.stdout
         d = store.batch_get_replica_desc(keys)
         return all(d[k] and all(x.is_disk_replica() and not x.is_memory_replica() for x in d[k]) for k in keys)

@@ -269,7 +269,7 @@ class Client:
         return n
 
     def replicas(self, key):
-        """Key's replicas: [{"tier": "memory"|"disk", "node": "host:port",
+        """Key's replicas: [{"tier": "dram"|"ssd", "node": "host:port",
         "node_id": ..., "size": n, "status": ...}]."""
         h = self._handle()
         k = key_bytes(key)

@@ -123,16 +123,18 @@ class ReplicaDescriptor:
     __slots__ = ("tier", "node", "object_size", "status")
 
     def __init__(self, tier: str, node: str, object_size: int, status: str = "COMPLETE"):
-        self.tier = tier                # "memory" or "disk"
+        self.tier = tier                # "dram" or "ssd" (tierstore's names)
         self.node = node                # "host:port" of the node holding it
         self.object_size = object_size
         self.status = status            # Mooncake's replica status name, e.g. "COMPLETE"
 
+    # Mooncake's method names, on tierstore's tiers: its memory replica is
+    # tierstore's DRAM, its (local) disk replica tierstore's SSD.
     def is_memory_replica(self) -> bool:
-        return self.tier == "memory"
+        return self.tier == "dram"
 
     def is_disk_replica(self) -> bool:
-        return self.tier == "disk"
+        return self.tier == "ssd"
 
     # tierstore's SSD tier is the node's own disk: Mooncake's LOCAL_DISK.
     is_local_disk_replica = is_disk_replica

@@ -69,15 +69,10 @@ type TenantsConfig struct {
 // one pattern loses the other: recency keeps nothing of the loop,
 // frequency ranks every loop key alike.
 func Tenants(c TenantsConfig) (*Trace, error) {
+	if err := checkZipfSet(c.Requests, c.BlockSize, "ZipfKeys", c.ZipfKeys, c.ZipfS); err != nil {
+		return nil, err
+	}
 	switch {
-	case c.Requests <= 0:
-		return nil, fmt.Errorf("%w: Requests %d must be > 0", ErrBadConfig, c.Requests)
-	case c.BlockSize <= 0:
-		return nil, fmt.Errorf("%w: BlockSize %d must be > 0", ErrBadConfig, c.BlockSize)
-	case c.ZipfKeys <= 1:
-		return nil, fmt.Errorf("%w: ZipfKeys %d must be > 1", ErrBadConfig, c.ZipfKeys)
-	case !(c.ZipfS > 0):
-		return nil, fmt.Errorf("%w: ZipfS %g must be > 0", ErrBadConfig, c.ZipfS)
 	case c.LoopKeys <= 0:
 		return nil, fmt.Errorf("%w: LoopKeys %d must be > 0", ErrBadConfig, c.LoopKeys)
 	case !(c.ShareA > 0 && c.ShareA < 1):
@@ -121,15 +116,10 @@ type ShiftConfig struct {
 // backwards: the newest keys are the hottest). New documents or sessions
 // replacing old ones: frequencies learned earlier lie about the present.
 func Shifting(c ShiftConfig) (*Trace, error) {
+	if err := checkZipfSet(c.Requests, c.BlockSize, "Keys", c.Keys, c.ZipfS); err != nil {
+		return nil, err
+	}
 	switch {
-	case c.Requests <= 0:
-		return nil, fmt.Errorf("%w: Requests %d must be > 0", ErrBadConfig, c.Requests)
-	case c.BlockSize <= 0:
-		return nil, fmt.Errorf("%w: BlockSize %d must be > 0", ErrBadConfig, c.BlockSize)
-	case c.Keys <= 1:
-		return nil, fmt.Errorf("%w: Keys %d must be > 1", ErrBadConfig, c.Keys)
-	case !(c.ZipfS > 0):
-		return nil, fmt.Errorf("%w: ZipfS %g must be > 0", ErrBadConfig, c.ZipfS)
 	case c.Phase <= 0:
 		return nil, fmt.Errorf("%w: Phase %d must be > 0", ErrBadConfig, c.Phase)
 	case c.Shift < 0:
@@ -206,4 +196,21 @@ func Prefixes(c PrefixConfig) (*Trace, error) {
 	}
 	t.Requests = t.Requests[:c.Requests]
 	return t, nil
+}
+
+// checkZipfSet checks what a trace of a Zipf-popular key set needs: requests
+// and a block size > 0, more than one key (the field keysName), and an
+// exponent s > 0.
+func checkZipfSet(requests int, blockSize int64, keysName string, keys int, s float64) error {
+	switch {
+	case requests <= 0:
+		return fmt.Errorf("%w: Requests %d must be > 0", ErrBadConfig, requests)
+	case blockSize <= 0:
+		return fmt.Errorf("%w: BlockSize %d must be > 0", ErrBadConfig, blockSize)
+	case keys <= 1:
+		return fmt.Errorf("%w: %s %d must be > 1", ErrBadConfig, keysName, keys)
+	case !(s > 0):
+		return fmt.Errorf("%w: ZipfS %g must be > 0", ErrBadConfig, s)
+	}
+	return nil
 }

@@ -241,15 +241,10 @@ func ZipfBursts(c ZipfBurstConfig) (*Trace, error) {
 	if c.Name == "" {
 		c.Name = "zipf-bursts"
 	}
+	if err := checkZipfSet(c.Requests, c.BlockSize, "Keys", c.Keys, c.ZipfS); err != nil {
+		return nil, err
+	}
 	switch {
-	case c.Requests <= 0:
-		return nil, fmt.Errorf("%w: Requests %d must be > 0", ErrBadConfig, c.Requests)
-	case c.Keys <= 1:
-		return nil, fmt.Errorf("%w: Keys %d must be > 1", ErrBadConfig, c.Keys)
-	case !(c.ZipfS > 0):
-		return nil, fmt.Errorf("%w: ZipfS %g must be > 0", ErrBadConfig, c.ZipfS)
-	case c.BlockSize <= 0:
-		return nil, fmt.Errorf("%w: BlockSize %d must be > 0", ErrBadConfig, c.BlockSize)
 	case c.BurstEvery <= 0:
 		return nil, fmt.Errorf("%w: BurstEvery %d must be > 0", ErrBadConfig, c.BurstEvery)
 	case c.BurstLen < 0:

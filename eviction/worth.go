@@ -5,20 +5,20 @@ import (
 	"github.com/tierstore/tierstore/masterapi"
 )
 
-// Value values a bucket of fileBytes holding keys (value sizes in sizes)
+// Worth weighs a bucket of fileBytes holding keys (value sizes in sizes)
 // with freq, an estimate of each key's access frequency: what it still
 // holds, in the one shape SSD admission compares a candidate with
-// (masterapi.SSDVictim, the SSD report's victims; a value-aware eviction
+// (masterapi.SSDVictim, the SSD report's victims; a worth-ranking eviction
 // or reinsertion decision ranks buckets with its Density). Its Span is the
 // live bytes plus the dead ones: the file size minus that of a bucket
 // holding only the live objects (objects removed, or re-offloaded into
 // another bucket).
-func Value(fileBytes int64, keys [][]byte, sizes []int64, freq func(key []byte) uint32) masterapi.SSDVictim {
+func Worth(fileBytes int64, keys [][]byte, sizes []int64, freq func(key []byte) uint32) masterapi.SSDVictim {
 	v := masterapi.SSDVictim{FileBytes: fileBytes}
 	var live, keyBytes, aligned int64
 	for i, k := range keys {
 		live += sizes[i]
-		v.Value += float64(freq(k)) * float64(sizes[i])
+		v.Worth += float64(freq(k)) * float64(sizes[i])
 		keyBytes += int64(len(k))
 		aligned += bucket.AlignUp(sizes[i])
 	}

@@ -6,17 +6,17 @@ import (
 	"github.com/tierstore/tierstore/masterapi"
 )
 
-// dropDisk removes node id's SSD replica from o; an object left
+// dropSSD removes node id's SSD replica from o; an object left
 // without replicas is removed, or kept as "gone" until its lease expires.
 // Caller holds the shard lock. Reports whether a replica was removed.
-func (s *Service) dropDisk(sh *shard, key string, o *object, id string, now int64) bool {
-	i := o.diskIndex(id)
+func (s *Service) dropSSD(sh *shard, key string, o *object, id string, now int64) bool {
+	i := o.ssdIndex(id)
 	if i < 0 {
 		return false
 	}
 	s.abandonPromotion(key, o, id) // its source goes
-	s.countDisk(o.disk[i].node, masterapi.KeyHash(key), -1, -o.size)
-	o.disk = append(o.disk[:i], o.disk[i+1:]...)
+	s.countSSD(o.ssd[i].node, masterapi.KeyHash(key), -1, -o.size)
+	o.ssd = append(o.ssd[:i], o.ssd[i+1:]...)
 	if o.leased(now) {
 		// Readers of the lease may have been given this replica: from now
 		// on they depend on the others, DRAM included (invariant 4).
@@ -26,13 +26,13 @@ func (s *Service) dropDisk(sh *shard, key string, o *object, id string, now int6
 	return true
 }
 
-// EvictDiskReplica implements API. Each key is decided on its own, under
+// EvictSSDReplica implements API. Each key is decided on its own, under
 // its shard lock (invariant 4): node's SSD replica goes, unless the
 // key's lease is active and that replica is its only readable one; then it
 // stays and the key is answered in Keep, for the node to keep readable.
 // The lease protects readability, never the bucket: the node's SSD keeps
 // admitting whatever the readers do.
-func (s *Service) EvictDiskReplica(ctx context.Context, nodeID string, keys []string) (masterapi.EvictResult, error) {
+func (s *Service) EvictSSDReplica(ctx context.Context, nodeID string, keys []string) (masterapi.EvictResult, error) {
 	if err := s.gate(ctx); err != nil {
 		return masterapi.EvictResult{}, err
 	}
@@ -57,7 +57,7 @@ func (s *Service) EvictDiskReplica(ctx context.Context, nodeID string, keys []st
 				kept[k] = struct{}{}
 				res.Keep = append(res.Keep, k)
 			}
-		case s.dropDisk(sh, k, o, nodeID, now):
+		case s.dropSSD(sh, k, o, nodeID, now):
 			res.Dropped++
 		}
 		sh.mu.Unlock()
@@ -65,7 +65,7 @@ func (s *Service) EvictDiskReplica(ctx context.Context, nodeID string, keys []st
 	if len(res.Keep) > 0 {
 		s.log.Info("SSD eviction: leased keys kept readable on the node", "node", nodeID, "dropped", res.Dropped, "keep", len(res.Keep))
 	}
-	s.observeDiskEviction(keysLeaving(keys, kept))
+	s.observeSSDEviction(keysLeaving(keys, kept))
 	return res, nil
 }
 

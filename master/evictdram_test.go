@@ -6,10 +6,10 @@ import (
 	"github.com/tierstore/tierstore/masterapi"
 )
 
-// TestEvictMemoryCountsSkips: EvictMemory answers, besides the replicas it
+// TestEvictDRAMCountsSkips: EvictDRAM answers, besides the replicas it
 // dropped, every DRAM replica it left in place by reason, so that an
 // operator's "dropped 0" comes with a why.
-func TestEvictMemoryCountsSkips(t *testing.T) {
+func TestEvictDRAMCountsSkips(t *testing.T) {
 	s, _ := offloadService(t, nil)
 	mount(t, s, "a", 1<<20)
 	for _, k := range []string{"ok", "leased", "nodisk", "pending"} {
@@ -43,22 +43,22 @@ func TestEvictMemoryCountsSkips(t *testing.T) {
 	if _, err := s.NotifyOffloadSuccess(bg, req); err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.EvictMemory(bg, nil, true)
-	want := masterapi.EvictMemoryResult{Dropped: 1, Leased: 1, NoSSDCopy: 1, OffloadPending: 1, HardPinned: 1, PutInProgress: 1}
+	res, err := s.EvictDRAM(bg, nil, true)
+	want := masterapi.EvictDRAMResult{Dropped: 1, Leased: 1, NoSSDCopy: 1, OffloadPending: 1, HardPinned: 1, PutInProgress: 1}
 	if err != nil || res != want {
-		t.Fatalf("EvictMemory(all) = %+v, %v; want %+v", res, err, want)
+		t.Fatalf("EvictDRAM(all) = %+v, %v; want %+v", res, err, want)
 	}
-	res, err = s.EvictMemory(bg, []string{"ok", "nope", "leased"}, false)
-	want = masterapi.EvictMemoryResult{NotInDRAM: 1, NotFound: 1, Leased: 1}
+	res, err = s.EvictDRAM(bg, []string{"ok", "nope", "leased"}, false)
+	want = masterapi.EvictDRAMResult{NotInDRAM: 1, NotFound: 1, Leased: 1}
 	if err != nil || res != want {
-		t.Fatalf("EvictMemory(keys) = %+v, %v; want %+v", res, err, want)
+		t.Fatalf("EvictDRAM(keys) = %+v, %v; want %+v", res, err, want)
 	}
-	if got := res.SkipReasons(); got != "1 leased by a reader that has only the DRAM copy, 1 not found, 1 not in memory" {
+	if got := res.SkipReasons(); got != "1 leased by a reader that has only the DRAM copy, 1 not found, 1 not in DRAM" {
 		t.Fatalf("SkipReasons: %q", got)
 	}
 	// Over gRPC: the same figures.
 	r := remoteService(t, s)
-	if res, err := r.EvictMemory(bg, []string{"ok", "nope", "leased"}, false); err != nil || res != want {
-		t.Fatalf("remote EvictMemory = %+v, %v; want %+v", res, err, want)
+	if res, err := r.EvictDRAM(bg, []string{"ok", "nope", "leased"}, false); err != nil || res != want {
+		t.Fatalf("remote EvictDRAM = %+v, %v; want %+v", res, err, want)
 	}
 }
