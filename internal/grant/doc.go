@@ -8,7 +8,7 @@
 // It is the building block of docs/security.md's "reads bound to callers"
 // (not wired yet: no master hands grants out and no node asks for them).
 // The intended wiring: the master signs a grant per replica when it
-// answers a lookup (GetReplicaList and its batch; master protocol 5, a
+// answers a lookup (GetReplicaList and its batch; the next master protocol version, a
 // field of Replica), a node learns the secret at mount over mutual TLS (or
 // from a file every HA master shares), and the data plane (version 2,
 // a field of the read requests' metadata) and the node's gRPC reads check
