@@ -148,6 +148,25 @@ func TestGrantsBindReadsToLookups(t *testing.T) {
 	if r1.Kind != masterapi.DRAM || rs.Kind != masterapi.SSD {
 		t.Fatalf("replicas %+v %+v", r1, rs)
 	}
+	// A grant lasts as long as its lookup's read lease (plus the skew).
+	info1, err := m.GetReplicaList(ctx, "k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := grant.NewVerifier(sec)
+	for _, r := range info1.Replicas {
+		sc := grant.Scope{Node: r.Node, Key: []byte("k1"), Length: uint64(info1.Size)}
+		if r.Kind == masterapi.DRAM {
+			sc.Segment, sc.Offset, sc.Length = r.Segment, uint64(r.Offset), uint64(r.Length)
+		}
+		end := info1.LeaseDeadline.Add(v.Skew)
+		if err := v.Verify(sc, []byte(r.Grant), end.Add(-time.Millisecond)); err != nil {
+			t.Fatalf("%v grant before its lease ended: %v", r.Kind, err)
+		}
+		if err := v.Verify(sc, []byte(r.Grant), end.Add(time.Millisecond)); !errors.Is(err, grant.ErrExpired) {
+			t.Fatalf("%v grant after its lease ended: %v", r.Kind, err)
+		}
+	}
 	signer := grant.NewSigner(sec)
 	sign := func(sc grant.Scope, exp time.Time) []byte { g := signer.Sign(sc, exp); return g[:] }
 	scope1 := grant.Scope{Node: n.Name(), Key: []byte("k1"), Segment: r1.Segment, Offset: uint64(r1.Offset), Length: uint64(r1.Length)}
