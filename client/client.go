@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tierstore/tierstore/internal/errcode"
+	"github.com/tierstore/tierstore/internal/grant"
 	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/internal/wire"
@@ -451,14 +452,17 @@ func (c *Client) lookupAndRead(ctx context.Context, key string, start time.Time,
 // error stands (issue 21 item 5).
 func (c *Client) readAgain(ctx context.Context, info masterapi.ObjectInfo, err error, start time.Time, bufFor func(masterapi.ObjectInfo) ([][]byte, error)) error {
 	gone := errors.Is(err, errGoneUnderRead)
-	if !gone && !errors.Is(err, errcode.ErrChecksumMismatch) || ctx.Err() != nil {
+	// A grant past its expiry (a read that outlived its lookup's lease):
+	// the next lookup gives fresh grants.
+	expired := errors.Is(err, grant.ErrExpired)
+	if !gone && !expired && !errors.Is(err, errcode.ErrChecksumMismatch) || ctx.Err() != nil {
 		return err
 	}
 	again, lerr := c.m.GetReplicaList(ctx, info.Key)
 	switch {
 	case errors.Is(lerr, errcode.ErrObjectNotFound), gone && lerr != nil:
 		return fmt.Errorf("client: get %s: removed while it was read: %w", keyspec.Show(info.Key), lerr)
-	case lerr != nil || (!gone && sameObject(info, again)):
+	case lerr != nil || (!gone && !expired && sameObject(info, again)):
 		return err
 	}
 	buf, err := bufFor(again)

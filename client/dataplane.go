@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/internal/errcode"
+	"github.com/tierstore/tierstore/internal/grant"
 	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/masterapi"
@@ -220,7 +221,7 @@ func (c *Client) readPipelined(ctx context.Context, res []masterapi.ReplicaListR
 			wg.Go(func() {
 				rs := make([]wire.RangeRead, len(part))
 				for k, it := range part {
-					rs[k] = wire.RangeRead{Segment: it.r.Segment, Offset: it.r.Offset, Parts: bufs[it.j], CRC: res[it.j].Info.CRC}
+					rs[k] = wire.RangeRead{Segment: it.r.Segment, Offset: it.r.Offset, Grant: grantOf(it.r.Grant), Parts: bufs[it.j], CRC: res[it.j].Info.CRC}
 				}
 				// Each item's share of the replica timeout, as when
 				// batchParallelism of them are in flight at once.
@@ -397,6 +398,12 @@ func (c *Client) allFailed(ctx context.Context, info masterapi.ObjectInfo, n int
 	if ctx.Err() != nil {
 		code = errcode.ContextCanceled
 	}
+	if code == errcode.TransferFail && errors.Is(last, errcode.ErrPermissionDenied) {
+		// A node refused the read (its read grant, docs/security.md):
+		// PERMISSION_DENIED, with the grant's sentinel (grant.ErrMissing,
+		// ErrForged, ErrExpired) still in the chain.
+		return errcode.Wrap(errcode.PermissionDenied, fmt.Errorf("client: get %s: all %d replicas failed, last: %w", keyspec.Show(info.Key), n, last))
+	}
 	// The sentinel's text ends the returned error once, not twice.
 	lastMsg := strings.TrimSuffix(last.Error(), ": "+errcode.Err(errcode.Of(last)).Error())
 	return errcode.Errorf(code, "client: get %s: all %d replicas failed, last: %s", keyspec.Show(info.Key), n, lastMsg)
@@ -409,7 +416,7 @@ func (c *Client) readReplica(ctx context.Context, info masterapi.ObjectInfo, r m
 		// A copy out of this process's segment cannot stall: no replica
 		// timeout (its context and timer would cost more than the copy
 		// of a small object).
-		return localPeer{c.local}.readRange(ctx, r.Segment, r.Offset, buf, info.CRC)
+		return localPeer{c.local}.readRange(ctx, r.Segment, r.Offset, buf, info.CRC, nil)
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReplicaTimeout)
 	defer cancel()
@@ -420,9 +427,24 @@ func (c *Client) readReplica(ctx context.Context, info masterapi.ObjectInfo, r m
 	if r.Kind == masterapi.DRAM {
 		// The object's size, not r.Length: a replica of another length
 		// fails the CRC check like any other wrong bytes.
-		return p.readRange(ctx, r.Segment, r.Offset, buf, info.CRC)
+		err = p.readRange(ctx, r.Segment, r.Offset, buf, info.CRC, grantOf(r.Grant))
+	} else {
+		err = p.readSSD(ctx, []byte(info.Key), buf, info.CRC, grantOf(r.Grant))
 	}
-	return p.readSSD(ctx, []byte(info.Key), buf, info.CRC)
+	return grantRefusal(err)
+}
+
+// grantRefusal is err, and for a node's refusal of a read grant
+// (PERMISSION_DENIED naming grant.ErrMissing, ErrForged or ErrExpired: the
+// data plane carries a code and a text) also that sentinel, so that
+// callers tell them apart with errors.Is.
+func grantRefusal(err error) error {
+	if err != nil && errors.Is(err, errcode.ErrPermissionDenied) {
+		if g := grant.Restore(err.Error()); g != nil {
+			return errcode.Wrap(errcode.PermissionDenied, g)
+		}
+	}
+	return err
 }
 
 // observePut reports a put written to replica r that started at start.

@@ -1,6 +1,10 @@
 package client
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/tierstore/tierstore/internal/grant"
+)
 
 // Errors of package client that are not tierstore error codes. Errors that
 // are codes (OBJECT_NOT_FOUND, REPLICA_IS_GONE, ...) are the sentinels of
@@ -13,4 +17,20 @@ var (
 	// ErrNoReplica: no replica of the object could be read (every replica
 	// failed); wraps the last failure.
 	ErrNoReplica = errors.New("client: no readable replica")
+)
+
+// Why a node refused a read's grant (docs/security.md, Read grants): such a
+// read fails with ErrPermissionDenied and one of these, checked with
+// errors.Is.
+var (
+	// ErrGrantMissing: the read carried no grant (a master without
+	// --grant_secret_file, a node with one).
+	ErrGrantMissing = grant.ErrMissing
+	// ErrGrantForged: the grant was made for another read, or with
+	// another secret (masters and nodes with different files).
+	ErrGrantForged = grant.ErrForged
+	// ErrGrantExpired: the grant's time (the lookup's read lease, plus
+	// the node's allowance for clock skew) was over; the client looked the
+	// key up once more before failing.
+	ErrGrantExpired = grant.ErrExpired
 )

@@ -54,11 +54,21 @@ func crcParts(parts [][]byte) uint32 {
 // node through the data protocol (package wire). Values are the caller's
 // memory in parts, sent or filled in order (one part in the common case).
 // Reads fill buf, exactly the object's size, and check it against crc (the
-// object's CRC32C) once.
+// object's CRC32C) once; grant is the replica's read grant
+// (masterapi.Replica.Grant, nil without one), which a remote node with a
+// grant secret checks and the node of this process does not need.
 type peer interface {
 	writeRange(ctx context.Context, segment string, off int64, value [][]byte, crc uint32, token uint64) error
-	readRange(ctx context.Context, segment string, off int64, buf [][]byte, crc uint32) error
-	readSSD(ctx context.Context, key []byte, buf [][]byte, crc uint32) error
+	readRange(ctx context.Context, segment string, off int64, buf [][]byte, crc uint32, grant []byte) error
+	readSSD(ctx context.Context, key []byte, buf [][]byte, crc uint32, grant []byte) error
+}
+
+// grantOf is a replica's read grant as the data plane sends it.
+func grantOf(g string) []byte {
+	if g == "" {
+		return nil
+	}
+	return []byte(g)
 }
 
 // localPeer reaches the node of this process without a socket.
@@ -71,7 +81,7 @@ func (p localPeer) writeRange(ctx context.Context, segment string, off int64, va
 	return p.n.WriteRangeParts(ctx, segment, off, value, crc, token)
 }
 
-func (p localPeer) readRange(ctx context.Context, segment string, off int64, buf [][]byte, crc uint32) error {
+func (p localPeer) readRange(ctx context.Context, segment string, off int64, buf [][]byte, crc uint32, _ []byte) error {
 	var got uint32
 	var err error
 	if len(buf) == 1 {
@@ -85,7 +95,7 @@ func (p localPeer) readRange(ctx context.Context, segment string, off int64, buf
 	return checkLocal(got, crc, partsLen(buf), "DRAM")
 }
 
-func (p localPeer) readSSD(ctx context.Context, key []byte, buf [][]byte, crc uint32) error {
+func (p localPeer) readSSD(ctx context.Context, key []byte, buf [][]byte, crc uint32, _ []byte) error {
 	var got uint32
 	var err error
 	if len(buf) == 1 {
@@ -117,10 +127,10 @@ func (p remotePeer) writeRange(ctx context.Context, segment string, off int64, v
 	return p.c.WriteParts(ctx, segment, off, value, crc, token)
 }
 
-func (p remotePeer) readRange(ctx context.Context, segment string, off int64, buf [][]byte, crc uint32) error {
-	return p.c.ReadRangeParts(ctx, segment, off, buf, crc)
+func (p remotePeer) readRange(ctx context.Context, segment string, off int64, buf [][]byte, crc uint32, grant []byte) error {
+	return p.c.ReadRangeParts(ctx, segment, off, buf, crc, grant)
 }
 
-func (p remotePeer) readSSD(ctx context.Context, key []byte, buf [][]byte, crc uint32) error {
-	return p.c.ReadSSDParts(ctx, key, buf, crc)
+func (p remotePeer) readSSD(ctx context.Context, key []byte, buf [][]byte, crc uint32, grant []byte) error {
+	return p.c.ReadSSDParts(ctx, key, buf, crc, grant)
 }

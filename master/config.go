@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/admission"
+	"github.com/tierstore/tierstore/internal/grant"
 )
 
 // Config configures a Service (and the tierstore-master binary; the flag of
@@ -77,6 +78,13 @@ type Config struct {
 	// RemovalLogLimit (removal_log_limit): at most this many entries are
 	// kept (the oldest are trimmed first).
 	RemovalLogLimit int
+
+	// Grants (grant_secret_file, binary: grant.LoadFile): when set, every
+	// replica a lookup answers (GetReplicaList and its batch) carries a
+	// read grant for that read, valid until the lookup's read lease ends,
+	// signed with the file's newest secret; nodes with the same file
+	// refuse reads without one (docs/security.md). nil: no grants.
+	Grants *grant.Keys
 }
 
 // DefaultConfig returns the documented defaults.

@@ -21,6 +21,14 @@
 // room.go; PutStart picks the preferred node's segment when it has room,
 // else the segment with the most free bytes whose largest free extent fits.
 //
+// # Read grants
+//
+// With Config.Grants (--grant_secret_file) every replica GetReplicaList
+// and BatchGetReplicaList answer carries a read grant for that read (node,
+// key, DRAM range or SSD length; read.go, signGrants), expiring with the
+// lookup's read lease, signed with the secret file's newest secret; the
+// nodes check it (docs/security.md, Read grants).
+//
 // # Leases (Mooncake #4508, invariant 4)
 //
 // ExistKey and GetReplicaList grant a read lease of default_kv_lease_ttl on a

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/internal/errcode"
+	"github.com/tierstore/tierstore/internal/grant"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -121,10 +122,30 @@ func (s *Service) replicaList(key string, now int64, count bool, slab *[]mastera
 		o.dramLeaseUntil = o.leaseUntil
 	}
 	info.LeaseDeadline = time.Unix(0, o.leaseUntil)
+	if s.cfg.Grants != nil {
+		s.signGrants(&info)
+	}
 	if count {
 		s.countLookup(key, o)
 	}
 	return info, nil
+}
+
+// signGrants gives each replica of info the read grant of that read
+// (package internal/grant): the node, the key and the DRAM range, or the
+// SSD length, until the lookup's read lease ends (the node allows its
+// clock's skew beyond that, grant.Verifier.Skew).
+func (s *Service) signGrants(info *masterapi.ObjectInfo) {
+	key := []byte(info.Key)
+	for i := range info.Replicas {
+		r := &info.Replicas[i]
+		sc := grant.Scope{Node: r.Node, Key: key, Length: uint64(info.Size)}
+		if r.Kind == masterapi.DRAM {
+			sc.Segment, sc.Offset, sc.Length = r.Segment, uint64(r.Offset), uint64(r.Length)
+		}
+		g := s.cfg.Grants.Sign(sc, info.LeaseDeadline)
+		r.Grant = string(g[:])
+	}
 }
 
 // ExistKey implements API.

@@ -265,7 +265,7 @@ func (s *Server) BatchGetReplicaList(ctx context.Context, r *pb.BatchLookupReque
 			q := &reps[0]
 			reps = reps[1:]
 			q.Kind, q.Status, q.Node, q.Endpoint = pb.ReplicaKind(rp.Kind), pb.ReplicaStatus(rp.Status), rp.Node, rp.Endpoint
-			q.Segment, q.Offset, q.Length, q.PutToken = rp.Segment, rp.Offset, rp.Length, rp.PutToken
+			q.Segment, q.Offset, q.Length, q.PutToken, q.Grant = rp.Segment, rp.Offset, rp.Length, rp.PutToken, []byte(rp.Grant)
 			in.Replicas[j] = q
 		}
 		p.Info = in

@@ -91,6 +91,12 @@ type Replica struct {
 	// max(last+1, unix_ms<<22)), so a range allocated again always comes
 	// with a larger token than its previous owner's.
 	PutToken uint64
+	// Grant is the read grant of a lookup's replica when the master has a
+	// grant secret (--grant_secret_file; package internal/grant): the
+	// reader passes it to the node, which refuses a read without the
+	// grant made for it. Empty without a secret, and in PutStart's answer.
+	// A string (bytes), so that a Replica stays comparable.
+	Grant string
 }
 
 // PutRef names one put in progress for BatchPutEnd and BatchPutRevoke: the

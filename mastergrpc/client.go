@@ -101,7 +101,7 @@ func itemErr(code int32, msg string) error { return errcode.WithMessage(errcode.
 func ReplicaFromPB(p *pb.Replica) masterapi.Replica {
 	return masterapi.Replica{Kind: masterapi.ReplicaKind(p.GetKind()), Status: masterapi.ReplicaStatus(p.GetStatus()), Node: p.GetNode(),
 		Endpoint: p.GetEndpoint(), Segment: p.GetSegment(), Offset: p.GetOffset(), Length: p.GetLength(),
-		PutToken: p.GetPutToken()}
+		PutToken: p.GetPutToken(), Grant: string(p.GetGrant())}
 }
 
 func infoFromPB(p *pb.ObjectInfo) masterapi.ObjectInfo {
@@ -488,7 +488,7 @@ func (r *Client) Stats(ctx context.Context) (masterapi.Stats, error) {
 // ReplicaPB converts r to its wire form (for the master's gRPC server).
 func ReplicaPB(r masterapi.Replica) *pb.Replica {
 	return &pb.Replica{Kind: pb.ReplicaKind(r.Kind), Status: pb.ReplicaStatus(r.Status), Node: r.Node,
-		Endpoint: r.Endpoint, Segment: r.Segment, Offset: r.Offset, Length: r.Length, PutToken: r.PutToken}
+		Endpoint: r.Endpoint, Segment: r.Segment, Offset: r.Offset, Length: r.Length, PutToken: r.PutToken, Grant: []byte(r.Grant)}
 }
 
 // PullRemovals implements API.

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tierstore/tierstore/client"
+	"github.com/tierstore/tierstore/internal/grant"
 	"github.com/tierstore/tierstore/internal/units"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/master"
@@ -26,8 +28,15 @@ func benchCluster(b *testing.B, ssd bool) (*client.Client, *Node, *master.Servic
 // client reaches master and node in-process), which isolates the cost of
 // the RPC layer.
 func benchClusterWith(b *testing.B, ssd, remote bool, backendName string) (*client.Client, *Node, *master.Service) {
+	return benchClusterGrants(b, ssd, remote, backendName, nil, nil)
+}
+
+// benchClusterGrants is benchClusterWith with read grant keys for the
+// master and the node (nil: none).
+func benchClusterGrants(b *testing.B, ssd, remote bool, backendName string, mk, nk *grant.Keys) (*client.Client, *Node, *master.Service) {
 	b.Helper()
 	mc := master.DefaultConfig()
+	mc.Grants = mk
 	mc.EnableOffload = ssd
 	mc.Logger = quiet
 	m, err := master.New(mc)
@@ -41,6 +50,7 @@ func benchClusterWith(b *testing.B, ssd, remote bool, backendName string) (*clie
 		nc.Listen = ""
 	}
 	nc.Memory = 512 << 20
+	nc.Grants = nk
 	nc.Logger = quiet
 	nc.HeartbeatInterval = time.Hour
 	nc.OffloadWake = false
@@ -375,5 +385,67 @@ func BenchmarkCheckReadRange(b *testing.B) {
 		if err := n.checkReadRange(int64(i%objects*size), size); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkGrants: the cost of read grants (the master signs one per
+// replica of a lookup, the node checks it on every read; grants.go),
+// grants off and on side by side in one run, on two clusters of one
+// remote node each: a Get of 1 MiB, and a BatchGetInto of 64 objects of
+// 16 KiB (docs/benchmarks.md, Read grants).
+func BenchmarkGrants(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "grant.secret")
+	writeGrantSecret(b, path)
+	type cluster struct {
+		name string
+		c    *client.Client
+	}
+	var clusters []cluster
+	for _, on := range []bool{false, true} {
+		var mk, nk *grant.Keys
+		name := "off"
+		if on {
+			mk, nk, name = loadKeys(b, path), loadKeys(b, path), "on"
+		}
+		c, _, _ := benchClusterGrants(b, false, true, "", mk, nk)
+		clusters = append(clusters, cluster{name, c})
+	}
+	const batch, small = 64, 16 << 10
+	keys := map[string][]string{}
+	for _, cl := range clusters {
+		keys[cl.name+"/big"] = benchPut(b, cl.c, 1<<20, 16)
+		var ks []string
+		for i := range batch {
+			k := fmt.Sprintf("small-%d", i)
+			if err := cl.c.Put(context.Background(), k, rnd(small)); err != nil {
+				b.Fatal(err)
+			}
+			ks = append(ks, k)
+		}
+		keys[cl.name+"/small"] = ks
+	}
+	for _, cl := range clusters {
+		b.Run("get-1MiB/grants-"+cl.name, func(b *testing.B) {
+			benchGet(b, cl.c, keys[cl.name+"/big"], 1<<20)
+		})
+	}
+	for _, cl := range clusters {
+		b.Run(fmt.Sprintf("batchget-%dx16KiB/grants-%s", batch, cl.name), func(b *testing.B) {
+			bufs := make([][]byte, batch)
+			for i := range bufs {
+				bufs[i] = make([]byte, small)
+			}
+			ctx := context.Background()
+			b.SetBytes(batch * small)
+			b.ResetTimer()
+			for range b.N {
+				_, errs := cl.c.BatchGetInto(ctx, keys[cl.name+"/small"], bufs)
+				for _, err := range errs {
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tierstore/tierstore/internal/crc32c"
 	"github.com/tierstore/tierstore/internal/errcode"
+	"github.com/tierstore/tierstore/internal/grant"
 	"github.com/tierstore/tierstore/internal/peerlimit"
 	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/internal/wire"
@@ -139,17 +140,22 @@ func (h dataHandler) BeginWrite(ctx context.Context, segment string, off, n int6
 }
 
 // ViewRange pins the segment (Close waits) and hands out the range as it
-// is, if it is exactly a complete object's (checkReadRange): no copy and
-// no checksum on the node; the reader checks the object's
+// is, if it is exactly a complete object's (checkReadRange) and, with a
+// grant secret, g is the read grant of that object's range (grants.go):
+// no copy and no checksum on the node; the reader checks the object's
 // CRC32C, so a range reused under it is a miss, not wrong bytes.
-func (h dataHandler) ViewRange(segment string, off, n int64) ([]byte, func(), error) {
+func (h dataHandler) ViewRange(segment string, off, n int64, g []byte) ([]byte, func(), error) {
 	if err := h.n.checkSegment(segment); err != nil {
 		return nil, nil, err
 	}
 	view, release := h.n.seg.pin()
 	v, err := view(off, int(n))
 	if err == nil {
-		err = h.n.checkReadRange(off, n) // only the range of a complete object (readcheck.go)
+		var key string
+		key, err = h.n.readRangeKey(off, n) // only the range of a complete object (readcheck.go)
+		if err == nil && h.n.cfg.Grants != nil {
+			err = h.n.checkGrant(grant.Scope{Key: []byte(key), Segment: segment, Offset: uint64(off), Length: uint64(n)}, g)
+		}
 	}
 	if err != nil {
 		release()
@@ -163,7 +169,12 @@ func (h dataHandler) ViewRange(segment string, off, n int64) ([]byte, func(), er
 // (Node.openSSD): unchecked pieces whose CRC32C the client checks, or with
 // verify (a client whose previous copy failed that check) a whole value
 // the tier checks against its index, dropping a corrupt entry.
-func (h dataHandler) OpenSSD(ctx context.Context, key []byte, verify bool) (wire.SSDValue, error) {
+// With a grant secret, g must be the read grant of key and want on this
+// node (grants.go), checked before the tier is touched.
+func (h dataHandler) OpenSSD(ctx context.Context, key []byte, want uint64, g []byte, verify bool) (wire.SSDValue, error) {
+	if err := h.n.checkGrant(grant.Scope{Key: key, Length: want}, g); err != nil {
+		return nil, err
+	}
 	v, err := h.n.openSSD(ctx, key, verify)
 	if err != nil {
 		return nil, err

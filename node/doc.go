@@ -44,6 +44,11 @@
 //     complete object the node stores, no byte of which a newer put has
 //     claimed (readcheck.go); any other range is refused (ErrNotAnObject),
 //     so freed ranges and puts in progress are not readable remotely.
+//   - With a grant secret (Config.Grants, --grant_secret_file) every
+//     data-plane read, DRAM or SSD, must carry the read grant the master
+//     made for it at the lookup (grants.go); otherwise it is refused
+//     PERMISSION_DENIED (grant.ErrMissing, ErrForged, ErrExpired) and
+//     counted. Reads of a client in this process are not checked.
 //   - Commit before publish (docs/design.md invariant 1): a SSD replica is
 //     announced only from the tier's per-bucket notify, which runs after the
 //     bucket is durable and indexed; keys the master refuses there are

@@ -69,12 +69,16 @@ type Stats struct {
 	PeerWrites              int64
 	PeerReadsDRAM           int64
 	PeerReadsSSD            int64
-	Remounts                int64
-	Reconciles              int64
-	ReconcileRemoved        int64 // SSD objects deleted because a reconcile called them unwanted
-	ReconcileKeysSent       int64 // SSD keys sent to the master by reconciles (only those of differing ranges)
-	NotifyRetries           int64 // notifies sent again after a transport error
-	RemovalLogRemoved       int64 // SSD objects deleted by the master's removal log
+	// GrantsMissing, GrantsForged and GrantsExpired count the data-plane
+	// reads refused for their read grant (grants.go): none, one made for
+	// another read or with another secret, one past its expiry.
+	GrantsMissing, GrantsForged, GrantsExpired int64
+	Remounts                                   int64
+	Reconciles                                 int64
+	ReconcileRemoved                           int64 // SSD objects deleted because a reconcile called them unwanted
+	ReconcileKeysSent                          int64 // SSD keys sent to the master by reconciles (only those of differing ranges)
+	NotifyRetries                              int64 // notifies sent again after a transport error
+	RemovalLogRemoved                          int64 // SSD objects deleted by the master's removal log
 	// DRAMRecords are the DRAM objects recorded for re-registration;
 	// RemovalDRAM and RemovalSSD the node's removal log cursors.
 	DRAMRecords             int64
@@ -105,6 +109,7 @@ type nodeMetrics struct {
 	offloadRounds, offloadPersisted, offloadFailed  atomic.Int64
 	offloadWakes                                    atomic.Int64 // heartbeats run because the master woke the node
 	peerWrites, peerReadsDRAM, peerReadsSSD         atomic.Int64
+	grantsMissing, grantsForged, grantsExpired      atomic.Int64
 	remounts, reconciles, reconcileRemoved          atomic.Int64
 	reconcileKeysSent                               atomic.Int64
 	notifyRetries                                   atomic.Int64
@@ -436,6 +441,9 @@ func (n *Node) Stats() Stats {
 		PeerWrites:           n.metrics.peerWrites.Load(),
 		PeerReadsDRAM:        n.metrics.peerReadsDRAM.Load(),
 		PeerReadsSSD:         n.metrics.peerReadsSSD.Load(),
+		GrantsMissing:        n.metrics.grantsMissing.Load(),
+		GrantsForged:         n.metrics.grantsForged.Load(),
+		GrantsExpired:        n.metrics.grantsExpired.Load(),
 		Remounts:             n.metrics.remounts.Load(),
 		Reconciles:           n.metrics.reconciles.Load(),
 		ReconcileRemoved:     n.metrics.reconcileRemoved.Load(),

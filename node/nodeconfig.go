@@ -12,6 +12,7 @@ import (
 
 	"github.com/tierstore/tierstore/bucket"
 	"github.com/tierstore/tierstore/eviction"
+	"github.com/tierstore/tierstore/internal/grant"
 	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/internal/peerlimit"
 	"github.com/tierstore/tierstore/internal/tlsconf"
@@ -60,6 +61,11 @@ type Config struct {
 	// data plane or gRPC inside; the data plane needs role client, NodeStats
 	// any role (Roles). nil: plaintext.
 	TLS *tlsconf.Source
+	// Grants, when not nil, is the read grant secret
+	// [--grant_secret_file] the masters share: every data-plane read must
+	// carry the grant of its lookup (grants.go, docs/security.md). nil:
+	// reads carry no grant, or one that is ignored.
+	Grants *grant.Keys
 	// Limits are the bounds per peer of the shared port
 	// [--max_conns_per_peer, --max_streams_per_conn (gRPC),
 	// --tls_handshake_timeout, --max_peer_buffer]; zero fields take the

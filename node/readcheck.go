@@ -28,8 +28,18 @@ func init() { readCheck.Store(true) }
 // of a complete object the node stores, else an error wrapping
 // ErrNotAnObject and errcode.ErrReplicaGone.
 func (n *Node) checkReadRange(off, length int64) error {
+	_, err := n.readRangeKey(off, length)
+	return err
+}
+
+// readRangeKey is checkReadRange that also returns the key of the object
+// recorded at off (for its read grant, grants.go).
+func (n *Node) readRangeKey(off, length int64) (string, error) {
 	if !readCheck.Load() {
-		return nil
+		n.ha.recMu.Lock()
+		r := n.ha.records[off]
+		n.ha.recMu.Unlock()
+		return r.obj.Key, nil
 	}
 	n.ownMu.RLock()
 	defer n.ownMu.RUnlock()
@@ -39,12 +49,12 @@ func (n *Node) checkReadRange(off, length int64) error {
 	h.recMu.Unlock()
 	switch {
 	case !ok:
-		return errcode.Wrap(errcode.ReplicaIsGone, fmt.Errorf("%w: no object starts at %d", ErrNotAnObject, off))
+		return "", errcode.Wrap(errcode.ReplicaIsGone, fmt.Errorf("%w: no object starts at %d", ErrNotAnObject, off))
 	case r.len != length:
-		return errcode.Wrap(errcode.ReplicaIsGone, fmt.Errorf("%w: the object at %d has %d bytes, the read asks %d", ErrNotAnObject, off, r.len, length))
+		return "", errcode.Wrap(errcode.ReplicaIsGone, fmt.Errorf("%w: the object at %d has %d bytes, the read asks %d", ErrNotAnObject, off, r.len, length))
 	}
 	if err := n.owners.check(off, off+length, r.token); err != nil {
-		return errcode.Wrap(errcode.ReplicaIsGone, fmt.Errorf("%w: a newer put claimed part of [%d, %d)", ErrNotAnObject, off, off+length))
+		return "", errcode.Wrap(errcode.ReplicaIsGone, fmt.Errorf("%w: a newer put claimed part of [%d, %d)", ErrNotAnObject, off, off+length))
 	}
-	return nil
+	return r.obj.Key, nil
 }

@@ -75,6 +75,9 @@ type options struct {
 	// cpuProfile (cpuprofile): file of the CPU profile from start-up to
 	// shutdown (empty: none).
 	cpuProfile string
+	// grantSecretFile (grant_secret_file): the read grant secret (empty:
+	// lookups carry no grants).
+	grantSecretFile string
 }
 
 // parseFlags parses the command line (without the program name) into a
@@ -139,6 +142,7 @@ func parseAll(args []string, helpOut io.Writer) (master.Config, options, error) 
 	allocator := fs.String("memory_allocator", "offset", "segment allocator: offset (the only one)")
 	registerHAFlags(fs, &opt.ha)
 	opt.tls.Register(fs)
+	fs.StringVar(&opt.grantSecretFile, "grant_secret_file", "", "file of the read grant secret (64 hex digits, e.g. from `head -c32 /dev/urandom | xxd -p -c64`; the same file on every master and node): every replica a lookup answers carries a grant for that read, which the nodes check (docs/security.md). Re-read when it changes. Empty: no grants")
 	opt.limits.Register(fs, false)
 
 	if err := fs.Parse(args); err != nil {

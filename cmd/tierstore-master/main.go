@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tierstore/tierstore/internal/cpuprofile"
+	"github.com/tierstore/tierstore/internal/grant"
 	"github.com/tierstore/tierstore/internal/peerlimit"
 	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/master"
@@ -47,6 +48,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer stopProfile()
 	for _, n := range opt.ignored {
 		log.Warn("flag accepted for Mooncake compatibility, no effect", "flag", n)
+	}
+	if opt.grantSecretFile != "" {
+		keys, err := grant.LoadFile(opt.grantSecretFile)
+		if err != nil {
+			fmt.Fprintln(stderr, "tierstore-master:", err)
+			return 2
+		}
+		cfg.Grants = keys
+		log.Info("read grants on", "grant_secret_file", opt.grantSecretFile)
 	}
 	guard := peerlimit.New(opt.limits, log)
 	srvOpts, err := serverTLS(opt.tls, net.JoinHostPort(cfg.RPCAddress, strconv.Itoa(cfg.RPCPort)), guard, log)

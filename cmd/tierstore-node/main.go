@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/backoff"
 
 	"github.com/tierstore/tierstore/internal/cpuprofile"
+	"github.com/tierstore/tierstore/internal/grant"
 	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/mastergrpc"
 	"github.com/tierstore/tierstore/node"
@@ -71,6 +72,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		log.Info("mutual TLS", "cert", o.tls.Cert, "ca", o.tls.CA, "roles", src.Roles())
 	} else {
 		tlsconf.WarnPlaintext(log, "node data plane and gRPC", o.node.Listen)
+	}
+	if o.grantSecretFile != "" {
+		keys, err := grant.LoadFile(o.grantSecretFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "tierstore-node: %v\n", err)
+			return 2
+		}
+		o.node.Grants = keys
+		log.Info("read grants required", "grant_secret_file", o.grantSecretFile)
 	}
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	m, err := mastergrpc.Dial(dctx, o.master, dial...)

@@ -5,16 +5,17 @@
 // over a domain string and those fields, each length-prefixed so that no
 // two scopes encode alike.
 //
-// It is the building block of docs/security.md's "reads bound to callers"
-// (not wired yet: no master hands grants out and no node asks for them).
-// The intended wiring: the master signs a grant per replica when it
-// answers a lookup (GetReplicaList and its batch; the next master protocol version, a
-// field of Replica), a node learns the secret at mount over mutual TLS (or
-// from a file every HA master shares), and the data plane (version 2,
-// a field of the read requests' metadata) and the node's gRPC reads check
-// the grant on every read when TLS roles are on, refusing with ErrMissing,
-// ErrForged or ErrExpired (a named status). A Verifier holds the current
-// and the previous secret, so that a rotation fails no read in flight.
+// Wiring (docs/security.md, Read grants): with --grant_secret_file
+// (Keys: the file's secret, re-read on change, the previous secret kept
+// for verification) the master signs a grant per replica when it answers
+// a lookup (GetReplicaList and its batch; master protocol 7, field grant
+// of Replica), expiring with the lookup's read lease; the client passes it
+// in the read request's metadata (data plane version 2); the node checks it
+// on every data-plane read (node/grants.go), refusing with ErrMissing,
+// ErrForged or ErrExpired wrapped in PERMISSION_DENIED, and the client
+// finds the sentinel again in the refusal's text (Restore). A Verifier
+// holds the current and the previous secret, so that a rotation fails no
+// read in flight.
 //
 // Cost: one Verify is about a microsecond (BenchmarkVerify), against
 // hundreds of microseconds for the smallest remote get.

@@ -188,7 +188,12 @@ type Replica struct {
 	// PutEnd and PutRevoke; in lookups (COMPLETE) a reader's
 	// ReportBadReplica carries it back. Tokens grow strictly, also across
 	// master restarts (docs/design.md invariant 8).
-	PutToken      uint64 `protobuf:"varint,8,opt,name=put_token,json=putToken,proto3" json:"put_token,omitempty"`
+	PutToken uint64 `protobuf:"varint,8,opt,name=put_token,json=putToken,proto3" json:"put_token,omitempty"`
+	// In lookups (GetReplicaList and its batch), when the master has
+	// --grant_secret_file: the read grant for this replica (package
+	// internal/grant: expiry and MAC of node, key and DRAM range or SSD
+	// length), which the node checks on the read. Empty otherwise.
+	Grant         []byte `protobuf:"bytes,9,opt,name=grant,proto3" json:"grant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -277,6 +282,13 @@ func (x *Replica) GetPutToken() uint64 {
 		return x.PutToken
 	}
 	return 0
+}
+
+func (x *Replica) GetGrant() []byte {
+	if x != nil {
+		return x.Grant
+	}
+	return nil
 }
 
 type ObjectInfo struct {
@@ -4629,7 +4641,7 @@ var File_master_proto protoreflect.FileDescriptor
 
 const file_master_proto_rawDesc = "" +
 	"\n" +
-	"\fmaster.proto\x12\x13tierstore.master.v1\"\x92\x02\n" +
+	"\fmaster.proto\x12\x13tierstore.master.v1\"\xa8\x02\n" +
 	"\aReplica\x124\n" +
 	"\x04kind\x18\x01 \x01(\x0e2 .tierstore.master.v1.ReplicaKindR\x04kind\x12:\n" +
 	"\x06status\x18\x02 \x01(\x0e2\".tierstore.master.v1.ReplicaStatusR\x06status\x12\x12\n" +
@@ -4638,7 +4650,8 @@ const file_master_proto_rawDesc = "" +
 	"\asegment\x18\x05 \x01(\tR\asegment\x12\x16\n" +
 	"\x06offset\x18\x06 \x01(\x03R\x06offset\x12\x16\n" +
 	"\x06length\x18\a \x01(\x03R\x06length\x12\x1b\n" +
-	"\tput_token\x18\b \x01(\x04R\bputToken\"\xb7\x01\n" +
+	"\tput_token\x18\b \x01(\x04R\bputToken\x12\x14\n" +
+	"\x05grant\x18\t \x01(\fR\x05grant\"\xb7\x01\n" +
 	"\n" +
 	"ObjectInfo\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x12\n" +

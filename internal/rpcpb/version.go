@@ -36,8 +36,10 @@ const (
 	// ReRegisterSSDObjects, EvictSSDReplica and ReRegisterDRAMObjects (new
 	// names on the wire: a peer of version 5 would find them unknown), and
 	// their messages and the Stats fields are renamed to match (numbers
-	// kept).
-	MasterProtocol = 6
+	// kept). 7: a lookup's Replica carries the read grant (field 9,
+	// docs/security.md), which a node with --grant_secret_file requires
+	// and a client of version 6 would not pass on.
+	MasterProtocol = 7
 	// NodeProtocol is the version of node.proto's NodePeer service.
 	NodeProtocol = 1
 )

@@ -201,15 +201,18 @@ func (dc *DataConn) WriteParts(ctx context.Context, segment string, off int64, p
 // them against crc, the object's CRC32C from its lookup: the one check of
 // this transfer. Nothing is written beyond len(buf); on error buf's
 // contents are undefined.
+// The read carries no grant: a node with a grant secret refuses it
+// (ReadRangeParts passes one).
 func (dc *DataConn) ReadRange(ctx context.Context, segment string, off int64, buf []byte, crc uint32) error {
-	return dc.ReadRangeParts(ctx, segment, off, [][]byte{buf}, crc)
+	return dc.ReadRangeParts(ctx, segment, off, [][]byte{buf}, crc, nil)
 }
 
 // ReadRangeParts is ReadRange into parts in order (scatter): the range is
 // their total length, read from the socket straight into each part, one
-// CRC32C over the whole.
-func (dc *DataConn) ReadRangeParts(ctx context.Context, segment string, off int64, parts [][]byte, crc uint32) error {
-	req := Request{Op: OpReadRange, Segment: segment, Offset: uint64(off), Length: uint64(partsLen(parts))}
+// CRC32C over the whole. grant is the replica's read grant
+// (masterapi.Replica.Grant; nil without one).
+func (dc *DataConn) ReadRangeParts(ctx context.Context, segment string, off int64, parts [][]byte, crc uint32, grant []byte) error {
+	req := Request{Op: OpReadRange, Segment: segment, Offset: uint64(off), Length: uint64(partsLen(parts)), Grant: grant}
 	_, err := dc.readOnce(ctx, &req, parts, crc)
 	return err
 }
@@ -223,14 +226,16 @@ func (dc *DataConn) ReadRangeParts(ctx context.Context, segment string, off int6
 // the bytes were damaged on its disk or on the way), the read is asked
 // once more with FlagVerify: the node then checks its copy before sending
 // it, and drops a corrupt one (invariant 5), answering CHECKSUM_MISMATCH.
+// The read carries no grant (ReadSSDParts passes one).
 func (dc *DataConn) ReadSSD(ctx context.Context, key []byte, buf []byte, crc uint32) error {
-	return dc.ReadSSDParts(ctx, key, [][]byte{buf}, crc)
+	return dc.ReadSSDParts(ctx, key, [][]byte{buf}, crc, nil)
 }
 
 // ReadSSDParts is ReadSSD into parts in order (scatter); their total
-// length must be the object's size.
-func (dc *DataConn) ReadSSDParts(ctx context.Context, key []byte, parts [][]byte, crc uint32) error {
-	req := Request{Op: OpReadSSD, Key: key, Length: uint64(partsLen(parts))}
+// length must be the object's size. grant is the replica's read grant
+// (nil without one).
+func (dc *DataConn) ReadSSDParts(ctx context.Context, key []byte, parts [][]byte, crc uint32, grant []byte) error {
+	req := Request{Op: OpReadSSD, Key: key, Length: uint64(partsLen(parts)), Grant: grant}
 	again, err := dc.readOnce(ctx, &req, parts, crc)
 	if again {
 		req.Verify = true
@@ -264,6 +269,7 @@ func (dc *DataConn) readOnce(ctx context.Context, req *Request, buf [][]byte, cr
 type RangeRead struct {
 	Segment string
 	Offset  int64
+	Grant   []byte // the replica's read grant (masterapi.Replica.Grant), if any
 	Buf     []byte
 	Parts   [][]byte
 	CRC     uint32
@@ -340,7 +346,7 @@ func (dc *DataConn) sendReads(ctx context.Context, first uint32, rs []RangeRead)
 	var zero [HeaderLen]byte
 	b := dc.wbuf[:0]
 	for i, r := range rs {
-		req := Request{Op: OpReadRange, Segment: r.Segment, Offset: uint64(r.Offset), Length: uint64(len(r.Buf))}
+		req := Request{Op: OpReadRange, Segment: r.Segment, Offset: uint64(r.Offset), Length: uint64(len(r.Buf)), Grant: r.Grant}
 		if r.Parts != nil {
 			req.Length = uint64(partsLen(r.Parts))
 		}

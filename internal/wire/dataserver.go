@@ -31,14 +31,17 @@ type DataHandler interface {
 	BeginWrite(ctx context.Context, segment string, off, n int64, token uint64) (RangeWriter, error)
 	// ViewRange returns n bytes at off of segment without copying them,
 	// valid until release is called. The bytes go to the socket as they
-	// are; the reader checks them against the object's CRC32C.
-	ViewRange(segment string, off, n int64) (view []byte, release func(), err error)
+	// are; the reader checks them against the object's CRC32C. grant is
+	// the request's read grant (empty without one), valid only during the
+	// call.
+	ViewRange(segment string, off, n int64, grant []byte) (view []byte, release func(), err error)
 	// OpenSSD opens key's value on the SSD tier to be sent in pieces.
 	// With verify (the client's previous copy failed its CRC32C) the
 	// handler checks the whole value against its index before the first
 	// piece, and answers a corrupt copy with an error (CHECKSUM_MISMATCH),
-	// having dropped it.
-	OpenSSD(ctx context.Context, key []byte, verify bool) (SSDValue, error)
+	// having dropped it. grant is the request's read grant (empty without
+	// one); want is the length the reader expects.
+	OpenSSD(ctx context.Context, key []byte, want uint64, grant []byte, verify bool) (SSDValue, error)
 	// Served is told each request's op, service time (from its header to
 	// the end of its reply) and outcome.
 	Served(op Op, d time.Duration, err error)
@@ -341,11 +344,13 @@ func (sc *serverConn) serve(h Header, meta []byte) error {
 				return sc.reply(h.ID, OpReadSSD, err, nil)
 			}
 		}
-		key := append([]byte(nil), req.Key...) // meta is reused by the next frame
+		// meta is reused by the next frame
+		kg := append(append(make([]byte, 0, len(req.Key)+len(req.Grant)), req.Key...), req.Grant...)
+		key, grant := kg[:len(req.Key):len(req.Key)], kg[len(req.Key):]
 		sc.s.busy.Add(1)
 		sc.ssd <- struct{}{}
 		sc.wg.Add(1)
-		go sc.readSSD(h.ID, key, req.Length, verify, start, release)
+		go sc.readSSD(h.ID, key, grant, req.Length, verify, start, release)
 		return nil
 	}
 	sc.s.busy.Add(1)
@@ -353,7 +358,7 @@ func (sc *serverConn) serve(h Header, meta []byte) error {
 	if req.Op == OpWrite {
 		return sc.write(h, req, start)
 	}
-	view, release, verr := sc.s.h.ViewRange(req.Segment, int64(req.Offset), int64(req.Length))
+	view, release, verr := sc.s.h.ViewRange(req.Segment, int64(req.Offset), int64(req.Length), req.Grant)
 	err = sc.reply(h.ID, req.Op, verr, view)
 	if release != nil {
 		release()
@@ -456,9 +461,9 @@ func (sc *serverConn) write(h Header, req Request, start time.Time) error {
 // connection is closed there: the client's read ends short
 // (ErrShortFrame) with nothing beyond its buffer written, and its other
 // calls on the connection fail over to a new one.
-func (sc *serverConn) readSSD(id uint32, key []byte, want uint64, verify bool, start time.Time, release func()) {
+func (sc *serverConn) readSSD(id uint32, key, grant []byte, want uint64, verify bool, start time.Time, release func()) {
 	defer func() { release(); sc.s.busy.Add(-1); <-sc.ssd; sc.wg.Done() }()
-	v, err := sc.s.h.OpenSSD(sc.s.ctx, key, verify)
+	v, err := sc.s.h.OpenSSD(sc.s.ctx, key, want, grant, verify)
 	var first []byte
 	if err == nil {
 		defer v.Close()

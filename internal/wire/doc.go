@@ -45,6 +45,14 @@
 //     codes.ErrTransferFail) breaks the connection: every call on it fails
 //     clearly, none reads stray bytes.
 //
+// # Read grants
+//
+// Since data plane version 2 a read request carries the replica's read
+// grant (Request.Grant, at most MaxGrant bytes, empty without one) in its
+// metadata; the node's DataHandler judges it (package node, grants.go).
+// ReadRange and ReadSSD send none; ReadRangeParts, ReadSSDParts and
+// RangeRead.Grant pass one.
+//
 // # TLS
 //
 // With a tls.Config (DialDataTLS, NewMuxTLS) the data plane runs inside

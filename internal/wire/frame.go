@@ -18,8 +18,10 @@ const (
 	// DataMagic opens a data connection. It cannot begin an HTTP/2
 	// connection preface ("PRI * HTTP/2.0"), so one listener serves both.
 	DataMagic = "TSDP"
-	// DataVersion is the protocol version this build speaks.
-	DataVersion = 1
+	// DataVersion is the protocol version this build speaks. 2: the read
+	// requests carry a read grant (Request.Grant) before their segment
+	// name or key, which a node of version 1 would read as part of them.
+	DataVersion = 2
 	// HelloLen is the length of the hello each side sends first.
 	HelloLen = 8
 	// HeaderLen is the length of a frame header.
@@ -33,6 +35,9 @@ const (
 	MaxPayload = 1 << 40
 	// maxName bounds a segment name in request metadata.
 	maxName = 1024
+	// MaxGrant bounds a read grant in request metadata (a grant is
+	// grant.Size bytes; the node, not the framing, judges its content).
+	MaxGrant = 64
 )
 
 // frameMagic opens every frame header ("TF"): a stream that lost its
@@ -197,6 +202,10 @@ type Request struct {
 	Token   uint64 // OpWrite: the put token (masterapi.Replica.PutToken)
 	Key     []byte // OpReadSSD; OpWrite: the object's key ("" = not recorded)
 	Pins    uint8  // OpWrite: PinSoft | PinHard of the object
+	// Grant, OpReadRange and OpReadSSD: the read grant of the replica's
+	// lookup (masterapi.Replica.Grant; empty without one), at most
+	// MaxGrant bytes.
+	Grant []byte
 	// Verify, OpReadSSD: sent as the header's FlagVerify (the node checks
 	// the value before sending it); not part of the metadata.
 	Verify bool
@@ -211,8 +220,8 @@ const (
 
 // AppendMeta appends r's metadata encoding to b: OpWrite: offset u64,
 // token u64, segment length u16, pins u8, segment, key; OpReadRange: offset
-// u64, length u64, segment; OpReadSSD: length u64, key. The trailing string
-// runs to MetaLen.
+// u64, length u64, grant length u8, grant, segment; OpReadSSD: length u64,
+// grant length u8, grant, key. The trailing string runs to MetaLen.
 func (r *Request) AppendMeta(b []byte) []byte {
 	switch r.Op {
 	case OpWrite:
@@ -225,22 +234,24 @@ func (r *Request) AppendMeta(b []byte) []byte {
 	case OpReadRange:
 		b = binary.LittleEndian.AppendUint64(b, r.Offset)
 		b = binary.LittleEndian.AppendUint64(b, r.Length)
+		b = append(append(b, uint8(len(r.Grant))), r.Grant...)
 		return append(b, r.Segment...)
 	case OpReadSSD:
 		b = binary.LittleEndian.AppendUint64(b, r.Length)
+		b = append(append(b, uint8(len(r.Grant))), r.Grant...)
 		return append(b, r.Key...)
 	}
 	return b
 }
 
-// ParseRequest decodes the metadata of a request frame of op. Key aliases
-// meta.
+// ParseRequest decodes the metadata of a request frame of op. Key and
+// Grant alias meta.
 func ParseRequest(op Op, meta []byte) (Request, error) {
 	r := Request{Op: op}
-	need := 16
+	need := 17
 	switch op {
 	case OpReadSSD:
-		need = 8
+		need = 9
 	case OpWrite:
 		need = 19
 	}
@@ -253,20 +264,41 @@ func ParseRequest(op Op, meta []byte) (Request, error) {
 	case OpReadRange:
 		r.Offset = binary.LittleEndian.Uint64(meta)
 		r.Length = binary.LittleEndian.Uint64(meta[8:])
-		if len(meta)-16 > maxName {
-			return Request{}, frameErr(ErrFrame, "wire: segment name of %d bytes, at most %d allowed", len(meta)-16, maxName)
+		rest, err := parseGrant(&r, meta[16:])
+		if err != nil {
+			return Request{}, err
 		}
-		r.Segment = string(meta[16:])
+		if len(rest) > maxName {
+			return Request{}, frameErr(ErrFrame, "wire: segment name of %d bytes, at most %d allowed", len(rest), maxName)
+		}
+		r.Segment = string(rest)
 	case OpReadSSD:
 		r.Length = binary.LittleEndian.Uint64(meta)
-		if n := len(meta) - 8; n == 0 || n > keyspec.MaxLen {
+		rest, err := parseGrant(&r, meta[8:])
+		if err != nil {
+			return Request{}, err
+		}
+		if n := len(rest); n == 0 || n > keyspec.MaxLen {
 			return Request{}, frameErr(ErrFrame, "wire: key of %d bytes (1..%d allowed)", n, keyspec.MaxLen)
 		}
-		r.Key = meta[8:]
+		r.Key = rest
 	default:
 		return Request{}, frameErr(ErrFrame, "wire: %v is not a request", op)
 	}
 	return r, nil
+}
+
+// parseGrant decodes a read request's grant (length u8, bytes) at the
+// start of b into r.Grant and returns what follows it.
+func parseGrant(r *Request, b []byte) ([]byte, error) {
+	n := int(b[0])
+	if n > MaxGrant || n > len(b)-1 {
+		return nil, frameErr(ErrFrame, "wire: %v grant of %d bytes in %d bytes of metadata (at most %d allowed)", r.Op, n, len(b)-1, MaxGrant)
+	}
+	if n > 0 {
+		r.Grant = b[1 : 1+n]
+	}
+	return b[1+n:], nil
 }
 
 // parseWrite decodes OpWrite metadata (at least 19 bytes). Key aliases

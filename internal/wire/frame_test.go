@@ -103,7 +103,9 @@ func TestFrameRefusesMalformed(t *testing.T) {
 }
 
 func TestParseRequestRefusesMalformed(t *testing.T) {
-	long := make([]byte, 16+maxName+1)
+	long := make([]byte, 17+maxName+1)
+	grant := make([]byte, 9)
+	grant[8] = MaxGrant + 1
 	for name, c := range map[string]struct {
 		op   Op
 		meta []byte
@@ -111,8 +113,10 @@ func TestParseRequestRefusesMalformed(t *testing.T) {
 		"short write":   {OpWrite, make([]byte, 15)},
 		"short range":   {OpReadRange, make([]byte, 8)},
 		"long segment":  {OpReadRange, long},
-		"empty key":     {OpReadSSD, make([]byte, 8)},
-		"long key":      {OpReadSSD, make([]byte, 8+keyspec.MaxLen+1)},
+		"empty key":     {OpReadSSD, make([]byte, 9)},
+		"long key":      {OpReadSSD, make([]byte, 9+keyspec.MaxLen+1)},
+		"long grant":    {OpReadSSD, append(grant, make([]byte, MaxGrant+2)...)},
+		"cut grant":     {OpReadSSD, []byte{0, 0, 0, 0, 0, 0, 0, 0, 24, 1, 2}},
 		"reply as req":  {OpReadSSD | ReplyBit, make([]byte, 9)},
 		"short ssd req": {OpReadSSD, make([]byte, 7)},
 	} {
@@ -122,12 +126,29 @@ func TestParseRequestRefusesMalformed(t *testing.T) {
 	}
 }
 
+// A read request's grant travels in its metadata (data plane version 2)
+// and comes back as sent; none stays none.
+func TestRequestGrantRoundTrip(t *testing.T) {
+	g := bytes.Repeat([]byte{7}, 24)
+	for _, r := range []Request{
+		{Op: OpReadRange, Segment: "seg", Offset: 4096, Length: 10, Grant: g},
+		{Op: OpReadRange, Segment: "seg", Offset: 4096, Length: 10},
+		{Op: OpReadSSD, Key: []byte("k"), Length: 10, Grant: g},
+		{Op: OpReadSSD, Key: []byte("k"), Length: 10},
+	} {
+		got, err := ParseRequest(r.Op, r.AppendMeta(nil))
+		if err != nil || !bytes.Equal(got.Grant, r.Grant) || got.Segment != r.Segment || !bytes.Equal(got.Key, r.Key) || got.Offset != r.Offset || got.Length != r.Length {
+			t.Errorf("%v with grant %x: parsed %+v, %v", r.Op, r.Grant, got, err)
+		}
+	}
+}
+
 func TestHello(t *testing.T) {
 	h := hello()
 	if err := checkHello(h[:]); err != nil {
 		t.Fatal(err)
 	}
-	for _, bad := range [][]byte{[]byte("PRI * HT"), {'T', 'S', 'D', 'P', 2, 0, 0, 0}, {'T', 'S', 'D', 'P', 1, 0, 0, 1}, []byte("TSDP")} {
+	for _, bad := range [][]byte{[]byte("PRI * HT"), {'T', 'S', 'D', 'P', 1, 0, 0, 0}, {'T', 'S', 'D', 'P', 2, 0, 0, 1}, []byte("TSDP")} {
 		if err := checkHello(bad); !errors.Is(err, ErrFrame) {
 			t.Errorf("hello %q: %v", bad, err)
 		}

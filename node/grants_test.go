@@ -1,0 +1,388 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tierstore/tierstore/client"
+	"github.com/tierstore/tierstore/internal/crc32c"
+	"github.com/tierstore/tierstore/internal/errcode"
+	"github.com/tierstore/tierstore/internal/grant"
+	"github.com/tierstore/tierstore/internal/wire"
+	"github.com/tierstore/tierstore/master"
+	"github.com/tierstore/tierstore/masterapi"
+)
+
+// writeGrantSecret writes a fresh secret to path (by rename, as an
+// operator's tooling would) and returns it.
+func writeGrantSecret(t testing.TB, path string) grant.Secret {
+	t.Helper()
+	s, err := grant.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path+".tmp", []byte(hex.EncodeToString(s[:])+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func loadKeys(t testing.TB, path string) *grant.Keys {
+	t.Helper()
+	k, err := grant.LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// startGrantNode starts a node listening on 127.0.0.1 with grant keys k
+// (nil: none) and SSD tier tr (nil: none).
+func startGrantNode(t *testing.T, m masterapi.API, k *grant.Keys, tr SSDTier) *Node {
+	t.Helper()
+	cfg := testNodeConfig("127.0.0.1:0")
+	cfg.Grants = k
+	var opts []Option
+	if tr != nil {
+		opts = append(opts, WithTier(tr))
+	}
+	n, err := Start(context.Background(), cfg, m, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+// tampered is the real master, whose lookups' grants a test rewrites
+// before the client sees them (the client's side of a refused grant).
+type tampered struct {
+	*master.Service
+	f atomic.Pointer[func(*masterapi.ObjectInfo)]
+}
+
+func (m *tampered) GetReplicaList(ctx context.Context, key string) (masterapi.ObjectInfo, error) {
+	info, err := m.Service.GetReplicaList(ctx, key)
+	if f := m.f.Load(); err == nil && f != nil {
+		(*f)(&info)
+	}
+	return info, err
+}
+
+// With a grant secret on master and node: gets, batch gets and streamed
+// SSD reads work; a read with no grant, with a grant of another key,
+// another range of the key, another node, or past its expiry is refused
+// PERMISSION_DENIED with the grant's sentinel on the client side and
+// counted on the node; the good read works after them.
+func TestGrantsBindReadsToLookups(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "grant.secret")
+	sec := writeGrantSecret(t, path)
+	mc := testMasterConfig()
+	mc.Grants = loadKeys(t, path)
+	m := newMaster(t, mc)
+	tr := newMemTier()
+	n := startGrantNode(t, m, loadKeys(t, path), tr)
+	other := startGrantNode(t, m, loadKeys(t, path), nil)
+	c := newTestClient(t, client.Config{MasterAddr: serveMaster(t, m), PreferredNode: n.Name()})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	vals := map[string][]byte{"k1": rnd(1 << 20), "k2": rnd(70000), "s": rnd(300 << 10)}
+	for _, k := range []string{"k1", "k2", "s"} {
+		if err := c.Put(ctx, k, vals[k]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The SSD read: offloaded, evicted from DRAM, streamed from the tier.
+	n.OffloadNow()
+	if d, err := c.EvictDRAM(ctx, []string{"s"}, false); err != nil || d.Dropped != 1 {
+		t.Fatalf("evict: %+v %v", d, err)
+	}
+	good := func() {
+		t.Helper()
+		for k, v := range vals {
+			if got, err := c.Get(ctx, k); err != nil || !bytes.Equal(got, v) {
+				t.Fatalf("get %s with grants: %v", k, err)
+			}
+		}
+		got, errs := c.BatchGet(ctx, []string{"k1", "k2", "s"})
+		for i, k := range []string{"k1", "k2", "s"} {
+			if errs[i] != nil || !bytes.Equal(got[i], vals[k]) {
+				t.Fatalf("batch get %s with grants: %v", k, errs[i])
+			}
+		}
+	}
+	good()
+	if rs := c.ReadStats(); rs.RemoteSSD != 2 || rs.RemoteDRAM != 4 {
+		t.Fatalf("read stats %+v: want 2 SSD and 4 DRAM reads", rs)
+	}
+
+	lookup := func(k string, kind masterapi.ReplicaKind) masterapi.Replica {
+		t.Helper()
+		info, err := m.GetReplicaList(ctx, k)
+		if err != nil {
+			t.Fatalf("lookup %s: %v", k, err)
+		}
+		for _, r := range info.Replicas {
+			if r.Kind == kind && len(r.Grant) == grant.Size {
+				return r
+			}
+		}
+		t.Fatalf("lookup %s: no %v replica with a grant: %+v", k, kind, info)
+		return masterapi.Replica{}
+	}
+	r1, r2, rs := lookup("k1", masterapi.DRAM), lookup("k2", masterapi.DRAM), lookup("s", masterapi.SSD)
+	if r1.Kind != masterapi.DRAM || rs.Kind != masterapi.SSD {
+		t.Fatalf("replicas %+v %+v", r1, rs)
+	}
+	// A grant lasts as long as its lookup's read lease (plus the skew).
+	info1, err := m.GetReplicaList(ctx, "k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := grant.NewVerifier(sec)
+	for _, r := range info1.Replicas {
+		sc := grant.Scope{Node: r.Node, Key: []byte("k1"), Length: uint64(info1.Size)}
+		if r.Kind == masterapi.DRAM {
+			sc.Segment, sc.Offset, sc.Length = r.Segment, uint64(r.Offset), uint64(r.Length)
+		}
+		end := info1.LeaseDeadline.Add(v.Skew)
+		if err := v.Verify(sc, []byte(r.Grant), end.Add(-time.Millisecond)); err != nil {
+			t.Fatalf("%v grant before its lease ended: %v", r.Kind, err)
+		}
+		if err := v.Verify(sc, []byte(r.Grant), end.Add(time.Millisecond)); !errors.Is(err, grant.ErrExpired) {
+			t.Fatalf("%v grant after its lease ended: %v", r.Kind, err)
+		}
+	}
+	signer := grant.NewSigner(sec)
+	sign := func(sc grant.Scope, exp time.Time) []byte { g := signer.Sign(sc, exp); return g[:] }
+	scope1 := grant.Scope{Node: n.Name(), Key: []byte("k1"), Segment: r1.Segment, Offset: uint64(r1.Offset), Length: uint64(r1.Length)}
+	later := time.Now().Add(time.Minute)
+	otherRange, otherNode := scope1, scope1
+	otherRange.Offset += 4096
+	otherNode.Node = other.Name()
+
+	dc, err := wire.DialData(ctx, n.Endpoint(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dc.Close()
+	buf := make([]byte, len(vals["k1"]))
+	readDRAM := func(g []byte) error {
+		return dc.ReadRangeParts(ctx, r1.Segment, r1.Offset, [][]byte{buf}, crc32c.Checksum(vals["k1"]), g)
+	}
+	sbuf := make([]byte, len(vals["s"]))
+	readSSD := func(g []byte) error {
+		return dc.ReadSSDParts(ctx, []byte("s"), [][]byte{sbuf}, crc32c.Checksum(vals["s"]), g)
+	}
+	expired := sign(scope1, time.Now().Add(-time.Minute))
+	for name, c := range map[string]struct {
+		read func() error
+		want error
+	}{
+		"no grant":              {func() error { return readDRAM(nil) }, grant.ErrMissing},
+		"another key's grant":   {func() error { return readDRAM([]byte(r2.Grant)) }, grant.ErrForged},
+		"another range's grant": {func() error { return readDRAM(sign(otherRange, later)) }, grant.ErrForged},
+		"another node's grant":  {func() error { return readDRAM(sign(otherNode, later)) }, grant.ErrForged},
+		"an expired grant":      {func() error { return readDRAM(expired) }, grant.ErrExpired},
+		"SSD without a grant":   {func() error { return readSSD(nil) }, grant.ErrMissing},
+		"SSD with a DRAM grant": {func() error { return readSSD([]byte(r1.Grant)) }, grant.ErrForged},
+	} {
+		err := c.read()
+		if !errors.Is(err, errcode.ErrPermissionDenied) || !strings.Contains(err.Error(), c.want.Error()) {
+			t.Errorf("%s: %v, want PERMISSION_DENIED naming %q", name, err, c.want)
+		}
+	}
+	st := n.Stats()
+	if st.GrantsMissing != 2 || st.GrantsForged != 4 || st.GrantsExpired != 1 {
+		t.Fatalf("node counts missing %d forged %d expired %d, want 2 4 1", st.GrantsMissing, st.GrantsForged, st.GrantsExpired)
+	}
+	if err := readDRAM([]byte(r1.Grant)); err != nil || !bytes.Equal(buf, vals["k1"]) {
+		t.Fatalf("the good DRAM read after the refused ones: %v", err)
+	}
+	if err := readSSD([]byte(rs.Grant)); err != nil || !bytes.Equal(sbuf, vals["s"]) {
+		t.Fatalf("the good SSD read after the refused ones: %v", err)
+	}
+
+	// The client's side: a refused grant is PERMISSION_DENIED with the
+	// grant's sentinel (a lookup whose grants this test rewrites).
+	tm := &tampered{Service: m}
+	tc := newTestClient(t, client.Config{Master: tm})
+	for name, cs := range map[string]struct {
+		g    func(r masterapi.Replica) string
+		want error
+	}{
+		"missing": {func(masterapi.Replica) string { return "" }, grant.ErrMissing},
+		"forged":  {func(masterapi.Replica) string { return r2.Grant }, grant.ErrForged},
+		"expired": {func(r masterapi.Replica) string {
+			sc := grant.Scope{Node: r.Node, Key: []byte("k1"), Length: uint64(len(vals["k1"]))}
+			if r.Kind == masterapi.DRAM {
+				sc.Segment, sc.Offset, sc.Length = r.Segment, uint64(r.Offset), uint64(r.Length)
+			}
+			return string(sign(sc, time.Now().Add(-time.Minute)))
+		}, grant.ErrExpired},
+	} {
+		f := func(info *masterapi.ObjectInfo) {
+			for i := range info.Replicas {
+				info.Replicas[i].Grant = cs.g(info.Replicas[i])
+			}
+		}
+		tm.f.Store(&f)
+		if _, err := tc.Get(ctx, "k1"); !errors.Is(err, errcode.ErrPermissionDenied) || !errors.Is(err, cs.want) {
+			t.Errorf("client get with a %s grant: %v, want PERMISSION_DENIED and %v", name, err, cs.want)
+		}
+	}
+	tm.f.Store(nil)
+	if got, err := tc.Get(ctx, "k1"); err != nil || !bytes.Equal(got, vals["k1"]) {
+		t.Fatalf("client get after the refused ones: %v", err)
+	}
+	good()
+}
+
+// A master with grants and a node without: the node ignores the grants,
+// reads work. A master without grants and a node with: every remote read
+// is refused PERMISSION_DENIED (no grant), the client sees ErrMissing.
+func TestGrantsOnOneSideOnly(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "grant.secret")
+	writeGrantSecret(t, path)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		name             string
+		masterKeys, node bool
+	}{{"master only", true, false}, {"node only", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			mc := testMasterConfig()
+			if tc.masterKeys {
+				mc.Grants = loadKeys(t, path)
+			}
+			m := newMaster(t, mc)
+			var k *grant.Keys
+			if tc.node {
+				k = loadKeys(t, path)
+			}
+			n := startGrantNode(t, m, k, nil)
+			c := newTestClient(t, client.Config{MasterAddr: serveMaster(t, m)})
+			val := rnd(64 << 10)
+			if err := c.Put(ctx, "k", val); err != nil {
+				t.Fatal(err)
+			}
+			got, err := c.Get(ctx, "k")
+			_, berrs := c.BatchGet(ctx, []string{"k"})
+			if !tc.node {
+				if err != nil || !bytes.Equal(got, val) || berrs[0] != nil {
+					t.Fatalf("a node without a secret refused: %v %v", err, berrs[0])
+				}
+				return
+			}
+			for _, err := range []error{err, berrs[0]} {
+				if !errors.Is(err, errcode.ErrPermissionDenied) || !errors.Is(err, grant.ErrMissing) {
+					t.Fatalf("a node with a secret served a read without a grant: %v", err)
+				}
+			}
+			if st := n.Stats(); st.GrantsMissing < 2 {
+				t.Fatalf("refusals not counted: %d", st.GrantsMissing)
+			}
+		})
+	}
+}
+
+// Rotating the secret file under live reads fails none: the master signs
+// with the newest secret once it re-reads the file, the node takes the
+// newest and the previous and re-reads the file at once when a grant of a
+// secret it has not read arrives. Readers run throughout; after each
+// rotation the test waits (without sleeping) for reads signed with the new
+// secret to complete before the next.
+func TestGrantRotationUnderLiveReads(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "grant.secret")
+	writeGrantSecret(t, path)
+	mk := loadKeys(t, path)
+	mc := testMasterConfig()
+	mc.Grants = mk
+	m := newMaster(t, mc)
+	nk := loadKeys(t, path)
+	n := startGrantNode(t, m, nk, nil)
+	c := newTestClient(t, client.Config{MasterAddr: serveMaster(t, m)})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	keys := []string{"r0", "r1", "r2", "r3"}
+	vals := map[string][]byte{}
+	for _, k := range keys {
+		vals[k] = rnd(32 << 10)
+		if err := c.Put(ctx, k, vals[k]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var reads, failed atomic.Int64
+	var errMu sync.Mutex
+	var firstErr error
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			for j := 0; ; j++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := keys[(i+j)%len(keys)]
+				var err error
+				if j%2 == 0 {
+					var got []byte
+					got, err = c.Get(ctx, k)
+					if err == nil && !bytes.Equal(got, vals[k]) {
+						err = errors.New("wrong bytes")
+					}
+				} else {
+					_, errs := c.BatchGet(ctx, keys)
+					err = errors.Join(errs...)
+				}
+				if err != nil {
+					failed.Add(1)
+					errMu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					errMu.Unlock()
+				}
+				reads.Add(1)
+			}
+		})
+	}
+	const rotations = 5
+	for range rotations {
+		writeGrantSecret(t, path)
+		if changed, err := mk.Refresh(); !changed || err != nil {
+			t.Fatalf("master refresh: %v %v", changed, err)
+		}
+		target := reads.Load() + 8
+		for reads.Load() < target && failed.Load() == 0 {
+			runtime.Gosched()
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if f := failed.Load(); f != 0 {
+		t.Fatalf("%d of %d reads failed across %d rotations, first: %v", f, reads.Load(), rotations, firstErr)
+	}
+	if r, err := nk.Reloads(); r != rotations || err != nil {
+		t.Fatalf("the node read the secret %d times (%v), want %d", r, err, rotations)
+	}
+	if st := n.Stats(); st.GrantsMissing+st.GrantsForged+st.GrantsExpired != 0 {
+		t.Fatalf("refusals across the rotation: %+v", st)
+	}
+}
