@@ -10,7 +10,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/tierstore/tierstore/internal/tlsconf"
+	"github.com/tierstore/tierstore/internal/filestamp"
 )
 
 // EtcdTLS names the files of a TLS connection to etcd, as an HA master's
@@ -100,8 +100,8 @@ type etcdTLSFiles struct {
 	files EtcdTLS
 	hosts []string // of the endpoints, for a handshake without a server name
 
-	mu     sync.Mutex       // protects stamps and m
-	stamps [3]tlsconf.Stamp // of CA, Cert, Key as m was loaded (zero: not set)
+	mu     sync.Mutex         // protects stamps and m
+	stamps [3]filestamp.Stamp // of CA, Cert, Key as m was loaded (zero: not set)
 	m      etcdTLSMaterial
 }
 
@@ -111,13 +111,13 @@ type etcdTLSMaterial struct {
 	cert *tls.Certificate // nil: no client certificate configured
 }
 
-func (t EtcdTLS) stamps() ([3]tlsconf.Stamp, error) {
-	var out [3]tlsconf.Stamp
+func (t EtcdTLS) stamps() ([3]filestamp.Stamp, error) {
+	var out [3]filestamp.Stamp
 	for i, p := range []string{t.CA, t.Cert, t.Key} {
 		if p == "" {
 			continue
 		}
-		st, err := tlsconf.StatStamp(p)
+		st, err := filestamp.Of(p)
 		if err != nil {
 			return out, fmt.Errorf("%w: etcd TLS: %w", ErrConfig, err)
 		}

@@ -9,8 +9,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
+
+	"github.com/tierstore/tierstore/internal/filestamp"
 )
 
 // ErrSecretFile: --grant_secret_file does not hold a secret (missing,
@@ -61,29 +62,10 @@ type Keys struct {
 
 // keyState is one loaded generation.
 type keyState struct {
-	stamp    stamp
+	stamp    filestamp.Stamp
 	cur      Secret
 	signer   *Signer
 	verifier *Verifier
-}
-
-// stamp is what a file's stat says about its content (tlsconf.Stamp).
-type stamp struct {
-	ino   uint64
-	size  int64
-	mtime time.Time
-}
-
-func statStamp(path string) (stamp, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return stamp{}, err
-	}
-	s := stamp{size: fi.Size(), mtime: fi.ModTime()}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		s.ino = st.Ino
-	}
-	return s, nil
 }
 
 // LoadFile reads the secret of path; the error (ErrSecretFile) names the
@@ -102,18 +84,18 @@ func LoadFile(path string) (*Keys, error) {
 	return k, nil
 }
 
-func (k *Keys) read() (stamp, Secret, error) {
-	st, err := statStamp(k.path)
+func (k *Keys) read() (filestamp.Stamp, Secret, error) {
+	st, err := filestamp.Of(k.path)
 	if err != nil {
-		return stamp{}, Secret{}, fmt.Errorf("%w %s: %w", ErrSecretFile, k.path, err)
+		return filestamp.Stamp{}, Secret{}, fmt.Errorf("%w %s: %w", ErrSecretFile, k.path, err)
 	}
 	b, err := os.ReadFile(k.path)
 	if err != nil {
-		return stamp{}, Secret{}, fmt.Errorf("%w %s: %w", ErrSecretFile, k.path, err)
+		return filestamp.Stamp{}, Secret{}, fmt.Errorf("%w %s: %w", ErrSecretFile, k.path, err)
 	}
 	sec, err := ParseSecret(b)
 	if err != nil {
-		return stamp{}, Secret{}, fmt.Errorf("%w (file %s)", err, k.path)
+		return filestamp.Stamp{}, Secret{}, fmt.Errorf("%w (file %s)", err, k.path)
 	}
 	return st, sec, nil
 }
@@ -129,7 +111,7 @@ func (k *Keys) Refresh() (bool, error) {
 	defer k.mu.Unlock()
 	k.next.Store(time.Now().Add(RecheckEvery).UnixNano())
 	old := k.st.Load()
-	st, err := statStamp(k.path)
+	st, err := filestamp.Of(k.path)
 	if err == nil && st == old.stamp {
 		return false, nil
 	}

@@ -10,8 +10,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
-	"time"
+
+	"github.com/tierstore/tierstore/internal/filestamp"
 )
 
 // Role is what a certificate's holder may do in a tierstore cluster.
@@ -129,30 +129,6 @@ func (f Files) Check() error {
 	return nil
 }
 
-// Stamp is what a file's stat says about its content: a file replaced by
-// rename has another inode, one rewritten in place another size or
-// modification time. Stamps are comparable with ==; the zero Stamp stands
-// for no file.
-type Stamp struct {
-	ino   uint64
-	size  int64
-	mtime time.Time
-}
-
-// StatStamp stats path. Other packages that re-read files on change (the
-// etcd client's TLS files, package ha) compare Stamps the same way.
-func StatStamp(path string) (Stamp, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return Stamp{}, err
-	}
-	s := Stamp{size: fi.Size(), mtime: fi.ModTime()}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		s.ino = st.Ino
-	}
-	return s, nil
-}
-
 // Source holds the certificate, key and CA pool of one process, re-read
 // when the files change (doc.go, Rotation). Safe for concurrent use.
 type Source struct {
@@ -160,7 +136,7 @@ type Source struct {
 
 	// mu protects the loaded material and the reload record below.
 	mu      sync.Mutex
-	stamps  [3]Stamp // of the files the loaded material came from
+	stamps  [3]filestamp.Stamp // of the files the loaded material came from
 	cert    *tls.Certificate
 	pool    *x509.CertPool
 	reloads int   // successful reloads since Load
@@ -189,10 +165,10 @@ func Load(f Files) (*Source, error) {
 	return s, nil
 }
 
-func (f Files) stamps() ([3]Stamp, error) {
-	var out [3]Stamp
+func (f Files) stamps() ([3]filestamp.Stamp, error) {
+	var out [3]filestamp.Stamp
 	for i, p := range []struct{ flag, path string }{{"--tls_cert", f.Cert}, {"--tls_key", f.Key}, {"--tls_ca", f.CA}} {
-		st, err := StatStamp(p.path)
+		st, err := filestamp.Of(p.path)
 		if err != nil {
 			return out, fmt.Errorf("%w: %s: %w", ErrFiles, p.flag, err)
 		}
