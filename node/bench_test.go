@@ -382,7 +382,7 @@ func BenchmarkCheckReadRange(b *testing.B) {
 	}
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		if err := n.checkReadRange(int64(i%objects*size), size); err != nil {
+		if _, err := n.checkReadRange(int64(i%objects*size), size); err != nil {
 			b.Fatal(err)
 		}
 	}

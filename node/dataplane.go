@@ -152,7 +152,7 @@ func (h dataHandler) ViewRange(segment string, off, n int64, g []byte) ([]byte, 
 	v, err := view(off, int(n))
 	if err == nil {
 		var key string
-		key, err = h.n.readRangeKey(off, n) // only the range of a complete object (readcheck.go)
+		key, err = h.n.checkReadRange(off, n) // only the range of a complete object (readcheck.go)
 		if err == nil && h.n.cfg.Grants != nil {
 			err = h.n.checkGrant(grant.Scope{Key: []byte(key), Segment: segment, Offset: uint64(off), Length: uint64(n)}, g)
 		}
