@@ -100,9 +100,6 @@ func (k *Keys) read() (filestamp.Stamp, Secret, error) {
 	return st, sec, nil
 }
 
-// Path is the secret file's path.
-func (k *Keys) Path() string { return k.path }
-
 // Refresh stats the file now and re-reads it if it changed; it reports
 // whether the secret in use changed. A file that does not load keeps the
 // secret in use and returns the error.
