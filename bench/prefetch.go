@@ -173,74 +173,22 @@ func prefetchOne(ctx context.Context, dir, bin string, dram int64, rounds, budge
 		}
 		cl.stop()
 	}()
-	if err := os.MkdirAll(filepath.Join(dir, "ssd"), 0o755); err != nil {
-		return ssd, mem, err
-	}
-	line, err := cl.start(ctx, dir, filepath.Join(bin, "tierstore-master"), "tierstore-master listening on ",
-		"--rpc_port=0", "--metrics_port=0", "--enable_offload=true", "--offload_admission_policy=tinylfu",
-		"--dram_promotion_min_freq=2", fmt.Sprintf("--prefetch_budget=%d", budget), "--put_start_max_wait=60s", "--log_level=warn",
-		"--state_dir="+filepath.Join(dir, "master-state"))
-	if err != nil {
-		return ssd, mem, err
-	}
-	addr := strings.Fields(line)[0]
-	if _, err = cl.start(ctx, dir, filepath.Join(bin, "tierstore-node"), "tierstore-node listening on ",
-		"--master="+addr, fmt.Sprintf("--memory=%d", dram), "--enable_offload", "--ssd_dir="+filepath.Join(dir, "ssd"),
-		"--ssd_capacity=16GiB", "--heartbeat_interval=1s"); err != nil {
-		return ssd, mem, err
-	}
-	c, err := client.New(ctx, client.Config{MasterAddr: addr, Logger: slog.New(slog.DiscardHandler)})
+	c, err := pfStart(ctx, cl, dir, bin, dram, budget)
 	if err != nil {
 		return ssd, mem, err
 	}
 	defer c.Close()
-	val := make([]byte, pfSize)
-	for i := range val {
-		val[i] = byte(i * 13)
-	}
-	putBatch := func(keys []string) error {
-		vals := make([][]byte, len(keys))
-		for i := range vals {
-			vals[i] = val
-		}
-		for i, err := range c.BatchPut(ctx, keys, vals) {
-			if err != nil {
-				return fmt.Errorf("put %s: %w", keys[i], err)
-			}
-		}
-		return nil
-	}
-	var warm []string // read once, untimed, before the rounds
-	for i := range pfBatch {
-		warm = append(warm, fmt.Sprintf("warm-%d", i))
-	}
-	if err := putBatch(warm); err != nil {
+	w := newPFWriter(c)
+	warm := pfKeys("warm", pfBatch) // read once, untimed, before the rounds
+	if err := w.put(ctx, warm); err != nil {
 		return ssd, mem, err
 	}
 	batches := make([][]string, rounds)
 	for r := range batches {
-		for i := range pfBatch {
-			batches[r] = append(batches[r], fmt.Sprintf("pf-%d-%d", r, i))
-		}
-		if err := putBatch(batches[r]); err != nil {
+		batches[r] = pfKeys(fmt.Sprintf("pf-%d", r), pfBatch)
+		if err := w.put(ctx, batches[r]); err != nil {
 			return ssd, mem, err
 		}
-	}
-	// fill puts n bytes of fillers (put once, never read): the least
-	// recently used objects leave DRAM (tinylfu queues them for offload).
-	fillN := 0
-	fill := func(n int64) error {
-		var fillers []string
-		for range n / pfSize {
-			fillers = append(fillers, fmt.Sprintf("fill-%d", fillN))
-			fillN++
-		}
-		for i := 0; i < len(fillers); i += 16 {
-			if err := putBatch(fillers[i:min(i+16, len(fillers))]); err != nil {
-				return err
-			}
-		}
-		return nil
 	}
 	bufs := make([][]byte, pfBatch)
 	for i := range bufs {
@@ -250,10 +198,7 @@ func prefetchOne(ctx context.Context, dir, bin string, dram int64, rounds, budge
 	// than the next ones, whatever its gap and tier (the round's position,
 	// not its gap, made it slow), so an untimed one of an SSD-resident
 	// batch goes first.
-	if err := fill(dram); err != nil {
-		return ssd, mem, err
-	}
-	if err := pfSettle(ctx, c); err != nil {
+	if err := w.fillAndSettle(ctx, dram); err != nil {
 		return ssd, mem, err
 	}
 	if _, errs := c.BatchGetInto(ctx, warm, bufs); errors.Join(errs...) != nil {
@@ -264,10 +209,7 @@ func prefetchOne(ctx context.Context, dir, bin string, dram int64, rounds, budge
 		// Each round finds DRAM full of fillers not on SSD yet (room for a
 		// prefetch is made by offloading some), whatever the rounds
 		// before it promoted.
-		if err := fill(dram); err != nil {
-			return ssd, mem, err
-		}
-		if err := pfSettle(ctx, c); err != nil {
+		if err := w.fillAndSettle(ctx, dram); err != nil {
 			return ssd, mem, err
 		}
 		if err := pfMeasure(ctx, c, b, bufs, pfGaps[g], &ssd[g], (rounds-g+1)/len(pfGaps)); err != nil {
@@ -276,11 +218,8 @@ func prefetchOne(ctx context.Context, dir, bin string, dram int64, rounds, budge
 	}
 	// The DRAM reference: a batch put last (the most recently used
 	// objects; the prefetches above evicted older ones), read at each gap.
-	var last []string
-	for i := range pfBatch {
-		last = append(last, fmt.Sprintf("dram-%d", i))
-	}
-	if err := putBatch(last); err != nil {
+	last := pfKeys("dram", pfBatch)
+	if err := w.put(ctx, last); err != nil {
 		return ssd, mem, err
 	}
 	for g := range pfGaps {
@@ -292,6 +231,83 @@ func prefetchOne(ctx context.Context, dir, bin string, dram int64, rounds, budge
 		}
 	}
 	return ssd, mem, nil
+}
+
+// pfStart starts prefetchOne's master (prefetch budget in MB/s) and node
+// (dram bytes of DRAM, an SSD tier) in cl, and returns a client of them.
+func pfStart(ctx context.Context, cl *cluster, dir, bin string, dram int64, budget int) (*client.Client, error) {
+	if err := os.MkdirAll(filepath.Join(dir, "ssd"), 0o755); err != nil {
+		return nil, err
+	}
+	line, err := cl.start(ctx, dir, filepath.Join(bin, "tierstore-master"), "tierstore-master listening on ",
+		"--rpc_port=0", "--metrics_port=0", "--enable_offload=true", "--offload_admission_policy=tinylfu",
+		"--dram_promotion_min_freq=2", fmt.Sprintf("--prefetch_budget=%d", budget), "--put_start_max_wait=60s", "--log_level=warn",
+		"--state_dir="+filepath.Join(dir, "master-state"))
+	if err != nil {
+		return nil, err
+	}
+	addr := strings.Fields(line)[0]
+	if _, err = cl.start(ctx, dir, filepath.Join(bin, "tierstore-node"), "tierstore-node listening on ",
+		"--master="+addr, fmt.Sprintf("--memory=%d", dram), "--enable_offload", "--ssd_dir="+filepath.Join(dir, "ssd"),
+		"--ssd_capacity=16GiB", "--heartbeat_interval=1s"); err != nil {
+		return nil, err
+	}
+	return client.New(ctx, client.Config{MasterAddr: addr, Logger: slog.New(slog.DiscardHandler)})
+}
+
+// pfKeys are the n keys prefix-0 .. prefix-(n-1).
+func pfKeys(prefix string, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s-%d", prefix, i)
+	}
+	return keys
+}
+
+// pfWriter puts prefetchOne's objects, each the same pfSize bytes.
+type pfWriter struct {
+	c     *client.Client
+	val   []byte
+	fills int // fillers put so far (the next filler's number)
+}
+
+func newPFWriter(c *client.Client) *pfWriter {
+	val := make([]byte, pfSize)
+	for i := range val {
+		val[i] = byte(i * 13)
+	}
+	return &pfWriter{c: c, val: val}
+}
+
+// put puts keys in one batch.
+func (w *pfWriter) put(ctx context.Context, keys []string) error {
+	vals := make([][]byte, len(keys))
+	for i := range vals {
+		vals[i] = w.val
+	}
+	for i, err := range w.c.BatchPut(ctx, keys, vals) {
+		if err != nil {
+			return fmt.Errorf("put %s: %w", keys[i], err)
+		}
+	}
+	return nil
+}
+
+// fillAndSettle puts n bytes of fillers (put once, never read), in batches
+// of 16: the least recently used objects leave DRAM (tinylfu queues them
+// for offload); then it waits for the offload to settle (pfSettle).
+func (w *pfWriter) fillAndSettle(ctx context.Context, n int64) error {
+	fillers := make([]string, n/pfSize)
+	for i := range fillers {
+		fillers[i] = fmt.Sprintf("fill-%d", w.fills)
+		w.fills++
+	}
+	for i := 0; i < len(fillers); i += 16 {
+		if err := w.put(ctx, fillers[i:min(i+16, len(fillers))]); err != nil {
+			return err
+		}
+	}
+	return pfSettle(ctx, w.c)
 }
 
 // pfSettle waits (up to a minute) until the master has no offload task
