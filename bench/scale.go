@@ -132,81 +132,15 @@ func scaleOne(ctx context.Context, e *env, n, probes int, capRSS int64) ([]any, 
 	runtime.ReadMemStats(&ms)
 	baseHeap := ms.HeapAlloc
 
-	cfg := master.DefaultConfig()
-	cfg.MonitorInterval = 0
-	cfg.Logger = slog.New(slog.DiscardHandler)
-	cfg.DefaultKVLeaseTTL = time.Minute
-	svc, err := master.New(cfg)
+	svc, err := newScaleMaster(ctx, n+probes)
 	if err != nil {
 		return nil, err
 	}
 	defer svc.Close()
-	total := n + probes
-	if err := svc.MountSegment(ctx, masterapi.MountRequest{Node: "bench-scale", Endpoint: "127.0.0.1:1",
-		Segment: "scale", Size: int64(2*total) * scaleObjSize}); err != nil {
+	nHeld, atBudget, fill, err := scaleFill(ctx, e, svc, n, base, capRSS)
+	if err != nil {
 		return nil, err
 	}
-	put := func(i int) error {
-		k := scaleKey(i)
-		rep, err := svc.PutStart(ctx, masterapi.PutStartRequest{Key: k, Size: scaleObjSize, CRC: uint32(i), PreferredNode: "bench-scale"})
-		if err != nil {
-			return err
-		}
-		return svc.PutEnd(ctx, k, rep.PutToken)
-	}
-
-	// Fill: 2 goroutines take indexes in order; every 64k objects one of
-	// them checks RSS against the cap and the 8 GiB budget.
-	var next, held atomic.Int64
-	var atBudget atomic.Int64
-	atBudget.Store(-1)
-	var stop atomic.Bool
-	var firstErr error
-	var mu sync.Mutex // protects firstErr
-	bar := e.progress(fmt.Sprintf("scale fill %d", n), int64(n))
-	t0 := time.Now()
-	var wg sync.WaitGroup
-	for w := 0; w < 2; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for !stop.Load() {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				if err := put(i); err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
-					stop.Store(true)
-					return
-				}
-				h := held.Add(1)
-				bar.Add(1)
-				if h%(64<<10) == 0 {
-					rss, err := rssBytes()
-					if err == nil && rss-base >= scaleBudget && atBudget.Load() < 0 {
-						atBudget.Store(h)
-					}
-					if err == nil && rss-base >= capRSS {
-						stop.Store(true)
-					}
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	fill := time.Since(t0)
-	bar.Finish()
-	if firstErr != nil {
-		return nil, firstErr
-	}
-	// A goroutine checks stop before it takes an index and puts every index
-	// it takes below n, so the objects held are exactly 0..nHeld-1.
-	nHeld := int(held.Load())
 	runtime.GC()
 	rss, err := rssBytes()
 	if err != nil {
@@ -217,35 +151,9 @@ func scaleOne(ctx context.Context, e *env, n, probes int, capRSS int64) ([]any, 
 	rssPer := float64(rss-base) / float64(nHeld)
 	heapPer := float64(heap) / float64(nHeld)
 
-	// Put pairs at size.
-	t1 := time.Now()
-	var perr error
-	var pwg sync.WaitGroup
-	var pnext atomic.Int64
-	for w := 0; w < 2; w++ {
-		pwg.Add(1)
-		go func() {
-			defer pwg.Done()
-			for {
-				i := int(pnext.Add(1) - 1)
-				if i >= probes {
-					return
-				}
-				if err := put(n + i); err != nil {
-					mu.Lock()
-					if perr == nil {
-						perr = err
-					}
-					mu.Unlock()
-					return
-				}
-			}
-		}()
-	}
-	pwg.Wait()
-	atSize := float64(probes) / time.Since(t1).Seconds()
-	if perr != nil {
-		return nil, perr
+	atSize, err := scalePutRate(ctx, svc, n, probes)
+	if err != nil {
+		return nil, err
 	}
 
 	lookupRange := nHeld
@@ -273,13 +181,122 @@ func scaleOne(ctx context.Context, e *env, n, probes int, capRSS int64) ([]any, 
 		return nil, err
 	}
 	var budgetCell any = "-"
-	if b := atBudget.Load(); b >= 0 {
-		budgetCell = b
+	if atBudget >= 0 {
+		budgetCell = atBudget
 	}
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 	return []any{n, nHeld, float64(rss-base) / (1 << 30), rssPer, heapPer, budgetCell,
 		float64(nHeld) / fill.Seconds(), atSize,
 		us(exist.pct(50)), us(exist.pct(99)), us(replicas.pct(50)), us(replicas.pct(99))}, nil
+}
+
+// newScaleMaster starts an in-process master (no monitor loop) with one
+// segment of room for total objects.
+func newScaleMaster(ctx context.Context, total int) (*master.Service, error) {
+	cfg := master.DefaultConfig()
+	cfg.MonitorInterval = 0
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg.DefaultKVLeaseTTL = time.Minute
+	svc, err := master.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := svc.MountSegment(ctx, masterapi.MountRequest{Node: "bench-scale", Endpoint: "127.0.0.1:1",
+		Segment: "scale", Size: int64(2*total) * scaleObjSize}); err != nil {
+		svc.Close()
+		return nil, err
+	}
+	return svc, nil
+}
+
+// scalePut puts object i: a PutStart and PutEnd pair.
+func scalePut(ctx context.Context, svc *master.Service, i int) error {
+	k := scaleKey(i)
+	rep, err := svc.PutStart(ctx, masterapi.PutStartRequest{Key: k, Size: scaleObjSize, CRC: uint32(i), PreferredNode: "bench-scale"})
+	if err != nil {
+		return err
+	}
+	return svc.PutEnd(ctx, k, rep.PutToken)
+}
+
+// scaleFill puts objects 0..n-1 from 2 goroutines taking indexes in order;
+// every 64k objects one of them checks RSS (over base) against capRSS,
+// stopping the fill, and against the 8 GiB budget. It returns how many
+// objects are held (exactly 0..held-1: a goroutine checks the stop before
+// it takes an index and puts every index it takes below n), how many were
+// held when RSS first passed the budget (-1: never), and the fill's time.
+func scaleFill(ctx context.Context, e *env, svc *master.Service, n int, base, capRSS int64) (held int, atBudget int64, took time.Duration, err error) {
+	var next, nHeld, budget atomic.Int64
+	budget.Store(-1)
+	var stop atomic.Bool
+	var mu sync.Mutex // protects err
+	bar := e.progress(fmt.Sprintf("scale fill %d", n), int64(n))
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for !stop.Load() {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if perr := scalePut(ctx, svc, i); perr != nil {
+					mu.Lock()
+					if err == nil {
+						err = perr
+					}
+					mu.Unlock()
+					stop.Store(true)
+					return
+				}
+				h := nHeld.Add(1)
+				bar.Add(1)
+				if h%(64<<10) == 0 {
+					rss, rerr := rssBytes()
+					if rerr == nil && rss-base >= scaleBudget && budget.Load() < 0 {
+						budget.Store(h)
+					}
+					if rerr == nil && rss-base >= capRSS {
+						stop.Store(true)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	took = time.Since(t0)
+	bar.Finish()
+	return int(nHeld.Load()), budget.Load(), took, err
+}
+
+// scalePutRate puts probes more objects (n..n+probes-1) into the filled
+// master from 2 goroutines and returns the pairs per second.
+func scalePutRate(ctx context.Context, svc *master.Service, n, probes int) (float64, error) {
+	t1 := time.Now()
+	var err error
+	var mu sync.Mutex // protects err
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range 2 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= probes {
+					return
+				}
+				if perr := scalePut(ctx, svc, n+i); perr != nil {
+					mu.Lock()
+					if err == nil {
+						err = perr
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return float64(probes) / time.Since(t1).Seconds(), err
 }
 
 // scaleProbe times probes calls of f on keys drawn among objects 0..n-1
