@@ -109,20 +109,20 @@ func (s *Service) removeMatching(ctx context.Context, e masterapi.Removal, match
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, o := range sh.objs {
+		sh.scanAll(s.hooks.scanYielded, func(k string, o *object) {
 			if !match(k) || o.token > seq {
-				continue
+				return
 			}
 			newer := o.dram.seg != nil && o.dram.token > seq
 			if s.removeObj(sh, k, o, force, now) != nil {
 				spared = append(spared, k)
-				continue
+				return
 			}
 			n++
 			if newer { // under the shard lock, before a new put of k
 				last = s.rlog.add(masterapi.Removal{Kind: masterapi.RemovalKey, Key: k}, &s.tokens, now, false)
 			}
-		}
+		})
 		sh.mu.Unlock()
 	}
 	slices.Sort(spared)
@@ -190,9 +190,9 @@ func (s *Service) evictAllDRAM(ctx context.Context, now int64, res *masterapi.Ev
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, o := range sh.objs {
+		sh.scanAll(s.hooks.scanYielded, func(k string, o *object) {
 			if o.dram.seg == nil {
-				continue
+				return
 			}
 			newer := o.dram.token > seq
 			switch {
@@ -201,7 +201,7 @@ func (s *Service) evictAllDRAM(ctx context.Context, now int64, res *masterapi.Ev
 			case newer:
 				last = s.rlog.add(masterapi.Removal{Kind: masterapi.EvictionKey, Key: k}, &s.tokens, now, false)
 			}
-		}
+		})
 		sh.mu.Unlock()
 	}
 	slices.Sort(spared)

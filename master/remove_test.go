@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -106,4 +107,62 @@ func keysOf(s *Service) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// A walk over every object (RemoveByRegex, RemoveAll) releases each
+// shard's lock every scanHold objects: lookups, and puts of keys the
+// removal does not match, go on in between (at 50M objects one shard's
+// walk would hold them for tens of ms; a put of a matching key waits for
+// the removal to be durable anyway, removalLog.waitKey), and what they put
+// is not removed.
+func TestRemovalWalkReleasesShardLock(t *testing.T) {
+	for _, all := range []bool{false, true} {
+		t.Run(fmt.Sprintf("all=%v", all), func(t *testing.T) {
+			s, _ := testService(t, func(c *Config) { c.Shards = 1 })
+			const n = 2*scanHold + 100
+			mount(t, s, "n1", 64*(n+10))
+			for i := range n {
+				put(t, s, fmt.Sprintf("k%d", i), 64, "n1")
+			}
+			var during []string
+			yields := 0
+			s.hooks.scanYielded = func() {
+				yields++
+				if !s.shards[0].mu.TryLock() {
+					t.Error("the shard lock is held while the walk has yielded")
+					return // (a put or lookup here would wait for it for ever)
+				}
+				s.shards[0].mu.Unlock()
+				if _, err := s.ExistKey(bg, "k0"); err != nil {
+					t.Fatal(err)
+				}
+				if !all { // RemoveAll matches every key: its puts wait for it
+					k := fmt.Sprintf("other%d", len(during))
+					put(t, s, k, 64, "n1")
+					during = append(during, k)
+				}
+			}
+			var removed int64
+			var err error
+			if all {
+				removed, err = s.RemoveAll(bg, true)
+			} else {
+				removed, err = s.RemoveByRegex(bg, "^k", true)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if removed != n {
+				t.Fatalf("removed %d objects, want the %d put before the call", removed, n)
+			}
+			if yields != n/scanHold || !all && len(during) != yields {
+				t.Fatalf("the walk yielded %d times (%d puts in between), want %d", yields, len(during), n/scanHold)
+			}
+			for _, k := range during {
+				if ok, err := s.ExistKey(bg, k); err != nil || !ok {
+					t.Fatalf("%s, put while the walk had yielded, is gone (%v, %v)", k, ok, err)
+				}
+			}
+		})
+	}
 }

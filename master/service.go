@@ -73,6 +73,9 @@ type Service struct {
 		// admitted runs between an admission to SSD and the queuing of
 		// its task (admitToSSD; the object's shard lock held).
 		admitted func()
+		// scanYielded runs while a walk over every object of a shard has
+		// released its lock (shard.scanAll).
+		scanYielded func()
 	}
 
 	// tokens issues put tokens (invariant 8).

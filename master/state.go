@@ -250,6 +250,34 @@ type shard struct {
 	_    [32]byte // keep neighbouring shard locks on different cache lines
 }
 
+// scanHold is how many objects a walk over every object of a shard
+// (RemoveAll, RemoveByRegex, EvictDRAM of all) visits per hold of the
+// shard's lock: at 50M objects a shard holds ~50k, and a put to it would
+// otherwise wait for the whole shard's walk (tens of ms).
+const scanHold = 1024
+
+// scanAll calls fn for every object of objs, releasing the shard lock
+// (which the caller holds, and holds again when scanAll returns) after
+// every scanHold objects, between two calls of fn, and running yielded
+// while it is released. What happens while it is released is a map
+// change between two steps of one range loop (the Go spec: an entry
+// removed before it is reached is not produced, an entry added may or may
+// not be), so fn must hold for objects that arrive during the walk (the
+// callers skip objects of a larger put token).
+func (sh *shard) scanAll(yielded func(), fn func(key string, o *object)) {
+	n := 0
+	for k, o := range sh.objs {
+		fn(k, o)
+		if n++; n%scanHold == 0 {
+			sh.mu.Unlock()
+			if yielded != nil {
+				yielded()
+			}
+			sh.mu.Lock()
+		}
+	}
+}
+
 // noteDRAM records that o, objs[key], has a DRAM replica now. Caller holds
 // the shard lock.
 func (sh *shard) noteDRAM(key string, o *object) { sh.dram[key] = o }
