@@ -253,8 +253,10 @@ func TestGrantsBindReadsToLookups(t *testing.T) {
 }
 
 // A master with grants and a node without: the node ignores the grants,
-// reads work. A master without grants and a node with: every remote read
-// is refused PERMISSION_DENIED (no grant), the client sees ErrMissing.
+// puts and reads work. A master without grants and a node with: every
+// remote put and read is refused PERMISSION_DENIED (no grant), the client
+// sees ErrMissing; the object is then written by a client in the node's
+// process (not checked) for the reads.
 func TestGrantsOnOneSideOnly(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "grant.secret")
 	writeGrantSecret(t, path)
@@ -275,9 +277,21 @@ func TestGrantsOnOneSideOnly(t *testing.T) {
 				k = loadKeys(t, path)
 			}
 			n := startGrantNode(t, m, k, nil)
-			c := newTestClient(t, client.Config{MasterAddr: serveMaster(t, m)})
+			addr := serveMaster(t, m)
+			c := newTestClient(t, client.Config{MasterAddr: addr})
 			val := rnd(64 << 10)
-			if err := c.Put(ctx, "k", val); err != nil {
+			err := c.Put(ctx, "k", val)
+			if tc.node {
+				if !errors.Is(err, errcode.ErrPermissionDenied) || !errors.Is(err, grant.ErrMissing) {
+					t.Fatalf("a node with a secret took a write without a grant: %v", err)
+				}
+				if st := n.Stats(); st.WriteGrantsMissing != 1 || st.PeerWrites != 0 {
+					t.Fatalf("write refusal not counted, or the write counted: %+v", st)
+				}
+				in := newTestClient(t, client.Config{MasterAddr: addr, LocalNode: n})
+				err = in.Put(ctx, "k", val)
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
 			got, err := c.Get(ctx, "k")
