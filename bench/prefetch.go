@@ -84,8 +84,10 @@ func runPrefetch(ctx context.Context, e *env) (*result, error) {
 		name   string
 		budget int
 	}{{"without prefetch", 0}, {"with prefetch", 1024}} {
-		fmt.Fprintf(e.stderr, "prefetch: %s\n", mode.name)
+		bar := e.progress("prefetch "+mode.name, 1)
 		ssd, mem, err := prefetchOne(ctx, filepath.Join(e.dir, strings.ReplaceAll(mode.name, " ", "-")), bin, dram, rounds, mode.budget)
+		bar.Add(1)
+		bar.Finish()
 		if err != nil {
 			return nil, fmt.Errorf("bench: prefetch %s: %w", mode.name, err)
 		}
@@ -124,6 +126,22 @@ func runPrefetch(ctx context.Context, e *env) (*result, error) {
 	}
 	res.Tables = []*table{t}
 	res.Elapsed = time.Since(started).Seconds()
+	ss := make([]series, 0, len(rows)/pfNGaps)
+	for i := 0; i+pfNGaps <= len(rows); i += pfNGaps {
+		s := series{name: rows[i].name}
+		for g := range pfNGaps {
+			s.values = append(s.values, pfMedian(rows[i+g].lat))
+		}
+		ss = append(ss, s)
+	}
+	res.charts = func(dir string) ([]string, error) {
+		path := filepath.Join(dir, "prefetch.png")
+		groups := make([]string, pfNGaps)
+		for g, gap := range pfGaps {
+			groups[g] = "gap " + gap.String()
+		}
+		return []string{path}, groupedBars(path, "batch_exists + gap + batch get of 128 x 2 MiB, p50", "ms", groups, ss, nil)
+	}
 	return res, nil
 }
 
@@ -140,7 +158,6 @@ func pfFio(ctx context.Context, e *env, size int64, res *result) (read, write fl
 		IODepth: 16, Direct: true, Size: size, FdatasyncEvery: 32, EndFsync: true})
 	if err != nil {
 		res.Notes = append(res.Notes, "fio: "+err.Error())
-		fmt.Fprintf(e.stderr, "prefetch: fio: %v\n", err)
 		return 0, 0
 	}
 	r, err := fio.Run(ctx, fio.Job{Name: "randread", Dir: dir, FileName: "data", RW: "randread", BlockSize: pfSize,

@@ -24,13 +24,16 @@ func init() {
 type serveWorkload struct {
 	name string
 	run  func(ctx context.Context, r *serveRun) error
+	// value is the size of the workload's values at a scale (the warm-up
+	// fill's, serveRun.warm).
+	value func(sc serveScale) int64
 }
 
 var serveWorkloads = []serveWorkload{
-	{"vllm", serveVLLM},
-	{"sglang", serveSGLang},
-	{"lmcache", serveLMCache},
-	{"multi-turn", serveMultiTurn},
+	{"vllm", serveVLLM, func(sc serveScale) int64 { return sc.block }},
+	{"sglang", serveSGLang, func(sc serveScale) int64 { return sc.page }},
+	{"lmcache", serveLMCache, func(sc serveScale) int64 { return sc.chunk }},
+	{"multi-turn", serveMultiTurn, func(sc serveScale) int64 { return sc.block }},
 }
 
 // serveCell is what one store measured on one workload at one size.
@@ -154,6 +157,9 @@ func serveOne(ctx context.Context, dir, bin string, kind serveStoreKind, wl serv
 	}
 	defer s.close()
 	r := &serveRun{s: s, sc: sc, ws: ws, srcs: map[int64]*valueSource{}, bufs: map[int64][][][]byte{}}
+	if err := r.warm(ctx, wl.value(sc)); err != nil {
+		return nil, fmt.Errorf("bench: serve: warm-up of %s: %w", kind.name, err)
+	}
 	err = wl.run(ctx, r)
 	return r.rows, err
 }
@@ -244,9 +250,9 @@ func serveNotes(sc serveScale) []string {
 		fmt.Sprintf("sglang: pages of a K and a V object of %s each; ingest = requests of %d new pages after a prefix: batch_exists of the %d pages' objects, then a batch put of the missing ones; batch get of %d consecutive pages (%d objects), 3 per worker", sizeName(sc.page), max(1, sc.sBatch/4), sc.sBatch, sc.sBatch, 2*sc.sBatch),
 		fmt.Sprintf("lmcache: %s chunks, put and read one by one", sizeName(sc.chunk)),
 		fmt.Sprintf("multi-turn: prefixes of %d blocks of %s put once, then requests re-reading a prefix drawn by Zipf(%.1f) (batch get, misses put back), one in %.0f a one-off request of %d new blocks (read, put, never read again; 0.4x DRAM in all); fits = prefixes of 0.4x DRAM; hit ratio of prefix re-reads only", sc.prefix, sizeName(sc.block), zipfS, 1/oneOffShare, sc.oneOff),
-		"GB/s: bytes put, or bytes of hits read, per second of the row's wall time over all workers; p50/p99 per operation (a batch is one); hit ratio: items found / items asked; SSD MiB written: the store's own count at the end of the row (tierstore node tier bytes written, memcached extstore_bytes_written), cumulative over the rows of one store start",
+		"GB/s: bytes put, or bytes of hits read, per second of the row's wall time over all workers; p50/p99 per operation (a batch is one); hit ratio: items found / items asked; SSD MiB written: the store's own count at the end of the row (tierstore node tier bytes written, memcached extstore_bytes_written), cumulative over the rows of one store start, counted from the end of its warm-up",
 		"clients: tierstore's Go client (one per worker, GetInto/BatchGetInto into reused buffers); memcached: github.com/bradfitz/gomemcache (Set per item: it has no multi-set; GetMulti), batch_exists as pipelined meta mg without flags; redis: github.com/redis/go-redis/v9 (pipelined SET/GET/EXISTS, in parts of at most 64 MiB). Peer values are copied into the same reused buffers. Every 1 in N reads is compared with the bytes put",
-		"every store is started fresh per workload and size, on 127.0.0.1, one after the other; the page cache of each store's SSD files is dropped before every read phase (memcached's extstore file is buffered I/O: its reads may still be served from the page cache; tierstore reads with O_DIRECT)",
+		"every store is started fresh per workload and size, on 127.0.0.1, one after the other, then warmed up untimed: 3/4 of its DRAM budget put in values of the workload's size under keys of their own, then emptied (tierstore RemoveAll, memcached flush_all, Redis FLUSHALL), so that the timed puts write into memory the store has touched once, as a serving cache does; the page cache of each store's SSD files is dropped before every read phase (memcached's extstore file is buffered I/O: its reads may still be served from the page cache; tierstore reads with O_DIRECT)",
 	}
 }
 

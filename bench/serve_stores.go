@@ -40,6 +40,9 @@ type kvServer interface {
 	batchGet(ctx context.Context, w int, keys []string, bufs [][]byte) ([]bool, error)
 	// batchExists answers for every key whether the store has it.
 	batchExists(ctx context.Context, w int, keys []string) ([]bool, error)
+	// flush removes every object (tierstore RemoveAll with force,
+	// memcached flush_all, Redis FLUSHALL): the warm-up's end.
+	flush(ctx context.Context) error
 	// stats: SSD bytes written so far and the path of its SSD file(s),
 	// whose page cache the bench drops before a read phase.
 	ssdWritten(ctx context.Context) (int64, error)
@@ -257,6 +260,11 @@ func (s *tierServer) ssdWritten(ctx context.Context) (int64, error) {
 
 func (s *tierServer) ssdDir() string { return s.dir }
 
+func (s *tierServer) flush(ctx context.Context) error {
+	_, err := s.c(0).RemoveAll(ctx, true)
+	return err
+}
+
 func (s *tierServer) close() {
 	for _, c := range s.clients {
 		c.Close()
@@ -469,6 +477,8 @@ func (s *memcachedServer) ssdWritten(context.Context) (int64, error) {
 
 func (s *memcachedServer) ssdDir() string { return s.dir }
 
+func (s *memcachedServer) flush(context.Context) error { return s.mc.FlushAll() }
+
 func (s *memcachedServer) close() {
 	for _, c := range s.meta {
 		c.Close()
@@ -668,6 +678,8 @@ func (s *redisServer) batchExists(ctx context.Context, _ int, keys []string) ([]
 func (s *redisServer) ssdWritten(context.Context) (int64, error) { return 0, nil }
 
 func (s *redisServer) ssdDir() string { return "" }
+
+func (s *redisServer) flush(ctx context.Context) error { return s.rdb.FlushAll(ctx).Err() }
 
 func (s *redisServer) close() {
 	if s.rdb != nil {

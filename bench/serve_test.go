@@ -146,3 +146,52 @@ func TestServeMissingPeer(t *testing.T) {
 		t.Fatalf("missing peer: %v", err)
 	}
 }
+
+// The warm-up fills each store and leaves it empty: none of its keys is
+// found afterwards, and the SSD bytes it caused are the rows' base.
+func TestServeWarmUpEmpties(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binaries and starts real servers")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	bin := t.TempDir()
+	if err := buildBinaries(ctx, bin); err != nil {
+		t.Fatal(err)
+	}
+	sc := serveQuick
+	size := sc.block
+	for _, kind := range serveStores {
+		t.Run(kind.name, func(t *testing.T) {
+			s, err := kind.start(ctx, t.TempDir(), bin, serveBudget{dram: sc.dram, ssd: 4 * sc.dram, maxValue: sc.chunk, workers: sc.workers})
+			if errors.Is(err, errUnavailable) {
+				t.Skip(err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.close()
+			r := &serveRun{s: s, sc: sc, srcs: map[int64]*valueSource{}, bufs: map[int64][][][]byte{}}
+			if err := r.warm(ctx, size); err != nil {
+				t.Fatal(err)
+			}
+			n := int(sc.dram * 3 / 4 / size)
+			keys := make([]string, n)
+			for i := range keys {
+				keys[i] = warmKey(i)
+			}
+			found, err := s.batchExists(ctx, 0, keys)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, f := range found {
+				if f {
+					t.Fatalf("%s still has %s after the warm-up", kind.name, keys[i])
+				}
+			}
+			if written, err := s.ssdWritten(ctx); err != nil || written != r.ssdBase {
+				t.Fatalf("SSD bytes written %d (%v), base %d: the base is the count at the warm-up's end", written, err, r.ssdBase)
+			}
+		})
+	}
+}

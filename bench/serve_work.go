@@ -131,6 +131,9 @@ type serveRun struct {
 	sc   serveScale
 	ws   int64 // working-set bytes
 	rows []opStat
+	// ssdBase is the store's SSD bytes written when the warm-up ended:
+	// rows count from it.
+	ssdBase int64
 
 	mu   sync.Mutex             // protects srcs and bufs (the maps; a worker owns its buffers)
 	srcs map[int64]*valueSource // per size
@@ -183,8 +186,38 @@ func (r *serveRun) row(ctx context.Context, st opStat, err error) error {
 	if st.ssdBytes, err = r.s.ssdWritten(ctx); err != nil {
 		return fmt.Errorf("bench: serve: SSD stats: %w", err)
 	}
+	st.ssdBytes -= r.ssdBase
 	r.rows = append(r.rows, st)
 	return nil
+}
+
+// warmKey names the i-th object of the warm-up fill.
+func warmKey(i int) string { return fmt.Sprintf("warm/%d", i) }
+
+// warm fills three quarters of the store's DRAM budget with values of
+// size under keys of their own, one put each, then empties the store
+// (flush), untimed. The timed puts then write into memory the store has
+// touched once, as in a cache that has been serving for a while; without
+// it the first put rows measured each store's page faults on fresh
+// memory (the same for every store). SSD bytes the warm-up caused are
+// left out of the rows (ssdBase).
+func (r *serveRun) warm(ctx context.Context, size int64) error {
+	n := max(1, int(r.sc.dram*3/4/size))
+	_, err := drive(ctx, "warm-up", r.sc.workers, n, 0, func(w, i int) (opResult, error) {
+		err := r.s.put(ctx, w, warmKey(i), r.value(size, i))
+		if errors.Is(err, errNotStored) {
+			return opResult{failedPuts: 1}, nil
+		}
+		return opResult{bytes: size}, err
+	})
+	if err != nil {
+		return err
+	}
+	if err := r.s.flush(ctx); err != nil {
+		return fmt.Errorf("flush: %w", err)
+	}
+	r.ssdBase, err = r.s.ssdWritten(ctx)
+	return err
 }
 
 // keysOf names objects ids under prefix.

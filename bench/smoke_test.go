@@ -18,7 +18,7 @@ import (
 // well formed: a table with the machine header on stdout, every figure in the
 // JSON, PNG charts. It says nothing about speed.
 func TestSmoke(t *testing.T) {
-	for _, name := range []string{"throughput", "churn", "peers", "master"} {
+	for _, name := range []string{"throughput", "churn", "peers", "master", "prefetch"} {
 		s, ok := findScenario(name)
 		t.Run(name, func(t *testing.T) {
 			// Scenarios mostly wait on fsync: run them side by side.

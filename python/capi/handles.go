@@ -18,6 +18,7 @@ import (
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/ha" // also registers etcd:// master addresses
 	"github.com/tierstore/tierstore/internal/errcode"
+	"github.com/tierstore/tierstore/internal/grant"
 	"github.com/tierstore/tierstore/internal/tlsconf"
 	"github.com/tierstore/tierstore/mastergrpc"
 	"github.com/tierstore/tierstore/node"
@@ -41,6 +42,12 @@ type openConfig struct {
 	TLSCert string `json:"tls_cert"`
 	TLSKey  string `json:"tls_key"`
 	TLSCA   string `json:"tls_ca"`
+	// GrantSecretFile is the grant secret the masters share, as the
+	// node's --grant_secret_file: the in-process node then checks every
+	// data-plane read and write of other processes against the grant the
+	// master made for it (docs/security.md). Only with SegmentSize > 0:
+	// a client carries the master's grants without the secret.
+	GrantSecretFile string `json:"grant_secret_file"`
 }
 
 // handle is one open client.
@@ -129,6 +136,8 @@ func parseOpenConfig(cfgJSON string) (openConfig, error) {
 		return openConfig{}, errcode.Errorf(errcode.InvalidParams, "open: ssd_dir: needs segment_size > 0 (the SSD tier is under the in-process node)")
 	case cfg.Timeout < 0:
 		return openConfig{}, errcode.Errorf(errcode.InvalidParams, "open: timeout: must not be negative, got %v", cfg.Timeout)
+	case cfg.GrantSecretFile != "" && cfg.SegmentSize == 0:
+		return openConfig{}, errcode.Errorf(errcode.InvalidParams, "open: grant_secret_file: needs segment_size > 0 (the in-process node checks grants; a client carries the master's grants without the secret)")
 	}
 	if strings.Contains(cfg.Master, "://") {
 		if _, err := ha.ParseMasterURL(cfg.Master); err != nil {
@@ -193,6 +202,12 @@ func open(cfgJSON string) (int64, error) {
 			ncfg.Listen = net.JoinHostPort(host, "0")
 		}
 		ncfg.TLS = tlsSrc
+		if cfg.GrantSecretFile != "" {
+			if ncfg.Grants, err = grant.LoadFile(cfg.GrantSecretFile); err != nil {
+				h.m.Close()
+				return 0, errcode.Errorf(errcode.InvalidParams, "open: grant_secret_file: %v", err)
+			}
+		}
 		if cfg.SSDDir != "" {
 			ncfg.EnableOffload = true
 			ncfg.SSDDir = cfg.SSDDir

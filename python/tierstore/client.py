@@ -73,10 +73,14 @@ class Client:
     objects with it) at close(). tls_cert, tls_key and tls_ca (all three or
     none) turn on mutual TLS to the master and the nodes, as the binaries'
     --tls_* flags: the certificate names the client role, and the node role
-    too with segment_size > 0 (docs/security.md)."""
+    too with segment_size > 0 (docs/security.md). grant_secret_file (with
+    segment_size > 0) is the grant secret the masters share, as the node's
+    --grant_secret_file: the in-process node then refuses reads and writes
+    of other processes that do not carry the master's grant."""
 
     def __init__(self, master, segment_size=0, local_hostname="127.0.0.1", ssd_dir=None,
-                 ssd_capacity=0, timeout=30.0, log_level="warn", tls_cert=None, tls_key=None, tls_ca=None):
+                 ssd_capacity=0, timeout=30.0, log_level="warn", tls_cert=None, tls_key=None, tls_ca=None,
+                 grant_secret_file=None):
         _native.check_process()
         if not isinstance(master, str) or not master:
             raise Error(codes.INVALID_PARAMS, "master: a host:port or etcd://... string is required, got %r" % (master,))
@@ -91,6 +95,7 @@ class Client:
             "tls_cert": tls_cert or "",
             "tls_key": tls_key or "",
             "tls_ca": tls_ca or "",
+            "grant_secret_file": grant_secret_file or "",
         }
         self._h = 0
         e = ErrBuf()

@@ -18,7 +18,12 @@ Invariants:
   * ``tls_cert``, ``tls_key``, ``tls_ca`` (tierstore's mutual TLS) are all
     three readable files or none; when the configuration names none, the
     variables TIERSTORE_TLS_CERT, TIERSTORE_TLS_KEY, TIERSTORE_TLS_CA give
-    them (in every form of setup, positional too).
+    them (in every form of setup, positional too);
+  * ``grant_secret_file`` (tierstore's grants, the node's
+    --grant_secret_file) is a readable file and needs a segment
+    (``global_segment_size`` > 0): only the in-process node uses it; when
+    the configuration names none, TIERSTORE_GRANT_SECRET_FILE gives it to a
+    setup with a segment (and is ignored without one).
 
 The module has no state and imports nothing native: it is safe to use
 from any thread and before the library is loaded.
@@ -88,6 +93,8 @@ class Config:
     tls_cert: str = ""
     tls_key: str = ""
     tls_ca: str = ""
+    # The grant secret the masters share (tierstore's): the in-process node checks grants with it.
+    grant_secret_file: str = ""
     unknown: list = dataclasses.field(default_factory=list)  # keys given that tierstore does not know
 
 
@@ -178,6 +185,26 @@ def _parse_tls(cfg: Config, environ) -> None:
             raise ConfigError(n, f"{path!r} is not a readable file")
 
 
+GRANT_ENV = "TIERSTORE_GRANT_SECRET_FILE"
+
+
+def _parse_grant(cfg: Config, environ) -> None:
+    """Fills grant_secret_file from TIERSTORE_GRANT_SECRET_FILE for a setup
+    with a segment when the configuration names none, and checks it."""
+    if not cfg.grant_secret_file:
+        if cfg.global_segment_size == 0:
+            return
+        cfg.grant_secret_file = environ.get(GRANT_ENV, "").strip()
+        if not cfg.grant_secret_file:
+            return
+    elif cfg.global_segment_size == 0:
+        raise ConfigError("grant_secret_file", "needs global_segment_size > 0 (the in-process node checks grants; "
+                                               "a client carries the master's grants without the secret)")
+    path = cfg.grant_secret_file
+    if not os.path.isfile(path) or not os.access(path, os.R_OK):
+        raise ConfigError("grant_secret_file", f"{path!r} is not a readable file")
+
+
 def parse(fields: dict, environ=None) -> Config:
     """A checked Config from Mooncake's field names (aliases accepted).
 
@@ -202,7 +229,8 @@ def parse(fields: dict, environ=None) -> Config:
         elif name == "enable_ssd_offload":
             cfg.enable_ssd_offload = _parse_bool(raw_name, value)
         elif name in ("local_hostname", "metadata_server", "protocol", "device_name",
-                      "master_server_address", "ssd_offload_path", "tls_cert", "tls_key", "tls_ca"):
+                      "master_server_address", "ssd_offload_path", "tls_cert", "tls_key", "tls_ca",
+                      "grant_secret_file"):
             setattr(cfg, name, _parse_str(raw_name, value))
         else:
             unknown.append(raw_name)
@@ -226,6 +254,7 @@ def parse(fields: dict, environ=None) -> Config:
     else:
         _check_hostport("master_server_address", cfg.master_server_address, need_port=True)
     _parse_tls(cfg, os.environ if environ is None else environ)
+    _parse_grant(cfg, os.environ if environ is None else environ)
     if cfg.enable_ssd_offload:
         if not cfg.ssd_offload_path:
             raise ConfigError("ssd_offload_path", "required with enable_ssd_offload")

@@ -256,7 +256,8 @@ class MooncakeDistributedStore:
                                           segment_size=cfg.global_segment_size,
                                           local_hostname=cfg.local_hostname,
                                           ssd_dir=ssd_dir, ssd_capacity=0, tls_cert=cfg.tls_cert,
-                                          tls_key=cfg.tls_key, tls_ca=cfg.tls_ca)
+                                          tls_key=cfg.tls_key, tls_ca=cfg.tls_ca,
+                                          grant_secret_file=cfg.grant_secret_file)
             except Exception as e:  # noqa: BLE001 - reported as Mooncake's number
                 log.error("tierstore.mooncake setup: %s", e)
                 if ssd_dir:
