@@ -378,7 +378,9 @@ func (c *Client) writeReplica(ctx context.Context, r masterapi.Replica, value []
 	}
 	p, err := c.peerFor(ctx, r)
 	if err == nil {
-		err = p.writeRange(ctx, r.Segment, r.Offset, value, crc, r.PutToken)
+		// The range's write grant (a node with a grant secret refuses the
+		// write without it; the refusal keeps the grant's sentinel).
+		err = grantRefusal(p.writeRange(ctx, r.Segment, r.Offset, value, crc, r.PutToken, grantOf(r.Grant)))
 	}
 	if err != nil {
 		return fmt.Errorf("writing to node %s: %w", r.Node, err)

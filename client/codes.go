@@ -45,6 +45,6 @@ var (
 	ErrTaskNotFound      = errcode.ErrTaskNotFound      // TASK_NOT_FOUND (-1400)
 	ErrNeedRemount       = errcode.ErrNeedRemount       // NEED_REMOUNT (-1500)
 	ErrVersionMismatch   = errcode.ErrVersionMismatch   // VERSION_MISMATCH (-1600): a master or node of another protocol version (docs/design.md)
-	ErrPermissionDenied  = errcode.ErrPermissionDenied  // PERMISSION_DENIED (-1700): the caller's TLS certificate lacks the role the call needs, or a node refused a read's grant (then also ErrGrantMissing, ErrGrantForged or ErrGrantExpired; docs/security.md)
+	ErrPermissionDenied  = errcode.ErrPermissionDenied  // PERMISSION_DENIED (-1700): the caller's TLS certificate lacks the role the call needs, or a node refused a read's or a put's grant (then also ErrGrantMissing, ErrGrantForged or ErrGrantExpired; docs/security.md)
 	ErrPeerLimit         = errcode.ErrPeerLimit         // PEER_LIMIT_EXCEEDED (-1701): the caller passed a bound on what one peer may make a process spend (docs/security.md)
 )

@@ -434,7 +434,7 @@ func (c *Client) readReplica(ctx context.Context, info masterapi.ObjectInfo, r m
 	return grantRefusal(err)
 }
 
-// grantRefusal is err, and for a node's refusal of a read grant
+// grantRefusal is err, and for a node's refusal of a read or write grant
 // (PERMISSION_DENIED naming grant.ErrMissing, ErrForged or ErrExpired: the
 // data plane carries a code and a text) also that sentinel, so that
 // callers tell them apart with errors.Is.

@@ -19,18 +19,19 @@ var (
 	ErrNoReplica = errors.New("client: no readable replica")
 )
 
-// Why a node refused a read's grant (docs/security.md, Read grants): such a
-// read fails with ErrPermissionDenied and one of these, checked with
-// errors.Is.
+// Why a node refused a read's or a put's grant (docs/security.md, Read
+// grants, Write grants): such a read or put fails with ErrPermissionDenied
+// and one of these, checked with errors.Is.
 var (
-	// ErrGrantMissing: the read carried no grant (a master without
-	// --grant_secret_file, a node with one).
+	// ErrGrantMissing: the read or write carried no grant (a master
+	// without --grant_secret_file, a node with one).
 	ErrGrantMissing = grant.ErrMissing
-	// ErrGrantForged: the grant was made for another read, or with
-	// another secret (masters and nodes with different files).
+	// ErrGrantForged: the grant was made for another read or write, or
+	// with another secret (masters and nodes with different files).
 	ErrGrantForged = grant.ErrForged
-	// ErrGrantExpired: the grant's time (the lookup's read lease, plus
-	// the node's allowance for clock skew) was over; the client looked the
-	// key up once more before failing.
+	// ErrGrantExpired: the grant's time was over (a read's: the lookup's
+	// read lease, and the client looked the key up once more before
+	// failing; a put's write: the put's discard deadline), plus the node's
+	// allowance for clock skew.
 	ErrGrantExpired = grant.ErrExpired
 )

@@ -54,16 +54,17 @@ func crcParts(parts [][]byte) uint32 {
 // node through the data protocol (package wire). Values are the caller's
 // memory in parts, sent or filled in order (one part in the common case).
 // Reads fill buf, exactly the object's size, and check it against crc (the
-// object's CRC32C) once; grant is the replica's read grant
-// (masterapi.Replica.Grant, nil without one), which a remote node with a
-// grant secret checks and the node of this process does not need.
+// object's CRC32C) once; grant is the replica's read grant, or for a
+// write the range's write grant from PutStart (masterapi.Replica.Grant,
+// nil without one), which a remote node with a grant secret checks and the
+// node of this process does not need.
 type peer interface {
-	writeRange(ctx context.Context, segment string, off int64, value [][]byte, crc uint32, token uint64) error
+	writeRange(ctx context.Context, segment string, off int64, value [][]byte, crc uint32, token uint64, grant []byte) error
 	readRange(ctx context.Context, segment string, off int64, buf [][]byte, crc uint32, grant []byte) error
 	readSSD(ctx context.Context, key []byte, buf [][]byte, crc uint32, grant []byte) error
 }
 
-// grantOf is a replica's read grant as the data plane sends it.
+// grantOf is a replica's grant as the data plane sends it.
 func grantOf(g string) []byte {
 	if g == "" {
 		return nil
@@ -74,7 +75,7 @@ func grantOf(g string) []byte {
 // localPeer reaches the node of this process without a socket.
 type localPeer struct{ n LocalNode }
 
-func (p localPeer) writeRange(ctx context.Context, segment string, off int64, value [][]byte, crc uint32, token uint64) error {
+func (p localPeer) writeRange(ctx context.Context, segment string, off int64, value [][]byte, crc uint32, token uint64, _ []byte) error {
 	if len(value) == 1 {
 		return p.n.WriteRange(ctx, segment, off, value[0], crc, token)
 	}
@@ -123,8 +124,8 @@ func checkLocal(got, crc uint32, n int64, what string) error {
 // remotePeer reaches a node through its data connections.
 type remotePeer struct{ c *wire.DataConn }
 
-func (p remotePeer) writeRange(ctx context.Context, segment string, off int64, value [][]byte, crc uint32, token uint64) error {
-	return p.c.WriteParts(ctx, segment, off, value, crc, token)
+func (p remotePeer) writeRange(ctx context.Context, segment string, off int64, value [][]byte, crc uint32, token uint64, grant []byte) error {
+	return p.c.WriteParts(ctx, segment, off, value, crc, token, grant)
 }
 
 func (p remotePeer) readRange(ctx context.Context, segment string, off int64, buf [][]byte, crc uint32, grant []byte) error {

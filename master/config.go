@@ -82,8 +82,10 @@ type Config struct {
 	// Grants (grant_secret_file, binary: grant.LoadFile): when set, every
 	// replica a lookup answers (GetReplicaList and its batch) carries a
 	// read grant for that read, valid until the lookup's read lease ends,
-	// signed with the file's newest secret; nodes with the same file
-	// refuse reads without one (docs/security.md). nil: no grants.
+	// and every DRAM range PutStart answers a write grant for that put,
+	// valid until the put's discard deadline, signed with the file's
+	// newest secret; nodes with the same file refuse reads and writes
+	// without one (docs/security.md). nil: no grants.
 	Grants *grant.Keys
 }
 

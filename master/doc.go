@@ -25,13 +25,17 @@
 // room.go; PutStart picks the preferred node's segment when it has room,
 // else the segment with the most free bytes whose largest free extent fits.
 //
-// # Read grants
+// # Read and write grants
 //
 // With Config.Grants (--grant_secret_file) every replica GetReplicaList
 // and BatchGetReplicaList answer carries a read grant for that read (node,
 // key, DRAM range or SSD length; read.go, signGrants), expiring with the
-// lookup's read lease, signed with the secret file's newest secret; the
-// nodes check it (docs/security.md, Read grants).
+// lookup's read lease, and every DRAM range PutStart and BatchPutStart
+// answer carries a write grant for that put's write (node, key, range,
+// put token; put.go, signWriteGrants), expiring at the put's discard
+// deadline; both signed with the secret file's newest secret. The nodes
+// check them (docs/security.md, Read grants, Write grants). Promotion
+// tasks carry none: the node writes a promoted object itself.
 //
 // # Leases (Mooncake #4508, invariant 4)
 //

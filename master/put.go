@@ -3,9 +3,11 @@ package master
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/tierstore/tierstore/admission"
 	"github.com/tierstore/tierstore/internal/errcode"
+	"github.com/tierstore/tierstore/internal/grant"
 	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -82,7 +84,29 @@ func (s *Service) putStart(ctx context.Context, req masterapi.PutStartRequest) (
 	}
 	o.putStart = now
 	o.softPin, o.hardPin = req.SoftPin, req.HardPin
-	return s.putReply(o), nil
+	rep := s.putReply(o)
+	if s.cfg.Grants != nil {
+		s.signWriteGrants(req.Key, &rep, time.Unix(0, now+s.cfg.PutStartDiscardTimeout.Nanoseconds()))
+	}
+	return rep, nil
+}
+
+// signWriteGrants gives each replica of rep, the answer of key's PutStart,
+// the write grant of its range (package internal/grant): the node, the
+// segment, offset and length, the put token and the key, until expires:
+// the put's discard deadline (put_start_discard_timeout after PutStart),
+// after which the master reclaims the range (the node allows its clock's
+// skew beyond that, grant.Verifier.Skew).
+func (s *Service) signWriteGrants(key string, rep *masterapi.PutStartReply, expires time.Time) {
+	sign := func(r *masterapi.Replica) {
+		g := s.cfg.Grants.Sign(grant.Scope{Kind: grant.Write, Node: r.Node, Key: []byte(key),
+			Segment: r.Segment, Offset: uint64(r.Offset), Length: uint64(r.Length), Token: r.PutToken}, expires)
+		r.Grant = string(g[:])
+	}
+	sign(&rep.Replica)
+	for i := range rep.More {
+		sign(&rep.More[i])
+	}
 }
 
 // putReply describes the DRAM replicas of o's put. Caller holds the shard

@@ -91,11 +91,13 @@ type Replica struct {
 	// max(last+1, unix_ms<<22)), so a range allocated again always comes
 	// with a larger token than its previous owner's.
 	PutToken uint64
-	// Grant is the read grant of a lookup's replica when the master has a
-	// grant secret (--grant_secret_file; package internal/grant): the
-	// reader passes it to the node, which refuses a read without the
-	// grant made for it. Empty without a secret, and in PutStart's answer.
-	// A string (bytes), so that a Replica stays comparable.
+	// Grant, when the master has a grant secret (--grant_secret_file;
+	// package internal/grant): in a lookup's replica the read grant, in
+	// PutStart's answer the write grant of the range (node, key, range,
+	// PutToken, until the put's discard deadline). The reader or writer
+	// passes it to the node, which refuses a read or write without the
+	// grant made for it. Empty without a secret. A string (bytes), so that
+	// a Replica stays comparable.
 	Grant string
 }
 

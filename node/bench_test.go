@@ -388,11 +388,13 @@ func BenchmarkCheckReadRange(b *testing.B) {
 	}
 }
 
-// BenchmarkGrants: the cost of read grants (the master signs one per
-// replica of a lookup, the node checks it on every read; grants.go),
-// grants off and on side by side in one run, on two clusters of one
-// remote node each: a Get of 1 MiB, and a BatchGetInto of 64 objects of
-// 16 KiB (docs/benchmarks.md, Read grants).
+// BenchmarkGrants: the cost of read and write grants (the master signs
+// one per replica of a lookup and per range of a PutStart, the node checks
+// it on every read and write; grants.go), grants off and on side by side
+// in one run, on two clusters of one remote node each: a Get of 1 MiB, a
+// BatchGetInto of 64 objects of 16 KiB, a Put of 1 MiB and a BatchPut of
+// 64 objects of 16 KiB (each put removed untimed, as BenchmarkE2EPut;
+// docs/benchmarks.md, Read grants, Write grants).
 func BenchmarkGrants(b *testing.B) {
 	path := filepath.Join(b.TempDir(), "grant.secret")
 	writeGrantSecret(b, path)
@@ -445,6 +447,48 @@ func BenchmarkGrants(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
+			}
+		})
+	}
+	ctx := context.Background()
+	big := rnd(1 << 20)
+	for _, cl := range clusters {
+		b.Run("put-1MiB/grants-"+cl.name, func(b *testing.B) {
+			b.SetBytes(int64(len(big)))
+			for i := 0; b.Loop(); i++ {
+				k := fmt.Sprintf("wput-%d", i)
+				if err := cl.c.Put(ctx, k, big); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				if err := cl.c.Remove(ctx, k, true); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+		})
+	}
+	bkeys := make([]string, batch)
+	bvals := make([][]byte, batch)
+	for i := range bkeys {
+		bkeys[i], bvals[i] = fmt.Sprintf("wbput-%d", i), rnd(small)
+	}
+	for _, cl := range clusters {
+		b.Run(fmt.Sprintf("batchput-%dx16KiB/grants-%s", batch, cl.name), func(b *testing.B) {
+			b.SetBytes(batch * small)
+			for b.Loop() {
+				for _, err := range cl.c.BatchPut(ctx, bkeys, bvals) {
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StopTimer()
+				for _, err := range cl.c.BatchRemove(ctx, bkeys, true) {
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StartTimer()
 			}
 		})
 	}

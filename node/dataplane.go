@@ -129,8 +129,18 @@ func (h dataHandler) WriteLimit() int64 { return h.n.seg.Size() }
 // BeginWrite claims the range for the put (Node.beginWrite, the one write
 // path of the node, so the put-token and range checks apply to it as to
 // every other write) before a byte of the payload is read; the payload is
-// then received straight into the segment.
-func (h dataHandler) BeginWrite(ctx context.Context, segment string, off, n int64, token uint64) (wire.RangeWriter, error) {
+// then received straight into the segment. With a grant secret, g must
+// first be the write grant of this range, put token and key (the object
+// ctx carries) on this node (grants.go): a write refused for it claims
+// nothing.
+func (h dataHandler) BeginWrite(ctx context.Context, segment string, off, n int64, token uint64, g []byte) (wire.RangeWriter, error) {
+	if h.n.cfg.Grants != nil {
+		o, _ := wire.ObjectOf(ctx)
+		sc := grant.Scope{Kind: grant.Write, Key: []byte(o.Key), Segment: segment, Offset: uint64(off), Length: uint64(n), Token: token}
+		if err := h.n.checkGrant(sc, g); err != nil {
+			return nil, err
+		}
+	}
 	w, err := h.n.beginWrite(ctx, segment, off, n, token)
 	if err != nil {
 		return nil, err

@@ -48,7 +48,11 @@
 //     data-plane read, DRAM or SSD, must carry the read grant the master
 //     made for it at the lookup (grants.go); otherwise it is refused
 //     PERMISSION_DENIED (grant.ErrMissing, ErrForged, ErrExpired) and
-//     counted. Reads of a client in this process are not checked.
+//     counted. So must every data-plane write carry the write grant the
+//     master made for its range at PutStart (node, key, range, put
+//     token), checked before the range is claimed: a refused write claims
+//     and writes nothing. Reads and writes of a client in this process,
+//     and promotions (the node's own writes), are not checked.
 //   - Commit before publish (docs/design.md invariant 1): a SSD replica is
 //     announced only from the tier's per-bucket notify, which runs after the
 //     bucket is durable and indexed; keys the master refuses there are

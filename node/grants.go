@@ -23,8 +23,23 @@ import (
 // grants reads carry are ignored. The reads of a client in this process
 // (ReadRangeInto, ReadSSDInto) are not checked: it shares the node's
 // memory. The node's gRPC service serves no reads (NodeStats only).
+//
+// Writes bound to their PutStart, the same way: with a grant secret every
+// data-plane write must carry the write grant the master made for the
+// range when it answered PutStart: this node, the range (segment, offset,
+// length), the put token and the object's key the write names (its
+// metadata, recorded for re-registration and for the read check), until
+// the put's discard deadline. It is checked before the range is claimed
+// (claims.go) and before a byte of the payload lands, so a refused write
+// changes neither the claims nor the segment. Refusals are counted apart
+// from the reads' (Stats.WriteGrants*). A read grant is no write grant,
+// nor the other way round (grant.Scope.Kind). Not checked: the writes of a
+// client in this process (WriteRange, WriteRangeParts), and the
+// promotions' writes (writePromoted), which the node makes itself for a
+// task the master gave it over its own connection.
 
-// checkGrant checks grant g for the read sc; nil without a grant secret.
+// checkGrant checks grant g for the request sc (a read, or a write with
+// sc.Kind grant.Write); nil without a grant secret.
 func (n *Node) checkGrant(sc grant.Scope, g []byte) error {
 	k := n.cfg.Grants
 	if k == nil {
@@ -35,13 +50,17 @@ func (n *Node) checkGrant(sc grant.Scope, g []byte) error {
 	if err == nil {
 		return nil
 	}
+	missing, expired, forged := &n.metrics.grantsMissing, &n.metrics.grantsExpired, &n.metrics.grantsForged
+	if sc.Kind == grant.Write {
+		missing, expired, forged = &n.metrics.wgrantsMissing, &n.metrics.wgrantsExpired, &n.metrics.wgrantsForged
+	}
 	switch {
 	case errors.Is(err, grant.ErrMissing):
-		n.metrics.grantsMissing.Add(1)
+		missing.Add(1)
 	case errors.Is(err, grant.ErrExpired):
-		n.metrics.grantsExpired.Add(1)
+		expired.Add(1)
 	default:
-		n.metrics.grantsForged.Add(1)
+		forged.Add(1)
 	}
-	return errcode.Wrap(errcode.PermissionDenied, fmt.Errorf("node %s refuses the read: %w", n.name, err))
+	return errcode.Wrap(errcode.PermissionDenied, fmt.Errorf("node %s refuses the %v: %w", n.name, sc.Kind, err))
 }

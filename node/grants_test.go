@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -18,6 +19,7 @@ import (
 	"github.com/tierstore/tierstore/internal/crc32c"
 	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/grant"
+	"github.com/tierstore/tierstore/internal/testkit"
 	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/masterapi"
@@ -253,8 +255,10 @@ func TestGrantsBindReadsToLookups(t *testing.T) {
 }
 
 // A master with grants and a node without: the node ignores the grants,
-// reads work. A master without grants and a node with: every remote read
-// is refused PERMISSION_DENIED (no grant), the client sees ErrMissing.
+// puts and reads work. A master without grants and a node with: every
+// remote put and read is refused PERMISSION_DENIED (no grant), the client
+// sees ErrMissing; the object is then written by a client in the node's
+// process (not checked) for the reads.
 func TestGrantsOnOneSideOnly(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "grant.secret")
 	writeGrantSecret(t, path)
@@ -275,9 +279,21 @@ func TestGrantsOnOneSideOnly(t *testing.T) {
 				k = loadKeys(t, path)
 			}
 			n := startGrantNode(t, m, k, nil)
-			c := newTestClient(t, client.Config{MasterAddr: serveMaster(t, m)})
+			addr := serveMaster(t, m)
+			c := newTestClient(t, client.Config{MasterAddr: addr})
 			val := rnd(64 << 10)
-			if err := c.Put(ctx, "k", val); err != nil {
+			err := c.Put(ctx, "k", val)
+			if tc.node {
+				if !errors.Is(err, errcode.ErrPermissionDenied) || !errors.Is(err, grant.ErrMissing) {
+					t.Fatalf("a node with a secret took a write without a grant: %v", err)
+				}
+				if st := n.Stats(); st.WriteGrantsMissing != 1 || st.PeerWrites != 0 {
+					t.Fatalf("write refusal not counted, or the write counted: %+v", st)
+				}
+				in := newTestClient(t, client.Config{MasterAddr: addr, LocalNode: n})
+				err = in.Put(ctx, "k", val)
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
 			got, err := c.Get(ctx, "k")
@@ -384,5 +400,353 @@ func TestGrantRotationUnderLiveReads(t *testing.T) {
 	}
 	if st := n.Stats(); st.GrantsMissing+st.GrantsForged+st.GrantsExpired != 0 {
 		t.Fatalf("refusals across the rotation: %+v", st)
+	}
+}
+
+// tamperedPuts is the real master, whose PutStart answers' write grants a
+// test rewrites before the client sees them.
+type tamperedPuts struct {
+	*master.Service
+	f atomic.Pointer[func(*masterapi.Replica)]
+}
+
+func (m *tamperedPuts) rewrite(p *masterapi.PutStartReply) {
+	if f := m.f.Load(); f != nil {
+		(*f)(&p.Replica)
+		for i := range p.More {
+			(*f)(&p.More[i])
+		}
+	}
+}
+
+func (m *tamperedPuts) PutStart(ctx context.Context, req masterapi.PutStartRequest) (masterapi.PutStartReply, error) {
+	p, err := m.Service.PutStart(ctx, req)
+	if err == nil {
+		m.rewrite(&p)
+	}
+	return p, err
+}
+
+func (m *tamperedPuts) BatchPutStart(ctx context.Context, reqs []masterapi.PutStartRequest) ([]masterapi.PutStartResult, error) {
+	out, err := m.Service.BatchPutStart(ctx, reqs)
+	for i := range out {
+		if out[i].Err == nil {
+			m.rewrite(&out[i].PutStartReply)
+		}
+	}
+	return out, err
+}
+
+// writeScope is the write grant's scope of put replica r of key.
+func writeScope(key string, r masterapi.Replica) grant.Scope {
+	return grant.Scope{Kind: grant.Write, Node: r.Node, Key: []byte(key), Segment: r.Segment,
+		Offset: uint64(r.Offset), Length: uint64(r.Length), Token: r.PutToken}
+}
+
+// With a grant secret on master and node, a data-plane write must carry
+// the write grant PutStart made for it: the attack (a complete
+// object's range claimed with a made-up larger put token) and a write to
+// a put's own range are refused PERMISSION_DENIED naming why without a
+// grant, with a forged one, with a grant of another range, put token, key
+// or node, with a read grant, or past its expiry; each is counted and
+// writes nothing (the range's bytes and the claims stay: the object still
+// reads). A write grant is no read grant. The put's own grant works, for a
+// single put, a put of 2 replicas and a batch put; the client sees the
+// sentinels.
+func TestGrantsBindWritesToPutStart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "grant.secret")
+	sec := writeGrantSecret(t, path)
+	mc := testMasterConfig()
+	mc.Grants = loadKeys(t, path)
+	m := newMaster(t, mc)
+	n := startGrantNode(t, m, loadKeys(t, path), nil)
+	other := startGrantNode(t, m, loadKeys(t, path), nil)
+	c := newTestClient(t, client.Config{MasterAddr: serveMaster(t, m), PreferredNode: n.Name()})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// Puts through the client: single, 2 replicas, batch.
+	victim := rnd(256 << 10)
+	if err := c.Put(ctx, "victim", victim); err != nil {
+		t.Fatalf("put with grants: %v", err)
+	}
+	two := rnd(64 << 10)
+	if err := c.PutWith(ctx, "two", two, client.PutOptions{Replicas: 2}); err != nil {
+		t.Fatalf("put of 2 replicas with grants: %v", err)
+	}
+	bkeys := []string{"b0", "b1", "b2", "b3"}
+	bvals := [][]byte{rnd(16 << 10), rnd(16 << 10), rnd(16 << 10), rnd(16 << 10)}
+	if err := errors.Join(c.BatchPut(ctx, bkeys, bvals)...); err != nil {
+		t.Fatalf("batch put with grants: %v", err)
+	}
+	for k, v := range map[string][]byte{"victim": victim, "two": two, "b0": bvals[0], "b3": bvals[3]} {
+		if got, err := c.Get(ctx, k); err != nil || !bytes.Equal(got, v) {
+			t.Fatalf("get %s: %v", k, err)
+		}
+	}
+	if st1, st2 := n.Stats(), other.Stats(); st1.PeerWrites+st2.PeerWrites != 7 {
+		t.Fatalf("peer writes %d + %d, want 7", st1.PeerWrites, st2.PeerWrites)
+	}
+
+	info, err := m.GetReplicaList(ctx, "victim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vr := info.Replicas[0]
+	if vr.Kind != masterapi.DRAM || vr.Node != n.Name() {
+		t.Fatalf("victim replica %+v, want DRAM on %s", vr, n.Name())
+	}
+	// A put in progress on n, whose grant the test holds.
+	val := rnd(128 << 10)
+	crc := crc32c.Checksum(val)
+	ps, err := m.PutStart(ctx, masterapi.PutStartRequest{Key: "p", Size: int64(len(val)), CRC: crc, PreferredNode: n.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := ps.Replica
+	if pr.Node != n.Name() || len(pr.Grant) != grant.Size {
+		t.Fatalf("PutStart's replica %+v: want one on %s with a write grant", pr, n.Name())
+	}
+	// The grant expires at the put's discard deadline (plus the node's skew).
+	v := grant.NewVerifier(sec)
+	end := time.Now().Add(mc.PutStartDiscardTimeout + v.Skew)
+	if err := v.Verify(writeScope("p", pr), []byte(pr.Grant), end.Add(-time.Second)); err != nil {
+		t.Fatalf("the write grant before the discard deadline: %v", err)
+	}
+	if err := v.Verify(writeScope("p", pr), []byte(pr.Grant), end.Add(time.Second)); !errors.Is(err, grant.ErrExpired) {
+		t.Fatalf("the write grant after the discard deadline: %v", err)
+	}
+
+	dc, err := wire.DialData(ctx, n.Endpoint(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dc.Close()
+	signer := grant.NewSigner(sec)
+	sign := func(sc grant.Scope, exp time.Time) []byte { g := signer.Sign(sc, exp); return g[:] }
+	later := time.Now().Add(time.Minute)
+	write := func(key string, r masterapi.Replica, token uint64, g []byte, b []byte) error {
+		wctx := wire.WithObject(ctx, wire.Object{Key: key})
+		return dc.WriteParts(wctx, r.Segment, r.Offset, [][]byte{b}, crc32c.Checksum(b), token, g)
+	}
+	junk := rnd(len(victim))
+	big := vr.PutToken + 1<<40 // the attack: a made-up larger token
+	atk := writeScope("victim", vr)
+	atk.Token = big
+	flipped := []byte(pr.Grant)
+	flipped[grant.Size-1] ^= 1
+	anotherRange, anotherNode, anotherKey, readKind := atk, atk, atk, atk
+	anotherRange.Offset += 4096
+	anotherNode.Node = other.Name()
+	anotherKey.Key = []byte("p")
+	readKind.Kind, readKind.Token = grant.Read, 0
+	pTokenUp := writeScope("p", pr)
+	pTokenUp.Token++
+	type refusal struct {
+		write func() error
+		want  error
+	}
+	refusals := map[string]refusal{
+		"no grant":                  {func() error { return write("victim", vr, big, nil, junk) }, grant.ErrMissing},
+		"a made-up grant":           {func() error { return write("victim", vr, big, rnd(grant.Size), junk) }, grant.ErrForged},
+		"another range's grant":     {func() error { return write("victim", vr, big, sign(anotherRange, later), junk) }, grant.ErrForged},
+		"another node's grant":      {func() error { return write("victim", vr, big, sign(anotherNode, later), junk) }, grant.ErrForged},
+		"another key's grant":       {func() error { return write("victim", vr, big, sign(anotherKey, later), junk) }, grant.ErrForged},
+		"a read grant of the range": {func() error { return write("victim", vr, big, sign(readKind, later), junk) }, grant.ErrForged},
+		"the lookup's read grant":   {func() error { return write("victim", vr, vr.PutToken, []byte(vr.Grant), junk) }, grant.ErrForged},
+		"an expired grant":          {func() error { return write("victim", vr, big, sign(atk, time.Now().Add(-time.Minute)), junk) }, grant.ErrExpired},
+		// The put in progress's own range.
+		"p: no grant":                 {func() error { return write("p", pr, pr.PutToken, nil, val) }, grant.ErrMissing},
+		"p: a flipped bit":            {func() error { return write("p", pr, pr.PutToken, flipped, val) }, grant.ErrForged},
+		"p: its grant, a later token": {func() error { return write("p", pr, pr.PutToken+1, []byte(pr.Grant), val) }, grant.ErrForged},
+		"p: its grant, another key":   {func() error { return write("victim", pr, pr.PutToken, []byte(pr.Grant), val) }, grant.ErrForged},
+		"p: its grant, no key": {func() error {
+			return dc.WriteParts(ctx, pr.Segment, pr.Offset, [][]byte{val}, crc, pr.PutToken, []byte(pr.Grant))
+		}, grant.ErrForged},
+		"p: an expired grant": {func() error {
+			return write("p", pr, pr.PutToken, sign(writeScope("p", pr), time.Now().Add(-time.Minute)), val)
+		}, grant.ErrExpired},
+		"p: a grant of a later token":  {func() error { return write("p", pr, pr.PutToken, sign(pTokenUp, later), val) }, grant.ErrForged},
+		"p: victim's range, p's grant": {func() error { return write("p", vr, pr.PutToken, []byte(pr.Grant), junk[:len(val)]) }, grant.ErrForged},
+	}
+	before, err := n.ReadRange(ctx, pr.Segment, pr.Offset, pr.Length)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stBefore := n.Stats()
+	var missing, forged, expired int64
+	for name, r := range refusals {
+		err := r.write()
+		if !errors.Is(err, errcode.ErrPermissionDenied) || !strings.Contains(err.Error(), r.want.Error()) || !strings.Contains(err.Error(), "refuses the write") {
+			t.Errorf("%s: %v, want PERMISSION_DENIED refusing the write, naming %q", name, err, r.want)
+		}
+		switch r.want {
+		case grant.ErrMissing:
+			missing++
+		case grant.ErrForged:
+			forged++
+		default:
+			expired++
+		}
+	}
+	st := n.Stats()
+	if st.WriteGrantsMissing != missing || st.WriteGrantsForged != forged || st.WriteGrantsExpired != expired {
+		t.Errorf("node counts write refusals missing %d forged %d expired %d, want %d %d %d",
+			st.WriteGrantsMissing, st.WriteGrantsForged, st.WriteGrantsExpired, missing, forged, expired)
+	}
+	if st.GrantsMissing+st.GrantsForged+st.GrantsExpired != stBefore.GrantsMissing+stBefore.GrantsForged+stBefore.GrantsExpired || st.PeerWrites != stBefore.PeerWrites {
+		t.Errorf("refused writes counted as read refusals or as writes: %+v", st)
+	}
+	// Nothing was written: the victim's bytes and claim stand (it reads,
+	// through the node's read check), the put's range is as it was.
+	if got, err := n.ReadRange(ctx, vr.Segment, vr.Offset, vr.Length); err != nil || !bytes.Equal(got, victim) {
+		t.Fatalf("the victim's range after the refused writes: %v (changed: %v)", err, !bytes.Equal(got, victim))
+	}
+	if got, err := c.Get(ctx, "victim"); err != nil || !bytes.Equal(got, victim) {
+		t.Fatalf("get victim after the refused writes: %v", err)
+	}
+	if got, err := n.ReadRange(ctx, pr.Segment, pr.Offset, pr.Length); err != nil || !bytes.Equal(got, before) {
+		t.Fatalf("the put's range after the refused writes: %v (changed: %v)", err, !bytes.Equal(got, before))
+	}
+	// A write grant is no read grant.
+	vbuf := make([]byte, len(victim))
+	if err := dc.ReadRangeParts(ctx, vr.Segment, vr.Offset, [][]byte{vbuf}, crc32c.Checksum(victim), sign(writeScope("victim", vr), later)); !errors.Is(err, errcode.ErrPermissionDenied) || !strings.Contains(err.Error(), grant.ErrForged.Error()) {
+		t.Errorf("a read with the range's write grant: %v, want PERMISSION_DENIED (forged)", err)
+	}
+	// The put's own grant works.
+	if err := write("p", pr, pr.PutToken, []byte(pr.Grant), val); err != nil {
+		t.Fatalf("the write with its grant: %v", err)
+	}
+	if err := m.PutEnd(ctx, "p", pr.PutToken); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Get(ctx, "p"); err != nil || !bytes.Equal(got, val) {
+		t.Fatalf("get p: %v", err)
+	}
+
+	// The client's side: a put whose grant is wrong fails PERMISSION_DENIED
+	// with the sentinel, single or batch, and is revoked (the key can be
+	// put again).
+	tm := &tamperedPuts{Service: m}
+	tc := newTestClient(t, client.Config{Master: tm, PreferredNode: n.Name()})
+	for name, cs := range map[string]struct {
+		g    func(r masterapi.Replica, key string) string
+		want error
+	}{
+		"missing": {func(masterapi.Replica, string) string { return "" }, grant.ErrMissing},
+		"forged":  {func(masterapi.Replica, string) string { return vr.Grant }, grant.ErrForged},
+		"expired": {func(r masterapi.Replica, key string) string {
+			return string(sign(writeScope(key, r), time.Now().Add(-time.Minute)))
+		}, grant.ErrExpired},
+	} {
+		for _, batch := range []bool{false, true} {
+			key := "t-" + name
+			f := func(r *masterapi.Replica) { r.Grant = cs.g(*r, key) }
+			tm.f.Store(&f)
+			var err error
+			if batch {
+				err = tc.BatchPut(ctx, []string{key}, [][]byte{val})[0]
+			} else {
+				err = tc.Put(ctx, key, val)
+			}
+			if !errors.Is(err, errcode.ErrPermissionDenied) || !errors.Is(err, cs.want) {
+				t.Errorf("client put (batch %v) with a %s grant: %v, want PERMISSION_DENIED and %v", batch, name, err, cs.want)
+			}
+		}
+	}
+	tm.f.Store(nil)
+	if err := tc.Put(ctx, "t-forged", val); err != nil {
+		t.Fatalf("a put after the refused ones: %v", err)
+	}
+}
+
+// Rotating the secret file under live puts fails none: PutStart's write
+// grants are signed with the master's newest secret, the node takes the
+// newest and the previous and re-reads the file at once when a grant of a
+// secret it has not read arrives. Writers (single puts and batch puts,
+// each key read back and removed by force) run throughout; after each rotation the
+// test waits for puts started after it to complete before the next.
+func TestGrantRotationUnderLivePuts(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "grant.secret")
+	writeGrantSecret(t, path)
+	mk := loadKeys(t, path)
+	mc := testMasterConfig()
+	mc.Grants = mk
+	m := newMaster(t, mc)
+	nk := loadKeys(t, path)
+	n := startGrantNode(t, m, nk, nil)
+	c := newTestClient(t, client.Config{MasterAddr: serveMaster(t, m)})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var puts, failed atomic.Int64
+	var errMu sync.Mutex
+	var firstErr error
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Go(func() {
+			for j := 0; ; j++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				keys := []string{fmt.Sprintf("w%d-%d", i, j)}
+				if j%2 == 1 {
+					keys = append(keys, keys[0]+"-b1", keys[0]+"-b2", keys[0]+"-b3")
+				}
+				vals := make([][]byte, len(keys))
+				for k := range vals {
+					vals[k] = rnd(16 << 10)
+				}
+				var err error
+				if len(keys) == 1 {
+					err = c.Put(ctx, keys[0], vals[0])
+				} else {
+					err = errors.Join(c.BatchPut(ctx, keys, vals)...)
+				}
+				for k, key := range keys {
+					if err != nil {
+						break
+					}
+					var got []byte
+					if got, err = c.Get(ctx, key); err == nil && !bytes.Equal(got, vals[k]) {
+						err = fmt.Errorf("%s: wrong bytes", key)
+					}
+					if err == nil {
+						err = c.Remove(ctx, key, true) // leased by the get
+					}
+				}
+				if err != nil {
+					failed.Add(1)
+					errMu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					errMu.Unlock()
+				}
+				puts.Add(1)
+			}
+		})
+	}
+	const rotations = 5
+	for range rotations {
+		writeGrantSecret(t, path)
+		if changed, err := mk.Refresh(); !changed || err != nil {
+			t.Fatalf("master refresh: %v %v", changed, err)
+		}
+		target := puts.Load() + 6
+		testkit.Eventually(t, "puts after a rotation", func() bool { return puts.Load() >= target || failed.Load() != 0 })
+	}
+	close(stop)
+	wg.Wait()
+	if f := failed.Load(); f != 0 {
+		t.Fatalf("%d of %d puts failed across %d rotations, first: %v", f, puts.Load(), rotations, firstErr)
+	}
+	if r, err := nk.Reloads(); r != rotations || err != nil {
+		t.Fatalf("the node read the secret %d times (%v), want %d", r, err, rotations)
+	}
+	if st := n.Stats(); st.WriteGrantsMissing+st.WriteGrantsForged+st.WriteGrantsExpired+st.GrantsMissing+st.GrantsForged+st.GrantsExpired != 0 || st.PeerWrites == 0 {
+		t.Fatalf("refusals across the rotation, or no write: %+v", st)
 	}
 }

@@ -73,12 +73,16 @@ type Stats struct {
 	// reads refused for their read grant (grants.go): none, one made for
 	// another read or with another secret, one past its expiry.
 	GrantsMissing, GrantsForged, GrantsExpired int64
-	Remounts                                   int64
-	Reconciles                                 int64
-	ReconcileRemoved                           int64 // SSD objects deleted because a reconcile called them unwanted
-	ReconcileKeysSent                          int64 // SSD keys sent to the master by reconciles (only those of differing ranges)
-	NotifyRetries                              int64 // notifies sent again after a transport error
-	RemovalLogRemoved                          int64 // SSD objects deleted by the master's removal log
+	// WriteGrantsMissing, WriteGrantsForged and WriteGrantsExpired count
+	// the data-plane writes refused for their write grant (grants.go), in
+	// the same three ways.
+	WriteGrantsMissing, WriteGrantsForged, WriteGrantsExpired int64
+	Remounts                                                  int64
+	Reconciles                                                int64
+	ReconcileRemoved                                          int64 // SSD objects deleted because a reconcile called them unwanted
+	ReconcileKeysSent                                         int64 // SSD keys sent to the master by reconciles (only those of differing ranges)
+	NotifyRetries                                             int64 // notifies sent again after a transport error
+	RemovalLogRemoved                                         int64 // SSD objects deleted by the master's removal log
 	// DRAMRecords are the DRAM objects recorded for re-registration;
 	// RemovalDRAM and RemovalSSD the node's removal log cursors.
 	DRAMRecords             int64
@@ -110,6 +114,7 @@ type nodeMetrics struct {
 	offloadWakes                                    atomic.Int64 // heartbeats run because the master woke the node
 	peerWrites, peerReadsDRAM, peerReadsSSD         atomic.Int64
 	grantsMissing, grantsForged, grantsExpired      atomic.Int64
+	wgrantsMissing, wgrantsForged, wgrantsExpired   atomic.Int64 // write grants
 	remounts, reconciles, reconcileRemoved          atomic.Int64
 	reconcileKeysSent                               atomic.Int64
 	notifyRetries                                   atomic.Int64
@@ -444,6 +449,9 @@ func (n *Node) Stats() Stats {
 		GrantsMissing:        n.metrics.grantsMissing.Load(),
 		GrantsForged:         n.metrics.grantsForged.Load(),
 		GrantsExpired:        n.metrics.grantsExpired.Load(),
+		WriteGrantsMissing:   n.metrics.wgrantsMissing.Load(),
+		WriteGrantsForged:    n.metrics.wgrantsForged.Load(),
+		WriteGrantsExpired:   n.metrics.wgrantsExpired.Load(),
 		Remounts:             n.metrics.remounts.Load(),
 		Reconciles:           n.metrics.reconciles.Load(),
 		ReconcileRemoved:     n.metrics.reconcileRemoved.Load(),

@@ -61,10 +61,11 @@ type Config struct {
 	// data plane or gRPC inside; the data plane needs role client, NodeStats
 	// any role (Roles). nil: plaintext.
 	TLS *tlsconf.Source
-	// Grants, when not nil, is the read grant secret
-	// [--grant_secret_file] the masters share: every data-plane read must
-	// carry the grant of its lookup (grants.go, docs/security.md). nil:
-	// reads carry no grant, or one that is ignored.
+	// Grants, when not nil, is the grant secret [--grant_secret_file] the
+	// masters share: every data-plane read must carry the read grant of
+	// its lookup, every data-plane write the write grant of its PutStart
+	// (grants.go, docs/security.md). nil: reads and writes carry no grant,
+	// or one that is ignored.
 	Grants *grant.Keys
 	// Limits are the bounds per peer of the shared port
 	// [--max_conns_per_peer, --max_streams_per_conn (gRPC),

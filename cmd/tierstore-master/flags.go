@@ -75,8 +75,8 @@ type options struct {
 	// cpuProfile (cpuprofile): file of the CPU profile from start-up to
 	// shutdown (empty: none).
 	cpuProfile string
-	// grantSecretFile (grant_secret_file): the read grant secret (empty:
-	// lookups carry no grants).
+	// grantSecretFile (grant_secret_file): the grant secret (empty:
+	// lookups and PutStart answers carry no grants).
 	grantSecretFile string
 }
 
@@ -142,7 +142,7 @@ func parseAll(args []string, helpOut io.Writer) (master.Config, options, error) 
 	allocator := fs.String("memory_allocator", "offset", "segment allocator: offset (the only one)")
 	registerHAFlags(fs, &opt.ha)
 	opt.tls.Register(fs)
-	fs.StringVar(&opt.grantSecretFile, "grant_secret_file", "", "file of the read grant secret (64 hex digits, e.g. from head -c32 /dev/urandom | xxd -p -c64; the same file on every master and node): every replica a lookup answers carries a grant for that read, which the nodes check (docs/security.md). Re-read when it changes. Empty: no grants")
+	fs.StringVar(&opt.grantSecretFile, "grant_secret_file", "", "file of the grant secret (64 hex digits, e.g. from head -c32 /dev/urandom | xxd -p -c64; the same file on every master and node): every replica a lookup answers carries a grant for that read, every range PutStart answers a grant for that put's write, which the nodes check (docs/security.md). Re-read when it changes. Empty: no grants")
 	opt.limits.Register(fs, false)
 
 	if err := fs.Parse(args); err != nil {

@@ -68,8 +68,8 @@ type options struct {
 	node       node.Config
 	tls        tlsconf.Files // tls_cert, tls_key, tls_ca (empty: plaintext)
 	cpuProfile string        // cpuprofile: CPU profile file, start-up to shutdown (empty: none)
-	// grantSecretFile (grant_secret_file): the read grant secret the
-	// masters share (empty: reads need no grant).
+	// grantSecretFile (grant_secret_file): the grant secret the masters
+	// share (empty: reads and writes need no grant).
 	grantSecretFile string
 }
 
@@ -111,7 +111,7 @@ func parseFlags(args []string, helpOut io.Writer) (options, error) {
 	fs.DurationVar(&c.ReconcileInterval, "reconcile_interval", c.ReconcileInterval, "period of the SSD key-list reconcile with the master")
 	fs.Var(secondsFlag{&c.OffloadTaskTimeout}, "offload_task_timeout", "bound of one offload round, in seconds or as a duration; keep it equal to the master's: an unanswered notify is sent again until then, and its durable bucket is kept and re-registered")
 	o.tls.Register(fs)
-	fs.StringVar(&o.grantSecretFile, "grant_secret_file", "", "file of the read grant secret (64 hex digits; the same file as every master's): every data-plane read must carry the grant of its lookup (docs/security.md). Empty: reads need no grant")
+	fs.StringVar(&o.grantSecretFile, "grant_secret_file", "", "file of the grant secret (64 hex digits; the same file as every master's): every data-plane read must carry the grant of its lookup, every write the grant of its PutStart (docs/security.md). Empty: reads and writes need no grant")
 	c.Limits.Register(fs, true)
 	fs.IntVar(&c.RequestsPerConn, "max_requests_per_conn", c.RequestsPerConn, "most data-plane SSD reads served at once on one connection; further requests wait in the socket (the client's sends block), none is refused")
 	fs.DurationVar(&c.DataFrameTimeout, "data_frame_timeout", c.DataFrameTimeout, "a data-plane request frame must arrive within this once its first byte is in, plus its payload at 1 MiB/s; a slower one ends its connection (PEER_LIMIT_EXCEEDED). Idle connections are not timed")

@@ -157,12 +157,22 @@ func (k *Keys) Sign(sc Scope, expires time.Time) [Size]byte {
 // at once (the master may sign with a secret this process has not read
 // yet) and is checked once more if the secret changed.
 func (k *Keys) Verify(sc Scope, g []byte, now time.Time) error {
-	err := k.state(now).verifier.Verify(sc, g, now)
+	return k.verifyFrom(k.state(now), sc, g, now)
+}
+
+// verifyFrom is Verify with the secrets of st, re-checking with the
+// secrets in use after a re-read if they are not st's any more: whether
+// this call's re-read changed them or another call's did since st was
+// loaded (a rotation seen by several requests at once; Refresh answers
+// only one of them "changed").
+func (k *Keys) verifyFrom(st *keyState, sc Scope, g []byte, now time.Time) error {
+	err := st.verifier.Verify(sc, g, now)
 	if errors.Is(err, ErrForged) {
 		// One stat (about a microsecond, as the MAC) per grant that does
 		// not verify: a forged grant costs its sender a round trip.
-		if changed, _ := k.Refresh(); changed {
-			err = k.st.Load().verifier.Verify(sc, g, now)
+		_, _ = k.Refresh()
+		if cur := k.st.Load(); cur.verifier != st.verifier {
+			err = cur.verifier.Verify(sc, g, now)
 		}
 	}
 	return err

@@ -102,6 +102,44 @@ func TestKeysRotation(t *testing.T) {
 	}
 }
 
+// Two requests carrying grants of a secret the node has not read yet
+// arrive together: both check against the old secrets, one re-reads the
+// file (Refresh: changed), the other's re-read finds nothing new. Both
+// must pass: the second checks again with the secrets in use, which
+// changed since it loaded its own (the rotation under live puts failed a
+// few puts in ten runs before).
+func TestKeysRotationSeenByAnotherRequest(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "secret")
+	writeSecret(t, p, secret(t))
+	master, err := LoadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := LoadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeSecret(t, p, secret(t))
+	if changed, err := master.Refresh(); !changed || err != nil {
+		t.Fatalf("master refresh: %v %v", changed, err)
+	}
+	now := time.Now()
+	sc := Scope{Kind: Write, Node: "n1", Key: []byte("k"), Segment: "s", Length: 10, Token: 5}
+	g := master.Sign(sc, now.Add(time.Minute))
+	before := node.st.Load()                           // the second request loaded the old secrets
+	if err := node.Verify(sc, g[:], now); err != nil { // the first re-reads
+		t.Fatalf("the first request: %v", err)
+	}
+	if err := node.verifyFrom(before, sc, g[:], now); err != nil {
+		t.Fatalf("the second request, whose re-read found the file already read: %v", err)
+	}
+	forged := g
+	forged[Size-1] ^= 1
+	if err := node.verifyFrom(before, sc, forged[:], now); !errors.Is(err, ErrForged) {
+		t.Fatalf("a forged grant through the same path: %v", err)
+	}
+}
+
 // A client finds the sentinel of a refusal whose text crossed the wire.
 func TestRestore(t *testing.T) {
 	v := NewVerifier(secret(t))

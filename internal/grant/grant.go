@@ -20,18 +20,26 @@ const Size = 8 + macLen
 
 const macLen = 16
 
-// domain separates grants from any other MAC made with the same secret.
-const domain = "tierstore read grant v1\x00"
+// The domains separate the grants of each kind from each other and from
+// any other MAC made with the same secret: a read grant is never a write
+// grant of the same fields, nor the other way round.
+const (
+	readDomain  = "tierstore read grant v1\x00"
+	writeDomain = "tierstore write grant v1\x00"
+)
 
-// Errors of Verify, checked with errors.Is.
+// Errors of Verify, checked with errors.Is. Their text names no kind (the
+// error wrapping them says "read of" or "write of").
 var (
-	// ErrMissing: the read carries no grant, or one of the wrong length.
-	ErrMissing = errors.New("grant: no read grant")
+	// ErrMissing: the request carries no grant, or one of the wrong
+	// length.
+	ErrMissing = errors.New("grant: no grant")
 	// ErrForged: the grant was not made by a master with this node's
-	// secret for this read (another node, key, range, or made up).
-	ErrForged = errors.New("grant: read grant does not match the read")
+	// secret for this request (another kind, node, key, range, put token,
+	// or made up).
+	ErrForged = errors.New("grant: grant does not match the request")
 	// ErrExpired: the grant was genuine but its time is over.
-	ErrExpired = errors.New("grant: read grant expired")
+	ErrExpired = errors.New("grant: grant expired")
 )
 
 // Secret is the key master and nodes share.
@@ -44,14 +52,36 @@ func NewSecret() (Secret, error) {
 	return s, err
 }
 
-// Scope is what one grant allows: one read of one replica.
+// Kind is what a grant allows: a read or a write. The zero Kind is Read.
+type Kind uint8
+
+const (
+	// Read: one read of one replica (a lookup's grant).
+	Read Kind = iota
+	// Write: the write of one put's DRAM range (PutStart's grant).
+	Write
+)
+
+func (k Kind) String() string {
+	if k == Write {
+		return "write"
+	}
+	return "read"
+}
+
+// Scope is what one grant allows: one read of one replica, or the write
+// of one put's range.
 type Scope struct {
-	Node string // the node serving the read
+	Kind Kind   // Read (the zero value) or Write; each has its own domain
+	Node string // the node serving the read or taking the write
 	Key  []byte // the object's key
 	// Segment, Offset and Length name a DRAM range; an SSD read has no
 	// segment and the value's length.
 	Segment        string
 	Offset, Length uint64
+	// Token, Write: the put token the range was allocated to
+	// (masterapi.Replica.PutToken). 0 for a read.
+	Token uint64
 }
 
 // Signer makes grants with one secret.
@@ -70,13 +100,22 @@ func (s *Signer) mac(sc Scope, expiry uint64, out *[macLen]byte) {
 	h := s.macs.Get().(hash.Hash)
 	h.Reset()
 	var b [256]byte
-	buf := append(b[:0], domain...)
+	var buf []byte
+	switch sc.Kind {
+	case Read:
+		buf = append(b[:0], readDomain...)
+	case Write:
+		buf = append(b[:0], writeDomain...)
+	default: // no master signs one; still never a read's or a write's
+		buf = fmt.Appendf(b[:0], "tierstore grant of kind %d\x00", sc.Kind)
+	}
 	buf = binary.LittleEndian.AppendUint16(buf, uint16(len(sc.Node)))
 	buf = append(buf, sc.Node...)
 	buf = binary.LittleEndian.AppendUint16(buf, uint16(len(sc.Segment)))
 	buf = append(buf, sc.Segment...)
 	buf = binary.LittleEndian.AppendUint64(buf, sc.Offset)
 	buf = binary.LittleEndian.AppendUint64(buf, sc.Length)
+	buf = binary.LittleEndian.AppendUint64(buf, sc.Token)
 	buf = binary.LittleEndian.AppendUint64(buf, expiry)
 	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(sc.Key)))
 	h.Write(buf)
@@ -115,7 +154,7 @@ func NewVerifier(cur Secret, prev ...Secret) *Verifier {
 	return v
 }
 
-// Verify checks grant g for a read of sc at now. The MAC is compared
+// Verify checks grant g for the request sc at now. The MAC is compared
 // first (in constant time), so an expired grant is reported as expired
 // only when it is genuine.
 func (v *Verifier) Verify(sc Scope, g []byte, now time.Time) error {
@@ -138,6 +177,9 @@ func (v *Verifier) Verify(sc Scope, g []byte, now time.Time) error {
 }
 
 func describe(sc Scope) string {
+	if sc.Kind == Write {
+		return fmt.Sprintf("write of %s at %s+%d (%d bytes, put token %d) on node %q", keyspec.Show(sc.Key), sc.Segment, sc.Offset, sc.Length, sc.Token, sc.Node)
+	}
 	if sc.Segment == "" {
 		return fmt.Sprintf("SSD read of %s (%d bytes) on node %q", keyspec.Show(sc.Key), sc.Length, sc.Node)
 	}

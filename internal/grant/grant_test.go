@@ -2,6 +2,7 @@ package grant
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -41,6 +42,8 @@ func TestGrant(t *testing.T) {
 		"offset":  func(sc *Scope) { sc.Offset += 4096 },
 		"length":  func(sc *Scope) { sc.Length++ },
 		"ssd":     func(sc *Scope) { sc.Segment, sc.Offset = "", 0 },
+		"token":   func(sc *Scope) { sc.Token = 1 },
+		"kind":    func(sc *Scope) { sc.Kind = Write },
 		// Length prefixes: moving bytes from one field to the next is
 		// another scope.
 		"shifted": func(sc *Scope) { sc.Node, sc.Segment = "n1n", "1-seg" },
@@ -87,6 +90,65 @@ func TestGrant(t *testing.T) {
 	}
 	if g2 := NewSigner(other).Sign(dram, now.Add(time.Minute)); rot.Verify(dram, g2[:], now) != nil {
 		t.Errorf("a grant of the new secret refused during a rotation")
+	}
+}
+
+// A write grant binds the put's range, its token, key and node, and its
+// kind: a read grant of the same fields is no write grant and a write
+// grant no read grant (the two domains), each field moved is ErrForged, and
+// a genuine write grant past its expiry is ErrExpired.
+func TestWriteGrant(t *testing.T) {
+	cur := secret(t)
+	s := NewSigner(cur)
+	v := NewVerifier(cur)
+	now := time.Now()
+	w := Scope{Kind: Write, Node: "n1", Key: []byte("layer0/blk42"), Segment: "n1-seg", Offset: 4096, Length: 1 << 20, Token: 7 << 22}
+	g := s.Sign(w, now.Add(30*time.Second))
+	if err := v.Verify(w, g[:], now); err != nil {
+		t.Fatalf("the right write grant refused: %v", err)
+	}
+	for name, f := range map[string]func(*Scope){
+		"kind (a write grant used for a read)": func(sc *Scope) { sc.Kind = Read },
+		"unknown kind":                         func(sc *Scope) { sc.Kind = Write + 1 },
+		"node":                                 func(sc *Scope) { sc.Node = "n2" },
+		"key":                                  func(sc *Scope) { sc.Key = []byte("layer0/blk43") },
+		"no key":                               func(sc *Scope) { sc.Key = nil },
+		"segment":                              func(sc *Scope) { sc.Segment = "n1-seg2" },
+		"offset":                               func(sc *Scope) { sc.Offset += 4096 },
+		"length":                               func(sc *Scope) { sc.Length++ },
+		"token":                                func(sc *Scope) { sc.Token++ },
+		"larger token":                         func(sc *Scope) { sc.Token = 1<<63 - 1 },
+	} {
+		sc := w
+		f(&sc)
+		if err := v.Verify(sc, g[:], now); !errors.Is(err, ErrForged) {
+			t.Errorf("a write grant used for another %s: %v, want ErrForged", name, err)
+		}
+	}
+	// The other direction: a read grant of the same fields (token 0, as
+	// the master signs reads, or the put's) is no write grant.
+	for _, tok := range []uint64{0, w.Token} {
+		r := w
+		r.Kind, r.Token = Read, tok
+		rg := s.Sign(r, now.Add(30*time.Second))
+		if err := v.Verify(r, rg[:], now); err != nil {
+			t.Fatalf("the read grant refused as a read grant: %v", err)
+		}
+		wr := w
+		wr.Token = tok
+		if err := v.Verify(wr, rg[:], now); !errors.Is(err, ErrForged) {
+			t.Errorf("a read grant (token %d) used for a write: %v, want ErrForged", tok, err)
+		}
+	}
+	old := s.Sign(w, now.Add(-v.Skew-time.Second))
+	if err := v.Verify(w, old[:], now); !errors.Is(err, ErrExpired) || !strings.Contains(err.Error(), "write of") {
+		t.Errorf("an expired write grant: %v, want ErrExpired naming the write", err)
+	}
+	if err := v.Verify(w, nil, now); !errors.Is(err, ErrMissing) || !strings.Contains(err.Error(), "put token 29360128") {
+		t.Errorf("a write without a grant: %v, want ErrMissing naming the put token", err)
+	}
+	if err := NewVerifier(secret(t), cur).Verify(w, g[:], now); err != nil {
+		t.Errorf("a write grant of the previous secret during a rotation: %v", err)
 	}
 }
 

@@ -189,10 +189,13 @@ type Replica struct {
 	// ReportBadReplica carries it back. Tokens grow strictly, also across
 	// master restarts (docs/design.md invariant 8).
 	PutToken uint64 `protobuf:"varint,8,opt,name=put_token,json=putToken,proto3" json:"put_token,omitempty"`
-	// In lookups (GetReplicaList and its batch), when the master has
-	// --grant_secret_file: the read grant for this replica (package
-	// internal/grant: expiry and MAC of node, key and DRAM range or SSD
-	// length), which the node checks on the read. Empty otherwise.
+	// When the master has --grant_secret_file (package internal/grant),
+	// in lookups (GetReplicaList and its batch): the read grant for this
+	// replica (expiry and MAC of node, key and DRAM range or SSD length),
+	// which the node checks on the read; in PutStart's answer (and its
+	// batch; protocol 8): the write grant of this range (expiry, the put's
+	// discard deadline, and MAC of node, key, range and put token), which
+	// the node checks on the write. Empty otherwise.
 	Grant         []byte `protobuf:"bytes,9,opt,name=grant,proto3" json:"grant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -38,8 +38,11 @@ const (
 	// their messages and the Stats fields are renamed to match (numbers
 	// kept). 7: a lookup's Replica carries the read grant (field 9,
 	// docs/security.md), which a node with --grant_secret_file requires
-	// and a client of version 6 would not pass on.
-	MasterProtocol = 7
+	// and a client of version 6 would not pass on. 8: PutStart's Replica
+	// (and its batch's) carries the write grant of its range (the same
+	// field 9), which a node with --grant_secret_file requires on the
+	// write and a client of version 7 would not pass on.
+	MasterProtocol = 8
 	// NodeProtocol is the version of node.proto's NodePeer service.
 	NodeProtocol = 1
 )

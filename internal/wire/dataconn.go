@@ -169,16 +169,19 @@ func (dc *DataConn) fail(err error) {
 // Write stores value at off of segment on the node for the put token; crc
 // is value's CRC32C, which the node checks once as the bytes land in the
 // range the put claimed: a mismatch fails the write, and the node records
-// nothing of it.
+// nothing of it. The write carries no grant: a node with a grant secret
+// refuses it (WriteParts passes one).
 func (dc *DataConn) Write(ctx context.Context, segment string, off int64, value []byte, crc uint32, token uint64) error {
-	return dc.WriteParts(ctx, segment, off, [][]byte{value}, crc, token)
+	return dc.WriteParts(ctx, segment, off, [][]byte{value}, crc, token, nil)
 }
 
 // WriteParts is Write of the concatenation of parts (crc is its CRC32C),
 // sent straight from the parts with one writev (gather): no copy into one
-// buffer.
-func (dc *DataConn) WriteParts(ctx context.Context, segment string, off int64, parts [][]byte, crc uint32, token uint64) error {
-	req := Request{Op: OpWrite, Segment: segment, Offset: uint64(off), Token: token}
+// buffer. grant is the range's write grant (masterapi.Replica.Grant of
+// PutStart's answer; nil without one), made for the key ctx carries
+// (WithObject).
+func (dc *DataConn) WriteParts(ctx context.Context, segment string, off int64, parts [][]byte, crc uint32, token uint64, grant []byte) error {
+	req := Request{Op: OpWrite, Segment: segment, Offset: uint64(off), Token: token, Grant: grant}
 	if o, ok := ObjectOf(ctx); ok {
 		// The object the bytes are, for the node's record of its DRAM
 		// objects (re-registration at a new master, docs/ha.md).

@@ -87,7 +87,7 @@ func (h *memHandler) setFailFill(f func(pos int64) bool) {
 
 func (h *memHandler) WriteLimit() int64 { return int64(len(h.seg)) }
 
-func (h *memHandler) BeginWrite(_ context.Context, segment string, off, n int64, token uint64) (RangeWriter, error) {
+func (h *memHandler) BeginWrite(_ context.Context, segment string, off, n int64, token uint64, _ []byte) (RangeWriter, error) {
 	if segment != "seg" {
 		return nil, errcode.Errorf(errcode.SegmentNotFound, "test: no segment %q", segment)
 	}

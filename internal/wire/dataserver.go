@@ -26,9 +26,10 @@ type DataHandler interface {
 	// identified by token: it checks the range and claims it for that put
 	// (docs/design.md invariant 8) before a byte of the payload is read,
 	// and returns where the payload goes. ctx carries the write's object
-	// (ObjectOf). An error refuses the write: its payload is read and
-	// dropped, nothing is stored.
-	BeginWrite(ctx context.Context, segment string, off, n int64, token uint64) (RangeWriter, error)
+	// (ObjectOf). grant is the request's write grant (empty without one),
+	// valid only during the call. An error refuses the write: its payload
+	// is read and dropped, nothing is stored.
+	BeginWrite(ctx context.Context, segment string, off, n int64, token uint64, grant []byte) (RangeWriter, error)
 	// ViewRange returns n bytes at off of segment without copying them,
 	// valid until release is called. The bytes go to the socket as they
 	// are; the reader checks them against the object's CRC32C. grant is
@@ -420,7 +421,7 @@ func (sc *serverConn) write(h Header, req Request, start time.Time) error {
 	if len(req.Key) > 0 {
 		ctx = WithObject(ctx, Object{Key: string(req.Key), SoftPin: req.Pins&PinSoft != 0, HardPin: req.Pins&PinHard != 0})
 	}
-	w, err := sc.s.h.BeginWrite(ctx, req.Segment, int64(req.Offset), n, req.Token)
+	w, err := sc.s.h.BeginWrite(ctx, req.Segment, int64(req.Offset), n, req.Token, req.Grant)
 	if err != nil {
 		sc.s.h.Served(OpWrite, time.Since(start), err)
 		return sc.refuse(h, err)

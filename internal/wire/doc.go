@@ -45,13 +45,14 @@
 //     codes.ErrTransferFail) breaks the connection: every call on it fails
 //     clearly, none reads stray bytes.
 //
-// # Read grants
+// # Grants
 //
 // Since data plane version 2 a read request carries the replica's read
-// grant (Request.Grant, at most MaxGrant bytes, empty without one) in its
+// grant, and since version 3 the write request the range's write grant
+// (Request.Grant, at most MaxGrant bytes, empty without one) in its
 // metadata; the node's DataHandler judges it (package node, grants.go).
-// ReadRange and ReadSSD send none; ReadRangeParts, ReadSSDParts and
-// RangeRead.Grant pass one.
+// ReadRange, ReadSSD and Write send none; ReadRangeParts, ReadSSDParts,
+// RangeRead.Grant and WriteParts pass one.
 //
 // # TLS
 //

@@ -21,7 +21,10 @@ const (
 	// DataVersion is the protocol version this build speaks. 2: the read
 	// requests carry a read grant (Request.Grant) before their segment
 	// name or key, which a node of version 1 would read as part of them.
-	DataVersion = 2
+	// 3: the write request carries a write grant after its pins, before
+	// its segment name, which a node of version 2 would read as part of
+	// the segment name.
+	DataVersion = 3
 	// HelloLen is the length of the hello each side sends first.
 	HelloLen = 8
 	// HeaderLen is the length of a frame header.
@@ -35,7 +38,7 @@ const (
 	MaxPayload = 1 << 40
 	// maxName bounds a segment name in request metadata.
 	maxName = 1024
-	// MaxGrant bounds a read grant in request metadata (a grant is
+	// MaxGrant bounds a grant in request metadata (a grant is
 	// grant.Size bytes; the node, not the framing, judges its content).
 	MaxGrant = 64
 )
@@ -202,9 +205,10 @@ type Request struct {
 	Token   uint64 // OpWrite: the put token (masterapi.Replica.PutToken)
 	Key     []byte // OpReadSSD; OpWrite: the object's key ("" = not recorded)
 	Pins    uint8  // OpWrite: PinSoft | PinHard of the object
-	// Grant, OpReadRange and OpReadSSD: the read grant of the replica's
-	// lookup (masterapi.Replica.Grant; empty without one), at most
-	// MaxGrant bytes.
+	// Grant: OpReadRange and OpReadSSD, the read grant of the replica's
+	// lookup; OpWrite, the write grant of the put's range from PutStart
+	// (masterapi.Replica.Grant; empty without one), at most MaxGrant
+	// bytes.
 	Grant []byte
 	// Verify, OpReadSSD: sent as the header's FlagVerify (the node checks
 	// the value before sending it); not part of the metadata.
@@ -219,7 +223,8 @@ const (
 )
 
 // AppendMeta appends r's metadata encoding to b: OpWrite: offset u64,
-// token u64, segment length u16, pins u8, segment, key; OpReadRange: offset
+// token u64, segment length u16, pins u8, grant length u8, grant, segment,
+// key; OpReadRange: offset
 // u64, length u64, grant length u8, grant, segment; OpReadSSD: length u64,
 // grant length u8, grant, key. The trailing string runs to MetaLen.
 func (r *Request) AppendMeta(b []byte) []byte {
@@ -229,6 +234,7 @@ func (r *Request) AppendMeta(b []byte) []byte {
 		b = binary.LittleEndian.AppendUint64(b, r.Token)
 		b = binary.LittleEndian.AppendUint16(b, uint16(len(r.Segment)))
 		b = append(b, r.Pins)
+		b = append(append(b, uint8(len(r.Grant))), r.Grant...)
 		b = append(b, r.Segment...)
 		return append(b, r.Key...)
 	case OpReadRange:
@@ -253,7 +259,7 @@ func ParseRequest(op Op, meta []byte) (Request, error) {
 	case OpReadSSD:
 		need = 9
 	case OpWrite:
-		need = 19
+		need = 20
 	}
 	if len(meta) < need {
 		return Request{}, frameErr(ErrFrame, "wire: %v metadata of %d bytes, at least %d needed", op, len(meta), need)
@@ -288,7 +294,7 @@ func ParseRequest(op Op, meta []byte) (Request, error) {
 	return r, nil
 }
 
-// parseGrant decodes a read request's grant (length u8, bytes) at the
+// parseGrant decodes a request's grant (length u8, bytes) at the
 // start of b into r.Grant and returns what follows it.
 func parseGrant(r *Request, b []byte) ([]byte, error) {
 	n := int(b[0])
@@ -301,13 +307,16 @@ func parseGrant(r *Request, b []byte) ([]byte, error) {
 	return b[1+n:], nil
 }
 
-// parseWrite decodes OpWrite metadata (at least 19 bytes). Key aliases
-// meta.
+// parseWrite decodes OpWrite metadata (at least 20 bytes). Key and Grant
+// alias meta.
 func parseWrite(meta []byte) (Request, error) {
 	r := Request{Op: OpWrite, Offset: binary.LittleEndian.Uint64(meta), Token: binary.LittleEndian.Uint64(meta[8:])}
 	segLen := int(binary.LittleEndian.Uint16(meta[16:]))
 	r.Pins = meta[18]
-	rest := meta[19:]
+	rest, err := parseGrant(&r, meta[19:])
+	if err != nil {
+		return Request{}, err
+	}
 	switch {
 	case segLen > maxName || segLen > len(rest):
 		return Request{}, frameErr(ErrFrame, "wire: segment name of %d bytes in %d bytes of metadata (at most %d allowed)", segLen, len(rest), maxName)

@@ -110,7 +110,9 @@ func TestParseRequestRefusesMalformed(t *testing.T) {
 		op   Op
 		meta []byte
 	}{
-		"short write":   {OpWrite, make([]byte, 15)},
+		"short write":   {OpWrite, make([]byte, 19)},
+		"write grant":   {OpWrite, append(make([]byte, 19), MaxGrant+1)},
+		"cut wgrant":    {OpWrite, append(make([]byte, 19), 24, 1, 2)},
 		"short range":   {OpReadRange, make([]byte, 8)},
 		"long segment":  {OpReadRange, long},
 		"empty key":     {OpReadSSD, make([]byte, 9)},
@@ -126,8 +128,8 @@ func TestParseRequestRefusesMalformed(t *testing.T) {
 	}
 }
 
-// A read request's grant travels in its metadata (data plane version 2)
-// and comes back as sent; none stays none.
+// A request's grant travels in its metadata (reads since data plane
+// version 2, writes since 3) and comes back as sent; none stays none.
 func TestRequestGrantRoundTrip(t *testing.T) {
 	g := bytes.Repeat([]byte{7}, 24)
 	for _, r := range []Request{
@@ -135,9 +137,13 @@ func TestRequestGrantRoundTrip(t *testing.T) {
 		{Op: OpReadRange, Segment: "seg", Offset: 4096, Length: 10},
 		{Op: OpReadSSD, Key: []byte("k"), Length: 10, Grant: g},
 		{Op: OpReadSSD, Key: []byte("k"), Length: 10},
+		{Op: OpWrite, Segment: "seg", Offset: 4096, Token: 99, Pins: PinSoft, Key: []byte("k"), Grant: g},
+		{Op: OpWrite, Segment: "seg", Offset: 4096, Token: 99, Key: []byte("k")},
+		{Op: OpWrite, Segment: "seg", Offset: 4096, Token: 99, Grant: g},
 	} {
 		got, err := ParseRequest(r.Op, r.AppendMeta(nil))
-		if err != nil || !bytes.Equal(got.Grant, r.Grant) || got.Segment != r.Segment || !bytes.Equal(got.Key, r.Key) || got.Offset != r.Offset || got.Length != r.Length {
+		if err != nil || !bytes.Equal(got.Grant, r.Grant) || got.Segment != r.Segment || !bytes.Equal(got.Key, r.Key) || got.Offset != r.Offset || got.Length != r.Length ||
+			got.Token != r.Token || got.Pins != r.Pins {
 			t.Errorf("%v with grant %x: parsed %+v, %v", r.Op, r.Grant, got, err)
 		}
 	}

@@ -1,6 +1,8 @@
 """Grants from Python: the store node inside a Python process checks the
 master's grants when given the masters' secret (grant_secret_file), as a
-tierstore-node with --grant_secret_file does (real master process, real
+tierstore-node with --grant_secret_file does; the package's client passes
+PutStart's write grants and the lookups' read grants on to a
+tierstore-node that checks them (real master and node processes, real
 Python clients, docs/security.md)."""
 
 from __future__ import annotations
@@ -60,8 +62,8 @@ def test_in_process_node_serves_reads_with_grants(grant_cluster):
 def test_in_process_node_checks_grants(grant_cluster):
     """An in-process node given another secret than the master's refuses
     the master's grants: the reader gets PERMISSION_DENIED naming a forged
-    grant, and the object stays readable where the grant is right (in its
-    own process)."""
+    grant, for a read and for a put into the node, and the object stays
+    readable where the grant is right (in its own process)."""
     owner = tierstore.Client(master=grant_cluster.master, segment_size=SEGMENT,
                              grant_secret_file=grant_cluster.other)
     reader = tierstore.Client(master=grant_cluster.master, timeout=10)
@@ -71,6 +73,9 @@ def test_in_process_node_checks_grants(grant_cluster):
         with pytest.raises(tierstore.Error) as e:
             reader.get(k)
         assert e.value.name == "PERMISSION_DENIED" and "does not match" in str(e.value), e.value  # grant.ErrForged
+        with pytest.raises(tierstore.Error) as e:
+            reader.put(k + "/w", os.urandom(64 * KiB))  # the pool's only node: the owner's
+        assert e.value.name == "PERMISSION_DENIED" and "refuses the write" in str(e.value), e.value
         assert owner.get(k) == v
     finally:
         reader.close()
@@ -119,3 +124,47 @@ def test_config_grant_field(tmp_path):
         with pytest.raises(config.ConfigError) as e:
             config.parse(fields, environ={})
         assert "grant_secret_file" in str(e.value), e.value
+
+
+def test_tierstore_node_with_grants(binaries, tmp_path):
+    """A master and a tierstore-node with the same secret: put, get, batch
+    put and batch get through the package (the write grants passed on)."""
+    c = Cluster(binaries, str(tmp_path))
+    secret = _secret(str(tmp_path), "secret")
+    try:
+        flag = f"--grant_secret_file={secret}"
+        _, c.master = c.start_master(flag)
+        c.start_node(c.master, "64MiB", False, flag)
+        cl = tierstore.Client(master=c.master)
+        try:
+            k, v = "grants/" + os.urandom(8).hex(), os.urandom(300 * KiB)
+            cl.put(k, v)
+            assert cl.get(k) == v
+            keys = [f"{k}/{i}" for i in range(8)]
+            vals = [os.urandom(16 * KiB) for _ in keys]
+            assert cl.batch_put(keys, vals) == [None] * len(keys)
+            bufs = [bytearray(16 * KiB) for _ in keys]
+            assert cl.batch_get_into(keys, bufs) == [16 * KiB] * len(keys)
+            assert [bytes(b) for b in bufs] == vals
+        finally:
+            cl.close()
+    finally:
+        c.stop()
+
+
+def test_tierstore_node_refuses_a_put_without_a_write_grant(binaries, tmp_path):
+    """A tierstore-node with the secret behind a master without it: the
+    put is PERMISSION_DENIED naming the missing write grant."""
+    c = Cluster(binaries, str(tmp_path))
+    try:
+        _, c.master = c.start_master()  # no secret: PutStart answers no grant
+        c.start_node(c.master, "64MiB", False, f"--grant_secret_file={_secret(str(tmp_path), 'secret')}")
+        cl = tierstore.Client(master=c.master, timeout=20)
+        try:
+            with pytest.raises(tierstore.Error) as e:
+                cl.put("grants/none", os.urandom(64 * KiB))
+            assert e.value.name == "PERMISSION_DENIED" and "refuses the write: grant: no grant" in str(e.value), e.value
+        finally:
+            cl.close()
+    finally:
+        c.stop()
