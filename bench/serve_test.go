@@ -148,7 +148,7 @@ func TestServeMissingPeer(t *testing.T) {
 }
 
 // The warm-up fills each store and leaves it empty: none of its keys is
-// found afterwards, and the SSD bytes it caused are the rows' base.
+// found afterwards; the SSD bytes written by then are the rows' base.
 func TestServeWarmUpEmpties(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binaries and starts real servers")
@@ -189,8 +189,10 @@ func TestServeWarmUpEmpties(t *testing.T) {
 					t.Fatalf("%s still has %s after the warm-up", kind.name, keys[i])
 				}
 			}
-			if written, err := s.ssdWritten(ctx); err != nil || written != r.ssdBase {
-				t.Fatalf("SSD bytes written %d (%v), base %d: the base is the count at the warm-up's end", written, err, r.ssdBase)
+			// memcached's extstore (and tierstore's offload tasks in flight)
+			// may go on writing after the flush: the base is only a floor.
+			if written, err := s.ssdWritten(ctx); err != nil || written < r.ssdBase {
+				t.Fatalf("SSD bytes written %d (%v), below the base %d taken at the warm-up's end", written, err, r.ssdBase)
 			}
 		})
 	}
