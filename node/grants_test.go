@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,6 +39,61 @@ func writeGrantSecret(t testing.TB, path string) grant.Secret {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// rotations is how many times rotateUnderLoad replaces the secret.
+const rotations = 5
+
+// rotateUnderLoad runs op(i, j) on workers goroutines (worker i, its j-th
+// call) while it replaces the grant secret at path rotations times, telling
+// the master's keys mk after each write and waiting for per more completed
+// operations before the next. It fails the test if any operation failed,
+// naming the first error and the number of what operations, or if the
+// node's keys nk did not read each new secret once.
+func rotateUnderLoad(t *testing.T, path string, mk, nk *grant.Keys, workers int, per int64, what string, op func(i, j int) error) {
+	t.Helper()
+	var done, failed atomic.Int64
+	var errMu sync.Mutex
+	var firstErr error
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range workers {
+		wg.Go(func() {
+			for j := 0; ; j++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := op(i, j); err != nil {
+					failed.Add(1)
+					errMu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					errMu.Unlock()
+				}
+				done.Add(1)
+			}
+		})
+	}
+	stopAll := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer stopAll()
+	for range rotations {
+		writeGrantSecret(t, path)
+		if changed, err := mk.Refresh(); !changed || err != nil {
+			t.Fatalf("master refresh: %v %v", changed, err)
+		}
+		target := done.Load() + per
+		testkit.Eventually(t, what+" after a rotation", func() bool { return done.Load() >= target || failed.Load() != 0 })
+	}
+	stopAll()
+	if f := failed.Load(); f != 0 {
+		t.Fatalf("%d of %d %s failed across %d rotations, first: %v", f, done.Load(), what, rotations, firstErr)
+	}
+	if r, err := nk.Reloads(); r != rotations || err != nil {
+		t.Fatalf("the node read the secret %d times (%v), want %d", r, err, rotations)
+	}
 }
 
 func loadKeys(t testing.TB, path string) *grant.Keys {
@@ -342,62 +396,18 @@ func TestGrantRotationUnderLiveReads(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var reads, failed atomic.Int64
-	var errMu sync.Mutex
-	var firstErr error
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range 4 {
-		wg.Go(func() {
-			for j := 0; ; j++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				k := keys[(i+j)%len(keys)]
-				var err error
-				if j%2 == 0 {
-					var got []byte
-					got, err = c.Get(ctx, k)
-					if err == nil && !bytes.Equal(got, vals[k]) {
-						err = errors.New("wrong bytes")
-					}
-				} else {
-					_, errs := c.BatchGet(ctx, keys)
-					err = errors.Join(errs...)
-				}
-				if err != nil {
-					failed.Add(1)
-					errMu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					errMu.Unlock()
-				}
-				reads.Add(1)
-			}
-		})
-	}
-	const rotations = 5
-	for range rotations {
-		writeGrantSecret(t, path)
-		if changed, err := mk.Refresh(); !changed || err != nil {
-			t.Fatalf("master refresh: %v %v", changed, err)
+	rotateUnderLoad(t, path, mk, nk, 4, 8, "reads", func(i, j int) error {
+		k := keys[(i+j)%len(keys)]
+		if j%2 == 1 {
+			_, errs := c.BatchGet(ctx, keys)
+			return errors.Join(errs...)
 		}
-		target := reads.Load() + 8
-		for reads.Load() < target && failed.Load() == 0 {
-			runtime.Gosched()
+		got, err := c.Get(ctx, k)
+		if err == nil && !bytes.Equal(got, vals[k]) {
+			err = errors.New("wrong bytes")
 		}
-	}
-	close(stop)
-	wg.Wait()
-	if f := failed.Load(); f != 0 {
-		t.Fatalf("%d of %d reads failed across %d rotations, first: %v", f, reads.Load(), rotations, firstErr)
-	}
-	if r, err := nk.Reloads(); r != rotations || err != nil {
-		t.Fatalf("the node read the secret %d times (%v), want %d", r, err, rotations)
-	}
+		return err
+	})
 	if st := n.Stats(); st.GrantsMissing+st.GrantsForged+st.GrantsExpired != 0 {
 		t.Fatalf("refusals across the rotation: %+v", st)
 	}
@@ -678,74 +688,35 @@ func TestGrantRotationUnderLivePuts(t *testing.T) {
 	c := newTestClient(t, client.Config{MasterAddr: serveMaster(t, m)})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var puts, failed atomic.Int64
-	var errMu sync.Mutex
-	var firstErr error
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range 3 {
-		wg.Go(func() {
-			for j := 0; ; j++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				keys := []string{fmt.Sprintf("w%d-%d", i, j)}
-				if j%2 == 1 {
-					keys = append(keys, keys[0]+"-b1", keys[0]+"-b2", keys[0]+"-b3")
-				}
-				vals := make([][]byte, len(keys))
-				for k := range vals {
-					vals[k] = rnd(16 << 10)
-				}
-				var err error
-				if len(keys) == 1 {
-					err = c.Put(ctx, keys[0], vals[0])
-				} else {
-					err = errors.Join(c.BatchPut(ctx, keys, vals)...)
-				}
-				for k, key := range keys {
-					if err != nil {
-						break
-					}
-					var got []byte
-					if got, err = c.Get(ctx, key); err == nil && !bytes.Equal(got, vals[k]) {
-						err = fmt.Errorf("%s: wrong bytes", key)
-					}
-					if err == nil {
-						err = c.Remove(ctx, key, true) // leased by the get
-					}
-				}
-				if err != nil {
-					failed.Add(1)
-					errMu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					errMu.Unlock()
-				}
-				puts.Add(1)
-			}
-		})
-	}
-	const rotations = 5
-	for range rotations {
-		writeGrantSecret(t, path)
-		if changed, err := mk.Refresh(); !changed || err != nil {
-			t.Fatalf("master refresh: %v %v", changed, err)
+	rotateUnderLoad(t, path, mk, nk, 3, 6, "puts", func(i, j int) error {
+		keys := []string{fmt.Sprintf("w%d-%d", i, j)}
+		if j%2 == 1 {
+			keys = append(keys, keys[0]+"-b1", keys[0]+"-b2", keys[0]+"-b3")
 		}
-		target := puts.Load() + 6
-		testkit.Eventually(t, "puts after a rotation", func() bool { return puts.Load() >= target || failed.Load() != 0 })
-	}
-	close(stop)
-	wg.Wait()
-	if f := failed.Load(); f != 0 {
-		t.Fatalf("%d of %d puts failed across %d rotations, first: %v", f, puts.Load(), rotations, firstErr)
-	}
-	if r, err := nk.Reloads(); r != rotations || err != nil {
-		t.Fatalf("the node read the secret %d times (%v), want %d", r, err, rotations)
-	}
+		vals := make([][]byte, len(keys))
+		for k := range vals {
+			vals[k] = rnd(16 << 10)
+		}
+		var err error
+		if len(keys) == 1 {
+			err = c.Put(ctx, keys[0], vals[0])
+		} else {
+			err = errors.Join(c.BatchPut(ctx, keys, vals)...)
+		}
+		for k, key := range keys {
+			if err != nil {
+				break
+			}
+			var got []byte
+			if got, err = c.Get(ctx, key); err == nil && !bytes.Equal(got, vals[k]) {
+				err = fmt.Errorf("%s: wrong bytes", key)
+			}
+			if err == nil {
+				err = c.Remove(ctx, key, true) // leased by the get
+			}
+		}
+		return err
+	})
 	if st := n.Stats(); st.WriteGrantsMissing+st.WriteGrantsForged+st.WriteGrantsExpired+st.GrantsMissing+st.GrantsForged+st.GrantsExpired != 0 || st.PeerWrites == 0 {
 		t.Fatalf("refusals across the rotation, or no write: %+v", st)
 	}
