@@ -1,10 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"os"
+	"slices"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // TestPythonScenarioShort runs the python scenario for one short pass: the
@@ -33,6 +36,30 @@ func TestPythonScenarioShort(t *testing.T) {
 			if f, ok := c.(float64); !ok || f <= 0 {
 				t.Errorf("%v: %s figure %v, want > 0", row[0], []string{"Go", "Python"}[i], c)
 			}
+		}
+	}
+}
+
+// The Go side's batch put reads as much distinct memory as the Python
+// side's 128 bytearrays: no two values share bytes.
+func TestPyPutValuesOwnMemory(t *testing.T) {
+	vals := pyPutValues()
+	if len(vals) != pyBatchKeys {
+		t.Fatalf("%d values, want %d", len(vals), pyBatchKeys)
+	}
+	type span struct{ lo, hi uintptr }
+	spans := make([]span, len(vals))
+	for i, v := range vals {
+		if len(v) != pyBatchSize {
+			t.Fatalf("value %d: %d bytes, want %d", i, len(v), pyBatchSize)
+		}
+		lo := uintptr(unsafe.Pointer(unsafe.SliceData(v)))
+		spans[i] = span{lo, lo + uintptr(len(v))}
+	}
+	slices.SortFunc(spans, func(a, b span) int { return cmp.Compare(a.lo, b.lo) })
+	for i := 1; i < len(spans); i++ {
+		if spans[i].lo < spans[i-1].hi {
+			t.Fatalf("two put values share memory: [%#x, %#x) and [%#x, %#x)", spans[i-1].lo, spans[i-1].hi, spans[i].lo, spans[i].hi)
 		}
 	}
 }
