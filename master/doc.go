@@ -17,9 +17,11 @@
 // Objects live in Config.Shards shards (a power of two), each a map under one
 // mutex, so operations on keys of different shards do not contend. A walk
 // over every object of a shard by a client's call (RemoveAll,
-// RemoveByRegex, EvictDRAM of all: shard.scanAll) releases the shard's lock
-// every scanHold objects, so lookups and other keys' puts wait for at most
-// that many objects, not a whole shard of a 50M-object master. Segments
+// RemoveByRegex, EvictDRAM of all) or by the sweep after a node died
+// (shard.scanAll) releases the shard's lock every scanHold objects, so
+// lookups and other keys' puts wait for at most that many objects, not a
+// whole shard of a 50M-object master. The sweep clears sweepDirty before
+// its walk, so a replica that becomes unreadable during it is swept next. Segments
 // are allocated by a best-fit, coalescing offset allocator (alloc.go,
 // O(log n)); allocation, eviction rounds and the wait for room are in
 // room.go; PutStart picks the preferred node's segment when it has room,

@@ -251,7 +251,7 @@ type shard struct {
 }
 
 // scanHold is how many objects a walk over every object of a shard
-// (RemoveAll, RemoveByRegex, EvictDRAM of all) visits per hold of the
+// (RemoveAll, RemoveByRegex, EvictDRAM of all, the sweep) visits per hold of the
 // shard's lock: at 50M objects a shard holds ~50k, and a put to it would
 // otherwise wait for the whole shard's walk (tens of ms).
 const scanHold = 1024
@@ -263,7 +263,8 @@ const scanHold = 1024
 // change between two steps of one range loop (the Go spec: an entry
 // removed before it is reached is not produced, an entry added may or may
 // not be), so fn must hold for objects that arrive during the walk (the
-// callers skip objects of a larger put token).
+// removals skip objects of a larger put token; the sweep's rule holds for
+// any object at any time).
 func (sh *shard) scanAll(yielded func(), fn func(key string, o *object)) {
 	n := 0
 	for k, o := range sh.objs {

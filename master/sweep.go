@@ -11,7 +11,15 @@ import "github.com/tierstore/tierstore/masterapi"
 // replica if the object has one; an object whose SSD copies all died with
 // their nodes is queued for offload again from another node's DRAM
 // replica (restoreSSDCopy).
+//
+// The walk releases each shard's lock every scanHold objects
+// (shard.scanAll): at 50M objects a shard holds ~50k, and lookups and puts
+// to it would wait for the whole shard. sweepDirty is cleared before the
+// walk, not after it: replicas that become unreadable during the walk set
+// it again, and the objects the walk had already passed then wait for the
+// next sweep instead of being forgotten.
 func (s *Service) sweep(now int64) {
+	s.sweepDirty.Store(false)
 	left := false
 	restored := 0
 	discard := s.cfg.PutStartDiscardTimeout.Nanoseconds()
@@ -19,7 +27,7 @@ func (s *Service) sweep(now int64) {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		s.scanVisits.Add(int64(len(sh.objs)))
-		for key, o := range sh.objs {
+		sh.scanAll(s.hooks.scanYielded, func(key string, o *object) {
 			if n := o.offload; n != nil && n.dead.Load() {
 				o.offload = nil // the dead node's mailbox went with it
 				s.requeueElsewhere(key, o, n, "its node died")
@@ -36,11 +44,11 @@ func (s *Service) sweep(now int64) {
 			} else if o.empty() {
 				left = true
 			}
-		}
+		})
 		sh.mu.Unlock()
 	}
-	if !left {
-		s.sweepDirty.Store(false)
+	if left {
+		s.sweepDirty.Store(true)
 	}
 	if restored > 0 {
 		s.log.Info("offload queued again for objects whose SSD copies died with their node, from another node's DRAM replica", "objects", restored)
