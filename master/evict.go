@@ -36,6 +36,11 @@ type victim struct {
 func (s *Service) evict(need int64) int {
 	s.evictMu.Lock()
 	defer s.evictMu.Unlock()
+	return s.evictLocked(need)
+}
+
+// evictLocked is evict's round; the caller holds evictMu.
+func (s *Service) evictLocked(need int64) int {
 	defer s.evictGen.Add(1)
 	ring := s.room.gen.Load()
 	now := s.now()
@@ -225,13 +230,17 @@ func (s *Service) evictAfter(gen uint64, need int64) bool {
 	if s.evictIsFruitless() {
 		return false
 	}
+	// The generation is checked again and the round run under one hold
+	// of evictMu: two puts that both found it unchanged would otherwise
+	// run a round each, one after the other, and the second would evict
+	// another EvictionRatio of DRAM for a put the first made room for
+	// (TestWaitingPutsScanOncePerRing).
 	s.evictMu.Lock()
+	defer s.evictMu.Unlock()
 	if s.evictGen.Load() != gen {
-		s.evictMu.Unlock()
 		return true
 	}
-	s.evictMu.Unlock()
-	return s.evict(need) > 0
+	return s.evictLocked(need) > 0
 }
 
 // evictIsFruitless reports whether the last eviction round found nothing
