@@ -198,15 +198,45 @@ func (s *Service) deleteObj(sh *shard, key string, o *object) {
 // that drops a replica calls it): an unleased object is deleted now; a
 // leased one keeps its metadata, so that lookups answer REPLICA_IS_GONE
 // (-712) and never OBJECT_NOT_FOUND inside the lease (Mooncake #4508,
-// invariant 4), until the sweep after its lease deletes it. Caller holds
-// the shard lock.
+// invariant 4), until the first tick after its lease deletes it
+// (shard.empty, settleEmpties). Caller holds the shard lock.
 func (s *Service) settleEmpty(sh *shard, key string, o *object, now int64) {
 	if !o.empty() {
 		return
 	}
 	if o.leased(now) {
-		s.sweepDirty.Store(true)
+		sh.empty[key] = o
+		s.emptyPending.Store(true)
 		return
 	}
 	s.deleteObj(sh, key, o)
+}
+
+// settleEmpties deletes the objects settleEmpty kept for their lease once
+// it has ended, dropping the entries of objects that left or got a
+// replica meanwhile. emptyPending is cleared before the walk, so an
+// object kept during it is visited by the next one.
+func (s *Service) settleEmpties(now int64) {
+	s.emptyPending.Store(false)
+	left := false
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		s.scanVisits.Add(int64(len(sh.empty)))
+		for key, o := range sh.empty {
+			switch {
+			case sh.objs[key] != o || !o.empty():
+				delete(sh.empty, key)
+			case o.leased(now):
+				left = true
+			default:
+				delete(sh.empty, key)
+				s.deleteObj(sh, key, o)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	if left {
+		s.emptyPending.Store(true)
+	}
 }

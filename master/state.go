@@ -247,7 +247,12 @@ type shard struct {
 	// instead of every object, SSD-only ones included, and drop those
 	// stale entries as they pass them.
 	dram map[string]*object
-	_    [32]byte // keep neighbouring shard locks on different cache lines
+	// empty holds the objects of objs that settleEmpty left without a
+	// replica because they were leased (and possibly some that have gone
+	// or got a replica since): settleEmpties deletes them once their
+	// lease ends, a walk of these objects only, not of every object.
+	empty map[string]*object
+	_     [32]byte // keep neighbouring shard locks on different cache lines
 }
 
 // scanHold is how many objects a walk over every object of a shard

@@ -39,11 +39,7 @@ func (s *Service) sweep(now int64) {
 			if !s.clearDead(key, o, now) {
 				left = true
 			}
-			if o.empty() && !o.leased(now) {
-				s.deleteObj(sh, key, o)
-			} else if o.empty() {
-				left = true
-			}
+			s.settleEmpty(sh, key, o, now) // leased: kept for settleEmpties
 		})
 		sh.mu.Unlock()
 	}

@@ -1,8 +1,12 @@
 package master
 
 import (
+	"errors"
 	"fmt"
 	"testing"
+	"time"
+
+	"github.com/tierstore/tierstore/internal/errcode"
 )
 
 // objectsOn is how many objects of s hold a DRAM replica on node, dead or
@@ -116,5 +120,53 @@ func TestSweepAgainForDeathDuringWalk(t *testing.T) {
 	}
 	if got := objectsOn(s, "n1"); got != n/2 {
 		t.Fatalf("%d objects on n1, want %d", got, n/2)
+	}
+}
+
+// An object a removal leaves without a replica inside its lease is kept
+// (lookups answer REPLICA_IS_GONE) and deleted by the first tick after its
+// lease, without a walk of every object: only the objects so kept are
+// visited, whatever the master holds.
+func TestEmptyLeasedObjectSettledWithoutWalk(t *testing.T) {
+	s, clk := testService(t, func(c *Config) { c.Shards = 1 })
+	const n = 3000
+	mount(t, s, "n1", 64*(n+10))
+	for i := range n {
+		put(t, s, fmt.Sprintf("k%d", i), 64, "n1")
+	}
+	info, err := s.GetReplicaList(bg, "k0") // leases k0
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReportBadReplica(bg, "k0", info.CRC, info.Replicas[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetReplicaList(bg, "k0"); !errors.Is(err, errcode.ErrReplicaGone) {
+		t.Fatalf("lookup inside the lease of an object without replicas: %v, want REPLICA_IS_GONE", err)
+	}
+	if s.sweepDirty.Load() {
+		t.Fatal("a leased object left empty asks for a sweep of every object")
+	}
+	visits := s.scanVisits.Load()
+	s.Tick() // inside the lease: kept
+	if _, err := s.GetReplicaList(bg, "k0"); !errors.Is(err, errcode.ErrReplicaGone) {
+		t.Fatalf("lookup inside the lease after a tick: %v, want REPLICA_IS_GONE", err)
+	}
+	clk.Advance(s.cfg.DefaultKVLeaseTTL + time.Second)
+	if _, err := s.Ping(bg, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	s.Tick() // the lease has ended: deleted
+	if _, err := s.GetReplicaList(bg, "k0"); !errors.Is(err, errcode.ErrObjectNotFound) {
+		t.Fatalf("lookup after the lease: %v, want OBJECT_NOT_FOUND", err)
+	}
+	if v := s.scanVisits.Load() - visits; v > 2 {
+		t.Fatalf("two ticks visited %d objects to settle one (the master holds %d)", v, n)
+	}
+	if s.emptyPending.Load() || len(s.shards[0].empty) != 0 {
+		t.Fatalf("still pending after the object went: %v, %d", s.emptyPending.Load(), len(s.shards[0].empty))
+	}
+	if ok, err := s.ExistKey(bg, "k1"); err != nil || !ok {
+		t.Fatalf("k1 after the ticks: %v %v", ok, err)
 	}
 }
