@@ -117,9 +117,9 @@ func (s *Service) takeCensus(c *census) error {
 	for i := range s.shards {
 		for k, o := range s.shards[i].objs {
 			c.objects++
-			if o.empty() && s.shards[i].empty[k] != o {
-				// Kept for its lease: settleEmpties must find it.
-				return inconsistent("key %s: no replica, and not pending deletion (shard.empty)", keyspec.Show(k))
+			if o.empty() && s.shards[i].held[k] != o {
+				// Kept for its lease: settleHeld must find it.
+				return inconsistent("key %s: no replica, and not held for deletion (shard.held)", keyspec.Show(k))
 			}
 			if err := c.addDRAM(k, o); err != nil {
 				return err

@@ -87,9 +87,10 @@
 // visits only the objects with a DRAM replica (shard.dram), and only a
 // sweep after a node died or a segment went (sweepDirty) visits every
 // object (sweep.go; BenchmarkAbandonedPutReclaim measures both,
-// docs/benchmarks.md). An object a removal leaves without a replica inside
-// its lease (settleEmpty) is kept in its shard's empty set, and the first
-// tick after its lease deletes it (settleEmpties), visiting only that set.
+// docs/benchmarks.md). An object kept for its lease without a replica
+// (settleEmpty), or with replicas on a dead node (the sweep's clearDead),
+// waits in its shard's held set; the tick revisits that set alone
+// (settleHeld), not every object.
 //
 // # Replicas
 //

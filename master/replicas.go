@@ -199,44 +199,55 @@ func (s *Service) deleteObj(sh *shard, key string, o *object) {
 // leased one keeps its metadata, so that lookups answer REPLICA_IS_GONE
 // (-712) and never OBJECT_NOT_FOUND inside the lease (Mooncake #4508,
 // invariant 4), until the first tick after its lease deletes it
-// (shard.empty, settleEmpties). Caller holds the shard lock.
+// (shard.held, settleHeld). Caller holds the shard lock.
 func (s *Service) settleEmpty(sh *shard, key string, o *object, now int64) {
 	if !o.empty() {
 		return
 	}
 	if o.leased(now) {
-		sh.empty[key] = o
-		s.emptyPending.Store(true)
+		s.hold(sh, key, o)
 		return
 	}
 	s.deleteObj(sh, key, o)
 }
 
-// settleEmpties deletes the objects settleEmpty kept for their lease once
-// it has ended, dropping the entries of objects that left or got a
-// replica meanwhile. emptyPending is cleared before the walk, so an
-// object kept during it is visited by the next one.
-func (s *Service) settleEmpties(now int64) {
-	s.emptyPending.Store(false)
+// hold keeps o, objs[key], in its shard's held set for settleHeld to
+// revisit. Caller holds the shard lock.
+func (s *Service) hold(sh *shard, key string, o *object) {
+	sh.held[key] = o
+	s.heldPending.Store(true)
+}
+
+// settleHeld revisits the objects of the held sets: the replicas they
+// keep on a dead node or segment are dropped once their lease (or put)
+// allows it (clearDead), an object without a replica is deleted once its
+// lease has ended, and the entries of objects that left or are settled go.
+// heldPending is cleared before the walk, so an object held during it is
+// visited by the next one.
+func (s *Service) settleHeld(now int64) {
+	s.heldPending.Store(false)
 	left := false
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		s.scanVisits.Add(int64(len(sh.empty)))
-		for key, o := range sh.empty {
-			switch {
-			case sh.objs[key] != o || !o.empty():
-				delete(sh.empty, key)
-			case o.leased(now):
+		s.scanVisits.Add(int64(len(sh.held)))
+		for key, o := range sh.held {
+			if sh.objs[key] != o {
+				delete(sh.held, key)
+				continue
+			}
+			if !s.clearDead(key, o, now) || o.empty() && o.leased(now) {
 				left = true
-			default:
-				delete(sh.empty, key)
+				continue
+			}
+			delete(sh.held, key)
+			if o.empty() {
 				s.deleteObj(sh, key, o)
 			}
 		}
 		sh.mu.Unlock()
 	}
 	if left {
-		s.emptyPending.Store(true)
+		s.heldPending.Store(true)
 	}
 }

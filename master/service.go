@@ -47,9 +47,9 @@ type Service struct {
 	// every object) instead of repeating it for every waiting put.
 	fruitless atomic.Uint64
 
-	// emptyPending is set when settleEmpty kept a leased object without a
-	// replica (shard.empty) and cleared by a settleEmpties that left none.
-	emptyPending atomic.Bool
+	// heldPending is set when an object was kept in a shard's held set
+	// and cleared by a settleHeld that left none there.
+	heldPending atomic.Bool
 	// sweepDirty is set when replicas became unreadable (unmount, expiry,
 	// lost SSD replica) and cleared by a sweep that left nothing behind.
 	sweepDirty atomic.Bool
@@ -165,7 +165,7 @@ func New(cfg Config) (*Service, error) {
 	for i := range s.shards {
 		s.shards[i].objs = map[string]*object{}
 		s.shards[i].dram = map[string]*object{}
-		s.shards[i].empty = map[string]*object{}
+		s.shards[i].held = map[string]*object{}
 	}
 	s.mask = uint64(n - 1)
 	s.digests = map[string]*ssdDigest{}
@@ -258,11 +258,12 @@ func (s *Service) Tick() {
 		s.lastReclaim.Store(now)
 		s.reclaimAbandoned(now)
 	}
-	// Objects a removal left without a replica inside their lease: only
-	// they are visited, not every object (a full sweep per tick for a
-	// lease's length would cost seconds of CPU each at 50M objects).
-	if s.emptyPending.Load() {
-		s.settleEmpties(now)
+	// Objects kept for their lease without a replica, or with replicas
+	// on a dead node: only they are visited, not every object (a full
+	// sweep per tick for a lease's length would cost seconds of CPU each
+	// at 50M objects).
+	if s.heldPending.Load() {
+		s.settleHeld(now)
 	}
 	s.room.signal() // leases and pins may have ended: waiting puts retry
 	s.haTick()

@@ -247,12 +247,14 @@ type shard struct {
 	// instead of every object, SSD-only ones included, and drop those
 	// stale entries as they pass them.
 	dram map[string]*object
-	// empty holds the objects of objs that settleEmpty left without a
-	// replica because they were leased (and possibly some that have gone
-	// or got a replica since): settleEmpties deletes them once their
-	// lease ends, a walk of these objects only, not of every object.
-	empty map[string]*object
-	_     [32]byte // keep neighbouring shard locks on different cache lines
+	// held holds the objects of objs kept for their lease (or their put
+	// in progress) in a state the tick must revisit: left without a
+	// replica (settleEmpty), or with replicas on a dead node or segment
+	// (the sweep's clearDead). It may hold entries of objects that have
+	// gone or changed since. settleHeld revisits them, these objects
+	// only, not every object.
+	held map[string]*object
+	_    [32]byte // keep neighbouring shard locks on different cache lines
 }
 
 // scanHold is how many objects a walk over every object of a shard

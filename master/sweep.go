@@ -5,7 +5,8 @@ import "github.com/tierstore/tierstore/masterapi"
 // sweep is the lease-aware stale-handle sweep (Mooncake #4508, invariant 4): replicas that
 // became unreadable (segment unmounted, node expired) are removed only once
 // the object's lease has expired; an object left without replicas is removed
-// only then too. Abandoned puts (PROCESSING longer than
+// only then too: such objects wait in their shard's held set, which the
+// tick revisits alone (settleHeld), not by another sweep. Abandoned puts (PROCESSING longer than
 // put_start_discard_timeout) are reclaimed. Offload pins held by dead nodes
 // are released, and the task queued again on the node of another DRAM
 // replica if the object has one; an object whose SSD copies all died with
@@ -20,7 +21,6 @@ import "github.com/tierstore/tierstore/masterapi"
 // next sweep instead of being forgotten.
 func (s *Service) sweep(now int64) {
 	s.sweepDirty.Store(false)
-	left := false
 	restored := 0
 	discard := s.cfg.PutStartDiscardTimeout.Nanoseconds()
 	for i := range s.shards {
@@ -37,14 +37,11 @@ func (s *Service) sweep(now int64) {
 			}
 			s.reclaimIfAbandoned(o, now, discard)
 			if !s.clearDead(key, o, now) {
-				left = true
+				s.hold(sh, key, o) // dead replicas kept for the lease or the put
 			}
-			s.settleEmpty(sh, key, o, now) // leased: kept for settleEmpties
+			s.settleEmpty(sh, key, o, now) // leased: held too
 		})
 		sh.mu.Unlock()
-	}
-	if left {
-		s.sweepDirty.Store(true)
 	}
 	if restored > 0 {
 		s.log.Info("offload queued again for objects whose SSD copies died with their node, from another node's DRAM replica", "objects", restored)
@@ -55,8 +52,8 @@ func (s *Service) sweep(now int64) {
 // needs: puts in PROCESSING longer than put_start_discard_timeout are
 // reclaimed. It visits only the objects with a DRAM replica (shard.dram; a
 // put in progress has one), not every object. An object a reclaim leaves
-// without replicas goes at once, or, leased, at the full sweep that
-// settleEmpty asks for.
+// without replicas goes at once, or, leased, after its lease
+// (settleEmpty, settleHeld).
 func (s *Service) reclaimAbandoned(now int64) {
 	discard := s.cfg.PutStartDiscardTimeout.Nanoseconds()
 	for i := range s.shards {

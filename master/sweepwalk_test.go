@@ -163,10 +163,53 @@ func TestEmptyLeasedObjectSettledWithoutWalk(t *testing.T) {
 	if v := s.scanVisits.Load() - visits; v > 2 {
 		t.Fatalf("two ticks visited %d objects to settle one (the master holds %d)", v, n)
 	}
-	if s.emptyPending.Load() || len(s.shards[0].empty) != 0 {
-		t.Fatalf("still pending after the object went: %v, %d", s.emptyPending.Load(), len(s.shards[0].empty))
+	if s.heldPending.Load() || len(s.shards[0].held) != 0 {
+		t.Fatalf("still held after the object went: %v, %d", s.heldPending.Load(), len(s.shards[0].held))
 	}
 	if ok, err := s.ExistKey(bg, "k1"); err != nil || !ok {
 		t.Fatalf("k1 after the ticks: %v %v", ok, err)
+	}
+}
+
+// A leased object whose replica died with its node keeps it for the lease
+// (lookups answer REPLICA_IS_GONE): the sweep after the death holds it,
+// and the tick after the lease drops it visiting the held objects only,
+// not every object again each tick.
+func TestDeadReplicaHeldForLeaseSettledWithoutWalk(t *testing.T) {
+	s, clk := testService(t, func(c *Config) { c.Shards = 1 })
+	const n = 3000
+	mount(t, s, "n1", 64*(n+10))
+	mount(t, s, "n2", 64*10)
+	for i := range n {
+		put(t, s, fmt.Sprintf("k%d", i), 64, "n1")
+	}
+	put(t, s, "d", 64, "n2")
+	if _, err := s.GetReplicaList(bg, "d"); err != nil { // leases d
+		t.Fatal(err)
+	}
+	if !s.ExpireNode("n2") { // the full sweep: d's replica is dead, d leased
+		t.Fatal("n2 unknown")
+	}
+	if s.sweepDirty.Load() {
+		t.Fatal("a dead replica kept for a lease asks for another sweep of every object")
+	}
+	if _, err := s.GetReplicaList(bg, "d"); !errors.Is(err, errcode.ErrReplicaGone) {
+		t.Fatalf("lookup inside the lease of an object on a dead node: %v, want REPLICA_IS_GONE", err)
+	}
+	visits := s.scanVisits.Load()
+	s.Tick()
+	clk.Advance(s.cfg.DefaultKVLeaseTTL + time.Second)
+	if _, err := s.Ping(bg, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	s.Tick() // the lease has ended: the dead replica goes, and d with it
+	if _, err := s.GetReplicaList(bg, "d"); !errors.Is(err, errcode.ErrObjectNotFound) {
+		t.Fatalf("lookup after the lease: %v, want OBJECT_NOT_FOUND", err)
+	}
+	if v := s.scanVisits.Load() - visits; v > 2 {
+		t.Fatalf("two ticks visited %d objects to settle one (the master holds %d)", v, n)
+	}
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
 	}
 }
