@@ -40,6 +40,24 @@ func shardReleased(t *testing.T, s *Service, walk string) bool {
 	return true
 }
 
+// settledAfterLease ends key's lease (node n1 keeps pinging), ticks, and
+// fails the test unless key is gone and the ticks since visits was read
+// visited at most 2 of the master's n objects.
+func settledAfterLease(t *testing.T, s *Service, clk *ManualClock, key string, visits int64, n int) {
+	t.Helper()
+	clk.Advance(s.cfg.DefaultKVLeaseTTL + time.Second)
+	if _, err := s.Ping(bg, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	s.Tick() // the lease has ended: the object goes
+	if _, err := s.GetReplicaList(bg, key); !errors.Is(err, errcode.ErrObjectNotFound) {
+		t.Fatalf("lookup of %s after the lease: %v, want OBJECT_NOT_FOUND", key, err)
+	}
+	if v := s.scanVisits.Load() - visits; v > 2 {
+		t.Fatalf("the ticks visited %d objects to settle one (the master holds %d)", v, n)
+	}
+}
+
 // The sweep after a node died releases the shard's lock every scanHold
 // objects: lookups and puts go through in between, and what is put then
 // is kept; the dead node's objects are gone after it.
@@ -152,17 +170,7 @@ func TestEmptyLeasedObjectSettledWithoutWalk(t *testing.T) {
 	if _, err := s.GetReplicaList(bg, "k0"); !errors.Is(err, errcode.ErrReplicaGone) {
 		t.Fatalf("lookup inside the lease after a tick: %v, want REPLICA_IS_GONE", err)
 	}
-	clk.Advance(s.cfg.DefaultKVLeaseTTL + time.Second)
-	if _, err := s.Ping(bg, "n1"); err != nil {
-		t.Fatal(err)
-	}
-	s.Tick() // the lease has ended: deleted
-	if _, err := s.GetReplicaList(bg, "k0"); !errors.Is(err, errcode.ErrObjectNotFound) {
-		t.Fatalf("lookup after the lease: %v, want OBJECT_NOT_FOUND", err)
-	}
-	if v := s.scanVisits.Load() - visits; v > 2 {
-		t.Fatalf("two ticks visited %d objects to settle one (the master holds %d)", v, n)
-	}
+	settledAfterLease(t, s, clk, "k0", visits, n)
 	if s.heldPending.Load() || len(s.shards[0].held) != 0 {
 		t.Fatalf("still held after the object went: %v, %d", s.heldPending.Load(), len(s.shards[0].held))
 	}
@@ -198,17 +206,7 @@ func TestDeadReplicaHeldForLeaseSettledWithoutWalk(t *testing.T) {
 	}
 	visits := s.scanVisits.Load()
 	s.Tick()
-	clk.Advance(s.cfg.DefaultKVLeaseTTL + time.Second)
-	if _, err := s.Ping(bg, "n1"); err != nil {
-		t.Fatal(err)
-	}
-	s.Tick() // the lease has ended: the dead replica goes, and d with it
-	if _, err := s.GetReplicaList(bg, "d"); !errors.Is(err, errcode.ErrObjectNotFound) {
-		t.Fatalf("lookup after the lease: %v, want OBJECT_NOT_FOUND", err)
-	}
-	if v := s.scanVisits.Load() - visits; v > 2 {
-		t.Fatalf("two ticks visited %d objects to settle one (the master holds %d)", v, n)
-	}
+	settledAfterLease(t, s, clk, "d", visits, n)
 	if err := s.Check(); err != nil {
 		t.Fatal(err)
 	}
