@@ -2,11 +2,12 @@ package master
 
 import "github.com/tierstore/tierstore/masterapi"
 
-// sweep is the lease-aware stale-handle sweep (Mooncake #4508, invariant 4): replicas that
-// became unreadable (segment unmounted, node expired) are removed only once
-// the object's lease has expired; an object left without replicas is removed
-// only then too: such objects wait in their shard's held set, which the
-// tick revisits alone (settleHeld), not by another sweep. Abandoned puts (PROCESSING longer than
+// sweep is the lease-aware stale-handle sweep (Mooncake #4508, invariant
+// 4): replicas that became unreadable (segment unmounted, node expired) are
+// removed only once the object's lease has expired; an object left without
+// replicas is removed only then too: such objects wait in their shard's
+// held set, which the tick revisits alone (settleHeld), not by another
+// sweep. Abandoned puts (PROCESSING longer than
 // put_start_discard_timeout) are reclaimed. Offload pins held by dead nodes
 // are released, and the task queued again on the node of another DRAM
 // replica if the object has one; an object whose SSD copies all died with
