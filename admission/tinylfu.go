@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tierstore/tierstore/bucket"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -163,7 +164,7 @@ const recentMisses = 1 << 12
 type TinyLFU struct {
 	cfg TinyLFUConfig
 
-	// mu protects sk, recent, nodes and population.
+	// mu protects sk, recent, nodes, population and admittedCost.
 	mu     sync.Mutex
 	sk     *Sketch
 	recent [recentMisses]uint64
@@ -176,13 +177,19 @@ type TinyLFU struct {
 	margin           float64
 	rejected, pushed *ghost
 	adapt            adaptState
+	// admittedCost is the sum of ssdCost over every admitted object: the
+	// report counts outstanding tasks at its average.
+	admittedCost int64
 
 	st tinyStats
 }
 
 type nodeState struct {
-	rep     masterapi.SSDReport
-	pending int64 // bytes admitted since rep
+	rep masterapi.SSDReport
+	// pending bounds the SSD bytes of the objects admitted to the node
+	// but not in rep.Used yet: each at ssdCost, the size of a bucket file
+	// of its own.
+	pending int64
 	tokens  float64
 	last    time.Time // of the last token refill
 }
@@ -310,7 +317,8 @@ func (p *TinyLFU) OnEvict(o Object) bool {
 func (p *TinyLFU) admitLocked(o Object, h uint64) bool {
 	f := p.sk.EstimateHash(h)
 	st := p.nodes[o.Node]
-	r := p.decide(f, o.Size, st)
+	cost := ssdCost(o)
+	r := p.decide(f, o.Size, cost, st)
 	p.st.decisions[r].Add(1)
 	if !r.Accepted() {
 		if r == RejectLost {
@@ -320,8 +328,9 @@ func (p *TinyLFU) admitLocked(o Object, h uint64) bool {
 		}
 		return false
 	}
+	p.admittedCost += cost
 	if st != nil {
-		st.pending += o.Size
+		st.pending += cost
 		if p.cfg.WriteBudget > 0 {
 			st.tokens -= float64(o.Size)
 		}
@@ -331,30 +340,31 @@ func (p *TinyLFU) admitLocked(o Object, h uint64) bool {
 	return true
 }
 
-// decide is the admission test of a candidate of estimated frequency f and
-// size bytes on a node in state st (nil: no report). It changes nothing
-// but the budget's refill. Caller holds mu.
-func (p *TinyLFU) decide(f uint32, size int64, st *nodeState) Reason {
+// decide is the admission test of a candidate of estimated frequency f,
+// size bytes and SSD cost (ssdCost) on a node in state st (nil: no
+// report). It changes nothing but the budget's refill. Caller holds mu.
+func (p *TinyLFU) decide(f uint32, size, cost int64, st *nodeState) Reason {
 	if st == nil {
 		return AcceptNoReport
 	}
-	r := p.valueTest(f, size, st)
+	r := p.valueTest(f, cost, st)
 	if r.Accepted() && p.cfg.WriteBudget > 0 && !p.budgetAllows(f, size, st) {
 		return RejectBudget
 	}
 	return r
 }
 
-// valueTest compares the candidate with the SSD: room under the high
-// watermark admits; otherwise the candidate must beat the bucket its bytes
-// would displace (the victims are consumed in order by the bytes admitted
-// beyond the watermark since the report) by more than the margin.
-func (p *TinyLFU) valueTest(f uint32, size int64, st *nodeState) Reason {
+// valueTest compares a candidate of SSD cost bytes (ssdCost) with the SSD:
+// room under the high watermark admits; otherwise the candidate must beat
+// the bucket its bytes would displace (the victims are consumed in order
+// by the bytes admitted beyond the watermark since the report) by more
+// than the margin.
+func (p *TinyLFU) valueTest(f uint32, cost int64, st *nodeState) Reason {
 	rep := &st.rep
 	if rep.High <= 0 {
 		return AcceptRoom
 	}
-	after := rep.Used + int64(float64(st.pending+size)*expansion(rep))
+	after := rep.Used + st.pending + cost
 	over := after - rep.High
 	if over <= 0 {
 		if after <= rep.Low || !p.roomTested() || len(rep.Victims) == 0 {
@@ -396,19 +406,18 @@ func (p *TinyLFU) roomTested() bool {
 	return !p.cfg.FreeRoom && p.margin > 0 && p.st.pushedKeys.Load() > 0
 }
 
-// expansion estimates the SSD bytes an object byte takes once written
-// (bucket header, trailer and alignment), from the reported victims: their
-// file bytes over their object space; 1 without victims.
-func expansion(r *masterapi.SSDReport) float64 {
-	var file, span int64
-	for _, v := range r.Victims {
-		file += v.FileBytes
-		span += v.Span
-	}
-	if span <= 0 || file <= span {
-		return 1
-	}
-	return float64(file) / float64(span)
+// ssdCost bounds the SSD bytes o takes once written: the size of a bucket
+// file holding o alone (header, o's data to the block boundary, its
+// trailer entry, footer). An offload round writes its last bucket partly
+// full, so an object at the end of one may pay a bucket's fixed overhead
+// alone; priced as a share of full buckets (the bucket format's average
+// expansion) the estimate admitted one object too many at the watermark's
+// edge, and the tier evicted a bucket to make room for it. The bound
+// overprices objects that share a bucket by about a bucket's overhead
+// each (8 KiB for keys of up to 4008 bytes), until the next report
+// replaces it with the tier's own count.
+func ssdCost(o Object) int64 {
+	return bucket.Size(1, int64(len(o.Key)), bucket.AlignUp(o.Size))
 }
 
 // budgetAllows refills the node's tokens and reports whether a candidate of
@@ -472,7 +481,7 @@ func (p *TinyLFU) ReportSSDCounted(node string, r masterapi.SSDReport, outstandi
 		p.resizeGhosts(r.High / max(1, p.st.admittedBytes.Load()/n))
 	}
 	if n := p.st.admitted.Load(); n > 0 && outstanding > 0 {
-		st.pending = int64(outstanding) * (p.st.admittedBytes.Load() / n)
+		st.pending = int64(outstanding) * (p.admittedCost / n)
 	}
 	p.st.reports.Add(1)
 }
@@ -534,7 +543,7 @@ func (p *TinyLFU) ColdPut(o Object) bool {
 	st := p.nodes[o.Node]
 	cold := f >= p.cfg.ColdPutFreq && st != nil
 	if cold {
-		switch p.valueTest(f, o.Size, st) {
+		switch p.valueTest(f, ssdCost(o), st) {
 		case RejectLost, RejectNoVictim:
 		default:
 			cold = p.cfg.WriteBudget > 0 && !p.budgetWouldAllow(f, o.Size, st)

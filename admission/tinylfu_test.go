@@ -11,6 +11,10 @@ import (
 
 const obj = 64 << 10 // object size of the tests
 
+// objFile is the SSD cost of one test object (any test key is shorter than
+// a block): the file of a bucket holding it alone.
+var objFile = refCost(1, obj)
+
 // fixedPolicy is a TinyLFU whose margin does not adapt.
 func fixedPolicy(margin float64) *TinyLFU {
 	return NewTinyLFU(TinyLFUConfig{Margin: margin, MaxMargin: margin, MarginStep: -1})
@@ -24,11 +28,12 @@ func touch(p *TinyLFU, key string, n int) {
 }
 
 // full is a report of an SSD exactly at its high watermark whose next
-// victims have the given densities, one object each.
+// victims have the given densities, one object each (a bucket file of
+// objFile bytes).
 func full(densities ...float64) masterapi.SSDReport {
-	r := masterapi.SSDReport{High: 100 * obj, Low: 80 * obj, Used: 100 * obj}
+	r := masterapi.SSDReport{High: 100 * objFile, Low: 80 * objFile, Used: 100 * objFile}
 	for _, d := range densities {
-		r.Victims = append(r.Victims, masterapi.SSDVictim{FileBytes: obj, Span: obj, Worth: d * obj})
+		r.Victims = append(r.Victims, masterapi.SSDVictim{FileBytes: objFile, Span: obj, Worth: d * obj})
 	}
 	return r
 }
@@ -79,7 +84,7 @@ func TestTinyLFURoomNoReportNoVictim(t *testing.T) {
 		t.Fatalf("without a report: %v %s", ok, why)
 	}
 	r := full(9)
-	r.Used = r.High - 2*obj
+	r.Used = r.High - 2*objFile
 	p.ReportSSD("n1", r, 0)
 	for i := 0; i < 2; i++ { // two objects fit; frequency 0 does not matter
 		if ok, why := decideOnce(t, p, fmt.Sprintf("r%d", i)); !ok || why != "room" {
@@ -313,33 +318,33 @@ func TestTinyLFUAdaptiveMargin(t *testing.T) {
 }
 
 // refDecide is the admission test written out directly: no report admits;
-// the candidate's bytes (scaled by the victims' file-per-object-byte
-// ratio) beyond the watermark are taken from the victims in order; the
-// victim where they run out must be beaten by more than the margin.
+// the candidate's SSD bytes (refCost of its key and size) beyond the
+// watermark are taken from the victims in order; the victim where they run
+// out must be beaten by more than the margin.
 // Between the watermarks it admits, unless the room is tested (the SSD
 // evicted before and the margin is above 0): the first victim must then
 // be beaten by more than the margin.
-func refDecide(f uint32, size, pending int64, r *masterapi.SSDReport, margin float64) Reason {
-	return refDecideRoom(f, size, pending, r, margin, false)
+func refDecide(f uint32, cost, pending int64, r *masterapi.SSDReport, margin float64) Reason {
+	return refDecideRoom(f, cost, pending, r, margin, false)
 }
 
-func refDecideRoom(f uint32, size, pending int64, r *masterapi.SSDReport, margin float64, evicted bool) Reason {
+// refCost is the file size of a bucket holding one object of size bytes
+// and a key of keyLen bytes, block by block: the header block, the data's
+// blocks, and the blocks of its trailer entry (24 bytes and the key) and
+// footer (64 bytes).
+func refCost(keyLen int, size int64) int64 {
+	blocks := func(n int64) int64 { return (n + 4095) / 4096 * 4096 }
+	return 4096 + blocks(size) + blocks(24+int64(keyLen)+64)
+}
+
+func refDecideRoom(f uint32, cost, pending int64, r *masterapi.SSDReport, margin float64, evicted bool) Reason {
 	if r == nil {
 		return AcceptNoReport
 	}
 	if r.High <= 0 {
 		return AcceptRoom
 	}
-	var file, span int64
-	for _, v := range r.Victims {
-		file += v.FileBytes
-		span += v.Span
-	}
-	exp := 1.0
-	if span > 0 && file > span {
-		exp = float64(file) / float64(span)
-	}
-	need := r.Used + int64(float64(pending+size)*exp) - r.High
+	need := r.Used + pending + cost - r.High
 	if need <= 0 {
 		if !evicted || margin <= 0 || len(r.Victims) == 0 || need+r.High <= r.Low {
 			return AcceptRoom
@@ -400,7 +405,12 @@ func TestTinyLFUDecideMatchesReference(t *testing.T) {
 		if evicted {
 			p.ObserveSSDEviction([]string{"gone"})
 		}
-		got, want := p.decide(f, size, st), refDecideRoom(f, size, pending, rep, margin, evicted)
+		key := rapid.StringMatching(`[a-z]{1,200}`).Draw(t, "key")
+		cost := ssdCost(Object{Key: key, Size: size})
+		if want := refCost(len(key), size); cost != want {
+			t.Fatalf("ssdCost(%d-byte key, %d bytes) = %d, want %d", len(key), size, cost, want)
+		}
+		got, want := p.decide(f, size, cost, st), refDecideRoom(f, cost, pending, rep, margin, evicted)
 		if got != want {
 			t.Fatalf("decide = %s, reference %s (f %d size %d pending %d report %+v)", got, want, f, size, pending, rep)
 		}
@@ -527,7 +537,7 @@ func TestTinyLFUColdPutMatchesReference(t *testing.T) {
 		f := p.Estimate("k")
 		want := cold > 0 && f >= cold && rep != nil
 		if want {
-			r := refDecide(f, obj, 0, rep, margin)
+			r := refDecide(f, refCost(len("k"), obj), 0, rep, margin)
 			want = r == RejectLost || r == RejectNoVictim
 		}
 		if got := p.ColdPut(candidate("k")); got != want {

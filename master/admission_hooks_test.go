@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tierstore/tierstore/admission"
+	"github.com/tierstore/tierstore/bucket"
 	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -230,7 +231,8 @@ func TestReportCountsAdmissionInProgress(t *testing.T) {
 	for _, k := range []string{"v0", "v1", "v2", "v3"} {
 		put(t, s, k, 4096, "a")
 	}
-	oneRoom := masterapi.SSDReport{High: 1 << 20, Used: 1<<20 - 4096,
+	oneObject := bucket.Size(1, 2, 4096) // an object's SSD cost: a bucket file of its own
+	oneRoom := masterapi.SSDReport{High: 1 << 20, Used: 1<<20 - oneObject,
 		Victims: []masterapi.SSDVictim{{FileBytes: 1 << 20, Span: 1 << 20, Worth: 9 << 20}}}
 	s.ReportSSD("a", oneRoom)
 	reported := 0
@@ -240,9 +242,12 @@ func TestReportCountsAdmissionInProgress(t *testing.T) {
 		}
 		reported++
 	}
-	for s.cnt.offloadQueued.Load() == 0 {
+	for i := 0; s.cnt.offloadQueued.Load() == 0; i++ {
 		if reported > 0 {
 			t.Fatal("admitted without a queued task")
+		}
+		if i == 100 {
+			t.Fatal("no victim admitted in 100 eviction rounds")
 		}
 		s.EvictNow()
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tierstore/tierstore/admission"
+	"github.com/tierstore/tierstore/bucket"
 	"github.com/tierstore/tierstore/internal/keyspec"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -258,9 +259,10 @@ func TestEvictContinuesPastQueuedVictims(t *testing.T) {
 				put(t, api, fmt.Sprint("k", i), obj, "a")
 				clk.Advance(time.Millisecond)
 			}
-			// Room for exactly two objects under the high watermark; beyond
+			// Room for exactly two objects (each a bucket file of its own,
+			// the admission's estimate) under the high watermark; beyond
 			// it, a victim bucket no candidate can beat (density 16).
-			s.ReportSSD("a", masterapi.SSDReport{High: 2 * obj, Used: 0,
+			s.ReportSSD("a", masterapi.SSDReport{High: 2 * bucket.Size(1, 2, obj), Used: 0,
 				Victims: []masterapi.SSDVictim{{FileBytes: 1 << 20, Span: 1 << 20, Worth: 16 << 20}}})
 			put(t, api, "new", obj, "a")
 			st, err := s.Stats(bg)

@@ -46,13 +46,21 @@ const rotations = 5
 
 // rotateUnderLoad runs op(i, j) on workers goroutines (worker i, its j-th
 // call) while it replaces the grant secret at path rotations times, telling
-// the master's keys mk after each write and waiting for per more completed
-// operations before the next. It fails the test if any operation failed,
-// naming the first error and the number of what operations, or if the
-// node's keys nk did not read each new secret once.
+// the master's keys mk after each write and waiting, before the next, for
+// per more completed operations and for every worker to finish two more:
+// the one it was in when the master took the new secret (its grants may be
+// of the secret before) and one begun after. A node verifies with the
+// newest secret and the one before it only, so an operation holding a
+// grant two secrets old fails; rotations are meant to be further apart
+// than an operation lasts, and without the wait a worker descheduled
+// across two rotations failed (about 1 run in 30 at load). It fails the
+// test if any operation failed, naming the first error and the number of
+// what operations, or if the node's keys nk did not read each new secret
+// once.
 func rotateUnderLoad(t *testing.T, path string, mk, nk *grant.Keys, workers int, per int64, what string, op func(i, j int) error) {
 	t.Helper()
 	var done, failed atomic.Int64
+	finished := make([]atomic.Int64, workers) // operations each worker completed
 	var errMu sync.Mutex
 	var firstErr error
 	stop := make(chan struct{})
@@ -74,6 +82,7 @@ func rotateUnderLoad(t *testing.T, path string, mk, nk *grant.Keys, workers int,
 					errMu.Unlock()
 				}
 				done.Add(1)
+				finished[i].Add(1)
 			}
 		})
 	}
@@ -85,7 +94,21 @@ func rotateUnderLoad(t *testing.T, path string, mk, nk *grant.Keys, workers int,
 			t.Fatalf("master refresh: %v %v", changed, err)
 		}
 		target := done.Load() + per
-		testkit.Eventually(t, what+" after a rotation", func() bool { return done.Load() >= target || failed.Load() != 0 })
+		each := make([]int64, workers)
+		for i := range finished {
+			each[i] = finished[i].Load() + 2
+		}
+		testkit.Eventually(t, what+" after a rotation", func() bool {
+			if failed.Load() != 0 {
+				return true
+			}
+			for i := range finished {
+				if finished[i].Load() < each[i] {
+					return false
+				}
+			}
+			return done.Load() >= target
+		})
 	}
 	stopAll()
 	if f := failed.Load(); f != 0 {
