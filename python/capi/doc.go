@@ -40,7 +40,16 @@
 //
 // # Concurrency
 //
-// Every function may be called from any thread at once. handles (guarded by
+// Every function may be called from any thread at once. The eight data
+// calls have a C entry point each, tsq_NAME (queue.c), which runs the call
+// directly when no other is in flight and otherwise queues it: the
+// dispatcher goroutine (queue.go) waits on an eventfd in the runtime's
+// poller, takes the whole queue (queue.c's qmu guards it) at each wake and
+// hands each call to a worker goroutine, which writes the result and sets
+// the caller's futex word; the caller waits on that word in C, so no thread
+// of the caller's runs Go code for a queued call. A queued request lives on
+// its caller's stack: the Go side never touches it after setting done.
+// TIERSTORE_CALLS (auto, direct, queue), read at load, sets the mode. handles (guarded by
 // handlesMu) maps ids to clients; each handle's RWMutex is held for reading
 // by its calls and for writing by ts_close, so a node is never closed under
 // a call reading its segment.

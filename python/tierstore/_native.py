@@ -59,6 +59,29 @@ for _name, _args in _SIGS.items():
     _f = getattr(lib, _name)
     _f.argtypes = _args
     _f.restype = _i64
+# The data calls go through the library's call queue (python/capi/queue.c):
+# tsq_NAME has ts_NAME's signature and, when another call is in flight, runs
+# the call on a goroutine while this thread waits in C (docs/python.md,
+# "Threads"). lib.ts_NAME is bound to it, so that every caller uses it.
+QUEUED = ("ts_put", "ts_put_parts", "ts_get_into", "ts_get_into_parts", "ts_batch_put",
+          "ts_batch_put_parts", "ts_batch_get_into", "ts_batch_get_into_parts")
+for _name in QUEUED:
+    _f = getattr(lib, "tsq_" + _name[3:])
+    _f.argtypes = _SIGS[_name]
+    _f.restype = _i64
+    setattr(lib, _name, _f)
+lib.tsq_counts.argtypes = [_i64p, _i64p]
+lib.tsq_counts.restype = _i64
+
+
+def call_counts():
+    """(direct, queued): how many data calls of this process ran on their
+    caller's thread and how many went through the call queue."""
+    d, q = _i64(), _i64()
+    lib.tsq_counts(ctypes.byref(d), ctypes.byref(q))
+    return d.value, q.value
+
+
 lib.ts_free.argtypes = [_p]
 lib.ts_free.restype = None
 

@@ -1,0 +1,134 @@
+"""The library's call queue (python/capi/queue.c): data calls made while
+another is in flight run on goroutines while the caller waits in C. Each
+test runs a separate Python process, since TIERSTORE_CALLS is read when the
+library loads; every call's bytes and errors are checked in each mode."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import PYDIR
+
+PROBE_TIMEOUT = 180  # seconds for a helper process (2 loaded cores)
+
+# Eight threads, each putting and reading back its own objects through
+# every queued call (put, put_parts, batch_put, batch_put_parts, get_into,
+# get_into_parts, batch_get_into, batch_get_into_parts) and the errors of
+# two of them; prints the counts of direct and queued calls and every
+# mismatch.
+WORKLOAD = r'''
+import json, os, sys, threading, uuid
+import tierstore
+from tierstore import _native
+c = tierstore.Client(master=sys.argv[1])
+threads, rounds = int(sys.argv[2]), int(sys.argv[3])
+run = uuid.uuid4().hex
+bad = []
+start = threading.Barrier(threads)
+
+def check(what, got, want):
+    if got != want:
+        bad.append("%s: got %r, want %r" % (what, got if len(repr(got)) < 80 else repr(got)[:80], want))
+
+def worker(w):
+    start.wait()
+    for r in range(rounds):
+        k = "cq-%s-%d-%d-" % (run, w, r)
+        v = [os.urandom(1000 + 4097 * j + w) for j in range(4)]
+        c.put(k + "a", v[0])
+        c.put_parts(k + "b", [v[1][:100], v[1][100:]])
+        check("batch_put", c.batch_put([k + "c", k + "d"], [v[2], v[3]]), [None, None])
+        check("batch_put_parts", c.batch_put_parts([k + "e"], [[v[0][:10], v[0][10:]]]), [None])
+        e1, e2 = bytearray(10), bytearray(len(v[0]) - 10)
+        check("batch_get_into_parts", c.batch_get_into_parts([k + "e"], [[e1, e2]]), [len(v[0])])
+        check("batch_get_into_parts bytes", bytes(e1 + e2), v[0])
+        b = bytearray(len(v[0]))
+        check("get_into", c.get_into(k + "a", b), len(v[0]))
+        check("get_into bytes", bytes(b), v[0])
+        p1, p2 = bytearray(100), bytearray(len(v[1]) - 100)
+        check("get_into_parts", c.get_into_parts(k + "b", [p1, p2]), len(v[1]))
+        check("get_into_parts bytes", bytes(p1 + p2), v[1])
+        bs = [bytearray(len(v[2])), bytearray(len(v[3])), bytearray(10)]
+        got = c.batch_get_into([k + "c", k + "d", k + "missing"], bs)
+        check("batch_get_into", got[:2], [len(v[2]), len(v[3])])
+        check("batch_get_into missing", getattr(got[2], "name", got[2]), "OBJECT_NOT_FOUND")
+        check("batch_get_into bytes", [bytes(bs[0]), bytes(bs[1])], [v[2], v[3]])
+        try:
+            c.get_into(k + "missing", bytearray(10))
+            bad.append("get_into of a missing key succeeded")
+        except tierstore.Error as e:
+            check("get_into missing", e.name, "OBJECT_NOT_FOUND")
+        try:
+            c.get_into(k + "a", bytearray(10))
+            bad.append("get_into into a too-small buffer succeeded")
+        except tierstore.Error as e:
+            check("get_into small", e.name, "INVALID_PARAMS")
+            if "10" not in str(e):
+                bad.append("too-small buffer error does not name the size: %s" % e)
+
+ts = [threading.Thread(target=worker, args=(w,)) for w in range(threads)]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join()
+c.close()
+direct, queued = _native.call_counts()
+print(json.dumps({"direct": direct, "queued": queued, "bad": bad}))
+'''
+
+
+def run_workload(master, mode, threads, rounds=6):
+    env = dict(os.environ, PYTHONPATH=PYDIR)
+    env.pop("TIERSTORE_CALLS", None)
+    if mode is not None:
+        env["TIERSTORE_CALLS"] = mode
+    r = subprocess.run([sys.executable, "-c", WORKLOAD, master, str(threads), str(rounds)], capture_output=True,
+                       text=True, timeout=PROBE_TIMEOUT, env=env)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    return out, r.stderr
+
+
+# Calls per worker round that go through the queue's entry points: put,
+# put_parts, batch_put, batch_put_parts, batch_get_into_parts, get_into x3,
+# get_into_parts, batch_get_into.
+CALLS_PER_ROUND = 10
+
+
+def test_queue_mode_queues_every_data_call(cluster):
+    out, _ = run_workload(cluster.master, "queue", threads=8)
+    assert out["bad"] == []
+    assert out["direct"] == 0
+    assert out["queued"] == 8 * 6 * CALLS_PER_ROUND
+
+
+def test_direct_mode_never_queues(cluster):
+    out, _ = run_workload(cluster.master, "direct", threads=8)
+    assert out["bad"] == []
+    assert out["queued"] == 0
+    assert out["direct"] == 8 * 6 * CALLS_PER_ROUND
+
+
+def test_auto_mode_one_caller_runs_directly(cluster):
+    out, _ = run_workload(cluster.master, None, threads=1)
+    assert out["bad"] == []
+    assert (out["direct"], out["queued"]) == (6 * CALLS_PER_ROUND, 0)
+
+
+def test_auto_mode_concurrent_callers_queue(cluster):
+    out, _ = run_workload(cluster.master, "auto", threads=8, rounds=10)
+    assert out["bad"] == []
+    assert out["direct"] + out["queued"] == 8 * 10 * CALLS_PER_ROUND
+    # Eight threads calling at once: most calls find another in flight.
+    assert out["queued"] > 0
+
+
+@pytest.mark.parametrize("value", ["fast", "QUEUE"])
+def test_bad_mode_is_named_and_auto(cluster, value):
+    out, err = run_workload(cluster.master, value, threads=1, rounds=1)
+    assert out["bad"] == []
+    assert "TIERSTORE_CALLS" in err and value in err
+    assert out["direct"] == CALLS_PER_ROUND
