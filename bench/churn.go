@@ -15,6 +15,7 @@ import (
 	"github.com/tierstore/tierstore/admission"
 	"github.com/tierstore/tierstore/bench/internal/belady"
 	"github.com/tierstore/tierstore/bench/internal/trace"
+	"github.com/tierstore/tierstore/bucket"
 	"github.com/tierstore/tierstore/embedded"
 	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
@@ -251,6 +252,19 @@ func envFloat(name string) float64 {
 		return 0
 	}
 	return v
+}
+
+// churnBucketLimit is the replays' --bucket_size_limit: an eighth of the
+// SSD (node.DerivedBucketSizeLimit's rule for a small SSD), or the SSD
+// over TIERSTORE_CHURN_BUCKETS (a development knob: how the bucket count
+// moves the figures; a deployment's SSD holds thousands of the default
+// 256 MiB buckets).
+func churnBucketLimit(sz churnSizes) int64 {
+	n := int64(envFloat("TIERSTORE_CHURN_BUCKETS"))
+	if n < 1 {
+		n = 8
+	}
+	return sz.ssd / n &^ (bucket.Align - 1)
 }
 
 // envSet reads a comma-separated list from the environment (nil: unset).
@@ -574,7 +588,7 @@ func churnConfig(p churnPolicy, sz churnSizes, dir string) embedded.Config {
 	cfg.Node.SSDCapacity = sz.ssd
 	cfg.Node.Backend = "pwrite"
 	cfg.Node.BucketEviction = p.eviction
-	cfg.Node.BucketSizeLimit = sz.ssd / 8
+	cfg.Node.BucketSizeLimit = churnBucketLimit(sz)
 	cfg.Node.HeartbeatInterval = time.Millisecond
 	cfg.Node.ReconcileInterval = time.Hour
 	return cfg

@@ -28,7 +28,7 @@ import (
 func churnUsableBlocks(sz churnSizes, keyLen int64) int {
 	dram := sz.dram / sz.block
 	dram -= (dram*5 + 99) / 100
-	limit := sz.ssd / 8 // churnConfig's BucketSizeLimit
+	limit := churnBucketLimit(sz)
 	per := 0
 	for bucket.Size(per+1, int64(per+1)*keyLen, int64(per+1)*bucket.AlignUp(sz.block)) <= limit {
 		per++
