@@ -118,6 +118,14 @@ func runPython(ctx context.Context, e *env) (*result, error) {
 		}
 		t.add(name, median(gs), median(ps), median(rs))
 	}
+	var gs, ps, rs []float64
+	for i := range goPasses {
+		gs, ps = append(gs, goPasses[i][pyThreadsName]), append(ps, pyPassesOut[i][pyDirectName])
+		if goPasses[i][pyThreadsName] > 0 {
+			rs = append(rs, pyPassesOut[i][pyDirectName]/goPasses[i][pyThreadsName])
+		}
+	}
+	t.add(pyDirectName, median(gs), median(ps), median(rs))
 	for _, name := range pyGoOnly {
 		var gs, rs []float64
 		pyName, _ := pyCounterpart(name)
@@ -135,6 +143,7 @@ func runPython(ctx context.Context, e *env) (*result, error) {
 		"batch_put_from: one call puts 128 new objects of 2 MiB from 128 buffers of its own (Go: BatchPutParts, from 128 buffers of its own too); they are removed after each call (untimed)",
 		"Go BatchGetInto, Go BatchPut: the plain Go batch calls on the same work; their Python / Go column is the Python figure of the same work over them",
 		"get_into 1 MiB: one caller reading one 1 MiB object after another; 8 threads: 8 Python threads sharing one store against 8 goroutines sharing one client, MB/s over the wall time",
+		"calls not queued: the 8 threads from a second Python process whose library runs every call on its caller's thread (TIERSTORE_CALLS=direct), against the same Go figure of the pass: what the call queue (docs/python.md, Threads) buys; not a figure of the goal",
 		"goal: every Python figure >= 0.9 x the Go figure")
 	res.Elapsed = time.Since(started).Seconds()
 	return res, nil
@@ -169,36 +178,69 @@ func pyCluster(ctx context.Context, dir string, cl *cluster) (string, error) {
 // ratio compares two measures taken seconds apart on a machine whose load
 // drifts.
 func pyRunPasses(ctx context.Context, c *client.Client, repo, addr string, passes int, d time.Duration) (goPasses, pyPassesOut []pyFigures, err error) {
-	py, err := startPyServer(ctx, repo, addr)
+	py, err := startPyServer(ctx, repo, addr, "")
 	if err != nil {
 		return nil, nil, fmt.Errorf("bench: python: %w", err)
 	}
 	defer py.close()
+	// The 8 threads once more from a process whose calls all run on their
+	// caller's thread: what the library's call queue buys, in the same run.
+	direct, err := startPyServer(ctx, repo, addr, "direct")
+	if err != nil {
+		return nil, nil, fmt.Errorf("bench: python (TIERSTORE_CALLS=direct): %w", err)
+	}
+	defer direct.close()
 	goFig := pyGoFigures(ctx, c)
 	goPasses, pyPassesOut = make([]pyFigures, passes), make([]pyFigures, passes)
 	for p := range passes {
 		goPasses[p], pyPassesOut[p] = pyFigures{}, pyFigures{}
 		for _, name := range append(slices.Clone(pyFigureNames), pyGoOnly...) {
 			pyName, both := pyCounterpart(name)
-			for turn := range 2 {
-				if (turn+p)%2 == 0 {
-					v, err := goFig[name](d, p)
-					if err != nil {
-						return nil, nil, fmt.Errorf("bench: python: Go %s: %w", name, err)
-					}
-					goPasses[p][name] = v
-				} else if both {
+			turns := []func() error{func() error {
+				v, err := goFig[name](d, p)
+				if err != nil {
+					return fmt.Errorf("bench: python: Go %s: %w", name, err)
+				}
+				goPasses[p][name] = v
+				return nil
+			}}
+			if both {
+				turns = append(turns, func() error {
 					v, err := py.measure(pyName, d)
 					if err != nil {
-						return nil, nil, fmt.Errorf("bench: python: Python %s: %w", pyName, err)
+						return fmt.Errorf("bench: python: Python %s: %w", pyName, err)
 					}
 					pyPassesOut[p][pyName] = v
+					return nil
+				})
+			}
+			if name == pyThreadsName {
+				turns = append(turns, func() error {
+					v, err := direct.measure(pyName, d)
+					if err != nil {
+						return fmt.Errorf("bench: python: Python (TIERSTORE_CALLS=direct) %s: %w", pyName, err)
+					}
+					pyPassesOut[p][pyDirectName] = v
+					return nil
+				})
+			}
+			// Who goes first turns with the pass.
+			for i := range turns {
+				if err := turns[(i+p)%len(turns)](); err != nil {
+					return nil, nil, err
 				}
 			}
 		}
 	}
 	return goPasses, pyPassesOut, nil
 }
+
+// pyThreadsName is the 8-thread figure; pyDirectName its measure by a
+// Python process with TIERSTORE_CALLS=direct (no call queue).
+var (
+	pyThreadsName = pyFigureNames[3]
+	pyDirectName  = pyThreadsName + ", calls not queued (TIERSTORE_CALLS=direct)"
+)
 
 // pyRepo is the repository root (the bench runs from it: go run ./bench).
 func pyRepo() (string, error) {
@@ -404,10 +446,15 @@ type pyServer struct {
 	stderr *strings.Builder
 }
 
-func startPyServer(ctx context.Context, repo, addr string) (*pyServer, error) {
+// startPyServer starts the Python side with the library's call mode
+// (TIERSTORE_CALLS: "" for the default).
+func startPyServer(ctx context.Context, repo, addr, calls string) (*pyServer, error) {
 	cmd := exec.CommandContext(ctx, pyPython, "-m", "tierstore.bench", "--master", addr, "--serve")
 	cmd.Dir = repo
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(repo, "python"))
+	if calls != "" {
+		cmd.Env = append(cmd.Env, "TIERSTORE_CALLS="+calls)
+	}
 	p := &pyServer{cmd: cmd, stderr: &strings.Builder{}}
 	cmd.Stderr = p.stderr
 	var err error
