@@ -132,3 +132,57 @@ def test_bad_mode_is_named_and_auto(cluster, value):
     assert out["bad"] == []
     assert "TIERSTORE_CALLS" in err and value in err
     assert out["direct"] == CALLS_PER_ROUND
+
+
+# Eight threads read in a loop through the queue while the main thread
+# closes the client once each has read 20 times: every call either reads
+# the object or fails with "client is closed" (INVALID_PARAMS); none hangs,
+# none reads wrong bytes, and the process exits cleanly.
+CLOSE_RACE = r'''
+import json, os, sys, threading, uuid
+import tierstore
+c = tierstore.Client(master=sys.argv[1])
+k = "cq-close-" + uuid.uuid4().hex
+v = os.urandom(1 << 20)
+c.put(k, v)
+threads = 8
+cond = threading.Condition()
+reads = [0] * threads
+ends, bad = [], []
+
+def worker(w):
+    b = bytearray(len(v))
+    while True:
+        try:
+            n = c.get_into(k, b)
+        except tierstore.Error as e:
+            ends.append(e.name if "closed" in str(e) else "unexpected: %s" % e)
+            return
+        if n != len(v) or b != v:
+            bad.append(w)
+        with cond:
+            reads[w] += 1
+            cond.notify_all()
+
+ts = [threading.Thread(target=worker, args=(w,)) for w in range(threads)]
+for t in ts:
+    t.start()
+with cond:
+    if not cond.wait_for(lambda: min(reads) >= 20, timeout=120):
+        bad.append("threads did not read 20 times each")
+c.close()
+for t in ts:
+    t.join(60)
+print(json.dumps({"alive": sum(t.is_alive() for t in ts), "ends": ends, "bad": bad, "reads": sum(reads)}))
+'''
+
+
+def test_close_under_queued_calls(cluster):
+    env = dict(os.environ, PYTHONPATH=PYDIR, TIERSTORE_CALLS="queue")
+    r = subprocess.run([sys.executable, "-c", CLOSE_RACE, cluster.master], capture_output=True, text=True,
+                       timeout=PROBE_TIMEOUT, env=env)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["bad"] == [] and out["alive"] == 0
+    assert out["ends"] == ["INVALID_PARAMS"] * 8, out["ends"]
+    assert out["reads"] >= 160
