@@ -156,8 +156,9 @@ func (s *Service) ReRegisterSSDColumns(ctx context.Context, nodeID string, c mas
 // request): the map keys then slice it and it is not copied.
 //
 // The chunk's shards are visited from a start that moves with every
-// chunk, a shard whose lock is busy (another chunk of the same node is
-// there: up to 3 are in flight) is left for a second pass, and each
+// chunk, a shard whose lock is busy (another chunk is there: a node has
+// up to 3 in flight) is left for later passes, which take the busy shards
+// that became free and wait only when none did, and each
 // shard's counters are added once per hold (before its unlock, so Check
 // under all shard locks sees them agree).
 func (s *Service) reRegisterColumns(ctx context.Context, nodeID string, c masterapi.SSDColumns, owned bool) ([]error, error) {
@@ -228,11 +229,27 @@ func (s *Service) reRegisterColumns(ctx context.Context, nodeID string, c master
 		s.registerShardLocked(shd, n, items, order[lo:hi], c, out, seen, now)
 		shd.mu.Unlock()
 	}
-	for _, sh := range busy {
-		shd := &s.shards[sh]
-		shd.mu.Lock()
-		s.registerShardLocked(shd, n, items, order[starts[sh]:starts[sh+1]], c, out, seen, now)
-		shd.mu.Unlock()
+	for len(busy) > 0 {
+		// Again the free ones first; waits only when every one is busy.
+		rest := busy[:0]
+		for _, sh := range busy {
+			shd := &s.shards[sh]
+			if !shd.mu.TryLock() {
+				rest = append(rest, sh)
+				continue
+			}
+			s.registerShardLocked(shd, n, items, order[starts[sh]:starts[sh+1]], c, out, seen, now)
+			shd.mu.Unlock()
+		}
+		if len(rest) == len(busy) {
+			sh := rest[0]
+			shd := &s.shards[sh]
+			shd.mu.Lock()
+			s.registerShardLocked(shd, n, items, order[starts[sh]:starts[sh+1]], c, out, seen, now)
+			shd.mu.Unlock()
+			rest = rest[1:]
+		}
+		busy = rest
 	}
 	for _, e := range out {
 		if e != nil {
