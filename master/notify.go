@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"math/bits"
+	"sync"
 	"unsafe"
 
 	"github.com/tierstore/tierstore/internal/errcode"
@@ -188,7 +189,9 @@ func (s *Service) reRegisterColumns(ctx context.Context, nodeID string, c master
 	} else {
 		all = string(c.Keys)
 	}
-	items := make([]reItem, count)
+	sc := reScratchPool.Get().(*reScratch)
+	defer sc.put()
+	items := sc.itemsOf(count)
 	for i, off := 0, 0; i < count; i++ {
 		end := off + int(c.Lens[i])
 		key := all[off:end]
@@ -198,15 +201,15 @@ func (s *Service) reRegisterColumns(ctx context.Context, nodeID string, c master
 	s.removedSSDMany(nodeID, items, out)
 	// Group by shard (counting sort), then each shard once under its lock.
 	shards := len(s.shards)
-	order := make([]int32, count)
-	starts := make([]int32, shards+1)
+	order := sc.grow(&sc.order, count)
+	starts := sc.grow(&sc.starts, shards+1)
 	for i := range items {
 		starts[int(items[i].h&s.mask)+1]++
 	}
 	for i := 1; i < len(starts); i++ {
 		starts[i] += starts[i-1]
 	}
-	fill := append([]int32(nil), starts[:shards]...)
+	fill := append(sc.grow(&sc.fill, shards)[:0], starts[:shards]...)
 	for i := range items {
 		sh := int(items[i].h & s.mask)
 		order[fill[sh]] = int32(i)
@@ -315,6 +318,41 @@ func newSSDObject(size int64, crc uint32, n *node, seen uint32) *object {
 	x := &ssdObject{object: object{size: size, crc: crc}, rep: [1]ssdReplica{{node: n, seen: seen}}}
 	x.ssd = x.rep[:1:1]
 	return &x.object
+}
+
+// reScratch is a chunk's working arrays, reused from chunk to chunk
+// (reScratchPool): not garbage the collector must catch up with while a
+// re-registration fills the heap.
+type reScratch struct {
+	items               []reItem
+	order, starts, fill []int32
+}
+
+var reScratchPool = sync.Pool{New: func() any { return new(reScratch) }}
+
+// itemsOf returns sc.items sized count.
+func (sc *reScratch) itemsOf(count int) []reItem {
+	if cap(sc.items) < count {
+		sc.items = make([]reItem, count)
+	}
+	return sc.items[:count]
+}
+
+// grow returns *p sized n and zeroed.
+func (sc *reScratch) grow(p *[]int32, n int) []int32 {
+	if cap(*p) < n {
+		*p = make([]int32, n)
+	}
+	*p = (*p)[:n]
+	clear(*p)
+	return *p
+}
+
+// put clears the keys (they point into the chunk's key bytes) and
+// returns sc to the pool.
+func (sc *reScratch) put() {
+	clear(sc.items)
+	reScratchPool.Put(sc)
 }
 
 // reItem is one object of a re-registration chunk: its key (a slice of
