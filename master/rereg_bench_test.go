@@ -1,6 +1,7 @@
 package master
 
 import (
+	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -12,12 +13,18 @@ import (
 )
 
 // BenchmarkReRegister1M re-registers 1M SSD objects of one node into a
-// new Service (the default 1024 shards), in process: chunks of 4096 in
-// columns, 3 in flight, as a node sends them (node/reconcile.go), the
+// new Service (the default 1024 shards), in process: chunks of 4096 (as a
+// node sends them, node/reconcile.go) or 16384 in columns, 3 in flight, the
 // first with the Expected hint. It reports the process's CPU time per key
 // beside the wall time (docs/benchmarks.md, re-registration in columns).
 func BenchmarkReRegister1M(b *testing.B) {
-	const keys, chunk, inFlight = 1_000_000, 4096, 3
+	for _, chunk := range []int{4096, 16384} {
+		b.Run(fmt.Sprint("chunk=", chunk), func(b *testing.B) { benchReRegister(b, chunk) })
+	}
+}
+
+func benchReRegister(b *testing.B, chunk int) {
+	const keys, inFlight = 1_000_000, 3
 	var chunks []masterapi.SSDColumns
 	for lo := 0; lo < keys; lo += chunk {
 		var c masterapi.SSDColumns
