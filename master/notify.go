@@ -145,9 +145,10 @@ func (s *Service) reRegisterEach(ctx context.Context, nodeID string, objs []mast
 }
 
 // ReRegisterSSDColumns implements API. A chunk costs the master one copy
-// of its key bytes (the map keys of new objects are slices of it), one
-// hash per key, one removal-log lock and one lock per shard it touches,
-// not per object; the first chunk's Expected hint sizes the shards' maps.
+// of its key bytes (the map keys of new objects are slices of it; none
+// over gRPC, see reRegisterColumns), one hash per key, one removal-log
+// lock and one lock per shard it touches, not per object; the first
+// chunk's Expected hint sizes the shards' maps.
 func (s *Service) ReRegisterSSDColumns(ctx context.Context, nodeID string, c masterapi.SSDColumns) ([]error, error) {
 	return s.reRegisterColumns(ctx, nodeID, c, false)
 }
@@ -217,7 +218,7 @@ func (s *Service) reRegisterColumns(ctx context.Context, nodeID string, c master
 	}
 	seen := n.dig.epoch.Load()
 	first := int(s.reRegisterTurn.Add(1)*reRegisterStride) & (shards - 1)
-	busy := fill[:0] // reuses fill: the shards left for the second pass
+	busy := fill[:0] // reuses fill: the shards left for later passes
 	for k := range shards {
 		sh := (first + k) & (shards - 1)
 		lo, hi := starts[sh], starts[sh+1]
@@ -278,8 +279,8 @@ func (s *Service) registerShardLocked(sh *shard, n *node, items []reItem, idx []
 	// The lookups first, on their own: independent of each other, their
 	// cache misses (each key's group in a map of thousands of groups)
 	// overlap, and the loop below finds those groups cached. Measured, not
-	// guessed: BenchmarkReRegister1M's CPU per key fell by a fifth to a
-	// quarter (docs/benchmarks.md).
+	// guessed: BenchmarkReRegister1M's CPU per key fell by 22-29% in three
+	// alternations (docs/benchmarks.md).
 	known := 0
 	for _, i := range idx {
 		if sh.objs[items[i].key] != nil {
