@@ -26,15 +26,11 @@ import (
 
 const digestSlots = masterapi.MaxReconcileSlots
 
-// slotPos's rotation assumes 14-bit slots.
-var _ = [1]struct{}{}[digestSlots>>14-1]
-
 // ssdDigest is the running digest of one node id's SSD replicas, and
 // its reconcile session.
 type ssdDigest struct {
 	// counts and sums are atomics: replicas of one slot can change under
-	// different shard locks when there are more shards than slots. Slot
-	// r is kept at index slotPos(r).
+	// different shard locks when there are more shards than slots.
 	counts [digestSlots]atomic.Uint32
 	sums   [digestSlots]atomic.Uint64
 
@@ -54,20 +50,9 @@ type ssdDigest struct {
 	differ []uint64
 }
 
-// slotPos is where slot r is kept in ssdDigest.counts and sums: r's
-// bits rotated left by 4 within the 14 of a slot, so that the 16 slots
-// whose low 10 bits agree (one shard's, at the default 1024 shards) are
-// adjacent (64 bytes of counts, 128 of sums) instead of 4 and 8 KiB
-// apart: a re-registration chunk's keys of a shard update the digest in
-// three cache lines, not two lines (and pages) per key.
-func slotPos(r int) int {
-	const bits = 14
-	return (r<<4 | r>>(bits-4)) & (digestSlots - 1)
-}
-
 // add applies delta (+1 or -1) replicas of the key with hash h.
 func (d *ssdDigest) add(h uint64, delta int64) {
-	r := slotPos(masterapi.SlotOf(h, digestSlots))
+	r := masterapi.SlotOf(h, digestSlots)
 	t := masterapi.DigestAddend(h)
 	if delta > 0 {
 		d.counts[r].Add(1)
@@ -84,8 +69,8 @@ func (d *ssdDigest) folded(slots int) masterapi.SlotDigest {
 	out := masterapi.NewSlotDigest(slots)
 	for i := range digestSlots {
 		r := i & (slots - 1)
-		out.Counts[r] += d.counts[slotPos(i)].Load()
-		out.Sums[r] += d.sums[slotPos(i)].Load()
+		out.Counts[r] += d.counts[i].Load()
+		out.Sums[r] += d.sums[i].Load()
 	}
 	return out
 }
