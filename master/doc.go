@@ -235,6 +235,13 @@
 // holds several shard locks at once, takes them in ascending shard index
 // order. evictMu (one eviction round at a time) and a reconcile session's
 // ssdDigest.mu are taken before shard locks; digestMu is a leaf. Counters
-// and reconcile digests are atomics. Time comes from Config.Clock, so tests
+// and reconcile digests are atomics; a path that adds a shard's counters
+// once for several objects (an SSD re-registration chunk) adds them before
+// releasing that shard's lock, so Check, under every shard lock, finds
+// them equal to the metadata. An SSD re-registration chunk holds one shard
+// lock at a time, in an order that starts at a shard chosen per chunk
+// (reRegisterTurn, an atomic), with TryLock: a busy shard is taken after
+// the free ones, so the chunks in flight do not queue on the same locks.
+// Time comes from Config.Clock, so tests
 // drive leases and TTLs with a ManualClock and call Tick instead of sleeping.
 package master

@@ -341,8 +341,16 @@ func (s *Server) NotifyOffloadSuccess(ctx context.Context, r *pb.NotifyOffloadSu
 
 func (s *Server) ReRegisterSSDObjects(ctx context.Context, r *pb.RegisterSSDObjectsRequest) (*pb.RegisterSSDObjectsResponse, error) {
 	c := r.GetObjects()
-	errs, err := s.api.ReRegisterSSDColumns(ctx, r.GetNode(), masterapi.SSDColumns{Keys: c.GetKeys(), Lens: c.GetKeyLens(),
-		Sizes: c.GetSizes(), CRCs: c.GetCrcs(), Expected: r.GetExpected()})
+	cols := masterapi.SSDColumns{Keys: c.GetKeys(), Lens: c.GetKeyLens(), Sizes: c.GetSizes(), CRCs: c.GetCrcs(), Expected: r.GetExpected()}
+	var errs []error
+	var err error
+	if svc, ok := s.api.(*Service); ok {
+		// The request was decoded for this call alone (its key bytes are a
+		// copy of the wire's, held by nothing else): the master keeps them.
+		errs, err = svc.reRegisterColumns(ctx, r.GetNode(), cols, true)
+	} else {
+		errs, err = s.api.ReRegisterSSDColumns(ctx, r.GetNode(), cols)
+	}
 	if err != nil {
 		return nil, toStatus(err)
 	}

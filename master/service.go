@@ -62,6 +62,9 @@ type Service struct {
 	// reclaim of abandoned puts, promotion victims): what they cost; tests
 	// read it.
 	scanVisits atomic.Int64
+	// reRegisterTurn counts SSD re-registration chunks: each starts its
+	// walk over the shards at another shard (reRegisterColumns).
+	reRegisterTurn atomic.Uint64
 
 	// room wakes PutStarts waiting for DRAM room (room.go).
 	room broadcast
