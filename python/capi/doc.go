@@ -40,8 +40,9 @@
 //
 // # Concurrency
 //
-// Every function may be called from any thread at once. The eight data
-// calls have a C entry point each, tsq_NAME (queue.c), which runs the call
+// Every function may be called from any thread at once. The data calls
+// and the lookups (ts_put*, ts_get*, ts_batch_put*, ts_batch_get_into*,
+// ts_exists, ts_batch_exists) have a C entry point each, tsq_NAME (queue.c), which runs the call
 // directly when no other is in flight and otherwise queues it: the
 // dispatcher goroutine (queue.go) waits on an eventfd in the runtime's
 // poller, takes the whole queue (queue.c's qmu guards it) at each wake and

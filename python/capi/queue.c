@@ -189,3 +189,27 @@ int64_t tsq_batch_get_into_parts(int64_t h, int64_t n, char **keys, int64_t *key
 	r.p[5] = res, r.p[6] = err, r.i[2] = errlen;
 	return run(&r);
 }
+
+int64_t tsq_get(int64_t h, char *key, int64_t keylen, void **out, char *err, int64_t errlen) {
+	if (enter())
+		return leave(ts_get(h, key, keylen, out, err, errlen));
+	REQ(TSQ_GET);
+	r.i[0] = h, r.p[0] = key, r.i[1] = keylen, r.p[1] = out, r.p[2] = err, r.i[2] = errlen;
+	return run(&r);
+}
+
+int64_t tsq_exists(int64_t h, char *key, int64_t keylen, char *err, int64_t errlen) {
+	if (enter())
+		return leave(ts_exists(h, key, keylen, err, errlen));
+	REQ(TSQ_EXISTS);
+	r.i[0] = h, r.p[0] = key, r.i[1] = keylen, r.p[1] = err, r.i[2] = errlen;
+	return run(&r);
+}
+
+int64_t tsq_batch_exists(int64_t h, int64_t n, char **keys, int64_t *keylens, int64_t *res, char *err, int64_t errlen) {
+	if (enter())
+		return leave(ts_batch_exists(h, n, keys, keylens, res, err, errlen));
+	REQ(TSQ_BATCH_EXISTS);
+	r.i[0] = h, r.i[1] = n, r.p[0] = keys, r.p[1] = keylens, r.p[2] = res, r.p[3] = err, r.i[2] = errlen;
+	return run(&r);
+}

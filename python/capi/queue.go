@@ -125,6 +125,12 @@ func runQueued(r *C.tsq_req) C.int64_t {
 	case C.TSQ_BATCH_GET_INTO_PARTS:
 		return ts_batch_get_into_parts(i[0], i[1], (**C.char)(p[0]), (*C.int64_t)(p[1]), (*C.int64_t)(p[2]), (*unsafe.Pointer)(p[3]),
 			(*C.int64_t)(p[4]), (*C.int64_t)(p[5]), (*C.char)(p[6]), i[2])
+	case C.TSQ_GET:
+		return ts_get(i[0], (*C.char)(p[0]), i[1], (*unsafe.Pointer)(p[1]), (*C.char)(p[2]), i[2])
+	case C.TSQ_EXISTS:
+		return ts_exists(i[0], (*C.char)(p[0]), i[1], (*C.char)(p[1]), i[2])
+	case C.TSQ_BATCH_EXISTS:
+		return ts_batch_exists(i[0], i[1], (**C.char)(p[0]), (*C.int64_t)(p[1]), (*C.int64_t)(p[2]), (*C.char)(p[3]), i[2])
 	}
 	return C.int64_t(errcode.InternalError) // queue.c queues only the operations above
 }

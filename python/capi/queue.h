@@ -16,6 +16,9 @@ enum {
 	TSQ_BATCH_PUT_PARTS,
 	TSQ_BATCH_GET_INTO,
 	TSQ_BATCH_GET_INTO_PARTS,
+	TSQ_GET,
+	TSQ_EXISTS,
+	TSQ_BATCH_EXISTS,
 };
 
 // Call modes (TIERSTORE_CALLS): auto queues a call when another is in

@@ -45,6 +45,9 @@ def worker(w):
         e1, e2 = bytearray(10), bytearray(len(v[0]) - 10)
         check("batch_get_into_parts", c.batch_get_into_parts([k + "e"], [[e1, e2]]), [len(v[0])])
         check("batch_get_into_parts bytes", bytes(e1 + e2), v[0])
+        check("get", c.get(k + "a"), v[0])
+        check("exists", (c.exists(k + "a"), c.exists(k + "missing")), (True, False))
+        check("batch_exists", c.batch_exists([k + "b", k + "missing"]), [True, False])
         b = bytearray(len(v[0]))
         check("get_into", c.get_into(k + "a", b), len(v[0]))
         check("get_into bytes", bytes(b), v[0])
@@ -93,9 +96,9 @@ def run_workload(master, mode, threads, rounds=6):
 
 
 # Calls per worker round that go through the queue's entry points: put,
-# put_parts, batch_put, batch_put_parts, batch_get_into_parts, get_into x3,
-# get_into_parts, batch_get_into.
-CALLS_PER_ROUND = 10
+# put_parts, batch_put, batch_put_parts, batch_get_into_parts, get,
+# exists x2, batch_exists, get_into x3, get_into_parts, batch_get_into.
+CALLS_PER_ROUND = 14
 
 
 def test_queue_mode_queues_every_data_call(cluster):

@@ -59,12 +59,13 @@ for _name, _args in _SIGS.items():
     _f = getattr(lib, _name)
     _f.argtypes = _args
     _f.restype = _i64
-# The data calls go through the library's call queue (python/capi/queue.c):
+# The data calls and the lookups go through the library's call queue (python/capi/queue.c):
 # tsq_NAME has ts_NAME's signature and, when another call is in flight, runs
 # the call on a goroutine while this thread waits in C (docs/python.md,
 # "Threads"). lib.ts_NAME is bound to it, so that every caller uses it.
 QUEUED = ("ts_put", "ts_put_parts", "ts_get_into", "ts_get_into_parts", "ts_batch_put",
-          "ts_batch_put_parts", "ts_batch_get_into", "ts_batch_get_into_parts")
+          "ts_batch_put_parts", "ts_batch_get_into", "ts_batch_get_into_parts", "ts_get", "ts_exists",
+          "ts_batch_exists")
 for _name in QUEUED:
     _f = getattr(lib, "tsq_" + _name[3:])
     _f.argtypes = _SIGS[_name]
