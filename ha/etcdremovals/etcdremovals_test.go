@@ -9,6 +9,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tierstore/tierstore/ha"
 	"github.com/tierstore/tierstore/ha/hatest"
@@ -166,8 +168,13 @@ func TestAppendEndsWithTheLeadership(t *testing.T) {
 	}
 	select {
 	case err := <-done:
-		if !errors.Is(err, ErrDeposed) {
-			t.Fatalf("Append after the leadership ended: %v, want ErrDeposed", err)
+		// ErrDeposed when etcd does not answer (the call ends with the
+		// leadership: a context error without the cause is red). When the
+		// stopped etcd fails the call first (the connection's EOF, seen
+		// about 1 run in 30 under CI's load), the call has ended with
+		// etcd's Unavailable, which is fine too.
+		if !errors.Is(err, ErrDeposed) && status.Code(err) != codes.Unavailable {
+			t.Fatalf("Append with etcd stopped: %v, want ErrDeposed (or etcd's Unavailable)", err)
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("Append still running 20 s after the leadership ended")
