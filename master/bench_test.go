@@ -165,14 +165,7 @@ func runBatches[T any](b *testing.B, on T, bs [][]string, call func(on T, keys [
 // BenchmarkPutStartEnd: one op is a PutStart + PutEnd pair of a new 4 KiB
 // object into a 256 MiB segment; eviction runs whenever it fills.
 func BenchmarkPutStartEnd(b *testing.B) {
-	cfg := DefaultConfig()
-	cfg.MonitorInterval = 0
-	cfg.ClientTTL = time.Hour
-	cfg.Logger = slog.New(slog.DiscardHandler)
-	s, err := New(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
+	s := quietService(b)
 	defer s.Close()
 	for n := 0; n < 2; n++ {
 		if err := s.MountSegment(bg, masterapi.MountRequest{Node: fmt.Sprint("n", n), Endpoint: "e", Segment: "s", Size: 128 << 20}); err != nil {
@@ -272,4 +265,19 @@ func BenchmarkAbandonedPutReclaim(b *testing.B) {
 			b.ReportMetric(float64(objects), "objects")
 		})
 	}
+}
+
+// quietService is a master for benchmarks: no monitor loop, nodes never
+// expire, no logs.
+func quietService(b *testing.B) *Service {
+	b.Helper()
+	cfg := DefaultConfig()
+	cfg.MonitorInterval = 0
+	cfg.ClientTTL = time.Hour
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	s, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
 }

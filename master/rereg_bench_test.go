@@ -2,7 +2,6 @@ package master
 
 import (
 	"fmt"
-	"log/slog"
 	"strconv"
 	"sync"
 	"syscall"
@@ -41,14 +40,7 @@ func benchReRegister(b *testing.B, chunk int) {
 	var cpu time.Duration
 	for b.Loop() {
 		b.StopTimer()
-		cfg := DefaultConfig()
-		cfg.MonitorInterval = 0
-		cfg.ClientTTL = time.Hour
-		cfg.Logger = slog.New(slog.DiscardHandler)
-		s, err := New(cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
+		s := quietService(b)
 		if err := s.MountSegment(bg, masterapi.MountRequest{Node: "n", Endpoint: "e", Segment: "s", Size: 1 << 20}); err != nil {
 			b.Fatal(err)
 		}
