@@ -108,24 +108,22 @@ func runPython(ctx context.Context, e *env) (*result, error) {
 	}}
 	t := &table{Title: "Python (MooncakeDistributedStore) against the Go client, same cluster, same run",
 		Columns: []string{"figure", "Go MB/s", "Python MB/s", "Python / Go"}}
-	for _, name := range pyFigureNames {
+	// row adds Python figure pyName against Go figure goName: the median
+	// passes and the median of the per-pass ratios.
+	row := func(label, goName, pyName string) {
 		var gs, ps, rs []float64
 		for i := range goPasses {
-			gs, ps = append(gs, goPasses[i][name]), append(ps, pyPassesOut[i][name])
-			if goPasses[i][name] > 0 {
-				rs = append(rs, pyPassesOut[i][name]/goPasses[i][name])
+			gs, ps = append(gs, goPasses[i][goName]), append(ps, pyPassesOut[i][pyName])
+			if goPasses[i][goName] > 0 {
+				rs = append(rs, pyPassesOut[i][pyName]/goPasses[i][goName])
 			}
 		}
-		t.add(name, median(gs), median(ps), median(rs))
+		t.add(label, median(gs), median(ps), median(rs))
 	}
-	var gs, ps, rs []float64
-	for i := range goPasses {
-		gs, ps = append(gs, goPasses[i][pyThreadsName]), append(ps, pyPassesOut[i][pyDirectName])
-		if goPasses[i][pyThreadsName] > 0 {
-			rs = append(rs, pyPassesOut[i][pyDirectName]/goPasses[i][pyThreadsName])
-		}
+	for _, name := range pyFigureNames {
+		row(name, name, name)
 	}
-	t.add(pyDirectName, median(gs), median(ps), median(rs))
+	row(pyDirectName, pyThreadsName, pyDirectName)
 	for _, name := range pyGoOnly {
 		var gs, rs []float64
 		pyName, _ := pyCounterpart(name)
