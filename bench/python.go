@@ -124,7 +124,6 @@ func runPython(ctx context.Context, e *env) (*result, error) {
 		row(name, name, name)
 	}
 	row(pyDirectName, pyThreadsName, pyDirectName)
-	row(pyAloneName, pyThreadsName, pyAloneName)
 	for _, name := range pyGoOnly {
 		var gs, rs []float64
 		pyName, _ := pyCounterpart(name)
@@ -143,7 +142,6 @@ func runPython(ctx context.Context, e *env) (*result, error) {
 		"Go BatchGetInto, Go BatchPut: the plain Go batch calls on the same work; their Python / Go column is the Python figure of the same work over them",
 		"get_into 1 MiB: one caller reading one 1 MiB object after another; 8 threads: 8 Python threads sharing one store against 8 goroutines sharing one client, MB/s over the wall time",
 		"calls not queued: the 8 threads from a second Python process whose library runs every call on its caller's thread (TIERSTORE_CALLS=direct), against the same Go figure of the pass: what the call queue (docs/python.md, Threads) buys; not a figure of the goal",
-		"not coalesced: the 8 threads from a third Python process whose queued get_into calls each run alone (TIERSTORE_COALESCE=0), against the same Go figure: what coalescing buys; not a figure of the goal",
 		"goal: every Python figure >= 0.9 x the Go figure")
 	if all := threadCalls[0] + threadCalls[1]; all > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("8 threads, the library's calls over every pass: %d, %.0f%% queued, %.0f%% of the queued get_into calls coalesced into batch reads (docs/python.md, Threads)",
@@ -185,7 +183,7 @@ func pyCluster(ctx context.Context, dir string, cl *cluster) (string, error) {
 // threadCalls are the Python library's call counts over the 8-thread
 // figure in its default mode: direct, queued, coalesced.
 func pyRunPasses(ctx context.Context, c *client.Client, repo, addr string, passes int, d time.Duration) (goPasses, pyPassesOut []pyFigures, threadCalls [3]int64, err error) {
-	py, err := startPyServer(ctx, repo, addr)
+	py, err := startPyServer(ctx, repo, addr, "")
 	if err != nil {
 		return nil, nil, threadCalls, fmt.Errorf("bench: python: %w", err)
 	}
@@ -193,18 +191,11 @@ func pyRunPasses(ctx context.Context, c *client.Client, repo, addr string, passe
 	defer func() { threadCalls = py.calls[pyThreadsName] }()
 	// The 8 threads once more from a process whose calls all run on their
 	// caller's thread: what the library's call queue buys, in the same run.
-	direct, err := startPyServer(ctx, repo, addr, "TIERSTORE_CALLS=direct")
+	direct, err := startPyServer(ctx, repo, addr, "direct")
 	if err != nil {
 		return nil, nil, threadCalls, fmt.Errorf("bench: python (TIERSTORE_CALLS=direct): %w", err)
 	}
 	defer direct.close()
-	// And from a process whose queued calls are never coalesced: what
-	// coalescing buys.
-	alone, err := startPyServer(ctx, repo, addr, "TIERSTORE_COALESCE=0")
-	if err != nil {
-		return nil, nil, threadCalls, fmt.Errorf("bench: python (TIERSTORE_COALESCE=0): %w", err)
-	}
-	defer alone.close()
 	goFig := pyGoFigures(ctx, c)
 	goPasses, pyPassesOut = make([]pyFigures, passes), make([]pyFigures, passes)
 	for p := range passes {
@@ -237,13 +228,6 @@ func pyRunPasses(ctx context.Context, c *client.Client, repo, addr string, passe
 					}
 					pyPassesOut[p][pyDirectName] = v
 					return nil
-				}, func() error {
-					v, err := alone.measure(pyName, d)
-					if err != nil {
-						return fmt.Errorf("bench: python (TIERSTORE_COALESCE=0) %s: %w", pyName, err)
-					}
-					pyPassesOut[p][pyAloneName] = v
-					return nil
 				})
 			}
 			// Who goes first turns with the pass.
@@ -258,12 +242,10 @@ func pyRunPasses(ctx context.Context, c *client.Client, repo, addr string, passe
 }
 
 // pyThreadsName is the 8-thread figure; pyDirectName its measure by a
-// Python process with TIERSTORE_CALLS=direct (no call queue), pyAloneName
-// by one with TIERSTORE_COALESCE=0 (queued, never coalesced).
+// Python process with TIERSTORE_CALLS=direct (no call queue).
 var (
 	pyThreadsName = pyFigureNames[3]
 	pyDirectName  = pyThreadsName + ", calls not queued (TIERSTORE_CALLS=direct)"
-	pyAloneName   = pyThreadsName + ", queued, not coalesced (TIERSTORE_COALESCE=0)"
 )
 
 // pyRepo is the repository root (the bench runs from it: go run ./bench).
@@ -473,12 +455,15 @@ type pyServer struct {
 	stderr *strings.Builder
 }
 
-// startPyServer starts the Python side with env (the library's settings,
-// such as TIERSTORE_CALLS=direct) added to this process's environment.
-func startPyServer(ctx context.Context, repo, addr string, env ...string) (*pyServer, error) {
+// startPyServer starts the Python side with the library's call mode
+// (TIERSTORE_CALLS: "" for the default).
+func startPyServer(ctx context.Context, repo, addr, calls string) (*pyServer, error) {
 	cmd := exec.CommandContext(ctx, pyPython, "-m", "tierstore.bench", "--master", addr, "--serve")
 	cmd.Dir = repo
-	cmd.Env = append(append(os.Environ(), "PYTHONPATH="+filepath.Join(repo, "python")), env...)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(repo, "python"))
+	if calls != "" {
+		cmd.Env = append(cmd.Env, "TIERSTORE_CALLS="+calls)
+	}
 	p := &pyServer{cmd: cmd, stderr: &strings.Builder{}, calls: map[string][3]int64{}}
 	cmd.Stderr = p.stderr
 	var err error

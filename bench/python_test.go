@@ -27,16 +27,14 @@ func TestPythonScenarioShort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := len(pyFigureNames) + 2 + len(pyGoOnly) // and the 8 threads without the call queue, and not coalesced
+	want := len(pyFigureNames) + 1 + len(pyGoOnly) // and the 8 threads without the call queue
 	if len(res.Tables) != 1 || len(res.Tables[0].Rows) != want {
 		t.Fatalf("want one table of %d rows, got %+v", want, res.Tables)
 	}
-	for i, name := range []string{pyDirectName, pyAloneName} {
-		if got := res.Tables[0].Rows[len(pyFigureNames)+i][0]; got != name {
-			t.Errorf("row %d is %v, want %q", len(pyFigureNames)+i, got, name)
-		}
+	if got := res.Tables[0].Rows[len(pyFigureNames)][0]; got != pyDirectName {
+		t.Errorf("row %d is %v, want %q", len(pyFigureNames), got, pyDirectName)
 	}
-	for _, row := range res.Tables[0].Rows[:len(pyFigureNames)+2] {
+	for _, row := range res.Tables[0].Rows[:len(pyFigureNames)+1] {
 		for i, c := range row[1:3] {
 			if f, ok := c.(float64); !ok || f <= 0 {
 				t.Errorf("%v: %s figure %v, want > 0", row[0], []string{"Go", "Python"}[i], c)

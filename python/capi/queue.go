@@ -30,22 +30,6 @@ import (
 // before the queue existed) or "queue" (always queue).
 var callModes = map[string]C.int{"": C.TSQ_AUTO, "auto": C.TSQ_AUTO, "direct": C.TSQ_DIRECT, "queue": C.TSQ_QUEUE}
 
-// noCoalesce turns coalescing off (TIERSTORE_COALESCE=0, read once at
-// load; "1" or unset: on): every queued get_into runs alone, for callers
-// that want each get's latency over the throughput of all, and to measure
-// what coalescing buys.
-var noCoalesce = func() bool {
-	switch v := os.Getenv("TIERSTORE_COALESCE"); v {
-	case "", "1":
-		return false
-	case "0":
-		return true
-	default:
-		slog.Warn("libtierstore: TIERSTORE_COALESCE is 0 or 1; coalescing stays on", "got", v)
-		return false
-	}
-}()
-
 func init() {
 	mode, ok := callModes[os.Getenv("TIERSTORE_CALLS")]
 	if !ok {
@@ -99,7 +83,7 @@ func handOut(rs *C.tsq_req) {
 	var gets [][]*C.tsq_req // by handle, in queue order
 	for r := rs; r != nil; {
 		next := r.next // r belongs to its caller again once it is done
-		if r.op != C.TSQ_GET_INTO || noCoalesce {
+		if r.op != C.TSQ_GET_INTO {
 			give(job{r: r})
 			r = next
 			continue

@@ -257,22 +257,15 @@ print(json.dumps({"queued": queued, "alive": sum(t.is_alive() for t in ts), "bad
 '''
 
 
-@pytest.mark.parametrize("coalesce,want", [(None, 9), ("1", 9), ("0", 0), ("yes", 9)])
-def test_queued_get_into_calls_coalesce(cluster, coalesce, want):
+def test_queued_get_into_calls_coalesce(cluster):
     env = dict(os.environ, PYTHONPATH=PYDIR, TIERSTORE_CALLS="queue")
-    env.pop("TIERSTORE_COALESCE", None)
-    if coalesce is not None:
-        env["TIERSTORE_COALESCE"] = coalesce
     r = subprocess.run([sys.executable, "-c", COALESCE, cluster.master], capture_output=True, text=True,
                        timeout=PROBE_TIMEOUT, env=env)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
-    # Each caller's own answer, coalesced or not.
     assert out["bad"] == [] and out["alive"] == 0
     assert out["queued"] == 10
-    # Coalescing on: the nine calls on the first client ran as one batch;
-    # the second client's call ran alone. Off (TIERSTORE_COALESCE=0):
-    # every call ran alone. A bad value is named and leaves it on.
-    assert out["coalesced"] == want
+    # The nine calls on the first client ran as one batch; the second
+    # client's call ran alone.
+    assert out["coalesced"] == 9
     assert out["queued_calls"] == 10
-    assert ("TIERSTORE_COALESCE" in r.stderr and coalesce in r.stderr) == (coalesce == "yes")
