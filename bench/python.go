@@ -95,7 +95,7 @@ func runPython(ctx context.Context, e *env) (*result, error) {
 	if e.sizes != nil { // tests: one short pass
 		passes, d = 1, 200*time.Millisecond
 	}
-	goPasses, pyPassesOut, threadCalls, err := pyRunPasses(ctx, c, repo, addr, passes, d)
+	goPasses, pyPassesOut, err := pyRunPasses(ctx, c, repo, addr, passes, d)
 	if err != nil {
 		return nil, err
 	}
@@ -143,10 +143,6 @@ func runPython(ctx context.Context, e *env) (*result, error) {
 		"get_into 1 MiB: one caller reading one 1 MiB object after another; 8 threads: 8 Python threads sharing one store against 8 goroutines sharing one client, MB/s over the wall time",
 		"calls not queued: the 8 threads from a second Python process whose library runs every call on its caller's thread (TIERSTORE_CALLS=direct), against the same Go figure of the pass: what the call queue (docs/python.md, Threads) buys; not a figure of the goal",
 		"goal: every Python figure >= 0.9 x the Go figure")
-	if all := threadCalls[0] + threadCalls[1]; all > 0 {
-		res.Notes = append(res.Notes, fmt.Sprintf("8 threads, the library's calls over every pass: %d, %.0f%% queued, %.0f%% of the queued get_into calls coalesced into batch reads (docs/python.md, Threads)",
-			all, 100*float64(threadCalls[1])/float64(all), 100*float64(threadCalls[2])/float64(max(threadCalls[1], 1))))
-	}
 	res.Elapsed = time.Since(started).Seconds()
 	return res, nil
 }
@@ -179,21 +175,17 @@ func pyCluster(ctx context.Context, dir string, cl *cluster) (string, error) {
 // turns figure by figure (who goes first alternates by pass), so that each
 // ratio compares two measures taken seconds apart on a machine whose load
 // drifts.
-//
-// threadCalls are the Python library's call counts over the 8-thread
-// figure in its default mode: direct, queued, coalesced.
-func pyRunPasses(ctx context.Context, c *client.Client, repo, addr string, passes int, d time.Duration) (goPasses, pyPassesOut []pyFigures, threadCalls [3]int64, err error) {
+func pyRunPasses(ctx context.Context, c *client.Client, repo, addr string, passes int, d time.Duration) (goPasses, pyPassesOut []pyFigures, err error) {
 	py, err := startPyServer(ctx, repo, addr, "")
 	if err != nil {
-		return nil, nil, threadCalls, fmt.Errorf("bench: python: %w", err)
+		return nil, nil, fmt.Errorf("bench: python: %w", err)
 	}
 	defer py.close()
-	defer func() { threadCalls = py.calls[pyThreadsName] }()
 	// The 8 threads once more from a process whose calls all run on their
 	// caller's thread: what the library's call queue buys, in the same run.
 	direct, err := startPyServer(ctx, repo, addr, "direct")
 	if err != nil {
-		return nil, nil, threadCalls, fmt.Errorf("bench: python (TIERSTORE_CALLS=direct): %w", err)
+		return nil, nil, fmt.Errorf("bench: python (TIERSTORE_CALLS=direct): %w", err)
 	}
 	defer direct.close()
 	goFig := pyGoFigures(ctx, c)
@@ -233,12 +225,12 @@ func pyRunPasses(ctx context.Context, c *client.Client, repo, addr string, passe
 			// Who goes first turns with the pass.
 			for i := range turns {
 				if err := turns[(i+p)%len(turns)](); err != nil {
-					return nil, nil, threadCalls, err
+					return nil, nil, err
 				}
 			}
 		}
 	}
-	return goPasses, pyPassesOut, threadCalls, nil
+	return goPasses, pyPassesOut, nil
 }
 
 // pyThreadsName is the 8-thread figure; pyDirectName its measure by a
@@ -446,9 +438,6 @@ func firstErr(errs []error) error {
 // pyServer is python3 -m tierstore.bench --serve against the cluster: one
 // store, set up once, measuring one figure per request.
 type pyServer struct {
-	// calls sums the library's call counts (direct, queued, coalesced)
-	// over the figures measured, by figure name.
-	calls  map[string][3]int64
 	cmd    *exec.Cmd
 	in     io.WriteCloser
 	out    *bufio.Scanner
@@ -464,7 +453,7 @@ func startPyServer(ctx context.Context, repo, addr, calls string) (*pyServer, er
 	if calls != "" {
 		cmd.Env = append(cmd.Env, "TIERSTORE_CALLS="+calls)
 	}
-	p := &pyServer{cmd: cmd, stderr: &strings.Builder{}, calls: map[string][3]int64{}}
+	p := &pyServer{cmd: cmd, stderr: &strings.Builder{}}
 	cmd.Stderr = p.stderr
 	var err error
 	if p.in, err = cmd.StdinPipe(); err != nil {
@@ -503,7 +492,6 @@ func (p *pyServer) measure(name string, d time.Duration) (float64, error) {
 	var ans struct {
 		Figure string
 		MBps   float64 `json:"mbps"`
-		Calls  []int64
 		Error  string
 	}
 	if err := p.read(&ans); err != nil {
@@ -511,13 +499,6 @@ func (p *pyServer) measure(name string, d time.Duration) (float64, error) {
 	}
 	if ans.Error != "" || ans.Figure != name {
 		return 0, fmt.Errorf("asked for %q, answered %q: %s", name, ans.Figure, ans.Error)
-	}
-	if len(ans.Calls) == 3 {
-		c := p.calls[name]
-		for i := range c {
-			c[i] += ans.Calls[i]
-		}
-		p.calls[name] = c
 	}
 	return ans.MBps, nil
 }

@@ -26,7 +26,6 @@ import threading
 import time
 
 from .mooncake import MooncakeDistributedStore
-from ._native import call_counts
 
 BATCH_KEYS = 128
 BATCH_SIZE = 2 << 20
@@ -194,9 +193,7 @@ def run(master: str, d: float) -> dict:
 def serve(master: str, lines, out) -> None:
     """Measures figures on request: each line of lines is a JSON object
     {"figure": name, "seconds": d}; each answer, one line of out, is
-    {"figure": name, "mbps": x, "calls": [direct, queued, coalesced]} (the
-    library's call counts over the figure, warm-up included) or
-    {"error": text}. Setup is done once,
+    {"figure": name, "mbps": x} or {"error": text}. Setup is done once,
     before the first answer: a line {"ready": true}."""
     b = Bench(master)
     try:
@@ -206,9 +203,7 @@ def serve(master: str, lines, out) -> None:
                 continue
             try:
                 req = json.loads(line)
-                before = call_counts()
                 ans = {"figure": req["figure"], "mbps": b.figure(req["figure"], float(req["seconds"]))}
-                ans["calls"] = [a - c for a, c in zip(call_counts(), before)]
             except (BenchError, KeyError, TypeError, ValueError) as e:
                 ans = {"error": f"{type(e).__name__}: {e}"}
             print(json.dumps(ans), file=out, flush=True)
