@@ -47,9 +47,7 @@
 // dispatcher goroutine (queue.go) waits on an eventfd in the runtime's
 // poller, takes the whole queue (queue.c's qmu guards it) at each wake and
 // hands each call to a worker goroutine, which writes the result and sets
-// the caller's futex word (the get_into calls of one handle taken at once go
-// to one worker as one BatchGetInto, each caller answered as its own
-// get_into would have been); the caller waits on that word in C, so no thread
+// the caller's futex word; the caller waits on that word in C, so no thread
 // of the caller's runs Go code for a queued call. A queued request lives on
 // its caller's stack: the Go side never touches it after setting done.
 // TIERSTORE_CALLS (auto, direct, queue), read at load, sets the mode. handles (guarded by

@@ -24,16 +24,12 @@
 #include "_cgo_export.h"
 
 static pthread_mutex_t qmu = PTHREAD_MUTEX_INITIALIZER;
-// Guarded by qmu: the calls not yet taken (and how many), and whether the
-// dispatcher's wake is held back (tsq_test_hold).
-static tsq_req *qhead, *qtail;
-static int64_t qlen;
-static int qheld;
+static tsq_req *qhead, *qtail; // guarded by qmu: the calls not yet taken
 
 static _Atomic int qfd = -1;        // the dispatcher's eventfd; -1: no queue
 static _Atomic int qmode = TSQ_AUTO;
 static _Atomic int64_t inflight;    // tsq_* calls in progress
-static _Atomic int64_t ndirect, nqueued, ncoalesced;
+static _Atomic int64_t ndirect, nqueued;
 
 void tsq_init(int evfd, int mode) {
 	atomic_store(&qmode, mode);
@@ -44,40 +40,8 @@ tsq_req *tsq_take(void) {
 	pthread_mutex_lock(&qmu);
 	tsq_req *r = qhead;
 	qhead = qtail = NULL;
-	qlen = 0;
 	pthread_mutex_unlock(&qmu);
 	return r;
-}
-
-// wake writes the dispatcher's eventfd.
-static void wake(void) {
-	uint64_t one = 1;
-	int fd = atomic_load(&qfd);
-	// qfd is set once, before any call is queued, and never closed; the
-	// counter cannot overflow (the dispatcher reads it to 0 each round), so
-	// only EINTR can fail the write. Any other failure would leave the call
-	// waiting forever: abort loudly instead.
-	while (write(fd, &one, sizeof one) != sizeof one) {
-		if (errno != EINTR)
-			abort();
-	}
-}
-
-// tsq_test_hold holds back (on != 0) or releases the dispatcher's wake, and
-// returns how many calls are queued: tests queue several calls while held so
-// that one wake takes them all (coalescing is otherwise a matter of timing).
-int64_t tsq_test_hold(int on) {
-	pthread_mutex_lock(&qmu);
-	qheld = on;
-	int64_t n = qlen;
-	pthread_mutex_unlock(&qmu);
-	if (!on && n > 0)
-		wake();
-	return n;
-}
-
-void tsq_count_coalesced(int64_t n) {
-	atomic_fetch_add(&ncoalesced, n);
 }
 
 void tsq_done(tsq_req *r) {
@@ -110,31 +74,37 @@ static int64_t run(tsq_req *r) {
 	r->next = NULL;
 	r->done = 0;
 	pthread_mutex_lock(&qmu);
-	int first = qhead == NULL && !qheld;
+	int was_empty = qhead == NULL;
 	if (qtail)
 		qtail->next = r;
 	else
 		qhead = r;
 	qtail = r;
-	qlen++;
 	pthread_mutex_unlock(&qmu);
-	if (first)
-		wake();
+	if (was_empty) {
+		uint64_t one = 1;
+		int fd = atomic_load(&qfd);
+		// qfd is set once, before any call is queued, and never closed;
+		// the counter cannot overflow (the dispatcher reads it to 0 each
+		// round), so only EINTR can fail the write. Any other failure would
+		// leave the call waiting forever: abort loudly instead.
+		while (write(fd, &one, sizeof one) != sizeof one) {
+			if (errno != EINTR)
+				abort();
+		}
+	}
 	while (__atomic_load_n(&r->done, __ATOMIC_ACQUIRE) == 0)
 		syscall(SYS_futex, &r->done, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
 	return leave(r->ret);
 }
 
-// tsq_counts writes how many tsq_* calls ran directly, how many were
-// queued, and how many of the queued ones ran coalesced into a batch read
-// since the library was loaded (tests and the bench read them).
-int64_t tsq_counts(int64_t *direct, int64_t *queued, int64_t *coalesced) {
+// tsq_counts writes how many tsq_* calls ran directly and how many were
+// queued since the library was loaded (tests and the bench read them).
+int64_t tsq_counts(int64_t *direct, int64_t *queued) {
 	if (direct)
 		*direct = atomic_load(&ndirect);
 	if (queued)
 		*queued = atomic_load(&nqueued);
-	if (coalesced)
-		*coalesced = atomic_load(&ncoalesced);
 	return 0;
 }
 

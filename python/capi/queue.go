@@ -8,7 +8,6 @@ import "C"
 import (
 	"log/slog"
 	"os"
-	"slices"
 	"sync"
 	"time"
 	"unsafe"
@@ -61,149 +60,41 @@ func dispatch(f *os.File) {
 			warn.Do(func() { slog.Error("libtierstore: the call queue's eventfd failed; polling it", "err", err) })
 			time.Sleep(time.Millisecond)
 		}
-		handOut(C.tsq_take())
-	}
-}
-
-// job is a worker's unit of work: one queued call (r), or the queued
-// get_into calls of one handle run as one batch read (batch).
-type job struct {
-	r     *C.tsq_req
-	batch []*C.tsq_req
-}
-
-// maxCoalesced bounds the calls one coalesced batch read serves.
-const maxCoalesced = 64
-
-// handOut gives the calls of the list rs to workers: the get_into calls of
-// one handle that were queued at the same moment go as one batch read (one
-// master lookup and one pipelined transfer for all of them, instead of one
-// each); every other call goes as it is.
-func handOut(rs *C.tsq_req) {
-	var gets [][]*C.tsq_req // by handle, in queue order
-	for r := rs; r != nil; {
-		next := r.next // r belongs to its caller again once it is done
-		if r.op != C.TSQ_GET_INTO {
-			give(job{r: r})
+		for r := C.tsq_take(); r != nil; {
+			next := r.next // r belongs to its caller again once it is done
+			select {
+			case work <- r:
+			default:
+				go worker(r)
+			}
 			r = next
-			continue
-		}
-		g := slices.IndexFunc(gets, func(g []*C.tsq_req) bool { return g[0].i[0] == r.i[0] && len(g) < maxCoalesced })
-		if g < 0 {
-			gets = append(gets, nil)
-			g = len(gets) - 1
-		}
-		gets[g] = append(gets[g], r)
-		r = next
-	}
-	for _, g := range gets {
-		if len(g) == 1 {
-			give(job{r: g[0]})
-		} else {
-			give(job{batch: g})
 		}
 	}
 }
 
-// give hands j to an idle worker, or to a new one.
-func give(j job) {
-	select {
-	case work <- j:
-	default:
-		go worker(j)
-	}
-}
+// work hands queued calls to idle workers. Workers outlive their calls so
+// that their stacks, grown by the first call, serve the next ones (a
+// goroutine per call spent a measurable share of the queue's CPU copying
+// stacks as they grew).
+var work = make(chan *C.tsq_req)
 
-// work hands jobs to idle workers. Workers outlive their jobs so that
-// their stacks, grown by the first job, serve the next ones (a goroutine
-// per call spent a measurable share of the queue's CPU copying stacks as
-// they grew).
-var work = make(chan job)
-
-// workerIdle is how long a worker waits for another job before it ends.
+// workerIdle is how long a worker waits for another call before it ends.
 const workerIdle = 10 * time.Second
 
-// worker runs j, then the jobs it is handed, until it has waited
+// worker runs r, then the calls it is handed, until it has waited
 // workerIdle for one.
-func worker(j job) {
+func worker(r *C.tsq_req) {
 	t := time.NewTimer(workerIdle)
 	defer t.Stop()
 	for {
-		if j.batch != nil {
-			runCoalesced(j.batch)
-		} else {
-			j.r.ret = runQueued(j.r)
-			C.tsq_done(j.r)
-		}
+		r.ret = runQueued(r)
+		C.tsq_done(r)
 		t.Reset(workerIdle)
 		select {
-		case j = <-work:
+		case r = <-work:
 		case <-t.C:
 			return
 		}
-	}
-}
-
-// runCoalesced runs queued get_into calls of one handle as one
-// BatchGetInto and answers each as ts_get_into would have: the length
-// read, or the code of its own error with the error's text in its own
-// buffer. A call whose key or buffer is invalid fails alone.
-func runCoalesced(rs []*C.tsq_req) {
-	C.tsq_count_coalesced(C.int64_t(len(rs)))
-	rets := make([]C.int64_t, len(rs))
-	answered := make([]bool, len(rs))
-	answer := func(i int, ret C.int64_t) { rets[i], answered[i] = ret, true }
-	failAll := func(err error) {
-		for i, r := range rs {
-			if !answered[i] {
-				answer(i, fail(err, (*C.char)(r.p[2]), r.i[3]))
-			}
-		}
-	}
-	func() {
-		defer func() {
-			if p := recover(); p != nil {
-				failAll(errcode.Errorf(errcode.InternalError, "panic in libtierstore: %v", p))
-			}
-		}()
-		err := use(int64(rs[0].i[0]), func(hd *handle) error {
-			keys := make([]string, 0, len(rs))
-			bufs := make([][]byte, 0, len(rs))
-			idx := make([]int, 0, len(rs))
-			for i, r := range rs {
-				k, err := keyOf((*C.char)(r.p[0]), r.i[1])
-				var b []byte
-				if err == nil {
-					b, err = bytesOf(r.p[1], r.i[2])
-				}
-				if err != nil {
-					answer(i, fail(err, (*C.char)(r.p[2]), r.i[3]))
-					continue
-				}
-				keys, bufs, idx = append(keys, k), append(bufs, b), append(idx, i)
-			}
-			if len(idx) == 0 {
-				return nil
-			}
-			ctx, cancel := hd.ctx()
-			defer cancel()
-			ns, errs := hd.c.BatchGetInto(ctx, keys, bufs)
-			for j, i := range idx {
-				if errs[j] != nil {
-					answer(i, fail(errs[j], (*C.char)(rs[i].p[2]), rs[i].i[3]))
-				} else {
-					answer(i, C.int64_t(ns[j]))
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			failAll(err)
-		}
-	}()
-	for i, r := range rs {
-		r.ret = rets[i]
-		C.tsq_done(r)
 	}
 }
 

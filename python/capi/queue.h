@@ -40,6 +40,5 @@ typedef struct tsq_req {
 void tsq_init(int evfd, int mode);
 tsq_req *tsq_take(void);
 void tsq_done(tsq_req *r);
-void tsq_count_coalesced(int64_t n);
 
 #endif

@@ -78,7 +78,7 @@ for t in ts:
 for t in ts:
     t.join()
 c.close()
-direct, queued, _ = _native.call_counts()
+direct, queued = _native.call_counts()
 print(json.dumps({"direct": direct, "queued": queued, "bad": bad}))
 '''
 
@@ -189,83 +189,3 @@ def test_close_under_queued_calls(cluster):
     assert out["bad"] == [] and out["alive"] == 0
     assert out["ends"] == ["INVALID_PARAMS"] * 8, out["ends"]
     assert out["reads"] >= 160
-
-
-# get_into calls of one client queued at the same moment run as one batch
-# read (queue.go, runCoalesced). The dispatcher's wake is held back until
-# all ten calls are queued, so that one take finds them all: nine on one
-# client (five objects, one of them twice into two buffers, one into a
-# buffer too small, one missing key) and one on a second client, which runs
-# on its own. Each caller gets its own answer: its bytes, or its own error.
-COALESCE = r'''
-import ctypes, json, os, sys, threading, time, uuid
-import tierstore
-from tierstore import _native
-lib = _native.lib
-lib.tsq_test_hold.argtypes = [ctypes.c_int]
-lib.tsq_test_hold.restype = ctypes.c_int64
-c, c2 = tierstore.Client(master=sys.argv[1]), tierstore.Client(master=sys.argv[1])
-run = uuid.uuid4().hex
-keys = ["cq-co-%s-%d" % (run, i) for i in range(5)]
-vals = [os.urandom(100000 + 777 * i) for i in range(5)]
-assert c.batch_put(keys, vals) == [None] * 5
-calls = [(c, keys[i], len(vals[i])) for i in range(5)] + [
-    (c, keys[0], len(vals[0])),        # the same key again, another buffer
-    (c, keys[1], 10),                  # too small
-    (c, keys[2] + "-missing", 10),     # missing
-    (c, keys[3], len(vals[3]) + 5000), # larger than needed
-    (c2, keys[4], len(vals[4])),       # another client
-]
-out = [None] * len(calls)
-bufs = [bytearray(n) for _, _, n in calls]
-
-def call(i):
-    cl, k, _ = calls[i]
-    try:
-        out[i] = cl.get_into(k, bufs[i])
-    except tierstore.Error as e:
-        out[i] = [e.name, str(e)]
-
-before = _native.call_counts()
-lib.tsq_test_hold(1)
-ts = [threading.Thread(target=call, args=(i,)) for i in range(len(calls))]
-for t in ts:
-    t.start()
-deadline = time.monotonic() + 60
-while lib.tsq_test_hold(1) < len(calls) and time.monotonic() < deadline:
-    time.sleep(0.001)
-queued = lib.tsq_test_hold(0)
-for t in ts:
-    t.join(60)
-after = _native.call_counts()
-want = [len(vals[i]) for i in range(5)] + [len(vals[0]), "INVALID_PARAMS", "OBJECT_NOT_FOUND", len(vals[3]), len(vals[4])]
-bad = []
-for i, w in enumerate(want):
-    got = out[i][0] if isinstance(out[i], list) else out[i]
-    if got != w:
-        bad.append("call %d: got %r, want %r" % (i, out[i], w))
-    elif isinstance(w, int):
-        v = vals[[0, 1, 2, 3, 4, 0, 1, 2, 3, 4][i]]
-        if bytes(bufs[i][:w]) != v:
-            bad.append("call %d: wrong bytes" % i)
-if "10" not in out[6][1]:
-    bad.append("too-small error does not name the size: %s" % out[6][1])
-c.close()
-c2.close()
-print(json.dumps({"queued": queued, "alive": sum(t.is_alive() for t in ts), "bad": bad,
-                  "coalesced": after[2] - before[2], "queued_calls": after[1] - before[1]}))
-'''
-
-
-def test_queued_get_into_calls_coalesce(cluster):
-    env = dict(os.environ, PYTHONPATH=PYDIR, TIERSTORE_CALLS="queue")
-    r = subprocess.run([sys.executable, "-c", COALESCE, cluster.master], capture_output=True, text=True,
-                       timeout=PROBE_TIMEOUT, env=env)
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout.strip().splitlines()[-1])
-    assert out["bad"] == [] and out["alive"] == 0
-    assert out["queued"] == 10
-    # The nine calls on the first client ran as one batch; the second
-    # client's call ran alone.
-    assert out["coalesced"] == 9
-    assert out["queued_calls"] == 10

@@ -71,17 +71,16 @@ for _name in QUEUED:
     _f.argtypes = _SIGS[_name]
     _f.restype = _i64
     setattr(lib, _name, _f)
-lib.tsq_counts.argtypes = [_i64p, _i64p, _i64p]
+lib.tsq_counts.argtypes = [_i64p, _i64p]
 lib.tsq_counts.restype = _i64
 
 
 def call_counts():
-    """(direct, queued, coalesced): how many data calls of this process ran
-    on their caller's thread, how many went through the call queue, and how
-    many of the queued get_into calls ran together as one batch read."""
-    d, q, c = _i64(), _i64(), _i64()
-    lib.tsq_counts(ctypes.byref(d), ctypes.byref(q), ctypes.byref(c))
-    return d.value, q.value, c.value
+    """(direct, queued): how many data calls of this process ran on their
+    caller's thread and how many went through the call queue."""
+    d, q = _i64(), _i64()
+    lib.tsq_counts(ctypes.byref(d), ctypes.byref(q))
+    return d.value, q.value
 
 
 lib.ts_free.argtypes = [_p]
