@@ -1,5 +1,7 @@
 package admission
 
+import "math"
+
 // The new-key window: whether a put of a new key (its estimate, this access
 // included, below ColdPutFreq) enters DRAM warm, at the most recently used
 // end (DRAM is then a window of recency in front of the SSD), or cold, as
@@ -185,11 +187,20 @@ func (w *newKeyWindow) pushedOut(h uint64) {
 
 // coldNew reports whether new keys enter cold now: both ghosts counted
 // enough outcomes, and new keys return within the horizon less often than
-// the objects the SSD pushed out.
+// the objects the SSD pushed out, by more than twice the standard error of
+// the difference (a two-proportion test with the pooled rate): a
+// difference within the noise of a few hundred outcomes leaves new keys
+// warm, as before the window.
 func (w *newKeyWindow) coldNew() bool {
 	rn, okN := w.fresh.rate()
 	rp, okP := w.pushed.rate()
-	return okN && okP && rn < rp
+	if !okN || !okP || rn >= rp {
+		return false
+	}
+	nN, nP := w.fresh.returned+w.fresh.expired, w.pushed.returned+w.pushed.expired
+	pool := (w.fresh.returned + w.pushed.returned) / (nN + nP)
+	se := math.Sqrt(pool * (1 - pool) * (1/nN + 1/nP))
+	return rp-rn > 2*se
 }
 
 // rates returns the two return rates (new keys, pushed out) and the

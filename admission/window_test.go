@@ -176,3 +176,29 @@ func TestNewKeyWindowSamples(t *testing.T) {
 		t.Fatalf("%d of 64000 keys sampled at 64 x the minimum population, want about 1000", n)
 	}
 }
+
+// TestNewKeyWindowNeedsAClearDifference: new keys go cold only when they
+// come back less often than pushed-out objects by more than the noise of
+// the counts (two standard errors), and only once both ghosts counted
+// enough.
+func TestNewKeyWindowNeedsAClearDifference(t *testing.T) {
+	for _, c := range []struct {
+		freshRet, freshExp, pushRet, pushExp float64
+		cold                                 bool
+	}{
+		{30, 34, 32, 32, false}, // 0.47 against 0.50: noise
+		{25, 39, 35, 29, false}, // 0.39 against 0.55: within two standard errors (0.18)
+		{10, 54, 40, 24, true},  // 0.16 against 0.63
+		{0, 20, 20, 0, false},   // clear, but too few new keys counted
+		{0, 400, 3, 397, false}, // 0 against 0.0075 over 400 each: noise
+		{20, 380, 80, 320, true},
+	} {
+		w := newNewKeyWindow(64)
+		w.fresh.returned, w.fresh.expired = c.freshRet, c.freshExp
+		w.pushed.returned, w.pushed.expired = c.pushRet, c.pushExp
+		if got := w.coldNew(); got != c.cold {
+			t.Errorf("new keys %v of %v back, pushed %v of %v: cold %v, want %v", c.freshRet, c.freshRet+c.freshExp,
+				c.pushRet, c.pushRet+c.pushExp, got, c.cold)
+		}
+	}
+}
