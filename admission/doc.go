@@ -114,6 +114,33 @@
 // with); on conversations and mixed it moves nothing beyond the run-to-run
 // spread (docs/bench/bench.md).
 //
+// The new-key window (window.go). A new key (estimate below ColdPutFreq)
+// enters warm, so DRAM is a window of recency in front of the SSD, unless
+// the window finds that new keys are worth less than that: a warm new key
+// holds a DRAM slot for one DRAM residency (the horizon, measured: a
+// moving average of the age at which DRAM evicts warm new keys, in
+// lookups), and what that slot would otherwise keep longer is the cache's
+// marginal object, the kind the SSD pushes out. Two ghosts count, over
+// that same horizon, how often new keys are looked up again after their
+// put and how often objects the SSD evicted are looked up again after
+// their eviction (counts halved every 512 outcomes). While new keys come
+// back less often, by more than two standard errors of the difference
+// (each ghost having counted at least 32 outcomes), a new key the SSD
+// would turn away is put cold, as a key coming back is: a loop's
+// first pass, a wide Zipf set's tail keys, a burst of one-off keys no
+// longer push DRAM's frequent keys out. A conversation's new turn, the
+// newly popular keys of a moving set come back within the horizon more
+// often, and enter warm. Rates, not fitted thresholds (ARC's ghosts,
+// Caffeine's adaptive window; Caffeine's hill climbing on the hit ratio
+// was tried and needs more periods of stable traffic than the churn
+// traces have). Keys are sampled (one in population/MinPopulation by
+// hash) so the ghosts stay bounded. In the churn bench it puts new keys
+// cold on tenants (and some on prefixes), none on the other traces, and
+// tinylfu+worth goes from 0.708 of MIN on tenants (mean of 11 runs) to
+// about 0.73 (docs/benchmarks.md, stop 37); in this package's miniature
+// store, tenants-like traces go from 0.72-0.75 of MIN to 0.81-0.87.
+// TinyLFUConfig.WarmNewKeys turns it off.
+//
 // Promotion. Promote answers whether an object read from SSD is frequent
 // enough (dram_promotion_min_freq) to deserve a DRAM copy. The master asks
 // it at every lookup answered by SSD only and queues the key for the node
@@ -158,9 +185,12 @@
 //     queued (every policy checks OnSSD and Queued).
 //   - The sketch never under-estimates a key's accesses since the last
 //     halving (up to saturation at 16).
-//   - ColdPut is true only for a key whose estimate reaches ColdPutFreq
-//     (never when it is 0) on a node whose report makes the admission
-//     test reject it (lost or no_victim).
+//   - ColdPut is true only on a node whose report makes the admission
+//     test reject the key (lost or no_victim, or the write budget would
+//     refuse it), never when ColdPutFreq is 0, and for a key whose
+//     estimate is below ColdPutFreq (a new key) only while the new-key
+//     window counted enough outcomes and new keys came back within the
+//     horizon less often than pushed-out objects (never with WarmNewKeys).
 //   - TinyLFU never admits a candidate beyond the high watermark unless its
 //     frequency exceeds the displaced victim's density plus the margin
 //     (ties go to the incumbent), and never spends the write budget below
@@ -173,8 +203,8 @@
 //
 // Eager, OnEvict, ReadThreshold and None are stateless values, safe for
 // concurrent use. TinyLFU is safe for concurrent use: one mutex protects
-// the sketch, the per-node reports, the ghost lists and the margin; its
-// counters are atomic. The master calls OnLookup with the object's shard
-// lock held, so the *Object it passes is owned by the call; TinyLFU never
-// calls back into the master.
+// the sketch, the per-node reports, the ghost lists, the margin and the
+// new-key window; its counters are atomic. The master calls OnLookup with
+// the object's shard lock held, so the *Object it passes is owned by the
+// call; TinyLFU never calls back into the master.
 package admission

@@ -114,7 +114,9 @@ func (p *TinyLFU) ObserveSSDEviction(keys []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, k := range keys {
-		p.pushed.add(hashKey(k))
+		h := hashKey(k)
+		p.pushed.add(h)
+		p.win.pushedOut(h)
 	}
 	p.adapt.pushes += float64(len(keys))
 	p.st.pushedKeys.Add(int64(len(keys)))

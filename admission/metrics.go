@@ -17,8 +17,13 @@ type TinyLFUStats struct {
 	AdmittedBytes, SSDHitBytes int64
 	Promotions                 int64
 	// ColdPuts counts the puts placed first in DRAM's eviction order
-	// (ColdPut answered true).
-	ColdPuts int64
+	// (ColdPut answered true); ColdNewPuts those of them of new keys (the
+	// new-key window's).
+	ColdPuts, ColdNewPuts int64
+	// NewKeysReturn and PushedReturn are the new-key window's return
+	// rates (new keys, objects the SSD pushed out) within WindowHorizon
+	// lookups (window.go).
+	NewKeysReturn, PushedReturn, WindowHorizon float64
 	// Margin is the adaptive margin now; RegretRejected and RegretPushed
 	// count the misses of rejected and pushed-out keys that moved it.
 	Margin                       float64
@@ -67,6 +72,7 @@ func (p *TinyLFU) Stats() TinyLFUStats {
 	s.SSDHitBytes = p.st.ssdHitBytes.Load()
 	s.Promotions = p.st.promotions.Load()
 	s.ColdPuts = p.st.coldPuts.Load()
+	s.ColdNewPuts = p.st.coldNewPuts.Load()
 	s.RegretRejected = p.st.regretRejected.Load()
 	s.RegretPushed = p.st.regretPushed.Load()
 	s.Resizes = p.st.resizes.Load()
@@ -76,6 +82,7 @@ func (p *TinyLFU) Stats() TinyLFUStats {
 	s.SketchWidth = p.sk.Width()
 	s.Period = p.sk.Period()
 	s.Margin = p.margin
+	s.NewKeysReturn, s.PushedReturn, s.WindowHorizon = p.win.rates()
 	p.mu.Unlock()
 	return s
 }

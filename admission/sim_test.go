@@ -297,11 +297,114 @@ func simRun(p Policy, reqs []string) *simStore {
 	return s
 }
 
+// simTinyLFU is the policy for the room test's comparison: new keys
+// enter warm (WarmNewKeys), so that only the room test differs.
 func simTinyLFU(freeRoom bool) *TinyLFU {
 	c := DefaultTinyLFUConfig()
 	c.MinPopulation = simDRAM + simHigh
 	c.FreeRoom = freeRoom
+	c.WarmNewKeys = true
 	return NewTinyLFU(c)
+}
+
+// simWindow is the default policy (the new-key window on), or with every
+// new key warm.
+func simWindow(warmNewKeys bool) *TinyLFU {
+	c := DefaultTinyLFUConfig()
+	c.MinPopulation = simDRAM + simHigh
+	c.WarmNewKeys = warmNewKeys
+	return NewTinyLFU(c)
+}
+
+// tenantsTrace is two tenants at random: Zipf(0.9) over keys keys, and a
+// loop over loop keys.
+func tenantsTrace(seed uint64, n, keys, loop int) []string {
+	r := rand.New(rand.NewPCG(seed, seed^0x2545f4914f6cdd1d))
+	cdf := make([]float64, keys)
+	sum := 0.0
+	for k := range cdf {
+		sum += math.Pow(float64(k+1), -0.9)
+		cdf[k] = sum
+	}
+	var out []string
+	l := 0
+	for len(out) < n {
+		if r.IntN(2) == 0 {
+			out = append(out, fmt.Sprintf("a%d", sort.SearchFloat64s(cdf, r.Float64()*sum)))
+			continue
+		}
+		out = append(out, fmt.Sprintf("l%d", l))
+		l = (l + 1) % loop
+	}
+	return out
+}
+
+// recencyTrace is a stream of new keys, each read again a few requests
+// after its first read (a conversation's turn read at the next), beside
+// Zipf(0.9) over keys keys.
+func recencyTrace(seed uint64, n, keys int) []string {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	cdf := make([]float64, keys)
+	sum := 0.0
+	for k := range cdf {
+		sum += math.Pow(float64(k+1), -0.9)
+		cdf[k] = sum
+	}
+	var out []string
+	again := map[int][]string{}
+	fresh := 0
+	for i := 0; len(out) < n; i++ {
+		out = append(out, again[i]...)
+		delete(again, i)
+		switch r.IntN(3) {
+		case 0:
+			k := fmt.Sprintf("n%d", fresh)
+			fresh++
+			out = append(out, k)
+			at := i + 2 + r.IntN(2*simDRAM)
+			again[at] = append(again[at], k)
+		default:
+			out = append(out, fmt.Sprintf("z%d", sort.SearchFloat64s(cdf, r.Float64()*sum)))
+		}
+	}
+	return out[:n]
+}
+
+// TestNewKeyWindowAgainstWarm replays, through the miniature store, two
+// tenants (a Zipf set and a loop larger than the SSD's share of it: new
+// keys are a loop's first pass and Zipf tail keys, which come back later
+// than a DRAM residency) and a recency trace (new keys read again within a
+// DRAM residency): the new-key window puts new keys cold on the first and
+// gets more hits than every new key warm, and keeps them warm enough on
+// the second not to lose hits.
+func TestNewKeyWindowAgainstWarm(t *testing.T) {
+	for _, seed := range []uint64{1, 2, 3} {
+		reqs := tenantsTrace(seed, 16000, 512, 3*(simDRAM+simHigh)/4)
+		opt := beladyHits(reqs, simDRAM+simHigh)
+		win := simRun(simWindow(false), reqs)
+		warm := simRun(simWindow(true), reqs)
+		ws := win.p.(*TinyLFU).Stats()
+		t.Logf("tenants seed %d: MIN %d; window %d (%.3f of MIN, %d cold new puts, return rates %.3f new, %.3f pushed, horizon %.0f), warm %d (%.3f)",
+			seed, opt, win.hits, float64(win.hits)/float64(opt), ws.ColdNewPuts, ws.NewKeysReturn, ws.PushedReturn, ws.WindowHorizon,
+			warm.hits, float64(warm.hits)/float64(opt))
+		if win.hits <= warm.hits {
+			t.Errorf("tenants seed %d: the window got %d hits, every new key warm %d", seed, win.hits, warm.hits)
+		}
+		if ws.ColdNewPuts == 0 {
+			t.Errorf("tenants seed %d: no new key was put cold", seed)
+		}
+		reqs = recencyTrace(seed, 16000, 512)
+		opt = beladyHits(reqs, simDRAM+simHigh)
+		win = simRun(simWindow(false), reqs)
+		warm = simRun(simWindow(true), reqs)
+		ws = win.p.(*TinyLFU).Stats()
+		t.Logf("recency seed %d: MIN %d; window %d (%.3f of MIN, %d cold new puts, return rates %.3f new, %.3f pushed, horizon %.0f), warm %d (%.3f)",
+			seed, opt, win.hits, float64(win.hits)/float64(opt), ws.ColdNewPuts, ws.NewKeysReturn, ws.PushedReturn, ws.WindowHorizon,
+			warm.hits, float64(warm.hits)/float64(opt))
+		if float64(win.hits) < 0.99*float64(warm.hits) {
+			t.Errorf("recency seed %d: the window got %d hits, below 0.99 x every new key warm (%d)", seed, win.hits, warm.hits)
+		}
+	}
 }
 
 // TestTinyLFUScanBurstAgainstMIN replays seeded scan-burst traces (Zipf

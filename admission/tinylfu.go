@@ -61,8 +61,13 @@ type TinyLFUConfig struct {
 	// what the two tiers keep, and it should not push out objects that
 	// DRAM holds for longer. 0 = every put is warm (DRAM is LRU).
 	// admission_cold_put_freq; the flag's default is 2
-	// (DefaultTinyLFUConfig).
+	// (DefaultTinyLFUConfig). A put of a new key (estimate below
+	// ColdPutFreq) is cold when the new-key window says so (window.go)
+	// and the SSD would turn it away.
 	ColdPutFreq uint32
+	// WarmNewKeys puts every new key warm, as before the new-key window
+	// (stop 37); for comparisons.
+	WarmNewKeys bool
 	// AtPut admits at PutEnd (an inclusive SSD: DRAM and SSD hold copies)
 	// instead of when DRAM eviction drops the object (exclusive, the
 	// default). Exclusive keeps more distinct objects in DRAM+SSD; see
@@ -164,7 +169,8 @@ const recentMisses = 1 << 12
 type TinyLFU struct {
 	cfg TinyLFUConfig
 
-	// mu protects sk, recent, nodes, population and admittedCost.
+	// mu protects sk, recent, nodes, population, admittedCost, the margin,
+	// the ghosts and win.
 	mu     sync.Mutex
 	sk     *Sketch
 	recent [recentMisses]uint64
@@ -177,6 +183,8 @@ type TinyLFU struct {
 	margin           float64
 	rejected, pushed *ghost
 	adapt            adaptState
+	// win decides whether new keys enter DRAM warm or cold.
+	win newKeyWindow
 	// admittedCost is the sum of ssdCost over every admitted object: the
 	// report counts outstanding tasks at its average.
 	admittedCost int64
@@ -202,6 +210,7 @@ type tinyStats struct {
 	ssdHitBytes      atomic.Int64
 	promotions       atomic.Int64
 	coldPuts         atomic.Int64
+	coldNewPuts      atomic.Int64
 	pushedKeys       atomic.Int64
 	regretRejected   atomic.Int64
 	regretPushed     atomic.Int64
@@ -214,6 +223,7 @@ func NewTinyLFU(cfg TinyLFUConfig) *TinyLFU {
 	p := &TinyLFU{cfg: cfg, nodes: map[string]*nodeState{}, margin: cfg.Margin,
 		rejected: newGhost(int(cfg.MinPopulation / 4)), pushed: newGhost(int(cfg.MinPopulation / 4))}
 	p.sk = NewSketch(cfg.MinPopulation, cfg.SampleFactor*cfg.MinPopulation)
+	p.win = newNewKeyWindow(cfg.MinPopulation)
 	return p
 }
 
@@ -252,6 +262,7 @@ func (p *TinyLFU) aged() {
 	if p.population != nil {
 		pop = max(pop, p.population())
 	}
+	p.win.setPopulation(pop, p.cfg.MinPopulation)
 	if 2*pop > p.sk.Width() && p.sk.Width() < maxSketchSize {
 		// The counters were just halved; starting afresh with room for
 		// the cache loses little.
@@ -271,6 +282,7 @@ func (p *TinyLFU) ObserveLookup(key string, o Outcome, size int64) {
 	h := hashKey(key)
 	p.mu.Lock()
 	p.add(h)
+	p.win.lookup(h)
 	if o == Miss {
 		p.recent[h&(recentMisses-1)] = h
 		p.regret(h)
@@ -304,12 +316,13 @@ func (p *TinyLFU) AtPutEnd(o Object) bool {
 
 // OnEvict is the admission point: DRAM eviction picked o.
 func (p *TinyLFU) OnEvict(o Object) bool {
-	if p.cfg.AtPut || !eligible(o) {
-		return false
-	}
 	h := hashKey(o.Key)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.win.evicted(h)
+	if p.cfg.AtPut || !eligible(o) {
+		return false
+	}
 	return p.admitLocked(o, h)
 }
 
@@ -523,16 +536,19 @@ func (p *TinyLFU) Promote(key string) bool {
 	return true
 }
 
-// ColdPut implements ColdPutter: o's key is coming back (its estimated
-// frequency, this access included, reaches ColdPutFreq) and SSD admission
-// would turn it away now (its node's SSD is full of buckets worth at least
-// as much, or reported none it could evict, or the write budget would
-// refuse it). Such a key left DRAM and SSD
-// before, nothing says it will be read sooner than what DRAM holds, and
-// when DRAM drops it the SSD will not take it: entering DRAM warm it would
-// only push out objects DRAM keeps for longer (on a loop, every one of
-// them). A key SSD admission would take enters warm, as any put. Never
-// when ColdPutFreq is 0. Counted in Stats.ColdPuts.
+// ColdPut implements ColdPutter: o's node's SSD would turn o away now (its
+// SSD is full of buckets worth at least as much, or reported none it could
+// evict, or the write budget would refuse it), and either o's key is
+// coming back (its estimated frequency, this access included, reaches
+// ColdPutFreq: it left DRAM and SSD before, nothing says it will be read
+// sooner than what DRAM holds, and when DRAM drops it the SSD will not
+// take it: entering DRAM warm it would only push out objects DRAM keeps
+// for longer, on a loop every one of them) or it is new and the new-key
+// window (window.go) finds that new keys come back within a DRAM residency
+// less often than the objects the SSD pushes out (unless WarmNewKeys). A
+// key SSD admission would take enters warm, as any put. Never when
+// ColdPutFreq is 0. Counted in Stats.ColdPuts (new keys also in
+// Stats.ColdNewPuts).
 func (p *TinyLFU) ColdPut(o Object) bool {
 	if p.cfg.ColdPutFreq == 0 {
 		return false
@@ -541,7 +557,8 @@ func (p *TinyLFU) ColdPut(o Object) bool {
 	p.mu.Lock()
 	f := p.sk.EstimateHash(h)
 	st := p.nodes[o.Node]
-	cold := f >= p.cfg.ColdPutFreq && st != nil
+	fresh := f < p.cfg.ColdPutFreq
+	cold := st != nil && (!fresh || (!p.cfg.WarmNewKeys && p.win.coldNew()))
 	if cold {
 		switch p.valueTest(f, ssdCost(o), st) {
 		case RejectLost, RejectNoVictim:
@@ -549,9 +566,15 @@ func (p *TinyLFU) ColdPut(o Object) bool {
 			cold = p.cfg.WriteBudget > 0 && !p.budgetWouldAllow(f, o.Size, st)
 		}
 	}
+	if fresh {
+		p.win.put(h, !cold)
+	}
 	p.mu.Unlock()
 	if cold {
 		p.st.coldPuts.Add(1)
+		if fresh {
+			p.st.coldNewPuts.Add(1)
+		}
 	}
 	return cold
 }

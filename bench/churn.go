@@ -26,7 +26,7 @@ import (
 func init() {
 	register(scenario{
 		name: "churn",
-		help: "hit ratio and SSD writes per admission+eviction policy on scan, loop, conversation, mixed, zipf-burst, tenant, shifting and prefix traces, vs Belady's MIN, the two-tier bound and a one-tier W-TinyLFU",
+		help: "hit ratio and SSD writes per admission+eviction policy on scan, loop, conversation, mixed, zipf-burst, tenant, shifting, prefix and chat-rag traces, vs Belady's MIN, the two-tier bound and a one-tier W-TinyLFU",
 		run:  runChurn,
 	})
 }
@@ -87,7 +87,8 @@ type churnSizes struct {
 	burstEvery       int
 	burstLen         int
 	// The shapes of churn_shapes.go (zipf0.9-bursts, tenants, shifting,
-	// prefixes): requests per trace and the key set of one Zipf tenant.
+	// prefixes, chat-rag): requests per trace and the key set of one Zipf
+	// tenant.
 	shapeRequests int
 	shapeKeys     int
 }

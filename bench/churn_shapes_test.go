@@ -1,0 +1,70 @@
+package main
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/tierstore/tierstore/bench/internal/trace"
+)
+
+// TestChatRAGShape: the chat-rag trace is the conversations trace, in its
+// order, interleaved with Zipf keys at the share asked for; the same seed
+// gives the same trace, another seed another one.
+func TestChatRAGShape(t *testing.T) {
+	c := chatRAGConfig{Seed: 5, Requests: 6000, BlockSize: 64 << 10, Sessions: 32, ZipfKeys: 512, ZipfS: 0.9, ShareConv: 0.3}
+	tr, err := chatRAG(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Name != "chat-rag" || len(tr.Requests) != c.Requests {
+		t.Fatalf("name %q, %d requests; want chat-rag, %d", tr.Name, len(tr.Requests), c.Requests)
+	}
+	conv, err := trace.Conversations(trace.ConvConfig{Seed: c.Seed, Requests: c.Requests, BlockSize: c.BlockSize, Sessions: c.Sessions})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fromConv []trace.Request
+	zipfKeys := map[string]bool{}
+	for _, r := range tr.Requests {
+		if r.Size != c.BlockSize {
+			t.Fatalf("request %v: size %d, want %d", r, r.Size, c.BlockSize)
+		}
+		if strings.HasPrefix(r.Key, "z/") {
+			zipfKeys[r.Key] = true
+			continue
+		}
+		fromConv = append(fromConv, r)
+	}
+	if !reflect.DeepEqual(fromConv, conv.Requests[:len(fromConv)]) {
+		t.Error("the conversation tenant's requests are not the conversations trace in its order")
+	}
+	if share := float64(len(fromConv)) / float64(c.Requests); share < 0.27 || share > 0.33 {
+		t.Errorf("conversation share %.3f, want about %.2f", share, c.ShareConv)
+	}
+	if len(zipfKeys) > c.ZipfKeys || len(zipfKeys) < c.ZipfKeys/4 {
+		t.Errorf("%d distinct Zipf keys of %d", len(zipfKeys), c.ZipfKeys)
+	}
+	again, err := chatRAG(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(again.Requests, tr.Requests) {
+		t.Error("the same seed gave another trace")
+	}
+	c.Seed++
+	other, err := chatRAG(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reflect.DeepEqual(other.Requests, tr.Requests) {
+		t.Error("another seed gave the same trace")
+	}
+	for _, share := range []float64{0, 1, -0.5} {
+		c.ShareConv = share
+		if _, err := chatRAG(c); !errors.Is(err, errUsage) {
+			t.Errorf("ShareConv %v: %v, want errUsage", share, err)
+		}
+	}
+}
