@@ -431,3 +431,85 @@ func TestReconcileSessionOverGRPC(t *testing.T) {
 	_, err := api.ReconcileEnd(bg, "a", 12345)
 	mustIs(t, err, errcode.ErrInvalidParams)
 }
+
+// reRegisterKeys records keys as node's SSD replicas.
+func reRegisterKeys(t *testing.T, s *Service, node string, keys []string) {
+	t.Helper()
+	var objs []masterapi.SSDObject
+	for _, k := range keys {
+		objs = append(objs, masterapi.SSDObject{Key: k, Size: 8, CRC: 3})
+	}
+	if _, err := s.ReRegisterSSDObjects(bg, node, objs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReconcileEndSkipsOnlyFullyNamedSlots: ReconcileEnd scans no object
+// for a slot whose every replica the session named (the node only gained
+// keys: strays), and still finds a lost key in a slot whose named count
+// matches the digest only because a named replica went during the
+// session (the dirty mark; red without it: the lost replica stays).
+func TestReconcileEndSkipsOnlyFullyNamedSlots(t *testing.T) {
+	keys := make([]string, 400)
+	for i := range keys {
+		keys[i] = fmt.Sprint("s", i)
+	}
+	t.Run("strays only", func(t *testing.T) {
+		s, _ := offloadService(t, nil)
+		mount(t, s, "a", 1<<20)
+		reRegisterKeys(t, s, "a", keys)
+		held := append(slices.Clone(keys), "stray1", "stray2")
+		for _, slots := range []int{1, 64, masterapi.MaxReconcileSlots} {
+			before := s.scanVisits.Load()
+			differ, res := sessionReconcile(t, s, "a", held, slots, 50)
+			if len(differ) == 0 || res.Dropped != 0 || len(res.Unwanted) != 2 {
+				t.Fatalf("%d slots: differ %v, %+v", slots, differ, res)
+			}
+			if v := s.scanVisits.Load() - before; v != 0 {
+				t.Fatalf("%d slots: End visited %d objects; every replica of the differing slots was named", slots, v)
+			}
+		}
+	})
+	t.Run("lost", func(t *testing.T) {
+		s, _ := offloadService(t, nil)
+		mount(t, s, "a", 1<<20)
+		reRegisterKeys(t, s, "a", keys)
+		before := s.scanVisits.Load()
+		_, res := sessionReconcile(t, s, "a", keys[1:], 1, 50)
+		if res.Dropped != 1 || s.scanVisits.Load() == before {
+			t.Fatalf("%+v, %d visits", res, s.scanVisits.Load()-before)
+		}
+		if _, err := s.GetReplicaList(bg, keys[0]); !codesIs(err, errcode.ErrObjectNotFound) {
+			t.Fatalf("lost key: %v", err)
+		}
+	})
+	t.Run("named replica dropped during the session", func(t *testing.T) {
+		s, _ := offloadService(t, nil)
+		mount(t, s, "a", 1<<20)
+		reRegisterKeys(t, s, "a", keys)
+		// One slot: the node lost keys[0]; it names the rest, then the
+		// master drops keys[1]'s replica (a bucket eviction): the count
+		// (399) equals the named (399), yet keys[0] was never named.
+		held := keys[1:]
+		ses, err := s.ReconcileBegin(bg, "a", digestOfKeys(held, 1))
+		if err != nil || len(ses.Differ) != 1 {
+			t.Fatalf("begin %+v %v", ses, err)
+		}
+		if _, err := s.ReconcileKeys(bg, "a", ses.ID, held); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.EvictSSDReplica(bg, "a", []string{keys[1]}); err != nil {
+			t.Fatal(err)
+		}
+		n, err := s.ReconcileEnd(bg, "a", ses.ID)
+		if err != nil || n != 1 {
+			t.Fatalf("End dropped %d (%v), want the lost key's replica", n, err)
+		}
+		if _, err := s.GetReplicaList(bg, keys[0]); !codesIs(err, errcode.ErrObjectNotFound) {
+			t.Fatalf("lost key: %v", err)
+		}
+		if err := s.Check(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -52,7 +52,7 @@ func TestRangesFor(t *testing.T) {
 	for _, c := range []struct {
 		keys int64
 		want int
-	}{{0, 1}, {1, 1}, {256, 1}, {257, 2}, {10_000_000, MaxReconcileSlots}, {50_000_000, MaxReconcileSlots}} {
+	}{{0, 1}, {1, 1}, {256, 1}, {257, 2}, {10_000_000, 1 << 16}, {50_000_000, 1 << 18}, {1 << 40, MaxReconcileSlots}} {
 		if got := SlotsFor(c.keys); got != c.want || !ValidSlots(got) {
 			t.Errorf("SlotsFor(%d) = %d, want %d", c.keys, got, c.want)
 		}
