@@ -161,6 +161,53 @@ func (d SlotDigest) Add(h uint64) {
 	d.Sums[r] += DigestAddend(h)
 }
 
+// addBatchBucketBits is how many high bits of a slot AddHashes groups a
+// batch by: a group's slots span slots>>addBatchBucketBits of the digest
+// (1024 slots, 12 KiB, at 2^18), which stay in the core's cache while the
+// group is added. (6 bits, 48 KiB groups: 74-93 ns a key in the measure
+// of AddHashes' comment; 8 bits: 63-76.)
+const addBatchBucketBits = 8
+
+// AddHashes adds keys with hashes hs, as Add does for each (the digest is
+// the same). A digest larger than a core's cache (2^18 slots: 3 MiB) is
+// added in groups of nearby slots: adding keys one by one in hash order
+// misses the cache twice a key. A node's digest pass over 10M synthetic
+// keys (key, KeyHashBytes, add; CPU per key on this loaded 2-core VM):
+// 2^14 slots one by one 66-74 ns, 2^18 one by one 140-178 ns, 2^18 in
+// batches of 8192 63-76 ns (docs/benchmarks.md, stop 37). scratch is
+// reused between calls; its new value is returned.
+func (d SlotDigest) AddHashes(hs, scratch []uint64) []uint64 {
+	slots := len(d.Counts)
+	if slots <= 1<<14 {
+		for _, h := range hs {
+			d.Add(h)
+		}
+		return scratch
+	}
+	shift := bits.Len(uint(slots-1)) - addBatchBucketBits
+	var start [1<<addBatchBucketBits + 1]int
+	for _, h := range hs {
+		start[SlotOf(h, slots)>>shift+1]++
+	}
+	for g := 1; g < len(start); g++ {
+		start[g] += start[g-1]
+	}
+	if cap(scratch) < len(hs) {
+		scratch = make([]uint64, len(hs))
+	}
+	scratch = scratch[:len(hs)]
+	next := start
+	for _, h := range hs {
+		g := SlotOf(h, slots) >> shift
+		scratch[next[g]] = h
+		next[g]++
+	}
+	for _, h := range scratch {
+		d.Add(h)
+	}
+	return scratch
+}
+
 // Validate reports a malformed digest.
 func (d SlotDigest) Validate() error {
 	if !ValidSlots(len(d.Counts)) || len(d.Sums) != len(d.Counts) {
