@@ -168,7 +168,8 @@
 // and nothing is scanned when nothing changed; ReconcileEnd then scans only
 // the shards of the slots where a replica went unnamed (the Keys calls
 // count the replicas they stamp per slot, the digest marks the slots that
-// change during the session), which is why the default is 65536 shards.
+// change during the session); with 65536 shards (Config.Shards) a shard
+// holds ~760 objects at 50M.
 // A key's shard is the low bits of masterapi.KeyHash, the same bits as its
 // reconcile slot. Locks: a digest's session lock (ssdDigest.mu) is taken
 // before shard locks, never under one; digestMu (the map of digests) is a
