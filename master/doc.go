@@ -165,7 +165,11 @@
 // must delete: a session (reconcile.go) compares per-slot digests of the
 // node's keys first (kept per node id as replicas come and go) and then
 // only the slots that differ, key by key, so neither side holds a key list
-// and nothing is scanned when nothing changed.
+// and nothing is scanned when nothing changed; ReconcileEnd then scans only
+// the shards of the slots where a replica went unnamed (the Keys calls
+// count the replicas they stamp per slot, the digest marks the slots that
+// change during the session); with 65536 shards (Config.Shards) a shard
+// holds ~760 objects at 50M.
 // A key's shard is the low bits of masterapi.KeyHash, the same bits as its
 // reconcile slot. Locks: a digest's session lock (ssdDigest.mu) is taken
 // before shard locks, never under one; digestMu (the map of digests) is a

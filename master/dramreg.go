@@ -92,7 +92,7 @@ func (s *Service) registerDRAM(g *segment, m masterapi.DRAMObject, now int64) er
 	}
 	if o == nil {
 		o = &object{}
-		sh.objs[m.Key] = o
+		sh.putObj(m.Key, o)
 		s.cnt.objects.Add(1)
 	} else if o.dram.seg != nil && o.dram.token != m.PutToken {
 		s.dropDRAMAndTask(m.Key, o, errcode.ObjectNotFound) // an older put of the key

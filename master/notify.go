@@ -297,7 +297,7 @@ func (s *Service) registerShardLocked(sh *shard, n *node, items []reItem, idx []
 		if size > 0 {
 			if o := sh.objs[it.key]; o == nil {
 				o = newSSDObject(size, c.CRCs[i], n, seen)
-				sh.objs[it.key] = o
+				sh.putObj(it.key, o)
 				s.rebuiltLease(o, now)
 				n.dig.add(it.h, 1)
 				created++
@@ -423,7 +423,7 @@ func (s *Service) registerSSDLocked(sh *shard, n *node, key string, h uint64, si
 	}
 	if o == nil {
 		o = newSSDObject(size, crc, n, seen)
-		sh.objs[key] = o
+		sh.putObj(key, o)
 		s.rebuiltLease(o, now)
 		s.cnt.objects.Add(1)
 		s.countSSD(n, h, 1, size)

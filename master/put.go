@@ -61,7 +61,7 @@ func (s *Service) putStart(ctx context.Context, req masterapi.PutStartRequest) (
 	}
 	if o == nil {
 		o = &object{}
-		sh.objs[req.Key] = o
+		sh.putObj(req.Key, o)
 		s.cnt.objects.Add(1)
 	} else {
 		// Only unreadable leftovers (replicas of dead nodes): start over.

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -430,4 +431,152 @@ func TestReconcileSessionOverGRPC(t *testing.T) {
 	}
 	_, err := api.ReconcileEnd(bg, "a", 12345)
 	mustIs(t, err, errcode.ErrInvalidParams)
+}
+
+// reRegisterKeys records keys as node's SSD replicas.
+func reRegisterKeys(t *testing.T, s *Service, node string, keys []string) {
+	t.Helper()
+	var objs []masterapi.SSDObject
+	for _, k := range keys {
+		objs = append(objs, masterapi.SSDObject{Key: k, Size: 8, CRC: 3})
+	}
+	if _, err := s.ReRegisterSSDObjects(bg, node, objs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReconcileEndSkipsOnlyFullyNamedSlots: ReconcileEnd scans no object
+// for a slot whose every replica the session named (the node only gained
+// keys: strays), and still finds a lost key in a slot whose named count
+// matches the digest only because a named replica went during the
+// session (the dirty mark; red without it: the lost replica stays).
+func TestReconcileEndSkipsOnlyFullyNamedSlots(t *testing.T) {
+	keys := make([]string, 400)
+	for i := range keys {
+		keys[i] = fmt.Sprint("s", i)
+	}
+	t.Run("strays only", func(t *testing.T) {
+		s, _ := offloadService(t, nil)
+		mount(t, s, "a", 1<<20)
+		reRegisterKeys(t, s, "a", keys)
+		held := append(slices.Clone(keys), "stray1", "stray2")
+		for _, slots := range []int{1, 64, masterapi.MaxReconcileSlots} {
+			before := s.scanVisits.Load()
+			differ, res := sessionReconcile(t, s, "a", held, slots, 50)
+			if len(differ) == 0 || res.Dropped != 0 || len(res.Unwanted) != 2 {
+				t.Fatalf("%d slots: differ %v, %+v", slots, differ, res)
+			}
+			if v := s.scanVisits.Load() - before; v != 0 {
+				t.Fatalf("%d slots: End visited %d objects; every replica of the differing slots was named", slots, v)
+			}
+		}
+	})
+	t.Run("lost", func(t *testing.T) {
+		s, _ := offloadService(t, nil)
+		mount(t, s, "a", 1<<20)
+		reRegisterKeys(t, s, "a", keys)
+		before := s.scanVisits.Load()
+		_, res := sessionReconcile(t, s, "a", keys[1:], 1, 50)
+		if res.Dropped != 1 || s.scanVisits.Load() == before {
+			t.Fatalf("%+v, %d visits", res, s.scanVisits.Load()-before)
+		}
+		if _, err := s.GetReplicaList(bg, keys[0]); !codesIs(err, errcode.ErrObjectNotFound) {
+			t.Fatalf("lost key: %v", err)
+		}
+	})
+	t.Run("named replica dropped during the session", func(t *testing.T) {
+		s, _ := offloadService(t, nil)
+		mount(t, s, "a", 1<<20)
+		reRegisterKeys(t, s, "a", keys)
+		// One slot: the node lost keys[0]; it names the rest, then the
+		// master drops keys[1]'s replica (a bucket eviction): the count
+		// (399) equals the named (399), yet keys[0] was never named.
+		held := keys[1:]
+		ses, err := s.ReconcileBegin(bg, "a", digestOfKeys(held, 1))
+		if err != nil || len(ses.Differ) != 1 {
+			t.Fatalf("begin %+v %v", ses, err)
+		}
+		if _, err := s.ReconcileKeys(bg, "a", ses.ID, held); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.EvictSSDReplica(bg, "a", []string{keys[1]}); err != nil {
+			t.Fatal(err)
+		}
+		n, err := s.ReconcileEnd(bg, "a", ses.ID)
+		if err != nil || n != 1 {
+			t.Fatalf("End dropped %d (%v), want the lost key's replica", n, err)
+		}
+		if _, err := s.GetReplicaList(bg, keys[0]); !codesIs(err, errcode.ErrObjectNotFound) {
+			t.Fatalf("lost key: %v", err)
+		}
+		if err := s.Check(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestReconcileEndWithConcurrentEvictions: while a session's Keys and End
+// calls run, another goroutine evicts replicas of keys the node names (a
+// bucket eviction racing the reconcile). Whatever the interleaving, End
+// drops exactly the replicas of the keys the node lost (the evicted ones
+// are not its to count), and the digests still match the metadata. Run
+// with -race: the dirty marks, counts and sums are written under shard
+// locks while End reads them under the digest lock only.
+func TestReconcileEndWithConcurrentEvictions(t *testing.T) {
+	for _, slots := range []int{1, 64} {
+		t.Run(fmt.Sprint(slots), func(t *testing.T) {
+			s, _ := offloadService(t, nil)
+			mount(t, s, "a", 1<<20)
+			keys := make([]string, 600)
+			for i := range keys {
+				keys[i] = fmt.Sprint("c", i)
+			}
+			reRegisterKeys(t, s, "a", keys)
+			var lost, held, evict []string
+			for i, k := range keys {
+				switch {
+				case i%10 == 0:
+					lost = append(lost, k)
+				case i%3 == 0:
+					held = append(held, k)
+					evict = append(evict, k)
+				default:
+					held = append(held, k)
+				}
+			}
+			ses, err := s.ReconcileBegin(bg, "a", digestOfKeys(held, slots))
+			if err != nil || len(ses.Differ) == 0 {
+				t.Fatalf("begin %+v %v", ses, err)
+			}
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for _, k := range evict {
+					if _, err := s.EvictSSDReplica(bg, "a", []string{k}); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+			for i := 0; i < len(held); i += 37 {
+				if _, err := s.ReconcileKeys(bg, "a", ses.ID, held[i:min(i+37, len(held))]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			n, err := s.ReconcileEnd(bg, "a", ses.ID)
+			wg.Wait()
+			if err != nil || n != int64(len(lost)) {
+				t.Fatalf("End dropped %d (%v), want the %d lost", n, err, len(lost))
+			}
+			for _, k := range lost {
+				if _, err := s.GetReplicaList(bg, k); !codesIs(err, errcode.ErrObjectNotFound) {
+					t.Fatalf("lost key %s: %v", k, err)
+				}
+			}
+			if err := s.Check(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 }

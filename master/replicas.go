@@ -214,6 +214,9 @@ func (s *Service) settleEmpty(sh *shard, key string, o *object, now int64) {
 // hold keeps o, objs[key], in its shard's held set for settleHeld to
 // revisit. Caller holds the shard lock.
 func (s *Service) hold(sh *shard, key string, o *object) {
+	if sh.held == nil {
+		sh.held = map[string]*object{}
+	}
 	sh.held[key] = o
 	s.heldPending.Store(true)
 }

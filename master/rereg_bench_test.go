@@ -12,7 +12,7 @@ import (
 )
 
 // BenchmarkReRegister1M re-registers 1M SSD objects of one node into a
-// new Service (the default 1024 shards), in process: chunks of 4096 (as a
+// new Service (the default shards), in process: chunks of 4096 (as a
 // node sends them, node/reconcile.go) or 16384 in columns, 3 in flight, the
 // first with the Expected hint. It reports the process's CPU time per key
 // beside the wall time (docs/benchmarks.md, re-registration in columns).

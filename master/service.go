@@ -164,12 +164,7 @@ func New(cfg Config) (*Service, error) {
 	s.countLookups = s.policy.WantsLookups()
 	s.prefetch.init(cfg.PrefetchBudget*1e6, s.now())
 	n := 1 << bits.Len(uint(cfg.Shards-1))
-	s.shards = make([]shard, n)
-	for i := range s.shards {
-		s.shards[i].objs = map[string]*object{}
-		s.shards[i].dram = map[string]*object{}
-		s.shards[i].held = map[string]*object{}
-	}
+	s.shards = make([]shard, n) // maps made on first use (shard.putObj)
 	s.mask = uint64(n - 1)
 	s.digests = map[string]*ssdDigest{}
 	s.nodes = map[string]*node{}

@@ -237,9 +237,10 @@ func (o *object) ssdIndex(id string) int {
 	return -1
 }
 
-// shard is one slice of the key space.
+// shard is one slice of the key space. Its maps are nil until their first
+// entry (putObj, noteDRAM, hold): a nil map reads as empty.
 type shard struct {
-	mu   sync.Mutex // protects objs, dram and every *object in them
+	mu   sync.Mutex // protects objs, dram, held and every *object in them
 	objs map[string]*object
 	// dram holds every object of objs that has a DRAM replica (noteDRAM,
 	// called wherever one is added), and possibly some that no longer do
@@ -288,7 +289,22 @@ func (sh *shard) scanAll(yielded func(), fn func(key string, o *object)) {
 
 // noteDRAM records that o, objs[key], has a DRAM replica now. Caller holds
 // the shard lock.
-func (sh *shard) noteDRAM(key string, o *object) { sh.dram[key] = o }
+func (sh *shard) noteDRAM(key string, o *object) {
+	if sh.dram == nil {
+		sh.dram = map[string]*object{}
+	}
+	sh.dram[key] = o
+}
+
+// putObj sets objs[key]. The shard's maps are made on first use: a master
+// has tens of thousands of shards (Config.Shards), most of them empty in
+// a small deployment or a test.
+func (sh *shard) putObj(key string, o *object) {
+	if sh.objs == nil {
+		sh.objs = map[string]*object{}
+	}
+	sh.objs[key] = o
+}
 
 // dramObjects calls fn for every object of the shard that has a DRAM
 // replica (and may call it for none other), dropping the stale entries of

@@ -1,9 +1,12 @@
 package masterapi
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"pgregory.net/rapid"
 )
 
 // TestKeyHashStable pins KeyHash: masters and nodes of different builds
@@ -52,7 +55,7 @@ func TestRangesFor(t *testing.T) {
 	for _, c := range []struct {
 		keys int64
 		want int
-	}{{0, 1}, {1, 1}, {256, 1}, {257, 2}, {10_000_000, MaxReconcileSlots}, {50_000_000, MaxReconcileSlots}} {
+	}{{0, 1}, {1, 1}, {256, 1}, {257, 2}, {10_000_000, 1 << 16}, {50_000_000, 1 << 18}, {1 << 40, MaxReconcileSlots}} {
 		if got := SlotsFor(c.keys); got != c.want || !ValidSlots(got) {
 			t.Errorf("SlotsFor(%d) = %d, want %d", c.keys, got, c.want)
 		}
@@ -73,4 +76,26 @@ func BenchmarkKeyHash(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestAddHashesIsAdd (property): AddHashes leaves the digest Add leaves,
+// at every resolution (the grouped path above 2^14 slots included), for
+// batches of any size, scratch reused.
+func TestAddHashesIsAdd(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		slots := 1 << rapid.IntRange(0, 18).Draw(rt, "slotsLog")
+		batches := rapid.SliceOf(rapid.SliceOf(rapid.Uint64())).Draw(rt, "batches")
+		one, grouped := NewSlotDigest(slots), NewSlotDigest(slots)
+		var scratch []uint64
+		for _, b := range batches {
+			for i, h := range b {
+				b[i] = mix64(h) // spread over the slots
+				one.Add(b[i])
+			}
+			scratch = grouped.AddHashes(b, scratch)
+		}
+		if !slices.Equal(one.Counts, grouped.Counts) || !slices.Equal(one.Sums, grouped.Sums) {
+			rt.Fatalf("AddHashes' digest differs from Add's")
+		}
+	})
 }

@@ -31,6 +31,9 @@ const (
 	reconcileBatchBytes = 4 << 20
 	// masterCallTimeout bounds one call of a re-registration or reconcile.
 	masterCallTimeout = 30 * time.Second
+	// digestBatch is the key hashes a reconcile's digest pass adds at a
+	// time (masterapi.SlotDigest.AddHashes: 64 KiB of hashes).
+	digestBatch = 8192
 )
 
 // reRegister tells the master every object the SSD tier holds, in chunks
@@ -204,12 +207,18 @@ func (n *Node) Reconcile(ctx context.Context) error {
 	}
 	gen := n.mountGen.Load()
 	d := masterapi.NewSlotDigest(masterapi.SlotsFor(n.tier.Stats().Objects))
+	hs := make([]uint64, 0, digestBatch)
+	var scratch []uint64
 	if err := n.tier.Keys(func(k []byte, _ tier.KeyInfo) bool {
-		d.Add(masterapi.KeyHashBytes(k))
+		if hs = append(hs, masterapi.KeyHashBytes(k)); len(hs) == digestBatch {
+			scratch = d.AddHashes(hs, scratch)
+			hs = hs[:0]
+		}
 		return true
 	}); err != nil {
 		return fmt.Errorf("node: reconcile: listing SSD keys: %w", err)
 	}
+	d.AddHashes(hs, scratch)
 	cctx, cancel := context.WithTimeout(ctx, masterCallTimeout)
 	ses, err := n.m.ReconcileBegin(cctx, n.name, d)
 	cancel()
@@ -254,12 +263,12 @@ func (n *Node) reconcileFailed(err error) error {
 // it answers as unwanted, unless the node remounted since gen (then it
 // stops sending: the session is void).
 func (n *Node) sendDiffering(ctx context.Context, ses masterapi.ReconcileSession, slots int, gen uint64) error {
-	differ := make([]bool, slots)
+	differ := make([]uint64, (slots+63)/64) // a bit a slot: 32 KiB at 2^18, cached
 	for _, r := range ses.Differ {
 		if int(r) >= slots {
 			return fmt.Errorf("master answered slot %d of a %d-slot digest: %w", r, slots, errcode.ErrInvalidParams)
 		}
-		differ[r] = true
+		differ[r>>6] |= 1 << (r & 63)
 	}
 	var batch []string
 	size := 0
@@ -284,7 +293,7 @@ func (n *Node) sendDiffering(ctx context.Context, ses masterapi.ReconcileSession
 		return true
 	}
 	err := n.tier.Keys(func(k []byte, _ tier.KeyInfo) bool {
-		if !differ[masterapi.SlotOf(masterapi.KeyHashBytes(k), slots)] {
+		if r := masterapi.SlotOf(masterapi.KeyHashBytes(k), slots); differ[r>>6]&(1<<(r&63)) == 0 {
 			return true
 		}
 		batch = append(batch, string(k))

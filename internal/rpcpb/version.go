@@ -41,8 +41,11 @@ const (
 	// and a client of version 6 would not pass on. 8: PutStart's Replica
 	// (and its batch's) carries the write grant of its range (the same
 	// field 9), which a node with --grant_secret_file requires on the
-	// write and a client of version 7 would not pass on.
-	MasterProtocol = 8
+	// write and a client of version 7 would not pass on. 9: a reconcile
+	// digest (ReconcileBeginRequest) has up to 2^18 slots
+	// (masterapi.MaxReconcileSlots; 2^14 before), which a master of
+	// version 8 would refuse as INVALID_PARAMS.
+	MasterProtocol = 9
 	// NodeProtocol is the version of node.proto's NodePeer service.
 	NodeProtocol = 1
 )
