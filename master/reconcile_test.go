@@ -1,6 +1,7 @@
 package master
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -578,5 +579,43 @@ func TestReconcileEndWithConcurrentEvictions(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestCheckFindsAWrongDigest: Check compares each node id's reconcile
+// digest with the SSD replicas slot by slot (red if it skipped slots the
+// replicas do not hold, or those they do).
+func TestCheckFindsAWrongDigest(t *testing.T) {
+	s, _ := offloadService(t, nil)
+	mount(t, s, "a", 1<<20)
+	reRegisterKeys(t, s, "a", []string{"k0", "k1", "k2"})
+	if err := s.Check(); err != nil {
+		t.Fatalf("consistent state: %v", err)
+	}
+	s.digestMu.Lock()
+	var tab *digestTable
+	for _, d := range s.digests {
+		tab = d.tab.Load()
+	}
+	s.digestMu.Unlock()
+	if tab == nil {
+		t.Fatal("node a has SSD replicas and no digest table")
+	}
+	held := masterapi.SlotOf(masterapi.KeyHash("k1"), digestSlots)
+	empty := (held + 1) % digestSlots
+	for _, r := range []int{held, empty} {
+		tab.counts[r].Add(1)
+		if err := s.Check(); !errors.Is(err, ErrInconsistent) {
+			t.Fatalf("slot %d counts one key too many: Check says %v", r, err)
+		}
+		tab.counts[r].Add(^uint32(0))
+		tab.sums[r].Add(7)
+		if err := s.Check(); !errors.Is(err, ErrInconsistent) {
+			t.Fatalf("slot %d sum off: Check says %v", r, err)
+		}
+		tab.sums[r].Add(^uint64(6))
+	}
+	if err := s.Check(); err != nil {
+		t.Fatalf("restored: %v", err)
 	}
 }
