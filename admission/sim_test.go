@@ -205,12 +205,7 @@ func (s *simStore) request(k string) {
 // keys every every requests.
 func scanBurstTrace(seed uint64, n, keys, every, burst int) []string {
 	r := rand.New(rand.NewPCG(seed, seed^0x5bd1e995))
-	cdf := make([]float64, keys)
-	sum := 0.0
-	for k := range cdf {
-		sum += math.Pow(float64(k+1), -0.9)
-		cdf[k] = sum
-	}
+	cdf, sum := zipfCDF(keys)
 	var out []string
 	b := 0
 	for len(out) < n {
@@ -320,12 +315,7 @@ func simWindow(warmNewKeys bool) *TinyLFU {
 // loop over loop keys.
 func tenantsTrace(seed uint64, n, keys, loop int) []string {
 	r := rand.New(rand.NewPCG(seed, seed^0x2545f4914f6cdd1d))
-	cdf := make([]float64, keys)
-	sum := 0.0
-	for k := range cdf {
-		sum += math.Pow(float64(k+1), -0.9)
-		cdf[k] = sum
-	}
+	cdf, sum := zipfCDF(keys)
 	var out []string
 	l := 0
 	for len(out) < n {
@@ -344,12 +334,7 @@ func tenantsTrace(seed uint64, n, keys, loop int) []string {
 // Zipf(0.9) over keys keys.
 func recencyTrace(seed uint64, n, keys int) []string {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	cdf := make([]float64, keys)
-	sum := 0.0
-	for k := range cdf {
-		sum += math.Pow(float64(k+1), -0.9)
-		cdf[k] = sum
-	}
+	cdf, sum := zipfCDF(keys)
 	var out []string
 	again := map[int][]string{}
 	fresh := 0
@@ -438,4 +423,16 @@ func TestTinyLFUScanBurstAgainstMIN(t *testing.T) {
 			t.Errorf("seed %d: tinylfu wrote %d objects to SSD, on-evict %d", seed, tiny.writes, all.writes)
 		}
 	}
+}
+
+// zipfCDF is the cumulative weight of Zipf(0.9) over keys keys, and its
+// total: a key drawn is sort.SearchFloat64s(cdf, u*sum) for u uniform.
+func zipfCDF(keys int) ([]float64, float64) {
+	cdf := make([]float64, keys)
+	sum := 0.0
+	for k := range cdf {
+		sum += math.Pow(float64(k+1), -0.9)
+		cdf[k] = sum
+	}
+	return cdf, sum
 }
