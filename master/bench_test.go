@@ -29,14 +29,7 @@ func benchKey(i int) string { return fmt.Sprintf("kv/%016x/%08d", uint64(i)*0x9E
 // (64 B each in DRAM, every 4th also on SSD), built once per process.
 func benchService(b *testing.B) (*Service, []string) {
 	benchOnce.Do(func() {
-		cfg := DefaultConfig()
-		cfg.MonitorInterval = 0
-		cfg.ClientTTL = time.Hour
-		cfg.Logger = slog.New(slog.DiscardHandler)
-		s, err := New(cfg)
-		if err != nil {
-			panic(err)
-		}
+		s := quietService(b)
 		for n := 0; n < 4; n++ {
 			if err := s.MountSegment(bg, masterapi.MountRequest{Node: fmt.Sprint("n", n), Endpoint: "e", Segment: "s", Size: 32 << 20}); err != nil {
 				panic(err)
