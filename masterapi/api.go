@@ -1,20 +1,3 @@
-// Package masterapi is the master's contract, as its callers see it and
-// its implementations provide it (in the manner of database/sql/driver):
-// the request and reply types, ClientAPI (what a client needs), NodeAPI
-// (what a store node needs, its side of SSD admission and promotion
-// included: the heartbeat with the SSD report and the admission sketch,
-// PromoteEnd; admission.go), their errors (ErrStalePut, and the sentinels of
-// internal/errcode), the reconcile digest both sides compute (reconcile.go)
-// and the removal log's entries (removal.go). It holds no implementation
-// and no transport: *master.Service implements API in-process, and
-// package mastergrpc over gRPC (mastergrpc.Dial, host:port; etcd://...
-// for the elected leader when package ha is linked into the program).
-// Importing it links no gRPC client (only internal/errcode with its gRPC
-// status mapping), no etcd, pebble or SSD tier
-// (docs/design.md, package map).
-//
-// Errors wrap the sentinels of internal/errcode and are checked with
-// errors.Is, whichever implementation answered.
 package masterapi
 
 import (
