@@ -98,19 +98,30 @@ func (s *Service) evictLocked(need int64) int {
 // DRAM for one put; the put then waits for room (put_start_max_wait).
 const evictExtraPasses = 4
 
+// eachDRAM calls fn for every object with a DRAM replica (shard.dramObjects),
+// under its shard's lock, one shard at a time, visiting only the shards
+// the index of shards holding DRAM objects names (shardSets.dram): at
+// 65536 shards a round would otherwise lock every shard, most of them
+// without a DRAM object (BenchmarkPutUnderEviction). An object given its
+// first DRAM replica during the walk may or may not be visited, as in a
+// walk over every shard.
+func (s *Service) eachDRAM(fn func(sh *shard, key string, o *object)) {
+	s.sets.dram.each(func(i int) {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		sh.dramObjects(func(k string, o *object) { fn(sh, k, o) })
+		sh.mu.Unlock()
+	})
+}
+
 // countVictims counts the evictable objects, which sets a round's size.
 func (s *Service) countVictims(now int64) int {
 	total := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		sh.dramObjects(func(_ string, o *object) {
-			if s.victimOK(o, now) {
-				total++
-			}
-		})
-		sh.mu.Unlock()
-	}
+	s.eachDRAM(func(_ *shard, _ string, o *object) {
+		if s.victimOK(o, now) {
+			total++
+		}
+	})
 	return total
 }
 
@@ -118,23 +129,18 @@ func (s *Service) countVictims(now int64) int {
 // a max-heap (worst on top) while it scans the shards.
 func (s *Service) pickVictims(target int, now int64) []victim {
 	h := victimHeap(make([]victim, 0, target))
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		sh.dramObjects(func(k string, o *object) {
-			if !s.victimOK(o, now) {
-				return
-			}
-			v := victim{key: k, o: o, sh: sh, lastUse: o.lastUse, soft: o.softPinned(now)}
-			if len(h) < target {
-				heap.Push(&h, v)
-			} else if v.before(h[0]) {
-				h[0] = v
-				heap.Fix(&h, 0)
-			}
-		})
-		sh.mu.Unlock()
-	}
+	s.eachDRAM(func(sh *shard, k string, o *object) {
+		if !s.victimOK(o, now) {
+			return
+		}
+		v := victim{key: k, o: o, sh: sh, lastUse: o.lastUse, soft: o.softPinned(now)}
+		if len(h) < target {
+			heap.Push(&h, v)
+		} else if v.before(h[0]) {
+			h[0] = v
+			heap.Fix(&h, 0)
+		}
+	})
 	cands := []victim(h)
 	sort.Slice(cands, func(i, j int) bool { return cands[i].before(cands[j]) })
 	return cands

@@ -27,6 +27,9 @@ type Service struct {
 
 	shards []shard
 	mask   uint64
+	// sets index the shards whose dram or held set may be non-empty
+	// (shardSet): the walks over those sets visit only these shards.
+	sets shardSets
 
 	digestMu sync.Mutex            // protects digests
 	digests  map[string]*ssdDigest // per node id: its SSD replicas' digest (reconcile.go)
@@ -165,6 +168,10 @@ func New(cfg Config) (*Service, error) {
 	s.prefetch.init(cfg.PrefetchBudget*1e6, s.now())
 	n := 1 << bits.Len(uint(cfg.Shards-1))
 	s.shards = make([]shard, n) // maps made on first use (shard.putObj)
+	s.sets = shardSets{dram: newShardSet(n), held: newShardSet(n)}
+	for i := range s.shards {
+		s.shards[i].i, s.shards[i].sets = int32(i), &s.sets
+	}
 	s.mask = uint64(n - 1)
 	s.digests = map[string]*ssdDigest{}
 	s.nodes = map[string]*node{}
