@@ -268,3 +268,36 @@ func TestReRegisterSmallChunksAtManyShards(t *testing.T) {
 		}
 	}
 }
+
+// TestShardSetWordsShared: the shards of one index word set and clear
+// their bits at once (each under its own shard's lock, so only its own
+// bit), and none loses its bit to another's change of the word: each
+// change is one atomic read-modify-write, not a load and a store.
+func TestShardSetWordsShared(t *testing.T) {
+	b := newShardSet(64)
+	const steps = 20000
+	var wg sync.WaitGroup
+	for i := range 64 {
+		wg.Go(func() {
+			for range steps {
+				b.add(i)
+				if !b.has(i) {
+					t.Errorf("shard %d: its bit, just set, is clear", i)
+					return
+				}
+				b.remove(i)
+				if b.has(i) {
+					t.Errorf("shard %d: its bit, just cleared, is set", i)
+					return
+				}
+			}
+			b.add(i)
+		})
+	}
+	wg.Wait()
+	n := 0
+	b.each(func(int) { n++ })
+	if n != 64 {
+		t.Fatalf("%d of 64 bits set at the end", n)
+	}
+}
