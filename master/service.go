@@ -41,8 +41,11 @@ type Service struct {
 	// forgets them once they hold nothing.
 	retired []*node
 
-	evictMu  sync.Mutex    // serialises eviction rounds
-	evictGen atomic.Uint64 // incremented after every eviction round
+	evictMu sync.Mutex // serialises eviction rounds; protects evictKeep
+	// evictKeep is the last eviction round's target: the next round's
+	// first walk keeps twice as many victims (countAndPickVictims).
+	evictKeep int
+	evictGen  atomic.Uint64 // incremented after every eviction round
 	// fruitless is 1 + the room broadcast's generation at the start of
 	// the last eviction round that neither dropped nor queued anything (0:
 	// none). Until the broadcast rings again nothing became evictable, so

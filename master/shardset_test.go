@@ -301,3 +301,38 @@ func TestShardSetWordsShared(t *testing.T) {
 		t.Fatalf("%d of 64 bits set at the end", n)
 	}
 }
+
+// TestEvictionRoundKeepsEnoughVictims: a round's first pass counts and
+// picks in one walk, keeping twice the previous round's target
+// (countAndPickVictims); when the evictable objects more than doubled
+// since, the target exceeds what it kept and it walks again. Either way
+// the round drops exactly eviction_ratio of the evictable objects, the
+// least recently used, at 65536 shards and at 16.
+func TestEvictionRoundKeepsEnoughVictims(t *testing.T) {
+	for _, shards := range []int{16, 1 << 16} {
+		s, clk := testService(t, func(c *Config) { c.Shards = shards; c.EvictionRatio = 0.5 })
+		mount(t, s, "a", 64<<20)
+		var present []string // oldest first
+		next := 0
+		for _, add := range []int{10, 205, 30, 7, 1, 500} {
+			for range add {
+				clk.Advance(time.Millisecond)
+				k := fmt.Sprint("v", next)
+				next++
+				put(t, s, k, 4096, "")
+				present = append(present, k)
+			}
+			clk.Advance(time.Hour) // every lease over
+			want := (len(present) + 1) / 2
+			if got := s.EvictNow(); got != want {
+				t.Fatalf("%d shards: %d evictable, ratio 0.5: the round dropped %d, want %d", shards, len(present), got, want)
+			}
+			for i, k := range present {
+				if gone := !inDRAM(s, k); gone != (i < want) { // inDRAM: no lookup, which would make k recently used
+					t.Fatalf("%d shards: %s, %d-th least recently used of %d: gone %v after a round that dropped %d", shards, k, i, len(present), gone, want)
+				}
+			}
+			present = present[want:]
+		}
+	}
+}

@@ -11,8 +11,9 @@ import (
 // BenchmarkShardWalks: one walk over the shards that runs per round or
 // per tick, at 1024 and 65536 shards, on a master holding 1000 DRAM
 // objects (and 1000 SSD-only ones) and one object held for its lease
-// without a replica: countVictims (half of a DRAM eviction round; the
-// other half, pickVictims, walks the same), reclaimAbandoned (every
+// without a replica: countVictims (the walk of a DRAM eviction round's
+// first pass, countAndPickVictims, is the same walk keeping victims in a
+// heap beside the count), reclaimAbandoned (every
 // quarter of put_start_discard_timeout while a put is in progress) and
 // settleHeld (every tick while an object is held). Each should cost about
 // the same at both shard counts (the shard indexes, shardSet).
