@@ -242,10 +242,12 @@ func (v victim) before(w victim) bool {
 type victimHeap []victim
 
 // offer keeps v if h holds fewer than keep victims or v is better than
-// the worst of them (which it replaces).
+// the worst of them (which it replaces). Not heap.Push, which boxes v
+// into an interface: an allocation per kept victim.
 func (h *victimHeap) offer(v victim, keep int) {
 	if len(*h) < keep {
-		heap.Push(h, v)
+		*h = append(*h, v)
+		heap.Fix(h, len(*h)-1)
 	} else if keep > 0 && v.before((*h)[0]) {
 		(*h)[0] = v
 		heap.Fix(h, 0)

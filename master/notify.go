@@ -336,14 +336,20 @@ type reGroup struct {
 // docs/benchmarks.md).
 func (s *Service) groupByShard(sc *reScratch, items []reItem, first uint64) ([]int32, []reGroup) {
 	count, shards := len(items), len(s.shards)
-	rot := func(i int32) int32 { return int32((items[i].h - first) & s.mask) } // the shard's rank from first
 	order := sc.grow(&sc.order, count)
 	groups := sc.groups[:0]
 	if count*smallChunkRatio < shards {
-		for i := range order {
-			order[i] = int32(i)
+		// Sort (rank of the shard from first) << 32 | index: no
+		// comparison function, no allocation.
+		keys := sc.keys[:0]
+		for i := range items {
+			keys = append(keys, (items[i].h-first)&s.mask<<32|uint64(i))
 		}
-		slices.SortFunc(order, func(a, b int32) int { return int(rot(a)) - int(rot(b)) })
+		slices.Sort(keys)
+		for i, k := range keys {
+			order[i] = int32(uint32(k))
+		}
+		sc.keys = keys
 		for lo := 0; lo < count; {
 			sh := items[order[lo]].h & s.mask
 			hi := lo + 1
@@ -391,6 +397,7 @@ type reScratch struct {
 	order, starts, fill []int32
 	groups              []reGroup
 	busy                []int32
+	keys                []uint64 // groupByShard's sort keys
 }
 
 var reScratchPool = sync.Pool{New: func() any { return new(reScratch) }}
