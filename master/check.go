@@ -19,7 +19,9 @@ import (
 // ranges overlap; the PROCESSING count matches; at most one SSD
 // replica per node and key; each live node's replica counters (Stats.PerNode)
 // match its replicas; every offload pin is in its live node's mailbox
-// and every mailbox entry pins its object.
+// and every mailbox entry pins its object; every object with a DRAM
+// replica is in its shard's dram set, and a shard whose dram or held set
+// is non-empty is in the index of such shards (shardSets).
 func (s *Service) Check() error {
 	for i := range s.shards {
 		s.shards[i].mu.Lock()
@@ -130,11 +132,25 @@ func (c *census) at(n *node) *perNode {
 // every shard lock and nodesMu.
 func (s *Service) takeCensus(c *census) error {
 	for i := range s.shards {
-		for k, o := range s.shards[i].objs {
+		sh := &s.shards[i]
+		// The walks over the dram and held sets visit only the shards
+		// their index names (shardSet): a shard missing from it hides its
+		// objects from eviction, the reclaim, promotion or settleHeld.
+		if len(sh.dram) > 0 && !s.sets.dram.has(i) {
+			return inconsistent("shard %d: %d entries in its dram set, not in the index of shards holding DRAM objects", i, len(sh.dram))
+		}
+		if len(sh.held) > 0 && !s.sets.held.has(i) {
+			return inconsistent("shard %d: %d entries in its held set, not in the index of shards holding held objects", i, len(sh.held))
+		}
+		for k, o := range sh.objs {
 			c.objects++
-			if o.empty() && s.shards[i].held[k] != o {
+			if o.empty() && sh.held[k] != o {
 				// Kept for its lease: settleHeld must find it.
 				return inconsistent("key %s: no replica, and not held for deletion (shard.held)", keyspec.Show(k))
+			}
+			if o.dramCount() > 0 && sh.dram[k] != o {
+				// The DRAM walks (eviction, reclaim, promotion) go by sh.dram.
+				return inconsistent("key %s: a DRAM replica, and not in its shard's dram set", keyspec.Show(k))
 			}
 			if err := c.addDRAM(k, o); err != nil {
 				return err

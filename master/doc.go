@@ -21,7 +21,16 @@
 // (shard.scanAll) releases the shard's lock every scanHold objects, so
 // lookups and other keys' puts wait for at most that many objects, not a
 // whole shard of a 50M-object master. The sweep clears sweepDirty before
-// its walk, so a replica that becomes unreadable during it is swept next. Segments
+// its walk, so a replica that becomes unreadable during it is swept next.
+//
+// What runs per eviction round or per tick walks only the shards that
+// hold DRAM objects (shard.dram: eviction rounds, the reclaim of abandoned
+// puts, promotion's victims) or objects held for their lease (shard.held:
+// settleHeld), through an index of those shards (shardSets, a bitmap of
+// atomic words: shardset.go), not every one of the 65536. Invariant
+// (Check): a shard whose dram or held set is non-empty has its bit set;
+// the bit is set under the shard lock with each entry added and cleared
+// under it by the walk that finds the set empty. Segments
 // are allocated by a best-fit, coalescing offset allocator (alloc.go,
 // O(log n)); allocation, eviction rounds and the wait for room are in
 // room.go; PutStart picks the preferred node's segment when it has room,
@@ -168,8 +177,8 @@
 // and nothing is scanned when nothing changed; ReconcileEnd then scans only
 // the shards of the slots where a replica went unnamed (the Keys calls
 // count the replicas they stamp per slot, the digest marks the slots that
-// change during the session); with 65536 shards (Config.Shards) a shard
-// holds ~760 objects at 50M.
+// change during the session); with 65536 shards (Config.Shards, the
+// default) a shard holds ~760 objects at 50M.
 // A key's shard is the low bits of masterapi.KeyHash, the same bits as its
 // reconcile slot. Locks: a digest's session lock (ssdDigest.mu) is taken
 // before shard locks, never under one; digestMu (the map of digests) is a
@@ -238,8 +247,9 @@
 // shard lock or none, nothing taken under them. Check, the only code that
 // holds several shard locks at once, takes them in ascending shard index
 // order. evictMu (one eviction round at a time) and a reconcile session's
-// ssdDigest.mu are taken before shard locks; digestMu is a leaf. Counters
-// and reconcile digests are atomics; a path that adds a shard's counters
+// ssdDigest.mu are taken before shard locks; digestMu is a leaf. Counters,
+// reconcile digests and the shard indexes (shardSets; a shard's bit
+// changes only under its lock, read under none) are atomics; a path that adds a shard's counters
 // once for several objects (an SSD re-registration chunk) adds them before
 // releasing that shard's lock, so Check, under every shard lock, finds
 // them equal to the metadata. An SSD re-registration chunk holds one shard

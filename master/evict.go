@@ -44,7 +44,7 @@ func (s *Service) evictLocked(need int64) int {
 	defer s.evictGen.Add(1)
 	ring := s.room.gen.Load()
 	now := s.now()
-	total := s.countVictims(now)
+	total, first := s.countAndPickVictims(now)
 	if total == 0 {
 		s.fruitless.Store(ring + 1)
 		return 0
@@ -53,7 +53,10 @@ func (s *Service) evictLocked(need int64) int {
 	var freed int64
 	dropped, queued := 0, 0
 	for pass := 0; pass <= evictExtraPasses; pass++ {
-		cands := s.pickVictims(target, now)
+		cands := first
+		if pass > 0 {
+			cands = s.pickVictims(target, now)
+		}
 		if h := s.hooks.victimsPicked; h != nil && pass == 0 {
 			h()
 		}
@@ -98,19 +101,62 @@ func (s *Service) evictLocked(need int64) int {
 // DRAM for one put; the put then waits for room (put_start_max_wait).
 const evictExtraPasses = 4
 
-// countVictims counts the evictable objects, which sets a round's size.
-func (s *Service) countVictims(now int64) int {
-	total := 0
-	for i := range s.shards {
+// eachDRAM calls fn for every object with a DRAM replica (shard.dramObjects),
+// under its shard's lock, one shard at a time, visiting only the shards
+// the index of shards holding DRAM objects names (shardSets.dram): at
+// 65536 shards a round would otherwise lock every shard, most of them
+// without a DRAM object (BenchmarkPutUnderEviction). An object given its
+// first DRAM replica during the walk may or may not be visited, as in a
+// walk over every shard.
+func (s *Service) eachDRAM(fn func(sh *shard, key string, o *object)) {
+	s.sets.dram.each(func(i int) {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		sh.dramObjects(func(_ string, o *object) {
-			if s.victimOK(o, now) {
-				total++
-			}
-		})
+		sh.dramObjects(func(k string, o *object) { fn(sh, k, o) })
 		sh.mu.Unlock()
+	})
+}
+
+// countAndPickVictims is countVictims and pickVictims of a round's first
+// pass in one walk: it counts the evictable objects and keeps the best
+// of them, twice as many as the previous round's target (at least
+// minEvictKeep), of which the round takes the best target (eviction_ratio
+// of the count). Only when the target exceeds what it kept (the evictable
+// objects more than doubled since the last round) does it walk again
+// (pickVictims). Caller holds evictMu.
+func (s *Service) countAndPickVictims(now int64) (int, []victim) {
+	keep := max(2*s.evictKeep, minEvictKeep)
+	h := victimHeap(make([]victim, 0, keep))
+	total := 0
+	s.eachDRAM(func(sh *shard, k string, o *object) {
+		if !s.victimOK(o, now) {
+			return
+		}
+		total++
+		h.offer(victim{key: k, o: o, sh: sh, lastUse: o.lastUse, soft: o.softPinned(now)}, keep)
+	})
+	target := int(math.Ceil(s.cfg.EvictionRatio * float64(total)))
+	s.evictKeep = target
+	if target > keep {
+		return total, s.pickVictims(target, now)
 	}
+	cands := []victim(h)
+	sort.Slice(cands, func(i, j int) bool { return cands[i].before(cands[j]) })
+	return total, cands[:min(target, len(cands))]
+}
+
+// minEvictKeep is the fewest victims countAndPickVictims keeps.
+const minEvictKeep = 64
+
+// countVictims counts the evictable objects (tests and benchmarks: a
+// round counts them in countAndPickVictims).
+func (s *Service) countVictims(now int64) int {
+	total := 0
+	s.eachDRAM(func(_ *shard, _ string, o *object) {
+		if s.victimOK(o, now) {
+			total++
+		}
+	})
 	return total
 }
 
@@ -118,23 +164,12 @@ func (s *Service) countVictims(now int64) int {
 // a max-heap (worst on top) while it scans the shards.
 func (s *Service) pickVictims(target int, now int64) []victim {
 	h := victimHeap(make([]victim, 0, target))
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		sh.dramObjects(func(k string, o *object) {
-			if !s.victimOK(o, now) {
-				return
-			}
-			v := victim{key: k, o: o, sh: sh, lastUse: o.lastUse, soft: o.softPinned(now)}
-			if len(h) < target {
-				heap.Push(&h, v)
-			} else if v.before(h[0]) {
-				h[0] = v
-				heap.Fix(&h, 0)
-			}
-		})
-		sh.mu.Unlock()
-	}
+	s.eachDRAM(func(sh *shard, k string, o *object) {
+		if !s.victimOK(o, now) {
+			return
+		}
+		h.offer(victim{key: k, o: o, sh: sh, lastUse: o.lastUse, soft: o.softPinned(now)}, target)
+	})
 	cands := []victim(h)
 	sort.Slice(cands, func(i, j int) bool { return cands[i].before(cands[j]) })
 	return cands
@@ -205,6 +240,19 @@ func (v victim) before(w victim) bool {
 
 // victimHeap is a max-heap by before: the worst kept victim is at [0].
 type victimHeap []victim
+
+// offer keeps v if h holds fewer than keep victims or v is better than
+// the worst of them (which it replaces). Not heap.Push, which boxes v
+// into an interface: an allocation per kept victim.
+func (h *victimHeap) offer(v victim, keep int) {
+	if len(*h) < keep {
+		*h = append(*h, v)
+		heap.Fix(h, len(*h)-1)
+	} else if keep > 0 && v.before((*h)[0]) {
+		(*h)[0] = v
+		heap.Fix(h, 0)
+	}
+}
 
 func (h victimHeap) Len() int           { return len(h) }
 func (h victimHeap) Less(i, j int) bool { return h[j].before(h[i]) }

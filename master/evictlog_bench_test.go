@@ -27,8 +27,11 @@ func evictStores(b *testing.B) map[string]func() RemovalStore {
 	}
 }
 
-func evictBenchService(b *testing.B, store RemovalStore, segment int64) *Service {
+func evictBenchService(b *testing.B, store RemovalStore, segment int64, shards ...int) *Service {
 	cfg := DefaultConfig()
+	if len(shards) > 0 {
+		cfg.Shards = shards[0]
+	}
 	cfg.MonitorInterval = 0
 	cfg.ClientTTL = time.Hour
 	cfg.EnableOffload = true
@@ -47,31 +50,36 @@ func evictBenchService(b *testing.B, store RemovalStore, segment int64) *Service
 
 // BenchmarkPutUnderEviction: puts of 4 KiB into a 16 MiB segment, every
 // one past the first 4096 evicting for room, with the removal log in
-// memory and in a file. Evictions for room write no log entry, so the two
-// must cost the same (docs/design.md, "Evictions").
+// memory and in a file, at 1024 and 65536 metadata shards. Evictions for
+// room write no log entry, so the two stores must cost the same
+// (docs/design.md, "Evictions"); an eviction round visits only the
+// shards holding DRAM objects (shard.dram, Service.dramShards), so the
+// two shard counts must cost about the same too.
 func BenchmarkPutUnderEviction(b *testing.B) {
 	for _, name := range []string{"memory", "file"} {
-		b.Run(name, func(b *testing.B) {
-			s := evictBenchService(b, evictStores(b)[name](), 16<<20)
-			var ctr atomic.Uint64
-			b.ReportAllocs()
-			b.ResetTimer()
-			for range b.N {
-				k := benchKey(int(ctr.Add(1)))
-				r, err := s.PutStart(bg, masterapi.PutStartRequest{Key: k, Size: 4096})
-				if err != nil {
-					b.Fatal(err)
+		for _, shards := range []int{1024, 65536} {
+			b.Run(fmt.Sprintf("%s/shards=%d", name, shards), func(b *testing.B) {
+				s := evictBenchService(b, evictStores(b)[name](), 16<<20, shards)
+				var ctr atomic.Uint64
+				b.ReportAllocs()
+				b.ResetTimer()
+				for range b.N {
+					k := benchKey(int(ctr.Add(1)))
+					r, err := s.PutStart(bg, masterapi.PutStartRequest{Key: k, Size: 4096})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := s.PutEnd(bg, k, r.PutToken); err != nil {
+						b.Fatal(err)
+					}
+					s.ReRegisterSSDObjects(bg, "n", []masterapi.SSDObject{{Key: k, Size: 4096}}) // evictable
 				}
-				if err := s.PutEnd(bg, k, r.PutToken); err != nil {
-					b.Fatal(err)
-				}
-				s.ReRegisterSSDObjects(bg, "n", []masterapi.SSDObject{{Key: k, Size: 4096}}) // evictable
-			}
-			b.StopTimer()
-			st, _ := s.Stats(bg)
-			b.ReportMetric(float64(st.Evictions)/float64(b.N), "evictions/op")
-			b.ReportMetric(float64(s.RemovalLog().Retained), "log-entries")
-		})
+				b.StopTimer()
+				st, _ := s.Stats(bg)
+				b.ReportMetric(float64(st.Evictions)/float64(b.N), "evictions/op")
+				b.ReportMetric(float64(s.RemovalLog().Retained), "log-entries")
+			})
+		}
 	}
 }
 

@@ -122,19 +122,14 @@ func (s *Service) haTick() {
 		return
 	}
 	n := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		sh.dramObjects(func(k string, o *object) { // SSD-only objects need nothing
-			s.scanVisits.Add(1)
-			if o.offload == nil && o.readableDRAM() && !o.readableSSD() {
-				if _, queued := s.admitToSSD(k, o, s.policy.AtPutEnd, true); queued {
-					n++
-				}
+	s.eachDRAM(func(_ *shard, k string, o *object) { // SSD-only objects need nothing
+		s.scanVisits.Add(1)
+		if o.offload == nil && o.readableDRAM() && !o.readableSSD() {
+			if _, queued := s.admitToSSD(k, o, s.policy.AtPutEnd, true); queued {
+				n++
 			}
-		})
-		sh.mu.Unlock()
-	}
+		}
+	})
 	s.log.Info("rebuild over", "term", s.cfg.HA.Term, "offloads_queued_again", n)
 }
 

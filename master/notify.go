@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"math/bits"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -200,61 +201,45 @@ func (s *Service) reRegisterColumns(ctx context.Context, nodeID string, c master
 		off = end
 	}
 	s.removedSSDMany(nodeID, items, out)
-	// Group by shard (counting sort), then each shard once under its lock.
-	shards := len(s.shards)
-	order := sc.grow(&sc.order, count)
-	starts := sc.grow(&sc.starts, shards+1)
-	for i := range items {
-		starts[int(items[i].h&s.mask)+1]++
-	}
-	for i := 1; i < len(starts); i++ {
-		starts[i] += starts[i-1]
-	}
-	fill := append(sc.grow(&sc.fill, shards)[:0], starts[:shards]...)
-	for i := range items {
-		sh := int(items[i].h & s.mask)
-		order[fill[sh]] = int32(i)
-		fill[sh]++
-	}
+	// Group by shard, then each shard once under its lock, from the
+	// chunk's first shard on.
+	first := s.reRegisterTurn.Add(1) * reRegisterStride
+	order, groups := s.groupByShard(sc, items, first)
 	seen := n.dig.epoch.Load()
-	first := int(s.reRegisterTurn.Add(1)*reRegisterStride) & (shards - 1)
-	busy := fill[:0] // reuses fill: the shards left for later passes
-	for k := range shards {
-		sh := (first + k) & (shards - 1)
-		lo, hi := starts[sh], starts[sh+1]
-		if lo == hi {
-			continue
-		}
-		shd := &s.shards[sh]
+	busy := sc.busy[:0] // the groups left for later passes
+	for gi, g := range groups {
+		shd := &s.shards[g.shard]
 		if !shd.mu.TryLock() {
-			busy = append(busy, int32(sh))
+			busy = append(busy, int32(gi))
 			continue
 		}
-		s.registerShardLocked(shd, n, items, order[lo:hi], c, out, seen, now)
+		s.registerShardLocked(shd, n, items, order[g.lo:g.hi], c, out, seen, now)
 		shd.mu.Unlock()
 	}
 	for len(busy) > 0 {
 		// Again the free ones first; waits only when every one is busy.
 		rest := busy[:0]
-		for _, sh := range busy {
-			shd := &s.shards[sh]
+		for _, gi := range busy {
+			g := groups[gi]
+			shd := &s.shards[g.shard]
 			if !shd.mu.TryLock() {
-				rest = append(rest, sh)
+				rest = append(rest, gi)
 				continue
 			}
-			s.registerShardLocked(shd, n, items, order[starts[sh]:starts[sh+1]], c, out, seen, now)
+			s.registerShardLocked(shd, n, items, order[g.lo:g.hi], c, out, seen, now)
 			shd.mu.Unlock()
 		}
 		if len(rest) == len(busy) {
-			sh := rest[0]
-			shd := &s.shards[sh]
+			g := groups[rest[0]]
+			shd := &s.shards[g.shard]
 			shd.mu.Lock()
-			s.registerShardLocked(shd, n, items, order[starts[sh]:starts[sh+1]], c, out, seen, now)
+			s.registerShardLocked(shd, n, items, order[g.lo:g.hi], c, out, seen, now)
 			shd.mu.Unlock()
 			rest = rest[1:]
 		}
 		busy = rest
 	}
+	sc.busy = busy[:0]
 	for _, e := range out {
 		if e != nil {
 			s.observe(e)
@@ -333,12 +318,86 @@ func newSSDObject(size int64, crc uint32, n *node, seen uint32) *object {
 	return &x.object
 }
 
+// reGroup is the items of a chunk in one shard: order[lo:hi] of
+// groupByShard.
+type reGroup struct {
+	shard, lo, hi int32
+}
+
+// groupByShard orders the indexes of items by shard and returns them
+// (order) with one group per shard present, the groups in the order of
+// their shards from first (modulo the shard count) on. A chunk of at
+// least smallChunkRatio-th the shard count is grouped by a counting sort
+// over every shard; a smaller one (the tail chunk of a re-registration, a
+// re-registration of a few keys) by sorting its own indexes, so that its
+// cost does not grow with the shard count: at 65536 shards the counting
+// sort's passes over the shard arrays cost ~200 us a chunk, whatever its
+// size (BenchmarkPutUnderEviction re-registers one key per put,
+// docs/benchmarks.md).
+func (s *Service) groupByShard(sc *reScratch, items []reItem, first uint64) ([]int32, []reGroup) {
+	count, shards := len(items), len(s.shards)
+	order := sc.grow(&sc.order, count)
+	groups := sc.groups[:0]
+	if count*smallChunkRatio < shards {
+		// Sort (rank of the shard from first) << 32 | index: no
+		// comparison function, no allocation.
+		keys := sc.keys[:0]
+		for i := range items {
+			keys = append(keys, (items[i].h-first)&s.mask<<32|uint64(i))
+		}
+		slices.Sort(keys)
+		for i, k := range keys {
+			order[i] = int32(uint32(k))
+		}
+		sc.keys = keys
+		for lo := 0; lo < count; {
+			sh := items[order[lo]].h & s.mask
+			hi := lo + 1
+			for hi < count && items[order[hi]].h&s.mask == sh {
+				hi++
+			}
+			groups = append(groups, reGroup{shard: int32(sh), lo: int32(lo), hi: int32(hi)})
+			lo = hi
+		}
+		sc.groups = groups
+		return order, groups
+	}
+	starts := sc.grow(&sc.starts, shards+1)
+	for i := range items {
+		starts[int(items[i].h&s.mask)+1]++
+	}
+	for i := 1; i < len(starts); i++ {
+		starts[i] += starts[i-1]
+	}
+	fill := append(sc.grow(&sc.fill, shards)[:0], starts[:shards]...)
+	for i := range items {
+		sh := int(items[i].h & s.mask)
+		order[fill[sh]] = int32(i)
+		fill[sh]++
+	}
+	for k := range shards {
+		sh := (int(first) + k) & (shards - 1)
+		if lo, hi := starts[sh], starts[sh+1]; lo < hi {
+			groups = append(groups, reGroup{shard: int32(sh), lo: lo, hi: hi})
+		}
+	}
+	sc.groups = groups
+	return order, groups
+}
+
+// smallChunkRatio: a re-registration chunk of fewer than 1/smallChunkRatio
+// of the shard count is grouped by sorting (groupByShard).
+const smallChunkRatio = 16
+
 // reScratch is a chunk's working arrays, reused from chunk to chunk
 // (reScratchPool): not garbage the collector must catch up with while a
 // re-registration fills the heap.
 type reScratch struct {
 	items               []reItem
 	order, starts, fill []int32
+	groups              []reGroup
+	busy                []int32
+	keys                []uint64 // groupByShard's sort keys
 }
 
 var reScratchPool = sync.Pool{New: func() any { return new(reScratch) }}

@@ -272,17 +272,12 @@ func (s *Service) allocatePromotion(n *node, size int64, key string, pre bool) (
 	}
 	now := s.now()
 	var cands []victim
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		sh.dramObjects(func(k string, o *object) { // a victim has a DRAM replica on n
-			s.scanVisits.Add(1)
-			if k != key && s.victimOK(o, now) && o.dramOn(n) >= 0 && (!pre || est.Estimate(k) < hot) {
-				cands = append(cands, victim{key: k, o: o, sh: sh, lastUse: o.lastUse, soft: o.softPinned(now)})
-			}
-		})
-		sh.mu.Unlock()
-	}
+	s.eachDRAM(func(sh *shard, k string, o *object) { // a victim has a DRAM replica on n
+		s.scanVisits.Add(1)
+		if k != key && s.victimOK(o, now) && o.dramOn(n) >= 0 && (!pre || est.Estimate(k) < hot) {
+			cands = append(cands, victim{key: k, o: o, sh: sh, lastUse: o.lastUse, soft: o.softPinned(now)})
+		}
+	})
 	slices.SortFunc(cands, func(a, b victim) int {
 		switch {
 		case a.before(b):

@@ -218,10 +218,12 @@ func (s *Service) hold(sh *shard, key string, o *object) {
 		sh.held = map[string]*object{}
 	}
 	sh.held[key] = o
+	s.sets.held.add(int(sh.i))
 	s.heldPending.Store(true)
 }
 
-// settleHeld revisits the objects of the held sets: the replicas they
+// settleHeld revisits the objects of the held sets, in the shards whose
+// held set may be non-empty (shardSets.held): the replicas they
 // keep on a dead node or segment are dropped once their lease (or put)
 // allows it (clearDead), an object without a replica is deleted once its
 // lease has ended, and the entries of objects that left or are settled go.
@@ -230,7 +232,7 @@ func (s *Service) hold(sh *shard, key string, o *object) {
 func (s *Service) settleHeld(now int64) {
 	s.heldPending.Store(false)
 	left := false
-	for i := range s.shards {
+	s.sets.held.each(func(i int) {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		s.scanVisits.Add(int64(len(sh.held)))
@@ -248,8 +250,11 @@ func (s *Service) settleHeld(now int64) {
 				s.deleteObj(sh, key, o)
 			}
 		}
+		if len(sh.held) == 0 {
+			s.sets.held.remove(i)
+		}
 		sh.mu.Unlock()
-	}
+	})
 	if left {
 		s.heldPending.Store(true)
 	}

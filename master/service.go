@@ -27,6 +27,9 @@ type Service struct {
 
 	shards []shard
 	mask   uint64
+	// sets index the shards whose dram or held set may be non-empty
+	// (shardSet): the walks over those sets visit only these shards.
+	sets shardSets
 
 	digestMu sync.Mutex            // protects digests
 	digests  map[string]*ssdDigest // per node id: its SSD replicas' digest (reconcile.go)
@@ -38,8 +41,11 @@ type Service struct {
 	// forgets them once they hold nothing.
 	retired []*node
 
-	evictMu  sync.Mutex    // serialises eviction rounds
-	evictGen atomic.Uint64 // incremented after every eviction round
+	evictMu sync.Mutex // serialises eviction rounds; protects evictKeep
+	// evictKeep is the last eviction round's target: the next round's
+	// first walk keeps twice as many victims (countAndPickVictims).
+	evictKeep int
+	evictGen  atomic.Uint64 // incremented after every eviction round
 	// fruitless is 1 + the room broadcast's generation at the start of
 	// the last eviction round that neither dropped nor queued anything (0:
 	// none). Until the broadcast rings again nothing became evictable, so
@@ -165,6 +171,10 @@ func New(cfg Config) (*Service, error) {
 	s.prefetch.init(cfg.PrefetchBudget*1e6, s.now())
 	n := 1 << bits.Len(uint(cfg.Shards-1))
 	s.shards = make([]shard, n) // maps made on first use (shard.putObj)
+	s.sets = shardSets{dram: newShardSet(n), held: newShardSet(n)}
+	for i := range s.shards {
+		s.shards[i].i, s.shards[i].sets = int32(i), &s.sets
+	}
 	s.mask = uint64(n - 1)
 	s.digests = map[string]*ssdDigest{}
 	s.nodes = map[string]*node{}

@@ -255,7 +255,19 @@ type shard struct {
 	// gone or changed since. settleHeld revisits them, these objects
 	// only, not every object.
 	held map[string]*object
-	_    [32]byte // keep neighbouring shard locks on different cache lines
+	// i is the shard's index in Service.shards, and sets the Service's
+	// indexes of the shards whose dram or held set may be non-empty
+	// (shardSet): noteDRAM and Service.hold set the shard's bit, the walks
+	// that find a set empty clear it. Immutable.
+	i    int32
+	sets *shardSets
+	_    [16]byte // keep neighbouring shard locks on different cache lines
+}
+
+// shardSets are the Service's indexes of shards (shardSet).
+type shardSets struct {
+	dram shardSet // shards whose dram set may be non-empty
+	held shardSet // shards whose held set may be non-empty
 }
 
 // scanHold is how many objects a walk over every object of a shard
@@ -294,6 +306,7 @@ func (sh *shard) noteDRAM(key string, o *object) {
 		sh.dram = map[string]*object{}
 	}
 	sh.dram[key] = o
+	sh.sets.dram.add(int(sh.i))
 }
 
 // putObj sets objs[key]. The shard's maps are made on first use: a master
@@ -308,7 +321,9 @@ func (sh *shard) putObj(key string, o *object) {
 
 // dramObjects calls fn for every object of the shard that has a DRAM
 // replica (and may call it for none other), dropping the stale entries of
-// dram on the way. Caller holds the shard lock.
+// dram on the way; when none is left it clears the shard's bit in the
+// index of shards holding DRAM objects (shardSets.dram). Caller holds the
+// shard lock.
 func (sh *shard) dramObjects(fn func(key string, o *object)) {
 	for k, o := range sh.dram {
 		if sh.objs[k] != o || o.dramCount() == 0 {
@@ -316,6 +331,9 @@ func (sh *shard) dramObjects(fn func(key string, o *object)) {
 			continue
 		}
 		fn(k, o)
+	}
+	if len(sh.dram) == 0 {
+		sh.sets.dram.remove(int(sh.i))
 	}
 }
 

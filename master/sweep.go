@@ -52,22 +52,18 @@ func (s *Service) sweep(now int64) {
 // reclaimAbandoned is the part of sweep a cluster without dead replicas
 // needs: puts in PROCESSING longer than put_start_discard_timeout are
 // reclaimed. It visits only the objects with a DRAM replica (shard.dram; a
-// put in progress has one), not every object. An object a reclaim leaves
+// put in progress has one), in the shards that hold some (eachDRAM), not
+// every object or shard. An object a reclaim leaves
 // without replicas goes at once, or, leased, after its lease
 // (settleEmpty, settleHeld).
 func (s *Service) reclaimAbandoned(now int64) {
 	discard := s.cfg.PutStartDiscardTimeout.Nanoseconds()
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		sh.dramObjects(func(key string, o *object) {
-			s.scanVisits.Add(1)
-			if s.reclaimIfAbandoned(o, now, discard) {
-				s.settleEmpty(sh, key, o, now)
-			}
-		})
-		sh.mu.Unlock()
-	}
+	s.eachDRAM(func(sh *shard, key string, o *object) {
+		s.scanVisits.Add(1)
+		if s.reclaimIfAbandoned(o, now, discard) {
+			s.settleEmpty(sh, key, o, now)
+		}
+	})
 }
 
 // reclaimIfAbandoned drops o's DRAM replicas when its put has been in

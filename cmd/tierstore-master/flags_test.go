@@ -213,7 +213,7 @@ func TestHelp(t *testing.T) {
 		if code != 0 || errb.Len() != 0 {
 			t.Fatalf("%s: exit %d, stderr %q", arg, code, errb.String())
 		}
-		for _, want := range []string{"usage: tierstore-master", "-rpc_port", "(default 50051)", "-metadata_shards", "(default 1024)", "-default_kv_lease_ttl", "(default 5000)"} {
+		for _, want := range []string{"usage: tierstore-master", "-rpc_port", "(default 50051)", "-metadata_shards", "(default 65536)", "-default_kv_lease_ttl", "(default 5000)"} {
 			if !strings.Contains(out.String(), want) {
 				t.Errorf("%s: usage lacks %q:\n%s", arg, want, out.String())
 			}
