@@ -6,6 +6,7 @@ import (
 	"net"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -91,6 +92,25 @@ func serveMasterB(b *testing.B, m masterapi.API) string {
 
 var benchSizes = []int{256 << 10, 1 << 20}
 
+// cpuMeter sums this process's user+system CPU over a benchmark's timed
+// sections (client, master and node all run in the process) and reports
+// it per MiB moved, "cpu-us/MiB" (docs/benchmarks.md, "The put's CRC32C at
+// PutEnd: tried and not merged").
+type cpuMeter struct{ sum, at time.Duration }
+
+func procCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func (m *cpuMeter) start() { m.at = procCPU() }
+func (m *cpuMeter) stop()  { m.sum += procCPU() - m.at }
+
+func (m *cpuMeter) report(b *testing.B, bytes int64) {
+	b.ReportMetric(float64(m.sum.Microseconds())/(float64(bytes)/(1<<20)), "cpu-us/MiB")
+}
+
 // BenchmarkE2EPut: Put over loopback (PutStart, WriteRange stream, PutEnd).
 // Each object is removed again so the segment never fills.
 func BenchmarkE2EPut(b *testing.B) {
@@ -100,18 +120,24 @@ func BenchmarkE2EPut(b *testing.B) {
 			ctx := context.Background()
 			val := rnd(size)
 			b.SetBytes(int64(size))
+			var cpu cpuMeter
 			b.ResetTimer()
+			cpu.start()
 			for i := 0; i < b.N; i++ {
 				k := fmt.Sprintf("put-%d", i)
 				if err := c.Put(ctx, k, val); err != nil {
 					b.Fatal(err)
 				}
 				b.StopTimer()
+				cpu.stop()
 				if err := c.Remove(ctx, k, true); err != nil {
 					b.Fatal(err)
 				}
+				cpu.start()
 				b.StartTimer()
 			}
+			cpu.stop()
+			cpu.report(b, int64(b.N)*int64(size))
 		})
 	}
 }
@@ -322,7 +348,9 @@ func BenchmarkE2EBatchPut(b *testing.B) {
 		keys[i], vals[i] = fmt.Sprintf("bput-%d", i), rnd(size)
 	}
 	b.SetBytes(n * size)
+	var cpu cpuMeter
 	b.ResetTimer()
+	cpu.start()
 	for i := 0; i < b.N; i++ {
 		for j, err := range c.BatchPut(ctx, keys, vals) {
 			if err != nil {
@@ -330,13 +358,17 @@ func BenchmarkE2EBatchPut(b *testing.B) {
 			}
 		}
 		b.StopTimer()
+		cpu.stop()
 		for _, err := range c.BatchRemove(ctx, keys, true) {
 			if err != nil {
 				b.Fatal(err)
 			}
 		}
+		cpu.start()
 		b.StartTimer()
 	}
+	cpu.stop()
+	cpu.report(b, int64(b.N)*n*size)
 }
 
 // BenchmarkReadCheck: BenchmarkE2EGetDRAM with the node's check that a
