@@ -170,14 +170,7 @@ func BenchmarkPutStartEnd(b *testing.B) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			k := benchKey(int(ctr.Add(1)))
-			r, err := s.PutStart(bg, masterapi.PutStartRequest{Key: k, Size: 4096})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := s.PutEnd(bg, k, r.PutToken); err != nil {
-				b.Fatal(err)
-			}
+			benchPutPair(b, s, benchKey(int(ctr.Add(1))))
 		}
 	})
 	st, _ := s.Stats(bg)
@@ -273,4 +266,15 @@ func quietService(b *testing.B) *Service {
 		b.Fatal(err)
 	}
 	return s
+}
+
+// benchPutPair puts a new object of 4 KiB under k: PutStart, then PutEnd.
+func benchPutPair(b *testing.B, s *Service, k string) {
+	r, err := s.PutStart(bg, masterapi.PutStartRequest{Key: k, Size: 4096})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.PutEnd(bg, k, r.PutToken); err != nil {
+		b.Fatal(err)
+	}
 }

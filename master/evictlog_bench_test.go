@@ -65,13 +65,7 @@ func BenchmarkPutUnderEviction(b *testing.B) {
 				b.ResetTimer()
 				for range b.N {
 					k := benchKey(int(ctr.Add(1)))
-					r, err := s.PutStart(bg, masterapi.PutStartRequest{Key: k, Size: 4096})
-					if err != nil {
-						b.Fatal(err)
-					}
-					if err := s.PutEnd(bg, k, r.PutToken); err != nil {
-						b.Fatal(err)
-					}
+					benchPutPair(b, s, k)
 					s.ReRegisterSSDObjects(bg, "n", []masterapi.SSDObject{{Key: k, Size: 4096}}) // evictable
 				}
 				b.StopTimer()
