@@ -55,7 +55,7 @@ func (s *Service) evictLocked(need int64) int {
 	for pass := 0; pass <= evictExtraPasses; pass++ {
 		cands := first
 		if pass > 0 {
-			cands = s.pickVictims(target, now)
+			_, cands = s.collectVictims(now, target)
 		}
 		if h := s.hooks.victimsPicked; h != nil && pass == 0 {
 			h()
@@ -117,15 +117,30 @@ func (s *Service) eachDRAM(fn func(sh *shard, key string, o *object)) {
 	})
 }
 
-// countAndPickVictims is countVictims and pickVictims of a round's first
-// pass in one walk: it counts the evictable objects and keeps the best
-// of them, twice as many as the previous round's target (at least
-// minEvictKeep), of which the round takes the best target (eviction_ratio
-// of the count). Only when the target exceeds what it kept (the evictable
-// objects more than doubled since the last round) does it walk again
-// (pickVictims). Caller holds evictMu.
+// countAndPickVictims is a round's first pass in one walk: it counts the
+// evictable objects and keeps the best of them, twice as many as the
+// previous round's target (at least minEvictKeep), of which the round
+// takes the best target (eviction_ratio of the count). Only when the
+// target exceeds what it kept (the evictable objects more than doubled
+// since the last round) does it walk again. Caller holds evictMu.
 func (s *Service) countAndPickVictims(now int64) (int, []victim) {
 	keep := max(2*s.evictKeep, minEvictKeep)
+	total, cands := s.collectVictims(now, keep)
+	target := int(math.Ceil(s.cfg.EvictionRatio * float64(total)))
+	s.evictKeep = target
+	if target > keep {
+		_, cands = s.collectVictims(now, target)
+	}
+	return total, cands[:min(target, len(cands))]
+}
+
+// minEvictKeep is the fewest victims countAndPickVictims keeps.
+const minEvictKeep = 64
+
+// collectVictims walks the DRAM objects once: it returns how many are
+// evictable and the best keep of them, best first (kept in a max-heap,
+// worst on top, during the walk; keep 0 only counts).
+func (s *Service) collectVictims(now int64, keep int) (int, []victim) {
 	h := victimHeap(make([]victim, 0, keep))
 	total := 0
 	s.eachDRAM(func(sh *shard, k string, o *object) {
@@ -135,44 +150,9 @@ func (s *Service) countAndPickVictims(now int64) (int, []victim) {
 		total++
 		h.offer(victim{key: k, o: o, sh: sh, lastUse: o.lastUse, soft: o.softPinned(now)}, keep)
 	})
-	target := int(math.Ceil(s.cfg.EvictionRatio * float64(total)))
-	s.evictKeep = target
-	if target > keep {
-		return total, s.pickVictims(target, now)
-	}
 	cands := []victim(h)
 	sort.Slice(cands, func(i, j int) bool { return cands[i].before(cands[j]) })
-	return total, cands[:min(target, len(cands))]
-}
-
-// minEvictKeep is the fewest victims countAndPickVictims keeps.
-const minEvictKeep = 64
-
-// countVictims counts the evictable objects (tests and benchmarks: a
-// round counts them in countAndPickVictims).
-func (s *Service) countVictims(now int64) int {
-	total := 0
-	s.eachDRAM(func(_ *shard, _ string, o *object) {
-		if s.victimOK(o, now) {
-			total++
-		}
-	})
-	return total
-}
-
-// pickVictims returns the target best victims, best first: it keeps them in
-// a max-heap (worst on top) while it scans the shards.
-func (s *Service) pickVictims(target int, now int64) []victim {
-	h := victimHeap(make([]victim, 0, target))
-	s.eachDRAM(func(sh *shard, k string, o *object) {
-		if !s.victimOK(o, now) {
-			return
-		}
-		h.offer(victim{key: k, o: o, sh: sh, lastUse: o.lastUse, soft: o.softPinned(now)}, target)
-	})
-	cands := []victim(h)
-	sort.Slice(cands, func(i, j int) bool { return cands[i].before(cands[j]) })
-	return cands
+	return total, cands
 }
 
 // evictVictim re-checks c under its shard lock and drops its DRAM replica,

@@ -54,7 +54,7 @@ func readable(t *testing.T, s *Service, keys ...string) {
 func TestPromotionNeverDropsDRAMOnly(t *testing.T) {
 	s, clk, dram := promoteSetup(t)
 	s.ReportSSD("a", fullSSD)
-	s.countVictims(s.now()) // a scan drops c's entry from the DRAM candidates: c is on SSD only
+	s.collectVictims(s.now(), 0) // a scan drops c's entry from the DRAM candidates: c is on SSD only
 	if dramSetKeys(s)["c"] {
 		t.Fatal("c, on SSD only, is among the DRAM eviction candidates after a scan")
 	}

@@ -11,9 +11,9 @@ import (
 // BenchmarkShardWalks: one walk over the shards that runs per round or
 // per tick, at 1024 and 65536 shards, on a master holding 1000 DRAM
 // objects (and 1000 SSD-only ones) and one object held for its lease
-// without a replica: countVictims (the walk of a DRAM eviction round's
-// first pass, countAndPickVictims, is the same walk keeping victims in a
-// heap beside the count), reclaimAbandoned (every
+// without a replica: collectVictims counting only (the walk of a DRAM
+// eviction round's first pass, countAndPickVictims, is the same walk
+// keeping victims in a heap beside the count), reclaimAbandoned (every
 // quarter of put_start_discard_timeout while a put is in progress) and
 // settleHeld (every tick while an object is held). Each should cost about
 // the same at both shard counts (the shard indexes, shardSet).
@@ -44,9 +44,9 @@ func BenchmarkShardWalks(b *testing.B) {
 			b.Fatal(err)
 		}
 		now := clk.Now().UnixNano()
-		b.Run(fmt.Sprintf("countVictims/shards=%d", shards), func(b *testing.B) {
+		b.Run(fmt.Sprintf("collectVictims/shards=%d", shards), func(b *testing.B) {
 			for range b.N {
-				s.countVictims(now)
+				s.collectVictims(now, 0)
 			}
 		})
 		b.Run(fmt.Sprintf("reclaimAbandoned/shards=%d", shards), func(b *testing.B) {
