@@ -42,6 +42,14 @@ type Config struct {
 	// also by the caller's context. 0: fail at once with
 	// NO_AVAILABLE_HANDLE.
 	PutStartMaxWait time.Duration
+	// StartupGrace (startup_grace, ms): for this long after the Service
+	// starts (a master's start or restart, a new HA leader's term) a
+	// PutStart that finds no segment that could ever hold it (the nodes
+	// have not mounted again yet) waits for a mount instead of answering
+	// NO_AVAILABLE_HANDLE ("no segment mounted") at once; bounded also by
+	// put_start_max_wait and the caller's context, and off when
+	// put_start_max_wait is 0. 0: answer at once.
+	StartupGrace time.Duration
 	// PrefetchBudget (prefetch_budget, MB/s of 10^6 bytes): the rate of
 	// object bytes prefetch may queue for promotion (ExistKey and
 	// BatchExistKey hits on SSD-only objects, Prefetch), in bursts of one
@@ -119,6 +127,7 @@ func DefaultConfig() Config {
 		OffloadTaskTimeout:         300 * time.Second,
 		PutStartDiscardTimeout:     30 * time.Second,
 		PutStartMaxWait:            5 * time.Second,
+		StartupGrace:               10 * time.Second,
 		PrefetchBudget:             512,
 		MonitorInterval:            time.Second,
 		Shards:                     65536,
@@ -169,6 +178,9 @@ func (c Config) Validate() error {
 	}
 	if c.PutStartMaxWait < 0 {
 		return bad("put_start_max_wait must be >= 0, got %v", c.PutStartMaxWait)
+	}
+	if c.StartupGrace < 0 {
+		return bad("startup_grace must be >= 0, got %v", c.StartupGrace)
 	}
 	if c.MonitorInterval < 0 {
 		return bad("Config.MonitorInterval (no flag) must be >= 0, got %v", c.MonitorInterval)

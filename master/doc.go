@@ -90,7 +90,9 @@
 // REPLICA_IS_NOT_READY; a forced one parks the range (Service.parked) until
 // the put ends or its discard deadline. When eviction cannot make room at
 // once, PutStart waits on the room broadcast (room.go), bounded by its
-// context and put_start_max_wait.
+// context and put_start_max_wait; so it does while no segment is mounted
+// in the start-up grace (startup_grace after New: a restarted master's or
+// a new leader's nodes mount again at their next call).
 // An abandoned put (PROCESSING past put_start_discard_timeout) is
 // reclaimed by Tick at most every quarter of that timeout; the reclaim
 // visits only the objects with a DRAM replica (shard.dram), and only a

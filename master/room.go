@@ -17,13 +17,24 @@ const evictRounds = 4
 // exclude (the nodes a put's other replicas are on), evicting when nothing
 // has room. When eviction cannot make room now (every candidate is leased,
 // pinned by an offload task, or being offloaded instead of dropped), it
-// waits for room (waitForRoom) instead of failing at once.
+// waits for room (waitForRoom) instead of failing at once; so it does in
+// the start-up grace while no segment is mounted, since the nodes of a
+// master that has just started mount again at their next call.
 func (s *Service) allocate(ctx context.Context, size int64, preferred string, exclude []*node) (*segment, int64, error) {
 	seg, off, err := s.allocateNow(size, preferred, exclude)
-	if err == nil || s.cfg.PutStartMaxWait <= 0 || !s.roomCanCome(size, exclude) {
+	if err == nil || s.cfg.PutStartMaxWait <= 0 || !s.mayWait(size, exclude) {
 		return seg, off, err
 	}
 	return s.waitForRoom(ctx, size, preferred, exclude)
+}
+
+// mayWait reports whether waiting can help a put of size bytes that found
+// no room: room can come in a mounted segment (roomCanCome), or no segment
+// is mounted yet and the start-up grace has not ended (the nodes are still
+// to mount). A put too large for every mounted segment, or needing more
+// nodes than have mounted, still fails at once.
+func (s *Service) mayWait(size int64, exclude []*node) bool {
+	return s.roomCanCome(size, exclude) || (s.now() < s.graceEnd && s.segmentCount() == 0)
 }
 
 // allocateNow tries to allocate, with up to evictRounds eviction rounds.
@@ -78,18 +89,27 @@ func (s *Service) roomCanCome(size int64, exclude []*node) bool {
 // waitForRoom retries the allocation each time room may have appeared (the
 // room broadcast: a range freed, an offload answered, a put ended, a
 // segment mounted, a Tick that may have ended leases) until it succeeds, ctx
-// ends, put_start_max_wait passes or the Service closes. It registers as a
+// ends, put_start_max_wait passes, waiting can no longer help (mayWait:
+// the start-up grace ended with no segment mounted) or the Service closes. It registers as a
 // waiter before each retry, so a signal between a failed try and the wait
 // is never lost.
 func (s *Service) waitForRoom(ctx context.Context, size int64, preferred string, exclude []*node) (*segment, int64, error) {
 	s.cnt.putWaits.Add(1)
 	timer := time.NewTimer(s.cfg.PutStartMaxWait)
 	defer timer.Stop()
+	// graceOver wakes the loop when the start-up grace ends, for a put
+	// that waits only for it; nil (never ready) when it has ended.
+	var graceOver <-chan time.Time
+	if left := s.graceEnd - s.now(); left > 0 {
+		t := time.NewTimer(time.Duration(left))
+		defer t.Stop()
+		graceOver = t.C
+	}
 	ch, done := s.room.wait()
 	defer done()
 	for {
 		seg, off, err := s.allocateNow(size, preferred, exclude)
-		if err == nil || !s.roomCanCome(size, exclude) {
+		if err == nil || !s.mayWait(size, exclude) {
 			return seg, off, err
 		}
 		s.wakeNodes() // their queued offload tasks may make room
@@ -105,6 +125,8 @@ func (s *Service) waitForRoom(ctx context.Context, size int64, preferred string,
 		case <-timer.C:
 			s.cnt.putWaitsFailed.Add(1)
 			return nil, 0, errcode.Errorf(errcode.NoAvailableHandle, "master: put_start: no room for %d bytes within put_start_max_wait (%v)", size, s.cfg.PutStartMaxWait)
+		case <-graceOver:
+			graceOver = nil // the next try answers at once unless room can come
 		case <-s.stop:
 			return nil, 0, ErrClosed
 		}

@@ -24,6 +24,10 @@ type Service struct {
 	policy admission.Policy
 	// countLookups is policy.WantsLookups(), cached.
 	countLookups bool
+	// graceEnd (unix ns, set by New, read-only after) ends the start-up
+	// grace (Config.StartupGrace): until then a PutStart no mounted segment
+	// can hold waits for a mount (room.go, allocate).
+	graceEnd int64
 
 	shards []shard
 	mask   uint64
@@ -168,6 +172,7 @@ func New(cfg Config) (*Service, error) {
 		}
 	}
 	s.countLookups = s.policy.WantsLookups()
+	s.graceEnd = s.now() + int64(cfg.StartupGrace)
 	s.prefetch.init(cfg.PrefetchBudget*1e6, s.now())
 	n := 1 << bits.Len(uint(cfg.Shards-1))
 	s.shards = make([]shard, n) // maps made on first use (shard.putObj)
