@@ -44,6 +44,14 @@ type ColdPutter interface {
 	ColdPut(o Object) bool
 }
 
+// VictimRanker is a policy that values DRAM eviction victims: the master
+// considers VictimPoolFactor x its round's target of least recently used
+// objects and drops the least frequent of them first.
+type VictimRanker interface {
+	VictimPoolFactor() float64
+	OrderVictims(keys []string, order []int)
+}
+
 func eligible(o Object) bool { return o.InDRAM && !o.OnSSD && !o.Queued }
 
 // Eager queues every object at PutEnd.
@@ -134,6 +142,8 @@ type Options struct {
 	// key coming back after it left DRAM and SSD) enters DRAM as the first
 	// eviction candidate instead of the last (ColdPutter); 0 = off.
 	ColdPutMinFreq int64
+	// LRUVictims: see TinyLFUConfig.LRUVictims.
+	LRUVictims bool
 }
 
 // DefaultOptions are the flags' defaults.
@@ -213,6 +223,7 @@ func FromSettings(s Settings) (Policy, error) {
 	c.WriteBudget = s.Options.WriteBudgetMBps * 1e6
 	c.PromoteFreq = uint32(s.Options.PromoteMinFreq)
 	c.ColdPutFreq = uint32(s.Options.ColdPutMinFreq)
+	c.LRUVictims = s.Options.LRUVictims
 	return NewTinyLFU(c), nil
 }
 

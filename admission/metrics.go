@@ -28,6 +28,11 @@ type TinyLFUStats struct {
 	// count the misses of rejected and pushed-out keys that moved it.
 	Margin                       float64
 	RegretRejected, RegretPushed int64
+	// VictimPool is the DRAM victim pool factor now (victims.go);
+	// PoolUps and PoolDowns count its doublings and halvings, PoolGood
+	// and PoolBad the swaps settled in its current epoch.
+	VictimPool                            float64
+	PoolUps, PoolDowns, PoolGood, PoolBad int64
 	// Halvings of the sketch, sketch resizes, SSD reports received.
 	Halvings, Resizes, Reports int64
 	// SketchWidth is the counters per row; Period the accesses between
@@ -82,6 +87,9 @@ func (p *TinyLFU) Stats() TinyLFUStats {
 	s.SketchWidth = p.sk.Width()
 	s.Period = p.sk.Period()
 	s.Margin = p.margin
+	s.VictimPool = p.pool.factor()
+	s.PoolUps, s.PoolDowns = p.pool.ups, p.pool.downs
+	s.PoolGood, s.PoolBad = int64(p.pool.good), int64(p.pool.bad)
 	s.NewKeysReturn, s.PushedReturn, s.WindowHorizon = p.win.rates()
 	p.mu.Unlock()
 	return s

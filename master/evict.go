@@ -55,8 +55,9 @@ func (s *Service) evictLocked(need int64) int {
 	for pass := 0; pass <= evictExtraPasses; pass++ {
 		cands := first
 		if pass > 0 {
-			_, cands = s.collectVictims(now, target)
+			_, cands = s.collectVictims(now, s.victimPool(target))
 		}
+		cands = s.rankVictims(cands, target)
 		if h := s.hooks.victimsPicked; h != nil && pass == 0 {
 			h()
 		}
@@ -127,11 +128,49 @@ func (s *Service) countAndPickVictims(now int64) (int, []victim) {
 	keep := max(2*s.evictKeep, minEvictKeep)
 	total, cands := s.collectVictims(now, keep)
 	target := int(math.Ceil(s.cfg.EvictionRatio * float64(total)))
-	s.evictKeep = target
-	if target > keep {
-		_, cands = s.collectVictims(now, target)
+	pool := s.victimPool(target)
+	s.evictKeep = pool
+	if pool > keep {
+		_, cands = s.collectVictims(now, pool)
 	}
-	return total, cands[:min(target, len(cands))]
+	return total, cands[:min(pool, len(cands))]
+}
+
+// victimPool is how many least recently used victims a round with target
+// considers: target, or VictimPoolFactor x target with a VictimRanker.
+func (s *Service) victimPool(target int) int {
+	if r, ok := s.policy.(admission.VictimRanker); ok {
+		return int(math.Ceil(r.VictimPoolFactor() * float64(target)))
+	}
+	return target
+}
+
+// rankVictims orders cands (least recently used first) for a round of
+// target victims: with a VictimRanker, unpinned before soft-pinned, cold
+// puts first, then the least frequent, least recently used first.
+func (s *Service) rankVictims(cands []victim, target int) []victim {
+	r, ok := s.policy.(admission.VictimRanker)
+	if !ok || len(cands) <= target {
+		return cands
+	}
+	// Soft-pinned objects stay behind every unpinned one.
+	n := len(cands)
+	for n > 0 && cands[n-1].soft {
+		n--
+	}
+	soft := cands[n:]
+	cands = cands[:n]
+	keys := make([]string, len(cands))
+	for i := range cands {
+		keys[i] = cands[i].key
+	}
+	order := make([]int, len(cands))
+	r.OrderVictims(keys, order)
+	out := make([]victim, len(cands))
+	for k, i := range order {
+		out[k] = cands[i]
+	}
+	return append(out, soft...)
 }
 
 // minEvictKeep is the fewest victims countAndPickVictims keeps.
