@@ -381,3 +381,56 @@ func TestEvictionScansDRAMObjectsOnly(t *testing.T) {
 		t.Fatalf("DRAM candidates left after every DRAM object went: %v", keys)
 	}
 }
+
+// With TinyLFU the round considers a pool of least recently used objects
+// (VictimRanker, twice its target at first) and drops the least frequent
+// of them: a frequently read object at the least recently used end
+// survives and a newer object read once goes; with LRUVictims (or any
+// other policy) the least recently used object goes.
+func TestEvictionSparesFrequentVictim(t *testing.T) {
+	for _, lru := range []bool{false, true} {
+		t.Run(fmt.Sprint("lru=", lru), func(t *testing.T) {
+			s, clk := testService(t, func(c *Config) {
+				c.EnableOffload = true
+				c.AdmissionFlags.Policy = admission.PolicyTinyLFU
+				c.AdmissionFlags.LRUVictims = lru
+				c.EvictionRatio = 0.1 // one victim of the 10 below
+				c.DefaultKVLeaseTTL = time.Millisecond
+			})
+			const obj = 4 << 10
+			mount(t, s, "a", 1<<20)
+			// The SSD is full of buckets worth more than any of these:
+			// every victim is dropped, none queued.
+			s.ReportSSD("a", masterapi.SSDReport{High: obj, Used: obj,
+				Victims: []masterapi.SSDVictim{{FileBytes: 1 << 20, Span: 1 << 20, Worth: 16 << 20}}})
+			put(t, s, "hot", obj, "a")
+			for range 6 {
+				if _, err := s.GetReplicaList(bg, "hot"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			clk.Advance(time.Hour)
+			for i := range 9 {
+				put(t, s, fmt.Sprint("once", i), obj, "a")
+				clk.Advance(time.Millisecond)
+			}
+			clk.Advance(time.Hour) // every lease over
+			if n := s.EvictNow(); n != 1 {
+				t.Fatalf("evicted %d, want 1", n)
+			}
+			alive := func(k string) bool {
+				_, err := s.GetReplicaList(masterapi.WithOffloadPath(bg), k)
+				return err == nil
+			}
+			if lru {
+				if alive("hot") || !alive("once0") {
+					t.Fatalf("LRU order: hot alive %v, once0 alive %v; want the least recently used hot gone", alive("hot"), alive("once0"))
+				}
+				return
+			}
+			if !alive("hot") || alive("once0") {
+				t.Fatalf("hot alive %v, once0 alive %v; want the frequent hot spared and once0 (next least recently used, read once) gone", alive("hot"), alive("once0"))
+			}
+		})
+	}
+}
