@@ -56,6 +56,10 @@ func TestVictimPoolAdapts(t *testing.T) {
 			}
 		}
 	}
+	epoch(true, Miss) // the spared key left DRAM since: nothing
+	if v.factor() != minVictimPool || v.good+v.bad != 0 {
+		t.Fatalf("spared keys that missed moved the pool: %v, good %d bad %d", v.factor(), v.good, v.bad)
+	}
 	for want := float64(minVictimPool * 2); want <= maxVictimPool; want *= 2 {
 		epoch(true, DRAMHit)
 		if v.factor() != want {
@@ -65,10 +69,6 @@ func TestVictimPoolAdapts(t *testing.T) {
 	epoch(true, DRAMHit)
 	if v.factor() != maxVictimPool {
 		t.Fatalf("above the bound: %v", v.factor())
-	}
-	epoch(true, Miss) // the spared key left DRAM since: nothing
-	if v.factor() != maxVictimPool {
-		t.Fatalf("a spared key that missed moved the pool: %v", v.factor())
 	}
 	epoch(false, SSDHit) // the dropped key was kept by the SSD: nothing
 	if v.factor() != maxVictimPool || v.good+v.bad != 0 {
