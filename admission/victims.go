@@ -185,17 +185,29 @@ func (p *TinyLFU) VictimPoolFactor() float64 {
 
 // OrderVictims implements VictimRanker: keys are the pool, least recently
 // used first; order receives the order to drop them in (orderVictims,
-// with the current margin), and the swaps are remembered.
+// with the current margin), and the swaps are remembered. The estimates
+// are read under the lock estimateChunk keys at a time, so a large pool
+// does not hold up lookups.
 func (p *TinyLFU) OrderVictims(keys []string, order []int) {
 	hs := make([]uint64, len(keys))
 	f := make([]uint32, len(keys))
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	for i, k := range keys {
 		hs[i] = hashKey(k)
-		f[i] = p.sk.EstimateHash(hs[i])
 	}
+	for lo := 0; lo < len(hs); lo += estimateChunk {
+		p.mu.Lock()
+		for i := lo; i < min(lo+estimateChunk, len(hs)); i++ {
+			f[i] = p.sk.EstimateHash(hs[i])
+		}
+		p.mu.Unlock()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for _, s := range orderVictims(f, p.margin, order, nil) {
 		p.pool.swapped(hs[s[0]], hs[s[1]])
 	}
 }
+
+// estimateChunk is how many estimates OrderVictims reads per hold of the
+// lock.
+const estimateChunk = 1024

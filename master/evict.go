@@ -137,17 +137,26 @@ func (s *Service) countAndPickVictims(now int64) (int, []victim) {
 }
 
 // victimPool is how many least recently used victims a round with target
-// considers: target, or VictimPoolFactor x target with a VictimRanker.
+// considers: target, or with a VictimRanker VictimPoolFactor x target, at
+// most maxRankedVictims (but never fewer than target).
 func (s *Service) victimPool(target int) int {
 	if r, ok := s.policy.(admission.VictimRanker); ok {
-		return int(math.Ceil(r.VictimPoolFactor() * float64(target)))
+		return max(target, min(maxRankedVictims, int(math.Ceil(r.VictimPoolFactor()*float64(target)))))
 	}
 	return target
 }
 
-// rankVictims orders cands (least recently used first) for a round of
-// target victims: with a VictimRanker, unpinned before soft-pinned, cold
-// puts first, then the least frequent, least recently used first.
+// maxRankedVictims bounds the pool a round ranks: the walk keeps that many
+// victims and the policy estimates each (TinyLFU.OrderVictims, a few tens
+// of ns apiece, its lock taken per chunk), so a round on millions of DRAM
+// objects ranks its 65536 least recently used, not 80% of DRAM.
+const maxRankedVictims = 1 << 16
+
+// rankVictims orders cands (the pool, in the order before gives) for a
+// round of target victims: with a VictimRanker, the unpinned ones in the
+// order the policy gives (admission.VictimRanker), then the soft-pinned
+// ones in their order. Without one, or when the pool is no larger than
+// target, cands as they are.
 func (s *Service) rankVictims(cands []victim, target int) []victim {
 	r, ok := s.policy.(admission.VictimRanker)
 	if !ok || len(cands) <= target {
