@@ -66,7 +66,8 @@ type TinyLFUConfig struct {
 	// and the SSD would turn it away.
 	ColdPutFreq uint32
 	// LRUVictims keeps the master's DRAM victims in least recently used
-	// order (no VictimRanker pool), as before stop 39; for comparisons.
+	// order (VictimPoolFactor 1, no ranking), as before stop 39; for
+	// comparisons.
 	LRUVictims bool
 	// WarmNewKeys puts every new key warm, as before the new-key window
 	// (stop 37); for comparisons.

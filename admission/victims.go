@@ -185,7 +185,8 @@ func (p *TinyLFU) VictimPoolFactor() float64 {
 
 // OrderVictims implements VictimRanker: keys are the pool, least recently
 // used first; order receives the order to drop them in (orderVictims,
-// with the current margin), and the swaps are remembered. The estimates
+// with the current margin), and the swaps of sampled spared keys (the
+// new-key window's sample) are remembered. The estimates
 // are read under the lock estimateChunk keys at a time, so a large pool
 // does not hold up lookups.
 func (p *TinyLFU) OrderVictims(keys []string, order []int) {
@@ -204,7 +205,9 @@ func (p *TinyLFU) OrderVictims(keys []string, order []int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, s := range orderVictims(f, p.margin, order, nil) {
-		p.pool.swapped(hs[s[0]], hs[s[1]])
+		if p.win.sampled(hs[s[0]]) { // one key in population/MinPopulation
+			p.pool.swapped(hs[s[0]], hs[s[1]])
+		}
 	}
 }
 
