@@ -173,8 +173,8 @@
 // tierstore_admission_decisions_total{result,reason},
 // tierstore_admission_lookups_total{outcome}, _ssd_hit_ratio,
 // _admitted_bytes_total, _ssd_hit_bytes_total, _written_per_read_bytes,
-// _promotions_total, _cold_puts_total, _sketch_halvings_total. Stats
-// returns them too.
+// _promotions_total, _cold_puts_total, _sketch_halvings_total,
+// _dram_victim_pool. Stats returns them too.
 //
 // # Wire format (the offload heartbeat)
 //

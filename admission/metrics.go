@@ -88,6 +88,9 @@ func (p *TinyLFU) Stats() TinyLFUStats {
 	s.Period = p.sk.Period()
 	s.Margin = p.margin
 	s.VictimPool = p.pool.factor()
+	if p.cfg.LRUVictims {
+		s.VictimPool = 1
+	}
 	s.PoolUps, s.PoolDowns = p.pool.ups, p.pool.downs
 	s.PoolGood, s.PoolBad = int64(p.pool.good), int64(p.pool.bad)
 	s.NewKeysReturn, s.PushedReturn, s.WindowHorizon = p.win.rates()
@@ -114,12 +117,14 @@ var (
 		"Puts of keys coming back after they left DRAM and SSD, placed first in DRAM's eviction order.", nil, nil)
 	descHalvings = prometheus.NewDesc("tierstore_admission_sketch_halvings_total",
 		"Ageing steps of the frequency sketch.", nil, nil)
+	descVictimPool = prometheus.NewDesc("tierstore_admission_dram_victim_pool",
+		"DRAM eviction's pool of least recently used objects ranked by frequency, in multiples of a round's target (1: LRU).", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (p *TinyLFU) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descDecisions, descLookups, descSSDHitRatio, descAdmitted,
-		descSSDHitBytes, descWPR, descPromotions, descColdPuts, descHalvings} {
+		descSSDHitBytes, descWPR, descPromotions, descColdPuts, descHalvings, descVictimPool} {
 		ch <- d
 	}
 }
@@ -145,4 +150,5 @@ func (p *TinyLFU) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descPromotions, c, float64(s.Promotions))
 	ch <- prometheus.MustNewConstMetric(descColdPuts, c, float64(s.ColdPuts))
 	ch <- prometheus.MustNewConstMetric(descHalvings, c, float64(s.Halvings))
+	ch <- prometheus.MustNewConstMetric(descVictimPool, prometheus.GaugeValue, s.VictimPool)
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // orderVictims drops the least recently used victim unless it is more
@@ -151,6 +153,24 @@ func TestTinyLFUOrderVictims(t *testing.T) {
 	}
 	if got := p.Stats().VictimPool; got != 2*minVictimPool {
 		t.Fatalf("Stats.VictimPool %v", got)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(p)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, mf := range mfs {
+		if mf.GetName() == "tierstore_admission_dram_victim_pool" {
+			found = true
+			if got := mf.GetMetric()[0].GetGauge().GetValue(); got != 2*minVictimPool {
+				t.Fatalf("gauge %v, want %v", got, 2*minVictimPool)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no tierstore_admission_dram_victim_pool gauge")
 	}
 	q := NewTinyLFU(TinyLFUConfig{LRUVictims: true})
 	if got := q.VictimPoolFactor(); got != 1 {
