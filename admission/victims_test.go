@@ -3,6 +3,7 @@ package admission
 import (
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -175,5 +176,49 @@ func TestTinyLFUOrderVictims(t *testing.T) {
 	q := NewTinyLFU(TinyLFUConfig{LRUVictims: true})
 	if got := q.VictimPoolFactor(); got != 1 {
 		t.Fatalf("LRUVictims: pool %v, want 1", got)
+	}
+}
+
+// OrderVictims, lookups and Stats run concurrently (the master's eviction
+// rounds beside its lookups): every order is a permutation and the pool
+// stays in its bounds. Run with -race.
+func TestOrderVictimsConcurrent(t *testing.T) {
+	p := NewTinyLFU(TinyLFUConfig{Margin: 0})
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			keys := make([]string, 32)
+			order := make([]int, len(keys))
+			for round := range 200 {
+				for i := range keys {
+					keys[i] = fmt.Sprint(g, "/", (round*7+i*13)%97)
+				}
+				p.OrderVictims(keys, order)
+				seen := make([]bool, len(keys))
+				for _, i := range order {
+					if seen[i] {
+						errs <- fmt.Errorf("order %v is not a permutation", order)
+						return
+					}
+					seen[i] = true
+				}
+				for i := range 8 {
+					o := Outcome(i % 3)
+					p.ObserveLookup(keys[(i*5+round)%len(keys)], o, 1)
+				}
+				if f := p.Stats().VictimPool; f < minVictimPool || f > maxVictimPool {
+					errs <- fmt.Errorf("pool %v out of bounds", f)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }
