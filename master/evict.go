@@ -21,8 +21,10 @@ type victim struct {
 // evict runs one DRAM eviction round: it collects the evictable objects
 // (complete DRAM replica on a live segment, not hard-pinned, no lease that
 // needs the DRAM replica, no offload task), orders them unpinned before
-// soft-pinned and least recently used first, and drops about eviction_ratio of
-// them, more if needed to free need bytes. Each victim is re-checked under
+// soft-pinned and least recently used first (with an admission.VictimRanker
+// policy, a pool of the least recently used in the order the policy gives:
+// rankVictims), and drops about eviction_ratio of them, more if needed to
+// free need bytes. Each victim is re-checked under
 // its shard lock before it goes, so a lease granted after the scan still
 // protects it. With an admission policy that offloads on eviction, a victim
 // without an SSD replica is queued for offload instead of dropped, unless
@@ -57,7 +59,9 @@ func (s *Service) evictLocked(need int64) int {
 		if pass > 0 {
 			_, cands = s.collectVictims(now, s.victimPool(target))
 		}
+		// A pass considers target victims, the best of the pool.
 		cands = s.rankVictims(cands, target)
+		cands = cands[:min(target, len(cands))]
 		if h := s.hooks.victimsPicked; h != nil && pass == 0 {
 			h()
 		}
