@@ -44,18 +44,6 @@ type ColdPutter interface {
 	ColdPut(o Object) bool
 }
 
-// VictimRanker is a policy that orders DRAM eviction victims (TinyLFU;
-// the package documentation, "DRAM victims by frequency"). The master
-// collects VictimPoolFactor x its round's target of its least recently
-// used unpinned objects (keys, in its own order: cold puts first, then
-// least recently used first) and drops them in the order OrderVictims
-// writes into order (a permutation of the indices of keys, len(keys)
-// long). Called with no shard lock held.
-type VictimRanker interface {
-	VictimPoolFactor() float64
-	OrderVictims(keys []string, order []int)
-}
-
 func eligible(o Object) bool { return o.InDRAM && !o.OnSSD && !o.Queued }
 
 // Eager queues every object at PutEnd.
@@ -146,11 +134,6 @@ type Options struct {
 	// key coming back after it left DRAM and SSD) enters DRAM as the first
 	// eviction candidate instead of the last (ColdPutter); 0 = off.
 	ColdPutMinFreq int64
-	// LRUVictims: with tinylfu, DRAM victims go least recently used
-	// first, without the frequency-ranked pool (TinyLFUConfig.LRUVictims;
-	// no command-line flag, for comparisons: the churn bench's
-	// TIERSTORE_CHURN_LRU_VICTIMS=1).
-	LRUVictims bool
 }
 
 // DefaultOptions are the flags' defaults.
@@ -230,7 +213,6 @@ func FromSettings(s Settings) (Policy, error) {
 	c.WriteBudget = s.Options.WriteBudgetMBps * 1e6
 	c.PromoteFreq = uint32(s.Options.PromoteMinFreq)
 	c.ColdPutFreq = uint32(s.Options.ColdPutMinFreq)
-	c.LRUVictims = s.Options.LRUVictims
 	return NewTinyLFU(c), nil
 }
 

@@ -141,27 +141,6 @@
 // store, tenants-like traces go from 0.72-0.75 of MIN to 0.81-0.87.
 // TinyLFUConfig.WarmNewKeys turns it off.
 //
-// DRAM victims by frequency (victims.go, VictimRanker). Cold puts keep
-// a loop's fixed part in DRAM, but every warm object is still dropped
-// least recently used first, so DRAM is a window of recency in front of
-// the SSD: a burst of one-off keys, or a wide Zipf set's tail, flushes
-// DRAM's frequent keys. So the master considers a pool of its least
-// recently used DRAM objects, pool x the round's target (2 to 16, at most
-// 65536 objects), and TinyLFU orders them: the least recently used one
-// left goes next unless its estimate exceeds the lowest estimate left by
-// more than the margin (then the least frequent goes, and the other is
-// spared: a swap). A pool of the whole DRAM is W-TinyLFU's protected
-// region; a pool of the target is LRU. The pool adapts: each swap is a
-// pair (spared, dropped) settled by whichever comes back first, the
-// spared key as a DRAM hit (good) or the dropped key as a miss (bad);
-// every 16 settled pairs the pool doubles when good pairs outnumber bad
-// ones by more than sqrt(16), halves in the opposite case. Conversations
-// (a recent turn's blocks, read once so far, come back before an ended
-// session's) keep it at 2 to 4; zipf0.9-bursts grows it to 8 or 16. In the
-// churn bench tinylfu+worth goes from 0.851 to 0.866 of MIN on
-// zipf0.9-bursts and from 0.721 to 0.737 on tenants (means of 8 runs,
-// docs/benchmarks.md, stop 39). TinyLFUConfig.LRUVictims turns it off.
-//
 // Promotion. Promote answers whether an object read from SSD is frequent
 // enough (dram_promotion_min_freq) to deserve a DRAM copy. The master asks
 // it at every lookup answered by SSD only and queues the key for the node
@@ -173,8 +152,8 @@
 // tierstore_admission_decisions_total{result,reason},
 // tierstore_admission_lookups_total{outcome}, _ssd_hit_ratio,
 // _admitted_bytes_total, _ssd_hit_bytes_total, _written_per_read_bytes,
-// _promotions_total, _cold_puts_total, _sketch_halvings_total,
-// _dram_victim_pool. Stats returns them too.
+// _promotions_total, _cold_puts_total, _sketch_halvings_total. Stats
+// returns them too.
 //
 // # Wire format (the offload heartbeat)
 //
@@ -212,10 +191,6 @@
 //     estimate is below ColdPutFreq (a new key) only while the new-key
 //     window counted enough outcomes and new keys came back within the
 //     horizon less often than pushed-out objects (never with WarmNewKeys).
-//   - OrderVictims returns a permutation of the pool; it drops a victim
-//     out of least recently used order only for one whose estimate is
-//     lower than that victim's by more than the margin. The pool factor
-//     stays in [2, 16] and moves only on settled swaps.
 //   - TinyLFU never admits a candidate beyond the high watermark unless its
 //     frequency exceeds the displaced victim's density plus the margin
 //     (ties go to the incumbent), and never spends the write budget below
@@ -228,9 +203,8 @@
 //
 // Eager, OnEvict, ReadThreshold and None are stateless values, safe for
 // concurrent use. TinyLFU is safe for concurrent use: one mutex protects
-// the sketch, the per-node reports, the ghost lists, the margin, the
-// new-key window and the DRAM victim pool (OrderVictims reads estimates
-// 1024 keys per hold); its counters are atomic. The master calls OnLookup with
+// the sketch, the per-node reports, the ghost lists, the margin and the
+// new-key window; its counters are atomic. The master calls OnLookup with
 // the object's shard lock held, so the *Object it passes is owned by the
 // call; TinyLFU never calls back into the master.
 package admission

@@ -28,11 +28,6 @@ type TinyLFUStats struct {
 	// count the misses of rejected and pushed-out keys that moved it.
 	Margin                       float64
 	RegretRejected, RegretPushed int64
-	// VictimPool is the DRAM victim pool factor now (victims.go);
-	// PoolUps and PoolDowns count its doublings and halvings, PoolGood
-	// and PoolBad the swaps settled in its current epoch.
-	VictimPool                            float64
-	PoolUps, PoolDowns, PoolGood, PoolBad int64
 	// Halvings of the sketch, sketch resizes, SSD reports received.
 	Halvings, Resizes, Reports int64
 	// SketchWidth is the counters per row; Period the accesses between
@@ -87,12 +82,6 @@ func (p *TinyLFU) Stats() TinyLFUStats {
 	s.SketchWidth = p.sk.Width()
 	s.Period = p.sk.Period()
 	s.Margin = p.margin
-	s.VictimPool = p.pool.factor()
-	if p.cfg.LRUVictims {
-		s.VictimPool = 1
-	}
-	s.PoolUps, s.PoolDowns = p.pool.ups, p.pool.downs
-	s.PoolGood, s.PoolBad = int64(p.pool.good), int64(p.pool.bad)
 	s.NewKeysReturn, s.PushedReturn, s.WindowHorizon = p.win.rates()
 	p.mu.Unlock()
 	return s
@@ -117,14 +106,12 @@ var (
 		"Puts of keys coming back after they left DRAM and SSD, placed first in DRAM's eviction order.", nil, nil)
 	descHalvings = prometheus.NewDesc("tierstore_admission_sketch_halvings_total",
 		"Ageing steps of the frequency sketch.", nil, nil)
-	descVictimPool = prometheus.NewDesc("tierstore_admission_dram_victim_pool",
-		"DRAM eviction's pool of least recently used objects ranked by frequency, in multiples of a round's target (1: LRU).", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (p *TinyLFU) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descDecisions, descLookups, descSSDHitRatio, descAdmitted,
-		descSSDHitBytes, descWPR, descPromotions, descColdPuts, descHalvings, descVictimPool} {
+		descSSDHitBytes, descWPR, descPromotions, descColdPuts, descHalvings} {
 		ch <- d
 	}
 }
@@ -150,5 +137,4 @@ func (p *TinyLFU) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descPromotions, c, float64(s.Promotions))
 	ch <- prometheus.MustNewConstMetric(descColdPuts, c, float64(s.ColdPuts))
 	ch <- prometheus.MustNewConstMetric(descHalvings, c, float64(s.Halvings))
-	ch <- prometheus.MustNewConstMetric(descVictimPool, prometheus.GaugeValue, s.VictimPool)
 }

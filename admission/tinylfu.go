@@ -65,10 +65,6 @@ type TinyLFUConfig struct {
 	// ColdPutFreq) is cold when the new-key window says so (window.go)
 	// and the SSD would turn it away.
 	ColdPutFreq uint32
-	// LRUVictims keeps the master's DRAM victims in least recently used
-	// order (VictimPoolFactor 1, no ranking), as before stop 39; for
-	// comparisons.
-	LRUVictims bool
 	// WarmNewKeys puts every new key warm, as before the new-key window
 	// (stop 37); for comparisons.
 	WarmNewKeys bool
@@ -189,8 +185,6 @@ type TinyLFU struct {
 	adapt            adaptState
 	// win decides whether new keys enter DRAM warm or cold.
 	win newKeyWindow
-	// pool is the adaptive DRAM victim pool (victims.go).
-	pool victimPool
 	// admittedCost is the sum of ssdCost over every admitted object: the
 	// report counts outstanding tasks at its average.
 	admittedCost int64
@@ -230,7 +224,6 @@ func NewTinyLFU(cfg TinyLFUConfig) *TinyLFU {
 		rejected: newGhost(int(cfg.MinPopulation / 4)), pushed: newGhost(int(cfg.MinPopulation / 4))}
 	p.sk = NewSketch(cfg.MinPopulation, cfg.SampleFactor*cfg.MinPopulation)
 	p.win = newNewKeyWindow(cfg.MinPopulation)
-	p.pool = newVictimPool(int(cfg.MinPopulation))
 	return p
 }
 
@@ -290,7 +283,6 @@ func (p *TinyLFU) ObserveLookup(key string, o Outcome, size int64) {
 	p.mu.Lock()
 	p.add(h)
 	p.win.lookup(h)
-	p.pool.lookup(h, o)
 	if o == Miss {
 		p.recent[h&(recentMisses-1)] = h
 		p.regret(h)

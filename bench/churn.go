@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -557,10 +559,9 @@ func replay(ctx context.Context, e *env, tr *trace.Trace, p churnPolicy, sz chur
 		return f, err
 	}
 	f.elapsed = time.Since(t0)
-	if rp.byPrefix != nil {
-		for pre, c := range rp.byPrefix {
-			fmt.Fprintf(os.Stderr, "%s %s prefix %s: dram %d ssd %d miss %d\n", tr.Name, f.policy, pre, c[0], c[1], c[2])
-		}
+	for _, pre := range slices.Sorted(maps.Keys(rp.byPrefix)) {
+		c := rp.byPrefix[pre]
+		fmt.Fprintf(os.Stderr, "%s %s prefix %s: dram %d ssd %d miss %d\n", tr.Name, f.policy, pre, c[0], c[1], c[2])
 	}
 	return f, collectChurnFigures(ctx, emb, &f)
 }
@@ -588,9 +589,6 @@ func churnConfig(p churnPolicy, sz churnSizes, dir string) embedded.Config {
 	}
 	if v, err := strconv.ParseInt(os.Getenv("TIERSTORE_CHURN_COLDPUT"), 10, 64); err == nil {
 		cfg.Master.AdmissionFlags.ColdPutMinFreq = v
-	}
-	if os.Getenv("TIERSTORE_CHURN_LRU_VICTIMS") != "" {
-		cfg.Master.AdmissionFlags.LRUVictims = true
 	}
 	cfg.Master.MonitorInterval = 0 // eviction happens inline at PutStart
 	cfg.Master.DefaultKVLeaseTTL = time.Millisecond

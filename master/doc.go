@@ -120,11 +120,7 @@
 // loop) or an allocation fails (synchronously, then retried), one round
 // drops about eviction_ratio of the evictable DRAM replicas: unpinned before
 // soft-pinned, least recently used first (the last lookup hit, or the put
-// for an object never read); with a policy that ranks victims
-// (admission.VictimRanker: tinylfu) the round takes a pool of its least
-// recently used unpinned objects, VictimPoolFactor x its target (at most
-// maxRankedVictims), and drops them in the order the policy gives (the
-// least frequent first unless within the margin). Never evicted: hard-pinned objects, objects
+// for an object never read). Never evicted: hard-pinned objects, objects
 // whose lease needs their DRAM replica, replicas pinned by an offload task,
 // incomplete puts. Objects that keep a SSD replica keep their
 // metadata. With offload_on_evict a victim without an SSD copy is queued

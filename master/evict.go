@@ -21,10 +21,8 @@ type victim struct {
 // evict runs one DRAM eviction round: it collects the evictable objects
 // (complete DRAM replica on a live segment, not hard-pinned, no lease that
 // needs the DRAM replica, no offload task), orders them unpinned before
-// soft-pinned and least recently used first (with an admission.VictimRanker
-// policy, a pool of the least recently used in the order the policy gives:
-// rankVictims), and drops about eviction_ratio of them, more if needed to
-// free need bytes. Each victim is re-checked under
+// soft-pinned and least recently used first, and drops about eviction_ratio of
+// them, more if needed to free need bytes. Each victim is re-checked under
 // its shard lock before it goes, so a lease granted after the scan still
 // protects it. With an admission policy that offloads on eviction, a victim
 // without an SSD replica is queued for offload instead of dropped, unless
@@ -57,11 +55,8 @@ func (s *Service) evictLocked(need int64) int {
 	for pass := 0; pass <= evictExtraPasses; pass++ {
 		cands := first
 		if pass > 0 {
-			_, cands = s.collectVictims(now, s.victimPool(target))
+			_, cands = s.collectVictims(now, target)
 		}
-		// A pass considers target victims, the best of the pool.
-		cands = s.rankVictims(cands, target)
-		cands = cands[:min(target, len(cands))]
 		if h := s.hooks.victimsPicked; h != nil && pass == 0 {
 			h()
 		}
@@ -132,58 +127,11 @@ func (s *Service) countAndPickVictims(now int64) (int, []victim) {
 	keep := max(2*s.evictKeep, minEvictKeep)
 	total, cands := s.collectVictims(now, keep)
 	target := int(math.Ceil(s.cfg.EvictionRatio * float64(total)))
-	pool := s.victimPool(target)
-	s.evictKeep = pool
-	if pool > keep {
-		_, cands = s.collectVictims(now, pool)
+	s.evictKeep = target
+	if target > keep {
+		_, cands = s.collectVictims(now, target)
 	}
-	return total, cands[:min(pool, len(cands))]
-}
-
-// victimPool is how many least recently used victims a round with target
-// considers: target, or with a VictimRanker VictimPoolFactor x target, at
-// most maxRankedVictims (but never fewer than target).
-func (s *Service) victimPool(target int) int {
-	if r, ok := s.policy.(admission.VictimRanker); ok {
-		return max(target, min(maxRankedVictims, int(math.Ceil(r.VictimPoolFactor()*float64(target)))))
-	}
-	return target
-}
-
-// maxRankedVictims bounds the pool a round ranks: the walk keeps that many
-// victims and the policy estimates each (TinyLFU.OrderVictims, a few tens
-// of ns apiece, its lock taken per chunk), so a round on millions of DRAM
-// objects ranks its 65536 least recently used, not 80% of DRAM.
-const maxRankedVictims = 1 << 16
-
-// rankVictims orders cands (the pool, in the order before gives) for a
-// round of target victims: with a VictimRanker, the unpinned ones in the
-// order the policy gives (admission.VictimRanker), then the soft-pinned
-// ones in their order. Without one, or when the pool is no larger than
-// target, cands as they are.
-func (s *Service) rankVictims(cands []victim, target int) []victim {
-	r, ok := s.policy.(admission.VictimRanker)
-	if !ok || len(cands) <= target {
-		return cands
-	}
-	// Soft-pinned objects stay behind every unpinned one.
-	n := len(cands)
-	for n > 0 && cands[n-1].soft {
-		n--
-	}
-	soft := cands[n:]
-	cands = cands[:n]
-	keys := make([]string, len(cands))
-	for i := range cands {
-		keys[i] = cands[i].key
-	}
-	order := make([]int, len(cands))
-	r.OrderVictims(keys, order)
-	out := make([]victim, len(cands))
-	for k, i := range order {
-		out[k] = cands[i]
-	}
-	return append(out, soft...)
+	return total, cands[:min(target, len(cands))]
 }
 
 // minEvictKeep is the fewest victims countAndPickVictims keeps.
