@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -530,6 +532,9 @@ func replay(ctx context.Context, e *env, tr *trace.Trace, p churnPolicy, sz chur
 		// Drain the offload queue every quarter of the DRAM capacity in
 		// blocks (at least 16): offload keeps up, and buckets are not tiny.
 		drainEvery: max(16, int(sz.dram/sz.block/4))}
+	if os.Getenv("TIERSTORE_CHURN_DEBUG") != "" {
+		rp.byPrefix = map[string]*[3]int64{}
+	}
 	// A user trace may give one key several sizes; the stored object then
 	// answers with its own size.
 	for _, r := range tr.Requests {
@@ -554,6 +559,10 @@ func replay(ctx context.Context, e *env, tr *trace.Trace, p churnPolicy, sz chur
 		return f, err
 	}
 	f.elapsed = time.Since(t0)
+	for _, pre := range slices.Sorted(maps.Keys(rp.byPrefix)) {
+		c := rp.byPrefix[pre]
+		fmt.Fprintf(os.Stderr, "%s %s prefix %s: dram %d ssd %d miss %d\n", tr.Name, f.policy, pre, c[0], c[1], c[2])
+	}
 	return f, collectChurnFigures(ctx, emb, &f)
 }
 
@@ -604,6 +613,23 @@ type replayer struct {
 	varSizes   bool
 	drainEvery int
 	puts       int
+	// byPrefix counts dram hits, ssd hits and misses per key prefix (up
+	// to the first '/'), printed with TIERSTORE_CHURN_DEBUG.
+	byPrefix map[string]*[3]int64
+}
+
+// countPrefix adds one outcome (0 dram hit, 1 ssd hit, 2 miss) of key.
+func (rp *replayer) countPrefix(key string, outcome int) {
+	if rp.byPrefix == nil {
+		return
+	}
+	p, _, _ := strings.Cut(key, "/")
+	c := rp.byPrefix[p]
+	if c == nil {
+		c = new([3]int64)
+		rp.byPrefix[p] = c
+	}
+	c[outcome]++
 }
 
 // request replays request i: a Get, and on a miss a Put.
@@ -618,12 +644,15 @@ func (rp *replayer) request(ctx context.Context, i int, r trace.Request) error {
 			return fmt.Errorf("%w: %s: %d bytes, want %d", errVerify, r.Key, len(v), r.Size)
 		}
 		if after.LocalSSD+after.RemoteSSD > before.LocalSSD+before.RemoteSSD {
+			rp.countPrefix(r.Key, 1)
 			f.ssdHits++ // promotion, if due, is the master's and node's (node/admission.go)
 			return nil
 		}
+		rp.countPrefix(r.Key, 0)
 		f.dramHits++
 		return nil
 	}
+	rp.countPrefix(r.Key, 2)
 	f.misses++
 	if !errors.Is(err, errcode.ErrObjectNotFound) {
 		f.getErrors++

@@ -68,3 +68,25 @@ func TestChatRAGShape(t *testing.T) {
 		}
 	}
 }
+
+// The debug counts per key prefix (TIERSTORE_CHURN_DEBUG) split each
+// outcome by the key's part before its first '/'.
+func TestCountPrefix(t *testing.T) {
+	rp := &replayer{byPrefix: map[string]*[3]int64{}}
+	for _, c := range []struct {
+		key     string
+		outcome int
+	}{{"l/1", 0}, {"l/2", 2}, {"a/7", 1}, {"a/7", 1}, {"plain", 2}} {
+		rp.countPrefix(c.key, c.outcome)
+	}
+	want := map[string][3]int64{"l": {1, 0, 1}, "a": {0, 2, 0}, "plain": {0, 0, 1}}
+	if len(rp.byPrefix) != len(want) {
+		t.Fatalf("prefixes %v, want %v", rp.byPrefix, want)
+	}
+	for p, w := range want {
+		if got := rp.byPrefix[p]; got == nil || *got != w {
+			t.Errorf("prefix %s: %v, want %v", p, got, w)
+		}
+	}
+	(&replayer{}).countPrefix("l/1", 0) // off without TIERSTORE_CHURN_DEBUG: no map, no panic
+}
