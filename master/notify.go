@@ -206,39 +206,42 @@ func (s *Service) reRegisterColumns(ctx context.Context, nodeID string, c master
 	first := s.reRegisterTurn.Add(1) * reRegisterStride
 	order, groups := s.groupByShard(sc, items, first)
 	seen := n.dig.epoch.Load()
+	reg := reChunk{s: s, n: n, items: items, order: order, groups: groups, c: c, out: out, seen: seen, now: now}
+	reg.slab.left = count
 	busy := sc.busy[:0] // the groups left for later passes
-	for gi, g := range groups {
-		shd := &s.shards[g.shard]
-		if !shd.mu.TryLock() {
-			busy = append(busy, int32(gi))
-			continue
+	held := sc.held[:0] // the groups of the window whose shard is locked
+	for gi := 0; gi < len(groups); {
+		held = held[:0]
+		for ; gi < len(groups) && len(held) < lookWindow; gi++ {
+			if s.shards[groups[gi].shard].mu.TryLock() {
+				held = append(held, int32(gi))
+			} else {
+				busy = append(busy, int32(gi))
+			}
 		}
-		s.registerShardLocked(shd, n, items, order[g.lo:g.hi], c, out, seen, now)
-		shd.mu.Unlock()
+		reg.registerLocked(held)
 	}
 	for len(busy) > 0 {
 		// Again the free ones first; waits only when every one is busy.
 		rest := busy[:0]
+		held = held[:0]
 		for _, gi := range busy {
-			g := groups[gi]
-			shd := &s.shards[g.shard]
-			if !shd.mu.TryLock() {
+			if len(held) < lookWindow && s.shards[groups[gi].shard].mu.TryLock() {
+				held = append(held, gi)
+			} else {
 				rest = append(rest, gi)
-				continue
 			}
-			s.registerShardLocked(shd, n, items, order[g.lo:g.hi], c, out, seen, now)
-			shd.mu.Unlock()
 		}
-		if len(rest) == len(busy) {
-			g := groups[rest[0]]
-			shd := &s.shards[g.shard]
-			shd.mu.Lock()
-			s.registerShardLocked(shd, n, items, order[g.lo:g.hi], c, out, seen, now)
-			shd.mu.Unlock()
+		if len(held) == 0 {
+			gi := rest[0]
+			s.shards[groups[gi].shard].mu.Lock()
+			held = append(held, gi)
 			rest = rest[1:]
 		}
+		reg.registerLocked(held)
 		busy = rest
 	}
+	sc.held = held[:0]
 	sc.busy = busy[:0]
 	for _, e := range out {
 		if e != nil {
@@ -254,51 +257,91 @@ func (s *Service) reRegisterColumns(ctx context.Context, nodeID string, c master
 // flight at once start far apart and rarely wait for each other's locks.
 const reRegisterStride = 0x9e3779b9
 
-// registerShardLocked re-registers the objects of a chunk that fall in
-// sh (their indices in idx), under sh's lock: registerSSDLocked of each,
-// except that a new object (the common case of a re-registration) is
-// created here with its SSD replica in one allocation (ssdObject) and
-// counted once for all of them.
-func (s *Service) registerShardLocked(sh *shard, n *node, items []reItem, idx []int32, c masterapi.SSDColumns, out []error, seen uint32, now int64) {
-	var created, bytes int64
-	// The lookups first, on their own: independent of each other, their
-	// cache misses (each key's group in a map of thousands of groups)
-	// overlap, and the loop below finds those groups cached. Measured, not
-	// guessed: BenchmarkReRegister1M's CPU per key fell by 22-29% in three
-	// alternations (docs/benchmarks.md).
-	known := 0
-	for _, i := range idx {
-		if sh.objs[items[i].key] != nil {
-			known++
+// lookWindow is how many shards of a chunk registerLocked holds at once.
+// At 65536 shards a chunk of 4096 keys has about one key per shard, and
+// each key's map lookup is a chain of cache misses (the map, its table,
+// the group); looking up the keys of lookWindow shards one after the
+// other, before recording any, lets those chains overlap.
+const lookWindow = 16
+
+// reChunk is one re-registration chunk being recorded: its items grouped
+// by shard (order, groups), its columns, its answers (out), and the slab
+// its new objects come from.
+type reChunk struct {
+	s      *Service
+	n      *node
+	items  []reItem
+	order  []int32
+	groups []reGroup
+	c      masterapi.SSDColumns
+	out    []error
+	seen   uint32
+	now    int64
+	slab   objSlab
+}
+
+// registerLocked re-registers the objects of the chunk's groups held
+// (indexes into r.groups), whose shards the caller has locked, and
+// unlocks them: first every key's lookup (independent of each other,
+// their cache misses overlap), then each group's recording
+// (registerShardLocked), then the counters, once for the window, before
+// the unlocks (so Check under every shard lock sees them agree).
+func (r *reChunk) registerLocked(held []int32) {
+	s := r.s
+	for _, gi := range held {
+		g := r.groups[gi]
+		objs := s.shards[g.shard].objs
+		for _, i := range r.order[g.lo:g.hi] {
+			r.items[i].o = objs[r.items[i].key]
 		}
 	}
-	_ = known // the loop is for its memory accesses
-	for _, i := range idx {
-		if out[i] != nil {
-			continue
-		}
-		it := &items[i]
-		size := c.Sizes[i]
-		if size > 0 {
-			if o := sh.objs[it.key]; o == nil {
-				o = newSSDObject(size, c.CRCs[i], n, seen)
-				sh.putObj(it.key, o)
-				s.rebuiltLease(o, now)
-				n.dig.add(it.h, 1)
-				created++
-				bytes += size
-				continue
-			}
-		}
-		out[i] = s.registerSSDLocked(sh, n, it.key, it.h, size, c.CRCs[i], true, seen, now)
+	var created, bytes int64
+	for _, gi := range held {
+		g := r.groups[gi]
+		c, b := r.registerShardLocked(&s.shards[g.shard], r.order[g.lo:g.hi])
+		created += c
+		bytes += b
 	}
 	if created > 0 {
+		n := r.n
 		s.cnt.objects.Add(created)
 		s.cnt.ssdReplicas.Add(created)
 		s.cnt.ssdBytes.Add(bytes)
 		n.ssdReplicas.Add(created)
 		n.ssdBytes.Add(bytes)
 	}
+	for _, gi := range held {
+		s.shards[r.groups[gi].shard].mu.Unlock()
+	}
+}
+
+// registerShardLocked re-registers the objects of the chunk that fall in
+// sh (their indices in idx, their objects looked up in items[i].o), under
+// sh's lock: registerSSDLocked of each, except that a new object (the
+// common case of a re-registration) is created here with its SSD replica
+// in one slot of the chunk's slab (ssdObject). It returns how many objects
+// it created and their bytes, for the caller to count.
+func (r *reChunk) registerShardLocked(sh *shard, idx []int32) (created, bytes int64) {
+	s, n := r.s, r.n
+	for _, i := range idx {
+		r.slab.left--
+		if r.out[i] != nil {
+			continue
+		}
+		it := &r.items[i]
+		size := r.c.Sizes[i]
+		if size > 0 && it.o == nil && sh.objs[it.key] == nil {
+			o := r.slab.newSSDObject(size, r.c.CRCs[i], n, r.seen)
+			sh.putObj(it.key, o)
+			s.rebuiltLease(o, r.now)
+			n.dig.add(it.h, 1)
+			created++
+			bytes += size
+			continue
+		}
+		r.out[i] = s.registerSSDLocked(sh, n, it.key, it.h, size, r.c.CRCs[i], true, r.seen, r.now)
+	}
+	return created, bytes
 }
 
 // ssdObject is an object created by re-registration together with its
@@ -310,10 +353,35 @@ type ssdObject struct {
 	rep [1]ssdReplica
 }
 
+// objSlab hands out the new objects of one re-registration chunk from a
+// few allocations instead of one each: slabs of objSlabMin objects, then
+// twice the last, never more than the chunk's items not yet handled
+// (left), so a chunk of 4096 new keys costs 9 allocations and a chunk of
+// mostly known keys at most twice the slots it uses. The price: a slab
+// stays allocated while any of its objects lives (docs/benchmarks.md,
+// stop 39, measures it after removes). A slab is the chunk's own, never
+// reused: an object's memory is never handed out twice.
+type objSlab struct {
+	free []ssdObject // the current slab's unused slots
+	next int         // the next slab's size
+	left int         // the chunk's items after the one being handled
+}
+
+// objSlabMin is the size of a chunk's first slab.
+const objSlabMin = 16
+
 // newSSDObject returns a new object of size and crc with one SSD replica
-// on n, seen in reconcile epoch seen.
-func newSSDObject(size int64, crc uint32, n *node, seen uint32) *object {
-	x := &ssdObject{object: object{size: size, crc: crc}, rep: [1]ssdReplica{{node: n, seen: seen}}}
+// on n, seen in reconcile epoch seen, from the slab.
+func (sl *objSlab) newSSDObject(size int64, crc uint32, n *node, seen uint32) *object {
+	if len(sl.free) == 0 {
+		k := max(sl.next, objSlabMin)
+		sl.next = 2 * k
+		sl.free = make([]ssdObject, min(k, sl.left+1))
+	}
+	x := &sl.free[0]
+	sl.free = sl.free[1:]
+	x.object = object{size: size, crc: crc}
+	x.rep[0] = ssdReplica{node: n, seen: seen}
 	x.ssd = x.rep[:1:1]
 	return &x.object
 }
@@ -396,7 +464,7 @@ type reScratch struct {
 	items               []reItem
 	order, starts, fill []int32
 	groups              []reGroup
-	busy                []int32
+	busy, held          []int32
 	keys                []uint64 // groupByShard's sort keys
 }
 
@@ -428,10 +496,12 @@ func (sc *reScratch) put() {
 }
 
 // reItem is one object of a re-registration chunk: its key (a slice of
-// the chunk's key string) and its hash.
+// the chunk's key string), its hash, and its object when the key was
+// known at its lookup (registerLocked, under the shard lock).
 type reItem struct {
 	key string
 	h   uint64
+	o   *object
 }
 
 // presize grows the shards' maps, once per node incarnation, to hold
@@ -466,6 +536,14 @@ func (s *Service) registerSSD(n *node, d masterapi.SSDObject, create bool) error
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	return s.registerSSDLocked(sh, n, d.Key, h, d.Size, d.CRC, create, n.dig.epoch.Load(), s.now())
+}
+
+// newSSDObject returns a new object of size and crc with one SSD replica
+// on n, seen in reconcile epoch seen, in an allocation of its own.
+func newSSDObject(size int64, crc uint32, n *node, seen uint32) *object {
+	x := &ssdObject{object: object{size: size, crc: crc}, rep: [1]ssdReplica{{node: n, seen: seen}}}
+	x.ssd = x.rep[:1:1]
+	return &x.object
 }
 
 // registerSSDLocked is registerSSD of a valid key whose hash is h, under
