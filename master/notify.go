@@ -371,6 +371,7 @@ type objSlab struct {
 	free []ssdObject // the current slab's unused slots
 	next int         // the next slab's size
 	left int         // the chunk's items after the one being handled
+	made int         // slots allocated so far (the tests' measure of waste)
 }
 
 // objSlabMin is the size of a chunk's first slab.
@@ -389,6 +390,7 @@ func (sl *objSlab) newSSDObject(size int64, crc uint32, n *node, seen uint32) *o
 		k := max(sl.next, objSlabMin)
 		sl.next = 2 * k
 		sl.free = make([]ssdObject, min(k, sl.left+1))
+		sl.made += len(sl.free)
 		if n := uintptr(len(sl.free)) * unsafe.Sizeof(ssdObject{}); n >= populateMin {
 			populate(unsafe.Pointer(&sl.free[0]), n)
 		}
