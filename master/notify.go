@@ -284,6 +284,7 @@ type reChunk struct {
 	seen   uint32
 	now    int64
 	slab   objSlab
+	sink   uint64 // keeps registerLocked's digest reads
 }
 
 // registerLocked re-registers the objects of the chunk's groups held
@@ -294,13 +295,21 @@ type reChunk struct {
 // the unlocks (so Check under every shard lock sees them agree).
 func (r *reChunk) registerLocked(held []int32) {
 	s := r.s
+	dig := r.n.dig.table()
+	var sink uint64
 	for _, gi := range held {
 		g := r.groups[gi]
 		objs := s.shards[g.shard].objs
 		for _, i := range r.order[g.lo:g.hi] {
 			r.items[i].o = objs[r.items[i].key]
+			// The slot's line, read now with the lookups' misses, is
+			// cached when the recording adds to it (locked adds, whose
+			// misses would not overlap).
+			sl := masterapi.SlotOf(r.items[i].h, digestSlots)
+			sink += uint64(dig.counts[sl].Load()) + dig.sums[sl].Load()
 		}
 	}
+	r.sink = sink
 	var created, bytes int64
 	for _, gi := range held {
 		g := r.groups[gi]
