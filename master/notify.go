@@ -159,11 +159,12 @@ func (s *Service) ReRegisterSSDColumns(ctx context.Context, nodeID string, c mas
 // request): the map keys then slice it and it is not copied.
 //
 // The chunk's shards are visited from a start that moves with every
-// chunk, a shard whose lock is busy (another chunk is there: a node has
-// up to 3 in flight) is left for later passes, which take the busy shards
-// that became free and wait only when none did, and each
-// shard's counters are added once per hold (before its unlock, so Check
-// under all shard locks sees them agree).
+// chunk, in windows of up to lookWindow shards held at once
+// (registerLocked); a shard whose lock is busy (another chunk is there: a
+// node has up to 3 in flight) is left for later passes, which take the
+// busy shards that became free and wait, holding none, only when none
+// did. The counters are added once per window, before its unlocks (so
+// Check under all shard locks sees them agree).
 func (s *Service) reRegisterColumns(ctx context.Context, nodeID string, c masterapi.SSDColumns, owned bool) ([]error, error) {
 	if err := s.gate(ctx); err != nil {
 		return nil, err
