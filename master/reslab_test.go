@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/bits"
 	"math/rand/v2"
+	"strings"
+	"sync"
 	"testing"
 	"unsafe"
 
@@ -111,5 +113,62 @@ func TestReRegisterDuplicateKeysInChunk(t *testing.T) {
 		if st, _ := s.Stats(bg); st.Objects != 300 || st.SSDReplicas != 300 {
 			t.Fatalf("stats %+v, want 300 objects and SSD replicas", st)
 		}
+	}
+}
+
+// TestReRegisterOverGRPCKeepsKeys: over gRPC the master keeps the decoded
+// request's key bytes as its map keys (not copied again); chunk after
+// chunk, sent 3 at a time as a node does, every key must stay what it
+// was, so those bytes must be the call's own, never a receive buffer
+// that a later call reuses.
+func TestReRegisterOverGRPCKeepsKeys(t *testing.T) {
+	s, _ := testService(t, nil)
+	api := remoteService(t, s)
+	mount(t, api, "a", 1<<20)
+	const chunks, per = 24, 500
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 3)
+	for c := range chunks {
+		var objs []masterapi.SSDObject
+		for i := range per {
+			k := fmt.Sprintf("grpc/%03d/%04d/%s", c, i, strings.Repeat("x", (c*per+i)%40))
+			objs = append(objs, masterapi.SSDObject{Key: k, Size: int64(1 + i), CRC: crcOf(k)})
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs, err := api.ReRegisterSSDColumns(bg, "a", masterapi.ColumnsOf(objs))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for i, e := range errs {
+				if e != nil {
+					t.Errorf("%s: %v", objs[i].Key, e)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var bad []string
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, o := range sh.objs {
+			n++
+			var c, j int
+			if _, err := fmt.Sscanf(k, "grpc/%03d/%04d/", &c, &j); err != nil || k != fmt.Sprintf("grpc/%03d/%04d/%s", c, j, strings.Repeat("x", (c*per+j)%40)) ||
+				o.size != int64(1+j) || o.crc != crcOf(k) || s.shardIndex(k) != i {
+				bad = append(bad, k)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	if n != chunks*per || len(bad) > 0 {
+		t.Fatalf("%d objects, want %d; %d keys not as sent, e.g. %q", n, chunks*per, len(bad), bad[:min(len(bad), 3)])
+	}
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
 	}
 }
