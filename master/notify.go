@@ -389,8 +389,9 @@ const objSlabMin = 16
 
 // populateMin is the size from which a new slab's pages are populated
 // at once (populate) rather than faulted in one by one: the slab's memory
-// is fresh from the OS in a growing master, and on this project's VMs a
-// page fault costs 5-15 us of system time (docs/benchmarks.md, stop 39).
+// is fresh from the OS in a growing master, and on this project's VM a
+// page fault cost about 6 us of system time, populating 2.4 GB 0.5-1.5 s
+// of it against 3.6-5.4 (docs/benchmarks.md, stop 39).
 const populateMin = 64 << 10
 
 // newSSDObject returns a new object of size and crc with one SSD replica
