@@ -3,7 +3,6 @@ package master
 import (
 	"context"
 	"math/bits"
-	"slices"
 	"sync"
 	"unsafe"
 
@@ -425,78 +424,72 @@ type reGroup struct {
 
 // groupByShard orders the indexes of items by shard and returns them
 // (order) with one group per shard present, the groups in the order of
-// their shards from first (modulo the shard count) on. A chunk of at
-// least smallChunkRatio-th the shard count is grouped by a counting sort
-// over every shard; a smaller one (the tail chunk of a re-registration, a
-// re-registration of a few keys) by sorting its own indexes, so that its
-// cost does not grow with the shard count: at 65536 shards the counting
-// sort's passes over the shard arrays cost ~200 us a chunk, whatever its
-// size (BenchmarkPutUnderEviction re-registers one key per put,
-// docs/benchmarks.md).
+// their shards from first (modulo the shard count) on. It sorts the
+// chunk's own items by their shard's rank from first, a radix sort of
+// 8 bits a pass (two passes at 65536 shards): its cost does not grow
+// with the shard count (a counting sort over every shard cost ~200 us a
+// chunk at 65536, whatever its size; BenchmarkPutUnderEviction
+// re-registers one key per put, docs/benchmarks.md) nor, as a comparison
+// sort's, with log2 of the chunk.
 func (s *Service) groupByShard(sc *reScratch, items []reItem, first uint64) ([]int32, []reGroup) {
-	count, shards := len(items), len(s.shards)
+	count := len(items)
 	order := sc.grow(&sc.order, count)
 	groups := sc.groups[:0]
-	if count*smallChunkRatio < shards {
-		// Sort (rank of the shard from first) << 32 | index: no
-		// comparison function, no allocation.
-		keys := sc.keys[:0]
-		for i := range items {
-			keys = append(keys, (items[i].h-first)&s.mask<<32|uint64(i))
-		}
-		slices.Sort(keys)
-		for i, k := range keys {
-			order[i] = int32(uint32(k))
-		}
-		sc.keys = keys
-		for lo := 0; lo < count; {
-			sh := items[order[lo]].h & s.mask
-			hi := lo + 1
-			for hi < count && items[order[hi]].h&s.mask == sh {
-				hi++
-			}
-			groups = append(groups, reGroup{shard: int32(sh), lo: int32(lo), hi: int32(hi)})
-			lo = hi
-		}
-		sc.groups = groups
-		return order, groups
-	}
-	starts := sc.grow(&sc.starts, shards+1)
+	// (rank of the shard from first) << 32 | index.
+	keys, tmp := growU64(&sc.keys, count), growU64(&sc.tmp, count)
 	for i := range items {
-		starts[int(items[i].h&s.mask)+1]++
+		keys[i] = (items[i].h-first)&s.mask<<32 | uint64(i)
 	}
-	for i := 1; i < len(starts); i++ {
-		starts[i] += starts[i-1]
+	keys = radixByRank(keys, tmp, bits.Len64(s.mask))
+	for i, k := range keys {
+		order[i] = int32(uint32(k))
 	}
-	fill := append(sc.grow(&sc.fill, shards)[:0], starts[:shards]...)
-	for i := range items {
-		sh := int(items[i].h & s.mask)
-		order[fill[sh]] = int32(i)
-		fill[sh]++
-	}
-	for k := range shards {
-		sh := (int(first) + k) & (shards - 1)
-		if lo, hi := starts[sh], starts[sh+1]; lo < hi {
-			groups = append(groups, reGroup{shard: int32(sh), lo: lo, hi: hi})
+	for lo := 0; lo < count; {
+		rank := keys[lo] >> 32
+		hi := lo + 1
+		for hi < count && keys[hi]>>32 == rank {
+			hi++
 		}
+		groups = append(groups, reGroup{shard: int32((rank + first) & s.mask), lo: int32(lo), hi: int32(hi)})
+		lo = hi
 	}
 	sc.groups = groups
 	return order, groups
 }
 
-// smallChunkRatio: a re-registration chunk of fewer than 1/smallChunkRatio
-// of the shard count is grouped by sorting (groupByShard).
-const smallChunkRatio = 16
+// radixByRank sorts keys by their bits 32 to 32+rankBits, stably (least
+// significant 8 bits first), using tmp (as long as keys) as the other
+// buffer, and returns the sorted one (keys or tmp).
+func radixByRank(keys, tmp []uint64, rankBits int) []uint64 {
+	for shift := 32; shift < 32+rankBits; shift += 8 {
+		var at [256]int32
+		for _, k := range keys {
+			at[k>>shift&0xff]++
+		}
+		sum := int32(0)
+		for d, c := range at {
+			at[d] = sum
+			sum += c
+		}
+		for _, k := range keys {
+			d := k >> shift & 0xff
+			tmp[at[d]] = k
+			at[d]++
+		}
+		keys, tmp = tmp, keys
+	}
+	return keys
+}
 
 // reScratch is a chunk's working arrays, reused from chunk to chunk
 // (reScratchPool): not garbage the collector must catch up with while a
 // re-registration fills the heap.
 type reScratch struct {
-	items               []reItem
-	order, starts, fill []int32
-	groups              []reGroup
-	busy, held          []int32
-	keys                []uint64 // groupByShard's sort keys
+	items      []reItem
+	order      []int32
+	groups     []reGroup
+	busy, held []int32
+	keys, tmp  []uint64 // groupByShard's sort keys and radixByRank's other buffer
 }
 
 var reScratchPool = sync.Pool{New: func() any { return new(reScratch) }}
@@ -507,6 +500,15 @@ func (sc *reScratch) itemsOf(count int) []reItem {
 		sc.items = make([]reItem, count)
 	}
 	return sc.items[:count]
+}
+
+// growU64 returns *p sized n (not zeroed).
+func growU64(p *[]uint64, n int) []uint64 {
+	if cap(*p) < n {
+		*p = make([]uint64, n)
+	}
+	*p = (*p)[:n]
+	return *p
 }
 
 // grow returns *p sized n and zeroed.
