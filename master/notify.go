@@ -345,7 +345,10 @@ func (r *reChunk) registerShardLocked(sh *shard, idx []int32) (created, bytes in
 		}
 		it := &r.items[i]
 		size := r.c.Sizes[i]
-		if size > 0 && it.o == nil && sh.objs[it.key] == nil {
+		// Looked up again unless the key is its shard's only one in the
+		// chunk: a key named twice is twice in one group, and the first
+		// may have been recorded since the lookup pass.
+		if size > 0 && it.o == nil && (len(idx) == 1 || sh.objs[it.key] == nil) {
 			o := r.slab.newSSDObject(size, r.c.CRCs[i], n, r.seen)
 			sh.putObj(it.key, o)
 			s.rebuiltLease(o, r.now)
