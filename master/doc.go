@@ -246,18 +246,25 @@
 // orphan is taken out of its mailbox before its range is freed);
 // Service.nodesMu is never held while taking a shard lock. parkMu (the
 // parked puts) and the room broadcast's mutex are leaves: taken under a
-// shard lock or none, nothing taken under them. Check, the only code that
-// holds several shard locks at once, takes them in ascending shard index
-// order. evictMu (one eviction round at a time) and a reconcile session's
+// shard lock or none, nothing taken under them. Check holds every shard
+// lock, taken in ascending shard index order; an SSD re-registration chunk
+// holds up to lookWindow (32) of them at once, each taken with TryLock
+// (it waits, with Lock, only while it holds none), so neither waits for
+// the other in a cycle. evictMu (one eviction round at a time) and a reconcile session's
 // ssdDigest.mu are taken before shard locks; digestMu is a leaf. Counters,
 // reconcile digests and the shard indexes (shardSets; a shard's bit
 // changes only under its lock, read under none) are atomics; a path that adds a shard's counters
 // once for several objects (an SSD re-registration chunk) adds them before
 // releasing that shard's lock, so Check, under every shard lock, finds
-// them equal to the metadata. An SSD re-registration chunk holds one shard
-// lock at a time, in an order that starts at a shard chosen per chunk
-// (reRegisterTurn, an atomic), with TryLock: a busy shard is taken after
-// the free ones, so the chunks in flight do not queue on the same locks.
+// them equal to the metadata. An SSD re-registration chunk takes its
+// shards' locks in windows of up to lookWindow shards, in an order that
+// starts at a shard chosen per chunk (reRegisterTurn, an atomic), with
+// TryLock: a busy shard is taken after the free ones, so the chunks in
+// flight do not queue on the same locks; it looks up every key of a window
+// before recording any (their cache misses overlap) and adds the window's
+// counters before its unlocks. Its new objects come from slabs of the
+// chunk's own (objSlab), never reused: a slab stays allocated while any of
+// its objects lives.
 // Time comes from Config.Clock, so tests
 // drive leases and TTLs with a ManualClock and call Tick instead of sleeping.
 package master

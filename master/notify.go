@@ -3,7 +3,6 @@ package master
 import (
 	"context"
 	"math/bits"
-	"slices"
 	"sync"
 	"unsafe"
 
@@ -159,11 +158,12 @@ func (s *Service) ReRegisterSSDColumns(ctx context.Context, nodeID string, c mas
 // request): the map keys then slice it and it is not copied.
 //
 // The chunk's shards are visited from a start that moves with every
-// chunk, a shard whose lock is busy (another chunk is there: a node has
-// up to 3 in flight) is left for later passes, which take the busy shards
-// that became free and wait only when none did, and each
-// shard's counters are added once per hold (before its unlock, so Check
-// under all shard locks sees them agree).
+// chunk, in windows of up to lookWindow shards held at once
+// (registerLocked); a shard whose lock is busy (another chunk is there: a
+// node has up to 3 in flight) is left for later passes, which take the
+// busy shards that became free and wait, holding none, only when none
+// did. The counters are added once per window, before its unlocks (so
+// Check under all shard locks sees them agree).
 func (s *Service) reRegisterColumns(ctx context.Context, nodeID string, c masterapi.SSDColumns, owned bool) ([]error, error) {
 	if err := s.gate(ctx); err != nil {
 		return nil, err
@@ -206,39 +206,42 @@ func (s *Service) reRegisterColumns(ctx context.Context, nodeID string, c master
 	first := s.reRegisterTurn.Add(1) * reRegisterStride
 	order, groups := s.groupByShard(sc, items, first)
 	seen := n.dig.epoch.Load()
+	reg := reChunk{s: s, n: n, items: items, order: order, groups: groups, c: c, out: out, seen: seen, now: now}
+	reg.slab.left = count
 	busy := sc.busy[:0] // the groups left for later passes
-	for gi, g := range groups {
-		shd := &s.shards[g.shard]
-		if !shd.mu.TryLock() {
-			busy = append(busy, int32(gi))
-			continue
+	held := sc.held[:0] // the groups of the window whose shard is locked
+	for gi := 0; gi < len(groups); {
+		held = held[:0]
+		for ; gi < len(groups) && len(held) < lookWindow; gi++ {
+			if s.shards[groups[gi].shard].mu.TryLock() {
+				held = append(held, int32(gi))
+			} else {
+				busy = append(busy, int32(gi))
+			}
 		}
-		s.registerShardLocked(shd, n, items, order[g.lo:g.hi], c, out, seen, now)
-		shd.mu.Unlock()
+		reg.registerLocked(held)
 	}
 	for len(busy) > 0 {
 		// Again the free ones first; waits only when every one is busy.
 		rest := busy[:0]
+		held = held[:0]
 		for _, gi := range busy {
-			g := groups[gi]
-			shd := &s.shards[g.shard]
-			if !shd.mu.TryLock() {
+			if len(held) < lookWindow && s.shards[groups[gi].shard].mu.TryLock() {
+				held = append(held, gi)
+			} else {
 				rest = append(rest, gi)
-				continue
 			}
-			s.registerShardLocked(shd, n, items, order[g.lo:g.hi], c, out, seen, now)
-			shd.mu.Unlock()
 		}
-		if len(rest) == len(busy) {
-			g := groups[rest[0]]
-			shd := &s.shards[g.shard]
-			shd.mu.Lock()
-			s.registerShardLocked(shd, n, items, order[g.lo:g.hi], c, out, seen, now)
-			shd.mu.Unlock()
+		if len(held) == 0 {
+			gi := rest[0]
+			s.shards[groups[gi].shard].mu.Lock()
+			held = append(held, gi)
 			rest = rest[1:]
 		}
+		reg.registerLocked(held)
 		busy = rest
 	}
+	sc.held = held[:0]
 	sc.busy = busy[:0]
 	for _, e := range out {
 		if e != nil {
@@ -254,51 +257,109 @@ func (s *Service) reRegisterColumns(ctx context.Context, nodeID string, c master
 // flight at once start far apart and rarely wait for each other's locks.
 const reRegisterStride = 0x9e3779b9
 
-// registerShardLocked re-registers the objects of a chunk that fall in
-// sh (their indices in idx), under sh's lock: registerSSDLocked of each,
-// except that a new object (the common case of a re-registration) is
-// created here with its SSD replica in one allocation (ssdObject) and
-// counted once for all of them.
-func (s *Service) registerShardLocked(sh *shard, n *node, items []reItem, idx []int32, c masterapi.SSDColumns, out []error, seen uint32, now int64) {
-	var created, bytes int64
-	// The lookups first, on their own: independent of each other, their
-	// cache misses (each key's group in a map of thousands of groups)
-	// overlap, and the loop below finds those groups cached. Measured, not
-	// guessed: BenchmarkReRegister1M's CPU per key fell by 22-29% in three
-	// alternations (docs/benchmarks.md).
-	known := 0
-	for _, i := range idx {
-		if sh.objs[items[i].key] != nil {
-			known++
+// lookWindow is how many shards of a chunk registerLocked holds at once.
+// At 65536 shards a chunk of 4096 keys has about one key per shard, and
+// each key's map lookup is a chain of cache misses (the map, its table,
+// the group); looking up the keys of lookWindow shards one after the
+// other, before recording any, lets those chains overlap, and the five
+// shared counters are added once per window, not once per shard (their
+// cache lines bounce between the cores of the chunks in flight).
+// BenchmarkReRegister1M, CPU per key, three runs each (load 7): window 1
+// 1800-1980 ns, 16 1450-1650, 32 1160-1420, 64 1250-1360, 256 1230-1250.
+// A lookup or put of another key waits for at most a window (~32 keys)
+// where it waited for one shard's keys.
+const lookWindow = 32
+
+// reChunk is one re-registration chunk being recorded: its items grouped
+// by shard (order, groups), its columns, its answers (out), and the slab
+// its new objects come from.
+type reChunk struct {
+	s      *Service
+	n      *node
+	items  []reItem
+	order  []int32
+	groups []reGroup
+	c      masterapi.SSDColumns
+	out    []error
+	seen   uint32
+	now    int64
+	slab   objSlab
+	sink   uint64 // keeps registerLocked's digest reads
+}
+
+// registerLocked re-registers the objects of the chunk's groups held
+// (indexes into r.groups), whose shards the caller has locked, and
+// unlocks them: first every key's lookup (independent of each other,
+// their cache misses overlap), then each group's recording
+// (registerShardLocked), then the counters, once for the window, before
+// the unlocks (so Check under every shard lock sees them agree).
+func (r *reChunk) registerLocked(held []int32) {
+	s := r.s
+	dig := r.n.dig.table()
+	var sink uint64
+	for _, gi := range held {
+		g := r.groups[gi]
+		objs := s.shards[g.shard].objs
+		for _, i := range r.order[g.lo:g.hi] {
+			r.items[i].o = objs[r.items[i].key]
+			// The slot's line, read now with the lookups' misses, is
+			// cached when the recording adds to it (locked adds, whose
+			// misses would not overlap).
+			sl := masterapi.SlotOf(r.items[i].h, digestSlots)
+			sink += uint64(dig.counts[sl].Load()) + dig.sums[sl].Load()
 		}
 	}
-	_ = known // the loop is for its memory accesses
-	for _, i := range idx {
-		if out[i] != nil {
-			continue
-		}
-		it := &items[i]
-		size := c.Sizes[i]
-		if size > 0 {
-			if o := sh.objs[it.key]; o == nil {
-				o = newSSDObject(size, c.CRCs[i], n, seen)
-				sh.putObj(it.key, o)
-				s.rebuiltLease(o, now)
-				n.dig.add(it.h, 1)
-				created++
-				bytes += size
-				continue
-			}
-		}
-		out[i] = s.registerSSDLocked(sh, n, it.key, it.h, size, c.CRCs[i], true, seen, now)
+	r.sink = sink
+	var created, bytes int64
+	for _, gi := range held {
+		g := r.groups[gi]
+		c, b := r.registerShardLocked(&s.shards[g.shard], r.order[g.lo:g.hi])
+		created += c
+		bytes += b
 	}
 	if created > 0 {
+		n := r.n
 		s.cnt.objects.Add(created)
 		s.cnt.ssdReplicas.Add(created)
 		s.cnt.ssdBytes.Add(bytes)
 		n.ssdReplicas.Add(created)
 		n.ssdBytes.Add(bytes)
 	}
+	for _, gi := range held {
+		s.shards[r.groups[gi].shard].mu.Unlock()
+	}
+}
+
+// registerShardLocked re-registers the objects of the chunk that fall in
+// sh (their indices in idx, their objects looked up in items[i].o), under
+// sh's lock: registerSSDLocked of each, except that a new object (the
+// common case of a re-registration) is created here with its SSD replica
+// in one slot of the chunk's slab (ssdObject). It returns how many objects
+// it created and their bytes, for the caller to count.
+func (r *reChunk) registerShardLocked(sh *shard, idx []int32) (created, bytes int64) {
+	s, n := r.s, r.n
+	for _, i := range idx {
+		r.slab.left--
+		if r.out[i] != nil {
+			continue
+		}
+		it := &r.items[i]
+		size := r.c.Sizes[i]
+		// Looked up again unless the key is its shard's only one in the
+		// chunk: a key named twice is twice in one group, and the first
+		// may have been recorded since the lookup pass.
+		if size > 0 && it.o == nil && (len(idx) == 1 || sh.objs[it.key] == nil) {
+			o := r.slab.newSSDObject(size, r.c.CRCs[i], n, r.seen)
+			sh.putObj(it.key, o)
+			s.rebuiltLease(o, r.now)
+			n.dig.add(it.h, 1)
+			created++
+			bytes += size
+			continue
+		}
+		r.out[i] = s.registerSSDLocked(sh, n, it.key, it.h, size, r.c.CRCs[i], true, r.seen, r.now)
+	}
+	return created, bytes
 }
 
 // ssdObject is an object created by re-registration together with its
@@ -310,10 +371,50 @@ type ssdObject struct {
 	rep [1]ssdReplica
 }
 
+// objSlab hands out the new objects of one re-registration chunk from a
+// few allocations instead of one each: slabs of objSlabMin objects, then
+// twice the last, never more than the chunk's items not yet handled
+// (left), so a chunk of 4096 new keys costs 9 allocations and a chunk of
+// mostly known keys at most twice the slots it uses. The price: a slab
+// stays allocated while any of its objects lives (docs/benchmarks.md,
+// stop 39, measures it after removes). A slab is the chunk's own, never
+// reused: an object's memory is never handed out twice.
+type objSlab struct {
+	free []ssdObject // the current slab's unused slots
+	next int         // the next slab's size
+	left int         // the chunk's items after the one being handled
+	made int         // slots allocated so far (the tests' measure of waste)
+}
+
+// objSlabMin is the size of a chunk's first slab.
+const objSlabMin = 16
+
+// populateMin is the size from which a new slab's pages are populated
+// at once (populate) rather than faulted in one by one: the slab's memory
+// is fresh from the OS in a growing master, and on this project's VM a
+// page fault cost about 6 us of system time, populating 2.4 GB 0.5-1.5 s
+// of it against 3.6-5.4 (docs/benchmarks.md, stop 39).
+const populateMin = 64 << 10
+
 // newSSDObject returns a new object of size and crc with one SSD replica
-// on n, seen in reconcile epoch seen.
-func newSSDObject(size int64, crc uint32, n *node, seen uint32) *object {
-	x := &ssdObject{object: object{size: size, crc: crc}, rep: [1]ssdReplica{{node: n, seen: seen}}}
+// on n, seen in reconcile epoch seen, from the slab.
+func (sl *objSlab) newSSDObject(size int64, crc uint32, n *node, seen uint32) *object {
+	if len(sl.free) == 0 {
+		k := max(sl.next, objSlabMin)
+		sl.next = 2 * k
+		sl.free = make([]ssdObject, min(k, sl.left+1))
+		sl.made += len(sl.free)
+		if n := uintptr(len(sl.free)) * unsafe.Sizeof(ssdObject{}); n >= populateMin {
+			populate(unsafe.Pointer(&sl.free[0]), n)
+		}
+	}
+	x := &sl.free[0]
+	sl.free = sl.free[1:]
+	// The slot is zero (a new slab's): set the fields one by one, not
+	// by copying a whole object (a bulk write barrier while the
+	// collector runs).
+	x.size, x.crc = size, crc
+	x.rep[0].node, x.rep[0].seen = n, seen
 	x.ssd = x.rep[:1:1]
 	return &x.object
 }
@@ -326,78 +427,72 @@ type reGroup struct {
 
 // groupByShard orders the indexes of items by shard and returns them
 // (order) with one group per shard present, the groups in the order of
-// their shards from first (modulo the shard count) on. A chunk of at
-// least smallChunkRatio-th the shard count is grouped by a counting sort
-// over every shard; a smaller one (the tail chunk of a re-registration, a
-// re-registration of a few keys) by sorting its own indexes, so that its
-// cost does not grow with the shard count: at 65536 shards the counting
-// sort's passes over the shard arrays cost ~200 us a chunk, whatever its
-// size (BenchmarkPutUnderEviction re-registers one key per put,
-// docs/benchmarks.md).
+// their shards from first (modulo the shard count) on. It sorts the
+// chunk's own items by their shard's rank from first, a radix sort of
+// 8 bits a pass (two passes at 65536 shards): its cost does not grow
+// with the shard count (a counting sort over every shard cost ~200 us a
+// chunk at 65536, whatever its size; BenchmarkPutUnderEviction
+// re-registers one key per put, docs/benchmarks.md) nor, as a comparison
+// sort's, with log2 of the chunk.
 func (s *Service) groupByShard(sc *reScratch, items []reItem, first uint64) ([]int32, []reGroup) {
-	count, shards := len(items), len(s.shards)
+	count := len(items)
 	order := sc.grow(&sc.order, count)
 	groups := sc.groups[:0]
-	if count*smallChunkRatio < shards {
-		// Sort (rank of the shard from first) << 32 | index: no
-		// comparison function, no allocation.
-		keys := sc.keys[:0]
-		for i := range items {
-			keys = append(keys, (items[i].h-first)&s.mask<<32|uint64(i))
-		}
-		slices.Sort(keys)
-		for i, k := range keys {
-			order[i] = int32(uint32(k))
-		}
-		sc.keys = keys
-		for lo := 0; lo < count; {
-			sh := items[order[lo]].h & s.mask
-			hi := lo + 1
-			for hi < count && items[order[hi]].h&s.mask == sh {
-				hi++
-			}
-			groups = append(groups, reGroup{shard: int32(sh), lo: int32(lo), hi: int32(hi)})
-			lo = hi
-		}
-		sc.groups = groups
-		return order, groups
-	}
-	starts := sc.grow(&sc.starts, shards+1)
+	// (rank of the shard from first) << 32 | index.
+	keys, tmp := growU64(&sc.keys, count), growU64(&sc.tmp, count)
 	for i := range items {
-		starts[int(items[i].h&s.mask)+1]++
+		keys[i] = (items[i].h-first)&s.mask<<32 | uint64(i)
 	}
-	for i := 1; i < len(starts); i++ {
-		starts[i] += starts[i-1]
+	keys = radixByRank(keys, tmp, bits.Len64(s.mask))
+	for i, k := range keys {
+		order[i] = int32(uint32(k))
 	}
-	fill := append(sc.grow(&sc.fill, shards)[:0], starts[:shards]...)
-	for i := range items {
-		sh := int(items[i].h & s.mask)
-		order[fill[sh]] = int32(i)
-		fill[sh]++
-	}
-	for k := range shards {
-		sh := (int(first) + k) & (shards - 1)
-		if lo, hi := starts[sh], starts[sh+1]; lo < hi {
-			groups = append(groups, reGroup{shard: int32(sh), lo: lo, hi: hi})
+	for lo := 0; lo < count; {
+		rank := keys[lo] >> 32
+		hi := lo + 1
+		for hi < count && keys[hi]>>32 == rank {
+			hi++
 		}
+		groups = append(groups, reGroup{shard: int32((rank + first) & s.mask), lo: int32(lo), hi: int32(hi)})
+		lo = hi
 	}
 	sc.groups = groups
 	return order, groups
 }
 
-// smallChunkRatio: a re-registration chunk of fewer than 1/smallChunkRatio
-// of the shard count is grouped by sorting (groupByShard).
-const smallChunkRatio = 16
+// radixByRank sorts keys by their bits 32 to 32+rankBits, stably (least
+// significant 8 bits first), using tmp (as long as keys) as the other
+// buffer, and returns the sorted one (keys or tmp).
+func radixByRank(keys, tmp []uint64, rankBits int) []uint64 {
+	for shift := 32; shift < 32+rankBits; shift += 8 {
+		var at [256]int32
+		for _, k := range keys {
+			at[k>>shift&0xff]++
+		}
+		sum := int32(0)
+		for d, c := range at {
+			at[d] = sum
+			sum += c
+		}
+		for _, k := range keys {
+			d := k >> shift & 0xff
+			tmp[at[d]] = k
+			at[d]++
+		}
+		keys, tmp = tmp, keys
+	}
+	return keys
+}
 
 // reScratch is a chunk's working arrays, reused from chunk to chunk
 // (reScratchPool): not garbage the collector must catch up with while a
 // re-registration fills the heap.
 type reScratch struct {
-	items               []reItem
-	order, starts, fill []int32
-	groups              []reGroup
-	busy                []int32
-	keys                []uint64 // groupByShard's sort keys
+	items      []reItem
+	order      []int32
+	groups     []reGroup
+	busy, held []int32
+	keys, tmp  []uint64 // groupByShard's sort keys and radixByRank's other buffer
 }
 
 var reScratchPool = sync.Pool{New: func() any { return new(reScratch) }}
@@ -408,6 +503,15 @@ func (sc *reScratch) itemsOf(count int) []reItem {
 		sc.items = make([]reItem, count)
 	}
 	return sc.items[:count]
+}
+
+// growU64 returns *p sized n (not zeroed).
+func growU64(p *[]uint64, n int) []uint64 {
+	if cap(*p) < n {
+		*p = make([]uint64, n)
+	}
+	*p = (*p)[:n]
+	return *p
 }
 
 // grow returns *p sized n and zeroed.
@@ -428,10 +532,12 @@ func (sc *reScratch) put() {
 }
 
 // reItem is one object of a re-registration chunk: its key (a slice of
-// the chunk's key string) and its hash.
+// the chunk's key string), its hash, and its object when the key was
+// known at its lookup (registerLocked, under the shard lock).
 type reItem struct {
 	key string
 	h   uint64
+	o   *object
 }
 
 // presize grows the shards' maps, once per node incarnation, to hold
@@ -466,6 +572,14 @@ func (s *Service) registerSSD(n *node, d masterapi.SSDObject, create bool) error
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	return s.registerSSDLocked(sh, n, d.Key, h, d.Size, d.CRC, create, n.dig.epoch.Load(), s.now())
+}
+
+// newSSDObject returns a new object of size and crc with one SSD replica
+// on n, seen in reconcile epoch seen, in an allocation of its own.
+func newSSDObject(size int64, crc uint32, n *node, seen uint32) *object {
+	x := &ssdObject{object: object{size: size, crc: crc}, rep: [1]ssdReplica{{node: n, seen: seen}}}
+	x.ssd = x.rep[:1:1]
+	return &x.object
 }
 
 // registerSSDLocked is registerSSD of a valid key whose hash is h, under

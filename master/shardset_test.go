@@ -185,10 +185,11 @@ func TestShardIndexConcurrent(t *testing.T) {
 	}
 }
 
-// TestGroupByShard (property): both ways of grouping a re-registration
-// chunk (sorting a small chunk, counting sort over every shard) give every
-// item once, one group per shard present, each group's items in its
-// shard, the groups in the order of their shards from the chunk's first.
+// TestGroupByShard (property): grouping a re-registration chunk of any
+// size (a radix sort of 8 bits a pass: none at 1 shard, one at 16, two at
+// 1024 and 65536) gives every item once, one group per shard present,
+// each group's items in its shard, the groups in the order of their
+// shards from the chunk's first.
 func TestGroupByShard(t *testing.T) {
 	for _, shards := range []int{1, 16, 1024, 1 << 16} {
 		s, _ := testService(t, func(c *Config) { c.Shards = shards })
