@@ -44,8 +44,8 @@ type Config struct {
 	PutStartMaxWait time.Duration
 	// StartupGrace (startup_grace, ms): for this long after the Service
 	// starts (a master's start or restart, a new HA leader's term) a
-	// PutStart that finds no segment that could ever hold it (the nodes
-	// have not mounted again yet) waits for a mount instead of answering
+	// PutStart that finds no segment mounted (the nodes have not mounted
+	// again yet) waits for a mount instead of answering
 	// NO_AVAILABLE_HANDLE ("no segment mounted") at once; bounded also by
 	// put_start_max_wait and the caller's context, and off when
 	// put_start_max_wait is 0. 0: answer at once.

@@ -25,8 +25,8 @@ type Service struct {
 	// countLookups is policy.WantsLookups(), cached.
 	countLookups bool
 	// graceEnd (unix ns, set by New, read-only after) ends the start-up
-	// grace (Config.StartupGrace): until then a PutStart no mounted segment
-	// can hold waits for a mount (room.go, allocate).
+	// grace (Config.StartupGrace): until then a PutStart that finds no
+	// segment mounted waits for a mount (room.go, mayWait).
 	graceEnd int64
 
 	shards []shard
