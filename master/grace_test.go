@@ -111,3 +111,14 @@ func TestPutStartNoGraceAnswersAtOnce(t *testing.T) {
 	_, err := s.PutStart(bg, masterapi.PutStartRequest{Key: "huge", Size: 1 << 20})
 	mustIs(t, err, errcode.ErrNoAvailableHandle)
 }
+
+// A negative grace is refused by name.
+func TestStartupGraceValidated(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.StartupGrace = -time.Second
+	_, err := New(cfg)
+	mustIs(t, err, ErrBadConfig)
+	if !strings.Contains(err.Error(), "startup_grace") {
+		t.Fatalf("the error does not name the flag: %v", err)
+	}
+}
