@@ -172,3 +172,20 @@ func TestReRegisterOverGRPCKeepsKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// populate changes no byte of the memory it is given, at page-aligned
+// and unaligned ends alike (it is called on Go heap memory).
+func TestPopulateKeepsBytes(t *testing.T) {
+	buf := make([]byte, 5*4096+123)
+	for i := range buf {
+		buf[i] = byte(i*31 + 7)
+	}
+	for _, r := range [][2]int{{0, len(buf)}, {1, len(buf) - 1}, {4095, 4097}, {100, 200}} {
+		populate(unsafe.Pointer(&buf[r[0]]), uintptr(r[1]-r[0]))
+	}
+	for i := range buf {
+		if buf[i] != byte(i*31+7) {
+			t.Fatalf("byte %d changed to %d", i, buf[i])
+		}
+	}
+}
