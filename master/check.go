@@ -110,6 +110,7 @@ type perNode struct{ dramR, dramB, ssdR, ssdB int64 }
 // census is what Check counts in the metadata.
 type census struct {
 	objects, dramR, ssdR, dramB, ssdB, processing int64
+	compact                                       int64
 	ranges                                        map[*segment][]rng
 	pinned                                        map[*node]map[string]bool
 	byNode                                        map[*node]*perNode
@@ -142,7 +143,13 @@ func (s *Service) takeCensus(c *census) error {
 		if len(sh.held) > 0 && !s.sets.held.has(i) {
 			return inconsistent("shard %d: %d entries in its held set, not in the index of shards holding held objects", i, len(sh.held))
 		}
-		for k, o := range sh.objs {
+		// A compact record is counted as the *object it stands for.
+		compact, err := s.checkCompact(sh)
+		if err != nil {
+			return err
+		}
+		c.compact += int64(len(compact))
+		for k, o := range all(sh.objs, compact) {
 			c.objects++
 			if o.empty() && sh.held[k] != o {
 				// Kept for its lease: settleHeld must find it.
@@ -223,6 +230,7 @@ func (s *Service) checkCounters(c *census) error {
 		got, want int64
 	}{
 		{"objects", s.cnt.objects.Load(), c.objects},
+		{"compact objects", s.cnt.compact.Load(), c.compact},
 		{"DRAM replicas", s.cnt.dramReplicas.Load(), c.dramR},
 		{"DRAM bytes", s.cnt.dramBytes.Load(), c.dramB},
 		{"SSD replicas", s.cnt.ssdReplicas.Load(), c.ssdR},
@@ -314,4 +322,64 @@ func checkMailbox(n *node, pinned map[string]bool) error {
 		}
 	}
 	return nil
+}
+
+// checkCompact checks sh's compact set (its index finds every record and
+// only them, no key is also in objs, every record names a known node
+// incarnation) and returns its records as *objects. Caller holds sh.mu.
+func (s *Service) checkCompact(sh *shard) (map[string]*object, error) {
+	c := &sh.c
+	out := map[string]*object{}
+	incs := s.incs.Load()
+	free := 0
+	for i := range c.recs {
+		r := &c.recs[i]
+		if r.klen == 0 {
+			free++
+			continue
+		}
+		k := c.key(int32(i))
+		if uint32(masterapi.KeyHash(k)>>32) != r.h32 {
+			return nil, inconsistent("key %s: compact record hash %08x, not the key's", keyspec.Show(k), r.h32)
+		}
+		if got := c.find(k, r.h32); got != int32(i) {
+			return nil, inconsistent("key %s: compact record %d, the index finds %d", keyspec.Show(k), i, got)
+		}
+		if sh.objs[k] != nil {
+			return nil, inconsistent("key %s: both an object and a compact record", keyspec.Show(k))
+		}
+		if incs == nil || int(r.node) >= len(*incs) {
+			return nil, inconsistent("key %s: compact record names node incarnation %d, unknown", keyspec.Show(k), r.node)
+		}
+		out[k] = newSSDObject(r.size, r.crc, (*incs)[r.node], r.seen)
+	}
+	if len(out) != c.live || free != c.nfree {
+		return nil, inconsistent("compact set: %d records and %d free, counted %d and %d", len(out), free, c.live, c.nfree)
+	}
+	entries := 0
+	for _, v := range c.idx {
+		if v != 0 && v != idxTomb {
+			entries++
+		}
+	}
+	if entries != c.live {
+		return nil, inconsistent("compact set: %d index entries for %d records", entries, c.live)
+	}
+	return out, nil
+}
+
+// all ranges over the entries of both maps.
+func all(a, b map[string]*object) func(yield func(string, *object) bool) {
+	return func(yield func(string, *object) bool) {
+		for k, o := range a {
+			if !yield(k, o) {
+				return
+			}
+		}
+		for k, o := range b {
+			if !yield(k, o) {
+				return
+			}
+		}
+	}
 }

@@ -39,6 +39,11 @@ type Service struct {
 	digests  map[string]*ssdDigest // per node id: its SSD replicas' digest (reconcile.go)
 
 	nodesMu sync.RWMutex // protects nodes, retired and every node.segments map
+	// incs lists every node incarnation by its index (node.ix), which
+	// compact records name (compact.go); appended under nodesMu, read
+	// without a lock (a new slice each time). Never shrinks: an
+	// incarnation is a few hundred bytes, and there are few.
+	incs atomic.Pointer[[]*node]
 	nodes   map[string]*node
 	// retired holds expired or replaced incarnations while replicas still
 	// point at them (kept for the lease); Stats lists them as not alive and
@@ -123,6 +128,9 @@ type Service struct {
 // counters are the live totals reported by Stats and the metrics.
 type counters struct {
 	objects, dramReplicas, ssdReplicas atomic.Int64
+	// compact counts the objects held as compact records, thawed the
+	// records turned into *objects (compact.go).
+	compact, thawed atomic.Int64
 	dramBytes, ssdBytes                atomic.Int64
 	evictions                          atomic.Int64
 	offloadQueued, offloadPersisted    atomic.Int64
