@@ -43,8 +43,8 @@ type Service struct {
 	// compact records name (compact.go); appended under nodesMu, read
 	// without a lock (a new slice each time). Never shrinks: an
 	// incarnation is a few hundred bytes, and there are few.
-	incs atomic.Pointer[[]*node]
-	nodes   map[string]*node
+	incs  atomic.Pointer[[]*node]
+	nodes map[string]*node
 	// retired holds expired or replaced incarnations while replicas still
 	// point at them (kept for the lease); Stats lists them as not alive and
 	// forgets them once they hold nothing.
@@ -130,15 +130,15 @@ type counters struct {
 	objects, dramReplicas, ssdReplicas atomic.Int64
 	// compact counts the objects held as compact records, thawed the
 	// records turned into *objects (compact.go).
-	compact, thawed atomic.Int64
-	dramBytes, ssdBytes                atomic.Int64
-	evictions                          atomic.Int64
-	offloadQueued, offloadPersisted    atomic.Int64
-	offloadFailed, expiredNodes        atomic.Int64
-	offloadRetried, offloadAbandoned   atomic.Int64
-	badReplicas                        atomic.Int64
-	putWaits, putWaitsFailed           atomic.Int64
-	offloadWakes                       atomic.Int64 // WaitOffload calls answered pressed (wake.go)
+	compact, thawed                  atomic.Int64
+	dramBytes, ssdBytes              atomic.Int64
+	evictions                        atomic.Int64
+	offloadQueued, offloadPersisted  atomic.Int64
+	offloadFailed, expiredNodes      atomic.Int64
+	offloadRetried, offloadAbandoned atomic.Int64
+	badReplicas                      atomic.Int64
+	putWaits, putWaitsFailed         atomic.Int64
+	offloadWakes                     atomic.Int64 // WaitOffload calls answered pressed (wake.go)
 	// prefetch (prefetch.go)
 	prefetchQueued, prefetchOverBudget atomic.Int64
 	prefetchEvictions                  atomic.Int64
