@@ -40,6 +40,9 @@ func (s *Service) Check() error {
 	if err := s.checkCounters(c); err != nil {
 		return err
 	}
+	if err := s.checkBlocks(c.blockRefs); err != nil {
+		return err
+	}
 	for _, p := range s.parkedList() {
 		if p.seg.live() {
 			c.ranges[p.seg] = append(c.ranges[p.seg], rng{p.off, alignUp(p.len), "parked:" + p.key})
@@ -111,6 +114,7 @@ type perNode struct{ dramR, dramB, ssdR, ssdB int64 }
 type census struct {
 	objects, dramR, ssdR, dramB, ssdB, processing int64
 	compact                                       int64
+	blockRefs                                     map[*cblock]int32
 	ranges                                        map[*segment][]rng
 	pinned                                        map[*node]map[string]bool
 	byNode                                        map[*node]*perNode
@@ -118,7 +122,7 @@ type census struct {
 }
 
 func newCensus() *census {
-	return &census{ranges: map[*segment][]rng{}, pinned: map[*node]map[string]bool{}, byNode: map[*node]*perNode{},
+	return &census{blockRefs: map[*cblock]int32{}, ranges: map[*segment][]rng{}, pinned: map[*node]map[string]bool{}, byNode: map[*node]*perNode{},
 		digests: map[string]map[int]censusSlot{}}
 }
 
@@ -144,7 +148,7 @@ func (s *Service) takeCensus(c *census) error {
 			return inconsistent("shard %d: %d entries in its held set, not in the index of shards holding held objects", i, len(sh.held))
 		}
 		// A compact record is counted as the *object it stands for.
-		compact, err := s.checkCompact(sh)
+		compact, err := s.checkCompact(sh, c.blockRefs)
 		if err != nil {
 			return err
 		}
@@ -324,48 +328,91 @@ func checkMailbox(n *node, pinned map[string]bool) error {
 	return nil
 }
 
-// checkCompact checks sh's compact set (its index finds every record and
-// only them, no key is also in objs, every record names a known node
-// incarnation) and returns its records as *objects. Caller holds sh.mu.
-func (s *Service) checkCompact(sh *shard) (map[string]*object, error) {
+// checkCompact checks sh's compact index (it finds every record it
+// refers to, no key is also in objs, every record is in use and names a
+// known node incarnation) and returns its records as *objects; refs
+// counts the references into each block. Caller holds sh.mu.
+func (s *Service) checkCompact(sh *shard, refs map[*cblock]int32) (map[string]*object, error) {
 	c := &sh.c
 	out := map[string]*object{}
 	incs := s.incs.Load()
-	free := 0
-	for i := range c.recs {
-		r := &c.recs[i]
-		if r.klen == 0 {
-			free++
+	used := 0
+	for _, v := range c.idx {
+		if v == 0 {
 			continue
 		}
-		k := c.key(int32(i))
-		if uint32(masterapi.KeyHash(k)>>32) != r.h32 {
-			return nil, inconsistent("key %s: compact record hash %08x, not the key's", keyspec.Show(k), r.h32)
+		used++
+		if v == idxTomb {
+			continue
 		}
-		if got := c.find(k, r.h32); got != int32(i) {
-			return nil, inconsistent("key %s: compact record %d, the index finds %d", keyspec.Show(k), i, got)
+		r := int32(v - 1)
+		b := s.cst.block(r)
+		if b == nil || int(r&(blockMax-1)) >= b.n {
+			return nil, inconsistent("compact index of shard %d: reference %d to a block freed or not filled there", sh.i, r)
+		}
+		x := s.cst.rec(r)
+		if x.klen == 0 {
+			return nil, inconsistent("compact index of shard %d: reference %d to a removed record", sh.i, r)
+		}
+		k := s.cst.key(r)
+		h := masterapi.KeyHash(k)
+		if hash32(h) != x.h32 || &s.shards[h&s.mask] != sh {
+			return nil, inconsistent("key %s: compact record hash %08x in shard %d, not the key's", keyspec.Show(k), x.h32, sh.i)
+		}
+		if got := c.find(k, x.h32); got != r {
+			return nil, inconsistent("key %s: compact record %d, the index finds %d", keyspec.Show(k), r, got)
 		}
 		if sh.objs[k] != nil {
 			return nil, inconsistent("key %s: both an object and a compact record", keyspec.Show(k))
 		}
-		if incs == nil || int(r.node) >= len(*incs) {
-			return nil, inconsistent("key %s: compact record names node incarnation %d, unknown", keyspec.Show(k), r.node)
+		if _, dup := out[k]; dup {
+			return nil, inconsistent("key %s: two compact records", keyspec.Show(k))
 		}
-		out[k] = newSSDObject(r.size, r.crc, (*incs)[r.node], r.seen)
-	}
-	if len(out) != c.live || free != c.nfree {
-		return nil, inconsistent("compact set: %d records and %d free, counted %d and %d", len(out), free, c.live, c.nfree)
-	}
-	entries := 0
-	for _, v := range c.idx {
-		if v != 0 && v != idxTomb {
-			entries++
+		if incs == nil || int(x.node) >= len(*incs) {
+			return nil, inconsistent("key %s: compact record names node incarnation %d, unknown", keyspec.Show(k), x.node)
+		}
+		out[k] = newSSDObject(x.size, x.crc, (*incs)[x.node], x.seen)
+		if refs != nil {
+			refs[b]++
 		}
 	}
-	if entries != c.live {
-		return nil, inconsistent("compact set: %d index entries for %d records", entries, c.live)
+	if len(out) != c.live || used != c.used {
+		return nil, inconsistent("compact index of shard %d: %d records and %d entries used, counted %d and %d", sh.i, len(out), used, c.live, c.used)
 	}
 	return out, nil
+}
+
+// checkBlocks checks that every block's live count is the references
+// into it (refs, from checkCompact over every shard) and that no block
+// without one is kept but the ones being filled. Caller holds every
+// shard lock.
+func (s *Service) checkBlocks(refs map[*cblock]int32) error {
+	s.cst.mu.Lock()
+	defer s.cst.mu.Unlock()
+	p := s.cst.table.Load()
+	if p == nil {
+		return nil
+	}
+	kept := int64(0)
+	for i, b := range *p {
+		if b == nil {
+			continue
+		}
+		kept++
+		if int(b.ix) != i {
+			return inconsistent("compact block at %d says it is at %d", i, b.ix)
+		}
+		if n := b.live.Load(); n != refs[b] {
+			return inconsistent("compact block %d: live count %d, %d references", i, n, refs[b])
+		}
+		if refs[b] == 0 && !b.open.Load() {
+			return inconsistent("compact block %d: no record and not being filled, kept", i)
+		}
+	}
+	if kept != s.cst.blocks.Load() {
+		return inconsistent("compact store: %d blocks in the table, counted %d", kept, s.cst.blocks.Load())
+	}
+	return nil
 }
 
 // all ranges over the entries of both maps.

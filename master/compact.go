@@ -2,6 +2,8 @@ package master
 
 import (
 	"strings"
+	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/tierstore/tierstore/masterapi"
@@ -10,46 +12,50 @@ import (
 // The compact store (issue 23 item 2). Most objects of a large pool are
 // what a re-registration creates: one SSD replica and nothing else (no
 // DRAM replica, no lease, no pin, no offload task, no read counted, put
-// token 0). Such an object is kept in its shard as a compact record
-// instead of an *object in the shard's map: 32 bytes in a pointer-free
-// array, its key in the shard's key arena, one uint32 in the shard's
+// token 0). Such an object is kept as a compact record instead of an
+// *object in its shard's map: 32 bytes in a pointer-free block of
+// records, its key in the block's key bytes, one uint32 in its shard's
 // open-addressing index. Next to an *object (its 160-byte allocation,
-// the key's own allocation, the map entry and the replica) that is about
-// half the bytes per object, and nothing the collector has to scan.
+// the key's own allocation, the map entry) that is about half the bytes
+// per object, nothing the collector has to scan, and, for a
+// re-registration, records and keys written one after the other into a
+// chunk's own blocks instead of scattered over the heap.
 //
 // Invariants:
 //   - A key is in at most one of its shard's objs map and its compact
-//     set; a compact record counts as an object with one SSD replica on
-//     the node incarnation it names (Service counters, the node's
+//     index; a compact record counts as an object with one SSD replica
+//     on the node incarnation it names (Service counters, the node's
 //     counters and its reconcile digest), exactly as the *object it
-//     replaces would.
-//   - Every path that changes an object works on an *object: shard lookups
-//     go through Service.obj, which turns a compact record into an
-//     *object first (thaw), so the rest of the master never sees a
+//     stands for would.
+//   - Every path that changes an object works on an *object: shard
+//     lookups go through Service.obj, which turns a compact record into
+//     an *object first (thaw), so the rest of the master never sees a
 //     compact record. The walks over every object thaw the records they
-//     have something to do with and skip the others (scanAll's want);
-//     the reconcile reads and stamps records in place.
-//   - The bytes of the key arena at an offset handed out are never
-//     written again: a record's key is appended, a removed record's key
-//     left as garbage until a rebuild copies the live keys into a new
-//     arena. So a string over the arena (compactSet.key) stays valid.
+//     have something to do with, delete those the walk would delete, and
+//     skip the others; the reconcile stamps records in place.
+//   - A record's fields are protected by the lock of its key's shard; a
+//     block holds records of many shards. A block's live count is the
+//     number of index entries that refer to it; a block that is no longer
+//     being filled (open) goes when it reaches 0. Its records and key
+//     bytes are written once, by the goroutine that fills it, before the
+//     index entry that refers to them (under the shard lock), and never
+//     written again but for a record's reconcile stamp and node (under the
+//     shard lock): a string over a block's keys stays valid.
 //
 // A thawed object stays an *object (freezing objects back is not done:
-// it is the lookups, removals and evictions of hot keys that thaw).
-//
-// Concurrency: a compact set is protected by its shard's lock, as the
-// shard's maps are.
+// it is lookups, removals and evictions of hot keys that thaw). A block
+// stays allocated while any of its records lives.
 
 // crec is one compact record. Its fields are ordered so that it has no
 // padding beyond the last byte: 32 bytes.
 type crec struct {
 	size int64
-	off  uint32 // the key's offset in the arena; the next free record when free
+	off  uint32 // the key's offset in its block's keys
 	node uint32 // the node incarnation's index (Service.incs)
 	seen uint32 // the replica's reconcile stamp (ssdReplica.seen)
 	crc  uint32
 	h32  uint32 // the key hash's high half: the index's probe sequence
-	klen uint16 // 0 for a free record (keys are never empty)
+	klen uint16 // 0 for a removed record (keys are never empty)
 	// flags: crecRebuilt.
 	flags uint8
 }
@@ -57,25 +63,146 @@ type crec struct {
 const (
 	// crecRebuilt: created inside an HA rebuild window, so leased as a
 	// rebuilt object is (rebuiltLease) until the window's end plus a
-	// lease: the lease rebuiltLease would have given it at creation ends
-	// no later.
+	// lease: the lease rebuiltLease would have given it ends no later.
 	crecRebuilt uint8 = 1 << iota
 )
 
-// compactSet is a shard's compact records.
-type compactSet struct {
+// A record's reference (cref): its block's index in the store's table
+// << crefSlotBits | its slot in the block. At most 1 << crefSlotBits
+// records a block and 1 << (31 - crefSlotBits) blocks: a reference is a
+// non-negative int32, -1 for none.
+const (
+	crefSlotBits = 12
+	blockMax     = 1 << crefSlotBits
+	blocksMax    = 1 << (31 - crefSlotBits)
+)
+
+// cblock is a block of compact records and their keys. recs and keys
+// have their full length from the start (their headers are never
+// written again: readers under other shard locks read them); n and kn
+// are the filler's.
+type cblock struct {
 	recs []crec
-	keys []byte // the key arena
-	// idx is the open-addressing index over recs (linear probing on
-	// h32): 0 empty, idxTomb a removed entry, else a record's index + 1.
-	idx      []uint32
-	live     int    // records in use
-	used     int    // idx entries not empty (live and tombs)
-	freeHead uint32 // the first free record + 1; 0 when none
-	nfree    int    // free records
-	garbage  int    // arena bytes of removed records' keys
-	// gen counts the rebuilds (records renumbered): visit restarts.
-	gen uint32
+	keys []byte
+	n    int // records handed out (the filler's)
+	kn   int // key bytes handed out (the filler's)
+	ix   uint32
+	live atomic.Int32 // records in use (changed under their shards' locks)
+	open atomic.Bool  // being filled: kept at live 0
+}
+
+// room reports whether b can take a key of klen bytes (the filler's).
+func (b *cblock) room(klen int) bool { return b.n < len(b.recs) && len(b.keys)-b.kn >= klen }
+
+// cstore is the Service's table of blocks.
+type cstore struct {
+	table atomic.Pointer[[]*cblock] // by index; entries of freed blocks nil
+	mu    sync.Mutex                // protects free, loose and the table's changes
+	free  []uint32                  // indexes of freed blocks, for new blocks
+	// loose is the block that single re-registrations (registerSSDLocked)
+	// fill, under mu.
+	loose *cblock
+	// blocks counts the blocks allocated (tests, Check).
+	blocks atomic.Int64
+}
+
+// newBlock returns a new open block of recs records and keyBytes key
+// bytes, entered in the table.
+func (st *cstore) newBlock(recs, keyBytes int) *cblock {
+	b := &cblock{recs: make([]crec, recs), keys: make([]byte, keyBytes)}
+	populateSlice(b.recs)
+	populateSlice(b.keys)
+	b.open.Store(true)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.enter(b)
+	return b
+}
+
+// enter gives b an index in the table. Caller holds mu.
+func (st *cstore) enter(b *cblock) {
+	var t []*cblock
+	if p := st.table.Load(); p != nil {
+		t = *p
+	}
+	if n := len(st.free); n > 0 {
+		b.ix = st.free[n-1]
+		st.free = st.free[:n-1]
+		t[b.ix] = b
+	} else {
+		if len(t) >= blocksMax {
+			panic("master: compact store: more blocks than a reference can name")
+		}
+		b.ix = uint32(len(t))
+		nt := append(t[:len(t):len(t)], b)
+		st.table.Store(&nt)
+	}
+	st.blocks.Add(1)
+}
+
+// close ends b's filling: freed now if it holds no record.
+func (st *cstore) close(b *cblock) {
+	b.open.Store(false)
+	if b.live.Load() == 0 {
+		st.release(b)
+	}
+}
+
+// release frees b, whose last record went and which is not being
+// filled (its live count is 0 and stays so: no reference to b remains);
+// a second release of b does nothing.
+func (st *cstore) release(b *cblock) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.releaseLocked(b)
+}
+
+// releaseLocked is release under mu.
+func (st *cstore) releaseLocked(b *cblock) {
+	t := *st.table.Load()
+	if t[b.ix] != b {
+		return
+	}
+	t[b.ix] = nil
+	st.free = append(st.free, b.ix)
+	st.blocks.Add(-1)
+}
+
+// block returns the block of reference r.
+func (st *cstore) block(r int32) *cblock { return (*st.table.Load())[r>>crefSlotBits] }
+
+// rec returns the record of reference r. Caller holds its shard's lock.
+func (st *cstore) rec(r int32) *crec {
+	return &st.block(r).recs[r&(blockMax-1)]
+}
+
+// key returns the key of reference r: a string over its block's keys
+// (valid for as long as it is referred to: clone it to keep it in a map).
+func (st *cstore) key(r int32) string {
+	b := st.block(r)
+	x := &b.recs[r&(blockMax-1)]
+	return unsafe.String(&b.keys[x.off], int(x.klen))
+}
+
+// put writes a record of key into b (which has room) and returns its
+// reference. The filler's call.
+func (b *cblock) put(key string, x crec) int32 {
+	x.off, x.klen = uint32(b.kn), uint16(len(key))
+	b.kn += copy(b.keys[b.kn:], key)
+	i := b.n
+	b.recs[i] = x
+	b.n++
+	b.live.Add(1)
+	return int32(b.ix)<<crefSlotBits | int32(i)
+}
+
+// compactSet is a shard's index of its compact records (linear probing
+// on h32): 0 an empty entry, idxTomb a removed one, else a reference + 1.
+type compactSet struct {
+	st   *cstore // the Service's; immutable
+	idx  []uint32
+	live int // entries in use
+	used int // entries not empty (live and tombs)
 }
 
 const idxTomb = ^uint32(0)
@@ -84,15 +211,7 @@ const idxTomb = ^uint32(0)
 // low bits choose the shard; these are independent of them).
 func hash32(h uint64) uint32 { return uint32(h >> 32) }
 
-// key returns record i's key, a string over the arena (see the
-// invariants: valid for as long as it is referred to; clone it to keep
-// it in a map).
-func (c *compactSet) key(i int32) string {
-	r := &c.recs[i]
-	return unsafe.String(&c.keys[r.off], int(r.klen))
-}
-
-// find returns the index of key's record, or -1.
+// find returns the reference of key's record, or -1.
 func (c *compactSet) find(key string, h32 uint32) int32 {
 	if c.live == 0 {
 		return -1
@@ -106,133 +225,103 @@ func (c *compactSet) find(key string, h32 uint32) int32 {
 		if v == idxTomb {
 			continue
 		}
-		r := &c.recs[v-1]
-		if r.h32 == h32 && int(r.klen) == len(key) && unsafe.String(&c.keys[r.off], int(r.klen)) == key {
-			return int32(v - 1)
+		r := int32(v - 1)
+		b := c.st.block(r)
+		x := &b.recs[r&(blockMax-1)]
+		if x.h32 == h32 && int(x.klen) == len(key) && unsafe.String(&b.keys[x.off], int(x.klen)) == key {
+			return r
 		}
 	}
 }
 
-// add records key (which the set does not hold) with r's fields and
-// returns its index.
-func (c *compactSet) add(key string, r crec) int32 {
+// add enters reference r, whose record has hash h32 (a key the set does
+// not hold), in the index.
+func (c *compactSet) add(r int32, h32 uint32) {
 	if (c.used+1)*4 > len(c.idx)*3 {
 		c.reindex(c.live + 1)
 	}
-	r.off, r.klen = uint32(len(c.keys)), uint16(len(key))
-	if cap(c.keys)-len(c.keys) < len(key) {
-		c.keys = growBytes(c.keys, len(key))
-	}
-	c.keys = append(c.keys, key...)
-	var i uint32
-	if c.freeHead != 0 {
-		i = c.freeHead - 1
-		c.freeHead = c.recs[i].off
-		c.nfree--
-		c.recs[i] = r
-	} else {
-		i = uint32(len(c.recs))
-		c.recs = append(c.recs, r)
-	}
-	c.place(r.h32, i)
+	c.place(h32, uint32(r)+1)
 	c.live++
-	return int32(i)
 }
 
-// place puts record i in the index (the first empty or removed entry of
-// its probe sequence).
-func (c *compactSet) place(h32, i uint32) {
+// place puts entry v in the index (the first empty or removed entry of
+// h32's probe sequence).
+func (c *compactSet) place(h32, v uint32) {
 	mask := uint32(len(c.idx) - 1)
 	for p := h32 & mask; ; p = (p + 1) & mask {
 		switch c.idx[p] {
 		case 0:
 			c.used++
-			c.idx[p] = i + 1
+			c.idx[p] = v
 			return
 		case idxTomb:
-			c.idx[p] = i + 1
+			c.idx[p] = v
 			return
 		}
 	}
 }
 
-// del removes record i.
-func (c *compactSet) del(i int32) {
-	r := &c.recs[i]
+// del removes reference r: its entry, its record, and its block if it
+// was the block's last and the block is not being filled.
+func (c *compactSet) del(r int32) {
+	b := c.st.block(r)
+	x := &b.recs[r&(blockMax-1)]
 	mask := uint32(len(c.idx) - 1)
-	for p := r.h32 & mask; ; p = (p + 1) & mask {
-		if c.idx[p] == uint32(i)+1 {
+	for p := x.h32 & mask; ; p = (p + 1) & mask {
+		if c.idx[p] == uint32(r)+1 {
 			c.idx[p] = idxTomb
 			break
 		}
 	}
-	c.garbage += int(r.klen)
-	*r = crec{off: c.freeHead}
-	c.freeHead = uint32(i) + 1
-	c.nfree++
+	x.klen = 0
 	c.live--
-	switch {
-	case c.live == 0:
-		*c = compactSet{}
-	case c.nfree > 64 && c.nfree > c.live || c.garbage > 4096 && c.garbage > len(c.keys)/2:
-		c.rebuild(0, 0)
+	if c.live == 0 {
+		c.idx, c.used = nil, 0
+	}
+	if b.live.Add(-1) == 0 && !b.open.Load() {
+		c.st.release(b)
 	}
 }
 
-// reserve makes room for n more records of keyBytes bytes of keys in
-// all, in one allocation each (a re-registration's hint: the arrays are
-// then built once, not grown).
-func (c *compactSet) reserve(n, keyBytes int) {
-	if c.nfree+cap(c.recs)-len(c.recs) >= n && cap(c.keys)-len(c.keys) >= keyBytes && (c.used+n)*4 <= len(c.idx)*3 {
-		return
-	}
-	c.rebuild(n, keyBytes)
-}
-
-// rebuild copies the live records and their keys into new arrays with
-// room for extra more records and extraKeys more key bytes, and indexes
-// them anew: free records, garbage and tombs go.
-func (c *compactSet) rebuild(extra, extraKeys int) {
-	live := c.live
-	recs := make([]crec, 0, live+extra)
-	keys := make([]byte, 0, len(c.keys)-c.garbage+extraKeys)
-	populateSlice(recs[:cap(recs)])
-	populateSlice(keys[:cap(keys)])
-	for _, r := range c.recs {
-		if r.klen == 0 {
-			continue
-		}
-		k := c.keys[r.off : r.off+uint32(r.klen)]
-		r.off = uint32(len(keys))
-		keys = append(keys, k...)
-		recs = append(recs, r)
-	}
-	*c = compactSet{recs: recs, keys: keys, live: live, gen: c.gen + 1}
-	c.reindex(live + extra)
-}
-
-// reindex builds the index anew, sized for n records at most 3/4 full.
+// reindex builds the index anew, sized for n records.
 func (c *compactSet) reindex(n int) {
+	old := c.idx
+	c.idx = make([]uint32, idxSize(n))
+	populateSlice(c.idx)
+	c.used = 0
+	for _, v := range old {
+		if v != 0 && v != idxTomb {
+			c.place(c.st.rec(int32(v-1)).h32, v)
+		}
+	}
+}
+
+// adopt gives the set an empty index of a power-of-two length, if it
+// has none or a shorter one without entries.
+func (c *compactSet) adopt(idx []uint32) {
+	if c.live == 0 && len(c.idx) < len(idx) {
+		c.idx, c.used = idx, 0
+	}
+}
+
+// visit calls fn for every reference of the set, which may thaw or
+// delete the record it is given (and no other).
+func (c *compactSet) visit(fn func(r int32, x *crec)) {
+	for p := 0; p < len(c.idx); p++ {
+		if v := c.idx[p]; v != 0 && v != idxTomb {
+			fn(int32(v-1), c.st.rec(int32(v-1)))
+		}
+	}
+}
+
+// idxSize is the index length for n records: a power of two, at most
+// 3/4 full.
+func idxSize(n int) int {
 	size := 8
 	for size*3 < n*4 {
 		size *= 2
 	}
-	c.idx = make([]uint32, size)
-	populateSlice(c.idx)
-	c.used = 0
-	for i, r := range c.recs {
-		if r.klen != 0 {
-			c.place(r.h32, uint32(i))
-		}
-	}
-}
-
-// growBytes returns b with room for n more bytes: a quarter more than it
-// holds, at least (a shard's arena grows in steps that waste little).
-func growBytes(b []byte, n int) []byte {
-	nb := make([]byte, len(b), len(b)+max(n, len(b)/4, 256))
-	copy(nb, b)
-	return nb
+	return size
 }
 
 // populateSlice populates the pages of a large new array at once
@@ -244,6 +333,63 @@ func populateSlice[T any](s []T) {
 	if n := uintptr(len(s)) * unsafe.Sizeof(s[0]); n >= populateMin {
 		populate(unsafe.Pointer(&s[0]), n)
 	}
+}
+
+// filler hands out the records of one re-registration chunk from blocks
+// of its own: of 64 records, then twice the last, never more than the
+// chunk's keys not yet handled (left) nor blockMax, with key bytes for
+// that many keys of the chunk's average length (a longer key than fits
+// starts a new block). A chunk of new keys is thus written one record
+// after the other, and a chunk of mostly known keys wastes at most about
+// what it uses.
+type filler struct {
+	st     *cstore
+	b      *cblock
+	next   int // the next block's records
+	left   int // the chunk's keys not yet handled, the one being handled included
+	keyLen int // the chunk's average key length
+}
+
+// put writes a record of key and returns its reference.
+func (f *filler) put(key string, x crec) int32 {
+	if f.b == nil || !f.b.room(len(key)) {
+		if f.b != nil {
+			f.st.close(f.b)
+		}
+		n := min(max(f.next, 64), max(f.left, 1), blockMax)
+		f.next = 2 * n
+		f.b = f.st.newBlock(n, max(n*f.keyLen, len(key)))
+	}
+	return f.b.put(key, x)
+}
+
+// done closes the filler's block.
+func (f *filler) done() {
+	if f.b != nil {
+		f.st.close(f.b)
+		f.b = nil
+	}
+}
+
+// putLoose writes a record of key into the store's loose block (single
+// re-registrations) and returns its reference. Caller holds the key's
+// shard lock.
+func (st *cstore) putLoose(key string, x crec) int32 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.loose == nil || !st.loose.room(len(key)) {
+		if old := st.loose; old != nil {
+			old.open.Store(false)
+			if old.live.Load() == 0 {
+				st.releaseLocked(old)
+			}
+		}
+		b := &cblock{recs: make([]crec, 256), keys: make([]byte, max(256*64, len(key)))}
+		b.open.Store(true)
+		st.enter(b)
+		st.loose = b
+	}
+	return st.loose.put(key, x)
 }
 
 // incAt returns the node incarnation of index i (node.ix).
@@ -267,11 +413,11 @@ func (s *Service) obj(sh *shard, key string) *object {
 	if o := sh.objs[key]; o != nil || sh.c.live == 0 {
 		return o
 	}
-	i := sh.c.find(key, hash32(masterapi.KeyHash(key)))
-	if i < 0 {
+	r := sh.c.find(key, hash32(masterapi.KeyHash(key)))
+	if r < 0 {
 		return nil
 	}
-	return s.thaw(sh, i)
+	return s.thaw(sh, r)
 }
 
 // compactHas reports whether sh holds key as a compact record. Caller
@@ -280,37 +426,20 @@ func (s *Service) compactHas(sh *shard, key string) bool {
 	return sh.c.live > 0 && sh.c.find(key, hash32(masterapi.KeyHash(key))) >= 0
 }
 
-// thaw turns record i of sh into an *object in sh.objs and returns it.
+// thaw turns record r of sh into an *object in sh.objs and returns it.
 // Caller holds sh.mu.
-func (s *Service) thaw(sh *shard, i int32) *object {
-	r := sh.c.recs[i]
-	key := strings.Clone(sh.c.key(i))
-	o := newSSDObject(r.size, r.crc, s.incAt(r.node), r.seen)
-	if r.flags&crecRebuilt != 0 {
+func (s *Service) thaw(sh *shard, r int32) *object {
+	x := *s.cst.rec(r)
+	key := strings.Clone(s.cst.key(r))
+	o := newSSDObject(x.size, x.crc, s.incAt(x.node), x.seen)
+	if x.flags&crecRebuilt != 0 {
 		s.rebuiltLeaseThawed(o)
 	}
-	sh.c.del(i)
+	sh.c.del(r)
 	sh.putObj(key, o)
 	s.cnt.compact.Add(-1)
 	s.cnt.thawed.Add(1)
 	return o
-}
-
-// visit calls fn for every record of the set, which may thaw or delete
-// the record it is given (and no other); the walk starts over when that
-// renumbered the records (a rebuild), so fn must do nothing to a record
-// it has already passed over (it is called again for those).
-func (c *compactSet) visit(fn func(i int32, r *crec)) {
-	for i := int32(0); int(i) < len(c.recs); i++ {
-		if c.recs[i].klen == 0 {
-			continue
-		}
-		gen := c.gen
-		fn(i, &c.recs[i])
-		if c.gen != gen {
-			i = -1
-		}
-	}
 }
 
 // rebuiltLeaseThawed gives o, thawed from a record created inside an HA
@@ -322,17 +451,26 @@ func (s *Service) rebuiltLeaseThawed(o *object) {
 	}
 }
 
-// rebuiltLeased reports whether record r is leased (crecRebuilt).
-func (s *Service) rebuiltLeased(r *crec, now int64) bool {
-	return r.flags&crecRebuilt != 0 && now < s.ha.rebuildUntil+s.cfg.DefaultKVLeaseTTL.Nanoseconds()
+// rebuiltLeased reports whether record x is leased (crecRebuilt).
+func (s *Service) rebuiltLeased(x *crec, now int64) bool {
+	return x.flags&crecRebuilt != 0 && now < s.ha.rebuildUntil+s.cfg.DefaultKVLeaseTTL.Nanoseconds()
 }
 
-// delCompact deletes record i of sh, key's object, with its one SSD
+// rebuiltFlags is the flags of a record created now (crecRebuilt inside
+// an HA rebuild window, as rebuiltLease).
+func (s *Service) rebuiltFlags(now int64) uint8 {
+	if s.cfg.HA.on() && now < s.ha.rebuildUntil {
+		return crecRebuilt
+	}
+	return 0
+}
+
+// delCompact deletes record r of sh, key's object, with its one SSD
 // replica. Caller holds sh.mu; the record is not leased.
-func (s *Service) delCompact(sh *shard, key string, i int32) {
-	r := &sh.c.recs[i]
-	s.countSSD(s.incAt(r.node), masterapi.KeyHash(key), -1, -r.size)
+func (s *Service) delCompact(sh *shard, key string, r int32) {
+	x := s.cst.rec(r)
+	s.countSSD(s.incAt(x.node), masterapi.KeyHash(key), -1, -x.size)
 	s.cnt.objects.Add(-1)
 	s.cnt.compact.Add(-1)
-	sh.c.del(i)
+	sh.c.del(r)
 }

@@ -103,7 +103,7 @@ func heartbeat(api masterapi.NodeAPI, node string, max int) ([]masterapi.Offload
 // *objects (not thawed: changing them changes nothing). Caller holds
 // sh.mu.
 func (s *Service) everyObject(sh *shard) map[string]*object {
-	out, err := s.checkCompact(sh)
+	out, err := s.checkCompact(sh, nil)
 	if err != nil {
 		panic(err)
 	}

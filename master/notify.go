@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"math"
 	"math/bits"
 	"sync"
 	"unsafe"
@@ -183,7 +184,7 @@ func (s *Service) reRegisterColumns(ctx context.Context, nodeID string, c master
 		return out, nil
 	}
 	if c.Expected > 0 && n.presized.CompareAndSwap(false, true) {
-		s.presize(c.Expected, len(c.Keys)/count)
+		s.presize(c.Expected)
 	}
 	var all string
 	if owned {
@@ -207,6 +208,8 @@ func (s *Service) reRegisterColumns(ctx context.Context, nodeID string, c master
 	order, groups := s.groupByShard(sc, items, first)
 	seen := n.dig.epoch.Load()
 	reg := reChunk{s: s, n: n, items: items, order: order, groups: groups, c: c, out: out, seen: seen, now: now}
+	reg.fill = filler{st: &s.cst, left: count, keyLen: len(c.Keys)/count + 1}
+	defer reg.fill.done()
 	busy := sc.busy[:0] // the groups left for later passes
 	held := sc.held[:0] // the groups of the window whose shard is locked
 	for gi := 0; gi < len(groups); {
@@ -282,6 +285,7 @@ type reChunk struct {
 	out    []error
 	seen   uint32
 	now    int64
+	fill   filler // the chunk's new compact records
 	sink   uint64 // keeps registerLocked's digest reads
 }
 
@@ -337,17 +341,15 @@ func (r *reChunk) registerLocked(held []int32) {
 // sh (their indices in idx, their objects or compact records looked up in
 // items[i]), under sh's lock: registerSSDLocked of each, except that a
 // new object (the common case of a re-registration) is created here as a
-// compact record, and a compact record of the node's id (a node
-// re-registering what the master knows) is refreshed in place. It
-// returns how many objects it created and their bytes, for the caller to
-// count.
+// compact record from the chunk's own blocks (filler), and a compact
+// record of the node's id (a node re-registering what the master knows)
+// is refreshed in place. It returns how many objects it created and
+// their bytes, for the caller to count.
 func (r *reChunk) registerShardLocked(sh *shard, idx []int32) (created, bytes int64) {
 	s, n := r.s, r.n
-	var flags uint8
-	if s.cfg.HA.on() && r.now < s.ha.rebuildUntil {
-		flags = crecRebuilt // rebuiltLease
-	}
+	flags := s.rebuiltFlags(r.now)
 	for _, i := range idx {
+		r.fill.left--
 		if r.out[i] != nil {
 			continue
 		}
@@ -356,22 +358,24 @@ func (r *reChunk) registerShardLocked(sh *shard, idx []int32) (created, bytes in
 		if size > 0 && it.o == nil {
 			ci := it.ci
 			// Looked up again unless the key is its shard's only one in
-			// the chunk: a key named twice is twice in one group, the
-			// first may have been recorded since the lookup, and a thaw
-			// may have renumbered the records.
-			fresh := len(idx) == 1
-			if !fresh && sh.objs[it.key] == nil {
-				ci, fresh = sh.c.find(it.key, hash32(it.h)), true
+			// the chunk: a key named twice is twice in one group, and the
+			// first may have been recorded since the lookup.
+			if len(idx) > 1 {
+				if sh.objs[it.key] != nil {
+					ci = -2 // registerSSDLocked's
+				} else {
+					ci = sh.c.find(it.key, hash32(it.h))
+				}
 			}
 			switch {
-			case !fresh:
-			case ci < 0:
-				sh.c.add(it.key, crec{size: size, node: n.ix, seen: r.seen, crc: crc, h32: hash32(it.h), flags: flags})
+			case ci == -1:
+				h32 := hash32(it.h)
+				sh.c.add(r.fill.put(it.key, crec{size: size, node: n.ix, seen: r.seen, crc: crc, h32: h32, flags: flags}), h32)
 				n.dig.add(it.h, 1)
 				created++
 				bytes += size
 				continue
-			case r.refreshCompact(sh, ci, it.h, size, crc):
+			case ci >= 0 && r.refreshCompact(ci, it.h, size, crc):
 				continue
 			}
 		}
@@ -385,18 +389,18 @@ func (r *reChunk) registerShardLocked(sh *shard, idx []int32) (created, bytes in
 // the record names the node's current incarnation and the session's
 // stamp, as the replica would. It reports false, having changed nothing,
 // when the record is not such a one (registerSSDLocked then thaws it).
-func (r *reChunk) refreshCompact(sh *shard, ci int32, h uint64, size int64, crc uint32) bool {
+func (r *reChunk) refreshCompact(ci int32, h uint64, size int64, crc uint32) bool {
 	s, n := r.s, r.n
-	rec := &sh.c.recs[ci]
-	prev := s.incAt(rec.node)
-	if prev.id != n.id || rec.size != size || rec.crc != crc {
+	x := s.cst.rec(ci)
+	prev := s.incAt(x.node)
+	if prev.id != n.id || x.size != size || x.crc != crc {
 		return false
 	}
 	if prev != n { // a new incarnation (same id, same digest)
 		s.countSSD(prev, h, -1, -size)
 		s.countSSD(n, h, 1, size)
 	}
-	rec.node, rec.seen = n.ix, r.seen
+	x.node, x.seen = n.ix, r.seen
 	return true
 }
 
@@ -538,16 +542,26 @@ type reItem struct {
 	ci  int32 // its compact record when o is nil, or -1
 }
 
-// presize makes room in the shards' compact sets, once per node
-// incarnation, for expected more objects whose keys are keyLen bytes on
-// average: a new master learning its nodes then builds each set's arrays
-// once instead of growing them.
-func (s *Service) presize(expected int64, keyLen int) {
-	per := int(expected>>bits.TrailingZeros64(s.mask+1)) + 1
+// presize sizes the shards' compact indexes, once per node incarnation,
+// for expected more objects: a new master learning its nodes then builds
+// each index once instead of growing it. The indexes of the empty shards
+// (a new master's) are cut from one array shared by all, whose pages are
+// populated at once: each shard's own index would be a few KiB, too small
+// to populate, and its pages would fault in one by one (on this
+// project's VM the largest cost of a re-registration, docs/benchmarks.md).
+// Each is sized for the shard's share and four standard deviations more
+// (the keys of a shard are a binomial draw): a shard that outgrows it
+// moves to an index of its own, and the shared array stays allocated
+// while any shard still uses its part.
+func (s *Service) presize(expected int64) {
+	mean := float64(expected) / float64(len(s.shards))
+	size := idxSize(int(mean + 4*math.Sqrt(mean) + 4))
+	idx := make([]uint32, size*len(s.shards))
+	populateSlice(idx)
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		sh.c.reserve(per, per*keyLen)
+		sh.c.adopt(idx[i*size : (i+1)*size : (i+1)*size])
 		sh.mu.Unlock()
 	}
 }
@@ -588,11 +602,8 @@ func (s *Service) registerSSDLocked(sh *shard, n *node, key string, h uint64, si
 		return errcode.Errorf(errcode.ObjectNotFound, "master: notify: node %q persisted a key the master does not know (removed?); delete the SSD copy", n.id)
 	}
 	if o == nil {
-		var flags uint8
-		if s.cfg.HA.on() && now < s.ha.rebuildUntil {
-			flags = crecRebuilt // rebuiltLease
-		}
-		sh.c.add(key, crec{size: size, node: n.ix, seen: seen, crc: crc, h32: hash32(h), flags: flags})
+		h32 := hash32(h)
+		sh.c.add(s.cst.putLoose(key, crec{size: size, node: n.ix, seen: seen, crc: crc, h32: h32, flags: s.rebuiltFlags(now)}), h32)
 		s.cnt.objects.Add(1)
 		s.cnt.compact.Add(1)
 		s.countSSD(n, h, 1, size)

@@ -276,7 +276,7 @@ func (s *Service) markHeld(n *node, id uint32, slots int, differs func(int) bool
 		} else if ci := sh.c.find(k, hash32(masterapi.KeyHash(k))); ci >= 0 {
 			// A compact object: its one replica stamped in place, or the
 			// key unwanted on n (another node's object, no task of n's).
-			if rec := &sh.c.recs[ci]; s.incAt(rec.node).id == n.id {
+			if rec := s.cst.rec(ci); s.incAt(rec.node).id == n.id {
 				if rec.seen != id {
 					rec.seen = id
 					named[r]++
@@ -384,7 +384,7 @@ func (s *Service) dropUnseen(nodeID string, session uint32, slots int, scan []in
 		// lease holds it: thawed, the walk below drops its replica).
 		sh.c.visit(func(ci int32, rec *crec) {
 			visits++
-			k := sh.c.key(ci)
+			k := s.cst.key(ci)
 			if rec.seen == session || s.incAt(rec.node).id != nodeID || !in(masterapi.SlotOf(masterapi.KeyHash(k), slots)) {
 				return
 			}

@@ -114,7 +114,7 @@ func (s *Service) removeMatching(ctx context.Context, e masterapi.Removal, match
 		// it: then it becomes an *object for the walk below to refuse or
 		// force.
 		sh.c.visit(func(i int32, r *crec) {
-			switch k := sh.c.key(i); {
+			switch k := s.cst.key(i); {
 			case !match(k):
 			case s.rebuiltLeased(r, now):
 				s.thaw(sh, i)

@@ -43,7 +43,9 @@ type Service struct {
 	// compact records name (compact.go); appended under nodesMu, read
 	// without a lock (a new slice each time). Never shrinks: an
 	// incarnation is a few hundred bytes, and there are few.
-	incs  atomic.Pointer[[]*node]
+	incs atomic.Pointer[[]*node]
+	// cst holds the blocks of the shards' compact records (compact.go).
+	cst   cstore
 	nodes map[string]*node
 	// retired holds expired or replaced incarnations while replicas still
 	// point at them (kept for the lease); Stats lists them as not alive and
@@ -187,6 +189,7 @@ func New(cfg Config) (*Service, error) {
 	s.sets = shardSets{dram: newShardSet(n), held: newShardSet(n)}
 	for i := range s.shards {
 		s.shards[i].i, s.shards[i].sets = int32(i), &s.sets
+		s.shards[i].c.st = &s.cst
 	}
 	s.mask = uint64(n - 1)
 	s.digests = map[string]*ssdDigest{}

@@ -37,7 +37,7 @@ func (s *Service) sweep(now int64) {
 			case s.rebuiltLeased(r, now):
 				s.thaw(sh, i)
 			default:
-				s.delCompact(sh, sh.c.key(i), i)
+				s.delCompact(sh, s.cst.key(i), i)
 			}
 		})
 		sh.scanAll(s.hooks.scanYielded, func(key string, o *object) {
