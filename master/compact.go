@@ -133,8 +133,17 @@ func (st *cstore) enter(b *cblock) {
 		if len(t) >= blocksMax {
 			panic("master: compact store: more blocks than a reference can name")
 		}
+		// Readers hold the table as it was: the new entry goes past
+		// their length (into spare room, or a copy twice the size).
 		b.ix = uint32(len(t))
-		nt := append(t[:len(t):len(t)], b)
+		var nt []*cblock
+		if len(t) < cap(t) {
+			nt = t[:len(t)+1]
+		} else {
+			nt = make([]*cblock, len(t)+1, max(2*len(t), 64))
+			copy(nt, t)
+		}
+		nt[b.ix] = b
 		st.table.Store(&nt)
 	}
 	st.blocks.Add(1)
