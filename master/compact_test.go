@@ -1,0 +1,185 @@
+package master
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tierstore/tierstore/internal/errcode"
+	"github.com/tierstore/tierstore/masterapi"
+	"pgregory.net/rapid"
+)
+
+// compactKey is key i of the model tests: lengths from 2 to ~300 bytes,
+// so that blocks run out of key bytes before records.
+func compactKey(i int) string {
+	return fmt.Sprintf("k%d/%s", i, strings.Repeat("x", i*37%300))
+}
+
+// replicaNodes renders every object as key=its SSD replicas' node ids,
+// sorted, and reports whether one has a DRAM replica.
+func replicaNodes(s *Service) (map[string]string, bool) {
+	out := map[string]string{}
+	dram := false
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, o := range s.everyObject(sh) {
+			var ns []string
+			for _, d := range o.ssd {
+				ns = append(ns, d.node.id)
+			}
+			sort.Strings(ns)
+			out[k] = strings.Join(ns, ",")
+			dram = dram || o.dram.seg != nil
+		}
+		sh.mu.Unlock()
+	}
+	return out, dram
+}
+
+// TestCompactMatchesModel (property): re-registrations in chunks (which
+// make compact records), lookups (which thaw them), removals of one key
+// and of all, SSD evictions, nodes leaving and coming back, in random
+// order over random shard counts, leave the SSD replicas the model says,
+// with every Check passing (the compact index finds every record, each
+// block's live count is its references, the counters and digests agree).
+func TestCompactMatchesModel(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		cfg := DefaultConfig()
+		clk := NewManualClock(t0)
+		cfg.Clock = clk
+		cfg.MonitorInterval = 0
+		cfg.Shards = 1 << rapid.IntRange(0, 4).Draw(rt, "shardsLog")
+		cfg.ClientTTL = time.Hour
+		cfg.Logger = slog.New(slog.DiscardHandler)
+		s, err := New(cfg)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		defer s.Close()
+		nodes := []string{"a", "b"}
+		for _, n := range nodes {
+			mount(t, s, n, 1<<20)
+		}
+		universe := rapid.IntRange(1, 400).Draw(rt, "universe")
+		model := map[string]map[string]bool{} // key -> node ids with a replica
+		keysOf := func(label string) []string {
+			var ks []string
+			for _, i := range rapid.SliceOfN(rapid.IntRange(0, universe-1), 0, 600).Draw(rt, label) {
+				ks = append(ks, compactKey(i))
+			}
+			return ks
+		}
+		steps := rapid.IntRange(1, 30).Draw(rt, "steps")
+		for step := range steps {
+			switch op := rapid.IntRange(0, 6).Draw(rt, "op"); op {
+			case 0, 1: // a re-registration, in chunks
+				n := rapid.SampledFrom(nodes).Draw(rt, "node")
+				ks := keysOf("reregKeys")
+				chunk := rapid.IntRange(1, 300).Draw(rt, "chunk")
+				for lo := 0; lo < len(ks); lo += chunk {
+					var objs []masterapi.SSDObject
+					for _, k := range ks[lo:min(lo+chunk, len(ks))] {
+						objs = append(objs, masterapi.SSDObject{Key: k, Size: int64(10 + len(k)), CRC: crcOf(k)})
+					}
+					c := masterapi.ColumnsOf(objs)
+					if rapid.Bool().Draw(rt, "hint") {
+						c.Expected = int64(len(ks))
+					}
+					errs, err := s.ReRegisterSSDColumns(bg, n, c)
+					if err != nil {
+						rt.Fatalf("step %d: re-register: %v", step, err)
+					}
+					for i, e := range errs {
+						if e == nil {
+							if model[objs[i].Key] == nil {
+								model[objs[i].Key] = map[string]bool{}
+							}
+							model[objs[i].Key][n] = true
+						}
+					}
+				}
+			case 2: // lookups: thaw
+				for _, k := range keysOf("lookups") {
+					_, err := s.GetReplicaList(bg, k)
+					if (err == nil) != (model[k] != nil) {
+						rt.Fatalf("step %d: lookup %q: %v, model %v", step, k, err, model[k])
+					}
+				}
+				clk.Advance(cfg.DefaultKVLeaseTTL + time.Second) // the leases end
+			case 3: // removals of single keys
+				for _, k := range keysOf("removes") {
+					err := s.Remove(bg, k, false)
+					switch {
+					case err == nil && model[k] != nil:
+						delete(model, k)
+					case errors.Is(err, errcode.ErrObjectNotFound) && model[k] == nil:
+					default:
+						rt.Fatalf("step %d: remove %q: %v, model %v", step, k, err, model[k])
+					}
+				}
+			case 4: // remove all
+				n, err := s.RemoveAll(bg, false)
+				if err != nil || n != int64(len(model)) {
+					rt.Fatalf("step %d: remove all: %d, %v; model has %d", step, n, err, len(model))
+				}
+				clear(model)
+			case 5: // SSD eviction reported by a node
+				n := rapid.SampledFrom(nodes).Draw(rt, "evictNode")
+				ks := keysOf("evicts")
+				res, err := s.EvictSSDReplica(bg, n, ks)
+				if err != nil || len(res.Keep) != 0 {
+					rt.Fatalf("step %d: evict: %+v, %v", step, res, err)
+				}
+				for _, k := range ks {
+					if model[k][n] {
+						delete(model[k], n)
+						if len(model[k]) == 0 {
+							delete(model, k)
+						}
+					}
+				}
+			case 6: // a node leaves and mounts again (a new incarnation)
+				n := rapid.SampledFrom(nodes).Draw(rt, "leaveNode")
+				if err := s.LeaveNode(bg, n, ""); err != nil {
+					rt.Fatalf("step %d: leave: %v", step, err)
+				}
+				for k, on := range model {
+					delete(on, n)
+					if len(on) == 0 {
+						delete(model, k)
+					}
+				}
+				mount(t, s, n, 1<<20)
+			}
+			if err := s.Check(); err != nil {
+				rt.Fatalf("step %d: %v", step, err)
+			}
+			got, dram := replicaNodes(s)
+			if dram {
+				rt.Fatalf("step %d: a DRAM replica, none was put", step)
+			}
+			for k, on := range model {
+				want := slices.Sorted(func(yield func(string) bool) {
+					for n := range on {
+						if !yield(n) {
+							return
+						}
+					}
+				})
+				if got[k] != strings.Join(want, ",") {
+					rt.Fatalf("step %d: key %q on %q, model %v", step, k, got[k], want)
+				}
+			}
+			if len(got) != len(model) {
+				rt.Fatalf("step %d: %d objects, model %d", step, len(got), len(model))
+			}
+		}
+	})
+}
