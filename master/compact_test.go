@@ -45,7 +45,8 @@ func replicaNodes(s *Service) (map[string]string, bool) {
 
 // TestCompactMatchesModel (property): re-registrations in chunks (which
 // make compact records), lookups (which thaw them), removals of one key
-// and of all, SSD evictions, nodes leaving and coming back, in random
+// and of all, SSD evictions, nodes leaving and coming back, nodes
+// restarting and re-registering what they kept, in random
 // order over random shard counts, leave the SSD replicas the model says,
 // with every Check passing (the compact index finds every record, each
 // block's live count is its references, the counters and digests agree).
@@ -69,6 +70,7 @@ func TestCompactMatchesModel(t *testing.T) {
 		}
 		universe := rapid.IntRange(1, 400).Draw(rt, "universe")
 		model := map[string]map[string]bool{} // key -> node ids with a replica
+		incarnation := 0
 		keysOf := func(label string) []string {
 			var ks []string
 			for _, i := range rapid.SliceOfN(rapid.IntRange(0, universe-1), 0, 600).Draw(rt, label) {
@@ -78,7 +80,7 @@ func TestCompactMatchesModel(t *testing.T) {
 		}
 		steps := rapid.IntRange(1, 30).Draw(rt, "steps")
 		for step := range steps {
-			switch op := rapid.IntRange(0, 6).Draw(rt, "op"); op {
+			switch op := rapid.IntRange(0, 7).Draw(rt, "op"); op {
 			case 0, 1: // a re-registration, in chunks
 				n := rapid.SampledFrom(nodes).Draw(rt, "node")
 				ks := keysOf("reregKeys")
@@ -157,6 +159,45 @@ func TestCompactMatchesModel(t *testing.T) {
 					}
 				}
 				mount(t, s, n, 1<<20)
+			case 7: // a node expires, comes back and re-registers before the sweep reaches its objects
+				n := rapid.SampledFrom(nodes).Draw(rt, "restartNode")
+				s.nodesMu.Lock()
+				s.retireLocked(s.nodes[n]) // the sweep that follows has not reached them
+				s.nodesMu.Unlock()
+				incarnation++
+				if err := s.MountSegment(bg, masterapi.MountRequest{Node: n, Endpoint: n + ":1", Segment: "seg0", Size: 1 << 20, Incarnation: fmt.Sprint(incarnation)}); err != nil {
+					rt.Fatal(err)
+				}
+				ks := keysOf("restartKeys")
+				var objs []masterapi.SSDObject
+				for _, k := range ks {
+					objs = append(objs, masterapi.SSDObject{Key: k, Size: int64(10 + len(k)), CRC: crcOf(k)})
+				}
+				errs, err := s.ReRegisterSSDColumns(bg, n, masterapi.ColumnsOf(objs))
+				if err != nil {
+					rt.Fatalf("step %d: re-register after restart: %v", step, err)
+				}
+				kept := map[string]bool{}
+				for i, e := range errs {
+					if e == nil {
+						kept[objs[i].Key] = true
+					}
+				}
+				s.sweep(s.now())
+				for k := range kept {
+					if model[k] == nil {
+						model[k] = map[string]bool{}
+					}
+					model[k][n] = true
+				}
+				for k, on := range model {
+					if on[n] && !kept[k] {
+						delete(on, n)
+						if len(on) == 0 {
+							delete(model, k)
+						}
+					}
+				}
 			}
 			if err := s.Check(); err != nil {
 				rt.Fatalf("step %d: %v", step, err)
