@@ -224,3 +224,99 @@ func TestCompactMatchesModel(t *testing.T) {
 		}
 	})
 }
+
+// TestCompactRebuiltLease: SSD objects re-registered inside an HA
+// rebuild window are compact records and leased as rebuilt objects are
+// (until the window's end and a lease after it): a removal without force
+// is refused, a node's death keeps them (REPLICA_IS_GONE, not a miss),
+// RemoveAll spares them; once the lease is over they go. An object
+// re-registered after the window has no lease.
+func TestCompactRebuiltLease(t *testing.T) {
+	s, clk, _ := haService(t, nil)
+	mount(t, s, "a", 1<<20)
+	mount(t, s, "b", 1<<20)
+	reg := func(node string, keys ...string) { // on s
+		t.Helper()
+		var objs []masterapi.SSDObject
+		for _, k := range keys {
+			objs = append(objs, masterapi.SSDObject{Key: k, Size: 10, CRC: crcOf(k)})
+		}
+		errs, err := s.ReRegisterSSDColumns(bg, node, masterapi.ColumnsOf(objs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, e := range errs {
+			if e != nil {
+				t.Fatalf("%s: %v", keys[i], e)
+			}
+		}
+	}
+	reg("a", "r1", "r2", "r3")
+	reg("b", "s1")
+	if got := s.cnt.compact.Load(); got != 4 {
+		t.Fatalf("%d compact records after re-registering 4 keys", got)
+	}
+	if err := s.LeaveNode(bg, "b", ""); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.GetReplicaList(bg, "s1")
+	mustIs(t, err, errcode.ErrReplicaGone)
+	mustIs(t, s.Remove(bg, "r1", false), errcode.ErrObjectHasLease)
+	if n, err := s.RemoveAll(bg, false); err != nil || n != 0 {
+		t.Fatalf("RemoveAll inside the rebuild lease removed %d (%v)", n, err)
+	}
+
+	clk.Advance(2*time.Second + s.cfg.DefaultKVLeaseTTL + time.Second) // the window and its lease end
+	s.Tick()
+	if n, err := s.RemoveAll(bg, false); err != nil || n != 3 {
+		t.Fatalf("RemoveAll after the rebuild lease removed %d (%v)", n, err)
+	}
+	for _, k := range []string{"s1"} {
+		_, err := s.GetReplicaList(bg, k)
+		mustIs(t, err, errcode.ErrObjectNotFound)
+	}
+
+	late, lclk, _ := haService(t, nil)
+	mount(t, late, "a", 1<<20)
+	lclk.Advance(3 * time.Second)
+	errs, err := late.ReRegisterSSDColumns(bg, "a", masterapi.ColumnsOf([]masterapi.SSDObject{{Key: "late", Size: 10, CRC: 1}}))
+	if err != nil || errs[0] != nil {
+		t.Fatal(err, errs)
+	}
+	if err := late.Remove(bg, "late", false); err != nil {
+		t.Fatalf("an object re-registered after the window: %v", err)
+	}
+}
+
+// TestCompactLookupsThaw: a re-registered object is a compact record
+// until a lookup (or another change) turns it into an *object; EvictDRAM
+// of it answers "not in DRAM" without turning it into one, and the
+// answers of lookups are the same either way.
+func TestCompactLookupsThaw(t *testing.T) {
+	s, _ := testService(t, nil)
+	mount(t, s, "a", 1<<20)
+	errs, err := s.ReRegisterSSDColumns(bg, "a", masterapi.ColumnsOf([]masterapi.SSDObject{{Key: "c1", Size: 10, CRC: 5}, {Key: "c2", Size: 20, CRC: 6}}))
+	if err != nil || errs[0] != nil || errs[1] != nil {
+		t.Fatal(err, errs)
+	}
+	res, err := s.EvictDRAM(bg, []string{"c1", "nope"}, false)
+	if err != nil || res.NotInDRAM != 1 || res.NotFound != 1 {
+		t.Fatalf("EvictDRAM: %+v %v", res, err)
+	}
+	if c, th := s.cnt.compact.Load(), s.cnt.thawed.Load(); c != 2 || th != 0 {
+		t.Fatalf("compact %d thawed %d, want 2 and 0", c, th)
+	}
+	info, err := s.GetReplicaList(bg, "c2")
+	if err != nil || info.Size != 20 || info.CRC != 6 || len(info.Replicas) != 1 || info.Replicas[0].Kind != masterapi.SSD || info.Replicas[0].Node != "a" {
+		t.Fatalf("GetReplicaList: %+v %v", info, err)
+	}
+	if c, th := s.cnt.compact.Load(), s.cnt.thawed.Load(); c != 1 || th != 1 {
+		t.Fatalf("compact %d thawed %d, want 1 and 1", c, th)
+	}
+	if ok, err := s.ExistKey(bg, "c1"); !ok || err != nil {
+		t.Fatalf("ExistKey: %v %v", ok, err)
+	}
+	if st, err := s.Stats(bg); err != nil || st.Objects != 2 || st.SSDReplicas != 2 {
+		t.Fatalf("Stats: %+v %v", st, err)
+	}
+}
