@@ -50,12 +50,12 @@ import (
 // padding beyond the last byte: 32 bytes.
 type crec struct {
 	size int64
-	off  uint32 // the key's offset in its block's keys
+	off  uint32 // the key's offset (after the block's prefix) in its block's keys
 	node uint32 // the node incarnation's index (Service.incs)
 	seen uint32 // the replica's reconcile stamp (ssdReplica.seen)
 	crc  uint32
 	h32  uint32 // the key hash's high half: the index's probe sequence
-	klen uint16 // 0 for a removed record (keys are never empty)
+	klen uint16 // the key's length after the block's prefix; 0 for a removed record (never 0 otherwise)
 	// flags: crecRebuilt.
 	flags uint8
 }
@@ -80,10 +80,13 @@ const (
 // cblock is a block of compact records and their keys. recs and keys
 // have their full length from the start (their headers are never
 // written again: readers under other shard locks read them); n and kn
-// are the filler's.
+// are the filler's. Every key of the block starts with pfx (the common
+// prefix of the chunk that filled it, "" for the loose block), kept once:
+// keys holds only what follows it (for vLLM's keys, 64 of 108 bytes).
 type cblock struct {
 	recs []crec
 	keys []byte
+	pfx  string // immutable
 	n    int // records handed out (the filler's)
 	kn   int // key bytes handed out (the filler's)
 	ix   uint32
@@ -91,7 +94,8 @@ type cblock struct {
 	open atomic.Bool  // being filled: kept at live 0
 }
 
-// room reports whether b can take a key of klen bytes (the filler's).
+// room reports whether b can take a key of klen bytes after its prefix
+// (the filler's).
 func (b *cblock) room(klen int) bool { return b.n < len(b.recs) && len(b.keys)-b.kn >= klen }
 
 // cstore is the Service's table of blocks.
@@ -108,8 +112,8 @@ type cstore struct {
 
 // newBlock returns a new open block of recs records and keyBytes key
 // bytes, entered in the table.
-func (st *cstore) newBlock(recs, keyBytes int) *cblock {
-	b := &cblock{recs: make([]crec, recs), keys: make([]byte, keyBytes)}
+func (st *cstore) newBlock(recs, keyBytes int, pfx string) *cblock {
+	b := &cblock{recs: make([]crec, recs), keys: make([]byte, keyBytes), pfx: pfx}
 	populateSlice(b.recs)
 	populateSlice(b.keys)
 	b.open.Store(true)
@@ -185,17 +189,37 @@ func (st *cstore) rec(r int32) *crec {
 	return &st.block(r).recs[r&(blockMax-1)]
 }
 
-// key returns the key of reference r: a string over its block's keys
-// (valid for as long as it is referred to: clone it to keep it in a map).
+// suffix returns what follows the prefix in the key of record x of b: a
+// string over b's keys.
+func (b *cblock) suffix(x *crec) string { return unsafe.String(&b.keys[x.off], int(x.klen)) }
+
+// key returns the key of reference r, a string of its own (to keep in a
+// map).
 func (st *cstore) key(r int32) string {
 	b := st.block(r)
-	x := &b.recs[r&(blockMax-1)]
-	return unsafe.String(&b.keys[x.off], int(x.klen))
+	if b.pfx == "" {
+		return strings.Clone(b.suffix(&b.recs[r&(blockMax-1)]))
+	}
+	return b.pfx + b.suffix(&b.recs[r&(blockMax-1)])
 }
 
-// put writes a record of key into b (which has room) and returns its
-// reference. The filler's call.
+// keyIn returns the key of reference r, written into *buf when its block
+// has a prefix: valid until the next call with buf, and while r is
+// referred to (the walks over every record: no allocation per key).
+func (st *cstore) keyIn(r int32, buf *[]byte) string {
+	b := st.block(r)
+	x := &b.recs[r&(blockMax-1)]
+	if b.pfx == "" {
+		return b.suffix(x)
+	}
+	*buf = append(append((*buf)[:0], b.pfx...), b.suffix(x)...)
+	return unsafe.String(unsafe.SliceData(*buf), len(*buf))
+}
+
+// put writes a record of key, which starts with b's prefix, into b (which
+// has room) and returns its reference. The filler's call.
 func (b *cblock) put(key string, x crec) int32 {
+	key = key[len(b.pfx):]
 	x.off, x.klen = uint32(b.kn), uint16(len(key))
 	b.kn += copy(b.keys[b.kn:], key)
 	i := b.n
@@ -237,7 +261,7 @@ func (c *compactSet) find(key string, h32 uint32) int32 {
 		r := int32(v - 1)
 		b := c.st.block(r)
 		x := &b.recs[r&(blockMax-1)]
-		if x.h32 == h32 && int(x.klen) == len(key) && unsafe.String(&b.keys[x.off], int(x.klen)) == key {
+		if x.h32 == h32 && len(b.pfx)+int(x.klen) == len(key) && b.suffix(x) == key[len(b.pfx):] && key[:len(b.pfx)] == b.pfx {
 			return r
 		}
 	}
@@ -354,22 +378,52 @@ func populateSlice[T any](s []T) {
 type filler struct {
 	st     *cstore
 	b      *cblock
-	next   int // the next block's records
-	left   int // the chunk's keys not yet handled, the one being handled included
-	keyLen int // the chunk's average key length
+	next   int    // the next block's records
+	left   int    // the chunk's keys not yet handled, the one being handled included
+	keyLen int    // the chunk's average key length after pfx
+	pfx    string // a prefix every key of the chunk has, shorter than each (chunkPrefix)
 }
 
 // put writes a record of key and returns its reference.
 func (f *filler) put(key string, x crec) int32 {
-	if f.b == nil || !f.b.room(len(key)) {
+	if f.b == nil || !f.b.room(len(key)-len(f.pfx)) {
 		if f.b != nil {
 			f.st.close(f.b)
 		}
 		n := min(max(f.next, 64), max(f.left, 1), blockMax)
 		f.next = 2 * n
-		f.b = f.st.newBlock(n, max(n*f.keyLen, len(key)))
+		f.b = f.st.newBlock(n, max(n*f.keyLen, len(key)-len(f.pfx)), f.pfx)
 	}
 	return f.b.put(key, x)
+}
+
+// chunkPrefixMin is the shortest common prefix a chunk's blocks keep
+// once: below it the string header costs about what it saves.
+const chunkPrefixMin = 16
+
+// chunkPrefix returns the longest prefix all keys share, each key being
+// longer than it (a suffix is never empty), as a string of its own; ""
+// when shorter than chunkPrefixMin.
+func chunkPrefix(keys []reItem) string {
+	if len(keys) == 0 {
+		return ""
+	}
+	p := keys[0].key
+	for _, it := range keys {
+		k := it.key
+		if len(k) <= len(p) {
+			p = p[:len(k)-1]
+		}
+		i := 0
+		for i < len(p) && p[i] == k[i] {
+			i++
+		}
+		p = p[:i]
+		if len(p) < chunkPrefixMin {
+			return ""
+		}
+	}
+	return strings.Clone(p)
 }
 
 // done closes the filler's block.
@@ -439,7 +493,7 @@ func (s *Service) compactHas(sh *shard, key string) bool {
 // Caller holds sh.mu.
 func (s *Service) thaw(sh *shard, r int32) *object {
 	x := *s.cst.rec(r)
-	key := strings.Clone(s.cst.key(r))
+	key := s.cst.key(r)
 	o := newSSDObject(x.size, x.crc, s.incAt(x.node), x.seen)
 	if x.flags&crecRebuilt != 0 {
 		s.rebuiltLeaseThawed(o)

@@ -15,9 +15,20 @@ import (
 	"pgregory.net/rapid"
 )
 
-// compactKey is key i of the model tests: lengths from 2 to ~300 bytes,
-// so that blocks run out of key bytes before records.
-func compactKey(i int) string {
+// compactKey is key i of the model tests in one of three families: 0,
+// lengths from 2 to ~300 bytes, so that blocks run out of key bytes
+// before records (no common prefix to keep once); 1, the same after
+// vLLM's 44-byte prefix (every chunk's blocks keep it once); 2, that
+// prefix and i z's, so that a chunk's shortest key is the start of all
+// the others (its prefix stops one byte short of it).
+func compactKey(family, i int) string {
+	const vllm = "model@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@"
+	switch family {
+	case 1:
+		return vllm + fmt.Sprintf("k%d/%s", i, strings.Repeat("x", i*37%300))
+	case 2:
+		return vllm + strings.Repeat("z", i)
+	}
 	return fmt.Sprintf("k%d/%s", i, strings.Repeat("x", i*37%300))
 }
 
@@ -69,12 +80,13 @@ func TestCompactMatchesModel(t *testing.T) {
 			mount(t, s, n, 1<<20)
 		}
 		universe := rapid.IntRange(1, 400).Draw(rt, "universe")
+		family := rapid.IntRange(0, 2).Draw(rt, "family")
 		model := map[string]map[string]bool{} // key -> node ids with a replica
 		incarnation := 0
 		keysOf := func(label string) []string {
 			var ks []string
 			for _, i := range rapid.SliceOfN(rapid.IntRange(0, universe-1), 0, 600).Draw(rt, label) {
-				ks = append(ks, compactKey(i))
+				ks = append(ks, compactKey(family, i))
 			}
 			return ks
 		}

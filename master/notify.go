@@ -208,7 +208,8 @@ func (s *Service) reRegisterColumns(ctx context.Context, nodeID string, c master
 	order, groups := s.groupByShard(sc, items, first)
 	seen := n.dig.epoch.Load()
 	reg := reChunk{s: s, n: n, items: items, order: order, groups: groups, c: c, out: out, seen: seen, now: now}
-	reg.fill = filler{st: &s.cst, left: count, keyLen: len(c.Keys)/count + 1}
+	pfx := chunkPrefix(items)
+	reg.fill = filler{st: &s.cst, left: count, keyLen: len(c.Keys)/count - len(pfx) + 1, pfx: pfx}
 	defer reg.fill.done()
 	busy := sc.busy[:0] // the groups left for later passes
 	held := sc.held[:0] // the groups of the window whose shard is locked

@@ -379,12 +379,13 @@ func (s *Service) dropUnseen(nodeID string, session uint32, slots int, scan []in
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		var found, visits int64
+		var kbuf []byte // keyIn's
 		// The compact objects first: one of n's id the session did not
 		// stamp goes with its one replica as dropSSD drops it (a rebuild
 		// lease holds it: thawed, the walk below drops its replica).
 		sh.c.visit(func(ci int32, rec *crec) {
 			visits++
-			k := s.cst.key(ci)
+			k := s.cst.keyIn(ci, &kbuf)
 			if rec.seen == session || s.incAt(rec.node).id != nodeID || !in(masterapi.SlotOf(masterapi.KeyHash(k), slots)) {
 				return
 			}

@@ -105,6 +105,7 @@ func (s *Service) removeMatching(ctx context.Context, e masterapi.Removal, match
 	seq := s.rlog.add(e, &s.tokens, now, true)
 	var n int64
 	var spared []string
+	var kbuf []byte // keyIn's
 	last := seq
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -114,7 +115,7 @@ func (s *Service) removeMatching(ctx context.Context, e masterapi.Removal, match
 		// it: then it becomes an *object for the walk below to refuse or
 		// force.
 		sh.c.visit(func(i int32, r *crec) {
-			switch k := s.cst.key(i); {
+			switch k := s.cst.keyIn(i, &kbuf); {
 			case !match(k):
 			case s.rebuiltLeased(r, now):
 				s.thaw(sh, i)

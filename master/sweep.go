@@ -23,6 +23,7 @@ import "github.com/tierstore/tierstore/masterapi"
 func (s *Service) sweep(now int64) {
 	s.sweepDirty.Store(false)
 	restored := 0
+	var kbuf []byte // keyIn's
 	discard := s.cfg.PutStartDiscardTimeout.Nanoseconds()
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -37,7 +38,7 @@ func (s *Service) sweep(now int64) {
 			case s.rebuiltLeased(r, now):
 				s.thaw(sh, i)
 			default:
-				s.delCompact(sh, s.cst.key(i), i)
+				s.delCompact(sh, s.cst.keyIn(i, &kbuf), i)
 			}
 		})
 		sh.scanAll(s.hooks.scanYielded, func(key string, o *object) {
