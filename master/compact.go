@@ -87,8 +87,8 @@ type cblock struct {
 	recs []crec
 	keys []byte
 	pfx  string // immutable
-	n    int // records handed out (the filler's)
-	kn   int // key bytes handed out (the filler's)
+	n    int    // records handed out (the filler's)
+	kn   int    // key bytes handed out (the filler's)
 	ix   uint32
 	live atomic.Int32 // records in use (changed under their shards' locks)
 	open atomic.Bool  // being filled: kept at live 0
