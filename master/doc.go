@@ -264,8 +264,9 @@
 // before recording any (their cache misses overlap) and adds the window's
 // counters before its unlocks. Its new objects are compact records
 // (compact.go): an SSD-only object with no DRAM copy, lease, pin or task
-// is a 32-byte pointer-free crec in a cblock (records and key bytes, one
-// block filled by one chunk, or the shared loose block for single
+// is a 32-byte pointer-free crec in a cblock (records and key bytes after
+// the block's prefix, the chunk's common key prefix kept once; one block
+// filled by one chunk, or the shared loose block for single
 // re-registrations under cstore.mu), referenced from its shard's
 // compactSet (an open-addressing index guarded by the shard lock). A key
 // is in sh.objs or in sh.c, never both (Check verifies it, and that each
