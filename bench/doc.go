@@ -50,7 +50,9 @@
 //     (/proc of the master process), node CPU (getrusage) and heap growth.
 //   - scale (not in "all": 10M objects take ~4 GiB): one in-process master
 //     filled with N objects of 108-byte vLLM-shaped keys made on the fly
-//     (--scale_objects, default 1M and 10M), the fill stopping at
+//     (--scale_objects, default 1M and 10M) by PutStart+PutEnd pairs or,
+//     with --scale_fill=ssd, by a node's SSD re-registration in chunks of
+//     4096 (the master's compact records), the fill stopping at
 //     --scale_rss_cap: RSS and heap per object, how many objects it held
 //     when its RSS growth passed 8 GiB, put pairs per second at that size,
 //     and ExistKey / GetReplicaList p50 and p99 (issue 23 item 2).

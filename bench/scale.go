@@ -93,6 +93,7 @@ func runScale(ctx context.Context, e *env) (*result, error) {
 		"keys":       "108 bytes, vLLM's layout (model@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@<256-bit hash hex>)",
 		"object":     sizeName(scaleObjSize) + " (metadata only: the segment is bookkeeping)",
 		"master":     "in-process master.Service, one segment, no monitor loop, the Go runtime's default GC (GOGC=100) as tierstore-master",
+		"fill":       scaleFillNote(e.scaleFill),
 		"rss_cap":    sizeName(capRSS) + " (--scale_rss_cap): filling stops there",
 		"probes":     fmt.Sprint(probes),
 		"gomaxprocs": fmt.Sprint(runtimeProcs()),
@@ -100,7 +101,7 @@ func runScale(ctx context.Context, e *env) (*result, error) {
 	t := &table{
 		Title: "master at size: memory, put pairs and lookups",
 		Columns: []string{"objects wanted", "objects held", "RSS GiB", "RSS B/object", "heap B/object", "objects at 8 GiB RSS",
-			"fill pairs/s", "put pairs/s at size", "ExistKey p50 us", "ExistKey p99 us", "GetReplicaList p50 us", "GetReplicaList p99 us"},
+			"fill objects/s", "put pairs/s at size", "ExistKey p50 us", "ExistKey p99 us", "GetReplicaList p50 us", "GetReplicaList p99 us"},
 	}
 	for _, n := range sizes {
 		row, err := scaleOne(ctx, e, n, probes, capRSS)
@@ -113,8 +114,8 @@ func runScale(ctx context.Context, e *env) (*result, error) {
 	res.Notes = append(res.Notes,
 		"RSS and heap per object: growth over the empty master (after a GC), divided by the objects held; key bytes included",
 		"objects at 8 GiB RSS: how many objects the master held when its growth first passed 8 GiB (issue 23's budget for 50M); '-' when it never did",
-		"fill pairs/s: PutStart+PutEnd pairs from 2 goroutines over the whole fill; put pairs/s at size: "+fmt.Sprint(probes)+" more pairs once the size is reached",
-		"lookups: one goroutine, keys drawn at random among those held, each call timed")
+		"fill objects/s: PutStart+PutEnd pairs (or, with --scale_fill=ssd, objects re-registered in chunks of 4096) from 2 goroutines over the whole fill; put pairs/s at size: "+fmt.Sprint(probes)+" more pairs once the size is reached",
+		"lookups: one goroutine, keys drawn at random among those held, each call timed (each grants a read lease: with --scale_fill=ssd the first lookup of a key thaws its compact record)")
 	return res, nil
 }
 
@@ -190,6 +191,14 @@ func scaleOne(ctx context.Context, e *env, n, probes int, capRSS int64) ([]any, 
 		us(exist.pct(50)), us(exist.pct(99)), us(replicas.pct(50)), us(replicas.pct(99))}, nil
 }
 
+// scaleFillNote says what --scale_fill filled the master with.
+func scaleFillNote(fill string) string {
+	if fill == "ssd" {
+		return "ssd: SSD-only objects re-registered by the node in chunks of 4096 (the master's compact records)"
+	}
+	return "dram: PutStart+PutEnd pairs (DRAM objects)"
+}
+
 // newScaleMaster starts an in-process master (no monitor loop) with one
 // segment of room for total objects.
 func newScaleMaster(ctx context.Context, total int) (*master.Service, error) {
@@ -219,11 +228,39 @@ func scalePut(ctx context.Context, svc *master.Service, i int) error {
 	return svc.PutEnd(ctx, k, rep.PutToken)
 }
 
-// scaleFill puts objects 0..n-1 from 2 goroutines taking indexes in order;
-// every 64k objects one of them checks RSS (over base) against capRSS,
+// scaleChunk is the objects of one re-registration chunk with
+// --scale_fill=ssd (a node sends 4096).
+const scaleChunk = 4096
+
+// scaleReRegister records objects i..i+m-1 as SSD objects of the node, as
+// one re-registration chunk (the master's compact records); expected is
+// the whole fill's count (the node's hint).
+func scaleReRegister(ctx context.Context, svc *master.Service, cols *masterapi.SSDColumns, i, m, expected int) error {
+	cols.Reset()
+	cols.Expected = int64(expected)
+	for j := i; j < i+m; j++ {
+		cols.Append([]byte(scaleKey(j)), scaleObjSize, uint32(j))
+	}
+	errs, err := svc.ReRegisterSSDColumns(ctx, "bench-scale", *cols)
+	if err != nil {
+		return err
+	}
+	for j, e := range errs {
+		if e != nil {
+			return fmt.Errorf("re-register %s: %w", scaleKey(i+j), e)
+		}
+	}
+	return nil
+}
+
+// scaleFill fills the master with objects 0..n-1 from 2 goroutines taking
+// indexes in order: PutStart+PutEnd pairs (DRAM objects), or with
+// --scale_fill=ssd re-registration chunks of scaleChunk (SSD-only
+// objects); each time the count passes a multiple of 64k one of them
+// checks RSS (over base) against capRSS,
 // stopping the fill, and against the 8 GiB budget. It returns how many
 // objects are held (exactly 0..held-1: a goroutine checks the stop before
-// it takes an index and puts every index it takes below n), how many were
+// it takes an index or a chunk and puts every index it takes below n), how many were
 // held when RSS first passed the budget (-1: never), and the fill's time.
 func scaleFill(ctx context.Context, e *env, svc *master.Service, n int, base, capRSS int64) (held int, atBudget int64, took time.Duration, err error) {
 	var next, nHeld, budget atomic.Int64
@@ -233,14 +270,27 @@ func scaleFill(ctx context.Context, e *env, svc *master.Service, n int, base, ca
 	bar := e.progress(fmt.Sprintf("scale fill %d", n), int64(n))
 	t0 := time.Now()
 	var wg sync.WaitGroup
+	ssd := e.scaleFill == "ssd"
+	step := int64(1)
+	if ssd {
+		step = scaleChunk
+	}
 	for range 2 {
 		wg.Go(func() {
+			var cols masterapi.SSDColumns
 			for !stop.Load() {
-				i := int(next.Add(1) - 1)
+				i := int(next.Add(step) - step)
 				if i >= n {
 					return
 				}
-				if perr := scalePut(ctx, svc, i); perr != nil {
+				m := min(int(step), n-i)
+				var perr error
+				if ssd {
+					perr = scaleReRegister(ctx, svc, &cols, i, m, n)
+				} else {
+					perr = scalePut(ctx, svc, i)
+				}
+				if perr != nil {
 					mu.Lock()
 					if err == nil {
 						err = perr
@@ -249,9 +299,9 @@ func scaleFill(ctx context.Context, e *env, svc *master.Service, n int, base, ca
 					stop.Store(true)
 					return
 				}
-				h := nHeld.Add(1)
-				bar.Add(1)
-				if h%(64<<10) == 0 {
+				h := nHeld.Add(int64(m))
+				bar.Add(m)
+				if h%(64<<10) < int64(m) {
 					rss, rerr := rssBytes()
 					if rerr == nil && rss-base >= scaleBudget && budget.Load() < 0 {
 						budget.Store(h)

@@ -40,11 +40,40 @@ func TestScaleSmoke(t *testing.T) {
 	}
 }
 
+// TestScaleSSDFill fills the master with re-registered SSD-only objects:
+// every one is held and found by both lookups, and a capped fill stops
+// at the first check past 64k, after whole chunks.
+func TestScaleSSDFill(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	jsonPath := filepath.Join(dir, "ssd.json")
+	if err := run(ctx, []string{"scale", "--quick", "--scale_fill", "ssd", "--scale_objects", "10k", "--dir", dir, "--json", jsonPath}, &stdout, &stderr); err != nil {
+		t.Fatalf("scale ssd: %v\nstderr:\n%s", err, stderr.String())
+	}
+	rows := readReport(t, jsonPath, "scale").Results[0].Tables[0].Rows
+	if len(rows) != 1 || rows[0][1].(float64) != 10000 {
+		t.Fatalf("rows %v, want one row holding 10000 objects (2 chunks of 4096 and one of 1808)", rows)
+	}
+	jsonPath = filepath.Join(dir, "ssdcapped.json")
+	if err := run(ctx, []string{"scale", "--quick", "--scale_fill", "ssd", "--scale_objects", "100k", "--scale_rss_cap", "1K", "--dir", dir, "--json", jsonPath}, &stdout, &stderr); err != nil {
+		t.Fatalf("scale ssd capped: %v\nstderr:\n%s", err, stderr.String())
+	}
+	rows = readReport(t, jsonPath, "scale").Results[0].Tables[0].Rows
+	// The other goroutine may take chunks while the first reads its RSS:
+	// stopped means fewer than wanted, and whole chunks.
+	if held := rows[0][1].(float64); held < 64<<10 || held >= 100000 || int(held)%scaleChunk != 0 {
+		t.Errorf("an SSD fill capped at 1 KiB of RSS held %v objects, want it stopped at the first check (65536, or a few whole chunks more, fewer than 100000)", held)
+	}
+}
+
 func TestScaleUsage(t *testing.T) {
 	for _, args := range [][]string{
 		{"scale", "--scale_objects", "10x"},
 		{"scale", "--scale_objects", "0"},
 		{"scale", "--scale_rss_cap", "-1"},
+		{"scale", "--scale_fill", "nvme"},
 	} {
 		var stdout, stderr bytes.Buffer
 		err := run(context.Background(), append(args, "--dir", t.TempDir()), &stdout, &stderr)

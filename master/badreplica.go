@@ -18,7 +18,7 @@ func (s *Service) ReportBadReplica(ctx context.Context, key string, crc uint32, 
 		return s.observe(err)
 	}
 	defer sh.mu.Unlock()
-	o := sh.objs[key]
+	o := s.obj(sh, key)
 	if o == nil {
 		return s.observe(errcode.Errorf(errcode.ObjectNotFound, "master: report_bad_replica"))
 	}

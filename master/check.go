@@ -40,6 +40,9 @@ func (s *Service) Check() error {
 	if err := s.checkCounters(c); err != nil {
 		return err
 	}
+	if err := s.checkBlocks(c.blockRefs); err != nil {
+		return err
+	}
 	for _, p := range s.parkedList() {
 		if p.seg.live() {
 			c.ranges[p.seg] = append(c.ranges[p.seg], rng{p.off, alignUp(p.len), "parked:" + p.key})
@@ -110,6 +113,8 @@ type perNode struct{ dramR, dramB, ssdR, ssdB int64 }
 // census is what Check counts in the metadata.
 type census struct {
 	objects, dramR, ssdR, dramB, ssdB, processing int64
+	compact                                       int64
+	blockRefs                                     map[*cblock]int32
 	ranges                                        map[*segment][]rng
 	pinned                                        map[*node]map[string]bool
 	byNode                                        map[*node]*perNode
@@ -117,7 +122,7 @@ type census struct {
 }
 
 func newCensus() *census {
-	return &census{ranges: map[*segment][]rng{}, pinned: map[*node]map[string]bool{}, byNode: map[*node]*perNode{},
+	return &census{blockRefs: map[*cblock]int32{}, ranges: map[*segment][]rng{}, pinned: map[*node]map[string]bool{}, byNode: map[*node]*perNode{},
 		digests: map[string]map[int]censusSlot{}}
 }
 
@@ -142,7 +147,13 @@ func (s *Service) takeCensus(c *census) error {
 		if len(sh.held) > 0 && !s.sets.held.has(i) {
 			return inconsistent("shard %d: %d entries in its held set, not in the index of shards holding held objects", i, len(sh.held))
 		}
-		for k, o := range sh.objs {
+		// A compact record is counted as the *object it stands for.
+		compact, err := s.checkCompact(sh, c.blockRefs)
+		if err != nil {
+			return err
+		}
+		c.compact += int64(len(compact))
+		for k, o := range all(sh.objs, compact) {
 			c.objects++
 			if o.empty() && sh.held[k] != o {
 				// Kept for its lease: settleHeld must find it.
@@ -223,6 +234,7 @@ func (s *Service) checkCounters(c *census) error {
 		got, want int64
 	}{
 		{"objects", s.cnt.objects.Load(), c.objects},
+		{"compact objects", s.cnt.compact.Load(), c.compact},
 		{"DRAM replicas", s.cnt.dramReplicas.Load(), c.dramR},
 		{"DRAM bytes", s.cnt.dramBytes.Load(), c.dramB},
 		{"SSD replicas", s.cnt.ssdReplicas.Load(), c.ssdR},
@@ -314,4 +326,107 @@ func checkMailbox(n *node, pinned map[string]bool) error {
 		}
 	}
 	return nil
+}
+
+// checkCompact checks sh's compact index (it finds every record it
+// refers to, no key is also in objs, every record is in use and names a
+// known node incarnation) and returns its records as *objects; refs
+// counts the references into each block. Caller holds sh.mu.
+func (s *Service) checkCompact(sh *shard, refs map[*cblock]int32) (map[string]*object, error) {
+	c := &sh.c
+	out := map[string]*object{}
+	incs := s.incs.Load()
+	used := 0
+	for _, v := range c.idx {
+		if v == 0 {
+			continue
+		}
+		used++
+		if v == idxTomb {
+			continue
+		}
+		r := int32(v - 1)
+		b := s.cst.block(r)
+		if b == nil || int(r&(blockMax-1)) >= b.n {
+			return nil, inconsistent("compact index of shard %d: reference %d to a block freed or not filled there", sh.i, r)
+		}
+		x := s.cst.rec(r)
+		if x.klen == 0 {
+			return nil, inconsistent("compact index of shard %d: reference %d to a removed record", sh.i, r)
+		}
+		k := s.cst.key(r)
+		h := masterapi.KeyHash(k)
+		if hash32(h) != x.h32 || &s.shards[h&s.mask] != sh {
+			return nil, inconsistent("key %s: compact record hash %08x in shard %d, not the key's", keyspec.Show(k), x.h32, sh.i)
+		}
+		if got := c.find(k, x.h32); got != r {
+			return nil, inconsistent("key %s: compact record %d, the index finds %d", keyspec.Show(k), r, got)
+		}
+		if sh.objs[k] != nil {
+			return nil, inconsistent("key %s: both an object and a compact record", keyspec.Show(k))
+		}
+		if _, dup := out[k]; dup {
+			return nil, inconsistent("key %s: two compact records", keyspec.Show(k))
+		}
+		if incs == nil || int(x.node) >= len(*incs) {
+			return nil, inconsistent("key %s: compact record names node incarnation %d, unknown", keyspec.Show(k), x.node)
+		}
+		out[k] = newSSDObject(x.size, x.crc, (*incs)[x.node], x.seen)
+		if refs != nil {
+			refs[b]++
+		}
+	}
+	if len(out) != c.live || used != c.used {
+		return nil, inconsistent("compact index of shard %d: %d records and %d entries used, counted %d and %d", sh.i, len(out), used, c.live, c.used)
+	}
+	return out, nil
+}
+
+// checkBlocks checks that every block's live count is the references
+// into it (refs, from checkCompact over every shard) and that no block
+// without one is kept but the ones being filled. Caller holds every
+// shard lock.
+func (s *Service) checkBlocks(refs map[*cblock]int32) error {
+	s.cst.mu.Lock()
+	defer s.cst.mu.Unlock()
+	p := s.cst.table.Load()
+	if p == nil {
+		return nil
+	}
+	kept := int64(0)
+	for i, b := range *p {
+		if b == nil {
+			continue
+		}
+		kept++
+		if int(b.ix) != i {
+			return inconsistent("compact block at %d says it is at %d", i, b.ix)
+		}
+		if n := b.live.Load(); n != refs[b] {
+			return inconsistent("compact block %d: live count %d, %d references", i, n, refs[b])
+		}
+		if refs[b] == 0 && !b.open.Load() {
+			return inconsistent("compact block %d: no record and not being filled, kept", i)
+		}
+	}
+	if kept != s.cst.blocks.Load() {
+		return inconsistent("compact store: %d blocks in the table, counted %d", kept, s.cst.blocks.Load())
+	}
+	return nil
+}
+
+// all ranges over the entries of both maps.
+func all(a, b map[string]*object) func(yield func(string, *object) bool) {
+	return func(yield func(string, *object) bool) {
+		for k, o := range a {
+			if !yield(k, o) {
+				return
+			}
+		}
+		for k, o := range b {
+			if !yield(k, o) {
+				return
+			}
+		}
+	}
 }

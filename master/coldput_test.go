@@ -28,7 +28,7 @@ func inDRAM(s *Service, key string) bool {
 		return false
 	}
 	defer sh.mu.Unlock()
-	o := sh.objs[key]
+	o := s.peekObj(sh, key)
 	return o != nil && o.dram.seg != nil
 }
 

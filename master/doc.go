@@ -262,9 +262,22 @@
 // TryLock: a busy shard is taken after the free ones, so the chunks in
 // flight do not queue on the same locks; it looks up every key of a window
 // before recording any (their cache misses overlap) and adds the window's
-// counters before its unlocks. Its new objects come from slabs of the
-// chunk's own (objSlab), never reused: a slab stays allocated while any of
-// its objects lives.
+// counters before its unlocks. Its new objects are compact records
+// (compact.go): an SSD-only object with no DRAM copy, lease, pin or task
+// is a 32-byte pointer-free crec in a cblock (records and key bytes after
+// the block's prefix, the chunk's common key prefix kept once; one block
+// filled by one chunk, or the shared loose block for single
+// re-registrations under cstore.mu), referenced from its shard's
+// compactSet (an open-addressing index guarded by the shard lock). A key
+// is in sh.objs or in sh.c, never both (Check verifies it, and that each
+// block's live count equals the references to it). s.obj thaws a record
+// into an *object under the shard lock at every lookup that would change
+// it; sweeps, removals by pattern and reconciles change records in place
+// and never thaw, except a record holding the HA rebuild lease, which is
+// thawed with that lease. A block is released when its last record goes
+// and no chunk is filling it; the block table (an atomic pointer, grown
+// by doubling) is read without a lock, blocks are written only under the
+// shard lock of the record's key.
 // Time comes from Config.Clock, so tests
 // drive leases and TTLs with a ManualClock and call Tick instead of sleeping.
 package master

@@ -75,7 +75,7 @@ func (s *Service) registerDRAM(g *segment, m masterapi.DRAMObject, now int64) er
 	sh := s.shardOf(m.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	o := sh.objs[m.Key]
+	o := s.obj(sh, m.Key)
 	if o != nil {
 		if i := o.dramOn(g.node); i >= 0 && o.dramAt(i).seg == g && o.dramAt(i).off == m.Offset && o.dramAt(i).token == m.PutToken {
 			return nil // registered already (a call sent again)

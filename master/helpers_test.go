@@ -98,3 +98,25 @@ func heartbeat(api masterapi.NodeAPI, node string, max int) ([]masterapi.Offload
 	rep, err := api.Heartbeat(bg, masterapi.HeartbeatRequest{Node: node, Max: max})
 	return rep.Tasks, err
 }
+
+// everyObject returns sh's objects, its compact ones as stand-in
+// *objects (not thawed: changing them changes nothing). Caller holds
+// sh.mu.
+func (s *Service) everyObject(sh *shard) map[string]*object {
+	out, err := s.checkCompact(sh, nil)
+	if err != nil {
+		panic(err)
+	}
+	for k, o := range sh.objs {
+		out[k] = o
+	}
+	return out
+}
+
+// peekObj is everyObject's object of key, or nil.
+func (s *Service) peekObj(sh *shard, key string) *object {
+	if o := sh.objs[key]; o != nil {
+		return o
+	}
+	return s.everyObject(sh)[key]
+}

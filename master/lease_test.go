@@ -255,7 +255,7 @@ func allKeys(s *Service) []string {
 	var out []string
 	for i := range s.shards {
 		s.shards[i].mu.Lock()
-		for k := range s.shards[i].objs {
+		for k := range s.everyObject(&s.shards[i]) {
 			out = append(out, k)
 		}
 		s.shards[i].mu.Unlock()

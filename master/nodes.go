@@ -41,6 +41,7 @@ func (s *Service) MountSegment(ctx context.Context, req masterapi.MountRequest) 
 	if n == nil {
 		n = &node{id: req.Node, endpoint: req.Endpoint, incarnation: req.Incarnation, segments: map[string]*segment{}, dig: s.digestOf(req.Node)}
 		n.box.init()
+		s.addInc(n)
 		s.nodes[req.Node] = n
 		s.log.Info("node joined", "node", req.Node, "endpoint", req.Endpoint, "incarnation", req.Incarnation, "replaced_old", replaced)
 	}

@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"math"
 	"math/bits"
 	"sync"
 	"unsafe"
@@ -207,7 +208,9 @@ func (s *Service) reRegisterColumns(ctx context.Context, nodeID string, c master
 	order, groups := s.groupByShard(sc, items, first)
 	seen := n.dig.epoch.Load()
 	reg := reChunk{s: s, n: n, items: items, order: order, groups: groups, c: c, out: out, seen: seen, now: now}
-	reg.slab.left = count
+	pfx := chunkPrefix(items)
+	reg.fill = filler{st: &s.cst, left: count, keyLen: len(c.Keys)/count - len(pfx) + 1, pfx: pfx}
+	defer reg.fill.done()
 	busy := sc.busy[:0] // the groups left for later passes
 	held := sc.held[:0] // the groups of the window whose shard is locked
 	for gi := 0; gi < len(groups); {
@@ -283,7 +286,7 @@ type reChunk struct {
 	out    []error
 	seen   uint32
 	now    int64
-	slab   objSlab
+	fill   filler // the chunk's new compact records
 	sink   uint64 // keeps registerLocked's digest reads
 }
 
@@ -299,13 +302,17 @@ func (r *reChunk) registerLocked(held []int32) {
 	var sink uint64
 	for _, gi := range held {
 		g := r.groups[gi]
-		objs := s.shards[g.shard].objs
+		sh := &s.shards[g.shard]
 		for _, i := range r.order[g.lo:g.hi] {
-			r.items[i].o = objs[r.items[i].key]
+			it := &r.items[i]
+			it.o, it.ci = sh.objs[it.key], -1
+			if it.o == nil {
+				it.ci = sh.c.find(it.key, hash32(it.h))
+			}
 			// The slot's line, read now with the lookups' misses, is
 			// cached when the recording adds to it (locked adds, whose
 			// misses would not overlap).
-			sl := masterapi.SlotOf(r.items[i].h, digestSlots)
+			sl := masterapi.SlotOf(it.h, digestSlots)
 			sink += uint64(dig.counts[sl].Load()) + dig.sums[sl].Load()
 		}
 	}
@@ -320,6 +327,7 @@ func (r *reChunk) registerLocked(held []int32) {
 	if created > 0 {
 		n := r.n
 		s.cnt.objects.Add(created)
+		s.cnt.compact.Add(created)
 		s.cnt.ssdReplicas.Add(created)
 		s.cnt.ssdBytes.Add(bytes)
 		n.ssdReplicas.Add(created)
@@ -331,93 +339,87 @@ func (r *reChunk) registerLocked(held []int32) {
 }
 
 // registerShardLocked re-registers the objects of the chunk that fall in
-// sh (their indices in idx, their objects looked up in items[i].o), under
-// sh's lock: registerSSDLocked of each, except that a new object (the
-// common case of a re-registration) is created here with its SSD replica
-// in one slot of the chunk's slab (ssdObject). It returns how many objects
-// it created and their bytes, for the caller to count.
+// sh (their indices in idx, their objects or compact records looked up in
+// items[i]), under sh's lock: registerSSDLocked of each, except that a
+// new object (the common case of a re-registration) is created here as a
+// compact record from the chunk's own blocks (filler), and a compact
+// record of the node's id (a node re-registering what the master knows)
+// is refreshed in place. It returns how many objects it created and
+// their bytes, for the caller to count.
 func (r *reChunk) registerShardLocked(sh *shard, idx []int32) (created, bytes int64) {
 	s, n := r.s, r.n
+	flags := s.rebuiltFlags(r.now)
 	for _, i := range idx {
-		r.slab.left--
+		r.fill.left--
 		if r.out[i] != nil {
 			continue
 		}
 		it := &r.items[i]
-		size := r.c.Sizes[i]
-		// Looked up again unless the key is its shard's only one in the
-		// chunk: a key named twice is twice in one group, and the first
-		// may have been recorded since the lookup pass.
-		if size > 0 && it.o == nil && (len(idx) == 1 || sh.objs[it.key] == nil) {
-			o := r.slab.newSSDObject(size, r.c.CRCs[i], n, r.seen)
-			sh.putObj(it.key, o)
-			s.rebuiltLease(o, r.now)
-			n.dig.add(it.h, 1)
-			created++
-			bytes += size
-			continue
+		size, crc := r.c.Sizes[i], r.c.CRCs[i]
+		if size > 0 && it.o == nil {
+			ci := it.ci
+			// Looked up again unless the key is its shard's only one in
+			// the chunk: a key named twice is twice in one group, and the
+			// first may have been recorded since the lookup.
+			if len(idx) > 1 {
+				if sh.objs[it.key] != nil {
+					ci = -2 // registerSSDLocked's
+				} else {
+					ci = sh.c.find(it.key, hash32(it.h))
+				}
+			}
+			switch {
+			case ci == -1:
+				h32 := hash32(it.h)
+				sh.c.add(r.fill.put(it.key, crec{size: size, node: n.ix, seen: r.seen, crc: crc, h32: h32, flags: flags}), h32)
+				n.dig.add(it.h, 1)
+				created++
+				bytes += size
+				continue
+			case ci >= 0 && r.refreshCompact(ci, it.h, size, crc):
+				continue
+			}
 		}
-		r.out[i] = s.registerSSDLocked(sh, n, it.key, it.h, size, r.c.CRCs[i], true, r.seen, r.now)
+		r.out[i] = s.registerSSDLocked(sh, n, it.key, it.h, size, crc, true, r.seen, r.now)
 	}
 	return created, bytes
 }
 
-// ssdObject is an object created by re-registration together with its
-// one SSD replica, in one allocation instead of two: its ssd is rep[:1:1]
-// (a second replica's append moves the replicas to a slice of their own;
-// removals shrink it in place). Only its object is referred to.
+// refreshCompact is registerSSDLocked of a key held as compact record ci
+// whose replica is on the chunk's node's id, with the same size and crc:
+// the record names the node's current incarnation and the session's
+// stamp, as the replica would. It reports false, having changed nothing,
+// when the record is not such a one (registerSSDLocked then thaws it).
+func (r *reChunk) refreshCompact(ci int32, h uint64, size int64, crc uint32) bool {
+	s, n := r.s, r.n
+	x := s.cst.rec(ci)
+	prev := s.incAt(x.node)
+	if prev.id != n.id || x.size != size || x.crc != crc {
+		return false
+	}
+	if prev != n { // a new incarnation (same id, same digest)
+		s.countSSD(prev, h, -1, -size)
+		s.countSSD(n, h, 1, size)
+	}
+	x.node, x.seen = n.ix, r.seen
+	return true
+}
+
+// ssdObject is an object created with its one SSD replica, in one
+// allocation instead of two: its ssd is rep[:1:1] (a second replica's
+// append moves the replicas to a slice of their own; removals shrink it
+// in place). Only its object is referred to.
 type ssdObject struct {
 	object
 	rep [1]ssdReplica
 }
 
-// objSlab hands out the new objects of one re-registration chunk from a
-// few allocations instead of one each: slabs of objSlabMin objects, then
-// twice the last, never more than the chunk's items not yet handled
-// (left), so a chunk of 4096 new keys costs 9 allocations and a chunk of
-// mostly known keys at most twice the slots it uses. The price: a slab
-// stays allocated while any of its objects lives (docs/benchmarks.md,
-// stop 39, measures it after removes). A slab is the chunk's own, never
-// reused: an object's memory is never handed out twice.
-type objSlab struct {
-	free []ssdObject // the current slab's unused slots
-	next int         // the next slab's size
-	left int         // the chunk's items after the one being handled
-	made int         // slots allocated so far (the tests' measure of waste)
-}
-
-// objSlabMin is the size of a chunk's first slab.
-const objSlabMin = 16
-
-// populateMin is the size from which a new slab's pages are populated
-// at once (populate) rather than faulted in one by one: the slab's memory
-// is fresh from the OS in a growing master, and on this project's VM a
-// page fault cost about 6 us of system time, populating 2.4 GB 0.5-1.5 s
-// of it against 3.6-5.4 (docs/benchmarks.md, stop 39).
+// populateMin is the size from which a new array's pages are populated
+// at once (populate) rather than faulted in one by one: the memory is
+// fresh from the OS in a growing master, and on this project's VM a page
+// fault cost about 6 us of system time, populating 2.4 GB 0.5-1.5 s of
+// it against 3.6-5.4 (docs/benchmarks.md, stop 39).
 const populateMin = 64 << 10
-
-// newSSDObject returns a new object of size and crc with one SSD replica
-// on n, seen in reconcile epoch seen, from the slab.
-func (sl *objSlab) newSSDObject(size int64, crc uint32, n *node, seen uint32) *object {
-	if len(sl.free) == 0 {
-		k := max(sl.next, objSlabMin)
-		sl.next = 2 * k
-		sl.free = make([]ssdObject, min(k, sl.left+1))
-		sl.made += len(sl.free)
-		if n := uintptr(len(sl.free)) * unsafe.Sizeof(ssdObject{}); n >= populateMin {
-			populate(unsafe.Pointer(&sl.free[0]), n)
-		}
-	}
-	x := &sl.free[0]
-	sl.free = sl.free[1:]
-	// The slot is zero (a new slab's): set the fields one by one, not
-	// by copying a whole object (a bulk write barrier while the
-	// collector runs).
-	x.size, x.crc = size, crc
-	x.rep[0].node, x.rep[0].seen = n, seen
-	x.ssd = x.rep[:1:1]
-	return &x.object
-}
 
 // reGroup is the items of a chunk in one shard: order[lo:hi] of
 // groupByShard.
@@ -538,23 +540,29 @@ type reItem struct {
 	key string
 	h   uint64
 	o   *object
+	ci  int32 // its compact record when o is nil, or -1
 }
 
-// presize grows the shards' maps, once per node incarnation, to hold
-// expected more objects, when that at least doubles them: a new master
-// learning its nodes then builds each map once instead of growing it.
+// presize sizes the shards' compact indexes, once per node incarnation,
+// for expected more objects: a new master learning its nodes then builds
+// each index once instead of growing it. The indexes of the empty shards
+// (a new master's) are cut from one array shared by all, whose pages are
+// populated at once: each shard's own index would be a few KiB, too small
+// to populate, and its pages would fault in one by one (on this
+// project's VM the largest cost of a re-registration, docs/benchmarks.md).
+// Each is sized for the shard's share and four standard deviations more
+// (the keys of a shard are a binomial draw): a shard that outgrows it
+// moves to an index of its own, and the shared array stays allocated
+// while any shard still uses its part.
 func (s *Service) presize(expected int64) {
-	per := int(expected>>bits.TrailingZeros64(s.mask+1)) + 1
+	mean := float64(expected) / float64(len(s.shards))
+	size := idxSize(int(mean + 4*math.Sqrt(mean) + 4))
+	idx := make([]uint32, size*len(s.shards))
+	populateSlice(idx)
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		if want := len(sh.objs) + per; len(sh.objs) < want/2 {
-			m := make(map[string]*object, want+want/8)
-			for k, o := range sh.objs {
-				m[k] = o
-			}
-			sh.objs = m
-		}
+		sh.c.adopt(idx[i*size : (i+1)*size : (i+1)*size])
 		sh.mu.Unlock()
 	}
 }
@@ -590,15 +598,15 @@ func (s *Service) registerSSDLocked(sh *shard, n *node, key string, h uint64, si
 	if size <= 0 {
 		return errcode.Errorf(errcode.InvalidParams, "master: register SSD object: size must be > 0, got %d", size)
 	}
-	o := sh.objs[key]
+	o := s.obj(sh, key)
 	if o == nil && !create {
 		return errcode.Errorf(errcode.ObjectNotFound, "master: notify: node %q persisted a key the master does not know (removed?); delete the SSD copy", n.id)
 	}
 	if o == nil {
-		o = newSSDObject(size, crc, n, seen)
-		sh.putObj(key, o)
-		s.rebuiltLease(o, now)
+		h32 := hash32(h)
+		sh.c.add(s.cst.putLoose(key, crec{size: size, node: n.ix, seen: seen, crc: crc, h32: h32, flags: s.rebuiltFlags(now)}), h32)
 		s.cnt.objects.Add(1)
+		s.cnt.compact.Add(1)
 		s.countSSD(n, h, 1, size)
 		return nil
 	}

@@ -152,7 +152,7 @@ func (s *Service) Enqueue(key string) error {
 	sh := s.shardOf(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	o := sh.objs[key]
+	o := sh.objs[key] // a compact object has no DRAM replica
 	if o == nil || !o.readableDRAM() {
 		return errcode.Errorf(errcode.ObjectNotFound, "master: enqueue: no DRAM replica")
 	}

@@ -11,7 +11,7 @@ import (
 // populate asks the kernel to back the whole pages of the n bytes at p
 // now (MADV_POPULATE_WRITE, Linux 5.14), in one call, instead of one
 // page fault per page at the first write. p is memory the caller is about
-// to write (a new slab); the advice changes no byte. An older kernel
+// to write (a new compact block); the advice changes no byte. An older kernel
 // refuses it (EINVAL), and the pages fault in as before.
 func populate(p unsafe.Pointer, n uintptr) {
 	const page = 4096

@@ -83,7 +83,7 @@ func (s *Service) Prefetch(ctx context.Context, keys []string) (int, error) {
 	for _, k := range keys {
 		sh := s.shardOf(k)
 		sh.mu.Lock()
-		if o := sh.objs[k]; o != nil && !o.readableDRAM() && o.readableSSD() && s.considerPromotion(k, o, true) {
+		if o := s.obj(sh, k); o != nil && !o.readableDRAM() && o.readableSSD() && s.considerPromotion(k, o, true) {
 			queued++
 		}
 		sh.mu.Unlock()

@@ -216,7 +216,7 @@ const (
 func (s *Service) startPromotion(n *node, key string, pre bool) (masterapi.PromoteTask, promoStart) {
 	sh := s.shardOf(key)
 	sh.mu.Lock()
-	o := sh.objs[key]
+	o := s.obj(sh, key)
 	ok := promotable(o, n)
 	var size int64
 	if ok {

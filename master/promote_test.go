@@ -35,7 +35,7 @@ func readable(t *testing.T, s *Service, keys ...string) {
 	for _, k := range keys {
 		sh := s.shardOf(k)
 		sh.mu.Lock()
-		o := sh.objs[k]
+		o := s.peekObj(sh, k)
 		ok := o != nil && (o.readableDRAM() || o.readableSSD())
 		sh.mu.Unlock()
 		if !ok {

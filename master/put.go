@@ -39,7 +39,7 @@ func (s *Service) putStart(ctx context.Context, req masterapi.PutStartRequest) (
 	sh := s.shardOf(req.Key)
 	// Cheap pre-check so that a duplicate put neither allocates nor evicts.
 	sh.mu.Lock()
-	if o := sh.objs[req.Key]; o != nil && s.blocksPut(o) {
+	if o := s.obj(sh, req.Key); o != nil && s.blocksPut(o) {
 		sh.mu.Unlock()
 		return masterapi.PutStartReply{}, errcode.Errorf(errcode.ObjectExists, "master: put_start")
 	}
@@ -52,7 +52,7 @@ func (s *Service) putStart(ctx context.Context, req masterapi.PutStartRequest) (
 	now := s.now()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	o := sh.objs[req.Key]
+	o := s.obj(sh, req.Key)
 	if o != nil && s.blocksPut(o) {
 		for _, p := range places {
 			s.freeRange(p.seg, p.off, req.Size)
@@ -155,7 +155,7 @@ func (s *Service) ownPut(sh *shard, op, key string, token uint64) (*object, erro
 	if token == 0 {
 		return nil, errcode.Errorf(errcode.InvalidParams, "master: %s: no put token; pass the token PutStart answered", op)
 	}
-	o := sh.objs[key]
+	o := sh.objs[key] // a compact object has no put in progress
 	if o != nil && o.dram.seg != nil && o.dram.token == token {
 		return o, nil
 	}

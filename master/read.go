@@ -46,7 +46,7 @@ func (s *Service) exist(key string, now int64, count bool) (bool, error) {
 		return false, err
 	}
 	defer sh.mu.Unlock()
-	o := sh.objs[key]
+	o := s.obj(sh, key)
 	s.observeLookup(key, o, count, true)
 	switch {
 	case o == nil:
@@ -73,7 +73,7 @@ func (s *Service) replicaList(key string, now int64, count bool, slab *[]mastera
 		return masterapi.ObjectInfo{}, err
 	}
 	defer sh.mu.Unlock()
-	o := sh.objs[key]
+	o := s.obj(sh, key)
 	s.observeLookup(key, o, count, false)
 	if o == nil {
 		return masterapi.ObjectInfo{}, errcode.Errorf(errcode.ObjectNotFound, "master: get_replica_list")

@@ -270,9 +270,21 @@ func (s *Service) markHeld(n *node, id uint32, slots int, differs func(int) bool
 		sh := s.shardOf(k)
 		sh.mu.Lock()
 		o := sh.objs[k]
-		i := -1
+		i, other := -1, false
 		if o != nil {
 			i = o.ssdIndex(n.id)
+		} else if ci := sh.c.find(k, hash32(masterapi.KeyHash(k))); ci >= 0 {
+			// A compact object: its one replica stamped in place, or the
+			// key unwanted on n (another node's object, no task of n's).
+			if rec := s.cst.rec(ci); s.incAt(rec.node).id == n.id {
+				if rec.seen != id {
+					rec.seen = id
+					named[r]++
+				}
+				sh.mu.Unlock()
+				continue
+			}
+			other = true
 		}
 		switch {
 		case i >= 0:
@@ -280,7 +292,7 @@ func (s *Service) markHeld(n *node, id uint32, slots int, differs func(int) bool
 				o.ssd[i].seen = id
 				named[r]++
 			}
-		case o == nil || o.offload != n:
+		case other || o == nil || o.offload != n:
 			if _, ok := dup[k]; !ok {
 				if dup == nil {
 					dup = map[string]struct{}{}
@@ -367,6 +379,24 @@ func (s *Service) dropUnseen(nodeID string, session uint32, slots int, scan []in
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		var found, visits int64
+		var kbuf []byte // keyIn's
+		// The compact objects first: one of n's id the session did not
+		// stamp goes with its one replica as dropSSD drops it (a rebuild
+		// lease holds it: thawed, the walk below drops its replica).
+		sh.c.visit(func(ci int32, rec *crec) {
+			visits++
+			k := s.cst.keyIn(ci, &kbuf)
+			if rec.seen == session || s.incAt(rec.node).id != nodeID || !in(masterapi.SlotOf(masterapi.KeyHash(k), slots)) {
+				return
+			}
+			if s.rebuiltLeased(rec, now) {
+				s.thaw(sh, ci)
+				return
+			}
+			found++
+			dropped++
+			s.delCompact(sh, k, ci)
+		})
 		for k, o := range sh.objs {
 			if want >= 0 && found == want {
 				break

@@ -375,7 +375,7 @@ func ssdState(s *Service) string {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, o := range sh.objs {
+		for k, o := range s.everyObject(sh) {
 			var ns []string
 			for _, d := range o.ssd {
 				ns = append(ns, d.node.id)

@@ -20,7 +20,7 @@ func (s *Service) Remove(ctx context.Context, key string, force bool) error {
 	if err != nil {
 		return s.observe(err)
 	}
-	o := sh.objs[key]
+	o := s.obj(sh, key)
 	if o == nil {
 		sh.mu.Unlock()
 		return s.observe(errcode.Errorf(errcode.ObjectNotFound, "master: remove"))
@@ -105,10 +105,25 @@ func (s *Service) removeMatching(ctx context.Context, e masterapi.Removal, match
 	seq := s.rlog.add(e, &s.tokens, now, true)
 	var n int64
 	var spared []string
+	var kbuf []byte // keyIn's
 	last := seq
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
+		// A compact object (put token 0, no DRAM replica, task or put)
+		// goes as removeObj would delete it, unless a rebuild lease holds
+		// it: then it becomes an *object for the walk below to refuse or
+		// force.
+		sh.c.visit(func(i int32, r *crec) {
+			switch k := s.cst.keyIn(i, &kbuf); {
+			case !match(k):
+			case s.rebuiltLeased(r, now):
+				s.thaw(sh, i)
+			default:
+				s.delCompact(sh, k, i)
+				n++
+			}
+		})
 		sh.scanAll(s.hooks.scanYielded, func(k string, o *object) {
 			if !match(k) || o.token > seq {
 				return
@@ -161,9 +176,9 @@ func (s *Service) EvictDRAM(ctx context.Context, keys []string, all bool) (maste
 		sh := s.shardOf(k)
 		sh.mu.Lock()
 		switch o := sh.objs[k]; {
-		case o == nil:
+		case o == nil && !s.compactHas(sh, k):
 			res.NotFound++
-		case o.dram.seg == nil || (o.dram.complete && !o.readableDRAM()):
+		case o == nil || o.dram.seg == nil || (o.dram.complete && !o.readableDRAM()):
 			res.NotInDRAM++
 		default:
 			if s.evictDRAMOf(o, now, &res) {

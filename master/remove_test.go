@@ -100,7 +100,7 @@ func keysOf(s *Service) []string {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k := range sh.objs {
+		for k := range s.everyObject(sh) {
 			out = append(out, k)
 		}
 		sh.mu.Unlock()

@@ -20,7 +20,7 @@ func reregState(s *Service) string {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, o := range sh.objs {
+		for k, o := range s.everyObject(sh) {
 			var ns []string
 			for _, d := range o.ssd {
 				ns = append(ns, fmt.Sprintf("%s/%v", d.node.id, d.viaTask))
@@ -156,7 +156,7 @@ func TestReRegisterChunksInParallel(t *testing.T) {
 		key := fmt.Sprint("k", i)
 		sh := par.shardOf(key)
 		sh.mu.Lock()
-		o := sh.objs[key]
+		o := par.peekObj(sh, key)
 		var have []string
 		for _, d := range o.ssd {
 			have = append(have, fmt.Sprintf("%s/%d", d.node.id, o.size))
@@ -199,7 +199,7 @@ func TestReRegisterPassesBusyShard(t *testing.T) {
 			defer sh.mu.Unlock()
 		}
 		for _, d := range objs {
-			if s.shardIndex(d.Key) == i && sh.objs[d.Key] == nil {
+			if s.shardIndex(d.Key) == i && s.peekObj(sh, d.Key) == nil {
 				return false
 			}
 		}

@@ -2,8 +2,6 @@ package master
 
 import (
 	"fmt"
-	"math/bits"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -11,65 +9,6 @@ import (
 
 	"github.com/tierstore/tierstore/masterapi"
 )
-
-// TestObjSlabBounded (property): a chunk's slabs hand out distinct
-// slots, make exactly one slot per object when every key is new (in
-// about log2 of the chunk's size allocations), and at most twice the
-// slots used (plus a first slab) whatever the mix of new and known keys.
-func TestObjSlabBounded(t *testing.T) {
-	n := &node{id: "a"}
-	rng := rand.New(rand.NewPCG(1, 2))
-	for _, count := range []int{1, 2, 15, 16, 17, 100, 4095, 4096, 16384} {
-		for _, newShare := range []float64{1, 0.5, 0.01, 0} {
-			sl := objSlab{left: count}
-			seen := map[*object]bool{}
-			used, slabs := 0, 0
-			for i := range count {
-				sl.left--
-				if rng.Float64() >= newShare && newShare < 1 {
-					continue
-				}
-				before := sl.made
-				o := sl.newSSDObject(int64(i+1), uint32(i), n, 7)
-				if sl.made != before {
-					slabs++
-				}
-				used++
-				if seen[o] {
-					t.Fatalf("%d items, %.2f new: object %d handed out twice", count, newShare, i)
-				}
-				seen[o] = true
-				if o.size != int64(i+1) || o.crc != uint32(i) || len(o.ssd) != 1 || cap(o.ssd) != 1 || o.ssd[0].node != n || o.ssd[0].seen != 7 {
-					t.Fatalf("%d items: object %d is %+v", count, i, *o)
-				}
-				if x := (*ssdObject)(unsafe.Pointer(o)); &o.ssd[0] != &x.rep[0] {
-					t.Fatalf("%d items: object %d's replica is not in its own slot", count, i)
-				}
-			}
-			name := fmt.Sprintf("%d items, %.2f new: %d objects", count, newShare, used)
-			if sl.made > 2*used+objSlabMin || sl.made > count {
-				t.Fatalf("%s in %d slots", name, sl.made)
-			}
-			if most := bits.Len(uint(count/objSlabMin)) + 1; newShare == 1 && (sl.made != count || slabs > most) {
-				t.Fatalf("%s in %d slots, %d slabs: want %d slots in at most %d", name, sl.made, slabs, count, most)
-			}
-		}
-	}
-	// Every object is distinct: the whole set checked above, and a
-	// write to one leaves its slab neighbours as they were.
-	sl := objSlab{left: 64}
-	var objs []*object
-	for i := range 64 {
-		sl.left--
-		objs = append(objs, sl.newSSDObject(int64(i+1), 0, n, 0))
-	}
-	objs[10].size, objs[10].ssd = 999, append(objs[10].ssd, ssdReplica{node: &node{id: "b"}})
-	for i, o := range objs {
-		if i != 10 && (o.size != int64(i+1) || len(o.ssd) != 1 || o.ssd[0].node != n) {
-			t.Fatalf("object %d changed with its neighbour: %+v", i, *o)
-		}
-	}
-}
 
 // TestReRegisterDuplicateKeysInChunk: a chunk that names a key twice
 // (both occurrences looked up before either is recorded) makes one
@@ -155,7 +94,7 @@ func TestReRegisterOverGRPCKeepsKeys(t *testing.T) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, o := range sh.objs {
+		for k, o := range s.everyObject(sh) {
 			n++
 			var c, j int
 			if _, err := fmt.Sscanf(k, "grpc/%03d/%04d/", &c, &j); err != nil || k != fmt.Sprintf("grpc/%03d/%04d/%s", c, j, strings.Repeat("x", (c*per+j)%40)) ||

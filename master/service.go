@@ -39,7 +39,14 @@ type Service struct {
 	digests  map[string]*ssdDigest // per node id: its SSD replicas' digest (reconcile.go)
 
 	nodesMu sync.RWMutex // protects nodes, retired and every node.segments map
-	nodes   map[string]*node
+	// incs lists every node incarnation by its index (node.ix), which
+	// compact records name (compact.go); appended under nodesMu, read
+	// without a lock (a new slice each time). Never shrinks: an
+	// incarnation is a few hundred bytes, and there are few.
+	incs atomic.Pointer[[]*node]
+	// cst holds the blocks of the shards' compact records (compact.go).
+	cst   cstore
+	nodes map[string]*node
 	// retired holds expired or replaced incarnations while replicas still
 	// point at them (kept for the lease); Stats lists them as not alive and
 	// forgets them once they hold nothing.
@@ -123,14 +130,17 @@ type Service struct {
 // counters are the live totals reported by Stats and the metrics.
 type counters struct {
 	objects, dramReplicas, ssdReplicas atomic.Int64
-	dramBytes, ssdBytes                atomic.Int64
-	evictions                          atomic.Int64
-	offloadQueued, offloadPersisted    atomic.Int64
-	offloadFailed, expiredNodes        atomic.Int64
-	offloadRetried, offloadAbandoned   atomic.Int64
-	badReplicas                        atomic.Int64
-	putWaits, putWaitsFailed           atomic.Int64
-	offloadWakes                       atomic.Int64 // WaitOffload calls answered pressed (wake.go)
+	// compact counts the objects held as compact records, thawed the
+	// records turned into *objects (compact.go).
+	compact, thawed                  atomic.Int64
+	dramBytes, ssdBytes              atomic.Int64
+	evictions                        atomic.Int64
+	offloadQueued, offloadPersisted  atomic.Int64
+	offloadFailed, expiredNodes      atomic.Int64
+	offloadRetried, offloadAbandoned atomic.Int64
+	badReplicas                      atomic.Int64
+	putWaits, putWaitsFailed         atomic.Int64
+	offloadWakes                     atomic.Int64 // WaitOffload calls answered pressed (wake.go)
 	// prefetch (prefetch.go)
 	prefetchQueued, prefetchOverBudget atomic.Int64
 	prefetchEvictions                  atomic.Int64
@@ -179,6 +189,7 @@ func New(cfg Config) (*Service, error) {
 	s.sets = shardSets{dram: newShardSet(n), held: newShardSet(n)}
 	for i := range s.shards {
 		s.shards[i].i, s.shards[i].sets = int32(i), &s.sets
+		s.shards[i].c.st = &s.cst
 	}
 	s.mask = uint64(n - 1)
 	s.digests = map[string]*ssdDigest{}

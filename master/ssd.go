@@ -47,7 +47,7 @@ func (s *Service) EvictSSDReplica(ctx context.Context, nodeID string, keys []str
 		sh := s.shardOf(k)
 		sh.mu.Lock()
 		now := s.now()
-		switch o := sh.objs[k]; {
+		switch o := s.obj(sh, k); {
 		case o == nil:
 		case o.leased(now) && o.onlyReadableOn(nodeID):
 			if _, dup := kept[k]; !dup {

@@ -14,6 +14,7 @@ type node struct {
 	id          string
 	endpoint    string       // immutable
 	incarnation string       // immutable; "" when the node does not send one
+	ix          uint32       // immutable: its index in Service.incs
 	lastPing    atomic.Int64 // unix nanoseconds of the last ping, mount or heartbeat
 	dead        atomic.Bool  // set once, when the node expires
 	// presized: a re-registration of this incarnation sized the shards'
@@ -240,8 +241,11 @@ func (o *object) ssdIndex(id string) int {
 // shard is one slice of the key space. Its maps are nil until their first
 // entry (putObj, noteDRAM, hold): a nil map reads as empty.
 type shard struct {
-	mu   sync.Mutex // protects objs, dram, held and every *object in them
+	mu   sync.Mutex // protects objs, c, dram, held and every *object in them
 	objs map[string]*object
+	// c holds the shard's compact objects (compact.go): a key is in objs
+	// or in c, never both.
+	c compactSet
 	// dram holds every object of objs that has a DRAM replica (noteDRAM,
 	// called wherever one is added), and possibly some that no longer do
 	// or that left objs: the DRAM eviction scans (dramObjects) walk it

@@ -23,11 +23,24 @@ import "github.com/tierstore/tierstore/masterapi"
 func (s *Service) sweep(now int64) {
 	s.sweepDirty.Store(false)
 	restored := 0
+	var kbuf []byte // keyIn's
 	discard := s.cfg.PutStartDiscardTimeout.Nanoseconds()
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		s.scanVisits.Add(int64(len(sh.objs)))
+		s.scanVisits.Add(int64(len(sh.objs) + sh.c.live))
+		// A compact object needs the sweep only when its node died: it
+		// goes with its one replica (clearDead, settleEmpty), or, leased,
+		// becomes an *object the walk below holds for its lease.
+		sh.c.visit(func(i int32, r *crec) {
+			switch {
+			case !s.incAt(r.node).dead.Load():
+			case s.rebuiltLeased(r, now):
+				s.thaw(sh, i)
+			default:
+				s.delCompact(sh, s.cst.keyIn(i, &kbuf), i)
+			}
+		})
 		sh.scanAll(s.hooks.scanYielded, func(key string, o *object) {
 			if n := o.offload; n != nil && n.dead.Load() {
 				o.offload = nil // the dead node's mailbox went with it

@@ -16,7 +16,7 @@ func objectsOn(s *Service, node string) int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for _, o := range sh.objs {
+		for _, o := range s.everyObject(sh) {
 			for _, m := range o.drams() {
 				if m.seg.node.id == node {
 					n++

@@ -1,0 +1,334 @@
+package master
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tierstore/tierstore/internal/errcode"
+	"github.com/tierstore/tierstore/masterapi"
+	"pgregory.net/rapid"
+)
+
+// compactKey is key i of the model tests in one of three families: 0,
+// lengths from 2 to ~300 bytes, so that blocks run out of key bytes
+// before records (no common prefix to keep once); 1, the same after
+// vLLM's 44-byte prefix (every chunk's blocks keep it once); 2, that
+// prefix and i z's, so that a chunk's shortest key is the start of all
+// the others (its prefix stops one byte short of it).
+func compactKey(family, i int) string {
+	const vllm = "model@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@"
+	switch family {
+	case 1:
+		return vllm + fmt.Sprintf("k%d/%s", i, strings.Repeat("x", i*37%300))
+	case 2:
+		return vllm + strings.Repeat("z", i)
+	}
+	return fmt.Sprintf("k%d/%s", i, strings.Repeat("x", i*37%300))
+}
+
+// replicaNodes renders every object as key=its SSD replicas' node ids,
+// sorted, and reports whether one has a DRAM replica.
+func replicaNodes(s *Service) (map[string]string, bool) {
+	out := map[string]string{}
+	dram := false
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, o := range s.everyObject(sh) {
+			var ns []string
+			for _, d := range o.ssd {
+				ns = append(ns, d.node.id)
+			}
+			sort.Strings(ns)
+			out[k] = strings.Join(ns, ",")
+			dram = dram || o.dram.seg != nil
+		}
+		sh.mu.Unlock()
+	}
+	return out, dram
+}
+
+// TestCompactMatchesModel (property): re-registrations in chunks (which
+// make compact records), lookups (which thaw them), removals of one key
+// and of all, SSD evictions, nodes leaving and coming back, nodes
+// restarting and re-registering what they kept, in random
+// order over random shard counts, leave the SSD replicas the model says,
+// with every Check passing (the compact index finds every record, each
+// block's live count is its references, the counters and digests agree).
+func TestCompactMatchesModel(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		cfg := DefaultConfig()
+		clk := NewManualClock(t0)
+		cfg.Clock = clk
+		cfg.MonitorInterval = 0
+		cfg.Shards = 1 << rapid.IntRange(0, 4).Draw(rt, "shardsLog")
+		cfg.ClientTTL = time.Hour
+		cfg.Logger = slog.New(slog.DiscardHandler)
+		s, err := New(cfg)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		defer s.Close()
+		nodes := []string{"a", "b"}
+		for _, n := range nodes {
+			mount(t, s, n, 1<<20)
+		}
+		universe := rapid.IntRange(1, 400).Draw(rt, "universe")
+		family := rapid.IntRange(0, 2).Draw(rt, "family")
+		model := map[string]map[string]bool{} // key -> node ids with a replica
+		incarnation := 0
+		keysOf := func(label string) []string {
+			var ks []string
+			for _, i := range rapid.SliceOfN(rapid.IntRange(0, universe-1), 0, 600).Draw(rt, label) {
+				ks = append(ks, compactKey(family, i))
+			}
+			return ks
+		}
+		steps := rapid.IntRange(1, 30).Draw(rt, "steps")
+		for step := range steps {
+			switch op := rapid.IntRange(0, 7).Draw(rt, "op"); op {
+			case 0, 1: // a re-registration, in chunks
+				n := rapid.SampledFrom(nodes).Draw(rt, "node")
+				ks := keysOf("reregKeys")
+				chunk := rapid.IntRange(1, 300).Draw(rt, "chunk")
+				for lo := 0; lo < len(ks); lo += chunk {
+					var objs []masterapi.SSDObject
+					for _, k := range ks[lo:min(lo+chunk, len(ks))] {
+						objs = append(objs, masterapi.SSDObject{Key: k, Size: int64(10 + len(k)), CRC: crcOf(k)})
+					}
+					c := masterapi.ColumnsOf(objs)
+					if rapid.Bool().Draw(rt, "hint") {
+						c.Expected = int64(len(ks))
+					}
+					errs, err := s.ReRegisterSSDColumns(bg, n, c)
+					if err != nil {
+						rt.Fatalf("step %d: re-register: %v", step, err)
+					}
+					for i, e := range errs {
+						if e == nil {
+							if model[objs[i].Key] == nil {
+								model[objs[i].Key] = map[string]bool{}
+							}
+							model[objs[i].Key][n] = true
+						}
+					}
+				}
+			case 2: // lookups: thaw
+				for _, k := range keysOf("lookups") {
+					_, err := s.GetReplicaList(bg, k)
+					if (err == nil) != (model[k] != nil) {
+						rt.Fatalf("step %d: lookup %q: %v, model %v", step, k, err, model[k])
+					}
+				}
+				clk.Advance(cfg.DefaultKVLeaseTTL + time.Second) // the leases end
+			case 3: // removals of single keys
+				for _, k := range keysOf("removes") {
+					err := s.Remove(bg, k, false)
+					switch {
+					case err == nil && model[k] != nil:
+						delete(model, k)
+					case errors.Is(err, errcode.ErrObjectNotFound) && model[k] == nil:
+					default:
+						rt.Fatalf("step %d: remove %q: %v, model %v", step, k, err, model[k])
+					}
+				}
+			case 4: // remove all
+				n, err := s.RemoveAll(bg, false)
+				if err != nil || n != int64(len(model)) {
+					rt.Fatalf("step %d: remove all: %d, %v; model has %d", step, n, err, len(model))
+				}
+				clear(model)
+			case 5: // SSD eviction reported by a node
+				n := rapid.SampledFrom(nodes).Draw(rt, "evictNode")
+				ks := keysOf("evicts")
+				res, err := s.EvictSSDReplica(bg, n, ks)
+				if err != nil || len(res.Keep) != 0 {
+					rt.Fatalf("step %d: evict: %+v, %v", step, res, err)
+				}
+				for _, k := range ks {
+					if model[k][n] {
+						delete(model[k], n)
+						if len(model[k]) == 0 {
+							delete(model, k)
+						}
+					}
+				}
+			case 6: // a node leaves and mounts again (a new incarnation)
+				n := rapid.SampledFrom(nodes).Draw(rt, "leaveNode")
+				if err := s.LeaveNode(bg, n, ""); err != nil {
+					rt.Fatalf("step %d: leave: %v", step, err)
+				}
+				for k, on := range model {
+					delete(on, n)
+					if len(on) == 0 {
+						delete(model, k)
+					}
+				}
+				mount(t, s, n, 1<<20)
+			case 7: // a node expires, comes back and re-registers before the sweep reaches its objects
+				n := rapid.SampledFrom(nodes).Draw(rt, "restartNode")
+				s.nodesMu.Lock()
+				s.retireLocked(s.nodes[n]) // the sweep that follows has not reached them
+				s.nodesMu.Unlock()
+				incarnation++
+				if err := s.MountSegment(bg, masterapi.MountRequest{Node: n, Endpoint: n + ":1", Segment: "seg0", Size: 1 << 20, Incarnation: fmt.Sprint(incarnation)}); err != nil {
+					rt.Fatal(err)
+				}
+				ks := keysOf("restartKeys")
+				var objs []masterapi.SSDObject
+				for _, k := range ks {
+					objs = append(objs, masterapi.SSDObject{Key: k, Size: int64(10 + len(k)), CRC: crcOf(k)})
+				}
+				errs, err := s.ReRegisterSSDColumns(bg, n, masterapi.ColumnsOf(objs))
+				if err != nil {
+					rt.Fatalf("step %d: re-register after restart: %v", step, err)
+				}
+				kept := map[string]bool{}
+				for i, e := range errs {
+					if e == nil {
+						kept[objs[i].Key] = true
+					}
+				}
+				s.sweep(s.now())
+				for k := range kept {
+					if model[k] == nil {
+						model[k] = map[string]bool{}
+					}
+					model[k][n] = true
+				}
+				for k, on := range model {
+					if on[n] && !kept[k] {
+						delete(on, n)
+						if len(on) == 0 {
+							delete(model, k)
+						}
+					}
+				}
+			}
+			if err := s.Check(); err != nil {
+				rt.Fatalf("step %d: %v", step, err)
+			}
+			got, dram := replicaNodes(s)
+			if dram {
+				rt.Fatalf("step %d: a DRAM replica, none was put", step)
+			}
+			for k, on := range model {
+				want := slices.Sorted(func(yield func(string) bool) {
+					for n := range on {
+						if !yield(n) {
+							return
+						}
+					}
+				})
+				if got[k] != strings.Join(want, ",") {
+					rt.Fatalf("step %d: key %q on %q, model %v", step, k, got[k], want)
+				}
+			}
+			if len(got) != len(model) {
+				rt.Fatalf("step %d: %d objects, model %d", step, len(got), len(model))
+			}
+		}
+	})
+}
+
+// TestCompactRebuiltLease: SSD objects re-registered inside an HA
+// rebuild window are compact records and leased as rebuilt objects are
+// (until the window's end and a lease after it): a removal without force
+// is refused, a node's death keeps them (REPLICA_IS_GONE, not a miss),
+// RemoveAll spares them; once the lease is over they go. An object
+// re-registered after the window has no lease.
+func TestCompactRebuiltLease(t *testing.T) {
+	s, clk, _ := haService(t, nil)
+	mount(t, s, "a", 1<<20)
+	mount(t, s, "b", 1<<20)
+	reg := func(node string, keys ...string) { // on s
+		t.Helper()
+		var objs []masterapi.SSDObject
+		for _, k := range keys {
+			objs = append(objs, masterapi.SSDObject{Key: k, Size: 10, CRC: crcOf(k)})
+		}
+		errs, err := s.ReRegisterSSDColumns(bg, node, masterapi.ColumnsOf(objs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, e := range errs {
+			if e != nil {
+				t.Fatalf("%s: %v", keys[i], e)
+			}
+		}
+	}
+	reg("a", "r1", "r2", "r3")
+	reg("b", "s1")
+	if got := s.cnt.compact.Load(); got != 4 {
+		t.Fatalf("%d compact records after re-registering 4 keys", got)
+	}
+	if err := s.LeaveNode(bg, "b", ""); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.GetReplicaList(bg, "s1")
+	mustIs(t, err, errcode.ErrReplicaGone)
+	mustIs(t, s.Remove(bg, "r1", false), errcode.ErrObjectHasLease)
+	if n, err := s.RemoveAll(bg, false); err != nil || n != 0 {
+		t.Fatalf("RemoveAll inside the rebuild lease removed %d (%v)", n, err)
+	}
+
+	clk.Advance(2*time.Second + s.cfg.DefaultKVLeaseTTL + time.Second) // the window and its lease end
+	s.Tick()
+	if n, err := s.RemoveAll(bg, false); err != nil || n != 3 {
+		t.Fatalf("RemoveAll after the rebuild lease removed %d (%v)", n, err)
+	}
+	for _, k := range []string{"s1"} {
+		_, err := s.GetReplicaList(bg, k)
+		mustIs(t, err, errcode.ErrObjectNotFound)
+	}
+
+	late, lclk, _ := haService(t, nil)
+	mount(t, late, "a", 1<<20)
+	lclk.Advance(3 * time.Second)
+	errs, err := late.ReRegisterSSDColumns(bg, "a", masterapi.ColumnsOf([]masterapi.SSDObject{{Key: "late", Size: 10, CRC: 1}}))
+	if err != nil || errs[0] != nil {
+		t.Fatal(err, errs)
+	}
+	if err := late.Remove(bg, "late", false); err != nil {
+		t.Fatalf("an object re-registered after the window: %v", err)
+	}
+}
+
+// TestCompactLookupsThaw: a re-registered object is a compact record
+// until a lookup (or another change) turns it into an *object; EvictDRAM
+// of it answers "not in DRAM" without turning it into one, and the
+// answers of lookups are the same either way.
+func TestCompactLookupsThaw(t *testing.T) {
+	s, _ := testService(t, nil)
+	mount(t, s, "a", 1<<20)
+	errs, err := s.ReRegisterSSDColumns(bg, "a", masterapi.ColumnsOf([]masterapi.SSDObject{{Key: "c1", Size: 10, CRC: 5}, {Key: "c2", Size: 20, CRC: 6}}))
+	if err != nil || errs[0] != nil || errs[1] != nil {
+		t.Fatal(err, errs)
+	}
+	res, err := s.EvictDRAM(bg, []string{"c1", "nope"}, false)
+	if err != nil || res.NotInDRAM != 1 || res.NotFound != 1 {
+		t.Fatalf("EvictDRAM: %+v %v", res, err)
+	}
+	if c, th := s.cnt.compact.Load(), s.cnt.thawed.Load(); c != 2 || th != 0 {
+		t.Fatalf("compact %d thawed %d, want 2 and 0", c, th)
+	}
+	info, err := s.GetReplicaList(bg, "c2")
+	if err != nil || info.Size != 20 || info.CRC != 6 || len(info.Replicas) != 1 || info.Replicas[0].Kind != masterapi.SSD || info.Replicas[0].Node != "a" {
+		t.Fatalf("GetReplicaList: %+v %v", info, err)
+	}
+	if c, th := s.cnt.compact.Load(), s.cnt.thawed.Load(); c != 1 || th != 1 {
+		t.Fatalf("compact %d thawed %d, want 1 and 1", c, th)
+	}
+	if ok, err := s.ExistKey(bg, "c1"); !ok || err != nil {
+		t.Fatalf("ExistKey: %v %v", ok, err)
+	}
+	if st, err := s.Stats(bg); err != nil || st.Objects != 2 || st.SSDReplicas != 2 {
+		t.Fatalf("Stats: %+v %v", st, err)
+	}
+}
