@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -37,20 +36,10 @@ func compactKey(family, i int) string {
 func replicaNodes(s *Service) (map[string]string, bool) {
 	out := map[string]string{}
 	dram := false
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		for k, o := range s.everyObject(sh) {
-			var ns []string
-			for _, d := range o.ssd {
-				ns = append(ns, d.node.id)
-			}
-			sort.Strings(ns)
-			out[k] = strings.Join(ns, ",")
-			dram = dram || o.dram.seg != nil
-		}
-		sh.mu.Unlock()
-	}
+	s.eachObject(func(k string, o *object, ns []string) {
+		out[k] = strings.Join(ns, ",")
+		dram = dram || o.dram.seg != nil
+	})
 	return out, dram
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"testing"
 	"time"
 
@@ -111,6 +112,24 @@ func (s *Service) everyObject(sh *shard) map[string]*object {
 		out[k] = o
 	}
 	return out
+}
+
+// eachObject calls fn with every object of s (everyObject's, under each
+// shard's lock in turn) and the sorted node ids of its SSD replicas.
+func (s *Service) eachObject(fn func(key string, o *object, ssdNodes []string)) {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, o := range s.everyObject(sh) {
+			var ns []string
+			for _, d := range o.ssd {
+				ns = append(ns, d.node.id)
+			}
+			sort.Strings(ns)
+			fn(k, o, ns)
+		}
+		sh.mu.Unlock()
+	}
 }
 
 // peekObj is everyObject's object of key, or nil.

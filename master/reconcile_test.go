@@ -372,19 +372,9 @@ func ssdObjsOf(ids []int) []masterapi.SSDObject {
 // ssdState renders every object and its SSD replicas, sorted.
 func ssdState(s *Service) string {
 	var rows []string
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		for k, o := range s.everyObject(sh) {
-			var ns []string
-			for _, d := range o.ssd {
-				ns = append(ns, d.node.id)
-			}
-			sort.Strings(ns)
-			rows = append(rows, k+"="+strings.Join(ns, ","))
-		}
-		sh.mu.Unlock()
-	}
+	s.eachObject(func(k string, _ *object, ns []string) {
+		rows = append(rows, k+"="+strings.Join(ns, ","))
+	})
 	sort.Strings(rows)
 	return strings.Join(rows, " ")
 }
