@@ -17,19 +17,14 @@ import (
 // replica) and its SSD replicas (node id, viaTask), sorted.
 func reregState(s *Service) string {
 	var rows []string
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		for k, o := range s.everyObject(sh) {
-			var ns []string
-			for _, d := range o.ssd {
-				ns = append(ns, fmt.Sprintf("%s/%v", d.node.id, d.viaTask))
-			}
-			sort.Strings(ns)
-			rows = append(rows, fmt.Sprintf("%s:%d:%x:%v=%s", k, o.size, o.crc, o.dram.seg != nil, strings.Join(ns, ",")))
+	s.eachObject(func(k string, o *object, _ []string) {
+		var ns []string
+		for _, d := range o.ssd {
+			ns = append(ns, fmt.Sprintf("%s/%v", d.node.id, d.viaTask))
 		}
-		sh.mu.Unlock()
-	}
+		sort.Strings(ns)
+		rows = append(rows, fmt.Sprintf("%s:%d:%x:%v=%s", k, o.size, o.crc, o.dram.seg != nil, strings.Join(ns, ",")))
+	})
 	sort.Strings(rows)
 	return strings.Join(rows, " ")
 }
