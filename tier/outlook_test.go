@@ -57,8 +57,8 @@ func TestOutlookListsNextVictimsWithTheirObjects(t *testing.T) {
 }
 
 // TestSetWorthFreqRanksVictims: with the "worth" policy the tier evicts
-// the one of least worth of the least recently used buckets, weighed with
-// the given frequencies; other policies take no WorthFunc.
+// the bucket of least worth, weighed with the given frequencies; other
+// policies take no WorthFunc.
 func TestSetWorthFreqRanksVictims(t *testing.T) {
 	lru := openEngine(t, t.TempDir(), Options{Capacity: 100 * bucketBytes})
 	require.False(t, lru.SetWorthFreq(func([]byte) uint32 { return 1 }))
