@@ -15,10 +15,11 @@ import (
 // DRAM holds simDRAM objects in the master's order (warm puts and hits at
 // the back, cold puts at the front, the front evicted first); a DRAM
 // victim the policy admits is written to the SSD's open bucket of
-// simBucket objects; the SSD evicts whole buckets, the one of least worth of
-// the 8 least recently read (the "worth" bucket policy), from its high
-// watermark down to its low one; every request is followed by a fresh
-// SSD report. Every object has one size; a lookup that misses is put.
+// simBucket objects; the SSD evicts whole buckets, the one of least worth
+// first (the "worth" bucket policy; ties: the least recently read), once
+// past its high watermark and until it is under it again (what the node
+// does with --bucket_eviction=worth, tier.Options.EvictToFit); every
+// request is followed by a fresh SSD report. Every object has one size; a lookup that misses is put.
 
 const (
 	simDRAM   = 32
@@ -67,14 +68,14 @@ func (s *simStore) density(b *simBucketT, est func(string) uint32) float64 {
 	return v / simBucket
 }
 
-// victims is the SSD's eviction order: repeatedly the one of least worth of
-// the 8 least recently read buckets not yet taken.
+// victims is the SSD's eviction order: repeatedly the one of least worth
+// of the buckets not yet taken (ties: the least recently read).
 func (s *simStore) victims(est func(string) uint32) []*simBucketT {
 	rest := append([]*simBucketT(nil), s.sealed...)
 	var out []*simBucketT
 	for len(rest) > 0 {
 		best := 0
-		for i := 1; i < min(8, len(rest)); i++ {
+		for i := 1; i < len(rest); i++ {
 			if s.density(rest[i], est) < s.density(rest[best], est) {
 				best = i
 			}
@@ -114,7 +115,7 @@ func (s *simStore) evictSSD() {
 	}
 	for s.used() > simHigh*obj && len(s.sealed) > 0 {
 		for _, b := range s.victims(est) {
-			if s.used() <= simLow*obj {
+			if s.used() <= simHigh*obj {
 				break
 			}
 			var keys []string

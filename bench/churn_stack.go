@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/tierstore/tierstore/backend/pwrite"
@@ -66,6 +67,7 @@ func startChurnStack(ctx context.Context, cfg embedded.Config, ri *churnReinsert
 		HighWatermark:    envFloat("TIERSTORE_CHURN_SSD_HIGH"),
 		LowWatermark:     envFloat("TIERSTORE_CHURN_SSD_LOW"),
 		Eviction:         nc.BucketEviction,
+		EvictToFit:       node.EvictToFit(nc.BucketEviction) && os.Getenv("TIERSTORE_CHURN_NOFIT") == "",
 		Compression:      nc.Compression,
 		BucketKeysLimit:  nc.BucketKeysLimit,
 		BucketBytesLimit: nc.BucketSizeLimit,

@@ -28,9 +28,9 @@
 //     policies' hit ratios on a Zipf working set interleaved with one-hit
 //     scans (figures: docs/benchmarks.md, "Bucket eviction policies on a
 //     scan mix").
-//   - "worth": lru order, but a victim is the bucket of lowest worth
-//     per byte among the 8 least recently used (ties: the least recently
-//     used). A bucket's worth is what it still holds (Worth, a
+//   - "worth": a victim is the bucket of lowest worth per byte among all
+//     the tracked buckets (ties: the least recently used; until churn stop
+//     40 only the 8 least recently used were compared, docs/benchmarks.md). A bucket's worth is what it still holds (Worth, a
 //     masterapi.SSDVictim): the
 //     sum over its live objects of estimated frequency x size, per byte
 //     of object space, dead space included, so a bucket hollowed out by

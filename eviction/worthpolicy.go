@@ -1,6 +1,10 @@
 package eviction
 
-import "math"
+import (
+	"cmp"
+	"math"
+	"slices"
+)
 
 // WorthFunc gives a bucket's worth per byte (masterapi.SSDVictim.Density of
 // what it still holds) for the "worth" policy, or false when it cannot tell. It is called
@@ -8,14 +12,16 @@ import "math"
 // (the tier's index and the admission sketch have their own).
 type WorthFunc func(id uint64) (density float64, ok bool)
 
-// worthWindow is how many of the least recently used buckets the "worth"
-// policy compares: the one of least worth goes first.
-const worthWindow = 8
-
-// worthPolicy is "worth": LRU order, but a victim is the bucket of lowest
-// worth per byte among the worthWindow least recently used ones (ties: the
-// least recently used). Buckets the WorthFunc cannot weigh count as of
-// infinite worth within the window, so without a WorthFunc it is lru.
+// worthPolicy is "worth": a victim is the bucket of lowest worth per byte
+// among all the tracked buckets, ties going to the least recently used
+// (buckets the WorthFunc cannot weigh count as of infinite worth: lru
+// order among them), so without a WorthFunc it is lru. Until issue 23's
+// churn stop 40 it compared only the 8 least recently used buckets: a
+// bucket written while the SSD filled, mixing a few popular objects with
+// many read once, is read often enough never to be among those, and the
+// SSD kept it for good (docs/benchmarks.md, churn stop 40). The WorthFunc
+// is called once per tracked bucket per Victims call; the tier engine's
+// caches what it computes (Engine.SetWorthFreq).
 type worthPolicy struct {
 	listPolicy
 	worth WorthFunc
@@ -45,32 +51,31 @@ func (p *worthPolicy) Victims(need int64, skip func(uint64) bool) []uint64 {
 	if p.worth == nil {
 		return p.listPolicy.Victims(need, skip)
 	}
-	taken := map[uint64]bool{}
+	type cand struct {
+		it *item
+		d  float64
+	}
+	var cands []cand
+	for it := p.q.back; it != nil; it = it.prev { // least recently used first
+		if skip != nil && skip(it.id) {
+			continue
+		}
+		d, ok := p.worth(it.id)
+		if !ok {
+			d = math.Inf(1)
+		}
+		cands = append(cands, cand{it, d})
+	}
+	// Stable: equal worth keeps lru order.
+	slices.SortStableFunc(cands, func(a, b cand) int { return cmp.Compare(a.d, b.d) })
 	var out []uint64
 	var sum int64
-	for sum < need {
-		var best *item
-		bestD := math.Inf(1)
-		seen := 0
-		for it := p.q.back; it != nil && seen < worthWindow; it = it.prev {
-			if taken[it.id] || (skip != nil && skip(it.id)) {
-				continue
-			}
-			seen++
-			d, ok := p.worth(it.id)
-			if !ok {
-				d = math.Inf(1)
-			}
-			if best == nil || d < bestD {
-				best, bestD = it, d
-			}
-		}
-		if best == nil {
+	for _, c := range cands {
+		if sum >= need {
 			break
 		}
-		taken[best.id] = true
-		out = append(out, best.id)
-		sum += best.size
+		out = append(out, c.it.id)
+		sum += c.it.size
 	}
 	return out
 }

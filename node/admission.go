@@ -63,7 +63,6 @@ type nodeAdmission struct {
 	asm        admission.SketchAssembly // the sketch transfer in progress
 	asmTerm    uint64                   // the leadership term of its first chunk
 	sketchAt   time.Time                // when sketch was received
-	freqGiven  bool                     // the tier was given freq to rank buckets by
 	wantReport bool                     // the master's policy takes SSD reports
 	last       tier.Stats               // of the last report
 	stale      bool                     // a report is due whatever the tier did (new sketch)
@@ -187,11 +186,10 @@ func (n *Node) takeAdmission(rep masterapi.HeartbeatReply) {
 	a.version, a.sketchAt = c.Version, time.Now()
 	a.stale = true // the victims' worth changed
 	n.metrics.sketchesReceived.Add(1)
-	if !a.freqGiven {
-		if at, ok := n.tier.(WorthTier); ok {
-			at.SetWorthFreq(a.freq) // false unless bucket_eviction is "worth"
-			a.freqGiven = true
-		}
+	// Each new sketch, so that the tier weighs its buckets again (it caches
+	// their worth until then).
+	if at, ok := n.tier.(WorthTier); ok {
+		at.SetWorthFreq(a.freq) // false unless bucket_eviction is "worth"
 	}
 }
 

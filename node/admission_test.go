@@ -249,6 +249,73 @@ func TestWorthEvictionUsesMasterSketch(t *testing.T) {
 	}
 }
 
+// TestWorthFollowsNewSketch: the tier caches each bucket's worth, so the
+// node hands it every new sketch, not only the first: a bucket that was
+// the coldest and whose objects became the most read stops being the next
+// victim once the node has the master's next sketch.
+func TestWorthFollowsNewSketch(t *testing.T) {
+	s := newAdmStack(t, admMasterConfig(0), func(c *Config) {
+		c.BucketEviction = "worth"
+		c.BucketSizeLimit = 256 << 10 // four 64 KiB objects a bucket
+		c.SSDCapacity = 8 * BucketFileLimit(c.BucketSizeLimit)
+	}, nil)
+	ctx := context.Background()
+	val := rnd(64 << 10)
+	batch := func(prefix string, reads int) {
+		for i := range 4 {
+			k := admKey(prefix, i)
+			if err := s.c.Put(ctx, k, val); err != nil {
+				t.Fatal(err)
+			}
+			s.reads(t, k, reads)
+			if err := s.m.Enqueue(k); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.drain(t)
+	}
+	batch("a", 5)
+	batch("b", 0)
+	if s.n.Stats().SketchesReceived == 0 {
+		t.Fatal("the node received no admission sketch")
+	}
+	next := func() string {
+		t.Helper()
+		o, err := s.n.tier.(WorthTier).Outlook(1)
+		if err != nil || len(o.Victims) == 0 || len(o.Victims[0].Keys) == 0 {
+			t.Fatalf("outlook: %+v %v", o, err)
+		}
+		return string(o.Victims[0].Keys[0][:1])
+	}
+	if v := next(); v != "b" {
+		t.Fatalf("the next victim holds %s keys, want the cold b", v)
+	}
+	for i := range 4 {
+		s.reads(t, admKey("b", i), 12)
+	}
+	got := s.n.Stats().SketchesReceived
+	s.n.roundMu.Lock()
+	s.n.adm.version = 0 // a whole sketch is due at the next heartbeat
+	s.n.roundMu.Unlock()
+	s.n.OffloadNow()
+	if s.n.Stats().SketchesReceived != got+1 {
+		t.Fatal("setup: no new sketch reached the node")
+	}
+	if v := next(); v != "a" {
+		t.Fatalf("after the new sketch the next victim holds %s keys, want a (b is read more now)", v)
+	}
+}
+
+// reads gets key n times.
+func (s *admStack) reads(t *testing.T, key string, n int) {
+	t.Helper()
+	for range n {
+		if _, err := s.c.Get(context.Background(), key); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // ssdOnly puts key, offloads it and drops its DRAM copy: it is then read
 // from SSD only.
 func (s *admStack) ssdOnly(t *testing.T, key string, val []byte) {

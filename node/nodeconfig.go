@@ -110,10 +110,12 @@ type Config struct {
 	// DerivedBucketSizeLimit(SSDCapacity); Validate sets it.
 	BucketSizeLimit int64
 	// BucketEviction is "lru", "fifo", "lru2" (scan resistant: a bucket
-	// read twice is protected) or "worth" (of the least recently used
-	// buckets, the one whose live objects are worth least by the master's
-	// admission sketch goes first; lru until a sketch arrives, so use it
-	// with offload_admission_policy=tinylfu) [--bucket_eviction].
+	// read twice is protected) or "worth" (of all the buckets, the one
+	// whose live objects are worth least by the master's admission sketch
+	// goes first; lru until a sketch arrives, so use it with
+	// offload_admission_policy=tinylfu; it also evicts only what a write
+	// needs, not down to the low watermark: EvictToFit)
+	// [--bucket_eviction].
 	BucketEviction string
 	// Compression is "none" or "lz4" [--compression].
 	Compression string

@@ -33,6 +33,7 @@ func openTier(cfg Config, onEvict tier.EvictFunc, log *slog.Logger) (SSDTier, st
 		Backend:          be,
 		Capacity:         cfg.SSDCapacity,
 		Eviction:         cfg.BucketEviction,
+		EvictToFit:       EvictToFit(cfg.BucketEviction),
 		Compression:      cfg.Compression,
 		BucketKeysLimit:  cfg.BucketKeysLimit,
 		BucketBytesLimit: BucketFileLimit(cfg.BucketSizeLimit), // an object of BucketSizeLimit bytes fits
@@ -45,3 +46,11 @@ func openTier(cfg Config, onEvict tier.EvictFunc, log *slog.Logger) (SSDTier, st
 	}
 	return eng, be.Name(), nil
 }
+
+// EvictToFit says whether a tier with bucket eviction policy evicts only
+// what a write needs (tier.Options.EvictToFit): with "worth", the policy
+// whose victims the node reports to the master's SSD admission, so that
+// an admitted candidate displaces the buckets it was compared with and no
+// others (docs/benchmarks.md, churn stop 40). The other policies keep the
+// low watermark's batch.
+func EvictToFit(policy string) bool { return policy == "worth" }

@@ -146,6 +146,17 @@ type Options struct {
 	// HighWatermark and LowWatermark are fractions of Capacity: a commit that
 	// would cross High evicts whole buckets down to Low. Defaults 0.90, 0.80.
 	HighWatermark, LowWatermark float64
+	// EvictToFit makes a commit that would cross High evict whole buckets
+	// only until it fits under High, not down to Low: each eviction takes
+	// the policy's next victims for the bytes being written and no more.
+	// With an admission that compares a candidate with the buckets its
+	// bytes would displace (the master's tinylfu, against the "worth"
+	// policy's victims in the SSD report), evicting down to Low pushes out
+	// further buckets the candidate was never compared with, and leaves
+	// the room between the watermarks to be refilled only by candidates
+	// that win (docs/benchmarks.md, churn stop 40). The node sets it with
+	// --bucket_eviction=worth.
+	EvictToFit bool
 	// Eviction is the bucket eviction policy: "lru" (by last read, the
 	// default) or "fifo".
 	Eviction string

@@ -76,9 +76,11 @@
 //     crash those the crashed session wrote; the others are checked against
 //     the directory listing (present, recorded size).
 //  7. Capacity: bucket file bytes never exceed Options.Capacity; crossing the
-//     high watermark evicts whole buckets (lru by last read, fifo, lru2) down
-//     to the low watermark; OnEvict hears of the keys before the bytes go; a
-//     bucket being read is never deleted under its reader. A victim is
+//     high watermark evicts whole buckets (lru by last read, fifo, lru2,
+//     worth) down to the low watermark, or with Options.EvictToFit only
+//     until the write fits under the high one; OnEvict hears of the keys
+//     before the bytes go; a bucket being read is never deleted under its
+//     reader. A victim is
 //     marked evicting (synced) before OnEvict is asked, and the mark goes
 //     with the bucket or with a refusal: Open completes a marked eviction,
 //     so a crash after the owner answered never brings its keys back. A re-insertion

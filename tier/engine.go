@@ -56,6 +56,9 @@ type Engine struct {
 	used     int64           // bytes of bucket files present
 	reserved int64           // bytes reserved by bucket writes in progress
 	nextID   uint64          // next bucket id to hand out
+	// worthGen counts SetWorthFreq calls: a bucket's cached worth
+	// (bucketState.worth) is of the frequencies of generation worthGen.
+	worthGen uint64
 	// pending holds keys being committed, or committed and waiting for
 	// their notify. They are registered before the commit, so that a key
 	// found in the index and not pending has its notify settled. A
@@ -102,7 +105,13 @@ type bucketState struct {
 	// the same synced batch). written-live is the bucket's dead bytes.
 	written, live int64
 	notified      bool // notify succeeded (the bucket is evictable)
-	evicting      bool // chosen as an eviction victim
+	// worth caches the bucket's worth per byte for the "worth" eviction
+	// policy (SetWorthFreq): valid while worthGen is Engine.worthGen and
+	// worthLive is live.
+	worth     float64
+	worthGen  uint64
+	worthLive int64
+	evicting  bool // chosen as an eviction victim
 	// drained is closed when the bucket is dead and its file deleted; it
 	// is made (under Engine.mu) before dead is set.
 	drained chan struct{}

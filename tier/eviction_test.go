@@ -338,3 +338,31 @@ func TestConcurrentLoadsDuringEviction(t *testing.T) {
 	hits.Range(func(any, any) bool { n++; return true })
 	require.Positive(t, n, "some loads must have hit")
 }
+
+// With EvictToFit, a write that would cross the high watermark evicts only
+// the victims it needs (one bucket here), not down to the low watermark
+// (two, TestEvictionLRU); the capacity still holds.
+func TestEvictionToFit(t *testing.T) {
+	capacity := 10 * bucketBytes
+	guard := &capacityGuard{Backend: mem.New(), t: t, limit: capacity}
+	rec := &evictRecorder{}
+	e := openEngine(t, t.TempDir(), Options{
+		Backend: guard, Capacity: capacity, BucketKeysLimit: 4, OnEvict: rec.onEvict, EvictToFit: true,
+	})
+	rec.e = e
+	buckets := fillBuckets(t, e, 0, 9) // 90%: at the high watermark
+	require.Zero(t, e.Stats().Evictions)
+	requireLoads(t, e, buckets[0])
+	buckets = append(buckets, fillBuckets(t, e, 9, 1)...)
+	// 10 buckets would cross 90%: one victim (bucket 1, the least recently
+	// read) makes room, and the SSD stays at 9 buckets.
+	require.EqualValues(t, 1, e.Stats().Evictions)
+	require.ElementsMatch(t, keysOf(buckets[1]), rec.evicted)
+	for b, tasks := range buckets {
+		require.Equal(t, b != 1, loaded(e, tasks), "bucket %d", b)
+	}
+	fillBuckets(t, e, 10, 20)
+	require.EqualValues(t, 21, e.Stats().Evictions, "one eviction per bucket written at the watermark")
+	require.LessOrEqual(t, e.Stats().BytesUsed, int64(0.9*float64(capacity)))
+	require.LessOrEqual(t, guard.peak, capacity)
+}

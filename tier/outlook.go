@@ -85,6 +85,12 @@ func (e *Engine) Outlook(cover int64) (Outlook, error) {
 // from the objects it still holds, each weighed with freq (the admission
 // sketch's estimate). It reports whether the policy takes one. freq is
 // called under the engine lock and must not call back into the engine.
+//
+// The policy weighs every evictable bucket at each victim choice, so a
+// bucket's worth is cached until objects leave it or SetWorthFreq is
+// called again: call it again whenever freq's answers change (the node
+// does at each new sketch), and the next choice weighs every bucket once
+// more (one index lookup per object on SSD).
 func (e *Engine) SetWorthFreq(freq func(key []byte) uint32) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -92,12 +98,17 @@ func (e *Engine) SetWorthFreq(freq func(key []byte) uint32) bool {
 	if !ok {
 		return false
 	}
+	e.worthGen++
+	gen := e.worthGen
 	// The policy calls the WorthFunc from Victims, with e.mu held: the bucket
 	// table is read directly, the index through its own lock.
 	va.SetWorthFunc(func(id uint64) (float64, bool) {
 		b := e.buckets[id]
 		if b == nil {
 			return 0, false
+		}
+		if b.worthGen == gen && b.worthLive == b.live {
+			return b.worth, true
 		}
 		keys, err := e.ix.BucketKeys(id)
 		if err != nil {
@@ -115,7 +126,9 @@ func (e *Engine) SetWorthFreq(freq func(key []byte) uint32) bool {
 				sizes = append(sizes, int64(locs[j].ValueLen))
 			}
 		}
-		return eviction.Worth(b.size, live, sizes, freq).Density(), true
+		b.worth = eviction.Worth(b.size, live, sizes, freq).Density()
+		b.worthGen, b.worthLive = gen, b.live
+		return b.worth, true
 	})
 	return true
 }

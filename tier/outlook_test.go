@@ -57,8 +57,8 @@ func TestOutlookListsNextVictimsWithTheirObjects(t *testing.T) {
 }
 
 // TestSetWorthFreqRanksVictims: with the "worth" policy the tier evicts
-// the one of least worth of the least recently used buckets, weighed with
-// the given frequencies; other policies take no WorthFunc.
+// the bucket of least worth, weighed with the given frequencies; other
+// policies take no WorthFunc.
 func TestSetWorthFreqRanksVictims(t *testing.T) {
 	lru := openEngine(t, t.TempDir(), Options{Capacity: 100 * bucketBytes})
 	require.False(t, lru.SetWorthFreq(func([]byte) uint32 { return 1 }))
@@ -81,4 +81,45 @@ func TestSetWorthFreqRanksVictims(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, idCold, o.Victims[0].ID, "the cold bucket goes first")
 	require.Equal(t, bucket.Size(4, 4*8, 4*bucket.AlignUp(objSize)), o.Victims[0].FileBytes)
+}
+
+// TestSetWorthFreqCachesWorth: the "worth" policy weighs every bucket at
+// each choice, so the tier caches a bucket's worth: a second choice asks
+// freq nothing; objects leaving a bucket weigh it again; a new
+// SetWorthFreq (a new sketch) weighs every bucket again.
+func TestSetWorthFreqCachesWorth(t *testing.T) {
+	e := openEngine(t, t.TempDir(), Options{Capacity: 100 * bucketBytes, Eviction: "worth"})
+	a := makeTasks("b00", 4, objSize, 1)
+	b := makeTasks("b01", 4, objSize, 2)
+	c := makeTasks("b02", 4, objSize, 3)
+	ida, idb, idc := offloadOne(t, e, a), offloadOne(t, e, b), offloadOne(t, e, c)
+	freq := map[string]uint32{"b00": 2, "b01": 10, "b02": 3}
+	calls := 0
+	f := func(k []byte) uint32 { calls++; return freq[string(k[:3])] }
+	next := func() uint64 {
+		t.Helper()
+		o, err := e.Outlook(1)
+		require.NoError(t, err)
+		return o.Victims[0].ID
+	}
+	require.True(t, e.SetWorthFreq(f))
+	require.Equal(t, ida, next())
+	require.Equal(t, 12, calls, "every object of every bucket weighed once")
+	require.Equal(t, ida, next())
+	require.Equal(t, 12, calls, "nothing changed: the cached worth")
+
+	// Three of c's four objects leave it: its worth is 3 x 1/4 of its
+	// span now, below a's 2.
+	for _, tk := range c[1:] {
+		require.NoError(t, e.Remove(tk.Key))
+	}
+	require.Equal(t, idc, next())
+	require.Equal(t, 13, calls, "only c weighed again, its one live object")
+
+	// New frequencies are not seen until SetWorthFreq is called again.
+	freq["b01"], freq["b02"] = 0, 16
+	require.Equal(t, idc, next())
+	require.True(t, e.SetWorthFreq(f))
+	require.Equal(t, idb, next())
+	require.Equal(t, 13+9, calls, "every bucket weighed again")
 }

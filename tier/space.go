@@ -139,7 +139,8 @@ func (e *Engine) buryEmptied(ids []uint64) {
 }
 
 // reserve makes room for size more bytes, evicting whole buckets down to the
-// low watermark when the high watermark would be crossed (invariant 7). The
+// low watermark (with Options.EvictToFit, only until size fits under the
+// high one) when the high watermark would be crossed (invariant 7). The
 // owner is told through OnEvict, once per victim bucket, before any of its
 // bytes disappear; the objects it keeps are re-inserted (bounded, see
 // Options.OnEvict) and the rest evicted; a bucket the owner refuses (it
@@ -160,7 +161,11 @@ func (e *Engine) reserve(ctx context.Context, size int64) error {
 	// Reserve first, so that concurrent writers see these bytes as taken.
 	e.reserved += size
 	e.mu.Unlock()
-	refusal := e.evictDownTo(ctx, int64(e.opts.LowWatermark*float64(capacity)), size)
+	target := int64(e.opts.LowWatermark * float64(capacity))
+	if e.opts.EvictToFit {
+		target = int64(e.opts.HighWatermark * float64(capacity))
+	}
+	refusal := e.evictDownTo(ctx, target, size)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if over := e.used + e.reserved - capacity; over > 0 {

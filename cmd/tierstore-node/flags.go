@@ -101,7 +101,7 @@ func parseFlags(args []string, helpOut io.Writer) (options, error) {
 	fs.BoolVar(&c.DirectIO, "direct_io", true, "open bucket files with O_DIRECT (falls back to buffered I/O where the file system refuses it); --direct_io=false for buffered")
 	fs.IntVar(&c.BucketKeysLimit, "bucket_keys_limit", c.BucketKeysLimit, "most objects in one bucket")
 	fs.Var(sizeFlag{&c.BucketSizeLimit}, "bucket_size_limit", "most bytes in one bucket, and the largest object that goes to SSD (default 256MiB, or --ssd_capacity/8 when that is smaller)")
-	fs.StringVar(&c.BucketEviction, "bucket_eviction", c.BucketEviction, "SSD bucket eviction: lru, fifo, lru2 (scan resistant) or worth (the least recently used bucket whose objects are worth least by the master's tinylfu sketch; lru without one)")
+	fs.StringVar(&c.BucketEviction, "bucket_eviction", c.BucketEviction, "SSD bucket eviction: lru, fifo, lru2 (scan resistant) or worth (the bucket whose objects are worth least by the master's tinylfu sketch, evicting only what a write needs; lru without one)")
 	fs.DurationVar(&c.AdmissionSketchInterval, "admission_sketch_interval", c.AdmissionSketchInterval, "least time between two admission sketches taken from a tinylfu master (it sends one when the node's copy has fallen 1/64 of its ageing period behind); 0 = no minimum")
 	fs.StringVar(&c.Compression, "compression", c.Compression, "object compression on SSD: none or lz4")
 	fs.IntVar(&c.MetricsPort, "metrics_port", 0, "Prometheus metrics port on 127.0.0.1 (0 = off)")
