@@ -138,7 +138,7 @@ func scaleOne(ctx context.Context, e *env, n, probes int, capRSS int64) ([]any, 
 		return nil, err
 	}
 	defer svc.Close()
-	nHeld, atBudget, fill, err := scaleFill(ctx, e, svc, n, base, capRSS)
+	nHeld, atBudget, fill, err := scaleFill(ctx, e, svc, n, base, int64(baseHeap), capRSS)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +186,13 @@ func scaleOne(ctx context.Context, e *env, n, probes int, capRSS int64) ([]any, 
 		budgetCell = atBudget
 	}
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-	return []any{n, nHeld, float64(rss-base) / (1 << 30), rssPer, heapPer, budgetCell,
+	var rssCell, rssPerCell any = float64(rss-base) / (1 << 30), rssPer
+	if rss <= base {
+		// Not measurable: the process gave back more than the fill took
+		// (a small fill in a process that held more before).
+		rssCell, rssPerCell = "-", "-"
+	}
+	return []any{n, nHeld, rssCell, rssPerCell, heapPer, budgetCell,
 		float64(nHeld) / fill.Seconds(), atSize,
 		us(exist.pct(50)), us(exist.pct(99)), us(replicas.pct(50)), us(replicas.pct(99))}, nil
 }
@@ -257,12 +263,12 @@ func scaleReRegister(ctx context.Context, svc *master.Service, cols *masterapi.S
 // indexes in order: PutStart+PutEnd pairs (DRAM objects), or with
 // --scale_fill=ssd re-registration chunks of scaleChunk (SSD-only
 // objects); each time the count passes a multiple of 64k one of them
-// checks RSS (over base) against capRSS,
+// checks RSS (over base), or the heap's growth if larger, against capRSS,
 // stopping the fill, and against the 8 GiB budget. It returns how many
 // objects are held (exactly 0..held-1: a goroutine checks the stop before
 // it takes an index or a chunk and puts every index it takes below n), how many were
 // held when RSS first passed the budget (-1: never), and the fill's time.
-func scaleFill(ctx context.Context, e *env, svc *master.Service, n int, base, capRSS int64) (held int, atBudget int64, took time.Duration, err error) {
+func scaleFill(ctx context.Context, e *env, svc *master.Service, n int, base, baseHeap, capRSS int64) (held int, atBudget int64, took time.Duration, err error) {
 	var next, nHeld, budget atomic.Int64
 	budget.Store(-1)
 	var stop atomic.Bool
@@ -306,7 +312,12 @@ func scaleFill(ctx context.Context, e *env, svc *master.Service, n int, base, ca
 					if rerr == nil && rss-base >= scaleBudget && budget.Load() < 0 {
 						budget.Store(h)
 					}
-					if rerr == nil && rss-base >= capRSS {
+					// The cap also counts the heap's growth: a process
+					// that filled a master before (tests) may reuse
+					// memory without growing its RSS.
+					var ms runtime.MemStats
+					runtime.ReadMemStats(&ms)
+					if rerr == nil && max(rss-base, int64(ms.HeapAlloc)-baseHeap) >= capRSS {
 						stop.Store(true)
 					}
 				}

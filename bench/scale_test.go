@@ -49,12 +49,12 @@ func TestScaleSSDFill(t *testing.T) {
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	jsonPath := filepath.Join(dir, "ssd.json")
-	if err := run(ctx, []string{"scale", "--quick", "--scale_fill", "ssd", "--scale_objects", "10k", "--dir", dir, "--json", jsonPath}, &stdout, &stderr); err != nil {
+	if err := run(ctx, []string{"scale", "--quick", "--scale_fill", "ssd", "--scale_objects", "60k", "--dir", dir, "--json", jsonPath}, &stdout, &stderr); err != nil {
 		t.Fatalf("scale ssd: %v\nstderr:\n%s", err, stderr.String())
 	}
 	rows := readReport(t, jsonPath, "scale").Results[0].Tables[0].Rows
-	if len(rows) != 1 || rows[0][1].(float64) != 10000 {
-		t.Fatalf("rows %v, want one row holding 10000 objects (2 chunks of 4096 and one of 1808)", rows)
+	if len(rows) != 1 || rows[0][1].(float64) != 60000 {
+		t.Fatalf("rows %v, want one row holding 60000 objects (14 chunks of 4096 and one of 2656)", rows)
 	}
 	jsonPath = filepath.Join(dir, "ssdcapped.json")
 	if err := run(ctx, []string{"scale", "--quick", "--scale_fill", "ssd", "--scale_objects", "100k", "--scale_rss_cap", "1K", "--dir", dir, "--json", jsonPath}, &stdout, &stderr); err != nil {
