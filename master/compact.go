@@ -1,9 +1,11 @@
 package master
 
 import (
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/tierstore/tierstore/masterapi"
@@ -49,15 +51,61 @@ import (
 // crec is one compact record. Its fields are ordered so that it has no
 // padding beyond the last byte: 32 bytes.
 type crec struct {
-	size int64
+	// size is at most recSizeMax (an SSD object never is larger: a
+	// bucket's values are at most bucket.MaxValueLen); a larger object is
+	// never a record.
+	size uint32
 	off  uint32 // the key's offset (after the block's prefix) in its block's keys
 	node uint32 // the node incarnation's index (Service.incs)
 	seen uint32 // the replica's reconcile stamp (ssdReplica.seen)
 	crc  uint32
 	h32  uint32 // the key hash's high half: the index's probe sequence
-	klen uint16 // the key's length after the block's prefix; 0 for a removed record (never 0 otherwise)
+	// lease is the end of the record's read lease (object.leaseUntil) in
+	// leaseUnits after Service.leaseBase, rounded up; 0 for none
+	// (recLeaseOf, recLeaseEnd).
+	lease uint32
+	klen  uint16 // the key's length after the block's prefix; 0 for a removed record (never 0 otherwise)
 	// flags: crecRebuilt.
 	flags uint8
+}
+
+// recSizeMax is the largest size a record holds (crec.size).
+const recSizeMax = math.MaxUint32
+
+// leaseUnit is the grain of a record's read lease (crec.lease): its end
+// is kept rounded up to it, so a record honours a lease up to 16 ms
+// longer than an *object would; 2^32 units are about 2.2 years after the
+// Service's start, after which a lease is no longer written into a record
+// (the lookup thaws it instead, as before records carried leases).
+const leaseUnit = int64(16 * time.Millisecond)
+
+// recLeaseOf is the crec.lease of a lease ending at until (unix ns); false
+// when until is not after leaseBase or too far after it.
+func (s *Service) recLeaseOf(until int64) (uint32, bool) {
+	d := until - s.leaseBase
+	if d <= 0 {
+		return 0, false
+	}
+	u := (d + leaseUnit - 1) / leaseUnit
+	if u > math.MaxUint32 {
+		return 0, false
+	}
+	return uint32(u), true
+}
+
+// recLeaseEnd is the end (unix ns) of record x's read lease; 0 for none.
+func (s *Service) recLeaseEnd(x *crec) int64 {
+	if x.lease == 0 {
+		return 0
+	}
+	return s.leaseBase + int64(x.lease)*leaseUnit
+}
+
+// recLeased reports whether record x is leased at now: its read lease,
+// or the HA rebuild lease (crecRebuilt). Every removal path that
+// respects leases asks it of a record (invariant 4).
+func (s *Service) recLeased(x *crec, now int64) bool {
+	return now < s.recLeaseEnd(x) || s.rebuiltLeased(x, now)
 }
 
 const (
@@ -483,6 +531,16 @@ func (s *Service) obj(sh *shard, key string) *object {
 	return s.thaw(sh, r)
 }
 
+// lookup returns key's *object in sh and -1, or nil and the reference of
+// its compact record, or nil and -1: nothing is thawed. Caller holds
+// sh.mu.
+func (s *Service) lookup(sh *shard, key string) (*object, int32) {
+	if o := sh.objs[key]; o != nil || sh.c.live == 0 {
+		return o, -1
+	}
+	return nil, sh.c.find(key, hash32(masterapi.KeyHash(key)))
+}
+
 // compactHas reports whether sh holds key as a compact record. Caller
 // holds sh.mu.
 func (s *Service) compactHas(sh *shard, key string) bool {
@@ -494,10 +552,13 @@ func (s *Service) compactHas(sh *shard, key string) bool {
 func (s *Service) thaw(sh *shard, r int32) *object {
 	x := *s.cst.rec(r)
 	key := s.cst.key(r)
-	o := newSSDObject(x.size, x.crc, s.incAt(x.node), x.seen)
+	o := newSSDObject(int64(x.size), x.crc, s.incAt(x.node), x.seen)
 	if x.flags&crecRebuilt != 0 {
 		s.rebuiltLeaseThawed(o)
 	}
+	// The read lease goes with it (an ended one is harmless: leased
+	// compares it with the time).
+	o.leaseUntil = max(o.leaseUntil, s.recLeaseEnd(&x))
 	sh.c.del(r)
 	sh.putObj(key, o)
 	s.cnt.compact.Add(-1)
@@ -514,7 +575,8 @@ func (s *Service) rebuiltLeaseThawed(o *object) {
 	}
 }
 
-// rebuiltLeased reports whether record x is leased (crecRebuilt).
+// rebuiltLeased reports whether record x holds the HA rebuild lease
+// (crecRebuilt).
 func (s *Service) rebuiltLeased(x *crec, now int64) bool {
 	return x.flags&crecRebuilt != 0 && now < s.ha.rebuildUntil+s.cfg.DefaultKVLeaseTTL.Nanoseconds()
 }
@@ -532,7 +594,7 @@ func (s *Service) rebuiltFlags(now int64) uint8 {
 // replica. Caller holds sh.mu; the record is not leased.
 func (s *Service) delCompact(sh *shard, key string, r int32) {
 	x := s.cst.rec(r)
-	s.countSSD(s.incAt(x.node), masterapi.KeyHash(key), -1, -x.size)
+	s.countSSD(s.incAt(x.node), masterapi.KeyHash(key), -1, -int64(x.size))
 	s.cnt.objects.Add(-1)
 	s.cnt.compact.Add(-1)
 	sh.c.del(r)

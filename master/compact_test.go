@@ -289,11 +289,11 @@ func TestCompactRebuiltLease(t *testing.T) {
 	}
 }
 
-// TestCompactLookupsThaw: a re-registered object is a compact record
-// until a lookup (or another change) turns it into an *object; EvictDRAM
-// of it answers "not in DRAM" without turning it into one, and the
-// answers of lookups are the same either way.
-func TestCompactLookupsThaw(t *testing.T) {
+// TestCompactLookupsStayRecords: a re-registered object is a compact
+// record until a change turns it into an *object; EvictDRAM of it answers
+// "not in DRAM" and lookups (which grant a read lease, written into the
+// record) answer as an *object would, all without turning it into one.
+func TestCompactLookupsStayRecords(t *testing.T) {
 	s, _ := testService(t, nil)
 	mount(t, s, "a", 1<<20)
 	errs, err := s.ReRegisterSSDColumns(bg, "a", masterapi.ColumnsOf([]masterapi.SSDObject{{Key: "c1", Size: 10, CRC: 5}, {Key: "c2", Size: 20, CRC: 6}}))
@@ -311,13 +311,150 @@ func TestCompactLookupsThaw(t *testing.T) {
 	if err != nil || info.Size != 20 || info.CRC != 6 || len(info.Replicas) != 1 || info.Replicas[0].Kind != masterapi.SSD || info.Replicas[0].Node != "a" {
 		t.Fatalf("GetReplicaList: %+v %v", info, err)
 	}
-	if c, th := s.cnt.compact.Load(), s.cnt.thawed.Load(); c != 1 || th != 1 {
-		t.Fatalf("compact %d thawed %d, want 1 and 1", c, th)
-	}
 	if ok, err := s.ExistKey(bg, "c1"); !ok || err != nil {
 		t.Fatalf("ExistKey: %v %v", ok, err)
 	}
+	if res, err := s.BatchExistKey(bg, []string{"c1", "c2", "nope"}); err != nil || !res[0].Exists || !res[1].Exists || res[2].Exists {
+		t.Fatalf("BatchExistKey: %+v %v", res, err)
+	}
+	if res, err := s.BatchGetReplicaList(bg, []string{"c1", "c2"}); err != nil || res[0].Err != nil || res[1].Info.Size != 20 {
+		t.Fatalf("BatchGetReplicaList: %+v %v", res, err)
+	}
+	if c, th := s.cnt.compact.Load(), s.cnt.thawed.Load(); c != 2 || th != 0 {
+		t.Fatalf("after lookups: compact %d thawed %d, want 2 and 0", c, th)
+	}
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
 	if st, err := s.Stats(bg); err != nil || st.Objects != 2 || st.SSDReplicas != 2 {
 		t.Fatalf("Stats: %+v %v", st, err)
+	}
+}
+
+// reRegisterRecords re-registers keys on node as compact records (size
+// 100, crc 1) and checks that they are.
+func reRegisterRecords(t *testing.T, s *Service, node string, keys ...string) {
+	t.Helper()
+	objs := make([]masterapi.SSDObject, len(keys))
+	for i, k := range keys {
+		objs[i] = masterapi.SSDObject{Key: k, Size: 100, CRC: 1}
+	}
+	before := s.cnt.compact.Load()
+	errs, err := s.ReRegisterSSDColumns(bg, node, masterapi.ColumnsOf(objs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range errs {
+		if e != nil {
+			t.Fatal(keys[i], e)
+		}
+	}
+	if got := s.cnt.compact.Load() - before; got != int64(len(keys)) {
+		t.Fatalf("%d compact records made of %d keys", got, len(keys))
+	}
+}
+
+// TestCompactRecordLease: a lookup of a compact record grants its read
+// lease in the record (no thaw), and every removal path that respects
+// leases honours it (invariant 4): a non-forced Remove, a non-forced
+// RemoveAll, an SSD eviction of its only replica, a reconcile that drops
+// it (held, answered REPLICA_IS_GONE), the sweep after its node died;
+// once the lease ends they remove it, and a forced removal never waits.
+func TestCompactRecordLease(t *testing.T) {
+	s, clk := leaseService(t, nil)
+	mount(t, s, "a", 1<<20)
+	mount(t, s, "b", 1<<20)
+	reRegisterRecords(t, s, "a", "k1", "k2", "k3", "k4", "k5", "f1")
+	reRegisterRecords(t, s, "b", "d1")
+	if ok, err := s.ExistKey(bg, "k1"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if _, err := s.GetReplicaList(bg, "k2"); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.BatchExistKey(bg, []string{"k3", "f1", "d1"}); err != nil || !res[0].Exists || !res[1].Exists || !res[2].Exists {
+		t.Fatal(res, err)
+	}
+	if th := s.cnt.thawed.Load(); th != 0 {
+		t.Fatalf("lookups thawed %d records", th)
+	}
+	clk.Advance(s.cfg.DefaultKVLeaseTTL - time.Millisecond) // inside every lease
+	if err := s.Remove(bg, "k1", false); !errors.Is(err, errcode.ErrObjectHasLease) {
+		t.Fatalf("non-forced Remove of a leased record: %v", err)
+	}
+	if n, err := s.RemoveAll(bg, false); err != nil || n != 2 {
+		t.Fatalf("non-forced RemoveAll removed %d (%v), want the 2 unleased", n, err)
+	}
+	if res, err := s.EvictSSDReplica(bg, "a", []string{"k2"}); err != nil || res.Dropped != 0 || len(res.Keep) != 1 {
+		t.Fatalf("SSD eviction of a leased record's only replica: %+v %v", res, err)
+	}
+	if res, err := reconcileAll(s, "a", []string{"k1", "k2", "f1"}); err != nil || res.Dropped != 1 {
+		t.Fatal(res, err)
+	}
+	mustBeGone(t, s, "k3")
+	s.ExpireNode("b")
+	mustBeGone(t, s, "d1")
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"k1", "k2", "f1"} {
+		if ok, err := s.ExistKey(bg, k); !ok || err != nil {
+			t.Fatalf("%s after the removals inside its lease: %v %v", k, ok, err)
+		}
+	}
+	if err := s.Remove(bg, "f1", true); err != nil {
+		t.Fatalf("forced Remove of a leased record: %v", err)
+	}
+	clk.Advance(s.cfg.DefaultKVLeaseTTL + leaseDuration(leaseUnit)) // every lease over
+	s.Tick()
+	if err := s.Remove(bg, "k1", false); err != nil {
+		t.Fatalf("non-forced Remove after the lease: %v", err)
+	}
+	if res, err := s.EvictSSDReplica(bg, "a", []string{"k2"}); err != nil || res.Dropped != 1 {
+		t.Fatalf("SSD eviction after the lease: %+v %v", res, err)
+	}
+	for _, k := range []string{"k3", "d1"} {
+		if _, err := s.GetReplicaList(bg, k); !errors.Is(err, errcode.ErrObjectNotFound) {
+			t.Fatalf("%s after its lease: %v, want OBJECT_NOT_FOUND", k, err)
+		}
+	}
+	if st, err := s.Stats(bg); err != nil || st.Objects != 0 {
+		t.Fatalf("Stats: %+v %v", st, err)
+	}
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func leaseDuration(ns int64) time.Duration { return time.Duration(ns) }
+
+// TestCompactRecordLeaseEnd: a record's lease ends when an *object's
+// would, rounded up to leaseUnit at most, and a later lookup extends it.
+func TestCompactRecordLeaseEnd(t *testing.T) {
+	s, clk := leaseService(t, nil)
+	mount(t, s, "a", 1<<20)
+	reRegisterRecords(t, s, "a", "k")
+	info, err := s.GetReplicaList(bg, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := clk.Now().Add(s.cfg.DefaultKVLeaseTTL)
+	if d := info.LeaseDeadline.Sub(want); d < 0 || d >= leaseDuration(leaseUnit) {
+		t.Fatalf("lease deadline %v, want %v rounded up to %v", info.LeaseDeadline, want, leaseDuration(leaseUnit))
+	}
+	clk.Advance(s.cfg.DefaultKVLeaseTTL / 2)
+	if ok, err := s.ExistKey(bg, "k"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	clk.Advance(s.cfg.DefaultKVLeaseTTL/2 + time.Millisecond) // past the first lease, inside the second
+	if err := s.Remove(bg, "k", false); !errors.Is(err, errcode.ErrObjectHasLease) {
+		t.Fatalf("Remove inside the extended lease: %v", err)
+	}
+	clk.Advance(s.cfg.DefaultKVLeaseTTL/2 + leaseDuration(leaseUnit))
+	if err := s.Remove(bg, "k", false); err != nil {
+		t.Fatalf("Remove after the lease: %v", err)
+	}
+	if th := s.cnt.thawed.Load(); th != 1 {
+		t.Fatalf("thawed %d, want 1 (the removal's)", th)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/tierstore/tierstore/internal/errcode"
@@ -110,15 +111,16 @@ func (s *Service) removeMatching(ctx context.Context, e masterapi.Removal, match
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		// A compact object (put token 0, no DRAM replica, task or put)
-		// goes as removeObj would delete it, unless a rebuild lease holds
-		// it: then it becomes an *object for the walk below to refuse or
-		// force.
+		// A compact object (put token 0, no DRAM replica, task or put;
+		// a frozen one was put before the scan began, freezable) goes
+		// as removeObj would delete it, unless a lease holds it (its
+		// read lease or the rebuild lease): then removeObj would refuse
+		// it (spared, in place), or force it.
 		sh.c.visit(func(i int32, r *crec) {
 			switch k := s.cst.keyIn(i, &kbuf); {
 			case !match(k):
-			case s.rebuiltLeased(r, now):
-				s.thaw(sh, i)
+			case !force && s.recLeased(r, now):
+				spared = append(spared, strings.Clone(k))
 			default:
 				s.delCompact(sh, k, i)
 				n++

@@ -28,6 +28,9 @@ type Service struct {
 	// grace (Config.StartupGrace): until then a PutStart that finds no
 	// segment mounted waits for a mount (room.go, mayWait).
 	graceEnd int64
+	// leaseBase (unix ns, set by New, read-only after) is the time a
+	// compact record's read lease counts from (crec.lease).
+	leaseBase int64
 
 	shards []shard
 	mask   uint64
@@ -183,6 +186,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s.countLookups = s.policy.WantsLookups()
 	s.graceEnd = s.now() + int64(cfg.StartupGrace)
+	s.leaseBase = s.now()
 	s.prefetch.init(cfg.PrefetchBudget*1e6, s.now())
 	n := 1 << bits.Len(uint(cfg.Shards-1))
 	s.shards = make([]shard, n) // maps made on first use (shard.putObj)
