@@ -154,6 +154,8 @@ type cstore struct {
 	// loose is the block that single re-registrations (registerSSDLocked)
 	// fill, under mu.
 	loose *cblock
+	// frozen is the block that freezes (Service.freeze) fill, under mu.
+	frozen *cblock
 	// blocks counts the blocks allocated (tests, Check).
 	blocks atomic.Int64
 }
@@ -488,19 +490,40 @@ func (f *filler) done() {
 func (st *cstore) putLoose(key string, x crec) int32 {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.loose == nil || !st.loose.room(len(key)) {
-		if old := st.loose; old != nil {
+	return st.putShared(&st.loose, key, x, 256, 64)
+}
+
+// frozenRecs is the records of a block that freezes fill.
+const frozenRecs = 1024
+
+// putFrozen writes a record of key into the store's block of frozen
+// objects and returns its reference. Caller holds the key's shard lock.
+func (st *cstore) putFrozen(key string, x crec) int32 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	// Key bytes for the block's records at this key's length and an
+	// eighth more: the keys of one pool are mostly of one length.
+	return st.putShared(&st.frozen, key, x, frozenRecs, len(key)+len(key)/8)
+}
+
+// putShared writes a record of key into *bp, a block without a prefix
+// filled by many callers, first replacing it by a new one of recs records
+// and recs*keyLen key bytes (the old one closed) when it has no room.
+// Caller holds mu.
+func (st *cstore) putShared(bp **cblock, key string, x crec, recs, keyLen int) int32 {
+	if *bp == nil || !(*bp).room(len(key)) {
+		if old := *bp; old != nil {
 			old.open.Store(false)
 			if old.live.Load() == 0 {
 				st.releaseLocked(old)
 			}
 		}
-		b := &cblock{recs: make([]crec, 256), keys: make([]byte, max(256*64, len(key)))}
+		b := &cblock{recs: make([]crec, recs), keys: make([]byte, max(recs*keyLen, len(key)))}
 		b.open.Store(true)
 		st.enter(b)
-		st.loose = b
+		*bp = b
 	}
-	return st.loose.put(key, x)
+	return (*bp).put(key, x)
 }
 
 // incAt returns the node incarnation of index i (node.ix).
@@ -588,6 +611,52 @@ func (s *Service) rebuiltFlags(now int64) uint8 {
 		return crecRebuilt
 	}
 	return 0
+}
+
+// freeze turns o, objs[key], back into a compact record when it has
+// become what a record stands for (freezable), and reports whether it
+// did: the record goes into the store's block of frozen objects
+// (putFrozen: keys of any shard, whole), with o's read lease. The
+// counters and the node's digest do not change (the record counts as
+// the object's one SSD replica, on the same incarnation); entries of o
+// left in the shard's dram or held sets are stale (objs[key] is not o)
+// and go at their next walk. The caller no longer uses o. Caller holds
+// sh.mu.
+func (s *Service) freeze(sh *shard, key string, o *object, now int64) bool {
+	if !s.freezable(o, now) {
+		return false
+	}
+	var lease uint32
+	if o.leased(now) {
+		l, ok := s.recLeaseOf(o.leaseUntil)
+		if !ok {
+			return false
+		}
+		lease = l
+	}
+	d := o.ssd[0]
+	h32 := hash32(masterapi.KeyHash(key))
+	r := s.cst.putFrozen(key, crec{size: uint32(o.size), node: d.node.ix, seen: d.seen, crc: o.crc, h32: h32, lease: lease})
+	delete(sh.objs, key)
+	sh.c.add(r, h32)
+	s.cnt.compact.Add(1)
+	s.cnt.frozen.Add(1)
+	return true
+}
+
+// freezable reports whether o can be a compact record without losing
+// anything: its one SSD replica on a live node is all it holds (no DRAM
+// replica, put, promotion or offload task, no pin, no read counted by
+// the admission policy), its size fits a record, and no RemoveAll or
+// RemoveByRegex is scanning (a record has put token 0: one frozen during
+// a scan would lose the token that tells the scan to leave an object put
+// after it began; one frozen before the scan took its sequence number
+// was put before it too). An HA rebuild lease is kept as the read lease
+// it is (rebuiltLease sets leaseUntil). Caller holds the shard lock.
+func (s *Service) freezable(o *object, now int64) bool {
+	return o.dram.seg == nil && o.more == nil && len(o.ssd) == 1 && !o.ssd[0].node.dead.Load() &&
+		o.offload == nil && !o.softPin && !o.hardPin && o.reads == 0 &&
+		o.size > 0 && o.size <= recSizeMax && s.removeScans.Load() == 0
 }
 
 // delCompact deletes record r of sh, key's object, with its one SSD

@@ -31,25 +31,17 @@ func compactKey(family, i int) string {
 	return fmt.Sprintf("k%d/%s", i, strings.Repeat("x", i*37%300))
 }
 
-// replicaNodes renders every object as key=its SSD replicas' node ids,
-// sorted, and reports whether one has a DRAM replica.
-func replicaNodes(s *Service) (map[string]string, bool) {
-	out := map[string]string{}
-	dram := false
-	s.eachObject(func(k string, o *object, ns []string) {
-		out[k] = strings.Join(ns, ",")
-		dram = dram || o.dram.seg != nil
-	})
-	return out, dram
-}
-
 // TestCompactMatchesModel (property): re-registrations in chunks (which
-// make compact records), lookups (which thaw them), removals of one key
+// make compact records), puts through DRAM and SSD copies of them,
+// lookups (which grant leases on records in place), DRAM evictions (which
+// freeze what became SSD-only back into records), removals of one key
 // and of all, SSD evictions, nodes leaving and coming back, nodes
-// restarting and re-registering what they kept, in random
-// order over random shard counts, leave the SSD replicas the model says,
-// with every Check passing (the compact index finds every record, each
-// block's live count is its references, the counters and digests agree).
+// restarting and re-registering what they kept, with or without leases
+// in force, in random order over random shard counts, leave the
+// replicas, leases and records the model says, with every Check passing
+// (the compact index finds every record, each block's live count is its
+// references, the counters and digests agree) and the counters equal to
+// the model's.
 func TestCompactMatchesModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		cfg := DefaultConfig()
@@ -65,12 +57,20 @@ func TestCompactMatchesModel(t *testing.T) {
 		}
 		defer s.Close()
 		nodes := []string{"a", "b"}
+		const segSize = 64 << 20
 		for _, n := range nodes {
-			mount(t, s, n, 1<<20)
+			mount(t, s, n, segSize)
 		}
 		universe := rapid.IntRange(1, 400).Draw(rt, "universe")
 		family := rapid.IntRange(0, 2).Draw(rt, "family")
-		model := map[string]map[string]bool{} // key -> node ids with a replica
+		model := map[string]map[string]bool{} // key -> node ids with an SSD replica (empty: gone, held for its lease)
+		dram := map[string]string{}           // key -> the node of its DRAM replica
+		leased := map[string]bool{}           // keys with a read lease in force
+		dramLeased := map[string]bool{}       // leased keys whose lease needs the DRAM replica (leaseNeedsDRAM)
+		// pinned are the keys with an offload task: a DRAM replica whose
+		// every SSD copy died with its node is queued for offload again
+		// from it (restoreSSDCopy).
+		pinned := map[string]bool{}
 		incarnation := 0
 		keysOf := func(label string) []string {
 			var ks []string
@@ -79,9 +79,49 @@ func TestCompactMatchesModel(t *testing.T) {
 			}
 			return ks
 		}
+		// settle deletes the model's keys left without a replica and
+		// not leased (settleEmpty).
+		settle := func() {
+			for k, on := range model {
+				if len(on) == 0 && dram[k] == "" && !leased[k] {
+					delete(model, k)
+				}
+			}
+		}
+		endLeases := func() {
+			clk.Advance(cfg.DefaultKVLeaseTTL + time.Second)
+			s.Tick()
+			clear(leased)
+			clear(dramLeased)
+			settle()
+		}
+		// lostNode is the model of node n's DRAM replicas going (and the
+		// tasks that had them as their source); had are the keys' SSD
+		// nodes before n's went.
+		lostNode := func(n string, had map[string]int) {
+			for k, on := range dram {
+				if on == n {
+					delete(dram, k)
+					delete(pinned, k)
+				} else if had[k] > 0 && len(model[k]) == 0 {
+					pinned[k] = true
+				}
+			}
+			settle()
+		}
+		ssdCounts := func() map[string]int {
+			had := map[string]int{}
+			for k, on := range model {
+				had[k] = len(on)
+			}
+			return had
+		}
 		steps := rapid.IntRange(1, 30).Draw(rt, "steps")
 		for step := range steps {
-			switch op := rapid.IntRange(0, 7).Draw(rt, "op"); op {
+			frozen := s.cnt.frozen.Load()
+			wantFrozen := int64(0)
+			var frozenKeys []string
+			switch op := rapid.IntRange(0, 9).Draw(rt, "op"); op {
 			case 0, 1: // a re-registration, in chunks
 				n := rapid.SampledFrom(nodes).Draw(rt, "node")
 				ks := keysOf("reregKeys")
@@ -105,68 +145,124 @@ func TestCompactMatchesModel(t *testing.T) {
 								model[objs[i].Key] = map[string]bool{}
 							}
 							model[objs[i].Key][n] = true
+							if dram[objs[i].Key] == n {
+								delete(pinned, objs[i].Key) // the task's answer
+							}
 						}
 					}
 				}
-			case 2: // lookups: thaw
+			case 2: // lookups: each grants a read lease; records stay records
+				exist := rapid.Bool().Draw(rt, "exist")
+				thawed := s.cnt.thawed.Load()
 				for _, k := range keysOf("lookups") {
-					_, err := s.GetReplicaList(bg, k)
-					if (err == nil) != (model[k] != nil) {
-						rt.Fatalf("step %d: lookup %q: %v, model %v", step, k, err, model[k])
+					var err error
+					if exist {
+						var ok bool
+						ok, err = s.ExistKey(bg, k)
+						if err == nil && !ok {
+							err = errcode.ErrObjectNotFound
+						}
+					} else {
+						_, err = s.GetReplicaList(bg, k)
+					}
+					switch {
+					case model[k] == nil:
+						if !errors.Is(err, errcode.ErrObjectNotFound) {
+							rt.Fatalf("step %d: lookup %q: %v, not in the model", step, k, err)
+						}
+					case len(model[k]) == 0 && dram[k] == "":
+						if !errors.Is(err, errcode.ErrReplicaGone) {
+							rt.Fatalf("step %d: lookup %q: %v, gone in the model", step, k, err)
+						}
+					case err != nil:
+						rt.Fatalf("step %d: lookup %q: %v, model %v dram %q", step, k, err, model[k], dram[k])
+					default:
+						leased[k] = true
+						if !exist && len(model[k]) == 0 {
+							dramLeased[k] = true // its reader has only the DRAM replica
+						}
 					}
 				}
-				clk.Advance(cfg.DefaultKVLeaseTTL + time.Second) // the leases end
-			case 3: // removals of single keys
+				if th := s.cnt.thawed.Load(); th != thawed {
+					rt.Fatalf("step %d: lookups thawed %d records", step, th-thawed)
+				}
+				if !rapid.Bool().Draw(rt, "keepLeases") {
+					endLeases()
+				}
+			case 3: // removals of single keys, not forced
 				for _, k := range keysOf("removes") {
 					err := s.Remove(bg, k, false)
 					switch {
-					case err == nil && model[k] != nil:
-						delete(model, k)
-					case errors.Is(err, errcode.ErrObjectNotFound) && model[k] == nil:
-					default:
+					case model[k] == nil:
+						if !errors.Is(err, errcode.ErrObjectNotFound) {
+							rt.Fatalf("step %d: remove %q: %v, not in the model", step, k, err)
+						}
+					case leased[k] || pinned[k]:
+						if !errors.Is(err, errcode.ErrObjectHasLease) {
+							rt.Fatalf("step %d: remove %q: %v, leased in the model", step, k, err)
+						}
+					case err != nil:
 						rt.Fatalf("step %d: remove %q: %v, model %v", step, k, err, model[k])
+					default:
+						delete(model, k)
+						delete(dram, k)
 					}
 				}
-			case 4: // remove all
-				n, err := s.RemoveAll(bg, false)
-				if err != nil || n != int64(len(model)) {
-					rt.Fatalf("step %d: remove all: %d, %v; model has %d", step, n, err, len(model))
+			case 4: // remove all, not forced: the leased keys stay
+				want := int64(0)
+				for k := range model {
+					if !leased[k] && !pinned[k] {
+						want++
+						delete(model, k)
+						delete(dram, k)
+					}
 				}
-				clear(model)
-			case 5: // SSD eviction reported by a node
+				n, err := s.RemoveAll(bg, false)
+				if err != nil || n != want {
+					rt.Fatalf("step %d: remove all: %d, %v; model has %d unleased", step, n, err, want)
+				}
+			case 5: // SSD eviction reported by a node: a leased key whose only readable replica it is stays
 				n := rapid.SampledFrom(nodes).Draw(rt, "evictNode")
 				ks := keysOf("evicts")
-				res, err := s.EvictSSDReplica(bg, n, ks)
-				if err != nil || len(res.Keep) != 0 {
-					rt.Fatalf("step %d: evict: %+v, %v", step, res, err)
-				}
+				keep := map[string]bool{}
 				for _, k := range ks {
-					if model[k][n] {
-						delete(model[k], n)
-						if len(model[k]) == 0 {
-							delete(model, k)
-						}
+					if !model[k][n] {
+						continue
+					}
+					if leased[k] && len(model[k]) == 1 && dram[k] == "" {
+						keep[k] = true
+						continue
+					}
+					delete(model[k], n)
+					if leased[k] {
+						dramLeased[k] = true // dropSSD inside the lease
 					}
 				}
+				settle()
+				res, err := s.EvictSSDReplica(bg, n, ks)
+				if err != nil || len(res.Keep) != len(keep) {
+					rt.Fatalf("step %d: evict: %+v, %v; model keeps %v", step, res, err, keep)
+				}
 			case 6: // a node leaves and mounts again (a new incarnation)
+				endLeases()
 				n := rapid.SampledFrom(nodes).Draw(rt, "leaveNode")
 				if err := s.LeaveNode(bg, n, ""); err != nil {
 					rt.Fatalf("step %d: leave: %v", step, err)
 				}
-				for k, on := range model {
+				had := ssdCounts()
+				for _, on := range model {
 					delete(on, n)
-					if len(on) == 0 {
-						delete(model, k)
-					}
 				}
-				mount(t, s, n, 1<<20)
+				lostNode(n, had)
+				mount(t, s, n, segSize)
 			case 7: // a node expires, comes back and re-registers before the sweep reaches its objects
+				endLeases()
 				n := rapid.SampledFrom(nodes).Draw(rt, "restartNode")
 				s.nodesMu.Lock()
 				s.retireLocked(s.nodes[n]) // the sweep that follows has not reached them
 				s.nodesMu.Unlock()
 				incarnation++
-				if err := s.MountSegment(bg, masterapi.MountRequest{Node: n, Endpoint: n + ":1", Segment: "seg0", Size: 1 << 20, Incarnation: fmt.Sprint(incarnation)}); err != nil {
+				if err := s.MountSegment(bg, masterapi.MountRequest{Node: n, Endpoint: n + ":1", Segment: "seg0", Size: segSize, Incarnation: fmt.Sprint(incarnation)}); err != nil {
 					rt.Fatal(err)
 				}
 				ks := keysOf("restartKeys")
@@ -190,23 +286,92 @@ func TestCompactMatchesModel(t *testing.T) {
 						model[k] = map[string]bool{}
 					}
 					model[k][n] = true
+					if dram[k] == n {
+						delete(pinned, k) // the task's answer: the copy is there
+					}
 				}
+				had := ssdCounts()
 				for k, on := range model {
 					if on[n] && !kept[k] {
 						delete(on, n)
-						if len(on) == 0 {
-							delete(model, k)
-						}
 					}
+				}
+				lostNode(n, had)
+			case 8: // puts through DRAM of keys the master does not hold
+				n := rapid.SampledFrom(nodes).Draw(rt, "putNode")
+				for _, k := range keysOf("puts") {
+					if model[k] != nil {
+						continue
+					}
+					rep, err := s.PutStart(bg, masterapi.PutStartRequest{Key: k, Size: int64(10 + len(k)), CRC: crcOf(k), PreferredNode: n})
+					if err != nil {
+						rt.Fatalf("step %d: put start %q: %v", step, k, err)
+					}
+					if err := s.PutEnd(bg, k, rep.PutToken); err != nil {
+						rt.Fatalf("step %d: put end %q: %v", step, k, err)
+					}
+					model[k] = map[string]bool{}
+					dram[k] = n
+				}
+			case 9: // DRAM eviction: what is left with one SSD replica and nothing else is frozen back into a record
+				if rapid.Bool().Draw(rt, "endLeases") {
+					endLeases()
+				}
+				all := rapid.Bool().Draw(rt, "evictAll")
+				var ks []string
+				if all {
+					for k := range dram {
+						ks = append(ks, k)
+					}
+				} else {
+					ks = keysOf("dramEvicts")
+				}
+				dropped := int64(0)
+				for _, k := range ks {
+					if dram[k] == "" || len(model[k]) == 0 || pinned[k] || leased[k] && dramLeased[k] {
+						continue
+					}
+					delete(dram, k)
+					dropped++
+					if len(model[k]) == 1 {
+						wantFrozen++
+						frozenKeys = append(frozenKeys, k)
+					}
+				}
+				var res masterapi.EvictDRAMResult
+				if all {
+					res, err = s.EvictDRAM(bg, nil, true)
+				} else {
+					res, err = s.EvictDRAM(bg, ks, false)
+				}
+				if err != nil || res.Dropped != dropped {
+					rt.Fatalf("step %d: evict DRAM (all %v): %+v %v, model drops %d", step, all, res, err, dropped)
+				}
+			}
+			if got := s.cnt.frozen.Load() - frozen; got != wantFrozen {
+				rt.Fatalf("step %d: %d objects frozen, model %d", step, got, wantFrozen)
+			}
+			for _, k := range frozenKeys {
+				sh := s.shardOf(k)
+				sh.mu.Lock()
+				rec := s.compactHas(sh, k)
+				sh.mu.Unlock()
+				if !rec {
+					rt.Fatalf("step %d: %q frozen, not a record", step, k)
 				}
 			}
 			if err := s.Check(); err != nil {
 				rt.Fatalf("step %d: %v", step, err)
 			}
-			got, dram := replicaNodes(s)
-			if dram {
-				rt.Fatalf("step %d: a DRAM replica, none was put", step)
-			}
+			got := map[string]string{}
+			gotDRAM := map[string]string{}
+			s.eachObject(func(k string, o *object, ns []string) {
+				got[k] = strings.Join(ns, ",")
+				if o.dram.seg != nil {
+					gotDRAM[k] = o.dram.seg.node.id
+				}
+			})
+			replicas := 0
 			for k, on := range model {
 				want := slices.Sorted(func(yield func(string) bool) {
 					for n := range on {
@@ -215,12 +380,20 @@ func TestCompactMatchesModel(t *testing.T) {
 						}
 					}
 				})
-				if got[k] != strings.Join(want, ",") {
-					rt.Fatalf("step %d: key %q on %q, model %v", step, k, got[k], want)
+				replicas += len(want)
+				if g, ok := got[k]; !ok || g != strings.Join(want, ",") {
+					rt.Fatalf("step %d: key %q on %q (held %v), model %v", step, k, g, ok, want)
+				}
+				if gotDRAM[k] != dram[k] {
+					rt.Fatalf("step %d: key %q in DRAM on %q, model %q", step, k, gotDRAM[k], dram[k])
 				}
 			}
-			if len(got) != len(model) {
-				rt.Fatalf("step %d: %d objects, model %d", step, len(got), len(model))
+			if len(got) != len(model) || len(gotDRAM) != len(dram) {
+				rt.Fatalf("step %d: %d objects (%d in DRAM), model %d (%d)", step, len(got), len(gotDRAM), len(model), len(dram))
+			}
+			st, err := s.Stats(bg)
+			if err != nil || st.Objects != int64(len(model)) || st.SSDReplicas != int64(replicas) || st.DRAMReplicas != int64(len(dram)) {
+				rt.Fatalf("step %d: Stats %+v %v; model %d objects, %d SSD and %d DRAM replicas", step, st, err, len(model), replicas, len(dram))
 			}
 		}
 	})
@@ -456,5 +629,23 @@ func TestCompactRecordLeaseEnd(t *testing.T) {
 	}
 	if th := s.cnt.thawed.Load(); th != 1 {
 		t.Fatalf("thawed %d, want 1 (the removal's)", th)
+	}
+}
+
+// TestCompactFailureAnswer: a node's failure answer for a key held as a
+// compact record (the key is not on its SSD) drops the record's replica,
+// as it drops an *object's.
+func TestCompactFailureAnswer(t *testing.T) {
+	s, _ := testService(t, nil)
+	mount(t, s, "a", 1<<20)
+	reRegisterRecords(t, s, "a", "k")
+	if _, err := s.NotifyOffloadSuccess(bg, masterapi.NotifyRequest{Node: "a", Failed: []masterapi.OffloadFailure{{Key: "k", Reason: "corrupt entry dropped"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetReplicaList(bg, "k"); !errors.Is(err, errcode.ErrObjectNotFound) {
+		t.Fatalf("GetReplicaList after the node said it has no copy: %v", err)
+	}
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
 	}
 }

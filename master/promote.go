@@ -355,6 +355,7 @@ func (s *Service) promotionVictim(c victim, now int64, ask bool) (freed int64, q
 	}
 	freed = alignUp(o.size)
 	s.dropDRAM(o)
+	s.freeze(c.sh, c.key, o, now) // SSD-only now: a record again if it can be
 	return freed, false, false
 }
 

@@ -102,6 +102,10 @@ func (s *Service) RemoveByRegex(ctx context.Context, pattern string, force bool)
 // the scan) gets an entry of its own. It answers once the entries are
 // durable.
 func (s *Service) removeMatching(ctx context.Context, e masterapi.Removal, match func(key string) bool, force bool) (int64, error) {
+	// Counted before the sequence number is taken: an object frozen
+	// since has a smaller token (freezable).
+	s.removeScans.Add(1)
+	defer s.removeScans.Add(-1)
 	now := s.now()
 	seq := s.rlog.add(e, &s.tokens, now, true)
 	var n int64
@@ -185,6 +189,7 @@ func (s *Service) EvictDRAM(ctx context.Context, keys []string, all bool) (maste
 		default:
 			if s.evictDRAMOf(o, now, &res) {
 				last = s.rlog.add(masterapi.Removal{Kind: masterapi.EvictionKey, Key: k}, &s.tokens, now, false)
+				s.freeze(sh, k, o, now) // SSD-only now: a record again if it can be
 			}
 		}
 		sh.mu.Unlock()
@@ -217,6 +222,9 @@ func (s *Service) evictAllDRAM(ctx context.Context, now int64, res *masterapi.Ev
 				spared = append(spared, k)
 			case newer:
 				last = s.rlog.add(masterapi.Removal{Kind: masterapi.EvictionKey, Key: k}, &s.tokens, now, false)
+				s.freeze(sh, k, o, now)
+			default:
+				s.freeze(sh, k, o, now)
 			}
 		})
 		sh.mu.Unlock()

@@ -1,0 +1,187 @@
+package master
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/tierstore/tierstore/internal/errcode"
+	"github.com/tierstore/tierstore/masterapi"
+)
+
+// putOnSSD puts key (100 bytes) through node a's DRAM and gives it an SSD
+// replica on node ssd, as an offload would.
+func putOnSSD(t *testing.T, s *Service, key, ssd string) {
+	t.Helper()
+	put(t, s, key, 100, "a")
+	errs, err := s.ReRegisterSSDColumns(bg, ssd, masterapi.ColumnsOf([]masterapi.SSDObject{{Key: key, Size: 100, CRC: crcOf(key)}}))
+	if err != nil || errs[0] != nil {
+		t.Fatal(errs, err)
+	}
+}
+
+// isRecord reports whether key is held as a compact record.
+func isRecord(s *Service, key string) bool {
+	sh := s.shardOf(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return s.compactHas(sh, key)
+}
+
+// TestFreezeAfterDRAMEviction: an object put through DRAM and copied to
+// SSD becomes a compact record again once its DRAM replica goes (by
+// EvictDRAM of it or of all, or by an eviction round), with the same
+// counters, replicas and lookups; one that still holds something a record
+// cannot (a second SSD replica, a soft pin) stays an *object.
+func TestFreezeAfterDRAMEviction(t *testing.T) {
+	s, _ := testService(t, func(c *Config) { c.EvictionRatio = 1 })
+	mount(t, s, "a", 1<<20)
+	mount(t, s, "b", 1<<20)
+	for _, k := range []string{"k1", "k2", "k3", "two", "k4"} {
+		putOnSSD(t, s, k, "b")
+	}
+	if errs, err := s.ReRegisterSSDColumns(bg, "a", masterapi.ColumnsOf([]masterapi.SSDObject{{Key: "two", Size: 100, CRC: crcOf("two")}})); err != nil || errs[0] != nil {
+		t.Fatal(errs, err)
+	}
+	before, _ := s.Stats(bg)
+	if res, err := s.EvictDRAM(bg, []string{"k1", "two"}, false); err != nil || res.Dropped != 2 {
+		t.Fatalf("EvictDRAM: %+v %v", res, err)
+	}
+	if !isRecord(s, "k1") || isRecord(s, "two") || s.cnt.frozen.Load() != 1 {
+		t.Fatalf("k1 record %v, two record %v, frozen %d: want true, false, 1", isRecord(s, "k1"), isRecord(s, "two"), s.cnt.frozen.Load())
+	}
+	if n := s.EvictNow(); n == 0 {
+		t.Fatal("eviction round dropped nothing")
+	}
+	if !isRecord(s, "k2") || !isRecord(s, "k3") || !isRecord(s, "k4") {
+		t.Fatal("an eviction round's victims were not frozen")
+	}
+	after, _ := s.Stats(bg)
+	if after.Objects != before.Objects || after.SSDReplicas != before.SSDReplicas || after.SSDBytes != before.SSDBytes {
+		t.Fatalf("Stats before %+v after %+v", before, after)
+	}
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.GetReplicaList(bg, "k1")
+	if err != nil || info.Size != 100 || info.CRC != crcOf("k1") || len(info.Replicas) != 1 || info.Replicas[0].Node != "b" {
+		t.Fatalf("GetReplicaList of a frozen object: %+v %v", info, err)
+	}
+	if !isRecord(s, "k1") {
+		t.Fatal("lookup thawed a frozen object")
+	}
+	// A soft-pinned object (evictable: allow_evict_soft_pinned) stays an
+	// *object: a record has no pin.
+	putWith(t, s, masterapi.PutStartRequest{Key: "pinned", Size: 100, CRC: crcOf("pinned"), PreferredNode: "a", SoftPin: true})
+	if errs, err := s.ReRegisterSSDColumns(bg, "b", masterapi.ColumnsOf([]masterapi.SSDObject{{Key: "pinned", Size: 100, CRC: crcOf("pinned")}})); err != nil || errs[0] != nil {
+		t.Fatal(errs, err)
+	}
+	if res, err := s.EvictDRAM(bg, nil, true); err != nil || res.Dropped != 1 {
+		t.Fatalf("EvictDRAM all: %+v %v", res, err)
+	}
+	if isRecord(s, "pinned") {
+		t.Fatal("a soft-pinned object was frozen")
+	}
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFreezeKeepsLease: an object frozen inside its read lease keeps the
+// lease in its record (invariant 4): a non-forced Remove and RemoveAll
+// refuse it, an SSD eviction of its only replica keeps it, until the
+// lease ends.
+func TestFreezeKeepsLease(t *testing.T) {
+	s, clk := leaseService(t, nil)
+	mount(t, s, "a", 1<<20)
+	mount(t, s, "b", 1<<20)
+	putOnSSD(t, s, "k", "b")
+	putOnSSD(t, s, "free", "b")
+	if _, err := s.GetReplicaList(bg, "k"); err != nil { // lists the SSD replica: the DRAM replica may go
+		t.Fatal(err)
+	}
+	if res, err := s.EvictDRAM(bg, []string{"k", "free"}, false); err != nil || res.Dropped != 2 {
+		t.Fatalf("EvictDRAM: %+v %v", res, err)
+	}
+	if !isRecord(s, "k") || !isRecord(s, "free") {
+		t.Fatal("not frozen")
+	}
+	clk.Advance(s.cfg.DefaultKVLeaseTTL - time.Millisecond)
+	if n, err := s.RemoveAll(bg, false); err != nil || n != 1 {
+		t.Fatalf("RemoveAll: %d %v, want the unleased one", n, err)
+	}
+	if res, err := s.EvictSSDReplica(bg, "b", []string{"k"}); err != nil || len(res.Keep) != 1 {
+		t.Fatalf("EvictSSDReplica: %+v %v", res, err)
+	}
+	if err := s.Remove(bg, "k", false); !errors.Is(err, errcode.ErrObjectHasLease) {
+		t.Fatalf("Remove of a frozen leased object: %v", err)
+	}
+	clk.Advance(2*time.Millisecond + time.Duration(leaseUnit))
+	if err := s.Remove(bg, "k", false); err != nil {
+		t.Fatalf("Remove after the lease: %v", err)
+	}
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCompactLookupsKeepMemory: looking up every record of a pool once
+// (ExistKey, GetReplicaList, their batches) leaves them records: no
+// thaw, and the heap does not grow by what *objects would cost (~300 B
+// each; a thawed pool grew back to the put-filled cost before).
+func TestCompactLookupsKeepMemory(t *testing.T) {
+	s, _ := testService(t, func(c *Config) { c.Shards = 1024 })
+	mount(t, s, "a", 1<<20)
+	const n = 40000
+	keys := make([]string, n)
+	objs := make([]masterapi.SSDObject, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("model@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@%064x", i*7919)
+		objs[i] = masterapi.SSDObject{Key: keys[i], Size: 100, CRC: 1}
+	}
+	for lo := 0; lo < n; lo += 4096 {
+		if _, err := s.ReRegisterSSDColumns(bg, "a", masterapi.ColumnsOf(objs[lo:min(lo+4096, n)])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	heap := func() int64 {
+		var ms runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapAlloc)
+	}
+	h0 := heap()
+	for i, k := range keys {
+		switch i % 4 {
+		case 0:
+			if ok, err := s.ExistKey(bg, k); !ok || err != nil {
+				t.Fatal(k, ok, err)
+			}
+		case 1:
+			if _, err := s.GetReplicaList(bg, k); err != nil {
+				t.Fatal(k, err)
+			}
+		case 2:
+			if res, err := s.BatchExistKey(bg, []string{k}); err != nil || !res[0].Exists {
+				t.Fatal(k, res, err)
+			}
+		case 3:
+			if res, err := s.BatchGetReplicaList(bg, []string{k}); err != nil || res[0].Err != nil {
+				t.Fatal(k, res, err)
+			}
+		}
+	}
+	grew := heap() - h0
+	runtime.KeepAlive(keys)
+	if th := s.cnt.thawed.Load(); th != 0 {
+		t.Fatalf("lookups thawed %d records", th)
+	}
+	if c := s.cnt.compact.Load(); c != n {
+		t.Fatalf("%d records, want %d", c, n)
+	}
+	if per := grew / n; per > 16 {
+		t.Fatalf("the heap grew by %d B per looked-up record", per)
+	}
+}
