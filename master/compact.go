@@ -589,6 +589,13 @@ func (s *Service) thaw(sh *shard, r int32) *object {
 	return o
 }
 
+// CompactCounts reports the objects held as compact records now, and how
+// many *objects records were turned into (thawed) and back (frozen) since
+// the start (bench scale, tests).
+func (s *Service) CompactCounts() (records, thawed, frozen int64) {
+	return s.cnt.compact.Load(), s.cnt.thawed.Load(), s.cnt.frozen.Load()
+}
+
 // rebuiltLeaseThawed gives o, thawed from a record created inside an HA
 // rebuild window, the lease it had (crecRebuilt).
 func (s *Service) rebuiltLeaseThawed(o *object) {
