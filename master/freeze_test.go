@@ -3,7 +3,9 @@ package master
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -183,5 +185,97 @@ func TestCompactLookupsKeepMemory(t *testing.T) {
 	}
 	if per := grew / n; per > 16 {
 		t.Fatalf("the heap grew by %d B per looked-up record", per)
+	}
+}
+
+// TestFreezeConcurrent: lookups, DRAM evictions (which freeze), puts
+// copied to SSD, second SSD replicas added and evicted, prefetches and
+// removals of other keys, on many goroutines: a key that is never
+// removed is found by every lookup throughout (a freeze or a lookup on a
+// record never loses it), and Check holds at the end.
+func TestFreezeConcurrent(t *testing.T) {
+	s, clk := testService(t, func(c *Config) {
+		c.EvictionRatio = 0.5
+		c.ClientTTL = time.Hour
+	})
+	mount(t, s, "a", 1<<20)
+	mount(t, s, "b", 1<<20)
+	const stay = 40
+	for i := range stay {
+		putOnSSD(t, s, fmt.Sprint("s", i), "a")
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	fail := func(err error) {
+		select {
+		case errs <- err:
+		default:
+		}
+	}
+	for g := range 6 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(g), 7))
+			for range 300 {
+				k := fmt.Sprint("s", r.IntN(stay))
+				o := fmt.Sprint("o", r.IntN(40))
+				switch r.IntN(8) {
+				case 0:
+					if ok, err := s.ExistKey(bg, k); !ok || err != nil {
+						fail(fmt.Errorf("ExistKey(%s): %v %v", k, ok, err))
+					}
+				case 1:
+					if info, err := s.GetReplicaList(bg, k); err != nil || len(info.Replicas) == 0 {
+						fail(fmt.Errorf("GetReplicaList(%s): %+v %v", k, info, err))
+					}
+				case 2:
+					if _, err := s.EvictDRAM(bg, []string{k, o}, false); err != nil {
+						fail(err)
+					}
+				case 3:
+					s.EvictNow()
+				case 4: // a second SSD replica of k comes and goes
+					if _, err := s.ReRegisterSSDColumns(bg, "b", masterapi.ColumnsOf([]masterapi.SSDObject{{Key: k, Size: 100, CRC: crcOf(k)}})); err != nil {
+						fail(err)
+					}
+					if _, err := s.EvictSSDReplica(bg, "b", []string{k}); err != nil {
+						fail(err)
+					}
+				case 5: // another key put, copied to SSD, removed
+					if rep, err := s.PutStart(bg, masterapi.PutStartRequest{Key: o, Size: 100, CRC: crcOf(o), PreferredNode: "a"}); err == nil {
+						_ = s.PutEnd(bg, o, rep.PutToken)
+						_, _ = s.ReRegisterSSDColumns(bg, "a", masterapi.ColumnsOf([]masterapi.SSDObject{{Key: o, Size: 100, CRC: crcOf(o)}}))
+					}
+					_ = s.Remove(bg, o, r.IntN(2) == 0)
+				case 6:
+					if _, err := s.Prefetch(bg, []string{k}); err != nil {
+						fail(err)
+					}
+					if _, err := s.BatchExistKey(bg, []string{k, o}); err != nil {
+						fail(err)
+					}
+				case 7:
+					if g == 0 {
+						clk.Advance(time.Second)
+						s.Tick()
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range stay {
+		if ok, err := s.ExistKey(bg, fmt.Sprint("s", i)); !ok || err != nil {
+			t.Fatalf("s%d: %v %v", i, ok, err)
+		}
+	}
+	if s.cnt.frozen.Load() == 0 {
+		t.Error("nothing was frozen")
 	}
 }
