@@ -12,16 +12,18 @@ import (
 )
 
 // The compact store (issue 23 item 2). Most objects of a large pool are
-// what a re-registration creates: one SSD replica and nothing else (no
-// DRAM replica, no lease, no pin, no offload task, no read counted, put
-// token 0). Such an object is kept as a compact record instead of an
-// *object in its shard's map: 32 bytes in a pointer-free block of
-// records, its key in the block's key bytes, one uint32 in its shard's
-// open-addressing index. Next to an *object (its 160-byte allocation,
-// the key's own allocation, the map entry) that is about half the bytes
-// per object, nothing the collector has to scan, and, for a
-// re-registration, records and keys written one after the other into a
-// chunk's own blocks instead of scattered over the heap.
+// what a re-registration creates, or what an object put through DRAM
+// becomes once offloaded and evicted from DRAM: one SSD replica and
+// nothing else (no DRAM replica, no pin, no offload task, no read
+// counted, put token 0 or a token older than any removal scan; at most
+// a read lease, kept in the record). Such an object is kept as a compact
+// record instead of an *object in its shard's map: 32 bytes in a
+// pointer-free block of records, its key in the block's key bytes, one
+// uint32 in its shard's open-addressing index. Next to an *object (its
+// 160-byte allocation, the key's own allocation, the map entry) that is
+// about half the bytes per object, nothing the collector has to scan,
+// and, for a re-registration, records and keys written one after the
+// other into a chunk's own blocks instead of scattered over the heap.
 //
 // Invariants:
 //   - A key is in at most one of its shard's objs map and its compact
@@ -29,24 +31,44 @@ import (
 //     on the node incarnation it names (Service counters, the node's
 //     counters and its reconcile digest), exactly as the *object it
 //     stands for would.
-//   - Every path that changes an object works on an *object: shard
-//     lookups go through Service.obj, which turns a compact record into
-//     an *object first (thaw), so the rest of the master never sees a
-//     compact record. The walks over every object thaw the records they
-//     have something to do with, delete those the walk would delete, and
-//     skip the others; the reconcile stamps records in place.
+//   - A record's lease (crec.lease: the read lease, rounded up to
+//     leaseUnit; crecRebuilt: the HA rebuild lease) is honoured by every
+//     removal path as an *object's is (invariant 4, recLeased): a
+//     non-forced Remove thaws the record with its lease and refuses it,
+//     a non-forced RemoveAll or RemoveByRegex spares it, an SSD eviction
+//     of its one replica keeps it, the sweep after its node's death and a
+//     reconcile that drops it thaw it and hold the *object for the lease.
+//   - The read-only lookups (ExistKey, GetReplicaList, their batches,
+//     Prefetch) work on a record in place: the lookup's lease is written
+//     into it and a promotion is queued by key. They thaw it only when
+//     the admission policy counts a read of it or queues it (never, for
+//     the policies of package admission: a record is not in DRAM), or
+//     when the lease cannot be written (recLeaseOf).
+//   - Every other path that changes an object works on an *object: its
+//     shard lookups go through Service.obj, which turns a compact record
+//     into an *object first (thaw), carrying its leases. The walks over
+//     every object thaw the records they have something to do with,
+//     delete those the walk would delete, and skip the others; the
+//     reconcile stamps records in place.
+//   - An *object that a DRAM eviction (an eviction round, a promotion's
+//     victim, EvictDRAM) leaves as what a record stands for is frozen
+//     back into one (Service.freeze, freezable), with its read lease, into
+//     the store's block of frozen objects (whole keys, of any shard); no
+//     counter or digest changes. None is frozen while a RemoveAll or
+//     RemoveByRegex scans (a record has no put token to tell the scan
+//     that it was put after the scan began).
 //   - A record's fields are protected by the lock of its key's shard; a
 //     block holds records of many shards. A block's live count is the
 //     number of index entries that refer to it; a block that is no longer
 //     being filled (open) goes when it reaches 0. Its records and key
 //     bytes are written once, by the goroutine that fills it, before the
 //     index entry that refers to them (under the shard lock), and never
-//     written again but for a record's reconcile stamp and node (under the
-//     shard lock): a string over a block's keys stays valid.
+//     written again but for a record's reconcile stamp, node and lease
+//     (under the shard lock): a string over a block's keys stays valid.
 //
-// A thawed object stays an *object (freezing objects back is not done:
-// it is lookups, removals and evictions of hot keys that thaw). A block
-// stays allocated while any of its records lives.
+// A block stays allocated while any of its records lives: records thawed
+// or removed here and there leave their slots unused until the whole
+// block goes.
 
 // crec is one compact record. Its fields are ordered so that it has no
 // padding beyond the last byte: 32 bytes.
