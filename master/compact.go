@@ -53,7 +53,8 @@ import (
 //   - An *object that a DRAM eviction (an eviction round, a promotion's
 //     victim, EvictDRAM) leaves as what a record stands for is frozen
 //     back into one (Service.freeze, freezable), with its read lease, into
-//     the store's block of frozen objects (whole keys, of any shard); no
+//     the store's block of frozen objects (of any shard; the prefix the
+//     keys of the block before it shared kept once, putFrozen); no
 //     counter or digest changes. None is frozen while a RemoveAll or
 //     RemoveByRegex scans (a record has no put token to tell the scan
 //     that it was put after the scan began).
@@ -176,8 +177,15 @@ type cstore struct {
 	// loose is the block that single re-registrations (registerSSDLocked)
 	// fill, under mu.
 	loose *cblock
-	// frozen is the block that freezes (Service.freeze) fill, under mu.
-	frozen *cblock
+	// frozen is the block that freezes (Service.freeze) fill, under mu;
+	// fref is the first key written into it and flcp the length of the
+	// prefix every key written into it shares with fref: the next
+	// frozen block keeps that prefix once (putFrozen). frozenRecs is the
+	// records of a frozen block (frozenRecsDefault; tests make it small).
+	frozen     *cblock
+	fref       string
+	flcp       int
+	frozenRecs int
 	// blocks counts the blocks allocated (tests, Check).
 	blocks atomic.Int64
 }
@@ -512,40 +520,66 @@ func (f *filler) done() {
 func (st *cstore) putLoose(key string, x crec) int32 {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return st.putShared(&st.loose, key, x, 256, 64)
-}
-
-// frozenRecs is the records of a block that freezes fill.
-const frozenRecs = 1024
-
-// putFrozen writes a record of key into the store's block of frozen
-// objects and returns its reference. Caller holds the key's shard lock.
-func (st *cstore) putFrozen(key string, x crec) int32 {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	// Key bytes for the block's records at this key's length and an
-	// eighth more: the keys of one pool are mostly of one length.
-	return st.putShared(&st.frozen, key, x, frozenRecs, len(key)+len(key)/8)
-}
-
-// putShared writes a record of key into *bp, a block without a prefix
-// filled by many callers, first replacing it by a new one of recs records
-// and recs*keyLen key bytes (the old one closed) when it has no room.
-// Caller holds mu.
-func (st *cstore) putShared(bp **cblock, key string, x crec, recs, keyLen int) int32 {
-	if *bp == nil || !(*bp).room(len(key)) {
-		if old := *bp; old != nil {
+	if st.loose == nil || !st.loose.room(len(key)) {
+		if old := st.loose; old != nil {
 			old.open.Store(false)
 			if old.live.Load() == 0 {
 				st.releaseLocked(old)
 			}
 		}
-		b := &cblock{recs: make([]crec, recs), keys: make([]byte, max(recs*keyLen, len(key)))}
+		b := &cblock{recs: make([]crec, 256), keys: make([]byte, max(256*64, len(key)))}
 		b.open.Store(true)
 		st.enter(b)
-		*bp = b
+		st.loose = b
 	}
-	return (*bp).put(key, x)
+	return st.loose.put(key, x)
+}
+
+// frozenRecsDefault is the records of a block that freezes fill.
+const frozenRecsDefault = 1024
+
+// putFrozen writes a record of key into the store's block of frozen
+// objects and returns its reference. A new block keeps once the prefix
+// that all keys of the block before it shared (when it is at least
+// chunkPrefixMin bytes and key has it): the keys an eviction round
+// freezes one after the other mostly share their model's prefix. A key
+// without the block's prefix starts a block without one. Caller holds
+// the key's shard lock.
+func (st *cstore) putFrozen(key string, x crec) int32 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	b := st.frozen
+	if b != nil && len(key) > len(b.pfx) && key[:len(b.pfx)] == b.pfx && b.room(len(key)-len(b.pfx)) {
+		n := 0
+		for n < st.flcp && n < len(key) && st.fref[n] == key[n] {
+			n++
+		}
+		st.flcp = n
+		return b.put(key, x)
+	}
+	pfx := ""
+	if b != nil && st.flcp >= chunkPrefixMin && len(key) > st.flcp && key[:st.flcp] == st.fref[:st.flcp] {
+		pfx = strings.Clone(key[:st.flcp])
+	}
+	if b != nil {
+		b.open.Store(false)
+		if b.live.Load() == 0 {
+			st.releaseLocked(b)
+		}
+	}
+	recs := st.frozenRecs
+	if recs == 0 {
+		recs = frozenRecsDefault
+	}
+	// Key bytes for the block's records at this key's length and an
+	// eighth more: the keys of one pool are mostly of one length (a
+	// longer one that does not fit starts the next block).
+	klen := len(key) - len(pfx)
+	b = &cblock{recs: make([]crec, recs), keys: make([]byte, max(recs*(klen+klen/8), klen)), pfx: pfx}
+	b.open.Store(true)
+	st.enter(b)
+	st.frozen, st.fref, st.flcp = b, strings.Clone(key), len(key)
+	return b.put(key, x)
 }
 
 // incAt returns the node incarnation of index i (node.ix).
@@ -645,7 +679,8 @@ func (s *Service) rebuiltFlags(now int64) uint8 {
 // freeze turns o, objs[key], back into a compact record when it has
 // become what a record stands for (freezable), and reports whether it
 // did: the record goes into the store's block of frozen objects
-// (putFrozen: keys of any shard, whole), with o's read lease. The
+// (putFrozen: keys of any shard, a common prefix kept once), with o's
+// read lease. The
 // counters and the node's digest do not change (the record counts as
 // the object's one SSD replica, on the same incarnation); entries of o
 // left in the shard's dram or held sets are stale (objs[key] is not o)

@@ -19,10 +19,13 @@ import (
 // before records (no common prefix to keep once); 1, the same after
 // vLLM's 44-byte prefix (every chunk's blocks keep it once); 2, that
 // prefix and i z's, so that a chunk's shortest key is the start of all
-// the others (its prefix stops one byte short of it).
+// the others (its prefix stops one byte short of it); 3, the three by
+// turns (i%3), so that keys with and without a prefix meet in a block.
 func compactKey(family, i int) string {
 	const vllm = "model@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@"
 	switch family {
+	case 3: // the three mixed: blocks of keys with and without a prefix
+		return compactKey(i%3, i)
 	case 1:
 		return vllm + fmt.Sprintf("k%d/%s", i, strings.Repeat("x", i*37%300))
 	case 2:
@@ -56,13 +59,14 @@ func TestCompactMatchesModel(t *testing.T) {
 			rt.Fatal(err)
 		}
 		defer s.Close()
+		s.cst.frozenRecs = rapid.IntRange(1, 64).Draw(rt, "frozenRecs") // blocks that fill, and learn a prefix
 		nodes := []string{"a", "b"}
 		const segSize = 64 << 20
 		for _, n := range nodes {
 			mount(t, s, n, segSize)
 		}
 		universe := rapid.IntRange(1, 400).Draw(rt, "universe")
-		family := rapid.IntRange(0, 2).Draw(rt, "family")
+		family := rapid.IntRange(0, 3).Draw(rt, "family")
 		model := map[string]map[string]bool{} // key -> node ids with an SSD replica (empty: gone, held for its lease)
 		dram := map[string]string{}           // key -> the node of its DRAM replica
 		leased := map[string]bool{}           // keys with a read lease in force

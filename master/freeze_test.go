@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -277,5 +278,43 @@ func TestFreezeConcurrent(t *testing.T) {
 	}
 	if s.cnt.frozen.Load() == 0 {
 		t.Error("nothing was frozen")
+	}
+}
+
+// TestFreezePrefix: a block of frozen objects keeps once the prefix the
+// keys of the block before it shared; a key without it, or no longer
+// than it, goes into a block of its own, and every key stays found.
+func TestFreezePrefix(t *testing.T) {
+	s, _ := testService(t, nil)
+	s.cst.frozenRecs = 4
+	mount(t, s, "a", 1<<20)
+	mount(t, s, "b", 1<<20)
+	const vllm = "model@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@"
+	var keys []string
+	for i := range 10 {
+		keys = append(keys, fmt.Sprintf("%s%d/%s", vllm, i, strings.Repeat("x", 60)))
+	}
+	keys = append(keys, strings.Repeat("q", 100), "short", vllm[:len(vllm)-1], vllm, vllm+"x", "other-"+vllm)
+	for _, k := range keys {
+		putOnSSD(t, s, k, "b")
+		if res, err := s.EvictDRAM(bg, []string{k}, false); err != nil || res.Dropped != 1 {
+			t.Fatalf("EvictDRAM(%s): %+v %v", k, res, err)
+		}
+		if !isRecord(s, k) {
+			t.Fatalf("%s not frozen", k)
+		}
+		if k == keys[9] {
+			if pfx := s.cst.frozen.pfx; len(pfx) < len(vllm) || pfx[:len(vllm)] != vllm {
+				t.Fatalf("the third frozen block keeps %q, want the keys' common prefix", pfx)
+			}
+		}
+	}
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if info, err := s.GetReplicaList(bg, k); err != nil || info.Size != 100 || info.CRC != crcOf(k) {
+			t.Fatalf("%s: %+v %v", k, info, err)
+		}
 	}
 }
