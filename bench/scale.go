@@ -115,7 +115,7 @@ func runScale(ctx context.Context, e *env) (*result, error) {
 	res.Notes = append(res.Notes,
 		"RSS and heap per object: growth over the empty master (after a GC), divided by the objects held; key bytes included",
 		"objects at 8 GiB RSS: how many objects the master held when its growth first passed 8 GiB (issue 23's budget for 50M); '-' when it never did",
-		"fill objects/s: PutStart+PutEnd pairs (or, with --scale_fill=ssd, objects re-registered in chunks of 4096) from 2 goroutines over the whole fill; put pairs/s at size: "+fmt.Sprint(probes)+" more pairs once the size is reached",
+		"fill objects/s: PutStart+PutEnd pairs (with --scale_fill=ssd, objects re-registered in chunks of 4096; with offload, objects put, recorded on SSD and evicted from DRAM in chunks of 4096) from 2 goroutines over the whole fill; put pairs/s at size: "+fmt.Sprint(probes)+" more pairs once the size is reached",
 		"lookups: one goroutine, keys drawn at random among those held, each call timed (each grants a read lease, written into a compact record in place)",
 		"after lookups: RSS (after a GC that gives free memory back to the OS) and heap over the empty master once the timed lookups are done"+lookupAllNote(e.scaleLookupAll)+", per object held (the put pairs at size included)",
 		"records, thawed, frozen: the master's compact records at the end, and how many records became *objects (thawed) and *objects records (frozen) over the run")
