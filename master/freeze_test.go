@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierstore/tierstore/admission"
 	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -316,5 +317,50 @@ func TestFreezePrefix(t *testing.T) {
 		if info, err := s.GetReplicaList(bg, k); err != nil || info.Size != 100 || info.CRC != crcOf(k) {
 			t.Fatalf("%s: %+v %v", k, info, err)
 		}
+	}
+}
+
+// TestCompactCountedLookupsStayRecords: with a policy that counts demand
+// lookups (tinylfu, which also queues promotions; read-threshold) a
+// lookup of a record is counted and leaves it a record: the policies of
+// package admission neither count a read of an object that is not in
+// DRAM nor queue it for offload; a promotion queued by a lookup is
+// queued by key, and the record is thawed only when it starts.
+func TestCompactCountedLookupsStayRecords(t *testing.T) {
+	for _, policy := range []string{admission.PolicyTinyLFU, admission.PolicyReadThreshold} {
+		t.Run(policy, func(t *testing.T) {
+			s, _ := testService(t, func(c *Config) {
+				c.EnableOffload = true
+				c.AdmissionFlags.Policy = policy
+				if policy == admission.PolicyReadThreshold {
+					c.OffloadReadAdmissionThreshold = 1
+				}
+			})
+			if !s.countLookups {
+				t.Fatalf("policy %s does not count lookups", s.Policy().Name())
+			}
+			mount(t, s, "a", 1<<20)
+			keys := []string{"k1", "k2", "k3"}
+			reRegisterRecords(t, s, "a", keys...)
+			for range 3 {
+				for _, k := range keys {
+					if ok, err := s.ExistKey(bg, k); !ok || err != nil {
+						t.Fatal(k, ok, err)
+					}
+					if _, err := s.GetReplicaList(bg, k); err != nil {
+						t.Fatal(k, err)
+					}
+				}
+				if _, err := s.BatchGetReplicaList(bg, keys); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if c, th := s.cnt.compact.Load(), s.cnt.thawed.Load(); c != 3 || th != 0 {
+				t.Fatalf("compact %d thawed %d, want 3 and 0", c, th)
+			}
+			if err := s.Check(); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
