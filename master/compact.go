@@ -34,8 +34,8 @@ import (
 //   - A record's lease (crec.lease: the read lease, rounded up to
 //     leaseUnit; crecRebuilt: the HA rebuild lease) is honoured by every
 //     removal path as an *object's is (invariant 4, recLeased): a
-//     non-forced Remove thaws the record with its lease and refuses it,
-//     a non-forced RemoveAll or RemoveByRegex spares it, an SSD eviction
+//     non-forced Remove refuses it in place (and thaw carries both
+//     leases), a non-forced RemoveAll or RemoveByRegex spares it, an SSD eviction
 //     of its one replica keeps it, the sweep after its node's death and a
 //     reconcile that drops it thaw it and hold the *object for the lease.
 //   - The read-only lookups (ExistKey, GetReplicaList, their batches,

@@ -559,6 +559,9 @@ func TestCompactRecordLease(t *testing.T) {
 	if err := s.Remove(bg, "k1", false); !errors.Is(err, errcode.ErrObjectHasLease) {
 		t.Fatalf("non-forced Remove of a leased record: %v", err)
 	}
+	if th := s.cnt.thawed.Load(); th != 0 {
+		t.Fatalf("a refused Remove thawed %d records", th)
+	}
 	if n, err := s.RemoveAll(bg, false); err != nil || n != 2 {
 		t.Fatalf("non-forced RemoveAll removed %d (%v), want the 2 unleased", n, err)
 	}

@@ -21,12 +21,25 @@ func (s *Service) Remove(ctx context.Context, key string, force bool) error {
 	if err != nil {
 		return s.observe(err)
 	}
-	o := s.obj(sh, key)
+	now := s.now()
+	o, r := s.lookup(sh, key)
+	if r >= 0 {
+		if x := s.cst.rec(r); !force && s.recLeased(x, now) {
+			// Refused as removeObj would refuse the *object, which
+			// stays a record.
+			until := s.recLeaseEnd(x)
+			if s.rebuiltLeased(x, now) {
+				until = max(until, s.ha.rebuildUntil+s.cfg.DefaultKVLeaseTTL.Nanoseconds())
+			}
+			sh.mu.Unlock()
+			return s.observe(errcode.Errorf(errcode.ObjectHasLease, "master: remove: lease until %v", time.Unix(0, until).UTC()))
+		}
+		o = s.thaw(sh, r)
+	}
 	if o == nil {
 		sh.mu.Unlock()
 		return s.observe(errcode.Errorf(errcode.ObjectNotFound, "master: remove"))
 	}
-	now := s.now()
 	if err := s.removeObj(sh, key, o, force, now); err != nil {
 		sh.mu.Unlock()
 		return s.observe(err)
