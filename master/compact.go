@@ -51,7 +51,8 @@ import (
 //     delete those the walk would delete, and skip the others; the
 //     reconcile stamps records in place.
 //   - An *object that a DRAM eviction (an eviction round, a promotion's
-//     victim, EvictDRAM) leaves as what a record stands for is frozen
+//     victim, EvictDRAM) or a promotion the node did not load leaves as
+//     what a record stands for is frozen
 //     back into one (Service.freeze, freezable), with its read lease, into
 //     the store's block of frozen objects (of any shard; the prefix the
 //     keys of the block before it shared kept once, putFrozen); no

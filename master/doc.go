@@ -278,12 +278,14 @@
 // thaws a record into an *object, leases included, under the shard lock
 // at every other lookup that would change it; sweeps, removals by
 // pattern and reconciles change records in place and thaw only a leased
-// record they would drop. A DRAM eviction that leaves an *object as what
-// a record stands for freezes it back into one (Service.freeze), unless
-// a RemoveAll or RemoveByRegex is scanning (removeScans). A block is
-// released when its last record goes and no one is filling it; the block
-// table (an atomic pointer, grown by doubling) is read without a lock,
-// blocks are written only under the shard lock of the record's key.
+// record they would drop. A DRAM eviction or a promotion not loaded that
+// leaves an *object as what a record stands for freezes it back into one
+// (Service.freeze), unless a RemoveAll or RemoveByRegex is scanning
+// (removeScans); a non-forced Remove refused by a record's lease leaves
+// it a record. A block is released when its last record goes and no one
+// is filling it; the block table (an atomic pointer, grown by doubling)
+// is read without a lock, blocks are written only under the shard lock
+// of the record's key.
 // Time comes from Config.Clock, so tests
 // drive leases and TTLs with a ManualClock and call Tick instead of sleeping.
 package master

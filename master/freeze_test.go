@@ -364,3 +364,36 @@ func TestCompactCountedLookupsStayRecords(t *testing.T) {
 		})
 	}
 }
+
+// TestFreezeAfterFailedPromotion: a record thawed by its promotion is
+// frozen back when the node answers that it did not load it.
+func TestFreezeAfterFailedPromotion(t *testing.T) {
+	s, _ := prefetchService(t, 1000, 8)
+	reRegisterRecords(t, s, "a", "p")
+	for range 3 {
+		// Counted: the sketch learns p, and a lookup queues its
+		// promotion (a prefetch: the budget allows it).
+		if ok, err := s.ExistKey(bg, "p"); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+	}
+	if !isRecord(s, "p") {
+		t.Fatal("queuing a promotion thawed the record")
+	}
+	ps := promos(t, s)
+	if len(ps) != 1 || ps[0].Key != "p" || isRecord(s, "p") {
+		t.Fatalf("promotions %+v, record %v: want p's, started on an *object", ps, isRecord(s, "p"))
+	}
+	if errs, err := s.PromoteEnd(bg, "a", []masterapi.PromoteResult{{Key: "p", PutToken: ps[0].PutToken, Loaded: false, Reason: "test"}}); err != nil || errs[0] != nil {
+		t.Fatalf("PromoteEnd: %v %v", errs, err)
+	}
+	if !isRecord(s, "p") {
+		t.Fatal("a failed promotion left its object thawed")
+	}
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.ExistKey(bg, "p"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+}

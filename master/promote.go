@@ -433,6 +433,9 @@ func (s *Service) promoteEnd(nodeID string, r masterapi.PromoteResult) error {
 			s.log.Debug("promotion not loaded by the node", "key", keyspec.Show(r.Key), "node", nodeID, "reason", r.Reason)
 		}
 		s.settleEmpty(sh, r.Key, o, now)
+		if sh.objs[r.Key] == o {
+			s.freeze(sh, r.Key, o, now) // SSD-only again: a record again if it can be
+		}
 		if r.Loaded {
 			return errcode.Errorf(errcode.ReplicaIsGone, "master: promote_end: segment of node %q is gone", nodeID)
 		}
