@@ -52,10 +52,16 @@
 //     filled with N objects of 108-byte vLLM-shaped keys made on the fly
 //     (--scale_objects, default 1M and 10M) by PutStart+PutEnd pairs or,
 //     with --scale_fill=ssd, by a node's SSD re-registration in chunks of
-//     4096 (the master's compact records), the fill stopping at
+//     4096 (the master's compact records), or with --scale_fill=offload
+//     by put pairs in chunks of 4096, each chunk recorded on the node's
+//     SSD and dropped from DRAM by an eviction round (objects put through
+//     DRAM, frozen back into compact records), the fill stopping at
 //     --scale_rss_cap: RSS and heap per object, how many objects it held
 //     when its RSS growth passed 8 GiB, put pairs per second at that size,
-//     and ExistKey / GetReplicaList p50 and p99 (issue 23 item 2).
+//     ExistKey / GetReplicaList p50 and p99, RSS and heap per object after
+//     those lookups (with --scale_lookup_all after an ExistKey of every
+//     object too), and the master's compact records, thawed and frozen
+//     counts (issue 23 item 2).
 //   - failover (not part of all): highly available masters as real
 //     processes (tierstore-etcd, 3 masters with the default HA settings,
 //     nodes): kill -9 of the leader 20 times (3 with --quick), the time to

@@ -65,7 +65,9 @@ type env struct {
 	procProf     string        // fullput: --procprofile (directory of the processes' CPU profiles; "": none)
 	scaleObjects string        // scale: --scale_objects ("": 1M,10M; 100k with --quick)
 	scaleRSSCap  int64         // scale: --scale_rss_cap (0: 16 GiB)
-	scaleFill    string        // scale: --scale_fill, "dram" or "ssd"
+	scaleFill    string        // scale: --scale_fill, "dram", "ssd" or "offload"
+	// scaleLookupAll: --scale_lookup_all
+	scaleLookupAll bool
 }
 
 func usage(w io.Writer, fs *flag.FlagSet) {
@@ -114,7 +116,8 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 	procProf := fs.String("procprofile", "", "fullput: write CPU profiles of each row's master and node processes into this directory (ROW-master.pprof, ROW-node.pprof); reconcile: the master's (reconcile-master.pprof)")
 	scaleObjects := fs.String("scale_objects", "", "scale: master sizes to measure, comma-separated (default 1M,10M; --quick 100k; e.g. 1M,10M,50M)")
 	scaleRSSCap := fs.String("scale_rss_cap", "16G", "scale: stop filling a master whose RSS grew by this much")
-	scaleFill := fs.String("scale_fill", "dram", "scale: fill the master with put pairs (dram: DRAM objects) or with a node's re-registration (ssd: SSD-only objects)")
+	scaleFill := fs.String("scale_fill", "dram", "scale: fill the master with put pairs (dram: DRAM objects), with a node's re-registration (ssd: SSD-only objects), or with put pairs copied to SSD and evicted from DRAM (offload: SSD-only objects put through DRAM)")
+	scaleLookupAll := fs.Bool("scale_lookup_all", false, "scale: after the timed lookups, ExistKey every object held once and measure RSS again")
 	replicas := fs.Int("replicas", 1, "crashloop: DRAM replicas of every put (more than 1: on 3 nodes, or as many as replicas)")
 
 	names, help, err := parseArgs(fs, args)
@@ -148,8 +151,8 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 	if err != nil || rssCap < 1 {
 		return fmt.Errorf("%w: --scale_rss_cap must be a positive size (e.g. 16G)", errUsage)
 	}
-	if *scaleFill != "dram" && *scaleFill != "ssd" {
-		return fmt.Errorf("%w: --scale_fill must be dram or ssd, not %q", errUsage, *scaleFill)
+	if *scaleFill != "dram" && *scaleFill != "ssd" && *scaleFill != "offload" {
+		return fmt.Errorf("%w: --scale_fill must be dram, ssd or offload, not %q", errUsage, *scaleFill)
 	}
 	if *traceFile != "" {
 		if _, err := os.Stat(*traceFile); err != nil {
@@ -172,7 +175,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 		e := &env{dir: sdir, quick: *quick, traceFile: *traceFile, stderr: stderr, progress: prog,
 			sizesFlag: *sizes, readers: *readers, perLoad: *perLoad, backends: *backends,
 			objects: *objects, objSize: osize, duration: *duration, keys: *keys, seed: *seed, replicas: *replicas, bin: *bin, procProf: *procProf,
-			scaleObjects: *scaleObjects, scaleRSSCap: rssCap, scaleFill: *scaleFill}
+			scaleObjects: *scaleObjects, scaleRSSCap: rssCap, scaleFill: *scaleFill, scaleLookupAll: *scaleLookupAll}
 		if adjust != nil {
 			adjust(e)
 		}

@@ -101,7 +101,8 @@ func runScale(ctx context.Context, e *env) (*result, error) {
 	t := &table{
 		Title: "master at size: memory, put pairs and lookups",
 		Columns: []string{"objects wanted", "objects held", "RSS GiB", "RSS B/object", "heap B/object", "objects at 8 GiB RSS",
-			"fill objects/s", "put pairs/s at size", "ExistKey p50 us", "ExistKey p99 us", "GetReplicaList p50 us", "GetReplicaList p99 us"},
+			"fill objects/s", "put pairs/s at size", "ExistKey p50 us", "ExistKey p99 us", "GetReplicaList p50 us", "GetReplicaList p99 us",
+			"RSS GiB after lookups", "RSS B/object after lookups", "heap B/object after lookups", "records", "thawed", "frozen"},
 	}
 	for _, n := range sizes {
 		row, err := scaleOne(ctx, e, n, probes, capRSS)
@@ -114,8 +115,10 @@ func runScale(ctx context.Context, e *env) (*result, error) {
 	res.Notes = append(res.Notes,
 		"RSS and heap per object: growth over the empty master (after a GC), divided by the objects held; key bytes included",
 		"objects at 8 GiB RSS: how many objects the master held when its growth first passed 8 GiB (issue 23's budget for 50M); '-' when it never did",
-		"fill objects/s: PutStart+PutEnd pairs (or, with --scale_fill=ssd, objects re-registered in chunks of 4096) from 2 goroutines over the whole fill; put pairs/s at size: "+fmt.Sprint(probes)+" more pairs once the size is reached",
-		"lookups: one goroutine, keys drawn at random among those held, each call timed (each grants a read lease: with --scale_fill=ssd the first lookup of a key thaws its compact record)")
+		"fill objects/s: PutStart+PutEnd pairs (with --scale_fill=ssd, objects re-registered in chunks of 4096; with offload, objects put, recorded on SSD and evicted from DRAM in chunks of 4096) from 2 goroutines over the whole fill; put pairs/s at size: "+fmt.Sprint(probes)+" more pairs once the size is reached",
+		"lookups: one goroutine, keys drawn at random among those held, each call timed (each grants a read lease, written into a compact record in place)",
+		"after lookups: RSS (after a GC that gives free memory back to the OS) and heap over the empty master once the timed lookups are done"+lookupAllNote(e.scaleLookupAll)+", per object held (the put pairs at size included)",
+		"records, thawed, frozen: the master's compact records at the end, and how many records became *objects (thawed) and *objects records (frozen) over the run")
 	return res, nil
 }
 
@@ -133,7 +136,7 @@ func scaleOne(ctx context.Context, e *env, n, probes int, capRSS int64) ([]any, 
 	runtime.ReadMemStats(&ms)
 	baseHeap := ms.HeapAlloc
 
-	svc, err := newScaleMaster(ctx, n+probes)
+	svc, err := newScaleMaster(ctx, n+probes, e.scaleFill)
 	if err != nil {
 		return nil, err
 	}
@@ -181,6 +184,22 @@ func scaleOne(ctx context.Context, e *env, n, probes int, capRSS int64) ([]any, 
 	if err != nil {
 		return nil, err
 	}
+	if e.scaleLookupAll {
+		if err := scaleLookupAll(ctx, svc, nHeld); err != nil {
+			return nil, err
+		}
+	}
+	// The lookups' garbage (their keys) grew the heap to the collector's
+	// goal: given back first, so that what stays is what the master
+	// holds.
+	debug.FreeOSMemory()
+	rssAfter, err := rssBytes()
+	if err != nil {
+		return nil, err
+	}
+	runtime.ReadMemStats(&ms)
+	heapAfterPer := float64(int64(ms.HeapAlloc)-int64(baseHeap)) / float64(nHeld+probes)
+	records, thawed, frozen := svc.CompactCounts()
 	var budgetCell any = "-"
 	if atBudget >= 0 {
 		budgetCell = atBudget
@@ -192,24 +211,81 @@ func scaleOne(ctx context.Context, e *env, n, probes int, capRSS int64) ([]any, 
 		// (a small fill in a process that held more before).
 		rssCell, rssPerCell = "-", "-"
 	}
+	var rssAfterCell, rssAfterPerCell any = float64(rssAfter-base) / (1 << 30), float64(rssAfter-base) / float64(nHeld+probes)
+	if rssAfter <= base {
+		rssAfterCell, rssAfterPerCell = "-", "-"
+	}
 	return []any{n, nHeld, rssCell, rssPerCell, heapPer, budgetCell,
 		float64(nHeld) / fill.Seconds(), atSize,
-		us(exist.pct(50)), us(exist.pct(99)), us(replicas.pct(50)), us(replicas.pct(99))}, nil
+		us(exist.pct(50)), us(exist.pct(99)), us(replicas.pct(50)), us(replicas.pct(99)),
+		rssAfterCell, rssAfterPerCell, heapAfterPer, records, thawed, frozen}, nil
 }
 
 // scaleFillNote says what --scale_fill filled the master with.
 func scaleFillNote(fill string) string {
-	if fill == "ssd" {
+	switch fill {
+	case "ssd":
 		return "ssd: SSD-only objects re-registered by the node in chunks of 4096 (the master's compact records)"
+	case "offload":
+		return "offload: PutStart+PutEnd pairs in chunks of 4096 (one chunk at a time), each chunk then recorded on the node's SSD (as offloads would) and dropped from DRAM by an eviction round (eviction_ratio 1): SSD-only objects put through DRAM"
 	}
 	return "dram: PutStart+PutEnd pairs (DRAM objects)"
 }
 
+// lookupAllNote says what --scale_lookup_all adds to the RSS after
+// lookups.
+func lookupAllNote(all bool) string {
+	if all {
+		return " and ExistKey of every object held (--scale_lookup_all, 2 goroutines)"
+	}
+	return ""
+}
+
+// scaleLookupAll calls ExistKey once for each of objects 0..n-1, from 2
+// goroutines.
+func scaleLookupAll(ctx context.Context, svc *master.Service, n int) error {
+	var next atomic.Int64
+	var err error
+	var mu sync.Mutex // protects err
+	var wg sync.WaitGroup
+	const step = 1024
+	for range 2 {
+		wg.Go(func() {
+			for {
+				lo := int(next.Add(step) - step)
+				if lo >= n {
+					return
+				}
+				for i := lo; i < min(lo+step, n); i++ {
+					ok, lerr := svc.ExistKey(ctx, scaleKey(i))
+					if lerr == nil && !ok {
+						lerr = fmt.Errorf("%w: ExistKey(%s) = false", errVerify, scaleKey(i))
+					}
+					if lerr != nil {
+						mu.Lock()
+						if err == nil {
+							err = lerr
+						}
+						mu.Unlock()
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return err
+}
+
 // newScaleMaster starts an in-process master (no monitor loop) with one
-// segment of room for total objects.
-func newScaleMaster(ctx context.Context, total int) (*master.Service, error) {
+// segment of room for total objects; with the offload fill an eviction
+// round drops every DRAM replica it may.
+func newScaleMaster(ctx context.Context, total int, fill string) (*master.Service, error) {
 	cfg := master.DefaultConfig()
 	cfg.MonitorInterval = 0
+	if fill == "offload" {
+		cfg.EvictionRatio = 1
+	}
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.DefaultKVLeaseTTL = time.Minute
 	svc, err := master.New(cfg)
@@ -259,6 +335,30 @@ func scaleReRegister(ctx context.Context, svc *master.Service, cols *masterapi.S
 	return nil
 }
 
+// scaleOffloadMu makes scaleOffload's chunks one at a time: an eviction
+// round would drop the DRAM-only objects of a chunk not yet recorded on
+// SSD.
+var scaleOffloadMu sync.Mutex
+
+// scaleOffload puts objects i..i+m-1 (PutStart+PutEnd pairs), records
+// them on the node's SSD as one re-registration chunk (each key's SSD
+// replica beside its DRAM one, as its offload would) and runs an eviction
+// round, which drops their DRAM replicas.
+func scaleOffload(ctx context.Context, svc *master.Service, cols *masterapi.SSDColumns, i, m, expected int) error {
+	scaleOffloadMu.Lock()
+	defer scaleOffloadMu.Unlock()
+	for j := i; j < i+m; j++ {
+		if err := scalePut(ctx, svc, j); err != nil {
+			return err
+		}
+	}
+	if err := scaleReRegister(ctx, svc, cols, i, m, expected); err != nil {
+		return err
+	}
+	svc.EvictNow()
+	return nil
+}
+
 // scaleFill fills the master with objects 0..n-1 from 2 goroutines taking
 // indexes in order: PutStart+PutEnd pairs (DRAM objects), or with
 // --scale_fill=ssd re-registration chunks of scaleChunk (SSD-only
@@ -276,9 +376,9 @@ func scaleFill(ctx context.Context, e *env, svc *master.Service, n int, base, ba
 	bar := e.progress(fmt.Sprintf("scale fill %d", n), int64(n))
 	t0 := time.Now()
 	var wg sync.WaitGroup
-	ssd := e.scaleFill == "ssd"
+	ssd, offload := e.scaleFill == "ssd", e.scaleFill == "offload"
 	step := int64(1)
-	if ssd {
+	if ssd || offload {
 		step = scaleChunk
 	}
 	for range 2 {
@@ -291,9 +391,12 @@ func scaleFill(ctx context.Context, e *env, svc *master.Service, n int, base, ba
 				}
 				m := min(int(step), n-i)
 				var perr error
-				if ssd {
+				switch {
+				case ssd:
 					perr = scaleReRegister(ctx, svc, &cols, i, m, n)
-				} else {
+				case offload:
+					perr = scaleOffload(ctx, svc, &cols, i, m, n)
+				default:
 					perr = scalePut(ctx, svc, i)
 				}
 				if perr != nil {

@@ -68,6 +68,35 @@ func TestScaleSSDFill(t *testing.T) {
 	}
 }
 
+// TestScaleOffloadFill fills the master with objects put through DRAM,
+// recorded on SSD and evicted from DRAM: every one is held, frozen back
+// into a compact record, found by the lookups (ExistKey of every one
+// with --scale_lookup_all) and none is thawed by them.
+func TestScaleOffloadFill(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	jsonPath := filepath.Join(dir, "offload.json")
+	if err := run(ctx, []string{"scale", "--quick", "--scale_fill", "offload", "--scale_lookup_all", "--scale_objects", "20k", "--dir", dir, "--json", jsonPath}, &stdout, &stderr); err != nil {
+		t.Fatalf("scale offload: %v\nstderr:\n%s", err, stderr.String())
+	}
+	tab := readReport(t, jsonPath, "scale").Results[0].Tables[0]
+	row := tab.Rows[0]
+	col := func(name string) float64 {
+		for i, c := range tab.Columns {
+			if c == name {
+				return row[i].(float64)
+			}
+		}
+		t.Fatalf("no column %q in %v", name, tab.Columns)
+		return 0
+	}
+	if held, recs, thawed, frozen := col("objects held"), col("records"), col("thawed"), col("frozen"); held != 20000 || recs != 20000 || thawed != 0 || frozen != 20000 {
+		t.Fatalf("held %v, records %v, thawed %v, frozen %v: want 20000, 20000, 0, 20000", held, recs, thawed, frozen)
+	}
+}
+
 func TestScaleUsage(t *testing.T) {
 	for _, args := range [][]string{
 		{"scale", "--scale_objects", "10x"},

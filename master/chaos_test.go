@@ -13,7 +13,9 @@ import (
 )
 
 // TestConcurrentChaos runs puts (of 1 to 3 replicas), lookups, removes, evictions, offload
-// round trips, bad-replica reports, reconciles, node expiries and remounts on many goroutines,
+// round trips, bad-replica reports, reconciles, node expiries and remounts,
+// re-registrations (compact records, frozen and thawed), removals by pattern
+// and prefetches on many goroutines,
 // then verifies every internal invariant with Check. Errors returned along
 // the way must all be documented codes.
 func TestConcurrentChaos(t *testing.T) {
@@ -55,7 +57,7 @@ func TestConcurrentChaos(t *testing.T) {
 			for i := 0; i < 400; i++ {
 				k := fmt.Sprint("k", r.IntN(300))
 				n := nodes[r.IntN(len(nodes))]
-				switch op := r.IntN(12); op {
+				switch op := r.IntN(14); op {
 				case 0, 1:
 					size := int64(1 + r.IntN(8<<10))
 					rep, err := s.PutStart(bg, masterapi.PutStartRequest{Key: k, Size: size, CRC: crcOf(k), PreferredNode: n, SoftPin: r.IntN(4) == 0,
@@ -119,6 +121,25 @@ func TestConcurrentChaos(t *testing.T) {
 					if g == 0 && r.IntN(10) == 0 {
 						clk.Advance(time.Second)
 						s.Tick()
+					}
+				case 12: // a node re-registers keys: compact records of the unknown ones
+					var objs []masterapi.SSDObject
+					for range 1 + r.IntN(4) {
+						rk := fmt.Sprint("k", r.IntN(300))
+						objs = append(objs, masterapi.SSDObject{Key: rk, Size: int64(1 + r.IntN(8<<10)), CRC: crcOf(rk)})
+					}
+					errs, err := s.ReRegisterSSDColumns(bg, n, masterapi.ColumnsOf(objs))
+					note(err)
+					for _, e := range errs {
+						note(e)
+					}
+				case 13:
+					if r.IntN(20) == 0 {
+						_, err := s.RemoveByRegex(bg, "^k1", r.IntN(2) == 0)
+						note(err)
+					} else {
+						_, err := s.Prefetch(bg, []string{k})
+						note(err)
 					}
 				}
 			}

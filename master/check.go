@@ -371,7 +371,7 @@ func (s *Service) checkCompact(sh *shard, refs map[*cblock]int32) (map[string]*o
 		if incs == nil || int(x.node) >= len(*incs) {
 			return nil, inconsistent("key %s: compact record names node incarnation %d, unknown", keyspec.Show(k), x.node)
 		}
-		out[k] = newSSDObject(x.size, x.crc, (*incs)[x.node], x.seen)
+		out[k] = newSSDObject(int64(x.size), x.crc, (*incs)[x.node], x.seen)
 		if refs != nil {
 			refs[b]++
 		}

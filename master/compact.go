@@ -1,25 +1,29 @@
 package master
 
 import (
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/tierstore/tierstore/masterapi"
 )
 
 // The compact store (issue 23 item 2). Most objects of a large pool are
-// what a re-registration creates: one SSD replica and nothing else (no
-// DRAM replica, no lease, no pin, no offload task, no read counted, put
-// token 0). Such an object is kept as a compact record instead of an
-// *object in its shard's map: 32 bytes in a pointer-free block of
-// records, its key in the block's key bytes, one uint32 in its shard's
-// open-addressing index. Next to an *object (its 160-byte allocation,
-// the key's own allocation, the map entry) that is about half the bytes
-// per object, nothing the collector has to scan, and, for a
-// re-registration, records and keys written one after the other into a
-// chunk's own blocks instead of scattered over the heap.
+// what a re-registration creates, or what an object put through DRAM
+// becomes once offloaded and evicted from DRAM: one SSD replica and
+// nothing else (no DRAM replica, no pin, no offload task, no read
+// counted, put token 0 or a token older than any removal scan; at most
+// a read lease, kept in the record). Such an object is kept as a compact
+// record instead of an *object in its shard's map: 32 bytes in a
+// pointer-free block of records, its key in the block's key bytes, one
+// uint32 in its shard's open-addressing index. Next to an *object (its
+// 160-byte allocation, the key's own allocation, the map entry) that is
+// about half the bytes per object, nothing the collector has to scan,
+// and, for a re-registration, records and keys written one after the
+// other into a chunk's own blocks instead of scattered over the heap.
 //
 // Invariants:
 //   - A key is in at most one of its shard's objs map and its compact
@@ -27,37 +31,105 @@ import (
 //     on the node incarnation it names (Service counters, the node's
 //     counters and its reconcile digest), exactly as the *object it
 //     stands for would.
-//   - Every path that changes an object works on an *object: shard
-//     lookups go through Service.obj, which turns a compact record into
-//     an *object first (thaw), so the rest of the master never sees a
-//     compact record. The walks over every object thaw the records they
-//     have something to do with, delete those the walk would delete, and
-//     skip the others; the reconcile stamps records in place.
+//   - A record's lease (crec.lease: the read lease, rounded up to
+//     leaseUnit; crecRebuilt: the HA rebuild lease) is honoured by every
+//     removal path as an *object's is (invariant 4, recLeased): a
+//     non-forced Remove refuses it in place (and thaw carries both
+//     leases), a non-forced RemoveAll or RemoveByRegex spares it, an SSD eviction
+//     of its one replica keeps it, the sweep after its node's death and a
+//     reconcile that drops it thaw it and hold the *object for the lease.
+//   - The read-only lookups (ExistKey, GetReplicaList, their batches,
+//     Prefetch) work on a record in place: the lookup's lease is written
+//     into it and a promotion is queued by key. They thaw it only when
+//     the admission policy counts a read of it or queues it (never, for
+//     the policies of package admission: a record is not in DRAM), or
+//     when the lease cannot be written (recLeaseOf).
+//   - Every other path that changes an object works on an *object: its
+//     shard lookups go through Service.obj, which turns a compact record
+//     into an *object first (thaw), carrying its leases. The walks over
+//     every object thaw the records they have something to do with,
+//     delete those the walk would delete, and skip the others; the
+//     reconcile stamps records in place.
+//   - An *object that a DRAM eviction (an eviction round, a promotion's
+//     victim, EvictDRAM) or a promotion the node did not load leaves as
+//     what a record stands for is frozen
+//     back into one (Service.freeze, freezable), with its read lease, into
+//     the store's block of frozen objects (of any shard; the prefix the
+//     keys of the block before it shared kept once, putFrozen); no
+//     counter or digest changes. None is frozen while a RemoveAll or
+//     RemoveByRegex scans (a record has no put token to tell the scan
+//     that it was put after the scan began).
 //   - A record's fields are protected by the lock of its key's shard; a
 //     block holds records of many shards. A block's live count is the
 //     number of index entries that refer to it; a block that is no longer
 //     being filled (open) goes when it reaches 0. Its records and key
 //     bytes are written once, by the goroutine that fills it, before the
 //     index entry that refers to them (under the shard lock), and never
-//     written again but for a record's reconcile stamp and node (under the
-//     shard lock): a string over a block's keys stays valid.
+//     written again but for a record's reconcile stamp, node and lease
+//     (under the shard lock): a string over a block's keys stays valid.
 //
-// A thawed object stays an *object (freezing objects back is not done:
-// it is lookups, removals and evictions of hot keys that thaw). A block
-// stays allocated while any of its records lives.
+// A block stays allocated while any of its records lives: records thawed
+// or removed here and there leave their slots unused until the whole
+// block goes.
 
 // crec is one compact record. Its fields are ordered so that it has no
 // padding beyond the last byte: 32 bytes.
 type crec struct {
-	size int64
+	// size is at most recSizeMax (an SSD object never is larger: a
+	// bucket's values are at most bucket.MaxValueLen); a larger object is
+	// never a record.
+	size uint32
 	off  uint32 // the key's offset (after the block's prefix) in its block's keys
 	node uint32 // the node incarnation's index (Service.incs)
 	seen uint32 // the replica's reconcile stamp (ssdReplica.seen)
 	crc  uint32
 	h32  uint32 // the key hash's high half: the index's probe sequence
-	klen uint16 // the key's length after the block's prefix; 0 for a removed record (never 0 otherwise)
+	// lease is the end of the record's read lease (object.leaseUntil) in
+	// leaseUnits after Service.leaseBase, rounded up; 0 for none
+	// (recLeaseOf, recLeaseEnd).
+	lease uint32
+	klen  uint16 // the key's length after the block's prefix; 0 for a removed record (never 0 otherwise)
 	// flags: crecRebuilt.
 	flags uint8
+}
+
+// recSizeMax is the largest size a record holds (crec.size).
+const recSizeMax = math.MaxUint32
+
+// leaseUnit is the grain of a record's read lease (crec.lease): its end
+// is kept rounded up to it, so a record honours a lease up to 16 ms
+// longer than an *object would; 2^32 units are about 2.2 years after the
+// Service's start, after which a lease is no longer written into a record
+// (the lookup thaws it instead, as before records carried leases).
+const leaseUnit = int64(16 * time.Millisecond)
+
+// recLeaseOf is the crec.lease of a lease ending at until (unix ns); false
+// when until is not after leaseBase or too far after it.
+func (s *Service) recLeaseOf(until int64) (uint32, bool) {
+	d := until - s.leaseBase
+	if d <= 0 {
+		return 0, false
+	}
+	u := (d + leaseUnit - 1) / leaseUnit
+	if u > math.MaxUint32 {
+		return 0, false
+	}
+	return uint32(u), true
+}
+
+// recLeaseEnd is the end (unix ns) of record x's read lease; 0 for none.
+func (s *Service) recLeaseEnd(x *crec) int64 {
+	if x.lease == 0 {
+		return 0
+	}
+	return s.leaseBase + int64(x.lease)*leaseUnit
+}
+
+// recLeased reports whether record x is leased at now: its read lease,
+// or the HA rebuild lease (crecRebuilt). Every removal path that
+// respects leases asks it of a record (invariant 4).
+func (s *Service) recLeased(x *crec, now int64) bool {
+	return now < s.recLeaseEnd(x) || s.rebuiltLeased(x, now)
 }
 
 const (
@@ -106,6 +178,15 @@ type cstore struct {
 	// loose is the block that single re-registrations (registerSSDLocked)
 	// fill, under mu.
 	loose *cblock
+	// frozen is the block that freezes (Service.freeze) fill, under mu;
+	// fref is the first key written into it and flcp the length of the
+	// prefix every key written into it shares with fref: the next
+	// frozen block keeps that prefix once (putFrozen). frozenRecs is the
+	// records of a frozen block (frozenRecsDefault; tests make it small).
+	frozen     *cblock
+	fref       string
+	flcp       int
+	frozenRecs int
 	// blocks counts the blocks allocated (tests, Check).
 	blocks atomic.Int64
 }
@@ -455,6 +536,53 @@ func (st *cstore) putLoose(key string, x crec) int32 {
 	return st.loose.put(key, x)
 }
 
+// frozenRecsDefault is the records of a block that freezes fill.
+const frozenRecsDefault = 1024
+
+// putFrozen writes a record of key into the store's block of frozen
+// objects and returns its reference. A new block keeps once the prefix
+// that all keys of the block before it shared (when it is at least
+// chunkPrefixMin bytes and key has it): the keys an eviction round
+// freezes one after the other mostly share their model's prefix. A key
+// without the block's prefix starts a block without one. Caller holds
+// the key's shard lock.
+func (st *cstore) putFrozen(key string, x crec) int32 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	b := st.frozen
+	if b != nil && len(key) > len(b.pfx) && key[:len(b.pfx)] == b.pfx && b.room(len(key)-len(b.pfx)) {
+		n := 0
+		for n < st.flcp && n < len(key) && st.fref[n] == key[n] {
+			n++
+		}
+		st.flcp = n
+		return b.put(key, x)
+	}
+	pfx := ""
+	if b != nil && st.flcp >= chunkPrefixMin && len(key) > st.flcp && key[:st.flcp] == st.fref[:st.flcp] {
+		pfx = strings.Clone(key[:st.flcp])
+	}
+	if b != nil {
+		b.open.Store(false)
+		if b.live.Load() == 0 {
+			st.releaseLocked(b)
+		}
+	}
+	recs := st.frozenRecs
+	if recs == 0 {
+		recs = frozenRecsDefault
+	}
+	// Key bytes for the block's records at this key's length and an
+	// eighth more: the keys of one pool are mostly of one length (a
+	// longer one that does not fit starts the next block).
+	klen := len(key) - len(pfx)
+	b = &cblock{recs: make([]crec, recs), keys: make([]byte, max(recs*(klen+klen/8), klen)), pfx: pfx}
+	b.open.Store(true)
+	st.enter(b)
+	st.frozen, st.fref, st.flcp = b, strings.Clone(key), len(key)
+	return b.put(key, x)
+}
+
 // incAt returns the node incarnation of index i (node.ix).
 func (s *Service) incAt(i uint32) *node { return (*s.incs.Load())[i] }
 
@@ -483,6 +611,16 @@ func (s *Service) obj(sh *shard, key string) *object {
 	return s.thaw(sh, r)
 }
 
+// lookup returns key's *object in sh and -1, or nil and the reference of
+// its compact record, or nil and -1: nothing is thawed. Caller holds
+// sh.mu.
+func (s *Service) lookup(sh *shard, key string) (*object, int32) {
+	if o := sh.objs[key]; o != nil || sh.c.live == 0 {
+		return o, -1
+	}
+	return nil, sh.c.find(key, hash32(masterapi.KeyHash(key)))
+}
+
 // compactHas reports whether sh holds key as a compact record. Caller
 // holds sh.mu.
 func (s *Service) compactHas(sh *shard, key string) bool {
@@ -494,15 +632,25 @@ func (s *Service) compactHas(sh *shard, key string) bool {
 func (s *Service) thaw(sh *shard, r int32) *object {
 	x := *s.cst.rec(r)
 	key := s.cst.key(r)
-	o := newSSDObject(x.size, x.crc, s.incAt(x.node), x.seen)
+	o := newSSDObject(int64(x.size), x.crc, s.incAt(x.node), x.seen)
 	if x.flags&crecRebuilt != 0 {
 		s.rebuiltLeaseThawed(o)
 	}
+	// The read lease goes with it (an ended one is harmless: leased
+	// compares it with the time).
+	o.leaseUntil = max(o.leaseUntil, s.recLeaseEnd(&x))
 	sh.c.del(r)
 	sh.putObj(key, o)
 	s.cnt.compact.Add(-1)
 	s.cnt.thawed.Add(1)
 	return o
+}
+
+// CompactCounts reports the objects held as compact records now, and how
+// many *objects records were turned into (thawed) and back (frozen) since
+// the start (bench scale, tests).
+func (s *Service) CompactCounts() (records, thawed, frozen int64) {
+	return s.cnt.compact.Load(), s.cnt.thawed.Load(), s.cnt.frozen.Load()
 }
 
 // rebuiltLeaseThawed gives o, thawed from a record created inside an HA
@@ -514,7 +662,8 @@ func (s *Service) rebuiltLeaseThawed(o *object) {
 	}
 }
 
-// rebuiltLeased reports whether record x is leased (crecRebuilt).
+// rebuiltLeased reports whether record x holds the HA rebuild lease
+// (crecRebuilt).
 func (s *Service) rebuiltLeased(x *crec, now int64) bool {
 	return x.flags&crecRebuilt != 0 && now < s.ha.rebuildUntil+s.cfg.DefaultKVLeaseTTL.Nanoseconds()
 }
@@ -528,11 +677,58 @@ func (s *Service) rebuiltFlags(now int64) uint8 {
 	return 0
 }
 
+// freeze turns o, objs[key], back into a compact record when it has
+// become what a record stands for (freezable), and reports whether it
+// did: the record goes into the store's block of frozen objects
+// (putFrozen: keys of any shard, a common prefix kept once), with o's
+// read lease. The
+// counters and the node's digest do not change (the record counts as
+// the object's one SSD replica, on the same incarnation); entries of o
+// left in the shard's dram or held sets are stale (objs[key] is not o)
+// and go at their next walk. The caller no longer uses o. Caller holds
+// sh.mu.
+func (s *Service) freeze(sh *shard, key string, o *object, now int64) bool {
+	if !s.freezable(o, now) {
+		return false
+	}
+	var lease uint32
+	if o.leased(now) {
+		l, ok := s.recLeaseOf(o.leaseUntil)
+		if !ok {
+			return false
+		}
+		lease = l
+	}
+	d := o.ssd[0]
+	h32 := hash32(masterapi.KeyHash(key))
+	r := s.cst.putFrozen(key, crec{size: uint32(o.size), node: d.node.ix, seen: d.seen, crc: o.crc, h32: h32, lease: lease})
+	delete(sh.objs, key)
+	sh.c.add(r, h32)
+	s.cnt.compact.Add(1)
+	s.cnt.frozen.Add(1)
+	return true
+}
+
+// freezable reports whether o can be a compact record without losing
+// anything: its one SSD replica on a live node is all it holds (no DRAM
+// replica, put, promotion or offload task, no pin, no read counted by
+// the admission policy), its size fits a record, and no RemoveAll or
+// RemoveByRegex is scanning (a record has put token 0: one frozen during
+// a scan would lose the token that tells the scan to leave an object put
+// after it began; one frozen before the scan took its sequence number
+// was put before it too). An HA rebuild lease is kept as the read lease
+// it is (rebuiltLease sets leaseUntil). Caller holds the shard lock.
+func (s *Service) freezable(o *object, now int64) bool {
+	return o.dram.seg == nil && o.more == nil && len(o.ssd) == 1 && !o.ssd[0].node.dead.Load() &&
+		o.offload == nil && !o.softPin && !o.hardPin && o.reads == 0 &&
+		o.size > 0 && o.size <= recSizeMax && s.removeScans.Load() == 0
+}
+
 // delCompact deletes record r of sh, key's object, with its one SSD
 // replica. Caller holds sh.mu; the record is not leased.
 func (s *Service) delCompact(sh *shard, key string, r int32) {
 	x := s.cst.rec(r)
-	s.countSSD(s.incAt(x.node), masterapi.KeyHash(key), -1, -x.size)
+	s.countSSD(s.incAt(x.node), masterapi.KeyHash(key), -1, -int64(x.size))
 	s.cnt.objects.Add(-1)
 	s.cnt.compact.Add(-1)
 	sh.c.del(r)

@@ -263,21 +263,29 @@
 // flight do not queue on the same locks; it looks up every key of a window
 // before recording any (their cache misses overlap) and adds the window's
 // counters before its unlocks. Its new objects are compact records
-// (compact.go): an SSD-only object with no DRAM copy, lease, pin or task
-// is a 32-byte pointer-free crec in a cblock (records and key bytes after
-// the block's prefix, the chunk's common key prefix kept once; one block
+// (compact.go): an SSD-only object with no DRAM copy, pin or task is a
+// 32-byte pointer-free crec in a cblock (records and key bytes after the
+// block's prefix, the chunk's common key prefix kept once; one block
 // filled by one chunk, or the shared loose block for single
-// re-registrations under cstore.mu), referenced from its shard's
-// compactSet (an open-addressing index guarded by the shard lock). A key
-// is in sh.objs or in sh.c, never both (Check verifies it, and that each
-// block's live count equals the references to it). s.obj thaws a record
-// into an *object under the shard lock at every lookup that would change
-// it; sweeps, removals by pattern and reconciles change records in place
-// and never thaw, except a record holding the HA rebuild lease, which is
-// thawed with that lease. A block is released when its last record goes
-// and no chunk is filling it; the block table (an atomic pointer, grown
-// by doubling) is read without a lock, blocks are written only under the
-// shard lock of the record's key.
+// re-registrations and the shared frozen block for freezes, both under
+// cstore.mu), referenced from its shard's compactSet (an open-addressing
+// index guarded by the shard lock). A key is in sh.objs or in sh.c,
+// never both (Check verifies it, and that each block's live count equals
+// the references to it). A record carries its read lease (crec.lease)
+// and the HA rebuild lease (a flag): ExistKey, GetReplicaList, their
+// batches and Prefetch answer from the record in place, writing the
+// lease into it, and every removal path reads it (recLeased). s.obj
+// thaws a record into an *object, leases included, under the shard lock
+// at every other lookup that would change it; sweeps, removals by
+// pattern and reconciles change records in place and thaw only a leased
+// record they would drop. A DRAM eviction or a promotion not loaded that
+// leaves an *object as what a record stands for freezes it back into one
+// (Service.freeze), unless a RemoveAll or RemoveByRegex is scanning
+// (removeScans); a non-forced Remove refused by a record's lease leaves
+// it a record. A block is released when its last record goes and no one
+// is filling it; the block table (an atomic pointer, grown by doubling)
+// is read without a lock, blocks are written only under the shard lock
+// of the record's key.
 // Time comes from Config.Clock, so tests
 // drive leases and TTLs with a ManualClock and call Tick instead of sleeping.
 package master

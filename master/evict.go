@@ -183,6 +183,8 @@ func (s *Service) evictVictim(c victim, now int64) (freed int64, queued bool) {
 	s.dropDRAM(o)
 	if o.empty() {
 		s.deleteObj(c.sh, c.key, o)
+	} else {
+		s.freeze(c.sh, c.key, o, now) // SSD-only now: a record again if it can be
 	}
 	return freed, false
 }

@@ -50,7 +50,7 @@ func (s *Service) answerFailure(n *node, f masterapi.OffloadFailure) {
 	sh := s.shardOf(f.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	o := sh.objs[f.Key]
+	o := s.obj(sh, f.Key) // a compact record too: its one replica may be the one that goes
 	switch {
 	case orphaned:
 	case o == nil || o.offload != n:
@@ -356,7 +356,7 @@ func (r *reChunk) registerShardLocked(sh *shard, idx []int32) (created, bytes in
 		}
 		it := &r.items[i]
 		size, crc := r.c.Sizes[i], r.c.CRCs[i]
-		if size > 0 && it.o == nil {
+		if size > 0 && size <= recSizeMax && it.o == nil {
 			ci := it.ci
 			// Looked up again unless the key is its shard's only one in
 			// the chunk: a key named twice is twice in one group, and the
@@ -371,7 +371,7 @@ func (r *reChunk) registerShardLocked(sh *shard, idx []int32) (created, bytes in
 			switch {
 			case ci == -1:
 				h32 := hash32(it.h)
-				sh.c.add(r.fill.put(it.key, crec{size: size, node: n.ix, seen: r.seen, crc: crc, h32: h32, flags: flags}), h32)
+				sh.c.add(r.fill.put(it.key, crec{size: uint32(size), node: n.ix, seen: r.seen, crc: crc, h32: h32, flags: flags}), h32)
 				n.dig.add(it.h, 1)
 				created++
 				bytes += size
@@ -394,7 +394,7 @@ func (r *reChunk) refreshCompact(ci int32, h uint64, size int64, crc uint32) boo
 	s, n := r.s, r.n
 	x := s.cst.rec(ci)
 	prev := s.incAt(x.node)
-	if prev.id != n.id || x.size != size || x.crc != crc {
+	if prev.id != n.id || int64(x.size) != size || x.crc != crc {
 		return false
 	}
 	if prev != n { // a new incarnation (same id, same digest)
@@ -602,9 +602,17 @@ func (s *Service) registerSSDLocked(sh *shard, n *node, key string, h uint64, si
 	if o == nil && !create {
 		return errcode.Errorf(errcode.ObjectNotFound, "master: notify: node %q persisted a key the master does not know (removed?); delete the SSD copy", n.id)
 	}
+	if o == nil && size > recSizeMax {
+		o = newSSDObject(size, crc, n, seen)
+		s.rebuiltLease(o, now)
+		sh.putObj(key, o)
+		s.cnt.objects.Add(1)
+		s.countSSD(n, h, 1, size)
+		return nil
+	}
 	if o == nil {
 		h32 := hash32(h)
-		sh.c.add(s.cst.putLoose(key, crec{size: size, node: n.ix, seen: seen, crc: crc, h32: h32, flags: s.rebuiltFlags(now)}), h32)
+		sh.c.add(s.cst.putLoose(key, crec{size: uint32(size), node: n.ix, seen: seen, crc: crc, h32: h32, flags: s.rebuiltFlags(now)}), h32)
 		s.cnt.objects.Add(1)
 		s.cnt.compact.Add(1)
 		s.countSSD(n, h, 1, size)

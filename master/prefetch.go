@@ -83,8 +83,16 @@ func (s *Service) Prefetch(ctx context.Context, keys []string) (int, error) {
 	for _, k := range keys {
 		sh := s.shardOf(k)
 		sh.mu.Lock()
-		if o := s.obj(sh, k); o != nil && !o.readableDRAM() && o.readableSSD() && s.considerPromotion(k, o, true) {
-			queued++
+		switch o, r := s.lookup(sh, k); {
+		case o != nil:
+			if !o.readableDRAM() && o.readableSSD() && s.considerPromotion(k, o, true) {
+				queued++
+			}
+		case r >= 0: // a compact record stays one until its promotion starts
+			x := s.cst.rec(r)
+			if n := s.incAt(x.node); !n.dead.Load() && s.considerPromotionFrom(k, n, int64(x.size), true) {
+				queued++
+			}
 		}
 		sh.mu.Unlock()
 	}

@@ -140,8 +140,7 @@ type promoter interface{ Promote(key string) bool }
 // worth it; a prefetch (pre) also needs the prefetch budget. It reports
 // whether key is queued now. Caller holds the shard lock.
 func (s *Service) considerPromotion(key string, o *object, pre bool) bool {
-	p, ok := s.policy.(promoter)
-	if !ok || o.dram.seg != nil || o.offload != nil {
+	if o.dram.seg != nil || o.offload != nil {
 		return false
 	}
 	var n *node
@@ -151,10 +150,19 @@ func (s *Service) considerPromotion(key string, o *object, pre bool) bool {
 			break
 		}
 	}
-	if n == nil || n.promo.has(key) || !p.Promote(key) {
+	return s.considerPromotionFrom(key, n, o.size, pre)
+}
+
+// considerPromotionFrom is considerPromotion of an object of size bytes
+// without a DRAM replica or task whose live SSD replica is on n (nil:
+// none), an *object or a compact record (which stays one: the
+// promotion thaws it when it starts).
+func (s *Service) considerPromotionFrom(key string, n *node, size int64, pre bool) bool {
+	p, ok := s.policy.(promoter)
+	if !ok || n == nil || n.promo.has(key) || !p.Promote(key) {
 		return false // (a queued key is not asked again: Promote counts its yes)
 	}
-	if pre && !s.prefetch.take(o.size, s.now()) {
+	if pre && !s.prefetch.take(size, s.now()) {
 		s.cnt.prefetchOverBudget.Add(1)
 		return false
 	}
@@ -347,6 +355,7 @@ func (s *Service) promotionVictim(c victim, now int64, ask bool) (freed int64, q
 	}
 	freed = alignUp(o.size)
 	s.dropDRAM(o)
+	s.freeze(c.sh, c.key, o, now) // SSD-only now: a record again if it can be
 	return freed, false, false
 }
 
@@ -424,6 +433,9 @@ func (s *Service) promoteEnd(nodeID string, r masterapi.PromoteResult) error {
 			s.log.Debug("promotion not loaded by the node", "key", keyspec.Show(r.Key), "node", nodeID, "reason", r.Reason)
 		}
 		s.settleEmpty(sh, r.Key, o, now)
+		if sh.objs[r.Key] == o {
+			s.freeze(sh, r.Key, o, now) // SSD-only again: a record again if it can be
+		}
 		if r.Loaded {
 			return errcode.Errorf(errcode.ReplicaIsGone, "master: promote_end: segment of node %q is gone", nodeID)
 		}

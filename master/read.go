@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/tierstore/tierstore/admission"
 	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/internal/grant"
 	"github.com/tierstore/tierstore/masterapi"
@@ -46,7 +47,13 @@ func (s *Service) exist(key string, now int64, count bool) (bool, error) {
 		return false, err
 	}
 	defer sh.mu.Unlock()
-	o := s.obj(sh, key)
+	o, r := s.lookup(sh, key)
+	if r >= 0 {
+		if ok, err, done := s.existRec(sh, key, r, now, count); done {
+			return ok, err
+		}
+		o = s.thaw(sh, r)
+	}
 	s.observeLookup(key, o, count, true)
 	switch {
 	case o == nil:
@@ -73,7 +80,13 @@ func (s *Service) replicaList(key string, now int64, count bool, slab *[]mastera
 		return masterapi.ObjectInfo{}, err
 	}
 	defer sh.mu.Unlock()
-	o := s.obj(sh, key)
+	o, r := s.lookup(sh, key)
+	if r >= 0 {
+		if info, err, done := s.replicaListRec(sh, key, r, now, count, slab); done {
+			return info, err
+		}
+		o = s.thaw(sh, r)
+	}
 	s.observeLookup(key, o, count, false)
 	if o == nil {
 		return masterapi.ObjectInfo{}, errcode.Errorf(errcode.ObjectNotFound, "master: get_replica_list")
@@ -129,6 +142,110 @@ func (s *Service) replicaList(key string, now int64, count bool, slab *[]mastera
 		s.countLookup(key, o)
 	}
 	return info, nil
+}
+
+// existRec is exist of key held as compact record r, answered on the
+// record in place: the read lease is written into it (crec.lease), and it
+// stays a record unless the admission policy's count of the lookup needs
+// an *object (countLookupRec). done is false, with nothing changed, when
+// the lease cannot be written into a record (recLeaseOf): the caller
+// thaws it. Caller holds sh.mu.
+func (s *Service) existRec(sh *shard, key string, r int32, now int64, count bool) (ok bool, err error, done bool) {
+	lease, fits := s.recLeaseOf(now + s.cfg.DefaultKVLeaseTTL.Nanoseconds())
+	if !fits {
+		return false, nil, false
+	}
+	x := s.cst.rec(r)
+	n := s.incAt(x.node)
+	s.observeLookupRec(key, x, n, count, true)
+	if n.dead.Load() {
+		return false, errcode.Errorf(errcode.ReplicaIsGone, "master: exist_key: every replica was lost inside the lease"), true
+	}
+	x.lease = max(x.lease, lease)
+	if count {
+		s.countLookupRec(sh, key, r)
+	}
+	return true, nil, true
+}
+
+// replicaListRec is replicaList of key held as compact record r, in place
+// as existRec. Caller holds sh.mu.
+func (s *Service) replicaListRec(sh *shard, key string, r int32, now int64, count bool, slab *[]masterapi.Replica) (info masterapi.ObjectInfo, err error, done bool) {
+	lease, fits := s.recLeaseOf(now + s.cfg.DefaultKVLeaseTTL.Nanoseconds())
+	if !fits {
+		return info, nil, false
+	}
+	x := s.cst.rec(r)
+	n := s.incAt(x.node)
+	s.observeLookupRec(key, x, n, count, false)
+	if n.dead.Load() {
+		// Its one replica is on a dead node: it existed, it is gone
+		// (Mooncake #4508).
+		return info, errcode.Errorf(errcode.ReplicaIsGone, "master: get_replica_list"), true
+	}
+	info = masterapi.ObjectInfo{Key: key, Size: int64(x.size), CRC: x.crc}
+	if slab != nil && cap(*slab)-len(*slab) >= 1 {
+		l := len(*slab)
+		info.Replicas = (*slab)[l : l : l+1]
+		*slab = (*slab)[:l+1]
+	} else {
+		info.Replicas = make([]masterapi.Replica, 0, 1)
+	}
+	info.Replicas = append(info.Replicas, masterapi.Replica{Kind: masterapi.SSD, Status: masterapi.Complete, Node: n.id, Endpoint: n.endpoint})
+	x.lease = max(x.lease, lease)
+	// The lease the record honours: the read lease rounded up to
+	// leaseUnit, or the rebuild lease when that ends later.
+	deadline := s.recLeaseEnd(x)
+	if s.rebuiltLeased(x, now) {
+		deadline = max(deadline, s.ha.rebuildUntil+s.cfg.DefaultKVLeaseTTL.Nanoseconds())
+	}
+	info.LeaseDeadline = time.Unix(0, deadline)
+	if s.cfg.Grants != nil {
+		s.signGrants(&info)
+	}
+	if count {
+		s.countLookupRec(sh, key, r)
+	}
+	return info, nil, true
+}
+
+// observeLookupRec is observeLookup of compact record x, whose replica
+// is on n: a promotion it queues leaves the record as it is. Caller holds
+// the shard lock.
+func (s *Service) observeLookupRec(key string, x *crec, n *node, count, pre bool) {
+	if !count {
+		return
+	}
+	ob, ok := s.policy.(lookupObserver)
+	if !ok {
+		return
+	}
+	if n.dead.Load() {
+		ob.ObserveLookup(key, admission.Miss, 0)
+		return
+	}
+	ob.ObserveLookup(key, admission.SSDHit, int64(x.size))
+	if !pre || s.cfg.PrefetchBudget > 0 { // prefetch_budget 0: a lookup does not prefetch
+		s.considerPromotionFrom(key, n, int64(x.size), pre)
+	}
+}
+
+// countLookupRec is countLookup of compact record r (a readable SSD-only
+// object, no read counted): a policy that counts a read of it or queues
+// it gets the *object it needs, thawed with the lease just granted.
+// Caller holds sh.mu.
+func (s *Service) countLookupRec(sh *shard, key string, r int32) {
+	x := s.cst.rec(r)
+	v := admission.Object{Key: key, Size: int64(x.size), OnSSD: true}
+	q := s.policy.OnLookup(&v)
+	if !q && v.Reads == 0 {
+		return
+	}
+	o := s.thaw(sh, r)
+	o.reads = v.Reads
+	if q {
+		s.enqueue(key, o)
+	}
 }
 
 // signGrants gives each replica of info the read grant of that read

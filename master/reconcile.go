@@ -381,15 +381,16 @@ func (s *Service) dropUnseen(nodeID string, session uint32, slots int, scan []in
 		var found, visits int64
 		var kbuf []byte // keyIn's
 		// The compact objects first: one of n's id the session did not
-		// stamp goes with its one replica as dropSSD drops it (a rebuild
-		// lease holds it: thawed, the walk below drops its replica).
+		// stamp goes with its one replica as dropSSD drops it (a lease,
+		// read or rebuild, holds it: thawed, the walk below drops its
+		// replica and holds the object for the lease).
 		sh.c.visit(func(ci int32, rec *crec) {
 			visits++
 			k := s.cst.keyIn(ci, &kbuf)
 			if rec.seen == session || s.incAt(rec.node).id != nodeID || !in(masterapi.SlotOf(masterapi.KeyHash(k), slots)) {
 				return
 			}
-			if s.rebuiltLeased(rec, now) {
+			if s.recLeased(rec, now) {
 				s.thaw(sh, ci)
 				return
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/tierstore/tierstore/internal/errcode"
@@ -20,12 +21,25 @@ func (s *Service) Remove(ctx context.Context, key string, force bool) error {
 	if err != nil {
 		return s.observe(err)
 	}
-	o := s.obj(sh, key)
+	now := s.now()
+	o, r := s.lookup(sh, key)
+	if r >= 0 {
+		if x := s.cst.rec(r); !force && s.recLeased(x, now) {
+			// Refused as removeObj would refuse the *object, which
+			// stays a record.
+			until := s.recLeaseEnd(x)
+			if s.rebuiltLeased(x, now) {
+				until = max(until, s.ha.rebuildUntil+s.cfg.DefaultKVLeaseTTL.Nanoseconds())
+			}
+			sh.mu.Unlock()
+			return s.observe(errcode.Errorf(errcode.ObjectHasLease, "master: remove: lease until %v", time.Unix(0, until).UTC()))
+		}
+		o = s.thaw(sh, r)
+	}
 	if o == nil {
 		sh.mu.Unlock()
 		return s.observe(errcode.Errorf(errcode.ObjectNotFound, "master: remove"))
 	}
-	now := s.now()
 	if err := s.removeObj(sh, key, o, force, now); err != nil {
 		sh.mu.Unlock()
 		return s.observe(err)
@@ -101,6 +115,10 @@ func (s *Service) RemoveByRegex(ctx context.Context, pattern string, force bool)
 // the scan) gets an entry of its own. It answers once the entries are
 // durable.
 func (s *Service) removeMatching(ctx context.Context, e masterapi.Removal, match func(key string) bool, force bool) (int64, error) {
+	// Counted before the sequence number is taken: an object frozen
+	// since has a smaller token (freezable).
+	s.removeScans.Add(1)
+	defer s.removeScans.Add(-1)
 	now := s.now()
 	seq := s.rlog.add(e, &s.tokens, now, true)
 	var n int64
@@ -110,15 +128,16 @@ func (s *Service) removeMatching(ctx context.Context, e masterapi.Removal, match
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		// A compact object (put token 0, no DRAM replica, task or put)
-		// goes as removeObj would delete it, unless a rebuild lease holds
-		// it: then it becomes an *object for the walk below to refuse or
-		// force.
+		// A compact object (put token 0, no DRAM replica, task or put;
+		// a frozen one was put before the scan began, freezable) goes
+		// as removeObj would delete it, unless a lease holds it (its
+		// read lease or the rebuild lease): then removeObj would refuse
+		// it (spared, in place), or force it.
 		sh.c.visit(func(i int32, r *crec) {
 			switch k := s.cst.keyIn(i, &kbuf); {
 			case !match(k):
-			case s.rebuiltLeased(r, now):
-				s.thaw(sh, i)
+			case !force && s.recLeased(r, now):
+				spared = append(spared, strings.Clone(k))
 			default:
 				s.delCompact(sh, k, i)
 				n++
@@ -183,6 +202,7 @@ func (s *Service) EvictDRAM(ctx context.Context, keys []string, all bool) (maste
 		default:
 			if s.evictDRAMOf(o, now, &res) {
 				last = s.rlog.add(masterapi.Removal{Kind: masterapi.EvictionKey, Key: k}, &s.tokens, now, false)
+				s.freeze(sh, k, o, now) // SSD-only now: a record again if it can be
 			}
 		}
 		sh.mu.Unlock()
@@ -215,6 +235,9 @@ func (s *Service) evictAllDRAM(ctx context.Context, now int64, res *masterapi.Ev
 				spared = append(spared, k)
 			case newer:
 				last = s.rlog.add(masterapi.Removal{Kind: masterapi.EvictionKey, Key: k}, &s.tokens, now, false)
+				s.freeze(sh, k, o, now)
+			default:
+				s.freeze(sh, k, o, now)
 			}
 		})
 		sh.mu.Unlock()

@@ -28,6 +28,12 @@ type Service struct {
 	// grace (Config.StartupGrace): until then a PutStart that finds no
 	// segment mounted waits for a mount (room.go, mayWait).
 	graceEnd int64
+	// removeScans counts the RemoveAll and RemoveByRegex scans in
+	// progress: no object is frozen meanwhile (freezable).
+	removeScans atomic.Int64
+	// leaseBase (unix ns, set by New, read-only after) is the time a
+	// compact record's read lease counts from (crec.lease).
+	leaseBase int64
 
 	shards []shard
 	mask   uint64
@@ -132,7 +138,9 @@ type counters struct {
 	objects, dramReplicas, ssdReplicas atomic.Int64
 	// compact counts the objects held as compact records, thawed the
 	// records turned into *objects (compact.go).
-	compact, thawed                  atomic.Int64
+	compact, thawed atomic.Int64
+	// frozen counts the *objects turned into compact records (freeze).
+	frozen                           atomic.Int64
 	dramBytes, ssdBytes              atomic.Int64
 	evictions                        atomic.Int64
 	offloadQueued, offloadPersisted  atomic.Int64
@@ -183,6 +191,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s.countLookups = s.policy.WantsLookups()
 	s.graceEnd = s.now() + int64(cfg.StartupGrace)
+	s.leaseBase = s.now()
 	s.prefetch.init(cfg.PrefetchBudget*1e6, s.now())
 	n := 1 << bits.Len(uint(cfg.Shards-1))
 	s.shards = make([]shard, n) // maps made on first use (shard.putObj)

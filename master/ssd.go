@@ -47,9 +47,18 @@ func (s *Service) EvictSSDReplica(ctx context.Context, nodeID string, keys []str
 		sh := s.shardOf(k)
 		sh.mu.Lock()
 		now := s.now()
-		switch o := s.obj(sh, k); {
-		case o == nil:
-		case o.leased(now) && o.onlyReadableOn(nodeID):
+		o, r := s.lookup(sh, k)
+		if r >= 0 {
+			// A leased record whose one replica is this node's stays
+			// as it is (kept, below); any other is thawed to go as an
+			// *object would.
+			if x := s.cst.rec(r); !s.recLeased(x, now) || s.incAt(x.node).id != nodeID || s.incAt(x.node).dead.Load() {
+				o = s.thaw(sh, r)
+			}
+		}
+		switch {
+		case o == nil && r < 0:
+		case o == nil || o.leased(now) && o.onlyReadableOn(nodeID): // (o nil: the leased record)
 			if _, dup := kept[k]; !dup {
 				if kept == nil {
 					kept = map[string]struct{}{}

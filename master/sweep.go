@@ -30,12 +30,13 @@ func (s *Service) sweep(now int64) {
 		sh.mu.Lock()
 		s.scanVisits.Add(int64(len(sh.objs) + sh.c.live))
 		// A compact object needs the sweep only when its node died: it
-		// goes with its one replica (clearDead, settleEmpty), or, leased,
-		// becomes an *object the walk below holds for its lease.
+		// goes with its one replica (clearDead, settleEmpty), or, leased
+		// (its read lease or the rebuild lease), becomes an *object the
+		// walk below holds for its lease.
 		sh.c.visit(func(i int32, r *crec) {
 			switch {
 			case !s.incAt(r.node).dead.Load():
-			case s.rebuiltLeased(r, now):
+			case s.recLeased(r, now):
 				s.thaw(sh, i)
 			default:
 				s.delCompact(sh, s.cst.keyIn(i, &kbuf), i)
