@@ -11,7 +11,9 @@ import (
 )
 
 // Remove implements API. The removal is acknowledged once its entry of
-// the removal log is durable (docs/design.md, invariant 10).
+// the removal log is durable (docs/design.md, invariant 10) and, for a
+// forced removal of a leased object, once the nodes that held it applied
+// it or the lease ended (removewait.go).
 func (s *Service) Remove(ctx context.Context, key string, force bool) error {
 	if err := s.gate(ctx); err != nil {
 		return err
@@ -26,13 +28,20 @@ func (s *Service) Remove(ctx context.Context, key string, force bool) error {
 		return s.observe(errcode.Errorf(errcode.ObjectNotFound, "master: remove"))
 	}
 	now := s.now()
+	var hw holdersWait
+	if force {
+		hw.add(o, now)
+	}
 	if err := s.removeObj(sh, key, o, force, now); err != nil {
 		sh.mu.Unlock()
 		return s.observe(err)
 	}
 	seq := s.rlog.add(masterapi.Removal{Kind: masterapi.RemovalKey, Key: key}, &s.tokens, now, false)
 	sh.mu.Unlock()
-	return s.observe(s.rlog.wait(ctx, seq))
+	if err := s.rlog.wait(ctx, seq); err != nil {
+		return s.observe(err)
+	}
+	return s.observe(s.waitHolders(ctx, hw, seq))
 }
 
 // removeObj is the master's one removal path: Remove, RemoveAll and
@@ -106,6 +115,7 @@ func (s *Service) removeMatching(ctx context.Context, e masterapi.Removal, match
 	var n int64
 	var spared []string
 	var kbuf []byte // keyIn's
+	var hw holdersWait
 	last := seq
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -129,6 +139,10 @@ func (s *Service) removeMatching(ctx context.Context, e masterapi.Removal, match
 				return
 			}
 			newer := o.dram.seg != nil && o.dram.token > seq
+			leased := force && o.leased(now)
+			if leased {
+				hw.add(o, now) // before removeObj drops the replicas
+			}
 			if s.removeObj(sh, k, o, force, now) != nil {
 				spared = append(spared, k)
 				return
@@ -144,7 +158,10 @@ func (s *Service) removeMatching(ctx context.Context, e masterapi.Removal, match
 	if err := s.rlog.seal(seq, spared); err != nil {
 		return n, errcode.Wrap(errcode.InternalError, err)
 	}
-	return n, s.rlog.wait(ctx, last)
+	if err := s.rlog.wait(ctx, last); err != nil {
+		return n, err
+	}
+	return n, s.waitHolders(ctx, hw, last)
 }
 
 // EvictDRAM implements API. Each DRAM copy it drops is an entry of the

@@ -141,6 +141,10 @@ type counters struct {
 	badReplicas                      atomic.Int64
 	putWaits, putWaitsFailed         atomic.Int64
 	offloadWakes                     atomic.Int64 // WaitOffload calls answered pressed (wake.go)
+	// removalWaits counts forced removals of leased objects that waited
+	// until every holder applied them; removalWaitsTimedOut those that
+	// answered at the lease's end instead (removewait.go).
+	removalWaits, removalWaitsTimedOut atomic.Int64
 	// prefetch (prefetch.go)
 	prefetchQueued, prefetchOverBudget atomic.Int64
 	prefetchEvictions                  atomic.Int64

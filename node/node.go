@@ -702,6 +702,12 @@ func (n *Node) wakeLoop() {
 				n.pause(wakeRetry)
 			case pressed:
 				n.metrics.offloadWakes.Add(1)
+				// A forced removal of a leased object may be waiting for
+				// this node to apply it (master/removewait.go): the DRAM
+				// records first, without waiting for an offload round.
+				if err := n.syncRemovals(n.ctx, false); err != nil {
+					n.log.Debug("removal log pull failed; will retry", "err", err)
+				}
 				if n.heartbeat() == 0 {
 					n.pause(wakeIdle)
 				}

@@ -26,9 +26,12 @@ func init() { readCheck.Store(true) }
 
 // checkReadRange returns the key of the object recorded at off (for its
 // read grant, grants.go) when [off, off+length) is exactly the range of a
-// complete object the node stores, else an error wrapping ErrNotAnObject
-// and errcode.ErrReplicaGone.
-func (n *Node) checkReadRange(off, length int64) (string, error) {
+// complete object the node stores and, when token is not 0, the object of
+// that put (a client's cached replica location names the put it was told
+// of: a range freed and written again by another put of the same length
+// is refused), else an error wrapping ErrNotAnObject and
+// errcode.ErrReplicaGone.
+func (n *Node) checkReadRange(off, length int64, token uint64) (string, error) {
 	if !readCheck.Load() {
 		return "", nil
 	}
@@ -43,6 +46,8 @@ func (n *Node) checkReadRange(off, length int64) (string, error) {
 		return "", errcode.Wrap(errcode.ReplicaIsGone, fmt.Errorf("%w: no object starts at %d", ErrNotAnObject, off))
 	case r.len != length:
 		return "", errcode.Wrap(errcode.ReplicaIsGone, fmt.Errorf("%w: the object at %d has %d bytes, the read asks %d", ErrNotAnObject, off, r.len, length))
+	case token != 0 && r.token != token:
+		return "", errcode.Wrap(errcode.ReplicaIsGone, fmt.Errorf("%w: the object at %d is put %d, the read names put %d", ErrNotAnObject, off, r.token, token))
 	}
 	if err := n.owners.check(off, off+length, r.token); err != nil {
 		return "", errcode.Wrap(errcode.ReplicaIsGone, fmt.Errorf("%w: a newer put claimed part of [%d, %d)", ErrNotAnObject, off, off+length))

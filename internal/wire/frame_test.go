@@ -23,7 +23,7 @@ func TestFrameRoundTrip(t *testing.T) {
 	for _, r := range []Request{
 		{Op: OpWrite, Segment: "seg-1", Offset: 1 << 40, Token: 77},
 		{Op: OpWrite, Segment: "seg-1", Offset: 8, Token: 78, Key: []byte("layer0/blk42"), Pins: PinSoft | PinHard},
-		{Op: OpReadRange, Segment: "seg-2", Offset: 4096, Length: 1 << 20},
+		{Op: OpReadRange, Segment: "seg-2", Offset: 4096, Length: 1 << 20, Token: 7},
 		{Op: OpReadSSD, Key: []byte("layer0/blk42"), Length: 256 << 10},
 	} {
 		meta := r.AppendMeta(nil)

@@ -1,0 +1,319 @@
+package client
+
+import (
+	"container/list"
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tierstore/tierstore/masterapi"
+)
+
+// The replica-location cache (issue 24; docs/design.md, "Replica-location
+// cache"). A lookup (GetReplicaList, BatchGetReplicaList) answers the
+// object's size, CRC32C and replicas and grants a read lease; the client
+// keeps that answer per key until shortly before the lease ends (by this
+// client's clock, counted from before the lookup was sent: leaseMargin), so
+// that a Get, GetInto, GetIntoParts or GetAlloc of a cached key reads the
+// node straight away, without the master's round trip. Within the lease
+// the object stays readable (invariant 4: no eviction, non-forced removal
+// or sweep takes it; a forced removal answers only once the nodes holding
+// it applied it: master/removewait.go), and the node refuses a range that
+// no longer holds the put the entry names (the data-plane read names the
+// put token, wire.DataVersion 4) and an SSD read of a removed key. A cached
+// read that fails for any reason (refused, missing, checksum, grant
+// expired, unreachable) drops the entry and falls back to the lookup path
+// once, which reads, falls back over replicas and reports as before. This
+// client's own Put, Remove, RemoveAll and RemoveByRegex drop the entries
+// they concern (a removal also drops lookups that were in flight).
+
+// Defaults of Config.LocationCacheEntries and LocationCacheBytes.
+const (
+	DefaultLocationCacheEntries = 1 << 16
+	DefaultLocationCacheBytes   = 32 << 20
+)
+
+// leaseMargin is how long before its lease's end a cached answer stops
+// being used: a quarter of the lease, at most maxLeaseMargin. It covers
+// the skew between this host's clock and the master's (the lease end is
+// the master's time) and the time a read takes to reach the node.
+func leaseMargin(ttl time.Duration) time.Duration { return min(ttl/4, maxLeaseMargin) }
+
+const maxLeaseMargin = time.Second
+
+// locCache is the client's replica-location cache: at most maxEntries
+// entries and maxBytes of them (an estimate: locEntrySize), least
+// recently used dropped first.
+type locCache struct {
+	maxEntries int
+	maxBytes   int64
+
+	mu    sync.Mutex // protects ents, lru and bytes
+	ents  map[string]*list.Element
+	lru   list.List // of *locEntry, most recently used at the front
+	bytes int64
+
+	// gen counts this client's removals: a lookup that was sent before
+	// one is not cached (it may predate the removal).
+	gen atomic.Uint64
+
+	hits, misses, stale atomic.Int64
+}
+
+type locEntry struct {
+	key   string
+	info  masterapi.ObjectInfo
+	until time.Time // this client's clock (monotonic): used before it
+	size  int64
+}
+
+// newLocCache returns the cache Config asks for, or nil (disabled).
+func newLocCache(entries int, bytes int64) *locCache {
+	if entries < 0 || bytes < 0 {
+		return nil
+	}
+	if entries == 0 {
+		entries = DefaultLocationCacheEntries
+	}
+	if bytes == 0 {
+		bytes = DefaultLocationCacheBytes
+	}
+	return &locCache{maxEntries: entries, maxBytes: bytes, ents: map[string]*list.Element{}}
+}
+
+// locEntrySize estimates the memory an entry holds.
+func locEntrySize(key string, info masterapi.ObjectInfo) int64 {
+	n := int64(2*len(key)) + 160 // key (map and entry), entry, element, map slot
+	for _, r := range info.Replicas {
+		n += int64(len(r.Node)+len(r.Endpoint)+len(r.Segment)+len(r.Grant)) + 96
+	}
+	return n
+}
+
+// get returns key's cached answer when its time is not over.
+func (lc *locCache) get(key string) (masterapi.ObjectInfo, bool) {
+	if lc == nil {
+		return masterapi.ObjectInfo{}, false
+	}
+	now := time.Now()
+	lc.mu.Lock()
+	el, ok := lc.ents[key]
+	if !ok {
+		lc.mu.Unlock()
+		lc.misses.Add(1)
+		return masterapi.ObjectInfo{}, false
+	}
+	e := el.Value.(*locEntry)
+	if !now.Before(e.until) {
+		lc.removeLocked(el)
+		lc.mu.Unlock()
+		lc.misses.Add(1)
+		return masterapi.ObjectInfo{}, false
+	}
+	lc.lru.MoveToFront(el)
+	info := e.info
+	lc.mu.Unlock()
+	return info, true
+}
+
+// generation is the count of removals so far; a lookup takes it before it
+// is sent and hands it to put.
+func (lc *locCache) generation() uint64 {
+	if lc == nil {
+		return 0
+	}
+	return lc.gen.Load()
+}
+
+// put keeps info, the answer of a lookup of key sent at sent (this
+// client's clock) while the removal count was gen, until leaseMargin
+// before its lease ends. An answer without a lease or a complete replica,
+// or that came after a removal of this client, is not kept.
+func (lc *locCache) put(key string, info masterapi.ObjectInfo, sent time.Time, gen uint64) {
+	if lc == nil || info.LeaseDeadline.IsZero() || !hasComplete(info) {
+		return
+	}
+	// The lease's remaining time as the master counts it (wall clocks),
+	// counted from before the lookup was sent (this client's monotonic
+	// clock): the entry ends no later than the lease, up to the skew the
+	// margin covers.
+	ttl := time.Until(info.LeaseDeadline)
+	ttl -= leaseMargin(ttl)
+	if ttl <= 0 {
+		return
+	}
+	e := &locEntry{key: key, info: info, until: sent.Add(ttl), size: locEntrySize(key, info)}
+	if e.size > lc.maxBytes {
+		return
+	}
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if lc.gen.Load() != gen {
+		return
+	}
+	if el, ok := lc.ents[key]; ok {
+		lc.removeLocked(el)
+	}
+	lc.ents[key] = lc.lru.PushFront(e)
+	lc.bytes += e.size
+	for len(lc.ents) > lc.maxEntries || lc.bytes > lc.maxBytes {
+		lc.removeLocked(lc.lru.Back())
+	}
+}
+
+func hasComplete(info masterapi.ObjectInfo) bool {
+	for _, r := range info.Replicas {
+		if r.Status == masterapi.Complete {
+			return true
+		}
+	}
+	return false
+}
+
+// removeLocked drops el. Caller holds mu.
+func (lc *locCache) removeLocked(el *list.Element) {
+	e := lc.lru.Remove(el).(*locEntry)
+	delete(lc.ents, e.key)
+	lc.bytes -= e.size
+}
+
+// drop forgets key's entry.
+func (lc *locCache) drop(key string) {
+	if lc == nil {
+		return
+	}
+	lc.mu.Lock()
+	if el, ok := lc.ents[key]; ok {
+		lc.removeLocked(el)
+	}
+	lc.mu.Unlock()
+}
+
+// dropStale forgets key's entry if it still holds info's answer (a read
+// of it failed); a newer answer stays.
+func (lc *locCache) dropStale(key string, info masterapi.ObjectInfo) {
+	if lc == nil {
+		return
+	}
+	lc.stale.Add(1)
+	lc.mu.Lock()
+	if el, ok := lc.ents[key]; ok && sameAnswer(el.Value.(*locEntry).info, info) {
+		lc.removeLocked(el)
+	}
+	lc.mu.Unlock()
+}
+
+func sameAnswer(a, b masterapi.ObjectInfo) bool {
+	return a.LeaseDeadline.Equal(b.LeaseDeadline) && a.CRC == b.CRC && a.Size == b.Size && len(a.Replicas) == len(b.Replicas)
+}
+
+// removed is a removal by this client of key (or, with all, of any key: a
+// pattern): the entries it concerns are dropped, and lookups in flight are
+// not cached.
+func (lc *locCache) removed(key string, all bool) {
+	if lc == nil {
+		return
+	}
+	lc.mu.Lock()
+	lc.gen.Add(1)
+	if all {
+		lc.ents = map[string]*list.Element{}
+		lc.lru.Init()
+		lc.bytes = 0
+	} else if el, ok := lc.ents[key]; ok {
+		lc.removeLocked(el)
+	}
+	lc.mu.Unlock()
+}
+
+// len returns the entries and their estimated bytes.
+func (lc *locCache) len() (int, int64) {
+	if lc == nil {
+		return 0, 0
+	}
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	return len(lc.ents), lc.bytes
+}
+
+// localObjectReader is a LocalNode that reads a DRAM range only while it
+// holds the object of a given put (node.Node): the check a remote node
+// makes of a cached read (node/readcheck.go), which ReadRangeInto skips.
+// The cache serves the local node's DRAM replicas only through it.
+type localObjectReader interface {
+	ReadObjectIntoParts(ctx context.Context, segment string, off int64, token uint64, parts [][]byte) (uint32, error)
+}
+
+// cachedReplica returns the replica a cached read of info tries: the best
+// complete one, as readBest would try first, when this client can read it
+// with the node's object check.
+func (c *Client) cachedReplica(info masterapi.ObjectInfo) (masterapi.Replica, bool) {
+	if r, ok := c.bestRemoteDRAM(info); ok {
+		return r, true
+	}
+	best, rank := masterapi.Replica{}, -1
+	for _, r := range info.Replicas {
+		if k := c.rank(r); r.Status == masterapi.Complete && (rank < 0 || k < rank) {
+			best, rank = r, k
+		}
+	}
+	switch {
+	case rank < 0, strings.HasPrefix(best.Endpoint, "inproc:") && (c.local == nil || best.Node != c.local.Name()):
+		return best, false
+	case rank == 0:
+		_, ok := c.local.(localObjectReader)
+		return best, ok
+	}
+	return best, true
+}
+
+// readCached reads key from its cached answer, if any: the best replica
+// only, into the buffer bufFor gives. It reports whether the read is done;
+// a failure drops the entry (the caller then looks the key up).
+func (c *Client) readCached(ctx context.Context, key string, start time.Time, bufFor func(masterapi.ObjectInfo) ([][]byte, error)) bool {
+	info, ok := c.cache.get(key)
+	if !ok {
+		return false
+	}
+	return c.readCachedInfo(ctx, key, info, start, bufFor)
+}
+
+// readCachedInfo is readCached of the cached answer info.
+func (c *Client) readCachedInfo(ctx context.Context, key string, info masterapi.ObjectInfo, start time.Time, bufFor func(masterapi.ObjectInfo) ([][]byte, error)) bool {
+	r, ok := c.cachedReplica(info)
+	if !ok {
+		c.cache.drop(key)
+		return false
+	}
+	buf, err := bufFor(info)
+	if err == nil {
+		err = c.readCachedReplica(ctx, info, r, buf)
+	}
+	if err != nil {
+		c.log.Debug("cached replica location failed; looking the key up", "key", key, "node", r.Node, "err", err)
+		c.cache.dropStale(key, info)
+		return false
+	}
+	c.cache.hits.Add(1)
+	c.countRead(r)
+	if c.cfg.Observer != nil {
+		c.cfg.Observer.ObserveGet(Tier(c.rank(r)), time.Since(start))
+	}
+	return true
+}
+
+// readCachedReplica reads replica r of a cached answer into buf: a DRAM
+// range names the put it expects (the node refuses another's), and the
+// local node's DRAM is read through its object check.
+func (c *Client) readCachedReplica(ctx context.Context, info masterapi.ObjectInfo, r masterapi.Replica, buf [][]byte) error {
+	if r.Kind == masterapi.DRAM && c.local != nil && r.Node == c.local.Name() {
+		got, err := c.local.(localObjectReader).ReadObjectIntoParts(ctx, r.Segment, r.Offset, r.PutToken, buf)
+		if err != nil {
+			return err
+		}
+		return checkLocal(got, info.CRC, partsLen(buf), "DRAM")
+	}
+	return c.readReplicaToken(ctx, info, r, buf, r.PutToken)
+}
