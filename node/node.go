@@ -279,9 +279,9 @@ func Start(ctx context.Context, cfg Config, m masterapi.NodeAPI, opts ...Option)
 	n.every(cfg.PingInterval, n.pingLocked)
 	n.every(cfg.PingInterval, n.removalTick)
 	n.followLeader()
+	n.wakeLoop()
 	if n.tier != nil {
 		n.every(cfg.HeartbeatInterval, func() { n.heartbeat() })
-		n.wakeLoop()
 		n.every(cfg.ReconcileInterval, n.reconcileTick)
 	}
 	n.log.Info("node started", "endpoint", n.endpoint, "segment", n.segName,
@@ -683,7 +683,11 @@ const (
 // that this node's offload is pressing (a put waits for DRAM room, queued
 // offload bytes pass a quarter of the DRAM, promotions are queued): a full
 // DRAM drains at the disk's pace, not one batch per tick. The ticks go on
-// as before; both run heartbeat, which serialises on roundMu.
+// as before; both run heartbeat, which serialises on roundMu. The master
+// also answers pressed while a forced removal of a leased object waits for
+// this node (master/removewait.go): the node then pulls the removal log
+// for its DRAM records first. A node without an SSD tier keeps the wait
+// open for that alone.
 func (n *Node) wakeLoop() {
 	w, ok := n.m.(masterapi.OffloadWaiter)
 	if !ok || !n.cfg.OffloadWake {
@@ -708,7 +712,7 @@ func (n *Node) wakeLoop() {
 				if err := n.syncRemovals(n.ctx, false); err != nil {
 					n.log.Debug("removal log pull failed; will retry", "err", err)
 				}
-				if n.heartbeat() == 0 {
+				if n.tier == nil || n.heartbeat() == 0 {
 					n.pause(wakeIdle)
 				}
 			}
