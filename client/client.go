@@ -90,7 +90,9 @@ type ReadStats struct {
 	// a report (ReportBadReplica) and dropped the replica for.
 	BadReplicasReported int64
 	// MissingReplicasReported counts SSD replicas whose node answered that
-	// it does not hold the object, reported to the master
+	// it does not hold the object, and DRAM replicas whose node answered
+	// that the range holds no such object (REPLICA_IS_GONE), reported to
+	// the master
 	// (ReportBadReplica), which dropped them. Transport failures (node
 	// unreachable) are never reported.
 	MissingReplicasReported int64
@@ -459,15 +461,15 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
 // A key in the replica-location cache is read from its cached answer
 // first (readCached); if that fails, it is looked up as if it were not.
 func (c *Client) lookupAndRead(ctx context.Context, key string, start time.Time, bufFor func(masterapi.ObjectInfo) ([][]byte, error)) error {
-	if c.readCached(ctx, key, start, bufFor) {
-		return nil
+	if done, err := c.readCached(ctx, key, start, bufFor); done {
+		return err
 	}
 	gen, sent := c.cache.generation(), time.Now()
 	info, err := c.m.GetReplicaList(ctx, key)
 	if err != nil {
 		return fmt.Errorf("client: get %s: %w", keyspec.Show(key), err)
 	}
-	c.cache.put(key, info, sent, gen)
+	c.remember(key, info, sent, gen)
 	buf, err := bufFor(info)
 	if err == nil {
 		err = c.readAgain(ctx, info, c.readBest(ctx, info, buf, start), start, bufFor)

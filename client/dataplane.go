@@ -191,7 +191,7 @@ func (c *Client) batchRead(ctx context.Context, keys []string, bufFor func(i int
 			for m, j := range missJ {
 				res[j] = got[m]
 				if got[m].Err == nil {
-					c.cache.put(ask[j], got[m].Info, sent, gen)
+					c.remember(ask[j], got[m].Info, sent, gen)
 				}
 			}
 		}
@@ -221,11 +221,10 @@ func (c *Client) batchRead(ctx context.Context, keys []string, bufFor func(i int
 		i := idx[j]
 		again := func(again masterapi.ObjectInfo) ([][]byte, error) { return bufFor(i, again) }
 		if cached[j] {
-			// Not read by readPipelined: the cached answer's best
-			// replica once, then a lookup as for a single get.
-			_, piped := c.bestRemoteDRAM(res[j].Info) // tried once already
-			if piped || bufs[j] == nil || !c.readCachedInfo(ctx, keys[i], res[j].Info, start, again) {
-				c.cache.dropStale(keys[i], res[j].Info)
+			// Not read by readPipelined: as a single get of a cached key.
+			if done, err := c.readCachedInfo(ctx, keys[i], res[j].Info, start, again); done {
+				errs[i] = err
+			} else {
 				errs[i] = c.lookupAndRead(ctx, keys[i], start, again)
 			}
 			return
@@ -369,7 +368,13 @@ func (c *Client) spreadRemoteDRAM(reps []masterapi.Replica) {
 // errGoneUnderRead instead of counting as a checksum failure; readAgain
 // then looks the key up once more.
 func (c *Client) readBest(ctx context.Context, info masterapi.ObjectInfo, buf [][]byte, start time.Time) error {
-	gone, err := c.readFrom(ctx, info, buf, start)
+	return c.readBestOf(ctx, info, buf, start, false)
+}
+
+// readBestOf is readBest; cached says that info is a cached answer
+// (readCachedReplica: every read names the put it expects).
+func (c *Client) readBestOf(ctx context.Context, info masterapi.ObjectInfo, buf [][]byte, start time.Time, cached bool) error {
+	gone, err := c.readFrom(ctx, info, buf, start, cached)
 	if gone {
 		return fmt.Errorf("%w: %w", errGoneUnderRead, err)
 	}
@@ -382,7 +387,7 @@ var errGoneUnderRead = errors.New("client: the replicas read were removed while 
 
 // readFrom is readBest's pass over info's replicas; gone reports that
 // every failure was a replica removed under the read.
-func (c *Client) readFrom(ctx context.Context, info masterapi.ObjectInfo, buf [][]byte, start time.Time) (gone bool, err error) {
+func (c *Client) readFrom(ctx context.Context, info masterapi.ObjectInfo, buf [][]byte, start time.Time, cached bool) (gone bool, err error) {
 	var small [4]masterapi.Replica // most objects have one to three replicas
 	reps := small[:0]
 	for _, r := range info.Replicas {
@@ -396,7 +401,12 @@ func (c *Client) readFrom(ctx context.Context, info masterapi.ObjectInfo, buf []
 	var last error
 	sawChecksum, removed, other := false, 0, 0
 	for _, r := range reps {
-		err := c.readReplica(ctx, info, r, buf)
+		var err error
+		if cached {
+			err = c.readCachedReplica(ctx, info, r, buf)
+		} else {
+			err = c.readReplica(ctx, info, r, buf)
+		}
 		if err == nil {
 			c.countRead(r)
 			if c.cfg.Observer != nil {
@@ -420,7 +430,11 @@ func (c *Client) readFrom(ctx context.Context, info masterapi.ObjectInfo, buf []
 			if received {
 				c.checksumFailures.Add(1)
 			}
-		case r.Kind == masterapi.SSD && errors.Is(err, errcode.ErrObjectNotFound):
+		case r.Kind == masterapi.DRAM && errors.Is(err, errcode.ErrReplicaGone),
+			r.Kind == masterapi.SSD && errors.Is(err, errcode.ErrObjectNotFound):
+			// A DRAM range the node holds no such object at (removed,
+			// evicted or put again since the lookup, and applied by the
+			// node: a forced removal of a leased object waits for that).
 			// The node answered for its own SSD: it does not hold the
 			// object. The master must stop offering that replica. (A
 			// transport error says nothing about the SSD: not reported.)

@@ -3,11 +3,13 @@ package client
 import (
 	"container/list"
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -246,6 +248,21 @@ type localObjectReader interface {
 	ReadObjectIntoParts(ctx context.Context, segment string, off int64, token uint64, parts [][]byte) (uint32, error)
 }
 
+// remember keeps info, a lookup's answer for key sent at sent, in the
+// cache when its best replica is in DRAM and readable from a cached answer
+// (cachedReplica). An object read from SSD is looked up at every get, as
+// before: the master counts those lookups for promotion (an SSD hit the
+// admission policy finds worth a DRAM copy), and the lookup's round trip
+// is small beside the SSD read.
+func (c *Client) remember(key string, info masterapi.ObjectInfo, sent time.Time, gen uint64) {
+	if c.cache == nil {
+		return
+	}
+	if r, ok := c.cachedReplica(info); ok && r.Kind == masterapi.DRAM {
+		c.cache.put(key, info, sent, gen)
+	}
+}
+
 // cachedReplica returns the replica a cached read of info tries: the best
 // complete one, as readBest would try first, when this client can read it
 // with the node's object check.
@@ -269,47 +286,56 @@ func (c *Client) cachedReplica(info masterapi.ObjectInfo) (masterapi.Replica, bo
 	return best, true
 }
 
-// readCached reads key from its cached answer, if any: the best replica
-// only, into the buffer bufFor gives. It reports whether the read is done;
-// a failure drops the entry (the caller then looks the key up).
-func (c *Client) readCached(ctx context.Context, key string, start time.Time, bufFor func(masterapi.ObjectInfo) ([][]byte, error)) bool {
+// readCached reads key from its cached answer, if any, into the buffer
+// bufFor gives. done reports that the get is settled (err is its outcome);
+// otherwise the caller looks the key up.
+func (c *Client) readCached(ctx context.Context, key string, start time.Time, bufFor func(masterapi.ObjectInfo) ([][]byte, error)) (done bool, err error) {
 	info, ok := c.cache.get(key)
 	if !ok {
-		return false
+		return false, nil
+	}
+	if _, ok := c.cachedReplica(info); !ok {
+		c.cache.drop(key)
+		return false, nil
 	}
 	return c.readCachedInfo(ctx, key, info, start, bufFor)
 }
 
-// readCachedInfo is readCached of the cached answer info.
-func (c *Client) readCachedInfo(ctx context.Context, key string, info masterapi.ObjectInfo, start time.Time, bufFor func(masterapi.ObjectInfo) ([][]byte, error)) bool {
-	r, ok := c.cachedReplica(info)
-	if !ok {
-		c.cache.drop(key)
-		return false
-	}
+// readCachedInfo reads key from the cached answer info as readBest reads a
+// lookup's (best replica first, falling back, reporting a replica that
+// fails its checksum or that its node does not hold), every read naming
+// the put it expects. Read, the get is done. When the failures were a
+// checksum mismatch or replicas gone under the read, the get ends as a
+// fresh lookup's read would (readAgain: a lookup, then the new object, or
+// the error); any other failure (refusal, unreachable node, grant) leaves
+// the get to a lookup (done false). Either way the entry is dropped.
+func (c *Client) readCachedInfo(ctx context.Context, key string, info masterapi.ObjectInfo, start time.Time, bufFor func(masterapi.ObjectInfo) ([][]byte, error)) (done bool, err error) {
 	buf, err := bufFor(info)
 	if err == nil {
-		err = c.readCachedReplica(ctx, info, r, buf)
+		err = c.readBestOf(ctx, info, buf, start, true)
+		if err == nil {
+			c.cache.hits.Add(1)
+			return true, nil
+		}
 	}
-	if err != nil {
-		c.log.Debug("cached replica location failed; looking the key up", "key", key, "node", r.Node, "err", err)
-		c.cache.dropStale(key, info)
-		return false
+	c.log.Debug("cached replica location failed", "key", key, "err", err)
+	c.cache.dropStale(key, info)
+	if errors.Is(err, errGoneUnderRead) || errors.Is(err, errcode.ErrChecksumMismatch) {
+		return true, c.readAgain(ctx, info, err, start, bufFor)
 	}
-	c.cache.hits.Add(1)
-	c.countRead(r)
-	if c.cfg.Observer != nil {
-		c.cfg.Observer.ObserveGet(Tier(c.rank(r)), time.Since(start))
-	}
-	return true
+	return false, nil
 }
 
 // readCachedReplica reads replica r of a cached answer into buf: a DRAM
 // range names the put it expects (the node refuses another's), and the
-// local node's DRAM is read through its object check.
+// local node's DRAM is read only through its object check.
 func (c *Client) readCachedReplica(ctx context.Context, info masterapi.ObjectInfo, r masterapi.Replica, buf [][]byte) error {
 	if r.Kind == masterapi.DRAM && c.local != nil && r.Node == c.local.Name() {
-		got, err := c.local.(localObjectReader).ReadObjectIntoParts(ctx, r.Segment, r.Offset, r.PutToken, buf)
+		lr, ok := c.local.(localObjectReader)
+		if !ok {
+			return errcode.Errorf(errcode.ReplicaIsGone, "client: the local node cannot check a cached replica location")
+		}
+		got, err := lr.ReadObjectIntoParts(ctx, r.Segment, r.Offset, r.PutToken, buf)
 		if err != nil {
 			return err
 		}
