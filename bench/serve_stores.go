@@ -153,7 +153,11 @@ func startTierstore(ctx context.Context, dir, bin string, b serveBudget) (_ kvSe
 	s.cl.nodeEndpoint = strings.Fields(line)[0]
 	log := slog.New(slog.DiscardHandler)
 	for range b.workers {
-		c, err := client.New(ctx, client.Config{MasterAddr: addr, Logger: log})
+		cfg := client.Config{MasterAddr: addr, Logger: log}
+		if os.Getenv("TIERSTORE_SERVE_NOCACHE") != "" {
+			cfg.LocationCacheEntries = -1 // every get looks its key up (A/B of the cache)
+		}
+		c, err := client.New(ctx, cfg)
 		if err != nil {
 			return nil, err
 		}
