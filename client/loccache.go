@@ -263,21 +263,20 @@ func (c *Client) remember(key string, info masterapi.ObjectInfo, sent time.Time,
 	}
 }
 
-// cachedReplica returns the replica a cached read of info tries: the best
-// complete one, as readBest would try first, when this client can read it
-// with the node's object check.
+// cachedReplica returns the best complete replica of info (the rank a
+// read starts at; of several remote DRAM replicas, the first: it does not
+// turn spreadRemoteDRAM) and whether a cached answer may be read from it:
+// remote over the data plane, or the local node's through its object check.
 func (c *Client) cachedReplica(info masterapi.ObjectInfo) (masterapi.Replica, bool) {
-	if r, ok := c.bestRemoteDRAM(info); ok {
-		return r, true
-	}
 	best, rank := masterapi.Replica{}, -1
 	for _, r := range info.Replicas {
 		if k := c.rank(r); r.Status == masterapi.Complete && (rank < 0 || k < rank) {
 			best, rank = r, k
 		}
 	}
+	local := c.local != nil && best.Node == c.local.Name()
 	switch {
-	case rank < 0, strings.HasPrefix(best.Endpoint, "inproc:") && (c.local == nil || best.Node != c.local.Name()):
+	case rank < 0, !local && strings.HasPrefix(best.Endpoint, "inproc:"):
 		return best, false
 	case rank == 0:
 		_, ok := c.local.(localObjectReader)
