@@ -81,7 +81,6 @@
 //     master, whatever a peer announces, and GetInto never writes beyond
 //     its buffer (a buffer shorter than the object is ErrBufferTooSmall,
 //     with nothing written).
-//
 //   - A cached replica location is used only inside the read lease its
 //     lookup granted (docs/design.md invariant 4), and a cached get that
 //     starts after a Remove (of any client) returned never returns the

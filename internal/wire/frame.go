@@ -210,8 +210,8 @@ type Request struct {
 	// Token: OpWrite, the put token (masterapi.Replica.PutToken);
 	// OpReadRange, the put token of the object read (0: not named).
 	Token uint64
-	Key     []byte // OpReadSSD; OpWrite: the object's key ("" = not recorded)
-	Pins    uint8  // OpWrite: PinSoft | PinHard of the object
+	Key   []byte // OpReadSSD; OpWrite: the object's key ("" = not recorded)
+	Pins  uint8  // OpWrite: PinSoft | PinHard of the object
 	// Grant: OpReadRange and OpReadSSD, the read grant of the replica's
 	// lookup; OpWrite, the write grant of the put's range from PutStart
 	// (masterapi.Replica.Grant; empty without one), at most MaxGrant
