@@ -336,3 +336,43 @@ func TestLocationCacheConcurrentRemovePut(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// A client with the node in its process reads a cached location of the
+// local DRAM through the node's object check (ReadObjectIntoParts): after
+// another client's forced remove, and after the range was written again by
+// another key with the same bytes, the cached get answers OBJECT_NOT_FOUND.
+func TestLocationCacheLocalNode(t *testing.T) {
+	m := newMaster(t, testMasterConfig())
+	cfg := testNodeConfig("")
+	cfg.PingInterval = time.Second
+	cfg.OffloadWake = true
+	n, err := Start(context.Background(), cfg, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	local := newTestClient(t, client.Config{Master: m, LocalNode: n})
+	other := newTestClient(t, client.Config{Master: m, LocalNode: n}) // another client, its own cache
+	ctx := context.Background()
+	val := rnd(64 << 10)
+	if err := local.Put(ctx, "k", val); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if got, err := local.Get(ctx, "k"); err != nil || !bytes.Equal(got, val) {
+			t.Fatalf("get: %v", err)
+		}
+	}
+	if st := local.ReadStats(); st.CacheHits != 1 || st.LocalDRAM != 2 {
+		t.Fatalf("read stats %+v: want a cached local DRAM read", st)
+	}
+	if err := other.Remove(ctx, "k", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Put(ctx, "same", val); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := local.Get(ctx, "k"); !errors.Is(err, errcode.ErrObjectNotFound) {
+		t.Fatalf("cached local get after a forced remove: %d bytes, %v", len(got), err)
+	}
+}
