@@ -139,9 +139,8 @@ func (s *Service) removeMatching(ctx context.Context, e masterapi.Removal, match
 				return
 			}
 			newer := o.dram.seg != nil && o.dram.token > seq
-			leased := force && o.leased(now)
-			if leased {
-				hw.add(o, now) // before removeObj drops the replicas
+			if force {
+				hw.add(o, now) // a leased object's holders, before removeObj drops them
 			}
 			if s.removeObj(sh, k, o, force, now) != nil {
 				spared = append(spared, k)
