@@ -69,7 +69,7 @@ func (s *Service) waitHolders(ctx context.Context, w holdersWait, seq uint64) er
 	}
 	id, _, _ := s.rlog.position()
 	for _, n := range w.nodes {
-		n.owe(id, seq)
+		n.owe(id, seq, w.until)
 		n.wake.signal()
 	}
 	start := time.Now()
@@ -105,24 +105,25 @@ func (s *Service) waitHolders(ctx context.Context, w holdersWait, seq uint64) er
 	return nil
 }
 
-// owe records that a forced removal waits for this node to apply the
-// removal log (log id) through seq: WaitOffload answers pressed until it
-// has.
-func (n *node) owe(id string, seq uint64) {
+// owe records that a forced removal waits, until the master's time until
+// (unix ns), for this node to apply the removal log (log id) through seq:
+// WaitOffload answers pressed until it has, or until then.
+func (n *node) owe(id string, seq uint64, until int64) {
 	n.cursorMu.Lock()
 	defer n.cursorMu.Unlock()
 	if n.owedLog != id {
 		n.owedLog, n.owed = id, 0
 	}
 	n.owed = max(n.owed, seq)
+	n.owedUntil = max(n.owedUntil, until)
 }
 
 // removalOwed reports whether a forced removal waits for this node to pull
-// the removal log.
-func (n *node) removalOwed() bool {
+// the removal log (at now, the master's unix ns).
+func (n *node) removalOwed(now int64) bool {
 	n.cursorMu.Lock()
 	defer n.cursorMu.Unlock()
-	return n.owed > 0 && !(n.dramLog == n.owedLog && n.dramSeq >= n.owed)
+	return n.owed > 0 && now < n.owedUntil && !(n.dramLog == n.owedLog && n.dramSeq >= n.owed)
 }
 
 // appliedThrough reports whether the node's DRAM cursor (its last pull)

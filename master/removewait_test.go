@@ -79,6 +79,9 @@ func TestForcedRemoveOfLeasedObjectWaitsForHolders(t *testing.T) {
 	if got := s.cnt.removalWaitsTimedOut.Load(); got != 1 {
 		t.Fatalf("%d removal waits timed out, want 1", got)
 	}
+	if pressed, err := s.WaitOffload(ctx, "n1", 0); err != nil || pressed {
+		t.Fatalf("the holder is still rung after the lease it was owed for ended: %v %v", pressed, err)
+	}
 
 	// No lease: no wait.
 	start := time.Now()

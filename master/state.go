@@ -40,11 +40,13 @@ type node struct {
 	// leased objects wait for its DRAM cursor (removewait.go).
 	pulled broadcast
 	// cursorMu protects dramLog, dramSeq (the DRAM cursor of the node's
-	// last pull) and owedLog, owed (the largest sequence number a forced
-	// removal waits for the node to apply). A leaf.
+	// last pull) and owedLog, owed, owedUntil (the largest sequence number
+	// a forced removal waits for the node to apply, and until when: the
+	// lease's end, unix ns). A leaf.
 	cursorMu         sync.Mutex
 	dramLog, owedLog string
 	dramSeq, owed    uint64
+	owedUntil        int64
 
 	// dig is the SSD replica digest of the node id, shared by all
 	// its incarnations (reconcile.go). Immutable.

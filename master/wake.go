@@ -96,7 +96,7 @@ func (s *Service) WaitOffload(ctx context.Context, nodeID string, timeout time.D
 	ch, done := n.wake.wait()
 	defer done()
 	for {
-		if n.removalOwed() {
+		if n.removalOwed(s.now()) {
 			return true, nil // pull the removal log now (removewait.go)
 		}
 		if s.offloadPressing(n) {
