@@ -133,6 +133,11 @@ type Node struct {
 	log  *slog.Logger
 	m    masterapi.NodeAPI
 	name string
+	// contact is when (unix ns) the last Ping the master answered OK was
+	// sent, clientTTL the master's client_ttl it answered: reads of cached
+	// replica locations stop before the master may expire the node
+	// (readcheck.go, outOfTouch).
+	contact, clientTTL atomic.Int64
 	// incarnation is random per process, sent in every MountRequest: the
 	// master retires a previous process's replicas under the same name.
 	incarnation string
@@ -614,8 +619,13 @@ func (n *Node) every(d time.Duration, fn func()) {
 // long offload round must not make the node miss its TTL.
 func (n *Node) pingOnce() {
 	ctx, cancel := context.WithTimeout(n.ctx, max(n.cfg.PingInterval, time.Second))
+	sent := time.Now()
 	rep, err := n.m.Ping(ctx, n.name)
 	cancel()
+	if err == nil && rep.Status == masterapi.NodeOK && !n.staleTerm(rep.Term) {
+		n.contact.Store(sent.UnixNano())
+		n.clientTTL.Store(int64(rep.ClientTTL))
+	}
 	if err != nil && !errors.Is(err, errcode.ErrNeedRemount) && !errors.Is(err, errcode.ErrClientNotFound) {
 		n.log.Debug("ping failed", "err", err)
 		return
