@@ -14,6 +14,7 @@ import (
 
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/internal/errcode"
+	"github.com/tierstore/tierstore/internal/testkit"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/masterapi"
 )
@@ -379,5 +380,33 @@ func TestLocationCacheLocalNode(t *testing.T) {
 	}
 	if got, err := local.Get(ctx, "k"); !errors.Is(err, errcode.ErrObjectNotFound) {
 		t.Fatalf("cached local get after a forced remove: %d bytes, %v", len(got), err)
+	}
+}
+
+// A node that has gone half the master's client_ttl without an answered
+// Ping refuses reads of cached locations (they name the put), and still
+// serves a lookup's fresh read (no token): the master may be expiring it.
+func TestCachedReadRefusedOutOfTouch(t *testing.T) {
+	g := newCacheRig(t, testMasterConfig(), 1, false, client.Config{})
+	ctx := context.Background()
+	val := rnd(1000)
+	if err := g.w.Put(ctx, "k", val); err != nil {
+		t.Fatal(err)
+	}
+	info, err := g.w.Lookup(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, n := info.Replicas[0], g.nodes[0]
+	testkit.Eventually(t, "an answered ping", func() bool { return n.contact.Load() != 0 && n.clientTTL.Load() != 0 })
+	if _, err := n.checkReadRange(r.Offset, r.Length, r.PutToken); err != nil {
+		t.Fatalf("a node in touch refused a cached read: %v", err)
+	}
+	n.contact.Store(time.Now().Add(-time.Duration(n.clientTTL.Load())/2 - time.Second).UnixNano())
+	if _, err := n.checkReadRange(r.Offset, r.Length, r.PutToken); !errors.Is(err, ErrNotAnObject) {
+		t.Fatalf("a node out of touch served a cached read: %v", err)
+	}
+	if _, err := n.checkReadRange(r.Offset, r.Length, 0); err != nil {
+		t.Fatalf("a node out of touch refused a fresh read: %v", err)
 	}
 }
