@@ -29,16 +29,18 @@ func (s *Service) Remove(ctx context.Context, key string, force bool) error {
 	}
 	now := s.now()
 	var hw holdersWait
-	if force {
-		hw.add(o, now)
-	}
+	leased := force && hw.add(o, now)
 	if err := s.removeObj(sh, key, o, force, now); err != nil {
 		sh.mu.Unlock()
 		return s.observe(err)
 	}
+	if leased {
+		s.holdKey(&hw, key) // before the shard unlocks: PutStart of the key waits
+	}
 	seq := s.rlog.add(masterapi.Removal{Kind: masterapi.RemovalKey, Key: key}, &s.tokens, now, false)
 	sh.mu.Unlock()
 	if err := s.rlog.wait(ctx, seq); err != nil {
+		s.releaseKeys(hw)
 		return s.observe(err)
 	}
 	return s.observe(s.waitHolders(ctx, hw, seq))
@@ -139,12 +141,14 @@ func (s *Service) removeMatching(ctx context.Context, e masterapi.Removal, match
 				return
 			}
 			newer := o.dram.seg != nil && o.dram.token > seq
-			if force {
-				hw.add(o, now) // a leased object's holders, before removeObj drops them
-			}
+			// A leased object's holders, before removeObj drops them.
+			leased := force && hw.add(o, now)
 			if s.removeObj(sh, k, o, force, now) != nil {
 				spared = append(spared, k)
 				return
+			}
+			if leased {
+				s.holdKey(&hw, k)
 			}
 			n++
 			if newer { // under the shard lock, before a new put of k
@@ -155,9 +159,11 @@ func (s *Service) removeMatching(ctx context.Context, e masterapi.Removal, match
 	}
 	slices.Sort(spared)
 	if err := s.rlog.seal(seq, spared); err != nil {
+		s.releaseKeys(hw)
 		return n, errcode.Wrap(errcode.InternalError, err)
 	}
 	if err := s.rlog.wait(ctx, last); err != nil {
+		s.releaseKeys(hw)
 		return n, err
 	}
 	return n, s.waitHolders(ctx, hw, last)

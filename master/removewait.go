@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/tierstore/tierstore/internal/errcode"
@@ -31,13 +32,80 @@ import (
 type holdersWait struct {
 	nodes []*node
 	until int64
+	keys  []string // the leased objects' keys (keyWaits)
 }
 
-// add records o's holders when o is leased at now. Caller holds the shard
-// lock, before o's replicas are dropped.
-func (w *holdersWait) add(o *object, now int64) {
-	if !o.leased(now) {
-		return
+// keyWaits are the keys whose forced removal waits for the holders. A
+// PutStart of such a key waits until the removal answers: a new object
+// of the key acknowledged before the removal reached the holders would be
+// followed, for a client holding the old object's location, by a read of
+// the removed bytes.
+type keyWaits struct {
+	mu sync.Mutex // protects m
+	m  map[string]*keyWait
+}
+
+type keyWait struct {
+	n    int           // removals of the key waiting
+	done chan struct{} // closed when the last ends
+}
+
+// add registers key (under its shard lock, before the removal unlocks it).
+func (w *keyWaits) add(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.m == nil {
+		w.m = map[string]*keyWait{}
+	}
+	kw := w.m[key]
+	if kw == nil {
+		kw = &keyWait{done: make(chan struct{})}
+		w.m[key] = kw
+	}
+	kw.n++
+}
+
+// release ends one registration of key.
+func (w *keyWaits) release(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if kw := w.m[key]; kw != nil {
+		if kw.n--; kw.n == 0 {
+			close(kw.done)
+			delete(w.m, key)
+		}
+	}
+}
+
+// of returns the channel closed when key's removals end, or nil.
+func (w *keyWaits) of(key string) <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if kw := w.m[key]; kw != nil {
+		return kw.done
+	}
+	return nil
+}
+
+// hold registers w's keys in s.keyWaits (caller holds their shard lock,
+// or, for a scan, the lock of the shard of the key just added).
+func (s *Service) holdKey(w *holdersWait, key string) {
+	w.keys = append(w.keys, key)
+	s.keyWaits.add(key)
+}
+
+// releaseKeys ends w's registrations.
+func (s *Service) releaseKeys(w holdersWait) {
+	for _, k := range w.keys {
+		s.keyWaits.release(k)
+	}
+}
+
+// add records o's holders when o is leased at now, and reports whether it
+// did. Caller holds the shard lock, before o's replicas are dropped.
+func (w *holdersWait) add(o *object, now int64) bool {
+	if !o.leased(now) || o.empty() {
+		return false
 	}
 	w.until = max(w.until, o.leaseUntil)
 	addNode := func(n *node) {
@@ -54,6 +122,7 @@ func (w *holdersWait) add(o *object, now int64) {
 	for _, r := range o.ssd {
 		addNode(r.node)
 	}
+	return true
 }
 
 // removalWaitPoll is how often a wait re-reads the master's clock (a
@@ -64,6 +133,7 @@ const removalWaitPoll = 20 * time.Millisecond
 // through seq to its DRAM records, or w's lease has ended (by the master's
 // clock, or the same span of real time), or ctx ends (its error).
 func (s *Service) waitHolders(ctx context.Context, w holdersWait, seq uint64) error {
+	defer s.releaseKeys(w)
 	if len(w.nodes) == 0 {
 		return nil
 	}

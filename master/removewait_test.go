@@ -33,9 +33,20 @@ func TestForcedRemoveOfLeasedObjectWaitsForHolders(t *testing.T) {
 	if pressed, err := s.WaitOffload(ctx, "n1", 5*time.Second); err != nil || !pressed {
 		t.Fatalf("the holder was not rung: %v %v", pressed, err)
 	}
+	// A put of the key waits for the removal.
+	putDone := make(chan error, 1)
+	go func() {
+		r, err := s.PutStart(ctx, masterapi.PutStartRequest{Key: "a", Size: 100, CRC: crcOf("a"), PreferredNode: "n1"})
+		if err == nil {
+			err = s.PutEnd(ctx, "a", r.PutToken)
+		}
+		putDone <- err
+	}()
 	select {
 	case err := <-done:
 		t.Fatalf("the forced removal of a leased object answered (%v) before its holder pulled the log", err)
+	case err := <-putDone:
+		t.Fatalf("a put of the key ended (%v) while its forced removal waited for the holder", err)
 	case <-time.After(100 * time.Millisecond):
 	}
 	rep, err := s.PullRemovals(ctx, masterapi.PullRequest{Node: "n1"})
@@ -52,6 +63,9 @@ func TestForcedRemoveOfLeasedObjectWaitsForHolders(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the forced removal did not answer after its holder pulled it")
+	}
+	if err := <-putDone; err != nil {
+		t.Fatalf("the put after the removal: %v", err)
 	}
 	if got := s.cnt.removalWaits.Load(); got != 1 {
 		t.Fatalf("%d removal waits, want 1", got)

@@ -115,7 +115,10 @@ type Service struct {
 
 	// rlog is the removal log (removals.go); cursors the SSD cursor each
 	// node id reported with its last pull.
-	rlog     *removalLog
+	rlog *removalLog
+	// keyWaits holds the keys whose forced removal waits for their
+	// holders: PutStart of such a key waits (removewait.go).
+	keyWaits keyWaits
 	cursorMu sync.Mutex // protects cursors; a leaf
 	cursors  map[string]masterapi.RemovalCursor
 	lastTrim atomic.Int64 // unix ns of the last trim of the removal log
