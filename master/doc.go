@@ -203,6 +203,7 @@
 // it (its next pull; the master rings it through WaitOffload) or the
 // lease ended (removewait.go): clients read keys from cached replica
 // locations within the lease (docs/design.md, "Replica-location cache").
+// A PutStart of such a key waits for that removal to answer.
 //
 // Remove, RemoveAll and RemoveByRegex send every key through removeObj
 // (remove.go) and append one entry to the removal log (removals.go) under
