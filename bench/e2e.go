@@ -83,7 +83,7 @@ func runE2E(ctx context.Context, e *env) (*result, error) {
 	res := &result{Options: map[string]string{
 		"per_row":   fmt.Sprintf("%v of timed work in %d interleaved passes; MB/s and p50 of the median pass, ratios the median of per-pass ratios", d, e2eReps),
 		"objects":   fmt.Sprintf("%d per size in DRAM, %d on SSD (uring, O_DIRECT); batch = %d keys", e2eObjects, e2eObjects, e2eObjects),
-		"master":    "gRPC on 127.0.0.1 (every Get/Put asks it, as a real client does)",
+		"master":    "gRPC on 127.0.0.1 (every Put asks it; a Get asks it unless the client's replica-location cache holds the key, as a real client does)",
 		"node_data": fmt.Sprintf("framed TCP data plane on the node's gRPC port, %d connections per client", wire.DefaultConnsPerNode),
 	}}
 	t := &table{Title: "end to end over loopback, as ratios to a raw TCP stream (and tier.Load for SSD reads) of the same run",

@@ -62,11 +62,24 @@ func runServe(ctx context.Context, e *env) (*result, error) {
 	}}
 	var cells []serveCell
 	skip := map[string]bool{}
+	only := func(env, name string) bool {
+		v := os.Getenv(env)
+		return v == "" || slices.Contains(strings.Split(v, ","), name)
+	}
+	if os.Getenv("TIERSTORE_SERVE_NOCACHE") != "" {
+		res.Options["tierstore"] += "; client replica-location cache off (TIERSTORE_SERVE_NOCACHE)"
+	}
 	for _, wl := range serveWorkloads {
+		if !only("TIERSTORE_SERVE_WORKLOADS", wl.name) {
+			continue
+		}
 		for _, size := range []struct {
 			name  string
 			share float64
 		}{{"fits", fitsShare}, {"3x", overShare}} {
+			if !only("TIERSTORE_SERVE_SIZES", size.name) {
+				continue
+			}
 			got, err := servePasses(ctx, e, bin, wl, sc, size.name, int64(size.share*float64(sc.dram)), skip, res)
 			if err != nil {
 				return nil, err

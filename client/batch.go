@@ -221,6 +221,7 @@ func (c *Client) endWave(ctx context.Context, keys []string, w *putWave, errs []
 		case j < len(res) && res[j] != nil:
 			errs[i] = fmt.Errorf("client: put %s: %w", keyspec.Show(keys[i]), res[j])
 		default:
+			c.cache.drop(keys[i]) // an answer about an earlier object of the key
 			// Each completed item, from the batch's start (the
 			// Observer's contract), like Put.
 			c.observePut(endReps[j], start)

@@ -59,6 +59,19 @@ type Config struct {
 	// The certificate must name role client (docs/security.md). Zero:
 	// plaintext.
 	TLS TLSFiles
+	// LocationCacheEntries bounds the replica-location cache: the answers
+	// of lookups (an object's replicas and read grants), kept per key
+	// until shortly before the read lease they granted ends, so that a
+	// Get, GetInto, GetIntoParts or GetAlloc of a key read lately goes
+	// straight to the node, without the master's round trip (loccache.go,
+	// docs/design.md, "Replica-location cache"). 0: 65536
+	// (DefaultLocationCacheEntries); negative: no cache (every get looks
+	// the key up, as before).
+	LocationCacheEntries int
+	// LocationCacheBytes bounds the cache's memory (an estimate of its
+	// entries'); 0: 32 MiB (DefaultLocationCacheBytes); negative: no
+	// cache.
+	LocationCacheBytes int64
 }
 
 // TLSFiles are the paths of a certificate, its key and the CA that signed
@@ -77,7 +90,9 @@ type ReadStats struct {
 	// a report (ReportBadReplica) and dropped the replica for.
 	BadReplicasReported int64
 	// MissingReplicasReported counts SSD replicas whose node answered that
-	// it does not hold the object, reported to the master
+	// it does not hold the object, and DRAM replicas whose node answered
+	// that the range holds no such object (REPLICA_IS_GONE), reported to
+	// the master
 	// (ReportBadReplica), which dropped them. Transport failures (node
 	// unreachable) are never reported.
 	MissingReplicasReported int64
@@ -86,6 +101,14 @@ type ReadStats struct {
 	// replaced while the read was in flight (the master no longer lists
 	// them as the object's): not corruption, and not in ChecksumFailures.
 	RemovedUnderRead int64
+	// CacheHits counts gets served from the replica-location cache
+	// without a lookup; CacheMisses gets that found no live entry;
+	// CacheStale cached reads that failed (the replica was refused,
+	// missing, unreadable) and fell back to a lookup. CacheEntries and
+	// CacheBytes are the cache's size now.
+	CacheHits, CacheMisses, CacheStale int64
+	CacheEntries                       int
+	CacheBytes                         int64
 }
 
 // Client reads and writes objects of a tierstore cluster. It is safe for
@@ -109,12 +132,16 @@ type Client struct {
 	// spread turns the remote DRAM replica a read starts with
 	// (spreadRemoteDRAM); random at New, so clients start apart.
 	spread atomic.Uint32
+	// cache is the replica-location cache (loccache.go); nil when
+	// disabled.
+	cache *locCache
 }
 
 // New connects to the master (cfg.Master, or dials cfg.MasterAddr).
 func New(ctx context.Context, cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, log: cfg.Logger, local: cfg.LocalNode}
 	c.spread.Store(rand.Uint32())
+	c.cache = newLocCache(cfg.LocationCacheEntries, cfg.LocationCacheBytes)
 	c.data.ConnsPerNode = cfg.ConnsPerNode
 	if c.log == nil {
 		c.log = slog.Default()
@@ -306,6 +333,7 @@ func (c *Client) putParts(ctx context.Context, key string, value [][]byte, opts 
 		c.revoke(ctx, key, r.PutToken)
 		return fmt.Errorf("client: put %s: %w", keyspec.Show(key), err)
 	}
+	c.cache.drop(key) // an answer about an earlier object of the key
 	c.observePut(r.Replica, start)
 	return nil
 }
@@ -430,16 +458,26 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
 
 // lookupAndRead looks key up and reads it (readBest) into the buffer
 // bufFor gives for what the lookup answered, then readAgain.
+// A key in the replica-location cache is read from its cached answer
+// first (readCached); if that fails, it is looked up as if it were not.
 func (c *Client) lookupAndRead(ctx context.Context, key string, start time.Time, bufFor func(masterapi.ObjectInfo) ([][]byte, error)) error {
+	if done, err := c.readCached(ctx, key, start, bufFor); done {
+		return err
+	}
+	gen, sent := c.cache.generation(), time.Now()
 	info, err := c.m.GetReplicaList(ctx, key)
 	if err != nil {
 		return fmt.Errorf("client: get %s: %w", keyspec.Show(key), err)
 	}
+	c.remember(key, info, sent, gen)
 	buf, err := bufFor(info)
-	if err != nil {
-		return err
+	if err == nil {
+		err = c.readAgain(ctx, info, c.readBest(ctx, info, buf, start), start, bufFor)
 	}
-	return c.readAgain(ctx, info, c.readBest(ctx, info, buf, start), start, bufFor)
+	if err != nil {
+		c.cache.drop(key)
+	}
+	return err
 }
 
 // readAgain is what a read of info that ended with err does next. When
@@ -552,7 +590,7 @@ func (c *Client) countRead(r masterapi.Replica) {
 
 // ReadStats returns the per-tier read counters of this client.
 func (c *Client) ReadStats() ReadStats {
-	return ReadStats{
+	st := ReadStats{
 		LocalDRAM: c.localDRAM.Load(), RemoteDRAM: c.remoteDRAM.Load(),
 		LocalSSD: c.localSSD.Load(), RemoteSSD: c.remoteSSD.Load(),
 		Fallbacks: c.fallbacks.Load(), ChecksumFailures: c.checksumFailures.Load(),
@@ -560,6 +598,11 @@ func (c *Client) ReadStats() ReadStats {
 		MissingReplicasReported: c.missingReported.Load(),
 		RemovedUnderRead:        c.removedUnderRead.Load(),
 	}
+	if lc := c.cache; lc != nil {
+		st.CacheHits, st.CacheMisses, st.CacheStale = lc.hits.Load(), lc.misses.Load(), lc.stale.Load()
+		st.CacheEntries, st.CacheBytes = lc.len()
+	}
+	return st
 }
 
 // Exists reports whether key has a readable replica (and grants a read
@@ -588,6 +631,8 @@ func (c *Client) Remove(ctx context.Context, key string, force bool) error {
 	}
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
+	c.cache.removed(key, false)
+	defer c.cache.removed(key, false) // and lookups that overlapped it
 	if err := c.m.Remove(ctx, key, force); err != nil {
 		return fmt.Errorf("client: remove %s: %w", keyspec.Show(key), err)
 	}
@@ -603,6 +648,7 @@ func (c *Client) RemoveAll(ctx context.Context, force bool) (int64, error) {
 	}
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
+	defer c.cache.removed("", true)
 	n, err := c.m.RemoveAll(ctx, force)
 	if err != nil {
 		return n, fmt.Errorf("client: remove all: %w", err)
@@ -619,6 +665,7 @@ func (c *Client) RemoveByRegex(ctx context.Context, pattern string, force bool) 
 	}
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
+	defer c.cache.removed("", true)
 	n, err := c.m.RemoveByRegex(ctx, pattern, force)
 	if err != nil {
 		return n, fmt.Errorf("client: remove by regex: %w", err)

@@ -157,34 +157,82 @@ func (c *Client) batchRead(ctx context.Context, keys []string, bufFor func(i int
 	if len(ask) == 0 {
 		return errs
 	}
-	res, err := c.m.BatchGetReplicaList(ctx, ask)
-	if err == nil && len(res) != len(ask) {
-		err = errcode.Errorf(errcode.InternalError, "client: batch get: %d results for %d keys", len(res), len(ask))
-	}
-	if err != nil {
-		for _, i := range idx {
-			errs[i] = fmt.Errorf("client: get %s: %w", keyspec.Show(keys[i]), err)
+	// Keys in the replica-location cache are read from their cached
+	// answers (cached[j]); the others are looked up with one call.
+	res := make([]masterapi.ReplicaListResult, len(idx))
+	cached := make([]bool, len(idx))
+	var miss []string
+	var missJ []int
+	for j, k := range ask {
+		if info, ok := c.cache.get(k); ok {
+			if _, ok := c.cachedReplica(info); ok {
+				res[j].Info, cached[j] = info, true
+				continue
+			}
+			c.cache.drop(k)
 		}
-		return errs
+		miss = append(miss, k)
+		missJ = append(missJ, j)
+	}
+	if len(miss) > 0 {
+		gen, sent := c.cache.generation(), time.Now()
+		got, err := c.m.BatchGetReplicaList(ctx, miss)
+		if err == nil && len(got) != len(miss) {
+			err = errcode.Errorf(errcode.InternalError, "client: batch get: %d results for %d keys", len(got), len(miss))
+		}
+		if err != nil {
+			for _, j := range missJ {
+				errs[idx[j]] = fmt.Errorf("client: get %s: %w", keyspec.Show(ask[j]), err)
+			}
+			if len(miss) == len(ask) {
+				return errs
+			}
+		} else {
+			for m, j := range missJ {
+				res[j] = got[m]
+				if got[m].Err == nil {
+					c.remember(ask[j], got[m].Info, sent, gen)
+				}
+			}
+		}
 	}
 	bufs := make([][][]byte, len(idx))
 	todo := make([]bool, len(idx)) // still to be read (readBest)
 	for j, i := range idx {
+		if errs[i] != nil {
+			continue // the lookup failed
+		}
 		if res[j].Err != nil {
 			errs[i] = fmt.Errorf("client: get %s: %w", keyspec.Show(keys[i]), res[j].Err)
 			continue
 		}
 		if bufs[j], errs[i] = bufFor(i, res[j].Info); errs[i] == nil {
 			todo[j] = true
+		} else if cached[j] {
+			errs[i] = nil // the object may have changed: looked up below
+			todo[j] = true
 		}
 	}
-	c.readPipelined(ctx, res, bufs, todo, start)
+	c.readPipelined(ctx, res, bufs, todo, cached, start)
 	parallel(len(idx), func(j int) {
-		if todo[j] {
-			info := res[j].Info
-			errs[idx[j]] = c.readAgain(ctx, info, c.readBest(ctx, info, bufs[j], start), start, func(again masterapi.ObjectInfo) ([][]byte, error) {
-				return bufFor(idx[j], again)
-			})
+		if !todo[j] {
+			return
+		}
+		i := idx[j]
+		again := func(again masterapi.ObjectInfo) ([][]byte, error) { return bufFor(i, again) }
+		if cached[j] {
+			// Not read by readPipelined: as a single get of a cached key.
+			if done, err := c.readCachedInfo(ctx, keys[i], res[j].Info, start, again); done {
+				errs[i] = err
+			} else {
+				errs[i] = c.lookupAndRead(ctx, keys[i], start, again)
+			}
+			return
+		}
+		info := res[j].Info
+		errs[i] = c.readAgain(ctx, info, c.readBest(ctx, info, bufs[j], start), start, again)
+		if errs[i] != nil {
+			c.cache.drop(keys[i])
 		}
 	})
 	return errs
@@ -197,7 +245,9 @@ func (c *Client) batchRead(ctx context.Context, keys []string, bufFor func(i int
 // and no request write per item). Each item read and checked is marked
 // done in todo; any other outcome leaves it to readBest (which tries
 // again, falls back and reports as for a single Get).
-func (c *Client) readPipelined(ctx context.Context, res []masterapi.ReplicaListResult, bufs [][][]byte, todo []bool, start time.Time) {
+// The items of cached answers (cached[j]) name their put tokens, so that
+// a node refuses a range that holds another put's object.
+func (c *Client) readPipelined(ctx context.Context, res []masterapi.ReplicaListResult, bufs [][][]byte, todo, cached []bool, start time.Time) {
 	type item struct {
 		j int
 		r masterapi.Replica
@@ -222,6 +272,9 @@ func (c *Client) readPipelined(ctx context.Context, res []masterapi.ReplicaListR
 				rs := make([]wire.RangeRead, len(part))
 				for k, it := range part {
 					rs[k] = wire.RangeRead{Segment: it.r.Segment, Offset: it.r.Offset, Grant: grantOf(it.r.Grant), Parts: bufs[it.j], CRC: res[it.j].Info.CRC}
+					if cached[it.j] {
+						rs[k].Token = it.r.PutToken
+					}
 				}
 				// Each item's share of the replica timeout, as when
 				// batchParallelism of them are in flight at once.
@@ -235,6 +288,9 @@ func (c *Client) readPipelined(ctx context.Context, res []masterapi.ReplicaListR
 				for k, it := range part {
 					if rs[k].Err == nil {
 						todo[it.j] = false
+						if cached[it.j] {
+							c.cache.hits.Add(1)
+						}
 						c.countRead(it.r)
 						if c.cfg.Observer != nil {
 							c.cfg.Observer.ObserveGet(TierRemoteDRAM, time.Since(start))
@@ -312,7 +368,13 @@ func (c *Client) spreadRemoteDRAM(reps []masterapi.Replica) {
 // errGoneUnderRead instead of counting as a checksum failure; readAgain
 // then looks the key up once more.
 func (c *Client) readBest(ctx context.Context, info masterapi.ObjectInfo, buf [][]byte, start time.Time) error {
-	gone, err := c.readFrom(ctx, info, buf, start)
+	return c.readBestOf(ctx, info, buf, start, false)
+}
+
+// readBestOf is readBest; cached says that info is a cached answer
+// (readCachedReplica: every read names the put it expects).
+func (c *Client) readBestOf(ctx context.Context, info masterapi.ObjectInfo, buf [][]byte, start time.Time, cached bool) error {
+	gone, err := c.readFrom(ctx, info, buf, start, cached)
 	if gone {
 		return fmt.Errorf("%w: %w", errGoneUnderRead, err)
 	}
@@ -325,7 +387,7 @@ var errGoneUnderRead = errors.New("client: the replicas read were removed while 
 
 // readFrom is readBest's pass over info's replicas; gone reports that
 // every failure was a replica removed under the read.
-func (c *Client) readFrom(ctx context.Context, info masterapi.ObjectInfo, buf [][]byte, start time.Time) (gone bool, err error) {
+func (c *Client) readFrom(ctx context.Context, info masterapi.ObjectInfo, buf [][]byte, start time.Time, cached bool) (gone bool, err error) {
 	var small [4]masterapi.Replica // most objects have one to three replicas
 	reps := small[:0]
 	for _, r := range info.Replicas {
@@ -339,7 +401,12 @@ func (c *Client) readFrom(ctx context.Context, info masterapi.ObjectInfo, buf []
 	var last error
 	sawChecksum, removed, other := false, 0, 0
 	for _, r := range reps {
-		err := c.readReplica(ctx, info, r, buf)
+		var err error
+		if cached {
+			err = c.readCachedReplica(ctx, info, r, buf)
+		} else {
+			err = c.readReplica(ctx, info, r, buf)
+		}
 		if err == nil {
 			c.countRead(r)
 			if c.cfg.Observer != nil {
@@ -363,7 +430,11 @@ func (c *Client) readFrom(ctx context.Context, info masterapi.ObjectInfo, buf []
 			if received {
 				c.checksumFailures.Add(1)
 			}
-		case r.Kind == masterapi.SSD && errors.Is(err, errcode.ErrObjectNotFound):
+		case r.Kind == masterapi.DRAM && errors.Is(err, errcode.ErrReplicaGone),
+			r.Kind == masterapi.SSD && errors.Is(err, errcode.ErrObjectNotFound):
+			// A DRAM range the node holds no such object at (removed,
+			// evicted or put again since the lookup, and applied by the
+			// node: a forced removal of a leased object waits for that).
 			// The node answered for its own SSD: it does not hold the
 			// object. The master must stop offering that replica. (A
 			// transport error says nothing about the SSD: not reported.)
@@ -412,11 +483,20 @@ func (c *Client) allFailed(ctx context.Context, info masterapi.ObjectInfo, n int
 // readReplica reads replica r of info into buf, checked against the
 // object's size and CRC32C.
 func (c *Client) readReplica(ctx context.Context, info masterapi.ObjectInfo, r masterapi.Replica, buf [][]byte) error {
+	return c.readReplicaToken(ctx, info, r, buf, 0)
+}
+
+// readReplicaToken is readReplica whose remote DRAM read names the put
+// token (a cached answer's: the node refuses a range that holds another
+// put's object), or none (0): a lookup's fresh answer is checked by its
+// CRC32C alone, and a range written again under it is a checksum failure
+// that readAgain resolves.
+func (c *Client) readReplicaToken(ctx context.Context, info masterapi.ObjectInfo, r masterapi.Replica, buf [][]byte, token uint64) error {
 	if r.Kind == masterapi.DRAM && c.local != nil && r.Node == c.local.Name() {
 		// A copy out of this process's segment cannot stall: no replica
 		// timeout (its context and timer would cost more than the copy
 		// of a small object).
-		return localPeer{c.local}.readRange(ctx, r.Segment, r.Offset, buf, info.CRC, nil)
+		return localPeer{c.local}.readRange(ctx, r.Segment, r.Offset, 0, buf, info.CRC, nil)
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReplicaTimeout)
 	defer cancel()
@@ -427,7 +507,7 @@ func (c *Client) readReplica(ctx context.Context, info masterapi.ObjectInfo, r m
 	if r.Kind == masterapi.DRAM {
 		// The object's size, not r.Length: a replica of another length
 		// fails the CRC check like any other wrong bytes.
-		err = p.readRange(ctx, r.Segment, r.Offset, buf, info.CRC, grantOf(r.Grant))
+		err = p.readRange(ctx, r.Segment, r.Offset, token, buf, info.CRC, grantOf(r.Grant))
 	} else {
 		err = p.readSSD(ctx, []byte(info.Key), buf, info.CRC, grantOf(r.Grant))
 	}

@@ -26,7 +26,22 @@
 // re-offloaded; not corruption, counted in ReadStats.RemovedUnderRead),
 // Get, GetInto and the batch forms look the key up once more and read the
 // new object, or answer OBJECT_NOT_FOUND (REPLICA_IS_GONE inside a lease),
-// never CHECKSUM_MISMATCH for bytes that were not damaged. A call's follow-ups (a failed put's revoke, a bad-replica
+// never CHECKSUM_MISMATCH for bytes that were not damaged.
+//
+// Replica-location cache (loccache.go): a lookup's answer whose best
+// replica is in DRAM is kept per key until shortly before the read lease
+// it granted ends (a quarter of the lease, at most 1 s, before), bounded by
+// Config.LocationCacheEntries and LocationCacheBytes (LRU; negative
+// disables it), and Get, GetInto, GetIntoParts, GetAlloc and the batch
+// gets read a cached key straight from its nodes, without the master's
+// round trip. A cached read names the put it expects (the node refuses a
+// range that holds another put's object); any failure drops the entry and
+// ends as a lookup's read would, or looks the key up once. This client's
+// Put drops the key's entry, Remove, RemoveAll and RemoveByRegex the
+// entries they concern; another client's forced removal of a leased object
+// answers only once the holders refuse it (docs/design.md,
+// "Replica-location cache"). ReadStats counts hits, misses and stale
+// entries. A call's follow-ups (a failed put's revoke, a bad-replica
 // report) run within its deadline and, once it has passed, in the
 // background (Close waits for them). Exists, Remove, RemoveAll,
 // RemoveByRegex, EvictDRAM and the batch forms complete the API; BatchPut goes in pipelined waves (the next
@@ -66,9 +81,14 @@
 //     master, whatever a peer announces, and GetInto never writes beyond
 //     its buffer (a buffer shorter than the object is ErrBufferTooSmall,
 //     with nothing written).
+//   - A cached replica location is used only inside the read lease its
+//     lookup granted (docs/design.md invariant 4), and a cached get that
+//     starts after a Remove (of any client) returned never returns the
+//     removed object's bytes.
 //
 // # Concurrency
 //
 // A Client is safe for concurrent use; batch calls run up to
-// batchParallelism items at once.
+// batchParallelism items at once. The location cache is one LRU under
+// one mutex (locCache.mu), held only to find, insert or drop an entry.
 package client

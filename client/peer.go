@@ -60,7 +60,9 @@ func crcParts(parts [][]byte) uint32 {
 // node of this process does not need.
 type peer interface {
 	writeRange(ctx context.Context, segment string, off int64, value [][]byte, crc uint32, token uint64, grant []byte) error
-	readRange(ctx context.Context, segment string, off int64, buf [][]byte, crc uint32, grant []byte) error
+	// readRange's token is the put the reader expects at the range (0:
+	// any complete object); the local node's read ignores it.
+	readRange(ctx context.Context, segment string, off int64, token uint64, buf [][]byte, crc uint32, grant []byte) error
 	readSSD(ctx context.Context, key []byte, buf [][]byte, crc uint32, grant []byte) error
 }
 
@@ -82,7 +84,7 @@ func (p localPeer) writeRange(ctx context.Context, segment string, off int64, va
 	return p.n.WriteRangeParts(ctx, segment, off, value, crc, token)
 }
 
-func (p localPeer) readRange(ctx context.Context, segment string, off int64, buf [][]byte, crc uint32, _ []byte) error {
+func (p localPeer) readRange(ctx context.Context, segment string, off int64, _ uint64, buf [][]byte, crc uint32, _ []byte) error {
 	var got uint32
 	var err error
 	if len(buf) == 1 {
@@ -128,8 +130,8 @@ func (p remotePeer) writeRange(ctx context.Context, segment string, off int64, v
 	return p.c.WriteParts(ctx, segment, off, value, crc, token, grant)
 }
 
-func (p remotePeer) readRange(ctx context.Context, segment string, off int64, buf [][]byte, crc uint32, grant []byte) error {
-	return p.c.ReadRangeParts(ctx, segment, off, buf, crc, grant)
+func (p remotePeer) readRange(ctx context.Context, segment string, off int64, token uint64, buf [][]byte, crc uint32, grant []byte) error {
+	return p.c.ReadObjectParts(ctx, segment, off, token, buf, crc, grant)
 }
 
 func (p remotePeer) readSSD(ctx context.Context, key []byte, buf [][]byte, crc uint32, grant []byte) error {

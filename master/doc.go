@@ -198,6 +198,13 @@
 //
 // # Removals are final (invariant 10)
 //
+// A forced removal of a leased object also waits, after its entry is
+// durable, until every node that held a copy reported a DRAM cursor past
+// it (its next pull; the master rings it through WaitOffload) or the
+// lease ended (removewait.go): clients read keys from cached replica
+// locations within the lease (docs/design.md, "Replica-location cache").
+// A PutStart of such a key waits for that removal to answer.
+//
 // Remove, RemoveAll and RemoveByRegex send every key through removeObj
 // (remove.go) and append one entry to the removal log (removals.go) under
 // the shard lock that deletes the object; the entry's sequence number is a

@@ -46,6 +46,8 @@ func newMetrics(s *Service) *metrics {
 		counter("tierstore_master_offload_dropped_victims_total", "DRAM eviction victims dropped without an SSD copy because their offload failed for good (offload_on_evict would have queued them).", &s.cnt.offloadDroppedVictims),
 		counter("tierstore_master_put_start_waits_total", "PutStarts that waited for DRAM room (eviction could not make room at once).", &s.cnt.putWaits),
 		counter("tierstore_master_put_start_wait_failures_total", "PutStarts that waited for DRAM room and gave up (context or put_start_max_wait).", &s.cnt.putWaitsFailed),
+		counter("tierstore_master_removal_waits_total", "Forced removals of leased objects that answered once every node holding a copy had applied them (clients may hold the object's replica locations until the lease ends).", &s.cnt.removalWaits),
+		counter("tierstore_master_removal_waits_timed_out_total", "Forced removals of leased objects that answered at the lease's end because a holder had not applied them.", &s.cnt.removalWaitsTimedOut),
 		counter("tierstore_master_offload_wakes_total", "WaitOffload calls answered pressed: a node fetched its tasks before its heartbeat tick (a put waited for room, queued offload bytes passed a quarter of its DRAM, or promotions were queued).", &s.cnt.offloadWakes),
 		counter("tierstore_master_prefetch_queued_total", "Prefetches queued for promotion (ExistKey/BatchExistKey hits on SSD-only objects, Prefetch).", &s.cnt.prefetchQueued),
 		counter("tierstore_master_prefetch_over_budget_total", "Prefetches the frequency test admitted and the prefetch budget refused.", &s.cnt.prefetchOverBudget),

@@ -37,8 +37,20 @@ func (s *Service) putStart(ctx context.Context, req masterapi.PutStartRequest) (
 		return masterapi.PutStartReply{}, err
 	}
 	sh := s.shardOf(req.Key)
-	// Cheap pre-check so that a duplicate put neither allocates nor evicts.
+	// A forced removal of the key that waits for its holders goes first
+	// (removewait.go): a put acknowledged before it answers would be
+	// followed by cached reads of the removed object.
 	sh.mu.Lock()
+	for ch := s.keyWaits.of(req.Key); ch != nil; ch = s.keyWaits.of(req.Key) {
+		sh.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return masterapi.PutStartReply{}, errcode.Errorf(errcode.ContextCanceled, "master: put_start: waiting for a forced removal of the key to reach its holders: %v", ctx.Err())
+		}
+		sh.mu.Lock()
+	}
+	// Cheap pre-check so that a duplicate put neither allocates nor evicts.
 	if o := s.obj(sh, req.Key); o != nil && s.blocksPut(o) {
 		sh.mu.Unlock()
 		return masterapi.PutStartReply{}, errcode.Errorf(errcode.ObjectExists, "master: put_start")

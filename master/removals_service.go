@@ -58,6 +58,9 @@ func (s *Service) PullRemovals(ctx context.Context, req masterapi.PullRequest) (
 	n.lastPing.Store(s.now())
 	id, floor, durable := s.rlog.position()
 	rep := masterapi.PullReply{Log: id, Through: durable}
+	if req.DRAM.Log != "" {
+		n.setDRAMCursor(req.DRAM.Log, req.DRAM.Seq)
+	}
 	stale := func(c masterapi.RemovalCursor) bool { return c.Log != id || c.Seq < floor }
 	from := durable
 	if req.DRAM.Log != "" { // "": a new process, its DRAM holds nothing yet

@@ -12,7 +12,9 @@ import (
 )
 
 // Remove implements API. The removal is acknowledged once its entry of
-// the removal log is durable (docs/design.md, invariant 10).
+// the removal log is durable (docs/design.md, invariant 10) and, for a
+// forced removal of a leased object, once the nodes that held it applied
+// it or the lease ended (removewait.go).
 func (s *Service) Remove(ctx context.Context, key string, force bool) error {
 	if err := s.gate(ctx); err != nil {
 		return err
@@ -40,13 +42,22 @@ func (s *Service) Remove(ctx context.Context, key string, force bool) error {
 		sh.mu.Unlock()
 		return s.observe(errcode.Errorf(errcode.ObjectNotFound, "master: remove"))
 	}
+	var hw holdersWait
+	leased := force && hw.add(o, now)
 	if err := s.removeObj(sh, key, o, force, now); err != nil {
 		sh.mu.Unlock()
 		return s.observe(err)
 	}
+	if leased {
+		s.holdKey(&hw, key) // before the shard unlocks: PutStart of the key waits
+	}
 	seq := s.rlog.add(masterapi.Removal{Kind: masterapi.RemovalKey, Key: key}, &s.tokens, now, false)
 	sh.mu.Unlock()
-	return s.observe(s.rlog.wait(ctx, seq))
+	if err := s.rlog.wait(ctx, seq); err != nil {
+		s.releaseKeys(hw)
+		return s.observe(err)
+	}
+	return s.observe(s.waitHolders(ctx, hw, seq))
 }
 
 // removeObj is the master's one removal path: Remove, RemoveAll and
@@ -124,6 +135,7 @@ func (s *Service) removeMatching(ctx context.Context, e masterapi.Removal, match
 	var n int64
 	var spared []string
 	var kbuf []byte // keyIn's
+	var hw holdersWait
 	last := seq
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -148,9 +160,14 @@ func (s *Service) removeMatching(ctx context.Context, e masterapi.Removal, match
 				return
 			}
 			newer := o.dram.seg != nil && o.dram.token > seq
+			// A leased object's holders, before removeObj drops them.
+			leased := force && hw.add(o, now)
 			if s.removeObj(sh, k, o, force, now) != nil {
 				spared = append(spared, k)
 				return
+			}
+			if leased {
+				s.holdKey(&hw, k)
 			}
 			n++
 			if newer { // under the shard lock, before a new put of k
@@ -161,9 +178,14 @@ func (s *Service) removeMatching(ctx context.Context, e masterapi.Removal, match
 	}
 	slices.Sort(spared)
 	if err := s.rlog.seal(seq, spared); err != nil {
+		s.releaseKeys(hw)
 		return n, errcode.Wrap(errcode.InternalError, err)
 	}
-	return n, s.rlog.wait(ctx, last)
+	if err := s.rlog.wait(ctx, last); err != nil {
+		s.releaseKeys(hw)
+		return n, err
+	}
+	return n, s.waitHolders(ctx, hw, last)
 }
 
 // EvictDRAM implements API. Each DRAM copy it drops is an entry of the

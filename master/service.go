@@ -121,7 +121,10 @@ type Service struct {
 
 	// rlog is the removal log (removals.go); cursors the SSD cursor each
 	// node id reported with its last pull.
-	rlog     *removalLog
+	rlog *removalLog
+	// keyWaits holds the keys whose forced removal waits for their
+	// holders: PutStart of such a key waits (removewait.go).
+	keyWaits keyWaits
 	cursorMu sync.Mutex // protects cursors; a leaf
 	cursors  map[string]masterapi.RemovalCursor
 	lastTrim atomic.Int64 // unix ns of the last trim of the removal log
@@ -149,6 +152,10 @@ type counters struct {
 	badReplicas                      atomic.Int64
 	putWaits, putWaitsFailed         atomic.Int64
 	offloadWakes                     atomic.Int64 // WaitOffload calls answered pressed (wake.go)
+	// removalWaits counts forced removals of leased objects that waited
+	// until every holder applied them; removalWaitsTimedOut those that
+	// answered at the lease's end instead (removewait.go).
+	removalWaits, removalWaitsTimedOut atomic.Int64
 	// prefetch (prefetch.go)
 	prefetchQueued, prefetchOverBudget atomic.Int64
 	prefetchEvictions                  atomic.Int64

@@ -36,6 +36,17 @@ type node struct {
 	promo promoBox
 	// forget lists the DRAM records the node must forget (removals_service.go).
 	forget forgetBox
+	// pulled is rung at every PullRemovals of the node: forced removals of
+	// leased objects wait for its DRAM cursor (removewait.go).
+	pulled broadcast
+	// cursorMu protects dramLog, dramSeq (the DRAM cursor of the node's
+	// last pull) and owedLog, owed, owedUntil (the largest sequence number
+	// a forced removal waits for the node to apply, and until when: the
+	// lease's end, unix ns). A leaf.
+	cursorMu         sync.Mutex
+	dramLog, owedLog string
+	dramSeq, owed    uint64
+	owedUntil        int64
 
 	// dig is the SSD replica digest of the node id, shared by all
 	// its incarnations (reconcile.go). Immutable.

@@ -96,6 +96,9 @@ func (s *Service) WaitOffload(ctx context.Context, nodeID string, timeout time.D
 	ch, done := n.wake.wait()
 	defer done()
 	for {
+		if n.removalOwed(s.now()) {
+			return true, nil // pull the removal log now (removewait.go)
+		}
 		if s.offloadPressing(n) {
 			s.cnt.offloadWakes.Add(1)
 			return true, nil

@@ -414,7 +414,7 @@ func BenchmarkCheckReadRange(b *testing.B) {
 	}
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		if _, err := n.checkReadRange(int64(i%objects*size), size); err != nil {
+		if _, err := n.checkReadRange(int64(i%objects*size), size, 0); err != nil {
 			b.Fatal(err)
 		}
 	}

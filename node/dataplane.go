@@ -150,11 +150,12 @@ func (h dataHandler) BeginWrite(ctx context.Context, segment string, off, n int6
 }
 
 // ViewRange pins the segment (Close waits) and hands out the range as it
-// is, if it is exactly a complete object's (checkReadRange) and, with a
+// is, if it is exactly a complete object's (checkReadRange), of the put
+// token when the reader names one, and, with a
 // grant secret, g is the read grant of that object's range (grants.go):
 // no copy and no checksum on the node; the reader checks the object's
 // CRC32C, so a range reused under it is a miss, not wrong bytes.
-func (h dataHandler) ViewRange(segment string, off, n int64, g []byte) ([]byte, func(), error) {
+func (h dataHandler) ViewRange(segment string, off, n int64, token uint64, g []byte) ([]byte, func(), error) {
 	if err := h.n.checkSegment(segment); err != nil {
 		return nil, nil, err
 	}
@@ -162,7 +163,7 @@ func (h dataHandler) ViewRange(segment string, off, n int64, g []byte) ([]byte, 
 	v, err := view(off, int(n))
 	if err == nil {
 		var key string
-		key, err = h.n.checkReadRange(off, n) // only the range of a complete object (readcheck.go)
+		key, err = h.n.checkReadRange(off, n, token) // only the range of a complete object (readcheck.go)
 		if err == nil && h.n.cfg.Grants != nil {
 			err = h.n.checkGrant(grant.Scope{Key: []byte(key), Segment: segment, Offset: uint64(off), Length: uint64(n)}, g)
 		}

@@ -43,7 +43,14 @@
 //   - A data-plane read of DRAM is served only for exactly the range of a
 //     complete object the node stores, no byte of which a newer put has
 //     claimed (readcheck.go); any other range is refused (ErrNotAnObject),
-//     so freed ranges and puts in progress are not readable remotely.
+//     so freed ranges and puts in progress are not readable remotely. A
+//     read that names a put token (a client's cached replica location) is
+//     served only when the range holds that put's object
+//     (ReadObjectIntoParts checks the same in process).
+//   - An SSD read of a key that a removal the node applied to its DRAM
+//     records covers, and its SSD has not applied yet, is refused
+//     (removedOnSSDPending): a forced removal of a leased object answers
+//     once the holders' DRAM cursors pass it (master/removewait.go).
 //   - With a grant secret (Config.Grants, --grant_secret_file) every
 //     data-plane read, DRAM or SSD, must carry the read grant the master
 //     made for it at the lookup (grants.go); otherwise it is refused

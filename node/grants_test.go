@@ -408,7 +408,9 @@ func TestGrantRotationUnderLiveReads(t *testing.T) {
 	m := newMaster(t, mc)
 	nk := loadKeys(t, path)
 	n := startGrantNode(t, m, nk, nil)
-	c := newTestClient(t, client.Config{MasterAddr: serveMaster(t, m)})
+	// Every read carries its own lookup's grant (a cached answer's grant,
+	// signed with the previous secret, is still accepted).
+	c := newTestClient(t, client.Config{MasterAddr: serveMaster(t, m), LocationCacheEntries: -1})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	keys := []string{"r0", "r1", "r2", "r3"}

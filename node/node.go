@@ -133,6 +133,11 @@ type Node struct {
 	log  *slog.Logger
 	m    masterapi.NodeAPI
 	name string
+	// contact is when (unix ns) the last Ping the master answered OK was
+	// sent, clientTTL the master's client_ttl it answered: reads of cached
+	// replica locations stop before the master may expire the node
+	// (readcheck.go, outOfTouch).
+	contact, clientTTL atomic.Int64
 	// incarnation is random per process, sent in every MountRequest: the
 	// master retires a previous process's replicas under the same name.
 	incarnation string
@@ -279,9 +284,9 @@ func Start(ctx context.Context, cfg Config, m masterapi.NodeAPI, opts ...Option)
 	n.every(cfg.PingInterval, n.pingLocked)
 	n.every(cfg.PingInterval, n.removalTick)
 	n.followLeader()
+	n.wakeLoop()
 	if n.tier != nil {
 		n.every(cfg.HeartbeatInterval, func() { n.heartbeat() })
-		n.wakeLoop()
 		n.every(cfg.ReconcileInterval, n.reconcileTick)
 	}
 	n.log.Info("node started", "endpoint", n.endpoint, "segment", n.segName,
@@ -614,8 +619,13 @@ func (n *Node) every(d time.Duration, fn func()) {
 // long offload round must not make the node miss its TTL.
 func (n *Node) pingOnce() {
 	ctx, cancel := context.WithTimeout(n.ctx, max(n.cfg.PingInterval, time.Second))
+	sent := time.Now()
 	rep, err := n.m.Ping(ctx, n.name)
 	cancel()
+	if err == nil && rep.Status == masterapi.NodeOK && !n.staleTerm(rep.Term) {
+		n.contact.Store(sent.UnixNano())
+		n.clientTTL.Store(int64(rep.ClientTTL))
+	}
 	if err != nil && !errors.Is(err, errcode.ErrNeedRemount) && !errors.Is(err, errcode.ErrClientNotFound) {
 		n.log.Debug("ping failed", "err", err)
 		return
@@ -683,7 +693,11 @@ const (
 // that this node's offload is pressing (a put waits for DRAM room, queued
 // offload bytes pass a quarter of the DRAM, promotions are queued): a full
 // DRAM drains at the disk's pace, not one batch per tick. The ticks go on
-// as before; both run heartbeat, which serialises on roundMu.
+// as before; both run heartbeat, which serialises on roundMu. The master
+// also answers pressed while a forced removal of a leased object waits for
+// this node (master/removewait.go): the node then pulls the removal log
+// for its DRAM records first. A node without an SSD tier keeps the wait
+// open for that alone.
 func (n *Node) wakeLoop() {
 	w, ok := n.m.(masterapi.OffloadWaiter)
 	if !ok || !n.cfg.OffloadWake {
@@ -702,7 +716,13 @@ func (n *Node) wakeLoop() {
 				n.pause(wakeRetry)
 			case pressed:
 				n.metrics.offloadWakes.Add(1)
-				if n.heartbeat() == 0 {
+				// A forced removal of a leased object may be waiting for
+				// this node to apply it (master/removewait.go): the DRAM
+				// records first, without waiting for an offload round.
+				if err := n.syncRemovals(n.ctx, false); err != nil {
+					n.log.Debug("removal log pull failed; will retry", "err", err)
+				}
+				if n.tier == nil || n.heartbeat() == 0 {
 					n.pause(wakeIdle)
 				}
 			}

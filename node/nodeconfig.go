@@ -129,8 +129,11 @@ type Config struct {
 	// heartbeat ticks: the node runs a heartbeat as soon as the master says
 	// its offload is pressing (a put waits for DRAM room, queued offload
 	// bytes pass a quarter of its DRAM, promotions are queued), so a full
-	// DRAM drains at the disk's pace whatever the interval. false: ticks
-	// only [--offload_wake].
+	// DRAM drains at the disk's pace whatever the interval; and the node
+	// pulls the removal log as soon as a forced removal of a leased object
+	// waits for it (master/removewait.go; without an SSD tier, for that
+	// alone). false: ticks only, and such a removal waits for the next
+	// pull (PingInterval) [--offload_wake].
 	OffloadWake bool
 	// PingInterval is the liveness ping period [--ping_interval].
 	PingInterval time.Duration

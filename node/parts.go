@@ -91,6 +91,22 @@ func (n *Node) ReadRangeIntoParts(_ context.Context, segment string, off int64, 
 	return crc, nil
 }
 
+// ReadObjectIntoParts is ReadRangeIntoParts of the object written by put
+// token only: the range (the parts' total length) must be exactly that
+// object's, as a remote read that names the token must
+// (checkReadRange), else REPLICA_IS_GONE. A client in this process reads
+// a cached replica location through it (client's localObjectReader): the
+// object may have been removed since its lookup.
+func (n *Node) ReadObjectIntoParts(ctx context.Context, segment string, off int64, token uint64, parts [][]byte) (uint32, error) {
+	if err := n.checkSegment(segment); err != nil {
+		return 0, err
+	}
+	if _, err := n.checkReadRange(off, partsLen(parts), token); err != nil {
+		return 0, toCode(err)
+	}
+	return n.ReadRangeIntoParts(ctx, segment, off, parts)
+}
+
 // ReadSSDIntoParts is ReadSSDInto scattering the value over parts in order
 // (their total length must be the object's size).
 func (n *Node) ReadSSDIntoParts(ctx context.Context, key []byte, parts [][]byte) (uint32, error) {

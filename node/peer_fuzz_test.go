@@ -236,7 +236,7 @@ func fzRead(ctx context.Context, t *testing.T, dc *wire.DataConn, n *Node, seg s
 	inside := seg == n.SegmentName() && inRange(int64(off), int64(length), size)
 	ok := inside
 	if ok {
-		_, cerr := n.checkReadRange(int64(off), int64(length))
+		_, cerr := n.checkReadRange(int64(off), int64(length), 0)
 		ok = cerr == nil
 	}
 	var crc uint32

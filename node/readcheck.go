@@ -3,6 +3,7 @@ package node
 import (
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/tierstore/tierstore/internal/errcode"
 )
@@ -26,9 +27,12 @@ func init() { readCheck.Store(true) }
 
 // checkReadRange returns the key of the object recorded at off (for its
 // read grant, grants.go) when [off, off+length) is exactly the range of a
-// complete object the node stores, else an error wrapping ErrNotAnObject
-// and errcode.ErrReplicaGone.
-func (n *Node) checkReadRange(off, length int64) (string, error) {
+// complete object the node stores and, when token is not 0, the object of
+// that put (a client's cached replica location names the put it was told
+// of: a range freed and written again by another put of the same length
+// is refused), else an error wrapping ErrNotAnObject and
+// errcode.ErrReplicaGone.
+func (n *Node) checkReadRange(off, length int64, token uint64) (string, error) {
 	if !readCheck.Load() {
 		return "", nil
 	}
@@ -43,9 +47,34 @@ func (n *Node) checkReadRange(off, length int64) (string, error) {
 		return "", errcode.Wrap(errcode.ReplicaIsGone, fmt.Errorf("%w: no object starts at %d", ErrNotAnObject, off))
 	case r.len != length:
 		return "", errcode.Wrap(errcode.ReplicaIsGone, fmt.Errorf("%w: the object at %d has %d bytes, the read asks %d", ErrNotAnObject, off, r.len, length))
+	case token != 0 && r.token != token:
+		return "", errcode.Wrap(errcode.ReplicaIsGone, fmt.Errorf("%w: the object at %d is put %d, the read names put %d", ErrNotAnObject, off, r.token, token))
+	case token != 0:
+		if err := n.outOfTouch(); err != nil {
+			return "", err
+		}
 	}
 	if err := n.owners.check(off, off+length, r.token); err != nil {
 		return "", errcode.Wrap(errcode.ReplicaIsGone, fmt.Errorf("%w: a newer put claimed part of [%d, %d)", ErrNotAnObject, off, off+length))
 	}
 	return r.obj.Key, nil
+}
+
+// outOfTouch refuses a read of a cached replica location (one that names
+// its put token) once the node has gone half the master's client_ttl
+// without a Ping the master answered OK, counted from when that Ping was
+// sent: the master may be about to expire the node (it does at client_ttl
+// of silence), drop its replicas and take new puts of their keys
+// elsewhere, which a client reading its cached location here would not
+// see. A lookup's fresh answer (no token) is read as before. Before the
+// first answered Ping, nothing is refused.
+func (n *Node) outOfTouch() error {
+	c, ttl := n.contact.Load(), n.clientTTL.Load()
+	if c == 0 || ttl <= 0 {
+		return nil
+	}
+	if since := time.Since(time.Unix(0, c)); since > time.Duration(ttl/2) {
+		return errcode.Wrap(errcode.ReplicaIsGone, fmt.Errorf("%w: the node has not reached the master for %v (client_ttl %v): a cached replica location is not served", ErrNotAnObject, since.Round(time.Millisecond), time.Duration(ttl)))
+	}
+	return nil
 }

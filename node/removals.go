@@ -215,6 +215,27 @@ func (n *Node) removedLately(key string, token uint64) bool {
 	return r.applied != nil && r.applied.Latest(key) > token
 }
 
+// removedOnSSDPending returns the sequence number of a removal entry
+// covering key that the node applied to its DRAM records and not yet to
+// its SSD (the SSD part waits for roundMu), or 0: an SSD read of such a
+// key is refused as removed. A forced removal of a leased object answers
+// once the holders' DRAM cursors pass it (master/removewait.go); from then
+// on no read of a holder serves the key, though a client may still hold
+// its replica locations. Cheap when both cursors agree.
+func (n *Node) removedOnSSDPending(key []byte) uint64 {
+	r := &n.rem
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.applied == nil || (r.dram.Log == r.ssd.Log && r.dram.Seq <= r.ssd.Seq) {
+		return 0
+	}
+	seq := r.applied.Latest(string(key))
+	if r.dram.Log == r.ssd.Log && seq <= r.ssd.Seq {
+		return 0
+	}
+	return seq
+}
+
 // applySSD applies rep to the SSD (the tier at cursor c) and stores the
 // new cursor with it. Caller holds roundMu.
 func (n *Node) applySSD(rep masterapi.PullReply, c masterapi.RemovalCursor) error {

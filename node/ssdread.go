@@ -98,6 +98,9 @@ func (n *Node) openSSD(ctx context.Context, key []byte, verify bool) (ssdValue, 
 	if n.tier == nil {
 		return nil, errcode.Errorf(errcode.UnableOffload, "node: node %s has no SSD tier", n.name)
 	}
+	if seq := n.removedOnSSDPending(key); seq > 0 {
+		return nil, errcode.Errorf(errcode.ObjectNotFound, "node: %q was removed (removal log entry %d, applied to the DRAM records, not yet to the SSD)", key, seq)
+	}
 	if v, ok := n.joinPromotion(ctx, key); ok {
 		return &wholeValue{v: v}, nil // loaded once for the promotion and this read
 	}

@@ -215,7 +215,16 @@ func (dc *DataConn) ReadRange(ctx context.Context, segment string, off int64, bu
 // CRC32C over the whole. grant is the replica's read grant
 // (masterapi.Replica.Grant; nil without one).
 func (dc *DataConn) ReadRangeParts(ctx context.Context, segment string, off int64, parts [][]byte, crc uint32, grant []byte) error {
-	req := Request{Op: OpReadRange, Segment: segment, Offset: uint64(off), Length: uint64(partsLen(parts)), Grant: grant}
+	return dc.ReadObjectParts(ctx, segment, off, 0, parts, crc, grant)
+}
+
+// ReadObjectParts is ReadRangeParts of the object written by the put
+// token (masterapi.Replica.PutToken): the node refuses the read
+// (REPLICA_IS_GONE) when the range no longer holds that put's object,
+// even if another object of the same length now starts there. token 0
+// names no put (ReadRangeParts).
+func (dc *DataConn) ReadObjectParts(ctx context.Context, segment string, off int64, token uint64, parts [][]byte, crc uint32, grant []byte) error {
+	req := Request{Op: OpReadRange, Segment: segment, Offset: uint64(off), Length: uint64(partsLen(parts)), Token: token, Grant: grant}
 	_, err := dc.readOnce(ctx, &req, parts, crc)
 	return err
 }
@@ -272,6 +281,7 @@ func (dc *DataConn) readOnce(ctx context.Context, req *Request, buf [][]byte, cr
 type RangeRead struct {
 	Segment string
 	Offset  int64
+	Token   uint64 // the put token of the object read (ReadObjectParts); 0: not named
 	Grant   []byte // the replica's read grant (masterapi.Replica.Grant), if any
 	Buf     []byte
 	Parts   [][]byte
@@ -349,7 +359,7 @@ func (dc *DataConn) sendReads(ctx context.Context, first uint32, rs []RangeRead)
 	var zero [HeaderLen]byte
 	b := dc.wbuf[:0]
 	for i, r := range rs {
-		req := Request{Op: OpReadRange, Segment: r.Segment, Offset: uint64(r.Offset), Length: uint64(len(r.Buf)), Grant: r.Grant}
+		req := Request{Op: OpReadRange, Segment: r.Segment, Offset: uint64(r.Offset), Length: uint64(len(r.Buf)), Token: r.Token, Grant: r.Grant}
 		if r.Parts != nil {
 			req.Length = uint64(partsLen(r.Parts))
 		}

@@ -118,7 +118,7 @@ func (w *memWrite) Fill(pos int64, fill func([]byte) (int, error)) (int, error) 
 func (w *memWrite) Commit(uint32) { w.h.writes.Add(1) }
 func (w *memWrite) Abort()        { w.h.aborts.Add(1) }
 
-func (h *memHandler) ViewRange(segment string, off, n int64, _ []byte) ([]byte, func(), error) {
+func (h *memHandler) ViewRange(segment string, off, n int64, _ uint64, _ []byte) ([]byte, func(), error) {
 	if segment != "seg" {
 		return nil, nil, errcode.Errorf(errcode.SegmentNotFound, "test: no segment %q", segment)
 	}

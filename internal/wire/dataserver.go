@@ -32,10 +32,12 @@ type DataHandler interface {
 	BeginWrite(ctx context.Context, segment string, off, n int64, token uint64, grant []byte) (RangeWriter, error)
 	// ViewRange returns n bytes at off of segment without copying them,
 	// valid until release is called. The bytes go to the socket as they
-	// are; the reader checks them against the object's CRC32C. grant is
-	// the request's read grant (empty without one), valid only during the
-	// call.
-	ViewRange(segment string, off, n int64, grant []byte) (view []byte, release func(), err error)
+	// are; the reader checks them against the object's CRC32C. token is
+	// the put token of the object the reader expects there (0: not
+	// named); the handler refuses a range that holds another put's
+	// object. grant is the request's read grant (empty without one),
+	// valid only during the call.
+	ViewRange(segment string, off, n int64, token uint64, grant []byte) (view []byte, release func(), err error)
 	// OpenSSD opens key's value on the SSD tier to be sent in pieces.
 	// With verify (the client's previous copy failed its CRC32C) the
 	// handler checks the whole value against its index before the first
@@ -359,7 +361,7 @@ func (sc *serverConn) serve(h Header, meta []byte) error {
 	if req.Op == OpWrite {
 		return sc.write(h, req, start)
 	}
-	view, release, verr := sc.s.h.ViewRange(req.Segment, int64(req.Offset), int64(req.Length), req.Grant)
+	view, release, verr := sc.s.h.ViewRange(req.Segment, int64(req.Offset), int64(req.Length), req.Token, req.Grant)
 	err = sc.reply(h.ID, req.Op, verr, view)
 	if release != nil {
 		release()

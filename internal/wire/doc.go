@@ -52,7 +52,10 @@
 // (Request.Grant, at most MaxGrant bytes, empty without one) in its
 // metadata; the node's DataHandler judges it (package node, grants.go).
 // ReadRange, ReadSSD and Write send none; ReadRangeParts, ReadSSDParts,
-// RangeRead.Grant and WriteParts pass one.
+// RangeRead.Grant and WriteParts pass one. Since version 4 a read-range
+// request names the put token of the object it expects
+// (ReadObjectParts, RangeRead.Token; 0: any complete object): the node
+// refuses a range that holds another put's object.
 //
 // # TLS
 //

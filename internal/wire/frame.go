@@ -24,7 +24,11 @@ const (
 	// 3: the write request carries a write grant after its pins, before
 	// its segment name, which a node of version 2 would read as part of
 	// the segment name.
-	DataVersion = 3
+	// 4: the read-range request names the put token of the object it
+	// reads (after its length, before its grant); a node refuses the read
+	// when the range holds another put's object (a client's cached
+	// replica location of an object removed or evicted since: issue 24).
+	DataVersion = 4
 	// HelloLen is the length of the hello each side sends first.
 	HelloLen = 8
 	// HeaderLen is the length of a frame header.
@@ -56,7 +60,8 @@ const (
 	// OpWrite: payload = the value, written at Offset of Segment for the
 	// put identified by Token; FlagCRC is mandatory. Reply: no payload.
 	OpWrite Op = 1
-	// OpReadRange: read Length bytes at Offset of Segment. Reply: payload
+	// OpReadRange: read Length bytes at Offset of Segment, the object of
+	// the put Token (0: whatever complete object is there). Reply: payload
 	// = exactly those bytes, no CRC (the reader knows the object's).
 	OpReadRange Op = 2
 	// OpReadSSD: read Key from the node's SSD tier; Length is the size the
@@ -202,9 +207,11 @@ type Request struct {
 	Segment string // OpWrite, OpReadRange
 	Offset  uint64 // OpWrite, OpReadRange
 	Length  uint64 // OpReadRange, OpReadSSD: bytes asked for
-	Token   uint64 // OpWrite: the put token (masterapi.Replica.PutToken)
-	Key     []byte // OpReadSSD; OpWrite: the object's key ("" = not recorded)
-	Pins    uint8  // OpWrite: PinSoft | PinHard of the object
+	// Token: OpWrite, the put token (masterapi.Replica.PutToken);
+	// OpReadRange, the put token of the object read (0: not named).
+	Token uint64
+	Key   []byte // OpReadSSD; OpWrite: the object's key ("" = not recorded)
+	Pins  uint8  // OpWrite: PinSoft | PinHard of the object
 	// Grant: OpReadRange and OpReadSSD, the read grant of the replica's
 	// lookup; OpWrite, the write grant of the put's range from PutStart
 	// (masterapi.Replica.Grant; empty without one), at most MaxGrant
@@ -225,7 +232,7 @@ const (
 // AppendMeta appends r's metadata encoding to b: OpWrite: offset u64,
 // token u64, segment length u16, pins u8, grant length u8, grant, segment,
 // key; OpReadRange: offset
-// u64, length u64, grant length u8, grant, segment; OpReadSSD: length u64,
+// u64, length u64, token u64, grant length u8, grant, segment; OpReadSSD: length u64,
 // grant length u8, grant, key. The trailing string runs to MetaLen.
 func (r *Request) AppendMeta(b []byte) []byte {
 	switch r.Op {
@@ -240,6 +247,7 @@ func (r *Request) AppendMeta(b []byte) []byte {
 	case OpReadRange:
 		b = binary.LittleEndian.AppendUint64(b, r.Offset)
 		b = binary.LittleEndian.AppendUint64(b, r.Length)
+		b = binary.LittleEndian.AppendUint64(b, r.Token)
 		b = append(append(b, uint8(len(r.Grant))), r.Grant...)
 		return append(b, r.Segment...)
 	case OpReadSSD:
@@ -254,7 +262,7 @@ func (r *Request) AppendMeta(b []byte) []byte {
 // Grant alias meta.
 func ParseRequest(op Op, meta []byte) (Request, error) {
 	r := Request{Op: op}
-	need := 17
+	need := 25
 	switch op {
 	case OpReadSSD:
 		need = 9
@@ -270,7 +278,8 @@ func ParseRequest(op Op, meta []byte) (Request, error) {
 	case OpReadRange:
 		r.Offset = binary.LittleEndian.Uint64(meta)
 		r.Length = binary.LittleEndian.Uint64(meta[8:])
-		rest, err := parseGrant(&r, meta[16:])
+		r.Token = binary.LittleEndian.Uint64(meta[16:])
+		rest, err := parseGrant(&r, meta[24:])
 		if err != nil {
 			return Request{}, err
 		}

@@ -23,7 +23,7 @@ func TestFrameRoundTrip(t *testing.T) {
 	for _, r := range []Request{
 		{Op: OpWrite, Segment: "seg-1", Offset: 1 << 40, Token: 77},
 		{Op: OpWrite, Segment: "seg-1", Offset: 8, Token: 78, Key: []byte("layer0/blk42"), Pins: PinSoft | PinHard},
-		{Op: OpReadRange, Segment: "seg-2", Offset: 4096, Length: 1 << 20},
+		{Op: OpReadRange, Segment: "seg-2", Offset: 4096, Length: 1 << 20, Token: 7},
 		{Op: OpReadSSD, Key: []byte("layer0/blk42"), Length: 256 << 10},
 	} {
 		meta := r.AppendMeta(nil)
@@ -103,7 +103,7 @@ func TestFrameRefusesMalformed(t *testing.T) {
 }
 
 func TestParseRequestRefusesMalformed(t *testing.T) {
-	long := make([]byte, 17+maxName+1)
+	long := make([]byte, 25+maxName+1)
 	grant := make([]byte, 9)
 	grant[8] = MaxGrant + 1
 	for name, c := range map[string]struct {
@@ -113,7 +113,7 @@ func TestParseRequestRefusesMalformed(t *testing.T) {
 		"short write":   {OpWrite, make([]byte, 19)},
 		"write grant":   {OpWrite, append(make([]byte, 19), MaxGrant+1)},
 		"cut wgrant":    {OpWrite, append(make([]byte, 19), 24, 1, 2)},
-		"short range":   {OpReadRange, make([]byte, 8)},
+		"short range":   {OpReadRange, make([]byte, 24)},
 		"long segment":  {OpReadRange, long},
 		"empty key":     {OpReadSSD, make([]byte, 9)},
 		"long key":      {OpReadSSD, make([]byte, 9+keyspec.MaxLen+1)},

@@ -48,6 +48,10 @@ type openConfig struct {
 	// master made for it (docs/security.md). Only with SegmentSize > 0:
 	// a client carries the master's grants without the secret.
 	GrantSecretFile string `json:"grant_secret_file"`
+	// LocationCacheEntries sizes the client's replica-location cache
+	// (client.Config.LocationCacheEntries): 0 the default (65536), a
+	// negative number turns it off (every get asks the master first).
+	LocationCacheEntries int `json:"location_cache_entries"`
 }
 
 // handle is one open client.
@@ -189,7 +193,7 @@ func open(cfgJSON string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("open: master %s: %w", cfg.Master, err)
 	}
-	ccfg := client.Config{Master: h.m, Timeout: timeout, Logger: log}
+	ccfg := client.Config{Master: h.m, Timeout: timeout, Logger: log, LocationCacheEntries: cfg.LocationCacheEntries}
 	if tlsSrc != nil {
 		ccfg.TLS = tlsFiles
 	}

@@ -200,3 +200,22 @@ def test_torch_cpu_tensors(client):
     assert n == 8 * 8192 * 4
     for a, b in zip(layers, out):
         assert torch.equal(a, b)
+
+
+def test_location_cache_option(cluster):
+    """Gets with the replica-location cache off (every get asks the master
+    first) and on read the same bytes."""
+    for entries in (-1, 0, 2):
+        c = tierstore.Client(master=cluster.master, location_cache_entries=entries)
+        try:
+            k = key("loccache%d" % entries)
+            v = os.urandom(3000)
+            c.put(k, v)
+            for _ in range(3):
+                assert c.get(k) == v
+            c.remove(k, True)
+            with pytest.raises(tierstore.Error) as e:
+                c.get(k)
+            assert e.value.code == tierstore.codes.OBJECT_NOT_FOUND
+        finally:
+            c.close()

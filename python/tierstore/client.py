@@ -76,11 +76,14 @@ class Client:
     too with segment_size > 0 (docs/security.md). grant_secret_file (with
     segment_size > 0) is the grant secret the masters share, as the node's
     --grant_secret_file: the in-process node then refuses reads and writes
-    of other processes that do not carry the master's grant."""
+    of other processes that do not carry the master's grant.
+    location_cache_entries sizes the replica-location cache (0: 65536; a
+    negative number turns it off, every get then asks the master first;
+    docs/python.md)."""
 
     def __init__(self, master, segment_size=0, local_hostname="127.0.0.1", ssd_dir=None,
                  ssd_capacity=0, timeout=30.0, log_level="warn", tls_cert=None, tls_key=None, tls_ca=None,
-                 grant_secret_file=None):
+                 grant_secret_file=None, location_cache_entries=0):
         _native.check_process()
         if not isinstance(master, str) or not master:
             raise Error(codes.INVALID_PARAMS, "master: a host:port or etcd://... string is required, got %r" % (master,))
@@ -96,6 +99,7 @@ class Client:
             "tls_key": tls_key or "",
             "tls_ca": tls_ca or "",
             "grant_secret_file": grant_secret_file or "",
+            "location_cache_entries": int(location_cache_entries),
         }
         self._h = 0
         e = ErrBuf()
