@@ -151,13 +151,10 @@ func (s *Service) replicaList(key string, now int64, count bool, slab *[]mastera
 // the lease cannot be written into a record (recLeaseOf): the caller
 // thaws it. Caller holds sh.mu.
 func (s *Service) existRec(sh *shard, key string, r int32, now int64, count bool) (ok bool, err error, done bool) {
-	lease, fits := s.recLeaseOf(now + s.cfg.DefaultKVLeaseTTL.Nanoseconds())
+	x, n, lease, fits := s.lookupRec(key, r, now, count, true)
 	if !fits {
 		return false, nil, false
 	}
-	x := s.cst.rec(r)
-	n := s.incAt(x.node)
-	s.observeLookupRec(key, x, n, count, true)
 	if n.dead.Load() {
 		return false, errcode.Errorf(errcode.ReplicaIsGone, "master: exist_key: every replica was lost inside the lease"), true
 	}
@@ -168,16 +165,29 @@ func (s *Service) existRec(sh *shard, key string, r int32, now int64, count bool
 	return true, nil, true
 }
 
+// lookupRec is what a lookup of compact record r does first: the
+// record's lease for a lookup at now (fits false, with nothing done, when
+// it cannot be written into a record: the caller thaws it), the record,
+// the node incarnation holding its replica, and the lookup observed by
+// the admission policy (pre: an ExistKey). Caller holds the shard lock.
+func (s *Service) lookupRec(key string, r int32, now int64, count, pre bool) (x *crec, n *node, lease uint32, fits bool) {
+	lease, fits = s.recLeaseOf(now + s.cfg.DefaultKVLeaseTTL.Nanoseconds())
+	if !fits {
+		return nil, nil, 0, false
+	}
+	x = s.cst.rec(r)
+	n = s.incAt(x.node)
+	s.observeLookupRec(key, x, n, count, pre)
+	return x, n, lease, true
+}
+
 // replicaListRec is replicaList of key held as compact record r, in place
 // as existRec. Caller holds sh.mu.
 func (s *Service) replicaListRec(sh *shard, key string, r int32, now int64, count bool, slab *[]masterapi.Replica) (info masterapi.ObjectInfo, err error, done bool) {
-	lease, fits := s.recLeaseOf(now + s.cfg.DefaultKVLeaseTTL.Nanoseconds())
+	x, n, lease, fits := s.lookupRec(key, r, now, count, false)
 	if !fits {
 		return info, nil, false
 	}
-	x := s.cst.rec(r)
-	n := s.incAt(x.node)
-	s.observeLookupRec(key, x, n, count, false)
 	if n.dead.Load() {
 		// Its one replica is on a dead node: it existed, it is gone
 		// (Mooncake #4508).
