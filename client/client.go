@@ -109,6 +109,11 @@ type ReadStats struct {
 	CacheHits, CacheMisses, CacheStale int64
 	CacheEntries                       int
 	CacheBytes                         int64
+	// OwnConns counts the data connections dialled for calls made on
+	// their caller's thread (wire.WithCallerThread: the Python package's
+	// calls that run directly), each used by one call at a time and kept
+	// for the next (wire.OwnIdle per node).
+	OwnConns int64
 }
 
 // Client reads and writes objects of a tierstore cluster. It is safe for
@@ -256,21 +261,26 @@ func (c *Client) check(key string) error {
 	return nil
 }
 
-func (c *Client) peerFor(ctx context.Context, r masterapi.Replica) (peer, error) {
+// peerFor is the way to replica r's node for one call, and the function
+// to call once that call returned (a connection of the caller's own,
+// wire.WithCallerThread, goes back to the pool).
+func (c *Client) peerFor(ctx context.Context, r masterapi.Replica) (peer, func(), error) {
 	if c.local != nil && r.Node == c.local.Name() {
-		return localPeer{c.local}, nil
+		return localPeer{c.local}, noRelease, nil
 	}
 	if len(r.Endpoint) > 7 && r.Endpoint[:7] == "inproc:" {
-		return nil, errcode.Errorf(errcode.TransferFail, "client: node %s is in another process's embedded mode", r.Node)
+		return nil, nil, errcode.Errorf(errcode.TransferFail, "client: node %s is in another process's embedded mode", r.Node)
 	}
-	dc, err := c.data.Get(ctx, r.Endpoint)
+	dc, release, err := c.data.Acquire(ctx, r.Endpoint)
 	if errors.Is(err, wire.ErrClosed) {
-		return nil, ErrClosed
+		return nil, nil, ErrClosed
 	} else if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return remotePeer{dc}, nil
+	return remotePeer{dc}, release, nil
 }
+
+func noRelease() {}
 
 // PutOptions are the options of one put (Put uses the zero value).
 type PutOptions struct {
@@ -404,11 +414,12 @@ func (c *Client) writeReplica(ctx context.Context, r masterapi.Replica, value []
 	if size := partsLen(value); r.Kind != masterapi.DRAM || r.Length != size {
 		return errcode.Errorf(errcode.InternalError, "client: master allocated a %v replica of %d bytes for %d", r.Kind, r.Length, size)
 	}
-	p, err := c.peerFor(ctx, r)
+	p, release, err := c.peerFor(ctx, r)
 	if err == nil {
 		// The range's write grant (a node with a grant secret refuses the
 		// write without it; the refusal keeps the grant's sentinel).
 		err = grantRefusal(p.writeRange(ctx, r.Segment, r.Offset, value, crc, r.PutToken, grantOf(r.Grant)))
+		release()
 	}
 	if err != nil {
 		return fmt.Errorf("writing to node %s: %w", r.Node, err)
@@ -597,6 +608,7 @@ func (c *Client) ReadStats() ReadStats {
 		BadReplicasReported:     c.badReported.Load(),
 		MissingReplicasReported: c.missingReported.Load(),
 		RemovedUnderRead:        c.removedUnderRead.Load(),
+		OwnConns:                c.data.OwnDials(),
 	}
 	if lc := c.cache; lc != nil {
 		st.CacheHits, st.CacheMisses, st.CacheStale = lc.hits.Load(), lc.misses.Load(), lc.stale.Load()

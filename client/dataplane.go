@@ -500,10 +500,11 @@ func (c *Client) readReplicaToken(ctx context.Context, info masterapi.ObjectInfo
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReplicaTimeout)
 	defer cancel()
-	p, err := c.peerFor(ctx, r)
+	p, release, err := c.peerFor(ctx, r)
 	if err != nil {
 		return err
 	}
+	defer release()
 	if r.Kind == masterapi.DRAM {
 		// The object's size, not r.Length: a replica of another length
 		// fails the CRC check like any other wrong bytes.

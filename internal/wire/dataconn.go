@@ -22,7 +22,9 @@ const crcChunk = 128 << 10
 // DataConn is one data-plane connection to a node. Several calls may be in
 // flight on it at once (pipelined): requests are written back to back and
 // one reader goroutine matches the replies by id, reading each payload
-// straight into its caller's buffer. Safe for concurrent use.
+// straight into its caller's buffer. Safe for concurrent use, except an
+// own connection (DataPool.Acquire with WithCallerThread): no reader
+// goroutine, one caller at a time reads its own reply (ownconn.go).
 //
 // A call that returns has let go of its buffer: a caller whose context
 // ends while the reader is filling its buffer breaks the connection and
@@ -35,6 +37,11 @@ type DataConn struct {
 	br       *bufio.Reader // the reader goroutine's alone
 	// raw is conn's socket for the reader's readv (readv.go); nil over TLS.
 	raw syscall.RawConn
+	// own is set on a connection of one caller at a time (DataPool.Acquire):
+	// no reader goroutine, the caller reads its reply (awaitOwn) into
+	// hb and meta, waiting on its own thread through own (ownconn.go).
+	own      *ownRaw
+	hb, meta []byte
 
 	// wmu serialises frame writes; it protects wbuf and wv.
 	wmu  sync.Mutex
@@ -76,6 +83,12 @@ func DialData(ctx context.Context, endpoint string, timeout time.Duration) (*Dat
 // DialDataTLS is DialData over TLS with cfg (nil: plaintext): the TLS
 // handshake first, then the hello inside (the node's Mux, NewMuxTLS).
 func DialDataTLS(ctx context.Context, endpoint string, timeout time.Duration, cfg *tls.Config) (*DataConn, error) {
+	return dialData(ctx, endpoint, timeout, cfg, false)
+}
+
+// dialData is DialDataTLS; own makes the connection one caller's at a time
+// (DataPool.Acquire) when it is plaintext: see ownconn.go.
+func dialData(ctx context.Context, endpoint string, timeout time.Duration, cfg *tls.Config, own bool) (*DataConn, error) {
 	d := net.Dialer{Timeout: timeout}
 	c, err := d.DialContext(ctx, "tcp", endpoint)
 	if err != nil {
@@ -132,6 +145,10 @@ func DialDataTLS(ctx context.Context, endpoint string, timeout time.Duration, cf
 		conn: c, endpoint: endpoint, br: bufio.NewReaderSize(c, 16<<10), raw: rawConnOf(c),
 		wbuf: make([]byte, 0, HeaderLen+MaxMeta), calls: map[uint32]*call{},
 		readerDone: make(chan struct{}),
+	}
+	if own && ownSupported && dc.raw != nil {
+		dc.makeOwn()
+		return dc, nil
 	}
 	go dc.readLoop()
 	return dc, nil
@@ -422,6 +439,9 @@ func (dc *DataConn) roundTrip(ctx context.Context, req *Request, payload [][]byt
 // breaks the connection and is waited for (its buffer must not be written
 // once this returns).
 func (dc *DataConn) await(ctx context.Context, id uint32, c *call) error {
+	if dc.own != nil {
+		return dc.awaitOwn(ctx, c)
+	}
 	select {
 	case <-c.done:
 		return c.err

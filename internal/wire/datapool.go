@@ -33,11 +33,18 @@ type DataPool struct {
 	// connection (DialDataTLS). Set before first use.
 	TLS *tls.Config
 
-	// mu protects nodes and closed.
+	// mu protects nodes, own and closed.
 	mu     sync.Mutex
 	nodes  map[string]*dataNode
+	own    map[string][]*DataConn // idle own connections, by endpoint (Acquire)
 	closed bool
+
+	ownDials atomic.Int64 // own connections dialled (OwnDials)
 }
+
+// OwnIdle is how many idle own connections (Acquire) a DataPool keeps per
+// endpoint; more are closed when given back.
+const OwnIdle = 8
 
 // dataNode is the connections to one endpoint.
 type dataNode struct {
@@ -123,6 +130,62 @@ func (p *DataPool) Get(ctx context.Context, endpoint string) (*DataConn, error) 
 	return c, err
 }
 
+// Acquire returns a data connection to endpoint for one call, and the
+// function that gives it back once the call returned. When ctx carries
+// WithCallerThread and the pool is plaintext, the connection is the
+// caller's alone until then (an idle one, or a new dial): its caller
+// reads its own reply, waiting on its own thread (ownconn.go). Otherwise
+// it is Get's shared connection and release does nothing.
+func (p *DataPool) Acquire(ctx context.Context, endpoint string) (dc *DataConn, release func(), err error) {
+	if !CallerThread(ctx) || p.TLS != nil || !ownSupported {
+		dc, err = p.Get(ctx, endpoint)
+		return dc, func() {}, err
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, nil, ErrClosed
+	}
+	for idle := p.own[endpoint]; len(idle) > 0; idle = p.own[endpoint] {
+		dc = idle[len(idle)-1]
+		p.own[endpoint] = idle[:len(idle)-1]
+		if !dc.idleDead() {
+			break
+		}
+		p.mu.Unlock()
+		dc.Close()
+		dc = nil
+		p.mu.Lock()
+	}
+	p.mu.Unlock()
+	if dc == nil {
+		if dc, err = dialData(ctx, endpoint, cmp.Or(p.DialTimeout, DefaultDialTimeout), nil, true); err != nil {
+			return nil, nil, err
+		}
+		p.ownDials.Add(1)
+	}
+	return dc, func() { p.giveBack(endpoint, dc) }, nil
+}
+
+// OwnDials is how many own connections (Acquire) the pool has dialled.
+func (p *DataPool) OwnDials() int64 { return p.ownDials.Load() }
+
+// giveBack keeps an own connection for the next Acquire, or closes it
+// (broken, the pool closed, OwnIdle kept already).
+func (p *DataPool) giveBack(endpoint string, dc *DataConn) {
+	p.mu.Lock()
+	if !p.closed && !dc.Broken() && len(p.own[endpoint]) < OwnIdle {
+		if p.own == nil {
+			p.own = map[string][]*DataConn{}
+		}
+		p.own[endpoint] = append(p.own[endpoint], dc)
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	dc.Close()
+}
+
 // node returns endpoint's connections, created empty on first use.
 func (p *DataPool) node(endpoint string) (*dataNode, error) {
 	p.mu.Lock()
@@ -148,13 +211,19 @@ func (p *DataPool) isClosed() bool {
 }
 
 // Close closes every connection of the pool; a dial in progress closes
-// its connection when it completes.
+// its connection when it completes, an own connection in use (Acquire)
+// when it is given back.
 func (p *DataPool) Close() {
 	p.mu.Lock()
 	p.closed = true
-	nodes := p.nodes
-	p.nodes = nil
+	nodes, own := p.nodes, p.own
+	p.nodes, p.own = nil, nil
 	p.mu.Unlock()
+	for _, idle := range own {
+		for _, dc := range idle {
+			dc.Close()
+		}
+	}
 	for _, n := range nodes {
 		n.mu.Lock()
 		var open []*DataConn

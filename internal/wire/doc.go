@@ -68,15 +68,28 @@
 // (writev from the segment, reads and readv into the caller's buffer) do
 // not apply: crypto/tls encrypts into and decrypts out of its own buffers.
 //
+// # Calls on the caller's thread
+//
+// A call whose context carries WithCallerThread (the Python package's
+// calls that run directly on their C thread) gets from DataPool.Acquire a
+// plaintext connection of its own: no reader goroutine; the caller reads
+// its reply itself, waiting for the socket with poll(2) on its own thread
+// (ownconn.go), so that a goroutine locked to a thread is not woken through
+// the scheduler. Idle own connections (OwnIdle per node) are checked for a
+// hang-up before reuse. The invariants above hold for them; a context
+// that ends during the wait breaks the connection.
+//
 // # Concurrency
 //
-// DataConn, DataPool, DataServer and Mux are safe for concurrent use.
+// DataConn, DataPool, DataServer and Mux are safe for concurrent use,
+// except an own connection (Acquire with WithCallerThread), which serves
+// one caller until its release.
 // DataConn.wmu serialises frame writes; DataConn.mu protects its call map
-// and error; one reader goroutine per connection completes calls.
+// and error; one reader goroutine per shared connection completes calls.
 // DataServer.mu protects its connection set; each served connection has
 // one reading goroutine, a reply lock and one goroutine per SSD read in
 // flight. A write's RangeWriter.Fill runs under the node's ownership lock:
 // the data server calls it only for a non-blocking read of bytes the
 // socket already holds (syscall.RawConn), waiting for the socket outside
-// it. DataPool.mu protects its map.
+// it. DataPool.mu protects its maps (shared and idle own connections).
 package wire

@@ -119,7 +119,7 @@ func answerKeyed(h C.int64_t, key *C.char, keylen C.int64_t, errbuf *C.char, err
 		}
 		ctx, cancel := hd.ctx()
 		defer cancel()
-		n, err = f(ctx, hd, k)
+		n, err = f(onCallerThread(ctx), hd, k)
 		return err
 	})
 	if err != nil {
@@ -286,6 +286,7 @@ func ts_get(h C.int64_t, key *C.char, keylen C.int64_t, out *unsafe.Pointer, err
 		}
 		ctx, cancel := hd.ctx()
 		defer cancel()
+		ctx = onCallerThread(ctx)
 		var mem unsafe.Pointer
 		n, err = hd.c.GetAlloc(ctx, k, func(size int64) ([]byte, error) {
 			if mem != nil { // a second lookup (the object changed under the read)

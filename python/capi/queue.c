@@ -30,6 +30,11 @@ static _Atomic int qfd = -1;        // the dispatcher's eventfd; -1: no queue
 static _Atomic int qmode = TSQ_AUTO;
 static _Atomic int64_t inflight;    // tsq_* calls in progress
 static _Atomic int64_t ndirect, nqueued;
+// Set while this thread runs a call directly (enter said so): the Go side
+// then does the call's socket waits on this thread (tsq_caller_thread).
+static __thread int direct_call;
+
+int tsq_caller_thread(void) { return direct_call; }
 
 void tsq_init(int evfd, int mode) {
 	atomic_store(&qmode, mode);
@@ -58,6 +63,7 @@ static int enter(void) {
 	int mode = atomic_load(&qmode);
 	if (atomic_load(&qfd) < 0 || mode == TSQ_DIRECT || (mode == TSQ_AUTO && before == 0)) {
 		atomic_fetch_add(&ndirect, 1);
+		direct_call = 1;
 		return 1;
 	}
 	atomic_fetch_add(&nqueued, 1);
@@ -65,6 +71,7 @@ static int enter(void) {
 }
 
 static int64_t leave(int64_t ret) {
+	direct_call = 0;
 	atomic_fetch_sub(&inflight, 1);
 	return ret;
 }

@@ -6,6 +6,7 @@ package main
 import "C"
 
 import (
+	"context"
 	"log/slog"
 	"os"
 	"sync"
@@ -15,7 +16,20 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tierstore/tierstore/internal/errcode"
+	"github.com/tierstore/tierstore/internal/wire"
 )
+
+// onCallerThread marks ctx for a call that came straight from its
+// caller's C thread (queue.c ran it directly): the goroutine is locked to
+// that thread, so its data-plane calls wait for their sockets on it
+// (wire.WithCallerThread) instead of being woken through the scheduler.
+// Must be called on the call's own goroutine.
+func onCallerThread(ctx context.Context) context.Context {
+	if C.tsq_caller_thread() != 0 {
+		return wire.WithCallerThread(ctx)
+	}
+	return ctx
+}
 
 // The call queue (queue.c has the C half and the why): the dispatcher
 // goroutine waits on an eventfd in the runtime's poller, takes every queued

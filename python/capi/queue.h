@@ -40,5 +40,8 @@ typedef struct tsq_req {
 void tsq_init(int evfd, int mode);
 tsq_req *tsq_take(void);
 void tsq_done(tsq_req *r);
+// tsq_caller_thread is 1 on a thread running a tsq_* call directly (not
+// queued): the caller's own thread, inside Go as a cgo callback.
+int tsq_caller_thread(void);
 
 #endif

@@ -77,9 +77,10 @@ for t in ts:
     t.start()
 for t in ts:
     t.join()
+own = c.stats()["reads"]["OwnConns"]
 c.close()
 direct, queued = _native.call_counts()
-print(json.dumps({"direct": direct, "queued": queued, "bad": bad}))
+print(json.dumps({"direct": direct, "queued": queued, "bad": bad, "own": own}))
 '''
 
 
@@ -106,6 +107,8 @@ def test_queue_mode_queues_every_data_call(cluster):
     assert out["bad"] == []
     assert out["direct"] == 0
     assert out["queued"] == 8 * 6 * CALLS_PER_ROUND
+    # Queued calls run on goroutines: they share the pool's connections.
+    assert out["own"] == 0
 
 
 def test_direct_mode_never_queues(cluster):
@@ -119,6 +122,10 @@ def test_auto_mode_one_caller_runs_directly(cluster):
     out, _ = run_workload(cluster.master, None, threads=1)
     assert out["bad"] == []
     assert (out["direct"], out["queued"]) == (6 * CALLS_PER_ROUND, 0)
+    # A direct call reads its reply on its own thread over a connection of
+    # its own (docs/python.md, Threads), kept for the next call: one caller,
+    # one node, one connection.
+    assert out["own"] == 1
 
 
 def test_auto_mode_concurrent_callers_queue(cluster):

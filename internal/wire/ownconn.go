@@ -1,0 +1,167 @@
+package wire
+
+import (
+	"bufio"
+	"context"
+	"syscall"
+	"time"
+
+	"github.com/tierstore/tierstore/internal/errcode"
+)
+
+// Calls on the caller's thread.
+//
+// A goroutine locked to its OS thread (a cgo callback from a thread the Go
+// runtime did not create: the Python package's calls) pays for every
+// network wait twice: its thread sleeps, the runtime's poller wakes on
+// another thread, and hands the goroutine back to the locked thread
+// through the scheduler (runtime.startlockedm). With a shared connection
+// the reply is also read by the connection's reader goroutine on yet
+// another thread. A call whose context carries WithCallerThread instead
+// takes a connection of its own from the pool (DataPool.Acquire) and
+// reads its reply itself, waiting for the socket with poll(2) on its own
+// thread: one sleep and one wake per wait, as a plain goroutine gets from
+// the runtime's poller.
+
+type callerThreadKey struct{}
+
+// WithCallerThread marks ctx's data-plane calls as made by a goroutine
+// that should do its socket waits on its own OS thread (see above). The
+// mark is a preference: over TLS, or on a system without poll(2), calls
+// use the shared connections as without it.
+func WithCallerThread(ctx context.Context) context.Context {
+	return context.WithValue(ctx, callerThreadKey{}, true)
+}
+
+// CallerThread reports whether ctx carries WithCallerThread.
+func CallerThread(ctx context.Context) bool {
+	v, _ := ctx.Value(callerThreadKey{}).(bool)
+	return v
+}
+
+// ownPollSlice bounds one poll(2) wait of an own connection, so that a
+// context cancelled without a deadline is noticed within it.
+const ownPollSlice = 50 * time.Millisecond
+
+// ownRaw is an own connection's socket seen as a syscall.RawConn whose
+// Read waits for the socket with poll(2) on the calling thread instead of
+// the runtime's poller. The context of the call in progress (one at a
+// time: the connection is its caller's alone) bounds the waits.
+type ownRaw struct {
+	raw syscall.RawConn
+	ctx context.Context // the call in progress; set by awaitOwn
+	dc  *DataConn
+}
+
+func (r *ownRaw) Control(f func(fd uintptr)) error           { return r.raw.Control(f) }
+func (r *ownRaw) Write(f func(fd uintptr) (done bool)) error { return r.raw.Write(f) }
+
+// Read calls f until it reports done, polling the socket for input on this
+// thread between calls; it fails with a ContextCanceled error once the
+// call's context ends.
+func (r *ownRaw) Read(f func(fd uintptr) (done bool)) error {
+	var werr error
+	err := r.raw.Read(func(fd uintptr) bool {
+		for !f(fd) {
+			if werr = r.wait(fd); werr != nil {
+				return true
+			}
+		}
+		return true
+	})
+	if err == nil {
+		err = werr
+	}
+	return err
+}
+
+// wait polls fd for input until it is readable or the call's context ends.
+func (r *ownRaw) wait(fd uintptr) error {
+	if err := r.ctx.Err(); err != nil {
+		return errcode.Errorf(errcode.ContextCanceled, "wire: waiting for %s: %v", r.dc.endpoint, err)
+	}
+	slice := ownPollSlice
+	if dl, ok := r.ctx.Deadline(); ok {
+		slice = min(slice, time.Until(dl))
+	}
+	if err := pollIn(fd, slice); err != nil {
+		return errcode.Errorf(errcode.TransferFail, "wire: poll of the connection to %s: %v", r.dc.endpoint, err)
+	}
+	return nil
+}
+
+// idleDead reports whether an idle own connection can no longer carry a
+// call: with no request outstanding nothing may be readable, so input, a
+// hang-up or an error on the socket means the node closed it (a restart)
+// or broke the protocol. Checked before an idle connection is reused, as
+// no reader goroutine watches it.
+func (dc *DataConn) idleDead() bool {
+	if dc.Broken() {
+		return true
+	}
+	if dc.br.Buffered() > 0 {
+		return true
+	}
+	dead := false
+	if err := dc.own.raw.Control(func(fd uintptr) { dead = pollReady(fd) }); err != nil {
+		return true
+	}
+	return dead
+}
+
+// ownReader is an own connection's io.Reader for its bufio.Reader: read(2)
+// with ownRaw's waits.
+type ownReader struct{ r *ownRaw }
+
+func (o ownReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	var n int
+	var rerr error
+	err := o.r.Read(func(fd uintptr) bool {
+		n, rerr = readFD(fd, p)
+		return rerr != errAgain
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, rerr
+}
+
+// makeOwn makes dc an own connection: no reader goroutine; its callers read
+// their replies (awaitOwn).
+func (dc *DataConn) makeOwn() {
+	dc.own = &ownRaw{raw: dc.raw, dc: dc}
+	dc.raw = dc.own
+	dc.br = bufio.NewReaderSize(ownReader{dc.own}, 16<<10)
+	dc.hb, dc.meta = make([]byte, HeaderLen), make([]byte, 0, MaxMeta)
+	close(dc.readerDone)
+}
+
+// awaitOwn is await on an own connection: the caller reads reply frames
+// itself until c is answered. A failure, the context's end included,
+// breaks the connection (it is the caller's alone, and a reply cut
+// short leaves the stream unusable).
+func (dc *DataConn) awaitOwn(ctx context.Context, c *call) error {
+	dc.own.ctx = ctx
+	defer func() { dc.own.ctx = nil }()
+	for {
+		select {
+		case <-c.done:
+			return c.err
+		default:
+		}
+		h, m, err := ReadFrameHead(dc.br, dc.hb, dc.meta)
+		dc.meta = m
+		if err == nil {
+			err = dc.reply(h, dc.meta)
+		}
+		if err != nil {
+			if cerr := ctx.Err(); cerr != nil {
+				err = errcode.Errorf(errcode.ContextCanceled, "wire: %v to %s: %v", c.op, dc.endpoint, cerr)
+			}
+			dc.broken(err)
+		}
+	}
+}
