@@ -22,7 +22,10 @@ import (
 const (
 	// DefaultConnsPerPeer: a client process keeps a few connections to a
 	// master (one gRPC channel) and to each node (wire.DefaultConnsPerNode
-	// data connections); 128 lets dozens of client processes share one
+	// shared data connections, and up to wire.OwnIdle idle own ones for
+	// Python calls that run on their caller's thread: one or two unless
+	// many threads call at once with TIERSTORE_CALLS=direct); 128 lets
+	// dozens of client processes share one
 	// address (one inference host) while bounding a flood to a few MiB of
 	// buffers.
 	DefaultConnsPerPeer = 128
