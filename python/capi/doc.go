@@ -43,7 +43,10 @@
 // Every function may be called from any thread at once. The data calls
 // and the lookups (ts_put*, ts_get*, ts_batch_put*, ts_batch_get_into*,
 // ts_exists, ts_batch_exists) have a C entry point each, tsq_NAME (queue.c), which runs the call
-// directly when no other is in flight and otherwise queues it: the
+// directly when no other is in flight (single puts excepted: mode auto
+// queues them always) and otherwise queues it. A direct call's context
+// carries wire.WithCallerThread, so that its data-plane reply is read on
+// the caller's thread over a connection of its own. The
 // dispatcher goroutine (queue.go) waits on an eventfd in the runtime's
 // poller, takes the whole queue (queue.c's qmu guards it) at each wake and
 // hands each call to a worker goroutine, which writes the result and sets
