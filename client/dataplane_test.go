@@ -92,8 +92,18 @@ func reply(req wire.Header, payload uint64) []byte {
 
 // Through the client API, against a node that misbehaves on the wire: a
 // Get fails with a clear error (the only replica is bad), never returns
-// wrong bytes, and writes nothing beyond the caller's buffer.
+// wrong bytes, and writes nothing beyond the caller's buffer; so too on a
+// connection of the caller's own (wire.WithCallerThread: the caller reads
+// its reply).
 func TestGetIntoFromMisbehavingNode(t *testing.T) {
+	for _, own := range []bool{false, true} {
+		t.Run(map[bool]string{false: "shared connection", true: "own connection"}[own], func(t *testing.T) {
+			testGetIntoFromMisbehavingNode(t, own)
+		})
+	}
+}
+
+func testGetIntoFromMisbehavingNode(t *testing.T, own bool) {
 	const n = 200 << 10
 	val := bytes.Repeat([]byte("tierstore"), n/9+1)[:n]
 	for _, tc := range []struct {
@@ -146,6 +156,9 @@ func TestGetIntoFromMisbehavingNode(t *testing.T) {
 			}
 			defer c.Close()
 			ctx := context.Background()
+			if own {
+				ctx = wire.WithCallerThread(ctx)
+			}
 			if err := c.Put(ctx, "k", val); err != nil {
 				t.Fatal(err)
 			}
@@ -159,6 +172,9 @@ func TestGetIntoFromMisbehavingNode(t *testing.T) {
 			}
 			if tc.want == client.ErrChecksumMismatch && c.ReadStats().BadReplicasReported != 1 {
 				t.Fatalf("a replica failing its checksum was not reported: %+v", c.ReadStats())
+			}
+			if dials := c.ReadStats().OwnConns; (dials > 0) != own {
+				t.Fatalf("%d own connections dialled (own: %v)", dials, own)
 			}
 		})
 	}
