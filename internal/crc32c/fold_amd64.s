@@ -1,0 +1,75 @@
+#include "textflag.h"
+
+// func foldAVX512(p *byte, blocks int, r uint32, k *[8]uint64, out *[64]byte)
+//
+// Folds blocks (>= 4) 64-byte blocks of p, the raw CRC register r xored
+// into the first four bytes, into one 64-byte block with the same CRC32C
+// (see fold_amd64.go): four ZMM accumulators folded 256 bytes at a time,
+// then into one, then 64 bytes at a time. k holds the fold constants for
+// 256, 192, 128 and 64 bytes, two quadwords each (lo, hi).
+TEXT ·foldAVX512(SB), NOSPLIT, $0-40
+	MOVQ p+0(FP), SI
+	MOVQ blocks+8(FP), CX
+	MOVL r+16(FP), AX
+	MOVQ k+24(FP), BX
+	MOVQ out+32(FP), DI
+
+	VMOVDQU64 0(SI), Z0
+	VMOVDQU64 64(SI), Z1
+	VMOVDQU64 128(SI), Z2
+	VMOVDQU64 192(SI), Z3
+	VMOVD AX, X10
+	VPXORQ Z10, Z0, Z0
+	ADDQ $256, SI
+	SUBQ $4, CX
+
+	VBROADCASTI32X4 0(BX), Z8 // 256 bytes
+
+loop256:
+	CMPQ CX, $4
+	JLT fold4
+	VPCLMULQDQ $0x00, Z8, Z0, Z4
+	VPCLMULQDQ $0x11, Z8, Z0, Z0
+	VPTERNLOGD $0x96, 0(SI), Z4, Z0
+	VPCLMULQDQ $0x00, Z8, Z1, Z5
+	VPCLMULQDQ $0x11, Z8, Z1, Z1
+	VPTERNLOGD $0x96, 64(SI), Z5, Z1
+	VPCLMULQDQ $0x00, Z8, Z2, Z6
+	VPCLMULQDQ $0x11, Z8, Z2, Z2
+	VPTERNLOGD $0x96, 128(SI), Z6, Z2
+	VPCLMULQDQ $0x00, Z8, Z3, Z7
+	VPCLMULQDQ $0x11, Z8, Z3, Z3
+	VPTERNLOGD $0x96, 192(SI), Z7, Z3
+	ADDQ $256, SI
+	SUBQ $4, CX
+	JMP loop256
+
+fold4:
+	// Z3 ^= Z0 folded over 192 bytes, Z1 over 128, Z2 over 64.
+	VBROADCASTI32X4 16(BX), Z9
+	VPCLMULQDQ $0x00, Z9, Z0, Z4
+	VPCLMULQDQ $0x11, Z9, Z0, Z0
+	VPTERNLOGD $0x96, Z4, Z0, Z3
+	VBROADCASTI32X4 32(BX), Z9
+	VPCLMULQDQ $0x00, Z9, Z1, Z4
+	VPCLMULQDQ $0x11, Z9, Z1, Z1
+	VPTERNLOGD $0x96, Z4, Z1, Z3
+	VBROADCASTI32X4 48(BX), Z9
+	VPCLMULQDQ $0x00, Z9, Z2, Z4
+	VPCLMULQDQ $0x11, Z9, Z2, Z2
+	VPTERNLOGD $0x96, Z4, Z2, Z3
+
+loop64:
+	CMPQ CX, $1
+	JLT done
+	VPCLMULQDQ $0x00, Z9, Z3, Z4
+	VPCLMULQDQ $0x11, Z9, Z3, Z3
+	VPTERNLOGD $0x96, 0(SI), Z4, Z3
+	ADDQ $64, SI
+	DECQ CX
+	JMP loop64
+
+done:
+	VMOVDQU64 Z3, 0(DI)
+	VZEROUPPER
+	RET
