@@ -1,18 +1,19 @@
 #include "textflag.h"
 
-// func foldAVX512(p *byte, blocks int, r uint32, k *[8]uint64, out *[64]byte)
+// func foldAVX512(p *byte, blocks int, r uint32, k *[8]uint64) uint32
 //
 // Folds blocks (>= 4) 64-byte blocks of p, the raw CRC register r xored
 // into the first four bytes, into one 64-byte block with the same CRC32C
 // (see fold_amd64.go): four ZMM accumulators folded 256 bytes at a time,
 // then into one, then 64 bytes at a time. k holds the fold constants for
-// 256, 192, 128 and 64 bytes, two quadwords each (lo, hi).
-TEXT ·foldAVX512(SB), NOSPLIT, $0-40
+// 256, 192, 128 and 64 bytes, two quadwords each (lo, hi). It returns the
+// raw register (no inversions) of that block run from zero with the CRC32
+// instruction: the register of the blocks run from r.
+TEXT ·foldAVX512(SB), NOSPLIT, $64-36
 	MOVQ p+0(FP), SI
 	MOVQ blocks+8(FP), CX
 	MOVL r+16(FP), AX
 	MOVQ k+24(FP), BX
-	MOVQ out+32(FP), DI
 
 	VMOVDQU64 0(SI), Z0
 	VMOVDQU64 64(SI), Z1
@@ -70,6 +71,16 @@ loop64:
 	JMP loop64
 
 done:
-	VMOVDQU64 Z3, 0(DI)
+	VMOVDQU64 Z3, block-64(SP)
 	VZEROUPPER
+	XORQ AX, AX
+	CRC32Q block-64(SP), AX
+	CRC32Q block-56(SP), AX
+	CRC32Q block-48(SP), AX
+	CRC32Q block-40(SP), AX
+	CRC32Q block-32(SP), AX
+	CRC32Q block-24(SP), AX
+	CRC32Q block-16(SP), AX
+	CRC32Q block-8(SP), AX
+	MOVL AX, ret+32(FP)
 	RET
