@@ -126,7 +126,13 @@ func DialDataTLS(ctx context.Context, endpoint string, timeout time.Duration, cf
 	}
 	_ = c.SetDeadline(time.Time{})
 	if tc, ok := c.(*tlsConn); ok {
-		tc.bufferReads() // before the reader starts
+		// From here on, the record layer of data plane 5 (record.go).
+		rc, err := newRecordConn(tc, true)
+		if err != nil {
+			c.Close()
+			return nil, errcode.Errorf(errcode.RPCFail, "wire: data-plane records with %s: %v", endpoint, err)
+		}
+		c = rc
 	}
 	dc := &DataConn{
 		conn: c, endpoint: endpoint, br: bufio.NewReaderSize(c, 16<<10), raw: rawConnOf(c),
