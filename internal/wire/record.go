@@ -177,11 +177,12 @@ func (c *recordConn) recordErr(format string, args ...any) error {
 // socket already holds.
 func (c *recordConn) readRecord() error {
 	if c.hdrN < recHdrLen {
-		if _, err := io.ReadFull(c.Conn, c.hdr[c.hdrN:]); err != nil {
-			if c.hdrN == 0 && err == io.EOF {
-				return io.EOF
+		if k, err := io.ReadFull(c.Conn, c.hdr[c.hdrN:]); err != nil {
+			if err == io.EOF && c.hdrN > 0 {
+				err = io.ErrUnexpectedEOF
 			}
-			return io.ErrUnexpectedEOF
+			c.hdrN += k
+			return err // io.EOF: the peer closed between records
 		}
 	}
 	c.padd, c.hdrN = c.hdr, 0
@@ -195,6 +196,7 @@ func (c *recordConn) readRecord() error {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
+		c.rerr = err // a record cut short cannot be resumed
 		return err
 	}
 	c.hdrN = copy(c.hdr[:], c.rbuf[need:got])
