@@ -134,10 +134,13 @@ type recordConn struct {
 
 // newRecordConn switches tc, whose handshake and hellos are done, to the
 // record layer. client says which side this is. Nothing may be buffered in
-// tc: the peer sends its first record only after it read this side's
-// hello, which this side sends after it read the peer's (the hellos of
-// DialDataTLS and serverConn.handshake), so crypto/tls has read no byte
-// beyond the hello's TLS record.
+// tc, and nothing is: on the node, the client sends its first record only
+// once it has read the node's hello, which the node sends after reading
+// the client's (DialDataTLS, serverConn.handshake); on the client, the
+// node sends records only in answer to requests, made after the switch.
+// So neither crypto/tls has read a byte beyond the hello's TLS record (a
+// peer that sends early loses those bytes to its TLS stack, and its first
+// record fails to open).
 func newRecordConn(tc *tlsConn, client bool) (*recordConn, error) {
 	c2n, n2c, c2nIV, n2cIV, err := recordKeys(tc.ConnectionState())
 	if err != nil {
