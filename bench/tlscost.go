@@ -12,6 +12,7 @@ import (
 
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/internal/tlsconf"
+	"github.com/tierstore/tierstore/internal/wire"
 	"github.com/tierstore/tierstore/master"
 	"github.com/tierstore/tierstore/node"
 	"google.golang.org/grpc"
@@ -124,6 +125,7 @@ func runTLS(ctx context.Context, e *env) (*result, error) {
 			"clusters": "two in this process, alive together: a master served over gRPC on 127.0.0.1 and a node on a loopback listener (the master in process for the node); plaintext, and mutual TLS with certificates of a throwaway CA (ECDSA P-256)",
 			"objects":  fmt.Sprintf("%d of %s in DRAM; batch get = BatchGetInto of all %d", e2eObjects, sizeName(size), e2eObjects),
 			"cipher":   ciph,
+			"records":  fmt.Sprintf("the data plane's own records after the hellos (data plane %d): AES-128-GCM, keys from the TLS 1.3 exporter, up to 64 KiB a record; gRPC to the master in TLS records", wire.DataVersion),
 		},
 		Tables: []*table{t},
 		Notes: []string{

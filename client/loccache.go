@@ -24,7 +24,7 @@ import (
 // or sweep takes it; a forced removal answers only once the nodes holding
 // it applied it: master/removewait.go), and the node refuses a range that
 // no longer holds the put the entry names (the data-plane read names the
-// put token, wire.DataVersion 4) and an SSD read of a removed key. A cached
+// put token, since wire.DataVersion 4) and an SSD read of a removed key. A cached
 // read that fails for any reason (refused, missing, checksum, grant
 // expired, unreachable) drops the entry and falls back to the lookup path
 // once, which reads, falls back over replicas and reports as before. This

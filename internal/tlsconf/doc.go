@@ -43,6 +43,13 @@
 // handshake. Connections already established keep the certificate they
 // were opened with.
 //
+// # The data plane
+//
+// A node's data plane (package wire, data plane 5) uses TLS for the
+// handshake and the hellos only, then seals its records with keys it
+// exports from the session (ExportKeyingMaterial); it needs the TLS 1.3
+// these configurations insist on and refuses another version.
+//
 // Concurrency: a Source is safe for concurrent use; mu protects the loaded
 // material, which handshakes read under it.
 package tlsconf

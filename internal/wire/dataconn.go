@@ -139,14 +139,20 @@ func dialData(ctx context.Context, endpoint string, timeout time.Duration, cfg *
 	}
 	_ = c.SetDeadline(time.Time{})
 	if tc, ok := c.(*tlsConn); ok {
-		tc.bufferReads() // before the reader starts
+		// From here on, the record layer of data plane 5 (record.go).
+		rc, err := newRecordConn(tc, true)
+		if err != nil {
+			c.Close()
+			return nil, errcode.Errorf(errcode.RPCFail, "wire: data-plane records with %s: %v", endpoint, err)
+		}
+		c = rc
 	}
 	dc := &DataConn{
 		conn: c, endpoint: endpoint, br: bufio.NewReaderSize(c, 16<<10), raw: rawConnOf(c),
 		wbuf: make([]byte, 0, HeaderLen+MaxMeta), calls: map[uint32]*call{},
 		readerDone: make(chan struct{}),
 	}
-	if own && ownSupported && dc.raw != nil {
+	if own && cfg == nil && ownSupported && dc.raw != nil { // plaintext only: records need their reader
 		dc.makeOwn()
 		return dc, nil
 	}

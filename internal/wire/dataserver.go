@@ -193,7 +193,7 @@ func (s *DataServer) ServeConn(c net.Conn, prefix []byte) {
 	s.mu.Unlock()
 	defer func() {
 		sc.wg.Wait()
-		c.Close()
+		sc.c.Close() // the socket itself once the records took over
 		s.mu.Lock()
 		delete(s.conns, sc)
 		s.mu.Unlock()
@@ -208,12 +208,38 @@ func (s *DataServer) ServeConn(c net.Conn, prefix []byte) {
 			s.log.Warn("data connection refused", "remote", c.RemoteAddr(), "err", sc.denied)
 		}
 	}
-	if tc, ok := c.(*tlsConn); ok && sc.denied == nil {
-		tc.bufferReads() // a refused connection gets no read buffer
+	if tc, ok := c.(*tlsConn); ok {
+		if err := sc.records(tc); err != nil {
+			s.log.Warn("data connection refused", "remote", c.RemoteAddr(), "err", err)
+			return
+		}
 	}
-	if err := sc.loop(); !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+	err := sc.loop()
+	switch {
+	case errors.Is(err, ErrRecordAuth):
+		s.log.Warn("data connection closed", "remote", c.RemoteAddr(), "err", err)
+	case !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed):
 		s.log.Debug("data connection ended", "remote", c.RemoteAddr(), "err", err)
 	}
+}
+
+// records switches a connection over TLS, its hellos exchanged, to the
+// data plane's record layer (record.go). The client sends its first
+// record only once it has this side's hello, so nothing beyond its hello
+// may have arrived through TLS.
+func (sc *serverConn) records(tc *tlsConn) error {
+	if n := sc.br.Buffered(); n > 0 {
+		return frameErr(ErrFrame, "wire: %d bytes over TLS after the client's hello, before it could have read this side's", n)
+	}
+	rc, err := newRecordConn(tc, false)
+	if err != nil {
+		return err
+	}
+	sc.s.mu.Lock() // Close reads sc.c
+	sc.c = rc
+	sc.s.mu.Unlock()
+	sc.br = bufio.NewReaderSize(rc, 16<<10)
+	return nil
 }
 
 // inflight is the number of requests being served.

@@ -59,14 +59,20 @@
 //
 // # TLS
 //
-// With a tls.Config (DialDataTLS, NewMuxTLS) the data plane runs inside
-// TLS 1.3. crypto/tls makes a record of at most 16 KiB at a time and
-// writes each to the socket; the data plane's TLS connections gather the
-// records of one frame and write them in pieces of up to 256 KiB, and read
-// the socket through a 128 KiB buffer allocated once the handshake, hello
-// and role check are done (tlsconn.go). The zero-copy paths of plaintext
-// (writev from the segment, reads and readv into the caller's buffer) do
-// not apply: crypto/tls encrypts into and decrypts out of its own buffers.
+// With a tls.Config (DialDataTLS, NewMuxTLS) a data connection starts with
+// a TLS 1.3 handshake and exchanges its hellos inside TLS; then, since
+// data plane version 5, both sides derive per-direction AES-128-GCM keys
+// from the session (tls.ConnectionState.ExportKeyingMaterial) and every
+// frame travels in records of the data plane's own on the socket
+// (record.go, docs/format/dataplane.md "Records"): a reader opens each
+// record (up to 64 KiB) from a scratch buffer straight into the caller's
+// buffer, or, for a write on the node, into the range the put claimed; a
+// writer seals from the caller's memory (the node's segment) into a
+// staging buffer written to the socket every four records. Nonces are a
+// per-direction 64-bit counter; a record that fails to open (altered,
+// replayed, reordered, another key) closes the connection (ErrRecordAuth,
+// also errcode.ErrTransferFail). crypto/tls's own records carry only the
+// handshake and the hellos.
 //
 // # Calls on the caller's thread
 //
@@ -86,7 +92,8 @@
 // one caller until its release.
 // DataConn.wmu serialises frame writes; DataConn.mu protects its call map
 // and error; one reader goroutine per shared connection completes calls.
-// DataServer.mu protects its connection set; each served connection has
+// DataServer.mu protects its connection set (and a served connection's
+// net.Conn, replaced once by its records); each served connection has
 // one reading goroutine, a reply lock and one goroutine per SSD read in
 // flight. A write's RangeWriter.Fill runs under the node's ownership lock:
 // the data server calls it only for a non-blocking read of bytes the

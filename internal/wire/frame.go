@@ -28,7 +28,11 @@ const (
 	// reads (after its length, before its grant); a node refuses the read
 	// when the range holds another put's object (a client's cached
 	// replica location of an object removed or evicted since: issue 24).
-	DataVersion = 4
+	// 5: over TLS, after the hellos, every frame travels in the data
+	// plane's own records on the socket, sealed with keys exported from
+	// the TLS session (record.go), not in TLS records; plaintext
+	// connections are unchanged from 4 but refused by a node of 4.
+	DataVersion = 5
 	// HelloLen is the length of the hello each side sends first.
 	HelloLen = 8
 	// HeaderLen is the length of a frame header.
@@ -148,7 +152,16 @@ func BadChecksum(format string, args ...any) error {
 	return fmt.Errorf("%s: %w: %w", fmt.Sprintf(format, args...), ErrBadChecksum, errcode.ErrChecksumMismatch)
 }
 
+// frameErr is an error of the framing wrapping sentinel and
+// errcode.ErrTransferFail; when one of args is a record's failure
+// (ErrRecordAuth, the cause and not a framing error, its message complete)
+// it is that error.
 func frameErr(sentinel error, format string, args ...any) error {
+	for _, a := range args {
+		if e, ok := a.(error); ok && errors.Is(e, ErrRecordAuth) {
+			return e
+		}
+	}
 	return fmt.Errorf("%s: %w: %w", fmt.Sprintf(format, args...), sentinel, errcode.ErrTransferFail)
 }
 

@@ -53,6 +53,9 @@ func (sc *serverConn) receive(w RangeWriter, n int64) (got int64, crc uint32, er
 			return got, crc, ferr, nil
 		}
 	}
+	if rc, ok := sc.c.(*recordConn); ok {
+		return receiveRecords(rc, w, n, got, crc)
+	}
 	if sc.raw == nil {
 		return sc.receiveCopy(w, n, got, crc)
 	}
@@ -106,6 +109,35 @@ func (sc *serverConn) receiveCopy(w RangeWriter, n, got int64, crc uint32) (int6
 			return got + int64(len(b)), crc, err, nil
 		}
 		got += int64(k)
+	}
+	return got, crc, nil, nil
+}
+
+// receiveRecords is receive's path over the record layer (TLS, record.go):
+// each record is read off the socket outside w's lock (ready), then opened
+// straight into w's memory under it (fill), and checksummed there.
+func receiveRecords(rc *recordConn, w RangeWriter, n, got int64, crc uint32) (int64, uint32, error, error) {
+	for got < n {
+		if err := rc.ready(); err != nil {
+			return got, crc, nil, fmt.Errorf("%w after %d bytes", err, got)
+		}
+		var ioErr error
+		k, err := w.Fill(got, func(dst []byte) (int, error) {
+			m, err := rc.fill(dst[:min(int64(len(dst)), n-got)])
+			if err != nil {
+				ioErr = err
+				return 0, err
+			}
+			crc = crc32c.Update(crc, dst[:m])
+			return m, nil
+		})
+		got += int64(k)
+		switch {
+		case ioErr != nil:
+			return got, crc, nil, ioErr
+		case err != nil:
+			return got, crc, err, nil
+		}
 	}
 	return got, crc, nil, nil
 }

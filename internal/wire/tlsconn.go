@@ -1,38 +1,23 @@
 package wire
 
 import (
-	"bufio"
 	"crypto/tls"
 	"net"
 	"sync"
 )
 
-// TLS on the data plane. crypto/tls turns every Write into records of at
-// most 16 KiB and hands each record to the socket as its own write(2); a
-// frame written part by part (header, then each payload part) is one
-// record or more per part. Reads return at most one record each, with a
-// read(2) or more per record. On loopback those system calls, not the
-// cipher, were most of TLS's cost (docs/benchmarks.md, TLS).
-//
-// So a data connection over TLS runs over a gatherConn: while a frame is
-// written (tlsConn.Write, writeFrame) the records crypto/tls makes are
-// gathered into one buffer and go to the socket in writes of up to
-// tlsGather bytes; once the connection is through its handshake and hello
-// (bufferReads), the socket is read through a tlsReadBuf buffer, which
-// holds several records a read(2). The buffers are allocated only then,
-// so a connection refused at its handshake costs none.
-const (
-	tlsGather  = 256 << 10
-	tlsReadBuf = 128 << 10
-)
+// TLS on the data plane. A data connection over TLS takes the TLS 1.3
+// handshake and the two hellos through crypto/tls, then switches to the
+// data plane's own record layer on the socket (record.go, data plane 5).
+// Until then it runs over a gatherConn: crypto/tls turns every Write into
+// records of at most 16 KiB and hands each to the socket as its own
+// write(2); while a frame is written (tlsConn.Write, writeFrame) they are
+// gathered and go to the socket in writes of up to tlsGather bytes.
+const tlsGather = 256 << 10
 
 // gatherConn is the socket under a data connection's tls.Conn.
 type gatherConn struct {
 	net.Conn
-
-	// br, once set (bufferReads), reads the socket; only the connection's
-	// reader uses it (crypto/tls reads under its own input lock).
-	br *bufio.Reader
 
 	// mu protects corked and out; it is held across the socket writes, so
 	// that what crypto/tls writes outside a frame (an alert) cannot pass
@@ -43,13 +28,6 @@ type gatherConn struct {
 }
 
 func newGatherConn(c net.Conn) *gatherConn { return &gatherConn{Conn: c} }
-
-func (g *gatherConn) Read(p []byte) (int, error) {
-	if g.br != nil {
-		return g.br.Read(p)
-	}
-	return g.Conn.Read(p)
-}
 
 // Write takes one TLS record (or handshake message): gathered while
 // corked, written through otherwise.
@@ -101,8 +79,8 @@ func (g *gatherConn) flushLocked() error {
 	return nil
 }
 
-// tlsConn is a data connection over TLS: a tls.Conn (its ConnectionState,
-// deadlines and Close) over a gatherConn.
+// tlsConn is a data connection over TLS until its hellos are exchanged: a
+// tls.Conn (its ConnectionState, deadlines and Close) over a gatherConn.
 type tlsConn struct {
 	*tls.Conn
 	g *gatherConn
@@ -152,17 +130,14 @@ func (c *tlsConn) writeBuffers(v net.Buffers) (int64, error) {
 	return n, err
 }
 
-// bufferReads makes the connection read its socket through a buffer of
-// tlsReadBuf bytes. Called once, by the goroutine that will read, after
-// the handshake and the hello.
-func (c *tlsConn) bufferReads() {
-	c.g.br = bufio.NewReaderSize(c.g.Conn, tlsReadBuf)
-}
-
-// writeFrame writes v to c: over TLS as one gathered write, otherwise with
-// writev (net.Buffers).
+// writeFrame writes v to c: over TLS as records of the data plane's
+// record layer (record.go), over a tls.Conn not yet switched to it as one
+// gathered write, otherwise with writev (net.Buffers).
 func writeFrame(c net.Conn, v net.Buffers) (int64, error) {
-	if tc, ok := c.(*tlsConn); ok {
+	switch tc := c.(type) {
+	case *recordConn:
+		return tc.writeBuffers(v)
+	case *tlsConn:
 		return tc.writeBuffers(v)
 	}
 	return v.WriteTo(c)
