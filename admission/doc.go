@@ -214,8 +214,8 @@
 //
 // Eager, OnEvict, ReadThreshold and None are stateless values, safe for
 // concurrent use. TinyLFU is safe for concurrent use: one mutex protects
-// the sketch, the per-node reports, the ghost lists, the margin and the
-// new-key window; its counters are atomic. The master calls OnLookup with
+// the sketch, the per-node reports, the margin and the new-key window
+// (whose ghosts the margin shares); its counters are atomic. The master calls OnLookup with
 // the object's shard lock held, so the *Object it passes is owned by the
 // call; TinyLFU never calls back into the master.
 package admission

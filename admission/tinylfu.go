@@ -163,8 +163,8 @@ const recentMisses = 1 << 12
 type TinyLFU struct {
 	cfg TinyLFUConfig
 
-	// mu protects sk, recent, nodes, population, admittedCost, the margin,
-	// the ghosts and win.
+	// mu protects sk, recent, nodes, population, admittedCost, the margin
+	// and its adaptation state, and win (whose ghosts the margin uses).
 	mu     sync.Mutex
 	sk     *Sketch
 	recent [recentMisses]uint64
@@ -408,9 +408,9 @@ func (p *TinyLFU) valueTest(f uint32, cost int64, st *nodeState) (Reason, float6
 // watermark but not under the low one must beat the next victim: once an
 // SSD has evicted (the room between the watermarks is then what the last
 // eviction freed, and what is admitted into it decides what the next one
-// takes), while the adaptive margin is above 0 (the ghosts say that
-// pushed-out objects come back at least as often as rejected
-// candidates), unless Config.FreeRoom. Caller holds mu.
+// takes), while the adaptive margin is above 0 (the ghosts do not say
+// that the candidates the margin turns away come back more often than
+// pushed-out objects), unless Config.FreeRoom. Caller holds mu.
 func (p *TinyLFU) roomTested() bool {
 	return !p.cfg.FreeRoom && p.margin > 0 && p.st.pushedKeys.Load() > 0
 }
