@@ -90,13 +90,24 @@
 // nothing. A margin of one access keeps a fixed part of the loop. On
 // recency-driven traffic the same margin turns away objects that come back
 // soon, so the margin adapts between 0 and MaxMargin, in the manner of
-// ARC's ghost lists: two bounded lists remember recently rejected
-// candidates and objects recently pushed out of SSD; every 64 rejections
-// plus pushed-out objects, if rejected candidates came back (missed) more
-// often than pushed-out objects, the margin steps down, in the opposite
-// case up. An epoch without pushed-out objects moves nothing (the cost of
+// ARC's ghost lists (ghost.go), with two of the new-key window's return
+// ghosts (below: sampled keys, the window's clock and horizon). One
+// remembers the candidates the margin alone turned away (their estimate
+// beats the victim's density, not by more than the margin) and, at margin
+// 0, those admitted that one step up would turn away: the decisions the
+// margin makes. The other remembers the objects pushed out of SSD. Every
+// 64 outcomes (returns within the horizon, or expiries), if those
+// candidates came back more often than pushed-out objects by more than
+// two standard errors of the difference, the margin steps down; in the
+// opposite case up; a difference within the noise moves nothing, nor
+// does a step in which no pushed-out object was counted (the cost of
 // admitting is then unknown; a loop that rejects everything would
-// otherwise talk itself into thrashing).
+// otherwise talk itself into thrashing). Until churn stop 43 every
+// rejection was remembered, in a list as long as the pushed-out one: on
+// the churn bench rejections came 12 to 24 times faster than objects were
+// pushed out, so the two rates were of different spans of time, most
+// rejected keys would have lost at any margin, and any difference moved
+// the margin (docs/benchmarks.md, stop 43).
 //
 // Cold puts (ColdPutter, admission_cold_put_freq, default 2). The master
 // orders DRAM victims least recently used first, a put counting as a use.
@@ -203,8 +214,8 @@
 //
 // Eager, OnEvict, ReadThreshold and None are stateless values, safe for
 // concurrent use. TinyLFU is safe for concurrent use: one mutex protects
-// the sketch, the per-node reports, the ghost lists, the margin and the
-// new-key window; its counters are atomic. The master calls OnLookup with
+// the sketch, the per-node reports, the margin and the new-key window
+// (whose ghosts the margin shares); its counters are atomic. The master calls OnLookup with
 // the object's shard lock held, so the *Object it passes is owned by the
 // call; TinyLFU never calls back into the master.
 package admission

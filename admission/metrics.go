@@ -25,7 +25,9 @@ type TinyLFUStats struct {
 	// lookups (window.go).
 	NewKeysReturn, PushedReturn, WindowHorizon float64
 	// Margin is the adaptive margin now; RegretRejected and RegretPushed
-	// count the misses of rejected and pushed-out keys that moved it.
+	// count the returns that move it: lookups, within the horizon, of
+	// (sampled) candidates the margin alone turned away and of objects
+	// the SSD pushed out (ghost.go).
 	Margin                       float64
 	RegretRejected, RegretPushed int64
 	// Halvings of the sketch, sketch resizes, SSD reports received.
@@ -73,8 +75,6 @@ func (p *TinyLFU) Stats() TinyLFUStats {
 	s.Promotions = p.st.promotions.Load()
 	s.ColdPuts = p.st.coldPuts.Load()
 	s.ColdNewPuts = p.st.coldNewPuts.Load()
-	s.RegretRejected = p.st.regretRejected.Load()
-	s.RegretPushed = p.st.regretPushed.Load()
 	s.Resizes = p.st.resizes.Load()
 	s.Reports = p.st.reports.Load()
 	p.mu.Lock()
@@ -83,6 +83,7 @@ func (p *TinyLFU) Stats() TinyLFUStats {
 	s.Period = p.sk.Period()
 	s.Margin = p.margin
 	s.NewKeysReturn, s.PushedReturn, s.WindowHorizon = p.win.rates()
+	s.RegretRejected, s.RegretPushed = p.win.rejected.returns, p.win.pushed.returns
 	p.mu.Unlock()
 	return s
 }

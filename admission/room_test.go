@@ -63,15 +63,15 @@ func TestTinyLFURoomBetweenWatermarks(t *testing.T) {
 }
 
 // TestTinyLFURoomFollowsTheMargin: the room test follows the ghosts. On
-// recency-driven traffic (rejected candidates come back, pushed-out
-// objects do not) the margin falls to 0 and the room between the
-// watermarks is free again; when pushed-out objects come back it rises
-// and the room is tested again.
+// recency-driven traffic (candidates the margin turned away come back,
+// pushed-out objects do not) the margin falls to 0 and the room between
+// the watermarks is free again; when pushed-out objects come back it
+// rises and the room is tested again.
 func TestTinyLFURoomFollowsTheMargin(t *testing.T) {
-	p := NewTinyLFU(TinyLFUConfig{Margin: 1, MaxMargin: 2, MarginStep: 0.25})
-	p.ReportSSD("n1", between(2), 0)
+	r := newMarginRig(t)
+	p := r.p
 	p.ObserveSSDEviction([]string{"gone"})
-	p.ReportSSD("n1", between(2), 0)
+	p.ReportSSD("n1", between(rigDensity), 0)
 	if ok, _ := decideOnce(t, p, "probe0"); ok {
 		t.Fatal("a one-off candidate took the room at margin 1")
 	}
@@ -79,12 +79,10 @@ func TestTinyLFURoomFollowsTheMargin(t *testing.T) {
 		if i > 64*adaptEvery {
 			t.Fatalf("margin stuck at %v while rejected candidates come back and pushed-out ones do not", p.Margin())
 		}
-		k := fmt.Sprintf("recent%d", i)
-		p.OnEvict(candidate(k))
-		p.ObserveLookup(k, Miss, 0)
-		p.ObserveSSDEviction([]string{fmt.Sprintf("old%d", i)})
-		p.ReportSSD("n1", between(2), 0)
+		r.back(r.reject(true))
+		r.push()
 	}
+	p.ReportSSD("n1", between(rigDensity), 0)
 	if ok, why := decideOnce(t, p, "probe1"); !ok || why != "room" {
 		t.Fatalf("margin 0: admitted=%v (%s), want room", ok, why)
 	}
@@ -92,15 +90,11 @@ func TestTinyLFURoomFollowsTheMargin(t *testing.T) {
 		if i > 64*adaptEvery {
 			t.Fatal("margin stuck at 0 while pushed-out objects come back")
 		}
-		k := fmt.Sprintf("back%d", i)
-		p.ObserveSSDEviction([]string{k})
-		p.ObserveLookup(k, Miss, 0)
-		// A rejection to close the epoch: at margin 0 the room admits,
-		// so reject over the high watermark.
-		p.ReportSSD("n1", full(16), 0)
-		p.OnEvict(candidate(fmt.Sprintf("rej%d", i)))
-		p.ReportSSD("n1", between(2), 0)
+		r.back(r.push())
+		r.offer(true, between(rigDensity)) // the band's candidates do not come back
+		r.p.ObserveLookup(r.key("tick"), DRAMHit, obj)
 	}
+	p.ReportSSD("n1", between(rigDensity), 0)
 	if ok, why := decideOnce(t, p, "probe2"); ok || why != "lost" {
 		t.Fatalf("margin %v: admitted=%v (%s), want lost", p.Margin(), ok, why)
 	}

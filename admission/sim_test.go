@@ -400,7 +400,7 @@ func TestNewKeyWindowAgainstWarm(t *testing.T) {
 // here, on the same trace), more than tinylfu without the room test
 // (FreeRoom), and writes less to the SSD than admitting every DRAM victim
 // (OnEvict, itself below eager's writes). The adaptive margin stays above
-// 0: pushed-out objects come back more often than rejected one-off keys.
+// 0: the one-off keys of a burst lose at any margin and do not move it.
 func TestTinyLFUScanBurstAgainstMIN(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3} {
 		reqs := scanBurstTrace(seed, 12000, 1024, 400, 96)

@@ -31,20 +31,17 @@ type TinyLFUConfig struct {
 	// back soon, so the margin adapts (see MaxMargin).
 	Margin float64
 	// MaxMargin bounds the adaptive margin (default 2). The margin moves
-	// by MarginStep down when a rejected candidate comes back (a lookup
-	// miss of a key rejected not long ago) and up when an object pushed
-	// out of SSD by an admission comes back, in [0, MaxMargin] (the idea
-	// of ARC's ghost lists). MaxMargin equal to Margin with a zero
-	// MarginStep keeps it fixed.
+	// by MarginStep down while candidates that the margin alone turned
+	// away come back within the horizon (the new-key window's) more often
+	// than objects pushed out of SSD, and up in the opposite case, in
+	// [0, MaxMargin] (the idea of ARC's ghost lists; ghost.go).
+	// MaxMargin equal to Margin with a negative MarginStep keeps it fixed.
 	MaxMargin float64
 	// FreeRoom admits every candidate that fits under the high watermark,
 	// as before the room test (see valueTest); for comparisons.
 	FreeRoom bool
 	// MarginStep is the adaptation step (default 0.25; negative: none).
 	MarginStep float64
-	// GhostFraction sizes the two ghost lists (rejected, pushed out) as a
-	// fraction of the SSD's capacity in objects (default 0.25).
-	GhostFraction float64
 	// WriteBudget is the SSD write budget per node in bytes per second
 	// (ssd_write_budget, in MB/s on the command line); 0 = no budget.
 	// Tokens accumulate for at most one second of budget. When tokens run
@@ -93,9 +90,6 @@ func (c *TinyLFUConfig) defaults() {
 	c.MaxMargin = max(c.MaxMargin, c.Margin)
 	if c.MarginStep == 0 {
 		c.MarginStep = 0.25
-	}
-	if c.GhostFraction <= 0 {
-		c.GhostFraction = 0.25
 	}
 	if c.MinPopulation <= 0 {
 		c.MinPopulation = 1024
@@ -169,8 +163,8 @@ const recentMisses = 1 << 12
 type TinyLFU struct {
 	cfg TinyLFUConfig
 
-	// mu protects sk, recent, nodes, population, admittedCost, the margin,
-	// the ghosts and win.
+	// mu protects sk, recent, nodes, population, admittedCost, the margin
+	// and its adaptation state, and win (whose ghosts the margin uses).
 	mu     sync.Mutex
 	sk     *Sketch
 	recent [recentMisses]uint64
@@ -178,11 +172,10 @@ type TinyLFU struct {
 	// population returns the number of objects cached (DRAM and SSD);
 	// nil: MinPopulation.
 	population func() int64
-	// margin is the current, adaptive margin; rejected and pushed are the
-	// ghost lists that move it.
-	margin           float64
-	rejected, pushed *ghost
-	adapt            adaptState
+	// margin is the current, adaptive margin (ghost.go; its ghosts are
+	// win's).
+	margin float64
+	adapt  adaptState
 	// win decides whether new keys enter DRAM warm or cold.
 	win newKeyWindow
 	// admittedCost is the sum of ssdCost over every admitted object: the
@@ -212,16 +205,13 @@ type tinyStats struct {
 	coldPuts         atomic.Int64
 	coldNewPuts      atomic.Int64
 	pushedKeys       atomic.Int64
-	regretRejected   atomic.Int64
-	regretPushed     atomic.Int64
 	reports, resizes atomic.Int64
 }
 
 // NewTinyLFU returns the policy with cfg (zero fields take their defaults).
 func NewTinyLFU(cfg TinyLFUConfig) *TinyLFU {
 	cfg.defaults()
-	p := &TinyLFU{cfg: cfg, nodes: map[string]*nodeState{}, margin: cfg.Margin,
-		rejected: newGhost(int(cfg.MinPopulation / 4)), pushed: newGhost(int(cfg.MinPopulation / 4))}
+	p := &TinyLFU{cfg: cfg, nodes: map[string]*nodeState{}, margin: cfg.Margin}
 	p.sk = NewSketch(cfg.MinPopulation, cfg.SampleFactor*cfg.MinPopulation)
 	p.win = newNewKeyWindow(cfg.MinPopulation)
 	return p
@@ -283,9 +273,9 @@ func (p *TinyLFU) ObserveLookup(key string, o Outcome, size int64) {
 	p.mu.Lock()
 	p.add(h)
 	p.win.lookup(h)
+	p.adaptMargin()
 	if o == Miss {
 		p.recent[h&(recentMisses-1)] = h
-		p.regret(h)
 	}
 	p.mu.Unlock()
 	if int(o) < len(p.st.lookups) {
@@ -331,14 +321,14 @@ func (p *TinyLFU) admitLocked(o Object, h uint64) bool {
 	f := p.sk.EstimateHash(h)
 	st := p.nodes[o.Node]
 	cost := ssdCost(o)
-	r := p.decide(f, o.Size, cost, st)
+	r, d := p.decide(f, o.Size, cost, st)
 	p.st.decisions[r].Add(1)
+	if fd := float64(f); fd > d && (r == RejectLost || p.margin == 0 && fd <= d+p.cfg.MarginStep) {
+		// In the margin's band: turned away by the margin alone, or (at
+		// margin 0) admitted where the next step up would turn it away.
+		p.win.inBand(h)
+	}
 	if !r.Accepted() {
-		if r == RejectLost {
-			p.rejected.add(h)
-			p.adapt.rejects++
-			p.maybeAdapt()
-		}
 		return false
 	}
 	p.admittedCost += cost
@@ -355,43 +345,49 @@ func (p *TinyLFU) admitLocked(o Object, h uint64) bool {
 
 // decide is the admission test of a candidate of estimated frequency f,
 // size bytes and SSD cost (ssdCost) on a node in state st (nil: no
-// report). It changes nothing but the budget's refill. Caller holds mu.
-func (p *TinyLFU) decide(f uint32, size, cost int64, st *nodeState) Reason {
+// report), with the density of the victim it was compared with (see
+// valueTest). It changes nothing but the budget's refill. Caller holds mu.
+func (p *TinyLFU) decide(f uint32, size, cost int64, st *nodeState) (Reason, float64) {
 	if st == nil {
-		return AcceptNoReport
+		return AcceptNoReport, math.Inf(1)
 	}
-	r := p.valueTest(f, cost, st)
+	r, d := p.valueTest(f, cost, st)
 	if r.Accepted() && p.cfg.WriteBudget > 0 && !p.budgetAllows(f, size, st) {
-		return RejectBudget
+		return RejectBudget, d
 	}
-	return r
+	return r, d
 }
 
 // valueTest compares a candidate of SSD cost bytes (ssdCost) with the SSD:
 // room under the high watermark admits; otherwise the candidate must beat
 // the bucket its bytes would displace (the victims are consumed in order
 // by the bytes admitted beyond the watermark since the report) by more
-// than the margin.
-func (p *TinyLFU) valueTest(f uint32, cost int64, st *nodeState) Reason {
+// than the margin. It returns the density of the victim the candidate is
+// (or, in free room, would be) compared with: +Inf when there is none.
+func (p *TinyLFU) valueTest(f uint32, cost int64, st *nodeState) (Reason, float64) {
 	rep := &st.rep
 	if rep.High <= 0 {
-		return AcceptRoom
+		return AcceptRoom, math.Inf(1)
 	}
 	after := rep.Used + st.pending + cost
 	over := after - rep.High
 	if over <= 0 {
-		if after <= rep.Low || !p.roomTested() || len(rep.Victims) == 0 {
-			return AcceptRoom
+		if len(rep.Victims) == 0 {
+			return AcceptRoom, math.Inf(1)
 		}
 		// Room between the watermarks is the next victim's, which the
 		// next eviction takes.
-		if float64(f) > rep.Victims[0].Density()+p.margin {
-			return AcceptWon
+		d := rep.Victims[0].Density()
+		if after <= rep.Low || !p.roomTested() {
+			return AcceptRoom, d
 		}
-		return RejectLost
+		if float64(f) > d+p.margin {
+			return AcceptWon, d
+		}
+		return RejectLost, d
 	}
 	if len(rep.Victims) == 0 {
-		return RejectNoVictim
+		return RejectNoVictim, math.Inf(1)
 	}
 	var cum int64
 	d := rep.Victims[len(rep.Victims)-1].Density()
@@ -403,18 +399,18 @@ func (p *TinyLFU) valueTest(f uint32, cost int64, st *nodeState) Reason {
 		}
 	}
 	if float64(f) > d+p.margin {
-		return AcceptWon
+		return AcceptWon, d
 	}
-	return RejectLost
+	return RejectLost, d
 }
 
 // roomTested reports whether a candidate that fits under the high
 // watermark but not under the low one must beat the next victim: once an
 // SSD has evicted (the room between the watermarks is then what the last
 // eviction freed, and what is admitted into it decides what the next one
-// takes), while the adaptive margin is above 0 (the ghosts say that
-// pushed-out objects come back at least as often as rejected
-// candidates), unless Config.FreeRoom. Caller holds mu.
+// takes), while the adaptive margin is above 0 (the ghosts do not say
+// that the candidates the margin turns away come back more often than
+// pushed-out objects), unless Config.FreeRoom. Caller holds mu.
 func (p *TinyLFU) roomTested() bool {
 	return !p.cfg.FreeRoom && p.margin > 0 && p.st.pushedKeys.Load() > 0
 }
@@ -490,9 +486,6 @@ func (p *TinyLFU) ReportSSDCounted(node string, r masterapi.SSDReport, outstandi
 	}
 	st.rep = r
 	st.pending = 0
-	if n := p.st.admitted.Load(); n > 0 && r.High > 0 {
-		p.resizeGhosts(r.High / max(1, p.st.admittedBytes.Load()/n))
-	}
 	if n := p.st.admitted.Load(); n > 0 && outstanding > 0 {
 		st.pending = int64(outstanding) * (p.admittedCost / n)
 	}
@@ -560,7 +553,7 @@ func (p *TinyLFU) ColdPut(o Object) bool {
 	fresh := f < p.cfg.ColdPutFreq
 	cold := st != nil && (!fresh || (!p.cfg.WarmNewKeys && p.win.coldNew()))
 	if cold {
-		switch p.valueTest(f, ssdCost(o), st) {
+		switch r, _ := p.valueTest(f, ssdCost(o), st); r {
 		case RejectLost, RejectNoVictim:
 		default:
 			cold = p.cfg.WriteBudget > 0 && !p.budgetWouldAllow(f, o.Size, st)

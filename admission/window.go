@@ -39,6 +39,12 @@ type newKeyWindow struct {
 	// fresh remembers sampled new keys from their put, pushed sampled
 	// objects from the SSD's eviction of their bucket.
 	fresh, pushed returnGhost
+	// rejected remembers sampled candidates of the margin's decisions:
+	// turned away by the margin alone (their estimate beat the victim's
+	// density, not by more than the margin), or, at margin 0, admitted
+	// where one step up would turn them away; the adaptive margin
+	// compares their return rate with pushed's (ghost.go).
+	rejected returnGhost
 	// sample keeps a key when the top 32 bits of its hash are below it
 	// (all of them while the cache holds at most the minimum population),
 	// so that the ghosts stay bounded whatever the cache's size.
@@ -48,7 +54,7 @@ type newKeyWindow struct {
 func newNewKeyWindow(minPopulation int64) newKeyWindow {
 	n := int(max(minPopulation, 64))
 	return newKeyWindow{horizon: float64(n) / 4, warmAt: map[uint64]int64{}, maxTracked: 4 * n,
-		fresh: newReturnGhost(4 * n), pushed: newReturnGhost(4 * n), sample: 1 << 32}
+		fresh: newReturnGhost(4 * n), pushed: newReturnGhost(4 * n), rejected: newReturnGhost(4 * n), sample: 1 << 32}
 }
 
 // setPopulation samples one key in population/minPopulation.
@@ -70,6 +76,9 @@ type returnGhost struct {
 	head, n           int
 	at                map[uint64]int64 // hash -> clock of its newest entry
 	returned, expired float64
+	// outcomes and returns count every outcome and every return ever
+	// counted (they do not decay).
+	outcomes, returns int64
 }
 
 // decayEvery is the number of outcomes between two halvings of a
@@ -128,7 +137,9 @@ func (g *returnGhost) lookup(h uint64, now int64, horizon float64) {
 }
 
 func (g *returnGhost) count(returned bool) {
+	g.outcomes++
 	if returned {
+		g.returns++
 		g.returned++
 	} else {
 		g.expired++
@@ -153,6 +164,7 @@ func (w *newKeyWindow) lookup(h uint64) {
 	}
 	w.fresh.lookup(h, w.now, w.horizon)
 	w.pushed.lookup(h, w.now, w.horizon)
+	w.rejected.lookup(h, w.now, w.horizon)
 }
 
 // put records the put of new key h, warm or cold.
@@ -185,6 +197,13 @@ func (w *newKeyWindow) pushedOut(h uint64) {
 	}
 }
 
+// inBand records candidate h of the margin's decisions.
+func (w *newKeyWindow) inBand(h uint64) {
+	if w.sampled(h) {
+		w.rejected.add(h, w.now, w.horizon)
+	}
+}
+
 // coldNew reports whether new keys enter cold now: both ghosts counted
 // enough outcomes, and new keys return within the horizon less often than
 // the objects the SSD pushed out, by more than twice the standard error of
@@ -192,15 +211,38 @@ func (w *newKeyWindow) pushedOut(h uint64) {
 // difference within the noise of a few hundred outcomes leaves new keys
 // warm, as before the window.
 func (w *newKeyWindow) coldNew() bool {
-	rn, okN := w.fresh.rate()
-	rp, okP := w.pushed.rate()
-	if !okN || !okP || rn >= rp {
+	return lessOften(&w.fresh, &w.pushed)
+}
+
+// lessOften reports whether a's entries return within the horizon less
+// often than b's, by more than twice the standard error of the difference
+// (a two-proportion test with the pooled rate), each ghost having counted
+// at least minOutcomes outcomes.
+func lessOften(a, b *returnGhost) bool {
+	ra, okA := a.rate()
+	rb, okB := b.rate()
+	if !okA || !okB || ra >= rb {
 		return false
 	}
-	nN, nP := w.fresh.returned+w.fresh.expired, w.pushed.returned+w.pushed.expired
-	pool := (w.fresh.returned + w.pushed.returned) / (nN + nP)
-	se := math.Sqrt(pool * (1 - pool) * (1/nN + 1/nP))
-	return rp-rn > 2*se
+	nA, nB := a.returned+a.expired, b.returned+b.expired
+	pool := (a.returned + b.returned) / (nA + nB)
+	se := math.Sqrt(pool * (1 - pool) * (1/nA + 1/nB))
+	return rb-ra > 2*se
+}
+
+// marginMove is the adaptive margin's next step: -1 when the candidates
+// the margin turned away come back within the horizon more often than the
+// objects the SSD pushed out (lessOften), +1 in the opposite case, 0 while
+// the difference is within the noise or either ghost counted too few
+// outcomes.
+func (w *newKeyWindow) marginMove() int {
+	switch {
+	case lessOften(&w.pushed, &w.rejected):
+		return -1
+	case lessOften(&w.rejected, &w.pushed):
+		return 1
+	}
+	return 0
 }
 
 // rates returns the two return rates (new keys, pushed out) and the
