@@ -1,5 +1,12 @@
 #include "textflag.h"
 
+// FOLD(k, acc, tmp, src): acc = clmul(acc.lo, k.lo) ^ clmul(acc.hi, k.hi) ^ src,
+// in each 128-bit lane: acc moved over the distance k is for, plus src.
+#define FOLD(k, acc, tmp, src) \
+	VPCLMULQDQ $0x00, k, acc, tmp \
+	VPCLMULQDQ $0x11, k, acc, acc \
+	VPTERNLOGD $0x96, src, tmp, acc
+
 // func foldAVX512(p *byte, blocks int, r uint32, k *[8]uint64) uint32
 //
 // Folds blocks (>= 4) 64-byte blocks of p, the raw CRC register r xored
@@ -29,18 +36,10 @@ TEXT ·foldAVX512(SB), NOSPLIT, $64-36
 loop256:
 	CMPQ CX, $4
 	JLT fold4
-	VPCLMULQDQ $0x00, Z8, Z0, Z4
-	VPCLMULQDQ $0x11, Z8, Z0, Z0
-	VPTERNLOGD $0x96, 0(SI), Z4, Z0
-	VPCLMULQDQ $0x00, Z8, Z1, Z5
-	VPCLMULQDQ $0x11, Z8, Z1, Z1
-	VPTERNLOGD $0x96, 64(SI), Z5, Z1
-	VPCLMULQDQ $0x00, Z8, Z2, Z6
-	VPCLMULQDQ $0x11, Z8, Z2, Z2
-	VPTERNLOGD $0x96, 128(SI), Z6, Z2
-	VPCLMULQDQ $0x00, Z8, Z3, Z7
-	VPCLMULQDQ $0x11, Z8, Z3, Z3
-	VPTERNLOGD $0x96, 192(SI), Z7, Z3
+	FOLD(Z8, Z0, Z4, 0(SI))
+	FOLD(Z8, Z1, Z5, 64(SI))
+	FOLD(Z8, Z2, Z6, 128(SI))
+	FOLD(Z8, Z3, Z7, 192(SI))
 	ADDQ $256, SI
 	SUBQ $4, CX
 	JMP loop256
@@ -48,24 +47,17 @@ loop256:
 fold4:
 	// Z3 ^= Z0 folded over 192 bytes, Z1 over 128, Z2 over 64.
 	VBROADCASTI32X4 16(BX), Z9
-	VPCLMULQDQ $0x00, Z9, Z0, Z4
-	VPCLMULQDQ $0x11, Z9, Z0, Z0
-	VPTERNLOGD $0x96, Z4, Z0, Z3
+	FOLD(Z9, Z0, Z4, Z3)
 	VBROADCASTI32X4 32(BX), Z9
-	VPCLMULQDQ $0x00, Z9, Z1, Z4
-	VPCLMULQDQ $0x11, Z9, Z1, Z1
-	VPTERNLOGD $0x96, Z4, Z1, Z3
+	FOLD(Z9, Z1, Z4, Z0)
 	VBROADCASTI32X4 48(BX), Z9
-	VPCLMULQDQ $0x00, Z9, Z2, Z4
-	VPCLMULQDQ $0x11, Z9, Z2, Z2
-	VPTERNLOGD $0x96, Z4, Z2, Z3
+	FOLD(Z9, Z2, Z4, Z1)
+	VMOVDQA64 Z2, Z3
 
 loop64:
 	CMPQ CX, $1
 	JLT done
-	VPCLMULQDQ $0x00, Z9, Z3, Z4
-	VPCLMULQDQ $0x11, Z9, Z3, Z3
-	VPTERNLOGD $0x96, 0(SI), Z4, Z3
+	FOLD(Z9, Z3, Z4, 0(SI))
 	ADDQ $64, SI
 	DECQ CX
 	JMP loop64

@@ -20,19 +20,7 @@ import (
 // data connection has them before its first frame: the client's end first.
 func tlsPair(tb testing.TB) (*tlsConn, *tlsConn) {
 	tb.Helper()
-	ca, err := tlsconf.NewCA("record test ca", time.Hour)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	dir := tb.TempDir()
-	srv, err := ca.Source(dir, "node", []tlsconf.Role{tlsconf.Node})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cli, err := ca.Source(dir, "client", []tlsconf.Role{tlsconf.Client})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	srv, cli := testSources(tb)
 	return tlsPairWith(tb, srv.ServerConfig(), cli.ClientConfig(tlsconf.Node), nil)
 }
 

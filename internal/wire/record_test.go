@@ -343,19 +343,7 @@ func waitLog(t *testing.T, ch chan slog.Record, msg string, want error) string {
 // node, which logs why (ErrRecordAuth) and records nothing of the write.
 // A new connection then works.
 func TestRecordTamperedThroughNode(t *testing.T) {
-	ca, err := tlsconf.NewCA("wire record test ca", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	srv, err := ca.Source(dir, "node", []tlsconf.Role{tlsconf.Node})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cli, err := ca.Source(dir, "client", []tlsconf.Role{tlsconf.Client})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, cli := testSources(t)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -38,23 +38,31 @@ func (c countingConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
+// testSources makes a throwaway CA and the certificates of a node and of
+// a client from it.
+func testSources(tb testing.TB) (node, client *tlsconf.Source) {
+	tb.Helper()
+	ca, err := tlsconf.NewCA("wire test ca", time.Hour)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dir := tb.TempDir()
+	node, err = ca.Source(dir, "node", []tlsconf.Role{tlsconf.Node})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	client, err = ca.Source(dir, "client", []tlsconf.Role{tlsconf.Client})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return node, client
+}
+
 // serveTLS starts a data server over mutual TLS whose socket writes are
 // counted; it returns its address, the counter and a client TLS config.
 func serveTLS(t *testing.T, h DataHandler) (string, *atomic.Int64, *DataPool) {
 	t.Helper()
-	ca, err := tlsconf.NewCA("wire test ca", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	srv, err := ca.Source(dir, "node", []tlsconf.Role{tlsconf.Node})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cli, err := ca.Source(dir, "client", []tlsconf.Role{tlsconf.Client})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, cli := testSources(t)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
