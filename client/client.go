@@ -109,6 +109,11 @@ type ReadStats struct {
 	CacheHits, CacheMisses, CacheStale int64
 	CacheEntries                       int
 	CacheBytes                         int64
+	// Touched counts the keys of cached gets reported to the master
+	// (Touch, in calls gathering them for 100 ms: touch.go); TouchFailures
+	// the Touch calls that failed; TouchesDropped the cached gets not
+	// reported because 4096 distinct keys were waiting already.
+	Touched, TouchFailures, TouchesDropped int64
 	// OwnConns counts the data connections dialled for calls made on
 	// their caller's thread (wire.WithCallerThread: the Python package's
 	// calls that run directly), each used by one call at a time and kept
@@ -140,6 +145,9 @@ type Client struct {
 	// cache is the replica-location cache (loccache.go); nil when
 	// disabled.
 	cache *locCache
+	// touch gathers the keys of gets the cache served, for the master
+	// (touch.go).
+	touch toucher
 }
 
 // New connects to the master (cfg.Master, or dials cfg.MasterAddr).
@@ -208,6 +216,9 @@ func (c *Client) Close() error {
 	c.bgMu.Lock()
 	//lint:ignore SA2001 the empty critical section is the barrier.
 	c.bgMu.Unlock()
+	// The cached gets not reported yet, while the master connection is
+	// open (a background send that started has its keys already).
+	c.sendTouches()
 	c.data.Close()
 	var err error
 	if c.closeM != nil {
@@ -609,6 +620,9 @@ func (c *Client) ReadStats() ReadStats {
 		MissingReplicasReported: c.missingReported.Load(),
 		RemovedUnderRead:        c.removedUnderRead.Load(),
 		OwnConns:                c.data.OwnDials(),
+		Touched:                 c.touch.sent.Load(),
+		TouchFailures:           c.touch.failed.Load(),
+		TouchesDropped:          c.touch.dropped.Load(),
 	}
 	if lc := c.cache; lc != nil {
 		st.CacheHits, st.CacheMisses, st.CacheStale = lc.hits.Load(), lc.misses.Load(), lc.stale.Load()

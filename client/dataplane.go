@@ -290,6 +290,7 @@ func (c *Client) readPipelined(ctx context.Context, res []masterapi.ReplicaListR
 						todo[it.j] = false
 						if cached[it.j] {
 							c.cache.hits.Add(1)
+							c.touched(res[it.j].Info.Key)
 						}
 						c.countRead(it.r)
 						if c.cfg.Observer != nil {

@@ -314,6 +314,7 @@ func (c *Client) readCachedInfo(ctx context.Context, key string, info masterapi.
 		err = c.readBestOf(ctx, info, buf, start, true)
 		if err == nil {
 			c.cache.hits.Add(1)
+			c.touched(key)
 			return true, nil
 		}
 	}

@@ -49,6 +49,7 @@ func newMetrics(s *Service) *metrics {
 		counter("tierstore_master_removal_waits_total", "Forced removals of leased objects that answered once every node holding a copy had applied them (clients may hold the object's replica locations until the lease ends).", &s.cnt.removalWaits),
 		counter("tierstore_master_removal_waits_timed_out_total", "Forced removals of leased objects that answered at the lease's end because a holder had not applied them.", &s.cnt.removalWaitsTimedOut),
 		counter("tierstore_master_offload_wakes_total", "WaitOffload calls answered pressed: a node fetched its tasks before its heartbeat tick (a put waited for room, queued offload bytes passed a quarter of its DRAM, or promotions were queued).", &s.cnt.offloadWakes),
+		counter("tierstore_master_touched_keys_total", "Keys clients read from their replica-location cache and reported (Touch), counted as lookups for recency and admission.", &s.cnt.touched),
 		counter("tierstore_master_prefetch_queued_total", "Prefetches queued for promotion (ExistKey/BatchExistKey hits on SSD-only objects, Prefetch).", &s.cnt.prefetchQueued),
 		counter("tierstore_master_prefetch_over_budget_total", "Prefetches the frequency test admitted and the prefetch budget refused.", &s.cnt.prefetchOverBudget),
 		counter("tierstore_master_prefetch_evictions_total", "DRAM replicas of colder objects with an SSD copy dropped to make room for a prefetch.", &s.cnt.prefetchEvictions),

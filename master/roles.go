@@ -46,6 +46,7 @@ var Roles = tlsconf.Table{
 	svc + "EvictDRAM":           clientOnly,
 	svc + "ReportBadReplica":    clientOnly,
 	svc + "Prefetch":            clientOnly,
+	svc + "Touch":               clientOnly,
 
 	svc + "Stats": {tlsconf.Client, tlsconf.Node, tlsconf.Master},
 }

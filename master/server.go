@@ -448,6 +448,14 @@ func (s *Server) WaitOffload(ctx context.Context, r *pb.WaitOffloadRequest) (*pb
 	return &pb.WaitOffloadResponse{Pressed: pressed}, nil
 }
 
+func (s *Server) Touch(ctx context.Context, r *pb.KeysRequest) (*pb.Empty, error) {
+	t, ok := s.api.(masterapi.Toucher)
+	if !ok {
+		return nil, toStatus(errcode.Errorf(errcode.InvalidParams, "master: touch: not implemented by %T", s.api))
+	}
+	return &pb.Empty{}, toStatus(t.Touch(ctx, strs(r.GetKeys())))
+}
+
 func (s *Server) Prefetch(ctx context.Context, r *pb.KeysRequest) (*pb.PrefetchResponse, error) {
 	p, ok := s.api.(masterapi.Prefetcher)
 	if !ok {

@@ -158,8 +158,10 @@ type counters struct {
 	removalWaits, removalWaitsTimedOut atomic.Int64
 	// prefetch (prefetch.go)
 	prefetchQueued, prefetchOverBudget atomic.Int64
-	prefetchEvictions                  atomic.Int64
-	offloadDroppedVictims              atomic.Int64
+	// touched counts the keys of Touch calls counted as reads (touch.go).
+	touched               atomic.Int64
+	prefetchEvictions     atomic.Int64
+	offloadDroppedVictims atomic.Int64
 	// promotion (promote.go) and the admission sketch sent to nodes
 	promotionsQueued, promotionsStarted atomic.Int64
 	promotions, promotionsAbandoned     atomic.Int64

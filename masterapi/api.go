@@ -606,6 +606,19 @@ type OffloadWaiter interface {
 	WaitOffload(ctx context.Context, node string, timeout time.Duration) (bool, error)
 }
 
+// Toucher is the part of ClientAPI that hears of reads the master did not
+// see: a client reports the keys it read from its replica-location cache
+// (client/loccache.go), and the master counts each as a lookup for the
+// object's recency (its DRAM eviction order) and the admission policy's
+// frequencies, granting no lease. Keys no longer readable in DRAM are
+// skipped, not errors. *master.Service and *mastergrpc.Client implement
+// it; a client whose master connection does not reports nothing.
+type Toucher interface {
+	// Touch counts a read of each of keys (duplicates once).
+	// ErrInvalidKey for a malformed key (nothing is counted then).
+	Touch(ctx context.Context, keys []string) error
+}
+
 // Prefetcher is the part of ClientAPI that brings SSD-resident objects into
 // DRAM ahead of a read: each key whose only readable copies are on SSD is
 // queued for promotion on the node of its SSD copy, admitted by the

@@ -70,6 +70,12 @@ func (r *Client) WaitOffload(ctx context.Context, node string, timeout time.Dura
 	return p.GetPressed(), nil
 }
 
+// Touch implements masterapi.Toucher over the Touch RPC.
+func (r *Client) Touch(ctx context.Context, keys []string) error {
+	_, err := r.c.Touch(ctx, &pb.KeysRequest{Keys: keyBytes(keys)})
+	return fromStatus(err)
+}
+
 // Prefetch implements masterapi.Prefetcher over the Prefetch RPC.
 func (r *Client) Prefetch(ctx context.Context, keys []string) (int, error) {
 	p, err := r.c.Prefetch(ctx, &pb.KeysRequest{Keys: keyBytes(keys)})

@@ -34,6 +34,12 @@ func (m *countingMaster) GetReplicaList(ctx context.Context, key string) (master
 	return m.API.GetReplicaList(ctx, key)
 }
 
+// Touch passes the touches of cached gets on (the gRPC server finds it by
+// a type assertion, which the embedded API alone would not satisfy).
+func (m *countingMaster) Touch(ctx context.Context, keys []string) error {
+	return m.API.(masterapi.Toucher).Touch(ctx, keys)
+}
+
 func (m *countingMaster) BatchGetReplicaList(ctx context.Context, keys []string) ([]masterapi.ReplicaListResult, error) {
 	m.lookups.Add(int64(len(keys)))
 	return m.API.BatchGetReplicaList(ctx, keys)
@@ -74,6 +80,53 @@ func newCacheRig(t *testing.T, mc master.Config, nodes int, tiers bool, rcfg cli
 	rcfg.MasterAddr = g.master
 	g.r = newTestClient(t, rcfg)
 	return g
+}
+
+// Gets served from the location cache reach the master as touches: the
+// object read through the cache is then the most recently used, and a DRAM
+// eviction takes the other one. Without touches it takes the object the
+// reader keeps reading, whose one lookup was the older.
+func TestCachedGetsTouchTheMaster(t *testing.T) {
+	clk := master.NewManualClock(time.Now())
+	mc := testMasterConfig()
+	mc.EnableOffload, mc.Clock, mc.EvictionRatio = false, clk, 0.5
+	g := newCacheRig(t, mc, 1, false, client.Config{})
+	ctx := context.Background()
+	val := rnd(64 << 10)
+	for _, k := range []string{"a", "b"} {
+		if err := g.w.Put(ctx, k, val); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Second)
+	}
+	buf := make([]byte, len(val))
+	for _, k := range []string{"a", "b"} { // a's lookup is the older
+		if _, err := g.r.GetInto(ctx, k, buf); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Second)
+	}
+	for range 3 { // a again: from the cache, no lookup
+		if _, err := g.r.GetInto(ctx, "a", buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := g.cm.lookups.Load(); n != 2 {
+		t.Fatalf("%d lookups, want 2 (a's repeated gets served by the cache)", n)
+	}
+	g.r.Close() // sends the touches not sent yet
+	if st := g.r.ReadStats(); st.Touched != 1 || st.TouchFailures != 0 {
+		t.Fatalf("touches: %d keys sent, %d calls failed; want 1 and 0", st.Touched, st.TouchFailures)
+	}
+	clk.Advance(5 * time.Second) // past both leases, within the node's TTL
+	if n := g.m.EvictNow(); n != 1 {
+		t.Fatalf("evicted %d objects, want 1 of 2", n)
+	}
+	for k, want := range map[string]bool{"a": true, "b": false} {
+		if ok, err := g.m.ExistKey(ctx, k); err != nil || ok != want {
+			t.Fatalf("after the eviction %s exists: %v (%v), want %v", k, ok, err, want)
+		}
+	}
 }
 
 func TestLocationCacheHitSkipsMaster(t *testing.T) {

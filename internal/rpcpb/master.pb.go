@@ -4974,7 +4974,7 @@ const file_master_proto_rawDesc = "" +
 	"NodeStatus\x12\x1b\n" +
 	"\x17NODE_STATUS_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aNODE_OK\x10\x01\x12\x10\n" +
-	"\fNEED_REMOUNT\x10\x022\xe5\x17\n" +
+	"\fNEED_REMOUNT\x10\x022\xac\x18\n" +
 	"\x06Master\x12c\n" +
 	"\fMountSegment\x12(.tierstore.master.v1.MountSegmentRequest\x1a).tierstore.master.v1.MountSegmentResponse\x12i\n" +
 	"\x0eUnmountSegment\x12*.tierstore.master.v1.UnmountSegmentRequest\x1a+.tierstore.master.v1.UnmountSegmentResponse\x12K\n" +
@@ -5008,7 +5008,8 @@ const file_master_proto_rawDesc = "" +
 	"\x15ReRegisterDRAMObjects\x12/.tierstore.master.v1.RegisterDRAMObjectsRequest\x1a\x1f.tierstore.master.v1.KeyResults\x12c\n" +
 	"\fPullRemovals\x12(.tierstore.master.v1.PullRemovalsRequest\x1a).tierstore.master.v1.PullRemovalsResponse\x12`\n" +
 	"\vWaitOffload\x12'.tierstore.master.v1.WaitOffloadRequest\x1a(.tierstore.master.v1.WaitOffloadResponse\x12S\n" +
-	"\bPrefetch\x12 .tierstore.master.v1.KeysRequest\x1a%.tierstore.master.v1.PrefetchResponseB/Z-github.com/tierstore/tierstore/internal/rpcpbb\x06proto3"
+	"\bPrefetch\x12 .tierstore.master.v1.KeysRequest\x1a%.tierstore.master.v1.PrefetchResponse\x12E\n" +
+	"\x05Touch\x12 .tierstore.master.v1.KeysRequest\x1a\x1a.tierstore.master.v1.EmptyB/Z-github.com/tierstore/tierstore/internal/rpcpbb\x06proto3"
 
 var (
 	file_master_proto_rawDescOnce sync.Once
@@ -5164,40 +5165,42 @@ var file_master_proto_depIdxs = []int32{
 	37, // 61: tierstore.master.v1.Master.PullRemovals:input_type -> tierstore.master.v1.PullRemovalsRequest
 	40, // 62: tierstore.master.v1.Master.WaitOffload:input_type -> tierstore.master.v1.WaitOffloadRequest
 	19, // 63: tierstore.master.v1.Master.Prefetch:input_type -> tierstore.master.v1.KeysRequest
-	6,  // 64: tierstore.master.v1.Master.MountSegment:output_type -> tierstore.master.v1.MountSegmentResponse
-	8,  // 65: tierstore.master.v1.Master.UnmountSegment:output_type -> tierstore.master.v1.UnmountSegmentResponse
-	11, // 66: tierstore.master.v1.Master.Ping:output_type -> tierstore.master.v1.PingResponse
-	18, // 67: tierstore.master.v1.Master.LeaveNode:output_type -> tierstore.master.v1.Empty
-	13, // 68: tierstore.master.v1.Master.PutStart:output_type -> tierstore.master.v1.PutStartResponse
-	18, // 69: tierstore.master.v1.Master.PutEnd:output_type -> tierstore.master.v1.Empty
-	18, // 70: tierstore.master.v1.Master.PutRevoke:output_type -> tierstore.master.v1.Empty
-	16, // 71: tierstore.master.v1.Master.BatchPutStart:output_type -> tierstore.master.v1.BatchPutStartResponse
-	21, // 72: tierstore.master.v1.Master.BatchPutEnd:output_type -> tierstore.master.v1.KeyResults
-	21, // 73: tierstore.master.v1.Master.BatchPutRevoke:output_type -> tierstore.master.v1.KeyResults
-	23, // 74: tierstore.master.v1.Master.ExistKey:output_type -> tierstore.master.v1.ExistKeyResponse
-	26, // 75: tierstore.master.v1.Master.BatchExistKey:output_type -> tierstore.master.v1.BatchExistKeyResponse
-	27, // 76: tierstore.master.v1.Master.GetReplicaList:output_type -> tierstore.master.v1.GetReplicaListResponse
-	29, // 77: tierstore.master.v1.Master.BatchGetReplicaList:output_type -> tierstore.master.v1.BatchGetReplicaListResponse
-	18, // 78: tierstore.master.v1.Master.Remove:output_type -> tierstore.master.v1.Empty
-	33, // 79: tierstore.master.v1.Master.RemoveAll:output_type -> tierstore.master.v1.CountResponse
-	33, // 80: tierstore.master.v1.Master.RemoveByRegex:output_type -> tierstore.master.v1.CountResponse
-	72, // 81: tierstore.master.v1.Master.EvictDRAM:output_type -> tierstore.master.v1.EvictDRAMResponse
-	49, // 82: tierstore.master.v1.Master.OffloadHeartbeat:output_type -> tierstore.master.v1.OffloadHeartbeatResponse
-	21, // 83: tierstore.master.v1.Master.NotifyOffloadSuccess:output_type -> tierstore.master.v1.KeyResults
-	57, // 84: tierstore.master.v1.Master.ReRegisterSSDObjects:output_type -> tierstore.master.v1.RegisterSSDObjectsResponse
-	59, // 85: tierstore.master.v1.Master.EvictSSDReplica:output_type -> tierstore.master.v1.EvictSSDReplicaResponse
-	18, // 86: tierstore.master.v1.Master.ReportBadReplica:output_type -> tierstore.master.v1.Empty
-	21, // 87: tierstore.master.v1.Master.PromoteEnd:output_type -> tierstore.master.v1.KeyResults
-	64, // 88: tierstore.master.v1.Master.Stats:output_type -> tierstore.master.v1.StatsResponse
-	67, // 89: tierstore.master.v1.Master.ReconcileBegin:output_type -> tierstore.master.v1.ReconcileBeginResponse
-	69, // 90: tierstore.master.v1.Master.ReconcileKeys:output_type -> tierstore.master.v1.ReconcileKeysResponse
-	71, // 91: tierstore.master.v1.Master.ReconcileEnd:output_type -> tierstore.master.v1.ReconcileEndResponse
-	21, // 92: tierstore.master.v1.Master.ReRegisterDRAMObjects:output_type -> tierstore.master.v1.KeyResults
-	38, // 93: tierstore.master.v1.Master.PullRemovals:output_type -> tierstore.master.v1.PullRemovalsResponse
-	41, // 94: tierstore.master.v1.Master.WaitOffload:output_type -> tierstore.master.v1.WaitOffloadResponse
-	42, // 95: tierstore.master.v1.Master.Prefetch:output_type -> tierstore.master.v1.PrefetchResponse
-	64, // [64:96] is the sub-list for method output_type
-	32, // [32:64] is the sub-list for method input_type
+	19, // 64: tierstore.master.v1.Master.Touch:input_type -> tierstore.master.v1.KeysRequest
+	6,  // 65: tierstore.master.v1.Master.MountSegment:output_type -> tierstore.master.v1.MountSegmentResponse
+	8,  // 66: tierstore.master.v1.Master.UnmountSegment:output_type -> tierstore.master.v1.UnmountSegmentResponse
+	11, // 67: tierstore.master.v1.Master.Ping:output_type -> tierstore.master.v1.PingResponse
+	18, // 68: tierstore.master.v1.Master.LeaveNode:output_type -> tierstore.master.v1.Empty
+	13, // 69: tierstore.master.v1.Master.PutStart:output_type -> tierstore.master.v1.PutStartResponse
+	18, // 70: tierstore.master.v1.Master.PutEnd:output_type -> tierstore.master.v1.Empty
+	18, // 71: tierstore.master.v1.Master.PutRevoke:output_type -> tierstore.master.v1.Empty
+	16, // 72: tierstore.master.v1.Master.BatchPutStart:output_type -> tierstore.master.v1.BatchPutStartResponse
+	21, // 73: tierstore.master.v1.Master.BatchPutEnd:output_type -> tierstore.master.v1.KeyResults
+	21, // 74: tierstore.master.v1.Master.BatchPutRevoke:output_type -> tierstore.master.v1.KeyResults
+	23, // 75: tierstore.master.v1.Master.ExistKey:output_type -> tierstore.master.v1.ExistKeyResponse
+	26, // 76: tierstore.master.v1.Master.BatchExistKey:output_type -> tierstore.master.v1.BatchExistKeyResponse
+	27, // 77: tierstore.master.v1.Master.GetReplicaList:output_type -> tierstore.master.v1.GetReplicaListResponse
+	29, // 78: tierstore.master.v1.Master.BatchGetReplicaList:output_type -> tierstore.master.v1.BatchGetReplicaListResponse
+	18, // 79: tierstore.master.v1.Master.Remove:output_type -> tierstore.master.v1.Empty
+	33, // 80: tierstore.master.v1.Master.RemoveAll:output_type -> tierstore.master.v1.CountResponse
+	33, // 81: tierstore.master.v1.Master.RemoveByRegex:output_type -> tierstore.master.v1.CountResponse
+	72, // 82: tierstore.master.v1.Master.EvictDRAM:output_type -> tierstore.master.v1.EvictDRAMResponse
+	49, // 83: tierstore.master.v1.Master.OffloadHeartbeat:output_type -> tierstore.master.v1.OffloadHeartbeatResponse
+	21, // 84: tierstore.master.v1.Master.NotifyOffloadSuccess:output_type -> tierstore.master.v1.KeyResults
+	57, // 85: tierstore.master.v1.Master.ReRegisterSSDObjects:output_type -> tierstore.master.v1.RegisterSSDObjectsResponse
+	59, // 86: tierstore.master.v1.Master.EvictSSDReplica:output_type -> tierstore.master.v1.EvictSSDReplicaResponse
+	18, // 87: tierstore.master.v1.Master.ReportBadReplica:output_type -> tierstore.master.v1.Empty
+	21, // 88: tierstore.master.v1.Master.PromoteEnd:output_type -> tierstore.master.v1.KeyResults
+	64, // 89: tierstore.master.v1.Master.Stats:output_type -> tierstore.master.v1.StatsResponse
+	67, // 90: tierstore.master.v1.Master.ReconcileBegin:output_type -> tierstore.master.v1.ReconcileBeginResponse
+	69, // 91: tierstore.master.v1.Master.ReconcileKeys:output_type -> tierstore.master.v1.ReconcileKeysResponse
+	71, // 92: tierstore.master.v1.Master.ReconcileEnd:output_type -> tierstore.master.v1.ReconcileEndResponse
+	21, // 93: tierstore.master.v1.Master.ReRegisterDRAMObjects:output_type -> tierstore.master.v1.KeyResults
+	38, // 94: tierstore.master.v1.Master.PullRemovals:output_type -> tierstore.master.v1.PullRemovalsResponse
+	41, // 95: tierstore.master.v1.Master.WaitOffload:output_type -> tierstore.master.v1.WaitOffloadResponse
+	42, // 96: tierstore.master.v1.Master.Prefetch:output_type -> tierstore.master.v1.PrefetchResponse
+	18, // 97: tierstore.master.v1.Master.Touch:output_type -> tierstore.master.v1.Empty
+	65, // [65:98] is the sub-list for method output_type
+	32, // [32:65] is the sub-list for method input_type
 	32, // [32:32] is the sub-list for extension type_name
 	32, // [32:32] is the sub-list for extension extendee
 	0,  // [0:32] is the sub-list for field type_name

@@ -57,6 +57,7 @@ const (
 	Master_PullRemovals_FullMethodName          = "/tierstore.master.v1.Master/PullRemovals"
 	Master_WaitOffload_FullMethodName           = "/tierstore.master.v1.Master/WaitOffload"
 	Master_Prefetch_FullMethodName              = "/tierstore.master.v1.Master/Prefetch"
+	Master_Touch_FullMethodName                 = "/tierstore.master.v1.Master/Touch"
 )
 
 // MasterClient is the client API for Master service.
@@ -111,6 +112,11 @@ type MasterClient interface {
 	// brought into DRAM (a promotion, within the master's prefetch budget).
 	// Per key OK (queued, or nothing to do: in DRAM already, missing), or why not.
 	Prefetch(ctx context.Context, in *KeysRequest, opts ...grpc.CallOption) (*PrefetchResponse, error)
+	// A client reports keys it read from its replica-location cache, without
+	// a lookup (protocol 10): the master counts each as a lookup would for
+	// recency and the admission policy's frequencies, and grants no lease.
+	// Keys no longer held in DRAM are skipped.
+	Touch(ctx context.Context, in *KeysRequest, opts ...grpc.CallOption) (*Empty, error)
 }
 
 type masterClient struct {
@@ -441,6 +447,16 @@ func (c *masterClient) Prefetch(ctx context.Context, in *KeysRequest, opts ...gr
 	return out, nil
 }
 
+func (c *masterClient) Touch(ctx context.Context, in *KeysRequest, opts ...grpc.CallOption) (*Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Empty)
+	err := c.cc.Invoke(ctx, Master_Touch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -493,6 +509,11 @@ type MasterServer interface {
 	// brought into DRAM (a promotion, within the master's prefetch budget).
 	// Per key OK (queued, or nothing to do: in DRAM already, missing), or why not.
 	Prefetch(context.Context, *KeysRequest) (*PrefetchResponse, error)
+	// A client reports keys it read from its replica-location cache, without
+	// a lookup (protocol 10): the master counts each as a lookup would for
+	// recency and the admission policy's frequencies, and grants no lease.
+	// Keys no longer held in DRAM are skipped.
+	Touch(context.Context, *KeysRequest) (*Empty, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -598,6 +619,9 @@ func (UnimplementedMasterServer) WaitOffload(context.Context, *WaitOffloadReques
 }
 func (UnimplementedMasterServer) Prefetch(context.Context, *KeysRequest) (*PrefetchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Prefetch not implemented")
+}
+func (UnimplementedMasterServer) Touch(context.Context, *KeysRequest) (*Empty, error) {
+	return nil, status.Error(codes.Unimplemented, "method Touch not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -1196,6 +1220,24 @@ func _Master_Prefetch_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_Touch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KeysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).Touch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_Touch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).Touch(ctx, req.(*KeysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1330,6 +1372,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Prefetch",
 			Handler:    _Master_Prefetch_Handler,
+		},
+		{
+			MethodName: "Touch",
+			Handler:    _Master_Touch_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

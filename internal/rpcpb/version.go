@@ -44,8 +44,11 @@ const (
 	// write and a client of version 7 would not pass on. 9: a reconcile
 	// digest (ReconcileBeginRequest) has up to 2^18 slots
 	// (masterapi.MaxReconcileSlots; 2^14 before), which a master of
-	// version 8 would refuse as INVALID_PARAMS.
-	MasterProtocol = 9
+	// version 8 would refuse as INVALID_PARAMS. 10: Touch, a client's
+	// report of the keys it read from its replica-location cache (counted
+	// as lookups for recency and admission), which a master of version 9
+	// does not have.
+	MasterProtocol = 10
 	// NodeProtocol is the version of node.proto's NodePeer service.
 	NodeProtocol = 1
 )

@@ -546,6 +546,7 @@ func (dc *DataConn) reply(h Header, meta []byte) error {
 	if want := partsLen(c.buf); h.PayloadLen != uint64(want) {
 		dc.mu.Unlock()
 		err := frameErr(ErrFrame, "wire: %s announced a %v of %d bytes, %d were asked for", dc.endpoint, c.op, h.PayloadLen, want)
+		dc.fail(err) // broken before its caller wakes: it must not be handed out again
 		dc.complete(h.ID, c, err)
 		return err
 	}
@@ -559,6 +560,7 @@ func (dc *DataConn) reply(h Header, meta []byte) error {
 			why = " (the node broke off its SSD read, a disk read failed there, or the connection dropped)"
 		}
 		err = frameErr(ErrShortFrame, "wire: %s: %v reply: %v%s", dc.endpoint, c.op, err, why)
+		dc.fail(err) // broken before its caller wakes: it must not be handed out again
 		dc.complete(h.ID, c, err)
 		return err
 	}
