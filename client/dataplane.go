@@ -280,11 +280,12 @@ func (c *Client) readPipelined(ctx context.Context, res []masterapi.ReplicaListR
 				// batchParallelism of them are in flight at once.
 				rctx, cancel := context.WithTimeout(ctx, c.cfg.ReplicaTimeout*time.Duration(max(1, len(part)/batchParallelism)))
 				defer cancel()
-				dc, err := c.data.Get(rctx, ep)
+				dc, release, err := c.data.Acquire(rctx, ep)
 				if err != nil {
 					return
 				}
 				dc.ReadRanges(rctx, rs)
+				release()
 				for k, it := range part {
 					if rs[k].Err == nil {
 						todo[it.j] = false

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -55,6 +56,13 @@ type DataConn struct {
 	err    error // why the connection broke; nil while usable
 
 	readerDone chan struct{}
+
+	// users counts the calls holding this connection from DataPool.Acquire
+	// until their release; retiring is set once the pool replaced it
+	// (its keys spent): the last release, or the retirement when there is
+	// none, closes it.
+	users    atomic.Int64
+	retiring atomic.Bool
 }
 
 // call is one request in flight. The reader owns its result fields until
@@ -158,6 +166,29 @@ func dialData(ctx context.Context, endpoint string, timeout time.Duration, cfg *
 	}
 	go dc.readLoop()
 	return dc, nil
+}
+
+// spent reports whether a TLS connection's record keys carried
+// RetireBytes in either direction (plaintext connections never are).
+func (dc *DataConn) spent() bool {
+	rc, ok := dc.conn.(*recordConn)
+	return ok && rc.spent()
+}
+
+// retire closes the connection once no call holds it (users): the pool has
+// replaced it. Calls in flight finish on it.
+func (dc *DataConn) retire() {
+	dc.retiring.Store(true)
+	if dc.users.Load() == 0 {
+		dc.Close()
+	}
+}
+
+// release ends a call's hold on the connection (DataPool.Acquire).
+func (dc *DataConn) release() {
+	if dc.users.Add(-1) == 0 && dc.retiring.Load() {
+		dc.Close()
+	}
 }
 
 // Endpoint is the node address this connection reaches.

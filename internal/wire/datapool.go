@@ -78,7 +78,17 @@ func (p *DataPool) Conns() int {
 // Get returns a usable data connection to endpoint. When the chosen slot
 // is empty or broken one caller dials it while the others wait for that
 // dial (or their context), and share its connection or its error.
+//
+// A connection from Get may be retired (its TLS keys spent, RetireBytes)
+// and closed under a later caller's feet: callers that make calls use
+// Acquire, which holds it until their release.
 func (p *DataPool) Get(ctx context.Context, endpoint string) (*DataConn, error) {
+	return p.get(ctx, endpoint, false)
+}
+
+// get is Get; hold counts the returned connection's user (DataConn.users)
+// under the node's lock, before a retirement could see it unused.
+func (p *DataPool) get(ctx context.Context, endpoint string, hold bool) (*DataConn, error) {
 	n, err := p.node(endpoint)
 	if err != nil {
 		return nil, err
@@ -105,8 +115,11 @@ func (p *DataPool) Get(ctx context.Context, endpoint string) (*DataConn, error) 
 			return nil, cerr
 		}
 	}
-	if s.c != nil && !s.c.Broken() {
+	if s.c != nil && !s.c.Broken() && !s.c.spent() {
 		c := s.c
+		if hold {
+			c.users.Add(1)
+		}
 		n.mu.Unlock()
 		return c, nil
 	}
@@ -115,7 +128,7 @@ func (p *DataPool) Get(ctx context.Context, endpoint string) (*DataConn, error) 
 	s.c, s.dialing = nil, d
 	n.mu.Unlock()
 	if old != nil {
-		old.Close()
+		old.retire() // closed now, or by the last call holding it
 	}
 	c, err := DialDataTLS(ctx, endpoint, cmp.Or(p.DialTimeout, DefaultDialTimeout), p.TLS)
 	n.mu.Lock()
@@ -125,6 +138,9 @@ func (p *DataPool) Get(ctx context.Context, endpoint string) (*DataConn, error) 
 		c, err = nil, ErrClosed
 	}
 	s.c, s.dialing, d.err = c, nil, err
+	if err == nil && hold {
+		c.users.Add(1)
+	}
 	n.mu.Unlock()
 	close(d.done)
 	return c, err
@@ -135,11 +151,15 @@ func (p *DataPool) Get(ctx context.Context, endpoint string) (*DataConn, error) 
 // WithCallerThread and the pool is plaintext, the connection is the
 // caller's alone until then (an idle one, or a new dial): its caller
 // reads its own reply, waiting on its own thread (ownconn.go). Otherwise
-// it is Get's shared connection and release does nothing.
+// it is one of the shared connections, held until release: a connection
+// whose TLS keys are spent (RetireBytes) is replaced for later callers and
+// closed by the last release.
 func (p *DataPool) Acquire(ctx context.Context, endpoint string) (dc *DataConn, release func(), err error) {
 	if !CallerThread(ctx) || p.TLS != nil || !ownSupported {
-		dc, err = p.Get(ctx, endpoint)
-		return dc, func() {}, err
+		if dc, err = p.get(ctx, endpoint, true); err != nil {
+			return nil, nil, err
+		}
+		return dc, dc.release, nil
 	}
 	p.mu.Lock()
 	if p.closed {

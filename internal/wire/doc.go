@@ -72,7 +72,10 @@
 // per-direction 64-bit counter; a record that fails to open (altered,
 // replayed, reordered, another key) closes the connection (ErrRecordAuth,
 // also errcode.ErrTransferFail). crypto/tls's own records carry only the
-// handshake and the hellos.
+// handshake and the hellos. Keys are never updated: DataPool retires a
+// connection whose records carried RetireBytes in either direction (a new
+// one for later calls; the calls holding it, counted by Acquire, finish on
+// it and the last release closes it).
 //
 // # Calls on the caller's thread
 //

@@ -11,6 +11,7 @@ import (
 	"math"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"github.com/tierstore/tierstore/internal/errcode"
 )
@@ -123,6 +124,10 @@ type recordConn struct {
 	pbuf  []byte
 	rerr  error
 
+	// sealed and opened count the plaintext bytes of the records sealed
+	// and opened under this session's keys (spent).
+	sealed, opened atomic.Int64
+
 	// The write side, under wmu.
 	wmu  sync.Mutex
 	seal cipher.AEAD
@@ -154,6 +159,21 @@ func newRecordConn(tc *tlsConn, client bool) (*recordConn, error) {
 		rc.seal, rc.wIV, rc.open, rc.rIV = n2c, n2cIV, c2n, c2nIV
 	}
 	return rc, nil
+}
+
+// RetireBytes is how many plaintext bytes one direction of a connection
+// seals (or opens) under its keys before DataPool retires it for a new
+// one (a new handshake, new keys): AES-GCM's safety margin shrinks with the
+// square of what one key encrypts, and RFC 8446 (5.5) has TLS 1.3 peers
+// update a key before 2^24.5 records of 16 KiB, about 2^38.5 bytes. The
+// data plane sends no key update; the client's pool retires the
+// connection (both directions' keys) at 2^36 bytes, 64 GiB, instead.
+// A variable for tests.
+var RetireBytes int64 = 1 << 36
+
+// spent reports whether either direction's key has carried RetireBytes.
+func (c *recordConn) spent() bool {
+	return c.sealed.Load() >= RetireBytes || c.opened.Load() >= RetireBytes
 }
 
 // ConnectionState is the TLS session's.
@@ -229,6 +249,7 @@ func (c *recordConn) openInto(dst []byte) (int, error) {
 		return 0, c.recordErr("%d bytes fail to open (tampered, replayed, reordered or another key)", n)
 	}
 	c.rSeq++
+	c.opened.Add(int64(n))
 	if len(dst) < n {
 		k := copy(dst, out)
 		c.plain = out[k:]
@@ -335,6 +356,7 @@ func (c *recordConn) writeBuffers(v net.Buffers) (int64, error) {
 			nc := nonce(c.wIV, c.wSeq)
 			c.wSeq++
 			c.wbuf = c.seal.Seal(c.wbuf, nc[:], p[:k], c.wbuf[at:at+recHdrLen])
+			c.sealed.Add(int64(k))
 			p = p[k:]
 			n += int64(k)
 		}

@@ -412,3 +412,104 @@ func TestRecordTamperedThroughNode(t *testing.T) {
 		t.Fatalf("a new connection: %v", err)
 	}
 }
+
+// A TLS connection whose record keys carried RetireBytes is replaced: the
+// next Acquire gets a new connection (a new handshake, new keys), while
+// the call still holding the old one finishes on it; its last release
+// closes it.
+func TestSpentConnectionRetired(t *testing.T) {
+	old := RetireBytes
+	RetireBytes = 1 << 20
+	t.Cleanup(func() { RetireBytes = old })
+	h := newMemHandler(4 << 20)
+	addr, _, pool := serveTLS(t, h)
+	pool.ConnsPerNode = 1
+	ctx := context.Background()
+	val := rnd(1<<20 + 1)
+	crc := crc32c.Checksum(val)
+	a, relA, err := pool.Acquire(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Write(ctx, "seg", 0, val, crc, 1); err != nil {
+		t.Fatal(err)
+	}
+	if !a.spent() {
+		t.Fatal("a connection that sealed more than RetireBytes is not spent")
+	}
+	b, relB, err := pool.Acquire(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b == a {
+		t.Fatal("a spent connection was handed out again")
+	}
+	buf := make([]byte, len(val))
+	if err := a.ReadRange(ctx, "seg", 0, buf, crc); err != nil || !bytes.Equal(buf, val) {
+		t.Fatalf("a call still holding the retired connection: %v", err)
+	}
+	relA()
+	if !a.Broken() {
+		t.Fatal("the retired connection stayed open after its last release")
+	}
+	if err := b.ReadRange(ctx, "seg", 0, buf, crc); err != nil || !bytes.Equal(buf, val) {
+		t.Fatalf("the new connection: %v", err)
+	}
+	relB()
+	if b.Broken() {
+		t.Fatal("a connection not retired was closed by its release")
+	}
+}
+
+// Callers at once on a TLS pool whose connections are spent every few
+// calls: no call fails because its connection was retired under it.
+func TestSpentConnectionsUnderLoad(t *testing.T) {
+	old := RetireBytes
+	RetireBytes = 256 << 10
+	t.Cleanup(func() { RetireBytes = old })
+	const callers, rounds, size = 8, 15, 64 << 10
+	h := newMemHandler(callers * size)
+	addr, _, pool := serveTLS(t, h)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	var seenMu sync.Mutex
+	seen := map[*DataConn]bool{}
+	for w := range callers {
+		wg.Go(func() {
+			val := rnd(size)
+			crc := crc32c.Checksum(val)
+			buf := make([]byte, size)
+			for range rounds {
+				dc, release, err := pool.Acquire(ctx, addr)
+				if err != nil {
+					errs <- err
+					return
+				}
+				seenMu.Lock()
+				seen[dc] = true
+				seenMu.Unlock()
+				err = dc.Write(ctx, "seg", int64(w*size), val, crc, 1)
+				if err == nil {
+					err = dc.ReadRange(ctx, "seg", int64(w*size), buf, crc)
+				}
+				release()
+				if err == nil && !bytes.Equal(buf, val) {
+					err = errors.New("other bytes read back")
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if len(seen) <= pool.Conns() {
+		t.Fatalf("%d connections served the calls: none was retired", len(seen))
+	}
+}
