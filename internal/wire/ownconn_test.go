@@ -194,22 +194,38 @@ func TestOwnConnConcurrent(t *testing.T) {
 	addr := serveMem(t, h)
 	p := &DataPool{}
 	t.Cleanup(p.Close)
-	ctx := context.Background()
+	poundPool(t, p, WithCallerThread(context.Background()), addr, callers, rounds, size, nil)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := len(p.own[addr]); n > OwnIdle || n == 0 {
+		t.Fatalf("%d idle own connections kept, want 1..%d", n, OwnIdle)
+	}
+}
+
+// poundPool has callers goroutines each write and read back its own range
+// of size bytes rounds times, every round on a connection from
+// p.Acquire(ctx) given back after it; seen, when not nil, is told every
+// connection. It fails t on any error or wrong byte.
+func poundPool(t *testing.T, p *DataPool, ctx context.Context, addr string, callers, rounds, size int, seen func(*DataConn)) {
+	t.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, callers)
 	for w := range callers {
 		wg.Go(func() {
+			buf := make([]byte, size)
 			for r := range rounds {
 				val := rnd(size)
 				val[0] = byte(w + r)
 				crc := crc32c.Checksum(val)
-				dc, release, err := p.Acquire(WithCallerThread(ctx), addr)
+				dc, release, err := p.Acquire(ctx, addr)
 				if err != nil {
 					errs <- err
 					return
 				}
+				if seen != nil {
+					seen(dc)
+				}
 				err = dc.Write(ctx, "seg", int64(w*size), val, crc, 1)
-				buf := make([]byte, size)
 				if err == nil {
 					err = dc.ReadRange(ctx, "seg", int64(w*size), buf, crc)
 				}
@@ -228,10 +244,5 @@ func TestOwnConnConcurrent(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if n := len(p.own[addr]); n > OwnIdle || n == 0 {
-		t.Fatalf("%d idle own connections kept, want 1..%d", n, OwnIdle)
 	}
 }

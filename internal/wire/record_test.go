@@ -470,45 +470,13 @@ func TestSpentConnectionsUnderLoad(t *testing.T) {
 	const callers, rounds, size = 8, 15, 64 << 10
 	h := newMemHandler(callers * size)
 	addr, _, pool := serveTLS(t, h)
-	ctx := context.Background()
-	var wg sync.WaitGroup
-	errs := make(chan error, callers)
 	var seenMu sync.Mutex
 	seen := map[*DataConn]bool{}
-	for w := range callers {
-		wg.Go(func() {
-			val := rnd(size)
-			crc := crc32c.Checksum(val)
-			buf := make([]byte, size)
-			for range rounds {
-				dc, release, err := pool.Acquire(ctx, addr)
-				if err != nil {
-					errs <- err
-					return
-				}
-				seenMu.Lock()
-				seen[dc] = true
-				seenMu.Unlock()
-				err = dc.Write(ctx, "seg", int64(w*size), val, crc, 1)
-				if err == nil {
-					err = dc.ReadRange(ctx, "seg", int64(w*size), buf, crc)
-				}
-				release()
-				if err == nil && !bytes.Equal(buf, val) {
-					err = errors.New("other bytes read back")
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	poundPool(t, pool, context.Background(), addr, callers, rounds, size, func(dc *DataConn) {
+		seenMu.Lock()
+		seen[dc] = true
+		seenMu.Unlock()
+	})
 	if len(seen) <= pool.Conns() {
 		t.Fatalf("%d connections served the calls: none was retired", len(seen))
 	}
