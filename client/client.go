@@ -272,26 +272,23 @@ func (c *Client) check(key string) error {
 	return nil
 }
 
-// peerFor is the way to replica r's node for one call, and the function
-// to call once that call returned (a connection of the caller's own,
-// wire.WithCallerThread, goes back to the pool).
-func (c *Client) peerFor(ctx context.Context, r masterapi.Replica) (peer, func(), error) {
+// peerFor is the way to replica r's node for one call; the caller
+// releases it once that call returned.
+func (c *Client) peerFor(ctx context.Context, r masterapi.Replica) (peer, error) {
 	if c.local != nil && r.Node == c.local.Name() {
-		return localPeer{c.local}, noRelease, nil
+		return localPeer{c.local}, nil
 	}
 	if len(r.Endpoint) > 7 && r.Endpoint[:7] == "inproc:" {
-		return nil, nil, errcode.Errorf(errcode.TransferFail, "client: node %s is in another process's embedded mode", r.Node)
+		return nil, errcode.Errorf(errcode.TransferFail, "client: node %s is in another process's embedded mode", r.Node)
 	}
-	dc, release, err := c.data.Acquire(ctx, r.Endpoint)
+	dc, err := c.data.Acquire(ctx, r.Endpoint)
 	if errors.Is(err, wire.ErrClosed) {
-		return nil, nil, ErrClosed
+		return nil, ErrClosed
 	} else if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return remotePeer{dc}, release, nil
+	return remotePeer{dc}, nil
 }
-
-func noRelease() {}
 
 // PutOptions are the options of one put (Put uses the zero value).
 type PutOptions struct {
@@ -425,12 +422,12 @@ func (c *Client) writeReplica(ctx context.Context, r masterapi.Replica, value []
 	if size := partsLen(value); r.Kind != masterapi.DRAM || r.Length != size {
 		return errcode.Errorf(errcode.InternalError, "client: master allocated a %v replica of %d bytes for %d", r.Kind, r.Length, size)
 	}
-	p, release, err := c.peerFor(ctx, r)
+	p, err := c.peerFor(ctx, r)
 	if err == nil {
 		// The range's write grant (a node with a grant secret refuses the
 		// write without it; the refusal keeps the grant's sentinel).
 		err = grantRefusal(p.writeRange(ctx, r.Segment, r.Offset, value, crc, r.PutToken, grantOf(r.Grant)))
-		release()
+		p.release()
 	}
 	if err != nil {
 		return fmt.Errorf("writing to node %s: %w", r.Node, err)

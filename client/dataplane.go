@@ -280,12 +280,12 @@ func (c *Client) readPipelined(ctx context.Context, res []masterapi.ReplicaListR
 				// batchParallelism of them are in flight at once.
 				rctx, cancel := context.WithTimeout(ctx, c.cfg.ReplicaTimeout*time.Duration(max(1, len(part)/batchParallelism)))
 				defer cancel()
-				dc, release, err := c.data.Acquire(rctx, ep)
+				dc, err := c.data.Acquire(rctx, ep)
 				if err != nil {
 					return
 				}
 				dc.ReadRanges(rctx, rs)
-				release()
+				dc.Release()
 				for k, it := range part {
 					if rs[k].Err == nil {
 						todo[it.j] = false
@@ -502,11 +502,11 @@ func (c *Client) readReplicaToken(ctx context.Context, info masterapi.ObjectInfo
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReplicaTimeout)
 	defer cancel()
-	p, release, err := c.peerFor(ctx, r)
+	p, err := c.peerFor(ctx, r)
 	if err != nil {
 		return err
 	}
-	defer release()
+	defer p.release()
 	if r.Kind == masterapi.DRAM {
 		// The object's size, not r.Length: a replica of another length
 		// fails the CRC check like any other wrong bytes.

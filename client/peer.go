@@ -64,6 +64,9 @@ type peer interface {
 	// any complete object); the local node's read ignores it.
 	readRange(ctx context.Context, segment string, off int64, token uint64, buf [][]byte, crc uint32, grant []byte) error
 	readSSD(ctx context.Context, key []byte, buf [][]byte, crc uint32, grant []byte) error
+	// release ends the peer's use by one call (peerFor): a remote
+	// connection goes back to its pool.
+	release()
 }
 
 // grantOf is a replica's grant as the data plane sends it.
@@ -76,6 +79,8 @@ func grantOf(g string) []byte {
 
 // localPeer reaches the node of this process without a socket.
 type localPeer struct{ n LocalNode }
+
+func (localPeer) release() {}
 
 func (p localPeer) writeRange(ctx context.Context, segment string, off int64, value [][]byte, crc uint32, token uint64, _ []byte) error {
 	if len(value) == 1 {
@@ -137,3 +142,5 @@ func (p remotePeer) readRange(ctx context.Context, segment string, off int64, to
 func (p remotePeer) readSSD(ctx context.Context, key []byte, buf [][]byte, crc uint32, grant []byte) error {
 	return p.c.ReadSSDParts(ctx, key, buf, crc, grant)
 }
+
+func (p remotePeer) release() { p.c.Release() }

@@ -43,6 +43,7 @@ type DataConn struct {
 	// hb and meta, waiting on its own thread through own (ownconn.go).
 	own      *ownRaw
 	hb, meta []byte
+	pool     *DataPool // an own connection's pool, which Release gives it back to
 
 	// wmu serialises frame writes; it protects wbuf and wv.
 	wmu  sync.Mutex
@@ -58,8 +59,8 @@ type DataConn struct {
 	readerDone chan struct{}
 
 	// users counts the calls holding this connection from DataPool.Acquire
-	// until their release; retiring is set once the pool replaced it
-	// (its keys spent): the last release, or the retirement when there is
+	// until their Release; retiring is set once the pool replaced it
+	// (its keys spent): the last Release, or the retirement when there is
 	// none, closes it.
 	users    atomic.Int64
 	retiring atomic.Bool
@@ -184,8 +185,15 @@ func (dc *DataConn) retire() {
 	}
 }
 
-// release ends a call's hold on the connection (DataPool.Acquire).
-func (dc *DataConn) release() {
+// Release gives back a connection DataPool.Acquire returned, once the
+// call made on it returned: an own connection to its pool's idle ones (or
+// closed), a shared one's hold ended (the last hold on a retired one
+// closes it).
+func (dc *DataConn) Release() {
+	if dc.own != nil {
+		dc.pool.giveBack(dc)
+		return
+	}
 	if dc.users.Add(-1) == 0 && dc.retiring.Load() {
 		dc.Close()
 	}

@@ -81,7 +81,7 @@ func (p *DataPool) Conns() int {
 //
 // A connection from Get may be retired (its TLS keys spent, RetireBytes)
 // and closed under a later caller's feet: callers that make calls use
-// Acquire, which holds it until their release.
+// Acquire, which holds it until their Release.
 func (p *DataPool) Get(ctx context.Context, endpoint string) (*DataConn, error) {
 	return p.get(ctx, endpoint, false)
 }
@@ -146,25 +146,22 @@ func (p *DataPool) get(ctx context.Context, endpoint string, hold bool) (*DataCo
 	return c, err
 }
 
-// Acquire returns a data connection to endpoint for one call, and the
-// function that gives it back once the call returned. When ctx carries
+// Acquire returns a data connection to endpoint for one call; the caller
+// gives it back with DataConn.Release once the call returned. When ctx carries
 // WithCallerThread and the pool is plaintext, the connection is the
 // caller's alone until then (an idle one, or a new dial): its caller
 // reads its own reply, waiting on its own thread (ownconn.go). Otherwise
 // it is one of the shared connections, held until release: a connection
 // whose TLS keys are spent (RetireBytes) is replaced for later callers and
-// closed by the last release.
-func (p *DataPool) Acquire(ctx context.Context, endpoint string) (dc *DataConn, release func(), err error) {
+// closed by the last Release.
+func (p *DataPool) Acquire(ctx context.Context, endpoint string) (dc *DataConn, err error) {
 	if !CallerThread(ctx) || p.TLS != nil || !ownSupported {
-		if dc, err = p.get(ctx, endpoint, true); err != nil {
-			return nil, nil, err
-		}
-		return dc, dc.release, nil
+		return p.get(ctx, endpoint, true)
 	}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return nil, nil, ErrClosed
+		return nil, ErrClosed
 	}
 	for idle := p.own[endpoint]; len(idle) > 0; idle = p.own[endpoint] {
 		dc = idle[len(idle)-1]
@@ -180,11 +177,12 @@ func (p *DataPool) Acquire(ctx context.Context, endpoint string) (dc *DataConn, 
 	p.mu.Unlock()
 	if dc == nil {
 		if dc, err = dialData(ctx, endpoint, cmp.Or(p.DialTimeout, DefaultDialTimeout), nil, true); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
+		dc.pool = p
 		p.ownDials.Add(1)
 	}
-	return dc, func() { p.giveBack(endpoint, dc) }, nil
+	return dc, nil
 }
 
 // OwnDials is how many own connections (Acquire) the pool has dialled.
@@ -192,13 +190,13 @@ func (p *DataPool) OwnDials() int64 { return p.ownDials.Load() }
 
 // giveBack keeps an own connection for the next Acquire, or closes it
 // (broken, the pool closed, OwnIdle kept already).
-func (p *DataPool) giveBack(endpoint string, dc *DataConn) {
+func (p *DataPool) giveBack(dc *DataConn) {
 	p.mu.Lock()
-	if !p.closed && !dc.Broken() && len(p.own[endpoint]) < OwnIdle {
+	if !p.closed && !dc.Broken() && len(p.own[dc.endpoint]) < OwnIdle {
 		if p.own == nil {
 			p.own = map[string][]*DataConn{}
 		}
-		p.own[endpoint] = append(p.own[endpoint], dc)
+		p.own[dc.endpoint] = append(p.own[dc.endpoint], dc)
 		p.mu.Unlock()
 		return
 	}

@@ -75,7 +75,7 @@
 // handshake and the hellos. Keys are never updated: DataPool retires a
 // connection whose records carried RetireBytes in either direction (a new
 // one for later calls; the calls holding it, counted by Acquire, finish on
-// it and the last release closes it).
+// it and the last Release closes it).
 //
 // # Calls on the caller's thread
 //

@@ -16,13 +16,13 @@ import (
 )
 
 // acquireOwn is Acquire with WithCallerThread, failing the test on error.
-func acquireOwn(t *testing.T, p *DataPool, ctx context.Context, addr string) (*DataConn, func()) {
+func acquireOwn(t *testing.T, p *DataPool, ctx context.Context, addr string) *DataConn {
 	t.Helper()
-	dc, release, err := p.Acquire(WithCallerThread(ctx), addr)
+	dc, err := p.Acquire(WithCallerThread(ctx), addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return dc, release
+	return dc
 }
 
 // A call marked WithCallerThread gets a connection of its own, without a
@@ -37,7 +37,7 @@ func TestOwnConnRoundTrip(t *testing.T) {
 	t.Cleanup(p.Close)
 	ctx := context.Background()
 
-	dc, release := acquireOwn(t, p, ctx, addr)
+	dc := acquireOwn(t, p, ctx, addr)
 	if dc.own == nil {
 		t.Fatal("a marked Acquire returned a shared connection")
 	}
@@ -74,23 +74,23 @@ func TestOwnConnRoundTrip(t *testing.T) {
 		}
 	}
 
-	other, release2 := acquireOwn(t, p, ctx, addr)
+	other := acquireOwn(t, p, ctx, addr)
 	if other == dc || other.own == nil {
 		t.Fatal("two callers at once share an own connection")
 	}
-	release2()
-	release()
-	again, release3 := acquireOwn(t, p, ctx, addr)
+	other.Release()
+	dc.Release()
+	again := acquireOwn(t, p, ctx, addr)
 	if again != dc && again != other {
 		t.Fatal("a given-back connection was not reused")
 	}
-	release3()
+	again.Release()
 
-	shared, release4, err := p.Acquire(ctx, addr)
+	shared, err := p.Acquire(ctx, addr)
 	if err != nil || shared.own != nil {
 		t.Fatalf("an unmarked Acquire: %v (own %v)", err, shared != nil && shared.own != nil)
 	}
-	release4()
+	shared.Release()
 	if g, _ := p.Get(ctx, addr); g.own != nil {
 		t.Fatal("Get returned an own connection")
 	}
@@ -117,12 +117,12 @@ func TestOwnConnContextEnds(t *testing.T) {
 			} else {
 				go func() { <-seen; cancel() }()
 			}
-			dc, release := acquireOwn(t, p, ctx, addr)
+			dc := acquireOwn(t, p, ctx, addr)
 			err := dc.ReadRange(ctx, "seg", 0, make([]byte, 100), 0)
 			if !errors.Is(err, errcode.ErrContextCanceled) || !dc.Broken() {
 				t.Fatalf("got %v (broken %v), want CONTEXT_CANCELED and a broken connection", err, dc.Broken())
 			}
-			release()
+			dc.Release()
 			p.mu.Lock()
 			kept := len(p.own[addr])
 			p.mu.Unlock()
@@ -149,11 +149,11 @@ func TestOwnConnIdleClosedByNode(t *testing.T) {
 	t.Cleanup(p.Close)
 	ctx := context.Background()
 	val := rnd(4096)
-	dc, release := acquireOwn(t, p, ctx, addr)
+	dc := acquireOwn(t, p, ctx, addr)
 	if err := dc.Write(ctx, "seg", 0, val, crc32c.Checksum(val), 1); err != nil {
 		t.Fatal(err)
 	}
-	release()
+	dc.Release()
 	(<-accepted).Close() // the node's side of dc
 	// Wait until the close reached dc's socket (no sleep: poll it).
 	if err := dc.own.raw.Control(func(fd uintptr) {
@@ -161,8 +161,8 @@ func TestOwnConnIdleClosedByNode(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	next, release := acquireOwn(t, p, ctx, addr)
-	defer release()
+	next := acquireOwn(t, p, ctx, addr)
+	defer next.Release()
 	if next == dc {
 		t.Fatal("an own connection the node closed was handed out again")
 	}
@@ -204,7 +204,7 @@ func TestOwnConnConcurrent(t *testing.T) {
 
 // poundPool has callers goroutines each write and read back its own range
 // of size bytes rounds times, every round on a connection from
-// p.Acquire(ctx) given back after it; seen, when not nil, is told every
+// p.Acquire(ctx) given back (Release) after it; seen, when not nil, is told every
 // connection. It fails t on any error or wrong byte.
 func poundPool(t *testing.T, p *DataPool, ctx context.Context, addr string, callers, rounds, size int, seen func(*DataConn)) {
 	t.Helper()
@@ -217,7 +217,7 @@ func poundPool(t *testing.T, p *DataPool, ctx context.Context, addr string, call
 				val := rnd(size)
 				val[0] = byte(w + r)
 				crc := crc32c.Checksum(val)
-				dc, release, err := p.Acquire(ctx, addr)
+				dc, err := p.Acquire(ctx, addr)
 				if err != nil {
 					errs <- err
 					return
@@ -229,7 +229,7 @@ func poundPool(t *testing.T, p *DataPool, ctx context.Context, addr string, call
 				if err == nil {
 					err = dc.ReadRange(ctx, "seg", int64(w*size), buf, crc)
 				}
-				release()
+				dc.Release()
 				if err == nil && !bytes.Equal(buf, val) {
 					err = errors.New("other bytes read back")
 				}

@@ -415,7 +415,7 @@ func TestRecordTamperedThroughNode(t *testing.T) {
 
 // A TLS connection whose record keys carried RetireBytes is replaced: the
 // next Acquire gets a new connection (a new handshake, new keys), while
-// the call still holding the old one finishes on it; its last release
+// the call still holding the old one finishes on it; its last Release
 // closes it.
 func TestSpentConnectionRetired(t *testing.T) {
 	old := RetireBytes
@@ -427,7 +427,7 @@ func TestSpentConnectionRetired(t *testing.T) {
 	ctx := context.Background()
 	val := rnd(1<<20 + 1)
 	crc := crc32c.Checksum(val)
-	a, relA, err := pool.Acquire(ctx, addr)
+	a, err := pool.Acquire(ctx, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -437,7 +437,7 @@ func TestSpentConnectionRetired(t *testing.T) {
 	if !a.spent() {
 		t.Fatal("a connection that sealed more than RetireBytes is not spent")
 	}
-	b, relB, err := pool.Acquire(ctx, addr)
+	b, err := pool.Acquire(ctx, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -448,16 +448,16 @@ func TestSpentConnectionRetired(t *testing.T) {
 	if err := a.ReadRange(ctx, "seg", 0, buf, crc); err != nil || !bytes.Equal(buf, val) {
 		t.Fatalf("a call still holding the retired connection: %v", err)
 	}
-	relA()
+	a.Release()
 	if !a.Broken() {
-		t.Fatal("the retired connection stayed open after its last release")
+		t.Fatal("the retired connection stayed open after its last Release")
 	}
 	if err := b.ReadRange(ctx, "seg", 0, buf, crc); err != nil || !bytes.Equal(buf, val) {
 		t.Fatalf("the new connection: %v", err)
 	}
-	relB()
+	b.Release()
 	if b.Broken() {
-		t.Fatal("a connection not retired was closed by its release")
+		t.Fatal("a connection not retired was closed by its Release")
 	}
 }
 
