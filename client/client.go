@@ -189,6 +189,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	default:
 		return nil, fmt.Errorf("%w: Config needs Master or MasterAddr", ErrBadConfig)
 	}
+	c.touch.master, _ = c.m.(masterapi.Toucher)
 	return c, nil
 }
 

@@ -31,6 +31,8 @@ const (
 
 // toucher gathers the keys of cached gets.
 type toucher struct {
+	master masterapi.Toucher // nil: the master connection cannot hear touches
+
 	mu        sync.Mutex          // protects keys and scheduled
 	keys      map[string]struct{} // gathered since the last send
 	scheduled bool                // a send is due touchDelay after the first key
@@ -40,10 +42,10 @@ type toucher struct {
 
 // touched records a get of key served from the cache.
 func (c *Client) touched(key string) {
-	if _, ok := c.m.(masterapi.Toucher); !ok {
+	t := &c.touch
+	if t.master == nil {
 		return
 	}
-	t := &c.touch
 	t.mu.Lock()
 	if t.keys == nil {
 		t.keys = map[string]struct{}{}
@@ -62,7 +64,7 @@ func (c *Client) touched(key string) {
 	}
 }
 
-// takeTouches returns the gathered keys and starts gathering anew.
+// take returns the gathered keys and starts gathering anew.
 func (t *toucher) take() []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -89,13 +91,12 @@ func (c *Client) sendTouchesInBackground() {
 // sendTouches sends the gathered keys in one Touch.
 func (c *Client) sendTouches() {
 	keys := c.touch.take()
-	tm, ok := c.m.(masterapi.Toucher)
-	if len(keys) == 0 || !ok {
+	if len(keys) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), touchTimeout)
 	defer cancel()
-	if err := tm.Touch(ctx, keys); err != nil {
+	if err := c.touch.master.Touch(ctx, keys); err != nil {
 		c.touch.failed.Add(1)
 		c.log.Debug("touch of cached gets failed", "keys", len(keys), "err", err)
 		return
