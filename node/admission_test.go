@@ -69,9 +69,10 @@ func newAdmStack(t *testing.T, mc master.Config, edit func(*Config), wrap func(*
 	t.Cleanup(func() { n.Close() })
 	s.n = n
 	// The replica-location cache off: these tests count reads in the
-	// master's sketch, and a get served from the cache is no lookup (the
-	// master does not see it: TestWorthFollowsNewSketch failed 1 run in 5
-	// with the cache on, its reads of DRAM copies counted once).
+	// master's sketch at once, and a get served from the cache reaches the
+	// master only as a Touch up to 100 ms later (client/touch.go):
+	// TestWorthFollowsNewSketch failed 1 run in 5 with the cache on and no
+	// touches, its reads of DRAM copies counted once.
 	s.c = newTestClient(t, client.Config{Master: r, LocalNode: n, LocationCacheEntries: -1})
 	return s
 }
