@@ -155,7 +155,7 @@ func (p *DataPool) get(ctx context.Context, endpoint string, hold bool) (*DataCo
 // whose TLS keys are spent (RetireBytes) is replaced for later callers and
 // closed by the last Release.
 func (p *DataPool) Acquire(ctx context.Context, endpoint string) (dc *DataConn, err error) {
-	if !CallerThread(ctx) || p.TLS != nil || !ownSupported {
+	if !callerThread(ctx) || p.TLS != nil || !ownSupported {
 		return p.get(ctx, endpoint, true)
 	}
 	p.mu.Lock()

@@ -33,8 +33,8 @@ func WithCallerThread(ctx context.Context) context.Context {
 	return context.WithValue(ctx, callerThreadKey{}, true)
 }
 
-// CallerThread reports whether ctx carries WithCallerThread.
-func CallerThread(ctx context.Context) bool {
+// callerThread reports whether ctx carries WithCallerThread.
+func callerThread(ctx context.Context) bool {
 	v, _ := ctx.Value(callerThreadKey{}).(bool)
 	return v
 }
