@@ -123,9 +123,9 @@ func runFullPut(ctx context.Context, e *env) (*result, error) {
 		fioMean += f / float64(len(fioRates))
 	}
 	t := &table{Title: "puts into a full DRAM vs fio sequential write on the same disk (MB/s = 10^6 B/s)",
-		Columns: []string{"row", "heartbeat", "MB/s", "x fio write", "put p50 ms", "put p99 ms", "put failures", "SSD MiB written", "cpu ms/MiB client", "master", "node", "load avg", "goal 0.8x"}}
+		Columns: []string{"row", "heartbeat", "MB/s", "x fio write", "put p50 ms", "put p99 ms", "put failures", "SSD MiB written", "cpu ms/MiB client", "master", "node", "switches/put client", "master", "node", "load avg", "goal 0.8x"}}
 	for i, f := range fioRates {
-		t.add(fmt.Sprintf("fio seq write (%s)", []string{"before", "after"}[min(i, 1)]), "-", f, f/fioMean, nil, nil, nil, nil, nil, nil, nil, nil, "")
+		t.add(fmt.Sprintf("fio seq write (%s)", []string{"before", "after"}[min(i, 1)]), "-", f, f/fioMean, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, "")
 	}
 	for _, m := range got {
 		x := m.st.mbps / fioMean
@@ -134,7 +134,8 @@ func runFullPut(ctx context.Context, e *env) (*result, error) {
 			goal = map[bool]string{true: "yes", false: "no"}[x >= 0.8]
 		}
 		t.add(m.row.name, m.row.heartbeat.String(), m.st.mbps, x, m.st.p50, m.st.p99, m.st.failures,
-			float64(m.st.ssdBytes)/(1<<20), m.st.cpu[0], m.st.cpu[1], m.st.cpu[2], m.load, goal)
+			float64(m.st.ssdBytes)/(1<<20), m.st.cpu[0], m.st.cpu[1], m.st.cpu[2],
+			m.st.switches[0], m.st.switches[1], m.st.switches[2], m.load, goal)
 	}
 	res.Tables = []*table{t}
 	res.Elapsed = time.Since(started).Seconds()
@@ -146,8 +147,9 @@ type fullPutStats struct {
 	failures       int64
 	ssdBytes       int64
 	// cpu: CPU ms per MiB put (all of the row's puts) of the load
-	// generator (this process, client library), the master and the node.
-	cpu [3]float64
+	// generator (this process, client library), the master and the node;
+	// switches: their context switches per put.
+	cpu, switches [3]float64
 }
 
 // fullPutOne runs one row: a fresh master and node, the writers for dur.
@@ -172,7 +174,7 @@ func fullPutOne(ctx context.Context, dir, bin string, r fullPutRow, dur time.Dur
 		}
 		defer clients[i].Close()
 	}
-	cpu0, err := fullPutCPU(cl)
+	cpu0, sw0, err := fullPutCPU(cl)
 	if err != nil {
 		return st, err
 	}
@@ -180,13 +182,15 @@ func fullPutOne(ctx context.Context, dir, bin string, r fullPutRow, dur time.Dur
 	if w.err != nil {
 		return st, w.err
 	}
-	cpu1, err := fullPutCPU(cl)
+	cpu1, sw1, err := fullPutCPU(cl)
 	if err != nil {
 		return st, err
 	}
 	if mib := float64(w.total) / (1 << 20); mib > 0 {
+		puts := float64(w.total) / float64(fullPutSize)
 		for i := range st.cpu {
 			st.cpu[i] = float64((cpu1[i] - cpu0[i]).Milliseconds()) / mib
+			st.switches[i] = float64(sw1[i]-sw0[i]) / puts
 		}
 	}
 	secs := w.end.Sub(w.fullAt).Seconds()
@@ -313,20 +317,23 @@ func loadAvg() string {
 }
 
 // fullPutCPU returns the CPU time (user + system) used so far by this
-// process, the master and the node of cl.
-func fullPutCPU(cl *cluster) ([3]time.Duration, error) {
-	var out [3]time.Duration
+// process, the master and the node of cl, and their context switches.
+func fullPutCPU(cl *cluster) (out [3]time.Duration, sw [3]int64, err error) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return out, err
+		return out, sw, err
 	}
 	out[0] = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	sw[0] = ru.Nvcsw + ru.Nivcsw
 	for i, p := range cl.procs[:2] {
 		st, err := readProc(p.Process.Pid)
 		if err != nil {
-			return out, err
+			return out, sw, err
 		}
 		out[i+1] = st.cpu
+		if sw[i+1], err = procSwitches(p.Process.Pid); err != nil {
+			return out, sw, err
+		}
 	}
-	return out, nil
+	return out, sw, nil
 }

@@ -181,6 +181,30 @@ type procStat struct {
 	rss, hwm int64         // bytes: resident now, peak
 }
 
+// procSwitches is the context switches (voluntary and not) of pid's
+// threads that are alive, from /proc/PID/task/*/status (a Go process
+// keeps its threads).
+func procSwitches(pid int) (int64, error) {
+	tasks, err := filepath.Glob(filepath.Join("/proc", strconv.Itoa(pid), "task", "*", "status"))
+	if err != nil || len(tasks) == 0 {
+		return 0, fmt.Errorf("bench: /proc/%d/task: no threads (%v)", pid, err)
+	}
+	var n int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue // a thread that exited meanwhile
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) == 2 && (f[0] == "voluntary_ctxt_switches:" || f[0] == "nonvoluntary_ctxt_switches:") {
+				v, _ := strconv.ParseInt(f[1], 10, 64)
+				n += v
+			}
+		}
+	}
+	return n, nil
+}
+
 // readProc reads /proc/PID/stat and /proc/PID/status.
 func readProc(pid int) (procStat, error) {
 	var st procStat
