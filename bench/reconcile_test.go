@@ -1,6 +1,10 @@
 package main
 
-import "testing"
+import (
+	"os"
+	"syscall"
+	"testing"
+)
 
 // TestReconcileSmoke runs the reconcile scenario with 20000 keys against a
 // real master process: re-registration and the three reconciles must leave
@@ -21,5 +25,25 @@ func TestReconcileSmoke(t *testing.T) {
 	}
 	if sent := rows[2][4].(float64); sent == 0 || sent >= 20000 {
 		t.Errorf("a reconcile with 100 keys drifted sent %v keys of 20000", sent)
+	}
+}
+
+// TestProcSwitchesCountsThreads: procSwitches sums this process's live
+// threads: more than none, no more than getrusage's count of every thread
+// taken after it; a process that does not exist is an error.
+func TestProcSwitchesCountsThreads(t *testing.T) {
+	n, err := procSwitches(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	if n <= 0 || n > ru.Nvcsw+ru.Nivcsw {
+		t.Fatalf("procSwitches = %d, getrusage after it %d", n, ru.Nvcsw+ru.Nivcsw)
+	}
+	if _, err := procSwitches(-1); err == nil {
+		t.Fatal("no error for pid -1")
 	}
 }
