@@ -1,0 +1,322 @@
+package aesgcm
+
+import (
+	"bytes"
+	"crypto/aes"
+	"crypto/cipher"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// stdGCM is crypto/cipher's GCM for key, the reference.
+func stdGCM(t testing.TB, key []byte) cipher.AEAD {
+	b, err := aes.NewCipher(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := cipher.NewGCM(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// fast is New's AEAD for key; the test is skipped where the CPU has no
+// fast path.
+func fast(t testing.TB, key []byte) cipher.AEAD {
+	if !hasVAES {
+		t.Skip("no VAES and VPCLMULQDQ with AVX-512 on this CPU")
+	}
+	g, err := New(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := g.(*gcm); !ok {
+		t.Fatalf("New returned %T, not the fast path", g)
+	}
+	return g
+}
+
+func randBytes(r *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// check seals plain with both AEADs (fresh and in place, at an odd offset
+// in a buffer), wants the same bytes, opens them, and wants a flipped bit
+// in the ciphertext, the tag or the additional data rejected.
+func check(t *testing.T, r *rand.Rand, ours, std cipher.AEAD, plain, aad []byte) {
+	t.Helper()
+	nonce := randBytes(r, NonceSize)
+	want := std.Seal(nil, nonce, plain, aad)
+	got := ours.Seal(nil, nonce, plain, aad)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("len %d aad %d: Seal differs from crypto/cipher's", len(plain), len(aad))
+	}
+	// Unaligned, with a prefix in dst, and in place.
+	off := 1 + r.IntN(63)
+	buf := make([]byte, off+len(plain)+TagSize+64)
+	copy(buf[off:], plain)
+	sealed := ours.Seal(buf[off:off], nonce, buf[off:off+len(plain)], aad)
+	if &sealed[0] != &buf[off] || !bytes.Equal(sealed, want) {
+		t.Fatalf("len %d aad %d: Seal in place differs", len(plain), len(aad))
+	}
+	pre := []byte("prefix")
+	app := ours.Seal(append([]byte(nil), pre...), nonce, plain, aad)
+	if !bytes.Equal(app[:len(pre)], pre) || !bytes.Equal(app[len(pre):], want) {
+		t.Fatalf("len %d aad %d: Seal appending differs", len(plain), len(aad))
+	}
+	opened, err := ours.Open(nil, nonce, want, aad)
+	if err != nil || !bytes.Equal(opened, plain) {
+		t.Fatalf("len %d aad %d: Open: %v", len(plain), len(aad), err)
+	}
+	opened, err = ours.Open(sealed[:0], nonce, sealed, aad) // in place
+	if err != nil || !bytes.Equal(opened, plain) {
+		t.Fatalf("len %d aad %d: Open in place: %v", len(plain), len(aad), err)
+	}
+	// Tampering: a bit of the ciphertext or tag, then of the additional data.
+	bad := append([]byte(nil), want...)
+	bit := r.IntN(len(bad) * 8)
+	bad[bit/8] ^= 1 << (bit % 8)
+	dst := make([]byte, 0, len(plain))
+	if out, err := ours.Open(dst, nonce, bad, aad); !errors.Is(err, ErrOpen) || out != nil {
+		t.Fatalf("len %d aad %d: Open of a flipped bit %d: %v", len(plain), len(aad), bit, err)
+	}
+	if n := len(plain); n > 0 && !bytes.Equal(dst[:n], make([]byte, n)) {
+		t.Fatalf("len %d: a failed Open left plaintext in dst", n)
+	}
+	tag := append([]byte(nil), want...)
+	tag[len(tag)-1-r.IntN(TagSize)] ^= 0x80
+	if _, err := ours.Open(nil, nonce, tag, aad); !errors.Is(err, ErrOpen) {
+		t.Fatalf("len %d aad %d: Open of a flipped tag bit: %v", len(plain), len(aad), err)
+	}
+	if len(aad) > 0 {
+		a := append([]byte(nil), aad...)
+		bit := r.IntN(len(a) * 8)
+		a[bit/8] ^= 1 << (bit % 8)
+		if _, err := ours.Open(nil, nonce, want, a); !errors.Is(err, ErrOpen) {
+			t.Fatalf("len %d aad %d: Open with a flipped bit of the additional data: %v", len(plain), len(aad), err)
+		}
+	}
+}
+
+// Every plaintext length 0..1200, with additional data of every length
+// 0..70 in turn, random keys and nonces.
+func TestMatchesStandardLibrary(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	key := randBytes(r, 16)
+	ours, std := fast(t, key), stdGCM(t, key)
+	for n := 0; n <= 1200; n++ {
+		if n%100 == 0 {
+			key = randBytes(r, 16)
+			ours, std = fast(t, key), stdGCM(t, key)
+		}
+		check(t, r, ours, std, randBytes(r, n), randBytes(r, n%71))
+	}
+}
+
+// Every additional-data length 0..70 with short and long plaintexts.
+func TestAdditionalData(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	key := randBytes(r, 16)
+	ours, std := fast(t, key), stdGCM(t, key)
+	for a := 0; a <= 70; a++ {
+		for _, n := range []int{0, 1, 16, 63, 64, 255, 256, 257, 1000} {
+			check(t, r, ours, std, randBytes(r, n), randBytes(r, a))
+		}
+	}
+}
+
+// Large plaintexts: a record (64 KiB) and its neighbours, segments and
+// more, 1 MiB; AAD of the record layer's 4 bytes.
+func TestLarge(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	key := randBytes(r, 16)
+	ours, std := fast(t, key), stdGCM(t, key)
+	sizes := []int{segment - 1, segment, segment + 1, 3*segment + 5, 1 << 20, 1<<20 + 15}
+	for d := -17; d <= 17; d++ {
+		sizes = append(sizes, 64<<10+d)
+	}
+	for _, n := range sizes {
+		check(t, r, ours, std, randBytes(r, n), randBytes(r, 4))
+	}
+}
+
+// The counter's low 32 bits wrap modulo 2^32 within a message (a nonce
+// whose counter starts near 2^32 cannot occur with 12-byte nonces, but
+// ctrXOR must agree with the definition anywhere).
+func TestCounterWrap(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	key := randBytes(r, 16)
+	g := fast(t, key).(*gcm)
+	b, _ := aes.NewCipher(key)
+	ctr := [16]byte{15: 0xfd, 14: 0xff, 13: 0xff, 12: 0xff}
+	copy(ctr[:12], randBytes(r, 12))
+	src := randBytes(r, 300)
+	got := make([]byte, len(src))
+	ctrXOR(&g.k, &ctr, &got[0], &src[0], len(src))
+	want := make([]byte, len(src))
+	// crypto/cipher's CTR increments all 128 bits; GCM only the low 32.
+	c := ctr
+	for i := 0; i < len(src); i += 16 {
+		var ks [16]byte
+		b.Encrypt(ks[:], c[:])
+		for j := i; j < min(i+16, len(src)); j++ {
+			want[j] = src[j] ^ ks[j-i]
+		}
+		for k := 15; k >= 12; k-- {
+			c[k]++
+			if c[k] != 0 {
+				break
+			}
+		}
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("ctrXOR across the 32-bit counter's wrap differs")
+	}
+}
+
+// The key schedule against FIPS-197 appendix A.1, and the computed S-box
+// at a few known points.
+func TestKeySchedule(t *testing.T) {
+	for in, out := range map[byte]byte{0x00: 0x63, 0x01: 0x7c, 0x53: 0xed, 0xff: 0x16, 0x9a: 0xb8} {
+		if got := sbox(in); got != out {
+			t.Errorf("sbox(%#x) = %#x, want %#x", in, got, out)
+		}
+	}
+	fips := []byte{0x2b, 0x7e, 0x15, 0x16, 0x28, 0xae, 0xd2, 0xa6, 0xab, 0xf7, 0x15, 0x88, 0x09, 0xcf, 0x4f, 0x3c}
+	var k key
+	expandKey128(fips, &k)
+	last := []byte{0xd0, 0x14, 0xf9, 0xa8, 0xc9, 0xee, 0x25, 0x89, 0xe1, 0x3f, 0x0c, 0xc8, 0xb6, 0x63, 0x0c, 0xa6}
+	for lane := range 4 {
+		if !bytes.Equal(k.rk[640+16*lane:656+16*lane], last) {
+			t.Fatalf("round key 10, lane %d: %x", lane, k.rk[640+16*lane:656+16*lane])
+		}
+	}
+}
+
+// The fallback: forced, and for keys the fast path does not take.
+func TestFallback(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	forceGeneric = true
+	g, err := New(randBytes(r, 16))
+	forceGeneric = false
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := g.(*gcm); ok {
+		t.Fatal("forceGeneric: New returned the fast path")
+	}
+	for _, n := range []int{16, 24, 32} {
+		key := randBytes(r, n)
+		forceGeneric = true
+		g, err := New(key)
+		forceGeneric = false
+		if err != nil {
+			t.Fatal(err)
+		}
+		std := stdGCM(t, key)
+		nonce, plain, aad := randBytes(r, 12), randBytes(r, 1000), randBytes(r, 13)
+		if !bytes.Equal(g.Seal(nil, nonce, plain, aad), std.Seal(nil, nonce, plain, aad)) {
+			t.Fatalf("fallback, key of %d bytes: differs", n)
+		}
+	}
+	if _, err := New(make([]byte, 17)); err == nil {
+		t.Fatal("New accepted a 17-byte key")
+	}
+}
+
+// Seal and Open into buffers with room allocate nothing.
+func TestNoAllocs(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	g := fast(t, randBytes(r, 16))
+	nonce, plain, aad := randBytes(r, 12), randBytes(r, 64<<10+7), randBytes(r, 4)
+	buf := make([]byte, 0, len(plain)+TagSize)
+	out := make([]byte, 0, len(plain))
+	var sealed []byte
+	if a := testing.AllocsPerRun(20, func() { sealed = g.Seal(buf[:0], nonce, plain, aad) }); a != 0 {
+		t.Errorf("Seal: %v allocations", a)
+	}
+	if a := testing.AllocsPerRun(20, func() {
+		if _, err := g.Open(out[:0], nonce, sealed, aad); err != nil {
+			panic(err)
+		}
+	}); a != 0 {
+		t.Errorf("Open: %v allocations", a)
+	}
+}
+
+// Buffers that overlap other than in place panic, as crypto/cipher's do.
+func TestOverlapPanics(t *testing.T) {
+	g := fast(t, make([]byte, 16))
+	buf := make([]byte, 200)
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Seal into a shifted overlap did not panic")
+		}
+	}()
+	g.Seal(buf[1:1], make([]byte, 12), buf[:100], nil)
+}
+
+func FuzzMatchesStandardLibrary(f *testing.F) {
+	f.Add(make([]byte, 16), make([]byte, 12), []byte("plain"), []byte("aad"))
+	f.Add(make([]byte, 16), make([]byte, 12), make([]byte, 1000), make([]byte, 70))
+	f.Fuzz(func(t *testing.T, key, nonce, plain, aad []byte) {
+		if len(key) != 16 || len(nonce) != 12 {
+			return
+		}
+		ours, std := fast(t, key), stdGCM(t, key)
+		want := std.Seal(nil, nonce, plain, aad)
+		if got := ours.Seal(nil, nonce, plain, aad); !bytes.Equal(got, want) {
+			t.Fatalf("Seal differs: %x, want %x", got, want)
+		}
+		got, err := ours.Open(nil, nonce, want, aad)
+		if err != nil || !bytes.Equal(got, plain) {
+			t.Fatalf("Open: %v", err)
+		}
+		if len(want) > 0 {
+			want[0] ^= 1
+			if _, err := ours.Open(nil, nonce, want, aad); err == nil {
+				t.Fatal("Open accepted a flipped bit")
+			}
+		}
+	})
+}
+
+func benchAEAD(b *testing.B, g cipher.AEAD, n int, open bool) {
+	plain := make([]byte, n)
+	nonce, aad := make([]byte, 12), make([]byte, 4)
+	buf := make([]byte, 0, n+TagSize)
+	sealed := g.Seal(nil, nonce, plain, aad)
+	b.SetBytes(int64(n))
+	for b.Loop() {
+		if open {
+			if _, err := g.Open(plain[:0], nonce, sealed, aad); err != nil {
+				b.Fatal(err)
+			}
+		} else {
+			g.Seal(buf[:0], nonce, plain, aad)
+		}
+	}
+}
+
+// Seal and Open of a record (64 KiB) and of 1 MiB, this package's beside
+// crypto/cipher's, in the same run.
+func BenchmarkAEAD(b *testing.B) {
+	key := make([]byte, 16)
+	for _, n := range []int{64 << 10, 1 << 20} {
+		for _, op := range []string{"Seal", "Open"} {
+			b.Run(fmt.Sprintf("%s/%dKiB/std", op, n>>10), func(b *testing.B) {
+				benchAEAD(b, stdGCM(b, key), n, op == "Open")
+			})
+			b.Run(fmt.Sprintf("%s/%dKiB/vaes", op, n>>10), func(b *testing.B) {
+				benchAEAD(b, fast(b, key), n, op == "Open")
+			})
+		}
+	}
+}

@@ -1,0 +1,22 @@
+package aesgcm
+
+import "golang.org/x/sys/cpu"
+
+// hasVAES: the fast path needs VAES and VPCLMULQDQ on ZMM registers and
+// AVX-512 F, BW (byte masks, byte shuffles) and VL; x/sys/cpu reports them
+// only when the OS saves the ZMM state.
+var hasVAES = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL &&
+	cpu.X86.HasAVX512VAES && cpu.X86.HasAVX512VPCLMULQDQ
+
+// ctrXOR xors n bytes of src with AES-128's counter-mode key stream into
+// dst, the first counter block ctr (its last four bytes a big-endian
+// counter, incremented modulo 2^32 per block).
+//
+//go:noescape
+func ctrXOR(k *key, ctr *[16]byte, dst, src *byte, n int)
+
+// ghashUpdate runs GHASH over n bytes of p (the last block zero-padded)
+// from acc, which it updates (in the assembly's byte order, reversed).
+//
+//go:noescape
+func ghashUpdate(k *key, acc *[16]byte, p *byte, n int)
