@@ -16,10 +16,6 @@ const (
 	// maxPlain is GCM's bound on a plaintext under one nonce (2^32 - 2
 	// blocks), as crypto/cipher enforces it.
 	maxPlain = (1<<32 - 2) * 16
-	// segment is how much Seal and Open run through one pass of the
-	// counter mode and one of GHASH before the next (both passes find
-	// it in the first-level cache); a multiple of 256.
-	segment = 16 << 10
 )
 
 // ErrOpen: the ciphertext, its tag or the additional data do not
@@ -129,18 +125,24 @@ func (g *gcm) crypt(tag *[16]byte, dst, src, nonce, aad []byte, seal bool) {
 	if len(aad) > 0 {
 		ghashUpdate(&g.k, &acc, &aad[0], len(aad))
 	}
-	c := uint32(2)
-	for off := 0; off < len(src); off += segment {
-		n := min(segment, len(src)-off)
-		binary.BigEndian.PutUint32(ctr[12:], c)
+	bulk := len(src) &^ 255
+	binary.BigEndian.PutUint32(ctr[12:], 2)
+	if bulk > 0 {
 		if seal {
-			ctrXOR(&g.k, &ctr, &dst[off], &src[off], n)
-			ghashUpdate(&g.k, &acc, &dst[off], n)
+			sealBulk(&g.k, &acc, &ctr, &dst[0], &src[0], bulk)
 		} else {
-			ghashUpdate(&g.k, &acc, &src[off], n)
-			ctrXOR(&g.k, &ctr, &dst[off], &src[off], n)
+			openBulk(&g.k, &acc, &ctr, &dst[0], &src[0], bulk)
 		}
-		c += segment / 16
+	}
+	if rest := len(src) - bulk; rest > 0 {
+		binary.BigEndian.PutUint32(ctr[12:], 2+uint32(bulk/16))
+		if seal {
+			ctrXOR(&g.k, &ctr, &dst[bulk], &src[bulk], rest)
+			ghashUpdate(&g.k, &acc, &dst[bulk], rest)
+		} else {
+			ghashUpdate(&g.k, &acc, &src[bulk], rest)
+			ctrXOR(&g.k, &ctr, &dst[bulk], &src[bulk], rest)
+		}
 	}
 	binary.BigEndian.PutUint64(blk[:8], uint64(len(aad))*8)
 	binary.BigEndian.PutUint64(blk[8:], uint64(len(src))*8)

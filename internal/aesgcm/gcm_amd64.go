@@ -20,3 +20,17 @@ func ctrXOR(k *key, ctr *[16]byte, dst, src *byte, n int)
 //
 //go:noescape
 func ghashUpdate(k *key, acc *[16]byte, p *byte, n int)
+
+// sealBulk seals n bytes (a multiple of 256, at least 256) of src into
+// dst: counter mode from ctr, and GHASH of the ciphertext from acc,
+// interleaved 256 bytes at a time.
+//
+//go:noescape
+func sealBulk(k *key, acc, ctr *[16]byte, dst, src *byte, n int)
+
+// openBulk opens n bytes (a multiple of 256, at least 256) of src into
+// dst (in place allowed): GHASH of the ciphertext from acc, and counter
+// mode from ctr, interleaved 256 bytes at a time.
+//
+//go:noescape
+func openBulk(k *key, acc, ctr *[16]byte, dst, src *byte, n int)

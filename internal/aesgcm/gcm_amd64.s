@@ -301,3 +301,171 @@ ghDone:
 	VMOVDQU X0, (DI)
 	VZEROUPPER
 	RET
+
+// The stitched loops of sealBulk and openBulk: 256 bytes an iteration,
+// sixteen counter blocks through AES-128 in four registers while GHASH
+// takes sixteen ciphertext blocks (the previous iteration's output when
+// sealing, this iteration's input when opening) times H^16..H^1 from
+// memory, with one reduction. Registers: Z16..Z26 the round keys, Z28
+// the counters, Z29 four, Z30 gfPoly, Z31 bswapMask, X13 the GHASH
+// accumulator (its upper lanes zero), BX the key, SI src, DI dst, G the
+// GHASH input.
+
+// GHASH16(G): the accumulator Z13 updated by the 256 bytes at G.
+#define GHASH16(G) \
+	LOADBLOCKS(0(G), Z4) \
+	LOADBLOCKS(64(G), Z5) \
+	LOADBLOCKS(128(G), Z6) \
+	LOADBLOCKS(192(G), Z7) \
+	VPXORQ Z13, Z4, Z4 \
+	MULSET(Z4, HTAB+0(BX), Z8, Z9, Z10, Z11) \
+	MULACC(Z5, HTAB+64(BX), Z8, Z9, Z10, Z11, Z12) \
+	MULACC(Z6, HTAB+128(BX), Z8, Z9, Z10, Z11, Z12) \
+	MULACC(Z7, HTAB+192(BX), Z8, Z9, Z10, Z11, Z12) \
+	REDUCE(Z8, Z9, Z10, Z11, Z30) \
+	HSUM(Z10, Y10, X10, Y11, X11) \
+	VMOVDQA64 Z10, Z13
+
+// CTR16: sixteen counter blocks into Z0..Z3, AES's first whitening done.
+#define CTR16 \
+	NEXTCTR(Z0) \
+	NEXTCTR(Z1) \
+	NEXTCTR(Z2) \
+	NEXTCTR(Z3) \
+	VPXORQ Z16, Z0, Z0 \
+	VPXORQ Z16, Z1, Z1 \
+	VPXORQ Z16, Z2, Z2 \
+	VPXORQ Z16, Z3, Z3
+
+// XORSTORE16: the last round, then the key stream xored with the 256
+// bytes at SI into DI.
+#define XORSTORE16 \
+	VAESENCLAST Z26, Z0, Z0 \
+	VAESENCLAST Z26, Z1, Z1 \
+	VAESENCLAST Z26, Z2, Z2 \
+	VAESENCLAST Z26, Z3, Z3 \
+	VPXORQ 0(SI), Z0, Z0 \
+	VPXORQ 64(SI), Z1, Z1 \
+	VPXORQ 128(SI), Z2, Z2 \
+	VPXORQ 192(SI), Z3, Z3 \
+	VMOVDQU64 Z0, 0(DI) \
+	VMOVDQU64 Z1, 64(DI) \
+	VMOVDQU64 Z2, 128(DI) \
+	VMOVDQU64 Z3, 192(DI)
+
+// STITCH(G): AES of sixteen counter blocks into DI (xored with SI) and
+// GHASH of the 256 bytes at G, interleaved. G's bytes are loaded before
+// DI is written (opening in place: G == SI == DI).
+#define STITCH(G) \
+	CTR16 \
+	LOADBLOCKS(0(G), Z4) \
+	ROUND4(Z17, Z0, Z1, Z2, Z3) \
+	LOADBLOCKS(64(G), Z5) \
+	VPXORQ Z13, Z4, Z4 \
+	LOADBLOCKS(128(G), Z6) \
+	ROUND4(Z18, Z0, Z1, Z2, Z3) \
+	LOADBLOCKS(192(G), Z7) \
+	MULSET(Z4, HTAB+0(BX), Z8, Z9, Z10, Z11) \
+	ROUND4(Z19, Z0, Z1, Z2, Z3) \
+	MULACC(Z5, HTAB+64(BX), Z8, Z9, Z10, Z11, Z12) \
+	ROUND4(Z20, Z0, Z1, Z2, Z3) \
+	MULACC(Z6, HTAB+128(BX), Z8, Z9, Z10, Z11, Z12) \
+	ROUND4(Z21, Z0, Z1, Z2, Z3) \
+	MULACC(Z7, HTAB+192(BX), Z8, Z9, Z10, Z11, Z12) \
+	ROUND4(Z22, Z0, Z1, Z2, Z3) \
+	VPCLMULQDQ $0x10, Z30, Z8, Z11 \
+	VPSHUFD $0x4e, Z8, Z8 \
+	VPTERNLOGD $0x96, Z11, Z8, Z9 \
+	ROUND4(Z23, Z0, Z1, Z2, Z3) \
+	VPCLMULQDQ $0x10, Z30, Z9, Z11 \
+	VPSHUFD $0x4e, Z9, Z9 \
+	VPTERNLOGD $0x96, Z11, Z9, Z10 \
+	ROUND4(Z24, Z0, Z1, Z2, Z3) \
+	HSUM(Z10, Y10, X10, Y11, X11) \
+	VMOVDQA64 Z10, Z13 \
+	ROUND4(Z25, Z0, Z1, Z2, Z3) \
+	XORSTORE16
+
+// BULKSETUP: the constants, counters (from AX), round keys (BX) and
+// accumulator (R9).
+#define BULKSETUP \
+	VMOVDQU64 bswapMask<>(SB), Z31 \
+	VMOVDQU64 gfPoly<>(SB), Z30 \
+	VBROADCASTI32X4 (AX), Z28 \
+	VPSHUFB Z31, Z28, Z28 \
+	VPADDD ctrLanes<>(SB), Z28, Z28 \
+	VMOVDQU64 ctrFour<>(SB), Z29 \
+	LOADKEYS(BX) \
+	VMOVDQU (R9), X13
+
+// func sealBulk(k *key, acc *[16]byte, ctr *[16]byte, dst, src *byte, n int)
+//
+// Seals n bytes (a multiple of 256, at least 256) of src into dst: the
+// counter mode from ctr, and GHASH of the ciphertext from acc.
+TEXT ·sealBulk(SB), NOSPLIT, $0-48
+	MOVQ k+0(FP), BX
+	MOVQ acc+8(FP), R9
+	MOVQ ctr+16(FP), AX
+	MOVQ dst+24(FP), DI
+	MOVQ src+32(FP), SI
+	MOVQ n+40(FP), CX
+	BULKSETUP
+	// The first 256 bytes: AES only; GHASH follows one iteration behind.
+	CTR16
+	ROUND4(Z17, Z0, Z1, Z2, Z3)
+	ROUND4(Z18, Z0, Z1, Z2, Z3)
+	ROUND4(Z19, Z0, Z1, Z2, Z3)
+	ROUND4(Z20, Z0, Z1, Z2, Z3)
+	ROUND4(Z21, Z0, Z1, Z2, Z3)
+	ROUND4(Z22, Z0, Z1, Z2, Z3)
+	ROUND4(Z23, Z0, Z1, Z2, Z3)
+	ROUND4(Z24, Z0, Z1, Z2, Z3)
+	ROUND4(Z25, Z0, Z1, Z2, Z3)
+	XORSTORE16
+	MOVQ DI, R8
+	ADDQ $256, SI
+	ADDQ $256, DI
+	SUBQ $256, CX
+
+sealLoop:
+	CMPQ CX, $256
+	JB sealLast
+	STITCH(R8)
+	ADDQ $256, R8
+	ADDQ $256, SI
+	ADDQ $256, DI
+	SUBQ $256, CX
+	JMP sealLoop
+
+sealLast:
+	GHASH16(R8)
+	VMOVDQU X13, (R9)
+	VZEROUPPER
+	RET
+
+// func openBulk(k *key, acc *[16]byte, ctr *[16]byte, dst, src *byte, n int)
+//
+// Opens n bytes (a multiple of 256, at least 256) of src into dst: GHASH
+// of the ciphertext from acc, and the counter mode from ctr.
+TEXT ·openBulk(SB), NOSPLIT, $0-48
+	MOVQ k+0(FP), BX
+	MOVQ acc+8(FP), R9
+	MOVQ ctr+16(FP), AX
+	MOVQ dst+24(FP), DI
+	MOVQ src+32(FP), SI
+	MOVQ n+40(FP), CX
+	BULKSETUP
+
+openLoop:
+	CMPQ CX, $256
+	JB openDone
+	STITCH(SI)
+	ADDQ $256, SI
+	ADDQ $256, DI
+	SUBQ $256, CX
+	JMP openLoop
+
+openDone:
+	VMOVDQU X13, (R9)
+	VZEROUPPER
+	RET
