@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 )
 
@@ -205,11 +206,12 @@ func TestFallback(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	forceGeneric = true
 	g, err := New(randBytes(r, 16))
+	forced := Fast()
 	forceGeneric = false
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := g.(*gcm); ok {
+	if _, ok := g.(*gcm); ok || forced || Fast() != hasVAES {
 		t.Fatal("forceGeneric: New returned the fast path")
 	}
 	for _, n := range []int{16, 24, 32} {
@@ -249,6 +251,32 @@ func TestNoAllocs(t *testing.T) {
 	}); a != 0 {
 		t.Errorf("Open: %v allocations", a)
 	}
+}
+
+// One AEAD sealing and opening from several goroutines at once (run with
+// -race): New's writes are the only ones.
+func TestConcurrent(t *testing.T) {
+	key := make([]byte, 16)
+	ours, std := fast(t, key), stdGCM(t, key)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(w), 13))
+			for range 50 {
+				nonce, plain, aad := randBytes(r, 12), randBytes(r, r.IntN(5000)), randBytes(r, 4)
+				sealed := ours.Seal(nil, nonce, plain, aad)
+				if !bytes.Equal(sealed, std.Seal(nil, nonce, plain, aad)) {
+					t.Error("concurrent Seal differs")
+					return
+				}
+				if got, err := ours.Open(nil, nonce, sealed, aad); err != nil || !bytes.Equal(got, plain) {
+					t.Errorf("concurrent Open: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // Buffers that overlap other than in place panic, as crypto/cipher's do.
