@@ -1,8 +1,8 @@
 // Package aesgcm is the AES-128-GCM of the data plane's records
 // (internal/wire/record.go, docs/format/dataplane.md "Records"): the same
 // AEAD as crypto/cipher's GCM with a 12-byte nonce and a 16-byte tag, the
-// same bytes for every input, about three times its speed on a 64 KiB
-// record on this project's machines (docs/benchmarks.md, "VAES AES-GCM
+// same bytes for every input, three to four times its speed on a 64 KiB
+// record on this project's machine (docs/benchmarks.md, "VAES AES-GCM
 // for the data plane's records").
 //
 // Go 1.26's AES-GCM on amd64 runs AES-NI and PCLMULQDQ on 128-bit
