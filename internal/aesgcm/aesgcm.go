@@ -28,11 +28,11 @@ var ErrOpen = errors.New("aesgcm: message authentication failed")
 var forceGeneric = false
 
 // New returns an AES-GCM AEAD for key with a 12-byte nonce and a 16-byte
-// tag. With a 16-byte key (AES-128) on a CPU with VAES, VPCLMULQDQ and
-// AVX-512 F, BW and VL, it is this package's; otherwise it is
-// crypto/cipher's GCM over crypto/aes (24- and 32-byte keys included).
+// tag. With a 16- or 32-byte key (AES-128, AES-256) on a CPU with VAES,
+// VPCLMULQDQ and AVX-512 F, BW and VL, it is this package's; otherwise it
+// is crypto/cipher's GCM over crypto/aes (24-byte keys included).
 func New(key []byte) (cipher.AEAD, error) {
-	if !hasVAES || forceGeneric || len(key) != 16 {
+	if !hasVAES || forceGeneric || len(key) != 16 && len(key) != 32 {
 		b, err := aes.NewCipher(key)
 		if err != nil {
 			return nil, err
@@ -40,7 +40,7 @@ func New(key []byte) (cipher.AEAD, error) {
 		return cipher.NewGCM(b)
 	}
 	g := new(gcm)
-	expandKey128(key, &g.k)
+	expandKey(key, &g.k)
 	var zero, h [16]byte
 	ctrXOR(&g.k, &zero, &h[0], &zero[0], 16) // H = AES_K(0^128)
 	g.k.powers(h)
@@ -48,8 +48,9 @@ func New(key []byte) (cipher.AEAD, error) {
 	return g, nil
 }
 
-// Fast reports whether New's AES-128 AEADs are this package's, with VAES
-// on AVX-512, rather than crypto/cipher's (reports say which cipher ran).
+// Fast reports whether New's AES-128 and AES-256 AEADs are this
+// package's, with VAES on AVX-512, rather than crypto/cipher's (reports
+// say which cipher ran).
 func Fast() bool { return hasVAES && !forceGeneric }
 
 // gcm is the fast path's AEAD: its key is only read after New, so an
@@ -59,14 +60,17 @@ type gcm struct {
 }
 
 // key is what the assembly reads: the round keys, each repeated in the
-// four 128-bit lanes of a ZMM register, then the GHASH key's powers.
-// Offsets are fixed in gcm_amd64.s (htabOff).
+// four 128-bit lanes of a ZMM register (slots: see expandKey), the GHASH
+// key's powers, and the number of rounds. Offsets are fixed in
+// gcm_amd64.s (EXTRA, HTAB, ROUNDS; TestKeyLayout).
 type key struct {
-	rk [11 * 64]byte
+	rk [15 * 64]byte
 	// htab holds H^16, H^15, ..., H^1 (16 bytes each, in the assembly's
 	// representation: see ghashRep), then four zero entries, so that the
 	// 64 bytes from entry 16-b are the powers of a last chunk of b blocks.
 	htab [20 * 16]byte
+	// rounds is 10 (AES-128) or 14 (AES-256).
+	rounds int
 }
 
 func (*gcm) NonceSize() int { return NonceSize }

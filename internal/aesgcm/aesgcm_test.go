@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"crypto/aes"
 	"crypto/cipher"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"unsafe"
 )
 
 // stdGCM is crypto/cipher's GCM for key, the reference.
@@ -106,29 +108,35 @@ func check(t *testing.T, r *rand.Rand, ours, std cipher.AEAD, plain, aad []byte)
 	}
 }
 
+// keySizes are the key lengths of the fast path: AES-128 and AES-256.
+var keySizes = []int{16, 32}
+
 // Every plaintext length 0..1200, with additional data of every length
-// 0..70 in turn, random keys and nonces.
+// 0..70 in turn, random keys and nonces, both key sizes.
 func TestMatchesStandardLibrary(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	key := randBytes(r, 16)
-	ours, std := fast(t, key), stdGCM(t, key)
-	for n := 0; n <= 1200; n++ {
-		if n%100 == 0 {
-			key = randBytes(r, 16)
-			ours, std = fast(t, key), stdGCM(t, key)
+	for _, size := range keySizes {
+		var ours, std cipher.AEAD
+		for n := 0; n <= 1200; n++ {
+			if n%100 == 0 {
+				key := randBytes(r, size)
+				ours, std = fast(t, key), stdGCM(t, key)
+			}
+			check(t, r, ours, std, randBytes(r, n), randBytes(r, n%71))
 		}
-		check(t, r, ours, std, randBytes(r, n), randBytes(r, n%71))
 	}
 }
 
 // Every additional-data length 0..70 with short and long plaintexts.
 func TestAdditionalData(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	key := randBytes(r, 16)
-	ours, std := fast(t, key), stdGCM(t, key)
-	for a := 0; a <= 70; a++ {
-		for _, n := range []int{0, 1, 16, 63, 64, 255, 256, 257, 1000} {
-			check(t, r, ours, std, randBytes(r, n), randBytes(r, a))
+	for _, size := range keySizes {
+		key := randBytes(r, size)
+		ours, std := fast(t, key), stdGCM(t, key)
+		for a := 0; a <= 70; a++ {
+			for _, n := range []int{0, 1, 16, 63, 64, 255, 256, 257, 1000} {
+				check(t, r, ours, std, randBytes(r, n), randBytes(r, a))
+			}
 		}
 	}
 }
@@ -137,14 +145,16 @@ func TestAdditionalData(t *testing.T) {
 // and neighbours, 1 MiB; AAD of the record layer's 4 bytes.
 func TestLarge(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
-	key := randBytes(r, 16)
-	ours, std := fast(t, key), stdGCM(t, key)
 	sizes := []int{16<<10 - 1, 16 << 10, 16<<10 + 1, 48<<10 + 5, 1 << 20, 1<<20 + 15}
 	for d := -17; d <= 17; d++ {
 		sizes = append(sizes, 64<<10+d)
 	}
-	for _, n := range sizes {
-		check(t, r, ours, std, randBytes(r, n), randBytes(r, 4))
+	for _, size := range keySizes {
+		key := randBytes(r, size)
+		ours, std := fast(t, key), stdGCM(t, key)
+		for _, n := range sizes {
+			check(t, r, ours, std, randBytes(r, n), randBytes(r, 4))
+		}
 	}
 }
 
@@ -153,7 +163,12 @@ func TestLarge(t *testing.T) {
 // ctrXOR must agree with the definition anywhere).
 func TestCounterWrap(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
-	key := randBytes(r, 16)
+	for _, size := range keySizes {
+		counterWrap(t, r, randBytes(r, size))
+	}
+}
+
+func counterWrap(t *testing.T, r *rand.Rand, key []byte) {
 	g := fast(t, key).(*gcm)
 	b, _ := aes.NewCipher(key)
 	ctr := [16]byte{15: 0xfd, 14: 0xff, 13: 0xff, 12: 0xff}
@@ -182,22 +197,44 @@ func TestCounterWrap(t *testing.T) {
 	}
 }
 
-// The key schedule against FIPS-197 appendix A.1, and the computed S-box
-// at a few known points.
+// The key schedule against FIPS-197 appendices A.1 and A.3 (the last
+// round key, in its slot), and the computed S-box at a few known points.
 func TestKeySchedule(t *testing.T) {
 	for in, out := range map[byte]byte{0x00: 0x63, 0x01: 0x7c, 0x53: 0xed, 0xff: 0x16, 0x9a: 0xb8} {
 		if got := sbox(in); got != out {
 			t.Errorf("sbox(%#x) = %#x, want %#x", in, got, out)
 		}
 	}
-	fips := []byte{0x2b, 0x7e, 0x15, 0x16, 0x28, 0xae, 0xd2, 0xa6, 0xab, 0xf7, 0x15, 0x88, 0x09, 0xcf, 0x4f, 0x3c}
-	var k key
-	expandKey128(fips, &k)
-	last := []byte{0xd0, 0x14, 0xf9, 0xa8, 0xc9, 0xee, 0x25, 0x89, 0xe1, 0x3f, 0x0c, 0xc8, 0xb6, 0x63, 0x0c, 0xa6}
-	for lane := range 4 {
-		if !bytes.Equal(k.rk[640+16*lane:656+16*lane], last) {
-			t.Fatalf("round key 10, lane %d: %x", lane, k.rk[640+16*lane:656+16*lane])
+	for _, v := range []struct {
+		key, last string
+		rounds    int
+	}{
+		{"2b7e151628aed2a6abf7158809cf4f3c", "d014f9a8c9ee2589e13f0cc8b6630ca6", 10},
+		{"603deb1015ca71be2b73aef0857d77811f352c073b6108d72d9810a30914dff4", "fe4890d1e6188d0b046df344706c631e", 14},
+	} {
+		fips, _ := hex.DecodeString(v.key)
+		last, _ := hex.DecodeString(v.last)
+		var k key
+		expandKey(fips, &k)
+		if k.rounds != v.rounds {
+			t.Fatalf("%d-byte key: %d rounds", len(fips), k.rounds)
 		}
+		for lane := range 4 {
+			if got := k.rk[640+16*lane : 656+16*lane]; !bytes.Equal(got, last) {
+				t.Fatalf("%d-byte key: the last round key, lane %d: %x", len(fips), lane, got)
+			}
+		}
+	}
+}
+
+// The offsets the assembly reads (gcm_amd64.s: EXTRA, HTAB, ROUNDS).
+func TestKeyLayout(t *testing.T) {
+	var k key
+	if o := unsafe.Offsetof(k.htab); o != 960 {
+		t.Errorf("htab at %d, the assembly reads 960", o)
+	}
+	if o := unsafe.Offsetof(k.rounds); o != 1280 {
+		t.Errorf("rounds at %d, the assembly reads 1280", o)
 	}
 }
 
@@ -227,6 +264,11 @@ func TestFallback(t *testing.T) {
 		if !bytes.Equal(g.Seal(nil, nonce, plain, aad), std.Seal(nil, nonce, plain, aad)) {
 			t.Fatalf("fallback, key of %d bytes: differs", n)
 		}
+	}
+	if g, err := New(make([]byte, 24)); err != nil {
+		t.Fatal(err)
+	} else if _, ok := g.(*gcm); ok {
+		t.Fatal("New took the fast path for AES-192")
 	}
 	if _, err := New(make([]byte, 17)); err == nil {
 		t.Fatal("New accepted a 17-byte key")
@@ -294,10 +336,15 @@ func TestOverlapPanics(t *testing.T) {
 func FuzzMatchesStandardLibrary(f *testing.F) {
 	f.Add(make([]byte, 16), make([]byte, 12), []byte("plain"), []byte("aad"))
 	f.Add(make([]byte, 16), make([]byte, 12), make([]byte, 1000), make([]byte, 70))
+	f.Add(make([]byte, 32), make([]byte, 12), make([]byte, 300), make([]byte, 4))
 	f.Fuzz(func(t *testing.T, k, n, plain, aad []byte) {
-		// Every input counts: the key and nonce are the first bytes of
-		// k and n, zero-padded.
+		// Every input counts: the key (AES-256 when k is longer than 16
+		// bytes) and the nonce are the first bytes of k and n,
+		// zero-padded.
 		key, nonce := make([]byte, 16), make([]byte, NonceSize)
+		if len(k) > 16 {
+			key = make([]byte, 32)
+		}
 		copy(key, k)
 		copy(nonce, n)
 		ours, std := fast(t, key), stdGCM(t, key)
@@ -335,8 +382,9 @@ func benchAEAD(b *testing.B, g cipher.AEAD, n int, open bool) {
 	}
 }
 
-// Seal and Open of a record (64 KiB) and of 1 MiB, this package's beside
-// crypto/cipher's, in the same run.
+// Seal and Open of 64 B, 1 KiB, a record (64 KiB) and 1 MiB, this
+// package's beside crypto/cipher's, in the same run; and of a record
+// with AES-256.
 func BenchmarkAEAD(b *testing.B) {
 	key := make([]byte, 16)
 	for _, n := range []int{64, 1 << 10, 64 << 10, 1 << 20} {
@@ -348,5 +396,14 @@ func BenchmarkAEAD(b *testing.B) {
 				benchAEAD(b, fast(b, key), n, op == "Open")
 			})
 		}
+	}
+	key256 := make([]byte, 32)
+	for _, op := range []string{"Seal", "Open"} {
+		b.Run(fmt.Sprintf("%s/65536B/std256", op), func(b *testing.B) {
+			benchAEAD(b, stdGCM(b, key256), 64<<10, op == "Open")
+		})
+		b.Run(fmt.Sprintf("%s/65536B/vaes256", op), func(b *testing.B) {
+			benchAEAD(b, fast(b, key256), 64<<10, op == "Open")
+		})
 	}
 }

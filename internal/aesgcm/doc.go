@@ -12,9 +12,9 @@
 // and GHASH with carry-less multiplies by the precomputed powers H^16..H^1,
 // 256 bytes an iteration with AES and GHASH interleaved and one reduction
 // per iteration; the rest of a message (under 256 bytes) goes 64 bytes
-// at a time and then under a byte mask, with the same instructions. New
-// returns crypto/cipher's GCM over crypto/aes on other CPUs and for
-// AES-192 and AES-256 keys.
+// at a time and then under a byte mask, with the same instructions.
+// AES-256 keys take the same path (four more rounds); New returns
+// crypto/cipher's GCM over crypto/aes on other CPUs and for AES-192 keys.
 //
 // Invariants:
 //   - Seal and Open give crypto/cipher's results for every key, nonce,

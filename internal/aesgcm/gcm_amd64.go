@@ -8,7 +8,7 @@ import "golang.org/x/sys/cpu"
 var hasVAES = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL &&
 	cpu.X86.HasAVX512VAES && cpu.X86.HasAVX512VPCLMULQDQ
 
-// ctrXOR xors n bytes of src with AES-128's counter-mode key stream into
+// ctrXOR xors n bytes of src with AES's counter-mode key stream into
 // dst, the first counter block ctr (its last four bytes a big-endian
 // counter, incremented modulo 2^32 per block).
 //

@@ -1,6 +1,6 @@
 #include "textflag.h"
 
-// The fast path (gcm_amd64.go): AES-128 in counter mode with VAES on ZMM
+// The fast path (gcm_amd64.go): AES-128 or AES-256 in counter mode with VAES on ZMM
 // registers (four blocks a register), and GHASH with VPCLMULQDQ on ZMM
 // registers over the precomputed powers H^16..H^1 (key.htab).
 //
@@ -14,8 +14,12 @@
 // (a.lo*b.lo), MI (a.lo*b.hi ^ a.hi*b.lo) and HI (a.hi*b.hi), summed over
 // every block of an iteration before the one reduction (REDUCE).
 
-// htab's offset in key (key.rk is 11 round keys of 64 bytes).
-#define HTAB 704
+// Offsets in key (key.go; TestKeyLayout): the round-key slots (64 bytes
+// each: 0..9 the first ten round keys, 10 the last, 11..14 AES-256's
+// round keys 10..13), htab, and the number of rounds (10 or 14).
+#define EXTRA 704
+#define HTAB 960
+#define ROUNDS 1280
 
 // bswapMask reverses the bytes of each 128-bit lane.
 DATA bswapMask<>+0x00(SB)/8, $0x08090a0b0c0d0e0f
@@ -63,7 +67,8 @@ DATA gfPoly<>+0x30(SB)/8, $1
 DATA gfPoly<>+0x38(SB)/8, $0xc200000000000000
 GLOBL gfPoly<>(SB), RODATA|NOPTR, $64
 
-// LOADKEYS: the eleven round keys (each in four lanes) into Z16..Z26.
+// LOADKEYS: round-key slots 0..10 (each key in four lanes) into Z16..Z26:
+// the first ten round keys and the last.
 #define LOADKEYS(k) \
 	VMOVDQU64 0(k), Z16 \
 	VMOVDQU64 64(k), Z17 \
@@ -77,8 +82,10 @@ GLOBL gfPoly<>(SB), RODATA|NOPTR, $64
 	VMOVDQU64 576(k), Z25 \
 	VMOVDQU64 640(k), Z26
 
-// AES1: AES-128 of the four blocks of B, round keys in Z16..Z26.
-#define AES1(B) \
+// AES1(B, L): AES of the four blocks of B, slots 0..10 in Z16..Z26, the
+// rounds in R10 (AES-256's four more from memory at BX; L a label of
+// its own).
+#define AES1(B, L) \
 	VPXORQ Z16, B, B \
 	VAESENC Z17, B, B \
 	VAESENC Z18, B, B \
@@ -89,6 +96,13 @@ GLOBL gfPoly<>(SB), RODATA|NOPTR, $64
 	VAESENC Z23, B, B \
 	VAESENC Z24, B, B \
 	VAESENC Z25, B, B \
+	CMPQ R10, $10 \
+	JEQ L \
+	VAESENC EXTRA+0(BX), B, B \
+	VAESENC EXTRA+64(BX), B, B \
+	VAESENC EXTRA+128(BX), B, B \
+	VAESENC EXTRA+192(BX), B, B \
+L: \
 	VAESENCLAST Z26, B, B
 
 #define ROUND4(K, B0, B1, B2, B3) \
@@ -96,6 +110,17 @@ GLOBL gfPoly<>(SB), RODATA|NOPTR, $64
 	VAESENC K, B1, B1 \
 	VAESENC K, B2, B2 \
 	VAESENC K, B3, B3
+
+// EXTRA4(L): AES-256's rounds 10..13 of Z0..Z3 when R10 says 14 (L a
+// label of its own).
+#define EXTRA4(L) \
+	CMPQ R10, $10 \
+	JEQ L \
+	ROUND4(EXTRA+0(BX), Z0, Z1, Z2, Z3) \
+	ROUND4(EXTRA+64(BX), Z0, Z1, Z2, Z3) \
+	ROUND4(EXTRA+128(BX), Z0, Z1, Z2, Z3) \
+	ROUND4(EXTRA+192(BX), Z0, Z1, Z2, Z3) \
+L:
 
 // NEXTCTR: B is the lanes' counter blocks (Z28 byte-reversed, Z31 the
 // mask), and Z28 moves four blocks on (Z29).
@@ -110,6 +135,7 @@ TEXT ·ctrXOR(SB), NOSPLIT, $0-40
 	MOVQ dst+16(FP), DI
 	MOVQ src+24(FP), SI
 	MOVQ n+32(FP), CX
+	MOVQ ROUNDS(BX), R10
 
 	VMOVDQU64 bswapMask<>(SB), Z31
 	VBROADCASTI32X4 (AX), Z28
@@ -138,6 +164,7 @@ ctr256:
 	ROUND4(Z23, Z0, Z1, Z2, Z3)
 	ROUND4(Z24, Z0, Z1, Z2, Z3)
 	ROUND4(Z25, Z0, Z1, Z2, Z3)
+	EXTRA4(ctrExtra)
 	VAESENCLAST Z26, Z0, Z0
 	VAESENCLAST Z26, Z1, Z1
 	VAESENCLAST Z26, Z2, Z2
@@ -159,7 +186,7 @@ ctr64:
 	CMPQ CX, $64
 	JB ctrTail
 	NEXTCTR(Z0)
-	AES1(Z0)
+	AES1(Z0, ctr64Extra)
 	VPXORQ (SI), Z0, Z0
 	VMOVDQU64 Z0, (DI)
 	ADDQ $64, SI
@@ -177,7 +204,7 @@ ctrTail:
 	DECQ AX
 	KMOVQ AX, K1
 	NEXTCTR(Z0)
-	AES1(Z0)
+	AES1(Z0, ctrTailExtra)
 	VMOVDQU8.Z (SI), K1, Z1
 	VPXORQ Z1, Z0, Z0
 	VMOVDQU8 Z0, K1, (DI)
@@ -303,11 +330,12 @@ ghDone:
 	RET
 
 // The stitched loops of sealBulk and openBulk: 256 bytes an iteration,
-// sixteen counter blocks through AES-128 in four registers while GHASH
+// sixteen counter blocks through AES in four registers while GHASH
 // takes sixteen ciphertext blocks (the previous iteration's output when
 // sealing, this iteration's input when opening) times H^16..H^1 from
 // memory, with one reduction. Registers: Z16..Z26 the round keys, Z28
-// the counters, Z29 four, Z30 gfPoly, Z31 bswapMask, X13 the GHASH
+// the counters, Z29 four, Z30 gfPoly, Z31 bswapMask, R10 the rounds,
+// X13 the GHASH
 // accumulator (its upper lanes zero), BX the key, SI src, DI dst, G the
 // GHASH input.
 
@@ -353,10 +381,10 @@ ghDone:
 	VMOVDQU64 Z2, 128(DI) \
 	VMOVDQU64 Z3, 192(DI)
 
-// STITCH(G): AES of sixteen counter blocks into DI (xored with SI) and
-// GHASH of the 256 bytes at G, interleaved. G's bytes are loaded before
-// DI is written (opening in place: G == SI == DI).
-#define STITCH(G) \
+// STITCH(G, L): AES of sixteen counter blocks into DI (xored with SI) and
+// GHASH of the 256 bytes at G, interleaved (L a label of its own). G's
+// bytes are loaded before DI is written (opening in place: G == SI == DI).
+#define STITCH(G, L) \
 	CTR16 \
 	LOADBLOCKS(0(G), Z4) \
 	ROUND4(Z17, Z0, Z1, Z2, Z3) \
@@ -384,6 +412,7 @@ ghDone:
 	HSUM(Z10, Y10, X10, Y11, X11) \
 	VMOVDQA64 Z10, Z13 \
 	ROUND4(Z25, Z0, Z1, Z2, Z3) \
+	EXTRA4(L) \
 	XORSTORE16
 
 // BULKSETUP: the constants, counters (from AX), round keys (BX) and
@@ -409,6 +438,7 @@ TEXT ·sealBulk(SB), NOSPLIT, $0-48
 	MOVQ dst+24(FP), DI
 	MOVQ src+32(FP), SI
 	MOVQ n+40(FP), CX
+	MOVQ ROUNDS(BX), R10
 	BULKSETUP
 	// The first 256 bytes: AES only; GHASH follows one iteration behind.
 	CTR16
@@ -421,6 +451,7 @@ TEXT ·sealBulk(SB), NOSPLIT, $0-48
 	ROUND4(Z23, Z0, Z1, Z2, Z3)
 	ROUND4(Z24, Z0, Z1, Z2, Z3)
 	ROUND4(Z25, Z0, Z1, Z2, Z3)
+	EXTRA4(sealFirstExtra)
 	XORSTORE16
 	MOVQ DI, R8
 	ADDQ $256, SI
@@ -430,7 +461,7 @@ TEXT ·sealBulk(SB), NOSPLIT, $0-48
 sealLoop:
 	CMPQ CX, $256
 	JB sealLast
-	STITCH(R8)
+	STITCH(R8, sealExtra)
 	ADDQ $256, R8
 	ADDQ $256, SI
 	ADDQ $256, DI
@@ -454,12 +485,13 @@ TEXT ·openBulk(SB), NOSPLIT, $0-48
 	MOVQ dst+24(FP), DI
 	MOVQ src+32(FP), SI
 	MOVQ n+40(FP), CX
+	MOVQ ROUNDS(BX), R10
 	BULKSETUP
 
 openLoop:
 	CMPQ CX, $256
 	JB openDone
-	STITCH(SI)
+	STITCH(SI, openExtra)
 	ADDQ $256, SI
 	ADDQ $256, DI
 	SUBQ $256, CX

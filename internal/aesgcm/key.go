@@ -2,8 +2,8 @@ package aesgcm
 
 import "encoding/binary"
 
-// The AES-128 key schedule (FIPS-197, 5.2) and GHASH's key powers, in Go
-// and constant-time: the S-box is computed (inversion in GF(2^8) by
+// The AES-128 and AES-256 key schedule (FIPS-197, 5.2) and GHASH's key
+// powers, in Go and constant-time: the S-box is computed (inversion in GF(2^8) by
 // exponentiation, then the affine map), not looked up in a table indexed
 // by key bytes.
 
@@ -31,31 +31,46 @@ func sbox(a byte) byte {
 
 func rotl8(b byte, n uint) byte { return b<<n | b>>(8-n) }
 
-// expandKey128 writes key's eleven round keys into k.rk, each in all four
-// lanes.
-func expandKey128(key []byte, k *key) {
-	var w [44][4]byte
-	for i := range 4 {
+// expandKey writes the round keys of key (16 or 32 bytes: AES-128 or
+// AES-256) into k.rk, each in all four lanes, in the assembly's slots:
+// 0..9 the first ten round keys, 10 the last, 11..14 AES-256's round keys
+// 10..13; and the number of rounds into k.rounds.
+func expandKey(key []byte, k *key) {
+	nk := len(key) / 4
+	nr := nk + 6
+	var w [60][4]byte
+	for i := range nk {
 		copy(w[i][:], key[4*i:])
 	}
 	rc := byte(1)
-	for i := 4; i < 44; i++ {
+	for i := nk; i < 4*(nr+1); i++ {
 		t := w[i-1]
-		if i%4 == 0 {
+		switch {
+		case i%nk == 0:
 			t = [4]byte{sbox(t[1]) ^ rc, sbox(t[2]), sbox(t[3]), sbox(t[0])}
 			rc = gmul(rc, 2)
+		case nk > 6 && i%nk == 4:
+			t = [4]byte{sbox(t[0]), sbox(t[1]), sbox(t[2]), sbox(t[3])}
 		}
 		for j := range 4 {
-			w[i][j] = w[i-4][j] ^ t[j]
+			w[i][j] = w[i-nk][j] ^ t[j]
 		}
 	}
-	for r := range 11 {
+	for r := 0; r <= nr; r++ {
+		slot := r
+		switch {
+		case r == nr:
+			slot = 10
+		case r >= 10:
+			slot = r + 1
+		}
 		for lane := range 4 {
 			for j := range 4 {
-				copy(k.rk[r*64+lane*16+4*j:], w[4*r+j][:])
+				copy(k.rk[slot*64+lane*16+4*j:], w[4*r+j][:])
 			}
 		}
 	}
+	k.rounds = nr
 	clear(w[:])
 }
 
