@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"crypto/aes"
 	"crypto/cipher"
 	"crypto/tls"
 	"encoding/binary"
@@ -13,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/tierstore/tierstore/internal/aesgcm"
 	"github.com/tierstore/tierstore/internal/errcode"
 )
 
@@ -92,12 +92,12 @@ func recordKeys(cs tls.ConnectionState) (c2n, n2c cipher.AEAD, c2nIV, n2cIV [12]
 	return
 }
 
+// newGCM is a direction's AES-128-GCM: internal/aesgcm's, with VAES and
+// VPCLMULQDQ on AVX-512 where the CPU has them (about twice the standard
+// library's speed on a record), crypto/cipher's GCM elsewhere; the bytes
+// on the wire are the same.
 func newGCM(key []byte) (cipher.AEAD, error) {
-	b, err := aes.NewCipher(key)
-	if err != nil {
-		return nil, err
-	}
-	return cipher.NewGCM(b)
+	return aesgcm.New(key)
 }
 
 // recordConn is a data connection over TLS after the hellos: reads and
