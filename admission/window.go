@@ -11,13 +11,14 @@ import "math"
 // A warm new key holds a DRAM slot for one DRAM residency (the horizon);
 // what that slot would otherwise hold longer is the cache's marginal
 // object, the kind the SSD pushes out. So the window compares, over the
-// same horizon, two return rates: of new keys (looked up again within the
-// horizon after their put) and of objects the SSD evicted (looked up again
-// within the horizon after their eviction). New keys enter cold while they
-// return less often than what the SSD pushes out: a loop's first pass, the
-// tail keys of a wide Zipf set, a burst of one-off keys; warm while they
-// return more often: a conversation's new turn, the newly popular keys of
-// a moving working set. The rates are measured, not fitted: nothing in the
+// same horizon, return rates: of new keys (looked up again within the
+// horizon after their put), in two classes (first puts, and new keys
+// cached before: putFilter), and of objects the SSD evicted (looked up
+// again within the horizon after their eviction). New keys of a class
+// enter cold while they return less often than what the SSD pushes out:
+// a loop's first pass, the tail keys of a wide Zipf set, a burst of
+// one-off keys; warm while they return more often: a conversation's new
+// turn, the newly popular keys of a moving working set. The rates are measured, not fitted: nothing in the
 // rule is a per-trace constant (ARC's ghosts and Caffeine's adaptive
 // window are the same idea; unlike Caffeine's hill climbing it needs no
 // period of stable traffic to measure a step).
