@@ -627,7 +627,6 @@ type replayer struct {
 	vs       *valueSource
 	block    int64
 	varSizes bool
-	puts     int
 	// byPrefix counts dram hits, ssd hits and misses per key prefix (up
 	// to the first '/'), printed with TIERSTORE_CHURN_DEBUG.
 	byPrefix map[string]*[3]int64
@@ -690,7 +689,6 @@ func (rp *replayer) request(ctx context.Context, i int, r trace.Request) error {
 	if err != nil && !errors.Is(err, errcode.ErrObjectExists) {
 		f.putFailures++
 	}
-	rp.puts++
 	return nil
 }
 
