@@ -131,24 +131,35 @@
 // holds a DRAM slot for one DRAM residency (the horizon, measured: a
 // moving average of the age at which DRAM evicts warm new keys, in
 // lookups), and what that slot would otherwise keep longer is the cache's
-// marginal object, the kind the SSD pushes out. Two ghosts count, over
-// that same horizon, how often new keys are looked up again after their
-// put and how often objects the SSD evicted are looked up again after
-// their eviction (counts halved every 512 outcomes). While new keys come
-// back less often, by more than two standard errors of the difference
-// (each ghost having counted at least 32 outcomes), a new key the SSD
-// would turn away is put cold, as a key coming back is: a loop's
-// first pass, a wide Zipf set's tail keys, a burst of one-off keys no
-// longer push DRAM's frequent keys out. A conversation's new turn, the
-// newly popular keys of a moving set come back within the horizon more
-// often, and enter warm. Rates, not fitted thresholds (ARC's ghosts,
-// Caffeine's adaptive window; Caffeine's hill climbing on the hit ratio
-// was tried and needs more periods of stable traffic than the churn
-// traces have). Keys are sampled (one in population/MinPopulation by
-// hash) so the ghosts stay bounded. In the churn bench it puts new keys
-// cold on tenants (and some on prefixes), none on the other traces, and
-// tinylfu+worth goes from 0.708 of MIN on tenants (mean of 11 runs) to
-// about 0.73 (docs/benchmarks.md, stop 37); in this package's miniature
+// marginal object, the kind the SSD pushes out. Ghosts count, over that
+// same horizon, how often new keys are looked up again after their put,
+// in two classes, and how often objects the SSD evicted are looked up
+// again after their eviction (counts halved every 512 outcomes). The
+// classes: a key's first put, and the put of a new key cached before
+// (its estimate fell below ColdPutFreq again), told apart by a Bloom
+// filter of the keys put lately (two bits a key in 16 bits per cached
+// object, emptied once a quarter of its bits are set: about twice the
+// population of distinct keys). While new keys of its class come back
+// less often, by more than two standard errors of the difference (each
+// ghost having counted at least 32 outcomes), a new key the SSD would
+// turn away is put cold, as a key coming back is: a loop's first pass, a
+// wide Zipf set's tail keys, a burst of one-off keys no longer push
+// DRAM's frequent keys out. A conversation's new turn, the newly popular
+// keys of a moving set come back within the horizon more often, and enter
+// warm. The classes are different populations on KV-cache traffic (a new
+// turn and a burst are first puts; a loop's blocks and a Zipf tail come
+// back cached before), and pooled one rate hid the other: on the churn
+// bench's tenants, tinylfu+worth went from 0.761 / 0.755 / 0.742 of MIN
+// (seeds 0 / 1 / 2) to 0.776 / 0.755 / 0.753 with the classes, every
+// other trace within 0.001 (docs/benchmarks.md, churn stop 44). Rates,
+// not fitted thresholds (ARC's ghosts, Caffeine's adaptive window;
+// Caffeine's hill climbing on the hit ratio was tried and needs more
+// periods of stable traffic than the churn traces have). Keys are sampled
+// (one in population/MinPopulation by hash) so the ghosts stay bounded.
+// In the churn bench it puts new keys cold on tenants and prefixes (about
+// 700 and 1400 puts), about 100 of zipf0.9-bursts', none on the other
+// traces (stop 44; tinylfu+worth on tenants went from 0.708 of MIN to
+// about 0.73 with the window, stop 37); in this package's miniature
 // store, tenants-like traces go from 0.72-0.75 of MIN to 0.81-0.87.
 // TinyLFUConfig.WarmNewKeys turns it off.
 //
@@ -200,8 +211,9 @@
 //     test reject the key (lost or no_victim, or the write budget would
 //     refuse it), never when ColdPutFreq is 0, and for a key whose
 //     estimate is below ColdPutFreq (a new key) only while the new-key
-//     window counted enough outcomes and new keys came back within the
-//     horizon less often than pushed-out objects (never with WarmNewKeys).
+//     window counted enough outcomes and new keys of its class (first
+//     put, or cached before) came back within the horizon less often than
+//     pushed-out objects (never with WarmNewKeys).
 //   - TinyLFU never admits a candidate beyond the high watermark unless its
 //     frequency exceeds the displaced victim's density plus the margin
 //     (ties go to the incumbent), and never spends the write budget below
@@ -215,7 +227,8 @@
 // Eager, OnEvict, ReadThreshold and None are stateless values, safe for
 // concurrent use. TinyLFU is safe for concurrent use: one mutex protects
 // the sketch, the per-node reports, the margin and the new-key window
-// (whose ghosts the margin shares); its counters are atomic. The master calls OnLookup with
+// (whose ghosts the margin shares, and its put filter); its counters are
+// atomic. The master calls OnLookup with
 // the object's shard lock held, so the *Object it passes is owned by the
 // call; TinyLFU never calls back into the master.
 package admission

@@ -20,10 +20,11 @@ type TinyLFUStats struct {
 	// (ColdPut answered true); ColdNewPuts those of them of new keys (the
 	// new-key window's).
 	ColdPuts, ColdNewPuts int64
-	// NewKeysReturn and PushedReturn are the new-key window's return
-	// rates (new keys, objects the SSD pushed out) within WindowHorizon
-	// lookups (window.go).
-	NewKeysReturn, PushedReturn, WindowHorizon float64
+	// NewKeysReturn, NewKeysAgainReturn and PushedReturn are the new-key
+	// window's return rates (new keys at their first put, new keys cached
+	// before, objects the SSD pushed out) within WindowHorizon lookups
+	// (window.go).
+	NewKeysReturn, NewKeysAgainReturn, PushedReturn, WindowHorizon float64
 	// Margin is the adaptive margin now; RegretRejected and RegretPushed
 	// count the returns that move it: lookups, within the horizon, of
 	// (sampled) candidates the margin alone turned away and of objects
@@ -82,7 +83,7 @@ func (p *TinyLFU) Stats() TinyLFUStats {
 	s.SketchWidth = p.sk.Width()
 	s.Period = p.sk.Period()
 	s.Margin = p.margin
-	s.NewKeysReturn, s.PushedReturn, s.WindowHorizon = p.win.rates()
+	s.NewKeysReturn, s.NewKeysAgainReturn, s.PushedReturn, s.WindowHorizon = p.win.rates()
 	s.RegretRejected, s.RegretPushed = p.win.rejected.returns, p.win.pushed.returns
 	p.mu.Unlock()
 	return s

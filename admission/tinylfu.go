@@ -551,7 +551,8 @@ func (p *TinyLFU) ColdPut(o Object) bool {
 	f := p.sk.EstimateHash(h)
 	st := p.nodes[o.Node]
 	fresh := f < p.cfg.ColdPutFreq
-	cold := st != nil && (!fresh || (!p.cfg.WarmNewKeys && p.win.coldNew()))
+	again := p.win.seen(h)
+	cold := st != nil && (!fresh || (!p.cfg.WarmNewKeys && p.win.coldNew(again)))
 	if cold {
 		switch r, _ := p.valueTest(f, ssdCost(o), st); r {
 		case RejectLost, RejectNoVictim:
@@ -560,7 +561,7 @@ func (p *TinyLFU) ColdPut(o Object) bool {
 		}
 	}
 	if fresh {
-		p.win.put(h, !cold)
+		p.win.put(h, again, !cold)
 	}
 	p.mu.Unlock()
 	if cold {

@@ -11,13 +11,14 @@ import "math"
 // A warm new key holds a DRAM slot for one DRAM residency (the horizon);
 // what that slot would otherwise hold longer is the cache's marginal
 // object, the kind the SSD pushes out. So the window compares, over the
-// same horizon, two return rates: of new keys (looked up again within the
-// horizon after their put) and of objects the SSD evicted (looked up again
-// within the horizon after their eviction). New keys enter cold while they
-// return less often than what the SSD pushes out: a loop's first pass, the
-// tail keys of a wide Zipf set, a burst of one-off keys; warm while they
-// return more often: a conversation's new turn, the newly popular keys of
-// a moving working set. The rates are measured, not fitted: nothing in the
+// same horizon, return rates: of new keys (looked up again within the
+// horizon after their put), in two classes (first puts, and new keys
+// cached before: putFilter), and of objects the SSD evicted (looked up
+// again within the horizon after their eviction). New keys of a class
+// enter cold while they return less often than what the SSD pushes out:
+// a loop's first pass, the tail keys of a wide Zipf set, a burst of
+// one-off keys; warm while they return more often: a conversation's new
+// turn, the newly popular keys of a moving working set. The rates are measured, not fitted: nothing in the
 // rule is a per-trace constant (ARC's ghosts and Caffeine's adaptive
 // window are the same idea; unlike Caffeine's hill climbing it needs no
 // period of stable traffic to measure a step).
@@ -36,9 +37,16 @@ type newKeyWindow struct {
 	// master then removed are never evicted).
 	warmAt     map[uint64]int64
 	maxTracked int
-	// fresh remembers sampled new keys from their put, pushed sampled
-	// objects from the SSD's eviction of their bucket.
-	fresh, pushed returnGhost
+	// fresh remembers sampled new keys from their put, by class: [0] the
+	// first put of a key (not cached before, as far as puts remembers),
+	// [1] a new key cached before (its estimate fell below ColdPutFreq);
+	// pushed remembers sampled objects from the SSD's eviction of their
+	// bucket.
+	fresh  [2]returnGhost
+	pushed returnGhost
+	// puts remembers the keys put lately (about twice the population):
+	// which class a new key's put is of.
+	puts putFilter
 	// rejected remembers sampled candidates of the margin's decisions:
 	// turned away by the margin alone (their estimate beat the victim's
 	// density, not by more than the margin), or, at margin 0, admitted
@@ -54,11 +62,15 @@ type newKeyWindow struct {
 func newNewKeyWindow(minPopulation int64) newKeyWindow {
 	n := int(max(minPopulation, 64))
 	return newKeyWindow{horizon: float64(n) / 4, warmAt: map[uint64]int64{}, maxTracked: 4 * n,
-		fresh: newReturnGhost(4 * n), pushed: newReturnGhost(4 * n), rejected: newReturnGhost(4 * n), sample: 1 << 32}
+		fresh:  [2]returnGhost{newReturnGhost(4 * n), newReturnGhost(4 * n)},
+		pushed: newReturnGhost(4 * n), rejected: newReturnGhost(4 * n), sample: 1 << 32,
+		puts: newPutFilter(int64(n))}
 }
 
-// setPopulation samples one key in population/minPopulation.
+// setPopulation samples one key in population/minPopulation, and sizes
+// the put filter for the population (a new size starts it empty).
 func (w *newKeyWindow) setPopulation(population, minPopulation int64) {
+	w.puts.resize(max(population, minPopulation))
 	w.sample = 1 << 32
 	if population > minPopulation {
 		w.sample = uint64(float64(1<<32) * float64(minPopulation) / float64(population))
@@ -162,17 +174,19 @@ func (w *newKeyWindow) lookup(h uint64) {
 	if !w.sampled(h) {
 		return
 	}
-	w.fresh.lookup(h, w.now, w.horizon)
+	w.fresh[0].lookup(h, w.now, w.horizon)
+	w.fresh[1].lookup(h, w.now, w.horizon)
 	w.pushed.lookup(h, w.now, w.horizon)
 	w.rejected.lookup(h, w.now, w.horizon)
 }
 
-// put records the put of new key h, warm or cold.
-func (w *newKeyWindow) put(h uint64, warm bool) {
+// put records the put of new key h of class again (cached before), warm
+// or cold.
+func (w *newKeyWindow) put(h uint64, again, warm bool) {
 	if !w.sampled(h) {
 		return
 	}
-	w.fresh.add(h, w.now, w.horizon)
+	w.fresh[class(again)].add(h, w.now, w.horizon)
 	if !warm {
 		return
 	}
@@ -204,14 +218,79 @@ func (w *newKeyWindow) inBand(h uint64) {
 	}
 }
 
-// coldNew reports whether new keys enter cold now: both ghosts counted
-// enough outcomes, and new keys return within the horizon less often than
-// the objects the SSD pushed out, by more than twice the standard error of
+// coldNew reports whether new keys of class again (cached before, or
+// first put) enter cold now: both ghosts counted enough outcomes, and new
+// keys of that class return within the horizon less often than the
+// objects the SSD pushed out, by more than twice the standard error of
 // the difference (a two-proportion test with the pooled rate): a
 // difference within the noise of a few hundred outcomes leaves new keys
-// warm, as before the window.
-func (w *newKeyWindow) coldNew() bool {
-	return lessOften(&w.fresh, &w.pushed)
+// warm, as before the window. The two classes are told apart because
+// they are different populations on KV-cache traffic: keys never cached
+// before are a conversation's new turn (back soon) or a burst of one-off
+// keys (never back); keys cached before with a low estimate are a Zipf
+// set's tail, a loop's blocks. Pooled, one hides the other
+// (docs/benchmarks.md, churn stop 44).
+func (w *newKeyWindow) coldNew(again bool) bool {
+	return lessOften(&w.fresh[class(again)], &w.pushed)
+}
+
+// class is the index of a new key's fresh ghost: 1 when it was cached
+// before, 0 for its first put.
+func class(again bool) int {
+	if again {
+		return 1
+	}
+	return 0
+}
+
+// seen tests whether h was put lately and records that it is put now.
+func (w *newKeyWindow) seen(h uint64) bool { return w.puts.testAndSet(h) }
+
+// putFilter is a Bloom filter of the keys put lately: two bits a key, in
+// 16 bits per object of the population; it starts again empty once a
+// quarter of its bits are set (about twice the population of distinct
+// keys put), so a key it answers for was put within roughly that many
+// puts of distinct keys (false positives at most about 1 in 16).
+type putFilter struct {
+	words []uint64
+	set   int
+}
+
+func newPutFilter(population int64) putFilter {
+	var f putFilter
+	f.resize(population)
+	return f
+}
+
+// resize sizes f for population, emptying it when the size changes.
+func (f *putFilter) resize(population int64) {
+	bits := uint64(64)
+	for bits < uint64(16*max(population, 4)) {
+		bits <<= 1
+	}
+	if uint64(len(f.words))*64 != bits {
+		f.words, f.set = make([]uint64, bits/64), 0
+	}
+}
+
+// testAndSet reports whether both bits of h were set, and sets them.
+func (f *putFilter) testAndSet(h uint64) bool {
+	mask := uint64(len(f.words))*64 - 1
+	b1, b2 := h&mask, (h>>32^h*0x9e3779b97f4a7c15>>17)&mask
+	seen := true
+	for _, b := range [2]uint64{b1, b2} {
+		w, bit := &f.words[b/64], uint64(1)<<(b%64)
+		if *w&bit == 0 {
+			seen = false
+			*w |= bit
+			f.set++
+		}
+	}
+	if f.set*4 >= len(f.words)*64 {
+		clear(f.words)
+		f.set = 0
+	}
+	return seen
 }
 
 // lessOften reports whether a's entries return within the horizon less
@@ -245,10 +324,11 @@ func (w *newKeyWindow) marginMove() int {
 	return 0
 }
 
-// rates returns the two return rates (new keys, pushed out) and the
-// horizon, for Stats.
-func (w *newKeyWindow) rates() (fresh, pushed, horizon float64) {
-	fresh, _ = w.fresh.rate()
+// rates returns the return rates (new keys at their first put, new keys
+// cached before, pushed out) and the horizon, for Stats.
+func (w *newKeyWindow) rates() (first, again, pushed, horizon float64) {
+	first, _ = w.fresh[0].rate()
+	again, _ = w.fresh[1].rate()
 	pushed, _ = w.pushed.rate()
-	return fresh, pushed, w.horizon
+	return first, again, pushed, w.horizon
 }

@@ -194,11 +194,102 @@ func TestNewKeyWindowNeedsAClearDifference(t *testing.T) {
 		{20, 380, 80, 320, true},
 	} {
 		w := newNewKeyWindow(64)
-		w.fresh.returned, w.fresh.expired = c.freshRet, c.freshExp
+		w.fresh[0].returned, w.fresh[0].expired = c.freshRet, c.freshExp
 		w.pushed.returned, w.pushed.expired = c.pushRet, c.pushExp
-		if got := w.coldNew(); got != c.cold {
+		if got := w.coldNew(false); got != c.cold {
 			t.Errorf("new keys %v of %v back, pushed %v of %v: cold %v, want %v", c.freshRet, c.freshRet+c.freshExp,
 				c.pushRet, c.pushRet+c.pushExp, got, c.cold)
 		}
+	}
+}
+
+// setRates gives ghost g n outcomes of which back returned.
+func setRates(g *returnGhost, back, n float64) { g.returned, g.expired = back, n-back }
+
+// TestNewKeyWindowClassesApart: new keys at their first put and new keys
+// cached before are judged each by their own return rate: keys never
+// cached before that never come back (a burst of one-off keys) go cold
+// while keys cached before that come back (a working set's tail) stay
+// warm, and the other way round. Pooled (before churn stop 44), the two
+// rates average out and both classes go the same way.
+func TestNewKeyWindowClassesApart(t *testing.T) {
+	for _, c := range []struct {
+		first, again float64 // returns of 100 counted
+		coldFirst    bool
+		coldAgain    bool
+	}{
+		{first: 0, again: 60, coldFirst: true, coldAgain: false},
+		{first: 60, again: 0, coldFirst: false, coldAgain: true},
+		{first: 60, again: 60, coldFirst: false, coldAgain: false},
+		{first: 0, again: 0, coldFirst: true, coldAgain: true},
+	} {
+		w := newNewKeyWindow(64)
+		setRates(&w.fresh[0], c.first, 100)
+		setRates(&w.fresh[1], c.again, 100)
+		setRates(&w.pushed, 30, 100)
+		if got := w.coldNew(false); got != c.coldFirst {
+			t.Errorf("first puts %v/100 back, cached before %v/100, pushed 30/100: first put cold %v, want %v", c.first, c.again, got, c.coldFirst)
+		}
+		if got := w.coldNew(true); got != c.coldAgain {
+			t.Errorf("first puts %v/100 back, cached before %v/100, pushed 30/100: cached-before cold %v, want %v", c.first, c.again, got, c.coldAgain)
+		}
+	}
+}
+
+// TestTinyLFUColdPutByClass: ColdPut tells a new key's first put from the
+// put of a new key cached before (its estimate still below ColdPutFreq)
+// and answers by that class's rate; each put is recorded in its class's
+// ghost.
+func TestTinyLFUColdPutByClass(t *testing.T) {
+	p := NewTinyLFU(TinyLFUConfig{Margin: 1, MaxMargin: 1, MarginStep: -1, ColdPutFreq: 2})
+	p.ReportSSD("n1", full(8), 0) // the SSD turns every candidate away
+	w := p.Window()
+	setRates(&w.fresh[0], 0, 100)
+	setRates(&w.fresh[1], 60, 100)
+	setRates(&w.pushed, 30, 100)
+	// ColdPut alone adds no access: the estimate stays below ColdPutFreq.
+	if !p.ColdPut(candidate("k")) {
+		t.Fatal("the first put of a new key is warm although first puts never come back")
+	}
+	if p.ColdPut(candidate("k")) {
+		t.Fatal("a new key cached before is cold although such keys come back more often than pushed-out objects")
+	}
+	if n0, n1 := w.fresh[0].n, w.fresh[1].n; n0 != 1 || n1 != 1 {
+		t.Fatalf("ghost entries: %d first puts, %d cached before; want 1 and 1", n0, n1)
+	}
+}
+
+// TestPutFilter: a key put is answered as seen from its second put on;
+// keys never put are answered seen rarely; the filter starts again empty
+// once a quarter of its bits are set, so it never fills up.
+func TestPutFilter(t *testing.T) {
+	f := newPutFilter(1024)
+	h := hashKey("a")
+	if f.testAndSet(h) {
+		t.Fatal("a key never put is seen")
+	}
+	if !f.testAndSet(h) {
+		t.Fatal("a key just put is not seen")
+	}
+	for i := 0; i < 1000; i++ {
+		f.testAndSet(hashKey(fmt.Sprint("in", i)))
+	}
+	fp := 0
+	for i := 0; i < 10000; i++ {
+		if f.testAndSet(hashKey(fmt.Sprint("out", i))) {
+			fp++
+		}
+		if f.set*4 > len(f.words)*64 {
+			t.Fatalf("%d of %d bits set: more than a quarter", f.set, len(f.words)*64)
+		}
+	}
+	if fp > 10000/16 {
+		t.Fatalf("%d of 10000 keys never put seen, want at most 1 in 16", fp)
+	}
+	g := newPutFilter(1024)
+	g.testAndSet(h)
+	g.resize(1024)
+	if !g.testAndSet(h) {
+		t.Fatal("a resize to the same size emptied the filter")
 	}
 }

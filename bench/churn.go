@@ -20,7 +20,7 @@ import (
 	"github.com/tierstore/tierstore/bucket"
 	"github.com/tierstore/tierstore/embedded"
 	"github.com/tierstore/tierstore/internal/errcode"
-	"github.com/tierstore/tierstore/masterapi"
+	"github.com/tierstore/tierstore/master"
 
 	"github.com/tierstore/tierstore/node"
 )
@@ -179,7 +179,7 @@ func runChurn(ctx context.Context, e *env) (*result, error) {
 		"a request is a Get; a miss is followed by a Put of the block (prefix-cache replay); SSD W/R '-' means nothing was read from SSD",
 		"dram hit: requests served from DRAM; SSD reads/req: objects the tier loaded per request",
 		"put retries: Puts refused with NO_AVAILABLE_HANDLE (DRAM full of objects pinned by offload tasks), retried once after the offload queue drained; put fails: still refused",
-		fmt.Sprintf("the replayer waits for the offload queue to drain every %d puts (a quarter of DRAM), so admission decisions, not offload lag, decide the figures", max(16, int(sz.dram/sz.block/4))),
+		fmt.Sprintf("the replayer runs the node's heartbeat (SSD report, sketch, offload until the queue is empty) after every request and moves the master's clock %v a request: admission decisions, not offload lag or the scheduler, decide the figures, and one seed gives one answer (but for tinylfu+worth+budget, whose budget is in MB per second of wall time)", churnTick),
 		"Belady's MIN is exact for single-size traces; for variable sizes it is the furthest-next-use heuristic (see bench/internal/belady)",
 		"MIN(DRAM+SSD) treats DRAM and SSD as one cache of their summed size; the tier keeps 10% of its capacity free (high watermark 0.9), so the reachable bound is lower (docs/bench/bench.md)")
 	res.Elapsed = time.Since(start).Seconds()
@@ -523,15 +523,15 @@ func replay(ctx context.Context, e *env, tr *trace.Trace, p churnPolicy, sz chur
 			ri.rule.MinFreq = uint32(v)
 		}
 	}
-	emb, err := startChurnStack(ctx, churnConfig(p, sz, dir), ri)
+	cfg := churnConfig(p, sz, dir)
+	clock := master.NewManualClock(time.Unix(0, 0))
+	cfg.Master.Clock = clock
+	emb, err := startChurnStack(ctx, cfg, ri)
 	if err != nil {
 		return f, err
 	}
 	defer emb.Close()
-	rp := &replayer{emb: emb, f: &f, vs: newValueSource(int(sz.block), 99), block: sz.block,
-		// Drain the offload queue every quarter of the DRAM capacity in
-		// blocks (at least 16): offload keeps up, and buckets are not tiny.
-		drainEvery: max(16, int(sz.dram/sz.block/4))}
+	rp := &replayer{emb: emb, f: &f, vs: newValueSource(int(sz.block), 99), block: sz.block}
 	if os.Getenv("TIERSTORE_CHURN_DEBUG") != "" {
 		rp.byPrefix = map[string]*[3]int64{}
 	}
@@ -553,9 +553,15 @@ func replay(ctx context.Context, e *env, tr *trace.Trace, p churnPolicy, sz chur
 		if err := rp.request(ctx, i, r); err != nil {
 			return f, err
 		}
+		// The node's heartbeat, after every request, on the replayer's
+		// goroutine (churnConfig: no ticks, no wakes).
+		if err := drainOffload(ctx, emb); err != nil {
+			return f, err
+		}
+		clock.Advance(churnTick)
 		bar.Add(1)
 	}
-	if err := drainOffload(ctx, emb.m); err != nil {
+	if err := drainOffload(ctx, emb); err != nil {
 		return f, err
 	}
 	f.elapsed = time.Since(t0)
@@ -591,7 +597,12 @@ func churnConfig(p churnPolicy, sz churnSizes, dir string) embedded.Config {
 		cfg.Master.AdmissionFlags.ColdPutMinFreq = v
 	}
 	cfg.Master.MonitorInterval = 0 // eviction happens inline at PutStart
+	// Leases on the replay's clock (replay: churnTick a request): the
+	// objects of the last 10 requests.
 	cfg.Master.DefaultKVLeaseTTL = time.Millisecond
+	// A put that finds DRAM pinned by offload tasks fails at once; the
+	// replayer runs the heartbeat and retries (no one else offloads).
+	cfg.Master.PutStartMaxWait = 0
 	cfg.Node.Logger = quiet
 	cfg.Node.Memory = sz.dram
 	cfg.Node.SSDDir = dir
@@ -599,20 +610,23 @@ func churnConfig(p churnPolicy, sz churnSizes, dir string) embedded.Config {
 	cfg.Node.Backend = "pwrite"
 	cfg.Node.BucketEviction = p.eviction
 	cfg.Node.BucketSizeLimit = churnBucketLimit(sz)
-	cfg.Node.HeartbeatInterval = time.Millisecond
+	// The replayer runs the node's heartbeat itself after every request
+	// (drainOffload): no tick, no wake, so that the admission decisions,
+	// the SSD reports and the sketch transfers happen at the same points
+	// of the trace in every run.
+	cfg.Node.HeartbeatInterval = time.Hour
+	cfg.Node.OffloadWake = false
 	cfg.Node.ReconcileInterval = time.Hour
 	return cfg
 }
 
 // replayer replays one request at a time and counts into f.
 type replayer struct {
-	emb        *churnStack
-	f          *churnFigures
-	vs         *valueSource
-	block      int64
-	varSizes   bool
-	drainEvery int
-	puts       int
+	emb      *churnStack
+	f        *churnFigures
+	vs       *valueSource
+	block    int64
+	varSizes bool
 	// byPrefix counts dram hits, ssd hits and misses per key prefix (up
 	// to the first '/'), printed with TIERSTORE_CHURN_DEBUG.
 	byPrefix map[string]*[3]int64
@@ -667,17 +681,13 @@ func (rp *replayer) request(ctx context.Context, i int, r trace.Request) error {
 		// victims until they reach SSD): let offload catch up and retry
 		// once, as a client backing off would.
 		f.putRetries++
-		if derr := drainOffload(ctx, rp.emb.m); derr != nil {
+		if derr := drainOffload(ctx, rp.emb); derr != nil {
 			return derr
 		}
 		err = c.Put(ctx, r.Key, val)
 	}
 	if err != nil && !errors.Is(err, errcode.ErrObjectExists) {
 		f.putFailures++
-	}
-	rp.puts++
-	if rp.puts%rp.drainEvery == 0 {
-		return drainOffload(ctx, rp.emb.m)
 	}
 	return nil
 }
@@ -709,25 +719,26 @@ func collectChurnFigures(ctx context.Context, emb *churnStack, f *churnFigures) 
 	return nil
 }
 
-// drainOffload waits (polling, bounded) until the master has no offload
-// task queued or in flight.
-func drainOffload(ctx context.Context, m masterapi.API) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		st, err := m.Stats(ctx)
+// churnTick is how far the master's clock (a master.ManualClock) moves
+// per request: the replay's time, the same in every run. The wall clock
+// moved about 60 to 160 us per request in the replays before it.
+const churnTick = 100 * time.Microsecond
+
+// drainOffload runs the node's heartbeat (one offload round after the
+// other, each carrying the SSD report, taking sketch chunks and
+// promotions) until the master has no offload task queued or in flight.
+// The replayer calls it after every request: the node has no heartbeat of
+// its own (churnConfig), so nothing depends on the scheduler.
+func drainOffload(ctx context.Context, emb *churnStack) error {
+	for range 1000 {
+		emb.node.OffloadNow()
+		st, err := emb.m.Stats(ctx)
 		if err != nil {
 			return err
 		}
 		if st.OffloadQueued == 0 && st.OffloadInFlight == 0 {
 			return nil
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("offload queue did not drain in 30s: %d queued, %d in flight", st.OffloadQueued, st.OffloadInFlight)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Microsecond):
-		}
 	}
+	return fmt.Errorf("offload queue did not drain in 1000 heartbeats")
 }

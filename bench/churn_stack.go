@@ -87,7 +87,12 @@ func startChurnStack(ctx context.Context, cfg embedded.Config, ri *churnReinsert
 		s.eng = nil // the node closed it
 		return nil, err
 	}
-	if s.c, err = client.New(ctx, client.Config{Master: s.m, LocalNode: s.node, Logger: nc.Logger}); err != nil {
+	// No replica-location cache: a cached get reaches the master's sketch
+	// and recency only by a Touch sent 100 ms of wall time later in the
+	// background (client/touch.go), thousands of requests late at the
+	// replay's pace and at a point the scheduler picks.
+	if s.c, err = client.New(ctx, client.Config{Master: s.m, LocalNode: s.node, Logger: nc.Logger,
+		LocationCacheEntries: -1}); err != nil {
 		return nil, err
 	}
 	return s, nil
