@@ -138,8 +138,8 @@
 // classes: a key's first put, and the put of a new key cached before
 // (its estimate fell below ColdPutFreq again), told apart by a Bloom
 // filter of the keys put lately (two bits a key in 16 bits per cached
-// object, emptied once a quarter of its bits are set: about twice the
-// population of distinct keys). While new keys of its class come back
+// object, at most 32 MiB, emptied once a quarter of its bits are set:
+// about twice the population of distinct keys, 2^25 keys at the cap). While new keys of its class come back
 // less often, by more than two standard errors of the difference (each
 // ghost having counted at least 32 outcomes), a new key the SSD would
 // turn away is put cold, as a key coming back is: a loop's first pass, a

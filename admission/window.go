@@ -247,14 +247,22 @@ func class(again bool) int {
 func (w *newKeyWindow) seen(h uint64) bool { return w.puts.testAndSet(h) }
 
 // putFilter is a Bloom filter of the keys put lately: two bits a key, in
-// 16 bits per object of the population; it starts again empty once a
-// quarter of its bits are set (about twice the population of distinct
-// keys put), so a key it answers for was put within roughly that many
-// puts of distinct keys (false positives at most about 1 in 16).
+// 16 bits per object of the population up to maxPutFilterBits; it starts
+// again empty once a quarter of its bits are set (about twice the
+// population of distinct keys put, or 2^25 keys at the cap), so a key it
+// answers for was put within roughly that many puts of distinct keys
+// (false positives at most about 1 in 16).
 type putFilter struct {
 	words []uint64
 	set   int
 }
+
+// maxPutFilterBits bounds a putFilter (2^28 bits: 32 MiB, as much as the
+// sketch's counters at their cap, maxSketchSize), whatever the
+// population: 16 bits an object up to 16M objects; a master of 50M
+// objects would otherwise hold 128 MiB of filter and clear it, under the
+// policy's lock, every 100M distinct puts.
+const maxPutFilterBits = 1 << 28
 
 func newPutFilter(population int64) putFilter {
 	var f putFilter
@@ -265,7 +273,7 @@ func newPutFilter(population int64) putFilter {
 // resize sizes f for population, emptying it when the size changes.
 func (f *putFilter) resize(population int64) {
 	bits := uint64(64)
-	for bits < uint64(16*max(population, 4)) {
+	for bits < uint64(16*max(population, 4)) && bits < maxPutFilterBits {
 		bits <<= 1
 	}
 	if uint64(len(f.words))*64 != bits {

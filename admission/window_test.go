@@ -293,3 +293,20 @@ func TestPutFilter(t *testing.T) {
 		t.Fatal("a resize to the same size emptied the filter")
 	}
 }
+
+// TestPutFilterBounded: the filter of a 50M-object population stays at
+// maxPutFilterBits (32 MiB), not 16 bits an object, and still answers.
+func TestPutFilterBounded(t *testing.T) {
+	f := newPutFilter(50_000_000)
+	if got := len(f.words) * 64; got != maxPutFilterBits {
+		t.Fatalf("filter of 50M objects: %d bits, want %d", got, maxPutFilterBits)
+	}
+	h := hashKey("k")
+	f.testAndSet(h)
+	if !f.testAndSet(h) {
+		t.Fatal("a key just put is not seen")
+	}
+	if g := newPutFilter(1 << 20); len(g.words)*64 != 16<<20 {
+		t.Fatalf("filter of 1M objects: %d bits, want 16 an object", len(g.words)*64)
+	}
+}
