@@ -302,23 +302,16 @@ func (c *recordConn) ready() error {
 	return c.readRecord()
 }
 
-// fill puts in dst what ready made available: the rest of an opened
-// record, or the record read, opened straight into dst when it fits.
+// fill puts in dst what ready made available (Read's steps, without
+// reading the socket): the rest of an opened record, or the record read,
+// opened straight into dst when it fits; errAgain when there is neither.
 func (c *recordConn) fill(dst []byte) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
-	if len(dst) == 0 {
-		return 0, nil
-	}
-	if len(c.plain) > 0 {
-		n := copy(dst, c.plain)
-		c.plain = c.plain[n:]
-		return n, nil
-	}
-	if c.pend == nil {
+	if len(dst) > 0 && len(c.plain) == 0 && c.pend == nil {
 		return 0, errAgain
 	}
-	return c.openInto(dst)
+	return c.readLocked(dst)
 }
 
 // Write seals p into records and writes them.
