@@ -362,13 +362,13 @@ func (c *recordConn) writeBuffers(v net.Buffers) (int64, error) {
 func (c *recordConn) flush() error {
 	b := c.wbuf
 	c.wbuf = c.wbuf[:0]
-	for len(b) > 0 {
-		k, err := c.Conn.Write(b)
-		if err != nil {
-			c.werr = err
-			return err
-		}
-		b = b[k:]
+	if len(b) == 0 {
+		return nil
+	}
+	// A net.Conn's Write writes all of b or returns an error.
+	if _, err := c.Conn.Write(b); err != nil {
+		c.werr = err
+		return err
 	}
 	return nil
 }

@@ -69,14 +69,12 @@ func (g *gatherConn) uncork() error {
 func (g *gatherConn) flushLocked() error {
 	b := g.out
 	g.out = g.out[:0]
-	for len(b) > 0 {
-		n, err := g.Conn.Write(b)
-		if err != nil {
-			return err
-		}
-		b = b[n:]
+	if len(b) == 0 {
+		return nil
 	}
-	return nil
+	// A net.Conn's Write writes all of b or returns an error.
+	_, err := g.Conn.Write(b)
+	return err
 }
 
 // tlsConn is a data connection over TLS until its hellos are exchanged: a
