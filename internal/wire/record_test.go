@@ -481,3 +481,39 @@ func TestSpentConnectionsUnderLoad(t *testing.T) {
 		t.Fatalf("%d connections served the calls: none was retired", len(seen))
 	}
 }
+
+// fill never reads the socket (it runs under the node's lock): with
+// nothing made ready it answers errAgain at once; after ready it opens the
+// record, and hands out the rest of a record a small buffer left behind.
+func TestRecordFillDoesNotBlock(t *testing.T) {
+	c, s := recordPair(t)
+	if _, err := s.fill(make([]byte, 8)); !errors.Is(err, errAgain) {
+		t.Fatalf("fill before ready: %v, want errAgain", err)
+	}
+	want := rnd(100)
+	errc := make(chan error, 1)
+	go func() { _, err := c.Write(want); errc <- err }()
+	if err := s.ready(); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 100)
+	n, err := s.fill(got[:60])
+	if err != nil || n != 60 {
+		t.Fatalf("fill after ready: %d, %v", n, err)
+	}
+	if err := s.ready(); err != nil { // the rest is already opened: no read
+		t.Fatal(err)
+	}
+	if k, err := s.fill(got[60:]); err != nil || k != 40 {
+		t.Fatalf("fill of the rest: %d, %v", k, err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("other bytes arrived")
+	}
+	if _, err := s.fill(make([]byte, 8)); !errors.Is(err, errAgain) {
+		t.Fatalf("fill with the record consumed: %v, want errAgain", err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
