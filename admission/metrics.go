@@ -31,8 +31,6 @@ type TinyLFUStats struct {
 	// the SSD pushed out (ghost.go).
 	Margin                       float64
 	RegretRejected, RegretPushed int64
-	ExpWFreq                     float64
-	ExpRegret                    [2]int64
 	// Halvings of the sketch, sketch resizes, SSD reports received.
 	Halvings, Resizes, Reports int64
 	// SketchWidth is the counters per row; Period the accesses between
@@ -85,7 +83,6 @@ func (p *TinyLFU) Stats() TinyLFUStats {
 	s.SketchWidth = p.sk.Width()
 	s.Period = p.sk.Period()
 	s.Margin = p.margin
-	s.ExpWFreq, s.ExpRegret = p.exp.wFreq, p.exp.stats
 	s.NewKeysReturn, s.NewKeysAgainReturn, s.PushedReturn, s.WindowHorizon = p.win.rates()
 	s.RegretRejected, s.RegretPushed = p.win.rejected.returns, p.win.pushed.returns
 	p.mu.Unlock()

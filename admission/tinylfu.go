@@ -178,7 +178,6 @@ type TinyLFU struct {
 	adapt  adaptState
 	// win decides whether new keys enter DRAM warm or cold.
 	win newKeyWindow
-	exp victimExperts
 	// admittedCost is the sum of ssdCost over every admitted object: the
 	// report counts outstanding tasks at its average.
 	admittedCost int64
@@ -215,7 +214,6 @@ func NewTinyLFU(cfg TinyLFUConfig) *TinyLFU {
 	p := &TinyLFU{cfg: cfg, nodes: map[string]*nodeState{}, margin: cfg.Margin}
 	p.sk = NewSketch(cfg.MinPopulation, cfg.SampleFactor*cfg.MinPopulation)
 	p.win = newNewKeyWindow(cfg.MinPopulation)
-	p.exp = newVictimExperts(int(max(cfg.MinPopulation, 64)))
 	return p
 }
 
@@ -275,7 +273,6 @@ func (p *TinyLFU) ObserveLookup(key string, o Outcome, size int64) {
 	p.mu.Lock()
 	p.add(h)
 	p.win.lookup(h)
-	p.exp.lookup(h, o == DRAMHit)
 	p.adaptMargin()
 	if o == Miss {
 		p.recent[h&(recentMisses-1)] = h

@@ -522,9 +522,6 @@ func replay(ctx context.Context, e *env, tr *trace.Trace, p churnPolicy, sz chur
 		if v, err := strconv.ParseUint(os.Getenv("TIERSTORE_CHURN_REINSERT_FREQ"), 10, 32); err == nil {
 			ri.rule.MinFreq = uint32(v)
 		}
-		if v, err := strconv.ParseFloat(os.Getenv("TIERSTORE_EXP_REINSERT_FRAC"), 64); err == nil {
-			ri.rule.MaxFraction = v
-		}
 	}
 	cfg := churnConfig(p, sz, dir)
 	clock := master.NewManualClock(time.Unix(0, 0))
@@ -717,8 +714,6 @@ func collectChurnFigures(ctx context.Context, emb *churnStack, f *churnFigures) 
 		f.admitted, f.rejected = st.Accepted, st.Rejected
 		if os.Getenv("TIERSTORE_CHURN_DEBUG") != "" {
 			fmt.Fprintf(os.Stderr, "%s %s: %+v used=%d\n", f.trace, f.policy, st, ns.Tier.BytesUsed)
-			expRanks(emb, f.trace)
-			fmt.Fprintf(os.Stderr, "tier: objects %d buckets %d used %d live %d dead %d mostlydead %d evictions %d reinserted %d\n", ns.Tier.Objects, ns.Tier.Buckets, ns.Tier.BytesUsed, ns.Tier.LiveBytes, ns.Tier.DeadBytes, ns.Tier.MostlyDeadBuckets, ns.Tier.Evictions, ns.Tier.ReinsertedObjects)
 		}
 	}
 	return nil

@@ -16,23 +16,11 @@ import (
 func Worth(fileBytes int64, keys [][]byte, sizes []int64, freq func(key []byte) uint32) masterapi.SSDVictim {
 	v := masterapi.SSDVictim{FileBytes: fileBytes}
 	var live, keyBytes, aligned int64
-	var jLive int64
-	var jWorth float64
 	for i, k := range keys {
-		f := freq(k)
 		live += sizes[i]
-		v.Worth += float64(f) * float64(sizes[i])
+		v.Worth += float64(freq(k)) * float64(sizes[i])
 		keyBytes += int64(len(k))
 		aligned += bucket.AlignUp(sizes[i])
-		if ExpJunk == 0 || f < ExpJunk {
-			jLive += sizes[i]
-			jWorth += float64(f) * float64(sizes[i])
-		}
-	}
-	if ExpJunk > 0 && len(keys) > 0 && jLive > 0 {
-		v.Worth = jWorth
-		v.Span = jLive + max(0, fileBytes-bucket.Size(len(keys), keyBytes, aligned))
-		return v
 	}
 	if len(keys) == 0 {
 		v.Span = fileBytes
@@ -41,6 +29,3 @@ func Worth(fileBytes int64, keys [][]byte, sizes []int64, freq func(key []byte) 
 	v.Span = live + max(0, fileBytes-bucket.Size(len(keys), keyBytes, aligned))
 	return v
 }
-
-// ExpJunk EXPERIMENT.
-var ExpJunk uint32

@@ -128,10 +128,10 @@ func (s *Service) countAndPickVictims(now int64) (int, []victim) {
 	total, cands := s.collectVictims(now, keep)
 	target := int(math.Ceil(s.cfg.EvictionRatio * float64(total)))
 	s.evictKeep = target
-	if w := max(target, expFreqSample*target); w > keep {
-		_, cands = s.collectVictims(now, w)
+	if target > keep {
+		_, cands = s.collectVictims(now, target)
 	}
-	return total, s.expRerank(cands, target)
+	return total, cands[:min(target, len(cands))]
 }
 
 // minEvictKeep is the fewest victims countAndPickVictims keeps.
