@@ -149,8 +149,9 @@ func (s *Service) rebuiltLease(o *object, now int64) {
 // window is open, answers ErrNotLeader ("rebuilding") instead of a miss on
 // the calls of clients (rebuildMiss).
 func (s *Service) Interceptor() grpc.UnaryServerInterceptor {
+	term := mastergrpc.TermMD(s.cfg.HA.Term) // once: SetTrailer copies it into each call's trailer
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		_ = grpc.SetTrailer(ctx, mastergrpc.TermMD(s.cfg.HA.Term))
+		_ = grpc.SetTrailer(ctx, term)
 		resp, err := handler(ctx, req)
 		if s.cfg.HA.on() && rebuildMiss(info.FullMethod, resp, err) && s.Rebuilding() {
 			return nil, errcode.ToStatus(fmt.Errorf("master: term %d is rebuilding its metadata from the nodes, ask again: %w", s.cfg.HA.Term, ErrNotLeader))

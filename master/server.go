@@ -23,14 +23,15 @@ type Server struct {
 }
 
 // NewServer returns a gRPC server for api. Extra options are appended to the
-// defaults (message size limit mastergrpc.MaxMessageSize; a caller of another protocol
+// defaults (mastergrpc.ServerOptions: message size limit mastergrpc.MaxMessageSize,
+// static flow-control windows; a caller of another protocol
 // version than pb.MasterProtocol is refused, pb.VersionCheck, and so is a
 // call to the service's name before protocol 5, or of a method renamed
 // since by a caller of another version, pb.FormerService).
 func NewServer(api masterapi.API, opts ...grpc.ServerOption) *Server {
-	all := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(mastergrpc.MaxMessageSize), grpc.MaxSendMsgSize(mastergrpc.MaxMessageSize),
+	all := append(append(mastergrpc.ServerOptions(),
 		grpc.ChainUnaryInterceptor(pb.VersionCheck("master", pb.MasterProtocol)),
-		pb.FormerService("master", pb.MasterProtocol, "tierstore.rpc.Master")}, opts...)
+		pb.FormerService("master", pb.MasterProtocol, "tierstore.rpc.Master")), opts...)
 	s := &Server{api: api, gs: grpc.NewServer(all...)}
 	pb.RegisterMasterServer(s.gs, s)
 	return s

@@ -33,15 +33,34 @@ type Client struct {
 
 var _ masterapi.API = (*Client)(nil)
 
+// FlowWindow is the HTTP/2 flow-control window, of a stream and of a
+// connection, of both ends of a connection to a master (DefaultDialOptions,
+// ServerOptions): static, the ceiling gRPC's dynamic windows grow to
+// (16 MiB). A static window turns off gRPC's bandwidth-delay estimation,
+// which sends a window update and a PING on every message received while
+// no PING is outstanding: with one master call at a time, a PING and its
+// ack on every call, both ways (docs/benchmarks.md, "Stop 45: put path
+// CPU").
+const FlowWindow = 16 << 20
+
 // DefaultDialOptions are the options every connection to a master starts
-// with: plaintext, MaxMessageSize both ways, and the caller's protocol
-// version (rpcpb.WithVersion).
+// with: plaintext, MaxMessageSize both ways, static flow-control windows
+// (FlowWindow), and the caller's protocol version (rpcpb.WithVersion).
 func DefaultDialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)),
+		grpc.WithInitialWindowSize(FlowWindow), grpc.WithInitialConnWindowSize(FlowWindow),
 		pb.WithVersion(pb.MasterProtocol),
 	}
+}
+
+// ServerOptions are the transport options of a master's gRPC server (package
+// master's NewServer starts with them): MaxMessageSize both ways, static
+// flow-control windows (FlowWindow).
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize),
+		grpc.InitialWindowSize(FlowWindow), grpc.InitialConnWindowSize(FlowWindow)}
 }
 
 // Dial returns a Client for the master at addr: "host:port", or

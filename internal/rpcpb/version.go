@@ -73,8 +73,10 @@ func WithVersion(version int) grpc.DialOption {
 func VersionCheck(service string, version int) grpc.UnaryServerInterceptor {
 	want := strconv.Itoa(version)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		md, _ := metadata.FromIncomingContext(ctx)
-		if got := md.Get(VersionHeader); len(got) > 0 && got[0] != want {
+		// One header looked up, not the call's metadata copied
+		// (FromIncomingContext copies every header: 4% of a master's CPU
+		// under puts).
+		if got := metadata.ValueFromIncomingContext(ctx, VersionHeader); len(got) > 0 && got[0] != want {
 			return nil, errcode.ToStatus(errcode.Errorf(errcode.VersionMismatch,
 				"%s speaks protocol version %s, the caller version %s: run the same tierstore release on both sides", service, want, got[0]))
 		}

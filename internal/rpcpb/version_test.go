@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/tierstore/tierstore/internal/errcode"
@@ -107,5 +108,24 @@ func TestFormerService(t *testing.T) {
 	err = errcode.FromStatus(cc.Invoke(ctx, "/tierstore.node.v1.NodePeer/NodeStats", &rpcpb.PeerStatsRequest{}, &rpcpb.PeerStatsReply{}))
 	if !errors.Is(err, errcode.ErrVersionMismatch) || strings.Contains(err.Error(), "it called") {
 		t.Fatalf("current name, another version: %v (want VersionCheck's refusal)", err)
+	}
+}
+
+// BenchmarkVersionCheck is the interceptor's cost on a served call whose
+// metadata is a master call's (docs/benchmarks.md, "Stop 45: put path
+// CPU").
+//
+//	go test -run '^$' -bench BenchmarkVersionCheck -benchmem ./internal/rpcpb
+func BenchmarkVersionCheck(b *testing.B) {
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(":authority", "127.0.0.1:50051",
+		"content-type", "application/grpc", "user-agent", "grpc-go/1.85.0", "grpc-accept-encoding", "gzip",
+		rpcpb.VersionHeader, "9"))
+	check := rpcpb.VersionCheck("master", 9)
+	handler := func(context.Context, any) (any, error) { return nil, nil }
+	info := &grpc.UnaryServerInfo{FullMethod: "/tierstore.master.v1.Master/PutEnd"}
+	for b.Loop() {
+		if _, err := check(ctx, nil, info, handler); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
