@@ -1,0 +1,239 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// fakeCalls is a master call of one kind for the coalescer's tests: the
+// single call answers q*10 and blocks while hold is set; a batch answers
+// each q*10, or an item error for odd q when oddFail.
+type fakeCalls struct {
+	mu      sync.Mutex // guards the fields below
+	singles []int
+	batches [][]int
+	hold    chan struct{} // the single calls wait for it when not nil
+	oddFail bool
+	fail    error // the batch call's own error
+	dl      []time.Time
+}
+
+func (f *fakeCalls) coalescer() *coalescer[int, int] {
+	return &coalescer[int, int]{
+		one: func(ctx context.Context, q int) (int, error) {
+			f.mu.Lock()
+			f.singles = append(f.singles, q)
+			hold := f.hold
+			f.mu.Unlock()
+			if hold != nil {
+				<-hold
+			}
+			return q * 10, nil
+		},
+		batch: func(ctx context.Context, qs []int) ([]int, []error, error) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.batches = append(f.batches, append([]int(nil), qs...))
+			d, _ := ctx.Deadline()
+			f.dl = append(f.dl, d)
+			if f.fail != nil {
+				return nil, nil, f.fail
+			}
+			rs, errs := make([]int, len(qs)), make([]error, len(qs))
+			for i, q := range qs {
+				if f.oddFail && q%2 == 1 {
+					errs[i] = fmt.Errorf("item %d: %w", q, ErrObjectExists)
+					continue
+				}
+				rs[i] = q * 10
+			}
+			return rs, errs, nil
+		},
+	}
+}
+
+// idle waits until c has no call in flight (the last batch's goroutine
+// marks it after answering its callers).
+func idle(t *testing.T, c *coalescer[int, int]) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return !c.busy
+	}, 10*time.Second, time.Millisecond, "idle once every call is answered")
+}
+
+// queued waits until n calls wait in c.
+func queued(t *testing.T, c *coalescer[int, int], n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.waiting) == n
+	}, 10*time.Second, time.Millisecond, "%d calls queued", n)
+}
+
+func TestCoalescerLoneCallIsSingle(t *testing.T) {
+	f := &fakeCalls{}
+	c := f.coalescer()
+	for q := 1; q <= 3; q++ {
+		r, err := c.do(context.Background(), q)
+		require.NoError(t, err)
+		require.Equal(t, q*10, r)
+	}
+	idle(t, c)
+	require.Equal(t, []int{1, 2, 3}, f.singles)
+	require.Empty(t, f.batches, "calls one after the other never batch")
+}
+
+// TestCoalescerBatchesWhileInFlight: calls that arrive while one is in
+// flight go as one batch when it returns, each caller answered its own
+// item (item errors to their callers only).
+func TestCoalescerBatchesWhileInFlight(t *testing.T) {
+	f := &fakeCalls{hold: make(chan struct{}), oddFail: true}
+	c := f.coalescer()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		r, err := c.do(context.Background(), 100)
+		require.NoError(t, err)
+		require.Equal(t, 1000, r)
+	})
+	require.Eventually(t, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.singles) == 1 }, 10*time.Second, time.Millisecond)
+	const n = 7
+	for q := 1; q <= n; q++ {
+		wg.Go(func() {
+			r, err := c.do(context.Background(), q)
+			if q%2 == 1 {
+				require.ErrorIs(t, err, ErrObjectExists)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, q*10, r)
+		})
+	}
+	queued(t, c, n)
+	close(f.hold)
+	wg.Wait()
+	idle(t, c)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.Len(t, f.batches, 1)
+	got := append([]int(nil), f.batches[0]...)
+	sort.Ints(got)
+	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7}, got)
+	require.Equal(t, []int{100}, f.singles)
+}
+
+func TestCoalescerBatchErrorToEveryMember(t *testing.T) {
+	f := &fakeCalls{hold: make(chan struct{}), fail: ErrTransferFail}
+	c := f.coalescer()
+	var wg sync.WaitGroup
+	wg.Go(func() { _, _ = c.do(context.Background(), 100) })
+	require.Eventually(t, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.singles) == 1 }, 10*time.Second, time.Millisecond)
+	for q := 1; q <= 3; q++ {
+		wg.Go(func() {
+			_, err := c.do(context.Background(), q)
+			require.ErrorIs(t, err, ErrTransferFail)
+		})
+	}
+	queued(t, c, 3)
+	close(f.hold)
+	wg.Wait()
+}
+
+// TestCoalescerLeaverUnsent: a caller whose context ends while it waits
+// unqueued leaves with its context's error and its item is never sent.
+func TestCoalescerLeaverUnsent(t *testing.T) {
+	f := &fakeCalls{hold: make(chan struct{})}
+	c := f.coalescer()
+	var wg sync.WaitGroup
+	wg.Go(func() { _, _ = c.do(context.Background(), 100) })
+	require.Eventually(t, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.singles) == 1 }, 10*time.Second, time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	left := make(chan error, 1)
+	go func() { _, err := c.do(ctx, 7); left <- err }()
+	wg.Go(func() {
+		r, err := c.do(context.Background(), 8)
+		require.NoError(t, err)
+		require.Equal(t, 80, r)
+	})
+	queued(t, c, 2)
+	cancel()
+	require.ErrorIs(t, <-left, context.Canceled)
+	queued(t, c, 1)
+	close(f.hold)
+	wg.Wait()
+	idle(t, c)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.Equal(t, []int{100, 8}, f.singles, "the one left is sent alone; 7 never")
+	require.Empty(t, f.batches)
+}
+
+// TestCoalescerLeaverInFlightAbandoned: a caller that leaves while its
+// item is in a batch gets its context's error, and the batch's successful
+// answer for it goes to abandon (a PutStart for nobody is revoked).
+func TestCoalescerLeaverInFlightAbandoned(t *testing.T) {
+	f := &fakeCalls{hold: make(chan struct{})}
+	c := f.coalescer()
+	batchIn, release := make(chan struct{}), make(chan struct{})
+	inner := c.batch
+	c.batch = func(ctx context.Context, qs []int) ([]int, []error, error) {
+		close(batchIn)
+		<-release
+		return inner(ctx, qs)
+	}
+	var mu sync.Mutex
+	var abandoned []int
+	c.abandon = func(q, r int) { mu.Lock(); abandoned = append(abandoned, q, r); mu.Unlock() }
+	var wg sync.WaitGroup
+	wg.Go(func() { _, _ = c.do(context.Background(), 100) })
+	require.Eventually(t, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.singles) == 1 }, 10*time.Second, time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	left := make(chan error, 1)
+	go func() { _, err := c.do(ctx, 7); left <- err }()
+	wg.Go(func() { _, _ = c.do(context.Background(), 8) })
+	queued(t, c, 2)
+	close(f.hold)
+	<-batchIn
+	cancel()
+	require.ErrorIs(t, <-left, context.Canceled)
+	close(release)
+	wg.Wait()
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(abandoned) == 2 }, 10*time.Second, time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []int{7, 70}, abandoned)
+}
+
+// TestCoalescerBatchDeadlineIsLatest: a batch runs until the latest of its
+// callers' deadlines, so a caller with a short one does not cut the
+// others' calls short.
+func TestCoalescerBatchDeadlineIsLatest(t *testing.T) {
+	f := &fakeCalls{hold: make(chan struct{})}
+	c := f.coalescer()
+	var wg sync.WaitGroup
+	wg.Go(func() { _, _ = c.do(context.Background(), 100) })
+	require.Eventually(t, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.singles) == 1 }, 10*time.Second, time.Millisecond)
+	now := time.Now()
+	late := now.Add(time.Hour)
+	for i, d := range []time.Time{now.Add(time.Minute), late} {
+		ctx, cancel := context.WithDeadline(context.Background(), d)
+		defer cancel()
+		wg.Go(func() { _, err := c.do(ctx, i+1); require.NoError(t, err) })
+	}
+	queued(t, c, 2)
+	close(f.hold)
+	wg.Wait()
+	idle(t, c)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.Len(t, f.dl, 1)
+	require.True(t, f.dl[0].Equal(late), "batch deadline %v, want %v", f.dl[0], late)
+}
