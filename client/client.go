@@ -148,9 +148,9 @@ type Client struct {
 	// touch gathers the keys of gets the cache served, for the master
 	// (touch.go).
 	touch toucher
-	// puts merges the PutStart and PutEnd calls of concurrent single puts
+	// putEnds merges the PutEnd calls of concurrent single puts
 	// (coalesce.go).
-	puts *putCalls
+	putEnds *coalescer[masterapi.PutRef, struct{}]
 }
 
 // New connects to the master (cfg.Master, or dials cfg.MasterAddr).
@@ -193,7 +193,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("%w: Config needs Master or MasterAddr", ErrBadConfig)
 	}
 	c.touch.master, _ = c.m.(masterapi.Toucher)
-	c.puts = newPutCalls(c.m, c.revokeLeft)
+	c.putEnds = putEnds(c.m)
 	return c, nil
 }
 
@@ -343,7 +343,7 @@ func (c *Client) putParts(ctx context.Context, key string, value [][]byte, opts 
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
 	crc := crcParts(value)
-	r, err := c.puts.starts.do(ctx, c.putRequest(key, size, crc, opts))
+	r, err := c.m.PutStart(ctx, c.putRequest(key, size, crc, opts))
 	if err != nil {
 		return fmt.Errorf("client: put %s: %w", keyspec.Show(key), err)
 	}
@@ -352,7 +352,7 @@ func (c *Client) putParts(ctx context.Context, key string, value [][]byte, opts 
 		c.revoke(ctx, key, r.PutToken)
 		return fmt.Errorf("client: put %s: %w", keyspec.Show(key), err)
 	}
-	if _, err := c.puts.ends.do(ctx, masterapi.PutRef{Key: key, Token: r.PutToken}); err != nil {
+	if _, err := c.putEnds.do(ctx, masterapi.PutRef{Key: key, Token: r.PutToken}); err != nil {
 		c.revoke(ctx, key, r.PutToken)
 		return fmt.Errorf("client: put %s: %w", keyspec.Show(key), err)
 	}
@@ -391,15 +391,6 @@ func (c *Client) revoke(ctx context.Context, key string, token uint64) {
 		}
 		return err
 	})
-}
-
-// revokeLeft abandons the put token of key for a put whose caller has
-// left (its context ended while its PutStart was in a coalesced batch):
-// the PutRevoke runs on its own goroutine, which Close waits for.
-func (c *Client) revokeLeft(key string, token uint64) {
-	ended, cancel := context.WithCancel(context.Background())
-	cancel() // afterCall runs the call for an ended context in the background
-	c.revoke(ended, key, token)
 }
 
 // writeReplicas writes value to every replica of the put p, in parallel

@@ -2,31 +2,31 @@ package client
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/tierstore/tierstore/masterapi"
 )
 
-// coalescer merges the master calls of one kind (PutStart, PutEnd) that
-// concurrent single puts of this client make: while one call is in
-// flight, the calls that arrive wait, and when it returns they go
-// together as one batch call (BatchPutStart, BatchPutEnd), whose items
-// the master serves as it serves the single calls. A put that finds no
-// call in flight makes its single call at once, so a lone writer's puts
-// are unchanged; eight writers make about two master calls a put fewer
-// in all than they did, each batch costing the master and the client
-// about one call's transport (docs/benchmarks.md, "Stop 45: single puts
-// share master calls").
+// coalescer merges the master calls of one kind that concurrent single
+// puts of this client make (PutEnd): while one call is in flight, the
+// calls that arrive wait, and when it returns they go together as one
+// batch call (BatchPutEnd), whose items the master serves as it serves
+// the single calls. A put that finds no call in flight makes its single
+// call at once, so a lone writer's puts are unchanged. PutStart is not
+// merged: the master serves a batch's items one after the other, and a
+// PutStart may wait for room (put_start_max_wait), which would hold the
+// puts batched behind it (docs/benchmarks.md, "Stop 45: single puts share
+// their PutEnds").
 //
-// A caller whose context ends while it waits unqueued leaves with its
-// context's error and nothing sent; one whose item is already in a batch
-// leaves too, and the batch's answer for it goes to abandon (a PutStart
-// that succeeded for nobody is revoked).
+// A caller whose context ends while it waits leaves with its context's
+// error: nothing sent if its call was still waiting, else the batch's
+// answer for it is dropped (the put's caller revokes it, as after any
+// failed PutEnd).
 type coalescer[Q, R any] struct {
-	one     func(ctx context.Context, q Q) (R, error)
-	batch   func(ctx context.Context, qs []Q) ([]R, []error, error)
-	abandon func(q Q, r R) // an item answered without error after its caller left; may be nil
+	one   func(ctx context.Context, q Q) (R, error)
+	batch func(ctx context.Context, qs []Q) ([]R, []error, error)
 
 	mu      sync.Mutex // guards busy and waiting
 	busy    bool       // a call of this kind is in flight
@@ -40,9 +40,6 @@ type coalesced[Q, R any] struct {
 	r    R
 	err  error
 	done chan struct{} // closed when r and err are set
-
-	mu   sync.Mutex // guards left
-	left bool       // the caller returned before done
 }
 
 // do makes the call q: alone when none is in flight, else in the next batch.
@@ -63,33 +60,18 @@ func (c *coalescer[Q, R]) do(ctx context.Context, q Q) (R, error) {
 		return w.r, w.err
 	case <-ctx.Done():
 	}
+	c.withdraw(w) // never sent, or in a batch whose answer for it is dropped
 	var zero R
-	if c.withdraw(w) {
-		return zero, ctx.Err() // never sent
-	}
-	w.mu.Lock()
-	select {
-	case <-w.done: // answered meanwhile: the answer stands
-		w.mu.Unlock()
-		return w.r, w.err
-	default:
-	}
-	w.left = true
-	w.mu.Unlock()
 	return zero, ctx.Err()
 }
 
-// withdraw takes w out of the waiting calls; false when a batch took it.
-func (c *coalescer[Q, R]) withdraw(w *coalesced[Q, R]) bool {
+// withdraw takes w out of the waiting calls, if a batch has not taken it.
+func (c *coalescer[Q, R]) withdraw(w *coalesced[Q, R]) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for i, x := range c.waiting {
-		if x == w {
-			c.waiting = append(c.waiting[:i], c.waiting[i+1:]...)
-			return true
-		}
+	if i := slices.Index(c.waiting, w); i >= 0 {
+		c.waiting = slices.Delete(c.waiting, i, i+1)
 	}
-	return false
 }
 
 // next sends the waiting calls as one batch, or marks nothing in flight.
@@ -129,13 +111,7 @@ func (c *coalescer[Q, R]) send(ws []*coalesced[Q, R]) {
 		}
 	}
 	for _, w := range ws {
-		w.mu.Lock()
 		close(w.done)
-		left := w.left
-		w.mu.Unlock()
-		if left && w.err == nil && c.abandon != nil {
-			c.abandon(w.q, w.r)
-		}
 	}
 	c.next()
 }
@@ -157,33 +133,10 @@ func batchContext[Q, R any](ws []*coalesced[Q, R]) (context.Context, context.Can
 	return context.WithDeadline(context.WithoutCancel(ws[0].ctx), latest)
 }
 
-// putCalls are the coalescers of a client's single puts (Put, PutParts):
-// PutStart and PutEnd.
-type putCalls struct {
-	starts coalescer[masterapi.PutStartRequest, masterapi.PutStartReply]
-	ends   coalescer[masterapi.PutRef, struct{}]
-}
-
-// newPutCalls returns the put coalescers over m; revoke abandons a put
-// whose PutStart succeeded after its caller left.
-func newPutCalls(m masterapi.ClientAPI, revoke func(key string, token uint64)) *putCalls {
-	p := &putCalls{}
-	p.starts = coalescer[masterapi.PutStartRequest, masterapi.PutStartReply]{
-		one: m.PutStart,
-		batch: func(ctx context.Context, qs []masterapi.PutStartRequest) ([]masterapi.PutStartReply, []error, error) {
-			res, err := m.BatchPutStart(ctx, qs)
-			if err != nil {
-				return nil, nil, err
-			}
-			rs, errs := make([]masterapi.PutStartReply, len(res)), make([]error, len(res))
-			for i, x := range res {
-				rs[i], errs[i] = x.PutStartReply, x.Err
-			}
-			return rs, errs, nil
-		},
-		abandon: func(q masterapi.PutStartRequest, r masterapi.PutStartReply) { revoke(q.Key, r.PutToken) },
-	}
-	p.ends = coalescer[masterapi.PutRef, struct{}]{
+// putEnds merges the PutEnd calls of a client's concurrent single puts
+// (Put, PutParts) over m into BatchPutEnds.
+func putEnds(m masterapi.ClientAPI) *coalescer[masterapi.PutRef, struct{}] {
+	return &coalescer[masterapi.PutRef, struct{}]{
 		one: func(ctx context.Context, q masterapi.PutRef) (struct{}, error) {
 			return struct{}{}, m.PutEnd(ctx, q.Key, q.Token)
 		},
@@ -192,5 +145,4 @@ func newPutCalls(m masterapi.ClientAPI, revoke func(key string, token uint64)) *
 			return make([]struct{}, len(qs)), errs, err
 		},
 	}
-	return p
 }

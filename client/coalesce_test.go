@@ -176,10 +176,10 @@ func TestCoalescerLeaverUnsent(t *testing.T) {
 	require.Empty(t, f.batches)
 }
 
-// TestCoalescerLeaverInFlightAbandoned: a caller that leaves while its
-// item is in a batch gets its context's error, and the batch's successful
-// answer for it goes to abandon (a PutStart for nobody is revoked).
-func TestCoalescerLeaverInFlightAbandoned(t *testing.T) {
+// TestCoalescerLeaverInFlight: a caller that leaves while its item is in
+// a batch gets its context's error at once; the batch still answers the
+// others.
+func TestCoalescerLeaverInFlight(t *testing.T) {
 	f := &fakeCalls{hold: make(chan struct{})}
 	c := f.coalescer()
 	batchIn, release := make(chan struct{}), make(chan struct{})
@@ -189,27 +189,29 @@ func TestCoalescerLeaverInFlightAbandoned(t *testing.T) {
 		<-release
 		return inner(ctx, qs)
 	}
-	var mu sync.Mutex
-	var abandoned []int
-	c.abandon = func(q, r int) { mu.Lock(); abandoned = append(abandoned, q, r); mu.Unlock() }
 	var wg sync.WaitGroup
 	wg.Go(func() { _, _ = c.do(context.Background(), 100) })
 	require.Eventually(t, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.singles) == 1 }, 10*time.Second, time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	left := make(chan error, 1)
 	go func() { _, err := c.do(ctx, 7); left <- err }()
-	wg.Go(func() { _, _ = c.do(context.Background(), 8) })
+	wg.Go(func() {
+		r, err := c.do(context.Background(), 8)
+		require.NoError(t, err)
+		require.Equal(t, 80, r)
+	})
 	queued(t, c, 2)
 	close(f.hold)
 	<-batchIn
 	cancel()
-	require.ErrorIs(t, <-left, context.Canceled)
+	require.ErrorIs(t, <-left, context.Canceled, "the caller leaves before the batch answers")
 	close(release)
 	wg.Wait()
-	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(abandoned) == 2 }, 10*time.Second, time.Millisecond)
-	mu.Lock()
-	defer mu.Unlock()
-	require.Equal(t, []int{7, 70}, abandoned)
+	idle(t, c)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.Len(t, f.batches, 1)
+	require.ElementsMatch(t, []int{7, 8}, f.batches[0])
 }
 
 // TestCoalescerBatchDeadlineIsLatest: a batch runs until the latest of its

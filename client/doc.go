@@ -45,7 +45,10 @@
 // report) run within its deadline and, once it has passed, in the
 // background (Close waits for them). Exists, Remove, RemoveAll,
 // RemoveByRegex, EvictDRAM and the batch forms complete the API; BatchPut goes in pipelined waves (the next
-// wave's ranges are asked for while the current one is written). Errors
+// wave's ranges are asked for while the current one is written). Single
+// puts made concurrently share their PutEnds (coalesce.go): a PutEnd that
+// finds one in flight waits and goes with the others that did as one
+// BatchPutEnd when it returns. Errors
 // wrap the sentinels this package re-exports from
 // internal/errcode (ErrObjectNotFound, ErrReplicaGone, ..., and Code, CodeOf),
 // checked with errors.Is, whether the master is local or remote.
