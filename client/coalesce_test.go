@@ -58,6 +58,32 @@ func (f *fakeCalls) coalescer() *coalescer[int, int] {
 	}
 }
 
+// inFlight starts a single call of 100 on wg and waits until f holds it
+// in flight (f.hold must be set), so that the calls made next wait.
+func inFlight(t *testing.T, f *fakeCalls, c *coalescer[int, int], wg *sync.WaitGroup) {
+	t.Helper()
+	wg.Go(func() { _, _ = c.do(context.Background(), 100) })
+	require.Eventually(t, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.singles) == 1 }, 10*time.Second, time.Millisecond)
+}
+
+// leaverAndStayer queues two calls behind the one in flight: 7, whose
+// context cancel ends and whose error comes on left, and 8 on wg, which
+// must be answered 80; it returns once both wait.
+func leaverAndStayer(t *testing.T, c *coalescer[int, int], wg *sync.WaitGroup) (context.CancelFunc, <-chan error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	left := make(chan error, 1)
+	go func() { _, err := c.do(ctx, 7); left <- err }()
+	wg.Go(func() {
+		r, err := c.do(context.Background(), 8)
+		require.NoError(t, err)
+		require.Equal(t, 80, r)
+	})
+	queued(t, c, 2)
+	return cancel, left
+}
+
 // idle waits until c has no call in flight (the last batch's goroutine
 // marks it after answering its callers).
 func idle(t *testing.T, c *coalescer[int, int]) {
@@ -134,8 +160,7 @@ func TestCoalescerBatchErrorToEveryMember(t *testing.T) {
 	f := &fakeCalls{hold: make(chan struct{}), fail: ErrTransferFail}
 	c := f.coalescer()
 	var wg sync.WaitGroup
-	wg.Go(func() { _, _ = c.do(context.Background(), 100) })
-	require.Eventually(t, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.singles) == 1 }, 10*time.Second, time.Millisecond)
+	inFlight(t, f, c, &wg)
 	for q := 1; q <= 3; q++ {
 		wg.Go(func() {
 			_, err := c.do(context.Background(), q)
@@ -153,17 +178,8 @@ func TestCoalescerLeaverUnsent(t *testing.T) {
 	f := &fakeCalls{hold: make(chan struct{})}
 	c := f.coalescer()
 	var wg sync.WaitGroup
-	wg.Go(func() { _, _ = c.do(context.Background(), 100) })
-	require.Eventually(t, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.singles) == 1 }, 10*time.Second, time.Millisecond)
-	ctx, cancel := context.WithCancel(context.Background())
-	left := make(chan error, 1)
-	go func() { _, err := c.do(ctx, 7); left <- err }()
-	wg.Go(func() {
-		r, err := c.do(context.Background(), 8)
-		require.NoError(t, err)
-		require.Equal(t, 80, r)
-	})
-	queued(t, c, 2)
+	inFlight(t, f, c, &wg)
+	cancel, left := leaverAndStayer(t, c, &wg)
 	cancel()
 	require.ErrorIs(t, <-left, context.Canceled)
 	queued(t, c, 1)
@@ -190,17 +206,8 @@ func TestCoalescerLeaverInFlight(t *testing.T) {
 		return inner(ctx, qs)
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { _, _ = c.do(context.Background(), 100) })
-	require.Eventually(t, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.singles) == 1 }, 10*time.Second, time.Millisecond)
-	ctx, cancel := context.WithCancel(context.Background())
-	left := make(chan error, 1)
-	go func() { _, err := c.do(ctx, 7); left <- err }()
-	wg.Go(func() {
-		r, err := c.do(context.Background(), 8)
-		require.NoError(t, err)
-		require.Equal(t, 80, r)
-	})
-	queued(t, c, 2)
+	inFlight(t, f, c, &wg)
+	cancel, left := leaverAndStayer(t, c, &wg)
 	close(f.hold)
 	<-batchIn
 	cancel()
@@ -221,8 +228,7 @@ func TestCoalescerBatchDeadlineIsLatest(t *testing.T) {
 	f := &fakeCalls{hold: make(chan struct{})}
 	c := f.coalescer()
 	var wg sync.WaitGroup
-	wg.Go(func() { _, _ = c.do(context.Background(), 100) })
-	require.Eventually(t, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.singles) == 1 }, 10*time.Second, time.Millisecond)
+	inFlight(t, f, c, &wg)
 	now := time.Now()
 	late := now.Add(time.Hour)
 	for i, d := range []time.Time{now.Add(time.Minute), late} {

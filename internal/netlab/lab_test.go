@@ -74,11 +74,12 @@ func newSink(t *testing.T, h *Host) *udpSink {
 }
 
 // collectUntil reads datagrams until stop is closed and then none has
-// come for quiet (the ones still on their way).
+// come for quiet (the ones still on their way); a nil stop: until none
+// has come for quiet.
 func (s *udpSink) collectUntil(stop <-chan struct{}, quiet time.Duration) []uint32 {
 	var seqs []uint32
 	buf := make([]byte, 64)
-	stopped := false
+	stopped := stop == nil
 	for {
 		_ = s.c.SetReadDeadline(time.Now().Add(quiet))
 		n, err := s.c.Read(buf)
@@ -86,15 +87,15 @@ func (s *udpSink) collectUntil(stop <-chan struct{}, quiet time.Duration) []uint
 			return seqs // the sink is closed
 		}
 		if err != nil {
-			if !stopped {
-				select {
-				case <-stop:
-					stopped = true // one more quiet period for the datagrams in flight
-				default:
-				}
-				continue
+			if stopped {
+				return seqs
 			}
-			return seqs
+			select {
+			case <-stop:
+				stopped = true // one more quiet period for the datagrams in flight
+			default:
+			}
+			continue
 		}
 		if n >= 4 {
 			seqs = append(seqs, binary.BigEndian.Uint32(buf))
@@ -103,43 +104,18 @@ func (s *udpSink) collectUntil(stop <-chan struct{}, quiet time.Duration) []uint
 }
 
 // collect reads datagrams until none has come for quiet.
-func (s *udpSink) collect(quiet time.Duration) []uint32 {
-	var seqs []uint32
-	buf := make([]byte, 64)
-	for {
-		_ = s.c.SetReadDeadline(time.Now().Add(quiet))
-		n, err := s.c.Read(buf)
-		if err != nil {
-			return seqs
-		}
-		if n >= 4 {
-			seqs = append(seqs, binary.BigEndian.Uint32(buf))
-		}
-	}
-}
+func (s *udpSink) collect(quiet time.Duration) []uint32 { return s.collectUntil(nil, quiet) }
 
 // send sends n numbered datagrams from h to addr, gap apart.
 func send(t *testing.T, h *Host, addr string, n int, gap time.Duration) {
 	t.Helper()
-	var c net.Conn
-	if err := h.Do(func() (err error) { c, err = net.Dial("udp4", addr); return err }); err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	var b [4]byte
-	for i := 0; i < n; i++ {
-		binary.BigEndian.PutUint32(b[:], uint32(i))
-		_, _ = c.Write(b[:]) // a dropped datagram is what some tests look for
-		if gap > 0 {
-			time.Sleep(gap) // pacing of the sender, not a synchronisation
-		}
-	}
+	sendUntil(t, h, addr, gap, time.Hour, func(sent int) bool { return sent == n })
 }
 
 // sendUntil sends numbered datagrams from h to addr, one every gap, until
-// done reports true (checked before each) or limit has passed; it returns
-// how many it sent.
-func sendUntil(t *testing.T, h *Host, addr string, gap, limit time.Duration, done func() bool) int {
+// done(datagrams sent so far) reports true (checked before each) or limit
+// has passed; it returns how many it sent.
+func sendUntil(t *testing.T, h *Host, addr string, gap, limit time.Duration, done func(sent int) bool) int {
 	t.Helper()
 	var c net.Conn
 	if err := h.Do(func() (err error) { c, err = net.Dial("udp4", addr); return err }); err != nil {
@@ -149,13 +125,15 @@ func sendUntil(t *testing.T, h *Host, addr string, gap, limit time.Duration, don
 	var b [4]byte
 	deadline := time.Now().Add(limit)
 	n := 0
-	for ; !done(); n++ {
+	for ; !done(n); n++ {
 		if time.Now().After(deadline) {
 			t.Fatalf("sendUntil: not done after %v (%d datagrams sent)", limit, n)
 		}
 		binary.BigEndian.PutUint32(b[:], uint32(n))
-		_, _ = c.Write(b[:]) // a dropped datagram is what the caller looks for
-		time.Sleep(gap)      // pacing of the sender, not a synchronisation
+		_, _ = c.Write(b[:]) // a dropped datagram is what some tests look for
+		if gap > 0 {
+			time.Sleep(gap) // pacing of the sender, not a synchronisation
+		}
 	}
 	return n
 }
@@ -366,7 +344,7 @@ func TestFlap(t *testing.T) {
 	if err := l.Inject(f); err != nil {
 		t.Fatal(err)
 	}
-	sent := sendUntil(t, a, s.addr, 5*time.Millisecond, 30*time.Second, func() bool { return Downs(f) >= 3 })
+	sent := sendUntil(t, a, s.addr, 5*time.Millisecond, 30*time.Second, func(int) bool { return Downs(f) >= 3 })
 	close(stop)
 	got := <-arrived
 	if err := l.Heal(f); err != nil {
