@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tierstore/tierstore/internal/errcode"
 	"github.com/tierstore/tierstore/masterapi"
 )
 
@@ -99,6 +100,9 @@ func (c *coalescer[Q, R]) send(ws []*coalesced[Q, R]) {
 			qs[i] = w.q
 		}
 		rs, errs, err := c.batch(ctx, qs)
+		if err == nil && (len(rs) != len(qs) || len(errs) != len(qs)) {
+			err = errcode.Errorf(errcode.InternalError, "client: a batch of %d calls answered %d results and %d errors", len(qs), len(rs), len(errs))
+		}
 		for i, w := range ws {
 			switch {
 			case err != nil:

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/tierstore/tierstore/internal/errcode"
 )
 
 // fakeCalls is a master call of one kind for the coalescer's tests: the
@@ -168,6 +170,25 @@ func TestCoalescerBatchErrorToEveryMember(t *testing.T) {
 		})
 	}
 	queued(t, c, 3)
+	close(f.hold)
+	wg.Wait()
+}
+
+// TestCoalescerShortAnswer: a batch answered with fewer items than it
+// sent fails every caller with InternalError (no index out of range).
+func TestCoalescerShortAnswer(t *testing.T) {
+	f := &fakeCalls{hold: make(chan struct{})}
+	c := f.coalescer()
+	c.batch = func(context.Context, []int) ([]int, []error, error) { return []int{10}, []error{nil}, nil }
+	var wg sync.WaitGroup
+	inFlight(t, f, c, &wg)
+	for q := 1; q <= 2; q++ {
+		wg.Go(func() {
+			_, err := c.do(context.Background(), q)
+			require.Equal(t, errcode.InternalError, errcode.Of(err), "%v", err)
+		})
+	}
+	queued(t, c, 2)
 	close(f.hold)
 	wg.Wait()
 }
