@@ -317,7 +317,8 @@ func loadAvg() string {
 }
 
 // fullPutCPU returns the CPU time (user + system) used so far by this
-// process, the master and the node of cl, and their context switches.
+// process, the master and the node of cl (theirs to the nanosecond,
+// procThreads), and their context switches.
 func fullPutCPU(cl *cluster) (out [3]time.Duration, sw [3]int64, err error) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
@@ -326,12 +327,7 @@ func fullPutCPU(cl *cluster) (out [3]time.Duration, sw [3]int64, err error) {
 	out[0] = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	sw[0] = ru.Nvcsw + ru.Nivcsw
 	for i, p := range cl.procs[:2] {
-		st, err := readProc(p.Process.Pid)
-		if err != nil {
-			return out, sw, err
-		}
-		out[i+1] = st.cpu
-		if sw[i+1], err = procSwitches(p.Process.Pid); err != nil {
+		if out[i+1], sw[i+1], err = procThreads(p.Process.Pid); err != nil {
 			return out, sw, err
 		}
 	}

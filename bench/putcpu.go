@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,7 +20,7 @@ import (
 // process (built from cmd/, or --bin), one client in this process, values
 // of 256 KiB and 2 MiB put by 1 and by 8 goroutines; CPU from getrusage
 // (this process: the client) and the master's and node's threads'
-// /proc/PID/task/TID/schedstat. A row's cluster is fresh; the
+// schedstat (fullPutCPU). A row's cluster is fresh; the
 // first puts of a row (connections, the segment's first touch) are not
 // counted.
 func init() {
@@ -158,7 +157,7 @@ func putCPUOne(ctx context.Context, dir, bin string, r putCPURow, prof string) (
 	if err := run(int64(max(r.puts/10, 8*r.writers))); err != nil {
 		return st, err
 	}
-	cpu0, sw0, err := putCPUNow(cl)
+	cpu0, sw0, err := fullPutCPU(cl)
 	if err != nil {
 		return st, err
 	}
@@ -167,7 +166,7 @@ func putCPUOne(ctx context.Context, dir, bin string, r putCPURow, prof string) (
 		return st, err
 	}
 	secs := time.Since(t0).Seconds()
-	cpu1, sw1, err := putCPUNow(cl)
+	cpu1, sw1, err := fullPutCPU(cl)
 	if err != nil {
 		return st, err
 	}
@@ -177,33 +176,4 @@ func putCPUOne(ctx context.Context, dir, bin string, r putCPURow, prof string) (
 	}
 	st.mbps = float64(r.puts) * float64(r.size) / mb / secs
 	return st, nil
-}
-
-// putCPUNow is fullPutCPU with the master's and node's CPU to the
-// nanosecond: the sum of their threads' /proc/PID/task/TID/schedstat (time
-// on a CPU), not /proc/PID/stat's 10 ms ticks (a row of 2 MiB puts is a
-// few ticks of the master).
-func putCPUNow(cl *cluster) (out [3]time.Duration, sw [3]int64, err error) {
-	if out, sw, err = fullPutCPU(cl); err != nil {
-		return out, sw, err
-	}
-	for i, p := range cl.procs[:2] {
-		tasks, err := filepath.Glob(filepath.Join("/proc", strconv.Itoa(p.Process.Pid), "task", "*", "schedstat"))
-		if err != nil || len(tasks) == 0 {
-			return out, sw, fmt.Errorf("bench: /proc/%d/task: no threads (%v)", p.Process.Pid, err)
-		}
-		var ns int64
-		for _, t := range tasks {
-			b, err := os.ReadFile(t)
-			if err != nil {
-				continue // a thread that exited meanwhile
-			}
-			if f := strings.Fields(string(b)); len(f) > 0 {
-				v, _ := strconv.ParseInt(f[0], 10, 64)
-				ns += v
-			}
-		}
-		out[i+1] = time.Duration(ns)
-	}
-	return out, sw, nil
 }

@@ -181,28 +181,33 @@ type procStat struct {
 	rss, hwm int64         // bytes: resident now, peak
 }
 
-// procSwitches is the context switches (voluntary and not) of pid's
-// threads that are alive, from /proc/PID/task/*/status (a Go process
-// keeps its threads).
-func procSwitches(pid int) (int64, error) {
-	tasks, err := filepath.Glob(filepath.Join("/proc", strconv.Itoa(pid), "task", "*", "status"))
+// procThreads is the CPU time (to the nanosecond, from
+// /proc/PID/task/*/schedstat: /proc/PID/stat counts 10 ms ticks) and the
+// context switches (voluntary and not, from .../status) of pid's threads
+// that are alive (a Go process keeps its threads).
+func procThreads(pid int) (cpu time.Duration, switches int64, err error) {
+	tasks, err := filepath.Glob(filepath.Join("/proc", strconv.Itoa(pid), "task", "*"))
 	if err != nil || len(tasks) == 0 {
-		return 0, fmt.Errorf("bench: /proc/%d/task: no threads (%v)", pid, err)
+		return 0, 0, fmt.Errorf("bench: /proc/%d/task: no threads (%v)", pid, err)
 	}
-	var n int64
 	for _, t := range tasks {
-		b, err := os.ReadFile(t)
-		if err != nil {
+		sched, err1 := os.ReadFile(filepath.Join(t, "schedstat"))
+		status, err2 := os.ReadFile(filepath.Join(t, "status"))
+		if err1 != nil || err2 != nil {
 			continue // a thread that exited meanwhile
 		}
-		for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(string(sched)); len(f) > 0 {
+			ns, _ := strconv.ParseInt(f[0], 10, 64)
+			cpu += time.Duration(ns)
+		}
+		for _, line := range strings.Split(string(status), "\n") {
 			if f := strings.Fields(line); len(f) == 2 && (f[0] == "voluntary_ctxt_switches:" || f[0] == "nonvoluntary_ctxt_switches:") {
 				v, _ := strconv.ParseInt(f[1], 10, 64)
-				n += v
+				switches += v
 			}
 		}
 	}
-	return n, nil
+	return cpu, switches, nil
 }
 
 // readProc reads /proc/PID/stat and /proc/PID/status.

@@ -4,6 +4,7 @@ import (
 	"os"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // TestReconcileSmoke runs the reconcile scenario with 20000 keys against a
@@ -28,11 +29,12 @@ func TestReconcileSmoke(t *testing.T) {
 	}
 }
 
-// TestProcSwitchesCountsThreads: procSwitches sums this process's live
-// threads: more than none, no more than getrusage's count of every thread
-// taken after it; a process that does not exist is an error.
-func TestProcSwitchesCountsThreads(t *testing.T) {
-	n, err := procSwitches(os.Getpid())
+// TestProcThreadsCountsThreads: procThreads sums the CPU time and the
+// context switches of this process's live threads: more than none, no more
+// than getrusage's count of every thread taken after it; a process that
+// does not exist is an error.
+func TestProcThreadsCountsThreads(t *testing.T) {
+	cpu, n, err := procThreads(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,9 +43,12 @@ func TestProcSwitchesCountsThreads(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n <= 0 || n > ru.Nvcsw+ru.Nivcsw {
-		t.Fatalf("procSwitches = %d, getrusage after it %d", n, ru.Nvcsw+ru.Nivcsw)
+		t.Fatalf("procThreads switches = %d, getrusage after it %d", n, ru.Nvcsw+ru.Nivcsw)
 	}
-	if _, err := procSwitches(-1); err == nil {
+	if all := time.Duration(ru.Utime.Nano() + ru.Stime.Nano()); cpu <= 0 || cpu > all+10*time.Millisecond {
+		t.Fatalf("procThreads CPU = %v, getrusage after it %v", cpu, all)
+	}
+	if _, _, err := procThreads(-1); err == nil {
 		t.Fatal("no error for pid -1")
 	}
 }
