@@ -150,7 +150,7 @@ type Client struct {
 	touch toucher
 	// putEnds merges the PutEnd calls of concurrent single puts
 	// (coalesce.go).
-	putEnds *coalescer[masterapi.PutRef, struct{}]
+	putEnds *coalescer[masterapi.PutRef]
 }
 
 // New connects to the master (cfg.Master, or dials cfg.MasterAddr).
@@ -352,7 +352,7 @@ func (c *Client) putParts(ctx context.Context, key string, value [][]byte, opts 
 		c.revoke(ctx, key, r.PutToken)
 		return fmt.Errorf("client: put %s: %w", keyspec.Show(key), err)
 	}
-	if _, err := c.putEnds.do(ctx, masterapi.PutRef{Key: key, Token: r.PutToken}); err != nil {
+	if err := c.putEnds.do(ctx, masterapi.PutRef{Key: key, Token: r.PutToken}); err != nil {
 		c.revoke(ctx, key, r.PutToken)
 		return fmt.Errorf("client: put %s: %w", keyspec.Show(key), err)
 	}

@@ -25,49 +25,47 @@ import (
 // error: nothing sent if its call was still waiting, else the batch's
 // answer for it is dropped (the put's caller revokes it, as after any
 // failed PutEnd).
-type coalescer[Q, R any] struct {
-	one   func(ctx context.Context, q Q) (R, error)
-	batch func(ctx context.Context, qs []Q) ([]R, []error, error)
+type coalescer[Q any] struct {
+	one   func(ctx context.Context, q Q) error
+	batch func(ctx context.Context, qs []Q) ([]error, error) // an error per item
 
 	mu      sync.Mutex // guards busy and waiting
 	busy    bool       // a call of this kind is in flight
-	waiting []*coalesced[Q, R]
+	waiting []*coalesced[Q]
 }
 
 // coalesced is one call waiting in a coalescer.
-type coalesced[Q, R any] struct {
+type coalesced[Q any] struct {
 	ctx  context.Context
 	q    Q
-	r    R
 	err  error
-	done chan struct{} // closed when r and err are set
+	done chan struct{} // closed when err is set
 }
 
 // do makes the call q: alone when none is in flight, else in the next batch.
-func (c *coalescer[Q, R]) do(ctx context.Context, q Q) (R, error) {
+func (c *coalescer[Q]) do(ctx context.Context, q Q) error {
 	c.mu.Lock()
 	if !c.busy {
 		c.busy = true
 		c.mu.Unlock()
-		r, err := c.one(ctx, q)
+		err := c.one(ctx, q)
 		c.next()
-		return r, err
+		return err
 	}
-	w := &coalesced[Q, R]{ctx: ctx, q: q, done: make(chan struct{})}
+	w := &coalesced[Q]{ctx: ctx, q: q, done: make(chan struct{})}
 	c.waiting = append(c.waiting, w)
 	c.mu.Unlock()
 	select {
 	case <-w.done:
-		return w.r, w.err
+		return w.err
 	case <-ctx.Done():
 	}
 	c.withdraw(w) // never sent, or in a batch whose answer for it is dropped
-	var zero R
-	return zero, ctx.Err()
+	return ctx.Err()
 }
 
 // withdraw takes w out of the waiting calls, if a batch has not taken it.
-func (c *coalescer[Q, R]) withdraw(w *coalesced[Q, R]) {
+func (c *coalescer[Q]) withdraw(w *coalesced[Q]) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if i := slices.Index(c.waiting, w); i >= 0 {
@@ -76,7 +74,7 @@ func (c *coalescer[Q, R]) withdraw(w *coalesced[Q, R]) {
 }
 
 // next sends the waiting calls as one batch, or marks nothing in flight.
-func (c *coalescer[Q, R]) next() {
+func (c *coalescer[Q]) next() {
 	c.mu.Lock()
 	ws := c.waiting
 	c.waiting = nil
@@ -89,28 +87,23 @@ func (c *coalescer[Q, R]) next() {
 
 // send makes the call of ws (one batch, or the single call when it is one),
 // answers each, then sends what waited meanwhile.
-func (c *coalescer[Q, R]) send(ws []*coalesced[Q, R]) {
+func (c *coalescer[Q]) send(ws []*coalesced[Q]) {
 	ctx, cancel := batchContext(ws)
 	defer cancel()
 	if len(ws) == 1 {
-		ws[0].r, ws[0].err = c.one(ctx, ws[0].q)
+		ws[0].err = c.one(ctx, ws[0].q)
 	} else {
 		qs := make([]Q, len(ws))
 		for i, w := range ws {
 			qs[i] = w.q
 		}
-		rs, errs, err := c.batch(ctx, qs)
-		if err == nil && (len(rs) != len(qs) || len(errs) != len(qs)) {
-			err = errcode.Errorf(errcode.InternalError, "client: a batch of %d calls answered %d results and %d errors", len(qs), len(rs), len(errs))
+		errs, err := c.batch(ctx, qs)
+		if err == nil && len(errs) != len(qs) {
+			err = errcode.Errorf(errcode.InternalError, "client: a batch of %d calls answered %d items", len(qs), len(errs))
 		}
 		for i, w := range ws {
-			switch {
-			case err != nil:
-				w.err = err
-			case errs[i] != nil:
+			if w.err = err; err == nil {
 				w.err = errs[i]
-			default:
-				w.r = rs[i]
 			}
 		}
 	}
@@ -123,7 +116,7 @@ func (c *coalescer[Q, R]) send(ws []*coalesced[Q, R]) {
 // batchContext is the context of a batch of ws: the first one's values,
 // no cancellation, the latest of their deadlines (none if one has none).
 // A caller that leaves early does not cut the others' calls short.
-func batchContext[Q, R any](ws []*coalesced[Q, R]) (context.Context, context.CancelFunc) {
+func batchContext[Q any](ws []*coalesced[Q]) (context.Context, context.CancelFunc) {
 	var latest time.Time
 	for _, w := range ws {
 		d, ok := w.ctx.Deadline()
@@ -139,14 +132,9 @@ func batchContext[Q, R any](ws []*coalesced[Q, R]) (context.Context, context.Can
 
 // putEnds merges the PutEnd calls of a client's concurrent single puts
 // (Put, PutParts) over m into BatchPutEnds.
-func putEnds(m masterapi.ClientAPI) *coalescer[masterapi.PutRef, struct{}] {
-	return &coalescer[masterapi.PutRef, struct{}]{
-		one: func(ctx context.Context, q masterapi.PutRef) (struct{}, error) {
-			return struct{}{}, m.PutEnd(ctx, q.Key, q.Token)
-		},
-		batch: func(ctx context.Context, qs []masterapi.PutRef) ([]struct{}, []error, error) {
-			errs, err := m.BatchPutEnd(ctx, qs)
-			return make([]struct{}, len(qs)), errs, err
-		},
+func putEnds(m masterapi.ClientAPI) *coalescer[masterapi.PutRef] {
+	return &coalescer[masterapi.PutRef]{
+		one:   func(ctx context.Context, q masterapi.PutRef) error { return m.PutEnd(ctx, q.Key, q.Token) },
+		batch: m.BatchPutEnd,
 	}
 }

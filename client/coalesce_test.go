@@ -14,8 +14,8 @@ import (
 )
 
 // fakeCalls is a master call of one kind for the coalescer's tests: the
-// single call answers q*10 and blocks while hold is set; a batch answers
-// each q*10, or an item error for odd q when oddFail.
+// single call answers nil and blocks while hold is set; a batch answers
+// nil for each item, or an item error for odd q when oddFail.
 type fakeCalls struct {
 	mu      sync.Mutex // guards the fields below
 	singles []int
@@ -26,9 +26,9 @@ type fakeCalls struct {
 	dl      []time.Time
 }
 
-func (f *fakeCalls) coalescer() *coalescer[int, int] {
-	return &coalescer[int, int]{
-		one: func(ctx context.Context, q int) (int, error) {
+func (f *fakeCalls) coalescer() *coalescer[int] {
+	return &coalescer[int]{
+		one: func(ctx context.Context, q int) error {
 			f.mu.Lock()
 			f.singles = append(f.singles, q)
 			hold := f.hold
@@ -36,51 +36,47 @@ func (f *fakeCalls) coalescer() *coalescer[int, int] {
 			if hold != nil {
 				<-hold
 			}
-			return q * 10, nil
+			return nil
 		},
-		batch: func(ctx context.Context, qs []int) ([]int, []error, error) {
+		batch: func(ctx context.Context, qs []int) ([]error, error) {
 			f.mu.Lock()
 			defer f.mu.Unlock()
 			f.batches = append(f.batches, append([]int(nil), qs...))
 			d, _ := ctx.Deadline()
 			f.dl = append(f.dl, d)
 			if f.fail != nil {
-				return nil, nil, f.fail
+				return nil, f.fail
 			}
-			rs, errs := make([]int, len(qs)), make([]error, len(qs))
+			errs := make([]error, len(qs))
 			for i, q := range qs {
 				if f.oddFail && q%2 == 1 {
 					errs[i] = fmt.Errorf("item %d: %w", q, ErrObjectExists)
-					continue
 				}
-				rs[i] = q * 10
 			}
-			return rs, errs, nil
+			return errs, nil
 		},
 	}
 }
 
 // inFlight starts a single call of 100 on wg and waits until f holds it
 // in flight (f.hold must be set), so that the calls made next wait.
-func inFlight(t *testing.T, f *fakeCalls, c *coalescer[int, int], wg *sync.WaitGroup) {
+func inFlight(t *testing.T, f *fakeCalls, c *coalescer[int], wg *sync.WaitGroup) {
 	t.Helper()
-	wg.Go(func() { _, _ = c.do(context.Background(), 100) })
+	wg.Go(func() { _ = c.do(context.Background(), 100) })
 	require.Eventually(t, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.singles) == 1 }, 10*time.Second, time.Millisecond)
 }
 
 // leaverAndStayer queues two calls behind the one in flight: 7, whose
 // context cancel ends and whose error comes on left, and 8 on wg, which
-// must be answered 80; it returns once both wait.
-func leaverAndStayer(t *testing.T, c *coalescer[int, int], wg *sync.WaitGroup) (context.CancelFunc, <-chan error) {
+// must succeed; it returns once both wait.
+func leaverAndStayer(t *testing.T, c *coalescer[int], wg *sync.WaitGroup) (context.CancelFunc, <-chan error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	left := make(chan error, 1)
-	go func() { _, err := c.do(ctx, 7); left <- err }()
+	go func() { left <- c.do(ctx, 7) }()
 	wg.Go(func() {
-		r, err := c.do(context.Background(), 8)
-		require.NoError(t, err)
-		require.Equal(t, 80, r)
+		require.NoError(t, c.do(context.Background(), 8))
 	})
 	queued(t, c, 2)
 	return cancel, left
@@ -88,7 +84,7 @@ func leaverAndStayer(t *testing.T, c *coalescer[int, int], wg *sync.WaitGroup) (
 
 // idle waits until c has no call in flight (the last batch's goroutine
 // marks it after answering its callers).
-func idle(t *testing.T, c *coalescer[int, int]) {
+func idle(t *testing.T, c *coalescer[int]) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		c.mu.Lock()
@@ -98,7 +94,7 @@ func idle(t *testing.T, c *coalescer[int, int]) {
 }
 
 // queued waits until n calls wait in c.
-func queued(t *testing.T, c *coalescer[int, int], n int) {
+func queued(t *testing.T, c *coalescer[int], n int) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		c.mu.Lock()
@@ -111,9 +107,7 @@ func TestCoalescerLoneCallIsSingle(t *testing.T) {
 	f := &fakeCalls{}
 	c := f.coalescer()
 	for q := 1; q <= 3; q++ {
-		r, err := c.do(context.Background(), q)
-		require.NoError(t, err)
-		require.Equal(t, q*10, r)
+		require.NoError(t, c.do(context.Background(), q))
 	}
 	idle(t, c)
 	require.Equal(t, []int{1, 2, 3}, f.singles)
@@ -128,21 +122,18 @@ func TestCoalescerBatchesWhileInFlight(t *testing.T) {
 	c := f.coalescer()
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		r, err := c.do(context.Background(), 100)
-		require.NoError(t, err)
-		require.Equal(t, 1000, r)
+		require.NoError(t, c.do(context.Background(), 100))
 	})
 	require.Eventually(t, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.singles) == 1 }, 10*time.Second, time.Millisecond)
 	const n = 7
 	for q := 1; q <= n; q++ {
 		wg.Go(func() {
-			r, err := c.do(context.Background(), q)
+			err := c.do(context.Background(), q)
 			if q%2 == 1 {
 				require.ErrorIs(t, err, ErrObjectExists)
 				return
 			}
 			require.NoError(t, err)
-			require.Equal(t, q*10, r)
 		})
 	}
 	queued(t, c, n)
@@ -165,7 +156,7 @@ func TestCoalescerBatchErrorToEveryMember(t *testing.T) {
 	inFlight(t, f, c, &wg)
 	for q := 1; q <= 3; q++ {
 		wg.Go(func() {
-			_, err := c.do(context.Background(), q)
+			err := c.do(context.Background(), q)
 			require.ErrorIs(t, err, ErrTransferFail)
 		})
 	}
@@ -179,12 +170,12 @@ func TestCoalescerBatchErrorToEveryMember(t *testing.T) {
 func TestCoalescerShortAnswer(t *testing.T) {
 	f := &fakeCalls{hold: make(chan struct{})}
 	c := f.coalescer()
-	c.batch = func(context.Context, []int) ([]int, []error, error) { return []int{10}, []error{nil}, nil }
+	c.batch = func(context.Context, []int) ([]error, error) { return []error{nil}, nil }
 	var wg sync.WaitGroup
 	inFlight(t, f, c, &wg)
 	for q := 1; q <= 2; q++ {
 		wg.Go(func() {
-			_, err := c.do(context.Background(), q)
+			err := c.do(context.Background(), q)
 			require.Equal(t, errcode.InternalError, errcode.Of(err), "%v", err)
 		})
 	}
@@ -221,7 +212,7 @@ func TestCoalescerLeaverInFlight(t *testing.T) {
 	c := f.coalescer()
 	batchIn, release := make(chan struct{}), make(chan struct{})
 	inner := c.batch
-	c.batch = func(ctx context.Context, qs []int) ([]int, []error, error) {
+	c.batch = func(ctx context.Context, qs []int) ([]error, error) {
 		close(batchIn)
 		<-release
 		return inner(ctx, qs)
@@ -255,7 +246,7 @@ func TestCoalescerBatchDeadlineIsLatest(t *testing.T) {
 	for i, d := range []time.Time{now.Add(time.Minute), late} {
 		ctx, cancel := context.WithDeadline(context.Background(), d)
 		defer cancel()
-		wg.Go(func() { _, err := c.do(ctx, i+1); require.NoError(t, err) })
+		wg.Go(func() { err := c.do(ctx, i+1); require.NoError(t, err) })
 	}
 	queued(t, c, 2)
 	close(f.hold)
