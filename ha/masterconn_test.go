@@ -100,7 +100,7 @@ func leader(t *testing.T, lis net.Listener, term uint64) (*master.Service, func(
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := master.NewServer(svc, grpc.ChainUnaryInterceptor(svc.Interceptor()))
+	srv := master.NewServer(svc)
 	go func() { _ = srv.Serve(lis) }()
 	stop := func() { srv.Stop(); svc.Close() }
 	t.Cleanup(stop)

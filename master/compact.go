@@ -32,7 +32,7 @@ import (
 //     counters and its reconcile digest), exactly as the *object it
 //     stands for would.
 //   - A record's lease (crec.lease: the read lease, rounded up to
-//     leaseUnit; crecRebuilt: the HA rebuild lease) is honoured by every
+//     leaseUnit; crecRebuilt: the rebuild lease) is honoured by every
 //     removal path as an *object's is (invariant 4, recLeased): a
 //     non-forced Remove refuses it in place (and thaw carries both
 //     leases), a non-forced RemoveAll or RemoveByRegex spares it, an SSD eviction
@@ -126,14 +126,14 @@ func (s *Service) recLeaseEnd(x *crec) int64 {
 }
 
 // recLeased reports whether record x is leased at now: its read lease,
-// or the HA rebuild lease (crecRebuilt). Every removal path that
+// or the rebuild lease (crecRebuilt). Every removal path that
 // respects leases asks it of a record (invariant 4).
 func (s *Service) recLeased(x *crec, now int64) bool {
 	return now < s.recLeaseEnd(x) || s.rebuiltLeased(x, now)
 }
 
 const (
-	// crecRebuilt: created inside an HA rebuild window, so leased as a
+	// crecRebuilt: created inside a rebuild window, so leased as a
 	// rebuilt object is (rebuiltLease) until the window's end plus a
 	// lease: the lease rebuiltLease would have given it ends no later.
 	crecRebuilt uint8 = 1 << iota
@@ -653,25 +653,25 @@ func (s *Service) CompactCounts() (records, thawed, frozen int64) {
 	return s.cnt.compact.Load(), s.cnt.thawed.Load(), s.cnt.frozen.Load()
 }
 
-// rebuiltLeaseThawed gives o, thawed from a record created inside an HA
+// rebuiltLeaseThawed gives o, thawed from a record created inside a
 // rebuild window, the lease it had (crecRebuilt).
 func (s *Service) rebuiltLeaseThawed(o *object) {
-	until := s.ha.rebuildUntil + s.cfg.DefaultKVLeaseTTL.Nanoseconds()
+	until := s.rebuild.until + s.cfg.DefaultKVLeaseTTL.Nanoseconds()
 	if until > s.now() {
 		o.leaseUntil, o.dramLeaseUntil = until, until
 	}
 }
 
-// rebuiltLeased reports whether record x holds the HA rebuild lease
+// rebuiltLeased reports whether record x holds the rebuild lease
 // (crecRebuilt).
 func (s *Service) rebuiltLeased(x *crec, now int64) bool {
-	return x.flags&crecRebuilt != 0 && now < s.ha.rebuildUntil+s.cfg.DefaultKVLeaseTTL.Nanoseconds()
+	return x.flags&crecRebuilt != 0 && now < s.rebuild.until+s.cfg.DefaultKVLeaseTTL.Nanoseconds()
 }
 
 // rebuiltFlags is the flags of a record created now (crecRebuilt inside
-// an HA rebuild window, as rebuiltLease).
+// a rebuild window, as rebuiltLease).
 func (s *Service) rebuiltFlags(now int64) uint8 {
-	if s.cfg.HA.on() && now < s.ha.rebuildUntil {
+	if s.inWindow(now) {
 		return crecRebuilt
 	}
 	return 0
@@ -716,7 +716,7 @@ func (s *Service) freeze(sh *shard, key string, o *object, now int64) bool {
 // RemoveByRegex is scanning (a record has put token 0: one frozen during
 // a scan would lose the token that tells the scan to leave an object put
 // after it began; one frozen before the scan took its sequence number
-// was put before it too). An HA rebuild lease is kept as the read lease
+// was put before it too). A rebuild lease is kept as the read lease
 // it is (rebuiltLease sets leaseUntil). Caller holds the shard lock.
 func (s *Service) freezable(o *object, now int64) bool {
 	return o.dram.seg == nil && o.more == nil && len(o.ssd) == 1 && !o.ssd[0].node.dead.Load() &&

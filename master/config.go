@@ -50,6 +50,15 @@ type Config struct {
 	// put_start_max_wait and the caller's context, and off when
 	// put_start_max_wait is 0. 0: answer at once.
 	StartupGrace time.Duration
+	// RebuildWindow (rebuild_window, ms): a Service that starts with
+	// metadata to rebuild from the nodes (a new HA leader's term; a single
+	// master restarted on the removal log of a predecessor, --state_dir)
+	// answers the misses of clients' lookups and puts "ask again"
+	// (UNAVAILABLE_IN_CURRENT_STATUS) for this long after its start, and
+	// while a segment waits for its node's re-registration, instead of
+	// reporting an object missing that a node has not re-registered yet
+	// (rebuild.go). 0: only while a segment waits.
+	RebuildWindow time.Duration
 	// PrefetchBudget (prefetch_budget, MB/s of 10^6 bytes): the rate of
 	// object bytes prefetch may queue for promotion (ExistKey and
 	// BatchExistKey hits on SSD-only objects, Prefetch), in bursts of one
@@ -128,6 +137,7 @@ func DefaultConfig() Config {
 		PutStartDiscardTimeout:     30 * time.Second,
 		PutStartMaxWait:            5 * time.Second,
 		StartupGrace:               10 * time.Second,
+		RebuildWindow:              2 * time.Second,
 		PrefetchBudget:             512,
 		MonitorInterval:            time.Second,
 		Shards:                     65536,
@@ -194,8 +204,8 @@ func (c Config) Validate() error {
 	if c.RemovalLogLimit <= 0 {
 		return bad("removal_log_limit must be > 0, got %d", c.RemovalLogLimit)
 	}
-	if err := c.HA.validate(); err != nil {
-		return err
+	if c.RebuildWindow < 0 {
+		return bad("rebuild_window must be >= 0, got %v", c.RebuildWindow)
 	}
 	if c.Admission == nil {
 		if _, err := admission.FromSettings(c.admissionSettings()); err != nil {

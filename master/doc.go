@@ -237,7 +237,8 @@
 // segment) and their SSD objects. During the rebuild window misses are
 // answered ErrNotLeader so callers ask again; rebuilt objects get a read
 // lease of default_kv_lease_ttl; when it closes, offloads are queued again.
-// A restarted master without HA rebuilds the same way.
+// A single master restarted on the removal log a predecessor wrote
+// (--state_dir) rebuilds the same way, window included (rebuild.go).
 //
 // # Stats
 //
@@ -279,7 +280,7 @@
 // index guarded by the shard lock). A key is in sh.objs or in sh.c,
 // never both (Check verifies it, and that each block's live count equals
 // the references to it). A record carries its read lease (crec.lease)
-// and the HA rebuild lease (a flag): ExistKey, GetReplicaList, their
+// and the rebuild lease (a flag): ExistKey, GetReplicaList, their
 // batches and Prefetch answer from the record in place, writing the
 // lease into it, and every removal path reads it (recLeased). s.obj
 // thaws a record into an *object, leases included, under the shard lock

@@ -16,10 +16,14 @@ var (
 	// ErrClosed: the Service or Remote was closed.
 	ErrClosed = fmt.Errorf("master: closed: %w", errcode.ErrShuttingDown)
 	// ErrNotLeader: a highly available master that does not (or no
-	// longer) lead, or that still rebuilds its metadata, answers with it
-	// (UNAVAILABLE_IN_CURRENT_STATUS): ask again, the elected leader
-	// (docs/ha.md).
+	// longer) lead answers with it (UNAVAILABLE_IN_CURRENT_STATUS): ask
+	// again, the elected leader (docs/ha.md).
 	ErrNotLeader = fmt.Errorf("master: not the leader: %w", errcode.ErrUnavailable)
+	// ErrRebuilding: a master inside its rebuild window (a new leader, a
+	// single master restarted on its state_dir) answers a miss with it
+	// (UNAVAILABLE_IN_CURRENT_STATUS): ask again, the node holding the
+	// object may not have re-registered it yet (rebuild.go).
+	ErrRebuilding = fmt.Errorf("master: rebuilding its metadata from the nodes, ask again: %w", errcode.ErrUnavailable)
 	// ErrInconsistent: Check found a violated internal invariant.
 	ErrInconsistent = errors.New("master: inconsistent state")
 )

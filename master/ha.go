@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync/atomic"
-	"time"
 
 	"google.golang.org/grpc"
 
@@ -19,7 +17,8 @@ import (
 // UNAVAILABLE_IN_CURRENT_STATUS. A Service serves one term only: it starts
 // with empty metadata, rebuilt from the nodes' re-registration (their DRAM
 // objects: ReRegisterDRAMObjects, dramreg.go; their SSD objects:
-// ReRegisterSSDObjects), and is discarded when the leadership ends.
+// ReRegisterSSDObjects) inside its rebuild window (rebuild.go), and is
+// discarded when the leadership ends.
 
 // HAConfig makes a Service one elected leader. The zero value: no high
 // availability (a single master).
@@ -32,44 +31,10 @@ type HAConfig struct {
 	// and Heartbeat answers and, through Interceptor, in the
 	// mastergrpc.TermTrailer of every gRPC answer.
 	Term uint64
-	// RebuildWindow: for this long after New, and while a segment waits
-	// for its node's DRAM re-registration, the gRPC answers that a missing
-	// object would give (lookup misses, OBJECT_NOT_FOUND, a put token the
-	// master does not know, no room) are answered ErrNotLeader instead
-	// ("rebuilding"), so callers retry rather than conclude that an
-	// object a node has not re-registered yet does not exist. Objects the
-	// master knows are served at once.
-	RebuildWindow time.Duration
-}
-
-// haState is the Service's high-availability state.
-type haState struct {
-	// rebuildUntil is the end of the rebuild window (unix ns).
-	rebuildUntil int64
-	// readmitted: the offload admission of rebuilt DRAM objects ran
-	// (once, when the rebuild ended).
-	readmitted atomic.Bool
 }
 
 // on reports whether the Service is an elected leader.
 func (c HAConfig) on() bool { return c.Fence != nil || c.Term != 0 }
-
-func (c HAConfig) validate() error {
-	if c.RebuildWindow < 0 {
-		return fmt.Errorf("%w: ha_rebuild_window must be >= 0, got %v", ErrBadConfig, c.RebuildWindow)
-	}
-	return nil
-}
-
-// startHA opens the rebuild window. Called by New.
-func (s *Service) startHA() {
-	if s.cfg.HA.on() {
-		s.ha.rebuildUntil = s.now() + s.cfg.HA.RebuildWindow.Nanoseconds()
-		s.log.Info("leading", "term", s.cfg.HA.Term, "rebuild_window", s.cfg.HA.RebuildWindow)
-	} else {
-		s.ha.readmitted.Store(true)
-	}
-}
 
 // Term is the leadership term this Service serves (0 without HA).
 func (s *Service) Term() uint64 { return s.cfg.HA.Term }
@@ -86,75 +51,22 @@ func (s *Service) fence() error {
 	return nil
 }
 
-// Rebuilding reports whether the rebuild window is open: the window has not
-// passed, or a live segment still waits for its node's DRAM
-// re-registration.
-func (s *Service) Rebuilding() bool {
-	if !s.cfg.HA.on() {
-		return false
-	}
-	return s.now() < s.ha.rebuildUntil || s.anyHeld()
-}
-
-// anyHeld reports whether a live node's segment waits for its DRAM
-// re-registration (HoldAllocation).
-func (s *Service) anyHeld() bool {
-	s.nodesMu.RLock()
-	defer s.nodesMu.RUnlock()
-	for _, n := range s.nodes {
-		for _, g := range n.segments {
-			if g.held.Load() && g.live() {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// haTick runs once the rebuild is over: the offload admission of the
-// rebuilt DRAM objects, so tasks the previous leader had issued (and lost
-// with its metadata) are issued again. Called by Tick.
-func (s *Service) haTick() {
-	if s.ha.readmitted.Load() || s.Rebuilding() {
-		return
-	}
-	if s.ha.readmitted.Swap(true) {
-		return
-	}
-	n := 0
-	s.eachDRAM(func(_ *shard, k string, o *object) { // SSD-only objects need nothing
-		s.scanVisits.Add(1)
-		if o.offload == nil && o.readableDRAM() && !o.readableSSD() {
-			if _, queued := s.admitToSSD(k, o, s.policy.AtPutEnd, true); queued {
-				n++
-			}
-		}
-	})
-	s.log.Info("rebuild over", "term", s.cfg.HA.Term, "offloads_queued_again", n)
-}
-
-// rebuiltLease gives an object re-registered while the rebuild window is
-// open a read lease of default_kv_lease_ttl: the previous leader's leases
-// on it (at most that long) are honoured. Caller holds the shard lock.
-func (s *Service) rebuiltLease(o *object, now int64) {
-	if s.cfg.HA.on() && now < s.ha.rebuildUntil {
-		o.leaseUntil = max(o.leaseUntil, now+s.cfg.DefaultKVLeaseTTL.Nanoseconds())
-		o.dramLeaseUntil = max(o.dramLeaseUntil, o.leaseUntil)
-	}
-}
-
-// Interceptor is the gRPC interceptor of an elected leader's server
-// (NewServer(svc, grpc.UnaryInterceptor(svc.Interceptor()))): it stamps
-// every answer with the term (mastergrpc.TermTrailer) and, while the rebuild
-// window is open, answers ErrNotLeader ("rebuilding") instead of a miss on
+// Interceptor is the gRPC interceptor of a Service's server (NewServer
+// installs it): an
+// elected leader's stamps every answer with the term
+// (mastergrpc.TermTrailer); while the rebuild window is open (rebuild.go)
+// it answers ErrRebuilding ("ask again") instead of a miss on
 // the calls of clients (rebuildMiss).
 func (s *Service) Interceptor() grpc.UnaryServerInterceptor {
 	term := mastergrpc.TermMD(s.cfg.HA.Term) // once: SetTrailer copies it into each call's trailer
+	stamp := s.cfg.HA.on()
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		_ = grpc.SetTrailer(ctx, term)
+		if stamp {
+			_ = grpc.SetTrailer(ctx, term)
+		}
 		resp, err := handler(ctx, req)
-		if s.cfg.HA.on() && rebuildMiss(info.FullMethod, resp, err) && s.Rebuilding() {
-			return nil, errcode.ToStatus(fmt.Errorf("master: term %d is rebuilding its metadata from the nodes, ask again: %w", s.cfg.HA.Term, ErrNotLeader))
+		if s.rebuild.open && rebuildMiss(info.FullMethod, resp, err) && s.Rebuilding() {
+			return nil, errcode.ToStatus(fmt.Errorf("%s: %w", s.rebuildWho(), ErrRebuilding))
 		}
 		return resp, err
 	}

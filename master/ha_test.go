@@ -24,7 +24,8 @@ func haService(t *testing.T, mut func(*Config)) (*Service, *ManualClock, *atomic
 	t.Helper()
 	var fenceErr atomic.Pointer[error]
 	s, clk := testService(t, func(c *Config) {
-		c.HA = HAConfig{Term: 7, RebuildWindow: 2 * time.Second, Fence: func() error {
+		c.RebuildWindow = 2 * time.Second
+		c.HA = HAConfig{Term: 7, Fence: func() error {
 			if p := fenceErr.Load(); p != nil {
 				return *p
 			}
@@ -210,15 +211,15 @@ func TestReRegisterDRAMConflicts(t *testing.T) {
 	mustIs(t, err, errcode.ErrSegmentNotFound)
 }
 
-// serveHA serves s with its interceptor on 127.0.0.1 and returns a raw
-// client.
+// serveHA serves s (NewServer installs its interceptor) on 127.0.0.1 and
+// returns a raw client.
 func serveHA(t *testing.T, s *Service) pb.MasterClient {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(s, grpc.ChainUnaryInterceptor(s.Interceptor()))
+	srv := NewServer(s)
 	go func() { _ = srv.Serve(lis) }()
 	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -207,7 +207,7 @@ func (s *Service) replicaListRec(sh *shard, key string, r int32, now int64, coun
 	// leaseUnit, or the rebuild lease when that ends later.
 	deadline := s.recLeaseEnd(x)
 	if s.rebuiltLeased(x, now) {
-		deadline = max(deadline, s.ha.rebuildUntil+s.cfg.DefaultKVLeaseTTL.Nanoseconds())
+		deadline = max(deadline, s.rebuild.until+s.cfg.DefaultKVLeaseTTL.Nanoseconds())
 	}
 	info.LeaseDeadline = time.Unix(0, deadline)
 	if s.cfg.Grants != nil {

@@ -104,6 +104,9 @@ type removalLog struct {
 	store  RemovalStore
 	id     string
 	origin uint64
+	// inherited: the store held a log when it was opened (a predecessor
+	// wrote it), so the nodes may hold objects this master must rebuild.
+	inherited bool
 
 	mu sync.Mutex // protects the fields below; a leaf (taken under shard locks)
 	// entries are the retained entries in sequence order; the first
@@ -137,7 +140,7 @@ func openRemovalLog(ctx context.Context, store RemovalStore, tokens *tokenSource
 	if err != nil {
 		return nil, fmt.Errorf("%w: removal log: %w", ErrBadConfig, err)
 	}
-	l := &removalLog{store: store, set: masterapi.NewRemovalSet(), changed: make(chan struct{})}
+	l := &removalLog{store: store, set: masterapi.NewRemovalSet(), changed: make(chan struct{}), inherited: st.ID != ""}
 	if st.ID == "" {
 		var b [8]byte
 		_, _ = rand.Read(b[:])

@@ -31,7 +31,7 @@ func (s *Service) Remove(ctx context.Context, key string, force bool) error {
 			// stays a record.
 			until := s.recLeaseEnd(x)
 			if s.rebuiltLeased(x, now) {
-				until = max(until, s.ha.rebuildUntil+s.cfg.DefaultKVLeaseTTL.Nanoseconds())
+				until = max(until, s.rebuild.until+s.cfg.DefaultKVLeaseTTL.Nanoseconds())
 			}
 			sh.mu.Unlock()
 			return s.observe(errcode.Errorf(errcode.ObjectHasLease, "master: remove: lease until %v", time.Unix(0, until).UTC()))

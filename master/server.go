@@ -27,11 +27,16 @@ type Server struct {
 // static flow-control windows; a caller of another protocol
 // version than pb.MasterProtocol is refused, pb.VersionCheck, and so is a
 // call to the service's name before protocol 5, or of a method renamed
-// since by a caller of another version, pb.FormerService).
+// since by a caller of another version, pb.FormerService). When api is a
+// *Service its Interceptor runs innermost: the term trailer of an elected
+// leader, and "ask again" for misses inside the rebuild window.
 func NewServer(api masterapi.API, opts ...grpc.ServerOption) *Server {
 	all := append(append(mastergrpc.ServerOptions(),
 		grpc.ChainUnaryInterceptor(pb.VersionCheck("master", pb.MasterProtocol)),
 		pb.FormerService("master", pb.MasterProtocol, "tierstore.rpc.Master")), opts...)
+	if svc, ok := api.(*Service); ok {
+		all = append(all, grpc.ChainUnaryInterceptor(svc.Interceptor()))
+	}
 	s := &Server{api: api, gs: grpc.NewServer(all...)}
 	pb.RegisterMasterServer(s.gs, s)
 	return s

@@ -115,9 +115,9 @@ type Service struct {
 	// is done (see parkedPut).
 	parked map[uint64][]parkedPut
 
-	cnt counters
-	met *metrics
-	ha  haState // high availability (ha.go)
+	cnt     counters
+	met     *metrics
+	rebuild rebuildState // the rebuild window (rebuild.go)
 
 	// rlog is the removal log (removals.go); cursors the SSD cursor each
 	// node id reported with its last pull.
@@ -227,7 +227,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s.met = newMetrics(s)
 	s.startAdmission()
-	s.startHA()
+	s.startRebuild(s.rlog.inherited)
 	s.evictCh = make(chan struct{}, 1)
 	s.stop = make(chan struct{})
 	s.done = make(chan struct{})
@@ -308,7 +308,7 @@ func (s *Service) Tick() {
 		s.settleHeld(now)
 	}
 	s.room.signal() // leases and pins may have ended: waiting puts retry
-	s.haTick()
+	s.rebuildTick()
 	s.trimRemovals(now)
 }
 

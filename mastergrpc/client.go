@@ -69,7 +69,10 @@ func ServerOptions() []grpc.ServerOption {
 // the elected leader of highly available masters, docs/ha.md). It does not
 // wait for the connection: the first call connects (and fails with
 // errcode.ErrRPCFail if the master is unreachable). opts are appended to
-// DefaultDialOptions.
+// DefaultDialOptions. On a host:port connection a call answered "ask
+// again" (UNAVAILABLE_IN_CURRENT_STATUS: a master rebuilding from the
+// nodes after a restart) is sent again within AskAgainFor and the
+// caller's deadline (askAgain).
 func Dial(ctx context.Context, addr string, opts ...grpc.DialOption) (*Client, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("mastergrpc: dial %s: %w", addr, err)
@@ -87,7 +90,7 @@ func Dial(ctx context.Context, addr string, opts ...grpc.DialOption) (*Client, e
 		}
 		return NewClient(conn, addr), nil
 	}
-	cc, err := grpc.NewClient(addr, all...)
+	cc, err := grpc.NewClient(addr, append(all, grpc.WithChainUnaryInterceptor(askAgain))...)
 	if err != nil {
 		return nil, fmt.Errorf("mastergrpc: dial %s: %w: %w", addr, errcode.ErrRPCFail, err)
 	}

@@ -10,7 +10,12 @@
 // refuses answers of a deposed leader's term and sends calls again across
 // a failover within the caller's deadline (ha/masterconn.go, docs/ha.md).
 // A program opts into it by importing package ha; one that does not links
-// no etcd client (the light client, client/deps_test.go).
+// no etcd client (the light client, client/deps_test.go). A host:port
+// connection sends a call again while the master answers "ask again"
+// (UNAVAILABLE_IN_CURRENT_STATUS: a restarted master still rebuilding its
+// metadata from the nodes), within AskAgainFor and the caller's deadline
+// (askagain.go): a lookup waits for the node that holds the object to
+// re-register it instead of answering a miss.
 //
 // Every call names the caller's protocol version (rpcpb.WithVersion); a
 // master of another version refuses it with VERSION_MISMATCH. Errors carry

@@ -131,7 +131,12 @@ func TestMasterOutageDuringNotifyKeepsDurableBuckets(t *testing.T) {
 			defer rm.Close()
 			var m2 *master.Service
 			if restarted {
-				m2 = newMaster(t, m1.Config()) // the same removal log, as --state_dir keeps it
+				// The same removal log, as --state_dir keeps it; no
+				// rebuild window, whose lease on the re-registered
+				// objects would keep EvictDRAM below from dropping them.
+				cfg := m1.Config()
+				cfg.RebuildWindow = 0
+				m2 = newMaster(t, cfg)
 			}
 			o := &outageAtNotify{NodeAPI: rm, stop: func() {
 				p.stop()

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc"
 
 	"github.com/tierstore/tierstore/client"
 	"github.com/tierstore/tierstore/ha"
@@ -37,7 +36,7 @@ func haLeader(t *testing.T, cli *clientv3.Client, removals master.RemovalStore) 
 	mc.HA = master.HAConfig{Term: uint64(r.Header.Revision)}
 	mc.Removals = removals // the leaders' shared log (etcd's, in a deployment)
 	m := newMaster(t, mc)
-	srv := master.NewServer(m, grpc.ChainUnaryInterceptor(m.Interceptor()))
+	srv := master.NewServer(m)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	return m, func() {

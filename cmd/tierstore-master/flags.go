@@ -123,6 +123,7 @@ func parseAll(args []string, helpOut io.Writer) (master.Config, options, error) 
 	fs.Var(durationFlag{&cfg.PutStartDiscardTimeout, time.Second}, "put_start_discard_timeout_sec", "abandoned put is reclaimed after this, in s or as a duration")
 	fs.Var(durationFlag{&cfg.PutStartMaxWait, time.Millisecond}, "put_start_max_wait", "how long a put waits for DRAM room eviction cannot make at once, in ms or as a duration (0: fail at once)")
 	fs.Var(durationFlag{&cfg.StartupGrace, time.Millisecond}, "startup_grace", "how long after the master starts (or becomes the HA leader) a put that finds no segment mounted waits for the nodes to mount again, within put_start_max_wait, in ms or as a duration (0: fail at once)")
+	fs.Var(durationFlag{&cfg.RebuildWindow, time.Millisecond}, "rebuild_window", "after a start with objects to rebuild from the nodes (an HA leader's term, a restart on a state_dir a predecessor wrote), lookups and puts that would miss are answered 'ask again' (-1010) this long, and while a node re-registers its DRAM objects, in ms or as a duration")
 	fs.Float64Var(&cfg.PrefetchBudget, "prefetch_budget", cfg.PrefetchBudget, "MB/s of objects a lookup hit (ExistKey, BatchExistKey) or a Prefetch may queue for promotion from SSD to DRAM, in bursts of one second's worth; admitted by the tinylfu frequency test (dram_promotion_min_freq); 0: no prefetch")
 	fs.IntVar(&cfg.Shards, "metadata_shards", cfg.Shards, "metadata shards")
 	cfg.AdmissionFlags.RegisterFlags(fs)
@@ -176,6 +177,9 @@ func parseAll(args []string, helpOut io.Writer) (master.Config, options, error) 
 	}
 	if err := opt.tls.Check(); err != nil {
 		return cfg, opt, fmt.Errorf("%w: %s", errUsage, err)
+	}
+	if set["rebuild_window"] && !opt.ha.enable && !set["state_dir"] {
+		return cfg, opt, fmt.Errorf("%w: rebuild_window: needs enable_ha=true or state_dir (without either a restarted master has nothing to rebuild: the nodes drop what they hold)", errUsage)
 	}
 	if opt.ha.enable && set["state_dir"] {
 		return cfg, opt, fmt.Errorf("%w: state_dir: not with enable_ha=true (the leaders keep the removal log in etcd)", errUsage)

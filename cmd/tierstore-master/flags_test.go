@@ -240,8 +240,16 @@ func TestStateDirFlag(t *testing.T) {
 		t.Fatalf("removal_log_limit=0: %v", err)
 	}
 	dir := t.TempDir()
-	_, opt, err := parseAll([]string{"--state_dir=" + dir, "--removal_log_retention=90s"}, io.Discard)
-	if err != nil || opt.stateDir != dir {
+	cfg, opt, err := parseAll([]string{"--state_dir=" + dir, "--removal_log_retention=90s"}, io.Discard)
+	if err != nil || opt.stateDir != dir || cfg.RebuildWindow != 2*time.Second {
 		t.Fatalf("state_dir: %+v %v", opt, err)
+	}
+	// rebuild_window: with state_dir (a restart rebuilds from the nodes),
+	// not alone (nothing to rebuild).
+	if cfg, _, err := parseAll([]string{"--state_dir=" + dir, "--rebuild_window=750"}, io.Discard); err != nil || cfg.RebuildWindow != 750*time.Millisecond {
+		t.Fatalf("rebuild_window with state_dir: %v %v", cfg.RebuildWindow, err)
+	}
+	if _, _, err := parseAll([]string{"--rebuild_window=750"}, io.Discard); err == nil || !strings.Contains(err.Error(), "rebuild_window") {
+		t.Fatalf("rebuild_window alone: %v", err)
 	}
 }

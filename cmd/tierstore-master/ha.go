@@ -32,24 +32,22 @@ import (
 
 // haOptions are the high-availability flags.
 type haOptions struct {
-	enable        bool
-	endpoints     string
-	prefix        string
-	sessionTTL    time.Duration
-	rebuildWindow time.Duration
-	etcdTLS       ha.EtcdTLS // --etcd_tls_*: the etcd client's TLS files
-	parsed        []string   // endpoints, parsed
+	enable     bool
+	endpoints  string
+	prefix     string
+	sessionTTL time.Duration
+	etcdTLS    ha.EtcdTLS // --etcd_tls_*: the etcd client's TLS files
+	parsed     []string   // endpoints, parsed
 }
 
 // registerHAFlags defines the HA flags (Mooncake's enable_ha and
 // etcd_endpoints, and tierstore's ha_* tuning).
 func registerHAFlags(fs *flag.FlagSet, o *haOptions) {
-	o.prefix, o.sessionTTL, o.rebuildWindow = ha.DefaultPrefix, ha.DefaultSessionTTL, 2*time.Second
+	o.prefix, o.sessionTTL = ha.DefaultPrefix, ha.DefaultSessionTTL
 	fs.BoolVar(&o.enable, "enable_ha", false, "high availability: campaign for leadership in etcd (needs etcd_endpoints)")
 	fs.StringVar(&o.endpoints, "etcd_endpoints", "", "etcd client endpoints host:port, separated by , or ; (with enable_ha)")
 	fs.StringVar(&o.prefix, "ha_prefix", o.prefix, "etcd key prefix of the election; nodes and clients use etcd://ENDPOINTS/PREFIX")
 	fs.Var(durationFlag{&o.sessionTTL, time.Second}, "ha_session_ttl", "etcd session TTL: a dead leader is replaced about this long after its last keepalive, in s or as a duration")
-	fs.Var(durationFlag{&o.rebuildWindow, time.Millisecond}, "ha_rebuild_window", "after winning, misses are answered 'ask again' this long while nodes re-register, in ms or as a duration")
 	fs.StringVar(&o.etcdTLS.CA, "etcd_tls_ca", "", "etcd over TLS: the CA file that signed etcd's server certificate (with enable_ha; nodes and clients use etcd://ENDPOINTS?ca=FILE&cert=FILE&key=FILE)")
 	fs.StringVar(&o.etcdTLS.Cert, "etcd_tls_cert", "", "etcd over TLS: this master's client certificate file, for an etcd with --client-cert-auth (with etcd_tls_ca and etcd_tls_key)")
 	fs.StringVar(&o.etcdTLS.Key, "etcd_tls_key", "", "etcd over TLS: the key file of etcd_tls_cert")
@@ -58,7 +56,7 @@ func registerHAFlags(fs *flag.FlagSet, o *haOptions) {
 // check validates the HA flags once parsed; set holds the flags given.
 func (o *haOptions) check(set map[string]bool, cfg master.Config) error {
 	if !o.enable {
-		for _, n := range []string{"etcd_endpoints", "ha_prefix", "ha_session_ttl", "ha_rebuild_window", "etcd_tls_ca", "etcd_tls_cert", "etcd_tls_key"} {
+		for _, n := range []string{"etcd_endpoints", "ha_prefix", "ha_session_ttl", "etcd_tls_ca", "etcd_tls_cert", "etcd_tls_key"} {
 			if set[n] {
 				return fmt.Errorf("%w: %s given without enable_ha=true", errUsage, n)
 			}
@@ -90,9 +88,6 @@ func (o *haOptions) check(set map[string]bool, cfg master.Config) error {
 	if o.sessionTTL < time.Second {
 		return fmt.Errorf("%w: ha_session_ttl must be at least 1s, got %v", errUsage, o.sessionTTL)
 	}
-	if o.rebuildWindow < 0 {
-		return fmt.Errorf("%w: ha_rebuild_window must be >= 0, got %v", errUsage, o.rebuildWindow)
-	}
 	if _, err := ha.ParseMasterURL("etcd://" + eps[0] + o.prefix); err != nil || o.prefix == "" || o.prefix[0] != '/' {
 		return fmt.Errorf("%w: ha_prefix %q: an etcd key path like /tierstore/master", errUsage, o.prefix)
 	}
@@ -114,7 +109,6 @@ func runHA(cfg master.Config, opt options, srvOpts []grpc.ServerOption, guard *p
 		Master: cfg,
 		Election: ha.Config{Endpoints: opt.ha.parsed, Prefix: opt.ha.prefix, Address: addr,
 			SessionTTL: opt.ha.sessionTTL, TLS: opt.ha.etcdTLS, Logger: log},
-		RebuildWindow: opt.ha.rebuildWindow,
 		ServerOptions: srvOpts,
 		OnChange: func(term uint64, leading bool) {
 			if leading {

@@ -13,15 +13,15 @@ import (
 // The HA flags: accepted with enable_ha, each refused on one line naming
 // it when wrong or given without enable_ha.
 func TestHAFlags(t *testing.T) {
-	_, opt, err := parseAll([]string{"--enable_ha=true", "--etcd_endpoints=h1:2379;h2:2379", "--ha_prefix=/prod/kv",
-		"--ha_session_ttl=5", "--ha_rebuild_window=500"}, io.Discard)
+	cfg, opt, err := parseAll([]string{"--enable_ha=true", "--etcd_endpoints=h1:2379;h2:2379", "--ha_prefix=/prod/kv",
+		"--ha_session_ttl=5", "--rebuild_window=500"}, io.Discard)
 	o := opt.ha
 	if err != nil || !o.enable || len(o.parsed) != 2 || o.parsed[1] != "h2:2379" || o.prefix != "/prod/kv" ||
-		o.sessionTTL != 5*time.Second || o.rebuildWindow != 500*time.Millisecond {
+		o.sessionTTL != 5*time.Second || cfg.RebuildWindow != 500*time.Millisecond {
 		t.Fatalf("%+v %v", o, err)
 	}
-	_, opt, err = parseAll([]string{"--enable_ha=true", "--etcd_endpoints=h1:2379"}, io.Discard)
-	if err != nil || opt.ha.prefix != ha.DefaultPrefix || opt.ha.sessionTTL != ha.DefaultSessionTTL || opt.ha.rebuildWindow != 2*time.Second {
+	cfg, opt, err = parseAll([]string{"--enable_ha=true", "--etcd_endpoints=h1:2379"}, io.Discard)
+	if err != nil || opt.ha.prefix != ha.DefaultPrefix || opt.ha.sessionTTL != ha.DefaultSessionTTL || cfg.RebuildWindow != 2*time.Second {
 		t.Fatalf("defaults %+v %v", opt.ha, err)
 	}
 	if _, opt, err = parseAll([]string{"--enable_ha=false"}, io.Discard); err != nil || opt.ha.enable {
@@ -37,12 +37,12 @@ func TestHAFlags(t *testing.T) {
 		{[]string{eps}, "etcd_endpoints"},
 		{[]string{"--ha_session_ttl=5"}, "ha_session_ttl"},
 		{[]string{"--ha_prefix=/x"}, "ha_prefix"},
-		{[]string{"--ha_rebuild_window=5"}, "ha_rebuild_window"},
+		{[]string{"--rebuild_window=5"}, "rebuild_window"},
 		{[]string{ha, "--etcd_endpoints=h1"}, "etcd_endpoints"},
 		{[]string{ha, "--etcd_endpoints=h1:2379,,h2:2379"}, "etcd_endpoints"},
 		{[]string{ha, "--etcd_endpoints=h1:99999"}, "etcd_endpoints"},
 		{[]string{ha, eps, "--ha_session_ttl=500ms"}, "ha_session_ttl"},
-		{[]string{ha, eps, "--ha_rebuild_window=-1s"}, "ha_rebuild_window"},
+		{[]string{ha, eps, "--rebuild_window=-1s"}, "rebuild_window"},
 		{[]string{ha, eps, "--ha_prefix=noslash"}, "ha_prefix"},
 		{[]string{ha, eps, "--ha_prefix="}, "ha_prefix"},
 		{[]string{ha, eps, "--rpc_address=0.0.0.0"}, "rpc_address"},

@@ -23,15 +23,14 @@ import (
 // Config configures a highly available master.
 type Config struct {
 	// Master is the configuration each term's Service starts from; Run
-	// sets its HA (fence, term, RebuildWindow) and Removals per term.
+	// sets its HA (fence, term) and Removals per term; its RebuildWindow
+	// is each term's (misses answered "ask again" that long after winning
+	// while nodes re-register).
 	Master master.Config
 	// Election is the etcd election; its Address is the RPC address this
 	// master publishes for nodes and clients (the listener's, or the one
 	// they reach it at).
 	Election ha.Config
-	// RebuildWindow: after winning, misses are answered "ask again" this
-	// long while nodes re-register (master.HAConfig.RebuildWindow).
-	RebuildWindow time.Duration
 	// OnChange, when not nil, is called once the leader of term serves
 	// (leading true) and once the standby serves again after it (leading
 	// false).
@@ -111,7 +110,7 @@ func (m *Master) term(ctx context.Context, standby func()) (func(), error) {
 		return standby, err
 	}
 	cfg := m.cfg.Master
-	cfg.HA = master.HAConfig{Fence: l.Fence, Term: l.Term(), RebuildWindow: m.cfg.RebuildWindow}
+	cfg.HA = master.HAConfig{Fence: l.Fence, Term: l.Term()}
 	cfg.Removals = etcdremovals.New(l, m.prefix()+etcdremovals.Suffix)
 	svc, err := master.New(cfg)
 	if err != nil {
@@ -119,7 +118,7 @@ func (m *Master) term(ctx context.Context, standby func()) (func(), error) {
 		return standby, err
 	}
 	m.cur.Store(svc)
-	leader := m.serve(master.NewServer(svc, append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(svc.Interceptor())}, m.cfg.ServerOptions...)...).GRPC())
+	leader := m.serve(master.NewServer(svc, m.cfg.ServerOptions...).GRPC())
 	standby()
 	m.changed(l.Term(), true)
 	log := m.cfg.Election.Logger
