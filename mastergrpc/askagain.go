@@ -3,9 +3,11 @@ package mastergrpc
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 
 	"github.com/tierstore/tierstore/internal/errcode"
 )
@@ -26,11 +28,64 @@ const (
 	askAgainMax   = 200 * time.Millisecond
 )
 
-// askAgain is the unary interceptor of host:port connections (Dial): an
-// answer of UNAVAILABLE_IN_CURRENT_STATUS means the master applied nothing
-// (a rebuild miss, or a standby), so the call is sent again after a pause,
-// within AskAgainFor and the caller's deadline. Connections of a scheme
-// (etcd://) do this themselves, following the leader.
+// ReconnectWait bounds how long a call on a host:port connection waits for
+// the connection when it finds it failed (the master was unreachable at
+// the last attempt): the call first asks for a new attempt at once
+// (instead of after gRPC's backoff, up to seconds) and sends itself as
+// soon as the connection is up, or fails as before (RPC_FAIL, without
+// being sent) once this has passed. So a master back from a restart is
+// used by the next call, while a master still down costs a call this
+// long at most.
+const ReconnectWait = 200 * time.Millisecond
+
+// reconnectEvery rate-limits the immediate reconnection attempts that
+// calls ask for while the master is down (one per this long per
+// connection).
+const reconnectEvery = 50 * time.Millisecond
+
+// hostConn is the state the interceptors of one host:port connection share.
+type hostConn struct {
+	lastReset atomic.Int64 // unix ns of the last ResetConnectBackoff
+}
+
+// interceptor is the unary interceptor of a host:port connection (Dial):
+// reconnect, then askAgain.
+func (h *hostConn) interceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	h.reconnect(ctx, cc)
+	return askAgain(ctx, method, req, reply, cc, invoker, opts...)
+}
+
+// reconnect: when the connection is in TRANSIENT_FAILURE (a fail-fast call
+// would fail at once, without being sent), it asks for a connection
+// attempt now (rate-limited) and waits, at most ReconnectWait and within
+// ctx, for the connection to leave that state.
+func (h *hostConn) reconnect(ctx context.Context, cc *grpc.ClientConn) {
+	st := cc.GetState()
+	if st != connectivity.TransientFailure {
+		return
+	}
+	now := time.Now()
+	if last := h.lastReset.Load(); now.UnixNano()-last >= reconnectEvery.Nanoseconds() && h.lastReset.CompareAndSwap(last, now.UnixNano()) {
+		cc.ResetConnectBackoff()
+	}
+	wctx, cancel := context.WithTimeout(ctx, ReconnectWait)
+	defer cancel()
+	for st == connectivity.TransientFailure || st == connectivity.Connecting || st == connectivity.Idle {
+		if st == connectivity.Idle {
+			cc.Connect()
+		}
+		if !cc.WaitForStateChange(wctx, st) {
+			return
+		}
+		st = cc.GetState()
+	}
+}
+
+// askAgain sends a call again while it is answered
+// UNAVAILABLE_IN_CURRENT_STATUS, which means the master applied nothing (a
+// rebuild miss, or a standby): after a pause, within AskAgainFor and the
+// caller's deadline. Connections of a scheme (etcd://) do this
+// themselves, following the leader.
 func askAgain(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	var end time.Time
 	wait := askAgainFirst

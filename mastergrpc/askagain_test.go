@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"github.com/tierstore/tierstore/internal/errcode"
 	pb "github.com/tierstore/tierstore/internal/rpcpb"
@@ -89,5 +90,54 @@ func TestAskAgainWithinDeadline(t *testing.T) {
 	}
 	if m.exists.Load() < 2 {
 		t.Fatalf("%d calls: not asked again", m.exists.Load())
+	}
+}
+
+// A call that finds the connection failed (the master was down at the last
+// attempt, and gRPC's backoff would wait long before the next) asks for an
+// attempt at once: once the master is back, the next call is served,
+// not failed unsent; while it is down, a call fails within about
+// ReconnectWait.
+func TestReconnectAfterMasterRestart(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	serve := func(lis net.Listener) *grpc.Server {
+		srv := grpc.NewServer()
+		pb.RegisterMasterServer(srv, &rebuildingMaster{})
+		go srv.Serve(lis)
+		return srv
+	}
+	srv := serve(lis)
+	c, err := mastergrpc.Dial(context.Background(), addr, grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff: backoff.Config{BaseDelay: time.Minute, Multiplier: 1, MaxDelay: time.Minute}, MinConnectTimeout: 5 * time.Second}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := c.ExistKey(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop() // the master goes down
+	for range 3 {
+		start := time.Now()
+		if _, err := c.ExistKey(ctx, "k"); !errors.Is(err, errcode.ErrRPCFail) {
+			t.Fatalf("exists while the master is down: %v, want RPC_FAIL", err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("a call while the master is down took %v", d)
+		}
+	}
+	lis, err = net.Listen("tcp", addr) // back, on the same address
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer serve(lis).Stop()
+	if ok, err := c.ExistKey(ctx, "k"); err != nil || !ok {
+		t.Fatalf("the first call after the master is back: %v %v (gRPC's backoff is a minute here)", ok, err)
 	}
 }

@@ -72,7 +72,9 @@ func ServerOptions() []grpc.ServerOption {
 // DefaultDialOptions. On a host:port connection a call answered "ask
 // again" (UNAVAILABLE_IN_CURRENT_STATUS: a master rebuilding from the
 // nodes after a restart) is sent again within AskAgainFor and the
-// caller's deadline (askAgain).
+// caller's deadline (askAgain), and a call that finds the connection
+// failed asks for a new attempt at once and waits for it, at most
+// ReconnectWait, before failing unsent (reconnect).
 func Dial(ctx context.Context, addr string, opts ...grpc.DialOption) (*Client, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("mastergrpc: dial %s: %w", addr, err)
@@ -90,7 +92,7 @@ func Dial(ctx context.Context, addr string, opts ...grpc.DialOption) (*Client, e
 		}
 		return NewClient(conn, addr), nil
 	}
-	cc, err := grpc.NewClient(addr, append(all, grpc.WithChainUnaryInterceptor(askAgain))...)
+	cc, err := grpc.NewClient(addr, append(all, grpc.WithChainUnaryInterceptor((&hostConn{}).interceptor))...)
 	if err != nil {
 		return nil, fmt.Errorf("mastergrpc: dial %s: %w: %w", addr, errcode.ErrRPCFail, err)
 	}

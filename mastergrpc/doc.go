@@ -15,7 +15,10 @@
 // (UNAVAILABLE_IN_CURRENT_STATUS: a restarted master still rebuilding its
 // metadata from the nodes), within AskAgainFor and the caller's deadline
 // (askagain.go): a lookup waits for the node that holds the object to
-// re-register it instead of answering a miss.
+// re-register it instead of answering a miss. A call that finds such a
+// connection failed asks for a connection attempt at once and waits for
+// it, at most ReconnectWait, so a master back from a restart serves the
+// next call instead of gRPC's backoff failing it unsent.
 //
 // Every call names the caller's protocol version (rpcpb.WithVersion); a
 // master of another version refuses it with VERSION_MISMATCH. Errors carry
