@@ -22,7 +22,10 @@
 //     bound. Traces come from bench/internal/trace: repeated scans over twice
 //     the SSD capacity, Zipf multi-turn conversations with a shared prefix,
 //     the same mixed with one-hit wonders, and --trace FILE ("key size" per
-//     line).
+//     line). Beside it, not part of the command, bench/churn_objsim_test.go
+//     is a trace-driven model of the two tiers under tinylfu admission
+//     (TestChurnObjSim, run with TIERSTORE_OBJSIM=1) for trying an SSD
+//     victim rule before building it (docs/bench/bench.md, churn stop 46).
 //   - recovery: the tier engine's Open time with N objects, after a clean
 //     close and after kill -9 of the process writing.
 //   - peers: the same ingest and random-read workload against the tier
