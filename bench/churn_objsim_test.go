@@ -200,15 +200,7 @@ func (s *objSim) test(k string, pending int64, doom map[string]bool, apply bool)
 			}
 			return true
 		}
-		ok := f > s.density(vs[0])/float64(s.block)*float64(s.block)+s.margin
-		if apply {
-			if ok {
-				s.won++
-			} else {
-				s.lost++
-			}
-		}
-		return ok
+		return s.tally(f > s.density(vs[0])/float64(s.block)*float64(s.block)+s.margin, apply)
 	}
 	if len(vs) == 0 {
 		return false
@@ -222,7 +214,12 @@ func (s *objSim) test(k string, pending int64, doom map[string]bool, apply bool)
 			break
 		}
 	}
-	ok := f > d+s.margin
+	return s.tally(f > d+s.margin, apply)
+}
+
+// tally counts an admission test's outcome when it is applied (not only
+// asked), and returns it.
+func (s *objSim) tally(ok, apply bool) bool {
 	if apply {
 		if ok {
 			s.won++
