@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/tierstore/tierstore/internal/errcode"
 )
@@ -82,16 +83,20 @@ func (h *hostConn) reconnect(ctx context.Context, cc *grpc.ClientConn) {
 }
 
 // askAgain sends a call again while it is answered
-// UNAVAILABLE_IN_CURRENT_STATUS, which means the master applied nothing (a
-// rebuild miss, or a standby): after a pause, within AskAgainFor and the
-// caller's deadline. Connections of a scheme (etcd://) do this
-// themselves, following the leader.
+// UNAVAILABLE_IN_CURRENT_STATUS with RebuildingTrailer (a miss inside the
+// master's rebuild window: nothing applied): after a pause, within
+// AskAgainFor and the caller's deadline. Other -1010 answers (a standby's
+// "not the leader") are returned at once. Connections of a scheme
+// (etcd://) do this themselves, following the leader.
 func askAgain(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	var end time.Time
 	wait := askAgainFirst
+	var tr metadata.MD
+	opts = append(opts, grpc.Trailer(&tr))
 	for {
+		tr = nil
 		err := invoker(ctx, method, req, reply, cc, opts...)
-		if err == nil || !errors.Is(errcode.FromStatus(err), errcode.ErrUnavailable) {
+		if err == nil || len(tr.Get(RebuildingTrailer)) == 0 || !errors.Is(errcode.FromStatus(err), errcode.ErrUnavailable) {
 			return err
 		}
 		now := time.Now()

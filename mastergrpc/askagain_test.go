@@ -18,20 +18,28 @@ import (
 )
 
 // rebuildingMaster answers ExistKey "ask again" (UNAVAILABLE_IN_CURRENT_
-// STATUS) for its first `again` calls, then exists; Remove answers
-// OBJECT_NOT_FOUND, which is never sent again.
+// STATUS with RebuildingTrailer) for its first `again` calls, then exists;
+// Remove answers OBJECT_NOT_FOUND, and Stats -1010 without the trailer (a
+// standby's "not the leader"): neither is sent again.
 type rebuildingMaster struct {
 	pb.UnimplementedMasterServer
 	again   int64
 	exists  atomic.Int64
 	removes atomic.Int64
+	stats   atomic.Int64
 }
 
-func (m *rebuildingMaster) ExistKey(context.Context, *pb.LookupRequest) (*pb.ExistKeyResponse, error) {
+func (m *rebuildingMaster) ExistKey(ctx context.Context, _ *pb.LookupRequest) (*pb.ExistKeyResponse, error) {
 	if n := m.exists.Add(1); n <= m.again {
+		_ = grpc.SetTrailer(ctx, mastergrpc.RebuildingMD())
 		return nil, errcode.ToStatus(fmt.Errorf("rebuilding, ask again: %w", errcode.ErrUnavailable))
 	}
 	return &pb.ExistKeyResponse{Exists: true}, nil
+}
+
+func (m *rebuildingMaster) Stats(context.Context, *pb.StatsRequest) (*pb.StatsResponse, error) {
+	m.stats.Add(1)
+	return nil, errcode.ToStatus(fmt.Errorf("standby: not the leader: %w", errcode.ErrUnavailable))
 }
 
 func (m *rebuildingMaster) Remove(context.Context, *pb.RemoveRequest) (*pb.Empty, error) {
@@ -75,6 +83,9 @@ func TestAskAgainUntilAnswered(t *testing.T) {
 	}
 	if err := c.Remove(ctx, "k", false); !errors.Is(err, errcode.ErrObjectNotFound) || m.removes.Load() != 1 {
 		t.Fatalf("remove: %v after %d calls, want OBJECT_NOT_FOUND after 1", err, m.removes.Load())
+	}
+	if _, err := c.Stats(ctx); !errors.Is(err, errcode.ErrUnavailable) || m.stats.Load() != 1 {
+		t.Fatalf("stats of a standby: %v after %d calls, want UNAVAILABLE_IN_CURRENT_STATUS after 1", err, m.stats.Load())
 	}
 }
 
