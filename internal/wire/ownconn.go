@@ -155,23 +155,37 @@ func (dc *DataConn) idleDead() bool {
 }
 
 // ownReader is an own connection's io.Reader for its bufio.Reader: read(2)
-// with ownRaw's waits.
-type ownReader struct{ r *ownRaw }
+// with ownRaw's waits. Its read function is made once (not a closure per
+// Read); p, n and rerr are the Read in progress (one at a time: the
+// connection's caller's).
+type ownReader struct {
+	r       *ownRaw
+	p       []byte
+	n       int
+	rerr    error
+	readOne func(fd uintptr) bool
+}
 
-func (o ownReader) Read(p []byte) (int, error) {
+func newOwnReader(r *ownRaw) *ownReader {
+	o := &ownReader{r: r}
+	o.readOne = func(fd uintptr) bool {
+		o.n, o.rerr = readFD(fd, o.p)
+		return o.rerr != errAgain
+	}
+	return o
+}
+
+func (o *ownReader) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	var n int
-	var rerr error
-	err := o.r.Read(func(fd uintptr) bool {
-		n, rerr = readFD(fd, p)
-		return rerr != errAgain
-	})
+	o.p = p
+	err := o.r.Read(o.readOne)
+	o.p = nil
 	if err != nil {
 		return 0, err
 	}
-	return n, rerr
+	return o.n, o.rerr
 }
 
 // makeOwn makes dc an own connection: no reader goroutine; its callers read
@@ -179,7 +193,7 @@ func (o ownReader) Read(p []byte) (int, error) {
 func (dc *DataConn) makeOwn() {
 	dc.own = &ownRaw{raw: dc.raw, dc: dc}
 	dc.raw = dc.own
-	dc.br = bufio.NewReaderSize(ownReader{dc.own}, 16<<10)
+	dc.br = bufio.NewReaderSize(newOwnReader(dc.own), 16<<10)
 	dc.hb, dc.meta = make([]byte, HeaderLen), make([]byte, 0, MaxMeta)
 	close(dc.readerDone)
 }
