@@ -22,7 +22,8 @@ import (
 // single gets make it. One master and one node process (built from cmd/,
 // or --bin), one client in this process (the location cache on: every
 // counted get of a key read before is a cache hit; and off: every get
-// looks its key up), 1 and 4 readers; CPU from getrusage (this process:
+// looks its key up), 1 and 4 readers, the 4 on one client or each on its
+// own (bench serve's workers); CPU from getrusage (this process:
 // the client) and the master's and node's threads' schedstat (fullPutCPU).
 // TIERSTORE_GETCPU_ROWS=0,2 runs only those rows (for perf or pprof of
 // one shape).
@@ -47,6 +48,7 @@ type getCPURow struct {
 	readers int
 	noCache bool
 	gets    int
+	clients bool // a client per reader (bench serve's shape), not one for all
 }
 
 func runGetCPU(ctx context.Context, e *env) (*result, error) {
@@ -58,7 +60,8 @@ func runGetCPU(ctx context.Context, e *env) (*result, error) {
 			return nil, err
 		}
 	}
-	rows := []getCPURow{{1, false, 600}, {4, false, 600}, {1, true, 600}, {4, true, 600}}
+	rows := []getCPURow{{1, false, 600, false}, {4, false, 600, false}, {1, true, 600, false}, {4, true, 600, false},
+		{4, false, 600, true}, {4, true, 600, true}}
 	if e.quick {
 		for i := range rows {
 			rows[i].gets /= 3
@@ -72,7 +75,7 @@ func runGetCPU(ctx context.Context, e *env) (*result, error) {
 			getCPUKeys, fmtBytes(getCPUSize), getCPULayers, getCPULayers, getCPUKeys),
 	}}
 	t := &table{Title: "CPU per single get (us), 2 MiB into 64 parts, remote DRAM",
-		Columns: []string{"location cache", "readers", "gets", "us/get client", "master", "node", "switches/get client", "master", "node", "MB/s", "p50 ms", "load avg"}}
+		Columns: []string{"location cache", "readers", "clients", "gets", "us/get client", "master", "node", "switches/get client", "master", "node", "MB/s", "p50 ms", "load avg"}}
 	for i, r := range rows {
 		if only := os.Getenv("TIERSTORE_GETCPU_ROWS"); only != "" && !slices.Contains(strings.Split(only, ","), fmt.Sprint(i)) {
 			continue
@@ -90,7 +93,11 @@ func runGetCPU(ctx context.Context, e *env) (*result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("bench: getcpu cache %s x %d: %w", cache, r.readers, err)
 		}
-		t.add(cache, r.readers, r.gets, st.cpu[0], st.cpu[1], st.cpu[2],
+		clients := 1
+		if r.clients {
+			clients = r.readers
+		}
+		t.add(cache, r.readers, clients, r.gets, st.cpu[0], st.cpu[1], st.cpu[2],
 			st.switches[0], st.switches[1], st.switches[2], st.mbps, st.p50, loadAvg())
 	}
 	res.Tables = []*table{t}
@@ -137,6 +144,17 @@ func getCPUOne(ctx context.Context, dir, bin string, r getCPURow, prof string) (
 		return st, err
 	}
 	defer c.Close()
+	readerClient := func(int) *client.Client { return c }
+	if r.clients {
+		cs := make([]*client.Client, r.readers)
+		for i := range cs {
+			if cs[i], err = client.New(ctx, cfg); err != nil {
+				return st, err
+			}
+			defer cs[i].Close()
+		}
+		readerClient = func(w int) *client.Client { return cs[w] }
+	}
 	val := make([]byte, getCPUSize)
 	for i := range val {
 		val[i] = byte(i * 7)
@@ -165,7 +183,7 @@ func getCPUOne(ctx context.Context, dir, bin string, r getCPURow, prof string) (
 					}
 					key := fmt.Sprintf("gc-%d", (i*37+int64(w))%getCPUKeys)
 					t0 := time.Now()
-					n, err := c.GetIntoParts(ctx, key, parts)
+					n, err := readerClient(w).GetIntoParts(ctx, key, parts)
 					if err == nil && n != getCPUSize {
 						err = fmt.Errorf("get %s: %d bytes", key, n)
 					}
@@ -185,7 +203,7 @@ func getCPUOne(ctx context.Context, dir, bin string, r getCPURow, prof string) (
 		wg.Wait()
 		return errors.Join(errs...)
 	}
-	if err := run(getCPUKeys, false); err != nil { // every key read once: the cache holds them all
+	if err := run(getCPUKeys*int64(max(1, r.readers/2)), false); err != nil { // the caches hold every key (most of them)
 		return st, err
 	}
 	cpu0, sw0, err := fullPutCPU(cl)
