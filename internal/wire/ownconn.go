@@ -218,7 +218,12 @@ func (dc *DataConn) awaitOwn(ctx context.Context, c *call) error {
 				// at any moment from now, so the connection is not used
 				// again (a reply read whole before that stays read).
 				dc.fail(errcode.Errorf(errcode.ContextCanceled, "wire: %v to %s: %v", c.op, dc.endpoint, ctx.Err()))
+				return
 			}
+			// No deadline left behind: the next call may wait with
+			// poll(2) (WithCallerThread), which the socket's deadline
+			// would end at once once past.
+			_ = dc.conn.SetReadDeadline(time.Time{})
 		}()
 	}
 	for {

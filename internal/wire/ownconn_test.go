@@ -324,3 +324,36 @@ func TestCallerReadsOwnConn(t *testing.T) {
 		t.Fatalf("%d own connections counted in use after every release", n)
 	}
 }
+
+// An own connection a WithCallerReads call used, with a deadline that has
+// passed since, serves a WithCallerThread call (the Python package's
+// direct calls and its queued ones share a pool): the earlier call's
+// deadline is not left on the socket.
+func TestOwnConnDeadlineNotLeftBehind(t *testing.T) {
+	h := newMemHandler(1 << 20)
+	addr := serveMem(t, h)
+	p := &DataPool{}
+	t.Cleanup(p.Close)
+	val := rnd(64 << 10)
+	crc := crc32c.Checksum(val)
+	short, cancel := context.WithTimeout(WithCallerReads(context.Background()), 200*time.Millisecond)
+	defer cancel()
+	dc, err := p.Acquire(short, addr)
+	if err != nil || dc.own == nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	if err := dc.Write(short, "seg", 0, val, crc, 1); err != nil {
+		t.Fatal(err)
+	}
+	dc.Release()
+	<-short.Done() // the first call's deadline is past
+	next := acquireOwn(t, p, context.Background(), addr)
+	defer next.Release()
+	if next != dc {
+		t.Fatal("the idle own connection was not reused")
+	}
+	buf := make([]byte, len(val))
+	if err := next.ReadRange(WithCallerThread(context.Background()), "seg", 0, buf, crc); err != nil || !bytes.Equal(buf, val) {
+		t.Fatalf("a call on the caller's thread after an expired deadline: %v", err)
+	}
+}
