@@ -62,7 +62,7 @@ type env struct {
 	seed         int64         // churn: --seed (0: the fixed trace seeds)
 	replicas     int           // crashloop: --replicas
 	bin          string        // fullput, putcpu: --bin (prebuilt binaries; "": built from the tree)
-	procProf     string        // fullput, putcpu: --procprofile (directory of the processes' CPU profiles; "": none)
+	procProf     string        // fullput, putcpu, getcpu: --procprofile (directory of the processes' CPU profiles; "": none)
 	scaleObjects string        // scale: --scale_objects ("": 1M,10M; 100k with --quick)
 	scaleRSSCap  int64         // scale: --scale_rss_cap (0: 16 GiB)
 	scaleFill    string        // scale: --scale_fill, "dram", "ssd" or "offload"
@@ -113,7 +113,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, adjus
 	keys := fs.Int64("keys", 0, "reconcile: SSD objects of the node (default 10000000, 100000 with --quick)")
 	seed := fs.Int64("seed", 0, "churn: seed of the generated traces: conversations and mixed N, zipf-bursts N+1, the others N+2 (0: the fixed seeds 42, 7 and 11)")
 	bin := fs.String("bin", "", "fullput, putcpu: directory of prebuilt tierstore-master and tierstore-node (default: built from this tree)")
-	procProf := fs.String("procprofile", "", "fullput, putcpu: write CPU profiles of each row's master and node processes into this directory (ROW-master.pprof, ROW-node.pprof); reconcile: the master's (reconcile-master.pprof)")
+	procProf := fs.String("procprofile", "", "fullput, putcpu, getcpu: write CPU profiles of each row's master and node processes into this directory (ROW-master.pprof, ROW-node.pprof); reconcile: the master's (reconcile-master.pprof)")
 	scaleObjects := fs.String("scale_objects", "", "scale: master sizes to measure, comma-separated (default 1M,10M; --quick 100k; e.g. 1M,10M,50M)")
 	scaleRSSCap := fs.String("scale_rss_cap", "16G", "scale: stop filling a master whose RSS grew by this much")
 	scaleFill := fs.String("scale_fill", "dram", "scale: fill the master with put pairs (dram: DRAM objects), with a node's re-registration (ssd: SSD-only objects), or with put pairs copied to SSD and evicted from DRAM (offload: SSD-only objects put through DRAM)")

@@ -114,10 +114,13 @@ type ReadStats struct {
 	// the Touch calls that failed; TouchesDropped the cached gets not
 	// reported because 4096 distinct keys were waiting already.
 	Touched, TouchFailures, TouchesDropped int64
-	// OwnConns counts the data connections dialled for calls made on
-	// their caller's thread (wire.WithCallerThread: the Python package's
-	// calls that run directly), each used by one call at a time and kept
-	// for the next (wire.OwnIdle per node).
+	// OwnConns counts the data connections dialled for calls that read
+	// their own replies: made on their caller's thread
+	// (wire.WithCallerThread: the Python package's calls that run
+	// directly), and the single gets' and single puts' transfers of Go
+	// callers (wire.WithCallerReads, at most wire.OwnBusy at once), each
+	// used by one call at a time and kept for the next (wire.OwnIdle per
+	// node).
 	OwnConns int64
 }
 
@@ -347,7 +350,9 @@ func (c *Client) putParts(ctx context.Context, key string, value [][]byte, opts 
 	if err != nil {
 		return fmt.Errorf("client: put %s: %w", keyspec.Show(key), err)
 	}
-	wctx := wire.WithObject(ctx, c.object(key, opts))
+	// A single put's writes: each writing goroutine reads its reply itself,
+	// on a connection of its own (wire.WithCallerReads).
+	wctx := wire.WithCallerReads(wire.WithObject(ctx, c.object(key, opts)))
 	if err := c.writeReplicas(wctx, r, value, crc); err != nil {
 		c.revoke(ctx, key, r.PutToken)
 		return fmt.Errorf("client: put %s: %w", keyspec.Show(key), err)

@@ -502,7 +502,10 @@ func (c *Client) readReplicaToken(ctx context.Context, info masterapi.ObjectInfo
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReplicaTimeout)
 	defer cancel()
-	p, err := c.peerFor(ctx, r)
+	// One object from one replica: this goroutine reads the reply itself,
+	// on a connection of its own (wire.WithCallerReads), rather than being
+	// handed it by a shared connection's reader goroutine.
+	p, err := c.peerFor(wire.WithCallerReads(ctx), r)
 	if err != nil {
 		return err
 	}

@@ -92,18 +92,19 @@ func reply(req wire.Header, payload uint64) []byte {
 
 // Through the client API, against a node that misbehaves on the wire: a
 // Get fails with a clear error (the only replica is bad), never returns
-// wrong bytes, and writes nothing beyond the caller's buffer; so too on a
-// connection of the caller's own (wire.WithCallerThread: the caller reads
-// its reply).
+// wrong bytes, and writes nothing beyond the caller's buffer. A single
+// get's transfer goes on a connection of its own, whose reply its
+// goroutine reads (wire.WithCallerReads), or on the caller's thread
+// (wire.WithCallerThread).
 func TestGetIntoFromMisbehavingNode(t *testing.T) {
-	for _, own := range []bool{false, true} {
-		t.Run(map[bool]string{false: "shared connection", true: "own connection"}[own], func(t *testing.T) {
-			testGetIntoFromMisbehavingNode(t, own)
+	for _, thread := range []bool{false, true} {
+		t.Run(map[bool]string{false: "goroutine", true: "caller thread"}[thread], func(t *testing.T) {
+			testGetIntoFromMisbehavingNode(t, thread)
 		})
 	}
 }
 
-func testGetIntoFromMisbehavingNode(t *testing.T, own bool) {
+func testGetIntoFromMisbehavingNode(t *testing.T, thread bool) {
 	const n = 200 << 10
 	val := bytes.Repeat([]byte("tierstore"), n/9+1)[:n]
 	for _, tc := range []struct {
@@ -156,11 +157,16 @@ func testGetIntoFromMisbehavingNode(t *testing.T, own bool) {
 			}
 			defer c.Close()
 			ctx := context.Background()
-			if own {
+			if thread {
 				ctx = wire.WithCallerThread(ctx)
 			}
-			if err := c.Put(ctx, "k", val); err != nil {
-				t.Fatal(err)
+			// A batch put's writes share the pool's connections (unless
+			// on the caller's thread), so the get below is what dials one.
+			if errs := c.BatchPut(ctx, []string{"k"}, [][]byte{val}); errs[0] != nil {
+				t.Fatal(errs[0])
+			}
+			if dials := c.ReadStats().OwnConns; !thread && dials != 0 {
+				t.Fatalf("a batch put dialled %d connections of its own", dials)
 			}
 			full := bytes.Repeat([]byte{0x77}, n+512)
 			got, err := c.GetInto(ctx, "k", full[:n])
@@ -173,8 +179,8 @@ func testGetIntoFromMisbehavingNode(t *testing.T, own bool) {
 			if tc.want == client.ErrChecksumMismatch && c.ReadStats().BadReplicasReported != 1 {
 				t.Fatalf("a replica failing its checksum was not reported: %+v", c.ReadStats())
 			}
-			if dials := c.ReadStats().OwnConns; (dials > 0) != own {
-				t.Fatalf("%d own connections dialled (own: %v)", dials, own)
+			if dials := c.ReadStats().OwnConns; dials == 0 {
+				t.Fatal("a single get dialled no connection of its own")
 			}
 		})
 	}

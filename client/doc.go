@@ -64,7 +64,10 @@
 // Values travel on the nodes' data plane (package wire): frames over TCP,
 // several transfers in flight per connection, written from and read into
 // the caller's memory, each checked once against the object's CRC32C by
-// the receiver. Config.Observer is told the latency of every Put and Get
+// the receiver. A single get's read and a single put's write take a
+// connection of their own (up to wire.OwnBusy at once) and their
+// goroutine reads the reply itself (wire.WithCallerReads); batches share
+// the pooled connections, their replies read by each connection's reader. Config.Observer is told the latency of every Put and Get
 // by tier; package client/clientmetrics turns that into Prometheus
 // histograms without this package depending on Prometheus.
 //

@@ -40,11 +40,17 @@ type DataPool struct {
 	closed bool
 
 	ownDials atomic.Int64 // own connections dialled (OwnDials)
+	ownBusy  atomic.Int64 // own connections handed out and not given back
 }
 
 // OwnIdle is how many idle own connections (Acquire) a DataPool keeps per
 // endpoint; more are closed when given back.
 const OwnIdle = 8
+
+// OwnBusy bounds the own connections of a pool in use at once for calls
+// marked WithCallerReads (WithCallerThread calls are never refused one):
+// beyond it they share.
+const OwnBusy = OwnIdle
 
 // dataNode is the connections to one endpoint.
 type dataNode struct {
@@ -150,14 +156,26 @@ func (p *DataPool) get(ctx context.Context, endpoint string, hold bool) (*DataCo
 // gives it back with DataConn.Release once the call returned. When ctx carries
 // WithCallerThread and the pool is plaintext, the connection is the
 // caller's alone until then (an idle one, or a new dial): its caller
-// reads its own reply, waiting on its own thread (ownconn.go). Otherwise
+// reads its own reply, waiting on its own thread (ownconn.go). The same
+// with WithCallerReads, waiting through the runtime's poller, while fewer
+// than OwnBusy own connections of the pool are in use. Otherwise
 // it is one of the shared connections, held until release: a connection
 // whose TLS keys are spent (RetireBytes) is replaced for later callers and
 // closed by the last Release.
 func (p *DataPool) Acquire(ctx context.Context, endpoint string) (dc *DataConn, err error) {
-	if !callerThread(ctx) || p.TLS != nil || !ownSupported {
+	thread := callerThread(ctx)
+	if !thread && !callerReads(ctx) || p.TLS != nil || !ownSupported {
 		return p.get(ctx, endpoint, true)
 	}
+	if busy := p.ownBusy.Add(1); !thread && busy > OwnBusy {
+		p.ownBusy.Add(-1)
+		return p.get(ctx, endpoint, true)
+	}
+	defer func() {
+		if err != nil {
+			p.ownBusy.Add(-1)
+		}
+	}()
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -191,6 +209,7 @@ func (p *DataPool) OwnDials() int64 { return p.ownDials.Load() }
 // giveBack keeps an own connection for the next Acquire, or closes it
 // (broken, the pool closed, OwnIdle kept already).
 func (p *DataPool) giveBack(dc *DataConn) {
+	p.ownBusy.Add(-1)
 	p.mu.Lock()
 	if !p.closed && !dc.Broken() && len(p.own[dc.endpoint]) < OwnIdle {
 		if p.own == nil {

@@ -84,15 +84,22 @@
 // plaintext connection of its own: no reader goroutine; the caller reads
 // its reply itself, waiting for the socket with poll(2) on its own thread
 // (ownconn.go), so that a goroutine locked to a thread is not woken through
-// the scheduler. Idle own connections (OwnIdle per node) are checked for a
-// hang-up before reuse. The invariants above hold for them; a context
-// that ends during the wait breaks the connection.
+// the scheduler. A call whose context carries WithCallerReads (the Go
+// client's single gets and single puts) gets one too, while fewer than
+// OwnBusy of the pool's own connections are in use (else it shares): its
+// goroutine reads its reply, waiting through the runtime's poller with
+// the socket's read deadline set from its context, so that no reader
+// goroutine hands the reply over (a wake of the caller, and on a machine
+// with idle Ps of another thread: stop 46 in docs/benchmarks.md). Idle own
+// connections (OwnIdle per node) are checked for a hang-up before reuse.
+// The invariants above hold for them; a context that ends during the wait
+// breaks the connection.
 //
 // # Concurrency
 //
 // DataConn, DataPool, DataServer and Mux are safe for concurrent use,
-// except an own connection (Acquire with WithCallerThread), which serves
-// one caller until its release.
+// except an own connection (Acquire with WithCallerThread or
+// WithCallerReads), which serves one caller until its release.
 // DataConn.wmu serialises frame writes; DataConn.mu protects its call map
 // and error; one reader goroutine per shared connection completes calls.
 // DataServer.mu protects its connection set (and a served connection's
@@ -101,5 +108,6 @@
 // flight. A write's RangeWriter.Fill runs under the node's ownership lock:
 // the data server calls it only for a non-blocking read of bytes the
 // socket already holds (syscall.RawConn), waiting for the socket outside
-// it. DataPool.mu protects its maps (shared and idle own connections).
+// it. DataPool.mu protects its maps (shared and idle own connections);
+// DataPool.ownBusy counts the own connections in use (atomic).
 package wire

@@ -100,36 +100,51 @@ func TestOwnConnRoundTrip(t *testing.T) {
 // connection (a node that never answers) returns CONTEXT_CANCELED, by
 // deadline and by cancellation; the connection is broken and not kept.
 func TestOwnConnContextEnds(t *testing.T) {
-	for _, how := range []string{"deadline", "cancel"} {
-		t.Run(how, func(t *testing.T) {
-			seen := make(chan struct{})
-			addr := fakeNode(t, func(c net.Conn, h Header, req Request) {
-				close(seen)
-				_, _ = c.Read(make([]byte, 1)) // until the client closes
-			})
-			p := &DataPool{}
-			t.Cleanup(p.Close)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			if how == "deadline" {
-				ctx, cancel = context.WithTimeout(ctx, 100*time.Millisecond)
-				defer cancel()
-			} else {
-				go func() { <-seen; cancel() }()
-			}
-			dc := acquireOwn(t, p, ctx, addr)
-			err := dc.ReadRange(ctx, "seg", 0, make([]byte, 100), 0)
-			if !errors.Is(err, errcode.ErrContextCanceled) || !dc.Broken() {
-				t.Fatalf("got %v (broken %v), want CONTEXT_CANCELED and a broken connection", err, dc.Broken())
-			}
-			dc.Release()
-			p.mu.Lock()
-			kept := len(p.own[addr])
-			p.mu.Unlock()
-			if kept != 0 {
-				t.Fatal("a broken own connection was kept")
-			}
-		})
+	for _, mark := range []string{"thread", "reads"} {
+		for _, how := range []string{"deadline", "cancel"} {
+			t.Run(mark+"/"+how, func(t *testing.T) { ownConnContextEnds(t, mark, how) })
+		}
+	}
+}
+
+// ownConnContextEnds is TestOwnConnContextEnds for a call marked
+// WithCallerThread (thread) or WithCallerReads (reads), its context
+// ending by deadline or cancellation.
+func ownConnContextEnds(t *testing.T, mark, how string) {
+	seen := make(chan struct{})
+	addr := fakeNode(t, func(c net.Conn, h Header, req Request) {
+		close(seen)
+		_, _ = c.Read(make([]byte, 1)) // until the client closes
+	})
+	p := &DataPool{}
+	t.Cleanup(p.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if how == "deadline" {
+		ctx, cancel = context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+	} else {
+		go func() { <-seen; cancel() }()
+	}
+	if mark == "reads" {
+		ctx = WithCallerReads(ctx)
+	} else {
+		ctx = WithCallerThread(ctx)
+	}
+	dc, err := p.Acquire(ctx, addr)
+	if err != nil || dc.own == nil {
+		t.Fatalf("Acquire: %v (own %v)", err, dc != nil && dc.own != nil)
+	}
+	err = dc.ReadRange(ctx, "seg", 0, make([]byte, 100), 0)
+	if !errors.Is(err, errcode.ErrContextCanceled) || !dc.Broken() {
+		t.Fatalf("got %v (broken %v), want CONTEXT_CANCELED and a broken connection", err, dc.Broken())
+	}
+	dc.Release()
+	p.mu.Lock()
+	kept := len(p.own[addr])
+	p.mu.Unlock()
+	if kept != 0 {
+		t.Fatal("a broken own connection was kept")
 	}
 }
 
@@ -244,5 +259,101 @@ func poundPool(t *testing.T, p *DataPool, ctx context.Context, addr string, call
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
+	}
+}
+
+// A call marked WithCallerReads gets a connection of its own and reads its
+// reply on its own goroutine through the runtime's poller (no poll(2));
+// writes and reads cross as on a shared connection. At most OwnBusy such
+// calls hold own connections at once: the next shares, until one is given
+// back. WithCallerThread calls are not bounded.
+func TestCallerReadsOwnConn(t *testing.T) {
+	h := newMemHandler(4 << 20)
+	addr := serveMem(t, h)
+	p := &DataPool{}
+	t.Cleanup(p.Close)
+	ctx := WithCallerReads(context.Background())
+	dc, err := p.Acquire(ctx, addr)
+	if err != nil || dc.own == nil {
+		t.Fatalf("a WithCallerReads Acquire: %v (own %v)", err, dc != nil && dc.own != nil)
+	}
+	val := rnd(2<<20 + 5)
+	crc := crc32c.Checksum(val)
+	if err := dc.Write(ctx, "seg", 0, val, crc, 1); err != nil {
+		t.Fatal(err)
+	}
+	parts := [][]byte{make([]byte, 1<<20), make([]byte, len(val)-1<<20)}
+	if err := dc.ReadRangeParts(ctx, "seg", 0, parts, crc, nil); err != nil || !bytes.Equal(bytes.Join(parts, nil), val) {
+		t.Fatalf("scattered read: %v", err)
+	}
+	if !dc.own.runtime {
+		t.Fatal("a WithCallerReads call waited with poll(2), not through the runtime's poller")
+	}
+	held := []*DataConn{dc}
+	for len(held) < OwnBusy {
+		o, err := p.Acquire(ctx, addr)
+		if err != nil || o.own == nil {
+			t.Fatalf("own connection %d of %d: %v", len(held)+1, OwnBusy, err)
+		}
+		held = append(held, o)
+	}
+	shared, err := p.Acquire(ctx, addr)
+	if err != nil || shared.own != nil {
+		t.Fatalf("Acquire beyond OwnBusy: %v (own %v), want a shared connection", err, shared != nil && shared.own != nil)
+	}
+	buf := make([]byte, len(val))
+	if err := shared.ReadRange(ctx, "seg", 0, buf, crc); err != nil || !bytes.Equal(buf, val) {
+		t.Fatalf("read on the shared connection: %v", err)
+	}
+	shared.Release()
+	thread, err := p.Acquire(WithCallerThread(context.Background()), addr)
+	if err != nil || thread.own == nil {
+		t.Fatalf("a WithCallerThread Acquire beyond OwnBusy: %v, want an own connection", err)
+	}
+	thread.Release()
+	held[0].Release()
+	again, err := p.Acquire(ctx, addr)
+	if err != nil || again.own == nil {
+		t.Fatalf("Acquire after a give-back: %v, want an own connection", err)
+	}
+	again.Release()
+	for _, o := range held[1:] {
+		o.Release()
+	}
+	if n := p.ownBusy.Load(); n != 0 {
+		t.Fatalf("%d own connections counted in use after every release", n)
+	}
+}
+
+// An own connection a WithCallerReads call used, with a deadline that has
+// passed since, serves a WithCallerThread call (the Python package's
+// direct calls and its queued ones share a pool): the earlier call's
+// deadline is not left on the socket.
+func TestOwnConnDeadlineNotLeftBehind(t *testing.T) {
+	h := newMemHandler(1 << 20)
+	addr := serveMem(t, h)
+	p := &DataPool{}
+	t.Cleanup(p.Close)
+	val := rnd(64 << 10)
+	crc := crc32c.Checksum(val)
+	short, cancel := context.WithTimeout(WithCallerReads(context.Background()), 200*time.Millisecond)
+	defer cancel()
+	dc, err := p.Acquire(short, addr)
+	if err != nil || dc.own == nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	if err := dc.Write(short, "seg", 0, val, crc, 1); err != nil {
+		t.Fatal(err)
+	}
+	dc.Release()
+	<-short.Done() // the first call's deadline is past
+	next := acquireOwn(t, p, context.Background(), addr)
+	defer next.Release()
+	if next != dc {
+		t.Fatal("the idle own connection was not reused")
+	}
+	buf := make([]byte, len(val))
+	if err := next.ReadRange(WithCallerThread(context.Background()), "seg", 0, buf, crc); err != nil || !bytes.Equal(buf, val) {
+		t.Fatalf("a call on the caller's thread after an expired deadline: %v", err)
 	}
 }

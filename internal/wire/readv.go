@@ -37,15 +37,18 @@ func readPartsCRC(br *bufio.Reader, raw syscall.RawConn, parts [][]byte) (uint32
 		crc = crc32c.Update(crc, p[:n])
 		s.advance(n)
 	}
-	iov := make([][]byte, 0, readvMaxIov)
+	// One closure (and its variables) for the payload, not one per readv.
+	var iovs [readvMaxIov][]byte
+	iov := iovs[:0]
+	var n int
+	var rerr error
+	readv := func(fd uintptr) bool {
+		n, rerr = readvFD(fd, iov)
+		return rerr != errAgain
+	}
 	for !s.done() {
 		iov = s.iovecs(iov[:0])
-		var n int
-		var rerr error
-		err := raw.Read(func(fd uintptr) bool {
-			n, rerr = readvFD(fd, iov)
-			return rerr != errAgain
-		})
+		err := raw.Read(readv)
 		if err == nil {
 			err = rerr
 		}

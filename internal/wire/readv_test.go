@@ -113,3 +113,41 @@ func TestReadPartsShortPayload(t *testing.T) {
 	require.Contains(t, err.Error(), "100000 of 131072 payload bytes")
 	require.NoError(t, <-wrote)
 }
+
+// TestReadPartsAllocs: a scattered payload of 2 MiB in 64 parts (eight
+// readv calls at least) allocates a bounded number of objects for the
+// whole payload, not some per readv (a closure and its variables per
+// call, unix.Readv's iovecs per call: 30 and more before stop 46).
+func TestReadPartsAllocs(t *testing.T) {
+	const runs, size = 20, 2 << 20
+	c, s := tcpPair(t)
+	defer c.Close()
+	defer s.Close()
+	payload := bytes.Repeat([]byte{0x5a}, size)
+	wrote := make(chan error, 1)
+	go func() { // writes allocate nothing (a preallocated buffer)
+		var err error
+		for i := 0; i < runs+1 && err == nil; i++ {
+			_, err = s.Write(payload)
+		}
+		wrote <- err
+	}()
+	br := bufio.NewReaderSize(c, 16<<10)
+	raw := rawConnOf(c)
+	buf := make([]byte, size)
+	parts := make([][]byte, 64)
+	for i := range parts {
+		parts[i] = buf[i*size/64 : (i+1)*size/64]
+	}
+	want := crc32c.Checksum(payload)
+	var err error
+	allocs := testing.AllocsPerRun(runs, func() {
+		var crc uint32
+		if crc, err = readPartsCRC(br, raw, parts); err == nil && crc != want {
+			err = errors.New("wrong CRC32C")
+		}
+	})
+	require.NoError(t, err)
+	require.NoError(t, <-wrote)
+	require.LessOrEqual(t, allocs, 8.0, "allocations per 2 MiB payload in 64 parts")
+}

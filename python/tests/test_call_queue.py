@@ -110,8 +110,10 @@ def test_queue_mode_queues_every_data_call(cluster):
     assert out["bad"] == []
     assert out["direct"] == 0
     assert out["queued"] == 8 * 6 * CALLS_PER_ROUND
-    # Queued calls run on goroutines: they share the pool's connections.
-    assert out["own"] == 0
+    # Queued calls run on goroutines: their single gets and puts read their
+    # own replies over connections of their own (wire.WithCallerReads), at
+    # most wire.OwnBusy (8) in use at once, kept for the next.
+    assert 1 <= out["own"] <= 8
 
 
 def test_direct_mode_never_queues(cluster):
