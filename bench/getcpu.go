@@ -118,21 +118,8 @@ func getCPUOne(ctx context.Context, dir, bin string, r getCPURow, prof string) (
 		}
 		cl.stop()
 	}()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return st, err
-	}
-	var mprof, nprof []string
-	if prof != "" {
-		mprof, nprof = []string{"--cpuprofile=" + prof + "-master.pprof"}, []string{"--cpuprofile=" + prof + "-node.pprof"}
-	}
-	line, err := cl.start(ctx, dir, filepath.Join(bin, "tierstore-master"), "tierstore-master listening on ",
-		append([]string{"--rpc_port=0", "--metrics_port=0", "--log_level=warn", "--state_dir=" + filepath.Join(dir, "master-state")}, mprof...)...)
+	addr, err := cpuCluster(ctx, cl, dir, bin, getCPUMemory, prof)
 	if err != nil {
-		return st, err
-	}
-	addr := strings.Fields(line)[0]
-	if _, err := cl.start(ctx, dir, filepath.Join(bin, "tierstore-node"), "tierstore-node listening on ",
-		append([]string{"--master=" + addr, fmt.Sprintf("--memory=%d", getCPUMemory)}, nprof...)...); err != nil {
 		return st, err
 	}
 	cfg := client.Config{MasterAddr: addr, Logger: slog.New(slog.DiscardHandler)}

@@ -86,16 +86,13 @@ type putCPUStats struct {
 	mbps          float64
 }
 
-func putCPUOne(ctx context.Context, dir, bin string, r putCPURow, prof string) (st putCPUStats, err error) {
-	cl := &cluster{}
-	defer func() {
-		if err != nil {
-			err = fmt.Errorf("%w\n%s", err, cl.logTail())
-		}
-		cl.stop()
-	}()
+// cpuCluster starts in cl the master and node processes a CPU-per-call
+// scenario measures (putcpu, getcpu): a master with a state directory in
+// dir and a node of memory bytes, each writing a CPU profile beside prof
+// when prof is not empty. It returns the master's address.
+func cpuCluster(ctx context.Context, cl *cluster, dir, bin string, memory int64, prof string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return st, err
+		return "", err
 	}
 	var mprof, nprof []string
 	if prof != "" {
@@ -104,11 +101,26 @@ func putCPUOne(ctx context.Context, dir, bin string, r putCPURow, prof string) (
 	line, err := cl.start(ctx, dir, filepath.Join(bin, "tierstore-master"), "tierstore-master listening on ",
 		append([]string{"--rpc_port=0", "--metrics_port=0", "--log_level=warn", "--state_dir=" + filepath.Join(dir, "master-state")}, mprof...)...)
 	if err != nil {
-		return st, err
+		return "", err
 	}
 	addr := strings.Fields(line)[0]
 	if _, err := cl.start(ctx, dir, filepath.Join(bin, "tierstore-node"), "tierstore-node listening on ",
-		append([]string{"--master=" + addr, fmt.Sprintf("--memory=%d", putCPUMemory)}, nprof...)...); err != nil {
+		append([]string{"--master=" + addr, fmt.Sprintf("--memory=%d", memory)}, nprof...)...); err != nil {
+		return "", err
+	}
+	return addr, nil
+}
+
+func putCPUOne(ctx context.Context, dir, bin string, r putCPURow, prof string) (st putCPUStats, err error) {
+	cl := &cluster{}
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("%w\n%s", err, cl.logTail())
+		}
+		cl.stop()
+	}()
+	addr, err := cpuCluster(ctx, cl, dir, bin, putCPUMemory, prof)
+	if err != nil {
 		return st, err
 	}
 	c, err := client.New(ctx, client.Config{MasterAddr: addr, Logger: slog.New(slog.DiscardHandler)})
