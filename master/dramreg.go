@@ -24,6 +24,7 @@ func (s *Service) ReRegisterDRAMObjects(ctx context.Context, nodeID, segName str
 	if err := s.gate(ctx); err != nil {
 		return nil, err
 	}
+	s.noteReRegistration()
 	n := s.lookupNode(nodeID)
 	if n == nil {
 		return nil, s.observe(errcode.Errorf(errcode.NeedRemount, "master: re_register_dram: unknown node %q", nodeID))

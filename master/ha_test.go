@@ -265,6 +265,11 @@ func TestRebuildWindowTurnsMissesIntoRetry(t *testing.T) {
 	if _, err := s.ReRegisterDRAMObjects(bg, "b", "seg0", nil, true); err != nil {
 		t.Fatal(err)
 	}
+	// Re-registrations keep it open until rebuildQuiet after the last
+	// (a node's SSD objects come next, in chunks).
+	_, err = c.GetReplicaList(bg, miss)
+	mustIs(t, errcode.FromStatus(err), errcode.ErrUnavailable)
+	clk.Advance(rebuildQuiet)
 	_, err = c.GetReplicaList(bg, miss)
 	mustIs(t, errcode.FromStatus(err), errcode.ErrObjectNotFound)
 }

@@ -130,6 +130,7 @@ func (s *Service) ReRegisterSSDObjects(ctx context.Context, nodeID string, objs 
 // reRegisterEach re-registers objs one at a time, each refused or
 // recorded on its own.
 func (s *Service) reRegisterEach(ctx context.Context, nodeID string, objs []masterapi.SSDObject) ([]error, error) {
+	s.noteReRegistration()
 	out := make([]error, len(objs))
 	for i, d := range objs {
 		if err := validKey(d.Key); err != nil {
@@ -169,6 +170,7 @@ func (s *Service) reRegisterColumns(ctx context.Context, nodeID string, c master
 	if err := s.gate(ctx); err != nil {
 		return nil, err
 	}
+	s.noteReRegistration()
 	if err := c.Check(); err != nil {
 		return nil, s.observe(err)
 	}

@@ -3,6 +3,7 @@ package master
 import (
 	"fmt"
 	"sync/atomic"
+	"time"
 )
 
 // The rebuild window. A Service that starts with metadata to rebuild from
@@ -11,8 +12,11 @@ import (
 // objects: ReRegisterSSDObjects): an elected leader at the start of its
 // term, and a single master restarted on the removal log a predecessor
 // wrote (--state_dir: the nodes keep their objects across the restart).
-// For RebuildWindow after its start, and while a live segment waits for
-// its node's DRAM re-registration (HoldAllocation), the Interceptor
+// For RebuildWindow after its start, while a live segment waits for its
+// node's DRAM re-registration (HoldAllocation), and while re-registrations
+// keep arriving (a node's SSD objects come in chunks for seconds at
+// millions of objects: until rebuildQuiet after the last chunk, at most
+// rebuildMost after the window's end), the Interceptor
 // answers the misses of clients "ask again" (ErrRebuilding,
 // UNAVAILABLE_IN_CURRENT_STATUS; host:port clients send them again,
 // package mastergrpc), objects re-registered get a read lease
@@ -31,6 +35,27 @@ type rebuildState struct {
 	// readmitted: the offload admission of rebuilt DRAM objects ran
 	// (once, when the window closed; at once without a window).
 	readmitted atomic.Bool
+	// lastReg is when the last re-registration call (DRAM or SSD)
+	// arrived (unix ns; 0: none yet).
+	lastReg atomic.Int64
+}
+
+// rebuildQuiet: the window stays open while re-registration calls arrive
+// less than this apart (a node streams its SSD objects in chunks, three
+// in flight, so a gap this long means it is done or stalled).
+const rebuildQuiet = time.Second
+
+// rebuildMost bounds how long after RebuildWindow re-registrations keep the
+// window open (10M SSD objects took 3.6 to 16.7 s to re-register,
+// docs/benchmarks.md "Reconcile at scale").
+const rebuildMost = 30 * time.Second
+
+// noteReRegistration records that a re-registration call arrived (for
+// Rebuilding), when a window was opened.
+func (s *Service) noteReRegistration() {
+	if s.rebuild.open {
+		s.rebuild.lastReg.Store(s.now())
+	}
 }
 
 // startRebuild opens the rebuild window for an elected leader, or for a
@@ -59,13 +84,19 @@ func (s *Service) rebuildWho() string {
 }
 
 // Rebuilding reports whether the rebuild window is open: the Service
-// started with metadata to rebuild, and the window has not passed or a
-// live segment still waits for its node's DRAM re-registration.
+// started with metadata to rebuild, and the window has not passed, or a
+// live segment still waits for its node's DRAM re-registration, or
+// re-registrations keep arriving (rebuildQuiet, within rebuildMost).
 func (s *Service) Rebuilding() bool {
 	if !s.rebuild.open {
 		return false
 	}
-	return s.now() < s.rebuild.until || s.anyHeld()
+	now := s.now()
+	if now < s.rebuild.until || s.anyHeld() {
+		return true
+	}
+	last := s.rebuild.lastReg.Load()
+	return last != 0 && now-last < rebuildQuiet.Nanoseconds() && now < s.rebuild.until+rebuildMost.Nanoseconds()
 }
 
 // anyHeld reports whether a live node's segment waits for its DRAM

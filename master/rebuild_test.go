@@ -1,6 +1,7 @@
 package master
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -68,4 +69,65 @@ func TestRestartOpensRebuildWindow(t *testing.T) {
 
 func errorsIsUnavailable(err error) bool {
 	return err != nil && errcode.Of(errcode.FromStatus(err)) == errcode.UnavailableStatus
+}
+
+// The window stays open while a node's re-registration chunks keep
+// arriving after rebuild_window (10M SSD objects take seconds): until
+// rebuildQuiet after the last chunk, and at most rebuildMost past the
+// window; a Service that opened no window ignores them.
+func TestRebuildWindowWaitsForSSDChunks(t *testing.T) {
+	first, clk := testService(t, nil)
+	mount(t, first, "a", 1<<20)
+	chunk := func(s *Service, i int) {
+		t.Helper()
+		objs := []masterapi.SSDObject{{Key: fmt.Sprint("ssd", i), Size: 10, CRC: 2}}
+		if errs, err := s.ReRegisterSSDObjects(bg, "a", objs); err != nil || errs[0] != nil {
+			t.Fatal(errs, err)
+		}
+	}
+	chunk(first, 0)
+	if first.Rebuilding() {
+		t.Fatal("a first start's re-registrations opened a window")
+	}
+	cfg := first.Config()
+	first.Close()
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	mount(t, s, "a", 1<<20)
+	clk.Advance(cfg.RebuildWindow + time.Millisecond)
+	if s.Rebuilding() {
+		t.Fatal("open past rebuild_window with no re-registration")
+	}
+	i := 1
+	for ; s.now() < s.rebuild.until+rebuildMost.Nanoseconds(); i++ {
+		chunk(s, i)
+		if !s.Rebuilding() {
+			t.Fatalf("closed while chunks arrive (chunk %d)", i)
+		}
+		clk.Advance(rebuildQuiet / 2)
+	}
+	chunk(s, i)
+	if s.Rebuilding() {
+		t.Fatal("open past rebuildMost after the window")
+	}
+	// Within rebuildMost: closes rebuildQuiet after the last chunk.
+	s2, err := New(s.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s2.Close() })
+	mount(t, s2, "a", 1<<20)
+	clk.Advance(cfg.RebuildWindow + time.Millisecond)
+	chunk(s2, 0)
+	clk.Advance(rebuildQuiet - time.Millisecond)
+	if !s2.Rebuilding() {
+		t.Fatal("closed before rebuildQuiet after the last chunk")
+	}
+	clk.Advance(time.Millisecond)
+	if s2.Rebuilding() {
+		t.Fatal("open rebuildQuiet after the last chunk")
+	}
 }
