@@ -55,21 +55,19 @@ func (s *Service) fence() error {
 // installs it): an
 // elected leader's stamps every answer with the term
 // (mastergrpc.TermTrailer); while the rebuild window is open (rebuild.go)
-// it answers ErrRebuilding ("ask again", marked with
-// mastergrpc.RebuildingTrailer) instead of a miss on
+// it answers ErrRebuilding ("ask again", marked for host:port clients by
+// mastergrpc.AskAgainStatus) instead of a miss on
 // the calls of clients (rebuildMiss).
 func (s *Service) Interceptor() grpc.UnaryServerInterceptor {
 	term := mastergrpc.TermMD(s.cfg.HA.Term) // once: SetTrailer copies it into each call's trailer
 	stamp := s.cfg.HA.on()
-	rebuilding := mastergrpc.RebuildingMD()
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if stamp {
 			_ = grpc.SetTrailer(ctx, term)
 		}
 		resp, err := handler(ctx, req)
 		if s.rebuild.open && rebuildMiss(info.FullMethod, resp, err) && s.Rebuilding() {
-			_ = grpc.SetTrailer(ctx, rebuilding)
-			return nil, errcode.ToStatus(fmt.Errorf("%s: %w", s.rebuildWho(), ErrRebuilding))
+			return nil, mastergrpc.AskAgainStatus(fmt.Errorf("%s: %w", s.rebuildWho(), ErrRebuilding))
 		}
 		return resp, err
 	}

@@ -6,9 +6,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tierstore/tierstore/internal/errcode"
 )
@@ -82,21 +84,45 @@ func (h *hostConn) reconnect(ctx context.Context, cc *grpc.ClientConn) {
 	}
 }
 
-// askAgain sends a call again while it is answered
-// UNAVAILABLE_IN_CURRENT_STATUS with RebuildingTrailer (a miss inside the
-// master's rebuild window: nothing applied): after a pause, within
-// AskAgainFor and the caller's deadline. Other -1010 answers (a standby's
-// "not the leader") are returned at once. Connections of a scheme
-// (etcd://) do this themselves, following the leader.
+// AskAgainStatus is err (a master's answer UNAVAILABLE_IN_CURRENT_STATUS
+// given inside its rebuild window: a miss that a node's re-registration
+// may still fill) as a gRPC status that also carries gRPC's standard
+// errdetails.RetryInfo: a host:port connection sends such a call again
+// (askAgain); a -1010 without it (a standby's "not the leader") is
+// returned at once.
+func AskAgainStatus(err error) error {
+	st := status.Convert(errcode.ToStatus(err))
+	if d, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(askAgainFirst)}); derr == nil {
+		return d.Err()
+	}
+	return st.Err()
+}
+
+// askedAgain reports whether err is an answer of AskAgainStatus.
+func askedAgain(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	for _, d := range st.Details() {
+		if _, ok := d.(*errdetails.RetryInfo); ok {
+			return errors.Is(errcode.FromStatus(err), errcode.ErrUnavailable)
+		}
+	}
+	return false
+}
+
+// askAgain sends a call again while it is answered with AskAgainStatus (a
+// miss inside the master's rebuild window: nothing applied): after a
+// pause, within AskAgainFor and the caller's deadline. Other -1010 answers
+// (a standby's "not the leader") are returned at once. Connections of a
+// scheme (etcd://) do this themselves, following the leader.
 func askAgain(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	var end time.Time
 	wait := askAgainFirst
-	var tr metadata.MD
-	opts = append(opts, grpc.Trailer(&tr))
 	for {
-		tr = nil
 		err := invoker(ctx, method, req, reply, cc, opts...)
-		if err == nil || len(tr.Get(RebuildingTrailer)) == 0 || !errors.Is(errcode.FromStatus(err), errcode.ErrUnavailable) {
+		if err == nil || !askedAgain(err) {
 			return err
 		}
 		now := time.Now()

@@ -18,7 +18,7 @@ import (
 )
 
 // rebuildingMaster answers ExistKey "ask again" (UNAVAILABLE_IN_CURRENT_
-// STATUS with RebuildingTrailer) for its first `again` calls, then exists;
+// STATUS, mastergrpc.AskAgainStatus) for its first `again` calls, then exists;
 // Remove answers OBJECT_NOT_FOUND, and Stats -1010 without the trailer (a
 // standby's "not the leader"): neither is sent again.
 type rebuildingMaster struct {
@@ -29,10 +29,9 @@ type rebuildingMaster struct {
 	stats   atomic.Int64
 }
 
-func (m *rebuildingMaster) ExistKey(ctx context.Context, _ *pb.LookupRequest) (*pb.ExistKeyResponse, error) {
+func (m *rebuildingMaster) ExistKey(context.Context, *pb.LookupRequest) (*pb.ExistKeyResponse, error) {
 	if n := m.exists.Add(1); n <= m.again {
-		_ = grpc.SetTrailer(ctx, mastergrpc.RebuildingMD())
-		return nil, errcode.ToStatus(fmt.Errorf("rebuilding, ask again: %w", errcode.ErrUnavailable))
+		return nil, mastergrpc.AskAgainStatus(fmt.Errorf("rebuilding, ask again: %w", errcode.ErrUnavailable))
 	}
 	return &pb.ExistKeyResponse{Exists: true}, nil
 }

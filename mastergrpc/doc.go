@@ -12,9 +12,10 @@
 // A program opts into it by importing package ha; one that does not links
 // no etcd client (the light client, client/deps_test.go). A host:port
 // connection sends a call again while the master answers "ask again"
-// (UNAVAILABLE_IN_CURRENT_STATUS with RebuildingTrailer: a restarted master
-// still rebuilding its metadata from the nodes; a standby's "not the
-// leader" is returned at once), within AskAgainFor and the caller's deadline
+// (UNAVAILABLE_IN_CURRENT_STATUS with gRPC's RetryInfo, AskAgainStatus:
+// a restarted master still rebuilding its metadata from the nodes; a
+// standby's "not the leader" is returned at once), within AskAgainFor and
+// the caller's deadline
 // (askagain.go): a lookup waits for the node that holds the object to
 // re-register it instead of answering a miss. A call that finds such a
 // connection failed asks for a connection attempt at once and waits for

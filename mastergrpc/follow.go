@@ -17,16 +17,6 @@ import (
 // the current leader.
 const TermTrailer = "tierstore-term"
 
-// RebuildingTrailer marks an answer UNAVAILABLE_IN_CURRENT_STATUS given
-// because the master is inside its rebuild window (a miss that a node's
-// re-registration may still fill): a host:port connection sends such a
-// call again (askAgain); an answer without it (a standby's "not the
-// leader") is returned at once.
-const RebuildingTrailer = "tierstore-rebuilding"
-
-// RebuildingMD is the trailer metadata of a rebuilding answer.
-func RebuildingMD() metadata.MD { return metadata.Pairs(RebuildingTrailer, "1") }
-
 // TermMD is the trailer metadata carrying term.
 func TermMD(term uint64) metadata.MD {
 	return metadata.Pairs(TermTrailer, strconv.FormatUint(term, 10))
