@@ -151,46 +151,8 @@ func getCPUOne(ctx context.Context, dir, bin string, r getCPURow, prof string) (
 			return st, fmt.Errorf("putting: %w", err)
 		}
 	}
-	var next atomic.Int64
-	var mu sync.Mutex
-	var lats []time.Duration
-	run := func(n int64, keep bool) error {
-		end := next.Load() + n
-		var wg sync.WaitGroup
-		errs := make([]error, r.readers)
-		for w := range r.readers {
-			wg.Go(func() {
-				buf := make([]byte, getCPUSize)
-				parts := splitParts(buf, getCPULayers)
-				var mine []time.Duration
-				for {
-					i := next.Add(1)
-					if i > end {
-						break
-					}
-					key := fmt.Sprintf("gc-%d", (i*37+int64(w))%getCPUKeys)
-					t0 := time.Now()
-					n, err := readerClient(w).GetIntoParts(ctx, key, parts)
-					if err == nil && n != getCPUSize {
-						err = fmt.Errorf("get %s: %d bytes", key, n)
-					}
-					if err != nil {
-						errs[w] = err
-						break
-					}
-					mine = append(mine, time.Since(t0))
-				}
-				if keep {
-					mu.Lock()
-					lats = append(lats, mine...)
-					mu.Unlock()
-				}
-			})
-		}
-		wg.Wait()
-		return errors.Join(errs...)
-	}
-	if err := run(getCPUKeys*int64(max(1, r.readers/2)), false); err != nil { // the caches hold every key (most of them)
+	g := &getCPUReads{r: r, client: readerClient}
+	if err := g.run(ctx, getCPUKeys*int64(max(1, r.readers/2)), false); err != nil { // the caches hold every key (most of them)
 		return st, err
 	}
 	cpu0, sw0, err := fullPutCPU(cl)
@@ -198,7 +160,7 @@ func getCPUOne(ctx context.Context, dir, bin string, r getCPURow, prof string) (
 		return st, err
 	}
 	t0 := time.Now()
-	if err := run(int64(r.gets), true); err != nil {
+	if err := g.run(ctx, int64(r.gets), true); err != nil {
 		return st, err
 	}
 	secs := time.Since(t0).Seconds()
@@ -211,11 +173,61 @@ func getCPUOne(ctx context.Context, dir, bin string, r getCPURow, prof string) (
 		st.switches[i] = float64(sw1[i]-sw0[i]) / float64(r.gets)
 	}
 	st.mbps = float64(r.gets) * getCPUSize / mb / secs
-	slices.Sort(lats)
-	if len(lats) > 0 {
-		st.p50 = float64(lats[len(lats)/2].Microseconds()) / 1000
+	slices.Sort(g.lats)
+	if len(g.lats) > 0 {
+		st.p50 = float64(g.lats[len(g.lats)/2].Microseconds()) / 1000
 	}
 	return st, nil
+}
+
+// getCPUReads is a row's readers: each reads random keys of the row's
+// objects into its own parts through its client until n gets in all were
+// made (next counts them), keeping the latencies when asked.
+type getCPUReads struct {
+	r      getCPURow
+	client func(reader int) *client.Client
+	next   atomic.Int64
+	mu     sync.Mutex      // protects lats
+	lats   []time.Duration // the kept gets' latencies
+}
+
+// run makes n more gets over the row's readers; keep keeps their latencies.
+func (g *getCPUReads) run(ctx context.Context, n int64, keep bool) error {
+	r := g.r
+	end := g.next.Load() + n
+	var wg sync.WaitGroup
+	errs := make([]error, r.readers)
+	for w := range r.readers {
+		wg.Go(func() {
+			buf := make([]byte, getCPUSize)
+			parts := splitParts(buf, getCPULayers)
+			var mine []time.Duration
+			for {
+				i := g.next.Add(1)
+				if i > end {
+					break
+				}
+				key := fmt.Sprintf("gc-%d", (i*37+int64(w))%getCPUKeys)
+				t0 := time.Now()
+				n, err := g.client(w).GetIntoParts(ctx, key, parts)
+				if err == nil && n != getCPUSize {
+					err = fmt.Errorf("get %s: %d bytes", key, n)
+				}
+				if err != nil {
+					errs[w] = err
+					break
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			if keep {
+				g.mu.Lock()
+				g.lats = append(g.lats, mine...)
+				g.mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // splitParts cuts b into n parts of equal length (the last takes the rest).
