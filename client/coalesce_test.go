@@ -103,6 +103,20 @@ func queued(t *testing.T, c *coalescer[int], n int) {
 	}, 10*time.Second, time.Millisecond, "%d calls queued", n)
 }
 
+// queueAndRelease starts callers 1..n while the in-flight call holds (f.hold),
+// waits until all n are queued, releases the held call and waits for
+// every caller (and what wg already holds); check gets each caller's item
+// and answer.
+func queueAndRelease(t *testing.T, f *fakeCalls, c *coalescer[int], wg *sync.WaitGroup, n int, check func(q int, err error)) {
+	t.Helper()
+	for q := 1; q <= n; q++ {
+		wg.Go(func() { check(q, c.do(context.Background(), q)) })
+	}
+	queued(t, c, n)
+	close(f.hold)
+	wg.Wait()
+}
+
 func TestCoalescerLoneCallIsSingle(t *testing.T) {
 	f := &fakeCalls{}
 	c := f.coalescer()
@@ -126,19 +140,13 @@ func TestCoalescerBatchesWhileInFlight(t *testing.T) {
 	})
 	require.Eventually(t, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.singles) == 1 }, 10*time.Second, time.Millisecond)
 	const n = 7
-	for q := 1; q <= n; q++ {
-		wg.Go(func() {
-			err := c.do(context.Background(), q)
-			if q%2 == 1 {
-				require.ErrorIs(t, err, ErrObjectExists)
-				return
-			}
-			require.NoError(t, err)
-		})
-	}
-	queued(t, c, n)
-	close(f.hold)
-	wg.Wait()
+	queueAndRelease(t, f, c, &wg, n, func(q int, err error) {
+		if q%2 == 1 {
+			require.ErrorIs(t, err, ErrObjectExists)
+			return
+		}
+		require.NoError(t, err)
+	})
 	idle(t, c)
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -154,15 +162,7 @@ func TestCoalescerBatchErrorToEveryMember(t *testing.T) {
 	c := f.coalescer()
 	var wg sync.WaitGroup
 	inFlight(t, f, c, &wg)
-	for q := 1; q <= 3; q++ {
-		wg.Go(func() {
-			err := c.do(context.Background(), q)
-			require.ErrorIs(t, err, ErrTransferFail)
-		})
-	}
-	queued(t, c, 3)
-	close(f.hold)
-	wg.Wait()
+	queueAndRelease(t, f, c, &wg, 3, func(_ int, err error) { require.ErrorIs(t, err, ErrTransferFail) })
 }
 
 // TestCoalescerShortAnswer: a batch answered with fewer items than it
@@ -173,15 +173,9 @@ func TestCoalescerShortAnswer(t *testing.T) {
 	c.batch = func(context.Context, []int) ([]error, error) { return []error{nil}, nil }
 	var wg sync.WaitGroup
 	inFlight(t, f, c, &wg)
-	for q := 1; q <= 2; q++ {
-		wg.Go(func() {
-			err := c.do(context.Background(), q)
-			require.Equal(t, errcode.InternalError, errcode.Of(err), "%v", err)
-		})
-	}
-	queued(t, c, 2)
-	close(f.hold)
-	wg.Wait()
+	queueAndRelease(t, f, c, &wg, 2, func(_ int, err error) {
+		require.Equal(t, errcode.InternalError, errcode.Of(err), "%v", err)
+	})
 }
 
 // TestCoalescerLeaverUnsent: a caller whose context ends while it waits
